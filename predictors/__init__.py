@@ -1,0 +1,1 @@
+"""Trajectory-length prediction from earlier epochs: features, LightGBM models, fallbacks, model store."""

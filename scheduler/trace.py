@@ -1,0 +1,138 @@
+"""The trace format: one row per generated trajectory, shared by training, evaluation and replay.
+
+Required columns: ``step``, ``prompt_id``, ``sample_idx``, ``prompt_tokens``, ``output_tokens``.
+Optional: ``max_new_tokens``, ``finish_reason`` (``stop`` | ``length``), ``reward``. Any other column
+is kept as a feature: numeric when every value parses as a number, categorical otherwise.
+This module holds the schema and row validation only; reading and writing files (csv, jsonl,
+parquet) lives in ``predictors.traceio`` because it is I/O. docs/trace-format.md documents it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from scheduler.errors import InvalidInputError
+
+REQUIRED_COLUMNS: tuple[str, ...] = ("step", "prompt_id", "sample_idx", "prompt_tokens", "output_tokens")
+OPTIONAL_COLUMNS: tuple[str, ...] = ("max_new_tokens", "finish_reason", "reward")
+FINISH_REASONS: frozenset[str] = frozenset({"stop", "length"})
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    """One trajectory as it really ran."""
+
+    step: int  # training step (or epoch) that generated it
+    prompt_id: str  # stable prompt identity across steps
+    sample_idx: int  # index within the prompt's group
+    prompt_tokens: int  # prompt length, tokens
+    output_tokens: int  # generated length, tokens (the quantity we predict)
+    max_new_tokens: int | None = None  # generation cap, when known
+    finish_reason: str | None = None  # "stop" or "length" (truncated at the cap)
+    reward: float | None = None  # verifier/reward-model score, when known
+    features: Mapping[str, float | str] = field(default_factory=dict)  # extra columns, typed
+
+
+class TraceFormatError(InvalidInputError):
+    """A malformed trace cell, located by source, line (1-based, header = line 1 for csv) and column."""
+
+    def __init__(self, source: str, line: int, column: str, value: object, reason: str) -> None:
+        self.source = source
+        self.line = line
+        self.column = column
+        super().__init__(f"{source}:{line}:{column}", value, reason)
+
+
+def _int_cell(raw: object, column: str, minimum: int) -> int:
+    if isinstance(raw, bool):
+        raise ValueError("expected an integer, got a boolean")
+    if isinstance(raw, int):
+        value = raw
+    elif isinstance(raw, float):
+        if not math.isfinite(raw) or raw != int(raw):
+            raise ValueError("expected an integer")
+        value = int(raw)
+    else:
+        text = str(raw).strip()
+        try:
+            value = int(text)
+        except ValueError:
+            number = float(text)  # "12.0" is accepted; "12.5" and "abc" are not
+            if not math.isfinite(number) or number != int(number):
+                raise ValueError("expected an integer") from None
+            value = int(number)
+    if value < minimum:
+        raise ValueError(f"must be >= {minimum}")
+    return value
+
+
+def _float_cell(raw: object) -> float:
+    value = float(str(raw).strip()) if not isinstance(raw, (int, float)) else float(raw)
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+def _empty(raw: object) -> bool:
+    return raw is None or (isinstance(raw, str) and raw.strip() == "")
+
+
+def parse_row(cells: Mapping[str, object], source: str, line: int) -> TraceRow:
+    """Validate one row of raw cells into a ``TraceRow``; every problem names source, line and column."""
+    for column in REQUIRED_COLUMNS:
+        if column not in cells or _empty(cells[column]):
+            raise TraceFormatError(source, line, column, cells.get(column), "required value is missing")
+    current = ""
+    try:
+        current = "step"
+        step = _int_cell(cells["step"], current, 0)
+        current = "sample_idx"
+        sample_idx = _int_cell(cells["sample_idx"], current, 0)
+        current = "prompt_tokens"
+        prompt_tokens = _int_cell(cells["prompt_tokens"], current, 0)
+        current = "output_tokens"
+        output_tokens = _int_cell(cells["output_tokens"], current, 0)
+        current = "max_new_tokens"
+        raw_cap = cells.get(current)
+        max_new = None if _empty(raw_cap) else _int_cell(raw_cap, current, 1)
+        current = "reward"
+        raw_reward = cells.get(current)
+        reward = None if _empty(raw_reward) else _float_cell(raw_reward)
+    except ValueError as exc:
+        raise TraceFormatError(source, line, current, cells.get(current), str(exc)) from None
+    finish = cells.get("finish_reason")
+    finish_reason = None if _empty(finish) else str(finish).strip()
+    if finish_reason is not None and finish_reason not in FINISH_REASONS:
+        raise TraceFormatError(source, line, "finish_reason", finish, "must be 'stop' or 'length'")
+    if max_new is not None and output_tokens > max_new:
+        raise TraceFormatError(
+            source, line, "output_tokens", output_tokens, f"exceeds max_new_tokens={max_new}"
+        )
+    known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
+    extras = {k: v for k, v in cells.items() if k not in known and not _empty(v)}
+    return TraceRow(
+        step=step,
+        prompt_id=str(cells["prompt_id"]).strip(),
+        sample_idx=sample_idx,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        max_new_tokens=max_new,
+        finish_reason=finish_reason,
+        reward=reward,
+        features=_typed_features(extras),
+    )
+
+
+def _typed_features(extras: Mapping[str, object]) -> dict[str, float | str]:
+    typed: dict[str, float | str] = {}
+    for name, raw in extras.items():
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            typed[name] = float(raw)
+            continue
+        try:
+            typed[name] = float(str(raw))
+        except ValueError:
+            typed[name] = str(raw)
+    return typed

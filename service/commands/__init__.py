@@ -1,0 +1,10 @@
+"""Command groups of the CLI; each module exposes ``register(app, bench_app)``.
+
+Add a module to ``ALL`` to make its commands appear under ``rollout-scheduler``.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+ALL: list[ModuleType] = []

