@@ -95,6 +95,8 @@ class Plan:
     status: str  # e.g. OPTIMAL, FEASIBLE, HEURISTIC, FALLBACK_LPT
     wall_time_s: float  # planning wall time
     kv_admission: bool = False  # the sidecar/simulator should admit by reserved KV
+    dispatch_order: tuple[str, ...] = ()  # shared-queue policies (least_loaded): the one FIFO workers
+    # pull from whenever a slot frees; empty for static plans, where each worker runs its own queue
 
     def assignments(self) -> dict[str, tuple[str, ...]]:
         """Map worker id to its ordered trajectory keys."""
