@@ -1,0 +1,212 @@
+"""Reading and writing trace files (.csv, .jsonl, .parquet) into the columnar ``Trace``.
+
+Every row goes through ``scheduler.trace.parse_row``, so one set of rules decides what a valid row is
+and a malformed cell is reported as ``file:line:column``. Lines are 1-based: in csv the header is
+line 1 (a quoted multi-line cell reports the line the record ends on); in jsonl the physical line;
+in parquet the row number. Nothing is dropped silently: a bad row is an error, not a skip.
+Writes go to a temporary file that is renamed into place, so a reader never sees half a trace.
+docs/trace-format.md documents the format.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from predictors.tracetable import FINISH_NAMES, Trace, TraceBuilder
+from scheduler.errors import InvalidInputError
+from scheduler.trace import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TraceFormatError, parse_row
+
+SUFFIXES: tuple[str, ...] = (".csv", ".jsonl", ".parquet")
+_KNOWN = frozenset(REQUIRED_COLUMNS) | frozenset(OPTIONAL_COLUMNS)
+
+RawRows = Iterator[tuple[int, dict[str, object]]]  # (line, cells) pairs
+
+
+def read_trace(path: str | Path, allow_empty: bool = False) -> Trace:
+    """Read and validate a whole trace; raises ``TraceFormatError`` / ``InvalidInputError`` on bad input.
+
+    An empty trace is an error unless ``allow_empty``: nothing downstream can use one, and saying so
+    at the file is clearer than a failure three modules later.
+    """
+    path = Path(path)
+    reader = _reader_for(path)
+    if not path.is_file():
+        raise InvalidInputError("trace", str(path), "no such file")
+    builder = TraceBuilder()
+    for line, cells in reader(path):
+        row = parse_row(cells, str(path), line)
+        builder.add(row, {k: _raw_extra(v) for k, v in cells.items() if k not in _KNOWN and _present(v)})
+    trace = builder.build()
+    if len(trace) == 0 and not allow_empty:
+        raise InvalidInputError("trace", str(path), "the trace has no rows")
+    return trace
+
+
+def write_trace(trace: Trace, path: str | Path) -> None:
+    """Write a trace in the format its suffix names, atomically; optional columns never set are omitted."""
+    path = Path(path)
+    writer = _writer_for(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        writer(trace, Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _reader_for(path: Path) -> Callable[[Path], RawRows]:
+    readers = {".csv": _csv_rows, ".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
+    if path.suffix not in readers:
+        raise InvalidInputError("trace", str(path), f"unsupported suffix; expected one of {SUFFIXES}")
+    return readers[path.suffix]
+
+
+def _writer_for(path: Path) -> Callable[[Trace, Path], None]:
+    writers = {".csv": _write_csv, ".jsonl": _write_jsonl, ".parquet": _write_parquet}
+    if path.suffix not in writers:
+        raise InvalidInputError("trace", str(path), f"unsupported suffix; expected one of {SUFFIXES}")
+    return writers[path.suffix]
+
+
+def _present(value: object) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, float) and math.isnan(value):
+        return False
+    return not (isinstance(value, str) and value.strip() == "")
+
+
+def _raw_extra(value: object) -> float | str:
+    """An extra cell as typed by its file: numbers stay numbers, everything else is text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return str(value).strip()
+
+
+def _check_header(columns: list[str], source: str) -> None:
+    for column in REQUIRED_COLUMNS:
+        if column not in columns:
+            raise TraceFormatError(source, 1, column, None, "required column is missing from the header")
+
+
+# --- readers -------------------------------------------------------------------------------------
+
+
+def _csv_rows(path: Path) -> RawRows:
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None:
+            raise InvalidInputError("trace", str(path), "the file is empty (no header line)")
+        header = [h.strip() for h in header]
+        _check_header(header, str(path))
+        width = len(header)
+        for cells in reader:
+            if not cells:
+                continue  # a blank line holds no row
+            if len(cells) != width:
+                column = header[len(cells)] if len(cells) < width else f"<cell {len(cells)}>"
+                raise TraceFormatError(
+                    str(path),
+                    reader.line_num,
+                    column,
+                    len(cells),
+                    f"row has {len(cells)} cells, expected {width}",
+                )
+            yield reader.line_num, dict(zip(header, cells, strict=True))
+
+
+def _jsonl_rows(path: Path) -> RawRows:
+    with path.open(encoding="utf-8") as handle:
+        for line, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            try:
+                cells = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise TraceFormatError(str(path), line, "<json>", text.strip()[:40], exc.msg) from None
+            if not isinstance(cells, dict):
+                raise TraceFormatError(str(path), line, "<json>", cells, "each line must be a JSON object")
+            yield line, cells
+
+
+def _parquet_rows(path: Path) -> RawRows:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
+        raise InvalidInputError("trace", str(path), f"not a readable parquet file ({exc})") from None
+    _check_header(list(table.column_names), str(path))
+    columns = {name: table.column(name).to_pylist() for name in table.column_names}
+    for index in range(table.num_rows):
+        yield index + 1, {name: values[index] for name, values in columns.items()}
+
+
+# --- writers -------------------------------------------------------------------------------------
+
+
+def _record_columns(trace: Trace) -> dict[str, list[object]]:
+    """Column name -> Python values (None where missing), in schema order then extras."""
+    n = len(trace)
+    cols: dict[str, list[object]] = {name: getattr(trace, name).tolist() for name in REQUIRED_COLUMNS}
+    if np.any(trace.max_new_tokens > 0):
+        cols["max_new_tokens"] = [int(v) or None for v in trace.max_new_tokens.tolist()]
+    if np.any(trace.finish_reason >= 0):
+        cols["finish_reason"] = [FINISH_NAMES[c] if c >= 0 else None for c in trace.finish_reason.tolist()]
+    if not np.all(np.isnan(trace.reward)):
+        cols["reward"] = [None if math.isnan(r) else r for r in trace.reward.tolist()]
+    for name, num in trace.numeric.items():
+        cols[name] = [None if math.isnan(v) else v for v in num.tolist()]
+    for name, text in trace.categorical.items():
+        cols[name] = [v or None for v in text.tolist()]
+    assert all(len(v) == n for v in cols.values())
+    return cols
+
+
+def _rows_of(cols: Mapping[str, list[object]]) -> Iterator[dict[str, object]]:
+    names = list(cols)
+    for values in zip(*cols.values(), strict=True):
+        yield dict(zip(names, values, strict=True))
+
+
+def _csv_cell(value: object) -> object:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _write_csv(trace: Trace, path: Path) -> None:
+    cols = _record_columns(trace)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(list(cols))
+        for record in _rows_of(cols):
+            writer.writerow([_csv_cell(v) for v in record.values()])
+
+
+def _write_jsonl(trace: Trace, path: Path) -> None:
+    cols = _record_columns(trace)
+    with path.open("w", encoding="utf-8") as handle:
+        for record in _rows_of(cols):
+            handle.write(json.dumps({k: v for k, v in record.items() if v is not None}) + "\n")
+
+
+def _write_parquet(trace: Trace, path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(_record_columns(trace)), path)

@@ -1,0 +1,231 @@
+"""The in-memory form of a trace: one numpy array per column, not a list of ``TraceRow``.
+
+Why columnar: training and evaluation aggregate a million rows per step by prompt, which is a few
+vectorised numpy passes over columns but seconds of Python over row objects. ``TraceRow``
+(scheduler/trace.py) stays the unit of validation and of exchange with code that wants rows:
+``Trace.from_rows`` and ``Trace.rows`` convert both ways.
+
+Missing optional values are encoded in-band so every column stays a plain numpy array:
+``max_new_tokens`` 0 (a real cap is >= 1), ``finish_reason`` -1, ``reward`` NaN, numeric extras NaN,
+categorical extras "" (empty string).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.trace import TraceRow
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+ObjArray = npt.NDArray[np.object_]
+CodeArray = npt.NDArray[np.int8]
+
+FINISH_NAMES: tuple[str, ...] = ("stop", "length")  # finish_reason code i <-> FINISH_NAMES[i]
+FINISH_UNKNOWN = -1
+FINISH_LENGTH = 1  # code of "length": truncated at max_new_tokens
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A validated trace held column by column; every array has one entry per row."""
+
+    step: IntArray  # training step (epoch) that generated the row
+    prompt_id: ObjArray  # str prompt identity, stable across steps
+    sample_idx: IntArray  # index within the prompt's group
+    prompt_tokens: IntArray  # prompt length, tokens
+    output_tokens: IntArray  # generated length, tokens
+    max_new_tokens: IntArray  # generation cap; 0 = unknown
+    finish_reason: CodeArray  # index into FINISH_NAMES; -1 = unknown
+    reward: FloatArray  # reward; NaN = unknown
+    numeric: Mapping[str, FloatArray] = field(default_factory=dict)  # extra numeric columns, NaN = missing
+    categorical: Mapping[str, ObjArray] = field(default_factory=dict)  # extra text columns, "" = missing
+
+    def __post_init__(self) -> None:
+        n = len(self.step)
+        columns = [self.prompt_id, self.sample_idx, self.prompt_tokens, self.output_tokens]
+        columns += [self.max_new_tokens, self.finish_reason, self.reward]
+        columns += [*self.numeric.values(), *self.categorical.values()]
+        if any(len(c) != n for c in columns):
+            raise ValueError("every trace column must have one entry per row")
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    @property
+    def extra_columns(self) -> tuple[str, ...]:
+        """Names of the feature columns beyond the schema, numeric first."""
+        return (*self.numeric, *self.categorical)
+
+    @property
+    def truncated(self) -> npt.NDArray[np.bool_]:
+        """Rows that stopped at the cap: finish_reason "length", or output == cap when that is unknown."""
+        at_cap = (self.max_new_tokens > 0) & (self.output_tokens >= self.max_new_tokens)
+        known = self.finish_reason != FINISH_UNKNOWN
+        return np.where(known, self.finish_reason == FINISH_LENGTH, at_cap)
+
+    def steps(self) -> IntArray:
+        """The distinct steps present, ascending."""
+        return np.unique(self.step)
+
+    def take(self, index: npt.NDArray[np.bool_] | npt.NDArray[np.intp] | IntArray) -> Trace:
+        """The rows selected by a boolean mask or an index array, as a new trace."""
+        return Trace(
+            step=self.step[index],
+            prompt_id=self.prompt_id[index],
+            sample_idx=self.sample_idx[index],
+            prompt_tokens=self.prompt_tokens[index],
+            output_tokens=self.output_tokens[index],
+            max_new_tokens=self.max_new_tokens[index],
+            finish_reason=self.finish_reason[index],
+            reward=self.reward[index],
+            numeric={k: v[index] for k, v in self.numeric.items()},
+            categorical={k: v[index] for k, v in self.categorical.items()},
+        )
+
+    @staticmethod
+    def concat(traces: Sequence[Trace]) -> Trace:
+        """Rows of all traces in order; an extra column missing from one trace is missing in its rows."""
+        if not traces:
+            return empty_trace()
+        numeric_names = list(dict.fromkeys(k for t in traces for k in t.numeric))
+        cat_names = list(dict.fromkeys(k for t in traces for k in t.categorical))
+
+        def cat(get: str) -> np.ndarray:
+            return np.concatenate([getattr(t, get) for t in traces])
+
+        return Trace(
+            step=cat("step"),
+            prompt_id=cat("prompt_id"),
+            sample_idx=cat("sample_idx"),
+            prompt_tokens=cat("prompt_tokens"),
+            output_tokens=cat("output_tokens"),
+            max_new_tokens=cat("max_new_tokens"),
+            finish_reason=cat("finish_reason"),
+            reward=cat("reward"),
+            numeric={
+                k: np.concatenate([t.numeric.get(k, np.full(len(t), np.nan)) for t in traces])
+                for k in numeric_names
+            },
+            categorical={
+                k: np.concatenate([t.categorical.get(k, _blank(len(t))) for t in traces]) for k in cat_names
+            },
+        )
+
+    @staticmethod
+    def from_rows(rows: Iterable[TraceRow]) -> Trace:
+        """Columns from validated rows; an extra column is numeric only if every value in it is a number."""
+        return TraceBuilder().extend(rows).build()
+
+    def rows(self) -> Iterator[TraceRow]:
+        """The rows back as ``TraceRow`` objects (slow for millions of rows; for exchange, not compute)."""
+        for i in range(len(self)):
+            features: dict[str, float | str] = {}
+            for name, num in self.numeric.items():
+                if not np.isnan(num[i]):
+                    features[name] = float(num[i])
+            for name, text in self.categorical.items():
+                if text[i] != "":
+                    features[name] = str(text[i])
+            code = int(self.finish_reason[i])
+            yield TraceRow(
+                step=int(self.step[i]),
+                prompt_id=str(self.prompt_id[i]),
+                sample_idx=int(self.sample_idx[i]),
+                prompt_tokens=int(self.prompt_tokens[i]),
+                output_tokens=int(self.output_tokens[i]),
+                max_new_tokens=int(self.max_new_tokens[i]) or None,
+                finish_reason=FINISH_NAMES[code] if code >= 0 else None,
+                reward=None if np.isnan(self.reward[i]) else float(self.reward[i]),
+                features=features,
+            )
+
+
+def _blank(n: int) -> ObjArray:
+    out = np.empty(n, dtype=object)
+    out[:] = ""
+    return out
+
+
+def empty_trace() -> Trace:
+    """A trace with no rows (the identity of ``Trace.concat``)."""
+    return TraceBuilder().build()
+
+
+class TraceBuilder:
+    """Accumulates validated rows, then types each extra column once all its values are known."""
+
+    def __init__(self) -> None:
+        self._ints: dict[str, list[int]] = {k: [] for k in _INT_COLUMNS}
+        self._prompt: list[str] = []
+        self._finish: list[int] = []
+        self._reward: list[float] = []
+        self._extras: dict[str, dict[int, float | str]] = {}  # column -> row index -> value
+
+    def add(self, row: TraceRow, raw_extras: Mapping[str, float | str] | None = None) -> None:
+        """Append one row; ``raw_extras`` (text as read) overrides ``row.features`` for typing."""
+        index = len(self._prompt)
+        for name in _INT_COLUMNS:
+            self._ints[name].append(getattr(row, name) or 0)
+        self._prompt.append(row.prompt_id)
+        self._finish.append(FINISH_NAMES.index(row.finish_reason) if row.finish_reason else FINISH_UNKNOWN)
+        self._reward.append(np.nan if row.reward is None else row.reward)
+        for name, value in (row.features if raw_extras is None else raw_extras).items():
+            self._extras.setdefault(name, {})[index] = value
+
+    def extend(self, rows: Iterable[TraceRow]) -> TraceBuilder:
+        """Append every row; returns self for chaining."""
+        for row in rows:
+            self.add(row)
+        return self
+
+    def build(self) -> Trace:
+        """The trace, with each extra column typed as a whole (numeric, else categorical)."""
+        n = len(self._prompt)
+        numeric: dict[str, FloatArray] = {}
+        categorical: dict[str, ObjArray] = {}
+        for name, values in self._extras.items():
+            as_numbers = _all_numeric(values.values())
+            if as_numbers is not None:
+                column = np.full(n, np.nan)
+                column[list(values)] = as_numbers
+                numeric[name] = column
+            else:
+                text = _blank(n)
+                for i, v in values.items():
+                    text[i] = v if isinstance(v, str) else _number_text(v)
+                categorical[name] = text
+        prompt = np.empty(n, dtype=object)
+        prompt[:] = self._prompt
+        return Trace(
+            **{k: np.asarray(v, dtype=np.int64) for k, v in self._ints.items()},
+            prompt_id=prompt,
+            finish_reason=np.asarray(self._finish, dtype=np.int8),
+            reward=np.asarray(self._reward, dtype=np.float64),
+            numeric=numeric,
+            categorical=categorical,
+        )
+
+
+_INT_COLUMNS = ("step", "sample_idx", "prompt_tokens", "output_tokens", "max_new_tokens")
+
+
+def _all_numeric(values: Iterable[float | str]) -> list[float] | None:
+    out: list[float] = []
+    for v in values:
+        if isinstance(v, float):
+            out.append(v)
+            continue
+        try:
+            out.append(float(v))
+        except ValueError:
+            return None
+    return out
+
+
+def _number_text(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)

@@ -1,0 +1,120 @@
+"""Trace files: every format round-trips, and a bad cell is reported by file, line and column."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from predictors.traceio import read_trace, write_trace
+from predictors.tracetable import Trace
+from scheduler.errors import InvalidInputError
+from scheduler.trace import TraceFormatError, TraceRow
+
+HEADER = "step,prompt_id,sample_idx,prompt_tokens,output_tokens,max_new_tokens,finish_reason,reward,level"
+
+
+def _rows() -> list[TraceRow]:
+    return [
+        TraceRow(0, "p0", 0, 10, 100, 4096, "stop", 1.0, {"level": "Level 3", "temp": 0.7}),
+        TraceRow(0, "p0", 1, 10, 4096, 4096, "length", 0.0, {"level": "Level 3", "temp": 0.7}),
+        TraceRow(1, "p1", 0, 25, 333, None, None, None, {"temp": 1.0}),
+    ]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_every_format_round_trips_rows_and_column_types(tmp_path: Path, suffix: str) -> None:
+    trace = Trace.from_rows(_rows())
+    path = tmp_path / f"t{suffix}"
+    write_trace(trace, path)
+    back = read_trace(path)
+    assert list(back.rows()) == list(trace.rows())
+    assert set(back.numeric) == {"temp"}
+    assert set(back.categorical) == {"level"}
+    assert back.categorical["level"][2] == ""  # missing categorical stays missing, not "nan"
+
+
+def test_a_column_is_categorical_when_any_value_is_text(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "step,prompt_id,sample_idx,prompt_tokens,output_tokens,bucket\n0,a,0,5,7,1\n0,a,1,5,9,high\n"
+    )
+    trace = read_trace(path)
+    assert trace.categorical["bucket"].tolist() == ["1", "high"]
+    assert not trace.numeric
+
+
+def test_a_negative_token_count_names_file_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(f"{HEADER}\n0,a,0,5,7,16,stop,1,x\n0,a,1,5,-3,16,stop,1,x\n")
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path)
+    assert (info.value.source, info.value.line, info.value.column) == (str(path), 3, "output_tokens")
+
+
+def test_a_non_integer_token_count_in_jsonl_is_located(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    good = {"step": 0, "prompt_id": "a", "sample_idx": 0, "prompt_tokens": 5, "output_tokens": 7}
+    path.write_text(json.dumps(good) + "\n\n" + json.dumps({**good, "prompt_tokens": 2.5}) + "\n")
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path)
+    assert (info.value.line, info.value.column) == (3, "prompt_tokens")
+
+
+def test_a_nan_reward_in_parquet_is_an_error_not_a_missing_value(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "bad.parquet"
+    cols = {"step": [0, 0], "prompt_id": ["a", "a"], "sample_idx": [0, 1], "prompt_tokens": [5, 5]}
+    pq.write_table(pa.table({**cols, "output_tokens": [7, 8], "reward": [1.0, float("nan")]}), path)
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path)
+    assert (info.value.line, info.value.column) == (2, "reward")
+
+
+def test_a_missing_required_column_is_named_at_the_header(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text("step,prompt_id,sample_idx,prompt_tokens\n0,a,0,5\n")
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path)
+    assert (info.value.line, info.value.column) == (1, "output_tokens")
+
+
+def test_a_short_row_is_an_error_not_a_skip(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text("step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,5,7\n0,a,1\n")
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path)
+    assert (info.value.line, info.value.column) == (3, "prompt_tokens")
+
+
+def test_an_empty_trace_is_refused_unless_allowed(tmp_path: Path) -> None:
+    path = tmp_path / "empty.csv"
+    path.write_text("step,prompt_id,sample_idx,prompt_tokens,output_tokens\n")
+    with pytest.raises(InvalidInputError, match="no rows"):
+        read_trace(path)
+    assert len(read_trace(path, allow_empty=True)) == 0
+
+
+def test_an_unknown_suffix_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="suffix"):
+        read_trace(tmp_path / "t.xlsx")
+
+
+def test_concat_fills_columns_a_part_lacks_with_missing_values() -> None:
+    a = Trace.from_rows(_rows()[:1])
+    b = Trace.from_rows([TraceRow(2, "p2", 0, 3, 4)])
+    both = Trace.concat([a, b])
+    assert len(both) == 2
+    assert np.isnan(both.numeric["temp"][1])
+    assert both.categorical["level"].tolist() == ["Level 3", ""]
+
+
+def test_the_real_math_trace_loads_whole(shared_data: Path) -> None:
+    trace = read_trace(shared_data / "math100_x8.trace.csv")
+    assert len(trace) == 800
+    assert trace.steps().tolist() == [0, 1]
+    assert set(trace.categorical) == {"level"}
