@@ -7,4 +7,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-ALL: list[ModuleType] = []
+from service.commands import engine_sim
+
+ALL: list[ModuleType] = [engine_sim]

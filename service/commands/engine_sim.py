@@ -1,0 +1,86 @@
+"""``rollout-scheduler engine-sim``: serve a SIMULATED OpenAI-compatible engine (no GPU, no model).
+
+It answers like vLLM/SGLang after the time the roofline cost model gives for the chosen device and
+model, with continuous-batching slowdown as concurrency grows, so sidecars, demos and benchmarks run
+end to end on a laptop or in CI. docs/engine-sim.md describes what it models and what it does not.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+HELP = (
+    "Serve a SIMULATED inference engine (OpenAI-compatible; no GPU and no model run): each request "
+    "returns the length it asks for (or the trace's, or a seeded draw) after the time the cost model "
+    "gives for DEVICE, slowing down as concurrency grows. For demos, tests and benchmarks only."
+)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Attach ``engine-sim`` to the root app."""
+    del bench_app
+    app.command("engine-sim", help=HELP)(engine_sim)
+
+
+def engine_sim(
+    port: Annotated[int, typer.Option(help="TCP port to listen on.")],
+    device: Annotated[str, typer.Option(help="Accelerator kind to simulate: H100, H200, A100, 910B.")],
+    model: Annotated[str, typer.Option(help="Model preset: 1.5b, 7b, 14b, 32b.")] = "7b",
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    num_gpus: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    max_num_seqs: Annotated[int, typer.Option(help="Concurrent sequences (vLLM max_num_seqs).")] = 256,
+    kv_capacity_tokens: Annotated[
+        int | None, typer.Option(help="KV cache size in tokens; default: derived from device memory.")
+    ] = None,
+    time_scale: Annotated[
+        float, typer.Option(help="Multiplier on every modelled duration (0.01 runs 100x faster).")
+    ] = 1.0,
+    trace: Annotated[
+        Path | None, typer.Option(help="Trace file (csv/jsonl/parquet) giving output lengths by prompt.")
+    ] = None,
+    trace_step: Annotated[int | None, typer.Option(help="Trace step to use; default: the last.")] = None,
+    median_tokens: Annotated[
+        int, typer.Option(help="Median of the seeded length draw for requests nothing else sizes.")
+    ] = 512,
+    served_model_name: Annotated[str | None, typer.Option(help="Model id; default sim-<model>.")] = None,
+    max_model_len: Annotated[int, typer.Option(help="Prompt + output token limit.")] = 32_768,
+) -> None:
+    """Build the simulated engine and serve it until SIGINT/SIGTERM."""
+    import uvicorn
+
+    from scheduler.errors import InvalidInputError
+    from service.engine_sim.app import build_config, create_app
+    from service.engine_sim.lengths import LengthSource, load_trace
+
+    try:
+        lengths = (
+            load_trace(trace, trace_step, median_tokens)
+            if trace
+            else LengthSource(median_tokens=median_tokens)
+        )
+        config = build_config(
+            device,
+            model,
+            num_gpus=num_gpus,
+            max_num_seqs=max_num_seqs,
+            kv_capacity_tokens=kv_capacity_tokens,
+            time_scale=time_scale,
+            lengths=lengths,
+            served_model_name=served_model_name,
+            max_model_len=max_model_len,
+        )
+    except InvalidInputError as exc:
+        typer.echo(f"engine-sim: {exc}", err=True)
+        raise typer.Exit(2) from None
+    cost = config.cost
+    typer.echo(
+        f"engine-sim: SIMULATED {device} engine serving {config.served_model_name} on http://{host}:{port} "
+        f"(max_num_seqs={cost.max_num_seqs}, kv={cost.kv_capacity_tokens} tokens, time_scale={time_scale})",
+        err=True,
+    )
+    sys.stderr.flush()
+    uvicorn.run(create_app(config), host=host, port=port, log_level="warning", access_log=False)

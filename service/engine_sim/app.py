@@ -1,0 +1,273 @@
+"""The OpenAI-compatible HTTP face of the simulated engine (FastAPI).
+
+It SIMULATES an inference engine for demos, tests and benchmarks on machines without GPUs: requests
+get the shape of a vLLM/SGLang answer (``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``,
+``/health``) after the time the cost model gives, but the text is filler and no model runs. A client
+that disconnects withdraws its request from the batch, as vLLM aborts it, so a sidecar that cancels a
+trajectory frees the slot. ``GET /sim/stats`` exposes the batch counters for tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from scheduler.costmodel import WorkerCost, worker_cost
+from scheduler.devices import DEFAULT_MODEL, device_profile, model_preset
+from scheduler.errors import InvalidInputError
+from scheduler.types import Worker
+from service.engine_sim.batch import Generation, PromptTooLongError, SimulatedEngine
+from service.engine_sim.lengths import LengthSource, RolloutHint, estimate_prompt_tokens
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Everything the simulated engine needs, built by the CLI (or a test)."""
+
+    cost: WorkerCost  # step-time model: device, model, max_num_seqs, KV capacity, time scale
+    lengths: LengthSource  # where response lengths come from
+    served_model_name: str = "sim-7b"  # the id ``/v1/models`` reports and requests must name
+    max_model_len: int = 32_768  # prompt + output limit, as vLLM's --max-model-len
+
+
+@dataclass(frozen=True, slots=True)
+class _Served:
+    prompt_tokens: int  # as the engine counted them (hint, token ids or text estimate)
+    tokens: int  # tokens generated
+    finish_reason: str  # "stop" or "length"
+    generation: Generation  # timing and preemptions
+
+
+def build_config(
+    device: str,
+    model: str = DEFAULT_MODEL,
+    *,
+    num_gpus: int = 1,
+    max_num_seqs: int = 256,
+    kv_capacity_tokens: int | None = None,
+    time_scale: float = 1.0,
+    lengths: LengthSource | None = None,
+    served_model_name: str | None = None,
+    max_model_len: int = 32_768,
+) -> SimConfig:
+    """Resolve device and model names into a config; bad values raise ``InvalidInputError``."""
+    for name, value in (
+        ("num_gpus", num_gpus),
+        ("max_num_seqs", max_num_seqs),
+        ("max_model_len", max_model_len),
+    ):
+        if value < 1:
+            raise InvalidInputError(name, value, "must be >= 1")
+    if not math.isfinite(time_scale) or time_scale <= 0:
+        raise InvalidInputError("time_scale", time_scale, "must be a positive finite number")
+    if kv_capacity_tokens is not None and kv_capacity_tokens < 1:
+        raise InvalidInputError("kv_capacity_tokens", kv_capacity_tokens, "must be >= 1")
+    preset = model_preset(model)
+    worker = Worker(
+        worker_id="engine-sim",
+        device=device_profile(device),
+        num_gpus=num_gpus,
+        max_num_seqs=max_num_seqs,
+        kv_capacity_tokens=kv_capacity_tokens,
+        time_scale=time_scale,
+    )
+    return SimConfig(
+        cost=worker_cost(worker, preset),
+        lengths=lengths or LengthSource(),
+        served_model_name=served_model_name or f"sim-{preset.name}",
+        max_model_len=max_model_len,
+    )
+
+
+class EngineRequestError(ValueError):
+    """A request the engine refuses, with the HTTP status and OpenAI error type to answer with."""
+
+    def __init__(self, message: str, status: int = 400, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+class RolloutField(BaseModel):
+    """The optional ``rollout`` extra body field that tells the simulator what a real model would do."""
+
+    prompt_id: str | None = None
+    sample_idx: int = Field(default=0, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
+    prompt_tokens: int | None = Field(default=None, ge=0)
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="allow")  # OpenAI clients send many fields we do not model
+
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    n: int = 1
+    stream: bool = False
+    rollout: RolloutField | None = None
+
+
+class CompletionRequest(_Common):
+    """``POST /v1/completions``; ``max_tokens`` defaults to 16 as in the OpenAI API."""
+
+    prompt: str | list[int]
+
+
+class ChatRequest(_Common):
+    """``POST /v1/chat/completions``; without a cap the response may fill the context."""
+
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+
+
+def create_app(config: SimConfig) -> FastAPI:
+    """Build the app around one simulated engine; nothing runs until the server starts."""
+    engine = SimulatedEngine(config.cost)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await engine.close()
+
+    app = FastAPI(title="rollout-scheduler engine-sim (simulated engine)", lifespan=lifespan)
+    _install_error_handlers(app)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok", "engine": "simulated"}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {
+            "id": config.served_model_name,
+            "object": "model",
+            "owned_by": "rollout-scheduler-engine-sim",
+            "max_model_len": config.max_model_len,
+        }
+        return {"object": "list", "data": [card]}
+
+    @app.get("/sim/stats")
+    async def stats() -> dict[str, Any]:
+        return {**asdict(engine.stats()), "max_num_seqs": config.cost.max_num_seqs}
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> dict[str, Any]:
+        text = body.prompt if isinstance(body.prompt, str) else ""
+        cap = body.max_tokens if body.max_tokens is not None else 16
+        served = await _serve(config, engine, request, body, body.prompt, text, cap)
+        choice = {"index": 0, "text": _filler(served.tokens), "finish_reason": served.finish_reason}
+        return _envelope("text_completion", config, {**choice, "logprobs": None}, served)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatRequest, request: Request) -> dict[str, Any]:
+        text = "\n".join(str(m.get("content", "")) for m in body.messages)
+        cap = body.max_completion_tokens or body.max_tokens
+        served = await _serve(config, engine, request, body, text, text, cap)
+        message = {"role": "assistant", "content": _filler(served.tokens)}
+        choice = {"index": 0, "message": message, "finish_reason": served.finish_reason}
+        return _envelope("chat.completion", config, choice, served)
+
+    app.state.engine = engine
+    return app
+
+
+async def _serve(
+    config: SimConfig,
+    engine: SimulatedEngine,
+    request: Request,
+    body: _Common,
+    prompt: str | list[int],
+    text: str,
+    cap: int | None,
+) -> _Served:
+    """Validate, resolve the length, and run the request in the batch until done or disconnected."""
+    if body.model is not None and body.model != config.served_model_name:
+        raise EngineRequestError(f"The model `{body.model}` does not exist.", 404, "NotFoundError")
+    if body.n != 1 or body.stream:
+        raise EngineRequestError("the simulated engine supports n=1 without streaming only")
+    hint = RolloutHint(**body.rollout.model_dump()) if body.rollout else RolloutHint()
+    prompt_tokens = estimate_prompt_tokens(hint, prompt)
+    room = config.max_model_len - prompt_tokens
+    if (cap is not None and cap > room) or room < 1:
+        raise EngineRequestError(
+            f"This model's maximum context length is {config.max_model_len} tokens; the request has "
+            f"{prompt_tokens} prompt tokens and max_tokens={cap}"
+        )
+    outcome = config.lengths.resolve(hint, text, cap if cap is not None else room)
+    try:
+        generation = await _unless_disconnected(request, engine.generate(prompt_tokens, outcome.tokens))
+    except PromptTooLongError as exc:
+        raise EngineRequestError(str(exc)) from None
+    return _Served(prompt_tokens, outcome.tokens, outcome.finish_reason, generation)
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work``; if the client goes away first, cancel it (the engine frees its slot)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+    if task.cancelled():
+        raise EngineRequestError("client disconnected", 499, "ClientClosedRequest")
+    return task.result()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _filler(tokens: int) -> str:
+    """Placeholder text of ``tokens`` words; the simulation generates no real output."""
+    return " sim" * tokens
+
+
+def _envelope(kind: str, config: SimConfig, choice: dict[str, Any], served: _Served) -> dict[str, Any]:
+    """The OpenAI response body, plus a ``rollout`` block that marks it simulated and times it."""
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": kind,
+        "created": int(time.time()),
+        "model": config.served_model_name,
+        "choices": [choice],
+        "usage": {
+            "prompt_tokens": served.prompt_tokens,
+            "completion_tokens": served.tokens,
+            "total_tokens": served.prompt_tokens + served.tokens,
+        },
+        "rollout": {"simulated": True, **asdict(served.generation)},
+    }
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """One table from exceptions to OpenAI-shaped error bodies."""
+
+    def error(status: int, message: str, kind: str) -> JSONResponse:
+        return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status)
+
+    @app.exception_handler(EngineRequestError)
+    async def refused(_: Request, exc: EngineRequestError) -> JSONResponse:
+        return error(exc.status, str(exc), exc.kind)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return error(400, f"{where}: {first.get('msg')}", "invalid_request_error")

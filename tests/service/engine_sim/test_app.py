@@ -1,0 +1,76 @@
+"""The simulated engine speaks the OpenAI API the sidecar and real engines share."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from scheduler.errors import InvalidInputError
+from service.engine_sim.app import build_config, create_app
+
+
+async def _call(method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
+    app = create_app(build_config("H100", time_scale=0.001, max_model_len=4096))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+        return await client.request(method, path, json=body)
+
+
+def _post(path: str, body: dict[str, Any]) -> httpx.Response:
+    return asyncio.run(_call("POST", path, body))
+
+
+def test_a_completion_returns_the_requested_length_and_usage() -> None:
+    body = {"model": "sim-7b", "prompt": "hi", "max_tokens": 500, "rollout": {"output_tokens": 120}}
+    answer = _post("/v1/completions", body).json()
+    assert answer["object"] == "text_completion"
+    assert answer["choices"][0]["finish_reason"] == "stop"
+    assert answer["choices"][0]["text"].count("sim") == 120
+    assert answer["usage"]["completion_tokens"] == 120
+    assert answer["rollout"]["simulated"] is True
+
+
+def test_a_chat_completion_hits_its_cap_with_finish_reason_length() -> None:
+    body = {
+        "messages": [{"role": "user", "content": "solve"}],
+        "max_completion_tokens": 64,
+        "rollout": {"output_tokens": 1000, "prompt_tokens": 30},
+    }
+    answer = _post("/v1/chat/completions", body).json()
+    assert answer["choices"][0]["finish_reason"] == "length"
+    assert answer["usage"] == {"prompt_tokens": 30, "completion_tokens": 64, "total_tokens": 94}
+    assert answer["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_models_and_health_describe_a_simulated_engine() -> None:
+    models = asyncio.run(_call("GET", "/v1/models")).json()
+    assert models["data"][0]["id"] == "sim-7b"
+    assert asyncio.run(_call("GET", "/health")).json()["engine"] == "simulated"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        ({"model": "other", "prompt": "x", "max_tokens": 5}, 404, "does not exist"),
+        ({"prompt": "x", "max_tokens": 5000}, 400, "maximum context length is 4096"),
+        ({"prompt": "x", "max_tokens": 5, "n": 2}, 400, "n=1"),
+        ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+        ({"max_tokens": 5}, 400, "prompt"),
+    ],
+)
+def test_bad_requests_get_openai_shaped_errors_naming_the_problem(
+    body: dict[str, Any], status: int, needle: str
+) -> None:
+    response = _post("/v1/completions", body)
+    assert response.status_code == status
+    assert needle in response.json()["error"]["message"]
+
+
+def test_bad_engine_settings_are_rejected_by_name() -> None:
+    with pytest.raises(InvalidInputError, match="time_scale"):
+        build_config("H100", time_scale=0.0)
+    with pytest.raises(InvalidInputError, match="device"):
+        build_config("X900")
