@@ -1,0 +1,79 @@
+"""The figures a trace generator is calibrated against, computed the same way on real and synthetic data.
+
+Why one module for both: a calibration claim ("within-prompt CV 0.13 like the real data") only means
+something if the real figure and the generator's figure come from the same code. Inputs are plain
+numpy columns (one entry per trajectory), so this stays in the pure core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class LengthFigures:
+    """Length statistics of one set of trajectories."""
+
+    median_tokens: float  # median output length
+    p90_tokens: float  # 90th percentile of output length
+    truncated_share: float  # share stopped at the cap
+    within_prompt_cv: float  # mean over prompts of std/mean of their samples' lengths (population std)
+    correct_mean_tokens: float  # mean length of correct samples (NaN when none)
+    incorrect_mean_tokens: float  # mean length of incorrect samples (NaN when none)
+
+    @property
+    def incorrect_over_correct(self) -> float:
+        """How much longer incorrect answers run (real short CoT: 514/378 = 1.36)."""
+        return self.incorrect_mean_tokens / self.correct_mean_tokens
+
+
+def length_figures(
+    prompt: IntArray, output: IntArray, reward: FloatArray, truncated: BoolArray
+) -> LengthFigures:
+    """Length figures of one step (or any set of rows); ``prompt`` holds integer prompt codes."""
+    sums = np.bincount(prompt, weights=output)
+    squares = np.bincount(prompt, weights=output.astype(np.float64) ** 2)
+    counts = np.bincount(prompt)
+    seen = counts > 0
+    mean = sums[seen] / counts[seen]
+    std = np.sqrt(np.maximum(squares[seen] / counts[seen] - mean**2, 0.0))
+    correct = reward > 0.5
+    return LengthFigures(
+        median_tokens=float(np.median(output)),
+        p90_tokens=float(np.percentile(output, 90)),
+        truncated_share=float(np.mean(truncated)),
+        within_prompt_cv=float(np.mean(std / mean)),
+        correct_mean_tokens=float(np.mean(output[correct])) if correct.any() else float("nan"),
+        incorrect_mean_tokens=float(np.mean(output[~correct])) if (~correct).any() else float("nan"),
+    )
+
+
+def reward_matrix(step: IntArray, prompt: IntArray, reward: FloatArray) -> FloatArray:
+    """Per-prompt mean reward, shape (prompts, steps); NaN where a prompt has no row at a step."""
+    steps = np.unique(step)
+    column = np.searchsorted(steps, step)
+    n = int(prompt.max()) + 1
+    sums = np.zeros((n, len(steps)))
+    counts = np.zeros((n, len(steps)))
+    np.add.at(sums, (prompt, column), reward)
+    np.add.at(counts, (prompt, column), 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / counts, np.nan)
+
+
+def lag_correlation(matrix: FloatArray, lag: int = 1) -> float:
+    """Pearson correlation of a prompt's mean reward with its own value ``lag`` steps later, pooled.
+
+    The real GRPO history (oneshot_rlvr_reward_history.csv) gives 0.917 at lag 1: a prompt's
+    success rate persists across epochs, which is what makes earlier epochs predictive.
+    """
+    before, after = matrix[:, :-lag].ravel(), matrix[:, lag:].ravel()
+    both = ~(np.isnan(before) | np.isnan(after))
+    return float(np.corrcoef(before[both], after[both])[0, 1])
