@@ -1,0 +1,46 @@
+"""Delivery of published schedules through Redis: leases, fencing, stealing, reaping, results.
+
+``Delivery`` (protocol.py) is the API; keys.py documents every key and TTL; lua/ holds one atomic
+script per operation; publisher.py turns a plan into a published schedule; reaper.py runs the
+reaper loop. See docs/delivery.md for the state machine and guarantees.
+"""
+
+from service.delivery.errors import InvalidInputError, ScheduleConflictError, UnknownScheduleError
+from service.delivery.protocol import Delivery
+from service.delivery.records import (
+    CompletionOutcome,
+    DeadLetter,
+    DeliveryItem,
+    Lease,
+    LeaseSettings,
+    Progress,
+    PublishedSchedule,
+    PublishOutcome,
+    ReapReport,
+    ReleaseOutcome,
+    ResultRecord,
+    ScheduleInfo,
+    TrajectoryResult,
+    WorkerProgress,
+)
+
+__all__ = [
+    "CompletionOutcome",
+    "DeadLetter",
+    "Delivery",
+    "DeliveryItem",
+    "InvalidInputError",
+    "Lease",
+    "LeaseSettings",
+    "Progress",
+    "PublishOutcome",
+    "PublishedSchedule",
+    "ReapReport",
+    "ReleaseOutcome",
+    "ResultRecord",
+    "ScheduleConflictError",
+    "ScheduleInfo",
+    "TrajectoryResult",
+    "UnknownScheduleError",
+    "WorkerProgress",
+]

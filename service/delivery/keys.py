@@ -1,0 +1,135 @@
+"""Every Redis key and time-to-live of the delivery protocol, in one place.
+
+All keys of one schedule share the hash tag ``{schedule_id}``, so they live in ONE hash slot and every
+Lua script below runs unchanged on Redis Cluster (a script may only touch keys of one slot). The Lua
+scripts build the per-worker queue names themselves from the same pattern (``prefix:{sid}:q:<worker>``);
+because they carry the same tag they are in the same slot, which cluster mode allows.
+
+Per-schedule keys (``P`` = ``<prefix>:{<schedule_id>}``):
+
+==========================  =======  ==============================================================
+key                         type     contents
+==========================  =======  ==============================================================
+``P:meta``                  hash     fingerprint, total, lease_ttl_ms, max_attempts, kv_admission,
+                                     expire_at_ms, workers (JSON list), fence (fencing-token counter)
+``P:items``                 hash     item key -> static item JSON (prompt, lengths, payload)
+``P:pred``                  hash     item key -> predicted tokens (steal accounting)
+``P:state``                 hash     item key -> ``q`` queued | ``r`` running | ``d`` done | ``x`` dead
+``P:where``                 hash     item key -> worker whose queue holds it / whose lease runs it
+``P:tok``                   hash     item key -> current (or last) fencing token
+``P:att``                   hash     item key -> attempts started (claims + steals)
+``P:done``                  hash     item key -> token of the accepted completion (idempotent repeat)
+``P:deadlines``             zset     running item key -> lease deadline (ms); the reaper's index
+``P:work``                  zset     worker -> predicted tokens still queued (steal victim choice)
+``P:counts``                hash     ``q|r|d|f`` totals and ``q:<w>|r:<w>|d:<w>|f:<w>`` per worker
+``P:q:<worker>``            list     the worker's ordered queue; head = next to start
+``P:q:*``                   list     shared FIFO for shared-queue policies (``Plan.dispatch_order``)
+``P:dead``                  list     dead-lettered item keys, in order of death
+``P:results``               stream   accepted results, one entry per item, read by the trainer
+==========================  =======  ==============================================================
+
+Index keys (outside any schedule's slot, each touched by single-key commands only):
+
+* ``<prefix>:active`` (zset): schedule id -> publish time (ms); schedules the reaper walks.
+* ``<prefix>:inbox:{<worker>}`` (zset): schedule id -> publish time (ms); what a sidecar pulls.
+
+Time-to-live: every per-schedule key expires at ``meta.expire_at_ms`` = publish time + retention
+(``DEFAULT_RETENTION_S``); scripts that (re)create a key re-apply that absolute deadline, so a late
+write never makes a key immortal. Index entries older than the retention are pruned on each announce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "rs"
+DEFAULT_LEASE_TTL_MS = 30_000  # a lease lives this long after its last heartbeat
+DEFAULT_MAX_ATTEMPTS = 3  # claims of one item before it is dead-lettered
+DEFAULT_RETENTION_S = 24 * 3600  # how long a schedule's keys (results included) are kept
+SHARED_QUEUE = "*"  # worker-name of the shared FIFO; not a valid worker id
+
+# Field names of the per-worker counters in ``P:counts`` (``<state>:<worker>``) and the totals.
+QUEUED, RUNNING, DONE, FAILED = "q", "r", "d", "f"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleKeys:
+    """The names of one schedule's keys; ``base`` carries the ``{schedule_id}`` hash tag."""
+
+    prefix: str  # namespace shared by every key of this deployment
+    schedule_id: str  # the schedule these keys belong to
+
+    @property
+    def base(self) -> str:
+        """``<prefix>:{<schedule_id>}``: every key below starts with it, so all share one slot."""
+        return f"{self.prefix}:{{{self.schedule_id}}}"
+
+    @property
+    def meta(self) -> str:
+        """Schedule settings, fingerprint and the fencing-token counter."""
+        return f"{self.base}:meta"
+
+    @property
+    def items(self) -> str:
+        """Static item JSON by key."""
+        return f"{self.base}:items"
+
+    @property
+    def counts(self) -> str:
+        """Progress counters, totals and per worker."""
+        return f"{self.base}:counts"
+
+    @property
+    def dead(self) -> str:
+        """Dead-letter list."""
+        return f"{self.base}:dead"
+
+    @property
+    def results(self) -> str:
+        """Stream of accepted results."""
+        return f"{self.base}:results"
+
+    @property
+    def state(self) -> str:
+        """Item key -> one-letter state."""
+        return f"{self.base}:state"
+
+    @property
+    def where(self) -> str:
+        """Item key -> worker whose queue or lease holds it."""
+        return f"{self.base}:where"
+
+    @property
+    def deadlines(self) -> str:
+        """Running item key -> lease deadline, ms."""
+        return f"{self.base}:deadlines"
+
+    @property
+    def work(self) -> str:
+        """Worker -> predicted tokens still queued."""
+        return f"{self.base}:work"
+
+    def queue(self, worker_id: str) -> str:
+        """A worker's ordered queue (``SHARED_QUEUE`` names the shared FIFO)."""
+        return f"{self.base}:q:{worker_id}"
+
+    def all_fixed(self) -> tuple[str, ...]:
+        """Every key whose name does not depend on a worker (for deletion and TTL checks)."""
+        suffixes = ("meta", "items", "pred", "state", "where", "tok", "att", "done", "deadlines")
+        more = ("work", "counts", "dead", "results")
+        return tuple(f"{self.base}:{s}" for s in (*suffixes, *more))
+
+
+def schedule_keys(schedule_id: str, prefix: str = DEFAULT_PREFIX) -> ScheduleKeys:
+    """Return the key names of one schedule."""
+    return ScheduleKeys(prefix=prefix, schedule_id=schedule_id)
+
+
+def active_index(prefix: str = DEFAULT_PREFIX) -> str:
+    """Zset of live schedule ids (score: publish ms); the reaper walks it."""
+    return f"{prefix}:active"
+
+
+def inbox(worker_id: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """Zset of schedule ids announced to one worker (score: publish ms); its own hash slot."""
+    return f"{prefix}:inbox:{{{worker_id}}}"

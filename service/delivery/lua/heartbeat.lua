@@ -1,0 +1,21 @@
+-- heartbeat: extend each lease to now+ttl while its token is current and its deadline not passed.
+-- A lease found past its deadline is expired on the spot (requeued or dead-lettered), exactly as the
+-- reaper would, so expiry depends on time alone, never on when a reaper happened to run.
+-- ARGV: now ('' = server), then pairs (key, token).
+-- Returns one integer per lease: the new deadline (ms), or -1 when the lease is gone.
+local cfg = settings()
+if not cfg then return redis.error_reply('NOSCHEDULE') end
+local now = now_ms(ARGV[1])
+local out = {}
+for i = 2, #ARGV, 2 do
+  local key = ARGV[i]
+  local status = lease_status(key, ARGV[i + 1], now)
+  if status == 'current' then
+    redis.call('ZADD', k('deadlines'), now + cfg.ttl, key)
+    out[#out + 1] = now + cfg.ttl
+  else
+    if status == 'expired' then expire(key, now, cfg) end
+    out[#out + 1] = -1
+  end
+end
+return out

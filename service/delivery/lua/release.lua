@@ -1,0 +1,32 @@
+-- release: hand leases back. mode 'release' (graceful shutdown): requeue at the head of the holder's
+-- queue in the original order and refund the attempt. mode 'fail' (the engine failed the item): the
+-- attempt counts; requeue, or dead-letter once max_attempts are spent.
+-- ARGV: mode, now ('' = server), reason, then pairs (key, token).
+-- Returns one code per lease: 1 requeued, 3 dead-lettered, 0 stale (not held: nothing changed).
+local cfg = settings()
+if not cfg then return redis.error_reply('NOSCHEDULE') end
+local mode, now, reason = ARGV[1], now_ms(ARGV[2]), ARGV[3]
+local out = {}
+-- Walk backwards so that LPUSH leaves the first lease at the head of the queue.
+for i = #ARGV - 1, 4, -2 do
+  local key = ARGV[i]
+  local status = lease_status(key, ARGV[i + 1], now)
+  local code = 0
+  if status == 'current' then
+    if mode == 'release' then
+      redis.call('HINCRBY', k('att'), key, -1)
+      requeue(key, cfg)
+      code = 1
+    elseif tonumber(redis.call('HGET', k('att'), key)) >= cfg.max_attempts then
+      bury(key, now, reason, cfg)
+      code = 3
+    else
+      requeue(key, cfg)
+      code = 1
+    end
+  elseif status == 'expired' then
+    expire(key, now, cfg)
+  end
+  table.insert(out, 1, code)
+end
+return out

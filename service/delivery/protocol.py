@@ -1,0 +1,358 @@
+"""The typed Python API of the delivery protocol: one method per atomic Lua step.
+
+The service publishes and reads progress, sidecars claim/heartbeat/complete/steal/release, reapers
+reap, the trainer reads results; all through ``Delivery``. Every mutating method is one EVALSHA on
+keys of one hash slot, so it is atomic on a single server and on Redis Cluster alike.
+
+Time: by default every script reads the server's clock (``TIME``), so leases do not depend on the
+clocks of workers or replicas. Each method also takes ``now_ms`` to pin the clock explicitly, which
+tests and simulations use to drive expiry deterministically; do not mix both styles on one schedule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+
+from service.delivery import keys as keyspace
+from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
+from service.delivery.records import (
+    CompletionOutcome,
+    DeadLetter,
+    DeliveryItem,
+    Lease,
+    Progress,
+    PublishedSchedule,
+    PublishOutcome,
+    ReapReport,
+    ReleaseOutcome,
+    ResultRecord,
+    ScheduleInfo,
+    TrajectoryResult,
+    WorkerProgress,
+)
+from service.delivery.scripts import Scripts, register
+
+RedisClient = redis.Redis | RedisCluster
+_COMPLETE_CODES = {1: CompletionOutcome.ACCEPTED, 2: CompletionOutcome.DUPLICATE, 0: CompletionOutcome.STALE}
+_RELEASE_CODES = {1: ReleaseOutcome.REQUEUED, 3: ReleaseOutcome.DEAD_LETTERED, 0: ReleaseOutcome.STALE}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _clock(now_ms: int | None) -> str:
+    return "" if now_ms is None else str(int(now_ms))
+
+
+def fingerprint(schedule: PublishedSchedule) -> str:
+    """A digest of everything a publish writes: equal digests mean a replay of the same publish."""
+    doc = {
+        "queues": {w: [i.to_json() for i in items] for w, items in sorted(schedule.queues.items())},
+        "shared": [i.to_json() for i in schedule.shared],
+        "kv": schedule.kv_admission,
+        "lease": [schedule.lease.lease_ttl_ms, schedule.lease.max_attempts, schedule.lease.retention_s],
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+class Delivery:
+    """Client of the delivery protocol on one Redis (or Redis Cluster) deployment."""
+
+    def __init__(self, client: RedisClient, prefix: str = keyspace.DEFAULT_PREFIX) -> None:
+        """Wrap ``client``; scripts are registered now and loaded lazily on first use."""
+        self.client = client
+        self.prefix = prefix
+        self.scripts: Scripts = register(client)
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = keyspace.DEFAULT_PREFIX, cluster: bool = False) -> Delivery:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ACL user:password accepted)."""
+        if cluster:
+            return cls(RedisCluster.from_url(url, decode_responses=True), prefix)
+        return cls(redis.Redis.from_url(url, decode_responses=True), prefix)
+
+    def keys(self, schedule_id: str) -> keyspace.ScheduleKeys:
+        """The key names of one schedule."""
+        return keyspace.schedule_keys(schedule_id, self.prefix)
+
+    def _call(self, script: Any, schedule_id: str, args: Sequence[Any]) -> Any:
+        try:
+            return script(keys=[self.keys(schedule_id).meta], args=list(args))
+        except redis.ResponseError as err:
+            msg = str(err)
+            if msg.startswith("NOSCHEDULE"):
+                raise UnknownScheduleError(schedule_id) from None
+            if msg.startswith("CONFLICT"):
+                raise ScheduleConflictError(schedule_id) from None
+            raise
+
+    # -- publisher side -------------------------------------------------------------------------
+
+    def publish(self, schedule: PublishedSchedule, now_ms: int | None = None) -> PublishOutcome:
+        """Write the schedule atomically, then announce it to its workers and the reaper index.
+
+        Idempotent per ``schedule_id``: replaying the same publish writes nothing (and re-announces,
+        which repairs an announce lost to a crash); a different schedule under a used id raises
+        ``ScheduleConflictError`` and changes nothing. Bad input raises ``InvalidInputError`` first.
+        """
+        schedule.validate()
+        lease = schedule.lease
+        workers = sorted(schedule.queues)
+        args: list[Any] = [
+            fingerprint(schedule),
+            _clock(now_ms),
+            lease.retention_s * 1000,
+            lease.lease_ttl_ms,
+            lease.max_attempts,
+            int(schedule.kv_admission),
+            json.dumps(workers),
+            schedule.total,
+        ]
+        queues = [*schedule.queues.items(), (keyspace.SHARED_QUEUE, schedule.shared)]
+        for worker, items in queues:
+            for item in items:
+                args += [worker, item.key, repr(float(item.predicted_tokens)), json.dumps(item.to_json())]
+        created = self._call(self.scripts.publish, schedule.schedule_id, args)
+        self._announce(schedule.schedule_id, workers, lease.retention_s)
+        return PublishOutcome.CREATED if int(created) == 1 else PublishOutcome.UNCHANGED
+
+    def _announce(self, schedule_id: str, workers: Sequence[str], retention_s: int) -> None:
+        """Index the schedule for reapers and each worker's inbox (single-key commands: any slot)."""
+        published = int(self.info(schedule_id).published_ms)
+        horizon = published - retention_s * 1000
+        pipe = self.client.pipeline(transaction=False)
+        for index in (keyspace.active_index(self.prefix), *(keyspace.inbox(w, self.prefix) for w in workers)):
+            pipe.zadd(index, {schedule_id: published})
+            pipe.zremrangebyscore(index, "-inf", f"({horizon}")
+        pipe.execute()
+
+    def _retire(self, schedule_id: str) -> None:
+        """Drop a finished schedule from the indexes; its keys stay until retention for reading."""
+        try:
+            workers = self.info(schedule_id).workers
+        except UnknownScheduleError:
+            workers = ()
+        pipe = self.client.pipeline(transaction=False)
+        for index in (keyspace.active_index(self.prefix), *(keyspace.inbox(w, self.prefix) for w in workers)):
+            pipe.zrem(index, schedule_id)
+        pipe.execute()
+
+    def active_schedules(self) -> list[str]:
+        """Schedule ids not yet finished, oldest first (what reapers walk)."""
+        return [_text(s) for s in self.client.zrange(keyspace.active_index(self.prefix), 0, -1)]
+
+    def schedules_for(self, worker_id: str) -> list[str]:
+        """Unfinished schedule ids announced to ``worker_id``, oldest first (what a sidecar pulls)."""
+        return [_text(s) for s in self.client.zrange(keyspace.inbox(worker_id, self.prefix), 0, -1)]
+
+    def info(self, schedule_id: str) -> ScheduleInfo:
+        """The schedule's settings; ``UnknownScheduleError`` when absent or expired."""
+        fields = ("workers", "total", "kv_admission", "lease_ttl_ms", "max_attempts", "published_ms")
+        vals = self.client.hmget(self.keys(schedule_id).meta, list(fields))
+        if vals[0] is None:
+            raise UnknownScheduleError(schedule_id)
+        return ScheduleInfo(
+            schedule_id=schedule_id,
+            workers=tuple(json.loads(_text(vals[0]))),
+            total=int(_text(vals[1])),
+            kv_admission=_text(vals[2]) == "1",
+            lease_ttl_ms=int(_text(vals[3])),
+            max_attempts=int(_text(vals[4])),
+            published_ms=int(_text(vals[5])),
+        )
+
+    # -- worker side ----------------------------------------------------------------------------
+
+    def _leases(self, schedule_id: str, worker_id: str, flat: Sequence[Any]) -> list[Lease]:
+        return [
+            Lease(
+                schedule_id=schedule_id,
+                worker_id=worker_id,
+                item=DeliveryItem.from_json(json.loads(_text(flat[i + 4]))),
+                token=int(flat[i + 1]),
+                deadline_ms=int(flat[i + 2]),
+                attempt=int(flat[i + 3]),
+            )
+            for i in range(0, len(flat), 5)
+        ]
+
+    def claim(
+        self, schedule_id: str, worker_id: str, max_items: int, now_ms: int | None = None
+    ) -> list[Lease]:
+        """Lease up to ``max_items`` from the head of the worker's queue (then the shared FIFO)."""
+        if max_items < 1:
+            return []
+        flat = self._call(self.scripts.claim, schedule_id, [worker_id, max_items, _clock(now_ms)])
+        return self._leases(schedule_id, worker_id, flat)
+
+    def steal(
+        self, schedule_id: str, worker_id: str, max_items: int, now_ms: int | None = None
+    ) -> list[Lease]:
+        """Lease items from the tail of the busiest queue; only when the worker's own queue is empty.
+
+        Takes at most half of the victim's queue (at least one item) and at most ``max_items``, so
+        the longest items, planned first, stay with their owner.
+        """
+        if max_items < 1:
+            return []
+        flat = self._call(self.scripts.steal, schedule_id, [worker_id, max_items, _clock(now_ms)])
+        return self._leases(schedule_id, worker_id, flat[1:])
+
+    def heartbeat(self, leases: Iterable[Lease], now_ms: int | None = None) -> list[Lease]:
+        """Extend every lease still current; return those (with new deadlines).
+
+        A lease missing from the answer is gone (expired, reaped or never valid): stop that work.
+        """
+        alive: list[Lease] = []
+        for schedule_id, group in _by_schedule(leases).items():
+            args: list[Any] = [_clock(now_ms)]
+            for lease in group:
+                args += [lease.key, lease.token]
+            deadlines = self._call(self.scripts.heartbeat, schedule_id, args)
+            alive += [
+                _with_deadline(le, int(d)) for le, d in zip(group, deadlines, strict=True) if int(d) >= 0
+            ]
+        return alive
+
+    def complete(
+        self, lease: Lease, result: TrajectoryResult, now_ms: int | None = None
+    ) -> CompletionOutcome:
+        """Report one finished item; see ``complete_many``."""
+        return self.complete_many(lease.schedule_id, [(lease.key, lease.token, result)], now_ms)[0]
+
+    def complete_many(
+        self,
+        schedule_id: str,
+        entries: Sequence[tuple[str, int, TrajectoryResult]],
+        now_ms: int | None = None,
+    ) -> list[CompletionOutcome]:
+        """Report finished items as (key, token, result); one outcome each, in order.
+
+        ACCEPTED appends the result to the schedule's results stream; DUPLICATE (the same token was
+        already accepted, e.g. a retry after a lost reply) is a success that writes nothing; STALE
+        (the lease lapsed, was reaped or is unknown) discards the result.
+        """
+        if not entries:
+            return []
+        args: list[Any] = [_clock(now_ms)]
+        for key, token, result in entries:
+            args += [key, token, json.dumps(result.to_json())]
+        codes = self._call(self.scripts.complete, schedule_id, args)
+        if int(codes[-1]) == 1:
+            self._retire(schedule_id)
+        return [_COMPLETE_CODES[int(c)] for c in codes[:-1]]
+
+    def release(self, leases: Sequence[Lease], now_ms: int | None = None) -> list[ReleaseOutcome]:
+        """Hand leases back without spending an attempt (graceful shutdown): head of the queue."""
+        return self._release("release", "", leases, now_ms)
+
+    def fail(self, lease: Lease, reason: str, now_ms: int | None = None) -> ReleaseOutcome:
+        """Report that the engine failed the item: retried, or dead-lettered after max attempts."""
+        return self._release("fail", reason, [lease], now_ms)[0]
+
+    def _release(
+        self, mode: str, reason: str, leases: Sequence[Lease], now_ms: int | None
+    ) -> list[ReleaseOutcome]:
+        outcome: dict[tuple[str, str, int], ReleaseOutcome] = {}
+        for schedule_id, group in _by_schedule(leases).items():
+            args: list[Any] = [mode, _clock(now_ms), reason]
+            for lease in group:
+                args += [lease.key, lease.token]
+            codes = self._call(self.scripts.release, schedule_id, args)
+            for lease, code in zip(group, codes, strict=True):
+                outcome[(schedule_id, lease.key, lease.token)] = _RELEASE_CODES[int(code)]
+        return [outcome[(le.schedule_id, le.key, le.token)] for le in leases]
+
+    # -- reaper, progress, results --------------------------------------------------------------
+
+    def reap(self, schedule_id: str, now_ms: int | None = None, limit: int = 1000) -> ReapReport:
+        """Expire up to ``limit`` lapsed leases of one schedule (atomic: safe from many replicas)."""
+        requeued, dead = self._call(self.scripts.reap, schedule_id, [_clock(now_ms), limit])
+        return ReapReport(requeued=int(requeued), dead_lettered=int(dead))
+
+    def progress(self, schedule_id: str) -> Progress:
+        """One consistent snapshot of the schedule's counts, per worker, and its dead letters."""
+        keys = self.keys(schedule_id)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hgetall(keys.counts)
+        pipe.hmget(keys.meta, ["total", "kv_admission"])
+        pipe.lrange(keys.dead, 0, -1)
+        counts_raw, meta, dead = pipe.execute()
+        if meta[0] is None:
+            raise UnknownScheduleError(schedule_id)
+        counts = {_text(f): int(v) for f, v in counts_raw.items()}
+        return Progress(
+            schedule_id=schedule_id,
+            total=int(meta[0]),
+            queued=counts.get(keyspace.QUEUED, 0),
+            running=counts.get(keyspace.RUNNING, 0),
+            done=counts.get(keyspace.DONE, 0),
+            failed=counts.get(keyspace.FAILED, 0),
+            workers=_per_worker(counts),
+            dead_letters=tuple(_dead_letter(json.loads(_text(d))) for d in dead),
+            kv_admission=_text(meta[1]) == "1",
+        )
+
+    def read_results(
+        self, schedule_id: str, after_id: str = "0-0", count: int = 1000, block_ms: int | None = None
+    ) -> list[ResultRecord]:
+        """Accepted results after stream id ``after_id`` (oldest first); block up to ``block_ms``."""
+        stream = self.keys(schedule_id).results
+        answer: Any = self.client.xread({stream: after_id}, count=count, block=block_ms)
+        records: list[ResultRecord] = []
+        for _, entries in answer or []:
+            for entry_id, fields in entries:
+                f = {_text(k): _text(v) for k, v in fields.items()}
+                records.append(
+                    ResultRecord(
+                        stream_id=_text(entry_id),
+                        schedule_id=schedule_id,
+                        key=f["key"],
+                        worker_id=f["worker"],
+                        token=int(f["token"]),
+                        attempt=int(f["attempt"]),
+                        result=TrajectoryResult.from_json(json.loads(f["result"])),
+                    )
+                )
+        return records
+
+
+def _by_schedule(leases: Iterable[Lease]) -> dict[str, list[Lease]]:
+    groups: dict[str, list[Lease]] = {}
+    for lease in leases:
+        groups.setdefault(lease.schedule_id, []).append(lease)
+    return groups
+
+
+def _with_deadline(lease: Lease, deadline_ms: int) -> Lease:
+    return Lease(lease.schedule_id, lease.worker_id, lease.item, lease.token, deadline_ms, lease.attempt)
+
+
+def _per_worker(counts: dict[str, int]) -> dict[str, WorkerProgress]:
+    workers = sorted({f.split(":", 1)[1] for f in counts if ":" in f})
+    return {
+        w: WorkerProgress(
+            queued=counts.get(f"{keyspace.QUEUED}:{w}", 0),
+            running=counts.get(f"{keyspace.RUNNING}:{w}", 0),
+            done=counts.get(f"{keyspace.DONE}:{w}", 0),
+            failed=counts.get(f"{keyspace.FAILED}:{w}", 0),
+        )
+        for w in workers
+    }
+
+
+def _dead_letter(doc: dict[str, Any]) -> DeadLetter:
+    return DeadLetter(
+        key=str(doc["key"]),
+        worker_id=str(doc["worker"]),
+        attempts=int(doc["attempts"]),
+        reason=str(doc["reason"]),
+        at_ms=int(doc["at_ms"]),
+    )

@@ -1,0 +1,275 @@
+"""The plain frozen dataclasses that go in and out of the delivery protocol.
+
+They are the whole vocabulary shared by the publisher (service), the sidecar (workers) and the trainer
+(results): an item to run, a lease on it, a result for it, and progress over a schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from scheduler.errors import InvalidInputError
+from service.delivery.keys import (
+    DEFAULT_LEASE_TTL_MS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RETENTION_S,
+    SHARED_QUEUE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryItem:
+    """One trajectory to generate, as a worker receives it."""
+
+    key: str  # trajectory key ``prompt_id#sample_idx``; unique within the schedule
+    prompt_id: str  # the prompt this sample answers
+    sample_idx: int  # 0..n-1 within the prompt's group
+    prompt_tokens: int  # prompt length, tokens
+    max_new_tokens: int  # generation cap (the engine's ``max_tokens``)
+    predicted_tokens: float  # planned output length; drives steal choice and KV admission
+    payload: Mapping[str, Any] = field(default_factory=dict)  # JSON-safe: prompt text, messages...
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object stored in Redis and handed to the claimer."""
+        return {
+            "key": self.key,
+            "prompt_id": self.prompt_id,
+            "sample_idx": self.sample_idx,
+            "prompt_tokens": self.prompt_tokens,
+            "max_new_tokens": self.max_new_tokens,
+            "predicted_tokens": self.predicted_tokens,
+            "payload": dict(self.payload),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DeliveryItem:
+        """Rebuild an item from its stored JSON object."""
+        return cls(
+            key=str(data["key"]),
+            prompt_id=str(data["prompt_id"]),
+            sample_idx=int(data["sample_idx"]),
+            prompt_tokens=int(data["prompt_tokens"]),
+            max_new_tokens=int(data["max_new_tokens"]),
+            predicted_tokens=float(data["predicted_tokens"]),
+            payload=dict(data.get("payload") or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSettings:
+    """How long a lease lives without a heartbeat, and how often an item may be retried."""
+
+    lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS  # deadline = last heartbeat + this
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS  # leases that lapse or fail before dead-lettering
+    retention_s: int = DEFAULT_RETENTION_S  # the schedule's keys (and results) expire after this
+
+    def validate(self) -> None:
+        """Reject settings that would make leases or retention meaningless."""
+        if self.lease_ttl_ms < 1:
+            raise InvalidInputError("lease.lease_ttl_ms", self.lease_ttl_ms, "must be >= 1")
+        if self.max_attempts < 1:
+            raise InvalidInputError("lease.max_attempts", self.max_attempts, "must be >= 1")
+        if self.retention_s < 1:
+            raise InvalidInputError("lease.retention_s", self.retention_s, "must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedSchedule:
+    """Everything the publisher writes for one schedule."""
+
+    schedule_id: str  # globally unique; the hash tag of every key of this schedule
+    queues: Mapping[str, tuple[DeliveryItem, ...]]  # worker id -> ordered items (head first)
+    kv_admission: bool = False  # the sidecar should admit by KV reserved at predicted length
+    lease: LeaseSettings = LeaseSettings()  # lease ttl, attempts, retention
+    shared: tuple[DeliveryItem, ...] = ()  # shared FIFO any worker pulls once its own queue drains
+
+    def validate(self) -> None:
+        """Raise ``InvalidInputError`` naming the first bad field; called before anything is written."""
+        _check_name("schedule_id", self.schedule_id)
+        self.lease.validate()
+        seen: set[str] = set()
+        for worker, items in self.queues.items():
+            _check_name("queues", worker)
+            if worker == SHARED_QUEUE:
+                raise InvalidInputError("queues", worker, "reserved for the shared queue")
+            for item in items:
+                _check_item(f"queues[{worker}]", item, seen)
+        for item in self.shared:
+            _check_item("shared", item, seen)
+
+    @property
+    def total(self) -> int:
+        """Number of items in the schedule."""
+        return sum(len(items) for items in self.queues.values()) + len(self.shared)
+
+
+def _check_name(field_name: str, value: str) -> None:
+    if not value or any(c in value for c in "{}\n\r\t ") or len(value) > 200:
+        raise InvalidInputError(field_name, value, "must be 1-200 chars without braces or whitespace")
+
+
+def _check_item(where: str, item: DeliveryItem, seen: set[str]) -> None:
+    if not item.key:
+        raise InvalidInputError(f"{where}.key", item.key, "must not be empty")
+    if item.key in seen:
+        raise InvalidInputError(f"{where}.key", item.key, "appears twice in the schedule")
+    seen.add(item.key)
+    if not math.isfinite(item.predicted_tokens) or item.predicted_tokens < 0:
+        raise InvalidInputError(f"{where}.predicted_tokens", item.predicted_tokens, "must be finite, >= 0")
+    if item.max_new_tokens < 1 or item.prompt_tokens < 0:
+        raise InvalidInputError(f"{where}.max_new_tokens", item.max_new_tokens, "must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The right to run one item until ``deadline_ms``; only ``token`` can complete it."""
+
+    schedule_id: str  # schedule the item belongs to
+    worker_id: str  # the worker holding the lease
+    item: DeliveryItem  # what to run
+    token: int  # fencing token: unique per lease, increasing within the schedule
+    deadline_ms: int  # server-clock ms; extended by each heartbeat
+    attempt: int  # 1 for the first lease of this item, +1 per retry
+
+    @property
+    def key(self) -> str:
+        """The leased item's key."""
+        return self.item.key
+
+
+class CompletionOutcome(StrEnum):
+    """What ``complete`` did with a result."""
+
+    ACCEPTED = "accepted"  # first completion with the current token: appended to the results stream
+    DUPLICATE = "duplicate"  # repeat of the accepted completion (e.g. a lost reply): success, no-op
+    STALE = "stale"  # the lease was reaped, stolen back or expired: result discarded
+
+
+class ReleaseOutcome(StrEnum):
+    """What ``release``/``fail`` did with one lease."""
+
+    REQUEUED = "requeued"  # back at the head of the holder's queue
+    DEAD_LETTERED = "dead_lettered"  # attempts spent: moved to the dead-letter list
+    STALE = "stale"  # not held any more: nothing changed
+
+
+@dataclass(frozen=True, slots=True)
+class TrajectoryResult:
+    """A worker's report of one finished trajectory: the output and the actuals the predictor learns."""
+
+    output_tokens: int  # actual generated length
+    finish_reason: str = "stop"  # "stop" | "length" | engine-specific
+    wall_time_s: float = 0.0  # time from engine request to last token
+    output: str = ""  # the generated text (or token ids serialised by the caller)
+    reward: float | None = None  # when the worker knows it
+    extra: Mapping[str, Any] = field(default_factory=dict)  # anything else JSON-safe
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object stored in the results stream."""
+        return {
+            "output_tokens": self.output_tokens,
+            "finish_reason": self.finish_reason,
+            "wall_time_s": self.wall_time_s,
+            "output": self.output,
+            "reward": self.reward,
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrajectoryResult:
+        """Rebuild a result from its stored JSON object."""
+        reward = data.get("reward")
+        return cls(
+            output_tokens=int(data["output_tokens"]),
+            finish_reason=str(data.get("finish_reason", "stop")),
+            wall_time_s=float(data.get("wall_time_s", 0.0)),
+            output=str(data.get("output", "")),
+            reward=None if reward is None else float(reward),
+            extra=dict(data.get("extra") or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRecord:
+    """One accepted result as the trainer reads it from the stream."""
+
+    stream_id: str  # pass as ``after_id`` to read on from here
+    schedule_id: str  # the schedule it belongs to
+    key: str  # trajectory key
+    worker_id: str  # the worker whose completion was accepted
+    token: int  # the lease token it was accepted with
+    attempt: int  # which attempt produced it
+    result: TrajectoryResult  # output and actuals
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An item given up on, reported by progress."""
+
+    key: str  # trajectory key
+    worker_id: str  # last holder
+    attempts: int  # leases it consumed
+    reason: str  # why it died
+    at_ms: int  # server-clock ms of death
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerProgress:
+    """Counts for one worker: queued in its queue, running under its leases, done/failed by it."""
+
+    queued: int
+    running: int
+    done: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A consistent snapshot of one schedule (read in one MULTI, so counts always sum to total)."""
+
+    schedule_id: str
+    total: int  # items published
+    queued: int  # in some queue (including the shared FIFO)
+    running: int  # under a lease
+    done: int  # accepted exactly once
+    failed: int  # dead-lettered
+    workers: Mapping[str, WorkerProgress]  # per worker id (the shared FIFO appears as "*")
+    dead_letters: tuple[DeadLetter, ...]  # in order of death
+    kv_admission: bool  # the plan asks sidecars to admit by reserved KV
+
+    @property
+    def finished(self) -> bool:
+        """Every item is done or dead-lettered."""
+        return self.done + self.failed >= self.total
+
+
+class PublishOutcome(StrEnum):
+    """What ``publish`` did."""
+
+    CREATED = "created"  # the schedule was written now
+    UNCHANGED = "unchanged"  # an identical publish had already happened: nothing written
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A schedule's settings, as a sidecar needs them before claiming."""
+
+    schedule_id: str
+    workers: tuple[str, ...]  # workers with a queue in this schedule
+    total: int  # items published
+    kv_admission: bool  # admit by KV reserved at predicted final length
+    lease_ttl_ms: int  # heartbeat well within this (e.g. every third of it)
+    max_attempts: int  # leases per item before dead-lettering
+    published_ms: int  # server-clock ms of the publish
+
+
+@dataclass(frozen=True, slots=True)
+class ReapReport:
+    """What one reaper pass did to one schedule."""
+
+    requeued: int  # expired leases put back at the head of a queue
+    dead_lettered: int  # expired leases whose item ran out of attempts

@@ -1,0 +1,43 @@
+"""The delivery Lua scripts, loaded once per client and called by SHA (EVALSHA).
+
+Each operation is one file in ``lua/``; ``common.lua`` (key derivation, clock, lease helpers) is
+prepended to every one, so a script is a single self-contained atomic step. redis-py's ``Script``
+sends EVALSHA and reloads the body on NOSCRIPT, which is what a restarted server (or a failed-over
+cluster node) answers, so callers never see a missing script.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+from redis.commands.core import Script
+
+OPERATIONS = ("publish", "claim", "steal", "heartbeat", "complete", "release", "reap")
+
+
+@cache
+def script_source(operation: str) -> str:
+    """Return the full Lua text of one operation: the shared preamble, then the operation's body."""
+    lua = files("service.delivery") / "lua"
+    return (lua / "common.lua").read_text() + "\n" + (lua / f"{operation}.lua").read_text()
+
+
+@dataclass(frozen=True, slots=True)
+class Scripts:
+    """The registered scripts of one client; call them as ``scripts.claim(keys=..., args=...)``."""
+
+    publish: Script  # write a schedule atomically and idempotently
+    claim: Script  # lease from the head of the own queue, then the shared FIFO
+    steal: Script  # lease from the tail of the queue with most predicted work
+    heartbeat: Script  # extend current leases
+    complete: Script  # accept a result once per item
+    release: Script  # hand leases back (graceful) or report them failed
+    reap: Script  # expire lapsed leases
+
+
+def register(client: Any) -> Scripts:
+    """Register every operation's script on ``client`` (a Redis or RedisCluster)."""
+    return Scripts(**{op: client.register_script(script_source(op)) for op in OPERATIONS})

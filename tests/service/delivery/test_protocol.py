@@ -1,0 +1,200 @@
+"""Behaviour of each delivery operation on a real server, one statement per test."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from scheduler.errors import InvalidInputError
+from service.delivery import (
+    CompletionOutcome,
+    Delivery,
+    PublishedSchedule,
+    PublishOutcome,
+    ReleaseOutcome,
+    ScheduleConflictError,
+    TrajectoryResult,
+    UnknownScheduleError,
+)
+from tests.service.delivery.conftest import item, schedule
+
+T0 = 1_000_000  # explicit clock (ms) so expiry is deterministic
+RESULT = TrajectoryResult(output_tokens=77, finish_reason="stop", wall_time_s=0.5, output="ok")
+
+
+def test_a_replayed_publish_changes_nothing(delivery: Delivery, redis_client: redis.Redis) -> None:
+    assert delivery.publish(schedule("s", {"a": 3}), now_ms=T0) is PublishOutcome.CREATED
+    delivery.claim("s", "a", 1, now_ms=T0)
+    before = {k: redis_client.dump(k) for k in redis_client.keys("rs:{s}:*")}
+    assert delivery.publish(schedule("s", {"a": 3}), now_ms=T0 + 5) is PublishOutcome.UNCHANGED
+    assert {k: redis_client.dump(k) for k in redis_client.keys("rs:{s}:*")} == before
+
+
+def test_a_different_schedule_under_a_used_id_is_refused(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("s", {"a": 3}))
+    before = {k: redis_client.dump(k) for k in redis_client.keys("rs:{s}:*")}
+    with pytest.raises(ScheduleConflictError):
+        delivery.publish(schedule("s", {"a": 4}))
+    assert {k: redis_client.dump(k) for k in redis_client.keys("rs:{s}:*")} == before
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        (PublishedSchedule("s", {"a": (item("x#0"), item("x#0"))}), "queues[a].key"),
+        (PublishedSchedule("s", {"a": (item("x#0", float("nan")),)}), "queues[a].predicted_tokens"),
+        (PublishedSchedule("s{x}", {"a": (item("x#0"),)}), "schedule_id"),
+        (PublishedSchedule("s", {"*": (item("x#0"),)}), "queues"),
+    ],
+)
+def test_a_bad_publish_names_the_field_and_writes_nothing(
+    delivery: Delivery, redis_client: redis.Redis, bad: PublishedSchedule, field: str
+) -> None:
+    with pytest.raises(InvalidInputError) as err:
+        delivery.publish(bad)
+    assert err.value.field == field
+    assert redis_client.dbsize() == 0
+
+
+def test_claims_follow_queue_order_with_increasing_tokens(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 3, "b": 1}))
+    leases = delivery.claim("s", "a", 2) + delivery.claim("s", "a", 5)
+    assert [le.key for le in leases] == ["a-0#0", "a-1#0", "a-2#0"]
+    assert [le.token for le in leases] == sorted({le.token for le in leases})
+    assert all(le.attempt == 1 for le in leases)
+    assert delivery.claim("s", "a", 1) == []
+
+
+def test_claiming_an_unknown_schedule_raises(delivery: Delivery) -> None:
+    with pytest.raises(UnknownScheduleError):
+        delivery.claim("nope", "a", 1)
+
+
+def test_a_heartbeat_extends_only_current_leases(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 2}, ttl_ms=1000), now_ms=T0)
+    first, second = delivery.claim("s", "a", 2, now_ms=T0)
+    alive = delivery.heartbeat([first, second], now_ms=T0 + 900)
+    assert [le.deadline_ms for le in alive] == [T0 + 1900, T0 + 1900]
+    assert [le.deadline_ms for le in delivery.heartbeat([first], now_ms=T0 + 1800)] == [T0 + 2800]
+    assert delivery.heartbeat([second], now_ms=T0 + 2000) == []  # lapsed at T0+1900: gone, requeued
+    assert delivery.progress("s").queued == 1
+
+
+def test_a_completion_is_accepted_once_and_its_repeat_is_a_duplicate(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 1}))
+    (lease,) = delivery.claim("s", "a", 1)
+    assert delivery.complete(lease, RESULT) is CompletionOutcome.ACCEPTED
+    assert delivery.complete(lease, RESULT) is CompletionOutcome.DUPLICATE
+    records = delivery.read_results("s")
+    assert [(r.key, r.token, r.worker_id, r.result) for r in records] == [("a-0#0", lease.token, "a", RESULT)]
+
+
+def test_a_stale_completion_is_refused_and_its_result_discarded(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 1}, ttl_ms=1000), now_ms=T0)
+    (old,) = delivery.claim("s", "a", 1, now_ms=T0)
+    assert delivery.reap("s", now_ms=T0 + 1001).requeued == 1
+    (new,) = delivery.claim("s", "a", 1, now_ms=T0 + 1002)
+    assert new.attempt == 2
+    assert new.token > old.token
+    assert delivery.complete(old, RESULT, now_ms=T0 + 1003) is CompletionOutcome.STALE
+    assert delivery.complete(new, RESULT, now_ms=T0 + 1004) is CompletionOutcome.ACCEPTED
+    assert delivery.complete(old, RESULT, now_ms=T0 + 1005) is CompletionOutcome.STALE
+    assert [r.token for r in delivery.read_results("s")] == [new.token]
+
+
+def test_a_completion_past_the_deadline_is_stale_even_before_a_reaper_runs(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 1}, ttl_ms=1000), now_ms=T0)
+    (lease,) = delivery.claim("s", "a", 1, now_ms=T0)
+    assert delivery.complete(lease, RESULT, now_ms=T0 + 1001) is CompletionOutcome.STALE
+    assert delivery.progress("s").queued == 1
+
+
+def test_release_requeues_at_the_head_in_order_and_refunds_the_attempt(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 4}))
+    leases = delivery.claim("s", "a", 2)
+    assert delivery.release(leases) == [ReleaseOutcome.REQUEUED, ReleaseOutcome.REQUEUED]
+    again = delivery.claim("s", "a", 4)
+    assert [le.key for le in again] == ["a-0#0", "a-1#0", "a-2#0", "a-3#0"]
+    assert [le.attempt for le in again] == [1, 1, 1, 1]
+    assert delivery.release(leases) == [ReleaseOutcome.STALE, ReleaseOutcome.STALE]
+
+
+def test_steal_takes_from_the_tail_of_the_busiest_queue(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 0, "b": 6, "c": 2}))
+    stolen = delivery.steal("s", "a", 10)
+    assert [le.key for le in stolen] == ["b-5#0", "b-4#0", "b-3#0"]  # at most half, from the tail
+    assert all(le.worker_id == "a" for le in stolen)
+    progress = delivery.progress("s")
+    assert (progress.workers["a"].running, progress.workers["b"].queued) == (3, 3)
+    assert [le.key for le in delivery.claim("s", "b", 9)] == ["b-0#0", "b-1#0", "b-2#0"]
+
+
+def test_a_worker_with_queued_work_cannot_steal(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 1, "b": 6}))
+    assert delivery.steal("s", "a", 3) == []
+
+
+def test_reap_requeues_at_the_head_and_dead_letters_after_max_attempts(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 2}, ttl_ms=100, max_attempts=2), now_ms=T0)
+    now = T0
+    for attempt in (1, 2):
+        (lease,) = delivery.claim("s", "a", 1, now_ms=now)
+        assert (lease.key, lease.attempt) == ("a-0#0", attempt)
+        now += 101
+        delivery.reap("s", now_ms=now)
+    progress = delivery.progress("s")
+    assert (progress.failed, progress.queued, progress.workers["a"].failed) == (1, 1, 1)
+    (dead,) = progress.dead_letters
+    assert (dead.key, dead.attempts, dead.worker_id) == ("a-0#0", 2, "a")
+
+
+def test_a_failed_item_is_retried_then_dead_lettered(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 1}, max_attempts=2))
+    (lease,) = delivery.claim("s", "a", 1)
+    assert delivery.fail(lease, "engine 500") is ReleaseOutcome.REQUEUED
+    (lease,) = delivery.claim("s", "a", 1)
+    assert delivery.fail(lease, "engine 500") is ReleaseOutcome.DEAD_LETTERED
+    assert delivery.progress("s").dead_letters[0].reason == "engine 500"
+
+
+def test_a_shared_fifo_feeds_workers_once_their_own_queues_drain(delivery: Delivery) -> None:
+    shared = PublishedSchedule("s", {"a": (item("own#0"),), "b": ()}, shared=(item("x#0"), item("y#0")))
+    delivery.publish(shared)
+    assert [le.key for le in delivery.claim("s", "a", 2)] == ["own#0", "x#0"]
+    assert [le.key for le in delivery.claim("s", "b", 2)] == ["y#0"]
+
+
+def test_a_finished_schedule_leaves_the_indexes_but_keeps_its_results(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 1, "b": 1}))
+    assert delivery.schedules_for("a") == ["s"]
+    assert delivery.active_schedules() == ["s"]
+    for worker in ("a", "b"):
+        (lease,) = delivery.claim("s", worker, 1)
+        delivery.complete(lease, RESULT)
+    assert delivery.schedules_for("a") == []
+    assert delivery.active_schedules() == []
+    assert delivery.progress("s").finished
+    assert len(delivery.read_results("s")) == 2
+
+
+def test_every_key_of_a_schedule_is_in_one_hash_slot_and_expires(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("s", {"a": 2, "b": 4}, ttl_ms=100, max_attempts=1), now_ms=T0)
+    (lease,) = delivery.claim("s", "a", 1, now_ms=T0)
+    delivery.complete(lease, RESULT, now_ms=T0)
+    delivery.claim("s", "a", 1, now_ms=T0)
+    delivery.steal("s", "a", 1, now_ms=T0)
+    delivery.reap("s", now_ms=T0 + 500)
+    names = [str(n) for n in redis_client.keys("rs:{s}:*")]
+    assert {key_slot(n.encode()) for n in names} == {key_slot(b"s")}
+    suffixes = {n.split(":", 2)[2] for n in names}
+    assert suffixes == {"meta", "items", "pred", "state", "where", "tok", "att", "done", "work", "counts"} | {
+        "dead",
+        "results",
+        "q:b",  # q:a drained and deadlines emptied: both deleted, recreated with the TTL when needed
+    }
+    assert all(redis_client.pttl(n) > 0 for n in names)
