@@ -1,0 +1,264 @@
+"""One continuous-batching worker, advanced event by event: the engine inside the rollout simulator.
+
+The model is vLLM's (see docs/simulator.md for the formulas):
+
+- Admission, in queue order, at the start and after every completion: while a slot is free
+  (``batch < max_num_seqs``) and the prompt fits under the KV cache less a watermark; with
+  ``kv_admission`` only while the KV reserved at every running sequence's *predicted final* length
+  fits. An empty worker always admits its head, so a queue never deadlocks. Sequences admitted
+  together are prefilled together, once, before the next decode step.
+- Decode: every running sequence appends one token per step; a step costs the cost model's
+  ``step_time(b, C)`` with ``C`` the KV tokens held before the step (prompt plus generated so far).
+  Between events ``b`` is fixed and ``C`` grows by ``b`` per step, so the steps are summed in
+  closed form (two arithmetic series split where memory and compute cross).
+- Preemption: a step needs ``C + b <= capacity`` (each sequence writes one more token). When the
+  next step does not fit, the newest running sequence is evicted and goes back to the head of the
+  queue, its progress lost (recompute preemption); nothing is admitted until a decode step has run.
+
+The engine is resumable: ``commit`` computes when the next event (a completion or a preemption)
+happens and ``process`` applies it, so a coordinator can interleave many workers on one clock for
+work stealing or a shared queue. Alone, ``run_alone`` plays a worker's queue to the end; the same
+rules as ``scheduler.finish`` (the planner's finish-time model), so plan and replay agree exactly.
+State is kept in plain ints, lists and dicts: an event costs a few microseconds, whatever the lengths.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+
+from scheduler.costmodel import WorkerCost
+from scheduler.errors import InvalidInputError
+
+_DEAD = (-1, 0)  # alive.get() default: matches no admission token
+
+
+def planned_steps(predicted_tokens: float) -> int:
+    """Decode steps assumed for a predicted length: whole tokens, at least one (as the planner does)."""
+    return max(1, math.ceil(predicted_tokens))
+
+
+class Ledger:
+    """Per-item inputs and outcomes of one simulation, as parallel lists indexed by item number.
+
+    Lists rather than one object per item keep the event loop free of attribute churn.
+    """
+
+    __slots__ = ("end", "keys", "planned", "preemptions", "prompts", "reserve", "start", "steps", "stolen",
+                 "worker")  # fmt: skip
+
+    def __init__(self, keys: list[str], prompts: list[int], steps: list[int], planned: list[int]) -> None:
+        n = len(keys)
+        self.keys = keys  # trajectory key of item i
+        self.prompts = prompts  # prompt tokens (prefill, and KV from the first step)
+        self.steps = steps  # decode steps it really takes (true output length)
+        self.planned = planned  # decode steps the plan assumed (predicted length): steal accounting
+        self.reserve = [p + s for p, s in zip(prompts, planned, strict=True)]  # KV at predicted end
+        self.start = [-1.0] * n  # first admission time, seconds (-1: not yet)
+        self.end = [-1.0] * n  # completion time, seconds (-1: not yet)
+        self.preemptions = [0] * n  # times it was evicted and restarted
+        self.worker = [-1] * n  # index of the worker that ran it (last admission)
+        self.stolen = [False] * n  # taken from another worker's queue by work stealing
+
+
+class WorkerEngine:
+    """One worker's queue, running batch and clock; see the module docstring for the rules."""
+
+    __slots__ = ("alive", "batch", "blocked", "busy_s", "cap", "clock", "cost", "event_clock", "f_seq",
+                 "f_tok", "heap", "index", "kv_admission", "ledger", "limit", "m0", "m1", "max_seqs",
+                 "offset", "overhead", "pending_run", "preempted", "prefill_tokens", "queue",
+                 "queued_work", "reserved", "scale", "stack", "step", "to_finish", "token")  # fmt: skip
+
+    def __init__(
+        self, index: int, cost: WorkerCost, ledger: Ledger, *, watermark: float, kv_admission: bool
+    ) -> None:
+        self.index, self.cost, self.ledger = index, cost, ledger
+        self.cap = cost.kv_capacity_tokens  # KV tokens the worker holds
+        self.limit = self.cap - watermark * self.cap  # admission ceiling for prompts (watermark kept free)
+        self.max_seqs = cost.max_num_seqs
+        self.kv_admission = kv_admission
+        self.m0, self.m1 = cost.mem_base_s, cost.mem_per_token_s
+        self.f_seq, self.f_tok = cost.flops_per_seq_s, cost.flops_per_token_s
+        self.scale, self.overhead = cost.time_scale, cost.overhead_s
+        self.queue: deque[int] = deque()  # waiting items, head first
+        self.queued_work = 0  # planned decode steps still queued (the steal rule's measure)
+        self.heap: list[tuple[int, int, int]] = []  # (finish step, admission token, item)
+        self.alive: dict[int, tuple[int, int]] = {}  # running item -> (admission token, admission step)
+        self.stack: list[tuple[int, int]] = []  # (token, item) in admission order: newest last
+        self.clock = 0.0  # seconds; the worker's own time
+        self.step = 0  # decode steps run so far
+        self.batch = 0  # running sequences
+        self.offset = 0  # sum over running of (prompt - admission step): context = offset + batch*step
+        self.reserved = 0  # sum over running of (prompt + planned steps): KV at predicted final length
+        self.token = 0  # admission counter
+        self.blocked = False  # a preemption happened and no decode step has run since
+        self.prefill_tokens = 0  # prompts admitted since the last commit, prefilled together
+        self.busy_s = 0.0  # seconds spent prefilling or decoding
+        self.preempted = 0  # evictions so far
+        self.pending_run = -1  # decode steps to the pending event (-1: none pending)
+        self.to_finish = 0  # steps from the pending event's start to the next completion
+        self.event_clock = 0.0  # time of the pending event
+
+    def enqueue(self, items: list[int]) -> None:
+        """Append ``items`` to the worker's own queue, in order."""
+        self.queue.extend(items)
+        planned = self.ledger.planned
+        self.queued_work += sum(planned[i] for i in items)
+
+    def fits(self, item: int) -> bool:
+        """Whether ``item`` may be admitted now (slot, and KV by watermark or by reservation)."""
+        batch = self.batch
+        if batch == 0:
+            return True
+        if batch >= self.max_seqs:
+            return False
+        ledger = self.ledger
+        if self.kv_admission:
+            return self.reserved + ledger.reserve[item] <= self.cap
+        return self.offset + batch * self.step + ledger.prompts[item] <= self.limit
+
+    def may_admit(self) -> bool:
+        """Admission is open: a slot is free and no preemption is waiting for a decode step."""
+        return self.batch == 0 or (not self.blocked and self.batch < self.max_seqs)
+
+    def admit_own(self) -> None:
+        """Admit from the head of the worker's own queue while the head fits (vLLM's in-order rule)."""
+        if not self.may_admit():
+            return
+        queue, planned = self.queue, self.ledger.planned
+        while queue and self.fits(queue[0]):
+            item = queue.popleft()
+            self.queued_work -= planned[item]
+            self._admit(item)
+
+    def offer(self, item: int) -> bool:
+        """Admit ``item`` from elsewhere (shared queue, steal) if it fits now; report whether it did."""
+        if not self.may_admit() or not self.fits(item):
+            return False
+        self._admit(item)
+        return True
+
+    def _admit(self, item: int) -> None:
+        ledger = self.ledger
+        prompt = ledger.prompts[item]
+        self.token += 1
+        self.alive[item] = (self.token, self.step)
+        heapq.heappush(self.heap, (self.step + ledger.steps[item], self.token, item))
+        self.stack.append((self.token, item))
+        self.batch += 1
+        self.offset += prompt - self.step
+        self.reserved += ledger.reserve[item]
+        self.prefill_tokens += prompt
+        if ledger.start[item] < 0.0:
+            ledger.start[item] = self.clock
+        ledger.worker[item] = self.index
+
+    def commit(self) -> float | None:
+        """Prefill what was admitted, then schedule the next event; return its time (None: idle)."""
+        if self.prefill_tokens:
+            spent = self.cost.prefill_time(self.prefill_tokens)
+            self.clock += spent
+            self.busy_s += spent
+            self.prefill_tokens = 0
+        batch = self.batch
+        if batch == 0:
+            self.pending_run = -1
+            return None
+        heap, alive = self.heap, self.alive
+        while alive.get(heap[0][2], _DEAD)[0] != heap[0][1]:
+            heapq.heappop(heap)
+        context = self.offset + batch * self.step
+        self.to_finish = heap[0][0] - self.step
+        run = min(self.to_finish, (self.cap - context) // batch)
+        spent = self.decode_time(batch, context, run) if run > 0 else 0.0
+        self.busy_s += spent
+        self.pending_run = run
+        self.event_clock = self.clock + spent
+        return self.event_clock
+
+    def process(self) -> None:
+        """Apply the pending event: completions at this step, or else evict the newest sequence."""
+        self.clock = self.event_clock
+        run, self.pending_run = self.pending_run, -1
+        if run > 0:
+            self.step += run
+            self.blocked = False
+        if run != self.to_finish:
+            self._preempt_newest()
+            return
+        heap, alive, end, step = self.heap, self.alive, self.ledger.end, self.step
+        while heap and heap[0][0] == step:
+            _, token, item = heapq.heappop(heap)
+            if alive.get(item, _DEAD)[0] == token:
+                self._remove(item)
+                end[item] = self.clock
+
+    def _preempt_newest(self) -> None:
+        ledger = self.ledger
+        if self.batch == 1:
+            item = next(iter(self.alive))
+            need = ledger.prompts[item] + ledger.steps[item]
+            raise InvalidInputError(
+                f"actual_tokens[{ledger.keys[item]}]",
+                ledger.steps[item],
+                f"prompt+output={need} tokens exceed worker {self.cost.worker_id}'s KV capacity {self.cap}",
+            )
+        while True:
+            token, item = self.stack.pop()
+            if self.alive.get(item, _DEAD)[0] == token:
+                break
+        self._remove(item)
+        self.queue.appendleft(item)
+        self.queued_work += ledger.planned[item]
+        ledger.preemptions[item] += 1
+        self.preempted += 1
+        self.blocked = True
+
+    def _remove(self, item: int) -> None:
+        _, admitted = self.alive.pop(item)
+        ledger = self.ledger
+        self.batch -= 1
+        self.offset -= ledger.prompts[item] - admitted
+        self.reserved -= ledger.reserve[item]
+
+    def decode_time(self, batch: int, context: int, steps: int) -> float:
+        """Seconds for ``steps`` decode steps of ``batch`` sequences from ``context`` cached tokens.
+
+        Step ``k`` reads ``context + batch * k`` tokens; both roofline terms are affine in ``k``, so
+        the sum is an arithmetic series on each side of the one point where the larger term changes.
+        """
+        mem_a = self.m0 + self.m1 * context
+        mem_s = self.m1 * batch
+        cmp_a = self.f_seq * batch + self.f_tok * context
+        cmp_s = self.f_tok * batch
+        diff_a, diff_s = mem_a - cmp_a, mem_s - cmp_s
+        last = diff_a + diff_s * (steps - 1)
+        if diff_a >= 0 and last >= 0:
+            total = steps * mem_a + mem_s * (steps - 1) * steps / 2.0
+        elif diff_a <= 0 and last <= 0:
+            total = steps * cmp_a + cmp_s * (steps - 1) * steps / 2.0
+        else:
+            cross = min(steps, max(0, math.ceil(-diff_a / diff_s)))
+            if diff_a > 0:
+                total = _series(mem_a, mem_s, 0, cross) + _series(cmp_a, cmp_s, cross, steps)
+            else:
+                total = _series(cmp_a, cmp_s, 0, cross) + _series(mem_a, mem_s, cross, steps)
+        return self.scale * (total + self.overhead * steps)
+
+
+def _series(a: float, s: float, start: int, stop: int) -> float:
+    """Sum of ``a + s * k`` for integer ``k`` in ``[start, stop)``."""
+    n = stop - start
+    if n <= 0:
+        return 0.0
+    return n * a + s * (start + stop - 1) * n / 2.0
+
+
+def run_alone(engine: WorkerEngine) -> float:
+    """Play ``engine``'s own queue to the end with no other worker involved; return its final clock."""
+    engine.admit_own()
+    while engine.commit() is not None:
+        engine.process()
+        engine.admit_own()
+    return engine.clock

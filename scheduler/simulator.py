@@ -1,0 +1,236 @@
+"""Play a plan on simulated continuous-batching workers: what the rollout would really have taken.
+
+Two callers: the planner asks how long each worker's ordered queue takes at PREDICTED lengths
+(``simulate_worker``, workers independent), and the replay CLI plays a whole plan against the TRUE
+lengths (``simulate``), optionally with work stealing or a shared queue, and reports the makespan,
+the bubble ratio and a per-item timeline for a Gantt chart. Pure functions of frozen inputs: no I/O,
+no randomness, so identical inputs give identical results. Engine rules: ``scheduler.sim_engine``;
+multi-worker coordination: ``scheduler.sim_pool``; formulas and definitions: docs/simulator.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from scheduler.costmodel import worker_cost
+from scheduler.devices import ModelPreset
+from scheduler.errors import InvalidInputError, SchedulerError
+from scheduler.sim_engine import Ledger, WorkerEngine, planned_steps, run_alone
+from scheduler.sim_pool import Pool
+from scheduler.types import Inventory, Plan, Trajectory, Worker
+
+TAIL_PERCENT = 10  # tail time: what the last 10% of trajectories to finish add to the makespan
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    """How the workers behave beyond the plan itself."""
+
+    steal: bool = False  # a worker with an empty queue and a free slot steals from the most-loaded tail
+    kv_admission: bool = False  # admit only while KV reserved at predicted final lengths fits
+    watermark: float = 0.01  # share of KV kept free when admitting normally (vLLM's default)
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRecord:
+    """What happened to one trajectory: enough to draw it on its worker's Gantt row."""
+
+    key: str  # trajectory key
+    worker_id: str  # the worker that ran it to completion
+    start_s: float  # first admission (a preempted item restarted later keeps its first start)
+    end_s: float  # completion
+    output_tokens: int  # true output length
+    preemptions: int  # evictions it suffered (each lost its progress)
+    stolen: bool  # taken from another worker's queue by work stealing
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """Outcome of one simulated rollout step."""
+
+    makespan_s: float  # when the last trajectory ended
+    worker_finish_s: Mapping[str, float]  # when each worker's last trajectory ended (0.0: it ran none)
+    worker_busy_s: Mapping[str, float]  # seconds each worker spent prefilling or decoding
+    items: tuple[ItemRecord, ...]  # one per trajectory, in the order of the input trajectories
+    preemptions: int  # evictions over all workers
+    steals: int  # items moved by work stealing
+    bubble_ratio: float  # idle share of GPU-seconds up to the makespan (see docs/simulator.md)
+    tokens_per_s: float  # true output tokens over the makespan
+    tail_time_s: float  # makespan minus the time by which 90% of trajectories had ended
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRun:
+    """One worker playing its queue alone (the planner's view)."""
+
+    finish_s: float  # when its last item ended (0.0 for an empty queue)
+    busy_s: float  # seconds prefilling or decoding
+    preemptions: int  # evictions
+    starts_s: tuple[float, ...]  # first admission of each item, in queue order
+    ends_s: tuple[float, ...]  # completion of each item, in queue order
+
+
+def simulate(
+    plan: Plan,
+    trajectories: Sequence[Trajectory],
+    actual_tokens: Mapping[str, int],
+    inventory: Inventory,
+    options: SimOptions = SimOptions(),
+) -> SimResult:
+    """Play ``plan`` with ``actual_tokens`` deciding when each trajectory ends.
+
+    Predicted lengths (``Trajectory.predicted_tokens``) drive only what a real system would know in
+    advance: KV reservations under ``kv_admission`` and the victim choice of work stealing. A plan
+    with a ``dispatch_order`` is a shared queue that every worker pulls from when a slot frees.
+    """
+    _check_options(options)
+    ledger, index_of = _ledger(trajectories, actual_tokens)
+    costs = [worker_cost(w, inventory.model) for w in inventory.workers]
+    engines = [
+        WorkerEngine(i, c, ledger, watermark=options.watermark, kv_admission=options.kv_admission)
+        for i, c in enumerate(costs)
+    ]
+    shared = _place(plan, inventory, index_of, engines)
+    steals = 0
+    if shared or options.steal:
+        context = sum(p + s / 2.0 for p, s in zip(ledger.prompts, ledger.planned, strict=True))
+        context /= max(1, len(ledger.keys))
+        pool = Pool(engines, shared, [c.saturated_tps(context) for c in costs], options.steal)
+        pool.run()
+        steals = pool.steals
+    else:
+        for engine in engines:
+            run_alone(engine)
+    return _summarize(ledger, inventory, engines, steals)
+
+
+def simulate_worker(
+    worker: Worker,
+    model: ModelPreset,
+    items: Sequence[Trajectory],
+    *,
+    kv_admission: bool = False,
+    actual_tokens: Sequence[int] | None = None,
+    watermark: float = 0.01,
+) -> WorkerRun:
+    """Play one worker's ordered queue alone; lengths are the predictions unless ``actual_tokens``.
+
+    The planner's per-worker path: no stealing, so workers are independent and each is one call.
+    """
+    _check_options(SimOptions(kv_admission=kv_admission, watermark=watermark))
+    planned = [planned_steps(t.predicted_tokens) for t in items]
+    steps = planned if actual_tokens is None else [int(n) for n in actual_tokens]
+    if len(steps) != len(items):
+        raise InvalidInputError("actual_tokens", len(steps), f"expected one length per item ({len(items)})")
+    ledger = Ledger([t.key for t in items], [t.prompt_tokens for t in items], steps, planned)
+    cost = worker_cost(worker, model)
+    engine = WorkerEngine(0, cost, ledger, watermark=watermark, kv_admission=kv_admission)
+    engine.enqueue(list(range(len(items))))
+    run_alone(engine)
+    ends = tuple(ledger.end)
+    return WorkerRun(max(ends, default=0.0), engine.busy_s, engine.preempted, tuple(ledger.start), ends)
+
+
+def _check_options(options: SimOptions) -> None:
+    if not (math.isfinite(options.watermark) and 0.0 <= options.watermark < 1.0):
+        raise InvalidInputError("options.watermark", options.watermark, "must lie in [0, 1)")
+
+
+def _ledger(trajectories: Sequence[Trajectory], actual: Mapping[str, int]) -> tuple[Ledger, dict[str, int]]:
+    """Number the trajectories and check that every one has a true length."""
+    index_of: dict[str, int] = {}
+    steps: list[int] = []
+    for i, t in enumerate(trajectories):
+        key = t.key
+        if key in index_of:
+            raise InvalidInputError(f"trajectories[{i}]", key, "duplicate trajectory key")
+        index_of[key] = i
+        n = actual.get(key)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidInputError(
+                f"actual_tokens[{key}]", n, "must be an integer >= 0 for every trajectory"
+            )
+        steps.append(n)
+    ledger = Ledger(
+        list(index_of),
+        [t.prompt_tokens for t in trajectories],
+        steps,
+        [planned_steps(t.predicted_tokens) for t in trajectories],
+    )
+    return ledger, index_of
+
+
+def _place(
+    plan: Plan, inventory: Inventory, index_of: Mapping[str, int], engines: list[WorkerEngine]
+) -> deque[int]:
+    """Load each worker's planned queue, or return the shared FIFO; every item exactly once."""
+    seen: set[int] = set()
+
+    def items_of(keys: Sequence[str], field: str) -> list[int]:
+        out = []
+        for key in keys:
+            item = index_of.get(key)
+            if item is None:
+                raise InvalidInputError(field, key, "names no trajectory of the batch")
+            if item in seen:
+                raise InvalidInputError(field, key, "trajectory planned more than once")
+            seen.add(item)
+            out.append(item)
+        return out
+
+    shared: deque[int] = deque()
+    if plan.dispatch_order:
+        shared.extend(items_of(plan.dispatch_order, "plan.dispatch_order"))
+    else:
+        position = {w.worker_id: i for i, w in enumerate(inventory.workers)}
+        for n, wp in enumerate(plan.workers):
+            if wp.worker_id not in position:
+                raise InvalidInputError(f"plan.workers[{n}].worker_id", wp.worker_id, "not in the inventory")
+            engines[position[wp.worker_id]].enqueue(items_of(wp.items, f"plan.workers[{n}].items"))
+    if len(seen) != len(index_of):
+        missing = next(k for k, i in index_of.items() if i not in seen)
+        raise InvalidInputError("plan", missing, "trajectory missing from the plan")
+    return shared
+
+
+def _summarize(ledger: Ledger, inventory: Inventory, engines: list[WorkerEngine], steals: int) -> SimResult:
+    """Turn the ledger into records and the aggregate figures callers report."""
+    workers = inventory.workers
+    if any(e < 0.0 for e in ledger.end):
+        raise SchedulerError("simulation ended with unfinished trajectories (simulator invariant broken)")
+    finish = [0.0] * len(workers)
+    for w, end in zip(ledger.worker, ledger.end, strict=True):
+        finish[w] = max(finish[w], end)
+    makespan = max(finish, default=0.0)
+    items = tuple(
+        ItemRecord(key, workers[w].worker_id, s, e, n, p, st)
+        for key, w, s, e, n, p, st in zip(
+            ledger.keys, ledger.worker, ledger.start, ledger.end, ledger.steps, ledger.preemptions,
+            ledger.stolen, strict=True,
+        )
+    )  # fmt: skip
+    gpus = [w.num_gpus for w in workers]
+    idle = sum(g * (makespan - e.busy_s) for g, e in zip(gpus, engines, strict=True))
+    return SimResult(
+        makespan_s=makespan,
+        worker_finish_s={w.worker_id: f for w, f in zip(workers, finish, strict=True)},
+        worker_busy_s={w.worker_id: e.busy_s for w, e in zip(workers, engines, strict=True)},
+        items=items,
+        preemptions=sum(ledger.preemptions),
+        steals=steals,
+        bubble_ratio=idle / (sum(gpus) * makespan) if makespan > 0 else 0.0,
+        tokens_per_s=sum(ledger.steps) / makespan if makespan > 0 else 0.0,
+        tail_time_s=makespan - _quantile_end(ledger.end, 100 - TAIL_PERCENT),
+    )
+
+
+def _quantile_end(ends: list[float], percent: int) -> float:
+    """The time by which ``percent``% of the trajectories had ended: the ceil(n*percent/100)-th end."""
+    if not ends:
+        return 0.0
+    ordered = sorted(ends)
+    rank = -(-len(ordered) * percent // 100)  # integer ceil, free of float rounding
+    return ordered[max(0, rank - 1)]

@@ -1,0 +1,209 @@
+"""Behaviour of the rollout simulator: closed-form timing, completion, preemption, stealing, shared queue."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scheduler.costmodel import worker_cost
+from scheduler.devices import device_profile, model_preset
+from scheduler.errors import InvalidInputError
+from scheduler.simulator import SimOptions, SimResult, simulate, simulate_worker
+from scheduler.types import Inventory, Plan, Trajectory, Worker, WorkerPlan
+
+MODEL = model_preset("7b")
+
+
+def traj(i: int, prompt: int, tokens: int, predicted: float | None = None) -> Trajectory:
+    pred = float(tokens) if predicted is None else predicted
+    return Trajectory(f"p{i}", 0, prompt, max(tokens, math.ceil(pred), 1), max(pred, 1.0))
+
+
+def worker(wid: str, kind: str = "H100", **kw: object) -> Worker:
+    return Worker(wid, device_profile(kind), **kw)  # type: ignore[arg-type]
+
+
+def static_plan(queues: dict[str, list[Trajectory]]) -> Plan:
+    wps = tuple(WorkerPlan(w, tuple(t.key for t in q), 0.0) for w, q in queues.items())
+    return Plan("test", wps, 0.0, 0.0, "TEST", 0.0)
+
+
+def run(queues: dict[str, list[Trajectory]], workers: list[Worker], **opts: bool) -> SimResult:
+    trajs = [t for q in queues.values() for t in q]
+    actual = {t.key: t.max_new_tokens for t in trajs}  # test trajectories end at their cap
+    return simulate(static_plan(queues), trajs, actual, Inventory(tuple(workers), MODEL), SimOptions(**opts))
+
+
+def test_one_sequence_alone_takes_its_prefill_plus_every_decode_step() -> None:
+    w = worker("a")
+    cost = worker_cost(w, MODEL)
+    prompt, out = 700, 5_000
+    expected = cost.prefill_time(prompt) + sum(cost.step_time(1, prompt + k) for k in range(out))
+    result = run({"a": [traj(0, prompt, out)]}, [w])
+    assert result.makespan_s == pytest.approx(expected, rel=1e-12)
+    assert result.items[0].start_s == 0.0
+    assert result.items[0].end_s == result.makespan_s
+
+
+def test_two_identical_sequences_share_one_prefill_and_every_step() -> None:
+    w = worker("a")
+    cost = worker_cost(w, MODEL)
+    prompt, out = 300, 2_000
+    expected = cost.prefill_time(2 * prompt) + sum(cost.step_time(2, 2 * (prompt + k)) for k in range(out))
+    result = run({"a": [traj(0, prompt, out), traj(1, prompt, out)]}, [w])
+    assert [r.end_s for r in result.items] == [pytest.approx(expected, rel=1e-12)] * 2
+
+
+def test_a_large_batch_crossing_from_compute_to_memory_bound_is_summed_exactly() -> None:
+    w = worker("a", max_num_seqs=256)
+    cost = worker_cost(w, MODEL)
+    prompt, out, n = 64, 3_000, 256
+    expected = cost.prefill_time(n * prompt) + sum(cost.step_time(n, n * (prompt + k)) for k in range(out))
+    compute_first = cost.step_time(n, n * prompt) != cost.time_scale * (
+        cost.mem_base_s + cost.mem_per_token_s * n * prompt + cost.overhead_s
+    )
+    assert compute_first  # the case really crosses over
+    result = run({"a": [traj(i, prompt, out) for i in range(n)]}, [w])
+    assert result.makespan_s == pytest.approx(expected, rel=1e-12)
+
+
+def _mixed_case() -> tuple[dict[str, list[Trajectory]], list[Worker]]:
+    workers = [worker(f"w{i}", "H100" if i % 2 else "910B", max_num_seqs=8, kv_capacity_tokens=60_000)
+               for i in range(4)]  # fmt: skip
+    trajs = [traj(i, 200 + 37 * i % 500, 300 + (7919 * i) % 6_000) for i in range(64)]
+    queues: dict[str, list[Trajectory]] = {w.worker_id: [] for w in workers}
+    for i, t in enumerate(trajs):
+        queues[workers[i % 4].worker_id].append(t)
+    return queues, workers
+
+
+@pytest.mark.parametrize("steal", [False, True])
+def test_the_same_input_gives_an_identical_result(steal: bool) -> None:
+    queues, workers = _mixed_case()
+    assert run(queues, workers, steal=steal) == run(queues, workers, steal=steal)
+
+
+@pytest.mark.parametrize(("steal", "kv_admission"), [(False, False), (True, False), (True, True)])
+def test_every_trajectory_completes_exactly_once_with_its_true_length(
+    steal: bool, kv_admission: bool
+) -> None:
+    queues, workers = _mixed_case()
+    result = run(queues, workers, steal=steal, kv_admission=kv_admission)
+    trajs = [t for q in queues.values() for t in q]
+    assert [r.key for r in result.items] == [t.key for t in trajs]
+    assert [r.output_tokens for r in result.items] == [t.max_new_tokens for t in trajs]
+    assert all(0.0 <= r.start_s < r.end_s <= result.makespan_s for r in result.items)
+    assert result.makespan_s == max(result.worker_finish_s.values())
+    assert result.tokens_per_s == pytest.approx(sum(t.max_new_tokens for t in trajs) / result.makespan_s)
+
+
+def test_oversubscribed_kv_preempts_and_admission_by_reserved_kv_does_not() -> None:
+    w = worker("a", max_num_seqs=16, kv_capacity_tokens=40_000)
+    queue = [traj(i, 500, 8_000) for i in range(16)]  # 16 x 8,500 tokens at the end: 3.4x the cache
+    plain = run({"a": queue}, [w])
+    reserved = run({"a": queue}, [w], kv_admission=True)
+    assert plain.preemptions > 0
+    assert sum(r.preemptions for r in plain.items) == plain.preemptions
+    assert reserved.preemptions == 0
+    assert reserved.makespan_s < plain.makespan_s  # restarts waste decode steps
+
+
+def test_an_oversized_trajectory_is_refused_naming_it() -> None:
+    w = worker("a", kv_capacity_tokens=5_000)
+    with pytest.raises(InvalidInputError) as err:
+        run({"a": [traj(0, 1_000, 4_500)]}, [w])
+    assert err.value.field == "actual_tokens[p0#0]"
+
+
+def _slow_worker_case() -> tuple[dict[str, list[Trajectory]], list[Worker]]:
+    workers = [worker(f"w{i}", max_num_seqs=4, time_scale=10.0 if i == 0 else 1.0) for i in range(4)]
+    queues = {w.worker_id: [traj(10 * j + i, 300, 2_000 + 100 * j) for j in range(10)]
+              for i, w in enumerate(workers)}  # fmt: skip
+    return queues, workers
+
+
+def test_stealing_rescues_a_ten_times_slower_worker_and_moves_only_queued_tail_items() -> None:
+    queues, workers = _slow_worker_case()
+    plain = run(queues, workers)
+    stolen = run(queues, workers, steal=True)
+    assert stolen.makespan_s < 0.5 * plain.makespan_s
+    assert stolen.steals == sum(r.stolen for r in stolen.items) > 0
+    slow_keys = [t.key for t in queues["w0"]]
+    by_key = {r.key: r for r in stolen.items}
+    # the head the slow worker started at once stays with it; thieves took from the tail
+    assert all(by_key[k].worker_id == "w0" and not by_key[k].stolen for k in slow_keys[:4])
+    moved = [k for k in slow_keys if by_key[k].stolen]
+    assert moved == slow_keys[len(slow_keys) - len(moved) :]
+    assert all(by_key[k].worker_id != "w0" for k in moved)
+
+
+def test_stealing_is_a_no_op_when_every_queue_drains_together() -> None:
+    w = [worker("a"), worker("b")]
+    queues = {"a": [traj(0, 100, 1_000)], "b": [traj(1, 100, 1_000)]}
+    assert run(queues, w, steal=True) == run(queues, w)
+
+
+def test_a_shared_queue_feeds_whichever_worker_frees_a_slot_in_dispatch_order() -> None:
+    workers = [worker("slow", max_num_seqs=2, time_scale=10.0), worker("fast", max_num_seqs=2)]
+    trajs = [traj(i, 100, 1_000) for i in range(20)]
+    plan = Plan("least_loaded", tuple(WorkerPlan(w.worker_id, (), 0.0) for w in workers), 0.0, 0.0, "T", 0.0,
+                dispatch_order=tuple(t.key for t in reversed(trajs)))  # fmt: skip
+    result = simulate(plan, trajs, {t.key: 1_000 for t in trajs}, Inventory(tuple(workers), MODEL))
+    starts = {r.key: r.start_s for r in result.items}
+    order = [starts[k] for k in plan.dispatch_order]
+    assert order == sorted(order)
+    on_fast = sum(r.worker_id == "fast" for r in result.items)
+    assert on_fast >= 16  # ten times faster: it takes nearly everything after the first round
+
+
+def test_the_first_round_of_a_shared_queue_is_dealt_least_loaded_first() -> None:
+    workers = [worker(f"w{i}") for i in range(4)]
+    trajs = [traj(i, 100, 500) for i in range(4)]
+    plan = Plan("least_loaded", tuple(WorkerPlan(w.worker_id, (), 0.0) for w in workers), 0.0, 0.0, "T", 0.0,
+                dispatch_order=tuple(t.key for t in trajs))  # fmt: skip
+    result = simulate(plan, trajs, {t.key: 500 for t in trajs}, Inventory(tuple(workers), MODEL))
+    assert [r.worker_id for r in result.items] == ["w0", "w1", "w2", "w3"]
+
+
+def test_a_static_plan_replayed_on_exact_lengths_matches_each_workers_planned_finish() -> None:
+    queues, workers = _mixed_case()
+    for kv_admission in (False, True):
+        result = run(queues, workers, kv_admission=kv_admission)
+        for w in workers:
+            alone = simulate_worker(w, MODEL, queues[w.worker_id], kv_admission=kv_admission)
+            assert alone.finish_s == result.worker_finish_s[w.worker_id]
+
+
+def test_bubble_ratio_counts_idle_gpu_seconds_up_to_the_makespan() -> None:
+    w = [worker("a"), worker("b")]
+    result = run({"a": [traj(0, 100, 4_000)], "b": [traj(1, 100, 1_000)]}, w)
+    busy = result.worker_busy_s
+    assert busy["a"] == pytest.approx(result.makespan_s)
+    assert result.bubble_ratio == pytest.approx((result.makespan_s - busy["b"]) / (2 * result.makespan_s))
+
+
+def test_tail_time_is_what_the_last_tenth_of_trajectories_add() -> None:
+    w = [worker("a", max_num_seqs=1)]
+    queue = [traj(i, 100, 100) for i in range(9)] + [traj(9, 100, 5_000)]
+    result = run({"a": queue}, w)
+    ninth_end = sorted(r.end_s for r in result.items)[8]
+    assert result.tail_time_s == pytest.approx(result.makespan_s - ninth_end)
+    assert result.tail_time_s > 0.5 * result.makespan_s
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda p, a: (p, {**a, "p0#0": -1}), "actual_tokens[p0#0]"),
+        (lambda p, a: (p, {k: v for k, v in a.items() if k != "p1#0"}), "actual_tokens[p1#0]"),
+        (lambda p, a: (static_plan({"a": []}), a), "plan"),
+        (lambda p, a: (static_plan({"zz": [traj(0, 1, 1)]}), a), "plan.workers[0].worker_id"),
+    ],
+)
+def test_bad_input_is_refused_with_the_offending_field(mutate: object, field: str) -> None:
+    trajs = [traj(0, 100, 100), traj(1, 100, 100)]
+    plan, actual = mutate(static_plan({"a": trajs}), {t.key: 100 for t in trajs})  # type: ignore[operator]
+    with pytest.raises(InvalidInputError) as err:
+        simulate(plan, trajs, actual, Inventory((worker("a"),), MODEL))
+    assert err.value.field == field
