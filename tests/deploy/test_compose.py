@@ -1,0 +1,143 @@
+"""deploy/compose.yaml: the whole loop on one machine, checked by parsing it (no container engine here).
+
+The checks are the ones that would otherwise fail only at ``docker compose up``: every service has an
+image, a command the real CLI accepts, a health check and the environment it needs; every sidecar points
+at an engine that exists and a Redis URL with the password the Redis was started with; Redis persists
+with AOF.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from scheduler.devices import device_profile
+from tests.deploy.cliargs import CommandLineError, parse_cli
+
+COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "compose.yaml"
+OUR_IMAGE = "rollout-scheduler:"
+Service = dict[str, Any]
+
+
+def _interpolate(text: str) -> str:
+    """Apply compose's ``${VAR:-default}`` with an empty environment, as a fresh ``up`` would."""
+    return re.sub(r"\$\{[A-Z_][A-Z0-9_]*:-([^}]*)\}", r"\1", text)
+
+
+def _resolved(value: Any) -> Any:
+    if isinstance(value, str):
+        return _interpolate(value)
+    if isinstance(value, list):
+        return [_resolved(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _resolved(v) for k, v in value.items()}
+    return value
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, Service]:
+    compose = yaml.safe_load(COMPOSE.read_text())
+    found: dict[str, Service] = _resolved(compose["services"])
+    return found
+
+
+def _ours(services: dict[str, Service], command: str) -> dict[str, Service]:
+    return {
+        name: svc
+        for name, svc in services.items()
+        if svc["image"].startswith(OUR_IMAGE) and svc["command"][0] == command
+    }
+
+
+def test_every_service_has_an_image_a_command_and_a_health_check(services: dict[str, Service]) -> None:
+    for name, svc in services.items():
+        assert svc.get("image"), name
+        assert svc.get("command"), name
+        assert svc.get("healthcheck", {}).get("test"), name
+
+
+def test_redis_persists_with_aof_and_requires_a_password(services: dict[str, Service]) -> None:
+    command = services["redis"]["command"]
+    assert command[command.index("--appendonly") + 1] == "yes"
+    assert command[command.index("--requirepass") + 1], "an empty password means no password"
+    assert any(volume.endswith(":/data") for volume in services["redis"]["volumes"]), "AOF on a volume"
+
+
+def test_the_loop_has_four_engines_of_two_device_kinds(services: dict[str, Service]) -> None:
+    engines = _ours(services, "engine-sim")
+    assert len(engines) == 4
+    kinds = [device_profile(parse_cli(e["command"]).params["device"]).name for e in engines.values()]
+    assert sorted(set(kinds)) == ["Ascend910B", "H100"]
+    assert kinds.count("H100") == 2
+
+
+def test_every_command_of_our_image_parses_against_the_real_cli(services: dict[str, Service]) -> None:
+    ours = [svc for svc in services.values() if svc["image"].startswith(OUR_IMAGE)]
+    assert len(ours) == 9
+    for svc in ours:
+        parse_cli(svc["command"])
+
+
+def test_a_misspelt_flag_is_refused_by_the_cli_check() -> None:
+    with pytest.raises(CommandLineError, match="devcie"):
+        parse_cli(["engine-sim", "--port", "8001", "--devcie", "H100"])
+
+
+def _redis_password(services: dict[str, Service]) -> str:
+    command = services["redis"]["command"]
+    return str(command[command.index("--requirepass") + 1])
+
+
+def _redis_url(svc: Service, argv_params: dict[str, Any]) -> str:
+    url = argv_params.get("redis_url") or svc.get("environment", {}).get("REDIS_URL")
+    assert url, "no Redis URL: the process would start its own private Redis"
+    return str(url)
+
+
+def test_each_sidecar_drives_its_own_existing_engine_through_the_shared_redis(
+    services: dict[str, Service],
+) -> None:
+    sidecars = _ours(services, "sidecar")
+    engines = _ours(services, "engine-sim")
+    assert len(sidecars) == len(engines)
+    targets, worker_ids = set(), set()
+    for name, svc in sidecars.items():
+        params = parse_cli(svc["command"]).params
+        engine_url = urlsplit(params["engine_url"])
+        assert engine_url.hostname in engines, f"{name} points at {engine_url.hostname}"
+        engine_port = parse_cli(engines[engine_url.hostname]["command"]).params["port"]
+        assert engine_url.port == engine_port, name
+        assert engine_url.hostname in svc["depends_on"], f"{name} starts before its engine"
+        redis_url = urlsplit(_redis_url(svc, params))
+        assert (redis_url.hostname, redis_url.password) == ("redis", _redis_password(services)), name
+        targets.add(engine_url.hostname)
+        worker_ids.add(params["worker_id"])
+    assert len(targets) == len(worker_ids) == len(sidecars), "one sidecar per engine, ids unique"
+
+
+def test_the_service_uses_the_shared_redis_and_refuses_anonymous_callers(
+    services: dict[str, Service],
+) -> None:
+    svc = services["scheduler"]
+    params = parse_cli(svc["command"]).params
+    redis_url = urlsplit(_redis_url(svc, params))
+    assert (redis_url.hostname, redis_url.password) == ("redis", _redis_password(services))
+    env = svc["environment"]
+    assert env["ROLLOUT_TRAINER_TOKENS"]
+    assert env["ROLLOUT_WORKER_TOKENS"]
+    assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert any(str(port).endswith(":8000") for port in svc["ports"])
+
+
+def test_each_health_check_probes_the_port_its_process_listens_on(services: dict[str, Service]) -> None:
+    for name, svc in services.items():
+        url = svc.get("environment", {}).get("HEALTHCHECK_URL")
+        if url is None:
+            continue
+        port = parse_cli(svc["command"]).params["port"]
+        assert urlsplit(url).port == port, name

@@ -1,0 +1,162 @@
+"""deploy/Dockerfile, checked by reading it: this machine has a Docker client but no engine to build with.
+
+What would break the build or the running container is checked here instead: every path it copies exists
+and is not cut from the build context by .dockerignore; the packages' data files (Lua scripts) reach the
+installed image; dependencies are pinned for the image's Python; the image runs the console script as a
+non-root user and has a health check.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+from tests.deploy.cliargs import parse_cli
+from tests.deploy.dockerfile import DockerIgnore, Instruction, read_dockerfile, stages
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+CONSTRAINTS = ROOT / "deploy" / "constraints.txt"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+INSTRUCTIONS = read_dockerfile(DOCKERFILE)
+FINAL = stages(INSTRUCTIONS)[-1]
+DEV_TOOLS = {"pytest", "mypy", "ruff", "hypothesis", "kubernetes-validate", "pyyaml"}
+
+
+def _one(stage: list[Instruction], keyword: str) -> Instruction:
+    found = [ins for ins in stage if ins.keyword == keyword]
+    assert len(found) == 1, f"expected one {keyword}, found {len(found)}"
+    return found[0]
+
+
+def _context_copies() -> list[tuple[str, str]]:
+    """(source, destination) of every COPY that reads the build context (not another stage)."""
+    pairs: list[tuple[str, str]] = []
+    for ins in INSTRUCTIONS:
+        if ins.keyword in {"COPY", "ADD"} and not any(f.startswith("--from") for f in ins.flags):
+            pairs.extend((source, ins.args[-1]) for source in ins.args[:-1])
+    return pairs
+
+
+def _pins() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep, f"not an exact pin: {line!r}"
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_the_build_is_multi_stage_and_the_runtime_only_takes_the_built_venv() -> None:
+    assert len(stages(INSTRUCTIONS)) >= 2
+    from_build = [ins for ins in FINAL if ins.keyword == "COPY" and ins.flags]
+    assert [ins.args for ins in from_build] == [("/opt/venv", "/opt/venv")]
+
+
+def test_every_copied_path_exists_and_is_in_the_build_context() -> None:
+    ignore = DockerIgnore.read(ROOT / ".dockerignore")
+    copies = _context_copies()
+    assert copies
+    for source, _ in copies:
+        assert (ROOT / source).exists(), f"COPY {source}: no such path"
+        assert not ignore.ignores(source), f"COPY {source}: cut by .dockerignore"
+
+
+def test_the_build_context_leaves_out_local_state_but_keeps_every_package_file() -> None:
+    ignore = DockerIgnore.read(ROOT / ".dockerignore")
+    for local in (".venv", ".git", ".mypy_cache", "tests", "service/__pycache__/cli.cpython-311.pyc"):
+        assert ignore.ignores(local), local
+    for package in ("scheduler", "predictors", "service"):
+        for path in (ROOT / package).rglob("*"):
+            rel = path.relative_to(ROOT).as_posix()
+            if path.is_file() and "__pycache__" not in rel:
+                assert not ignore.ignores(rel), rel
+
+
+def test_every_data_file_of_a_package_is_declared_so_the_installed_image_has_it() -> None:
+    declared: dict[str, list[str]] = PYPROJECT["tool"]["setuptools"]["package-data"]
+    for package in ("scheduler", "predictors", "service"):
+        for path in (ROOT / package).rglob("*"):
+            if not path.is_file() or path.suffix in {".py", ".pyc"} or "__pycache__" in path.parts:
+                continue
+            owner = next(p for p in path.parents if (p / "__init__.py").is_file())
+            name = owner.relative_to(ROOT).as_posix().replace("/", ".")
+            rel = path.relative_to(owner).as_posix()
+            patterns = declared.get(name, [])
+            assert any(Path(rel).match(pattern) for pattern in patterns), (
+                f"{path.relative_to(ROOT)} would be missing from the installed package: add it to "
+                f'[tool.setuptools.package-data] "{name}"'
+            )
+
+
+def test_the_entrypoint_is_the_console_script_and_the_default_command_is_serve() -> None:
+    entrypoint = _one(FINAL, "ENTRYPOINT").args
+    assert entrypoint == ("rollout-scheduler",)
+    assert entrypoint[0] in PYPROJECT["project"]["scripts"]
+    cmd = _one(FINAL, "CMD").args
+    assert parse_cli(cmd).info_name == "serve"
+
+
+def test_the_image_runs_as_a_numeric_non_root_user() -> None:
+    user = _one(FINAL, "USER").args[0]
+    uid = user.split(":")[0]
+    assert uid.isdigit(), "numeric, so runAsNonRoot can verify it"
+    assert int(uid) != 0
+
+
+def test_the_health_check_runs_a_script_the_image_contains() -> None:
+    check = _one(FINAL, "HEALTHCHECK").args
+    assert check[0] == "CMD"
+    script = next(arg for arg in check if arg.endswith(".py"))
+    assert script in {dest for _, dest in _context_copies()}
+
+
+def test_the_base_image_python_is_the_one_the_pins_were_made_with() -> None:
+    base = _one(INSTRUCTIONS, "ARG").args[0]
+    image_python = re.search(r"python:(\d+\.\d+)", base)
+    made_with = re.search(r"python=(\d+\.\d+)", CONSTRAINTS.read_text())
+    assert image_python
+    assert made_with
+    assert image_python.group(1) == made_with.group(1)
+    assert image_python.group(1) + ".0" in SpecifierSet(PYPROJECT["project"]["requires-python"])
+
+
+def test_every_runtime_dependency_is_pinned_within_its_declared_range_and_no_dev_tool_is() -> None:
+    pins = _pins()
+    for text in PYPROJECT["project"]["dependencies"]:
+        req = Requirement(text)
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{name} is not pinned"
+        assert req.specifier.contains(pins[name], prereleases=True), (name, pins[name], str(req.specifier))
+    assert not DEV_TOOLS & set(pins)
+
+
+def test_the_pins_are_closed_under_their_own_requirements() -> None:
+    """Each pinned package installed here at its pinned version has all its requirements pinned too.
+
+    The image installs the pins and then the project with ``--no-deps``; a missing requirement would
+    only fail at ``pip check`` in the image build. Packages installed here at another version cannot be
+    checked from this venv and are skipped; regenerate with deploy/pin_constraints.py.
+    """
+    pins = _pins()
+    checked = 0
+    for name, version in pins.items():
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        if dist.version != version:
+            continue
+        checked += 1
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                assert canonicalize_name(req.name) in pins, f"{name} needs {req.name}, which is not pinned"
+    assert checked, "no pinned package is installed here at its pin; regenerate the pins"

@@ -1,0 +1,187 @@
+"""deploy/k8s: every manifest is valid Kubernetes, and the pieces fit each other and the real CLI.
+
+Schema validation uses kubernetes-validate's bundled (offline) OpenAPI schemas in strict mode, so an
+unknown or misspelt field fails here rather than at ``kubectl apply``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_validate.utils import ValidationError, validate
+
+from service.settings import Settings
+from tests.deploy.cliargs import parse_cli
+
+K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
+# The oldest release whose API we rely on (preStop sleep: 1.30) and the newest with bundled schemas.
+VERSIONS = ("1.30.0", "1.37.0")
+IMAGE = "rollout-scheduler:"  # our image, whatever the tag
+Doc = dict[str, Any]
+
+
+def _load() -> list[tuple[str, Doc]]:
+    docs = []
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                docs.append((f"{path.name}:{doc['kind']}/{doc['metadata']['name']}", doc))
+    return docs
+
+
+DOCS = _load()
+
+
+def _one(kind: str, name: str) -> Doc:
+    found = [doc for _, doc in DOCS if doc["kind"] == kind and doc["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
+    return found[0]
+
+
+def _pod_spec(doc: Doc) -> Doc:
+    spec: Doc = doc["spec"]["template"]["spec"]
+    return spec
+
+
+def _containers(doc: Doc) -> dict[str, Doc]:
+    return {c["name"]: c for c in _pod_spec(doc)["containers"]}
+
+
+def _workloads() -> list[Doc]:
+    return [doc for _, doc in DOCS if doc["kind"] in {"Deployment", "StatefulSet"}]
+
+
+def test_the_folder_holds_every_manifest_the_issue_asks_for() -> None:
+    kinds = {doc["kind"] for _, doc in DOCS}
+    assert {
+        "Deployment",
+        "Service",
+        "HorizontalPodAutoscaler",
+        "Secret",
+        "PodDisruptionBudget",
+        "ConfigMap",
+        "StatefulSet",
+    } <= kinds
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("where", "doc"), DOCS, ids=[where for where, _ in DOCS])
+def test_every_manifest_validates_against_the_kubernetes_schema(where: str, doc: Doc, version: str) -> None:
+    validate(doc, version, strict=True)
+
+
+def test_the_schema_check_rejects_a_misspelt_field() -> None:
+    broken = copy.deepcopy(_one("Deployment", "rollout-scheduler"))
+    broken["spec"]["replica"] = broken["spec"].pop("replicas")
+    with pytest.raises(ValidationError):
+        validate(broken, VERSIONS[-1], strict=True)
+
+
+def test_the_service_deployment_probes_readiness_and_liveness_on_different_endpoints() -> None:
+    service = _containers(_one("Deployment", "rollout-scheduler"))["service"]
+    assert service["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert service["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert {"cpu", "memory"} <= set(service["resources"]["requests"])
+
+
+def test_every_container_of_our_image_runs_as_the_image_non_root_user() -> None:
+    for doc in _workloads():
+        pod = _pod_spec(doc)
+        for container in pod["containers"]:
+            if not container["image"].startswith(IMAGE):
+                continue
+            context = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+            assert context.get("runAsNonRoot") is True, container["name"]
+            assert context.get("runAsUser") == 10001, container["name"]
+            assert context.get("readOnlyRootFilesystem") is True, container["name"]
+
+
+def test_service_hpa_and_pdb_all_select_the_service_pods() -> None:
+    deployment = _one("Deployment", "rollout-scheduler")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    selectors = [
+        _one("Service", "rollout-scheduler")["spec"]["selector"],
+        _one("PodDisruptionBudget", "rollout-scheduler")["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"],
+    ]
+    for selector in selectors:
+        assert selector.items() <= labels.items()
+    target = _one("HorizontalPodAutoscaler", "rollout-scheduler")["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", "rollout-scheduler")
+    pdb_min = _one("PodDisruptionBudget", "rollout-scheduler")["spec"]["minAvailable"]
+    hpa_min = _one("HorizontalPodAutoscaler", "rollout-scheduler")["spec"]["minReplicas"]
+    assert pdb_min < hpa_min, "a PDB as large as the replica count would block every node drain"
+
+
+def test_every_secret_and_configmap_reference_resolves() -> None:
+    secret_keys = set(_one("Secret", "rollout-scheduler")["stringData"])
+    configmaps = {doc["metadata"]["name"] for _, doc in DOCS if doc["kind"] == "ConfigMap"}
+    for doc in _workloads():
+        for container in _pod_spec(doc)["containers"]:
+            for ref in container.get("envFrom", []):
+                assert ref["configMapRef"]["name"] in configmaps
+            for var in container.get("env", []):
+                secret_ref = var.get("valueFrom", {}).get("secretKeyRef")
+                if secret_ref:
+                    assert secret_ref["key"] in secret_keys, (container["name"], var["name"])
+
+
+def _container_env(container: Doc) -> set[str]:
+    names = {var["name"] for var in container.get("env", [])}
+    for ref in container.get("envFrom", []):
+        names |= set(_one("ConfigMap", ref["configMapRef"]["name"])["data"])
+    return names
+
+
+def test_every_variable_expanded_in_args_or_env_is_defined_in_that_container() -> None:
+    for doc in _workloads():
+        for container in _pod_spec(doc)["containers"]:
+            texts = [*container.get("args", []), *(v.get("value", "") for v in container.get("env", []))]
+            used = {name for text in texts for name in re.findall(r"\$\(([A-Z_][A-Z0-9_]*)\)", text)}
+            assert used <= _container_env(container), (container["name"], used - _container_env(container))
+
+
+def test_every_rollout_setting_the_manifests_set_is_a_setting_the_service_knows() -> None:
+    known = {f"ROLLOUT_{name.upper()}" for name in Settings.model_fields}
+    service = _containers(_one("Deployment", "rollout-scheduler"))["service"]
+    given = {name for name in _container_env(service) if name.startswith("ROLLOUT_")}
+    assert given, "the service is configured through ROLLOUT_* variables"
+    assert given <= known, given - known
+    assert "REDIS_URL" in _container_env(service)
+
+
+@pytest.mark.parametrize(
+    ("statefulset", "engine", "resource", "selector_key"),
+    [
+        ("rollout-worker-h100", "vllm", "nvidia.com/gpu", "nvidia.com/gpu.product"),
+        ("rollout-worker-ascend", "vllm-ascend", "huawei.com/Ascend910", "accelerator"),
+    ],
+)
+def test_a_worker_pod_runs_the_sidecar_beside_its_engine_on_an_accelerator_node(
+    statefulset: str, engine: str, resource: str, selector_key: str
+) -> None:
+    doc = _one("StatefulSet", statefulset)
+    containers = _containers(doc)
+    assert set(containers) == {engine, "sidecar"}
+    limits = containers[engine]["resources"]["limits"]
+    assert limits[resource] == "1"
+    assert selector_key in _pod_spec(doc)["nodeSelector"]
+    sidecar = parse_cli(containers["sidecar"]["args"])
+    engine_port = containers[engine]["ports"][0]["containerPort"]
+    assert sidecar.params["engine_url"] == f"http://127.0.0.1:{engine_port}"
+    assert sidecar.params["worker_id"] == "$(POD_NAME)", "worker ids are the stable StatefulSet pod names"
+
+
+def test_every_command_of_our_image_parses_against_the_real_cli() -> None:
+    checked = 0
+    for doc in _workloads():
+        for container in _pod_spec(doc)["containers"]:
+            if container["image"].startswith(IMAGE):
+                parse_cli(container["args"])
+                checked += 1
+    assert checked >= 3
