@@ -1,0 +1,51 @@
+"""Parse a worker SPEC like ``8xH100,8xAscend910B:128`` into an ``Inventory``.
+
+Why a compact spec: a replay user describes a pool the way they would say it aloud ("eight H100s and
+eight 910Bs"), not as JSON. Each comma-separated part is ``[COUNTx]DEVICE[:MAX_NUM_SEQS]``: COUNT
+single-device engines of that kind (one vLLM/SGLang server per accelerator, the usual layout for a
+7B model), optionally with the engine's ``max_num_seqs``. Device names accept the spellings of
+``scheduler.devices.device_profile``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from scheduler.devices import device_profile, model_preset
+from scheduler.errors import InvalidInputError
+from scheduler.types import Inventory, Worker
+
+DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs
+MAX_WORKERS = 100_000  # a sanity bound: a typo like 80000000xH100 should fail fast, not allocate
+_PART = re.compile(
+    r"^\s*(?:(?P<count>\d+)\s*[xX*]\s*)?(?P<device>[A-Za-z0-9_\-]+)\s*(?::\s*(?P<seqs>\d+))?\s*$"
+)
+
+
+def parse_workers(spec: str, model: str = "7b") -> Inventory:
+    """Return the inventory ``spec`` describes, serving ``model``; a bad part raises ``InvalidInputError``."""
+    if not spec.strip():
+        raise InvalidInputError("workers", spec, "empty; expected e.g. 8xH100,8xAscend910B[:256]")
+    workers: list[Worker] = []
+    for part in spec.split(","):
+        workers.extend(_part_workers(part, spec, start=len(workers)))
+    if len(workers) > MAX_WORKERS:
+        raise InvalidInputError("workers", spec, f"{len(workers)} workers exceed the limit of {MAX_WORKERS}")
+    return Inventory(workers=tuple(workers), model=model_preset(model))
+
+
+def _part_workers(part: str, spec: str, start: int) -> list[Worker]:
+    match = _PART.match(part)
+    if match is None:
+        raise InvalidInputError("workers", part.strip() or spec, "expected COUNTxDEVICE[:MAX_NUM_SEQS]")
+    count = int(match["count"]) if match["count"] else 1
+    seqs = int(match["seqs"]) if match["seqs"] else DEFAULT_MAX_NUM_SEQS
+    if count < 1:
+        raise InvalidInputError("workers", part.strip(), "the count must be >= 1")
+    if seqs < 1:
+        raise InvalidInputError("workers", part.strip(), "max_num_seqs must be >= 1")
+    if count > MAX_WORKERS:
+        raise InvalidInputError("workers", part.strip(), f"count exceeds the limit of {MAX_WORKERS}")
+    device = device_profile(match["device"])
+    prefix = device.name.lower()
+    return [Worker(worker_id=f"{prefix}-{start + i}", device=device, max_num_seqs=seqs) for i in range(count)]

@@ -1,0 +1,147 @@
+"""Importing veRL rollout dumps and renamed generic files yields a valid trace, or one clear error."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from scheduler.errors import InvalidInputError
+from scheduler.trace import TraceFormatError
+from service.traceimport import import_generic, import_verl, parse_mapping, prompt_hash
+
+VOCAB = ["[UNK]", "what", "is", "two", "plus", "three", "four", "five", "the", "answer", "think", "so"]
+
+
+@pytest.fixture
+def tokenizer_json(tmp_path: Path) -> Path:
+    """A word-level tokenizer.json: one token per whitespace-separated word, so counts are obvious."""
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def _dump(directory: Path, step: int, records: list[dict[str, object]]) -> None:
+    directory.mkdir(exist_ok=True)
+    with (directory / f"{step}.jsonl").open("w") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+
+
+def _verl(directory: Path) -> None:
+    q1, q2 = "what is two plus two", "what is three plus five"
+    _dump(
+        directory,
+        1,
+        [
+            {"input": q1, "output": "think so four", "score": 1.0, "step": 1, "acc": True, "pred": "4"},
+            {"input": q2, "output": "think think think so the answer is five", "score": 0.0, "step": 1},
+            {"input": q1, "output": "four", "score": 1.0, "step": 1, "acc": True, "pred": "4"},
+        ],
+    )
+    _dump(directory, 2, [{"input": q1, "output": "so four", "score": 1.0, "step": 2}])
+
+
+def test_a_verl_dump_becomes_a_trace_with_hashed_prompts_and_counted_tokens(
+    tmp_path: Path, tokenizer_json: Path
+) -> None:
+    _verl(tmp_path / "dumps")
+    result = import_verl(tmp_path / "dumps", tokenizer_json, max_new_tokens=None)
+    trace = result.trace
+    assert result.files == 2
+    assert result.tokenizer == str(tokenizer_json)
+    assert trace.step.tolist() == [1, 1, 1, 2]
+    q1 = prompt_hash("what is two plus two")
+    assert trace.prompt_id.tolist() == [q1, prompt_hash("what is three plus five"), q1, q1]
+    assert trace.sample_idx.tolist() == [0, 0, 1, 0]  # a prompt's samples are numbered per step
+    assert trace.prompt_tokens.tolist() == [5, 5, 5, 5]
+    assert trace.output_tokens.tolist() == [3, 8, 1, 2]
+    assert trace.reward.tolist() == [1.0, 0.0, 1.0, 1.0]
+
+
+def test_the_prompt_id_is_stable_and_differs_between_prompts() -> None:
+    assert prompt_hash("a") == prompt_hash("a")
+    assert prompt_hash("a") != prompt_hash("b")
+
+
+def test_a_cap_marks_truncation_and_clamps_a_retokenized_overshoot(
+    tmp_path: Path, tokenizer_json: Path
+) -> None:
+    _verl(tmp_path / "dumps")
+    result = import_verl(tmp_path / "dumps", tokenizer_json, max_new_tokens=3)
+    assert result.trace.output_tokens.tolist() == [3, 3, 1, 2]
+    assert result.trace.truncated.tolist() == [True, True, False, False]
+    assert result.clamped == 1
+
+
+def test_a_dump_folder_without_step_files_is_refused(tmp_path: Path, tokenizer_json: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InvalidInputError, match="dump"):
+        import_verl(tmp_path / "empty", tokenizer_json, max_new_tokens=None)
+
+
+def test_a_missing_tokenizer_is_refused_before_reading(tmp_path: Path) -> None:
+    _verl(tmp_path / "dumps")
+    with pytest.raises(InvalidInputError, match="tokenizer"):
+        import_verl(tmp_path / "dumps", tmp_path / "nope.json", max_new_tokens=None)
+
+
+def test_a_line_without_decoded_text_is_located(tmp_path: Path, tokenizer_json: Path) -> None:
+    _dump(
+        tmp_path / "d",
+        0,
+        [{"input": "what", "output": "so", "score": 1, "step": 0}, {"input": "x", "score": 0}],
+    )
+    with pytest.raises(TraceFormatError, match=r"0\.jsonl:2:output"):
+        import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None)
+
+
+def test_generic_csv_columns_are_renamed_into_the_schema(tmp_path: Path) -> None:
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["epoch", "uid", "k", "plen", "rlen", "difficulty"])
+        writer.writerow([0, "a", 0, 10, 120, "hard"])
+        writer.writerow([1, "a", 0, 10, 140, "hard"])
+    mapping = parse_mapping(
+        ["step=epoch", "prompt_id=uid", "sample_idx=k", "prompt_tokens=plen", "output_tokens=rlen"]
+    )
+    trace = import_generic(path, "csv", mapping).trace
+    assert trace.output_tokens.tolist() == [120, 140]
+    assert trace.categorical["difficulty"].tolist() == ["hard", "hard"]
+
+
+def test_generic_jsonl_without_a_required_column_says_which_to_map(tmp_path: Path) -> None:
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps({"step": 0, "prompt_id": "a", "sample_idx": 0, "prompt_tokens": 3}) + "\n")
+    with pytest.raises(TraceFormatError, match="output_tokens"):
+        import_generic(path, "jsonl", {})
+
+
+def test_generic_parquet_round_trips(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "runs.parquet"
+    table = {
+        "step": [0, 0],
+        "prompt_id": ["a", "b"],
+        "sample_idx": [0, 0],
+        "p": [5, 6],
+        "output_tokens": [7, 8],
+    }
+    pq.write_table(pa.table(table), path)
+    trace = import_generic(path, "parquet", parse_mapping(["prompt_tokens=p"])).trace
+    assert np.array_equal(trace.prompt_tokens, [5, 6])
+
+
+@pytest.mark.parametrize("pair", ["output_tokens", "=x", "x="])
+def test_a_malformed_mapping_is_refused(pair: str) -> None:
+    with pytest.raises(InvalidInputError, match="map"):
+        parse_mapping([pair])

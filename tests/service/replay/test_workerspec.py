@@ -1,0 +1,45 @@
+"""A worker SPEC reads like the pool it describes; a malformed one is refused by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.errors import InvalidInputError, UnknownNameError
+from service.workerspec import DEFAULT_MAX_NUM_SEQS, parse_workers
+
+
+def test_a_mixed_pool_gives_one_single_device_engine_per_accelerator() -> None:
+    inventory = parse_workers("8xH100,8xAscend910B", model="7b")
+    kinds = [w.device.name for w in inventory.workers]
+    assert kinds == ["H100"] * 8 + ["Ascend910B"] * 8
+    assert len({w.worker_id for w in inventory.workers}) == 16
+    assert all(w.num_gpus == 1 and w.max_num_seqs == DEFAULT_MAX_NUM_SEQS for w in inventory.workers)
+    assert inventory.model.name == "7b"
+
+
+def test_max_num_seqs_and_device_aliases_are_accepted() -> None:
+    inventory = parse_workers(" 2x h100:64 , 910b:128 ,A100", model="1.5b")
+    assert [(w.device.name, w.max_num_seqs) for w in inventory.workers] == [
+        ("H100", 64),
+        ("H100", 64),
+        ("Ascend910B", 128),
+        ("A100-80GB", DEFAULT_MAX_NUM_SEQS),
+    ]
+
+
+@pytest.mark.parametrize(
+    "spec", ["", "8x", "x H100", "8xH100,,", "8xH100:0", "0xH100", "8xH100:abc", "8yH100z!"]
+)
+def test_a_malformed_spec_is_refused_naming_the_field(spec: str) -> None:
+    with pytest.raises(InvalidInputError, match=r"workers|device"):
+        parse_workers(spec)
+
+
+def test_an_unknown_device_names_the_known_ones() -> None:
+    with pytest.raises(UnknownNameError, match="H100"):
+        parse_workers("4xTPUv5")
+
+
+def test_an_unknown_model_preset_is_refused() -> None:
+    with pytest.raises(UnknownNameError, match="model"):
+        parse_workers("4xH100", model="70b")
