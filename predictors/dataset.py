@@ -1,0 +1,71 @@
+"""Training examples from a trace: every row, featurised with only what preceded it.
+
+Walking the steps in order, a row whose prompt ran in an earlier step gets that history as its prior
+(the case served in production); a row in its prompt's first step gets its siblings of the same step
+as prior instead (leave-one-out, ``gap`` = 0), so that even a one-step trace teaches the model how a
+sample relates to the other samples of its prompt. A row with neither is not an example: such
+prompts are answered by the global prior.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from predictors.features import (
+    FeatureSpec,
+    PriorRows,
+    base_length,
+    build_features,
+    prior_from_stats,
+    prior_leave_one_out,
+)
+from predictors.history import walk_steps
+from predictors.queries import QueryBatch
+from predictors.tracetable import FloatArray, IntArray, Trace
+
+NO_CAP = 2**31 - 1  # stands in for an unknown max_new_tokens: no clipping from above
+
+
+@dataclass(frozen=True, eq=False)
+class TrainingSet:
+    """Feature matrix and target, one example per usable trace row."""
+
+    features: FloatArray  # examples x spec.names
+    target: FloatArray  # log(length) - log(base)
+    base: FloatArray  # the base length each target is relative to
+    rows: IntArray  # trace row of each example
+    steps: tuple[int, ...]  # steps covered by the trace
+
+
+def training_set(trace: Trace, spec: FeatureSpec) -> TrainingSet:
+    """All examples of the trace, step by step (vectorised within each step)."""
+    parts: list[tuple[FloatArray, FloatArray, IntArray]] = []
+    steps: list[int] = []
+    for step, stats, rows, groups in walk_steps(trace):
+        steps.append(step)
+        queries = QueryBatch.from_trace(trace.take(rows), NO_CAP)
+        prior = prior_from_stats(stats, queries.prompt_id)
+        sibling = prior_leave_one_out(trace, groups, rows)
+        merged = _merge(prior, sibling)
+        usable = merged.seen
+        if not np.any(usable):
+            continue
+        x = build_features(merged, queries, step, stats.trend, spec)
+        parts.append((x[usable], base_length(merged)[usable], rows[usable]))
+    if not parts:
+        empty = np.empty((0, len(spec.names)))
+        return TrainingSet(empty, np.empty(0), np.empty(0), np.empty(0, dtype=np.int64), tuple(steps))
+    x = np.concatenate([p[0] for p in parts])
+    base = np.concatenate([p[1] for p in parts])
+    rows_all = np.concatenate([p[2] for p in parts])
+    y = np.log(np.maximum(trace.output_tokens[rows_all].astype(np.float64), 1.0))
+    return TrainingSet(x, y - np.log(base), base, rows_all, tuple(steps))
+
+
+def _merge(history: PriorRows, sibling: PriorRows) -> PriorRows:
+    """History where the prompt has any, the siblings' leave-one-out prior where it does not."""
+    use_history = history.seen
+    fields = PriorRows.__dataclass_fields__
+    return PriorRows(**{k: np.where(use_history, getattr(history, k), getattr(sibling, k)) for k in fields})

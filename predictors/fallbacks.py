@@ -1,0 +1,93 @@
+"""Answers when the model cannot give one: the prompt's own history mean, else a prompt-length prior.
+
+A prompt seen before is best described by its own mean; its spread comes from the pooled within-step
+variation of every prompt (one step of four samples says little about one prompt's tail). A prompt
+never seen gets the history's length distribution among prompts of similar length (quantile bins of
+prompt tokens). With no history at all, the uninformed prior is a fixed share of the cap, stated in
+``PriorDefaults`` so that a caller can see and change it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from predictors.features import PriorRows
+from predictors.history import PromptStats
+from predictors.quantiles import Z90
+from predictors.tracetable import FloatArray, IntArray, Trace
+
+MIN_BIN_ROWS = 50  # a prompt-length bin needs this many rows to stand on its own
+MAX_BINS = 8
+
+
+@dataclass(frozen=True)
+class PriorDefaults:
+    """The answer with no history at all, as shares of each query's max_new_tokens."""
+
+    p50_share: float = 0.25  # median length assumed: a quarter of the cap
+    p90_share: float = 0.75  # p90 assumed: three quarters of the cap
+
+
+@dataclass(frozen=True, eq=False)
+class GlobalPrior:
+    """Output-length p50/p90/mean per bin of prompt tokens, from every row of history."""
+
+    edges: FloatArray  # inner bin edges on prompt tokens (len = bins - 1)
+    p50: FloatArray  # per bin
+    p90: FloatArray  # per bin
+    mean: FloatArray  # per bin
+    rows: int  # history rows it was built from
+    defaults: PriorDefaults
+
+    @staticmethod
+    def fit(history: Trace, defaults: PriorDefaults | None = None) -> GlobalPrior:
+        """Bins of roughly equal row counts (each >= MIN_BIN_ROWS), so each bin's quantiles are stable."""
+        defaults = defaults or PriorDefaults()
+        y = history.output_tokens.astype(np.float64)
+        n_bins = max(1, min(MAX_BINS, len(y) // MIN_BIN_ROWS))
+        levels = np.linspace(0, 1, n_bins + 1)[1:-1]
+        cuts = np.quantile(history.prompt_tokens, levels) if len(y) else np.empty(0)
+        edges = np.unique(np.asarray(cuts, dtype=np.float64))
+        bins = np.searchsorted(edges, history.prompt_tokens, side="right")
+        stats = [_bin_stats(y[bins == b]) for b in range(len(edges) + 1)]
+        return GlobalPrior(
+            edges=edges,
+            p50=np.array([s[0] for s in stats]),
+            p90=np.array([s[1] for s in stats]),
+            mean=np.array([s[2] for s in stats]),
+            rows=len(y),
+            defaults=defaults,
+        )
+
+    def predict(self, prompt_tokens: IntArray, caps: IntArray) -> tuple[FloatArray, FloatArray]:
+        """(p50, p90) for prompts of these lengths; the cap-share defaults where history is empty."""
+        if self.rows == 0:
+            c = caps.astype(np.float64)
+            return c * self.defaults.p50_share, c * self.defaults.p90_share
+        b = np.searchsorted(self.edges, prompt_tokens, side="right")
+        return self.p50[b], self.p90[b]
+
+
+def _bin_stats(y: FloatArray) -> tuple[float, float, float]:
+    if len(y) == 0:
+        return (np.nan, np.nan, np.nan)
+    return (float(np.median(y)), float(np.quantile(y, 0.9)), float(y.mean()))
+
+
+def pooled_log_sd(stats: PromptStats) -> float:
+    """Within-step std of log length pooled over every prompt (0 when no prompt repeated a sample)."""
+    df = int(stats.within_df.sum())
+    return float(np.sqrt(stats.within_ss.sum() / df)) if df > 0 else 0.0
+
+
+def prompt_mean(prior: PriorRows, sigma: float) -> tuple[FloatArray, FloatArray]:
+    """(p50, p90) from the prompt's history mean, p90 stretched by the pooled log spread."""
+    return prior.hist_mean, prior.hist_mean * np.exp(Z90 * sigma)
+
+
+def global_mean(history: Trace, n: int) -> tuple[FloatArray, FloatArray]:
+    """The length-blind baseline: history's mean for every query, its empirical p90 as the p90."""
+    y = history.output_tokens.astype(np.float64)
+    return np.full(n, y.mean()), np.full(n, np.quantile(y, 0.9))

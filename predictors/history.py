@@ -1,0 +1,260 @@
+"""The observed rollouts and what they say about each prompt as of a given step.
+
+``History`` is an append-only store of actual lengths (from a trace file, or from workers' reports as a
+step runs). ``History.stats_before(step)`` folds every row of an earlier step, in step order, into
+per-prompt aggregates (``PromptStats``): the only view of the past that features may read, which is
+what makes "no leakage" a property of one function rather than of every caller. ``walk_steps``
+yields the same aggregates for each step of a trace in turn, so training sees exactly what serving
+will see.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from predictors.tracetable import FloatArray, IntArray, ObjArray, Trace, empty_trace
+from scheduler.trace import TraceRow
+
+EWM_ALPHA = 0.5  # weight of the newest step in the exponentially weighted mean of step means
+
+
+@dataclass(frozen=True, eq=False)
+class PromptStats:
+    """Per-prompt aggregates of every row with ``step < before``; arrays are indexed by ``index[prompt]``."""
+
+    before: int  # these stats summarise rows of steps strictly below this one
+    index: Mapping[str, int]  # prompt id -> position in the arrays below
+    count: IntArray  # samples seen, all earlier steps
+    total: FloatArray  # sum of output tokens, all earlier steps
+    truncated: IntArray  # samples that hit the cap, all earlier steps
+    last_step: IntArray  # most recent step the prompt ran in
+    last_n: IntArray  # samples in that step
+    last_mean: FloatArray  # mean output tokens in that step
+    last_max: FloatArray  # max output tokens in that step
+    last_std: FloatArray  # std (population) of output tokens in that step
+    ewm_mean: FloatArray  # EWM of the per-step means, newest weighted EWM_ALPHA
+    last_reward: FloatArray  # mean reward of the latest step that had rewards; NaN if none
+    within_ss: FloatArray  # sum over steps of squared deviations of log length from the step's log mean
+    within_df: IntArray  # degrees of freedom of within_ss (samples minus groups)
+    step_ids: IntArray  # earlier steps, ascending
+    step_means: FloatArray  # global mean output tokens of each of those steps
+
+    @property
+    def num_rows(self) -> int:
+        """Rows summarised."""
+        return int(self.count.sum())
+
+    @property
+    def trend(self) -> float:
+        """Global drift of log mean length per step over the last two steps (0 with fewer than two)."""
+        if len(self.step_ids) < 2:
+            return 0.0
+        gap = float(self.step_ids[-1] - self.step_ids[-2])
+        return float(np.log(self.step_means[-1] / max(self.step_means[-2], 1.0)) / gap)
+
+    def positions(self, prompt_ids: Iterable[str]) -> IntArray:
+        """Array position of each prompt, -1 where the prompt has no history."""
+        get = self.index.get
+        return np.fromiter((get(p, -1) for p in prompt_ids), dtype=np.int64)
+
+
+def factorize(values: ObjArray) -> tuple[IntArray, dict[str, int]]:
+    """Integer codes for strings in first-seen order (a dict pass: faster than sorting objects)."""
+    index: dict[str, int] = {}
+    setdefault = index.setdefault
+    codes = np.fromiter((setdefault(v, len(index)) for v in values), dtype=np.int64, count=len(values))
+    return codes, index
+
+
+@dataclass(frozen=True, eq=False)
+class StepGroups:
+    """One row per (prompt, step) group of a trace, sorted by step: the unit the fold consumes."""
+
+    prompt: IntArray  # prompt code of the group
+    step: IntArray  # step of the group
+    n: IntArray  # samples
+    total: FloatArray  # sum of output tokens
+    maximum: FloatArray  # max output tokens
+    sumsq: FloatArray  # sum of squared output tokens
+    log_sum: FloatArray  # sum of log output tokens (log of max(tokens, 1))
+    log_sumsq: FloatArray  # sum of squared log output tokens
+    truncated: IntArray  # samples at the cap
+    reward_sum: FloatArray  # sum of known rewards
+    reward_n: IntArray  # known rewards
+    row_group: IntArray  # for every trace row, its group number
+
+
+def step_groups(trace: Trace, codes: IntArray) -> StepGroups:
+    """Aggregate a trace by (prompt code, step) with bincounts (no Python loop over rows)."""
+    width = int(codes.max()) + 1 if len(codes) else 1
+    key = trace.step * width + codes
+    uniq, inverse = np.unique(key, return_inverse=True)
+    m = len(uniq)
+    y = trace.output_tokens.astype(np.float64)
+    logy = np.log(np.maximum(y, 1.0))
+    n = np.bincount(inverse, minlength=m)
+    maximum = np.full(m, -np.inf)
+    np.maximum.at(maximum, inverse, y)
+    known = ~np.isnan(trace.reward)
+    return StepGroups(
+        prompt=uniq % width,
+        step=uniq // width,
+        n=n,
+        total=_sums(inverse, y, minlength=m),
+        maximum=maximum,
+        sumsq=_sums(inverse, y * y, minlength=m),
+        log_sum=_sums(inverse, logy, minlength=m),
+        log_sumsq=_sums(inverse, logy * logy, minlength=m),
+        truncated=_sums(inverse, trace.truncated, minlength=m).astype(np.int64),
+        reward_sum=_sums(inverse, np.where(known, trace.reward, 0.0), minlength=m),
+        reward_n=_sums(inverse, known, minlength=m).astype(np.int64),
+        row_group=inverse.astype(np.int64),
+    )
+
+
+def _sums(groups: IntArray, weights: np.ndarray, minlength: int) -> FloatArray:
+    """Per-group sums of ``weights`` as float64 (bincount's stub types it as int)."""
+    return np.asarray(np.bincount(groups, weights=weights, minlength=minlength), dtype=np.float64)
+
+
+class _Fold:
+    """Mutable per-prompt state, advanced one step at a time; ``snapshot`` freezes it."""
+
+    def __init__(self, index: dict[str, int]) -> None:
+        p = len(index)
+        self.index = index
+        self.ints = {k: np.zeros(p, dtype=np.int64) for k in ("count", "truncated", "last_n", "within_df")}
+        self.ints["last_step"] = np.full(p, -1, dtype=np.int64)
+        names = ("total", "last_mean", "last_max", "last_std", "ewm_mean", "within_ss")
+        self.floats = {k: np.zeros(p) for k in names}
+        self.floats["last_reward"] = np.full(p, np.nan)
+        self.step_ids: list[int] = []
+        self.step_means: list[float] = []
+
+    def advance(self, g: StepGroups, sel: slice, step: int) -> None:
+        """Fold the groups ``g[sel]`` (all of one step) into the state."""
+        p, n = g.prompt[sel], g.n[sel]
+        mean = g.total[sel] / n
+        f, i = self.floats, self.ints
+        seen = i["last_step"][p] >= 0
+        f["ewm_mean"][p] = np.where(seen, EWM_ALPHA * mean + (1 - EWM_ALPHA) * f["ewm_mean"][p], mean)
+        f["total"][p] += g.total[sel]
+        f["last_mean"][p] = mean
+        f["last_max"][p] = g.maximum[sel]
+        f["last_std"][p] = np.sqrt(np.maximum(g.sumsq[sel] / n - mean * mean, 0.0))
+        f["within_ss"][p] += np.maximum(g.log_sumsq[sel] - g.log_sum[sel] ** 2 / n, 0.0)
+        has_reward = g.reward_n[sel] > 0
+        rewards = g.reward_sum[sel] / np.maximum(g.reward_n[sel], 1)
+        f["last_reward"][p] = np.where(has_reward, rewards, f["last_reward"][p])
+        i["count"][p] += n
+        i["truncated"][p] += g.truncated[sel]
+        i["last_n"][p] = n
+        i["within_df"][p] += n - 1
+        i["last_step"][p] = step
+        self.step_ids.append(step)
+        self.step_means.append(float(g.total[sel].sum() / n.sum()))
+
+    def snapshot(self, before: int) -> PromptStats:
+        """An immutable copy of the state: the stats of every row before ``before``."""
+        arrays: dict[str, Any] = {k: v.copy() for k, v in (*self.ints.items(), *self.floats.items())}
+        return PromptStats(
+            before=before,
+            index=self.index,
+            **arrays,
+            step_ids=np.asarray(self.step_ids, dtype=np.int64),
+            step_means=np.asarray(self.step_means),
+        )
+
+
+def walk_steps(trace: Trace) -> Iterator[tuple[int, PromptStats, IntArray, StepGroups]]:
+    """For each step, ascending: (step, stats of all earlier steps, row indices of the step, the groups).
+
+    Training builds its examples from these triples, serving from ``History.stats_before``; both are
+    the same fold, so a feature cannot see its own step in one and not the other.
+    """
+    codes, index = factorize(trace.prompt_id)
+    groups = step_groups(trace, codes)
+    fold = _Fold(index)
+    bounds = np.flatnonzero(np.diff(groups.step)) + 1
+    starts = np.concatenate([[0], bounds]).astype(int)
+    ends = np.concatenate([bounds, [len(groups.step)]]).astype(int)
+    row_order = np.argsort(groups.row_group, kind="stable")
+    row_bounds = np.searchsorted(groups.row_group[row_order], starts)
+    row_ends = np.searchsorted(groups.row_group[row_order], ends)
+    for start, end, r0, r1 in zip(starts, ends, row_bounds, row_ends, strict=True):
+        step = int(groups.step[start])
+        yield step, fold.snapshot(step), row_order[r0:r1], groups
+        fold.advance(groups, slice(start, end), step)
+
+
+def stats_of(trace: Trace, before: int) -> PromptStats:
+    """The per-prompt stats of the rows of ``trace`` with step < ``before``."""
+    past = trace.take(trace.step < before)
+    codes, index = factorize(past.prompt_id)
+    fold = _Fold(index)
+    if len(past):
+        groups = step_groups(past, codes)
+        bounds = np.concatenate([[0], np.flatnonzero(np.diff(groups.step)) + 1, [len(groups.step)]])
+        for start, end in itertools.pairwise(bounds.tolist()):
+            fold.advance(groups, slice(int(start), int(end)), int(groups.step[start]))
+    return fold.snapshot(before)
+
+
+class History:
+    """Append-only actual lengths; thread-safe so workers' reports can land while predictions are served."""
+
+    def __init__(self, trace: Trace | None = None) -> None:
+        self._chunks: list[Trace] = [] if trace is None or len(trace) == 0 else [trace]
+        self._lock = threading.Lock()
+        self._version = 0
+        self._stats: dict[int, tuple[int, PromptStats]] = {}  # before -> (version, stats)
+
+    def append(self, rows: Trace | Iterable[TraceRow]) -> None:
+        """Add observed rows (e.g. completions reported by workers); later predictions see them."""
+        chunk = rows if isinstance(rows, Trace) else Trace.from_rows(rows)
+        if len(chunk) == 0:
+            return
+        with self._lock:
+            self._chunks.append(chunk)
+            self._version += 1
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(c) for c in self._chunks)
+
+    @property
+    def trace(self) -> Trace:
+        """Every row observed so far, as one trace."""
+        with self._lock:
+            if len(self._chunks) > 1:
+                self._chunks = [Trace.concat(self._chunks)]
+            return self._chunks[0] if self._chunks else empty_trace()
+
+    @property
+    def version(self) -> int:
+        """Bumped by every append: a cache keyed on it is never stale."""
+        with self._lock:
+            return self._version
+
+    def steps(self) -> IntArray:
+        """Distinct steps observed, ascending."""
+        return self.trace.steps()
+
+    def stats_before(self, step: int) -> PromptStats:
+        """Per-prompt aggregates of every row of a step strictly before ``step`` (cached per version)."""
+        with self._lock:
+            version = self._version
+            cached = self._stats.get(step)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        stats = stats_of(self.trace, step)
+        with self._lock:
+            self._stats = {k: v for k, v in self._stats.items() if v[0] == version}
+            self._stats[step] = (version, stats)
+        return stats

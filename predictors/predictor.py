@@ -1,0 +1,142 @@
+"""The serving API: lengths for a batch of trajectories at a chosen quantile, with a safe answer always.
+
+``LengthPredictor.predict(queries, step, quantile)`` answers every query from the best source that
+applies: the LightGBM model for a prompt with history (when a model is loaded), else the prompt's own
+history mean, else the global prior conditioned on prompt length (which, with no history at all,
+is a stated share of the cap). It never fails for lack of a model or of data. Features read only
+history of steps before ``step``; actuals that workers report go in through ``observe``. A new model
+version is swapped in with ``use_model`` or ``reload`` (from a ``ModelStore``) between two calls.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from predictors.fallbacks import GlobalPrior, PriorDefaults, pooled_log_sd, prompt_mean
+from predictors.features import base_length, build_features, prior_from_stats
+from predictors.history import History
+from predictors.model import FittedModel
+from predictors.quantiles import at_quantile, check_quantile, ordered
+from predictors.queries import Query, QueryBatch
+from predictors.store import ModelStore
+from predictors.tracetable import FloatArray, Trace
+from scheduler.errors import InvalidInputError
+from scheduler.trace import TraceRow
+
+SOURCES: tuple[str, ...] = ("lightgbm", "prompt_history_mean", "global_prior")
+
+
+@dataclass(frozen=True, eq=False)
+class Predictions:
+    """Per-query predicted lengths in tokens, each clipped to [1, max_new_tokens]."""
+
+    quantile: float  # the quantile ``value`` was asked at
+    p50: FloatArray  # median length
+    p90: FloatArray  # 90th percentile (>= p50)
+    value: FloatArray  # length at ``quantile``
+    source: tuple[str, ...]  # which of SOURCES answered each query
+    model_version: int | None  # store version of the model used, None if none was loaded
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+
+class LengthPredictor:
+    """History + an optional fitted model, behind one ``predict`` call; safe to share across threads."""
+
+    def __init__(
+        self,
+        history: History | None = None,
+        model: FittedModel | None = None,
+        model_version: int | None = None,
+        defaults: PriorDefaults | None = None,
+    ) -> None:
+        self._history = history if history is not None else History()
+        self._model = model
+        self._version = model_version
+        self._defaults = defaults or PriorDefaults()
+        self._lock = threading.Lock()
+        self._prior_cache: tuple[tuple[int, int], GlobalPrior, float] | None = None
+
+    @property
+    def history(self) -> History:
+        """The observed actuals this predictor reads."""
+        return self._history
+
+    @property
+    def model(self) -> FittedModel | None:
+        """The model in use, if any."""
+        return self._model
+
+    @property
+    def model_version(self) -> int | None:
+        """Store version of the model in use (None: no model, or one not from a store)."""
+        return self._version
+
+    def observe(self, rows: Trace | Iterable[TraceRow]) -> None:
+        """Record actual lengths (e.g. workers' completion reports); later steps' predictions use them."""
+        self._history.append(rows)
+
+    def use_model(self, model: FittedModel | None, version: int | None = None) -> None:
+        """Swap the model atomically; calls already running finish with the one they started with."""
+        with self._lock:
+            self._model, self._version = model, version
+
+    def reload(self, store: ModelStore) -> bool:
+        """Hot reload: load the store's latest version if it is newer than ours; True if it swapped."""
+        newer = store.load_if_newer(self._version)
+        if newer is None:
+            return False
+        self.use_model(newer[1], newer[0])
+        return True
+
+    def predict(self, queries: QueryBatch | Sequence[Query], step: int, quantile: float = 0.9) -> Predictions:
+        """Lengths for trajectories of training step ``step``, from history of steps before it only."""
+        check_quantile(quantile)
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise InvalidInputError("step", step, "must be an integer >= 0")
+        batch = queries if isinstance(queries, QueryBatch) else QueryBatch.of(queries)
+        with self._lock:
+            model, version = self._model, self._version
+        stats = self._history.stats_before(int(step))
+        prior = prior_from_stats(stats, batch.prompt_id)
+        global_prior, sigma = self._prior_before(int(step))
+        seen = prior.seen
+        p50, p90 = global_prior.predict(batch.prompt_tokens, batch.max_new_tokens)
+        source = np.full(len(batch), 2, dtype=np.int8)
+        if np.any(seen):
+            if model is not None:
+                x = build_features(prior, batch, int(step), stats.trend, model.spec)[seen]
+                m50, m90 = model.predict(x, base_length(prior)[seen])
+                source[seen] = 0
+            else:
+                h50, h90 = prompt_mean(prior, sigma)
+                m50, m90 = h50[seen], h90[seen]
+                source[seen] = 1
+            p50, p90 = p50.copy(), p90.copy()
+            p50[seen], p90[seen] = m50, m90
+        p50, p90 = ordered(p50, p90, batch.max_new_tokens)
+        return Predictions(
+            quantile=quantile,
+            p50=p50,
+            p90=p90,
+            value=at_quantile(p50, p90, quantile, batch.max_new_tokens),
+            source=tuple(SOURCES[c] for c in source.tolist()),
+            model_version=version,
+        )
+
+    def _prior_before(self, step: int) -> tuple[GlobalPrior, float]:
+        """The global prior and pooled spread from history before ``step``, cached per history version."""
+        key = (step, self._history.version)
+        cached = self._prior_cache
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        trace = self._history.trace
+        prior = GlobalPrior.fit(trace.take(trace.step < step), self._defaults)
+        sigma = pooled_log_sd(self._history.stats_before(step))
+        self._prior_cache = (key, prior, sigma)
+        return prior, sigma

@@ -1,0 +1,121 @@
+"""A versioned model store on disk that a running service can hot-reload from.
+
+Layout: ``ROOT/v000001/{p50.txt, p90.txt, metadata.json}``, one directory per version, numbered up.
+A version is written in full under a temporary name in ROOT and then renamed into place: rename is
+atomic on POSIX, so a reader sees either no version N or all of it, and two writers racing for the
+same number cannot both win (the loser retries with the next number). Latest = highest complete
+version. LightGBM's own text format holds the boosters; metadata.json the rest (features, training
+rows, steps covered, metrics, calibration shift).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from predictors.features import FeatureSpec
+from predictors.model import FittedModel, ModelMetadata
+from scheduler.errors import InvalidInputError
+
+_VERSION_DIR = re.compile(r"^v(\d{6,})$")
+_FILES = ("p50.txt", "p90.txt", "metadata.json")
+
+
+class ModelStore:
+    """Numbered, immutable model versions under one directory."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def versions(self) -> list[int]:
+        """Complete versions present, ascending."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for entry in self.root.iterdir():
+            match = _VERSION_DIR.match(entry.name)
+            if match and all((entry / f).is_file() for f in _FILES):
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    def latest_version(self) -> int | None:
+        """The highest complete version, None when the store is empty."""
+        versions = self.versions()
+        return versions[-1] if versions else None
+
+    def path(self, version: int) -> Path:
+        """Directory of one version."""
+        return self.root / f"v{version:06d}"
+
+    def save(self, model: FittedModel) -> int:
+        """Write a new version atomically and return its number."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=self.root, prefix=".staging-"))
+        try:
+            model.p50.save_model(str(staging / "p50.txt"))
+            model.p90.save_model(str(staging / "p90.txt"))
+            (staging / "metadata.json").write_text(json.dumps(_metadata_json(model), indent=2))
+            return self._publish(staging)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _publish(self, staging: Path) -> int:
+        for _ in range(100):
+            version = (self.latest_version() or 0) + 1
+            try:
+                os.rename(staging, self.path(version))
+                return version
+            except OSError:
+                if not self.path(version).exists():
+                    raise
+        raise RuntimeError(f"could not claim a version number in {self.root}")
+
+    def load(self, version: int | None = None) -> tuple[int, FittedModel]:
+        """(version, model): the given version, or the latest; a typed error if there is none."""
+        import lightgbm as lgb
+
+        chosen = self.latest_version() if version is None else version
+        if chosen is None or chosen not in self.versions():
+            raise InvalidInputError(
+                "model_store", str(self.root), f"has no model version {chosen or ''}".strip()
+            )
+        directory = self.path(chosen)
+        raw = json.loads((directory / "metadata.json").read_text())
+        meta = _metadata_from_json(raw)
+        spec = FeatureSpec(numeric=tuple(raw["numeric"]), categorical=meta.categorical)
+        p50 = lgb.Booster(model_file=str(directory / "p50.txt"))
+        p90 = lgb.Booster(model_file=str(directory / "p90.txt"))
+        return chosen, FittedModel(p50=p50, p90=p90, spec=spec, metadata=meta)
+
+    def load_if_newer(self, version: int | None) -> tuple[int, FittedModel] | None:
+        """The latest version if it is newer than ``version`` (None: we hold nothing), else None."""
+        latest = self.latest_version()
+        if latest is None or (version is not None and latest <= version):
+            return None
+        return self.load(latest)
+
+
+def _metadata_json(model: FittedModel) -> dict[str, Any]:
+    out = asdict(model.metadata)
+    out["numeric"] = list(model.spec.numeric)
+    return out
+
+
+def _metadata_from_json(raw: dict[str, Any]) -> ModelMetadata:
+    return ModelMetadata(
+        features=tuple(raw["features"]),
+        categorical={k: tuple(v) for k, v in raw["categorical"].items()},
+        training_rows=int(raw["training_rows"]),
+        examples=int(raw["examples"]),
+        steps=tuple(int(s) for s in raw["steps"]),
+        p90_shift=float(raw["p90_shift"]),
+        config=dict(raw["config"]),
+        fit_seconds=float(raw["fit_seconds"]),
+        metrics={k: float(v) for k, v in raw["metrics"].items()},
+    )
