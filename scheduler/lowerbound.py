@@ -1,0 +1,103 @@
+"""The physical lower bound of a batch on an inventory: no schedule, however clever, finishes sooner.
+
+Three independent limits, each a relaxation of the real engine, and the bound is their maximum:
+
+(a) ``longest_s``: some trajectory must run all its decode steps one after another; alone on the
+    fastest worker allowed to hold it, that takes ``prefill(p) + sum_k step(1, p + k)``.
+(b) ``throughput_s``: every decode token must be produced, and no worker makes more than
+    ``peak_tps`` (all slots busy, nothing in the KV cache) tokens per second.
+(c) ``kv_s``: at each decode step a sequence holds ``p + k`` tokens of KV cache, so it consumes
+    ``p * L + L * (L - 1) / 2`` KV-token-steps; a worker supplies at most ``kv_token_steps_per_s``
+    of them (its KV cache full, one step per step time at full KV).
+
+Each limit is an upper bound on a rate or a lower bound on a chain, so the maximum never exceeds the
+makespan of any feasible schedule (tests check it against the simulator). For long chain-of-thought
+batches (c) usually binds: the KV cache, not the FLOPs, limits how many long sequences run at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduler.costmodel import WorkerCost, worker_cost
+from scheduler.stepsum import FloatArray, planned_steps, solo_decode_times
+from scheduler.types import Inventory, Trajectory
+
+
+@dataclass(frozen=True, slots=True)
+class LowerBound:
+    """The three limits and the bound they give, in seconds."""
+
+    longest_s: float  # (a) the longest trajectory alone on its fastest allowed worker
+    throughput_s: float  # (b) all decode tokens at the aggregate peak token rate
+    kv_s: float  # (c) all KV-token-steps at the aggregate KV-token-step rate
+    value_s: float  # max of the three: the bound reported with every plan
+
+
+def lower_bound(
+    trajectories: Sequence[Trajectory], inventory: Inventory, excluded: frozenset[str] = frozenset()
+) -> LowerBound:
+    """Compute the bound of ``trajectories`` on the non-excluded workers of ``inventory``.
+
+    Expects a validated batch (see ``scheduler.validation``): every trajectory has an allowed worker.
+    """
+    workers = [w for w in inventory.workers if w.worker_id not in excluded]
+    costs = [worker_cost(w, inventory.model) for w in workers]
+    prompts = np.array([t.prompt_tokens for t in trajectories], dtype=np.float64)
+    outputs = np.array([planned_steps(t.predicted_tokens) for t in trajectories], dtype=np.float64)
+    need = prompts + np.array([t.max_new_tokens for t in trajectories], dtype=np.float64)
+    longest = _longest(trajectories, costs, prompts, outputs, need)
+    throughput = float(outputs.sum()) / sum(c.peak_tps() for c in costs)
+    kv_steps = float((prompts * outputs + outputs * (outputs - 1.0) / 2.0).sum())
+    kv = kv_steps / sum(c.kv_token_steps_per_s() for c in costs)
+    return LowerBound(longest, throughput, kv, max(longest, throughput, kv))
+
+
+def _solo_times(cost: WorkerCost, prompts: FloatArray, outputs: FloatArray) -> FloatArray:
+    """Prefill plus every decode step of each trajectory running alone on ``cost``'s worker."""
+    prefill = cost.time_scale * (
+        np.maximum(cost.prefill_per_token_s * prompts, cost.mem_base_s) + cost.overhead_s
+    )
+    return prefill + solo_decode_times(cost, prompts, outputs)
+
+
+def _longest(
+    trajectories: Sequence[Trajectory],
+    costs: list[WorkerCost],
+    prompts: FloatArray,
+    outputs: FloatArray,
+    need: FloatArray,
+) -> float:
+    """Limit (a): workers with identical coefficients are evaluated once; pins restrict the choice."""
+    best = np.full(len(trajectories), np.inf)
+    classes: dict[tuple[float | int, ...], WorkerCost] = {}
+    for cost in costs:
+        classes.setdefault(_coefficients(cost), cost)
+    for cost in classes.values():
+        fits = need <= cost.kv_capacity_tokens
+        best = np.where(fits, np.minimum(best, _solo_times(cost, prompts, outputs)), best)
+    by_id = {c.worker_id: c for c in costs}
+    for index, t in enumerate(trajectories):
+        if t.pinned_worker is not None and t.pinned_worker in by_id:
+            one = _solo_times(by_id[t.pinned_worker], prompts[index : index + 1], outputs[index : index + 1])
+            best[index] = float(one[0])
+    finite = best[np.isfinite(best)]
+    return float(finite.max()) if finite.size else 0.0
+
+
+def _coefficients(cost: WorkerCost) -> tuple[float | int, ...]:
+    """Everything that sets a worker's speed and capacity, without its id."""
+    return (
+        cost.mem_base_s,
+        cost.mem_per_token_s,
+        cost.flops_per_seq_s,
+        cost.flops_per_token_s,
+        cost.overhead_s,
+        cost.time_scale,
+        cost.prefill_per_token_s,
+        cost.kv_capacity_tokens,
+        cost.max_num_seqs,
+    )

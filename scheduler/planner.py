@@ -1,0 +1,55 @@
+"""The planning entry point: request in, plan out, whatever the policy.
+
+    plan(request, policy) = validate -> place and order (the policy) -> lower bound
+                            -> predicted finish per worker (scheduler.finish) -> Plan
+
+The service and the replay CLI call only this function. Everything a plan reports besides placement
+is computed here, the same way for every policy, so plans of different policies compare fairly: the
+predicted makespan of each is the engine model played on its queues with the predicted lengths.
+"""
+
+from __future__ import annotations
+
+import time
+
+from scheduler.lowerbound import lower_bound
+from scheduler.policies import get_policy
+from scheduler.policies.problem import build_problem
+from scheduler.types import Plan, PlanRequest, WorkerPlan
+from scheduler.validation import validate_request
+
+DEFAULT_POLICY = "lpt"
+
+
+def plan(request: PlanRequest, policy: str = DEFAULT_POLICY) -> Plan:
+    """Plan ``request`` with the policy named ``policy``.
+
+    Raises ``InvalidInputError`` (``UnknownNameError`` for an unknown policy) naming the bad field;
+    a rejected request has no effect anywhere, since the core holds no state.
+    """
+    started = time.perf_counter()
+    chosen = get_policy(policy)
+    validate_request(request)
+    problem = build_problem(request)
+    placement = chosen.plan(request, problem)
+    bound = lower_bound(request.trajectories, request.inventory, request.excluded_workers)
+    finishes = problem.finishes(placement.queues, request.kv_admission)
+    trajectories = request.trajectories
+    workers = tuple(
+        WorkerPlan(
+            worker_id=worker.worker_id,
+            items=tuple(trajectories[i].key for i in queue),
+            predicted_finish_s=finish,
+        )
+        for worker, queue, finish in zip(request.inventory.workers, placement.queues, finishes, strict=True)
+    )
+    return Plan(
+        policy=chosen.name,
+        workers=workers,
+        predicted_makespan_s=max(finishes),
+        lower_bound_s=bound.value_s,
+        status=placement.status,
+        wall_time_s=time.perf_counter() - started,
+        kv_admission=request.kv_admission,
+        dispatch_order=tuple(trajectories[i].key for i in placement.dispatch_order),
+    )

@@ -1,0 +1,36 @@
+"""The policy interface: a name and a pure ``plan(request) -> Placement``.
+
+Policies decide only placement and order. Everything that every plan needs whatever its policy
+(validation, the lower bound, predicted finish times, wall time) lives in ``scheduler.planner``, so a
+new policy is one module implementing this protocol and one line in the registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from scheduler.policies.problem import Problem
+from scheduler.types import PlanRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A policy's decision, by position: trajectory indices into ``request.trajectories``."""
+
+    queues: tuple[tuple[int, ...], ...]  # one ordered queue per inventory worker, inventory order
+    status: str = "HEURISTIC"  # how it was obtained: HEURISTIC, OPTIMAL, FEASIBLE, FALLBACK_LPT, ...
+    dispatch_order: tuple[int, ...] = ()  # shared-queue policies: the one FIFO every worker pulls from
+
+
+class Policy(Protocol):
+    """A placement policy, chosen by name."""
+
+    name: str
+
+    def plan(self, request: PlanRequest, problem: Problem | None = None) -> Placement:
+        """Place and order every trajectory of a validated ``request``; no I/O, deterministic.
+
+        ``problem`` is ``build_problem(request)`` when the caller already has it (the planner does).
+        """
+        ...

@@ -1,0 +1,141 @@
+"""Request validation: reject a bad plan request up front, naming the offending field and value.
+
+Every policy assumes what this module checks (positive finite lengths, unique ids, at least one worker
+able to hold each trajectory), so none of them needs defensive code. Fields are reported as paths
+(``trajectories[3].predicted_tokens``, ``inventory.workers[2].max_num_seqs``) so that the service can
+point at the JSON element and the CLI at the trace row. A worker "can hold" a trajectory when its KV
+cache fits ``prompt_tokens + max_new_tokens``: an engine must keep a sequence it admits until the cap,
+and vLLM likewise refuses requests longer than the context it can hold.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scheduler.costmodel import worker_cost
+from scheduler.devices import DeviceProfile
+from scheduler.errors import InvalidInputError
+from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
+
+
+def validate_request(request: PlanRequest) -> None:
+    """Raise ``InvalidInputError`` for the first rule ``request`` breaks; return quietly otherwise."""
+    if not math.isfinite(request.time_budget_s) or request.time_budget_s <= 0:
+        raise InvalidInputError("time_budget_s", request.time_budget_s, "must be a positive finite number")
+    if not request.trajectories:
+        raise InvalidInputError("trajectories", [], "the batch is empty")
+    capacities = _validate_inventory(request.inventory)
+    allowed = {wid: cap for wid, cap in capacities.items() if wid not in request.excluded_workers}
+    if not allowed:
+        raise InvalidInputError(
+            "excluded_workers", sorted(request.excluded_workers), "every worker is excluded"
+        )
+    largest = max(allowed.values())
+    seen: dict[str, int] = {}
+    for index, trajectory in enumerate(request.trajectories):
+        path = f"trajectories[{index}]"
+        _validate_trajectory(trajectory, path)
+        first = seen.setdefault(trajectory.key, index)
+        if first != index:
+            raise InvalidInputError(path, trajectory.key, f"duplicate trajectory key (first at [{first}])")
+        _validate_fit(trajectory, path, capacities, allowed, largest)
+
+
+def _validate_fit(
+    trajectory: Trajectory, path: str, capacities: dict[str, int], allowed: dict[str, int], largest: int
+) -> None:
+    """The trajectory must have a permitted worker whose KV cache holds it at its generation cap."""
+    need = trajectory.prompt_tokens + trajectory.max_new_tokens
+    pinned = trajectory.pinned_worker
+    if pinned is None:
+        if need > largest:
+            raise InvalidInputError(
+                f"{path}.max_new_tokens",
+                trajectory.max_new_tokens,
+                f"prompt+max_new_tokens={need} exceeds every allowed worker's KV capacity (max {largest})",
+            )
+        return
+    if pinned not in capacities:
+        raise InvalidInputError(f"{path}.pinned_worker", pinned, "names no worker of the inventory")
+    if pinned not in allowed:
+        raise InvalidInputError(f"{path}.pinned_worker", pinned, "names an excluded worker")
+    if need > allowed[pinned]:
+        raise InvalidInputError(
+            f"{path}.max_new_tokens",
+            trajectory.max_new_tokens,
+            f"prompt+max_new_tokens={need} exceeds pinned worker {pinned}'s KV capacity {allowed[pinned]}",
+        )
+
+
+def _validate_trajectory(t: Trajectory, path: str) -> None:
+    """Lengths must be positive and finite; a prediction may not exceed the generation cap."""
+    if not t.prompt_id:
+        raise InvalidInputError(f"{path}.prompt_id", t.prompt_id, "must be a non-empty string")
+    _require_int(f"{path}.sample_idx", t.sample_idx, minimum=0)
+    _require_int(f"{path}.prompt_tokens", t.prompt_tokens, minimum=1)
+    _require_int(f"{path}.max_new_tokens", t.max_new_tokens, minimum=1)
+    _require_positive(f"{path}.predicted_tokens", t.predicted_tokens)
+    if t.predicted_tokens > t.max_new_tokens:
+        raise InvalidInputError(
+            f"{path}.predicted_tokens",
+            t.predicted_tokens,
+            f"exceeds max_new_tokens={t.max_new_tokens}; clamp predictions to the cap",
+        )
+    for level, value in t.quantiles.items():
+        if not (isinstance(level, int | float) and 0.0 < level < 1.0):
+            raise InvalidInputError(f"{path}.quantiles", level, "quantile levels must lie in (0, 1)")
+        _require_positive(f"{path}.quantiles[{level}]", value)
+
+
+def _validate_inventory(inventory: Inventory) -> dict[str, int]:
+    """Check every worker; return each worker's KV capacity in tokens, by id."""
+    if not inventory.workers:
+        raise InvalidInputError("inventory.workers", [], "the inventory has no workers")
+    capacities: dict[str, int] = {}
+    for index, worker in enumerate(inventory.workers):
+        path = f"inventory.workers[{index}]"
+        _validate_worker(worker, path)
+        if worker.worker_id in capacities:
+            raise InvalidInputError(f"{path}.worker_id", worker.worker_id, "duplicate worker id")
+        try:
+            capacities[worker.worker_id] = worker_cost(worker, inventory.model).kv_capacity_tokens
+        except InvalidInputError as error:
+            raise InvalidInputError(f"{path}.device", worker.device.name, error.reason) from error
+    return capacities
+
+
+def _validate_worker(worker: Worker, path: str) -> None:
+    """Capacities and speeds must be positive and finite, so every cost is a real number of seconds."""
+    if not worker.worker_id:
+        raise InvalidInputError(f"{path}.worker_id", worker.worker_id, "must be a non-empty string")
+    _require_int(f"{path}.num_gpus", worker.num_gpus, minimum=1)
+    _require_int(f"{path}.max_num_seqs", worker.max_num_seqs, minimum=1)
+    if worker.kv_capacity_tokens is not None:
+        _require_int(f"{path}.kv_capacity_tokens", worker.kv_capacity_tokens, minimum=1)
+    _require_positive(f"{path}.time_scale", worker.time_scale)
+    _validate_device(worker.device, f"{path}.device")
+
+
+def _validate_device(device: DeviceProfile, path: str) -> None:
+    """Measured overrides arrive through here too, so the profile is checked like any input."""
+    for name in ("hbm_bandwidth_gbs", "peak_tflops", "memory_gib"):
+        _require_positive(f"{path}.{name}", getattr(device, name))
+    for name in ("bandwidth_efficiency", "compute_efficiency", "memory_utilization"):
+        value = getattr(device, name)
+        _require_positive(f"{path}.{name}", value)
+        if value > 1.0:
+            raise InvalidInputError(f"{path}.{name}", value, "is a share and must not exceed 1")
+    overhead = device.step_overhead_s
+    if isinstance(overhead, bool) or not math.isfinite(overhead) or overhead < 0:
+        raise InvalidInputError(f"{path}.step_overhead_s", overhead, "must be a finite number >= 0")
+
+
+def _require_int(field: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInputError(field, value, f"must be an integer >= {minimum}")
+
+
+def _require_positive(field: str, value: object) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    if not ok:
+        raise InvalidInputError(field, value, "must be a positive finite number")
