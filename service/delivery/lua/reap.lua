@@ -1,9 +1,9 @@
 -- reap: expire every lease whose deadline passed (requeue at the head of the holder's queue, or
 -- dead-letter after max_attempts). Atomic, so replicas reaping at once never double-requeue.
 -- ARGV: now ('' = server), limit (most leases handled per call).
--- Returns {requeued, dead_lettered}.
+-- Returns {requeued, dead_lettered}; error NOSCHEDULE once the schedule expired.
 local cfg = settings()
-if not cfg then return {0, 0} end
+if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now = now_ms(ARGV[1])
 local requeued, dead = 0, 0
 for _, key in ipairs(redis.call('ZRANGEBYSCORE', k('deadlines'), '-inf', '(' .. now, 'LIMIT', 0,

@@ -1,0 +1,91 @@
+"""An independent audit of one schedule's raw keys: where every item is, and what was accepted.
+
+It reads the keys directly (not through the protocol's own counters), so a protocol bug cannot hide
+itself: every item must be in exactly one place that agrees with its recorded state, and the results
+stream must hold at most one accepted result per item.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from service.delivery.keys import schedule_keys
+
+
+@dataclass(frozen=True)
+class Audit:
+    """Where the items of one schedule are, and the two numbers every fault test reports."""
+
+    total: int  # items published
+    queued: int  # in exactly one queue
+    running: int  # under a lease
+    done: int  # accepted
+    dead: int  # dead-lettered
+    lost: int  # items in no place at all (or whose state disagrees with their place)
+    accepted_twice: int  # items with more than one accepted result in the stream
+    problems: list[str] = field(default_factory=list)  # what exactly is wrong, for the assert message
+    counts_agree: bool = True  # the protocol's progress counters match this recount
+
+
+def audit(client: redis.Redis, schedule_id: str, prefix: str = "rs") -> Audit:
+    """Recount one schedule from its raw keys."""
+    keys = schedule_keys(schedule_id, prefix)
+    b = keys.base
+    state: dict[str, str] = {str(k): str(v) for k, v in client.hgetall(f"{b}:state").items()}
+    where: dict[str, str] = {str(k): str(v) for k, v in client.hgetall(f"{b}:where").items()}
+    places: dict[str, list[str]] = {k: [] for k in state}
+    queue_names = [str(n) for n in client.scan_iter(match=f"{b}:q:*", count=1000)]
+    for name in queue_names:
+        queued: Any = client.lrange(name, 0, -1)
+        for key in queued:
+            places.setdefault(str(key), []).append("q")
+    for key in client.zrange(f"{b}:deadlines", 0, -1):
+        places.setdefault(str(key), []).append("r")
+    for key in client.hkeys(f"{b}:done"):
+        places.setdefault(str(key), []).append("d")
+    for entry in client.lrange(f"{b}:dead", 0, -1):
+        places.setdefault(json.loads(str(entry))["key"], []).append("x")
+    stream: Any = client.xrange(f"{b}:results")
+    accepted = Counter(str(f["key"]) for _, f in stream)
+    problems = [
+        f"{k}: state {state.get(k)!r} but places {p}" for k, p in places.items() if p != [state.get(k)]
+    ]
+    problems += [f"{k}: done but not in results" for k, p in places.items() if p == ["d"] and not accepted[k]]
+    by_state = Counter(state.values())
+    recount: Counter[str] = Counter()
+    for key, s in state.items():
+        recount[s] += 1
+        recount[f"{s}:{where[key]}".replace("x:", "f:")] += 1
+    counters = {str(k): int(v) for k, v in client.hgetall(f"{b}:counts").items()}
+    recount["f"] = recount.pop("x", 0)
+    agree = all(counters.get(k, 0) == v for k, v in recount.items()) and all(
+        v == recount.get(k, 0) for k, v in counters.items()
+    )
+    return Audit(
+        total=len(state),
+        queued=by_state["q"],
+        running=by_state["r"],
+        done=by_state["d"],
+        dead=by_state["x"],
+        lost=sum(1 for p in places.values() if len(p) == 0) + sum(1 for k in places if k not in state),
+        accepted_twice=sum(1 for n in accepted.values() if n > 1),
+        problems=problems,
+        counts_agree=agree,
+    )
+
+
+RecordProperty = Callable[[str, object], None]  # pytest's ``record_property`` fixture
+
+
+def report(name: str, result: Audit, record_property: RecordProperty) -> None:
+    """Print and record the two numbers every fault test is judged by, then check them all."""
+    print(f"{name}: lost={result.lost} accepted_twice={result.accepted_twice}")
+    record_property(f"{name} lost", result.lost)
+    record_property(f"{name} accepted_twice", result.accepted_twice)
+    assert (result.lost, result.accepted_twice, result.problems, result.counts_agree) == (0, 0, [], True)

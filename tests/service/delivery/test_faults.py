@@ -1,0 +1,142 @@
+"""Faults production inflicts on delivery, each reporting lost and accepted-twice counts (both 0)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
+from service.delivery.reaper import Reaper, reap_all
+from service.embedded import EmbeddedServer
+from tests.service.delivery.audit import RecordProperty, audit, report
+from tests.service.delivery.conftest import schedule
+
+RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
+
+
+def test_a_completion_whose_reply_is_lost_is_retried_idempotently(
+    delivery: Delivery, redis_client: redis.Redis, record_property: RecordProperty
+) -> None:
+    delivery.publish(schedule("s", {"a": 3}))
+    slow = Delivery(redis.Redis.from_url(_url(redis_client), decode_responses=True, socket_timeout=0.2))
+    admin = redis.Redis.from_url(_url(redis_client))
+    for lease in delivery.claim("s", "a", 3):
+        admin.client_pause(400, all=False)  # the reply cannot come in time
+        with pytest.raises(redis.TimeoutError):
+            slow.complete(lease, RESULT)
+        time.sleep(0.45)
+        assert delivery.complete(lease, RESULT) in (CompletionOutcome.ACCEPTED, CompletionOutcome.DUPLICATE)
+        assert delivery.complete(lease, RESULT) is CompletionOutcome.DUPLICATE  # and again: still success
+    result = audit(redis_client, "s")
+    assert result.done == 3
+    report("lost reply", result, record_property)
+
+
+def _url(client: redis.Redis) -> str:
+    kw = client.connection_pool.connection_kwargs
+    return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
+
+
+def test_a_crash_after_generating_but_before_completing_is_redelivered_and_done_once(
+    delivery: Delivery, redis_client: redis.Redis, record_property: RecordProperty
+) -> None:
+    delivery.publish(schedule("s", {"a": 4}, ttl_ms=300))
+    crashed = delivery.claim("s", "a", 2)  # generated, then the process died: no heartbeat, no complete
+    reaper = Reaper(delivery, interval_s=0.05).start()
+    try:
+        redelivered: list[str] = []
+        deadline = time.monotonic() + 5
+        while not delivery.progress("s").finished and time.monotonic() < deadline:
+            for lease in delivery.claim("s", "a", 4):
+                redelivered.append(lease.key)
+                assert delivery.complete(lease, RESULT) is CompletionOutcome.ACCEPTED
+            time.sleep(0.02)
+    finally:
+        reaper.stop()
+    assert sorted(redelivered) == ["a-0#0", "a-1#0", "a-2#0", "a-3#0"]
+    assert [delivery.complete(lease, RESULT) for lease in crashed] == [CompletionOutcome.STALE] * 2
+    report("crash before complete", audit(redis_client, "s"), record_property)
+
+
+def test_a_poison_item_is_dead_lettered_after_max_attempts(
+    delivery: Delivery, redis_client: redis.Redis, record_property: RecordProperty
+) -> None:
+    delivery.publish(schedule("s", {"a": 5}, ttl_ms=100, max_attempts=3), now_ms=0)
+    now, crashes = 0, 0
+    while not delivery.progress("s").finished:
+        for lease in delivery.claim("s", "a", 5, now_ms=now):
+            if lease.key == "a-2#0":
+                crashes += 1  # the engine dies on this one every time: the lease lapses
+            else:
+                delivery.complete(lease, RESULT, now_ms=now)
+        now += 101
+        reap_all(delivery, now_ms=now)
+    progress = delivery.progress("s")
+    assert (crashes, progress.done, progress.failed) == (3, 4, 1)
+    assert [(d.key, d.attempts) for d in progress.dead_letters] == [("a-2#0", 3)]
+    report("poison item", audit(redis_client, "s"), record_property)
+
+
+@pytest.fixture
+def aof_server() -> Iterator[EmbeddedServer]:
+    """A private server with AOF on (fsync always), so a SIGKILL loses no acknowledged write."""
+    with EmbeddedServer(appendonly=True) as server:
+        yield server
+
+
+def _worker(url: str, worker_id: str, stop: threading.Event, accepted: list[str]) -> None:
+    """A worker that claims, completes, steals, and rides out a server restart by retrying."""
+    delivery = Delivery.from_url(url)
+    while not stop.is_set():
+        try:
+            leases = delivery.claim("s", worker_id, 4) or delivery.steal("s", worker_id, 4)
+            if not leases:
+                time.sleep(0.01)
+            for lease in leases:
+                time.sleep(0.002)  # "generate"
+                while True:  # a lost reply is retried with the same token: DUPLICATE is success
+                    try:
+                        if delivery.complete(lease, RESULT) is CompletionOutcome.ACCEPTED:
+                            accepted.append(lease.key)
+                        break
+                    except redis.ConnectionError:
+                        time.sleep(0.05)
+        except redis.ConnectionError:
+            time.sleep(0.05)
+
+
+def test_redis_killed_and_restarted_with_aof_mid_schedule_loses_nothing(
+    aof_server: EmbeddedServer, record_property: RecordProperty
+) -> None:
+    delivery = Delivery.from_url(aof_server.url)
+    delivery.publish(schedule("s", {f"w{i}": 60 for i in range(4)}, ttl_ms=500))
+    stop, accepted = threading.Event(), list[str]()
+    threads = [
+        threading.Thread(target=_worker, args=(aof_server.url, f"w{i}", stop, accepted)) for i in range(4)
+    ]
+    for t in threads:
+        t.start()
+    while delivery.progress("s").done < 60:
+        time.sleep(0.01)
+    done_at_kill = delivery.progress("s").done
+    aof_server.kill()  # SIGKILL mid-schedule
+    time.sleep(0.3)
+    aof_server.start()  # same port, same data dir: AOF replays
+    reaper = Reaper(Delivery.from_url(aof_server.url), interval_s=0.1).start()
+    deadline = time.monotonic() + 30
+    while not delivery.progress("s").finished and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    reaper.stop()
+    for t in threads:
+        t.join()
+    result = audit(redis.Redis.from_url(aof_server.url, decode_responses=True), "s")
+    print(f"killed with {done_at_kill}/240 done")
+    assert done_at_kill < 240
+    assert result.done == 240
+    assert len(accepted) == len(set(accepted))  # no worker was ever told ACCEPTED twice for one item
+    report("redis SIGKILL + AOF restart", result, record_property)
