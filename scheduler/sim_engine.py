@@ -10,7 +10,8 @@ The model is vLLM's (see docs/simulator.md for the formulas):
 - Decode: every running sequence appends one token per step; a step costs the cost model's
   ``step_time(b, C)`` with ``C`` the KV tokens held before the step (prompt plus generated so far).
   Between events ``b`` is fixed and ``C`` grows by ``b`` per step, so the steps are summed in
-  closed form (two arithmetic series split where memory and compute cross).
+  closed form (``scheduler.stepsum.decode_time``: two arithmetic series split where memory and
+  compute cross).
 - Preemption: a step needs ``C + b <= capacity`` (each sequence writes one more token). When the
   next step does not fit, the newest running sequence is evicted and goes back to the head of the
   queue, its progress lost (recompute preemption); nothing is admitted until a decode step has run.
@@ -25,18 +26,13 @@ State is kept in plain ints, lists and dicts: an event costs a few microseconds,
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 
 from scheduler.costmodel import WorkerCost
 from scheduler.errors import InvalidInputError
+from scheduler.stepsum import decode_time
 
 _DEAD = (-1, 0)  # alive.get() default: matches no admission token
-
-
-def planned_steps(predicted_tokens: float) -> int:
-    """Decode steps assumed for a predicted length: whole tokens, at least one (as the planner does)."""
-    return max(1, math.ceil(predicted_tokens))
 
 
 class Ledger:
@@ -65,10 +61,10 @@ class Ledger:
 class WorkerEngine:
     """One worker's queue, running batch and clock; see the module docstring for the rules."""
 
-    __slots__ = ("alive", "batch", "blocked", "busy_s", "cap", "clock", "cost", "event_clock", "f_seq",
-                 "f_tok", "heap", "index", "kv_admission", "ledger", "limit", "m0", "m1", "max_seqs",
-                 "offset", "overhead", "pending_run", "preempted", "prefill_tokens", "queue",
-                 "queued_work", "reserved", "scale", "stack", "step", "to_finish", "token")  # fmt: skip
+    __slots__ = ("alive", "batch", "blocked", "busy_s", "cap", "clock", "cost", "event_clock", "heap",
+                 "index", "kv_admission", "ledger", "limit", "max_seqs", "offset", "pending_run",
+                 "preempted", "prefill_tokens", "queue", "queued_work", "reserved", "stack", "step",
+                 "to_finish", "token")  # fmt: skip
 
     def __init__(
         self, index: int, cost: WorkerCost, ledger: Ledger, *, watermark: float, kv_admission: bool
@@ -78,9 +74,6 @@ class WorkerEngine:
         self.limit = self.cap - watermark * self.cap  # admission ceiling for prompts (watermark kept free)
         self.max_seqs = cost.max_num_seqs
         self.kv_admission = kv_admission
-        self.m0, self.m1 = cost.mem_base_s, cost.mem_per_token_s
-        self.f_seq, self.f_tok = cost.flops_per_seq_s, cost.flops_per_token_s
-        self.scale, self.overhead = cost.time_scale, cost.overhead_s
         self.queue: deque[int] = deque()  # waiting items, head first
         self.queued_work = 0  # planned decode steps still queued (the steal rule's measure)
         self.heap: list[tuple[int, int, int]] = []  # (finish step, admission token, item)
@@ -171,7 +164,7 @@ class WorkerEngine:
         context = self.offset + batch * self.step
         self.to_finish = heap[0][0] - self.step
         run = min(self.to_finish, (self.cap - context) // batch)
-        spent = self.decode_time(batch, context, run) if run > 0 else 0.0
+        spent = decode_time(self.cost, batch, context, run) if run > 0 else 0.0
         self.busy_s += spent
         self.pending_run = run
         self.event_clock = self.clock + spent
@@ -221,38 +214,6 @@ class WorkerEngine:
         self.batch -= 1
         self.offset -= ledger.prompts[item] - admitted
         self.reserved -= ledger.reserve[item]
-
-    def decode_time(self, batch: int, context: int, steps: int) -> float:
-        """Seconds for ``steps`` decode steps of ``batch`` sequences from ``context`` cached tokens.
-
-        Step ``k`` reads ``context + batch * k`` tokens; both roofline terms are affine in ``k``, so
-        the sum is an arithmetic series on each side of the one point where the larger term changes.
-        """
-        mem_a = self.m0 + self.m1 * context
-        mem_s = self.m1 * batch
-        cmp_a = self.f_seq * batch + self.f_tok * context
-        cmp_s = self.f_tok * batch
-        diff_a, diff_s = mem_a - cmp_a, mem_s - cmp_s
-        last = diff_a + diff_s * (steps - 1)
-        if diff_a >= 0 and last >= 0:
-            total = steps * mem_a + mem_s * (steps - 1) * steps / 2.0
-        elif diff_a <= 0 and last <= 0:
-            total = steps * cmp_a + cmp_s * (steps - 1) * steps / 2.0
-        else:
-            cross = min(steps, max(0, math.ceil(-diff_a / diff_s)))
-            if diff_a > 0:
-                total = _series(mem_a, mem_s, 0, cross) + _series(cmp_a, cmp_s, cross, steps)
-            else:
-                total = _series(cmp_a, cmp_s, 0, cross) + _series(mem_a, mem_s, cross, steps)
-        return self.scale * (total + self.overhead * steps)
-
-
-def _series(a: float, s: float, start: int, stop: int) -> float:
-    """Sum of ``a + s * k`` for integer ``k`` in ``[start, stop)``."""
-    n = stop - start
-    if n <= 0:
-        return 0.0
-    return n * a + s * (start + stop - 1) * n / 2.0
 
 
 def run_alone(engine: WorkerEngine) -> float:

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from scheduler.costmodel import worker_cost
 from scheduler.devices import ModelPreset
 from scheduler.errors import InvalidInputError, SchedulerError
-from scheduler.sim_engine import Ledger, WorkerEngine, planned_steps, run_alone
+from scheduler.sim_engine import Ledger, WorkerEngine, run_alone
 from scheduler.sim_pool import Pool
+from scheduler.stepsum import planned_steps
 from scheduler.types import Inventory, Plan, Trajectory, Worker
 
 TAIL_PERCENT = 10  # tail time: what the last 10% of trajectories to finish add to the makespan
