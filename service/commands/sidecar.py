@@ -1,0 +1,120 @@
+"""``rollout-scheduler sidecar``: the process beside each inference engine that feeds it planned work.
+
+Push mode (``--engine-url``) sends items to the engine's OpenAI-compatible API itself; pull mode
+(``--pull-api PORT``) serves ``GET /next`` / ``POST /done`` on loopback for a worker process that
+drives its engine itself. docs/sidecar.md describes both, the flags and the shutdown behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+
+HELP = (
+    "Run beside one inference engine: claim this worker's planned items from Redis (stealing when its "
+    "queue is empty), keep the engine at its concurrency (and KV budget when the plan asks), heartbeat "
+    "leases, report results; SIGTERM stops claiming and finishes or releases what it holds."
+)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Attach ``sidecar`` to the root app."""
+    del bench_app
+    app.command("sidecar", help=HELP)(sidecar)
+
+
+def sidecar(
+    worker_id: Annotated[str, typer.Option(help="This worker's id, as the inventory names it.")],
+    engine_url: Annotated[
+        str | None, typer.Option(help="Engine base URL (push mode), e.g. http://127.0.0.1:8000.")
+    ] = None,
+    redis_url: Annotated[str | None, typer.Option(help="Redis URL; default $REDIS_URL.")] = None,
+    pull_api: Annotated[
+        int | None, typer.Option(help="Serve the local pull API on this port instead of pushing.")
+    ] = None,
+    max_num_seqs: Annotated[int, typer.Option(help="The engine's concurrent-sequence limit.")] = 256,
+    kv_capacity_tokens: Annotated[
+        int | None, typer.Option(help="The engine's KV cache, tokens (for plans with KV admission).")
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option(help="Derive the KV capacity from this device kind (and --model).")
+    ] = None,
+    model: Annotated[str, typer.Option(help="Model preset for --device: 1.5b, 7b, 14b, 32b.")] = "7b",
+    num_gpus: Annotated[int, typer.Option(help="Tensor-parallel degree for --device.")] = 1,
+    engine_model: Annotated[str | None, typer.Option(help="Model id to request; default: first.")] = None,
+    synthetic_prompts: Annotated[
+        bool, typer.Option(help="Send placeholder prompts for items without text (engine-sim demos).")
+    ] = False,
+    steal: Annotated[bool, typer.Option(help="Steal when the own queue is empty.")] = True,
+    reap: Annotated[bool, typer.Option(help="Reap lapsed leases of schedules found empty.")] = True,
+    drain_timeout: Annotated[float, typer.Option(help="Seconds running items may finish on SIGTERM.")] = 20.0,
+    idle_poll: Annotated[float, typer.Option(help="Seconds between looks for work when idle.")] = 0.2,
+    heartbeat_interval: Annotated[
+        float | None, typer.Option(help="Seconds between heartbeats; default a third of the lease TTL.")
+    ] = None,
+    prefix: Annotated[str, typer.Option(help="Redis key prefix.")] = "rs",
+    cluster: Annotated[bool, typer.Option(help="The Redis URL names a cluster node.")] = False,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+) -> None:
+    """Validate the flags, then serve until SIGTERM; print the final counters as one JSON line."""
+    from service import logs
+    from service.sidecar.launch import SidecarOptions, run_pull, run_push
+
+    url = redis_url or os.environ.get("REDIS_URL")
+    problem = _check(url, engine_url, pull_api, max_num_seqs)
+    if problem:
+        typer.echo(f"sidecar: {problem}", err=True)
+        raise typer.Exit(2)
+    assert url is not None
+    try:
+        kv = kv_capacity_tokens if kv_capacity_tokens is not None else _derived_kv(device, model, num_gpus)
+    except ValueError as exc:
+        typer.echo(f"sidecar: {exc}", err=True)
+        raise typer.Exit(2) from None
+    logs.configure(log_level.upper())
+    options = SidecarOptions(
+        worker_id=worker_id,
+        redis_url=url,
+        engine_url=engine_url,
+        pull_api_port=pull_api,
+        prefix=prefix,
+        cluster=cluster,
+        max_num_seqs=max_num_seqs,
+        kv_capacity_tokens=kv,
+        engine_model=engine_model,
+        engine_api_key=os.environ.get("ROLLOUT_ENGINE_API_KEY"),
+        synthetic_prompts=synthetic_prompts,
+        steal=steal,
+        reap_when_idle=reap,
+        heartbeat_interval_s=heartbeat_interval,
+        idle_poll_s=idle_poll,
+        drain_timeout_s=drain_timeout,
+    )
+    stats = run_pull(options) if pull_api is not None else run_push(options)
+    typer.echo(json.dumps({"worker_id": worker_id, **asdict(stats)}))
+
+
+def _check(url: str | None, engine_url: str | None, pull_api: int | None, max_num_seqs: int) -> str:
+    if not url:
+        return "no Redis: pass --redis-url or set REDIS_URL"
+    if (engine_url is None) == (pull_api is None):
+        return "pass exactly one of --engine-url (push mode) or --pull-api PORT (pull mode)"
+    if max_num_seqs < 1:
+        return f"max_num_seqs={max_num_seqs}: must be >= 1"
+    return ""
+
+
+def _derived_kv(device: str | None, model: str, num_gpus: int) -> int | None:
+    """The KV capacity an engine on ``device`` would allocate, or None without a device."""
+    if device is None:
+        return None
+    from scheduler.costmodel import derived_kv_capacity
+    from scheduler.devices import device_profile, model_preset
+    from scheduler.types import Worker
+
+    worker = Worker(worker_id="sidecar", device=device_profile(device), num_gpus=num_gpus)
+    return derived_kv_capacity(worker, model_preset(model))

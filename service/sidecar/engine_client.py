@@ -1,0 +1,145 @@
+"""The sidecar's client of the local inference engine's OpenAI-compatible API (vLLM, SGLang, engine-sim).
+
+One trajectory is one non-streaming request with ``max_tokens`` = the item's cap. The item's payload
+says what to send: ``messages`` (a chat, to ``/v1/chat/completions``) or ``prompt`` (text or token ids,
+to ``/v1/completions``), plus ``params`` (extra sampling fields: temperature, seed, stop...) merged
+into the body. Every request also carries a ``rollout`` object (prompt id, sample index, prompt
+tokens, and whatever the payload's ``rollout`` adds) that real engines ignore and engine-sim reads.
+
+Cancelling ``generate`` closes the connection, which makes vLLM (and engine-sim) abort the request
+and free its slot: that is how a lost lease stops a trajectory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from service.delivery.records import DeliveryItem
+
+
+class EngineError(RuntimeError):
+    """The engine could not run a request; ``retryable`` says whether another try may succeed."""
+
+    def __init__(self, message: str, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@dataclass(frozen=True, slots=True)
+class EngineReply:
+    """What the engine generated for one trajectory."""
+
+    output: str  # generated text
+    completion_tokens: int  # usage.completion_tokens: the actual length
+    finish_reason: str  # "stop" | "length" | engine-specific
+    wall_time_s: float  # request sent -> response received
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """How to talk to the engine."""
+
+    base_url: str  # e.g. http://127.0.0.1:8000 (without /v1)
+    model: str | None = None  # model id to request; None: the first one /v1/models lists
+    api_key: str | None = None  # sent as a bearer token when set
+    connect_timeout_s: float = 5.0  # connecting; a generation itself may take many minutes
+    synthetic_prompts: bool = False  # items without prompt text get a placeholder (engine-sim demos)
+
+
+class EngineClient:
+    """Async client of one engine; create with ``open`` and close with ``aclose``."""
+
+    def __init__(self, options: EngineOptions, http: httpx.AsyncClient) -> None:
+        self._options = options
+        self._http = http
+        self._model = options.model
+
+    @classmethod
+    def open(cls, options: EngineOptions) -> EngineClient:
+        """Build the client; no request is sent until ``discover`` or ``generate``."""
+        headers = {"Authorization": f"Bearer {options.api_key}"} if options.api_key else {}
+        timeout = httpx.Timeout(None, connect=options.connect_timeout_s)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        http = httpx.AsyncClient(base_url=options.base_url, headers=headers, timeout=timeout, limits=limits)
+        return cls(options, http)
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def ready(self) -> str:
+        """Ask the engine for its models (a liveness check); return the model id to request.
+
+        The id is the configured one, else the first that ``/v1/models`` lists.
+        """
+        listing = await self._send("GET", "/v1/models", None)
+        if self._model is None:
+            try:
+                self._model = str(listing["data"][0]["id"])
+            except (KeyError, IndexError, TypeError):
+                raise EngineError("the engine's /v1/models lists no model", retryable=True) from None
+        return self._model
+
+    async def model(self) -> str:
+        """The model id to request (asks the engine once when none was configured)."""
+        return self._model if self._model is not None else await self.ready()
+
+    async def generate(self, item: DeliveryItem) -> EngineReply:
+        """Run one trajectory to completion; raises ``EngineError`` on failure."""
+        path, body = self.request_for(item, await self.model())
+        started = time.monotonic()
+        answer = await self._send("POST", path, body)
+        return _parse_reply(answer, time.monotonic() - started)
+
+    def request_for(self, item: DeliveryItem, model: str) -> tuple[str, dict[str, Any]]:
+        """The endpoint and JSON body for ``item`` (see the module docstring)."""
+        payload = item.payload
+        hint = {
+            "prompt_id": item.prompt_id,
+            "sample_idx": item.sample_idx,
+            "prompt_tokens": item.prompt_tokens,
+        }
+        hint.update(dict(payload.get("rollout") or {}))
+        body: dict[str, Any] = {"model": model, "max_tokens": item.max_new_tokens, "n": 1, "stream": False}
+        body.update(dict(payload.get("params") or {}))
+        body["rollout"] = hint
+        if "messages" in payload:
+            return "/v1/chat/completions", {**body, "messages": payload["messages"]}
+        if "prompt" in payload:
+            return "/v1/completions", {**body, "prompt": payload["prompt"]}
+        if self._options.synthetic_prompts:
+            return "/v1/completions", {**body, "prompt": [0] * max(1, item.prompt_tokens)}
+        raise EngineError(f"item {item.key} carries no prompt or messages in its payload", retryable=False)
+
+    async def _send(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        try:
+            response = await self._http.request(method, path, json=body)
+        except httpx.TransportError as exc:
+            raise EngineError(f"engine unreachable at {self._options.base_url}: {exc!r}", True) from None
+        if response.status_code >= 400:
+            retryable = response.status_code >= 500 or response.status_code == 429
+            raise EngineError(f"engine answered {response.status_code}: {response.text[:300]}", retryable)
+        try:
+            data = response.json()
+        except ValueError:
+            raise EngineError(f"engine answered non-JSON: {response.text[:100]!r}", True) from None
+        if not isinstance(data, dict):
+            raise EngineError("engine answered a non-object JSON body", True)
+        return data
+
+
+def _parse_reply(answer: dict[str, Any], wall_time_s: float) -> EngineReply:
+    try:
+        choice = answer["choices"][0]
+        text = choice["message"]["content"] if "message" in choice else choice["text"]
+        tokens = int(answer["usage"]["completion_tokens"])
+        finish = str(choice.get("finish_reason") or "stop")
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise EngineError(f"engine answer lacks choices/usage: {str(answer)[:200]}", retryable=True) from None
+    return EngineReply(
+        output=str(text or ""), completion_tokens=tokens, finish_reason=finish, wall_time_s=wall_time_s
+    )

@@ -1,0 +1,104 @@
+"""What a sidecar holds right now, and whether it may take on more: slot and KV admission control.
+
+Pure bookkeeping, no I/O, so the admission rule is testable on its own. An engine runs at most
+``max_in_flight`` sequences (its ``max_num_seqs``). When a schedule asks for KV admission control,
+each of its items also reserves ``prompt_tokens + min(predicted_tokens, max_new_tokens)`` tokens of
+KV cache, and an item starts only while the reservations fit in ``kv_capacity_tokens``: the engine
+then never runs out of KV mid-generation and never preempts (recomputes) a sequence, which on long
+chain-of-thought rollouts costs more than the concurrency it buys. An item larger than the whole
+cache still starts when nothing else runs, so nothing can wait forever.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from service.delivery.records import DeliveryItem, Lease
+
+LeaseId = tuple[str, str]  # (schedule id, item key)
+
+
+def reservation_tokens(item: DeliveryItem) -> int:
+    """KV tokens an item will hold at its predicted final length."""
+    return item.prompt_tokens + math.ceil(min(item.predicted_tokens, float(item.max_new_tokens)))
+
+
+def lease_id(lease: Lease) -> LeaseId:
+    """The holdings key of a lease."""
+    return (lease.schedule_id, lease.key)
+
+
+@dataclass
+class Held:
+    """One lease the sidecar holds."""
+
+    lease: Lease  # current lease (deadline refreshed by heartbeats)
+    reserved_tokens: int  # KV reserved while running (0 when KV admission is off for its schedule)
+    started: bool = False  # sent to the engine / handed to the worker
+    completing: bool = False  # its completion is being sent: a missing heartbeat is not a loss
+
+
+@dataclass
+class Holdings:
+    """The leases of one sidecar: waiting to start, running, or being completed."""
+
+    max_in_flight: int  # the engine's concurrent-sequence limit
+    kv_capacity_tokens: int | None = None  # the engine's KV cache; None disables KV admission
+    _held: dict[LeaseId, Held] = field(default_factory=dict, init=False)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def free_slots(self) -> int:
+        """Slots left for new claims (waiting leases occupy a slot too)."""
+        return max(0, self.max_in_flight - len(self._held))
+
+    def reserved(self) -> int:
+        """KV tokens reserved by started items."""
+        return sum(h.reserved_tokens for h in self._held.values() if h.started)
+
+    def add(self, lease: Lease, kv_admission: bool) -> Held:
+        """Record a new lease, not started yet."""
+        use_kv = kv_admission and self.kv_capacity_tokens is not None
+        held = Held(lease, reservation_tokens(lease.item) if use_kv else 0)
+        self._held[lease_id(lease)] = held
+        return held
+
+    def can_start(self, held: Held) -> bool:
+        """Whether ``held`` may start now without overcommitting the KV cache."""
+        if held.reserved_tokens == 0 or self.kv_capacity_tokens is None:
+            return True
+        running = [h for h in self._held.values() if h.started]
+        return not running or self.reserved() + held.reserved_tokens <= self.kv_capacity_tokens
+
+    def all(self) -> list[Held]:
+        """Every holding, oldest first."""
+        return list(self._held.values())
+
+    def waiting(self) -> list[Held]:
+        """Leases claimed but not started, oldest first."""
+        return [h for h in self._held.values() if not h.started]
+
+    def get(self, key: LeaseId) -> Held | None:
+        """The holding of one lease, if still held."""
+        return self._held.get(key)
+
+    def remove(self, key: LeaseId) -> Held | None:
+        """Forget a lease (completed, failed, released or lost)."""
+        return self._held.pop(key, None)
+
+    def schedules(self) -> set[str]:
+        """Schedule ids of the held leases."""
+        return {sid for sid, _ in self._held}
+
+    def leases(self) -> list[Lease]:
+        """Every held lease, for heartbeats."""
+        return [h.lease for h in self._held.values()]
+
+    def refresh(self, alive: list[Lease]) -> None:
+        """Store the new deadlines a heartbeat returned."""
+        for lease in alive:
+            held = self._held.get(lease_id(lease))
+            if held is not None and held.lease.token == lease.token:
+                held.lease = lease

@@ -1,0 +1,108 @@
+"""Assemble and run a sidecar from its options: connect Redis and the engine, serve until SIGTERM.
+
+Kept apart from the CLI so tests and embedders start the same thing the command does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from dataclasses import dataclass
+
+import redis
+from redis.cluster import RedisCluster
+
+from service.delivery.keys import DEFAULT_PREFIX
+from service.delivery.protocol import Delivery
+from service.sidecar.engine_client import EngineClient, EngineOptions
+from service.sidecar.holdings import Holdings
+from service.sidecar.runner import RunnerSettings, Sidecar
+from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarOptions:
+    """Everything ``rollout-scheduler sidecar`` can be told."""
+
+    worker_id: str  # this worker's id in the plans
+    redis_url: str  # redis:// or rediss:// (ACL user:password in the URL)
+    engine_url: str | None = None  # the engine's base URL (push mode)
+    pull_api_port: int | None = None  # serve the local pull API on this port instead (pull mode)
+    pull_api_host: str = "127.0.0.1"  # the pull API is for a local process: loopback by default
+    prefix: str = DEFAULT_PREFIX  # Redis key prefix of the deployment
+    cluster: bool = False  # the URL names a Redis Cluster node
+    max_num_seqs: int = 256  # the engine's concurrent-sequence limit
+    kv_capacity_tokens: int | None = None  # the engine's KV cache; enables KV admission when asked
+    engine_model: str | None = None  # model id to request; default: the engine's first
+    engine_api_key: str | None = None  # bearer token for the engine
+    synthetic_prompts: bool = False  # placeholder prompts for items without text (engine-sim demos)
+    steal: bool = True  # steal when the own queue is empty
+    reap_when_idle: bool = True  # reap lapsed leases of a schedule found empty
+    heartbeat_interval_s: float | None = None  # None: a third of the lease TTL
+    idle_poll_s: float = 0.2  # how often an idle sidecar looks for work
+    drain_timeout_s: float = 20.0  # on SIGTERM, how long running items may finish
+    pull_idle_timeout_s: float = 60.0  # pull mode: stop heartbeating a worker silent this long
+
+
+def connect(options: SidecarOptions) -> Delivery:
+    """The delivery client; connection and command timeouts keep a dead Redis from hanging us."""
+    timeouts = {"socket_connect_timeout": 2.0, "socket_timeout": 5.0, "decode_responses": True}
+    if options.cluster:
+        return Delivery(RedisCluster.from_url(options.redis_url, **timeouts), options.prefix)
+    client = redis.Redis.from_url(options.redis_url, health_check_interval=15, **timeouts)
+    return Delivery(client, options.prefix)
+
+
+def session_for(options: SidecarOptions, delivery: Delivery) -> WorkerSession:
+    """The worker session both modes share."""
+    settings = SessionSettings(
+        worker_id=options.worker_id,
+        steal=options.steal,
+        reap_when_idle=options.reap_when_idle,
+        heartbeat_interval_s=options.heartbeat_interval_s,
+    )
+    return WorkerSession(delivery, Holdings(options.max_num_seqs, options.kv_capacity_tokens), settings)
+
+
+def run_push(options: SidecarOptions) -> SessionStats:
+    """Feed the engine at ``engine_url`` until SIGTERM/SIGINT, then drain; return the counters."""
+    assert options.engine_url is not None
+    return asyncio.run(_push(options, options.engine_url))
+
+
+async def _push(options: SidecarOptions, engine_url: str) -> SessionStats:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    engine = EngineClient.open(
+        EngineOptions(
+            base_url=engine_url,
+            model=options.engine_model,
+            api_key=options.engine_api_key,
+            synthetic_prompts=options.synthetic_prompts,
+        )
+    )
+    session = session_for(options, connect(options))
+    runner = Sidecar(
+        session,
+        engine,
+        RunnerSettings(idle_poll_s=options.idle_poll_s, drain_timeout_s=options.drain_timeout_s),
+    )
+    try:
+        return await runner.run(stop)
+    finally:
+        await engine.aclose()
+
+
+def run_pull(options: SidecarOptions) -> SessionStats:
+    """Serve the local pull API until SIGTERM/SIGINT (uvicorn's handlers); return the counters."""
+    import uvicorn
+
+    from service.sidecar.pull_api import create_pull_app
+
+    assert options.pull_api_port is not None
+    session = session_for(options, connect(options))
+    app = create_pull_app(session, options.pull_idle_timeout_s)
+    uvicorn.run(app, host=options.pull_api_host, port=options.pull_api_port, log_level="warning")
+    return session.stats

@@ -1,0 +1,193 @@
+"""The push-mode sidecar: keep the engine busy with this worker's planned items, and nothing more.
+
+One asyncio task per item in flight sends it to the engine and completes it; one heartbeat task
+keeps every held lease alive and cancels the item whose lease the server no longer honours (the
+HTTP request is closed, so the engine aborts it). The main loop refills free slots as items finish:
+claim from the own queue, else steal, within the engine's concurrency and, when the schedule asks
+for it, the KV cache (see ``holdings``).
+
+Failures are sorted by whose fault they are. The engine refusing an item (4xx) is the item's fault:
+it is reported failed, so a poison item is dead-lettered after its attempts. The engine being down
+(connection errors, 5xx) is not: the lease is released without spending an attempt and claiming
+pauses until the engine answers again. On SIGTERM the sidecar stops claiming, hands back what it
+has not started, lets running items finish for ``drain_timeout_s`` and releases the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from dataclasses import dataclass, field
+
+from service.delivery.records import TrajectoryResult
+from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
+from service.sidecar.holdings import Held
+from service.sidecar.session import SessionStats, WorkerSession
+
+log = logging.getLogger("service.sidecar")
+TaskId = tuple[str, str, int]  # (schedule id, item key, lease token)
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerSettings:
+    """Pacing of the push loop."""
+
+    idle_poll_s: float = 0.2  # how often an idle sidecar looks for new schedules or work to steal
+    drain_timeout_s: float = 20.0  # on shutdown, how long running items may finish before release
+    engine_retries: int = 2  # retries of a request the engine failed transiently, before release
+    engine_retry_pause_s: float = 0.5  # pause between those retries
+    engine_wait_s: float = 1.0  # poll interval while waiting for the engine to (re)appear
+
+
+def _task_id(held: Held) -> TaskId:
+    return (held.lease.schedule_id, held.lease.key, held.lease.token)
+
+
+@dataclass
+class Sidecar:
+    """Push mode: claims items and runs them on the engine until ``stop`` is set."""
+
+    session: WorkerSession
+    engine: EngineClient
+    settings: RunnerSettings = RunnerSettings()
+    _tasks: dict[TaskId, asyncio.Task[None]] = field(default_factory=dict, init=False)
+    _wakeup: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _engine_down: bool = field(default=False, init=False)
+
+    async def run(self, stop: asyncio.Event) -> SessionStats:
+        """Serve until ``stop`` is set, then drain; return the session's counters."""
+        heartbeats = asyncio.create_task(self._heartbeats())
+        try:
+            while not stop.is_set():
+                if not await self._engine_ready(stop):
+                    break
+                await self._fill()
+                await self._pause(stop)
+            await self._drain()
+        finally:
+            heartbeats.cancel()
+            await asyncio.gather(heartbeats, return_exceptions=True)
+        return self.session.stats
+
+    async def _engine_ready(self, stop: asyncio.Event) -> bool:
+        """Wait (without claiming) until the engine answers; False if asked to stop meanwhile."""
+        while not stop.is_set():
+            try:
+                await self.engine.ready()
+                self._engine_down = False
+                return True
+            except EngineError as exc:
+                if not self._engine_down:
+                    log.warning("engine not ready, not claiming: %s", exc)
+                self._engine_down = True
+            if self._tasks:
+                return True  # still finishing items; the loop comes back here once they are done
+            await _sleep_unless(stop, self.settings.engine_wait_s)
+        return False
+
+    async def _fill(self) -> None:
+        """Start what may start, then claim into free slots until nothing more fits or comes."""
+        holdings = self.session.holdings
+        while not self._engine_down:
+            self._start_waiting()
+            if holdings.waiting() or holdings.free_slots() == 0:
+                return
+            if not await self.session.claim(holdings.free_slots()):
+                return
+
+    def _start_waiting(self) -> None:
+        holdings = self.session.holdings
+        for held in holdings.waiting():
+            if not holdings.can_start(held):
+                return  # first come first served: a later, smaller item does not jump the queue
+            held.started = True
+            task_id = _task_id(held)
+            task = asyncio.create_task(self._run_item(held))
+            self._tasks[task_id] = task
+            task.add_done_callback(functools.partial(self._finished, task_id))
+
+    def _finished(self, task_id: TaskId, _: asyncio.Task[None]) -> None:
+        self._tasks.pop(task_id, None)
+        self._wakeup.set()
+
+    async def _pause(self, stop: asyncio.Event) -> None:
+        """Sleep until an item finishes, ``stop`` is set, or the idle poll interval passes."""
+        self._wakeup.clear()
+        waiters = [asyncio.ensure_future(self._wakeup.wait()), asyncio.ensure_future(stop.wait())]
+        await asyncio.wait(waiters, timeout=self.settings.idle_poll_s, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+
+    async def _run_item(self, held: Held) -> None:
+        """Generate one item and complete it; a cancellation (lost lease, shutdown) just stops it."""
+        try:
+            reply = await self._generate(held)
+        except EngineError as exc:
+            if exc.retryable:
+                self._engine_down = True
+                log.warning("engine failing, releasing %s: %s", held.lease.key, exc)
+                await self.session.release([held])
+            else:
+                log.warning("engine refused %s, reporting it failed: %s", held.lease.key, exc)
+                await self.session.fail(held, str(exc))
+            return
+        try:
+            await self.session.complete(held, _result(held, reply))
+        except Exception:  # Redis gone for longer than the retry window: the lease lapses, redelivered
+            log.exception("could not complete %s; it will be redelivered", held.lease.key)
+
+    async def _generate(self, held: Held) -> EngineReply:
+        for attempt in range(self.settings.engine_retries + 1):
+            try:
+                return await self.engine.generate(held.lease.item)
+            except EngineError as exc:
+                if not exc.retryable or attempt == self.settings.engine_retries:
+                    raise
+                await asyncio.sleep(self.settings.engine_retry_pause_s)
+        raise AssertionError("unreachable")
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.session.heartbeat_interval())
+            for held in await self.session.heartbeat():
+                log.warning("lease on %s lost; stopping it", held.lease.key)
+                task = self._tasks.get(_task_id(held))
+                if task is not None:
+                    task.cancel()
+
+    async def _drain(self) -> None:
+        """Stop claiming; release unstarted leases now and unfinished ones after the drain timeout."""
+        holdings = self.session.holdings
+        await self.session.release(holdings.waiting())
+        running = list(self._tasks.values())
+        if running:
+            log.info("draining %d running items for up to %.1fs", len(running), self.settings.drain_timeout_s)
+            _, pending = await asyncio.wait(running, timeout=self.settings.drain_timeout_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        await self.session.release([h for h in holdings.all() if not h.completing])
+
+
+def _result(held: Held, reply: EngineReply) -> TrajectoryResult:
+    item = held.lease.item
+    return TrajectoryResult(
+        output_tokens=reply.completion_tokens,
+        finish_reason=reply.finish_reason,
+        wall_time_s=reply.wall_time_s,
+        output=reply.output,
+        extra={
+            "prompt_id": item.prompt_id,
+            "sample_idx": item.sample_idx,
+            "prompt_tokens": item.prompt_tokens,
+            "predicted_tokens": item.predicted_tokens,
+            "attempt": held.lease.attempt,
+        },
+    )
+
+
+async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)

@@ -1,0 +1,215 @@
+"""One worker's side of the delivery protocol: find work, hold leases, keep them alive, report results.
+
+Both sidecar modes share it: the push runner (which sends items to the engine itself) and the local
+pull API (where the worker process drives its engine). It wraps the synchronous ``Delivery`` client in
+worker threads so an asyncio program never blocks on Redis, and adds what a long-lived worker needs:
+
+* discovery: the schedules announced to this worker (its inbox), oldest first;
+* claiming: the head of its own queue first; when that is empty, stealing from the busiest queue;
+  when both are empty, an opportunistic reap of lapsed leases, so redelivery of a dead worker's items
+  does not depend on the service's reaper being up;
+* heartbeats: every held lease is extended each third of its schedule's TTL; a lease the server no
+  longer honours is reported lost so the caller stops that trajectory;
+* completion with retries on connection errors: a completion whose reply was lost is sent again and
+  answered DUPLICATE (a success), never accepted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
+
+import redis
+
+from service.delivery.errors import UnknownScheduleError
+from service.delivery.protocol import Delivery
+from service.delivery.records import (
+    CompletionOutcome,
+    Lease,
+    ReleaseOutcome,
+    ScheduleInfo,
+    TrajectoryResult,
+)
+from service.sidecar.holdings import Held, Holdings, lease_id
+
+log = logging.getLogger("service.sidecar")
+P = ParamSpec("P")
+T = TypeVar("T")
+_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """Timing of one worker session."""
+
+    worker_id: str  # this worker's id, as the plan names it
+    steal: bool = True  # take work from the busiest queue when the own queue is empty
+    reap_when_idle: bool = True  # expire lapsed leases of a schedule this worker finds empty
+    heartbeat_interval_s: float | None = None  # None: a third of the shortest held lease TTL
+    retry_for_s: float = 60.0  # how long to retry a completion/release through Redis outages
+
+
+@dataclass
+class SessionStats:
+    """Counters a sidecar reports (and the fault tests read)."""
+
+    claimed: int = 0  # leases taken from the own queue (or the shared FIFO)
+    stolen: int = 0  # leases taken from another worker's queue
+    accepted: int = 0  # completions accepted
+    duplicate: int = 0  # completions answered as a repeat of an accepted one
+    stale: int = 0  # completions refused: the lease was gone
+    failed: int = 0  # items reported failed to the protocol
+    released: int = 0  # leases handed back unstarted or unfinished (shutdown)
+    lost: int = 0  # leases a heartbeat found gone (the work was stopped)
+    reaped: int = 0  # lapsed leases this worker's reaps requeued or dead-lettered
+
+
+@dataclass
+class WorkerSession:
+    """Async facade over ``Delivery`` for one worker; not shared between workers."""
+
+    delivery: Delivery
+    holdings: Holdings
+    settings: SessionSettings
+    stats: SessionStats = field(default_factory=SessionStats)
+    _infos: dict[str, ScheduleInfo] = field(default_factory=dict, init=False)
+    _last_reap: dict[str, float] = field(default_factory=dict, init=False)
+
+    async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def _persist(self, what: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Call ``fn`` through transient Redis errors (safe: every step it is used for is idempotent)."""
+        deadline = time.monotonic() + self.settings.retry_for_s
+        pause = 0.05
+        while True:
+            try:
+                return await self._redis(fn, *args, **kwargs)
+            except _TRANSIENT as exc:
+                if time.monotonic() + pause > deadline:
+                    raise
+                log.warning("redis unavailable during %s, retrying: %s", what, exc)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        """The live schedules announced to this worker, oldest first."""
+        ids = await self._redis(self.delivery.schedules_for, self.settings.worker_id)
+        infos = []
+        for sid in ids:
+            if sid not in self._infos:
+                try:
+                    self._infos[sid] = await self._redis(self.delivery.info, sid)
+                except UnknownScheduleError:
+                    continue
+            infos.append(self._infos[sid])
+        return infos
+
+    async def claim(self, want: int) -> list[Held]:
+        """Lease up to ``want`` new items (one per schedule under KV admission) and hold them."""
+        got: list[Held] = []
+        for info in await self.schedules():
+            kv = info.kv_admission and self.holdings.kv_capacity_tokens is not None
+            count = 1 if kv else want - len(got)
+            leases = await self._take(info, count)
+            got += [self.holdings.add(lease, info.kv_admission) for lease in leases]
+            if len(got) >= want or (kv and got):
+                break
+        return got
+
+    async def _take(self, info: ScheduleInfo, count: int) -> list[Lease]:
+        worker, sid = self.settings.worker_id, info.schedule_id
+        try:
+            leases = await self._redis(self.delivery.claim, sid, worker, count)
+            self.stats.claimed += len(leases)
+            if not leases and self.settings.steal:
+                leases = await self._redis(self.delivery.steal, sid, worker, count)
+                self.stats.stolen += len(leases)
+            if not leases and self.settings.reap_when_idle:
+                await self._reap_idle(info)
+        except UnknownScheduleError:
+            self._infos.pop(sid, None)
+            return []
+        return leases
+
+    async def _reap_idle(self, info: ScheduleInfo) -> None:
+        now = time.monotonic()
+        if now - self._last_reap.get(info.schedule_id, 0.0) < info.lease_ttl_ms / 2000:
+            return
+        self._last_reap[info.schedule_id] = now
+        report = await self._redis(self.delivery.reap, info.schedule_id)
+        self.stats.reaped += report.requeued + report.dead_lettered
+
+    def heartbeat_interval(self) -> float:
+        """Seconds between heartbeats: a third of the shortest lease TTL held (or known)."""
+        if self.settings.heartbeat_interval_s is not None:
+            return self.settings.heartbeat_interval_s
+        held = self.holdings.schedules() or set(self._infos)
+        ttls = [self._infos[s].lease_ttl_ms for s in held if s in self._infos]
+        return min(ttls) / 3000 if ttls else 1.0
+
+    async def heartbeat(self) -> list[Held]:
+        """Extend every held lease; return the holdings whose lease is gone (now forgotten)."""
+        leases = self.holdings.leases()
+        if not leases:
+            return []
+        try:
+            alive = await self._redis(self.delivery.heartbeat, leases)
+        except (*_TRANSIENT, UnknownScheduleError) as exc:
+            log.warning("heartbeat failed, leases keep their deadlines: %s", exc)
+            return []
+        self.holdings.refresh(alive)
+        kept = {(lease_id(a), a.token) for a in alive}
+        lost: list[Held] = []
+        for lease in leases:
+            held = self.holdings.get(lease_id(lease))
+            if held is None or held.completing or held.lease.token != lease.token:
+                continue  # finished meanwhile, or being completed: the completion decides
+            if (lease_id(lease), lease.token) not in kept:
+                self.holdings.remove(lease_id(lease))
+                self.stats.lost += 1
+                lost.append(held)
+        return lost
+
+    async def complete(self, held: Held, result: TrajectoryResult) -> CompletionOutcome:
+        """Report a finished item (retried through outages) and forget it."""
+        held.completing = True
+        lease = held.lease
+        try:
+            return await self.complete_key(lease.schedule_id, lease.key, lease.token, result)
+        finally:
+            self.holdings.remove(lease_id(lease))
+
+    async def complete_key(
+        self, schedule_id: str, key: str, token: int, result: TrajectoryResult
+    ) -> CompletionOutcome:
+        """Report a finished item by its lease token, held here or not (a retry after a lost reply)."""
+        entries = [(key, token, result)]
+        outcomes = await self._persist("complete", self.delivery.complete_many, schedule_id, entries)
+        outcome = outcomes[0]
+        if outcome is CompletionOutcome.ACCEPTED:
+            self.stats.accepted += 1
+        elif outcome is CompletionOutcome.DUPLICATE:
+            self.stats.duplicate += 1
+        else:
+            self.stats.stale += 1
+            log.warning("completion of %s refused as stale (lease lost)", key)
+        return outcome
+
+    async def fail(self, held: Held, reason: str) -> ReleaseOutcome:
+        """Report that an item could not run: retried elsewhere or dead-lettered by attempts."""
+        self.holdings.remove(lease_id(held.lease))
+        self.stats.failed += 1
+        return await self._persist("fail", self.delivery.fail, held.lease, reason)
+
+    async def release(self, helds: list[Held]) -> None:
+        """Hand leases back without spending an attempt (shutdown); they go to the head of the queue."""
+        for held in helds:
+            self.holdings.remove(lease_id(held.lease))
+        if helds:
+            await self._persist("release", self.delivery.release, [h.lease for h in helds])
+            self.stats.released += len(helds)

@@ -1,0 +1,170 @@
+"""Real processes for the sidecar fault tests: engine-sim servers and sidecars on loopback ports.
+
+Each is the ``rollout-scheduler`` console command a user would run (its entry point, under this
+interpreter), so a test can SIGKILL, SIGSTOP or SIGTERM it like an orchestrator would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from service.delivery.protocol import Delivery
+from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSchedule
+from service.embedded import free_port
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@dataclass
+class Proc:
+    """One child process and where its output goes."""
+
+    name: str
+    popen: subprocess.Popen[str]
+    log: Path
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the process (and only it)."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+
+    def stats(self, timeout_s: float = 30.0) -> dict[str, int]:
+        """Wait for a sidecar to exit and return the counters it printed as its last stdout line."""
+        out, _ = self.popen.communicate(timeout=timeout_s)
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        assert lines, f"{self.name} printed no stats; log:\n{self.log.read_text()[-3000:]}"
+        return dict(json.loads(lines[-1]))
+
+
+@dataclass
+class Cluster:
+    """The processes a test started; all are killed at the end."""
+
+    workdir: Path
+    procs: list[Proc] = field(default_factory=list)
+
+    def _spawn(self, name: str, args: list[str]) -> Proc:
+        log = self.workdir / f"{name}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        popen = subprocess.Popen(
+            [sys.executable, "-c", "from service.cli import main; main()", *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=log.open("w"),
+            text=True,
+            env=env,
+        )
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def engine(self, name: str, *extra: str, device: str = "H100", time_scale: float = 0.01) -> str:
+        """Start an engine-sim and return its base URL once it answers."""
+        port = free_port()
+        args = ["engine-sim", "--port", str(port), "--device", device, "--time-scale", str(time_scale)]
+        proc = self._spawn(name, [*args, *extra])
+        url = f"http://127.0.0.1:{port}"
+        _wait_http(f"{url}/health", proc)
+        return url
+
+    def sidecar(self, worker_id: str, engine_url: str, redis_url: str, *extra: str) -> Proc:
+        """Start a push-mode sidecar for ``worker_id``."""
+        args = ["sidecar", "--worker-id", worker_id, "--engine-url", engine_url, "--redis-url", redis_url]
+        return self._spawn(f"sidecar-{worker_id}", [*args, "--idle-poll", "0.05", *extra])
+
+    def close(self) -> None:
+        """Kill whatever is still running (SIGCONT first, so a stopped process can die)."""
+        for proc in self.procs:
+            if proc.popen.poll() is None:
+                proc.popen.send_signal(signal.SIGCONT)
+                proc.popen.kill()
+            proc.popen.wait(timeout=10)
+            if proc.popen.stdout:
+                proc.popen.stdout.close()
+
+
+@contextmanager
+def cluster(workdir: Path) -> Iterator[Cluster]:
+    """A process group for one test, torn down however the test ends."""
+    group = Cluster(workdir)
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+def _wait_http(url: str, proc: Proc, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"{proc.name} exited: {proc.log.read_text()[-2000:]}")
+        try:
+            if httpx.get(url, timeout=0.5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{proc.name} did not answer at {url}")
+
+
+def item(prompt_id: str, sample_idx: int, actual: int, predicted: float | None = None) -> DeliveryItem:
+    """An item whose engine-sim output length is ``actual`` tokens (told through the payload)."""
+    return DeliveryItem(
+        key=f"{prompt_id}#{sample_idx}",
+        prompt_id=prompt_id,
+        sample_idx=sample_idx,
+        prompt_tokens=100,
+        max_new_tokens=16_000,
+        predicted_tokens=float(actual if predicted is None else predicted),
+        payload={"prompt": f"prompt {prompt_id}", "rollout": {"output_tokens": actual}},
+    )
+
+
+def publish(
+    delivery: Delivery,
+    schedule_id: str,
+    queues: dict[str, list[DeliveryItem]],
+    lease_ttl_ms: int = 1000,
+    kv_admission: bool = False,
+) -> PublishedSchedule:
+    """Publish ``queues`` as one schedule with short leases (fault tests want fast redelivery)."""
+    schedule = PublishedSchedule(
+        schedule_id=schedule_id,
+        queues={w: tuple(items) for w, items in queues.items()},
+        kv_admission=kv_admission,
+        lease=LeaseSettings(lease_ttl_ms=lease_ttl_ms, max_attempts=5),
+    )
+    delivery.publish(schedule)
+    return schedule
+
+
+def wait_finished(delivery: Delivery, schedule_id: str, timeout_s: float) -> None:
+    """Poll progress until every item is done or dead-lettered."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if delivery.progress(schedule_id).finished:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"schedule {schedule_id} unfinished: {delivery.progress(schedule_id)}")
+
+
+def tally(delivery: Delivery, schedule_id: str, expected: set[str]) -> tuple[int, int]:
+    """(lost, accepted_twice) over the results stream: the two numbers every fault test reports."""
+    seen: dict[str, int] = {}
+    for record in delivery.read_results(schedule_id, count=1_000_000):
+        seen[record.key] = seen.get(record.key, 0) + 1
+    lost = len(expected - set(seen))
+    twice = sum(1 for n in seen.values() if n > 1)
+    print(f"schedule {schedule_id}: lost={lost} accepted_twice={twice} results={sum(seen.values())}")
+    return lost, twice
