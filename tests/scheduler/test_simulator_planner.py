@@ -1,0 +1,81 @@
+"""The simulator against the planner: predicted finishes reproduce exactly, and no play beats the bound."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.devices import device_profile, model_preset
+from scheduler.lowerbound import lower_bound
+from scheduler.planner import plan
+from scheduler.policies import POLICY_NAMES
+from scheduler.simulator import SimOptions, simulate
+from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
+
+MODEL = model_preset("7b")
+AGREEMENT = 1e-9  # relative; docs/simulator.md states it
+
+
+def batch(seed: int, n: int, longest: int) -> tuple[Trajectory, ...]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        tokens = min(longest, max(1, int(rng.lognormvariate(6.5, 1.0))))
+        out.append(Trajectory(f"q{i // 4}", i % 4, rng.randint(16, 1_500), tokens, float(tokens)))
+    return tuple(out)
+
+
+def mixed(count: int, seqs: int, cap: int | None = None) -> Inventory:
+    kinds = ("H100", "910B", "A100", "H200")
+    workers = tuple(
+        Worker(f"w{i}", device_profile(kinds[i % 4]), max_num_seqs=seqs, kv_capacity_tokens=cap)
+        for i in range(count)
+    )
+    return Inventory(workers, MODEL)
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize("kv_admission", [False, True])
+def test_playing_a_plans_queues_on_exact_lengths_reproduces_every_predicted_finish(
+    policy: str, kv_admission: bool
+) -> None:
+    trajectories = batch(seed=7, n=600, longest=12_000)
+    inventory = mixed(6, seqs=32, cap=120_000)  # small enough that KV admission and preemption matter
+    request = PlanRequest(trajectories, inventory, time_budget_s=0.2, kv_admission=kv_admission)
+    planned = plan(request, policy)
+    static = dataclasses.replace(planned, dispatch_order=())  # each worker's predicted queue, as planned
+    actual = {t.key: int(t.predicted_tokens) for t in trajectories}
+    result = simulate(static, trajectories, actual, inventory, SimOptions(kv_admission=kv_admission))
+    for wp in planned.workers:
+        assert result.worker_finish_s[wp.worker_id] == pytest.approx(wp.predicted_finish_s, rel=AGREEMENT)
+    assert result.makespan_s == pytest.approx(planned.predicted_makespan_s, rel=AGREEMENT)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 120),
+    workers=st.integers(1, 5),
+    seqs=st.sampled_from([1, 4, 64]),
+    tight_kv=st.booleans(),
+    policy=st.sampled_from(["round_robin", "least_loaded", "lpt"]),
+    steal=st.booleans(),
+    kv_admission=st.booleans(),
+)
+def test_no_simulated_makespan_is_below_the_lower_bound(
+    seed: int, n: int, workers: int, seqs: int, tight_kv: bool, policy: str, steal: bool, kv_admission: bool
+) -> None:
+    trajectories = batch(seed, n, longest=20_000)
+    cap = max(t.prompt_tokens + t.max_new_tokens for t in trajectories) + 500 if tight_kv else None
+    inventory = mixed(workers, seqs, cap)
+    planned = plan(PlanRequest(trajectories, inventory, time_budget_s=0.1, kv_admission=kv_admission), policy)
+    actual = {t.key: int(t.predicted_tokens) for t in trajectories}
+    result = simulate(
+        planned, trajectories, actual, inventory, SimOptions(steal=steal, kv_admission=kv_admission)
+    )
+    bound = lower_bound(trajectories, inventory).value_s
+    assert result.makespan_s >= bound * (1.0 - 1e-12)
