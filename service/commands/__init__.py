@@ -7,6 +7,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from service.commands import engine_sim, sidecar
+from service.commands import engine_sim, serve, sidecar
 
-ALL: list[ModuleType] = [engine_sim, sidecar]
+ALL: list[ModuleType] = [engine_sim, sidecar, serve]

@@ -1,0 +1,76 @@
+"""Actuals: what each trajectory really produced, stored durably for retraining and speed learning.
+
+Workers (or the trainer, through the client) report finished trajectories. Reports append to one
+Redis stream, so they survive a service restart (and a Redis restart with AOF), replicas share them,
+and retraining reads them in order, in pages, without holding them all in the service's memory.
+
+Key: ``<prefix>:actuals`` (stream; each entry one field ``a`` = the report's JSON). It is capped
+approximately at ``Settings.actuals_maxlen`` entries (oldest trimmed, ``XADD MAXLEN ~``); it does not
+expire, because the history is what the predictor learns from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+import redis
+
+from scheduler.trace import TraceRow
+from service.api.schemas import ActualReport
+
+PAGE = 10_000  # entries per XRANGE while reading the history
+
+
+class ActualsLog:
+    """Append reports to, and page through, the actuals stream."""
+
+    def __init__(self, client: redis.Redis, maxlen: int, prefix: str = "rs") -> None:
+        self._redis = client
+        self._maxlen = maxlen
+        self.key = f"{prefix}:actuals"
+
+    def append(self, reports: Sequence[ActualReport]) -> int:
+        """Store ``reports`` in one round trip; returns the stream length afterwards."""
+        pipe = self._redis.pipeline(transaction=True)
+        for report in reports:
+            pipe.xadd(
+                self.key,
+                {"a": report.model_dump_json(exclude_none=True)},
+                maxlen=self._maxlen,
+                approximate=True,
+            )
+        pipe.xlen(self.key)
+        return int(pipe.execute()[-1])
+
+    def length(self) -> int:
+        """Reports currently held."""
+        return int(self._redis.xlen(self.key))
+
+    def rows_after(self, cursor: str) -> tuple[list[TraceRow], str]:
+        """Reports appended after stream id ``cursor``, as trace rows, and the id to continue from."""
+        rows: list[TraceRow] = []
+        while True:
+            page = cast(
+                list[tuple[str, dict[str, str]]],
+                self._redis.xrange(self.key, min=f"({cursor}", max="+", count=PAGE),
+            )
+            rows += [_row(ActualReport.model_validate_json(fields["a"])) for _, fields in page]
+            if page:
+                cursor = page[-1][0]
+            if len(page) < PAGE:
+                return rows, cursor
+
+
+def _row(report: ActualReport) -> TraceRow:
+    return TraceRow(
+        step=report.step,
+        prompt_id=report.prompt_id,
+        sample_idx=report.sample_idx,
+        prompt_tokens=report.prompt_tokens,
+        output_tokens=report.output_tokens,
+        max_new_tokens=report.max_new_tokens,
+        finish_reason=report.finish_reason,
+        reward=report.reward,
+        features=dict(report.features),
+    )

@@ -1,0 +1,102 @@
+"""Turn validated request bodies into the core's frozen dataclasses, checking the cross-item rules.
+
+pydantic checks each field on its own; what needs the whole body (unique ids, known device kinds and
+presets, a trajectory count under the limit) is checked here, raising ``InvalidInputError`` with the
+JSON path of the culprit, so the answer is the same 422 problem shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from scheduler.costmodel import worker_cost
+from scheduler.devices import ModelPreset, device_profile, model_preset
+from scheduler.errors import InvalidInputError, UnknownNameError
+from scheduler.types import Inventory, Worker
+from service.api.schemas import BatchItem, ScheduleRequest, WorkerSpec
+
+# Context (tokens) at which a measured ``decode_tokens_per_s`` is compared with the cost model.
+REFERENCE_CONTEXT_TOKENS = 1024.0
+
+
+def check_unique_prompts(items: list[BatchItem]) -> None:
+    """Every ``prompt_id`` once: samples of one prompt are asked for with ``n``, not by repeating it."""
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        seen = first.setdefault(item.prompt_id, index)
+        if seen != index:
+            raise InvalidInputError(
+                f"batch.items[{index}].prompt_id",
+                item.prompt_id,
+                f"duplicate prompt_id (first at batch.items[{seen}]); ask for more samples with n",
+            )
+
+
+def resolve_model(name: str | None, default: str) -> ModelPreset:
+    """The model preset the request names, or the configured default."""
+    try:
+        return model_preset(name or default)
+    except UnknownNameError as error:
+        raise UnknownNameError("model", str(error.value), error.known) from None
+
+
+def build_inventory(
+    request: ScheduleRequest, model: ModelPreset, learned: Mapping[str, float]
+) -> tuple[Inventory, frozenset[str], dict[str, str]]:
+    """Workers with overrides applied; returns the inventory, drained ids, and each time scale's source.
+
+    A worker's step-time multiplier comes from, in order: the request's ``time_scale``, its measured
+    ``decode_tokens_per_s``, the speed learned from earlier actuals (``learned``), else 1.0.
+    """
+    workers: list[Worker] = []
+    sources: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for index, spec in enumerate(request.inventory.workers):
+        path = f"inventory.workers[{index}]"
+        first = seen.setdefault(spec.worker_id, index)
+        if first != index:
+            raise InvalidInputError(
+                f"{path}.worker_id", spec.worker_id, f"duplicate worker_id (first at [{first}])"
+            )
+        worker, source = _worker(spec, path, model, learned)
+        workers.append(worker)
+        sources[spec.worker_id] = source
+    drained = frozenset(s.worker_id for s in request.inventory.workers if s.drain)
+    return Inventory(workers=tuple(workers), model=model), drained, sources
+
+
+def _worker(
+    spec: WorkerSpec, path: str, model: ModelPreset, learned: Mapping[str, float]
+) -> tuple[Worker, str]:
+    try:
+        profile = device_profile(spec.device)
+    except UnknownNameError as error:
+        raise UnknownNameError(f"{path}.device", spec.device, error.known) from None
+    overrides = {
+        name: getattr(spec, name)
+        for name in ("hbm_bandwidth_gbs", "peak_tflops", "memory_gib")
+        if getattr(spec, name) is not None
+    }
+    worker = Worker(
+        worker_id=spec.worker_id,
+        device=dataclasses.replace(profile, **overrides) if overrides else profile,
+        num_gpus=spec.num_gpus,
+        max_num_seqs=spec.max_num_seqs,
+        kv_capacity_tokens=spec.kv_capacity_tokens,
+    )
+    if spec.time_scale is not None:
+        return dataclasses.replace(worker, time_scale=spec.time_scale), "request"
+    if spec.decode_tokens_per_s is not None:
+        modelled = _single_sequence_tps(worker, model, path)
+        return dataclasses.replace(worker, time_scale=modelled / spec.decode_tokens_per_s), "measured"
+    if spec.worker_id in learned:
+        return dataclasses.replace(worker, time_scale=learned[spec.worker_id]), "learned"
+    return worker, "profile"
+
+
+def _single_sequence_tps(worker: Worker, model: ModelPreset, path: str) -> float:
+    try:
+        return worker_cost(worker, model).single_sequence_tps(REFERENCE_CONTEXT_TOKENS)
+    except InvalidInputError as error:
+        raise InvalidInputError(f"{path}.device", worker.device.name, error.reason) from None

@@ -1,0 +1,45 @@
+"""Liveness, readiness and Prometheus endpoints; unauthenticated, as probes and scrapers expect.
+
+``/healthz`` says the process serves HTTP (restart it if not). ``/readyz`` says it can do useful
+work: Redis answers and a predictor is loaded (a fallback counts: it is a working predictor). A
+load balancer stops routing to a replica whose Redis is down and resumes by itself when it returns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from service.context import Context, context_of
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(request: Request) -> JSONResponse:
+    """Ready when Redis answers PING and a predictor is loaded; 503 with the reason otherwise."""
+    ctx: Context = context_of(request)
+    checks: dict[str, Any] = {"model": ctx.models.version}
+    try:
+        ctx.redis.ping()
+        checks["redis"] = "ok"
+    except redis.RedisError as error:
+        checks["redis"] = f"unreachable: {error}"
+    ready = checks["redis"] == "ok" and ctx.models.loaded
+    return JSONResponse({"ready": ready, **checks}, status_code=200 if ready else 503)
+
+
+@router.get("/metrics")
+def metrics(request: Request) -> Response:
+    """Prometheus text exposition."""
+    return Response(context_of(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,31 @@
+"""``/models``: which predictor version serves, and retraining it from the actuals on demand."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+
+from service.api.schemas import ModelStatus, RetrainResponse
+from service.auth import any_client, trainer_only
+from service.context import context_of
+
+router = APIRouter(tags=["models"])
+
+
+@router.get("/models", dependencies=[Depends(any_client)])
+def model_status(request: Request) -> ModelStatus:
+    """The serving version, the stored versions and the history the predictor reads."""
+    ctx = context_of(request)
+    return ModelStatus(
+        version=ctx.models.version,
+        stored_versions=[f"v{v}" for v in ctx.models.store.versions()],
+        history_rows=ctx.models.rows,
+        retraining=ctx.retrainer.running,
+        retrain_every_steps=ctx.settings.retrain_every_steps,
+    )
+
+
+@router.post("/models/retrain", dependencies=[Depends(trainer_only)])
+def retrain(request: Request) -> RetrainResponse:
+    """Fit a new version on every actual so far, store it and hot-swap it in; 409 if one is running."""
+    result = context_of(request).retrainer.retrain_now()
+    return RetrainResponse(version=result.version, history_rows=result.history_rows, seconds=result.seconds)

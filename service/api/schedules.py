@@ -1,0 +1,101 @@
+"""``/schedule``: plan a rollout step, then follow its progress and read its results.
+
+Handlers are plain ``def`` functions: planning is CPU-bound and Redis calls are blocking, so
+FastAPI runs each request on its worker thread pool and the event loop stays free for probes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from service import pipeline
+from service.api.schemas import (
+    Counts,
+    ProgressResponse,
+    ResultEntry,
+    ResultsPage,
+    ScheduleRequest,
+    ScheduleResponse,
+)
+from service.auth import any_client, trainer_only
+from service.context import Context, context_of
+from service.delivery import ResultRecord
+
+router = APIRouter(tags=["schedules"])
+
+
+@router.post("/schedule", response_model=ScheduleResponse, dependencies=[Depends(trainer_only)])
+def create_schedule(body: ScheduleRequest, request: Request) -> ScheduleResponse:
+    """Validate, predict, plan, publish (unless ``publish`` is false) and return the plan."""
+    return pipeline.run(body, context_of(request))
+
+
+@router.get("/schedule/{schedule_id}", dependencies=[Depends(any_client)])
+def schedule_progress(schedule_id: str, request: Request) -> ProgressResponse:
+    """Counts by state, overall and per worker, and the dead-lettered items."""
+    progress = context_of(request).delivery.progress(schedule_id)
+    workers = {
+        wid: Counts(
+            total=w.queued + w.running + w.done + w.failed,
+            queued=w.queued,
+            running=w.running,
+            done=w.done,
+            failed=w.failed,
+        )
+        for wid, w in progress.workers.items()
+    }
+    return ProgressResponse(
+        schedule_id=schedule_id,
+        total=progress.total,
+        queued=progress.queued,
+        running=progress.running,
+        done=progress.done,
+        failed=progress.failed,
+        workers=workers,
+        dead_letter=[d.key for d in progress.dead_letters],
+    )
+
+
+@router.get("/schedule/{schedule_id}/results", dependencies=[Depends(trainer_only)])
+def schedule_results(
+    schedule_id: str,
+    request: Request,
+    after: Annotated[str, Query(pattern=r"^\d+-\d+$")] = "0-0",
+    count: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
+) -> ResultsPage:
+    """Accepted results after stream id ``after``, oldest first; waits up to ``wait_ms`` for one."""
+    ctx = context_of(request)
+    ctx.delivery.info(schedule_id)  # 404 for an unknown schedule rather than an empty page forever
+    records = _read(ctx, schedule_id, after, count, wait_ms)
+    entries = [
+        ResultEntry(
+            stream_id=r.stream_id,
+            key=r.key,
+            worker_id=r.worker_id,
+            attempt=r.attempt,
+            output_tokens=r.result.output_tokens,
+            finish_reason=r.result.finish_reason,
+            wall_time_s=r.result.wall_time_s,
+            output=r.result.output,
+            reward=r.result.reward,
+        )
+        for r in records
+    ]
+    last = entries[-1].stream_id if entries else after
+    return ResultsPage(schedule_id=schedule_id, results=entries, next=last)
+
+
+def _read(ctx: Context, schedule_id: str, after: str, count: int, wait_ms: int) -> list[ResultRecord]:
+    """Read results, blocking in slices shorter than the Redis socket timeout until one arrives."""
+    deadline = time.monotonic() + wait_ms / 1000.0
+    slice_ms = max(1, int(ctx.settings.redis_timeout_s * 500))
+    while True:
+        remaining_ms = int((deadline - time.monotonic()) * 1000)
+        block = min(slice_ms, remaining_ms) if remaining_ms > 0 else None
+        records = ctx.delivery.read_results(schedule_id, after, count, block_ms=block)
+        if records or block is None:
+            return records

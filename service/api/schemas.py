@@ -1,0 +1,216 @@
+"""Request and response bodies of the HTTP API (pydantic), documented field by field in docs/api.md.
+
+Requests are strict: unknown fields, NaN/Infinity, strings where numbers belong and non-positive token
+counts are refused with 422 naming the field, before anything is predicted, planned or written.
+Cross-item rules (unique ``prompt_id``/``worker_id``, known devices and presets) are checked when the
+body is turned into core types (``service.api.convert``), with the same 422 shape.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Name = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:@/+=-]+$")]
+FeatureValue = float | str
+
+
+class Strict(BaseModel):
+    """Base of every request body: no unknown fields, no NaN/Infinity, no type coercion."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True, frozen=True)
+
+
+class ChatMessage(Strict):
+    """One chat turn, forwarded to the engine's ``/v1/chat/completions``."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+
+
+class BatchItem(Strict):
+    """One prompt of the rollout batch; it yields ``n`` trajectories (GRPO group of ``n`` samples)."""
+
+    prompt_id: Name  # stable across epochs: the predictor's key into history
+    prompt_tokens: int = Field(gt=0)  # prompt length in tokens
+    n: int = Field(1, ge=1, le=4096)  # samples to draw from this prompt
+    max_new_tokens: int = Field(gt=0)  # generation cap per sample
+    features: dict[str, FeatureValue] = Field(default_factory=dict)  # extra predictor features
+    prompt: str | None = None  # text the sidecar sends to /v1/completions
+    messages: list[ChatMessage] | None = None  # or chat turns for /v1/chat/completions
+    pinned_worker: Name | None = None  # only this worker may run the samples
+
+
+class Batch(Strict):
+    """The step's prompts."""
+
+    items: list[BatchItem] = Field(min_length=1)
+
+
+class WorkerSpec(Strict):
+    """One inference engine; every speed field is an optional measured override of the device profile."""
+
+    worker_id: Name
+    device: str = Field(min_length=1, max_length=64)  # H100, H200, A100-80GB, Ascend910B (aliases ok)
+    num_gpus: int = Field(1, ge=1, le=64)  # tensor-parallel degree
+    max_num_seqs: int = Field(256, ge=1, le=65_536)  # engine's concurrent-sequence limit
+    kv_capacity_tokens: int | None = Field(None, gt=0)  # KV cache in tokens; derived when absent
+    hbm_bandwidth_gbs: float | None = Field(None, gt=0)  # measured HBM bandwidth per device
+    peak_tflops: float | None = Field(None, gt=0)  # measured dense throughput per device
+    memory_gib: float | None = Field(None, gt=0)  # HBM per device
+    time_scale: float | None = Field(None, gt=0, le=1000)  # step-time multiplier (2.0 = half speed)
+    decode_tokens_per_s: float | None = Field(None, gt=0)  # measured single-sequence decode speed
+    drain: bool = False  # receives nothing in this plan (being drained)
+
+
+class InventorySpec(Strict):
+    """The worker pool."""
+
+    workers: list[WorkerSpec] = Field(min_length=1, max_length=4096)
+
+
+class ScheduleRequest(Strict):
+    """``POST /schedule``: plan (and by default publish) one rollout step."""
+
+    batch: Batch
+    inventory: InventorySpec
+    model: str | None = Field(None, max_length=64)  # model preset: 1.5b, 7b, 14b, 32b
+    step: int = Field(0, ge=0)  # training step; the predictor uses history before it
+    policy: str | None = Field(None, max_length=64)  # cpsat (default), lpt, least_loaded, round_robin
+    quantile: float | None = Field(None, gt=0, lt=1)  # predicted-length quantile to plan on
+    time_budget_ms: int | None = Field(None, gt=0, le=60_000)  # solver wall-clock budget
+    prefix_affinity: bool = False  # keep each prompt's samples on one worker
+    kv_admission: bool = False  # sidecars admit by KV reserved at predicted final length
+    publish: bool = True  # write the plan to Redis for the sidecars; false = dry run
+    seed: int = Field(0, ge=0)  # fixes any randomised search
+
+
+class AssignedItem(BaseModel):
+    """One trajectory in a worker's ordered queue."""
+
+    prompt_id: str
+    sample_idx: int
+    predicted_tokens: float
+
+
+class Timings(BaseModel):
+    """Wall time of each stage of the request, milliseconds."""
+
+    validate_ms: float
+    predict_ms: float
+    plan_ms: float
+    baseline_ms: float
+    publish_ms: float
+    total_ms: float
+
+
+class ScheduleResponse(BaseModel):
+    """The plan, its quality against the physical bound and the length-blind baseline, and timings."""
+
+    schedule_id: str
+    step: int
+    policy: str
+    status: str  # solver status: OPTIMAL, FEASIBLE, HEURISTIC, FALLBACK_LPT, ...
+    published: bool
+    model_version: str  # predictor that produced the lengths ("fallback" when none is trained)
+    prediction_sources: dict[str, int]  # lightgbm / prompt_history_mean / global_prior -> trajectories
+    quantile: float
+    assignments: dict[str, list[AssignedItem]]  # worker id -> ordered queue
+    dispatch_order: list[str]  # shared-queue policies: the one FIFO (trajectory keys); else empty
+    predicted_makespan_s: float
+    lower_bound_s: float
+    round_robin_makespan_s: float  # the equal split RL trainers use today, on the same predictions
+    speedup_vs_round_robin: float
+    time_scales: dict[str, float]  # the step-time multiplier used per worker (given, learned or 1.0)
+    timings: Timings
+
+
+class Counts(BaseModel):
+    """Trajectory counts by state."""
+
+    total: int
+    queued: int
+    running: int
+    done: int
+    failed: int
+
+
+class ProgressResponse(Counts):
+    """``GET /schedule/{id}``: overall counts, the same per worker, and dead-lettered items."""
+
+    schedule_id: str
+    workers: dict[str, Counts]
+    dead_letter: list[str]
+
+
+class ResultEntry(BaseModel):
+    """One accepted result of a schedule, as its worker completed it."""
+
+    stream_id: str  # pass the last one as ``after`` to read on
+    key: str  # trajectory key ``prompt_id#sample_idx``
+    worker_id: str
+    attempt: int
+    output_tokens: int
+    finish_reason: str
+    wall_time_s: float
+    output: str
+    reward: float | None
+
+
+class ResultsPage(BaseModel):
+    """``GET /schedule/{id}/results``: a page of results and where to continue."""
+
+    schedule_id: str
+    results: list[ResultEntry]
+    next: str  # stream id to pass as ``after`` for the next page
+
+
+class ActualReport(Strict):
+    """One finished trajectory as it really ran, reported by its worker."""
+
+    step: int = Field(ge=0)
+    prompt_id: Name
+    sample_idx: int = Field(ge=0)
+    worker_id: Name
+    prompt_tokens: int = Field(gt=0)
+    output_tokens: int = Field(gt=0)
+    finish_reason: Literal["stop", "length"]
+    wall_time_s: float = Field(gt=0)  # from admission to last token on the engine
+    reward: float | None = None
+    max_new_tokens: int | None = Field(None, gt=0)
+    concurrency: float = Field(1.0, ge=1)  # mean sequences the engine ran meanwhile (speed learning)
+    schedule_id: Name | None = None
+    features: dict[str, FeatureValue] = Field(default_factory=dict)
+
+
+class ActualsRequest(Strict):
+    """``POST /actuals``: a batch of finished trajectories."""
+
+    actuals: list[ActualReport] = Field(min_length=1, max_length=100_000)
+
+
+class ActualsAccepted(BaseModel):
+    """How many reports were stored, and the learned speed of each worker that reported."""
+
+    accepted: int
+    stream_length: int
+    time_scales: dict[str, float]
+
+
+class ModelStatus(BaseModel):
+    """``GET /models``."""
+
+    version: str  # serving version: "v<N>" or "fallback"
+    stored_versions: list[str]
+    history_rows: int  # actuals the predictor reads
+    retraining: bool
+    retrain_every_steps: int  # 0 = only on demand
+
+
+class RetrainResponse(BaseModel):
+    """``POST /models/retrain``."""
+
+    version: str
+    history_rows: int
+    seconds: float

@@ -1,0 +1,69 @@
+"""Bearer-token authentication with two scopes: trainers plan and retrain, workers report.
+
+A trainer token may call everything (a trainer also reports actuals through the client); a worker
+token may only report actuals and read progress, so a leaked worker credential cannot schedule or
+retrain: it gets 403. A missing or unknown token gets 401. With no token configured the service
+trusts every caller, which ``serve`` allows only on a loopback address. Tokens are compared in
+constant time.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from enum import StrEnum
+
+from fastapi import Request
+
+from service.problems import ForbiddenError, UnauthorizedError
+from service.settings import Settings
+
+
+class Scope(StrEnum):
+    """What a token may do."""
+
+    TRAINER = "trainer"  # /schedule, /models/*, actuals, progress
+    WORKER = "worker"  # actuals, progress
+
+
+def _matches(token: str, known: list[str]) -> bool:
+    """Constant-time membership, so a caller cannot learn a token byte by byte from timing."""
+    found = False
+    for candidate in known:
+        found |= hmac.compare_digest(token.encode(), candidate.encode())
+    return found
+
+
+def scope_of(settings: Settings, authorization: str | None) -> Scope:
+    """Resolve an ``Authorization`` header into a scope, or raise 401."""
+    if not settings.auth_enabled:
+        return Scope.TRAINER
+    if not authorization:
+        raise UnauthorizedError("missing bearer token: send 'Authorization: Bearer <token>'")
+    kind, _, token = authorization.partition(" ")
+    if kind.lower() != "bearer" or not token.strip():
+        raise UnauthorizedError("malformed Authorization header: expected 'Bearer <token>'")
+    token = token.strip()
+    if _matches(token, settings.trainer_token_list()):
+        return Scope.TRAINER
+    if _matches(token, settings.worker_token_list()):
+        return Scope.WORKER
+    raise UnauthorizedError("unknown bearer token")
+
+
+def require(*allowed: Scope) -> Callable[[Request], Scope]:
+    """A FastAPI dependency that admits only tokens of the ``allowed`` scopes."""
+
+    def dependency(request: Request) -> Scope:
+        settings: Settings = request.app.state.settings
+        scope = scope_of(settings, request.headers.get("authorization"))
+        if scope not in allowed:
+            names = " or ".join(s.value for s in allowed)
+            raise ForbiddenError(f"a {scope.value} token may not call {request.url.path}; it needs {names}")
+        return scope
+
+    return dependency
+
+
+trainer_only = require(Scope.TRAINER)
+any_client = require(Scope.TRAINER, Scope.WORKER)

@@ -1,0 +1,117 @@
+"""``rollout-scheduler serve``: the scheduling service under uvicorn.
+
+Flags override environment variables (README, "Settings"). Without ``--redis-url``/``REDIS_URL`` it
+starts a private valkey-server on a free loopback port and stops it on exit, so ``make run`` works on
+a fresh machine. It refuses to listen on a non-loopback address with no token configured: an open
+scheduler lets anyone reorder (or starve) a training job's rollouts.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+HELP = (
+    "Serve the scheduling API (POST /schedule, /actuals, /models/retrain, GET /schedule/{id}, "
+    "/healthz, /readyz, /metrics). Without --redis-url or REDIS_URL an embedded valkey-server is started."
+)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Attach ``serve`` to the root app."""
+    del bench_app
+    app.command("serve", help=HELP)(serve)
+
+
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address [env ROLLOUT_HOST; 127.0.0.1].")] = None,
+    port: Annotated[int | None, typer.Option(help="Port [env ROLLOUT_PORT; 8000].")] = None,
+    redis_url: Annotated[
+        str | None, typer.Option(help="redis:// or rediss:// URL [env REDIS_URL; embedded server].")
+    ] = None,
+    model_dir: Annotated[str | None, typer.Option(help="Model store [env ROLLOUT_MODEL_DIR].")] = None,
+    default_policy: Annotated[
+        str | None, typer.Option(help="Policy when a request names none [env ROLLOUT_DEFAULT_POLICY].")
+    ] = None,
+    max_body_bytes: Annotated[
+        int | None, typer.Option(help="Request body limit [env ROLLOUT_MAX_BODY_BYTES].")
+    ] = None,
+    max_trajectories: Annotated[
+        int | None, typer.Option(help="Trajectories per batch limit [env ROLLOUT_MAX_TRAJECTORIES].")
+    ] = None,
+    retrain_every_steps: Annotated[
+        int | None, typer.Option(help="Retrain every N steps, 0 = off [env ROLLOUT_RETRAIN_EVERY_STEPS].")
+    ] = None,
+    log_level: Annotated[str | None, typer.Option(help="Log level [env ROLLOUT_LOG_LEVEL].")] = None,
+) -> None:
+    """Build the settings, check they are safe to serve with, then run until SIGINT/SIGTERM."""
+    flags = {
+        "host": host,
+        "port": port,
+        "redis_url": redis_url,
+        "model_dir": model_dir,
+        "default_policy": default_policy,
+        "max_body_bytes": max_body_bytes,
+        "max_trajectories": max_trajectories,
+        "retrain_every_steps": retrain_every_steps,
+        "log_level": log_level,
+    }
+    settings = load_settings({k: v for k, v in flags.items() if v is not None})
+    refusal = unsafe_binding(settings)
+    if refusal:
+        _fail(refusal)
+    run(settings)
+
+
+def load_settings(overrides: dict[str, Any]) -> Any:
+    """Settings from the environment with ``overrides`` on top; a bad value exits with one line."""
+    from pydantic import ValidationError
+
+    from service.settings import Settings
+
+    try:
+        return Settings(**overrides)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        _fail(f"invalid setting {where}: {first['msg']}")
+
+
+def unsafe_binding(settings: Any) -> str | None:
+    """Why these settings must not be served, or None when they are fine."""
+    if settings.binds_loopback_only or settings.auth_enabled:
+        return None
+    return (
+        f"refusing to listen on {settings.host} without a token: set ROLLOUT_TRAINER_TOKENS "
+        "(and ROLLOUT_WORKER_TOKENS), or bind 127.0.0.1"
+    )
+
+
+def run(settings: Any) -> None:
+    """Serve ``settings`` with uvicorn, inside an embedded Redis when no URL is configured."""
+    import uvicorn
+
+    from service import logs
+    from service.app import create_app
+    from service.embedded import EmbeddedServerError
+    from service.redis_conn import redis_for
+
+    logs.configure(settings.log_level)
+    try:
+        with redis_for(settings) as ready:
+            uvicorn.run(
+                create_app(ready),
+                host=ready.host,
+                port=ready.port,
+                log_config=None,
+                access_log=False,
+                timeout_graceful_shutdown=10,
+            )
+    except EmbeddedServerError as error:
+        _fail(str(error))
+
+
+def _fail(message: str) -> Any:
+    typer.echo(f"serve: {message}", err=True)
+    raise typer.Exit(2)

@@ -1,0 +1,41 @@
+"""What a request handler can reach: the app's settings and the long-lived objects built at startup.
+
+The app factory builds one ``Context`` in its lifespan and stores it on ``app.state``; routes fetch it
+with ``context_of(request)``. Nothing here is a module-level global, so two apps with different
+settings (tests, benchmarks) live side by side in one process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+from fastapi import Request
+
+from service.actuals import ActualsLog
+from service.delivery import Delivery
+from service.metrics import Metrics
+from service.models import ModelService
+from service.retrain import Retrainer
+from service.settings import Settings
+from service.speeds import SpeedLearner
+
+
+@dataclass(frozen=True)
+class Context:
+    """Long-lived collaborators of the request handlers."""
+
+    settings: Settings  # injected by the factory's caller
+    redis: redis.Redis  # pooled; reconnects by itself after Redis restarts
+    delivery: Delivery  # the Redis protocol the sidecars pull from (service.delivery)
+    metrics: Metrics  # this app's Prometheus registry
+    models: ModelService  # the length predictor: synced history, hot-swappable model
+    speeds: SpeedLearner  # per-worker decode speed learned from actuals
+    actuals: ActualsLog  # the durable stream of reported actuals
+    retrainer: Retrainer  # on-demand and step-boundary retraining
+
+
+def context_of(request: Request) -> Context:
+    """The app's context (set by the lifespan before the first request is served)."""
+    ctx: Context = request.app.state.context
+    return ctx

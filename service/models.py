@@ -1,0 +1,87 @@
+"""The serving predictor: history synced from the actuals stream, the model hot-reloaded from the store.
+
+``predictors.LengthPredictor`` holds the history of actual lengths and, optionally, a fitted model; it
+answers from fallbacks when either is missing, so the service is ready with an empty store. Redis is
+the source of truth for history: before each prediction we fold in actuals appended since the last
+sync (one ``XRANGE``; any replica may have received them), so every replica predicts from the same
+history. The model store on disk is versioned; a version trained here or by another replica is
+picked up by ``reload`` and swapped in atomically by the predictor, so a request in flight finishes
+on the model it started with and no request waits for a retrain.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+from predictors.model import fit
+from predictors.predictor import LengthPredictor, Predictions
+from predictors.queries import Query
+from predictors.store import ModelStore
+from service.actuals import ActualsLog
+
+_log = logging.getLogger("service.models")
+RELOAD_EVERY_S = 1.0  # how often a request checks the store for a version another replica wrote
+
+
+class ModelService:
+    """One predictor per app; thread-safe (requests run on a thread pool)."""
+
+    def __init__(self, store: ModelStore, actuals: ActualsLog) -> None:
+        self.store = store
+        self.actuals = actuals
+        self.predictor = LengthPredictor()
+        self._cursor = "0-0"  # last actuals-stream id folded into the history
+        self._sync_lock = threading.Lock()
+        self._checked_at = 0.0
+        self.loaded = False
+
+    @property
+    def version(self) -> str:
+        """``v<N>`` for store version N, ``fallback`` when no model is loaded."""
+        version = self.predictor.model_version
+        return "fallback" if version is None else f"v{version}"
+
+    def start(self) -> None:
+        """Load the latest stored model (if any) and the history; the app is ready afterwards."""
+        self.predictor.reload(self.store)
+        self.sync()
+        self.loaded = True
+        _log.info("predictor ready", extra={"model_version": self.version, "history_rows": self.rows})
+
+    @property
+    def rows(self) -> int:
+        """History rows held."""
+        return len(self.predictor.history)
+
+    def sync(self) -> int:
+        """Fold actuals appended since the last sync into the history; returns how many."""
+        with self._sync_lock:
+            rows, cursor = self.actuals.rows_after(self._cursor)
+            if rows:
+                self.predictor.observe(rows)
+            self._cursor = cursor
+            return len(rows)
+
+    def predict(self, queries: Sequence[Query], step: int, quantile: float) -> Predictions:
+        """Lengths at ``quantile`` from the freshest history and model version."""
+        self.sync()
+        now = time.monotonic()
+        if now - self._checked_at >= RELOAD_EVERY_S:
+            self._checked_at = now
+            if self.predictor.reload(self.store):
+                _log.info("hot-reloaded model", extra={"model_version": self.version})
+        return self.predictor.predict(queries, step, quantile)
+
+    def retrain(self) -> tuple[int, float]:
+        """Fit on all history, store a new version, swap it in; returns (version, seconds)."""
+        started = time.perf_counter()
+        self.sync()
+        model = fit(self.predictor.history)
+        version = self.store.save(model)
+        self.predictor.use_model(model, version)
+        took = time.perf_counter() - started
+        _log.info("retrained", extra={"model_version": self.version, "rows": self.rows, "seconds": took})
+        return version, took

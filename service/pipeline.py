@@ -1,0 +1,274 @@
+"""The path of one batch through the service: validate -> predict -> plan -> publish -> respond.
+
+Each stage is one function below, in the order a request meets them, and each is timed. Nothing is
+written to Redis before the plan exists, so a request rejected at any stage changes no state. Next
+to the requested policy we plan the same batch with ``round_robin`` (the length-blind equal split RL
+trainers use today) so every response says what the plan is worth.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from predictors.queries import Query
+from scheduler.errors import InvalidInputError, UnknownNameError
+from scheduler.planner import plan
+from scheduler.policies import POLICY_NAMES
+from scheduler.types import Inventory, Plan, PlanRequest, Trajectory
+from service.api.convert import build_inventory, check_unique_prompts, resolve_model
+from service.api.schemas import AssignedItem, BatchItem, ScheduleRequest, ScheduleResponse, Timings
+from service.context import Context
+from service.delivery.publisher import publish_plan
+from service.limits import check_trajectory_count
+from service.logs import schedule_context
+
+_log = logging.getLogger("service.pipeline")
+BASELINE = "round_robin"
+
+
+@dataclass
+class _Clock:
+    """Milliseconds spent per stage."""
+
+    spent: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spent[name] = (time.perf_counter() - start) * 1000.0
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """Provenance of the lengths: the model version and how many came from each source."""
+
+    version: str  # "v<N>" or "fallback"
+    sources: dict[str, int]  # lightgbm / prompt_history_mean / global_prior -> count
+
+
+@dataclass(frozen=True)
+class _Validated:
+    """A request checked against every rule, resolved into core types, ready to predict."""
+
+    inventory: Inventory
+    drained: frozenset[str]
+    time_scale_sources: dict[str, str]
+    policy: str
+    quantile: float
+    time_budget_s: float
+    item_of: tuple[int, ...]  # trajectory position -> batch item index (for error paths)
+
+
+def run(body: ScheduleRequest, ctx: Context) -> ScheduleResponse:
+    """Serve one ``POST /schedule``: every stage, in order, with its wall time."""
+    schedule_id = uuid.uuid4().hex
+    clock = _Clock()
+    started = time.perf_counter()
+    with schedule_context(schedule_id):
+        with clock.stage("validate"):
+            checked = validate(body, ctx)
+        with clock.stage("predict"):
+            trajectories, predicted = predict(body, checked, ctx)
+        request = PlanRequest(
+            trajectories=trajectories,
+            inventory=checked.inventory,
+            time_budget_s=checked.time_budget_s,
+            prefix_affinity=body.prefix_affinity,
+            kv_admission=body.kv_admission,
+            excluded_workers=checked.drained,
+            seed=body.seed,
+        )
+        with clock.stage("plan"):
+            chosen = _plan(request, checked.policy, checked.item_of)
+        with clock.stage("baseline"):
+            baseline = chosen if checked.policy == BASELINE else _plan(request, BASELINE, checked.item_of)
+        with clock.stage("publish"):
+            if body.publish:
+                publish(schedule_id, chosen, request, body, ctx)
+        total_ms = (time.perf_counter() - started) * 1000.0
+        response = respond(schedule_id, body, checked, request, chosen, baseline, predicted, clock, total_ms)
+        _record(ctx, response, len(trajectories))
+        return response
+
+
+def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
+    """Cross-item rules and name lookups; the only Redis access is a read of learned speeds."""
+    settings = ctx.settings
+    check_trajectory_count(sum(item.n for item in body.batch.items), settings.max_trajectories)
+    check_unique_prompts(body.batch.items)
+    policy = body.policy or settings.default_policy
+    if policy not in POLICY_NAMES:
+        raise UnknownNameError("policy", policy, list(POLICY_NAMES))
+    model = resolve_model(body.model, settings.default_model)
+    ids = [w.worker_id for w in body.inventory.workers]
+    needs_learned = [w.worker_id for w in body.inventory.workers if _unstated_speed(w)]
+    learned = ctx.speeds.learned(needs_learned) if needs_learned else {}
+    inventory, drained, sources = build_inventory(body, model, learned)
+    for index, item in enumerate(body.batch.items):
+        if item.pinned_worker is not None and item.pinned_worker not in ids:
+            raise InvalidInputError(
+                f"batch.items[{index}].pinned_worker", item.pinned_worker, "names no inventory worker"
+            )
+    item_of = tuple(index for index, item in enumerate(body.batch.items) for _ in range(item.n))
+    budget_ms = body.time_budget_ms or settings.default_time_budget_ms
+    quantile = body.quantile or settings.default_quantile
+    return _Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of)
+
+
+def _unstated_speed(spec: object) -> bool:
+    return getattr(spec, "time_scale", None) is None and getattr(spec, "decode_tokens_per_s", None) is None
+
+
+def predict(
+    body: ScheduleRequest, checked: _Validated, ctx: Context
+) -> tuple[tuple[Trajectory, ...], Predicted]:
+    """Predicted length of every trajectory at the planning quantile, and where each came from."""
+    queries = [
+        Query(
+            prompt_id=item.prompt_id,
+            sample_idx=sample,
+            prompt_tokens=item.prompt_tokens,
+            max_new_tokens=item.max_new_tokens,
+            features=item.features,
+        )
+        for item in body.batch.items
+        for sample in range(item.n)
+    ]
+    predictions = ctx.models.predict(queries, body.step, checked.quantile)
+    p50, p90 = predictions.p50.tolist(), predictions.p90.tolist()
+    trajectories = tuple(
+        Trajectory(
+            prompt_id=q.prompt_id,
+            sample_idx=q.sample_idx,
+            prompt_tokens=q.prompt_tokens,
+            max_new_tokens=q.max_new_tokens,
+            predicted_tokens=length,
+            quantiles={0.5: p50[i], 0.9: p90[i]},
+            pinned_worker=body.batch.items[checked.item_of[i]].pinned_worker,
+        )
+        for i, (q, length) in enumerate(zip(queries, predictions.value.tolist(), strict=True))
+    )
+    return trajectories, Predicted(ctx.models.version, dict(Counter(predictions.source)))
+
+
+def _plan(request: PlanRequest, policy: str, item_of: tuple[int, ...]) -> Plan:
+    """Plan with ``policy``; a core rejection of trajectory ``i`` is re-pointed at its batch item."""
+    try:
+        return plan(request, policy)
+    except InvalidInputError as error:
+        raise _repoint(error, item_of) from None
+
+
+def _repoint(error: InvalidInputError, item_of: tuple[int, ...]) -> InvalidInputError:
+    """``trajectories[7].max_new_tokens`` -> ``batch.items[1].max_new_tokens`` (what the client sent)."""
+    prefix = "trajectories["
+    if not error.field.startswith(prefix):
+        return error
+    index_text, _, rest = error.field[len(prefix) :].partition("]")
+    if not index_text.isdigit() or int(index_text) >= len(item_of):
+        return error
+    return InvalidInputError(f"batch.items[{item_of[int(index_text)]}]{rest}", error.value, error.reason)
+
+
+def publish(
+    schedule_id: str, chosen: Plan, request: PlanRequest, body: ScheduleRequest, ctx: Context
+) -> None:
+    """Write the plan's queues (with each prompt's payload) for the sidecars; remember worker profiles."""
+    payloads = {item.prompt_id: _payload(item) for item in body.batch.items}
+    publish_plan(ctx.delivery, schedule_id, chosen, request.trajectories, payloads)
+    ctx.speeds.remember(request.inventory)
+
+
+def _payload(item: BatchItem) -> dict[str, Any]:
+    """What the sidecar forwards to the engine: prompt text or chat messages."""
+    payload: dict[str, Any] = {}
+    if item.prompt is not None:
+        payload["prompt"] = item.prompt
+    if item.messages is not None:
+        payload["messages"] = [m.model_dump() for m in item.messages]
+    return payload
+
+
+def respond(
+    schedule_id: str,
+    body: ScheduleRequest,
+    checked: _Validated,
+    request: PlanRequest,
+    chosen: Plan,
+    baseline: Plan,
+    predicted: Predicted,
+    clock: _Clock,
+    total_ms: float,
+) -> ScheduleResponse:
+    """The response body: assignments in queue order, plan quality, the baseline, stage timings."""
+    by_key = {t.key: t for t in request.trajectories}
+    assignments = {
+        w.worker_id: [
+            AssignedItem(
+                prompt_id=by_key[k].prompt_id,
+                sample_idx=by_key[k].sample_idx,
+                predicted_tokens=round(by_key[k].predicted_tokens, 1),
+            )
+            for k in w.items
+        ]
+        for w in chosen.workers
+    }
+    spent = clock.spent
+    return ScheduleResponse(
+        schedule_id=schedule_id,
+        step=body.step,
+        policy=chosen.policy,
+        status=chosen.status,
+        published=body.publish,
+        model_version=predicted.version,
+        prediction_sources=predicted.sources,
+        quantile=checked.quantile,
+        assignments=assignments,
+        dispatch_order=list(chosen.dispatch_order),
+        predicted_makespan_s=chosen.predicted_makespan_s,
+        lower_bound_s=chosen.lower_bound_s,
+        round_robin_makespan_s=baseline.predicted_makespan_s,
+        speedup_vs_round_robin=baseline.predicted_makespan_s / max(chosen.predicted_makespan_s, 1e-9),
+        time_scales={w.worker_id: w.time_scale for w in request.inventory.workers},
+        timings=Timings(
+            validate_ms=spent["validate"],
+            predict_ms=spent["predict"],
+            plan_ms=spent["plan"],
+            baseline_ms=spent["baseline"],
+            publish_ms=spent["publish"],
+            total_ms=total_ms,
+        ),
+    )
+
+
+def _record(ctx: Context, response: ScheduleResponse, count: int) -> None:
+    """Metrics and one log line per schedule."""
+    m = ctx.metrics
+    for stage in ("validate", "predict", "plan", "baseline", "publish"):
+        m.stage.labels(stage).observe(getattr(response.timings, f"{stage}_ms") / 1000.0)
+    if response.lower_bound_s > 0:
+        m.quality.labels(response.policy).observe(response.predicted_makespan_s / response.lower_bound_s)
+    m.speedup.set(response.speedup_vs_round_robin)
+    m.trajectories.labels(str(response.published).lower()).inc(count)
+    _log.info(
+        "scheduled",
+        extra={
+            "trajectories": count,
+            "policy": response.policy,
+            "status": response.status,
+            "predicted_makespan_s": round(response.predicted_makespan_s, 3),
+            "lower_bound_s": round(response.lower_bound_s, 3),
+            "round_robin_makespan_s": round(response.round_robin_makespan_s, 3),
+            "total_ms": round(response.timings.total_ms, 1),
+        },
+    )

@@ -1,0 +1,205 @@
+"""RFC 9457 problem responses: the service's error types and ONE table mapping each to an HTTP answer.
+
+Routes never build error responses: they (or the core under them) raise a typed exception, and the
+table below decides its status and title. Every body is ``application/problem+json`` with ``type``,
+``title``, ``status``, ``detail``, ``instance`` and, when one input is at fault, ``field`` (a dotted
+path such as ``batch.items[3].prompt_tokens``) and ``value``; request-validation failures also list
+every ``errors[]`` entry. A client can therefore fix its request without reading server logs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from scheduler.errors import InvalidInputError
+from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
+
+PROBLEM_JSON = "application/problem+json"
+_UNION_TAGS = frozenset({"float", "str", "int", "bool", "none"})
+_log = logging.getLogger("service.problems")
+
+
+class ServiceError(Exception):
+    """Base of the service's own request-level errors; ``field``/``value`` locate the culprit."""
+
+    def __init__(self, detail: str, *, field: str | None = None, value: object = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.field = field
+        self.value = value
+
+
+class UnauthorizedError(ServiceError):
+    """No bearer token, or one the service does not know."""
+
+
+class ForbiddenError(ServiceError):
+    """A known token whose scope does not cover this endpoint."""
+
+
+class PayloadTooLargeError(ServiceError):
+    """The body, or the number of trajectories it asks for, is over the configured limit."""
+
+
+class NotFoundError(ServiceError):
+    """The schedule, model version or route does not exist."""
+
+
+class ConflictError(ServiceError):
+    """The request is valid but clashes with the current state (a retrain already running)."""
+
+
+class UnavailableError(ServiceError):
+    """A dependency (Redis, the model) cannot serve right now; retrying later will work."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """How one exception type is answered."""
+
+    status: int
+    title: str
+    slug: str  # last part of the problem ``type`` URI
+
+
+# The table. Order matters: the first matching base class wins, so subclasses come first.
+PROBLEMS: tuple[tuple[type[Exception], Problem], ...] = (
+    (RequestValidationError, Problem(422, "Invalid request", "invalid-request")),
+    (InvalidInputError, Problem(422, "Invalid request", "invalid-request")),
+    (UnauthorizedError, Problem(401, "Unauthorized", "unauthorized")),
+    (ForbiddenError, Problem(403, "Forbidden", "forbidden")),
+    (PayloadTooLargeError, Problem(413, "Payload too large", "payload-too-large")),
+    (NotFoundError, Problem(404, "Not found", "not-found")),
+    (UnknownScheduleError, Problem(404, "Unknown schedule", "unknown-schedule")),
+    (ConflictError, Problem(409, "Conflict", "conflict")),
+    (ScheduleConflictError, Problem(409, "Conflict", "conflict")),
+    (UnavailableError, Problem(503, "Service unavailable", "unavailable")),
+    (redis.ConnectionError, Problem(503, "Redis unavailable", "redis-unavailable")),
+    (redis.TimeoutError, Problem(503, "Redis unavailable", "redis-unavailable")),
+    (redis.BusyLoadingError, Problem(503, "Redis unavailable", "redis-unavailable")),
+)
+
+
+def lookup(exc: Exception) -> Problem:
+    """The table's entry for ``exc`` (500 when nothing matches)."""
+    for kind, problem in PROBLEMS:
+        if isinstance(exc, kind):
+            return problem
+    return Problem(500, "Internal server error", "internal")
+
+
+def problem_response(
+    status: int,
+    title: str,
+    detail: str,
+    *,
+    slug: str,
+    instance: str = "",
+    extra: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """Build one problem+json response (also used by the body-limit middleware, outside FastAPI)."""
+    body: dict[str, Any] = {
+        "type": f"https://rollout-scheduler.dev/problems/{slug}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": instance,
+        **(extra or {}),
+    }
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def field_path(loc: Sequence[int | str]) -> str:
+    """Turn a pydantic location ``("body", "batch", "items", 3, "n")`` into ``batch.items[3].n``."""
+    path = ""
+    if loc and isinstance(loc[-1], str) and (loc[-1] in _UNION_TAGS or "[" in loc[-1]):
+        loc = loc[:-1]  # a union member's tag (``float``, ``function-after[...]``), not a field
+    for part in loc:
+        if part == "body" and not path:
+            continue
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def _details(exc: Exception) -> tuple[str, dict[str, Any]]:
+    """The ``detail`` text and the field-locating extras of ``exc``."""
+    if isinstance(exc, RequestValidationError):
+        unique = {
+            field_path(err["loc"]): {
+                "field": field_path(err["loc"]),
+                "message": err["msg"],
+                "type": err["type"],
+            }
+            for err in reversed(exc.errors())
+        }
+        errors = list(reversed(unique.values()))  # one entry per field (unions report each member)
+        first = errors[0] if errors else {"field": "", "message": "invalid"}
+        detail = f"{first['field']}: {first['message']}"
+        if len(errors) > 1:
+            detail += f" (and {len(errors) - 1} more)"
+        return detail, {"field": first["field"], "errors": errors}
+    if isinstance(exc, InvalidInputError):
+        return str(exc), {"field": exc.field, "value": _jsonable(exc.value)}
+    if isinstance(exc, ServiceError):
+        extra = {"field": exc.field, "value": _jsonable(exc.value)} if exc.field else {}
+        return exc.detail, extra
+    if isinstance(exc, redis.RedisError):
+        return f"Redis is unreachable ({type(exc).__name__}: {exc}); retry shortly", {}
+    if lookup(exc).status < 500:
+        return str(exc), {}  # a listed domain error: its message is meant for the caller
+    return "an unexpected error occurred; see the service log", {}
+
+
+def _jsonable(value: object) -> object:
+    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+
+
+async def handle(request: Request, exc: Exception) -> JSONResponse:
+    """The one exception handler: look ``exc`` up in the table and answer with a problem."""
+    problem = lookup(exc)
+    detail, extra = _details(exc)
+    if problem.status >= 500:
+        _log.warning("request failed: %s", detail, exc_info=problem.status == 500 and exc)
+    headers = {"WWW-Authenticate": "Bearer"} if problem.status == 401 else None
+    if problem.status == 503:
+        headers = {"Retry-After": "1"}
+    return problem_response(
+        problem.status,
+        problem.title,
+        detail,
+        slug=problem.slug,
+        instance=request.url.path,
+        extra=extra,
+        headers=headers,
+    )
+
+
+async def handle_http(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own errors (unknown route, wrong method) as problems too."""
+    assert isinstance(exc, StarletteHTTPException)
+    return problem_response(
+        exc.status_code,
+        str(exc.detail),
+        f"{request.method} {request.url.path}: {exc.detail}",
+        slug="http",
+        instance=request.url.path,
+        headers=dict(exc.headers or {}),
+    )
+
+
+def install(app: FastAPI) -> None:
+    """Register the table's handler for every listed type, plus a catch-all for the unexpected."""
+    for kind, _ in PROBLEMS:
+        app.add_exception_handler(kind, handle)
+    app.add_exception_handler(StarletteHTTPException, handle_http)
+    app.add_exception_handler(Exception, handle)

@@ -1,0 +1,66 @@
+"""The service's Redis connection: any real server by ``REDIS_URL``, or an embedded one for ``serve``.
+
+``redis://`` and ``rediss://`` (TLS) URLs are accepted, with ACL user and password in the URL or in
+settings. Timeouts are short on purpose: when Redis is down a request should fail fast with 503 (see
+``service.problems``) rather than hang, and redis-py's pool reconnects on the next command, so the
+service recovers by itself when Redis returns; no restart, no background reconnect loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from service.embedded import EmbeddedServer
+from service.settings import Settings
+
+_log = logging.getLogger("service.redis")
+
+
+def connect(settings: Settings) -> redis.Redis:
+    """A pooled client for ``settings.redis_url`` (strings decoded); connects lazily on first use."""
+    if not settings.redis_url:
+        raise ValueError("redis_url is not set; `serve` starts an embedded server when it is absent")
+    options: dict[str, Any] = {
+        "decode_responses": True,
+        "socket_connect_timeout": settings.redis_timeout_s,
+        "socket_timeout": settings.redis_timeout_s,
+        "health_check_interval": 15,
+        "retry": Retry(ExponentialBackoff(cap=0.2, base=0.02), retries=2),
+        "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+    }
+    if settings.redis_username:
+        options["username"] = settings.redis_username
+    if settings.redis_password is not None:
+        options["password"] = settings.redis_password.get_secret_value()
+    if settings.redis_url.startswith("rediss://") and settings.redis_tls_ca_file:
+        options["ssl_ca_certs"] = settings.redis_tls_ca_file
+    return redis.Redis.from_url(settings.redis_url, **options)
+
+
+def describe(url: str) -> str:
+    """The URL without its password, for logs and error messages."""
+    scheme, sep, rest = url.partition("://")
+    if "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}{sep}{user + ':***@' if user else '***@'}{host}"
+
+
+@contextmanager
+def redis_for(settings: Settings) -> Iterator[Settings]:
+    """Yield settings with a usable ``redis_url``: as given, or an embedded server's, stopped on exit."""
+    if settings.redis_url:
+        yield settings
+        return
+    with EmbeddedServer() as server:
+        _log.info("no REDIS_URL: started an embedded valkey-server", extra={"redis_url": server.url})
+        yield settings.model_copy(update={"redis_url": server.url})
+    _log.info("embedded valkey-server stopped")

@@ -1,0 +1,119 @@
+"""Retraining the length predictor from actuals: on demand and automatically at step boundaries.
+
+A retrain fits on every actual so far, writes a new version to the model store and swaps it into the
+serving predictor (see ``service.models``); requests keep being answered by the previous version
+until the swap. ``POST /models/retrain`` runs one now. With ``retrain_every_steps = N``, the first
+``POST /schedule`` of a step at least N past the last retrained step starts one in the background:
+by then the actuals of every earlier step are in, which is the step boundary the trainer sees.
+
+Replicas coordinate through two keys: ``<prefix>:retrain:lock`` (``SET NX`` with a TTL, so a crashed
+trainer frees it) allows one retrain at a time across replicas, and ``<prefix>:retrain:step`` holds
+the last step a retrain covered. Other replicas pick the new version up by hot reload.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+
+import redis
+
+from scheduler.errors import InvalidInputError
+from service.metrics import Metrics
+from service.models import ModelService
+from service.problems import ConflictError
+
+_log = logging.getLogger("service.retrain")
+LOCK_TTL_S = 900  # longest a retrain may hold the lock (1M rows fit in ~30 s on 2 cores)
+_COMPARE_AND_SET = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class RetrainResult:
+    """What one retrain produced."""
+
+    version: str  # "v<N>"
+    history_rows: int  # actuals it was fitted on
+    seconds: float  # wall time of fit + save + swap
+
+
+class Retrainer:
+    """Runs retrains one at a time (per process and across replicas)."""
+
+    def __init__(
+        self,
+        models: ModelService,
+        client: redis.Redis,
+        metrics: Metrics,
+        every_steps: int,
+        prefix: str = "rs",
+    ) -> None:
+        self._models = models
+        self._redis = client
+        self._metrics = metrics
+        self._every = every_steps
+        self._lock_key = f"{prefix}:retrain:lock"
+        self.step_key = f"{prefix}:retrain:step"
+        self._advance = client.register_script(_COMPARE_AND_SET)
+        self._running = threading.Lock()
+        self.background: threading.Thread | None = None  # the last automatic retrain, if any
+
+    @property
+    def running(self) -> bool:
+        """Whether this process is retraining now."""
+        return self._running.locked()
+
+    def retrain_now(self) -> RetrainResult:
+        """Retrain synchronously; ``ConflictError`` (409) when one is already running or data is too thin."""
+        if not self._running.acquire(blocking=False):
+            raise ConflictError("a retrain is already running in this replica")
+        try:
+            return self._locked_retrain()
+        finally:
+            self._running.release()
+
+    def _locked_retrain(self) -> RetrainResult:
+        token = uuid.uuid4().hex
+        if not self._redis.set(self._lock_key, token, nx=True, ex=LOCK_TTL_S):
+            raise ConflictError("a retrain is already running in another replica")
+        try:
+            version, seconds = self._models.retrain()
+        except InvalidInputError as error:
+            self._metrics.retrains.labels("insufficient_data").inc()
+            raise ConflictError(f"not enough actuals to train on: {error.reason}", field="history") from None
+        finally:
+            if self._redis.get(self._lock_key) == token:
+                self._redis.delete(self._lock_key)
+        self._metrics.retrains.labels("ok").inc()
+        return RetrainResult(f"v{version}", self._models.rows, seconds)
+
+    def after_step(self, step: int) -> bool:
+        """Start a background retrain if ``step`` is a configured boundary; True if one started."""
+        if self._every <= 0 or self.running:
+            return False
+        last = self._redis.get(self.step_key)
+        if last is None:
+            self._redis.set(self.step_key, step)  # the first step seen: nothing earlier to learn from
+            return False
+        if step - int(last) < self._every:
+            return False
+        if not self._advance(keys=[self.step_key], args=[last, step]):
+            return False  # another replica claimed this boundary first
+        self.background = threading.Thread(target=self._background, name=f"retrain-step-{step}", daemon=True)
+        self.background.start()
+        return True
+
+    def _background(self) -> None:
+        try:
+            result = self.retrain_now()
+            _log.info("automatic retrain done", extra={"model_version": result.version})
+        except ConflictError as error:
+            _log.info("automatic retrain skipped: %s", error.detail)
+        except Exception:
+            self._metrics.retrains.labels("error").inc()
+            _log.exception("automatic retrain failed")

@@ -1,0 +1,99 @@
+"""Service settings: one pydantic-settings object, built by ``serve`` (or a test) and injected into the app.
+
+Nothing reads the environment at import time: ``Settings()`` reads it when called, and keyword
+arguments (the CLI flags of ``serve``) take precedence over environment variables. Every variable is
+``ROLLOUT_<FIELD>`` except ``REDIS_URL``, which keeps the name every Redis tool already uses.
+README.md ("Settings") lists them all.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Everything the service can be told; defaults are for a single-node development run."""
+
+    model_config = SettingsConfigDict(env_prefix="ROLLOUT_", extra="forbid", frozen=True)
+
+    # --- network -------------------------------------------------------------------------------------
+    host: str = "127.0.0.1"  # bind address; a non-loopback one needs a token
+    port: int = Field(default=8000, ge=0, le=65535)  # 0 picks a free port
+
+    # --- Redis ---------------------------------------------------------------------------------------
+    redis_url: str | None = Field(
+        None, validation_alias=AliasChoices("REDIS_URL", "ROLLOUT_REDIS_URL", "redis_url")
+    )  # redis:// or rediss:// (TLS); None makes `serve` start an embedded valkey-server
+    redis_username: str | None = None  # ACL user, when not given in the URL
+    redis_password: SecretStr | None = None  # ACL password, when not given in the URL
+    redis_tls_ca_file: str | None = None  # CA bundle to verify a rediss:// server against
+    redis_timeout_s: float = Field(
+        default=1.0, gt=0
+    )  # connect and command timeout: how fast Redis-down is a 503
+
+    # --- security ------------------------------------------------------------------------------------
+    trainer_tokens: SecretStr | None = None  # comma-separated bearer tokens with the trainer scope
+    worker_tokens: SecretStr | None = None  # comma-separated bearer tokens with the worker scope
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)  # larger request bodies get 413 unread
+    max_trajectories: int = Field(default=65_536, gt=0)  # more trajectories (sum of n) in one batch get 413
+
+    # --- planning ------------------------------------------------------------------------------------
+    default_policy: str = "cpsat"  # policy when the request names none
+    default_model: str = "7b"  # model preset when the request names none
+    default_quantile: float = Field(default=0.5, gt=0, lt=1)  # predicted-length quantile to plan on
+    default_time_budget_ms: int = Field(default=100, gt=0)  # solver budget when the request gives none
+
+    # --- learning ------------------------------------------------------------------------------------
+    model_dir: str = "var/models"  # the predictor's versioned model store
+    retrain_every_steps: int = Field(
+        default=0, ge=0
+    )  # retrain when a batch's step is this far past the last; 0=off
+    actuals_maxlen: int = Field(
+        default=2_000_000, gt=0
+    )  # approximate cap on the actuals stream (oldest trimmed)
+    speed_ewma_alpha: float = Field(
+        default=0.2, gt=0, le=1
+    )  # weight of the newest actual in a worker's speed
+
+    # --- observability -------------------------------------------------------------------------------
+    log_level: str = "INFO"
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR")
+        return level
+
+    def trainer_token_list(self) -> list[str]:
+        """The trainer tokens; several allow rotation without downtime."""
+        return _split(self.trainer_tokens)
+
+    def worker_token_list(self) -> list[str]:
+        """The worker tokens."""
+        return _split(self.worker_tokens)
+
+    @property
+    def auth_enabled(self) -> bool:
+        """Whether any token is configured; without one every caller is trusted (loopback only)."""
+        return bool(self.trainer_token_list() or self.worker_token_list())
+
+    @property
+    def binds_loopback_only(self) -> bool:
+        """Whether ``host`` is reachable from this machine only."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False  # a host name other than localhost may resolve to anything
+
+
+def _split(secret: SecretStr | None) -> list[str]:
+    if secret is None:
+        return []
+    return [token.strip() for token in secret.get_secret_value().split(",") if token.strip()]

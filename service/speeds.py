@@ -1,0 +1,143 @@
+"""Per-worker decode speed learned from actuals, fed back as ``Worker.time_scale`` in later plans.
+
+Device profiles are datasheet numbers; a real engine runs slower or faster (kernels, interconnect,
+thermal limits, a noisy neighbour). Each actual says how long a trajectory of known length took on a
+worker running ``concurrency`` sequences; the cost model says how long it should have taken at
+``time_scale = 1``. Their ratio is a sample of that worker's time scale. We keep an exponentially
+weighted mean of log ratios per worker (log: a worker twice as slow and one twice as fast are
+symmetric errors), in Redis so every replica plans with the same speeds. A later request that states
+no ``time_scale`` or ``decode_tokens_per_s`` for a worker gets the learned one.
+
+Keys (prefix ``rs`` by default; see also ``service.actuals``):
+
+* ``<prefix>:workers`` hash: worker id -> JSON of its last published profile and model preset,
+  written at publish time, so an actual can be compared with the model of the worker that ran it.
+* ``<prefix>:speed`` hash: worker id -> JSON ``{"log_scale": float, "samples": int}``.
+Neither expires: they describe the fleet, not a schedule, and hold one small entry per worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import redis
+
+from scheduler.costmodel import worker_cost
+from scheduler.devices import DeviceProfile, ModelPreset, model_preset
+from scheduler.errors import InvalidInputError
+from scheduler.types import Inventory, Worker
+from service.api.schemas import ActualReport
+
+MIN_RATIO, MAX_RATIO = 0.02, 50.0  # a sample outside this is a unit error or a stall, not a speed
+
+# Folds a batch of log-ratio samples into one worker's EWMA atomically (replicas may race).
+_UPDATE = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local state = raw and cjson.decode(raw) or nil
+local alpha = tonumber(ARGV[2])
+for i = 3, #ARGV do
+  local x = tonumber(ARGV[i])
+  if state then
+    state.log_scale = (1 - alpha) * state.log_scale + alpha * x
+    state.samples = state.samples + 1
+  else
+    state = {log_scale = x, samples = 1}
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(state))
+return tostring(state.log_scale)
+"""
+
+
+class SpeedLearner:
+    """Reads and updates learned per-worker time scales in Redis."""
+
+    def __init__(self, client: redis.Redis, alpha: float, prefix: str = "rs") -> None:
+        self._redis = client
+        self._alpha = alpha
+        self.workers_key = f"{prefix}:workers"
+        self.speed_key = f"{prefix}:speed"
+        self._update = client.register_script(_UPDATE)
+
+    def remember(self, inventory: Inventory) -> None:
+        """Record each worker's profile (as planned, time scale excluded) for later speed samples."""
+        pairs = [(w.worker_id, _worker_json(w, inventory.model)) for w in inventory.workers]
+        self._redis.hset(self.workers_key, items=[part for pair in pairs for part in pair])
+
+    def learned(self, worker_ids: Sequence[str]) -> dict[str, float]:
+        """Time scales learned for the given workers; workers never measured are absent."""
+        if not worker_ids:
+            return {}
+        raw = self._redis.hmget(self.speed_key, list(worker_ids))
+        return {
+            wid: math.exp(float(json.loads(value)["log_scale"]))
+            for wid, value in zip(worker_ids, raw, strict=True)
+            if value is not None
+        }
+
+    def observe(self, reports: Iterable[ActualReport]) -> dict[str, float]:
+        """Fold the speed samples of ``reports`` in; returns the new time scale of each updated worker."""
+        by_worker: dict[str, list[ActualReport]] = defaultdict(list)
+        for report in reports:
+            by_worker[report.worker_id].append(report)
+        ids = list(by_worker)
+        profiles = dict(zip(ids, self._redis.hmget(self.workers_key, ids), strict=True))
+        updated: dict[str, float] = {}
+        for wid, batch in by_worker.items():
+            if profiles[wid] is None:
+                continue  # never published to: no model to compare with
+            worker, model = _worker_from_json(str(profiles[wid]))
+            samples = [_log_ratio(worker, model, r) for r in batch]
+            args: list[Any] = [wid, self._alpha, *samples]
+            updated[wid] = math.exp(float(self._update(keys=[self.speed_key], args=args)))
+        return updated
+
+
+def modelled_seconds(worker: Worker, model: ModelPreset, report: ActualReport) -> float:
+    """Seconds the cost model expects for ``report`` at ``time_scale = 1``.
+
+    Prefill, then ``output_tokens`` decode steps at the reported concurrency, each sequence holding
+    on average ``prompt + output / 2`` tokens of KV cache (the mean over its own decode).
+    """
+    cost = worker_cost(dataclasses.replace(worker, time_scale=1.0), model)
+    batch = max(1, min(round(report.concurrency), cost.max_num_seqs))
+    context = batch * (report.prompt_tokens + report.output_tokens / 2.0)
+    step = cost.step_time(batch, context)
+    return cost.prefill_time(report.prompt_tokens) + report.output_tokens * step
+
+
+def _log_ratio(worker: Worker, model: ModelPreset, report: ActualReport) -> float:
+    ratio = report.wall_time_s / modelled_seconds(worker, model, report)
+    return math.log(min(max(ratio, MIN_RATIO), MAX_RATIO))
+
+
+def _worker_json(worker: Worker, model: ModelPreset) -> str:
+    return json.dumps(
+        {
+            "device": dataclasses.asdict(worker.device),
+            "num_gpus": worker.num_gpus,
+            "max_num_seqs": worker.max_num_seqs,
+            "kv_capacity_tokens": worker.kv_capacity_tokens,
+            "model": model.name,
+        }
+    )
+
+
+def _worker_from_json(raw: str) -> tuple[Worker, ModelPreset]:
+    data: Mapping[str, Any] = json.loads(raw)
+    try:
+        worker = Worker(
+            worker_id="measured",
+            device=DeviceProfile(**data["device"]),
+            num_gpus=int(data["num_gpus"]),
+            max_num_seqs=int(data["max_num_seqs"]),
+            kv_capacity_tokens=data["kv_capacity_tokens"],
+        )
+        return worker, model_preset(str(data["model"]))
+    except (KeyError, TypeError) as error:
+        raise InvalidInputError("workers", raw, f"stored worker profile unreadable: {error}") from error

@@ -1,0 +1,122 @@
+"""Fixtures of the service API tests: an app on the real test Redis, and request bodies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import Settings
+
+TRAINER = "trainer-secret"
+WORKER = "worker-secret"
+
+AppFactory = Callable[..., TestClient]
+
+
+def batch_body(prompts: int = 8, n: int = 4, workers: int = 2, **extra: Any) -> dict[str, Any]:
+    """A valid /schedule body: ``prompts`` x ``n`` trajectories on ``workers`` H100/910B workers."""
+    devices = ("H100", "Ascend910B")
+    return {
+        "batch": {
+            "items": [
+                {
+                    "prompt_id": f"p{i}",
+                    "prompt_tokens": 100 + 10 * i,
+                    "n": n,
+                    "max_new_tokens": 2048,
+                    "prompt": f"question {i}",
+                }
+                for i in range(prompts)
+            ]
+        },
+        "inventory": {
+            "workers": [
+                {"worker_id": f"w{j}", "device": devices[j % 2], "max_num_seqs": 64} for j in range(workers)
+            ]
+        },
+        "policy": "lpt",
+        **extra,
+    }
+
+
+@pytest.fixture
+def make_client(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Iterator[AppFactory]:
+    """Build an app with settings overrides and open a TestClient on it (lifespan included)."""
+    opened: list[TestClient] = []
+
+    def factory(**overrides: Any) -> TestClient:
+        options: dict[str, Any] = {"redis_url": redis_url, "model_dir": str(tmp_path / "models")}
+        options.update(overrides)
+        client = TestClient(create_app(Settings(**options)), raise_server_exceptions=False)
+        client.__enter__()
+        opened.append(client)
+        return client
+
+    yield factory
+    for client in opened:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client: AppFactory) -> TestClient:
+    """An app without auth (loopback development mode)."""
+    return make_client()
+
+
+@pytest.fixture
+def secured(make_client: AppFactory) -> TestClient:
+    """An app with one trainer and one worker token."""
+    return make_client(trainer_tokens=TRAINER, worker_tokens=WORKER)
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The Authorization header for ``token``."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+class LiveServer:
+    """A real uvicorn server on a free loopback port in a thread (for socket-level and client tests)."""
+
+    def __init__(self, settings: Settings) -> None:
+        import threading
+
+        import uvicorn
+
+        from service.embedded import free_port
+
+        self.port = free_port()
+        config = uvicorn.Config(
+            create_app(settings), host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> LiveServer:
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def live_settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Settings:
+    return Settings(redis_url=redis_url, model_dir=str(tmp_path / "models"))

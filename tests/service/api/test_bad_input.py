@@ -1,0 +1,166 @@
+"""Bad input: 422 (or 413) problem+json naming the field, and Redis left exactly as it was."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from service.settings import Settings
+from tests.service.api.conftest import AppFactory, LiveServer, batch_body
+
+Body = dict[str, Any]
+
+
+def _set(path: str, value: Any) -> Callable[[Body], None]:
+    """Set ``value`` at a dotted path like ``batch.items.1.prompt_id`` of the body."""
+
+    def edit(body: Body) -> None:
+        *parents, last = path.split(".")
+        node: Any = body
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        if last.isdigit():
+            node[int(last)] = value
+        else:
+            node[last] = value
+
+    return edit
+
+
+CASES: dict[str, tuple[Callable[[Body], None], str]] = {
+    "zero prompt tokens": (_set("batch.items.0.prompt_tokens", 0), "batch.items[0].prompt_tokens"),
+    "negative max_new_tokens": (_set("batch.items.2.max_new_tokens", -5), "batch.items[2].max_new_tokens"),
+    "zero samples": (_set("batch.items.1.n", 0), "batch.items[1].n"),
+    "tokens as a string": (_set("batch.items.0.prompt_tokens", "100"), "batch.items[0].prompt_tokens"),
+    "duplicate prompt_id": (_set("batch.items.3.prompt_id", "p1"), "batch.items[3].prompt_id"),
+    "unknown device": (_set("inventory.workers.1.device", "TPUv9"), "inventory.workers[1].device"),
+    "duplicate worker_id": (_set("inventory.workers.1.worker_id", "w0"), "inventory.workers[1].worker_id"),
+    "unknown field": (_set("batch.items.0.colour", "red"), "batch.items[0].colour"),
+    "unknown top-level field": (_set("priority", 1), "priority"),
+    "unknown policy": (_set("policy", "fastest"), "policy"),
+    "unknown model": (_set("model", "999b"), "model"),
+    "quantile out of range": (_set("quantile", 1.5), "quantile"),
+    "pinned to a stranger": (_set("batch.items.0.pinned_worker", "w9"), "batch.items[0].pinned_worker"),
+    "empty inventory": (_set("inventory.workers", []), "inventory.workers"),
+    "cap beyond every KV cache": (
+        _set("batch.items.1.max_new_tokens", 50_000_000),
+        "batch.items[1].max_new_tokens",
+    ),
+}
+
+
+def _snapshot(client: redis.Redis) -> tuple[int, list[str]]:
+    return int(client.dbsize()), sorted(str(k) for k in client.keys("*"))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_bad_field_is_a_422_problem_naming_it_and_changes_nothing(
+    case: str, client: TestClient, redis_client: redis.Redis
+) -> None:
+    client.post("/schedule", json=batch_body())  # some state to keep intact
+    before = _snapshot(redis_client)
+    edit, field = CASES[case]
+    body = batch_body()
+    edit(body)
+    response = client.post("/schedule", json=body)
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["status"] == 422
+    assert problem["field"] == field
+    assert field in problem["detail"] or problem["field"] == field
+    assert _snapshot(redis_client) == before
+
+
+@pytest.mark.parametrize(
+    ("literal", "where", "field"),
+    [
+        ("NaN", "quantile", "quantile"),
+        ("Infinity", "time_scale", "inventory.workers[0].time_scale"),
+        ("-Infinity", "hbm_bandwidth_gbs", "inventory.workers[0].hbm_bandwidth_gbs"),
+        ("NaN", "prompt_tokens", "batch.items[0].prompt_tokens"),
+        ("NaN", "feature", "batch.items[0].features.difficulty"),
+    ],
+)
+def test_nan_and_infinity_are_refused_naming_the_field(
+    literal: str, where: str, field: str, client: TestClient, redis_client: redis.Redis
+) -> None:
+    body = batch_body()
+    marker = 12345.678
+    targets = {
+        "quantile": body,
+        "time_scale": body["inventory"]["workers"][0],
+        "hbm_bandwidth_gbs": body["inventory"]["workers"][0],
+        "prompt_tokens": body["batch"]["items"][0],
+    }
+    if where == "feature":
+        body["batch"]["items"][0]["features"] = {"difficulty": marker}
+    else:
+        targets[where][where] = marker
+    raw = json.dumps(body).replace(str(marker), literal)
+    before = _snapshot(redis_client)
+    response = client.post("/schedule", content=raw, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == field
+    assert _snapshot(redis_client) == before
+
+
+def test_malformed_json_is_a_422_problem(client: TestClient) -> None:
+    response = client.post("/schedule", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+def test_more_trajectories_than_the_limit_is_a_413_and_changes_nothing(
+    make_client: AppFactory, redis_client: redis.Redis
+) -> None:
+    client = make_client(max_trajectories=31)
+    before = _snapshot(redis_client)
+    response = client.post("/schedule", json=batch_body(prompts=8, n=4))
+    assert response.status_code == 413
+    assert response.json()["field"] == "batch.items"
+    assert "32" in response.json()["detail"]
+    assert _snapshot(redis_client) == before
+
+
+def test_a_body_over_the_limit_is_a_413_problem(make_client: AppFactory, redis_client: redis.Redis) -> None:
+    client = make_client(max_body_bytes=2_000)
+    before = _snapshot(redis_client)
+    response = client.post("/schedule", json=batch_body(prompts=64))
+    assert response.status_code == 413
+    assert response.headers["content-type"] == "application/problem+json"
+    assert _snapshot(redis_client) == before
+
+
+def test_a_declared_huge_body_is_refused_before_it_is_sent(live_settings: Settings) -> None:
+    settings = live_settings.model_copy(update={"max_body_bytes": 10_000})
+    with LiveServer(settings) as server, socket.create_connection(("127.0.0.1", server.port), 5) as sock:
+        sock.sendall(
+            b"POST /schedule HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000000000\r\n\r\n{"batch":'
+        )
+        sock.settimeout(5)
+        reply = sock.recv(65536).decode()  # answered although 999,999,991 bytes never came
+    assert reply.startswith("HTTP/1.1 413")
+    assert "application/problem+json" in reply
+
+
+def test_a_chunked_body_is_cut_off_at_the_limit(live_settings: Settings) -> None:
+    settings = live_settings.model_copy(update={"max_body_bytes": 10_000})
+    with LiveServer(settings) as server, socket.create_connection(("127.0.0.1", server.port), 5) as sock:
+        sock.sendall(
+            b"POST /schedule HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        chunk = b"x" * 4096
+        for _ in range(3):  # 12 KiB: over the limit; the stream is never terminated
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        sock.settimeout(5)
+        reply = sock.recv(65536).decode()
+    assert reply.startswith("HTTP/1.1 413")

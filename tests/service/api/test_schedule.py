@@ -1,0 +1,105 @@
+"""POST /schedule end to end, GET /schedule/{id} progress and results, on a real Redis."""
+
+from __future__ import annotations
+
+import redis
+from fastapi.testclient import TestClient
+
+from service.delivery import Delivery, TrajectoryResult
+from tests.service.api.conftest import AppFactory, batch_body
+
+
+def test_a_batch_is_planned_published_and_answered_with_quality_and_baseline(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    response = client.post("/schedule", json=batch_body(prompts=8, n=4, workers=3))
+    assert response.status_code == 200
+    body = response.json()
+    planned = [(i["prompt_id"], i["sample_idx"]) for q in body["assignments"].values() for i in q]
+    assert sorted(planned) == sorted((f"p{p}", s) for p in range(8) for s in range(4))
+    assert set(body["assignments"]) == {"w0", "w1", "w2"}
+    assert body["published"] is True
+    assert body["predicted_makespan_s"] >= body["lower_bound_s"] > 0
+    assert body["round_robin_makespan_s"] >= body["lower_bound_s"]
+    assert body["speedup_vs_round_robin"] == body["round_robin_makespan_s"] / body["predicted_makespan_s"]
+    timings = body["timings"]
+    assert timings["total_ms"] >= timings["plan_ms"] + timings["publish_ms"]
+    assert body["model_version"] == "fallback"
+    assert sum(body["prediction_sources"].values()) == 32
+    progress = client.get(f"/schedule/{body['schedule_id']}").json()
+    assert progress["total"] == 32
+    assert progress["queued"] == 32
+    assert progress["done"] == progress["running"] == progress["failed"] == 0
+    assert sum(w["queued"] for w in progress["workers"].values()) == 32
+
+
+def test_each_worker_queue_in_redis_is_the_planned_order_with_the_prompt_payload(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    body = client.post("/schedule", json=batch_body(prompts=4, n=2, workers=2)).json()
+    delivery = Delivery(redis_client)
+    for worker, planned in body["assignments"].items():
+        leases = delivery.claim(body["schedule_id"], worker, max_items=100)
+        assert [(le.item.prompt_id, le.item.sample_idx) for le in leases] == [
+            (i["prompt_id"], i["sample_idx"]) for i in planned
+        ]
+        for lease in leases:
+            assert lease.item.payload == {"prompt": f"question {lease.item.prompt_id[1:]}"}
+
+
+def test_publish_false_plans_without_writing_anything(client: TestClient, redis_client: redis.Redis) -> None:
+    before = redis_client.dbsize()
+    response = client.post("/schedule", json=batch_body(publish=False))
+    assert response.status_code == 200
+    assert response.json()["published"] is False
+    assert redis_client.dbsize() == before
+    assert client.get(f"/schedule/{response.json()['schedule_id']}").status_code == 404
+
+
+def test_the_configured_default_policy_and_quantile_apply_when_the_request_names_none(
+    make_client: AppFactory,
+) -> None:
+    client = make_client(default_policy="least_loaded", default_quantile=0.9)
+    body = batch_body()
+    del body["policy"]
+    answer = client.post("/schedule", json=body).json()
+    assert answer["policy"] == "least_loaded"
+    assert answer["quantile"] == 0.9
+    assert answer["dispatch_order"]  # a shared-queue policy publishes one FIFO
+
+
+def test_round_robin_requested_is_its_own_baseline(client: TestClient) -> None:
+    answer = client.post("/schedule", json=batch_body(policy="round_robin")).json()
+    assert answer["round_robin_makespan_s"] == answer["predicted_makespan_s"]
+    assert answer["speedup_vs_round_robin"] == 1.0
+
+
+def test_a_drained_worker_receives_nothing(client: TestClient) -> None:
+    body = batch_body(workers=3)
+    body["inventory"]["workers"][1]["drain"] = True
+    answer = client.post("/schedule", json=body).json()
+    assert answer["assignments"]["w1"] == []
+
+
+def test_results_completed_by_workers_are_read_back_in_pages(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    body = client.post("/schedule", json=batch_body(prompts=2, n=2, workers=1)).json()
+    sid = body["schedule_id"]
+    delivery = Delivery(redis_client)
+    leases = delivery.claim(sid, "w0", max_items=10)
+    for lease in leases:
+        delivery.complete(lease, TrajectoryResult(output_tokens=7, output="done", wall_time_s=0.5))
+    first = client.get(f"/schedule/{sid}/results", params={"count": 3}).json()
+    rest = client.get(f"/schedule/{sid}/results", params={"after": first["next"]}).json()
+    keys = [r["key"] for r in first["results"] + rest["results"]]
+    assert sorted(keys) == sorted(le.key for le in leases)
+    assert len(first["results"]) == 3
+    assert client.get(f"/schedule/{sid}").json()["done"] == 4
+
+
+def test_an_unknown_schedule_is_a_404_problem(client: TestClient) -> None:
+    response = client.get("/schedule/nope")
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "nope" in response.json()["detail"]
