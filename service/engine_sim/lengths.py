@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from predictors.traceio import read_trace
 from scheduler.errors import InvalidInputError
 
 CHARS_PER_TOKEN = 4  # prompt-length estimate for text without a ``rollout.prompt_tokens`` hint
@@ -94,6 +93,8 @@ def estimate_prompt_tokens(hint: RolloutHint, prompt: str | list[int]) -> int:
 
 def load_trace(path: Path, step: int | None = None, median_tokens: int = 512) -> LengthSource:
     """Read a trace (csv, jsonl or parquet) into a length source; ``step`` None keeps the last step."""
+    from predictors.traceio import read_trace  # numpy/pyarrow: only when a trace is given
+
     trace = read_trace(path)
     chosen = int(trace.step.max()) if step is None else step
     rows = [r for r in trace.rows() if r.step == chosen]

@@ -11,17 +11,20 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import uvicorn
 
 from service.delivery.protocol import Delivery
 from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSchedule
 from service.embedded import free_port
+from service.engine_sim.app import build_config, create_app
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -53,6 +56,7 @@ class Cluster:
 
     workdir: Path
     procs: list[Proc] = field(default_factory=list)
+    threads: list[tuple[uvicorn.Server, threading.Thread]] = field(default_factory=list)
 
     def _spawn(self, name: str, args: list[str]) -> Proc:
         log = self.workdir / f"{name}.log"
@@ -69,14 +73,36 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def engine(self, name: str, *extra: str, device: str = "H100", time_scale: float = 0.01) -> str:
-        """Start an engine-sim and return its base URL once it answers."""
-        port = free_port()
-        args = ["engine-sim", "--port", str(port), "--device", device, "--time-scale", str(time_scale)]
-        proc = self._spawn(name, [*args, *extra])
-        url = f"http://127.0.0.1:{port}"
-        _wait_http(f"{url}/health", proc)
-        return url
+    def engines(self, time_scales: dict[str, float], *extra: str, device: str = "H100") -> dict[str, str]:
+        """Start one ``engine-sim`` process per name (in parallel); return their URLs once all answer."""
+        started: dict[str, tuple[Proc, str]] = {}
+        for name, scale in time_scales.items():
+            port = free_port()
+            args = ["engine-sim", "--port", str(port), "--device", device, "--time-scale", str(scale)]
+            started[name] = (self._spawn(name, [*args, *extra]), f"http://127.0.0.1:{port}")
+        for proc, url in started.values():
+            _wait_http(f"{url}/health", proc)
+        return {name: url for name, (_, url) in started.items()}
+
+    def engine_threads(self, time_scales: dict[str, float], max_num_seqs: int = 256) -> dict[str, str]:
+        """Serve engine-sims from threads of this process (real uvicorn servers on loopback ports).
+
+        Tests whose faults hit the sidecars use these: a process per engine costs seconds of imports
+        on a loaded 2-core machine and adds nothing to what they check.
+        """
+        urls = {}
+        for name, scale in time_scales.items():
+            config = build_config("H100", time_scale=scale, max_num_seqs=max_num_seqs)
+            server = uvicorn.Server(
+                uvicorn.Config(create_app(config), host="127.0.0.1", port=free_port(), log_level="warning")
+            )
+            thread = threading.Thread(target=server.run, name=name, daemon=True)
+            thread.start()
+            self.threads.append((server, thread))
+            urls[name] = f"http://127.0.0.1:{server.config.port}"
+        for url in urls.values():
+            _wait_http(f"{url}/health", None)
+        return urls
 
     def sidecar(self, worker_id: str, engine_url: str, redis_url: str, *extra: str) -> Proc:
         """Start a push-mode sidecar for ``worker_id``."""
@@ -92,6 +118,9 @@ class Cluster:
             proc.popen.wait(timeout=10)
             if proc.popen.stdout:
                 proc.popen.stdout.close()
+        for server, thread in self.threads:
+            server.should_exit = True
+            thread.join(timeout=10)
 
 
 @contextmanager
@@ -104,10 +133,10 @@ def cluster(workdir: Path) -> Iterator[Cluster]:
         group.close()
 
 
-def _wait_http(url: str, proc: Proc, timeout_s: float = 30.0) -> None:
+def _wait_http(url: str, proc: Proc | None, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if proc.popen.poll() is not None:
+        if proc is not None and proc.popen.poll() is not None:
             raise RuntimeError(f"{proc.name} exited: {proc.log.read_text()[-2000:]}")
         try:
             if httpx.get(url, timeout=0.5).status_code == 200:
@@ -115,7 +144,7 @@ def _wait_http(url: str, proc: Proc, timeout_s: float = 30.0) -> None:
         except httpx.TransportError:
             pass
         time.sleep(0.05)
-    raise RuntimeError(f"{proc.name} did not answer at {url}")
+    raise RuntimeError(f"nothing answered at {url}")
 
 
 def item(prompt_id: str, sample_idx: int, actual: int, predicted: float | None = None) -> DeliveryItem:
@@ -147,6 +176,16 @@ def publish(
     )
     delivery.publish(schedule)
     return schedule
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str = "condition") -> None:
+    """Poll ``condition`` every 20 ms until it holds; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{what} did not hold within {timeout_s}s")
 
 
 def wait_finished(delivery: Delivery, schedule_id: str, timeout_s: float) -> None:
