@@ -113,6 +113,8 @@ def test_each_sidecar_drives_its_own_existing_engine_through_the_shared_redis(
         engine_port = parse_cli(engines[engine_url.hostname]["command"]).params["port"]
         assert engine_url.port == engine_port, name
         assert engine_url.hostname in svc["depends_on"], f"{name} starts before its engine"
+        engine_device = parse_cli(engines[engine_url.hostname]["command"]).params["device"]
+        assert device_profile(params["device"]) == device_profile(engine_device), name
         redis_url = urlsplit(_redis_url(svc, params))
         assert (redis_url.hostname, redis_url.password) == ("redis", _redis_password(services)), name
         targets.add(engine_url.hostname)
@@ -134,10 +136,15 @@ def test_the_service_uses_the_shared_redis_and_refuses_anonymous_callers(
     assert any(str(port).endswith(":8000") for port in svc["ports"])
 
 
-def test_each_health_check_probes_the_port_its_process_listens_on(services: dict[str, Service]) -> None:
+def test_each_health_check_probes_its_own_port_or_a_sidecar_its_engine(services: dict[str, Service]) -> None:
     for name, svc in services.items():
         url = svc.get("environment", {}).get("HEALTHCHECK_URL")
         if url is None:
+            assert not svc["image"].startswith(OUR_IMAGE), f"{name} would probe the image default :8000"
             continue
-        port = parse_cli(svc["command"]).params["port"]
-        assert urlsplit(url).port == port, name
+        params = parse_cli(svc["command"]).params
+        if svc["command"][0] == "sidecar":
+            assert url == params["engine_url"] + "/health", name
+        else:
+            assert urlsplit(url).hostname == "127.0.0.1", name
+            assert urlsplit(url).port == params["port"], name
