@@ -14,7 +14,12 @@ The model is vLLM's (see docs/simulator.md for the formulas):
   compute cross).
 - Preemption: a step needs ``C + b <= capacity`` (each sequence writes one more token). When the
   next step does not fit, the newest running sequence is evicted and goes back to the head of the
-  queue, its progress lost (recompute preemption); nothing is admitted until a decode step has run.
+  engine's waiting line, its progress lost (recompute preemption); nothing is admitted until the
+  next completion (an eviction frees room, but the evicted sequence never re-enters at once).
+- Claiming, as the delivery sidecar does: a worker's own queue is the unclaimed part (stealable);
+  without KV admission the sidecar keeps up to ``max_num_seqs`` items in flight (running or
+  waiting inside the engine, where vLLM queues what does not fit yet); with KV admission it hands
+  over an item only when its reservation fits, so nothing waits inside the engine but evictions.
 
 The engine is resumable: ``commit`` computes when the next event (a completion or a preemption)
 happens and ``process`` applies it, so a coordinator can interleave many workers on one clock for
@@ -64,7 +69,7 @@ class WorkerEngine:
     __slots__ = ("alive", "batch", "blocked", "busy_s", "cap", "clock", "cost", "event_clock", "heap",
                  "index", "kv_admission", "ledger", "limit", "max_seqs", "offset", "pending_run",
                  "preempted", "prefill_tokens", "queue", "queued_work", "reserved", "stack", "step",
-                 "to_finish", "token")  # fmt: skip
+                 "to_finish", "token", "waiting")  # fmt: skip
 
     def __init__(
         self, index: int, cost: WorkerCost, ledger: Ledger, *, watermark: float, kv_admission: bool
@@ -74,8 +79,9 @@ class WorkerEngine:
         self.limit = self.cap - watermark * self.cap  # admission ceiling for prompts (watermark kept free)
         self.max_seqs = cost.max_num_seqs
         self.kv_admission = kv_admission
-        self.queue: deque[int] = deque()  # waiting items, head first
-        self.queued_work = 0  # planned decode steps still queued (the steal rule's measure)
+        self.queue: deque[int] = deque()  # own items not yet claimed by the sidecar: stealable
+        self.queued_work = 0  # planned decode steps in ``queue`` (the steal rule's measure)
+        self.waiting: deque[int] = deque()  # claimed, waiting inside the engine (evicted ones first)
         self.heap: list[tuple[int, int, int]] = []  # (finish step, admission token, item)
         self.alive: dict[int, tuple[int, int]] = {}  # running item -> (admission token, admission step)
         self.stack: list[tuple[int, int]] = []  # (token, item) in admission order: newest last
@@ -94,7 +100,7 @@ class WorkerEngine:
         self.event_clock = 0.0  # time of the pending event
 
     def enqueue(self, items: list[int]) -> None:
-        """Append ``items`` to the worker's own queue, in order."""
+        """Append ``items`` to the worker's own (unclaimed) queue, in order."""
         self.queue.extend(items)
         planned = self.ledger.planned
         self.queued_work += sum(planned[i] for i in items)
@@ -115,22 +121,58 @@ class WorkerEngine:
         """Admission is open: a slot is free and no preemption is waiting for a decode step."""
         return self.batch == 0 or (not self.blocked and self.batch < self.max_seqs)
 
+    def has_room(self) -> bool:
+        """Whether the worker's sidecar would take one more item from elsewhere right now.
+
+        Its own queue must be empty. Without KV admission a slot is free while fewer than
+        ``max_num_seqs`` items are in flight (running or waiting inside the engine); with it, while
+        nothing waits inside the engine and admission is open (the item's reservation is checked
+        by ``take``).
+        """
+        if self.queue:
+            return False
+        if self.kv_admission:
+            return not self.waiting and self.may_admit()
+        return self.batch + len(self.waiting) < self.max_seqs
+
+    def take(self, item: int) -> bool:
+        """Accept ``item`` from the shared queue or a victim; report whether it was accepted.
+
+        Without KV admission the sidecar hands it to the engine, which runs it when KV allows; with
+        it, the sidecar takes it only if its reservation fits now.
+        """
+        if self.kv_admission:
+            if not self.may_admit() or not self.fits(item):
+                return False
+            self._admit(item)
+            return True
+        self.waiting.append(item)
+        self._admit_waiting()
+        return True
+
     def admit_own(self) -> None:
-        """Admit from the head of the worker's own queue while the head fits (vLLM's in-order rule)."""
+        """Claim from the own queue as the sidecar would, then admit in order (vLLM's in-order rule)."""
+        queue, planned = self.queue, self.ledger.planned
+        if not self.kv_admission:
+            room = self.max_seqs - self.batch - len(self.waiting)
+            while room > 0 and queue:
+                item = queue.popleft()
+                self.queued_work -= planned[item]
+                self.waiting.append(item)
+                room -= 1
+        self._admit_waiting()
+        if self.kv_admission and not self.waiting and self.may_admit():
+            while queue and self.fits(queue[0]):
+                item = queue.popleft()
+                self.queued_work -= planned[item]
+                self._admit(item)
+
+    def _admit_waiting(self) -> None:
         if not self.may_admit():
             return
-        queue, planned = self.queue, self.ledger.planned
-        while queue and self.fits(queue[0]):
-            item = queue.popleft()
-            self.queued_work -= planned[item]
-            self._admit(item)
-
-    def offer(self, item: int) -> bool:
-        """Admit ``item`` from elsewhere (shared queue, steal) if it fits now; report whether it did."""
-        if not self.may_admit() or not self.fits(item):
-            return False
-        self._admit(item)
-        return True
+        waiting = self.waiting
+        while waiting and self.fits(waiting[0]):
+            self._admit(waiting.popleft())
 
     def _admit(self, item: int) -> None:
         ledger = self.ledger
@@ -202,8 +244,7 @@ class WorkerEngine:
             if self.alive.get(item, _DEAD)[0] == token:
                 break
         self._remove(item)
-        self.queue.appendleft(item)
-        self.queued_work += ledger.planned[item]
+        self.waiting.appendleft(item)
         ledger.preemptions[item] += 1
         self.preempted += 1
         self.blocked = True

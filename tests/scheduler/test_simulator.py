@@ -207,3 +207,24 @@ def test_bad_input_is_refused_with_the_offending_field(mutate: object, field: st
     with pytest.raises(InvalidInputError) as err:
         simulate(plan, trajs, actual, Inventory((worker("a"),), MODEL))
     assert err.value.field == field
+
+
+def test_items_already_handed_to_an_engine_are_never_stolen_even_while_waiting_for_kv() -> None:
+    # w0's KV holds one sequence at a time, but its sidecar keeps max_num_seqs=4 in flight
+    victim = worker("w0", "910B", max_num_seqs=4, kv_capacity_tokens=2_500)
+    thief = worker("w1", max_num_seqs=4)
+    queue = [traj(i, 200, 2_000) for i in range(8)]
+    result = run({"w0": queue, "w1": []}, [victim, thief], steal=True)
+    by_key = {r.key: r for r in result.items}
+    assert all(by_key[t.key].worker_id == "w0" for t in queue[:4])  # in flight: stay
+    assert all(by_key[t.key].worker_id == "w1" for t in queue[4:])  # unclaimed: taken at once
+
+
+def test_with_kv_admission_the_sidecar_claims_only_what_it_can_start_so_the_rest_is_stealable() -> None:
+    victim = worker("w0", "910B", max_num_seqs=4, kv_capacity_tokens=2_500)
+    thief = worker("w1", max_num_seqs=4)
+    queue = [traj(i, 200, 2_000) for i in range(8)]
+    result = run({"w0": queue, "w1": []}, [victim, thief], steal=True, kv_admission=True)
+    on_victim = [r.key for r in result.items if r.worker_id == "w0"]
+    assert on_victim == [queue[0].key]  # only the head ran there; the thief drained the tail
+    assert result.preemptions == 0
