@@ -18,7 +18,7 @@ from scheduler.policies.problem import build_problem
 from scheduler.types import Plan, PlanRequest, WorkerPlan
 from scheduler.validation import validate_request
 
-DEFAULT_POLICY = "lpt"
+DEFAULT_POLICY = "cpsat"
 
 
 def plan(request: PlanRequest, policy: str = DEFAULT_POLICY) -> Plan:
@@ -33,7 +33,7 @@ def plan(request: PlanRequest, policy: str = DEFAULT_POLICY) -> Plan:
     problem = build_problem(request)
     placement = chosen.plan(request, problem)
     bound = lower_bound(request.trajectories, request.inventory, request.excluded_workers)
-    finishes = problem.finishes(placement.queues, request.kv_admission)
+    finishes = placement.finish_s or tuple(problem.finishes(placement.queues, request.kv_admission))
     trajectories = request.trajectories
     workers = tuple(
         WorkerPlan(

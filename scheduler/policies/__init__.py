@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from scheduler.errors import UnknownNameError
 from scheduler.policies.base import Placement, Policy
+from scheduler.policies.cpsat import CpSatPolicy
 from scheduler.policies.least_loaded import LeastLoadedPolicy
 from scheduler.policies.lpt import LptPolicy
 from scheduler.policies.round_robin import RoundRobinPolicy
@@ -19,6 +20,7 @@ _REGISTRY: dict[str, Callable[[], Policy]] = {
     "round_robin": RoundRobinPolicy,
     "least_loaded": LeastLoadedPolicy,
     "lpt": LptPolicy,
+    "cpsat": CpSatPolicy,
 }
 
 POLICY_NAMES: tuple[str, ...] = tuple(_REGISTRY)

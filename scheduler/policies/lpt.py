@@ -15,7 +15,7 @@ Order inside a worker: ``scheduler.policies.ordering`` (longest first unless the
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.base import Placement
@@ -34,40 +34,38 @@ class LptPolicy:
         """Place longest units first, then order each worker's queue for its makespan."""
         problem = problem or build_problem(request)
         assignment = lpt_assignment(problem)
-        queues = order_queues(problem, assignment, request.kv_admission)
-        return Placement(queues=queues, status="HEURISTIC")
+        queues, finishes = order_queues(problem, assignment, request.kv_admission)
+        return Placement(queues=queues, status="HEURISTIC", finish_s=finishes)
 
 
-def lpt_assignment(problem: Problem) -> list[list[int]]:
-    """Unit indices per worker, chosen longest-first onto the earliest-finishing allowed worker."""
+def lpt_assignment(
+    problem: Problem,
+    tiers: Sequence[int] | None = None,
+    band: Callable[[Unit], int] | None = None,
+    scale: Sequence[float] | None = None,
+) -> list[list[int]]:
+    """Unit indices per worker, chosen longest-first onto the earliest-finishing allowed worker.
+
+    With ``tiers`` (one per worker) and ``band`` (one per unit), a unit goes only to workers whose
+    tier is at least its band, when any allowed worker qualifies: how ``cpsat`` confines the long
+    tail to the workers its aggregate model chose. ``scale`` multiplies each worker's estimate (a
+    measured simulated/estimated ratio). Without them this is plain LPT.
+    """
     costs = problem.costs
-    loads = [Load() for _ in costs]
-    placed: list[list[int]] = [[] for _ in costs]
-    classes = _classes(costs, problem.active)
-    heaps: list[list[tuple[float, int]]] = [[(0.0, w) for w in members] for members in classes]
-    class_of = {w: c for c, members in enumerate(classes) for w in members}
-    current = [0.0] * len(costs)
-    sizes = [len(members) for members in classes]
-    whole: dict[int, bool] = {}  # id(allowed) -> allowed is a union of whole classes (heap look-up is exact)
+    state = _State(problem, tiers or [0] * len(costs), scale or [1.0] * len(costs))
     order = sorted(range(len(problem.units)), key=lambda u: _longest_first(problem.units[u], u))
     for u in order:
         unit = problem.units[u]
-        key = id(unit.allowed)
-        if key not in whole:
-            whole[key] = len(unit.allowed) > 8 and _is_union_of_classes(unit.allowed, class_of, sizes)
-        worker = _best_worker(unit, costs, loads, heaps, class_of, current, whole[key])
-        loads[worker].add(unit)
-        placed[worker].append(u)
-        current[worker] = time_with(costs[worker], loads[worker])
-        heapq.heappush(heaps[class_of[worker]], (current[worker], worker))
-    return placed
+        worker = state.best_worker(unit, band(unit) if band else 0)
+        state.place(worker, u)
+    return state.placed
 
 
 def _longest_first(unit: Unit, index: int) -> tuple[int, float, int]:
     return (-unit.steps, -unit.kv_steps, index)
 
 
-def _classes(costs: Sequence[WorkerCost], active: Sequence[int]) -> list[list[int]]:
+def worker_kinds(costs: Sequence[WorkerCost], active: Sequence[int]) -> list[list[int]]:
     """Active workers grouped by identical coefficients (everything but the id), inventory order."""
     groups: dict[tuple[float | int, ...], list[int]] = {}
     for w in active:
@@ -87,33 +85,69 @@ def _classes(costs: Sequence[WorkerCost], active: Sequence[int]) -> list[list[in
     return list(groups.values())
 
 
-def _is_union_of_classes(allowed: Sequence[int], class_of: dict[int, int], sizes: Sequence[int]) -> bool:
-    counts: dict[int, int] = {}
-    for w in allowed:
-        counts[class_of[w]] = counts.get(class_of[w], 0) + 1
-    return all(sizes[c] == n for c, n in counts.items())
+class _State:
+    """Loads, placements and one heap per (kind, tier) of current load estimates."""
 
+    def __init__(self, problem: Problem, tiers: Sequence[int], scale: Sequence[float]) -> None:
+        self.costs, self.tiers, self.units, self.scale = problem.costs, tiers, problem.units, scale
+        self.loads = [Load() for _ in self.costs]
+        self.placed: list[list[int]] = [[] for _ in self.costs]
+        self.current = [0.0] * len(self.costs)
+        self.kinds = worker_kinds(self.costs, problem.active)
+        self.kind_of = {w: k for k, members in enumerate(self.kinds) for w in members}
+        self.heaps: dict[tuple[int, int], list[tuple[float, int]]] = {}
+        for k, members in enumerate(self.kinds):
+            for w in members:
+                self.heaps.setdefault((k, tiers[w]), []).append((0.0, w))
+        self.groups = sorted(self.heaps)  # (kind, tier)
+        self.whole: dict[int, list[int] | None] = {}  # id(allowed) -> its kinds, if made of whole kinds
 
-def _best_worker(
-    unit: Unit,
-    costs: Sequence[WorkerCost],
-    loads: Sequence[Load],
-    heaps: list[list[tuple[float, int]]],
-    class_of: dict[int, int],
-    current: Sequence[float],
-    whole: bool,
-) -> int:
-    """The allowed worker whose estimate after adding ``unit`` is least (ties: lowest index)."""
-    allowed = unit.allowed
-    if not whole:
-        return min(allowed, key=lambda w: (time_with(costs[w], loads[w], unit), w))
-    best, best_key = -1, (float("inf"), 0)
-    for c in sorted({class_of[w] for w in allowed}):
-        heap = heaps[c]
-        while heap[0][0] != current[heap[0][1]]:
+    def place(self, worker: int, u: int) -> None:
+        """Put unit ``u`` on ``worker`` and refresh its estimate."""
+        self.loads[worker].add(self.units[u])
+        self.placed[worker].append(u)
+        self.current[worker] = self.scale[worker] * time_with(self.costs[worker], self.loads[worker])
+        heapq.heappush(self.heaps[(self.kind_of[worker], self.tiers[worker])], (self.current[worker], worker))
+
+    def best_worker(self, unit: Unit, band: int) -> int:
+        """The allowed worker (tier >= band if any) whose estimate after adding ``unit`` is least."""
+        key = id(unit.allowed)
+        if key not in self.whole:
+            self.whole[key] = self._kinds_of(unit.allowed)
+        kinds = self.whole[key]
+        if kinds is None:
+            pool = [w for w in unit.allowed if self.tiers[w] >= band] or list(unit.allowed)
+            return min(pool, key=lambda w: (self._after(w, unit), w))
+        groups = [g for g in self.groups if g[0] in kinds and g[1] >= band]
+        if not groups:
+            groups = [g for g in self.groups if g[0] in kinds]
+        tops = [top for g in groups if (top := self._top(g)) is not None]
+        if band == 0 and len(tops) > len(kinds):
+            # Short units (the lowest band, half of them) change a worker's estimate by a sliver:
+            # the least-loaded worker of each kind is the candidate, as in plain LPT.
+            per_kind: dict[int, tuple[float, int]] = {}
+            for top in tops:
+                k = self.kind_of[top[1]]
+                if k not in per_kind or top < per_kind[k]:
+                    per_kind[k] = top
+            tops = list(per_kind.values())
+        return min((self._after(w, unit), w) for _, w in tops)[1]
+
+    def _after(self, w: int, unit: Unit) -> float:
+        return self.scale[w] * time_with(self.costs[w], self.loads[w], unit)
+
+    def _top(self, group: tuple[int, int]) -> tuple[float, int] | None:
+        heap = self.heaps[group]
+        while heap and heap[0][0] != self.current[heap[0][1]]:
             heapq.heappop(heap)
-        w = heap[0][1]
-        key = (time_with(costs[w], loads[w], unit), w)
-        if key < best_key:
-            best, best_key = w, key
-    return best
+        return heap[0] if heap else None
+
+    def _kinds_of(self, allowed: Sequence[int]) -> list[int] | None:
+        """The kinds ``allowed`` consists of, when it is made of whole kinds and worth heap look-ups."""
+        if len(allowed) <= 8:
+            return None
+        counts: dict[int, int] = {}
+        for w in allowed:
+            counts[self.kind_of[w]] = counts.get(self.kind_of[w], 0) + 1
+        whole = all(len(self.kinds[k]) == n for k, n in counts.items())
+        return sorted(counts) if whole else None

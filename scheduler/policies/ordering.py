@@ -79,13 +79,16 @@ def best_order(
 
 def order_queues(
     problem: Problem, assignment: Sequence[Sequence[int]], reserve: bool
-) -> tuple[tuple[int, ...], ...]:
-    """Each worker's trajectory queue, from its assigned units, in its fastest candidate order."""
-    queues = []
+) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]]:
+    """Each worker's trajectory queue in its fastest candidate order, and its predicted finish."""
+    queues: list[tuple[int, ...]] = []
+    finishes: list[float] = []
     for cost, units in zip(problem.costs, assignment, strict=True):
         items = [i for u in units for i in problem.units[u].members]
-        queues.append(tuple(best_order(problem, items, cost, reserve)[0]) if items else ())
-    return tuple(queues)
+        order, finish = best_order(problem, items, cost, reserve) if items else ([], 0.0)
+        queues.append(tuple(order))
+        finishes.append(finish)
+    return tuple(queues), tuple(finishes)
 
 
 def _lengths(problem: Problem, order: list[int]) -> tuple[list[int], list[int]]:

@@ -1,0 +1,158 @@
+"""Exact CP-SAT repair over a few workers at a time: large-neighbourhood search for ``cpsat``.
+
+The slowest worker decides the makespan. This module frees every unit on it and on the ``k`` fastest
+workers, and lets CP-SAT re-partition exactly those units with one boolean per (unit, worker): a few
+hundred to a few thousand booleans, which CP-SAT solves or improves in tens of milliseconds where a
+model of the whole batch would not even load. Each worker's time is the placement model of
+``scheduler.policies.load`` (``T >= c*N + m*K``, ``N >= longest``, ``N >= K/cap``), scaled by that
+worker's measured ratio of simulated finish to model estimate, so that the drain the model does not
+see still counts. A move is kept only when the worker model (``scheduler.finish``), replaying the
+re-ordered queues, says the neighbourhood finishes sooner; otherwise the next neighbourhood is tried.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from ortools.sat.python import cp_model
+
+from scheduler.policies.load import Load, time_with
+from scheduler.policies.ordering import best_order
+from scheduler.policies.problem import Problem
+
+US = 1e6  # time unit of the model: microseconds
+KV_UNIT = 1e5  # KV-token-steps per integer unit
+PARTNERS = (1, 2, 3)  # neighbourhood sizes tried, beside the slowest worker
+STEP_LIMIT_S = 0.2  # the most one neighbourhood solve may take
+
+
+def improve(
+    problem: Problem,
+    assignment: Sequence[Sequence[int]],
+    finishes: Sequence[float],
+    reserve: bool,
+    deadline: float,
+    seed: int,
+) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]] | None:
+    """Repair ``assignment`` until ``deadline``; the improved (queues, finishes), or None if none found."""
+    placed = [list(units) for units in assignment]
+    finish = list(finishes)
+    queues: list[tuple[int, ...]] = []
+    improved, failures = False, 0
+    while failures < len(PARTNERS) and time.perf_counter() < deadline:
+        active = list(problem.active)
+        worst = max(active, key=lambda w: (finish[w], -w))
+        others = sorted((w for w in active if w != worst), key=lambda w: (finish[w], w))
+        group = [worst, *others[: PARTNERS[failures % len(PARTNERS)]]]
+        if len(group) < 2:
+            break
+        moved = _resolve(problem, placed, finish, group, deadline, seed)
+        if moved is None:
+            failures += 1
+            continue
+        trial = {w: best_order(problem, _items(problem, moved[w]), problem.costs[w], reserve) for w in group}
+        if max(f for _, f in trial.values()) < max(finish[w] for w in group) - 1e-9:
+            for w in group:
+                placed[w] = moved[w]
+                finish[w] = trial[w][1]
+            improved, failures = True, 0
+        else:
+            failures += 1
+    if not improved:
+        return None
+    for w, units in enumerate(placed):
+        order = best_order(problem, _items(problem, units), problem.costs[w], reserve)[0] if units else []
+        queues.append(tuple(order))
+    return tuple(queues), tuple(finish)
+
+
+def _items(problem: Problem, units: Sequence[int]) -> list[int]:
+    return [i for u in units for i in problem.units[u].members]
+
+
+def _resolve(
+    problem: Problem,
+    placed: Sequence[Sequence[int]],
+    finish: Sequence[float],
+    group: Sequence[int],
+    deadline: float,
+    seed: int,
+) -> dict[int, list[int]] | None:
+    """Re-partition the units of ``group`` with CP-SAT; the new split, or None when it found nothing."""
+    remaining = deadline - time.perf_counter()
+    if remaining <= 0.005:
+        return None
+    members = set(group)
+    units = [u for w in group for u in placed[w]]
+    home = {u: w for w in group for u in placed[w]}
+    model = cp_model.CpModel()
+    # Phase 1: variables: x[u, w] for the allowed workers of the group; per-worker N, K and time.
+    x: dict[tuple[int, int], cp_model.IntVar] = {}
+    for u in units:
+        for w in problem.units[u].allowed:
+            if w in members:
+                x[u, w] = model.new_bool_var(f"x[{u},{w}]")
+    kv = {u: round(problem.units[u].kv_steps / KV_UNIT) for u in units}
+    horizon = round(max(finish[w] for w in group) * US * 2) + 1
+    makespan = model.new_int_var(0, horizon, "T")
+    # Phase 2: constraints.
+    for u in units:
+        model.add_exactly_one(x[u, w] for w in group if (u, w) in x)
+    for w in group:
+        _worker_constraints(
+            model, problem, w, units, x, kv, makespan, _calibration(problem, w, placed[w], finish[w])
+        )
+    # Phase 3: objective, hinted with the current split.
+    model.minimize(makespan)
+    for (u, w), var in x.items():
+        model.add_hint(var, home[u] == w)
+    # Phase 4: solve.
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = min(STEP_LIMIT_S, remaining)
+    solver.parameters.num_workers = 2
+    solver.parameters.random_seed = seed
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    # Phase 5: extract.
+    moved: dict[int, list[int]] = {w: [] for w in group}
+    for (u, w), var in x.items():
+        if solver.value(var):
+            moved[w].append(u)
+    return moved
+
+
+def _worker_constraints(
+    model: cp_model.CpModel,
+    problem: Problem,
+    w: int,
+    units: Sequence[int],
+    x: dict[tuple[int, int], cp_model.IntVar],
+    kv: dict[int, int],
+    makespan: cp_model.IntVar,
+    scale: float,
+) -> None:
+    """``makespan >= scale * (c*N + m*K)``, ``N >= steps`` of each unit it takes, ``N*cap >= K``."""
+    cost = problem.costs[w]
+    mine = [u for u in units if (u, w) in x]
+    longest = max((problem.units[u].steps for u in mine), default=0)
+    steps = model.new_int_var(0, max(longest, 1) * 4 + sum(kv.values()), f"N[{w}]")
+    load = sum(kv[u] * x[u, w] for u in mine)
+    for u in mine:
+        model.add(steps >= problem.units[u].steps * x[u, w])
+    model.add(steps * round(cost.kv_capacity_tokens / KV_UNIT * 1000) >= load * 1000)
+    per_step = round(scale * cost.time_scale * (cost.mem_base_s + cost.overhead_s) * US)
+    per_unit = round(scale * cost.time_scale * cost.mem_per_token_s * KV_UNIT * US)
+    model.add(makespan >= per_step * steps + per_unit * load)
+
+
+def _calibration(problem: Problem, w: int, units: Sequence[int], finish: float) -> float:
+    """Simulated finish over model estimate for a worker's current units (1.0 when empty)."""
+    if not units:
+        return 1.0
+    load = Load()
+    for u in units:
+        load.add(problem.units[u])
+    estimate = time_with(problem.costs[w], load)
+    return max(1.0, finish / estimate) if estimate > 0 else 1.0
