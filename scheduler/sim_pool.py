@@ -36,6 +36,7 @@ class Pool:
         self.speeds = list(speeds)  # each worker's token rate: turns queued tokens into seconds
         self.steal = steal
         self.steals = 0  # items moved by stealing
+        self._dry = not steal  # no unclaimed item left anywhere to steal (queues only shrink)
         self._heap: list[tuple[float, int, int]] = []  # (event time, counter, worker index)
         self._counter = 0
         self._pending = [False] * len(self.engines)  # worker has an event computed and not applied
@@ -73,7 +74,7 @@ class Pool:
 
     def _acquire(self, engines: list[WorkerEngine]) -> None:
         """Hand out shared or stolen items one at a time, least-loaded taker first."""
-        if not self.shared and not self.steal:
+        if not self.shared and self._dry:
             return
         takers = [(e.batch + len(e.waiting), e.index, e) for e in engines if e.has_room()]
         heapq.heapify(takers)
@@ -85,8 +86,9 @@ class Pool:
                 self.shared.popleft()
             else:
                 victim = self._victim(index)
-                if victim is None:
-                    return  # nothing unclaimed anywhere
+                if victim is None:  # the taker's own queue is empty, so nothing is left anywhere
+                    self._dry = True
+                    return
                 if not self._steal(victim, engine):
                     continue
             if engine.has_room():

@@ -25,6 +25,7 @@ from service.context import Context
 from service.delivery import Delivery
 from service.delivery.reaper import Reaper
 from service.limits import BodyLimitMiddleware
+from service.logs import install_record_factory
 from service.metrics import Metrics
 from service.models import ModelService
 from service.problems import install as install_problems
@@ -40,6 +41,7 @@ MAX_WATCHED_SCHEDULES = 32  # queue-depth metrics cover at most this many active
 def create_app(settings: Settings) -> FastAPI:
     """Build the app for ``settings``; ``settings.redis_url`` must be set (``serve`` ensures it)."""
     metrics = Metrics()
+    install_record_factory()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 schedule_id_var: ContextVar[str | None] = ContextVar("schedule_id", default=None)
 
@@ -48,6 +49,7 @@ class JsonFormatter(logging.Formatter):
 
 def configure(level: str = "INFO") -> None:
     """Send every ``service`` and uvicorn log line to stderr as JSON; called by ``serve``, not on import."""
+    install_record_factory()
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     for name in ("service", "uvicorn", "uvicorn.error"):
@@ -56,6 +58,27 @@ def configure(level: str = "INFO") -> None:
         logger.setLevel(level)
         logger.propagate = False
     logging.getLogger("uvicorn.access").disabled = True  # the app logs each request itself, as JSON
+
+
+def install_record_factory() -> None:
+    """Stamp every log record with the current schedule id when it is created (idempotent).
+
+    Done at record creation, not formatting, so the id survives handlers that format later or on
+    another thread (queue handlers, pytest's capture). Called by the app factory and ``configure``.
+    """
+    current = logging.getLogRecordFactory()
+    if getattr(current, "_stamps_schedule_id", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = current(*args, **kwargs)
+        schedule_id = schedule_id_var.get()
+        if schedule_id is not None:
+            record.schedule_id = schedule_id
+        return record
+
+    factory._stamps_schedule_id = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
 
 
 @contextmanager

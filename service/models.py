@@ -20,6 +20,7 @@ from predictors.model import fit
 from predictors.predictor import LengthPredictor, Predictions
 from predictors.queries import Query
 from predictors.store import ModelStore
+from scheduler.errors import InvalidInputError
 from service.actuals import ActualsLog
 
 _log = logging.getLogger("service.models")
@@ -79,6 +80,8 @@ class ModelService:
         """Fit on all history, store a new version, swap it in; returns (version, seconds)."""
         started = time.perf_counter()
         self.sync()
+        if self.rows == 0:
+            raise InvalidInputError("history", 0, "no actuals have been reported yet")
         model = fit(self.predictor.history)
         version = self.store.save(model)
         self.predictor.use_model(model, version)

@@ -29,8 +29,15 @@ router = APIRouter(tags=["schedules"])
 
 @router.post("/schedule", response_model=ScheduleResponse, dependencies=[Depends(trainer_only)])
 def create_schedule(body: ScheduleRequest, request: Request) -> ScheduleResponse:
-    """Validate, predict, plan, publish (unless ``publish`` is false) and return the plan."""
-    return pipeline.run(body, context_of(request))
+    """Validate, predict, plan, publish (unless ``publish`` is false) and return the plan.
+
+    A step past the configured retrain interval then starts a background retrain: the actuals of
+    the earlier steps are in by now, and this response is not delayed by it.
+    """
+    ctx = context_of(request)
+    response = pipeline.run(body, ctx)
+    ctx.retrainer.after_step(body.step)
+    return response
 
 
 @router.get("/schedule/{schedule_id}", dependencies=[Depends(any_client)])

@@ -120,3 +120,8 @@ class LiveServer:
 @pytest.fixture
 def live_settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Settings:
     return Settings(redis_url=redis_url, model_dir=str(tmp_path / "models"))
+
+
+def with_settings(base: Settings, **changes: Any) -> Settings:
+    """``base`` with ``changes``, validated like any settings (``model_copy`` would skip validation)."""
+    return Settings(**{**base.model_dump(), **changes})

@@ -12,7 +12,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.settings import Settings
-from tests.service.api.conftest import AppFactory, LiveServer, batch_body
+from tests.service.api.conftest import AppFactory, LiveServer, batch_body, with_settings
 
 Body = dict[str, Any]
 
@@ -139,7 +139,7 @@ def test_a_body_over_the_limit_is_a_413_problem(make_client: AppFactory, redis_c
 
 
 def test_a_declared_huge_body_is_refused_before_it_is_sent(live_settings: Settings) -> None:
-    settings = live_settings.model_copy(update={"max_body_bytes": 10_000})
+    settings = with_settings(live_settings, max_body_bytes=10_000)
     with LiveServer(settings) as server, socket.create_connection(("127.0.0.1", server.port), 5) as sock:
         sock.sendall(
             b"POST /schedule HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -152,7 +152,7 @@ def test_a_declared_huge_body_is_refused_before_it_is_sent(live_settings: Settin
 
 
 def test_a_chunked_body_is_cut_off_at_the_limit(live_settings: Settings) -> None:
-    settings = live_settings.model_copy(update={"max_body_bytes": 10_000})
+    settings = with_settings(live_settings, max_body_bytes=10_000)
     with LiveServer(settings) as server, socket.create_connection(("127.0.0.1", server.port), 5) as sock:
         sock.sendall(
             b"POST /schedule HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

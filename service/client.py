@@ -1,0 +1,133 @@
+"""A small Python client for trainers: submit a step's batch, wait for its results, report actuals.
+
+One ``SchedulerClient`` per trainer process; it keeps a connection pool. Every method returns the
+API's typed response models (``service.api.schemas``), and every refusal raises ``SchedulerAPIError``
+carrying the problem document (status, detail, offending field), so a training loop can tell a bad
+batch (4xx: fix the request) from an outage (503: retry). docs/client.md shows it in a veRL-style
+loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from service.api.schemas import (
+    ActualReport,
+    ActualsAccepted,
+    ProgressResponse,
+    ResultEntry,
+    ResultsPage,
+    RetrainResponse,
+    ScheduleRequest,
+    ScheduleResponse,
+)
+
+
+class SchedulerAPIError(RuntimeError):
+    """The service refused a request; ``problem`` is its RFC 9457 body."""
+
+    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
+        self.status = status
+        self.problem = dict(problem)
+        self.field: str | None = problem.get("field")
+        super().__init__(f"{status} {problem.get('title', '')}: {problem.get('detail', '')}".strip())
+
+    @property
+    def retryable(self) -> bool:
+        """Whether retrying the same request later can succeed (Redis down, overload)."""
+        return self.status in (429, 502, 503, 504)
+
+
+@dataclass(frozen=True)
+class StepResults:
+    """Everything a finished schedule produced."""
+
+    results: list[ResultEntry]  # one per accepted trajectory, in completion order
+    progress: ProgressResponse  # final counts, including dead-lettered items
+
+
+class SchedulerClient:
+    """Client of one rollout-scheduler service."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        timeout_s: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=url, headers=headers, timeout=timeout_s, transport=transport)
+
+    def __enter__(self) -> SchedulerClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def schedule(self, request: ScheduleRequest | Mapping[str, Any]) -> ScheduleResponse:
+        """Plan (and publish) one step; ``request`` is the ``POST /schedule`` body."""
+        body = request.model_dump(exclude_none=True) if isinstance(request, ScheduleRequest) else request
+        return ScheduleResponse.model_validate(self._call("POST", "/schedule", json=body))
+
+    def progress(self, schedule_id: str) -> ProgressResponse:
+        """Counts by state, overall and per worker."""
+        return ProgressResponse.model_validate(self._call("GET", f"/schedule/{schedule_id}"))
+
+    def results(
+        self, schedule_id: str, after: str = "0-0", count: int = 1000, wait_ms: int = 0
+    ) -> ResultsPage:
+        """One page of accepted results after stream id ``after``."""
+        params = {"after": after, "count": count, "wait_ms": wait_ms}
+        return ResultsPage.model_validate(
+            self._call("GET", f"/schedule/{schedule_id}/results", params=params)
+        )
+
+    def wait(self, schedule_id: str, timeout_s: float | None = None, poll_ms: int = 1000) -> StepResults:
+        """Collect results until every trajectory is done or dead-lettered (``TimeoutError`` past the limit).
+
+        Results are read while the step runs (long-polling the results stream), so the trainer can
+        also consume them incrementally with ``results``; this call returns them all at the end.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        collected: list[ResultEntry] = []
+        cursor = "0-0"
+        while True:
+            page = self.results(schedule_id, after=cursor, wait_ms=poll_ms)
+            collected += page.results
+            cursor = page.next
+            progress = self.progress(schedule_id)
+            if progress.done + progress.failed >= progress.total and len(collected) >= progress.done:
+                return StepResults(results=collected, progress=progress)
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"schedule {schedule_id}: {progress.done}/{progress.total} done after {timeout_s}s"
+                )
+
+    def report_actuals(self, reports: Sequence[ActualReport | Mapping[str, Any]]) -> ActualsAccepted:
+        """Report finished trajectories (actual lengths, finish reason, reward, wall time, worker)."""
+        body = [r.model_dump(exclude_none=True) if isinstance(r, ActualReport) else dict(r) for r in reports]
+        return ActualsAccepted.model_validate(self._call("POST", "/actuals", json={"actuals": body}))
+
+    def retrain(self) -> RetrainResponse:
+        """Fit a new predictor version on every actual so far and swap it in."""
+        return RetrainResponse.model_validate(self._call("POST", "/models/retrain"))
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            try:
+                problem = response.json()
+            except ValueError:
+                problem = {"title": response.reason_phrase, "detail": response.text[:500]}
+            raise SchedulerAPIError(response.status_code, problem)
+        return response.json()

@@ -1,0 +1,78 @@
+"""The trainer's Python client against a real uvicorn server and Redis, workers played by the protocol."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis
+
+from service.client import SchedulerAPIError, SchedulerClient
+from service.delivery import Delivery, TrajectoryResult
+from service.settings import Settings
+from tests.service.api.conftest import TRAINER, WORKER, LiveServer, batch_body, with_settings
+
+
+def _work(delivery: Delivery, schedule_id: str, worker: str) -> None:
+    """A worker that claims its queue and completes each item with a length derived from its key."""
+    while leases := delivery.claim(schedule_id, worker, max_items=8):
+        for lease in leases:
+            tokens = 100 + lease.item.sample_idx
+            delivery.complete(lease, TrajectoryResult(output_tokens=tokens, output="ok", wall_time_s=0.1))
+
+
+def test_a_trainer_submits_waits_for_results_and_reports_actuals(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    settings = with_settings(live_settings, trainer_tokens=TRAINER, worker_tokens=WORKER)
+    with LiveServer(settings) as server, SchedulerClient(server.url, token=TRAINER) as client:
+        plan = client.schedule(batch_body(prompts=4, n=4, workers=2))
+        delivery = Delivery(redis_client)
+        workers = [
+            threading.Thread(target=_work, args=(delivery, plan.schedule_id, w)) for w in plan.assignments
+        ]
+        for thread in workers:
+            thread.start()
+        finished = client.wait(plan.schedule_id, timeout_s=30, poll_ms=200)
+        for thread in workers:
+            thread.join()
+        assert finished.progress.done == 16
+        assert sorted(r.key for r in finished.results) == sorted(
+            f"p{p}#{s}" for p in range(4) for s in range(4)
+        )
+        reports = [
+            {
+                "step": 0,
+                "prompt_id": r.key.split("#")[0],
+                "sample_idx": int(r.key.split("#")[1]),
+                "worker_id": r.worker_id,
+                "prompt_tokens": 100,
+                "output_tokens": r.output_tokens,
+                "finish_reason": r.finish_reason,
+                "wall_time_s": r.wall_time_s,
+            }
+            for r in finished.results
+        ]
+        assert client.report_actuals(reports).accepted == 16
+
+
+def test_a_refusal_raises_with_the_problem_document(live_settings: Settings) -> None:
+    settings = with_settings(live_settings, trainer_tokens=TRAINER, worker_tokens=WORKER)
+    with LiveServer(settings) as server:
+        with SchedulerClient(server.url, token=WORKER) as worker, pytest.raises(SchedulerAPIError) as denied:
+            worker.schedule(batch_body())
+        assert denied.value.status == 403
+        assert not denied.value.retryable
+        body = batch_body()
+        body["batch"]["items"][0]["n"] = 0
+        with SchedulerClient(server.url, token=TRAINER) as trainer, pytest.raises(SchedulerAPIError) as bad:
+            trainer.schedule(body)
+        assert bad.value.status == 422
+        assert bad.value.field == "batch.items[0].n"
+
+
+def test_waiting_past_the_timeout_raises(live_settings: Settings) -> None:
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        plan = client.schedule(batch_body(prompts=1, n=1, workers=1))
+        with pytest.raises(TimeoutError):
+            client.wait(plan.schedule_id, timeout_s=0.3, poll_ms=100)

@@ -1,0 +1,62 @@
+"""Redis unreachable: 503 with a clear message; the service recovers by itself when Redis returns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.embedded import EmbeddedServer
+from service.settings import Settings
+from tests.service.api.conftest import batch_body
+
+
+@pytest.fixture
+def private_redis() -> Iterator[EmbeddedServer]:
+    server = EmbeddedServer(appendonly=True).start()
+    yield server
+    server.stop()
+
+
+def test_redis_down_is_a_503_and_the_service_recovers_when_it_returns(
+    private_redis: EmbeddedServer, tmp_path: Path
+) -> None:
+    settings = Settings(redis_url=private_redis.url, model_dir=str(tmp_path), redis_timeout_s=0.5)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        first = client.post("/schedule", json=batch_body())
+        assert first.status_code == 200
+
+        private_redis.kill()
+        down = client.post("/schedule", json=batch_body())
+        assert down.status_code == 503
+        assert down.headers["content-type"] == "application/problem+json"
+        assert "Redis is unreachable" in down.json()["detail"]
+        assert down.headers["retry-after"] == "1"
+        assert client.get(f"/schedule/{first.json()['schedule_id']}").status_code == 503
+        ready = client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["redis"].startswith("unreachable")
+        assert client.get("/healthz").status_code == 200  # alive: do not restart, just wait
+
+        private_redis.start()  # same port and data dir: the AOF replays the first schedule
+        assert client.get("/readyz").status_code == 200
+        again = client.post("/schedule", json=batch_body())
+        assert again.status_code == 200
+        progress = client.get(f"/schedule/{first.json()['schedule_id']}")
+        assert progress.status_code == 200
+        assert progress.json()["total"] == 32
+
+
+def test_the_app_starts_while_redis_is_down_and_serves_once_it_is_up(
+    private_redis: EmbeddedServer, tmp_path: Path
+) -> None:
+    private_redis.kill()
+    settings = Settings(redis_url=private_redis.url, model_dir=str(tmp_path), redis_timeout_s=0.5)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        assert client.get("/readyz").status_code == 503
+        assert client.post("/schedule", json=batch_body()).status_code == 503
+        private_redis.start()
+        assert client.post("/schedule", json=batch_body()).status_code == 200
