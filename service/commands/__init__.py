@@ -7,6 +7,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from service.commands import engine_sim, serve, sidecar
+from service.commands import bench_service, engine_sim, replay, serve, sidecar, trace
 
-ALL: list[ModuleType] = [engine_sim, sidecar, serve]
+ALL: list[ModuleType] = [engine_sim, sidecar, serve, bench_service, replay, trace]

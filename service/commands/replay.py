@@ -1,0 +1,132 @@
+"""``rollout-scheduler replay TRACE --workers SPEC``: what each policy would have saved on a recorded history.
+
+Prints one table (or ``--json``), optionally writes a Gantt chart (``--plot``) and a self-contained
+HTML report (``--report``). Bad input (unknown device, malformed SPEC, a trace without the required
+columns, a step range with no rows) is one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from predictors.tracetable import Trace
+    from service.replay import ReplayConfig, ReplayReport
+
+HELP = (
+    "Replay a trace: per step, fit the predictor on earlier steps, plan with each policy, play the plan "
+    "against the TRUE lengths in the simulator. Policies: round_robin, least_loaded, lpt, cpsat, oracle."
+)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Attach ``replay`` to the root app."""
+    del bench_app
+    app.command("replay", help=HELP)(replay_command)
+
+
+def replay_command(
+    trace: Annotated[Path, typer.Argument(help="Trace file (.csv, .jsonl, .parquet).")],
+    workers: Annotated[str, typer.Option(help="Pool, e.g. 8xH100,8xAscend910B (optionally :max_num_seqs).")],
+    model: Annotated[str, typer.Option(help="Model preset: 1.5b, 7b, 14b, 32b.")] = "7b",
+    policies: Annotated[str, typer.Option(help="Comma-separated policies, or 'all'.")] = "all",
+    steps: Annotated[
+        str | None, typer.Option(help="Steps to replay: 3-5, 3,5, 4 or 2-; default all.")
+    ] = None,
+    steal: Annotated[bool, typer.Option("--steal/--no-steal", help="Work stealing in the simulator.")] = True,
+    kv_admission: Annotated[
+        bool, typer.Option("--kv-admission/--no-kv-admission", help="Length-aware plans reserve KV.")
+    ] = True,
+    time_budget: Annotated[float, typer.Option(help="Per-plan budget of search policies, seconds.")] = 2.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Write a Gantt chart (PNG) of the last step.")] = None,
+    report: Annotated[Path | None, typer.Option(help="Write a self-contained HTML report.")] = None,
+    seed: Annotated[int, typer.Option(help="Planner seed (the predictor's is fixed).")] = 0,
+) -> None:
+    """Replay TRACE on the pool SPEC and report every policy's makespan against the lower bound."""
+    from predictors.traceio import read_trace
+    from scheduler.errors import InvalidInputError
+    from service.replay import ReplayConfig, parse_policies, select_steps
+    from service.workerspec import parse_workers
+
+    try:
+        inventory = parse_workers(workers, model)
+        names = parse_policies(policies)
+        loaded = read_trace(trace)
+        chosen = select_steps(loaded, steps)
+        config = ReplayConfig(
+            inventory=inventory,
+            policies=names,
+            steps=chosen,
+            steal_modes=(steal,),
+            kv_admission=kv_admission,
+            time_budget_s=time_budget,
+            seed=seed,
+        )
+        result = _run(loaded, config, quiet=as_json)
+    except (InvalidInputError, OSError) as exc:
+        typer.echo(f"replay: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(json.dumps(result.to_json(steal), indent=2))
+    else:
+        _print_table(result, steal)
+    _write_outputs(result, steal, plot, report)
+
+
+def _run(loaded: Trace, config: ReplayConfig, quiet: bool) -> ReplayReport:
+    """Run the replay behind a rich progress bar on stderr (hidden for --json or a non-terminal)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from service.replay import replay, work_units
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        disable=quiet or not sys.stderr.isatty(),
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task("replaying", total=work_units(config))
+        return replay(loaded, config, lambda label: progress.update(task, advance=1, description=label))
+
+
+def _print_table(result: ReplayReport, steal: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from service.report import COLUMNS, headline, table_rows
+
+    table = Table(title=headline(result, steal))
+    for i, column in enumerate(COLUMNS):
+        table.add_column(column, justify="left" if i == 0 else "right")
+    for row in table_rows(result, steal):
+        table.add_row(*row)
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    console.print(table)
+    console.print(f"replay wall time {result.wall_s:.1f} s")
+
+
+def _write_outputs(result: ReplayReport, steal: bool, plot: Path | None, report: Path | None) -> None:
+    """The Gantt chart of the last replayed step, as a PNG and/or inside the HTML report."""
+    if plot is None and report is None:
+        return
+    from service.report import gantt_png, html_report, write_png
+
+    png = gantt_png(result.steps[-1], result.config.policies, steal)
+    try:
+        if plot is not None:
+            write_png(plot, png)
+        if report is not None:
+            report.parent.mkdir(parents=True, exist_ok=True)
+            report.write_text(html_report(result, steal, png), encoding="utf-8")
+    except OSError as exc:
+        typer.echo(f"replay: cannot write output: {exc}", err=True)
+        raise typer.Exit(2) from None

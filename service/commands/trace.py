@@ -1,0 +1,98 @@
+"""``rollout-scheduler trace import|synth``: get a trace to replay, from real dumps or the generator.
+
+``import --from verl DIR`` reads veRL rollout dumps and counts tokens with a local tokenizer.json
+(and says which); ``import --from csv|jsonl|parquet FILE --map schema=column`` renames generic
+columns. ``synth`` writes a calibrated synthetic trace, labelled ``source=synthetic`` on every row.
+The output format follows the ``--out`` suffix (.csv, .jsonl, .parquet).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+trace_app = typer.Typer(
+    help="Trace tools: import rollout records, generate synthetic traces.", no_args_is_help=True
+)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Attach the ``trace`` group to the root app."""
+    del bench_app
+    app.add_typer(trace_app, name="trace")
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    typer.echo(f"trace: {exc}", err=True)
+    return typer.Exit(2)
+
+
+@trace_app.command("import")
+def import_command(
+    source: Annotated[str, typer.Argument(help="veRL: the rollout_data_dir folder; else the file.")],
+    out: Annotated[Path, typer.Option(help="Trace file to write (.csv, .jsonl or .parquet).")],
+    from_: Annotated[str, typer.Option("--from", help="Input kind: verl, csv, jsonl or parquet.")] = "verl",
+    tokenizer: Annotated[
+        Path | None, typer.Option(help="verl: local tokenizer.json that counts prompt and output tokens.")
+    ] = None,
+    max_new_tokens: Annotated[
+        int | None, typer.Option(help="verl: the run's response_length; marks outputs at it as truncated.")
+    ] = None,
+    map_: Annotated[
+        list[str] | None, typer.Option("--map", help="generic: SCHEMA_COLUMN=FILE_COLUMN, repeatable.")
+    ] = None,
+) -> None:
+    """Import rollout records into the project's trace format."""
+    from predictors.traceio import write_trace
+    from scheduler.errors import InvalidInputError
+    from service.traceimport import import_generic, import_verl, parse_mapping
+
+    try:
+        if from_ == "verl":
+            if tokenizer is None:
+                raise InvalidInputError(
+                    "tokenizer", None, "--from verl needs --tokenizer PATH/tokenizer.json"
+                )
+            result = import_verl(source, tokenizer, max_new_tokens)
+        else:
+            result = import_generic(source, from_, parse_mapping(map_ or []))
+        write_trace(result.trace, out)
+    except (InvalidInputError, OSError) as exc:
+        raise _fail(exc) from None
+    trace = result.trace
+    steps = trace.steps()
+    typer.echo(
+        f"imported {len(trace)} trajectories, {len(set(trace.prompt_id.tolist()))} prompts, "
+        f"steps {int(steps[0])}-{int(steps[-1])} from {result.files} file(s) -> {out}"
+    )
+    if result.tokenizer:
+        typer.echo(f"token counts: tokenizer {result.tokenizer}")
+    if result.clamped:
+        typer.echo(f"{result.clamped} re-tokenized outputs exceeded {max_new_tokens} tokens and were capped")
+
+
+@trace_app.command("synth")
+def synth_command(
+    out: Annotated[Path, typer.Option(help="Trace file to write (.csv, .jsonl or .parquet).")],
+    profile: Annotated[str, typer.Option(help="short-cot or long-cot (see docs/synth.md).")] = "long-cot",
+    prompts: Annotated[int, typer.Option(help="Distinct prompts, revisited every step.")] = 256,
+    samples: Annotated[int, typer.Option(help="Samples per prompt per step (group size).")] = 16,
+    steps: Annotated[int, typer.Option(help="Training steps (epochs).")] = 6,
+    seed: Annotated[int, typer.Option(help="Seed; the same seed gives the same trace.")] = 0,
+) -> None:
+    """Write a calibrated SYNTHETIC trace (every row labelled source=synthetic)."""
+    from predictors.traceio import write_trace
+    from scheduler.errors import InvalidInputError
+    from service.synthtrace import synth_trace
+
+    try:
+        trace = synth_trace(profile, prompts, samples, steps, seed)
+        write_trace(trace, out)
+    except (InvalidInputError, OSError) as exc:
+        raise _fail(exc) from None
+    typer.echo(
+        f"wrote {len(trace)} SYNTHETIC trajectories ({profile}, {prompts} prompts x {samples} samples x "
+        f"{steps} steps, seed {seed}) -> {out}"
+    )

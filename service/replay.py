@@ -1,0 +1,290 @@
+"""Offline replay: what each policy would have made of a recorded (or synthetic) rollout history.
+
+For each replayed step: fit the length predictor on the EARLIER steps only, plan the step's batch
+with every policy on the predicted lengths, then play each plan against the TRUE lengths in the
+simulator, with and/or without work stealing. ``oracle`` is ``cpsat`` planning on the true lengths:
+the best this planner could do with a perfect predictor. The lower bound is computed on the true
+lengths, so "ratio to the lower bound" is distance from the physical limit of the batch that really
+ran. Deterministic: fixed seeds for the predictor and the planner. Metric definitions: docs/replay.md.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from predictors.history import History
+from predictors.model import FitConfig, FittedModel, fit
+from predictors.predictor import LengthPredictor
+from predictors.queries import QueryBatch
+from predictors.tracetable import FloatArray, Trace
+from scheduler.errors import InvalidInputError
+from scheduler.lowerbound import lower_bound
+from scheduler.planner import plan
+from scheduler.policies import POLICY_NAMES
+from scheduler.simulator import SimOptions, SimResult, simulate
+from scheduler.types import Inventory, Plan, PlanRequest, Trajectory
+
+ORACLE = "oracle"  # cpsat given the true lengths
+ORACLE_POLICY = "cpsat"
+BASELINES = ("round_robin", "least_loaded")  # length-blind: what speed-ups are measured against
+LENGTH_BLIND = frozenset(BASELINES)
+
+Progress = Callable[[str], None]  # called once per finished unit of work, with a label
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayConfig:
+    """What to replay and how."""
+
+    inventory: Inventory  # the worker pool and model
+    policies: tuple[str, ...]  # policies to report (``oracle`` included by name)
+    steps: tuple[int, ...]  # steps to replay, ascending; each is predicted from the steps before it
+    steal_modes: tuple[bool, ...] = (True,)  # simulate each plan with (True) and/or without stealing
+    kv_admission: bool = True  # length-aware plans admit by KV reserved at predicted final length
+    quantile: float = 0.5  # predicted quantile the planner plans on
+    time_budget_s: float = 2.0  # per-plan wall-clock budget of search-based policies
+    seed: int = 0  # planner seed
+    fit_config: FitConfig = field(default_factory=FitConfig)  # predictor training settings (fixed seed)
+
+
+@dataclass(frozen=True, eq=False)
+class StepRun:
+    """One policy's plan for one step, played in one stealing mode."""
+
+    plan: Plan
+    result: SimResult
+
+
+@dataclass(frozen=True, eq=False)
+class StepReplay:
+    """Everything replayed for one step."""
+
+    step: int
+    trajectories: int
+    lower_bound_s: float  # on the true lengths
+    output_tokens: int  # true tokens generated in the step
+    prediction_mae: float  # mean absolute error of the planned lengths, tokens
+    runs: Mapping[tuple[str, bool], StepRun]  # (policy, steal) -> run
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySummary:
+    """One policy over all replayed steps (makespans and times summed, ratios averaged)."""
+
+    makespan_s: float  # summed over steps
+    bubble_ratio: float  # mean over steps of the idle share of GPU-seconds
+    speedup_vs_round_robin: float  # round_robin's summed makespan / this policy's
+    speedup_vs_least_loaded: float  # least_loaded's summed makespan / this policy's
+    ratio_to_lower_bound: float  # summed makespan / summed lower bound
+    tokens_per_s: float  # true output tokens of all steps / summed makespan
+    tail_time_s: float  # summed over steps: what the last 10% of trajectories add
+    plan_wall_s: float  # summed planning wall time
+    preemptions: int  # summed KV preemptions
+    steals: int  # summed work-stealing moves
+
+
+@dataclass(frozen=True, eq=False)
+class ReplayReport:
+    """A whole replay: per-step detail and the per-policy summary of each stealing mode."""
+
+    config: ReplayConfig
+    steps: tuple[StepReplay, ...]
+    wall_s: float  # the replay's wall time
+
+    @property
+    def lower_bound_s(self) -> float:
+        """The true-length lower bound, summed over replayed steps."""
+        return sum(s.lower_bound_s for s in self.steps)
+
+    def summary(self, steal: bool) -> dict[str, PolicySummary]:
+        """Per-policy summary in one stealing mode, in the configured policy order."""
+        return {name: _summarize(self.steps, name, steal) for name in self.config.policies}
+
+    def to_json(self, steal: bool) -> dict[str, object]:
+        """The ``--json`` object: ``lower_bound_s`` and per-policy figures."""
+        return {
+            "lower_bound_s": self.lower_bound_s,
+            "steal": steal,
+            "steps": [s.step for s in self.steps],
+            "trajectories": sum(s.trajectories for s in self.steps),
+            "policies": {name: _as_dict(s) for name, s in self.summary(steal).items()},
+        }
+
+
+def parse_policies(text: str) -> tuple[str, ...]:
+    """``"lpt,cpsat,oracle"`` -> names, checked against the registry; ``all`` names every policy."""
+    known = (*POLICY_NAMES, ORACLE) if ORACLE_POLICY in POLICY_NAMES else POLICY_NAMES
+    names = known if text.strip() == "all" else tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise InvalidInputError("policies", text, f"empty; expected some of {', '.join(known)}")
+    for name in names:
+        if name not in known:
+            raise InvalidInputError("policies", name, f"unknown policy; expected some of {', '.join(known)}")
+    return tuple(dict.fromkeys(names))
+
+
+def select_steps(trace: Trace, text: str | None) -> tuple[int, ...]:
+    """Steps of ``trace`` named by ``text`` (``3-5``, ``3,5``, ``4``, ``2-``); all steps when None.
+
+    A range that selects no step present in the trace is an error, not an empty replay.
+    """
+    present = [int(s) for s in trace.steps()]
+    if text is None or not text.strip():
+        chosen = present
+    else:
+        wanted: set[int] = set()
+        for part in text.split(","):
+            wanted |= _step_part(part, text, present)
+        chosen = [s for s in present if s in wanted]
+    if not chosen:
+        raise InvalidInputError(
+            "steps", text, f"selects no step of the trace (it has steps {_span(present)})"
+        )
+    return tuple(chosen)
+
+
+def _step_part(part: str, text: str, present: list[int]) -> set[int]:
+    lo, dash, hi = part.strip().partition("-")
+    try:
+        first = int(lo)
+        last = (int(hi) if hi.strip() else max(present, default=first)) if dash else first
+    except ValueError:
+        raise InvalidInputError(
+            "steps", text, "expected a step, a range like 3-5, or a list like 3,5"
+        ) from None
+    if first < 0 or last < first:
+        raise InvalidInputError("steps", text, "a range must run from a step >= 0 up to a later one")
+    return set(range(first, last + 1))
+
+
+def _span(steps: Sequence[int]) -> str:
+    return f"{steps[0]}-{steps[-1]}" if steps else "none"
+
+
+def replay(trace: Trace, config: ReplayConfig, progress: Progress | None = None) -> ReplayReport:
+    """Replay ``config.steps`` of ``trace``; ``progress`` is told after each plan and each fit."""
+    started = time.perf_counter()
+    tick = progress or (lambda _label: None)
+    outcomes = tuple(_replay_step(trace, step, config, tick) for step in config.steps)
+    return ReplayReport(config=config, steps=outcomes, wall_s=time.perf_counter() - started)
+
+
+def work_units(config: ReplayConfig) -> int:
+    """How many times ``replay`` calls ``progress``: one fit plus one per policy run, per step."""
+    return len(config.steps) * (1 + len(_all_policies(config)))
+
+
+def _all_policies(config: ReplayConfig) -> tuple[str, ...]:
+    """Configured policies plus the baselines the speed-ups need (computed even when not reported)."""
+    return tuple(dict.fromkeys((*BASELINES, *config.policies)))
+
+
+def _replay_step(trace: Trace, step: int, config: ReplayConfig, tick: Progress) -> StepReplay:
+    rows = trace.take(trace.step == step)
+    caps = _caps(trace, rows)
+    p50, p90, planned = _predict(trace, rows, step, caps, config)
+    tick(f"step {step}: predicted")
+    predicted = _trajectories(rows, caps, planned, {0.5: p50, 0.9: p90})
+    truth = _trajectories(rows, caps, rows.output_tokens.astype(np.float64), None)
+    actual = {t.key: int(n) for t, n in zip(truth, rows.output_tokens.tolist(), strict=True)}
+    runs: dict[tuple[str, bool], StepRun] = {}
+    for name in _all_policies(config):
+        batch = truth if name == ORACLE else predicted
+        the_plan = _plan(batch, name, config)
+        for steal in config.steal_modes:
+            options = SimOptions(steal=steal, kv_admission=the_plan.kv_admission)
+            runs[(name, steal)] = StepRun(
+                the_plan, simulate(the_plan, batch, actual, config.inventory, options)
+            )
+        tick(f"step {step}: {name}")
+    return StepReplay(
+        step=step,
+        trajectories=len(rows),
+        lower_bound_s=lower_bound(truth, config.inventory).value_s,
+        output_tokens=int(rows.output_tokens.sum()),
+        prediction_mae=float(np.mean(np.abs(planned - rows.output_tokens))),
+        runs=runs,
+    )
+
+
+def _plan(batch: tuple[Trajectory, ...], name: str, config: ReplayConfig) -> Plan:
+    policy = ORACLE_POLICY if name == ORACLE else name
+    request = PlanRequest(
+        trajectories=batch,
+        inventory=config.inventory,
+        time_budget_s=config.time_budget_s,
+        kv_admission=config.kv_admission and policy not in LENGTH_BLIND,
+        seed=config.seed,
+    )
+    return plan(request, policy)
+
+
+def _caps(trace: Trace, rows: Trace) -> FloatArray:
+    """Each row's generation cap; where the trace does not know it, the longest output it records."""
+    fallback = max(int(trace.output_tokens.max()), 1)
+    return np.where(rows.max_new_tokens > 0, rows.max_new_tokens, fallback).astype(np.float64)
+
+
+def _predict(
+    trace: Trace, rows: Trace, step: int, caps: FloatArray, config: ReplayConfig
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(p50, p90, planned quantile) of the step's rows from a predictor fitted on earlier steps only."""
+    history = trace.take(trace.step < step)
+    model: FittedModel | None = None
+    if len(history) > 0:
+        try:
+            model = fit(history, config.fit_config)
+        except InvalidInputError:
+            model = None  # nothing to learn from yet: the predictor falls back to history means/prior
+    predictor = LengthPredictor(History(history), model)
+    queries = QueryBatch.from_trace(rows, int(caps.max()))
+    answer = predictor.predict(queries, step, quantile=config.quantile)
+    return answer.p50, answer.p90, answer.value
+
+
+def _trajectories(
+    rows: Trace, caps: FloatArray, planned: FloatArray, quantiles: Mapping[float, FloatArray] | None
+) -> tuple[Trajectory, ...]:
+    out = []
+    for i in range(len(rows)):
+        cap = int(caps[i])
+        out.append(
+            Trajectory(
+                prompt_id=str(rows.prompt_id[i]),
+                sample_idx=int(rows.sample_idx[i]),
+                prompt_tokens=int(rows.prompt_tokens[i]),
+                max_new_tokens=cap,
+                predicted_tokens=float(min(max(planned[i], 1.0), cap)),
+                quantiles={q: float(min(v[i], cap)) for q, v in quantiles.items()} if quantiles else {},
+            )
+        )
+    return tuple(out)
+
+
+def _summarize(steps: Sequence[StepReplay], name: str, steal: bool) -> PolicySummary:
+    runs = [s.runs[(name, steal)] for s in steps]
+    makespan = max(sum(r.result.makespan_s for r in runs), 1e-12)  # an all-empty replay divides safely
+
+    def total(policy: str) -> float:
+        return sum(s.runs[(policy, steal)].result.makespan_s for s in steps)
+
+    return PolicySummary(
+        makespan_s=makespan,
+        bubble_ratio=float(np.mean([r.result.bubble_ratio for r in runs])),
+        speedup_vs_round_robin=total("round_robin") / makespan,
+        speedup_vs_least_loaded=total("least_loaded") / makespan,
+        ratio_to_lower_bound=makespan / sum(s.lower_bound_s for s in steps),
+        tokens_per_s=sum(s.output_tokens for s in steps) / makespan,
+        tail_time_s=sum(r.result.tail_time_s for r in runs),
+        plan_wall_s=sum(r.plan.wall_time_s for r in runs),
+        preemptions=sum(r.result.preemptions for r in runs),
+        steals=sum(r.result.steals for r in runs),
+    )
+
+
+def _as_dict(summary: PolicySummary) -> dict[str, float | int]:
+    return {f.name: getattr(summary, f.name) for f in fields(summary)}

@@ -1,0 +1,171 @@
+"""Present a replay: one table (terminal, Markdown, HTML), a Gantt chart per worker, a self-contained page.
+
+Why one module: the CLI, the HTML report and docs/benchmarks.md must show the same columns computed
+the same way, so the rows are built once (``table_rows``) and only rendered differently. The Gantt
+chart uses matplotlib's Agg backend (no display needed) and the HTML embeds it as base64, so the
+report is a single file a user can mail or attach to an issue.
+"""
+
+from __future__ import annotations
+
+import base64
+import heapq
+import html
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from service.replay import ReplayReport, StepReplay
+
+COLUMNS: tuple[str, ...] = (
+    "policy",
+    "makespan s",
+    "x round_robin",
+    "x least_loaded",
+    "/ lower bound",
+    "bubble",
+    "tokens/s",
+    "tail s",
+    "plan s",
+)
+
+
+def table_rows(report: ReplayReport, steal: bool) -> list[tuple[str, ...]]:
+    """One formatted row per reported policy, in ``COLUMNS`` order."""
+    rows: list[tuple[str, ...]] = []
+    for name, s in report.summary(steal).items():
+        rows.append(
+            (
+                name,
+                f"{s.makespan_s:,.1f}",
+                f"{s.speedup_vs_round_robin:.2f}",
+                f"{s.speedup_vs_least_loaded:.2f}",
+                f"{s.ratio_to_lower_bound:.3f}",
+                f"{s.bubble_ratio:.3f}",
+                f"{s.tokens_per_s:,.0f}",
+                f"{s.tail_time_s:,.1f}",
+                f"{s.plan_wall_s:.2f}",
+            )
+        )
+    return rows
+
+
+def markdown_table(report: ReplayReport, steal: bool) -> str:
+    """The table as GitHub Markdown, for docs/benchmarks.md."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows(report, steal)]
+    return "\n".join(lines)
+
+
+def headline(report: ReplayReport, steal: bool) -> str:
+    """One line that says what was replayed, for every rendering."""
+    inv = report.config.inventory
+    kinds: dict[str, int] = {}
+    for w in inv.workers:
+        kinds[w.device.name] = kinds.get(w.device.name, 0) + 1
+    pool = ",".join(f"{n}x{k}" for k, n in kinds.items())
+    steps = ", ".join(str(s.step) for s in report.steps)
+    return (
+        f"steps {steps}: {sum(s.trajectories for s in report.steps):,} trajectories on {pool} "
+        f"({inv.model.name}), stealing {'on' if steal else 'off'}, lower bound {report.lower_bound_s:,.1f} s"
+    )
+
+
+def gantt_png(step: StepReplay, policies: Sequence[str], steal: bool) -> bytes:
+    """A PNG with one panel per policy: one row per worker, one bar per trajectory, from start to end."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(
+        len(policies), 1, figsize=(11, 2.2 + 1.6 * len(policies)), squeeze=False, sharex=True
+    )
+    for ax, name in zip(axes[:, 0], policies, strict=True):
+        _gantt_panel(ax, step, name, steal)
+    axes[-1, 0].set_xlabel("seconds since the step started")
+    fig.suptitle(f"step {step.step}: trajectories per worker (stealing {'on' if steal else 'off'})")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _gantt_panel(ax: Any, step: StepReplay, name: str, steal: bool) -> None:
+    """Draw one policy's timeline; a worker's concurrent trajectories stack in lanes inside its row."""
+    run = step.runs[(name, steal)]
+    workers = [w.worker_id for w in run.plan.workers]
+    row_of = {w: i for i, w in enumerate(workers)}
+    by_worker: dict[str, list[tuple[float, float]]] = {w: [] for w in workers}
+    for item in run.result.items:
+        by_worker[item.worker_id].append((item.start_s, item.end_s))
+    ys, heights, lefts, widths, colors = [], [], [], [], []
+    for worker, spans in by_worker.items():
+        lanes = _lanes(sorted(spans))
+        depth = max(lanes, default=0) + 1
+        for (start, end), lane in zip(sorted(spans), lanes, strict=True):
+            ys.append(row_of[worker] + 0.05 + 0.9 * (lane + 0.5) / depth)
+            heights.append(0.9 / depth)
+            lefts.append(start)
+            widths.append(end - start)
+            colors.append(f"C{lane % 10}")
+    ax.barh(ys, widths, left=lefts, height=heights, color=colors, linewidth=0)
+    ax.axvline(step.lower_bound_s, color="black", linestyle="--", linewidth=1, label="lower bound")
+    ax.axvline(run.result.makespan_s, color="red", linewidth=1, label="makespan")
+    ax.set_yticks([i + 0.5 for i in range(len(workers))], workers, fontsize=6)
+    ax.set_ylim(0, len(workers))
+    ax.set_title(f"{name}: makespan {run.result.makespan_s:,.0f} s", fontsize=9, loc="left")
+    ax.legend(loc="lower right", fontsize=7)
+
+
+def _lanes(spans: Sequence[tuple[float, float]]) -> list[int]:
+    """Interval partitioning of spans sorted by start: each gets the lowest lane free at its start."""
+    free: list[int] = []
+    busy: list[tuple[float, int]] = []  # (end, lane)
+    out = []
+    for start, end in spans:
+        while busy and busy[0][0] <= start:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        lane = heapq.heappop(free) if free else len(busy)
+        heapq.heappush(busy, (end, lane))
+        out.append(lane)
+    return out
+
+
+def write_png(path: Path, png: bytes) -> None:
+    """Write the chart; the parent folder is created."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(png)
+
+
+def html_report(report: ReplayReport, steal: bool, png: bytes) -> str:
+    """A self-contained HTML page: what was replayed, the table, the Gantt chart inline."""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+        for row in table_rows(report, steal)
+    )
+    image = base64.b64encode(png).decode("ascii")
+    per_step = "".join(
+        f"<li>step {s.step}: {s.trajectories:,} trajectories, lower bound {s.lower_bound_s:,.1f} s, "
+        f"prediction MAE {s.prediction_mae:,.0f} tokens</li>"
+        for s in report.steps
+    )
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>rollout-scheduler replay</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{text-align:left}}</style>
+</head><body>
+<h1>rollout-scheduler replay</h1>
+<p>{html.escape(headline(report, steal))}</p>
+<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+<p>Makespans and tail times are summed over steps, bubble ratios averaged; speed-ups and the ratio to
+the lower bound are ratios of summed makespans. Definitions: docs/replay.md.</p>
+<ul>{per_step}</ul>
+<h2>Gantt chart of step {report.steps[-1].step}</h2>
+<img alt="Gantt chart per worker" src="data:image/png;base64,{image}" style="max-width:100%">
+<p>Replay wall time {report.wall_s:.1f} s.</p>
+</body></html>
+"""
