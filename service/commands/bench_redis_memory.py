@@ -1,0 +1,169 @@
+"""``rollout-scheduler bench redis-memory``: Redis memory one schedule takes, published and finished.
+
+Operators size Redis from this (docs/operations.md). A schedule is published through the real
+delivery protocol, its keys are measured with ``MEMORY USAGE <key> SAMPLES 0`` (exact, nested values
+included), then every item is claimed and completed with an output of ``--output-chars`` characters
+and the keys are measured again. Each item carries its prompt's payload, so prompt text is stored once
+per sample; the results stream holds every accepted output until the schedule's retention lapses.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any
+
+import typer
+
+SIZES: tuple[tuple[int, int], ...] = ((1024, 16), (4096, 32))  # (trajectories, workers)
+SAMPLES = 16  # per prompt (GRPO group size)
+PREFIX = "rs-memory-bench"  # its own key namespace, so a shared server's real schedules are untouched
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    """Memory of one schedule's keys at one size."""
+
+    trajectories: int
+    workers: int
+    published_bytes: int  # every key of the schedule right after publish
+    finished_bytes: int  # the same keys once every item is done (results stream included)
+    published_per_trajectory: float  # bytes
+    finished_per_trajectory: float  # bytes
+    results_bytes: int  # the results stream alone, at the end
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Attach ``bench redis-memory``."""
+    del app
+    bench_app.command("redis-memory", help=__doc__.splitlines()[0] if __doc__ else None)(bench_redis_memory)
+
+
+def bench_redis_memory(
+    redis_url: Annotated[str | None, typer.Option(help="Measure on this server; default embedded.")] = None,
+    prompt_chars: Annotated[int, typer.Option(min=0, help="Prompt text per prompt, characters.")] = 800,
+    output_chars: Annotated[int, typer.Option(min=0, help="Output text per trajectory, characters.")] = 4000,
+    seed: Annotated[int, typer.Option(help="Seed of the predicted lengths.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Publish, measure, complete everything, measure again; print a table (or JSON)."""
+    import redis
+
+    from service.delivery import Delivery
+
+    try:
+        with _server(redis_url) as url:
+            delivery = Delivery(redis.Redis.from_url(url, decode_responses=True), prefix=PREFIX)
+            results = [_measure(delivery, n, w, prompt_chars, output_chars, seed) for n, w in SIZES]
+    except (redis.RedisError, OSError) as error:
+        typer.echo(f"bench redis-memory: {error}", err=True)
+        raise typer.Exit(1) from None
+    report = {
+        "prompt_chars": prompt_chars,
+        "output_chars": output_chars,
+        "samples_per_prompt": SAMPLES,
+        "sizes": [asdict(r) for r in results],
+    }
+    typer.echo(json.dumps(report, indent=2) if as_json else _table(results, prompt_chars, output_chars))
+
+
+@contextmanager
+def _server(url: str | None) -> Iterator[str]:
+    if url:
+        yield url
+        return
+    from service.embedded import EmbeddedServer
+
+    with EmbeddedServer() as server:
+        yield server.url
+
+
+def _measure(
+    delivery: Any, n: int, workers: int, prompt_chars: int, output_chars: int, seed: int
+) -> MemoryResult:
+    from service.delivery import TrajectoryResult
+
+    schedule = _schedule(n, workers, prompt_chars, seed)
+    delivery.publish(schedule)
+    published = _schedule_bytes(delivery, schedule.schedule_id)
+    output = "y" * output_chars
+    for worker in sorted(schedule.queues):
+        while leases := delivery.claim(schedule.schedule_id, worker, 256):
+            entries = [
+                (
+                    lease.key,
+                    lease.token,
+                    TrajectoryResult(output_tokens=max(1, output_chars // 4), output=output),
+                )
+                for lease in leases
+            ]
+            delivery.complete_many(schedule.schedule_id, entries)
+    finished = _schedule_bytes(delivery, schedule.schedule_id)
+    results = int(delivery.client.memory_usage(delivery.keys(schedule.schedule_id).results, samples=0) or 0)
+    _delete(delivery, schedule.schedule_id)
+    return MemoryResult(n, workers, published, finished, published / n, finished / n, results)
+
+
+def _schedule(n: int, workers: int, prompt_chars: int, seed: int) -> Any:
+    """``n`` trajectories (``SAMPLES`` per prompt) dealt round-robin to ``workers`` queues."""
+    from service.delivery import DeliveryItem, PublishedSchedule
+
+    rng = random.Random(seed)
+    queues: dict[str, list[DeliveryItem]] = {f"worker-{w}": [] for w in range(workers)}
+    for i in range(n):
+        prompt = f"prompt-{i // SAMPLES}"
+        item = DeliveryItem(
+            key=f"{prompt}#{i % SAMPLES}",
+            prompt_id=prompt,
+            sample_idx=i % SAMPLES,
+            prompt_tokens=max(1, prompt_chars // 4),
+            max_new_tokens=16_384,
+            predicted_tokens=round(min(16_384.0, rng.lognormvariate(7.5, 0.8)), 1),
+            payload={"prompt": "x" * prompt_chars},
+        )
+        queues[f"worker-{i % workers}"].append(item)
+    return PublishedSchedule(
+        schedule_id=uuid.uuid4().hex, queues={w: tuple(items) for w, items in queues.items()}
+    )
+
+
+def _schedule_keys(delivery: Any, schedule_id: str) -> list[str]:
+    return [
+        str(k) for k in delivery.client.scan_iter(match=f"{delivery.keys(schedule_id).base}:*", count=1000)
+    ]
+
+
+def _schedule_bytes(delivery: Any, schedule_id: str) -> int:
+    """Exact memory of every key of the schedule (``SAMPLES 0`` walks every nested element)."""
+    return sum(
+        int(delivery.client.memory_usage(k, samples=0) or 0) for k in _schedule_keys(delivery, schedule_id)
+    )
+
+
+def _delete(delivery: Any, schedule_id: str) -> None:
+    keys = _schedule_keys(delivery, schedule_id)
+    if keys:
+        delivery.client.delete(*keys)
+
+
+def _table(results: list[MemoryResult], prompt_chars: int, output_chars: int) -> str:
+    lines = [
+        f"Redis memory per schedule (prompt {prompt_chars} chars x {SAMPLES} samples, "
+        f"output {output_chars} chars)",
+        f"{'trajectories':>12} {'workers':>7} {'published':>12} {'B/traj':>8} {'finished':>12} {'B/traj':>8}",
+    ]
+    for r in results:
+        lines.append(
+            f"{r.trajectories:>12} {r.workers:>7} {_mib(r.published_bytes):>12} "
+            f"{r.published_per_trajectory:>8.0f} {_mib(r.finished_bytes):>12} "
+            f"{r.finished_per_trajectory:>8.0f}"
+        )
+    return "\n".join(lines)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
