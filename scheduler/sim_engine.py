@@ -260,7 +260,13 @@ class WorkerEngine:
 def run_alone(engine: WorkerEngine) -> float:
     """Play ``engine``'s own queue to the end with no other worker involved; return its final clock."""
     engine.admit_own()
-    while engine.commit() is not None:
+    play_out(engine, engine.commit())
+    return engine.clock
+
+
+def play_out(engine: WorkerEngine, pending: float | None) -> None:
+    """Continue ``engine`` alone from its committed state (``pending``: its next event) to the end."""
+    while pending is not None:
         engine.process()
         engine.admit_own()
-    return engine.clock
+        pending = engine.commit()

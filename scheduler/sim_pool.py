@@ -22,7 +22,7 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 
-from scheduler.sim_engine import WorkerEngine
+from scheduler.sim_engine import WorkerEngine, play_out
 
 
 class Pool:
@@ -37,6 +37,7 @@ class Pool:
         self.steal = steal
         self.steals = 0  # items moved by stealing
         self._dry = not steal  # no unclaimed item left anywhere to steal (queues only shrink)
+        self._unclaimed = sum(len(e.queue) for e in self.engines)  # items in workers' own queues
         self._heap: list[tuple[float, int, int]] = []  # (event time, counter, worker index)
         self._counter = 0
         self._pending = [False] * len(self.engines)  # worker has an event computed and not applied
@@ -46,12 +47,23 @@ class Pool:
         for index in range(len(self.engines)):
             self._schedule(0.0, index)
         heap = self._heap
-        while heap:
+        while heap and not self._independent():
             now = heap[0][0]
             batch: list[int] = []
             while heap and heap[0][0] == now:
                 batch.append(heapq.heappop(heap)[2])
             self._handle(now, batch)
+        for engine in self.engines:  # nothing left to share: each worker finishes on its own
+            if self._pending[engine.index]:
+                play_out(engine, engine.event_clock)
+
+    def _independent(self) -> bool:
+        """No item can move between workers any more, so their futures no longer interact."""
+        if self.shared:
+            return False
+        if self._unclaimed == 0:
+            self._dry = True  # queues only shrink: nothing will ever be stealable again
+        return self._dry
 
     def _schedule(self, when: float, index: int) -> None:
         self._counter += 1
@@ -64,7 +76,9 @@ class Pool:
             engine = engines[index]
             if self._pending[index]:
                 engine.process()
+            queued = len(engine.queue)
             engine.admit_own()
+            self._unclaimed -= queued - len(engine.queue)
         self._acquire([engines[i] for i in batch])
         for index in batch:
             when = engines[index].commit()
@@ -100,6 +114,7 @@ class Pool:
         if not thief.take(item):
             return False
         victim.queue.pop()
+        self._unclaimed -= 1
         victim.queued_work -= thief.ledger.planned[item]
         thief.ledger.stolen[item] = True
         self.steals += 1
