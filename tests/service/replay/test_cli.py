@@ -1,0 +1,128 @@
+"""``replay`` and ``trace`` commands: useful output on good input, one clear line on bad input."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from tokenizers import Tokenizer, models, pre_tokenizers
+from typer.testing import CliRunner
+
+FAST = ["--time-budget", "0.2"]
+
+
+def _run(cli: typer.Typer, args: list[str]) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, args)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_replay_json_reports_the_bound_and_each_policy(cli: typer.Typer, small_trace_file: Path) -> None:
+    code, out, _ = _run(
+        cli,
+        [
+            "replay",
+            str(small_trace_file),
+            "--workers",
+            "2xH100,1xAscend910B",
+            "--steps",
+            "2",
+            "--json",
+            *FAST,
+        ],
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert data["lower_bound_s"] > 0
+    assert set(data["policies"]) == {"round_robin", "least_loaded", "lpt", "cpsat", "oracle"}
+    assert all(p["makespan_s"] >= data["lower_bound_s"] * (1 - 1e-9) for p in data["policies"].values())
+
+
+def test_replay_writes_a_gantt_png_and_a_self_contained_html_report(
+    cli: typer.Typer, small_trace_file: Path, tmp_path: Path
+) -> None:
+    png, page = tmp_path / "gantt.png", tmp_path / "out" / "report.html"
+    args = ["replay", str(small_trace_file), "--workers", "2xH100", "--policies", "round_robin,lpt"]
+    code, out, _ = _run(cli, [*args, "--steps", "1-2", "--plot", str(png), "--report", str(page), *FAST])
+    assert code == 0
+    assert "lpt" in out
+    assert png.read_bytes().startswith(b"\x89PNG")
+    text = page.read_text()
+    assert "<table>" in text
+    embedded = text.split("data:image/png;base64,")[1].split('"')[0]
+    assert base64.b64decode(embedded).startswith(b"\x89PNG")
+    assert 'src="http' not in text
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--workers", "8xTPU"], "TPU"),
+        (["--workers", "8xH100:"], "workers"),
+        (["--workers", "2xH100", "--steps", "40-50"], "steps"),
+        (["--workers", "2xH100", "--policies", "magic"], "magic"),
+        (["--workers", "2xH100", "--model", "70b"], "70b"),
+    ],
+)
+def test_bad_replay_input_is_one_line_on_stderr_and_a_nonzero_exit(
+    cli: typer.Typer, small_trace_file: Path, args: list[str], needle: str
+) -> None:
+    code, _, err = _run(cli, ["replay", str(small_trace_file), *args, *FAST])
+    assert code != 0
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+def test_a_trace_without_required_columns_is_refused_by_name(cli: typer.Typer, tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows([["step", "prompt_id", "sample_idx"], [0, "a", 0]])
+    code, _, err = _run(cli, ["replay", str(path), "--workers", "1xH100"])
+    assert code != 0
+    assert "prompt_tokens" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_trace_synth_writes_a_labelled_synthetic_trace(cli: typer.Typer, tmp_path: Path) -> None:
+    out = tmp_path / "s.jsonl"
+    args = ["trace", "synth", "--profile", "short-cot", "--prompts", "3", "--samples", "2", "--steps", "2"]
+    code, stdout, _ = _run(cli, [*args, "--seed", "1", "--out", str(out)])
+    assert code == 0
+    assert "SYNTHETIC" in stdout
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 12
+    assert {r["source"] for r in rows} == {"synthetic"}
+
+
+def test_trace_synth_refuses_an_unknown_profile(cli: typer.Typer, tmp_path: Path) -> None:
+    code, _, err = _run(cli, ["trace", "synth", "--profile", "huge", "--out", str(tmp_path / "x.csv")])
+    assert code != 0
+    assert "huge" in err
+
+
+def test_trace_import_verl_says_which_tokenizer_counted(cli: typer.Typer, tmp_path: Path) -> None:
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    dumps = tmp_path / "rollouts"
+    dumps.mkdir()
+    (dumps / "3.jsonl").write_text(
+        json.dumps({"input": "a b", "output": "b b b", "score": 1.0, "step": 3}) + "\n"
+    )
+    out = tmp_path / "t.csv"
+    args = ["trace", "import", str(dumps), "--from", "verl", "--tokenizer", str(tmp_path / "tokenizer.json")]
+    code, stdout, _ = _run(cli, [*args, "--out", str(out)])
+    assert code == 0
+    assert str(tmp_path / "tokenizer.json") in stdout
+    row = next(csv.DictReader(out.open()))
+    assert (row["step"], row["prompt_tokens"], row["output_tokens"]) == ("3", "2", "3")
+
+
+def test_trace_import_verl_without_a_tokenizer_is_refused(cli: typer.Typer, tmp_path: Path) -> None:
+    code, _, err = _run(cli, ["trace", "import", str(tmp_path), "--out", str(tmp_path / "t.csv")])
+    assert code != 0
+    assert "tokenizer" in err

@@ -1,0 +1,118 @@
+"""The replay harness: fair, deterministic, leakage-free, and strict about what it is asked."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+
+from predictors.tracetable import Trace
+from scheduler.errors import InvalidInputError
+from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay, select_steps
+from service.workerspec import parse_workers
+
+POOL = parse_workers("2xH100,1xAscend910B", model="7b")
+
+
+def _config(policies: tuple[str, ...], steps: tuple[int, ...], **kwargs: object) -> ReplayConfig:
+    return ReplayConfig(POOL, policies, steps, time_budget_s=0.2, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def report(small_trace: Trace) -> ReplayReport:
+    policies = ("round_robin", "least_loaded", "lpt", "cpsat", ORACLE)
+    return replay(small_trace, _config(policies, (1, 2), steal_modes=(False, True)))
+
+
+@pytest.mark.parametrize("steal", [False, True])
+def test_each_baseline_has_a_speedup_of_one_over_itself(report: ReplayReport, steal: bool) -> None:
+    summary = report.summary(steal)
+    assert summary["round_robin"].speedup_vs_round_robin == pytest.approx(1.0)
+    assert summary["least_loaded"].speedup_vs_least_loaded == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("steal", [False, True])
+def test_no_policy_beats_the_lower_bound_of_the_true_lengths(report: ReplayReport, steal: bool) -> None:
+    for name, s in report.summary(steal).items():
+        assert s.ratio_to_lower_bound >= 1.0 - 1e-9, name
+        assert 0.0 <= s.bubble_ratio <= 1.0, name
+
+
+def test_summed_figures_add_up_over_steps(report: ReplayReport) -> None:
+    s = report.summary(True)["lpt"]
+    makespans = [step.runs[("lpt", True)].result.makespan_s for step in report.steps]
+    assert s.makespan_s == pytest.approx(sum(makespans))
+    tokens = sum(step.output_tokens for step in report.steps)
+    assert s.tokens_per_s == pytest.approx(tokens / sum(makespans))
+    assert report.lower_bound_s == pytest.approx(sum(step.lower_bound_s for step in report.steps))
+
+
+def test_the_json_has_the_bound_and_every_figure_per_policy(report: ReplayReport) -> None:
+    out = report.to_json(True)
+    assert out["lower_bound_s"] == pytest.approx(report.lower_bound_s)
+    policies = out["policies"]
+    assert isinstance(policies, dict)
+    assert set(policies) == {"round_robin", "least_loaded", "lpt", "cpsat", ORACLE}
+    for figures in policies.values():
+        for key in ("makespan_s", "bubble_ratio", "speedup_vs_round_robin", "speedup_vs_least_loaded"):
+            assert key in figures
+        for key in ("ratio_to_lower_bound", "tokens_per_s", "tail_time_s"):
+            assert key in figures
+
+
+def test_the_oracle_plans_on_the_true_lengths(report: ReplayReport) -> None:
+    step = report.steps[-1]
+    oracle_plan = step.runs[(ORACLE, True)].plan
+    assert oracle_plan.policy == "cpsat"
+    assert step.prediction_mae > 0  # the other policies did not see the truth
+
+
+def test_a_replay_is_deterministic_apart_from_wall_times(small_trace: Trace) -> None:
+    config = _config(("lpt",), (2,))
+
+    def figures(report: ReplayReport) -> dict[str, object]:
+        return {k: v for k, v in asdict(report.summary(True)["lpt"]).items() if k != "plan_wall_s"}
+
+    assert figures(replay(small_trace, config)) == figures(replay(small_trace, config))
+
+
+def test_a_step_is_planned_without_seeing_its_own_or_later_lengths(small_trace: Trace) -> None:
+    altered = small_trace.take(np.arange(len(small_trace)))
+    later = altered.step >= 1
+    object.__setattr__(altered, "output_tokens", np.where(later, 1, altered.output_tokens))
+    config = _config(("lpt",), (1,))
+    original = replay(small_trace, config).steps[0].runs[("lpt", True)].plan
+    changed = replay(altered, config).steps[0].runs[("lpt", True)].plan
+    assert original.assignments() == changed.assignments()
+
+
+def test_progress_is_reported_once_per_unit_of_work(small_trace: Trace) -> None:
+    from service.replay import work_units
+
+    config = _config(("lpt",), (1, 2))
+    labels: list[str] = []
+    replay(small_trace, config, labels.append)
+    assert len(labels) == work_units(config)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("1-2", (1, 2)), ("2", (2,)), ("0,2", (0, 2)), ("1-", (1, 2)), (None, (0, 1, 2))]
+)
+def test_step_ranges_select_the_steps_present(
+    small_trace: Trace, text: str | None, expected: tuple[int, ...]
+) -> None:
+    assert select_steps(small_trace, text) == expected
+
+
+@pytest.mark.parametrize("text", ["7-9", "a", "3-1", "-2"])
+def test_a_step_range_without_rows_or_malformed_is_refused(small_trace: Trace, text: str) -> None:
+    with pytest.raises(InvalidInputError, match="steps"):
+        select_steps(small_trace, text)
+
+
+def test_policies_are_checked_against_the_registry() -> None:
+    assert parse_policies("lpt, oracle,lpt") == ("lpt", ORACLE)
+    assert "cpsat" in parse_policies("all")
+    with pytest.raises(InvalidInputError, match="policies"):
+        parse_policies("lpt,magic")
