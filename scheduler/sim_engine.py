@@ -16,6 +16,8 @@ The model is vLLM's (see docs/simulator.md for the formulas):
   next step does not fit, the newest running sequence is evicted and goes back to the head of the
   engine's waiting line, its progress lost (recompute preemption); nothing is admitted until the
   next completion (an eviction frees room, but the evicted sequence never re-enters at once).
+  With ``resume`` (what vLLM V1 does) it keeps its output tokens instead, and re-entering costs a
+  prefill of prompt plus output and that much KV.
 - Claiming, as the delivery sidecar does: a worker's own queue is the unclaimed part (stealable);
   without KV admission the sidecar keeps up to ``max_num_seqs`` items in flight (running or
   waiting inside the engine, where vLLM queues what does not fit yet); with KV admission it hands
@@ -46,8 +48,8 @@ class Ledger:
     Lists rather than one object per item keep the event loop free of attribute churn.
     """
 
-    __slots__ = ("end", "keys", "planned", "preemptions", "prompts", "reserve", "start", "steps", "stolen",
-                 "worker")  # fmt: skip
+    __slots__ = ("end", "kept", "keys", "planned", "preemptions", "prompts", "reserve", "start", "steps",
+                 "stolen", "worker")  # fmt: skip
 
     def __init__(self, keys: list[str], prompts: list[int], steps: list[int], planned: list[int]) -> None:
         n = len(keys)
@@ -61,6 +63,7 @@ class Ledger:
         self.preemptions = [0] * n  # times it was evicted and restarted
         self.worker = [-1] * n  # index of the worker that ran it (last admission)
         self.stolen = [False] * n  # taken from another worker's queue by work stealing
+        self.kept = [0] * n  # output tokens kept across evictions (resume mode only; else 0)
 
 
 class WorkerEngine:
@@ -68,27 +71,36 @@ class WorkerEngine:
 
     __slots__ = ("alive", "batch", "blocked", "busy_s", "cap", "clock", "cost", "event_clock", "heap",
                  "index", "kv_admission", "ledger", "limit", "max_seqs", "offset", "pending_run",
-                 "preempted", "prefill_tokens", "queue", "queued_work", "reserved", "stack", "step",
+                 "preempted", "prefill_tokens", "queue", "queued_work", "reserved", "resume", "stack", "step",
                  "to_finish", "token", "waiting")  # fmt: skip
 
     def __init__(
-        self, index: int, cost: WorkerCost, ledger: Ledger, *, watermark: float, kv_admission: bool
+        self,
+        index: int,
+        cost: WorkerCost,
+        ledger: Ledger,
+        *,
+        watermark: float,
+        kv_admission: bool,
+        resume: bool = False,
     ) -> None:
         self.index, self.cost, self.ledger = index, cost, ledger
         self.cap = cost.kv_capacity_tokens  # KV tokens the worker holds
         self.limit = self.cap - watermark * self.cap  # admission ceiling for prompts (watermark kept free)
         self.max_seqs = cost.max_num_seqs
         self.kv_admission = kv_admission
+        self.resume = resume  # an evicted sequence keeps its output and re-prefills prompt+output
         self.queue: deque[int] = deque()  # own items not yet claimed by the sidecar: stealable
         self.queued_work = 0  # planned decode steps in ``queue`` (the steal rule's measure)
         self.waiting: deque[int] = deque()  # claimed, waiting inside the engine (evicted ones first)
         self.heap: list[tuple[int, int, int]] = []  # (finish step, admission token, item)
-        self.alive: dict[int, tuple[int, int]] = {}  # running item -> (admission token, admission step)
+        self.alive: dict[int, tuple[int, int]] = {}  # running item -> (admission token, its offset share)
         self.stack: list[tuple[int, int]] = []  # (token, item) in admission order: newest last
         self.clock = 0.0  # seconds; the worker's own time
         self.step = 0  # decode steps run so far
         self.batch = 0  # running sequences
-        self.offset = 0  # sum over running of (prompt - admission step): context = offset + batch*step
+        self.offset = 0  # sum over running of (context at admission - admission step): context is
+        # offset + batch*step, where a sequence's context at admission is its prompt (+ kept output)
         self.reserved = 0  # sum over running of (prompt + planned steps): KV at predicted final length
         self.token = 0  # admission counter
         self.blocked = False  # a preemption happened and no decode step has run since
@@ -115,7 +127,7 @@ class WorkerEngine:
         ledger = self.ledger
         if self.kv_admission:
             return self.reserved + ledger.reserve[item] <= self.cap
-        return self.offset + batch * self.step + ledger.prompts[item] <= self.limit
+        return self.offset + batch * self.step + ledger.prompts[item] + ledger.kept[item] <= self.limit
 
     def may_admit(self) -> bool:
         """Admission is open: a slot is free and no preemption is waiting for a decode step."""
@@ -176,15 +188,16 @@ class WorkerEngine:
 
     def _admit(self, item: int) -> None:
         ledger = self.ledger
-        prompt = ledger.prompts[item]
+        kept = ledger.kept[item]
+        context = ledger.prompts[item] + kept
         self.token += 1
-        self.alive[item] = (self.token, self.step)
-        heapq.heappush(self.heap, (self.step + ledger.steps[item], self.token, item))
+        self.alive[item] = (self.token, context - self.step)
+        heapq.heappush(self.heap, (self.step + ledger.steps[item] - kept, self.token, item))
         self.stack.append((self.token, item))
         self.batch += 1
-        self.offset += prompt - self.step
+        self.offset += context - self.step
         self.reserved += ledger.reserve[item]
-        self.prefill_tokens += prompt
+        self.prefill_tokens += context
         if ledger.start[item] < 0.0:
             ledger.start[item] = self.clock
         ledger.worker[item] = self.index
@@ -243,18 +256,21 @@ class WorkerEngine:
             token, item = self.stack.pop()
             if self.alive.get(item, _DEAD)[0] == token:
                 break
-        self._remove(item)
+        base = self._remove(item)
+        if self.resume:
+            ledger.kept[item] = base + self.step - ledger.prompts[item]
         self.waiting.appendleft(item)
         ledger.preemptions[item] += 1
         self.preempted += 1
         self.blocked = True
 
-    def _remove(self, item: int) -> None:
-        _, admitted = self.alive.pop(item)
-        ledger = self.ledger
+    def _remove(self, item: int) -> int:
+        """Take ``item`` out of the running batch; return its share of ``offset``."""
+        _, base = self.alive.pop(item)
         self.batch -= 1
-        self.offset -= ledger.prompts[item] - admitted
-        self.reserved -= ledger.reserve[item]
+        self.offset -= base
+        self.reserved -= self.ledger.reserve[item]
+        return base
 
 
 def run_alone(engine: WorkerEngine) -> float:

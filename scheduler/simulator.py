@@ -33,6 +33,8 @@ class SimOptions:
     steal: bool = False  # a worker with an empty queue and a free slot steals from the most-loaded tail
     kv_admission: bool = False  # admit only while KV reserved at predicted final lengths fits
     watermark: float = 0.01  # share of KV kept free when admitting normally (vLLM's default)
+    resume_preempted: bool = False  # an evicted sequence keeps its output (vLLM V1) instead of
+    # restarting; the planner's finish model restarts, so plan and replay agree only when False
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +93,14 @@ def simulate(
     ledger, index_of = _ledger(trajectories, actual_tokens)
     costs = [worker_cost(w, inventory.model) for w in inventory.workers]
     engines = [
-        WorkerEngine(i, c, ledger, watermark=options.watermark, kv_admission=options.kv_admission)
+        WorkerEngine(
+            i,
+            c,
+            ledger,
+            watermark=options.watermark,
+            kv_admission=options.kv_admission,
+            resume=options.resume_preempted,
+        )
         for i, c in enumerate(costs)
     ]
     shared = _place(plan, inventory, index_of, engines)
@@ -116,6 +125,7 @@ def simulate_worker(
     kv_admission: bool = False,
     actual_tokens: Sequence[int] | None = None,
     watermark: float = 0.01,
+    resume_preempted: bool = False,
 ) -> WorkerRun:
     """Play one worker's ordered queue alone; lengths are the predictions unless ``actual_tokens``.
 
@@ -128,7 +138,9 @@ def simulate_worker(
         raise InvalidInputError("actual_tokens", len(steps), f"expected one length per item ({len(items)})")
     ledger = Ledger([t.key for t in items], [t.prompt_tokens for t in items], steps, planned)
     cost = worker_cost(worker, model)
-    engine = WorkerEngine(0, cost, ledger, watermark=watermark, kv_admission=kv_admission)
+    engine = WorkerEngine(
+        0, cost, ledger, watermark=watermark, kv_admission=kv_admission, resume=resume_preempted
+    )
     engine.enqueue(list(range(len(items))))
     run_alone(engine)
     ends = tuple(ledger.end)

@@ -26,7 +26,7 @@ class Outcome:
 
 
 def reference(
-    cost: WorkerCost, prompts: list[int], lengths: list[int], reserve: bool, watermark: float
+    cost: WorkerCost, prompts: list[int], lengths: list[int], reserve: bool, watermark: float, resume: bool
 ) -> Outcome:
     """Step by step: admit in order at the start and after completions, decode, evict the newest.
 
@@ -36,7 +36,7 @@ def reference(
     cap, n = cost.kv_capacity_tokens, len(prompts)
     waiting = list(range(n))
     running: list[list[int]] = []  # [item, generated], oldest first
-    ends, preempted = [0.0] * n, [0] * n
+    ends, preempted, kept = [0.0] * n, [0] * n, [0] * n
     clock, admission_open = 0.0, True
 
     def held() -> int:
@@ -49,14 +49,15 @@ def reference(
             return False
         if reserve:
             return sum(prompts[j] + lengths[j] for j, _ in running) + prompts[i] + lengths[i] <= cap
-        return held() + prompts[i] <= cap - watermark * cap
+        return held() + prompts[i] + kept[i] <= cap - watermark * cap
 
     while True:
         if admission_open or not running:
             admitted = 0
             while waiting and fits(waiting[0]):
-                admitted += prompts[waiting[0]]
-                running.append([waiting.pop(0), 0])
+                item = waiting.pop(0)
+                admitted += prompts[item] + kept[item]
+                running.append([item, kept[item]])
             if admitted:
                 clock += cost.prefill_time(admitted)
         admission_open = False
@@ -70,7 +71,8 @@ def reference(
             admission_open = True
             continue
         if held() + len(running) > cap:
-            item, _ = running.pop()
+            item, generated = running.pop()
+            kept[item] = generated if resume else 0
             waiting.insert(0, item)
             preempted[item] += 1
             continue
@@ -90,9 +92,16 @@ queues = st.lists(st.tuples(st.integers(1, 40), st.integers(0, 60)), min_size=1,
     reserve=st.booleans(),
     watermark=st.sampled_from([0.0, 0.01, 0.2]),
     slow=st.booleans(),
+    resume=st.booleans(),
 )
 def test_closed_form_engine_matches_a_token_by_token_engine(
-    queue: list[tuple[int, int]], seqs: int, spare: int, reserve: bool, watermark: float, slow: bool
+    queue: list[tuple[int, int]],
+    seqs: int,
+    spare: int,
+    reserve: bool,
+    watermark: float,
+    slow: bool,
+    resume: bool,
 ) -> None:
     prompts = [p for p, _ in queue]
     lengths = [max(1, n) if reserve else n for _, n in queue]  # planned lengths are at least one token
@@ -100,8 +109,16 @@ def test_closed_form_engine_matches_a_token_by_token_engine(
     device = device_profile("910B" if slow else "H100")
     w = Worker("w", device, max_num_seqs=seqs, kv_capacity_tokens=cap, time_scale=1.7 if slow else 1.0)
     items = [Trajectory(f"q{i}", 0, p, max(n, 1), float(max(n, 1))) for i, (p, n) in enumerate(queue)]
-    got = simulate_worker(w, MODEL, items, kv_admission=reserve, actual_tokens=lengths, watermark=watermark)
-    want = reference(worker_cost(w, MODEL), prompts, lengths, reserve, watermark)
+    got = simulate_worker(
+        w,
+        MODEL,
+        items,
+        kv_admission=reserve,
+        actual_tokens=lengths,
+        watermark=watermark,
+        resume_preempted=resume,
+    )
+    want = reference(worker_cost(w, MODEL), prompts, lengths, reserve, watermark, resume)
     assert list(got.ends_s) == pytest.approx(want.ends, rel=1e-9, abs=1e-12)
     assert got.preemptions == sum(want.preemptions)
     assert got.finish_s == pytest.approx(max(want.ends), rel=1e-9)
