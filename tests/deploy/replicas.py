@@ -28,7 +28,7 @@ class Replica:
 
     name: str  # label in assertion messages
     redis_url: str  # the Redis every replica shares
-    model_dir: Path  # this replica's own model store (a pod's own volume)
+    model_dir: Path  # the model store (shared by the replicas, as the k8s volume claim is)
     port: int = field(default_factory=free_port)
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 

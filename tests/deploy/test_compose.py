@@ -17,9 +17,11 @@ import pytest
 import yaml
 
 from scheduler.devices import device_profile
+from service.api.schemas import ScheduleRequest
 from tests.deploy.cliargs import CommandLineError, parse_cli
 
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "compose.yaml"
+EXAMPLE_BATCH = COMPOSE.with_name("example-batch.json")  # the batch README "Deploy" posts
 OUR_IMAGE = "rollout-scheduler:"
 Service = dict[str, Any]
 
@@ -61,9 +63,13 @@ def test_every_service_has_an_image_a_command_and_a_health_check(services: dict[
         assert svc.get("healthcheck", {}).get("test"), name
 
 
-def test_redis_persists_with_aof_and_requires_a_password(services: dict[str, Service]) -> None:
+def test_redis_persists_every_write_never_evicts_and_requires_a_password(
+    services: dict[str, Service],
+) -> None:
     command = services["redis"]["command"]
     assert command[command.index("--appendonly") + 1] == "yes"
+    assert command[command.index("--appendfsync") + 1] == "always", "an accepted result must survive a crash"
+    assert command[command.index("--maxmemory-policy") + 1] == "noeviction", "eviction loses schedule keys"
     assert command[command.index("--requirepass") + 1], "an empty password means no password"
     assert any(volume.endswith(":/data") for volume in services["redis"]["volumes"]), "AOF on a volume"
 
@@ -148,3 +154,13 @@ def test_each_health_check_probes_its_own_port_or_a_sidecar_its_engine(services:
         else:
             assert urlsplit(url).hostname == "127.0.0.1", name
             assert urlsplit(url).port == params["port"], name
+
+
+def test_the_readme_example_batch_is_a_valid_request_for_exactly_the_compose_workers(
+    services: dict[str, Service],
+) -> None:
+    request = ScheduleRequest.model_validate_json(EXAMPLE_BATCH.read_text())
+    sidecars = [parse_cli(svc["command"]).params for svc in _ours(services, "sidecar").values()]
+    in_compose = {p["worker_id"]: device_profile(p["device"]) for p in sidecars}
+    in_batch = {w.worker_id: device_profile(w.device) for w in request.inventory.workers}
+    assert in_batch == in_compose

@@ -82,6 +82,16 @@ def test_the_schema_check_rejects_a_misspelt_field() -> None:
         validate(broken, VERSIONS[-1], strict=True)
 
 
+def test_all_replicas_share_one_model_store_so_a_retrained_model_reaches_every_one() -> None:
+    deployment = _one("Deployment", "rollout-scheduler")
+    service = _containers(deployment)["service"]
+    model_dir = _one("ConfigMap", "rollout-scheduler")["data"]["ROLLOUT_MODEL_DIR"]
+    mount = next(m for m in service["volumeMounts"] if m["mountPath"] == model_dir)
+    volume = next(v for v in _pod_spec(deployment)["volumes"] if v["name"] == mount["name"])
+    claim = _one("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
 def test_the_service_deployment_probes_readiness_and_liveness_on_different_endpoints() -> None:
     service = _containers(_one("Deployment", "rollout-scheduler"))["service"]
     assert service["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -118,10 +128,14 @@ def test_service_hpa_and_pdb_all_select_the_service_pods() -> None:
     assert pdb_min < hpa_min, "a PDB as large as the replica count would block every node drain"
 
 
-def test_every_secret_and_configmap_reference_resolves() -> None:
+def test_every_secret_configmap_and_volume_claim_reference_resolves() -> None:
     secret_keys = set(_one("Secret", "rollout-scheduler")["stringData"])
     configmaps = {doc["metadata"]["name"] for _, doc in DOCS if doc["kind"] == "ConfigMap"}
+    claims = {doc["metadata"]["name"] for _, doc in DOCS if doc["kind"] == "PersistentVolumeClaim"}
     for doc in _workloads():
+        for volume in _pod_spec(doc).get("volumes", []):
+            if "persistentVolumeClaim" in volume:
+                assert volume["persistentVolumeClaim"]["claimName"] in claims
         for container in _pod_spec(doc)["containers"]:
             for ref in container.get("envFrom", []):
                 assert ref["configMapRef"]["name"] in configmaps

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from tests.deploy.replicas import Replica
 from tests.service.delivery.audit import audit
 
 WORKERS = ("h100-0", "h100-1", "ascend-0", "ascend-1")
+EXAMPLE_BATCH = Path(__file__).resolve().parents[2] / "deploy" / "example-batch.json"
 PROMPTS, SAMPLES = 12, 4  # 48 trajectories per schedule
 POSTS_PER_THREAD, THREADS_PER_REPLICA = 3, 2
 RESULT = TrajectoryResult(output_tokens=100, finish_reason="stop", wall_time_s=0.1, output="ok")
@@ -41,13 +43,13 @@ def batch(step: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def replicas(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Replica]]:
-    """Two replicas on the shared Redis, each with its own model store, started once for the module.
+    """Two replicas sharing Redis and the model store, as two pods do; started once for the module.
 
     Starting one costs seconds of imports on 2 cores, so both tests share them; the replica-down test
     stops replica-a, so it runs last.
     """
     root = tmp_path_factory.mktemp("replicas")
-    started = [Replica(name, redis_url, root / name).launch() for name in ("replica-a", "replica-b")]
+    started = [Replica(name, redis_url, root / "models").launch() for name in ("replica-a", "replica-b")]
     try:
         yield [replica.wait_ready() for replica in started]
     finally:
@@ -165,4 +167,7 @@ def test_either_replica_serves_the_progress_of_any_schedule_even_after_its_plann
     assert after == views[0]
     with replicas[1].client() as http:
         results = http.get(f"/schedule/{planned_by_a}/results").json()["results"]
+        json_type = {"Content-Type": "application/json"}  # as the README's curl sends it
+        example = http.post("/schedule", content=EXAMPLE_BATCH.read_bytes(), headers=json_type)
     assert len(results) == done
+    assert example.status_code == 200, example.text  # the README's batch, on the surviving replica
