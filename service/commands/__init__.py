@@ -7,6 +7,24 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from service.commands import bench_redis_memory, bench_service, engine_sim, replay, serve, sidecar, trace
+from service.commands import (
+    bench_redis_memory,
+    bench_service,
+    engine_sim,
+    predictor,
+    replay,
+    serve,
+    sidecar,
+    trace,
+)
 
-ALL: list[ModuleType] = [engine_sim, sidecar, serve, bench_service, replay, trace, bench_redis_memory]
+ALL: list[ModuleType] = [
+    engine_sim,
+    sidecar,
+    serve,
+    bench_service,
+    replay,
+    trace,
+    bench_redis_memory,
+    predictor,
+]

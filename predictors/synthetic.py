@@ -1,0 +1,39 @@
+"""Synthetic traces from the calibrated generator (scheduler.synth) in the predictors' columnar form.
+
+Benchmarks and drift evaluations need multi-epoch traces of any size; converting the generator's
+columns directly avoids a million ``TraceRow`` objects.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from predictors.tracetable import FINISH_LENGTH, Trace
+from scheduler.synth import SOURCE_COLUMN, SOURCE_VALUE, SynthSpec, SynthTrace, generate
+from scheduler.synth_profiles import synth_profile
+
+
+def from_synth(synth: SynthTrace) -> Trace:
+    """The generator's columns as a ``Trace`` (labelled ``source=synthetic`` like its rows)."""
+    n = len(synth)
+    ids = np.empty(len(synth.prompt_ids), dtype=object)
+    ids[:] = synth.prompt_ids
+    label = np.empty(n, dtype=object)
+    label[:] = SOURCE_VALUE
+    return Trace(
+        step=synth.step.astype(np.int64),
+        prompt_id=ids[synth.prompt_index],
+        sample_idx=synth.sample_idx.astype(np.int64),
+        prompt_tokens=synth.prompt_tokens.astype(np.int64),
+        output_tokens=synth.output_tokens.astype(np.int64),
+        max_new_tokens=np.full(n, synth.max_new_tokens, dtype=np.int64),
+        finish_reason=np.where(synth.truncated, FINISH_LENGTH, 0).astype(np.int8),
+        reward=synth.reward.astype(np.float64),
+        categorical={SOURCE_COLUMN: label},
+    )
+
+
+def synthetic_trace(profile: str, prompts: int, samples: int, steps: int, seed: int = 0) -> Trace:
+    """A seeded multi-epoch trace of the named profile (``short-cot`` or ``long-cot``)."""
+    spec = SynthSpec(profile=synth_profile(profile), prompts=prompts, samples=samples, steps=steps, seed=seed)
+    return from_synth(generate(spec))

@@ -1,0 +1,87 @@
+"""``rollout-scheduler bench predictor``: wall times of a fit on 1,000,000 rows and a 32,768-row predict.
+
+The targets (issue 3): fit <= 30 s, predict <= 50 ms on 2 cores. The trace comes from the calibrated
+generator (scheduler.synth), so its prompts repeat across steps like a real RL run and the fit does
+its real work (history features, leave-one-out priors, two quantile boosters, conformal folds).
+Predict is timed warm (history already folded for the step, as between two batches of one step) and
+cold (first call after new actuals arrived, which re-folds the history), each a median of repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from typing import Annotated
+
+import typer
+
+
+def bench_predictor(
+    rows: Annotated[int, typer.Option(help="Rows in the generated training trace.")] = 1_000_000,
+    predict_rows: Annotated[int, typer.Option(help="Trajectories per predict call.")] = 32_768,
+    steps: Annotated[int, typer.Option(help="Steps (epochs) the training rows span.")] = 8,
+    samples: Annotated[int, typer.Option(help="Samples per prompt per step.")] = 8,
+    profile: Annotated[str, typer.Option(help="Generator profile: short-cot or long-cot.")] = "short-cot",
+    threads: Annotated[int, typer.Option(help="LightGBM threads (the target machine has 2 cores).")] = 2,
+    repeats: Annotated[int, typer.Option(help="Predict calls timed; the median is reported.")] = 7,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Time fit and predict at the issue's sizes; prints medians in seconds and milliseconds."""
+    import numpy as np
+
+    from predictors.history import History
+    from predictors.model import FitConfig, fit
+    from predictors.predictor import LengthPredictor
+    from predictors.queries import Query, QueryBatch
+    from predictors.synthetic import synthetic_trace
+
+    prompts = max(1, rows // (steps * samples))
+    started = time.perf_counter()
+    trace = synthetic_trace(profile, prompts, samples, steps, seed=0)
+    generate_s = time.perf_counter() - started
+    started = time.perf_counter()
+    model = fit(trace, FitConfig(num_threads=threads))
+    fit_s = time.perf_counter() - started
+
+    asked = trace.take(trace.step == steps - 1)
+    index = np.arange(predict_rows) % len(asked)
+    batch = QueryBatch.from_trace(asked.take(index), 4096)
+    queries = [
+        Query(str(p), int(s), int(t), int(c))
+        for p, s, t, c in zip(
+            batch.prompt_id, batch.sample_idx, batch.prompt_tokens, batch.max_new_tokens, strict=True
+        )
+    ]
+    predictor = LengthPredictor(History(trace), model)
+    cold, warm, objects = [], [], []
+    for _ in range(repeats):
+        predictor.observe(trace.take(np.arange(1)))  # new actuals: the next call re-folds the history
+        cold.append(_timed(lambda: predictor.predict(batch, steps, 0.9)))
+        warm.append(_timed(lambda: predictor.predict(batch, steps, 0.9)))
+        objects.append(_timed(lambda: predictor.predict(queries, steps, 0.9)))
+    report = {
+        "rows": len(trace),
+        "prompts": prompts,
+        "steps": steps,
+        "threads": threads,
+        "generate_s": round(generate_s, 2),
+        "fit_s": round(fit_s, 2),
+        "fit_examples": model.metadata.examples,
+        "predict_rows": predict_rows,
+        "predict_warm_ms": round(1000 * statistics.median(warm), 1),
+        "predict_query_objects_ms": round(1000 * statistics.median(objects), 1),
+        "predict_cold_ms": round(1000 * statistics.median(cold), 1),
+    }
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    for key, value in report.items():
+        typer.echo(f"{key:>26}: {value}")
+
+
+def _timed(call: object) -> float:
+    assert callable(call)
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
