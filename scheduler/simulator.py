@@ -14,6 +14,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from scheduler.costmodel import worker_cost
 from scheduler.devices import ModelPreset
@@ -37,9 +38,12 @@ class SimOptions:
     # restarting; the planner's finish model restarts, so plan and replay agree only when False
 
 
-@dataclass(frozen=True, slots=True)
-class ItemRecord:
-    """What happened to one trajectory: enough to draw it on its worker's Gantt row."""
+class ItemRecord(NamedTuple):
+    """What happened to one trajectory: enough to draw it on its worker's Gantt row.
+
+    An immutable named tuple rather than a frozen dataclass: a result holds one per trajectory (tens
+    of thousands), and a frozen dataclass costs ~7 us each to build against ~0.3 us for a tuple.
+    """
 
     key: str  # trajectory key
     worker_id: str  # the worker that ran it to completion
@@ -218,11 +222,12 @@ def _summarize(ledger: Ledger, inventory: Inventory, engines: list[WorkerEngine]
     for w, end in zip(ledger.worker, ledger.end, strict=True):
         finish[w] = max(finish[w], end)
     makespan = max(finish, default=0.0)
+    ids = [w.worker_id for w in workers]
     items = tuple(
-        ItemRecord(key, workers[w].worker_id, s, e, n, p, st)
-        for key, w, s, e, n, p, st in zip(
-            ledger.keys, ledger.worker, ledger.start, ledger.end, ledger.steps, ledger.preemptions,
-            ledger.stolen, strict=True,
+        map(
+            ItemRecord._make,
+            zip(ledger.keys, [ids[w] for w in ledger.worker], ledger.start, ledger.end, ledger.steps,
+                ledger.preemptions, ledger.stolen, strict=True),
         )
     )  # fmt: skip
     gpus = [w.num_gpus for w in workers]
