@@ -39,6 +39,24 @@ def validate_request(request: PlanRequest) -> None:
         if first != index:
             raise InvalidInputError(path, trajectory.key, f"duplicate trajectory key (first at [{first}])")
         _validate_fit(trajectory, path, capacities, allowed, largest)
+    if request.prefix_affinity:
+        _validate_group_pins(request)
+
+
+def _validate_group_pins(request: PlanRequest) -> None:
+    """Under prefix affinity a group runs on one worker, so its samples cannot be pinned apart."""
+    pins: dict[str, str] = {}
+    for index, trajectory in enumerate(request.trajectories):
+        pinned = trajectory.pinned_worker
+        if pinned is None:
+            continue
+        first = pins.setdefault(trajectory.group, pinned)
+        if first != pinned:
+            raise InvalidInputError(
+                f"trajectories[{index}].pinned_worker",
+                pinned,
+                f"group {trajectory.group} is also pinned to {first}; prefix_affinity keeps a group together",
+            )
 
 
 def _validate_fit(

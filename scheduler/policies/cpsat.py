@@ -35,6 +35,7 @@ from scheduler.policies.problem import Problem, Unit, build_problem
 from scheduler.types import PlanRequest
 
 LEVELS_SHARE = 0.15  # share of the remaining budget one aggregate solve may use
+ROUND_COST = 1.5  # a round costs about this many times the lpt phase (placement + ordering)
 ROUNDS = 3  # aggregate solve + realisation rounds, each calibrated by the previous one's simulation
 
 
@@ -45,16 +46,20 @@ class CpSatPolicy:
 
     def plan(self, request: PlanRequest, problem: Problem | None = None) -> Placement:
         """Plan within ``request.time_budget_s``; never slower (predicted) than the lpt plan."""
-        deadline = time.perf_counter() + request.time_budget_s
+        started = time.perf_counter()
+        deadline = started + request.time_budget_s
         problem = problem or build_problem(request)
         reserve = request.kv_admission
         assignment = lpt_assignment(problem)
         queues, finishes = order_queues(problem, assignment, reserve)
+        round_cost = ROUND_COST * (time.perf_counter() - started)  # a round re-does both, and solves
         best = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
         kinds = worker_kinds(problem.costs, problem.active)
         slowdown: list[list[float]] | None = None
         scale: list[float] | None = None
         for _ in range(ROUNDS):
+            if deadline - time.perf_counter() < round_cost:
+                break  # a round would overrun the budget: keep what we have
             levels = self._levels(problem, kinds, max(finishes), slowdown, request, deadline)
             if levels is None:
                 break
@@ -71,7 +76,7 @@ class CpSatPolicy:
                 kinds,
                 slowdown or [[1.0] * len(levels.edges) for _ in kinds],
             )
-        repaired = improve(problem, assignment, best.finish_s, reserve, deadline, request.seed)
+        repaired = improve(problem, assignment, best.queues, best.finish_s, reserve, deadline, request.seed)
         if repaired is not None:
             status = best.status if best.status != "FALLBACK_LPT" else "FEASIBLE"
             best = Placement(repaired[0], status, finish_s=repaired[1])

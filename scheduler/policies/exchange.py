@@ -20,27 +20,32 @@ from ortools.sat.python import cp_model
 from scheduler.policies.load import Load, time_with
 from scheduler.policies.ordering import best_order
 from scheduler.policies.problem import Problem
+from scheduler.policies.sat import new_solver
 
 US = 1e6  # time unit of the model: microseconds
 KV_UNIT = 1e5  # KV-token-steps per integer unit
 PARTNERS = (1, 2, 3)  # neighbourhood sizes tried, beside the slowest worker
-STEP_LIMIT_S = 0.2  # the most one neighbourhood solve may take
+STEP_LIMIT_S = 0.05  # deterministic limit of one neighbourhood solve
+MAX_MOVES = 24  # neighbourhood solves per plan at most (the budget usually ends the search first)
 
 
 def improve(
     problem: Problem,
     assignment: Sequence[Sequence[int]],
+    queues: Sequence[tuple[int, ...]],
     finishes: Sequence[float],
     reserve: bool,
     deadline: float,
     seed: int,
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]] | None:
-    """Repair ``assignment`` until ``deadline``; the improved (queues, finishes), or None if none found."""
+    """Repair ``assignment`` (ordered as ``queues``) by ``deadline``: better (queues, finishes), or None."""
     placed = [list(units) for units in assignment]
     finish = list(finishes)
-    queues: list[tuple[int, ...]] = []
+    ordered = list(queues)
     improved, failures = False, 0
-    while failures < len(PARTNERS) and time.perf_counter() < deadline:
+    for _ in range(MAX_MOVES):
+        if failures >= len(PARTNERS) or time.perf_counter() >= deadline:
+            break
         active = list(problem.active)
         worst = max(active, key=lambda w: (finish[w], -w))
         others = sorted((w for w in active if w != worst), key=lambda w: (finish[w], w))
@@ -55,16 +60,11 @@ def improve(
         if max(f for _, f in trial.values()) < max(finish[w] for w in group) - 1e-9:
             for w in group:
                 placed[w] = moved[w]
-                finish[w] = trial[w][1]
+                ordered[w], finish[w] = tuple(trial[w][0]), trial[w][1]
             improved, failures = True, 0
         else:
             failures += 1
-    if not improved:
-        return None
-    for w, units in enumerate(placed):
-        order = best_order(problem, _items(problem, units), problem.costs[w], reserve)[0] if units else []
-        queues.append(tuple(order))
-    return tuple(queues), tuple(finish)
+    return (tuple(ordered), tuple(finish)) if improved else None
 
 
 def _items(problem: Problem, units: Sequence[int]) -> list[int]:
@@ -108,10 +108,7 @@ def _resolve(
     for (u, w), var in x.items():
         model.add_hint(var, home[u] == w)
     # Phase 4: solve.
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = min(STEP_LIMIT_S, remaining)
-    solver.parameters.num_workers = 2
-    solver.parameters.random_seed = seed
+    solver = new_solver(min(STEP_LIMIT_S, remaining), seed)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None

@@ -43,9 +43,11 @@ from ortools.sat.python import cp_model
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.load import KV_FILL
 from scheduler.policies.problem import Unit
+from scheduler.policies.sat import new_solver
 
 BANDS = 6  # length bands; more add little and cost realisation time
 KV_UNIT = 1e7  # KV-token-steps per integer unit of K (coefficients keep ~3 significant digits)
+PROBE_LIMIT_S = 0.05  # deterministic limit of one feasibility probe (they take ~1 ms)
 PRECISION = 0.002  # bisection stops when the bracket on T is this tight (relative)
 
 
@@ -145,10 +147,7 @@ def _feasible(
         model.add(supply >= sum(demand[j:]))
     # Phase 3: no objective: any cover will do (the bisection minimises T).
     # Phase 4: solve.
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.001, time_limit_s)
-    solver.parameters.num_workers = 2  # the planner's host: 2 cores; more only time-slices
-    solver.parameters.random_seed = seed
+    solver = new_solver(min(PROBE_LIMIT_S, time_limit_s), seed)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, status

@@ -20,6 +20,7 @@ planner still reports finish times from ``scheduler.finish``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.problem import Unit
@@ -48,23 +49,59 @@ class Load:
         self.prompt_tokens += unit.prompt_tokens
 
 
-def load_time(cost: WorkerCost, steps: int, tokens: float, kv_steps: float, prompt_tokens: float) -> float:
-    """Seconds the worker of ``cost`` needs at least for a load with these totals (see module doc)."""
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """A worker's cost coefficients, pre-multiplied for the estimate (it runs a million times a plan)."""
+
+    step_s: float  # time_scale * (mem_base + overhead): the per-step floor of a memory-bound step
+    kv_s: float  # time_scale * mem_per_token: per KV-token-step read
+    per_full_cache: float  # 1 / (KV_FILL * kv_capacity): steps per KV-token-step, cache kept full
+    per_slot: float  # 1 / max_num_seqs: steps per decode token, every slot busy
+    overhead_s: float  # time_scale * overhead: the per-step floor of a compute-bound step
+    seq_s: float  # time_scale * flops_per_seq
+    token_s: float  # time_scale * flops_per_token
+    prefill_s: float  # time_scale * prefill_per_token
+
+
+@lru_cache(maxsize=4096)
+def rates(cost: WorkerCost) -> Rates:
+    """The estimate's coefficients for ``cost``'s worker."""
+    ts = cost.time_scale
+    return Rates(
+        step_s=ts * (cost.mem_base_s + cost.overhead_s),
+        kv_s=ts * cost.mem_per_token_s,
+        per_full_cache=1.0 / (KV_FILL * cost.kv_capacity_tokens),
+        per_slot=1.0 / cost.max_num_seqs,
+        overhead_s=ts * cost.overhead_s,
+        seq_s=ts * cost.flops_per_seq_s,
+        token_s=ts * cost.flops_per_token_s,
+        prefill_s=ts * cost.prefill_per_token_s,
+    )
+
+
+def estimate(r: Rates, steps: int, tokens: float, kv_steps: float, prompt_tokens: float) -> float:
+    """Seconds a worker with rates ``r`` needs for a load with these totals (see module doc)."""
     if tokens <= 0:
         return 0.0
-    n = max(float(steps), kv_steps / (KV_FILL * cost.kv_capacity_tokens), tokens / cost.max_num_seqs)
-    mem = n * (cost.mem_base_s + cost.overhead_s) + cost.mem_per_token_s * kv_steps
-    cmp = n * cost.overhead_s + cost.flops_per_seq_s * tokens + cost.flops_per_token_s * kv_steps
-    return cost.time_scale * (max(mem, cmp) + cost.prefill_per_token_s * prompt_tokens)
+    n = max(steps, kv_steps * r.per_full_cache, tokens * r.per_slot)
+    mem = n * r.step_s + r.kv_s * kv_steps
+    cmp = n * r.overhead_s + r.seq_s * tokens + r.token_s * kv_steps
+    return (mem if mem > cmp else cmp) + r.prefill_s * prompt_tokens
+
+
+def load_time(cost: WorkerCost, steps: int, tokens: float, kv_steps: float, prompt_tokens: float) -> float:
+    """Seconds the worker of ``cost`` needs for a load with these totals (see module doc)."""
+    return estimate(rates(cost), steps, tokens, kv_steps, prompt_tokens)
 
 
 def time_with(cost: WorkerCost, load: Load, unit: Unit | None = None) -> float:
     """``load_time`` of ``load``, plus ``unit`` when given (a candidate move, evaluated not applied)."""
+    r = rates(cost)
     if unit is None:
-        return load_time(cost, load.steps, load.tokens, load.kv_steps, load.prompt_tokens)
-    return load_time(
-        cost,
-        max(load.steps, unit.steps),
+        return estimate(r, load.steps, load.tokens, load.kv_steps, load.prompt_tokens)
+    return estimate(
+        r,
+        load.steps if load.steps > unit.steps else unit.steps,
         load.tokens + unit.tokens,
         load.kv_steps + unit.kv_steps,
         load.prompt_tokens + unit.prompt_tokens,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.base import Placement
-from scheduler.policies.load import Load, time_with
+from scheduler.policies.load import Load, estimate, rates
 from scheduler.policies.ordering import order_queues
 from scheduler.policies.problem import Problem, Unit, build_problem
 from scheduler.types import PlanRequest
@@ -91,6 +91,7 @@ class _State:
     def __init__(self, problem: Problem, tiers: Sequence[int], scale: Sequence[float]) -> None:
         self.costs, self.tiers, self.units, self.scale = problem.costs, tiers, problem.units, scale
         self.loads = [Load() for _ in self.costs]
+        self.rates = [rates(c) for c in self.costs]
         self.placed: list[list[int]] = [[] for _ in self.costs]
         self.current = [0.0] * len(self.costs)
         self.kinds = worker_kinds(self.costs, problem.active)
@@ -106,7 +107,10 @@ class _State:
         """Put unit ``u`` on ``worker`` and refresh its estimate."""
         self.loads[worker].add(self.units[u])
         self.placed[worker].append(u)
-        self.current[worker] = self.scale[worker] * time_with(self.costs[worker], self.loads[worker])
+        load = self.loads[worker]
+        self.current[worker] = self.scale[worker] * estimate(
+            self.rates[worker], load.steps, load.tokens, load.kv_steps, load.prompt_tokens
+        )
         heapq.heappush(self.heaps[(self.kind_of[worker], self.tiers[worker])], (self.current[worker], worker))
 
     def best_worker(self, unit: Unit, band: int) -> int:
@@ -134,7 +138,14 @@ class _State:
         return min((self._after(w, unit), w) for _, w in tops)[1]
 
     def _after(self, w: int, unit: Unit) -> float:
-        return self.scale[w] * time_with(self.costs[w], self.loads[w], unit)
+        load = self.loads[w]
+        return self.scale[w] * estimate(
+            self.rates[w],
+            load.steps if load.steps > unit.steps else unit.steps,
+            load.tokens + unit.tokens,
+            load.kv_steps + unit.kv_steps,
+            load.prompt_tokens + unit.prompt_tokens,
+        )
 
     def _top(self, group: tuple[int, int]) -> tuple[float, int] | None:
         heap = self.heaps[group]

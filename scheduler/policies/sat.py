@@ -1,0 +1,26 @@
+"""CP-SAT solver settings shared by every model of the ``cpsat`` policy.
+
+Plans must be reproducible: the same request and seed give the same plan. CP-SAT's parallel
+portfolio is not deterministic under a wall-clock limit, so each solve runs one search worker and
+stops on a *deterministic* time limit (CP-SAT's work counter, about a second of work per unit on a
+typical core); the wall-clock limit stays as a safety net that only an overloaded host reaches. The
+models here are small by design (tens of integers, or a few thousand booleans), where one worker
+with a good hint is as fast as a portfolio, and the host has 2 cores shared with the service.
+"""
+
+from __future__ import annotations
+
+from ortools.sat.python import cp_model
+
+WALL_SAFETY = 3.0  # wall-clock limit as a multiple of the deterministic limit
+
+
+def new_solver(limit_s: float, seed: int) -> cp_model.CpSolver:
+    """A single-worker, seeded solver that stops after ``limit_s`` deterministic seconds."""
+    solver = cp_model.CpSolver()
+    limit = max(0.001, limit_s)
+    solver.parameters.max_deterministic_time = limit
+    solver.parameters.max_time_in_seconds = limit * WALL_SAFETY
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = seed
+    return solver

@@ -1,0 +1,86 @@
+"""The lower bound is physical: no simulated schedule beats it, and it is tight where it should be."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from scheduler.costmodel import worker_cost
+from scheduler.devices import device_profile, model_preset
+from scheduler.lowerbound import lower_bound
+from scheduler.planner import plan
+from scheduler.policies import POLICY_NAMES
+from scheduler.simulator import SimOptions, simulate, simulate_worker
+from scheduler.stepsum import planned_steps
+from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
+from tests.scheduler.plan_strategies import plan_requests
+
+MODEL = model_preset("7b")
+
+
+def _worker(worker_id: str, kind: str = "H100") -> Worker:
+    return Worker(worker_id=worker_id, device=device_profile(kind), max_num_seqs=4, kv_capacity_tokens=40_000)
+
+
+def _trajectory(prompt: str, prompt_tokens: int, predicted: float, pinned: str | None = None) -> Trajectory:
+    return Trajectory(prompt, 0, prompt_tokens, 10_000, predicted, pinned_worker=pinned)
+
+
+def test_one_trajectory_alone_on_the_fastest_worker_meets_the_bound_exactly() -> None:
+    inventory = Inventory((_worker("slow", "Ascend910B"), _worker("fast", "H100")), MODEL)
+    only = _trajectory("p", 500, 2_000.0)
+    bound = lower_bound([only], inventory)
+    alone = simulate_worker(inventory.workers[1], MODEL, [only]).finish_s
+    assert bound.longest_s == pytest.approx(alone, rel=1e-12)
+    assert bound.value_s == bound.longest_s
+
+
+def test_a_pinned_trajectory_is_bounded_at_its_own_worker_speed() -> None:
+    inventory = Inventory((_worker("slow", "Ascend910B"), _worker("fast", "H100")), MODEL)
+    pinned = _trajectory("p", 500, 2_000.0, pinned="slow")
+    bound = lower_bound([pinned], inventory)
+    assert bound.longest_s == pytest.approx(simulate_worker(inventory.workers[0], MODEL, [pinned]).finish_s)
+
+
+def test_throughput_and_kv_limits_follow_their_formulas() -> None:
+    inventory = Inventory((_worker("a"), _worker("b", "Ascend910B")), MODEL)
+    batch = [_trajectory(f"p{i}", 100 + i, 300.0 + 7 * i) for i in range(10)]
+    bound = lower_bound(batch, inventory)
+    costs = [worker_cost(w, MODEL) for w in inventory.workers]
+    tokens = sum(planned_steps(t.predicted_tokens) for t in batch)
+    kv = sum(t.prompt_tokens * (n := planned_steps(t.predicted_tokens)) + n * (n - 1) / 2 for t in batch)
+    assert bound.throughput_s == pytest.approx(tokens / sum(c.peak_tps() for c in costs))
+    assert bound.kv_s == pytest.approx(kv / sum(c.kv_token_steps_per_s() for c in costs))
+    assert bound.value_s == max(bound.longest_s, bound.throughput_s, bound.kv_s)
+
+
+def test_excluding_a_worker_raises_the_aggregate_limits() -> None:
+    inventory = Inventory((_worker("a"), _worker("b")), MODEL)
+    batch = [_trajectory(f"p{i}", 200, 900.0) for i in range(40)]
+    full, drained = lower_bound(batch, inventory), lower_bound(batch, inventory, frozenset({"b"}))
+    assert drained.kv_s == pytest.approx(2 * full.kv_s)
+    assert drained.throughput_s == pytest.approx(2 * full.throughput_s)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan_requests())
+def test_no_policy_simulates_faster_than_the_bound(request: PlanRequest) -> None:
+    actual = {t.key: planned_steps(t.predicted_tokens) for t in request.trajectories}
+    options = SimOptions(kv_admission=request.kv_admission)
+    # The simulator's shared queue and stealing know nothing of pins and exclusions (a pinned item
+    # may be stolen, an excluded worker may pull): with those, play only the static queues.
+    constrained = bool(request.excluded_workers) or any(t.pinned_worker for t in request.trajectories)
+    for name in POLICY_NAMES:
+        result = plan(request, name)
+        if constrained:
+            result = dataclasses.replace(result, dispatch_order=())
+        played = simulate(result, request.trajectories, actual, request.inventory, options)
+        assert result.lower_bound_s <= played.makespan_s * (1 + 1e-9), name
+        if constrained:
+            continue
+        stolen = simulate(
+            result, request.trajectories, actual, request.inventory, dataclasses.replace(options, steal=True)
+        )
+        assert result.lower_bound_s <= stolen.makespan_s * (1 + 1e-9), name

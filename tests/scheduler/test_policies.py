@@ -1,0 +1,113 @@
+"""Every policy returns a complete, feasible plan whose predictions the simulator reproduces."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from scheduler.benchgen import bench_request
+from scheduler.costmodel import worker_cost
+from scheduler.planner import plan
+from scheduler.policies import POLICY_NAMES
+from scheduler.simulator import SimOptions, simulate
+from scheduler.stepsum import planned_steps
+from scheduler.types import Plan, PlanRequest
+from tests.scheduler.plan_strategies import plan_requests
+
+PROPERTIES = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _worker_of(result: Plan) -> dict[str, str]:
+    return {key: wp.worker_id for wp in result.workers for key in wp.items}
+
+
+@PROPERTIES
+@given(plan_requests())
+def test_every_trajectory_is_planned_exactly_once_on_an_allowed_worker(request: PlanRequest) -> None:
+    workers = {w.worker_id: w for w in request.inventory.workers}
+    for name in POLICY_NAMES:
+        result = plan(request, name)
+        assert [wp.worker_id for wp in result.workers] == list(workers)
+        keys = [key for wp in result.workers for key in wp.items]
+        assert sorted(keys) == sorted(t.key for t in request.trajectories), name
+        where = _worker_of(result)
+        for t in request.trajectories:
+            worker = workers[where[t.key]]
+            assert where[t.key] not in request.excluded_workers, name
+            assert (
+                t.prompt_tokens + t.max_new_tokens
+                <= worker_cost(worker, request.inventory.model).kv_capacity_tokens
+            )
+            if t.pinned_worker is not None:
+                assert where[t.key] == t.pinned_worker, name
+        if request.prefix_affinity:
+            groups: dict[str, set[str]] = {}
+            for t in request.trajectories:
+                groups.setdefault(t.group, set()).add(where[t.key])
+            assert all(len(ws) == 1 for ws in groups.values()), name
+
+
+@PROPERTIES
+@given(plan_requests())
+def test_the_predicted_makespan_never_undercuts_the_lower_bound(request: PlanRequest) -> None:
+    for name in POLICY_NAMES:
+        result = plan(request, name)
+        assert result.predicted_makespan_s >= result.lower_bound_s * (1 - 1e-9), name
+        assert result.predicted_makespan_s == max(wp.predicted_finish_s for wp in result.workers)
+
+
+@PROPERTIES
+@given(plan_requests())
+def test_cpsat_is_never_worse_than_lpt(request: PlanRequest) -> None:
+    assert plan(request, "cpsat").predicted_makespan_s <= plan(request, "lpt").predicted_makespan_s * (
+        1 + 1e-12
+    )
+
+
+@PROPERTIES
+@given(plan_requests())
+def test_plans_are_deterministic_for_a_fixed_seed(request: PlanRequest) -> None:
+    for name in POLICY_NAMES:
+        first, second = plan(request, name), plan(request, name)
+        assert first.workers == second.workers, name
+        assert (first.status, first.dispatch_order) == (second.status, second.dispatch_order), name
+
+
+@PROPERTIES
+@given(plan_requests())
+def test_the_simulator_reproduces_each_workers_predicted_finish(request: PlanRequest) -> None:
+    actual = {t.key: planned_steps(t.predicted_tokens) for t in request.trajectories}
+    for name in POLICY_NAMES:
+        static = dataclasses.replace(plan(request, name), dispatch_order=())  # each worker plays its queue
+        played = simulate(static, request.trajectories, actual, request.inventory,
+                          SimOptions(kv_admission=request.kv_admission))  # fmt: skip
+        for wp in static.workers:
+            assert wp.predicted_finish_s == pytest.approx(
+                played.worker_finish_s[wp.worker_id], rel=1e-9, abs=1e-12
+            )
+
+
+def test_round_robin_deals_prompts_in_turn_whatever_their_length() -> None:
+    request = bench_request(256, 4, seed=3)
+    result = plan(request, "round_robin")
+    where = _worker_of(result)
+    for t in request.trajectories:
+        assert where[t.key] == request.inventory.workers[int(t.prompt_id[1:]) % 4].worker_id
+    position = {t.key: i for i, t in enumerate(request.trajectories)}
+    assert list(result.workers[0].items) == sorted(result.workers[0].items, key=position.__getitem__)
+
+
+def test_least_loaded_dispatches_the_batch_in_input_order_from_one_shared_queue() -> None:
+    request = bench_request(128, 4, seed=1)
+    result = plan(request, "least_loaded")
+    assert result.dispatch_order == tuple(t.key for t in request.trajectories)
+    assert sum(len(wp.items) for wp in result.workers) == 128
+
+
+def test_length_aware_policies_beat_the_equal_split_on_a_mixed_inventory() -> None:
+    request = dataclasses.replace(bench_request(512, 8, seed=2), time_budget_s=2.0)
+    baseline = plan(request, "round_robin").predicted_makespan_s
+    assert plan(request, "lpt").predicted_makespan_s * 1.5 <= baseline
+    assert plan(request, "cpsat").predicted_makespan_s * 1.5 <= baseline

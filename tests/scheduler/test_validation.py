@@ -1,0 +1,158 @@
+"""A bad plan request is refused with a typed error naming the offending field and value."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+
+from scheduler.devices import device_profile, model_preset
+from scheduler.errors import InvalidInputError, UnknownNameError
+from scheduler.planner import plan
+from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
+from scheduler.validation import validate_request
+
+
+def _trajectory(prompt: str = "p0", sample: int = 0, **changes: Any) -> Trajectory:
+    base = Trajectory(prompt_id=prompt, sample_idx=sample, prompt_tokens=100, max_new_tokens=1_000,
+                      predicted_tokens=300.0)  # fmt: skip
+    return dataclasses.replace(base, **changes)
+
+
+def _worker(worker_id: str, **changes: Any) -> Worker:
+    base = Worker(
+        worker_id=worker_id, device=device_profile("H100"), max_num_seqs=8, kv_capacity_tokens=50_000
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def _request(
+    trajectories: tuple[Trajectory, ...] | None = None,
+    workers: tuple[Worker, ...] | None = None,
+    **changes: object,
+) -> PlanRequest:
+    request = PlanRequest(
+        trajectories=trajectories if trajectories is not None else (_trajectory(), _trajectory(sample=1)),
+        inventory=Inventory(
+            workers if workers is not None else (_worker("w0"), _worker("w1")), model_preset("7b")
+        ),
+    )
+    return dataclasses.replace(request, **changes)  # type: ignore[arg-type]
+
+
+def _rejected(request: PlanRequest) -> InvalidInputError:
+    with pytest.raises(InvalidInputError) as caught:
+        validate_request(request)
+    return caught.value
+
+
+def test_a_well_formed_request_passes() -> None:
+    validate_request(_request())
+
+
+def test_an_empty_batch_is_refused() -> None:
+    assert _rejected(_request(trajectories=())).field == "trajectories"
+
+
+def test_an_empty_inventory_is_refused() -> None:
+    assert _rejected(_request(workers=())).field == "inventory.workers"
+
+
+@pytest.mark.parametrize("value", [0.0, -5.0, math.nan, math.inf])
+def test_a_non_positive_or_non_finite_prediction_names_its_trajectory(value: float) -> None:
+    error = _rejected(_request(trajectories=(_trajectory(), _trajectory(sample=1, predicted_tokens=value))))
+    assert error.field == "trajectories[1].predicted_tokens"
+    assert error.value is value or (math.isnan(value) and math.isnan(float(error.value)))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", ["prompt_tokens", "max_new_tokens"])
+def test_a_zero_length_is_refused(field: str) -> None:
+    changes: dict[str, Any] = {field: 0}
+    error = _rejected(_request(trajectories=(_trajectory(**changes),)))
+    assert error.field == f"trajectories[0].{field}"
+    assert error.value == 0
+
+
+def test_a_prediction_above_the_generation_cap_is_refused() -> None:
+    error = _rejected(_request(trajectories=(_trajectory(predicted_tokens=1_001.0),)))
+    assert error.field == "trajectories[0].predicted_tokens"
+
+
+def test_a_duplicate_trajectory_key_is_refused() -> None:
+    error = _rejected(_request(trajectories=(_trajectory(), _trajectory(prompt="p1"), _trajectory())))
+    assert error.field == "trajectories[2]"
+    assert error.value == "p0#0"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("max_num_seqs", 0), ("kv_capacity_tokens", -1), ("num_gpus", 0)]
+)
+def test_a_non_positive_worker_capacity_names_the_worker(field: str, value: int) -> None:
+    error = _rejected(_request(workers=(_worker("w0"), _worker("w1", **{field: value}))))
+    assert error.field == f"inventory.workers[1].{field}"
+    assert error.value == value
+
+
+def test_a_non_finite_device_override_is_refused() -> None:
+    device = dataclasses.replace(device_profile("H100"), hbm_bandwidth_gbs=math.inf)
+    error = _rejected(_request(workers=(_worker("w0", device=device),)))
+    assert error.field == "inventory.workers[0].device.hbm_bandwidth_gbs"
+
+
+def test_a_duplicate_worker_id_is_refused() -> None:
+    error = _rejected(_request(workers=(_worker("w0"), _worker("w0"))))
+    assert (error.field, error.value) == ("inventory.workers[1].worker_id", "w0")
+
+
+def test_a_trajectory_no_worker_can_hold_is_refused() -> None:
+    too_long = _trajectory(prompt="p1", max_new_tokens=60_000, predicted_tokens=100.0)
+    error = _rejected(_request(trajectories=(_trajectory(), too_long)))
+    assert error.field == "trajectories[1].max_new_tokens"
+    assert "KV capacity" in error.reason
+
+
+def test_a_trajectory_only_an_excluded_worker_could_hold_is_refused() -> None:
+    workers = (_worker("small", kv_capacity_tokens=2_000), _worker("big"))
+    error = _rejected(_request(trajectories=(_trajectory(max_new_tokens=5_000),), workers=workers,
+                               excluded_workers=frozenset({"big"})))  # fmt: skip
+    assert error.field == "trajectories[0].max_new_tokens"
+
+
+def test_a_pin_to_an_unknown_worker_is_refused() -> None:
+    error = _rejected(_request(trajectories=(_trajectory(pinned_worker="nowhere"),)))
+    assert (error.field, error.value) == ("trajectories[0].pinned_worker", "nowhere")
+
+
+def test_a_pin_to_an_excluded_worker_is_refused() -> None:
+    request = _request(trajectories=(_trajectory(pinned_worker="w1"),), excluded_workers=frozenset({"w1"}))
+    assert _rejected(request).field == "trajectories[0].pinned_worker"
+
+
+def test_excluding_every_worker_is_refused() -> None:
+    assert _rejected(_request(excluded_workers=frozenset({"w0", "w1"}))).field == "excluded_workers"
+
+
+def test_a_group_pinned_to_two_workers_is_refused_under_prefix_affinity() -> None:
+    split = (_trajectory(pinned_worker="w0"), _trajectory(sample=1, pinned_worker="w1"))
+    validate_request(_request(trajectories=split))  # without affinity the samples may part
+    error = _rejected(_request(trajectories=split, prefix_affinity=True))
+    assert (error.field, error.value) == ("trajectories[1].pinned_worker", "w1")
+
+
+def test_a_non_positive_time_budget_is_refused() -> None:
+    assert _rejected(_request(time_budget_s=0.0)).field == "time_budget_s"
+
+
+def test_the_planner_refuses_what_validation_refuses() -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        plan(_request(trajectories=()), "lpt")
+    assert caught.value.field == "trajectories"
+
+
+def test_an_unknown_policy_is_named_with_the_known_ones() -> None:
+    with pytest.raises(UnknownNameError) as caught:
+        plan(_request(), "fastest")
+    assert caught.value.field == "policy"
+    assert "cpsat" in caught.value.known
