@@ -77,7 +77,7 @@ class SchedulerClient:
     def schedule(self, request: ScheduleRequest | Mapping[str, Any]) -> ScheduleResponse:
         """Plan (and publish) one step; ``request`` is the ``POST /schedule`` body."""
         body = request.model_dump(exclude_none=True) if isinstance(request, ScheduleRequest) else request
-        return ScheduleResponse.model_validate(self._call("POST", "/schedule", json=body))
+        return ScheduleResponse.model_validate_json(self._call("POST", "/schedule", json=body, raw=True))
 
     def progress(self, schedule_id: str) -> ProgressResponse:
         """Counts by state, overall and per worker."""
@@ -122,7 +122,8 @@ class SchedulerClient:
         """Fit a new predictor version on every actual so far and swap it in."""
         return RetrainResponse.model_validate(self._call("POST", "/models/retrain"))
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _call(self, method: str, path: str, raw: bool = False, **kwargs: Any) -> Any:
+        """Send one request; the decoded JSON (``raw``: the bytes) or ``SchedulerAPIError``."""
         response = self._http.request(method, path, **kwargs)
         if response.status_code >= 400:
             try:
@@ -130,4 +131,4 @@ class SchedulerClient:
             except ValueError:
                 problem = {"title": response.reason_phrase, "detail": response.text[:500]}
             raise SchedulerAPIError(response.status_code, problem)
-        return response.json()
+        return response.content if raw else response.json()

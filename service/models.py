@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from predictors.model import fit
 from predictors.predictor import LengthPredictor, Predictions
-from predictors.queries import Query
+from predictors.queries import Query, QueryBatch
 from predictors.store import ModelStore
 from scheduler.errors import InvalidInputError
 from service.actuals import ActualsLog
@@ -66,7 +66,7 @@ class ModelService:
             self._cursor = cursor
             return len(rows)
 
-    def predict(self, queries: Sequence[Query], step: int, quantile: float) -> Predictions:
+    def predict(self, queries: QueryBatch | Sequence[Query], step: int, quantile: float) -> Predictions:
         """Lengths at ``quantile`` from the freshest history and model version."""
         self.sync()
         now = time.monotonic()

@@ -17,7 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictors.queries import Query
+import numpy as np
+
+from predictors.queries import Query, QueryBatch
 from scheduler.errors import InvalidInputError, UnknownNameError
 from scheduler.planner import plan
 from scheduler.policies import POLICY_NAMES
@@ -132,31 +134,39 @@ def _unstated_speed(spec: object) -> bool:
 def predict(
     body: ScheduleRequest, checked: _Validated, ctx: Context
 ) -> tuple[tuple[Trajectory, ...], Predicted]:
-    """Predicted length of every trajectory at the planning quantile, and where each came from."""
-    queries = [
-        Query(
-            prompt_id=item.prompt_id,
-            sample_idx=sample,
-            prompt_tokens=item.prompt_tokens,
-            max_new_tokens=item.max_new_tokens,
-            features=item.features,
-        )
-        for item in body.batch.items
-        for sample in range(item.n)
-    ]
+    """Predicted length of every trajectory at the planning quantile, and where each came from.
+
+    Queries are built once per prompt and repeated ``n`` times column-wise: the samples of a prompt
+    differ only in ``sample_idx``, and 4,096 per-sample objects would cost more than the model.
+    """
+    items = body.batch.items
+    per_prompt = QueryBatch.of(
+        [Query(i.prompt_id, 0, i.prompt_tokens, i.max_new_tokens, i.features) for i in items]
+    )
+    rows = np.asarray(checked.item_of, dtype=np.int64)
+    starts = np.searchsorted(rows, rows)  # first trajectory of each row's prompt
+    queries = QueryBatch(
+        prompt_id=per_prompt.prompt_id[rows],
+        sample_idx=np.arange(len(rows), dtype=np.int64) - starts,
+        prompt_tokens=per_prompt.prompt_tokens[rows],
+        max_new_tokens=per_prompt.max_new_tokens[rows],
+        numeric={k: v[rows] for k, v in per_prompt.numeric.items()},
+        categorical={k: v[rows] for k, v in per_prompt.categorical.items()},
+    )
     predictions = ctx.models.predict(queries, body.step, checked.quantile)
-    p50, p90 = predictions.p50.tolist(), predictions.p90.tolist()
+    value, p50, p90 = predictions.value.tolist(), predictions.p50.tolist(), predictions.p90.tolist()
+    sample = queries.sample_idx.tolist()
     trajectories = tuple(
         Trajectory(
-            prompt_id=q.prompt_id,
-            sample_idx=q.sample_idx,
-            prompt_tokens=q.prompt_tokens,
-            max_new_tokens=q.max_new_tokens,
-            predicted_tokens=length,
+            prompt_id=items[k].prompt_id,
+            sample_idx=sample[i],
+            prompt_tokens=items[k].prompt_tokens,
+            max_new_tokens=items[k].max_new_tokens,
+            predicted_tokens=value[i],
             quantiles={0.5: p50[i], 0.9: p90[i]},
-            pinned_worker=body.batch.items[checked.item_of[i]].pinned_worker,
+            pinned_worker=items[k].pinned_worker,
         )
-        for i, (q, length) in enumerate(zip(queries, predictions.value.tolist(), strict=True))
+        for i, k in enumerate(checked.item_of)
     )
     return trajectories, Predicted(ctx.models.version, dict(Counter(predictions.source)))
 

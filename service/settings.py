@@ -25,7 +25,7 @@ class Settings(BaseSettings):
 
     # --- Redis ---------------------------------------------------------------------------------------
     redis_url: str | None = Field(
-        None, validation_alias=AliasChoices("REDIS_URL", "ROLLOUT_REDIS_URL", "redis_url")
+        default=None, validation_alias=AliasChoices("REDIS_URL", "ROLLOUT_REDIS_URL", "redis_url")
     )  # redis:// or rediss:// (TLS); None makes `serve` start an embedded valkey-server
     redis_username: str | None = None  # ACL user, when not given in the URL
     redis_password: SecretStr | None = None  # ACL password, when not given in the URL

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from service import pipeline
 from service.api.schemas import (
@@ -28,7 +28,7 @@ router = APIRouter(tags=["schedules"])
 
 
 @router.post("/schedule", response_model=ScheduleResponse, dependencies=[Depends(trainer_only)])
-def create_schedule(body: ScheduleRequest, request: Request) -> ScheduleResponse:
+def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     """Validate, predict, plan, publish (unless ``publish`` is false) and return the plan.
 
     A step past the configured retrain interval then starts a background retrain: the actuals of
@@ -37,7 +37,8 @@ def create_schedule(body: ScheduleRequest, request: Request) -> ScheduleResponse
     ctx = context_of(request)
     response = pipeline.run(body, ctx)
     ctx.retrainer.after_step(body.step)
-    return response
+    # Serialised once here: returning the model would make FastAPI validate 4,096 items again.
+    return Response(response.model_dump_json(), media_type="application/json")
 
 
 @router.get("/schedule/{schedule_id}", dependencies=[Depends(any_client)])

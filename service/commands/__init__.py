@@ -10,6 +10,7 @@ from types import ModuleType
 from service.commands import (
     bench_redis_memory,
     bench_service,
+    bench_solver,
     engine_sim,
     predictor,
     replay,
@@ -19,6 +20,7 @@ from service.commands import (
 )
 
 ALL: list[ModuleType] = [
+    bench_solver,
     engine_sim,
     sidecar,
     serve,

@@ -8,6 +8,7 @@ scheduler lets anyone reorder (or starve) a training job's rollouts.
 
 from __future__ import annotations
 
+import signal
 from typing import Annotated, Any
 
 import typer
@@ -98,6 +99,10 @@ def run(settings: Any) -> None:
     from service.redis_conn import redis_for
 
     logs.configure(settings.log_level)
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal; exiting through
+    # SystemExit instead lets the embedded server's context manager stop it (no orphan process).
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _exit_cleanly)
     try:
         with redis_for(settings) as ready:
             uvicorn.run(
@@ -110,6 +115,11 @@ def run(settings: Any) -> None:
             )
     except EmbeddedServerError as error:
         _fail(str(error))
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    del frame
+    raise SystemExit(0 if signum in (signal.SIGINT, signal.SIGTERM) else 1)
 
 
 def _fail(message: str) -> Any:

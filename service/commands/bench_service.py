@@ -1,0 +1,246 @@
+"""``rollout-scheduler bench service``: end-to-end latency of ``POST /schedule`` on a running service.
+
+It posts batches of 1,024 trajectories x 16 workers and 4,096 x 32 (8/16 H100 + 8/16 Ascend 910B,
+64/256 prompts x 16 samples) and reports p50/p95 end-to-end latency, as the client sees it (HTTP,
+JSON, validate, predict, plan, baseline, publish), and requests per second. Before measuring, it
+reports two earlier steps of heavy-tailed actuals for the same prompts and retrains, so predictions
+come from the LightGBM model as in production rather than from the no-history fallback. Without
+``--url`` it starts ``rollout-scheduler serve`` in a subprocess on an embedded valkey-server.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Annotated, Any
+
+import typer
+
+SIZES: tuple[tuple[int, int], ...] = ((1024, 16), (4096, 32))  # (trajectories, workers)
+SAMPLES = 16  # per prompt (GRPO group size)
+CAP = 16_384  # max_new_tokens
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Attach ``bench service``."""
+    del app
+    bench_app.command("service", help=__doc__.splitlines()[0] if __doc__ else None)(bench_service)
+
+
+@dataclass
+class SizeResult:
+    """Figures for one batch size."""
+
+    trajectories: int
+    workers: int
+    requests: int
+    p50_ms: float  # end to end, client side
+    p95_ms: float
+    requests_per_s: float  # sequential closed loop
+    server_p50_ms: dict[str, float] = field(default_factory=dict)  # per stage, from the responses
+    statuses: dict[str, int] = field(default_factory=dict)  # solver status -> count
+    model_versions: list[str] = field(default_factory=list)
+
+
+def bench_service(
+    url: Annotated[str | None, typer.Option(help="A running service; default: start one here.")] = None,
+    token: Annotated[str | None, typer.Option(help="Trainer token of that service.")] = None,
+    requests: Annotated[int, typer.Option(min=2, help="Measured requests per size.")] = 30,
+    warmup: Annotated[int, typer.Option(min=0, help="Unmeasured requests per size first.")] = 3,
+    policy: Annotated[str | None, typer.Option(help="Policy to request; default the service's.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Run the benchmark and print a table (or JSON)."""
+    from service.client import SchedulerAPIError, SchedulerClient
+
+    try:
+        with _service(url) as base, SchedulerClient(base, token=token, timeout_s=120) as client:
+            _seed_history(client)
+            results = [_measure(client, n, w, requests, warmup, policy, not as_json) for n, w in SIZES]
+    except (SchedulerAPIError, OSError, RuntimeError) as error:
+        typer.echo(f"bench service: {error}", err=True)
+        raise typer.Exit(1) from None
+    report = {"url": url or "embedded", "cores": os.cpu_count(), "sizes": [asdict(r) for r in results]}
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        _print_table(results)
+
+
+def batch(trajectories: int, workers: int, step: int, policy: str | None) -> dict[str, Any]:
+    """The ``POST /schedule`` body of one benchmark size (deterministic)."""
+    import numpy as np
+
+    rng = np.random.default_rng(trajectories)
+    prompts = trajectories // SAMPLES
+    half = workers // 2
+    body: dict[str, Any] = {
+        "batch": {
+            "items": [
+                {
+                    "prompt_id": f"bench-{i}",
+                    "prompt_tokens": int(rng.integers(64, 1024)),
+                    "n": SAMPLES,
+                    "max_new_tokens": CAP,
+                }
+                for i in range(prompts)
+            ]
+        },
+        "inventory": {
+            "workers": [{"worker_id": f"h100-{j}", "device": "H100"} for j in range(half)]
+            + [{"worker_id": f"910b-{j}", "device": "Ascend910B"} for j in range(workers - half)]
+        },
+        "step": step,
+    }
+    if policy:
+        body["policy"] = policy
+    return body
+
+
+def _actuals(trajectories: int, steps: int) -> Iterator[dict[str, Any]]:
+    """Heavy-tailed lengths per prompt (lognormal, median ~2k tokens), persistent across steps."""
+    import numpy as np
+
+    rng = np.random.default_rng(trajectories + 1)
+    template = batch(trajectories, 2, 0, None)["batch"]["items"]
+    medians = np.exp(rng.normal(np.log(2000), 0.9, size=len(template)))
+    for step in range(steps):
+        for item, median in zip(template, medians, strict=True):
+            lengths = np.minimum(CAP, np.maximum(1, median * np.exp(rng.normal(0, 0.35, SAMPLES))))
+            for sample, length in enumerate(lengths.astype(int).tolist()):
+                yield {
+                    "step": step,
+                    "prompt_id": item["prompt_id"],
+                    "sample_idx": sample,
+                    "worker_id": "h100-0",
+                    "prompt_tokens": item["prompt_tokens"],
+                    "output_tokens": length,
+                    "finish_reason": "length" if length >= CAP else "stop",
+                    "wall_time_s": 1.0,
+                    "max_new_tokens": CAP,
+                }
+
+
+def _seed_history(client: Any) -> None:
+    """Two earlier steps of actuals for every benchmark prompt, then a retrain (LightGBM serves)."""
+    for trajectories, _ in SIZES:
+        reports = list(_actuals(trajectories, steps=2))
+        for start in range(0, len(reports), 4096):
+            client.report_actuals(reports[start : start + 4096])
+    client.retrain()
+
+
+def _measure(
+    client: Any, trajectories: int, workers: int, count: int, warmup: int, policy: str | None, progress: bool
+) -> SizeResult:
+    body = json.loads(json.dumps(batch(trajectories, workers, step=2, policy=policy)))
+    latencies: list[float] = []
+    stages: dict[str, list[float]] = {}
+    statuses: Counter[str] = Counter()
+    versions: set[str] = set()
+    started = time.perf_counter()
+    for index in range(warmup + count):
+        if index == warmup:
+            started = time.perf_counter()
+        t0 = time.perf_counter()
+        answer = client.schedule(body)
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        if index < warmup:
+            continue
+        latencies.append(elapsed)
+        statuses[answer.status] += 1
+        versions.add(answer.model_version)
+        for name, value in answer.timings.model_dump().items():
+            stages.setdefault(name, []).append(value)
+        if progress:
+            typer.echo(f"\r{trajectories} x {workers}: {index - warmup + 1}/{count}", nl=False, err=True)
+    wall = time.perf_counter() - started
+    if progress:
+        typer.echo("", err=True)
+    return SizeResult(
+        trajectories=trajectories,
+        workers=workers,
+        requests=count,
+        p50_ms=round(statistics.median(latencies), 1),
+        p95_ms=round(_percentile(latencies, 0.95), 1),
+        requests_per_s=round(count / wall, 2),
+        server_p50_ms={k: round(statistics.median(v), 1) for k, v in stages.items()},
+        statuses=dict(statuses),
+        model_versions=sorted(versions),
+    )
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile: the smallest value with at least ``q`` of the sample at or below it."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+@contextmanager
+def _service(url: str | None) -> Iterator[str]:
+    """``url``, or a fresh ``serve`` subprocess (embedded Redis, empty model store) for the duration."""
+    if url:
+        yield url
+        return
+    from service.embedded import free_port
+
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="bench-service-") as models:
+        env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
+        env["ROLLOUT_MODEL_DIR"] = models
+        env["ROLLOUT_LOG_LEVEL"] = "WARNING"
+        command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", str(port)]
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            _wait_ready(base, proc)
+            yield base
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _wait_ready(base: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+            raise RuntimeError(f"serve exited with {proc.returncode}: {err}")
+        try:
+            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"serve did not become ready within {timeout_s}s")
+
+
+def _print_table(results: list[SizeResult]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="POST /schedule end to end (client side; sequential requests)")
+    for column in ("batch", "p50 ms", "p95 ms", "req/s", "server p50: predict / plan / baseline / publish"):
+        table.add_column(column)
+    for r in results:
+        s = r.server_p50_ms
+        stages = f"{s['predict_ms']} / {s['plan_ms']} / {s['baseline_ms']} / {s['publish_ms']}"
+        table.add_row(
+            f"{r.trajectories} x {r.workers}", str(r.p50_ms), str(r.p95_ms), str(r.requests_per_s), stages
+        )
+    Console().print(table)

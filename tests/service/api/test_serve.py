@@ -1,0 +1,91 @@
+"""``rollout-scheduler serve``: embedded Redis lifecycle, settings from flags and environment."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from service.commands.bench_service import SAMPLES, batch
+from service.commands.serve import unsafe_binding
+from service.embedded import free_port
+from service.settings import Settings
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" not in status.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads child processes from /proc")
+def test_serve_without_redis_url_runs_an_embedded_server_and_stops_it_on_exit(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
+    env["ROLLOUT_MODEL_DIR"] = str(tmp_path)
+    command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", str(port)]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "serve did not become ready"
+            time.sleep(0.1)
+        servers = _children(proc.pid)
+        assert servers, "no embedded server process"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        time.sleep(0.2)
+        assert not any(_alive(pid) for pid in servers)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_settings_come_from_the_environment_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", "rediss://user:pw@redis.example:6380/0")
+    monkeypatch.setenv("ROLLOUT_MAX_TRAJECTORIES", "100")
+    monkeypatch.setenv("ROLLOUT_TRAINER_TOKENS", "a, b")
+    settings = Settings(max_trajectories=7)
+    assert settings.redis_url == "rediss://user:pw@redis.example:6380/0"
+    assert settings.max_trajectories == 7
+    assert settings.trainer_token_list() == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("host", "token", "refused"),
+    [("127.0.0.1", None, False), ("::1", None, False), ("0.0.0.0", None, True), ("0.0.0.0", "t", False)],
+)
+def test_only_loopback_may_be_served_without_a_token(host: str, token: str | None, refused: bool) -> None:
+    secret = SecretStr(token) if token else None
+    settings = Settings(host=host, trainer_tokens=secret, redis_url="redis://127.0.0.1:1/0")
+    assert (unsafe_binding(settings) is not None) == refused
+
+
+def test_the_benchmark_batches_have_the_issue_sizes() -> None:
+    for trajectories, workers in ((1024, 16), (4096, 32)):
+        body = batch(trajectories, workers, step=2, policy=None)
+        assert sum(item["n"] for item in body["batch"]["items"]) == trajectories
+        assert all(item["n"] == SAMPLES for item in body["batch"]["items"])
+        assert len(body["inventory"]["workers"]) == workers
