@@ -1,0 +1,133 @@
+"""``rollout-scheduler bench solver``: plan wall time and plan quality of every policy, by batch size.
+
+Each size plans ``--repeats`` heavy-tailed batches (seeds 0..N-1, ``scheduler.benchgen``) on a mixed
+inventory (half H100, half Ascend 910B, Qwen2.5-7B) with every policy, and reports per size and
+policy: plan wall time p50/p95, the median predicted makespan, its ratio to the lower bound, and the
+speed-up over ``round_robin`` on the same batches. Targets (issue 2): ``cpsat`` within 1.02x of the
+bound and never worse than ``lpt``; p95 <= 250 ms at 4,096 x 32 and <= 1 s at 32,768 x 256 on 2
+cores; ``lpt``/``cpsat`` >= 1.5x faster than ``round_robin``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Annotated
+
+import typer
+
+SIZES: tuple[tuple[int, int], ...] = ((1_024, 16), (4_096, 32), (16_384, 128), (32_768, 256))
+# cpsat's search budget per size: what is left of the wall-time target once validation, bound and
+# finish prediction are paid (they grow with the batch), with margin for a shared host.
+BUDGET_S: dict[int, float] = {1_024: 0.15, 4_096: 0.15, 16_384: 0.5, 32_768: 0.6}
+
+
+@dataclass(frozen=True, slots=True)
+class BenchRow:
+    """One size x policy, over all repeats."""
+
+    trajectories: int
+    workers: int
+    policy: str
+    wall_ms_p50: float  # plan() wall time, median over repeats
+    wall_ms_p95: float  # plan() wall time, 95th percentile (nearest rank) over repeats
+    makespan_s: float  # median predicted makespan
+    lower_bound_s: float  # median lower bound of the same batches
+    makespan_over_lower_bound: float  # median over repeats of makespan / bound
+    speedup_over_round_robin: float  # median over repeats of round_robin makespan / this makespan
+    statuses: str  # solver statuses seen, e.g. "OPTIMAL:4,FALLBACK_LPT:1"
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Attach ``bench solver``."""
+    del app
+    bench_app.command("solver")(bench_solver)
+
+
+def bench_solver(
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    repeats: Annotated[int, typer.Option(min=1, max=50, help="Batches planned per size.")] = 5,
+    max_trajectories: Annotated[
+        int, typer.Option(min=1, help="Skip sizes above this many trajectories (quick runs).")
+    ] = 32_768,
+) -> None:
+    """Plan heavy-tailed batches at four sizes with every policy; print wall time and quality."""
+    from scheduler.errors import SchedulerError
+
+    started = time.perf_counter()
+    try:
+        rows = [row for size in SIZES if size[0] <= max_trajectories for row in _bench_size(*size, repeats)]
+    except SchedulerError as err:
+        print(f"bench solver: {err}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    elapsed = time.perf_counter() - started
+    if as_json:
+        summary = {"repeats": repeats, "cpu_count": os.cpu_count(), "elapsed_s": round(elapsed, 2)}
+        print(json.dumps({"results": [asdict(r) for r in rows], **summary}))
+        return
+    _print_table(rows, repeats, elapsed)
+
+
+def _bench_size(trajectories: int, workers: int, repeats: int) -> list[BenchRow]:
+    """Plan ``repeats`` batches of one size with every policy."""
+    import dataclasses
+
+    from scheduler.benchgen import bench_request
+    from scheduler.planner import plan
+    from scheduler.policies import POLICY_NAMES
+
+    walls: dict[str, list[float]] = {name: [] for name in POLICY_NAMES}
+    spans: dict[str, list[float]] = {name: [] for name in POLICY_NAMES}
+    bounds: list[float] = []
+    statuses: dict[str, dict[str, int]] = {name: {} for name in POLICY_NAMES}
+    for seed in range(repeats):
+        request = dataclasses.replace(
+            bench_request(trajectories, workers, seed), time_budget_s=BUDGET_S.get(trajectories, 0.25)
+        )
+        for name in POLICY_NAMES:
+            result = plan(request, name)
+            walls[name].append(result.wall_time_s * 1e3)
+            spans[name].append(result.predicted_makespan_s)
+            statuses[name][result.status] = statuses[name].get(result.status, 0) + 1
+        bounds.append(result.lower_bound_s)
+    baseline = spans["round_robin"]
+    return [
+        BenchRow(
+            trajectories=trajectories,
+            workers=workers,
+            policy=name,
+            wall_ms_p50=round(statistics.median(walls[name]), 1),
+            wall_ms_p95=round(_nearest_rank(walls[name], 95), 1),
+            makespan_s=round(statistics.median(spans[name]), 2),
+            lower_bound_s=round(statistics.median(bounds), 2),
+            makespan_over_lower_bound=round(
+                statistics.median(s / b for s, b in zip(spans[name], bounds, strict=True)), 4
+            ),
+            speedup_over_round_robin=round(
+                statistics.median(r / s for r, s in zip(baseline, spans[name], strict=True)), 3
+            ),
+            statuses=",".join(f"{k}:{v}" for k, v in sorted(statuses[name].items())),
+        )
+        for name in POLICY_NAMES
+    ]
+
+
+def _nearest_rank(values: list[float], percent: int) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, -(-len(ordered) * percent // 100) - 1)]
+
+
+def _print_table(rows: list[BenchRow], repeats: int, elapsed: float) -> None:
+    print(f"bench solver: {repeats} heavy-tailed batches per size, half H100 / half Ascend 910B, 7B model")
+    print(f"{'size':>12} {'policy':>12} {'p50 ms':>9} {'p95 ms':>9} {'makespan s':>11} {'bound s':>9} "
+          f"{'/bound':>7} {'vs rr':>6}  status")  # fmt: skip
+    for r in rows:
+        size = f"{r.trajectories:>6}x{r.workers:<5}"
+        print(f"{size} {r.policy:>12} {r.wall_ms_p50:>9.1f} {r.wall_ms_p95:>9.1f} "
+              f"{r.makespan_s:>11.1f} {r.lower_bound_s:>9.1f} {r.makespan_over_lower_bound:>7.3f} "
+              f"{r.speedup_over_round_robin:>6.2f}  {r.statuses}")  # fmt: skip
+    print(f"elapsed {elapsed:.1f} s on {os.cpu_count()} cores")
