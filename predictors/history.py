@@ -209,7 +209,8 @@ def stats_of(trace: Trace, before: int) -> PromptStats:
 class History:
     """Append-only actual lengths; thread-safe so workers' reports can land while predictions are served."""
 
-    def __init__(self, trace: Trace | None = None) -> None:
+    def __init__(self, rows: Trace | Iterable[TraceRow] | None = None) -> None:
+        trace = rows if isinstance(rows, Trace) or rows is None else Trace.from_rows(rows)
         self._chunks: list[Trace] = [] if trace is None or len(trace) == 0 else [trace]
         self._lock = threading.Lock()
         self._version = 0

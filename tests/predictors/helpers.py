@@ -1,0 +1,38 @@
+"""Small seeded traces for predictor tests: the calibrated generator, kept tiny so fits stay cheap."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from predictors.model import FitConfig
+from predictors.synthetic import from_synth
+from predictors.tracetable import Trace
+from scheduler.synth import SynthSpec, generate
+from scheduler.synth_profiles import synth_profile
+
+FAST = FitConfig(num_rounds=40, calibration_folds=3)  # enough to learn, cheap enough for unit tests
+
+
+def drifting_trace(
+    prompts: int = 60, samples: int = 4, steps: int = 4, drift: float = 0.05, seed: int = 3
+) -> Trace:
+    """A short-cot trace whose lengths grow ``drift`` (log) per step."""
+    profile = synth_profile("short-cot")
+    profile = dataclasses.replace(profile, length=dataclasses.replace(profile.length, drift_per_step=drift))
+    return from_synth(generate(SynthSpec(profile, prompts, samples, steps, seed=seed)))
+
+
+def altered(trace: Trace, rows: np.ndarray) -> Trace:
+    """A copy of the trace with the selected rows' lengths, rewards and finish reasons scrambled."""
+    out = trace.output_tokens.copy()
+    out[rows] = np.maximum(1, out[rows] * 3 + 17)
+    reward = trace.reward.copy()
+    reward[rows] = 1.0 - np.nan_to_num(reward[rows])
+    finish = trace.finish_reason.copy()
+    finish[rows] = 0
+    caps = np.where(trace.max_new_tokens > 0, np.maximum(trace.max_new_tokens, out), 0)
+    return dataclasses.replace(
+        trace, output_tokens=out, reward=reward, finish_reason=finish, max_new_tokens=caps
+    )

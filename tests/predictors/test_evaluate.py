@@ -1,0 +1,101 @@
+"""Walk-forward evaluation: the issue's targets on real data and on drifting traces, and its CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from predictors.evaluate import evaluate
+from predictors.traceio import read_trace, write_trace
+from tests.predictors.helpers import drifting_trace
+
+
+@pytest.fixture(scope="module")
+def cli() -> typer.Typer:
+    """The root app with every command group attached (what the console script runs)."""
+    from service.cli import _register, app
+
+    if not any(g.name == "predictor" for g in app.registered_groups):
+        _register()
+    return app
+
+
+@pytest.mark.realdata
+def test_on_real_math_data_lightgbm_beats_the_prompt_mean_and_covers_p90(shared_data: Path) -> None:
+    result = evaluate(read_trace(shared_data / "math100_x8.trace.csv"))
+    assert [s.step for s in result.steps] == [1]
+    gbm, mean = result.mean["lightgbm"], result.mean["prompt_history_mean"]
+    assert mean.mae == pytest.approx(56.3, abs=0.05)  # the data README's reference figure
+    assert gbm.mae <= mean.mae
+    assert gbm.spearman >= 0.87
+    assert 0.85 <= gbm.p90_coverage <= 0.95
+
+
+def test_under_length_drift_lightgbm_cuts_mae_by_at_least_15_percent() -> None:
+    result = evaluate(drifting_trace(prompts=80, samples=8, steps=5, drift=0.05))
+    gbm, mean = result.mean["lightgbm"], result.mean["prompt_history_mean"]
+    assert gbm.mae <= 0.85 * mean.mae
+
+
+def test_eval_json_has_every_predictor_and_metric(cli: typer.Typer, tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    write_trace(drifting_trace(prompts=30, steps=3), path)
+    result = CliRunner().invoke(cli, ["predictor", "eval", str(path), "--json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data["predictors"]) == {"global_mean", "prompt_history_mean", "lightgbm"}
+    for metrics in data["predictors"].values():
+        assert set(metrics) == {"mae", "mape", "spearman", "kendall", "p90_coverage"}
+    assert [s["step"] for s in data["steps"]] == [1, 2]
+
+
+def test_eval_of_a_single_step_says_only_fallbacks_apply(cli: typer.Typer, tmp_path: Path) -> None:
+    path = tmp_path / "one.csv"
+    trace = drifting_trace(prompts=10, steps=1)
+    write_trace(trace, path)
+    result = CliRunner().invoke(cli, ["predictor", "eval", str(path)])
+    assert result.exit_code == 0
+    assert "only" in result.stdout
+    assert "fallbacks" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ("", "empty"),
+        ("step,prompt_id,sample_idx,prompt_tokens,output_tokens\n", "no rows"),
+        ("step,prompt_id,sample_idx,prompt_tokens\n0,a,0,5\n", "output_tokens"),
+        ("step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,5,-4\n", ":2:output_tokens"),
+        ("step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,5,4.5\n", ":2:output_tokens"),
+        ("step,prompt_id,sample_idx,prompt_tokens,output_tokens,reward\n0,a,0,5,4,nan\n", ":2:reward"),
+    ],
+)
+def test_bad_traces_get_one_line_and_a_nonzero_exit(
+    cli: typer.Typer, tmp_path: Path, body: str, needle: str
+) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(body)
+    for command in (
+        ["predictor", "eval", str(path)],
+        ["predictor", "train", str(path), "--out", str(tmp_path)],
+    ):
+        result = CliRunner().invoke(cli, command)
+        assert result.exit_code == 2
+        assert needle in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_train_writes_a_version_with_its_holdout_score(cli: typer.Typer, tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    write_trace(drifting_trace(prompts=30, steps=3), path)
+    result = CliRunner().invoke(cli, ["predictor", "train", str(path), "--out", str(tmp_path / "store")])
+    assert result.exit_code == 0, result.stderr
+    meta = json.loads((tmp_path / "store" / "v000001" / "metadata.json").read_text())
+    assert meta["steps"] == [0, 1, 2]
+    assert meta["training_rows"] == 30 * 4 * 3
+    assert "holdout_mae" in meta["metrics"]

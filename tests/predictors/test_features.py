@@ -1,0 +1,73 @@
+"""No leakage: what a feature knows about step s comes only from steps before s (or a row's siblings)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from predictors.dataset import NO_CAP, training_set
+from predictors.features import FeatureSpec, build_features, prior_from_stats
+from predictors.history import History, stats_of
+from predictors.queries import QueryBatch
+from tests.predictors.helpers import altered, drifting_trace
+
+
+def _serving_features(history: History, queries: QueryBatch, step: int, spec: FeatureSpec) -> np.ndarray:
+    stats = history.stats_before(step)
+    return build_features(prior_from_stats(stats, queries.prompt_id), queries, step, stats.trend, spec)
+
+
+def test_serving_features_for_a_step_ignore_that_step_and_every_later_one() -> None:
+    trace = drifting_trace()
+    spec = FeatureSpec.of(trace)
+    queries = QueryBatch.from_trace(trace.take(trace.step == 2), NO_CAP)
+    before = _serving_features(History(trace), queries, 2, spec)
+    changed = altered(trace, np.flatnonzero(trace.step >= 2))
+    after = _serving_features(History(changed), queries, 2, spec)
+    np.testing.assert_array_equal(before, after)
+
+
+def test_serving_features_do_change_when_an_earlier_step_changes() -> None:
+    trace = drifting_trace()
+    spec = FeatureSpec.of(trace)
+    queries = QueryBatch.from_trace(trace.take(trace.step == 2), NO_CAP)
+    before = _serving_features(History(trace), queries, 2, spec)
+    after = _serving_features(History(altered(trace, np.flatnonzero(trace.step == 1))), queries, 2, spec)
+    assert not np.array_equal(before, after)  # the check above is not vacuous
+
+
+def test_training_examples_of_a_step_ignore_later_steps() -> None:
+    trace = drifting_trace()
+    spec = FeatureSpec.of(trace)
+    base = training_set(trace, spec)
+    other = training_set(altered(trace, np.flatnonzero(trace.step >= 2)), spec)
+    early = trace.step[base.rows] < 2
+    np.testing.assert_array_equal(base.rows, other.rows)
+    np.testing.assert_array_equal(base.features[early], other.features[early])
+
+
+def test_a_training_row_never_sees_its_own_length() -> None:
+    trace = drifting_trace()
+    spec = FeatureSpec.of(trace)
+    target_row = int(np.flatnonzero(trace.step == 0)[5])  # a first-step row: its prior is its siblings
+    base = training_set(trace, spec)
+    other = training_set(altered(trace, np.array([target_row])), spec)
+    at = int(np.flatnonzero(base.rows == target_row)[0])
+    # equal up to float rounding: leave-one-out subtracts the row from its group's sums
+    np.testing.assert_allclose(base.features[at], other.features[at], rtol=1e-9)
+    assert base.target[at] != other.target[at]
+
+
+def test_history_stats_match_a_direct_fold_of_earlier_rows() -> None:
+    trace = drifting_trace()
+    history = History(trace.take(trace.step < 2))
+    history.append(trace.take(trace.step >= 2))
+    stats = history.stats_before(3)
+    direct = stats_of(trace.take(trace.step < 3), 3)
+    pid = str(trace.prompt_id[0])
+    mine = trace.take((trace.prompt_id == pid) & (trace.step < 3))
+    last = mine.output_tokens[mine.step == 2]
+    i = stats.index[pid]
+    assert stats.count[i] == len(mine) == direct.count[direct.index[pid]]
+    assert stats.last_mean[i] == last.mean()
+    assert stats.last_max[i] == last.max()
+    assert stats.step_ids.tolist() == [0, 1, 2]

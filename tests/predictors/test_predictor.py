@@ -1,0 +1,95 @@
+"""The serving predictor always answers, from the best source available, within [1, max_new_tokens]."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from predictors.dataset import NO_CAP
+from predictors.history import History
+from predictors.model import fit
+from predictors.predictor import LengthPredictor
+from predictors.quantiles import at_quantile
+from predictors.queries import Query, QueryBatch
+from scheduler.errors import InvalidInputError
+from scheduler.trace import TraceRow
+from tests.predictors.helpers import FAST, drifting_trace
+
+
+def test_with_no_model_and_no_history_the_prior_is_a_share_of_the_cap() -> None:
+    out = LengthPredictor().predict([Query("p", 0, 50, 1000), Query("q", 0, 50, 8000)], step=0, quantile=0.5)
+    assert out.source == ("global_prior", "global_prior")
+    assert out.p50.tolist() == [250.0, 2000.0]
+    assert out.value.tolist() == out.p50.tolist()
+
+
+def test_a_prompt_with_history_but_no_model_gets_its_own_mean() -> None:
+    rows = [TraceRow(0, "p", i, 10, n, 4096) for i, n in enumerate((100, 200, 300))]
+    predictor = LengthPredictor()
+    predictor.observe(rows)
+    out = predictor.predict([Query("p", 0, 10, 4096), Query("new", 0, 10, 4096)], step=1)
+    assert out.source == ("prompt_history_mean", "global_prior")
+    assert out.p50[0] == 200.0
+    assert out.p90[0] >= out.p50[0]
+
+
+def test_history_of_the_step_being_predicted_is_not_used() -> None:
+    predictor = LengthPredictor()
+    predictor.observe([TraceRow(3, "p", 0, 10, 100, 4096)])
+    out = predictor.predict([Query("p", 1, 10, 4096)], step=3)
+    assert out.source == ("global_prior",)
+
+
+def test_the_model_answers_prompts_with_history_and_fallbacks_the_rest() -> None:
+    trace = drifting_trace()
+    history = History(trace.take(trace.step < 3))
+    predictor = LengthPredictor(history, fit(history, FAST))
+    seen = QueryBatch.from_trace(trace.take(trace.step == 3), NO_CAP)
+    out = predictor.predict(seen, step=3)
+    assert set(out.source) == {"lightgbm"}
+    fresh = predictor.predict([Query("never-seen", 0, 80, 4096)], step=3)
+    assert fresh.source == ("global_prior",)
+
+
+def test_every_prediction_lies_within_one_and_the_cap() -> None:
+    trace = drifting_trace()
+    history = History(trace.take(trace.step < 3))
+    predictor = LengthPredictor(history, fit(history, FAST))
+    now = trace.take(trace.step == 3)
+    batch = QueryBatch.from_trace(now, NO_CAP)
+    tight = QueryBatch(batch.prompt_id, batch.sample_idx, batch.prompt_tokens, np.full(len(batch), 150))
+    for quantile in (0.01, 0.5, 0.9, 0.999):
+        out = predictor.predict(tight, step=3, quantile=quantile)
+        assert np.all(out.value >= 1)
+        assert np.all(out.value <= 150)
+        assert np.all(out.p90 >= out.p50)
+        assert np.all(out.p90 <= 150)
+
+
+def test_other_quantiles_interpolate_between_and_extrapolate_beyond_p50_and_p90() -> None:
+    p50, p90, caps = np.array([100.0]), np.array([200.0]), np.array([10_000])
+    q = [float(at_quantile(p50, p90, t, caps)[0]) for t in (0.1, 0.5, 0.7, 0.9, 0.99)]
+    assert q[1] == pytest.approx(100.0)
+    assert q[3] == pytest.approx(200.0)
+    assert q[0] < 100.0 < q[2] < 200.0 < q[4]
+
+
+@pytest.mark.parametrize("quantile", [0.0, 1.0, -0.2, 1.5])
+def test_a_quantile_outside_zero_one_is_refused(quantile: float) -> None:
+    with pytest.raises(InvalidInputError, match="quantile"):
+        LengthPredictor().predict([Query("p", 0, 1, 10)], step=0, quantile=quantile)
+
+
+def test_a_query_with_a_cap_below_one_is_refused_by_name() -> None:
+    with pytest.raises(InvalidInputError, match=r"queries\[1\]\.max_new_tokens"):
+        LengthPredictor().predict([Query("p", 0, 1, 10), Query("p", 1, 1, 0)], step=0)
+
+
+def test_a_negative_step_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="step"):
+        LengthPredictor().predict([Query("p", 0, 1, 10)], step=-1)
+
+
+def test_fitting_on_nothing_learnable_is_a_typed_error() -> None:
+    with pytest.raises(InvalidInputError, match=r"nothing|no prompt"):
+        fit(History([TraceRow(0, "p", 0, 10, 100)]))

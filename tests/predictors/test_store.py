@@ -1,0 +1,70 @@
+"""The model store: versions round-trip exactly, appear atomically, and a predictor hot-reloads them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from predictors.dataset import NO_CAP
+from predictors.history import History
+from predictors.model import fit
+from predictors.predictor import LengthPredictor
+from predictors.queries import QueryBatch
+from predictors.store import ModelStore
+from scheduler.errors import InvalidInputError
+from tests.predictors.helpers import FAST, drifting_trace
+
+
+def test_a_saved_model_loads_back_with_identical_predictions_and_metadata(tmp_path: Path) -> None:
+    trace = drifting_trace()
+    history = History(trace.take(trace.step < 3))
+    model = fit(history, FAST)
+    store = ModelStore(tmp_path / "models")
+    version = store.save(model)
+    loaded_version, loaded = store.load()
+    assert loaded_version == version == 1
+    assert loaded.metadata == model.metadata
+    assert loaded.spec == model.spec
+    queries = QueryBatch.from_trace(trace.take(trace.step == 3), NO_CAP)
+    a = LengthPredictor(history, model).predict(queries, 3)
+    b = LengthPredictor(history, loaded).predict(queries, 3)
+    np.testing.assert_allclose(a.p50, b.p50)
+    np.testing.assert_allclose(a.p90, b.p90)
+
+
+def test_fits_are_deterministic() -> None:
+    trace = drifting_trace(steps=2)
+    a, b = fit(trace, FAST), fit(trace, FAST)
+    assert a.p50.model_to_string() == b.p50.model_to_string()
+    assert a.metadata.p90_shift == b.metadata.p90_shift
+
+
+def test_a_predictor_hot_reloads_only_newer_versions(tmp_path: Path) -> None:
+    trace = drifting_trace(steps=3)
+    store = ModelStore(tmp_path)
+    predictor = LengthPredictor(History(trace))
+    assert not predictor.reload(store)  # empty store: nothing to load, fallbacks keep answering
+    store.save(fit(trace.take(trace.step < 2), FAST))
+    assert predictor.reload(store)
+    assert predictor.model_version == 1
+    assert not predictor.reload(store)
+    store.save(fit(trace, FAST))
+    assert predictor.reload(store)
+    assert predictor.model_version == 2
+    assert predictor.model is not None
+    assert predictor.model.metadata.steps == (0, 1, 2)
+
+
+def test_half_written_versions_are_invisible(tmp_path: Path) -> None:
+    store = ModelStore(tmp_path)
+    (tmp_path / "v000007").mkdir()  # a crashed writer's leftover without its files
+    (tmp_path / "v000007" / "p50.txt").write_text("partial")
+    assert store.versions() == []
+    assert store.latest_version() is None
+
+
+def test_loading_from_an_empty_store_is_a_typed_error(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="no model version"):
+        ModelStore(tmp_path).load()
