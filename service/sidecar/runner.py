@@ -54,7 +54,7 @@ class Sidecar:
     settings: RunnerSettings = RunnerSettings()
     _tasks: dict[TaskId, asyncio.Task[None]] = field(default_factory=dict, init=False)
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event, init=False)
-    _engine_down: bool = field(default=False, init=False)
+    _engine_down: bool = field(default=True, init=False)  # until the engine first answers
 
     async def run(self, stop: asyncio.Event) -> SessionStats:
         """Serve until ``stop`` is set, then drain; return the session's counters."""
@@ -73,19 +73,17 @@ class Sidecar:
 
     async def _engine_ready(self, stop: asyncio.Event) -> bool:
         """Wait (without claiming) until the engine answers; False if asked to stop meanwhile."""
-        while not stop.is_set():
+        while self._engine_down and not stop.is_set():
             try:
                 await self.engine.ready()
                 self._engine_down = False
                 return True
             except EngineError as exc:
-                if not self._engine_down:
-                    log.warning("engine not ready, not claiming: %s", exc)
-                self._engine_down = True
+                log.warning("engine not ready, not claiming: %s", exc)
             if self._tasks:
                 return True  # still finishing items; the loop comes back here once they are done
             await _sleep_unless(stop, self.settings.engine_wait_s)
-        return False
+        return not stop.is_set()
 
     async def _fill(self) -> None:
         """Start what may start, then claim into free slots until nothing more fits or comes."""

@@ -73,10 +73,13 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def engines(self, time_scales: dict[str, float], *extra: str, device: str = "H100") -> dict[str, str]:
-        """Start one ``engine-sim`` process per name (in parallel); return their URLs once all answer."""
+    def engines(self, specs: dict[str, tuple[str, float]], *extra: str) -> dict[str, str]:
+        """Start one ``engine-sim`` process per name from (device, time scale), all in parallel.
+
+        Returns their base URLs once every one answers ``/health``.
+        """
         started: dict[str, tuple[Proc, str]] = {}
-        for name, scale in time_scales.items():
+        for name, (device, scale) in specs.items():
             port = free_port()
             args = ["engine-sim", "--port", str(port), "--device", device, "--time-scale", str(scale)]
             started[name] = (self._spawn(name, [*args, *extra]), f"http://127.0.0.1:{port}")
@@ -196,6 +199,18 @@ def wait_finished(delivery: Delivery, schedule_id: str, timeout_s: float) -> Non
             return
         time.sleep(0.05)
     raise AssertionError(f"schedule {schedule_id} unfinished: {delivery.progress(schedule_id)}")
+
+
+def warm_up(delivery: Delivery, workers: list[str], tag: str, timeout_s: float = 60.0) -> None:
+    """Return once every worker's sidecar has run an item of its own (so all are up and polling).
+
+    One single-worker schedule each: within a shared schedule an early sidecar would steal a late
+    one's warm-up item and prove nothing about it.
+    """
+    for worker in workers:
+        publish(delivery, f"warm-up-{tag}-{worker}", {worker: [item(f"warm-up-{worker}", 0, 1)]})
+    for worker in workers:
+        wait_finished(delivery, f"warm-up-{tag}-{worker}", timeout_s)
 
 
 def tally(delivery: Delivery, schedule_id: str, expected: set[str]) -> tuple[int, int]:
