@@ -1,6 +1,6 @@
 """The physical lower bound of a batch on an inventory: no schedule, however clever, finishes sooner.
 
-Three independent limits, each a relaxation of the real engine, and the bound is their maximum:
+Four limits, each a relaxation of the real engine, and the bound is their maximum:
 
 (a) ``longest_s``: some trajectory must run all its decode steps one after another; alone on the
     fastest worker allowed to hold it, that takes ``prefill(p) + sum_k step(1, p + k)``.
@@ -9,6 +9,14 @@ Three independent limits, each a relaxation of the real engine, and the bound is
 (c) ``kv_s``: at each decode step a sequence holds ``p + k`` tokens of KV cache, so it consumes
     ``p * L + L * (L - 1) / 2`` KV-token-steps; a worker supplies at most ``kv_token_steps_per_s``
     of them (its KV cache full, one step per step time at full KV).
+
+(d) ``tail_s``: (c) assumes every worker keeps its cache full, but a worker that runs a trajectory of
+    ``L`` steps runs at least ``L`` steps, each reading its weights, so it serves at most
+    ``(T - L * step) / per_token`` KV-token-steps by time ``T``. The band model of
+    ``scheduler.policies.levels`` (trajectories cut into length bands, workers counted per band)
+    is a relaxation of every schedule under these two limits; the largest ``T`` at which CP-SAT
+    proves it infeasible is a bound. On heavy-tailed batches where every worker must host a 32k
+    trajectory this is the binding limit, well above (c).
 
 Each limit is an upper bound on a rate or a lower bound on a chain, so the maximum never exceeds the
 makespan of any feasible schedule (tests check it against the simulator). For long chain-of-thought
@@ -23,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scheduler.costmodel import WorkerCost, worker_cost
+from scheduler.policies.levels import tail_bound
 from scheduler.stepsum import FloatArray, planned_steps, solo_decode_times
 from scheduler.types import Inventory, Trajectory
 
@@ -34,7 +43,8 @@ class LowerBound:
     longest_s: float  # (a) the longest trajectory alone on its fastest allowed worker
     throughput_s: float  # (b) all decode tokens at the aggregate peak token rate
     kv_s: float  # (c) all KV-token-steps at the aggregate KV-token-step rate
-    value_s: float  # max of the three: the bound reported with every plan
+    tail_s: float  # (d) (c) refined: workers that run long trajectories cannot keep their cache full
+    value_s: float  # max of the four: the bound reported with every plan
 
 
 def lower_bound(
@@ -51,9 +61,12 @@ def lower_bound(
     need = prompts + np.array([t.max_new_tokens for t in trajectories], dtype=np.float64)
     longest = _longest(trajectories, costs, prompts, outputs, need)
     throughput = float(outputs.sum()) / sum(c.peak_tps() for c in costs)
-    kv_steps = float((prompts * outputs + outputs * (outputs - 1.0) / 2.0).sum())
-    kv = kv_steps / sum(c.kv_token_steps_per_s() for c in costs)
-    return LowerBound(longest, throughput, kv, max(longest, throughput, kv))
+    per_trajectory = prompts * outputs + outputs * (outputs - 1.0) / 2.0
+    kv = float(per_trajectory.sum()) / sum(c.kv_token_steps_per_s() for c in costs)
+    known = max(longest, throughput, kv)
+    kinds = [(members[0], len(members)) for members in _kinds(costs)]
+    tail = tail_bound([int(n) for n in outputs], per_trajectory.tolist(), kinds, known)
+    return LowerBound(longest, throughput, kv, tail, max(known, tail))
 
 
 def _solo_times(cost: WorkerCost, prompts: FloatArray, outputs: FloatArray) -> FloatArray:
@@ -86,6 +99,14 @@ def _longest(
             best[index] = float(one[0])
     finite = best[np.isfinite(best)]
     return float(finite.max()) if finite.size else 0.0
+
+
+def _kinds(costs: list[WorkerCost]) -> list[list[WorkerCost]]:
+    """Workers with identical coefficients, together."""
+    groups: dict[tuple[float | int, ...], list[WorkerCost]] = {}
+    for cost in costs:
+        groups.setdefault(_coefficients(cost), []).append(cost)
+    return list(groups.values())
 
 
 def _coefficients(cost: WorkerCost) -> tuple[float | int, ...]:

@@ -33,9 +33,10 @@ bands.
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
@@ -46,8 +47,10 @@ from scheduler.policies.problem import Unit
 from scheduler.policies.sat import new_solver
 
 BANDS = 6  # length bands; more add little and cost realisation time
+BOUND_BANDS = 10  # finer bands tighten the bound (lower edges nearer the lengths); it costs no placement
 KV_UNIT = 1e7  # KV-token-steps per integer unit of K (coefficients keep ~3 significant digits)
-PROBE_LIMIT_S = 0.05  # deterministic limit of one feasibility probe (they take ~1 ms)
+PROBE_LIMIT_S = 0.05  # deterministic limit of one feasibility probe (most take a few ms)
+BOUND_PROBES = 9  # bisection probes of the bound: 0.2% of a 2x bracket
 PRECISION = 0.002  # bisection stops when the bracket on T is this tight (relative)
 
 
@@ -61,12 +64,16 @@ class LevelPlan:
     status: str  # CP-SAT status name
 
 
-def band_edges(units: Sequence[Unit]) -> tuple[int, ...]:
-    """Band upper edges at length quantiles 1/2, 3/4, 7/8, ... and the maximum, deduplicated."""
-    lengths = sorted(u.steps for u in units)
-    n = len(lengths)
-    edges = {lengths[min(n - 1, math.ceil(n * (1.0 - 0.5**k)) - 1)] for k in range(1, BANDS)}
-    edges.add(lengths[-1])
+def band_edges(lengths: Sequence[int], bands: int = BANDS) -> tuple[int, ...]:
+    """Band upper edges at length quantiles 1/2, 3/4, 7/8, ..., the longest length below the maximum
+    (so trajectories truncated at the cap form a band of their own) and the maximum; deduplicated."""
+    ordered = sorted(lengths)
+    n = len(ordered)
+    edges = {ordered[min(n - 1, math.ceil(n * (1.0 - 0.5**k)) - 1)] for k in range(1, bands - 1)}
+    below = bisect.bisect_left(ordered, ordered[-1])
+    if below > 0:
+        edges.add(ordered[below - 1])
+    edges.add(ordered[-1])
     return tuple(sorted(edges))
 
 
@@ -88,66 +95,148 @@ def solve_levels(
 ) -> LevelPlan | None:
     """Least makespan (to ``PRECISION``) at which some band counts cover the tail; None: no answer.
 
-    ``upper_s`` is an achievable makespan (the list-scheduling plan's estimate). Bisection on ``T``:
-    for a fixed ``T`` every group's capacity is a constant, so feasibility is a small *linear*
-    integer model, which CP-SAT settles in milliseconds, where ``T * n`` products would be slow.
+    Planning view: a worker at band j runs the band's upper edge of steps and keeps its cache
+    ``KV_FILL`` full. ``upper_s`` is an achievable makespan (the list-scheduling plan's estimate).
     ``slowdown[c][j]``: measured simulated/estimated finish of that group, shrinking its capacity.
     """
-    edges = band_edges(units)
-    demand = _demand(units, edges)
+    edges = band_edges([u.steps for u in units])
+    per_band = [0.0] * len(edges)
+    for unit in units:
+        per_band[band_of(unit.steps, edges)] += unit.kv_steps
+    demand = [math.ceil(k / KV_UNIT) for k in per_band]
+    ratio = slowdown or [[1.0] * len(edges) for _ in kinds]
+
+    def capacity(makespan_s: float) -> list[list[int]]:
+        return [
+            [
+                math.floor(_capacity(cost, edge, makespan_s / ratio[c][j], KV_FILL))
+                for j, edge in enumerate(edges)
+            ]
+            for c, (cost, _) in enumerate(kinds)
+        ]
+
     deadline = time.perf_counter() + time_limit_s
-    low, high = 0.0, upper_s * 1.05
-    best: tuple[tuple[int, ...], ...] | None = None
-    status = "FEASIBLE"
-    while high - low > PRECISION * high:
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
+    found = _bisect(0.0, upper_s * 1.05, capacity, demand, [n for _, n in kinds], deadline, seed)
+    if found is None:
+        return None
+    makespan, counts, proven = found
+    return LevelPlan(edges, counts, makespan, "OPTIMAL" if proven else "FEASIBLE")
+
+
+def tail_bound(
+    lengths: Sequence[int], kv_steps: Sequence[float], kinds: Sequence[tuple[WorkerCost, int]], known_s: float
+) -> float:
+    """A lower bound on the makespan, at least ``known_s``: the band model as a relaxation.
+
+    Bound view: a worker whose longest trajectory lies in band j runs *more* than the band's lower
+    edge of steps, with a full cache; capacities round up and demands down; pins, KV fit and group
+    affinity are dropped. Every feasible schedule then satisfies the model, so a makespan at which
+    CP-SAT proves the model infeasible is a valid bound (a probe that runs out of time counts as
+    feasible). ``known_s`` is a bound proven otherwise; the result never falls below it. The search
+    is a fixed number of probes with deterministic solver limits, so the bound is reproducible.
+    """
+    if not lengths:
+        return known_s
+    edges = band_edges(lengths, BOUND_BANDS)
+    lower = [0, *edges[:-1]]  # a worker at band j runs at least lower[j] + 1 steps
+    per_band = [0.0] * len(edges)
+    for steps, kv in zip(lengths, kv_steps, strict=True):
+        per_band[band_of(steps, edges)] += kv
+    demand = [math.floor(k / KV_UNIT) for k in per_band]
+
+    def capacity(makespan_s: float) -> list[list[int]]:
+        return [
+            [math.ceil(_capacity(cost, edge + 1, makespan_s, 1.0)) for edge in lower] for cost, _ in kinds
+        ]
+
+    sizes = [n for _, n in kinds]
+    high = known_s
+    for _ in range(4):  # find a makespan the relaxation allows
+        if _cover(capacity(high), demand, sizes, None, 0)[1] != cp_model.INFEASIBLE:
+            break
+        known_s, high = high, high * 2.0
+    else:
+        return known_s
+    return _largest_infeasible(known_s, high, capacity, demand, sizes)
+
+
+def _largest_infeasible(
+    low: float,
+    high: float,
+    capacity: Callable[[float], list[list[int]]],
+    demand: Sequence[int],
+    sizes: Sequence[int],
+) -> float:
+    """Bisection keeping ``low`` proven infeasible (or known) and ``high`` not proven infeasible."""
+    for _ in range(BOUND_PROBES):
+        if high - low <= PRECISION * high:
             break
         middle = (low + high) / 2.0
-        counts, verdict = _feasible(middle, edges, demand, kinds, remaining, seed, slowdown)
-        if counts is not None:
-            high, best = middle, counts
-        elif verdict == cp_model.INFEASIBLE:
+        if _cover(capacity(middle), demand, sizes, None, 0)[1] == cp_model.INFEASIBLE:
             low = middle
         else:
-            break  # out of time inside a check: keep what is proven
-    else:
-        status = "OPTIMAL"  # optimal to PRECISION for the aggregate model
-    if best is None:
-        return None
-    return LevelPlan(edges, best, high, status)
+            high = middle
+    return low
 
 
-def _feasible(
-    makespan_s: float,
-    edges: Sequence[int],
+def _bisect(
+    low: float,
+    high: float,
+    capacity: Callable[[float], list[list[int]]],
     demand: Sequence[int],
-    kinds: Sequence[tuple[WorkerCost, int]],
-    time_limit_s: float,
+    sizes: Sequence[int],
+    deadline: float,
     seed: int,
-    slowdown: Sequence[Sequence[float]] | None = None,
+) -> tuple[float, tuple[tuple[int, ...], ...], bool] | None:
+    """Least feasible makespan in ``[low, high]``, its counts, and whether the bracket closed."""
+    best: tuple[tuple[int, ...], ...] | None = None
+    closed = True
+    while high - low > PRECISION * high:
+        if time.perf_counter() >= deadline:
+            closed = False
+            break
+        middle = (low + high) / 2.0
+        counts, status = _cover(capacity(middle), demand, sizes, deadline, seed)
+        if counts is not None:
+            high, best = middle, counts
+        elif status == cp_model.INFEASIBLE:
+            low = middle
+        else:
+            closed = False
+            break  # out of time inside a probe: keep what is proven
+    if best is None:
+        counts, _ = _cover(capacity(high), demand, sizes, deadline, seed)
+        if counts is None:
+            return None
+        best = counts
+    return high, best, closed
+
+
+def _cover(
+    capacity: Sequence[Sequence[int]],
+    demand: Sequence[int],
+    sizes: Sequence[int],
+    deadline: float | None,
+    seed: int,
 ) -> tuple[tuple[tuple[int, ...], ...] | None, cp_model.CpSolverStatus]:
-    """Band counts under which every band's tail fits by ``makespan_s`` (None if none), and the status."""
+    """Band counts under which every band's tail fits (None if none), and the solver status.
+
+    ``deadline`` (wall clock) can only shorten the probe's deterministic limit; None: no deadline.
+    """
+    kinds, bands = range(len(sizes)), range(len(demand))
     model = cp_model.CpModel()
     # Phase 1: variables: workers of each kind at each band.
-    counts = [
-        [model.new_int_var(0, size, f"n[{c},{j}]") for j in range(len(edges))]
-        for c, (_, size) in enumerate(kinds)
-    ]
+    counts = [[model.new_int_var(0, sizes[c], f"n[{c},{j}]") for j in bands] for c in kinds]
     # Phase 2: constraints: every worker somewhere; bands >= j covered by workers at bands >= j.
-    for c, (_, size) in enumerate(kinds):
-        model.add(sum(counts[c]) == size)
-    ratio = slowdown or [[1.0] * len(edges) for _ in kinds]
-    capacity = [
-        [_capacity(cost, edge, makespan_s / ratio[c][j]) for j, edge in enumerate(edges)]
-        for c, (cost, _) in enumerate(kinds)
-    ]
-    for j in range(len(edges)):
-        supply = sum(capacity[c][k] * counts[c][k] for c in range(len(kinds)) for k in range(j, len(edges)))
+    for c in kinds:
+        model.add(sum(counts[c]) == sizes[c])
+    for j in bands:
+        supply = sum(capacity[c][k] * counts[c][k] for c in kinds for k in range(j, len(demand)))
         model.add(supply >= sum(demand[j:]))
     # Phase 3: no objective: any cover will do (the bisection minimises T).
     # Phase 4: solve.
-    solver = new_solver(min(PROBE_LIMIT_S, time_limit_s), seed)
+    limit = PROBE_LIMIT_S if deadline is None else min(PROBE_LIMIT_S, deadline - time.perf_counter())
+    solver = new_solver(limit, seed)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, status
@@ -155,22 +244,10 @@ def _feasible(
     return tuple(tuple(int(solver.value(v)) for v in row) for row in counts), status
 
 
-def _capacity(cost: WorkerCost, steps: int, makespan_s: float, fill: float = KV_FILL) -> int:
-    """KV units one worker at a band of ``steps`` serves by ``makespan_s``: min of the two limits."""
+def _capacity(cost: WorkerCost, steps: int, makespan_s: float, fill: float) -> float:
+    """KV units one worker running ``steps`` steps serves by ``makespan_s``: min of the two limits."""
     step_s = cost.time_scale * (cost.mem_base_s + cost.overhead_s)
     per_token = cost.time_scale * cost.mem_per_token_s
     chain = (makespan_s - step_s * steps) / per_token
     full = makespan_s / (per_token + step_s / (fill * cost.kv_capacity_tokens))
-    return max(0, math.floor(min(chain, full) / KV_UNIT))
-
-
-def _demand(units: Sequence[Unit], edges: Sequence[int]) -> list[int]:
-    """KV-token-steps per band, in model units, rounded up."""
-    per_band = [0.0] * len(edges)
-    for unit in units:
-        per_band[band_of(unit.steps, edges)] += unit.kv_steps
-    return [math.ceil(k / KV_UNIT) for k in per_band]
-
-
-def _coef(value: float) -> int:
-    return max(1, round(value))
+    return max(0.0, min(chain, full) / KV_UNIT)
