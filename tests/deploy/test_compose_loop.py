@@ -1,0 +1,172 @@
+"""The compose loop, run for real without a container engine: every service of deploy/compose.yaml that
+uses our image is started as a local process with the exact command and environment the file gives it,
+only host names mapped to loopback ports; Redis is the same valkey-server with the file's password.
+
+The README's example batch is posted to the service and must finish: every trajectory done, each
+result accepted once, work spread over both device kinds. This is what ``docker compose up`` would
+run, so a wrong flag, a sidecar pointing at the wrong engine or a password mismatch fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import yaml
+
+from service.embedded import find_server_binary, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "deploy" / "compose.yaml"
+EXAMPLE_BATCH = ROOT / "deploy" / "example-batch.json"
+CLI = (sys.executable, "-c", "from service.cli import main; main()")  # the console script, in this venv
+TIME_SCALE = "0.1"  # engine-sim runs 10x faster than the modelled H100/910B; nothing else changes
+
+
+def _services() -> dict[str, dict[str, Any]]:
+    """The compose services with ``${VAR:-default}`` resolved as a fresh ``up`` would."""
+    text = re.sub(r"\$\{[A-Z_][A-Z0-9_]*:-([^}]*)\}", r"\1", COMPOSE.read_text())
+    services: dict[str, dict[str, Any]] = yaml.safe_load(text)["services"]
+    return services
+
+
+class Loop:
+    """Redis plus every service of our image as local processes, with compose host names remapped."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.services = _services()
+        self.workdir = workdir
+        self.ports = {name: free_port() for name in self.services}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self) -> None:
+        """Start Redis with the compose file's flags, then everything else at once."""
+        listen = ["--port", str(self.ports["redis"]), "--bind", "127.0.0.1", "--dir", str(self.workdir)]
+        flags = self.services["redis"]["command"][1:]  # after the binary name: AOF, fsync, password...
+        self.procs["redis"] = subprocess.Popen(
+            [find_server_binary(), *listen, *flags], stdout=subprocess.DEVNULL
+        )
+        for name, service in self.services.items():
+            if name != "redis":
+                self.procs[name] = self._launch(name, service)
+
+    def _remap(self, text: str) -> str:
+        for name, port in self.ports.items():
+            text = text.replace(f"@{name}:6379", f"@127.0.0.1:{port}")
+            text = text.replace(f"http://{name}:8001", f"http://127.0.0.1:{port}")
+        return text
+
+    def _launch(self, name: str, service: dict[str, Any]) -> subprocess.Popen[bytes]:
+        command = [self._remap(str(arg)) for arg in service["command"]]
+        if "--port" in command:  # listeners: a free loopback port instead of the container's
+            command[command.index("--port") + 1] = str(self.ports[name])
+            command[command.index("--host") + 1] = "127.0.0.1"
+        if command[0] == "engine-sim":
+            command += ["--time-scale", TIME_SCALE]
+        env = {k: self._remap(str(v)) for k, v in service.get("environment", {}).items()}
+        env["ROLLOUT_MODEL_DIR"] = str(self.workdir / "models")  # the container path is not ours
+        log = (self.workdir / f"{name}.log").open("wb")
+        return subprocess.Popen(
+            [*CLI, *command], env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT
+        )
+
+    def logs(self) -> str:
+        """Tails of every log, for a failing assertion."""
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-800:]}" for p in sorted(self.workdir.glob("*.log")))
+
+    def stop(self) -> None:
+        """SIGTERM everything (sidecars drain), then wait."""
+        for proc in self.procs.values():
+            proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loop]:
+    """The running loop; torn down after the module."""
+    running = Loop(tmp_path_factory.mktemp("compose-loop"))
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _wait_ready(base: str, loop: Loop, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/readyz", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"service not ready\n{loop.logs()}")
+
+
+def _headers(loop: Loop) -> dict[str, str]:
+    token = loop.services["scheduler"]["environment"]["ROLLOUT_TRAINER_TOKENS"]
+    return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+
+@pytest.mark.slow
+def test_the_example_batch_runs_to_completion_through_the_compose_loop(loop: Loop) -> None:
+    base = f"http://127.0.0.1:{loop.ports['scheduler']}"
+    _wait_ready(base, loop)
+    with httpx.Client(base_url=base, headers=_headers(loop), timeout=60.0) as http:
+        planned = http.post("/schedule", content=EXAMPLE_BATCH.read_bytes())
+        assert planned.status_code == 200, planned.text
+        schedule_id = planned.json()["schedule_id"]
+        deadline, progress = time.monotonic() + 120.0, {}
+        while time.monotonic() < deadline:
+            progress = http.get(f"/schedule/{schedule_id}").json()
+            if progress["done"] + progress["failed"] == progress["total"]:
+                break
+            time.sleep(0.5)
+        results = http.get(f"/schedule/{schedule_id}/results", params={"count": 10_000}).json()["results"]
+    batch = json.loads(EXAMPLE_BATCH.read_text())["batch"]["items"]
+    assert progress["done"] == progress["total"] == sum(item["n"] for item in batch), loop.logs()
+    accepted = Counter(result["key"] for result in results)
+    print(f"\ncompose loop: total={progress['total']} done={progress['done']} results={len(results)}")
+    assert len(accepted) == progress["total"]
+    assert max(accepted.values()) == 1
+    by_worker = Counter(result["worker_id"] for result in results)
+    assert {w[: w.index("-")] for w in by_worker} == {"h100", "ascend"}, by_worker
+
+
+def _ping_without_password(port: int, timeout_s: float = 30.0) -> bytes:
+    """The raw answer to an anonymous PING, once the server listens."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
+                conn.sendall(b"PING\r\n")
+                return conn.recv(256)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_the_loop_redis_refuses_clients_without_the_password(loop: Loop) -> None:
+    assert _ping_without_password(loop.ports["redis"]).startswith(b"-NOAUTH")
+    password = loop.services["redis"]["command"][loop.services["redis"]["command"].index("--requirepass") + 1]
+    with redis.Redis(port=loop.ports["redis"], password=password) as client:
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
