@@ -109,6 +109,8 @@ def test_every_container_of_our_image_runs_as_the_image_non_root_user() -> None:
             assert context.get("runAsNonRoot") is True, container["name"]
             assert context.get("runAsUser") == 10001, container["name"]
             assert context.get("readOnlyRootFilesystem") is True, container["name"]
+            mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
+            assert "/tmp" in mounts, f"{container['name']}: a read-only root needs a writable /tmp"
 
 
 def test_service_hpa_and_pdb_all_select_the_service_pods() -> None:
