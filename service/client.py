@@ -118,6 +118,26 @@ class SchedulerClient:
         body = [r.model_dump(exclude_none=True) if isinstance(r, ActualReport) else dict(r) for r in reports]
         return ActualsAccepted.model_validate(self._call("POST", "/actuals", json={"actuals": body}))
 
+    def report_results(
+        self,
+        step: int,
+        finished: StepResults,
+        prompt_tokens: Mapping[str, int] | None = None,
+        rewards: Mapping[str, float] | None = None,
+    ) -> ActualsAccepted | None:
+        """Report a finished step's results as actuals (the predictor's next training rows).
+
+        ``prompt_tokens`` maps prompt id to prompt length where the sidecar did not record it;
+        ``rewards`` maps trajectory key (``prompt_id#sample_idx``) to the reward the trainer computed.
+        Results an engine aborted (neither ``stop`` nor ``length``) say nothing about length: skipped.
+        """
+        reports = [
+            report
+            for entry in finished.results
+            if (report := actual_from_result(step, entry, prompt_tokens or {}, rewards or {})) is not None
+        ]
+        return self.report_actuals(reports) if reports else None
+
     def retrain(self) -> RetrainResponse:
         """Fit a new predictor version on every actual so far and swap it in."""
         return RetrainResponse.model_validate(self._call("POST", "/models/retrain"))
@@ -132,3 +152,33 @@ class SchedulerClient:
                 problem = {"title": response.reason_phrase, "detail": response.text[:500]}
             raise SchedulerAPIError(response.status_code, problem)
         return response.content if raw else response.json()
+
+
+def actual_from_result(
+    step: int, entry: ResultEntry, prompt_tokens: Mapping[str, int], rewards: Mapping[str, float]
+) -> ActualReport | None:
+    """The actual a worker's accepted result amounts to; None when it says nothing about length."""
+    if entry.finish_reason not in ("stop", "length") or entry.output_tokens < 1:
+        return None
+    prompt_id, _, sample = entry.key.rpartition("#")
+    tokens = entry.extra.get("prompt_tokens", prompt_tokens.get(prompt_id))
+    if tokens is None:
+        raise ValueError(f"prompt_tokens of {prompt_id!r} unknown: pass prompt_tokens={{...}}")
+    reward = rewards.get(entry.key, entry.reward)
+    return ActualReport(
+        step=step,
+        prompt_id=prompt_id,
+        sample_idx=int(sample),
+        worker_id=entry.worker_id,
+        prompt_tokens=int(tokens),
+        output_tokens=entry.output_tokens,
+        finish_reason=entry.finish_reason,  # type: ignore[arg-type]
+        wall_time_s=max(entry.wall_time_s, 1e-6),
+        reward=reward,
+        concurrency=_concurrency(entry.extra.get("concurrency")),
+    )
+
+
+def _concurrency(value: Any) -> float | None:
+    """The sidecar's mean in-flight count, when it recorded one (speed learning needs it)."""
+    return None if value is None else max(1.0, float(value))

@@ -153,7 +153,7 @@ def _details(exc: Exception) -> tuple[str, dict[str, Any]]:
     if isinstance(exc, ServiceError):
         extra = {"field": exc.field, "value": _jsonable(exc.value)} if exc.field else {}
         return exc.detail, extra
-    if isinstance(exc, redis.RedisError):
+    if isinstance(exc, redis.RedisError) and lookup(exc).status == 503:
         return f"Redis is unreachable ({type(exc).__name__}: {exc}); retry shortly", {}
     if lookup(exc).status < 500:
         return str(exc), {}  # a listed domain error: its message is meant for the caller

@@ -6,7 +6,9 @@ worker running ``concurrency`` sequences; the cost model says how long it should
 ``time_scale = 1``. Their ratio is a sample of that worker's time scale. We keep an exponentially
 weighted mean of log ratios per worker (log: a worker twice as slow and one twice as fast are
 symmetric errors), in Redis so every replica plans with the same speeds. A later request that states
-no ``time_scale`` or ``decode_tokens_per_s`` for a worker gets the learned one.
+no ``time_scale`` or ``decode_tokens_per_s`` for a worker gets the learned one. Reports without
+``concurrency`` teach nothing about speed: a trajectory decoded in a batch of 100 is slower than one
+decoded alone, and mistaking that for a slow worker would mislead every later plan.
 
 Keys (prefix ``rs`` by default; see also ``service.actuals``):
 
@@ -84,8 +86,11 @@ class SpeedLearner:
         """Fold the speed samples of ``reports`` in; returns the new time scale of each updated worker."""
         by_worker: dict[str, list[ActualReport]] = defaultdict(list)
         for report in reports:
-            by_worker[report.worker_id].append(report)
+            if report.concurrency is not None:  # without it, batching slowdown would pass for slowness
+                by_worker[report.worker_id].append(report)
         ids = list(by_worker)
+        if not ids:
+            return {}
         profiles = dict(zip(ids, self._redis.hmget(self.workers_key, ids), strict=True))
         updated: dict[str, float] = {}
         for wid, batch in by_worker.items():
@@ -105,7 +110,7 @@ def modelled_seconds(worker: Worker, model: ModelPreset, report: ActualReport) -
     on average ``prompt + output / 2`` tokens of KV cache (the mean over its own decode).
     """
     cost = worker_cost(dataclasses.replace(worker, time_scale=1.0), model)
-    batch = max(1, min(round(report.concurrency), cost.max_num_seqs))
+    batch = max(1, min(round(report.concurrency or 1.0), cost.max_num_seqs))
     context = batch * (report.prompt_tokens + report.output_tokens / 2.0)
     step = cost.step_time(batch, context)
     return cost.prefill_time(report.prompt_tokens) + report.output_tokens * step

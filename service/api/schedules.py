@@ -90,6 +90,7 @@ def schedule_results(
             wall_time_s=r.result.wall_time_s,
             output=r.result.output,
             reward=r.result.reward,
+            extra=dict(r.result.extra),
         )
         for r in records
     ]

@@ -8,7 +8,7 @@ body is turned into core types (``service.api.convert``), with the same 422 shap
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,7 +34,7 @@ class BatchItem(Strict):
 
     prompt_id: Name  # stable across epochs: the predictor's key into history
     prompt_tokens: int = Field(gt=0)  # prompt length in tokens
-    n: int = Field(1, ge=1, le=4096)  # samples to draw from this prompt
+    n: int = Field(default=1, ge=1, le=4096)  # samples to draw from this prompt
     max_new_tokens: int = Field(gt=0)  # generation cap per sample
     features: dict[str, FeatureValue] = Field(default_factory=dict)  # extra predictor features
     prompt: str | None = None  # text the sidecar sends to /v1/completions
@@ -53,14 +53,14 @@ class WorkerSpec(Strict):
 
     worker_id: Name
     device: str = Field(min_length=1, max_length=64)  # H100, H200, A100-80GB, Ascend910B (aliases ok)
-    num_gpus: int = Field(1, ge=1, le=64)  # tensor-parallel degree
-    max_num_seqs: int = Field(256, ge=1, le=65_536)  # engine's concurrent-sequence limit
-    kv_capacity_tokens: int | None = Field(None, gt=0)  # KV cache in tokens; derived when absent
-    hbm_bandwidth_gbs: float | None = Field(None, gt=0)  # measured HBM bandwidth per device
-    peak_tflops: float | None = Field(None, gt=0)  # measured dense throughput per device
-    memory_gib: float | None = Field(None, gt=0)  # HBM per device
-    time_scale: float | None = Field(None, gt=0, le=1000)  # step-time multiplier (2.0 = half speed)
-    decode_tokens_per_s: float | None = Field(None, gt=0)  # measured single-sequence decode speed
+    num_gpus: int = Field(default=1, ge=1, le=64)  # tensor-parallel degree
+    max_num_seqs: int = Field(default=256, ge=1, le=65_536)  # engine's concurrent-sequence limit
+    kv_capacity_tokens: int | None = Field(default=None, gt=0)  # KV cache in tokens; derived when absent
+    hbm_bandwidth_gbs: float | None = Field(default=None, gt=0)  # measured HBM bandwidth per device
+    peak_tflops: float | None = Field(default=None, gt=0)  # measured dense throughput per device
+    memory_gib: float | None = Field(default=None, gt=0)  # HBM per device
+    time_scale: float | None = Field(default=None, gt=0, le=1000)  # step-time multiplier (2.0 = half speed)
+    decode_tokens_per_s: float | None = Field(default=None, gt=0)  # measured single-sequence decode speed
     drain: bool = False  # receives nothing in this plan (being drained)
 
 
@@ -75,15 +75,15 @@ class ScheduleRequest(Strict):
 
     batch: Batch
     inventory: InventorySpec
-    model: str | None = Field(None, max_length=64)  # model preset: 1.5b, 7b, 14b, 32b
-    step: int = Field(0, ge=0)  # training step; the predictor uses history before it
-    policy: str | None = Field(None, max_length=64)  # cpsat (default), lpt, least_loaded, round_robin
-    quantile: float | None = Field(None, gt=0, lt=1)  # predicted-length quantile to plan on
-    time_budget_ms: int | None = Field(None, gt=0, le=60_000)  # solver wall-clock budget
+    model: str | None = Field(default=None, max_length=64)  # model preset: 1.5b, 7b, 14b, 32b
+    step: int = Field(default=0, ge=0)  # training step; the predictor uses history before it
+    policy: str | None = Field(default=None, max_length=64)  # cpsat (default), lpt, least_loaded, round_robin
+    quantile: float | None = Field(default=None, gt=0, lt=1)  # predicted-length quantile to plan on
+    time_budget_ms: int | None = Field(default=None, gt=0, le=60_000)  # solver wall-clock budget
     prefix_affinity: bool = False  # keep each prompt's samples on one worker
     kv_admission: bool = False  # sidecars admit by KV reserved at predicted final length
     publish: bool = True  # write the plan to Redis for the sidecars; false = dry run
-    seed: int = Field(0, ge=0)  # fixes any randomised search
+    seed: int = Field(default=0, ge=0)  # fixes any randomised search
 
 
 class AssignedItem(BaseModel):
@@ -156,6 +156,7 @@ class ResultEntry(BaseModel):
     wall_time_s: float
     output: str
     reward: float | None
+    extra: dict[str, Any]  # what the sidecar added: prompt_tokens, predicted_tokens, attempt, ...
 
 
 class ResultsPage(BaseModel):
@@ -178,8 +179,8 @@ class ActualReport(Strict):
     finish_reason: Literal["stop", "length"]
     wall_time_s: float = Field(gt=0)  # from admission to last token on the engine
     reward: float | None = None
-    max_new_tokens: int | None = Field(None, gt=0)
-    concurrency: float = Field(1.0, ge=1)  # mean sequences the engine ran meanwhile (speed learning)
+    max_new_tokens: int | None = Field(default=None, gt=0)
+    concurrency: float | None = Field(default=None, ge=1)  # mean sequences running meanwhile; teaches speed
     schedule_id: Name | None = None
     features: dict[str, FeatureValue] = Field(default_factory=dict)
 

@@ -151,3 +151,11 @@ def test_requests_keep_succeeding_while_a_retrain_swaps_the_model(client: TestCl
     assert set(statuses) == {200}
     assert after["model_version"] == "v1"
     assert versions <= {"fallback", "v1"}
+
+
+def test_a_report_without_concurrency_teaches_no_speed(client: TestClient) -> None:
+    client.post("/schedule", json=batch_body(workers=2))
+    report = _report(0, 1, 0, slowdown=5.0)
+    del report["concurrency"]
+    assert client.post("/actuals", json={"actuals": [report]}).json()["time_scales"] == {}
+    assert client.post("/schedule", json=batch_body(workers=2)).json()["time_scales"]["w0"] == 1.0

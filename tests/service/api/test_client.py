@@ -40,20 +40,12 @@ def test_a_trainer_submits_waits_for_results_and_reports_actuals(
         assert sorted(r.key for r in finished.results) == sorted(
             f"p{p}#{s}" for p in range(4) for s in range(4)
         )
-        reports = [
-            {
-                "step": 0,
-                "prompt_id": r.key.split("#")[0],
-                "sample_idx": int(r.key.split("#")[1]),
-                "worker_id": r.worker_id,
-                "prompt_tokens": 100,
-                "output_tokens": r.output_tokens,
-                "finish_reason": r.finish_reason,
-                "wall_time_s": r.wall_time_s,
-            }
-            for r in finished.results
-        ]
-        assert client.report_actuals(reports).accepted == 16
+        lengths = {f"p{p}": 100 + 10 * p for p in range(4)}
+        rewards = {r.key: 1.0 for r in finished.results}
+        accepted = client.report_results(0, finished, prompt_tokens=lengths, rewards=rewards)
+        assert accepted is not None
+        assert accepted.accepted == 16
+        assert redis_client.xlen("rs:actuals") == 16
 
 
 def test_a_refusal_raises_with_the_problem_document(live_settings: Settings) -> None:
