@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from service.commands import (
+    bench_delivery,
     bench_redis_memory,
     bench_service,
     bench_solver,
@@ -20,6 +21,7 @@ from service.commands import (
 )
 
 ALL: list[ModuleType] = [
+    bench_delivery,
     bench_solver,
     engine_sim,
     sidecar,

@@ -11,20 +11,18 @@ Per-schedule keys (``P`` = ``<prefix>:{<schedule_id>}``):
 key                         type     contents
 ==========================  =======  ==============================================================
 ``P:meta``                  hash     fingerprint, total, lease_ttl_ms, max_attempts, kv_admission,
-                                     expire_at_ms, workers (JSON list), fence (fencing-token counter)
+                                     published_ms, expire_at_ms, workers (JSON list), fence (the
+                                     fencing-token counter)
 ``P:items``                 hash     item key -> static item JSON (prompt, lengths, payload)
-``P:pred``                  hash     item key -> predicted tokens (steal accounting)
-``P:state``                 hash     item key -> ``q`` queued | ``r`` running | ``d`` done | ``x`` dead
-``P:where``                 hash     item key -> worker whose queue holds it / whose lease runs it
-``P:tok``                   hash     item key -> current (or last) fencing token
-``P:att``                   hash     item key -> attempts started (claims + steals)
-``P:done``                  hash     item key -> token of the accepted completion (idempotent repeat)
+``P:st``                    hash     item key -> ``state|token|attempts|deadline_ms|predicted|worker``;
+                                     state ``q`` queued, ``r`` running, ``d`` done (token = the
+                                     accepted one), ``x`` dead; worker = queue holding it or holder
 ``P:deadlines``             zset     running item key -> lease deadline (ms); the reaper's index
 ``P:work``                  zset     worker -> predicted tokens still queued (steal victim choice)
 ``P:counts``                hash     ``q|r|d|f`` totals and ``q:<w>|r:<w>|d:<w>|f:<w>`` per worker
 ``P:q:<worker>``            list     the worker's ordered queue; head = next to start
 ``P:q:*``                   list     shared FIFO for shared-queue policies (``Plan.dispatch_order``)
-``P:dead``                  list     dead-lettered item keys, in order of death
+``P:dead``                  list     dead letters as JSON (key, worker, attempts, reason, at_ms)
 ``P:results``               stream   accepted results, one entry per item, read by the trainer
 ==========================  =======  ==============================================================
 
@@ -46,6 +44,7 @@ DEFAULT_PREFIX = "rs"
 DEFAULT_LEASE_TTL_MS = 30_000  # a lease lives this long after its last heartbeat
 DEFAULT_MAX_ATTEMPTS = 3  # claims of one item before it is dead-lettered
 DEFAULT_RETENTION_S = 24 * 3600  # how long a schedule's keys (results included) are kept
+MAX_BATCH = 1000  # most items one claim/steal leases (Lua unpack limits the batch)
 SHARED_QUEUE = "*"  # worker-name of the shared FIFO; not a valid worker id
 
 # Field names of the per-worker counters in ``P:counts`` (``<state>:<worker>``) and the totals.
@@ -90,14 +89,9 @@ class ScheduleKeys:
         return f"{self.base}:results"
 
     @property
-    def state(self) -> str:
-        """Item key -> one-letter state."""
-        return f"{self.base}:state"
-
-    @property
-    def where(self) -> str:
-        """Item key -> worker whose queue or lease holds it."""
-        return f"{self.base}:where"
+    def st(self) -> str:
+        """Item key -> packed record ``state|token|attempts|deadline_ms|predicted|worker``."""
+        return f"{self.base}:st"
 
     @property
     def deadlines(self) -> str:
@@ -115,9 +109,8 @@ class ScheduleKeys:
 
     def all_fixed(self) -> tuple[str, ...]:
         """Every key whose name does not depend on a worker (for deletion and TTL checks)."""
-        suffixes = ("meta", "items", "pred", "state", "where", "tok", "att", "done", "deadlines")
-        more = ("work", "counts", "dead", "results")
-        return tuple(f"{self.base}:{s}" for s in (*suffixes, *more))
+        suffixes = ("meta", "items", "st", "deadlines", "work", "counts", "dead", "results")
+        return tuple(f"{self.base}:{s}" for s in suffixes)
 
 
 def schedule_keys(schedule_id: str, prefix: str = DEFAULT_PREFIX) -> ScheduleKeys:

@@ -51,17 +51,6 @@ def _clock(now_ms: int | None) -> str:
     return "" if now_ms is None else str(int(now_ms))
 
 
-def fingerprint(schedule: PublishedSchedule) -> str:
-    """A digest of everything a publish writes: equal digests mean a replay of the same publish."""
-    doc = {
-        "queues": {w: [i.to_json() for i in items] for w, items in sorted(schedule.queues.items())},
-        "shared": [i.to_json() for i in schedule.shared],
-        "kv": schedule.kv_admission,
-        "lease": [schedule.lease.lease_ttl_ms, schedule.lease.max_attempts, schedule.lease.retention_s],
-    }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-
-
 class Delivery:
     """Client of the delivery protocol on one Redis (or Redis Cluster) deployment."""
 
@@ -105,20 +94,23 @@ class Delivery:
         schedule.validate()
         lease = schedule.lease
         workers = sorted(schedule.queues)
-        args: list[Any] = [
-            fingerprint(schedule),
-            _clock(now_ms),
-            lease.retention_s * 1000,
+        queues = [*schedule.queues.items(), (keyspace.SHARED_QUEUE, schedule.shared)]
+        items = [item for _, queue in queues for item in queue]
+        body = [
+            "\n".join(item.key for item in items),
+            "\n".join(repr(float(item.predicted_tokens)) for item in items),
+            "\n".join(json.dumps(item.to_json(), separators=(",", ":")) for item in items),
+        ]
+        head = [
             lease.lease_ttl_ms,
             lease.max_attempts,
             int(schedule.kv_admission),
             json.dumps(workers),
-            schedule.total,
+            json.dumps([name for name, _ in queues]),
+            json.dumps([len(queue) for _, queue in queues]),
         ]
-        queues = [*schedule.queues.items(), (keyspace.SHARED_QUEUE, schedule.shared)]
-        for worker, items in queues:
-            for item in items:
-                args += [worker, item.key, repr(float(item.predicted_tokens)), json.dumps(item.to_json())]
+        digest = hashlib.sha256("\x00".join(map(str, [lease.retention_s, *head, *body])).encode()).hexdigest()
+        args = [digest, _clock(now_ms), lease.retention_s * 1000, *head, *body]
         created = self._call(self.scripts.publish, schedule.schedule_id, args)
         self._announce(schedule.schedule_id, workers, lease.retention_s)
         return PublishOutcome.CREATED if int(created) == 1 else PublishOutcome.UNCHANGED
@@ -186,9 +178,11 @@ class Delivery:
     def claim(
         self, schedule_id: str, worker_id: str, max_items: int, now_ms: int | None = None
     ) -> list[Lease]:
-        """Lease up to ``max_items`` from the head of the worker's queue (then the shared FIFO)."""
+        """Lease up to ``max_items`` (capped at ``MAX_BATCH``) from the head of the worker's queue, then
+        from the shared FIFO; ``[]`` when both are empty (then try ``steal``)."""
         if max_items < 1:
             return []
+        max_items = min(max_items, keyspace.MAX_BATCH)
         flat = self._call(self.scripts.claim, schedule_id, [worker_id, max_items, _clock(now_ms)])
         return self._leases(schedule_id, worker_id, flat)
 
@@ -202,6 +196,7 @@ class Delivery:
         """
         if max_items < 1:
             return []
+        max_items = min(max_items, keyspace.MAX_BATCH)
         flat = self._call(self.scripts.steal, schedule_id, [worker_id, max_items, _clock(now_ms)])
         return self._leases(schedule_id, worker_id, flat[1:])
 

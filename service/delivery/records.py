@@ -108,13 +108,13 @@ class PublishedSchedule:
 
 
 def _check_name(field_name: str, value: str) -> None:
-    if not value or any(c in value for c in "{}\n\r\t ") or len(value) > 200:
-        raise InvalidInputError(field_name, value, "must be 1-200 chars without braces or whitespace")
+    if not value or any(c in value for c in "{}|\n\r\t ") or len(value) > 200:
+        raise InvalidInputError(field_name, value, "must be 1-200 chars without braces, '|' or whitespace")
 
 
 def _check_item(where: str, item: DeliveryItem, seen: set[str]) -> None:
-    if not item.key:
-        raise InvalidInputError(f"{where}.key", item.key, "must not be empty")
+    if not item.key or any(c in item.key for c in "\n\r"):
+        raise InvalidInputError(f"{where}.key", item.key, "must be non-empty, without line breaks")
     if item.key in seen:
         raise InvalidInputError(f"{where}.key", item.key, "appears twice in the schedule")
     seen.add(item.key)

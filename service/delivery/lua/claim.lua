@@ -11,12 +11,8 @@ for _, q in ipairs({w, '*'}) do
   local keys = redis.call('LPOP', k('q:' .. q), need)
   if keys then
     dequeued(q, keys)
-    for _, key in ipairs(keys) do lease(key, w, now, cfg, out) end
+    lease_all(keys, w, now, cfg, out)
   end
 end
-if #out > 0 then
-  keep(k('tok'), cfg.exp)
-  keep(k('att'), cfg.exp)
-  keep(k('deadlines'), cfg.exp)
-end
+flush(cfg)
 return out

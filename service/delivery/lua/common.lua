@@ -1,7 +1,11 @@
 -- Shared preamble of every delivery script (scripts.py prepends it to each operation).
 -- KEYS[1] is the schedule's meta key '<prefix>:{<sid>}:meta'; every other key is derived from it and
 -- carries the same {sid} hash tag, so all of them are in KEYS[1]'s hash slot (Redis Cluster safe).
--- Item states: q queued, r running (leased), d done, x dead-lettered.
+--
+-- Each item has one record in hash P:st, 'state|token|attempts|deadline_ms|predicted|worker', with
+-- state q queued, r running (leased), d done, x dead-lettered; worker is the queue holding it or the
+-- lease holder. Scripts read records through a cache and write every change back in ONE HSET at the
+-- end (flush), with the counters, the deadline index and the steal scores: few calls per batch.
 local META = KEYS[1]
 local B = string.sub(META, 1, -6)
 local function k(s) return B .. ':' .. s end
@@ -14,104 +18,146 @@ local function now_ms(arg)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+local function int(x) return string.format('%d', x) end
+
 -- Re-apply the schedule's absolute expiry to a key this script may have (re)created.
 local function keep(key, exp)
   if redis.call('PTTL', key) == -1 then redis.call('PEXPIREAT', key, exp) end
 end
 
-local function count(state, worker, delta)
-  redis.call('HINCRBY', k('counts'), state, delta)
-  redis.call('HINCRBY', k('counts'), state .. ':' .. worker, delta)
+-- One command over many arguments, in chunks that Lua's unpack accepts (pairs stay aligned).
+local function bulk(cmd, key, args)
+  for i = 1, #args, 1000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
+  end
 end
 
 -- Settings every mutating script needs; nil when the schedule is unknown or expired.
 local function settings()
-  local m = redis.call('HMGET', META, 'lease_ttl_ms', 'max_attempts', 'expire_at_ms')
+  local m = redis.call('HMGET', META, 'lease_ttl_ms', 'max_attempts', 'expire_at_ms', 'total')
   if not m[1] then return nil end
-  return {ttl = tonumber(m[1]), max_attempts = tonumber(m[2]), exp = tonumber(m[3])}
+  return {ttl = tonumber(m[1]), max_attempts = tonumber(m[2]), exp = tonumber(m[3]), total = tonumber(m[4])}
 end
 
--- Lease one item to worker w: new fencing token, attempt+1, deadline now+ttl; appended to out.
-local function lease(key, w, now, cfg, out)
-  local token = redis.call('HINCRBY', META, 'fence', 1)
-  local attempt = redis.call('HINCRBY', k('att'), key, 1)
-  local deadline = now + cfg.ttl
-  redis.call('HSET', k('state'), key, 'r')
-  redis.call('HSET', k('where'), key, w)
-  redis.call('HSET', k('tok'), key, token)
-  redis.call('ZADD', k('deadlines'), deadline, key)
-  count('r', w, 1)
-  local n = #out
-  out[n + 1] = key
-  out[n + 2] = token
-  out[n + 3] = deadline
-  out[n + 4] = attempt
-  out[n + 5] = redis.call('HGET', k('items'), key)
-end
+local cache, dirty, counts, work = {}, {}, {}, {}
 
--- Items popped from queue w: take their predicted work off w's steal score and the queued counters.
-local function dequeued(w, keys)
-  local sum = 0
-  for _, key in ipairs(keys) do sum = sum + tonumber(redis.call('HGET', k('pred'), key)) end
-  count('q', w, -#keys)
-  if w == '*' then return end
-  if redis.call('LLEN', k('q:' .. w)) == 0 then
-    redis.call('ZREM', k('work'), w)
-  else
-    redis.call('ZINCRBY', k('work'), -sum, w)
+local function get(key)
+  local r = cache[key]
+  if r == nil then
+    local v = redis.call('HGET', k('st'), key)
+    if not v then return nil end
+    local s, tok, att, dl, pred, w = string.match(v, '^(%a)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
+    r = {s = s, tok = tok, att = tonumber(att), dl = tonumber(dl), pred = pred, w = w}
+    cache[key] = r
   end
+  return r
+end
+
+local function count(state, w, delta)
+  counts[state] = (counts[state] or 0) + delta
+  local f = state .. ':' .. w
+  counts[f] = (counts[f] or 0) + delta
+end
+
+-- Predicted work entering (+) or leaving (-) worker w's queue; the shared FIFO '*' is never a victim.
+local function work_delta(w, delta)
+  if w ~= '*' then work[w] = (work[w] or 0) + delta end
+end
+
+-- Write back every changed record, the deadline index, counters and steal scores.
+local function flush(cfg)
+  local st, zadd, zrem = {}, {}, {}
+  for key, _ in pairs(dirty) do
+    local r = cache[key]
+    st[#st + 1] = key
+    st[#st + 1] = r.s .. '|' .. r.tok .. '|' .. r.att .. '|' .. int(r.dl) .. '|' .. r.pred .. '|' .. r.w
+    if r.s == 'r' then
+      zadd[#zadd + 1] = int(r.dl)
+      zadd[#zadd + 1] = key
+    else
+      zrem[#zrem + 1] = key
+    end
+  end
+  if #st > 0 then bulk('HSET', k('st'), st) end
+  if #zadd > 0 then
+    bulk('ZADD', k('deadlines'), zadd)
+    keep(k('deadlines'), cfg.exp)
+  end
+  if #zrem > 0 then bulk('ZREM', k('deadlines'), zrem) end
+  for f, d in pairs(counts) do
+    if d ~= 0 then redis.call('HINCRBY', k('counts'), f, d) end
+  end
+  for w, d in pairs(work) do
+    if redis.call('LLEN', k('q:' .. w)) == 0 then
+      redis.call('ZREM', k('work'), w)
+    elseif d ~= 0 then
+      redis.call('ZINCRBY', k('work'), d, w)
+      keep(k('work'), cfg.exp)
+    end
+  end
+end
+
+-- Lease popped items to worker w with consecutive fresh fencing tokens; appended to out as
+-- 5-tuples (key, token, deadline, attempt, item_json).
+local function lease_all(keys, w, now, cfg, out)
+  local last = redis.call('HINCRBY', META, 'fence', #keys)
+  local items = redis.call('HMGET', k('items'), unpack(keys))
+  for i, key in ipairs(keys) do
+    local r = get(key)
+    r.s, r.w, r.tok, r.att, r.dl = 'r', w, int(last - #keys + i), r.att + 1, now + cfg.ttl
+    dirty[key] = true
+    count('r', w, 1)
+    local n = #out
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = key, tonumber(r.tok), r.dl, r.att, items[i]
+  end
+end
+
+-- Items just popped from queue q: take them off q's steal score and queued counters.
+local function dequeued(q, keys)
+  for _, key in ipairs(keys) do work_delta(q, -tonumber(get(key).pred)) end
+  count('q', q, -#keys)
 end
 
 -- Put a running item back at the HEAD of its holder's queue (next to start).
 local function requeue(key, cfg)
-  local w = redis.call('HGET', k('where'), key)
-  redis.call('HSET', k('state'), key, 'q')
-  redis.call('ZREM', k('deadlines'), key)
-  redis.call('LPUSH', k('q:' .. w), key)
-  redis.call('ZINCRBY', k('work'), tonumber(redis.call('HGET', k('pred'), key)), w)
-  count('r', w, -1)
-  count('q', w, 1)
-  keep(k('q:' .. w), cfg.exp)
-  keep(k('work'), cfg.exp)
+  local r = get(key)
+  r.s = 'q'
+  dirty[key] = true
+  redis.call('LPUSH', k('q:' .. r.w), key)
+  keep(k('q:' .. r.w), cfg.exp)
+  work_delta(r.w, tonumber(r.pred))
+  count('r', r.w, -1)
+  count('q', r.w, 1)
 end
 
 -- Move a running item to the dead-letter list, with why and how often it was tried.
 local function bury(key, now, reason, cfg)
-  local w = redis.call('HGET', k('where'), key)
-  local attempts = tonumber(redis.call('HGET', k('att'), key) or '0')
-  redis.call('HSET', k('state'), key, 'x')
-  redis.call('ZREM', k('deadlines'), key)
-  redis.call('RPUSH', k('dead'), cjson.encode({key = key, worker = w, attempts = attempts,
+  local r = get(key)
+  r.s = 'x'
+  dirty[key] = true
+  redis.call('RPUSH', k('dead'), cjson.encode({key = key, worker = r.w, attempts = r.att,
     reason = reason, at_ms = now}))
-  count('r', w, -1)
-  count('f', w, 1)
   keep(k('dead'), cfg.exp)
+  count('r', r.w, -1)
+  count('f', r.w, 1)
 end
 
 -- A lease whose deadline passed: requeue it, or dead-letter it once max_attempts are spent.
--- Returns 'requeued' or 'dead'.
 local function expire(key, now, cfg)
-  local attempts = tonumber(redis.call('HGET', k('att'), key) or '0')
-  if attempts >= cfg.max_attempts then
-    bury(key, now, 'lease expired after ' .. attempts .. ' attempts', cfg)
+  local r = get(key)
+  if r.att >= cfg.max_attempts then
+    bury(key, now, 'lease expired after ' .. r.att .. ' attempts', cfg)
     return 'dead'
   end
   requeue(key, cfg)
   return 'requeued'
 end
 
--- The lease (key, token) as held right now: 'current', 'expired' (token current but past its
--- deadline; the caller must expire it), or 'stale' (reaped, stolen back, done, or never issued).
+-- The lease (key, token) right now: 'current', 'expired' (token current but past its deadline; the
+-- caller must expire it), or 'stale' (reaped, released, done, superseded or never issued).
 local function lease_status(key, token, now)
-  if redis.call('HGET', k('state'), key) ~= 'r' then return 'stale' end
-  if redis.call('HGET', k('tok'), key) ~= token then return 'stale' end
-  local deadline = tonumber(redis.call('ZSCORE', k('deadlines'), key))
-  if deadline < now then return 'expired' end
+  local r = get(key)
+  if r == nil or r.s ~= 'r' or r.tok ~= token then return 'stale' end
+  if r.dl < now then return 'expired' end
   return 'current'
-end
-
-local function finished()
-  local c = redis.call('HMGET', k('counts'), 'd', 'f')
-  local total = tonumber(redis.call('HGET', META, 'total'))
-  return (tonumber(c[1] or '0') + tonumber(c[2] or '0')) >= total
 end

@@ -11,21 +11,19 @@ local out = {}
 local accepted = false
 for i = 2, #ARGV, 3 do
   local key, token = ARGV[i], ARGV[i + 1]
-  local done_token = redis.call('HGET', k('done'), key)
+  local r = get(key)
   local code = 0
-  if done_token then
-    if done_token == token then code = 2 end
+  if r ~= nil and r.s == 'd' then
+    if r.tok == token then code = 2 end
   else
     local status = lease_status(key, token, now)
     if status == 'current' then
-      local holder = redis.call('HGET', k('where'), key)
-      redis.call('HSET', k('state'), key, 'd')
-      redis.call('HSET', k('done'), key, token)
-      redis.call('ZREM', k('deadlines'), key)
-      redis.call('XADD', k('results'), '*', 'key', key, 'worker', holder, 'token', token,
-        'attempt', redis.call('HGET', k('att'), key), 'result', ARGV[i + 2])
-      count('r', holder, -1)
-      count('d', holder, 1)
+      r.s = 'd'
+      dirty[key] = true
+      redis.call('XADD', k('results'), '*', 'key', key, 'worker', r.w, 'token', token,
+        'attempt', r.att, 'result', ARGV[i + 2])
+      count('r', r.w, -1)
+      count('d', r.w, 1)
       accepted = true
       code = 1
     elseif status == 'expired' then
@@ -34,9 +32,8 @@ for i = 2, #ARGV, 3 do
   end
   out[#out + 1] = code
 end
-if accepted then
-  keep(k('done'), cfg.exp)
-  keep(k('results'), cfg.exp)
-end
-out[#out + 1] = finished() and 1 or 0
+if accepted then keep(k('results'), cfg.exp) end
+flush(cfg)
+local c = redis.call('HMGET', k('counts'), 'd', 'f')
+out[#out + 1] = (tonumber(c[1]) + tonumber(c[2]) >= cfg.total) and 1 or 0
 return out

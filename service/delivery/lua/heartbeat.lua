@@ -11,11 +11,13 @@ for i = 2, #ARGV, 2 do
   local key = ARGV[i]
   local status = lease_status(key, ARGV[i + 1], now)
   if status == 'current' then
-    redis.call('ZADD', k('deadlines'), now + cfg.ttl, key)
+    get(key).dl = now + cfg.ttl
+    dirty[key] = true
     out[#out + 1] = now + cfg.ttl
   else
     if status == 'expired' then expire(key, now, cfg) end
     out[#out + 1] = -1
   end
 end
+flush(cfg)
 return out

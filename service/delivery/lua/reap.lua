@@ -10,4 +10,5 @@ for _, key in ipairs(redis.call('ZRANGEBYSCORE', k('deadlines'), '-inf', '(' .. 
     tonumber(ARGV[2]))) do
   if expire(key, now, cfg) == 'dead' then dead = dead + 1 else requeued = requeued + 1 end
 end
+flush(cfg)
 return {requeued, dead}

@@ -13,11 +13,12 @@ for i = #ARGV - 1, 4, -2 do
   local status = lease_status(key, ARGV[i + 1], now)
   local code = 0
   if status == 'current' then
+    local r = get(key)
     if mode == 'release' then
-      redis.call('HINCRBY', k('att'), key, -1)
+      r.att = r.att - 1
       requeue(key, cfg)
       code = 1
-    elseif tonumber(redis.call('HGET', k('att'), key)) >= cfg.max_attempts then
+    elseif r.att >= cfg.max_attempts then
       bury(key, now, reason, cfg)
       code = 3
     else
@@ -29,4 +30,5 @@ for i = #ARGV - 1, 4, -2 do
   end
   table.insert(out, 1, code)
 end
+flush(cfg)
 return out

@@ -14,16 +14,13 @@ for _, v in ipairs(redis.call('ZREVRANGE', k('work'), 0, 1)) do
 end
 if not victim then return {} end
 local len = redis.call('LLEN', k('q:' .. victim))
-local n = math.min(want, math.max(1, math.floor(len / 2)))
-local keys = redis.call('RPOP', k('q:' .. victim), n)
+local keys = redis.call('RPOP', k('q:' .. victim), math.min(want, math.max(1, math.floor(len / 2))))
 if not keys then
   redis.call('ZREM', k('work'), victim)
   return {}
 end
 dequeued(victim, keys)
 local out = {victim}
-for _, key in ipairs(keys) do lease(key, thief, now, cfg, out) end
-keep(k('tok'), cfg.exp)
-keep(k('att'), cfg.exp)
-keep(k('deadlines'), cfg.exp)
+lease_all(keys, thief, now, cfg, out)
+flush(cfg)
 return out

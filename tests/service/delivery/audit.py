@@ -35,20 +35,24 @@ class Audit:
 
 def audit(client: redis.Redis, schedule_id: str, prefix: str = "rs") -> Audit:
     """Recount one schedule from its raw keys."""
-    keys = schedule_keys(schedule_id, prefix)
-    b = keys.base
-    state: dict[str, str] = {str(k): str(v) for k, v in client.hgetall(f"{b}:state").items()}
-    where: dict[str, str] = {str(k): str(v) for k, v in client.hgetall(f"{b}:where").items()}
+    b = schedule_keys(schedule_id, prefix).base
+    records = {str(k): str(v).split("|") for k, v in client.hgetall(f"{b}:st").items()}
+    state = {k: r[0] for k, r in records.items()}
+    where = {k: r[5] for k, r in records.items()}
     places: dict[str, list[str]] = {k: [] for k in state}
     queue_names = [str(n) for n in client.scan_iter(match=f"{b}:q:*", count=1000)]
     for name in queue_names:
         queued: Any = client.lrange(name, 0, -1)
         for key in queued:
             places.setdefault(str(key), []).append("q")
-    for key in client.zrange(f"{b}:deadlines", 0, -1):
+    deadlines: Any = client.zrange(f"{b}:deadlines", 0, -1, withscores=True)
+    for key, score in deadlines:
         places.setdefault(str(key), []).append("r")
-    for key in client.hkeys(f"{b}:done"):
-        places.setdefault(str(key), []).append("d")
+        if str(key) in records and int(records[str(key)][3]) != int(score):
+            places[str(key)].append("deadline index disagrees with the record")
+    for key, s in state.items():  # done lives only in the record; the stream must confirm it
+        if s == "d":
+            places[key].append("d")
     for entry in client.lrange(f"{b}:dead", 0, -1):
         places.setdefault(json.loads(str(entry))["key"], []).append("x")
     stream: Any = client.xrange(f"{b}:results")
@@ -57,6 +61,7 @@ def audit(client: redis.Redis, schedule_id: str, prefix: str = "rs") -> Audit:
         f"{k}: state {state.get(k)!r} but places {p}" for k, p in places.items() if p != [state.get(k)]
     ]
     problems += [f"{k}: done but not in results" for k, p in places.items() if p == ["d"] and not accepted[k]]
+    problems += [f"{k}: in results but not done" for k in accepted if state.get(k) != "d"]
     by_state = Counter(state.values())
     recount: Counter[str] = Counter()
     for key, s in state.items():

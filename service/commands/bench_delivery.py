@@ -1,0 +1,68 @@
+"""``rollout-scheduler bench delivery``: claim+complete throughput and steal latency on Redis.
+
+Uses the server at ``--redis-url``/``REDIS_URL``, else starts an embedded valkey-server on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Attach ``bench delivery``."""
+    del app
+    bench_app.command("delivery")(bench_delivery)
+
+
+def bench_delivery(
+    redis_url: Annotated[
+        str | None, typer.Option(envvar="REDIS_URL", help="Redis to use; default: an embedded valkey-server.")
+    ] = None,
+    workers: Annotated[int, typer.Option(min=1, help="Concurrent simulated workers.")] = 64,
+    items_per_worker: Annotated[int, typer.Option(min=1, help="Items queued per worker.")] = 400,
+    batch: Annotated[int, typer.Option(min=1, help="Items per claim and per complete call.")] = 8,
+    processes: Annotated[int, typer.Option(min=1, help="Client processes the workers are spread over.")] = 2,
+    queues: Annotated[int, typer.Option(min=1, help="Loaded queues in the steal-latency phase.")] = 1024,
+    steals: Annotated[int, typer.Option(min=1, help="Timed steals.")] = 2000,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Measure claims+completions per second and steal latency p50/p99 (targets: 10,000/s, 5 ms)."""
+    import redis
+
+    from service.delivery.bench import STEAL_P99_TARGET_MS, THROUGHPUT_TARGET, run_bench
+    from service.embedded import EmbeddedServer, EmbeddedServerError
+
+    server = None
+    try:
+        if redis_url is None:
+            server = EmbeddedServer().start()
+            redis_url = server.url
+        result = run_bench(redis_url, workers, items_per_worker, batch, queues, steals, processes)
+    except (redis.RedisError, EmbeddedServerError, RuntimeError, ValueError) as err:
+        print(f"bench delivery: {err}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    finally:
+        if server is not None:
+            server.stop()
+    if as_json:
+        print(json.dumps(result.to_json()))
+        return
+    print(
+        f"workers {result.workers} over {result.processes} processes, items {result.items}, "
+        f"batch {result.batch}, wall {result.wall_s} s"
+    )
+    print(
+        f"claims+completions/s  {result.claims_completions_per_s:>10,.0f}  "
+        f"(target >= {THROUGHPUT_TARGET:,.0f}: {'met' if result.throughput_met else 'MISSED'}); "
+        f"script calls/s {result.script_calls_per_s:,.0f}"
+    )
+    print(f"lost {result.lost}, accepted twice {result.accepted_twice}")
+    print(
+        f"steal latency, {result.queues} queues, {result.steals} steals: p50 {result.steal_p50_ms} ms, "
+        f"p99 {result.steal_p99_ms} ms (target <= {STEAL_P99_TARGET_MS} ms: "
+        f"{'met' if result.steal_met else 'MISSED'}); server time per steal {result.steal_server_us} us"
+    )

@@ -1,0 +1,223 @@
+"""Delivery benchmark: claim+complete throughput of concurrent workers, and steal latency.
+
+Throughput: ``workers`` threads, each with its own connection, claim batches from their own queue
+(stealing once it drains) and complete each batch in one call, until the schedule is done; we count
+items claimed plus items completed per second of wall time, then audit that every item was accepted
+exactly once. Steal latency: one thief steals from a schedule of ``queues`` loaded queues, one
+steal at a time, timing each client round trip (so GIL contention between benchmark threads does not
+pollute the figure). Keys live under a fresh prefix and are deleted afterwards, so running against a
+real server leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import statistics
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis
+
+from service.delivery.protocol import Delivery
+from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSchedule, TrajectoryResult
+
+THROUGHPUT_TARGET = 10_000.0  # claims+completions per second with 64 workers on loopback
+STEAL_P99_TARGET_MS = 5.0  # steal p99 with 1,024 queues
+_RESULT = TrajectoryResult(output_tokens=512, finish_reason="stop", wall_time_s=1.0, output="x" * 64)
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryBench:
+    """Figures of one benchmark run."""
+
+    workers: int  # concurrent simulated workers
+    items: int  # items in the throughput schedule
+    batch: int  # items per claim / per complete call
+    wall_s: float  # throughput phase wall time
+    claims_completions_per_s: float  # (items claimed + items completed) / wall_s
+    script_calls_per_s: float  # EVALSHA round trips per second
+    lost: int  # items not done at the end (must be 0)
+    accepted_twice: int  # results-stream entries beyond one per item (must be 0)
+    queues: int  # queues in the steal schedule
+    steals: int  # timed steals
+    steal_p50_ms: float  # median steal round trip
+    steal_p99_ms: float  # 99th percentile steal round trip
+    steal_server_us: float  # mean server-side script time of one steal (INFO commandstats)
+    processes: int  # client processes the simulated workers were spread over
+    throughput_met: bool  # >= THROUGHPUT_TARGET
+    steal_met: bool  # p99 <= STEAL_P99_TARGET_MS
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain dict for ``--json``."""
+        return asdict(self)
+
+
+def _items(prefix: str, n: int, rng: random.Random) -> tuple[DeliveryItem, ...]:
+    return tuple(
+        DeliveryItem(
+            key=f"{prefix}-{i}#0",
+            prompt_id=f"{prefix}-{i}",
+            sample_idx=0,
+            prompt_tokens=256,
+            max_new_tokens=16_384,
+            predicted_tokens=round(rng.lognormvariate(6.5, 1.0), 1),
+            payload={"prompt": "Solve: 2 + 2 = ?"},
+        )
+        for i in range(n)
+    )
+
+
+def _schedule(sid: str, queues: int, per_queue: int, extra_empty: int, seed: int) -> PublishedSchedule:
+    rng = random.Random(seed)
+    full = {f"w{q}": _items(f"w{q}", per_queue, rng) for q in range(queues)}
+    empty = {f"thief{t}": () for t in range(extra_empty)}
+    return PublishedSchedule(sid, {**full, **empty}, lease=LeaseSettings(lease_ttl_ms=600_000))
+
+
+def _worker_loop(delivery: Delivery, sid: str, worker: str, batch: int, calls: list[int]) -> None:
+    n = 0
+    while True:
+        leases = delivery.claim(sid, worker, batch)
+        n += 1
+        if not leases:
+            leases = delivery.steal(sid, worker, batch)
+            n += 1
+            if not leases:
+                break
+        delivery.complete_many(sid, [(le.key, le.token, _RESULT) for le in leases])
+        n += 1
+    calls.append(n)
+
+
+def _process_main(
+    url: str, prefix: str, sid: str, workers: list[str], batch: int, gate: Any, out: Any
+) -> None:
+    """One benchmark process: a thread (and a connection) per simulated worker."""
+    clients = [Delivery.from_url(url, prefix) for _ in workers]
+    for client in clients:  # connect before the clock starts
+        client.client.ping()
+    calls = list[int]()
+    threads = [
+        threading.Thread(target=_worker_loop, args=(c, sid, w, batch, calls))
+        for c, w in zip(clients, workers, strict=True)
+    ]
+    gate.wait()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out.put(sum(calls))
+
+
+def measure_throughput(
+    url: str, prefix: str, workers: int, per_worker: int, batch: int, processes: int = 2
+) -> tuple[float, float, float, int, int]:
+    """Run the throughput phase; returns (wall_s, ops/s, calls/s, lost, accepted_twice).
+
+    The simulated workers are spread over ``processes`` processes (threads within each), so the
+    client side is not bound to one interpreter lock; the server sees 64 concurrent connections.
+    """
+    sid = "throughput"
+    admin = Delivery.from_url(url, prefix)
+    admin.publish(_schedule(sid, workers, per_worker, 0, seed=1))
+    ctx = multiprocessing.get_context("spawn")
+    gate, out = ctx.Barrier(processes + 1), ctx.Queue()
+    names = [f"w{i}" for i in range(workers)]
+    procs = [
+        ctx.Process(target=_process_main, args=(url, prefix, sid, names[p::processes], batch, gate, out))
+        for p in range(processes)
+    ]
+    for proc in procs:
+        proc.start()
+    gate.wait()
+    start = time.perf_counter()
+    calls = sum(out.get() for _ in procs)
+    wall = time.perf_counter() - start
+    for proc in procs:
+        proc.join()
+    total = workers * per_worker
+    progress = admin.progress(sid)
+    stream_len = int(admin.client.xlen(admin.keys(sid).results))
+    return wall, 2 * total / wall, calls / wall, total - progress.done, stream_len - progress.done
+
+
+def _evalsha_usec(client: Any) -> tuple[int, int]:
+    stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+
+
+def measure_steals(url: str, prefix: str, queues: int, steals: int) -> tuple[list[float], float]:
+    """Time ``steals`` sequential one-item steals against ``queues`` loaded queues.
+
+    Returns the client round trips (ms each) and the server's mean script time per steal (us, from
+    INFO commandstats), which shows what the round trip spends outside the server.
+    """
+    sid = "steal"
+    delivery = Delivery.from_url(url, prefix)
+    per_queue = max(4, 2 * steals // queues + 2)
+    delivery.publish(_schedule(sid, queues, per_queue, 1, seed=2))
+    for _ in range(50):  # warm the connection and the script cache
+        delivery.steal(sid, "thief0", 1)
+    samples = []
+    calls0, usec0 = _evalsha_usec(delivery.client)
+    for _ in range(steals):
+        start = time.perf_counter()
+        got = delivery.steal(sid, "thief0", 1)
+        samples.append((time.perf_counter() - start) * 1000)
+        if not got:
+            raise RuntimeError("steal benchmark ran out of work; raise --queues or lower --steals")
+    calls1, usec1 = _evalsha_usec(delivery.client)
+    return samples, (usec1 - usec0) / max(1, calls1 - calls0)
+
+
+def _cleanup(url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(url)
+    try:
+        batch = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        for i in range(0, len(batch), 500):
+            client.unlink(*batch[i : i + 500])
+    finally:
+        client.close()
+
+
+def run_bench(
+    url: str,
+    workers: int = 64,
+    per_worker: int = 400,
+    batch: int = 8,
+    queues: int = 1024,
+    steals: int = 2000,
+    processes: int = 2,
+) -> DeliveryBench:
+    """Run both phases under a fresh key prefix and remove every key afterwards."""
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    try:
+        wall, ops, calls, lost, twice = measure_throughput(url, prefix, workers, per_worker, batch, processes)
+        raw, server_us = measure_steals(url, prefix, queues, steals)
+        samples = sorted(raw)
+    finally:
+        _cleanup(url, prefix)
+    p50 = statistics.median(samples)
+    p99 = samples[min(len(samples) - 1, round(0.99 * (len(samples) - 1)))]
+    return DeliveryBench(
+        workers=workers,
+        items=workers * per_worker,
+        batch=batch,
+        wall_s=round(wall, 3),
+        claims_completions_per_s=round(ops, 1),
+        script_calls_per_s=round(calls, 1),
+        lost=lost,
+        accepted_twice=twice,
+        queues=queues,
+        steals=steals,
+        steal_p50_ms=round(p50, 3),
+        steal_p99_ms=round(p99, 3),
+        steal_server_us=round(server_us, 1),
+        processes=processes,
+        throughput_met=ops >= THROUGHPUT_TARGET,
+        steal_met=p99 <= STEAL_P99_TARGET_MS,
+    )
