@@ -48,8 +48,8 @@ class Ledger:
     Lists rather than one object per item keep the event loop free of attribute churn.
     """
 
-    __slots__ = ("end", "kept", "keys", "planned", "preemptions", "prompts", "reserve", "start", "steps",
-                 "stolen", "worker")  # fmt: skip
+    __slots__ = ("end", "kept", "keys", "pin", "planned", "preemptions", "prompts", "reserve", "start",
+                 "steps", "stolen", "worker")  # fmt: skip
 
     def __init__(self, keys: list[str], prompts: list[int], steps: list[int], planned: list[int]) -> None:
         n = len(keys)
@@ -64,6 +64,7 @@ class Ledger:
         self.worker = [-1] * n  # index of the worker that ran it (last admission)
         self.stolen = [False] * n  # taken from another worker's queue by work stealing
         self.kept = [0] * n  # output tokens kept across evictions (resume mode only; else 0)
+        self.pin = [-1] * n  # index of the only worker allowed to run it (-1: any)
 
 
 class WorkerEngine:

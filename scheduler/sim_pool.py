@@ -10,7 +10,8 @@ is how sidecars polling concurrently share a queue. Work comes from the shared q
 is one, else (with stealing) from the TAIL of the queue with the most predicted work remaining,
 scaled by that victim's speed, the rule of the delivery layer: the longest items, at the head, stay
 with their planned owner, and only unclaimed items move (never running ones, nor those already
-handed to an engine, preempted ones included).
+handed to an engine, preempted ones included, nor a trajectory pinned to its worker: a pinned tail
+shields its queue from that thief for the moment).
 
 Queues only shrink, so a worker that finds nothing to take stays without new work: it is simply not
 scheduled again until its running sequences produce an event, and an empty worker goes idle for good.
@@ -111,7 +112,7 @@ class Pool:
     def _steal(self, victim: WorkerEngine, thief: WorkerEngine) -> bool:
         """Move the victim's tail item to ``thief`` if the thief accepts it now."""
         item = victim.queue[-1]
-        if not thief.take(item):
+        if thief.ledger.pin[item] >= 0 or not thief.take(item):  # a pinned item never moves
             return False
         victim.queue.pop()
         self._unclaimed -= 1

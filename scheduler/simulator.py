@@ -94,7 +94,7 @@ def simulate(
     with a ``dispatch_order`` is a shared queue that every worker pulls from when a slot frees.
     """
     _check_options(options)
-    ledger, index_of = _ledger(trajectories, actual_tokens)
+    ledger, index_of = _ledger(trajectories, actual_tokens, inventory)
     costs = [worker_cost(w, inventory.model) for w in inventory.workers]
     engines = [
         WorkerEngine(
@@ -107,7 +107,7 @@ def simulate(
         )
         for i, c in enumerate(costs)
     ]
-    shared = _place(plan, inventory, index_of, engines)
+    shared = _place(plan, inventory, index_of, engines, ledger.pin)
     steals = 0
     if shared or options.steal:
         context = sum(p + s / 2.0 for p, s in zip(ledger.prompts, ledger.planned, strict=True))
@@ -156,11 +156,20 @@ def _check_options(options: SimOptions) -> None:
         raise InvalidInputError("options.watermark", options.watermark, "must lie in [0, 1)")
 
 
-def _ledger(trajectories: Sequence[Trajectory], actual: Mapping[str, int]) -> tuple[Ledger, dict[str, int]]:
-    """Number the trajectories and check that every one has a true length."""
+def _ledger(
+    trajectories: Sequence[Trajectory], actual: Mapping[str, int], inventory: Inventory
+) -> tuple[Ledger, dict[str, int]]:
+    """Number the trajectories and check that every one has a true length and a valid pin."""
+    position = {w.worker_id: i for i, w in enumerate(inventory.workers)}
     index_of: dict[str, int] = {}
     steps: list[int] = []
+    pins: list[int] = []
     for i, t in enumerate(trajectories):
+        if t.pinned_worker is not None and t.pinned_worker not in position:
+            raise InvalidInputError(
+                f"trajectories[{i}].pinned_worker", t.pinned_worker, "not in the inventory"
+            )
+        pins.append(-1 if t.pinned_worker is None else position[t.pinned_worker])
         key = t.key
         if key in index_of:
             raise InvalidInputError(f"trajectories[{i}]", key, "duplicate trajectory key")
@@ -177,11 +186,16 @@ def _ledger(trajectories: Sequence[Trajectory], actual: Mapping[str, int]) -> tu
         steps,
         [planned_steps(t.predicted_tokens) for t in trajectories],
     )
+    ledger.pin = pins
     return ledger, index_of
 
 
 def _place(
-    plan: Plan, inventory: Inventory, index_of: Mapping[str, int], engines: list[WorkerEngine]
+    plan: Plan,
+    inventory: Inventory,
+    index_of: Mapping[str, int],
+    engines: list[WorkerEngine],
+    pins: list[int],
 ) -> deque[int]:
     """Load each worker's planned queue, or return the shared FIFO; every item exactly once."""
     seen: set[int] = set()
@@ -198,11 +212,16 @@ def _place(
             out.append(item)
         return out
 
+    position = {w.worker_id: i for i, w in enumerate(inventory.workers)}
     shared: deque[int] = deque()
     if plan.dispatch_order:
-        shared.extend(items_of(plan.dispatch_order, "plan.dispatch_order"))
+        for item in items_of(plan.dispatch_order, "plan.dispatch_order"):
+            pin = pins[item]
+            if pin >= 0:
+                engines[pin].enqueue([item])  # a pinned item is never shared: its worker runs it
+            else:
+                shared.append(item)
     else:
-        position = {w.worker_id: i for i, w in enumerate(inventory.workers)}
         for n, wp in enumerate(plan.workers):
             if wp.worker_id not in position:
                 raise InvalidInputError(f"plan.workers[{n}].worker_id", wp.worker_id, "not in the inventory")

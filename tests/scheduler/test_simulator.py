@@ -29,6 +29,11 @@ def static_plan(queues: dict[str, list[Trajectory]]) -> Plan:
     return Plan("test", wps, 0.0, 0.0, "TEST", 0.0)
 
 
+def shared_plan(workers: list[Worker], keys: list[str]) -> Plan:
+    wps = tuple(WorkerPlan(w.worker_id, (), 0.0) for w in workers)
+    return Plan("least_loaded", wps, 0.0, 0.0, "TEST", 0.0, dispatch_order=tuple(keys))
+
+
 def run(queues: dict[str, list[Trajectory]], workers: list[Worker], **opts: bool) -> SimResult:
     trajs = [t for q in queues.values() for t in q]
     actual = {t.key: t.max_new_tokens for t in trajs}  # test trajectories end at their cap
@@ -147,8 +152,7 @@ def test_stealing_is_a_no_op_when_every_queue_drains_together() -> None:
 def test_a_shared_queue_feeds_whichever_worker_frees_a_slot_in_dispatch_order() -> None:
     workers = [worker("slow", max_num_seqs=2, time_scale=10.0), worker("fast", max_num_seqs=2)]
     trajs = [traj(i, 100, 1_000) for i in range(20)]
-    plan = Plan("least_loaded", tuple(WorkerPlan(w.worker_id, (), 0.0) for w in workers), 0.0, 0.0, "T", 0.0,
-                dispatch_order=tuple(t.key for t in reversed(trajs)))  # fmt: skip
+    plan = shared_plan(workers, [t.key for t in reversed(trajs)])
     result = simulate(plan, trajs, {t.key: 1_000 for t in trajs}, Inventory(tuple(workers), MODEL))
     starts = {r.key: r.start_s for r in result.items}
     order = [starts[k] for k in plan.dispatch_order]
@@ -160,8 +164,7 @@ def test_a_shared_queue_feeds_whichever_worker_frees_a_slot_in_dispatch_order() 
 def test_the_first_round_of_a_shared_queue_is_dealt_least_loaded_first() -> None:
     workers = [worker(f"w{i}") for i in range(4)]
     trajs = [traj(i, 100, 500) for i in range(4)]
-    plan = Plan("least_loaded", tuple(WorkerPlan(w.worker_id, (), 0.0) for w in workers), 0.0, 0.0, "T", 0.0,
-                dispatch_order=tuple(t.key for t in trajs))  # fmt: skip
+    plan = shared_plan(workers, [t.key for t in trajs])
     result = simulate(plan, trajs, {t.key: 500 for t in trajs}, Inventory(tuple(workers), MODEL))
     assert [r.worker_id for r in result.items] == ["w0", "w1", "w2", "w3"]
 
@@ -228,3 +231,26 @@ def test_with_kv_admission_the_sidecar_claims_only_what_it_can_start_so_the_rest
     on_victim = [r.key for r in result.items if r.worker_id == "w0"]
     assert on_victim == [queue[0].key]  # only the head ran there; the thief drained the tail
     assert result.preemptions == 0
+
+
+def test_a_pinned_trajectory_is_never_stolen_and_never_leaves_its_worker_in_a_shared_queue() -> None:
+    queues, workers = _slow_worker_case()
+    tail = queues["w0"][-1]
+    queues["w0"][-1] = Trajectory(
+        tail.prompt_id, 0, 300, tail.max_new_tokens, tail.predicted_tokens, pinned_worker="w0"
+    )
+    stolen = run(queues, workers, steal=True)
+    assert next(r for r in stolen.items if r.key == tail.key).worker_id == "w0"
+    trajs = [t for q in queues.values() for t in q]
+    shared = shared_plan(workers, [t.key for t in reversed(trajs)])
+    result = simulate(
+        shared, trajs, {t.key: t.max_new_tokens for t in trajs}, Inventory(tuple(workers), MODEL)
+    )
+    assert next(r for r in result.items if r.key == tail.key).worker_id == "w0"
+
+
+def test_a_pin_to_a_worker_outside_the_inventory_is_refused() -> None:
+    t = Trajectory("p", 0, 10, 10, 10.0, pinned_worker="ghost")
+    with pytest.raises(InvalidInputError) as err:
+        simulate(static_plan({"a": [t]}), [t], {t.key: 10}, Inventory((worker("a"),), MODEL))
+    assert err.value.field == "trajectories[0].pinned_worker"
