@@ -224,6 +224,8 @@ def _place(
     else:
         for n, wp in enumerate(plan.workers):
             if wp.worker_id not in position:
+                if not wp.items:
+                    continue  # e.g. an excluded worker the caller left out of the inventory
                 raise InvalidInputError(f"plan.workers[{n}].worker_id", wp.worker_id, "not in the inventory")
             engines[position[wp.worker_id]].enqueue(items_of(wp.items, f"plan.workers[{n}].items"))
     if len(seen) != len(index_of):

@@ -254,3 +254,11 @@ def test_a_pin_to_a_worker_outside_the_inventory_is_refused() -> None:
     with pytest.raises(InvalidInputError) as err:
         simulate(static_plan({"a": [t]}), [t], {t.key: 10}, Inventory((worker("a"),), MODEL))
     assert err.value.field == "trajectories[0].pinned_worker"
+
+
+def test_an_empty_queue_of_a_worker_left_out_of_the_inventory_is_ignored() -> None:
+    t = traj(0, 100, 100)
+    result = simulate(
+        static_plan({"a": [t], "drained": []}), [t], {t.key: 100}, Inventory((worker("a"),), MODEL)
+    )
+    assert set(result.worker_finish_s) == {"a"}
