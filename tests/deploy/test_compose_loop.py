@@ -170,3 +170,50 @@ def test_the_loop_redis_refuses_clients_without_the_password(loop: Loop) -> None
     password = loop.services["redis"]["command"][loop.services["redis"]["command"].index("--requirepass") + 1]
     with redis.Redis(port=loop.ports["redis"], password=password) as client:
         assert client.config_get("appendonly") == {"appendonly": "yes"}
+
+
+def _redis_health_check(loop: Loop, password: str) -> int:
+    """Run the compose file's Redis health check against the loop's Redis (its port, not 6379)."""
+    test = loop.services["redis"]["healthcheck"]["test"]
+    assert test[0] == "CMD-SHELL"
+    cli = Path(find_server_binary()).with_name("valkey-cli")
+    command = test[1].replace("valkey-cli", f"{cli} -p {loop.ports['redis']}", 1)
+    env = {**os.environ, **loop.services["redis"]["environment"], "REDISCLI_AUTH": password}
+    return subprocess.run(["sh", "-c", command], env=env, capture_output=True, timeout=10).returncode
+
+
+def test_the_redis_health_check_passes_with_the_password_and_fails_without(loop: Loop) -> None:
+    _ping_without_password(loop.ports["redis"])  # listening
+    password = loop.services["redis"]["environment"]["REDISCLI_AUTH"]
+    assert _redis_health_check(loop, password) == 0
+    assert _redis_health_check(loop, "wrong-password") != 0
+
+
+def _image_health_check(url: str) -> int:
+    """Run the image's HEALTHCHECK script (deploy/healthcheck.py) for ``url``."""
+    script = ROOT / "deploy" / "healthcheck.py"
+    env = {**os.environ, "HEALTHCHECK_URL": url}
+    return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, timeout=15).returncode
+
+
+def test_every_health_check_of_our_image_passes_on_the_running_loop_and_fails_on_a_dead_port(
+    loop: Loop,
+) -> None:
+    _wait_ready(f"http://127.0.0.1:{loop.ports['scheduler']}", loop)
+    checked = 0
+    for name, service in loop.services.items():
+        url = service.get("environment", {}).get("HEALTHCHECK_URL")
+        if url is None:
+            continue
+        local = re.sub(r"//[^/]+/", f"//127.0.0.1:{loop.ports[name]}/", url)  # the process's own port
+        if service["command"][0] == "sidecar":  # a sidecar checks its engine
+            engine = re.search(r"http://([^:]+):", url)
+            assert engine is not None
+            local = re.sub(r"//[^/]+/", f"//127.0.0.1:{loop.ports[engine.group(1)]}/", url)
+        deadline = time.monotonic() + 60
+        while _image_health_check(local) != 0:
+            assert time.monotonic() < deadline, f"{name}: {local} never healthy\n{loop.logs()}"
+            time.sleep(0.5)
+        checked += 1
+    assert checked == 9
+    assert _image_health_check(f"http://127.0.0.1:{free_port()}/healthz") == 1
