@@ -14,6 +14,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import NamedTuple
 
 from scheduler.costmodel import worker_cost
@@ -175,11 +176,11 @@ def _ledger(
             raise InvalidInputError(f"trajectories[{i}]", key, "duplicate trajectory key")
         index_of[key] = i
         n = actual.get(key)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        if isinstance(n, bool) or not isinstance(n, Integral) or n < 0:  # numpy integers welcome
             raise InvalidInputError(
                 f"actual_tokens[{key}]", n, "must be an integer >= 0 for every trajectory"
             )
-        steps.append(n)
+        steps.append(int(n))
     ledger = Ledger(
         list(index_of),
         [t.prompt_tokens for t in trajectories],
