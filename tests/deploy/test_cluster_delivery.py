@@ -22,12 +22,23 @@ from redis.crc import key_slot
 from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
 from service.delivery.reaper import reap_all
 from tests.cluster import LocalCluster
-from tests.service.delivery import test_protocol
+from tests.service.delivery import test_faults, test_protocol, test_state_machine
 from tests.service.delivery.audit import audit
 from tests.service.delivery.conftest import schedule
 
-# The single-node behaviour suite, collected again in this module with the cluster fixtures below.
+# The single-node behaviour suite, collected again in this module with the cluster fixtures below: every
+# operation, the hypothesis state machine, and the faults that need no second connection by URL.
 globals().update({name: fn for name, fn in vars(test_protocol).items() if name.startswith("test_")})
+globals().update({name: fn for name, fn in vars(test_state_machine).items() if name.startswith("test_")})
+globals().update(
+    {
+        name: getattr(test_faults, name)
+        for name in (
+            "test_a_crash_after_generating_but_before_completing_is_redelivered_and_done_once",
+            "test_a_poison_item_is_dead_lettered_after_max_attempts",
+        )
+    }
+)
 
 RESULT = TrajectoryResult(output_tokens=64, finish_reason="stop", wall_time_s=0.01, output="ok")
 
