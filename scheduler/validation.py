@@ -31,16 +31,45 @@ def validate_request(request: PlanRequest) -> None:
             "excluded_workers", sorted(request.excluded_workers), "every worker is excluded"
         )
     largest = max(allowed.values())
-    seen: dict[str, int] = {}
     for index, trajectory in enumerate(request.trajectories):
-        path = f"trajectories[{index}]"
-        _validate_trajectory(trajectory, path)
-        first = seen.setdefault(trajectory.key, index)
-        if first != index:
-            raise InvalidInputError(path, trajectory.key, f"duplicate trajectory key (first at [{first}])")
-        _validate_fit(trajectory, path, capacities, allowed, largest)
+        if not _plainly_valid(trajectory, largest):  # the detailed checks name what is wrong
+            path = f"trajectories[{index}]"
+            _validate_trajectory(trajectory, path)
+            _validate_fit(trajectory, path, capacities, allowed, largest)
+    _validate_unique_keys(request)
     if request.prefix_affinity:
         _validate_group_pins(request)
+
+
+def _plainly_valid(t: Trajectory, largest: int) -> bool:
+    """One cheap test that a typical trajectory passes every per-trajectory rule (32k in ~15 ms)."""
+    p, m, q = t.prompt_tokens, t.max_new_tokens, t.predicted_tokens
+    return (
+        type(p) is int
+        and type(m) is int
+        and type(q) in (float, int)
+        and type(t.sample_idx) is int
+        and p >= 1
+        and t.sample_idx >= 0
+        and 0 < q <= m  # False for NaN and inf
+        and p + m <= largest
+        and t.pinned_worker is None
+        and not t.quantiles
+        and bool(t.prompt_id)
+    )
+
+
+def _validate_unique_keys(request: PlanRequest) -> None:
+    keys = [t.key for t in request.trajectories]
+    if len(set(keys)) == len(keys):
+        return
+    seen: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        first = seen.setdefault(key, index)
+        if first != index:
+            raise InvalidInputError(
+                f"trajectories[{index}]", key, f"duplicate trajectory key (first at [{first}])"
+            )
 
 
 def _validate_group_pins(request: PlanRequest) -> None:
