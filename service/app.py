@@ -13,6 +13,7 @@ import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 import redis
@@ -56,6 +57,7 @@ def create_app(settings: Settings) -> FastAPI:
             yield
         finally:
             reaper.stop()
+            ctx.planners.shutdown(wait=True)
             ctx.redis.close()
             _log.info("service stopped")
 
@@ -95,6 +97,7 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
         speeds=SpeedLearner(client, settings.speed_ewma_alpha),
         actuals=log,
         retrainer=Retrainer(model_service, client, metrics, settings.retrain_every_steps),
+        planners=ThreadPoolExecutor(max_workers=2, thread_name_prefix="baseline"),
     )
 
 

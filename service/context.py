@@ -7,6 +7,7 @@ settings (tests, benchmarks) live side by side in one process.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import redis
@@ -33,6 +34,7 @@ class Context:
     speeds: SpeedLearner  # per-worker decode speed learned from actuals
     actuals: ActualsLog  # the durable stream of reported actuals
     retrainer: Retrainer  # on-demand and step-boundary retraining
+    planners: ThreadPoolExecutor  # runs the round-robin baseline beside the requested plan
 
 
 def context_of(request: Request) -> Context:
