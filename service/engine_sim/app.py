@@ -10,6 +10,7 @@ trajectory frees the slot. ``GET /sim/stats`` exposes the batch counters for tes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 import uuid
@@ -219,12 +220,14 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_disconnected(request))
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watcher.cancel()
         if not task.done():
             task.cancel()
-    if task.cancelled():
+    if task not in done:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
         raise EngineRequestError("client disconnected", 499, "ClientClosedRequest")
     return task.result()
 

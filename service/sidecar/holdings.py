@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from service.delivery.records import DeliveryItem, Lease
 
-LeaseId = tuple[str, str]  # (schedule id, item key)
+LeaseId = tuple[str, str, int]  # (schedule id, item key, token): a re-claimed item is a new lease
 
 
 def reservation_tokens(item: DeliveryItem) -> int:
@@ -26,7 +26,7 @@ def reservation_tokens(item: DeliveryItem) -> int:
 
 def lease_id(lease: Lease) -> LeaseId:
     """The holdings key of a lease."""
-    return (lease.schedule_id, lease.key)
+    return (lease.schedule_id, lease.key, lease.token)
 
 
 @dataclass
@@ -90,7 +90,7 @@ class Holdings:
 
     def schedules(self) -> set[str]:
         """Schedule ids of the held leases."""
-        return {sid for sid, _ in self._held}
+        return {sid for sid, _, _ in self._held}
 
     def leases(self) -> list[Lease]:
         """Every held lease, for heartbeats."""
@@ -100,5 +100,5 @@ class Holdings:
         """Store the new deadlines a heartbeat returned."""
         for lease in alive:
             held = self._held.get(lease_id(lease))
-            if held is not None and held.lease.token == lease.token:
+            if held is not None:
                 held.lease = lease

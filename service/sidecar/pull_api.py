@@ -146,8 +146,8 @@ def create_pull_app(session: WorkerSession, idle_timeout_s: float = 60.0) -> Fas
             reward=body.reward,
             extra=body.extra,
         )
-        held = session.holdings.get((body.schedule_id, body.key))
-        if held is not None and held.lease.token == body.token:
+        held = session.holdings.get((body.schedule_id, body.key, body.token))
+        if held is not None:
             outcome = await session.complete(held, result)
         else:
             outcome = await session.complete_key(body.schedule_id, body.key, body.token, result)
@@ -157,8 +157,8 @@ def create_pull_app(session: WorkerSession, idle_timeout_s: float = 60.0) -> Fas
     @app.post("/fail")
     async def fail(body: FailBody) -> dict[str, Any]:
         state.touch()
-        held = session.holdings.get((body.schedule_id, body.key))
-        if held is None or held.lease.token != body.token:
+        held = session.holdings.get((body.schedule_id, body.key, body.token))
+        if held is None:
             return {"outcome": "stale"}
         return {"outcome": (await session.fail(held, body.reason)).value}
 

@@ -163,13 +163,13 @@ class WorkerSession:
             log.warning("heartbeat failed, leases keep their deadlines: %s", exc)
             return []
         self.holdings.refresh(alive)
-        kept = {(lease_id(a), a.token) for a in alive}
+        kept = {lease_id(a) for a in alive}
         lost: list[Held] = []
         for lease in leases:
             held = self.holdings.get(lease_id(lease))
-            if held is None or held.completing or held.lease.token != lease.token:
+            if held is None or held.completing:
                 continue  # finished meanwhile, or being completed: the completion decides
-            if (lease_id(lease), lease.token) not in kept:
+            if lease_id(lease) not in kept:
                 self.holdings.remove(lease_id(lease))
                 self.stats.lost += 1
                 lost.append(held)

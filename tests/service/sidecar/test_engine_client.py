@@ -1,0 +1,74 @@
+"""The sidecar's engine client against the simulated engine's real HTTP app."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from service.delivery.records import DeliveryItem
+from service.engine_sim.app import build_config, create_app
+from service.sidecar.engine_client import EngineClient, EngineError, EngineOptions, EngineReply
+
+
+def _item(payload: dict[str, Any], cap: int = 512) -> DeliveryItem:
+    return DeliveryItem("p#1", "p", 1, 40, cap, 300.0, payload)
+
+
+def _generate(item: DeliveryItem, synthetic: bool = False) -> EngineReply:
+    async def run() -> EngineReply:
+        app = create_app(build_config("H100", time_scale=0.001, max_model_len=8192))
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://engine")
+        client = EngineClient(EngineOptions("http://engine", synthetic_prompts=synthetic), http)
+        try:
+            return await client.generate(item)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
+def test_a_prompt_goes_to_completions_and_the_reply_carries_the_actual_length() -> None:
+    reply = _generate(_item({"prompt": "2+2?", "rollout": {"output_tokens": 77}}))
+    assert (reply.completion_tokens, reply.finish_reason) == (77, "stop")
+    assert reply.output.count("sim") == 77
+
+
+def test_messages_go_to_chat_completions_and_the_cap_is_max_new_tokens() -> None:
+    item = _item({"messages": [{"role": "user", "content": "hi"}], "rollout": {"output_tokens": 900}})
+    reply = _generate(item)
+    assert (reply.completion_tokens, reply.finish_reason) == (512, "length")
+
+
+def test_the_request_names_the_trajectory_and_merges_sampling_params() -> None:
+    client = EngineClient(EngineOptions("http://x"), httpx.AsyncClient())
+    path, body = client.request_for(_item({"prompt": "q", "params": {"temperature": 0.7}}), "m")
+    assert path == "/v1/completions"
+    assert body["rollout"] == {"prompt_id": "p", "sample_idx": 1, "prompt_tokens": 40}
+    assert (body["model"], body["max_tokens"], body["temperature"]) == ("m", 512, 0.7)
+
+
+def test_an_item_without_a_prompt_is_refused_unless_synthetic_prompts_are_allowed() -> None:
+    with pytest.raises(EngineError, match="no prompt or messages") as refused:
+        _generate(_item({}))
+    assert not refused.value.retryable
+    assert _generate(_item({"rollout": {"output_tokens": 5}}), synthetic=True).completion_tokens == 5
+
+
+def test_an_engine_refusal_is_not_retryable_and_an_unreachable_engine_is() -> None:
+    with pytest.raises(EngineError, match="maximum context length") as refused:
+        _generate(_item({"prompt": "q"}, cap=9000))
+    assert not refused.value.retryable
+
+    async def unreachable() -> None:
+        client = EngineClient.open(EngineOptions("http://127.0.0.1:9", connect_timeout_s=0.5))
+        try:
+            await client.ready()
+        finally:
+            await client.aclose()
+
+    with pytest.raises(EngineError, match="unreachable") as down:
+        asyncio.run(unreachable())
+    assert down.value.retryable

@@ -1,0 +1,45 @@
+"""Slot and KV admission: what a sidecar may start, and when."""
+
+from __future__ import annotations
+
+from service.delivery.records import DeliveryItem, Lease
+from service.sidecar.holdings import Holdings, reservation_tokens
+
+
+def _lease(key: str, prompt: int = 100, predicted: float = 900.0, cap: int = 4000) -> Lease:
+    item = DeliveryItem(key, key, 0, prompt, cap, predicted)
+    return Lease("s", "w", item, token=1, deadline_ms=0, attempt=1)
+
+
+def test_an_item_reserves_its_prompt_plus_its_predicted_length_capped_at_max_tokens() -> None:
+    assert reservation_tokens(_lease("a").item) == 1000
+    assert reservation_tokens(_lease("b", predicted=9000.4).item) == 4100
+    assert reservation_tokens(_lease("c", predicted=10.2).item) == 111
+
+
+def test_kv_admission_starts_items_only_while_their_reservations_fit_the_cache() -> None:
+    holdings = Holdings(max_in_flight=8, kv_capacity_tokens=2500)
+    first, second, third = (holdings.add(_lease(k), kv_admission=True) for k in "abc")
+    for held in (first, second):
+        assert holdings.can_start(held)
+        held.started = True
+    assert holdings.reserved() == 2000
+    assert not holdings.can_start(third)
+    holdings.remove(("s", "a", 1))
+    assert holdings.can_start(third)
+
+
+def test_an_item_larger_than_the_whole_cache_still_starts_when_nothing_runs() -> None:
+    holdings = Holdings(max_in_flight=8, kv_capacity_tokens=500)
+    huge = holdings.add(_lease("a"), kv_admission=True)
+    assert holdings.can_start(huge)
+
+
+def test_without_the_plan_flag_or_a_known_cache_only_slots_limit_admission() -> None:
+    unflagged = Holdings(max_in_flight=2, kv_capacity_tokens=500)
+    unknown_cache = Holdings(max_in_flight=2, kv_capacity_tokens=None)
+    for holdings, flag in ((unflagged, False), (unknown_cache, True)):
+        a, b = holdings.add(_lease("a"), flag), holdings.add(_lease("b"), flag)
+        a.started = True
+        assert holdings.can_start(b)
+        assert holdings.free_slots() == 0

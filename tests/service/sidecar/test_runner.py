@@ -1,0 +1,164 @@
+"""The push-mode sidecar in process, against real Redis and a real engine-sim server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from service.delivery.protocol import Delivery
+from service.delivery.records import DeliveryItem
+from service.sidecar.engine_client import EngineClient, EngineOptions
+from service.sidecar.holdings import Holdings
+from service.sidecar.runner import RunnerSettings, Sidecar
+from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
+from tests.service.sidecar.procs import cluster, item, publish, tally
+
+
+@pytest.fixture
+def engine_url(tmp_path: Path) -> Iterator[str]:
+    with cluster(tmp_path) as procs:
+        yield procs.engine_threads({"engine": 0.01})["engine"]
+
+
+def _sidecar(
+    redis_url: str,
+    engine: str,
+    slots: int = 8,
+    kv: int | None = None,
+    heartbeat_s: float | None = None,
+    drain_timeout_s: float = 20.0,
+    engine_wait_s: float = 1.0,
+) -> Sidecar:
+    session = WorkerSession(
+        Delivery.from_url(redis_url),
+        Holdings(slots, kv),
+        SessionSettings("w0", heartbeat_interval_s=heartbeat_s),
+    )
+    client = EngineClient.open(EngineOptions(engine))
+    settings = RunnerSettings(idle_poll_s=0.02, drain_timeout_s=drain_timeout_s, engine_wait_s=engine_wait_s)
+    return Sidecar(session, client, settings)
+
+
+def _run_until(sidecar: Sidecar, done: Callable[[], bool], timeout_s: float = 30.0) -> SessionStats:
+    async def main() -> SessionStats:
+        stop = asyncio.Event()
+        runner = asyncio.create_task(sidecar.run(stop))
+        deadline = time.monotonic() + timeout_s
+        # The condition does blocking I/O: a thread keeps it off the sidecar's event loop.
+        while not await asyncio.to_thread(done) and time.monotonic() < deadline and not runner.done():
+            await asyncio.sleep(0.02)
+        stop.set()
+        stats = await runner
+        await sidecar.engine.aclose()
+        return stats
+
+    return asyncio.run(main())
+
+
+def _engine_stats(url: str) -> dict[str, int]:
+    return dict(httpx.get(f"{url}/sim/stats").json())
+
+
+def _finished(delivery: Delivery, sid: str) -> Callable[[], bool]:
+    return lambda: delivery.progress(sid).finished
+
+
+def test_the_sidecar_keeps_no_more_than_max_num_seqs_in_flight(
+    redis_client: redis.Redis, redis_url: str, engine_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    items = [item(f"p{i}", 0, 400) for i in range(10)]
+    publish(delivery, "slots", {"w0": items})
+    stats = _run_until(_sidecar(redis_url, engine_url, slots=3), _finished(delivery, "slots"))
+    assert stats.accepted == 10
+    assert _engine_stats(engine_url)["max_running"] == 3
+    assert tally(delivery, "slots", {i.key for i in items}) == (0, 0)
+
+
+@pytest.mark.parametrize(("kv_admission", "expected_peak"), [(True, 2), (False, 6)])
+def test_kv_admission_keeps_the_predicted_final_kv_within_the_engine_cache(
+    redis_client: redis.Redis, redis_url: str, engine_url: str, kv_admission: bool, expected_peak: int
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    items = [item(f"p{i}", 0, 1000) for i in range(6)]  # each reserves 100 + 1000 tokens
+    publish(delivery, "kv", {"w0": items}, kv_admission=kv_admission)
+    sidecar = _sidecar(redis_url, engine_url, slots=8, kv=3000)
+    stats = _run_until(sidecar, _finished(delivery, "kv"))
+    assert stats.accepted == 6
+    assert _engine_stats(engine_url)["max_running"] == expected_peak
+
+
+def test_on_stop_running_items_finish_and_nothing_more_is_claimed(
+    redis_client: redis.Redis, redis_url: str, engine_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    items = [item(f"p{i}", 0, 12_000) for i in range(4)]  # ~1 s each: stop comes while the first run
+    publish(delivery, "drain", {"w0": items})
+    stats = _run_until(
+        _sidecar(redis_url, engine_url, slots=2), lambda: _engine_stats(engine_url)["running"] == 2
+    )
+    progress = delivery.progress("drain")
+    assert (stats.accepted, stats.released) == (2, 0)
+    assert (progress.done, progress.queued, progress.running) == (2, 2, 0)
+
+
+def test_items_still_running_at_the_drain_timeout_are_released_without_spending_an_attempt(
+    redis_client: redis.Redis, redis_url: str, engine_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    items = [item(f"p{i}", 0, 200_000 // 20) for i in range(2)]  # far longer than the drain timeout
+    publish(delivery, "release", {"w0": items})
+    sidecar = _sidecar(redis_url, engine_url, slots=2, drain_timeout_s=0.1)
+    stats = _run_until(sidecar, lambda: _engine_stats(engine_url)["running"] == 2)
+    assert (stats.accepted, stats.released) == (0, 2)
+    assert delivery.progress("release").queued == 2
+    again = delivery.claim("release", "w0", 2)
+    assert [lease.attempt for lease in again] == [1, 1]  # the released attempt was not counted
+
+
+def test_a_lease_lost_mid_generation_cancels_the_engine_request_and_the_item_is_done_once(
+    redis_client: redis.Redis, redis_url: str, engine_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    long_item = item("p", 0, 6000)  # ~0.5 s
+    publish(delivery, "lost", {"w0": [long_item]}, lease_ttl_ms=60_000)
+
+    def reaped_once() -> bool:
+        if delivery.progress("lost").running == 1 and not getattr(reaped_once, "done", False):
+            delivery.reap("lost", now_ms=int(time.time() * 1000) + 3_600_000)  # the lease "lapses"
+            reaped_once.done = True  # type: ignore[attr-defined]
+        return delivery.progress("lost").finished
+
+    stats = _run_until(_sidecar(redis_url, engine_url, heartbeat_s=0.05), reaped_once)
+    assert (stats.lost, stats.accepted, stats.stale) == (1, 1, 0)
+    assert _engine_stats(engine_url)["cancelled"] == 1
+    assert [r.attempt for r in delivery.read_results("lost")] == [2]
+    assert tally(delivery, "lost", {long_item.key}) == (0, 0)
+
+
+def test_an_item_the_engine_refuses_is_failed_and_dead_lettered_after_its_attempts(
+    redis_client: redis.Redis, redis_url: str, engine_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    poison = DeliveryItem("bad#0", "bad", 0, 100, 40_000, 100.0, {"prompt": "x"})  # over max_model_len
+    publish(delivery, "poison", {"w0": [poison, item("ok", 0, 50)]})
+    stats = _run_until(_sidecar(redis_url, engine_url), _finished(delivery, "poison"))
+    progress = delivery.progress("poison")
+    assert (progress.done, progress.failed, stats.failed) == (1, 1, 5)
+    assert "maximum context length" in progress.dead_letters[0].reason
+
+
+def test_a_sidecar_whose_engine_is_down_claims_nothing(redis_client: redis.Redis, redis_url: str) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "down", {"w0": [item("p", 0, 10)]})
+    sidecar = _sidecar(redis_url, "http://127.0.0.1:9", engine_wait_s=0.05)
+    started = time.monotonic()
+    stats = _run_until(sidecar, lambda: time.monotonic() - started > 0.5)
+    assert stats.claimed == 0
+    assert delivery.progress("down").queued == 1
