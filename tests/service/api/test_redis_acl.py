@@ -1,0 +1,65 @@
+"""A Redis with ACL users: credentials from the URL or from settings; a wrong password is a clear 503."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from service.app import create_app
+from service.embedded import EmbeddedServer
+from service.redis_conn import describe
+from service.settings import Settings
+from tests.service.api.conftest import batch_body
+
+
+@pytest.fixture(scope="module")
+def acl_redis() -> Iterator[EmbeddedServer]:
+    with EmbeddedServer() as server:
+        admin = redis.Redis(host="127.0.0.1", port=server.port)
+        admin.acl_setuser(
+            "scheduler", enabled=True, passwords=["+s3cret"], keys=["*"], channels=["*"], commands=["+@all"]
+        )
+        admin.acl_setuser("default", enabled=False)  # from now on, nobody gets in without credentials
+        admin.close()
+        yield server
+
+
+def _port(server: EmbeddedServer) -> int:
+    return server.port
+
+
+def test_credentials_in_the_url_authenticate(acl_redis: EmbeddedServer, tmp_path: Path) -> None:
+    url = f"redis://scheduler:s3cret@127.0.0.1:{_port(acl_redis)}/0"
+    with TestClient(create_app(Settings(redis_url=url, model_dir=str(tmp_path)))) as client:
+        assert client.post("/schedule", json=batch_body()).status_code == 200
+
+
+def test_credentials_in_settings_authenticate(acl_redis: EmbeddedServer, tmp_path: Path) -> None:
+    settings = Settings(
+        redis_url=f"redis://127.0.0.1:{_port(acl_redis)}/0",
+        redis_username="scheduler",
+        redis_password=SecretStr("s3cret"),
+        model_dir=str(tmp_path),
+    )
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/readyz").status_code == 200
+
+
+def test_a_wrong_password_is_a_503_that_says_why(acl_redis: EmbeddedServer, tmp_path: Path) -> None:
+    url = f"redis://scheduler:wrong@127.0.0.1:{_port(acl_redis)}/0"
+    settings = Settings(redis_url=url, model_dir=str(tmp_path))
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        response = client.post("/schedule", json=batch_body())
+        assert response.status_code == 503
+        assert "AuthenticationError" in response.json()["detail"]
+
+
+def test_logged_urls_hide_the_password() -> None:
+    assert describe("rediss://scheduler:s3cret@redis:6380/0") == "rediss://scheduler:***@redis:6380/0"
+    assert describe("redis://:s3cret@redis:6379/0") == "redis://***@redis:6379/0"
+    assert describe("redis://redis:6379/0") == "redis://redis:6379/0"
