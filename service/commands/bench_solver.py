@@ -54,13 +54,22 @@ def bench_solver(
     max_trajectories: Annotated[
         int, typer.Option(min=1, help="Skip sizes above this many trajectories (quick runs).")
     ] = 32_768,
+    budget: Annotated[
+        float | None,
+        typer.Option(min=0.001, help="cpsat search budget in seconds for every size (default: per size)."),
+    ] = None,
 ) -> None:
     """Plan heavy-tailed batches at four sizes with every policy; print wall time and quality."""
     from scheduler.errors import SchedulerError
 
     started = time.perf_counter()
     try:
-        rows = [row for size in SIZES if size[0] <= max_trajectories for row in _bench_size(*size, repeats)]
+        rows = [
+            row
+            for size in SIZES
+            if size[0] <= max_trajectories
+            for row in _bench_size(*size, repeats, budget)
+        ]
     except SchedulerError as err:
         print(f"bench solver: {err}", file=sys.stderr)
         raise typer.Exit(2) from None
@@ -72,7 +81,7 @@ def bench_solver(
     _print_table(rows, repeats, elapsed)
 
 
-def _bench_size(trajectories: int, workers: int, repeats: int) -> list[BenchRow]:
+def _bench_size(trajectories: int, workers: int, repeats: int, budget: float | None) -> list[BenchRow]:
     """Plan ``repeats`` batches of one size with every policy."""
     import dataclasses
 
@@ -86,7 +95,8 @@ def _bench_size(trajectories: int, workers: int, repeats: int) -> list[BenchRow]
     statuses: dict[str, dict[str, int]] = {name: {} for name in POLICY_NAMES}
     for seed in range(repeats):
         request = dataclasses.replace(
-            bench_request(trajectories, workers, seed), time_budget_s=BUDGET_S.get(trajectories, 0.25)
+            bench_request(trajectories, workers, seed),
+            time_budget_s=budget if budget is not None else BUDGET_S.get(trajectories, 0.25),
         )
         for name in POLICY_NAMES:
             result = plan(request, name)

@@ -1,0 +1,39 @@
+"""``rollout-scheduler bench solver --json`` reports every policy at each size with the promised fields."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from typer.testing import CliRunner
+
+from service.commands import bench_solver
+
+
+def _cli() -> typer.Typer:
+    app, bench = typer.Typer(), typer.Typer()
+    app.add_typer(bench, name="bench")
+    bench_solver.register(app, bench)
+    return app
+
+
+def test_bench_solver_json_lists_every_policy_with_wall_time_and_bound_ratio() -> None:
+    result = CliRunner().invoke(
+        _cli(), ["bench", "solver", "--json", "--repeats", "1", "--max-trajectories", "1024"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["results"]
+    assert {r["policy"] for r in rows} == {"round_robin", "least_loaded", "lpt", "cpsat"}
+    for row in rows:
+        assert (row["trajectories"], row["workers"]) == (1024, 16)
+        assert 0 < row["wall_ms_p50"] <= row["wall_ms_p95"]
+        assert row["makespan_over_lower_bound"] >= 1.0
+    by_policy = {r["policy"]: r for r in rows}
+    assert by_policy["cpsat"]["makespan_s"] <= by_policy["lpt"]["makespan_s"]
+
+
+def test_bench_solver_prints_a_table_by_default() -> None:
+    result = CliRunner().invoke(_cli(), ["bench", "solver", "--repeats", "1", "--max-trajectories", "1024"])
+    assert result.exit_code == 0, result.output
+    assert "cpsat" in result.output
+    assert "p95 ms" in result.output
