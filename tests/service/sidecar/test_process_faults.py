@@ -72,3 +72,21 @@ def test_a_sidecar_paused_past_its_lease_has_its_late_completion_refused_and_the
 
 def _log_mentions(path: Path, text: str) -> bool:
     return path.exists() and text in path.read_text()
+
+
+def test_sigterm_lets_running_items_finish_and_leaves_the_rest_queued_for_others(
+    redis_client: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    items = [item("term", i, 12_000) for i in range(4)]  # ~1 s each
+    with cluster(tmp_path) as procs:
+        url = procs.engine_threads({"engine": 0.01})["engine"]
+        sidecar = procs.sidecar("w0", url, redis_url, "--max-num-seqs", "2")
+        publish(delivery, "term", {"w0": items})
+        wait_until(lambda: delivery.progress("term").running == 2, 20)
+        sidecar.signal(signal.SIGTERM)
+        stats = sidecar.stats()
+        assert sidecar.popen.returncode == 0
+    progress = delivery.progress("term")
+    assert (stats["accepted"], stats["released"]) == (2, 0)
+    assert (progress.done, progress.running, progress.queued) == (2, 0, 2)

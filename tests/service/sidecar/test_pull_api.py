@@ -1,0 +1,109 @@
+"""The local pull API: a worker process that drives its own engine takes and reports work over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import redis
+
+from service.delivery.protocol import Delivery
+from service.sidecar.holdings import Holdings
+from service.sidecar.pull_api import create_pull_app
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.procs import item, publish, tally
+
+Script = Callable[[httpx.AsyncClient], Awaitable[Any]]
+
+
+def _with_api(redis_url: str, script: Script, slots: int = 4, worker: str = "w0") -> Any:
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(slots), SessionSettings(worker))
+
+    async def run() -> Any:
+        app = create_pull_app(session)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+        ) as client:
+            return await script(client)
+
+    return asyncio.run(run())
+
+
+def _done(lease: dict[str, Any], tokens: int) -> dict[str, Any]:
+    return {
+        "schedule_id": lease["schedule_id"],
+        "key": lease["key"],
+        "token": lease["token"],
+        "output_tokens": tokens,
+    }
+
+
+def test_a_worker_pulls_items_in_plan_order_and_reports_them_once(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    items = [item("a", 0, 10), item("b", 0, 20)]
+    publish(delivery, "pull", {"w0": items}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        first = (await client.get("/next")).json()
+        second = (await client.get("/next")).json()
+        done = await client.post("/done", json=_done(first, 11))
+        again = await client.post("/done", json=_done(first, 11))  # the reply was lost: retried
+        await client.post("/done", json=_done(second, 22))
+        empty = await client.get("/next")
+        return [first["key"], second["key"], done.json(), again.json(), empty.status_code]
+
+    assert _with_api(redis_url, script) == [
+        "a#0",
+        "b#0",
+        {"outcome": "accepted"},
+        {"outcome": "duplicate"},
+        204,
+    ]
+    assert {r.key: r.result.output_tokens for r in delivery.read_results("pull")} == {"a#0": 11, "b#0": 22}
+    assert tally(delivery, "pull", {i.key for i in items}) == (0, 0)
+
+
+def test_a_report_under_a_lost_lease_is_refused_with_409(redis_client: redis.Redis, redis_url: str) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "stale", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> tuple[int, dict[str, Any]]:
+        lease = (await client.get("/next")).json()
+        wrong = {**_done(lease, 5), "token": lease["token"] + 1000}
+        answer = await client.post("/done", json=wrong)
+        return answer.status_code, answer.json()
+
+    assert _with_api(redis_url, script) == (409, {"outcome": "stale"})
+    assert delivery.progress("stale").done == 0
+
+
+def test_the_worker_gets_no_more_than_its_slots_and_a_failed_item_goes_back(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "slots", {"w0": [item("a", 0, 10), item("b", 0, 10)]}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        lease = (await client.get("/next")).json()
+        full = (await client.get("/next")).status_code
+        ref = {k: lease[k] for k in ("schedule_id", "key", "token")}
+        failed = (await client.post("/fail", json={**ref, "reason": "engine crashed"})).json()
+        retried = (await client.get("/next")).json()
+        return [full, failed, retried["key"], retried["attempt"]]
+
+    assert _with_api(redis_url, script, slots=1) == [204, {"outcome": "requeued"}, "a#0", 2]
+
+
+def test_an_idle_worker_steals_from_a_busier_queue(redis_client: redis.Redis, redis_url: str) -> None:
+    delivery = Delivery.from_url(redis_url)
+    busy = [item(f"x{i}", 0, 10) for i in range(4)]
+    publish(delivery, "steal", {"busy": busy, "idle": []}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> str:
+        return str((await client.get("/next")).json()["key"])
+
+    assert _with_api(redis_url, script, worker="idle") == "x3#0"  # from the tail: the head stays planned
