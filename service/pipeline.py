@@ -25,7 +25,14 @@ from scheduler.planner import plan
 from scheduler.policies import POLICY_NAMES
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory
 from service.api.convert import build_inventory, check_unique_prompts, resolve_model
-from service.api.schemas import AssignedItem, BatchItem, ScheduleRequest, ScheduleResponse, Timings
+from service.api.schemas import (
+    AssignedItem,
+    BatchItem,
+    ScheduleRequest,
+    ScheduleResponse,
+    Timings,
+    WorkerSpec,
+)
 from service.context import Context
 from service.delivery.publisher import publish_plan
 from service.limits import check_trajectory_count
@@ -131,8 +138,8 @@ def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
     return _Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of)
 
 
-def _unstated_speed(spec: object) -> bool:
-    return getattr(spec, "time_scale", None) is None and getattr(spec, "decode_tokens_per_s", None) is None
+def _unstated_speed(spec: WorkerSpec) -> bool:
+    return spec.time_scale is None and spec.decode_tokens_per_s is None
 
 
 def predict(
@@ -199,8 +206,8 @@ def publish(
 ) -> None:
     """Write the plan's queues (with each prompt's payload) for the sidecars; remember worker profiles."""
     payloads = {item.prompt_id: _payload(item) for item in body.batch.items}
+    ctx.speeds.remember(request.inventory)  # first: if Redis fails here, no schedule is half-announced
     publish_plan(ctx.delivery, schedule_id, chosen, request.trajectories, payloads)
-    ctx.speeds.remember(request.inventory)
 
 
 def _payload(item: BatchItem) -> dict[str, Any]:
@@ -254,6 +261,7 @@ def respond(
         round_robin_makespan_s=baseline.predicted_makespan_s,
         speedup_vs_round_robin=baseline.predicted_makespan_s / max(chosen.predicted_makespan_s, 1e-9),
         time_scales={w.worker_id: w.time_scale for w in request.inventory.workers},
+        time_scale_sources=checked.time_scale_sources,
         timings=Timings(
             validate_ms=spent["validate"],
             predict_ms=spent["predict"],

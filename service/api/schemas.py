@@ -122,7 +122,8 @@ class ScheduleResponse(BaseModel):
     lower_bound_s: float
     round_robin_makespan_s: float  # the equal split RL trainers use today, on the same predictions
     speedup_vs_round_robin: float
-    time_scales: dict[str, float]  # the step-time multiplier used per worker (given, learned or 1.0)
+    time_scales: dict[str, float]  # the step-time multiplier used per worker
+    time_scale_sources: dict[str, str]  # where each came from: request, measured, learned, profile
     timings: Timings
 
 

@@ -65,6 +65,7 @@ def test_a_worker_measured_slower_than_its_profile_is_planned_slower(client: Tes
     answer = client.post("/schedule", json=batch_body(workers=2)).json()
     assert abs(answer["time_scales"]["w0"] - 2.0) < 1e-6
     assert answer["time_scales"]["w1"] == 1.0
+    assert answer["time_scale_sources"] == {"w0": "learned", "w1": "profile"}
 
 
 def test_a_stated_speed_wins_over_the_learned_one(client: TestClient) -> None:
@@ -72,7 +73,9 @@ def test_a_stated_speed_wins_over_the_learned_one(client: TestClient) -> None:
     client.post("/actuals", json={"actuals": [_report(0, 1, 0, slowdown=3.0)]})
     body = batch_body(workers=2)
     body["inventory"]["workers"][0]["time_scale"] = 1.25
-    assert client.post("/schedule", json=body).json()["time_scales"]["w0"] == 1.25
+    answer = client.post("/schedule", json=body).json()
+    assert answer["time_scales"]["w0"] == 1.25
+    assert answer["time_scale_sources"]["w0"] == "request"
 
 
 def test_history_reported_by_workers_drives_the_next_prediction(client: TestClient) -> None:

@@ -103,3 +103,18 @@ def test_an_unknown_schedule_is_a_404_problem(client: TestClient) -> None:
     assert response.status_code == 404
     assert response.headers["content-type"] == "application/problem+json"
     assert "nope" in response.json()["detail"]
+
+
+def test_a_measured_decode_speed_becomes_the_worker_time_scale(client: TestClient) -> None:
+    from scheduler.costmodel import worker_cost
+    from scheduler.devices import device_profile, model_preset
+    from scheduler.types import Worker
+    from service.api.convert import REFERENCE_CONTEXT_TOKENS
+
+    modelled = worker_cost(Worker("w0", device_profile("H100"), max_num_seqs=64), model_preset("7b"))
+    tps = modelled.single_sequence_tps(REFERENCE_CONTEXT_TOKENS)
+    body = batch_body(workers=2)
+    body["inventory"]["workers"][0]["decode_tokens_per_s"] = tps / 1.5  # 1.5x slower than modelled
+    answer = client.post("/schedule", json=body).json()
+    assert abs(answer["time_scales"]["w0"] - 1.5) < 1e-9
+    assert answer["time_scale_sources"]["w0"] == "measured"
