@@ -64,7 +64,11 @@ class PriorRows:
 
 def prior_from_stats(stats: PromptStats, prompt_ids: Sequence[str] | np.ndarray) -> PriorRows:
     """Gather each query's prompt aggregates; unseen prompts get count 0 and NaN elsewhere."""
-    pos = stats.positions(prompt_ids)
+    return prior_at(stats, stats.positions(prompt_ids))
+
+
+def prior_at(stats: PromptStats, pos: IntArray) -> PriorRows:
+    """``prior_from_stats`` for prompt positions already looked up (-1: no history)."""
     ok = pos >= 0
     safe = np.where(ok, pos, 0)
 

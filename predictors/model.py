@@ -43,6 +43,7 @@ class FitConfig:
     seed: int = 0
     calibration_folds: int = 5  # folds by prompt for the conformal p90 shift (0: no calibration)
     calibration_rows: int = 40_000  # examples used for calibration at most (sampled by prompt)
+    bagging_rows: int = 200_000  # above this many examples each tree sees a random subset of this size
 
 
 @dataclass(frozen=True)
@@ -69,12 +70,31 @@ class FittedModel:
     spec: FeatureSpec
     metadata: ModelMetadata
 
-    def predict(self, features: FloatArray, base: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """(p50, p90) in tokens, unclipped, for rows of ``build_features`` output and their bases."""
+    def predict(
+        self, features: FloatArray, base: FloatArray, groups: IntArray | None = None
+    ) -> tuple[FloatArray, FloatArray]:
+        """(p50, p90) in tokens, unclipped, for rows of ``build_features`` output and their bases.
+
+        ``groups`` (e.g. the prompt of each row) lets identical rows be scored once: the n samples of
+        a GRPO group share every feature, so a 32k-trajectory batch is ~4k distinct rows, and tree
+        traversal is the dominant cost. Rows are checked to be identical before being merged.
+        """
+        first, inverse = _distinct_rows(features, groups)
         threads = self.metadata.config.get("num_threads", 1)
-        q50 = self.p50.predict(features, num_threads=threads)
-        q90 = self.p90.predict(features, num_threads=threads) + self.metadata.p90_shift
+        q50 = self.p50.predict(features[first], num_threads=threads)[inverse]
+        q90 = self.p90.predict(features[first], num_threads=threads)[inverse] + self.metadata.p90_shift
         return base * np.exp(q50), base * np.exp(q90)
+
+
+def _distinct_rows(x: FloatArray, groups: IntArray | None) -> tuple[IntArray, IntArray]:
+    """(representative rows, row -> representative) when every group's rows are equal, else identity."""
+    identity = np.arange(len(x))
+    if groups is None or len(x) == 0:
+        return identity, identity
+    _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+    rep = x[first][inverse]
+    same = (rep == x) | (np.isnan(rep) & np.isnan(x))
+    return (first, inverse.ravel()) if bool(same.all()) else (identity, identity)
 
 
 def fit(history: History | Trace, config: FitConfig | None = None) -> FittedModel:
@@ -88,8 +108,9 @@ def fit(history: History | Trace, config: FitConfig | None = None) -> FittedMode
         raise InvalidInputError(
             "history", f"{len(trace)} rows", "no prompt has an earlier step or a second sample to learn from"
         )
-    p50 = _train(data.features, data.target, 0.5, spec, config)
-    p90 = _train(data.features, data.target, 0.9, spec, config)
+    dataset = _dataset(data.features, data.target, spec)
+    p50 = _train(dataset, 0.5, config)
+    p90 = _train(dataset, 0.9, config)
     shift, coverage = _conformal_shift(data, trace, spec, config)
     meta = ModelMetadata(
         features=spec.names,
@@ -105,8 +126,12 @@ def fit(history: History | Trace, config: FitConfig | None = None) -> FittedMode
     return FittedModel(p50=p50, p90=p90, spec=spec, metadata=meta)
 
 
-def _params(alpha: float, config: FitConfig) -> dict[str, Any]:
+def _params(alpha: float, config: FitConfig, examples: int) -> dict[str, Any]:
+    bagging = min(1.0, config.bagging_rows / max(examples, 1))
     return {
+        "bagging_fraction": bagging,
+        "bagging_freq": 1 if bagging < 1.0 else 0,
+        "bagging_seed": config.seed,
         "objective": "quantile",
         "alpha": alpha,
         "learning_rate": config.learning_rate,
@@ -120,18 +145,25 @@ def _params(alpha: float, config: FitConfig) -> dict[str, Any]:
     }
 
 
-def _train(x: FloatArray, y: FloatArray, alpha: float, spec: FeatureSpec, config: FitConfig) -> Any:
+def _dataset(x: FloatArray, y: FloatArray, spec: FeatureSpec) -> Any:
+    """A LightGBM dataset, binned once and shared by both quantile fits."""
     import lightgbm as lgb
 
-    data = lgb.Dataset(
+    return lgb.Dataset(
         x,
         label=y,
         feature_name=list(spec.names),
         categorical_feature=spec.categorical_indices,
-        free_raw_data=True,
+        free_raw_data=False,
         params={"verbosity": -1, "max_bin": 255},
     )
-    return lgb.train(_params(alpha, config), data, num_boost_round=config.num_rounds)
+
+
+def _train(dataset: Any, alpha: float, config: FitConfig) -> Any:
+    import lightgbm as lgb
+
+    examples = len(dataset.data)
+    return lgb.train(_params(alpha, config, examples), dataset, num_boost_round=config.num_rounds)
 
 
 def _conformal_shift(
@@ -148,7 +180,7 @@ def _conformal_shift(
         train, test = chosen & (fold != k), fold == k
         if not np.any(test) or not np.any(train):
             continue
-        booster = _train(data.features[train], data.target[train], 0.9, spec, config)
+        booster = _train(_dataset(data.features[train], data.target[train], spec), 0.9, config)
         residuals.append(data.target[test] - booster.predict(data.features[test]))
     if not residuals:
         return 0.0, math.nan

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictors.fallbacks import GlobalPrior, PriorDefaults, pooled_log_sd, prompt_mean
-from predictors.features import base_length, build_features, prior_from_stats
+from predictors.features import base_length, build_features, prior_at
 from predictors.history import History
 from predictors.model import FittedModel
 from predictors.quantiles import at_quantile, check_quantile, ordered
@@ -103,7 +103,8 @@ class LengthPredictor:
         with self._lock:
             model, version = self._model, self._version
         stats = self._history.stats_before(int(step))
-        prior = prior_from_stats(stats, batch.prompt_id)
+        positions = stats.positions(batch.prompt_id)
+        prior = prior_at(stats, positions)
         global_prior, sigma = self._prior_before(int(step))
         seen = prior.seen
         p50, p90 = global_prior.predict(batch.prompt_tokens, batch.max_new_tokens)
@@ -111,7 +112,7 @@ class LengthPredictor:
         if np.any(seen):
             if model is not None:
                 x = build_features(prior, batch, int(step), stats.trend, model.spec)[seen]
-                m50, m90 = model.predict(x, base_length(prior)[seen])
+                m50, m90 = model.predict(x, base_length(prior)[seen], positions[seen])
                 source[seen] = 0
             else:
                 h50, h90 = prompt_mean(prior, sigma)
