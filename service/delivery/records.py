@@ -120,8 +120,10 @@ def _check_item(where: str, item: DeliveryItem, seen: set[str]) -> None:
     seen.add(item.key)
     if not math.isfinite(item.predicted_tokens) or item.predicted_tokens < 0:
         raise InvalidInputError(f"{where}.predicted_tokens", item.predicted_tokens, "must be finite, >= 0")
-    if item.max_new_tokens < 1 or item.prompt_tokens < 0:
+    if item.max_new_tokens < 1:
         raise InvalidInputError(f"{where}.max_new_tokens", item.max_new_tokens, "must be >= 1")
+    if item.prompt_tokens < 0:
+        raise InvalidInputError(f"{where}.prompt_tokens", item.prompt_tokens, "must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)

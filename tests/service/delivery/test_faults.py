@@ -14,6 +14,7 @@ from service.delivery.reaper import Reaper, reap_all
 from service.embedded import EmbeddedServer
 from tests.service.delivery.audit import RecordProperty, audit, report
 from tests.service.delivery.conftest import schedule
+from tests.service.delivery.proxy import ReplyLosingProxy
 
 RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
 
@@ -21,24 +22,26 @@ RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
 def test_a_completion_whose_reply_is_lost_is_retried_idempotently(
     delivery: Delivery, redis_client: redis.Redis, record_property: RecordProperty
 ) -> None:
-    delivery.publish(schedule("s", {"a": 3}))
-    slow = Delivery(redis.Redis.from_url(_url(redis_client), decode_responses=True, socket_timeout=0.2))
-    admin = redis.Redis.from_url(_url(redis_client))
-    for lease in delivery.claim("s", "a", 3):
-        admin.client_pause(400, all=False)  # the reply cannot come in time
-        with pytest.raises(redis.TimeoutError):
-            slow.complete(lease, RESULT)
-        time.sleep(0.45)
-        assert delivery.complete(lease, RESULT) in (CompletionOutcome.ACCEPTED, CompletionOutcome.DUPLICATE)
-        assert delivery.complete(lease, RESULT) is CompletionOutcome.DUPLICATE  # and again: still success
+    delivery.publish(schedule("s", {"a": 4}))
+    first, *rest = delivery.claim("s", "a", 4)
+    assert delivery.complete(first, RESULT) is CompletionOutcome.ACCEPTED  # script loaded, path warm
+    kw = redis_client.connection_pool.connection_kwargs
+    proxy = ReplyLosingProxy(int(kw["port"]))
+    lossy = Delivery(redis.Redis.from_url(proxy.url, decode_responses=True, retry=None))
+    try:
+        for done, lease in enumerate(rest, start=2):
+            lossy.client.ping()  # connected, so the next reply is the completion's
+            proxy.lose_next_reply()
+            with pytest.raises(redis.ConnectionError):
+                lossy.complete(lease, RESULT)  # applied by the server; the reply never arrived
+            assert delivery.progress("s").done == done
+            assert lossy.complete(lease, RESULT) is CompletionOutcome.DUPLICATE  # the retry: success
+    finally:
+        proxy.close()
+    assert proxy.lost == 3
     result = audit(redis_client, "s")
-    assert result.done == 3
+    assert result.done == 4
     report("lost reply", result, record_property)
-
-
-def _url(client: redis.Redis) -> str:
-    kw = client.connection_pool.connection_kwargs
-    return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
 
 
 def test_a_crash_after_generating_but_before_completing_is_redelivered_and_done_once(
