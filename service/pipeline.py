@@ -34,6 +34,7 @@ from service.api.schemas import (
     WorkerSpec,
 )
 from service.context import Context
+from service.delivery import LeaseSettings
 from service.delivery.publisher import publish_plan
 from service.limits import check_trajectory_count
 from service.logs import schedule_context
@@ -207,7 +208,9 @@ def publish(
     """Write the plan's queues (with each prompt's payload) for the sidecars; remember worker profiles."""
     payloads = {item.prompt_id: _payload(item) for item in body.batch.items}
     ctx.speeds.remember(request.inventory)  # first: if Redis fails here, no schedule is half-announced
-    publish_plan(ctx.delivery, schedule_id, chosen, request.trajectories, payloads)
+    settings = ctx.settings
+    lease = LeaseSettings(settings.lease_ttl_ms, settings.max_attempts, settings.retention_s)
+    publish_plan(ctx.delivery, schedule_id, chosen, request.trajectories, payloads, lease)
 
 
 def _payload(item: BatchItem) -> dict[str, Any]:

@@ -13,6 +13,8 @@ import ipaddress
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.delivery.keys import DEFAULT_LEASE_TTL_MS, DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION_S
+
 
 class Settings(BaseSettings):
     """Everything the service can be told; defaults are for a single-node development run."""
@@ -45,6 +47,15 @@ class Settings(BaseSettings):
     default_model: str = "7b"  # model preset when the request names none
     default_quantile: float = Field(default=0.5, gt=0, lt=1)  # predicted-length quantile to plan on
     default_time_budget_ms: int = Field(default=100, gt=0)  # solver budget when the request gives none
+
+    # --- delivery (leases the sidecars hold; see service/delivery/keys.py) ------------------------------
+    lease_ttl_ms: int = Field(
+        default=DEFAULT_LEASE_TTL_MS, ge=100
+    )  # a lease lapses this long after a heartbeat
+    max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1)  # leases of one item before dead-lettering
+    retention_s: int = Field(
+        default=DEFAULT_RETENTION_S, ge=60
+    )  # a schedule's keys and results live this long
 
     # --- learning ------------------------------------------------------------------------------------
     model_dir: str = "var/models"  # the predictor's versioned model store

@@ -118,3 +118,13 @@ def test_a_measured_decode_speed_becomes_the_worker_time_scale(client: TestClien
     answer = client.post("/schedule", json=body).json()
     assert abs(answer["time_scales"]["w0"] - 1.5) < 1e-9
     assert answer["time_scale_sources"]["w0"] == "measured"
+
+
+def test_lease_settings_are_published_with_the_schedule(
+    make_client: AppFactory, redis_client: redis.Redis
+) -> None:
+    client = make_client(lease_ttl_ms=4_000, max_attempts=5, retention_s=600)
+    sid = client.post("/schedule", json=batch_body()).json()["schedule_id"]
+    info = Delivery(redis_client).info(sid)
+    assert (info.lease_ttl_ms, info.max_attempts) == (4_000, 5)
+    assert 0 < redis_client.ttl(f"rs:{{{sid}}}:meta") <= 600
