@@ -46,7 +46,7 @@ from scheduler.policies.load import KV_FILL
 from scheduler.policies.problem import Unit
 from scheduler.policies.sat import new_solver
 
-BANDS = 6  # length bands; more add little and cost realisation time
+BANDS = 7  # length bands (incl. the cap band); more add little and cost realisation time
 BOUND_BANDS = 10  # finer bands tighten the bound (lower edges nearer the lengths); it costs no placement
 KV_UNIT = 1e7  # KV-token-steps per integer unit of K (coefficients keep ~3 significant digits)
 PROBE_LIMIT_S = 0.05  # deterministic limit of one feasibility probe (most take a few ms)

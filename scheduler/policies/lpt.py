@@ -101,7 +101,8 @@ class _State:
             for w in members:
                 self.heaps.setdefault((k, tiers[w]), []).append((0.0, w))
         self.groups = sorted(self.heaps)  # (kind, tier)
-        self.whole: dict[int, list[int] | None] = {}  # id(allowed) -> its kinds, if made of whole kinds
+        # (id(allowed), band) -> the heaps to consult; [] when allowed is not made of whole kinds
+        self.candidates: dict[tuple[int, int], list[list[tuple[float, int]]]] = {}
 
     def place(self, worker: int, u: int) -> None:
         """Put unit ``u`` on ``worker`` and refresh its estimate."""
@@ -115,18 +116,21 @@ class _State:
 
     def best_worker(self, unit: Unit, band: int) -> int:
         """The allowed worker (tier >= band if any) whose estimate after adding ``unit`` is least."""
-        key = id(unit.allowed)
-        if key not in self.whole:
-            self.whole[key] = self._kinds_of(unit.allowed)
-        kinds = self.whole[key]
-        if kinds is None:
+        key = (id(unit.allowed), band)
+        heaps = self.candidates.get(key)
+        if heaps is None:
+            heaps = self.candidates[key] = self._candidate_heaps(unit.allowed, band)
+        if not heaps:
             pool = [w for w in unit.allowed if self.tiers[w] >= band] or list(unit.allowed)
             return min(pool, key=lambda w: (self._after(w, unit), w))
-        groups = [g for g in self.groups if g[0] in kinds and g[1] >= band]
-        if not groups:
-            groups = [g for g in self.groups if g[0] in kinds]
-        tops = [top for g in groups if (top := self._top(g)) is not None]
-        if band == 0 and len(tops) > len(kinds):
+        current = self.current
+        tops = []
+        for heap in heaps:
+            while heap and heap[0][0] != current[heap[0][1]]:
+                heapq.heappop(heap)
+            if heap:
+                tops.append(heap[0])
+        if band == 0 and len(tops) > len(self.kinds):
             # Short units (the lowest band, half of them) change a worker's estimate by a sliver:
             # the least-loaded worker of each kind is the candidate, as in plain LPT.
             per_kind: dict[int, tuple[float, int]] = {}
@@ -135,7 +139,18 @@ class _State:
                 if k not in per_kind or top < per_kind[k]:
                     per_kind[k] = top
             tops = list(per_kind.values())
+        if len(tops) == 1:
+            return tops[0][1]
         return min((self._after(w, unit), w) for _, w in tops)[1]
+
+    def _candidate_heaps(self, allowed: Sequence[int], band: int) -> list[list[tuple[float, int]]]:
+        """The (kind, tier) heaps to look at for ``allowed`` at ``band``; empty: scan ``allowed``."""
+        kinds = self._kinds_of(allowed)
+        if kinds is None:
+            return []
+        groups = [g for g in self.groups if g[0] in kinds and g[1] >= band]
+        groups = groups or [g for g in self.groups if g[0] in kinds]
+        return [self.heaps[g] for g in groups]
 
     def _after(self, w: int, unit: Unit) -> float:
         load = self.loads[w]
@@ -146,12 +161,6 @@ class _State:
             load.kv_steps + unit.kv_steps,
             load.prompt_tokens + unit.prompt_tokens,
         )
-
-    def _top(self, group: tuple[int, int]) -> tuple[float, int] | None:
-        heap = self.heaps[group]
-        while heap and heap[0][0] != self.current[heap[0][1]]:
-            heapq.heappop(heap)
-        return heap[0] if heap else None
 
     def _kinds_of(self, allowed: Sequence[int]) -> list[int] | None:
         """The kinds ``allowed`` consists of, when it is made of whole kinds and worth heap look-ups."""
