@@ -1,4 +1,5 @@
-"""A hypothesis state machine over claim/heartbeat/complete/release/fail/steal/reap and the clock.
+"""A hypothesis state machine over claim/heartbeat/complete/release/fail/steal/reap, publish replays
+and the clock, on a schedule with per-worker queues and a shared FIFO.
 
 After every step the raw keys are audited: every item is in exactly one place that agrees with its
 state, counters match a recount, and no completion was ever accepted twice. The model also checks
@@ -21,12 +22,25 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from service.delivery import CompletionOutcome, Delivery, Lease, TrajectoryResult
+from service.delivery import (
+    CompletionOutcome,
+    Delivery,
+    Lease,
+    PublishedSchedule,
+    PublishOutcome,
+    TrajectoryResult,
+)
 from tests.service.delivery.audit import audit
-from tests.service.delivery.conftest import schedule
+from tests.service.delivery.conftest import item, schedule
 
 WORKERS = ("a", "b", "c")
 TTL_MS = 1000
+
+
+def _with_shared(published: PublishedSchedule) -> PublishedSchedule:
+    """Add three items to the shared FIFO, which workers pull from once their own queue drains."""
+    shared = tuple(item(f"shared-{i}#0") for i in range(3))
+    return PublishedSchedule(published.schedule_id, published.queues, lease=published.lease, shared=shared)
 
 
 class DeliveryMachine(RuleBasedStateMachine):
@@ -43,7 +57,8 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.now = 0
         self.newest: dict[str, int] = {}  # item key -> token of its newest lease
         self.accepted: set[str] = set()
-        self.delivery.publish(schedule(self.sid, {"a": 6, "b": 3, "c": 0}, ttl_ms=TTL_MS), now_ms=0)
+        self.published = _with_shared(schedule(self.sid, {"a": 6, "b": 3, "c": 0}, ttl_ms=TTL_MS))
+        self.delivery.publish(self.published, now_ms=0)
 
     def _issued(self, leases: list[Lease]) -> object:
         for lease in leases:
@@ -90,6 +105,10 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.now += dt
 
     @rule()
+    def replay_publish(self) -> None:
+        assert self.delivery.publish(self.published, now_ms=self.now) is PublishOutcome.UNCHANGED
+
+    @rule()
     def reap(self) -> None:
         self.delivery.reap(self.sid, now_ms=self.now)
 
@@ -97,7 +116,7 @@ class DeliveryMachine(RuleBasedStateMachine):
     def every_item_is_in_exactly_one_state(self) -> None:
         result = audit(self.client, self.sid)
         assert (result.lost, result.accepted_twice, result.problems, result.counts_agree) == (0, 0, [], True)
-        assert result.total == 9
+        assert result.total == 12
         assert result.done == len(self.accepted)
 
 
