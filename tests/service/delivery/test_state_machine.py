@@ -57,6 +57,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.now = 0
         self.newest: dict[str, int] = {}  # item key -> token of its newest lease
         self.accepted: set[str] = set()
+        self.deadline: dict[str, int] = {}  # item key -> deadline of its newest lease
         self.published = _with_shared(schedule(self.sid, {"a": 6, "b": 3, "c": 0}, ttl_ms=TTL_MS))
         self.delivery.publish(self.published, now_ms=0)
 
@@ -65,6 +66,7 @@ class DeliveryMachine(RuleBasedStateMachine):
             assert lease.token > self.newest.get(lease.key, 0)
             assert lease.key not in self.accepted
             self.newest[lease.key] = lease.token
+            self.deadline[lease.key] = lease.deadline_ms
         return multiple(*leases)
 
     @rule(target=leases, worker=st.sampled_from(WORKERS), n=st.integers(1, 4))
@@ -81,6 +83,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         if alive:
             assert alive[0].token == self.newest[lease.key]
             assert alive[0].deadline_ms == self.now + TTL_MS
+            self.deadline[lease.key] = alive[0].deadline_ms
 
     @rule(lease=leases)
     def complete(self, lease: Lease) -> None:
@@ -88,6 +91,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         if outcome is CompletionOutcome.ACCEPTED:
             assert lease.key not in self.accepted, "accepted twice"
             assert lease.token == self.newest[lease.key], "a superseded lease was accepted"
+            assert self.now <= self.deadline[lease.key], "an expired lease was accepted"
             self.accepted.add(lease.key)
         elif outcome is CompletionOutcome.DUPLICATE:
             assert lease.key in self.accepted
