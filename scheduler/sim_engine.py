@@ -73,7 +73,7 @@ class WorkerEngine:
     __slots__ = ("alive", "batch", "blocked", "busy_s", "cap", "clock", "cost", "event_clock", "heap",
                  "index", "kv_admission", "ledger", "limit", "max_seqs", "offset", "pending_run",
                  "preempted", "prefill_tokens", "queue", "queued_work", "reserved", "resume", "stack", "step",
-                 "to_finish", "token", "waiting")  # fmt: skip
+                 "to_finish", "token", "waiting", "waiting_reserve")  # fmt: skip
 
     def __init__(
         self,
@@ -94,6 +94,8 @@ class WorkerEngine:
         self.queue: deque[int] = deque()  # own items not yet claimed by the sidecar: stealable
         self.queued_work = 0  # planned decode steps in ``queue`` (the steal rule's measure)
         self.waiting: deque[int] = deque()  # claimed, waiting inside the engine (evicted ones first)
+        self.waiting_reserve = 0  # sum over ``waiting`` of (prompt + planned steps): the steal gate's
+        # view of claimed items not yet running
         self.heap: list[tuple[int, int, int]] = []  # (finish step, admission token, item)
         self.alive: dict[int, tuple[int, int]] = {}  # running item -> (admission token, its offset share)
         self.stack: list[tuple[int, int]] = []  # (token, item) in admission order: newest last
@@ -148,6 +150,18 @@ class WorkerEngine:
             return not self.waiting and self.may_admit()
         return self.batch + len(self.waiting) < self.max_seqs
 
+    def reservation_fits(self, item: int) -> bool:
+        """The steal gate's KV test: ``item`` fits beside everything in flight at PREDICTED final lengths.
+
+        Everything in flight is what runs plus what the sidecar already handed to the engine (waiting,
+        evicted sequences included), each counted at prompt + predicted output. A free slot alone says
+        nothing in a KV-bound regime; this keeps a thief from taking work its KV cache would have to
+        evict (docs/simulator.md, "Stealing in a KV-bound regime"). Applied to steals whatever the
+        admission mode.
+        """
+        reserve = self.ledger.reserve
+        return self.reserved + self.waiting_reserve + reserve[item] <= self.cap
+
     def take(self, item: int) -> bool:
         """Accept ``item`` from the shared queue or a victim; report whether it was accepted.
 
@@ -160,18 +174,20 @@ class WorkerEngine:
             self._admit(item)
             return True
         self.waiting.append(item)
+        self.waiting_reserve += self.ledger.reserve[item]
         self._admit_waiting()
         return True
 
     def admit_own(self) -> None:
         """Claim from the own queue as the sidecar would, then admit in order (vLLM's in-order rule)."""
-        queue, planned = self.queue, self.ledger.planned
+        queue, planned, reserve = self.queue, self.ledger.planned, self.ledger.reserve
         if not self.kv_admission:
             room = self.max_seqs - self.batch - len(self.waiting)
             while room > 0 and queue:
                 item = queue.popleft()
                 self.queued_work -= planned[item]
                 self.waiting.append(item)
+                self.waiting_reserve += reserve[item]
                 room -= 1
         self._admit_waiting()
         if self.kv_admission and not self.waiting and self.may_admit():
@@ -183,9 +199,11 @@ class WorkerEngine:
     def _admit_waiting(self) -> None:
         if not self.may_admit():
             return
-        waiting = self.waiting
+        waiting, reserve = self.waiting, self.ledger.reserve
         while waiting and self.fits(waiting[0]):
-            self._admit(waiting.popleft())
+            item = waiting.popleft()
+            self.waiting_reserve -= reserve[item]
+            self._admit(item)
 
     def _admit(self, item: int) -> None:
         ledger = self.ledger
@@ -261,6 +279,7 @@ class WorkerEngine:
         if self.resume:
             ledger.kept[item] = base + self.step - ledger.prompts[item]
         self.waiting.appendleft(item)
+        self.waiting_reserve += ledger.reserve[item]
         ledger.preemptions[item] += 1
         self.preempted += 1
         self.blocked = True

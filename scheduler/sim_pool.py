@@ -9,7 +9,9 @@ take work one item at a time, the least-loaded (fewest in flight, then inventory
 is how sidecars polling concurrently share a queue. Work comes from the shared queue's head when there
 is one, else (with stealing) from the TAIL of the queue with the most predicted work remaining,
 scaled by that victim's speed, the rule of the delivery layer: the longest items, at the head, stay
-with their planned owner, and only unclaimed items move (never running ones, nor those already
+with their planned owner, a thief takes an item only if it fits its KV cache beside everything it has
+in flight, all at PREDICTED final lengths (``WorkerEngine.reservation_fits``: a free slot is no sign
+of spare capacity when KV binds), and only unclaimed items move (never running ones, nor those already
 handed to an engine, preempted ones included, nor a trajectory pinned to its worker: a pinned tail
 shields its queue from that thief for the moment).
 
@@ -112,7 +114,9 @@ class Pool:
     def _steal(self, victim: WorkerEngine, thief: WorkerEngine) -> bool:
         """Move the victim's tail item to ``thief`` if the thief accepts it now."""
         item = victim.queue[-1]
-        if thief.ledger.pin[item] >= 0 or not thief.take(item):  # a pinned item never moves
+        if thief.ledger.pin[item] >= 0:  # a pinned item never moves
+            return False
+        if not thief.reservation_fits(item) or not thief.take(item):  # the KV steal gate, then the engine
             return False
         victim.queue.pop()
         self._unclaimed -= 1

@@ -32,7 +32,8 @@ TAIL_PERCENT = 10  # tail time: what the last 10% of trajectories to finish add 
 class SimOptions:
     """How the workers behave beyond the plan itself."""
 
-    steal: bool = False  # a worker with an empty queue and a free slot steals from the most-loaded tail
+    steal: bool = False  # a worker with an empty queue, a free slot and KV room at predicted final
+    # lengths steals from the most-loaded tail (the delivery layer's rule, docs/simulator.md)
     kv_admission: bool = False  # admit only while KV reserved at predicted final lengths fits
     watermark: float = 0.01  # share of KV kept free when admitting normally (vLLM's default)
     resume_preempted: bool = False  # an evicted sequence keeps its output (vLLM V1) instead of

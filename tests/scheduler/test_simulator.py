@@ -6,11 +6,13 @@ import math
 
 import pytest
 
+from scheduler.benchgen import heavy_tailed_batch, mixed_inventory
 from scheduler.costmodel import worker_cost
 from scheduler.devices import device_profile, model_preset
 from scheduler.errors import InvalidInputError
+from scheduler.planner import plan
 from scheduler.simulator import SimOptions, SimResult, simulate, simulate_worker
-from scheduler.types import Inventory, Plan, Trajectory, Worker, WorkerPlan
+from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker, WorkerPlan
 
 MODEL = model_preset("7b")
 
@@ -262,3 +264,36 @@ def test_an_empty_queue_of_a_worker_left_out_of_the_inventory_is_ignored() -> No
         static_plan({"a": [t], "drained": []}), [t], {t.key: 100}, Inventory((worker("a"),), MODEL)
     )
     assert set(result.worker_finish_s) == {"a"}
+
+
+def _gate_case(thief_kv: int) -> SimResult:
+    # the victim runs one sequence at a time, so three of its items wait unclaimed (stealable); the
+    # thief has a free slot at once, but its own long sequence reserves 3,200 tokens of KV
+    victim = worker("w0", max_num_seqs=1)
+    thief = worker("w1", max_num_seqs=4, kv_capacity_tokens=thief_kv)
+    queues = {"w0": [traj(i, 200, 2_000) for i in range(4)], "w1": [traj(9, 200, 3_000)]}
+    return run(queues, [victim, thief], steal=True)
+
+
+def test_a_thief_steals_only_what_fits_its_kv_beside_its_in_flight_work_at_predicted_lengths() -> None:
+    tight = _gate_case(5_000).items
+    own_end = next(r.end_s for r in tight if r.key == traj(9, 200, 3_000).key)
+    gated = [r for r in tight if r.stolen]  # 3,200 + 2,200 > 5,000: wait until its own item ends
+    assert gated
+    assert all(r.worker_id == "w1" and r.start_s >= own_end for r in gated)
+    roomy = [r for r in _gate_case(5_400).items if r.stolen]  # 3,200 + 2,200 fits: steal at once
+    assert roomy
+    assert min(r.start_s for r in roomy) < own_end
+
+
+def test_stealing_does_not_slow_a_kv_bound_long_cot_rollout_on_a_mixed_inventory() -> None:
+    # 768 long chain-of-thought trajectories on one H100 and one slower Ascend 910B: the Ascend's
+    # whole planned queue is in flight at once, leaving free slots but an oversubscribed KV cache;
+    # stealing the H100's tail there used to evict (1,267 s against 846 s without stealing)
+    batch, inventory = heavy_tailed_batch(768, seed=1), mixed_inventory(2)
+    actual = {t.key: int(t.predicted_tokens) for t in batch}
+    lpt = plan(PlanRequest(batch, inventory), "lpt")
+    alone = simulate(lpt, batch, actual, inventory, SimOptions())
+    stolen = simulate(lpt, batch, actual, inventory, SimOptions(steal=True))
+    assert stolen.makespan_s <= 1.01 * alone.makespan_s  # tolerance: 1%
+    assert stolen.preemptions <= alone.preemptions
