@@ -166,7 +166,7 @@ def predict(
         categorical={k: v[rows] for k, v in per_prompt.categorical.items()},
     )
     predictions = ctx.models.predict(queries, body.step, checked.quantile)
-    value, p50, p90 = predictions.value.tolist(), predictions.p50.tolist(), predictions.p90.tolist()
+    value = predictions.value.tolist()
     sample = queries.sample_idx.tolist()
     trajectories = tuple(
         Trajectory(
@@ -175,7 +175,6 @@ def predict(
             prompt_tokens=items[k].prompt_tokens,
             max_new_tokens=items[k].max_new_tokens,
             predicted_tokens=value[i],
-            quantiles={0.5: p50[i], 0.9: p90[i]},
             pinned_worker=items[k].pinned_worker,
         )
         for i, k in enumerate(checked.item_of)
@@ -236,19 +235,16 @@ def respond(
 ) -> ScheduleResponse:
     """The response body: assignments in queue order, plan quality, the baseline, stage timings."""
     by_key = {t.key: t for t in request.trajectories}
-    assignments = {
-        w.worker_id: [
-            AssignedItem(
-                prompt_id=by_key[k].prompt_id,
-                sample_idx=by_key[k].sample_idx,
-                predicted_tokens=round(by_key[k].predicted_tokens, 1),
-            )
-            for k in w.items
-        ]
-        for w in chosen.workers
+    items = {
+        key: AssignedItem(
+            prompt_id=t.prompt_id, sample_idx=t.sample_idx, predicted_tokens=round(t.predicted_tokens, 1)
+        )
+        for key, t in by_key.items()
     }
+    assignments = {w.worker_id: [items[k] for k in w.items] for w in chosen.workers}
     spent = clock.spent
-    return ScheduleResponse(
+    # Built from our own typed values: constructing skips re-validating thousands of assignments.
+    return ScheduleResponse.model_construct(
         schedule_id=schedule_id,
         step=body.step,
         policy=chosen.policy,

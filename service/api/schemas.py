@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
 
 Name = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:@/+=-]+$")]
 FeatureValue = float | str
@@ -86,8 +87,8 @@ class ScheduleRequest(Strict):
     seed: int = Field(default=0, ge=0)  # fixes any randomised search
 
 
-class AssignedItem(BaseModel):
-    """One trajectory in a worker's ordered queue."""
+class AssignedItem(TypedDict):
+    """One trajectory in a worker's ordered queue (a plain dict: responses carry thousands of them)."""
 
     prompt_id: str
     sample_idx: int

@@ -5,6 +5,7 @@ from __future__ import annotations
 import redis
 from fastapi.testclient import TestClient
 
+from service.api.schemas import ScheduleResponse
 from service.delivery import Delivery, TrajectoryResult
 from tests.service.api.conftest import AppFactory, batch_body
 
@@ -14,6 +15,7 @@ def test_a_batch_is_planned_published_and_answered_with_quality_and_baseline(
 ) -> None:
     response = client.post("/schedule", json=batch_body(prompts=8, n=4, workers=3))
     assert response.status_code == 200
+    ScheduleResponse.model_validate_json(response.content)  # the documented schema, field for field
     body = response.json()
     planned = [(i["prompt_id"], i["sample_idx"]) for q in body["assignments"].values() for i in q]
     assert sorted(planned) == sorted((f"p{p}", s) for p in range(8) for s in range(4))
