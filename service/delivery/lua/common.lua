@@ -92,7 +92,7 @@ local function flush(cfg)
       redis.call('ZREM', k('work'), w)
     elseif d ~= 0 then
       redis.call('ZINCRBY', k('work'), d, w)
-      keep(k('work'), cfg.exp)
+      if d > 0 then keep(k('work'), cfg.exp) end  -- only a requeue can (re)create the key
     end
   end
 end
