@@ -160,3 +160,39 @@ def test_the_pins_are_closed_under_their_own_requirements() -> None:
             if req.marker is None or req.marker.evaluate({"extra": ""}):
                 assert canonicalize_name(req.name) in pins, f"{name} needs {req.name}, which is not pinned"
     assert checked, "no pinned package is installed here at its pin; regenerate the pins"
+
+
+def _created_dirs() -> set[str]:
+    """Directories the runtime stage creates (the operands of ``mkdir -p`` in its RUN steps)."""
+    created: set[str] = set()
+    for ins in FINAL:
+        if ins.keyword != "RUN":
+            continue
+        words = list(ins.args)
+        for i in range(len(words) - 1):
+            if words[i : i + 2] == ["mkdir", "-p"]:
+                rest = words[i + 2 :]
+                created.update(rest[: rest.index("&&")] if "&&" in rest else rest)
+    return created
+
+
+def test_every_volume_our_containers_mount_exists_in_the_image_owned_by_its_user() -> None:
+    """A named volume on a path the image lacks is created root-owned: the non-root user could not write."""
+    import yaml
+
+    compose = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())
+    targets = {
+        volume.split(":")[1]
+        for svc in compose["services"].values()
+        if svc["image"].startswith("rollout-scheduler:")
+        for volume in svc.get("volumes", [])
+    }
+    assert targets
+    created = _created_dirs()
+    chowned = " ".join(" ".join(ins.args) for ins in FINAL if ins.keyword == "RUN")
+    for target in targets:
+        assert target in created, f"{target} is not created in the image"
+        owners = [p for p in (Path(target), *Path(target).parents) if f"rollout:rollout {p}" in chowned]
+        assert owners, f"{target} is not chowned to the image user"
+    declared = {ins.args[0] for ins in FINAL if ins.keyword == "VOLUME"}
+    assert targets <= declared
