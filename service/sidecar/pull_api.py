@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Query, Response
+import redis
+from fastapi import FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,6 +39,7 @@ from service.sidecar.holdings import Held
 from service.sidecar.session import WorkerSession
 
 MAX_WAIT_S = 30.0
+log = logging.getLogger("service.sidecar")
 
 
 class _LeaseRef(BaseModel):
@@ -84,8 +87,12 @@ class PullState:
             await asyncio.sleep(self.session.heartbeat_interval())
             if time.monotonic() - self.last_seen > self.idle_timeout_s:
                 continue  # the worker went quiet: let its leases lapse so they are redelivered
-            for held in await self.session.heartbeat():
-                self.lost.append(_lease_json(held))
+            try:
+                lost = await self.session.heartbeat()
+            except Exception:  # never let the heartbeat loop die: every lease would lapse
+                log.exception("heartbeat failed")
+                continue
+            self.lost += [_lease_json(held) for held in lost]
 
     async def next_item(self, wait_s: float) -> Held | None:
         """Start the oldest waiting lease that fits, else claim one; poll up to ``wait_s``."""
@@ -123,6 +130,10 @@ def create_pull_app(session: WorkerSession, idle_timeout_s: float = 60.0) -> Fas
 
     app = FastAPI(title="rollout-scheduler sidecar pull API", lifespan=lifespan)
     app.state.pull = state
+
+    @app.exception_handler(redis.RedisError)
+    async def redis_down(_: Request, exc: redis.RedisError) -> JSONResponse:
+        return JSONResponse({"error": f"redis unavailable: {exc}"}, status_code=503)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -21,6 +21,8 @@ import functools
 import logging
 from dataclasses import dataclass, field
 
+import redis
+
 from service.delivery.records import TrajectoryResult
 from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
 from service.sidecar.holdings import Held
@@ -39,6 +41,7 @@ class RunnerSettings:
     engine_retries: int = 2  # retries of a request the engine failed transiently, before release
     engine_retry_pause_s: float = 0.5  # pause between those retries
     engine_wait_s: float = 1.0  # poll interval while waiting for the engine to (re)appear
+    redis_retry_s: float = 0.5  # pause after Redis failed a claim before trying again
 
 
 def _task_id(held: Held) -> TaskId:
@@ -63,7 +66,11 @@ class Sidecar:
             while not stop.is_set():
                 if not await self._engine_ready(stop):
                     break
-                await self._fill()
+                try:
+                    await self._fill()
+                except redis.RedisError as exc:  # Redis down or restarting: keep running, retry soon
+                    log.warning("redis unavailable, not claiming: %s", exc)
+                    await _sleep_unless(stop, self.settings.redis_retry_s)
                 await self._pause(stop)
             await self._drain()
         finally:
@@ -123,6 +130,16 @@ class Sidecar:
         try:
             reply = await self._generate(held)
         except EngineError as exc:
+            await self._engine_failed(held, exc)
+            return
+        try:
+            await self.session.complete(held, _result(held, reply))
+        except Exception:  # Redis gone for longer than the retry window: the lease lapses, redelivered
+            log.exception("could not complete %s; it will be redelivered", held.lease.key)
+
+    async def _engine_failed(self, held: Held, exc: EngineError) -> None:
+        """Release the item if the engine is at fault, fail it if the item is (see module docstring)."""
+        try:
             if exc.retryable:
                 self._engine_down = True
                 log.warning("engine failing, releasing %s: %s", held.lease.key, exc)
@@ -130,11 +147,8 @@ class Sidecar:
             else:
                 log.warning("engine refused %s, reporting it failed: %s", held.lease.key, exc)
                 await self.session.fail(held, str(exc))
-            return
-        try:
-            await self.session.complete(held, _result(held, reply))
-        except Exception:  # Redis gone for longer than the retry window: the lease lapses, redelivered
-            log.exception("could not complete %s; it will be redelivered", held.lease.key)
+        except Exception:  # Redis gone too: the lease lapses and the reaper requeues the item
+            log.exception("could not hand back %s; its lease will lapse", held.lease.key)
 
     async def _generate(self, held: Held) -> EngineReply:
         for attempt in range(self.settings.engine_retries + 1):
@@ -149,7 +163,12 @@ class Sidecar:
     async def _heartbeats(self) -> None:
         while True:
             await asyncio.sleep(self.session.heartbeat_interval())
-            for held in await self.session.heartbeat():
+            try:
+                lost = await self.session.heartbeat()
+            except Exception:  # never let the heartbeat loop die: every lease would lapse
+                log.exception("heartbeat failed")
+                continue
+            for held in lost:
                 log.warning("lease on %s lost; stopping it", held.lease.key)
                 task = self._tasks.get(_task_id(held))
                 if task is not None:
