@@ -56,6 +56,9 @@ def sidecar(
     heartbeat_interval: Annotated[
         float | None, typer.Option(help="Seconds between heartbeats; default a third of the lease TTL.")
     ] = None,
+    pull_idle_timeout: Annotated[
+        float, typer.Option(help="Pull mode: stop heartbeating a worker silent this many seconds.")
+    ] = 60.0,
     prefix: Annotated[str, typer.Option(help="Redis key prefix.")] = "rs",
     cluster: Annotated[bool, typer.Option(help="The Redis URL names a cluster node.")] = False,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
@@ -93,6 +96,7 @@ def sidecar(
         heartbeat_interval_s=heartbeat_interval,
         idle_poll_s=idle_poll,
         drain_timeout_s=drain_timeout,
+        pull_idle_timeout_s=pull_idle_timeout,
     )
     stats = run_pull(options) if pull_api is not None else run_push(options)
     typer.echo(json.dumps({"worker_id": worker_id, **asdict(stats)}))

@@ -99,6 +99,9 @@ class WorkerSession:
     async def schedules(self) -> list[ScheduleInfo]:
         """The live schedules announced to this worker, oldest first."""
         ids = await self._redis(self.delivery.schedules_for, self.settings.worker_id)
+        for gone in set(self._infos) - set(ids) - self.holdings.schedules():
+            del self._infos[gone]  # finished or expired: a long-lived sidecar must not accumulate them
+            self._last_reap.pop(gone, None)
         infos = []
         for sid in ids:
             if sid not in self._infos:
