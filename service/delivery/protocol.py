@@ -116,8 +116,20 @@ class Delivery:
         return PublishOutcome.CREATED if int(created) == 1 else PublishOutcome.UNCHANGED
 
     def _announce(self, schedule_id: str, workers: Sequence[str], retention_s: int) -> None:
-        """Index the schedule for reapers and each worker's inbox (single-key commands: any slot)."""
-        published = int(self.info(schedule_id).published_ms)
+        """Index the schedule for reapers and each worker's inbox (single-key commands: any slot).
+
+        A schedule that is already finished (a replay after the work was done, or an empty one) is
+        retired instead, so replays never put finished work back in front of the sidecars.
+        """
+        keys = self.keys(schedule_id)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hmget(keys.meta, ["published_ms", "total"])
+        pipe.hmget(keys.counts, [keyspace.DONE, keyspace.FAILED])
+        (published_raw, total), settled = pipe.execute()
+        if int(total) <= sum(int(v or 0) for v in settled):
+            self._retire(schedule_id)
+            return
+        published = int(published_raw)
         horizon = published - retention_s * 1000
         pipe = self.client.pipeline(transaction=False)
         for index in (keyspace.active_index(self.prefix), *(keyspace.inbox(w, self.prefix) for w in workers)):

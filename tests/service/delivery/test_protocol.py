@@ -195,3 +195,18 @@ def test_every_key_of_a_schedule_is_in_one_hash_slot_and_expires(
     # q:a drained and deadlines emptied: both deleted, recreated with the TTL when needed
     assert suffixes == {"meta", "items", "st", "work", "counts", "dead", "results", "q:b"}
     assert all(redis_client.pttl(n) > 0 for n in names)
+
+
+def test_replaying_the_publish_of_a_finished_schedule_does_not_announce_it_again(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 1}))
+    (lease,) = delivery.claim("s", "a", 1)
+    delivery.complete(lease, RESULT)
+    assert delivery.publish(schedule("s", {"a": 1})) is PublishOutcome.UNCHANGED
+    assert delivery.schedules_for("a") == []
+    assert delivery.active_schedules() == []
+
+
+def test_an_empty_schedule_is_finished_at_once_and_never_announced(delivery: Delivery) -> None:
+    assert delivery.publish(schedule("s", {"a": 0})) is PublishOutcome.CREATED
+    assert delivery.progress("s").finished
+    assert delivery.schedules_for("a") == []
