@@ -14,10 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-import redis
-
 from scheduler.trace import TraceRow
 from service.api.schemas import ActualReport
+from service.redis_conn import RedisClient
 
 PAGE = 10_000  # entries per XRANGE while reading the history
 
@@ -25,7 +24,7 @@ PAGE = 10_000  # entries per XRANGE while reading the history
 class ActualsLog:
     """Append reports to, and page through, the actuals stream."""
 
-    def __init__(self, client: redis.Redis, maxlen: int, prefix: str = "rs") -> None:
+    def __init__(self, client: RedisClient, maxlen: int, prefix: str = "rs") -> None:
         self._redis = client
         self._maxlen = maxlen
         self.key = f"{prefix}:actuals"

@@ -10,13 +10,13 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import redis
 from fastapi import Request
 
 from service.actuals import ActualsLog
 from service.delivery import Delivery
 from service.metrics import Metrics
 from service.models import ModelService
+from service.redis_conn import RedisClient
 from service.retrain import Retrainer
 from service.settings import Settings
 from service.speeds import SpeedLearner
@@ -27,7 +27,7 @@ class Context:
     """Long-lived collaborators of the request handlers."""
 
     settings: Settings  # injected by the factory's caller
-    redis: redis.Redis  # pooled; reconnects by itself after Redis restarts
+    redis: RedisClient  # pooled; reconnects by itself after Redis restarts
     delivery: Delivery  # the Redis protocol the sidecars pull from (service.delivery)
     metrics: Metrics  # this app's Prometheus registry
     models: ModelService  # the length predictor: synced history, hot-swappable model

@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from service.embedded import EmbeddedServer
@@ -23,8 +24,16 @@ from service.settings import Settings
 _log = logging.getLogger("service.redis")
 
 
-def connect(settings: Settings) -> redis.Redis:
-    """A pooled client for ``settings.redis_url`` (strings decoded); connects lazily on first use."""
+RedisClient = redis.Redis | RedisCluster  # what every Redis-facing module of the service accepts
+
+
+def connect(settings: Settings) -> RedisClient:
+    """A pooled client for ``settings.redis_url`` (strings decoded); connects lazily on first use.
+
+    With ``redis_cluster`` the client discovers the cluster from that node and follows MOVED/ASK;
+    every multi-key step of the service touches one key (or one schedule's slot), so nothing else
+    changes.
+    """
     if not settings.redis_url:
         raise ValueError("redis_url is not set; `serve` starts an embedded server when it is absent")
     options: dict[str, Any] = {
@@ -41,6 +50,8 @@ def connect(settings: Settings) -> redis.Redis:
         options["password"] = settings.redis_password.get_secret_value()
     if settings.redis_url.startswith("rediss://") and settings.redis_tls_ca_file:
         options["ssl_ca_certs"] = settings.redis_tls_ca_file
+    if settings.redis_cluster:
+        return RedisCluster.from_url(settings.redis_url, **options)
     return redis.Redis.from_url(settings.redis_url, **options)
 
 

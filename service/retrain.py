@@ -18,12 +18,11 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-import redis
-
 from scheduler.errors import InvalidInputError
 from service.metrics import Metrics
 from service.models import ModelService
 from service.problems import ConflictError
+from service.redis_conn import RedisClient
 
 _log = logging.getLogger("service.retrain")
 LOCK_TTL_S = 900  # longest a retrain may hold the lock (1M rows fit in ~30 s on 2 cores)
@@ -48,7 +47,7 @@ class Retrainer:
     def __init__(
         self,
         models: ModelService,
-        client: redis.Redis,
+        client: RedisClient,
         metrics: Metrics,
         every_steps: int,
         prefix: str = "rs",

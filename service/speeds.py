@@ -27,13 +27,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import redis
-
 from scheduler.costmodel import worker_cost
 from scheduler.devices import DeviceProfile, ModelPreset, model_preset
 from scheduler.errors import InvalidInputError
 from scheduler.types import Inventory, Worker
 from service.api.schemas import ActualReport
+from service.redis_conn import RedisClient
 
 MIN_RATIO, MAX_RATIO = 0.02, 50.0  # a sample outside this is a unit error or a stall, not a speed
 
@@ -59,7 +58,7 @@ return tostring(state.log_scale)
 class SpeedLearner:
     """Reads and updates learned per-worker time scales in Redis."""
 
-    def __init__(self, client: redis.Redis, alpha: float, prefix: str = "rs") -> None:
+    def __init__(self, client: RedisClient, alpha: float, prefix: str = "rs") -> None:
         self._redis = client
         self._alpha = alpha
         self.workers_key = f"{prefix}:workers"

@@ -10,8 +10,12 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from scheduler.devices import device_profile, model_preset
+from scheduler.types import Worker
+from service.api.schemas import ActualReport
 from service.app import create_app
 from service.settings import Settings
+from service.speeds import modelled_seconds
 
 TRAINER = "trainer-secret"
 WORKER = "worker-secret"
@@ -125,3 +129,31 @@ def live_settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> 
 def with_settings(base: Settings, **changes: Any) -> Settings:
     """``base`` with ``changes``, validated like any settings (``model_copy`` would skip validation)."""
     return Settings(**{**base.model_dump(), **changes})
+
+
+def actual_report(
+    step: int, prompt: int, sample: int, worker: str = "w0", slowdown: float = 1.0
+) -> dict[str, Any]:
+    """A report whose length depends on the prompt, taking ``slowdown`` x the modelled H100 time."""
+    tokens = 200 + 150 * prompt + 7 * sample + 20 * step
+    report = {
+        "step": step,
+        "prompt_id": f"p{prompt}",
+        "sample_idx": sample,
+        "worker_id": worker,
+        "prompt_tokens": 100 + 10 * prompt,
+        "output_tokens": tokens,
+        "finish_reason": "stop",
+        "wall_time_s": 1.0,
+        "concurrency": 8,
+        "max_new_tokens": 2048,
+        "reward": 1.0 if prompt % 2 else 0.0,
+    }
+    h100 = Worker("w0", device_profile("H100"), max_num_seqs=64)
+    modelled = modelled_seconds(h100, model_preset("7b"), ActualReport.model_validate(report))
+    report["wall_time_s"] = slowdown * modelled
+    return report
+
+
+def actual_history(steps: int = 2, prompts: int = 8, n: int = 4) -> list[dict[str, Any]]:
+    return [actual_report(s, p, i) for s in range(steps) for p in range(prompts) for i in range(n)]

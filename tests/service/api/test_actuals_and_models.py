@@ -3,53 +3,22 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import redis
 from fastapi.testclient import TestClient
 
-from scheduler.devices import device_profile, model_preset
-from scheduler.types import Worker
-from service.api.schemas import ActualReport
-from service.speeds import modelled_seconds
-from tests.service.api.conftest import AppFactory, batch_body
-
-
-def _report(step: int, prompt: int, sample: int, worker: str = "w0", slowdown: float = 1.0) -> dict[str, Any]:
-    """A report whose length depends on the prompt, taking ``slowdown`` x the modelled H100 time."""
-    tokens = 200 + 150 * prompt + 7 * sample + 20 * step
-    report = {
-        "step": step,
-        "prompt_id": f"p{prompt}",
-        "sample_idx": sample,
-        "worker_id": worker,
-        "prompt_tokens": 100 + 10 * prompt,
-        "output_tokens": tokens,
-        "finish_reason": "stop",
-        "wall_time_s": 1.0,
-        "concurrency": 8,
-        "max_new_tokens": 2048,
-        "reward": 1.0 if prompt % 2 else 0.0,
-    }
-    h100 = Worker("w0", device_profile("H100"), max_num_seqs=64)
-    modelled = modelled_seconds(h100, model_preset("7b"), ActualReport.model_validate(report))
-    report["wall_time_s"] = slowdown * modelled
-    return report
-
-
-def _history(steps: int = 2, prompts: int = 8, n: int = 4) -> list[dict[str, Any]]:
-    return [_report(s, p, i) for s in range(steps) for p in range(prompts) for i in range(n)]
+from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
 
 
 def test_actuals_are_appended_to_the_durable_stream(client: TestClient, redis_client: redis.Redis) -> None:
-    response = client.post("/actuals", json={"actuals": _history(steps=1)})
+    response = client.post("/actuals", json={"actuals": actual_history(steps=1)})
     assert response.status_code == 200
     assert response.json()["accepted"] == 32
     assert redis_client.xlen("rs:actuals") == 32
 
 
 def test_a_bad_report_in_a_batch_stores_nothing(client: TestClient, redis_client: redis.Redis) -> None:
-    reports = _history(steps=1)
+    reports = actual_history(steps=1)
     reports[5]["output_tokens"] = 0
     response = client.post("/actuals", json={"actuals": reports})
     assert response.status_code == 422
@@ -59,7 +28,7 @@ def test_a_bad_report_in_a_batch_stores_nothing(client: TestClient, redis_client
 
 def test_a_worker_measured_slower_than_its_profile_is_planned_slower(client: TestClient) -> None:
     client.post("/schedule", json=batch_body(workers=2))  # the service learns the workers' profiles
-    slow = [_report(0, p, 0, worker="w0", slowdown=2.0) for p in range(6)]
+    slow = [actual_report(0, p, 0, worker="w0", slowdown=2.0) for p in range(6)]
     learned = client.post("/actuals", json={"actuals": slow}).json()["time_scales"]
     assert abs(learned["w0"] - 2.0) < 1e-6
     answer = client.post("/schedule", json=batch_body(workers=2)).json()
@@ -70,7 +39,7 @@ def test_a_worker_measured_slower_than_its_profile_is_planned_slower(client: Tes
 
 def test_a_stated_speed_wins_over_the_learned_one(client: TestClient) -> None:
     client.post("/schedule", json=batch_body(workers=2))
-    client.post("/actuals", json={"actuals": [_report(0, 1, 0, slowdown=3.0)]})
+    client.post("/actuals", json={"actuals": [actual_report(0, 1, 0, slowdown=3.0)]})
     body = batch_body(workers=2)
     body["inventory"]["workers"][0]["time_scale"] = 1.25
     answer = client.post("/schedule", json=body).json()
@@ -79,7 +48,7 @@ def test_a_stated_speed_wins_over_the_learned_one(client: TestClient) -> None:
 
 
 def test_history_reported_by_workers_drives_the_next_prediction(client: TestClient) -> None:
-    client.post("/actuals", json={"actuals": _history(steps=1)})
+    client.post("/actuals", json={"actuals": actual_history(steps=1)})
     answer = client.post("/schedule", json=batch_body(step=1, publish=False)).json()
     assert answer["prediction_sources"] == {"prompt_history_mean": 32}
     by_prompt = {
@@ -89,7 +58,7 @@ def test_history_reported_by_workers_drives_the_next_prediction(client: TestClie
 
 
 def test_retrain_stores_a_version_and_later_plans_use_it(client: TestClient) -> None:
-    client.post("/actuals", json={"actuals": _history(steps=2)})
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
     retrained = client.post("/models/retrain")
     assert retrained.status_code == 200, retrained.text
     assert retrained.json()["version"] == "v1"
@@ -108,9 +77,11 @@ def test_retrain_without_actuals_is_a_409_problem(client: TestClient) -> None:
     assert response.json()["field"] == "history"
 
 
-def test_a_new_replica_starts_with_the_stored_model_and_the_stream_history(make_client: AppFactory) -> None:
+def test_a_new_replica_starts_with_the_stored_model_and_the_streamactual_history(
+    make_client: AppFactory,
+) -> None:
     first = make_client()
-    first.post("/actuals", json={"actuals": _history(steps=2)})
+    first.post("/actuals", json={"actuals": actual_history(steps=2)})
     assert first.post("/models/retrain").status_code == 200
     second = make_client()
     status = second.get("/models").json()
@@ -121,7 +92,7 @@ def test_a_new_replica_starts_with_the_stored_model_and_the_stream_history(make_
 def test_automatic_retrain_runs_at_the_configured_step_boundary(make_client: AppFactory) -> None:
     client = make_client(retrain_every_steps=2)
     client.post("/schedule", json=batch_body(step=0, publish=False))
-    client.post("/actuals", json={"actuals": _history(steps=2)})
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
     client.post("/schedule", json=batch_body(step=1, publish=False))
     assert client.get("/models").json()["version"] == "fallback"  # one step: not a boundary yet
     client.post("/schedule", json=batch_body(step=2, publish=False))
@@ -132,7 +103,7 @@ def test_automatic_retrain_runs_at_the_configured_step_boundary(make_client: App
 
 
 def test_requests_keep_succeeding_while_a_retrain_swaps_the_model(client: TestClient) -> None:
-    client.post("/actuals", json={"actuals": _history(steps=2)})
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
     statuses: list[int] = []
     versions: set[str] = set()
     done = threading.Event()
@@ -158,7 +129,7 @@ def test_requests_keep_succeeding_while_a_retrain_swaps_the_model(client: TestCl
 
 def test_a_report_without_concurrency_teaches_no_speed(client: TestClient) -> None:
     client.post("/schedule", json=batch_body(workers=2))
-    report = _report(0, 1, 0, slowdown=5.0)
+    report = actual_report(0, 1, 0, slowdown=5.0)
     del report["concurrency"]
     assert client.post("/actuals", json={"actuals": [report]}).json()["time_scales"] == {}
     assert client.post("/schedule", json=batch_body(workers=2)).json()["time_scales"]["w0"] == 1.0

@@ -1,0 +1,35 @@
+"""The service on a real 3-master Redis Cluster: plan, publish, progress, actuals, speeds, retrain."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import Settings
+from tests.cluster import LocalCluster, redis_cluster
+from tests.service.api.conftest import actual_history, actual_report, batch_body
+
+__all__ = ["redis_cluster"]
+
+
+@pytest.mark.slow
+def test_the_service_runs_unchanged_on_redis_cluster(redis_cluster: LocalCluster, tmp_path: Path) -> None:
+    redis_cluster.flushall()
+    settings = Settings(redis_url=redis_cluster.url, redis_cluster=True, model_dir=str(tmp_path))
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/readyz").status_code == 200
+        plan = client.post("/schedule", json=batch_body(workers=3))
+        assert plan.status_code == 200, plan.text
+        progress = client.get(f"/schedule/{plan.json()['schedule_id']}").json()
+        assert progress["total"] == progress["queued"] == 32
+        reports = [*actual_history(steps=2), actual_report(2, 0, 0, slowdown=2.0)]
+        learned = client.post("/actuals", json={"actuals": reports}).json()["time_scales"]
+        assert set(learned) == {"w0"}
+        assert client.post("/models/retrain").json()["version"] == "v1"
+        again = client.post("/schedule", json=batch_body(workers=3, step=3)).json()
+        assert again["model_version"] == "v1"
+        assert again["time_scale_sources"]["w0"] == "learned"
+    redis_cluster.flushall()
