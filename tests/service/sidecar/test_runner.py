@@ -73,7 +73,7 @@ def test_the_sidecar_keeps_no_more_than_max_num_seqs_in_flight(
     redis_client: redis.Redis, redis_url: str, engine_url: str
 ) -> None:
     delivery = Delivery.from_url(redis_url)
-    items = [item(f"p{i}", 0, 400) for i in range(10)]
+    items = [item(f"p{i}", 0, 2000) for i in range(10)]  # ~0.15 s each: the slots overlap
     publish(delivery, "slots", {"w0": items})
     stats = _run_until(_sidecar(redis_url, engine_url, slots=3), _finished(delivery, "slots"))
     assert stats.accepted == 10
@@ -86,7 +86,8 @@ def test_kv_admission_keeps_the_predicted_final_kv_within_the_engine_cache(
     redis_client: redis.Redis, redis_url: str, engine_url: str, kv_admission: bool, expected_peak: int
 ) -> None:
     delivery = Delivery.from_url(redis_url)
-    items = [item(f"p{i}", 0, 1000) for i in range(6)]  # each reserves 100 + 1000 tokens
+    # Each reserves 100 + 1000 (predicted) tokens; each runs 5000 tokens, long enough to overlap.
+    items = [item(f"p{i}", 0, 5000, predicted=1000) for i in range(6)]
     publish(delivery, "kv", {"w0": items}, kv_admission=kv_admission)
     sidecar = _sidecar(redis_url, engine_url, slots=8, kv=3000)
     stats = _run_until(sidecar, _finished(delivery, "kv"))
