@@ -49,10 +49,12 @@ def lpt_assignment(
     With ``tiers`` (one per worker) and ``band`` (one per unit), a unit goes only to workers whose
     tier is at least its band, when any allowed worker qualifies: how ``cpsat`` confines the long
     tail to the workers its aggregate model chose. ``scale`` multiplies each worker's estimate (a
-    measured simulated/estimated ratio). Without them this is plain LPT.
+    measured simulated/estimated ratio). With tiers, a candidate whose whole queue would no longer
+    run at once without preemption (``_State._peak_after``) yields to one that still would, looking
+    a few entries deep into each heap. Without tiers and scale this is plain LPT.
     """
     costs = problem.costs
-    state = _State(problem, tiers or [0] * len(costs), scale or [1.0] * len(costs))
+    state = _State(problem, tiers or [0] * len(costs), scale or [1.0] * len(costs), tiers is not None)
     order = sorted(range(len(problem.units)), key=lambda u: _longest_first(problem.units[u], u))
     for u in order:
         unit = problem.units[u]
@@ -85,10 +87,14 @@ def worker_kinds(costs: Sequence[WorkerCost], active: Sequence[int]) -> list[lis
     return list(groups.values())
 
 
+PEAK_MARGIN = 0.01  # keep the all-at-once KV peak this far under capacity (vLLM's watermark)
+FIT_DEPTH = 4  # heap entries examined for a worker whose KV peak still fits
+
+
 class _State:
     """Loads, placements and one heap per (kind, tier) of current load estimates."""
 
-    def __init__(self, problem: Problem, tiers: Sequence[int], scale: Sequence[float]) -> None:
+    def __init__(self, problem: Problem, tiers: Sequence[int], scale: Sequence[float], peaks: bool) -> None:
         self.costs, self.tiers, self.units, self.scale = problem.costs, tiers, problem.units, scale
         self.loads = [Load() for _ in self.costs]
         self.rates = [rates(c) for c in self.costs]
@@ -103,10 +109,22 @@ class _State:
         self.groups = sorted(self.heaps)  # (kind, tier)
         # (id(allowed), band) -> the heaps to consult; [] when allowed is not made of whole kinds
         self.candidates: dict[tuple[int, int], list[list[tuple[float, int]]]] = {}
+        # KV peak of each worker's queue if it all runs at once (see _peak_after)
+        self.prompts, self.steps = problem.prompts, problem.steps
+        self.count = [0] * len(self.costs)
+        self.prompt_sum = [0] * len(self.costs)
+        self.peak = [0] * len(self.costs)
+        self.kv_limit = [(1.0 - PEAK_MARGIN) * c.kv_capacity_tokens for c in self.costs]
+        self.slots = [c.max_num_seqs for c in self.costs]
+        self.peaks = peaks  # pass over workers whose queue would no longer run at once (cpsat)
 
     def place(self, worker: int, u: int) -> None:
         """Put unit ``u`` on ``worker`` and refresh its estimate."""
-        self.loads[worker].add(self.units[u])
+        unit = self.units[u]
+        self.peak[worker] = self._peak_after(worker, unit)
+        self.count[worker] += len(unit.members)
+        self.prompt_sum[worker] += unit.prompt_tokens
+        self.loads[worker].add(unit)
         self.placed[worker].append(u)
         load = self.loads[worker]
         self.current[worker] = self.scale[worker] * estimate(
@@ -123,13 +141,12 @@ class _State:
         if not heaps:
             pool = [w for w in unit.allowed if self.tiers[w] >= band] or list(unit.allowed)
             return min(pool, key=lambda w: (self._after(w, unit), w))
-        current = self.current
-        tops = []
-        for heap in heaps:
-            while heap and heap[0][0] != current[heap[0][1]]:
-                heapq.heappop(heap)
-            if heap:
-                tops.append(heap[0])
+        if self.peaks:
+            found = [self._top_that_fits(heap, unit) for heap in heaps]
+            tops = [top for top, fits in found if top is not None and fits]  # no preemption, if possible
+            tops = tops or [top for top, _ in found if top is not None]
+        else:
+            tops = [top for heap in heaps if (top := self._live_top(heap)) is not None]
         if band == 0 and len(tops) > len(self.kinds):
             # Short units (the lowest band, half of them) change a worker's estimate by a sliver:
             # the least-loaded worker of each kind is the candidate, as in plain LPT.
@@ -142,6 +159,58 @@ class _State:
         if len(tops) == 1:
             return tops[0][1]
         return min((self._after(w, unit), w) for _, w in tops)[1]
+
+    def _live_top(self, heap: list[tuple[float, int]]) -> tuple[float, int] | None:
+        current = self.current
+        while heap and heap[0][0] != current[heap[0][1]]:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    def _fits(self, w: int, unit: Unit) -> bool:
+        """Whether ``w`` still runs its whole queue at once, without preemption, with ``unit`` added."""
+        return (
+            self.count[w] + len(unit.members) <= self.slots[w]
+            and self._peak_after(w, unit) <= self.kv_limit[w]
+        )
+
+    def _peak_after(self, w: int, unit: Unit) -> int:
+        """Peak KV of ``w``'s queue plus ``unit`` when all of it is admitted at once.
+
+        Units arrive longest first, so with ``j`` sequences of length >= L running, the cache holds
+        ``sum of their prompts + j * L`` tokens at step L: the peak is the largest such term, and a
+        new (shortest) sequence adds one term. Under that peak the engine never preempts and the
+        load estimate is exact; over it, recompute preemption makes it optimistic.
+        """
+        count, prompts, peak = self.count[w], self.prompt_sum[w], self.peak[w]
+        if len(unit.members) == 1:
+            return max(peak, prompts + unit.prompt_tokens + (count + 1) * unit.steps)
+        for i in sorted(unit.members, key=lambda m: -self.steps[m]):
+            count += 1
+            prompts += self.prompts[i]
+            peak = max(peak, prompts + count * self.steps[i])
+        return peak
+
+    def _top_that_fits(
+        self, heap: list[tuple[float, int]], unit: Unit
+    ) -> tuple[tuple[float, int] | None, bool]:
+        """The least-loaded live entry of ``heap`` whose worker still fits ``unit`` (looking
+        ``FIT_DEPTH`` entries deep), else the least-loaded live entry; and whether it fits."""
+        current = self.current
+        seen: list[tuple[float, int]] = []
+        chosen = None
+        while heap and len(seen) < FIT_DEPTH:
+            entry = heapq.heappop(heap)
+            if entry[0] != current[entry[1]]:
+                continue  # stale
+            seen.append(entry)
+            if self._fits(entry[1], unit):
+                chosen = entry
+                break
+        for entry in seen:
+            heapq.heappush(heap, entry)
+        if chosen is not None:
+            return chosen, True
+        return (seen[0] if seen else None), False
 
     def _candidate_heaps(self, allowed: Sequence[int], band: int) -> list[list[tuple[float, int]]]:
         """The (kind, tier) heaps to look at for ``allowed`` at ``band``; empty: scan ``allowed``."""
