@@ -26,31 +26,38 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
 
 def serve(
-    host: Annotated[str | None, typer.Option(help="Bind address [env ROLLOUT_HOST; 127.0.0.1].")] = None,
-    port: Annotated[int | None, typer.Option(help="Port [env ROLLOUT_PORT; 8000].")] = None,
-    redis_url: Annotated[
-        str | None, typer.Option(help="redis:// or rediss:// URL [env REDIS_URL; embedded server].")
+    host: Annotated[
+        str | None, typer.Option(help="Bind address (env ROLLOUT_HOST, default 127.0.0.1).")
     ] = None,
-    model_dir: Annotated[str | None, typer.Option(help="Model store [env ROLLOUT_MODEL_DIR].")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (env ROLLOUT_PORT, default 8000).")] = None,
+    redis_url: Annotated[
+        str | None, typer.Option(help="redis:// or rediss:// URL (env REDIS_URL, default embedded server).")
+    ] = None,
+    redis_cluster: Annotated[
+        bool | None,
+        typer.Option("--redis-cluster/--no-redis-cluster", help="The URL names a Redis Cluster node."),
+    ] = None,
+    model_dir: Annotated[str | None, typer.Option(help="Model store (env ROLLOUT_MODEL_DIR).")] = None,
     default_policy: Annotated[
-        str | None, typer.Option(help="Policy when a request names none [env ROLLOUT_DEFAULT_POLICY].")
+        str | None, typer.Option(help="Policy when a request names none (env ROLLOUT_DEFAULT_POLICY).")
     ] = None,
     max_body_bytes: Annotated[
-        int | None, typer.Option(help="Request body limit [env ROLLOUT_MAX_BODY_BYTES].")
+        int | None, typer.Option(help="Request body limit (env ROLLOUT_MAX_BODY_BYTES).")
     ] = None,
     max_trajectories: Annotated[
-        int | None, typer.Option(help="Trajectories per batch limit [env ROLLOUT_MAX_TRAJECTORIES].")
+        int | None, typer.Option(help="Trajectories per batch limit (env ROLLOUT_MAX_TRAJECTORIES).")
     ] = None,
     retrain_every_steps: Annotated[
-        int | None, typer.Option(help="Retrain every N steps, 0 = off [env ROLLOUT_RETRAIN_EVERY_STEPS].")
+        int | None, typer.Option(help="Retrain every N steps, 0 = off (env ROLLOUT_RETRAIN_EVERY_STEPS).")
     ] = None,
-    log_level: Annotated[str | None, typer.Option(help="Log level [env ROLLOUT_LOG_LEVEL].")] = None,
+    log_level: Annotated[str | None, typer.Option(help="Log level (env ROLLOUT_LOG_LEVEL).")] = None,
 ) -> None:
     """Build the settings, check they are safe to serve with, then run until SIGINT/SIGTERM."""
     flags = {
         "host": host,
         "port": port,
         "redis_url": redis_url,
+        "redis_cluster": redis_cluster,
         "model_dir": model_dir,
         "default_policy": default_policy,
         "max_body_bytes": max_body_bytes,
