@@ -71,8 +71,8 @@ def create_app(settings: Settings) -> FastAPI:
     install_problems(app)
     for router in (schedules.router, actuals.router, models.router, health.router):
         app.include_router(router)
-    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: 413s are counted too
     return app
 
 
