@@ -12,6 +12,8 @@ real server leaves nothing behind.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import platform
 import random
 import statistics
 import threading
@@ -221,3 +223,46 @@ def run_bench(
         throughput_met=ops >= THROUGHPUT_TARGET,
         steal_met=p99 <= STEAL_P99_TARGET_MS,
     )
+
+
+def markdown_report(url: str | None = None, runs: int = 3) -> str:
+    """Run the benchmark ``runs`` times and render docs/benchmarks.md's "Delivery" section body.
+
+    Meant for ``make bench`` (``service.benchreport``): the section sits between
+    ``<!-- delivery:begin -->`` and ``<!-- delivery:end -->`` markers.
+    """
+    from service.embedded import EmbeddedServer
+
+    server = EmbeddedServer().start() if url is None else None
+    try:
+        target = server.url if server is not None else str(url)
+        results = [run_bench(target) for _ in range(runs)]
+    finally:
+        if server is not None:
+            server.stop()
+    first = results[0]
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    lines = [
+        f"`rollout-scheduler bench delivery --json`, {runs} consecutive runs; {platform.machine()}, "
+        f"{os.cpu_count()} CPU cores, Python {platform.python_version()}, {when}. {first.workers} simulated "
+        f"workers over {first.processes} client processes x {first.items // first.workers} items, "
+        f"batch {first.batch}; {first.steals} sequential one-item steals against {first.queues} queues.",
+        "",
+        "| run | claims+completions/s | script calls/s | lost | accepted twice | steal p50 | steal p99 "
+        "| server time per steal |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(results, start=1):
+        lines.append(
+            f"| {i} | {r.claims_completions_per_s:,.0f} | {r.script_calls_per_s:,.0f} | {r.lost} "
+            f"| {r.accepted_twice} | {r.steal_p50_ms:.3f} ms | {r.steal_p99_ms:.2f} ms "
+            f"| {r.steal_server_us:.0f} us |"
+        )
+    ops = statistics.median(r.claims_completions_per_s for r in results)
+    p99 = statistics.median(r.steal_p99_ms for r in results)
+    lines += [
+        "",
+        f"Medians: {ops:,.0f} claims+completions/s (target >= {THROUGHPUT_TARGET:,.0f}), steal p99 "
+        f"{p99:.2f} ms (target <= {STEAL_P99_TARGET_MS} ms).",
+    ]
+    return "\n".join(lines)
