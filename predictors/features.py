@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -207,4 +208,6 @@ def _encode(queries: QueryBatch, name: str, levels: tuple[str, ...]) -> FloatArr
     if column is None:
         return np.full(len(queries), np.nan)
     lookup = {level: float(i) for i, level in enumerate(levels)}
-    return np.fromiter((lookup.get(v, np.nan) for v in column), dtype=np.float64, count=len(column))
+    return np.fromiter(
+        map(lookup.get, column, repeat(np.nan, len(column))), dtype=np.float64, count=len(column)
+    )

@@ -14,6 +14,7 @@ import itertools
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -60,8 +61,8 @@ class PromptStats:
 
     def positions(self, prompt_ids: Iterable[str]) -> IntArray:
         """Array position of each prompt, -1 where the prompt has no history."""
-        get = self.index.get
-        return np.fromiter((get(p, -1) for p in prompt_ids), dtype=np.int64)
+        ids = list(prompt_ids)
+        return np.fromiter(map(self.index.get, ids, repeat(-1, len(ids))), dtype=np.int64, count=len(ids))
 
 
 def factorize(values: ObjArray) -> tuple[IntArray, dict[str, int]]:

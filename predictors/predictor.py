@@ -126,7 +126,7 @@ class LengthPredictor:
             p50=p50,
             p90=p90,
             value=at_quantile(p50, p90, quantile, batch.max_new_tokens),
-            source=tuple(SOURCES[c] for c in source.tolist()),
+            source=tuple(map(SOURCES.__getitem__, source.tolist())),
             model_version=version,
         )
 
