@@ -35,8 +35,9 @@ from scheduler.policies.problem import Problem, Unit, build_problem
 from scheduler.types import PlanRequest
 
 LEVELS_SHARE = 0.15  # share of the remaining budget one aggregate solve may use
-ROUND_COST = 1.5  # a round costs about this many times the lpt phase (placement + ordering)
-ROUNDS = 3  # aggregate solve + realisation rounds, each calibrated by the previous one's simulation
+ROUND_COST = 2.0  # a round costs about this many times the lpt phase (placement + ordering)
+AGREED = 0.01  # calibration ratios within 1% of the last round's: stop refining
+ROUNDS = 2  # aggregate solve + realisation rounds, each calibrated by the previous one's simulation
 
 
 class CpSatPolicy:
@@ -68,14 +69,11 @@ class CpSatPolicy:
             queues, finishes = order_queues(problem, banded, reserve)
             if max(finishes) < max(best.finish_s):
                 best, assignment = Placement(queues, levels.status, finish_s=finishes), banded
-            slowdown, scale = _calibrate(
-                problem,
-                banded,
-                finishes,
-                tiers,
-                kinds,
-                slowdown or [[1.0] * len(levels.edges) for _ in kinds],
-            )
+            previous = slowdown or [[1.0] * len(levels.edges) for _ in kinds]
+            slowdown, scale = _calibrate(problem, banded, finishes, tiers, kinds, previous)
+            if all(new <= old * (1 + AGREED) for row, old_row in zip(slowdown, previous, strict=True)
+                   for new, old in zip(row, old_row, strict=True)):  # fmt: skip
+                break  # the worker model agreed with the estimate: another round would repeat this one
         repaired = improve(problem, assignment, best.queues, best.finish_s, reserve, deadline, request.seed)
         if repaired is not None:
             status = best.status if best.status != "FALLBACK_LPT" else "FEASIBLE"

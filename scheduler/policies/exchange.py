@@ -24,8 +24,8 @@ from scheduler.policies.sat import new_solver
 
 US = 1e6  # time unit of the model: microseconds
 KV_UNIT = 1e5  # KV-token-steps per integer unit
-PARTNERS = (1, 2, 3)  # neighbourhood sizes tried, beside the slowest worker
-STEP_LIMIT_S = 0.05  # deterministic limit of one neighbourhood solve
+PARTNERS = (1, 3)  # neighbourhood sizes tried, beside the slowest worker
+STEP_LIMIT_S = 0.02  # deterministic limit of one neighbourhood solve
 MAX_MOVES = 24  # neighbourhood solves per plan at most (the budget usually ends the search first)
 
 
