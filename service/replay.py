@@ -21,6 +21,7 @@ from predictors.model import FitConfig, FittedModel, fit
 from predictors.predictor import LengthPredictor
 from predictors.queries import QueryBatch
 from predictors.tracetable import FloatArray, Trace
+from scheduler.costmodel import worker_cost
 from scheduler.errors import InvalidInputError
 from scheduler.lowerbound import lower_bound
 from scheduler.planner import plan
@@ -57,6 +58,7 @@ class StepRun:
 
     plan: Plan
     result: SimResult
+    kv_use: float  # approximate mean share of the pool's KV cache in use up to the makespan
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,6 +85,7 @@ class PolicySummary:
     tokens_per_s: float  # true output tokens of all steps / summed makespan
     tail_time_s: float  # summed over steps: what the last 10% of trajectories add
     plan_wall_s: float  # summed planning wall time
+    kv_use: float  # mean over steps of the approximate share of the pool's KV cache in use
     preemptions: int  # summed KV preemptions
     steals: int  # summed work-stealing moves
 
@@ -197,9 +200,8 @@ def _replay_step(trace: Trace, step: int, config: ReplayConfig, tick: Progress) 
         the_plan = _plan(batch, name, config)
         for steal in config.steal_modes:
             options = SimOptions(steal=steal, kv_admission=the_plan.kv_admission)
-            runs[(name, steal)] = StepRun(
-                the_plan, simulate(the_plan, batch, actual, config.inventory, options)
-            )
+            result = simulate(the_plan, batch, actual, config.inventory, options)
+            runs[(name, steal)] = StepRun(the_plan, result, kv_use(result, batch, config.inventory))
         tick(f"step {step}: {name}")
     return StepReplay(
         step=step,
@@ -209,6 +211,19 @@ def _replay_step(trace: Trace, step: int, config: ReplayConfig, tick: Progress) 
         prediction_mae=float(np.mean(np.abs(planned - rows.output_tokens))),
         runs=runs,
     )
+
+
+def kv_use(result: SimResult, batch: Sequence[Trajectory], inventory: Inventory) -> float:
+    """Approximate mean share of the pool's KV cache in use from step start to the makespan.
+
+    Each trajectory is taken to hold its prompt plus half its output from first admission to its end
+    (exact for linear growth without preemption; a preempted one is over-counted). It explains the
+    distance to the lower bound, whose KV term assumes every cache full at every step.
+    """
+    prompts = {t.key: t.prompt_tokens for t in batch}
+    held = sum((prompts[i.key] + i.output_tokens / 2.0) * (i.end_s - i.start_s) for i in result.items)
+    capacity = sum(worker_cost(w, inventory.model).kv_capacity_tokens for w in inventory.workers)
+    return held / (capacity * result.makespan_s) if result.makespan_s > 0 else 0.0
 
 
 def _plan(batch: tuple[Trajectory, ...], name: str, config: ReplayConfig) -> Plan:
@@ -290,6 +305,7 @@ def _summarize(steps: Sequence[StepReplay], name: str, steal: bool) -> PolicySum
         tokens_per_s=sum(s.output_tokens for s in steps) / makespan,
         tail_time_s=sum(r.result.tail_time_s for r in runs),
         plan_wall_s=sum(r.plan.wall_time_s for r in runs),
+        kv_use=float(np.mean([r.kv_use for r in runs])),
         preemptions=sum(r.result.preemptions for r in runs),
         steals=sum(r.result.steals for r in runs),
     )

@@ -27,6 +27,7 @@ COLUMNS: tuple[str, ...] = (
     "bubble",
     "tokens/s",
     "tail s",
+    "KV use",
     "plan s",
 )
 
@@ -45,6 +46,7 @@ def table_rows(report: ReplayReport, steal: bool) -> list[tuple[str, ...]]:
                 f"{s.bubble_ratio:.3f}",
                 f"{s.tokens_per_s:,.0f}",
                 f"{s.tail_time_s:,.1f}",
+                f"{s.kv_use:.2f}",
                 f"{s.plan_wall_s:.2f}",
             )
         )

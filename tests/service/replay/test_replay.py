@@ -116,3 +116,10 @@ def test_policies_are_checked_against_the_registry() -> None:
     assert "cpsat" in parse_policies("all")
     with pytest.raises(InvalidInputError, match="policies"):
         parse_policies("lpt,magic")
+
+
+def test_kv_use_is_a_share_of_the_cache_when_nothing_is_preempted(report: ReplayReport) -> None:
+    for step in report.steps:
+        run = step.runs[("oracle", False)]
+        assert run.result.preemptions == 0  # KV admission reserves, so nothing is evicted
+        assert 0.0 < run.kv_use <= 1.0
