@@ -47,8 +47,8 @@ def training_set(trace: Trace, spec: FeatureSpec) -> TrainingSet:
         steps.append(step)
         queries = QueryBatch.from_trace(trace.take(rows), NO_CAP)
         prior = prior_from_stats(stats, queries.prompt_id)
-        sibling = prior_leave_one_out(trace, groups, rows)
-        merged = _merge(prior, sibling)
+        first = ~prior.seen  # the prompt's first step: its siblings stand in for history
+        merged = _merge(prior, prior_leave_one_out(trace, groups, rows[first]), first)
         usable = merged.seen
         if not np.any(usable):
             continue
@@ -64,8 +64,13 @@ def training_set(trace: Trace, spec: FeatureSpec) -> TrainingSet:
     return TrainingSet(x, y - np.log(base), base, rows_all, tuple(steps))
 
 
-def _merge(history: PriorRows, sibling: PriorRows) -> PriorRows:
-    """History where the prompt has any, the siblings' leave-one-out prior where it does not."""
-    use_history = history.seen
-    fields = PriorRows.__dataclass_fields__
-    return PriorRows(**{k: np.where(use_history, getattr(history, k), getattr(sibling, k)) for k in fields})
+def _merge(history: PriorRows, sibling: PriorRows, first: np.ndarray) -> PriorRows:
+    """History where the prompt has any; the siblings' prior (given for ``first`` rows only) elsewhere."""
+    if not np.any(first):
+        return history
+    merged = {}
+    for name in PriorRows.__dataclass_fields__:
+        column = getattr(history, name).copy()
+        column[first] = getattr(sibling, name)
+        merged[name] = column
+    return PriorRows(**merged)
