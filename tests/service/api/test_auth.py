@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -81,3 +82,12 @@ def test_serve_refuses_a_public_address_without_a_token(monkeypatch: pytest.Monk
     assert result.exit_code != 0
     assert "token" in result.output.lower()
     assert "Traceback" not in result.output
+
+
+def test_refused_callers_change_nothing_in_redis(secured: TestClient, redis_client: redis.Redis) -> None:
+    before = sorted(str(k) for k in redis_client.keys("*"))
+    assert secured.post("/schedule", json=batch_body()).status_code == 401
+    assert secured.post("/schedule", json=batch_body(), headers=bearer(WORKER)).status_code == 403
+    assert secured.post("/actuals", json=_actuals(), headers=bearer("nope")).status_code == 401
+    assert secured.post("/models/retrain", headers=bearer(WORKER)).status_code == 403
+    assert sorted(str(k) for k in redis_client.keys("*")) == before
