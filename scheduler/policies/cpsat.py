@@ -65,7 +65,8 @@ class CpSatPolicy:
             if levels is None:
                 break
             tiers = _tiers(levels, kinds, len(problem.costs))
-            banded = lpt_assignment(problem, tiers, functools.partial(_band, edges=levels.edges), scale)
+            band = functools.partial(_band, edges=levels.edges)
+            banded = lpt_assignment(problem, tiers, band, scale, reserve)
             queues, finishes = order_queues(problem, banded, reserve)
             if max(finishes) < max(best.finish_s):
                 best, assignment = Placement(queues, levels.status, finish_s=finishes), banded

@@ -149,3 +149,26 @@ def _print_table(rows: list[BenchRow], repeats: int, elapsed: float) -> None:
               f"{r.makespan_s:>11.1f} {r.lower_bound_s:>9.1f} {r.makespan_over_lower_bound:>7.3f} "
               f"{r.speedup_over_round_robin:>6.2f}  {r.statuses}")  # fmt: skip
     print(f"elapsed {elapsed:.1f} s on {os.cpu_count()} cores")
+
+
+def markdown_report(repeats: int = 5) -> str:
+    """The benchmark as a Markdown table, for ``make bench`` (``service.benchreport``) to embed."""
+    started = time.perf_counter()
+    rows = [row for size in SIZES for row in _bench_size(*size, repeats, None)]
+    lines = [
+        f"`rollout-scheduler bench solver --repeats {repeats}`: {repeats} heavy-tailed batches per size "
+        f"(`scheduler.benchgen`), half H100 / half Ascend 910B, Qwen2.5-7B; {os.cpu_count()} cores; "
+        f"{time.perf_counter() - started:.0f} s.",
+        "",
+        "| size | policy | wall p50 ms | wall p95 ms | CPU p95 ms | makespan s | bound s | / bound "
+        "| vs round_robin | status |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = (
+            f"{r.trajectories:,} x {r.workers}", r.policy, r.wall_ms_p50, r.wall_ms_p95, r.cpu_ms_p95,
+            r.makespan_s, r.lower_bound_s, r.makespan_over_lower_bound, r.speedup_over_round_robin,
+            r.statuses,
+        )  # fmt: skip
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
