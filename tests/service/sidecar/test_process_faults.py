@@ -48,18 +48,21 @@ def test_a_sidecar_paused_past_its_lease_has_its_late_completion_refused_and_the
     redis_client: redis.Redis, redis_url: str, tmp_path: Path
 ) -> None:
     delivery = Delivery.from_url(redis_url)
-    slow = item("paused", 0, 3000)  # ~0.5 s on the paused sidecar's engine
+    slow = item("paused", 0, 6000)  # ~0.9 s on the paused sidecar's engine, within its 2 s lease
     with cluster(tmp_path) as procs:
         urls = procs.engine_threads({"engine-paused": 0.02, "engine-rescuer": 0.01})
-        paused = procs.sidecar("paused", urls["engine-paused"], redis_url)
-        publish(delivery, "pause", {"paused": [slow], "rescuer": []})
-        wait_until(lambda: delivery.progress("pause").running == 1, 20)
+        # Its item needs 0.9 s of its 2 s lease, so without the pause it would finish in time even with
+        # no heartbeat. A long heartbeat interval makes the late completion, not the next heartbeat, the
+        # first thing the resumed process sends (the heartbeat-first order is test_runner's lost lease).
+        paused = procs.sidecar("paused", urls["engine-paused"], redis_url, "--heartbeat-interval", "5")
+        publish(delivery, "pause", {"paused": [slow], "rescuer": []}, lease_ttl_ms=2000)
+        wait_until(lambda: delivery.progress("pause").running == 1, 40, "the item claimed")
         paused.signal(signal.SIGSTOP)
         rescuer = procs.sidecar("rescuer", urls["engine-rescuer"], redis_url)
-        wait_finished(delivery, "pause", 30)  # reaped after 1 s, stolen and completed by the rescuer
-        time.sleep(0.7)  # the paused sidecar's engine has long finished: its reply waits in the socket
+        wait_finished(delivery, "pause", 30)  # reaped after 2 s, stolen and completed by the rescuer
+        time.sleep(0.5)  # the paused sidecar's engine has long finished: its reply waits in the socket
         paused.signal(signal.SIGCONT)
-        wait_until(lambda: _log_mentions(tmp_path / "sidecar-paused.log", "refused as stale"), 20)
+        wait_until(lambda: _log_mentions(paused.log, "refused as stale"), 40, "a refused completion")
         paused.signal(signal.SIGTERM)
         rescuer.signal(signal.SIGTERM)
         paused_stats, rescuer_stats = paused.stats(), rescuer.stats()
