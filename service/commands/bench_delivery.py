@@ -58,7 +58,7 @@ def bench_delivery(
     print(
         f"claims+completions/s  {result.claims_completions_per_s:>10,.0f}  "
         f"(target >= {THROUGHPUT_TARGET:,.0f}: {'met' if result.throughput_met else 'MISSED'}); "
-        f"script calls/s {result.script_calls_per_s:,.0f}"
+        f"round trips/s {result.round_trips_per_s:,.0f}"
     )
     print(f"lost {result.lost}, accepted twice {result.accepted_twice}")
     print(
@@ -66,3 +66,4 @@ def bench_delivery(
         f"p99 {result.steal_p99_ms} ms (target <= {STEAL_P99_TARGET_MS} ms: "
         f"{'met' if result.steal_met else 'MISSED'}); server time per steal {result.steal_server_us} us"
     )
+    print(f"PING round trip on this machine: p50 {result.ping_p50_ms} ms, p99 {result.ping_p99_ms} ms")

@@ -36,12 +36,12 @@ _RESULT = TrajectoryResult(output_tokens=512, finish_reason="stop", wall_time_s=
 class DeliveryBench:
     """Figures of one benchmark run."""
 
-    workers: int  # concurrent simulated workers
+    workers: int  # concurrent simulated workers (each round trip: complete a batch + claim the next)
     items: int  # items in the throughput schedule
     batch: int  # items per claim / per complete call
     wall_s: float  # throughput phase wall time
     claims_completions_per_s: float  # (items claimed + items completed) / wall_s
-    script_calls_per_s: float  # EVALSHA round trips per second
+    round_trips_per_s: float  # client round trips per second (a complete+claim pipeline is one)
     lost: int  # items not done at the end (must be 0)
     accepted_twice: int  # results-stream entries beyond one per item (must be 0)
     queues: int  # queues in the steal schedule
@@ -49,6 +49,8 @@ class DeliveryBench:
     steal_p50_ms: float  # median steal round trip
     steal_p99_ms: float  # 99th percentile steal round trip
     steal_server_us: float  # mean server-side script time of one steal (INFO commandstats)
+    ping_p50_ms: float  # PING round trip just before each steal: the machine's latency floor
+    ping_p99_ms: float  # its 99th percentile: scheduling noise any command's tail includes
     processes: int  # client processes the simulated workers were spread over
     throughput_met: bool  # >= THROUGHPUT_TARGET
     steal_met: bool  # p99 <= STEAL_P99_TARGET_MS
@@ -80,19 +82,20 @@ def _schedule(sid: str, queues: int, per_queue: int, extra_empty: int, seed: int
     return PublishedSchedule(sid, {**full, **empty}, lease=LeaseSettings(lease_ttl_ms=600_000))
 
 
-def _worker_loop(delivery: Delivery, sid: str, worker: str, batch: int, calls: list[int]) -> None:
-    n = 0
+def _worker_loop(delivery: Delivery, sid: str, worker: str, batch: int, trips: list[int]) -> None:
+    """A busy worker: each round trip completes the last batch and claims the next (pipelined);
+    once its own queue drains it steals, until there is nothing left anywhere."""
+    n, leases = 1, delivery.claim(sid, worker, batch)
     while True:
-        leases = delivery.claim(sid, worker, batch)
-        n += 1
         if not leases:
             leases = delivery.steal(sid, worker, batch)
             n += 1
             if not leases:
                 break
-        delivery.complete_many(sid, [(le.key, le.token, _RESULT) for le in leases])
+        done = [(le.key, le.token, _RESULT) for le in leases]
+        _, leases = delivery.complete_and_claim(sid, worker, done, batch)
         n += 1
-    calls.append(n)
+    trips.append(n)
 
 
 def _process_main(
@@ -118,7 +121,7 @@ def _process_main(
 def measure_throughput(
     url: str, prefix: str, workers: int, per_worker: int, batch: int, processes: int = 2
 ) -> tuple[float, float, float, int, int]:
-    """Run the throughput phase; returns (wall_s, ops/s, calls/s, lost, accepted_twice).
+    """Run the throughput phase; returns (wall_s, ops/s, round trips/s, lost, accepted_twice).
 
     The simulated workers are spread over ``processes`` processes (threads within each), so the
     client side is not bound to one interpreter lock; the server sees 64 concurrent connections.
@@ -152,11 +155,12 @@ def _evalsha_usec(client: Any) -> tuple[int, int]:
     return int(stats.get("calls", 0)), int(stats.get("usec", 0))
 
 
-def measure_steals(url: str, prefix: str, queues: int, steals: int) -> tuple[list[float], float]:
+def measure_steals(url: str, prefix: str, queues: int, steals: int) -> tuple[list[float], list[float], float]:
     """Time ``steals`` sequential one-item steals against ``queues`` loaded queues.
 
-    Returns the client round trips (ms each) and the server's mean script time per steal (us, from
-    INFO commandstats), which shows what the round trip spends outside the server.
+    Returns the steal round trips (ms), PING round trips taken just before each steal (ms: the
+    machine's own floor, against which the steal's tail is judged), and the server's mean script
+    time per steal (us, from INFO commandstats).
     """
     sid = "steal"
     delivery = Delivery.from_url(url, prefix)
@@ -164,16 +168,23 @@ def measure_steals(url: str, prefix: str, queues: int, steals: int) -> tuple[lis
     delivery.publish(_schedule(sid, queues, per_queue, 1, seed=2))
     for _ in range(50):  # warm the connection and the script cache
         delivery.steal(sid, "thief0", 1)
-    samples = []
+    samples, pings = [], []
     calls0, usec0 = _evalsha_usec(delivery.client)
     for _ in range(steals):
         start = time.perf_counter()
+        delivery.client.ping()
+        pinged = time.perf_counter()
         got = delivery.steal(sid, "thief0", 1)
-        samples.append((time.perf_counter() - start) * 1000)
+        samples.append((time.perf_counter() - pinged) * 1000)
+        pings.append((pinged - start) * 1000)
         if not got:
             raise RuntimeError("steal benchmark ran out of work; raise --queues or lower --steals")
     calls1, usec1 = _evalsha_usec(delivery.client)
-    return samples, (usec1 - usec0) / max(1, calls1 - calls0)
+    return samples, pings, (usec1 - usec0) / max(1, calls1 - calls0)
+
+
+def _percentile(sorted_ms: list[float], q: float) -> float:
+    return sorted_ms[min(len(sorted_ms) - 1, round(q * (len(sorted_ms) - 1)))]
 
 
 def _cleanup(url: str, prefix: str) -> None:
@@ -199,19 +210,18 @@ def run_bench(
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     try:
         wall, ops, calls, lost, twice = measure_throughput(url, prefix, workers, per_worker, batch, processes)
-        raw, server_us = measure_steals(url, prefix, queues, steals)
-        samples = sorted(raw)
+        raw, raw_pings, server_us = measure_steals(url, prefix, queues, steals)
+        samples, pings = sorted(raw), sorted(raw_pings)
     finally:
         _cleanup(url, prefix)
-    p50 = statistics.median(samples)
-    p99 = samples[min(len(samples) - 1, round(0.99 * (len(samples) - 1)))]
+    p50, p99 = statistics.median(samples), _percentile(samples, 0.99)
     return DeliveryBench(
         workers=workers,
         items=workers * per_worker,
         batch=batch,
         wall_s=round(wall, 3),
         claims_completions_per_s=round(ops, 1),
-        script_calls_per_s=round(calls, 1),
+        round_trips_per_s=round(calls, 1),
         lost=lost,
         accepted_twice=twice,
         queues=queues,
@@ -219,6 +229,8 @@ def run_bench(
         steal_p50_ms=round(p50, 3),
         steal_p99_ms=round(p99, 3),
         steal_server_us=round(server_us, 1),
+        ping_p50_ms=round(statistics.median(pings), 3),
+        ping_p99_ms=round(_percentile(pings, 0.99), 3),
         processes=processes,
         throughput_met=ops >= THROUGHPUT_TARGET,
         steal_met=p99 <= STEAL_P99_TARGET_MS,
@@ -248,15 +260,15 @@ def markdown_report(url: str | None = None, runs: int = 3) -> str:
         f"workers over {first.processes} client processes x {first.items // first.workers} items, "
         f"batch {first.batch}; {first.steals} sequential one-item steals against {first.queues} queues.",
         "",
-        "| run | claims+completions/s | script calls/s | lost | accepted twice | steal p50 | steal p99 "
-        "| server time per steal |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | claims+completions/s | round trips/s | lost | accepted twice | steal p50 | steal p99 "
+        "| server time per steal | PING p50 / p99 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(results, start=1):
         lines.append(
-            f"| {i} | {r.claims_completions_per_s:,.0f} | {r.script_calls_per_s:,.0f} | {r.lost} "
+            f"| {i} | {r.claims_completions_per_s:,.0f} | {r.round_trips_per_s:,.0f} | {r.lost} "
             f"| {r.accepted_twice} | {r.steal_p50_ms:.3f} ms | {r.steal_p99_ms:.2f} ms "
-            f"| {r.steal_server_us:.0f} us |"
+            f"| {r.steal_server_us:.0f} us | {r.ping_p50_ms:.3f} / {r.ping_p99_ms:.2f} ms |"
         )
     ops = statistics.median(r.claims_completions_per_s for r in results)
     p99 = statistics.median(r.steal_p99_ms for r in results)

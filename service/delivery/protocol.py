@@ -34,7 +34,7 @@ from service.delivery.records import (
     ResultRecord,
     ScheduleInfo,
     TrajectoryResult,
-    WorkerProgress,
+    per_worker,
 )
 from service.delivery.scripts import Scripts, register
 
@@ -75,12 +75,7 @@ class Delivery:
         try:
             return script(keys=[self.keys(schedule_id).meta], args=list(args))
         except redis.ResponseError as err:
-            msg = str(err)
-            if msg.startswith("NOSCHEDULE"):
-                raise UnknownScheduleError(schedule_id) from None
-            if msg.startswith("CONFLICT"):
-                raise ScheduleConflictError(schedule_id) from None
-            raise
+            raise _mapped(err, schedule_id) from None
 
     # -- publisher side -------------------------------------------------------------------------
 
@@ -248,13 +243,47 @@ class Delivery:
         """
         if not entries:
             return []
-        args: list[Any] = [_clock(now_ms)]
-        for key, token, result in entries:
-            args += [key, token, json.dumps(result.to_json())]
-        codes = self._call(self.scripts.complete, schedule_id, args)
+        codes = self._call(self.scripts.complete, schedule_id, _complete_args(entries, now_ms))
+        return self._outcomes(schedule_id, codes)
+
+    def _outcomes(self, schedule_id: str, codes: Sequence[Any]) -> list[CompletionOutcome]:
         if int(codes[-1]) == 1:
             self._retire(schedule_id)
         return [_COMPLETE_CODES[int(c)] for c in codes[:-1]]
+
+    def complete_and_claim(
+        self,
+        schedule_id: str,
+        worker_id: str,
+        entries: Sequence[tuple[str, int, TrajectoryResult]],
+        max_items: int,
+        now_ms: int | None = None,
+    ) -> tuple[list[CompletionOutcome], list[Lease]]:
+        """``complete_many`` then ``claim``, pipelined into ONE round trip (two atomic scripts).
+
+        The steady state of a busy worker: report what finished and take as many new items. Each
+        script stays atomic on its own; a NOSCRIPT answer (server restarted) reruns that script alone.
+        """
+        claim_args = [worker_id, min(max(max_items, 0), keyspace.MAX_BATCH), _clock(now_ms)]
+        calls = [(self.scripts.claim, claim_args)]
+        if entries:
+            calls.insert(0, (self.scripts.complete, _complete_args(entries, now_ms)))
+        replies = self._pipelined(schedule_id, calls)
+        outcomes = self._outcomes(schedule_id, replies[0]) if entries else []
+        return outcomes, self._leases(schedule_id, worker_id, replies[-1])
+
+    def _pipelined(self, schedule_id: str, calls: Sequence[tuple[Any, Sequence[Any]]]) -> list[Any]:
+        meta = self.keys(schedule_id).meta
+        pipe = self.client.pipeline(transaction=False)
+        for script, args in calls:
+            pipe.evalsha(script.sha, 1, meta, *args)
+        replies = pipe.execute(raise_on_error=False)
+        for i, (reply, (script, args)) in enumerate(zip(replies, calls, strict=True)):
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                replies[i] = self._call(script, schedule_id, args)  # loads the script, runs it once
+            elif isinstance(reply, redis.ResponseError):
+                raise _mapped(reply, schedule_id)
+        return list(replies)
 
     def release(self, leases: Sequence[Lease], now_ms: int | None = None) -> list[ReleaseOutcome]:
         """Hand leases back without spending an attempt (graceful shutdown): head of the queue."""
@@ -302,8 +331,8 @@ class Delivery:
             running=counts.get(keyspace.RUNNING, 0),
             done=counts.get(keyspace.DONE, 0),
             failed=counts.get(keyspace.FAILED, 0),
-            workers=_per_worker(counts),
-            dead_letters=tuple(_dead_letter(json.loads(_text(d))) for d in dead),
+            workers=per_worker(counts),
+            dead_letters=tuple(DeadLetter.from_json(json.loads(_text(d))) for d in dead),
             kv_admission=_text(meta[1]) == "1",
         )
 
@@ -331,6 +360,23 @@ class Delivery:
         return records
 
 
+def _mapped(err: redis.ResponseError, schedule_id: str) -> Exception:
+    """The typed error a script's error reply stands for (the reply itself when it is not ours)."""
+    msg = str(err)
+    if msg.startswith("NOSCHEDULE"):
+        return UnknownScheduleError(schedule_id)
+    if msg.startswith("CONFLICT"):
+        return ScheduleConflictError(schedule_id)
+    return err
+
+
+def _complete_args(entries: Sequence[tuple[str, int, TrajectoryResult]], now_ms: int | None) -> list[Any]:
+    args: list[Any] = [_clock(now_ms)]
+    for key, token, result in entries:
+        args += [key, token, json.dumps(result.to_json())]
+    return args
+
+
 def _by_schedule(leases: Iterable[Lease]) -> dict[str, list[Lease]]:
     groups: dict[str, list[Lease]] = {}
     for lease in leases:
@@ -340,26 +386,3 @@ def _by_schedule(leases: Iterable[Lease]) -> dict[str, list[Lease]]:
 
 def _with_deadline(lease: Lease, deadline_ms: int) -> Lease:
     return Lease(lease.schedule_id, lease.worker_id, lease.item, lease.token, deadline_ms, lease.attempt)
-
-
-def _per_worker(counts: dict[str, int]) -> dict[str, WorkerProgress]:
-    workers = sorted({f.split(":", 1)[1] for f in counts if ":" in f})
-    return {
-        w: WorkerProgress(
-            queued=counts.get(f"{keyspace.QUEUED}:{w}", 0),
-            running=counts.get(f"{keyspace.RUNNING}:{w}", 0),
-            done=counts.get(f"{keyspace.DONE}:{w}", 0),
-            failed=counts.get(f"{keyspace.FAILED}:{w}", 0),
-        )
-        for w in workers
-    }
-
-
-def _dead_letter(doc: dict[str, Any]) -> DeadLetter:
-    return DeadLetter(
-        key=str(doc["key"]),
-        worker_id=str(doc["worker"]),
-        attempts=int(doc["attempts"]),
-        reason=str(doc["reason"]),
-        at_ms=int(doc["at_ms"]),
-    )

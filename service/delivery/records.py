@@ -218,6 +218,17 @@ class DeadLetter:
     reason: str  # why it died
     at_ms: int  # server-clock ms of death
 
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> DeadLetter:
+        """Rebuild a dead letter from the JSON the scripts push onto the dead list."""
+        return cls(
+            key=str(doc["key"]),
+            worker_id=str(doc["worker"]),
+            attempts=int(doc["attempts"]),
+            reason=str(doc["reason"]),
+            at_ms=int(doc["at_ms"]),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerProgress:
@@ -227,6 +238,20 @@ class WorkerProgress:
     running: int
     done: int
     failed: int
+
+
+def per_worker(counts: Mapping[str, int]) -> dict[str, WorkerProgress]:
+    """Per-worker progress from the ``<state>:<worker>`` counter fields (state ``q r d f``)."""
+    workers = sorted({f.split(":", 1)[1] for f in counts if ":" in f})
+    return {
+        w: WorkerProgress(
+            queued=counts.get(f"q:{w}", 0),
+            running=counts.get(f"r:{w}", 0),
+            done=counts.get(f"d:{w}", 0),
+            failed=counts.get(f"f:{w}", 0),
+        )
+        for w in workers
+    }
 
 
 @dataclass(frozen=True, slots=True)

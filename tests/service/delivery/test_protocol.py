@@ -210,3 +210,19 @@ def test_an_empty_schedule_is_finished_at_once_and_never_announced(delivery: Del
     assert delivery.publish(schedule("s", {"a": 0})) is PublishOutcome.CREATED
     assert delivery.progress("s").finished
     assert delivery.schedules_for("a") == []
+
+
+def test_complete_and_claim_reports_and_leases_in_one_round_trip(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("s", {"a": 5}))
+    first = delivery.claim("s", "a", 2)
+    redis_client.script_flush()  # as after a server restart: both scripts answer NOSCRIPT first
+    outcomes, leases = delivery.complete_and_claim("s", "a", [(le.key, le.token, RESULT) for le in first], 2)
+    assert outcomes == [CompletionOutcome.ACCEPTED] * 2
+    assert [le.key for le in leases] == ["a-2#0", "a-3#0"]
+    outcomes, leases = delivery.complete_and_claim("s", "a", [(first[0].key, first[0].token, RESULT)], 9)
+    assert outcomes == [CompletionOutcome.DUPLICATE]
+    assert [le.key for le in leases] == ["a-4#0"]
+    with pytest.raises(UnknownScheduleError):
+        delivery.complete_and_claim("nope", "a", [], 1)
