@@ -37,6 +37,8 @@ from service.settings import Settings
 from service.speeds import SpeedLearner
 
 _log = logging.getLogger("service.app")
+_access = logging.getLogger("service.access")  # one JSON line per request (uvicorn's access log is off)
+_QUIET_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
 MAX_WATCHED_SCHEDULES = 32  # queue-depth metrics cover at most this many active schedules
 
 
@@ -136,5 +138,16 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, record_status)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
+            seconds = time.perf_counter() - started
             self.metrics.requests.labels(route, scope["method"], str(status)).inc()
-            self.metrics.latency.labels(route).observe(time.perf_counter() - started)
+            self.metrics.latency.labels(route).observe(seconds)
+            if route not in _QUIET_ROUTES:  # probes and scrapes would drown the log
+                _access.info(
+                    "request",
+                    extra={
+                        "method": scope["method"],
+                        "path": scope["path"],
+                        "status": status,
+                        "ms": round(seconds * 1000.0, 1),
+                    },
+                )
