@@ -20,7 +20,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
+from service.delivery.errors import InvalidInputError, ScheduleConflictError, UnknownScheduleError
 from service.delivery.records import (
     CompletionOutcome,
     DeadLetter,
@@ -94,7 +94,7 @@ class Delivery:
         body = [
             "\n".join(item.key for item in items),
             "\n".join(repr(float(item.predicted_tokens)) for item in items),
-            "\n".join(json.dumps(item.to_json(), separators=(",", ":")) for item in items),
+            "\n".join(_strict_json(item.to_json(), f"items[{item.key}].payload") for item in items),
         ]
         head = [
             lease.lease_ttl_ms,
@@ -370,10 +370,18 @@ def _mapped(err: redis.ResponseError, schedule_id: str) -> Exception:
     return err
 
 
+def _strict_json(doc: Any, where: str) -> str:
+    """Compact JSON that every reader can parse: no NaN/Infinity, nothing unserialisable."""
+    try:
+        return json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise InvalidInputError(where, doc, f"not JSON-serialisable: {err}") from None
+
+
 def _complete_args(entries: Sequence[tuple[str, int, TrajectoryResult]], now_ms: int | None) -> list[Any]:
     args: list[Any] = [_clock(now_ms)]
     for key, token, result in entries:
-        args += [key, token, json.dumps(result.to_json())]
+        args += [key, token, _strict_json(result.to_json(), f"results[{key}]")]
     return args
 
 

@@ -10,6 +10,7 @@ from scheduler.errors import InvalidInputError
 from service.delivery import (
     CompletionOutcome,
     Delivery,
+    DeliveryItem,
     PublishedSchedule,
     PublishOutcome,
     ReleaseOutcome,
@@ -226,3 +227,18 @@ def test_complete_and_claim_reports_and_leases_in_one_round_trip(
     assert [le.key for le in leases] == ["a-4#0"]
     with pytest.raises(UnknownScheduleError):
         delivery.complete_and_claim("nope", "a", [], 1)
+
+
+def test_a_payload_or_result_that_is_not_json_is_refused_and_changes_nothing(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    bad = PublishedSchedule("s", {"a": (DeliveryItem("k#0", "k", 0, 1, 8, 1.0, {"x": float("nan")}),)})
+    with pytest.raises(InvalidInputError) as err:
+        delivery.publish(bad)
+    assert err.value.field == "items[k#0].payload"
+    assert redis_client.dbsize() == 0
+    delivery.publish(schedule("s", {"a": 1}))
+    (lease,) = delivery.claim("s", "a", 1)
+    with pytest.raises(InvalidInputError):
+        delivery.complete(lease, TrajectoryResult(output_tokens=1, reward=float("inf")))
+    assert delivery.complete(lease, RESULT) is CompletionOutcome.ACCEPTED
