@@ -6,6 +6,8 @@ columns directly avoids a million ``TraceRow`` objects.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from predictors.tracetable import FINISH_LENGTH, Trace
@@ -33,7 +35,16 @@ def from_synth(synth: SynthTrace) -> Trace:
     )
 
 
-def synthetic_trace(profile: str, prompts: int, samples: int, steps: int, seed: int = 0) -> Trace:
-    """A seeded multi-epoch trace of the named profile (``short-cot`` or ``long-cot``)."""
-    spec = SynthSpec(profile=synth_profile(profile), prompts=prompts, samples=samples, steps=steps, seed=seed)
+def synthetic_trace(
+    profile: str, prompts: int, samples: int, steps: int, seed: int = 0, drift: float | None = None
+) -> Trace:
+    """A seeded multi-epoch trace of the named profile (``short-cot`` or ``long-cot``).
+
+    ``drift`` overrides the profile's length drift (log-length added per step): the profiles assume
+    +0.5%/step (short) and +1%/step (long); evaluations of drift-aware prediction sweep it.
+    """
+    chosen = synth_profile(profile)
+    if drift is not None:
+        chosen = dataclasses.replace(chosen, length=dataclasses.replace(chosen.length, drift_per_step=drift))
+    spec = SynthSpec(profile=chosen, prompts=prompts, samples=samples, steps=steps, seed=seed)
     return from_synth(generate(spec))

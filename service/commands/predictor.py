@@ -25,11 +25,12 @@ predictor_app = typer.Typer(help="Trajectory-length predictor: train and evaluat
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Attach ``predictor train|eval`` and ``bench predictor``."""
+    """Attach ``predictor train|eval`` and ``bench predictor|predictor-drift``."""
     app.add_typer(predictor_app, name="predictor")
-    from service.commands.predictor_bench import bench_predictor
+    from service.commands.predictor_bench import bench_predictor, bench_predictor_drift
 
     bench_app.command("predictor")(bench_predictor)
+    bench_app.command("predictor-drift")(bench_predictor_drift)
 
 
 def _fail(command: str, exc: Exception) -> typer.Exit:

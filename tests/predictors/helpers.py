@@ -7,10 +7,8 @@ import dataclasses
 import numpy as np
 
 from predictors.model import FitConfig
-from predictors.synthetic import from_synth
+from predictors.synthetic import synthetic_trace
 from predictors.tracetable import Trace
-from scheduler.synth import SynthSpec, generate
-from scheduler.synth_profiles import synth_profile
 
 FAST = FitConfig(num_rounds=40, calibration_folds=3)  # enough to learn, cheap enough for unit tests
 
@@ -19,9 +17,7 @@ def drifting_trace(
     prompts: int = 60, samples: int = 4, steps: int = 4, drift: float = 0.05, seed: int = 3
 ) -> Trace:
     """A short-cot trace whose lengths grow ``drift`` (log) per step."""
-    profile = synth_profile("short-cot")
-    profile = dataclasses.replace(profile, length=dataclasses.replace(profile.length, drift_per_step=drift))
-    return from_synth(generate(SynthSpec(profile, prompts, samples, steps, seed=seed)))
+    return synthetic_trace("short-cot", prompts, samples, steps, seed=seed, drift=drift)
 
 
 def altered(trace: Trace, rows: np.ndarray) -> Trace:
