@@ -1,0 +1,52 @@
+"""A plan becomes the queues the workers pull, in the plan's order, with what they need to run it."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.errors import InvalidInputError
+from scheduler.types import Plan, Trajectory, WorkerPlan
+from service.delivery import Delivery, PublishOutcome
+from service.delivery.publisher import publish_plan, schedule_from_plan
+
+TRAJ = tuple(Trajectory(f"p{i}", s, 40 + i, 4096, 100.0 * (i + 1)) for i in range(3) for s in range(2))
+
+
+def _plan(dispatch: tuple[str, ...] = ()) -> Plan:
+    workers = (
+        WorkerPlan("h100-0", ("p2#0", "p2#1", "p0#0"), 9.0),
+        WorkerPlan("ascend-0", ("p1#0", "p1#1", "p0#1"), 8.5),
+    )
+    return Plan("lpt", workers, 9.0, 8.0, "HEURISTIC", 0.01, kv_admission=True, dispatch_order=dispatch)
+
+
+def test_each_worker_gets_its_planned_queue_in_order_with_payloads() -> None:
+    published = schedule_from_plan("s", _plan(), TRAJ, payloads={"p2": {"prompt": "two"}})
+    assert [i.key for i in published.queues["h100-0"]] == ["p2#0", "p2#1", "p0#0"]
+    first = published.queues["h100-0"][0]
+    assert (first.prompt_tokens, first.predicted_tokens, dict(first.payload)) == (
+        42,
+        300.0,
+        {"prompt": "two"},
+    )
+    assert published.kv_admission
+    assert published.shared == ()
+
+
+def test_a_shared_queue_plan_publishes_one_fifo_and_empty_worker_queues() -> None:
+    order = ("p0#0", "p1#0", "p2#0", "p0#1", "p1#1", "p2#1")
+    published = schedule_from_plan("s", _plan(order), TRAJ)
+    assert [i.key for i in published.shared] == list(order)
+    assert dict(published.queues) == {"h100-0": (), "ascend-0": ()}
+
+
+def test_a_plan_naming_an_unknown_trajectory_is_refused() -> None:
+    with pytest.raises(InvalidInputError) as err:
+        schedule_from_plan("s", _plan(), TRAJ[:5])
+    assert (err.value.field, err.value.value) == ("plan.workers[h100-0]", "p2#1")
+
+
+def test_a_published_plan_is_claimed_in_plan_order(delivery: Delivery) -> None:
+    assert publish_plan(delivery, "s", _plan(), TRAJ) is PublishOutcome.CREATED
+    assert [le.key for le in delivery.claim("s", "ascend-0", 3)] == ["p1#0", "p1#1", "p0#1"]
+    assert delivery.info("s").kv_admission
