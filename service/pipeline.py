@@ -34,10 +34,11 @@ from service.api.schemas import (
     WorkerSpec,
 )
 from service.context import Context
-from service.delivery import LeaseSettings
+from service.delivery import LeaseSettings, UnknownScheduleError
 from service.delivery.publisher import publish_plan
 from service.limits import check_trajectory_count
 from service.logs import schedule_context
+from service.problems import ConflictError
 
 _log = logging.getLogger("service.pipeline")
 BASELINE = "round_robin"
@@ -81,7 +82,7 @@ class _Validated:
 
 def run(body: ScheduleRequest, ctx: Context) -> ScheduleResponse:
     """Serve one ``POST /schedule``: every stage, in order, with its wall time."""
-    schedule_id = uuid.uuid4().hex
+    schedule_id = body.schedule_id or uuid.uuid4().hex
     clock = _Clock()
     started = time.perf_counter()
     with schedule_context(schedule_id):
@@ -119,6 +120,8 @@ def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
     """Cross-item rules and name lookups; the only Redis access is a read of learned speeds."""
     settings = ctx.settings
     check_trajectory_count(sum(item.n for item in body.batch.items), settings.max_trajectories)
+    if body.schedule_id and body.publish:
+        refuse_republish(body.schedule_id, ctx)
     check_unique_prompts(body.batch.items)
     policy = body.policy or settings.default_policy
     if policy not in POLICY_NAMES:
@@ -137,6 +140,20 @@ def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
     budget_ms = body.time_budget_ms or settings.default_time_budget_ms
     quantile = body.quantile or settings.default_quantile
     return _Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of)
+
+
+def refuse_republish(schedule_id: str, ctx: Context) -> None:
+    """A caller-chosen id already published means this is a retry whose first attempt succeeded:
+    publishing again would make the workers generate the batch twice, so it is refused (409)."""
+    try:
+        ctx.delivery.info(schedule_id)
+    except UnknownScheduleError:
+        return
+    raise ConflictError(
+        f"schedule {schedule_id} is already published; follow it with GET /schedule/{schedule_id}",
+        field="schedule_id",
+        value=schedule_id,
+    )
 
 
 def _unstated_speed(spec: WorkerSpec) -> bool:

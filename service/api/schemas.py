@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
 Name = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:@/+=-]+$")]
+ScheduleId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")]
 FeatureValue = float | str
 
 
@@ -85,6 +86,7 @@ class ScheduleRequest(Strict):
     kv_admission: bool = False  # sidecars admit by KV reserved at predicted final length
     publish: bool = True  # write the plan to Redis for the sidecars; false = dry run
     seed: int = Field(default=0, ge=0)  # fixes any randomised search
+    schedule_id: ScheduleId | None = None  # caller-chosen id: a retry of a published one is refused (409)
 
 
 class AssignedItem(TypedDict):

@@ -130,3 +130,17 @@ def test_lease_settings_are_published_with_the_schedule(
     info = Delivery(redis_client).info(sid)
     assert (info.lease_ttl_ms, info.max_attempts) == (4_000, 5)
     assert 0 < redis_client.ttl(f"rs:{{{sid}}}:meta") <= 600
+
+
+def test_a_retry_with_the_same_schedule_id_is_not_published_twice(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    first = client.post("/schedule", json=batch_body(schedule_id="step-7-try"))
+    assert first.status_code == 200
+    assert first.json()["schedule_id"] == "step-7-try"
+    before = sorted(str(k) for k in redis_client.keys("*"))
+    retry = client.post("/schedule", json=batch_body(schedule_id="step-7-try"))
+    assert retry.status_code == 409
+    assert retry.json()["field"] == "schedule_id"
+    assert sorted(str(k) for k in redis_client.keys("*")) == before
+    assert client.get("/schedule/step-7-try").json()["total"] == 32
