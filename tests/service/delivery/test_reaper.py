@@ -1,0 +1,42 @@
+"""The reaper walks every active schedule, and forgets schedules whose keys expired."""
+
+from __future__ import annotations
+
+import time
+
+
+from service.delivery import Delivery, LeaseSettings, PublishedSchedule
+from service.delivery.reaper import Reaper, reap_all
+from tests.service.delivery.conftest import schedule
+
+
+def test_one_pass_reaps_every_active_schedule(delivery: Delivery) -> None:
+    for sid in ("s1", "s2"):
+        delivery.publish(schedule(sid, {"a": 2}, ttl_ms=100), now_ms=0)
+        delivery.claim(sid, "a", 2, now_ms=0)
+    reports = reap_all(delivery, now_ms=101)
+    assert {sid: r.requeued for sid, r in reports.items()} == {"s1": 2, "s2": 2}
+
+
+def test_a_schedule_whose_keys_expired_leaves_the_index(delivery: Delivery) -> None:
+    short = schedule("gone", {"a": 1})
+    short = PublishedSchedule(short.schedule_id, short.queues, lease=LeaseSettings(retention_s=1))
+    delivery.publish(short)
+    delivery.publish(schedule("kept", {"a": 1}))
+    time.sleep(1.1)  # retention is wall-clock: the server expires the keys
+    assert reap_all(delivery).keys() == {"kept"}
+    assert delivery.active_schedules() == ["kept"]
+
+
+def test_the_reaper_thread_keeps_reaping_and_stops(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 1}, ttl_ms=50))
+    delivery.claim("s", "a", 1)
+    reaper = Reaper(delivery, interval_s=0.02).start()
+    try:
+        deadline = time.monotonic() + 5
+        while delivery.progress("s").queued != 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        reaper.stop()
+    assert delivery.progress("s").queued == 1
+    assert reaper.passes >= 1
