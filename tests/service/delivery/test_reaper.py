@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-
 from service.delivery import Delivery, LeaseSettings, PublishedSchedule
 from service.delivery.reaper import Reaper, reap_all
 from tests.service.delivery.conftest import schedule
