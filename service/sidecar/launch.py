@@ -104,5 +104,9 @@ def run_pull(options: SidecarOptions) -> SessionStats:
     assert options.pull_api_port is not None
     session = session_for(options, connect(options))
     app = create_pull_app(session, options.pull_idle_timeout_s)
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler it
+    # found installed; a no-op one lets us return and report instead of dying by the signal.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     uvicorn.run(app, host=options.pull_api_host, port=options.pull_api_port, log_level="warning")
     return session.stats

@@ -58,7 +58,8 @@ class Cluster:
     procs: list[Proc] = field(default_factory=list)
     threads: list[tuple[uvicorn.Server, threading.Thread]] = field(default_factory=list)
 
-    def _spawn(self, name: str, args: list[str]) -> Proc:
+    def spawn(self, name: str, args: list[str]) -> Proc:
+        """Start ``rollout-scheduler <args>``; stderr goes to ``<workdir>/<name>.log``."""
         log = self.workdir / f"{name}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         popen = subprocess.Popen(
@@ -82,9 +83,9 @@ class Cluster:
         for name, (device, scale) in specs.items():
             port = free_port()
             args = ["engine-sim", "--port", str(port), "--device", device, "--time-scale", str(scale)]
-            started[name] = (self._spawn(name, [*args, *extra]), f"http://127.0.0.1:{port}")
+            started[name] = (self.spawn(name, [*args, *extra]), f"http://127.0.0.1:{port}")
         for proc, url in started.values():
-            _wait_http(f"{url}/health", proc)
+            wait_http(f"{url}/health", proc)
         return {name: url for name, (_, url) in started.items()}
 
     def engine_threads(self, time_scales: dict[str, float], max_num_seqs: int = 256) -> dict[str, str]:
@@ -104,13 +105,13 @@ class Cluster:
             self.threads.append((server, thread))
             urls[name] = f"http://127.0.0.1:{server.config.port}"
         for url in urls.values():
-            _wait_http(f"{url}/health", None)
+            wait_http(f"{url}/health", None)
         return urls
 
     def sidecar(self, worker_id: str, engine_url: str, redis_url: str, *extra: str) -> Proc:
         """Start a push-mode sidecar for ``worker_id``."""
         args = ["sidecar", "--worker-id", worker_id, "--engine-url", engine_url, "--redis-url", redis_url]
-        return self._spawn(f"sidecar-{worker_id}", [*args, "--idle-poll", "0.05", *extra])
+        return self.spawn(f"sidecar-{worker_id}", [*args, "--idle-poll", "0.05", *extra])
 
     def close(self) -> None:
         """Kill whatever is still running (SIGCONT first, so a stopped process can die)."""
@@ -136,7 +137,8 @@ def cluster(workdir: Path) -> Iterator[Cluster]:
         group.close()
 
 
-def _wait_http(url: str, proc: Proc | None, timeout_s: float = 30.0) -> None:
+def wait_http(url: str, proc: Proc | None, timeout_s: float = 30.0) -> None:
+    """Poll ``url`` until it answers 200; fail early if ``proc`` exits."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.popen.poll() is not None:

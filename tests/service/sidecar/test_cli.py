@@ -1,0 +1,80 @@
+"""The two commands: bad flags get one clear line and exit 2; pull mode works as a real process."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+import typer
+from typer.testing import CliRunner
+
+from service.commands import engine_sim, sidecar
+from service.delivery.protocol import Delivery
+from service.embedded import free_port
+from tests.service.sidecar.procs import cluster, item, publish, wait_http
+
+
+def _app() -> typer.Typer:
+    app, bench = typer.Typer(), typer.Typer()
+    app.add_typer(bench, name="bench")
+    engine_sim.register(app, bench)
+    sidecar.register(app, bench)
+    return app
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["engine-sim", "--port", "1", "--device", "X900"], "device='X900': unknown"),
+        (["engine-sim", "--port", "1", "--device", "H100", "--time-scale", "0"], "time_scale=0.0"),
+        (["engine-sim", "--port", "1", "--device", "H100", "--trace", "/nonexistent.csv"], "no such file"),
+        (["sidecar", "--worker-id", "w", "--engine-url", "http://e"], "pass --redis-url or set REDIS_URL"),
+        (["sidecar", "--worker-id", "w", "--redis-url", "redis://r"], "exactly one of --engine-url"),
+        (
+            ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url", "e", "--device", "Z"],
+            "Z",
+        ),
+    ],
+)
+def test_bad_flags_get_one_line_naming_the_problem_and_exit_status_2(
+    args: list[str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_pull_mode_keeps_a_pulled_lease_alive_and_hands_back_what_it_holds_on_sigterm(
+    redis_client: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "pull", {"w0": [item("a", 0, 5), item("b", 0, 5)]}, lease_ttl_ms=1000)
+    port = free_port()
+    with cluster(tmp_path) as procs:
+        worker = procs.spawn(
+            "pull", ["sidecar", "--worker-id", "w0", "--pull-api", str(port), "--redis-url", redis_url]
+        )
+        base = f"http://127.0.0.1:{port}"
+        wait_http(f"{base}/health", worker)
+        first = httpx.get(f"{base}/next").json()
+        second = httpx.get(f"{base}/next").json()
+        time.sleep(2.5)  # longer than the 1 s lease: only the sidecar's heartbeats keep both alive
+        done = httpx.post(
+            f"{base}/done",
+            json={**{k: first[k] for k in ("schedule_id", "key", "token")}, "output_tokens": 5},
+        )
+        assert done.json() == {"outcome": "accepted"}
+        worker.signal(signal.SIGTERM)
+        stats = worker.stats()
+    assert (first["key"], second["key"]) == ("a#0", "b#0")
+    assert (stats["accepted"], stats["released"], stats["lost"]) == (1, 1, 0)
+    progress = delivery.progress("pull")
+    assert (progress.done, progress.queued, progress.running) == (1, 1, 0)
