@@ -58,16 +58,13 @@ def lpt_assignment(
     state = _State(
         problem, tiers or [0] * len(costs), scale or [1.0] * len(costs), tiers is not None, reserve
     )
-    order = sorted(range(len(problem.units)), key=lambda u: _longest_first(problem.units[u], u))
-    for u in order:
-        unit = problem.units[u]
-        worker = state.best_worker(unit, band(unit) if band else 0)
-        state.place(worker, u)
+    units = problem.units
+    longest_first = [(-unit.steps, -unit.kv_steps) for unit in units]  # ties: input order (stable sort)
+    for u in sorted(range(len(units)), key=longest_first.__getitem__):
+        unit = units[u]
+        worker, after = state.best_worker(unit, band(unit) if band else 0)
+        state.place(worker, u, after)
     return state.placed
-
-
-def _longest_first(unit: Unit, index: int) -> tuple[int, float, int]:
-    return (-unit.steps, -unit.kv_steps, index)
 
 
 def worker_kinds(costs: Sequence[WorkerCost], active: Sequence[int]) -> list[list[int]]:
@@ -112,6 +109,7 @@ class _State:
             for w in members:
                 self.heaps.setdefault((k, tiers[w]), []).append((0.0, w))
         self.groups = sorted(self.heaps)  # (kind, tier)
+        self.heap_of = {w: self.heaps[(k, tiers[w])] for w, k in self.kind_of.items()}
         # (id(allowed), band) -> the heaps to consult; [] when allowed is not made of whole kinds
         self.candidates: dict[tuple[int, int], list[list[tuple[float, int]]]] = {}
         # KV peak of each worker's queue if it all runs at once (see _peak_after)
@@ -124,29 +122,34 @@ class _State:
         self.peaks = peaks  # pass over workers whose queue would no longer run at once (cpsat)
         self.reserve = reserve  # reserved-KV admission: all at once only if every final length fits
 
-    def place(self, worker: int, u: int) -> None:
-        """Put unit ``u`` on ``worker`` and refresh its estimate."""
+    def place(self, worker: int, u: int, after: float | None) -> None:
+        """Put unit ``u`` on ``worker`` and refresh its estimate (``after``, when already known)."""
         unit = self.units[u]
-        self.peak[worker] = self._peak_after(worker, unit)
-        self.count[worker] += len(unit.members)
-        self.prompt_sum[worker] += unit.prompt_tokens
-        self.loads[worker].add(unit)
-        self.placed[worker].append(u)
+        if self.peaks:
+            self.peak[worker] = self._peak_after(worker, unit)
+            self.count[worker] += len(unit.members)
+            self.prompt_sum[worker] += unit.prompt_tokens
         load = self.loads[worker]
-        self.current[worker] = self.scale[worker] * estimate(
-            self.rates[worker], load.steps, load.tokens, load.kv_steps, load.prompt_tokens
-        )
-        heapq.heappush(self.heaps[(self.kind_of[worker], self.tiers[worker])], (self.current[worker], worker))
+        load.add(unit)
+        self.placed[worker].append(u)
+        if after is None:
+            after = self.scale[worker] * estimate(
+                self.rates[worker], load.steps, load.tokens, load.kv_steps, load.prompt_tokens
+            )
+        self.current[worker] = after
+        heapq.heappush(self.heap_of[worker], (after, worker))
 
-    def best_worker(self, unit: Unit, band: int) -> int:
-        """The allowed worker (tier >= band if any) whose estimate after adding ``unit`` is least."""
+    def best_worker(self, unit: Unit, band: int) -> tuple[int, float | None]:
+        """The allowed worker (tier >= band if any) whose estimate after adding ``unit`` is least,
+        and that estimate when it was computed on the way."""
         key = (id(unit.allowed), band)
         heaps = self.candidates.get(key)
         if heaps is None:
             heaps = self.candidates[key] = self._candidate_heaps(unit.allowed, band)
         if not heaps:
             pool = [w for w in unit.allowed if self.tiers[w] >= band] or list(unit.allowed)
-            return min(pool, key=lambda w: (self._after(w, unit), w))
+            after, worker = min((self._after(w, unit), w) for w in pool)
+            return worker, after
         if self.peaks:
             found = [self._top_that_fits(heap, unit) for heap in heaps]
             tops = [top for top, fits in found if top is not None and fits]  # no preemption, if possible
@@ -163,8 +166,13 @@ class _State:
                     per_kind[k] = top
             tops = list(per_kind.values())
         if len(tops) == 1:
-            return tops[0][1]
-        return min((self._after(w, unit), w) for _, w in tops)[1]
+            return tops[0][1], None
+        best_after, best = self._after(tops[0][1], unit), tops[0][1]
+        for _, w in tops[1:]:
+            after = self._after(w, unit)
+            if after < best_after or (after == best_after and w < best):
+                best_after, best = after, w
+        return best, best_after
 
     def _live_top(self, heap: list[tuple[float, int]]) -> tuple[float, int] | None:
         current = self.current
