@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import repeat
@@ -208,14 +209,20 @@ def stats_of(trace: Trace, before: int) -> PromptStats:
 
 
 class History:
-    """Append-only actual lengths; thread-safe so workers' reports can land while predictions are served."""
+    """Append-only actual lengths; thread-safe so workers' reports can land while predictions are served.
+
+    Cached per-step stats stay valid while new rows belong to that step or later ones: actuals of
+    step s streaming in do not force a re-fold for predictions of step s (only for step s + 1).
+    """
 
     def __init__(self, rows: Trace | Iterable[TraceRow] | None = None) -> None:
         trace = rows if isinstance(rows, Trace) or rows is None else Trace.from_rows(rows)
-        self._chunks: list[Trace] = [] if trace is None or len(trace) == 0 else [trace]
+        self._chunks: list[Trace] = []
         self._lock = threading.Lock()
-        self._version = 0
-        self._stats: dict[int, tuple[int, PromptStats]] = {}  # before -> (version, stats)
+        self._appends: Counter[int] = Counter()  # earliest step of each append -> how many appends
+        self._stats: dict[int, tuple[int, PromptStats]] = {}  # before -> (version_before, stats)
+        if trace is not None:
+            self.append(trace)
 
     def append(self, rows: Trace | Iterable[TraceRow]) -> None:
         """Add observed rows (e.g. completions reported by workers); later predictions see them."""
@@ -224,7 +231,7 @@ class History:
             return
         with self._lock:
             self._chunks.append(chunk)
-            self._version += 1
+            self._appends[int(chunk.step.min())] += 1
 
     def __len__(self) -> int:
         with self._lock:
@@ -238,25 +245,25 @@ class History:
                 self._chunks = [Trace.concat(self._chunks)]
             return self._chunks[0] if self._chunks else empty_trace()
 
-    @property
-    def version(self) -> int:
-        """Bumped by every append: a cache keyed on it is never stale."""
+    def version_before(self, step: int) -> int:
+        """Changes exactly when rows of a step before ``step`` are added: the key of any cache of them."""
         with self._lock:
-            return self._version
+            return sum(n for first, n in self._appends.items() if first < step)
 
     def steps(self) -> IntArray:
         """Distinct steps observed, ascending."""
         return self.trace.steps()
 
     def stats_before(self, step: int) -> PromptStats:
-        """Per-prompt aggregates of every row of a step strictly before ``step`` (cached per version)."""
+        """Per-prompt aggregates of every row of a step strictly before ``step`` (cached)."""
+        version = self.version_before(step)
         with self._lock:
-            version = self._version
             cached = self._stats.get(step)
         if cached is not None and cached[0] == version:
             return cached[1]
         stats = stats_of(self.trace, step)
         with self._lock:
-            self._stats = {k: v for k, v in self._stats.items() if v[0] == version}
             self._stats[step] = (version, stats)
+            for old in sorted(self._stats)[:-4]:  # keep the four latest steps asked about
+                del self._stats[old]
         return stats

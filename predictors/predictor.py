@@ -131,8 +131,8 @@ class LengthPredictor:
         )
 
     def _prior_before(self, step: int) -> tuple[GlobalPrior, float]:
-        """The global prior and pooled spread from history before ``step``, cached per history version."""
-        key = (step, self._history.version)
+        """Global prior and pooled spread from history before ``step``, cached while that history holds."""
+        key = (step, self._history.version_before(step))
         cached = self._prior_cache
         if cached is not None and cached[0] == key:
             return cached[1], cached[2]

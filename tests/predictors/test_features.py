@@ -71,3 +71,18 @@ def test_history_stats_match_a_direct_fold_of_earlier_rows() -> None:
     assert stats.last_mean[i] == last.mean()
     assert stats.last_max[i] == last.max()
     assert stats.step_ids.tolist() == [0, 1, 2]
+
+
+def test_actuals_of_the_predicted_step_keep_its_cached_stats_and_earlier_ones_refresh_them() -> None:
+    trace = drifting_trace()
+    history = History(trace.take(trace.step < 2))
+    cached = history.stats_before(2)
+    history.append(trace.take(trace.step == 2))  # the step being predicted reports its actuals
+    assert history.stats_before(2) is cached
+    history.append(trace.take(trace.step == 3).take(np.arange(1)))
+    assert history.stats_before(2) is cached
+    late = altered(trace, np.arange(len(trace))).take(trace.step == 1).take(np.arange(1))
+    history.append(late)  # a late report from step 1 changes what step 2 may know
+    refreshed = history.stats_before(2)
+    assert refreshed is not cached
+    assert refreshed.num_rows == cached.num_rows + 1
