@@ -10,6 +10,7 @@ every ``errors[]`` entry. A client can therefore fix its request without reading
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -161,6 +162,9 @@ def _details(exc: Exception) -> tuple[str, dict[str, Any]]:
 
 
 def _jsonable(value: object) -> object:
+    """``value`` if JSON can carry it as is (NaN and Infinity cannot), else its repr."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
     return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
 
 
