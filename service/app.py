@@ -26,7 +26,7 @@ from service.api import actuals, health, models, schedules
 from service.context import Context
 from service.delivery import Delivery
 from service.delivery.reaper import Reaper
-from service.limits import BodyLimitMiddleware
+from service.limits import BodyLimitMiddleware, PlanSlots
 from service.logs import install_record_factory
 from service.metrics import Metrics
 from service.models import ModelService
@@ -99,7 +99,8 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
         speeds=SpeedLearner(client, settings.speed_ewma_alpha),
         actuals=log,
         retrainer=Retrainer(model_service, client, metrics, settings.retrain_every_steps),
-        planners=ThreadPoolExecutor(max_workers=2, thread_name_prefix="baseline"),
+        planners=ThreadPoolExecutor(max_workers=settings.max_concurrent_plans, thread_name_prefix="baseline"),
+        plan_slots=PlanSlots(settings.max_concurrent_plans, settings.plan_queue_timeout_s),
     )
 
 

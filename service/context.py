@@ -14,6 +14,7 @@ from fastapi import Request
 
 from service.actuals import ActualsLog
 from service.delivery import Delivery
+from service.limits import PlanSlots
 from service.metrics import Metrics
 from service.models import ModelService
 from service.redis_conn import RedisClient
@@ -35,6 +36,7 @@ class Context:
     actuals: ActualsLog  # the durable stream of reported actuals
     retrainer: Retrainer  # on-demand and step-boundary retraining
     planners: ThreadPoolExecutor  # runs the round-robin baseline beside the requested plan
+    plan_slots: PlanSlots  # bounds how many requests plan at once
 
 
 def context_of(request: Request) -> Context:

@@ -1,16 +1,25 @@
-"""Request-size limits: oversized bodies get 413 before they are read in full.
+"""Request limits: oversized bodies get 413 before they are read in full; plans run a few at a time.
 
 A declared ``Content-Length`` over the limit is refused before one body byte is read; a chunked body
 is read only up to the limit, then refused. Either way the route never runs, so nothing is parsed,
 planned or written. The trajectory-count limit (``max_trajectories``) is checked after parsing, in
 ``check_trajectory_count``, because only the parsed batch knows its sum of ``n``.
+
+Planning is CPU-bound: forty plans at once on two cores would each take twenty times longer and all
+miss their budgets. ``PlanSlots`` lets a few run and queues the rest (first come, first served, up to
+a timeout, then 503 with ``Retry-After``), so latency stays predictable under a burst.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.problems import PayloadTooLargeError, problem_response
+from service.problems import PayloadTooLargeError, UnavailableError, problem_response
 
 
 class BodyLimitMiddleware:
@@ -86,3 +95,25 @@ def check_trajectory_count(total: int, limit: int) -> None:
             field="batch.items",
             value=total,
         )
+
+
+class PlanSlots:
+    """At most ``size`` plans at once; others wait up to ``timeout_s`` for a slot."""
+
+    def __init__(self, size: int, timeout_s: float) -> None:
+        self._slots = threading.BoundedSemaphore(size)
+        self.size = size
+        self.timeout_s = timeout_s
+
+    @contextmanager
+    def hold(self) -> Iterator[float]:
+        """Hold a slot for the block; yields the seconds spent waiting for it."""
+        started = time.perf_counter()
+        if not self._slots.acquire(timeout=self.timeout_s):
+            raise UnavailableError(
+                f"busy: {self.size} plans running and none finished within {self.timeout_s:g} s; retry"
+            )
+        try:
+            yield time.perf_counter() - started
+        finally:
+            self._slots.release()

@@ -85,7 +85,8 @@ def run(body: ScheduleRequest, ctx: Context) -> ScheduleResponse:
     schedule_id = body.schedule_id or uuid.uuid4().hex
     clock = _Clock()
     started = time.perf_counter()
-    with schedule_context(schedule_id):
+    with schedule_context(schedule_id), ctx.plan_slots.hold() as waited_s:
+        clock.spent["queue"] = waited_s * 1000.0
         with clock.stage("validate"):
             checked = validate(body, ctx)
         with clock.stage("predict"):
@@ -279,6 +280,7 @@ def respond(
         time_scales={w.worker_id: w.time_scale for w in request.inventory.workers},
         time_scale_sources=checked.time_scale_sources,
         timings=Timings(
+            queue_ms=spent["queue"],
             validate_ms=spent["validate"],
             predict_ms=spent["predict"],
             plan_ms=spent["plan"],

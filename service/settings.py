@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)  # larger request bodies get 413 unread
     max_trajectories: int = Field(default=65_536, gt=0)  # more trajectories (sum of n) in one batch get 413
 
+    max_concurrent_plans: int = Field(default=2, ge=1)  # plans computed at once; more wait in line
+    plan_queue_timeout_s: float = Field(default=30.0, gt=0)  # longest wait in line before a 503
+
     # --- planning ------------------------------------------------------------------------------------
     default_policy: str = "cpsat"  # policy when the request names none
     default_model: str = "7b"  # model preset when the request names none

@@ -100,6 +100,7 @@ class AssignedItem(TypedDict):
 class Timings(BaseModel):
     """Wall time of each stage of the request, milliseconds."""
 
+    queue_ms: float  # waiting for a planning slot (``ROLLOUT_MAX_CONCURRENT_PLANS``)
     validate_ms: float
     predict_ms: float
     plan_ms: float

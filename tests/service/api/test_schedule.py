@@ -144,3 +144,15 @@ def test_a_retry_with_the_same_schedule_id_is_not_published_twice(
     assert retry.json()["field"] == "schedule_id"
     assert sorted(str(k) for k in redis_client.keys("*")) == before
     assert client.get("/schedule/step-7-try").json()["total"] == 32
+
+
+def test_plans_beyond_the_concurrency_limit_wait_then_get_503(make_client: AppFactory) -> None:
+    client = make_client(max_concurrent_plans=1, plan_queue_timeout_s=0.2)
+    slots = client.app.state.context.plan_slots  # type: ignore[attr-defined]
+    with slots.hold():  # another request is planning
+        busy = client.post("/schedule", json=batch_body())
+    assert busy.status_code == 503
+    assert "busy" in busy.json()["detail"]
+    assert busy.headers["retry-after"] == "1"
+    answer = client.post("/schedule", json=batch_body()).json()
+    assert answer["timings"]["queue_ms"] < 200
