@@ -32,3 +32,7 @@ def main() -> None:
     """Console-script entry point."""
     _register()
     app()
+
+
+if __name__ == "__main__":
+    main()
