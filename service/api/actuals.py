@@ -21,6 +21,7 @@ def report_actuals(body: ActualsRequest, request: Request) -> ActualsAccepted:
     """Append the reports to the actuals stream, then update each reporting worker's speed."""
     ctx = context_of(request)
     length = ctx.actuals.append(body.actuals)
+    ctx.models.sync()  # fold them into this replica's history now, not on the next /schedule
     scales = ctx.speeds.observe(body.actuals)
     ctx.metrics.actuals.inc(len(body.actuals))
     return ActualsAccepted(accepted=len(body.actuals), stream_length=length, time_scales=scales)
