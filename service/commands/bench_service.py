@@ -92,7 +92,7 @@ def batch(trajectories: int, workers: int, step: int, policy: str | None) -> dic
         "batch": {
             "items": [
                 {
-                    "prompt_id": f"bench-{i}",
+                    "prompt_id": f"bench{trajectories}-{i}",
                     "prompt_tokens": int(rng.integers(64, 1024)),
                     "n": SAMPLES,
                     "max_new_tokens": CAP,
