@@ -99,6 +99,9 @@ class Retrainer:
         if last is None:
             self._redis.set(self.step_key, step)  # the first step seen: nothing earlier to learn from
             return False
+        if step < int(last):  # a new training run started over: count from here
+            self._advance(keys=[self.step_key], args=[last, step])
+            return False
         if step - int(last) < self._every:
             return False
         if not self._advance(keys=[self.step_key], args=[last, step]):

@@ -133,3 +133,12 @@ def test_a_report_without_concurrency_teaches_no_speed(client: TestClient) -> No
     del report["concurrency"]
     assert client.post("/actuals", json={"actuals": [report]}).json()["time_scales"] == {}
     assert client.post("/schedule", json=batch_body(workers=2)).json()["time_scales"]["w0"] == 1.0
+
+
+def test_a_new_run_starting_over_at_step_zero_restarts_the_retrain_count(
+    make_client: AppFactory, redis_client: redis.Redis
+) -> None:
+    client = make_client(retrain_every_steps=5)
+    client.post("/schedule", json=batch_body(step=40, publish=False))
+    client.post("/schedule", json=batch_body(step=0, publish=False))
+    assert redis_client.get("rs:retrain:step") == "0"
