@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -40,6 +40,7 @@ from service.delivery.scripts import Scripts, register
 
 RedisClient = redis.Redis | RedisCluster
 _COMPLETE_CODES = {1: CompletionOutcome.ACCEPTED, 2: CompletionOutcome.DUPLICATE, 0: CompletionOutcome.STALE}
+_NOT_RUN = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")  # replies of a script the server did not run
 _RELEASE_CODES = {1: ReleaseOutcome.REQUEUED, 3: ReleaseOutcome.DEAD_LETTERED, 0: ReleaseOutcome.STALE}
 
 
@@ -273,14 +274,21 @@ class Delivery:
         return outcomes, self._leases(schedule_id, worker_id, replies[-1])
 
     def _pipelined(self, schedule_id: str, calls: Sequence[tuple[Any, Sequence[Any]]]) -> list[Any]:
+        """Send the scripts in one pipeline; rerun alone (through ``_call``) any that the server did
+        not run: NOSCRIPT after a restart, or a cluster redirect (MOVED/ASK/TRYAGAIN) mid-resharding."""
         meta = self.keys(schedule_id).meta
-        pipe = self.client.pipeline(transaction=False)
+        target: Any = self.client
+        if isinstance(self.client, RedisCluster):  # redis-py refuses EVALSHA in cluster pipelines: use the
+            target = cast(Any, self.client).get_node_from_key(meta).redis_connection  # the slot's node
+        pipe = target.pipeline(transaction=False)
         for script, args in calls:
             pipe.evalsha(script.sha, 1, meta, *args)
         replies = pipe.execute(raise_on_error=False)
         for i, (reply, (script, args)) in enumerate(zip(replies, calls, strict=True)):
-            if isinstance(reply, redis.exceptions.NoScriptError):
-                replies[i] = self._call(script, schedule_id, args)  # loads the script, runs it once
+            if isinstance(reply, redis.exceptions.NoScriptError) or (
+                isinstance(reply, redis.ResponseError) and str(reply).startswith(_NOT_RUN)
+            ):
+                replies[i] = self._call(script, schedule_id, args)
             elif isinstance(reply, redis.ResponseError):
                 raise _mapped(reply, schedule_id)
         return list(replies)
