@@ -38,9 +38,9 @@ from scheduler.types import Inventory, Trajectory
 
 @dataclass(frozen=True, slots=True)
 class LowerBound:
-    """The three limits and the bound they give, in seconds."""
+    """The four limits and the bound they give, in seconds."""
 
-    longest_s: float  # (a) the longest trajectory alone on its fastest allowed worker
+    longest_s: float  # (a) the longest trajectory (with affinity: heaviest group) alone on its best worker
     throughput_s: float  # (b) all decode tokens at the aggregate peak token rate
     kv_s: float  # (c) all KV-token-steps at the aggregate KV-token-step rate
     tail_s: float  # (d) (c) refined: workers that run long trajectories cannot keep their cache full
@@ -48,11 +48,15 @@ class LowerBound:
 
 
 def lower_bound(
-    trajectories: Sequence[Trajectory], inventory: Inventory, excluded: frozenset[str] = frozenset()
+    trajectories: Sequence[Trajectory],
+    inventory: Inventory,
+    excluded: frozenset[str] = frozenset(),
+    prefix_affinity: bool = False,
 ) -> LowerBound:
     """Compute the bound of ``trajectories`` on the non-excluded workers of ``inventory``.
 
-    Expects a validated batch (see ``scheduler.validation``): every trajectory has an allowed worker.
+    With ``prefix_affinity`` a group's samples share one worker, so (a) also covers the heaviest group
+    alone on its fastest allowed worker. Expects a validated batch (see ``scheduler.validation``).
     """
     workers = [w for w in inventory.workers if w.worker_id not in excluded]
     costs = [worker_cost(w, inventory.model) for w in workers]
@@ -60,8 +64,10 @@ def lower_bound(
     outputs = np.array([planned_steps(t.predicted_tokens) for t in trajectories], dtype=np.float64)
     need = prompts + np.array([t.max_new_tokens for t in trajectories], dtype=np.float64)
     longest = _longest(trajectories, costs, prompts, outputs, need)
-    throughput = float(outputs.sum()) / sum(c.peak_tps() for c in costs)
     per_trajectory = prompts * outputs + outputs * (outputs - 1.0) / 2.0
+    if prefix_affinity:
+        longest = max(longest, _heaviest_group(trajectories, costs, prompts, outputs, need, per_trajectory))
+    throughput = float(outputs.sum()) / sum(c.peak_tps() for c in costs)
     kv = float(per_trajectory.sum()) / sum(c.kv_token_steps_per_s() for c in costs)
     known = max(longest, throughput, kv)
     kinds = [(members[0], len(members)) for members in _kinds(costs)]
@@ -99,6 +105,44 @@ def _longest(
             best[index] = float(one[0])
     finite = best[np.isfinite(best)]
     return float(finite.max()) if finite.size else 0.0
+
+
+def _heaviest_group(
+    trajectories: Sequence[Trajectory],
+    costs: list[WorkerCost],
+    prompts: FloatArray,
+    outputs: FloatArray,
+    need: FloatArray,
+    kv_steps: FloatArray,
+) -> float:
+    """(a) under prefix affinity: the largest over groups of the group alone on its best worker.
+
+    A worker hosting a group runs ``N >= max(longest, K / kv_capacity, D / max_num_seqs)`` steps,
+    each reading its weights and, summed, ``K`` cached tokens, and prefills ``P`` prompt tokens: the
+    per-worker limit of docs/solver.md with a full cache, a lower bound on that worker's finish.
+    """
+    members: dict[str, list[int]] = {}
+    for i, t in enumerate(trajectories):
+        members.setdefault(t.group, []).append(i)
+    by_id = {c.worker_id: c for c in costs}
+    classes = [group[0] for group in _kinds(costs)]
+    worst = 0.0
+    for idx in members.values():
+        steps, tokens = float(outputs[idx].max()), float(outputs[idx].sum())
+        kv, prompt, most = float(kv_steps[idx].sum()), float(prompts[idx].sum()), float(need[idx].max())
+        pins = {trajectories[i].pinned_worker for i in idx} - {None}
+        pool = [by_id[p] for p in pins if p in by_id] if pins else classes
+        times = [_alone(c, steps, tokens, kv, prompt) for c in pool if c.kv_capacity_tokens >= most]
+        if times:
+            worst = max(worst, min(times))
+    return worst
+
+
+def _alone(cost: WorkerCost, steps: float, tokens: float, kv: float, prompt: float) -> float:
+    n = max(steps, kv / cost.kv_capacity_tokens, tokens / cost.max_num_seqs)
+    mem = n * (cost.mem_base_s + cost.overhead_s) + cost.mem_per_token_s * kv
+    cmp = n * cost.overhead_s + cost.flops_per_seq_s * tokens + cost.flops_per_token_s * kv
+    return cost.time_scale * (max(mem, cmp) + cost.prefill_per_token_s * prompt)
 
 
 def _kinds(costs: list[WorkerCost]) -> list[list[WorkerCost]]:

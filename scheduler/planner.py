@@ -32,7 +32,9 @@ def plan(request: PlanRequest, policy: str = DEFAULT_POLICY) -> Plan:
     validate_request(request)
     problem = build_problem(request)
     placement = chosen.plan(request, problem)
-    bound = lower_bound(request.trajectories, request.inventory, request.excluded_workers)
+    bound = lower_bound(
+        request.trajectories, request.inventory, request.excluded_workers, request.prefix_affinity
+    )
     finishes = placement.finish_s or tuple(problem.finishes(placement.queues, request.kv_admission))
     trajectories = request.trajectories
     workers = tuple(

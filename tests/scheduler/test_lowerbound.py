@@ -84,3 +84,14 @@ def test_no_policy_simulates_faster_than_the_bound(request: PlanRequest) -> None
             result, request.trajectories, actual, request.inventory, dataclasses.replace(options, steal=True)
         )
         assert result.lower_bound_s <= stolen.makespan_s * (1 + 1e-9), name
+
+
+def test_under_prefix_affinity_the_heaviest_group_alone_bounds_the_makespan() -> None:
+    inventory = Inventory((_worker("a"), _worker("b")), MODEL)
+    heavy = tuple(Trajectory("g", s, 300, 10_000, 4_000.0 + 10 * s) for s in range(4))
+    light = tuple(Trajectory(f"p{i}", 0, 100, 10_000, 200.0) for i in range(4))
+    request = PlanRequest(heavy + light, inventory, prefix_affinity=True)
+    split, together = lower_bound(request.trajectories, inventory), plan(request, "lpt")
+    assert together.lower_bound_s > split.value_s  # the group cannot spread over both workers
+    assert together.lower_bound_s <= together.predicted_makespan_s
+    assert together.lower_bound_s == pytest.approx(together.predicted_makespan_s, rel=1e-3)  # lpt is optimal
