@@ -89,3 +89,9 @@ def test_the_benchmark_batches_have_the_issue_sizes() -> None:
         assert sum(item["n"] for item in body["batch"]["items"]) == trajectories
         assert all(item["n"] == SAMPLES for item in body["batch"]["items"])
         assert len(body["inventory"]["workers"]) == workers
+
+
+def test_every_setting_is_documented_in_the_readme() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    names = ["REDIS_URL" if f == "redis_url" else f"ROLLOUT_{f.upper()}" for f in Settings.model_fields]
+    assert [name for name in names if f"`{name}`" not in readme] == []
