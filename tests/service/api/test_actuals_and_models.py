@@ -142,3 +142,18 @@ def test_a_new_run_starting_over_at_step_zero_restarts_the_retrain_count(
     client.post("/schedule", json=batch_body(step=40, publish=False))
     client.post("/schedule", json=batch_body(step=0, publish=False))
     assert redis_client.get("rs:retrain:step") == "0"
+
+
+def test_a_running_replica_picks_up_a_version_another_replica_trained(make_client: AppFactory) -> None:
+    import time
+
+    from service.models import RELOAD_EVERY_S
+
+    trainer_side, other = make_client(), make_client()
+    other.post("/schedule", json=batch_body(publish=False))  # serving the fallback, store checked
+    trainer_side.post("/actuals", json={"actuals": actual_history(steps=2)})
+    assert trainer_side.post("/models/retrain").json()["version"] == "v1"
+    time.sleep(RELOAD_EVERY_S + 0.1)
+    answer = other.post("/schedule", json=batch_body(step=2, publish=False)).json()
+    assert answer["model_version"] == "v1"
+    assert answer["prediction_sources"] == {"lightgbm": 32}
