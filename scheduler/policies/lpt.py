@@ -213,6 +213,12 @@ class _State:
         """The least-loaded live entry of ``heap`` whose worker still fits ``unit`` (looking
         ``FIT_DEPTH`` entries deep), else the least-loaded live entry; and whether it fits."""
         current = self.current
+        while heap and heap[0][0] != current[heap[0][1]]:
+            heapq.heappop(heap)  # stale
+        if not heap:
+            return None, False
+        if self._fits(heap[0][1], unit):
+            return heap[0], True  # the common case: no look-ahead needed
         seen: list[tuple[float, int]] = []
         chosen = None
         while heap and len(seen) < FIT_DEPTH:
