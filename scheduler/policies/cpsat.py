@@ -6,8 +6,10 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
 1. ``lpt`` plan: the hint, the fallback, and the bar to beat (scheduled and played through the
    worker model, like every candidate).
 2. Aggregate model (``scheduler.policies.levels``): how many workers of each device kind host each
-   length band of the tail. Dozens of variables whatever the batch size; hinted with the lpt plan's
-   counts. List scheduling then places units inside the chosen bands (``lpt_assignment`` with tiers).
+   length band of the tail. Dozens of variables whatever the batch size, bisected on the makespan
+   below the lpt plan's. List scheduling then places units inside the chosen bands
+   (``lpt_assignment`` with tiers), passing over workers whose queue would overflow the KV cache if
+   admitted at once. If the simulated finishes disagree with the estimate, one calibrated round more.
 3. Exact repair (``scheduler.policies.exchange``): while time is left, a CP-SAT model with one boolean
    per (unit, worker) over the slowest worker and the fastest few only (large-neighbourhood search
    over worker sets), accepted only when the worker model says those workers finish sooner.
