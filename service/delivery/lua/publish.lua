@@ -51,6 +51,6 @@ for _, s in ipairs({'meta', 'items', 'st', 'counts', 'work'}) do redis.call('PEX
 -- Free the big argument strings and tables now: left to the incremental collector they would slow
 -- the next few hundred claims by tens of microseconds each.
 items, st, keys, preds, jsons, cnt = nil, nil, nil, nil, nil, nil
-for a = #ARGV, 1, -1 do ARGV[a] = nil end
+pcall(function() for a = #ARGV, 1, -1 do ARGV[a] = nil end end)  -- a server may protect ARGV
 collectgarbage()
 return 1
