@@ -7,6 +7,9 @@ shared queue would deal it, for consumers that need one queue per worker: a work
 ``lanes`` slots (its slot limit, or fewer when the KV cache holds fewer average sequences), each
 taking the next item in input order when it frees, at the worker's saturated per-sequence speed.
 The lengths drive only this prediction of the dealing, never the order itself.
+The plan's predicted finishes are those of the static queues; a replay of the shared FIFO
+(``scheduler.simulator`` with ``dispatch_order``) can differ, since real slots free when real
+sequences end.
 """
 
 from __future__ import annotations
