@@ -24,8 +24,10 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 
+import numpy as np
+
 from scheduler.costmodel import WorkerCost
-from scheduler.stepsum import decode_time
+from scheduler.stepsum import decode_time, decode_times
 
 WATERMARK = 0.01  # share of the KV cache kept free at admission (vLLM's watermark)
 
@@ -40,17 +42,39 @@ def worker_finish(
     return _WorkerRun(cost, prompts, steps, reserve).run()
 
 
-def worker_finish_and_order_free(
+def all_at_once_finish(
     cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int], reserve: bool = False
-) -> tuple[float, bool]:
-    """``worker_finish``, and whether the order was irrelevant: every item admitted at the start.
+) -> float | None:
+    """``worker_finish`` in closed form when the whole queue is admitted at once and never preempted;
+    None otherwise (then the order matters and the event loop must play it).
 
-    When the whole queue fits at once (slots and KV) and nothing is ever preempted, every order of
-    the same items gives the same finish, so an order search can stop right there.
+    That case is common (a worker whose queue fits its slots and KV cache) and then the run is a
+    sequence of completions with a shrinking batch: one vectorised sum instead of an event loop.
     """
-    run = _WorkerRun(cost, prompts, steps, reserve)
-    finish = run.run()
-    return finish, run.admissions == 1 and run.preemptions == 0
+    n = len(prompts)
+    if n == 0:
+        return 0.0
+    cap = cost.kv_capacity_tokens
+    if n > cost.max_num_seqs:
+        return None
+    p = np.asarray(prompts, dtype=np.float64)
+    s = np.asarray(steps, dtype=np.float64)
+    if n > 1 and (p.sum() + s.sum() > cap if reserve else p.sum() > cap - WATERMARK * cap):
+        return None
+    order = np.argsort(-s, kind="stable")
+    p, s = p[order], s[order]
+    last = np.flatnonzero(np.append(s[1:] != s[:-1], True))  # last index of each distinct length
+    ends = s[last][::-1]  # completion steps, ascending
+    running = (last + 1)[::-1].astype(np.float64)  # sequences running up to each completion
+    held = np.cumsum(p)[last][::-1]  # their prompt tokens
+    if np.any(held + running * ends > cap):
+        return None  # some step would not fit: the newest is preempted, order matters
+    starts = np.concatenate(([0.0], ends[:-1]))
+    decode = decode_times(cost, running, held + running * starts, ends - starts)
+    clock = cost.prefill_time(int(p.sum()))
+    for spent in decode.tolist():  # the event loop's summation order, so both agree to the last bit
+        clock += spent
+    return clock
 
 
 class _WorkerRun:
@@ -69,8 +93,6 @@ class _WorkerRun:
         self.reserved = 0  # sum over running of (prompt + steps): KV at final length
         self.token = 0
         self.blocked = False  # a preemption happened and no decode step has run since
-        self.admissions = 0  # scheduling points that admitted something
-        self.preemptions = 0  # sequences evicted for lack of KV
 
     def run(self) -> float:
         """Play events until the queue is empty and nothing runs; return the clock."""
@@ -104,7 +126,6 @@ class _WorkerRun:
             self.reserved += self.prompts[item] + self.steps[item]
             prefill_tokens += self.prompts[item]
         if prefill_tokens:
-            self.admissions += 1
             self.clock += self.cost.prefill_time(prefill_tokens)
 
     def _advance(self) -> None:
@@ -136,7 +157,6 @@ class _WorkerRun:
         self._remove(item)
         self.waiting.appendleft(item)
         self.blocked = True
-        self.preemptions += 1
 
     def _remove(self, item: int) -> None:
         _, admitted = self.alive.pop(item)

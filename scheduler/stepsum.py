@@ -84,3 +84,39 @@ def solo_decode_times(cost: WorkerCost, prompts: FloatArray, outputs: FloatArray
 def planned_steps(predicted_tokens: float) -> int:
     """Decode steps the planner assumes for a predicted length: whole tokens, at least one."""
     return max(1, math.ceil(predicted_tokens))
+
+
+def decode_times(cost: WorkerCost, batch: FloatArray, context: FloatArray, steps: FloatArray) -> FloatArray:
+    """Vectorised ``decode_time``: one run of steps per element, same formula and evaluation order."""
+    mem_a = cost.mem_base_s + cost.mem_per_token_s * context
+    mem_s = cost.mem_per_token_s * batch
+    cmp_a = cost.flops_per_seq_s * batch + cost.flops_per_token_s * context
+    cmp_s = cost.flops_per_token_s * batch
+    diff_a, diff_s = mem_a - cmp_a, mem_s - cmp_s
+    end = diff_a + diff_s * (steps - 1)
+    memory = (diff_a >= 0) & (end >= 0)
+    compute = ~memory & (diff_a <= 0) & (end <= 0)
+    safe = np.where(diff_s == 0, 1.0, diff_s)
+    cross = np.minimum(steps, np.maximum(0.0, np.ceil(-diff_a / safe)))
+    mem_first = _split(mem_a, mem_s, cmp_a, cmp_s, cross, steps)
+    cmp_first = _split(cmp_a, cmp_s, mem_a, mem_s, cross, steps)
+    total = np.where(
+        memory,
+        _whole(mem_a, mem_s, steps),
+        np.where(compute, _whole(cmp_a, cmp_s, steps), np.where(diff_a > 0, mem_first, cmp_first)),
+    )
+    return cost.time_scale * (total + cost.overhead_s * steps)
+
+
+def _whole(a: FloatArray, s: FloatArray, n: FloatArray) -> FloatArray:
+    """``_series(a, s, 0, n)`` elementwise, in the same evaluation order."""
+    return n * a + s * (0 + n - 1) * n / 2.0
+
+
+def _split(
+    a1: FloatArray, s1: FloatArray, a2: FloatArray, s2: FloatArray, cross: FloatArray, n: FloatArray
+) -> FloatArray:
+    """First line up to ``cross``, the second after it (``_series`` twice, elementwise)."""
+    head = np.maximum(cross, 0.0)
+    tail = np.maximum(n - cross, 0.0)
+    return (head * a1 + s1 * (0 + cross - 1) * head / 2.0) + (tail * a2 + s2 * (cross + n - 1) * tail / 2.0)

@@ -9,9 +9,9 @@ cache followed by the rest shortest-first 1.10x, and no single rule wins on ever
 reserved-KV admission longest-first is the best simple rule (1.20x) and shortest-first the worst.
 
 So the order is an experiment, not a slogan: each worker plays a few candidate orders and keeps the
-fastest. When the longest-first run admits everything at once and never preempts, every order gives
-the same finish and the search stops after one run, which is the common case for lightly loaded
-workers.
+fastest. When the queue is admitted at once and never preempted, every order gives the same finish,
+computed in closed form (``scheduler.finish.all_at_once_finish``) without playing any order: the
+common case for lightly loaded workers.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from scheduler.costmodel import WorkerCost
-from scheduler.finish import worker_finish, worker_finish_and_order_free
+from scheduler.finish import all_at_once_finish, worker_finish
 from scheduler.policies.problem import Problem
 
 Order = Callable[[Problem, list[int], WorkerCost], list[int]]
@@ -66,9 +66,10 @@ def best_order(
     """The fastest candidate order of ``items`` on ``cost``'s worker, and its predicted finish."""
     first, *others = CANDIDATES[reserve]
     best = first(problem, items, cost)
-    best_finish, order_free = worker_finish_and_order_free(cost, *_lengths(problem, best), reserve)
-    if order_free:
-        return best, best_finish
+    at_once = all_at_once_finish(cost, *_lengths(problem, best), reserve)
+    if at_once is not None:
+        return best, at_once
+    best_finish = worker_finish(cost, *_lengths(problem, best), reserve)
     for candidate in others:
         order = candidate(problem, items, cost)
         finish = worker_finish(cost, *_lengths(problem, order), reserve)
