@@ -222,7 +222,12 @@ def _cover(
     """Band counts under which every band's tail fits (None if none), and the solver status.
 
     ``deadline`` (wall clock) can only shorten the probe's deterministic limit; None: no deadline.
+    A greedy cover is tried first: when it succeeds the probe is settled without a solve (CP-SAT is
+    needed to prove infeasibility, or to find covers the greedy misses).
     """
+    greedy = _greedy_cover(capacity, demand, sizes)
+    if greedy is not None:
+        return greedy, cp_model.FEASIBLE
     kinds, bands = range(len(sizes)), range(len(demand))
     model = cp_model.CpModel()
     # Phase 1: variables: workers of each kind at each band.
@@ -242,6 +247,35 @@ def _cover(
         return None, status
     # Phase 5: extract.
     return tuple(tuple(int(solver.value(v)) for v in row) for row in counts), status
+
+
+def _greedy_cover(
+    capacity: Sequence[Sequence[int]], demand: Sequence[int], sizes: Sequence[int]
+) -> tuple[tuple[int, ...], ...] | None:
+    """Counts from the top band down: each band's shortfall is covered by the fewest workers, taken
+    from the kind that loses least capacity by leaving the lowest band; the rest stay lowest. None
+    when that does not cover every band (the cover may still exist: the caller then asks CP-SAT)."""
+    kinds, bands = len(sizes), len(demand)
+    counts = [[0] * bands for _ in range(kinds)]
+    free = list(sizes)
+    supplied = 0
+    for j in reversed(range(1, bands)):
+        short = sum(demand[j:]) - supplied
+        for c in sorted(range(kinds), key=lambda c: (-capacity[c][j] / max(capacity[c][0], 1), c)):
+            if short <= 0:
+                break
+            if capacity[c][j] <= 0 or free[c] == 0:
+                continue
+            take = min(free[c], -(-short // capacity[c][j]))
+            counts[c][j], free[c] = take, free[c] - take
+            supplied += take * capacity[c][j]
+            short -= take * capacity[c][j]
+        if short > 0:
+            return None
+    for c in range(kinds):
+        counts[c][0] = free[c]
+    total = supplied + sum(free[c] * capacity[c][0] for c in range(kinds))
+    return tuple(tuple(row) for row in counts) if total >= sum(demand) else None
 
 
 def _capacity(cost: WorkerCost, steps: int, makespan_s: float, fill: float) -> float:
