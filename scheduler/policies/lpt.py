@@ -182,10 +182,16 @@ class _State:
 
     def _fits(self, w: int, unit: Unit) -> bool:
         """Whether ``w`` still runs its whole queue at once, without preemption, with ``unit`` added."""
-        return (
-            self.count[w] + len(unit.members) <= self.slots[w]
-            and self._peak_after(w, unit) <= self.kv_limit[w]
-        )
+        count = self.count[w] + len(unit.members)
+        if count > self.slots[w]:
+            return False
+        limit = self.kv_limit[w]
+        if len(unit.members) == 1 and not self.reserve:  # the common case, inlined
+            return (
+                self.peak[w] <= limit
+                and self.prompt_sum[w] + unit.prompt_tokens + count * unit.steps <= limit
+            )
+        return self._peak_after(w, unit) <= limit
 
     def _peak_after(self, w: int, unit: Unit) -> int:
         """Peak KV of ``w``'s queue plus ``unit`` when all of it is admitted at once.
