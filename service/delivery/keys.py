@@ -14,9 +14,10 @@ key                         type     contents
                                      published_ms, expire_at_ms, workers (JSON list), fence (the
                                      fencing-token counter)
 ``P:items``                 hash     item key -> static item JSON (prompt, lengths, payload)
-``P:st``                    hash     item key -> ``state|token|attempts|deadline_ms|predicted|worker``;
-                                     state ``q`` queued, ``r`` running, ``d`` done (token = the
-                                     accepted one), ``x`` dead; worker = queue holding it or holder
+``P:st``                    hash     item key -> ``state|token|attempts|deadline_ms|predicted|worker|
+                                     reserve``; state ``q`` queued, ``r`` running, ``d`` done (token =
+                                     the accepted one), ``x`` dead; worker = queue holding it or
+                                     holder; reserve = KV tokens at predicted length (steal gate)
 ``P:deadlines``             zset     running item key -> lease deadline (ms); the reaper's index
 ``P:work``                  zset     worker -> predicted tokens still queued (steal victim choice)
 ``P:counts``                hash     ``q|r|d|f`` totals and ``q:<w>|r:<w>|d:<w>|f:<w>`` per worker
@@ -90,7 +91,7 @@ class ScheduleKeys:
 
     @property
     def st(self) -> str:
-        """Item key -> packed record ``state|token|attempts|deadline_ms|predicted|worker``."""
+        """Item key -> packed record ``state|token|attempts|deadline_ms|predicted|worker|reserve``."""
         return f"{self.base}:st"
 
     @property

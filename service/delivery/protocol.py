@@ -95,6 +95,7 @@ class Delivery:
         body = [
             "\n".join(item.key for item in items),
             "\n".join(repr(float(item.predicted_tokens)) for item in items),
+            "\n".join(str(item.reservation_tokens) for item in items),
             "\n".join(_strict_json(item.to_json(), f"items[{item.key}].payload") for item in items),
         ]
         head = [
@@ -195,17 +196,28 @@ class Delivery:
         return self._leases(schedule_id, worker_id, flat)
 
     def steal(
-        self, schedule_id: str, worker_id: str, max_items: int, now_ms: int | None = None
+        self,
+        schedule_id: str,
+        worker_id: str,
+        max_items: int,
+        now_ms: int | None = None,
+        budget_tokens: int | None = None,
     ) -> list[Lease]:
         """Lease items from the tail of the busiest queue; only when the worker's own queue is empty.
 
         Takes at most half of the victim's queue (at least one item) and at most ``max_items``, so
-        the longest items, planned first, stay with their owner.
+        the longest items, planned first, stay with their owner. ``budget_tokens`` is the KV steal
+        gate: the thief's free KV tokens at predicted final lengths (its cache minus the reservations
+        of everything it holds). Tail items are taken only while their cumulative
+        ``reservation_tokens`` fit it; the first that does not stays queued and ends the steal. None
+        means unbounded (a thief that does not know its KV cache is limited by slots alone).
         """
         if max_items < 1:
             return []
         max_items = min(max_items, keyspace.MAX_BATCH)
-        flat = self._call(self.scripts.steal, schedule_id, [worker_id, max_items, _clock(now_ms)])
+        budget = "" if budget_tokens is None else str(int(budget_tokens))
+        args = [worker_id, max_items, _clock(now_ms), budget]
+        flat = self._call(self.scripts.steal, schedule_id, args)
         return self._leases(schedule_id, worker_id, flat[1:])
 
     def heartbeat(self, leases: Iterable[Lease], now_ms: int | None = None) -> list[Lease]:

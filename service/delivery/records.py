@@ -45,6 +45,15 @@ class DeliveryItem:
             "payload": dict(self.payload),
         }
 
+    @property
+    def reservation_tokens(self) -> int:
+        """KV tokens the item will hold at its PREDICTED final length: prompt + min(predicted, cap).
+
+        The one formula behind KV admission (the sidecar's ``holdings``) and the KV steal gate (the
+        steal script), so both judge an item by the same number, as the simulator does.
+        """
+        return self.prompt_tokens + math.ceil(min(self.predicted_tokens, float(self.max_new_tokens)))
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> DeliveryItem:
         """Rebuild an item from its stored JSON object."""

@@ -6,12 +6,12 @@ each of its items also reserves ``prompt_tokens + min(predicted_tokens, max_new_
 KV cache, and an item starts only while the reservations fit in ``kv_capacity_tokens``: the engine
 then never runs out of KV mid-generation and never preempts (recomputes) a sequence, which on long
 chain-of-thought rollouts costs more than the concurrency it buys. An item larger than the whole
-cache still starts when nothing else runs, so nothing can wait forever.
+cache still starts when nothing else runs, so nothing can wait forever. Stealing is gated by KV
+always, whatever the schedule's admission mode (``steal_budget``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from service.delivery.records import DeliveryItem, Lease
@@ -20,8 +20,8 @@ LeaseId = tuple[str, str, int]  # (schedule id, item key, token): a re-claimed i
 
 
 def reservation_tokens(item: DeliveryItem) -> int:
-    """KV tokens an item will hold at its predicted final length."""
-    return item.prompt_tokens + math.ceil(min(item.predicted_tokens, float(item.max_new_tokens)))
+    """KV tokens an item will hold at its predicted final length (``DeliveryItem.reservation_tokens``)."""
+    return item.reservation_tokens
 
 
 def lease_id(lease: Lease) -> LeaseId:
@@ -57,6 +57,19 @@ class Holdings:
     def reserved(self) -> int:
         """KV tokens reserved by started items."""
         return sum(h.reserved_tokens for h in self._held.values() if h.started)
+
+    def steal_budget(self) -> int | None:
+        """KV tokens a steal may still take on: the KV steal gate (docs/simulator.md).
+
+        The cache minus the reservations, at predicted final lengths, of EVERY held lease (waiting
+        or running, whatever the schedule's admission mode): a free slot says nothing when the cache
+        is already spoken for, and a thief that stole regardless would make its engine evict. None
+        when the KV capacity is unknown: then only slots limit stealing.
+        """
+        if self.kv_capacity_tokens is None:
+            return None
+        held = sum(reservation_tokens(h.lease.item) for h in self._held.values())
+        return self.kv_capacity_tokens - held
 
     def add(self, lease: Lease, kv_admission: bool) -> Held:
         """Record a new lease, not started yet."""

@@ -5,7 +5,8 @@ pull API (where the worker process drives its engine). It wraps the synchronous 
 worker threads so an asyncio program never blocks on Redis, and adds what a long-lived worker needs:
 
 * discovery: the schedules announced to this worker (its inbox), oldest first;
-* claiming: the head of its own queue first; when that is empty, stealing from the busiest queue;
+* claiming: the head of its own queue first; when that is empty, stealing from the busiest queue
+  what fits its free slots and its KV cache at predicted lengths (the KV steal gate);
   when both are empty, an opportunistic reap of lapsed leases, so redelivery of a dead worker's items
   does not depend on the service's reaper being up;
 * heartbeats: every held lease is extended each third of its schedule's TTL; a lease the server no
@@ -130,7 +131,9 @@ class WorkerSession:
             leases = await self._redis(self.delivery.claim, sid, worker, count)
             self.stats.claimed += len(leases)
             if not leases and self.settings.steal:
-                leases = await self._redis(self.delivery.steal, sid, worker, count)
+                budget = self.holdings.steal_budget()  # the KV steal gate; None: slots alone
+                steal = self.delivery.steal
+                leases = await self._redis(steal, sid, worker, count, budget_tokens=budget)
                 self.stats.stolen += len(leases)
             if not leases and self.settings.reap_when_idle:
                 await self._reap_idle(info)

@@ -2,9 +2,9 @@
 -- KEYS[1] is the schedule's meta key '<prefix>:{<sid>}:meta'; every other key is derived from it and
 -- carries the same {sid} hash tag, so all of them are in KEYS[1]'s hash slot (Redis Cluster safe).
 --
--- Each item has one record in hash P:st, 'state|token|attempts|deadline_ms|predicted|worker', with
--- state q queued, r running (leased), d done, x dead-lettered; worker is the queue holding it or the
--- lease holder. Scripts read records through a cache and write every change back in ONE HSET at the
+-- Each item has one record in hash P:st, 'state|token|attempts|deadline_ms|predicted|worker|reserve',
+-- with state q queued, r running (leased), d done, x dead-lettered; worker is the queue holding it or
+-- the lease holder; reserve is the KV tokens it holds at its predicted final length (the steal gate). Scripts read records through a cache and write every change back in ONE HSET at the
 -- end (flush), with the counters, the deadline index and the steal scores: few calls per batch.
 local META = KEYS[1]
 local B = string.sub(META, 1, -6)
@@ -46,8 +46,9 @@ local function get(key)
   if r == nil then
     local v = redis.call('HGET', k('st'), key)
     if not v then return nil end
-    local s, tok, att, dl, pred, w = string.match(v, '^(%a)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
-    r = {s = s, tok = tok, att = tonumber(att), dl = tonumber(dl), pred = pred, w = w}
+    -- reserve may be empty: a record written before the steal gate existed reserves nothing
+    local s, tok, att, dl, pred, w, res = string.match(v, '^(%a)|(%d+)|(%d+)|(%d+)|([^|]*)|([^|]*)|?(%d*)$')
+    r = {s = s, tok = tok, att = tonumber(att), dl = tonumber(dl), pred = pred, w = w, res = res}
     cache[key] = r
   end
   return r
@@ -70,7 +71,7 @@ local function flush(cfg)
   for key, _ in pairs(dirty) do
     local r = cache[key]
     st[#st + 1] = key
-    st[#st + 1] = r.s .. '|' .. r.tok .. '|' .. r.att .. '|' .. int(r.dl) .. '|' .. r.pred .. '|' .. r.w
+    st[#st + 1] = r.s .. '|' .. r.tok .. '|' .. r.att .. '|' .. int(r.dl) .. '|' .. r.pred .. '|' .. r.w .. '|' .. r.res
     if r.s == 'r' then
       zadd[#zadd + 1] = int(r.dl)
       zadd[#zadd + 1] = key

@@ -1,8 +1,9 @@
 -- publish: write a whole schedule atomically; a replay with the same fingerprint changes nothing.
 -- ARGV: fingerprint, now ('' = server), retention_ms, lease_ttl_ms, max_attempts, kv_admission,
 --       workers_json (announced workers), queues_json (queue names in item order, '*' = shared
---       FIFO), sizes_json (items per queue), then newline-joined keys, predicted tokens, item JSONs
---       (one string each: a few large arguments parse far faster than thousands of small ones).
+--       FIFO), sizes_json (items per queue), then newline-joined keys, predicted tokens, KV
+--       reservations, item JSONs (one string each: a few large arguments parse far faster than
+--       thousands of small ones).
 -- Returns 1 created, 0 unchanged replay; error CONFLICT when the id holds a different schedule.
 local existing = redis.call('HGET', META, 'fingerprint')
 if existing then
@@ -18,7 +19,7 @@ local function lines(s)
   for line in string.gmatch(s, '[^\n]+') do out[#out + 1] = line end
   return out
 end
-local keys, preds, jsons = lines(ARGV[10]), lines(ARGV[11]), lines(ARGV[12])
+local keys, preds, reserves, jsons = lines(ARGV[10]), lines(ARGV[11]), lines(ARGV[12]), lines(ARGV[13])
 local n = #keys
 redis.call('HSET', META, 'fingerprint', ARGV[1], 'total', n, 'lease_ttl_ms', ARGV[4],
   'max_attempts', ARGV[5], 'kv_admission', ARGV[6], 'workers', ARGV[7], 'published_ms', now,
@@ -34,7 +35,7 @@ for q, w in ipairs(names) do
     i = i + 1
     queue[#queue + 1] = keys[i]
     items[#items + 1], items[#items + 2] = keys[i], jsons[i]
-    st[#st + 1], st[#st + 2] = keys[i], 'q|0|0|0|' .. preds[i] .. '|' .. w
+    st[#st + 1], st[#st + 2] = keys[i], 'q|0|0|0|' .. preds[i] .. '|' .. w .. '|' .. reserves[i]
     score = score + tonumber(preds[i])
   end
   if #queue > 0 then
@@ -50,7 +51,7 @@ bulk('HSET', k('counts'), cnt)
 for _, s in ipairs({'meta', 'items', 'st', 'counts', 'work'}) do redis.call('PEXPIREAT', k(s), exp) end
 -- Free the big argument strings and tables now: left to the incremental collector they would slow
 -- the next few hundred claims by tens of microseconds each.
-items, st, keys, preds, jsons, cnt = nil, nil, nil, nil, nil, nil
+items, st, keys, preds, reserves, jsons, cnt = nil, nil, nil, nil, nil, nil, nil
 pcall(function() for a = #ARGV, 1, -1 do ARGV[a] = nil end end)  -- a server may protect ARGV
 collectgarbage()
 return 1

@@ -18,7 +18,7 @@ from service.delivery import (
     TrajectoryResult,
     UnknownScheduleError,
 )
-from tests.service.delivery.conftest import item, schedule
+from tests.service.delivery.conftest import AuditOf, item, schedule
 
 T0 = 1_000_000  # explicit clock (ms) so expiry is deterministic
 RESULT = TrajectoryResult(output_tokens=77, finish_reason="stop", wall_time_s=0.5, output="ok")
@@ -131,6 +131,43 @@ def test_steal_takes_from_the_tail_of_the_busiest_queue(delivery: Delivery) -> N
     progress = delivery.progress("s")
     assert (progress.workers["a"].running, progress.workers["b"].queued) == (3, 3)
     assert [le.key for le in delivery.claim("s", "b", 9)] == ["b-0#0", "b-1#0", "b-2#0"]
+
+
+def _sized(key: str, prompt: int, predicted: float) -> DeliveryItem:
+    """An item reserving ``prompt + predicted`` KV tokens (predicted below its 4,096 cap)."""
+    return DeliveryItem(key, key.partition("#")[0], 0, prompt, 4096, predicted)
+
+
+def test_steal_takes_tail_items_only_while_their_reservations_fit_the_kv_budget(
+    delivery: Delivery, audit_of: AuditOf
+) -> None:
+    queue = tuple(_sized(f"b-{i}#0", 100, 900.0) for i in range(8))  # 1,000 tokens each
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}))
+    stolen = delivery.steal("s", "a", 4, budget_tokens=2_500)
+    assert [le.key for le in stolen] == ["b-7#0", "b-6#0"]  # a third (3,000 tokens) would not fit
+    assert delivery.progress("s").workers["b"].queued == 6
+    audit_of("s")
+
+
+def test_steal_refuses_a_tail_item_larger_than_the_budget_and_leaves_it_queued(
+    delivery: Delivery, audit_of: AuditOf
+) -> None:
+    queue = (_sized("b-0#0", 100, 400.0), _sized("b-1#0", 300, 2_000.4))  # tail reserves 2,301
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}))
+    assert delivery.steal("s", "a", 4, budget_tokens=2_300) == []
+    assert delivery.steal("s", "a", 4, budget_tokens=-5) == []  # an oversubscribed thief takes nothing
+    progress = delivery.progress("s")
+    assert (progress.queued, progress.running, progress.workers["a"].running) == (2, 0, 0)
+    audit_of("s")  # never both queued and leased: the refused item is queued, nowhere else
+    assert [le.key for le in delivery.steal("s", "a", 4, budget_tokens=2_301)] == ["b-1#0"]
+    assert [le.key for le in delivery.claim("s", "b", 4)] == ["b-0#0"]
+    audit_of("s")
+
+
+def test_a_steal_without_a_budget_is_limited_by_slots_alone(delivery: Delivery) -> None:
+    queue = tuple(_sized(f"b-{i}#0", 100, 4_000.0) for i in range(4))
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}))
+    assert len(delivery.steal("s", "a", 2)) == 2
 
 
 def test_a_worker_with_queued_work_cannot_steal(delivery: Delivery) -> None:

@@ -43,3 +43,19 @@ def test_without_the_plan_flag_or_a_known_cache_only_slots_limit_admission() -> 
         a.started = True
         assert holdings.can_start(b)
         assert holdings.free_slots() == 0
+
+
+def test_the_steal_budget_is_the_cache_minus_every_held_reservation_whatever_the_admission_mode() -> None:
+    holdings = Holdings(max_in_flight=8, kv_capacity_tokens=2500)
+    running = holdings.add(_lease("a"), kv_admission=False)  # reserves nothing for admission...
+    running.started = True
+    holdings.add(_lease("b", predicted=9000.0), kv_admission=False)  # ...nor does a waiting lease
+    assert holdings.steal_budget() == 2500 - 1000 - 4100  # ...but both count against a steal
+    holdings.remove(("s", "b", 1))
+    assert holdings.steal_budget() == 1500
+
+
+def test_a_sidecar_that_does_not_know_its_kv_cache_steals_by_slots_alone() -> None:
+    holdings = Holdings(max_in_flight=8, kv_capacity_tokens=None)
+    holdings.add(_lease("a"), kv_admission=True)
+    assert holdings.steal_budget() is None

@@ -1,0 +1,34 @@
+"""The worker session against real Redis: what it claims and steals on a sidecar's behalf."""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis
+
+from service.delivery.protocol import Delivery
+from service.delivery.records import DeliveryItem, PublishedSchedule
+from service.sidecar.holdings import Holdings
+from service.sidecar.session import SessionSettings, WorkerSession
+
+
+def _items(worker: str, count: int, predicted: float) -> tuple[DeliveryItem, ...]:
+    """Items reserving ``100 + predicted`` KV tokens each."""
+    return tuple(
+        DeliveryItem(f"{worker}-{i}#0", f"{worker}-{i}", 0, 100, 8192, predicted) for i in range(count)
+    )
+
+
+def test_a_sidecar_steals_only_what_fits_its_kv_cache_beside_what_it_holds(redis_client: redis.Redis) -> None:
+    delivery = Delivery(redis_client)
+    queues = {"thief": _items("thief", 2, 1900.0), "victim": _items("victim", 12, 900.0)}
+    delivery.publish(PublishedSchedule("gate", queues))
+    session = WorkerSession(delivery, Holdings(16, kv_capacity_tokens=8000), SessionSettings("thief"))
+
+    own = asyncio.run(session.claim(16))  # its own two items: 4,000 of its 8,000 tokens
+    stolen = asyncio.run(session.claim(16))  # 14 free slots, but KV for four 1,000-token items only
+    assert [h.lease.key for h in own] == ["thief-0#0", "thief-1#0"]
+    assert [h.lease.key for h in stolen] == ["victim-11#0", "victim-10#0", "victim-9#0", "victim-8#0"]
+    assert session.stats.stolen == 4
+    assert asyncio.run(session.claim(16)) == []  # its cache is spoken for: nothing more is stolen
+    assert delivery.progress("gate").workers["victim"].queued == 8
