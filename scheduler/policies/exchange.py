@@ -26,6 +26,7 @@ US = 1e6  # time unit of the model: microseconds
 KV_UNIT = 1e5  # KV-token-steps per integer unit
 PARTNERS = (1, 3)  # neighbourhood sizes tried, beside the slowest worker
 STEP_LIMIT_S = 0.02  # deterministic limit of one neighbourhood solve
+MIN_GAIN = 0.005  # repair only while the slowest worker trails the runner-up by more than this
 MAX_MOVES = 24  # neighbourhood solves per plan at most (the budget usually ends the search first)
 
 
@@ -43,15 +44,17 @@ def improve(
     finish = list(finishes)
     ordered = list(queues)
     improved, failures = False, 0
+    last = 0.0  # duration of the previous move: the next one starts only if it would fit
     for _ in range(MAX_MOVES):
-        if failures >= len(PARTNERS) or time.perf_counter() >= deadline:
+        started = time.perf_counter()
+        if failures >= len(PARTNERS) or started + last >= deadline:
             break
         active = list(problem.active)
         worst = max(active, key=lambda w: (finish[w], -w))
         others = sorted((w for w in active if w != worst), key=lambda w: (finish[w], w))
+        if not others or finish[worst] <= (1 + MIN_GAIN) * finish[others[-1]]:
+            break  # the runner-up finishes (nearly) as late: moving work off the slowest cannot pay
         group = [worst, *others[: PARTNERS[failures % len(PARTNERS)]]]
-        if len(group) < 2:
-            break
         moved = _resolve(problem, placed, finish, group, deadline, seed)
         if moved is None:
             failures += 1
@@ -64,6 +67,7 @@ def improve(
             improved, failures = True, 0
         else:
             failures += 1
+        last = time.perf_counter() - started
     return (tuple(ordered), tuple(finish)) if improved else None
 
 
