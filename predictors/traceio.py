@@ -20,9 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
+from predictors.tracefast import fast_trace
 from predictors.tracetable import FINISH_NAMES, Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
-from scheduler.trace import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TraceFormatError, parse_row
+from scheduler.trace import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TraceFormatError, TraceRow, parse_row
 
 SUFFIXES: tuple[str, ...] = (".csv", ".jsonl", ".parquet")
 _KNOWN = frozenset(REQUIRED_COLUMNS) | frozenset(OPTIONAL_COLUMNS)
@@ -30,21 +31,26 @@ _KNOWN = frozenset(REQUIRED_COLUMNS) | frozenset(OPTIONAL_COLUMNS)
 RawRows = Iterator[tuple[int, dict[str, object]]]  # (line, cells) pairs
 
 
-def read_trace(path: str | Path, allow_empty: bool = False) -> Trace:
+def read_trace(path: str | Path, allow_empty: bool = False, fast: bool = True) -> Trace:
     """Read and validate a whole trace; raises ``TraceFormatError`` / ``InvalidInputError`` on bad input.
 
     An empty trace is an error unless ``allow_empty``: nothing downstream can use one, and saying so
-    at the file is clearer than a failure three modules later.
+    at the file is clearer than a failure three modules later. csv and parquet first try the
+    vectorised path (``predictors.tracefast``), which yields the same trace or nothing; ``fast=False``
+    forces the row-by-row path.
     """
     path = Path(path)
     reader = _reader_for(path)
     if not path.is_file():
         raise InvalidInputError("trace", str(path), "no such file")
-    builder = TraceBuilder()
-    for line, cells in reader(path):
-        row = parse_row(cells, str(path), line)
-        builder.add(row, {k: _raw_extra(v) for k, v in cells.items() if k not in _KNOWN and _present(v)})
-    trace = builder.build()
+    trace = _read_fast(path) if fast else None
+    if trace is None:
+        builder = TraceBuilder()
+        for line, cells in reader(path):
+            row = parse_row(cells, str(path), line)
+            _check_int64(row, str(path), line)
+            builder.add(row, {k: _raw_extra(v) for k, v in cells.items() if k not in _KNOWN and _present(v)})
+        trace = builder.build()
     if len(trace) == 0 and not allow_empty:
         raise InvalidInputError("trace", str(path), "the trace has no rows")
     return trace
@@ -63,6 +69,48 @@ def write_trace(trace: Trace, path: str | Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _check_int64(row: TraceRow, source: str, line: int) -> None:
+    """Token counts and steps are held as int64: a larger value is an error, not an overflow crash."""
+    for column in ("step", "sample_idx", "prompt_tokens", "output_tokens", "max_new_tokens"):
+        value = getattr(row, column)
+        if value is not None and value > _INT64_MAX:
+            raise TraceFormatError(source, line, column, value, f"exceeds {_INT64_MAX}")
+
+
+def _read_fast(path: Path) -> Trace | None:
+    """The trace via whole-column checks, or None when the row-by-row path must decide."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    try:
+        if path.suffix == ".parquet":
+            return fast_trace(pq.read_table(path))
+        if path.suffix != ".csv":
+            return None
+        with path.open(newline="", encoding="utf-8") as handle:
+            header = next(csv.reader(handle), None)
+        if not header:
+            return None
+        table = pcsv.read_csv(
+            path,
+            parse_options=pcsv.ParseOptions(newlines_in_values=True),
+            convert_options=pcsv.ConvertOptions(
+                column_types={name: pa.string() for name in header},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except Exception:  # unreadable here: the row-by-row path reports it precisely
+        return None
+    if list(table.column_names) != header:
+        return None
+    return fast_trace(table.rename_columns([h.strip() for h in header]))
 
 
 def _reader_for(path: Path) -> Callable[[Path], RawRows]:
