@@ -69,9 +69,14 @@ def test_excluding_a_worker_raises_the_aggregate_limits() -> None:
 def test_no_policy_simulates_faster_than_the_bound(request: PlanRequest) -> None:
     actual = {t.key: planned_steps(t.predicted_tokens) for t in request.trajectories}
     options = SimOptions(kv_admission=request.kv_admission)
-    # The simulator's shared queue and stealing know nothing of pins and exclusions (a pinned item
-    # may be stolen, an excluded worker may pull): with those, play only the static queues.
-    constrained = bool(request.excluded_workers) or any(t.pinned_worker for t in request.trajectories)
+    # The simulator's shared queue and stealing know nothing of pins, exclusions and prefix affinity
+    # (a pinned item may be stolen, an excluded worker may pull, a group may be split, which the
+    # affinity bound rules out): with those, play only the static queues, which honour them.
+    constrained = (
+        bool(request.excluded_workers)
+        or request.prefix_affinity
+        or any(t.pinned_worker for t in request.trajectories)
+    )
     for name in POLICY_NAMES:
         result = plan(request, name)
         if constrained:
