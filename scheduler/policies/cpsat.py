@@ -37,7 +37,7 @@ from scheduler.policies.problem import Problem, Unit, build_problem
 from scheduler.types import PlanRequest
 
 LEVELS_SHARE = 0.15  # share of the remaining budget one aggregate solve may use
-ROUND_COST = 3.0  # a round costs 2.2-2.7x the lpt phase (placement + ordering); start one only then
+ROUND_COST = 2.5  # a round costs ~2.2-2.7x the lpt phase (placement + ordering); start one only then
 AGREED = 0.01  # calibration ratios within 1% of the last round's: stop refining
 ROUNDS = 2  # aggregate solve + realisation rounds, each calibrated by the previous one's simulation
 
