@@ -19,7 +19,10 @@ key                         type     contents
                                      the accepted one), ``x`` dead; worker = queue holding it or
                                      holder; reserve = KV tokens at predicted length (steal gate)
 ``P:deadlines``             zset     running item key -> lease deadline (ms); the reaper's index
-``P:work``                  zset     worker -> predicted tokens still queued (steal victim choice)
+``P:work``                  zset     worker -> predicted seconds still queued: its queued predicted
+                                     tokens x its ``P:pace`` (steal victim choice, as the simulator)
+``P:pace``                  hash     worker -> predicted seconds per predicted token, from the plan;
+                                     field ``*`` = default for workers the plan did not describe
 ``P:counts``                hash     ``q|r|d|f`` totals and ``q:<w>|r:<w>|d:<w>|f:<w>`` per worker
 ``P:q:<worker>``            list     the worker's ordered queue; head = next to start
 ``P:q:*``                   list     shared FIFO for shared-queue policies (``Plan.dispatch_order``)
@@ -101,8 +104,13 @@ class ScheduleKeys:
 
     @property
     def work(self) -> str:
-        """Worker -> predicted tokens still queued."""
+        """Worker -> predicted seconds of work still queued (tokens x the worker's pace)."""
         return f"{self.base}:work"
+
+    @property
+    def pace(self) -> str:
+        """Worker -> predicted seconds per predicted token (``*``: the default)."""
+        return f"{self.base}:pace"
 
     def queue(self, worker_id: str) -> str:
         """A worker's ordered queue (``SHARED_QUEUE`` names the shared FIFO)."""
@@ -110,7 +118,7 @@ class ScheduleKeys:
 
     def all_fixed(self) -> tuple[str, ...]:
         """Every key whose name does not depend on a worker (for deletion and TTL checks)."""
-        suffixes = ("meta", "items", "st", "deadlines", "work", "counts", "dead", "results")
+        suffixes = ("meta", "items", "st", "deadlines", "work", "pace", "counts", "dead", "results")
         return tuple(f"{self.base}:{s}" for s in suffixes)
 
 

@@ -105,6 +105,7 @@ class Delivery:
             json.dumps(workers),
             json.dumps([name for name, _ in queues]),
             json.dumps([len(queue) for _, queue in queues]),
+            json.dumps({w: repr(pace) for w, pace in sorted(schedule.paces().items())}),
         ]
         digest = hashlib.sha256("\x00".join(map(str, [lease.retention_s, *head, *body])).encode()).hexdigest()
         args = [digest, _clock(now_ms), lease.retention_s * 1000, *head, *body]

@@ -64,7 +64,25 @@ def schedule_from_plan(
         kv_admission=plan.kv_admission,
         lease=lease or LeaseSettings(),
         shared=shared,
+        seconds_per_token=seconds_per_token(plan, by_key),
     )
+
+
+def seconds_per_token(plan: Plan, by_key: Mapping[str, Trajectory]) -> dict[str, float]:
+    """Each worker's predicted seconds per predicted token: its predicted finish over its queue's tokens.
+
+    Steal victims are ranked by predicted TIME left, as in the simulator: a queue of 10,000 tokens on
+    a worker that plans them at 0.02 s each holds more work than 20,000 on one at 0.005 s. The plan's
+    own finish times carry everything the planner knew about the worker (device, measured time
+    scale, batching, KV). Workers with no planned tokens or no finish are left out (the protocol
+    gives them the median pace).
+    """
+    paces: dict[str, float] = {}
+    for worker in plan.workers:
+        tokens = sum(by_key[key].predicted_tokens for key in worker.items if key in by_key)
+        if tokens > 0 and worker.predicted_finish_s > 0:
+            paces[worker.worker_id] = worker.predicted_finish_s / tokens
+    return paces
 
 
 def publish_plan(

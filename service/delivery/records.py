@@ -95,11 +95,19 @@ class PublishedSchedule:
     kv_admission: bool = False  # the sidecar should admit by KV reserved at predicted length
     lease: LeaseSettings = LeaseSettings()  # lease ttl, attempts, retention
     shared: tuple[DeliveryItem, ...] = ()  # shared FIFO any worker pulls once its own queue drains
+    # worker id -> predicted seconds per predicted token (from the plan): the steal victim is the
+    # queue with the most predicted SECONDS left; workers not named get the median (all absent: 1.0)
+    seconds_per_token: Mapping[str, float] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Raise ``InvalidInputError`` naming the first bad field; called before anything is written."""
         _check_name("schedule_id", self.schedule_id)
         self.lease.validate()
+        for worker, pace in self.seconds_per_token.items():
+            if worker not in self.queues:
+                raise InvalidInputError("seconds_per_token", worker, "names a worker without a queue")
+            if not math.isfinite(pace) or pace <= 0:
+                raise InvalidInputError(f"seconds_per_token[{worker}]", pace, "must be finite, > 0")
         seen: set[str] = set()
         for worker, items in self.queues.items():
             _check_name("queues", worker)
@@ -114,6 +122,18 @@ class PublishedSchedule:
     def total(self) -> int:
         """Number of items in the schedule."""
         return sum(len(items) for items in self.queues.values()) + len(self.shared)
+
+    def paces(self) -> dict[str, float]:
+        """Seconds per predicted token of every worker, plus the default under ``SHARED_QUEUE``.
+
+        The default (the median of the stated paces, 1.0 when none is stated) scores the queue of a
+        worker the plan did not describe, e.g. a thief outside the plan whose lease was requeued.
+        """
+        stated = sorted(self.seconds_per_token.values())
+        default = stated[len(stated) // 2] if stated else 1.0
+        paces = {w: float(self.seconds_per_token.get(w, default)) for w in self.queues}
+        paces[SHARED_QUEUE] = default
+        return paces
 
 
 def _check_name(field_name: str, value: str) -> None:

@@ -60,9 +60,21 @@ local function count(state, w, delta)
   counts[f] = (counts[f] or 0) + delta
 end
 
--- Predicted work entering (+) or leaving (-) worker w's queue; the shared FIFO '*' is never a victim.
+-- Seconds per predicted token of worker w (P:pace, from the plan; '*' holds the default), cached.
+local paces = {}
+local function pace(w)
+  local p = paces[w]
+  if p == nil then
+    p = tonumber(redis.call('HGET', k('pace'), w) or redis.call('HGET', k('pace'), '*') or '1')
+    paces[w] = p
+  end
+  return p
+end
+
+-- Predicted tokens entering (+) or leaving (-) worker w's queue, scored in predicted SECONDS of that
+-- worker (P:work ranks steal victims by time, as the simulator does); the shared FIFO is never one.
 local function work_delta(w, delta)
-  if w ~= '*' then work[w] = (work[w] or 0) + delta end
+  if w ~= '*' then work[w] = (work[w] or 0) + delta * pace(w) end
 end
 
 -- Write back every changed record, the deadline index, counters and steal scores.

@@ -1,7 +1,8 @@
 -- publish: write a whole schedule atomically; a replay with the same fingerprint changes nothing.
 -- ARGV: fingerprint, now ('' = server), retention_ms, lease_ttl_ms, max_attempts, kv_admission,
 --       workers_json (announced workers), queues_json (queue names in item order, '*' = shared
---       FIFO), sizes_json (items per queue), then newline-joined keys, predicted tokens, KV
+--       FIFO), sizes_json (items per queue), paces_json (worker -> seconds per predicted token as a
+--       string; '*' = the default), then newline-joined keys, predicted tokens, KV
 --       reservations, item JSONs (one string each: a few large arguments parse far faster than
 --       thousands of small ones).
 -- Returns 1 created, 0 unchanged replay; error CONFLICT when the id holds a different schedule.
@@ -19,7 +20,11 @@ local function lines(s)
   for line in string.gmatch(s, '[^\n]+') do out[#out + 1] = line end
   return out
 end
-local keys, preds, reserves, jsons = lines(ARGV[10]), lines(ARGV[11]), lines(ARGV[12]), lines(ARGV[13])
+local stated = cjson.decode(ARGV[10])
+local keys, preds, reserves, jsons = lines(ARGV[11]), lines(ARGV[12]), lines(ARGV[13]), lines(ARGV[14])
+local flat = {}
+for w, p in pairs(stated) do flat[#flat + 1], flat[#flat + 2] = w, p end
+bulk('HSET', k('pace'), flat)
 local n = #keys
 redis.call('HSET', META, 'fingerprint', ARGV[1], 'total', n, 'lease_ttl_ms', ARGV[4],
   'max_attempts', ARGV[5], 'kv_admission', ARGV[6], 'workers', ARGV[7], 'published_ms', now,
@@ -42,13 +47,13 @@ for q, w in ipairs(names) do
     bulk('RPUSH', k('q:' .. w), queue)
     redis.call('PEXPIREAT', k('q:' .. w), exp)
     cnt[#cnt + 1], cnt[#cnt + 2] = 'q:' .. w, #queue
-    if w ~= '*' then redis.call('ZADD', k('work'), score, w) end
+    if w ~= '*' then redis.call('ZADD', k('work'), score * pace(w), w) end
   end
 end
 bulk('HSET', k('items'), items)
 bulk('HSET', k('st'), st)
 bulk('HSET', k('counts'), cnt)
-for _, s in ipairs({'meta', 'items', 'st', 'counts', 'work'}) do redis.call('PEXPIREAT', k(s), exp) end
+for _, s in ipairs({'meta', 'items', 'st', 'counts', 'work', 'pace'}) do redis.call('PEXPIREAT', k(s), exp) end
 -- Free the big argument strings and tables now: left to the incremental collector they would slow
 -- the next few hundred claims by tens of microseconds each.
 items, st, keys, preds, reserves, jsons, cnt = nil, nil, nil, nil, nil, nil, nil

@@ -69,6 +69,7 @@ def audit(client: redis.Redis, schedule_id: str, prefix: str = "rs") -> Audit:
         recount[f"{s}:{where[key]}".replace("x:", "f:")] += 1
     counters = {str(k): int(v) for k, v in client.hgetall(f"{b}:counts").items()}
     recount["f"] = recount.pop("x", 0)
+    problems += _work_problems(client, b, records)
     agree = all(counters.get(k, 0) == v for k, v in recount.items()) and all(
         v == recount.get(k, 0) for k, v in counters.items()
     )
@@ -85,6 +86,23 @@ def audit(client: redis.Redis, schedule_id: str, prefix: str = "rs") -> Audit:
     )
 
 
+def _work_problems(client: redis.Redis, base: str, records: dict[str, list[str]]) -> list[str]:
+    """The steal index ``P:work`` must hold exactly the non-empty worker queues, each scored with its
+    queued predicted tokens times the worker's pace (seconds per token; ``*`` = the default)."""
+    paces = {str(w): float(p) for w, p in client.hgetall(f"{base}:pace").items()}
+    expected: dict[str, float] = {}
+    for rec in records.values():
+        if rec[0] == "q" and rec[5] != "*":
+            pace = paces.get(rec[5], paces.get("*", 1.0))
+            expected[rec[5]] = expected.get(rec[5], 0.0) + float(rec[4]) * pace
+    scores: Any = client.zrange(f"{base}:work", 0, -1, withscores=True)
+    actual = {str(w): float(s) for w, s in scores}
+    tolerance = 1e-9 * (1.0 + sum(expected.values()))
+    if set(actual) != set(expected):
+        return [f"work index names {sorted(actual)}, queues with work are {sorted(expected)}"]
+    return [f"work[{w}] = {actual[w]} != {v}" for w, v in expected.items() if abs(actual[w] - v) > tolerance]
+
+
 RecordProperty = Callable[[str, object], None]  # pytest's ``record_property`` fixture
 
 
@@ -93,4 +111,10 @@ def report(name: str, result: Audit, record_property: RecordProperty) -> None:
     print(f"{name}: lost={result.lost} accepted_twice={result.accepted_twice}")
     record_property(f"{name} lost", result.lost)
     record_property(f"{name} accepted_twice", result.accepted_twice)
+    assert (result.lost, result.accepted_twice, result.problems, result.counts_agree) == (0, 0, [], True)
+
+
+def assert_sound(client: redis.Redis, schedule_id: str) -> None:
+    """Fail unless every item of the schedule is in exactly one place and none was accepted twice."""
+    result = audit(client, schedule_id)
     assert (result.lost, result.accepted_twice, result.problems, result.counts_agree) == (0, 0, [], True)

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 import redis
 
 from service.delivery import Delivery, DeliveryItem, LeaseSettings, PublishedSchedule
-from tests.service.delivery.audit import audit
-
-AuditOf = Callable[[str], None]  # audit one schedule's raw keys; fails the test on any problem
 
 
 def item(key: str, predicted: float = 100.0) -> DeliveryItem:
@@ -47,14 +42,3 @@ def schedule(
 def delivery(redis_client: redis.Redis) -> Delivery:
     """The protocol on a flushed database of the session's real server."""
     return Delivery(redis_client)
-
-
-@pytest.fixture
-def audit_of(redis_client: redis.Redis) -> AuditOf:
-    """Audit a schedule's raw keys: every item in exactly one place, none accepted twice."""
-
-    def check(schedule_id: str) -> None:
-        result = audit(redis_client, schedule_id)
-        assert (result.lost, result.accepted_twice, result.problems, result.counts_agree) == (0, 0, [], True)
-
-    return check

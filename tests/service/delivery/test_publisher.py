@@ -50,3 +50,19 @@ def test_a_published_plan_is_claimed_in_plan_order(delivery: Delivery) -> None:
     assert publish_plan(delivery, "s", _plan(), TRAJ) is PublishOutcome.CREATED
     assert [le.key for le in delivery.claim("s", "ascend-0", 3)] == ["p1#0", "p1#1", "p0#1"]
     assert delivery.info("s").kv_admission
+
+
+def test_each_worker_is_published_with_its_planned_seconds_per_predicted_token() -> None:
+    published = schedule_from_plan("s", _plan(), TRAJ)
+    # h100-0: 9.0 s over 300 + 300 + 100 tokens; ascend-0: 8.5 s over 200 + 200 + 100
+    assert published.seconds_per_token == pytest.approx({"h100-0": 9.0 / 700, "ascend-0": 8.5 / 500})
+
+
+def test_the_steal_victim_is_the_worker_with_the_most_predicted_seconds_left(delivery: Delivery) -> None:
+    workers = (  # h100-0: 700 tokens planned to end at 2 s; ascend-0: 500 tokens at 8.5 s
+        WorkerPlan("h100-0", ("p2#0", "p2#1", "p0#0"), 2.0),
+        WorkerPlan("ascend-0", ("p1#0", "p1#1", "p0#1"), 8.5),
+    )
+    publish_plan(delivery, "s", Plan("lpt", workers, 8.5, 8.0, "HEURISTIC", 0.01), TRAJ)
+    stolen = delivery.steal("s", "thief", 1)
+    assert [le.key for le in stolen] == ["p0#1"]  # the tail of ascend-0: fewer tokens, more time

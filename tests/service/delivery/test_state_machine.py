@@ -1,8 +1,9 @@
-"""A hypothesis state machine over claim/heartbeat/complete/release/fail/steal/reap, publish replays
-and the clock, on a schedule with per-worker queues and a shared FIFO.
+"""A hypothesis state machine over claim/heartbeat/complete/release/fail/steal (with and without a KV
+budget)/reap, publish replays and the clock, on a schedule with per-worker queues and a shared FIFO.
 
 After every step the raw keys are audited: every item is in exactly one place that agrees with its
-state, counters match a recount, and no completion was ever accepted twice. The model also checks
+state, counters match a recount, the steal index scores each queue in predicted seconds, and no
+completion was ever accepted twice. The model also checks
 that only the newest lease of an item can be accepted, and that it is accepted while unexpired.
 """
 
@@ -40,7 +41,13 @@ TTL_MS = 1000
 def _with_shared(published: PublishedSchedule) -> PublishedSchedule:
     """Add three items to the shared FIFO, which workers pull from once their own queue drains."""
     shared = tuple(item(f"shared-{i}#0") for i in range(3))
-    return PublishedSchedule(published.schedule_id, published.queues, lease=published.lease, shared=shared)
+    return PublishedSchedule(
+        published.schedule_id,
+        published.queues,
+        lease=published.lease,
+        shared=shared,
+        seconds_per_token={"a": 0.5, "b": 2.0},  # c gets the default: steal scores in seconds
+    )
 
 
 class DeliveryMachine(RuleBasedStateMachine):
@@ -73,9 +80,17 @@ class DeliveryMachine(RuleBasedStateMachine):
     def claim(self, worker: str, n: int) -> object:
         return self._issued(self.delivery.claim(self.sid, worker, n, now_ms=self.now))
 
-    @rule(target=leases, worker=st.sampled_from(WORKERS), n=st.integers(1, 4))
-    def steal(self, worker: str, n: int) -> object:
-        return self._issued(self.delivery.steal(self.sid, worker, n, now_ms=self.now))
+    @rule(
+        target=leases,
+        worker=st.sampled_from(WORKERS),
+        n=st.integers(1, 4),
+        budget=st.sampled_from([None, -1, 0, 131, 150, 300, 10_000]),  # items reserve 132 each
+    )
+    def steal(self, worker: str, n: int, budget: int | None) -> object:
+        stolen = self.delivery.steal(self.sid, worker, n, now_ms=self.now, budget_tokens=budget)
+        if budget is not None:
+            assert not stolen or sum(le.item.reservation_tokens for le in stolen) <= budget
+        return self._issued(stolen)
 
     @rule(lease=leases)
     def heartbeat(self, lease: Lease) -> None:
