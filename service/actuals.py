@@ -4,7 +4,8 @@ Workers (or the trainer, through the client) report finished trajectories. Repor
 Redis stream, so they survive a service restart (and a Redis restart with AOF), replicas share them,
 and retraining reads them in order, in pages, without holding them all in the service's memory.
 
-Key: ``<prefix>:actuals`` (stream; each entry one field ``a`` = the report's JSON). It is capped
+Key: ``keys.actuals_stream`` (``<prefix>:actuals``, a stream; each entry one field ``a`` = the
+report's JSON; every key and TTL is documented in ``service/delivery/keys.py``). It is capped
 approximately at ``Settings.actuals_maxlen`` entries (oldest trimmed, ``XADD MAXLEN ~``); it does not
 expire, because the history is what the predictor learns from.
 """
@@ -18,6 +19,7 @@ from typing import cast
 
 from scheduler.trace import TraceRow
 from service.api.schemas import ActualReport
+from service.delivery import keys
 from service.redis_conn import RedisClient
 
 _log = logging.getLogger("service.actuals")
@@ -27,10 +29,10 @@ PAGE = 10_000  # entries per XRANGE while reading the history
 class ActualsLog:
     """Append reports to, and page through, the actuals stream."""
 
-    def __init__(self, client: RedisClient, maxlen: int, prefix: str = "rs") -> None:
+    def __init__(self, client: RedisClient, maxlen: int, prefix: str = keys.DEFAULT_PREFIX) -> None:
         self._redis = client
         self._maxlen = maxlen
-        self.key = f"{prefix}:actuals"
+        self.key = keys.actuals_stream(prefix)
 
     def append(self, reports: Sequence[ActualReport]) -> int:
         """Store ``reports`` in one round trip; returns the stream length afterwards."""

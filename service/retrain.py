@@ -6,9 +6,10 @@ until the swap. ``POST /models/retrain`` runs one now. With ``retrain_every_step
 ``POST /schedule`` of a step at least N past the last retrained step starts one in the background:
 by then the actuals of every earlier step are in, which is the step boundary the trainer sees.
 
-Replicas coordinate through two keys: ``<prefix>:retrain:lock`` (``SET NX`` with a TTL, so a crashed
-trainer frees it) allows one retrain at a time across replicas, and ``<prefix>:retrain:step`` holds
-the last step a retrain covered. Other replicas pick the new version up by hot reload.
+Replicas coordinate through two keys (named, with their TTLs, in ``service/delivery/keys.py``):
+``keys.retrain_lock`` (``SET NX`` with ``RETRAIN_LOCK_TTL_S``, so a crashed trainer frees it) allows
+one retrain at a time across replicas, and ``keys.retrain_step`` holds the last step a retrain
+covered. Other replicas pick the new version up by hot reload.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ import uuid
 from dataclasses import dataclass
 
 from scheduler.errors import InvalidInputError
+from service.delivery import keys
 from service.metrics import Metrics
 from service.models import ModelService
 from service.problems import ConflictError
 from service.redis_conn import RedisClient
 
 _log = logging.getLogger("service.retrain")
-LOCK_TTL_S = 900  # longest a retrain may hold the lock (1M rows fit in ~30 s on 2 cores)
 _COMPARE_AND_SET = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end
 return 0
@@ -50,14 +51,14 @@ class Retrainer:
         client: RedisClient,
         metrics: Metrics,
         every_steps: int,
-        prefix: str = "rs",
+        prefix: str = keys.DEFAULT_PREFIX,
     ) -> None:
         self._models = models
         self._redis = client
         self._metrics = metrics
         self._every = every_steps
-        self._lock_key = f"{prefix}:retrain:lock"
-        self.step_key = f"{prefix}:retrain:step"
+        self._lock_key = keys.retrain_lock(prefix)
+        self.step_key = keys.retrain_step(prefix)
         self._advance = client.register_script(_COMPARE_AND_SET)
         self._running = threading.Lock()
         self.background: threading.Thread | None = None  # the last automatic retrain, if any
@@ -78,7 +79,7 @@ class Retrainer:
 
     def _locked_retrain(self) -> RetrainResult:
         token = uuid.uuid4().hex
-        if not self._redis.set(self._lock_key, token, nx=True, ex=LOCK_TTL_S):
+        if not self._redis.set(self._lock_key, token, nx=True, ex=keys.RETRAIN_LOCK_TTL_S):
             raise ConflictError("a retrain is already running in another replica")
         try:
             version, seconds = self._models.retrain()

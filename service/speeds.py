@@ -10,11 +10,13 @@ no ``time_scale`` or ``decode_tokens_per_s`` for a worker gets the learned one. 
 ``concurrency`` teach nothing about speed: a trajectory decoded in a batch of 100 is slower than one
 decoded alone, and mistaking that for a slow worker would mislead every later plan.
 
-Keys (prefix ``rs`` by default; see also ``service.actuals``):
+Keys (named in ``service/delivery/keys.py``, with every other key and TTL):
 
-* ``<prefix>:workers`` hash: worker id -> JSON of its last published profile and model preset,
-  written at publish time, so an actual can be compared with the model of the worker that ran it.
-* ``<prefix>:speed`` hash: worker id -> JSON ``{"log_scale": float, "samples": int}``.
+* ``keys.worker_profiles`` (``<prefix>:workers``) hash: worker id -> JSON of its last published
+  profile and model preset, written at publish time, so an actual can be compared with the model of
+  the worker that ran it.
+* ``keys.learned_speeds`` (``<prefix>:speed``) hash: worker id -> JSON ``{"log_scale": float,
+  "samples": int}``.
 Neither expires: they describe the fleet, not a schedule, and hold one small entry per worker.
 """
 
@@ -32,6 +34,7 @@ from scheduler.devices import DeviceProfile, ModelPreset, model_preset
 from scheduler.errors import InvalidInputError
 from scheduler.types import Inventory, Worker
 from service.api.schemas import ActualReport
+from service.delivery import keys
 from service.redis_conn import RedisClient
 
 MIN_RATIO, MAX_RATIO = 0.02, 50.0  # a sample outside this is a unit error or a stall, not a speed
@@ -58,11 +61,11 @@ return tostring(state.log_scale)
 class SpeedLearner:
     """Reads and updates learned per-worker time scales in Redis."""
 
-    def __init__(self, client: RedisClient, alpha: float, prefix: str = "rs") -> None:
+    def __init__(self, client: RedisClient, alpha: float, prefix: str = keys.DEFAULT_PREFIX) -> None:
         self._redis = client
         self._alpha = alpha
-        self.workers_key = f"{prefix}:workers"
-        self.speed_key = f"{prefix}:speed"
+        self.workers_key = keys.worker_profiles(prefix)
+        self.speed_key = keys.learned_speeds(prefix)
         self._update = client.register_script(_UPDATE)
 
     def remember(self, inventory: Inventory) -> None:

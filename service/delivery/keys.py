@@ -1,4 +1,5 @@
-"""Every Redis key and time-to-live of the delivery protocol, in one place.
+"""Every Redis key and time-to-live the product uses, in one place: the delivery protocol's and the
+service's own fleet-wide keys (actuals, learned speeds, retrain coordination).
 
 All keys of one schedule share the hash tag ``{schedule_id}``, so they live in ONE hash slot and every
 Lua script below runs unchanged on Redis Cluster (a script may only touch keys of one slot). The Lua
@@ -38,6 +39,24 @@ Index keys (outside any schedule's slot, each touched by single-key commands onl
 Time-to-live: every per-schedule key expires at ``meta.expire_at_ms`` = publish time + retention
 (``DEFAULT_RETENTION_S``); scripts that (re)create a key re-apply that absolute deadline, so a late
 write never makes a key immortal. Index entries older than the retention are pruned on each announce.
+
+Fleet-wide keys of the service (``service/actuals.py``, ``speeds.py``, ``retrain.py``), each touched
+by single-key commands or single-key scripts only, so they work on Redis Cluster too:
+
+=============================  =======  ===========================================================
+key                            type     contents; time-to-live
+=============================  =======  ===========================================================
+``<prefix>:actuals``           stream   one entry per reported trajectory (field ``a`` = report
+                                        JSON); no TTL (the predictor's history), capped near
+                                        ``Settings.actuals_maxlen`` entries (``XADD MAXLEN ~``)
+``<prefix>:workers``           hash     worker id -> profile and model preset it was last planned
+                                        with (written at publish); no TTL, one entry per worker
+``<prefix>:speed``             hash     worker id -> ``{"log_scale", "samples"}``, the learned time
+                                        scale; no TTL, one entry per worker
+``<prefix>:retrain:step``      string   last step an automatic retrain was started for; no TTL
+``<prefix>:retrain:lock``      string   random owner token while one replica retrains; expires after
+                                        ``RETRAIN_LOCK_TTL_S`` so a crashed trainer frees it
+=============================  =======  ===========================================================
 """
 
 from __future__ import annotations
@@ -50,6 +69,7 @@ DEFAULT_MAX_ATTEMPTS = 3  # claims of one item before it is dead-lettered
 DEFAULT_RETENTION_S = 24 * 3600  # how long a schedule's keys (results included) are kept
 MAX_BATCH = 1000  # most items one claim/steal leases (Lua unpack limits the batch)
 SHARED_QUEUE = "*"  # worker-name of the shared FIFO; not a valid worker id
+RETRAIN_LOCK_TTL_S = 900  # longest a retrain may hold the lock (1M rows fit in ~30 s on 2 cores)
 
 # Field names of the per-worker counters in ``P:counts`` (``<state>:<worker>``) and the totals.
 QUEUED, RUNNING, DONE, FAILED = "q", "r", "d", "f"
@@ -135,3 +155,31 @@ def active_index(prefix: str = DEFAULT_PREFIX) -> str:
 def inbox(worker_id: str, prefix: str = DEFAULT_PREFIX) -> str:
     """Zset of schedule ids announced to one worker (score: publish ms); its own hash slot."""
     return f"{prefix}:inbox:{{{worker_id}}}"
+
+
+# -- fleet-wide keys of the service (not per schedule; see the table above) ----------------------------
+
+
+def actuals_stream(prefix: str = DEFAULT_PREFIX) -> str:
+    """Stream of reported actuals, the predictor's training history (no TTL; length-capped)."""
+    return f"{prefix}:actuals"
+
+
+def worker_profiles(prefix: str = DEFAULT_PREFIX) -> str:
+    """Hash: worker id -> the profile it was last planned with, to compare its actuals against."""
+    return f"{prefix}:workers"
+
+
+def learned_speeds(prefix: str = DEFAULT_PREFIX) -> str:
+    """Hash: worker id -> learned time scale (EWMA of log ratios), shared by every replica."""
+    return f"{prefix}:speed"
+
+
+def retrain_step(prefix: str = DEFAULT_PREFIX) -> str:
+    """String: the last step an automatic retrain covered (replicas compare-and-set it)."""
+    return f"{prefix}:retrain:step"
+
+
+def retrain_lock(prefix: str = DEFAULT_PREFIX) -> str:
+    """String: held with ``RETRAIN_LOCK_TTL_S`` while one replica retrains."""
+    return f"{prefix}:retrain:lock"
