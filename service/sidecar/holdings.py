@@ -12,6 +12,8 @@ always, whatever the schedule's admission mode (``steal_budget``).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from service.delivery.records import DeliveryItem, Lease
@@ -37,6 +39,8 @@ class Held:
     reserved_tokens: int  # KV reserved while running (0 when KV admission is off for its schedule)
     started: bool = False  # sent to the engine / handed to the worker
     completing: bool = False  # its completion is being sent: a missing heartbeat is not a loss
+    started_at: float = 0.0  # the holdings' clock when it started
+    occupancy_at_start: float = 0.0  # the holdings' in-flight integral (sequence-seconds) then
 
 
 @dataclass
@@ -45,7 +49,10 @@ class Holdings:
 
     max_in_flight: int  # the engine's concurrent-sequence limit
     kv_capacity_tokens: int | None = None  # the engine's KV cache; None disables KV admission
+    clock: Callable[[], float] = time.monotonic  # seconds; injected so occupancy is testable
     _held: dict[LeaseId, Held] = field(default_factory=dict, init=False)
+    _occupancy: float = field(default=0.0, init=False)  # integral of in-flight count over time
+    _occupancy_at: float | None = field(default=None, init=False)  # clock of the last integration
 
     def __len__(self) -> int:
         return len(self._held)
@@ -85,6 +92,36 @@ class Holdings:
         running = [h for h in self._held.values() if h.started]
         return not running or self.reserved() + held.reserved_tokens <= self.kv_capacity_tokens
 
+    def start(self, held: Held) -> None:
+        """Mark ``held`` as sent to the engine (or handed to the worker) now."""
+        self._integrate()
+        held.started = True
+        held.started_at = self._occupancy_at or 0.0
+        held.occupancy_at_start = self._occupancy
+
+    def mean_concurrency(self, held: Held) -> float:
+        """Mean number of sequences in flight (``held`` included) since ``held`` started.
+
+        What speed learning needs beside an item's wall time (``service/speeds.py``): a trajectory
+        decoded beside 100 others is slower than one decoded alone, and without the batch it ran in
+        its wall time says nothing about the worker's speed.
+        """
+        self._integrate()
+        now = self._occupancy_at or 0.0
+        if not held.started or now <= held.started_at:
+            return float(max(1, self._in_flight()))
+        return max(1.0, (self._occupancy - held.occupancy_at_start) / (now - held.started_at))
+
+    def _in_flight(self) -> int:
+        return sum(1 for h in self._held.values() if h.started)
+
+    def _integrate(self) -> None:
+        """Add the in-flight count times the time since the last change; call BEFORE changing it."""
+        now = self.clock()
+        if self._occupancy_at is not None:
+            self._occupancy += self._in_flight() * (now - self._occupancy_at)
+        self._occupancy_at = now
+
     def all(self) -> list[Held]:
         """Every holding, oldest first."""
         return list(self._held.values())
@@ -99,6 +136,7 @@ class Holdings:
 
     def remove(self, key: LeaseId) -> Held | None:
         """Forget a lease (completed, failed, released or lost)."""
+        self._integrate()
         return self._held.pop(key, None)
 
     def schedules(self) -> set[str]:

@@ -111,7 +111,7 @@ class PullState:
             waiting = await self.session.claim(1)
         if not waiting or not holdings.can_start(waiting[0]):
             return None  # nothing to do, or the oldest waiting item does not fit the KV cache yet
-        waiting[0].started = True
+        holdings.start(waiting[0])
         return waiting[0]
 
 
@@ -149,15 +149,18 @@ def create_pull_app(session: WorkerSession, idle_timeout_s: float = 60.0) -> Fas
     @app.post("/done")
     async def done(body: DoneBody) -> JSONResponse:
         state.touch()
+        held = session.holdings.get((body.schedule_id, body.key, body.token))
+        extra = dict(body.extra)
+        if held is not None:  # what the worker does not say, the sidecar measured: speed learning
+            extra.setdefault("concurrency", round(session.holdings.mean_concurrency(held), 3))
         result = TrajectoryResult(
             output_tokens=body.output_tokens,
             finish_reason=body.finish_reason,
             wall_time_s=body.wall_time_s,
             output=body.output,
             reward=body.reward,
-            extra=body.extra,
+            extra=extra,
         )
-        held = session.holdings.get((body.schedule_id, body.key, body.token))
         if held is not None:
             outcome = await session.complete(held, result)
         else:

@@ -107,7 +107,7 @@ class Sidecar:
         for held in holdings.waiting():
             if not holdings.can_start(held):
                 return  # first come first served: a later, smaller item does not jump the queue
-            held.started = True
+            holdings.start(held)
             task_id = _task_id(held)
             task = asyncio.create_task(self._run_item(held))
             self._tasks[task_id] = task
@@ -133,7 +133,8 @@ class Sidecar:
             await self._engine_failed(held, exc)
             return
         try:
-            await self.session.complete(held, _result(held, reply))
+            concurrency = self.session.holdings.mean_concurrency(held)
+            await self.session.complete(held, _result(held, reply, concurrency))
         except Exception:  # Redis gone for longer than the retry window: the lease lapses, redelivered
             log.exception("could not complete %s; it will be redelivered", held.lease.key)
 
@@ -188,7 +189,9 @@ class Sidecar:
         await self.session.release([h for h in holdings.all() if not h.completing])
 
 
-def _result(held: Held, reply: EngineReply) -> TrajectoryResult:
+def _result(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryResult:
+    """The result to complete with; ``concurrency`` (mean sequences in flight while it ran) lets the
+    service learn this worker's speed from the actual (``service/speeds.py``)."""
     item = held.lease.item
     return TrajectoryResult(
         output_tokens=reply.completion_tokens,
@@ -201,6 +204,7 @@ def _result(held: Held, reply: EngineReply) -> TrajectoryResult:
             "prompt_tokens": item.prompt_tokens,
             "predicted_tokens": item.predicted_tokens,
             "attempt": held.lease.attempt,
+            "concurrency": round(concurrency, 3),
         },
     )
 

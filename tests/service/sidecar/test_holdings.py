@@ -59,3 +59,29 @@ def test_a_sidecar_that_does_not_know_its_kv_cache_steals_by_slots_alone() -> No
     holdings = Holdings(max_in_flight=8, kv_capacity_tokens=None)
     holdings.add(_lease("a"), kv_admission=True)
     assert holdings.steal_budget() is None
+
+
+def test_an_items_concurrency_is_the_mean_number_in_flight_while_it_ran() -> None:
+    now = [0.0]
+    holdings = Holdings(max_in_flight=8, clock=lambda: now[0])
+    a, b, c = (holdings.add(_lease(k), kv_admission=False) for k in "abc")
+    holdings.start(a)  # t=0: a alone
+    now[0] = 2.0
+    holdings.start(b)  # t=2: a and b
+    now[0] = 4.0
+    holdings.start(c)  # t=4: a, b and c
+    now[0] = 6.0
+    holdings.remove(("s", "c", 1))  # t=6: c done, a and b again
+    now[0] = 8.0
+    assert holdings.mean_concurrency(a) == (1 * 2 + 2 * 2 + 3 * 2 + 2 * 2) / 8
+    assert holdings.mean_concurrency(b) == (2 * 2 + 3 * 2 + 2 * 2) / 6
+
+
+def test_an_item_that_ran_alone_reports_a_concurrency_of_one() -> None:
+    now = [10.0]
+    holdings = Holdings(max_in_flight=8, clock=lambda: now[0])
+    held = holdings.add(_lease("a"), kv_admission=False)
+    holdings.start(held)
+    assert holdings.mean_concurrency(held) == 1.0  # no time passed yet
+    now[0] = 13.0
+    assert holdings.mean_concurrency(held) == 1.0

@@ -67,6 +67,24 @@ def test_a_worker_pulls_items_in_plan_order_and_reports_them_once(
     assert tally(delivery, "pull", {i.key for i in items}) == (0, 0)
 
 
+def test_a_report_carries_the_sidecars_measured_concurrency_unless_the_worker_states_one(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "conc", {"w0": [item("a", 0, 10), item("b", 0, 20)]}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> None:
+        first = (await client.get("/next")).json()
+        second = (await client.get("/next")).json()
+        await client.post("/done", json=_done(first, 11))
+        await client.post("/done", json={**_done(second, 22), "extra": {"concurrency": 7}})
+
+    _with_api(redis_url, script)
+    extra = {r.key: dict(r.result.extra) for r in delivery.read_results("conc")}
+    assert 1.0 <= extra["a#0"]["concurrency"] <= 2.0  # a and b were out together part of the time
+    assert extra["b#0"]["concurrency"] == 7
+
+
 def test_a_report_under_a_lost_lease_is_refused_with_409(redis_client: redis.Redis, redis_url: str) -> None:
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "stale", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)

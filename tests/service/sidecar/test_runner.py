@@ -81,6 +81,19 @@ def test_the_sidecar_keeps_no_more_than_max_num_seqs_in_flight(
     assert tally(delivery, "slots", {i.key for i in items}) == (0, 0)
 
 
+def test_each_completed_result_carries_the_mean_concurrency_it_ran_at_for_speed_learning(
+    redis_client: redis.Redis, redis_url: str, engine_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    items = [item(f"p{i}", 0, 2000) for i in range(6)]  # ~0.15 s each, three at a time
+    publish(delivery, "conc", {"w0": items})
+    _run_until(_sidecar(redis_url, engine_url, slots=3), _finished(delivery, "conc"))
+    concurrency = [float(r.result.extra["concurrency"]) for r in delivery.read_results("conc")]
+    assert len(concurrency) == 6
+    assert all(1.0 <= c <= 3.0 for c in concurrency)
+    assert max(concurrency) > 1.5  # they overlapped, and the reports say so
+
+
 @pytest.mark.parametrize(("kv_admission", "expected_peak"), [(True, 2), (False, 6)])
 def test_kv_admission_keeps_the_predicted_final_kv_within_the_engine_cache(
     redis_client: redis.Redis, redis_url: str, engine_url: str, kv_admission: bool, expected_peak: int
