@@ -1,8 +1,8 @@
 """Delivery of published schedules through Redis: leases, fencing, stealing, reaping, results.
 
 ``Delivery`` (protocol.py) is the API; keys.py documents every key and TTL; lua/ holds one atomic
-script per operation; publisher.py turns a plan into a published schedule; reaper.py runs the
-reaper loop. See docs/delivery.md for the state machine and guarantees.
+script per operation, and wire.py lays out their arguments; publisher.py turns a plan into a
+published schedule; reaper.py runs the reaper loop. See docs/delivery.md for the state machine and guarantees.
 """
 
 from service.delivery.errors import InvalidInputError, ScheduleConflictError, UnknownScheduleError

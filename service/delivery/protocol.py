@@ -11,7 +11,6 @@ tests and simulations use to drive expiry deterministically; do not mix both sty
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
@@ -20,7 +19,8 @@ import redis
 from redis.cluster import RedisCluster
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import InvalidInputError, ScheduleConflictError, UnknownScheduleError
+from service.delivery import wire
+from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
 from service.delivery.records import (
     CompletionOutcome,
     DeadLetter,
@@ -46,10 +46,6 @@ _RELEASE_CODES = {1: ReleaseOutcome.REQUEUED, 3: ReleaseOutcome.DEAD_LETTERED, 0
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _clock(now_ms: int | None) -> str:
-    return "" if now_ms is None else str(int(now_ms))
 
 
 class Delivery:
@@ -88,29 +84,9 @@ class Delivery:
         ``ScheduleConflictError`` and changes nothing. Bad input raises ``InvalidInputError`` first.
         """
         schedule.validate()
-        lease = schedule.lease
-        workers = sorted(schedule.queues)
-        queues = [*schedule.queues.items(), (keyspace.SHARED_QUEUE, schedule.shared)]
-        items = [item for _, queue in queues for item in queue]
-        body = [
-            "\n".join(item.key for item in items),
-            "\n".join(repr(float(item.predicted_tokens)) for item in items),
-            "\n".join(str(item.reservation_tokens) for item in items),
-            "\n".join(_strict_json(item.to_json(), f"items[{item.key}].payload") for item in items),
-        ]
-        head = [
-            lease.lease_ttl_ms,
-            lease.max_attempts,
-            int(schedule.kv_admission),
-            json.dumps(workers),
-            json.dumps([name for name, _ in queues]),
-            json.dumps([len(queue) for _, queue in queues]),
-            json.dumps({w: repr(pace) for w, pace in sorted(schedule.paces().items())}),
-        ]
-        digest = hashlib.sha256("\x00".join(map(str, [lease.retention_s, *head, *body])).encode()).hexdigest()
-        args = [digest, _clock(now_ms), lease.retention_s * 1000, *head, *body]
+        args = wire.publish_args(schedule, now_ms)
         created = self._call(self.scripts.publish, schedule.schedule_id, args)
-        self._announce(schedule.schedule_id, workers, lease.retention_s)
+        self._announce(schedule.schedule_id, sorted(schedule.queues), schedule.lease.retention_s)
         return PublishOutcome.CREATED if int(created) == 1 else PublishOutcome.UNCHANGED
 
     def _announce(self, schedule_id: str, workers: Sequence[str], retention_s: int) -> None:
@@ -193,7 +169,7 @@ class Delivery:
         if max_items < 1:
             return []
         max_items = min(max_items, keyspace.MAX_BATCH)
-        flat = self._call(self.scripts.claim, schedule_id, [worker_id, max_items, _clock(now_ms)])
+        flat = self._call(self.scripts.claim, schedule_id, [worker_id, max_items, wire.clock(now_ms)])
         return self._leases(schedule_id, worker_id, flat)
 
     def steal(
@@ -217,7 +193,7 @@ class Delivery:
             return []
         max_items = min(max_items, keyspace.MAX_BATCH)
         budget = "" if budget_tokens is None else str(int(budget_tokens))
-        args = [worker_id, max_items, _clock(now_ms), budget]
+        args = [worker_id, max_items, wire.clock(now_ms), budget]
         flat = self._call(self.scripts.steal, schedule_id, args)
         return self._leases(schedule_id, worker_id, flat[1:])
 
@@ -228,7 +204,7 @@ class Delivery:
         """
         alive: list[Lease] = []
         for schedule_id, group in _by_schedule(leases).items():
-            args: list[Any] = [_clock(now_ms)]
+            args: list[Any] = [wire.clock(now_ms)]
             for lease in group:
                 args += [lease.key, lease.token]
             deadlines = self._call(self.scripts.heartbeat, schedule_id, args)
@@ -257,7 +233,7 @@ class Delivery:
         """
         if not entries:
             return []
-        codes = self._call(self.scripts.complete, schedule_id, _complete_args(entries, now_ms))
+        codes = self._call(self.scripts.complete, schedule_id, wire.complete_args(entries, now_ms))
         return self._outcomes(schedule_id, codes)
 
     def _outcomes(self, schedule_id: str, codes: Sequence[Any]) -> list[CompletionOutcome]:
@@ -278,10 +254,10 @@ class Delivery:
         The steady state of a busy worker: report what finished and take as many new items. Each
         script stays atomic on its own; a NOSCRIPT answer (server restarted) reruns that script alone.
         """
-        claim_args = [worker_id, min(max(max_items, 0), keyspace.MAX_BATCH), _clock(now_ms)]
+        claim_args = [worker_id, min(max(max_items, 0), keyspace.MAX_BATCH), wire.clock(now_ms)]
         calls = [(self.scripts.claim, claim_args)]
         if entries:
-            calls.insert(0, (self.scripts.complete, _complete_args(entries, now_ms)))
+            calls.insert(0, (self.scripts.complete, wire.complete_args(entries, now_ms)))
         replies = self._pipelined(schedule_id, calls)
         outcomes = self._outcomes(schedule_id, replies[0]) if entries else []
         return outcomes, self._leases(schedule_id, worker_id, replies[-1])
@@ -319,7 +295,7 @@ class Delivery:
     ) -> list[ReleaseOutcome]:
         outcome: dict[tuple[str, str, int], ReleaseOutcome] = {}
         for schedule_id, group in _by_schedule(leases).items():
-            args: list[Any] = [mode, _clock(now_ms), reason]
+            args: list[Any] = [mode, wire.clock(now_ms), reason]
             for lease in group:
                 args += [lease.key, lease.token]
             codes = self._call(self.scripts.release, schedule_id, args)
@@ -331,7 +307,7 @@ class Delivery:
 
     def reap(self, schedule_id: str, now_ms: int | None = None, limit: int = 1000) -> ReapReport:
         """Expire up to ``limit`` lapsed leases of one schedule (atomic: safe from many replicas)."""
-        requeued, dead = self._call(self.scripts.reap, schedule_id, [_clock(now_ms), limit])
+        requeued, dead = self._call(self.scripts.reap, schedule_id, [wire.clock(now_ms), limit])
         return ReapReport(requeued=int(requeued), dead_lettered=int(dead))
 
     def progress(self, schedule_id: str) -> Progress:
@@ -389,21 +365,6 @@ def _mapped(err: redis.ResponseError, schedule_id: str) -> Exception:
     if msg.startswith("CONFLICT"):
         return ScheduleConflictError(schedule_id)
     return err
-
-
-def _strict_json(doc: Any, where: str) -> str:
-    """Compact JSON that every reader can parse: no NaN/Infinity, nothing unserialisable."""
-    try:
-        return json.dumps(doc, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as err:
-        raise InvalidInputError(where, doc, f"not JSON-serialisable: {err}") from None
-
-
-def _complete_args(entries: Sequence[tuple[str, int, TrajectoryResult]], now_ms: int | None) -> list[Any]:
-    args: list[Any] = [_clock(now_ms)]
-    for key, token, result in entries:
-        args += [key, token, _strict_json(result.to_json(), f"results[{key}]")]
-    return args
 
 
 def _by_schedule(leases: Iterable[Lease]) -> dict[str, list[Lease]]:
