@@ -240,8 +240,8 @@ def _cover(
         model.add(supply >= sum(demand[j:]))
     # Phase 3: no objective: any cover will do (the bisection minimises T).
     # Phase 4: solve.
-    limit = PROBE_LIMIT_S if deadline is None else min(PROBE_LIMIT_S, deadline - time.perf_counter())
-    solver = new_solver(limit, seed)
+    left = None if deadline is None else deadline - time.perf_counter()
+    solver = new_solver(PROBE_LIMIT_S if left is None else min(PROBE_LIMIT_S, left), seed, left)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, status

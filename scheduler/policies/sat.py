@@ -15,12 +15,17 @@ from ortools.sat.python import cp_model
 WALL_SAFETY = 3.0  # wall-clock limit as a multiple of the deterministic limit
 
 
-def new_solver(limit_s: float, seed: int) -> cp_model.CpSolver:
-    """A single-worker, seeded solver that stops after ``limit_s`` deterministic seconds."""
+def new_solver(limit_s: float, seed: int, wall_s: float | None = None) -> cp_model.CpSolver:
+    """A single-worker, seeded solver that stops after ``limit_s`` deterministic seconds.
+
+    ``wall_s`` (what is left of the caller's budget) caps the wall-clock safety net: a loaded host
+    then stops the solve at the budget instead of up to ``WALL_SAFETY`` times past it.
+    """
     solver = cp_model.CpSolver()
     limit = max(0.001, limit_s)
     solver.parameters.max_deterministic_time = limit
-    solver.parameters.max_time_in_seconds = limit * WALL_SAFETY
+    wall = limit * WALL_SAFETY if wall_s is None else min(limit * WALL_SAFETY, wall_s)
+    solver.parameters.max_time_in_seconds = max(0.001, wall)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
     return solver
