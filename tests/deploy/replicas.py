@@ -29,6 +29,7 @@ class Replica:
     name: str  # label in assertion messages
     redis_url: str  # the Redis every replica shares
     model_dir: Path  # the model store (shared by the replicas, as the k8s volume claim is)
+    cluster: bool = False  # the URL names a Redis Cluster node (serve --redis-cluster)
     port: int = field(default_factory=free_port)
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
@@ -50,7 +51,7 @@ class Replica:
             "ROLLOUT_LOG_LEVEL": "WARNING",
         }
         args = [*SERVE, "--host", "127.0.0.1", "--port", str(self.port), "--redis-url", self.redis_url]
-        args += ["--model-dir", str(self.model_dir)]
+        args += ["--model-dir", str(self.model_dir), *(["--redis-cluster"] if self.cluster else [])]
         self._proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         return self
 

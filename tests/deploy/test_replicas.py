@@ -2,23 +2,27 @@
 duplicated between the plan a trainer receives and the queues the sidecars pull, and every schedule's
 progress served by either replica, also after the replica that planned it is gone.
 
-Each replica is a real ``rollout-scheduler serve`` process (tests/deploy/replicas.py). Counts of lost
-and duplicated assignments are printed and recorded as test properties.
+Each replica is a real ``rollout-scheduler serve`` process (tests/deploy/replicas.py). Every test runs
+twice: behind one valkey-server, and behind the 3-master cluster (``serve --redis-cluster``). Counts of
+lost and duplicated assignments are printed and recorded as test properties.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from service.delivery import Delivery, TrajectoryResult
 from service.delivery.keys import schedule_keys
+from tests.cluster import LocalCluster
 from tests.deploy.replicas import Replica
 from tests.service.delivery.audit import audit
 
@@ -41,15 +45,43 @@ def batch(step: int) -> dict[str, Any]:
     return {"batch": {"items": items}, "inventory": {"workers": inventory}, "step": step, "policy": "lpt"}
 
 
-@pytest.fixture(scope="module")
-def replicas(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Replica]]:
-    """Two replicas sharing Redis and the model store, as two pods do; started once for the module.
+@dataclass(frozen=True)
+class Backend:
+    """The Redis the replicas share."""
 
-    Starting one costs seconds of imports on 2 cores, so both tests share them; the replica-down test
-    stops replica-a, so it runs last.
+    name: str  # "single" or "cluster", for messages
+    url: str  # what --redis-url gets
+    cluster: bool  # whether it is a Redis Cluster
+    flush: Callable[[], None]  # empty it
+
+
+@pytest.fixture(scope="module", params=["single", "cluster"])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """One valkey-server (the session's), or the session's 3-master cluster."""
+    if request.param == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        return Backend("cluster", cluster.url, True, cluster.flushall)
+    url: str = request.getfixturevalue("redis_url")
+
+    def flush() -> None:
+        with redis.Redis.from_url(url) as client:
+            client.flushdb()
+
+    return Backend("single", url, False, flush)
+
+
+@pytest.fixture(scope="module")
+def replicas(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Replica]]:
+    """Two replicas sharing Redis and the model store, as two pods do; started once per backend.
+
+    Starting one costs seconds of imports on 2 cores, so the tests of a backend share them; the
+    replica-down test stops replica-a, so it runs last.
     """
     root = tmp_path_factory.mktemp("replicas")
-    started = [Replica(name, redis_url, root / "models").launch() for name in ("replica-a", "replica-b")]
+    started = [
+        Replica(name, backend.url, root / "models", cluster=backend.cluster).launch()
+        for name in ("replica-a", "replica-b")
+    ]
     try:
         yield [replica.wait_ready() for replica in started]
     finally:
@@ -58,8 +90,21 @@ def replicas(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 @pytest.fixture
-def live_replicas(replicas: list[Replica], redis_client: redis.Redis) -> list[Replica]:
-    """Both replicas, running, on a flushed Redis."""
+def store(backend: Backend) -> Iterator[Any]:
+    """A client on the emptied shared Redis (a cluster-aware one for the cluster)."""
+    backend.flush()
+    client: Any = (
+        RedisCluster.from_url(backend.url, decode_responses=True)
+        if backend.cluster
+        else redis.Redis.from_url(backend.url, decode_responses=True)
+    )
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def live_replicas(replicas: list[Replica], store: Any) -> list[Replica]:
+    """Both replicas, running, on an emptied Redis."""
     assert all(replica.alive for replica in replicas), "a replica was stopped by an earlier test"
     return replicas
 
@@ -95,7 +140,7 @@ def _post_concurrently(
     return answers
 
 
-def _lost_and_duplicated(client: redis.Redis, answer: dict[str, Any]) -> tuple[int, int]:
+def _lost_and_duplicated(client: Any, answer: dict[str, Any]) -> tuple[int, int]:
     """Compare the batch, the plan the trainer got and the queues in Redis, trajectory by trajectory."""
     step = answer["step"]
     expected = {f"s{step}-p{i}#{k}" for i in range(PROMPTS) for k in range(SAMPLES)}
@@ -113,7 +158,7 @@ def _lost_and_duplicated(client: redis.Redis, answer: dict[str, Any]) -> tuple[i
 
 
 def test_two_replicas_accept_schedules_concurrently_and_lose_or_duplicate_no_assignment(
-    live_replicas: list[Replica], redis_client: redis.Redis, record_property: Any
+    live_replicas: list[Replica], store: Any, backend: Backend, record_property: Any
 ) -> None:
     answers = _post_concurrently(live_replicas)
     assert len(answers) == 2 * THREADS_PER_REPLICA * POSTS_PER_THREAD
@@ -121,12 +166,12 @@ def test_two_replicas_accept_schedules_concurrently_and_lose_or_duplicate_no_ass
     assert {name for name, _ in answers} == {"replica-a", "replica-b"}
     lost = duplicated = 0
     for _, answer in answers:
-        counted = _lost_and_duplicated(redis_client, answer)
-        raw = audit(redis_client, answer["schedule_id"])
+        counted = _lost_and_duplicated(store, answer)
+        raw = audit(store, answer["schedule_id"])
         lost += counted[0] + raw.lost
         duplicated += counted[1] + raw.accepted_twice
         assert raw.total == raw.queued == PROMPTS * SAMPLES
-    print(f"\nreplicas: schedules={len(answers)} lost={lost} duplicated={duplicated}")
+    print(f"\nreplicas ({backend.name}): schedules={len(answers)} lost={lost} duplicated={duplicated}")
     record_property("lost", lost)
     record_property("duplicated", duplicated)
     assert (lost, duplicated) == (0, 0)
@@ -140,9 +185,9 @@ def _progress(replica: Replica, schedule_id: str) -> dict[str, Any]:
     return body
 
 
-def _work_half(redis_url: str, schedule_id: str) -> int:
+def _work_half(backend: Backend, schedule_id: str) -> int:
     """Workers claim and complete about half of each queue, straight through the delivery protocol."""
-    delivery, done = Delivery.from_url(redis_url), 0
+    delivery, done = Delivery.from_url(backend.url, cluster=backend.cluster), 0
     for worker in WORKERS:
         for lease in delivery.claim(schedule_id, worker, 6):
             delivery.complete(lease, RESULT)
@@ -151,13 +196,13 @@ def _work_half(redis_url: str, schedule_id: str) -> int:
 
 
 def test_either_replica_serves_the_progress_of_any_schedule_even_after_its_planner_stops(
-    live_replicas: list[Replica], redis_url: str
+    live_replicas: list[Replica], backend: Backend
 ) -> None:
     replicas = live_replicas
     answers = dict(_post_concurrently(replicas, threads_per_replica=1, posts=1))
     assert set(answers) == {"replica-a", "replica-b"}
     planned_by_a = answers["replica-a"]["schedule_id"]
-    done = _work_half(redis_url, planned_by_a)
+    done = _work_half(backend, planned_by_a)
     views = [_progress(replica, planned_by_a) for replica in replicas]
     assert views[0] == views[1], "the replicas disagree on one schedule's progress"
     assert (views[0]["total"], views[0]["done"]) == (PROMPTS * SAMPLES, done)
