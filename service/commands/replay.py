@@ -40,8 +40,11 @@ def replay_command(
     ] = None,
     steal: Annotated[bool, typer.Option("--steal/--no-steal", help="Work stealing in the simulator.")] = True,
     kv_admission: Annotated[
-        bool, typer.Option("--kv-admission/--no-kv-admission", help="Length-aware plans reserve KV.")
-    ] = True,
+        bool,
+        typer.Option(
+            "--kv-admission/--no-kv-admission", help="Length-aware plans reserve KV at predicted length."
+        ),
+    ] = False,
     time_budget: Annotated[float, typer.Option(help="Per-plan budget of search policies, seconds.")] = 2.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a Gantt chart (PNG) of the last step.")] = None,

@@ -118,8 +118,9 @@ def test_policies_are_checked_against_the_registry() -> None:
         parse_policies("lpt,magic")
 
 
-def test_kv_use_is_a_share_of_the_cache_when_nothing_is_preempted(report: ReplayReport) -> None:
-    for step in report.steps:
-        run = step.runs[("oracle", False)]
-        assert run.result.preemptions == 0  # KV admission reserves, so nothing is evicted
-        assert 0.0 < run.kv_use <= 1.0
+def test_kv_use_is_a_share_of_the_cache_when_nothing_is_preempted(small_trace: Trace) -> None:
+    reserved = replay(small_trace, _config(("lpt",), (2,), kv_admission=True, steal_modes=(False,)))
+    run = reserved.steps[0].runs[("lpt", False)]
+    assert run.plan.kv_admission
+    assert run.result.preemptions == 0  # KV admission reserves, so nothing is evicted
+    assert 0.0 < run.kv_use <= 1.0
