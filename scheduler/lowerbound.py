@@ -32,7 +32,7 @@ import numpy as np
 
 from scheduler.costmodel import WorkerCost, worker_cost
 from scheduler.policies.levels import tail_bound
-from scheduler.stepsum import FloatArray, planned_steps, solo_decode_times
+from scheduler.stepsum import FloatArray, planned_steps_array, solo_decode_times
 from scheduler.types import Inventory, Trajectory
 
 
@@ -61,7 +61,8 @@ def lower_bound(
     workers = [w for w in inventory.workers if w.worker_id not in excluded]
     costs = [worker_cost(w, inventory.model) for w in workers]
     prompts = np.array([t.prompt_tokens for t in trajectories], dtype=np.float64)
-    outputs = np.array([planned_steps(t.predicted_tokens) for t in trajectories], dtype=np.float64)
+    steps = planned_steps_array([t.predicted_tokens for t in trajectories])
+    outputs = steps.astype(np.float64)
     need = prompts + np.array([t.max_new_tokens for t in trajectories], dtype=np.float64)
     longest = _longest(trajectories, costs, prompts, outputs, need)
     per_trajectory = prompts * outputs + outputs * (outputs - 1.0) / 2.0
@@ -71,7 +72,7 @@ def lower_bound(
     kv = float(per_trajectory.sum()) / sum(c.kv_token_steps_per_s() for c in costs)
     known = max(longest, throughput, kv)
     kinds = [(members[0], len(members)) for members in _kinds(costs)]
-    tail = tail_bound([int(n) for n in outputs], per_trajectory.tolist(), kinds, known)
+    tail = tail_bound(steps, per_trajectory, kinds, known)
     return LowerBound(longest, throughput, kv, tail, max(known, tail))
 
 

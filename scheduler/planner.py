@@ -42,6 +42,7 @@ class Prepared:
     bound: LowerBound  # the physical lower bound, reported with every plan
     started: float  # time.perf_counter() when preparation began: the budget's clock
     spent_s: float  # seconds the preparation took (part of every plan's reported wall time)
+    keys: tuple[str, ...]  # each trajectory's key, by position
 
 
 def prepare(request: PlanRequest) -> Prepared:
@@ -55,7 +56,8 @@ def prepare(request: PlanRequest) -> Prepared:
     bound = lower_bound(
         request.trajectories, request.inventory, request.excluded_workers, request.prefix_affinity
     )
-    return Prepared(request, problem, bound, started, time.perf_counter() - started)
+    keys = tuple([t.key for t in request.trajectories])
+    return Prepared(request, problem, bound, started, time.perf_counter() - started, keys)
 
 
 def plan(request: PlanRequest, policy: str = DEFAULT_POLICY, *, prepared: Prepared | None = None) -> Plan:
@@ -77,8 +79,7 @@ def plan(request: PlanRequest, policy: str = DEFAULT_POLICY, *, prepared: Prepar
     mark = time.perf_counter()
     placement = chosen.plan(dataclasses.replace(request, time_budget_s=left), problem)
     finishes = placement.finish_s or tuple(problem.finishes(placement.queues, request.kv_admission))
-    trajectories = request.trajectories
-    keys = [t.key for t in trajectories]
+    keys = prepared.keys
     workers = tuple(
         WorkerPlan(
             worker_id=worker.worker_id,

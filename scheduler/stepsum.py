@@ -11,6 +11,7 @@ finish-time prediction and the lower bound cheap enough to run inside the planne
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -84,6 +85,12 @@ def solo_decode_times(cost: WorkerCost, prompts: FloatArray, outputs: FloatArray
 def planned_steps(predicted_tokens: float) -> int:
     """Decode steps the planner assumes for a predicted length: whole tokens, at least one."""
     return max(1, math.ceil(predicted_tokens))
+
+
+def planned_steps_array(predicted_tokens: Sequence[float]) -> npt.NDArray[np.int64]:
+    """``planned_steps`` of many predictions at once (the same integers: ceil of a finite float)."""
+    values = np.asarray(predicted_tokens, dtype=np.float64)
+    return np.maximum(np.ceil(values), 1.0).astype(np.int64)
 
 
 def decode_times(cost: WorkerCost, batch: FloatArray, context: FloatArray, steps: FloatArray) -> FloatArray:

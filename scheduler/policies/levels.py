@@ -33,18 +33,22 @@ bands.
 
 from __future__ import annotations
 
-import bisect
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 from ortools.sat.python import cp_model
 
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.load import KV_FILL
 from scheduler.policies.problem import Unit
 from scheduler.policies.sat import new_solver
+from scheduler.stepsum import FloatArray
+
+IntArray = npt.NDArray[np.int64]
 
 BANDS = 7  # length bands (incl. the cap band); more add little and cost realisation time
 BOUND_BANDS = 10  # finer bands tighten the bound (lower edges nearer the lengths); it costs no placement
@@ -64,17 +68,25 @@ class LevelPlan:
     status: str  # CP-SAT status name
 
 
-def band_edges(lengths: Sequence[int], bands: int = BANDS) -> tuple[int, ...]:
+def band_edges(lengths: Sequence[int] | IntArray, bands: int = BANDS) -> tuple[int, ...]:
     """Band upper edges at length quantiles 1/2, 3/4, 7/8, ..., the longest length below the maximum
     (so trajectories truncated at the cap form a band of their own) and the maximum; deduplicated."""
-    ordered = sorted(lengths)
+    ordered = np.sort(np.asarray(lengths, dtype=np.int64))
     n = len(ordered)
-    edges = {ordered[min(n - 1, math.ceil(n * (1.0 - 0.5**k)) - 1)] for k in range(1, bands - 1)}
-    below = bisect.bisect_left(ordered, ordered[-1])
+    edges = {int(ordered[min(n - 1, math.ceil(n * (1.0 - 0.5**k)) - 1)]) for k in range(1, bands - 1)}
+    below = int(np.searchsorted(ordered, ordered[-1], side="left"))
     if below > 0:
-        edges.add(ordered[below - 1])
-    edges.add(ordered[-1])
+        edges.add(int(ordered[below - 1]))
+    edges.add(int(ordered[-1]))
     return tuple(sorted(edges))
+
+
+def band_loads(lengths: Sequence[int] | IntArray, kv_steps: Sequence[float] | FloatArray,
+               edges: Sequence[int]) -> list[float]:  # fmt: skip
+    """KV-token-steps per band (``band_of`` each length), summed in input order like a loop would."""
+    bands = np.minimum(np.searchsorted(np.asarray(edges), np.asarray(lengths), side="left"), len(edges) - 1)
+    weights = np.asarray(kv_steps, dtype=np.float64)
+    return [float(x) for x in np.bincount(bands, weights=weights, minlength=len(edges))]
 
 
 def band_of(steps: int, edges: Sequence[int]) -> int:
@@ -99,10 +111,9 @@ def solve_levels(
     ``KV_FILL`` full. ``upper_s`` is an achievable makespan (the list-scheduling plan's estimate).
     ``slowdown[c][j]``: measured simulated/estimated finish of that group, shrinking its capacity.
     """
-    edges = band_edges([u.steps for u in units])
-    per_band = [0.0] * len(edges)
-    for unit in units:
-        per_band[band_of(unit.steps, edges)] += unit.kv_steps
+    lengths = [u.steps for u in units]
+    edges = band_edges(lengths)
+    per_band = band_loads(lengths, [u.kv_steps for u in units], edges)
     demand = [math.ceil(k / KV_UNIT) for k in per_band]
     ratio = slowdown or [[1.0] * len(edges) for _ in kinds]
 
@@ -124,7 +135,10 @@ def solve_levels(
 
 
 def tail_bound(
-    lengths: Sequence[int], kv_steps: Sequence[float], kinds: Sequence[tuple[WorkerCost, int]], known_s: float
+    lengths: Sequence[int] | IntArray,
+    kv_steps: Sequence[float] | FloatArray,
+    kinds: Sequence[tuple[WorkerCost, int]],
+    known_s: float,
 ) -> float:
     """A lower bound on the makespan, at least ``known_s``: the band model as a relaxation.
 
@@ -135,13 +149,11 @@ def tail_bound(
     feasible). ``known_s`` is a bound proven otherwise; the result never falls below it. The search
     is a fixed number of probes with deterministic solver limits, so the bound is reproducible.
     """
-    if not lengths:
+    if len(lengths) == 0:
         return known_s
     edges = band_edges(lengths, BOUND_BANDS)
     lower = [0, *edges[:-1]]  # a worker at band j runs at least lower[j] + 1 steps
-    per_band = [0.0] * len(edges)
-    for steps, kv in zip(lengths, kv_steps, strict=True):
-        per_band[band_of(steps, edges)] += kv
+    per_band = band_loads(lengths, kv_steps, edges)
     demand = [math.floor(k / KV_UNIT) for k in per_band]
 
     def capacity(makespan_s: float) -> list[list[int]]:

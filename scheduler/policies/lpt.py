@@ -17,6 +17,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.base import Placement
 from scheduler.policies.load import Load, estimate, rates
@@ -54,17 +56,65 @@ def lpt_assignment(
     run at once without preemption (``_State._peak_after``) yields to one that still would, looking
     a few entries deep into each heap. Without tiers and scale this is plain LPT.
     """
+    if tiers is None and band is None and scale is None:
+        fast = _plain_lpt(problem)
+        if fast is not None:
+            return fast
     costs = problem.costs
     state = _State(
         problem, tiers or [0] * len(costs), scale or [1.0] * len(costs), tiers is not None, reserve
     )
     units = problem.units
-    longest_first = [(-unit.steps, -unit.kv_steps) for unit in units]  # ties: input order (stable sort)
-    for u in sorted(range(len(units)), key=longest_first.__getitem__):
+    for u in _longest_first(units):
         unit = units[u]
         worker, after = state.best_worker(unit, band(unit) if band else 0)
         state.place(worker, u, after)
     return state.placed
+
+
+def _longest_first(units: Sequence[Unit]) -> list[int]:
+    """Unit indices by decreasing steps, then decreasing KV-token-steps, ties in input order."""
+    steps = np.fromiter((u.steps for u in units), dtype=np.float64, count=len(units))
+    kv = np.fromiter((u.kv_steps for u in units), dtype=np.float64, count=len(units))
+    order: list[int] = np.lexsort((-kv, -steps)).tolist()  # stable: equal keys keep input order
+    return order
+
+
+def _plain_lpt(problem: Problem) -> list[list[int]] | None:
+    """Plain LPT when every unit may go to every active worker (no pins, every cache fits): the
+    common case, specialised. The least-loaded worker of each kind is the top of that kind's heap,
+    and the chosen worker is always such a top, so a heap entry is replaced, never left stale; the
+    estimate is ``load.estimate`` inlined. Same placements as the general ``_State`` path; None
+    when its preconditions do not hold (or 8 workers or fewer, which that path scans)."""
+    active, units = problem.active, problem.units
+    if len(active) <= 8 or any(len(u.allowed) != len(active) for u in units):
+        return None
+    kinds = worker_kinds(problem.costs, active)
+    heaps: list[list[tuple[float, int]]] = [[(0.0, w) for w in members] for members in kinds]
+    coefficients = [rates(problem.costs[members[0]]) for members in kinds]
+    workers = len(problem.costs)
+    steps, tokens, kv, prompt = [0] * workers, [0] * workers, [0.0] * workers, [0] * workers
+    placed: list[list[int]] = [[] for _ in range(workers)]
+    for u in _longest_first(units):
+        unit = units[u]
+        best_after, best, best_heap = 0.0, -1, heaps[0]
+        for heap, r in zip(heaps, coefficients, strict=True):
+            w = heap[0][1]
+            n_steps = steps[w] if steps[w] > unit.steps else unit.steps
+            n_tokens, n_kv = tokens[w] + unit.tokens, kv[w] + unit.kv_steps
+            n = max(n_steps, n_kv * r.per_full_cache, n_tokens * r.per_slot)
+            mem = n * r.step_s + r.kv_s * n_kv
+            cmp = n * r.overhead_s + r.seq_s * n_tokens + r.token_s * n_kv
+            after = (mem if mem > cmp else cmp) + r.prefill_s * (prompt[w] + unit.prompt_tokens)
+            if best < 0 or after < best_after or (after == best_after and w < best):
+                best_after, best, best_heap = after, w, heap
+        steps[best] = max(steps[best], unit.steps)
+        tokens[best] += unit.tokens
+        kv[best] += unit.kv_steps
+        prompt[best] += unit.prompt_tokens
+        placed[best].append(u)
+        heapq.heapreplace(best_heap, (best_after, best))
+    return placed
 
 
 def worker_kinds(costs: Sequence[WorkerCost], active: Sequence[int]) -> list[list[int]]:

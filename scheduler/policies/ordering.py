@@ -16,10 +16,13 @@ common case for lightly loaded workers.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from scheduler.costmodel import WorkerCost
-from scheduler.finish import all_at_once_finish, worker_finish
+from scheduler.finish import all_at_once_finish, all_at_once_finishes, worker_finish
 from scheduler.policies.problem import Problem
 
 Order = Callable[[Problem, list[int], WorkerCost], list[int]]
@@ -64,11 +67,19 @@ def best_order(
     problem: Problem, items: list[int], cost: WorkerCost, reserve: bool
 ) -> tuple[list[int], float]:
     """The fastest candidate order of ``items`` on ``cost``'s worker, and its predicted finish."""
-    first, *others = CANDIDATES[reserve]
+    first = CANDIDATES[reserve][0]
     best = first(problem, items, cost)
     at_once = all_at_once_finish(cost, *_lengths(problem, best), reserve)
     if at_once is not None:
         return best, at_once
+    return _played(problem, items, cost, reserve, best)
+
+
+def _played(
+    problem: Problem, items: list[int], cost: WorkerCost, reserve: bool, best: list[int]
+) -> tuple[list[int], float]:
+    """The fastest candidate order by playing each (``best``: the first candidate's order)."""
+    _, *others = CANDIDATES[reserve]
     best_finish = worker_finish(cost, *_lengths(problem, best), reserve)
     for candidate in others:
         order = candidate(problem, items, cost)
@@ -82,14 +93,38 @@ def order_queues(
     problem: Problem, assignment: Sequence[Sequence[int]], reserve: bool
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]]:
     """Each worker's trajectory queue in its fastest candidate order, and its predicted finish."""
-    queues: list[tuple[int, ...]] = []
+    queues, at_once = _longest_first_at_once(problem, assignment, reserve)
     finishes: list[float] = []
-    for cost, units in zip(problem.costs, assignment, strict=True):
-        items = [i for u in units for i in problem.units[u].members]
-        order, finish = best_order(problem, items, cost, reserve) if items else ([], 0.0)
-        queues.append(tuple(order))
+    for w, finish in enumerate(at_once):
+        if finish is None:  # the queue does not run at once: the order matters, play the candidates
+            order, finish = _played(problem, list(queues[w]), problem.costs[w], reserve, list(queues[w]))
+            queues[w] = tuple(order)
         finishes.append(finish)
     return tuple(queues), tuple(finishes)
+
+
+def _longest_first_at_once(
+    problem: Problem, assignment: Sequence[Sequence[int]], reserve: bool
+) -> tuple[list[tuple[int, ...]], list[float | None]]:
+    """Every worker's queue longest first, and its finish when it runs at once (None otherwise):
+    ``longest_first`` and ``all_at_once_finish`` for all workers in one vectorised pass."""
+    if len(problem.units) == len(problem.steps):  # every unit is one trajectory: unit u is item u
+        items = np.fromiter(itertools.chain.from_iterable(assignment), dtype=np.int64)
+        sizes = [len(units) for units in assignment]
+    else:
+        members = [[i for u in units for i in problem.units[u].members] for units in assignment]
+        items = np.fromiter(itertools.chain.from_iterable(members), dtype=np.int64)
+        sizes = [len(m) for m in members]
+    bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    worker = np.repeat(np.arange(len(sizes)), sizes)
+    steps = np.asarray(problem.steps, dtype=np.int64)[items]
+    order = np.lexsort((items, -steps, worker))  # per worker: decreasing length, ties by index
+    items, steps = items[order], steps[order]
+    prompts = np.asarray(problem.prompts, dtype=np.int64)[items]
+    finishes = all_at_once_finishes(problem.costs, prompts, steps, bounds.tolist(), reserve)
+    flat, edges = items.tolist(), bounds.tolist()
+    queues = [tuple(flat[edges[w] : edges[w + 1]]) for w in range(len(sizes))]
+    return queues, finishes
 
 
 def _lengths(problem: Problem, order: list[int]) -> tuple[list[int], list[int]]:

@@ -12,16 +12,22 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 from scheduler.costmodel import WorkerCost, worker_cost
-from scheduler.finish import worker_finish
-from scheduler.stepsum import planned_steps
+from scheduler.finish import queue_finishes
+from scheduler.stepsum import planned_steps_array
 from scheduler.types import PlanRequest
 
 
-@dataclass(frozen=True, slots=True)
-class Unit:
-    """Trajectories that must share a worker, with their summed load."""
+class Unit(NamedTuple):
+    """Trajectories that must share a worker, with their summed load.
+
+    A NamedTuple, not a frozen dataclass: a plan builds one per trajectory (32k at the largest
+    benchmark size), and a frozen dataclass costs twice as much to construct.
+    """
 
     members: tuple[int, ...]  # trajectory indices, input order
     steps: int  # longest member's decode steps: the unit's critical chain
@@ -38,16 +44,13 @@ class Problem:
     costs: tuple[WorkerCost, ...]  # per inventory worker
     prompts: tuple[int, ...]  # per trajectory: prompt tokens
     steps: tuple[int, ...]  # per trajectory: planned decode steps
-    units: tuple[Unit, ...]  # placement units, input order of their first member
+    units: tuple[Unit, ...]  # placement units, input order of their first member (so with as many
+    # units as trajectories, unit u is exactly trajectory u)
     active: tuple[int, ...]  # worker indices not excluded
 
     def finishes(self, queues: Sequence[Sequence[int]], reserve: bool) -> list[float]:
         """Predicted finish of every worker playing its ordered queue (``scheduler.finish``)."""
-        prompts, steps = self.prompts, self.steps
-        return [
-            worker_finish(cost, [prompts[i] for i in queue], [steps[i] for i in queue], reserve)
-            for cost, queue in zip(self.costs, queues, strict=True)
-        ]
+        return queue_finishes(self.costs, self.prompts, self.steps, queues, reserve)
 
 
 def build_problem(request: PlanRequest) -> Problem:
@@ -56,11 +59,16 @@ def build_problem(request: PlanRequest) -> Problem:
     costs = tuple(worker_cost(w, request.inventory.model) for w in workers)
     index_of = {w.worker_id: i for i, w in enumerate(workers)}
     active = tuple(i for i, w in enumerate(workers) if w.worker_id not in request.excluded_workers)
-    prompts = tuple(t.prompt_tokens for t in request.trajectories)
-    steps = tuple(planned_steps(t.predicted_tokens) for t in request.trajectories)
     trajectories = request.trajectories
-    need = [t.prompt_tokens + t.max_new_tokens for t in trajectories]
-    kv_steps = [p * n + n * (n - 1) / 2.0 for p, n in zip(prompts, steps, strict=True)]
+    prompt_array = np.array([t.prompt_tokens for t in trajectories], dtype=np.int64)
+    step_array = planned_steps_array([t.predicted_tokens for t in trajectories])
+    prompts, steps = tuple(prompt_array.tolist()), tuple(step_array.tolist())
+    need = (prompt_array + np.array([t.max_new_tokens for t in trajectories], dtype=np.int64)).tolist()
+    # p*L + L*(L-1)/2 as Python evaluates it on ints: both products exact, then one float addition
+    kv_steps = (
+        (prompt_array * step_array).astype(np.float64)
+        + (step_array * (step_array - 1)).astype(np.float64) / 2.0
+    ).tolist()
     pins = [-1 if t.pinned_worker is None else index_of[t.pinned_worker] for t in trajectories]
     capacities = sorted({c.kv_capacity_tokens for c in costs})
     cache: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
@@ -77,9 +85,15 @@ def build_problem(request: PlanRequest) -> Problem:
     active_set = frozenset(active)
     units: list[Unit] = []
     if not request.prefix_affinity:
-        for i in range(len(trajectories)):
-            pin = () if pins[i] < 0 else (pins[i],)
-            units.append(Unit((i,), steps[i], steps[i], kv_steps[i], prompts[i], allowed(pin, need[i])))
+        unpinned: dict[int, tuple[int, ...]] = {}  # need -> allowed workers, for the common case
+        for i, (n, kv, p, pin, most) in enumerate(zip(steps, kv_steps, prompts, pins, need, strict=True)):
+            if pin < 0:
+                fit = unpinned.get(most)
+                if fit is None:
+                    fit = unpinned[most] = allowed((), most)
+            else:
+                fit = allowed((pin,), most)
+            units.append(Unit((i,), n, n, kv, p, fit))
         return Problem(costs, prompts, steps, tuple(units), active)
     members: dict[str, list[int]] = {}
     for i, t in enumerate(trajectories):
