@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.costmodel import worker_cost
 from scheduler.devices import device_profile, model_preset
-from scheduler.finish import all_at_once_finish, worker_finish
+from scheduler.finish import all_at_once_finish, all_at_once_finishes, queue_finishes, worker_finish
 from scheduler.types import Worker
 
 QUEUES = st.lists(st.tuples(st.integers(1, 300), st.integers(1, 600)), min_size=1, max_size=12)
@@ -46,3 +49,37 @@ def test_a_queue_that_outgrows_the_cache_is_left_to_the_event_loop() -> None:
         worker_finish(cost, prompts, steps), rel=1e-12
     )
     assert all_at_once_finish(cost, prompts, [401] * 4) is None  # one token more each: preemption
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(QUEUES | st.just([]), st.sampled_from(["H100", "Ascend910B"])), min_size=1, max_size=5
+    ),
+    st.integers(1, 12),
+    st.integers(900, 8_000),
+    st.booleans(),
+)
+def test_many_queues_at_once_give_each_queues_closed_form_to_the_last_bit(
+    queues: list[tuple[list[tuple[int, int]], str]], slots: int, capacity: int, reserve: bool
+) -> None:
+    costs = [
+        worker_cost(Worker(f"w{k}", device_profile(kind), max_num_seqs=slots, kv_capacity_tokens=capacity),
+                    model_preset("7b"))
+        for k, (_, kind) in enumerate(queues)
+    ]  # fmt: skip
+    ordered = [sorted(queue, key=lambda item: -item[1]) for queue, _ in queues]  # longest first, stable
+    flat = [item for queue in ordered for item in queue]
+    bounds = [0, *itertools.accumulate(len(queue) for queue in ordered)]
+    prompts = np.array([p for p, _ in flat], dtype=np.int64)
+    steps = np.array([n for _, n in flat], dtype=np.int64)
+    together = all_at_once_finishes(costs, prompts, steps, bounds, reserve)
+    for cost, queue, finish in zip(costs, ordered, together, strict=True):
+        alone = all_at_once_finish(cost, [p for p, _ in queue], [n for _, n in queue], reserve)
+        assert finish == alone  # exactly: the same arithmetic in the same order
+    shuffled = [list(reversed(queue)) for queue in ordered]  # any order: the event loop's results
+    items = list(range(len(flat)))
+    positions = [items[bounds[k] : bounds[k + 1]][::-1] for k in range(len(ordered))]
+    finishes = queue_finishes(costs, prompts.tolist(), steps.tolist(), positions, reserve)
+    for cost, queue, finish in zip(costs, shuffled, finishes, strict=True):
+        assert finish == worker_finish(cost, [p for p, _ in queue], [n for _, n in queue], reserve)
