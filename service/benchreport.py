@@ -136,10 +136,10 @@ def _headline(trace: Trace, inventory: Inventory, kv_admission: bool) -> list[st
 
 def replay_section() -> str:
     """The headline replay (both admission modes), the 6-step timing run and the real short-CoT trace."""
-    from service.synthtrace import synth_trace
+    from predictors.synthetic import synthetic_trace
     from service.workerspec import parse_workers
 
-    trace = synth_trace("long-cot", prompts=256, samples=16, steps=6, seed=1)
+    trace = synthetic_trace("long-cot", prompts=256, samples=16, steps=6, seed=1)
     inventory = parse_workers("8xH100,8xAscend910B", "7b")
     lines = [
         f"Machine: {machine()}. Produced by `make bench` (`python -m service.benchreport`).",

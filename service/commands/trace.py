@@ -81,14 +81,18 @@ def synth_command(
     samples: Annotated[int, typer.Option(help="Samples per prompt per step (group size).")] = 16,
     steps: Annotated[int, typer.Option(help="Training steps (epochs).")] = 6,
     seed: Annotated[int, typer.Option(help="Seed; the same seed gives the same trace.")] = 0,
+    drift: Annotated[
+        float | None,
+        typer.Option(help="Override the profile's length drift (log-length per step, e.g. 0.05)."),
+    ] = None,
 ) -> None:
     """Write a calibrated SYNTHETIC trace (every row labelled source=synthetic)."""
+    from predictors.synthetic import synthetic_trace
     from predictors.traceio import write_trace
     from scheduler.errors import InvalidInputError
-    from service.synthtrace import synth_trace
 
     try:
-        trace = synth_trace(profile, prompts, samples, steps, seed)
+        trace = synthetic_trace(profile, prompts, samples, steps, seed, drift=drift)
         write_trace(trace, out)
     except (InvalidInputError, OSError) as exc:
         raise _fail(exc) from None

@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 import typer
 
+from predictors.synthetic import synthetic_trace
 from predictors.traceio import write_trace
 from predictors.tracetable import Trace
-from service.synthtrace import synth_trace
 
 
 @pytest.fixture(scope="session")
 def small_trace() -> Trace:
     """Long CoT, 12 prompts x 4 samples x 3 steps: big enough to plan, small enough to replay in seconds."""
-    return synth_trace("long-cot", prompts=12, samples=4, steps=3, seed=5)
+    return synthetic_trace("long-cot", prompts=12, samples=4, steps=3, seed=5)
 
 
 @pytest.fixture
