@@ -22,6 +22,7 @@ from pathlib import Path
 
 from predictors.tracetable import Trace
 from scheduler.types import Inventory
+from service import benchsections
 from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay, select_steps
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -197,7 +198,26 @@ def _real_data() -> list[str]:
     ]
 
 
-SECTIONS: tuple[BenchSection, ...] = (BenchSection("replay", "Replay (issue 6)", replay_section),)
+def _solver() -> str:
+    from service.commands.bench_solver import markdown_report
+
+    return markdown_report()
+
+
+def _delivery() -> str:
+    from service.delivery.bench import markdown_report
+
+    return markdown_report()
+
+
+SECTIONS: tuple[BenchSection, ...] = (
+    BenchSection("solver", "Solver (issue 2)", _solver),
+    BenchSection("predictors", "Predictors (issue 3)", benchsections.predictors_section),
+    BenchSection("service", "Service (issue 4)", benchsections.service_section),
+    BenchSection("delivery", "Delivery (issue 5)", _delivery),
+    BenchSection("replay", "Replay (issue 6)", replay_section),
+    BenchSection("redis-memory", "Redis memory per schedule (issue 7)", benchsections.redis_memory_section),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

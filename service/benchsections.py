@@ -1,0 +1,140 @@
+"""The ``make bench`` sections that wrap CLI benchmarks: predictors, service latency, Redis memory.
+
+Each runs the same ``rollout-scheduler ...`` command a user would (as a subprocess, with ``--json``)
+and renders its figures as Markdown, so the table in docs/benchmarks.md always sits beside the exact
+command that produced it. ``service.benchreport`` lists these in ``SECTIONS``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+MATH100 = SHARED_DATA / "math100_x8.trace.csv"
+
+
+def run_json(*args: str) -> Any:
+    """Run ``rollout-scheduler ARGS --json`` in this interpreter and parse its standard output."""
+    command = [sys.executable, "-m", "service.cli", *args, "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed: {done.stderr.strip()[-400:]}")
+    return json.loads(done.stdout)
+
+
+def _command(*args: str) -> str:
+    return "`rollout-scheduler " + " ".join(args) + " --json`"
+
+
+def predictors_section() -> str:
+    """Accuracy on the real math100 trace, accuracy under drift, and fit/predict speed."""
+    lines: list[str] = []
+    if MATH100.is_file():
+        args = ("predictor", "eval", "../shared/data/math100_x8.trace.csv")
+        result = run_json("predictor", "eval", str(MATH100))["predictors"]
+        lines += [
+            f"Real data, fit on step 0, score step 1: {_command(*args)}",
+            "",
+            "| predictor | MAE (tokens) | MAPE | Spearman | Kendall | p90 coverage |",
+            "|---|---|---|---|---|---|",
+            *(_accuracy_row(name, m) for name, m in result.items()),
+            "",
+            "Targets: lightgbm MAE <= 56.3 (per-prompt history mean), Spearman >= 0.87, "
+            "p90 coverage in [0.85, 0.95].",
+            "",
+        ]
+    else:
+        lines += [f"Real-data evaluation skipped: {MATH100} is absent.", ""]
+    lines += _drift_lines()
+    speed_args = ("bench", "predictor")
+    speed = run_json(*speed_args)
+    lines += [
+        "",
+        f"Speed: {_command(*speed_args)}",
+        "",
+        "| fit rows | fit wall s | fit CPU s | predict rows | predict wall ms (median) | predict CPU ms |",
+        "|---|---|---|---|---|---|",
+        f"| {speed['rows']:,} | {speed['fit_s']} | {speed['fit_cpu_s']} | {speed['predict_rows']:,} "
+        f"| {speed['predict_warm_ms']} | {speed['predict_warm_cpu_ms']} |",
+        "",
+        "Targets: fit on 1,000,000 rows <= 30 s; predict 32,768 rows <= 50 ms (2 cores).",
+    ]
+    return "\n".join(lines)
+
+
+def _accuracy_row(name: str, m: dict[str, Any]) -> str:
+    cells = [m.get(k) for k in ("mae", "mape", "spearman", "kendall", "p90_coverage")]
+    shown = ["-" if c is None else f"{c:.3f}" if isinstance(c, float) else str(c) for c in cells]
+    return f"| {name} | " + " | ".join(shown) + " |"
+
+
+def _drift_lines() -> list[str]:
+    """LightGBM vs the per-prompt history mean on drifting multi-epoch synthetic traces."""
+    lines = [
+        "Multi-epoch synthetic traces with upward length drift (target: lightgbm MAE >= 15% lower than "
+        "the per-prompt history mean):",
+        "",
+        "| command | history-mean MAE | lightgbm MAE | change |",
+        "|---|---|---|---|",
+    ]
+    for profile, drift in (
+        ("short-cot", None),
+        ("long-cot", None),
+        ("short-cot", "0.05"),
+        ("long-cot", "0.05"),
+    ):
+        args = ["bench", "predictor-drift", "--profile", profile, *(["--drift", drift] if drift else [])]
+        report = run_json(*args)
+        scores = report["predictors"]
+        history, lgbm = scores["prompt_history_mean"]["mae"], scores["lightgbm"]["mae"]
+        lines.append(
+            f"| {_command(*args)} | {history:.1f} | {lgbm:.1f} | {100 * (lgbm / history - 1):+.1f}% |"
+        )
+    return lines
+
+
+def service_section() -> str:
+    """End-to-end POST /schedule latency against a service this command starts."""
+    args = ("bench", "service")
+    report = run_json(*args)
+    lines = [
+        f"{_command(*args)} (starts `serve` with an embedded valkey-server; default policy and budget)",
+        "",
+        "| batch | p50 ms | p95 ms | requests/s | server p50 per stage (ms) | statuses |",
+        "|---|---|---|---|---|---|",
+    ]
+    for size in report["sizes"]:
+        stages = ", ".join(f"{k} {v}" for k, v in size["server_p50_ms"].items())
+        lines.append(
+            f"| {size['trajectories']:,} x {size['workers']} | {size['p50_ms']} | {size['p95_ms']} "
+            f"| {size['requests_per_s']} | {stages} | {size['statuses']} |"
+        )
+    lines += ["", "Targets: p50 <= 150 ms at 1,024 x 16; p95 <= 1 s at 4,096 x 32 (2 cores)."]
+    return "\n".join(lines)
+
+
+def redis_memory_section() -> str:
+    """Redis memory per published and per finished schedule, for sizing (docs/operations.md)."""
+    args = ("bench", "redis-memory", "--prompt-chars", "800", "--output-chars", "4000")
+    report = run_json(*args)
+    lines = [
+        f"{_command(*args)}: MEMORY USAGE summed over a schedule's keys.",
+        "",
+        "| schedule | published | per trajectory | finished (with results) | per trajectory |",
+        "|---|---|---|---|---|",
+    ]
+    for size in report["sizes"]:
+        lines.append(
+            f"| {size['trajectories']:,} x {size['workers']} | {_mib(size['published_bytes'])} "
+            f"| {size['published_per_trajectory']:,.0f} B | {_mib(size['finished_bytes'])} "
+            f"| {size['finished_per_trajectory']:,.0f} B |"
+        )
+    return "\n".join(lines)
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.2f} MiB"
