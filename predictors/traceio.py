@@ -114,7 +114,7 @@ def _read_fast(path: Path) -> Trace | None:
 
 
 def _reader_for(path: Path) -> Callable[[Path], RawRows]:
-    readers = {".csv": _csv_rows, ".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
+    readers = {".csv": _csv_rows, ".jsonl": jsonl_objects, ".parquet": _parquet_rows}
     if path.suffix not in readers:
         raise InvalidInputError("trace", str(path), f"unsupported suffix; expected one of {SUFFIXES}")
     return readers[path.suffix]
@@ -175,7 +175,8 @@ def _csv_rows(path: Path) -> RawRows:
             yield reader.line_num, dict(zip(header, cells, strict=True))
 
 
-def _jsonl_rows(path: Path) -> RawRows:
+def jsonl_objects(path: Path) -> RawRows:
+    """(line, object) per non-blank line of a JSON Lines file; a bad line names file and line."""
     with path.open(encoding="utf-8") as handle:
         for line, text in enumerate(handle, start=1):
             if not text.strip():

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from predictors.traceio import jsonl_objects
 from predictors.tracetable import Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
 from scheduler.trace import REQUIRED_COLUMNS, TraceFormatError, TraceRow, parse_row
@@ -83,20 +84,11 @@ def import_verl(
 
 
 def _verl_records(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
-    with path.open(encoding="utf-8") as handle:
-        for line, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TraceFormatError(str(path), line, "<json>", text.strip()[:40], exc.msg) from None
-            if not isinstance(record, dict):
-                raise TraceFormatError(str(path), line, "<json>", record, "each line must be a JSON object")
-            for field in ("input", "output"):
-                if not isinstance(record.get(field), str):
-                    raise TraceFormatError(str(path), line, field, record.get(field), "must be decoded text")
-            yield line, record
+    for line, record in jsonl_objects(path):
+        for field in ("input", "output"):
+            if not isinstance(record.get(field), str):
+                raise TraceFormatError(str(path), line, field, record.get(field), "must be decoded text")
+        yield line, record
 
 
 def _count_tokens(tokenizer: object, inputs: list[object], outputs: list[object]) -> list[tuple[int, int]]:
