@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Sequence
 
 from scheduler.costmodel import WorkerCost
 from scheduler.errors import InvalidInputError
@@ -48,8 +49,8 @@ class Ledger:
     Lists rather than one object per item keep the event loop free of attribute churn.
     """
 
-    __slots__ = ("end", "kept", "keys", "pin", "planned", "preemptions", "prompts", "reserve", "start",
-                 "steps", "stolen", "worker")  # fmt: skip
+    __slots__ = ("end", "group", "kept", "keys", "pin", "planned", "preemptions", "prompts", "reserve",
+                 "start", "steps", "stolen", "worker")  # fmt: skip
 
     def __init__(self, keys: list[str], prompts: list[int], steps: list[int], planned: list[int]) -> None:
         n = len(keys)
@@ -65,6 +66,7 @@ class Ledger:
         self.stolen = [False] * n  # taken from another worker's queue by work stealing
         self.kept = [0] * n  # output tokens kept across evictions (resume mode only; else 0)
         self.pin = [-1] * n  # index of the only worker allowed to run it (-1: any)
+        self.group = list(range(n))  # prefix-sharing group number (kept whole under prefix affinity)
 
 
 class WorkerEngine:
@@ -161,6 +163,11 @@ class WorkerEngine:
         """
         reserve = self.ledger.reserve
         return self.reserved + self.waiting_reserve + reserve[item] <= self.cap
+
+    def reservations_fit(self, items: Sequence[int]) -> bool:
+        """``reservation_fits`` for several items together (a whole group under prefix affinity)."""
+        reserve = self.ledger.reserve
+        return self.reserved + self.waiting_reserve + sum(reserve[i] for i in items) <= self.cap
 
     def take(self, item: int) -> bool:
         """Accept ``item`` from the shared queue or a victim; report whether it was accepted.

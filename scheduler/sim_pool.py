@@ -15,6 +15,15 @@ of spare capacity when KV binds), and only unclaimed items move (never running o
 handed to an engine, preempted ones included, nor a trajectory pinned to its worker: a pinned tail
 shields its queue from that thief for the moment).
 
+What the request constrains, the pool honours (``SimOptions``): an excluded (draining) worker never
+takes from the shared queue and never steals (its own planned queue, if any, it still runs and may be
+robbed of). Under prefix affinity a group's samples stay on one worker: the worker that takes a
+group's first sample from the shared queue takes the rest of that group into its own queue, and a
+steal moves a whole group, the group of the victim's tail item, only when none of its samples has
+left the victim's queue (none claimed, running or done) and the whole group passes the KV steal gate
+together; otherwise the thief's turn ends, as with a pinned tail. So no play splits a group, which
+the affinity lower bound (the heaviest group alone on its best worker) assumes.
+
 Queues only shrink, so a worker that finds nothing to take stays without new work: it is simply not
 scheduled again until its running sequences produce an event, and an empty worker goes idle for good.
 """
@@ -32,12 +41,28 @@ class Pool:
     """The engines of one simulation plus what they share (a FIFO, the steal rule)."""
 
     def __init__(
-        self, engines: Sequence[WorkerEngine], shared: deque[int], speeds: Sequence[float], steal: bool
+        self,
+        engines: Sequence[WorkerEngine],
+        shared: deque[int],
+        speeds: Sequence[float],
+        steal: bool,
+        *,
+        excluded: frozenset[int] = frozenset(),
+        affinity: bool = False,
     ) -> None:
         self.engines = list(engines)
         self.shared = shared  # the shared FIFO of a shared-queue plan (empty for static plans)
         self.speeds = list(speeds)  # each worker's token rate: turns queued tokens into seconds
         self.steal = steal
+        self.excluded = excluded  # worker indices that never take work from elsewhere (draining)
+        self.affinity = affinity  # keep each group on one worker (shared queue and stealing)
+        self._gone: set[int] = set()  # shared items already bound to a worker with their group
+        self._shared_groups: dict[int, list[int]] = {}  # group -> its items in the shared FIFO
+        self._sizes: dict[int, int] = {}  # group -> its number of items (filled on first steal)
+        if affinity:
+            group = engines[0].ledger.group if engines else []
+            for item in shared:
+                self._shared_groups.setdefault(group[item], []).append(item)
         self.steals = 0  # items moved by stealing
         self._dry = not steal  # no unclaimed item left anywhere to steal (queues only shrink)
         self._unclaimed = sum(len(e.queue) for e in self.engines)  # items in workers' own queues
@@ -62,7 +87,7 @@ class Pool:
 
     def _independent(self) -> bool:
         """No item can move between workers any more, so their futures no longer interact."""
-        if self.shared:
+        if self._shared_head() is not None:
             return False
         if self._unclaimed == 0:
             self._dry = True  # queues only shrink: nothing will ever be stealable again
@@ -91,16 +116,23 @@ class Pool:
 
     def _acquire(self, engines: list[WorkerEngine]) -> None:
         """Hand out shared or stolen items one at a time, least-loaded taker first."""
-        if not self.shared and self._dry:
+        if self._shared_head() is None and self._dry:
             return
-        takers = [(e.batch + len(e.waiting), e.index, e) for e in engines if e.has_room()]
+        takers = [
+            (e.batch + len(e.waiting), e.index, e)
+            for e in engines
+            if e.index not in self.excluded and e.has_room()
+        ]
         heapq.heapify(takers)
         while takers:
             _, index, engine = heapq.heappop(takers)
-            if self.shared:
-                if not engine.take(self.shared[0]):
+            head = self._shared_head()
+            if head is not None:
+                if not engine.take(head):
                     continue
                 self.shared.popleft()
+                if self.affinity:
+                    self._bind_group(head, engine)
             else:
                 victim = self._victim(index)
                 if victim is None:  # the taker's own queue is empty, so nothing is left anywhere
@@ -111,11 +143,34 @@ class Pool:
             if engine.has_room():
                 heapq.heappush(takers, (engine.batch + len(engine.waiting), index, engine))
 
+    def _shared_head(self) -> int | None:
+        """The shared FIFO's next item, skipping items already bound with their group; None: empty."""
+        shared, gone = self.shared, self._gone
+        while shared and shared[0] in gone:
+            shared.popleft()
+        return shared[0] if shared else None
+
+    def _bind_group(self, item: int, engine: WorkerEngine) -> None:
+        """Prefix affinity: the rest of ``item``'s group leaves the shared FIFO for ``engine``'s queue."""
+        rest = [i for i in self._shared_groups.get(engine.ledger.group[item], []) if i != item]
+        rest = [i for i in rest if i not in self._gone]
+        self._gone.update(rest)
+        self._claim_into(engine, rest)
+
+    def _claim_into(self, engine: WorkerEngine, items: list[int]) -> None:
+        """Put ``items`` in ``engine``'s own queue and let its sidecar claim what it can now."""
+        engine.enqueue(items)
+        queued = len(engine.queue)
+        engine.admit_own()
+        self._unclaimed += len(items) - (queued - len(engine.queue))
+
     def _steal(self, victim: WorkerEngine, thief: WorkerEngine) -> bool:
-        """Move the victim's tail item to ``thief`` if the thief accepts it now."""
+        """Move the victim's tail item (its group, under prefix affinity) to ``thief`` if it fits now."""
         item = victim.queue[-1]
         if thief.ledger.pin[item] >= 0:  # a pinned item never moves
             return False
+        if self.affinity:
+            return self._steal_group(victim, thief, thief.ledger.group[item])
         if not thief.reservation_fits(item) or not thief.take(item):  # the KV steal gate, then the engine
             return False
         victim.queue.pop()
@@ -124,6 +179,29 @@ class Pool:
         thief.ledger.stolen[item] = True
         self.steals += 1
         return True
+
+    def _steal_group(self, victim: WorkerEngine, thief: WorkerEngine, group: int) -> bool:
+        """Move a whole group from the victim's queue to the thief's, if none of it has started."""
+        ledger = thief.ledger
+        members = [i for i in victim.queue if ledger.group[i] == group]
+        if len(members) != self._group_size(group) or any(ledger.pin[i] >= 0 for i in members):
+            return False  # part of the group is claimed, running or done on its owner: it stays
+        if not thief.reservations_fit(members):  # the KV steal gate, for the group together
+            return False
+        victim.queue = deque(i for i in victim.queue if ledger.group[i] != group)
+        victim.queued_work -= sum(ledger.planned[i] for i in members)
+        self._unclaimed -= len(members)
+        for i in members:
+            ledger.stolen[i] = True
+        self.steals += len(members)
+        self._claim_into(thief, members)
+        return True
+
+    def _group_size(self, group: int) -> int:
+        if not self._sizes:
+            for g in self.engines[0].ledger.group:
+                self._sizes[g] = self._sizes.get(g, 0) + 1
+        return self._sizes[group]
 
     def _victim(self, thief: int) -> WorkerEngine | None:
         """The worker with the most predicted seconds of unclaimed work (ties: lowest index)."""

@@ -38,6 +38,10 @@ class SimOptions:
     watermark: float = 0.01  # share of KV kept free when admitting normally (vLLM's default)
     resume_preempted: bool = False  # an evicted sequence keeps its output (vLLM V1) instead of
     # restarting; the planner's finish model restarts, so plan and replay agree only when False
+    excluded_workers: frozenset[str] = frozenset()  # the request's draining workers: they never take
+    # from a shared queue nor steal (ids not in the inventory are simply absent)
+    prefix_affinity: bool = False  # the request's flag: a shared queue and stealing keep each group's
+    # samples on one worker (docs/simulator.md, "What the request constrains")
 
 
 class ItemRecord(NamedTuple):
@@ -114,7 +118,13 @@ def simulate(
     if shared or options.steal:
         context = sum(p + s / 2.0 for p, s in zip(ledger.prompts, ledger.planned, strict=True))
         context /= max(1, len(ledger.keys))
-        pool = Pool(engines, shared, [c.saturated_tps(context) for c in costs], options.steal)
+        excluded = frozenset(
+            i for i, w in enumerate(inventory.workers) if w.worker_id in options.excluded_workers
+        )
+        speeds = [c.saturated_tps(context) for c in costs]
+        pool = Pool(
+            engines, shared, speeds, options.steal, excluded=excluded, affinity=options.prefix_affinity
+        )
         pool.run()
         steals = pool.steals
     else:
@@ -156,6 +166,10 @@ def simulate_worker(
 def _check_options(options: SimOptions) -> None:
     if not (math.isfinite(options.watermark) and 0.0 <= options.watermark < 1.0):
         raise InvalidInputError("options.watermark", options.watermark, "must lie in [0, 1)")
+    if not isinstance(options.excluded_workers, frozenset | set):
+        raise InvalidInputError(
+            "options.excluded_workers", options.excluded_workers, "must be a set of worker ids"
+        )
 
 
 def _ledger(
@@ -189,6 +203,8 @@ def _ledger(
         [planned_steps(t.predicted_tokens) for t in trajectories],
     )
     ledger.pin = pins
+    numbers: dict[str, int] = {}
+    ledger.group = [numbers.setdefault(t.group, len(numbers)) for t in trajectories]
     return ledger, index_of
 
 

@@ -1,0 +1,134 @@
+"""What the request constrains, the simulator's shared queue and stealing honour: exclusions,
+pins and prefix affinity; so no play beats the lower bound computed under the same constraints."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from scheduler.devices import device_profile, model_preset
+from scheduler.errors import InvalidInputError
+from scheduler.planner import plan
+from scheduler.policies import POLICY_NAMES
+from scheduler.simulator import SimOptions, SimResult, simulate
+from scheduler.stepsum import planned_steps
+from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker, WorkerPlan
+from tests.scheduler.plan_strategies import plan_requests
+
+MODEL = model_preset("7b")
+
+
+def _worker(wid: str, time_scale: float = 1.0) -> Worker:
+    return Worker(wid, device_profile("H100"), max_num_seqs=4, time_scale=time_scale)
+
+
+def _group(prompt: str, samples: int, tokens: int) -> list[Trajectory]:
+    return [Trajectory(prompt, s, 300, tokens, float(tokens)) for s in range(samples)]
+
+
+def _play(plan_: Plan, trajectories: list[Trajectory], workers: list[Worker], **options: object) -> SimResult:
+    actual = {t.key: t.max_new_tokens for t in trajectories}
+    inventory = Inventory(tuple(workers), MODEL)
+    return simulate(plan_, trajectories, actual, inventory, SimOptions(**options))  # type: ignore[arg-type]
+
+
+def _static(queues: dict[str, list[Trajectory]]) -> Plan:
+    workers = tuple(WorkerPlan(w, tuple(t.key for t in q), 0.0) for w, q in queues.items())
+    return Plan("test", workers, 0.0, 0.0, "TEST", 0.0)
+
+
+def _shared(workers: list[Worker], trajectories: list[Trajectory]) -> Plan:
+    empty = tuple(WorkerPlan(w.worker_id, (), 0.0) for w in workers)
+    return Plan(
+        "least_loaded", empty, 0.0, 0.0, "TEST", 0.0, dispatch_order=tuple(t.key for t in trajectories)
+    )
+
+
+def _slow_owner() -> tuple[dict[str, list[Trajectory]], list[Worker]]:
+    """Everything planned on a ten times slower worker; two idle workers beside it."""
+    work = [t for g in range(6) for t in _group(f"g{g}", 4, 1_000 + 100 * g)]
+    workers = [_worker("slow", time_scale=10.0), _worker("idle"), _worker("drain")]
+    return {"slow": work, "idle": [], "drain": []}, workers
+
+
+def test_an_excluded_worker_never_steals() -> None:
+    queues, workers = _slow_owner()
+    work = queues["slow"]
+    free = _play(_static(queues), work, workers, steal=True)
+    drained = _play(_static(queues), work, workers, steal=True, excluded_workers=frozenset({"drain"}))
+    assert any(r.worker_id == "drain" for r in free.items)  # without the exclusion it would steal
+    assert not any(r.worker_id == "drain" for r in drained.items)
+    assert drained.steals > 0  # the other idle worker still does
+
+
+def test_an_excluded_worker_never_pulls_from_a_shared_queue() -> None:
+    workers = [_worker("a"), _worker("b"), _worker("drain")]
+    work = [t for g in range(8) for t in _group(f"g{g}", 2, 800)]
+    result = _play(_shared(workers, work), work, workers, excluded_workers=frozenset({"drain"}))
+    assert {r.worker_id for r in result.items} == {"a", "b"}
+
+
+def test_under_prefix_affinity_stealing_moves_only_whole_unstarted_groups() -> None:
+    queues, workers = _slow_owner()
+    work = queues["slow"]
+    split = _play(_static(queues), work, workers, steal=True)
+    kept = _play(_static(queues), work, workers, steal=True, prefix_affinity=True)
+    assert any(len(ws) > 1 for ws in _workers_per_group(split).values())  # single items split groups
+    assert all(len(ws) == 1 for ws in _workers_per_group(kept).values())
+    assert kept.steals > 0
+    assert kept.steals % 4 == 0  # whole groups of four moved
+    assert kept.makespan_s < _play(_static(queues), work, workers).makespan_s  # and it still rescues
+
+
+def test_under_prefix_affinity_a_shared_queue_keeps_each_group_on_the_worker_that_took_its_first() -> None:
+    workers = [_worker("a"), _worker("b", time_scale=3.0), _worker("c")]
+    work = [t for g in range(9) for t in _group(f"g{g}", 3, 600 + 50 * g)]
+    result = _play(_shared(workers, work), work, workers, prefix_affinity=True)
+    assert all(len(ws) == 1 for ws in _workers_per_group(result).values())
+    assert len({r.worker_id for r in result.items}) == 3
+    assert sorted(r.key for r in result.items) == sorted(t.key for t in work)
+
+
+def test_a_string_of_excluded_workers_is_refused() -> None:
+    queues, workers = _slow_owner()
+    with pytest.raises(InvalidInputError) as caught:
+        _play(_static(queues), queues["slow"], workers, steal=True, excluded_workers="drain")
+    assert caught.value.field == "options.excluded_workers"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan_requests())
+def test_no_play_under_the_requests_constraints_beats_the_bound(request: PlanRequest) -> None:
+    actual = {t.key: planned_steps(t.predicted_tokens) for t in request.trajectories}
+    options = SimOptions(
+        kv_admission=request.kv_admission,
+        excluded_workers=request.excluded_workers,
+        prefix_affinity=request.prefix_affinity,
+    )
+    for name in POLICY_NAMES:
+        result = plan(request, name)
+        for steal in (False, True):
+            played = simulate(
+                result,
+                request.trajectories,
+                actual,
+                request.inventory,
+                dataclasses.replace(options, steal=steal),
+            )
+            assert result.lower_bound_s <= played.makespan_s * (1 + 1e-9), (name, steal)
+            by_key = {r.key: r.worker_id for r in played.items}
+            assert not set(by_key.values()) & request.excluded_workers, (name, steal)  # plans put none there
+            for t in request.trajectories:
+                if t.pinned_worker is not None:
+                    assert by_key[t.key] == t.pinned_worker, (name, steal)
+            if request.prefix_affinity:
+                assert all(len(ws) == 1 for ws in _workers_per_group(played).values()), (name, steal)
+
+
+def _workers_per_group(result: SimResult) -> dict[str, set[str]]:
+    groups: dict[str, set[str]] = {}
+    for r in result.items:
+        groups.setdefault(r.key.rsplit("#", 1)[0], set()).add(r.worker_id)
+    return groups
