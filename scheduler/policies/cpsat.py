@@ -37,8 +37,9 @@ from scheduler.policies.problem import Problem, Unit, build_problem
 from scheduler.types import PlanRequest
 
 LEVELS_SHARE = 0.15  # share of the remaining budget one aggregate solve may use
-ROUND_COST = 6.5  # the first round costs ~4-6.7x the lpt phase (tier-aware placement cannot take
-# plain LPT's fast path; measured at 1,024 x 16 to 32,768 x 256); later rounds use the measured cost
+ROUND_FIXED_S = 0.02  # a round's aggregate solves: ~15-40 ms whatever the batch size
+ROUND_COST = 5.0  # plus ~3.2-5.4x the lpt phase (tier-aware placement cannot take plain LPT's fast
+# path; measured at 1,024 x 16 to 32,768 x 256); later rounds use the first round's measured cost
 AGREED = 0.01  # calibration ratios within 1% of the last round's: stop refining
 ROUNDS = 2  # aggregate solve + realisation rounds, each calibrated by the previous one's simulation
 
@@ -56,7 +57,7 @@ class CpSatPolicy:
         reserve = request.kv_admission
         assignment = lpt_assignment(problem)
         queues, finishes = order_queues(problem, assignment, reserve)
-        round_cost = ROUND_COST * (time.perf_counter() - started)  # a round re-does both, and solves
+        round_cost = ROUND_FIXED_S + ROUND_COST * (time.perf_counter() - started)  # re-does both, and solves
         best = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
         kinds = worker_kinds(problem.costs, problem.active)
         slowdown: list[list[float]] | None = None
