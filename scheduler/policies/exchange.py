@@ -44,10 +44,12 @@ def improve(
     finish = list(finishes)
     ordered = list(queues)
     improved, failures = False, 0
-    last = 0.0  # duration of the previous move: the next one starts only if it would fit
+    last, last_size = 0.0, 1  # the previous move's duration and worker count: the next one starts
+    # only if it would fit, its cost scaled by (workers / last workers)^2 (booleans grow as units x
+    # workers; a 1+3 move at 1,024 x 16 took 4-5x a 1+1 move and, started anyway, ran to the deadline)
     for _ in range(MAX_MOVES):
         started = time.perf_counter()
-        if failures >= len(PARTNERS) or started + last >= deadline:
+        if failures >= len(PARTNERS):
             break
         active = list(problem.active)
         worst = max(active, key=lambda w: (finish[w], -w))
@@ -55,9 +57,12 @@ def improve(
         if not others or finish[worst] <= (1 + MIN_GAIN) * finish[others[-1]]:
             break  # the runner-up finishes (nearly) as late: moving work off the slowest cannot pay
         group = [worst, *others[: PARTNERS[failures % len(PARTNERS)]]]
+        if started + last * (len(group) / last_size) ** 2 >= deadline:
+            break
         moved = _resolve(problem, placed, finish, group, deadline, seed)
         if moved is None:
             failures += 1
+            last, last_size = time.perf_counter() - started, len(group)
             continue
         trial = {w: best_order(problem, _items(problem, moved[w]), problem.costs[w], reserve) for w in group}
         if max(f for _, f in trial.values()) < max(finish[w] for w in group) - 1e-9:
@@ -67,7 +72,7 @@ def improve(
             improved, failures = True, 0
         else:
             failures += 1
-        last = time.perf_counter() - started
+        last, last_size = time.perf_counter() - started, len(group)
     return (tuple(ordered), tuple(finish)) if improved else None
 
 
