@@ -240,7 +240,9 @@ def publish(
     ctx.speeds.remember(request.inventory)  # first: if Redis fails here, no schedule is half-announced
     settings = ctx.settings
     lease = LeaseSettings(settings.lease_ttl_ms, settings.max_attempts, settings.retention_s)
-    publish_plan(ctx.delivery, schedule_id, chosen, request.trajectories, payloads, lease)
+    publish_plan(
+        ctx.delivery, schedule_id, chosen, request.trajectories, payloads, lease, request.prefix_affinity
+    )
 
 
 def _payload(item: BatchItem) -> dict[str, Any]:

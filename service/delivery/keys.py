@@ -13,7 +13,7 @@ key                         type     contents
 ==========================  =======  ==============================================================
 ``P:meta``                  hash     fingerprint, total, lease_ttl_ms, max_attempts, kv_admission,
                                      published_ms, expire_at_ms, workers (JSON list), fence (the
-                                     fencing-token counter)
+                                     fencing-token counter), affinity (``1``: prefix affinity)
 ``P:items``                 hash     item key -> static item JSON (prompt, lengths, payload)
 ``P:st``                    hash     item key -> ``state|token|attempts|deadline_ms|predicted|worker|
                                      reserve``; state ``q`` queued, ``r`` running, ``d`` done (token =
@@ -24,6 +24,10 @@ key                         type     contents
                                      tokens x its ``P:pace`` (steal victim choice, as the simulator)
 ``P:pace``                  hash     worker -> predicted seconds per predicted token, from the plan;
                                      field ``*`` = default for workers the plan did not describe
+``P:pin``                   hash     pinned item key -> ``1``: never stolen (absent: no pins)
+``P:grp``                   hash     item key -> its group, only under prefix affinity (a steal
+                                     moves a whole, wholly queued, never started group)
+``P:gsize``                 hash     group -> its number of items, only under prefix affinity
 ``P:counts``                hash     ``q|r|d|f`` totals and ``q:<w>|r:<w>|d:<w>|f:<w>`` per worker
 ``P:q:<worker>``            list     the worker's ordered queue; head = next to start
 ``P:q:*``                   list     shared FIFO for shared-queue policies (``Plan.dispatch_order``)
@@ -138,7 +142,20 @@ class ScheduleKeys:
 
     def all_fixed(self) -> tuple[str, ...]:
         """Every key whose name does not depend on a worker (for deletion and TTL checks)."""
-        suffixes = ("meta", "items", "st", "deadlines", "work", "pace", "counts", "dead", "results")
+        suffixes = (
+            "meta",
+            "items",
+            "st",
+            "deadlines",
+            "work",
+            "pace",
+            "pin",
+            "grp",
+            "gsize",
+            "counts",
+            "dead",
+            "results",
+        )
         return tuple(f"{self.base}:{s}" for s in suffixes)
 
 

@@ -26,6 +26,8 @@ def delivery_item(trajectory: Trajectory, payload: Mapping[str, Any] | None = No
         max_new_tokens=trajectory.max_new_tokens,
         predicted_tokens=float(trajectory.predicted_tokens),
         payload=dict(payload or {}),
+        group_id=trajectory.group,
+        pinned=trajectory.pinned_worker is not None,
     )
 
 
@@ -35,9 +37,13 @@ def schedule_from_plan(
     trajectories: Iterable[Trajectory],
     payloads: Mapping[str, Mapping[str, Any]] | None = None,
     lease: LeaseSettings | None = None,
+    prefix_affinity: bool = False,
 ) -> PublishedSchedule:
     """Build the schedule to publish; ``payloads`` maps a prompt id to its JSON payload.
 
+    Pins and ``prefix_affinity`` (the request's) travel with the schedule so that the steal script
+    honours what the simulator honours: a pinned item never moves (and skips the shared FIFO for its
+    worker's own queue, in dispatch order), and under affinity a steal moves only whole groups.
     Raises ``InvalidInputError`` when the plan names a trajectory it was not given.
     """
     by_key = {t.key: t for t in trajectories}
@@ -58,6 +64,8 @@ def schedule_from_plan(
     queues = {
         w.worker_id: () if shared else items(f"plan.workers[{w.worker_id}]", w.items) for w in plan.workers
     }
+    if shared:
+        queues, shared = _pins_to_own_queues(queues, shared, by_key)
     return PublishedSchedule(
         schedule_id=schedule_id,
         queues=queues,
@@ -65,7 +73,27 @@ def schedule_from_plan(
         lease=lease or LeaseSettings(),
         shared=shared,
         seconds_per_token=seconds_per_token(plan, by_key),
+        prefix_affinity=prefix_affinity,
     )
+
+
+def _pins_to_own_queues(
+    queues: Mapping[str, tuple[DeliveryItem, ...]],
+    shared: tuple[DeliveryItem, ...],
+    by_key: Mapping[str, Trajectory],
+) -> tuple[dict[str, tuple[DeliveryItem, ...]], tuple[DeliveryItem, ...]]:
+    """A shared-queue plan's pinned items go to their worker's own queue, in dispatch order (as the
+    simulator plays them): the FIFO would let any worker take them."""
+    own = {w: list(q) for w, q in queues.items()}
+    for item in shared:
+        worker = by_key[item.key].pinned_worker
+        if item.pinned and worker is not None:
+            if worker not in own:
+                raise InvalidInputError(
+                    "plan.dispatch_order", item.key, f"pinned to {worker}, not in the plan"
+                )
+            own[worker].append(item)
+    return {w: tuple(q) for w, q in own.items()}, tuple(item for item in shared if not item.pinned)
 
 
 def seconds_per_token(plan: Plan, by_key: Mapping[str, Trajectory]) -> dict[str, float]:
@@ -92,6 +120,12 @@ def publish_plan(
     trajectories: Iterable[Trajectory],
     payloads: Mapping[str, Mapping[str, Any]] | None = None,
     lease: LeaseSettings | None = None,
+    prefix_affinity: bool = False,
 ) -> PublishOutcome:
-    """Publish a plan for its workers to pull (atomic, idempotent per ``schedule_id``)."""
-    return delivery.publish(schedule_from_plan(schedule_id, plan, trajectories, payloads, lease))
+    """Publish a plan for its workers to pull (atomic, idempotent per ``schedule_id``).
+
+    ``prefix_affinity`` is the request's flag (a ``Plan`` does not record it): steals then keep
+    each group on one worker.
+    """
+    schedule = schedule_from_plan(schedule_id, plan, trajectories, payloads, lease, prefix_affinity)
+    return delivery.publish(schedule)

@@ -32,6 +32,13 @@ class DeliveryItem:
     max_new_tokens: int  # generation cap (the engine's ``max_tokens``)
     predicted_tokens: float  # planned output length; drives steal choice and KV admission
     payload: Mapping[str, Any] = field(default_factory=dict)  # JSON-safe: prompt text, messages...
+    group_id: str = ""  # prefix-sharing group (Trajectory.group_id); empty: the prompt id
+    pinned: bool = False  # only its planned worker may run it: never stolen (Trajectory.pinned_worker)
+
+    @property
+    def group(self) -> str:
+        """The prefix-sharing group a steal keeps together under prefix affinity (as ``Trajectory.group``)."""
+        return self.group_id or self.prompt_id
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object stored in Redis and handed to the claimer."""
@@ -43,6 +50,8 @@ class DeliveryItem:
             "max_new_tokens": self.max_new_tokens,
             "predicted_tokens": self.predicted_tokens,
             "payload": dict(self.payload),
+            "group_id": self.group_id,
+            "pinned": self.pinned,
         }
 
     @property
@@ -65,6 +74,8 @@ class DeliveryItem:
             max_new_tokens=int(data["max_new_tokens"]),
             predicted_tokens=float(data["predicted_tokens"]),
             payload=dict(data.get("payload") or {}),
+            group_id=str(data.get("group_id", "")),
+            pinned=bool(data.get("pinned", False)),
         )
 
 
@@ -98,6 +109,8 @@ class PublishedSchedule:
     # worker id -> predicted seconds per predicted token (from the plan): the steal victim is the
     # queue with the most predicted SECONDS left; workers not named get the median (all absent: 1.0)
     seconds_per_token: Mapping[str, float] = field(default_factory=dict)
+    # the request's prefix affinity: a steal then moves a whole unstarted group or nothing
+    prefix_affinity: bool = False
 
     def validate(self) -> None:
         """Raise ``InvalidInputError`` naming the first bad field; called before anything is written."""
@@ -117,6 +130,20 @@ class PublishedSchedule:
                 _check_item(f"queues[{worker}]", item, seen)
         for item in self.shared:
             _check_item("shared", item, seen)
+            if item.pinned:
+                raise InvalidInputError(
+                    f"shared[{item.key}].pinned", True, "a pinned item needs its worker's queue"
+                )
+        if self.prefix_affinity:  # publish.lua stores one group per line
+            for item in self.items():
+                if not item.group or any(c in item.group for c in "\n\r"):
+                    raise InvalidInputError(
+                        f"items[{item.key}].group_id", item.group, "must be one non-empty line"
+                    )
+
+    def items(self) -> list[DeliveryItem]:
+        """Every item, in publish order: each worker's queue, then the shared FIFO."""
+        return [item for queue in (*self.queues.values(), self.shared) for item in queue]
 
     @property
     def total(self) -> int:

@@ -54,8 +54,16 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None) -> list[Any]:
         json.dumps([len(queue) for _, queue in queues]),
         json.dumps({w: repr(pace) for w, pace in sorted(schedule.paces().items())}),
     ]
-    digest = hashlib.sha256("\x00".join(map(str, [lease.retention_s, *head, *body])).encode()).hexdigest()
-    return [digest, clock(now_ms), lease.retention_s * 1000, *head, *body]
+    # what stealing must honour: pins (a '0'/'1' line per item) and, under prefix affinity, groups
+    affinity = schedule.prefix_affinity
+    steal_rules = [
+        int(affinity),
+        "\n".join("1" if item.pinned else "0" for item in items),
+        "\n".join(item.group for item in items) if affinity else "",
+    ]
+    fields = [lease.retention_s, *head, *body, *steal_rules]
+    digest = hashlib.sha256("\x00".join(map(str, fields)).encode()).hexdigest()
+    return [digest, clock(now_ms), lease.retention_s * 1000, *head, *body, *steal_rules]
 
 
 def complete_args(entries: Sequence[tuple[str, int, TrajectoryResult]], now_ms: int | None) -> list[Any]:

@@ -22,7 +22,7 @@ from redis.crc import key_slot
 from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
 from service.delivery.reaper import reap_all
 from tests.cluster import LocalCluster
-from tests.service.delivery import test_faults, test_protocol, test_state_machine
+from tests.service.delivery import test_faults, test_protocol, test_state_machine, test_steal_rules
 from tests.service.delivery.audit import audit
 from tests.service.delivery.conftest import schedule
 
@@ -30,6 +30,7 @@ from tests.service.delivery.conftest import schedule
 # operation, the hypothesis state machine, and the faults that need no second connection by URL.
 globals().update({name: fn for name, fn in vars(test_protocol).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_state_machine).items() if name.startswith("test_")})
+globals().update({name: fn for name, fn in vars(test_steal_rules).items() if name.startswith("test_")})
 globals().update(
     {
         name: getattr(test_faults, name)

@@ -4,7 +4,8 @@
 --       FIFO), sizes_json (items per queue), paces_json (worker -> seconds per predicted token as a
 --       string; '*' = the default), then newline-joined keys, predicted tokens, KV
 --       reservations, item JSONs (one string each: a few large arguments parse far faster than
---       thousands of small ones).
+--       thousands of small ones), then the steal rules: affinity ('1' = prefix affinity),
+--       newline-joined pinned flags ('0'/'1' per item), newline-joined groups ('' without affinity).
 -- Returns 1 created, 0 unchanged replay; error CONFLICT when the id holds a different schedule.
 local existing = redis.call('HGET', META, 'fingerprint')
 if existing then
@@ -22,13 +23,14 @@ local function lines(s)
 end
 local stated = cjson.decode(ARGV[10])
 local keys, preds, reserves, jsons = lines(ARGV[11]), lines(ARGV[12]), lines(ARGV[13]), lines(ARGV[14])
+local affinity, pins, groups = ARGV[15], lines(ARGV[16]), lines(ARGV[17])
 local flat = {}
 for w, p in pairs(stated) do flat[#flat + 1], flat[#flat + 2] = w, p end
 bulk('HSET', k('pace'), flat)
 local n = #keys
 redis.call('HSET', META, 'fingerprint', ARGV[1], 'total', n, 'lease_ttl_ms', ARGV[4],
   'max_attempts', ARGV[5], 'kv_admission', ARGV[6], 'workers', ARGV[7], 'published_ms', now,
-  'expire_at_ms', exp, 'fence', 0)
+  'expire_at_ms', exp, 'fence', 0, 'affinity', affinity)
 local cnt = {'q', n, 'r', 0, 'd', 0, 'f', 0}
 for _, w in ipairs(cjson.decode(ARGV[7])) do
   for _, s in ipairs({'q', 'r', 'd', 'f'}) do cnt[#cnt + 1], cnt[#cnt + 2] = s .. ':' .. w, 0 end
@@ -53,10 +55,25 @@ end
 bulk('HSET', k('items'), items)
 bulk('HSET', k('st'), st)
 bulk('HSET', k('counts'), cnt)
-for _, s in ipairs({'meta', 'items', 'st', 'counts', 'work', 'pace'}) do redis.call('PEXPIREAT', k(s), exp) end
+-- Steal rules: P:pin holds the pinned items (never stolen); under affinity P:grp maps each item to
+-- its group and P:gsize each group to its size (a steal moves a whole, wholly queued group).
+local pinned, grp, gsize, sizes_of = {}, {}, {}, {}
+for j = 1, n do
+  if pins[j] == '1' then pinned[#pinned + 1], pinned[#pinned + 2] = keys[j], '1' end
+  if affinity == '1' then
+    grp[#grp + 1], grp[#grp + 2] = keys[j], groups[j]
+    sizes_of[groups[j]] = (sizes_of[groups[j]] or 0) + 1
+  end
+end
+for g, c in pairs(sizes_of) do gsize[#gsize + 1], gsize[#gsize + 2] = g, c end
+if #pinned > 0 then bulk('HSET', k('pin'), pinned) end
+if #grp > 0 then bulk('HSET', k('grp'), grp) end
+if #gsize > 0 then bulk('HSET', k('gsize'), gsize) end
+for _, s in ipairs({'meta', 'items', 'st', 'counts', 'work', 'pace', 'pin', 'grp', 'gsize'}) do redis.call('PEXPIREAT', k(s), exp) end
 -- Free the big argument strings and tables now: left to the incremental collector they would slow
 -- the next few hundred claims by tens of microseconds each.
 items, st, keys, preds, reserves, jsons, cnt = nil, nil, nil, nil, nil, nil, nil
+pins, groups, pinned, grp, gsize, sizes_of = nil, nil, nil, nil, nil, nil
 pcall(function() for a = #ARGV, 1, -1 do ARGV[a] = nil end end)  -- a server may protect ARGV
 collectgarbage()
 return 1

@@ -5,6 +5,11 @@
 -- The KV steal gate: with a budget (the thief's free KV tokens at predicted final lengths), tail items
 -- are taken only while their cumulative reservation fits it; the first that does not ends the steal
 -- and stays queued, as in the simulator (scheduler/sim_engine.py, reservation_fits).
+-- Pins and prefix affinity, as the simulator (scheduler/sim_pool.py): a pinned item (P:pin) is never
+-- stolen, so the steal stops at the first pinned tail item; under affinity (meta 'affinity' = '1') a
+-- steal moves the tail item's whole group or nothing: only if every member is still queued on the
+-- victim, never started (no attempt spent), unpinned, and the group fits the budget together. The
+-- group goes to the thief's own queue; up to max of it is leased now, the rest claimed as usual.
 -- ARGV: thief, max, now ('' = server), budget ('' = unbounded: the thief does not know its KV cache).
 -- Returns {victim, then 5-tuples as claim}; {} when there is nothing to steal or nothing fits.
 local cfg = settings()
@@ -22,18 +27,69 @@ if len == 0 then
   redis.call('ZREM', k('work'), victim)
   return {}
 end
-local take = math.min(want, math.max(1, math.floor(len / 2)))
-if budget then
-  local tail, fit, used = redis.call('LRANGE', queue, -take, -1), 0, 0
-  for i = #tail, 1, -1 do
-    used = used + (tonumber(get(tail[i]).res) or 0)
-    if used > budget then break end
-    fit = fit + 1
+
+local function pinned(key) return redis.call('HEXISTS', k('pin'), key) == 1 end
+
+-- The tail item's whole group, head first, when it may move; nil when it must stay.
+local function movable_group()
+  local tail = redis.call('LINDEX', queue, -1)
+  local g = redis.call('HGET', k('grp'), tail)
+  local size = tonumber(redis.call('HGET', k('gsize'), g or '') or '0')
+  local members, all = {}, redis.call('LRANGE', queue, 0, -1)
+  for _, key in ipairs(all) do
+    if redis.call('HGET', k('grp'), key) == g then
+      if pinned(key) or get(key).att > 0 then return nil end
+      members[#members + 1] = key
+    end
   end
-  if fit == 0 then return {} end
-  take = fit
+  if #members ~= size then return nil end  -- part of it was claimed, is running or done
+  if budget then
+    local used = 0
+    for _, key in ipairs(members) do used = used + (tonumber(get(key).res) or 0) end
+    if used > budget then return nil end
+  end
+  return members
 end
-local keys = redis.call('RPOP', queue, take)
+
+-- Prefix affinity: move the whole group to the thief's queue, lease up to max of it.
+local function steal_group()
+  local members = movable_group()
+  if not members then return {} end
+  for _, key in ipairs(members) do redis.call('LREM', queue, -1, key) end
+  dequeued(victim, members)
+  local leased, rest = {}, {}
+  for i, key in ipairs(members) do
+    if i <= want then leased[#leased + 1] = key else rest[#rest + 1] = key end
+  end
+  for _, key in ipairs(rest) do
+    local r = get(key)
+    r.w = thief
+    dirty[key] = true
+    work_delta(thief, tonumber(r.pred))
+  end
+  if #rest > 0 then
+    bulk('RPUSH', k('q:' .. thief), rest)
+    keep(k('q:' .. thief), cfg.exp)
+    count('q', thief, #rest)
+  end
+  local out = {victim}
+  if #leased > 0 then lease_all(leased, thief, now, cfg, out) end
+  flush(cfg)
+  return out
+end
+
+if redis.call('HGET', META, 'affinity') == '1' then return steal_group() end
+
+local take = math.min(want, math.max(1, math.floor(len / 2)))
+local tail, fit, used = redis.call('LRANGE', queue, -take, -1), 0, 0
+for i = #tail, 1, -1 do
+  if pinned(tail[i]) then break end  -- a pinned item never moves; nor what is queued before it
+  used = used + (tonumber(get(tail[i]).res) or 0)
+  if budget and used > budget then break end
+  fit = fit + 1
+end
+if fit == 0 then return {} end
+local keys = redis.call('RPOP', queue, fit)
 dequeued(victim, keys)
 local out = {victim}
 lease_all(keys, thief, now, cfg, out)

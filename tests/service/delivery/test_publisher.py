@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from scheduler.errors import InvalidInputError
@@ -66,3 +68,20 @@ def test_the_steal_victim_is_the_worker_with_the_most_predicted_seconds_left(del
     publish_plan(delivery, "s", Plan("lpt", workers, 8.5, 8.0, "HEURISTIC", 0.01), TRAJ)
     stolen = delivery.steal("s", "thief", 1)
     assert [le.key for le in stolen] == ["p0#1"]  # the tail of ascend-0: fewer tokens, more time
+
+
+def test_pins_groups_and_prefix_affinity_reach_the_published_schedule() -> None:
+    traj = (*TRAJ[:4], dataclasses.replace(TRAJ[4], pinned_worker="ascend-0", group_id="g"), TRAJ[5])
+    published = schedule_from_plan("s", _plan(), traj, prefix_affinity=True)
+    assert published.prefix_affinity
+    pinned = {i.key: (i.pinned, i.group) for q in published.queues.values() for i in q if i.pinned}
+    assert pinned == {"p2#0": (True, "g")}
+    assert published.queues["ascend-0"][0].group == "p1"  # no group id: the prompt is the group
+
+
+def test_a_shared_queue_plan_sends_pinned_items_to_their_workers_own_queue_in_dispatch_order() -> None:
+    order = ("p0#0", "p1#0", "p2#0", "p0#1", "p1#1", "p2#1")
+    traj = tuple(dataclasses.replace(t, pinned_worker="h100-0") if t.prompt_id == "p1" else t for t in TRAJ)
+    published = schedule_from_plan("s", _plan(order), traj)
+    assert [i.key for i in published.queues["h100-0"]] == ["p1#0", "p1#1"]
+    assert [i.key for i in published.shared] == ["p0#0", "p2#0", "p0#1", "p2#1"]

@@ -9,8 +9,10 @@ that only the newest lease of an item can be accepted, and that it is accepted w
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
+import pytest
 import redis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -38,15 +40,24 @@ WORKERS = ("a", "b", "c")
 TTL_MS = 1000
 
 
-def _with_shared(published: PublishedSchedule) -> PublishedSchedule:
-    """Add three items to the shared FIFO, which workers pull from once their own queue drains."""
+def _with_shared(published: PublishedSchedule, affinity: bool) -> PublishedSchedule:
+    """Add three items to the shared FIFO, which workers pull from once their own queue drains; pin
+    ``a``'s tail item, and under ``affinity`` group each queue's items in pairs (``w-i//2``)."""
     shared = tuple(item(f"shared-{i}#0") for i in range(3))
+    queues = {
+        w: tuple(
+            dataclasses.replace(it, pinned=it.key == "a-5#0", group_id=f"{w}-{i // 2}" if affinity else "")
+            for i, it in enumerate(q)
+        )
+        for w, q in published.queues.items()
+    }
     return PublishedSchedule(
         published.schedule_id,
-        published.queues,
+        queues,
         lease=published.lease,
         shared=shared,
         seconds_per_token={"a": 0.5, "b": 2.0},  # c gets the default: steal scores in seconds
+        prefix_affinity=affinity,
     )
 
 
@@ -54,6 +65,7 @@ class DeliveryMachine(RuleBasedStateMachine):
     """Random interleavings of every operation on one schedule, with an explicit clock."""
 
     client: redis.Redis  # set by the test before running
+    affinity = False  # the schedule's prefix affinity (set by the test before running)
 
     leases = Bundle("leases")
 
@@ -65,7 +77,8 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.newest: dict[str, int] = {}  # item key -> token of its newest lease
         self.accepted: set[str] = set()
         self.deadline: dict[str, int] = {}  # item key -> deadline of its newest lease
-        self.published = _with_shared(schedule(self.sid, {"a": 6, "b": 3, "c": 0}, ttl_ms=TTL_MS))
+        base = schedule(self.sid, {"a": 6, "b": 3, "c": 0}, ttl_ms=TTL_MS)
+        self.published = _with_shared(base, self.affinity)
         self.delivery.publish(self.published, now_ms=0)
 
     def _issued(self, leases: list[Lease]) -> object:
@@ -90,6 +103,10 @@ class DeliveryMachine(RuleBasedStateMachine):
         stolen = self.delivery.steal(self.sid, worker, n, now_ms=self.now, budget_tokens=budget)
         if budget is not None:
             assert not stolen or sum(le.item.reservation_tokens for le in stolen) <= budget
+        assert not any(le.item.pinned for le in stolen)  # a pinned item never moves
+        if self.affinity:  # one whole group per steal, never part of a group that started
+            assert len({le.item.group for le in stolen}) <= 1
+            assert all(le.attempt == 1 for le in stolen)
         return self._issued(stolen)
 
     @rule(lease=leases)
@@ -139,17 +156,19 @@ class DeliveryMachine(RuleBasedStateMachine):
         assert result.done == len(self.accepted)
 
 
+@pytest.mark.parametrize("affinity", [False, True], ids=["plain", "prefix-affinity"])
 def test_random_interleavings_keep_every_item_in_one_state_and_accept_each_once(
-    redis_client: redis.Redis,
+    redis_client: redis.Redis, affinity: bool
 ) -> None:
     DeliveryMachine.client = redis_client
+    DeliveryMachine.affinity = affinity
     run_state_machine_as_test(
         DeliveryMachine,
         settings=settings(
-            max_examples=40,
+            max_examples=25,
             stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
-    print("state machine: lost=0 accepted_twice=0 over 40 random runs")
+    print(f"state machine (affinity={affinity}): lost=0 accepted_twice=0 over 25 random runs")

@@ -1,0 +1,84 @@
+"""Steals honour what the simulator honours (scheduler/sim_pool.py): pins and prefix affinity."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import redis
+
+from service.delivery import Delivery, DeliveryItem, PublishedSchedule
+from tests.service.delivery.audit import assert_sound
+from tests.service.delivery.conftest import item
+
+
+def _pin(it: DeliveryItem) -> DeliveryItem:
+    return dataclasses.replace(it, pinned=True)
+
+
+def _group(prompt: str, n: int, predicted: float = 100.0) -> tuple[DeliveryItem, ...]:
+    """``n`` samples of one prompt: one prefix-sharing group."""
+    return tuple(item(f"{prompt}#{i}", predicted) for i in range(n))
+
+
+def test_a_pinned_tail_item_is_never_stolen(delivery: Delivery, redis_client: redis.Redis) -> None:
+    queue = (*(item(f"b-{i}#0") for i in range(5)), _pin(item("b-5#0")))
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}))
+    assert delivery.steal("s", "a", 4) == []
+    assert delivery.progress("s").workers["b"].queued == 6
+    assert_sound(redis_client, "s")
+
+
+def test_a_steal_stops_at_the_first_pinned_item_from_the_tail(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    queue = tuple(item(f"b-{i}#0") for i in range(8))
+    queue = (*queue[:6], _pin(queue[6]), queue[7])
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}))
+    assert [le.key for le in delivery.steal("s", "a", 4)] == ["b-7#0"]
+    assert delivery.steal("s", "a", 4) == []  # a holds b-7 in flight but its queue is empty: pinned tail
+    assert [le.key for le in delivery.claim("s", "b", 9)][-1] == "b-6#0"  # the owner runs its pin
+    assert_sound(redis_client, "s")
+
+
+def test_a_pinned_item_survives_a_round_trip_through_redis(delivery: Delivery) -> None:
+    delivery.publish(PublishedSchedule("s", {"b": (_pin(item("b-0#0")),)}))
+    assert delivery.claim("s", "b", 1)[0].item.pinned
+
+
+def test_under_prefix_affinity_a_steal_moves_the_tail_items_whole_group(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    queue = (*_group("p", 2, 900.0), *_group("q", 3))  # group q (3 samples) is at the tail
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}, prefix_affinity=True))
+    stolen = delivery.steal("s", "a", 2)
+    assert [le.key for le in stolen] == ["q#0", "q#1"]  # up to the thief's slots now...
+    progress = delivery.progress("s")
+    assert (progress.workers["a"].queued, progress.workers["b"].queued) == (1, 2)  # ...the rest queued on a
+    assert [le.key for le in delivery.claim("s", "a", 5)] == ["q#2"]
+    assert [le.key for le in delivery.claim("s", "b", 5)] == ["p#0", "p#1"]
+    assert_sound(redis_client, "s")
+
+
+def test_under_prefix_affinity_a_group_started_on_its_owner_stays(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": _group("q", 3)}, prefix_affinity=True))
+    delivery.claim("s", "b", 1)  # q#0 runs on b: q#1 and q#2 must follow it there
+    assert delivery.steal("s", "a", 4) == []
+    assert delivery.progress("s").workers["b"].queued == 2
+    assert_sound(redis_client, "s")
+
+
+def test_under_prefix_affinity_a_group_moves_only_if_all_of_it_fits_the_kv_budget(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": _group("q", 3)}, prefix_affinity=True))
+    assert delivery.steal("s", "a", 4, budget_tokens=3 * 132 - 1) == []  # each reserves 32 + 100
+    assert [le.key for le in delivery.steal("s", "a", 4, budget_tokens=3 * 132)] == ["q#0", "q#1", "q#2"]
+    assert_sound(redis_client, "s")
+
+
+def test_under_prefix_affinity_a_group_with_a_pinned_sample_stays(delivery: Delivery) -> None:
+    queue = (*_group("q", 2), _pin(item("q#2")), item("q#3"))
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}, prefix_affinity=True))
+    assert delivery.steal("s", "a", 4) == []
