@@ -197,9 +197,9 @@ def _replay_step(trace: Trace, step: int, config: ReplayConfig, tick: Progress) 
     runs: dict[tuple[str, bool], StepRun] = {}
     for name in _all_policies(config):
         batch = truth if name == ORACLE else predicted
-        the_plan = _plan(batch, name, config)
+        request, the_plan = _plan(batch, name, config)
         for steal in config.steal_modes:
-            options = SimOptions(steal=steal, kv_admission=the_plan.kv_admission)
+            options = _sim_options(request, the_plan, steal)
             result = simulate(the_plan, batch, actual, config.inventory, options)
             runs[(name, steal)] = StepRun(the_plan, result, kv_use(result, batch, config.inventory))
         tick(f"step {step}: {name}")
@@ -226,7 +226,23 @@ def kv_use(result: SimResult, batch: Sequence[Trajectory], inventory: Inventory)
     return held / (capacity * result.makespan_s) if result.makespan_s > 0 else 0.0
 
 
-def _plan(batch: tuple[Trajectory, ...], name: str, config: ReplayConfig) -> Plan:
+def _sim_options(request: PlanRequest, the_plan: Plan, steal: bool) -> SimOptions:
+    """Play the plan under the constraints it was planned under (a ``Plan`` does not record them).
+
+    A replay's requests never exclude workers nor ask for prefix affinity (``ReplayConfig`` has no
+    such settings; a trace records neither), so both stay off; taking them from the request keeps the
+    simulator's shared queue and stealing honouring whatever the planner was told if that changes.
+    """
+    return SimOptions(
+        steal=steal,
+        kv_admission=the_plan.kv_admission,
+        excluded_workers=request.excluded_workers,
+        prefix_affinity=request.prefix_affinity,
+    )
+
+
+def _plan(batch: tuple[Trajectory, ...], name: str, config: ReplayConfig) -> tuple[PlanRequest, Plan]:
+    """The request a replayed policy plans from, and its plan."""
     policy = ORACLE_POLICY if name == ORACLE else name
     request = PlanRequest(
         trajectories=batch,
@@ -235,7 +251,7 @@ def _plan(batch: tuple[Trajectory, ...], name: str, config: ReplayConfig) -> Pla
         kv_admission=config.kv_admission and policy not in LENGTH_BLIND,
         seed=config.seed,
     )
-    return plan(request, policy)
+    return request, plan(request, policy)
 
 
 def replay_fit_config(quantile: float) -> FitConfig:
