@@ -13,7 +13,6 @@ import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 import redis
@@ -59,7 +58,6 @@ def create_app(settings: Settings) -> FastAPI:
             yield
         finally:
             reaper.stop()
-            ctx.planners.shutdown(wait=True)
             ctx.redis.close()
             _log.info("service stopped")
 
@@ -99,7 +97,6 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
         speeds=SpeedLearner(client, settings.speed_ewma_alpha),
         actuals=log,
         retrainer=Retrainer(model_service, client, metrics, settings.retrain_every_steps),
-        planners=ThreadPoolExecutor(max_workers=settings.max_concurrent_plans, thread_name_prefix="baseline"),
         plan_slots=PlanSlots(settings.max_concurrent_plans, settings.plan_queue_timeout_s),
     )
 

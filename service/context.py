@@ -7,7 +7,6 @@ settings (tests, benchmarks) live side by side in one process.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -35,7 +34,6 @@ class Context:
     speeds: SpeedLearner  # per-worker decode speed learned from actuals
     actuals: ActualsLog  # the durable stream of reported actuals
     retrainer: Retrainer  # on-demand and step-boundary retraining
-    planners: ThreadPoolExecutor  # runs the round-robin baseline beside the requested plan
     plan_slots: PlanSlots  # bounds how many requests plan at once
 
 
