@@ -36,10 +36,16 @@ def shared_plan(workers: list[Worker], keys: list[str]) -> Plan:
     return Plan("least_loaded", wps, 0.0, 0.0, "TEST", 0.0, dispatch_order=tuple(keys))
 
 
-def run(queues: dict[str, list[Trajectory]], workers: list[Worker], **opts: bool) -> SimResult:
+def run(
+    queues: dict[str, list[Trajectory]],
+    workers: list[Worker],
+    steal: bool = False,
+    kv_admission: bool = False,
+) -> SimResult:
     trajs = [t for q in queues.values() for t in q]
     actual = {t.key: t.max_new_tokens for t in trajs}  # test trajectories end at their cap
-    return simulate(static_plan(queues), trajs, actual, Inventory(tuple(workers), MODEL), SimOptions(**opts))
+    options = SimOptions(steal=steal, kv_admission=kv_admission)
+    return simulate(static_plan(queues), trajs, actual, Inventory(tuple(workers), MODEL), options)
 
 
 def test_one_sequence_alone_takes_its_prefill_plus_every_decode_step() -> None:
