@@ -32,7 +32,7 @@ from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, band_of, solve_levels
 from scheduler.policies.load import Load, time_with
 from scheduler.policies.lpt import lpt_assignment, worker_kinds
-from scheduler.policies.ordering import order_queues
+from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem
 from scheduler.types import PlanRequest
 
@@ -57,6 +57,7 @@ class CpSatPolicy:
         reserve = request.kv_admission
         assignment = lpt_assignment(problem)
         queues, finishes = order_queues(problem, assignment, reserve)
+        queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)  # as lpt does
         round_cost = ROUND_FIXED_S + ROUND_COST * (time.perf_counter() - started)  # re-does both, and solves
         best = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
         kinds = worker_kinds(problem.costs, problem.active)
@@ -73,6 +74,7 @@ class CpSatPolicy:
             band = functools.partial(_band, edges=levels.edges)
             banded = lpt_assignment(problem, tiers, band, scale, reserve)
             queues, finishes = order_queues(problem, banded, reserve)
+            queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)
             if max(finishes) < max(best.finish_s):
                 best, assignment = Placement(queues, levels.status, finish_s=finishes), banded
             previous = slowdown or [[1.0] * len(levels.edges) for _ in kinds]
@@ -84,7 +86,8 @@ class CpSatPolicy:
         repaired = improve(problem, assignment, best.queues, best.finish_s, reserve, deadline, request.seed)
         if repaired is not None:
             status = best.status if best.status != "FALLBACK_LPT" else "FEASIBLE"
-            best = Placement(repaired[0], status, finish_s=repaired[1])
+            queues, finishes = refine_critical(problem, repaired[0], repaired[1], reserve, deadline)
+            best = Placement(queues, status, finish_s=finishes)
         return best
 
     def _levels(

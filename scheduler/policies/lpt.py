@@ -15,6 +15,7 @@ Order inside a worker: ``scheduler.policies.ordering`` (longest first unless the
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -22,7 +23,7 @@ import numpy as np
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.base import Placement
 from scheduler.policies.load import Load, estimate, rates
-from scheduler.policies.ordering import order_queues
+from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem
 from scheduler.types import PlanRequest
 
@@ -34,9 +35,11 @@ class LptPolicy:
 
     def plan(self, request: PlanRequest, problem: Problem | None = None) -> Placement:
         """Place longest units first, then order each worker's queue for its makespan."""
+        deadline = time.perf_counter() + request.time_budget_s
         problem = problem or build_problem(request)
         assignment = lpt_assignment(problem)
         queues, finishes = order_queues(problem, assignment, request.kv_admission)
+        queues, finishes = refine_critical(problem, queues, finishes, request.kv_admission, deadline)
         return Placement(queues=queues, status="HEURISTIC", finish_s=finishes)
 
 

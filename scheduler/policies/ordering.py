@@ -11,12 +11,15 @@ reserved-KV admission longest-first is the best simple rule (1.20x) and shortest
 So the order is an experiment, not a slogan: each worker plays a few candidate orders and keeps the
 fastest. When the queue is admitted at once and never preempted, every order gives the same finish,
 computed in closed form (``scheduler.finish.all_at_once_finish``) without playing any order: the
-common case for lightly loaded workers.
+common case for lightly loaded workers. Only the last worker decides the makespan, so it alone gets
+a wider search (``refine_critical``: long heads of a quarter and a whole cache), repeated on the next
+last worker while that lowers the makespan.
 """
 
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -61,6 +64,12 @@ CANDIDATES: dict[bool, tuple[Order, ...]] = {
     False: (longest_first, shortest_first, long_head(0.5), long_head(0.75)),  # prompt-only admission
     True: (longest_first, long_head(1.0), long_head(1.5)),  # reserved-KV admission
 }
+# Tried only on the worker that decides the makespan (``refine_critical``): a short head leaves most
+# of the cache to short items that turn over, a full one starts every long item at once.
+CRITICAL_CANDIDATES: dict[bool, tuple[Order, ...]] = {
+    False: (long_head(0.25), long_head(1.0)),
+    True: (long_head(0.5), long_head(2.0)),
+}
 
 
 def best_order(
@@ -101,6 +110,46 @@ def order_queues(
             queues[w] = tuple(order)
         finishes.append(finish)
     return tuple(queues), tuple(finishes)
+
+
+def refine_critical(
+    problem: Problem,
+    queues: tuple[tuple[int, ...], ...],
+    finishes: tuple[float, ...],
+    reserve: bool,
+    deadline: float,
+) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]]:
+    """More candidate orders for the worker that finishes last, while that lowers the makespan.
+
+    Only the last worker decides the makespan, so the wider search is spent there: when one of
+    ``CRITICAL_CANDIDATES`` finishes it sooner, it is kept and the next last worker is tried; the
+    first last worker no candidate improves, or whose queue runs at once (then no order matters),
+    ends the search. Each try must fit before ``deadline`` at twice the last try's cost; the result
+    is never slower.
+    """
+    ordered, finish = list(queues), list(finishes)
+    tried: set[int] = set()
+    cost_s = 0.0
+    while deadline - time.perf_counter() > 2 * cost_s:
+        started = time.perf_counter()
+        w = max(range(len(finish)), key=finish.__getitem__)
+        if w in tried or len(ordered[w]) < 2:
+            break
+        tried.add(w)
+        items, cost = list(ordered[w]), problem.costs[w]
+        if all_at_once_finish(cost, *_lengths(problem, items), reserve) is not None:
+            break  # it runs at once: every order finishes together
+        best, best_finish = None, finish[w]
+        for candidate in CRITICAL_CANDIDATES[reserve]:
+            order = candidate(problem, items, cost)
+            played = worker_finish(cost, *_lengths(problem, order), reserve)
+            if played < best_finish:
+                best, best_finish = order, played
+        cost_s = time.perf_counter() - started
+        if best is None:
+            break
+        ordered[w], finish[w] = tuple(best), best_finish
+    return tuple(ordered), tuple(finish)
 
 
 def _longest_first_at_once(
