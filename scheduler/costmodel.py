@@ -50,6 +50,17 @@ class WorkerCost:
         compute = self.flops_per_seq_s * batch + self.flops_per_token_s * context_tokens
         return self.time_scale * (max(mem, compute) + self.overhead_s)
 
+    def step_signature(self) -> tuple[float, ...]:
+        """The coefficients that set step time: workers sharing it step identically."""
+        return (
+            self.mem_base_s,
+            self.mem_per_token_s,
+            self.flops_per_seq_s,
+            self.flops_per_token_s,
+            self.overhead_s,
+            self.time_scale,
+        )
+
     def prefill_time(self, prompt_tokens: int) -> float:
         """Seconds to prefill ``prompt_tokens`` (compute-bound, at least one weight read)."""
         compute = self.prefill_per_token_s * prompt_tokens

@@ -171,15 +171,7 @@ def _same_coefficients(costs: Sequence[WorkerCost]) -> dict[WorkerCost, list[int
     first: dict[tuple[float, ...], WorkerCost] = {}
     groups: dict[WorkerCost, list[int]] = {}
     for k, c in enumerate(costs):
-        key = (
-            c.mem_base_s,
-            c.mem_per_token_s,
-            c.flops_per_seq_s,
-            c.flops_per_token_s,
-            c.overhead_s,
-            c.time_scale,
-        )
-        groups.setdefault(first.setdefault(key, c), []).append(k)
+        groups.setdefault(first.setdefault(c.step_signature(), c), []).append(k)
     return groups
 
 

@@ -125,17 +125,7 @@ def worker_kinds(costs: Sequence[WorkerCost], active: Sequence[int]) -> list[lis
     groups: dict[tuple[float | int, ...], list[int]] = {}
     for w in active:
         c = costs[w]
-        key = (
-            c.mem_base_s,
-            c.mem_per_token_s,
-            c.flops_per_seq_s,
-            c.flops_per_token_s,
-            c.overhead_s,
-            c.time_scale,
-            c.prefill_per_token_s,
-            c.kv_capacity_tokens,
-            c.max_num_seqs,
-        )
+        key = (*c.step_signature(), c.prefill_per_token_s, c.kv_capacity_tokens, c.max_num_seqs)
         groups.setdefault(key, []).append(w)
     return list(groups.values())
 
