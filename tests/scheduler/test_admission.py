@@ -1,0 +1,50 @@
+"""Projected-peak KV admission: the peak is what the running set really holds at its fullest step."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.admission import peak_fits, projected_peak
+
+
+def _brute_force(contexts: list[int], remaining: list[int]) -> int:
+    horizon = max((max(r, 1) for r in remaining), default=0)
+    return max(
+        (
+            sum(c + t + 1 for c, r in zip(contexts, remaining, strict=True) if max(r, 1) > t)
+            for t in range(horizon)
+        ),
+        default=0,
+    )
+
+
+def test_an_empty_batch_holds_nothing() -> None:
+    assert projected_peak([], []) == 0
+
+
+def test_a_lone_sequence_peaks_at_its_final_length() -> None:
+    assert projected_peak([100], [50]) == 150
+
+
+def test_a_short_sequence_frees_its_room_before_a_long_one_peaks() -> None:
+    # reservation would count 100+10 and 100+1000 together (1,210); the short one ends at step 10
+    assert projected_peak([100, 100], [10, 1000]) == 1100
+
+
+def test_an_overdue_sequence_is_counted_as_ending_at_its_next_step() -> None:
+    assert projected_peak([500], [-20]) == 501
+
+
+def test_a_candidate_is_admitted_exactly_when_the_peak_fits() -> None:
+    assert peak_fits([100], [10], prompt=100, steps=1000, capacity=1100)
+    assert not peak_fits([100], [10], prompt=100, steps=1000, capacity=1099)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 300), st.integers(-5, 60)), max_size=12),
+)
+def test_the_peak_equals_the_largest_step_by_step_holding(pairs: list[tuple[int, int]]) -> None:
+    contexts, remaining = [c for c, _ in pairs], [r for _, r in pairs]
+    assert projected_peak(contexts, remaining) == _brute_force(contexts, remaining)
