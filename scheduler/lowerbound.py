@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from scheduler.costmodel import WorkerCost, worker_cost
-from scheduler.policies.levels import tail_bound
 from scheduler.stepsum import FloatArray, planned_steps_array, solo_decode_times
+from scheduler.tailbound import tail_bound
 from scheduler.types import Inventory, Trajectory
 
 
@@ -72,7 +72,7 @@ def lower_bound(
     kv = float(per_trajectory.sum()) / sum(c.kv_token_steps_per_s() for c in costs)
     known = max(longest, throughput, kv)
     kinds = [(members[0], len(members)) for members in _kinds(costs)]
-    tail = tail_bound(steps, per_trajectory, kinds, known)
+    tail = tail_bound(steps, per_trajectory, prompts, kinds, known)
     return LowerBound(longest, throughput, kv, tail, max(known, tail))
 
 

@@ -51,10 +51,8 @@ from scheduler.stepsum import FloatArray
 IntArray = npt.NDArray[np.int64]
 
 BANDS = 7  # length bands (incl. the cap band); more add little and cost realisation time
-BOUND_BANDS = 10  # finer bands tighten the bound (lower edges nearer the lengths); it costs no placement
 KV_UNIT = 1e7  # KV-token-steps per integer unit of K (coefficients keep ~3 significant digits)
 PROBE_LIMIT_S = 0.05  # deterministic limit of one feasibility probe (most take a few ms)
-BOUND_PROBES = 9  # bisection probes of the bound: 0.2% of a 2x bracket
 PRECISION = 0.002  # bisection stops when the bracket on T is this tight (relative)
 
 
@@ -134,63 +132,6 @@ def solve_levels(
     return LevelPlan(edges, counts, makespan, "OPTIMAL" if proven else "FEASIBLE")
 
 
-def tail_bound(
-    lengths: Sequence[int] | IntArray,
-    kv_steps: Sequence[float] | FloatArray,
-    kinds: Sequence[tuple[WorkerCost, int]],
-    known_s: float,
-) -> float:
-    """A lower bound on the makespan, at least ``known_s``: the band model as a relaxation.
-
-    Bound view: a worker whose longest trajectory lies in band j runs *more* than the band's lower
-    edge of steps, with a full cache; capacities round up and demands down; pins, KV fit and group
-    affinity are dropped. Every feasible schedule then satisfies the model, so a makespan at which
-    CP-SAT proves the model infeasible is a valid bound (a probe that runs out of time counts as
-    feasible). ``known_s`` is a bound proven otherwise; the result never falls below it. The search
-    is a fixed number of probes with deterministic solver limits, so the bound is reproducible.
-    """
-    if len(lengths) == 0:
-        return known_s
-    edges = band_edges(lengths, BOUND_BANDS)
-    lower = [0, *edges[:-1]]  # a worker at band j runs at least lower[j] + 1 steps
-    per_band = band_loads(lengths, kv_steps, edges)
-    demand = [math.floor(k / KV_UNIT) for k in per_band]
-
-    def capacity(makespan_s: float) -> list[list[int]]:
-        return [
-            [math.ceil(_capacity(cost, edge + 1, makespan_s, 1.0)) for edge in lower] for cost, _ in kinds
-        ]
-
-    sizes = [n for _, n in kinds]
-    high = known_s
-    for _ in range(4):  # find a makespan the relaxation allows
-        if _cover(capacity(high), demand, sizes, None, 0)[1] != cp_model.INFEASIBLE:
-            break
-        known_s, high = high, high * 2.0
-    else:
-        return known_s
-    return _largest_infeasible(known_s, high, capacity, demand, sizes)
-
-
-def _largest_infeasible(
-    low: float,
-    high: float,
-    capacity: Callable[[float], list[list[int]]],
-    demand: Sequence[int],
-    sizes: Sequence[int],
-) -> float:
-    """Bisection keeping ``low`` proven infeasible (or known) and ``high`` not proven infeasible."""
-    for _ in range(BOUND_PROBES):
-        if high - low <= PRECISION * high:
-            break
-        middle = (low + high) / 2.0
-        if _cover(capacity(middle), demand, sizes, None, 0)[1] == cp_model.INFEASIBLE:
-            low = middle
-        else:
-            high = middle
-    return low
-
-
 def _bisect(
     low: float,
     high: float,
@@ -208,7 +149,7 @@ def _bisect(
             closed = False
             break
         middle = (low + high) / 2.0
-        counts, status = _cover(capacity(middle), demand, sizes, deadline, seed)
+        counts, status = cover(capacity(middle), demand, sizes, deadline, seed)
         if counts is not None:
             high, best = middle, counts
         elif status == cp_model.INFEASIBLE:
@@ -217,28 +158,43 @@ def _bisect(
             closed = False
             break  # out of time inside a probe: keep what is proven
     if best is None:
-        counts, _ = _cover(capacity(high), demand, sizes, deadline, seed)
+        counts, _ = cover(capacity(high), demand, sizes, deadline, seed)
         if counts is None:
             return None
         best = counts
     return high, best, closed
 
 
-def _cover(
+@dataclass(frozen=True, slots=True)
+class ItemCounts:
+    """Integrality of the tail: trajectories are whole, so a worker holds a whole number of them.
+
+    Each of the ``needed[j]`` units of bands ``>= j`` must sit on a worker at a band ``>= j``, and
+    a worker of kind ``c`` at band ``k`` holds at most ``room[c][k][j]`` of them (its capacity over
+    the smallest such unit). Without this the cover may split the few longest trajectories across
+    workers like a fluid, which no schedule can.
+    """
+
+    needed: tuple[int, ...]  # needed[j]: units in bands >= j
+    room: tuple[tuple[tuple[int, ...], ...], ...]  # room[c][k][j]: of those, how many fit one worker
+
+
+def cover(
     capacity: Sequence[Sequence[int]],
     demand: Sequence[int],
     sizes: Sequence[int],
     deadline: float | None,
     seed: int,
+    items: ItemCounts | None = None,
 ) -> tuple[tuple[tuple[int, ...], ...] | None, cp_model.CpSolverStatus]:
     """Band counts under which every band's tail fits (None if none), and the solver status.
 
     ``deadline`` (wall clock) can only shorten the probe's deterministic limit; None: no deadline.
-    A greedy cover is tried first: when it succeeds the probe is settled without a solve (CP-SAT is
-    needed to prove infeasibility, or to find covers the greedy misses).
+    A greedy cover is tried first: when it succeeds (and holds ``items``) the probe is settled
+    without a solve (CP-SAT is needed to prove infeasibility, or to find covers the greedy misses).
     """
     greedy = _greedy_cover(capacity, demand, sizes)
-    if greedy is not None:
+    if greedy is not None and (items is None or _holds(greedy, items)):
         return greedy, cp_model.FEASIBLE
     kinds, bands = range(len(sizes)), range(len(demand))
     model = cp_model.CpModel()
@@ -250,6 +206,12 @@ def _cover(
     for j in bands:
         supply = sum(capacity[c][k] * counts[c][k] for c in kinds for k in range(j, len(demand)))
         model.add(supply >= sum(demand[j:]))
+        if items is not None:
+            room = items.room
+            model.add(
+                sum(room[c][k][j] * counts[c][k] for c in kinds for k in range(j, len(demand)))
+                >= items.needed[j]
+            )
     # Phase 3: no objective: any cover will do (the bisection minimises T).
     # Phase 4: solve.
     left = None if deadline is None else deadline - time.perf_counter()
@@ -259,6 +221,16 @@ def _cover(
         return None, status
     # Phase 5: extract.
     return tuple(tuple(int(solver.value(v)) for v in row) for row in counts), status
+
+
+def _holds(counts: Sequence[Sequence[int]], items: ItemCounts) -> bool:
+    """Whether ``counts`` leave room for every unit of every band, counted whole (``ItemCounts``)."""
+    bands = range(len(items.needed))
+    return all(
+        sum(items.room[c][k][j] * row[k] for c, row in enumerate(counts) for k in range(j, len(row)))
+        >= items.needed[j]
+        for j in bands
+    )
 
 
 def _greedy_cover(

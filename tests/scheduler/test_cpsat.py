@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from scheduler.benchgen import bench_request, heavy_tailed_batch, mixed_inventory
 from scheduler.costmodel import worker_cost
 from scheduler.lowerbound import lower_bound
 from scheduler.planner import plan
-from scheduler.policies.levels import band_edges, solve_levels, tail_bound
+from scheduler.policies.levels import band_edges, solve_levels
 from scheduler.policies.lpt import worker_kinds
 from scheduler.policies.problem import build_problem
 from scheduler.simulator import SimOptions, simulate
 from scheduler.stepsum import planned_steps
+from scheduler.tailbound import tail_bound
 from scheduler.types import PlanRequest
 
 
@@ -94,7 +97,8 @@ def test_the_tail_bound_never_falls_below_what_is_already_known() -> None:
     kinds = [(problem.costs[m[0]], len(m)) for m in worker_kinds(problem.costs, problem.active)]
     steps = [u.steps for u in problem.units]
     known = 10_000.0
-    assert tail_bound(steps, [u.kv_steps for u in problem.units], kinds, known) >= known
+    prompts = np.array([u.prompt_tokens for u in problem.units], dtype=np.float64)
+    assert tail_bound(steps, [u.kv_steps for u in problem.units], prompts, kinds, known) >= known
 
 
 def _capped(request: PlanRequest) -> set[str]:

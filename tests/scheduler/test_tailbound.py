@@ -1,0 +1,109 @@
+"""Limit (d): ramp-up, prefill and whole trajectories lift the bound, and no simulated play beats it."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.costmodel import worker_cost
+from scheduler.devices import device_profile, model_preset
+from scheduler.lowerbound import lower_bound
+from scheduler.planner import plan
+from scheduler.simulator import SimOptions, simulate
+from scheduler.tailbound import KindLimits, kind_limits
+from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
+
+MODEL = model_preset("7b")
+
+
+def _limits(slots: int, capacity: float, prompt_head: float) -> KindLimits:
+    return KindLimits(
+        step_s=0.008,
+        per_token_s=2e-8,
+        prefill_s=3e-5,
+        capacity=capacity,
+        slots=slots,
+        prompt_head=prompt_head,
+    )
+
+
+def test_the_ramp_never_claims_less_than_the_cache_can_hold_step_by_step() -> None:
+    rng = random.Random(3)
+    for _ in range(300):
+        lim = _limits(rng.choice([1, 8, 256]), rng.uniform(1e4, 2e6), rng.uniform(0, 3e6))
+        steps = rng.randint(1, 5_000)
+        exact = sum(min(lim.capacity, lim.prompt_head + lim.slots * k) for k in range(steps))
+        assert exact <= lim.ramp(steps) * (1 + 1e-12)
+
+
+def test_a_worker_that_must_fill_its_cache_serves_less_than_a_full_cache_would() -> None:
+    lim = _limits(slots=16, capacity=1e6, prompt_head=16 * 200)
+    makespan = 100.0
+    full = makespan / (lim.per_token_s + lim.step_s / lim.capacity)  # limit (c), one worker
+    assert lim.serves(1, makespan, rate=0.0) < 0.9 * full
+
+
+def test_the_smallest_prompts_fill_nothing_and_the_largest_fill_the_cache_at_once() -> None:
+    worker = Worker("w", device_profile("H100"), max_num_seqs=2)
+    cost = worker_cost(worker, MODEL)
+    head = kind_limits(cost, np.array([10.0, 5_000.0, 7_000.0, 3.0]))
+    assert head.prompt_head == 12_000.0
+
+
+def test_whole_trajectories_cannot_be_split_across_workers_like_a_fluid() -> None:
+    # three equal 32k-token trajectories on two H100s: one of them runs two, side by side
+    workers = tuple(Worker(f"w{i}", device_profile("H100")) for i in range(2))
+    inventory = Inventory(workers, MODEL)
+    length, prompt = 32_000, 100
+    batch = tuple(Trajectory("p", i, prompt, length, float(length)) for i in range(3))
+    lim = kind_limits(worker_cost(workers[0], MODEL), np.array([prompt] * 3, dtype=np.float64))
+    kv = prompt * length + length * (length - 1) / 2
+    two_on_one = lim.step_s * length + lim.per_token_s * 2 * kv
+    fluid = lim.step_s * length + lim.per_token_s * 1.5 * kv
+    bound = lower_bound(batch, inventory)
+    assert bound.value_s >= 0.995 * two_on_one > fluid
+    result = simulate(
+        plan(PlanRequest(batch, inventory), "lpt"), batch, {t.key: length for t in batch}, inventory
+    )
+    assert result.makespan_s >= bound.value_s
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 160),
+    workers=st.integers(1, 4),
+    seqs=st.sampled_from([1, 2, 4, 16]),
+    policy=st.sampled_from(["round_robin", "least_loaded", "lpt"]),
+    kv_admission=st.booleans(),
+    resume=st.booleans(),
+    steal=st.booleans(),
+)
+def test_no_play_beats_the_bound_where_ramp_up_and_prefill_bind(
+    seed: int, n: int, workers: int, seqs: int, policy: str, kv_admission: bool, resume: bool, steal: bool
+) -> None:
+    rng = random.Random(seed)
+    batch = tuple(
+        Trajectory(f"q{i // 2}", i % 2, rng.randint(1, 3_000), 6_000, float(rng.randint(1, 6_000)))
+        for i in range(n)
+    )
+    kinds = ("H100", "910B")
+    pool = tuple(
+        Worker(
+            f"w{i}",
+            device_profile(kinds[i % 2]),
+            max_num_seqs=seqs,
+            kv_capacity_tokens=rng.randint(9_000, 60_000),
+        )
+        for i in range(workers)
+    )
+    inventory = Inventory(pool, MODEL)
+    request = PlanRequest(batch, inventory, time_budget_s=0.1, kv_admission=kv_admission)
+    options = SimOptions(steal=steal, kv_admission=kv_admission, resume_preempted=resume)
+    result = simulate(
+        plan(request, policy), batch, {t.key: int(t.predicted_tokens) for t in batch}, inventory, options
+    )
+    assert result.makespan_s >= lower_bound(batch, inventory).value_s * (1.0 - 1e-12)
