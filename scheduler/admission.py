@@ -20,6 +20,7 @@ at its next step (``remaining`` at least 1): the engine's preemption remains the
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 import numpy as np
@@ -48,3 +49,68 @@ def peak_fits(
     """Whether a new sequence of ``prompt`` tokens running ``steps`` steps keeps the projected peak
     within ``capacity``, beside the running ones (see ``projected_peak``)."""
     return projected_peak([*contexts, prompt], [*remaining, steps]) <= capacity
+
+
+class RunningPeak:
+    """A worker's running set for ``peak_fits`` tests at every event, in plain Python and O(n).
+
+    The event loops test admission after every completion with up to ``max_num_seqs`` sequences
+    running; a numpy call per test costs more than the test. Between admissions a running
+    sequence's predicted end is a fixed absolute step ``end`` and its context at step ``u`` is
+    ``offset + u`` (``offset``: context at admission less the admission step), so the set is kept
+    as (end, offset) pairs sorted by end, and a test is one pass from the latest end down.
+    """
+
+    __slots__ = ("ends", "offsets", "total")
+
+    def __init__(self) -> None:
+        self.ends: list[int] = []  # predicted end steps (absolute), ascending
+        self.offsets: list[int] = []  # offsets, parallel to ``ends``
+        self.total = 0  # sum of ``offsets``
+
+    def add(self, end: int, offset: int) -> None:
+        """A sequence predicted to run until absolute step ``end`` (at least the next one) starts."""
+        at = bisect.bisect_right(self.ends, end)
+        self.ends.insert(at, end)
+        self.offsets.insert(at, offset)
+        self.total += offset
+
+    def remove(self, end: int, offset: int) -> None:
+        """The sequence ``add``-ed with ``end`` and ``offset`` stops (completed or evicted)."""
+        at = bisect.bisect_left(self.ends, end)
+        while self.offsets[at] != offset:
+            at += 1
+        del self.ends[at], self.offsets[at]
+        self.total -= offset
+
+    def fits(self, step: int, offset: int, end: int, capacity: int) -> bool:
+        """``peak_fits`` at absolute step ``step`` for a candidate with ``offset`` and ``end``.
+
+        ``held`` after the step that ends at absolute step ``v`` counts every sequence with
+        ``max(end, step + 1) >= v`` at context ``offset + v``: at ``v = step + 1`` all of them (a
+        sequence past its predicted end is counted as ending there), above it those whose end is
+        at least ``v``. The candidate joins the sum for ``v <= end``.
+        """
+        first = step + 1
+        held = self.total + offset + first * (len(self.ends) + 1)
+        if held > capacity:
+            return False
+        ends, offsets = self.ends, self.offsets
+        above, count, k = 0, 0, len(ends) - 1
+        while k >= 0 and ends[k] > end:  # the candidate has ended: the running set alone
+            above += offsets[k]
+            count += 1
+            if above + count * ends[k] > capacity:
+                return False
+            k -= 1
+        if end > first and above + offset + (count + 1) * end > capacity:
+            return False  # the candidate's own last step
+        above += offset
+        count += 1
+        while k >= 0 and ends[k] > first:
+            above += offsets[k]
+            count += 1
+            if above + count * ends[k] > capacity:
+                return False
+            k -= 1
+        return True

@@ -6,7 +6,8 @@ vLLM manages it), or the plan's makespan would be a promise nobody checks. The w
 
 - Admission, in queue order, at every event: while a slot is free (``running < max_num_seqs``) and
   the prompt fits under the KV cache less a 1% watermark (vLLM's default); with ``reserve`` (the
-  plan's ``kv_admission``) only while the KV reserved at every running sequence's *final* length fits.
+  plan's ``kv_admission``) only while the projected peak of the running set plus the candidate, each
+  growing to its final length, fits the cache (``scheduler.admission``), so nothing is preempted.
   Trajectories admitted together are prefilled together, once, before the next decode step.
 - Decode: every running sequence appends one token per step; a step costs the cost model's
   ``step_time(b, C)`` at the current batch and context, summed in closed form between events.
@@ -28,6 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from scheduler.admission import RunningPeak
 from scheduler.costmodel import WorkerCost
 from scheduler.stepsum import decode_time, decode_times
 
@@ -61,7 +63,7 @@ def all_at_once_finish(
         return None
     p = np.asarray(prompts, dtype=np.float64)
     s = np.asarray(steps, dtype=np.float64)
-    if n > 1 and (p.sum() + s.sum() > cap if reserve else p.sum() > cap - WATERMARK * cap):
+    if n > 1 and (p.sum() + n > cap if reserve else p.sum() > cap - WATERMARK * cap):
         return None
     order = np.argsort(-s, kind="stable")
     p, s = p[order], s[order]
@@ -146,8 +148,6 @@ def all_at_once_finishes(
         )
     runs = np.searchsorted(queue, np.arange(count + 1)).tolist()
     values, prompt_sums = decode.tolist(), (total[edges[1:]] - total[edges[:-1]]).tolist()
-    steps_total = np.concatenate(([0.0], np.cumsum(s)))
-    step_sums = (steps_total[edges[1:]] - steps_total[edges[:-1]]).tolist()
     results: list[float | None] = []
     for k, cost in enumerate(costs):
         n = int(sizes[k])
@@ -155,7 +155,7 @@ def all_at_once_finishes(
             results.append(0.0)
             continue
         cap, psum = cost.kv_capacity_tokens, prompt_sums[k]
-        crowded = psum + step_sums[k] > cap if reserve else psum > cap - WATERMARK * cap
+        crowded = psum + n > cap if reserve else psum > cap - WATERMARK * cap
         if n > cost.max_num_seqs or (n > 1 and crowded) or over[k]:
             results.append(None)
             continue
@@ -188,7 +188,7 @@ class _WorkerRun:
         self.stack: list[tuple[int, int]] = []  # (token, item) in admission order, for preemption
         self.clock, self.step, self.batch = 0.0, 0, 0
         self.offset = 0  # sum over running of (prompt - admission step): context = offset + batch*step
-        self.reserved = 0  # sum over running of (prompt + steps): KV at final length
+        self.peak = RunningPeak()  # the running set's ends, for projected-peak admission under ``reserve``
         self.token = 0
         self.blocked = False  # a preemption happened and no decode step has run since
 
@@ -207,7 +207,9 @@ class _WorkerRun:
         if self.batch >= self.cost.max_num_seqs:
             return False
         if self.reserve:
-            return self.reserved + self.prompts[item] + self.steps[item] <= self.cap
+            step = self.step
+            end = step + max(1, self.steps[item])
+            return self.peak.fits(step, self.prompts[item] - step, end, self.cap)
         context = self.offset + self.batch * self.step
         return context + self.prompts[item] <= self.limit
 
@@ -217,11 +219,12 @@ class _WorkerRun:
             item = self.waiting.popleft()
             self.token += 1
             self.alive[item] = (self.token, self.step)
+            if self.reserve:
+                self.peak.add(self.step + max(1, self.steps[item]), self.prompts[item] - self.step)
             heapq.heappush(self.heap, (self.step + self.steps[item], self.token, item))
             self.stack.append((self.token, item))
             self.batch += 1
             self.offset += self.prompts[item] - self.step
-            self.reserved += self.prompts[item] + self.steps[item]
             prefill_tokens += self.prompts[item]
         if prefill_tokens:
             self.clock += self.cost.prefill_time(prefill_tokens)
@@ -260,4 +263,5 @@ class _WorkerRun:
         _, admitted = self.alive.pop(item)
         self.batch -= 1
         self.offset -= self.prompts[item] - admitted
-        self.reserved -= self.prompts[item] + self.steps[item]
+        if self.reserve:
+            self.peak.remove(admitted + max(1, self.steps[item]), self.prompts[item] - admitted)

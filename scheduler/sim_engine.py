@@ -4,8 +4,11 @@ The model is vLLM's (see docs/simulator.md for the formulas):
 
 - Admission, in queue order, at the start and after every completion: while a slot is free
   (``batch < max_num_seqs``) and the prompt fits under the KV cache less a watermark; with
-  ``kv_admission`` only while the KV reserved at every running sequence's *predicted final* length
-  fits. An empty worker always admits its head, so a queue never deadlocks. Sequences admitted
+  ``kv_admission`` only while the projected peak fits (``scheduler.admission``): the KV the running
+  set plus the candidate will hold at its fullest future step, each growing one token per step until
+  its PREDICTED end (``planned`` steps; one past its prediction is counted as ending at its next
+  step). On exact lengths that never preempts. An empty worker always admits its head, so a queue
+  never deadlocks. Sequences admitted
   together are prefilled together, once, before the next decode step.
 - Decode: every running sequence appends one token per step; a step costs the cost model's
   ``step_time(b, C)`` with ``C`` the KV tokens held before the step (prompt plus generated so far).
@@ -21,7 +24,7 @@ The model is vLLM's (see docs/simulator.md for the formulas):
 - Claiming, as the delivery sidecar does: a worker's own queue is the unclaimed part (stealable);
   without KV admission the sidecar keeps up to ``max_num_seqs`` items in flight (running or
   waiting inside the engine, where vLLM queues what does not fit yet); with KV admission it hands
-  over an item only when its reservation fits, so nothing waits inside the engine but evictions.
+  over an item only when its projected peak fits, so nothing waits inside the engine but evictions.
 
 The engine is resumable: ``commit`` computes when the next event (a completion or a preemption)
 happens and ``process`` applies it, so a coordinator can interleave many workers on one clock for
@@ -36,11 +39,12 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 
+from scheduler.admission import RunningPeak
 from scheduler.costmodel import WorkerCost
 from scheduler.errors import InvalidInputError
 from scheduler.stepsum import decode_time
 
-_DEAD = (-1, 0)  # alive.get() default: matches no admission token
+_DEAD = (-1, 0, 0)  # alive.get() default: matches no admission token
 
 
 class Ledger:
@@ -73,7 +77,7 @@ class WorkerEngine:
     """One worker's queue, running batch and clock; see the module docstring for the rules."""
 
     __slots__ = ("alive", "batch", "blocked", "busy_s", "cap", "clock", "cost", "event_clock", "heap",
-                 "index", "kv_admission", "ledger", "limit", "max_seqs", "offset", "pending_run",
+                 "index", "kv_admission", "ledger", "limit", "max_seqs", "offset", "peak", "pending_run",
                  "preempted", "prefill_tokens", "queue", "queued_work", "reserved", "resume", "stack", "step",
                  "to_finish", "token", "waiting", "waiting_reserve")  # fmt: skip
 
@@ -99,7 +103,9 @@ class WorkerEngine:
         self.waiting_reserve = 0  # sum over ``waiting`` of (prompt + planned steps): the steal gate's
         # view of claimed items not yet running
         self.heap: list[tuple[int, int, int]] = []  # (finish step, admission token, item)
-        self.alive: dict[int, tuple[int, int]] = {}  # running item -> (admission token, its offset share)
+        self.alive: dict[int, tuple[int, int, int]] = {}  # running item -> (admission token, its offset
+        # share, its predicted end step)
+        self.peak = RunningPeak()  # the running set's predicted ends (kept only under kv_admission)
         self.stack: list[tuple[int, int]] = []  # (token, item) in admission order: newest last
         self.clock = 0.0  # seconds; the worker's own time
         self.step = 0  # decode steps run so far
@@ -123,7 +129,7 @@ class WorkerEngine:
         self.queued_work += sum(planned[i] for i in items)
 
     def fits(self, item: int) -> bool:
-        """Whether ``item`` may be admitted now (slot, and KV by watermark or by reservation)."""
+        """Whether ``item`` may be admitted now (slot, and KV by watermark or by projected peak)."""
         batch = self.batch
         if batch == 0:
             return True
@@ -131,7 +137,9 @@ class WorkerEngine:
             return False
         ledger = self.ledger
         if self.kv_admission:
-            return self.reserved + ledger.reserve[item] <= self.cap
+            step, kept = self.step, ledger.kept[item]
+            end = step + max(1, ledger.planned[item] - kept)
+            return self.peak.fits(step, ledger.prompts[item] + kept - step, end, self.cap)
         return self.offset + batch * self.step + ledger.prompts[item] + ledger.kept[item] <= self.limit
 
     def may_admit(self) -> bool:
@@ -143,7 +151,7 @@ class WorkerEngine:
 
         Its own queue must be empty. Without KV admission a slot is free while fewer than
         ``max_num_seqs`` items are in flight (running or waiting inside the engine); with it, while
-        nothing waits inside the engine and admission is open (the item's reservation is checked
+        nothing waits inside the engine and admission is open (the item's projected peak is checked
         by ``take``).
         """
         if self.queue:
@@ -173,7 +181,7 @@ class WorkerEngine:
         """Accept ``item`` from the shared queue or a victim; report whether it was accepted.
 
         Without KV admission the sidecar hands it to the engine, which runs it when KV allows; with
-        it, the sidecar takes it only if its reservation fits now.
+        it, the sidecar takes it only if its projected peak fits now.
         """
         if self.kv_admission:
             if not self.may_admit() or not self.fits(item):
@@ -217,7 +225,10 @@ class WorkerEngine:
         kept = ledger.kept[item]
         context = ledger.prompts[item] + kept
         self.token += 1
-        self.alive[item] = (self.token, context - self.step)
+        end = self.step + max(1, ledger.planned[item] - kept)  # predicted, as ``fits`` tested it
+        self.alive[item] = (self.token, context - self.step, end)
+        if self.kv_admission:
+            self.peak.add(end, context - self.step)
         heapq.heappush(self.heap, (self.step + ledger.steps[item] - kept, self.token, item))
         self.stack.append((self.token, item))
         self.batch += 1
@@ -293,7 +304,9 @@ class WorkerEngine:
 
     def _remove(self, item: int) -> int:
         """Take ``item`` out of the running batch; return its share of ``offset``."""
-        _, base = self.alive.pop(item)
+        _, base, end = self.alive.pop(item)
+        if self.kv_admission:
+            self.peak.remove(end, base)
         self.batch -= 1
         self.offset -= base
         self.reserved -= self.ledger.reserve[item]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.admission import peak_fits, projected_peak
+from scheduler.admission import RunningPeak, peak_fits, projected_peak
 
 
 def _brute_force(contexts: list[int], remaining: list[int]) -> int:
@@ -48,3 +48,35 @@ def test_a_candidate_is_admitted_exactly_when_the_peak_fits() -> None:
 def test_the_peak_equals_the_largest_step_by_step_holding(pairs: list[tuple[int, int]]) -> None:
     contexts, remaining = [c for c, _ in pairs], [r for _, r in pairs]
     assert projected_peak(contexts, remaining) == _brute_force(contexts, remaining)
+
+
+def _tracked(pairs: list[tuple[int, int]]) -> RunningPeak:
+    running = RunningPeak()
+    for end, offset in pairs:
+        running.add(end, offset)
+    return running
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    running=st.lists(st.tuples(st.integers(0, 80), st.integers(-60, 300)), max_size=10),
+    step=st.integers(0, 60),
+    candidate=st.tuples(st.integers(1, 300), st.integers(1, 60)),
+    capacity=st.integers(0, 4_000),
+)
+def test_the_running_set_admits_exactly_what_peak_fits_admits(
+    running: list[tuple[int, int]], step: int, candidate: tuple[int, int], capacity: int
+) -> None:
+    # running: (predicted end step, offset), possibly overdue (end <= step); contexts kept non-negative
+    pairs = [(end, max(offset, -step)) for end, offset in running]
+    contexts = [offset + step for _, offset in pairs]
+    remaining = [end - step for end, _ in pairs]
+    prompt, steps = candidate
+    want = peak_fits(contexts, remaining, prompt, steps, capacity)
+    assert _tracked(pairs).fits(step, prompt - step, step + steps, capacity) == want
+
+
+def test_a_removed_sequence_no_longer_counts() -> None:
+    running = _tracked([(50, 100), (10, 100), (50, 7)])
+    running.remove(50, 100)
+    assert (running.ends, running.offsets, running.total) == ([10, 50], [100, 7], 107)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.admission import projected_peak
 from scheduler.costmodel import worker_cost
 from scheduler.devices import device_profile, model_preset
 from scheduler.finish import all_at_once_finish, all_at_once_finishes, queue_finishes, worker_finish
@@ -83,3 +84,31 @@ def test_many_queues_at_once_give_each_queues_closed_form_to_the_last_bit(
     finishes = queue_finishes(costs, prompts.tolist(), steps.tolist(), positions, reserve)
     for cost, queue, finish in zip(costs, shuffled, finishes, strict=True):
         assert finish == worker_finish(cost, [p for p, _ in queue], [n for _, n in queue], reserve)
+
+
+@settings(max_examples=200, deadline=None)
+@given(QUEUES, st.integers(1, 12), st.integers(900, 8_000))
+def test_under_kv_admission_the_whole_queue_starts_at_once_exactly_when_its_projected_peak_fits(
+    queue: list[tuple[int, int]], slots: int, capacity: int
+) -> None:
+    cost = worker_cost(
+        Worker("w", device_profile("H100"), max_num_seqs=slots, kv_capacity_tokens=capacity),
+        model_preset("7b"),
+    )
+    prompts, steps = [p for p, _ in queue], [n for _, n in queue]
+    starts_at_once = len(queue) <= slots and projected_peak(prompts, steps) <= capacity
+    closed = all_at_once_finish(cost, prompts, steps, reserve=True)
+    assert (closed is not None) == starts_at_once
+    if closed is not None:
+        assert closed == worker_finish(cost, prompts, steps, reserve=True)  # to the last bit
+
+
+def test_kv_admission_keeps_the_cache_full_where_final_length_reservation_left_it_half_empty() -> None:
+    cost = worker_cost(
+        Worker("w", device_profile("H100"), max_num_seqs=8, kv_capacity_tokens=1_100), model_preset("7b")
+    )
+    # finals 1,000 + 110: reserving both would need 1,110; the short one ends long before the long peaks
+    assert all_at_once_finish(cost, [100, 100], [900, 10], reserve=True) is not None
+    assert all_at_once_finish(cost, [100, 100], [900, 10], reserve=True) == worker_finish(
+        cost, [100, 100], [900, 10], reserve=True
+    )

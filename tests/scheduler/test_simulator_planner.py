@@ -9,11 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.costmodel import worker_cost
 from scheduler.devices import device_profile, model_preset
+from scheduler.finish import worker_finish
 from scheduler.lowerbound import lower_bound
 from scheduler.planner import plan
 from scheduler.policies import POLICY_NAMES
-from scheduler.simulator import SimOptions, simulate
+from scheduler.simulator import SimOptions, simulate, simulate_worker
+from scheduler.stepsum import planned_steps
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 MODEL = model_preset("7b")
@@ -79,3 +82,48 @@ def test_no_simulated_makespan_is_below_the_lower_bound(
     )
     bound = lower_bound(trajectories, inventory).value_s
     assert result.makespan_s >= bound * (1.0 - 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 150),
+    workers=st.integers(1, 4),
+    seqs=st.sampled_from([2, 16, 256]),
+    spare=st.integers(0, 30_000),
+    policy=st.sampled_from(["least_loaded", "lpt", "round_robin"]),
+    steal=st.booleans(),
+)
+def test_under_kv_admission_no_trajectory_is_ever_preempted_on_exact_lengths(
+    seed: int, n: int, workers: int, seqs: int, spare: int, policy: str, steal: bool
+) -> None:
+    trajectories = batch(seed, n, longest=20_000)
+    cap = max(t.prompt_tokens + t.max_new_tokens for t in trajectories) + spare  # KV-bound on purpose
+    inventory = mixed(workers, seqs, cap)
+    planned = plan(PlanRequest(trajectories, inventory, time_budget_s=0.1, kv_admission=True), policy)
+    actual = {t.key: int(t.predicted_tokens) for t in trajectories}
+    result = simulate(planned, trajectories, actual, inventory, SimOptions(steal=steal, kv_admission=True))
+    assert result.preemptions == 0  # static queues, a shared queue (least_loaded) and steals alike
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 200),
+    kind=st.sampled_from(["H100", "910B"]),
+    seqs=st.sampled_from([1, 8, 256]),
+    spare=st.integers(0, 40_000),
+)
+def test_the_finish_model_plays_any_queue_as_the_simulator_does_under_kv_admission(
+    seed: int, n: int, kind: str, seqs: int, spare: int
+) -> None:
+    trajectories = batch(seed, n, longest=20_000)
+    cap = max(t.prompt_tokens + t.max_new_tokens for t in trajectories) + spare
+    w = Worker("w", device_profile(kind), max_num_seqs=seqs, kv_capacity_tokens=cap)
+    played = simulate_worker(w, MODEL, trajectories, kv_admission=True)
+    steps = [planned_steps(t.predicted_tokens) for t in trajectories]
+    predicted = worker_finish(
+        worker_cost(w, MODEL), [t.prompt_tokens for t in trajectories], steps, reserve=True
+    )
+    assert played.preemptions == 0
+    assert played.finish_s == pytest.approx(predicted, rel=AGREEMENT)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.admission import projected_peak
 from scheduler.costmodel import WorkerCost, worker_cost
 from scheduler.devices import device_profile, model_preset
 from scheduler.simulator import simulate_worker
@@ -47,8 +48,10 @@ def reference(
             return True
         if len(running) >= cost.max_num_seqs:
             return False
-        if reserve:
-            return sum(prompts[j] + lengths[j] for j, _ in running) + prompts[i] + lengths[i] <= cap
+        if reserve:  # the projected peak of the running set, each growing to its length, plus ``i``
+            contexts = [prompts[j] + g for j, g in running] + [prompts[i] + kept[i]]
+            remaining = [lengths[j] - g for j, g in running] + [lengths[i] - kept[i]]
+            return projected_peak(contexts, remaining) <= cap
         return held() + prompts[i] + kept[i] <= cap - watermark * cap
 
     while True:
