@@ -57,7 +57,7 @@ def lpt_assignment(
     tail to the workers its aggregate model chose. ``scale`` multiplies each worker's estimate (a
     measured simulated/estimated ratio). With tiers, a candidate whose whole queue would no longer
     run at once without preemption (``_State._peak_after``) yields to one that still would, looking
-    a few entries deep into each heap. Without tiers and scale this is plain LPT.
+    a few entries deep into each heap; a queue past its slots runs in waves and never yields. Without tiers and scale this is plain LPT.
     """
     if tiers is None and band is None and scale is None:
         fast = _plain_lpt(problem)
@@ -227,7 +227,9 @@ class _State:
         """Whether ``w`` still runs its whole queue at once, without preemption, with ``unit`` added."""
         count = self.count[w] + len(unit.members)
         if count > self.slots[w]:
-            return False
+            # Past its slots a queue runs in waves whatever it holds, and the estimate counts the
+            # waves (D / max_num_seqs): yielding here left short-item workers idle a third of the run.
+            return True
         limit = self.kv_limit[w]
         if len(unit.members) == 1 and not self.reserve:  # the common case, inlined
             return (
