@@ -2,20 +2,28 @@
 
 Pure bookkeeping, no I/O, so the admission rule is testable on its own. An engine runs at most
 ``max_in_flight`` sequences (its ``max_num_seqs``). When a schedule asks for KV admission control,
-each of its items also reserves ``prompt_tokens + min(predicted_tokens, max_new_tokens)`` tokens of
-KV cache, and an item starts only while the reservations fit in ``kv_capacity_tokens``: the engine
-then never runs out of KV mid-generation and never preempts (recomputes) a sequence, which on long
-chain-of-thought rollouts costs more than the concurrency it buys. An item larger than the whole
-cache still starts when nothing else runs, so nothing can wait forever. Stealing is gated by KV
-always, whatever the schedule's admission mode (``steal_budget``).
+an item starts only while the projected KV peak of what runs, each running sequence growing one
+token per step until its predicted length, plus the new item, fits ``kv_capacity_tokens``
+(``scheduler.admission``, the rule the simulator and the planner's finish model play): the engine
+then does not run out of KV mid-generation, and the cache stays as full as that allows.
+
+The engine is called without streaming, so how far a running sequence has got is estimated: its
+time since start times the per-sequence decode rate measured on this sidecar's completions
+(tokens over wall time). Until a first completion gives that rate, each running item is counted
+at its predicted final length all at once (``prompt_tokens + min(predicted_tokens,
+max_new_tokens)``, the conservative reservation). An item larger than the whole cache still starts
+when nothing else runs, so nothing can wait forever. Stealing is gated by KV always, whatever the
+schedule's admission mode (``steal_budget``).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from scheduler.admission import peak_fits
 from service.delivery.records import DeliveryItem, Lease
 
 LeaseId = tuple[str, str, int]  # (schedule id, item key, token): a re-claimed item is a new lease
@@ -24,6 +32,10 @@ LeaseId = tuple[str, str, int]  # (schedule id, item key, token): a re-claimed i
 def reservation_tokens(item: DeliveryItem) -> int:
     """KV tokens an item will hold at its predicted final length (``DeliveryItem.reservation_tokens``)."""
     return item.reservation_tokens
+
+
+def _predicted(item: DeliveryItem) -> float:
+    return min(item.predicted_tokens, float(item.max_new_tokens))
 
 
 def lease_id(lease: Lease) -> LeaseId:
@@ -53,6 +65,8 @@ class Holdings:
     _held: dict[LeaseId, Held] = field(default_factory=dict, init=False)
     _occupancy: float = field(default=0.0, init=False)  # integral of in-flight count over time
     _occupancy_at: float | None = field(default=None, init=False)  # clock of the last integration
+    _decoded_tokens: float = field(default=0.0, init=False)  # output tokens of observed completions
+    _decode_s: float = field(default=0.0, init=False)  # their wall time, summed
 
     def __len__(self) -> int:
         return len(self._held)
@@ -86,11 +100,36 @@ class Holdings:
         return held
 
     def can_start(self, held: Held) -> bool:
-        """Whether ``held`` may start now without overcommitting the KV cache."""
+        """Whether ``held`` may start now without overcommitting the KV cache (module docstring)."""
         if held.reserved_tokens == 0 or self.kv_capacity_tokens is None:
             return True
-        running = [h for h in self._held.values() if h.started]
-        return not running or self.reserved() + held.reserved_tokens <= self.kv_capacity_tokens
+        if not any(h.started for h in self._held.values()):
+            return True  # nothing runs: even an item larger than the cache starts, nothing waits forever
+        running = [h for h in self._held.values() if h.started and h.reserved_tokens]
+        rate = self.decode_rate()
+        if rate is None or not running:
+            return self.reserved() + held.reserved_tokens <= self.kv_capacity_tokens
+        now = self.clock()
+        contexts, remaining = [], []
+        for h in running:
+            item = h.lease.item
+            done = min(rate * max(0.0, now - h.started_at), float(item.max_new_tokens))
+            contexts.append(item.prompt_tokens + int(done))
+            remaining.append(math.ceil(_predicted(item) - done))
+        item = held.lease.item
+        return peak_fits(
+            contexts, remaining, item.prompt_tokens, math.ceil(_predicted(item)), self.kv_capacity_tokens
+        )
+
+    def observe(self, output_tokens: int, wall_time_s: float) -> None:
+        """Learn the per-sequence decode rate from a completion (what KV admission needs)."""
+        if output_tokens > 0 and wall_time_s > 0:
+            self._decoded_tokens += output_tokens
+            self._decode_s += wall_time_s
+
+    def decode_rate(self) -> float | None:
+        """Output tokens per second of one sequence on this engine, measured; None before any."""
+        return self._decoded_tokens / self._decode_s if self._decode_s > 0 else None
 
     def start(self, held: Held) -> None:
         """Mark ``held`` as sent to the engine (or handed to the worker) now."""

@@ -153,6 +153,7 @@ def create_pull_app(session: WorkerSession, idle_timeout_s: float = 60.0) -> Fas
         extra = dict(body.extra)
         if held is not None:  # what the worker does not say, the sidecar measured: speed learning
             extra.setdefault("concurrency", round(session.holdings.mean_concurrency(held), 3))
+            session.holdings.observe(body.output_tokens, body.wall_time_s)  # KV admission's decode rate
         result = TrajectoryResult(
             output_tokens=body.output_tokens,
             finish_reason=body.finish_reason,

@@ -132,6 +132,9 @@ class Sidecar:
         except EngineError as exc:
             await self._engine_failed(held, exc)
             return
+        self.session.holdings.observe(
+            reply.completion_tokens, reply.wall_time_s
+        )  # KV admission's decode rate
         try:
             concurrency = self.session.holdings.mean_concurrency(held)
             await self.session.complete(held, _result(held, reply, concurrency))

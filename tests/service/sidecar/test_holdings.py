@@ -85,3 +85,32 @@ def test_an_item_that_ran_alone_reports_a_concurrency_of_one() -> None:
     assert holdings.mean_concurrency(held) == 1.0  # no time passed yet
     now[0] = 13.0
     assert holdings.mean_concurrency(held) == 1.0
+
+
+def test_once_the_decode_rate_is_known_a_sequence_near_its_end_leaves_room_for_the_next() -> None:
+    now = [0.0]
+    holdings = Holdings(max_in_flight=8, kv_capacity_tokens=1500, clock=lambda: now[0])
+    first, second = holdings.add(_lease("a"), kv_admission=True), holdings.add(_lease("b"), kv_admission=True)
+    holdings.start(first)
+    holdings.observe(output_tokens=500, wall_time_s=50.0)  # 10 tokens/s per sequence
+    assert not holdings.can_start(second)  # both would reach 1,000 tokens together
+    now[0] = 80.0  # the first has ~800 tokens out, 100 to go: the pair peaks at 1,200
+    assert holdings.can_start(second)
+
+
+def test_a_sequence_past_its_prediction_is_counted_at_its_size_and_as_ending_at_its_next_step() -> None:
+    now = [0.0]
+    holdings = Holdings(max_in_flight=8, kv_capacity_tokens=2150, clock=lambda: now[0])
+    first = holdings.add(_lease("a"), kv_admission=True)
+    holdings.start(first)
+    holdings.observe(output_tokens=100, wall_time_s=10.0)  # 10 tokens/s per sequence
+    now[0] = 200.0  # ~2,000 tokens out against 900 predicted: it holds 2,100 and may end any step
+    assert not holdings.can_start(holdings.add(_lease("b"), kv_admission=True))  # 2,101 + 101 > 2,150
+    assert holdings.can_start(holdings.add(_lease("c", prompt=10, predicted=100.0), kv_admission=True))
+
+
+def test_completions_without_tokens_or_time_teach_no_rate() -> None:
+    holdings = Holdings(max_in_flight=8, kv_capacity_tokens=1500)
+    holdings.observe(output_tokens=0, wall_time_s=3.0)
+    holdings.observe(output_tokens=10, wall_time_s=0.0)
+    assert holdings.decode_rate() is None
