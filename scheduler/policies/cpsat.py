@@ -13,6 +13,9 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
 3. Exact repair (``scheduler.policies.exchange``): while time is left, a CP-SAT model with one boolean
    per (unit, worker) over the slowest worker and the fastest few only (large-neighbourhood search
    over worker sets), accepted only when the worker model says those workers finish sooner.
+4. Levelling (``scheduler.policies.balance``): the workers that do not decide the makespan get their
+   units balanced among themselves, so none sits idle while another runs a crowded batch: the same
+   predicted makespan, more robust to lengths that differ from the predictions.
 
 Every candidate is ordered and played through ``scheduler.finish``; the fastest is returned, so the
 result is never worse than ``lpt``. Hard constraints hold by construction: units are whole groups
@@ -27,6 +30,7 @@ import functools
 import time
 from collections.abc import Sequence
 
+from scheduler.policies.balance import level_below
 from scheduler.policies.base import Placement
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, band_of, solve_levels
@@ -58,7 +62,8 @@ class CpSatPolicy:
         assignment = lpt_assignment(problem)
         queues, finishes = order_queues(problem, assignment, reserve)
         queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)  # as lpt does
-        round_cost = ROUND_FIXED_S + ROUND_COST * (time.perf_counter() - started)  # re-does both, and solves
+        lpt_phase = time.perf_counter() - started
+        round_cost = ROUND_FIXED_S + ROUND_COST * lpt_phase  # re-does both, and solves
         best = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
         kinds = worker_kinds(problem.costs, problem.active)
         slowdown: list[list[float]] | None = None
@@ -88,6 +93,9 @@ class CpSatPolicy:
             status = best.status if best.status != "FALLBACK_LPT" else "FEASIBLE"
             queues, finishes = refine_critical(problem, repaired[0], repaired[1], reserve, deadline)
             best = Placement(queues, status, finish_s=finishes)
+        if deadline - time.perf_counter() > 2 * lpt_phase:  # levelling: an lpt pass and its ordering
+            queues, finishes = level_below(problem, best.queues, best.finish_s, reserve)
+            best = Placement(queues, best.status, finish_s=finishes)
         return best
 
     def _levels(

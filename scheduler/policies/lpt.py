@@ -57,7 +57,8 @@ def lpt_assignment(
     tail to the workers its aggregate model chose. ``scale`` multiplies each worker's estimate (a
     measured simulated/estimated ratio). With tiers, a candidate whose whole queue would no longer
     run at once without preemption (``_State._peak_after``) yields to one that still would, looking
-    a few entries deep into each heap; a queue past its slots runs in waves and never yields. Without tiers and scale this is plain LPT.
+    a few entries deep into each heap; a queue past its slots runs in waves and never yields.
+    Without tiers and scale this is plain LPT.
     """
     if tiers is None and band is None and scale is None:
         fast = _plain_lpt(problem)
