@@ -52,8 +52,11 @@ def lower_bound(
     inventory: Inventory,
     excluded: frozenset[str] = frozenset(),
     prefix_affinity: bool = False,
+    grid: int = 0,
 ) -> LowerBound:
     """Compute the bound of ``trajectories`` on the non-excluded workers of ``inventory``.
+
+    ``grid`` > 0 refines (d) with extra length bands (``scheduler.tailbound``): tighter, slower.
 
     With ``prefix_affinity`` a group's samples share one worker, so (a) also covers the heaviest group
     alone on its fastest allowed worker. Expects a validated batch (see ``scheduler.validation``).
@@ -72,7 +75,7 @@ def lower_bound(
     kv = float(per_trajectory.sum()) / sum(c.kv_token_steps_per_s() for c in costs)
     known = max(longest, throughput, kv)
     kinds = [(members[0], len(members)) for members in _kinds(costs)]
-    tail = tail_bound(steps, per_trajectory, prompts, kinds, known)
+    tail = tail_bound(steps, per_trajectory, prompts, kinds, known, grid)
     return LowerBound(longest, throughput, kv, tail, max(known, tail))
 
 

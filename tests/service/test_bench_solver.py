@@ -28,6 +28,8 @@ def test_bench_solver_json_lists_every_policy_with_wall_time_and_bound_ratio() -
         assert (row["trajectories"], row["workers"]) == (1024, 16)
         assert 0 < row["wall_ms_p50"] <= row["wall_ms_p95"]
         assert row["makespan_over_lower_bound"] >= 1.0
+        assert row["refined_bound_s"] >= row["lower_bound_s"]  # tighter, never looser
+        assert 1.0 <= row["makespan_over_refined_bound"] <= row["makespan_over_lower_bound"]
     by_policy = {r["policy"]: r for r in rows}
     assert by_policy["cpsat"]["makespan_s"] <= by_policy["lpt"]["makespan_s"]
 
