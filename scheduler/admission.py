@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from itertools import accumulate
+from operator import add, mul
 
 import numpy as np
 
@@ -89,28 +91,30 @@ class RunningPeak:
         ``held`` after the step that ends at absolute step ``v`` counts every sequence with
         ``max(end, step + 1) >= v`` at context ``offset + v``: at ``v = step + 1`` all of them (a
         sequence past its predicted end is counted as ending there), above it those whose end is
-        at least ``v``. The candidate joins the sum for ``v <= end``.
+        at least ``v``, the candidate while ``v <= end``. Each term is checked at the ends where
+        it peaks; the sums run in C (``accumulate``, ``map``), as the test runs at every event.
         """
-        first = step + 1
-        held = self.total + offset + first * (len(self.ends) + 1)
-        if held > capacity:
+        ends, offsets, n = self.ends, self.offsets, len(self.ends)
+        if self.total + offset + (step + 1) * (n + 1) > capacity:
             return False
-        ends, offsets = self.ends, self.offsets
-        above, count, k = 0, 0, len(ends) - 1
-        while k >= 0 and ends[k] > end:  # the candidate has ended: the running set alone
-            above += offsets[k]
-            count += 1
-            if above + count * ends[k] > capacity:
+        hi = bisect.bisect_right(ends, end)
+        above = 0  # offsets of the sequences ending after the candidate
+        if hi < n:  # the candidate has ended there: the running set alone
+            sums = list(accumulate(reversed(offsets[hi:])))
+            if max(map(add, sums, map(mul, reversed(ends[hi:]), range(1, n - hi + 1)))) > capacity:
                 return False
-            k -= 1
-        if end > first and above + offset + (count + 1) * end > capacity:
-            return False  # the candidate's own last step
-        above += offset
-        count += 1
-        while k >= 0 and ends[k] > first:
-            above += offsets[k]
-            count += 1
-            if above + count * ends[k] > capacity:
-                return False
-            k -= 1
-        return True
+            above = sums[-1]
+        lo = bisect.bisect_left(ends, end, 0, hi)  # those ending with the candidate count at its end
+        if above + sum(offsets[lo:hi]) + offset + end * (n - lo + 1) > capacity:
+            return False
+        # ends at or before the next step are covered by the first check (no context is negative)
+        low = bisect.bisect_right(ends, step + 1, 0, hi)
+        if low == hi:
+            return True
+        held = map(
+            add,
+            accumulate(reversed(offsets[low:hi])),
+            map(mul, reversed(ends[low:hi]), range(n - hi + 2, n - low + 2)),
+        )
+        peak: int = max(held)
+        return peak + above + offset <= capacity
