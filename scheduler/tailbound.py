@@ -24,14 +24,15 @@ valid bound, so the largest over a few is too.
 
 Workers are counted per length band exactly as in planning (nested cover, Hall's condition), with
 capacities rounded up and demands down; the largest makespan at which CP-SAT proves the cover
-infeasible is the bound. Pins, KV fit and group affinity are dropped: a relaxation of every
+infeasible under some exchange rate is the bound (one bisection for all rates: a probe is settled
+as soon as one rate's cover is proven impossible). Pins, KV fit and group affinity are dropped: a relaxation of every
 schedule the simulator can play (property tests check it).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +43,9 @@ from scheduler.policies.levels import KV_UNIT, IntArray, ItemCounts, band_edges,
 from scheduler.stepsum import FloatArray
 
 BOUND_BANDS = 10  # finer bands tighten the bound (lower edges nearer the lengths); it costs no placement
-BOUND_PROBES = 9  # bisection probes of the bound: 0.2% of a 2x bracket
+BOUND_PROBES = 8  # bisection probes of the bound: 0.2% of a 25% bracket
+STEP_UP = 1.25  # the bracket above the known bound grows by this factor until a cover exists
+STEP_UPS = 6  # at most 1.25^6 = 3.8x the known bound
 PRECISION = 0.002  # bisection stops when the bracket on T is this tight (relative)
 PREFILL_SHARES = (0.0, 1.0)  # r as shares of min over kinds of pp / m: ramp-up binds at 0, prefill at 1
 
@@ -119,51 +122,64 @@ def tail_bound(
         return known_s
     limits = [(kind_limits(cost, prompts), n) for cost, n in kinds]
     exchange = min(lim.prefill_s / lim.per_token_s for lim, _ in limits)
-    best = known_s
-    for share in PREFILL_SHARES:
-        rate = share * exchange
-        demand = np.asarray(kv_steps) + rate * prompts
-        best = max(best, _band_bound(lengths, demand, limits, rate, best, grid))
-    return best
+    relaxations = [
+        _Relaxation(
+            lengths, np.asarray(kv_steps) + share * exchange * prompts, limits, share * exchange, grid
+        )
+        for share in PREFILL_SHARES
+    ]
+
+    def proven(makespan_s: float) -> bool:  # no schedule finishes by then: some relaxation has no cover
+        return any(r.infeasible(makespan_s) for r in relaxations)
+
+    low, high = known_s, known_s * STEP_UP
+    for _ in range(STEP_UPS):  # find a makespan no relaxation rules out
+        if not proven(high):
+            break
+        low, high = high, high * STEP_UP
+    else:
+        return low
+    for _ in range(BOUND_PROBES):  # bisection: ``low`` proven (or known), ``high`` not proven
+        if high - low <= PRECISION * high:
+            break
+        middle = (low + high) / 2.0
+        if proven(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
-def _band_bound(
-    lengths: Sequence[int] | IntArray,
-    demand_steps: FloatArray,
-    limits: Sequence[tuple[KindLimits, int]],
-    rate: float,
-    known_s: float,
-    grid: int,
-) -> float:
-    """The largest makespan at which no band cover exists (at least ``known_s``)."""
-    edges = _edges(lengths, grid)
-    demand = [math.floor(k / KV_UNIT) for k in band_loads(lengths, demand_steps, edges)]
-    needed, smallest, shortest = _band_items(lengths, demand_steps, edges)
+class _Relaxation:
+    """The band cover of one prefill exchange rate, probed at one makespan at a time."""
 
-    def serves(makespan_s: float) -> list[list[float]]:
-        return [[lim.serves(steps, makespan_s, rate) for steps in shortest] for lim, _ in limits]
+    def __init__(
+        self,
+        lengths: Sequence[int] | IntArray,
+        demand_steps: FloatArray,
+        limits: Sequence[tuple[KindLimits, int]],
+        rate: float,
+        grid: int,
+    ) -> None:
+        self.edges = _edges(lengths, grid)
+        self.demand = [math.floor(k / KV_UNIT) for k in band_loads(lengths, demand_steps, self.edges)]
+        self.needed, self.smallest, self.shortest = _band_items(lengths, demand_steps, self.edges)
+        self.limits, self.rate = limits, rate
+        self.sizes = [n for _, n in limits]
 
-    def capacity(makespan_s: float) -> tuple[list[list[int]], ItemCounts]:
-        most = serves(makespan_s)
+    def infeasible(self, makespan_s: float) -> bool:
+        """Whether CP-SAT proves that no band cover exists by ``makespan_s``."""
+        most = [
+            [lim.serves(steps, makespan_s, self.rate) for steps in self.shortest] for lim, _ in self.limits
+        ]
         units = [[math.ceil(v / KV_UNIT) for v in row] for row in most]
+        bands = range(len(self.edges))
         room = tuple(
-            tuple(
-                tuple(_whole(row[k], smallest[j]) if k >= j else 0 for j in range(len(edges)))
-                for k in range(len(edges))
-            )
+            tuple(tuple(_whole(row[k], self.smallest[j]) if k >= j else 0 for j in bands) for k in bands)
             for row in most
         )
-        return units, ItemCounts(needed, room)
-
-    sizes = [n for _, n in limits]
-    high = known_s
-    for _ in range(4):  # find a makespan the relaxation allows
-        if _probe(capacity(high), demand, sizes) != cp_model.INFEASIBLE:
-            break
-        known_s, high = high, high * 2.0
-    else:
-        return known_s
-    return _largest_infeasible(known_s, high, capacity, demand, sizes)
+        status = cover(units, self.demand, self.sizes, None, 0, ItemCounts(self.needed, room))[1]
+        return bool(status == cp_model.INFEASIBLE)
 
 
 def _edges(lengths: Sequence[int] | IntArray, grid: int) -> tuple[int, ...]:
@@ -201,29 +217,3 @@ def _whole(serves: float, smallest: float) -> int:
     if smallest <= 0.0 or not math.isfinite(smallest):
         return 1 << 30
     return math.floor(serves / smallest * (1.0 + 1e-9))
-
-
-def _probe(
-    capacity: tuple[list[list[int]], ItemCounts], demand: Sequence[int], sizes: Sequence[int]
-) -> cp_model.CpSolverStatus:
-    units, items = capacity
-    return cover(units, demand, sizes, None, 0, items)[1]
-
-
-def _largest_infeasible(
-    low: float,
-    high: float,
-    capacity: Callable[[float], tuple[list[list[int]], ItemCounts]],
-    demand: Sequence[int],
-    sizes: Sequence[int],
-) -> float:
-    """Bisection keeping ``low`` proven infeasible (or known) and ``high`` not proven infeasible."""
-    for _ in range(BOUND_PROBES):
-        if high - low <= PRECISION * high:
-            break
-        middle = (low + high) / 2.0
-        if _probe(capacity(middle), demand, sizes) == cp_model.INFEASIBLE:
-            low = middle
-        else:
-            high = middle
-    return low
