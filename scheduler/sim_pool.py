@@ -49,6 +49,7 @@ class Pool:
         *,
         excluded: frozenset[int] = frozenset(),
         affinity: bool = False,
+        planned: tuple[Sequence[float], Sequence[float]] | None = None,
     ) -> None:
         self.engines = list(engines)
         self.shared = shared  # the shared FIFO of a shared-queue plan (empty for static plans)
@@ -56,6 +57,9 @@ class Pool:
         self.steal = steal
         self.excluded = excluded  # worker indices that never take work from elsewhere (draining)
         self.affinity = affinity  # keep each group on one worker (shared queue and stealing)
+        # each item's predicted (start, end) on its planned worker (scheduler.deadlines); None: no
+        # steal deadlines (a shared-queue plan), so steals are not time-guarded
+        self.planned = planned
         self._gone: set[int] = set()  # shared items already bound to a worker with their group
         self._shared_groups: dict[int, list[int]] = {}  # group -> its items in the shared FIFO
         self._sizes: dict[int, int] = {}  # group -> its number of items (filled on first steal)
@@ -171,7 +175,9 @@ class Pool:
             return False
         if self.affinity:
             return self._steal_group(victim, thief, thief.ledger.group[item])
-        if not thief.reservation_fits(item) or not thief.take(item):  # the KV steal gate, then the engine
+        if not thief.reservation_fits(item) or not self._in_time(victim, thief, [item]):
+            return False  # the KV steal gate, then the deadline guard
+        if not thief.take(item):
             return False
         victim.queue.pop()
         self._unclaimed -= 1
@@ -186,8 +192,8 @@ class Pool:
         members = [i for i in victim.queue if ledger.group[i] == group]
         if len(members) != self._group_size(group) or any(ledger.pin[i] >= 0 for i in members):
             return False  # part of the group is claimed, running or done on its owner: it stays
-        if not thief.reservations_fit(members):  # the KV steal gate, for the group together
-            return False
+        if not thief.reservations_fit(members) or not self._in_time(victim, thief, members):
+            return False  # the KV steal gate and the deadline guard, for the group together
         victim.queue = deque(i for i in victim.queue if ledger.group[i] != group)
         victim.queued_work -= sum(ledger.planned[i] for i in members)
         self._unclaimed -= len(members)
@@ -196,6 +202,21 @@ class Pool:
         self.steals += len(members)
         self._claim_into(thief, members)
         return True
+
+    def _in_time(self, victim: WorkerEngine, thief: WorkerEngine, items: list[int]) -> bool:
+        """The deadline guard: ``thief`` would finish every one of ``items`` before its owner would.
+
+        The owner's time for an item is its planned end, pushed back by how late the owner is: the
+        planned start of the head of its unclaimed queue, if that has passed, says how far behind
+        schedule the owner runs (prediction error). The thief's time is ``thief_seconds``.
+        """
+        if self.planned is None:
+            return True
+        starts, ends = self.planned
+        now = thief.clock
+        late = max(0.0, now - starts[victim.queue[0]])
+        batch = thief.batch + len(thief.waiting) + len(items)
+        return all(now + thief_seconds(thief, i, batch) <= ends[i] + late for i in items)
 
     def _group_size(self, group: int) -> int:
         if not self._sizes:
@@ -213,3 +234,16 @@ class Pool:
             if best is None or score > best_score:
                 best, best_score = engine, score
         return best
+
+
+def thief_seconds(thief: WorkerEngine, item: int, batch: int) -> float:
+    """The thief's estimate of how long it takes to run ``item``: prefill plus its predicted steps.
+
+    Each step at the thief's step time with ``batch`` sequences holding what it holds now plus this
+    item at half its predicted output: its current batch stays (pessimistic: some of it will end
+    first), the rest is the item's own average context. Simple on purpose; docs/simulator.md.
+    """
+    ledger, cost = thief.ledger, thief.cost
+    prompt, steps = ledger.prompts[item], ledger.planned[item]
+    context = thief.offset + thief.batch * thief.step + prompt + steps / 2.0
+    return cost.prefill_time(prompt) + steps * cost.step_time(batch, context)

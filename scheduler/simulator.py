@@ -18,6 +18,7 @@ from numbers import Integral
 from typing import NamedTuple
 
 from scheduler.costmodel import worker_cost
+from scheduler.deadlines import planned_times
 from scheduler.devices import ModelPreset
 from scheduler.errors import InvalidInputError, SchedulerError
 from scheduler.sim_engine import Ledger, WorkerEngine, run_alone
@@ -122,8 +123,17 @@ def simulate(
             i for i, w in enumerate(inventory.workers) if w.worker_id in options.excluded_workers
         )
         speeds = [c.saturated_tps(context) for c in costs]
+        planned = (
+            _steal_deadlines(plan, trajectories, inventory, options) if options.steal and not shared else None
+        )
         pool = Pool(
-            engines, shared, speeds, options.steal, excluded=excluded, affinity=options.prefix_affinity
+            engines,
+            shared,
+            speeds,
+            options.steal,
+            excluded=excluded,
+            affinity=options.prefix_affinity,
+            planned=planned,
         )
         pool.run()
         steals = pool.steals
@@ -161,6 +171,26 @@ def simulate_worker(
     run_alone(engine)
     ends = tuple(ledger.end)
     return WorkerRun(max(ends, default=0.0), engine.busy_s, engine.preempted, tuple(ledger.start), ends)
+
+
+def _steal_deadlines(
+    plan: Plan, trajectories: Sequence[Trajectory], inventory: Inventory, options: SimOptions
+) -> tuple[list[float], list[float]]:
+    """Each item's predicted start and end on its planned worker, in trajectory order: the steal guard.
+
+    The plan played at PREDICTED lengths, static (``scheduler.deadlines``): a thief takes an item
+    only if it would finish it by then (later if its owner runs late; ``scheduler.sim_pool``).
+    """
+    times = planned_times(
+        plan,
+        trajectories,
+        inventory,
+        kv_admission=options.kv_admission,
+        watermark=options.watermark,
+        resume_preempted=options.resume_preempted,
+    )
+    starts = [times[t.key].start_s for t in trajectories]
+    return starts, [times[t.key].end_s for t in trajectories]
 
 
 def _check_options(options: SimOptions) -> None:

@@ -1,0 +1,82 @@
+"""When the plan expects each trajectory to start and end: the deadlines that guard work stealing.
+
+A steal helps only if the thief finishes the item before its planned owner would have. The plan
+states each worker's finish but not each item's; this module plays every worker's ordered queue
+alone at PREDICTED lengths (the simulator's engine, the same rules as the planner's finish model)
+and reads off each item's first admission and completion. The simulator uses them as steal
+deadlines (``scheduler.sim_pool``), and the service publishes them with the plan so the delivery
+layer's steal script applies the same rule (service/delivery/publisher.py).
+
+Shared-queue plans (``Plan.dispatch_order``) have no planned owner per item, hence no deadlines.
+Pure and deterministic: no I/O; one play costs about as much as one static simulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from scheduler.costmodel import worker_cost
+from scheduler.errors import InvalidInputError
+from scheduler.sim_engine import Ledger, WorkerEngine, run_alone
+from scheduler.stepsum import planned_steps
+from scheduler.types import Inventory, Plan, Trajectory
+
+
+class PlannedTime(NamedTuple):
+    """One item's predicted life on its planned worker, seconds from the step's start."""
+
+    start_s: float  # first admission, at predicted lengths
+    end_s: float  # completion, at predicted lengths: the item's steal deadline
+
+
+def planned_times(
+    plan: Plan,
+    trajectories: Sequence[Trajectory],
+    inventory: Inventory,
+    *,
+    kv_admission: bool,
+    watermark: float = 0.01,
+    resume_preempted: bool = False,
+) -> dict[str, PlannedTime]:
+    """Each planned item's predicted start and end on its planned worker; {} for a shared-queue plan.
+
+    ``kv_admission``, ``watermark`` and ``resume_preempted`` are the engine rules the plan will be
+    played under (``SimOptions``; the sidecar's own for a published plan). Raises
+    ``InvalidInputError`` when the plan names a worker or trajectory it was not given.
+    """
+    if plan.dispatch_order:
+        return {}
+    by_key = {t.key: t for t in trajectories}
+    workers = {w.worker_id: w for w in inventory.workers}
+    out: dict[str, PlannedTime] = {}
+    for n, wp in enumerate(plan.workers):
+        if not wp.items:
+            continue
+        worker = workers.get(wp.worker_id)
+        if worker is None:
+            raise InvalidInputError(f"plan.workers[{n}].worker_id", wp.worker_id, "not in the inventory")
+        items = [_lookup(by_key, key, n) for key in wp.items]
+        planned = [planned_steps(t.predicted_tokens) for t in items]
+        ledger = Ledger(list(wp.items), [t.prompt_tokens for t in items], planned, list(planned))
+        engine = WorkerEngine(
+            0,
+            worker_cost(worker, inventory.model),
+            ledger,
+            watermark=watermark,
+            kv_admission=kv_admission,
+            resume=resume_preempted,
+        )
+        engine.enqueue(list(range(len(items))))
+        run_alone(engine)
+        out.update(
+            zip(wp.items, map(PlannedTime._make, zip(ledger.start, ledger.end, strict=True)), strict=True)
+        )
+    return out
+
+
+def _lookup(by_key: Mapping[str, Trajectory], key: str, n: int) -> Trajectory:
+    trajectory = by_key.get(key)
+    if trajectory is None:
+        raise InvalidInputError(f"plan.workers[{n}].items", key, "names no trajectory of the batch")
+    return trajectory
