@@ -87,6 +87,8 @@ PROBLEMS: tuple[tuple[type[Exception], Problem], ...] = (
     (redis.ConnectionError, Problem(503, "Redis unavailable", "redis-unavailable")),
     (redis.TimeoutError, Problem(503, "Redis unavailable", "redis-unavailable")),
     (redis.BusyLoadingError, Problem(503, "Redis unavailable", "redis-unavailable")),
+    (redis.exceptions.ReadOnlyError, Problem(503, "Redis unavailable", "redis-unavailable")),  # failover
+    (redis.exceptions.OutOfMemoryError, Problem(503, "Redis out of memory", "redis-out-of-memory")),
 )
 
 
@@ -154,6 +156,11 @@ def _details(exc: Exception) -> tuple[str, dict[str, Any]]:
     if isinstance(exc, ServiceError):
         extra = {"field": exc.field, "value": _jsonable(exc.value)} if exc.field else {}
         return exc.detail, extra
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        return (
+            f"Redis refused the write, out of memory ({exc}); nothing was stored: retry once it has room",
+            {},
+        )
     if isinstance(exc, redis.RedisError) and lookup(exc).status == 503:
         return f"Redis is unreachable ({type(exc).__name__}: {exc}); retry shortly", {}
     if lookup(exc).status < 500:

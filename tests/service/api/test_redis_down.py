@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 
 from service.app import create_app
@@ -60,3 +61,24 @@ def test_the_app_starts_while_redis_is_down_and_serves_once_it_is_up(
         assert client.post("/schedule", json=batch_body()).status_code == 503
         private_redis.start()
         assert client.post("/schedule", json=batch_body()).status_code == 200
+
+
+def test_redis_out_of_memory_is_a_503_that_stores_nothing_and_passes_when_memory_returns(
+    private_redis: EmbeddedServer, tmp_path: Path
+) -> None:
+    settings = Settings(redis_url=private_redis.url, model_dir=str(tmp_path), redis_timeout_s=0.5)
+    admin = redis.Redis.from_url(private_redis.url)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        assert client.post("/schedule", json=batch_body()).status_code == 200
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", 1)  # every write is now refused
+        keys = sorted(admin.keys("*"))
+        full = client.post("/schedule", json=batch_body())
+        assert full.status_code == 503
+        assert full.json()["type"].endswith("/redis-out-of-memory")
+        assert "out of memory" in full.json()["detail"]
+        assert full.headers["retry-after"] == "1"
+        assert sorted(admin.keys("*")) == keys  # the refused request left nothing behind
+        admin.config_set("maxmemory", 0)
+        assert client.post("/schedule", json=batch_body()).status_code == 200
+    admin.close()
