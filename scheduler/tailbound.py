@@ -25,8 +25,8 @@ valid bound, so the largest over a few is too.
 Workers are counted per length band exactly as in planning (nested cover, Hall's condition), with
 capacities rounded up and demands down; the largest makespan at which CP-SAT proves the cover
 infeasible under some exchange rate is the bound (one bisection for all rates: a probe is settled
-as soon as one rate's cover is proven impossible). Pins, KV fit and group affinity are dropped: a relaxation of every
-schedule the simulator can play (property tests check it).
+as soon as one rate's cover is proven impossible). Pins, KV fit and group affinity are dropped: a
+relaxation of every schedule the simulator can play (property tests check it).
 """
 
 from __future__ import annotations
