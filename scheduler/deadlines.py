@@ -9,6 +9,17 @@ layer's steal script applies the same rule (service/delivery/publisher.py).
 
 Shared-queue plans (``Plan.dispatch_order``) have no planned owner per item, hence no deadlines.
 Pure and deterministic: no I/O; one play costs about as much as one static simulation.
+
+The guard (``owner_end``): an owner that has not started the head of its queue by that item's
+planned start runs late, and its remaining plan shifts by as much: an item planned to end at
+``end`` is projected to end at ``end + max(0, now - head_start)``. A thief takes the item only if
+``now + its own estimate <= owner_end``, i.e. its estimate is at most ``end - min(now, head_start)``:
+the time left to the deadline while the owner is on time, the owner's planned time from its next
+start to the item's end once it is late. A shift, not a stretch: when the owner is late because
+lengths run over their predictions, the thief's estimate (at the predicted length) is short by the
+same factor, and stretching only the owner's side let slow thieves take items they then finished
+last (measured: tests/scheduler/test_steal_guard.py). The condition only tightens with time for a
+given estimate, so a refused idle thief never needs to be woken to retry.
 """
 
 from __future__ import annotations
@@ -73,6 +84,13 @@ def planned_times(
             zip(wp.items, map(PlannedTime._make, zip(ledger.start, ledger.end, strict=True)), strict=True)
         )
     return out
+
+
+def owner_end(end_s: float, head_start_s: float, now_s: float) -> float:
+    """When the owner is projected to finish an item planned to end at ``end_s`` (times from the
+    step's start), given the planned start ``head_start_s`` of the first item it has not yet started.
+    """
+    return end_s + max(0.0, now_s - head_start_s)
 
 
 def _lookup(by_key: Mapping[str, Trajectory], key: str, n: int) -> Trajectory:

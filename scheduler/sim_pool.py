@@ -34,6 +34,7 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 
+from scheduler.deadlines import owner_end
 from scheduler.sim_engine import WorkerEngine, play_out
 
 
@@ -206,17 +207,16 @@ class Pool:
     def _in_time(self, victim: WorkerEngine, thief: WorkerEngine, items: list[int]) -> bool:
         """The deadline guard: ``thief`` would finish every one of ``items`` before its owner would.
 
-        The owner's time for an item is its planned end, pushed back by how late the owner is: the
-        planned start of the head of its unclaimed queue, if that has passed, says how far behind
-        schedule the owner runs (prediction error). The thief's time is ``thief_seconds``.
+        The owner's time for an item is its planned end, moved back by how late the owner runs
+        (``scheduler.deadlines.owner_end``, from the planned start of the head of its unclaimed
+        queue); the thief's is ``thief_seconds``.
         """
         if self.planned is None:
             return True
         starts, ends = self.planned
-        now = thief.clock
-        late = max(0.0, now - starts[victim.queue[0]])
+        now, head = thief.clock, starts[victim.queue[0]]
         batch = thief.batch + len(thief.waiting) + len(items)
-        return all(now + thief_seconds(thief, i, batch) <= ends[i] + late for i in items)
+        return all(now + thief_seconds(thief, i, batch) <= owner_end(ends[i], head, now) for i in items)
 
     def _group_size(self, group: int) -> int:
         if not self._sizes:

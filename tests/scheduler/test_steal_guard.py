@@ -1,0 +1,109 @@
+"""The steal deadline guard: a thief takes an item only if it would finish it before its planned owner.
+
+Each item's deadline is its end in the plan played statically at predicted lengths
+(``scheduler.deadlines``), moved back by how late its owner runs. On exact lengths no owner is late,
+so a slow thief leaves the plan alone; when predictions are too short the owner falls behind and is
+robbed as before.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scheduler.deadlines import planned_times
+from scheduler.devices import device_profile, model_preset
+from scheduler.errors import InvalidInputError
+from scheduler.simulator import SimOptions, SimResult, simulate, simulate_worker
+from scheduler.types import Inventory, Plan, Trajectory, Worker, WorkerPlan
+
+MODEL = model_preset("7b")
+WAVE = 600  # tokens of each of the owner's items: it runs three waves of four
+SLOWDOWN = 1.75  # the thief's step time over the owner's
+THIEF_OWN = 500  # tokens of each of the four items that fill the thief's slots first
+
+
+def _traj(i: int, tokens: int, predicted: float) -> Trajectory:
+    return Trajectory(f"p{i}", 0, 200, max(tokens, math.ceil(predicted)), predicted)
+
+
+def _workers(slowdown: float = SLOWDOWN) -> list[Worker]:
+    return [
+        Worker("owner", device_profile("H100"), max_num_seqs=4),
+        Worker("thief", device_profile("H100"), max_num_seqs=4, time_scale=slowdown),
+    ]
+
+
+def _case(first_wave: int) -> tuple[Plan, list[Trajectory], dict[str, int]]:
+    """Owner: three waves of four WAVE-token items, its first wave really ``first_wave`` tokens long.
+
+    The thief's own item keeps it busy for about one and a half waves; then it looks for work: the
+    owner's last wave, planned to end at about 3 waves, would take it about 1.75 waves.
+    """
+    owner = [_traj(i, first_wave if i < 4 else WAVE, WAVE) for i in range(12)]
+    thief = [_traj(90 + i, THIEF_OWN, float(THIEF_OWN)) for i in range(4)]
+    plan = Plan(
+        "test",
+        (
+            WorkerPlan("owner", tuple(t.key for t in owner), 0.0),
+            WorkerPlan("thief", tuple(t.key for t in thief), 0.0),
+        ),
+        0.0,
+        0.0,
+        "TEST",
+        0.0,
+    )
+    return plan, owner + thief, {t.key: t.max_new_tokens for t in owner + thief}
+
+
+def _play(first_wave: int, steal: bool, kv_admission: bool = False, slowdown: float = SLOWDOWN) -> SimResult:
+    plan, trajs, actual = _case(first_wave)
+    inventory = Inventory(tuple(_workers(slowdown)), MODEL)
+    return simulate(plan, trajs, actual, inventory, SimOptions(steal=steal, kv_admission=kv_admission))
+
+
+@pytest.mark.parametrize("kv_admission", [False, True])
+def test_a_thief_does_not_take_an_item_it_cannot_finish_before_its_deadline(kv_admission: bool) -> None:
+    stolen = _play(WAVE, steal=True, kv_admission=kv_admission)
+    alone = _play(WAVE, steal=False, kv_admission=kv_admission)
+    assert stolen.steals == 0
+    assert stolen == alone  # on exact lengths the plan plays out as planned
+
+
+def test_an_owner_behind_schedule_is_still_robbed() -> None:
+    # the owner's first wave runs five times its prediction: when the thief comes free the owner is
+    # late, its last wave will end four waves after the plan says, and the thief takes it
+    stolen = _play(5 * WAVE, steal=True)
+    alone = _play(5 * WAVE, steal=False)
+    assert stolen.steals == 4
+    assert stolen.makespan_s < 0.9 * alone.makespan_s
+    assert {r.key for r in stolen.items if r.stolen} == {f"p{i}#0" for i in range(8, 12)}  # its last wave
+    assert all(r.worker_id == "thief" for r in stolen.items if r.stolen)
+
+
+def test_a_thief_as_fast_as_the_owner_still_takes_the_last_wave() -> None:
+    stolen = _play(WAVE, steal=True, slowdown=1.0)
+    alone = _play(WAVE, steal=False, slowdown=1.0)
+    assert stolen.steals > 0
+    assert stolen.makespan_s < alone.makespan_s
+
+
+def test_planned_times_are_each_worker_played_alone_at_predicted_lengths() -> None:
+    plan, trajs, _ = _case(5 * WAVE)
+    inventory = Inventory(tuple(_workers()), MODEL)
+    times = planned_times(plan, trajs, inventory, kv_admission=False)
+    for n, wp in enumerate(plan.workers):
+        items = [t for t in trajs if t.key in wp.items]
+        run = simulate_worker(inventory.workers[n], MODEL, items)
+        assert [times[k].end_s for k in wp.items] == list(run.ends_s)
+        assert [times[k].start_s for k in wp.items] == list(run.starts_s)
+
+
+def test_planned_times_of_a_shared_queue_plan_are_empty_and_a_foreign_key_is_refused() -> None:
+    plan, trajs, _ = _case(WAVE)
+    inventory = Inventory(tuple(_workers()), MODEL)
+    shared = Plan("least_loaded", plan.workers, 0.0, 0.0, "TEST", 0.0, dispatch_order=("p0#0",))
+    assert planned_times(shared, trajs, inventory, kv_admission=False) == {}
+    with pytest.raises(InvalidInputError, match="names no trajectory"):
+        planned_times(plan, trajs[1:], inventory, kv_admission=False)
