@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.admission import RunningPeak
+from scheduler.admission import RunningPeak, expected_remaining
 from scheduler.costmodel import WorkerCost
 from scheduler.stepsum import decode_time, decode_times
 
@@ -208,7 +208,7 @@ class _WorkerRun:
             return False
         if self.reserve:
             step = self.step
-            end = step + max(1, self.steps[item])
+            end = step + expected_remaining(self.steps[item], 0)  # exact: none outlives it
             return self.peak.fits(step, self.prompts[item] - step, end, self.cap)
         context = self.offset + self.batch * self.step
         return context + self.prompts[item] <= self.limit
@@ -220,7 +220,9 @@ class _WorkerRun:
             self.token += 1
             self.alive[item] = (self.token, self.step)
             if self.reserve:
-                self.peak.add(self.step + max(1, self.steps[item]), self.prompts[item] - self.step)
+                self.peak.add(
+                    self.step + expected_remaining(self.steps[item], 0), self.prompts[item] - self.step
+                )
             heapq.heappush(self.heap, (self.step + self.steps[item], self.token, item))
             self.stack.append((self.token, item))
             self.batch += 1
@@ -264,4 +266,6 @@ class _WorkerRun:
         self.batch -= 1
         self.offset -= self.prompts[item] - admitted
         if self.reserve:
-            self.peak.remove(admitted + max(1, self.steps[item]), self.prompts[item] - admitted)
+            self.peak.remove(
+                admitted + expected_remaining(self.steps[item], 0), self.prompts[item] - admitted
+            )

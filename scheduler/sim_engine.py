@@ -6,10 +6,10 @@ The model is vLLM's (see docs/simulator.md for the formulas):
   (``batch < max_num_seqs``) and the prompt fits under the KV cache less a watermark; with
   ``kv_admission`` only while the projected peak fits (``scheduler.admission``): the KV the running
   set plus the candidate will hold at its fullest future step, each growing one token per step until
-  its PREDICTED end (``planned`` steps; one past its prediction is counted as ending at its next
-  step). On exact lengths that never preempts. An empty worker always admits its head, so a queue
-  never deadlocks. Sequences admitted
-  together are prefilled together, once, before the next decode step.
+  its PREDICTED end (``planned`` steps; one that outlives its prediction is expected to run a
+  quarter of it again, ``admission.expected_remaining``). On exact lengths that never preempts.
+  An empty worker always admits its head, so a queue never deadlocks. Sequences admitted together
+  are prefilled together, once, before the next decode step.
 - Decode: every running sequence appends one token per step; a step costs the cost model's
   ``step_time(b, C)`` with ``C`` the KV tokens held before the step (prompt plus generated so far).
   Between events ``b`` is fixed and ``C`` grows by ``b`` per step, so the steps are summed in
@@ -39,7 +39,7 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 
-from scheduler.admission import RunningPeak
+from scheduler.admission import RunningPeak, expected_remaining
 from scheduler.costmodel import WorkerCost
 from scheduler.errors import InvalidInputError
 from scheduler.stepsum import decode_time
@@ -77,9 +77,9 @@ class WorkerEngine:
     """One worker's queue, running batch and clock; see the module docstring for the rules."""
 
     __slots__ = ("alive", "batch", "blocked", "busy_s", "cap", "clock", "cost", "event_clock", "heap",
-                 "index", "kv_admission", "ledger", "limit", "max_seqs", "offset", "peak", "pending_run",
-                 "preempted", "prefill_tokens", "queue", "queued_work", "reserved", "resume", "stack", "step",
-                 "to_finish", "token", "waiting", "waiting_reserve")  # fmt: skip
+                 "index", "kv_admission", "ledger", "limit", "max_seqs", "offset", "overdue", "peak",
+                 "pending_run", "preempted", "prefill_tokens", "queue", "queued_work", "reserved", "resume",
+                 "stack", "step", "to_finish", "token", "waiting", "waiting_reserve")  # fmt: skip
 
     def __init__(
         self,
@@ -106,6 +106,7 @@ class WorkerEngine:
         self.alive: dict[int, tuple[int, int, int]] = {}  # running item -> (admission token, its offset
         # share, its predicted end step)
         self.peak = RunningPeak()  # the running set's predicted ends (kept only under kv_admission)
+        self.overdue: list[tuple[int, int, int]] = []  # (predicted end, token, item): next to outlive
         self.stack: list[tuple[int, int]] = []  # (token, item) in admission order: newest last
         self.clock = 0.0  # seconds; the worker's own time
         self.step = 0  # decode steps run so far
@@ -138,7 +139,9 @@ class WorkerEngine:
         ledger = self.ledger
         if self.kv_admission:
             step, kept = self.step, ledger.kept[item]
-            end = step + max(1, ledger.planned[item] - kept)
+            if self.overdue and self.overdue[0][0] <= step:
+                self._extend_overdue()
+            end = step + expected_remaining(ledger.planned[item], kept)
             return self.peak.fits(step, ledger.prompts[item] + kept - step, end, self.cap)
         return self.offset + batch * self.step + ledger.prompts[item] + ledger.kept[item] <= self.limit
 
@@ -225,10 +228,11 @@ class WorkerEngine:
         kept = ledger.kept[item]
         context = ledger.prompts[item] + kept
         self.token += 1
-        end = self.step + max(1, ledger.planned[item] - kept)  # predicted, as ``fits`` tested it
+        end = self.step + expected_remaining(ledger.planned[item], kept)  # as ``fits`` tested it
         self.alive[item] = (self.token, context - self.step, end)
         if self.kv_admission:
             self.peak.add(end, context - self.step)
+            heapq.heappush(self.overdue, (end, self.token, item))
         heapq.heappush(self.heap, (self.step + ledger.steps[item] - kept, self.token, item))
         self.stack.append((self.token, item))
         self.batch += 1
@@ -238,6 +242,21 @@ class WorkerEngine:
         if ledger.start[item] < 0.0:
             ledger.start[item] = self.clock
         ledger.worker[item] = self.index
+
+    def _extend_overdue(self) -> None:
+        """Give every running sequence that outlived its expected end a new one (``expected_remaining``)."""
+        ledger, step, overdue, alive = self.ledger, self.step, self.overdue, self.alive
+        while overdue and overdue[0][0] <= step:
+            end, token, item = heapq.heappop(overdue)
+            held = alive.get(item, _DEAD)
+            if held[0] != token or held[2] != end:
+                continue  # completed, evicted, or already extended
+            base = held[1]
+            later = step + expected_remaining(ledger.planned[item], base + step - ledger.prompts[item])
+            self.peak.remove(end, base)
+            self.peak.add(later, base)
+            alive[item] = (token, base, later)
+            heapq.heappush(overdue, (later, token, item))
 
     def commit(self) -> float | None:
         """Prefill what was admitted, then schedule the next event; return its time (None: idle)."""

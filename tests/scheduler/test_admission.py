@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.admission import RunningPeak, peak_fits, projected_peak
+from scheduler.admission import RunningPeak, expected_remaining, peak_fits, projected_peak
 
 
 def _brute_force(contexts: list[int], remaining: list[int]) -> int:
@@ -80,3 +80,24 @@ def test_a_removed_sequence_no_longer_counts() -> None:
     running = _tracked([(50, 100), (10, 100), (50, 7)])
     running.remove(50, 100)
     assert (running.ends, running.offsets, running.total) == ([10, 50], [100, 7], 107)
+
+
+def test_a_sequence_within_its_prediction_is_expected_to_run_the_rest_of_it() -> None:
+    assert expected_remaining(400, 0) == 400
+    assert expected_remaining(400, 399) == 1
+
+
+def test_a_sequence_past_its_prediction_is_expected_to_run_a_quarter_of_it_again() -> None:
+    assert expected_remaining(400, 400) == 100
+    assert expected_remaining(400, 499) == 1
+    assert expected_remaining(400, 500) == 100  # it outlived the extension too: another quarter
+    assert expected_remaining(400, 530) == 70
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 5_000), st.integers(0, 20_000))
+def test_the_expected_end_never_passes_and_moves_only_when_reached(planned: int, generated: int) -> None:
+    left = expected_remaining(planned, generated)
+    assert left >= 1
+    if left > 1:  # one step later the same end is expected
+        assert expected_remaining(planned, generated + 1) == left - 1

@@ -127,3 +127,33 @@ def test_the_finish_model_plays_any_queue_as_the_simulator_does_under_kv_admissi
     )
     assert played.preemptions == 0
     assert played.finish_s == pytest.approx(predicted, rel=AGREEMENT)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 150),
+    workers=st.integers(1, 3),
+    spare=st.integers(0, 20_000),
+    error=st.sampled_from([0.2, 1.0, 5.0]),
+    steal=st.booleans(),
+    resume=st.booleans(),
+)
+def test_under_kv_admission_mispredicted_lengths_still_complete_every_trajectory(
+    seed: int, n: int, workers: int, spare: int, error: float, steal: bool, resume: bool
+) -> None:
+    trajectories = tuple(  # room for true lengths up to five times the prediction
+        dataclasses.replace(t, max_new_tokens=5 * t.max_new_tokens) for t in batch(seed, n, longest=20_000)
+    )
+    rng = random.Random(seed)  # true lengths a fifth of the prediction, or anywhere within 5x of it
+    actual = {
+        t.key: int(t.predicted_tokens * (rng.uniform(1 / error, error) if error > 1 else error))
+        for t in trajectories
+    }
+    cap = max(t.prompt_tokens + t.max_new_tokens for t in trajectories) + spare
+    inventory = mixed(workers, 16, cap)
+    planned = plan(PlanRequest(trajectories, inventory, time_budget_s=0.1, kv_admission=True), "lpt")
+    options = SimOptions(steal=steal, kv_admission=True, resume_preempted=resume)
+    result = simulate(planned, trajectories, actual, inventory, options)
+    assert [r.output_tokens for r in result.items] == [actual[t.key] for t in trajectories]
+    assert all(r.end_s >= r.start_s >= 0.0 for r in result.items)
