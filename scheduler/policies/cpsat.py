@@ -77,7 +77,7 @@ class CpSatPolicy:
                 break
             tiers = _tiers(levels, kinds, len(problem.costs))
             band = functools.partial(_band, edges=levels.edges)
-            banded = lpt_assignment(problem, tiers, band, scale, reserve)
+            banded = lpt_assignment(problem, tiers, band, scale)
             queues, finishes = order_queues(problem, banded, reserve)
             queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)
             if max(finishes) < max(best.finish_s):

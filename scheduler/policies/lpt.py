@@ -48,7 +48,6 @@ def lpt_assignment(
     tiers: Sequence[int] | None = None,
     band: Callable[[Unit], int] | None = None,
     scale: Sequence[float] | None = None,
-    reserve: bool = False,
 ) -> list[list[int]]:
     """Unit indices per worker, chosen longest-first onto the earliest-finishing allowed worker.
 
@@ -65,9 +64,7 @@ def lpt_assignment(
         if fast is not None:
             return fast
     costs = problem.costs
-    state = _State(
-        problem, tiers or [0] * len(costs), scale or [1.0] * len(costs), tiers is not None, reserve
-    )
+    state = _State(problem, tiers or [0] * len(costs), scale or [1.0] * len(costs), tiers is not None)
     units = problem.units
     for u in _longest_first(units):
         unit = units[u]
@@ -138,9 +135,7 @@ FIT_DEPTH = 4  # heap entries examined for a worker whose KV peak still fits
 class _State:
     """Loads, placements and one heap per (kind, tier) of current load estimates."""
 
-    def __init__(
-        self, problem: Problem, tiers: Sequence[int], scale: Sequence[float], peaks: bool, reserve: bool
-    ) -> None:
+    def __init__(self, problem: Problem, tiers: Sequence[int], scale: Sequence[float], peaks: bool) -> None:
         self.costs, self.tiers, self.units, self.scale = problem.costs, tiers, problem.units, scale
         self.loads = [Load() for _ in self.costs]
         self.rates = [rates(c) for c in self.costs]
@@ -164,7 +159,6 @@ class _State:
         self.kv_limit = [(1.0 - PEAK_MARGIN) * c.kv_capacity_tokens for c in self.costs]
         self.slots = [c.max_num_seqs for c in self.costs]
         self.peaks = peaks  # pass over workers whose queue would no longer run at once (cpsat)
-        self.reserve = reserve  # reserved-KV admission: all at once only if every final length fits
 
     def place(self, worker: int, u: int, after: float | None) -> None:
         """Put unit ``u`` on ``worker`` and refresh its estimate (``after``, when already known)."""
@@ -232,7 +226,7 @@ class _State:
             # waves (D / max_num_seqs): yielding here left short-item workers idle a third of the run.
             return True
         limit = self.kv_limit[w]
-        if len(unit.members) == 1 and not self.reserve:  # the common case, inlined
+        if len(unit.members) == 1:  # the common case, inlined
             return (
                 self.peak[w] <= limit
                 and self.prompt_sum[w] + unit.prompt_tokens + count * unit.steps <= limit
@@ -245,12 +239,10 @@ class _State:
         Units arrive longest first, so with ``j`` sequences of length >= L running, the cache holds
         ``sum of their prompts + j * L`` tokens at step L: the peak is the largest such term, and a
         new (shortest) sequence adds one term. Under that peak the engine never preempts and the
-        load estimate is exact; over it, recompute preemption makes it optimistic. With reserved-KV
-        admission the queue runs at once only when all final lengths fit: the sum of prompts+lengths.
+        load estimate is exact; over it, recompute preemption makes it optimistic. Projected-peak KV
+        admission (``kv_admission``) admits the whole queue at once exactly when this peak fits too.
         """
         count, prompts, peak = self.count[w], self.prompt_sum[w], self.peak[w]
-        if self.reserve:  # admission reserves each sequence's final KV: the whole queue must fit at once
-            return peak + unit.prompt_tokens + unit.tokens
         if len(unit.members) == 1:
             return max(peak, prompts + unit.prompt_tokens + (count + 1) * unit.steps)
         for i in sorted(unit.members, key=lambda m: -self.steps[m]):
