@@ -70,7 +70,7 @@ class PlanRequest:
     inventory: Inventory
     time_budget_s: float = 0.25  # hard wall-clock budget for search-based policies
     prefix_affinity: bool = False  # keep each group's samples on one worker (prefix-cache reuse)
-    kv_admission: bool = False  # admit by KV reserved at predicted final length (no preemption)
+    kv_admission: bool = False  # admit by projected KV peak at predicted lengths (scheduler.admission)
     excluded_workers: frozenset[str] = frozenset()  # workers that must receive nothing (draining)
     seed: int = 0  # fixes any randomised search, so plans are reproducible
 
@@ -94,7 +94,7 @@ class Plan:
     lower_bound_s: float  # physical lower bound of the batch on the inventory
     status: str  # e.g. OPTIMAL, FEASIBLE, HEURISTIC, FALLBACK_LPT
     wall_time_s: float  # planning wall time
-    kv_admission: bool = False  # the sidecar/simulator should admit by reserved KV
+    kv_admission: bool = False  # the sidecar/simulator should admit by projected KV peak
     dispatch_order: tuple[str, ...] = ()  # shared-queue policies (least_loaded): the one FIFO workers
     # pull from whenever a slot frees; empty for static plans, where each worker runs its own queue
 

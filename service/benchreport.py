@@ -120,7 +120,7 @@ def _headline(trace: Trace, inventory: Inventory, kv_admission: bool) -> list[st
     )
     report = replay(trace, config)
     flag = "--kv-admission" if kv_admission else "--no-kv-admission"
-    admission = "KV reserved at predicted length" if kv_admission else "vLLM admission with preemption"
+    admission = "projected-peak KV admission" if kv_admission else "vLLM admission with preemption"
     return [
         f"#### Length-aware plans with {admission} (`{flag}`)",
         "",

@@ -83,7 +83,7 @@ class ScheduleRequest(Strict):
     quantile: float | None = Field(default=None, gt=0, lt=1)  # predicted-length quantile to plan on
     time_budget_ms: int | None = Field(default=None, gt=0, le=60_000)  # solver wall-clock budget
     prefix_affinity: bool = False  # keep each prompt's samples on one worker
-    kv_admission: bool = False  # sidecars admit by KV reserved at predicted final length
+    kv_admission: bool = False  # sidecars admit by projected KV peak at predicted lengths
     publish: bool = True  # write the plan to Redis for the sidecars; false = dry run
     seed: int = Field(default=0, ge=0)  # fixes any randomised search
     schedule_id: ScheduleId | None = None  # caller-chosen id: a retry of a published one is refused (409)

@@ -42,7 +42,7 @@ def replay_command(
     kv_admission: Annotated[
         bool,
         typer.Option(
-            "--kv-admission/--no-kv-admission", help="Length-aware plans reserve KV at predicted length."
+            "--kv-admission/--no-kv-admission", help="Length-aware plans admit by projected KV peak."
         ),
     ] = False,
     time_budget: Annotated[float, typer.Option(help="Per-plan budget of search policies, seconds.")] = 2.0,
