@@ -124,7 +124,9 @@ def simulate(
         )
         speeds = [c.saturated_tps(context) for c in costs]
         planned = (
-            _steal_deadlines(plan, trajectories, inventory, options) if options.steal and not shared else None
+            _steal_deadlines(plan, trajectories, inventory, options)
+            if options.steal and not plan.dispatch_order  # a shared queue plans no owner per item
+            else None
         )
         pool = Pool(
             engines,

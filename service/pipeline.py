@@ -241,7 +241,14 @@ def publish(
     settings = ctx.settings
     lease = LeaseSettings(settings.lease_ttl_ms, settings.max_attempts, settings.retention_s)
     publish_plan(
-        ctx.delivery, schedule_id, chosen, request.trajectories, payloads, lease, request.prefix_affinity
+        ctx.delivery,
+        schedule_id,
+        chosen,
+        request.trajectories,
+        payloads,
+        lease,
+        request.prefix_affinity,
+        inventory=request.inventory,  # each item's steal deadline, from the plan at predicted lengths
     )
 
 

@@ -28,6 +28,11 @@ key                         type     contents
 ``P:grp``                   hash     item key -> its group, only under prefix affinity (a steal
                                      moves a whole, wholly queued, never started group)
 ``P:gsize``                 hash     group -> its number of items, only under prefix affinity
+``P:due``                   hash     item key -> ``start|end``: when the plan predicts its planned
+                                     worker starts and finishes it (lease clock, ms; publish time +
+                                     ``DeliveryItem.planned_start_ms`` / ``deadline_ms``). A steal
+                                     takes it only if the thief would finish it by ``end`` (moved
+                                     back by the owner's lateness); absent: no deadline guard
 ``P:counts``                hash     ``q|r|d|f`` totals and ``q:<w>|r:<w>|d:<w>|f:<w>`` per worker
 ``P:q:<worker>``            list     the worker's ordered queue; head = next to start
 ``P:q:*``                   list     shared FIFO for shared-queue policies (``Plan.dispatch_order``)
@@ -136,6 +141,11 @@ class ScheduleKeys:
         """Worker -> predicted seconds per predicted token (``*``: the default)."""
         return f"{self.base}:pace"
 
+    @property
+    def due(self) -> str:
+        """Item key -> ``start|end`` ms: its planned run on its owner (the steal deadline guard)."""
+        return f"{self.base}:due"
+
     def queue(self, worker_id: str) -> str:
         """A worker's ordered queue (``SHARED_QUEUE`` names the shared FIFO)."""
         return f"{self.base}:q:{worker_id}"
@@ -152,6 +162,7 @@ class ScheduleKeys:
             "pin",
             "grp",
             "gsize",
+            "due",
             "counts",
             "dead",
             "results",

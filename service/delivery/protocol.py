@@ -12,6 +12,7 @@ tests and simulations use to drive expiry deterministically; do not mix both sty
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
@@ -179,6 +180,7 @@ class Delivery:
         max_items: int,
         now_ms: int | None = None,
         budget_tokens: int | None = None,
+        rate_tokens_per_s: float | None = None,
     ) -> list[Lease]:
         """Lease items from the tail of the busiest queue; only when the worker's own queue is empty.
 
@@ -188,12 +190,20 @@ class Delivery:
         of everything it holds). Tail items are taken only while their cumulative
         ``reservation_tokens`` fit it; the first that does not stays queued and ends the steal. None
         means unbounded (a thief that does not know its KV cache is limited by slots alone).
+
+        ``rate_tokens_per_s`` is the deadline guard: the thief's decode rate per sequence. An item
+        with a planned deadline (``DeliveryItem.deadline_ms``) is taken only if now + its predicted
+        tokens / rate is no later than that deadline, moved back by how late its owner runs; the
+        first that fails stays queued and ends the steal. None: no guard (steal as before).
         """
         if max_items < 1:
             return []
         max_items = min(max_items, keyspace.MAX_BATCH)
         budget = "" if budget_tokens is None else str(int(budget_tokens))
-        args = [worker_id, max_items, wire.clock(now_ms), budget]
+        rate = ""
+        if rate_tokens_per_s is not None and math.isfinite(rate_tokens_per_s) and rate_tokens_per_s > 0:
+            rate = repr(float(rate_tokens_per_s))
+        args = [worker_id, max_items, wire.clock(now_ms), budget, rate]
         flat = self._call(self.scripts.steal, schedule_id, args)
         return self._leases(schedule_id, worker_id, flat[1:])
 

@@ -7,17 +7,21 @@ Shared-queue plans (``Plan.dispatch_order``) become the shared FIFO every worker
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from scheduler.deadlines import PlannedTime, planned_times
 from scheduler.errors import InvalidInputError
-from scheduler.types import Plan, Trajectory
+from scheduler.types import Inventory, Plan, Trajectory
 from service.delivery.protocol import Delivery
 from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSchedule, PublishOutcome
 
 
-def delivery_item(trajectory: Trajectory, payload: Mapping[str, Any] | None = None) -> DeliveryItem:
-    """The item a worker receives for one planned trajectory."""
+def delivery_item(
+    trajectory: Trajectory, payload: Mapping[str, Any] | None = None, planned: PlannedTime | None = None
+) -> DeliveryItem:
+    """The item a worker receives for one planned trajectory (``planned``: its steal deadline)."""
     return DeliveryItem(
         key=trajectory.key,
         prompt_id=trajectory.prompt_id,
@@ -28,7 +32,13 @@ def delivery_item(trajectory: Trajectory, payload: Mapping[str, Any] | None = No
         payload=dict(payload or {}),
         group_id=trajectory.group,
         pinned=trajectory.pinned_worker is not None,
+        planned_start_ms=None if planned is None else _ms(planned.start_s),
+        deadline_ms=None if planned is None else _ms(planned.end_s),
     )
+
+
+def _ms(seconds: float) -> int:
+    return max(0, math.ceil(seconds * 1000.0))
 
 
 def schedule_from_plan(
@@ -38,16 +48,26 @@ def schedule_from_plan(
     payloads: Mapping[str, Mapping[str, Any]] | None = None,
     lease: LeaseSettings | None = None,
     prefix_affinity: bool = False,
+    inventory: Inventory | None = None,
 ) -> PublishedSchedule:
     """Build the schedule to publish; ``payloads`` maps a prompt id to its JSON payload.
+
+    With the ``inventory`` the plan was made for, each queued item carries its steal deadline: when
+    the plan, played at predicted lengths (``scheduler.deadlines``), has its planned worker finish it;
+    the steal script leaves it to its owner unless a thief would finish it sooner. Without one (or
+    for a shared-queue plan) items have no deadline and steals are not time-guarded.
 
     Pins and ``prefix_affinity`` (the request's) travel with the schedule so that the steal script
     honours what the simulator honours: a pinned item never moves (and skips the shared FIFO for its
     worker's own queue, in dispatch order), and under affinity a steal moves only whole groups.
     Raises ``InvalidInputError`` when the plan names a trajectory it was not given.
     """
+    trajectories = list(trajectories)
     by_key = {t.key: t for t in trajectories}
     prompts = payloads or {}
+    times: dict[str, PlannedTime] = {}
+    if inventory is not None:
+        times = planned_times(plan, trajectories, inventory, kv_admission=plan.kv_admission)
 
     def items(field: str, keys: Iterable[str]) -> tuple[DeliveryItem, ...]:
         out = []
@@ -55,7 +75,7 @@ def schedule_from_plan(
             if key not in by_key:
                 raise InvalidInputError(field, key, "plan names a trajectory that was not given")
             traj = by_key[key]
-            out.append(delivery_item(traj, prompts.get(traj.prompt_id)))
+            out.append(delivery_item(traj, prompts.get(traj.prompt_id), times.get(key)))
         return tuple(out)
 
     # A shared-queue plan's per-worker lists only forecast who runs what; the FIFO is the truth, and
@@ -121,11 +141,14 @@ def publish_plan(
     payloads: Mapping[str, Mapping[str, Any]] | None = None,
     lease: LeaseSettings | None = None,
     prefix_affinity: bool = False,
+    inventory: Inventory | None = None,
 ) -> PublishOutcome:
     """Publish a plan for its workers to pull (atomic, idempotent per ``schedule_id``).
 
     ``prefix_affinity`` is the request's flag (a ``Plan`` does not record it): steals then keep
-    each group on one worker.
+    each group on one worker. ``inventory`` (the plan's) gives each item its steal deadline.
     """
-    schedule = schedule_from_plan(schedule_id, plan, trajectories, payloads, lease, prefix_affinity)
+    schedule = schedule_from_plan(
+        schedule_id, plan, trajectories, payloads, lease, prefix_affinity, inventory
+    )
     return delivery.publish(schedule)

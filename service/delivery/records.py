@@ -34,6 +34,11 @@ class DeliveryItem:
     payload: Mapping[str, Any] = field(default_factory=dict)  # JSON-safe: prompt text, messages...
     group_id: str = ""  # prefix-sharing group (Trajectory.group_id); empty: the prompt id
     pinned: bool = False  # only its planned worker may run it: never stolen (Trajectory.pinned_worker)
+    # when the plan predicts its planned worker starts and finishes it, ms after publication
+    # (scheduler.deadlines); the steal script leaves it to its owner unless the thief would finish it
+    # by then (keys.py, P:due). None: no deadline (shared FIFO, or a publisher without an inventory)
+    planned_start_ms: int | None = None
+    deadline_ms: int | None = None
 
     @property
     def group(self) -> str:
@@ -52,6 +57,8 @@ class DeliveryItem:
             "payload": dict(self.payload),
             "group_id": self.group_id,
             "pinned": self.pinned,
+            "planned_start_ms": self.planned_start_ms,
+            "deadline_ms": self.deadline_ms,
         }
 
     @property
@@ -76,7 +83,16 @@ class DeliveryItem:
             payload=dict(data.get("payload") or {}),
             group_id=str(data.get("group_id", "")),
             pinned=bool(data.get("pinned", False)),
+            planned_start_ms=_optional_int(data.get("planned_start_ms")),
+            deadline_ms=_optional_int(data.get("deadline_ms")),
         )
+
+    def due(self) -> str:
+        """The item's ``P:due`` line for publish.lua: ``start|end`` in ms after publication, or ``-``."""
+        if self.deadline_ms is None:
+            return "-"
+        start = self.deadline_ms if self.planned_start_ms is None else self.planned_start_ms
+        return f"{int(start)}|{int(self.deadline_ms)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +179,10 @@ class PublishedSchedule:
         return paces
 
 
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def _check_name(field_name: str, value: str) -> None:
     if not value or any(c in value for c in "{}|\n\r\t ") or len(value) > 200:
         raise InvalidInputError(field_name, value, "must be 1-200 chars without braces, '|' or whitespace")
@@ -180,6 +200,9 @@ def _check_item(where: str, item: DeliveryItem, seen: set[str]) -> None:
         raise InvalidInputError(f"{where}.max_new_tokens", item.max_new_tokens, "must be >= 1")
     if item.prompt_tokens < 0:
         raise InvalidInputError(f"{where}.prompt_tokens", item.prompt_tokens, "must be >= 0")
+    for name, ms in (("planned_start_ms", item.planned_start_ms), ("deadline_ms", item.deadline_ms)):
+        if ms is not None and (isinstance(ms, bool) or not isinstance(ms, int) or ms < 0):
+            raise InvalidInputError(f"{where}.{name}", ms, "must be an integer >= 0 or None")
 
 
 @dataclass(frozen=True, slots=True)

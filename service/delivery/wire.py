@@ -60,6 +60,7 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None) -> list[Any]:
         int(affinity),
         "\n".join("1" if item.pinned else "0" for item in items),
         "\n".join(item.group for item in items) if affinity else "",
+        "\n".join(item.due() for item in items),  # steal deadlines ('-' for none), P:due
     ]
     fields = [lease.retention_s, *head, *body, *steal_rules]
     digest = hashlib.sha256("\x00".join(map(str, fields)).encode()).hexdigest()

@@ -6,7 +6,9 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
 
 * discovery: the schedules announced to this worker (its inbox), oldest first;
 * claiming: the head of its own queue first; when that is empty, stealing from the busiest queue
-  what fits its free slots and its KV cache at predicted lengths (the KV steal gate);
+  what fits its free slots and its KV cache at predicted lengths (the KV steal gate) and what it
+  would finish, at the decode rate it measured, before the item's planned owner would (the deadline
+  guard; before its first completion it has no rate and steals as if items had no deadline);
   when both are empty, an opportunistic reap of lapsed leases, so redelivery of a dead worker's items
   does not depend on the service's reaper being up;
 * heartbeats: every held lease is extended each third of its schedule's TTL; a lease the server no
@@ -132,8 +134,11 @@ class WorkerSession:
             self.stats.claimed += len(leases)
             if not leases and self.settings.steal:
                 budget = self.holdings.steal_budget()  # the KV steal gate; None: slots alone
+                rate = self.holdings.decode_rate()  # the deadline guard; None: no completion yet
                 steal = self.delivery.steal
-                leases = await self._redis(steal, sid, worker, count, budget_tokens=budget)
+                leases = await self._redis(
+                    steal, sid, worker, count, budget_tokens=budget, rate_tokens_per_s=rate
+                )
                 self.stats.stolen += len(leases)
             if not leases and self.settings.reap_when_idle:
                 await self._reap_idle(info)

@@ -5,7 +5,8 @@
 --       string; '*' = the default), then newline-joined keys, predicted tokens, KV
 --       reservations, item JSONs (one string each: a few large arguments parse far faster than
 --       thousands of small ones), then the steal rules: affinity ('1' = prefix affinity),
---       newline-joined pinned flags ('0'/'1' per item), newline-joined groups ('' without affinity).
+--       newline-joined pinned flags ('0'/'1' per item), newline-joined groups ('' without affinity),
+--       newline-joined steal deadlines ('start|end' ms after publication per item, '-' for none).
 -- Returns 1 created, 0 unchanged replay; error CONFLICT when the id holds a different schedule.
 local existing = redis.call('HGET', META, 'fingerprint')
 if existing then
@@ -23,7 +24,7 @@ local function lines(s)
 end
 local stated = cjson.decode(ARGV[10])
 local keys, preds, reserves, jsons = lines(ARGV[11]), lines(ARGV[12]), lines(ARGV[13]), lines(ARGV[14])
-local affinity, pins, groups = ARGV[15], lines(ARGV[16]), lines(ARGV[17])
+local affinity, pins, groups, dues = ARGV[15], lines(ARGV[16]), lines(ARGV[17]), lines(ARGV[18] or '')
 local flat = {}
 for w, p in pairs(stated) do flat[#flat + 1], flat[#flat + 2] = w, p end
 bulk('HSET', k('pace'), flat)
@@ -56,9 +57,12 @@ bulk('HSET', k('items'), items)
 bulk('HSET', k('st'), st)
 bulk('HSET', k('counts'), cnt)
 -- Steal rules: P:pin holds the pinned items (never stolen); under affinity P:grp maps each item to
--- its group and P:gsize each group to its size (a steal moves a whole, wholly queued group).
-local pinned, grp, gsize, sizes_of = {}, {}, {}, {}
+-- its group and P:gsize each group to its size (a steal moves a whole, wholly queued group); P:due
+-- maps each item with a deadline to its planned 'start|end' on the lease clock (steal.lua's guard).
+local pinned, grp, gsize, sizes_of, due = {}, {}, {}, {}, {}
 for j = 1, n do
+  local s0, e0 = string.match(dues[j] or '-', '^(%d+)|(%d+)$')
+  if s0 then due[#due + 1], due[#due + 2] = keys[j], int(now + tonumber(s0)) .. '|' .. int(now + tonumber(e0)) end
   if pins[j] == '1' then pinned[#pinned + 1], pinned[#pinned + 2] = keys[j], '1' end
   if affinity == '1' then
     grp[#grp + 1], grp[#grp + 2] = keys[j], groups[j]
@@ -69,11 +73,12 @@ for g, c in pairs(sizes_of) do gsize[#gsize + 1], gsize[#gsize + 2] = g, c end
 if #pinned > 0 then bulk('HSET', k('pin'), pinned) end
 if #grp > 0 then bulk('HSET', k('grp'), grp) end
 if #gsize > 0 then bulk('HSET', k('gsize'), gsize) end
-for _, s in ipairs({'meta', 'items', 'st', 'counts', 'work', 'pace', 'pin', 'grp', 'gsize'}) do redis.call('PEXPIREAT', k(s), exp) end
+if #due > 0 then bulk('HSET', k('due'), due) end
+for _, s in ipairs({'meta', 'items', 'st', 'counts', 'work', 'pace', 'pin', 'grp', 'gsize', 'due'}) do redis.call('PEXPIREAT', k(s), exp) end
 -- Free the big argument strings and tables now: left to the incremental collector they would slow
 -- the next few hundred claims by tens of microseconds each.
 items, st, keys, preds, reserves, jsons, cnt = nil, nil, nil, nil, nil, nil, nil
-pins, groups, pinned, grp, gsize, sizes_of = nil, nil, nil, nil, nil, nil
+pins, groups, pinned, grp, gsize, sizes_of, dues, due = nil, nil, nil, nil, nil, nil, nil, nil
 pcall(function() for a = #ARGV, 1, -1 do ARGV[a] = nil end end)  -- a server may protect ARGV
 collectgarbage()
 return 1

@@ -10,7 +10,12 @@
 -- steal moves the tail item's whole group or nothing: only if every member is still queued on the
 -- victim, never started (no attempt spent), unpinned, and the group fits the budget together. The
 -- group goes to the thief's own queue; up to max of it is leased now, the rest claimed as usual.
--- ARGV: thief, max, now ('' = server), budget ('' = unbounded: the thief does not know its KV cache).
+-- The deadline guard, as the simulator (scheduler/sim_pool.py, _in_time): an item with a planned
+-- 'start|end' in P:due is taken only if the thief would finish it by its end, now + predicted tokens /
+-- rate, where the end moves back by how late the owner is (now minus the planned start of the head of
+-- its queue, if that has passed); the first tail item that fails ends the steal and stays queued.
+-- ARGV: thief, max, now ('' = server), budget ('' = unbounded: the thief does not know its KV cache),
+-- rate (the thief's decode tokens/s per sequence; '' or absent = no deadline guard).
 -- Returns {victim, then 5-tuples as claim}; {} when there is nothing to steal or nothing fits.
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
@@ -30,6 +35,24 @@ end
 
 local function pinned(key) return redis.call('HEXISTS', k('pin'), key) == 1 end
 
+local rate = tonumber(ARGV[5] or '')
+if rate and rate <= 0 then rate = nil end
+local late = nil  -- how far the victim runs behind its plan, ms (computed on first use)
+
+-- Whether the thief would finish key before its owner would (true without a rate or a deadline).
+local function in_time(key)
+  if not rate then return true end
+  local due = redis.call('HGET', k('due'), key)
+  if not due then return true end
+  if late == nil then
+    local head = redis.call('HGET', k('due'), redis.call('LINDEX', queue, 0) or '')
+    local start = tonumber(string.match(head or '', '^(%d+)|') or '')
+    late = (start and now > start) and (now - start) or 0
+  end
+  local finish = tonumber(string.match(due, '|(%d+)$'))
+  return now + 1000 * (tonumber(get(key).pred) or 0) / rate <= finish + late
+end
+
 -- The tail item's whole group, head first, when it may move; nil when it must stay.
 local function movable_group()
   local tail = redis.call('LINDEX', queue, -1)
@@ -38,7 +61,7 @@ local function movable_group()
   local members, all = {}, redis.call('LRANGE', queue, 0, -1)
   for _, key in ipairs(all) do
     if redis.call('HGET', k('grp'), key) == g then
-      if pinned(key) or get(key).att > 0 then return nil end
+      if pinned(key) or get(key).att > 0 or not in_time(key) then return nil end
       members[#members + 1] = key
     end
   end
@@ -84,6 +107,7 @@ local take = math.min(want, math.max(1, math.floor(len / 2)))
 local tail, fit, used = redis.call('LRANGE', queue, -take, -1), 0, 0
 for i = #tail, 1, -1 do
   if pinned(tail[i]) then break end  -- a pinned item never moves; nor what is queued before it
+  if not in_time(tail[i]) then break end  -- its owner would finish it first: it and the rest stay
   used = used + (tonumber(get(tail[i]).res) or 0)
   if budget and used > budget then break end
   fit = fit + 1

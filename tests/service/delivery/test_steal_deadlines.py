@@ -1,0 +1,106 @@
+"""The steal script's deadline guard, the simulator's rule (scheduler/sim_pool.py, _in_time).
+
+An item published with its planned ``start|end`` (``DeliveryItem.planned_start_ms``/``deadline_ms``,
+ms after publication) is stolen only if the thief, at its measured decode rate, would finish it by
+that end, moved back by how late its owner runs; without a rate, or for items without a deadline,
+steals go on as before. Clocks are pinned (``now_ms``) so every case is exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import redis
+
+from scheduler.devices import device_profile, model_preset
+from scheduler.types import Inventory, Plan, Trajectory, Worker, WorkerPlan
+from service.delivery import Delivery, DeliveryItem, PublishedSchedule
+from service.delivery.publisher import schedule_from_plan
+from tests.service.delivery.audit import assert_sound
+from tests.service.delivery.conftest import item
+
+T0 = 1_000_000  # publication time, ms (pinned)
+
+
+def _planned(key: str, predicted: float, start_ms: int, end_ms: int) -> DeliveryItem:
+    return dataclasses.replace(item(key, predicted), planned_start_ms=start_ms, deadline_ms=end_ms)
+
+
+def _owner_queue() -> tuple[DeliveryItem, ...]:
+    """Owner b: head planned to start at 10 s, four 1,000-token items planned to end at 20..50 s."""
+    return (
+        _planned("b-0#0", 1_000.0, 10_000, 20_000),
+        *(_planned(f"b-{i}#0", 1_000.0, 10_000 * i, 10_000 * (i + 1)) for i in range(1, 5)),
+    )
+
+
+def _publish(delivery: Delivery) -> None:
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": _owner_queue()}), now_ms=T0)
+
+
+def test_a_steal_skips_a_tail_item_whose_deadline_the_thief_cannot_meet(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    _publish(delivery)
+    # at 5 s, 1,000 tokens at 20 tok/s take 50 s: 55 s > the tail's 50 s deadline, and b is on time
+    assert delivery.steal("s", "a", 2, now_ms=T0 + 5_000, rate_tokens_per_s=20.0) == []
+    assert delivery.progress("s").workers["b"].queued == 5
+    assert_sound(redis_client, "s")  # the refused item stays queued, nowhere else
+    # at 25 tok/s (40 s) the tail fits (45 <= 50 s) but the next one (45 > 40 s) does not
+    stolen = delivery.steal("s", "a", 2, now_ms=T0 + 5_000, rate_tokens_per_s=25.0)
+    assert [le.key for le in stolen] == ["b-4#0"]
+    assert_sound(redis_client, "s")
+
+
+def test_an_owner_behind_schedule_is_still_robbed(delivery: Delivery, redis_client: redis.Redis) -> None:
+    _publish(delivery)
+    # at 40 s the owner has not started its head (planned at 10 s): 30 s late, so its tail is due
+    # at 80 s; the thief needs 40 s (80 <= 80), the item before it would be due at 70 s
+    stolen = delivery.steal("s", "a", 2, now_ms=T0 + 40_000, rate_tokens_per_s=25.0)
+    assert [le.key for le in stolen] == ["b-4#0"]
+    assert_sound(redis_client, "s")
+
+
+def test_while_the_owner_is_on_time_the_thief_must_beat_the_deadline_itself(delivery: Delivery) -> None:
+    _publish(delivery)
+    # at 10 s exactly (not late) the thief would end at 50 s: it meets the tail's deadline only
+    assert [le.key for le in delivery.steal("s", "a", 4, now_ms=T0 + 10_000, rate_tokens_per_s=25.0)] == [
+        "b-4#0"
+    ]
+    # at 11 s the owner is 1 s late: the next tail (planned 40 s, now 41 s) needs 51 s: refused
+    assert delivery.steal("s", "a", 4, now_ms=T0 + 11_000, rate_tokens_per_s=25.0) == []
+
+
+def test_without_a_rate_or_a_deadline_a_steal_is_not_time_guarded(delivery: Delivery) -> None:
+    _publish(delivery)
+    assert len(delivery.steal("s", "a", 2, now_ms=T0 + 5_000)) == 2  # no rate: as before the guard
+    delivery.publish(PublishedSchedule("t", {"a": (), "b": tuple(item(f"b-{i}#0") for i in range(4))}))
+    assert len(delivery.steal("t", "a", 2, rate_tokens_per_s=0.001)) == 2  # no deadlines: as before
+
+
+def test_under_prefix_affinity_a_group_moves_only_if_every_member_meets_its_deadline(
+    delivery: Delivery,
+) -> None:
+    queue = (
+        _planned("p#0", 1_000.0, 0, 10_000),
+        _planned("q#0", 100.0, 10_000, 60_000),
+        _planned("q#1", 1_000.0, 10_000, 20_000),
+    )
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}, prefix_affinity=True), now_ms=T0)
+    # q#0 would be in time (4 s <= 60 s) but q#1 not (40 s > 20 s): the group stays whole on b
+    assert delivery.steal("s", "a", 2, now_ms=T0, rate_tokens_per_s=25.0) == []
+    assert len(delivery.steal("s", "a", 2, now_ms=T0, rate_tokens_per_s=100.0)) == 2
+
+
+def test_the_publisher_gives_each_planned_item_its_predicted_end_on_its_worker() -> None:
+    model = model_preset("7b")
+    workers = (Worker("a", device_profile("H100"), max_num_seqs=2),)
+    trajs = [Trajectory(f"p{i}", 0, 100, 4_096, 500.0 * (i + 1)) for i in range(3)]
+    plan = Plan("test", (WorkerPlan("a", tuple(t.key for t in trajs), 0.0),), 0.0, 0.0, "TEST", 0.0)
+    schedule = schedule_from_plan("s", plan, trajs, inventory=Inventory(workers, model))
+    queue = schedule.queues["a"]
+    assert [it.planned_start_ms for it in queue][:2] == [0, 0]  # two slots: the first two start at once
+    deadlines = [it.deadline_ms for it in queue]
+    assert all(d is not None and d > 0 for d in deadlines)
+    assert queue[2].planned_start_ms == deadlines[0]  # the third starts when the first ends
+    assert all(it.deadline_ms is None for it in schedule_from_plan("s", plan, trajs).queues["a"])
