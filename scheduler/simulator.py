@@ -35,7 +35,7 @@ class SimOptions:
 
     steal: bool = False  # a worker with an empty queue, a free slot and KV room at predicted final
     # lengths steals from the most-loaded tail (the delivery layer's rule, docs/simulator.md)
-    kv_admission: bool = False  # admit only while KV reserved at predicted final lengths fits
+    kv_admission: bool = False  # admit only while the projected KV peak at predicted lengths fits
     watermark: float = 0.01  # share of KV kept free when admitting normally (vLLM's default)
     resume_preempted: bool = False  # an evicted sequence keeps its output (vLLM V1) instead of
     # restarting; the planner's finish model restarts, so plan and replay agree only when False
@@ -97,8 +97,9 @@ def simulate(
     """Play ``plan`` with ``actual_tokens`` deciding when each trajectory ends.
 
     Predicted lengths (``Trajectory.predicted_tokens``) drive only what a real system would know in
-    advance: KV reservations under ``kv_admission`` and the victim choice of work stealing. A plan
-    with a ``dispatch_order`` is a shared queue that every worker pulls from when a slot frees.
+    advance: projected-peak admission under ``kv_admission``, the KV steal gate and the victim choice
+    of work stealing. A plan with a ``dispatch_order`` is a shared queue that every worker pulls from
+    when a slot frees.
     """
     _check_options(options)
     ledger, index_of = _ledger(trajectories, actual_tokens, inventory)
