@@ -9,11 +9,12 @@ then does not run out of KV mid-generation, and the cache stays as full as that 
 
 The engine is called without streaming, so how far a running sequence has got is estimated: its
 time since start times the per-sequence decode rate measured on this sidecar's completions
-(tokens over wall time). Until a first completion gives that rate, each running item is counted
-at its predicted final length all at once (``prompt_tokens + min(predicted_tokens,
-max_new_tokens)``, the conservative reservation). An item larger than the whole cache still starts
-when nothing else runs, so nothing can wait forever. Stealing is gated by KV always, whatever the
-schedule's admission mode (``steal_budget``).
+(tokens over wall time); one past its predicted length is expected to run a quarter of it again
+(``scheduler.admission.expected_remaining``, as the simulator assumes). Until a first completion
+gives that rate, each running item is counted at its predicted final length all at once
+(``prompt_tokens + min(predicted_tokens, max_new_tokens)``, the conservative reservation). An item
+larger than the whole cache still starts when nothing else runs, so nothing can wait forever.
+Stealing is gated by KV always, whatever the schedule's admission mode (``steal_budget``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from scheduler.admission import peak_fits
+from scheduler.admission import expected_remaining, peak_fits
 from service.delivery.records import DeliveryItem, Lease
 
 LeaseId = tuple[str, str, int]  # (schedule id, item key, token): a re-claimed item is a new lease
@@ -113,9 +114,9 @@ class Holdings:
         contexts, remaining = [], []
         for h in running:
             item = h.lease.item
-            done = min(rate * max(0.0, now - h.started_at), float(item.max_new_tokens))
-            contexts.append(item.prompt_tokens + int(done))
-            remaining.append(math.ceil(_predicted(item) - done))
+            done = int(min(rate * max(0.0, now - h.started_at), float(item.max_new_tokens)))
+            contexts.append(item.prompt_tokens + done)
+            remaining.append(expected_remaining(math.ceil(_predicted(item)), done))
         item = held.lease.item
         return peak_fits(
             contexts, remaining, item.prompt_tokens, math.ceil(_predicted(item)), self.kv_capacity_tokens

@@ -98,14 +98,15 @@ def test_once_the_decode_rate_is_known_a_sequence_near_its_end_leaves_room_for_t
     assert holdings.can_start(second)
 
 
-def test_a_sequence_past_its_prediction_is_counted_at_its_size_and_as_ending_at_its_next_step() -> None:
+def test_a_sequence_past_its_prediction_is_expected_to_run_a_quarter_of_it_again() -> None:
     now = [0.0]
-    holdings = Holdings(max_in_flight=8, kv_capacity_tokens=2150, clock=lambda: now[0])
+    holdings = Holdings(max_in_flight=8, kv_capacity_tokens=2200, clock=lambda: now[0])
     first = holdings.add(_lease("a"), kv_admission=True)
     holdings.start(first)
     holdings.observe(output_tokens=100, wall_time_s=10.0)  # 10 tokens/s per sequence
-    now[0] = 200.0  # ~2,000 tokens out against 900 predicted: it holds 2,100 and may end any step
-    assert not holdings.can_start(holdings.add(_lease("b"), kv_admission=True))  # 2,101 + 101 > 2,150
+    now[0] = 200.0  # ~2,000 tokens out against 900 predicted: it holds 2,100, with 25 more expected
+    # (extensions of 225 steps: 2,000 is 200 into its fifth), peaking at 2,125 beside nothing else
+    assert not holdings.can_start(holdings.add(_lease("b"), kv_admission=True))  # 2,125 + 125 > 2,200
     assert holdings.can_start(holdings.add(_lease("c", prompt=10, predicted=100.0), kv_admission=True))
 
 
