@@ -209,14 +209,20 @@ class Pool:
 
         The owner's time for an item is its planned end, moved back by how late the owner runs
         (``scheduler.deadlines.owner_end``, from the planned start of the head of its unclaimed
-        queue); the thief's is ``thief_seconds``.
+        queue); the thief's is ``thief_seconds``. And the thief must not be the later of the two
+        anyway: the work it already runs (``thief_busy_seconds``, slowed by the stolen sequence)
+        must also end by then, or the steal only moves the end of the step from one worker to the
+        other (measured: short-cot replays, where a critical worker that stole ran 4% late).
         """
         if self.planned is None:
             return True
         starts, ends = self.planned
         now, head = thief.clock, starts[victim.queue[0]]
         batch = thief.batch + len(thief.waiting) + len(items)
-        return all(now + thief_seconds(thief, i, batch) <= owner_end(ends[i], head, now) for i in items)
+        owner = [owner_end(ends[i], head, now) for i in items]
+        if any(now + thief_seconds(thief, i, batch) > end for i, end in zip(items, owner, strict=True)):
+            return False
+        return now + thief_busy_seconds(thief, batch) <= min(owner)
 
     def _group_size(self, group: int) -> int:
         if not self._sizes:
@@ -247,3 +253,14 @@ def thief_seconds(thief: WorkerEngine, item: int, batch: int) -> float:
     prompt, steps = ledger.prompts[item], ledger.planned[item]
     context = thief.offset + thief.batch * thief.step + prompt + steps / 2.0
     return cost.prefill_time(prompt) + steps * cost.step_time(batch, context)
+
+
+def thief_busy_seconds(thief: WorkerEngine, batch: int) -> float:
+    """How long the thief's running sequences still take at their PREDICTED ends, with ``batch``
+    sequences in each step (the stolen ones included) and the running set's mean context."""
+    step = thief.step
+    remaining = max((end for _, _, end in thief.alive.values()), default=step) - step
+    if remaining <= 0:
+        return 0.0
+    context = thief.offset + thief.batch * (step + remaining / 2.0)
+    return remaining * thief.cost.step_time(batch, context)

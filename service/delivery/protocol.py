@@ -181,6 +181,7 @@ class Delivery:
         now_ms: int | None = None,
         budget_tokens: int | None = None,
         rate_tokens_per_s: float | None = None,
+        busy_ms: int = 0,
     ) -> list[Lease]:
         """Lease items from the tail of the busiest queue; only when the worker's own queue is empty.
 
@@ -195,6 +196,8 @@ class Delivery:
         with a planned deadline (``DeliveryItem.deadline_ms``) is taken only if now + its predicted
         tokens / rate is no later than that deadline, moved back by how late its owner runs; the
         first that fails stays queued and ends the steal. None: no guard (steal as before).
+        ``busy_ms``: how long the work the thief already holds still takes; under the guard it must
+        end by that deadline too, or the steal would only make the thief the last to finish.
         """
         if max_items < 1:
             return []
@@ -203,7 +206,7 @@ class Delivery:
         rate = ""
         if rate_tokens_per_s is not None and math.isfinite(rate_tokens_per_s) and rate_tokens_per_s > 0:
             rate = repr(float(rate_tokens_per_s))
-        args = [worker_id, max_items, wire.clock(now_ms), budget, rate]
+        args = [worker_id, max_items, wire.clock(now_ms), budget, rate, max(0, int(busy_ms))]
         flat = self._call(self.scripts.steal, schedule_id, args)
         return self._leases(schedule_id, worker_id, flat[1:])
 

@@ -8,6 +8,7 @@ robbed as before.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -107,3 +108,19 @@ def test_planned_times_of_a_shared_queue_plan_are_empty_and_a_foreign_key_is_ref
     assert planned_times(shared, trajs, inventory, kv_admission=False) == {}
     with pytest.raises(InvalidInputError, match="names no trajectory"):
         planned_times(plan, trajs[1:], inventory, kv_admission=False)
+
+
+def test_a_thief_whose_own_work_ends_last_does_not_steal() -> None:
+    # the thief is as fast as the owner and has free slots, but its own long item ends after the
+    # owner's last wave: stealing would only slow that item and end the step later
+    plan, trajs, actual = _case(WAVE)
+    long = Trajectory("long", 0, 200, 5 * WAVE, 5.0 * WAVE)
+    owner = next(wp for wp in plan.workers if wp.worker_id == "owner")
+    plan = dataclasses.replace(plan, workers=(owner, WorkerPlan("thief", (long.key,), 0.0)))
+    trajs = [t for t in trajs if t.key in owner.items] + [long]
+    actual = {t.key: t.max_new_tokens for t in trajs}
+    inventory = Inventory(tuple(_workers(1.0)), MODEL)
+    stolen = simulate(plan, trajs, actual, inventory, SimOptions(steal=True))
+    alone = simulate(plan, trajs, actual, inventory, SimOptions(steal=False))
+    assert stolen.steals == 0
+    assert stolen == alone

@@ -13,9 +13,12 @@
 -- The deadline guard, as the simulator (scheduler/sim_pool.py, _in_time): an item with a planned
 -- 'start|end' in P:due is taken only if the thief would finish it by its end, now + predicted tokens /
 -- rate, where the end moves back by how late the owner is (now minus the planned start of the head of
--- its queue, if that has passed); the first tail item that fails ends the steal and stays queued.
+-- its queue, if that has passed), and only if the work the thief already holds (busy ms) ends by
+-- then too (else the steal just moves the end of the step to the thief); the first tail item that
+-- fails ends the steal and stays queued.
 -- ARGV: thief, max, now ('' = server), budget ('' = unbounded: the thief does not know its KV cache),
--- rate (the thief's decode tokens/s per sequence; '' or absent = no deadline guard).
+-- rate (the thief's decode tokens/s per sequence; '' or absent = no deadline guard), busy (ms the
+-- thief's held work still takes; '' or absent = 0).
 -- Returns {victim, then 5-tuples as claim}; {} when there is nothing to steal or nothing fits.
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
@@ -35,7 +38,7 @@ end
 
 local function pinned(key) return redis.call('HEXISTS', k('pin'), key) == 1 end
 
-local rate = tonumber(ARGV[5] or '')
+local rate, busy = tonumber(ARGV[5] or ''), tonumber(ARGV[6] or '') or 0
 if rate and rate <= 0 then rate = nil end
 local late = nil  -- how far the victim runs behind its plan, ms (computed on first use)
 
@@ -50,7 +53,7 @@ local function in_time(key)
     late = (start and now > start) and (now - start) or 0
   end
   local finish = tonumber(string.match(due, '|(%d+)$'))
-  return now + 1000 * (tonumber(get(key).pred) or 0) / rate <= finish + late
+  return now + math.max(1000 * (tonumber(get(key).pred) or 0) / rate, busy) <= finish + late
 end
 
 -- The tail item's whole group, head first, when it may move; nil when it must stay.

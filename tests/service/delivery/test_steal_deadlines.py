@@ -104,3 +104,13 @@ def test_the_publisher_gives_each_planned_item_its_predicted_end_on_its_worker()
     assert all(d is not None and d > 0 for d in deadlines)
     assert queue[2].planned_start_ms == deadlines[0]  # the third starts when the first ends
     assert all(it.deadline_ms is None for it in schedule_from_plan("s", plan, trajs).queues["a"])
+
+
+def test_a_thief_whose_held_work_ends_after_the_deadline_does_not_steal(delivery: Delivery) -> None:
+    _publish(delivery)
+    # at 5 s the tail (due at 50 s) would take 10 s at 100 tok/s, but the thief's own work runs
+    # another 50 s: it would end the step later than the owner, so it takes nothing...
+    assert delivery.steal("s", "a", 2, now_ms=T0 + 5_000, rate_tokens_per_s=100.0, busy_ms=50_000) == []
+    # ...while with 40 s of its own left (45 s <= 50 s) it takes the tail
+    stolen = delivery.steal("s", "a", 2, now_ms=T0 + 5_000, rate_tokens_per_s=100.0, busy_ms=40_000)
+    assert [le.key for le in stolen] == ["b-4#0"]
