@@ -45,7 +45,7 @@ class ReplayConfig:
     policies: tuple[str, ...]  # policies to report (``oracle`` included by name)
     steps: tuple[int, ...]  # steps to replay, ascending; each is predicted from the steps before it
     steal_modes: tuple[bool, ...] = (True,)  # simulate each plan with (True) and/or without stealing
-    kv_admission: bool = False  # length-aware plans admit by projected KV peak at predicted lengths
+    kv_admission: bool = True  # length-aware plans admit by projected KV peak (the CLI's default too)
     quantile: float = 0.5  # predicted quantile the planner plans on
     time_budget_s: float = 2.0  # per-plan wall-clock budget of search-based policies
     seed: int = 0  # planner seed

@@ -42,9 +42,10 @@ def replay_command(
     kv_admission: Annotated[
         bool,
         typer.Option(
-            "--kv-admission/--no-kv-admission", help="Length-aware plans admit by projected KV peak."
+            "--kv-admission/--no-kv-admission",
+            help="Length-aware plans admit by projected KV peak (default; off: vLLM's admission).",
         ),
-    ] = False,
+    ] = True,
     time_budget: Annotated[float, typer.Option(help="Per-plan budget of search policies, seconds.")] = 2.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a Gantt chart (PNG) of the last step.")] = None,
