@@ -34,7 +34,7 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 
-from scheduler.deadlines import owner_end
+from scheduler.deadlines import beats_owner, owner_end
 from scheduler.sim_engine import WorkerEngine, play_out
 
 
@@ -219,10 +219,12 @@ class Pool:
         starts, ends = self.planned
         now, head = thief.clock, starts[victim.queue[0]]
         batch = thief.batch + len(thief.waiting) + len(items)
-        owner = [owner_end(ends[i], head, now) for i in items]
-        if any(now + thief_seconds(thief, i, batch) > end for i, end in zip(items, owner, strict=True)):
-            return False
-        return now + thief_busy_seconds(thief, batch) <= min(owner)
+        late = owner_end(0.0, head, now)
+        for i in items:
+            seconds = thief_seconds(thief, i, batch)
+            if not beats_owner(now, seconds, starts[i] + late, ends[i] + late):
+                return False
+        return now + thief_busy_seconds(thief, batch) <= min(ends[i] for i in items) + late
 
     def _group_size(self, group: int) -> int:
         if not self._sizes:

@@ -19,6 +19,7 @@ from typing import Any, cast
 import redis
 from redis.cluster import RedisCluster
 
+from scheduler.deadlines import LENGTH_MARGIN
 from service.delivery import keys as keyspace
 from service.delivery import wire
 from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
@@ -195,7 +196,9 @@ class Delivery:
         ``rate_tokens_per_s`` is the deadline guard: the thief's decode rate per sequence. An item
         with a planned deadline (``DeliveryItem.deadline_ms``) is taken only if now + its predicted
         tokens / rate is no later than that deadline, moved back by how late its owner runs; the
-        first that fails stays queued and ends the steal. None: no guard (steal as before).
+        first that fails stays queued and ends the steal; and only if that still holds were the item
+        ``LENGTH_MARGIN`` times longer than predicted (``scheduler.deadlines.beats_owner``: a thief
+        much slower than the owner loses on an under-predicted item). None: no guard (as before).
         ``busy_ms``: how long the work the thief already holds still takes; under the guard it must
         end by that deadline too, or the steal would only make the thief the last to finish.
         """
@@ -206,7 +209,8 @@ class Delivery:
         rate = ""
         if rate_tokens_per_s is not None and math.isfinite(rate_tokens_per_s) and rate_tokens_per_s > 0:
             rate = repr(float(rate_tokens_per_s))
-        args = [worker_id, max_items, wire.clock(now_ms), budget, rate, max(0, int(busy_ms))]
+        margin = repr(LENGTH_MARGIN)  # the simulator's: a steal must pay off at that many times the length
+        args = [worker_id, max_items, wire.clock(now_ms), budget, rate, max(0, int(busy_ms)), margin]
         flat = self._call(self.scripts.steal, schedule_id, args)
         return self._leases(schedule_id, worker_id, flat[1:])
 

@@ -36,14 +36,14 @@ def _workers(slowdown: float = SLOWDOWN) -> list[Worker]:
     ]
 
 
-def _case(first_wave: int) -> tuple[Plan, list[Trajectory], dict[str, int]]:
+def _case(first_wave: int, thief_own: int = THIEF_OWN) -> tuple[Plan, list[Trajectory], dict[str, int]]:
     """Owner: three waves of four WAVE-token items, its first wave really ``first_wave`` tokens long.
 
     The thief's own item keeps it busy for about one and a half waves; then it looks for work: the
     owner's last wave, planned to end at about 3 waves, would take it about 1.75 waves.
     """
     owner = [_traj(i, first_wave if i < 4 else WAVE, WAVE) for i in range(12)]
-    thief = [_traj(90 + i, THIEF_OWN, float(THIEF_OWN)) for i in range(4)]
+    thief = [_traj(90 + i, thief_own, float(thief_own)) for i in range(4)]
     plan = Plan(
         "test",
         (
@@ -58,8 +58,14 @@ def _case(first_wave: int) -> tuple[Plan, list[Trajectory], dict[str, int]]:
     return plan, owner + thief, {t.key: t.max_new_tokens for t in owner + thief}
 
 
-def _play(first_wave: int, steal: bool, kv_admission: bool = False, slowdown: float = SLOWDOWN) -> SimResult:
-    plan, trajs, actual = _case(first_wave)
+def _play(
+    first_wave: int,
+    steal: bool,
+    kv_admission: bool = False,
+    slowdown: float = SLOWDOWN,
+    thief_own: int = THIEF_OWN,
+) -> SimResult:
+    plan, trajs, actual = _case(first_wave, thief_own)
     inventory = Inventory(tuple(_workers(slowdown)), MODEL)
     return simulate(plan, trajs, actual, inventory, SimOptions(steal=steal, kv_admission=kv_admission))
 
@@ -73,14 +79,18 @@ def test_a_thief_does_not_take_an_item_it_cannot_finish_before_its_deadline(kv_a
 
 
 def test_an_owner_behind_schedule_is_still_robbed() -> None:
-    # the owner's first wave runs five times its prediction: when the thief comes free the owner is
-    # late, its last wave will end four waves after the plan says, and the thief takes it
-    stolen = _play(5 * WAVE, steal=True)
-    alone = _play(5 * WAVE, steal=False)
-    assert stolen.steals == 4
-    assert stolen.makespan_s < 0.9 * alone.makespan_s
-    assert {r.key for r in stolen.items if r.stolen} == {f"p{i}#0" for i in range(8, 12)}  # its last wave
+    # a thief as fast as the owner comes free after two and a half waves: on plan the owner has
+    # claimed its last wave by then; but its first wave runs five times its prediction, so its other
+    # two waves still wait, four waves behind schedule, and the thief takes them
+    late = {"first_wave": 5 * WAVE, "slowdown": 1.0, "thief_own": 5 * WAVE // 2}
+    stolen = _play(steal=True, **late)  # type: ignore[arg-type]
+    alone = _play(steal=False, **late)  # type: ignore[arg-type]
+    assert stolen.steals == 8
+    assert stolen.makespan_s < 0.8 * alone.makespan_s
+    assert {r.key for r in stolen.items if r.stolen} == {f"p{i}#0" for i in range(4, 12)}
     assert all(r.worker_id == "thief" for r in stolen.items if r.stolen)
+    on_plan = _play(WAVE, steal=True, slowdown=1.0, thief_own=5 * WAVE // 2)
+    assert on_plan.steals == 0
 
 
 def test_a_thief_as_fast_as_the_owner_still_takes_the_last_wave() -> None:

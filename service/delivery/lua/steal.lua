@@ -14,11 +14,13 @@
 -- 'start|end' in P:due is taken only if the thief would finish it by its end, now + predicted tokens /
 -- rate, where the end moves back by how late the owner is (now minus the planned start of the head of
 -- its queue, if that has passed), and only if the work the thief already holds (busy ms) ends by
--- then too (else the steal just moves the end of the step to the thief); the first tail item that
--- fails ends the steal and stays queued.
+-- then too (else the steal just moves the end of the step to the thief), and only if the steal
+-- still pays off were the item margin times longer than predicted (scheduler/deadlines.py,
+-- beats_owner); the first tail item that fails ends the steal and stays queued.
 -- ARGV: thief, max, now ('' = server), budget ('' = unbounded: the thief does not know its KV cache),
 -- rate (the thief's decode tokens/s per sequence; '' or absent = no deadline guard), busy (ms the
--- thief's held work still takes; '' or absent = 0).
+-- thief's held work still takes; '' or absent = 0), margin (scheduler.deadlines.LENGTH_MARGIN;
+-- '' or absent = 1: the predicted length only).
 -- Returns {victim, then 5-tuples as claim}; {} when there is nothing to steal or nothing fits.
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
@@ -39,6 +41,7 @@ end
 local function pinned(key) return redis.call('HEXISTS', k('pin'), key) == 1 end
 
 local rate, busy = tonumber(ARGV[5] or ''), tonumber(ARGV[6] or '') or 0
+local margin = tonumber(ARGV[7] or '') or 1
 if rate and rate <= 0 then rate = nil end
 local late = nil  -- how far the victim runs behind its plan, ms (computed on first use)
 
@@ -52,8 +55,10 @@ local function in_time(key)
     local start = tonumber(string.match(head or '', '^(%d+)|') or '')
     late = (start and now > start) and (now - start) or 0
   end
-  local finish = tonumber(string.match(due, '|(%d+)$'))
-  return now + math.max(1000 * (tonumber(get(key).pred) or 0) / rate, busy) <= finish + late
+  local start, finish = string.match(due, '^(%d+)|(%d+)$')
+  start, finish = tonumber(start) + late, tonumber(finish) + late
+  local need = 1000 * (tonumber(get(key).pred) or 0) / rate
+  return now + math.max(need, busy) <= finish and now + margin * need <= start + margin * (finish - start)
 end
 
 -- The tail item's whole group, head first, when it may move; nil when it must stay.
