@@ -10,10 +10,10 @@ layer's steal script applies the same rule (service/delivery/publisher.py).
 Shared-queue plans (``Plan.dispatch_order``) have no planned owner per item, hence no deadlines.
 Pure and deterministic: no I/O; one play costs about as much as one static simulation.
 
-The guard (``owner_end``): an owner that has not started the head of its queue by that item's
-planned start runs late, and its remaining plan shifts by as much: an item planned to end at
-``end`` is projected to end at ``end + max(0, now - head_start)``. A thief takes the item only if
-``now + its own estimate <= owner_end``, i.e. its estimate is at most ``end - min(now, head_start)``:
+The guard: an owner that has not started the head of its queue by that item's planned start runs
+late (``lateness``), and its remaining plan shifts by as much: an item planned to end at ``end`` is
+projected to end at ``end + max(0, now - head_start)``. A thief takes the item only if
+``now + its own estimate`` is no later, i.e. its estimate is at most ``end - min(now, head_start)``:
 the time left to the deadline while the owner is on time, the owner's planned time from its next
 start to the item's end once it is late. And, since the item's true length is unknown, the steal
 must still pay off if the item runs ``LENGTH_MARGIN`` (4) times its prediction (``beats_owner``):
@@ -96,11 +96,10 @@ def planned_times(
     return out
 
 
-def owner_end(end_s: float, head_start_s: float, now_s: float) -> float:
-    """When the owner is projected to finish an item planned to end at ``end_s`` (times from the
-    step's start), given the planned start ``head_start_s`` of the first item it has not yet started.
-    """
-    return end_s + max(0.0, now_s - head_start_s)
+def lateness(head_start_s: float, now_s: float) -> float:
+    """How far behind its plan an owner runs: ``now`` minus the planned start of the first item it
+    has not started yet (``head_start_s``), or 0 while that start is still ahead."""
+    return max(0.0, now_s - head_start_s)
 
 
 def beats_owner(now_s: float, seconds: float, owner_start_s: float, owner_end_s: float) -> bool:

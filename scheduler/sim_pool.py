@@ -11,9 +11,11 @@ is one, else (with stealing) from the TAIL of the queue with the most predicted 
 scaled by that victim's speed, the rule of the delivery layer: the longest items, at the head, stay
 with their planned owner, a thief takes an item only if it fits its KV cache beside everything it has
 in flight, all at PREDICTED final lengths (``WorkerEngine.reservation_fits``: a free slot is no sign
-of spare capacity when KV binds), and only unclaimed items move (never running ones, nor those already
-handed to an engine, preempted ones included, nor a trajectory pinned to its worker: a pinned tail
-shields its queue from that thief for the moment).
+of spare capacity when KV binds), and, for a static plan, only if it would finish the item before
+its owner would, by the plan's per-item deadlines (the deadline guard: ``_in_time`` and
+``scheduler.deadlines``; a refused thief's turn ends, as with a KV refusal). Only unclaimed items
+move (never running ones, nor those already handed to an engine, preempted ones included, nor a
+trajectory pinned to its worker: a pinned tail shields its queue from that thief for the moment).
 
 What the request constrains, the pool honours (``SimOptions``): an excluded (draining) worker never
 takes from the shared queue and never steals (its own planned queue, if any, it still runs and may be
@@ -34,7 +36,7 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 
-from scheduler.deadlines import beats_owner, owner_end
+from scheduler.deadlines import beats_owner, lateness
 from scheduler.sim_engine import WorkerEngine, play_out
 
 
@@ -208,7 +210,7 @@ class Pool:
         """The deadline guard: ``thief`` would finish every one of ``items`` before its owner would.
 
         The owner's time for an item is its planned end, moved back by how late the owner runs
-        (``scheduler.deadlines.owner_end``, from the planned start of the head of its unclaimed
+        (``scheduler.deadlines.lateness``, from the planned start of the head of its unclaimed
         queue); the thief's is ``thief_seconds``. And the thief must not be the later of the two
         anyway: the work it already runs (``thief_busy_seconds``, slowed by the stolen sequence)
         must also end by then, or the steal only moves the end of the step from one worker to the
@@ -219,7 +221,7 @@ class Pool:
         starts, ends = self.planned
         now, head = thief.clock, starts[victim.queue[0]]
         batch = thief.batch + len(thief.waiting) + len(items)
-        late = owner_end(0.0, head, now)
+        late = lateness(head, now)
         for i in items:
             seconds = thief_seconds(thief, i, batch)
             if not beats_owner(now, seconds, starts[i] + late, ends[i] + late):

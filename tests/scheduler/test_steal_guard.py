@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from scheduler.deadlines import planned_times
+from scheduler.deadlines import beats_owner, lateness, planned_times
 from scheduler.devices import device_profile, model_preset
 from scheduler.errors import InvalidInputError
 from scheduler.simulator import SimOptions, SimResult, simulate, simulate_worker
@@ -134,3 +134,12 @@ def test_a_thief_whose_own_work_ends_last_does_not_steal() -> None:
     alone = simulate(plan, trajs, actual, inventory, SimOptions(steal=False))
     assert stolen.steals == 0
     assert stolen == alone
+
+
+def test_a_steal_must_win_at_the_predicted_length_and_at_four_times_it() -> None:
+    # the owner would run the item from 10 s to 20 s (40 s at 4x: until 50 s); a thief starts now, at 0 s
+    assert not beats_owner(0.0, 21.0, 10.0, 20.0)  # misses the deadline
+    assert beats_owner(0.0, 12.0, 10.0, 20.0)  # 48 s at 4x against the owner's 50 s
+    assert not beats_owner(0.0, 13.0, 10.0, 20.0)  # in time at the prediction, 52 s > 50 s at 4x
+    assert lateness(10.0, 4.0) == 0.0
+    assert lateness(10.0, 14.0) == 4.0
