@@ -44,6 +44,8 @@ LEVELS_SHARE = 0.15  # share of the remaining budget one aggregate solve may use
 ROUND_FIXED_S = 0.02  # a round's aggregate solves: ~15-40 ms whatever the batch size
 ROUND_COST = 5.0  # plus ~3.2-5.4x the lpt phase (tier-aware placement cannot take plain LPT's fast
 # path; measured at 1,024 x 16 to 32,768 x 256); later rounds use the first round's measured cost
+ROUND_MARGIN = 1.25  # a round starts only with this much more time left than it is expected to take:
+# a round cannot stop half-way, and one that started on a bare estimate ran 7% past a 1 s budget
 AGREED = 0.01  # calibration ratios within 1% of the last round's: stop refining
 ROUNDS = 2  # aggregate solve + realisation rounds, each calibrated by the previous one's simulation
 
@@ -70,7 +72,7 @@ class CpSatPolicy:
         scale: list[float] | None = None
         for _ in range(ROUNDS):
             round_started = time.perf_counter()
-            if deadline - round_started < round_cost:
+            if deadline - round_started < ROUND_MARGIN * round_cost:
                 break  # a round would overrun the budget: keep what we have
             levels = self._levels(problem, kinds, max(finishes), slowdown, request, deadline)
             if levels is None:
