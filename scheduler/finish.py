@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import deque
 from collections.abc import Sequence
 
@@ -37,13 +38,81 @@ WATERMARK = 0.01  # share of the KV cache kept free at admission (vLLM's waterma
 
 
 def worker_finish(
-    cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int], reserve: bool = False
+    cost: WorkerCost,
+    prompts: Sequence[int],
+    steps: Sequence[int],
+    reserve: bool = False,
+    stop_at: float = math.inf,
 ) -> float:
     """Seconds until the worker described by ``cost`` finishes its queue of (prompt, steps) items.
 
     Items are taken in the given order; every item must fit the KV cache on its own (validated).
+    The clock only grows, so once it reaches ``stop_at`` the finish cannot come sooner: the play
+    stops there and returns that clock (>= ``stop_at``), which is all a caller comparing candidate
+    orders against the best so far needs.
     """
-    return _WorkerRun(cost, prompts, steps, reserve).run()
+    if reserve:
+        return _WorkerRun(cost, prompts, steps, reserve).run(stop_at)
+    return _prompt_only_finish(cost, prompts, steps, stop_at)
+
+
+def _prompt_only_finish(
+    cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int], stop_at: float
+) -> float:
+    """``_WorkerRun`` without ``reserve``, as one loop over locals: the same events and the same
+    arithmetic in the same order (so the same result to the last bit), a third less time. It runs
+    for every candidate order of every crowded worker, a few hundred thousand events a plan."""
+    cap, slots = cost.kv_capacity_tokens, cost.max_num_seqs
+    limit = cap - WATERMARK * cap
+    waiting: deque[int] = deque(range(len(prompts)))
+    heap: list[tuple[int, int, int]] = []  # (finish step, admission token, item)
+    alive: dict[int, tuple[int, int]] = {}  # running item -> (admission token, admission step)
+    stack: list[tuple[int, int]] = []  # (token, item) in admission order, for preemption
+    clock, step, batch, offset, token, blocked = 0.0, 0, 0, 0, 0, False
+    gone = (-1, 0)
+    while True:
+        if not blocked or batch == 0:  # admission in queue order while a slot and the prompt fit
+            prefill_tokens = 0
+            while waiting:
+                item = waiting[0]
+                if batch and (batch >= slots or offset + batch * step + prompts[item] > limit):
+                    break
+                waiting.popleft()
+                token += 1
+                alive[item] = (token, step)
+                heapq.heappush(heap, (step + steps[item], token, item))
+                stack.append((token, item))
+                batch += 1
+                offset += prompts[item] - step
+                prefill_tokens += prompts[item]
+            if prefill_tokens:
+                clock += cost.prefill_time(prefill_tokens)
+        if batch == 0 or clock >= stop_at:
+            return clock
+        while alive.get(heap[0][2], gone)[0] != heap[0][1]:
+            heapq.heappop(heap)
+        to_finish = heap[0][0] - step
+        context = offset + batch * step
+        run = min(to_finish, (cap - context) // batch)
+        if run > 0:
+            clock += decode_time(cost, batch, context, run)
+            step += run
+            blocked = False
+        if run == to_finish:
+            while heap and heap[0][0] == step:
+                _, admitted_token, item = heapq.heappop(heap)
+                if alive.get(item, gone)[0] == admitted_token:
+                    batch -= 1
+                    offset -= prompts[item] - alive.pop(item)[1]
+            continue
+        while True:  # preempt the newest running sequence
+            admitted_token, item = stack.pop()
+            if alive.get(item, gone)[0] == admitted_token:
+                break
+        batch -= 1
+        offset -= prompts[item] - alive.pop(item)[1]
+        waiting.appendleft(item)
+        blocked = True
 
 
 def all_at_once_finish(
@@ -192,12 +261,13 @@ class _WorkerRun:
         self.token = 0
         self.blocked = False  # a preemption happened and no decode step has run since
 
-    def run(self) -> float:
-        """Play events until the queue is empty and nothing runs; return the clock."""
+    def run(self, stop_at: float = math.inf) -> float:
+        """Play events until the queue is empty and nothing runs, or the clock reaches ``stop_at``;
+        return the clock."""
         while True:
             if not self.blocked or self.batch == 0:
                 self._admit()
-            if self.batch == 0:
+            if self.batch == 0 or self.clock >= stop_at:
                 return self.clock
             self._advance()
 

@@ -70,7 +70,7 @@ class CpSatPolicy:
         kinds = worker_kinds(problem.costs, problem.active)
         slowdown: list[list[float]] | None = None
         scale: list[float] | None = None
-        for _ in range(ROUNDS):
+        for round_index in range(ROUNDS):
             round_started = time.perf_counter()
             if deadline - round_started < ROUND_MARGIN * round_cost:
                 break  # a round would overrun the budget: keep what we have
@@ -84,6 +84,9 @@ class CpSatPolicy:
             queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)
             if max(finishes) < max(best.finish_s):
                 best, assignment = Placement(queues, levels.status, finish_s=finishes), banded
+            round_cost = max(round_cost, time.perf_counter() - round_started)
+            if round_index == ROUNDS - 1 or deadline - time.perf_counter() < ROUND_MARGIN * round_cost:
+                break  # no further round can start: calibrating for it would only spend the budget
             previous = slowdown or [[1.0] * len(levels.edges) for _ in kinds]
             slowdown, scale = _calibrate(problem, banded, finishes, tiers, kinds, previous)
             round_cost = max(round_cost, time.perf_counter() - round_started)

@@ -95,8 +95,8 @@ def _played(
     best_finish = worker_finish(cost, *_lengths(problem, best), reserve)
     for candidate in others:
         order = candidate(problem, items, cost)
-        finish = worker_finish(cost, *_lengths(problem, order), reserve)
-        if finish < best_finish:
+        finish = worker_finish(cost, *_lengths(problem, order), reserve, stop_at=best_finish)
+        if finish < best_finish:  # a play stopped at best_finish cannot pass this
             best, best_finish = order, finish
     return best, best_finish
 
@@ -145,7 +145,7 @@ def refine_critical(
         best, best_finish = None, finish[w]
         for candidate in CRITICAL_CANDIDATES[reserve]:
             order = candidate(problem, items, cost)
-            played = worker_finish(cost, *_lengths(problem, order), reserve)
+            played = worker_finish(cost, *_lengths(problem, order), reserve, stop_at=best_finish)
             if played < best_finish:
                 best, best_finish = order, played
         cost_s = time.perf_counter() - started

@@ -112,3 +112,24 @@ def test_kv_admission_keeps_the_cache_full_where_final_length_reservation_left_i
     assert all_at_once_finish(cost, [100, 100], [900, 10], reserve=True) == worker_finish(
         cost, [100, 100], [900, 10], reserve=True
     )
+
+
+@settings(max_examples=150, deadline=None)
+@given(QUEUES, st.integers(1, 6), st.integers(900, 4_000), st.booleans(), st.floats(0.0, 1.5))
+def test_a_play_stopped_at_a_bound_never_reports_a_finish_below_it(
+    queue: list[tuple[int, int]], slots: int, capacity: int, reserve: bool, share: float
+) -> None:
+    # Candidate orders are played against the best finish so far: a play that reaches it stops,
+    # and must then report at least the bound (never a false improvement) and at most the finish.
+    cost = worker_cost(
+        Worker("w", device_profile("H100"), max_num_seqs=slots, kv_capacity_tokens=capacity),
+        model_preset("7b"),
+    )
+    prompts, steps = [p for p, _ in queue], [n for _, n in queue]
+    finish = worker_finish(cost, prompts, steps, reserve)
+    bound = share * finish
+    stopped = worker_finish(cost, prompts, steps, reserve, stop_at=bound)
+    if bound > finish:
+        assert stopped == finish  # never reached: the whole play
+    else:
+        assert bound <= stopped <= finish
