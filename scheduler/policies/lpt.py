@@ -183,7 +183,8 @@ class _State:
             self.peak[worker] = self._peak_after(worker, unit)
             self.count[worker] += len(unit.members)
             self.prompt_sum[worker] += unit.prompt_tokens
-        self.load_steps[worker] = max(self.load_steps[worker], unit.steps)
+        if unit.steps > self.load_steps[worker]:
+            self.load_steps[worker] = unit.steps
         self.load_tokens[worker] += unit.tokens
         self.load_kv[worker] += unit.kv_steps
         self.load_prompt[worker] += unit.prompt_tokens
