@@ -10,7 +10,9 @@ its generation cap. Built once per request in ``O(n)`` and then read by index, n
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import contextlib
+import gc
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -55,6 +57,26 @@ class Problem:
 
 def build_problem(request: PlanRequest) -> Problem:
     """Resolve costs, planned lengths and units for ``request`` (assumed validated)."""
+    with _collector_paused():
+        return _build_problem(request)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Hold Python's cycle collector while tens of thousands of acyclic tuples are built: their
+    allocations otherwise trigger full collections that scan the whole request (measured at
+    32,768 trajectories: build_problem 33 ms with it held, 33-65 ms without). Nothing built here
+    forms a cycle, and the collector's previous state is restored."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _build_problem(request: PlanRequest) -> Problem:
     workers = request.inventory.workers
     costs = tuple(worker_cost(w, request.inventory.model) for w in workers)
     index_of = {w.worker_id: i for i, w in enumerate(workers)}
