@@ -15,11 +15,17 @@ import math
 from scheduler.costmodel import worker_cost
 from scheduler.devices import DeviceProfile
 from scheduler.errors import InvalidInputError
+from scheduler.gcpause import collector_paused
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 
 def validate_request(request: PlanRequest) -> None:
     """Raise ``InvalidInputError`` for the first rule ``request`` breaks; return quietly otherwise."""
+    with collector_paused():  # a tuple per trajectory for the key check: see scheduler.gcpause
+        _validate_request(request)
+
+
+def _validate_request(request: PlanRequest) -> None:
     if not math.isfinite(request.time_budget_s) or request.time_budget_s <= 0:
         raise InvalidInputError("time_budget_s", request.time_budget_s, "must be a positive finite number")
     if not request.trajectories:
