@@ -42,11 +42,11 @@ from scheduler.types import PlanRequest
 
 LEVELS_SHARE = 0.15  # share of the remaining budget one aggregate solve may use
 ROUND_FIXED_S = 0.02  # a round's aggregate solves: ~15-40 ms whatever the batch size
-ROUND_COST = 3.2  # plus ~3.5-4.3x the lpt phase (tier-aware placement cannot take plain LPT's fast
+ROUND_COST = 3.6  # plus ~3.5-4.5x the lpt phase (tier-aware placement cannot take plain LPT's fast
 # path; measured at 4,096 x 32 to 32,768 x 256, median 3.9x at the largest): with ROUND_MARGIN the
-# first round starts with ~4x the lpt phase left, what it measurably takes. At 5.0 the first round
-# never fitted a 1 s budget at 32,768 x 256 although it takes ~0.5 s of it (plans at 1.25x the bound
-# instead of 1.10x). Later rounds use the first round's measured cost.
+# first round starts with 4.5x the lpt phase left, the most it measurably takes. At 5.0 the first
+# round never fitted a 1 s budget at 32,768 x 256 although it takes ~0.5 s of it (plans at 1.25x the
+# bound instead of 1.10x). Later rounds use the first round's measured cost.
 ROUND_MARGIN = 1.25  # a round starts only with this much more time left than it is expected to take:
 # a round cannot stop half-way, and one that started on a bare estimate ran 7% past a 1 s budget
 AGREED = 0.01  # calibration ratios within 1% of the last round's: stop refining
