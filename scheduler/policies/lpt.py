@@ -277,7 +277,9 @@ class _State:
 
     def _least_after(self, tops: list[tuple[float, int]], unit: Unit) -> tuple[int, float]:
         """The worker of ``tops`` whose estimate with ``unit`` is least (ties: lowest index), and it:
-        ``_after`` inlined."""
+        ``_after`` inlined. A top's key is its worker's estimate now, and adding a unit never lowers
+        an estimate (every term grows with the load, and so does each rounded float operation), so
+        once tops are taken by key, one keyed above the best estimate so far cannot win: stop."""
         all_rates, scale = self.rates, self.scale
         load_steps, load_tokens, load_kv, load_prompt = (
             self.load_steps,
@@ -287,7 +289,9 @@ class _State:
         )
         u_steps, u_tokens, u_kv, u_prompt = unit.steps, unit.tokens, unit.kv_steps, unit.prompt_tokens
         best_after, best = 0.0, -1
-        for _, w in tops:
+        for key, w in sorted(tops):
+            if key > best_after and best >= 0:
+                break
             s = load_steps[w]
             tokens = load_tokens[w] + u_tokens
             if tokens <= 0:
