@@ -60,7 +60,7 @@ def _prompt_only_finish(
     cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int], stop_at: float
 ) -> float:
     """``_WorkerRun`` without ``reserve``, as one loop over locals: the same events and the same
-    arithmetic in the same order (so the same result to the last bit), a third less time. It runs
+    arithmetic in the same order (so the same result to the last bit), a fifth less time. It runs
     for every candidate order of every crowded worker, a few hundred thousand events a plan."""
     cap, slots = cost.kv_capacity_tokens, cost.max_num_seqs
     limit = cap - WATERMARK * cap
