@@ -23,6 +23,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
+from scheduler.gcpause import collector_paused
 from scheduler.lowerbound import LowerBound, lower_bound
 from scheduler.policies import get_policy
 from scheduler.policies.problem import Problem, build_problem
@@ -51,12 +52,13 @@ def prepare(request: PlanRequest) -> Prepared:
     Raises ``InvalidInputError`` naming the bad field, exactly as ``plan`` would.
     """
     started = time.perf_counter()
-    validate_request(request)
-    problem = build_problem(request)
-    bound = lower_bound(
-        request.trajectories, request.inventory, request.excluded_workers, request.prefix_affinity
-    )
-    keys = tuple([t.key for t in request.trajectories])
+    with collector_paused():  # tens of thousands of acyclic objects: see scheduler.gcpause
+        validate_request(request)
+        problem = build_problem(request)
+        bound = lower_bound(
+            request.trajectories, request.inventory, request.excluded_workers, request.prefix_affinity
+        )
+        keys = tuple([t.key for t in request.trajectories])
     return Prepared(request, problem, bound, started, time.perf_counter() - started, keys)
 
 
