@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 from scheduler.costmodel import worker_cost
 from scheduler.errors import InvalidInputError
-from scheduler.sim_engine import Ledger, WorkerEngine, run_alone
+from scheduler.sim_engine import Ledger, play_queue
 from scheduler.stepsum import planned_steps
 from scheduler.types import Inventory, Plan, Trajectory
 
@@ -80,16 +80,13 @@ def planned_times(
         items = [_lookup(by_key, key, n) for key in wp.items]
         planned = [planned_steps(t.predicted_tokens) for t in items]
         ledger = Ledger(list(wp.items), [t.prompt_tokens for t in items], planned, list(planned))
-        engine = WorkerEngine(
-            0,
+        play_queue(
             worker_cost(worker, inventory.model),
             ledger,
             watermark=watermark,
             kv_admission=kv_admission,
             resume=resume_preempted,
         )
-        engine.enqueue(list(range(len(items))))
-        run_alone(engine)
         out.update(
             zip(wp.items, map(PlannedTime._make, zip(ledger.start, ledger.end, strict=True)), strict=True)
         )

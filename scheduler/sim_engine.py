@@ -332,6 +332,25 @@ class WorkerEngine:
         return base
 
 
+def play_queue(
+    cost: WorkerCost,
+    ledger: Ledger,
+    *,
+    watermark: float,
+    kv_admission: bool,
+    resume: bool = False,
+) -> WorkerEngine:
+    """Play every item of ``ledger``, in order, as one worker's queue alone; the played engine.
+
+    The ledger then holds each item's start and end: what the planner's per-worker simulation and
+    the steal deadlines (``scheduler.deadlines``) both read.
+    """
+    engine = WorkerEngine(0, cost, ledger, watermark=watermark, kv_admission=kv_admission, resume=resume)
+    engine.enqueue(list(range(len(ledger.keys))))
+    run_alone(engine)
+    return engine
+
+
 def run_alone(engine: WorkerEngine) -> float:
     """Play ``engine``'s own queue to the end with no other worker involved; return its final clock."""
     engine.admit_own()

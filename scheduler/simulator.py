@@ -21,7 +21,7 @@ from scheduler.costmodel import worker_cost
 from scheduler.deadlines import planned_times
 from scheduler.devices import ModelPreset
 from scheduler.errors import InvalidInputError, SchedulerError
-from scheduler.sim_engine import Ledger, WorkerEngine, run_alone
+from scheduler.sim_engine import Ledger, WorkerEngine, play_queue, run_alone
 from scheduler.sim_pool import Pool
 from scheduler.stepsum import planned_steps
 from scheduler.types import Inventory, Plan, Trajectory, Worker
@@ -166,12 +166,13 @@ def simulate_worker(
     if len(steps) != len(items):
         raise InvalidInputError("actual_tokens", len(steps), f"expected one length per item ({len(items)})")
     ledger = Ledger([t.key for t in items], [t.prompt_tokens for t in items], steps, planned)
-    cost = worker_cost(worker, model)
-    engine = WorkerEngine(
-        0, cost, ledger, watermark=watermark, kv_admission=kv_admission, resume=resume_preempted
+    engine = play_queue(
+        worker_cost(worker, model),
+        ledger,
+        watermark=watermark,
+        kv_admission=kv_admission,
+        resume=resume_preempted,
     )
-    engine.enqueue(list(range(len(items))))
-    run_alone(engine)
     ends = tuple(ledger.end)
     return WorkerRun(max(ends, default=0.0), engine.busy_s, engine.preempted, tuple(ledger.start), ends)
 
