@@ -71,6 +71,8 @@ class StepReplay:
     output_tokens: int  # true tokens generated in the step
     prediction_mae: float  # mean absolute error of the planned lengths, tokens
     runs: Mapping[tuple[str, bool], StepRun]  # (policy, steal) -> run
+    batch: tuple[Trajectory, ...] = ()  # what the length-aware policies planned from (predicted
+    # lengths); the oracle planned from the true ones (``SimResult.items``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +212,7 @@ def _replay_step(trace: Trace, step: int, config: ReplayConfig, tick: Progress) 
         output_tokens=int(rows.output_tokens.sum()),
         prediction_mae=float(np.mean(np.abs(planned - rows.output_tokens))),
         runs=runs,
+        batch=predicted,
     )
 
 

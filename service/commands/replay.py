@@ -17,6 +17,7 @@ import typer
 if TYPE_CHECKING:
     from predictors.tracetable import Trace
     from service.replay import ReplayConfig, ReplayReport
+    from service.replay_workers import WorkerRow
 
 HELP = (
     "Replay a trace: per step, fit the predictor on earlier steps, plan with each policy, play the plan "
@@ -51,6 +52,12 @@ def replay_command(
     plot: Annotated[Path | None, typer.Option(help="Write a Gantt chart (PNG) of the last step.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write a self-contained HTML report.")] = None,
     seed: Annotated[int, typer.Option(help="Planner seed (the predictor's is fixed).")] = 0,
+    per_worker: Annotated[
+        str | None,
+        typer.Option(
+            help="Also show POLICY's plan worker by worker: planned vs simulated finish, KV area error."
+        ),
+    ] = None,
 ) -> None:
     """Replay TRACE on the pool SPEC and report every policy's makespan against the lower bound."""
     from predictors.traceio import read_trace
@@ -72,14 +79,19 @@ def replay_command(
             time_budget_s=time_budget,
             seed=seed,
         )
+        if per_worker is not None and per_worker not in names:
+            raise InvalidInputError("per_worker", per_worker, f"not among --policies ({', '.join(names)})")
         result = _run(loaded, config, quiet=as_json)
     except (InvalidInputError, OSError) as exc:
         typer.echo(f"replay: {exc}", err=True)
         raise typer.Exit(2) from None
+    rows = _worker_rows(result, per_worker, steal)
     if as_json:
-        typer.echo(json.dumps(result.to_json(steal), indent=2))
+        typer.echo(json.dumps(_json(result, steal, rows), indent=2))
     else:
         _print_table(result, steal)
+        if rows:
+            _print_workers(rows, per_worker or "")
     _write_outputs(result, steal, plot, report)
 
 
@@ -116,6 +128,50 @@ def _print_table(result: ReplayReport, steal: bool) -> None:
     console = Console(width=None if sys.stdout.isatty() else 150)
     console.print(table)
     console.print(f"replay wall time {result.wall_s:.1f} s")
+
+
+def _worker_rows(result: ReplayReport, policy: str | None, steal: bool) -> list[WorkerRow]:
+    from service.replay_workers import worker_rows
+
+    if policy is None:
+        return []
+    return [row for step in result.steps for row in worker_rows(step, policy, steal, result.config.inventory)]
+
+
+def _json(result: ReplayReport, steal: bool, rows: list[WorkerRow]) -> dict[str, object]:
+    from service.replay_workers import as_json
+
+    out = result.to_json(steal)
+    if rows:
+        out["per_worker"] = as_json(rows)
+    return out
+
+
+def _print_workers(rows: list[WorkerRow], policy: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{policy}, worker by worker (area: true / planned KV-token-steps)")
+    for column in (
+        "step",
+        "worker",
+        "items",
+        "planned s",
+        "simulated s",
+        "sim/plan",
+        "area",
+        "KV use",
+        "last start s",
+    ):
+        table.add_column(column, justify="left" if column == "worker" else "right")
+    for r in rows:
+        ratio = r.simulated_finish_s / r.planned_finish_s if r.planned_finish_s > 0 else 0.0
+        table.add_row(
+            str(r.step), r.worker_id, str(r.trajectories), f"{r.planned_finish_s:,.1f}",
+            f"{r.simulated_finish_s:,.1f}", f"{ratio:.3f}", f"{r.area_ratio:.3f}", f"{r.kv_use:.2f}",
+            f"{r.last_start_s:,.1f}",
+        )  # fmt: skip
+    Console(width=None if sys.stdout.isatty() else 150).print(table)
 
 
 def _write_outputs(result: ReplayReport, steal: bool, plot: Path | None, report: Path | None) -> None:
