@@ -28,6 +28,10 @@ key                         type     contents
 ``P:grp``                   hash     item key -> its group, only under prefix affinity (a steal
                                      moves a whole, wholly queued, never started group)
 ``P:gsize``                 hash     group -> its number of items, only under prefix affinity
+``P:gfifo``                 hash     group -> its items in the shared FIFO, newline-joined in FIFO
+                                     order; only under prefix affinity, for groups with 2+ there.
+                                     A claim that takes one from the FIFO takes the rest with it
+                                     (the simulator's rule) and deletes the entry
 ``P:due``                   hash     item key -> ``start|end``: when the plan predicts its planned
                                      worker starts and finishes it (lease clock, ms; publish time +
                                      ``DeliveryItem.planned_start_ms`` / ``deadline_ms``). A steal
@@ -162,6 +166,7 @@ class ScheduleKeys:
             "pin",
             "grp",
             "gsize",
+            "gfifo",
             "due",
             "counts",
             "dead",

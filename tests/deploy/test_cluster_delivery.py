@@ -22,7 +22,13 @@ from redis.crc import key_slot
 from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
 from service.delivery.reaper import reap_all
 from tests.cluster import LocalCluster
-from tests.service.delivery import test_faults, test_protocol, test_state_machine, test_steal_rules
+from tests.service.delivery import (
+    test_affinity_claim,
+    test_faults,
+    test_protocol,
+    test_state_machine,
+    test_steal_rules,
+)
 from tests.service.delivery.audit import audit
 from tests.service.delivery.conftest import schedule
 
@@ -31,6 +37,7 @@ from tests.service.delivery.conftest import schedule
 globals().update({name: fn for name, fn in vars(test_protocol).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_state_machine).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_steal_rules).items() if name.startswith("test_")})
+globals().update({name: fn for name, fn in vars(test_affinity_claim).items() if name.startswith("test_")})
 globals().update(
     {
         name: getattr(test_faults, name)

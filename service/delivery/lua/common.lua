@@ -125,6 +125,30 @@ local function lease_all(keys, w, now, cfg, out)
   end
 end
 
+-- Prefix affinity: items of one group, just taken off their queue (dequeued), join worker w so the
+-- group runs on one engine's prefix cache: the first n are leased now (appended to out), the rest
+-- go to w's own queue in order. Callers run it only while w's own queue is empty (claim drains it
+-- first, steal requires it), so the rest is its head and runs next, as the simulator's enqueue onto
+-- an empty queue (scheduler/sim_pool.py, _claim_into / _steal_group).
+local function adopt(keys, w, n, now, cfg, out)
+  local leased, rest = {}, {}
+  for i, key in ipairs(keys) do
+    if i <= n then leased[#leased + 1] = key else rest[#rest + 1] = key end
+  end
+  for _, key in ipairs(rest) do
+    local r = get(key)
+    r.w = w
+    dirty[key] = true
+    work_delta(w, tonumber(r.pred))
+  end
+  if #rest > 0 then
+    bulk('RPUSH', k('q:' .. w), rest)
+    keep(k('q:' .. w), cfg.exp)
+    count('q', w, #rest)
+  end
+  if #leased > 0 then lease_all(leased, w, now, cfg, out) end
+end
+
 -- Items just popped from queue q: take them off q's steal score and queued counters.
 local function dequeued(q, keys)
   for _, key in ipairs(keys) do work_delta(q, -tonumber(get(key).pred)) end

@@ -88,23 +88,8 @@ local function steal_group()
   if not members then return {} end
   for _, key in ipairs(members) do redis.call('LREM', queue, -1, key) end
   dequeued(victim, members)
-  local leased, rest = {}, {}
-  for i, key in ipairs(members) do
-    if i <= want then leased[#leased + 1] = key else rest[#rest + 1] = key end
-  end
-  for _, key in ipairs(rest) do
-    local r = get(key)
-    r.w = thief
-    dirty[key] = true
-    work_delta(thief, tonumber(r.pred))
-  end
-  if #rest > 0 then
-    bulk('RPUSH', k('q:' .. thief), rest)
-    keep(k('q:' .. thief), cfg.exp)
-    count('q', thief, #rest)
-  end
   local out = {victim}
-  if #leased > 0 then lease_all(leased, thief, now, cfg, out) end
+  adopt(members, thief, want, now, cfg, out)
   flush(cfg)
   return out
 end
