@@ -1,4 +1,4 @@
-"""Limit (d) of the lower bound: the band model of ``scheduler.policies.levels`` as a relaxation.
+"""Limit (d) of the lower bound: what workers that run long trajectories can still serve.
 
 Limit (c) assumes every worker keeps its cache full, doing useful work, from the first step to the
 last. Three things no schedule escapes make that impossible, and this limit charges all three:
@@ -14,40 +14,50 @@ last. Three things no schedule escapes make that impossible, and this limit char
 - prefill: every prompt token is prefilled once, at ``pp`` seconds per token, on the worker's clock:
   ``T >= c * N + m * K + pp * P_w``.
 
-Prompt tokens enter the band demand at ``r`` KV-token-steps each (``r <= pp / m`` for every kind,
-so the exchange never overcharges a worker): a worker's capacity for ``K + r * P_w`` by time ``T``
-is then ``alpha * A(N) + (1 - alpha) * min(U(N), A(N))`` with ``A(N) = (T - c * N) / m`` and
-``alpha = r * m / pp``, maximised over ``N`` at least the band's lower edge; the maximum lies at the
-edge or where ``U`` meets ``A`` (the function is convex before that point and falling after). A
-larger ``r`` credits more prefill but lets a worker trade ramp-up for prefill; each ``r`` gives a
-valid bound, so the largest over a few is too.
+Prompt tokens enter the demand at ``r`` KV-token-steps each (``r <= pp / m`` for every kind, so the
+exchange never overcharges a worker): a worker's capacity for ``K + r * P_w`` by time ``T`` is then
+``alpha * A(N) + (1 - alpha) * min(U(N), A(N))`` with ``A(N) = (T - c * N) / m`` and ``alpha = r * m
+/ pp``, maximised over ``N`` at least its longest trajectory; the maximum lies at that length or
+where ``U`` meets ``A`` (the function is convex before that point and falling after). A larger ``r``
+credits more prefill but lets a worker trade ramp-up for prefill; each ``r`` gives a valid bound, so
+the largest over a few is too.
 
-Workers are counted per length band exactly as in planning (nested cover, Hall's condition), with
-capacities rounded up and demands down; the largest makespan at which CP-SAT proves the cover
-infeasible under some exchange rate is the bound (one bisection for all rates: a probe is settled
-as soon as one rate's cover is proven impossible). Pins, KV fit and group affinity are dropped: a
-relaxation of every schedule the simulator can play (property tests check it).
+Which workers host which lengths is a covering question, answered twice:
+
+- ``scheduler.tailcover``, the fluid cover: every trajectory its own length band, demand divisible,
+  solved exactly by a dynamic programme (no solver). The largest ``T`` at which it falls short is
+  found by a secant search on its shortfall (a slack that is continuous and increasing in ``T``,
+  concave near the root, so the secant steps stay below it and converge in 4-6 probes, each proven);
+- ``scheduler.tailbands``, the band cover with whole trajectories: probed once just above the fluid
+  bound, and searched further only where the few longest trajectories cannot be shared out.
+
+Pins, KV fit and group affinity are dropped: a relaxation of every schedule the simulator can play
+(property tests check it). Every probe is deterministic (a dynamic programme, or CP-SAT under a
+deterministic limit), so the bound is reproducible.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from scheduler.costmodel import WorkerCost
-from scheduler.policies.levels import KV_UNIT, IntArray, ItemCounts, band_edges, band_loads, cover
+from scheduler.policies.levels import IntArray
 from scheduler.stepsum import FloatArray
+from scheduler.tailbands import BandCover
+from scheduler.tailcover import FluidCover, Layout, layout
 
-BOUND_BANDS = 10  # finer bands tighten the bound (lower edges nearer the lengths); it costs no placement
-BOUND_PROBES = 8  # bisection probes of the bound: 0.2% of a 25% bracket
-STEP_UP = 1.25  # the bracket above the known bound grows by this factor until a cover exists
-STEP_UPS = 6  # at most 1.25^6 = 3.8x the known bound
-PRECISION = 0.002  # bisection stops when the bracket on T is this tight (relative)
-PREFILL_SHARES = (0.0, 1.0)  # r as shares of min over kinds of pp / m: ramp-up binds at 0, prefill at 1
+PRECISION = 0.002  # the searches stop when the bracket on T is this tight (relative)
+MAX_PROBES = 12  # fluid probes per exchange rate (the search needs 4-6)
+AIM = 0.5  # probes aim this many PRECISIONs below the estimated root
+FIRST_SLOPE = 3.0  # shortfall per relative makespan, the first step's guess (measured 3.3-4 near the root)
+BAND_PROBES = 8  # band-model bisection probes, when whole trajectories lift the bound above the fluid one
+STEP_UP = 1.25  # the band bracket above the fluid bound grows by this factor until a cover exists
+STEP_UPS = 6  # at most 1.25^6 = 3.8x
+PREFILL_SHARES = (1.0, 0.0)  # r as shares of min over kinds of pp / m: prefill binds at 1, ramp-up at 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +99,26 @@ class KindLimits:
             n = (budget - self.ramp(fill) + self.capacity * fill) / (self.capacity + slope)
         return max(low, n)
 
+    def serves_many(self, steps: FloatArray, makespan_s: float, rate: float) -> FloatArray:
+        """``serves`` of every element of ``steps`` at once (same formulas, vectorised)."""
+        alpha = rate * self.per_token_s / self.prefill_s
+        fill = max(0.0, (self.capacity - self.prompt_head) / self.slots)
+        top = self.ramp(fill)
+
+        def value(n: FloatArray) -> FloatArray:
+            short = np.minimum(n, fill)
+            ramp = np.where(
+                n <= fill,
+                short * self.prompt_head + self.slots * short * (short - 1.0) / 2.0,
+                top + self.capacity * (n - fill),
+            )
+            chain = (makespan_s - self.step_s * n) / self.per_token_s
+            out: FloatArray = alpha * chain + (1.0 - alpha) * np.minimum(ramp, chain)
+            return out
+
+        crossing = np.maximum(steps, self._crossing(0.0, makespan_s))
+        return np.maximum(0.0, np.maximum(value(steps), value(crossing)))
+
 
 def kind_limits(cost: WorkerCost, prompts: FloatArray) -> KindLimits:
     """The limits of ``cost``'s kind for a batch with these prompt lengths."""
@@ -113,33 +143,85 @@ def tail_bound(
 ) -> float:
     """A lower bound on the makespan, at least ``known_s`` (a bound proven otherwise).
 
-    The best over ``PREFILL_SHARES`` of the band relaxation; each search is a fixed number of
-    probes with deterministic solver limits, so the bound is reproducible. ``grid`` adds band edges
-    at every ``1/grid`` of the longest length: a worker's credited steps come nearer its longest
-    trajectory, a tighter bound at ~10x the cost (benchmarks use it; plans do not).
+    The fluid cover's bound for each of ``PREFILL_SHARES``, each search starting where the previous
+    one stopped (the binding rate first), then the band cover's check for whole trajectories.
+    ``grid`` adds band edges at every ``1/grid`` of the longest length to that check.
     """
     if len(lengths) == 0:
         return known_s
+    steps = np.asarray(lengths, dtype=np.int64)
+    work = np.asarray(kv_steps, dtype=np.float64)
     limits = [(kind_limits(cost, prompts), n) for cost, n in kinds]
     exchange = min(lim.prefill_s / lim.per_token_s for lim, _ in limits)
-    relaxations = [
-        _Relaxation(
-            lengths, np.asarray(kv_steps) + share * exchange * prompts, limits, share * exchange, grid
-        )
-        for share in PREFILL_SHARES
+    laid, bound = layout(steps), known_s
+    for share in PREFILL_SHARES:
+        rate = share * exchange
+        bound = _search(_fluid_gap(laid, work + rate * prompts, limits, rate), bound)
+    bands = [
+        BandCover(steps, work + s * exchange * prompts, limits, s * exchange, grid) for s in PREFILL_SHARES
     ]
+    return _bisect(lambda t: any(b.infeasible(t) for b in bands), bound)
 
-    def proven(makespan_s: float) -> bool:  # no schedule finishes by then: some relaxation has no cover
-        return any(r.infeasible(makespan_s) for r in relaxations)
 
-    low, high = known_s, known_s * STEP_UP
-    for _ in range(STEP_UPS):  # find a makespan no relaxation rules out
+def _fluid_gap(
+    laid: Layout, demand: FloatArray, limits: Sequence[tuple[KindLimits, int]], rate: float
+) -> Callable[[float], float]:
+    """The fluid cover's shortfall as a function of the makespan (positive: proven infeasible)."""
+    fluid = FluidCover(laid, demand, [n for _, n in limits])
+    return lambda t: fluid.shortfall([lim.serves_many(laid.lengths, t, rate) for lim, _ in limits])
+
+
+def _search(gap: Callable[[float], float], low: float) -> float:
+    """The largest makespan ``gap`` proves infeasible, to ``PRECISION``, and at least ``low``.
+
+    A secant search on the shortfall through the last two probes (the first step guesses the
+    slope), each probe kept at least ``PRECISION`` inside the bracket and aimed a little below the
+    estimated root, so that it proves a new ``low`` and the next one, just above, closes the bracket.
+    """
+    high = math.inf
+    points: list[tuple[float, float]] = []
+    guess = low * (1.0 + PRECISION)
+    for _ in range(MAX_PROBES):
+        value = gap(guess)
+        points.append((guess, value))
+        if value > 0.0:
+            low = guess
+        else:
+            high = guess
+        if math.isfinite(high) and high - low <= PRECISION * high:
+            break
+        guess = _next_guess(points, low, high)
+    return low
+
+
+def _next_guess(points: list[tuple[float, float]], low: float, high: float) -> float:
+    """Where the shortfall is estimated to reach zero, kept at least ``PRECISION`` inside the bracket."""
+    last_t, last_gap = points[-1]
+    if len(points) >= 2 and points[-2][1] != last_gap:
+        prev_t, prev_gap = points[-2]
+        root = last_t + (last_t - prev_t) * last_gap / (prev_gap - last_gap)
+    else:
+        root = last_t * (1.0 + last_gap / FIRST_SLOPE)
+    root *= 1.0 - AIM * PRECISION
+    lowest, highest = low * (1.0 + PRECISION), high * (1.0 - PRECISION)
+    if lowest >= highest:
+        return (low + high) / 2.0
+    return min(max(root, lowest), highest)
+
+
+def _bisect(proven: Callable[[float], bool], low: float) -> float:
+    """The band cover's bound above ``low`` (proven): nothing to add unless it proves ``low`` raised
+    by ``PRECISION``; then a growing bracket and a bisection, as the fluid search cannot follow it."""
+    high = low * (1.0 + PRECISION)
+    if not proven(high):
+        return low
+    for _ in range(STEP_UPS):
+        low, high = high, high * STEP_UP
         if not proven(high):
             break
-        low, high = high, high * STEP_UP
     else:
         return low
-    for _ in range(BOUND_PROBES):  # bisection: ``low`` proven (or known), ``high`` not proven
+    for _ in range(BAND_PROBES):
         if high - low <= PRECISION * high:
             break
         middle = (low + high) / 2.0
@@ -148,72 +230,3 @@ def tail_bound(
         else:
             high = middle
     return low
-
-
-class _Relaxation:
-    """The band cover of one prefill exchange rate, probed at one makespan at a time."""
-
-    def __init__(
-        self,
-        lengths: Sequence[int] | IntArray,
-        demand_steps: FloatArray,
-        limits: Sequence[tuple[KindLimits, int]],
-        rate: float,
-        grid: int,
-    ) -> None:
-        self.edges = _edges(lengths, grid)
-        self.demand = [math.floor(k / KV_UNIT) for k in band_loads(lengths, demand_steps, self.edges)]
-        self.needed, self.smallest, self.shortest = _band_items(lengths, demand_steps, self.edges)
-        self.limits, self.rate = limits, rate
-        self.sizes = [n for _, n in limits]
-
-    def infeasible(self, makespan_s: float) -> bool:
-        """Whether CP-SAT proves that no band cover exists by ``makespan_s``."""
-        most = [
-            [lim.serves(steps, makespan_s, self.rate) for steps in self.shortest] for lim, _ in self.limits
-        ]
-        units = [[math.ceil(v / KV_UNIT) for v in row] for row in most]
-        bands = range(len(self.edges))
-        room = tuple(
-            tuple(tuple(_whole(row[k], self.smallest[j]) if k >= j else 0 for j in bands) for k in bands)
-            for row in most
-        )
-        status = cover(units, self.demand, self.sizes, None, 0, ItemCounts(self.needed, room))[1]
-        return bool(status == cp_model.INFEASIBLE)
-
-
-def _edges(lengths: Sequence[int] | IntArray, grid: int) -> tuple[int, ...]:
-    """``band_edges`` plus, per grid point, the longest length at or below it."""
-    edges = set(band_edges(lengths, BOUND_BANDS))
-    ordered = np.sort(np.asarray(lengths, dtype=np.int64))
-    for k in range(1, grid):
-        below = int(np.searchsorted(ordered, int(ordered[-1]) * k // grid, side="right"))
-        if below > 0:
-            edges.add(int(ordered[below - 1]))
-    return tuple(sorted(edges))
-
-
-def _band_items(
-    lengths: Sequence[int] | IntArray, demand_steps: FloatArray, edges: Sequence[int]
-) -> tuple[tuple[int, ...], list[float], list[int]]:
-    """Per band j: how many units lie in bands >= j, the smallest demand among them, and the
-    shortest unit of band j itself (a worker at band j runs at least that many steps)."""
-    steps = np.asarray(lengths, dtype=np.int64)
-    bands = np.minimum(np.searchsorted(np.asarray(edges), steps, side="left"), len(edges) - 1)
-    needed, smallest, shortest = [], [], []
-    previous = 0
-    for j, edge in enumerate(edges):
-        tail, own = demand_steps[bands >= j], steps[bands == j]
-        needed.append(int(tail.size))
-        smallest.append(float(tail.min()) if tail.size else math.inf)
-        shortest.append(int(own.min()) if own.size else previous + 1)
-        previous = edge
-    return tuple(needed), smallest, shortest
-
-
-def _whole(serves: float, smallest: float) -> int:
-    """How many units of at least ``smallest`` fit in ``serves`` (rounded up at the 1e-9 level:
-    float error must never make the bound claim less room than there is)."""
-    if smallest <= 0.0 or not math.isfinite(smallest):
-        return 1 << 30
-    return math.floor(serves / smallest * (1.0 + 1e-9))

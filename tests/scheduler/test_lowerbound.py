@@ -48,7 +48,7 @@ def test_throughput_and_kv_limits_follow_their_formulas() -> None:
     kv = sum(t.prompt_tokens * (n := planned_steps(t.predicted_tokens)) + n * (n - 1) / 2 for t in batch)
     assert bound.throughput_s == pytest.approx(tokens / sum(c.peak_tps() for c in costs))
     assert bound.kv_s == pytest.approx(kv / sum(c.kv_token_steps_per_s() for c in costs))
-    assert bound.value_s == max(bound.longest_s, bound.throughput_s, bound.kv_s)
+    assert bound.value_s == max(bound.longest_s, bound.throughput_s, bound.kv_s, bound.tail_s)
 
 
 def test_excluding_a_worker_raises_the_aggregate_limits() -> None:

@@ -1,0 +1,128 @@
+"""The fluid cover of limit (d): how much of the batch's work the workers can take, trajectory by trajectory.
+
+Why not bands. The band model (``scheduler.tailbands``) credits a worker with the *lower edge* of its
+band's lengths, so its bound is only as tight as its grid; a grid every 1/32 of the longest length
+is 2.5-3% tighter than quantile bands and costs a CP-SAT proof of 50-150 ms per probe. Here every
+trajectory is its own band, and the question "can the workers take all the work by ``T``?" is
+answered exactly, for the fluid relaxation, by a dynamic programme over worker counts instead of a
+solver.
+
+The relaxation. Sort the trajectories longest first and lay their demands (KV-token-steps plus
+credited prefill, ``scheduler.tailbound``) end to end. A worker whose longest trajectory has ``L``
+steps serves at most ``cap_c(L)`` of demand by ``T`` (``KindLimits.serves``: non-increasing in
+``L``). In any schedule, list the workers by their longest trajectory, longest first: all
+trajectories longer than the ``k+1``-th worker's longest sit on the first ``k``. So if the first
+``k`` workers cover a prefix ``x`` of the laid-out demand, the next one can be credited with
+``cap(L(x))``, ``L(x)`` the length of the first trajectory not fully covered, and never less than
+it really serves: by induction the best coverage over every order of kinds,
+
+    f(a) = max over kinds c with a_c >= 1 of  next_c(f(a - e_c)),    next_c(x) = x + cap_c(L(x)),
+
+is at least the total demand whenever some schedule finishes by ``T`` (``next_c`` is increasing in
+``x``, so the maximum over orders is the best prefix). A shortfall proves that none does.
+
+Cost. ``f`` has one state per combination of worker counts, ``prod(n_c + 1)`` (16,641 for 128 + 128
+workers); the states with ``sum(a) = d`` depend only on those with ``d - 1``, so one vectorised step
+per worker. Beyond ``MAX_STATES`` the two smallest kinds are merged into one whose capacity is the
+larger of theirs at every length: more capacity than either, still a relaxation, only looser.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.stepsum import FloatArray
+
+IntArray = npt.NDArray[np.int64]
+MAX_STATES = 1 << 16  # states of the programme; more kinds than that are merged (a looser relaxation)
+Planes = tuple[tuple[IntArray, tuple[tuple[IntArray, IntArray], ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The batch's trajectories longest first, shared by every exchange rate's cover."""
+
+    order: IntArray  # trajectory indices, longest first (stable)
+    lengths: FloatArray  # the distinct lengths, longest first: capacities are asked for these only
+    expand: IntArray  # expand[i]: index in ``lengths`` of the i-th longest trajectory; one more
+    # entry, past the last trajectory, points at the shortest length
+
+
+def layout(lengths: IntArray) -> Layout:
+    """Sort once: the distinct lengths are what ``KindLimits.serves_many`` is evaluated on."""
+    order = np.argsort(-lengths, kind="stable")
+    negated, expand = np.unique(-lengths[order], return_inverse=True)
+    expand = np.append(expand, expand[-1]) if expand.size else expand
+    return Layout(order, -negated.astype(np.float64), expand.astype(np.int64))
+
+
+class FluidCover:
+    """One demand vector laid out longest first, probed at one makespan at a time."""
+
+    def __init__(self, laid: Layout, demand: FloatArray, sizes: Sequence[int]) -> None:
+        self.expand = laid.expand
+        self.ends = np.cumsum(demand[laid.order])  # ends[i]: demand of the i + 1 longest trajectories
+        self.total = float(self.ends[-1]) if self.ends.size else 0.0
+        self.groups = _groups(sizes)  # kinds merged into one dimension each
+        self.planes = _planes(tuple(sum(sizes[c] for c in group) for group in self.groups))
+
+    def shortfall(self, capacities: Sequence[FloatArray]) -> float:
+        """``1 - best coverage / total``: positive proves that no schedule takes all the demand.
+
+        ``capacities[c][u]``: what a worker of kind ``c`` serves when its longest trajectory has the
+        ``u``-th distinct length (``Layout.lengths``). Past the last trajectory a worker is credited
+        as if more of the shortest followed, so the value keeps falling (a slack) once the demand is
+        covered, which is what the search in ``scheduler.tailbound`` interpolates on.
+        """
+        if self.total <= 0.0:
+            return -1.0
+        merged = [np.maximum.reduce([capacities[c] for c in group])[self.expand] for group in self.groups]
+        best = np.zeros(self.planes[-1][0][-1] + 1)
+        ends = self.ends
+        for flat, steps in self.planes[1:]:
+            values = np.full(flat.size, -math.inf)
+            for dim, (targets, sources) in enumerate(steps):
+                covered = best[sources]
+                gained = covered + merged[dim][ends.searchsorted(covered, side="right")]
+                values[targets] = np.maximum(values[targets], gained)
+            best[flat] = values
+        return 1.0 - float(best[-1]) / self.total
+
+
+def _groups(sizes: Sequence[int]) -> list[list[int]]:
+    """Kinds as dimensions of the programme: the two smallest merged until the states fit."""
+    groups = [[c] for c in range(len(sizes))]
+    counts = list(sizes)
+    while len(groups) > 1 and math.prod(n + 1 for n in counts) > MAX_STATES:
+        first, second = sorted(range(len(counts)), key=lambda g: counts[g])[:2]
+        groups[first] += groups[second]
+        counts[first] += counts[second]
+        del groups[second], counts[second]
+    return groups
+
+
+@lru_cache(maxsize=32)
+def _planes(sizes: tuple[int, ...]) -> Planes:
+    """Per worker total ``d``: the flat indices of the states with ``sum(a) = d`` and, per kind, which
+    of them have ``a_c >= 1`` (positions in that list) and the flat index of ``a - e_c`` for each."""
+    shape = tuple(n + 1 for n in sizes)
+    coords = np.indices(shape).reshape(len(shape), -1)
+    totals = coords.sum(axis=0)
+    strides = [int(np.prod(shape[c + 1 :])) for c in range(len(shape))]
+    order = np.argsort(totals, kind="stable")
+    starts = np.searchsorted(totals[order], np.arange(int(totals[-1]) + 2))
+    planes = []
+    for d in range(int(totals[-1]) + 1):
+        flat = order[starts[d] : starts[d + 1]]
+        steps = []
+        for c, stride in enumerate(strides):
+            targets = np.flatnonzero(coords[c][flat] >= 1)
+            steps.append((targets, flat[targets] - stride))
+        planes.append((flat, tuple(steps)))
+    return tuple(planes)
