@@ -12,11 +12,12 @@ Four limits, each a relaxation of the real engine, and the bound is their maximu
 
 (d) ``tail_s``: (c) assumes every worker keeps its cache full, but a worker that runs a trajectory of
     ``L`` steps runs at least ``L`` steps, each reading its weights, so it serves at most
-    ``(T - L * step) / per_token`` KV-token-steps by time ``T``. The band model of
-    ``scheduler.policies.levels`` (trajectories cut into length bands, workers counted per band)
-    is a relaxation of every schedule under these two limits; the largest ``T`` at which CP-SAT
-    proves it infeasible is a bound. On heavy-tailed batches where every worker must host a 32k
-    trajectory this is the binding limit, well above (c).
+    ``(T - L * step) / per_token`` KV-token-steps by time ``T`` (less while its cache fills, and
+    less its prefill). Which workers host which lengths is then a covering question
+    (``scheduler.tailbound``): a fluid cover with every trajectory its own length, solved exactly by
+    a dynamic programme over worker counts, checked by a band cover that keeps trajectories whole.
+    The largest ``T`` at which either proves no cover exists is a bound. On heavy-tailed batches
+    where every worker must host a long trajectory this is the binding limit, 30-35% above (c).
 
 Each limit is an upper bound on a rate or a lower bound on a chain, so the maximum never exceeds the
 makespan of any feasible schedule (tests check it against the simulator). For long chain-of-thought
@@ -32,7 +33,7 @@ import numpy as np
 
 from scheduler.costmodel import WorkerCost, worker_cost
 from scheduler.stepsum import FloatArray, planned_steps_array, solo_decode_times
-from scheduler.tailbound import tail_bound
+from scheduler.tailbound import PRECISION, tail_bound
 from scheduler.types import Inventory, Trajectory
 
 
@@ -53,10 +54,12 @@ def lower_bound(
     excluded: frozenset[str] = frozenset(),
     prefix_affinity: bool = False,
     grid: int = 0,
+    precision: float = PRECISION,
 ) -> LowerBound:
     """Compute the bound of ``trajectories`` on the non-excluded workers of ``inventory``.
 
-    ``grid`` > 0 refines (d) with extra length bands (``scheduler.tailbound``): tighter, slower.
+    Plans report the defaults. ``grid`` > 0 adds length bands to (d)'s whole-trajectory check and a
+    finer ``precision`` tightens its search (``scheduler.tailbound``): the benchmark's refined bound.
 
     With ``prefix_affinity`` a group's samples share one worker, so (a) also covers the heaviest group
     alone on its fastest allowed worker. Expects a validated batch (see ``scheduler.validation``).
@@ -75,7 +78,7 @@ def lower_bound(
     kv = float(per_trajectory.sum()) / sum(c.kv_token_steps_per_s() for c in costs)
     known = max(longest, throughput, kv)
     kinds = [(members[0], len(members)) for members in _kinds(costs)]
-    tail = tail_bound(steps, per_trajectory, prompts, kinds, known, grid)
+    tail = tail_bound(steps, per_trajectory, prompts, kinds, known, grid, precision)
     return LowerBound(longest, throughput, kv, tail, max(known, tail))
 
 

@@ -50,9 +50,12 @@ from scheduler.stepsum import FloatArray
 from scheduler.tailbands import BandCover
 from scheduler.tailcover import FluidCover, Layout, layout
 
-PRECISION = 0.002  # the searches stop when the bracket on T is this tight (relative)
+PRECISION = 0.0005  # the fluid search stops when its bracket on T is this tight (relative); as
+# cheap as 0.002 (the secant converges fast: 6-7 probes either way) and 0.1% tighter
+PROOF_MARGIN = 1e-9  # a shortfall proves infeasibility only above this (float error of the sums)
+BAND_PRECISION = 0.002  # the band cover's check and bisection (CP-SAT probes: each costs more)
 MAX_PROBES = 12  # fluid probes per exchange rate (the search needs 4-6)
-AIM = 0.5  # probes aim this many PRECISIONs below the estimated root
+AIM = 0.5  # probes aim this many precisions below the estimated root
 FIRST_SLOPE = 3.0  # shortfall per relative makespan, the first step's guess (measured 3.3-4 near the root)
 BAND_PROBES = 8  # band-model bisection probes, when whole trajectories lift the bound above the fluid one
 STEP_UP = 1.25  # the band bracket above the fluid bound grows by this factor until a cover exists
@@ -140,12 +143,14 @@ def tail_bound(
     kinds: Sequence[tuple[WorkerCost, int]],
     known_s: float,
     grid: int = 0,
+    precision: float = PRECISION,
 ) -> float:
     """A lower bound on the makespan, at least ``known_s`` (a bound proven otherwise).
 
     The fluid cover's bound for each of ``PREFILL_SHARES``, each search starting where the previous
     one stopped (the binding rate first), then the band cover's check for whole trajectories.
-    ``grid`` adds band edges at every ``1/grid`` of the longest length to that check.
+    ``grid`` adds band edges at every ``1/grid`` of the longest length to that check; ``precision``
+    is the fluid search's (finer: a little tighter, a probe or two more).
     """
     if len(lengths) == 0:
         return known_s
@@ -156,7 +161,7 @@ def tail_bound(
     laid, bound = layout(steps), known_s
     for share in PREFILL_SHARES:
         rate = share * exchange
-        bound = _search(_fluid_gap(laid, work + rate * prompts, limits, rate), bound)
+        bound = _search(_fluid_gap(laid, work + rate * prompts, limits, rate), bound, precision)
     bands = [
         BandCover(steps, work + s * exchange * prompts, limits, s * exchange, grid) for s in PREFILL_SHARES
     ]
@@ -171,48 +176,52 @@ def _fluid_gap(
     return lambda t: fluid.shortfall([lim.serves_many(laid.lengths, t, rate) for lim, _ in limits])
 
 
-def _search(gap: Callable[[float], float], low: float) -> float:
-    """The largest makespan ``gap`` proves infeasible, to ``PRECISION``, and at least ``low``.
+def _search(gap: Callable[[float], float], low: float, precision: float) -> float:
+    """The largest makespan ``gap`` proves infeasible, to ``precision``, and at least ``low``.
 
     A secant search on the shortfall through the last two probes (the first step guesses the
-    slope), each probe kept at least ``PRECISION`` inside the bracket and aimed a little below the
+    slope), each probe kept at least ``precision`` inside the bracket and aimed a little below the
     estimated root, so that it proves a new ``low`` and the next one, just above, closes the bracket.
+    Only a probe's proof moves ``low``: the interpolation decides where to look, never the answer.
     """
     high = math.inf
     points: list[tuple[float, float]] = []
-    guess = low * (1.0 + PRECISION)
+    guess = low * (1.0 + precision)
     for _ in range(MAX_PROBES):
         value = gap(guess)
         points.append((guess, value))
-        if value > 0.0:
+        if value > PROOF_MARGIN:
             low = guess
         else:
             high = guess
-        if math.isfinite(high) and high - low <= PRECISION * high:
+        if math.isfinite(high) and high - low <= precision * high:
             break
-        guess = _next_guess(points, low, high)
+        guess = _next_guess(points, low, high, precision)
     return low
 
 
-def _next_guess(points: list[tuple[float, float]], low: float, high: float) -> float:
-    """Where the shortfall is estimated to reach zero, kept at least ``PRECISION`` inside the bracket."""
+def _next_guess(points: list[tuple[float, float]], low: float, high: float, precision: float) -> float:
+    """Where the shortfall is estimated to reach zero, kept at least ``precision`` inside the bracket."""
     last_t, last_gap = points[-1]
     if len(points) >= 2 and points[-2][1] != last_gap:
         prev_t, prev_gap = points[-2]
         root = last_t + (last_t - prev_t) * last_gap / (prev_gap - last_gap)
     else:
         root = last_t * (1.0 + last_gap / FIRST_SLOPE)
-    root *= 1.0 - AIM * PRECISION
-    lowest, highest = low * (1.0 + PRECISION), high * (1.0 - PRECISION)
+    root *= 1.0 - AIM * precision
+    lowest, highest = low * (1.0 + precision), high * (1.0 - precision)
     if lowest >= highest:
         return (low + high) / 2.0
+    if not math.isfinite(root):
+        return lowest if math.isfinite(high) else low * STEP_UP
     return min(max(root, lowest), highest)
 
 
 def _bisect(proven: Callable[[float], bool], low: float) -> float:
     """The band cover's bound above ``low`` (proven): nothing to add unless it proves ``low`` raised
-    by ``PRECISION``; then a growing bracket and a bisection, as the fluid search cannot follow it."""
-    high = low * (1.0 + PRECISION)
+    by ``BAND_PRECISION``; then a growing bracket and a bisection (the band cover has no slack to
+    interpolate on). On benchmark batches the greedy cover settles the one probe without a solve."""
+    high = low * (1.0 + BAND_PRECISION)
     if not proven(high):
         return low
     for _ in range(STEP_UPS):
@@ -222,7 +231,7 @@ def _bisect(proven: Callable[[float], bool], low: float) -> float:
     else:
         return low
     for _ in range(BAND_PROBES):
-        if high - low <= PRECISION * high:
+        if high - low <= BAND_PRECISION * high:
             break
         middle = (low + high) / 2.0
         if proven(middle):

@@ -5,15 +5,19 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.benchgen import bench_request
 from scheduler.costmodel import worker_cost
 from scheduler.devices import device_profile, model_preset
-from scheduler.lowerbound import lower_bound
+from scheduler.lowerbound import _kinds, lower_bound
 from scheduler.planner import plan
 from scheduler.simulator import SimOptions, simulate
-from scheduler.tailbound import KindLimits, kind_limits
+from scheduler.stepsum import planned_steps_array
+from scheduler.tailbands import BandCover
+from scheduler.tailbound import BAND_PRECISION, PRECISION, KindLimits, _search, kind_limits
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 MODEL = model_preset("7b")
@@ -106,5 +110,55 @@ def test_no_play_beats_the_bound_where_ramp_up_and_prefill_bind(
     result = simulate(
         plan(request, policy), batch, {t.key: int(t.predicted_tokens) for t in batch}, inventory, options
     )
-    for grid in (0, 8):  # the plans' bound, and the benchmark's refined one
-        assert result.makespan_s >= lower_bound(batch, inventory, grid=grid).value_s * (1.0 - 1e-12)
+    for grid, precision in ((0, PRECISION), (8, 1e-4)):  # the plans' bound, and a refined one
+        refined = lower_bound(batch, inventory, grid=grid, precision=precision)
+        assert result.makespan_s >= refined.value_s * (1.0 - 1e-12)
+
+
+def test_the_vectorised_capacity_is_the_scalar_one() -> None:
+    rng = random.Random(5)
+    for _ in range(50):
+        lim = _limits(rng.choice([1, 8, 256]), rng.uniform(1e4, 2e6), rng.uniform(0, 3e5))
+        steps = np.array([rng.randint(1, 40_000) for _ in range(20)], dtype=np.float64)
+        makespan, rate = rng.uniform(1.0, 600.0), rng.choice([0.0, 500.0, 1_500.0])
+        many = lim.serves_many(steps, makespan, rate)
+        for n, value in zip(steps, many, strict=True):
+            assert value == pytest.approx(lim.serves(float(n), makespan, rate), rel=1e-12, abs=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(root=st.floats(1.0, 1e4), slope=st.floats(0.05, 50.0), kink=st.floats(0.1, 10.0))
+def test_the_search_never_claims_past_the_root_and_closes_on_it(
+    root: float, slope: float, kink: float
+) -> None:
+    def gap(t: float) -> float:  # falling, steeper (or flatter) past the root, like a shortfall
+        return slope * (root - t) / root * (1.0 if t < root else kink)
+
+    found = _search(gap, root / 3.0, PRECISION)
+    assert found < root
+    assert found >= root * (1.0 - 2.0 * PRECISION)
+
+
+def test_the_bound_is_deterministic() -> None:
+    request = bench_request(2_048, 16, seed=2)
+    first = lower_bound(request.trajectories, request.inventory)
+    assert lower_bound(request.trajectories, request.inventory) == first
+
+
+def test_no_band_grid_proves_more_than_the_plans_bound_on_a_heavy_tail() -> None:
+    # the plans' bound credits every worker at its own longest trajectory: a 1/32 grid of bands
+    # (the benchmark's refined bound before) cannot prove a longer makespan impossible
+    request = bench_request(1_024, 16, seed=0)
+    batch, inventory = request.trajectories, request.inventory
+    bound = lower_bound(batch, inventory)
+    assert bound.tail_s > bound.kv_s
+    costs = [worker_cost(w, MODEL) for w in inventory.workers]
+    prompts = np.array([t.prompt_tokens for t in batch], dtype=np.float64)
+    steps = planned_steps_array([t.predicted_tokens for t in batch])
+    outputs = steps.astype(np.float64)
+    limits = [(kind_limits(m[0], prompts), len(m)) for m in _kinds(costs)]
+    exchange = min(lim.prefill_s / lim.per_token_s for lim, _ in limits)
+    for rate in (0.0, exchange):
+        demand = prompts * outputs + outputs * (outputs - 1.0) / 2.0 + rate * prompts
+        bands = BandCover(steps, demand, limits, rate, grid=32)
+        assert not bands.infeasible(bound.tail_s * (1.0 + BAND_PRECISION))
