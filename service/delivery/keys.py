@@ -28,10 +28,6 @@ key                         type     contents
 ``P:grp``                   hash     item key -> its group, only under prefix affinity (a steal
                                      moves a whole, wholly queued, never started group)
 ``P:gsize``                 hash     group -> its number of items, only under prefix affinity
-``P:gfifo``                 hash     group -> its items in the shared FIFO, newline-joined in FIFO
-                                     order; only under prefix affinity, for groups with 2+ there.
-                                     A claim that takes one from the FIFO takes the rest with it
-                                     (the simulator's rule) and deletes the entry
 ``P:due``                   hash     item key -> ``start|end``: when the plan predicts its planned
                                      worker starts and finishes it (lease clock, ms; publish time +
                                      ``DeliveryItem.planned_start_ms`` / ``deadline_ms``). A steal
@@ -39,7 +35,10 @@ key                         type     contents
                                      back by the owner's lateness); absent: no deadline guard
 ``P:counts``                hash     ``q|r|d|f`` totals and ``q:<w>|r:<w>|d:<w>|f:<w>`` per worker
 ``P:q:<worker>``            list     the worker's ordered queue; head = next to start
-``P:q:*``                   list     shared FIFO for shared-queue policies (``Plan.dispatch_order``)
+``P:q:*``                   list     shared FIFO for shared-queue policies (``Plan.dispatch_order``);
+                                     under prefix affinity laid out group by group (groups in order
+                                     of their first item): a claim takes a group's first item with
+                                     the rest of the group behind it, as the simulator binds it
 ``P:dead``                  list     dead letters as JSON (key, worker, attempts, reason, at_ms)
 ``P:results``               stream   accepted results, one entry per item, read by the trainer
 ==========================  =======  ==============================================================
@@ -166,7 +165,6 @@ class ScheduleKeys:
             "pin",
             "grp",
             "gsize",
-            "gfifo",
             "due",
             "counts",
             "dead",

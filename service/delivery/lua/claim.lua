@@ -24,21 +24,23 @@ local function take(q)
   end
 end
 
--- The rest of head's group still in the shared FIFO, in FIFO order, taken off the FIFO. P:gfifo
--- (written at publish) lists each group's FIFO items; the entry goes now, as no item ever returns
--- to the FIFO (a requeue goes to its holder's own queue).
+-- The rest of head's group still in the shared FIFO, in FIFO order, taken off it. Under affinity
+-- publish.lua lays the FIFO out group by group, and items leave it only from the head (a requeue
+-- goes to its holder's own queue), so the rest is the run of same-group items right behind head:
+-- O(group), never a scan of the FIFO. P:gsize bounds the run (pinned members are not in the FIFO).
 local function rest_of_group(head)
   local g = redis.call('HGET', k('grp'), head)
-  local listed = g and redis.call('HGET', k('gfifo'), g)
-  if not listed then return {} end
-  redis.call('HDEL', k('gfifo'), g)
+  local left = g and (tonumber(redis.call('HGET', k('gsize'), g)) or 1) - 1 or 0
   local rest = {}
-  for key in string.gmatch(listed, '[^\n]+') do
-    local r = get(key)
-    if key ~= head and r and r.s == 'q' and r.w == '*' then
-      redis.call('LREM', k('q:*'), 1, key)
-      rest[#rest + 1] = key
-    end
+  while left > 0 do
+    local ahead = redis.call('LRANGE', k('q:*'), 0, math.min(left, 1000) - 1)
+    if #ahead == 0 then break end
+    local owner, n = redis.call('HMGET', k('grp'), unpack(ahead)), 0
+    while n < #ahead and owner[n + 1] == g do n = n + 1 end
+    if n == 0 then break end
+    for _, key in ipairs(redis.call('LPOP', k('q:*'), n)) do rest[#rest + 1] = key end
+    left = left - n
+    if n < #ahead then break end
   end
   dequeued('*', rest)
   return rest

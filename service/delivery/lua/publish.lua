@@ -36,11 +36,28 @@ local cnt = {'q', n, 'r', 0, 'd', 0, 'f', 0}
 for _, w in ipairs(cjson.decode(ARGV[7])) do
   for _, s in ipairs({'q', 'r', 'd', 'f'}) do cnt[#cnt + 1], cnt[#cnt + 2] = s .. ':' .. w, 0 end
 end
+-- Under prefix affinity the shared FIFO is laid out group by group: groups in the order of their
+-- first item, each group's items in dispatch order. A claim takes a group's first item with the
+-- rest of the group behind it (claim.lua), so this serves exactly what the dispatch order bound as
+-- the simulator plays it (scheduler/sim_pool.py, _bind_group) while a bind stays O(group), never a
+-- scan of the FIFO. queue holds positions first .. first + #queue - 1 of the item columns.
+local function grouped(queue, first)
+  local order, members = {}, {}
+  for j, key in ipairs(queue) do
+    local g = groups[first + j - 1]
+    if not members[g] then members[g], order[#order + 1] = {}, g end
+    members[g][#members[g] + 1] = key
+  end
+  local out = {}
+  for _, g in ipairs(order) do
+    for _, key in ipairs(members[g]) do out[#out + 1] = key end
+  end
+  return out
+end
+
 local items, st, i = {}, {}, 0
-local fifo_lo, fifo_hi = 1, 0  -- item positions of the shared FIFO (none by default)
 for q, w in ipairs(names) do
   local queue, score = {}, 0
-  if w == '*' then fifo_lo, fifo_hi = i + 1, i + sizes[q] end
   for _ = 1, sizes[q] do
     i = i + 1
     queue[#queue + 1] = keys[i]
@@ -48,6 +65,7 @@ for q, w in ipairs(names) do
     st[#st + 1], st[#st + 2] = keys[i], 'q|0|0|0|' .. preds[i] .. '|' .. w .. '|' .. reserves[i]
     score = score + tonumber(preds[i])
   end
+  if w == '*' and affinity == '1' then queue = grouped(queue, i - #queue + 1) end
   if #queue > 0 then
     bulk('RPUSH', k('q:' .. w), queue)
     redis.call('PEXPIREAT', k('q:' .. w), exp)
@@ -61,9 +79,7 @@ bulk('HSET', k('counts'), cnt)
 -- Steal rules: P:pin holds the pinned items (never stolen); under affinity P:grp maps each item to
 -- its group and P:gsize each group to its size (a steal moves a whole, wholly queued group); P:due
 -- maps each item with a deadline to its planned 'start|end' on the lease clock (steal.lua's guard).
--- Under affinity P:gfifo maps each group with 2+ items in the shared FIFO to those items in FIFO
--- order, so a claim binds a group to its first sample's claimer without scanning the FIFO.
-local pinned, grp, gsize, sizes_of, due, fifo_of = {}, {}, {}, {}, {}, {}
+local pinned, grp, gsize, sizes_of, due = {}, {}, {}, {}, {}
 for j = 1, n do
   local s0, e0 = string.match(dues[j] or '-', '^(%d+)|(%d+)$')
   if s0 then due[#due + 1], due[#due + 2] = keys[j], int(now + tonumber(s0)) .. '|' .. int(now + tonumber(e0)) end
@@ -71,31 +87,18 @@ for j = 1, n do
   if affinity == '1' then
     grp[#grp + 1], grp[#grp + 2] = keys[j], groups[j]
     sizes_of[groups[j]] = (sizes_of[groups[j]] or 0) + 1
-    if j >= fifo_lo and j <= fifo_hi then
-      local members = fifo_of[groups[j]] or {}
-      members[#members + 1] = keys[j]
-      fifo_of[groups[j]] = members
-    end
   end
 end
 for g, c in pairs(sizes_of) do gsize[#gsize + 1], gsize[#gsize + 2] = g, c end
-local gfifo = {}
-for g, members in pairs(fifo_of) do
-  if #members > 1 then gfifo[#gfifo + 1], gfifo[#gfifo + 2] = g, table.concat(members, '\n') end
-end
-if #gfifo > 0 then bulk('HSET', k('gfifo'), gfifo) end
 if #pinned > 0 then bulk('HSET', k('pin'), pinned) end
 if #grp > 0 then bulk('HSET', k('grp'), grp) end
 if #gsize > 0 then bulk('HSET', k('gsize'), gsize) end
 if #due > 0 then bulk('HSET', k('due'), due) end
-for _, s in ipairs({'meta', 'items', 'st', 'counts', 'work', 'pace', 'pin', 'grp', 'gsize', 'gfifo', 'due'}) do
-  redis.call('PEXPIREAT', k(s), exp)
-end
+for _, s in ipairs({'meta', 'items', 'st', 'counts', 'work', 'pace', 'pin', 'grp', 'gsize', 'due'}) do redis.call('PEXPIREAT', k(s), exp) end
 -- Free the big argument strings and tables now: left to the incremental collector they would slow
 -- the next few hundred claims by tens of microseconds each.
 items, st, keys, preds, reserves, jsons, cnt = nil, nil, nil, nil, nil, nil, nil
 pins, groups, pinned, grp, gsize, sizes_of, dues, due = nil, nil, nil, nil, nil, nil, nil, nil
-fifo_of, gfifo = nil, nil
 pcall(function() for a = #ARGV, 1, -1 do ARGV[a] = nil end end)  -- a server may protect ARGV
 collectgarbage()
 return 1

@@ -93,7 +93,6 @@ def test_without_affinity_a_shared_claim_takes_one_item(
     assert _keys(delivery.claim("s", "a", 1)) == ["p#0"]
     assert _keys(delivery.claim("s", "b", 1)) == ["p#1"]  # the group is split, as the simulator would
     assert delivery.progress("s").workers["a"].queued == 0
-    assert redis_client.exists(f"{schedule_keys('s').base}:gfifo") == 0
     assert_sound(redis_client, "s")
 
 
@@ -130,15 +129,15 @@ def test_a_reaped_sample_of_a_claimed_group_returns_to_its_claimer_not_the_fifo(
     assert_sound(redis_client, "s")
 
 
-def test_the_group_index_expires_with_the_schedule_and_is_spent_by_the_claim(
+def test_under_affinity_the_fifo_is_laid_out_group_by_group_in_order_of_first_samples(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
-    delivery.publish(_shared(_fifo("p#0", "p#1", "q#0", "q#1")))
-    index = f"{schedule_keys('s').base}:gfifo"
-    assert sorted(redis_client.hkeys(index)) == ["p", "q"]
-    assert redis_client.pttl(index) > 0
-    delivery.claim("s", "a", 1)
-    assert redis_client.hkeys(index) == ["q"]
+    fifo = _fifo("p#0", "q#0", "p#1", "r#0", "q#1")
+    delivery.publish(_shared(fifo))
+    delivery.publish(dataclasses.replace(_shared(fifo, affinity=False), schedule_id="t"))
+    grouped = ["p#0", "p#1", "q#0", "q#1", "r#0"]  # what the claims serve, one bind after another
+    assert redis_client.lrange(schedule_keys("s").queue("*"), 0, -1) == grouped
+    assert redis_client.lrange(schedule_keys("t").queue("*"), 0, -1) == [it.key for it in fifo]
 
 
 def test_a_second_worker_never_gets_a_sample_of_a_claimed_group(

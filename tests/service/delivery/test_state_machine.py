@@ -42,8 +42,12 @@ TTL_MS = 1000
 
 def _with_shared(published: PublishedSchedule, affinity: bool) -> PublishedSchedule:
     """Add three items to the shared FIFO, which workers pull from once their own queue drains; pin
-    ``a``'s tail item, and under ``affinity`` group each queue's items in pairs (``w-i//2``)."""
-    shared = tuple(item(f"shared-{i}#0") for i in range(3))
+    ``a``'s tail item, and under ``affinity`` group each queue's items in pairs (``w-i//2``), the
+    FIFO's too (a claim of ``shared-0`` takes ``shared-1`` along)."""
+    shared = tuple(
+        dataclasses.replace(item(f"shared-{i}#0"), group_id=f"shared-{i // 2}" if affinity else "")
+        for i in range(3)
+    )
     queues = {
         w: tuple(
             dataclasses.replace(it, pinned=it.key == "a-5#0", group_id=f"{w}-{i // 2}" if affinity else "")
