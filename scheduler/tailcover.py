@@ -29,6 +29,7 @@ larger of theirs at every length: more capacity than either, still a relaxation,
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ class FluidCover:
     def __init__(self, laid: Layout, demand: FloatArray, sizes: Sequence[int]) -> None:
         self.expand = laid.expand
         self.ends = np.cumsum(demand[laid.order])  # ends[i]: demand of the i + 1 longest trajectories
+        self.ends_list: list[float] = self.ends.tolist()
         self.total = float(self.ends[-1]) if self.ends.size else 0.0
         self.groups = _groups(sizes)  # kinds merged into one dimension each
         self.planes = _planes(tuple(sum(sizes[c] for c in group) for group in self.groups))
@@ -83,6 +85,8 @@ class FluidCover:
         if self.total <= 0.0:
             return -1.0
         merged = [np.maximum.reduce([capacities[c] for c in group])[self.expand] for group in self.groups]
+        if len(merged) == 1:
+            return 1.0 - self._one_kind(merged[0], len(self.planes) - 1) / self.total
         best = np.zeros(self.planes[-1][0][-1] + 1)
         ends = self.ends
         for flat, steps in self.planes[1:]:
@@ -93,6 +97,18 @@ class FluidCover:
                 values[targets] = np.maximum(values[targets], gained)
             best[flat] = values
         return 1.0 - float(best[-1]) / self.total
+
+    def _one_kind(self, capacity: FloatArray, workers: int) -> float:
+        """The programme with one kind is one chain of ``next``: a scalar loop (a plane per worker
+        would cost a dozen array calls each), and once all is covered the rest add the last capacity."""
+        ends = self.ends_list
+        caps: list[float] = capacity.tolist()
+        covered = 0.0
+        for used in range(workers):
+            if covered >= self.total:
+                return covered + (workers - used) * caps[-1]
+            covered += caps[bisect.bisect_right(ends, covered)]
+        return covered
 
 
 def _groups(sizes: Sequence[int]) -> list[list[int]]:
