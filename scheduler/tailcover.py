@@ -23,8 +23,9 @@ is at least the total demand whenever some schedule finishes by ``T`` (``next_c`
 
 Cost. ``f`` has one state per combination of worker counts, ``prod(n_c + 1)`` (16,641 for 128 + 128
 workers); the states with ``sum(a) = d`` depend only on those with ``d - 1``, so one vectorised step
-per worker. Beyond ``MAX_STATES`` the two smallest kinds are merged into one whose capacity is the
-larger of theirs at every length: more capacity than either, still a relaxation, only looser.
+per worker (two kinds, the common inventory, on contiguous slices; one kind is a scalar chain).
+Beyond ``MAX_STATES`` the two smallest kinds are merged into one whose capacity is the larger of
+theirs at every length: more capacity than either, still a relaxation, only looser.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ import numpy.typing as npt
 from scheduler.stepsum import FloatArray
 
 IntArray = npt.NDArray[np.int64]
-MAX_STATES = 1 << 16  # states of the programme; more kinds than that are merged (a looser relaxation)
+MAX_STATES = 1 << 16  # states of the programme; beyond, kinds are merged (a looser relaxation): at
+# 512 + 512 workers the exact programme (263k states) took ~0.4 s a bound, merged ~0.1 s, 0.5% lower
 Planes = tuple[tuple[IntArray, tuple[tuple[IntArray, IntArray], ...]], ...]
 
 
@@ -72,7 +74,7 @@ class FluidCover:
         self.ends_list: list[float] = self.ends.tolist()
         self.total = float(self.ends[-1]) if self.ends.size else 0.0
         self.groups = _groups(sizes)  # kinds merged into one dimension each
-        self.planes = _planes(tuple(sum(sizes[c] for c in group) for group in self.groups))
+        self.dims = tuple(sum(sizes[c] for c in group) for group in self.groups)  # workers per dimension
 
     def shortfall(self, capacities: Sequence[FloatArray]) -> float:
         """``1 - best coverage / total``: positive proves that no schedule takes all the demand.
@@ -86,10 +88,13 @@ class FluidCover:
             return -1.0
         merged = [np.maximum.reduce([capacities[c] for c in group])[self.expand] for group in self.groups]
         if len(merged) == 1:
-            return 1.0 - self._one_kind(merged[0], len(self.planes) - 1) / self.total
-        best = np.zeros(self.planes[-1][0][-1] + 1)
+            return 1.0 - self._one_kind(merged[0]) / self.total
+        if len(merged) == 2:
+            return 1.0 - self._two_kinds(merged[0], merged[1]) / self.total
+        planes = _planes(self.dims)
+        best = np.zeros(math.prod(n + 1 for n in self.dims))
         ends = self.ends
-        for flat, steps in self.planes[1:]:
+        for flat, steps in planes[1:]:
             values = np.full(flat.size, -math.inf)
             for dim, (targets, sources) in enumerate(steps):
                 covered = best[sources]
@@ -98,12 +103,33 @@ class FluidCover:
             best[flat] = values
         return 1.0 - float(best[-1]) / self.total
 
-    def _one_kind(self, capacity: FloatArray, workers: int) -> float:
+    def _two_kinds(self, first: FloatArray, second: FloatArray) -> float:
+        """The programme with two kinds, plane by plane on contiguous slices (the common inventory:
+        states ``(a, d - a)`` of plane ``d`` ordered by ``a``, so both predecessors are slices)."""
+        most_a, most_b = self.dims
+        ends = self.ends
+        previous, previous_low = np.zeros(1), 0
+        for d in range(1, most_a + most_b + 1):
+            low, high = max(0, d - most_b), min(d, most_a)
+            current = np.full(high - low + 1, -math.inf)
+            start = max(low, 1)  # a worker of the first kind added to (a - 1, d - a)
+            if start <= high:
+                covered = previous[start - 1 - previous_low : high - previous_low]
+                current[start - low :] = covered + first[ends.searchsorted(covered, side="right")]
+            stop = min(high, d - 1)  # a worker of the second kind added to (a, d - 1 - a)
+            if low <= stop:
+                covered = previous[low - previous_low : stop - previous_low + 1]
+                gained = covered + second[ends.searchsorted(covered, side="right")]
+                np.maximum(current[: stop - low + 1], gained, out=current[: stop - low + 1])
+            previous, previous_low = current, low
+        return float(previous[0])
+
+    def _one_kind(self, capacity: FloatArray) -> float:
         """The programme with one kind is one chain of ``next``: a scalar loop (a plane per worker
         would cost a dozen array calls each), and once all is covered the rest add the last capacity."""
         ends = self.ends_list
         caps: list[float] = capacity.tolist()
-        covered = 0.0
+        covered, workers = 0.0, self.dims[0]
         for used in range(workers):
             if covered >= self.total:
                 return covered + (workers - used) * caps[-1]

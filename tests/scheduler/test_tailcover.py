@@ -29,10 +29,12 @@ def _falling(draw: st.DrawFn, distinct: int) -> list[float]:
 
 
 @st.composite
-def _instances(draw: st.DrawFn, most: int = 6) -> tuple[list[int], list[float], list[int], Capacity]:
+def _instances(
+    draw: st.DrawFn, most: int = 6, kinds: int = 2
+) -> tuple[list[int], list[float], list[int], Capacity]:
     lengths = draw(st.lists(st.integers(1, 30), min_size=1, max_size=most))
     demand = draw(st.lists(st.floats(0.5, 20.0), min_size=len(lengths), max_size=len(lengths)))
-    sizes = draw(st.lists(st.integers(1, 2), min_size=1, max_size=2))
+    sizes = draw(st.lists(st.integers(1, 2), min_size=1, max_size=kinds))
     distinct = len(set(lengths))
     return lengths, demand, sizes, [_falling(draw, distinct) for _ in sizes]
 
@@ -56,7 +58,7 @@ def _best_over_orders(lengths: list[int], demand: list[float], sizes: list[int],
 
 
 @settings(max_examples=150, deadline=None)
-@given(_instances(most=12))
+@given(_instances(most=12, kinds=3))  # one, two (slices) and three kinds (planes)
 def test_the_programme_finds_the_best_order_of_kinds(
     instance: tuple[list[int], list[float], list[int], Capacity],
 ) -> None:
