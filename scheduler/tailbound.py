@@ -54,9 +54,9 @@ PRECISION = 0.0005  # the fluid search stops when its bracket on T is this tight
 # cheap as 0.002 (the secant converges fast: 6-7 probes either way) and 0.1% tighter
 PROOF_MARGIN = 1e-9  # a shortfall proves infeasibility only above this (float error of the sums)
 BAND_PRECISION = 0.002  # the band cover's check and bisection (CP-SAT probes: each costs more)
-MAX_PROBES = 12  # fluid probes per exchange rate (the search needs 4-6)
+MAX_PROBES = 12  # fluid probes per exchange rate (benchmark batches: 5-8 for the first, 1 for the second)
 AIM = 0.5  # probes aim this many precisions below the estimated root
-FIRST_SLOPE = 3.0  # shortfall per relative makespan, the first step's guess (measured 3.3-4 near the root)
+FIRST_SLOPE = 3.0  # shortfall per relative makespan, the first step's guess (measured 2.3-4 on benchmarks)
 BAND_PROBES = 8  # band-model bisection probes, when whole trajectories lift the bound above the fluid one
 STEP_UP = 1.25  # the band bracket above the fluid bound grows by this factor until a cover exists
 STEP_UPS = 6  # at most 1.25^6 = 3.8x
@@ -148,9 +148,9 @@ def tail_bound(
     """A lower bound on the makespan, at least ``known_s`` (a bound proven otherwise).
 
     The fluid cover's bound for each of ``PREFILL_SHARES``, each search starting where the previous
-    one stopped (the binding rate first), then the band cover's check for whole trajectories.
-    ``grid`` adds band edges at every ``1/grid`` of the longest length to that check; ``precision``
-    is the fluid search's (finer: a little tighter, a probe or two more).
+    one stopped (the rate that binds on benchmark batches first), then the band cover's check for
+    whole trajectories. ``grid`` adds band edges at every ``1/grid`` of the longest length to that
+    check; ``precision`` is the fluid search's (finer: a little tighter, a probe or two more).
     """
     if len(lengths) == 0:
         return known_s
@@ -220,7 +220,8 @@ def _next_guess(points: list[tuple[float, float]], low: float, high: float, prec
 def _bisect(proven: Callable[[float], bool], low: float) -> float:
     """The band cover's bound above ``low`` (proven): nothing to add unless it proves ``low`` raised
     by ``BAND_PRECISION``; then a growing bracket and a bisection (the band cover has no slack to
-    interpolate on). On benchmark batches the greedy cover settles the one probe without a solve."""
+    interpolate on). On benchmark batches the greedy cover usually settles the one probe without a
+    solve (2 of 12: CP-SAT confirms a cover in 4-17 ms)."""
     high = low * (1.0 + BAND_PRECISION)
     if not proven(high):
         return low
