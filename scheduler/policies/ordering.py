@@ -14,9 +14,12 @@ reservation (longest-first and heads of 1 and 1.5 caches), which start too many 
 So the order is an experiment, not a slogan: each worker plays a few candidate orders and keeps the
 fastest. When the queue is admitted at once and never preempted, every order gives the same finish,
 computed in closed form (``scheduler.finish.all_at_once_finish``) without playing any order: the
-common case for lightly loaded workers. Only the last worker decides the makespan, so it alone gets
-a wider search (``refine_critical``: long heads of a quarter and a whole cache), repeated on the next
-last worker while that lowers the makespan.
+common case for lightly loaded workers. A worker whose longest-first play already ends by the finish
+of a worker that runs at once cannot change the makespan, so it keeps longest-first unsearched: in a
+cpsat band round at 32,768 x 256 that cut ordering from 190-430 ms to 55-95 ms, same makespans (its
+wave-bound lowest-band workers finish far below the makespan). Only the last worker decides the
+makespan, so it alone gets a wider search (``refine_critical``: long heads of a quarter and a whole
+cache), repeated on the next last worker while that lowers the makespan.
 """
 
 from __future__ import annotations
@@ -88,11 +91,15 @@ def best_order(
 
 
 def _played(
-    problem: Problem, items: list[int], cost: WorkerCost, reserve: bool, best: list[int]
+    problem: Problem, items: list[int], cost: WorkerCost, reserve: bool, best: list[int], floor: float = 0.0
 ) -> tuple[list[int], float]:
-    """The fastest candidate order by playing each (``best``: the first candidate's order)."""
+    """The fastest candidate order by playing each (``best``: the first candidate's order); when
+    that one already finishes by ``floor`` (a finish some other worker has anyway), no other order
+    can change the makespan and none is played."""
     _, *others = CANDIDATES[reserve]
     best_finish = worker_finish(cost, *_lengths(problem, best), reserve)
+    if best_finish <= floor:
+        return best, best_finish
     for candidate in others:
         order = candidate(problem, items, cost)
         finish = worker_finish(cost, *_lengths(problem, order), reserve, stop_at=best_finish)
@@ -106,10 +113,13 @@ def order_queues(
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]]:
     """Each worker's trajectory queue in its fastest candidate order, and its predicted finish."""
     queues, at_once = _longest_first_at_once(problem, assignment, reserve)
+    floor = max((f for f in at_once if f is not None), default=0.0)
     finishes: list[float] = []
     for w, finish in enumerate(at_once):
         if finish is None:  # the queue does not run at once: the order matters, play the candidates
-            order, finish = _played(problem, list(queues[w]), problem.costs[w], reserve, list(queues[w]))
+            order, finish = _played(
+                problem, list(queues[w]), problem.costs[w], reserve, list(queues[w]), floor
+            )
             queues[w] = tuple(order)
         finishes.append(finish)
     return tuple(queues), tuple(finishes)

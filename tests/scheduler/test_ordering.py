@@ -9,7 +9,7 @@ import pytest
 from scheduler.benchgen import heavy_tailed_batch, mixed_inventory
 from scheduler.finish import worker_finish
 from scheduler.policies.lpt import lpt_assignment
-from scheduler.policies.ordering import order_queues, refine_critical
+from scheduler.policies.ordering import best_order, longest_first, order_queues, refine_critical
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import PlanRequest
 
@@ -50,3 +50,39 @@ def test_refining_never_slows_a_worker_nor_moves_an_item(seed: int, median: floa
 def test_a_spent_budget_leaves_the_plan_as_it_was() -> None:
     problem, queues, finishes = _kv_bound(256, 2, seed=2, median=12_000.0)
     assert refine_critical(problem, queues, finishes, False, time.perf_counter() - 1.0) == (queues, finishes)
+
+
+def _with_admission(trajectories: int, workers: int, seed: int, median: float) -> Problem:
+    request = PlanRequest(
+        trajectories=heavy_tailed_batch(trajectories, seed, median_output=median),
+        inventory=mixed_inventory(workers),
+        kv_admission=True,
+    )
+    return build_problem(request)
+
+
+# (512, 2, 8k): a worker that does not run at once decides the makespan and longest-first is not
+# its best order (seeds 0 and 2); (1024, 4, 3k): workers below the floor keep longest-first.
+@pytest.mark.parametrize(("trajectories", "workers", "median"), [(1024, 4, 3_000.0), (512, 2, 8_000.0)])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_skipping_orders_of_workers_that_finish_early_never_changes_the_makespan(
+    trajectories: int, workers: int, median: float, seed: int
+) -> None:
+    problem = _with_admission(trajectories, workers, seed, median)
+    queues, finishes = order_queues(problem, lpt_assignment(problem), reserve=True)
+    searched = [best_order(problem, list(q), problem.costs[w], True)[1] for w, q in enumerate(queues)]
+    assert max(finishes) == pytest.approx(max(searched), rel=1e-12)
+    for w, queue in enumerate(queues):  # every reported finish is the worker model's for its order
+        prompts, steps = [problem.prompts[i] for i in queue], [problem.steps[i] for i in queue]
+        assert finishes[w] == worker_finish(problem.costs[w], prompts, steps, True)
+
+
+def test_a_worker_that_finishes_before_a_worker_running_at_once_keeps_longest_first() -> None:
+    problem = _with_admission(1024, 4, seed=0, median=3_000.0)
+    queues, finishes = order_queues(problem, lpt_assignment(problem), reserve=True)
+    searched = [best_order(problem, list(q), problem.costs[w], True)[1] for w, q in enumerate(queues)]
+    kept = [w for w in range(len(queues)) if finishes[w] > searched[w]]
+    assert kept  # this batch has such workers: the search was skipped there
+    for w in kept:
+        assert list(queues[w]) == longest_first(problem, list(queues[w]), problem.costs[w])
+        assert finishes[w] < max(finishes)
