@@ -25,6 +25,14 @@ class Placement:
     # through scheduler.finish (the planner then skips doing it again); empty otherwise
 
 
+class BudgetSpent(Exception):  # noqa: N818 - a signal, not an error: the policy returns a plan
+    """A search step passed its deadline before it could finish: the policy keeps its best so far.
+
+    Raised only by steps given a deadline (a cpsat band round), so a step that cannot be cut short
+    halfway (a placement, its ordering) gives the time back instead of running past the budget.
+    """
+
+
 class Policy(Protocol):
     """A placement policy, chosen by name."""
 

@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 
 from scheduler.policies.balance import level_below
-from scheduler.policies.base import Placement
+from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, band_of, solve_levels
 from scheduler.policies.load import Load, time_with
@@ -42,13 +42,15 @@ from scheduler.types import PlanRequest
 
 LEVELS_SHARE = 0.15  # share of the remaining budget one aggregate solve may use
 ROUND_FIXED_S = 0.02  # a round's aggregate solves: ~15-40 ms whatever the batch size
-ROUND_COST = 3.6  # plus ~3.5-4.5x the lpt phase (tier-aware placement cannot take plain LPT's fast
-# path; measured at 4,096 x 32 to 32,768 x 256, median 3.9x at the largest): with ROUND_MARGIN the
-# first round starts with 4.5x the lpt phase left, the most it measurably takes. At 5.0 the first
-# round never fitted a 1 s budget at 32,768 x 256 although it takes ~0.5 s of it (plans at 1.25x the
-# bound instead of 1.10x). Later rounds use the first round's measured cost.
-ROUND_MARGIN = 1.25  # a round starts only with this much more time left than it is expected to take:
-# a round cannot stop half-way, and one that started on a bare estimate ran 7% past a 1 s budget
+ROUND_COST = 3.0  # plus ~3x the lpt phase (tier-aware placement cannot take plain LPT's fast path):
+# median 3.2x at 4,096 x 32, 3.1x at 16,384 x 128, 2.9x at 32,768 x 256 since ordering skips the
+# workers far below the makespan (was 3.9x at the largest).
+ROUND_MARGIN = 1.0  # a round starts when it is expected to fit: one that runs long is cut short at
+# ``ROUND_RESERVE`` (``BudgetSpent``), so starting costs at most the time it gives back. Before rounds
+# could be cut, a margin of 1.25 kept them from running past the budget, and at 32,768 x 256 most
+# never started on a loaded host (the lpt plan, 1.21x the bound, against ~1.06x after a round).
+ROUND_RESERVE = 0.03  # share of the budget a round leaves for what follows it: a round cut short
+# there gives its time back and the plan still ends within the budget
 AGREED = 0.01  # calibration ratios within 1% of the last round's: stop refining
 ROUNDS = 2  # aggregate solve + realisation rounds, each calibrated by the previous one's simulation
 
@@ -82,8 +84,12 @@ class CpSatPolicy:
                 break
             tiers = _tiers(levels, kinds, len(problem.costs))
             band = functools.partial(_band, edges=levels.edges)
-            banded = lpt_assignment(problem, tiers, band, scale)
-            queues, finishes = order_queues(problem, banded, reserve)
+            stop = deadline - ROUND_RESERVE * request.time_budget_s
+            try:
+                banded = lpt_assignment(problem, tiers, band, scale, deadline=stop)
+                queues, finishes = order_queues(problem, banded, reserve, deadline=stop)
+            except BudgetSpent:
+                break  # the round would end past the budget: keep the best plan so far
             queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)
             if max(finishes) < max(best.finish_s):
                 best, assignment = Placement(queues, levels.status, finish_s=finishes), banded

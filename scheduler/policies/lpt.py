@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from scheduler.costmodel import WorkerCost
-from scheduler.policies.base import Placement
+from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.load import estimate, rates
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem
@@ -48,6 +48,7 @@ def lpt_assignment(
     tiers: Sequence[int] | None = None,
     band: Callable[[Unit], int] | None = None,
     scale: Sequence[float] | None = None,
+    deadline: float | None = None,
 ) -> list[list[int]]:
     """Unit indices per worker, chosen longest-first onto the earliest-finishing allowed worker.
 
@@ -57,7 +58,8 @@ def lpt_assignment(
     measured simulated/estimated ratio). With tiers, a candidate whose whole queue would no longer
     run at once without preemption (``_State._peak_after``) yields to one that still would, looking
     a few entries deep into each heap; a queue past its slots runs in waves and never yields.
-    Without tiers and scale this is plain LPT.
+    Without tiers and scale this is plain LPT. With ``deadline`` (``time.perf_counter()``) the
+    general path raises ``BudgetSpent`` once past it (checked every ``CHECK_EVERY`` units).
     """
     if tiers is None and band is None and scale is None:
         fast = _plain_lpt(problem)
@@ -66,7 +68,9 @@ def lpt_assignment(
     costs = problem.costs
     state = _State(problem, tiers or [0] * len(costs), scale or [1.0] * len(costs), tiers is not None)
     units = problem.units
-    for u in _longest_first(units):
+    for k, u in enumerate(_longest_first(units)):
+        if deadline is not None and k % CHECK_EVERY == 0 and time.perf_counter() > deadline:
+            raise BudgetSpent
         unit = units[u]
         worker, after = state.best_worker(unit, band(unit) if band else 0)
         state.place(worker, u, after)
@@ -130,6 +134,7 @@ def worker_kinds(costs: Sequence[WorkerCost], active: Sequence[int]) -> list[lis
 
 PEAK_MARGIN = 0.01  # keep the all-at-once KV peak this far under capacity (vLLM's watermark)
 FIT_DEPTH = 4  # heap entries examined for a worker whose KV peak still fits
+CHECK_EVERY = 512  # units placed between deadline checks (~5-10 ms of tier-aware placement)
 
 
 class _State:

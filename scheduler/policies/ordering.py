@@ -32,6 +32,7 @@ import numpy as np
 
 from scheduler.costmodel import WorkerCost
 from scheduler.finish import all_at_once_finish, all_at_once_finishes, worker_finish
+from scheduler.policies.base import BudgetSpent
 from scheduler.policies.problem import Problem
 
 Order = Callable[[Problem, list[int], WorkerCost], list[int]]
@@ -109,13 +110,19 @@ def _played(
 
 
 def order_queues(
-    problem: Problem, assignment: Sequence[Sequence[int]], reserve: bool
+    problem: Problem, assignment: Sequence[Sequence[int]], reserve: bool, deadline: float | None = None
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]]:
-    """Each worker's trajectory queue in its fastest candidate order, and its predicted finish."""
+    """Each worker's trajectory queue in its fastest candidate order, and its predicted finish.
+
+    With ``deadline`` (``time.perf_counter()``), raises ``BudgetSpent`` when a queue still to be
+    played is reached past it.
+    """
     queues, at_once = _longest_first_at_once(problem, assignment, reserve)
     floor = max((f for f in at_once if f is not None), default=0.0)
     finishes: list[float] = []
     for w, finish in enumerate(at_once):
+        if finish is None and deadline is not None and time.perf_counter() > deadline:
+            raise BudgetSpent
         if finish is None:  # the queue does not run at once: the order matters, play the candidates
             order, finish = _played(
                 problem, list(queues[w]), problem.costs[w], reserve, list(queues[w]), floor

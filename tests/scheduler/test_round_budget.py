@@ -1,0 +1,52 @@
+"""A cpsat band round that cannot finish in its budget is cut short and gives its time back."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+import scheduler.policies.cpsat as cpsat_module
+from scheduler.benchgen import bench_request
+from scheduler.planner import plan
+from scheduler.policies.base import BudgetSpent
+from scheduler.policies.lpt import lpt_assignment
+from scheduler.policies.ordering import order_queues
+from scheduler.policies.problem import build_problem
+
+REQUEST = dataclasses.replace(bench_request(1_024, 16, seed=0), time_budget_s=3.0)
+
+
+def test_a_placement_past_its_deadline_stops_with_budget_spent() -> None:
+    problem = build_problem(REQUEST)
+    tiers, band = [0] * len(problem.costs), lambda unit: 0
+    with pytest.raises(BudgetSpent):
+        lpt_assignment(problem, tiers, band, deadline=time.perf_counter() - 1.0)
+    assert lpt_assignment(problem, tiers, band, deadline=time.perf_counter() + 60.0) == lpt_assignment(
+        problem, tiers, band
+    )
+
+
+def test_ordering_past_its_deadline_stops_only_where_a_queue_must_be_played() -> None:
+    problem = build_problem(REQUEST)
+    assignment = lpt_assignment(problem)
+    late = time.perf_counter() - 1.0
+    everyone = [list(range(len(problem.steps)))] + [[] for _ in problem.costs[1:]]  # one crowded queue
+    with pytest.raises(BudgetSpent):
+        order_queues(problem, everyone, True, deadline=late)
+    # every queue of the lpt plan runs at once here: nothing to play, so nothing to stop
+    assert order_queues(problem, assignment, True, deadline=late) == order_queues(problem, assignment, True)
+
+
+def test_a_round_cut_short_leaves_the_best_plan_so_far(monkeypatch: pytest.MonkeyPatch) -> None:
+    def spent(*args: object, **kwargs: object) -> list[list[int]]:
+        if kwargs.get("deadline") is not None:
+            raise BudgetSpent
+        return lpt_assignment(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cpsat_module, "lpt_assignment", spent)
+    cut, lpt = plan(REQUEST, "cpsat"), plan(REQUEST, "lpt")
+    assert cut.status == "FALLBACK_LPT"
+    assert cut.predicted_makespan_s <= lpt.predicted_makespan_s
+    assert sorted(k for w in cut.workers for k in w.items) == sorted(t.key for t in REQUEST.trajectories)
