@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import threading
 from collections import defaultdict
+from functools import partial
 
 import redis
 
@@ -24,6 +24,7 @@ from service.delivery import Delivery, DeliveryItem, Lease, PublishedSchedule, T
 from service.delivery.keys import schedule_keys
 from service.delivery.publisher import publish_plan
 from tests.service.delivery.audit import assert_sound
+from tests.service.delivery.concurrency import run_together
 from tests.service.delivery.conftest import item
 
 RESULT = TrajectoryResult(output_tokens=5)
@@ -149,25 +150,14 @@ def test_a_second_worker_never_gets_a_sample_of_a_claimed_group(
     workers = [f"w{i}" for i in range(8)]
     delivery.publish(PublishedSchedule("s", dict.fromkeys(workers, ()), shared=fifo, prefix_affinity=True))
     ran: dict[str, set[str]] = defaultdict(set)  # group -> workers that leased one of its samples
-    barrier = threading.Barrier(len(workers))
-    errors: list[BaseException] = []
 
     def work(worker: str) -> None:
-        barrier.wait()
-        try:
-            while got := delivery.claim("s", worker, 1 + len(worker) % 3) or delivery.steal("s", worker, 2):
-                for lease in got:
-                    ran[lease.item.group].add(worker)
-                delivery.complete_many("s", [(le.key, le.token, RESULT) for le in got])
-        except BaseException as err:  # surfaced below, so a failing thread fails the test
-            errors.append(err)
+        while got := delivery.claim("s", worker, 1 + len(worker) % 3) or delivery.steal("s", worker, 2):
+            for lease in got:
+                ran[lease.item.group].add(worker)
+            delivery.complete_many("s", [(le.key, le.token, RESULT) for le in got])
 
-    threads = [threading.Thread(target=work, args=(w,)) for w in workers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    run_together([partial(work, w) for w in workers])
     assert sorted(ran) == sorted(groups)
     assert [g for g, who in ran.items() if len(who) != 1] == []
     assert len({next(iter(who)) for who in ran.values()}) > 1  # the workers really shared the FIFO

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
@@ -11,29 +10,10 @@ import redis
 
 from service.delivery import Delivery, Lease, PublishOutcome, TrajectoryResult
 from tests.service.delivery.audit import RecordProperty, audit, report
+from tests.service.delivery.concurrency import run_together
 from tests.service.delivery.conftest import schedule
 
 RESULT = TrajectoryResult(output_tokens=5)
-
-
-def _run_together(tasks: list[Callable[[], None]]) -> None:
-    """Start every task at the same instant (barrier) and wait for all."""
-    barrier = threading.Barrier(len(tasks))
-    errors: list[BaseException] = []
-
-    def run(task: Callable[[], None]) -> None:
-        barrier.wait()
-        try:
-            task()
-        except BaseException as err:  # surfaced below, so a failing thread fails the test
-            errors.append(err)
-
-    threads = [threading.Thread(target=run, args=(t,)) for t in tasks]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
 
 
 def test_64_concurrent_thieves_on_one_victim_never_share_an_item(
@@ -53,7 +33,7 @@ def test_64_concurrent_thieves_on_one_victim_never_share_an_item(
 
         return steal_until_empty
 
-    _run_together([thief(w) for w in workers])
+    run_together([thief(w) for w in workers])
     taken = Counter(le.key for le in leases)
     assert (len(taken), max(taken.values())) == (2000, 1)
     assert len({le.worker_id for le in leases}) > 8  # the thieves really raced
@@ -78,7 +58,7 @@ def test_owner_and_thief_racing_for_the_last_item_get_it_once(
         sid = f"r{round_}"
         delivery.publish(schedule(sid, {"owner": 1, "thief": 0}))
         got: list[Lease] = []
-        _run_together(
+        run_together(
             [
                 partial(_take, got, owner.claim, sid, "owner"),
                 partial(_take, got, thief.steal, sid, "thief"),
@@ -105,14 +85,14 @@ def test_two_replicas_publishing_and_reaping_at_once_never_interfere(
 
         return run
 
-    _run_together([publish_all(replicas[0], "x"), publish_all(replicas[1], "y")])
+    run_together([publish_all(replicas[0], "x"), publish_all(replicas[1], "y")])
     assert Counter(outcomes) == {PublishOutcome.CREATED: 20, PublishOutcome.UNCHANGED: 20}
     ids = replicas[0].active_schedules()
     assert len(ids) == 60
     for sid in ids:
         replicas[0].claim(sid, "a", 10, now_ms=0)
     reaped: list[int] = []
-    _run_together([partial(_reap_each, r, ids, reaped) for r in replicas])
+    run_together([partial(_reap_each, r, ids, reaped) for r in replicas])
     assert sum(reaped) == 60 * 10  # every expired lease requeued exactly once across both replicas
     for sid in ids:
         result = audit(redis_client, sid)
