@@ -45,12 +45,11 @@ ROUND_FIXED_S = 0.02  # a round's aggregate solves: ~15-40 ms whatever the batch
 ROUND_COST = 3.0  # plus ~3x the lpt phase (tier-aware placement cannot take plain LPT's fast path):
 # median 3.2x at 4,096 x 32, 3.1x at 16,384 x 128, 2.9x at 32,768 x 256 since ordering skips the
 # workers far below the makespan (was 3.9x at the largest).
-ROUND_MARGIN = 1.0  # a round starts when it is expected to fit: one that runs long is cut short at
-# ``ROUND_RESERVE`` (``BudgetSpent``), so starting costs at most the time it gives back. Before rounds
-# could be cut, a margin of 1.25 kept them from running past the budget, and at 32,768 x 256 most
-# never started on a loaded host (the lpt plan, 1.21x the bound, against ~1.06x after a round).
-ROUND_RESERVE = 0.03  # share of the budget a round leaves for what follows it: a round cut short
-# there gives its time back and the plan still ends within the budget
+ROUND_RESERVE = 0.03  # share of the budget a round leaves for what follows it. A round starts when it
+# is expected to fit, and one that runs long is cut short here (``BudgetSpent``): it gives its time
+# back and the plan still ends within the budget. Before rounds could be cut, a start margin of 1.25x
+# kept them from overrunning, and at 32,768 x 256 most never started on a loaded host (the lpt plan,
+# 1.21x the bound, against ~1.06x after a round).
 AGREED = 0.01  # calibration ratios within 1% of the last round's: stop refining
 ROUNDS = 2  # aggregate solve + realisation rounds, each calibrated by the previous one's simulation
 
@@ -77,7 +76,7 @@ class CpSatPolicy:
         scale: list[float] | None = None
         for round_index in range(ROUNDS):
             round_started = time.perf_counter()
-            if deadline - round_started < ROUND_MARGIN * round_cost:
+            if deadline - round_started < round_cost:
                 break  # a round would overrun the budget: keep what we have
             levels = self._levels(problem, kinds, max(finishes), slowdown, request, deadline)
             if levels is None:
@@ -94,7 +93,7 @@ class CpSatPolicy:
             if max(finishes) < max(best.finish_s):
                 best, assignment = Placement(queues, levels.status, finish_s=finishes), banded
             round_cost = max(round_cost, time.perf_counter() - round_started)
-            if round_index == ROUNDS - 1 or deadline - time.perf_counter() < ROUND_MARGIN * round_cost:
+            if round_index == ROUNDS - 1 or deadline - time.perf_counter() < round_cost:
                 break  # no further round can start: calibrating for it would only spend the budget
             previous = slowdown or [[1.0] * len(levels.edges) for _ in kinds]
             slowdown, scale = _calibrate(problem, banded, finishes, tiers, kinds, previous)
