@@ -50,8 +50,9 @@ class BandCover:
 
     def infeasible(self, makespan_s: float) -> bool:
         """Whether CP-SAT proves that no band cover exists by ``makespan_s``."""
-        most = [
-            [lim.serves(steps, makespan_s, self.rate) for steps in self.shortest] for lim, _ in self.limits
+        shortest = np.asarray(self.shortest, dtype=np.float64)
+        most: list[list[float]] = [
+            lim.serves_many(shortest, makespan_s, self.rate).tolist() for lim, _ in self.limits
         ]
         units = [[math.ceil(v / KV_UNIT) for v in row] for row in most]
         bands = range(len(self.edges))

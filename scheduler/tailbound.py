@@ -81,16 +81,6 @@ class KindLimits:
             return steps * self.prompt_head + self.slots * steps * (steps - 1.0) / 2.0
         return self.ramp(fill) + self.capacity * (steps - fill)
 
-    def serves(self, steps: float, makespan_s: float, rate: float) -> float:
-        """The most ``K + rate * P_w`` a worker of this kind running at least ``steps`` steps serves."""
-        alpha = rate * self.per_token_s / self.prefill_s
-
-        def value(n: float) -> float:
-            chain = (makespan_s - self.step_s * n) / self.per_token_s
-            return alpha * chain + (1.0 - alpha) * min(self.ramp(n), chain)
-
-        return max(0.0, value(steps), value(self._crossing(steps, makespan_s)))
-
     def _crossing(self, low: float, makespan_s: float) -> float:
         """The N >= ``low`` where U(N) meets A(N): U rises and A falls, so there is one (closed form)."""
         slope = self.step_s / self.per_token_s  # A(N) = makespan / m - slope * N
@@ -103,7 +93,8 @@ class KindLimits:
         return max(low, n)
 
     def serves_many(self, steps: FloatArray, makespan_s: float, rate: float) -> FloatArray:
-        """``serves`` of every element of ``steps`` at once (same formulas, vectorised)."""
+        """The most ``K + rate * P_w`` a worker of this kind serves by ``makespan_s`` while running at
+        least ``steps[i]`` steps, for every element (the module doc's formula, vectorised)."""
         alpha = rate * self.per_token_s / self.prefill_s
         fill = max(0.0, (self.capacity - self.prompt_head) / self.slots)
         top = self.ramp(fill)
