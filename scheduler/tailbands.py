@@ -42,7 +42,7 @@ class BandCover:
         rate: float,
         grid: int,
     ) -> None:
-        self.edges = _edges(lengths, grid)
+        self.edges = band_edges(lengths, BOUND_BANDS, grid)
         self.demand = [math.floor(k / KV_UNIT) for k in band_loads(lengths, demand_steps, self.edges)]
         self.needed, self.smallest, self.shortest = _band_items(lengths, demand_steps, self.edges)
         self.limits, self.rate = limits, rate
@@ -62,17 +62,6 @@ class BandCover:
         )
         status = cover(units, self.demand, self.sizes, None, 0, ItemCounts(self.needed, room))[1]
         return bool(status == cp_model.INFEASIBLE)
-
-
-def _edges(lengths: IntArray, grid: int) -> tuple[int, ...]:
-    """``band_edges`` plus, per grid point, the longest length at or below it."""
-    edges = set(band_edges(lengths, BOUND_BANDS))
-    ordered = np.sort(lengths)
-    for k in range(1, grid):
-        below = int(np.searchsorted(ordered, int(ordered[-1]) * k // grid, side="right"))
-        if below > 0:
-            edges.add(int(ordered[below - 1]))
-    return tuple(sorted(edges))
 
 
 def _band_items(

@@ -91,17 +91,52 @@ class FluidCover:
             return 1.0 - self._one_kind(merged[0]) / self.total
         if len(merged) == 2:
             return 1.0 - self._two_kinds(merged[0], merged[1]) / self.total
-        planes = _planes(self.dims)
+        return 1.0 - float(self._table(merged)[-1]) / self.total
+
+    def chain(self, capacities: Sequence[FloatArray]) -> list[tuple[int, float]] | None:
+        """The best cover's workers in chain order (longest level first), each as its kind and the
+        demand covered before it; None when kinds would be merged (identities lost) or the best
+        cover falls short. The planner turns these into band counts (``scheduler.policies.levels``).
+
+        The full programme table is kept and walked back from the last state: at each state some
+        kind's ``next`` from its predecessor gives the state's value (the same floats, recomputed).
+        """
+        if any(len(group) > 1 for group in self.groups) or self.total <= 0.0:
+            return None
+        merged = [capacities[group[0]][self.expand] for group in self.groups]
+        shape = tuple(n + 1 for n in self.dims)
+        strides = [math.prod(shape[c + 1 :]) for c in range(len(shape))]
+        best, ends = self._table(merged), self.ends
+        state = best.size - 1
+        if best[state] < self.total:
+            return None
+        counts, links = list(self.dims), []
+        while state > 0:
+            for dim, stride in enumerate(strides):
+                if counts[dim] == 0:
+                    continue
+                before = float(best[state - stride])
+                if before + merged[dim][ends.searchsorted(before, side="right")] == best[state]:
+                    links.append((dim, before))
+                    state, counts[dim] = state - stride, counts[dim] - 1
+                    break
+            else:  # unreachable: every state's value came from one of its predecessors
+                raise AssertionError("fluid cover table is inconsistent")
+        return links[::-1]
+
+    def _table(self, merged: Sequence[FloatArray]) -> FloatArray:
+        """The programme's value at every state (flat, row-major over worker counts), plane by plane:
+        the general case, and what ``chain`` walks back."""
         best = np.zeros(math.prod(n + 1 for n in self.dims))
         ends = self.ends
-        for flat, steps in planes[1:]:
+        for flat, steps in _planes(self.dims)[1:]:
             values = np.full(flat.size, -math.inf)
             for dim, (targets, sources) in enumerate(steps):
                 covered = best[sources]
                 gained = covered + merged[dim][ends.searchsorted(covered, side="right")]
                 values[targets] = np.maximum(values[targets], gained)
             best[flat] = values
-        return 1.0 - float(best[-1]) / self.total
+        return best
 
     def _two_kinds(self, first: FloatArray, second: FloatArray) -> float:
         """The programme with two kinds, plane by plane on contiguous slices (the common inventory:

@@ -6,10 +6,11 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
 1. ``lpt`` plan: the hint, the fallback, and the bar to beat (scheduled and played through the
    worker model, like every candidate).
 2. Aggregate model (``scheduler.policies.levels``): how many workers of each device kind host each
-   length band of the tail. Dozens of variables whatever the batch size, bisected on the makespan
-   below the lpt plan's. List scheduling then places units inside the chosen bands
-   (``lpt_assignment`` with tiers), passing over workers whose queue would overflow the KV cache if
-   admitted at once. If the simulated finishes disagree with the estimate, one calibrated round more.
+   length band of the tail. Dozens of counts whatever the batch size, the least makespan at which
+   they cover every band found by the bound's fluid-cover programme (CP-SAT past its state limit).
+   List scheduling then places units inside the chosen bands (``lpt_assignment`` with tiers),
+   passing over workers whose queue would overflow the KV cache if admitted at once. If the
+   simulated finishes disagree with the estimate, one calibrated round more.
 3. Exact repair (``scheduler.policies.exchange``): while time is left, a CP-SAT model with one boolean
    per (unit, worker) over the slowest worker and the fastest few only (large-neighbourhood search
    over worker sets), accepted only when the worker model says those workers finish sooner.
@@ -41,7 +42,7 @@ from scheduler.policies.problem import Problem, Unit, build_problem
 from scheduler.types import PlanRequest
 
 LEVELS_SHARE = 0.15  # share of the remaining budget one aggregate solve may use
-ROUND_FIXED_S = 0.02  # a round's aggregate solves: ~15-40 ms whatever the batch size
+ROUND_FIXED_S = 0.02  # a round's aggregate solve: 5-60 ms (4,096 x 32 to 32,768 x 256)
 ROUND_COST = 3.0  # plus ~3x the lpt phase (tier-aware placement cannot take plain LPT's fast path):
 # median 3.2x at 4,096 x 32, 3.1x at 16,384 x 128, 2.9x at 32,768 x 256 since ordering skips the
 # workers far below the makespan (was 3.9x at the largest).

@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
+from ortools.sat.python import cp_model
 
 from scheduler.benchgen import bench_request, heavy_tailed_batch, mixed_inventory
 from scheduler.costmodel import worker_cost
 from scheduler.lowerbound import lower_bound
 from scheduler.planner import plan
-from scheduler.policies.levels import band_edges, solve_levels
+from scheduler.policies.levels import (
+    BANDS,
+    GRID,
+    KV_UNIT,
+    band_capacity,
+    band_edges,
+    band_loads,
+    cover,
+    solve_levels,
+)
+from scheduler.policies.load import KV_FILL
 from scheduler.policies.lpt import worker_kinds
 from scheduler.policies.problem import build_problem
 from scheduler.simulator import SimOptions, simulate
@@ -80,7 +92,29 @@ def test_the_band_model_puts_every_worker_somewhere() -> None:
     levels = solve_levels(problem.units, kinds, upper_s=2_000.0, time_limit_s=1.0, seed=0)
     assert levels is not None
     assert [sum(row) for row in levels.counts] == [n for _, n in kinds]
-    assert levels.edges == band_edges([u.steps for u in problem.units])
+    assert levels.edges == band_edges([u.steps for u in problem.units], BANDS, GRID)
+
+
+def test_the_band_counts_cover_every_band_at_their_makespan_and_no_counts_do_one_percent_below() -> None:
+    problem = build_problem(bench_request(4_096, 32, seed=1))
+    kinds = [(problem.costs[m[0]], len(m)) for m in worker_kinds(problem.costs, problem.active)]
+    levels = solve_levels(problem.units, kinds, upper_s=2_000.0, time_limit_s=5.0, seed=0)
+    assert levels is not None
+    assert levels.status == "OPTIMAL"
+    demand = band_loads([u.steps for u in problem.units], [u.kv_steps for u in problem.units], levels.edges)
+
+    def capacity(makespan_s: float) -> list[list[float]]:
+        return [[band_capacity(cost, x, makespan_s, KV_FILL) for x in levels.edges] for cost, _ in kinds]
+
+    serves = capacity(levels.makespan_s)
+    for j in range(len(levels.edges)):  # nested coverage, the model's constraints, with its counts
+        supply = sum(serves[c][k] * row[k] for c, row in enumerate(levels.counts) for k in range(j, len(row)))
+        assert supply * KV_UNIT >= sum(demand[j:]) * (1 - 1e-9)
+    below = [[math.floor(v) for v in row] for row in capacity(0.99 * levels.makespan_s)]
+    needed = [math.ceil(k / KV_UNIT) for k in demand]
+    counts, status = cover(below, needed, [n for _, n in kinds], None, 0)  # CP-SAT over all counts
+    assert counts is None
+    assert status == cp_model.INFEASIBLE
 
 
 def test_the_tail_bound_binds_on_a_heavy_tail_and_no_plan_beats_it() -> None:

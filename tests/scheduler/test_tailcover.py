@@ -108,3 +108,34 @@ def test_merging_kinds_to_fit_the_state_limit_only_loosens_the_cover(monkeypatch
     assert len(merged.groups) < len(sizes)
     assert merged.shortfall(caps) <= exact
     assert math.prod(sum(sizes[c] for c in g) + 1 for g in merged.groups) <= 9
+
+
+@settings(max_examples=150, deadline=None)
+@given(_instances(most=12, kinds=3))
+def test_the_chain_replays_the_best_cover_worker_by_worker(
+    instance: tuple[list[int], list[float], list[int], Capacity],
+) -> None:
+    lengths, demand, sizes, caps = instance
+    cover, distinct = _cover(lengths, demand, sizes)
+    arrays = [np.array(c) for c in caps]
+    chain = cover.chain(arrays)
+    short = cover.shortfall(arrays)
+    if short > 0.0:
+        assert chain is None
+        return
+    assert chain is not None
+    assert [sum(1 for kind, _ in chain if kind == c) for c in range(len(sizes))] == sizes
+    longest_first = sorted(lengths, reverse=True)
+    covered = 0.0
+    for kind, before in chain:  # each worker starts where the last stopped, credited there
+        assert before == covered
+        first = int(cover.ends.searchsorted(covered, side="right"))
+        longest = longest_first[min(first, len(lengths) - 1)]
+        covered += caps[kind][list(distinct).index(longest)]
+    assert covered == pytest.approx((1.0 - short) * sum(demand), rel=1e-9)
+
+
+def test_the_chain_is_withheld_when_kinds_are_merged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tailcover, "MAX_STATES", 9)
+    cover, _ = _cover([3, 2, 1], [1.0, 1.0, 1.0], [2, 2, 2])
+    assert cover.chain([np.array([9.0, 9.0, 9.0])] * 3) is None  # identities lost: no counts to give
