@@ -9,7 +9,9 @@ Workers with identical coefficients form a class; within a class the least-loade
 try, so each step costs one heap look-up per class instead of a scan over every worker, and 32k
 trajectories on 256 workers place in tens of milliseconds.
 
-Order inside a worker: ``scheduler.policies.ordering`` (longest first unless the KV cache binds).
+With tiers (``cpsat``'s realisation of its band counts) the general path keeps its state in
+``scheduler.policies.listsched``. Order inside a worker: ``scheduler.policies.ordering`` (longest
+first unless the KV cache binds).
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from scheduler.costmodel import WorkerCost
 from scheduler.policies.base import BudgetSpent, Placement
-from scheduler.policies.load import estimate, rates
+from scheduler.policies.listsched import ListState, worker_kinds
+from scheduler.policies.load import rates
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem
 from scheduler.types import PlanRequest
+
+CHECK_EVERY = 512  # units placed between deadline checks (~5-10 ms of tier-aware placement)
 
 
 class LptPolicy:
@@ -56,7 +60,7 @@ def lpt_assignment(
     tier is at least its band, when any allowed worker qualifies: how ``cpsat`` confines the long
     tail to the workers its aggregate model chose. ``scale`` multiplies each worker's estimate (a
     measured simulated/estimated ratio). With tiers, a candidate whose whole queue would no longer
-    run at once without preemption (``_State._peak_after``) yields to one that still would, looking
+    run at once without preemption (``ListState._peak_after``) yields to one that still would, looking
     a few entries deep into each heap; a queue past its slots runs in waves and never yields.
     Without tiers and scale this is plain LPT. With ``deadline`` (``time.perf_counter()``) the
     general path raises ``BudgetSpent`` once past it (checked every ``CHECK_EVERY`` units).
@@ -66,7 +70,7 @@ def lpt_assignment(
         if fast is not None:
             return fast
     costs = problem.costs
-    state = _State(problem, tiers or [0] * len(costs), scale or [1.0] * len(costs), tiers is not None)
+    state = ListState(problem, tiers or [0] * len(costs), scale or [1.0] * len(costs), tiers is not None)
     units = problem.units
     for k, u in enumerate(_longest_first(units)):
         if deadline is not None and k % CHECK_EVERY == 0 and time.perf_counter() > deadline:
@@ -89,7 +93,7 @@ def _plain_lpt(problem: Problem) -> list[list[int]] | None:
     """Plain LPT when every unit may go to every active worker (no pins, every cache fits): the
     common case, specialised. The least-loaded worker of each kind is the top of that kind's heap,
     and the chosen worker is always such a top, so a heap entry is replaced, never left stale; the
-    estimate is ``load.estimate`` inlined. Same placements as the general ``_State`` path; None
+    estimate is ``load.estimate`` inlined. Same placements as the general ``ListState`` path; None
     when its preconditions do not hold (or 8 workers or fewer, which that path scans)."""
     active, units = problem.active, problem.units
     if len(active) <= 8 or any(len(u.allowed) != len(active) for u in units):
@@ -120,276 +124,3 @@ def _plain_lpt(problem: Problem) -> list[list[int]] | None:
         placed[best].append(u)
         heapq.heapreplace(best_heap, (best_after, best))
     return placed
-
-
-def worker_kinds(costs: Sequence[WorkerCost], active: Sequence[int]) -> list[list[int]]:
-    """Active workers grouped by identical coefficients (everything but the id), inventory order."""
-    groups: dict[tuple[float | int, ...], list[int]] = {}
-    for w in active:
-        c = costs[w]
-        key = (*c.step_signature(), c.prefill_per_token_s, c.kv_capacity_tokens, c.max_num_seqs)
-        groups.setdefault(key, []).append(w)
-    return list(groups.values())
-
-
-PEAK_MARGIN = 0.01  # keep the all-at-once KV peak this far under capacity (vLLM's watermark)
-FIT_DEPTH = 4  # heap entries examined for a worker whose KV peak still fits
-CHECK_EVERY = 512  # units placed between deadline checks (~5-10 ms of tier-aware placement)
-
-
-class _State:
-    """Loads, placements and one heap per (kind, tier) of current load estimates.
-
-    Placing a unit pushes onto one heap only (its worker's), so every other heap keeps the same
-    live top: ``tops`` caches each heap's live top until its next push, and a look-up for the next
-    unit re-checks only whether that top fits it. The load totals are plain per-worker lists, read
-    inline on the hot path (``best_worker`` runs ~7 heap look-ups per unit, 32k units a plan).
-    """
-
-    def __init__(self, problem: Problem, tiers: Sequence[int], scale: Sequence[float], peaks: bool) -> None:
-        self.costs, self.tiers, self.units, self.scale = problem.costs, tiers, problem.units, scale
-        workers = len(self.costs)
-        # running totals of each worker's units (``load.Load``'s fields, as lists)
-        self.load_steps, self.load_tokens = [0] * workers, [0] * workers
-        self.load_kv, self.load_prompt = [0.0] * workers, [0] * workers
-        self.rates = [rates(c) for c in self.costs]
-        self.placed: list[list[int]] = [[] for _ in self.costs]
-        self.current = [0.0] * workers
-        self.kinds = worker_kinds(self.costs, problem.active)
-        self.kind_of = {w: k for k, members in enumerate(self.kinds) for w in members}
-        index: dict[tuple[int, int], int] = {}  # (kind, tier) -> heap number
-        self.heaps: list[list[tuple[float, int]]] = []
-        self.heap_of = [-1] * workers  # worker -> its heap number
-        for k, members in enumerate(self.kinds):
-            for w in members:
-                h = index.setdefault((k, tiers[w]), len(index))
-                if h == len(self.heaps):
-                    self.heaps.append([])
-                self.heaps[h].append((0.0, w))
-                self.heap_of[w] = h
-        self.groups = sorted(index.items())  # ((kind, tier), heap number), by (kind, tier)
-        self.tops: list[tuple[float, int] | None] = [None] * len(self.heaps)  # live top, until a push
-        self.ahead: list[list[tuple[float, int]] | None] = [None] * len(self.heaps)  # see _look_ahead
-        # (id(allowed), band) -> the heap numbers to consult; [] when allowed is not made of whole kinds
-        self.candidates: dict[tuple[int, int], list[int]] = {}
-        # KV peak of each worker's queue if it all runs at once (see _peak_after)
-        self.prompts, self.steps = problem.prompts, problem.steps
-        self.count = [0] * workers
-        self.prompt_sum = [0] * workers
-        self.peak = [0] * workers
-        self.kv_limit = [(1.0 - PEAK_MARGIN) * c.kv_capacity_tokens for c in self.costs]
-        self.slots = [c.max_num_seqs for c in self.costs]
-        self.peaks = peaks  # pass over workers whose queue would no longer run at once (cpsat)
-
-    def place(self, worker: int, u: int, after: float | None) -> None:
-        """Put unit ``u`` on ``worker`` and refresh its estimate (``after``, when already known)."""
-        unit = self.units[u]
-        if self.peaks:
-            self.peak[worker] = self._peak_after(worker, unit)
-            self.count[worker] += len(unit.members)
-            self.prompt_sum[worker] += unit.prompt_tokens
-        if unit.steps > self.load_steps[worker]:
-            self.load_steps[worker] = unit.steps
-        self.load_tokens[worker] += unit.tokens
-        self.load_kv[worker] += unit.kv_steps
-        self.load_prompt[worker] += unit.prompt_tokens
-        self.placed[worker].append(u)
-        if after is None:
-            after = self.scale[worker] * estimate(
-                self.rates[worker],
-                self.load_steps[worker],
-                self.load_tokens[worker],
-                self.load_kv[worker],
-                self.load_prompt[worker],
-            )
-        self.current[worker] = after
-        h = self.heap_of[worker]
-        heapq.heappush(self.heaps[h], (after, worker))
-        self.tops[h] = self.ahead[h] = None
-
-    def best_worker(self, unit: Unit, band: int) -> tuple[int, float | None]:
-        """The allowed worker (tier >= band if any) whose estimate after adding ``unit`` is least,
-        and that estimate when it was computed on the way."""
-        key = (id(unit.allowed), band)
-        heaps = self.candidates.get(key)
-        if heaps is None:
-            heaps = self.candidates[key] = self._candidate_heaps(unit.allowed, band)
-        if not heaps:
-            pool = [w for w in unit.allowed if self.tiers[w] >= band] or list(unit.allowed)
-            after, worker = min((self._after(w, unit), w) for w in pool)
-            return worker, after
-        tops = self._tops(heaps, unit)
-        if band == 0 and len(tops) > len(self.kinds):
-            # Short units (the lowest band, half of them) change a worker's estimate by a sliver:
-            # the least-loaded worker of each kind is the candidate, as in plain LPT.
-            per_kind: dict[int, tuple[float, int]] = {}
-            kind_of = self.kind_of
-            for top in tops:
-                k = kind_of[top[1]]
-                if k not in per_kind or top < per_kind[k]:
-                    per_kind[k] = top
-            tops = list(per_kind.values())
-        if len(tops) == 1:
-            return tops[0][1], None
-        return self._least_after(tops, unit)
-
-    def _tops(self, heaps: list[int], unit: Unit) -> list[tuple[float, int]]:
-        """The candidate entry of each heap: with ``peaks``, the tops whose worker still fits
-        ``unit`` (or one of the next few, ``_look_ahead``) when any does, else every heap's live top."""
-        cached, all_heaps = self.tops, self.heaps
-        if not self.peaks:
-            tops = []
-            for h in heaps:
-                top = cached[h]
-                if top is None:
-                    top = cached[h] = self._live_top(all_heaps[h])
-                if top is not None:
-                    tops.append(top)
-            return tops
-        fitting: list[tuple[float, int]] = []
-        others: list[tuple[float, int]] = []
-        single = len(unit.members) == 1
-        count, slots, peak, limit, prompt_sum = (
-            self.count,
-            self.slots,
-            self.peak,
-            self.kv_limit,
-            self.prompt_sum,
-        )
-        p, n = unit.prompt_tokens, unit.steps
-        for h in heaps:
-            top = cached[h]
-            if top is None:
-                top = cached[h] = self._live_top(all_heaps[h])
-                if top is None:
-                    continue
-            w = top[1]
-            if single:  # ``_fits`` inlined: the common case
-                c = count[w] + 1
-                fits = c > slots[w] or (peak[w] <= limit[w] and prompt_sum[w] + p + c * n <= limit[w])
-            else:
-                fits = self._fits(w, unit)
-            if fits:
-                fitting.append(top)
-                continue
-            for entry in (self.ahead[h] or self._look_ahead(h))[1:]:  # a few entries deeper
-                if self._fits(entry[1], unit):
-                    fitting.append(entry)
-                    break
-            else:
-                others.append(top)
-        return fitting or others
-
-    def _least_after(self, tops: list[tuple[float, int]], unit: Unit) -> tuple[int, float]:
-        """The worker of ``tops`` whose estimate with ``unit`` is least (ties: lowest index), and it:
-        ``_after`` inlined. A top's key is its worker's estimate now, and adding a unit never lowers
-        an estimate (every term grows with the load, and so does each rounded float operation), so
-        once tops are taken by key, one keyed above the best estimate so far cannot win: stop."""
-        all_rates, scale = self.rates, self.scale
-        load_steps, load_tokens, load_kv, load_prompt = (
-            self.load_steps,
-            self.load_tokens,
-            self.load_kv,
-            self.load_prompt,
-        )
-        u_steps, u_tokens, u_kv, u_prompt = unit.steps, unit.tokens, unit.kv_steps, unit.prompt_tokens
-        best_after, best = 0.0, -1
-        for key, w in sorted(tops):
-            if key > best_after and best >= 0:
-                break
-            s = load_steps[w]
-            tokens = load_tokens[w] + u_tokens
-            if tokens <= 0:
-                est = 0.0
-            else:
-                r = all_rates[w]
-                kv = load_kv[w] + u_kv
-                n = max(s if s > u_steps else u_steps, kv * r.per_full_cache, tokens * r.per_slot)
-                mem = n * r.step_s + r.kv_s * kv
-                cmp = n * r.overhead_s + r.seq_s * tokens + r.token_s * kv
-                est = (mem if mem > cmp else cmp) + r.prefill_s * (load_prompt[w] + u_prompt)
-            after = scale[w] * est
-            if best < 0 or after < best_after or (after == best_after and w < best):
-                best_after, best = after, w
-        return best, best_after
-
-    def _live_top(self, heap: list[tuple[float, int]]) -> tuple[float, int] | None:
-        current = self.current
-        while heap and heap[0][0] != current[heap[0][1]]:
-            heapq.heappop(heap)
-        return heap[0] if heap else None
-
-    def _fits(self, w: int, unit: Unit) -> bool:
-        """Whether ``w`` still runs its whole queue at once, without preemption, with ``unit`` added."""
-        count = self.count[w] + len(unit.members)
-        if count > self.slots[w]:
-            # Past its slots a queue runs in waves whatever it holds, and the estimate counts the
-            # waves (D / max_num_seqs): yielding here left short-item workers idle a third of the run.
-            return True
-        limit = self.kv_limit[w]
-        if len(unit.members) == 1:  # the common case, inlined
-            return (
-                self.peak[w] <= limit
-                and self.prompt_sum[w] + unit.prompt_tokens + count * unit.steps <= limit
-            )
-        return self._peak_after(w, unit) <= limit
-
-    def _peak_after(self, w: int, unit: Unit) -> int:
-        """Peak KV of ``w``'s queue plus ``unit`` when all of it is admitted at once.
-
-        Units arrive longest first, so with ``j`` sequences of length >= L running, the cache holds
-        ``sum of their prompts + j * L`` tokens at step L: the peak is the largest such term, and a
-        new (shortest) sequence adds one term. Under that peak the engine never preempts and the
-        load estimate is exact; over it, recompute preemption makes it optimistic. Projected-peak KV
-        admission (``kv_admission``) admits the whole queue at once exactly when this peak fits too.
-        """
-        count, prompts, peak = self.count[w], self.prompt_sum[w], self.peak[w]
-        if len(unit.members) == 1:
-            return max(peak, prompts + unit.prompt_tokens + (count + 1) * unit.steps)
-        for i in sorted(unit.members, key=lambda m: -self.steps[m]):
-            count += 1
-            prompts += self.prompts[i]
-            peak = max(peak, prompts + count * self.steps[i])
-        return peak
-
-    def _look_ahead(self, h: int) -> list[tuple[float, int]]:
-        """The ``FIT_DEPTH`` least-loaded live entries of heap ``h``, least first (cached until
-        its next push): where a unit looks when the top's worker would no longer run at once."""
-        heap, current = self.heaps[h], self.current
-        seen: list[tuple[float, int]] = []
-        while heap and len(seen) < FIT_DEPTH:
-            entry = heapq.heappop(heap)
-            if entry[0] == current[entry[1]]:
-                seen.append(entry)  # else stale: dropped
-        for entry in seen:
-            heapq.heappush(heap, entry)
-        self.ahead[h] = seen
-        return seen
-
-    def _candidate_heaps(self, allowed: Sequence[int], band: int) -> list[int]:
-        """The (kind, tier) heap numbers to look at for ``allowed`` at ``band``; empty: scan ``allowed``."""
-        kinds = self._kinds_of(allowed)
-        if kinds is None:
-            return []
-        groups = [h for (k, tier), h in self.groups if k in kinds and tier >= band]
-        return groups or [h for (k, _), h in self.groups if k in kinds]
-
-    def _after(self, w: int, unit: Unit) -> float:
-        steps = self.load_steps[w]
-        return self.scale[w] * estimate(
-            self.rates[w],
-            steps if steps > unit.steps else unit.steps,
-            self.load_tokens[w] + unit.tokens,
-            self.load_kv[w] + unit.kv_steps,
-            self.load_prompt[w] + unit.prompt_tokens,
-        )
-
-    def _kinds_of(self, allowed: Sequence[int]) -> list[int] | None:
-        """The kinds ``allowed`` consists of, when it is made of whole kinds and worth heap look-ups."""
-        if len(allowed) <= 8:
-            return None
-        counts: dict[int, int] = {}
-        for w in allowed:
-            counts[self.kind_of[w]] = counts.get(self.kind_of[w], 0) + 1
-        whole = all(len(self.kinds[k]) == n for k, n in counts.items())
-        return sorted(counts) if whole else None

@@ -22,8 +22,8 @@ from scheduler.policies.levels import (
     cover,
     solve_levels,
 )
+from scheduler.policies.listsched import worker_kinds
 from scheduler.policies.load import KV_FILL
-from scheduler.policies.lpt import worker_kinds
 from scheduler.policies.problem import build_problem
 from scheduler.simulator import SimOptions, simulate
 from scheduler.stepsum import planned_steps
