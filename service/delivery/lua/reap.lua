@@ -6,8 +6,11 @@ local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now = now_ms(ARGV[1])
 local requeued, dead = 0, 0
-for _, key in ipairs(redis.call('ZRANGEBYSCORE', k('deadlines'), '-inf', '(' .. now, 'LIMIT', 0,
-    tonumber(ARGV[2]))) do
+local expired = redis.call('ZRANGEBYSCORE', k('deadlines'), '-inf', '(' .. now, 'LIMIT', 0, tonumber(ARGV[2]))
+-- Each requeue is an LPUSH at the head, so requeue the latest claim first: a holder's queue then
+-- gets its leases back in the order it claimed them (tokens rise with every claim), the plan's order.
+table.sort(expired, function(a, b) return tonumber(get(a).tok) > tonumber(get(b).tok) end)
+for _, key in ipairs(expired) do
   if expire(key, now, cfg) == 'dead' then dead = dead + 1 else requeued = requeued + 1 end
 end
 flush(cfg)

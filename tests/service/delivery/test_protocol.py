@@ -124,6 +124,15 @@ def test_release_requeues_at_the_head_in_order_and_refunds_the_attempt(delivery:
     assert delivery.release(leases) == [ReleaseOutcome.STALE, ReleaseOutcome.STALE]
 
 
+def test_reap_gives_a_holder_its_expired_leases_back_at_the_head_in_claim_order(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 12}, ttl_ms=100), now_ms=T0)
+    delivery.claim("s", "a", 10, now_ms=T0)  # one deadline for all ten: "a-10" sorts before "a-2"
+    delivery.claim("s", "a", 1, now_ms=T0 + 5)
+    assert delivery.reap("s", now_ms=T0 + 200).requeued == 11
+    again = delivery.claim("s", "a", 12, now_ms=T0 + 201)
+    assert [le.key for le in again] == [f"a-{i}#0" for i in range(12)]
+
+
 def test_steal_takes_from_the_tail_of_the_busiest_queue(delivery: Delivery) -> None:
     delivery.publish(schedule("s", {"a": 0, "b": 6, "c": 2}))
     stolen = delivery.steal("s", "a", 10)
