@@ -167,7 +167,12 @@ class Delivery:
         self, schedule_id: str, worker_id: str, max_items: int, now_ms: int | None = None
     ) -> list[Lease]:
         """Lease up to ``max_items`` (capped at ``MAX_BATCH``) from the head of the worker's queue, then
-        from the shared FIFO; ``[]`` when both are empty (then try ``steal``)."""
+        from the shared FIFO; ``[]`` when both are empty (then try ``steal``).
+
+        Under prefix affinity a claim that takes a group's first sample from the shared FIFO binds
+        the rest of that group to this worker in the same atomic step (they join its own queue, so
+        one engine's prefix cache serves the whole group), and takes nothing more from the FIFO
+        while any of them stay queued (``lua/claim.lua``)."""
         if max_items < 1:
             return []
         max_items = min(max_items, keyspace.MAX_BATCH)
