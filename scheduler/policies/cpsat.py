@@ -17,6 +17,9 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
 4. Levelling (``scheduler.policies.balance``): the workers that do not decide the makespan get their
    units balanced among themselves, so none sits idle while another runs a crowded batch: the same
    predicted makespan, more robust to lengths that differ from the predictions.
+5. Robust choice (``scheduler.policies.robust``): when the trajectories carry their 0.5 and 0.9
+   quantiles, the plan and the lpt plan are played over draws of the lengths, and the lpt plan is
+   kept (``ROBUST_LPT``) if it is expected to finish sooner.
 
 Every candidate is ordered and played through ``scheduler.finish``; the fastest is returned, so the
 result is never worse than ``lpt``. Hard constraints hold by construction: units are whole groups
@@ -40,6 +43,7 @@ from scheduler.policies.load import Load, time_with
 from scheduler.policies.lpt import lpt_assignment
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem
+from scheduler.policies.robust import least_expected, spreads
 from scheduler.types import PlanRequest
 
 LEVELS_SHARE = 0.15  # share of the remaining budget one aggregate solve may use
@@ -72,7 +76,7 @@ class CpSatPolicy:
         queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)  # as lpt does
         lpt_phase = time.perf_counter() - started
         round_cost = ROUND_FIXED_S + ROUND_COST * lpt_phase  # re-does both, and solves
-        best = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
+        best = lpt_plan = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
         kinds = worker_kinds(problem.costs, problem.active)
         slowdown: list[list[float]] | None = None
         scale: list[float] | None = None
@@ -111,7 +115,7 @@ class CpSatPolicy:
         if deadline - time.perf_counter() > 2 * lpt_phase:  # levelling: an lpt pass and its ordering
             queues, finishes = level_below(problem, best.queues, best.finish_s, reserve)
             best = Placement(queues, best.status, finish_s=finishes)
-        return best
+        return _robust(problem, request, best, lpt_plan, deadline)
 
     def _levels(
         self,
@@ -128,6 +132,22 @@ class CpSatPolicy:
             return None
         pairs = [(problem.costs[members[0]], len(members)) for members in kinds]
         return solve_levels(problem.units, pairs, upper_s, remaining * LEVELS_SHARE, request.seed, slowdown)
+
+
+def _robust(
+    problem: Problem, request: PlanRequest, best: Placement, lpt_plan: Placement, deadline: float
+) -> Placement:
+    """``best``, or the lpt plan where the predictions' quantiles expect it to finish sooner
+    (``scheduler.policies.robust``): status ``ROBUST_LPT``. Still never slower than lpt."""
+    if best.queues == lpt_plan.queues:
+        return best
+    spread = spreads(request.trajectories)
+    if spread is None:
+        return best
+    candidates = (best.queues, lpt_plan.queues)
+    if least_expected(problem, candidates, spread, request.kv_admission, request.seed, deadline) != 1:
+        return best
+    return Placement(lpt_plan.queues, "ROBUST_LPT", finish_s=lpt_plan.finish_s)
 
 
 def _calibrate(

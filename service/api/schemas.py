@@ -115,7 +115,7 @@ class ScheduleResponse(BaseModel):
     schedule_id: str
     step: int
     policy: str
-    status: str  # solver status: OPTIMAL, FEASIBLE, HEURISTIC, FALLBACK_LPT, ...
+    status: str  # solver status: OPTIMAL, FEASIBLE, HEURISTIC, FALLBACK_LPT, ROBUST_LPT
     published: bool
     model_version: str  # predictor that produced the lengths ("fallback" when none is trained)
     prediction_sources: dict[str, int]  # lightgbm / prompt_history_mean / global_prior -> trajectories

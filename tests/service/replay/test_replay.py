@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from predictors.traceio import read_trace
 from predictors.tracetable import Trace
 from scheduler.errors import InvalidInputError
 from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay, select_steps
@@ -124,3 +126,12 @@ def test_kv_use_is_a_share_of_the_cache_when_nothing_is_preempted(small_trace: T
     assert run.plan.kv_admission
     assert run.result.preemptions == 0  # KV admission reserves, so nothing is evicted
     assert 0.0 < run.kv_use <= 1.0
+
+
+def test_on_real_math100_cpsat_keeps_the_plan_the_quantiles_expect_to_finish_first(shared_data: Path) -> None:
+    trace = read_trace(shared_data / "math100_x8.trace.csv")
+    config = ReplayConfig(parse_workers("4xH100", model="7b"), ("lpt", "cpsat"), (1,), time_budget_s=2.0)
+    step = replay(trace, config).steps[0]
+    cpsat, lpt = step.runs[("cpsat", True)], step.runs[("lpt", True)]
+    assert cpsat.plan.status == "ROBUST_LPT"  # its band plan was 4% faster on the predictions only
+    assert cpsat.result.makespan_s <= lpt.result.makespan_s
