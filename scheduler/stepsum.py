@@ -87,7 +87,7 @@ def planned_steps(predicted_tokens: float) -> int:
     return max(1, math.ceil(predicted_tokens))
 
 
-def planned_steps_array(predicted_tokens: Sequence[float]) -> npt.NDArray[np.int64]:
+def planned_steps_array(predicted_tokens: Sequence[float] | FloatArray) -> npt.NDArray[np.int64]:
     """``planned_steps`` of many predictions at once (the same integers: ceil of a finite float)."""
     values = np.asarray(predicted_tokens, dtype=np.float64)
     return np.maximum(np.ceil(values), 1.0).astype(np.int64)

@@ -61,10 +61,11 @@ def least_expected(
     draws of the lengths; None when the draws would not fit before ``deadline`` (judged after the
     first, which all candidates play)."""
     medians, sigmas, caps = spread
-    normal = np.random.default_rng(seed).standard_normal((SAMPLES, len(medians)))
+    rng = np.random.default_rng(seed)
     totals = [0.0] * len(candidates)
     started = time.perf_counter()
-    for k, draw in enumerate(normal):
+    for k in range(SAMPLES):
+        draw = rng.standard_normal(len(medians))
         lengths = np.minimum(caps, np.maximum(1.0, medians * np.exp(sigmas * draw)))
         steps = planned_steps_array(lengths).tolist()
         for c, queues in enumerate(candidates):
