@@ -27,6 +27,7 @@ from service.embedded import free_port
 from service.engine_sim.app import build_config, create_app
 
 ROOT = Path(__file__).resolve().parents[3]
+PORT_TRIES = 3  # engine-sim starts per engine when its port was taken before it could bind
 
 
 @dataclass
@@ -77,16 +78,28 @@ class Cluster:
     def engines(self, specs: dict[str, tuple[str, float]], *extra: str) -> dict[str, str]:
         """Start one ``engine-sim`` process per name from (device, time scale), all in parallel.
 
-        Returns their base URLs once every one answers ``/health``.
+        Returns their base URLs once every one answers ``/health``. A port is free when picked, not
+        when the child binds it: one another process took in between (seen once in a CI run, among
+        eight engines) gets the engine restarted on a fresh port, up to ``PORT_TRIES`` times.
         """
-        started: dict[str, tuple[Proc, str]] = {}
-        for name, (device, scale) in specs.items():
-            port = free_port()
-            args = ["engine-sim", "--port", str(port), "--device", device, "--time-scale", str(scale)]
-            started[name] = (self.spawn(name, [*args, *extra]), f"http://127.0.0.1:{port}")
-        for proc, url in started.values():
-            wait_http(f"{url}/health", proc)
+        started = {name: self._engine(name, spec, extra) for name, spec in specs.items()}
+        for name, spec in specs.items():
+            for attempt in range(PORT_TRIES):
+                proc, url = started[name]
+                try:
+                    wait_http(f"{url}/health", proc)
+                    break
+                except RuntimeError:
+                    if attempt == PORT_TRIES - 1 or "address already in use" not in proc.log.read_text():
+                        raise
+                    started[name] = self._engine(name, spec, extra)
         return {name: url for name, (_, url) in started.items()}
+
+    def _engine(self, name: str, spec: tuple[str, float], extra: tuple[str, ...]) -> tuple[Proc, str]:
+        device, scale = spec
+        port = free_port()
+        args = ["engine-sim", "--port", str(port), "--device", device, "--time-scale", str(scale)]
+        return self.spawn(name, [*args, *extra]), f"http://127.0.0.1:{port}"
 
     def engine_threads(self, time_scales: dict[str, float], max_num_seqs: int = 256) -> dict[str, str]:
         """Serve engine-sims from threads of this process (real uvicorn servers on loopback ports).
