@@ -59,6 +59,13 @@ def sidecar(
     pull_idle_timeout: Annotated[
         float, typer.Option(help="Pull mode: stop heartbeating a worker silent this many seconds.")
     ] = 60.0,
+    health_port: Annotated[
+        int | None,
+        typer.Option(min=1, max=65535, help="Push mode: serve GET /health (liveness probe) on this port."),
+    ] = None,
+    health_host: Annotated[
+        str, typer.Option(help="Address for --health-port; 0.0.0.0 for a Kubernetes probe.")
+    ] = "127.0.0.1",
     prefix: Annotated[str, typer.Option(help="Redis key prefix.")] = "rs",
     cluster: Annotated[bool, typer.Option(help="The Redis URL names a cluster node.")] = False,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
@@ -68,7 +75,7 @@ def sidecar(
     from service.sidecar.launch import SidecarOptions, run_pull, run_push
 
     url = redis_url or os.environ.get("REDIS_URL")
-    problem = _check(url, engine_url, pull_api, max_num_seqs)
+    problem = _check(url, engine_url, pull_api, max_num_seqs, health_port)
     if problem:
         typer.echo(f"sidecar: {problem}", err=True)
         raise typer.Exit(2)
@@ -97,16 +104,22 @@ def sidecar(
         idle_poll_s=idle_poll,
         drain_timeout_s=drain_timeout,
         pull_idle_timeout_s=pull_idle_timeout,
+        health_port=health_port,
+        health_host=health_host,
     )
     stats = run_pull(options) if pull_api is not None else run_push(options)
     typer.echo(json.dumps({"worker_id": worker_id, **asdict(stats)}))
 
 
-def _check(url: str | None, engine_url: str | None, pull_api: int | None, max_num_seqs: int) -> str:
+def _check(
+    url: str | None, engine_url: str | None, pull_api: int | None, max_num_seqs: int, health_port: int | None
+) -> str:
     if not url:
         return "no Redis: pass --redis-url or set REDIS_URL"
     if (engine_url is None) == (pull_api is None):
         return "pass exactly one of --engine-url (push mode) or --pull-api PORT (pull mode)"
+    if health_port is not None and pull_api is not None:
+        return "--health-port is for push mode; in pull mode GET /health is on the pull API"
     if max_num_seqs < 1:
         return f"max_num_seqs={max_num_seqs}: must be >= 1"
     return ""

@@ -15,6 +15,7 @@ from redis.cluster import RedisCluster
 from service.delivery.keys import DEFAULT_PREFIX
 from service.delivery.protocol import Delivery
 from service.sidecar.engine_client import EngineClient, EngineOptions
+from service.sidecar.health import HealthServer
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
@@ -42,6 +43,8 @@ class SidecarOptions:
     idle_poll_s: float = 0.2  # how often an idle sidecar looks for work
     drain_timeout_s: float = 20.0  # on SIGTERM, how long running items may finish
     pull_idle_timeout_s: float = 60.0  # pull mode: stop heartbeating a worker silent this long
+    health_port: int | None = None  # push mode: serve GET /health (liveness) on this port
+    health_host: str = "127.0.0.1"  # where; a kubelet's probe needs the pod's address (0.0.0.0)
 
 
 def connect(options: SidecarOptions) -> Delivery:
@@ -89,9 +92,15 @@ async def _push(options: SidecarOptions, engine_url: str) -> SessionStats:
         engine,
         RunnerSettings(idle_poll_s=options.idle_poll_s, drain_timeout_s=options.drain_timeout_s),
     )
+    health = None
+    if options.health_port is not None:
+        health = HealthServer(runner, options.worker_id, options.health_host, options.health_port)
+        health.start()
     try:
         return await runner.run(stop)
     finally:
+        if health is not None:
+            health.stop()
         await engine.aclose()
 
 

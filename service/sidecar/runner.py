@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from dataclasses import dataclass, field
 
 import redis
@@ -58,12 +59,20 @@ class Sidecar:
     _tasks: dict[TaskId, asyncio.Task[None]] = field(default_factory=dict, init=False)
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _engine_down: bool = field(default=True, init=False)  # until the engine first answers
+    last_turn: float = field(default_factory=time.monotonic, init=False)  # monotonic time the main
+    # loop last turned (or polled a loading engine): what the liveness probe reads (``health``)
+
+    @property
+    def engine_up(self) -> bool:
+        """Whether the engine answered last time the sidecar asked (or ran an item on it)."""
+        return not self._engine_down
 
     async def run(self, stop: asyncio.Event) -> SessionStats:
         """Serve until ``stop`` is set, then drain; return the session's counters."""
         heartbeats = asyncio.create_task(self._heartbeats())
         try:
             while not stop.is_set():
+                self.last_turn = time.monotonic()
                 if not await self._engine_ready(stop):
                     break
                 try:
@@ -81,6 +90,7 @@ class Sidecar:
     async def _engine_ready(self, stop: asyncio.Event) -> bool:
         """Wait (without claiming) until the engine answers; False if asked to stop meanwhile."""
         while self._engine_down and not stop.is_set():
+            self.last_turn = time.monotonic()  # alive: waiting for an engine that may take minutes
             try:
                 await self.engine.ready()
                 self._engine_down = False

@@ -191,6 +191,10 @@ def test_a_worker_pod_runs_the_sidecar_beside_its_engine_on_an_accelerator_node(
     engine_port = containers[engine]["ports"][0]["containerPort"]
     assert sidecar.params["engine_url"] == f"http://127.0.0.1:{engine_port}"
     assert sidecar.params["worker_id"] == "$(POD_NAME)", "worker ids are the stable StatefulSet pod names"
+    probe = containers["sidecar"]["livenessProbe"]["httpGet"]  # a stuck push loop gets restarted
+    ports = {p["name"]: p["containerPort"] for p in containers["sidecar"]["ports"]}
+    assert (probe["path"], ports[probe["port"]]) == ("/health", sidecar.params["health_port"])
+    assert sidecar.params["health_host"] == "0.0.0.0"
 
 
 def test_every_command_of_our_image_parses_against_the_real_cli() -> None:

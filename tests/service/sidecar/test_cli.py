@@ -38,6 +38,10 @@ def _app() -> typer.Typer:
             ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url", "e", "--device", "Z"],
             "Z",
         ),
+        (
+            ["sidecar", "--worker-id", "w", "--redis-url", "r", "--pull-api", "9", "--health-port", "8"],
+            "--health-port is for push mode",
+        ),
     ],
 )
 def test_bad_flags_get_one_line_naming_the_problem_and_exit_status_2(

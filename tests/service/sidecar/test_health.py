@@ -1,0 +1,64 @@
+"""The push-mode liveness probe: 200 while the sidecar's loop turns, 503 once it has stopped."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from service.delivery.protocol import Delivery
+from service.embedded import free_port
+from service.sidecar.engine_client import EngineClient, EngineOptions
+from service.sidecar.health import HealthServer, create_health_app
+from service.sidecar.holdings import Holdings
+from service.sidecar.runner import RunnerSettings, Sidecar
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.procs import wait_http
+from tests.service.sidecar.test_runner import _run_until
+
+
+def _sidecar(redis_url: str, engine_url: str = "http://127.0.0.1:9") -> Sidecar:
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(8, None), SessionSettings("w0"))
+    settings = RunnerSettings(idle_poll_s=0.02, engine_wait_s=0.05)
+    return Sidecar(session, EngineClient.open(EngineOptions(engine_url)), settings)
+
+
+def test_a_loop_that_turned_lately_is_alive_and_says_what_the_sidecar_holds(redis_url: str) -> None:
+    answer = TestClient(create_health_app(_sidecar(redis_url), "w0", stale_s=5.0)).get("/health")
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["status"] == "ok"
+    assert (body["worker_id"], body["held"], body["engine_up"]) == ("w0", 0, False)
+
+
+def test_a_loop_silent_past_the_limit_is_reported_stalled_with_503(redis_url: str) -> None:
+    runner = _sidecar(redis_url)
+    runner.last_turn = time.monotonic() - 6.0
+    answer = TestClient(create_health_app(runner, "w0", stale_s=5.0)).get("/health")
+    assert answer.status_code == 503
+    assert answer.json()["status"] == "stalled"
+    assert answer.json()["loop_silent_s"] >= 6.0
+
+
+def test_a_sidecar_waiting_for_its_engine_keeps_turning(redis_client: redis.Redis, redis_url: str) -> None:
+    runner = _sidecar(redis_url)  # nothing answers on port 9: the engine is still "loading"
+    before = runner.last_turn
+    started = time.monotonic()
+    _run_until(runner, lambda: time.monotonic() - started > 0.5)
+    assert runner.last_turn - before >= 0.3  # polled the engine, and said so, all along
+
+
+def test_the_server_answers_from_its_own_thread_and_stops(redis_url: str) -> None:
+    server = HealthServer(_sidecar(redis_url), "w0", "127.0.0.1", free_port())
+    server.start()
+    url = f"http://127.0.0.1:{server.port}/health"
+    try:
+        wait_http(url, None, timeout_s=10.0)
+        assert httpx.get(url).json()["worker_id"] == "w0"
+    finally:
+        server.stop()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url, timeout=1.0)
