@@ -17,10 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 
 class EmbeddedServerError(RuntimeError):
     """The embedded server binary is missing or did not come up."""
+
+
+class PortTakenError(EmbeddedServerError):
+    """Another process bound the server's port first."""
+
+
+PORT_TRIES = 3  # picks of a free port before giving up (each taken between pick and bind)
 
 
 def find_server_binary() -> str:
@@ -66,13 +75,29 @@ class EmbeddedServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> EmbeddedServer:
-        """Launch the server and wait until it answers PING."""
+        """Launch the server and wait until it answers PING.
+
+        A port picked here (``port`` 0) is free when picked, not when the server binds it; one
+        taken in between is picked again, up to ``PORT_TRIES`` times. A port given is used as is.
+        """
         if self._proc is not None and self._proc.poll() is None:
             return self
         if self.data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="rollout-valkey-")
             self.data_dir = Path(self._tmp.name)
-        self.port = self.port or free_port()
+        picked, tries = self.port == 0, 0
+        while True:
+            tries += 1
+            if picked:
+                self.port = free_port()
+            try:
+                self._launch(timeout_s)
+                return self
+            except PortTakenError:
+                if not picked or tries == PORT_TRIES:
+                    raise
+
+    def _launch(self, timeout_s: float) -> None:
         args = [
             find_server_binary(),
             "--port",
@@ -87,28 +112,48 @@ class EmbeddedServer:
             "yes" if self.appendonly else "no",
             "--appendfsync",
             "always",
+            "--logfile",
+            str(self.log_path),  # why it would not start (a taken port) is written there
             *self.extra_args,
         ]
-        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._wait_ready(timeout_s)
-        return self
+
+    @property
+    def log_path(self) -> Path:
+        """The server's log file, in its data dir."""
+        assert self.data_dir is not None
+        return self.data_dir / "valkey.log"
 
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=0.5)
+        # no retries: a port held by something that never answers must not stall each probe for
+        # redis-py's backoff (seconds), and the process is checked between probes
+        once = Retry(NoBackoff(), 0)
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=0.5, retry=once)
         try:
             while time.monotonic() < deadline:
                 if self._proc is not None and self._proc.poll() is not None:
-                    err = self._proc.stderr.read().decode() if self._proc.stderr else ""
-                    raise EmbeddedServerError(f"valkey-server exited at start: {err.strip()}")
+                    log = self.log_path.read_text() if self.log_path.exists() else ""
+                    last = log.strip().splitlines()[-3:]
+                    taken = "address already in use" in log.lower()
+                    raise (PortTakenError if taken else EmbeddedServerError)(
+                        f"valkey-server exited at start: {' | '.join(last)}"
+                    )
                 try:
-                    if client.ping():
+                    # the server that answers must be ours: another one may hold the port
+                    if client.ping() and self._ours(client):
                         return
                 except redis.RedisError:
-                    time.sleep(0.02)
+                    pass
+                time.sleep(0.02)
         finally:
             client.close()
         raise EmbeddedServerError(f"valkey-server did not answer on port {self.port} in {timeout_s}s")
+
+    def _ours(self, client: redis.Redis) -> bool:
+        info = client.info("server")
+        return self._proc is not None and int(info.get("process_id", -1)) == self._proc.pid
 
     def kill(self) -> None:
         """SIGKILL the server (a crash, for fault tests); the data dir and port are kept for restart."""
