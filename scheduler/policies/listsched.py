@@ -229,10 +229,9 @@ class ListState:
             if fits:
                 fitting.append(top)
                 continue
-            for entry in (self.ahead[h] or self._look_ahead(h))[1:]:  # a few entries deeper
-                if self._fits(entry[1], unit):
-                    fitting.append(entry)
-                    break
+            deeper = self._fitting_ahead(h, unit)
+            if deeper is not None:
+                fitting.append(deeper)
             else:
                 others.append(top)
         return fitting or others
