@@ -34,14 +34,15 @@ def create_health_app(runner: Sidecar, worker_id: str, stale_s: float = STALE_S)
     @app.get("/health")
     def health() -> JSONResponse:
         silent_s = time.monotonic() - runner.last_turn
+        alive = silent_s <= stale_s
         body = {
-            "status": "ok" if silent_s <= stale_s else "stalled",
+            "status": "ok" if alive else "stalled",
             "worker_id": worker_id,
             "held": len(runner.session.holdings),
             "engine_up": runner.engine_up,
             "loop_silent_s": round(silent_s, 3),
         }
-        return JSONResponse(body, status_code=200 if silent_s <= stale_s else 503)
+        return JSONResponse(body, status_code=200 if alive else 503)
 
     return app
 
