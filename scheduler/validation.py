@@ -11,6 +11,7 @@ and vLLM likewise refuses requests longer than the context it can hold.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from scheduler.costmodel import worker_cost
 from scheduler.devices import DeviceProfile
@@ -60,9 +61,20 @@ def _plainly_valid(t: Trajectory, largest: int) -> bool:
         and 0 < q <= m  # False for NaN and inf
         and p + m <= largest
         and t.pinned_worker is None
-        and not t.quantiles
+        and (not t.quantiles or _plain_quantiles(t.quantiles))
         and bool(t.prompt_id)
     )
+
+
+def _plain_quantiles(quantiles: Mapping[float, float]) -> bool:
+    """The fast path's quantile rule: float levels in (0, 1), positive finite float values (the
+    service attaches p50 and p90 to every trajectory, so this runs 32k times a request)."""
+    for level, value in quantiles.items():
+        if type(level) is not float or type(value) is not float:
+            return False
+        if not (0.0 < level < 1.0 and 0.0 < value < math.inf):  # False for NaN
+            return False
+    return True
 
 
 def _validate_unique_keys(request: PlanRequest) -> None:

@@ -170,6 +170,9 @@ def predict(
 ) -> tuple[tuple[Trajectory, ...], Predicted]:
     """Predicted length of every trajectory at the planning quantile, and where each came from.
 
+    Each trajectory also carries its p50 and p90, so that ``cpsat`` can weigh its plan against
+    ``lpt``'s over draws of the lengths (``scheduler.policies.robust``), as the replay does.
+
     Queries are built once per prompt and repeated ``n`` times column-wise: the samples of a prompt
     differ only in ``sample_idx``, and 4,096 per-sample objects would cost more than the model.
     """
@@ -188,7 +191,7 @@ def predict(
         categorical={k: v[rows] for k, v in per_prompt.categorical.items()},
     )
     predictions = ctx.models.predict(queries, body.step, checked.quantile)
-    value = predictions.value.tolist()
+    value, p50, p90 = predictions.value.tolist(), predictions.p50.tolist(), predictions.p90.tolist()
     sample = queries.sample_idx.tolist()
     trajectories = tuple(
         Trajectory(
@@ -198,6 +201,7 @@ def predict(
             max_new_tokens=items[k].max_new_tokens,
             predicted_tokens=value[i],
             pinned_worker=items[k].pinned_worker,
+            quantiles={0.5: p50[i], 0.9: p90[i]},  # how unsure: cpsat's robust choice reads them
         )
         for i, k in enumerate(checked.item_of)
     )

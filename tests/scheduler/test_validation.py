@@ -80,6 +80,26 @@ def test_a_prediction_above_the_generation_cap_is_refused() -> None:
     assert error.field == "trajectories[0].predicted_tokens"
 
 
+def test_well_formed_quantiles_pass() -> None:
+    quantiles = {0.5: 300.0, 0.9: 700.0}
+    validate_request(_request(trajectories=(_trajectory(quantiles=quantiles), _trajectory(sample=1))))
+
+
+@pytest.mark.parametrize(
+    ("quantiles", "field"),
+    [
+        ({1.5: 300.0}, "trajectories[0].quantiles"),
+        ({0.0: 300.0}, "trajectories[0].quantiles"),
+        ({0.9: math.nan}, "trajectories[0].quantiles[0.9]"),
+        ({0.9: -1.0}, "trajectories[0].quantiles[0.9]"),
+        ({0.5: 300.0, 0.9: math.inf}, "trajectories[0].quantiles[0.9]"),
+    ],
+)
+def test_a_bad_quantile_names_its_trajectory_and_level(quantiles: dict[float, float], field: str) -> None:
+    request = _request(trajectories=(_trajectory(quantiles=quantiles), _trajectory(sample=1)))
+    assert _rejected(request).field == field
+
+
 def test_a_duplicate_trajectory_key_is_refused() -> None:
     error = _rejected(_request(trajectories=(_trajectory(), _trajectory(prompt="p1"), _trajectory())))
     assert error.field == "trajectories[2]"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import redis
 from fastapi.testclient import TestClient
 
-from service.api.schemas import ScheduleResponse
+from service.api.schemas import ScheduleRequest, ScheduleResponse
 from service.delivery import Delivery, TrajectoryResult
+from service.pipeline import predict, validate
 from tests.service.api.conftest import AppFactory, batch_body
 
 
@@ -156,3 +157,16 @@ def test_plans_beyond_the_concurrency_limit_wait_then_get_503(make_client: AppFa
     assert busy.headers["retry-after"] == "1"
     answer = client.post("/schedule", json=batch_body()).json()
     assert answer["timings"]["queue_ms"] < 200
+
+
+def test_every_planned_trajectory_carries_the_predictors_p50_and_p90(client: TestClient) -> None:
+    """cpsat's robust choice (scheduler.policies.robust) reads them; without them the service would
+    never make the choice the replay measures."""
+    ctx = client.app.state.context  # type: ignore[attr-defined]
+    body = ScheduleRequest.model_validate(batch_body(prompts=3, n=2, policy="cpsat"))
+    trajectories, _ = predict(body, validate(body, ctx), ctx)
+    assert len(trajectories) == 6
+    for t in trajectories:
+        assert set(t.quantiles) == {0.5, 0.9}
+        assert 1 <= t.quantiles[0.5] <= t.quantiles[0.9] <= t.max_new_tokens
+        assert t.predicted_tokens == t.quantiles[0.5]  # the default planning quantile is the median
