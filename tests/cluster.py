@@ -20,7 +20,8 @@ import pytest
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from service.embedded import EmbeddedServer, EmbeddedServerError, find_server_binary, free_port
+from service.embedded import EmbeddedServer, EmbeddedServerError, find_server_binary
+from service.ports import free_port
 
 MASTERS = 3  # the smallest cluster that Redis accepts without replicas
 SLOTS = 16384  # hash slots in every Redis Cluster

@@ -196,7 +196,7 @@ def _service(url: str | None) -> Iterator[str]:
     if url:
         yield url
         return
-    from service.embedded import free_port
+    from service.ports import free_port
 
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="bench-service-") as models:

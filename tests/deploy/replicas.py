@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from service.embedded import free_port
+from service.ports import free_port
 
 TRAINER_TOKEN = "replica-trainer-token"
 WORKER_TOKEN = "replica-worker-token"

@@ -26,7 +26,8 @@ import pytest
 import redis
 import yaml
 
-from service.embedded import find_server_binary, free_port
+from service.embedded import find_server_binary
+from service.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "deploy" / "compose.yaml"

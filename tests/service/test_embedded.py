@@ -10,6 +10,7 @@ import redis
 
 from service import embedded
 from service.embedded import EmbeddedServer, PortTakenError
+from service.ports import free_port
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def held_port() -> Iterator[int]:
 def test_a_picked_port_taken_before_the_bind_is_picked_again(
     held_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    picks = iter([held_port, embedded.free_port()])
+    picks = iter([held_port, free_port()])
     monkeypatch.setattr(embedded, "free_port", lambda: next(picks))
     with EmbeddedServer() as server:
         assert server.port != held_port

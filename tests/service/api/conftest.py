@@ -92,7 +92,7 @@ class LiveServer:
 
         import uvicorn
 
-        from service.embedded import free_port
+        from service.ports import free_port
 
         self.port = free_port()
         config = uvicorn.Config(

@@ -15,7 +15,7 @@ from pydantic import SecretStr
 
 from service.commands.bench_service import SAMPLES, batch
 from service.commands.serve import unsafe_binding
-from service.embedded import free_port
+from service.ports import free_port
 from service.settings import Settings
 
 

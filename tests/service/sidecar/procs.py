@@ -23,8 +23,8 @@ import uvicorn
 
 from service.delivery.protocol import Delivery
 from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSchedule
-from service.embedded import free_port
 from service.engine_sim.app import build_config, create_app
+from service.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 PORT_TRIES = 3  # engine-sim starts per engine when its port was taken before it could bind

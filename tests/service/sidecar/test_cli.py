@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from service.commands import engine_sim, sidecar
 from service.delivery.protocol import Delivery
-from service.embedded import free_port
+from service.ports import free_port
 from tests.service.sidecar.procs import cluster, item, publish, wait_http
 
 

@@ -10,7 +10,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.delivery.protocol import Delivery
-from service.embedded import free_port
+from service.ports import free_port
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.health import HealthServer, create_health_app
 from service.sidecar.holdings import Holdings

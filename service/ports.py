@@ -1,0 +1,61 @@
+"""Free loopback ports that nothing else will take before our server binds them.
+
+A port found by binding to port 0 comes from the kernel's ephemeral range, the same range it draws
+the local port of every outgoing connection from. Between our check and the server's own bind, any
+client connection on the machine (a Redis client, an HTTP request of the same test run) may take
+it: the fresh-clone CI run failed once on exactly that, an engine stand-in finding its port taken.
+A port below the ephemeral range is only ever taken by an explicit bind, so ``free_port`` picks one
+there (at random, never the same twice in a process) and checks it is free now.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")  # Linux; elsewhere the default below
+DEFAULT_EPHEMERAL_LOW = 32_768  # macOS and Windows start theirs at 49152, Linux by default at 32768
+LOWEST = 20_000  # picks stay above the ports well-known services listen on
+TRIES = 64  # random picks before falling back to the kernel's choice
+
+_handed_out: set[int] = set()  # ports this process already returned: two servers never get one
+_random = random.Random()
+
+
+def free_port() -> int:
+    """A loopback TCP port that is free now and outside the kernel's ephemeral range when possible."""
+    highest = _ephemeral_low() - 1
+    if highest > LOWEST:
+        for _ in range(TRIES):
+            port = _random.randint(LOWEST, highest)
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
+                return port
+    return _kernel_pick()
+
+
+def _ephemeral_low() -> int:
+    """The first port of the ephemeral range (``ip_local_port_range``'s lower end on Linux)."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return DEFAULT_EPHEMERAL_LOW
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _kernel_pick() -> int:
+    """The kernel's choice of a free port: the fallback where no range outside its own is usable."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    _handed_out.add(port)
+    return port

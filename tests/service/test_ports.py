@@ -1,0 +1,56 @@
+"""Picked ports: free, outside the range the kernel hands to outgoing connections, never repeated."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from service import ports
+from service.ports import free_port
+
+
+def test_a_picked_port_can_be_bound_on_loopback() -> None:
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+
+
+def test_picks_lie_below_the_ephemeral_range_that_outgoing_connections_use() -> None:
+    low = ports._ephemeral_low()
+    picked = [free_port() for _ in range(50)]
+    assert all(ports.LOWEST <= port < low for port in picked)
+    with (
+        socket.create_server(("127.0.0.1", 0)) as server,
+        socket.create_connection(server.getsockname()) as client,  # an outgoing connection
+    ):
+        assert client.getsockname()[1] >= low
+
+
+def test_a_process_never_gets_the_same_port_twice() -> None:
+    picked = [free_port() for _ in range(200)]
+    assert len(set(picked)) == len(picked)
+
+
+def test_a_port_in_use_is_not_picked(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        picks = iter([held.getsockname()[1], free])
+        monkeypatch.setattr(ports._random, "randint", lambda low, high: next(picks))
+        assert free_port() == free
+
+
+def test_without_room_below_the_ephemeral_range_the_kernel_picks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    squeezed = tmp_path / "ip_local_port_range"
+    squeezed.write_text("1024\t65535\n")
+    monkeypatch.setattr(ports, "EPHEMERAL_RANGE", squeezed)
+    port = free_port()
+    assert 1024 <= port <= 65535
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
