@@ -8,11 +8,12 @@ import functools
 import pytest
 
 from scheduler.benchgen import bench_request, heavy_tailed_batch, mixed_inventory
+from scheduler.devices import device_profile, model_preset
 from scheduler.policies import cpsat, listsched
 from scheduler.policies.levels import solve_levels
 from scheduler.policies.lpt import lpt_assignment
-from scheduler.policies.problem import Problem, build_problem
-from scheduler.types import PlanRequest
+from scheduler.policies.problem import Problem, Unit, build_problem
+from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 
 def _tiered(problem: Problem, scaled: bool) -> list[list[int]]:
@@ -50,3 +51,37 @@ def test_the_ordered_scan_places_every_unit_where_scanning_every_heap_would(
     ordered = _tiered(problem, scaled)
     monkeypatch.setattr(listsched, "ORDERED_SCAN", False)
     assert ordered == _tiered(problem, scaled)
+
+
+def test_a_parked_worker_is_one_the_unit_being_placed_could_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parking hides workers from the scan; it must only ever hide workers the scan would pass over."""
+    problem = build_problem(bench_request(16_384, 128, seed=0))
+    hidden: list[int] = []
+    best_worker = listsched.ListState.best_worker
+
+    def checked(state: listsched.ListState, unit: Unit, band: int) -> tuple[int, float | None]:
+        answer = best_worker(state, unit, band)  # un-parks first: what stays parked is hidden from it
+        for _, w in state.parked:
+            assert not state._fits(w, unit)
+            hidden.append(w)
+        return answer
+
+    monkeypatch.setattr(listsched.ListState, "best_worker", checked)
+    _tiered(problem, scaled=False)
+    assert len(hidden) > 10_000  # it does hide many, at this size
+
+
+def test_when_no_worker_fits_a_unit_at_once_it_still_goes_to_the_least_loaded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Small caches, long units: every worker soon parks, and the scan's fallback places the rest
+    exactly where the heap scan without parking does."""
+    workers = tuple(
+        Worker(f"w{i}", device_profile("H100"), max_num_seqs=64, kv_capacity_tokens=40_000) for i in range(12)
+    )
+    batch = tuple(Trajectory(f"p{i}", 0, 100 + i % 7, 8_000, 4_000.0 - i) for i in range(200))
+    problem = build_problem(PlanRequest(batch, Inventory(workers, model_preset("7b"))))
+    parking = lpt_assignment(problem, [0] * 12, lambda unit: 0)
+    monkeypatch.setattr(listsched.ListState, "_park", lambda state, w, steps, after: False)
+    assert parking == lpt_assignment(problem, [0] * 12, lambda unit: 0)
+    assert sorted(u for units in parking for u in units) == list(range(200))
