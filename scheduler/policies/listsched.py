@@ -193,8 +193,11 @@ class ListState:
 
     def _scan(self, unit: Unit, band: int) -> tuple[int, float]:
         """The least estimate after ``unit`` over every allowed worker at ``band`` or above (all
-        allowed workers where none is): where the heaps have no candidate to offer."""
+        allowed workers where none is), among those that still run at once with it when any does
+        (with ``peaks``): where the heaps have no candidate to offer, as for pools of 8 or fewer."""
         pool = [w for w in unit.allowed if self.tiers[w] >= band] or list(unit.allowed)
+        if self.peaks:
+            pool = [w for w in pool if self._fits(w, unit)] or pool
         after, worker = min((self._after(w, unit), w) for w in pool)
         return worker, after
 

@@ -85,3 +85,17 @@ def test_when_no_worker_fits_a_unit_at_once_it_still_goes_to_the_least_loaded(
     monkeypatch.setattr(listsched.ListState, "_park", lambda state, w, steps, after: False)
     assert parking == lpt_assignment(problem, [0] * 12, lambda unit: 0)
     assert sorted(u for units in parking for u in units) == list(range(200))
+
+
+def test_in_a_small_pool_a_unit_goes_to_a_worker_that_still_runs_at_once() -> None:
+    """Pools of 8 or fewer are scanned rather than kept in heaps; they yield like the heaps do.
+    w1 holds three 13k-step units (its at-once KV peak near the 40k cache) and w0 one 20k-step
+    unit: a 12k-step unit would finish soonest on w1 by the estimate, but there it could no longer
+    run at once (preemption), so it goes to w0."""
+    workers = tuple(
+        Worker(f"w{i}", device_profile("H100"), max_num_seqs=64, kv_capacity_tokens=40_000) for i in range(2)
+    )
+    lengths = [20_000.0, 13_000.0, 13_000.0, 13_000.0, 12_000.0]
+    batch = tuple(Trajectory(f"p{i}", 0, 100, 24_000, n) for i, n in enumerate(lengths))
+    problem = build_problem(PlanRequest(batch, Inventory(workers, model_preset("7b"))))
+    assert lpt_assignment(problem, [0, 0], lambda unit: 0) == [[0, 4], [1, 2, 3]]
