@@ -16,7 +16,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-bench_app = typer.Typer(help="Benchmarks: solver, service, delivery.", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks: solver, predictor, predictor-drift, service, delivery, redis-memory "
+    "(`make bench` runs them all into docs/benchmarks.md).",
+    no_args_is_help=True,
+)
 app.add_typer(bench_app, name="bench")
 
 
