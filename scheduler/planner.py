@@ -32,6 +32,8 @@ from scheduler.validation import validate_request
 
 DEFAULT_POLICY = "cpsat"
 MIN_SEARCH_S = 0.001  # a search policy always gets a positive budget (it then keeps its lpt plan)
+REPORT_SHARE = 0.02  # of the budget, kept for building the plan's report after the policy returns
+# (1.5-2 ms at 4,096 x 32, 9-12 ms at 32,768 x 256): a search policy spends all it is given
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +79,8 @@ def plan(request: PlanRequest, policy: str = DEFAULT_POLICY, *, prepared: Prepar
         raise ValueError("prepared belongs to another request: call prepare(request) for this one")
     started, problem = prepared.started, prepared.problem
     # The budget is the whole call's: a search policy gets what preparation (and earlier plans) left.
-    left = max(MIN_SEARCH_S, request.time_budget_s - (time.perf_counter() - started))
+    spent = time.perf_counter() - started
+    left = max(MIN_SEARCH_S, request.time_budget_s * (1.0 - REPORT_SHARE) - spent)
     mark = time.perf_counter()
     placement = chosen.plan(dataclasses.replace(request, time_budget_s=left), problem)
     finishes = placement.finish_s or tuple(problem.finishes(placement.queues, request.kv_admission))

@@ -114,22 +114,19 @@ def solve_levels(
     upper_s: float,
     time_limit_s: float,
     seed: int,
-    slowdown: Sequence[Sequence[float]] | None = None,
 ) -> LevelPlan | None:
     """Least makespan (to ``PRECISION``) at which some band counts cover the tail; None: no answer.
 
     Planning view: a worker at band j runs the band's upper edge of steps and keeps its cache
     ``KV_FILL`` full. ``upper_s`` is an achievable makespan (the list-scheduling plan's estimate).
-    ``slowdown[c][j]``: measured simulated/estimated finish of that group, shrinking its capacity.
     """
     lengths = [u.steps for u in units]
     edges = band_edges(lengths, BANDS, GRID)
     per_band = band_loads(lengths, [u.kv_steps for u in units], edges)
     demand = [math.ceil(k / KV_UNIT) for k in per_band]
-    ratio = slowdown or [[1.0] * len(edges) for _ in kinds]
 
     def serves(c: int, j: int, makespan_s: float) -> float:
-        return band_capacity(kinds[c][0], edges[j], makespan_s / ratio[c][j], KV_FILL)
+        return band_capacity(kinds[c][0], edges[j], makespan_s, KV_FILL)
 
     def capacity(makespan_s: float) -> list[list[int]]:
         return [[math.floor(serves(c, j, makespan_s)) for j in range(len(edges))] for c in range(len(kinds))]

@@ -198,7 +198,7 @@ class ListState:
         pool = [w for w in unit.allowed if self.tiers[w] >= band] or list(unit.allowed)
         if self.peaks:
             pool = [w for w in pool if self._fits(w, unit)] or pool
-        after, worker = min((self._after(w, unit), w) for w in pool)
+        after, worker = min((self.after(w, unit), w) for w in pool)
         return worker, after
 
     def _join(self, band: int) -> None:
@@ -235,7 +235,7 @@ class ListState:
             if candidate is None:
                 others.append(top)
             elif best < 0 or candidate[0] <= best_after:
-                after = self._after(candidate[1], unit)
+                after = self.after(candidate[1], unit)
                 if best < 0 or after < best_after or (after == best_after and candidate[1] < best):
                     best, best_after = candidate[1], after
         for entry in popped:
@@ -389,7 +389,8 @@ class ListState:
         groups = [h for (k, tier), h in self.groups if k in kinds and tier >= band]
         return groups or [h for (k, _), h in self.groups if k in kinds]
 
-    def _after(self, w: int, unit: Unit) -> float:
+    def after(self, w: int, unit: Unit) -> float:
+        """Worker ``w``'s estimate (scaled) once ``unit`` is added to it."""
         steps = self.load_steps[w]
         return self.scale[w] * estimate(
             self.rates[w],

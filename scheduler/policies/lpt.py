@@ -53,6 +53,7 @@ def lpt_assignment(
     band: Callable[[Unit], int] | None = None,
     scale: Sequence[float] | None = None,
     deadline: float | None = None,
+    cap_s: float | None = None,
 ) -> list[list[int]]:
     """Unit indices per worker, chosen longest-first onto the earliest-finishing allowed worker.
 
@@ -64,6 +65,11 @@ def lpt_assignment(
     a few entries deep into each heap; a queue past its slots runs in waves and never yields.
     Without tiers and scale this is plain LPT. With ``deadline`` (``time.perf_counter()``) the
     general path raises ``BudgetSpent`` once past it (checked every ``CHECK_EVERY`` units).
+
+    With ``cap_s`` (and tiers), a unit shorter than half the longest whose best worker would pass
+    ``cap_s`` is set aside and placed once every other unit is (``cpsat``'s second round): by then
+    the workers of the lowest bands have passed their slots and take it in their waves, where
+    placed in turn it went to a worker that then finished last.
     """
     if tiers is None and band is None and scale is None:
         fast = _plain_lpt(problem)
@@ -72,9 +78,22 @@ def lpt_assignment(
     costs = problem.costs
     state = ListState(problem, tiers or [0] * len(costs), scale or [1.0] * len(costs), tiers is not None)
     units = problem.units
+    short = max(problem.steps, default=0) // 2 if cap_s is not None else 0
+    later: list[int] = []  # set aside: they would have passed ``cap_s``
     for k, u in enumerate(_longest_first(units)):
         if deadline is not None and k % CHECK_EVERY == 0 and time.perf_counter() > deadline:
             raise BudgetSpent
+        unit = units[u]
+        worker, after = state.best_worker(unit, band(unit) if band else 0)
+        if unit.steps < short and cap_s is not None:
+            after = state.after(worker, unit) if after is None else after
+            if after > cap_s:
+                later.append(u)
+                continue
+        state.place(worker, u, after)
+    if later and deadline is not None and time.perf_counter() > deadline:
+        raise BudgetSpent
+    for u in later:
         unit = units[u]
         worker, after = state.best_worker(unit, band(unit) if band else 0)
         state.place(worker, u, after)

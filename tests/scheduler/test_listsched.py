@@ -99,3 +99,37 @@ def test_in_a_small_pool_a_unit_goes_to_a_worker_that_still_runs_at_once() -> No
     batch = tuple(Trajectory(f"p{i}", 0, 100, 24_000, n) for i, n in enumerate(lengths))
     problem = build_problem(PlanRequest(batch, Inventory(workers, model_preset("7b"))))
     assert lpt_assignment(problem, [0, 0], lambda unit: 0) == [[0, 4], [1, 2, 3]]
+
+
+def test_with_a_cap_the_short_units_that_would_pass_it_are_placed_after_all_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """cpsat's second round: a unit shorter than half the longest waits when its best worker would
+    end past the cap; every unit placed in turn keeps its worker under it (or is long)."""
+    problem = build_problem(bench_request(4_096, 32, seed=0))
+    kinds = listsched.worker_kinds(problem.costs, problem.active)
+    levels = solve_levels(problem.units, [(problem.costs[m[0]], len(m)) for m in kinds], 2_000.0, 5.0, 0)
+    assert levels is not None
+    tiers = cpsat._tiers(levels, kinds, len(problem.costs))
+    band = functools.partial(cpsat._band, edges=levels.edges)
+    cap_s = levels.makespan_s * 0.9  # low enough that long units pass it too (they never wait)
+    placed: list[tuple[int, float]] = []
+    place = listsched.ListState.place
+
+    def recorded(state: listsched.ListState, worker: int, u: int, after: float | None) -> None:
+        place(state, worker, u, after)
+        placed.append((u, state.current[worker]))
+
+    monkeypatch.setattr(listsched.ListState, "place", recorded)
+    lpt_assignment(problem, tiers, band, cap_s=cap_s)
+    natural = sorted(
+        range(len(problem.units)), key=lambda u: (-problem.units[u].steps, -problem.units[u].kv_steps, u)
+    )
+    rank = {u: i for i, u in enumerate(natural)}
+    order = [u for u, _ in placed]
+    split = next(k for k in range(1, len(order)) if rank[order[k]] < rank[order[k - 1]])  # pass 2 starts
+    short = max(problem.steps) // 2
+    assert sorted(order) == list(range(len(problem.units)))  # each unit placed once
+    assert all(problem.units[u].steps < short for u in order[split:])  # only short units waited
+    assert [rank[u] for u in order[split:]] == sorted(rank[u] for u in order[split:])  # longest first
+    assert all(after <= cap_s for u, after in placed[:split] if problem.units[u].steps < short)
