@@ -39,11 +39,10 @@ from scheduler.policies.balance import level_below
 from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, band_of, solve_levels
-from scheduler.policies.listsched import worker_kinds
 from scheduler.policies.load import Load, time_with
 from scheduler.policies.lpt import lpt_assignment
 from scheduler.policies.ordering import order_queues, refine_critical
-from scheduler.policies.problem import Problem, Unit, build_problem
+from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
 from scheduler.policies.robust import SAMPLES, least_expected, spreads
 from scheduler.types import PlanRequest
 

@@ -12,20 +12,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from scheduler.costmodel import WorkerCost
 from scheduler.policies.load import estimate, rates
-from scheduler.policies.problem import Problem, Unit
-
-
-def worker_kinds(costs: Sequence[WorkerCost], active: Sequence[int]) -> list[list[int]]:
-    """Active workers grouped by identical coefficients (everything but the id), inventory order."""
-    groups: dict[tuple[float | int, ...], list[int]] = {}
-    for w in active:
-        c = costs[w]
-        key = (*c.step_signature(), c.prefill_per_token_s, c.kv_capacity_tokens, c.max_num_seqs)
-        groups.setdefault(key, []).append(w)
-    return list(groups.values())
-
+from scheduler.policies.problem import Problem, Unit, worker_kinds
 
 PEAK_MARGIN = 0.01  # keep the all-at-once KV peak this far under capacity (vLLM's watermark)
 FIT_DEPTH = 4  # heap entries examined for a worker whose KV peak still fits

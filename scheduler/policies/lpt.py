@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from scheduler.policies.base import BudgetSpent, Placement
-from scheduler.policies.listsched import ListState, worker_kinds
+from scheduler.policies.listsched import ListState
 from scheduler.policies.load import rates
 from scheduler.policies.ordering import order_queues, refine_critical
-from scheduler.policies.problem import Problem, Unit, build_problem
+from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
 from scheduler.types import PlanRequest
 
 CHECK_EVERY = 512  # units placed between deadline checks (~5-10 ms of tier-aware placement)

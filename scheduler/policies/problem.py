@@ -5,6 +5,8 @@ share a prompt prefix, so they must land on one worker). Each unit carries the t
 needs (decode tokens, KV-token-steps, prompt tokens, longest run) and the workers that may take it:
 not excluded, the pinned worker when any sample is pinned, and a KV cache that holds every sample at
 its generation cap. Built once per request in ``O(n)`` and then read by index, never re-derived.
+Workers with identical coefficients form a kind (``worker_kinds``): the unit of every aggregate
+decision, since such workers are interchangeable.
 """
 
 from __future__ import annotations
@@ -115,3 +117,13 @@ def _build_problem(request: PlanRequest) -> Problem:
             )
         )
     return Problem(costs, prompts, steps, tuple(units), active)
+
+
+def worker_kinds(costs: Sequence[WorkerCost], active: Sequence[int]) -> list[list[int]]:
+    """Active workers grouped by identical coefficients (everything but the id), inventory order."""
+    groups: dict[tuple[float | int, ...], list[int]] = {}
+    for w in active:
+        c = costs[w]
+        key = (*c.step_signature(), c.prefill_per_token_s, c.kv_capacity_tokens, c.max_num_seqs)
+        groups.setdefault(key, []).append(w)
+    return list(groups.values())

@@ -22,9 +22,8 @@ from scheduler.policies.levels import (
     cover,
     solve_levels,
 )
-from scheduler.policies.listsched import worker_kinds
 from scheduler.policies.load import KV_FILL
-from scheduler.policies.problem import build_problem
+from scheduler.policies.problem import build_problem, worker_kinds
 from scheduler.simulator import SimOptions, simulate
 from scheduler.stepsum import planned_steps
 from scheduler.tailbound import tail_bound

@@ -12,12 +12,12 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.policies import cpsat, listsched
 from scheduler.policies.levels import solve_levels
 from scheduler.policies.lpt import lpt_assignment
-from scheduler.policies.problem import Problem, Unit, build_problem
+from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 
 def _tiered(problem: Problem, scaled: bool) -> list[list[int]]:
-    kinds = listsched.worker_kinds(problem.costs, problem.active)
+    kinds = worker_kinds(problem.costs, problem.active)
     levels = solve_levels(problem.units, [(problem.costs[m[0]], len(m)) for m in kinds], 2_000.0, 5.0, 0)
     assert levels is not None
     tiers = cpsat._tiers(levels, kinds, len(problem.costs))
@@ -107,7 +107,7 @@ def test_with_a_cap_the_short_units_that_would_pass_it_are_placed_after_all_othe
     """cpsat's second round: a unit shorter than half the longest waits when its best worker would
     end past the cap; every unit placed in turn keeps its worker under it (or is long)."""
     problem = build_problem(bench_request(4_096, 32, seed=0))
-    kinds = listsched.worker_kinds(problem.costs, problem.active)
+    kinds = worker_kinds(problem.costs, problem.active)
     levels = solve_levels(problem.units, [(problem.costs[m[0]], len(m)) for m in kinds], 2_000.0, 5.0, 0)
     assert levels is not None
     tiers = cpsat._tiers(levels, kinds, len(problem.costs))
