@@ -74,6 +74,8 @@ class Loop:
         if "--port" in command:  # listeners: a free loopback port instead of the container's
             command[command.index("--port") + 1] = str(self.ports[name])
             command[command.index("--host") + 1] = "127.0.0.1"
+        if "--health-port" in command:  # a sidecar's liveness endpoint: likewise
+            command[command.index("--health-port") + 1] = str(self.ports[name])
         if command[0] == "engine-sim":
             command += ["--time-scale", TIME_SCALE]
         env = {k: self._remap(str(v)) for k, v in service.get("environment", {}).items()}
@@ -211,10 +213,6 @@ def test_every_health_check_of_our_image_passes_on_the_running_loop_and_fails_on
         if url is None:
             continue
         local = re.sub(r"//[^/]+/", f"//127.0.0.1:{loop.ports[name]}/", url)  # the process's own port
-        if service["command"][0] == "sidecar":  # a sidecar checks its engine
-            engine = re.search(r"http://([^:]+):", url)
-            assert engine is not None
-            local = re.sub(r"//[^/]+/", f"//127.0.0.1:{loop.ports[engine.group(1)]}/", url)
         deadline = time.monotonic() + 60
         while _image_health_check(local) != 0:
             assert time.monotonic() < deadline, f"{name}: {local} never healthy\n{loop.logs()}"
