@@ -17,6 +17,7 @@ from scheduler.policies.problem import Problem, Unit, worker_kinds
 
 PEAK_MARGIN = 0.01  # keep the all-at-once KV peak this far under capacity (vLLM's watermark)
 FIT_DEPTH = 4  # heap entries examined for a worker whose KV peak still fits
+PARKED = -1.0  # a parked worker's ``current``: no estimate equals it, so its heap entries read stale
 ORDERED_SCAN = True  # off: every unit scans every candidate heap (the reference the tests compare to)
 
 
@@ -72,13 +73,13 @@ class ListState:
         # parked: out of their heaps while no unit this long fits them (``_park``; single units only)
         self.parks = peaks and len(problem.units) == len(problem.steps)
         self.parked: list[tuple[int, int]] = []  # (-longest unit that may fit, worker)
-        self.parked_at = [0.0] * workers  # a parked worker's estimate (its ``current`` reads -1)
+        self.parked_at = [0.0] * workers  # a parked worker's estimate (its ``current`` reads PARKED)
         self.least_prompt = min(problem.prompts, default=0)
 
     def place(self, worker: int, u: int, after: float | None) -> None:
         """Put unit ``u`` on ``worker`` and refresh its estimate (``after``, when already known)."""
         unit = self.units[u]
-        if self.current[worker] == -1.0:  # parked, chosen because nothing fitted (``_scan``)
+        if self.current[worker] == PARKED:  # parked, chosen because nothing fitted (``_scan``)
             self.parked.remove(next(e for e in self.parked if e[1] == worker))
             heapq.heapify(self.parked)
         if self.peaks:
@@ -132,7 +133,7 @@ class ListState:
             longest = int((self.kv_limit[w] - self.prompt_sum[w] - self.least_prompt) // after_count)
         if longest >= steps:
             return False
-        self.current[w], self.parked_at[w] = -1.0, after
+        self.current[w], self.parked_at[w] = PARKED, after
         heapq.heappush(self.parked, (-longest, w))
         return True
 
