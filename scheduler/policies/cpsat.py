@@ -21,9 +21,14 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
 5. Robust choice (``scheduler.policies.robust``): when the trajectories carry their 0.5 and 0.9
    quantiles, the plan and the lpt plan are played over draws of the lengths, and the lpt plan is
    kept (``ROBUST_LPT``) if it is expected to finish sooner.
+6. Hedged orders (``scheduler.policies.robust_order``): with the same quantiles, each queue's order
+   is judged again on a draw of the lengths, played as the engine will run it. Done for the lpt
+   plan first, in at most ``HEDGE_SHARE`` of what is left; the search then ends that much earlier,
+   so that a plan that beats lpt's can be hedged in turn.
 
 Every candidate is ordered and played through ``scheduler.finish``; the fastest is returned, so the
-result is never worse than ``lpt``. Hard constraints hold by construction: units are whole groups
+result is never worse than ``lpt`` on the predictions (once hedged, orders bet on the draws
+instead, for both policies alike). Hard constraints hold by construction: units are whole groups
 under prefix affinity, and a unit only ever goes to its allowed workers (pins, exclusions, KV fit).
 The time budget (``request.time_budget_s``) bounds the CP-SAT calls; status: the aggregate model's
 ``OPTIMAL``/``FEASIBLE`` when its plan won, ``FALLBACK_LPT`` when the lpt plan stayed best.
@@ -44,6 +49,7 @@ from scheduler.policies.lpt import lpt_assignment
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
 from scheduler.policies.robust import SAMPLES, least_expected, spreads
+from scheduler.policies.robust_order import hedged
 from scheduler.types import PlanRequest
 
 LEVELS_SHARE = 0.15  # share of the remaining budget one aggregate solve may use
@@ -64,6 +70,8 @@ DEFER = 0.8  # the second round's cap on estimates: this share of the way from t
 # one round each way: 0.5: 1.136, 0.67: 1.096, 0.8: 1.029, 0.9: 1.032, none: 1.035; 16,384 x 128:
 # 0.75: 1.034, 0.8: 1.035, 0.9: 1.039, none: 1.041 (below ~0.7 too many wait, and they crowd the
 # lowest bands' workers, whose waves run 10% over their estimates).
+HEDGE_SHARE = 0.5  # share of the budget left after the lpt phase that hedging its orders may use
+# (``scheduler.policies.robust_order``); past it the search keeps the rest and the orders stay
 ROUNDS = 2  # realisations of one aggregate solve: as planned, then calibrated and capped (``_rounds``)
 
 
@@ -83,6 +91,28 @@ class CpSatPolicy:
         queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)  # as lpt does
         lpt_phase = time.perf_counter() - started
         lpt_plan = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
+        hedge_started = time.perf_counter()
+        hedge_end = hedge_started + HEDGE_SHARE * (deadline - hedge_started)
+        lpt_hedged = hedged(problem, request, lpt_plan, hedge_end)
+        search_end = deadline  # a hedge that fitted is kept time for again, for a plan that differs
+        if lpt_hedged is not lpt_plan:
+            search_end -= time.perf_counter() - hedge_started
+        best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end)
+        if best.queues == lpt_plan.queues:
+            return Placement(lpt_hedged.queues, best.status, finish_s=lpt_hedged.finish_s)
+        return hedged(problem, request, best, deadline)
+
+    def _search(
+        self,
+        problem: Problem,
+        request: PlanRequest,
+        lpt_plan: Placement,
+        assignment: list[list[int]],
+        lpt_phase: float,
+        deadline: float,
+    ) -> Placement:
+        """Steps 2-5 of the module doc, from the lpt plan, by ``deadline``: the best plan found."""
+        reserve = request.kv_admission
         best, assignment = self._rounds(problem, request, lpt_plan, assignment, lpt_phase, deadline)
         repaired = improve(problem, assignment, best.queues, best.finish_s, reserve, deadline, request.seed)
         if repaired is not None:

@@ -11,7 +11,7 @@ trajectories on 256 workers place in tens of milliseconds.
 
 With tiers (``cpsat``'s realisation of its band counts) the general path keeps its state in
 ``scheduler.policies.listsched``. Order inside a worker: ``scheduler.policies.ordering`` (longest
-first unless the KV cache binds).
+first unless the KV cache binds), hedged for uncertain lengths by ``scheduler.policies.robust_order``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from scheduler.policies.listsched import ListState
 from scheduler.policies.load import rates
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
+from scheduler.policies.robust_order import hedged
 from scheduler.types import PlanRequest
 
 CHECK_EVERY = 512  # units placed between deadline checks (~5-10 ms of tier-aware placement)
@@ -44,7 +45,8 @@ class LptPolicy:
         assignment = lpt_assignment(problem)
         queues, finishes = order_queues(problem, assignment, request.kv_admission)
         queues, finishes = refine_critical(problem, queues, finishes, request.kv_admission, deadline)
-        return Placement(queues=queues, status="HEURISTIC", finish_s=finishes)
+        placement = Placement(queues=queues, status="HEURISTIC", finish_s=finishes)
+        return hedged(problem, request, placement, deadline)
 
 
 def lpt_assignment(

@@ -20,6 +20,9 @@ cpsat band round at 32,768 x 256 that cut ordering from 190-430 ms to 55-95 ms, 
 wave-bound lowest-band workers finish far below the makespan). Only the last worker decides the
 makespan, so it alone gets a wider search (``refine_critical``: long heads of a quarter and a whole
 cache), repeated on the next last worker while that lowers the makespan.
+
+All of this judges orders on the point predictions. Where the request says how unsure they are
+(quantiles), ``scheduler.policies.robust_order`` judges the final orders again on draws.
 """
 
 from __future__ import annotations

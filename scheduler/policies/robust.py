@@ -49,6 +49,14 @@ def spreads(trajectories: Sequence[Trajectory]) -> tuple[FloatArray, FloatArray,
     return np.asarray(medians, dtype=np.float64), np.asarray(sigmas, dtype=np.float64), caps
 
 
+def draw_steps(spread: tuple[FloatArray, FloatArray, FloatArray], rng: np.random.Generator) -> list[int]:
+    """One draw of every trajectory's decode steps: log-normal through its p50 and p90, within its cap."""
+    medians, sigmas, caps = spread
+    lengths = np.minimum(caps, np.maximum(1.0, medians * np.exp(sigmas * rng.standard_normal(len(medians)))))
+    steps: list[int] = planned_steps_array(lengths).tolist()
+    return steps
+
+
 def least_expected(
     problem: Problem,
     candidates: Sequence[Sequence[Sequence[int]]],
@@ -60,14 +68,11 @@ def least_expected(
     """Index of the candidate (queues per worker) with the least mean makespan over ``SAMPLES``
     draws of the lengths; None when the draws would not fit before ``deadline`` (judged after the
     first, which all candidates play)."""
-    medians, sigmas, caps = spread
     rng = np.random.default_rng(seed)
     totals = [0.0] * len(candidates)
     started = time.perf_counter()
     for k in range(SAMPLES):
-        draw = rng.standard_normal(len(medians))
-        lengths = np.minimum(caps, np.maximum(1.0, medians * np.exp(sigmas * draw)))
-        steps = planned_steps_array(lengths).tolist()
+        steps = draw_steps(spread, rng)
         for c, queues in enumerate(candidates):
             totals[c] += max(queue_finishes(problem.costs, problem.prompts, steps, queues, reserve))
         if k == 0 and started + SAMPLES * (time.perf_counter() - started) > deadline:

@@ -1,0 +1,103 @@
+"""Hedged orders: a queue's order is judged on draws of the lengths, played as the engine will run it."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from scheduler.devices import device_profile, model_preset
+from scheduler.finish import worker_finish
+from scheduler.policies.base import Placement
+from scheduler.policies.ordering import best_order, shortest_first
+from scheduler.policies.problem import Problem, build_problem
+from scheduler.policies.robust import draw_steps, spreads
+from scheduler.policies.robust_order import _expected, hedged, robust_orders
+from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
+
+CAP = 8_192
+
+
+def _request(items: int, spread: float, kv_capacity: int, seed: int) -> PlanRequest:
+    """One H100 with a small cache; medians spread over the cap's range, p90 ``spread`` x the median."""
+    rng = np.random.default_rng(seed)
+    batch = []
+    for i in range(items):
+        median = float(rng.uniform(0.2, 0.97)) * CAP
+        quantiles = {0.5: median, 0.9: min(float(CAP), median * spread)}
+        batch.append(Trajectory(f"p{i}", 0, 200, CAP, median, quantiles))
+    worker = Worker("h100-0", device_profile("H100"), kv_capacity_tokens=kv_capacity)
+    return PlanRequest(tuple(batch), Inventory((worker,), model_preset("7b")), kv_admission=True)
+
+
+def _point_best(problem: Problem) -> tuple[list[int], float]:
+    return best_order(problem, list(range(len(problem.steps))), problem.costs[0], True)
+
+
+def _finish(problem: Problem, order: list[int]) -> float:
+    """The point play of ``order`` on the predictions."""
+    prompts, steps = [problem.prompts[i] for i in order], [problem.steps[i] for i in order]
+    return worker_finish(problem.costs[0], prompts, steps, True)
+
+
+def _hedge(request: PlanRequest, order: list[int], finish: float) -> tuple[list[int], float]:
+    problem, spread = build_problem(request), spreads(request.trajectories)
+    assert spread is not None
+    result = robust_orders(problem, (tuple(order),), (finish,), spread, True, 0, time.perf_counter() + 60)
+    assert result is not None
+    return list(result[0][0]), result[1][0]
+
+
+def test_with_no_spread_every_draw_is_the_prediction_and_the_point_best_order_stays() -> None:
+    request = _request(128, 1.0, 150_000, seed=0)
+    order, finish = _point_best(build_problem(request))
+    assert _hedge(request, order, finish) == (order, finish)
+
+
+def test_when_lengths_may_run_far_past_their_predictions_it_takes_the_order_that_ends_sooner() -> None:
+    request = _request(128, 1.6, 300_000, seed=7)
+    problem = build_problem(request)
+    order, finish = _point_best(problem)
+    sooner = shortest_first(problem, order, problem.costs[0])
+    assert order != sooner  # on the predictions another order wins
+    chosen, reported = _hedge(request, order, finish)
+    assert chosen == sooner
+    assert reported == _finish(problem, chosen) > finish  # what it reports is still the point play
+    spread = spreads(request.trajectories)
+    assert spread is not None
+    rng = np.random.default_rng(99)  # draws the choice never saw
+    unseen = [draw_steps(spread, rng) for _ in range(16)]
+    cost = problem.costs[0]
+    assert _expected(problem, cost, chosen, unseen, True) < _expected(problem, cost, order, unseen, True)
+
+
+def test_a_queue_that_runs_at_once_is_left_in_its_order() -> None:
+    request = _request(8, 1.6, 1_000_000, seed=1)
+    problem = build_problem(request)
+    order = list(range(8))[::-1]
+    finish = _finish(problem, order)
+    assert _hedge(request, order, finish) == (order, finish)
+
+
+def test_nothing_is_hedged_once_the_deadline_has_passed() -> None:
+    request = _request(128, 1.6, 300_000, seed=7)
+    problem = build_problem(request)
+    order, finish = _point_best(problem)
+    placement = Placement(((*order,),), finish_s=(finish,))
+    assert hedged(problem, request, placement, time.perf_counter() - 1.0) is placement
+
+
+def test_without_quantiles_on_every_trajectory_the_placement_is_returned_as_it_is() -> None:
+    request = _request(128, 1.6, 300_000, seed=7)
+    plain = Trajectory("x", 0, 200, CAP, 500.0)  # no quantiles
+    bare = PlanRequest((*request.trajectories[:-1], plain), request.inventory, kv_admission=True)
+    problem = build_problem(bare)
+    order, finish = _point_best(problem)
+    placement = Placement(((*order,),), finish_s=(finish,))
+    assert hedged(problem, bare, placement, time.perf_counter() + 60) is placement
+
+
+def test_the_choice_is_the_same_for_the_same_seed() -> None:
+    request = _request(128, 1.6, 300_000, seed=7)
+    order, finish = _point_best(build_problem(request))
+    assert _hedge(request, order, finish) == _hedge(request, order, finish)
