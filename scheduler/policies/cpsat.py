@@ -45,7 +45,7 @@ from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, band_of, solve_levels
 from scheduler.policies.load import Load, time_with
-from scheduler.policies.lpt import lpt_assignment
+from scheduler.policies.lpt import lpt_assignment, ordered
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
 from scheduler.policies.robust import SAMPLES, least_expected, spreads
@@ -85,22 +85,21 @@ class CpSatPolicy:
         started = time.perf_counter()
         deadline = started + request.time_budget_s
         problem = problem or build_problem(request)
-        reserve = request.kv_admission
+        spread = spreads(request.trajectories)
         assignment = lpt_assignment(problem)
-        queues, finishes = order_queues(problem, assignment, reserve)
-        queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)  # as lpt does
+        queues, finishes = ordered(problem, assignment, request.kv_admission, deadline, spread is None)
         lpt_phase = time.perf_counter() - started
         lpt_plan = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
         hedge_started = time.perf_counter()
         hedge_end = hedge_started + HEDGE_SHARE * (deadline - hedge_started)
-        lpt_hedged = hedged(problem, request, lpt_plan, hedge_end)
+        lpt_hedged = hedged(problem, request, lpt_plan, spread, hedge_end)
         search_end = deadline  # a hedge that fitted is kept time for again, for a plan that differs
         if lpt_hedged is not lpt_plan:
             search_end -= time.perf_counter() - hedge_started
         best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end)
         if best.queues == lpt_plan.queues:
             return Placement(lpt_hedged.queues, best.status, finish_s=lpt_hedged.finish_s)
-        return hedged(problem, request, best, deadline)
+        return hedged(problem, request, best, spread, deadline)
 
     def _search(
         self,

@@ -27,6 +27,7 @@ from scheduler.policies.listsched import ListState
 from scheduler.policies.load import rates
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
+from scheduler.policies.robust import spreads
 from scheduler.policies.robust_order import hedged
 from scheduler.types import PlanRequest
 
@@ -42,11 +43,27 @@ class LptPolicy:
         """Place longest units first, then order each worker's queue for its makespan."""
         deadline = time.perf_counter() + request.time_budget_s
         problem = problem or build_problem(request)
+        spread = spreads(request.trajectories)
         assignment = lpt_assignment(problem)
-        queues, finishes = order_queues(problem, assignment, request.kv_admission)
-        queues, finishes = refine_critical(problem, queues, finishes, request.kv_admission, deadline)
+        queues, finishes = ordered(problem, assignment, request.kv_admission, deadline, spread is None)
         placement = Placement(queues=queues, status="HEURISTIC", finish_s=finishes)
-        return hedged(problem, request, placement, deadline)
+        return hedged(problem, request, placement, spread, deadline)
+
+
+def ordered(
+    problem: Problem, assignment: Sequence[Sequence[int]], reserve: bool, deadline: float, refine: bool
+) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]]:
+    """``assignment``'s queues in their fastest candidate orders on the predictions, and their finishes.
+
+    With ``refine`` the last worker gets the wider search (``refine_critical``). Not where the
+    request says how unsure the predictions are: that search bets on the point predictions (the
+    worker it refines is rarely the one that ends last in truth, docs/solver.md), and the hedge
+    (``scheduler.policies.robust_order``) judges the orders on draws instead, in the time it saves.
+    """
+    queues, finishes = order_queues(problem, assignment, reserve)
+    if refine:
+        queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)
+    return queues, finishes
 
 
 def lpt_assignment(

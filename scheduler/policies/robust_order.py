@@ -35,7 +35,7 @@ from scheduler.finish import WATERMARK, all_at_once_finish, worker_finish
 from scheduler.policies.base import Placement
 from scheduler.policies.ordering import shortest_first
 from scheduler.policies.problem import Problem
-from scheduler.policies.robust import draw_steps, spreads
+from scheduler.policies.robust import draw_steps
 from scheduler.sim_engine import Ledger, play_queue
 from scheduler.stepsum import FloatArray
 from scheduler.types import PlanRequest
@@ -47,10 +47,16 @@ DRAWS = 1  # common draws judging each order. On the headline replay one, two an
 Queues = tuple[tuple[int, ...], ...]
 
 
-def hedged(problem: Problem, request: PlanRequest, placement: Placement, deadline: float) -> Placement:
+def hedged(
+    problem: Problem,
+    request: PlanRequest,
+    placement: Placement,
+    spread: tuple[FloatArray, FloatArray, FloatArray] | None,
+    deadline: float,
+) -> Placement:
     """``placement`` with its queues in their expected-fastest orders (``robust_orders``), where the
-    trajectories carry the quantiles to draw from and the plays end before ``deadline``; else as is."""
-    spread = spreads(request.trajectories)
+    trajectories carry the quantiles to draw from (``spread``: ``robust.spreads`` of the request)
+    and the plays end before ``deadline``; else as it is."""
     if spread is None:
         return placement
     finishes = placement.finish_s or problem.finishes(placement.queues, request.kv_admission)

@@ -84,7 +84,8 @@ def test_nothing_is_hedged_once_the_deadline_has_passed() -> None:
     problem = build_problem(request)
     order, finish = _point_best(problem)
     placement = Placement(((*order,),), finish_s=(finish,))
-    assert hedged(problem, request, placement, time.perf_counter() - 1.0) is placement
+    spread = spreads(request.trajectories)
+    assert hedged(problem, request, placement, spread, time.perf_counter() - 1.0) is placement
 
 
 def test_without_quantiles_on_every_trajectory_the_placement_is_returned_as_it_is() -> None:
@@ -94,7 +95,8 @@ def test_without_quantiles_on_every_trajectory_the_placement_is_returned_as_it_i
     problem = build_problem(bare)
     order, finish = _point_best(problem)
     placement = Placement(((*order,),), finish_s=(finish,))
-    assert hedged(problem, bare, placement, time.perf_counter() + 60) is placement
+    assert spreads(bare.trajectories) is None
+    assert hedged(problem, bare, placement, None, time.perf_counter() + 60) is placement
 
 
 def test_the_choice_is_the_same_for_the_same_seed() -> None:
