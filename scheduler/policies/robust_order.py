@@ -78,17 +78,22 @@ def robust_orders(
     deadline: float,
 ) -> tuple[Queues, tuple[float, ...]] | None:
     """Each worker's queue in the order with the lower expected finish (module doc), and the point
-    finishes; None when ``deadline`` passes before every worker is judged (all or nothing, so a
-    plan is never half hedged)."""
+    finishes; None when the next worker's judging might end past ``deadline`` (as long as the
+    slowest so far), so the plays never run past it and a plan is never half hedged."""
+    if time.perf_counter() >= deadline:
+        return None
     rng = np.random.default_rng(seed)
     draws = [draw_steps(spread, rng) for _ in range(DRAWS)]
     ordered, finish = list(queues), list(finishes)
+    slowest = 0.0  # the longest one worker's judging took so far: the next may take as long
     for w, queue in enumerate(queues):
-        if time.perf_counter() > deadline:
+        started = time.perf_counter()
+        if started + slowest > deadline:
             return None
         choice = _better_order(problem, problem.costs[w], list(queue), draws, reserve)
         if choice is not None:
             ordered[w], finish[w] = tuple(choice[0]), choice[1]
+        slowest = max(slowest, time.perf_counter() - started)
     return tuple(ordered), tuple(finish)
 
 
