@@ -23,8 +23,9 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
    kept (``ROBUST_LPT``) if it is expected to finish sooner.
 6. Hedged orders (``scheduler.policies.robust_order``): with the same quantiles, each queue's order
    is judged again on a draw of the lengths, played as the engine will run it. Done for the lpt
-   plan first, in at most ``HEDGE_SHARE`` of what is left; the search then ends that much earlier,
-   so that a plan that beats lpt's can be hedged in turn.
+   plan first, with the whole budget if need be, exactly as ``lpt`` does, so that cpsat never
+   returns a worse-hedged lpt plan than ``lpt`` would; the search then ends that much earlier, so
+   that a plan that beats lpt's can be hedged in turn.
 
 Every candidate is ordered and played through ``scheduler.finish``; the fastest is returned, so the
 result is never worse than ``lpt`` on the predictions (once hedged, orders bet on the draws
@@ -70,8 +71,6 @@ DEFER = 0.8  # the second round's cap on estimates: this share of the way from t
 # one round each way: 0.5: 1.136, 0.67: 1.096, 0.8: 1.029, 0.9: 1.032, none: 1.035; 16,384 x 128:
 # 0.75: 1.034, 0.8: 1.035, 0.9: 1.039, none: 1.041 (below ~0.7 too many wait, and they crowd the
 # lowest bands' workers, whose waves run 10% over their estimates).
-HEDGE_SHARE = 0.5  # share of the budget left after the lpt phase that hedging its orders may use
-# (``scheduler.policies.robust_order``); past it the search keeps the rest and the orders stay
 ROUNDS = 2  # realisations of one aggregate solve: as planned, then calibrated and capped (``_rounds``)
 
 
@@ -91,8 +90,7 @@ class CpSatPolicy:
         lpt_phase = time.perf_counter() - started
         lpt_plan = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
         hedge_started = time.perf_counter()
-        hedge_end = hedge_started + HEDGE_SHARE * (deadline - hedge_started)
-        lpt_hedged = hedged(problem, request, lpt_plan, spread, hedge_end)
+        lpt_hedged = hedged(problem, request, lpt_plan, spread, deadline)  # what lpt itself returns
         search_end = deadline  # a hedge that fitted is kept time for again, for a plan that differs
         if lpt_hedged is not lpt_plan:
             search_end -= time.perf_counter() - hedge_started

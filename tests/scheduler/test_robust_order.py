@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 
 from scheduler.devices import device_profile, model_preset
 from scheduler.finish import worker_finish
+from scheduler.planner import plan
 from scheduler.policies.base import Placement
 from scheduler.policies.ordering import best_order, shortest_first
 from scheduler.policies.problem import Problem, build_problem
@@ -103,3 +105,12 @@ def test_the_choice_is_the_same_for_the_same_seed() -> None:
     request = _request(128, 1.6, 300_000, seed=7)
     order, finish = _point_best(build_problem(request))
     assert _hedge(request, order, finish) == _hedge(request, order, finish)
+
+
+def test_lpt_and_cpsat_both_return_the_hedged_order() -> None:
+    request = dataclasses.replace(_request(128, 1.6, 300_000, seed=7), time_budget_s=10.0)
+    problem = build_problem(request)
+    order, _ = _point_best(problem)
+    hedged_keys = [request.trajectories[i].key for i in shortest_first(problem, order, problem.costs[0])]
+    assert list(plan(request, "lpt").workers[0].items) == hedged_keys
+    assert list(plan(request, "cpsat").workers[0].items) == hedged_keys
