@@ -49,7 +49,7 @@ from scheduler.policies.load import Load, time_with
 from scheduler.policies.lpt import lpt_assignment, ordered
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
-from scheduler.policies.robust import SAMPLES, least_expected, spreads
+from scheduler.policies.robust import SAMPLES, Spread, least_expected, spreads
 from scheduler.policies.robust_order import hedged
 from scheduler.types import PlanRequest
 
@@ -94,7 +94,7 @@ class CpSatPolicy:
         search_end = deadline  # a hedge that fitted is kept time for again, for a plan that differs
         if lpt_hedged is not lpt_plan:
             search_end -= time.perf_counter() - hedge_started
-        best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end)
+        best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end, spread)
         if best.queues == lpt_plan.queues:
             return Placement(lpt_hedged.queues, best.status, finish_s=lpt_hedged.finish_s)
         return hedged(problem, request, best, spread, deadline)
@@ -107,8 +107,10 @@ class CpSatPolicy:
         assignment: list[list[int]],
         lpt_phase: float,
         deadline: float,
+        spread: Spread | None,
     ) -> Placement:
-        """Steps 2-5 of the module doc, from the lpt plan, by ``deadline``: the best plan found."""
+        """Steps 2-5 of the module doc, from the lpt plan, by ``deadline``: the best plan found
+        (``spread``: the request's quantiles, ``robust.spreads``, for the robust choice)."""
         reserve = request.kv_admission
         best, assignment = self._rounds(problem, request, lpt_plan, assignment, lpt_phase, deadline)
         repaired = improve(problem, assignment, best.queues, best.finish_s, reserve, deadline, request.seed)
@@ -119,7 +121,7 @@ class CpSatPolicy:
         if deadline - time.perf_counter() > 2 * lpt_phase:  # levelling: an lpt pass and its ordering
             queues, finishes = level_below(problem, best.queues, best.finish_s, reserve)
             best = Placement(queues, best.status, finish_s=finishes)
-        return _robust(problem, request, best, lpt_plan, deadline, lpt_phase)
+        return _robust(problem, request, best, lpt_plan, deadline, lpt_phase, spread)
 
     def _rounds(
         self,
@@ -195,6 +197,7 @@ def _robust(
     lpt_plan: Placement,
     deadline: float,
     lpt_phase: float,
+    spread: Spread | None,
 ) -> Placement:
     """``best``, or the lpt plan where the predictions' quantiles expect it to finish sooner
     (``scheduler.policies.robust``): status ``ROBUST_LPT``. Still never slower than lpt.
@@ -204,10 +207,9 @@ def _robust(
     ``least_expected`` times before committing to the rest) ran past the budget whenever the rest
     would not fit: the service's plans at 1,024 x 16 ended ~9 ms past their 80 ms at p95.
     """
-    if best.queues == lpt_plan.queues or deadline - time.perf_counter() < SAMPLES * lpt_phase:
+    if spread is None or best.queues == lpt_plan.queues:
         return best
-    spread = spreads(request.trajectories)
-    if spread is None:
+    if deadline - time.perf_counter() < SAMPLES * lpt_phase:
         return best
     candidates = (best.queues, lpt_plan.queues)
     if least_expected(problem, candidates, spread, request.kv_admission, request.seed, deadline) != 1:

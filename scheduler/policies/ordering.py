@@ -88,7 +88,7 @@ def best_order(
     """The fastest candidate order of ``items`` on ``cost``'s worker, and its predicted finish."""
     first = CANDIDATES[reserve][0]
     best = first(problem, items, cost)
-    at_once = all_at_once_finish(cost, *_lengths(problem, best), reserve)
+    at_once = all_at_once_finish(cost, *problem.lengths(best), reserve)
     if at_once is not None:
         return best, at_once
     return _played(problem, items, cost, reserve, best)
@@ -101,12 +101,12 @@ def _played(
     that one already finishes by ``floor`` (a finish some other worker has anyway), no other order
     can change the makespan and none is played."""
     _, *others = CANDIDATES[reserve]
-    best_finish = worker_finish(cost, *_lengths(problem, best), reserve)
+    best_finish = worker_finish(cost, *problem.lengths(best), reserve)
     if best_finish <= floor:
         return best, best_finish
     for candidate in others:
         order = candidate(problem, items, cost)
-        finish = worker_finish(cost, *_lengths(problem, order), reserve, stop_at=best_finish)
+        finish = worker_finish(cost, *problem.lengths(order), reserve, stop_at=best_finish)
         if finish < best_finish:  # a play stopped at best_finish cannot pass this
             best, best_finish = order, finish
     return best, best_finish
@@ -160,12 +160,12 @@ def refine_critical(
             break
         tried.add(w)
         items, cost = list(ordered[w]), problem.costs[w]
-        if all_at_once_finish(cost, *_lengths(problem, items), reserve) is not None:
+        if all_at_once_finish(cost, *problem.lengths(items), reserve) is not None:
             break  # it runs at once: every order finishes together
         best, best_finish = None, finish[w]
         for candidate in CRITICAL_CANDIDATES[reserve]:
             order = candidate(problem, items, cost)
-            played = worker_finish(cost, *_lengths(problem, order), reserve, stop_at=best_finish)
+            played = worker_finish(cost, *problem.lengths(order), reserve, stop_at=best_finish)
             if played < best_finish:
                 best, best_finish = order, played
         cost_s = time.perf_counter() - started
@@ -197,7 +197,3 @@ def _longest_first_at_once(
     flat, edges = items.tolist(), bounds.tolist()
     queues = [tuple(flat[edges[w] : edges[w + 1]]) for w in range(len(sizes))]
     return queues, finishes
-
-
-def _lengths(problem: Problem, order: list[int]) -> tuple[list[int], list[int]]:
-    return [problem.prompts[i] for i in order], [problem.steps[i] for i in order]

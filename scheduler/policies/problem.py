@@ -55,6 +55,11 @@ class Problem:
         """Predicted finish of every worker playing its ordered queue (``scheduler.finish``)."""
         return queue_finishes(self.costs, self.prompts, self.steps, queues, reserve)
 
+    def lengths(self, queue: Sequence[int]) -> tuple[list[int], list[int]]:
+        """The prompts and planned steps of ``queue``'s trajectories, in its order: what the
+        worker model (``scheduler.finish``) plays."""
+        return [self.prompts[i] for i in queue], [self.steps[i] for i in queue]
+
 
 def build_problem(request: PlanRequest) -> Problem:
     """Resolve costs, planned lengths and units for ``request`` (assumed validated)."""

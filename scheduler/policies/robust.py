@@ -33,10 +33,11 @@ from scheduler.stepsum import FloatArray, planned_steps_array
 from scheduler.types import Trajectory
 
 SAMPLES = 32  # draws of the batch's lengths per comparison
+Spread = tuple[FloatArray, FloatArray, FloatArray]  # medians, log-normal sigmas, caps (``spreads``)
 Z90 = 1.2815515655446004  # the standard normal's 0.9 quantile
 
 
-def spreads(trajectories: Sequence[Trajectory]) -> tuple[FloatArray, FloatArray, FloatArray] | None:
+def spreads(trajectories: Sequence[Trajectory]) -> Spread | None:
     """Medians, log-normal sigmas and caps of every trajectory; None unless all carry p50 and p90."""
     medians, sigmas = [], []
     for t in trajectories:
@@ -49,7 +50,7 @@ def spreads(trajectories: Sequence[Trajectory]) -> tuple[FloatArray, FloatArray,
     return np.asarray(medians, dtype=np.float64), np.asarray(sigmas, dtype=np.float64), caps
 
 
-def draw_steps(spread: tuple[FloatArray, FloatArray, FloatArray], rng: np.random.Generator) -> list[int]:
+def draw_steps(spread: Spread, rng: np.random.Generator) -> list[int]:
     """One draw of every trajectory's decode steps: log-normal through its p50 and p90, within its cap."""
     medians, sigmas, caps = spread
     lengths = np.minimum(caps, np.maximum(1.0, medians * np.exp(sigmas * rng.standard_normal(len(medians)))))
@@ -60,7 +61,7 @@ def draw_steps(spread: tuple[FloatArray, FloatArray, FloatArray], rng: np.random
 def least_expected(
     problem: Problem,
     candidates: Sequence[Sequence[Sequence[int]]],
-    spread: tuple[FloatArray, FloatArray, FloatArray],
+    spread: Spread,
     reserve: bool,
     seed: int,
     deadline: float,

@@ -35,9 +35,8 @@ from scheduler.finish import WATERMARK, all_at_once_finish, worker_finish
 from scheduler.policies.base import Placement
 from scheduler.policies.ordering import shortest_first
 from scheduler.policies.problem import Problem
-from scheduler.policies.robust import draw_steps
+from scheduler.policies.robust import Spread, draw_steps
 from scheduler.sim_engine import Ledger, play_queue
-from scheduler.stepsum import FloatArray
 from scheduler.types import PlanRequest
 
 DRAWS = 1  # common draws judging each order. On the headline replay one, two and four draws chose
@@ -51,7 +50,7 @@ def hedged(
     problem: Problem,
     request: PlanRequest,
     placement: Placement,
-    spread: tuple[FloatArray, FloatArray, FloatArray] | None,
+    spread: Spread | None,
     deadline: float,
 ) -> Placement:
     """``placement`` with its queues in their expected-fastest orders (``robust_orders``), where the
@@ -72,7 +71,7 @@ def robust_orders(
     problem: Problem,
     queues: Queues,
     finishes: Sequence[float],
-    spread: tuple[FloatArray, FloatArray, FloatArray],
+    spread: Spread,
     reserve: bool,
     seed: int,
     deadline: float,
@@ -101,7 +100,7 @@ def _better_order(
     problem: Problem, cost: WorkerCost, queue: list[int], draws: Sequence[Sequence[int]], reserve: bool
 ) -> tuple[list[int], float] | None:
     """Shortest-first and its point finish when it is expected to end sooner than ``queue``; else None."""
-    if len(queue) < 2 or all_at_once_finish(cost, *_lengths(problem, queue), reserve) is not None:
+    if len(queue) < 2 or all_at_once_finish(cost, *problem.lengths(queue), reserve) is not None:
         return None
     alternative = shortest_first(problem, queue, cost)
     if alternative == queue:
@@ -109,7 +108,7 @@ def _better_order(
     expected = _expected(problem, cost, alternative, draws, reserve)
     if expected >= _expected(problem, cost, queue, draws, reserve):
         return None
-    return alternative, worker_finish(cost, *_lengths(problem, alternative), reserve)
+    return alternative, worker_finish(cost, *problem.lengths(alternative), reserve)
 
 
 def _expected(
@@ -117,13 +116,9 @@ def _expected(
 ) -> float:
     """Mean finish of ``order`` over ``draws``: admitted on the planned lengths, ended by the draw."""
     keys = [str(i) for i in order]
-    prompts, planned = _lengths(problem, order)
+    prompts, planned = problem.lengths(order)
     total = 0.0
     for draw in draws:
         ledger = Ledger(keys, prompts, [draw[i] for i in order], planned)
         total += play_queue(cost, ledger, watermark=WATERMARK, kv_admission=reserve).clock
     return total / len(draws)
-
-
-def _lengths(problem: Problem, order: Sequence[int]) -> tuple[list[int], list[int]]:
-    return [problem.prompts[i] for i in order], [problem.steps[i] for i in order]
