@@ -47,7 +47,8 @@ class ReplayConfig:
     steal_modes: tuple[bool, ...] = (True,)  # simulate each plan with (True) and/or without stealing
     kv_admission: bool = True  # length-aware plans admit by projected KV peak (the CLI's default too)
     quantile: float = 0.5  # predicted quantile the planner plans on
-    time_budget_s: float = 2.0  # per-plan wall-clock budget of search-based policies
+    time_budget_s: float = 4.0  # per-plan wall-clock budget: cpsat's search, and the hedging and
+    # placing again of lpt and cpsat plans (scheduler.policies.robust_place), which takes ~1-1.5 s
     seed: int = 0  # planner seed
     fit_config: FitConfig | None = None  # predictor training settings; None: ``replay_fit_config``
 

@@ -25,7 +25,10 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
    is judged again on a draw of the lengths, played as the engine will run it. Done for the lpt
    plan first, with the whole budget if need be, exactly as ``lpt`` does, so that cpsat never
    returns a worse-hedged lpt plan than ``lpt`` would; the search then ends that much earlier, so
-   that a plan that beats lpt's can be hedged in turn.
+   that a plan that beats lpt's can be hedged in turn. The lpt plan is then placed again for how
+   late each device kind runs on draws (``lpt.calibrated``, ``scheduler.policies.robust_place``),
+   with the whole budget too, as ``lpt`` does; the search gets what is left, and a search plan
+   that wins on the predictions is hedged, not placed again.
 
 Every candidate is ordered and played through ``scheduler.finish``; the fastest is returned, so the
 result is never worse than ``lpt`` on the predictions (once hedged, orders bet on the draws
@@ -46,7 +49,7 @@ from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, band_of, solve_levels
 from scheduler.policies.load import Load, time_with
-from scheduler.policies.lpt import lpt_assignment, ordered
+from scheduler.policies.lpt import calibrated, lpt_assignment, ordered
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
 from scheduler.policies.robust import SAMPLES, Spread, least_expected, spreads
@@ -90,13 +93,14 @@ class CpSatPolicy:
         lpt_phase = time.perf_counter() - started
         lpt_plan = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
         hedge_started = time.perf_counter()
-        lpt_hedged = hedged(problem, request, lpt_plan, spread, deadline)  # what lpt itself returns
+        lpt_hedged = hedged(problem, request, lpt_plan, spread, deadline)
         search_end = deadline  # a hedge that fitted is kept time for again, for a plan that differs
         if lpt_hedged is not lpt_plan:
             search_end -= time.perf_counter() - hedge_started
+        lpt_robust = calibrated(problem, request, lpt_hedged, spread, deadline)  # what lpt returns
         best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end, spread)
         if best.queues == lpt_plan.queues:
-            return Placement(lpt_hedged.queues, best.status, finish_s=lpt_hedged.finish_s)
+            return Placement(lpt_robust.queues, best.status, finish_s=lpt_robust.finish_s)
         return hedged(problem, request, best, spread, deadline)
 
     def _search(

@@ -27,8 +27,9 @@ from scheduler.policies.listsched import ListState
 from scheduler.policies.load import rates
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
-from scheduler.policies.robust import spreads
+from scheduler.policies.robust import Spread, spreads
 from scheduler.policies.robust_order import hedged
+from scheduler.policies.robust_place import kind_scales
 from scheduler.types import PlanRequest
 
 CHECK_EVERY = 512  # units placed between deadline checks (~5-10 ms of tier-aware placement)
@@ -47,7 +48,31 @@ class LptPolicy:
         assignment = lpt_assignment(problem)
         queues, finishes = ordered(problem, assignment, request.kv_admission, deadline, spread is None)
         placement = Placement(queues=queues, status="HEURISTIC", finish_s=finishes)
-        return hedged(problem, request, placement, spread, deadline)
+        return calibrated(
+            problem, request, hedged(problem, request, placement, spread, deadline), spread, deadline
+        )
+
+
+def calibrated(
+    problem: Problem, request: PlanRequest, placement: Placement, spread: Spread | None, deadline: float
+) -> Placement:
+    """``placement`` (hedged) placed again by LPT with each device kind's estimates scaled by how
+    late that kind runs on draws of the lengths (``scheduler.policies.robust_place``), then ordered
+    and hedged; ``placement`` itself without quantiles, with one kind, when the kinds agree, or when
+    the new plan would not be hedged before ``deadline`` (an unhedged plan is never returned)."""
+    if spread is None or len(worker_kinds(problem.costs, problem.active)) < 2:
+        return placement
+    started = time.perf_counter()
+    scale = kind_scales(problem, placement, spread, request.kv_admission, request.seed, deadline)
+    # placing, ordering and hedging again take about three times what the draws took
+    if scale is None or time.perf_counter() + 3 * (time.perf_counter() - started) > deadline:
+        return placement
+    queues, finishes = ordered(
+        problem, lpt_assignment(problem, scale=scale), request.kv_admission, deadline, False
+    )
+    again = Placement(queues, placement.status, finish_s=finishes)
+    settled = hedged(problem, request, again, spread, deadline)
+    return placement if settled is again else settled
 
 
 def ordered(

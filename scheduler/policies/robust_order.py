@@ -105,16 +105,17 @@ def _better_order(
     alternative = shortest_first(problem, queue, cost)
     if alternative == queue:
         return None
-    expected = _expected(problem, cost, alternative, draws, reserve)
-    if expected >= _expected(problem, cost, queue, draws, reserve):
+    expected = drawn_finish(problem, cost, alternative, draws, reserve)
+    if expected >= drawn_finish(problem, cost, queue, draws, reserve):
         return None
     return alternative, worker_finish(cost, *problem.lengths(alternative), reserve)
 
 
-def _expected(
+def drawn_finish(
     problem: Problem, cost: WorkerCost, order: list[int], draws: Sequence[Sequence[int]], reserve: bool
 ) -> float:
-    """Mean finish of ``order`` over ``draws``: admitted on the planned lengths, ended by the draw."""
+    """Mean finish of the queue ``order`` over ``draws`` (each: every trajectory's steps), played as
+    the engine runs it: admitted on the planned lengths, ended by the draw."""
     keys = [str(i) for i in order]
     prompts, planned = problem.lengths(order)
     total = 0.0

@@ -47,7 +47,9 @@ def replay_command(
             help="Length-aware plans admit by projected KV peak (default; off: vLLM's admission).",
         ),
     ] = True,
-    time_budget: Annotated[float, typer.Option(help="Per-plan budget of search policies, seconds.")] = 2.0,
+    time_budget: Annotated[
+        float, typer.Option(help="Per-plan budget, seconds: cpsat's search; with quantiles, lpt's too.")
+    ] = 4.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a Gantt chart (PNG) of the last step.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write a self-contained HTML report.")] = None,

@@ -1,0 +1,106 @@
+"""Placement for uncertain lengths: a device kind that runs late on draws is given less work."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from scheduler.devices import device_profile, model_preset
+from scheduler.planner import plan
+from scheduler.policies.base import Placement
+from scheduler.policies.lpt import calibrated, lpt_assignment, ordered
+from scheduler.policies.problem import Problem, build_problem
+from scheduler.policies.robust import spreads
+from scheduler.policies.robust_order import hedged
+from scheduler.policies.robust_place import kind_scales
+from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
+
+CAP = 8_192
+LATER = 60.0  # a deadline far enough away for everything here
+
+
+def _request(spread: float, kinds: int = 2, quantiles: bool = True) -> PlanRequest:
+    """256 items on 2 H100 (300k-token caches) and, with ``kinds`` 2, 2 Ascend 910B (200k): the
+    Ascends' smaller, slower caches have less room for items that outrun their predictions."""
+    rng = np.random.default_rng(7)
+    batch = []
+    for i in range(256):
+        median = float(rng.uniform(0.2, 0.97)) * CAP
+        spreads_ = {0.5: median, 0.9: min(float(CAP), median * spread)} if quantiles else {}
+        batch.append(Trajectory(f"p{i}", 0, 200, CAP, median, spreads_))
+    h100, ascend = device_profile("H100"), device_profile("Ascend910B")
+    workers = [Worker(f"h100-{j}", h100, kv_capacity_tokens=300_000) for j in range(2)]
+    if kinds == 2:
+        workers += [Worker(f"a910b-{j}", ascend, kv_capacity_tokens=200_000) for j in range(2)]
+    else:
+        workers += [Worker(f"h100-{j}", h100, kv_capacity_tokens=300_000) for j in range(2, 4)]
+    inventory = Inventory(tuple(workers), model_preset("7b"))
+    return PlanRequest(tuple(batch), inventory, kv_admission=True, time_budget_s=LATER)
+
+
+def _hedged_lpt(request: PlanRequest) -> tuple[Problem, Placement]:
+    """The lpt plan, hedged: what ``calibrated`` starts from."""
+    problem = build_problem(request)
+    queues, finishes = ordered(problem, lpt_assignment(problem), True, time.perf_counter() + LATER, False)
+    start = Placement(queues, "HEURISTIC", finish_s=finishes)
+    deadline = time.perf_counter() + LATER
+    return problem, hedged(problem, request, start, spreads(request.trajectories), deadline)
+
+
+def _tokens(problem: Problem, placement: Placement, workers: range) -> float:
+    return sum(problem.steps[i] for w in workers for i in placement.queues[w])
+
+
+def test_a_kind_that_runs_later_on_the_draws_than_planned_is_scaled_by_how_much() -> None:
+    request = _request(1.6)
+    problem, placement = _hedged_lpt(request)
+    spread = spreads(request.trajectories)
+    assert spread is not None
+    scale = kind_scales(problem, placement, spread, True, 0, time.perf_counter() + LATER)
+    assert scale is not None
+    assert scale[0] == scale[1] == 1.0  # the H100s run earliest
+    assert scale[2] == scale[3] > 1.1  # the Ascends run later, each kind by one factor
+
+
+def test_with_no_spread_the_draws_are_the_predictions_and_no_kind_is_scaled() -> None:
+    request = _request(1.0)
+    problem, placement = _hedged_lpt(request)
+    spread = spreads(request.trajectories)
+    assert spread is not None
+    assert kind_scales(problem, placement, spread, True, 0, time.perf_counter() + LATER) is None
+
+
+def test_the_late_kind_is_given_less_work_and_the_new_plan_is_hedged() -> None:
+    request = _request(1.6)
+    problem, placement = _hedged_lpt(request)
+    spread = spreads(request.trajectories)
+    again = calibrated(problem, request, placement, spread, time.perf_counter() + LATER)
+    assert again is not placement
+    assert _tokens(problem, again, range(2, 4)) < _tokens(problem, placement, range(2, 4))
+    assert sorted(i for queue in again.queues for i in queue) == list(range(256))
+    assert hedged(problem, request, again, spread, time.perf_counter() + LATER).queues == again.queues
+
+
+def test_without_quantiles_or_with_one_device_kind_the_plan_is_returned_as_it_is() -> None:
+    for request in (_request(1.6, quantiles=False), _request(1.6, kinds=1)):
+        problem, placement = _hedged_lpt(request)
+        spread = spreads(request.trajectories)
+        assert calibrated(problem, request, placement, spread, time.perf_counter() + LATER) is placement
+
+
+def test_once_the_deadline_has_passed_the_plan_is_returned_as_it_is() -> None:
+    request = _request(1.6)
+    problem, placement = _hedged_lpt(request)
+    spread = spreads(request.trajectories)
+    assert calibrated(problem, request, placement, spread, time.perf_counter() - 1.0) is placement
+
+
+def test_lpt_and_cpsat_both_return_the_calibrated_plan() -> None:
+    request = _request(1.6)
+    problem, placement = _hedged_lpt(request)
+    spread = spreads(request.trajectories)
+    again = calibrated(problem, request, placement, spread, time.perf_counter() + LATER)
+    keys = [[request.trajectories[i].key for i in queue] for queue in again.queues]
+    for policy in ("lpt", "cpsat"):
+        assert [list(w.items) for w in plan(request, policy).workers] == keys
