@@ -20,6 +20,10 @@ class InvalidInputError(SchedulerError, ValueError):
         self.reason = reason
         super().__init__(f"{field}={value!r}: {reason}")
 
+    def __reduce__(self) -> tuple[type[InvalidInputError], tuple[object, ...]]:
+        """Pickle by the constructor's arguments: the replay's worker processes send errors back."""
+        return type(self), (self.field, self.value, self.reason)
+
 
 class UnknownNameError(InvalidInputError):
     """A name (device kind, model preset, policy) that is not registered."""
@@ -27,3 +31,7 @@ class UnknownNameError(InvalidInputError):
     def __init__(self, field: str, value: str, known: list[str]) -> None:
         self.known = sorted(known)
         super().__init__(field, value, f"unknown; expected one of {', '.join(self.known)}")
+
+    def __reduce__(self) -> tuple[type[InvalidInputError], tuple[object, ...]]:
+        """Pickle by the constructor's arguments (see ``InvalidInputError.__reduce__``)."""
+        return type(self), (self.field, self.value, self.known)

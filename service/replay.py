@@ -10,8 +10,12 @@ ran. Deterministic: fixed seeds for the predictor and the planner. Metric defini
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -51,6 +55,8 @@ class ReplayConfig:
     # placing again of lpt and cpsat plans (scheduler.policies.robust_place), which takes ~1-1.5 s
     seed: int = 0  # planner seed
     fit_config: FitConfig | None = None  # predictor training settings; None: ``replay_fit_config``
+    processes: int | None = None  # a step's policy runs played at once in this many worker
+    # processes; None: one per core; 1: one after another in this process (same results either way)
 
 
 @dataclass(frozen=True, eq=False)
@@ -175,8 +181,25 @@ def replay(trace: Trace, config: ReplayConfig, progress: Progress | None = None)
     """Replay ``config.steps`` of ``trace``; ``progress`` is told after each plan and each fit."""
     started = time.perf_counter()
     tick = progress or (lambda _label: None)
-    outcomes = tuple(_replay_step(trace, step, config, tick) for step in config.steps)
+    with _pool(config) as pool:
+        outcomes = tuple(_replay_step(trace, step, config, tick, pool) for step in config.steps)
     return ReplayReport(config=config, steps=outcomes, wall_s=time.perf_counter() - started)
+
+
+@contextmanager
+def _pool(config: ReplayConfig) -> Iterator[Executor | None]:
+    """Worker processes for the policy runs of each step, or None to run them here in order.
+
+    Each policy's plan and simulations depend only on the step's batch, so they run at once on the
+    machine's cores: a 6-step replay of 4,096 x 16 took ~1.6x less wall time on 2 cores. Processes
+    are spawned, not forked: the parent has LightGBM's threads running.
+    """
+    processes = min(config.processes or os.cpu_count() or 1, len(_all_policies(config)))
+    if processes <= 1:
+        yield None
+        return
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool
 
 
 def work_units(config: ReplayConfig) -> int:
@@ -189,7 +212,9 @@ def _all_policies(config: ReplayConfig) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*BASELINES, *config.policies)))
 
 
-def _replay_step(trace: Trace, step: int, config: ReplayConfig, tick: Progress) -> StepReplay:
+def _replay_step(
+    trace: Trace, step: int, config: ReplayConfig, tick: Progress, pool: Executor | None
+) -> StepReplay:
     rows = trace.take(trace.step == step)
     caps = _caps(trace, rows)
     p50, p90, planned = _predict(trace, rows, step, caps, config)
@@ -197,24 +222,53 @@ def _replay_step(trace: Trace, step: int, config: ReplayConfig, tick: Progress) 
     predicted = _trajectories(rows, caps, planned, {0.5: p50, 0.9: p90})
     truth = _trajectories(rows, caps, rows.output_tokens.astype(np.float64), None)
     actual = {t.key: int(n) for t, n in zip(truth, rows.output_tokens.tolist(), strict=True)}
-    runs: dict[tuple[str, bool], StepRun] = {}
-    for name in _all_policies(config):
-        batch = truth if name == ORACLE else predicted
-        request, the_plan = _plan(batch, name, config)
-        for steal in config.steal_modes:
-            options = _sim_options(request, the_plan, steal)
-            result = simulate(the_plan, batch, actual, config.inventory, options)
-            runs[(name, steal)] = StepRun(the_plan, result, kv_use(result, batch, config.inventory))
-        tick(f"step {step}: {name}")
+    jobs = [(name, truth if name == ORACLE else predicted) for name in _all_policies(config)]
+    played = _play_all(jobs, actual, config, pool, lambda name: tick(f"step {step}: {name}"))
     return StepReplay(
         step=step,
         trajectories=len(rows),
         lower_bound_s=lower_bound(truth, config.inventory).value_s,
         output_tokens=int(rows.output_tokens.sum()),
         prediction_mae=float(np.mean(np.abs(planned - rows.output_tokens))),
-        runs=runs,
+        runs={(name, steal): played[name][steal] for name, _ in jobs for steal in config.steal_modes},
         batch=predicted,
     )
+
+
+def _play_all(
+    jobs: Sequence[tuple[str, tuple[Trajectory, ...]]],
+    actual: Mapping[str, int],
+    config: ReplayConfig,
+    pool: Executor | None,
+    done: Callable[[str], None],
+) -> dict[str, dict[bool, StepRun]]:
+    """Every (policy, batch) job's runs, here in order or on ``pool`` at once (searches first: they
+    take longest); ``done`` is told each policy as it finishes."""
+    if pool is None:
+        played = {}
+        for name, batch in jobs:
+            played[name] = _policy_runs(name, batch, actual, config)
+            done(name)
+        return played
+    searches_first = sorted(jobs, key=lambda job: job[0] in LENGTH_BLIND)
+    futures = {pool.submit(_policy_runs, name, batch, actual, config): name for name, batch in searches_first}
+    results = {}
+    for future in as_completed(futures):
+        results[futures[future]] = future.result()
+        done(futures[future])
+    return results
+
+
+def _policy_runs(
+    name: str, batch: tuple[Trajectory, ...], actual: Mapping[str, int], config: ReplayConfig
+) -> dict[bool, StepRun]:
+    """One policy's plan of ``batch``, played against the true lengths in each stealing mode."""
+    request, the_plan = _plan(batch, name, config)
+    runs = {}
+    for steal in config.steal_modes:
+        result = simulate(the_plan, batch, actual, config.inventory, _sim_options(request, the_plan, steal))
+        runs[steal] = StepRun(the_plan, result, kv_use(result, batch, config.inventory))
+    return runs
 
 
 def kv_use(result: SimResult, batch: Sequence[Trajectory], inventory: Inventory) -> float:

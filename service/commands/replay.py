@@ -54,6 +54,10 @@ def replay_command(
     plot: Annotated[Path | None, typer.Option(help="Write a Gantt chart (PNG) of the last step.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write a self-contained HTML report.")] = None,
     seed: Annotated[int, typer.Option(help="Planner seed (the predictor's is fixed).")] = 0,
+    processes: Annotated[
+        int | None,
+        typer.Option(min=1, help="Worker processes playing a step's policies at once; default one per core."),
+    ] = None,
     per_worker: Annotated[
         str | None,
         typer.Option(
@@ -80,6 +84,7 @@ def replay_command(
             kv_admission=kv_admission,
             time_budget_s=time_budget,
             seed=seed,
+            processes=processes,
         )
         if per_worker is not None and per_worker not in names:
             raise InvalidInputError("per_worker", per_worker, f"not among --policies ({', '.join(names)})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import pickle
 from typing import Any
 
 import pytest
@@ -176,3 +177,15 @@ def test_an_unknown_policy_is_named_with_the_known_ones() -> None:
         plan(_request(), "fastest")
     assert caught.value.field == "policy"
     assert "cpsat" in caught.value.known
+
+
+def test_errors_keep_their_field_and_message_across_processes() -> None:
+    """The replay plays policies in worker processes, which send errors back pickled."""
+    sent = (
+        InvalidInputError("trajectories[3].predicted_tokens", -1.0, "must be a positive finite number"),
+        UnknownNameError("inventory.workers[0].device", "TPU", ["H100", "A100"]),
+    )
+    for error in sent:
+        received = pickle.loads(pickle.dumps(error))
+        assert type(received) is type(error)
+        assert (received.field, received.value, str(received)) == (error.field, error.value, str(error))

@@ -18,7 +18,8 @@ POOL = parse_workers("2xH100,1xAscend910B", model="7b")
 
 
 def _config(policies: tuple[str, ...], steps: tuple[int, ...], **kwargs: object) -> ReplayConfig:
-    return ReplayConfig(POOL, policies, steps, time_budget_s=0.2, **kwargs)  # type: ignore[arg-type]
+    settings: dict[str, object] = {"time_budget_s": 0.2, "processes": 1, **kwargs}
+    return ReplayConfig(POOL, policies, steps, **settings)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +131,21 @@ def test_kv_use_is_a_share_of_the_cache_when_nothing_is_preempted(small_trace: T
 
 def test_on_real_math100_cpsat_keeps_the_plan_the_quantiles_expect_to_finish_first(shared_data: Path) -> None:
     trace = read_trace(shared_data / "math100_x8.trace.csv")
-    config = ReplayConfig(parse_workers("4xH100", model="7b"), ("lpt", "cpsat"), (1,), time_budget_s=2.0)
+    pool = parse_workers("4xH100", model="7b")
+    config = ReplayConfig(pool, ("lpt", "cpsat"), (1,), time_budget_s=2.0, processes=1)
     step = replay(trace, config).steps[0]
     cpsat, lpt = step.runs[("cpsat", True)], step.runs[("lpt", True)]
     assert cpsat.plan.status == "ROBUST_LPT"  # its band plan was 4% faster on the predictions only
     assert cpsat.result.makespan_s <= lpt.result.makespan_s
+
+
+def test_policies_played_in_worker_processes_give_what_they_give_in_turn(small_trace: Trace) -> None:
+    policies = ("round_robin", "lpt", ORACLE)
+    # a budget no plan of this small batch comes near, so no search is cut short in either run
+    serial = replay(small_trace, _config(policies, (1, 2), time_budget_s=20.0))
+    parallel = replay(small_trace, _config(policies, (1, 2), time_budget_s=20.0, processes=2))
+    for one, other in zip(serial.steps, parallel.steps, strict=True):
+        assert list(one.runs) == list(other.runs)
+        for key, run in one.runs.items():
+            assert run.plan.workers == other.runs[key].plan.workers
+            assert run.result.makespan_s == other.runs[key].result.makespan_s
