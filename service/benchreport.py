@@ -117,6 +117,7 @@ def _headline(trace: Trace, inventory: Inventory, kv_admission: bool) -> list[st
         select_steps(trace, "3-5"),
         steal_modes=(True, False),
         kv_admission=kv_admission,
+        processes=_cores(),
     )
     report = replay(trace, config)
     flag = "--kv-admission" if kv_admission else "--no-kv-admission"
@@ -161,7 +162,9 @@ def replay_section() -> str:
 
 def _timing(trace: Trace, inventory: Inventory, policies: tuple[str, ...]) -> list[str]:
     """Issue 6's speed target: 6 steps x 4,096 trajectories, every policy, stealing on."""
-    config = ReplayConfig(inventory, policies, select_steps(trace, None), steal_modes=(True,))
+    config = ReplayConfig(
+        inventory, policies, select_steps(trace, None), steal_modes=(True,), processes=_cores()
+    )
     report = replay(trace, config)
     n = sum(s.trajectories for s in report.steps)
     return [
@@ -171,6 +174,11 @@ def _timing(trace: Trace, inventory: Inventory, policies: tuple[str, ...]) -> li
         f"**{report.wall_s:.1f} s** wall (target: 60 s on 2 cores). Command: "
         f"`{HEADLINE_REPLAY.replace(' --steps 3-5', '')}`.",
     ]
+
+
+def _cores() -> int:
+    """Worker processes for the replays, as the ``replay`` command's default: one per core."""
+    return os.cpu_count() or 1
 
 
 def _real_data() -> list[str]:
@@ -188,6 +196,7 @@ def _real_data() -> list[str]:
         parse_policies("all"),
         select_steps(trace, "1"),
         steal_modes=(True, False),
+        processes=_cores(),
     )
     report = replay(trace, config)
     return [

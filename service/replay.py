@@ -11,7 +11,6 @@ ran. Deterministic: fixed seeds for the predictor and the planner. Metric defini
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
@@ -55,8 +54,9 @@ class ReplayConfig:
     # placing again of lpt and cpsat plans (scheduler.policies.robust_place), which takes ~1-1.5 s
     seed: int = 0  # planner seed
     fit_config: FitConfig | None = None  # predictor training settings; None: ``replay_fit_config``
-    processes: int | None = None  # a step's policy runs played at once in this many worker
-    # processes; None: one per core; 1: one after another in this process (same results either way)
+    processes: int = 1  # a step's policy runs played at once in this many spawned worker processes;
+    # 1: one after another in this process (same results either way). Above 1, a script that calls
+    # ``replay`` must do so under ``if __name__ == "__main__":`` (spawned workers import it again)
 
 
 @dataclass(frozen=True, eq=False)
@@ -194,7 +194,7 @@ def _pool(config: ReplayConfig) -> Iterator[Executor | None]:
     machine's cores: a 6-step replay of 4,096 x 16 took ~1.6x less wall time on 2 cores. Processes
     are spawned, not forked: the parent has LightGBM's threads running.
     """
-    processes = min(config.processes or os.cpu_count() or 1, len(_all_policies(config)))
+    processes = min(config.processes, len(_all_policies(config)))
     if processes <= 1:
         yield None
         return

@@ -8,6 +8,7 @@ columns, a step range with no rows) is one line on stderr and exit code 2, never
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -84,7 +85,7 @@ def replay_command(
             kv_admission=kv_admission,
             time_budget_s=time_budget,
             seed=seed,
-            processes=processes,
+            processes=processes or os.cpu_count() or 1,
         )
         if per_worker is not None and per_worker not in names:
             raise InvalidInputError("per_worker", per_worker, f"not among --policies ({', '.join(names)})")

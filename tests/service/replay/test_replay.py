@@ -18,7 +18,7 @@ POOL = parse_workers("2xH100,1xAscend910B", model="7b")
 
 
 def _config(policies: tuple[str, ...], steps: tuple[int, ...], **kwargs: object) -> ReplayConfig:
-    settings: dict[str, object] = {"time_budget_s": 0.2, "processes": 1, **kwargs}
+    settings: dict[str, object] = {"time_budget_s": 0.2, **kwargs}
     return ReplayConfig(POOL, policies, steps, **settings)  # type: ignore[arg-type]
 
 
@@ -132,7 +132,7 @@ def test_kv_use_is_a_share_of_the_cache_when_nothing_is_preempted(small_trace: T
 def test_on_real_math100_cpsat_keeps_the_plan_the_quantiles_expect_to_finish_first(shared_data: Path) -> None:
     trace = read_trace(shared_data / "math100_x8.trace.csv")
     pool = parse_workers("4xH100", model="7b")
-    config = ReplayConfig(pool, ("lpt", "cpsat"), (1,), time_budget_s=2.0, processes=1)
+    config = ReplayConfig(pool, ("lpt", "cpsat"), (1,), time_budget_s=2.0)
     step = replay(trace, config).steps[0]
     cpsat, lpt = step.runs[("cpsat", True)], step.runs[("lpt", True)]
     assert cpsat.plan.status == "ROBUST_LPT"  # its band plan was 4% faster on the predictions only

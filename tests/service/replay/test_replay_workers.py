@@ -20,7 +20,7 @@ POOL = parse_workers("2xH100,1xAscend910B", model="7b")
 
 @pytest.fixture(scope="module")
 def report(small_trace: Trace) -> ReplayReport:
-    config = ReplayConfig(POOL, ("lpt", ORACLE), (2,), steal_modes=(False,), time_budget_s=0.2, processes=1)
+    config = ReplayConfig(POOL, ("lpt", ORACLE), (2,), steal_modes=(False,), time_budget_s=0.2)
     return replay(small_trace, config)
 
 
