@@ -12,6 +12,8 @@ trajectories on 256 workers place in tens of milliseconds.
 With tiers (``cpsat``'s realisation of its band counts) the general path keeps its state in
 ``scheduler.policies.listsched``. Order inside a worker: ``scheduler.policies.ordering`` (longest
 first unless the KV cache binds), hedged for uncertain lengths by ``scheduler.policies.robust_order``.
+With uncertain lengths on a pool of several device kinds the batch is then placed again, each
+kind's estimates scaled by how late it runs on draws (``calibrated``, ``scheduler.policies.robust_place``).
 """
 
 from __future__ import annotations
@@ -64,9 +66,9 @@ def calibrated(
         return placement
     started = time.perf_counter()
     scale = kind_scales(problem, placement, spread, request.kv_admission, request.seed, deadline)
-    # placing, ordering and hedging again take about three times what the draws took
-    if scale is None or time.perf_counter() + 3 * (time.perf_counter() - started) > deadline:
-        return placement
+    now = time.perf_counter()
+    if scale is None or now + 3 * (now - started) > deadline:  # placing, ordering and hedging again
+        return placement  # take about three times what the draws took
     queues, finishes = ordered(
         problem, lpt_assignment(problem, scale=scale), request.kv_admission, deadline, False
     )
