@@ -31,10 +31,12 @@ from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
 from scheduler.policies.robust import Spread, spreads
 from scheduler.policies.robust_order import hedged
-from scheduler.policies.robust_place import kind_scales
+from scheduler.policies.robust_place import DRAWS, kind_scales
 from scheduler.types import PlanRequest
 
 CHECK_EVERY = 512  # units placed between deadline checks (~5-10 ms of tier-aware placement)
+REPLAY_PLAYS = 6  # plays of every queue that placing again costs: four candidate orders, then the
+# hedge's two (``calibrated`` starts only if that many still fit, timed by the draws' plays)
 
 
 class LptPolicy:
@@ -67,8 +69,9 @@ def calibrated(
     started = time.perf_counter()
     scale = kind_scales(problem, placement, spread, request.kv_admission, request.seed, deadline)
     now = time.perf_counter()
-    if scale is None or now + 3 * (now - started) > deadline:  # placing, ordering and hedging again
-        return placement  # take about three times what the draws took
+    per_play = (now - started) / DRAWS  # the draws played every queue DRAWS times
+    if scale is None or now + REPLAY_PLAYS * per_play > deadline:
+        return placement
     queues, finishes = ordered(
         problem, lpt_assignment(problem, scale=scale), request.kv_admission, deadline, False
     )
