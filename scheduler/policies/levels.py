@@ -38,6 +38,7 @@ bands.
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -101,11 +102,10 @@ def band_loads(lengths: Sequence[int] | IntArray, kv_steps: Sequence[float] | Fl
 
 
 def band_of(steps: int, edges: Sequence[int]) -> int:
-    """Index of the first band whose upper edge holds ``steps``."""
-    for j, edge in enumerate(edges):
-        if steps <= edge:
-            return j
-    return len(edges) - 1
+    """Index of the first band whose upper edge holds ``steps`` (``edges`` increase: bisection,
+    once per unit of a cpsat round, where a scan of up to 22 edges cost ~5% of the placement)."""
+    j = bisect.bisect_left(edges, steps)
+    return j if j < len(edges) else len(edges) - 1
 
 
 def solve_levels(

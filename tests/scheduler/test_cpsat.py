@@ -6,6 +6,8 @@ import dataclasses
 import math
 
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
 from scheduler.benchgen import bench_request, heavy_tailed_batch, mixed_inventory
@@ -19,6 +21,7 @@ from scheduler.policies.levels import (
     band_capacity,
     band_edges,
     band_loads,
+    band_of,
     cover,
     solve_levels,
 )
@@ -82,6 +85,13 @@ def test_cpsat_keeps_trajectories_off_workers_whose_kv_cache_cannot_hold_them() 
     assert all(
         by_key[k].prompt_tokens + by_key[k].max_new_tokens <= capacity for k in result.workers[0].items
     )
+
+
+@given(st.lists(st.integers(1, 40_000), min_size=1, max_size=30, unique=True), st.integers(1, 50_000))
+def test_a_unit_falls_in_the_first_band_whose_upper_edge_holds_it(raw: list[int], steps: int) -> None:
+    edges = tuple(sorted(raw))
+    first = next((j for j, edge in enumerate(edges) if steps <= edge), len(edges) - 1)
+    assert band_of(steps, edges) == first
 
 
 def test_the_band_model_puts_every_worker_somewhere() -> None:
