@@ -163,6 +163,9 @@ class CpSatPolicy:
                 break
             try:
                 banded = lpt_assignment(problem, tiers, band, scale, deadline=stop, cap_s=cap_s)
+                if time.perf_counter() > stop:  # placement checks its clock every CHECK_EVERY units
+                    break  # and ordering's first pass is unchecked (~25 ms at 32,768): past ``stop``,
+                    # both together ended rounds up to ~10 ms past the budget
                 queues, finishes = order_queues(problem, banded, reserve, deadline=stop)
             except BudgetSpent:
                 break  # the round would end past the budget: keep the best plan so far

@@ -77,3 +77,25 @@ def test_a_round_cut_short_leaves_the_best_plan_so_far(monkeypatch: pytest.Monke
     assert cut.status == "FALLBACK_LPT"
     assert cut.predicted_makespan_s <= lpt.predicted_makespan_s
     assert sorted(k for w in cut.workers for k in w.items) == sorted(t.key for t in REQUEST.trajectories)
+
+
+def test_a_round_whose_placement_ends_past_its_stop_is_not_ordered(monkeypatch: pytest.MonkeyPatch) -> None:
+    ordered_rounds: list[int] = []
+
+    def slow(*args: object, **kwargs: object) -> list[list[int]]:
+        placed = lpt_assignment(*args, **kwargs)  # type: ignore[arg-type]
+        if kwargs.get("deadline") is not None:
+            time.sleep(max(0.0, float(kwargs["deadline"]) - time.perf_counter()) + 0.005)  # type: ignore[arg-type]
+        return placed
+
+    def counted(*args: object, **kwargs: object) -> object:
+        if kwargs.get("deadline") is not None:
+            ordered_rounds.append(1)
+        return order_queues(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cpsat_module, "lpt_assignment", slow)
+    monkeypatch.setattr(cpsat_module, "order_queues", counted)
+    late = plan(dataclasses.replace(REQUEST, time_budget_s=0.5), "cpsat")
+    assert ordered_rounds == []
+    assert late.status == "FALLBACK_LPT"
+    assert late.predicted_makespan_s <= plan(REQUEST, "lpt").predicted_makespan_s
