@@ -83,7 +83,11 @@ def estimate(r: Rates, steps: int, tokens: float, kv_steps: float, prompt_tokens
     """Seconds a worker with rates ``r`` needs for a load with these totals (see module doc)."""
     if tokens <= 0:
         return 0.0
-    n = max(steps, kv_steps * r.per_full_cache, tokens * r.per_slot)
+    n: float = steps  # the max() of three, without the call: this runs a million times a plan
+    if kv_steps * r.per_full_cache > n:
+        n = kv_steps * r.per_full_cache
+    if tokens * r.per_slot > n:
+        n = tokens * r.per_slot
     mem = n * r.step_s + r.kv_s * kv_steps
     cmp = n * r.overhead_s + r.seq_s * tokens + r.token_s * kv_steps
     return (mem if mem > cmp else cmp) + r.prefill_s * prompt_tokens

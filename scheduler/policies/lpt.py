@@ -26,7 +26,7 @@ import numpy as np
 
 from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.listsched import ListState
-from scheduler.policies.load import rates
+from scheduler.policies.load import Rates, rates
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
 from scheduler.policies.robust import Spread, spreads
@@ -161,34 +161,46 @@ def _plain_lpt(problem: Problem) -> list[list[int]] | None:
     """Plain LPT when every unit may go to every active worker (no pins, every cache fits): the
     common case, specialised. The least-loaded worker of each kind is the top of that kind's heap,
     and the chosen worker is always such a top, so a heap entry is replaced, never left stale; the
-    estimate is ``load.estimate`` inlined. Same placements as the general ``ListState`` path; None
-    when its preconditions do not hold (or 8 workers or fewer, which that path scans)."""
+    estimate is ``load.estimate`` inlined, on each unit's totals unpacked at once (attribute reads
+    and ``max()`` calls cost a fifth to a third of the loop). Same placements as the general
+    ``ListState`` path; None when its preconditions do not hold (or 8 workers or fewer, which that
+    path scans)."""
     active, units = problem.active, problem.units
     if len(active) <= 8 or any(len(u.allowed) != len(active) for u in units):
         return None
     kinds = worker_kinds(problem.costs, active)
     heaps: list[list[tuple[float, int]]] = [[(0.0, w) for w in members] for members in kinds]
-    coefficients = [rates(problem.costs[members[0]]) for members in kinds]
+    coefficients = [_coefficients(rates(problem.costs[members[0]])) for members in kinds]
+    pairs = list(zip(heaps, coefficients, strict=True))
     workers = len(problem.costs)
     steps, tokens, kv, prompt = [0] * workers, [0] * workers, [0.0] * workers, [0] * workers
     placed: list[list[int]] = [[] for _ in range(workers)]
     for u in _longest_first(units):
-        unit = units[u]
+        _, u_steps, u_tokens, u_kv, u_prompt, _ = units[u]  # a Unit, unpacked: no attribute reads
         best_after, best, best_heap = 0.0, -1, heaps[0]
-        for heap, r in zip(heaps, coefficients, strict=True):
+        for heap, (per_cache, per_slot, step_s, kv_s, overhead_s, seq_s, token_s, prefill_s) in pairs:
             w = heap[0][1]
-            n_steps = steps[w] if steps[w] > unit.steps else unit.steps
-            n_tokens, n_kv = tokens[w] + unit.tokens, kv[w] + unit.kv_steps
-            n = max(n_steps, n_kv * r.per_full_cache, n_tokens * r.per_slot)
-            mem = n * r.step_s + r.kv_s * n_kv
-            cmp = n * r.overhead_s + r.seq_s * n_tokens + r.token_s * n_kv
-            after = (mem if mem > cmp else cmp) + r.prefill_s * (prompt[w] + unit.prompt_tokens)
+            n_tokens, n_kv = tokens[w] + u_tokens, kv[w] + u_kv
+            n: float = steps[w] if steps[w] > u_steps else u_steps  # max() of three, no call
+            if n_kv * per_cache > n:
+                n = n_kv * per_cache
+            if n_tokens * per_slot > n:
+                n = n_tokens * per_slot
+            mem = n * step_s + kv_s * n_kv
+            cmp = n * overhead_s + seq_s * n_tokens + token_s * n_kv
+            after = (mem if mem > cmp else cmp) + prefill_s * (prompt[w] + u_prompt)
             if best < 0 or after < best_after or (after == best_after and w < best):
                 best_after, best, best_heap = after, w, heap
-        steps[best] = max(steps[best], unit.steps)
-        tokens[best] += unit.tokens
-        kv[best] += unit.kv_steps
-        prompt[best] += unit.prompt_tokens
+        if u_steps > steps[best]:
+            steps[best] = u_steps
+        tokens[best] += u_tokens
+        kv[best] += u_kv
+        prompt[best] += u_prompt
         placed[best].append(u)
         heapq.heapreplace(best_heap, (best_after, best))
     return placed
+
+
+def _coefficients(r: Rates) -> tuple[float, float, float, float, float, float, float, float]:
+    """``r``'s fields in the order ``_plain_lpt`` unpacks them."""
+    return (r.per_full_cache, r.per_slot, r.step_s, r.kv_s, r.overhead_s, r.seq_s, r.token_s, r.prefill_s)
