@@ -22,13 +22,11 @@ import heapq
 import time
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.listsched import ListState
 from scheduler.policies.load import Rates, rates
 from scheduler.policies.ordering import order_queues, refine_critical
-from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
+from scheduler.policies.problem import Problem, Unit, build_problem, longest_first, worker_kinds
 from scheduler.policies.robust import Spread, spreads
 from scheduler.policies.robust_order import hedged
 from scheduler.policies.robust_place import DRAWS, kind_scales
@@ -129,7 +127,7 @@ def lpt_assignment(
     units = problem.units
     short = max(problem.steps, default=0) // 2 if cap_s is not None else 0
     later: list[int] = []  # set aside: they would have passed ``cap_s``
-    for k, u in enumerate(_longest_first(units)):
+    for k, u in enumerate(problem.ranked or longest_first(units)):
         if deadline is not None and k % CHECK_EVERY == 0 and time.perf_counter() > deadline:
             raise BudgetSpent
         unit = units[u]
@@ -149,14 +147,6 @@ def lpt_assignment(
     return state.placed
 
 
-def _longest_first(units: Sequence[Unit]) -> list[int]:
-    """Unit indices by decreasing steps, then decreasing KV-token-steps, ties in input order."""
-    steps = np.fromiter((u.steps for u in units), dtype=np.float64, count=len(units))
-    kv = np.fromiter((u.kv_steps for u in units), dtype=np.float64, count=len(units))
-    order: list[int] = np.lexsort((-kv, -steps)).tolist()  # stable: equal keys keep input order
-    return order
-
-
 def _plain_lpt(problem: Problem) -> list[list[int]] | None:
     """Plain LPT when every unit may go to every active worker (no pins, every cache fits): the
     common case, specialised. The least-loaded worker of each kind is the top of that kind's heap,
@@ -166,7 +156,7 @@ def _plain_lpt(problem: Problem) -> list[list[int]] | None:
     ``ListState`` path; None when its preconditions do not hold (or 8 workers or fewer, which that
     path scans)."""
     active, units = problem.active, problem.units
-    if len(active) <= 8 or any(len(u.allowed) != len(active) for u in units):
+    if len(active) <= 8 or not (problem.unrestricted or all(len(u.allowed) == len(active) for u in units)):
         return None
     kinds = worker_kinds(problem.costs, active)
     heaps: list[list[tuple[float, int]]] = [[(0.0, w) for w in members] for members in kinds]
@@ -175,7 +165,7 @@ def _plain_lpt(problem: Problem) -> list[list[int]] | None:
     workers = len(problem.costs)
     steps, tokens, kv, prompt = [0] * workers, [0] * workers, [0.0] * workers, [0] * workers
     placed: list[list[int]] = [[] for _ in range(workers)]
-    for u in _longest_first(units):
+    for u in problem.ranked or longest_first(units):
         _, u_steps, u_tokens, u_kv, u_prompt, _ = units[u]  # a Unit, unpacked: no attribute reads
         best_after, best, best_heap = 0.0, -1, heaps[0]
         for heap, (per_cache, per_slot, step_s, kv_s, overhead_s, seq_s, token_s, prefill_s) in pairs:

@@ -12,7 +12,7 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.policies import cpsat, listsched
 from scheduler.policies.levels import solve_levels
 from scheduler.policies.lpt import lpt_assignment
-from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
+from scheduler.policies.problem import Problem, Unit, build_problem, longest_first, worker_kinds
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 
@@ -133,3 +133,15 @@ def test_with_a_cap_the_short_units_that_would_pass_it_are_placed_after_all_othe
     assert all(problem.units[u].steps < short for u in order[split:])  # only short units waited
     assert [rank[u] for u in order[split:]] == sorted(rank[u] for u in order[split:])  # longest first
     assert all(after <= cap_s for u, after in placed[:split] if problem.units[u].steps < short)
+
+
+@pytest.mark.parametrize("request_", CASES.values(), ids=CASES.keys())
+def test_a_problem_ranks_its_units_longest_first_and_knows_when_none_is_restricted(
+    request_: PlanRequest,
+) -> None:
+    problem = build_problem(request_)
+    assert list(problem.ranked) == longest_first(problem.units)
+    assert problem.unrestricted == all(len(u.allowed) == len(problem.active) for u in problem.units)
+    # a problem built without them (a sub-problem) places exactly as one built with them
+    bare = Problem(problem.costs, problem.prompts, problem.steps, problem.units, problem.active)
+    assert lpt_assignment(bare) == lpt_assignment(problem)
