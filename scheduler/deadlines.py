@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 from scheduler.costmodel import worker_cost
 from scheduler.errors import InvalidInputError
+from scheduler.finish import WATERMARK, all_at_once_ends
 from scheduler.sim_engine import Ledger, play_queue
 from scheduler.stepsum import planned_steps
 from scheduler.types import Inventory, Plan, Trajectory
@@ -79,14 +80,16 @@ def planned_times(
             raise InvalidInputError(f"plan.workers[{n}].worker_id", wp.worker_id, "not in the inventory")
         items = [_lookup(by_key, key, n) for key in wp.items]
         planned = [planned_steps(t.predicted_tokens) for t in items]
-        ledger = Ledger(list(wp.items), [t.prompt_tokens for t in items], planned, list(planned))
-        play_queue(
-            worker_cost(worker, inventory.model),
-            ledger,
-            watermark=watermark,
-            kv_admission=kv_admission,
-            resume=resume_preempted,
-        )
+        prompts = [t.prompt_tokens for t in items]
+        cost = worker_cost(worker, inventory.model)
+        # A queue that runs at once (the common case) ends each item where the closed form says,
+        # at a sliver of the event loop's cost (4,096 x 32: ~40 ms a plan played, a few closed)
+        ends = all_at_once_ends(cost, prompts, planned, kv_admission) if watermark == WATERMARK else None
+        if ends is not None:
+            out.update(zip(wp.items, (PlannedTime(0.0, end) for end in ends), strict=True))
+            continue
+        ledger = Ledger(list(wp.items), prompts, planned, list(planned))
+        play_queue(cost, ledger, watermark=watermark, kv_admission=kv_admission, resume=resume_preempted)
         out.update(
             zip(wp.items, map(PlannedTime._make, zip(ledger.start, ledger.end, strict=True)), strict=True)
         )

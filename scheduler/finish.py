@@ -124,9 +124,33 @@ def all_at_once_finish(
     That case is common (a worker whose queue fits its slots and KV cache) and then the run is a
     sequence of completions with a shrinking batch: one vectorised sum instead of an event loop.
     """
-    n = len(prompts)
-    if n == 0:
+    if not prompts:
         return 0.0
+    run = _at_once(cost, prompts, steps, reserve)
+    return None if run is None else run[1][-1]
+
+
+def all_at_once_ends(
+    cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int], reserve: bool = False
+) -> list[float] | None:
+    """Each item's completion time, in input order, in ``all_at_once_finish``'s case (every item
+    starts at 0); None otherwise. The same clock the event loop reads at each completion, to the
+    last bit, without playing it: what the steal deadlines (``scheduler.deadlines``) need."""
+    if not prompts:
+        return []
+    run = _at_once(cost, prompts, steps, reserve)
+    if run is None:
+        return None
+    ends, clocks = run
+    segment = np.searchsorted(ends, np.asarray(steps, dtype=np.float64))  # each item's completion
+    return [clocks[j] for j in segment.tolist()]
+
+
+def _at_once(
+    cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int], reserve: bool
+) -> tuple[npt.NDArray[np.float64], list[float]] | None:
+    """The distinct completion steps, ascending, and the clock at each, when the queue runs at once."""
+    n = len(prompts)
     cap = cost.kv_capacity_tokens
     if n > cost.max_num_seqs:
         return None
@@ -145,9 +169,11 @@ def all_at_once_finish(
     starts = np.concatenate(([0.0], ends[:-1]))
     decode = decode_times(cost, running, held + running * starts, ends - starts)
     clock = cost.prefill_time(int(p.sum()))
+    clocks = []
     for spent in decode.tolist():  # the event loop's summation order, so both agree to the last bit
         clock += spent
-    return clock
+        clocks.append(clock)
+    return ends, clocks
 
 
 def queue_finishes(

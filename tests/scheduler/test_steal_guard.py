@@ -12,12 +12,19 @@ import dataclasses
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from scheduler.costmodel import worker_cost
 from scheduler.deadlines import beats_owner, lateness, planned_times
 from scheduler.devices import device_profile, model_preset
 from scheduler.errors import InvalidInputError
+from scheduler.planner import plan
+from scheduler.sim_engine import Ledger, play_queue
 from scheduler.simulator import SimOptions, SimResult, simulate, simulate_worker
-from scheduler.types import Inventory, Plan, Trajectory, Worker, WorkerPlan
+from scheduler.stepsum import planned_steps
+from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker, WorkerPlan
+from tests.scheduler.plan_strategies import plan_requests
 
 MODEL = model_preset("7b")
 WAVE = 600  # tokens of each of the owner's items: it runs three waves of four
@@ -143,3 +150,19 @@ def test_a_steal_must_win_at_the_predicted_length_and_at_four_times_it() -> None
     assert not beats_owner(0.0, 13.0, 10.0, 20.0)  # in time at the prediction, 52 s > 50 s at 4x
     assert lateness(10.0, 4.0) == 0.0
     assert lateness(10.0, 14.0) == 4.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(plan_requests(max_groups=8, max_workers=3), st.booleans())
+def test_planned_times_agree_to_the_bit_with_each_queue_played_whether_or_not_it_runs_at_once(
+    request: PlanRequest, kv_admission: bool
+) -> None:
+    plan_ = plan(request, "lpt")
+    times = planned_times(plan_, request.trajectories, request.inventory, kv_admission=kv_admission)
+    by_key = {t.key: t for t in request.trajectories}
+    for wp, worker in zip(plan_.workers, request.inventory.workers, strict=True):
+        planned = [planned_steps(by_key[k].predicted_tokens) for k in wp.items]
+        ledger = Ledger(list(wp.items), [by_key[k].prompt_tokens for k in wp.items], planned, list(planned))
+        cost = worker_cost(worker, request.inventory.model)
+        play_queue(cost, ledger, watermark=0.01, kv_admission=kv_admission)
+        assert [tuple(times[k]) for k in wp.items] == list(zip(ledger.start, ledger.end, strict=True))
