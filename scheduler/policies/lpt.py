@@ -65,7 +65,9 @@ def calibrated(
     if spread is None or len(worker_kinds(problem.costs, problem.active)) < 2:
         return placement
     started = time.perf_counter()
-    scale = kind_scales(problem, placement, spread, request.kv_admission, request.seed, deadline)
+    scale = kind_scales(
+        problem, placement, spread, request.kv_admission, request.seed, deadline, REPLAY_PLAYS
+    )
     now = time.perf_counter()
     per_play = (now - started) / DRAWS  # the draws played every queue DRAWS times
     if scale is None or now + REPLAY_PLAYS * per_play > deadline:
