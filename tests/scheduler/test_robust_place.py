@@ -5,14 +5,17 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
 from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
+from scheduler.policies import cpsat as cpsat_module
+from scheduler.policies import robust_place
 from scheduler.policies.base import Placement
 from scheduler.policies.lpt import calibrated, lpt_assignment, ordered
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import spreads
-from scheduler.policies.robust_order import hedged
+from scheduler.policies.robust_order import drawn_finish, hedged
 from scheduler.policies.robust_place import kind_scales
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
@@ -104,3 +107,60 @@ def test_lpt_and_cpsat_both_return_the_calibrated_plan() -> None:
     keys = [[request.trajectories[i].key for i in queue] for queue in again.queues]
     for policy in ("lpt", "cpsat"):
         assert [list(w.items) for w in plan(request, policy).workers] == keys
+
+
+class _Clock:
+    """A perf_counter that advances one second per reading: every worker's plays take a second."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_the_draws_give_up_after_one_worker_when_their_pace_cannot_leave_time_for_the_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    request = _request(1.6)
+    problem, placement = _hedged_lpt(request)
+    spread = spreads(request.trajectories)
+    assert spread is not None
+    played: list[int] = []
+
+    def counted(*args: object, **kwargs: object) -> float:
+        played.append(1)
+        return drawn_finish(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(robust_place, "drawn_finish", counted)
+    monkeypatch.setattr(robust_place, "time", _Clock())
+    # four workers at a second each, then six plays of every queue (three seconds a worker): ~16 s,
+    # far past a deadline 8 s away, which the plays alone (4 s) would have met
+    assert kind_scales(problem, placement, spread, True, 0, 8.0, after_plays=6) is None
+    assert len(played) == 1
+    monkeypatch.setattr(robust_place, "time", _Clock())
+    assert kind_scales(problem, placement, spread, True, 0, 8.0) is not None  # no caller's plays
+    assert len(played) == 1 + 4
+
+
+def test_cpsat_does_not_search_with_quantiles_when_the_robust_choice_could_not_judge_the_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    searched: list[int] = []
+    rounds = cpsat_module.CpSatPolicy._rounds
+
+    def counted(self: cpsat_module.CpSatPolicy, *args: object) -> object:
+        searched.append(1)
+        return rounds(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cpsat_module.CpSatPolicy, "_rounds", counted)
+    plan(_request(1.6), "cpsat")  # a budget that fits the search and the choice after it
+    assert searched == [1]
+    monkeypatch.setattr(cpsat_module, "VETTING", 1e9)  # a choice that would never fit
+    kept = plan(_request(1.6), "cpsat")
+    assert searched == [1]
+    assert kept.status == "FALLBACK_LPT"
+    # without quantiles there is no choice to make, so no time to keep for it
+    plan(_request(1.6, quantiles=False), "cpsat")
+    assert searched == [1, 1]
