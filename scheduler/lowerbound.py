@@ -55,11 +55,15 @@ def lower_bound(
     prefix_affinity: bool = False,
     grid: int = 0,
     precision: float = PRECISION,
+    deadline: float | None = None,
 ) -> LowerBound:
     """Compute the bound of ``trajectories`` on the non-excluded workers of ``inventory``.
 
     Plans report the defaults. ``grid`` > 0 adds length bands to (d)'s whole-trajectory check and a
     finer ``precision`` tightens its search (``scheduler.tailbound``): the benchmark's refined bound.
+    Past ``deadline`` (``time.perf_counter()``) that check stops probing and (d) is what it proved
+    by then: still a bound, maybe a looser one (how the planner keeps the bound to a share of a short
+    budget).
 
     With ``prefix_affinity`` a group's samples share one worker, so (a) also covers the heaviest group
     alone on its fastest allowed worker. Expects a validated batch (see ``scheduler.validation``).
@@ -78,7 +82,7 @@ def lower_bound(
     kv = float(per_trajectory.sum()) / sum(c.kv_token_steps_per_s() for c in costs)
     known = max(longest, throughput, kv)
     kinds = [(members[0], len(members)) for members in _kinds(costs)]
-    tail = tail_bound(steps, per_trajectory, prompts, kinds, known, grid, precision)
+    tail = tail_bound(steps, per_trajectory, prompts, kinds, known, grid, precision, deadline)
     return LowerBound(longest, throughput, kv, tail, max(known, tail))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 import numpy as np
 import pytest
@@ -93,6 +94,20 @@ def test_whole_trajectories_cannot_be_split_across_workers_like_a_fluid() -> Non
         plan(PlanRequest(batch, inventory), "lpt"), batch, {t.key: length for t in batch}, inventory
     )
     assert result.makespan_s >= bound.value_s
+
+
+def test_a_bound_out_of_time_keeps_what_the_fluid_cover_proved_and_skips_the_whole_trajectory_check() -> None:
+    workers = tuple(Worker(f"w{i}", device_profile("H100")) for i in range(2))
+    inventory = Inventory(workers, MODEL)
+    length, prompt = 32_000, 100
+    batch = tuple(Trajectory("p", i, prompt, length, float(length)) for i in range(3))
+    lim = kind_limits(worker_cost(workers[0], MODEL), np.array([prompt] * 3, dtype=np.float64))
+    kv = prompt * length + length * (length - 1) / 2
+    fluid = lim.step_s * length + lim.per_token_s * 1.5 * kv
+    full = lower_bound(batch, inventory)
+    hurried = lower_bound(batch, inventory, deadline=time.perf_counter() - 1.0)
+    assert fluid * (1 - 2 * PRECISION) <= hurried.value_s < full.value_s
+    assert lower_bound(batch, inventory, deadline=time.perf_counter() + 60.0) == full
 
 
 @settings(max_examples=60, deadline=None)
