@@ -38,7 +38,7 @@ from scheduler.policies.robust_order import drawn_finish
 DRAWS = 2  # draws judging each kind's lateness (each plays every queue once)
 AGREED = 0.01  # kinds within 1% of each other on the draws: placing again would change little
 SEED_OFFSET = 1_000  # draws independent of the hedge's, from the same request seed
-HOPELESS = 1.5  # give up on the draws only when their pace projects this many times the time left:
+HOPELESS = 2.0  # give up on the draws only when their pace projects this many times the time left:
 # queues differ in size, so the projection is rough, and a start that fails costs only time
 
 
@@ -70,7 +70,7 @@ def kind_scales(
         started = time.perf_counter()
         pace = spent / played if played else 0.0  # seconds one worker's DRAWS plays take
         ahead = pace * (total - played + total * after_plays / DRAWS)
-        if started + slowest > deadline or started + ahead > deadline + (HOPELESS - 1.0) * ahead:
+        if started + slowest > deadline or ahead > HOPELESS * (deadline - started):
             return None
         if placement.queues[w] and finishes[w] > 0:
             queue = list(placement.queues[w])
