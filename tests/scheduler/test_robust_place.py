@@ -18,6 +18,7 @@ from scheduler.policies.robust import spreads
 from scheduler.policies.robust_order import drawn_finish, hedged
 from scheduler.policies.robust_place import kind_scales
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
+from tests.scheduler.fake_clock import SteppingClock
 
 CAP = 8_192
 LATER = 60.0  # a deadline far enough away for everything here
@@ -109,17 +110,6 @@ def test_lpt_and_cpsat_both_return_the_calibrated_plan() -> None:
         assert [list(w.items) for w in plan(request, policy).workers] == keys
 
 
-class _Clock:
-    """A perf_counter that advances one second per reading: every worker's plays take a second."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        self.now += 1.0
-        return self.now
-
-
 def test_the_draws_give_up_after_one_worker_when_their_pace_cannot_leave_time_for_the_caller(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -134,12 +124,12 @@ def test_the_draws_give_up_after_one_worker_when_their_pace_cannot_leave_time_fo
         return drawn_finish(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(robust_place, "drawn_finish", counted)
-    monkeypatch.setattr(robust_place, "time", _Clock())
+    monkeypatch.setattr(robust_place, "time", SteppingClock())
     # four workers at a second each, then six plays of every queue (three seconds a worker): ~16 s,
     # far past a deadline 8 s away, which the plays alone (4 s) would have met
     assert kind_scales(problem, placement, spread, True, 0, 8.0, after_plays=6) is None
     assert len(played) == 1
-    monkeypatch.setattr(robust_place, "time", _Clock())
+    monkeypatch.setattr(robust_place, "time", SteppingClock())
     assert kind_scales(problem, placement, spread, True, 0, 8.0) is not None  # no caller's plays
     assert len(played) == 1 + 4
 

@@ -15,6 +15,7 @@ from scheduler.policies.base import BudgetSpent
 from scheduler.policies.lpt import lpt_assignment
 from scheduler.policies.ordering import order_queues
 from scheduler.policies.problem import build_problem
+from tests.scheduler.fake_clock import SteppingClock
 
 REQUEST = dataclasses.replace(bench_request(1_024, 16, seed=0), time_budget_s=3.0)
 
@@ -40,29 +41,18 @@ def test_ordering_past_its_deadline_stops_only_where_a_queue_must_be_played() ->
     assert order_queues(problem, assignment, True, deadline=late) == order_queues(problem, assignment, True)
 
 
-class _Clock:
-    """A perf_counter that advances one second per reading: every play appears to take a second."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        self.now += 1.0
-        return self.now
-
-
 def test_a_crowded_queue_stops_before_a_candidate_play_that_would_end_past_the_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     problem = build_problem(REQUEST)
     everyone = [list(range(len(problem.steps)))] + [[] for _ in problem.costs[1:]]
     unhurried = order_queues(problem, everyone, True)
-    monkeypatch.setattr(ordering, "time", _Clock())
+    monkeypatch.setattr(ordering, "time", SteppingClock())
     # the queue is reached in time (second 1) and its first play ends at second 3, a second long;
     # a second play would end at second 5, past the deadline of second 4.5
     with pytest.raises(BudgetSpent):
         order_queues(problem, everyone, True, deadline=4.5)
-    monkeypatch.setattr(ordering, "time", _Clock())
+    monkeypatch.setattr(ordering, "time", SteppingClock())
     assert order_queues(problem, everyone, True, deadline=100.0) == unhurried
 
 

@@ -78,16 +78,22 @@ def test_the_smallest_prompts_fill_nothing_and_the_largest_fill_the_cache_at_onc
     assert head.prompt_head == 12_000.0
 
 
-def test_whole_trajectories_cannot_be_split_across_workers_like_a_fluid() -> None:
-    # three equal 32k-token trajectories on two H100s: one of them runs two, side by side
+def _three_long_on_two_h100s() -> tuple[tuple[Trajectory, ...], Inventory, float, float]:
+    """Three equal 32k-token trajectories on two H100s, with what one worker running two of them
+    side by side needs, and what a fluid split (one and a half each) would."""
     workers = tuple(Worker(f"w{i}", device_profile("H100")) for i in range(2))
-    inventory = Inventory(workers, MODEL)
     length, prompt = 32_000, 100
     batch = tuple(Trajectory("p", i, prompt, length, float(length)) for i in range(3))
     lim = kind_limits(worker_cost(workers[0], MODEL), np.array([prompt] * 3, dtype=np.float64))
     kv = prompt * length + length * (length - 1) / 2
     two_on_one = lim.step_s * length + lim.per_token_s * 2 * kv
     fluid = lim.step_s * length + lim.per_token_s * 1.5 * kv
+    return batch, Inventory(workers, MODEL), two_on_one, fluid
+
+
+def test_whole_trajectories_cannot_be_split_across_workers_like_a_fluid() -> None:
+    batch, inventory, two_on_one, fluid = _three_long_on_two_h100s()
+    length = batch[0].max_new_tokens
     bound = lower_bound(batch, inventory)
     assert bound.value_s >= 0.995 * two_on_one > fluid
     result = simulate(
@@ -97,13 +103,7 @@ def test_whole_trajectories_cannot_be_split_across_workers_like_a_fluid() -> Non
 
 
 def test_a_bound_out_of_time_keeps_what_the_fluid_cover_proved_and_skips_the_whole_trajectory_check() -> None:
-    workers = tuple(Worker(f"w{i}", device_profile("H100")) for i in range(2))
-    inventory = Inventory(workers, MODEL)
-    length, prompt = 32_000, 100
-    batch = tuple(Trajectory("p", i, prompt, length, float(length)) for i in range(3))
-    lim = kind_limits(worker_cost(workers[0], MODEL), np.array([prompt] * 3, dtype=np.float64))
-    kv = prompt * length + length * (length - 1) / 2
-    fluid = lim.step_s * length + lim.per_token_s * 1.5 * kv
+    batch, inventory, _, fluid = _three_long_on_two_h100s()
     full = lower_bound(batch, inventory)
     hurried = lower_bound(batch, inventory, deadline=time.perf_counter() - 1.0)
     assert fluid * (1 - 2 * PRECISION) <= hurried.value_s < full.value_s
