@@ -86,7 +86,9 @@ def test_sigterm_lets_running_items_finish_and_leaves_the_rest_queued_for_others
     with cluster(tmp_path) as procs:
         url = procs.engine_threads({"engine": 0.01})["engine"]
         sidecar = procs.sidecar("w0", url, redis_url, "--max-num-seqs", "2")
-        publish(delivery, "term", {"w0": items})
+        # leases long enough that a loaded host cannot let one lapse while the two items finish
+        # (with the 1 s fault-test default, a clean-clone CI run under load saw one refused as stale)
+        publish(delivery, "term", {"w0": items}, lease_ttl_ms=10_000)
         wait_until(lambda: delivery.progress("term").running == 2, 20)
         sidecar.signal(signal.SIGTERM)
         stats = sidecar.stats()
