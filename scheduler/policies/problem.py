@@ -135,14 +135,14 @@ def _build_problem(request: PlanRequest) -> Problem:
 def longest_first(units: Sequence[Unit]) -> list[int]:
     """Unit indices by decreasing steps, then decreasing KV-token-steps, ties in input order: the
     order every LPT pass places units in."""
-    steps = np.fromiter((u.steps for u in units), dtype=np.float64, count=len(units))
+    steps = np.fromiter((u.steps for u in units), dtype=np.int64, count=len(units))
     kv = np.fromiter((u.kv_steps for u in units), dtype=np.float64, count=len(units))
     return _ranked(steps, kv)
 
 
-def _ranked(steps: npt.NDArray[np.generic], kv_steps: npt.NDArray[np.float64]) -> list[int]:
+def _ranked(steps: npt.NDArray[np.int64], kv_steps: npt.NDArray[np.float64]) -> list[int]:
     # lexsort is stable: equal keys keep their input order
-    order: list[int] = np.lexsort((-kv_steps, -steps.astype(np.float64))).tolist()
+    order: list[int] = np.lexsort((-kv_steps, -steps)).tolist()
     return order
 
 
