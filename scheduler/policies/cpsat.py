@@ -11,7 +11,9 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
    List scheduling then places units inside the chosen bands (``lpt_assignment`` with tiers),
    passing over workers whose queue would overflow the KV cache if admitted at once. Where time
    allows, a second round places them again: calibrated by the first round's simulation, and with
-   the units that would push a worker past a cap placed after all others.
+   the units that would push a worker past a cap placed after all others. Where a round over the
+   whole batch would not fit the budget (``FULL_ROUND``), a large batch is searched on one K-th of
+   itself and one K-th of the pool, and the plan copied K times (``scheduler.policies.replicate``).
 3. Exact repair (``scheduler.policies.exchange``): while time is left, a CP-SAT model with one boolean
    per (unit, worker) over the slowest worker and the fastest few only (large-neighbourhood search
    over worker sets), accepted only when the worker model says those workers finish sooner.
@@ -42,10 +44,12 @@ The time budget (``request.time_budget_s``) bounds the CP-SAT calls; status: the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Sequence
 
+from scheduler.policies import replicate
 from scheduler.policies.balance import level_below
 from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.exchange import improve
@@ -70,6 +74,15 @@ ROUND_RESERVE = 0.03  # share of the budget a round leaves for what follows it. 
 # back and the plan still ends within the budget. Before rounds could be cut, a start margin of 1.25x
 # kept them from overrunning, and at 32,768 x 256 most never started on a loaded host (the lpt plan,
 # 1.21x the bound, against ~1.06x after a round).
+FULL_ROUND = 10.0  # a band round over the whole batch costs up to this many lpt phases (measured
+# 4.7-7.8x at 32,768 x 256). Where they do not fit what is left, a batch that divides is searched
+# on one K-th and copied (``_copied``). 32,768 x 256 bench batches: copies 1.044-1.055x the bound
+# (15 plans, median 1.046), a full round 1.042-1.044x where it fits and 1.21x (the lpt plan) where
+# it is cut short, which a loaded host did to 1-4 of 5. At 16,384 x 128 the full round fits (1.035x;
+# a prototype of the copies that searched their orders: 1.041-1.044x), and the rule keeps it
+COPY_RESERVE = 2.0  # lpt phases kept for playing the copies (each queue once, in its twin's order)
+# after the sub-plan. At 1.0, sub-plans overran their own budget by up to 54 ms and whole plans
+# ended at 1,010-1,028 ms of a 1 s budget
 AGREED = 0.01  # simulated within 1% of the estimate everywhere: no calibration needed
 DEFER = 0.8  # the second round's cap on estimates: this share of the way from the band model's
 # makespan to the first round's highest estimate. Units that would pass it wait until every other
@@ -132,7 +145,13 @@ class CpSatPolicy:
         search_end = deadline - (VETTING * lpt_phase if spread is not None else 0.0)
         if search_end <= time.perf_counter():
             return lpt_plan
-        best, assignment = self._rounds(problem, request, lpt_plan, assignment, lpt_phase, search_end)
+        part = None
+        if spread is None and self._too_big(lpt_phase, search_end):
+            part = replicate.split(problem, request)  # None where it does not apply
+        if part is None:
+            best, assignment = self._rounds(problem, request, lpt_plan, assignment, lpt_phase, search_end)
+        else:
+            best, assignment = self._copied(problem, part, lpt_plan, assignment, lpt_phase, search_end)
         repaired = improve(problem, assignment, best.queues, best.finish_s, reserve, search_end, request.seed)
         if repaired is not None:
             status = best.status if best.status != "FALLBACK_LPT" else "FEASIBLE"
@@ -196,6 +215,37 @@ class CpSatPolicy:
             if max(scale) <= 1.0 + AGREED and cap_s <= levels.makespan_s:
                 break  # the worker model agreed and nothing would wait: round 2 would repeat round 1
         return best, assignment
+
+    @staticmethod
+    def _too_big(lpt_phase: float, deadline: float) -> bool:
+        """A full band round is not expected to fit what is left (``FULL_ROUND``)."""
+        return deadline - time.perf_counter() < FULL_ROUND * lpt_phase
+
+    def _copied(
+        self,
+        problem: Problem,
+        part: replicate.Split,
+        best: Placement,
+        assignment: list[list[int]],
+        lpt_phase: float,
+        deadline: float,
+    ) -> tuple[Placement, list[list[int]]]:
+        """The search on one K-th of the batch and pool, copied K times (``scheduler.policies.replicate``),
+        each copy played on its own lengths in its twin's order, the last worker's order refined;
+        ``best`` and ``assignment`` where it does not beat them or no time is left for it."""
+        request = part.request
+        stop = deadline - ROUND_RESERVE * request.time_budget_s
+        budget = stop - time.perf_counter() - COPY_RESERVE * lpt_phase
+        if budget <= 0:
+            return best, assignment
+        sub = CpSatPolicy().plan(dataclasses.replace(part.request, time_budget_s=budget), part.problem)
+        queues = replicate.spread_out(part, sub.queues, problem.prompts, len(problem.costs))
+        finishes = tuple(problem.finishes(queues, request.kv_admission))
+        queues, finishes = refine_critical(problem, queues, finishes, request.kv_admission, stop)
+        if max(finishes) >= max(best.finish_s):
+            return best, assignment
+        status = sub.status if sub.status != "FALLBACK_LPT" else "FEASIBLE"
+        return Placement(queues, status, finish_s=finishes), [list(q) for q in queues]
 
     def _levels(
         self,

@@ -1,0 +1,103 @@
+"""Symmetric decomposition: a large batch planned on one K-th of itself and copied K times."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import scheduler.policies.cpsat as cpsat_module
+from scheduler.benchgen import bench_request
+from scheduler.lowerbound import lower_bound
+from scheduler.planner import plan
+from scheduler.policies import replicate
+from scheduler.policies.lpt import LptPolicy
+from scheduler.policies.problem import build_problem
+from scheduler.types import PlanRequest
+
+
+@pytest.fixture
+def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decompose test-sized batches: 256 units and 8 workers per sub-pool are enough here."""
+    monkeypatch.setattr(replicate, "MIN_UNITS", 256)
+    monkeypatch.setattr(replicate, "SUB_WORKERS", 8)
+
+
+def _request(trajectories: int = 1_024, workers: int = 32, budget: float = 2.0) -> PlanRequest:
+    return dataclasses.replace(bench_request(trajectories, workers, seed=3), time_budget_s=budget)
+
+
+@pytest.mark.usefixtures("small_thresholds")
+def test_a_batch_splits_into_sub_pools_with_the_same_mix_and_sub_batches_by_length_rank() -> None:
+    request = _request()
+    problem = build_problem(request)
+    part = replicate.split(problem, request)
+    assert part is not None
+    assert part.copies == 4  # 32 workers, sub-pools of 8: 4 H100 + 4 Ascend each
+    assert sorted(w for pool in part.pools for w in pool) == list(range(32))
+    for pool in part.pools:
+        kinds = [request.inventory.workers[w].device.name for w in pool]
+        assert kinds.count("H100") == kinds.count("Ascend910B") == 4
+    assert part.request.trajectories == tuple(request.trajectories[u] for u in part.ranked[::4])
+    for full, tight in zip((problem.costs[w] for w in part.pools[0]), part.problem.costs, strict=True):
+        assert tight.kv_capacity_tokens == int(replicate.HEADROOM * full.kv_capacity_tokens)
+
+
+@pytest.mark.usefixtures("small_thresholds")
+def test_small_pinned_grouped_or_uneven_batches_are_not_split() -> None:
+    request = _request()
+    pinned = request.trajectories[0]
+    cases = [
+        _request(trajectories=128),  # below MIN_UNITS
+        _request(workers=12),  # 6 + 6 workers: no sub-pool of 8 with every kind split evenly
+        dataclasses.replace(request, prefix_affinity=True),
+        dataclasses.replace(
+            request,
+            trajectories=(dataclasses.replace(pinned, pinned_worker="h100-0"), *request.trajectories[1:]),
+        ),
+    ]
+    for case in cases:
+        assert replicate.split(build_problem(case), case) is None
+
+
+@pytest.mark.usefixtures("small_thresholds")
+def test_copies_hold_every_trajectory_once_follow_their_twins_order_and_balance_prompts() -> None:
+    request = _request()
+    problem = build_problem(request)
+    part = replicate.split(problem, request)
+    assert part is not None
+    twins = LptPolicy().plan(part.request, part.problem).queues
+    queues = replicate.spread_out(part, twins, problem.prompts, len(problem.costs))
+    assert sorted(u for queue in queues for u in queue) == list(range(len(request.trajectories)))
+    rank = {u: r for r, u in enumerate(part.ranked)}
+    largest = max(problem.prompts)
+    for position, twin in enumerate(twins):
+        mates = [pool[position] for pool in part.pools]
+        for w in mates:  # in its twin's order: each unit's tuple (rank // K) as the twin runs them
+            tuples = [rank[u] // part.copies for u in queues[w]]
+            assert tuples == [i for i in twin if i in set(tuples)]
+        totals = [sum(problem.prompts[u] for u in queues[w]) for w in mates]
+        assert max(totals) - min(totals) <= largest
+
+
+@pytest.mark.usefixtures("small_thresholds")
+def test_cpsat_plans_a_batch_too_big_for_a_full_round_by_copies_and_never_worse_than_lpt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cpsat_module, "FULL_ROUND", 1e9)  # no full round ever fits: copies it is
+    copied: list[int] = []
+    original = replicate.spread_out
+
+    def spy(*args: object, **kwargs: object) -> tuple[tuple[int, ...], ...]:
+        copied.append(1)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(replicate, "spread_out", spy)
+    request = _request()
+    cpsat, lpt = plan(request, "cpsat"), plan(request, "lpt")
+    assert copied == [1]
+    assert cpsat.status in {"OPTIMAL", "FEASIBLE"}
+    assert cpsat.predicted_makespan_s < lpt.predicted_makespan_s
+    assert cpsat.predicted_makespan_s >= lower_bound(request.trajectories, request.inventory).value_s
+    keys = sorted(key for wp in cpsat.workers for key in wp.items)
+    assert keys == sorted(t.key for t in request.trajectories)
