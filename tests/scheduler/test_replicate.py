@@ -12,7 +12,7 @@ from scheduler.lowerbound import lower_bound
 from scheduler.planner import plan
 from scheduler.policies import replicate
 from scheduler.policies.lpt import LptPolicy
-from scheduler.policies.problem import build_problem
+from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import PlanRequest
 
 
@@ -27,12 +27,17 @@ def _request(trajectories: int = 1_024, workers: int = 32, budget: float = 2.0) 
     return dataclasses.replace(bench_request(trajectories, workers, seed=3), time_budget_s=budget)
 
 
-@pytest.mark.usefixtures("small_thresholds")
-def test_a_batch_splits_into_sub_pools_with_the_same_mix_and_sub_batches_by_length_rank() -> None:
-    request = _request()
+def _split(request: PlanRequest) -> tuple[Problem, replicate.Split]:
     problem = build_problem(request)
     part = replicate.split(problem, request)
     assert part is not None
+    return problem, part
+
+
+@pytest.mark.usefixtures("small_thresholds")
+def test_a_batch_splits_into_sub_pools_with_the_same_mix_and_sub_batches_by_length_rank() -> None:
+    request = _request()
+    problem, part = _split(request)
     assert part.copies == 4  # 32 workers, sub-pools of 8: 4 H100 + 4 Ascend each
     assert sorted(w for pool in part.pools for w in pool) == list(range(32))
     for pool in part.pools:
@@ -63,9 +68,7 @@ def test_small_pinned_grouped_or_uneven_batches_are_not_split() -> None:
 @pytest.mark.usefixtures("small_thresholds")
 def test_copies_hold_every_trajectory_once_follow_their_twins_order_and_balance_prompts() -> None:
     request = _request()
-    problem = build_problem(request)
-    part = replicate.split(problem, request)
-    assert part is not None
+    problem, part = _split(request)
     twins = LptPolicy().plan(part.request, part.problem).queues
     queues = replicate.spread_out(part, twins, problem.prompts, len(problem.costs))
     assert sorted(u for queue in queues for u in queue) == list(range(len(request.trajectories)))
