@@ -233,12 +233,12 @@ class CpSatPolicy:
         """The search on one K-th of the batch and pool, copied K times (``scheduler.policies.replicate``),
         each copy played on its own lengths in its twin's order, the last worker's order refined;
         ``best`` and ``assignment`` where it does not beat them or no time is left for it."""
-        request = part.request
+        request = part.request  # sub-batch 0; its budget and admission are the whole request's
         stop = deadline - ROUND_RESERVE * request.time_budget_s
         budget = stop - time.perf_counter() - COPY_RESERVE * lpt_phase
         if budget <= 0:
             return best, assignment
-        sub = CpSatPolicy().plan(dataclasses.replace(part.request, time_budget_s=budget), part.problem)
+        sub = CpSatPolicy().plan(dataclasses.replace(request, time_budget_s=budget), part.problem)
         queues = replicate.spread_out(part, sub.queues, problem.prompts, len(problem.costs))
         finishes = tuple(problem.finishes(queues, request.kv_admission))
         queues, finishes = refine_critical(problem, queues, finishes, request.kv_admission, stop)
