@@ -49,7 +49,7 @@ class Split:
 
     copies: int  # K
     pools: tuple[tuple[int, ...], ...]  # K sub-pools of worker indices, aligned by position
-    ranked: tuple[int, ...]  # the problem's unit indices, longest first (rank order)
+    ranked: tuple[int, ...]  # the problem's units (= trajectories), longest first: rank order
     request: PlanRequest  # sub-batch 0 (ranks 0, K, 2K, ...) on sub-pool 0, budget to be set
     problem: Problem  # its problem, every cache at ``HEADROOM``
 
@@ -79,11 +79,8 @@ def split(problem: Problem, request: PlanRequest) -> Split | None:
 def _copies(problem: Problem, request: PlanRequest) -> int:
     """K: the most copies (a power of two) with sub-pools of ``SUB_WORKERS`` or more, every kind
     dividing evenly; 1 where the problem is small, restricted or grouped."""
-    units = problem.units
-    if len(units) < MIN_UNITS or len(units) != len(problem.steps) or not problem.unrestricted:
-        return 1
-    if request.prefix_affinity:
-        return 1
+    if len(problem.units) < MIN_UNITS or request.prefix_affinity or not problem.unrestricted:
+        return 1  # (without prefix affinity every unit is one trajectory, as copying assumes)
     room = min(HEADROOM * problem.costs[w].kv_capacity_tokens for w in problem.active)
     if max(t.prompt_tokens + t.max_new_tokens for t in request.trajectories) > room:
         return 1
