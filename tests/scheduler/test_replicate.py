@@ -104,3 +104,15 @@ def test_cpsat_plans_a_batch_too_big_for_a_full_round_by_copies_and_never_worse_
     assert cpsat.predicted_makespan_s >= lower_bound(request.trajectories, request.inventory).value_s
     keys = sorted(key for wp in cpsat.workers for key in wp.items)
     assert keys == sorted(t.key for t in request.trajectories)
+
+
+@pytest.mark.usefixtures("small_thresholds")
+def test_excluded_workers_stay_out_of_every_sub_pool_and_get_no_copy() -> None:
+    request = dataclasses.replace(_request(), excluded_workers=frozenset({"h100-0", "h100-1"}))
+    problem, part = _split(request)
+    assert part.copies == 2  # 14 H100 + 16 Ascend: two sub-pools of 7 + 8
+    assert {0, 1}.isdisjoint(w for pool in part.pools for w in pool)
+    twins = LptPolicy().plan(part.request, part.problem).queues
+    queues = replicate.spread_out(part, twins, problem.prompts, len(problem.costs))
+    assert queues[0] == queues[1] == ()
+    assert sorted(u for queue in queues for u in queue) == list(range(len(request.trajectories)))
