@@ -146,8 +146,9 @@ class CpSatPolicy:
         if search_end <= time.perf_counter():
             return lpt_plan
         part = None
-        if spread is None and self._too_big(lpt_phase, search_end):
-            part = replicate.split(problem, request)  # None where it does not apply
+        left = search_end - time.perf_counter()
+        if spread is None and COPY_RESERVE * lpt_phase < left < FULL_ROUND * lpt_phase:
+            part = replicate.split(problem, request)  # no full round fits; None: it does not divide
         if part is None:
             best, assignment = self._rounds(problem, request, lpt_plan, assignment, lpt_phase, search_end)
         else:
@@ -215,11 +216,6 @@ class CpSatPolicy:
             if max(scale) <= 1.0 + AGREED and cap_s <= levels.makespan_s:
                 break  # the worker model agreed and nothing would wait: round 2 would repeat round 1
         return best, assignment
-
-    @staticmethod
-    def _too_big(lpt_phase: float, deadline: float) -> bool:
-        """A full band round is not expected to fit what is left (``FULL_ROUND``)."""
-        return deadline - time.perf_counter() < FULL_ROUND * lpt_phase
 
     def _copied(
         self,
