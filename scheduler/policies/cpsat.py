@@ -155,7 +155,7 @@ class CpSatPolicy:
             best, assignment = self._copied(problem, part, lpt_plan, assignment, lpt_phase, search_end)
         repaired = improve(problem, assignment, best.queues, best.finish_s, reserve, search_end, request.seed)
         if repaired is not None:
-            status = best.status if best.status != "FALLBACK_LPT" else "FEASIBLE"
+            status = _found(best.status)
             queues, finishes = refine_critical(problem, repaired[0], repaired[1], reserve, search_end)
             best = Placement(queues, status, finish_s=finishes)
         if search_end - time.perf_counter() > 2 * lpt_phase:  # levelling: an lpt pass and its ordering
@@ -240,8 +240,7 @@ class CpSatPolicy:
         queues, finishes = refine_critical(problem, queues, finishes, request.kv_admission, stop)
         if max(finishes) >= max(best.finish_s):
             return best, assignment
-        status = sub.status if sub.status != "FALLBACK_LPT" else "FEASIBLE"
-        return Placement(queues, status, finish_s=finishes), [list(q) for q in queues]
+        return Placement(queues, _found(sub.status), finish_s=finishes), [list(q) for q in queues]
 
     def _levels(
         self,
@@ -316,6 +315,13 @@ def _calibrate(
     kind_of = {w: k for k, members in enumerate(kinds) for w in members}
     scale = [slowdown[kind_of[w]][tiers[w]] if w in kind_of else 1.0 for w in range(len(finishes))]
     return scale, highest
+
+
+def _found(status: str) -> str:
+    """The status of a plan the search found that differs from the lpt plan: ``FALLBACK_LPT``
+    names that plan itself, so a different one found from it (repaired, or copied from a
+    sub-plan that kept its own lpt plan) is ``FEASIBLE``."""
+    return status if status != "FALLBACK_LPT" else "FEASIBLE"
 
 
 def _band(unit: Unit, edges: Sequence[int]) -> int:
