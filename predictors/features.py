@@ -13,6 +13,7 @@ correction to it than at re-learning the identity from scratch.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -21,7 +22,7 @@ import numpy as np
 
 from predictors.history import PromptStats, StepGroups
 from predictors.queries import QueryBatch
-from predictors.tracetable import FloatArray, IntArray, Trace
+from predictors.tracetable import FloatArray, IntArray, Trace, numbers_as_text
 
 BASE_FEATURES: tuple[str, ...] = (
     "log_base",  # log of the prompt's EWM mean length
@@ -154,6 +155,17 @@ class FeatureSpec:
         return (*BASE_FEATURES, *self.numeric, *self.categorical)
 
     @property
+    def lightgbm_names(self) -> list[str]:
+        """``names`` as LightGBM is given them: extra columns numbered and reduced to safe characters.
+
+        The extra columns are named by users (trace files, workers' reports), and LightGBM refuses
+        JSON punctuation in a name and a name given twice, which an extra column called ``step``
+        would be. Columns are matched by position, so the names given LightGBM are only labels.
+        """
+        extras = [re.sub(r"[^A-Za-z0-9_.-]", "_", name) for name in self.names[len(BASE_FEATURES) :]]
+        return [*BASE_FEATURES, *(f"extra{i}_{name}" for i, name in enumerate(extras))]
+
+    @property
     def categorical_indices(self) -> list[int]:
         """Matrix columns LightGBM must treat as categorical."""
         start = len(BASE_FEATURES) + len(self.numeric)
@@ -203,8 +215,14 @@ def build_features(
 
 
 def _encode(queries: QueryBatch, name: str, levels: tuple[str, ...]) -> FloatArray:
-    """Category codes by the training levels; unseen or missing values are NaN (LightGBM: missing)."""
+    """Category codes by the training levels; unseen or missing values are NaN (LightGBM: missing).
+
+    A batch whose values of the column are all numbers holds it as numeric; its numbers are looked
+    up as the text the training trace gave them (``1`` for 1.0).
+    """
     column = queries.categorical.get(name)
+    if column is None and name in queries.numeric:
+        column = numbers_as_text(queries.numeric[name])
     if column is None:
         return np.full(len(queries), np.nan)
     lookup = {level: float(i) for i, level in enumerate(levels)}

@@ -152,7 +152,7 @@ def _dataset(x: FloatArray, y: FloatArray, spec: FeatureSpec) -> Any:
     return lgb.Dataset(
         x,
         label=y,
-        feature_name=list(spec.names),
+        feature_name=spec.lightgbm_names,
         categorical_feature=spec.categorical_indices,
         free_raw_data=False,
         params={"verbosity": -1, "max_bin": 255},

@@ -89,11 +89,15 @@ class Trace:
 
     @staticmethod
     def concat(traces: Sequence[Trace]) -> Trace:
-        """Rows of all traces in order; an extra column missing from one trace is missing in its rows."""
+        """Rows of all traces in order; an extra column missing from one trace is missing in its rows.
+
+        A column is typed as ``from_rows`` would type all the rows at once: text in any trace makes
+        it text in all (a worker's reports arrive in batches, and one batch may hold only numbers).
+        """
         if not traces:
             return empty_trace()
-        numeric_names = list(dict.fromkeys(k for t in traces for k in t.numeric))
         cat_names = list(dict.fromkeys(k for t in traces for k in t.categorical))
+        numeric_names = [k for k in dict.fromkeys(k for t in traces for k in t.numeric) if k not in cat_names]
 
         def cat(get: str) -> np.ndarray:
             return np.concatenate([getattr(t, get) for t in traces])
@@ -111,10 +115,14 @@ class Trace:
                 k: np.concatenate([t.numeric.get(k, np.full(len(t), np.nan)) for t in traces])
                 for k in numeric_names
             },
-            categorical={
-                k: np.concatenate([t.categorical.get(k, _blank(len(t))) for t in traces]) for k in cat_names
-            },
+            categorical={k: np.concatenate([t.text_column(k) for t in traces]) for k in cat_names},
         )
+
+    def text_column(self, name: str) -> ObjArray:
+        """Extra column ``name`` as text: numbers as ``from_rows`` writes them, "" where missing."""
+        if name in self.categorical:
+            return self.categorical[name]
+        return numbers_as_text(self.numeric[name]) if name in self.numeric else _blank(len(self))
 
     @staticmethod
     def from_rows(rows: Iterable[TraceRow]) -> Trace:
@@ -149,6 +157,14 @@ def _blank(n: int) -> ObjArray:
     out = np.empty(n, dtype=object)
     out[:] = ""
     return out
+
+
+def numbers_as_text(values: FloatArray) -> ObjArray:
+    """A numeric extra column as the text ``from_rows`` gives numbers in a text column; NaN -> ""."""
+    text = _blank(len(values))
+    known = ~np.isnan(values)
+    text[known] = [number_text(float(v)) for v in values[known]]
+    return text
 
 
 def empty_trace() -> Trace:
@@ -197,7 +213,7 @@ class TraceBuilder:
             else:
                 text = _blank(n)
                 for i, v in values.items():
-                    text[i] = v if isinstance(v, str) else _number_text(v)
+                    text[i] = v if isinstance(v, str) else number_text(v)
                 categorical[name] = text
         prompt = np.empty(n, dtype=object)
         prompt[:] = self._prompt
@@ -227,5 +243,6 @@ def _all_numeric(values: Iterable[float | str]) -> list[float] | None:
     return out
 
 
-def _number_text(value: float) -> str:
+def number_text(value: float) -> str:
+    """A number as a category level: ``3`` for 3.0, the shortest round-trip form otherwise."""
     return str(int(value)) if value.is_integer() else repr(value)

@@ -71,6 +71,23 @@ def test_retrain_stores_a_version_and_later_plans_use_it(client: TestClient) -> 
     assert answer["prediction_sources"] == {"lightgbm": 32}
 
 
+def test_features_named_and_typed_any_way_by_workers_never_break_a_retrain(client: TestClient) -> None:
+    first, second = actual_history(steps=1), [actual_report(1, p, i) for p in range(8) for i in range(4)]
+    for report in first:
+        report["features"] = {"judge:format": 1.0, "step": 3.0, "bucket": 2.0}
+    for report in second:
+        report["features"] = {"judge:format": 0.0, "step": 4.0, "bucket": "hard"}
+    assert client.post("/actuals", json={"actuals": first}).status_code == 200
+    assert client.post("/actuals", json={"actuals": second}).status_code == 200
+    retrained = client.post("/models/retrain")
+    assert retrained.status_code == 200, retrained.text
+    body = batch_body(step=2, publish=False)
+    body["batch"]["items"][0]["features"] = {"bucket": "hard", "judge:format": 1.0}
+    answer = client.post("/schedule", json=body)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["prediction_sources"] == {"lightgbm": 32}
+
+
 def test_retrain_without_actuals_is_a_409_problem(client: TestClient) -> None:
     response = client.post("/models/retrain")
     assert response.status_code == 409

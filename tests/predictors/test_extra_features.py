@@ -1,0 +1,70 @@
+"""Extra trace columns (reward fields, difficulty tags) train and serve whatever they are called.
+
+Their names come from users: trace files, veRL dumps and workers' ``POST /actuals`` reports. LightGBM
+refuses some names outright (JSON punctuation, a name given twice), and a name may equal one of the
+predictor's own features. None of that may stop a fit: a bad name stored once in the actuals stream
+would otherwise break every retrain after it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from predictors.features import BASE_FEATURES, FeatureSpec, build_features, prior_from_stats
+from predictors.history import History
+from predictors.model import fit
+from predictors.predictor import LengthPredictor
+from predictors.queries import Query, QueryBatch
+from predictors.tracetable import Trace
+from scheduler.trace import TraceRow
+from tests.predictors.helpers import FAST
+
+AWKWARD_NAMES = ("score,acc", "judge:format", "[x]", '{"q"}', "step", "log_base", "a b", "a_b")
+
+
+def _rows(step: int, features: dict[str, float | str], prompts: int = 12, n: int = 4) -> list[TraceRow]:
+    return [
+        TraceRow(step, f"p{p}", i, 50, 100 + 40 * p + 3 * i + 10 * step, 4096, "stop", float(p % 2), features)
+        for p in range(prompts)
+        for i in range(n)
+    ]
+
+
+def test_columns_with_names_lightgbm_refuses_still_train_and_serve() -> None:
+    features: dict[str, float | str] = {name: float(k) for k, name in enumerate(AWKWARD_NAMES)}
+    history = History([*_rows(0, features), *_rows(1, features)])
+    model = fit(history, FAST)
+    assert model.metadata.features == (*BASE_FEATURES, *AWKWARD_NAMES)
+    predictor = LengthPredictor(history=history, model=model)
+    answer = predictor.predict([Query("p3", 0, 50, 4096, features)], step=2)
+    assert answer.source == ("lightgbm",)
+    assert 1 <= answer.p50[0] <= 4096
+
+
+def test_a_column_numeric_in_one_report_and_text_in_another_is_one_categorical_column() -> None:
+    history = History(_rows(0, {"bucket": 1.0}))
+    history.append(_rows(1, {"bucket": "hard"}))
+    trace = history.trace
+    assert "bucket" not in trace.numeric
+    assert set(trace.categorical["bucket"].tolist()) == {"1", "hard"}
+    assert fit(history, FAST).spec.categorical == {"bucket": ("1", "hard")}
+
+
+def test_concatenated_traces_type_their_columns_as_one_trace_of_all_rows_would() -> None:
+    first, second = _rows(0, {"bucket": 2.0, "temp": 0.5}), _rows(1, {"bucket": "easy", "temp": 0.7})
+    joined = Trace.concat([Trace.from_rows(first), Trace.from_rows(second)])
+    whole = Trace.from_rows([*first, *second])
+    assert set(joined.numeric) == set(whole.numeric) == {"temp"}
+    np.testing.assert_array_equal(joined.numeric["temp"], whole.numeric["temp"])
+    assert joined.categorical["bucket"].tolist() == whole.categorical["bucket"].tolist()
+
+
+@pytest.mark.parametrize("value", [1.0, "1"])
+def test_a_categorical_feature_sent_as_a_number_or_as_text_finds_the_same_level(value: float | str) -> None:
+    history = History(_rows(0, {}))
+    spec = FeatureSpec(numeric=(), categorical={"bucket": ("1", "hard")})
+    queries = QueryBatch.of([Query("p1", 0, 50, 4096, {"bucket": value})])
+    stats = history.stats_before(1)
+    row = build_features(prior_from_stats(stats, queries.prompt_id), queries, 1, stats.trend, spec)
+    assert row[0, spec.categorical_indices[0]] == 0.0
