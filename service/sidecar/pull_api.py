@@ -7,8 +7,9 @@ engine or an SGLang ``Engine`` object). For them the sidecar serves on loopback:
   or 204 when there is nothing to do now (``?wait_s=`` long-polls up to 30 s);
 * ``POST /done`` with ``schedule_id``, ``key``, ``token``, ``output_tokens`` (and optionally
   ``finish_reason``, ``output``, ``wall_time_s``, ``reward``, ``extra``) -> 200 ``{"outcome":
-  "accepted"|"duplicate"}``, or 409 ``{"outcome": "stale"}`` when the lease was lost (drop the
-  result); repeating a ``/done`` whose reply was lost is safe;
+  "accepted"|"duplicate"}``, or 409 ``{"outcome": "stale"}`` when the lease was lost and 404
+  ``{"outcome": "unknown_schedule"}`` when the schedule is gone (drop the result either way);
+  repeating a ``/done`` whose reply was lost is safe;
 * ``POST /fail`` with ``schedule_id``, ``key``, ``token``, ``reason`` -> the item is retried or
   dead-lettered;
 * ``GET /leases`` -> the leases held for the worker and those lost since the last call (stop them).
@@ -34,6 +35,7 @@ from fastapi import FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.delivery.errors import UnknownScheduleError
 from service.delivery.records import CompletionOutcome, TrajectoryResult
 from service.sidecar.holdings import Held
 from service.sidecar.session import WorkerSession
@@ -134,6 +136,11 @@ def create_pull_app(session: WorkerSession, idle_timeout_s: float = 60.0) -> Fas
     @app.exception_handler(redis.RedisError)
     async def redis_down(_: Request, exc: redis.RedisError) -> JSONResponse:
         return JSONResponse({"error": f"redis unavailable: {exc}"}, status_code=503)
+
+    @app.exception_handler(UnknownScheduleError)
+    async def schedule_gone(_: Request, exc: UnknownScheduleError) -> JSONResponse:
+        # never published here, or its retention passed while the worker ran it: drop the result
+        return JSONResponse({"outcome": "unknown_schedule", "error": str(exc)}, status_code=404)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -99,6 +99,22 @@ def test_a_report_under_a_lost_lease_is_refused_with_409(redis_client: redis.Red
     assert delivery.progress("stale").done == 0
 
 
+def test_a_report_for_a_schedule_that_is_gone_is_refused_with_404(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "gone", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> list[tuple[int, str]]:
+        lease = (await client.get("/next")).json()
+        unknown = await client.post("/done", json={**_done(lease, 5), "schedule_id": "never-published"})
+        redis_client.delete(*redis_client.keys("*gone*"))  # retention passed while the worker ran it
+        expired = await client.post("/done", json=_done(lease, 5))
+        return [(r.status_code, r.json()["outcome"]) for r in (unknown, expired)]
+
+    assert _with_api(redis_url, script) == [(404, "unknown_schedule"), (404, "unknown_schedule")]
+
+
 def test_the_worker_gets_no_more_than_its_slots_and_a_failed_item_goes_back(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
