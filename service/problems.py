@@ -19,6 +19,7 @@ import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler.errors import InvalidInputError
@@ -90,6 +91,29 @@ PROBLEMS: tuple[tuple[type[Exception], Problem], ...] = (
     (redis.exceptions.ReadOnlyError, Problem(503, "Redis unavailable", "redis-unavailable")),  # failover
     (redis.exceptions.OutOfMemoryError, Problem(503, "Redis out of memory", "redis-out-of-memory")),
 )
+
+
+class ProblemBody(BaseModel):
+    """The body of every error answer, for the OpenAPI document (``handle`` builds it as a dict)."""
+
+    type: str  # https://rollout-scheduler.dev/problems/<slug>
+    title: str
+    status: int
+    detail: str  # what is wrong, naming the input at fault
+    instance: str  # the request path
+    field: str | None = None  # dotted path of the input at fault, e.g. batch.items[3].prompt_tokens
+    value: Any = None  # that input's value, when JSON can carry it
+    errors: list[dict[str, str]] | None = None  # request validation: one {field, message, type} each
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """A route's ``responses=``: each error status it can answer, as ``application/problem+json``.
+
+    Declaring 422 here also replaces FastAPI's own entry, which would say ``application/json``.
+    """
+    titles = {problem.status: problem.title for _, problem in reversed(PROBLEMS)}
+    schema = ProblemBody.model_json_schema()
+    return {s: {"description": titles[s], "content": {PROBLEM_JSON: {"schema": schema}}} for s in statuses}
 
 
 def lookup(exc: Exception) -> Problem:

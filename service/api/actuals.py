@@ -12,11 +12,12 @@ from fastapi import APIRouter, Depends, Request
 from service.api.schemas import ActualsAccepted, ActualsRequest
 from service.auth import any_client
 from service.context import context_of
+from service.problems import documented
 
 router = APIRouter(tags=["actuals"])
 
 
-@router.post("/actuals", dependencies=[Depends(any_client)])
+@router.post("/actuals", dependencies=[Depends(any_client)], responses=documented(401, 403, 413, 422, 503))
 def report_actuals(body: ActualsRequest, request: Request) -> ActualsAccepted:
     """Append the reports to the actuals stream, then update each reporting worker's speed."""
     ctx = context_of(request)

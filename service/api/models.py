@@ -7,11 +7,12 @@ from fastapi import APIRouter, Depends, Request
 from service.api.schemas import ModelStatus, RetrainResponse
 from service.auth import any_client, trainer_only
 from service.context import context_of
+from service.problems import documented
 
 router = APIRouter(tags=["models"])
 
 
-@router.get("/models", dependencies=[Depends(any_client)])
+@router.get("/models", dependencies=[Depends(any_client)], responses=documented(401, 403))
 def model_status(request: Request) -> ModelStatus:
     """The serving version, the stored versions and the history the predictor reads."""
     ctx = context_of(request)
@@ -24,7 +25,9 @@ def model_status(request: Request) -> ModelStatus:
     )
 
 
-@router.post("/models/retrain", dependencies=[Depends(trainer_only)])
+@router.post(
+    "/models/retrain", dependencies=[Depends(trainer_only)], responses=documented(401, 403, 409, 503)
+)
 def retrain(request: Request) -> RetrainResponse:
     """Fit a new version on every actual so far, store it and hot-swap it in; 409 if one is running."""
     result = context_of(request).retrainer.retrain_now()

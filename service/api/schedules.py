@@ -23,11 +23,17 @@ from service.api.schemas import (
 from service.auth import any_client, trainer_only
 from service.context import Context, context_of
 from service.delivery import ResultRecord
+from service.problems import documented
 
 router = APIRouter(tags=["schedules"])
 
 
-@router.post("/schedule", response_model=ScheduleResponse, dependencies=[Depends(trainer_only)])
+@router.post(
+    "/schedule",
+    response_model=ScheduleResponse,
+    dependencies=[Depends(trainer_only)],
+    responses=documented(401, 403, 409, 413, 422, 503),
+)
 def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     """Validate, predict, plan, publish (unless ``publish`` is false) and return the plan.
 
@@ -41,7 +47,11 @@ def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     return Response(response.model_dump_json(), media_type="application/json")
 
 
-@router.get("/schedule/{schedule_id}", dependencies=[Depends(any_client)])
+@router.get(
+    "/schedule/{schedule_id}",
+    dependencies=[Depends(any_client)],
+    responses=documented(401, 403, 404, 422, 503),
+)
 def schedule_progress(schedule_id: str, request: Request) -> ProgressResponse:
     """Counts by state, overall and per worker, and the dead-lettered items."""
     progress = context_of(request).delivery.progress(schedule_id)
@@ -67,7 +77,11 @@ def schedule_progress(schedule_id: str, request: Request) -> ProgressResponse:
     )
 
 
-@router.get("/schedule/{schedule_id}/results", dependencies=[Depends(trainer_only)])
+@router.get(
+    "/schedule/{schedule_id}/results",
+    dependencies=[Depends(trainer_only)],
+    responses=documented(401, 403, 404, 422, 503),
+)
 def schedule_results(
     schedule_id: str,
     request: Request,
