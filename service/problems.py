@@ -13,6 +13,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import redis
@@ -110,10 +111,14 @@ def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """A route's ``responses=``: each error status it can answer, as ``application/problem+json``.
 
     Declaring 422 here also replaces FastAPI's own entry, which would say ``application/json``.
+    Statuses outside the table are Starlette's own (400: a body that cannot be decoded).
     """
     titles = {problem.status: problem.title for _, problem in reversed(PROBLEMS)}
     schema = ProblemBody.model_json_schema()
-    return {s: {"description": titles[s], "content": {PROBLEM_JSON: {"schema": schema}}} for s in statuses}
+    return {
+        s: {"description": titles.get(s, HTTPStatus(s).phrase), "content": {PROBLEM_JSON: {"schema": schema}}}
+        for s in statuses
+    }
 
 
 def lookup(exc: Exception) -> Problem:

@@ -17,7 +17,9 @@ from service.problems import documented
 router = APIRouter(tags=["actuals"])
 
 
-@router.post("/actuals", dependencies=[Depends(any_client)], responses=documented(401, 403, 413, 422, 503))
+@router.post(
+    "/actuals", dependencies=[Depends(any_client)], responses=documented(400, 401, 403, 413, 422, 503)
+)
 def report_actuals(body: ActualsRequest, request: Request) -> ActualsAccepted:
     """Append the reports to the actuals stream, then update each reporting worker's speed."""
     ctx = context_of(request)

@@ -39,7 +39,7 @@ def readyz(request: Request) -> JSONResponse:
     return JSONResponse({"ready": ready, **checks}, status_code=200 if ready else 503)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
 def metrics(request: Request) -> Response:
     """Prometheus text exposition."""
     return Response(context_of(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -32,7 +32,7 @@ router = APIRouter(tags=["schedules"])
     "/schedule",
     response_model=ScheduleResponse,
     dependencies=[Depends(trainer_only)],
-    responses=documented(401, 403, 409, 413, 422, 503),
+    responses=documented(400, 401, 403, 409, 413, 422, 503),
 )
 def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     """Validate, predict, plan, publish (unless ``publish`` is false) and return the plan.

@@ -37,6 +37,7 @@ def _answers(client: TestClient, secured: TestClient) -> list[tuple[str, str, in
     bad_body["batch"]["items"][0]["n"] = 0
     calls = [
         ("post", "/schedule", client.post("/schedule", json=bad_body)),
+        ("post", "/actuals", client.post("/actuals", content=b"\xff\xfe{", headers=_JSON)),
         ("post", "/schedule", secured.post("/schedule", json=batch_body())),
         ("post", "/schedule", secured.post("/schedule", json=batch_body(), headers=_bearer(WORKER))),
         ("get", "/schedule/{schedule_id}", client.get("/schedule/never-published")),
@@ -49,6 +50,9 @@ def _answers(client: TestClient, secured: TestClient) -> list[tuple[str, str, in
     return [(method, path, response.status_code) for method, path, response in calls]
 
 
+_JSON = {"Content-Type": "application/json"}
+
+
 def _bearer(tokens: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {tokens.split(',')[0]}"}
 
@@ -57,7 +61,7 @@ def test_every_error_the_service_answers_is_one_its_route_documents(
     client: TestClient, secured: TestClient
 ) -> None:
     answers = _answers(client, secured)
-    assert {status for _, _, status in answers} == {401, 403, 404, 409, 422}
+    assert {status for _, _, status in answers} == {400, 401, 403, 404, 409, 422}
     undocumented = [
         (method, path, status)
         for method, path, status in answers
