@@ -6,7 +6,7 @@ loaded host it is cut short and the lpt plan (1.21x the bound) stands. Yet such 
 copies of a smaller one: deal the units by length rank into K sub-batches (ranks ``s, s+K, s+2K,
 ...``) and every sub-batch has the same length profile; split each device kind's workers into K
 equal sub-pools and every sub-pool has the same mix. So the search runs once, on sub-batch 0 and
-sub-pool 0 (a quarter of the work at K = 4, with time for its own rounds), and its placement is
+sub-pool 0 (a sixteenth of the work at 32,768 x 256, with time for its own rounds), and its placement is
 copied: the unit of rank ``i*K + s`` goes to the worker of sub-pool ``s`` at the position where
 sub-batch 0's unit of rank ``i*K`` went.
 
@@ -36,7 +36,12 @@ from dataclasses import dataclass
 from scheduler.policies.problem import Problem, build_problem, longest_first, worker_kinds
 from scheduler.types import Inventory, PlanRequest
 
-SUB_WORKERS = 64  # the least workers a sub-pool keeps: its band model needs several per kind and band
+SUB_WORKERS = 16  # the least workers a sub-pool keeps (8 per kind in the bench's even mix). Smaller
+# sub-plans fit a slow host's budget: 32,768 x 256, 5 bench batches twice, one busy 2-core host, 2026-12-01:
+# sub-pools of 64 (K = 4) 1.0549x the bound (median), 3 of 10 plans cut short to the lpt plan (1.21x);
+# of 32 (K = 8) 1.0499x, none; of 16 (K = 16) 1.0472x, none, wall p50 589 ms against 742 ms. Where a
+# K = 4 sub-plan fits with both rounds, it is ~0.2% better (1.0449x on a quicker host): not worth a
+# plan that the host's load can send back to lpt
 MIN_UNITS = 8_192  # below this a full round fits its budget; copying would only lose its last percent
 HEADROOM = 0.98  # share of each KV cache the sub-batch is planned on, so that its copies fit too.
 # 32,768 x 256 bench batches, 10 plans each: 1.0 gave 1.071x the bound (median; up to 1.19x), any of
