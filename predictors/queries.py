@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from predictors.tracetable import FloatArray, IntArray, ObjArray, Trace, number_text
+from predictors.tracetable import FloatArray, IntArray, ObjArray, Trace, as_level
 from scheduler.errors import InvalidInputError
 
 
@@ -59,7 +59,7 @@ class QueryBatch:
                 numeric[name] = np.array([np.nan if v is None else float(v) for v in values])
             else:
                 text = np.empty(len(values), dtype=object)
-                text[:] = [_level(v) for v in values]
+                text[:] = [as_level(v) for v in values]
                 categorical[name] = text
         return QueryBatch(
             prompt_id=prompt,
@@ -84,10 +84,3 @@ class QueryBatch:
             numeric=trace.numeric,
             categorical=trace.categorical,
         )
-
-
-def _level(value: float | str | None) -> str:
-    """A value of a text column as the trace writes it: numbers as ``number_text``, missing as ""."""
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else number_text(float(value))

@@ -213,7 +213,7 @@ class TraceBuilder:
             else:
                 text = _blank(n)
                 for i, v in values.items():
-                    text[i] = v if isinstance(v, str) else number_text(v)
+                    text[i] = as_level(v)
                 categorical[name] = text
         prompt = np.empty(n, dtype=object)
         prompt[:] = self._prompt
@@ -241,6 +241,13 @@ def _all_numeric(values: Iterable[float | str]) -> list[float] | None:
         except ValueError:
             return None
     return out
+
+
+def as_level(value: float | str | None) -> str:
+    """A value of a text column as a trace holds it: numbers as ``number_text``, missing as ""."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else number_text(float(value))
 
 
 def number_text(value: float) -> str:
