@@ -3,8 +3,8 @@
 Operators size Redis from this (docs/operations.md). A schedule is published through the real
 delivery protocol, its keys are measured with ``MEMORY USAGE <key> SAMPLES 0`` (exact, nested values
 included), then every item is claimed and completed with an output of ``--output-chars`` characters
-and the keys are measured again. Each item carries its prompt's payload, so prompt text is stored once
-per sample; the results stream holds every accepted output until the schedule's retention lapses.
+and the keys are measured again. Each item carries its prompt's payload, which the schedule stores
+once per prompt; the results stream holds every accepted output until the schedule's retention lapses.
 """
 
 from __future__ import annotations

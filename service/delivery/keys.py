@@ -14,7 +14,11 @@ key                         type     contents
 ``P:meta``                  hash     fingerprint, total, lease_ttl_ms, max_attempts, kv_admission,
                                      published_ms, expire_at_ms, workers (JSON list), fence (the
                                      fencing-token counter), affinity (``1``: prefix affinity)
-``P:items``                 hash     item key -> static item JSON (prompt, lengths, payload)
+``P:items``                 hash     item key -> ``<ref>\t<static item JSON without its payload>``
+                                     (prompt, lengths); ``ref`` names its payload in ``P:prompts``
+                                     ('' for none); the claim scripts return the whole JSON
+``P:prompts``               hash     ref -> payload JSON, stored once for all the items that share
+                                     it (a prompt's samples; absent: no payloads)
 ``P:st``                    hash     item key -> ``state|token|attempts|deadline_ms|predicted|worker|
                                      reserve``; state ``q`` queued, ``r`` running, ``d`` done (token =
                                      the accepted one), ``x`` dead; worker = queue holding it or
@@ -110,6 +114,11 @@ class ScheduleKeys:
         return f"{self.base}:items"
 
     @property
+    def prompts(self) -> str:
+        """Payload JSON by ref, once per distinct payload (the samples of a prompt share one)."""
+        return f"{self.base}:prompts"
+
+    @property
     def counts(self) -> str:
         """Progress counters, totals and per worker."""
         return f"{self.base}:counts"
@@ -158,6 +167,7 @@ class ScheduleKeys:
         suffixes = (
             "meta",
             "items",
+            "prompts",
             "st",
             "deadlines",
             "work",

@@ -110,11 +110,36 @@ local function flush(cfg)
   end
 end
 
+-- The whole JSON of each item: P:items holds '<ref>\t<JSON without payload>' and P:prompts the
+-- payload under ref (one per prompt, publish.lua); a value without a tab is a whole JSON already
+-- (a schedule published before payloads were shared).
+local function item_jsons(keys)
+  local items = redis.call('HMGET', k('items'), unpack(keys))
+  local bodies, refs, wanted = {}, {}, {}
+  for i = 1, #keys do
+    local v = items[i]
+    local tab = v and string.find(v, '\t', 1, true)
+    if tab then
+      bodies[i], refs[i] = string.sub(v, tab + 1), string.sub(v, 1, tab - 1)
+      if tab > 1 then wanted[#wanted + 1] = refs[i] end
+    end
+  end
+  local at = {}
+  if #wanted > 0 then
+    local payloads = redis.call('HMGET', k('prompts'), unpack(wanted))
+    for j, ref in ipairs(wanted) do at[ref] = payloads[j] end
+  end
+  for i, ref in pairs(refs) do
+    items[i] = string.sub(bodies[i], 1, -2) .. ',"payload":' .. (at[ref] or '{}') .. '}'
+  end
+  return items
+end
+
 -- Lease popped items to worker w with consecutive fresh fencing tokens; appended to out as
 -- 5-tuples (key, token, deadline, attempt, item_json).
 local function lease_all(keys, w, now, cfg, out)
   local last = redis.call('HINCRBY', META, 'fence', #keys)
-  local items = redis.call('HMGET', k('items'), unpack(keys))
+  local items = item_jsons(keys)
   for i, key in ipairs(keys) do
     local r = get(key)
     r.s, r.w, r.tok, r.att, r.dl = 'r', w, int(last - #keys + i), r.att + 1, now + cfg.ttl

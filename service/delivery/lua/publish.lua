@@ -6,7 +6,10 @@
 --       reservations, item JSONs (one string each: a few large arguments parse far faster than
 --       thousands of small ones), then the steal rules: affinity ('1' = prefix affinity),
 --       newline-joined pinned flags ('0'/'1' per item), newline-joined groups ('' without affinity),
---       newline-joined steal deadlines ('start|end' ms after publication per item, '-' for none).
+--       newline-joined steal deadlines ('start|end' ms after publication per item, '-' for none),
+--       newline-joined distinct payload JSONs (line i = ref i; wire.stored_items).
+-- An item's JSON arrives as '<ref>\t<JSON without payload>' and is stored so; its payload is stored
+-- once in P:prompts under ref, since the samples of a prompt share it (lease_all puts it back).
 -- Returns 1 created, 0 unchanged replay; error CONFLICT when the id holds a different schedule.
 local existing = redis.call('HGET', META, 'fingerprint')
 if existing then
@@ -17,10 +20,20 @@ local now = now_ms(ARGV[2])
 -- Retention is wall-clock: always the server's TIME, even when the lease clock is pinned.
 local exp = now_ms('') + tonumber(ARGV[3])
 local names, sizes = cjson.decode(ARGV[8]), cjson.decode(ARGV[9])
+-- The non-empty lines of s. A plain find jumps from newline to newline; the pattern '[^\n]+' that
+-- this replaced tests every character (splitting 1,024 items with 400-character payloads in each
+-- item's JSON: 7.4 ms against 3.3 ms).
 local function lines(s)
-  local out = {}
-  for line in string.gmatch(s, '[^\n]+') do out[#out + 1] = line end
-  return out
+  local out, at = {}, 1
+  while true do
+    local stop = string.find(s, '\n', at, true)
+    if stop == nil then
+      if at <= #s then out[#out + 1] = string.sub(s, at) end
+      return out
+    end
+    if stop > at then out[#out + 1] = string.sub(s, at, stop - 1) end
+    at = stop + 1
+  end
 end
 local stated = cjson.decode(ARGV[10])
 local keys, preds, reserves, jsons = lines(ARGV[11]), lines(ARGV[12]), lines(ARGV[13]), lines(ARGV[14])
@@ -74,6 +87,9 @@ for q, w in ipairs(names) do
   end
 end
 bulk('HSET', k('items'), items)
+local prompts, shared = {}, lines(ARGV[19] or '')
+for ref, payload in ipairs(shared) do prompts[#prompts + 1], prompts[#prompts + 2] = ref, payload end
+if #prompts > 0 then bulk('HSET', k('prompts'), prompts) end
 bulk('HSET', k('st'), st)
 bulk('HSET', k('counts'), cnt)
 -- Steal rules: P:pin holds the pinned items (never stolen); under affinity P:grp maps each item to
@@ -94,10 +110,10 @@ if #pinned > 0 then bulk('HSET', k('pin'), pinned) end
 if #grp > 0 then bulk('HSET', k('grp'), grp) end
 if #gsize > 0 then bulk('HSET', k('gsize'), gsize) end
 if #due > 0 then bulk('HSET', k('due'), due) end
-for _, s in ipairs({'meta', 'items', 'st', 'counts', 'work', 'pace', 'pin', 'grp', 'gsize', 'due'}) do redis.call('PEXPIREAT', k(s), exp) end
+for _, s in ipairs({'meta', 'items', 'prompts', 'st', 'counts', 'work', 'pace', 'pin', 'grp', 'gsize', 'due'}) do redis.call('PEXPIREAT', k(s), exp) end
 -- Free the big argument strings and tables now: left to the incremental collector they would slow
 -- the next few hundred claims by tens of microseconds each.
-items, st, keys, preds, reserves, jsons, cnt = nil, nil, nil, nil, nil, nil, nil
+items, st, keys, preds, reserves, jsons, cnt, prompts, shared = nil, nil, nil, nil, nil, nil, nil, nil, nil
 pins, groups, pinned, grp, gsize, sizes_of, dues, due = nil, nil, nil, nil, nil, nil, nil, nil
 pcall(function() for a = #ARGV, 1, -1 do ARGV[a] = nil end end)  -- a server may protect ARGV
 collectgarbage()
