@@ -99,10 +99,11 @@ def _drift_lines() -> list[str]:
 
 def service_section() -> str:
     """End-to-end POST /schedule latency against a service this command starts."""
-    args = ("bench", "service")
+    args = ("bench", "service", "--prompt-chars", "800")
     report = run_json(*args)
     lines = [
-        f"{_command(*args)} (starts `serve` with an embedded valkey-server; default policy and budget)",
+        f"{_command(*args)} (starts `serve` with an embedded valkey-server; default policy and budget;"
+        " each prompt carries 800 characters of text)",
         "",
         "| batch | p50 ms | p95 ms | requests/s | server p50 per stage (ms) | statuses |",
         "|---|---|---|---|---|---|",

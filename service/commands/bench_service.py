@@ -2,7 +2,9 @@
 
 It posts batches of 1,024 trajectories x 16 workers and 4,096 x 32 (8/16 H100 + 8/16 Ascend 910B,
 64/256 prompts x 16 samples) and reports p50/p95 end-to-end latency, as the client sees it (HTTP,
-JSON, validate, predict, plan, baseline, publish), and requests per second. Before measuring, it
+JSON, validate, predict, plan, baseline, publish), and requests per second. Each prompt carries
+``--prompt-chars`` of text (800 by default, a math problem's size), as a trainer's requests do: the
+text travels to the sidecars through Redis, so it is part of what publishing costs. Before measuring, it
 reports two earlier steps of heavy-tailed actuals for the same prompts and retrains, so predictions
 come from the LightGBM model as in production rather than from the no-history fallback. Without
 ``--url`` it starts ``rollout-scheduler serve`` in a subprocess on an embedded valkey-server.
@@ -62,6 +64,7 @@ def bench_service(
     requests: Annotated[int, typer.Option(min=2, help="Measured requests per size.")] = 30,
     warmup: Annotated[int, typer.Option(min=0, help="Unmeasured requests per size first.")] = 3,
     policy: Annotated[str | None, typer.Option(help="Policy to request; default the service's.")] = None,
+    prompt_chars: Annotated[int, typer.Option(min=0, help="Prompt text per prompt, characters.")] = 800,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run the benchmark and print a table (or JSON)."""
@@ -70,19 +73,30 @@ def bench_service(
     try:
         with _service(url) as base, SchedulerClient(base, token=token, timeout_s=120) as client:
             _seed_history(client)
-            results = [_measure(client, n, w, requests, warmup, policy, not as_json) for n, w in SIZES]
+            results = [
+                _measure(client, batch(n, w, 2, policy, prompt_chars), requests, warmup, not as_json)
+                for n, w in SIZES
+            ]
     except (SchedulerAPIError, OSError, RuntimeError) as error:
         typer.echo(f"bench service: {error}", err=True)
         raise typer.Exit(1) from None
-    report = {"url": url or "embedded", "cores": os.cpu_count(), "sizes": [asdict(r) for r in results]}
+    report = {
+        "url": url or "embedded",
+        "cores": os.cpu_count(),
+        "prompt_chars": prompt_chars,
+        "sizes": [asdict(r) for r in results],
+    }
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:
         _print_table(results)
 
 
-def batch(trajectories: int, workers: int, step: int, policy: str | None) -> dict[str, Any]:
-    """The ``POST /schedule`` body of one benchmark size (deterministic)."""
+def batch(
+    trajectories: int, workers: int, step: int, policy: str | None, prompt_chars: int = 0
+) -> dict[str, Any]:
+    """The ``POST /schedule`` body of one benchmark size (deterministic), each prompt with
+    ``prompt_chars`` characters of text."""
     import numpy as np
 
     rng = np.random.default_rng(trajectories)
@@ -96,6 +110,7 @@ def batch(trajectories: int, workers: int, step: int, policy: str | None) -> dic
                     "prompt_tokens": int(rng.integers(64, 1024)),
                     "n": SAMPLES,
                     "max_new_tokens": CAP,
+                    **({"prompt": _text(i, prompt_chars)} if prompt_chars else {}),
                 }
                 for i in range(prompts)
             ]
@@ -109,6 +124,12 @@ def batch(trajectories: int, workers: int, step: int, policy: str | None) -> dic
     if policy:
         body["policy"] = policy
     return body
+
+
+def _text(index: int, chars: int) -> str:
+    """``chars`` characters of word-like prompt text, different for every prompt."""
+    words = f"problem {index}: let x be the least integer such that the sum of its digits is prime; "
+    return (words * (chars // len(words) + 1))[:chars]
 
 
 def _actuals(trajectories: int, steps: int) -> Iterator[dict[str, Any]]:
@@ -144,10 +165,9 @@ def _seed_history(client: Any) -> None:
     client.retrain()
 
 
-def _measure(
-    client: Any, trajectories: int, workers: int, count: int, warmup: int, policy: str | None, progress: bool
-) -> SizeResult:
-    body = json.loads(json.dumps(batch(trajectories, workers, step=2, policy=policy)))
+def _measure(client: Any, body: dict[str, Any], count: int, warmup: int, progress: bool) -> SizeResult:
+    trajectories = sum(item["n"] for item in body["batch"]["items"])
+    workers = len(body["inventory"]["workers"])
     latencies: list[float] = []
     stages: dict[str, list[float]] = {}
     statuses: Counter[str] = Counter()
