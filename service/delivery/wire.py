@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -84,8 +85,7 @@ def stored_items(items: Sequence[DeliveryItem]) -> tuple[list[str], str]:
     by_prompt: dict[str, tuple[Mapping[str, Any], str]] = {}  # prompt id -> (payload, its JSON)
     stored = []
     for item in items:
-        doc = item.to_json()
-        payload = doc.pop("payload")
+        payload = item.payload
         ref = ""
         if payload:
             seen = by_prompt.get(item.prompt_id)
@@ -93,8 +93,36 @@ def stored_items(items: Sequence[DeliveryItem]) -> tuple[list[str], str]:
                 seen = (payload, strict_json(payload, f"items[{item.key}].payload"))
                 by_prompt[item.prompt_id] = seen
             ref = str(refs.setdefault(seen[1], len(refs) + 1))
-        stored.append(ref + "\t" + strict_json(doc, f"items[{item.key}]"))
+        stored.append(ref + "\t" + item_json(item))
     return stored, "\n".join(refs)
+
+
+_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # encode(str): C fast path
+
+
+def item_json(item: DeliveryItem) -> str:
+    """``item.to_json()`` without its payload, as compact JSON.
+
+    Written out field by field because ``json.dumps`` builds a new C encoder on every call: ~10 us
+    for this small object, 10 ms of a 1,024-item publish, against ~3 us here. Strings go through
+    the JSON encoder's own escaping, numbers as ``json`` writes them (``float.__repr__``);
+    ``tests/service/delivery/test_wire.py`` checks it decodes to exactly what ``to_json`` holds.
+    """
+    predicted = float(item.predicted_tokens)
+    if not math.isfinite(predicted):
+        raise InvalidInputError(f"items[{item.key}].predicted_tokens", predicted, "must be finite")
+    text = _JSON.encode
+    return (
+        f'{{"key":{text(item.key)},"prompt_id":{text(item.prompt_id)},"sample_idx":{int(item.sample_idx)},'
+        f'"prompt_tokens":{int(item.prompt_tokens)},"max_new_tokens":{int(item.max_new_tokens)},'
+        f'"predicted_tokens":{predicted!r},"group_id":{text(item.group_id)},'
+        f'"pinned":{"true" if item.pinned else "false"},'
+        f'"planned_start_ms":{_optional(item.planned_start_ms)},"deadline_ms":{_optional(item.deadline_ms)}}}'
+    )
+
+
+def _optional(value: int | None) -> str:
+    return "null" if value is None else str(int(value))
 
 
 def complete_args(entries: Sequence[tuple[str, int, TrajectoryResult]], now_ms: int | None) -> list[Any]:
