@@ -110,7 +110,7 @@ class ScheduleKeys:
 
     @property
     def items(self) -> str:
-        """Static item JSON by key."""
+        """Item key -> ``<ref>\t<static item JSON without its payload>`` (payload: ``prompts``)."""
         return f"{self.base}:items"
 
     @property
