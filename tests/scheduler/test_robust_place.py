@@ -154,3 +154,36 @@ def test_cpsat_does_not_search_with_quantiles_when_the_robust_choice_could_not_j
     # without quantiles there is no choice to make, so no time to keep for it
     plan(_request(1.6, quantiles=False), "cpsat")
     assert searched == [1, 1]
+
+
+def _first_step(p90: float) -> PlanRequest:
+    """A run's first step: no history, so every sample gets the same prior (p50 512, p90 ``p90``);
+    64 of them fit one H100 at once, which finishes them faster than an Ascend 910B would."""
+    h100, ascend = device_profile("H100"), device_profile("Ascend910B")
+    workers = (Worker("h100-0", h100, max_num_seqs=64), Worker("a910b-0", ascend, max_num_seqs=64))
+    prior = {0.5: 512.0, 0.9: p90}
+    batch = tuple(Trajectory(f"p{i}", s, 50 + i, 2048, 512.0, prior) for i in range(16) for s in range(4))
+    return PlanRequest(batch, Inventory(workers, model_preset("7b")), time_budget_s=LATER)
+
+
+def test_a_kind_the_plan_left_empty_is_not_taken_for_one_that_runs_on_time() -> None:
+    # the H100 runs late on draws (64 sequences at once end with the longest draw), and the
+    # Ascend, given nothing, was never played: no comparison of kinds, so nothing moves
+    request = _first_step(1_500.0)
+    problem, placement = _hedged_lpt(request)
+    spread = spreads(request.trajectories)
+    assert spread is not None
+    assert [len(q) for q in placement.queues] == [64, 0]
+    assert kind_scales(problem, placement, spread, False, 0, time.perf_counter() + LATER) is None
+    for policy in ("lpt", "cpsat"):
+        planned = plan(request, policy)
+        assert [len(w.items) for w in planned.workers] == [64, 0]
+        assert planned.predicted_makespan_s < plan(request, "round_robin").predicted_makespan_s
+
+
+def test_a_kind_left_empty_counts_as_late_as_the_latest_kind_played() -> None:
+    kinds = [[0, 1], [2], [3]]
+    late = 1.3 / 1.1  # the H100s' mean lateness over the least kind's
+    assert robust_place._scales(4, kinds, [[1.2, 1.4], [1.1], []]) == pytest.approx([late, late, 1.0, late])
+    assert robust_place._scales(4, kinds, [[1.2, 1.4], [], []]) is None  # one kind played: nothing to compare
+    assert robust_place._scales(4, kinds, [[1.1], [1.105], []]) is None  # within AGREED
