@@ -28,6 +28,7 @@ from service.api.convert import build_inventory, check_unique_prompts, resolve_m
 from service.api.schemas import (
     AssignedItem,
     BatchItem,
+    Sampling,
     ScheduleRequest,
     ScheduleResponse,
     Timings,
@@ -240,7 +241,7 @@ def publish(
     schedule_id: str, chosen: Plan, request: PlanRequest, body: ScheduleRequest, ctx: Context
 ) -> None:
     """Write the plan's queues (with each prompt's payload) for the sidecars; remember worker profiles."""
-    payloads = {item.prompt_id: _payload(item) for item in body.batch.items}
+    payloads = {item.prompt_id: _payload(item, body.sampling) for item in body.batch.items}
     ctx.speeds.remember(request.inventory)  # first: if Redis fails here, no schedule is half-announced
     settings = ctx.settings
     lease = LeaseSettings(settings.lease_ttl_ms, settings.max_attempts, settings.retention_s)
@@ -256,13 +257,17 @@ def publish(
     )
 
 
-def _payload(item: BatchItem) -> dict[str, Any]:
-    """What the sidecar forwards to the engine: prompt text or chat messages."""
+def _payload(item: BatchItem, sampling: Sampling | None) -> dict[str, Any]:
+    """What the sidecar forwards to the engine: prompt text or chat messages, and the sampling fields
+    (the request's, with the prompt's own over them)."""
     payload: dict[str, Any] = {}
     if item.prompt is not None:
         payload["prompt"] = item.prompt
     if item.messages is not None:
         payload["messages"] = [m.model_dump() for m in item.messages]
+    params = {**(sampling.params() if sampling else {}), **(item.sampling.params() if item.sampling else {})}
+    if params:
+        payload["params"] = params
     return payload
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import TypedDict
 
 Name = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:@/+=-]+$")]
@@ -31,6 +31,53 @@ class ChatMessage(Strict):
     content: str
 
 
+JsonScalar = str | int | float | bool | None
+StopText = Annotated[str, Field(min_length=1, max_length=256)]
+TokenId = Annotated[int, Field(ge=0)]
+ENGINE_OWNED = frozenset(
+    {"model", "prompt", "messages", "n", "best_of", "stream", "stream_options", "max_tokens"}
+    | {"max_completion_tokens", "rollout"}
+)  # request fields the sidecar sets itself: one sample per request, capped at ``max_new_tokens``
+
+
+class Sampling(Strict):
+    """How the engine samples, sent with every sample's request (OpenAI / vLLM field names).
+
+    Unset fields are not sent, so the engine's own defaults apply to them; an RL objective usually
+    wants ``temperature`` and ``top_p`` stated, since vLLM started with ``--generation-config auto``
+    takes the model's ``generation_config.json`` instead.
+    """
+
+    temperature: float | None = Field(default=None, ge=0, le=100)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=-1)  # -1: no limit (vLLM)
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(default=None, gt=0, le=100)
+    stop: list[StopText] | None = Field(default=None, max_length=32)
+    stop_token_ids: list[TokenId] | None = Field(default=None, max_length=256)
+    seed: int | None = Field(default=None, ge=0, le=2**62)  # base seed: sample k is drawn with seed + k,
+    # so a prompt's n samples differ (as vLLM's one request with n and a seed) and a rerun repeats them
+    extra: dict[str, JsonScalar | list[JsonScalar]] = Field(default_factory=dict)  # other engine fields
+    # (e.g. vLLM's skip_special_tokens), sent as they are
+
+    @field_validator("extra")
+    @classmethod
+    def _not_owned(cls, extra: dict[str, Any]) -> dict[str, Any]:
+        for name in extra:
+            if name in ENGINE_OWNED:
+                raise ValueError(f"'{name}' is set by the sidecar for every request and cannot be sent")
+            if name in cls.model_fields:
+                raise ValueError(f"'{name}' has its own field in sampling; set it there")
+        return extra
+
+    def params(self) -> dict[str, Any]:
+        """The request fields this sets: the typed ones given, then ``extra``."""
+        given = self.model_dump(exclude_none=True, exclude={"extra"})
+        return {**given, **self.extra}
+
+
 class BatchItem(Strict):
     """One prompt of the rollout batch; it yields ``n`` trajectories (GRPO group of ``n`` samples)."""
 
@@ -42,6 +89,7 @@ class BatchItem(Strict):
     prompt: str | None = None  # text the sidecar sends to /v1/completions
     messages: list[ChatMessage] | None = None  # or chat turns for /v1/chat/completions
     pinned_worker: Name | None = None  # only this worker may run the samples
+    sampling: Sampling | None = None  # this prompt's sampling, field by field over the request's
 
 
 class Batch(Strict):
@@ -86,6 +134,7 @@ class ScheduleRequest(Strict):
     kv_admission: bool = False  # sidecars admit by projected KV peak at predicted lengths
     publish: bool = True  # write the plan to Redis for the sidecars; false = dry run
     seed: int = Field(default=0, ge=0)  # fixes any randomised search
+    sampling: Sampling | None = None  # how every sample is drawn (a prompt's own ``sampling`` overrides)
     schedule_id: ScheduleId | None = None  # caller-chosen id: a retry of a published one is refused (409)
 
 

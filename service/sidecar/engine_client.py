@@ -2,8 +2,9 @@
 
 One trajectory is one non-streaming request with ``max_tokens`` = the item's cap. The item's payload
 says what to send: ``messages`` (a chat, to ``/v1/chat/completions``) or ``prompt`` (text or token ids,
-to ``/v1/completions``), plus ``params`` (extra sampling fields: temperature, seed, stop...) merged
-into the body. Every request also carries a ``rollout`` object (prompt id, sample index, prompt
+to ``/v1/completions``), plus ``params`` (the request's sampling fields: temperature, stop...)
+merged into the body (``sample_params``: a ``seed`` there is the prompt's base seed, and sample ``k``
+is drawn with ``seed + k``). Every request also carries a ``rollout`` object (prompt id, sample index, prompt
 tokens, and whatever the payload's ``rollout`` adds) that real engines ignore and engine-sim reads.
 
 Cancelling ``generate`` closes the connection, which makes vLLM (and engine-sim) abort the request
@@ -105,7 +106,7 @@ class EngineClient:
         }
         hint.update(dict(payload.get("rollout") or {}))
         body: dict[str, Any] = {"model": model, "max_tokens": item.max_new_tokens, "n": 1, "stream": False}
-        body.update(dict(payload.get("params") or {}))
+        body.update(sample_params(item))
         body["rollout"] = hint
         if "messages" in payload:
             return "/v1/chat/completions", {**body, "messages": payload["messages"]}
@@ -130,6 +131,17 @@ class EngineClient:
         if not isinstance(data, dict):
             raise EngineError("engine answered a non-object JSON body", True)
         return data
+
+
+def sample_params(item: DeliveryItem) -> dict[str, Any]:
+    """The sampling fields of ``item``'s request: its payload's ``params``, with a ``seed`` there
+    taken as the prompt's base seed and offset by the sample index. The samples of one prompt are
+    separate requests (``n=1``), so one seed for all would draw the same response ``n`` times; vLLM
+    given ``n`` and a seed in one request draws them differently, and so does this."""
+    params = dict(item.payload.get("params") or {})
+    if isinstance(params.get("seed"), int):
+        params["seed"] += item.sample_idx
+    return params
 
 
 def _parse_reply(answer: dict[str, Any], wall_time_s: float) -> EngineReply:

@@ -3,8 +3,9 @@
 Some rollout workers cannot be fed over HTTP (the engine runs in-process, as in veRL's hybrid
 engine or an SGLang ``Engine`` object). For them the sidecar serves on loopback:
 
-* ``GET /next`` -> 200 with one item and its lease (``schedule_id``, ``key``, ``token``, ``item``),
-  or 204 when there is nothing to do now (``?wait_s=`` long-polls up to 30 s);
+* ``GET /next`` -> 200 with one item and its lease (``schedule_id``, ``key``, ``token``, ``item``,
+  and ``params``: the sampling fields to generate this sample with, its seed offset as the push
+  mode's), or 204 when there is nothing to do now (``?wait_s=`` long-polls up to 30 s);
 * ``POST /done`` with ``schedule_id``, ``key``, ``token``, ``output_tokens`` (and optionally
   ``finish_reason``, ``output``, ``wall_time_s``, ``reward``, ``extra``) -> 200 ``{"outcome":
   "accepted"|"duplicate"}``, or 409 ``{"outcome": "stale"}`` when the lease was lost and 404
@@ -37,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.records import CompletionOutcome, TrajectoryResult
+from service.sidecar.engine_client import sample_params
 from service.sidecar.holdings import Held
 from service.sidecar.session import WorkerSession
 
@@ -202,4 +204,5 @@ def _lease_json(held: Held) -> dict[str, Any]:
         "attempt": lease.attempt,
         "deadline_ms": lease.deadline_ms,
         "item": lease.item.to_json(),
+        "params": sample_params(lease.item),  # the sampling fields to send for this sample
     }

@@ -48,6 +48,15 @@ CASES: dict[str, tuple[Callable[[Body], None], str]] = {
     "quantile out of range": (_set("quantile", 1.5), "quantile"),
     "pinned to a stranger": (_set("batch.items.0.pinned_worker", "w9"), "batch.items[0].pinned_worker"),
     "empty inventory": (_set("inventory.workers", []), "inventory.workers"),
+    "negative temperature": (_set("sampling", {"temperature": -0.5}), "sampling.temperature"),
+    "top_p above one": (_set("batch.items.2.sampling", {"top_p": 1.5}), "batch.items[2].sampling.top_p"),
+    "an unknown sampling field": (_set("sampling", {"tempreature": 1.0}), "sampling.tempreature"),
+    "max_tokens through extra": (_set("sampling", {"extra": {"max_tokens": 10}}), "sampling.extra"),
+    "n through extra": (
+        _set("batch.items.0.sampling", {"extra": {"n": 16}}),
+        "batch.items[0].sampling.extra",
+    ),
+    "a typed field through extra": (_set("sampling", {"extra": {"seed": 3}}), "sampling.extra"),
     "cap beyond every KV cache": (
         _set("batch.items.1.max_new_tokens", 50_000_000),
         "batch.items[1].max_new_tokens",

@@ -50,6 +50,23 @@ def test_the_request_names_the_trajectory_and_merges_sampling_params() -> None:
     assert (body["model"], body["max_tokens"], body["temperature"]) == ("m", 512, 0.7)
 
 
+def test_a_seed_is_the_prompts_base_and_each_sample_is_drawn_with_its_own() -> None:
+    client = EngineClient(EngineOptions("http://x"), httpx.AsyncClient())
+    payload = {"prompt": "q", "params": {"seed": 100, "temperature": 1.0}}
+    seeds = [
+        client.request_for(DeliveryItem(f"p#{k}", "p", k, 40, 512, 300.0, payload), "m")[1]["seed"]
+        for k in range(4)
+    ]
+    assert seeds == [100, 101, 102, 103]
+    assert payload["params"] == {"seed": 100, "temperature": 1.0}  # the shared payload is left as it was
+
+
+def test_the_sidecars_own_fields_are_not_overridden_by_an_older_publishers_params() -> None:
+    client = EngineClient(EngineOptions("http://x"), httpx.AsyncClient())
+    _, body = client.request_for(_item({"prompt": "q", "params": {"temperature": 0.7}}), "m")
+    assert (body["n"], body["stream"], body["max_tokens"]) == (1, False, 512)
+
+
 def test_an_item_without_a_prompt_is_refused_unless_synthetic_prompts_are_allowed() -> None:
     with pytest.raises(EngineError, match="no prompt or messages") as refused:
         _generate(_item({}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -65,6 +66,23 @@ def test_a_worker_pulls_items_in_plan_order_and_reports_them_once(
     ]
     assert {r.key: r.result.output_tokens for r in delivery.read_results("pull")} == {"a#0": 11, "b#0": 22}
     assert tally(delivery, "pull", {i.key for i in items}) == (0, 0)
+
+
+def test_a_pulled_item_comes_with_the_sampling_fields_for_its_sample(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    params = {"seed": 40, "top_p": 0.95}
+    seeded = [
+        dataclasses.replace(one, payload={**one.payload, "params": params})
+        for one in (item("s", 0, 10), item("s", 1, 10))
+    ]
+    publish(delivery, "pull-params", {"w0": seeded}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        return [(await client.get("/next")).json()["params"] for _ in seeded]
+
+    assert _with_api(redis_url, script) == [{"seed": 40, "top_p": 0.95}, {"seed": 41, "top_p": 0.95}]
 
 
 def test_a_report_carries_the_sidecars_measured_concurrency_unless_the_worker_states_one(
