@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any
@@ -71,10 +71,14 @@ def bench_service(
     from service.client import SchedulerAPIError, SchedulerClient
 
     try:
-        with _service(url) as base, SchedulerClient(base, token=token, timeout_s=120) as client:
+        with (
+            _service(url) as base,
+            SchedulerClient(base, token=token, timeout_s=120) as client,
+            _progress(quiet=as_json) as advance,
+        ):
             _seed_history(client)
             results = [
-                _measure(client, batch(n, w, 2, policy, prompt_chars), requests, warmup, not as_json)
+                _measure(client, batch(n, w, 2, policy, prompt_chars), requests, warmup, advance)
                 for n, w in SIZES
             ]
     except (SchedulerAPIError, OSError, RuntimeError) as error:
@@ -165,7 +169,27 @@ def _seed_history(client: Any) -> None:
     client.retrain()
 
 
-def _measure(client: Any, body: dict[str, Any], count: int, warmup: int, progress: bool) -> SizeResult:
+Advance = Callable[[str, int, int], None]  # (size label, requests done, requests in all)
+
+
+@contextmanager
+def _progress(quiet: bool) -> Iterator[Advance]:
+    """A rich progress bar on stderr, hidden for --json or a non-terminal (a log gets no updates)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, disable=quiet or not sys.stderr.isatty(), transient=True) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def advance(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total)
+            bar.update(tasks[label], completed=done)
+
+        yield advance
+
+
+def _measure(client: Any, body: dict[str, Any], count: int, warmup: int, advance: Advance) -> SizeResult:
     trajectories = sum(item["n"] for item in body["batch"]["items"])
     workers = len(body["inventory"]["workers"])
     latencies: list[float] = []
@@ -186,11 +210,8 @@ def _measure(client: Any, body: dict[str, Any], count: int, warmup: int, progres
         versions.add(answer.model_version)
         for name, value in answer.timings.model_dump().items():
             stages.setdefault(name, []).append(value)
-        if progress:
-            typer.echo(f"\r{trajectories} x {workers}: {index - warmup + 1}/{count}", nl=False, err=True)
+        advance(f"{trajectories} x {workers}", index - warmup + 1, count)
     wall = time.perf_counter() - started
-    if progress:
-        typer.echo("", err=True)
     return SizeResult(
         trajectories=trajectories,
         workers=workers,
