@@ -109,7 +109,12 @@ class RunningPeak:
         self.total -= offset
 
     def fits(self, step: int, offset: int, end: int, capacity: int) -> bool:
-        """``peak_fits`` at absolute step ``step`` for a candidate with ``offset`` and ``end``.
+        """``peak_fits`` at absolute step ``step`` for a candidate with ``offset`` and ``end``."""
+        return self.overflow(step, offset, end, capacity) is None
+
+    def overflow(self, step: int, offset: int, end: int, capacity: int) -> tuple[int, int] | None:
+        """None where ``fits``; else ``(first, excess)``: the projection passes ``capacity`` by
+        ``excess`` tokens at some absolute step at or after ``first`` (``first > step``).
 
         ``held`` after the step that ends at absolute step ``v`` counts every sequence with
         ``max(end, step + 1) >= v`` at context ``offset + v``: at ``v = step + 1`` all of them (a
@@ -118,26 +123,34 @@ class RunningPeak:
         it peaks; the sums run in C (``accumulate``, ``map``), as the test runs at every event.
         """
         ends, offsets, n = self.ends, self.offsets, len(self.ends)
-        if self.total + offset + (step + 1) * (n + 1) > capacity:
-            return False
+        now = self.total + offset + (step + 1) * (n + 1)
+        if now > capacity:
+            return step + 1, now - capacity
         hi = bisect.bisect_right(ends, end)
         above = 0  # offsets of the sequences ending after the candidate
         if hi < n:  # the candidate has ended there: the running set alone
             sums = list(accumulate(reversed(offsets[hi:])))
-            if max(map(add, sums, map(mul, reversed(ends[hi:]), range(1, n - hi + 1)))) > capacity:
-                return False
+            totals = list(map(add, sums, map(mul, reversed(ends[hi:]), range(1, n - hi + 1))))
+            alone: int = max(totals)
+            if alone > capacity:
+                return ends[n - 1 - totals.index(alone)], alone - capacity
             above = sums[-1]
         lo = bisect.bisect_left(ends, end, 0, hi)  # those ending with the candidate count at its end
-        if above + sum(offsets[lo:hi]) + offset + end * (n - lo + 1) > capacity:
-            return False
+        at_end = above + sum(offsets[lo:hi]) + offset + end * (n - lo + 1)
+        if at_end > capacity:
+            return end, at_end - capacity
         # ends at or before the next step are covered by the first check (no context is negative)
         low = bisect.bisect_right(ends, step + 1, 0, hi)
         if low == hi:
-            return True
-        held = map(
-            add,
-            accumulate(reversed(offsets[low:hi])),
-            map(mul, reversed(ends[low:hi]), range(n - hi + 2, n - low + 2)),
+            return None
+        held = list(
+            map(
+                add,
+                accumulate(reversed(offsets[low:hi])),
+                map(mul, reversed(ends[low:hi]), range(n - hi + 2, n - low + 2)),
+            )
         )
-        peak: int = max(held)
-        return peak + above + offset <= capacity
+        most: int = max(held)
+        if most + above + offset <= capacity:
+            return None
+        return ends[hi - 1 - held.index(most)], most + above + offset - capacity

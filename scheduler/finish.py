@@ -286,6 +286,7 @@ class _WorkerRun:
         self.peak = RunningPeak()  # the running set's ends, for projected-peak admission under ``reserve``
         self.token = 0
         self.blocked = False  # a preemption happened and no decode step has run since
+        self.refused: tuple[int, int, int, int] | None = None  # (item, first, excess, step): see _fits
 
     def run(self, stop_at: float = math.inf) -> float:
         """Play events until the queue is empty and nothing runs, or the clock reaches ``stop_at``;
@@ -303,11 +304,29 @@ class _WorkerRun:
         if self.batch >= self.cost.max_num_seqs:
             return False
         if self.reserve:
-            step = self.step
-            end = step + expected_remaining(self.steps[item], 0)  # exact: none outlives it
-            return self.peak.fits(step, self.prompts[item] - step, end, self.cap)
+            return self._peak_fits(item)
         context = self.offset + self.batch * self.step
         return context + self.prompts[item] <= self.limit
+
+    def _peak_fits(self, item: int) -> bool:
+        """Projected-peak admission of ``item``, without the O(running) test where it must fail.
+
+        Lengths are exact here, so every running sequence ends at its planned step: a completion
+        changes nothing the projection counts after it, and waiting ``d`` steps lowers the
+        candidate's own context at any later step by ``d``. A refusal that overflowed by ``excess``
+        at or after step ``first`` therefore still overflows while ``step < first`` and ``d <
+        excess``, until a preemption (which removes a sequence that had not ended) forgets it. On
+        KV-bound queues in waves this skipped most tests (4,096 items a worker: ~0.25 s a play).
+        """
+        step = self.step
+        if self.refused is not None:
+            refused, first, excess, at = self.refused
+            if refused == item and step < first and step - at < excess:
+                return False
+        end = step + expected_remaining(self.steps[item], 0)  # exact: none outlives it
+        over = self.peak.overflow(step, self.prompts[item] - step, end, self.cap)
+        self.refused = None if over is None else (item, over[0], over[1], step)
+        return over is None
 
     def _admit(self) -> None:
         prefill_tokens = 0
@@ -349,6 +368,7 @@ class _WorkerRun:
             self._preempt_newest()
 
     def _preempt_newest(self) -> None:
+        self.refused = None  # the evicted sequence had not ended: later projections change
         while True:
             token, item = self.stack.pop()
             if self.alive.get(item, (-1, 0))[0] == token:

@@ -90,7 +90,7 @@ def ordered(
     worker it refines is rarely the one that ends last in truth, docs/solver.md), and the hedge
     (``scheduler.policies.robust_order``) judges the orders on draws instead, in the time it saves.
     """
-    queues, finishes = order_queues(problem, assignment, reserve)
+    queues, finishes = order_queues(problem, assignment, reserve, search_until=deadline)
     if refine:
         queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)
     return queues, finishes

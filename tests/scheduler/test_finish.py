@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.admission import projected_peak
+from scheduler import finish as finish_module
+from scheduler.admission import RunningPeak, projected_peak
 from scheduler.costmodel import worker_cost
 from scheduler.devices import device_profile, model_preset
 from scheduler.finish import all_at_once_finish, all_at_once_finishes, queue_finishes, worker_finish
@@ -133,3 +134,51 @@ def test_a_play_stopped_at_a_bound_never_reports_a_finish_below_it(
         assert stopped == finish  # never reached: the whole play
     else:
         assert bound <= stopped <= finish
+
+
+class _EveryTest(finish_module._WorkerRun):
+    """The worker model with every admission test run in full: what skipping refusals must equal."""
+
+    def _peak_fits(self, item: int) -> bool:
+        self.refused = None
+        return super()._peak_fits(item)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 400), st.integers(1, 900)), min_size=1, max_size=60),
+    st.integers(1, 16),
+    st.integers(1_300, 6_000),  # every item fits alone (the validated case)
+)
+def test_skipping_admission_tests_that_must_fail_changes_no_finish(
+    queue: list[tuple[int, int]], slots: int, capacity: int
+) -> None:
+    cost = worker_cost(
+        Worker("w", device_profile("Ascend910B"), max_num_seqs=slots, kv_capacity_tokens=capacity),
+        model_preset("7b"),
+    )
+    prompts, steps = [p for p, _ in queue], [n for _, n in queue]
+    assert worker_finish(cost, prompts, steps, reserve=True) == _EveryTest(cost, prompts, steps, True).run()
+
+
+def test_a_refused_admission_is_not_tested_again_until_it_could_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    cost = worker_cost(
+        Worker("w", device_profile("H100"), max_num_seqs=8, kv_capacity_tokens=2_000), model_preset("7b")
+    )
+    # the last item (1,200 + 400) cannot run beside the first (100 + 1,500) at any step, so it
+    # waits for it; the five short items ending meanwhile change nothing the first one's end needs
+    prompts, steps = [100, 10, 10, 10, 10, 10, 1_200], [1_500, 5, 6, 7, 8, 9, 400]
+    tests: list[int] = []
+    overflow = RunningPeak.overflow
+
+    def counted(self: RunningPeak, *args: int) -> tuple[int, int] | None:
+        tests.append(args[0])
+        return overflow(self, *args)
+
+    monkeypatch.setattr(RunningPeak, "overflow", counted)
+    skipped = worker_finish(cost, prompts, steps, reserve=True)
+    # five admitted beside the first (which starts alone, untested), the last refused once; it
+    # starts when the first has ended and nothing runs (untested again)
+    assert tests == [0] * 6
+    assert skipped == _EveryTest(cost, prompts, steps, True).run()
+    assert tests[6:] == [0] * 6 + [5, 6, 7, 8, 9]  # in full: refused again at every completion

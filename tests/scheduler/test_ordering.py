@@ -7,9 +7,9 @@ import time
 import pytest
 
 from scheduler.benchgen import heavy_tailed_batch, mixed_inventory
-from scheduler.finish import worker_finish
+from scheduler.finish import all_at_once_finish, worker_finish
 from scheduler.policies.lpt import lpt_assignment
-from scheduler.policies.ordering import best_order, longest_first, order_queues, refine_critical
+from scheduler.policies.ordering import UNSEARCHED, best_order, longest_first, order_queues, refine_critical
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import PlanRequest
 
@@ -86,3 +86,27 @@ def test_a_worker_that_finishes_before_a_worker_running_at_once_keeps_longest_fi
     for w in kept:
         assert list(queues[w]) == longest_first(problem, list(queues[w]), problem.costs[w])
         assert finishes[w] < max(finishes)
+
+
+@pytest.mark.parametrize("reserve", [False, True])
+def test_with_no_time_to_search_each_queue_gets_the_one_order_that_serves_best_unplayed(
+    reserve: bool,
+) -> None:
+    request = PlanRequest(
+        trajectories=heavy_tailed_batch(256, 2, median_output=12_000.0), inventory=mixed_inventory(2)
+    )
+    problem = build_problem(request)
+    assignment = lpt_assignment(problem)
+    queues, finishes = order_queues(problem, assignment, reserve, search_until=time.perf_counter() - 1.0)
+    _, searched_finishes = order_queues(problem, assignment, reserve)
+    unsearched = 0
+    for w, units in enumerate(assignment):
+        items = [i for u in units for i in problem.units[u].members]
+        cost = problem.costs[w]
+        at_once = all_at_once_finish(cost, *problem.lengths(longest_first(problem, items, cost)), reserve)
+        rule = longest_first if at_once is not None else UNSEARCHED[reserve]  # at once: any order
+        assert list(queues[w]) == rule(problem, items, cost)
+        assert finishes[w] == worker_finish(cost, *problem.lengths(list(queues[w])), reserve)
+        unsearched += at_once is None
+    assert unsearched > 0
+    assert max(searched_finishes) <= max(finishes)  # the search plays that order among others
