@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from typing_extensions import TypedDict
 
 Name = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:@/+=-]+$")]
@@ -31,7 +31,6 @@ class ChatMessage(Strict):
     content: str
 
 
-JsonScalar = str | int | float | bool | None
 StopText = Annotated[str, Field(min_length=1, max_length=256)]
 TokenId = Annotated[int, Field(ge=0)]
 ENGINE_OWNED = frozenset(
@@ -59,8 +58,8 @@ class Sampling(Strict):
     stop_token_ids: list[TokenId] | None = Field(default=None, max_length=256)
     seed: int | None = Field(default=None, ge=0, le=2**62)  # base seed: sample k is drawn with seed + k,
     # so a prompt's n samples differ (as vLLM's one request with n and a seed) and a rerun repeats them
-    extra: dict[str, JsonScalar | list[JsonScalar]] = Field(default_factory=dict)  # other engine fields
-    # (e.g. vLLM's skip_special_tokens), sent as they are
+    extra: dict[str, JsonValue] = Field(default_factory=dict)  # other engine fields (e.g. vLLM's
+    # skip_special_tokens, or a response_format object), sent as they are
 
     @field_validator("extra")
     @classmethod

@@ -54,24 +54,15 @@ def test_sampling_fields_reach_every_sample_with_a_prompts_own_over_the_requests
     client: TestClient, redis_client: redis.Redis
 ) -> None:
     body = batch_body(prompts=2, n=2, workers=1)
-    body["sampling"] = {
-        "temperature": 1.0,
-        "top_p": 1.0,
-        "stop": ["</answer>"],
-        "extra": {"ignore_eos": False},
-    }
+    extra = {"ignore_eos": False, "response_format": {"type": "json_object"}}
+    body["sampling"] = {"temperature": 1.0, "top_p": 1.0, "stop": ["</answer>"], "extra": extra}
     body["batch"]["items"][1]["sampling"] = {"temperature": 0.6, "seed": 7}
     response = client.post("/schedule", json=body).json()
     leases = Delivery(redis_client).claim(response["schedule_id"], "w0", max_items=10)
     params = {lease.item.prompt_id: lease.item.payload["params"] for lease in leases}
-    assert params["p0"] == {"temperature": 1.0, "top_p": 1.0, "stop": ["</answer>"], "ignore_eos": False}
-    assert params["p1"] == {
-        "temperature": 0.6,
-        "top_p": 1.0,
-        "stop": ["</answer>"],
-        "ignore_eos": False,
-        "seed": 7,
-    }
+    shared = {"top_p": 1.0, "stop": ["</answer>"], **extra}
+    assert params["p0"] == {"temperature": 1.0, **shared}
+    assert params["p1"] == {"temperature": 0.6, **shared, "seed": 7}
 
 
 def test_a_request_without_sampling_sends_none_so_the_engine_defaults_apply(
