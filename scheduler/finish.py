@@ -286,7 +286,7 @@ class _WorkerRun:
         self.peak = RunningPeak()  # the running set's ends, for projected-peak admission under ``reserve``
         self.token = 0
         self.blocked = False  # a preemption happened and no decode step has run since
-        self.refused: tuple[int, int, int, int] | None = None  # (item, first, excess, step): see _fits
+        self.refused: tuple[int, int, int, int] | None = None  # (item, first, excess, step): _peak_fits
 
     def run(self, stop_at: float = math.inf) -> float:
         """Play events until the queue is empty and nothing runs, or the clock reaches ``stop_at``;
