@@ -52,9 +52,12 @@ def test_a_sidecar_paused_past_its_lease_has_its_late_completion_refused_and_the
     with cluster(tmp_path) as procs:
         urls = procs.engine_threads({"engine-paused": 0.02, "engine-rescuer": 0.01})
         # Its item needs 0.9 s of its 2 s lease, so without the pause it would finish in time even with
-        # no heartbeat. A long heartbeat interval makes the late completion, not the next heartbeat, the
-        # first thing the resumed process sends (the heartbeat-first order is test_runner's lost lease).
-        paused = procs.sidecar("paused", urls["engine-paused"], redis_url, "--heartbeat-interval", "5")
+        # no heartbeat. No heartbeat falls due during the test, so the late completion, not a heartbeat,
+        # is the first thing the resumed process sends (the heartbeat-first order is test_runner's lost
+        # lease). An interval of 5 s was not enough: a pause that spanned a heartbeat's due time (the
+        # rescuer's start takes seconds on a busy host) left the two racing, and the heartbeat, finding
+        # the lease gone, could cancel the item before its completion was sent (one CI run failed here).
+        paused = procs.sidecar("paused", urls["engine-paused"], redis_url, "--heartbeat-interval", "600")
         publish(delivery, "pause", {"paused": [slow], "rescuer": []}, lease_ttl_ms=2000)
         wait_until(lambda: delivery.progress("pause").running == 1, 40, "the item claimed")
         paused.signal(signal.SIGSTOP)
