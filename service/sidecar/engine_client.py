@@ -3,9 +3,10 @@
 One trajectory is one non-streaming request with ``max_tokens`` = the item's cap. The item's payload
 says what to send: ``messages`` (a chat, to ``/v1/chat/completions``) or ``prompt`` (text or token ids,
 to ``/v1/completions``), plus ``params`` (the request's sampling fields: temperature, stop...)
-merged into the body (``sample_params``: a ``seed`` there is the prompt's base seed, and sample ``k``
-is drawn with ``seed + k``). Every request also carries a ``rollout`` object (prompt id, sample index, prompt
-tokens, and whatever the payload's ``rollout`` adds) that real engines ignore and engine-sim reads.
+merged into the body under the sidecar's own fields (``sample_params``: a ``seed`` there is the
+prompt's base seed, and sample ``k`` is drawn with ``seed + k``). Every request also carries a
+``rollout`` object (prompt id, sample index, prompt tokens, and whatever the payload's ``rollout``
+adds) that real engines ignore and engine-sim reads.
 
 Cancelling ``generate`` closes the connection, which makes vLLM (and engine-sim) abort the request
 and free its slot: that is how a lost lease stops a trajectory.
@@ -105,9 +106,8 @@ class EngineClient:
             "prompt_tokens": item.prompt_tokens,
         }
         hint.update(dict(payload.get("rollout") or {}))
-        body: dict[str, Any] = {"model": model, "max_tokens": item.max_new_tokens, "n": 1, "stream": False}
-        body.update(sample_params(item))
-        body["rollout"] = hint
+        own = {"model": model, "max_tokens": item.max_new_tokens, "n": 1, "stream": False, "rollout": hint}
+        body: dict[str, Any] = {**sample_params(item), **own}  # one sample, capped: params cannot change that
         if "messages" in payload:
             return "/v1/chat/completions", {**body, "messages": payload["messages"]}
         if "prompt" in payload:

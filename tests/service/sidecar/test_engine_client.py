@@ -61,10 +61,14 @@ def test_a_seed_is_the_prompts_base_and_each_sample_is_drawn_with_its_own() -> N
     assert payload["params"] == {"seed": 100, "temperature": 1.0}  # the shared payload is left as it was
 
 
-def test_the_sidecars_own_fields_are_not_overridden_by_an_older_publishers_params() -> None:
+def test_params_from_a_publisher_other_than_the_service_cannot_change_the_sidecars_own_fields() -> None:
+    # the service refuses these in sampling.extra; anything publishing through the delivery API
+    # directly could still send them, and one lease must stay one capped sample
     client = EngineClient(EngineOptions("http://x"), httpx.AsyncClient())
-    _, body = client.request_for(_item({"prompt": "q", "params": {"temperature": 0.7}}), "m")
-    assert (body["n"], body["stream"], body["max_tokens"]) == (1, False, 512)
+    params = {"n": 16, "stream": True, "max_tokens": 5, "model": "other", "temperature": 0.7}
+    _, body = client.request_for(_item({"prompt": "q", "params": params}), "m")
+    assert (body["n"], body["stream"], body["max_tokens"], body["model"]) == (1, False, 512, "m")
+    assert body["temperature"] == 0.7
 
 
 def test_an_item_without_a_prompt_is_refused_unless_synthetic_prompts_are_allowed() -> None:
