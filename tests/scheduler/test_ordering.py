@@ -89,7 +89,7 @@ def test_a_worker_that_finishes_before_a_worker_running_at_once_keeps_longest_fi
 
 
 @pytest.mark.parametrize("reserve", [False, True])
-def test_with_no_time_to_search_each_queue_gets_the_one_order_that_serves_best_unplayed(
+def test_with_no_time_to_search_a_queue_is_played_once_in_the_order_that_serves_best(
     reserve: bool,
 ) -> None:
     request = PlanRequest(
