@@ -1,6 +1,7 @@
 """The sidecar's client of the local inference engine's OpenAI-compatible API (vLLM, SGLang, engine-sim).
 
-One trajectory is one non-streaming request with ``max_tokens`` = the item's cap. The item's payload
+One trajectory is one non-streaming request with ``max_tokens`` = the item's cap (within the model's
+context, when the engine lists it: ``EngineClient.cap``). The item's payload
 says what to send: ``messages`` (a chat, to ``/v1/chat/completions``) or ``prompt`` (text or token ids,
 to ``/v1/completions``), plus ``params`` (the request's sampling fields: temperature, stop...)
 merged into the body under the sidecar's own fields (``sample_params``: a ``seed`` there is the
@@ -59,6 +60,7 @@ class EngineClient:
         self._options = options
         self._http = http
         self._model = options.model
+        self._context: int | None = None  # the model's prompt + output limit, when /v1/models says
 
     @classmethod
     def open(cls, options: EngineOptions) -> EngineClient:
@@ -84,6 +86,7 @@ class EngineClient:
                 self._model = str(listing["data"][0]["id"])
             except (KeyError, IndexError, TypeError):
                 raise EngineError("the engine's /v1/models lists no model", retryable=True) from None
+        self._context = _context_length(listing, self._model)
         return self._model
 
     async def model(self) -> str:
@@ -106,7 +109,7 @@ class EngineClient:
             "prompt_tokens": item.prompt_tokens,
         }
         hint.update(dict(payload.get("rollout") or {}))
-        own = {"model": model, "max_tokens": item.max_new_tokens, "n": 1, "stream": False, "rollout": hint}
+        own = {"model": model, "max_tokens": self.cap(item), "n": 1, "stream": False, "rollout": hint}
         body: dict[str, Any] = {**sample_params(item), **own}  # one sample, capped: params cannot change that
         if "messages" in payload:
             return "/v1/chat/completions", {**body, "messages": payload["messages"]}
@@ -115,6 +118,20 @@ class EngineClient:
         if self._options.synthetic_prompts:
             return "/v1/completions", {**body, "prompt": [0] * max(1, item.prompt_tokens)}
         raise EngineError(f"item {item.key} carries no prompt or messages in its payload", retryable=False)
+
+    def cap(self, item: DeliveryItem) -> int:
+        """``max_tokens`` for ``item``: its ``max_new_tokens``, within what the model's context leaves
+        after the prompt when the engine states that limit (vLLM lists ``max_model_len`` per model).
+
+        vLLM refuses a request whose prompt plus ``max_tokens`` passes ``max_model_len`` (400), and
+        the sidecar reports a refusal as the item's failure, so a batch asking for a 32,768-token cap
+        on a 32,768-token model had every sample dead-lettered; the engine could never have
+        generated past the limit anyway. ``prompt_tokens`` is the trainer's count: it should
+        include the chat template's tokens, or the engine may still refuse the last few.
+        """
+        if self._context is None:
+            return item.max_new_tokens
+        return max(1, min(item.max_new_tokens, self._context - item.prompt_tokens))
 
     async def _send(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         try:
@@ -131,6 +148,17 @@ class EngineClient:
         if not isinstance(data, dict):
             raise EngineError("engine answered a non-object JSON body", True)
         return data
+
+
+def _context_length(listing: dict[str, Any], model: str) -> int | None:
+    """The ``max_model_len`` that ``/v1/models`` lists for ``model``, if any (vLLM and engine-sim
+    list one; an engine that does not leaves the cap as the item states it)."""
+    cards = listing.get("data")
+    for card in cards if isinstance(cards, list) else []:
+        if isinstance(card, dict) and card.get("id") == model:
+            limit = card.get("max_model_len")
+            return limit if isinstance(limit, int) and limit > 0 else None
+    return None
 
 
 def sample_params(item: DeliveryItem) -> dict[str, Any]:

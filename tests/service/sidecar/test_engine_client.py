@@ -71,6 +71,15 @@ def test_params_from_a_publisher_other_than_the_service_cannot_change_the_sideca
     assert body["temperature"] == 0.7
 
 
+def test_a_cap_past_the_models_context_is_cut_to_what_the_prompt_leaves() -> None:
+    # engine-sim here, like vLLM, lists max_model_len 8,192 and refuses prompt + max_tokens above it
+    item = _item({"prompt": "q", "rollout": {"output_tokens": 9_000}}, cap=8_192)
+    reply = _generate(item)
+    assert (reply.completion_tokens, reply.finish_reason) == (8_192 - 40, "length")
+    unlisted = EngineClient(EngineOptions("http://x"), httpx.AsyncClient())  # no listing read yet
+    assert unlisted.cap(item) == 8_192
+
+
 def test_an_item_without_a_prompt_is_refused_unless_synthetic_prompts_are_allowed() -> None:
     with pytest.raises(EngineError, match="no prompt or messages") as refused:
         _generate(_item({}))
@@ -79,8 +88,9 @@ def test_an_item_without_a_prompt_is_refused_unless_synthetic_prompts_are_allowe
 
 
 def test_an_engine_refusal_is_not_retryable_and_an_unreachable_engine_is() -> None:
+    too_long = DeliveryItem("p#1", "p", 1, 9_000, 512, 300.0, {"prompt": "q"})  # a prompt past the context
     with pytest.raises(EngineError, match="maximum context length") as refused:
-        _generate(_item({"prompt": "q"}, cap=9000))
+        _generate(too_long)
     assert not refused.value.retryable
 
     async def unreachable() -> None:

@@ -161,7 +161,9 @@ def test_an_item_the_engine_refuses_is_failed_and_dead_lettered_after_its_attemp
     redis_client: redis.Redis, redis_url: str, engine_url: str
 ) -> None:
     delivery = Delivery.from_url(redis_url)
-    poison = DeliveryItem("bad#0", "bad", 0, 100, 40_000, 100.0, {"prompt": "x"})  # over max_model_len
+    poison = DeliveryItem(
+        "bad#0", "bad", 0, 40_000, 100, 100.0, {"prompt": "x"}
+    )  # a prompt past max_model_len
     publish(delivery, "poison", {"w0": [poison, item("ok", 0, 50)]})
     stats = _run_until(_sidecar(redis_url, engine_url), _finished(delivery, "poison"))
     progress = delivery.progress("poison")
