@@ -125,8 +125,8 @@ class EngineClient:
 
         vLLM refuses a request whose prompt plus ``max_tokens`` passes ``max_model_len`` (400), and
         the sidecar reports a refusal as the item's failure, so a batch asking for a 32,768-token cap
-        on a 32,768-token model had every sample dead-lettered; the engine could never have
-        generated past the limit anyway. ``prompt_tokens`` is the trainer's count: it should
+        on a 32,768-token model would have every sample dead-lettered, though the engine could
+        never generate past the limit anyway. ``prompt_tokens`` is the trainer's count: it should
         include the chat template's tokens, or the engine may still refuse the last few.
         """
         if self._context is None:
