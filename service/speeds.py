@@ -88,7 +88,8 @@ class SpeedLearner:
         """Fold the speed samples of ``reports`` in; returns the new time scale of each updated worker."""
         by_worker: dict[str, list[ActualReport]] = defaultdict(list)
         for report in reports:
-            if report.concurrency is not None:  # without it, batching slowdown would pass for slowness
+            # without concurrency batching slowdown would pass for slowness; without wall time, no speed
+            if report.concurrency is not None and report.wall_time_s is not None:
                 by_worker[report.worker_id].append(report)
         ids = list(by_worker)
         if not ids:
@@ -119,6 +120,7 @@ def modelled_seconds(worker: Worker, model: ModelPreset, report: ActualReport) -
 
 
 def _log_ratio(worker: Worker, model: ModelPreset, report: ActualReport) -> float:
+    assert report.wall_time_s is not None  # observe() keeps only reports that measured it
     ratio = report.wall_time_s / modelled_seconds(worker, model, report)
     return math.log(min(max(ratio, MIN_RATIO), MAX_RATIO))
 

@@ -230,7 +230,8 @@ class ActualReport(Strict):
     prompt_tokens: int = Field(gt=0)
     output_tokens: int = Field(gt=0)
     finish_reason: Literal["stop", "length"]
-    wall_time_s: float = Field(gt=0)  # from admission to last token on the engine
+    wall_time_s: float | None = Field(default=None, gt=0)  # admission to last token on the engine;
+    # None: not measured (history imported from a trace), so the report teaches length, not speed
     reward: float | None = None
     max_new_tokens: int | None = Field(default=None, gt=0)
     concurrency: float | None = Field(default=None, ge=1)  # mean sequences running meanwhile; teaches speed

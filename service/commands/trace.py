@@ -1,9 +1,12 @@
-"""``rollout-scheduler trace import|synth``: get a trace to replay, from real dumps or the generator.
+"""``rollout-scheduler trace import|synth|push``: get a trace to replay, from real dumps or the
+generator, and hand one to a running service as its history.
 
 ``import --from verl DIR`` reads veRL rollout dumps and counts tokens with a local tokenizer.json
 (and says which); ``import --from csv|jsonl|parquet FILE --map schema=column`` renames generic
 columns. ``synth`` writes a calibrated synthetic trace, labelled ``source=synthetic`` on every row.
-The output format follows the ``--out`` suffix (.csv, .jsonl, .parquet).
+The output format follows the ``--out`` suffix (.csv, .jsonl, .parquet). ``push TRACE --url URL``
+posts a trace's rows to a service as actuals (``service.history_push``), so a deployment predicts
+from the prompts' history at its first step.
 """
 
 from __future__ import annotations
@@ -100,3 +103,30 @@ def synth_command(
         f"wrote {len(trace)} SYNTHETIC trajectories ({profile}, {prompts} prompts x {samples} samples x "
         f"{steps} steps, seed {seed}) -> {out}"
     )
+
+
+@trace_app.command("push")
+def push_command(
+    trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file: .csv, .jsonl, .parquet.")],
+    url: Annotated[str, typer.Option(help="The service, e.g. http://scheduler:8000.")],
+    token: Annotated[str | None, typer.Option(help="A trainer or worker token of that service.")] = None,
+    worker_id: Annotated[str, typer.Option(help="Worker id the imported reports name.")] = "history",
+    retrain: Annotated[bool, typer.Option(help="Retrain the predictor on everything afterwards.")] = False,
+) -> None:
+    """Post a trace's rows to a running service as actuals: the history it predicts from."""
+    from predictors.traceio import read_trace
+    from scheduler.errors import InvalidInputError
+    from service.client import SchedulerAPIError, SchedulerClient
+    from service.history_push import actual_reports, push
+
+    try:
+        reports, skipped = actual_reports(read_trace(trace_path), worker_id)
+        with SchedulerClient(url, token=token, timeout_s=120) as client:
+            pushed = push(client, reports)
+            version = client.retrain().version if retrain else None
+    except (InvalidInputError, OSError, SchedulerAPIError) as exc:
+        raise _fail(exc) from None
+    left_out = f"; {skipped} rows without output left out" if skipped else ""
+    typer.echo(f"pushed {pushed.accepted} actuals to {url} (stream length {pushed.stream_length}){left_out}")
+    if version is not None:
+        typer.echo(f"retrained: predictor {version}")

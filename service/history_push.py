@@ -1,0 +1,90 @@
+"""Seed a running service's history with a trace, so that it predicts well from its first step.
+
+The service predicts from the history it holds: the actuals stream in Redis, filled by ``POST
+/actuals`` as steps finish. A model trained offline on a trace (``predictor train``) and loaded from
+the store still sees no history for the trace's prompts there, and every prediction falls back to
+the global prior until actuals arrive. ``rollout-scheduler trace push`` posts the trace's rows as
+actuals instead, through the public API, so every replica sees them and a retrain fits on them.
+
+Rows become reports as they are (step, prompt, sample, lengths, reward, extra columns as features).
+A row without a finish reason is ``length`` when it reached its cap, else ``stop``; one without
+output tokens says nothing about length and is left out. Imported rows carry no wall time nor
+concurrency, so they teach lengths, never a worker's speed. Every report is validated before the
+first is sent, so a trace with a bad row changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from predictors.tracetable import Trace
+from scheduler.errors import InvalidInputError
+from scheduler.trace import TraceRow
+from service.api.schemas import ActualReport
+from service.client import SchedulerClient
+
+BATCH = 4_096  # reports per POST /actuals (the API takes up to 100,000; smaller bodies fail faster)
+
+
+@dataclass(frozen=True, slots=True)
+class Pushed:
+    """What a push stored."""
+
+    accepted: int  # actuals the service stored
+    stream_length: int  # its actuals stream afterwards
+
+
+def actual_reports(trace: Trace, worker_id: str) -> tuple[list[ActualReport], int]:
+    """The trace's rows as validated reports, and how many rows were left out (no output).
+
+    Raises ``InvalidInputError`` naming the first row the API would refuse (its index in the trace).
+    """
+    reports: list[ActualReport] = []
+    skipped = 0
+    for index, row in enumerate(trace.rows()):
+        if row.output_tokens <= 0:
+            skipped += 1
+            continue
+        try:
+            reports.append(ActualReport.model_validate(_fields(row, worker_id)))
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise InvalidInputError(f"row {index}.{where}", first.get("input"), first["msg"]) from None
+    return reports, skipped
+
+
+def push(client: SchedulerClient, reports: Sequence[ActualReport], batch: int = BATCH) -> Pushed:
+    """Post ``reports`` in batches of ``batch``; the stream length is the last answer's."""
+    accepted, length = 0, 0
+    for chunk in _chunks(reports, batch):
+        answer = client.report_actuals(chunk)
+        accepted, length = accepted + answer.accepted, answer.stream_length
+    return Pushed(accepted, length)
+
+
+def _fields(row: TraceRow, worker_id: str) -> dict[str, object]:
+    finish = row.finish_reason
+    if finish is None:
+        capped = row.max_new_tokens is not None and row.output_tokens >= row.max_new_tokens
+        finish = "length" if capped else "stop"
+    return {
+        "step": row.step,
+        "prompt_id": row.prompt_id,
+        "sample_idx": row.sample_idx,
+        "worker_id": worker_id,
+        "prompt_tokens": row.prompt_tokens,
+        "output_tokens": row.output_tokens,
+        "finish_reason": finish,
+        "reward": row.reward,
+        "max_new_tokens": row.max_new_tokens,
+        "features": dict(row.features),
+    }
+
+
+def _chunks(reports: Sequence[ActualReport], size: int) -> Iterator[Sequence[ActualReport]]:
+    for start in range(0, len(reports), size):
+        yield reports[start : start + size]

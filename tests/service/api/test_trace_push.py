@@ -1,0 +1,86 @@
+"""``trace push``: a trace's rows become the service's history, so it predicts from its first step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+import typer
+from typer.testing import CliRunner
+
+from service.client import SchedulerClient
+from service.settings import Settings
+from tests.service.api.conftest import TRAINER, LiveServer, with_settings
+
+HEADER = "step,prompt_id,sample_idx,prompt_tokens,output_tokens,max_new_tokens,finish_reason,reward,level\n"
+
+
+@pytest.fixture
+def cli() -> typer.Typer:
+    """The root app with every command group attached (what the console script runs)."""
+    from service.cli import _register, app
+
+    if not any(g.name == "trace" for g in app.registered_groups):
+        _register()
+    return app
+
+
+def _trace(path: Path, rows: list[str]) -> Path:
+    path.write_text(HEADER + "".join(f"{row}\n" for row in rows))
+    return path
+
+
+def _history(tmp_path: Path) -> Path:
+    """Two steps of four prompts x two samples; prompt p3's second sample has no output."""
+    rows = [
+        f"{step},p{p},{s},{40 + p},{0 if (p, s) == (3, 1) else 100 * (p + 1) + 10 * s + step},"
+        f"2048,{'stop' if p else ''},{(p + s) % 2},L{p % 2}"
+        for step in (0, 1)
+        for p in range(4)
+        for s in range(2)
+    ]
+    return _trace(tmp_path / "history.csv", rows)
+
+
+def _sources(client: SchedulerClient, step: int) -> dict[str, int]:
+    body = {
+        "batch": {
+            "items": [
+                {"prompt_id": f"p{p}", "prompt_tokens": 40 + p, "n": 2, "max_new_tokens": 2048}
+                for p in range(4)
+            ]
+        },
+        "inventory": {"workers": [{"worker_id": "w0", "device": "H100"}]},
+        "step": step,
+        "publish": False,
+    }
+    return client.schedule(body).prediction_sources
+
+
+def test_pushed_history_is_what_the_service_then_predicts_from(
+    cli: typer.Typer, live_settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    settings = with_settings(live_settings, trainer_tokens=TRAINER)
+    with LiveServer(settings) as server, SchedulerClient(server.url, token=TRAINER) as client:
+        assert _sources(client, 2) == {"global_prior": 8}  # a fresh service knows none of them
+        result = CliRunner().invoke(
+            cli, ["trace", "push", str(_history(tmp_path)), "--url", server.url, "--token", TRAINER]
+        )
+        assert result.exit_code == 0, result.output
+        assert "pushed 14 actuals" in result.output
+        assert "2 rows without output left out" in result.output
+        assert _sources(client, 2) == {"prompt_history_mean": 8}
+        assert _sources(client, 0) == {"global_prior": 8}  # only steps before the one planned count
+
+
+def test_a_trace_with_a_row_the_api_would_refuse_pushes_nothing(
+    cli: typer.Typer, live_settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    bad = _trace(tmp_path / "bad.csv", ["0,p0,0,40,100,2048,stop,1,L0", "0,p 1,0,40,100,2048,stop,1,L0"])
+    with LiveServer(live_settings) as server:
+        before = redis_client.dbsize()
+        result = CliRunner().invoke(cli, ["trace", "push", str(bad), "--url", server.url])
+        assert result.exit_code == 2
+        assert "row 1.prompt_id" in result.output
+        assert redis_client.dbsize() == before
