@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import redis
+import typer
 
 from service.embedded import EmbeddedServer
 
@@ -41,3 +42,13 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data folder {SHARED_DATA} is absent")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def cli() -> typer.Typer:
+    """The root app with every command group attached (what the console script runs), for CliRunner."""
+    from service.cli import _register, app
+
+    if not any(g.name == "trace" for g in app.registered_groups):
+        _register()  # once per session: registering twice would duplicate every command
+    return app

@@ -14,16 +14,6 @@ from predictors.traceio import read_trace, write_trace
 from tests.predictors.helpers import drifting_trace
 
 
-@pytest.fixture(scope="module")
-def cli() -> typer.Typer:
-    """The root app with every command group attached (what the console script runs)."""
-    from service.cli import _register, app
-
-    if not any(g.name == "predictor" for g in app.registered_groups):
-        _register()
-    return app
-
-
 @pytest.mark.realdata
 def test_on_real_math_data_lightgbm_beats_the_prompt_mean_and_covers_p90(shared_data: Path) -> None:
     result = evaluate(read_trace(shared_data / "math100_x8.trace.csv"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import redis
 import typer
 from typer.testing import CliRunner
@@ -14,16 +13,6 @@ from service.settings import Settings
 from tests.service.api.conftest import TRAINER, LiveServer, with_settings
 
 HEADER = "step,prompt_id,sample_idx,prompt_tokens,output_tokens,max_new_tokens,finish_reason,reward,level\n"
-
-
-@pytest.fixture
-def cli() -> typer.Typer:
-    """The root app with every command group attached (what the console script runs)."""
-    from service.cli import _register, app
-
-    if not any(g.name == "trace" for g in app.registered_groups):
-        _register()
-    return app
 
 
 def _trace(path: Path, rows: list[str]) -> Path:

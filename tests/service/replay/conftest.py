@@ -1,11 +1,10 @@
-"""Small traces and a registered CLI for the replay tests."""
+"""Small traces for the replay tests (the registered CLI is tests/conftest.py's `cli`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-import typer
 
 from predictors.synthetic import synthetic_trace
 from predictors.traceio import write_trace
@@ -23,13 +22,3 @@ def small_trace_file(tmp_path: Path, small_trace: Trace) -> Path:
     path = tmp_path / "small.csv"
     write_trace(small_trace, path)
     return path
-
-
-@pytest.fixture(scope="session")
-def cli() -> typer.Typer:
-    """The root app with every command group attached (what the console script runs)."""
-    from service.cli import _register, app
-
-    if not app.registered_groups or not any(g.name == "trace" for g in app.registered_groups):
-        _register()
-    return app
