@@ -114,6 +114,8 @@ def push_command(
     retrain: Annotated[bool, typer.Option(help="Retrain the predictor on everything afterwards.")] = False,
 ) -> None:
     """Post a trace's rows to a running service as actuals: the history it predicts from."""
+    import httpx
+
     from predictors.traceio import read_trace
     from scheduler.errors import InvalidInputError
     from service.client import SchedulerAPIError, SchedulerClient
@@ -126,6 +128,8 @@ def push_command(
             version = client.retrain().version if retrain else None
     except (InvalidInputError, OSError, SchedulerAPIError) as exc:
         raise _fail(exc) from None
+    except httpx.HTTPError as exc:  # unreachable, timed out: say where, not a traceback
+        raise _fail(RuntimeError(f"service at {url} unreachable: {exc}")) from None
     left_out = f"; {skipped} rows without output left out" if skipped else ""
     typer.echo(f"pushed {pushed.accepted} actuals to {url} (stream length {pushed.stream_length}){left_out}")
     if version is not None:
