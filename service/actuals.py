@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from scheduler.trace import TraceRow
-from service.api.schemas import ActualReport
+from service.api.schemas import MAX_COUNT, ActualReport
 from service.delivery import keys
 from service.redis_conn import RedisClient
 
@@ -68,16 +68,20 @@ class ActualsLog:
 
 def _row(raw: str) -> TraceRow | None:
     """One stored report as a trace row; JSON is parsed directly (it was validated when stored),
-    which reads a 2M-entry history at startup ~10x faster than re-validating every report."""
+    which reads a 2M-entry history at startup ~10x faster than re-validating every report.
+
+    An entry that no longer reads (written by something else, or stored before the API bounded its
+    counts) is skipped with a warning: failing on it would fail every later read of the history,
+    and so every replica's start-up, until someone deleted it by hand."""
     try:
         doc = json.loads(raw)
         return TraceRow(
-            step=int(doc["step"]),
+            step=_count(doc["step"]),
             prompt_id=str(doc["prompt_id"]),
-            sample_idx=int(doc["sample_idx"]),
-            prompt_tokens=int(doc["prompt_tokens"]),
-            output_tokens=int(doc["output_tokens"]),
-            max_new_tokens=doc.get("max_new_tokens"),
+            sample_idx=_count(doc["sample_idx"]),
+            prompt_tokens=_count(doc["prompt_tokens"]),
+            output_tokens=_count(doc["output_tokens"]),
+            max_new_tokens=None if doc.get("max_new_tokens") is None else _count(doc["max_new_tokens"]),
             finish_reason=doc.get("finish_reason"),
             reward=doc.get("reward"),
             features=doc.get("features", {}),
@@ -85,3 +89,11 @@ def _row(raw: str) -> TraceRow | None:
     except (ValueError, KeyError, TypeError) as error:  # written by something else: skip, say so
         _log.warning("skipping unreadable actuals entry: %s", error)
         return None
+
+
+def _count(value: object) -> int:
+    """A stored count as an int, refused (``ValueError``) outside what the API accepts."""
+    number = int(str(value))  # str: refuses 2.5 and true, which int() would take
+    if not 0 <= number <= MAX_COUNT:
+        raise ValueError(f"count {number} is outside [0, {MAX_COUNT}]")
+    return number

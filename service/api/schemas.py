@@ -10,12 +10,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 from typing_extensions import TypedDict
 
 Name = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:@/+=-]+$")]
 ScheduleId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")]
 FeatureValue = float | str
+# Upper bounds: far past any real model, run or device, and inside the int64 columns the predictor
+# keeps counts in, so an absurd number is a 422 naming its field, never an overflow deeper in (where
+# an already-stored report would fail every later read of the history).
+MAX_COUNT = 2**31 - 1  # steps, token counts, sample indices
+MAX_SEED = 2**63 - 1
+MIN_TIME_SCALE = 1e-3  # a worker 1,000x faster or slower than its profile is a mistake, not a measurement
+MAX_TIME_SCALE = 1e3
+Tokens = Annotated[int, Field(gt=0, le=MAX_COUNT)]
 
 
 class Strict(BaseModel):
@@ -81,14 +89,21 @@ class BatchItem(Strict):
     """One prompt of the rollout batch; it yields ``n`` trajectories (GRPO group of ``n`` samples)."""
 
     prompt_id: Name  # stable across epochs: the predictor's key into history
-    prompt_tokens: int = Field(gt=0)  # prompt length in tokens
+    prompt_tokens: Tokens  # prompt length in tokens
     n: int = Field(default=1, ge=1, le=4096)  # samples to draw from this prompt
-    max_new_tokens: int = Field(gt=0)  # generation cap per sample
+    max_new_tokens: Tokens  # generation cap per sample
     features: dict[str, FeatureValue] = Field(default_factory=dict)  # extra predictor features
     prompt: str | None = None  # text the sidecar sends to /v1/completions
-    messages: list[ChatMessage] | None = None  # or chat turns for /v1/chat/completions
+    messages: list[ChatMessage] | None = Field(default=None, min_length=1)  # or chat turns for
+    # /v1/chat/completions (not both: the sidecar sends one request, to one of the two endpoints)
     pinned_worker: Name | None = None  # only this worker may run the samples
     sampling: Sampling | None = None  # this prompt's sampling, field by field over the request's
+
+    @model_validator(mode="after")
+    def _one_payload(self) -> BatchItem:
+        if self.prompt is not None and self.messages is not None:
+            raise ValueError("give prompt or messages, not both: the sidecar would send only one")
+        return self
 
 
 class Batch(Strict):
@@ -104,12 +119,17 @@ class WorkerSpec(Strict):
     device: str = Field(min_length=1, max_length=64)  # H100, H200, A100-80GB, Ascend910B (aliases ok)
     num_gpus: int = Field(default=1, ge=1, le=64)  # tensor-parallel degree
     max_num_seqs: int = Field(default=256, ge=1, le=65_536)  # engine's concurrent-sequence limit
-    kv_capacity_tokens: int | None = Field(default=None, gt=0)  # KV cache in tokens; derived when absent
-    hbm_bandwidth_gbs: float | None = Field(default=None, gt=0)  # measured HBM bandwidth per device
-    peak_tflops: float | None = Field(default=None, gt=0)  # measured dense throughput per device
-    memory_gib: float | None = Field(default=None, gt=0)  # HBM per device
-    time_scale: float | None = Field(default=None, gt=0, le=1000)  # step-time multiplier (2.0 = half speed)
-    decode_tokens_per_s: float | None = Field(default=None, gt=0)  # measured single-sequence decode speed
+    kv_capacity_tokens: int | None = Field(default=None, gt=0, le=MAX_COUNT)  # KV cache in tokens;
+    # derived when absent
+    # Measured overrides, each within a range that holds every device there is with room to spare: a
+    # value past it is a unit mistake, and would overflow or divide by zero in the cost model.
+    hbm_bandwidth_gbs: float | None = Field(default=None, ge=1, le=1e6)  # HBM bandwidth per device, GB/s
+    peak_tflops: float | None = Field(default=None, ge=0.01, le=1e6)  # dense throughput per device
+    memory_gib: float | None = Field(default=None, ge=0.01, le=1e5)  # HBM per device
+    time_scale: float | None = Field(default=None, ge=MIN_TIME_SCALE, le=MAX_TIME_SCALE)  # step-time
+    # multiplier (2.0 = half speed)
+    decode_tokens_per_s: float | None = Field(default=None, gt=0, le=1e6)  # measured single-sequence
+    # decode speed; the time scale it implies must lie in the same range as ``time_scale``
     drain: bool = False  # receives nothing in this plan (being drained)
 
 
@@ -125,14 +145,14 @@ class ScheduleRequest(Strict):
     batch: Batch
     inventory: InventorySpec
     model: str | None = Field(default=None, max_length=64)  # model preset: 1.5b, 7b, 14b, 32b
-    step: int = Field(default=0, ge=0)  # training step; the predictor uses history before it
+    step: int = Field(default=0, ge=0, le=MAX_COUNT)  # training step; the predictor uses history before it
     policy: str | None = Field(default=None, max_length=64)  # cpsat (default), lpt, least_loaded, round_robin
     quantile: float | None = Field(default=None, gt=0, lt=1)  # predicted-length quantile to plan on
     time_budget_ms: int | None = Field(default=None, gt=0, le=60_000)  # solver wall-clock budget
     prefix_affinity: bool = False  # keep each prompt's samples on one worker
     kv_admission: bool = False  # sidecars admit by projected KV peak at predicted lengths
     publish: bool = True  # write the plan to Redis for the sidecars; false = dry run
-    seed: int = Field(default=0, ge=0)  # fixes any randomised search
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)  # fixes any randomised search
     sampling: Sampling | None = None  # how every sample is drawn (a prompt's own ``sampling`` overrides)
     schedule_id: ScheduleId | None = None  # caller-chosen id: a retry of a published one is refused (409)
 
@@ -223,20 +243,30 @@ class ResultsPage(BaseModel):
 class ActualReport(Strict):
     """One finished trajectory as it really ran, reported by its worker."""
 
-    step: int = Field(ge=0)
+    step: int = Field(ge=0, le=MAX_COUNT)
     prompt_id: Name
-    sample_idx: int = Field(ge=0)
+    sample_idx: int = Field(ge=0, le=MAX_COUNT)
     worker_id: Name
-    prompt_tokens: int = Field(gt=0)
-    output_tokens: int = Field(gt=0)
+    prompt_tokens: Tokens
+    output_tokens: Tokens
     finish_reason: Literal["stop", "length"]
     wall_time_s: float | None = Field(default=None, gt=0)  # admission to last token on the engine;
     # None: not measured (history imported from a trace), so the report teaches length, not speed
     reward: float | None = None
-    max_new_tokens: int | None = Field(default=None, gt=0)
+    max_new_tokens: Tokens | None = None
     concurrency: float | None = Field(default=None, ge=1)  # mean sequences running meanwhile; teaches speed
     schedule_id: Name | None = None
     features: dict[str, FeatureValue] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _within_cap(self) -> ActualReport:
+        # An engine never generates past its cap: such a row is misreported, and it would teach the
+        # predictor lengths no sample can have.
+        if self.max_new_tokens is not None and self.output_tokens > self.max_new_tokens:
+            raise ValueError(
+                f"output_tokens {self.output_tokens} exceeds max_new_tokens {self.max_new_tokens}"
+            )
+        return self
 
 
 class ActualsRequest(Strict):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
+import pytest
 import redis
 from fastapi.testclient import TestClient
 
@@ -24,6 +26,43 @@ def test_a_bad_report_in_a_batch_stores_nothing(client: TestClient, redis_client
     assert response.status_code == 422
     assert response.json()["field"] == "actuals[5].output_tokens"
     assert redis_client.exists("rs:actuals") == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("step", 2**70), ("prompt_tokens", 10**30), ("sample_idx", 2**63), ("output_tokens", 2**31)],
+)
+def test_a_count_past_the_bound_is_refused_and_the_service_keeps_working(
+    field: str, value: int, client: TestClient, redis_client: redis.Redis
+) -> None:
+    report = actual_report(0, 1, 0)
+    report[field] = value
+    response = client.post("/actuals", json={"actuals": [report]})
+    assert response.status_code == 422
+    assert response.json()["field"] == f"actuals[0].{field}"
+    assert redis_client.exists("rs:actuals") == 0
+    assert client.post("/schedule", json=batch_body(publish=False)).status_code == 200
+
+
+def test_an_output_longer_than_its_cap_is_refused(client: TestClient, redis_client: redis.Redis) -> None:
+    report = actual_report(0, 1, 0)
+    report["output_tokens"] = report["max_new_tokens"] + 1
+    response = client.post("/actuals", json={"actuals": [report]})
+    assert response.status_code == 422
+    assert "exceeds max_new_tokens" in response.json()["detail"]
+    assert redis_client.exists("rs:actuals") == 0
+
+
+def test_a_stored_report_that_no_longer_reads_is_skipped_not_fatal(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    poisoned = {**actual_report(0, 1, 0), "step": 2**70}  # stored before the API bounded its counts
+    redis_client.xadd("rs:actuals", {"a": json.dumps(poisoned)})
+    response = client.post("/actuals", json={"actuals": actual_history(steps=1)})
+    assert response.status_code == 200
+    assert client.post("/models/retrain").status_code == 200
+    assert client.get("/models").json()["history_rows"] == 32
+    assert client.post("/schedule", json=batch_body(step=1, publish=False)).status_code == 200
 
 
 def test_a_worker_measured_slower_than_its_profile_is_planned_slower(client: TestClient) -> None:
