@@ -13,6 +13,7 @@ from __future__ import annotations
 from ortools.sat.python import cp_model
 
 WALL_SAFETY = 3.0  # wall-clock limit as a multiple of the deterministic limit
+SEED_RANGE = 2**31  # CP-SAT's random_seed is an int32; larger request seeds are folded into it
 
 
 def new_solver(limit_s: float, seed: int, wall_s: float | None = None) -> cp_model.CpSolver:
@@ -27,5 +28,5 @@ def new_solver(limit_s: float, seed: int, wall_s: float | None = None) -> cp_mod
     wall = limit * WALL_SAFETY if wall_s is None else min(limit * WALL_SAFETY, wall_s)
     solver.parameters.max_time_in_seconds = max(0.001, wall)
     solver.parameters.num_workers = 1
-    solver.parameters.random_seed = seed
+    solver.parameters.random_seed = seed % SEED_RANGE  # the request's seed may be any int64
     return solver

@@ -14,7 +14,7 @@ from scheduler.costmodel import worker_cost
 from scheduler.devices import ModelPreset, device_profile, model_preset
 from scheduler.errors import InvalidInputError, UnknownNameError
 from scheduler.types import Inventory, Worker
-from service.api.schemas import BatchItem, ScheduleRequest, WorkerSpec
+from service.api.schemas import MAX_TIME_SCALE, MIN_TIME_SCALE, BatchItem, ScheduleRequest, WorkerSpec
 
 # Context (tokens) at which a measured ``decode_tokens_per_s`` is compared with the cost model.
 REFERENCE_CONTEXT_TOKENS = 1024.0
@@ -88,8 +88,15 @@ def _worker(
     if spec.time_scale is not None:
         return dataclasses.replace(worker, time_scale=spec.time_scale), "request"
     if spec.decode_tokens_per_s is not None:
-        modelled = _single_sequence_tps(worker, model, path)
-        return dataclasses.replace(worker, time_scale=modelled / spec.decode_tokens_per_s), "measured"
+        scale = _single_sequence_tps(worker, model, path) / spec.decode_tokens_per_s
+        if not MIN_TIME_SCALE <= scale <= MAX_TIME_SCALE:
+            raise InvalidInputError(
+                f"{path}.decode_tokens_per_s",
+                spec.decode_tokens_per_s,
+                f"implies a time scale of {scale:.3g} against the {spec.device} profile, outside "
+                f"[{MIN_TIME_SCALE:g}, {MAX_TIME_SCALE:g}]: check the unit (tokens per second, one sequence)",
+            )
+        return dataclasses.replace(worker, time_scale=scale), "measured"
     if spec.worker_id in learned:
         return dataclasses.replace(worker, time_scale=learned[spec.worker_id]), "learned"
     return worker, "profile"
