@@ -240,9 +240,14 @@ def _repoint(error: InvalidInputError, item_of: tuple[int, ...]) -> InvalidInput
 def publish(
     schedule_id: str, chosen: Plan, request: PlanRequest, body: ScheduleRequest, ctx: Context
 ) -> None:
-    """Write the plan's queues (with each prompt's payload) for the sidecars; remember worker profiles."""
+    """Write the plan's queues (with each prompt's payload) for the sidecars; remember worker profiles.
+
+    Profiles are remembered only once the publish is accepted: a publish refused as a conflict (two
+    requests racing for one ``schedule_id``) must change nothing, and the loser's profiles would
+    otherwise describe workers as a plan that never ran. If Redis fails in between, the schedule runs
+    and its actuals are compared with each worker's previous profile until the next publish.
+    """
     payloads = {item.prompt_id: _payload(item, body.sampling) for item in body.batch.items}
-    ctx.speeds.remember(request.inventory)  # first: if Redis fails here, no schedule is half-announced
     settings = ctx.settings
     lease = LeaseSettings(settings.lease_ttl_ms, settings.max_attempts, settings.retention_s)
     publish_plan(
@@ -255,6 +260,7 @@ def publish(
         request.prefix_affinity,
         inventory=request.inventory,  # each item's steal deadline, from the plan at predicted lengths
     )
+    ctx.speeds.remember(request.inventory)
 
 
 def _payload(item: BatchItem, sampling: Sampling | None) -> dict[str, Any]:
@@ -307,7 +313,7 @@ def respond(
         predicted_makespan_s=chosen.predicted_makespan_s,
         lower_bound_s=chosen.lower_bound_s,
         round_robin_makespan_s=baseline.predicted_makespan_s,
-        speedup_vs_round_robin=baseline.predicted_makespan_s / max(chosen.predicted_makespan_s, 1e-9),
+        speedup_vs_round_robin=_speedup(baseline.predicted_makespan_s, chosen.predicted_makespan_s),
         time_scales={w.worker_id: w.time_scale for w in request.inventory.workers},
         time_scale_sources=checked.time_scale_sources,
         timings=Timings(
@@ -320,6 +326,11 @@ def respond(
             total_ms=total_ms,
         ),
     )
+
+
+def _speedup(baseline_s: float, chosen_s: float) -> float:
+    """How many times sooner the plan ends than the equal split; 1.0 when there is nothing to end."""
+    return baseline_s / chosen_s if chosen_s > 0 else 1.0
 
 
 def _record(ctx: Context, response: ScheduleResponse, count: int) -> None:

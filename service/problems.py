@@ -28,6 +28,7 @@ from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
 
 PROBLEM_JSON = "application/problem+json"
 _UNION_TAGS = frozenset({"float", "str", "int", "bool", "none"})
+MAX_ECHO = 256  # longest text input echoed back as a 422's ``value``
 _log = logging.getLogger("service.problems")
 
 
@@ -166,22 +167,11 @@ def field_path(loc: Sequence[int | str]) -> str:
 def _details(exc: Exception) -> tuple[str, dict[str, Any]]:
     """The ``detail`` text and the field-locating extras of ``exc``."""
     if isinstance(exc, RequestValidationError):
-        unique = {
-            field_path(err["loc"]): {
-                "field": field_path(err["loc"]),
-                "message": err["msg"],
-                "type": err["type"],
-            }
-            for err in reversed(exc.errors())
-        }
-        errors = list(reversed(unique.values()))  # one entry per field (unions report each member)
-        first = errors[0] if errors else {"field": "", "message": "invalid"}
-        detail = f"{first['field']}: {first['message']}"
-        if len(errors) > 1:
-            detail += f" (and {len(errors) - 1} more)"
-        return detail, {"field": first["field"], "errors": errors}
+        return _validation_details(exc.errors())
     if isinstance(exc, InvalidInputError):
         return str(exc), {"field": exc.field, "value": _jsonable(exc.value)}
+    if isinstance(exc, (ScheduleConflictError, UnknownScheduleError)):
+        return str(exc), {"field": "schedule_id", "value": exc.schedule_id}
     if isinstance(exc, ServiceError):
         extra = {"field": exc.field, "value": _jsonable(exc.value)} if exc.field else {}
         return exc.detail, extra
@@ -197,6 +187,32 @@ def _details(exc: Exception) -> tuple[str, dict[str, Any]]:
     return "an unexpected error occurred; see the service log", {}
 
 
+def _validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """Pydantic's errors, one per field (a union reports each member), the first one leading.
+
+    A body that is not JSON at all has no field: pydantic locates it at a character offset, which is
+    reported as ``body`` with the offset in the message. The first error's ``value`` is its input
+    where that is a scalar (a whole object, or a long text, would repeat the request back)."""
+    unique: dict[str, dict[str, Any]] = {}
+    for err in reversed(raw):
+        path, message = field_path(err["loc"]) or "body", err["msg"]
+        if err["type"] == "json_invalid":
+            path, message = "body", f"{message} at character {err['loc'][-1]}: {err['ctx']['error']}"
+        unique[path] = {"field": path, "message": message, "type": err["type"], "input": err.get("input")}
+    errors = list(reversed(unique.values()))
+    first = errors[0] if errors else {"field": "body", "message": "invalid", "input": None}
+    detail = f"{first['field']}: {first['message']}"
+    if len(errors) > 1:
+        detail += f" (and {len(errors) - 1} more)"
+    value = first.pop("input")
+    for err in errors:
+        err.pop("input", None)
+    extra: dict[str, Any] = {"field": first["field"], "errors": errors}
+    if isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) <= MAX_ECHO):
+        extra["value"] = _jsonable(value)
+    return detail, extra
+
+
 def _jsonable(value: object) -> object:
     """``value`` if JSON can carry it as is (NaN and Infinity cannot), else its repr."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -208,6 +224,8 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
     """The one exception handler: look ``exc`` up in the table and answer with a problem."""
     problem = lookup(exc)
     detail, extra = _details(exc)
+    if extra.get("field") == "body" and "json" not in request.headers.get("content-type", ""):
+        detail += "; send the body as JSON, with 'Content-Type: application/json'"
     if problem.status >= 500:
         _log.warning("request failed: %s", detail, exc_info=problem.status == 500 and exc)
     headers = {"WWW-Authenticate": "Bearer"} if problem.status == 401 else None

@@ -11,6 +11,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from service import pipeline
 from service.settings import Settings
 from tests.service.api.conftest import AppFactory, LiveServer, batch_body, with_settings
 
@@ -61,6 +62,41 @@ CASES: dict[str, tuple[Callable[[Body], None], str]] = {
         _set("batch.items.1.max_new_tokens", 50_000_000),
         "batch.items[1].max_new_tokens",
     ),
+    "a prompt length past any integer column": (
+        _set("batch.items.0.prompt_tokens", 10**30),
+        "batch.items[0].prompt_tokens",
+    ),
+    "a cap past any integer column": (
+        _set("batch.items.1.max_new_tokens", 10**30),
+        "batch.items[1].max_new_tokens",
+    ),
+    "a seed past int64": (_set("seed", 2**63), "seed"),
+    "a step past the bound": (_set("step", 2**31), "step"),
+    "bandwidth past any device": (
+        _set("inventory.workers.0.hbm_bandwidth_gbs", 1e308),
+        "inventory.workers[0].hbm_bandwidth_gbs",
+    ),
+    "throughput below any device": (
+        _set("inventory.workers.0.peak_tflops", 1e-300),
+        "inventory.workers[0].peak_tflops",
+    ),
+    "memory past any device": (
+        _set("inventory.workers.1.memory_gib", 1e308),
+        "inventory.workers[1].memory_gib",
+    ),
+    "a vanishing time scale": (
+        _set("inventory.workers.0.time_scale", 1e-300),
+        "inventory.workers[0].time_scale",
+    ),
+    "a measured speed a unit off": (
+        _set("inventory.workers.0.decode_tokens_per_s", 1e-3),
+        "inventory.workers[0].decode_tokens_per_s",
+    ),
+    "both a prompt and messages": (
+        _set("batch.items.0.messages", [{"role": "user", "content": "hi"}]),
+        "batch.items[0]",
+    ),
+    "no chat turns": (_set("batch.items.1.messages", []), "batch.items[1].messages"),
 }
 
 
@@ -120,10 +156,32 @@ def test_nan_and_infinity_are_refused_naming_the_field(
     assert _snapshot(redis_client) == before
 
 
-def test_malformed_json_is_a_422_problem(client: TestClient) -> None:
+def test_malformed_json_is_a_422_problem_naming_the_body_and_where_it_broke(client: TestClient) -> None:
     response = client.post("/schedule", content=b"{not json", headers={"Content-Type": "application/json"})
     assert response.status_code == 422
     assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["field"] == "body"
+    assert "at character 1" in response.json()["detail"]
+
+
+def test_a_body_sent_as_another_content_type_is_told_to_send_json(client: TestClient) -> None:
+    response = client.post("/schedule", content=b"x=1", headers={"Content-Type": "text/plain"})
+    assert response.status_code == 422
+    assert response.json()["field"] == "body"
+    assert "Content-Type: application/json" in response.json()["detail"]
+
+
+def test_a_422_carries_the_value_at_fault(client: TestClient) -> None:
+    body = batch_body()
+    body["batch"]["items"][2]["max_new_tokens"] = -5
+    problem = client.post("/schedule", json=body).json()
+    assert (problem["field"], problem["value"]) == ("batch.items[2].max_new_tokens", -5)
+
+
+@pytest.mark.parametrize("seed", [2**31, 2**63 - 1])
+def test_any_int64_seed_plans_with_cpsat(seed: int, client: TestClient) -> None:
+    response = client.post("/schedule", json=batch_body(policy="cpsat", seed=seed, publish=False))
+    assert response.status_code == 200, response.text
 
 
 def test_more_trajectories_than_the_limit_is_a_413_and_changes_nothing(
@@ -174,3 +232,19 @@ def test_a_chunked_body_is_cut_off_at_the_limit(live_settings: Settings) -> None
         sock.settimeout(5)
         reply = sock.recv(65536).decode()
     assert reply.startswith("HTTP/1.1 413")
+
+
+def test_a_publish_that_loses_a_race_for_its_schedule_id_changes_nothing(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = batch_body(schedule_id="race")
+    assert client.post("/schedule", json=first).status_code == 200
+    before = _snapshot(redis_client), redis_client.hgetall("rs:workers")
+    # The loser of two concurrent requests passed the early check before the winner published.
+    monkeypatch.setattr(pipeline, "refuse_republish", lambda schedule_id, ctx: None)
+    second = batch_body(schedule_id="race")
+    second["inventory"]["workers"][0]["device"] = "A100-80GB"
+    response = client.post("/schedule", json=second)
+    assert response.status_code == 409
+    assert (response.json()["field"], response.json()["value"]) == ("schedule_id", "race")
+    assert (_snapshot(redis_client), redis_client.hgetall("rs:workers")) == before
