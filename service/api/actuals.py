@@ -10,11 +10,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 
 from service.api.schemas import ActualsAccepted, ActualsRequest
-from service.auth import any_client
+from service.auth import AuthFirstRoute, any_client
 from service.context import context_of
 from service.problems import documented
 
-router = APIRouter(tags=["actuals"])
+router = APIRouter(tags=["actuals"], route_class=AuthFirstRoute)
 
 
 @router.post(

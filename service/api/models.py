@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 
 from service.api.schemas import ModelStatus, RetrainResponse
-from service.auth import any_client, trainer_only
+from service.auth import AuthFirstRoute, any_client, trainer_only
 from service.context import context_of
 from service.problems import documented
 
-router = APIRouter(tags=["models"])
+router = APIRouter(tags=["models"], route_class=AuthFirstRoute)
 
 
 @router.get("/models", dependencies=[Depends(any_client)], responses=documented(401, 403))

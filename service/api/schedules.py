@@ -20,12 +20,12 @@ from service.api.schemas import (
     ScheduleRequest,
     ScheduleResponse,
 )
-from service.auth import any_client, trainer_only
+from service.auth import AuthFirstRoute, any_client, trainer_only
 from service.context import Context, context_of
 from service.delivery import ResultRecord
 from service.problems import documented
 
-router = APIRouter(tags=["schedules"])
+router = APIRouter(tags=["schedules"], route_class=AuthFirstRoute)
 
 
 @router.post(

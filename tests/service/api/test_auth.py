@@ -46,6 +46,25 @@ def test_a_worker_token_on_schedule_is_403(secured: TestClient) -> None:
     assert "worker" in response.json()["detail"]
 
 
+@pytest.mark.parametrize(
+    ("path", "header", "status"),
+    [
+        ("/schedule", None, 401),
+        ("/schedule", "Bearer nope", 401),
+        ("/actuals", None, 401),
+        ("/schedule", "worker", 403),
+    ],
+)
+def test_the_token_is_judged_before_the_body(
+    secured: TestClient, path: str, header: str | None, status: int
+) -> None:
+    headers = {"Content-Type": "application/json"}
+    if header is not None:
+        headers.update(bearer(WORKER) if header == "worker" else {"Authorization": header})
+    response = secured.post(path, content=b"{not json", headers=headers)
+    assert response.status_code == status
+
+
 def test_a_worker_token_cannot_retrain(secured: TestClient) -> None:
     assert secured.post("/models/retrain", headers=bearer(WORKER)).status_code == 403
 
