@@ -5,7 +5,10 @@ every engine). The plan carries it as ``Plan.dispatch_order`` (input order), whi
 the simulator play as a shared FIFO. It also carries static queues, each worker's share as the
 shared queue would deal it, for consumers that need one queue per worker: a worker is modelled as
 ``lanes`` slots (its slot limit, or fewer when the KV cache holds fewer average sequences), each
-taking the next item in input order when it frees, at the worker's saturated per-sequence speed.
+taking the next item in input order when it frees, at the worker's saturated per-sequence speed;
+lanes free at once go in turn across workers, as the shared queue deals (on exact lengths a batch
+within the pool's slots is forecast exactly as it plays). Under prefix affinity a group goes whole
+to one worker and runs on as many of its lanes (``_deal_groups``).
 The lengths drive only this prediction of the dealing, never the order itself.
 The plan's predicted finishes are those of the static queues; a replay of the shared FIFO
 (``scheduler.simulator`` with ``dispatch_order``) can differ, since real slots free when real
@@ -15,6 +18,7 @@ sequences end.
 from __future__ import annotations
 
 import heapq
+import math
 
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.base import Placement
@@ -32,21 +36,48 @@ class LeastLoadedPolicy:
         problem = problem or build_problem(request)
         n = len(request.trajectories)
         mean_context = sum(problem.prompts[i] + problem.steps[i] / 2.0 for i in range(n)) / n
-        lanes: list[tuple[float, int, int]] = []  # (free at, worker, lane)
-        per_token: dict[int, float] = {}
-        for w in problem.active:
-            slots, per_token[w] = _lanes(problem.costs[w], mean_context)
-            lanes.extend((0.0, w, k) for k in range(slots))
-        heapq.heapify(lanes)
-        queues: list[list[int]] = [[] for _ in problem.costs]
-        for unit in problem.units:  # input order of each unit's first member
-            free_at, w, lane = _take(lanes, unit.allowed, len(problem.active))
-            queues[w].extend(unit.members)
-            busy = unit.tokens / len(unit.members) * per_token[w]  # a group's samples run side by side
-            heapq.heappush(lanes, (free_at + busy, w, lane))
+        lanes = {w: _lanes(problem.costs[w], mean_context) for w in problem.active}
+        if all(len(unit.members) == 1 for unit in problem.units):
+            queues = _deal_items(problem, lanes)
+        else:
+            queues = _deal_groups(problem, lanes)
         return Placement(
             queues=tuple(tuple(sorted(q)) for q in queues), status="HEURISTIC", dispatch_order=tuple(range(n))
         )
+
+
+def _deal_items(problem: Problem, lanes: dict[int, tuple[int, float]]) -> list[list[int]]:
+    """One item at a time to the lane that frees first; among lanes free at once, the least busy
+    worker's (the lane's index counts a worker's busy lanes), as the shared queue deals: at the
+    start every worker takes one item in turn, not the first worker as many as it has slots."""
+    free: list[tuple[float, int, int]] = []  # (free at, lane, worker)
+    for w, (slots, _) in lanes.items():
+        free.extend((0.0, k, w) for k in range(slots))
+    heapq.heapify(free)
+    queues: list[list[int]] = [[] for _ in problem.costs]
+    for unit in problem.units:  # input order
+        free_at, lane, w = _take(free, unit.allowed, len(problem.active))
+        queues[w].extend(unit.members)
+        heapq.heappush(free, (free_at + unit.tokens * lanes[w][1], lane, w))
+    return queues
+
+
+def _deal_groups(problem: Problem, lanes: dict[int, tuple[int, float]]) -> list[list[int]]:
+    """Prefix affinity: the worker that takes a group's first sample takes the whole group, whose
+    samples then run side by side on as many of its lanes (``scheduler.sim_pool``'s shared queue).
+
+    Each worker is a fluid of its lanes: the next group goes to the allowed worker that frees first,
+    and keeps it busy for the group's tokens spread over its lanes. A group holding one lane, as
+    single items do, would let one worker with hundreds of free lanes take the whole batch.
+    """
+    ready = dict.fromkeys(lanes, 0.0)  # when each worker's lanes would all be free again
+    queues: list[list[int]] = [[] for _ in problem.costs]
+    for unit in problem.units:  # input order of each group's first member
+        w = min(unit.allowed, key=lambda v: (ready.get(v, math.inf), len(queues[v]), v))
+        queues[w].extend(unit.members)
+        slots, per_token = lanes[w]
+        ready[w] += unit.tokens * per_token / slots
+    return queues
 
 
 def _lanes(cost: WorkerCost, mean_context: float) -> tuple[int, float]:
@@ -58,13 +89,13 @@ def _lanes(cost: WorkerCost, mean_context: float) -> tuple[int, float]:
 def _take(
     lanes: list[tuple[float, int, int]], allowed: tuple[int, ...], active: int
 ) -> tuple[float, int, int]:
-    """Pop the earliest-free lane of an allowed worker (others are pushed back untouched)."""
+    """Pop the earliest-free ``(free at, lane, worker)`` of an allowed worker (others go back)."""
     if len(allowed) == active:
         return heapq.heappop(lanes)
     skipped: list[tuple[float, int, int]] = []
     while True:
         lane = heapq.heappop(lanes)
-        if lane[1] in allowed:
+        if lane[2] in allowed:
             for other in skipped:
                 heapq.heappush(lanes, other)
             return lane

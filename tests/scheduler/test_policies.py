@@ -106,6 +106,28 @@ def test_least_loaded_dispatches_the_batch_in_input_order_from_one_shared_queue(
     assert sum(len(wp.items) for wp in result.workers) == 128
 
 
+def test_least_loaded_forecasts_a_batch_within_the_pools_slots_as_the_shared_queue_plays_it() -> None:
+    """1,024 items on 8 workers of 256 slots: the shared queue hands every worker one item in turn,
+    so the static queues must not give the first four workers all of them."""
+    request = bench_request(1024, 8, seed=1)
+    result = plan(request, "least_loaded")
+    assert [len(wp.items) for wp in result.workers] == [128] * 8
+    exact = {t.key: planned_steps(t.predicted_tokens) for t in request.trajectories}
+    played = simulate(result, request.trajectories, exact, request.inventory).makespan_s
+    assert result.predicted_makespan_s == pytest.approx(played, rel=1e-9)
+
+
+def test_least_loaded_under_prefix_affinity_spreads_the_groups_over_the_pool() -> None:
+    """A group's samples run side by side on one worker: a worker with hundreds of free slots takes
+    its share of groups, not every group because each looked like one slot's work."""
+    request = dataclasses.replace(bench_request(1024, 8, seed=1), prefix_affinity=True)
+    result = plan(request, "least_loaded")
+    sizes = [len(wp.items) for wp in result.workers]
+    assert min(sizes) > 0
+    assert max(sizes) <= 2 * 1024 / 8
+    assert result.predicted_makespan_s < plan(request, "round_robin").predicted_makespan_s * 1.2
+
+
 def test_length_aware_policies_beat_the_equal_split_on_a_mixed_inventory() -> None:
     request = dataclasses.replace(bench_request(512, 8, seed=2), time_budget_s=2.0)
     baseline = plan(request, "round_robin").predicted_makespan_s
