@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from predictors.features import FeatureSpec
+from predictors.fsmode import make_ordinary
 from predictors.model import FittedModel, ModelMetadata
 from scheduler.errors import InvalidInputError
 
@@ -61,6 +62,7 @@ class ModelStore:
             model.p50.save_model(str(staging / "p50.txt"))
             model.p90.save_model(str(staging / "p90.txt"))
             (staging / "metadata.json").write_text(json.dumps(_metadata_json(model), indent=2))
+            make_ordinary(staging)  # replicas under other users read the store
             return self._publish(staging)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

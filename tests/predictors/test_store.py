@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +11,7 @@ import pytest
 
 from predictors.dataset import NO_CAP
 from predictors.history import History
-from predictors.model import fit
+from predictors.model import FitConfig, fit
 from predictors.predictor import LengthPredictor
 from predictors.queries import QueryBatch
 from predictors.store import ModelStore
@@ -68,3 +70,23 @@ def test_half_written_versions_are_invisible(tmp_path: Path) -> None:
 def test_loading_from_an_empty_store_is_a_typed_error(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="no model version"):
         ModelStore(tmp_path).load()
+
+
+def test_a_saved_version_is_readable_by_other_users_as_the_umask_allows(tmp_path: Path) -> None:
+    """Replicas under other uids share the store: mkdtemp's private 0700 must not survive the save."""
+    store = ModelStore(tmp_path / "models")
+    trace = drifting_trace()
+    version = store.save(fit(History(trace.take(trace.step < 2)), FAST))
+    old = os.umask(0o022)
+    os.umask(old)
+    folder = store.path(version)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~old
+    for child in folder.iterdir():
+        assert stat.S_IMODE(child.stat().st_mode) == 0o666 & ~old
+
+
+def test_the_documented_fit_defaults_are_the_codes() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "predictors.md").read_text()
+    config = FitConfig()
+    assert f"{config.num_rounds} rounds, learning rate {config.learning_rate}" in text
+    assert f"Above {config.bagging_rows:,}" in text
