@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from predictors.tracetable import FINISH_NAMES, FINISH_UNKNOWN, FloatArray, IntArray, ObjArray, Trace
-from scheduler.trace import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+from scheduler.trace import MINIMUM, OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 
 _EDGE_SPACE = r"^[\s\v\x1c-\x1f\x85\p{Z}]|[\s\v\x1c-\x1f\x85\p{Z}]$"  # anything str.strip() would remove
 _DIGITS = r"^[0-9]+$"
@@ -41,9 +41,13 @@ def fast_trace(table: Any) -> Trace | None:
 
 
 def _build(cols: dict[str, Any], n: int) -> Trace:
-    ints = {name: _ints(cols[name], 0, required=True) for name in REQUIRED_COLUMNS if name != "prompt_id"}
+    ints = {
+        name: _ints(cols[name], MINIMUM[name], required=True)
+        for name in REQUIRED_COLUMNS
+        if name != "prompt_id"
+    }
     cap = (
-        _ints(cols["max_new_tokens"], 1, required=False)
+        _ints(cols["max_new_tokens"], MINIMUM["max_new_tokens"], required=False)
         if "max_new_tokens" in cols
         else np.zeros(n, np.int64)
     )

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
+from predictors.fsmode import make_ordinary
 from predictors.tracefast import fast_trace
 from predictors.tracetable import FINISH_NAMES, Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
-from scheduler.trace import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TraceFormatError, TraceRow, parse_row
+from scheduler.trace import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TraceFormatError, parse_row
 
 SUFFIXES: tuple[str, ...] = (".csv", ".jsonl", ".parquet")
 _KNOWN = frozenset(REQUIRED_COLUMNS) | frozenset(OPTIONAL_COLUMNS)
@@ -40,20 +41,80 @@ def read_trace(path: str | Path, allow_empty: bool = False, fast: bool = True) -
     forces the row-by-row path.
     """
     path = Path(path)
-    reader = _reader_for(path)
+    _reader_for(path.suffix, str(path))
     if not path.is_file():
         raise InvalidInputError("trace", str(path), "no such file")
     trace = _read_fast(path) if fast else None
     if trace is None:
-        builder = TraceBuilder()
-        for line, cells in reader(path):
-            row = parse_row(cells, str(path), line)
-            _check_int64(row, str(path), line)
-            builder.add(row, {k: _raw_extra(v) for k, v in cells.items() if k not in _KNOWN and _present(v)})
-        trace = builder.build()
+        trace = rows_to_trace(read_rows(path), str(path))
     if len(trace) == 0 and not allow_empty:
         raise InvalidInputError("trace", str(path), "the trace has no rows")
     return trace
+
+
+def read_rows(path: Path, suffix: str | None = None, rename: Mapping[str, str] | None = None) -> RawRows:
+    """(line, cells) of a trace file read as ``suffix`` (default: the file's own), each column
+    renamed by ``rename`` (file column -> schema column) before anything checks the header.
+
+    Text that is not UTF-8 is an ``InvalidInputError`` naming the file and byte, like any bad cell.
+    """
+    reader = _reader_for(suffix or path.suffix, str(path))
+    return utf8_rows(reader(path, Renamer(rename or {}, str(path))), str(path))
+
+
+def utf8_rows(rows: RawRows, source: str) -> RawRows:
+    """``rows``, with text that is not UTF-8 reported as an ``InvalidInputError`` naming ``source``
+    (a ``UnicodeDecodeError`` is a ``ValueError`` no caller expects from a reader)."""
+    try:
+        yield from rows
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(
+            "trace", source, f"not UTF-8 text ({exc.reason} at byte {exc.start} of a line)"
+        ) from None
+
+
+def rows_to_trace(rows: RawRows, source: str) -> Trace:
+    """Validate every row (``parse_row``) into a ``Trace``; extra cells keep their file's typing."""
+    builder = TraceBuilder()
+    for line, cells in rows:
+        row = parse_row(cells, source, line)
+        builder.add(row, {k: _raw_extra(v) for k, v in cells.items() if k not in _KNOWN and _present(v)})
+    return builder.build()
+
+
+class Renamer:
+    """Renames a file's columns into the schema's, refusing a rename that would lose a column."""
+
+    def __init__(self, rename: Mapping[str, str], source: str) -> None:
+        self.rename = rename
+        self.source = source
+
+    def header(self, columns: list[str]) -> list[str]:
+        """A file's header renamed: every renamed column must exist, and none may land on another."""
+        for old in self.rename:
+            if old not in columns:
+                raise TraceFormatError(self.source, 1, old, None, "no such column to map (--map)")
+        renamed = [self.rename.get(c, c) for c in columns]
+        for name in renamed:
+            if renamed.count(name) > 1:
+                raise TraceFormatError(
+                    self.source, 1, name, None, "two columns would carry this name after --map"
+                )
+        return renamed
+
+    def cells(self, cells: dict[str, object], line: int) -> dict[str, object]:
+        """One record's cells renamed (jsonl: each line names its own columns)."""
+        if not self.rename:
+            return cells
+        out: dict[str, object] = {}
+        for name, value in cells.items():
+            new = self.rename.get(name, name)
+            if new in out:
+                raise TraceFormatError(
+                    self.source, line, new, value, "two cells would carry this name after --map"
+                )
+            out[new] = value
+        return out
 
 
 def write_trace(trace: Trace, path: str | Path) -> None:
@@ -65,21 +126,11 @@ def write_trace(trace: Trace, path: str | Path) -> None:
     os.close(fd)
     try:
         writer(trace, Path(tmp))
+        make_ordinary(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-_INT64_MAX = 2**63 - 1
-
-
-def _check_int64(row: TraceRow, source: str, line: int) -> None:
-    """Token counts and steps are held as int64: a larger value is an error, not an overflow crash."""
-    for column in ("step", "sample_idx", "prompt_tokens", "output_tokens", "max_new_tokens"):
-        value = getattr(row, column)
-        if value is not None and value > _INT64_MAX:
-            raise TraceFormatError(source, line, column, value, f"exceeds {_INT64_MAX}")
 
 
 def _read_fast(path: Path) -> Trace | None:
@@ -113,11 +164,11 @@ def _read_fast(path: Path) -> Trace | None:
     return fast_trace(table.rename_columns([h.strip() for h in header]))
 
 
-def _reader_for(path: Path) -> Callable[[Path], RawRows]:
-    readers = {".csv": _csv_rows, ".jsonl": jsonl_objects, ".parquet": _parquet_rows}
-    if path.suffix not in readers:
-        raise InvalidInputError("trace", str(path), f"unsupported suffix; expected one of {SUFFIXES}")
-    return readers[path.suffix]
+def _reader_for(suffix: str, source: str) -> Callable[[Path, Renamer], RawRows]:
+    readers = {".csv": _csv_rows, ".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
+    if suffix not in readers:
+        raise InvalidInputError("trace", source, f"unsupported suffix; expected one of {SUFFIXES}")
+    return readers[suffix]
 
 
 def _writer_for(path: Path) -> Callable[[Trace, Path], None]:
@@ -145,19 +196,21 @@ def _raw_extra(value: object) -> float | str:
 def _check_header(columns: list[str], source: str) -> None:
     for column in REQUIRED_COLUMNS:
         if column not in columns:
-            raise TraceFormatError(source, 1, column, None, "required column is missing from the header")
+            raise TraceFormatError(
+                source, 1, column, None, f"required column is missing (import it with --map {column}=COLUMN)"
+            )
 
 
 # --- readers -------------------------------------------------------------------------------------
 
 
-def _csv_rows(path: Path) -> RawRows:
+def _csv_rows(path: Path, renamer: Renamer) -> RawRows:
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
         header = next(reader, None)
         if header is None:
             raise InvalidInputError("trace", str(path), "the file is empty (no header line)")
-        header = [h.strip() for h in header]
+        header = renamer.header([h.strip() for h in header])
         _check_header(header, str(path))
         width = len(header)
         for cells in reader:
@@ -175,6 +228,11 @@ def _csv_rows(path: Path) -> RawRows:
             yield reader.line_num, dict(zip(header, cells, strict=True))
 
 
+def _jsonl_rows(path: Path, renamer: Renamer) -> RawRows:
+    for line, cells in jsonl_objects(path):
+        yield line, renamer.cells(cells, line)
+
+
 def jsonl_objects(path: Path) -> RawRows:
     """(line, object) per non-blank line of a JSON Lines file; a bad line names file and line."""
     with path.open(encoding="utf-8") as handle:
@@ -190,15 +248,18 @@ def jsonl_objects(path: Path) -> RawRows:
             yield line, cells
 
 
-def _parquet_rows(path: Path) -> RawRows:
+def _parquet_rows(path: Path, renamer: Renamer) -> RawRows:
     import pyarrow.parquet as pq
 
     try:
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
         raise InvalidInputError("trace", str(path), f"not a readable parquet file ({exc})") from None
-    _check_header(list(table.column_names), str(path))
-    columns = {name: table.column(name).to_pylist() for name in table.column_names}
+    names = renamer.header(list(table.column_names))
+    _check_header(names, str(path))
+    columns = {
+        name: table.column(old).to_pylist() for name, old in zip(names, table.column_names, strict=True)
+    }
     for index in range(table.num_rows):
         yield index + 1, {name: values[index] for name, values in columns.items()}
 

@@ -35,6 +35,12 @@ class TraceRow:
     features: Mapping[str, float | str] = field(default_factory=dict)  # extra columns, typed
 
 
+INT64_MAX = 2**63 - 1
+# Least value of each integer column. An engine refuses an empty prompt (and the planner needs one);
+# an empty output is recorded as 0 (only the end was sampled).
+MINIMUM = {"step": 0, "sample_idx": 0, "prompt_tokens": 1, "output_tokens": 0, "max_new_tokens": 1}
+
+
 class TraceFormatError(InvalidInputError):
     """A malformed trace cell, located by source, line (1-based, header = line 1 for csv) and column."""
 
@@ -65,6 +71,8 @@ def _int_cell(raw: object, column: str, minimum: int) -> int:
             value = int(number)
     if value < minimum:
         raise ValueError(f"must be >= {minimum}")
+    if value > INT64_MAX:  # counts and steps are held as int64 columns
+        raise ValueError(f"exceeds {INT64_MAX}")
     return value
 
 
@@ -87,16 +95,16 @@ def parse_row(cells: Mapping[str, object], source: str, line: int) -> TraceRow:
     current = ""
     try:
         current = "step"
-        step = _int_cell(cells["step"], current, 0)
+        step = _int_cell(cells["step"], current, MINIMUM[current])
         current = "sample_idx"
-        sample_idx = _int_cell(cells["sample_idx"], current, 0)
+        sample_idx = _int_cell(cells["sample_idx"], current, MINIMUM[current])
         current = "prompt_tokens"
-        prompt_tokens = _int_cell(cells["prompt_tokens"], current, 0)
+        prompt_tokens = _int_cell(cells["prompt_tokens"], current, MINIMUM[current])
         current = "output_tokens"
-        output_tokens = _int_cell(cells["output_tokens"], current, 0)
+        output_tokens = _int_cell(cells["output_tokens"], current, MINIMUM[current])
         current = "max_new_tokens"
         raw_cap = cells.get(current)
-        max_new = None if _empty(raw_cap) else _int_cell(raw_cap, current, 1)
+        max_new = None if _empty(raw_cap) else _int_cell(raw_cap, current, MINIMUM[current])
         current = "reward"
         raw_reward = cells.get(current)
         reward = None if _empty(raw_reward) else _float_cell(raw_reward)

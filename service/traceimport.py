@@ -14,17 +14,15 @@ Two sources:
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from predictors.traceio import jsonl_objects
+from predictors.traceio import jsonl_objects, read_rows, rows_to_trace, utf8_rows
 from predictors.tracetable import Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
-from scheduler.trace import REQUIRED_COLUMNS, TraceFormatError, TraceRow, parse_row
+from scheduler.trace import TraceFormatError, TraceRow, parse_row
 
 _VERL_TEXT_FIELDS = frozenset({"input", "output", "gts", "score", "step"})
 GENERIC_FORMATS = ("csv", "jsonl", "parquet")
@@ -80,11 +78,15 @@ def import_verl(
             )
             builder.add(row)
             clamped += was_clamped
-    return ImportResult(builder.build(), len(files), str(tokenizer_path), clamped)
+    trace = builder.build()
+    if len(trace) == 0:
+        raise InvalidInputError("dir", str(directory), "its {step}.jsonl dumps hold no rows")
+    _check_unique(trace, str(directory))
+    return ImportResult(trace, len(files), str(tokenizer_path), clamped)
 
 
 def _verl_records(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
-    for line, record in jsonl_objects(path):
+    for line, record in utf8_rows(jsonl_objects(path), str(path)):
         for field in ("input", "output"):
             if not isinstance(record.get(field), str):
                 raise TraceFormatError(str(path), line, field, record.get(field), "must be decoded text")
@@ -141,78 +143,44 @@ def _as_step(raw: object, path: Path, line: int) -> int:
 
 
 def parse_mapping(pairs: Sequence[str]) -> dict[str, str]:
-    """``["output_tokens=response_len", ...]`` -> {source column: schema column}; rejects bad pairs."""
+    """``["output_tokens=response_len", ...]`` -> {source column: schema column}; rejects bad pairs,
+    and a column named twice on either side (the later pair would silently win)."""
     mapping: dict[str, str] = {}
     for pair in pairs:
-        target, sep, source = pair.partition("=")
-        if not sep or not target.strip() or not source.strip():
+        target, sep, source = (part.strip() for part in pair.partition("="))
+        if not sep or not target or not source:
             raise InvalidInputError("map", pair, "expected SCHEMA_COLUMN=FILE_COLUMN")
-        mapping[source.strip()] = target.strip()
+        if source in mapping or target in mapping.values():
+            raise InvalidInputError("map", pair, "maps a column already mapped by an earlier --map")
+        mapping[source] = target
     return mapping
 
 
 def import_generic(path: str | Path, fmt: str, mapping: Mapping[str, str]) -> ImportResult:
-    """Read ``path`` as ``fmt``, rename columns by ``mapping`` (file -> schema), validate every row."""
+    """Read ``path`` as ``fmt``, rename columns by ``mapping`` (file -> schema), validate every row.
+
+    The rows are read exactly as ``read_trace`` reads a trace, after the renaming: one set of rules.
+    """
     path = Path(path)
     if fmt not in GENERIC_FORMATS:
         raise InvalidInputError("from", fmt, f"expected one of verl, {', '.join(GENERIC_FORMATS)}")
     if not path.is_file():
         raise InvalidInputError("trace", str(path), "no such file")
-    rows = {"csv": _csv_rows, "jsonl": _jsonl_rows, "parquet": _parquet_rows}[fmt](path)
-    builder, first = TraceBuilder(), True
-    for line, cells in rows:
-        renamed = {mapping.get(k, k): v for k, v in cells.items()}
-        if first:
-            _check_columns(renamed, path, line)  # say which mapping is missing, once, up front
-            first = False
-        builder.add(parse_row(renamed, str(path), line))
-    trace = builder.build()
+    trace = rows_to_trace(read_rows(path, f".{fmt}", mapping), str(path))
     if len(trace) == 0:
         raise InvalidInputError("trace", str(path), "the file has no rows")
+    _check_unique(trace, str(path))
     return ImportResult(trace, 1, "", 0)
 
 
-def _check_columns(cells: Mapping[str, object], path: Path, line: int) -> None:
-    missing = [c for c in REQUIRED_COLUMNS if c not in cells]
-    if missing:
-        raise TraceFormatError(
-            str(path),
-            line,
-            missing[0],
-            None,
-            f"required column missing (map one with --map {missing[0]}=...)",
-        )
-
-
-def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        for cells in reader:
-            yield reader.line_num, dict(cells)
-
-
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
-    with path.open(encoding="utf-8") as handle:
-        for line, text in enumerate(handle, start=1):
-            if text.strip():
-                try:
-                    cells = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise TraceFormatError(str(path), line, "<json>", text.strip()[:40], exc.msg) from None
-                if not isinstance(cells, dict):
-                    raise TraceFormatError(
-                        str(path), line, "<json>", cells, "each line must be a JSON object"
-                    )
-                yield line, cells
-
-
-def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
-        raise InvalidInputError("trace", str(path), f"not a readable parquet file ({exc})") from None
-    columns = {name: table.column(name).to_pylist() for name in table.column_names}
-    for index in range(table.num_rows):
-        yield index + 1, {name: values[index] for name, values in columns.items()}
+def _check_unique(trace: Trace, source: str) -> None:
+    """One row per (step, prompt_id, sample_idx): a replay refuses a trace with a key twice, so the
+    import that would write one says so first (veRL: two dump files of one step, ``3`` and ``03``)."""
+    seen: set[tuple[int, str, int]] = set()
+    keys = zip(trace.step.tolist(), trace.prompt_id.tolist(), trace.sample_idx.tolist(), strict=True)
+    for key in keys:
+        if key in seen:
+            raise InvalidInputError(
+                "trace", source, f"holds step {key[0]}, prompt {key[1]!r}, sample {key[2]} twice"
+            )
+        seen.add(key)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -118,3 +120,26 @@ def test_the_real_math_trace_loads_whole(shared_data: Path) -> None:
     assert len(trace) == 800
     assert trace.steps().tolist() == [0, 1]
     assert set(trace.categorical) == {"level"}
+
+
+def test_a_written_trace_is_readable_by_others_as_the_umask_allows(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    write_trace(Trace.from_rows(_rows()), path)
+    old = os.umask(0o022)
+    os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~old
+
+
+def test_text_that_is_not_utf8_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,caf\xe9,0,10,100\n")
+    with pytest.raises(InvalidInputError, match="not UTF-8"):
+        read_trace(path)
+
+
+@pytest.mark.parametrize("prompt_tokens", [0, -1])
+def test_an_empty_prompt_is_refused_as_engines_refuse_it(tmp_path: Path, prompt_tokens: int) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(f"step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,{prompt_tokens},100\n")
+    with pytest.raises(TraceFormatError, match="prompt_tokens"):
+        read_trace(path)

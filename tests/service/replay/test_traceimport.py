@@ -145,3 +145,70 @@ def test_generic_parquet_round_trips(tmp_path: Path) -> None:
 def test_a_malformed_mapping_is_refused(pair: str) -> None:
     with pytest.raises(InvalidInputError, match="map"):
         parse_mapping([pair])
+
+
+def _csv(path: Path, header: list[str], *rows: list[object]) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+SCHEMA = ["step", "prompt_id", "sample_idx", "prompt_tokens", "output_tokens"]
+
+
+def test_a_csv_row_with_a_cell_too_many_is_an_error_not_a_column(tmp_path: Path) -> None:
+    path = _csv(tmp_path / "t.csv", SCHEMA, [0, "a", 0, 10, 100, 999])
+    with pytest.raises(TraceFormatError, match=r"t\.csv:2:.*6 cells, expected 5"):
+        import_generic(path, "csv", {})
+
+
+def test_a_count_past_int64_is_located_not_an_overflow(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(dict(zip(SCHEMA, [0, "a", 0, 10, 10**23], strict=True))) + "\n")
+    with pytest.raises(TraceFormatError, match=r"t\.jsonl:1:output_tokens.*exceeds"):
+        import_generic(path, "jsonl", {})
+
+
+def test_a_missing_required_column_is_reported_at_the_header(tmp_path: Path) -> None:
+    path = _csv(tmp_path / "t.csv", SCHEMA[:4], [0, "a", 0, 10])
+    with pytest.raises(TraceFormatError, match=r"t\.csv:1:output_tokens.*--map output_tokens="):
+        import_generic(path, "csv", {})
+
+
+@pytest.mark.parametrize(
+    "pairs",
+    [["output_tokens=a", "output_tokens=b"], ["output_tokens=a", "sample_idx=a"]],
+)
+def test_a_column_mapped_twice_is_refused(pairs: list[str]) -> None:
+    with pytest.raises(InvalidInputError, match="already mapped"):
+        parse_mapping(pairs)
+
+
+def test_a_mapping_from_a_column_the_file_lacks_is_refused(tmp_path: Path) -> None:
+    path = _csv(tmp_path / "t.csv", SCHEMA, [0, "a", 0, 10, 100])
+    with pytest.raises(TraceFormatError, match=r"zzz.*no such column"):
+        import_generic(path, "csv", parse_mapping(["source=zzz"]))
+
+
+@pytest.mark.parametrize("header", [["step", "epoch"], ["epoch", "step"]])
+def test_a_mapping_onto_a_column_the_file_has_is_refused_whatever_the_order(
+    tmp_path: Path, header: list[str]
+) -> None:
+    path = _csv(tmp_path / "t.csv", [*header, *SCHEMA[1:]], [0, 1, "a", 0, 10, 100])
+    with pytest.raises(TraceFormatError, match="two columns"):
+        import_generic(path, "csv", parse_mapping(["step=epoch"]))
+
+
+def test_dumps_that_hold_no_rows_are_refused(tmp_path: Path, tokenizer_json: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "0.jsonl").write_text("")
+    with pytest.raises(InvalidInputError, match="no rows"):
+        import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None)
+
+
+def test_a_row_key_twice_is_refused_at_import_as_the_replay_would(tmp_path: Path) -> None:
+    path = _csv(tmp_path / "t.csv", SCHEMA, [0, "a", 0, 10, 100], [0, "a", 0, 10, 120])
+    with pytest.raises(InvalidInputError, match="twice"):
+        import_generic(path, "csv", {})
