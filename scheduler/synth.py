@@ -13,6 +13,7 @@ prefix of a 6-step trace with the same seed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -27,6 +28,8 @@ SOURCE_COLUMN = "source"  # the label column every synthetic row carries
 SOURCE_VALUE = "synthetic"
 
 IntArray = npt.NDArray[np.int64]
+MAX_ROWS = 50_000_000  # ~2 GB of columns: past it a trace is a typo, not a benchmark
+MAX_DRIFT = 1.0  # log-length per step: e^1, lengths x2.7 every step, is already no training run
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
@@ -121,8 +124,14 @@ def _validate(spec: SynthSpec) -> None:
         value = getattr(spec, name)
         if value < 1:
             raise InvalidInputError(name, value, "must be >= 1")
+    rows = spec.prompts * spec.samples * spec.steps
+    if rows > MAX_ROWS:
+        raise InvalidInputError("prompts x samples x steps", rows, f"must be at most {MAX_ROWS:,} rows")
     if spec.seed < 0:
         raise InvalidInputError("seed", spec.seed, "must be >= 0")
+    drift = spec.profile.length.drift_per_step
+    if not math.isfinite(drift) or abs(drift) > MAX_DRIFT:
+        raise InvalidInputError("drift", drift, f"must be a finite log-length per step within +-{MAX_DRIFT}")
 
 
 def _draw_prompts(profile: SynthProfile, n: int, rng: np.random.Generator) -> _Prompts:

@@ -31,6 +31,7 @@ def _validate_request(request: PlanRequest) -> None:
         raise InvalidInputError("time_budget_s", request.time_budget_s, "must be a positive finite number")
     if not request.trajectories:
         raise InvalidInputError("trajectories", [], "the batch is empty")
+    _require_int("seed", request.seed, minimum=0)  # seeds numpy's generators, which refuse negatives
     capacities = _validate_inventory(request.inventory)
     allowed = {wid: cap for wid, cap in capacities.items() if wid not in request.excluded_workers}
     if not allowed:

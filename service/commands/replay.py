@@ -89,6 +89,8 @@ def replay_command(
         )
         if per_worker is not None and per_worker not in names:
             raise InvalidInputError("per_worker", per_worker, f"not among --policies ({', '.join(names)})")
+        for option, path in (("plot", plot), ("report", report)):
+            _check_writable(option, path)  # before the replay, not after minutes of it
         result = _run(loaded, config, quiet=as_json)
     except (InvalidInputError, OSError) as exc:
         typer.echo(f"replay: {exc}", err=True)
@@ -180,6 +182,20 @@ def _print_workers(rows: list[WorkerRow], policy: str) -> None:
             f"{r.last_start_s:,.1f}",
         )  # fmt: skip
     Console(width=None if sys.stdout.isatty() else 150).print(table)
+
+
+def _check_writable(option: str, path: Path | None) -> None:
+    """Refuse an output path that cannot be written: a folder, or one under a file or a folder
+    this process may not write to (missing folders are fine: they are created)."""
+    from scheduler.errors import InvalidInputError
+
+    if path is None:
+        return
+    existing = path.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if path.is_dir() or not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise InvalidInputError(option, str(path), "cannot be written here")
 
 
 def _write_outputs(result: ReplayReport, steal: bool, plot: Path | None, report: Path | None) -> None:

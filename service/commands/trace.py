@@ -53,11 +53,10 @@ def import_command(
     from service.traceimport import import_generic, import_verl, parse_mapping
 
     try:
+        _check_options(from_, tokenizer, max_new_tokens, map_)
+        _check_out(out)
         if from_ == "verl":
-            if tokenizer is None:
-                raise InvalidInputError(
-                    "tokenizer", None, "--from verl needs --tokenizer PATH/tokenizer.json"
-                )
+            assert tokenizer is not None
             result = import_verl(source, tokenizer, max_new_tokens)
         else:
             result = import_generic(source, from_, parse_mapping(map_ or []))
@@ -74,6 +73,34 @@ def import_command(
         typer.echo(f"token counts: tokenizer {result.tokenizer}")
     if result.clamped:
         typer.echo(f"{result.clamped} re-tokenized outputs exceeded {max_new_tokens} tokens and were capped")
+
+
+def _check_out(out: Path) -> None:
+    """The output's format, from its suffix, before any input is read."""
+    from predictors.traceio import SUFFIXES
+    from scheduler.errors import InvalidInputError
+
+    if out.suffix not in SUFFIXES:
+        raise InvalidInputError("out", str(out), f"unsupported suffix; expected one of {SUFFIXES}")
+
+
+def _check_options(
+    from_: str, tokenizer: Path | None, max_new_tokens: int | None, map_: list[str] | None
+) -> None:
+    """Refuse an option the chosen input kind would ignore: a user who gave it expects it to act."""
+    from scheduler.errors import InvalidInputError
+
+    if from_ == "verl":
+        if tokenizer is None:
+            raise InvalidInputError("tokenizer", None, "--from verl needs --tokenizer PATH/tokenizer.json")
+        if map_:
+            raise InvalidInputError("map", map_[0], "only --from csv|jsonl|parquet takes --map")
+        if max_new_tokens is not None and max_new_tokens < 1:
+            raise InvalidInputError("max-new-tokens", max_new_tokens, "must be >= 1")
+        return
+    for name, value in (("tokenizer", tokenizer), ("max-new-tokens", max_new_tokens)):
+        if value is not None:
+            raise InvalidInputError(name, str(value), "only --from verl takes it (files carry their counts)")
 
 
 @trace_app.command("synth")
@@ -95,6 +122,7 @@ def synth_command(
     from scheduler.errors import InvalidInputError
 
     try:
+        _check_out(out)
         trace = synthetic_trace(profile, prompts, samples, steps, seed, drift=drift)
         write_trace(trace, out)
     except (InvalidInputError, OSError) as exc:
@@ -128,7 +156,7 @@ def push_command(
             version = client.retrain().version if retrain else None
     except (InvalidInputError, OSError, SchedulerAPIError) as exc:
         raise _fail(exc) from None
-    except httpx.HTTPError as exc:  # unreachable, timed out: say where, not a traceback
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:  # unreachable, timed out, malformed: one line
         raise _fail(RuntimeError(f"service at {url} unreachable: {exc}")) from None
     left_out = f"; {skipped} rows without output left out" if skipped else ""
     typer.echo(f"pushed {pushed.accepted} actuals to {url} (stream length {pushed.stream_length}){left_out}")

@@ -65,6 +65,8 @@ def test_replay_writes_a_gantt_png_and_a_self_contained_html_report(
         (["--workers", "2xH100", "--steps", "40-50"], "steps"),
         (["--workers", "2xH100", "--policies", "magic"], "magic"),
         (["--workers", "2xH100", "--model", "70b"], "70b"),
+        (["--workers", "2xH100", "--seed", "-1"], "seed"),
+        (["--workers", "2xH100", "--steps", "3-"], "selects no step"),
     ],
 )
 def test_bad_replay_input_is_one_line_on_stderr_and_a_nonzero_exit(
@@ -126,3 +128,69 @@ def test_trace_import_verl_without_a_tokenizer_is_refused(cli: typer.Typer, tmp_
     code, _, err = _run(cli, ["trace", "import", str(tmp_path), "--out", str(tmp_path / "t.csv")])
     assert code != 0
     assert "tokenizer" in err
+
+
+def test_a_step_range_past_the_trace_selects_only_the_steps_it_has(
+    cli: typer.Typer, small_trace_file: Path
+) -> None:
+    args = ["replay", str(small_trace_file), "--workers", "1xH100", "--steps", "2-300000000", "--json", *FAST]
+    code, out, _ = _run(cli, args)
+    assert code == 0
+    assert json.loads(out)["steps"] == [2]
+
+
+@pytest.mark.parametrize("command", [["replay"], ["trace", "import"]])
+def test_a_trace_that_is_not_utf8_is_one_line_and_exit_2(
+    cli: typer.Typer, tmp_path: Path, command: list[str]
+) -> None:
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,caf\xe9,0,10,100\n")
+    options = {
+        "replay": ["--workers", "1xH100"],
+        "trace": ["--from", "csv", "--out", str(tmp_path / "o.csv")],
+    }
+    code, _, err = _run(cli, [*command, str(path), *options[command[0]]])
+    assert code == 2
+    assert "not UTF-8" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("drift", ["nan", "inf", "5"])
+def test_trace_synth_refuses_a_drift_that_is_no_number_of_tokens(
+    cli: typer.Typer, tmp_path: Path, drift: str
+) -> None:
+    out = tmp_path / "x.csv"
+    code, _, err = _run(
+        cli, ["trace", "synth", "--prompts", "2", "--steps", "1", "--drift", drift, "--out", str(out)]
+    )
+    assert code == 2
+    assert "drift" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [(["--max-new-tokens", "50"], "max-new-tokens"), (["--tokenizer", "t.json"], "tokenizer")],
+)
+def test_trace_import_refuses_an_option_the_input_kind_would_ignore(
+    cli: typer.Typer, tmp_path: Path, extra: list[str], needle: str
+) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,10,100\n")
+    code, _, err = _run(
+        cli, ["trace", "import", str(path), "--from", "csv", *extra, "--out", str(tmp_path / "o.csv")]
+    )
+    assert code == 2
+    assert needle in err
+
+
+def test_an_unwritable_report_path_is_refused_before_the_replay_runs(
+    cli: typer.Typer, small_trace_file: Path, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    args = ["replay", str(small_trace_file), "--workers", "1xH100", "--report", str(blocker / "r.html")]
+    code, out, err = _run(cli, [*args, "--json", *FAST])
+    assert code == 2
+    assert out == ""  # nothing was replayed
+    assert "report" in err

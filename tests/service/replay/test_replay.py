@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict
 from pathlib import Path
 
@@ -40,6 +41,14 @@ def test_no_policy_beats_the_lower_bound_of_the_true_lengths(report: ReplayRepor
     for name, s in report.summary(steal).items():
         assert s.ratio_to_lower_bound >= 1.0 - 1e-9, name
         assert 0.0 <= s.bubble_ratio <= 1.0, name
+
+
+def test_empty_outputs_in_a_trace_do_not_push_the_bound_past_the_plays(small_trace: Trace) -> None:
+    """A trace may record an output of 0 tokens; the bound counts it one step, so the plays must."""
+    empty = dataclasses.replace(small_trace, output_tokens=np.zeros(len(small_trace), dtype=np.int64))
+    result = replay(empty, _config(("round_robin", "lpt", ORACLE), (1,)))
+    for name, s in result.summary(True).items():
+        assert s.ratio_to_lower_bound >= 1.0 - 1e-9, name
 
 
 def test_summed_figures_add_up_over_steps(report: ReplayReport) -> None:
