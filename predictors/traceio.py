@@ -144,7 +144,7 @@ def _read_fast(path: Path) -> Trace | None:
             return fast_trace(pq.read_table(path))
         if path.suffix != ".csv":
             return None
-        with path.open(newline="", encoding="utf-8") as handle:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
             header = next(csv.reader(handle), None)
         if not header:
             return None
@@ -205,7 +205,7 @@ def _check_header(columns: list[str], source: str) -> None:
 
 
 def _csv_rows(path: Path, renamer: Renamer) -> RawRows:
-    with path.open(newline="", encoding="utf-8") as handle:
+    with path.open(newline="", encoding="utf-8-sig") as handle:  # -sig: a spreadsheet's byte-order mark
         reader = csv.reader(handle)
         header = next(reader, None)
         if header is None:

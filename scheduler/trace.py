@@ -51,7 +51,9 @@ class TraceFormatError(InvalidInputError):
         super().__init__(f"{source}:{line}:{column}", value, reason)
 
 
-def _int_cell(raw: object, column: str, minimum: int) -> int:
+def int_cell(raw: object, column: str, minimum: int) -> int:
+    """An integer cell as every trace path reads it: ``12`` and ``12.0``, never ``12.5``; a
+    ``ValueError`` saying why not."""
     if isinstance(raw, bool):
         raise ValueError("expected an integer, got a boolean")
     if isinstance(raw, int):
@@ -95,16 +97,16 @@ def parse_row(cells: Mapping[str, object], source: str, line: int) -> TraceRow:
     current = ""
     try:
         current = "step"
-        step = _int_cell(cells["step"], current, MINIMUM[current])
+        step = int_cell(cells["step"], current, MINIMUM[current])
         current = "sample_idx"
-        sample_idx = _int_cell(cells["sample_idx"], current, MINIMUM[current])
+        sample_idx = int_cell(cells["sample_idx"], current, MINIMUM[current])
         current = "prompt_tokens"
-        prompt_tokens = _int_cell(cells["prompt_tokens"], current, MINIMUM[current])
+        prompt_tokens = int_cell(cells["prompt_tokens"], current, MINIMUM[current])
         current = "output_tokens"
-        output_tokens = _int_cell(cells["output_tokens"], current, MINIMUM[current])
+        output_tokens = int_cell(cells["output_tokens"], current, MINIMUM[current])
         current = "max_new_tokens"
         raw_cap = cells.get(current)
-        max_new = None if _empty(raw_cap) else _int_cell(raw_cap, current, MINIMUM[current])
+        max_new = None if _empty(raw_cap) else int_cell(raw_cap, current, MINIMUM[current])
         current = "reward"
         raw_reward = cells.get(current)
         reward = None if _empty(raw_reward) else _float_cell(raw_reward)

@@ -22,7 +22,7 @@ from pathlib import Path
 from predictors.traceio import jsonl_objects, read_rows, rows_to_trace, utf8_rows
 from predictors.tracetable import Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
-from scheduler.trace import TraceFormatError, TraceRow, parse_row
+from scheduler.trace import MINIMUM, TraceFormatError, TraceRow, int_cell, parse_row
 
 _VERL_TEXT_FIELDS = frozenset({"input", "output", "gts", "score", "step"})
 GENERIC_FORMATS = ("csv", "jsonl", "parquet")
@@ -134,9 +134,9 @@ def _verl_row(
 
 def _as_step(raw: object, path: Path, line: int) -> int:
     try:
-        return int(str(raw))
-    except ValueError:
-        raise TraceFormatError(str(path), line, "step", raw, "expected an integer") from None
+        return int_cell(raw, "step", MINIMUM["step"])  # as parse_row will read it
+    except ValueError as exc:
+        raise TraceFormatError(str(path), line, "step", raw, str(exc)) from None
 
 
 # --- generic files with a column mapping ---------------------------------------------------------

@@ -143,3 +143,10 @@ def test_an_empty_prompt_is_refused_as_engines_refuse_it(tmp_path: Path, prompt_
     path.write_text(f"step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,{prompt_tokens},100\n")
     with pytest.raises(TraceFormatError, match="prompt_tokens"):
         read_trace(path)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_csv_saved_with_a_byte_order_mark_reads_like_any_other(tmp_path: Path, fast: bool) -> None:
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbfstep,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,10,100\n")
+    assert read_trace(path, fast=fast).output_tokens.tolist() == [100]

@@ -212,3 +212,10 @@ def test_a_row_key_twice_is_refused_at_import_as_the_replay_would(tmp_path: Path
     path = _csv(tmp_path / "t.csv", SCHEMA, [0, "a", 0, 10, 100], [0, "a", 0, 10, 120])
     with pytest.raises(InvalidInputError, match="twice"):
         import_generic(path, "csv", {})
+
+
+def test_a_verl_step_written_as_a_float_reads_as_the_trace_format_reads_it(
+    tmp_path: Path, tokenizer_json: Path
+) -> None:
+    _dump(tmp_path / "d", 3, [{"input": "what", "output": "so", "score": 1, "step": 3.0}])
+    assert import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None).trace.step.tolist() == [3]
