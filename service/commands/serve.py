@@ -15,7 +15,8 @@ import typer
 
 HELP = (
     "Serve the scheduling API (POST /schedule, /actuals, /models/retrain, GET /schedule/{id}, "
-    "/healthz, /readyz, /metrics). Without --redis-url or REDIS_URL an embedded valkey-server is started."
+    "/schedule/{id}/results, /models, /healthz, /readyz, /metrics). Without --redis-url or REDIS_URL "
+    "an embedded valkey-server is started."
 )
 
 

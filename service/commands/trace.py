@@ -137,7 +137,9 @@ def synth_command(
 def push_command(
     trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file: .csv, .jsonl, .parquet.")],
     url: Annotated[str, typer.Option(help="The service, e.g. http://scheduler:8000.")],
-    token: Annotated[str | None, typer.Option(help="A trainer or worker token of that service.")] = None,
+    token: Annotated[
+        str | None, typer.Option(help="A worker or trainer token; --retrain needs a trainer's.")
+    ] = None,
     worker_id: Annotated[str, typer.Option(help="Worker id the imported reports name.")] = "history",
     retrain: Annotated[bool, typer.Option(help="Retrain the predictor on everything afterwards.")] = False,
 ) -> None:
