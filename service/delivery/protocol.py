@@ -222,14 +222,19 @@ class Delivery:
     def heartbeat(self, leases: Iterable[Lease], now_ms: int | None = None) -> list[Lease]:
         """Extend every lease still current; return those (with new deadlines).
 
-        A lease missing from the answer is gone (expired, reaped or never valid): stop that work.
+        A lease missing from the answer is gone (expired, reaped or never valid): stop that work. So
+        are the leases of a schedule whose keys are gone (its retention passed): one such schedule
+        must not keep the leases of every other schedule from their heartbeat.
         """
         alive: list[Lease] = []
         for schedule_id, group in _by_schedule(leases).items():
             args: list[Any] = [wire.clock(now_ms)]
             for lease in group:
                 args += [lease.key, lease.token]
-            deadlines = self._call(self.scripts.heartbeat, schedule_id, args)
+            try:
+                deadlines = self._call(self.scripts.heartbeat, schedule_id, args)
+            except UnknownScheduleError:
+                continue
             alive += [
                 _with_deadline(le, int(d)) for le, d in zip(group, deadlines, strict=True) if int(d) >= 0
             ]

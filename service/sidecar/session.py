@@ -188,7 +188,7 @@ class WorkerSession:
             return []
         try:
             alive = await self._redis(self.delivery.heartbeat, leases)
-        except (*_TRANSIENT, UnknownScheduleError) as exc:
+        except _TRANSIENT as exc:
             log.warning("heartbeat failed, leases keep their deadlines: %s", exc)
             return []
         self.holdings.refresh(alive)

@@ -85,6 +85,18 @@ def test_a_heartbeat_extends_only_current_leases(delivery: Delivery) -> None:
     assert delivery.progress("s").queued == 1
 
 
+def test_a_schedule_whose_keys_are_gone_does_not_stop_the_heartbeat_of_the_others(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("gone", {"a": 1}, ttl_ms=1000), now_ms=T0)
+    delivery.publish(schedule("kept", {"a": 1}, ttl_ms=1000), now_ms=T0)
+    (old,) = delivery.claim("gone", "a", 1, now_ms=T0)
+    (kept,) = delivery.claim("kept", "a", 1, now_ms=T0)
+    redis_client.delete(*redis_client.keys("*gone*"))  # its retention passed
+    alive = delivery.heartbeat([old, kept], now_ms=T0 + 900)
+    assert [(le.schedule_id, le.deadline_ms) for le in alive] == [("kept", T0 + 1900)]
+
+
 def test_a_completion_is_accepted_once_and_its_repeat_is_a_duplicate(delivery: Delivery) -> None:
     delivery.publish(schedule("s", {"a": 1}))
     (lease,) = delivery.claim("s", "a", 1)
