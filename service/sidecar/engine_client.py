@@ -23,13 +23,23 @@ import httpx
 
 from service.delivery.records import DeliveryItem
 
+ENGINE_DOWN = frozenset({429, 502, 503, 504})  # overloaded, restarting, or a proxy without it
+
 
 class EngineError(RuntimeError):
-    """The engine could not run a request; ``retryable`` says whether another try may succeed."""
+    """The engine could not run a request.
 
-    def __init__(self, message: str, retryable: bool) -> None:
+    ``retryable``: another try in place may succeed. ``engine_down``: the engine, not the item, is at
+    fault (unreachable, overloaded, restarting), so the item goes back without spending an attempt.
+    An error that is retryable but not ``engine_down`` (a 500, an answer that does not parse) is
+    tried again in place and then charged to the item: if it keeps failing, only for this item, it
+    must end in the dead-letter list, not go back to the head of the queue forever.
+    """
+
+    def __init__(self, message: str, retryable: bool, engine_down: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.engine_down = engine_down
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,16 +147,18 @@ class EngineClient:
         try:
             response = await self._http.request(method, path, json=body)
         except httpx.TransportError as exc:
-            raise EngineError(f"engine unreachable at {self._options.base_url}: {exc!r}", True) from None
-        if response.status_code >= 400:
-            retryable = response.status_code >= 500 or response.status_code == 429
-            raise EngineError(f"engine answered {response.status_code}: {response.text[:300]}", retryable)
+            unreachable = f"engine unreachable at {self._options.base_url}: {exc!r}"
+            raise EngineError(unreachable, retryable=True, engine_down=True) from None
+        status = response.status_code
+        if status >= 400:
+            down = status in ENGINE_DOWN
+            raise EngineError(f"engine answered {status}: {response.text[:300]}", status >= 500 or down, down)
         try:
             data = response.json()
         except ValueError:
-            raise EngineError(f"engine answered non-JSON: {response.text[:100]!r}", True) from None
+            raise EngineError(f"engine answered non-JSON: {response.text[:100]!r}", retryable=True) from None
         if not isinstance(data, dict):
-            raise EngineError("engine answered a non-object JSON body", True)
+            raise EngineError("engine answered a non-object JSON body", retryable=True)
         return data
 
 
@@ -178,6 +190,8 @@ def _parse_reply(answer: dict[str, Any], wall_time_s: float) -> EngineReply:
         text = choice["message"]["content"] if "message" in choice else choice["text"]
         tokens = int(answer["usage"]["completion_tokens"])
         finish = str(choice.get("finish_reason") or "stop")
+        if tokens < 0:
+            raise ValueError("negative completion_tokens")
     except (KeyError, IndexError, TypeError, ValueError):
         raise EngineError(f"engine answer lacks choices/usage: {str(answer)[:200]}", retryable=True) from None
     return EngineReply(

@@ -6,9 +6,10 @@ HTTP request is closed, so the engine aborts it). The main loop refills free slo
 claim from the own queue, else steal, within the engine's concurrency and, when the schedule asks
 for it, the KV cache (see ``holdings``).
 
-Failures are sorted by whose fault they are. The engine refusing an item (4xx) is the item's fault:
-it is reported failed, so a poison item is dead-lettered after its attempts. The engine being down
-(connection errors, 5xx) is not: the lease is released without spending an attempt and claiming
+Failures are sorted by whose fault they are. The engine refusing an item (4xx), failing on it (500
+after the retries in place) or answering what does not parse is charged to the item: it is reported
+failed, so a poison item is dead-lettered after its attempts. The engine being down (connection
+errors, 429, 502-504) is not: the lease is released without spending an attempt and claiming
 pauses until the engine answers again. On SIGTERM the sidecar stops claiming, hands back what it
 has not started, lets running items finish for ``drain_timeout_s`` and releases the rest.
 """
@@ -31,6 +32,7 @@ from service.sidecar.session import SessionStats, WorkerSession
 
 log = logging.getLogger("service.sidecar")
 TaskId = tuple[str, str, int]  # (schedule id, item key, lease token)
+RELEASE_GRACE_S = 2.0  # past the drain timeout, for releasing what did not finish (one round trip)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +156,7 @@ class Sidecar:
     async def _engine_failed(self, held: Held, exc: EngineError) -> None:
         """Release the item if the engine is at fault, fail it if the item is (see module docstring)."""
         try:
-            if exc.retryable:
+            if exc.engine_down:
                 self._engine_down = True
                 log.warning("engine failing, releasing %s: %s", held.lease.key, exc)
                 await self.session.release([held])
@@ -189,17 +191,30 @@ class Sidecar:
                     task.cancel()
 
     async def _drain(self) -> None:
-        """Stop claiming; release unstarted leases now and unfinished ones after the drain timeout."""
+        """Stop claiming; release unstarted leases now and unfinished ones after the drain timeout.
+
+        The whole drain keeps to ``drain_timeout_s`` (plus ``RELEASE_GRACE_S`` for the last release),
+        Redis down included, so the pod's grace period is never overrun: a release Redis cannot take
+        is abandoned, and those leases lapse and are requeued by the reaper as if the sidecar died.
+        """
+        deadline = time.monotonic() + self.settings.drain_timeout_s
         holdings = self.session.holdings
-        await self.session.release(holdings.waiting())
+        await self._hand_back(holdings.waiting(), deadline)
         running = list(self._tasks.values())
         if running:
             log.info("draining %d running items for up to %.1fs", len(running), self.settings.drain_timeout_s)
-            _, pending = await asyncio.wait(running, timeout=self.settings.drain_timeout_s)
+            _, pending = await asyncio.wait(running, timeout=max(0.0, deadline - time.monotonic()))
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        await self.session.release([h for h in holdings.all() if not h.completing])
+        await self._hand_back([h for h in holdings.all() if not h.completing], deadline + RELEASE_GRACE_S)
+
+    async def _hand_back(self, helds: list[Held], deadline: float) -> None:
+        """Release ``helds`` if Redis takes it before ``deadline``; else leave them to lapse."""
+        try:
+            await asyncio.wait_for(self.session.release(helds), timeout=max(0.1, deadline - time.monotonic()))
+        except Exception as exc:  # Redis gone (or slow) at shutdown: the reaper requeues them
+            log.warning("could not release %d leases (%r); they lapse and are requeued", len(helds), exc)
 
 
 def _result(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryResult:

@@ -103,3 +103,42 @@ def test_an_engine_refusal_is_not_retryable_and_an_unreachable_engine_is() -> No
     with pytest.raises(EngineError, match="unreachable") as down:
         asyncio.run(unreachable())
     assert down.value.retryable
+
+
+def _answered(status: int, body: bytes) -> EngineError:
+    """The error the client raises when the engine answers ``status`` with ``body``."""
+
+    async def run() -> None:
+        transport = httpx.MockTransport(lambda request: httpx.Response(status, content=body))
+        http = httpx.AsyncClient(transport=transport, base_url="http://engine")
+        client = EngineClient(EngineOptions("http://engine", model="m"), http)  # no /v1/models read
+        try:
+            await client.generate(_item({"prompt": "q"}))
+        finally:
+            await client.aclose()
+
+    with pytest.raises(EngineError) as raised:
+        asyncio.run(run())
+    return raised.value
+
+
+@pytest.mark.parametrize("status", [429, 502, 503, 504])
+def test_an_engine_that_is_down_or_overloaded_gets_the_item_back_without_charge(status: int) -> None:
+    error = _answered(status, b"busy")
+    assert (error.retryable, error.engine_down) == (True, True)
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (500, b"internal error"),
+        (200, b"<html>oops</html>"),
+        (200, b'{"choices": [{"text": "x"}]}'),  # no usage
+        (200, b'{"choices": [{"text": "x"}], "usage": {"completion_tokens": -5}}'),
+    ],
+)
+def test_an_engine_failing_on_the_item_is_retried_in_place_then_charged_to_it(
+    status: int, body: bytes
+) -> None:
+    error = _answered(status, body)
+    assert (error.retryable, error.engine_down) == (True, False)

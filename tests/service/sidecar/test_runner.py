@@ -13,6 +13,7 @@ import redis
 
 from service.delivery.protocol import Delivery
 from service.delivery.records import DeliveryItem
+from service.embedded import EmbeddedServer
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
@@ -137,6 +138,28 @@ def test_items_still_running_at_the_drain_timeout_are_released_without_spending_
     assert delivery.progress("release").queued == 2
     again = delivery.claim("release", "w0", 2)
     assert [lease.attempt for lease in again] == [1, 1]  # the released attempt was not counted
+
+
+def test_a_stop_while_redis_is_down_keeps_to_the_drain_timeout_and_leaves_the_leases_to_lapse(
+    engine_url: str,
+) -> None:
+    server = EmbeddedServer().start()
+    try:
+        publish(Delivery.from_url(server.url), "outage", {"w0": [item(f"p{i}", 0, 10_000) for i in range(2)]})
+        sidecar = _sidecar(server.url, engine_url, slots=2, drain_timeout_s=0.5)
+
+        def running_then_redis_dies() -> bool:
+            if _engine_stats(engine_url)["running"] < 2:
+                return False
+            server.kill()
+            return True
+
+        started = time.monotonic()
+        stats = _run_until(sidecar, running_then_redis_dies)  # raised through the drain before
+        assert time.monotonic() - started < 15.0  # not the 60 s of retrying a release
+        assert (stats.accepted, stats.released) == (0, 0)
+    finally:
+        server.stop()
 
 
 def test_a_lease_lost_mid_generation_cancels_the_engine_request_and_the_item_is_done_once(
