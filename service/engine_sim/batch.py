@@ -31,7 +31,7 @@ from scheduler.costmodel import WorkerCost
 
 
 class PromptTooLongError(ValueError):
-    """The prompt (plus one generated token) cannot fit in the engine's KV cache at all."""
+    """The sequence (prompt plus what it is to generate) cannot fit in the engine's KV cache at all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +95,12 @@ class SimulatedEngine:
 
     async def generate(self, prompt_tokens: int, output_tokens: int) -> Generation:
         """Run one request to ``output_tokens`` tokens; cancelling the caller withdraws it."""
-        if prompt_tokens + 1 > self.cost.kv_capacity_tokens:
+        if prompt_tokens + max(1, output_tokens) > self.cost.kv_capacity_tokens:
+            # vLLM never meets this (it refuses to start with max_model_len above its cache); here
+            # the sequence would be preempted and readmitted forever, alone, never finishing
             raise PromptTooLongError(
-                f"prompt of {prompt_tokens} tokens exceeds the KV cache of {self.cost.kv_capacity_tokens}"
+                f"prompt of {prompt_tokens} tokens plus {output_tokens} to generate exceeds the KV cache "
+                f"of {self.cost.kv_capacity_tokens}"
             )
         loop = asyncio.get_running_loop()
         seq = _Sequence(prompt_tokens, max(0, output_tokens), loop.create_future(), self.clock())

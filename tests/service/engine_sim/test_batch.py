@@ -108,3 +108,9 @@ def test_a_prompt_larger_than_the_kv_cache_is_refused() -> None:
     engine = SimulatedEngine(_cost(kv_capacity_tokens=100))
     with pytest.raises(PromptTooLongError, match="exceeds the KV cache of 100"):
         asyncio.run(engine.generate(100, 5))
+
+
+def test_a_sequence_that_would_outgrow_the_whole_kv_cache_is_refused_not_preempted_forever() -> None:
+    engine = SimulatedEngine(_cost(kv_capacity_tokens=1_000))
+    with pytest.raises(PromptTooLongError, match="plus 1500 to generate exceeds the KV cache of 1000"):
+        asyncio.run(engine.generate(100, 1_500))
