@@ -75,12 +75,21 @@ def sidecar(
     from service.sidecar.launch import SidecarOptions, run_pull, run_push
 
     url = redis_url or os.environ.get("REDIS_URL")
-    problem = _check(url, engine_url, pull_api, max_num_seqs, health_port)
-    if problem:
-        typer.echo(f"sidecar: {problem}", err=True)
-        raise typer.Exit(2)
-    assert url is not None
+    numbers = {
+        "max-num-seqs": (max_num_seqs, 1),
+        "num-gpus": (num_gpus, 1),
+        "kv-capacity-tokens": (kv_capacity_tokens, 1),
+        "pull-api": (pull_api, 1),
+        "drain-timeout": (drain_timeout, 0),
+        "idle-poll": (idle_poll, 0.001),
+        "heartbeat-interval": (heartbeat_interval, 0.001),
+        "pull-idle-timeout": (pull_idle_timeout, 0.001),
+    }
+    problem = _check(url, engine_url, pull_api, health_port, log_level) or _check_numbers(numbers)
     try:
+        if problem:
+            raise ValueError(problem)
+        assert url is not None
         kv = kv_capacity_tokens if kv_capacity_tokens is not None else _derived_kv(device, model, num_gpus)
     except ValueError as exc:
         typer.echo(f"sidecar: {exc}", err=True)
@@ -107,21 +116,43 @@ def sidecar(
         health_port=health_port,
         health_host=health_host,
     )
-    stats = run_pull(options) if pull_api is not None else run_push(options)
+    try:
+        stats = run_pull(options) if pull_api is not None else run_push(options)
+    except OSError as exc:  # a port to listen on that is taken, or not ours to take
+        typer.echo(f"sidecar: cannot listen: {exc}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(json.dumps({"worker_id": worker_id, **asdict(stats)}))
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 def _check(
-    url: str | None, engine_url: str | None, pull_api: int | None, max_num_seqs: int, health_port: int | None
+    url: str | None, engine_url: str | None, pull_api: int | None, health_port: int | None, log_level: str
 ) -> str:
+    """The first problem with the flags that say where to connect and how to run, or ''."""
     if not url:
         return "no Redis: pass --redis-url or set REDIS_URL"
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return f"redis_url={url!r}: expected redis://, rediss:// or unix://"
     if (engine_url is None) == (pull_api is None):
         return "pass exactly one of --engine-url (push mode) or --pull-api PORT (pull mode)"
+    if engine_url is not None and not engine_url.startswith(("http://", "https://")):
+        return f"engine_url={engine_url!r}: expected an http:// or https:// base URL"
     if health_port is not None and pull_api is not None:
         return "--health-port is for push mode; in pull mode GET /health is on the pull API"
-    if max_num_seqs < 1:
-        return f"max_num_seqs={max_num_seqs}: must be >= 1"
+    if pull_api is not None and pull_api > 65535:
+        return f"pull-api={pull_api}: a port is at most 65535"
+    if log_level.upper() not in LOG_LEVELS:
+        return f"log-level={log_level!r}: expected one of {', '.join(LOG_LEVELS)}"
+    return ""
+
+
+def _check_numbers(numbers: dict[str, tuple[float | None, float]]) -> str:
+    """The first flag below its least sensible value (a heartbeat of 0 s spins a core), or ''."""
+    for name, (value, least) in numbers.items():
+        if value is not None and not value >= least:
+            return f"{name}={value}: must be >= {least:g}"
     return ""
 
 
@@ -134,4 +165,7 @@ def _derived_kv(device: str | None, model: str, num_gpus: int) -> int | None:
     from scheduler.types import Worker
 
     worker = Worker(worker_id="sidecar", device=device_profile(device), num_gpus=num_gpus)
-    return derived_kv_capacity(worker, model_preset(model))
+    kv = derived_kv_capacity(worker, model_preset(model))
+    if kv < 1:
+        raise ValueError(f"model {model} leaves no KV cache on {num_gpus} x {device} ({kv} tokens)")
+    return kv

@@ -14,6 +14,7 @@ gets a 503 with the details, instead of a probe that times out.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -60,11 +61,18 @@ class HealthServer:
     _thread: threading.Thread | None = field(default=None, init=False)
 
     def start(self) -> None:
-        """Listen (uvicorn in a thread: it installs no signal handlers there, so SIGTERM stays ours)."""
+        """Listen (uvicorn in a thread: it installs no signal handlers there, so SIGTERM stays ours).
+
+        The socket is bound here, in the caller's thread, so a port in use is an ``OSError`` the
+        sidecar exits on, not a log line in a thread while the liveness probe fails for good.
+        """
+        sock = socket.create_server((self.host, self.port))
         app = create_health_app(self.runner, self.worker_id, self.stale_s)
-        config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", access_log=False)
+        config = uvicorn.Config(app, log_level="warning", access_log=False)
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="sidecar-health", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="sidecar-health", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:

@@ -26,6 +26,9 @@ def _app() -> typer.Typer:
     return app
 
 
+PUSH = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url", "http://e"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -34,14 +37,31 @@ def _app() -> typer.Typer:
         (["engine-sim", "--port", "1", "--device", "H100", "--trace", "/nonexistent.csv"], "no such file"),
         (["sidecar", "--worker-id", "w", "--engine-url", "http://e"], "pass --redis-url or set REDIS_URL"),
         (["sidecar", "--worker-id", "w", "--redis-url", "redis://r"], "exactly one of --engine-url"),
+        ([*PUSH, "--device", "Z"], "Z"),
         (
-            ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url", "e", "--device", "Z"],
-            "Z",
-        ),
-        (
-            ["sidecar", "--worker-id", "w", "--redis-url", "r", "--pull-api", "9", "--health-port", "8"],
+            [
+                "sidecar",
+                "--worker-id",
+                "w",
+                "--redis-url",
+                "redis://r",
+                "--pull-api",
+                "9",
+                "--health-port",
+                "8",
+            ],
             "--health-port is for push mode",
         ),
+        (["sidecar", "--worker-id", "w", "--redis-url", "notaurl", "--engine-url", "http://e"], "redis_url"),
+        (["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url", "e"], "engine_url"),
+        (["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--pull-api", "99999"], "at most 65535"),
+        ([*PUSH, "--log-level", "LOUD"], "log-level"),
+        ([*PUSH, "--heartbeat-interval", "0"], "heartbeat-interval=0.0"),
+        ([*PUSH, "--idle-poll", "0"], "idle-poll"),
+        ([*PUSH, "--drain-timeout", "-1"], "drain-timeout"),
+        ([*PUSH, "--kv-capacity-tokens", "-5"], "kv-capacity-tokens"),
+        ([*PUSH, "--device", "H100", "--num-gpus", "0"], "num-gpus"),
+        ([*PUSH, "--device", "Ascend910B", "--model", "32b"], "leaves no KV cache"),
     ],
 )
 def test_bad_flags_get_one_line_naming_the_problem_and_exit_status_2(

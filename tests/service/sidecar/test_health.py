@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import httpx
@@ -62,3 +63,12 @@ def test_the_server_answers_from_its_own_thread_and_stops(redis_url: str) -> Non
         server.stop()
     with pytest.raises(httpx.TransportError):
         httpx.get(url, timeout=1.0)
+
+
+def test_a_health_port_already_taken_fails_the_start_instead_of_a_probe_that_never_answers(
+    redis_url: str,
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        server = HealthServer(_sidecar(redis_url), "w0", "127.0.0.1", taken.getsockname()[1])
+        with pytest.raises(OSError):
+            server.start()
