@@ -41,12 +41,12 @@ def read_trace(path: str | Path, allow_empty: bool = False, fast: bool = True) -
     forces the row-by-row path.
     """
     path = Path(path)
-    _reader_for(path.suffix, str(path))
+    rows = read_rows(path)  # refuses an unsupported suffix; nothing is read until iterated
     if not path.is_file():
         raise InvalidInputError("trace", str(path), "no such file")
     trace = _read_fast(path) if fast else None
     if trace is None:
-        trace = rows_to_trace(read_rows(path), str(path))
+        trace = rows_to_trace(rows, str(path))
     if len(trace) == 0 and not allow_empty:
         raise InvalidInputError("trace", str(path), "the trace has no rows")
     return trace
