@@ -125,8 +125,8 @@ def _headline(trace: Trace, inventory: Inventory, kv_admission: bool) -> list[st
     return [
         f"#### Length-aware plans with {admission} (`{flag}`)",
         "",
-        f"`{HEADLINE_REPLAY} {flag} [--steal|--no-steal]` (both stealing modes from one replay, "
-        f"wall time {report.wall_s:.1f} s).",
+        f"`{HEADLINE_REPLAY} {flag} --steal` and `--no-steal`: two CLI runs, which `make bench` makes "
+        f"as one replay playing both modes (wall time {report.wall_s:.1f} s).",
         "",
         *_replay_tables(report, (True, False)),
         *_targets(report, True, f"{admission}, stealing on"),
