@@ -19,7 +19,11 @@ of a worker that runs at once cannot change the makespan, so it keeps longest-fi
 cpsat band round at 32,768 x 256 that cut ordering from 190-430 ms to 55-95 ms, same makespans (its
 wave-bound lowest-band workers finish far below the makespan). Only the last worker decides the
 makespan, so it alone gets a wider search (``refine_critical``: long heads of a quarter and a whole
-cache), repeated on the next last worker while that lowers the makespan.
+cache, and ``spread``, lengths mixed along the queue for a cache that holds few long items at once),
+repeated on the next last worker while that lowers the makespan. ``spread`` stays out of the first
+search: offered to every queue it was picked on point plays that the true lengths then punished
+(headline replay, projected-peak admission: 1.193 -> 1.203x the bound), while on the last worker it
+changes no headline figure and moves the oracle under vLLM's admission from 1.226 to 1.203x.
 
 All of this judges orders on the point predictions. Where the request says how unsure they are
 (quantiles), ``scheduler.policies.robust_order`` judges the final orders again on draws.
@@ -70,6 +74,24 @@ def long_head(share: float) -> Order:
     return order
 
 
+GOLDEN = (5**0.5 - 1) / 2  # the stride of ``spread``: consecutive picks land as far apart as can be
+
+
+def spread(problem: Problem, items: list[int], cost: WorkerCost) -> list[int]:
+    """The longest-first ranking taken at a golden-ratio stride: lengths mixed evenly along the queue.
+
+    Every order above keeps similar lengths together. Where the cache holds only a few long items at
+    a time (few slots, or a small cache for the lengths), a run of long items overflows it and each
+    preemption loses the sequence's progress; mixed lengths grow unevenly and overflow less. On one
+    H100 with 4 slots and 50k tokens of cache (100 items of up to 30k tokens) this order finished in
+    4,763 s where the best sorted one took 7,841 s and the input order 4,951 s; on one H200 with a
+    200k-token cache, 512 log-normal items, 481 s against 565 s.
+    """
+    ranked = longest_first(problem, items, cost)
+    picks = sorted(range(len(ranked)), key=lambda k: (k * GOLDEN) % 1.0)
+    return [ranked[k] for k in picks]
+
+
 CANDIDATES: dict[bool, tuple[Order, ...]] = {
     False: (longest_first, shortest_first, long_head(0.5), long_head(0.75)),  # prompt-only admission
     True: (longest_first, shortest_first, long_head(0.5), long_head(0.75)),  # projected-peak admission
@@ -81,10 +103,11 @@ CANDIDATES: dict[bool, tuple[Order, ...]] = {
 # admission: longest-first, 1.000-1.023x (the half-cache head 1.019-1.024x).
 UNSEARCHED: dict[bool, Order] = {False: long_head(0.5), True: longest_first}
 # Tried only on the worker that decides the makespan (``refine_critical``): a short head leaves most
-# of the cache to short items that turn over, a full one starts every long item at once.
+# of the cache to short items that turn over, a full one starts every long item at once, a spread
+# keeps long items apart where only a few fit.
 CRITICAL_CANDIDATES: dict[bool, tuple[Order, ...]] = {
-    False: (long_head(0.25), long_head(1.0)),
-    True: (long_head(0.25), long_head(1.0)),
+    False: (long_head(0.25), long_head(1.0), spread),
+    True: (long_head(0.25), long_head(1.0), spread),
 }
 
 

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import random
 import time
 
 import pytest
 
 from scheduler.benchgen import heavy_tailed_batch, mixed_inventory
+from scheduler.devices import device_profile, model_preset
 from scheduler.finish import all_at_once_finish, worker_finish
+from scheduler.planner import plan
 from scheduler.policies.lpt import lpt_assignment
-from scheduler.policies.ordering import UNSEARCHED, best_order, longest_first, order_queues, refine_critical
+from scheduler.policies.ordering import (
+    CANDIDATES,
+    UNSEARCHED,
+    best_order,
+    longest_first,
+    order_queues,
+    refine_critical,
+)
 from scheduler.policies.problem import Problem, build_problem
-from scheduler.types import PlanRequest
+from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 Queues = tuple[tuple[int, ...], ...]
 
@@ -110,3 +120,26 @@ def test_with_no_time_to_search_a_queue_is_played_once_in_the_order_that_serves_
         unsearched += at_once is None
     assert unsearched > 0
     assert max(searched_finishes) <= max(finishes)  # the search plays that order among others
+
+
+def test_where_the_cache_holds_few_long_items_the_last_worker_mixes_lengths_and_beats_the_equal_split() -> (
+    None
+):
+    """One H100 with 4 slots and 50k tokens of cache, 100 items of up to 30k tokens: every sorted
+    order runs similar lengths together and overflows the cache over and over (each eviction loses
+    the sequence's progress); the golden-ratio spread of the ranking overflows it least."""
+    rng = random.Random(0)
+    worker = Worker("w0", device_profile("H100"), max_num_seqs=4, kv_capacity_tokens=50_000)
+    batch = tuple(
+        Trajectory(f"p{i}", 0, rng.randint(1, 2000), 37_999, float(rng.randint(1, 30_000)))
+        for i in range(100)
+    )
+    request = PlanRequest(batch, Inventory((worker,), model_preset("7b")), time_budget_s=1.0)
+    problem = build_problem(request)
+    items, cost = list(range(100)), problem.costs[0]
+    sorted_best = min(
+        worker_finish(cost, *problem.lengths(o(problem, items, cost))) for o in CANDIDATES[False]
+    )
+    lpt = plan(request, "lpt").predicted_makespan_s
+    assert lpt < plan(request, "round_robin").predicted_makespan_s
+    assert lpt < 0.7 * sorted_best
