@@ -68,13 +68,23 @@ class ModelService:
 
     def predict(self, queries: QueryBatch | Sequence[Query], step: int, quantile: float) -> Predictions:
         """Lengths at ``quantile`` from the freshest history and model version."""
+        self.refresh()
+        return self.predictor.predict(queries, step, quantile)
+
+    def refresh(self) -> None:
+        """Fold in new actuals, then ``reload_if_due``: what a prediction or ``GET /models`` sees."""
         self.sync()
+        self.reload_if_due()
+
+    def reload_if_due(self) -> None:
+        """At most every ``RELOAD_EVERY_S``, load a version another replica stored (from the store,
+        not Redis): also before saying which version serves (``GET /models``, ``/readyz``), so a
+        replica that plans nothing does not report a version it would no longer use."""
         now = time.monotonic()
         if now - self._checked_at >= RELOAD_EVERY_S:
             self._checked_at = now
             if self.predictor.reload(self.store):
                 _log.info("hot-reloaded model", extra={"model_version": self.version})
-        return self.predictor.predict(queries, step, quantile)
 
     def retrain(self) -> tuple[int, float]:
         """Fit on all history, store a new version, swap it in; returns (version, seconds)."""

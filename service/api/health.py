@@ -29,6 +29,7 @@ def healthz() -> dict[str, str]:
 def readyz(request: Request) -> JSONResponse:
     """Ready when Redis answers PING and a predictor is loaded; 503 with the reason otherwise."""
     ctx: Context = context_of(request)
+    ctx.models.reload_if_due()
     checks: dict[str, Any] = {"model": ctx.models.version}
     try:
         ctx.redis.ping()

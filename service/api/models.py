@@ -16,6 +16,7 @@ router = APIRouter(tags=["models"], route_class=AuthFirstRoute)
 def model_status(request: Request) -> ModelStatus:
     """The serving version, the stored versions and the history the predictor reads."""
     ctx = context_of(request)
+    ctx.models.refresh()
     return ModelStatus(
         version=ctx.models.version,
         stored_versions=[f"v{v}" for v in ctx.models.store.versions()],

@@ -42,7 +42,8 @@ def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     """
     ctx = context_of(request)
     response = pipeline.run(body, ctx)
-    ctx.retrainer.after_step(body.step)
+    if body.publish:  # a dry run writes nothing, the retrain counter included
+        ctx.retrainer.after_step(body.step)
     # Serialised once here: returning the model would make FastAPI validate 4,096 items again.
     return Response(response.model_dump_json(), media_type="application/json")
 

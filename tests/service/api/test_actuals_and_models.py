@@ -147,11 +147,11 @@ def test_a_new_replica_starts_with_the_stored_model_and_the_streamactual_history
 
 def test_automatic_retrain_runs_at_the_configured_step_boundary(make_client: AppFactory) -> None:
     client = make_client(retrain_every_steps=2)
-    client.post("/schedule", json=batch_body(step=0, publish=False))
+    client.post("/schedule", json=batch_body(step=0))
     client.post("/actuals", json={"actuals": actual_history(steps=2)})
-    client.post("/schedule", json=batch_body(step=1, publish=False))
+    client.post("/schedule", json=batch_body(step=1))
     assert client.get("/models").json()["version"] == "fallback"  # one step: not a boundary yet
-    client.post("/schedule", json=batch_body(step=2, publish=False))
+    client.post("/schedule", json=batch_body(step=2))
     retrainer = client.app.state.context.retrainer  # type: ignore[attr-defined]
     assert retrainer.background is not None
     retrainer.background.join(60)
@@ -195,9 +195,33 @@ def test_a_new_run_starting_over_at_step_zero_restarts_the_retrain_count(
     make_client: AppFactory, redis_client: redis.Redis
 ) -> None:
     client = make_client(retrain_every_steps=5)
-    client.post("/schedule", json=batch_body(step=40, publish=False))
-    client.post("/schedule", json=batch_body(step=0, publish=False))
+    client.post("/schedule", json=batch_body(step=40))
+    client.post("/schedule", json=batch_body(step=0))
     assert redis_client.get("rs:retrain:step") == "0"
+
+
+def test_a_dry_run_starts_no_retrain_and_moves_no_step_counter(
+    make_client: AppFactory, redis_client: redis.Redis
+) -> None:
+    client = make_client(retrain_every_steps=2)
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    client.post("/schedule", json=batch_body(step=0))
+    client.post("/schedule", json=batch_body(step=1000, publish=False))  # "plan only, write nothing"
+    assert client.app.state.context.retrainer.background is None  # type: ignore[attr-defined]
+    assert redis_client.get("rs:retrain:step") == "0"
+
+
+def test_an_idle_replica_reports_the_version_another_replica_stored(make_client: AppFactory) -> None:
+    import time
+
+    from service.models import RELOAD_EVERY_S
+
+    trainer_side, idle = make_client(), make_client()
+    trainer_side.post("/actuals", json={"actuals": actual_history(steps=2)})
+    assert trainer_side.post("/models/retrain").json()["version"] == "v1"
+    time.sleep(RELOAD_EVERY_S + 0.1)
+    assert idle.get("/models").json()["version"] == "v1"  # it has planned nothing since
+    assert idle.get("/readyz").json()["model"] == "v1"
 
 
 def test_a_running_replica_picks_up_a_version_another_replica_trained(make_client: AppFactory) -> None:
