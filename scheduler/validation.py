@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import TypeGuard
 
 from scheduler.costmodel import worker_cost
 from scheduler.devices import DeviceProfile
@@ -27,8 +28,7 @@ def validate_request(request: PlanRequest) -> None:
 
 
 def _validate_request(request: PlanRequest) -> None:
-    if not math.isfinite(request.time_budget_s) or request.time_budget_s <= 0:
-        raise InvalidInputError("time_budget_s", request.time_budget_s, "must be a positive finite number")
+    _require_positive("time_budget_s", request.time_budget_s)
     if not request.trajectories:
         raise InvalidInputError("trajectories", [], "the batch is empty")
     _require_int("seed", request.seed, minimum=0)  # seeds numpy's generators, which refuse negatives
@@ -46,7 +46,7 @@ def _validate_request(request: PlanRequest) -> None:
             _validate_fit(trajectory, path, capacities, allowed, largest)
     _validate_unique_keys(request)
     if request.prefix_affinity:
-        _validate_group_pins(request)
+        _validate_group_pins(request, allowed)
 
 
 def _plainly_valid(t: Trajectory, largest: int) -> bool:
@@ -62,6 +62,7 @@ def _plainly_valid(t: Trajectory, largest: int) -> bool:
         and 0 < q <= m  # False for NaN and inf
         and p + m <= largest
         and t.pinned_worker is None
+        and (type(t.quantiles) is dict or isinstance(t.quantiles, Mapping))  # not None
         and (not t.quantiles or _plain_quantiles(t.quantiles))
         and bool(t.prompt_id)
     )
@@ -94,8 +95,9 @@ def _validate_unique_keys(request: PlanRequest) -> None:
             )
 
 
-def _validate_group_pins(request: PlanRequest) -> None:
-    """Under prefix affinity a group runs on one worker, so its samples cannot be pinned apart."""
+def _validate_group_pins(request: PlanRequest, allowed: dict[str, int]) -> None:
+    """Under prefix affinity a group runs on one worker, so its samples cannot be pinned apart, and a
+    pin on one sample binds the whole group: every sample must fit the pinned worker's cache."""
     pins: dict[str, str] = {}
     for index, trajectory in enumerate(request.trajectories):
         pinned = trajectory.pinned_worker
@@ -107,6 +109,16 @@ def _validate_group_pins(request: PlanRequest) -> None:
                 f"trajectories[{index}].pinned_worker",
                 pinned,
                 f"group {trajectory.group} is also pinned to {first}; prefix_affinity keeps a group together",
+            )
+    for index, trajectory in enumerate(request.trajectories):
+        pinned = pins.get(trajectory.group)
+        need = trajectory.prompt_tokens + trajectory.max_new_tokens
+        if pinned is not None and need > allowed[pinned]:
+            raise InvalidInputError(
+                f"trajectories[{index}].max_new_tokens",
+                trajectory.max_new_tokens,
+                f"prompt+max_new_tokens={need} exceeds worker {pinned}'s KV capacity {allowed[pinned]}, "
+                f"where prefix_affinity binds group {trajectory.group} by its pin",
             )
 
 
@@ -150,6 +162,8 @@ def _validate_trajectory(t: Trajectory, path: str) -> None:
             t.predicted_tokens,
             f"exceeds max_new_tokens={t.max_new_tokens}; clamp predictions to the cap",
         )
+    if not isinstance(t.quantiles, Mapping):
+        raise InvalidInputError(f"{path}.quantiles", t.quantiles, "must be a mapping of level to length")
     for level, value in t.quantiles.items():
         if not (isinstance(level, int | float) and 0.0 < level < 1.0):
             raise InvalidInputError(f"{path}.quantiles", level, "quantile levels must lie in (0, 1)")
@@ -195,7 +209,7 @@ def _validate_device(device: DeviceProfile, path: str) -> None:
         if value > 1.0:
             raise InvalidInputError(f"{path}.{name}", value, "is a share and must not exceed 1")
     overhead = device.step_overhead_s
-    if isinstance(overhead, bool) or not math.isfinite(overhead) or overhead < 0:
+    if not _real(overhead) or overhead < 0:
         raise InvalidInputError(f"{path}.step_overhead_s", overhead, "must be a finite number >= 0")
 
 
@@ -205,6 +219,10 @@ def _require_int(field: str, value: object, minimum: int) -> None:
 
 
 def _require_positive(field: str, value: object) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    if not ok:
+    if not _real(value) or value <= 0:
         raise InvalidInputError(field, value, "must be a positive finite number")
+
+
+def _real(value: object) -> TypeGuard[float]:
+    """A finite int or float, not a bool (nor a string that looks like a number)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

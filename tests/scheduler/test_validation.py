@@ -162,8 +162,17 @@ def test_a_group_pinned_to_two_workers_is_refused_under_prefix_affinity() -> Non
     assert (error.field, error.value) == ("trajectories[1].pinned_worker", "w1")
 
 
-def test_a_non_positive_time_budget_is_refused() -> None:
-    assert _rejected(_request(time_budget_s=0.0)).field == "time_budget_s"
+def test_a_pin_binds_its_whole_group_under_prefix_affinity_so_every_sample_must_fit_there() -> None:
+    group = (_trajectory(pinned_worker="small"), _trajectory(sample=1, max_new_tokens=5_000))
+    workers = (_worker("small", kv_capacity_tokens=1_000 + 100), _worker("big"))
+    validate_request(_request(trajectories=group, workers=workers))  # without affinity it may go to big
+    error = _rejected(_request(trajectories=group, workers=workers, prefix_affinity=True))
+    assert (error.field, error.value) == ("trajectories[1].max_new_tokens", 5_000)
+
+
+@pytest.mark.parametrize("budget", [0.0, "1", None, math.nan])
+def test_a_time_budget_that_is_no_positive_number_is_refused(budget: object) -> None:
+    assert _rejected(_request(time_budget_s=budget)).field == "time_budget_s"
 
 
 def test_the_planner_refuses_what_validation_refuses() -> None:
@@ -189,3 +198,14 @@ def test_errors_keep_their_field_and_message_across_processes() -> None:
         received = pickle.loads(pickle.dumps(error))
         assert type(received) is type(error)
         assert (received.field, received.value, str(received)) == (error.field, error.value, str(error))
+
+
+def test_quantiles_that_are_no_mapping_are_refused_by_name() -> None:
+    error = _rejected(_request(trajectories=(_trajectory(quantiles=None),)))
+    assert error.field == "trajectories[0].quantiles"
+
+
+def test_a_step_overhead_given_as_text_is_refused_by_name() -> None:
+    device = dataclasses.replace(device_profile("H100"), step_overhead_s="0")  # type: ignore[arg-type]
+    error = _rejected(_request(workers=(_worker("w0", device=device),)))
+    assert error.field == "inventory.workers[0].device.step_overhead_s"
