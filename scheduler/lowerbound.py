@@ -56,6 +56,7 @@ def lower_bound(
     grid: int = 0,
     precision: float = PRECISION,
     deadline: float | None = None,
+    fluid_deadline: float | None = None,
 ) -> LowerBound:
     """Compute the bound of ``trajectories`` on the non-excluded workers of ``inventory``.
 
@@ -63,7 +64,7 @@ def lower_bound(
     finer ``precision`` tightens its search (``scheduler.tailbound``): the benchmark's refined bound.
     Past ``deadline`` (``time.perf_counter()``) that check stops probing and (d) is what it proved
     by then: still a bound, maybe a looser one (how the planner keeps the bound to a share of a short
-    budget).
+    budget); past ``fluid_deadline`` so does the fluid cover's search before it.
 
     With ``prefix_affinity`` a group's samples share one worker, so (a) also covers the heaviest group
     alone on its fastest allowed worker. Expects a validated batch (see ``scheduler.validation``).
@@ -82,7 +83,7 @@ def lower_bound(
     kv = float(per_trajectory.sum()) / sum(c.kv_token_steps_per_s() for c in costs)
     known = max(longest, throughput, kv)
     kinds = [(members[0], len(members)) for members in _kinds(costs)]
-    tail = tail_bound(steps, per_trajectory, prompts, kinds, known, grid, precision, deadline)
+    tail = tail_bound(steps, per_trajectory, prompts, kinds, known, grid, precision, deadline, fluid_deadline)
     return LowerBound(longest, throughput, kv, tail, max(known, tail))
 
 

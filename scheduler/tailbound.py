@@ -42,6 +42,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -51,6 +52,7 @@ from scheduler.stepsum import FloatArray
 from scheduler.tailbands import BandCover
 from scheduler.tailcover import FluidCover, Layout, layout
 
+T = TypeVar("T")
 PRECISION = 0.0005  # the fluid search stops when its bracket on T is this tight (relative); as
 # cheap as 0.002 (the secant converges fast: 6-7 probes either way) and 0.1% tighter
 PROOF_MARGIN = 1e-9  # a shortfall proves infeasibility only above this (float error of the sums)
@@ -137,6 +139,7 @@ def tail_bound(
     grid: int = 0,
     precision: float = PRECISION,
     deadline: float | None = None,
+    fluid_deadline: float | None = None,
 ) -> float:
     """A lower bound on the makespan, at least ``known_s`` (a bound proven otherwise).
 
@@ -145,7 +148,9 @@ def tail_bound(
     whole trajectories. ``grid`` adds band edges at every ``1/grid`` of the longest length to that
     check; ``precision`` is the fluid search's (finer: a little tighter, a probe or two more). The
     check's CP-SAT probes (0.2 ms where the greedy cover settles them, ~11 ms near the root) stop
-    past ``deadline``, keeping what they proved.
+    past ``deadline``, the fluid searches' past ``fluid_deadline`` (a probe takes well under a
+    millisecond for a few worker kinds, but ~12 ms for 14-16, where the cover has 65k states), each
+    keeping what it proved.
     """
     if len(lengths) == 0:
         return known_s
@@ -153,14 +158,36 @@ def tail_bound(
     work = np.asarray(kv_steps, dtype=np.float64)
     limits = [(kind_limits(cost, prompts), n) for cost, n in kinds]
     exchange = min(lim.prefill_s / lim.per_token_s for lim, _ in limits)
-    laid, bound = layout(steps), known_s
+    laid, bound, fluid_timed = layout(steps), known_s, Timed(fluid_deadline)
     for share in PREFILL_SHARES:
         rate = share * exchange
-        bound = _search(_fluid_gap(laid, work + rate * prompts, limits, rate), bound, precision)
+        bound = _search(_fluid_gap(laid, work + rate * prompts, limits, rate), bound, precision, fluid_timed)
     bands = [
         BandCover(steps, work + s * exchange * prompts, limits, s * exchange, grid) for s in PREFILL_SHARES
     ]
-    return _bisect(lambda t: any(b.infeasible(t) for b in bands), bound, deadline)
+    return _bisect(lambda t: any(b.infeasible(t) for b in bands), bound, Timed(deadline))
+
+
+class Timed:
+    """Runs a probe only while one as long as the longest so far still ends by ``deadline``.
+
+    Only a probe's proof ever raises a bound, so stopping early leaves a looser bound, never a wrong
+    one. Before the fluid searches had one, a pool of 14-16 worker kinds (65k cover states a probe)
+    spent 0.3 s of a 1 ms planning budget proving its bound.
+    """
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.longest = 0.0
+
+    def __call__(self, probe: Callable[[float], T], t: float) -> T | None:
+        """``probe(t)``, or None when it might end past the deadline (not started)."""
+        started = time.perf_counter()
+        if self.deadline is not None and started + self.longest > self.deadline:
+            return None
+        result = probe(t)
+        self.longest = max(self.longest, time.perf_counter() - started)
+        return result
 
 
 def _fluid_gap(
@@ -171,7 +198,7 @@ def _fluid_gap(
     return lambda t: fluid.shortfall([lim.serves_many(laid.lengths, t, rate) for lim, _ in limits])
 
 
-def _search(gap: Callable[[float], float], low: float, precision: float) -> float:
+def _search(gap: Callable[[float], float], low: float, precision: float, timed: Timed) -> float:
     """The largest makespan ``gap`` proves infeasible, to ``precision``, and at least ``low``.
 
     A secant search on the shortfall through the last two probes (the first step guesses the
@@ -183,7 +210,9 @@ def _search(gap: Callable[[float], float], low: float, precision: float) -> floa
     points: list[tuple[float, float]] = []
     guess = low * (1.0 + precision)
     for _ in range(MAX_PROBES):
-        value = gap(guess)
+        value = timed(gap, guess)
+        if value is None:
+            break
         points.append((guess, value))
         if value > PROOF_MARGIN:
             low = guess
@@ -212,25 +241,16 @@ def _next_guess(points: list[tuple[float, float]], low: float, high: float, prec
     return min(max(root, lowest), highest)
 
 
-def _bisect(proven: Callable[[float], bool], low: float, deadline: float | None = None) -> float:
+def _bisect(proven: Callable[[float], bool], low: float, timed: Timed) -> float:
     """The band cover's bound above ``low`` (proven): nothing to add unless it proves ``low`` raised
     by ``BAND_PRECISION``; then a growing bracket and a bisection (the band cover has no slack to
     interpolate on). On benchmark batches the greedy cover usually settles the one probe without a
     solve (2 of 12: CP-SAT confirms a cover in 4-17 ms). A request whose prompts each have one
-    predicted length for all their samples can take a dozen solves (~50 ms at 1,024 x 16), so with
-    a ``deadline`` a probe starts only if one as long as the longest so far still ends by it: only
-    a probe's proof ever raises ``low``, so stopping early leaves a looser bound, never a wrong one."""
-    longest = 0.0
+    predicted length for all their samples can take a dozen solves (~50 ms at 1,024 x 16), so its
+    probes are ``timed`` too."""
 
     def proves(t: float) -> bool | None:
-        """``proven(t)``, or None when the probe might end past the deadline (not started)."""
-        nonlocal longest
-        started = time.perf_counter()
-        if deadline is not None and started + longest > deadline:
-            return None
-        result = proven(t)
-        longest = max(longest, time.perf_counter() - started)
-        return result
+        return timed(proven, t)
 
     high = low * (1.0 + BAND_PRECISION)
     if not proves(high):

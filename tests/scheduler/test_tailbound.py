@@ -18,7 +18,7 @@ from scheduler.planner import plan
 from scheduler.simulator import SimOptions, simulate
 from scheduler.stepsum import planned_steps_array
 from scheduler.tailbands import BandCover
-from scheduler.tailbound import BAND_PRECISION, PRECISION, KindLimits, _search, kind_limits
+from scheduler.tailbound import BAND_PRECISION, PRECISION, KindLimits, Timed, _search, kind_limits
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 MODEL = model_preset("7b")
@@ -110,6 +110,16 @@ def test_a_bound_out_of_time_keeps_what_the_fluid_cover_proved_and_skips_the_who
     assert lower_bound(batch, inventory, deadline=time.perf_counter() + 60.0) == full
 
 
+def test_a_bound_whose_fluid_search_is_out_of_time_keeps_the_closed_form_bounds() -> None:
+    """Many worker kinds make each fluid probe cost ~12 ms; past its deadline none is started, and
+    the bound is (a)-(c), still a bound and never above the full one."""
+    batch, inventory, _, _ = _three_long_on_two_h100s()
+    full = lower_bound(batch, inventory)
+    past = time.perf_counter() - 1.0
+    hurried = lower_bound(batch, inventory, deadline=past, fluid_deadline=past)
+    assert hurried.value_s == max(hurried.longest_s, hurried.throughput_s, hurried.kv_s) <= full.value_s
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     seed=st.integers(0, 10_000),
@@ -169,7 +179,7 @@ def test_the_search_never_claims_past_the_root_and_closes_on_it(
     def gap(t: float) -> float:  # falling, steeper (or flatter) past the root, like a shortfall
         return slope * (root - t) / root * (1.0 if t < root else kink)
 
-    found = _search(gap, root / 3.0, PRECISION)
+    found = _search(gap, root / 3.0, PRECISION, Timed(None))
     assert found < root
     assert found >= root * (1.0 - 2.0 * PRECISION)
 
