@@ -72,7 +72,8 @@ class PlanRequest:
     prefix_affinity: bool = False  # keep each group's samples on one worker (prefix-cache reuse)
     kv_admission: bool = False  # admit by projected KV peak at predicted lengths (scheduler.admission)
     excluded_workers: frozenset[str] = frozenset()  # workers that must receive nothing (draining)
-    seed: int = 0  # fixes any randomised search, so plans are reproducible
+    seed: int = 0  # fixes any randomised search: plans are reproducible where no search is cut short
+    # by the budget (a search cut short depends on the host's speed; docs/solver.md, "Determinism")
 
 
 @dataclass(frozen=True, slots=True)
