@@ -3,8 +3,9 @@
 One ``SchedulerClient`` per trainer process; it keeps a connection pool. Every method returns the
 API's typed response models (``service.api.schemas``), and every refusal raises ``SchedulerAPIError``
 carrying the problem document (status, detail, offending field), so a training loop can tell a bad
-batch (4xx: fix the request) from an outage (503: retry). docs/client.md shows it in a veRL-style
-loop.
+batch (4xx: fix the request) from an outage (503: retry). A service that cannot be reached at all
+(refused, reset, timed out) is ``ServiceUnreachableError``, a retryable ``SchedulerAPIError`` too, so
+one ``except`` serves the loop. docs/client.md shows it in a veRL-style loop.
 """
 
 from __future__ import annotations
@@ -43,6 +44,18 @@ class SchedulerAPIError(RuntimeError):
         return self.status in (429, 502, 503, 504)
 
 
+class ServiceUnreachableError(SchedulerAPIError):
+    """No answer from the service (connection refused or reset, a timeout): retry later."""
+
+    def __init__(self, error: httpx.TransportError) -> None:
+        super().__init__(0, {"title": "Service unreachable", "detail": f"{type(error).__name__}: {error}"})
+
+    @property
+    def retryable(self) -> bool:
+        """Always: nothing was refused, nothing is known to be wrong with the request."""
+        return True
+
+
 @dataclass(frozen=True)
 class StepResults:
     """Everything a finished schedule produced."""
@@ -61,7 +74,9 @@ class SchedulerClient:
         timeout_s: float = 60.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        token = (token or "").strip()  # read from a file, a token often ends in a newline
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout_s = timeout_s
         self._http = httpx.Client(base_url=url, headers=headers, timeout=timeout_s, transport=transport)
 
     def __enter__(self) -> SchedulerClient:
@@ -86,29 +101,35 @@ class SchedulerClient:
     def results(
         self, schedule_id: str, after: str = "0-0", count: int = 1000, wait_ms: int = 0
     ) -> ResultsPage:
-        """One page of accepted results after stream id ``after``."""
+        """One page of accepted results after stream id ``after``, long-polling up to ``wait_ms``
+        (the HTTP timeout is stretched by as much, so a long poll is never cut short as a timeout)."""
         params = {"after": after, "count": count, "wait_ms": wait_ms}
+        timeout = self._timeout_s + wait_ms / 1000.0
         return ResultsPage.model_validate(
-            self._call("GET", f"/schedule/{schedule_id}/results", params=params)
+            self._call("GET", f"/schedule/{schedule_id}/results", params=params, timeout=timeout)
         )
 
     def wait(self, schedule_id: str, timeout_s: float | None = None, poll_ms: int = 1000) -> StepResults:
         """Collect results until every trajectory is done or dead-lettered (``TimeoutError`` past the limit).
 
         Results are read while the step runs (long-polling the results stream), so the trainer can
-        also consume them incrementally with ``results``; this call returns them all at the end.
+        also consume them incrementally with ``results``; this call returns them all at the end. The
+        progress is read first, so a finished step returns at once, and no long poll outlasts
+        ``timeout_s``.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         collected: list[ResultEntry] = []
         cursor = "0-0"
         while True:
-            page = self.results(schedule_id, after=cursor, wait_ms=poll_ms)
+            progress = self.progress(schedule_id)
+            finished = progress.done + progress.failed >= progress.total
+            left_ms = poll_ms if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
+            page = self.results(schedule_id, after=cursor, wait_ms=0 if finished else min(poll_ms, left_ms))
             collected += page.results
             cursor = page.next
-            progress = self.progress(schedule_id)
-            if progress.done + progress.failed >= progress.total and len(collected) >= progress.done:
+            if finished and len(collected) >= progress.done:
                 return StepResults(results=collected, progress=progress)
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(
                     f"schedule {schedule_id}: {progress.done}/{progress.total} done after {timeout_s}s"
                 )
@@ -144,7 +165,10 @@ class SchedulerClient:
 
     def _call(self, method: str, path: str, raw: bool = False, **kwargs: Any) -> Any:
         """Send one request; the decoded JSON (``raw``: the bytes) or ``SchedulerAPIError``."""
-        response = self._http.request(method, path, **kwargs)
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as error:
+            raise ServiceUnreachableError(error) from error
         if response.status_code >= 400:
             try:
                 problem = response.json()

@@ -7,8 +7,9 @@ import threading
 import pytest
 import redis
 
-from service.client import SchedulerAPIError, SchedulerClient
+from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachableError
 from service.delivery import Delivery, TrajectoryResult
+from service.ports import free_port
 from service.settings import Settings
 from tests.service.api.conftest import TRAINER, WORKER, LiveServer, batch_body, with_settings
 
@@ -68,3 +69,24 @@ def test_waiting_past_the_timeout_raises(live_settings: Settings) -> None:
         plan = client.schedule(batch_body(prompts=1, n=1, workers=1))
         with pytest.raises(TimeoutError):
             client.wait(plan.schedule_id, timeout_s=0.3, poll_ms=100)
+
+
+def test_a_long_poll_longer_than_the_client_timeout_is_not_cut_short_as_one(live_settings: Settings) -> None:
+    with LiveServer(live_settings) as server, SchedulerClient(server.url, timeout_s=0.3) as client:
+        plan = client.schedule(batch_body(prompts=1, n=1, workers=1))
+        with pytest.raises(TimeoutError):  # the schedule's own timeout, not httpx.ReadTimeout
+            client.wait(plan.schedule_id, timeout_s=1.0, poll_ms=800)
+
+
+def test_an_unreachable_service_is_a_retryable_scheduler_error() -> None:
+    client = SchedulerClient(f"http://127.0.0.1:{free_port()}", timeout_s=2.0)
+    with client, pytest.raises(ServiceUnreachableError) as unreachable:
+        client.progress("anything")
+    assert unreachable.value.retryable
+    assert isinstance(unreachable.value, SchedulerAPIError)
+
+
+def test_a_token_read_with_its_newline_still_authenticates(live_settings: Settings) -> None:
+    settings = with_settings(live_settings, trainer_tokens=TRAINER, worker_tokens=WORKER)
+    with LiveServer(settings) as server, SchedulerClient(server.url, token=f" {TRAINER}\n") as client:
+        assert client.schedule(batch_body(publish=False)).published is False
