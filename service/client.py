@@ -48,7 +48,9 @@ class ServiceUnreachableError(SchedulerAPIError):
     """No answer from the service (connection refused or reset, a timeout): retry later."""
 
     def __init__(self, error: httpx.TransportError) -> None:
-        super().__init__(0, {"title": "Service unreachable", "detail": f"{type(error).__name__}: {error}"})
+        detail = f"{type(error).__name__}: {error}"
+        super().__init__(0, {"title": "Service unreachable", "detail": detail})
+        self.args = (f"service unreachable ({detail})",)  # no HTTP status to lead with
 
     @property
     def retryable(self) -> bool:

@@ -59,7 +59,13 @@ class SizeResult:
 
 
 def bench_service(
-    url: Annotated[str | None, typer.Option(help="A running service; default: start one here.")] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            help="A running service; default: start one here. It is sent synthetic actuals and "
+            "retrained twice: never point it at a service a training run uses."
+        ),
+    ] = None,
     token: Annotated[str | None, typer.Option(help="Trainer token of that service.")] = None,
     requests: Annotated[int, typer.Option(min=2, help="Measured requests per size.")] = 30,
     warmup: Annotated[int, typer.Option(min=0, help="Unmeasured requests per size first.")] = 3,

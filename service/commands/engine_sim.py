@@ -27,7 +27,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
 
 def engine_sim(
-    port: Annotated[int, typer.Option(help="TCP port to listen on.")],
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port to listen on.")],
     device: Annotated[str, typer.Option(help="Accelerator kind to simulate: H100, H200, A100, 910B.")],
     model: Annotated[str, typer.Option(help="Model preset: 1.5b, 7b, 14b, 32b.")] = "7b",
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
@@ -44,7 +44,7 @@ def engine_sim(
     ] = None,
     trace_step: Annotated[int | None, typer.Option(help="Trace step to use; default: the last.")] = None,
     median_tokens: Annotated[
-        int, typer.Option(help="Median of the seeded length draw for requests nothing else sizes.")
+        int, typer.Option(min=1, help="Median of the seeded length draw for requests nothing else sizes.")
     ] = 512,
     served_model_name: Annotated[str | None, typer.Option(help="Model id; default sim-<model>.")] = None,
     max_model_len: Annotated[int, typer.Option(help="Prompt + output token limit.")] = 32_768,

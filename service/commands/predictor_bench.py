@@ -15,19 +15,24 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+if TYPE_CHECKING:
+    from predictors.tracetable import Trace
+
 
 def bench_predictor(
-    rows: Annotated[int, typer.Option(help="Rows in the generated training trace.")] = 1_000_000,
-    predict_rows: Annotated[int, typer.Option(help="Trajectories per predict call.")] = 32_768,
-    steps: Annotated[int, typer.Option(help="Steps (epochs) the training rows span.")] = 8,
-    samples: Annotated[int, typer.Option(help="Samples per prompt per step.")] = 8,
+    rows: Annotated[int, typer.Option(min=1, help="Rows in the generated training trace.")] = 1_000_000,
+    predict_rows: Annotated[int, typer.Option(min=1, help="Trajectories per predict call.")] = 32_768,
+    steps: Annotated[int, typer.Option(min=2, help="Steps (epochs) the training rows span.")] = 8,
+    samples: Annotated[int, typer.Option(min=1, help="Samples per prompt per step.")] = 8,
     profile: Annotated[str, typer.Option(help="Generator profile: short-cot or long-cot.")] = "short-cot",
-    threads: Annotated[int, typer.Option(help="LightGBM threads (the target machine has 2 cores).")] = 2,
-    repeats: Annotated[int, typer.Option(help="Predict calls timed; the median is reported.")] = 7,
+    threads: Annotated[
+        int, typer.Option(min=1, help="LightGBM threads (the target machine has 2 cores).")
+    ] = 2,
+    repeats: Annotated[int, typer.Option(min=1, help="Predict calls timed; the median is reported.")] = 7,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Time fit and predict at the issue's sizes; prints medians in seconds and milliseconds."""
@@ -37,11 +42,10 @@ def bench_predictor(
     from predictors.model import FitConfig, fit
     from predictors.predictor import LengthPredictor
     from predictors.queries import Query, QueryBatch
-    from predictors.synthetic import synthetic_trace
 
     prompts = max(1, rows // (steps * samples))
     started = time.perf_counter()
-    trace = synthetic_trace(profile, prompts, samples, steps, seed=0)
+    trace = _generated(profile, prompts, samples, steps, 0, None)
     generate_s = time.perf_counter() - started
     started, cpu = time.perf_counter(), time.process_time()
     model = fit(trace, FitConfig(num_threads=threads))
@@ -87,6 +91,18 @@ def bench_predictor(
         typer.echo(f"{key:>26}: {value}")
 
 
+def _generated(profile: str, prompts: int, samples: int, steps: int, seed: int, drift: float | None) -> Trace:
+    """The generator's trace, or one line and exit 2 for a profile or drift it refuses."""
+    from predictors.synthetic import synthetic_trace
+    from scheduler.errors import InvalidInputError
+
+    try:
+        return synthetic_trace(profile, prompts, samples, steps, seed=seed, drift=drift)
+    except InvalidInputError as error:
+        typer.echo(f"bench: {error}", err=True)
+        raise typer.Exit(2) from None
+
+
 def _timed(call: object) -> float:
     assert callable(call)
     started = time.perf_counter()
@@ -99,17 +115,16 @@ def bench_predictor_drift(
     drift: Annotated[
         float | None, typer.Option(help="Log-length drift per step; default: the profile's own.")
     ] = None,
-    prompts: Annotated[int, typer.Option(help="Distinct prompts, revisited every step.")] = 300,
-    samples: Annotated[int, typer.Option(help="Samples per prompt per step.")] = 8,
-    steps: Annotated[int, typer.Option(help="Steps; each after the first is scored.")] = 10,
-    seed: Annotated[int, typer.Option(help="Generator seed.")] = 1,
+    prompts: Annotated[int, typer.Option(min=1, help="Distinct prompts, revisited every step.")] = 300,
+    samples: Annotated[int, typer.Option(min=1, help="Samples per prompt per step.")] = 8,
+    steps: Annotated[int, typer.Option(min=2, help="Steps; each after the first is scored.")] = 10,
+    seed: Annotated[int, typer.Option(min=0, help="Generator seed.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Walk-forward accuracy on a generated multi-epoch trace with length drift (the issue's drift target)."""
     from predictors.evaluate import evaluate, to_json
-    from predictors.synthetic import synthetic_trace
 
-    trace = synthetic_trace(profile, prompts, samples, steps, seed=seed, drift=drift)
+    trace = _generated(profile, prompts, samples, steps, seed, drift)
     result = to_json(evaluate(trace))
     scores = result["predictors"]
     assert isinstance(scores, dict)

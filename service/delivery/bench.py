@@ -28,6 +28,7 @@ from service.delivery.protocol import Delivery
 from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSchedule, TrajectoryResult
 
 THROUGHPUT_TARGET = 10_000.0  # claims+completions per second with 64 workers on loopback
+WARM_STEALS = 50  # steals before the measured ones: warm the connection and the script cache
 STEAL_P99_TARGET_MS = 5.0  # steal p99 with 1,024 queues
 _RESULT = TrajectoryResult(output_tokens=512, finish_reason="stop", wall_time_s=1.0, output="x" * 64)
 
@@ -164,9 +165,9 @@ def measure_steals(url: str, prefix: str, queues: int, steals: int) -> tuple[lis
     """
     sid = "steal"
     delivery = Delivery.from_url(url, prefix)
-    per_queue = max(4, 2 * steals // queues + 2)
+    per_queue = max(4, 2 * (steals + WARM_STEALS) // queues + 2)  # the warm-up steals take items too
     delivery.publish(_schedule(sid, queues, per_queue, 1, seed=2))
-    for _ in range(50):  # warm the connection and the script cache
+    for _ in range(WARM_STEALS):  # warm the connection and the script cache
         delivery.steal(sid, "thief0", 1)
     samples, pings = [], []
     calls0, usec0 = _evalsha_usec(delivery.client)

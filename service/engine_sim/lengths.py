@@ -56,6 +56,13 @@ class LengthSource:
     median_tokens: int = 512  # median of the fallback draw
     sigma: float = 1.0  # log-space spread of the fallback draw (1.0: p90/p50 ~ 3.6)
 
+    def __post_init__(self) -> None:
+        # the draw takes log(median): a median of 0 would fail every request that falls back to it
+        if self.median_tokens < 1:
+            raise InvalidInputError("median_tokens", self.median_tokens, "must be >= 1")
+        if not (math.isfinite(self.sigma) and self.sigma >= 0):
+            raise InvalidInputError("sigma", self.sigma, "must be a finite number >= 0")
+
     def resolve(self, hint: RolloutHint, prompt_text: str, max_tokens: int) -> Outcome:
         """Return the length to generate for one request, capped by ``max_tokens``."""
         wanted = self._wanted(hint, prompt_text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,11 @@ def test_prompt_length_comes_from_the_hint_then_token_ids_then_text() -> None:
     assert estimate_prompt_tokens(RolloutHint(prompt_tokens=42), "x" * 400) == 42
     assert estimate_prompt_tokens(RolloutHint(), [1, 2, 3]) == 3
     assert estimate_prompt_tokens(RolloutHint(), "x" * 400) == 100
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("median_tokens", 0), ("median_tokens", -5), ("sigma", math.nan)]
+)
+def test_a_fallback_draw_that_cannot_draw_is_refused_at_start(field: str, value: float) -> None:
+    with pytest.raises(InvalidInputError, match=field):
+        LengthSource(**{field: value})  # type: ignore[arg-type]
