@@ -88,11 +88,14 @@ class ModelStore:
                 "model_store", str(self.root), f"has no model version {chosen or ''}".strip()
             )
         directory = self.path(chosen)
-        raw = json.loads((directory / "metadata.json").read_text())
-        meta = _metadata_from_json(raw)
-        spec = FeatureSpec(numeric=tuple(raw["numeric"]), categorical=meta.categorical)
-        p50 = lgb.Booster(model_file=str(directory / "p50.txt"))
-        p90 = lgb.Booster(model_file=str(directory / "p90.txt"))
+        try:
+            raw = json.loads((directory / "metadata.json").read_text())
+            meta = _metadata_from_json(raw)
+            spec = FeatureSpec(numeric=tuple(raw["numeric"]), categorical=meta.categorical)
+            p50 = lgb.Booster(model_file=str(directory / "p50.txt"))
+            p90 = lgb.Booster(model_file=str(directory / "p90.txt"))
+        except (OSError, ValueError, KeyError, TypeError, lgb.basic.LightGBMError) as error:
+            raise InvalidInputError("model_store", str(directory), f"does not load ({error})") from None
         return chosen, FittedModel(p50=p50, p90=p90, spec=spec, metadata=meta)
 
     def load_if_newer(self, version: int | None) -> tuple[int, FittedModel] | None:

@@ -37,6 +37,7 @@ class ModelService:
         self._cursor = "0-0"  # last actuals-stream id folded into the history
         self._sync_lock = threading.Lock()
         self._checked_at = 0.0
+        self._unreadable: object = None  # the stored version that last failed to load (logged once)
         self.loaded = False
 
     @property
@@ -47,7 +48,7 @@ class ModelService:
 
     def start(self) -> None:
         """Load the latest stored model (if any) and the history; the app is ready afterwards."""
-        self.predictor.reload(self.store)
+        self._reload()
         self.sync()
         self.loaded = True
         _log.info("predictor ready", extra={"model_version": self.version, "history_rows": self.rows})
@@ -83,8 +84,27 @@ class ModelService:
         now = time.monotonic()
         if now - self._checked_at >= RELOAD_EVERY_S:
             self._checked_at = now
-            if self.predictor.reload(self.store):
+            if self._reload():
                 _log.info("hot-reloaded model", extra={"model_version": self.version})
+
+    def _reload(self) -> bool:
+        """Swap in the store's newest version that loads. One that does not (a damaged or foreign
+        file) is logged once and passed over for the newest older one still newer than what serves,
+        where it had failed every request of every replica, and a replica's start, until removed."""
+        try:
+            return self.predictor.reload(self.store)
+        except InvalidInputError as error:
+            if error.value != self._unreadable:
+                self._unreadable = error.value
+                _log.error("model store: %s; passed over", error)
+        held = self.predictor.model_version or 0
+        for version in reversed([v for v in self.store.versions() if v > held]):
+            try:
+                self.predictor.use_model(self.store.load(version)[1], version)
+                return True
+            except InvalidInputError:
+                continue
+        return False
 
     def retrain(self) -> tuple[int, float]:
         """Fit on all history, store a new version, swap it in; returns (version, seconds)."""

@@ -9,11 +9,18 @@ README.md ("Settings") lists them all.
 from __future__ import annotations
 
 import ipaddress
+import os
+import pathlib
+import urllib.parse
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.delivery.keys import DEFAULT_LEASE_TTL_MS, DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION_S
+
+HOUR_S = 3_600
+DAY_S = 86_400
+YEAR_S = 365 * DAY_S  # bounds past any real setting, inside what Redis EXPIRE and socket timeouts take
 
 
 class Settings(BaseSettings):
@@ -34,7 +41,7 @@ class Settings(BaseSettings):
     redis_password: SecretStr | None = None  # ACL password, when not given in the URL
     redis_tls_ca_file: str | None = None  # CA bundle to verify a rediss:// server against
     redis_timeout_s: float = Field(
-        default=1.0, gt=0
+        default=1.0, gt=0, le=HOUR_S
     )  # connect and command timeout: how fast Redis-down is a 503
 
     # --- security ------------------------------------------------------------------------------------
@@ -44,7 +51,7 @@ class Settings(BaseSettings):
     max_trajectories: int = Field(default=65_536, gt=0)  # more trajectories (sum of n) in one batch get 413
 
     max_concurrent_plans: int = Field(default=2, ge=1)  # plans computed at once; more wait in line
-    plan_queue_timeout_s: float = Field(default=30.0, gt=0)  # longest wait in line before a 503
+    plan_queue_timeout_s: float = Field(default=30.0, gt=0, le=HOUR_S)  # longest wait in line before a 503
 
     # --- planning ------------------------------------------------------------------------------------
     default_policy: str = "cpsat"  # policy when the request names none
@@ -56,11 +63,11 @@ class Settings(BaseSettings):
 
     # --- delivery (leases the sidecars hold; see service/delivery/keys.py) ------------------------------
     lease_ttl_ms: int = Field(
-        default=DEFAULT_LEASE_TTL_MS, ge=100
+        default=DEFAULT_LEASE_TTL_MS, ge=100, le=DAY_S * 1000
     )  # a lease lapses this long after a heartbeat
     max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1)  # leases of one item before dead-lettering
     retention_s: int = Field(
-        default=DEFAULT_RETENTION_S, ge=60
+        default=DEFAULT_RETENTION_S, ge=60, le=YEAR_S
     )  # a schedule's keys and results live this long
 
     # --- learning ------------------------------------------------------------------------------------
@@ -77,6 +84,58 @@ class Settings(BaseSettings):
 
     # --- observability -------------------------------------------------------------------------------
     log_level: str = "INFO"
+
+    @field_validator("default_policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        from scheduler.policies import POLICY_NAMES
+
+        if value not in POLICY_NAMES:
+            raise ValueError(f"unknown policy {value!r}; expected one of {', '.join(POLICY_NAMES)}")
+        return value
+
+    @field_validator("default_model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        from scheduler.devices import model_preset
+        from scheduler.errors import UnknownNameError
+
+        try:
+            model_preset(value)
+        except UnknownNameError as error:
+            raise ValueError(str(error)) from None
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parsed = urllib.parse.urlsplit(value)
+        if parsed.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(
+                "expected redis://, rediss:// or unix:// (an http URL or a bare host is not one)"
+            )
+        parsed.port  # noqa: B018  # raises ValueError for a port past 65535 or not a number
+        database = parsed.path.strip("/")
+        if parsed.scheme != "unix" and database and not database.isdigit():
+            raise ValueError(f"database {database!r} is not a number")
+        return value
+
+    @field_validator("model_dir")
+    @classmethod
+    def _usable_dir(cls, value: str) -> str:
+        """A store that is a file, or under a folder this process may not write, fails its first retrain
+        (in the background, with ``ROLLOUT_RETRAIN_EVERY_STEPS``): say so at start instead."""
+        path = pathlib.Path(value)
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"{value} exists and is not a folder")
+        if not os.access(existing, os.W_OK):
+            raise ValueError(f"{existing} is not writable")
+        return value
 
     @field_validator("log_level")
     @classmethod

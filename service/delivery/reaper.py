@@ -23,13 +23,20 @@ DEFAULT_INTERVAL_S = 1.0  # how often a replica reaps; lease ttl should be sever
 
 
 def reap_all(delivery: Delivery, now_ms: int | None = None) -> dict[str, ReapReport]:
-    """One pass over every active schedule; expired schedules are dropped from the index."""
+    """One pass over every active schedule; expired schedules are dropped from the index.
+
+    A schedule whose script fails (keys written by something else, or by a bad setting before it was
+    bounded) is logged and skipped: one such schedule had stopped the reaping of every other, and
+    their lapsed leases then stayed running until it expired. Connection errors still end the pass.
+    """
     reports: dict[str, ReapReport] = {}
     for schedule_id in delivery.active_schedules():
         try:
             reports[schedule_id] = delivery.reap(schedule_id, now_ms)
         except UnknownScheduleError:
             delivery.client.zrem(keyspace.active_index(delivery.prefix), schedule_id)
+        except redis.ResponseError as error:
+            log.error("reaping schedule %s failed, skipped: %s", schedule_id, error)
     return reports
 
 

@@ -90,3 +90,13 @@ def test_the_documented_fit_defaults_are_the_codes() -> None:
     config = FitConfig()
     assert f"{config.num_rounds} rounds, learning rate {config.learning_rate}" in text
     assert f"Above {config.bagging_rows:,}" in text
+
+
+def test_a_damaged_version_is_a_typed_error_naming_its_folder(tmp_path: Path) -> None:
+    store = ModelStore(tmp_path / "models")
+    folder = store.path(1)
+    folder.mkdir(parents=True)
+    for name in ("p50.txt", "p90.txt", "metadata.json"):
+        (folder / name).write_text("garbage")
+    with pytest.raises(InvalidInputError, match="does not load"):
+        store.load()

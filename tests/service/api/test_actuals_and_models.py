@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 import redis
@@ -237,3 +238,20 @@ def test_a_running_replica_picks_up_a_version_another_replica_trained(make_clien
     answer = other.post("/schedule", json=batch_body(step=2, publish=False)).json()
     assert answer["model_version"] == "v1"
     assert answer["prediction_sources"] == {"lightgbm": 32}
+
+
+def test_a_damaged_newest_version_leaves_the_service_serving_the_one_it_has(
+    make_client: AppFactory, tmp_path: Path
+) -> None:
+    trainer_side = make_client()
+    trainer_side.post("/actuals", json={"actuals": actual_history(steps=2)})
+    assert trainer_side.post("/models/retrain").json()["version"] == "v1"
+    damaged = tmp_path / "models" / "v000002"  # the store every client of this test shares
+    damaged.mkdir()
+    for name in ("p50.txt", "p90.txt", "metadata.json"):
+        (damaged / name).write_text("garbage")
+    starting = make_client()  # started on a store whose newest version does not load
+    assert starting.get("/readyz").json()["model"] == "v1"
+    answer = starting.post("/schedule", json=batch_body(step=2, publish=False))
+    assert answer.status_code == 200
+    assert answer.json()["model_version"] == "v1"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -71,6 +72,27 @@ def test_settings_come_from_the_environment_and_flags_win(monkeypatch: pytest.Mo
     assert settings.redis_url == "rediss://user:pw@redis.example:6380/0"
     assert settings.max_trajectories == 7
     assert settings.trainer_token_list() == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("default_policy", "bogus"),  # every request naming no policy would get a 422 blaming it
+        ("default_model", "70b"),
+        ("redis_url", "http://127.0.0.1:6379/0"),
+        ("redis_url", "redis://127.0.0.1:99999/0"),
+        ("redis_url", "redis://127.0.0.1:6379/abc"),  # was served on db 0
+        ("retention_s", 10**17),  # past what EXPIRE takes: every publish failed, half-written
+        ("lease_ttl_ms", 10**20),  # deadlines overflowed and the reaper failed on the schedule
+        ("redis_timeout_s", float("inf")),
+        ("plan_queue_timeout_s", 1e12),
+        ("model_dir", "/dev/null"),  # a file: the first retrain failed
+    ],
+)
+def test_a_setting_that_would_fail_later_is_refused_at_start(setting: str, value: object) -> None:
+    options: dict[str, Any] = {"redis_url": None, setting: value}
+    with pytest.raises(ValueError, match=setting):
+        Settings(**options)
 
 
 @pytest.mark.parametrize(

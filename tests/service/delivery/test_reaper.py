@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 
+import redis
+
 from service.delivery import Delivery, LeaseSettings, PublishedSchedule
+from service.delivery.keys import ScheduleKeys
 from service.delivery.reaper import Reaper, reap_all
 from tests.service.delivery.conftest import schedule
 
@@ -39,3 +42,15 @@ def test_the_reaper_thread_keeps_reaping_and_stops(delivery: Delivery) -> None:
         reaper.stop()
     assert delivery.progress("s").queued == 1
     assert reaper.passes >= 1
+
+
+def test_a_schedule_whose_script_fails_is_skipped_and_the_others_are_still_reaped(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    for sid in ("bad", "good"):
+        delivery.publish(schedule(sid, {"a": 2}, ttl_ms=100), now_ms=0)
+        delivery.claim(sid, "a", 2, now_ms=0)
+    states = ScheduleKeys(delivery.prefix, "bad").st  # a record another tool wrote: the script fails on it
+    redis_client.hset(states, next(iter(redis_client.hkeys(states))), "garbage")
+    reports = reap_all(delivery, now_ms=101)
+    assert {sid: r.requeued for sid, r in reports.items()} == {"good": 2}
