@@ -148,7 +148,7 @@ def push_command(
 
     from predictors.traceio import read_trace
     from scheduler.errors import InvalidInputError
-    from service.client import SchedulerAPIError, SchedulerClient
+    from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachableError
     from service.history_push import actual_reports, push
 
     try:
@@ -156,10 +156,10 @@ def push_command(
         with SchedulerClient(url, token=token, timeout_s=120) as client:
             pushed = push(client, reports)
             version = client.retrain().version if retrain else None
+    except (ServiceUnreachableError, httpx.InvalidURL) as exc:  # down, timed out, malformed: say where
+        raise _fail(RuntimeError(f"service at {url} unreachable: {exc}")) from None
     except (InvalidInputError, OSError, SchedulerAPIError) as exc:
         raise _fail(exc) from None
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:  # unreachable, timed out, malformed: one line
-        raise _fail(RuntimeError(f"service at {url} unreachable: {exc}")) from None
     left_out = f"; {skipped} rows without output left out" if skipped else ""
     typer.echo(f"pushed {pushed.accepted} actuals to {url} (stream length {pushed.stream_length}){left_out}")
     if version is not None:
