@@ -11,7 +11,7 @@ version is swapped in with ``use_model`` or ``reload`` (from a ``ModelStore``) b
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,13 +86,22 @@ class LengthPredictor:
         with self._lock:
             self._model, self._version = model, version
 
-    def reload(self, store: ModelStore) -> bool:
-        """Hot reload: load the store's latest version if it is newer than ours; True if it swapped."""
-        newer = store.load_if_newer(self._version)
-        if newer is None:
-            return False
-        self.use_model(newer[1], newer[0])
-        return True
+    def reload(
+        self, store: ModelStore, unreadable: Callable[[InvalidInputError], None] | None = None
+    ) -> bool:
+        """Hot reload: swap in the store's newest version that loads, if newer than ours; True if it
+        swapped. A version that does not load (damaged, foreign) is passed over and ``unreadable`` is
+        told: one bad folder must not stop every replica that reads the store, nor their start."""
+        for version in reversed([v for v in store.versions() if v > (self._version or 0)]):
+            try:
+                model = store.load(version)[1]
+            except InvalidInputError as error:
+                if unreadable is not None:
+                    unreadable(error)
+                continue
+            self.use_model(model, version)
+            return True
+        return False
 
     def predict(self, queries: QueryBatch | Sequence[Query], step: int, quantile: float = 0.9) -> Predictions:
         """Lengths for trajectories of training step ``step``, from history of steps before it only."""

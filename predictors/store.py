@@ -98,13 +98,6 @@ class ModelStore:
             raise InvalidInputError("model_store", str(directory), f"does not load ({error})") from None
         return chosen, FittedModel(p50=p50, p90=p90, spec=spec, metadata=meta)
 
-    def load_if_newer(self, version: int | None) -> tuple[int, FittedModel] | None:
-        """The latest version if it is newer than ``version`` (None: we hold nothing), else None."""
-        latest = self.latest_version()
-        if latest is None or (version is not None and latest <= version):
-            return None
-        return self.load(latest)
-
 
 def _metadata_json(model: FittedModel) -> dict[str, Any]:
     out = asdict(model.metadata)

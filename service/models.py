@@ -37,7 +37,7 @@ class ModelService:
         self._cursor = "0-0"  # last actuals-stream id folded into the history
         self._sync_lock = threading.Lock()
         self._checked_at = 0.0
-        self._unreadable: object = None  # the stored version that last failed to load (logged once)
+        self._unreadable: set[object] = set()  # stored versions that did not load (each logged once)
         self.loaded = False
 
     @property
@@ -88,23 +88,14 @@ class ModelService:
                 _log.info("hot-reloaded model", extra={"model_version": self.version})
 
     def _reload(self) -> bool:
-        """Swap in the store's newest version that loads. One that does not (a damaged or foreign
-        file) is logged once and passed over for the newest older one still newer than what serves,
-        where it had failed every request of every replica, and a replica's start, until removed."""
-        try:
-            return self.predictor.reload(self.store)
-        except InvalidInputError as error:
-            if error.value != self._unreadable:
-                self._unreadable = error.value
-                _log.error("model store: %s; passed over", error)
-        held = self.predictor.model_version or 0
-        for version in reversed([v for v in self.store.versions() if v > held]):
-            try:
-                self.predictor.use_model(self.store.load(version)[1], version)
-                return True
-            except InvalidInputError:
-                continue
-        return False
+        """Swap in the store's newest version that loads (``LengthPredictor.reload``); one that does
+        not is logged once, where it had failed every request of every replica until removed."""
+        return self.predictor.reload(self.store, self._unreadable_version)
+
+    def _unreadable_version(self, error: InvalidInputError) -> None:
+        if error.value not in self._unreadable:
+            self._unreadable.add(error.value)
+            _log.error("model store: %s; passed over", error)
 
     def retrain(self) -> tuple[int, float]:
         """Fit on all history, store a new version, swap it in; returns (version, seconds)."""
