@@ -85,11 +85,9 @@ def sidecar(
         "heartbeat-interval": (heartbeat_interval, 0.001),
         "pull-idle-timeout": (pull_idle_timeout, 0.001),
     }
-    problem = _check(url, engine_url, pull_api, health_port, log_level) or _check_numbers(numbers)
     try:
-        if problem:
-            raise ValueError(problem)
-        assert url is not None
+        url = _check(url, engine_url, pull_api, health_port, log_level)
+        _check_numbers(numbers)
         kv = kv_capacity_tokens if kv_capacity_tokens is not None else _derived_kv(device, model, num_gpus)
     except ValueError as exc:
         typer.echo(f"sidecar: {exc}", err=True)
@@ -130,30 +128,31 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 def _check(
     url: str | None, engine_url: str | None, pull_api: int | None, health_port: int | None, log_level: str
 ) -> str:
-    """The first problem with the flags that say where to connect and how to run, or ''."""
+    """The Redis URL, once the flags that say where to connect and how to run make sense together;
+    ``ValueError`` naming the first that does not."""
     if not url:
-        return "no Redis: pass --redis-url or set REDIS_URL"
+        raise ValueError("no Redis: pass --redis-url or set REDIS_URL")
     if not url.startswith(("redis://", "rediss://", "unix://")):
-        return f"redis_url={url!r}: expected redis://, rediss:// or unix://"
+        raise ValueError(f"redis_url={url!r}: expected redis://, rediss:// or unix://")
     if (engine_url is None) == (pull_api is None):
-        return "pass exactly one of --engine-url (push mode) or --pull-api PORT (pull mode)"
+        raise ValueError("pass exactly one of --engine-url (push mode) or --pull-api PORT (pull mode)")
     if engine_url is not None and not engine_url.startswith(("http://", "https://")):
-        return f"engine_url={engine_url!r}: expected an http:// or https:// base URL"
+        raise ValueError(f"engine_url={engine_url!r}: expected an http:// or https:// base URL")
     if health_port is not None and pull_api is not None:
-        return "--health-port is for push mode; in pull mode GET /health is on the pull API"
+        raise ValueError("--health-port is for push mode; in pull mode GET /health is on the pull API")
     if pull_api is not None and pull_api > 65535:
-        return f"pull-api={pull_api}: a port is at most 65535"
+        raise ValueError(f"pull-api={pull_api}: a port is at most 65535")
     if log_level.upper() not in LOG_LEVELS:
-        return f"log-level={log_level!r}: expected one of {', '.join(LOG_LEVELS)}"
-    return ""
+        raise ValueError(f"log-level={log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
+    return url
 
 
-def _check_numbers(numbers: dict[str, tuple[float | None, float]]) -> str:
-    """The first flag below its least sensible value (a heartbeat of 0 s spins a core), or ''."""
+def _check_numbers(numbers: dict[str, tuple[float | None, float]]) -> None:
+    """``ValueError`` for the first flag below its least sensible value (a heartbeat of 0 s spins a
+    core)."""
     for name, (value, least) in numbers.items():
         if value is not None and not value >= least:
-            return f"{name}={value}: must be >= {least:g}"
-    return ""
+            raise ValueError(f"{name}={value}: must be >= {least:g}")
 
 
 def _derived_kv(device: str | None, model: str, num_gpus: int) -> int | None:
