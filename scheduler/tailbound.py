@@ -248,16 +248,12 @@ def _bisect(proven: Callable[[float], bool], low: float, timed: Timed) -> float:
     solve (2 of 12: CP-SAT confirms a cover in 4-17 ms). A request whose prompts each have one
     predicted length for all their samples can take a dozen solves (~50 ms at 1,024 x 16), so its
     probes are ``timed`` too."""
-
-    def proves(t: float) -> bool | None:
-        return timed(proven, t)
-
     high = low * (1.0 + BAND_PRECISION)
-    if not proves(high):
+    if not timed(proven, high):
         return low
     for _ in range(STEP_UPS):
         low, high = high, high * STEP_UP
-        if not proves(high):
+        if not timed(proven, high):
             break
     else:
         return low
@@ -265,7 +261,7 @@ def _bisect(proven: Callable[[float], bool], low: float, timed: Timed) -> float:
         if high - low <= BAND_PRECISION * high:
             break
         middle = (low + high) / 2.0
-        result = proves(middle)
+        result = timed(proven, middle)
         if result is None:
             break
         if result:
