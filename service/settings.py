@@ -109,18 +109,7 @@ class Settings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _redis_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parsed = urllib.parse.urlsplit(value)
-        if parsed.scheme not in ("redis", "rediss", "unix"):
-            raise ValueError(
-                "expected redis://, rediss:// or unix:// (an http URL or a bare host is not one)"
-            )
-        parsed.port  # noqa: B018  # raises ValueError for a port past 65535 or not a number
-        database = parsed.path.strip("/")
-        if parsed.scheme != "unix" and database and not database.isdigit():
-            raise ValueError(f"database {database!r} is not a number")
-        return value
+        return None if value is None else check_redis_url(value)
 
     @field_validator("model_dir")
     @classmethod
@@ -167,6 +156,19 @@ class Settings(BaseSettings):
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
             return False  # a host name other than localhost may resolve to anything
+
+
+def check_redis_url(value: str) -> str:
+    """``value`` if redis-py can connect by it; ``ValueError`` saying why not (the service's setting
+    and the sidecar's flag both check here, before a connection would fail with a traceback)."""
+    parsed = urllib.parse.urlsplit(value)
+    if parsed.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("expected redis://, rediss:// or unix:// (an http URL or a bare host is not one)")
+    parsed.port  # noqa: B018  # raises ValueError for a port past 65535 or not a number
+    database = parsed.path.strip("/")
+    if parsed.scheme != "unix" and database and not database.isdigit():
+        raise ValueError(f"database {database!r} is not a number")
+    return value
 
 
 def _split(secret: SecretStr | None) -> list[str]:

@@ -130,10 +130,14 @@ def _check(
 ) -> str:
     """The Redis URL, once the flags that say where to connect and how to run make sense together;
     ``ValueError`` naming the first that does not."""
+    from service.settings import check_redis_url
+
     if not url:
         raise ValueError("no Redis: pass --redis-url or set REDIS_URL")
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ValueError(f"redis_url={url!r}: expected redis://, rediss:// or unix://")
+    try:
+        check_redis_url(url)
+    except ValueError as error:
+        raise ValueError(f"redis_url={url!r}: {error}") from None
     if (engine_url is None) == (pull_api is None):
         raise ValueError("pass exactly one of --engine-url (push mode) or --pull-api PORT (pull mode)")
     if engine_url is not None and not engine_url.startswith(("http://", "https://")):
