@@ -4,7 +4,8 @@
 metrics. Its lifespan opens the Redis pool, loads the predictor (latest stored model, history from
 the actuals stream) and starts the delivery reaper; on shutdown it stops the reaper and closes the
 pool. Redis being down at startup does not stop the app: ``/readyz`` says so and every Redis-bound
-request answers 503 until it returns.
+request answers 503 until it returns (a Redis Cluster must answer once first: ``serve`` waits for it,
+``service.redis_conn.wait_for_cluster``).
 """
 
 from __future__ import annotations

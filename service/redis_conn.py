@@ -9,13 +9,15 @@ service recovers by itself when Redis returns; no restart, no background reconne
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from service.embedded import EmbeddedServer
@@ -25,6 +27,8 @@ _log = logging.getLogger("service.redis")
 
 
 RedisClient = redis.Redis | RedisCluster  # what every Redis-facing module of the service accepts
+Client = TypeVar("Client", bound=RedisClient)
+Sleep = Callable[[float], None]
 
 
 def connect(settings: Settings) -> RedisClient:
@@ -53,6 +57,36 @@ def connect(settings: Settings) -> RedisClient:
     if settings.redis_cluster:
         return RedisCluster.from_url(settings.redis_url, **options)
     return redis.Redis.from_url(settings.redis_url, **options)
+
+
+def wait_for_cluster(settings: Settings, interval_s: float = 2.0, sleep: Sleep = time.sleep) -> None:
+    """Block until the Redis Cluster's topology can be read; return at once for a single node.
+
+    A single-node client connects on first use, so ``serve`` starts not-ready and recovers by itself.
+    A cluster client reads the slot map when it is built and cannot be made without it; waiting here,
+    before uvicorn starts, gives the same recovery (compose and Kubernetes start services in any
+    order) with one log line a try instead of a traceback, and Ctrl-C still stops it.
+    """
+    if settings.redis_cluster:
+        url = settings.redis_url or ""
+        built_when_reachable(lambda: connect(settings), url, interval_s, sleep).close()
+
+
+def built_when_reachable(
+    build: Callable[[], Client], url: str, interval_s: float = 2.0, sleep: Sleep = time.sleep
+) -> Client:
+    """``build()``, tried again every ``interval_s`` while the server does not answer (logged)."""
+    while True:
+        try:
+            return build()
+        except (RedisClusterException, redis.RedisError) as error:
+            _log.warning(
+                "Redis Cluster at %s unreachable (%s); waiting for it, next try in %.0f s",
+                describe(url),
+                error,
+                interval_s,
+            )
+            sleep(interval_s)
 
 
 def describe(url: str) -> str:

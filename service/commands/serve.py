@@ -104,7 +104,7 @@ def run(settings: Any) -> None:
     from service import logs
     from service.app import create_app
     from service.embedded import EmbeddedServerError
-    from service.redis_conn import redis_for
+    from service.redis_conn import redis_for, wait_for_cluster
 
     logs.configure(settings.log_level)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal; exiting through
@@ -113,6 +113,7 @@ def run(settings: Any) -> None:
         signal.signal(signum, _exit_cleanly)
     try:
         with redis_for(settings) as ready:
+            wait_for_cluster(ready)
             uvicorn.run(
                 create_app(ready),
                 host=ready.host,

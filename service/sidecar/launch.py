@@ -14,6 +14,7 @@ from redis.cluster import RedisCluster
 
 from service.delivery.keys import DEFAULT_PREFIX
 from service.delivery.protocol import Delivery
+from service.redis_conn import built_when_reachable
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.health import HealthServer
 from service.sidecar.holdings import Holdings
@@ -50,8 +51,11 @@ class SidecarOptions:
 def connect(options: SidecarOptions) -> Delivery:
     """The delivery client; connection and command timeouts keep a dead Redis from hanging us."""
     timeouts = {"socket_connect_timeout": 2.0, "socket_timeout": 5.0, "decode_responses": True}
-    if options.cluster:
-        return Delivery(RedisCluster.from_url(options.redis_url, **timeouts), options.prefix)
+    if options.cluster:  # a cluster client reads the slot map when built: wait for one that answers
+        cluster = built_when_reachable(
+            lambda: RedisCluster.from_url(options.redis_url, **timeouts), options.redis_url
+        )
+        return Delivery(cluster, options.prefix)
     client = redis.Redis.from_url(options.redis_url, health_check_interval=15, **timeouts)
     return Delivery(client, options.prefix)
 
@@ -70,10 +74,11 @@ def session_for(options: SidecarOptions, delivery: Delivery) -> WorkerSession:
 def run_push(options: SidecarOptions) -> SessionStats:
     """Feed the engine at ``engine_url`` until SIGTERM/SIGINT, then drain; return the counters."""
     assert options.engine_url is not None
-    return asyncio.run(_push(options, options.engine_url))
+    delivery = connect(options)  # before the loop: a wait for the cluster must not hold off SIGTERM
+    return asyncio.run(_push(options, options.engine_url, delivery))
 
 
-async def _push(options: SidecarOptions, engine_url: str) -> SessionStats:
+async def _push(options: SidecarOptions, engine_url: str, delivery: Delivery) -> SessionStats:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -86,7 +91,7 @@ async def _push(options: SidecarOptions, engine_url: str) -> SessionStats:
             synthetic_prompts=options.synthetic_prompts,
         )
     )
-    session = session_for(options, connect(options))
+    session = session_for(options, delivery)
     runner = Sidecar(
         session,
         engine,
