@@ -79,9 +79,9 @@ def create_app(settings: Settings) -> FastAPI:
 
 def build_context(settings: Settings, metrics: Metrics) -> Context:
     """Connect and load everything a request needs; tolerant of Redis being down right now."""
-    client = connect(settings)
-    delivery = Delivery(client)
-    log = ActualsLog(client, settings.actuals_maxlen)
+    client, prefix = connect(settings), settings.key_prefix
+    delivery = Delivery(client, prefix)
+    log = ActualsLog(client, settings.actuals_maxlen, prefix)
     model_service = ModelService(ModelStore(settings.model_dir), log)
     try:
         model_service.start()
@@ -95,9 +95,9 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
         delivery=delivery,
         metrics=metrics,
         models=model_service,
-        speeds=SpeedLearner(client, settings.speed_ewma_alpha),
+        speeds=SpeedLearner(client, settings.speed_ewma_alpha, prefix),
         actuals=log,
-        retrainer=Retrainer(model_service, client, metrics, settings.retrain_every_steps),
+        retrainer=Retrainer(model_service, client, metrics, settings.retrain_every_steps, prefix),
         plan_slots=PlanSlots(settings.max_concurrent_plans, settings.plan_queue_timeout_s),
     )
 

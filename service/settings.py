@@ -16,11 +16,18 @@ import urllib.parse
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service.delivery.keys import DEFAULT_LEASE_TTL_MS, DEFAULT_MAX_ATTEMPTS, DEFAULT_RETENTION_S
+from service.delivery.keys import (
+    DEFAULT_LEASE_TTL_MS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PREFIX,
+    DEFAULT_RETENTION_S,
+    check_prefix,
+)
 
 HOUR_S = 3_600
 DAY_S = 86_400
 YEAR_S = 365 * DAY_S  # bounds past any real setting, inside what Redis EXPIRE and socket timeouts take
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # the service's and the sidecar's --log-level
 
 
 class Settings(BaseSettings):
@@ -43,6 +50,7 @@ class Settings(BaseSettings):
     redis_timeout_s: float = Field(
         default=1.0, gt=0, le=HOUR_S
     )  # connect and command timeout: how fast Redis-down is a 503
+    key_prefix: str = DEFAULT_PREFIX  # namespace of every key; the sidecars' --prefix must equal it
 
     # --- security ------------------------------------------------------------------------------------
     trainer_tokens: SecretStr | None = None  # comma-separated bearer tokens with the trainer scope
@@ -111,6 +119,11 @@ class Settings(BaseSettings):
     def _redis_url(cls, value: str | None) -> str | None:
         return None if value is None else check_redis_url(value)
 
+    @field_validator("key_prefix")
+    @classmethod
+    def _key_prefix(cls, value: str) -> str:
+        return check_prefix(value)
+
     @field_validator("model_dir")
     @classmethod
     def _usable_dir(cls, value: str) -> str:
@@ -130,8 +143,8 @@ class Settings(BaseSettings):
     @classmethod
     def _known_level(cls, value: str) -> str:
         level = value.upper()
-        if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
-            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR")
+        if level not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
         return level
 
     def trainer_token_list(self) -> list[str]:

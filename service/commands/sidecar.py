@@ -8,7 +8,6 @@ drives its engine itself. docs/sidecar.md describes both, the flags and the shut
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from typing import Annotated
 
@@ -32,7 +31,7 @@ def sidecar(
     engine_url: Annotated[
         str | None, typer.Option(help="Engine base URL (push mode), e.g. http://127.0.0.1:8000.")
     ] = None,
-    redis_url: Annotated[str | None, typer.Option(help="Redis URL; default $REDIS_URL.")] = None,
+    redis_url: Annotated[str | None, typer.Option(envvar="REDIS_URL", help="Redis URL.")] = None,
     pull_api: Annotated[
         int | None, typer.Option(help="Serve the local pull API on this port instead of pushing.")
     ] = None,
@@ -66,15 +65,21 @@ def sidecar(
     health_host: Annotated[
         str, typer.Option(help="Address for --health-port; 0.0.0.0 for a Kubernetes probe.")
     ] = "127.0.0.1",
-    prefix: Annotated[str, typer.Option(help="Redis key prefix.")] = "rs",
+    prefix: Annotated[
+        str, typer.Option(envvar="ROLLOUT_KEY_PREFIX", help="Redis key prefix; must equal the service's.")
+    ] = "rs",
+    engine_api_key: Annotated[
+        str | None,
+        typer.Option(envvar="ROLLOUT_ENGINE_API_KEY", help="Engine bearer token (ps shows flags)."),
+    ] = None,
     cluster: Annotated[bool, typer.Option(help="The Redis URL names a cluster node.")] = False,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
 ) -> None:
     """Validate the flags, then serve until SIGTERM; print the final counters as one JSON line."""
     from service import logs
+    from service.delivery.keys import check_prefix
     from service.sidecar.launch import SidecarOptions, run_pull, run_push
 
-    url = redis_url or os.environ.get("REDIS_URL")
     numbers = {
         "max-num-seqs": (max_num_seqs, 1),
         "num-gpus": (num_gpus, 1),
@@ -86,7 +91,8 @@ def sidecar(
         "pull-idle-timeout": (pull_idle_timeout, 0.001),
     }
     try:
-        url = _check(url, engine_url, pull_api, health_port, log_level)
+        url = _check(redis_url, engine_url, pull_api, health_port, log_level)
+        check_prefix(prefix)
         _check_numbers(numbers)
         kv = kv_capacity_tokens if kv_capacity_tokens is not None else _derived_kv(device, model, num_gpus)
     except ValueError as exc:
@@ -103,7 +109,7 @@ def sidecar(
         max_num_seqs=max_num_seqs,
         kv_capacity_tokens=kv,
         engine_model=engine_model,
-        engine_api_key=os.environ.get("ROLLOUT_ENGINE_API_KEY"),
+        engine_api_key=engine_api_key,
         synthetic_prompts=synthetic_prompts,
         steal=steal,
         reap_when_idle=reap,
@@ -122,15 +128,12 @@ def sidecar(
     typer.echo(json.dumps({"worker_id": worker_id, **asdict(stats)}))
 
 
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-
 def _check(
     url: str | None, engine_url: str | None, pull_api: int | None, health_port: int | None, log_level: str
 ) -> str:
     """The Redis URL, once the flags that say where to connect and how to run make sense together;
     ``ValueError`` naming the first that does not."""
-    from service.settings import check_redis_url
+    from service.settings import LOG_LEVELS, check_redis_url
 
     if not url:
         raise ValueError("no Redis: pass --redis-url or set REDIS_URL")

@@ -77,9 +77,11 @@ key                            type     contents; time-to-live
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 DEFAULT_PREFIX = "rs"
+_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # no braces (hash tags), globs or spaces
 DEFAULT_LEASE_TTL_MS = 30_000  # a lease lives this long after its last heartbeat
 DEFAULT_MAX_ATTEMPTS = 3  # claims of one item before it is dead-lettered
 DEFAULT_RETENTION_S = 24 * 3600  # how long a schedule's keys (results included) are kept
@@ -181,6 +183,17 @@ class ScheduleKeys:
             "results",
         )
         return tuple(f"{self.base}:{s}" for s in suffixes)
+
+
+def check_prefix(prefix: str) -> str:
+    """``prefix`` if every key built on it keeps its meaning; ``ValueError`` naming the rule otherwise.
+
+    A brace would move the ``{schedule_id}`` hash tag (a schedule's keys then span Cluster slots), and
+    a glob character would make the ``<prefix>:*`` scans match other deployments' keys.
+    """
+    if not _PREFIX.fullmatch(prefix):
+        raise ValueError(f"key prefix {prefix!r} must be 1-64 of A-Z a-z 0-9 _ . : -")
+    return prefix
 
 
 def schedule_keys(schedule_id: str, prefix: str = DEFAULT_PREFIX) -> ScheduleKeys:

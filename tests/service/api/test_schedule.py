@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
 import redis
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from service.api.schemas import ScheduleRequest, ScheduleResponse
 from service.delivery import Delivery, TrajectoryResult
+from service.delivery.errors import UnknownScheduleError
 from service.pipeline import predict, validate
-from tests.service.api.conftest import AppFactory, batch_body
+from service.settings import Settings
+from tests.service.api.conftest import AppFactory, actual_history, batch_body
 
 
 def test_a_batch_is_planned_published_and_answered_with_quality_and_baseline(
@@ -193,3 +197,22 @@ def test_every_planned_trajectory_carries_the_predictors_p50_and_p90(client: Tes
         assert set(t.quantiles) == {0.5, 0.9}
         assert 1 <= t.quantiles[0.5] <= t.quantiles[0.9] <= t.max_new_tokens
         assert t.predicted_tokens == t.quantiles[0.5]  # the default planning quantile is the median
+
+
+def test_a_key_prefix_keeps_every_key_of_the_deployment_in_its_own_namespace(
+    make_client: AppFactory, redis_client: redis.Redis
+) -> None:
+    client = make_client(key_prefix="team-a")
+    sid = client.post("/schedule", json=batch_body(prompts=4, n=2, workers=2)).json()["schedule_id"]
+    assert client.post("/actuals", json={"actuals": actual_history(steps=1)}).status_code == 200
+    assert redis_client.keys("rs:*") == []
+    assert redis_client.exists("team-a:actuals", f"team-a:{{{sid}}}:meta") == 2
+    assert Delivery(redis_client, "team-a").claim(sid, "w0", max_items=100)  # a sidecar with --prefix team-a
+    with pytest.raises(UnknownScheduleError):  # ... and one left on the default prefix finds nothing
+        Delivery(redis_client).info(sid)
+
+
+def test_a_key_prefix_that_would_break_hash_tags_or_scans_is_refused_at_start() -> None:
+    for prefix in ("", "a{b}", "rs*", "two words"):
+        with pytest.raises(ValidationError, match="key prefix"):
+            Settings(key_prefix=prefix)
