@@ -58,6 +58,7 @@ class LengthPredictor:
         self._history = history if history is not None else History()
         self._model = model
         self._version = model_version
+        self._stamp = ""  # ModelStore.stamp of the version held, "" when none came from a store
         self._defaults = defaults or PriorDefaults()
         self._lock = threading.Lock()
         self._prior_cache: tuple[tuple[int, int], GlobalPrior, float] | None = None
@@ -81,25 +82,32 @@ class LengthPredictor:
         """Record actual lengths (e.g. workers' completion reports); later steps' predictions use them."""
         self._history.append(rows)
 
-    def use_model(self, model: FittedModel | None, version: int | None = None) -> None:
-        """Swap the model atomically; calls already running finish with the one they started with."""
+    def use_model(self, model: FittedModel | None, version: int | None = None, stamp: str = "") -> None:
+        """Swap the model atomically; calls already running finish with the one they started with.
+        ``stamp`` is the store's (``ModelStore.stamp``), so ``reload`` knows the version it holds."""
         with self._lock:
-            self._model, self._version = model, version
+            self._model, self._version, self._stamp = model, version, stamp
 
     def reload(
         self, store: ModelStore, unreadable: Callable[[InvalidInputError], None] | None = None
     ) -> bool:
-        """Hot reload: swap in the store's newest version that loads, if newer than ours; True if it
-        swapped. A version that does not load (damaged, foreign) is passed over and ``unreadable`` is
-        told: one bad folder must not stop every replica that reads the store, nor their start."""
-        for version in reversed([v for v in store.versions() if v > (self._version or 0)]):
+        """Hot reload: hold the store's newest version that loads; True if that swapped the model.
+
+        Newest, not newer than ours: removing the newest version rolls every replica back to the
+        one before, and a version stored again under our number (its stamp differs) is taken. A
+        version that does not load (damaged, foreign) is passed over and ``unreadable`` is told: one
+        bad folder must not stop every replica that reads the store, nor their start."""
+        for version in reversed(store.versions()):
+            stamp = store.stamp(version)
+            if (version, stamp) == (self._version, self._stamp):
+                return False
             try:
                 model = store.load(version)[1]
             except InvalidInputError as error:
                 if unreadable is not None:
                     unreadable(error)
                 continue
-            self.use_model(model, version)
+            self.use_model(model, version, stamp)
             return True
         return False
 

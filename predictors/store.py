@@ -5,12 +5,21 @@ A version is written in full under a temporary name in ROOT and then renamed int
 atomic on POSIX, so a reader sees either no version N or all of it, and two writers racing for the
 same number cannot both win (the loser retries with the next number). Latest = highest complete
 version. LightGBM's own text format holds the boosters; metadata.json the rest (features, training
-rows, steps covered, metrics, calibration shift).
+rows, steps covered, metrics, calibration shift) and each booster file's SHA-256.
+
+The checksums are checked before LightGBM parses a file: a truncated booster file makes LightGBM
+abort the process (C++ ``terminate``), which no ``except`` catches, so a damaged version would kill
+every replica that loads it. Files are fsynced before the rename, so a crash leaves no such version.
+Numbers are never reused (``.last-version`` keeps the highest handed out), and a version's checksums
+are its ``stamp``: a replica notices a version removed for a rollback, or replaced under its number.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -25,7 +34,9 @@ from predictors.model import FittedModel, ModelMetadata
 from scheduler.errors import InvalidInputError
 
 _VERSION_DIR = re.compile(r"^v(\d{6,})$")
-_FILES = ("p50.txt", "p90.txt", "metadata.json")
+_BOOSTERS = ("p50.txt", "p90.txt")
+_FILES = (*_BOOSTERS, "metadata.json")
+_LAST = ".last-version"  # the highest number handed out, so a removed version's number is not reused
 
 
 class ModelStore:
@@ -61,22 +72,43 @@ class ModelStore:
         try:
             model.p50.save_model(str(staging / "p50.txt"))
             model.p90.save_model(str(staging / "p90.txt"))
-            (staging / "metadata.json").write_text(json.dumps(_metadata_json(model), indent=2))
+            meta = {**_metadata_json(model), "checksums": {f: _sha256(staging / f) for f in _BOOSTERS}}
+            (staging / "metadata.json").write_text(json.dumps(meta, indent=2))
             make_ordinary(staging)  # replicas under other users read the store
+            _fsync(staging, *(staging / f for f in _FILES))
             return self._publish(staging)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
+    def stamp(self, version: int) -> str:
+        """What tells two versions stored under one number apart: the booster files' checksums."""
+        try:
+            raw = json.loads((self.path(version) / "metadata.json").read_text())
+            return json.dumps(raw.get("checksums", {}), sort_keys=True)
+        except (OSError, ValueError, AttributeError):
+            return ""
+
     def _publish(self, staging: Path) -> int:
         for _ in range(100):
-            version = (self.latest_version() or 0) + 1
+            version = self._highest_number() + 1
             try:
                 os.rename(staging, self.path(version))
-                return version
             except OSError:
                 if not self.path(version).exists():
                     raise
+                continue
+            _fsync(self.root)
+            (self.root / _LAST).write_text(str(version))
+            return version
         raise RuntimeError(f"could not claim a version number in {self.root}")
+
+    def _highest_number(self) -> int:
+        """Past every version folder, complete or not, and every number handed out before."""
+        names = (_VERSION_DIR.match(entry.name) for entry in self.root.iterdir())
+        numbers = [int(match.group(1)) for match in names if match]
+        with contextlib.suppress(OSError, ValueError):  # absent, or cut short by a crash
+            numbers.append(int((self.root / _LAST).read_text()))
+        return max(numbers, default=0)
 
     def load(self, version: int | None = None) -> tuple[int, FittedModel]:
         """(version, model): the given version, or the latest; a typed error if there is none."""
@@ -92,11 +124,48 @@ class ModelStore:
             raw = json.loads((directory / "metadata.json").read_text())
             meta = _metadata_from_json(raw)
             spec = FeatureSpec(numeric=tuple(raw["numeric"]), categorical=meta.categorical)
+            _check_files(directory, raw.get("checksums"))
             p50 = lgb.Booster(model_file=str(directory / "p50.txt"))
             p90 = lgb.Booster(model_file=str(directory / "p90.txt"))
+            _check_fits(meta, p50, p90)
         except (OSError, ValueError, KeyError, TypeError, lgb.basic.LightGBMError) as error:
             raise InvalidInputError("model_store", str(directory), f"does not load ({error})") from None
         return chosen, FittedModel(p50=p50, p90=p90, spec=spec, metadata=meta)
+
+
+def _check_files(directory: Path, checksums: Any) -> None:
+    """``ValueError`` unless each booster file is the one saved (before LightGBM parses it).
+
+    Versions saved before checksums were written have none and are trusted as they are."""
+    if checksums is None:
+        return
+    for name in _BOOSTERS:
+        if _sha256(directory / name) != checksums[name]:
+            raise ValueError(f"{name} is not the file that was saved (checksum differs: truncated?)")
+
+
+def _check_fits(meta: ModelMetadata, *boosters: Any) -> None:
+    """``ValueError`` where metadata and boosters disagree, which would fail every prediction later."""
+    for booster in boosters:
+        takes, named = booster.num_feature(), len(meta.features)
+        if takes != named:
+            raise ValueError(f"a booster takes {takes} features, metadata names {named}")
+    if not math.isfinite(meta.p90_shift):
+        raise ValueError(f"p90_shift {meta.p90_shift} is not finite")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _fsync(*paths: Path) -> None:
+    """Flush files (and folders, for the names in them) to disk, so a crash leaves no half version."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _metadata_json(model: FittedModel) -> dict[str, Any]:

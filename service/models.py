@@ -105,7 +105,7 @@ class ModelService:
             raise InvalidInputError("history", 0, "no actuals have been reported yet")
         model = fit(self.predictor.history)
         version = self.store.save(model)
-        self.predictor.use_model(model, version)
+        self.predictor.use_model(model, version, self.store.stamp(version))
         took = time.perf_counter() - started
         _log.info("retrained", extra={"model_version": self.version, "rows": self.rows, "seconds": took})
         return version, took

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +47,7 @@ def test_fits_are_deterministic() -> None:
     assert a.metadata.p90_shift == b.metadata.p90_shift
 
 
-def test_a_predictor_hot_reloads_only_newer_versions(tmp_path: Path) -> None:
+def test_a_predictor_hot_reloads_the_newest_version_once(tmp_path: Path) -> None:
     trace = drifting_trace(steps=3)
     store = ModelStore(tmp_path)
     predictor = LengthPredictor(History(trace))
@@ -100,3 +104,75 @@ def test_a_damaged_version_is_a_typed_error_naming_its_folder(tmp_path: Path) ->
         (folder / name).write_text("garbage")
     with pytest.raises(InvalidInputError, match="does not load"):
         store.load()
+
+
+def _two_versions(root: Path) -> tuple[ModelStore, LengthPredictor]:
+    trace = drifting_trace(steps=3)
+    store = ModelStore(root)
+    store.save(fit(trace.take(trace.step < 2), FAST))
+    store.save(fit(trace, FAST))
+    predictor = LengthPredictor(History(trace))
+    assert predictor.reload(store)
+    assert predictor.model_version == 2
+    return store, predictor
+
+
+def test_removing_the_newest_version_rolls_a_running_predictor_back(tmp_path: Path) -> None:
+    store, predictor = _two_versions(tmp_path)
+    shutil.rmtree(store.path(2))
+    assert predictor.reload(store)
+    assert predictor.model_version == 1
+
+
+def test_a_removed_versions_number_is_not_handed_out_again(tmp_path: Path) -> None:
+    store, predictor = _two_versions(tmp_path)
+    shutil.rmtree(store.path(2))
+    trace = drifting_trace(steps=3)
+    assert store.save(fit(trace.take(trace.step < 1), FAST)) == 3
+    assert predictor.reload(store)
+    assert predictor.model_version == 3
+
+
+def test_a_version_stored_again_under_the_held_number_is_taken(tmp_path: Path) -> None:
+    store, predictor = _two_versions(tmp_path)
+    other = ModelStore(tmp_path / "elsewhere")
+    trace = drifting_trace(steps=3)
+    other.save(fit(trace.take(trace.step < 1), FAST))
+    shutil.rmtree(store.path(2))
+    shutil.copytree(other.path(1), store.path(2))  # an operator's copy over the bad version
+    assert predictor.reload(store)
+    assert predictor.model is not None
+    assert predictor.model.metadata.steps == (0,)
+
+
+def test_an_incomplete_version_folder_does_not_block_the_next_save(tmp_path: Path) -> None:
+    store = ModelStore(tmp_path)
+    (tmp_path / "v000003").mkdir()
+    (tmp_path / "v000003" / "metadata.json").write_text("{}")
+    trace = drifting_trace(steps=2)
+    assert store.save(fit(trace, FAST)) == 4
+
+
+def test_a_truncated_booster_file_is_a_typed_error_not_an_aborted_process(tmp_path: Path) -> None:
+    """LightGBM aborts the process (C++ terminate) on a cut model file; the checksum stops it first."""
+    store, _ = _two_versions(tmp_path)
+    booster = store.path(2) / "p50.txt"
+    booster.write_bytes(booster.read_bytes()[: booster.stat().st_size // 2])
+    probe = (
+        "import sys\nfrom predictors.store import ModelStore\n"
+        "from scheduler.errors import InvalidInputError\n"
+        "try:\n    ModelStore(sys.argv[1]).load(2)\nexcept InvalidInputError as e:\n    print(e)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "p50.txt is not the file that was saved" in done.stdout
+
+
+def test_metadata_that_does_not_match_its_boosters_is_refused_at_load(tmp_path: Path) -> None:
+    store, _ = _two_versions(tmp_path)
+    meta_path = store.path(2) / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["features"] = meta["features"][:-1]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(InvalidInputError, match="features"):
+        store.load(2)
