@@ -49,7 +49,7 @@ class GlobalPrior:
         n_bins = max(1, min(MAX_BINS, len(y) // MIN_BIN_ROWS))
         levels = np.linspace(0, 1, n_bins + 1)[1:-1]
         cuts = np.quantile(history.prompt_tokens, levels) if len(y) else np.empty(0)
-        edges = np.unique(np.asarray(cuts, dtype=np.float64))
+        edges = _without_empty_bins(np.unique(np.asarray(cuts, dtype=np.float64)), history.prompt_tokens)
         bins = np.searchsorted(edges, history.prompt_tokens, side="right")
         stats = [_bin_stats(y[bins == b]) for b in range(len(edges) + 1)]
         return GlobalPrior(
@@ -68,6 +68,21 @@ class GlobalPrior:
             return c * self.defaults.p50_share, c * self.defaults.p90_share
         b = np.searchsorted(self.edges, prompt_tokens, side="right")
         return self.p50[b], self.p90[b]
+
+
+def _without_empty_bins(edges: FloatArray, prompt_tokens: IntArray) -> FloatArray:
+    """``edges`` less those that bound a bin no row falls in (merged into its neighbour).
+
+    Interpolated quantile cuts leave such bins where many prompts share one length (every prompt of
+    512 tokens puts every row at or past a cut of 512): their quantiles were NaN, and a new prompt
+    shorter than the cut got a NaN prediction, which failed the whole batch's validation."""
+    while len(edges):
+        counts = np.bincount(np.searchsorted(edges, prompt_tokens, side="right"), minlength=len(edges) + 1)
+        empty = np.flatnonzero(counts == 0)
+        if len(empty) == 0:
+            break
+        edges = np.delete(edges, max(int(empty[0]) - 1, 0))
+    return edges
 
 
 def _bin_stats(y: FloatArray) -> tuple[float, float, float]:

@@ -93,3 +93,28 @@ def test_a_negative_step_is_refused() -> None:
 def test_fitting_on_nothing_learnable_is_a_typed_error() -> None:
     with pytest.raises(InvalidInputError, match=r"nothing|no prompt"):
         fit(History([TraceRow(0, "p", 0, 10, 100)]))
+
+
+@pytest.mark.parametrize("prompt_lengths", [(512,), (100, 200)])
+@pytest.mark.parametrize("new_prompt_tokens", [50, 170, 512, 4096])
+def test_a_new_prompt_gets_a_finite_prior_when_history_prompts_share_few_lengths(
+    prompt_lengths: tuple[int, ...], new_prompt_tokens: int
+) -> None:
+    rows = [
+        TraceRow(
+            step=0,
+            prompt_id=f"p{p}",
+            sample_idx=i,
+            prompt_tokens=prompt_lengths[p % len(prompt_lengths)],
+            output_tokens=300 + p,
+            max_new_tokens=1024,
+            finish_reason="stop",
+            reward=None,
+            features={},
+        )
+        for p in range(30)
+        for i in range(4)
+    ]
+    predicted = LengthPredictor(History(rows)).predict([Query("new", 0, new_prompt_tokens, 1024)], 1, 0.5)
+    assert 300 <= predicted.p50[0] <= 330
+    assert np.isfinite(predicted.p90[0])
