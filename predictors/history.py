@@ -74,6 +74,23 @@ def factorize(values: ObjArray) -> tuple[IntArray, dict[str, int]]:
     return codes, index
 
 
+def repeated_rows(trace: Trace, same_length: bool = False) -> np.ndarray:
+    """True for each row whose (step, prompt_id, sample_idx) an earlier row already has (and, with
+    ``same_length``, its output_tokens too): one trajectory reported twice.
+
+    A repeat is its own "sibling" in leave-one-out features, so its length leaks into its own
+    training example and the p90 calibration (coverage 0.895 -> 0.815 with one step doubled)."""
+    codes, _ = factorize(trace.prompt_id)
+    columns = [trace.step, codes, trace.sample_idx] + ([trace.output_tokens] if same_length else [])
+    order = np.lexsort(columns[::-1])
+    keys = np.stack([c[order] for c in columns], axis=1)
+    repeat_of_previous = np.zeros(len(trace), dtype=bool)
+    repeat_of_previous[1:] = np.all(keys[1:] == keys[:-1], axis=1)
+    repeated = np.zeros(len(trace), dtype=bool)
+    repeated[order] = repeat_of_previous  # lexsort is stable: the first of equal keys keeps its row
+    return repeated
+
+
 @dataclass(frozen=True, eq=False)
 class StepGroups:
     """One row per (prompt, step) group of a trace, sorted by step: the unit the fold consumes."""

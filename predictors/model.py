@@ -20,7 +20,7 @@ import numpy as np
 
 from predictors.dataset import TrainingSet, training_set
 from predictors.features import FeatureSpec
-from predictors.history import History, factorize
+from predictors.history import History, factorize, repeated_rows
 from predictors.tracetable import FloatArray, IntArray, Trace
 from scheduler.errors import InvalidInputError
 
@@ -101,6 +101,9 @@ def fit(history: History | Trace, config: FitConfig | None = None) -> FittedMode
     """Fit both quantile models on every example of the history; a typed error if there are none."""
     config = config or FitConfig()
     trace = history.trace if isinstance(history, History) else history
+    repeats = repeated_rows(trace, same_length=True)  # a report sent again (a client's retry)
+    if repeats.any():
+        trace = trace.take(~repeats)
     started = time.perf_counter()
     spec = FeatureSpec.of(trace)
     data = training_set(trace, spec)

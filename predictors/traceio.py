@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from predictors.fsmode import make_ordinary
+from predictors.history import repeated_rows
 from predictors.tracefast import fast_trace
 from predictors.tracetable import FINISH_NAMES, Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
@@ -49,7 +50,20 @@ def read_trace(path: str | Path, allow_empty: bool = False, fast: bool = True) -
         trace = rows_to_trace(rows, str(path))
     if len(trace) == 0 and not allow_empty:
         raise InvalidInputError("trace", str(path), "the trace has no rows")
+    check_unique(trace, str(path))
     return trace
+
+
+def check_unique(trace: Trace, source: str) -> None:
+    """One row per (step, prompt_id, sample_idx), or an ``InvalidInputError`` naming the first repeat:
+    a repeat would leak its own length into its leave-one-out features, and a replay cannot play one
+    trajectory twice (veRL: two dump files of one step, ``3`` and ``03``)."""
+    repeated = np.flatnonzero(repeated_rows(trace))
+    if len(repeated):
+        i = int(repeated[0])
+        step, prompt, sample = int(trace.step[i]), str(trace.prompt_id[i]), int(trace.sample_idx[i])
+        message = f"holds step {step}, prompt {prompt!r}, sample {sample} twice"
+        raise InvalidInputError("trace", source, message)
 
 
 def read_rows(path: Path, suffix: str | None = None, rename: Mapping[str, str] | None = None) -> RawRows:

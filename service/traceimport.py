@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from predictors.traceio import jsonl_objects, read_rows, rows_to_trace, utf8_rows
+from predictors.traceio import check_unique, jsonl_objects, read_rows, rows_to_trace, utf8_rows
 from predictors.tracetable import Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
 from scheduler.trace import MINIMUM, TraceFormatError, TraceRow, int_cell, parse_row
@@ -81,7 +81,7 @@ def import_verl(
     trace = builder.build()
     if len(trace) == 0:
         raise InvalidInputError("dir", str(directory), "its {step}.jsonl dumps hold no rows")
-    _check_unique(trace, str(directory))
+    check_unique(trace, str(directory))
     return ImportResult(trace, len(files), str(tokenizer_path), clamped)
 
 
@@ -169,18 +169,5 @@ def import_generic(path: str | Path, fmt: str, mapping: Mapping[str, str]) -> Im
     trace = rows_to_trace(read_rows(path, f".{fmt}", mapping), str(path))
     if len(trace) == 0:
         raise InvalidInputError("trace", str(path), "the file has no rows")
-    _check_unique(trace, str(path))
+    check_unique(trace, str(path))
     return ImportResult(trace, 1, "", 0)
-
-
-def _check_unique(trace: Trace, source: str) -> None:
-    """One row per (step, prompt_id, sample_idx): a replay refuses a trace with a key twice, so the
-    import that would write one says so first (veRL: two dump files of one step, ``3`` and ``03``)."""
-    seen: set[tuple[int, str, int]] = set()
-    keys = zip(trace.step.tolist(), trace.prompt_id.tolist(), trace.sample_idx.tolist(), strict=True)
-    for key in keys:
-        if key in seen:
-            raise InvalidInputError(
-                "trace", source, f"holds step {key[0]}, prompt {key[1]!r}, sample {key[2]} twice"
-            )
-        seen.add(key)

@@ -19,6 +19,7 @@ from predictors.model import FitConfig, fit
 from predictors.predictor import LengthPredictor
 from predictors.queries import QueryBatch
 from predictors.store import ModelStore
+from predictors.tracetable import Trace
 from scheduler.errors import InvalidInputError
 from tests.predictors.helpers import FAST, drifting_trace
 
@@ -176,3 +177,13 @@ def test_metadata_that_does_not_match_its_boosters_is_refused_at_load(tmp_path: 
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(InvalidInputError, match="features"):
         store.load(2)
+
+
+def test_a_report_sent_twice_trains_the_same_model_as_once() -> None:
+    """A client's retry of POST /actuals repeats rows; a repeat must not be its own leave-one-out sibling."""
+    trace = drifting_trace(steps=3)
+    doubled = Trace.concat([trace, trace.take(trace.step == 1)])
+    once, twice = fit(trace, FAST), fit(doubled, FAST)
+    assert twice.p50.model_to_string() == once.p50.model_to_string()
+    assert twice.metadata.p90_shift == once.metadata.p90_shift
+    assert twice.metadata.examples == once.metadata.examples

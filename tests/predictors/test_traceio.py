@@ -150,3 +150,13 @@ def test_a_csv_saved_with_a_byte_order_mark_reads_like_any_other(tmp_path: Path,
     path = tmp_path / "excel.csv"
     path.write_bytes(b"\xef\xbb\xbfstep,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,10,100\n")
     assert read_trace(path, fast=fast).output_tokens.tolist() == [100]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_trajectory_in_the_trace_twice_is_refused_by_name(tmp_path: Path, suffix: str) -> None:
+    rows = [TraceRow(0, "p", 0, 10, 100, 4096), TraceRow(0, "q", 0, 10, 120, 4096)]
+    rows.append(TraceRow(0, "p", 0, 10, 90, 4096))
+    path = tmp_path / f"t{suffix}"
+    write_trace(Trace.from_rows(rows), path)
+    with pytest.raises(InvalidInputError, match="step 0, prompt 'p', sample 0 twice"):
+        read_trace(path)
