@@ -53,8 +53,8 @@ class Ledger:
     Lists rather than one object per item keep the event loop free of attribute churn.
     """
 
-    __slots__ = ("end", "group", "kept", "keys", "pin", "planned", "preemptions", "prompts", "reserve",
-                 "start", "steps", "stolen", "worker")  # fmt: skip
+    __slots__ = ("end", "group", "kept", "keys", "need", "pin", "planned", "preemptions", "prompts",
+                 "reserve", "start", "steps", "stolen", "worker")  # fmt: skip
 
     def __init__(self, keys: list[str], prompts: list[int], steps: list[int], planned: list[int]) -> None:
         n = len(keys)
@@ -71,6 +71,7 @@ class Ledger:
         self.kept = [0] * n  # output tokens kept across evictions (resume mode only; else 0)
         self.pin = [-1] * n  # index of the only worker allowed to run it (-1: any)
         self.group = list(range(n))  # prefix-sharing group number (kept whole under prefix affinity)
+        self.need = [p + s for p, s in zip(prompts, steps, strict=True)]  # KV a worker must hold for it
 
 
 class WorkerEngine:
@@ -179,6 +180,12 @@ class WorkerEngine:
         """``reservation_fits`` for several items together (a whole group under prefix affinity)."""
         reserve = self.ledger.reserve
         return self.reserved + self.waiting_reserve + sum(reserve[i] for i in items) <= self.cap
+
+    def can_hold(self, item: int) -> bool:
+        """Whether this worker's KV cache holds ``item`` at its cap at all: the plan keeps such items off
+        a small worker, and the shared queue and stealing must too (an engine refuses a request past
+        its context length)."""
+        return self.ledger.need[item] <= self.cap
 
     def take(self, item: int) -> bool:
         """Accept ``item`` from the shared queue or a victim; report whether it was accepted.

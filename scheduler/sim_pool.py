@@ -131,15 +131,23 @@ class Pool:
             if e.index not in self.excluded and e.has_room()
         ]
         heapq.heapify(takers)
+        too_small: list[tuple[int, int, WorkerEngine]] = []  # cannot hold the head; may take the next
         while takers:
-            _, index, engine = heapq.heappop(takers)
+            taker = heapq.heappop(takers)
+            _, index, engine = taker
             head = self._shared_head()
             if head is not None:
+                if not engine.can_hold(head):
+                    too_small.append(taker)  # the head waits for a worker that can hold it
+                    continue
                 if not engine.take(head):
                     continue
                 self.shared.popleft()
                 if self.affinity:
                     self._bind_group(head, engine)
+                for waiting in too_small:  # a new head: those set aside may hold this one
+                    heapq.heappush(takers, waiting)
+                too_small.clear()
             else:
                 victim = self._victim(index)
                 if victim is None:  # the taker's own queue is empty, so nothing is left anywhere
@@ -174,7 +182,7 @@ class Pool:
     def _steal(self, victim: WorkerEngine, thief: WorkerEngine) -> bool:
         """Move the victim's tail item (its group, under prefix affinity) to ``thief`` if it fits now."""
         item = victim.queue[-1]
-        if thief.ledger.pin[item] >= 0:  # a pinned item never moves
+        if thief.ledger.pin[item] >= 0 or not thief.can_hold(item):  # a pinned item never moves
             return False
         if self.affinity:
             return self._steal_group(victim, thief, thief.ledger.group[item])
@@ -195,6 +203,8 @@ class Pool:
         members = [i for i in victim.queue if ledger.group[i] == group]
         if len(members) != self._group_size(group) or any(ledger.pin[i] >= 0 for i in members):
             return False  # part of the group is claimed, running or done on its owner: it stays
+        if not all(thief.can_hold(i) for i in members):
+            return False
         if not thief.reservations_fit(members) or not self._in_time(victim, thief, members):
             return False  # the KV steal gate and the deadline guard, for the group together
         victim.queue = deque(i for i in victim.queue if ledger.group[i] != group)

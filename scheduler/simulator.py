@@ -237,6 +237,10 @@ def _ledger(
         [planned_steps(t.predicted_tokens) for t in trajectories],
     )
     ledger.pin = pins
+    # what an engine must hold for each: prompt + cap (the context length it checks a request against)
+    ledger.need = [
+        t.prompt_tokens + max(t.max_new_tokens, n) for t, n in zip(trajectories, steps, strict=True)
+    ]
     numbers: dict[str, int] = {}
     ledger.group = [numbers.setdefault(t.group, len(numbers)) for t in trajectories]
     return ledger, index_of

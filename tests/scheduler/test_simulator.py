@@ -303,3 +303,31 @@ def test_stealing_does_not_slow_a_kv_bound_long_cot_rollout_on_a_mixed_inventory
     stolen = simulate(lpt, batch, actual, inventory, SimOptions(steal=True))
     assert stolen.makespan_s <= 1.01 * alone.makespan_s  # tolerance: 1%
     assert stolen.preemptions <= alone.preemptions
+
+
+def _small_and_big(big_seqs: int = 256) -> list[Worker]:
+    """A worker whose cache holds only items of ~2k tokens, and one that holds everything."""
+    return [
+        worker("small", kv_capacity_tokens=2_000),
+        worker("big", kv_capacity_tokens=100_000, max_num_seqs=big_seqs),
+    ]
+
+
+SMALL = [traj(i, 100, 500) for i in range(1, 9)]
+
+
+@pytest.mark.parametrize("kv_admission", [False, True])
+def test_the_shared_queue_never_hands_an_item_to_a_worker_that_cannot_hold_it(kv_admission: bool) -> None:
+    workers, trajs = _small_and_big(), [traj(0, 100, 5_000), *SMALL]
+    plan_ = shared_plan(workers, [t.key for t in trajs])
+    actual = {t.key: t.max_new_tokens for t in trajs}
+    options = SimOptions(kv_admission=kv_admission)
+    result = simulate(plan_, trajs, actual, Inventory(tuple(workers), MODEL), options)
+    assert result.items[0].worker_id == "big"
+    assert {r.worker_id for r in result.items[1:]} == {"small", "big"}  # the rest is shared as usual
+
+
+def test_an_idle_worker_does_not_steal_an_item_its_cache_cannot_hold() -> None:
+    big = traj(0, 100, 5_000, predicted=500.0)  # predicted to fit the thief: only its cap says it does not
+    result = run({"small": SMALL[:1], "big": [*SMALL[1:], big]}, _small_and_big(big_seqs=1), steal=True)
+    assert result.items[-1].worker_id == "big"
