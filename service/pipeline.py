@@ -149,10 +149,14 @@ def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
 
 
 def refuse_republish(schedule_id: str, ctx: Context) -> None:
-    """A caller-chosen id already published means this is a retry whose first attempt succeeded:
-    publishing again would make the workers generate the batch twice, so it is refused (409)."""
+    """A caller-chosen id already published means this is a retry whose first attempt stored it:
+    publishing again would make the workers generate the batch twice, so it is refused (409).
+
+    That first attempt may have failed between storing and announcing (a Redis timeout or OOM
+    answered 503), so the refusal announces the stored schedule again: the 409 then means what it
+    says, the step is out and the workers see it."""
     try:
-        ctx.delivery.info(schedule_id)
+        ctx.delivery.announce(schedule_id, ctx.settings.retention_s)
     except UnknownScheduleError:
         return
     raise ConflictError(

@@ -87,11 +87,17 @@ PROBLEMS: tuple[tuple[type[Exception], Problem], ...] = (
     (ConflictError, Problem(409, "Conflict", "conflict")),
     (ScheduleConflictError, Problem(409, "Conflict", "conflict")),
     (UnavailableError, Problem(503, "Service unavailable", "unavailable")),
+    # the service's Redis user or password is wrong: an operator must fix it, but the request is fine
+    # (AuthenticationError is a ConnectionError, so it comes before that)
+    (redis.exceptions.NoPermissionError, Problem(503, "Redis refused access", "redis-refused")),
+    (redis.exceptions.AuthenticationError, Problem(503, "Redis refused access", "redis-refused")),
     (redis.ConnectionError, Problem(503, "Redis unavailable", "redis-unavailable")),
     (redis.TimeoutError, Problem(503, "Redis unavailable", "redis-unavailable")),
     (redis.BusyLoadingError, Problem(503, "Redis unavailable", "redis-unavailable")),
     (redis.exceptions.ReadOnlyError, Problem(503, "Redis unavailable", "redis-unavailable")),  # failover
     (redis.exceptions.OutOfMemoryError, Problem(503, "Redis out of memory", "redis-out-of-memory")),
+    # a MULTI whose queued command was refused (under maxmemory: OOM); nothing of it ran
+    (redis.exceptions.ExecAbortError, Problem(503, "Redis out of memory", "redis-out-of-memory")),
 )
 
 
@@ -175,11 +181,11 @@ def _details(exc: Exception) -> tuple[str, dict[str, Any]]:
     if isinstance(exc, ServiceError):
         extra = {"field": exc.field, "value": _jsonable(exc.value)} if exc.field else {}
         return exc.detail, extra
-    if isinstance(exc, redis.exceptions.OutOfMemoryError):
-        return (
-            f"Redis refused the write, out of memory ({exc}); nothing was stored: retry once it has room",
-            {},
-        )
+    if lookup(exc).slug == "redis-out-of-memory":
+        return f"Redis refused a write, out of memory ({exc}); retry once it has room", {}
+    if lookup(exc).slug == "redis-refused":
+        _log.error("Redis refused the service's user: %s (see docs/operations.md, Redis ACL)", exc)
+        return f"Redis refused the service's user ({type(exc).__name__}: {exc}); an operator must fix it", {}
     if isinstance(exc, redis.RedisError) and lookup(exc).status == 503:
         return f"Redis is unreachable ({type(exc).__name__}: {exc}); retry shortly", {}
     if lookup(exc).status < 500:

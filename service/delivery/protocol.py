@@ -91,6 +91,15 @@ class Delivery:
         self._announce(schedule.schedule_id, sorted(schedule.queues), schedule.lease.retention_s)
         return PublishOutcome.CREATED if int(created) == 1 else PublishOutcome.UNCHANGED
 
+    def announce(self, schedule_id: str, retention_s: int) -> None:
+        """Announce a stored schedule again; ``UnknownScheduleError`` when there is none.
+
+        ``publish`` stores atomically, then announces in a second round trip; a timeout or OOM in
+        between leaves a schedule no sidecar sees. The caller's retry (same ``schedule_id``) is the
+        one who knows, so the refusal of that retry repairs it here (idempotent).
+        """
+        self._announce(schedule_id, sorted(self.info(schedule_id).workers), retention_s)
+
     def _announce(self, schedule_id: str, workers: Sequence[str], retention_s: int) -> None:
         """Index the schedule for reapers and each worker's inbox (single-key commands: any slot).
 

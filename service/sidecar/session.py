@@ -81,6 +81,7 @@ class WorkerSession:
     stats: SessionStats = field(default_factory=SessionStats)
     _infos: dict[str, ScheduleInfo] = field(default_factory=dict, init=False)
     _last_reap: dict[str, float] = field(default_factory=dict, init=False)
+    _damaged: set[str] = field(default_factory=set, init=False)  # schedules whose scripts fail (logged)
 
     async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -105,6 +106,7 @@ class WorkerSession:
         for gone in set(self._infos) - set(ids) - self.holdings.schedules():
             del self._infos[gone]  # finished or expired: a long-lived sidecar must not accumulate them
             self._last_reap.pop(gone, None)
+            self._damaged.discard(gone)
         infos = []
         for sid in ids:
             if sid not in self._infos:
@@ -144,6 +146,13 @@ class WorkerSession:
                 await self._reap_idle(info)
         except UnknownScheduleError:
             self._infos.pop(sid, None)
+            return []
+        except redis.exceptions.NoPermissionError:
+            raise  # this worker's user, not this schedule: every schedule would fail alike
+        except redis.ResponseError as error:  # a script failed on this schedule's keys (one evicted)
+            if sid not in self._damaged:
+                self._damaged.add(sid)
+                log.error("schedule %s is damaged in Redis (%s); working on the others", sid, error)
             return []
         return leases
 

@@ -24,6 +24,14 @@ def acl_redis() -> Iterator[EmbeddedServer]:
         admin.acl_setuser(
             "scheduler", enabled=True, passwords=["+s3cret"], keys=["*"], channels=["*"], commands=["+@all"]
         )
+        admin.acl_setuser(
+            "no-scripts",
+            enabled=True,
+            passwords=["+s3cret"],
+            keys=["*"],
+            channels=["*"],
+            commands=["+@all", "-evalsha", "-eval"],
+        )
         admin.acl_setuser("default", enabled=False)  # from now on, nobody gets in without credentials
         admin.close()
         yield server
@@ -63,3 +71,16 @@ def test_logged_urls_hide_the_password() -> None:
     assert describe("rediss://scheduler:s3cret@redis:6380/0") == "rediss://scheduler:***@redis:6380/0"
     assert describe("redis://:s3cret@redis:6379/0") == "redis://***@redis:6379/0"
     assert describe("redis://redis:6379/0") == "redis://redis:6379/0"
+
+
+def test_a_user_without_a_needed_command_gets_a_503_naming_the_refusal_not_a_500(
+    acl_redis: EmbeddedServer, tmp_path: Path
+) -> None:
+    url = f"redis://no-scripts:s3cret@127.0.0.1:{_port(acl_redis)}/0"
+    with TestClient(
+        create_app(Settings(redis_url=url, model_dir=str(tmp_path))), raise_server_exceptions=False
+    ) as client:
+        response = client.post("/schedule", json=batch_body())
+        assert response.status_code == 503
+        assert response.json()["type"].endswith("/redis-refused")
+        assert "NoPermissionError" in response.json()["detail"]

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 import redis
 from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.embedded import EmbeddedServer
+from service.problems import lookup
 from service.settings import Settings
 from tests.service.api.conftest import batch_body
 
@@ -82,3 +85,26 @@ def test_redis_out_of_memory_is_a_503_that_stores_nothing_and_passes_when_memory
         admin.config_set("maxmemory", 0)
         assert client.post("/schedule", json=batch_body()).status_code == 200
     admin.close()
+
+
+def test_a_transaction_discarded_for_memory_is_answered_like_any_out_of_memory_write() -> None:
+    """An OOM at EXEC (a queued command refused) surfaces as ExecAbortError, not OutOfMemoryError."""
+    discarded = redis.exceptions.ExecAbortError("Transaction discarded because of: OOM command not allowed")
+    assert (lookup(discarded).status, lookup(discarded).slug) == (503, "redis-out-of-memory")
+
+
+def test_healthz_answers_while_every_worker_thread_is_taken(client: TestClient) -> None:
+    """A stalled Redis holds the sync routes' threads for their whole timeouts; liveness must not wait."""
+    limiter = client.portal.call(anyio.to_thread.current_default_thread_limiter)  # type: ignore[union-attr]
+    holders = [object() for _ in range(int(limiter.total_tokens))]
+    for holder in holders:
+        client.portal.call(limiter.acquire_on_behalf_of, holder)  # type: ignore[union-attr]
+    answers: list[int] = []
+    probe = threading.Thread(target=lambda: answers.append(client.get("/healthz").status_code), daemon=True)
+    try:
+        probe.start()
+        probe.join(timeout=5)
+        assert answers == [200], "liveness queued behind the blocked worker threads"
+    finally:
+        for holder in holders:
+            client.portal.call(limiter.release_on_behalf_of, holder)  # type: ignore[union-attr]

@@ -174,6 +174,20 @@ def test_a_retry_with_the_same_schedule_id_is_not_published_twice(
     assert client.get("/schedule/step-7-try").json()["total"] == 32
 
 
+def test_a_retry_after_an_announce_lost_to_a_redis_failure_announces_the_stored_step(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    """publish stores atomically, then announces; a 503 between the two must not strand the step."""
+    assert client.post("/schedule", json=batch_body(schedule_id="step-8")).status_code == 200
+    indexes = ["rs:active", "rs:inbox:{w0}", "rs:inbox:{w1}"]
+    for index in indexes:  # the state a timeout after the publish script leaves
+        redis_client.zrem(index, "step-8")
+    retry = client.post("/schedule", json=batch_body(schedule_id="step-8"))
+    assert retry.status_code == 409
+    assert all(redis_client.zscore(index, "step-8") is not None for index in indexes)
+    assert Delivery(redis_client).claim("step-8", "w0", max_items=1)
+
+
 def test_plans_beyond_the_concurrency_limit_wait_then_get_503(make_client: AppFactory) -> None:
     client = make_client(max_concurrent_plans=1, plan_queue_timeout_s=0.2)
     slots = client.app.state.context.plan_slots  # type: ignore[attr-defined]

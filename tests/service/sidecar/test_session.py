@@ -32,3 +32,13 @@ def test_a_sidecar_steals_only_what_fits_its_kv_cache_beside_what_it_holds(redis
     assert session.stats.stolen == 4
     assert asyncio.run(session.claim(16)) == []  # its cache is spoken for: nothing more is stolen
     assert delivery.progress("gate").workers["victim"].queued == 8
+
+
+def test_a_schedule_whose_keys_redis_lost_does_not_stop_work_on_the_others(redis_client: redis.Redis) -> None:
+    delivery = Delivery(redis_client)
+    delivery.publish(PublishedSchedule("lost", {"w": _items("a", 2, 100.0)}), now_ms=1)
+    delivery.publish(PublishedSchedule("intact", {"w": _items("b", 2, 100.0)}), now_ms=2)
+    redis_client.delete(delivery.keys("lost").st)  # an eviction under allkeys-lru
+    session = WorkerSession(delivery, Holdings(16), SessionSettings("w"))
+    claimed = asyncio.run(session.claim(16))
+    assert [h.lease.key for h in claimed] == ["b-0#0", "b-1#0"]
