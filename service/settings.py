@@ -177,7 +177,13 @@ def check_redis_url(value: str) -> str:
     parsed = urllib.parse.urlsplit(value)
     if parsed.scheme not in ("redis", "rediss", "unix"):
         raise ValueError("expected redis://, rediss:// or unix:// (an http URL or a bare host is not one)")
-    parsed.port  # noqa: B018  # raises ValueError for a port past 65535 or not a number
+    try:
+        parsed.port  # noqa: B018  # raises ValueError for a port past 65535 or not a number
+    except ValueError:  # its message quotes the text, which holds the password when one is unescaped
+        raise ValueError(
+            "the port is not a number up to 65535 (a password with / # ? @ must be percent-encoded,"
+            " or given apart: ROLLOUT_REDIS_PASSWORD)"
+        ) from None
     database = parsed.path.strip("/")
     if parsed.scheme != "unix" and database and not database.isdigit():
         raise ValueError(f"database {database!r} is not a number")

@@ -32,6 +32,14 @@ def sidecar(
         str | None, typer.Option(help="Engine base URL (push mode), e.g. http://127.0.0.1:8000.")
     ] = None,
     redis_url: Annotated[str | None, typer.Option(envvar="REDIS_URL", help="Redis URL.")] = None,
+    redis_password: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ROLLOUT_REDIS_PASSWORD",
+            help="Redis password, when not in the URL (use the env).",
+            show_default=False,
+        ),
+    ] = None,
     pull_api: Annotated[
         int | None, typer.Option(help="Serve the local pull API on this port instead of pushing.")
     ] = None,
@@ -102,6 +110,7 @@ def sidecar(
     options = SidecarOptions(
         worker_id=worker_id,
         redis_url=url,
+        redis_password=redis_password,
         engine_url=engine_url,
         pull_api_port=pull_api,
         prefix=prefix,
@@ -133,6 +142,7 @@ def _check(
 ) -> str:
     """The Redis URL, once the flags that say where to connect and how to run make sense together;
     ``ValueError`` naming the first that does not."""
+    from service.redis_conn import describe
     from service.settings import LOG_LEVELS, check_redis_url
 
     if not url:
@@ -140,7 +150,7 @@ def _check(
     try:
         check_redis_url(url)
     except ValueError as error:
-        raise ValueError(f"redis_url={url!r}: {error}") from None
+        raise ValueError(f"redis_url={describe(url)!r}: {error}") from None
     if (engine_url is None) == (pull_api is None):
         raise ValueError("pass exactly one of --engine-url (push mode) or --pull-api PORT (pull mode)")
     if engine_url is not None and not engine_url.startswith(("http://", "https://")):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -28,6 +29,7 @@ class SidecarOptions:
 
     worker_id: str  # this worker's id in the plans
     redis_url: str  # redis:// or rediss:// (ACL user:password in the URL)
+    redis_password: str | None = None  # when not in the URL (no escaping needed, not shown by ps)
     engine_url: str | None = None  # the engine's base URL (push mode)
     pull_api_port: int | None = None  # serve the local pull API on this port instead (pull mode)
     pull_api_host: str = "127.0.0.1"  # the pull API is for a local process: loopback by default
@@ -50,13 +52,19 @@ class SidecarOptions:
 
 def connect(options: SidecarOptions) -> Delivery:
     """The delivery client; connection and command timeouts keep a dead Redis from hanging us."""
-    timeouts = {"socket_connect_timeout": 2.0, "socket_timeout": 5.0, "decode_responses": True}
+    client_args: dict[str, Any] = {
+        "socket_connect_timeout": 2.0,
+        "socket_timeout": 5.0,
+        "decode_responses": True,
+    }
+    if options.redis_password is not None:
+        client_args["password"] = options.redis_password
     if options.cluster:  # a cluster client reads the slot map when built: wait for one that answers
         cluster = built_when_reachable(
-            lambda: RedisCluster.from_url(options.redis_url, **timeouts), options.redis_url
+            lambda: RedisCluster.from_url(options.redis_url, **client_args), options.redis_url
         )
         return Delivery(cluster, options.prefix)
-    client = redis.Redis.from_url(options.redis_url, health_check_interval=15, **timeouts)
+    client = redis.Redis.from_url(options.redis_url, health_check_interval=15, **client_args)
     return Delivery(client, options.prefix)
 
 

@@ -99,10 +99,15 @@ def _redis_password(services: dict[str, Service]) -> str:
     return str(command[command.index("--requirepass") + 1])
 
 
-def _redis_url(svc: Service, argv_params: dict[str, Any]) -> str:
-    url = argv_params.get("redis_url") or svc.get("environment", {}).get("REDIS_URL")
+def _redis_target(svc: Service, argv_params: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(host, password) the process connects with: the URL's, or the password given apart from it."""
+    env = svc.get("environment", {})
+    url = argv_params.get("redis_url") or env.get("REDIS_URL")
     assert url, "no Redis URL: the process would start its own private Redis"
-    return str(url)
+    parts = urlsplit(str(url))
+    return parts.hostname, parts.password or argv_params.get("redis_password") or env.get(
+        "ROLLOUT_REDIS_PASSWORD"
+    )
 
 
 def test_each_sidecar_drives_its_own_existing_engine_through_the_shared_redis(
@@ -121,8 +126,7 @@ def test_each_sidecar_drives_its_own_existing_engine_through_the_shared_redis(
         assert engine_url.hostname in svc["depends_on"], f"{name} starts before its engine"
         engine_device = parse_cli(engines[engine_url.hostname]["command"]).params["device"]
         assert device_profile(params["device"]) == device_profile(engine_device), name
-        redis_url = urlsplit(_redis_url(svc, params))
-        assert (redis_url.hostname, redis_url.password) == ("redis", _redis_password(services)), name
+        assert _redis_target(svc, params) == ("redis", _redis_password(services)), name
         targets.add(engine_url.hostname)
         worker_ids.add(params["worker_id"])
     assert len(targets) == len(worker_ids) == len(sidecars), "one sidecar per engine, ids unique"
@@ -133,8 +137,7 @@ def test_the_service_uses_the_shared_redis_and_refuses_anonymous_callers(
 ) -> None:
     svc = services["scheduler"]
     params = parse_cli(svc["command"]).params
-    redis_url = urlsplit(_redis_url(svc, params))
-    assert (redis_url.hostname, redis_url.password) == ("redis", _redis_password(services))
+    assert _redis_target(svc, params) == ("redis", _redis_password(services))
     env = svc["environment"]
     assert env["ROLLOUT_TRAINER_TOKENS"]
     assert env["ROLLOUT_WORKER_TOKENS"]

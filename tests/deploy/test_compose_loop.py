@@ -65,7 +65,7 @@ class Loop:
 
     def _remap(self, text: str) -> str:
         for name, port in self.ports.items():
-            text = text.replace(f"@{name}:6379", f"@127.0.0.1:{port}")
+            text = text.replace(f"//{name}:6379", f"//127.0.0.1:{port}")
             text = text.replace(f"http://{name}:8001", f"http://127.0.0.1:{port}")
         return text
 

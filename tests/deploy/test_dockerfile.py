@@ -194,5 +194,5 @@ def test_every_volume_our_containers_mount_exists_in_the_image_owned_by_its_user
         assert target in created, f"{target} is not created in the image"
         owners = [p for p in (Path(target), *Path(target).parents) if f"rollout:rollout {p}" in chowned]
         assert owners, f"{target} is not chowned to the image user"
-    declared = {ins.args[0] for ins in FINAL if ins.keyword == "VOLUME"}
-    assert targets <= declared
+    # and no VOLUME: Docker would give every container of the image (engines, sidecars) an anonymous one
+    assert not [ins for ins in FINAL if ins.keyword == "VOLUME"]

@@ -103,3 +103,22 @@ def test_pull_mode_keeps_a_pulled_lease_alive_and_hands_back_what_it_holds_on_si
     assert (stats["accepted"], stats["released"], stats["lost"]) == (1, 1, 0)
     progress = delivery.progress("pull")
     assert (progress.done, progress.queued, progress.running) == (1, 1, 0)
+
+
+def test_a_url_refused_for_an_unescaped_password_does_not_print_the_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    args = [
+        "sidecar",
+        "--worker-id",
+        "w",
+        "--engine-url",
+        "http://e",
+        "--redis-url",
+        "redis://:s3cr/et#x@r:6379/0",
+    ]
+    result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 2
+    assert "percent-encoded" in result.output
+    assert "s3cr" not in result.output
