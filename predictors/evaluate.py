@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps  # type: ignore[import-untyped]
+from scipy import stats as sps
 
 from predictors.dataset import NO_CAP
 from predictors.fallbacks import global_mean

@@ -17,6 +17,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -150,32 +151,39 @@ def write_trace(trace: Trace, path: str | Path) -> None:
 def _read_fast(path: Path) -> Trace | None:
     """The trace via whole-column checks, or None when the row-by-row path must decide."""
     import pyarrow as pa
-    import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    try:
-        if path.suffix == ".parquet":
-            return fast_trace(pq.read_table(path))
-        if path.suffix != ".csv":
-            return None
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            header = next(csv.reader(handle), None)
-        if not header:
-            return None
-        table = pcsv.read_csv(
-            path,
-            parse_options=pcsv.ParseOptions(newlines_in_values=True),
-            convert_options=pcsv.ConvertOptions(
-                column_types={name: pa.string() for name in header},
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-            ),
-        )
-    except Exception:  # unreadable here: the row-by-row path reports it precisely
+    if path.suffix not in (".csv", ".parquet"):
         return None
+    try:
+        table = pq.read_table(path) if path.suffix == ".parquet" else _csv_as_text(path)
+    except (pa.ArrowException, OSError, UnicodeDecodeError, csv.Error):
+        return None  # unreadable here: the row-by-row path reports it precisely
+    return None if table is None else fast_trace(table)
+
+
+def _csv_as_text(path: Path) -> Any:
+    """Every column of a csv file as text (pyarrow), header names stripped; None for a file without a
+    header or whose header pyarrow reads differently from ``csv``."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        header = next(csv.reader(handle), None)
+    if not header:
+        return None
+    table = pcsv.read_csv(
+        path,
+        parse_options=pcsv.ParseOptions(newlines_in_values=True),
+        convert_options=pcsv.ConvertOptions(
+            column_types={name: pa.string() for name in header},
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        ),
+    )
     if list(table.column_names) != header:
         return None
-    return fast_trace(table.rename_columns([h.strip() for h in header]))
+    return table.rename_columns([h.strip() for h in header])
 
 
 def _reader_for(suffix: str, source: str) -> Callable[[Path, Renamer], RawRows]:

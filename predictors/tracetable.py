@@ -57,11 +57,6 @@ class Trace:
         return len(self.step)
 
     @property
-    def extra_columns(self) -> tuple[str, ...]:
-        """Names of the feature columns beyond the schema, numeric first."""
-        return (*self.numeric, *self.categorical)
-
-    @property
     def truncated(self) -> npt.NDArray[np.bool_]:
         """Rows that stopped at the cap: finish_reason "length", or output == cap when that is unknown."""
         at_cap = (self.max_new_tokens > 0) & (self.output_tokens >= self.max_new_tokens)

@@ -198,7 +198,7 @@ def actual_from_result(
         worker_id=entry.worker_id,
         prompt_tokens=int(tokens),
         output_tokens=entry.output_tokens,
-        finish_reason=entry.finish_reason,  # type: ignore[arg-type]
+        finish_reason="stop" if entry.finish_reason == "stop" else "length",  # checked above: one of them
         wall_time_s=max(entry.wall_time_s, 1e-6),
         reward=reward,
         concurrency=_concurrency(entry.extra.get("concurrency")),

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.problems import PayloadTooLargeError, UnavailableError, problem_response
+from service.problems import PayloadTooLargeError, UnavailableError, lookup, problem_response
 
 
 class BodyLimitMiddleware:
@@ -66,11 +66,12 @@ class BodyLimitMiddleware:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, what: str) -> None:
         error = PayloadTooLargeError(f"request body too large: {what}; the limit is {self.max_bytes} bytes")
+        problem = lookup(error)  # outside FastAPI's handlers, but answered from the same table
         response = problem_response(
-            413,
-            "Payload too large",
+            problem.status,
+            problem.title,
             error.detail,
-            slug="payload-too-large",
+            slug=problem.slug,
             instance=str(scope.get("path", "")),
             headers={"Connection": "close"},
         )

@@ -86,10 +86,18 @@ def run(body: ScheduleRequest, ctx: Context) -> ScheduleResponse:
     schedule_id = body.schedule_id or uuid.uuid4().hex
     clock = _Clock()
     started = time.perf_counter()
-    with schedule_context(schedule_id), ctx.plan_slots.hold() as waited_s:
-        clock.spent["queue"] = waited_s * 1000.0
-        with clock.stage("validate"):
+    with schedule_context(schedule_id):
+        with clock.stage("validate"):  # before the plan queue: a bad request is refused at once
             checked = validate(body, ctx)
+        return _serve_valid(schedule_id, body, checked, ctx, clock, started)
+
+
+def _serve_valid(
+    schedule_id: str, body: ScheduleRequest, checked: _Validated, ctx: Context, clock: _Clock, started: float
+) -> ScheduleResponse:
+    """Predict, plan and publish a validated request, holding one of the service's plan slots."""
+    with ctx.plan_slots.hold() as waited_s:
+        clock.spent["queue"] = waited_s * 1000.0
         with clock.stage("predict"):
             trajectories, predicted = predict(body, checked, ctx)
         request = PlanRequest(
@@ -123,7 +131,8 @@ def run(body: ScheduleRequest, ctx: Context) -> ScheduleResponse:
 
 
 def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
-    """Cross-item rules and name lookups; the only Redis access is a read of learned speeds."""
+    """Cross-item rules and name lookups. Redis: learned speeds are read, and a retried
+    ``schedule_id`` that is already stored is announced again (``refuse_republish``)."""
     settings = ctx.settings
     check_trajectory_count(sum(item.n for item in body.batch.items), settings.max_trajectories)
     if body.schedule_id and body.publish:
@@ -133,15 +142,9 @@ def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
     if policy not in POLICY_NAMES:
         raise UnknownNameError("policy", policy, list(POLICY_NAMES))
     model = resolve_model(body.model, settings.default_model)
-    ids = [w.worker_id for w in body.inventory.workers]
     needs_learned = [w.worker_id for w in body.inventory.workers if _unstated_speed(w)]
     learned = ctx.speeds.learned(needs_learned) if needs_learned else {}
     inventory, drained, sources = build_inventory(body, model, learned)
-    for index, item in enumerate(body.batch.items):
-        if item.pinned_worker is not None and item.pinned_worker not in ids:
-            raise InvalidInputError(
-                f"batch.items[{index}].pinned_worker", item.pinned_worker, "names no inventory worker"
-            )
     item_of = tuple(index for index, item in enumerate(body.batch.items) for _ in range(item.n))
     budget_ms = body.time_budget_ms or settings.default_time_budget_ms
     quantile = body.quantile or settings.default_quantile

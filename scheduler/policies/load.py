@@ -93,13 +93,9 @@ def estimate(r: Rates, steps: int, tokens: float, kv_steps: float, prompt_tokens
     return (mem if mem > cmp else cmp) + r.prefill_s * prompt_tokens
 
 
-def load_time(cost: WorkerCost, steps: int, tokens: float, kv_steps: float, prompt_tokens: float) -> float:
-    """Seconds the worker of ``cost`` needs for a load with these totals (see module doc)."""
-    return estimate(rates(cost), steps, tokens, kv_steps, prompt_tokens)
-
-
 def time_with(cost: WorkerCost, load: Load, unit: Unit | None = None) -> float:
-    """``load_time`` of ``load``, plus ``unit`` when given (a candidate move, evaluated not applied)."""
+    """Seconds the worker of ``cost`` needs for ``load`` (see module doc), plus ``unit`` when given (a
+    candidate move, evaluated not applied)."""
     r = rates(cost)
     if unit is None:
         return estimate(r, load.steps, load.tokens, load.kv_steps, load.prompt_tokens)

@@ -1,8 +1,8 @@
 """Turn validated request bodies into the core's frozen dataclasses, checking the cross-item rules.
 
 pydantic checks each field on its own; what needs the whole body (unique ids, known device kinds and
-presets, a trajectory count under the limit) is checked here, raising ``InvalidInputError`` with the
-JSON path of the culprit, so the answer is the same 422 problem shape.
+presets) is checked here, raising ``InvalidInputError`` with the JSON path of the culprit, so the
+answer is the same 422 problem shape. (The trajectory count is ``service.limits``': a 413.)
 """
 
 from __future__ import annotations

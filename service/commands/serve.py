@@ -9,9 +9,12 @@ scheduler lets anyone reorder (or starve) a training job's rollouts.
 from __future__ import annotations
 
 import signal
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+
+if TYPE_CHECKING:  # the settings module loads pydantic: kept off the CLI's start-up path
+    from service.settings import Settings
 
 HELP = (
     "Serve the scheduling API (POST /schedule, /actuals, /models/retrain, GET /schedule/{id}, "
@@ -73,7 +76,7 @@ def serve(
     run(settings)
 
 
-def load_settings(overrides: dict[str, Any]) -> Any:
+def load_settings(overrides: dict[str, Any]) -> Settings:
     """Settings from the environment with ``overrides`` on top; a bad value exits with one line."""
     from pydantic import ValidationError
 
@@ -87,7 +90,7 @@ def load_settings(overrides: dict[str, Any]) -> Any:
         _fail(f"invalid setting {where}: {first['msg']}")
 
 
-def unsafe_binding(settings: Any) -> str | None:
+def unsafe_binding(settings: Settings) -> str | None:
     """Why these settings must not be served, or None when they are fine."""
     if settings.binds_loopback_only or settings.auth_enabled:
         return None
@@ -97,7 +100,7 @@ def unsafe_binding(settings: Any) -> str | None:
     )
 
 
-def run(settings: Any) -> None:
+def run(settings: Settings) -> None:
     """Serve ``settings`` with uvicorn, inside an embedded Redis when no URL is configured."""
     import uvicorn
 
@@ -131,6 +134,6 @@ def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0 if signum in (signal.SIGINT, signal.SIGTERM) else 1)
 
 
-def _fail(message: str) -> Any:
+def _fail(message: str) -> NoReturn:
     typer.echo(f"serve: {message}", err=True)
     raise typer.Exit(2)

@@ -164,26 +164,6 @@ class ScheduleKeys:
         """A worker's ordered queue (``SHARED_QUEUE`` names the shared FIFO)."""
         return f"{self.base}:q:{worker_id}"
 
-    def all_fixed(self) -> tuple[str, ...]:
-        """Every key whose name does not depend on a worker (for deletion and TTL checks)."""
-        suffixes = (
-            "meta",
-            "items",
-            "prompts",
-            "st",
-            "deadlines",
-            "work",
-            "pace",
-            "pin",
-            "grp",
-            "gsize",
-            "due",
-            "counts",
-            "dead",
-            "results",
-        )
-        return tuple(f"{self.base}:{s}" for s in suffixes)
-
 
 def check_prefix(prefix: str) -> str:
     """``prefix`` if every key built on it keeps its meaning; ``ValueError`` naming the rule otherwise.

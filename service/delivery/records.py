@@ -17,6 +17,10 @@ from service.delivery.keys import (
     DEFAULT_LEASE_TTL_MS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETENTION_S,
+    DONE,
+    FAILED,
+    QUEUED,
+    RUNNING,
     SHARED_QUEUE,
 )
 
@@ -324,10 +328,10 @@ def per_worker(counts: Mapping[str, int]) -> dict[str, WorkerProgress]:
     workers = sorted({f.split(":", 1)[1] for f in counts if ":" in f})
     return {
         w: WorkerProgress(
-            queued=counts.get(f"q:{w}", 0),
-            running=counts.get(f"r:{w}", 0),
-            done=counts.get(f"d:{w}", 0),
-            failed=counts.get(f"f:{w}", 0),
+            queued=counts.get(f"{QUEUED}:{w}", 0),
+            running=counts.get(f"{RUNNING}:{w}", 0),
+            done=counts.get(f"{DONE}:{w}", 0),
+            failed=counts.get(f"{FAILED}:{w}", 0),
         )
         for w in workers
     }

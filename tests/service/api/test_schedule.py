@@ -188,6 +188,21 @@ def test_a_retry_after_an_announce_lost_to_a_redis_failure_announces_the_stored_
     assert Delivery(redis_client).claim("step-8", "w0", max_items=1)
 
 
+def test_a_bad_request_is_refused_at_once_even_while_every_plan_slot_is_taken(
+    make_client: AppFactory,
+) -> None:
+    client = make_client(max_concurrent_plans=1, plan_queue_timeout_s=0.2, max_trajectories=8)
+    with client.app.state.context.plan_slots.hold():  # type: ignore[attr-defined]
+        assert client.post("/schedule", json=batch_body(prompts=4, n=4)).status_code == 413
+        unknown = batch_body(policy="fastest")
+        assert (
+            client.post(
+                "/schedule", json={**unknown, "batch": batch_body(prompts=1, n=1)["batch"]}
+            ).status_code
+            == 422
+        )
+
+
 def test_plans_beyond_the_concurrency_limit_wait_then_get_503(make_client: AppFactory) -> None:
     client = make_client(max_concurrent_plans=1, plan_queue_timeout_s=0.2)
     slots = client.app.state.context.plan_slots  # type: ignore[attr-defined]
