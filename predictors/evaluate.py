@@ -89,13 +89,14 @@ def evaluate(
         return Evaluation(steps=(), mean={}, note=note)
     results = []
     for step in steps[1:]:
-        results.append(_score_step(trace, step, config))
+        results.append(score_step(trace, step, config))
         if on_step is not None:
             on_step(step)
     return Evaluation(steps=tuple(results), mean=_average(results), note="")
 
 
-def _score_step(trace: Trace, step: int, config: FitConfig | None) -> StepScores:
+def score_step(trace: Trace, step: int, config: FitConfig | None = None) -> StepScores:
+    """Every predictor's scores on ``step``, each fitted on the trace's earlier steps only."""
     past, now = trace.take(trace.step < step), trace.take(trace.step == step)
     queries = QueryBatch.from_trace(now, NO_CAP)
     actual = now.output_tokens.astype(np.float64)

@@ -58,7 +58,8 @@ class PromptStats:
         if len(self.step_ids) < 2:
             return 0.0
         gap = float(self.step_ids[-1] - self.step_ids[-2])
-        return float(np.log(self.step_means[-1] / max(self.step_means[-2], 1.0)) / gap)
+        newer, older = max(self.step_means[-1], 1.0), max(self.step_means[-2], 1.0)  # an all-empty step
+        return float(np.log(newer / older) / gap)
 
     def positions(self, prompt_ids: Iterable[str]) -> IntArray:
         """Array position of each prompt, -1 where the prompt has no history."""

@@ -55,7 +55,7 @@ def train(
 ) -> None:
     """Fit the p50/p90 LightGBM models on every row and store them as a new version.
 
-    With two or more steps the last step is also scored by a model fitted on the others, and that
+    With two or more steps the last step is also scored by a model fitted on the steps before it, and that
     hold-out score is stored in the version's metadata, so a stored model carries its own evidence.
     """
     from predictors.model import fit
@@ -78,13 +78,12 @@ def train(
 
 
 def _with_holdout_metrics(model: FittedModel, rows: Trace) -> FittedModel:
-    from predictors.evaluate import evaluate
+    from predictors.evaluate import score_step
 
     steps = rows.steps()
     if len(steps) < 2:
         return model
-    last = rows.take(rows.step >= steps[-2])  # the last step, scored with the one before as history
-    tail = evaluate(last).steps[-1].scores["lightgbm"]
+    tail = score_step(rows, int(steps[-1])).scores["lightgbm"]  # fitted on every earlier step
     metrics = dict(model.metadata.metrics)
     metrics.update({f"holdout_{k}": v for k, v in dataclasses.asdict(tail).items() if not math.isnan(v)})
     return dataclasses.replace(model, metadata=dataclasses.replace(model.metadata, metrics=metrics))

@@ -82,10 +82,12 @@ def test_bad_traces_get_one_line_and_a_nonzero_exit(
 
 def test_train_writes_a_version_with_its_holdout_score(cli: typer.Typer, tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
-    write_trace(drifting_trace(prompts=30, steps=3), path)
+    trace = drifting_trace(prompts=30, steps=3)
+    write_trace(trace, path)
     result = CliRunner().invoke(cli, ["predictor", "train", str(path), "--out", str(tmp_path / "store")])
     assert result.exit_code == 0, result.stderr
     meta = json.loads((tmp_path / "store" / "v000001" / "metadata.json").read_text())
     assert meta["steps"] == [0, 1, 2]
     assert meta["training_rows"] == 30 * 4 * 3
-    assert "holdout_mae" in meta["metrics"]
+    walked = evaluate(trace).steps[-1].scores["lightgbm"]  # step 2 fitted on steps 0 and 1, as eval does
+    assert meta["metrics"]["holdout_mae"] == walked.mae
