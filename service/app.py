@@ -13,11 +13,12 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 import redis
 from fastapi import FastAPI
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from predictors.store import ModelStore
@@ -25,12 +26,14 @@ from service.actuals import ActualsLog
 from service.api import actuals, health, models, schedules
 from service.context import Context
 from service.delivery import Delivery
+from service.delivery.errors import UnknownScheduleError
 from service.delivery.reaper import Reaper
 from service.limits import BodyLimitMiddleware, PlanSlots
-from service.logs import install_record_factory
+from service.logs import install_record_factory, request_schedule_id, schedule_context
 from service.metrics import Metrics
 from service.models import ModelService
 from service.problems import install as install_problems
+from service.problems import lookup
 from service.redis_conn import connect, describe
 from service.retrain import Retrainer
 from service.settings import Settings
@@ -39,6 +42,7 @@ from service.speeds import SpeedLearner
 _log = logging.getLogger("service.app")
 _access = logging.getLogger("service.access")  # one JSON line per request (uvicorn's access log is off)
 _QUIET_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})  # else "other"
 MAX_WATCHED_SCHEDULES = 32  # queue-depth metrics cover at most this many active schedules
 
 
@@ -70,10 +74,13 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     install_problems(app)
-    for router in (schedules.router, actuals.router, models.router, health.router):
+    routers = (schedules.router, actuals.router, models.router, health.router)
+    for router in routers:
         app.include_router(router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: 413s are counted too
+    # outermost: 413s are counted too
+    routes = [*app.router.routes, *(route for router in routers for route in router.routes)]
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics, routes=routes)
     return app
 
 
@@ -87,7 +94,12 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
         model_service.start()
     except redis.RedisError as error:
         model_service.loaded = True  # the fallbacks serve; history syncs on the first request
-        _log.warning("Redis unreachable at startup (%s); will retry on each request", error)
+        if lookup(error).slug == "redis-refused":  # waiting will not fix credentials: tell the operator
+            _log.error(
+                "Redis refused the service's user at startup (%s); check REDIS_URL's credentials", error
+            )
+        else:
+            _log.warning("Redis unreachable at startup (%s); will retry on each request", error)
     metrics.watch_queues(lambda: _queue_depths(delivery))
     return Context(
         settings=settings,
@@ -106,18 +118,23 @@ def _queue_depths(delivery: Delivery) -> Mapping[tuple[str, str], int]:
     """Counts by state of the newest active schedules (read when Prometheus scrapes)."""
     depths: dict[tuple[str, str], int] = {}
     for schedule_id in delivery.active_schedules()[-MAX_WATCHED_SCHEDULES:]:
-        progress = delivery.progress(schedule_id)
+        try:
+            progress = delivery.progress(schedule_id)
+        except UnknownScheduleError:  # expired since it was indexed: the reaper will drop it
+            continue
         for state in ("queued", "running", "done", "failed"):
             depths[(schedule_id, state)] = int(getattr(progress, state))
     return depths
 
 
 class RequestMetricsMiddleware:
-    """Counts and times every HTTP request by route template (not raw path: ids would explode labels)."""
+    """Counts and times every HTTP request by route template (not raw path: ids would explode labels),
+    and writes its access log line, tagged with the request's schedule id where it has one."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, routes: Sequence[BaseRoute]) -> None:
         self.app = app
         self.metrics = metrics
+        self.routes = routes  # the app's, to name a request refused before routing (a 413)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request through, recording its status and duration."""
@@ -136,17 +153,37 @@ class RequestMetricsMiddleware:
         try:
             await self.app(scope, receive, record_status)
         finally:
-            route = getattr(scope.get("route"), "path", "unmatched")
+            route = self._route(scope)
             seconds = time.perf_counter() - started
-            self.metrics.requests.labels(route, scope["method"], str(status)).inc()
+            method = scope["method"] if scope["method"] in _METHODS else "other"  # callers pick verbs
+            self.metrics.requests.labels(route, method, str(status)).inc()
             self.metrics.latency.labels(route).observe(seconds)
             if route not in _QUIET_ROUTES:  # probes and scrapes would drown the log
-                _access.info(
-                    "request",
-                    extra={
-                        "method": scope["method"],
-                        "path": scope["path"],
-                        "status": status,
-                        "ms": round(seconds * 1000.0, 1),
-                    },
-                )
+                with schedule_context(request_schedule_id(scope)):
+                    _access.info(
+                        "request",
+                        extra={
+                            "method": scope["method"],
+                            "route": route,
+                            "path": scope["path"],
+                            "status": status,
+                            "ms": round(seconds * 1000.0, 1),
+                        },
+                    )
+
+    def _route(self, scope: Scope) -> str:
+        """The route template that served the request, else the one its path matches, else
+        ``unmatched`` (FastAPI names only its own API routes in the scope)."""
+        route = scope.get("route")
+        if route is not None:
+            return str(route.path)
+        return _template(self.routes, scope) or "unmatched"
+
+
+def _template(routes: Sequence[BaseRoute], scope: Scope) -> str | None:
+    """The path template of the first route with one that ``scope`` fully matches."""
+    for candidate in routes:
+        path = getattr(candidate, "path", None)
+        if path is not None and candidate.matches(scope)[0] == Match.FULL:
+            return str(path)
+    return None

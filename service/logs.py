@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -82,10 +82,24 @@ def install_record_factory() -> None:
 
 
 @contextmanager
-def schedule_context(schedule_id: str) -> Iterator[None]:
-    """Tag every log line emitted inside the block with ``schedule_id``."""
+def schedule_context(schedule_id: str | None) -> Iterator[None]:
+    """Tag every log line emitted inside the block with ``schedule_id`` (None: leave as it is)."""
+    if schedule_id is None:
+        yield
+        return
     token = schedule_id_var.set(schedule_id)
     try:
         yield
     finally:
         schedule_id_var.reset(token)
+
+
+def request_schedule_id(scope: Mapping[str, Any]) -> str | None:
+    """The schedule a request is about: the one ``POST /schedule`` chose (``request.state``), or the
+    ``{schedule_id}`` of its path. For lines written outside the route (access log, error answers),
+    where the route's own ``schedule_context`` has already ended."""
+    chosen = scope.get("state", {}).get("schedule_id")
+    if chosen is not None:
+        return str(chosen)
+    from_path = scope.get("path_params", {}).get("schedule_id")
+    return None if from_path is None else str(from_path)

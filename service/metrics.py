@@ -17,7 +17,8 @@ from prometheus_client.registry import Collector
 
 _log = logging.getLogger("service.metrics")
 
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# up to a minute: long-polls wait up to 30 s, and a plan may queue for ROLLOUT_PLAN_QUEUE_TIMEOUT_S (30)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 RATIO_BUCKETS = (1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.5, 2.0, 3.0, 5.0)
 
 # A function returning queue depths by (schedule_id, state) -> count; raises when Redis is down.

@@ -81,9 +81,10 @@ class _Validated:
     item_of: tuple[int, ...]  # trajectory position -> batch item index (for error paths)
 
 
-def run(body: ScheduleRequest, ctx: Context) -> ScheduleResponse:
-    """Serve one ``POST /schedule``: every stage, in order, with its wall time."""
-    schedule_id = body.schedule_id or uuid.uuid4().hex
+def run(body: ScheduleRequest, ctx: Context, schedule_id: str | None = None) -> ScheduleResponse:
+    """Serve one ``POST /schedule``: every stage, in order, with its wall time. The id is the
+    caller's, else ``schedule_id`` when given (the route's, already in its logs), else a new one."""
+    schedule_id = body.schedule_id or schedule_id or uuid.uuid4().hex
     clock = _Clock()
     started = time.perf_counter()
     with schedule_context(schedule_id):

@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler.errors import InvalidInputError
 from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
+from service.logs import request_schedule_id, schedule_context
 
 PROBLEM_JSON = "application/problem+json"
 _UNION_TAGS = frozenset({"float", "str", "int", "bool", "none"})
@@ -232,8 +233,9 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
     detail, extra = _details(exc)
     if extra.get("field") == "body" and "json" not in request.headers.get("content-type", ""):
         detail += "; send the body as JSON, with 'Content-Type: application/json'"
-    if problem.status >= 500:
-        _log.warning("request failed: %s", detail, exc_info=problem.status == 500 and exc)
+    if problem.status > 500:  # a 500 is logged by the server, traceback and all (Starlette re-raises it)
+        with schedule_context(request_schedule_id(request.scope)):
+            _log.warning("request failed: %s", detail)
     headers = {"WWW-Authenticate": "Bearer"} if problem.status == 401 else None
     if problem.status == 503:
         headers = {"Retry-After": "1"}

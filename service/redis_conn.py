@@ -90,13 +90,17 @@ def built_when_reachable(
 
 
 def describe(url: str) -> str:
-    """The URL without its password, for logs and error messages."""
+    """The URL without its password (``user:pass@`` or a ``password=`` query), for logs and errors."""
     scheme, sep, rest = url.partition("://")
-    if "@" not in rest:
-        return url
-    credentials, _, host = rest.rpartition("@")
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}{sep}{user + ':***@' if user else '***@'}{host}"
+    rest, qmark, query = rest.partition("?")
+    if query:
+        fields = [f.split("=", 1) for f in query.split("&")]
+        query = "&".join(f"{f[0]}=***" if f[0] == "password" else "=".join(f) for f in fields)
+    if "@" in rest:
+        credentials, _, host = rest.rpartition("@")
+        user = credentials.split(":", 1)[0]
+        rest = f"{user + ':***@' if user else '***@'}{host}"
+    return f"{scheme}{sep}{rest}{qmark}{query}"
 
 
 @contextmanager

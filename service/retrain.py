@@ -69,17 +69,27 @@ class Retrainer:
         return self._running.locked()
 
     def retrain_now(self) -> RetrainResult:
-        """Retrain synchronously; ``ConflictError`` (409) when one is already running or data is too thin."""
+        """Retrain synchronously; ``ConflictError`` (409) when one is already running or data is too thin.
+
+        Every attempt is counted by outcome (``ok``, ``busy``, ``insufficient_data``, ``error``), the
+        on-demand ones too, so a failing store shows on the dashboard and not only in a 500."""
         if not self._running.acquire(blocking=False):
+            self._metrics.retrains.labels("busy").inc()
             raise ConflictError("a retrain is already running in this replica")
         try:
             return self._locked_retrain()
+        except ConflictError:
+            raise  # counted where it was decided
+        except Exception:
+            self._metrics.retrains.labels("error").inc()
+            raise
         finally:
             self._running.release()
 
     def _locked_retrain(self) -> RetrainResult:
         token = uuid.uuid4().hex
         if not self._redis.set(self._lock_key, token, nx=True, ex=keys.RETRAIN_LOCK_TTL_S):
+            self._metrics.retrains.labels("busy").inc()
             raise ConflictError("a retrain is already running in another replica")
         try:
             version, seconds = self._models.retrain()
@@ -117,6 +127,5 @@ class Retrainer:
             _log.info("automatic retrain done", extra={"model_version": result.version})
         except ConflictError as error:
             _log.info("automatic retrain skipped: %s", error.detail)
-        except Exception:
-            self._metrics.retrains.labels("error").inc()
+        except Exception:  # counted by retrain_now
             _log.exception("automatic retrain failed")

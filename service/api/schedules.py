@@ -7,6 +7,7 @@ FastAPI runs each request on its worker thread pool and the event loop stays fre
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -41,7 +42,8 @@ def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     the earlier steps are in by now, and this response is not delayed by it.
     """
     ctx = context_of(request)
-    response = pipeline.run(body, ctx)
+    request.state.schedule_id = schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
+    response = pipeline.run(body, ctx, schedule_id)
     if body.publish:  # a dry run writes nothing, the retrain counter included
         ctx.retrainer.after_step(body.step)
     # Serialised once here: returning the model would make FastAPI validate 4,096 items again.

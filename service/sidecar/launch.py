@@ -130,5 +130,13 @@ def run_pull(options: SidecarOptions) -> SessionStats:
     # found installed; a no-op one lets us return and report instead of dying by the signal.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
-    uvicorn.run(app, host=options.pull_api_host, port=options.pull_api_port, log_level="warning")
+    # log_config=None keeps the JSON handler ``sidecar`` configured (uvicorn's would print plain text)
+    uvicorn.run(
+        app,
+        host=options.pull_api_host,
+        port=options.pull_api_port,
+        log_config=None,
+        log_level="warning",
+        access_log=False,
+    )
     return session.stats

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 
 from service.logs import JsonFormatter
-from tests.service.api.conftest import batch_body
+from service.redis_conn import describe
+from tests.service.api.conftest import AppFactory, actual_history, batch_body
 
 
 def test_metrics_expose_requests_latency_plan_quality_and_queue_depths(client: TestClient) -> None:
@@ -41,3 +44,53 @@ def test_log_lines_are_json_with_the_schedule_id(
     assert scheduled[0]["schedule_id"] == sid
     assert scheduled[0]["trajectories"] == 32
     assert scheduled[0]["policy"] == "lpt"
+
+
+def test_request_labels_stay_bounded_and_name_the_route_even_when_refused_before_routing(
+    make_client: AppFactory,
+) -> None:
+    client = make_client(max_body_bytes=1_000)
+    for verb in ("FOO", "BAR"):
+        client.request(verb, "/healthz")
+    client.post("/schedule", content=b"x" * 2_000, headers={"content-type": "application/json"})
+    assert client.get("/openapi.json").status_code == 200
+    text = client.get("/metrics").text
+    assert 'method="FOO"' not in text
+    assert 'rollout_http_requests_total{method="other",route="/healthz",status="405"} 2.0' in text
+    assert 'rollout_http_requests_total{method="POST",route="/schedule",status="413"} 1.0' in text
+    assert 'rollout_http_requests_total{method="GET",route="/openapi.json",status="200"} 1.0' in text
+
+
+def test_the_access_line_of_a_schedule_request_carries_its_schedule_id(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="service"):
+        sid = client.post("/schedule", json=batch_body()).json()["schedule_id"]
+        client.get(f"/schedule/{sid}")
+    access = [json.loads(JsonFormatter().format(r)) for r in caplog.records if r.name == "service.access"]
+    assert [(line["route"], line.get("schedule_id")) for line in access] == [
+        ("/schedule", sid),
+        ("/schedule/{schedule_id}", sid),
+    ]
+
+
+def test_a_failed_on_demand_retrain_is_counted_as_an_error(make_client: AppFactory, tmp_path: Path) -> None:
+    client = make_client(model_dir=str(tmp_path / "models"))
+    assert client.post("/actuals", json={"actuals": actual_history(steps=2)}).status_code == 200
+    (tmp_path / "models").mkdir(exist_ok=True)
+    (tmp_path / "models" / ".last-version").mkdir()  # the store cannot record a version
+    assert client.post("/models/retrain").status_code == 500
+    assert 'rollout_retrains_total{outcome="error"} 1.0' in client.get("/metrics").text
+
+
+def test_queue_depths_skip_a_schedule_that_expired_and_keep_the_others(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    sid = client.post("/schedule", json=batch_body()).json()["schedule_id"]
+    redis_client.zadd("rs:active", {"expired-meanwhile": 1})
+    assert f'rollout_queue_depth{{schedule_id="{sid}",state="queued"}} 32.0' in client.get("/metrics").text
+
+
+def test_a_password_in_the_url_query_is_masked_in_logs() -> None:
+    assert "s3cret" not in describe("redis://127.0.0.1:6379/0?password=s3cret&ssl_cert_reqs=none")
+    assert describe("redis://u:s3cret@h:6379/0") == "redis://u:***@h:6379/0"

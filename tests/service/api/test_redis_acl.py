@@ -65,6 +65,9 @@ def test_a_wrong_password_is_a_503_that_says_why(acl_redis: EmbeddedServer, tmp_
         response = client.post("/schedule", json=batch_body())
         assert response.status_code == 503
         assert "AuthenticationError" in response.json()["detail"]
+        ready = client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["redis"].startswith("refused:")  # not an outage to wait out
 
 
 def test_logged_urls_hide_the_password() -> None:
