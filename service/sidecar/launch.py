@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from service.redis_conn import built_when_reachable
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.health import HealthServer
 from service.sidecar.holdings import Holdings
-from service.sidecar.runner import RunnerSettings, Sidecar
+from service.sidecar.runner import RELEASE_GRACE_S, RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 
 
@@ -118,25 +119,31 @@ async def _push(options: SidecarOptions, engine_url: str, delivery: Delivery) ->
 
 
 def run_pull(options: SidecarOptions) -> SessionStats:
-    """Serve the local pull API until SIGTERM/SIGINT (uvicorn's handlers); return the counters."""
+    """Serve the local pull API until SIGTERM/SIGINT (uvicorn's handlers); return the counters.
+
+    The socket is bound here, before anything starts, so a port in use is an ``OSError`` the
+    command reports in one line; and the app sees uvicorn's ``should_exit``, so a long-poll in
+    flight stops claiming the moment SIGTERM arrives."""
     import uvicorn
 
     from service.sidecar.pull_api import create_pull_app
 
     assert options.pull_api_port is not None
+    listener = socket.create_server((options.pull_api_host, options.pull_api_port))
     session = session_for(options, connect(options))
-    app = create_pull_app(session, options.pull_idle_timeout_s)
+    server: uvicorn.Server | None = None
+    app = create_pull_app(
+        session,
+        options.pull_idle_timeout_s,
+        stopping=lambda: server is not None and server.should_exit,
+        release_within_s=options.drain_timeout_s + RELEASE_GRACE_S,
+    )
+    # log_config=None keeps the JSON handler ``sidecar`` configured (uvicorn's would print plain text)
+    config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler it
     # found installed; a no-op one lets us return and report instead of dying by the signal.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
-    # log_config=None keeps the JSON handler ``sidecar`` configured (uvicorn's would print plain text)
-    uvicorn.run(
-        app,
-        host=options.pull_api_host,
-        port=options.pull_api_port,
-        log_config=None,
-        log_level="warning",
-        access_log=False,
-    )
+    server.run(sockets=[listener])
     return session.stats

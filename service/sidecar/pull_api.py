@@ -13,41 +13,50 @@ engine or an SGLang ``Engine`` object). For them the sidecar serves on loopback:
   repeating a ``/done`` whose reply was lost is safe;
 * ``POST /fail`` with ``schedule_id``, ``key``, ``token``, ``reason`` -> the item is retried or
   dead-lettered;
-* ``GET /leases`` -> the leases held for the worker and those lost since the last call (stop them).
+* ``GET /leases`` -> the leases held for the worker and those lost since the last call (stop them);
+* ``POST /reset`` -> hand back every lease held, without spending attempts: a worker process calls it
+  when it starts, so what its previous incarnation held (it crashed and was restarted) goes back to
+  the queue at once instead of being kept alive by the new process's calls (one process a sidecar).
 
 The sidecar claims, steals, heartbeats and completes on the worker's behalf, within the same slot and
 KV admission limits as the push mode. It keeps leases alive only while the worker shows signs of
 life: if it calls none of these endpoints for ``idle_timeout_s``, heartbeats stop and its leases
-lapse, so a dead worker process is noticed even though the sidecar lives on.
+lapse, so a dead worker process is noticed even though the sidecar lives on. Once SIGTERM arrives
+nothing more is claimed (a long-poll in flight answers 204), and what is held is handed back within
+the drain timeout, Redis down or not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
 import redis
-from fastapi import FastAPI, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.records import CompletionOutcome, TrajectoryResult
+from service.limits import BodyLimitMiddleware
 from service.sidecar.engine_client import sample_params
 from service.sidecar.holdings import Held
 from service.sidecar.session import WorkerSession
 
 MAX_WAIT_S = 30.0
+MAX_TOKENS = 2**31 - 1  # the service's bound on a reported count (docs/api.md)
+MAX_BODY_BYTES = 16 * 1024 * 1024  # a /done carries one output: far below this; more is a mistake
 log = logging.getLogger("service.sidecar")
 
 
 class _LeaseRef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # as the service: NaN is refused
 
     schedule_id: str
     key: str
@@ -57,12 +66,25 @@ class _LeaseRef(BaseModel):
 class DoneBody(_LeaseRef):
     """A finished trajectory, as the worker reports it."""
 
-    output_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0, le=MAX_TOKENS)  # and at most the item's cap (checked on /done)
     finish_reason: str = "stop"
     output: str = ""
     wall_time_s: float = Field(default=0.0, ge=0)
     reward: float | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("extra")
+    @classmethod
+    def _storable(cls, extra: dict[str, Any]) -> dict[str, Any]:
+        """What Redis stores as JSON and the service reads back: no NaN inside, a numeric concurrency."""
+        try:
+            json.dumps(extra, allow_nan=False)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"not storable as JSON ({error})") from None
+        concurrency = extra.get("concurrency")
+        if concurrency is not None and not (isinstance(concurrency, (int, float)) and concurrency >= 0):
+            raise ValueError("concurrency must be a number >= 0")
+        return extra
 
 
 class FailBody(_LeaseRef):
@@ -72,11 +94,19 @@ class FailBody(_LeaseRef):
 
 
 class PullState:
-    """The pull session: liveness of the worker process and the leases it lost."""
+    """The pull session: liveness of the worker process, the leases it lost, and shutdown."""
 
-    def __init__(self, session: WorkerSession, idle_timeout_s: float) -> None:
+    def __init__(
+        self,
+        session: WorkerSession,
+        idle_timeout_s: float,
+        stopping: Callable[[], bool] = lambda: False,
+        release_within_s: float = 2.0,
+    ) -> None:
         self.session = session
         self.idle_timeout_s = idle_timeout_s
+        self.stopping = stopping  # true once the server shuts down: claim nothing more
+        self.release_within_s = release_within_s  # shutdown: hand back what is held within this
         self.last_seen = time.monotonic()
         self.lost: list[dict[str, Any]] = []
         self.lock = asyncio.Lock()
@@ -101,12 +131,13 @@ class PullState:
     async def next_item(self, wait_s: float) -> Held | None:
         """Start the oldest waiting lease that fits, else claim one; poll up to ``wait_s``."""
         deadline = time.monotonic() + min(wait_s, MAX_WAIT_S)
-        while True:
+        while not self.stopping():
             async with self.lock:
                 held = await self._take_one()
             if held is not None or time.monotonic() >= deadline:
                 return held
             await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        return None
 
     async def _take_one(self) -> Held | None:
         holdings = self.session.holdings
@@ -119,9 +150,95 @@ class PullState:
         return waiting[0]
 
 
-def create_pull_app(session: WorkerSession, idle_timeout_s: float = 60.0) -> FastAPI:
+def pull_state(request: Request) -> PullState:
+    """The app's ``PullState`` (a dependency: every route below is a sign of the worker's life)."""
+    state: PullState = request.app.state.pull
+    state.touch()
+    return state
+
+
+Pull = Annotated[PullState, Depends(pull_state)]
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(request: Request) -> dict[str, Any]:
+    """Liveness of the sidecar (not a sign of the worker's life: probes call it too)."""
+    session: WorkerSession = request.app.state.pull.session
+    return {"status": "ok", "worker_id": session.settings.worker_id, "held": len(session.holdings)}
+
+
+@router.get("/next", response_model=None)
+async def next_item(
+    state: Pull, wait_s: Annotated[float, Query(ge=0.0, le=MAX_WAIT_S)] = 0.0
+) -> dict[str, Any] | Response:
+    """One item to generate with its lease, or 204 when there is none now (long-polls ``wait_s``)."""
+    held = await state.next_item(wait_s)
+    state.touch()
+    return Response(status_code=204) if held is None else _lease_json(held)
+
+
+@router.post("/done")
+async def done(body: DoneBody, state: Pull) -> JSONResponse:
+    """Report a finished item: accepted once, ``duplicate`` on a repeat, 409 ``stale`` when lost."""
+    session = state.session
+    held = session.holdings.get((body.schedule_id, body.key, body.token))
+    if held is not None and body.output_tokens > held.lease.item.max_new_tokens:
+        detail = f"output_tokens={body.output_tokens} is above the item's max_new_tokens"
+        return JSONResponse({"error": f"{detail} ({held.lease.item.max_new_tokens})"}, status_code=422)
+    extra = dict(body.extra)
+    if held is not None:  # what the worker does not say, the sidecar measured: speed learning
+        extra.setdefault("concurrency", round(session.holdings.mean_concurrency(held), 3))
+        session.holdings.observe(body.output_tokens, body.wall_time_s)  # KV admission's decode rate
+    result = TrajectoryResult(
+        output_tokens=body.output_tokens,
+        finish_reason=body.finish_reason,
+        wall_time_s=body.wall_time_s,
+        output=body.output,
+        reward=body.reward,
+        extra=extra,
+    )
+    if held is not None:
+        outcome = await session.complete(held, result)
+    else:
+        outcome = await session.complete_key(body.schedule_id, body.key, body.token, result)
+    status = 409 if outcome is CompletionOutcome.STALE else 200
+    return JSONResponse({"outcome": outcome.value}, status_code=status)
+
+
+@router.post("/fail")
+async def fail(body: FailBody, state: Pull) -> dict[str, Any]:
+    """Report an item the worker could not run: retried elsewhere, or dead-lettered by attempts."""
+    held = state.session.holdings.get((body.schedule_id, body.key, body.token))
+    if held is None:
+        return {"outcome": "stale"}
+    return {"outcome": (await state.session.fail(held, body.reason)).value}
+
+
+@router.get("/leases")
+async def leases(state: Pull) -> dict[str, Any]:
+    """The leases held for the worker, and those lost since the last call (stop working on them)."""
+    lost, state.lost = state.lost, []
+    return {"held": [_lease_json(h) for h in state.session.holdings.all()], "lost": lost}
+
+
+@router.post("/reset")
+async def reset(state: Pull) -> dict[str, int]:
+    """Hand back every held lease without spending an attempt: a (re)started worker process's first
+    call, for what the previous one held and will never report."""
+    held = state.session.holdings.all()
+    await state.session.release(held)
+    return {"released": len(held)}
+
+
+def create_pull_app(
+    session: WorkerSession,
+    idle_timeout_s: float = 60.0,
+    stopping: Callable[[], bool] = lambda: False,
+    release_within_s: float = 2.0,
+) -> FastAPI:
     """Build the loopback pull API around ``session``; heartbeats run while the server runs."""
-    state = PullState(session, idle_timeout_s)
+    state = PullState(session, idle_timeout_s, stopping, release_within_s)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -130,69 +247,24 @@ def create_pull_app(session: WorkerSession, idle_timeout_s: float = 60.0) -> Fas
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        await session.release(session.holdings.all())  # shutdown: hand back whatever the worker held
+        await session.hand_back(session.holdings.all(), release_within_s)  # whatever the worker held
 
     app = FastAPI(title="rollout-scheduler sidecar pull API", lifespan=lifespan)
     app.state.pull = state
-
-    @app.exception_handler(redis.RedisError)
-    async def redis_down(_: Request, exc: redis.RedisError) -> JSONResponse:
-        return JSONResponse({"error": f"redis unavailable: {exc}"}, status_code=503)
-
-    @app.exception_handler(UnknownScheduleError)
-    async def schedule_gone(_: Request, exc: UnknownScheduleError) -> JSONResponse:
-        # never published here, or its retention passed while the worker ran it: drop the result
-        return JSONResponse({"outcome": "unknown_schedule", "error": str(exc)}, status_code=404)
-
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "worker_id": session.settings.worker_id, "held": len(session.holdings)}
-
-    @app.get("/next", response_model=None)
-    async def next_item(wait_s: float = Query(0.0, ge=0.0, le=MAX_WAIT_S)) -> dict[str, Any] | Response:
-        state.touch()
-        held = await state.next_item(wait_s)
-        state.touch()
-        return Response(status_code=204) if held is None else _lease_json(held)
-
-    @app.post("/done")
-    async def done(body: DoneBody) -> JSONResponse:
-        state.touch()
-        held = session.holdings.get((body.schedule_id, body.key, body.token))
-        extra = dict(body.extra)
-        if held is not None:  # what the worker does not say, the sidecar measured: speed learning
-            extra.setdefault("concurrency", round(session.holdings.mean_concurrency(held), 3))
-            session.holdings.observe(body.output_tokens, body.wall_time_s)  # KV admission's decode rate
-        result = TrajectoryResult(
-            output_tokens=body.output_tokens,
-            finish_reason=body.finish_reason,
-            wall_time_s=body.wall_time_s,
-            output=body.output,
-            reward=body.reward,
-            extra=extra,
-        )
-        if held is not None:
-            outcome = await session.complete(held, result)
-        else:
-            outcome = await session.complete_key(body.schedule_id, body.key, body.token, result)
-        status = 409 if outcome is CompletionOutcome.STALE else 200
-        return JSONResponse({"outcome": outcome.value}, status_code=status)
-
-    @app.post("/fail")
-    async def fail(body: FailBody) -> dict[str, Any]:
-        state.touch()
-        held = session.holdings.get((body.schedule_id, body.key, body.token))
-        if held is None:
-            return {"outcome": "stale"}
-        return {"outcome": (await session.fail(held, body.reason)).value}
-
-    @app.get("/leases")
-    async def leases() -> dict[str, Any]:
-        state.touch()
-        lost, state.lost = state.lost, []
-        return {"held": [_lease_json(h) for h in session.holdings.all()], "lost": lost}
-
+    app.include_router(router)
+    app.add_exception_handler(redis.RedisError, _redis_down)
+    app.add_exception_handler(UnknownScheduleError, _schedule_gone)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     return app
+
+
+async def _redis_down(_: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"error": f"redis unavailable: {exc}"}, status_code=503)
+
+
+async def _schedule_gone(_: Request, exc: Exception) -> JSONResponse:
+    # never published here, or its retention passed while the worker ran it: drop the result
+    return JSONResponse({"outcome": "unknown_schedule", "error": str(exc)}, status_code=404)
 
 
 def _lease_json(held: Held) -> dict[str, Any]:

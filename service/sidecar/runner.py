@@ -210,11 +210,7 @@ class Sidecar:
         await self._hand_back([h for h in holdings.all() if not h.completing], deadline + RELEASE_GRACE_S)
 
     async def _hand_back(self, helds: list[Held], deadline: float) -> None:
-        """Release ``helds`` if Redis takes it before ``deadline``; else leave them to lapse."""
-        try:
-            await asyncio.wait_for(self.session.release(helds), timeout=max(0.1, deadline - time.monotonic()))
-        except Exception as exc:  # Redis gone (or slow) at shutdown: the reaper requeues them
-            log.warning("could not release %d leases (%r); they lapse and are requeued", len(helds), exc)
+        await self.session.hand_back(helds, deadline - time.monotonic())
 
 
 def _result(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryResult:

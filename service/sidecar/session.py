@@ -245,9 +245,26 @@ class WorkerSession:
         return await self._persist("fail", self.delivery.fail, held.lease, reason)
 
     async def release(self, helds: list[Held]) -> None:
-        """Hand leases back without spending an attempt (shutdown); they go to the head of the queue."""
+        """Hand leases back without spending an attempt (shutdown); they go to the head of the queue.
+
+        Schedule by schedule: one whose keys are gone (retention passed) has nothing to take back,
+        and must not keep the others' leases from going back."""
+        by_schedule: dict[str, list[Held]] = {}
         for held in helds:
             self.holdings.remove(lease_id(held.lease))
-        if helds:
-            await self._persist("release", self.delivery.release, [h.lease for h in helds])
-            self.stats.released += len(helds)
+            by_schedule.setdefault(held.lease.schedule_id, []).append(held)
+        for schedule_id, group in by_schedule.items():
+            try:
+                await self._persist("release", self.delivery.release, [h.lease for h in group])
+            except UnknownScheduleError:
+                log.info("schedule %s is gone; its %d leases need no release", schedule_id, len(group))
+                continue
+            self.stats.released += len(group)
+
+    async def hand_back(self, helds: list[Held], within_s: float) -> None:
+        """``release`` if Redis takes it within ``within_s``, else leave the leases to lapse (the reaper
+        requeues them): a shutdown must keep to the pod's grace period, Redis down included."""
+        try:
+            await asyncio.wait_for(self.release(helds), timeout=max(0.1, within_s))
+        except Exception as exc:  # Redis gone (or slow) at shutdown
+            log.warning("could not release %d leases (%r); they lapse and are requeued", len(helds), exc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -122,3 +123,22 @@ def test_a_url_refused_for_an_unescaped_password_does_not_print_the_password(
     assert result.exit_code == 2
     assert "percent-encoded" in result.output
     assert "s3cr" not in result.output
+
+
+def test_a_pull_api_port_in_use_is_one_line_and_exit_status_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        args = [
+            "sidecar",
+            "--worker-id",
+            "w",
+            "--redis-url",
+            "redis://127.0.0.1:1/0",
+            "--pull-api",
+            str(port),
+        ]
+        result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 2
+    assert "cannot listen" in result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -159,3 +160,91 @@ def test_an_idle_worker_steals_from_a_busier_queue(redis_client: redis.Redis, re
         return str((await client.get("/next")).json()["key"])
 
     assert _with_api(redis_url, script, worker="idle") == "x3#0"  # from the tail: the head stays planned
+
+
+def test_a_report_with_nan_or_above_the_cap_is_refused_and_the_lease_is_kept(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "bad-done", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> list[int]:
+        lease = (await client.get("/next")).json()
+        body = _done(lease, 5)
+        nan = await client.post("/done", content=json.dumps({**body, "wall_time_s": float("inf")}))
+        nested = await client.post("/done", content=json.dumps({**body, "extra": {"x": float("nan")}}))
+        wordy = await client.post("/done", json={**body, "extra": {"concurrency": "high"}})
+        over = await client.post("/done", json={**body, "output_tokens": 16_001})  # the item's cap: 16,000
+        held = len((await client.get("/leases")).json()["held"])
+        good = await client.post("/done", json=body)
+        return [
+            nan.status_code,
+            nested.status_code,
+            wordy.status_code,
+            over.status_code,
+            held,
+            good.status_code,
+        ]
+
+    assert _with_api(redis_url, script) == [422, 422, 422, 422, 1, 200]
+    assert [r.result.output_tokens for r in delivery.read_results("bad-done")] == [5]
+
+
+def test_a_restarted_worker_hands_back_what_its_predecessor_held_with_reset(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "restart", {"w0": [item("a", 0, 10), item("b", 0, 10)]}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        for _ in range(2):
+            await client.get("/next")  # the first process takes both, then dies
+        released = (await client.post("/reset")).json()
+        again = [(await client.get("/next")).json() for _ in range(2)]
+        return [released, sorted(lease["key"] for lease in again), [lease["attempt"] for lease in again]]
+
+    assert _with_api(redis_url, script) == [{"released": 2}, ["a#0", "b#0"], [1, 1]]
+
+
+def test_shutdown_hands_back_the_leases_of_live_schedules_when_one_has_expired(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "expiring", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    publish(delivery, "live", {"w0": [item("b", 0, 10)]}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> None:
+        for _ in range(2):
+            await client.get("/next")
+        redis_client.delete(*redis_client.keys("*expiring*"))  # its retention passed
+
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
+
+    async def run() -> None:
+        app = create_pull_app(session)
+        async with app.router.lifespan_context(app):  # shutdown runs when the block ends
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://pull") as client:
+                await script(client)
+
+    asyncio.run(run())
+    assert delivery.progress("live").queued == 1
+    assert session.stats.released == 1
+
+
+def test_a_long_poll_claims_nothing_once_the_server_is_stopping(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "late", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
+
+    async def run() -> int:
+        app = create_pull_app(session, stopping=lambda: True)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+        ) as client:
+            return (await client.get("/next", params={"wait_s": 1})).status_code
+
+    assert asyncio.run(run()) == 204
+    assert delivery.progress("late").queued == 1
