@@ -5,9 +5,18 @@ context, when the engine lists it: ``EngineClient.cap``). The item's payload
 says what to send: ``messages`` (a chat, to ``/v1/chat/completions``) or ``prompt`` (text or token ids,
 to ``/v1/completions``), plus ``params`` (the request's sampling fields: temperature, stop...)
 merged into the body under the sidecar's own fields (``sample_params``: a ``seed`` there is the
-prompt's base seed, and sample ``k`` is drawn with ``seed + k``). Every request also carries a
-``rollout`` object (prompt id, sample index, prompt tokens, and whatever the payload's ``rollout``
-adds) that real engines ignore and engine-sim reads.
+prompt's base seed, and sample ``k`` is drawn with ``seed + k``). A request to engine-sim (its
+``/v1/models`` card says so) also carries a ``rollout`` object (prompt id, sample index, prompt
+tokens, and whatever the payload's ``rollout`` adds) that it reads; real engines are not sent it
+(vLLM logs a warning for every request with a field it does not know).
+
+Who is at fault decides what happens to the item (``EngineError``). The engine is (the item goes back
+without spending an attempt): unreachable, 429/502/503/504, a bare 500 (vLLM's dead engine core), a
+401/403 (its API key), a 404 naming the model (not served: also refused by ``ready``), and a request
+it aborted (``finish_reason`` ``abort``: an RL framework pausing generation to sync weights). The
+item is: any other 4xx. A 400 for prompt + ``max_tokens`` past the context (the trainer's
+``prompt_tokens`` left out the chat template) is retried once with the cap the engine's message
+leaves room for.
 
 Cancelling ``generate`` closes the connection, which makes vLLM (and engine-sim) abort the request
 and free its slot: that is how a lost lease stops a trajectory.
@@ -15,8 +24,9 @@ and free its slot: that is how a lost lease stops a trajectory.
 
 from __future__ import annotations
 
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -24,6 +34,10 @@ import httpx
 from service.delivery.records import DeliveryItem
 
 ENGINE_DOWN = frozenset({429, 502, 503, 504})  # overloaded, restarting, or a proxy without it
+ENGINE_CONFIG = frozenset({401, 403})  # the sidecar's key for the engine: not the item's fault
+OWNED = frozenset({"model", "n", "stream", "max_tokens", "max_completion_tokens", "rollout"})  # ours
+SIMULATED = "rollout-scheduler-engine-sim"  # engine-sim's owned_by: it reads the rollout hint
+_INPUT_TOKENS = re.compile(r"has (\d+) input tokens")  # vLLM's message for a cap past the context
 
 
 class EngineError(RuntimeError):
@@ -36,20 +50,22 @@ class EngineError(RuntimeError):
     must end in the dead-letter list, not go back to the head of the queue forever.
     """
 
-    def __init__(self, message: str, retryable: bool, engine_down: bool = False) -> None:
+    def __init__(self, message: str, retryable: bool, engine_down: bool = False, status: int = 0) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.engine_down = engine_down
+        self.status = status  # the HTTP status, 0 when there was none
 
 
 @dataclass(frozen=True, slots=True)
 class EngineReply:
     """What the engine generated for one trajectory."""
 
-    output: str  # generated text
+    output: str  # generated text (a chat's ``content``; empty when it only reasoned or called tools)
     completion_tokens: int  # usage.completion_tokens: the actual length
-    finish_reason: str  # "stop" | "length" | engine-specific
+    finish_reason: str  # "stop" | "length": what a report carries (the engine's other reasons map here)
     wall_time_s: float  # request sent -> response received
+    extra: dict[str, Any] = field(default_factory=dict)  # reasoning text, tool calls, the engine's reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +87,7 @@ class EngineClient:
         self._http = http
         self._model = options.model
         self._context: int | None = None  # the model's prompt + output limit, when /v1/models says
+        self._simulated = False  # engine-sim: send it the rollout hint
 
     @classmethod
     def open(cls, options: EngineOptions) -> EngineClient:
@@ -91,13 +108,29 @@ class EngineClient:
         The id is the configured one, else the first that ``/v1/models`` lists.
         """
         listing = await self._send("GET", "/v1/models", None)
+        cards = _cards(listing)
         if self._model is None:
-            try:
-                self._model = str(listing["data"][0]["id"])
-            except (KeyError, IndexError, TypeError):
-                raise EngineError("the engine's /v1/models lists no model", retryable=True) from None
-        self._context = _context_length(listing, self._model)
+            if not cards:
+                raise EngineError("the engine's /v1/models lists no model", retryable=True)
+            self._model = str(cards[0]["id"])
+        card = next((c for c in cards if c.get("id") == self._model), None)
+        if card is None:  # a typo, or a LoRA adapter not loaded: every request would be refused
+            served = ", ".join(str(c.get("id")) for c in cards)
+            raise EngineError(f"the engine does not serve {self._model!r} (it lists {served})", True, True)
+        limit = card.get("max_model_len")
+        self._context = limit if isinstance(limit, int) and limit > 0 else None
+        self._simulated = card.get("owned_by") == SIMULATED
+        await self._healthy()
         return self._model
+
+    async def _healthy(self) -> None:
+        """vLLM keeps answering /v1/models after its engine core died; its /health says 503 then."""
+        try:
+            response = await self._http.get("/health")
+        except httpx.TransportError:
+            return  # /v1/models just answered: the next request will tell
+        if response.status_code in ENGINE_DOWN or response.status_code >= 500:
+            raise EngineError(f"engine /health answered {response.status_code}", True, True)
 
     async def model(self) -> str:
         """The model id to request (asks the engine once when none was configured)."""
@@ -107,7 +140,13 @@ class EngineClient:
         """Run one trajectory to completion; raises ``EngineError`` on failure."""
         path, body = self.request_for(item, await self.model())
         started = time.monotonic()
-        answer = await self._send("POST", path, body)
+        try:
+            answer = await self._send("POST", path, body)
+        except EngineError as error:
+            room = _room_left(error, body["max_tokens"])
+            if room is None:
+                raise
+            answer = await self._send("POST", path, {**body, "max_tokens": room})  # once, with the room
         return _parse_reply(answer, time.monotonic() - started)
 
     def request_for(self, item: DeliveryItem, model: str) -> tuple[str, dict[str, Any]]:
@@ -119,8 +158,11 @@ class EngineClient:
             "prompt_tokens": item.prompt_tokens,
         }
         hint.update(dict(payload.get("rollout") or {}))
-        own = {"model": model, "max_tokens": self.cap(item), "n": 1, "stream": False, "rollout": hint}
-        body: dict[str, Any] = {**sample_params(item), **own}  # one sample, capped: params cannot change that
+        own: dict[str, Any] = {"model": model, "max_tokens": self.cap(item), "n": 1, "stream": False}
+        if self._simulated:
+            own["rollout"] = hint
+        params = {k: v for k, v in sample_params(item).items() if k not in OWNED}
+        body: dict[str, Any] = {**params, **own}  # one sample, capped: params cannot change that
         if "messages" in payload:
             return "/v1/chat/completions", {**body, "messages": payload["messages"]}
         if "prompt" in payload:
@@ -151,8 +193,10 @@ class EngineClient:
             raise EngineError(unreachable, retryable=True, engine_down=True) from None
         status = response.status_code
         if status >= 400:
-            down = status in ENGINE_DOWN
-            raise EngineError(f"engine answered {status}: {response.text[:300]}", status >= 500 or down, down)
+            down = status in ENGINE_DOWN or status in ENGINE_CONFIG or _engine_died(response)
+            down = down or (status == 404 and "model" in response.text)
+            message = f"engine answered {status}: {response.text[:300]}"
+            raise EngineError(message, status >= 500 or down, down, status)
         try:
             data = response.json()
         except ValueError:
@@ -162,15 +206,27 @@ class EngineClient:
         return data
 
 
-def _context_length(listing: dict[str, Any], model: str) -> int | None:
-    """The ``max_model_len`` that ``/v1/models`` lists for ``model``, if any (vLLM and engine-sim
-    list one; an engine that does not leaves the cap as the item states it)."""
+def _cards(listing: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model cards of a ``/v1/models`` answer (vLLM's and engine-sim's carry ``max_model_len``)."""
     cards = listing.get("data")
-    for card in cards if isinstance(cards, list) else []:
-        if isinstance(card, dict) and card.get("id") == model:
-            limit = card.get("max_model_len")
-            return limit if isinstance(limit, int) and limit > 0 else None
-    return None
+    return [c for c in cards if isinstance(c, dict) and "id" in c] if isinstance(cards, list) else []
+
+
+def _engine_died(response: httpx.Response) -> bool:
+    """A 500 without a body: vLLM's answer once its engine core has died (an item's own failure
+    comes with an error object)."""
+    return response.status_code == 500 and not response.content.strip()
+
+
+def _room_left(error: EngineError, asked: int) -> int | None:
+    """The ``max_tokens`` that fits where the engine refused ``asked`` for the context (vLLM: "...
+    your request has N input tokens"), or None when the refusal was something else."""
+    found = _INPUT_TOKENS.search(str(error)) if error.status == 400 else None
+    limit = re.search(r"maximum context length is (\d+)", str(error)) if found else None
+    if found is None or limit is None:
+        return None
+    room = int(limit.group(1)) - int(found.group(1))
+    return room if 1 <= room < asked else None
 
 
 def sample_params(item: DeliveryItem) -> dict[str, Any]:
@@ -187,13 +243,35 @@ def sample_params(item: DeliveryItem) -> dict[str, Any]:
 def _parse_reply(answer: dict[str, Any], wall_time_s: float) -> EngineReply:
     try:
         choice = answer["choices"][0]
-        text = choice["message"]["content"] if "message" in choice else choice["text"]
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, dict) else choice["text"]
         tokens = int(answer["usage"]["completion_tokens"])
         finish = str(choice.get("finish_reason") or "stop")
         if tokens < 0:
             raise ValueError("negative completion_tokens")
-    except (KeyError, IndexError, TypeError, ValueError):
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
         raise EngineError(f"engine answer lacks choices/usage: {str(answer)[:200]}", retryable=True) from None
+    if finish == "abort":  # stopped from outside (a pause for a weight update): run it again later
+        raise EngineError("the engine aborted the request", retryable=False, engine_down=True)
+    extra = _message_extras(message) if isinstance(message, dict) else {}
+    if finish not in ("stop", "length"):
+        extra["engine_finish_reason"] = finish  # tool_calls, repetition...: it ended by itself
     return EngineReply(
-        output=str(text or ""), completion_tokens=tokens, finish_reason=finish, wall_time_s=wall_time_s
+        output=str(text or ""),
+        completion_tokens=tokens,
+        finish_reason="length" if finish == "length" else "stop",
+        wall_time_s=wall_time_s,
+        extra=extra,
     )
+
+
+def _message_extras(message: dict[str, Any]) -> dict[str, Any]:
+    """What a chat answer holds beside ``content``: reasoning (vLLM ``reasoning``, formerly and in
+    SGLang ``reasoning_content``) and tool calls, which count in ``completion_tokens`` too."""
+    extras: dict[str, Any] = {}
+    reasoning = message.get("reasoning") or message.get("reasoning_content")
+    if reasoning:
+        extras["reasoning"] = str(reasoning)
+    if message.get("tool_calls"):
+        extras["tool_calls"] = message["tool_calls"]
+    return extras

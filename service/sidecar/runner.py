@@ -223,6 +223,7 @@ def _result(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryRes
         wall_time_s=reply.wall_time_s,
         output=reply.output,
         extra={
+            **reply.extra,
             "prompt_id": item.prompt_id,
             "sample_idx": item.sample_idx,
             "prompt_tokens": item.prompt_tokens,

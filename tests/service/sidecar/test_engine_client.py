@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -42,12 +44,22 @@ def test_messages_go_to_chat_completions_and_the_cap_is_max_new_tokens() -> None
     assert (reply.completion_tokens, reply.finish_reason) == (512, "length")
 
 
-def test_the_request_names_the_trajectory_and_merges_sampling_params() -> None:
+def test_the_request_merges_sampling_params_and_names_the_trajectory_to_engine_sim_only() -> None:
     client = EngineClient(EngineOptions("http://x"), httpx.AsyncClient())
     path, body = client.request_for(_item({"prompt": "q", "params": {"temperature": 0.7}}), "m")
     assert path == "/v1/completions"
-    assert body["rollout"] == {"prompt_id": "p", "sample_idx": 1, "prompt_tokens": 40}
     assert (body["model"], body["max_tokens"], body["temperature"]) == ("m", 512, 0.7)
+    assert "rollout" not in body  # vLLM warns on every request with a field it does not know
+
+    async def to_engine_sim() -> dict[str, Any]:
+        app = create_app(build_config("H100", time_scale=0.001))
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://engine")
+        sim = EngineClient(EngineOptions("http://engine"), http)
+        await sim.ready()  # its /v1/models card says it is engine-sim
+        await sim.aclose()
+        return sim.request_for(_item({"prompt": "q"}), "m")[1]
+
+    assert asyncio.run(to_engine_sim())["rollout"] == {"prompt_id": "p", "sample_idx": 1, "prompt_tokens": 40}
 
 
 def test_a_seed_is_the_prompts_base_and_each_sample_is_drawn_with_its_own() -> None:
@@ -66,8 +78,10 @@ def test_params_from_a_publisher_other_than_the_service_cannot_change_the_sideca
     # directly could still send them, and one lease must stay one capped sample
     client = EngineClient(EngineOptions("http://x"), httpx.AsyncClient())
     params = {"n": 16, "stream": True, "max_tokens": 5, "model": "other", "temperature": 0.7}
+    params["max_completion_tokens"] = 100_000  # vLLM would prefer it to max_tokens
     _, body = client.request_for(_item({"prompt": "q", "params": params}), "m")
     assert (body["n"], body["stream"], body["max_tokens"], body["model"]) == (1, False, 512, "m")
+    assert "max_completion_tokens" not in body
     assert body["temperature"] == 0.7
 
 
@@ -142,3 +156,113 @@ def test_an_engine_failing_on_the_item_is_retried_in_place_then_charged_to_it(
 ) -> None:
     error = _answered(status, body)
     assert (error.retryable, error.engine_down) == (True, False)
+
+
+def _vllm(
+    handler: Callable[[httpx.Request], httpx.Response], item: DeliveryItem | None = None
+) -> EngineReply:
+    """Generate ``item`` against a server answering like vLLM's (``handler``), after ``ready``."""
+
+    async def run() -> EngineReply:
+        http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://engine")
+        client = EngineClient(EngineOptions("http://engine", model="qwen"), http)
+        try:
+            await client.ready()
+            return await client.generate(item or _item({"messages": [{"role": "user", "content": "q"}]}))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
+def _models(request: httpx.Request, context: int = 4096) -> httpx.Response | None:
+    """vLLM's /v1/models and /health, or None for a generation request."""
+    if request.url.path == "/v1/models":
+        card = {"id": "qwen", "object": "model", "owned_by": "vllm", "max_model_len": context}
+        return httpx.Response(200, json={"object": "list", "data": [card]})
+    if request.url.path == "/health":
+        return httpx.Response(200)
+    return None
+
+
+def _chat(message: dict[str, Any], finish: str, tokens: int) -> httpx.Response:
+    choice = {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}
+    return httpx.Response(200, json={"choices": [choice], "usage": {"completion_tokens": tokens}})
+
+
+def test_reasoning_and_tool_calls_come_back_beside_the_content() -> None:
+    def vllm(request: httpx.Request) -> httpx.Response:
+        calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+        message = {"content": None, "reasoning": "think", "tool_calls": calls}
+        return _models(request) or _chat(message, "tool_calls", 300)
+
+    reply = _vllm(vllm)
+    assert (reply.output, reply.completion_tokens, reply.finish_reason) == ("", 300, "stop")
+    assert reply.extra["reasoning"] == "think"
+    assert reply.extra["tool_calls"][0]["function"]["name"] == "f"
+    assert reply.extra["engine_finish_reason"] == "tool_calls"
+
+
+def test_a_request_the_engine_aborted_goes_back_without_charge() -> None:
+    """vLLM's /pause (weight sync in RL frameworks) aborts in-flight requests with finish 'abort'."""
+    with pytest.raises(EngineError) as aborted:
+        _vllm(lambda request: _models(request) or _chat({"content": "partial"}, "abort", 7))
+    assert (aborted.value.retryable, aborted.value.engine_down) == (False, True)
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (401, b'{"error": "Unauthorized"}'),  # the sidecar's engine key, not the item
+        (404, b'{"error": {"message": "The model `qwen` does not exist.", "param": "model"}}'),
+        (500, b""),  # vLLM's dead engine core: a bare 500
+    ],
+)
+def test_an_engine_side_refusal_gets_the_item_back_without_charge(status: int, body: bytes) -> None:
+    error = _answered(status, body)
+    assert error.engine_down
+
+
+def test_a_configured_model_the_engine_does_not_serve_is_not_ready() -> None:
+    async def run() -> None:
+        transport = httpx.MockTransport(lambda request: _models(request) or httpx.Response(500))
+        client = EngineClient(
+            EngineOptions("http://engine", model="qwen-typo"),
+            httpx.AsyncClient(transport=transport, base_url="http://engine"),
+        )
+        try:
+            await client.ready()
+        finally:
+            await client.aclose()
+
+    with pytest.raises(EngineError, match="does not serve 'qwen-typo'") as refused:
+        asyncio.run(run())
+    assert refused.value.engine_down
+
+
+def test_a_cap_refused_for_the_context_is_retried_once_with_the_room_the_engine_names() -> None:
+    """The trainer's prompt_tokens left out the chat template: vLLM counts 1,100 where it said 1,000."""
+    asked: list[int] = []
+
+    def vllm(request: httpx.Request) -> httpx.Response:
+        listed = _models(request, context=2048)
+        if listed is not None:
+            return listed
+        max_tokens = json.loads(request.content)["max_tokens"]
+        asked.append(max_tokens)
+        if 1100 + max_tokens > 2048:
+            message = (
+                f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum "
+                f"context length is 2048 tokens and your request has 1100 input tokens "
+                f"({max_tokens} > 2048 - 1100)."
+            )
+            error = {
+                "error": {"message": message, "type": "BadRequestError", "param": "max_tokens", "code": 400}
+            }
+            return httpx.Response(400, json=error)
+        return _chat({"content": "ok"}, "length", max_tokens)
+
+    item = DeliveryItem("p#1", "p", 1, 1000, 4096, 300.0, {"messages": [{"role": "user", "content": "q"}]})
+    reply = _vllm(vllm, item)
+    assert asked == [1048, 948]
+    assert (reply.completion_tokens, reply.finish_reason) == (948, "length")
