@@ -26,8 +26,12 @@ a margin of 2: 178.9 s, 4: 157.5 s (344 steals), unbounded (the thief no slower 
 A shift, not a stretch: when the owner is late because
 lengths run over their predictions, the thief's estimate (at the predicted length) is short by the
 same factor, and stretching only the owner's side let slow thieves take items they then finished
-last (measured: tests/scheduler/test_steal_guard.py). The condition only tightens with time for a
-given estimate, so a refused idle thief never needs to be woken to retry.
+last (measured: tests/scheduler/test_steal_guard.py). For a given estimate the condition tightens
+with time while the owner keeps to its plan, and stays as it is once it runs late: the shift
+assumes a late owner still works. One that has run nothing of the schedule for a lease TTL past its
+head's planned start (its engine died) is stalled, and the delivery layer's steal script lifts the
+guard for it (service/delivery/lua/steal.lua); a simulated worker never stalls, so the simulator
+needs no such rule.
 """
 
 from __future__ import annotations

@@ -99,10 +99,20 @@ class Sidecar:
                 return True
             except EngineError as exc:
                 log.warning("engine not ready, not claiming: %s", exc)
+                await self._hand_back_unstarted()
             if self._tasks:
                 return True  # still finishing items; the loop comes back here once they are done
             await _sleep_unless(stop, self.settings.engine_wait_s)
         return not stop.is_set()
+
+    async def _hand_back_unstarted(self) -> None:
+        """Release leases claimed but not started (a claim in flight when the engine went down):
+        nothing starts them until it answers, while the heartbeat would keep them leased, i.e.
+        running in Redis, out of reach of reapers and thieves."""
+        waiting = self.session.holdings.waiting()
+        if waiting:
+            log.warning("engine down: releasing %d unstarted leases", len(waiting))
+            await self.session.hand_back(waiting, RELEASE_GRACE_S)
 
     async def _fill(self) -> None:
         """Start what may start, then claim into free slots until nothing more fits or comes."""

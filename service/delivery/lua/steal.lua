@@ -44,6 +44,7 @@ local rate, busy = tonumber(ARGV[5] or ''), tonumber(ARGV[6] or '') or 0
 local margin = tonumber(ARGV[7] or '') or 1
 if rate and rate <= 0 then rate = nil end
 local late = nil  -- how far the victim runs behind its plan, ms (computed on first use)
+local stalled = false  -- overdue by a lease TTL with nothing of this schedule running: no guard
 
 -- Whether the thief would finish key before its owner would (true without a rate or a deadline).
 local function in_time(key)
@@ -54,7 +55,12 @@ local function in_time(key)
     local head = redis.call('HGET', k('due'), redis.call('LINDEX', queue, 0) or '')
     local start = tonumber(string.match(head or '', '^(%d+)|') or '')
     late = (start and now > start) and (now - start) or 0
+    -- The shift below assumes the owner starts its head NOW at plan speed; for an owner that runs
+    -- nothing (engine down, sidecar gone) that projection moves with now, so a thief refused once
+    -- would be refused forever. Overdue by a lease TTL (the reaper's death horizon) and idle: stalled.
+    stalled = late > cfg.ttl and (tonumber(redis.call('HGET', k('counts'), 'r:' .. victim)) or 0) <= 0
   end
+  if stalled then return true end
   local start, finish = string.match(due, '^(%d+)|(%d+)$')
   start, finish = tonumber(start) + late, tonumber(finish) + late
   local need = 1000 * (tonumber(get(key).pred) or 0) / rate

@@ -113,3 +113,25 @@ def test_a_thief_whose_held_work_ends_after_the_deadline_does_not_steal(delivery
     # ...while with 40 s of its own left (45 s <= 50 s) it takes the tail
     stolen = delivery.steal("s", "a", 2, now_ms=T0 + 5_000, rate_tokens_per_s=100.0, busy_ms=40_000)
     assert [le.key for le in stolen] == ["b-4#0"]
+
+
+def test_a_stalled_owner_is_robbed_even_by_a_slow_thief(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    _publish(delivery)
+    # 20 tok/s: 50 s an item, five times the owner's planned 10 s. While b is late by less than a
+    # lease TTL (30 s) the shift model protects it, and the refusal does not change with time...
+    for at in (5_000, 20_000, 39_000):
+        assert delivery.steal("s", "a", 2, now_ms=T0 + at, rate_tokens_per_s=20.0) == []
+    # ...but once b has run nothing of the schedule for longer than a lease TTL past its head's
+    # planned start (engine dead, sidecar gone), any thief helps: it takes the tail
+    stolen = delivery.steal("s", "a", 2, now_ms=T0 + 41_000, rate_tokens_per_s=20.0)
+    assert [le.key for le in stolen] == ["b-4#0", "b-3#0"]
+    assert_sound(redis_client, "s")
+
+
+def test_an_overdue_owner_that_still_runs_items_keeps_the_guard(delivery: Delivery) -> None:
+    _publish(delivery)
+    assert len(delivery.claim("s", "b", 1, now_ms=T0 + 10_000)) == 1  # b runs its head: alive
+    # b's next head was due at 10 s: 31 s late at 41 s, but it is working, so the shift holds
+    assert delivery.steal("s", "a", 2, now_ms=T0 + 41_000, rate_tokens_per_s=20.0) == []

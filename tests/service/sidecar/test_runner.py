@@ -204,3 +204,22 @@ def test_a_sidecar_whose_engine_is_down_claims_nothing(redis_client: redis.Redis
     stats = _run_until(sidecar, lambda: time.monotonic() - started > 0.5)
     assert stats.claimed == 0
     assert delivery.progress("down").queued == 1
+
+
+def test_leases_claimed_but_not_started_go_back_while_the_engine_is_down(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """A claim in flight when the engine died: heartbeats would keep those leases out of every
+    thief's and reaper's reach for as long as the engine stays down."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "unstarted", {"w0": [item("p", 0, 10), item("q", 0, 10)]}, lease_ttl_ms=30_000)
+    sidecar = _sidecar(redis_url, "http://127.0.0.1:9", engine_wait_s=0.05)
+    assert len(asyncio.run(sidecar.session.claim(2))) == 2  # held, never started
+    seen_queued: list[int] = []
+
+    def back_in_the_queue() -> bool:  # while it runs, not at the drain that stopping it triggers
+        seen_queued.append(delivery.progress("unstarted").queued)
+        return seen_queued[-1] == 2
+
+    _run_until(sidecar, back_in_the_queue, timeout_s=3.0)
+    assert seen_queued[-1] == 2
