@@ -61,6 +61,7 @@ class Sidecar:
     _tasks: dict[TaskId, asyncio.Task[None]] = field(default_factory=dict, init=False)
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _engine_down: bool = field(default=True, init=False)  # until the engine first answers
+    _last_refusal: str | None = field(default=None, init=False)  # the last "not ready" logged
     last_turn: float = field(default_factory=time.monotonic, init=False)  # monotonic time the main
     # loop last turned (or polled a loading engine): what the liveness probe reads (``health``)
 
@@ -96,9 +97,14 @@ class Sidecar:
             try:
                 await self.engine.ready()
                 self._engine_down = False
+                if self._last_refusal is not None:
+                    log.info("engine ready again, claiming")
+                self._last_refusal = None
                 return True
             except EngineError as exc:
-                log.warning("engine not ready, not claiming: %s", exc)
+                if str(exc) != self._last_refusal:  # once per change, not once a second for an hour
+                    log.warning("engine not ready, not claiming: %s", exc)
+                self._last_refusal = str(exc)
                 await self._hand_back_unstarted()
             if self._tasks:
                 return True  # still finishing items; the loop comes back here once they are done

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -196,14 +197,18 @@ def test_an_item_the_engine_refuses_is_failed_and_dead_lettered_after_its_attemp
     assert "maximum context length" in progress.dead_letters[0].reason
 
 
-def test_a_sidecar_whose_engine_is_down_claims_nothing(redis_client: redis.Redis, redis_url: str) -> None:
+def test_a_sidecar_whose_engine_is_down_claims_nothing_and_says_so_once(
+    redis_client: redis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "down", {"w0": [item("p", 0, 10)]})
     sidecar = _sidecar(redis_url, "http://127.0.0.1:9", engine_wait_s=0.05)
     started = time.monotonic()
-    stats = _run_until(sidecar, lambda: time.monotonic() - started > 0.5)
+    with caplog.at_level(logging.WARNING, logger="service.sidecar"):
+        stats = _run_until(sidecar, lambda: time.monotonic() - started > 0.5)
     assert stats.claimed == 0
     assert delivery.progress("down").queued == 1
+    assert sum("engine not ready" in r.getMessage() for r in caplog.records) == 1  # ~10 polls
 
 
 def test_leases_claimed_but_not_started_go_back_while_the_engine_is_down(
