@@ -80,6 +80,19 @@ class ModelStore:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
+    def prune(self, keep: int) -> list[int]:
+        """Remove all but the newest ``keep`` complete versions; return the numbers removed.
+
+        A service retraining every few steps would otherwise fill its volume (~280 KB a version) and
+        slow every reload's listing. Half-written folders are left alone (a writer may own them);
+        numbers are not reused after pruning (``.last-version``)."""
+        if keep < 1:
+            raise InvalidInputError("keep", keep, "must be at least 1")
+        doomed = self.versions()[:-keep]
+        for version in doomed:
+            shutil.rmtree(self.path(version), ignore_errors=True)
+        return doomed
+
     def stamp(self, version: int) -> str:
         """What tells two versions stored under one number apart: the booster files' checksums."""
         try:

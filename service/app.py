@@ -89,7 +89,7 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
     client, prefix = connect(settings), settings.key_prefix
     delivery = Delivery(client, prefix)
     log = ActualsLog(client, settings.actuals_maxlen, prefix)
-    model_service = ModelService(ModelStore(settings.model_dir), log)
+    model_service = ModelService(ModelStore(settings.model_dir), log, settings.model_keep)
     try:
         model_service.start()
     except redis.RedisError as error:

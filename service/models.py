@@ -30,9 +30,10 @@ RELOAD_EVERY_S = 1.0  # how often a request checks the store for a version anoth
 class ModelService:
     """One predictor per app; thread-safe (requests run on a thread pool)."""
 
-    def __init__(self, store: ModelStore, actuals: ActualsLog) -> None:
+    def __init__(self, store: ModelStore, actuals: ActualsLog, keep: int = 20) -> None:
         self.store = store
         self.actuals = actuals
+        self.keep = keep  # versions left in the store after a retrain
         self.predictor = LengthPredictor()
         self._cursor = "0-0"  # last actuals-stream id folded into the history
         self._sync_lock = threading.Lock()
@@ -106,6 +107,7 @@ class ModelService:
         model = fit(self.predictor.history)
         version = self.store.save(model)
         self.predictor.use_model(model, version, self.store.stamp(version))
+        self.store.prune(self.keep)
         took = time.perf_counter() - started
         _log.info("retrained", extra={"model_version": self.version, "rows": self.rows, "seconds": took})
         return version, took

@@ -80,6 +80,7 @@ class Settings(BaseSettings):
 
     # --- learning ------------------------------------------------------------------------------------
     model_dir: str = "var/models"  # the predictor's versioned model store
+    model_keep: int = Field(default=20, ge=1)  # versions kept in the store after a retrain (older pruned)
     retrain_every_steps: int = Field(
         default=0, ge=0
     )  # retrain when a batch's step is this far past the last; 0=off

@@ -187,3 +187,16 @@ def test_a_report_sent_twice_trains_the_same_model_as_once() -> None:
     assert twice.p50.model_to_string() == once.p50.model_to_string()
     assert twice.metadata.p90_shift == once.metadata.p90_shift
     assert twice.metadata.examples == once.metadata.examples
+
+
+def test_pruning_keeps_the_newest_versions_and_never_reuses_a_number(tmp_path: Path) -> None:
+    store = ModelStore(tmp_path)
+    trace = drifting_trace(steps=2)
+    model = fit(trace, FAST)
+    for _ in range(4):
+        store.save(model)
+    assert store.prune(2) == [1, 2]
+    assert store.versions() == [3, 4]
+    assert store.save(model) == 5
+    with pytest.raises(InvalidInputError, match="at least 1"):
+        store.prune(0)

@@ -111,6 +111,14 @@ def test_retrain_stores_a_version_and_later_plans_use_it(client: TestClient) -> 
     assert answer["prediction_sources"] == {"lightgbm": 32}
 
 
+def test_a_retrain_leaves_only_the_newest_versions_configured(make_client: AppFactory) -> None:
+    client = make_client(model_keep=2)
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    for _ in range(3):
+        assert client.post("/models/retrain").status_code == 200
+    assert client.get("/models").json()["stored_versions"] == ["v2", "v3"]
+
+
 def test_features_named_and_typed_any_way_by_workers_never_break_a_retrain(client: TestClient) -> None:
     first, second = actual_history(steps=1), [actual_report(1, p, i) for p in range(8) for i in range(4)]
     for report in first:
