@@ -1,9 +1,10 @@
 """Request limits: oversized bodies get 413 before they are read in full; plans run a few at a time.
 
 A declared ``Content-Length`` over the limit is refused before one body byte is read; a chunked body
-is read only up to the limit, then refused. Either way the route never runs, so nothing is parsed,
-planned or written. The trajectory-count limit (``max_trajectories``) is checked after parsing, in
-``check_trajectory_count``, because only the parsed batch knows its sum of ``n``.
+is counted as the route reads it (after the caller's token passed) and cut off at the limit. Either
+way nothing is parsed, planned or written. The trajectory-count limit (``max_trajectories``) is
+checked after parsing, in ``check_trajectory_count``, because only the parsed batch knows its sum of
+``n``.
 
 Planning is CPU-bound: forty plans at once on two cores would each take twenty times longer and all
 miss their budgets. ``PlanSlots`` lets a few run and queues the rest (first come, first served, up to
@@ -44,25 +45,37 @@ class BodyLimitMiddleware:
         await self._chunked(scope, receive, send)
 
     async def _chunked(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Read a body of unknown length up to the limit, then replay it to the app."""
-        messages: list[Message] = []
-        size = 0
-        while True:
+        """Count a body of unknown length as the app reads it; past the limit, cut it off and answer 413.
+
+        Counted, not read ahead: the app reads the body only after the caller's token passed
+        (``AuthFirstRoute``), so a caller without one cannot make the service hold a chunked body
+        (reading it first let 60 such uploads hold 2 GB). The app's own answer to a body cut short
+        (a disconnect) is replaced by the 413."""
+        size, cut = 0, False
+
+        async def counted() -> Message:
+            nonlocal size, cut
+            if cut:
+                return {"type": "http.disconnect"}
             message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request":
-                break
-            size += len(message.get("body", b""))
-            if size > self.max_bytes:
-                await self._refuse(scope, receive, send, f"more than {self.max_bytes} bytes received")
-                return
-            if not message.get("more_body", False):
-                break
+            if message["type"] == "http.request":
+                size += len(message.get("body", b""))
+                if size > self.max_bytes:
+                    cut = True
+                    return {"type": "http.disconnect"}
+            return message
 
-        async def replay() -> Message:
-            return messages.pop(0) if messages else await receive()
+        async def unless_cut(message: Message) -> None:
+            if not cut:
+                await send(message)
 
-        await self.app(scope, replay, send)
+        try:
+            await self.app(scope, counted, unless_cut)
+        except Exception:
+            if not cut:
+                raise
+        if cut:
+            await self._refuse(scope, receive, send, f"more than {self.max_bytes} bytes received")
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, what: str) -> None:
         error = PayloadTooLargeError(f"request body too large: {what}; the limit is {self.max_bytes} bytes")

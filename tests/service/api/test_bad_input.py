@@ -234,6 +234,19 @@ def test_a_chunked_body_is_cut_off_at_the_limit(live_settings: Settings) -> None
     assert reply.startswith("HTTP/1.1 413")
 
 
+def test_a_chunked_upload_without_a_token_is_refused_before_its_body_is_read(live_settings: Settings) -> None:
+    """Reading ahead to the limit before the token check let 60 stalled uploads hold 2 GB."""
+    settings = with_settings(live_settings, max_body_bytes=10_000_000, trainer_tokens="t0ken")
+    with LiveServer(settings) as server, socket.create_connection(("127.0.0.1", server.port), 5) as sock:
+        sock.sendall(
+            b"POST /actuals HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n1000\r\n" + b"x" * 4096 + b"\r\n"
+        )  # far below the limit, and the stream is never terminated
+        sock.settimeout(5)
+        reply = sock.recv(65536).decode()
+    assert reply.startswith("HTTP/1.1 401")
+
+
 def test_a_publish_that_loses_a_race_for_its_schedule_id_changes_nothing(
     client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
