@@ -117,13 +117,13 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
 def _queue_depths(delivery: Delivery) -> Mapping[tuple[str, str], int]:
     """Counts by state of the newest active schedules (read when Prometheus scrapes)."""
     depths: dict[tuple[str, str], int] = {}
-    for schedule_id in delivery.active_schedules()[-MAX_WATCHED_SCHEDULES:]:
+    for schedule_id in delivery.newest_schedules(MAX_WATCHED_SCHEDULES):
         try:
-            progress = delivery.progress(schedule_id)
+            totals = delivery.totals(schedule_id)
         except UnknownScheduleError:  # expired since it was indexed: the reaper will drop it
             continue
-        for state in ("queued", "running", "done", "failed"):
-            depths[(schedule_id, state)] = int(getattr(progress, state))
+        for state, count in totals.items():
+            depths[(schedule_id, state)] = count
     return depths
 
 

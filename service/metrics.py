@@ -8,6 +8,8 @@ moment Prometheus asks and cost nothing between scrapes.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -19,6 +21,7 @@ _log = logging.getLogger("service.metrics")
 
 # up to a minute: long-polls wait up to 30 s, and a plan may queue for ROLLOUT_PLAN_QUEUE_TIMEOUT_S (30)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+DEPTH_CACHE_S = 2.0  # queue depths are read from Redis at most this often, however often scraped
 RATIO_BUCKETS = (1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.5, 2.0, 3.0, 5.0)
 
 # A function returning queue depths by (schedule_id, state) -> count; raises when Redis is down.
@@ -26,10 +29,16 @@ DepthSource = Callable[[], Mapping[tuple[str, str], int]]
 
 
 class _DepthCollector(Collector):
-    """Reads the queue depths of recent schedules when scraped."""
+    """Reads the queue depths of recent schedules when scraped, at most every ``DEPTH_CACHE_S``.
+
+    /metrics needs no token (scrapers), so a flood of scrapes must not become a flood of Redis
+    reads: within the window a scrape answers from the last reading."""
 
     def __init__(self, source: DepthSource) -> None:
         self._source = source
+        self._read_at = -DEPTH_CACHE_S
+        self._depths: Mapping[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         family = GaugeMetricFamily(
@@ -37,14 +46,22 @@ class _DepthCollector(Collector):
             "Trajectories of recent schedules by state (queued, running, done, failed)",
             labels=["schedule_id", "state"],
         )
-        try:
-            depths = self._source()
-        except Exception as error:  # a scrape must not fail because Redis is down
-            _log.warning("queue depths unavailable: %s", error)
-            depths = {}
+        depths = self._read()
         for (schedule_id, state), count in depths.items():
             family.add_metric([schedule_id, state], count)
         yield family
+
+    def _read(self) -> Mapping[tuple[str, str], int]:
+        with self._lock:
+            if time.monotonic() - self._read_at < DEPTH_CACHE_S:
+                return self._depths
+            try:
+                self._depths = self._source()
+            except Exception as error:  # a scrape must not fail because Redis is down
+                _log.warning("queue depths unavailable: %s", error)
+                self._depths = {}
+            self._read_at = time.monotonic()
+            return self._depths
 
 
 @dataclass

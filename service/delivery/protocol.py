@@ -137,6 +137,10 @@ class Delivery:
         """Schedule ids not yet finished, oldest first (what reapers walk)."""
         return [_text(s) for s in self.client.zrange(keyspace.active_index(self.prefix), 0, -1)]
 
+    def newest_schedules(self, count: int) -> list[str]:
+        """The ``count`` most recently published unfinished schedules, oldest first."""
+        return [_text(s) for s in self.client.zrange(keyspace.active_index(self.prefix), -count, -1)]
+
     def schedules_for(self, worker_id: str) -> list[str]:
         """Unfinished schedule ids announced to ``worker_id``, oldest first (what a sidecar pulls)."""
         return [_text(s) for s in self.client.zrange(keyspace.inbox(worker_id, self.prefix), 0, -1)]
@@ -345,6 +349,16 @@ class Delivery:
         """Expire up to ``limit`` lapsed leases of one schedule (atomic: safe from many replicas)."""
         requeued, dead = self._call(self.scripts.reap, schedule_id, [wire.clock(now_ms), limit])
         return ReapReport(requeued=int(requeued), dead_lettered=int(dead))
+
+    def totals(self, schedule_id: str) -> dict[str, int]:
+        """The schedule's queued/running/done/failed totals alone (one HMGET: what a scrape needs,
+        where ``progress`` also reads every dead letter)."""
+        states = {"queued": keyspace.QUEUED, "running": keyspace.RUNNING}
+        states.update(done=keyspace.DONE, failed=keyspace.FAILED)
+        values = self.client.hmget(self.keys(schedule_id).counts, list(states.values()))
+        if all(v is None for v in values):  # a published schedule always has its totals
+            raise UnknownScheduleError(schedule_id)
+        return {name: int(v or 0) for name, v in zip(states, values, strict=True)}
 
     def progress(self, schedule_id: str) -> Progress:
         """One consistent snapshot of the schedule's counts, per worker, and its dead letters."""

@@ -11,6 +11,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.logs import JsonFormatter
+from service.metrics import Metrics
 from service.redis_conn import describe
 from tests.service.api.conftest import AppFactory, actual_history, batch_body
 
@@ -94,3 +95,18 @@ def test_queue_depths_skip_a_schedule_that_expired_and_keep_the_others(
 def test_a_password_in_the_url_query_is_masked_in_logs() -> None:
     assert "s3cret" not in describe("redis://127.0.0.1:6379/0?password=s3cret&ssl_cert_reqs=none")
     assert describe("redis://u:s3cret@h:6379/0") == "redis://u:***@h:6379/0"
+
+
+def test_a_flood_of_scrapes_reads_the_queue_depths_from_redis_at_most_once_per_window() -> None:
+    """/metrics needs no token: a scrape flood must not become a flood of Redis reads."""
+    reads: list[int] = []
+
+    def depths() -> dict[tuple[str, str], int]:
+        reads.append(1)
+        return {("s", "queued"): 3}
+
+    metrics = Metrics()
+    metrics.watch_queues(depths)
+    for _ in range(50):
+        assert 'rollout_queue_depth{schedule_id="s",state="queued"} 3.0' in metrics.render().decode()
+    assert len(reads) == 1
