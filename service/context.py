@@ -7,8 +7,9 @@ settings (tests, benchmarks) live side by side in one process.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import anyio
 from fastapi import Request
 
 from service.actuals import ActualsLog
@@ -20,6 +21,8 @@ from service.redis_conn import RedisClient
 from service.retrain import Retrainer
 from service.settings import Settings
 from service.speeds import SpeedLearner
+
+LONG_POLLS = 16  # results requests that may wait at once; more queue for a thread of their own
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,9 @@ class Context:
     actuals: ActualsLog  # the durable stream of reported actuals
     retrainer: Retrainer  # on-demand and step-boundary retraining
     plan_slots: PlanSlots  # bounds how many requests plan at once
+    # threads for results long-polls: below the worker pool's 40, so polls that wait their whole
+    # 30 s cannot take every thread from /readyz and the planning routes
+    long_polls: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(LONG_POLLS))
 
 
 def context_of(request: Request) -> Context:

@@ -160,12 +160,13 @@ def problem_response(
 
 
 def field_path(loc: Sequence[int | str]) -> str:
-    """Turn a pydantic location ``("body", "batch", "items", 3, "n")`` into ``batch.items[3].n``."""
+    """Turn a pydantic location ``("body", "batch", "items", 3, "n")`` into ``batch.items[3].n``
+    (``("query", "wait_ms")`` into ``wait_ms``)."""
     path = ""
     if loc and isinstance(loc[-1], str) and (loc[-1] in _UNION_TAGS or "[" in loc[-1]):
         loc = loc[:-1]  # a union member's tag (``float``, ``function-after[...]``), not a field
     for part in loc:
-        if part == "body" and not path:
+        if part in ("body", "path", "query") and not path:  # where it came from, not its name
             continue
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path

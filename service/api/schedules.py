@@ -6,18 +6,22 @@ FastAPI runs each request on its worker thread pool and the event loop stays fre
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+import anyio
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
+from scheduler.errors import InvalidInputError
 from service import pipeline
 from service.api.schemas import (
     Counts,
     ProgressResponse,
     ResultEntry,
     ResultsPage,
+    ScheduleId,
     ScheduleRequest,
     ScheduleResponse,
 )
@@ -55,7 +59,7 @@ def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     dependencies=[Depends(any_client)],
     responses=documented(401, 403, 404, 422, 503),
 )
-def schedule_progress(schedule_id: str, request: Request) -> ProgressResponse:
+def schedule_progress(schedule_id: Annotated[ScheduleId, Path()], request: Request) -> ProgressResponse:
     """Counts by state, overall and per worker, and the dead-lettered items."""
     progress = context_of(request).delivery.progress(schedule_id)
     workers = {
@@ -85,17 +89,22 @@ def schedule_progress(schedule_id: str, request: Request) -> ProgressResponse:
     dependencies=[Depends(trainer_only)],
     responses=documented(401, 403, 404, 422, 503),
 )
-def schedule_results(
-    schedule_id: str,
+async def schedule_results(
+    schedule_id: Annotated[ScheduleId, Path()],
     request: Request,
-    after: Annotated[str, Query(pattern=r"^\d+-\d+$")] = "0-0",
+    after: Annotated[str, Query(pattern=r"^\d{1,20}-\d{1,20}$")] = "0-0",
     count: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
 ) -> ResultsPage:
-    """Accepted results after stream id ``after``, oldest first; waits up to ``wait_ms`` for one."""
+    """Accepted results after stream id ``after``, oldest first; waits up to ``wait_ms`` for one.
+
+    Read on a thread of the long-poll pool (``Context.long_polls``), not the shared one: polls that
+    wait their whole ``wait_ms`` must not starve the other routes."""
+    if any(int(part) >= 2**64 for part in after.split("-")):  # Redis refuses it: a 422, not a 500
+        raise InvalidInputError("after", after, "is past the largest stream id (each part < 2^64)")
     ctx = context_of(request)
-    ctx.delivery.info(schedule_id)  # 404 for an unknown schedule rather than an empty page forever
-    records = _read(ctx, schedule_id, after, count, wait_ms)
+    read = functools.partial(_page, ctx, schedule_id, after, count, wait_ms)
+    records = await anyio.to_thread.run_sync(read, limiter=ctx.long_polls)
     entries = [
         ResultEntry(
             stream_id=r.stream_id,
@@ -113,6 +122,11 @@ def schedule_results(
     ]
     last = entries[-1].stream_id if entries else after
     return ResultsPage(schedule_id=schedule_id, results=entries, next=last)
+
+
+def _page(ctx: Context, schedule_id: str, after: str, count: int, wait_ms: int) -> list[ResultRecord]:
+    ctx.delivery.info(schedule_id)  # 404 for an unknown schedule rather than an empty page forever
+    return _read(ctx, schedule_id, after, count, wait_ms)
 
 
 def _read(ctx: Context, schedule_id: str, after: str, count: int, wait_ms: int) -> list[ResultRecord]:

@@ -15,7 +15,12 @@ from typing_extensions import TypedDict
 
 Name = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:@/+=-]+$")]
 ScheduleId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")]
-FeatureValue = float | str
+FeatureValue = float | Annotated[str, Field(max_length=256)]
+# Extra predictor features of one item or report: bounded, or one caller could grow the actuals stream,
+# every replica's history and the model (one column each) without limit (20 MB reports did).
+Features = Annotated[
+    dict[Annotated[str, Field(min_length=1, max_length=64)], FeatureValue], Field(max_length=64)
+]
 # Upper bounds: far past any real model, run or device, and inside the int64 columns the predictor
 # keeps counts in, so an absurd number is a 422 naming its field, never an overflow deeper in (where
 # an already-stored report would fail every later read of the history).
@@ -92,7 +97,7 @@ class BatchItem(Strict):
     prompt_tokens: Tokens  # prompt length in tokens
     n: int = Field(default=1, ge=1, le=4096)  # samples to draw from this prompt
     max_new_tokens: Tokens  # generation cap per sample
-    features: dict[str, FeatureValue] = Field(default_factory=dict)  # extra predictor features
+    features: Features = Field(default_factory=dict)  # extra predictor features
     prompt: str | None = None  # text the sidecar sends to /v1/completions
     messages: list[ChatMessage] | None = Field(default=None, min_length=1)  # or chat turns for
     # /v1/chat/completions (not both: the sidecar sends one request, to one of the two endpoints)
@@ -256,7 +261,7 @@ class ActualReport(Strict):
     max_new_tokens: Tokens | None = None
     concurrency: float | None = Field(default=None, ge=1)  # mean sequences running meanwhile; teaches speed
     schedule_id: Name | None = None
-    features: dict[str, FeatureValue] = Field(default_factory=dict)
+    features: Features = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _within_cap(self) -> ActualReport:

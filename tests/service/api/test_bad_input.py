@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -97,6 +98,14 @@ CASES: dict[str, tuple[Callable[[Body], None], str]] = {
         "batch.items[0]",
     ),
     "no chat turns": (_set("batch.items.1.messages", []), "batch.items[1].messages"),
+    "too many features": (
+        _set("batch.items.0.features", {f"f{i}": 1.0 for i in range(65)}),
+        "batch.items[0].features",
+    ),
+    "a long feature text": (
+        _set("batch.items.0.features", {"topic": "x" * 257}),
+        "batch.items[0].features.topic",
+    ),
 }
 
 
@@ -261,3 +270,40 @@ def test_a_publish_that_loses_a_race_for_its_schedule_id_changes_nothing(
     assert response.status_code == 409
     assert (response.json()["field"], response.json()["value"]) == ("schedule_id", "race")
     assert (_snapshot(redis_client), redis_client.hgetall("rs:workers")) == before
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/schedule/%7Dx", "schedule_id"),  # a brace would move a Cluster hash tag: a 500 there
+        ("/schedule/" + "x" * 201, "schedule_id"),
+        ("/schedule/s/results?after=99999999999999999999-0", "after"),  # past 2^64: Redis refuses it
+    ],
+)
+def test_a_bad_path_or_query_is_a_422_naming_it(path: str, field: str, client: TestClient) -> None:
+    response = client.get(path)
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == field
+
+
+def test_waiting_results_requests_have_threads_of_their_own(client: TestClient) -> None:
+    """A flood of 30 s long-polls must not take every worker thread from /readyz and planning."""
+    sid = client.post("/schedule", json=batch_body()).json()["schedule_id"]
+    limiter = client.app.state.context.long_polls  # type: ignore[attr-defined]
+    holders = [object() for _ in range(int(limiter.total_tokens))]
+    for holder in holders:
+        client.portal.call(limiter.acquire_on_behalf_of, holder)  # type: ignore[union-attr]
+    try:
+        assert client.get("/readyz").status_code == 200  # while every long-poll thread is taken
+        answered: list[int] = []
+        poll = threading.Thread(
+            target=lambda: answered.append(client.get(f"/schedule/{sid}/results").status_code)
+        )
+        poll.start()
+        poll.join(timeout=1.0)
+        assert answered == []  # a results request queues for a long-poll thread
+    finally:
+        for holder in holders:
+            client.portal.call(limiter.release_on_behalf_of, holder)  # type: ignore[union-attr]
+    poll.join(timeout=5.0)
+    assert answered == [200]
