@@ -2,7 +2,8 @@
 
 The service publishes and reads progress, sidecars claim/heartbeat/complete/steal/release, reapers
 reap, the trainer reads results; all through ``Delivery``. Every mutating method is one EVALSHA on
-keys of one hash slot, so it is atomic on a single server and on Redis Cluster alike.
+keys of one hash slot, so it is atomic on a single server and on Redis Cluster alike. The plain
+reads (announced schedules, settings, progress, results) are ``DeliveryViews``, which it inherits.
 
 Time: by default every script reads the server's clock (``TIME``), so leases do not depend on the
 clocks of workers or replicas. Each method also takes ``now_ms`` to pin the clock explicitly, which
@@ -25,20 +26,16 @@ from service.delivery import wire
 from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
 from service.delivery.records import (
     CompletionOutcome,
-    DeadLetter,
     DeliveryItem,
     Lease,
-    Progress,
     PublishedSchedule,
     PublishOutcome,
     ReapReport,
     ReleaseOutcome,
-    ResultRecord,
-    ScheduleInfo,
     TrajectoryResult,
-    per_worker,
 )
 from service.delivery.scripts import Scripts, register
+from service.delivery.views import DeliveryViews, text
 
 RedisClient = redis.Redis | RedisCluster
 _COMPLETE_CODES = {1: CompletionOutcome.ACCEPTED, 2: CompletionOutcome.DUPLICATE, 0: CompletionOutcome.STALE}
@@ -46,11 +43,7 @@ _NOT_RUN = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")  # replies of a script th
 _RELEASE_CODES = {1: ReleaseOutcome.REQUEUED, 3: ReleaseOutcome.DEAD_LETTERED, 0: ReleaseOutcome.STALE}
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-class Delivery:
+class Delivery(DeliveryViews):
     """Client of the delivery protocol on one Redis (or Redis Cluster) deployment."""
 
     def __init__(self, client: RedisClient, prefix: str = keyspace.DEFAULT_PREFIX) -> None:
@@ -65,10 +58,6 @@ class Delivery:
         if cluster:
             return cls(RedisCluster.from_url(url, decode_responses=True), prefix)
         return cls(redis.Redis.from_url(url, decode_responses=True), prefix)
-
-    def keys(self, schedule_id: str) -> keyspace.ScheduleKeys:
-        """The key names of one schedule."""
-        return keyspace.schedule_keys(schedule_id, self.prefix)
 
     def _call(self, script: Any, schedule_id: str, args: Sequence[Any]) -> Any:
         try:
@@ -133,34 +122,6 @@ class Delivery:
             pipe.zrem(index, schedule_id)
         pipe.execute()
 
-    def active_schedules(self) -> list[str]:
-        """Schedule ids not yet finished, oldest first (what reapers walk)."""
-        return [_text(s) for s in self.client.zrange(keyspace.active_index(self.prefix), 0, -1)]
-
-    def newest_schedules(self, count: int) -> list[str]:
-        """The ``count`` most recently published unfinished schedules, oldest first."""
-        return [_text(s) for s in self.client.zrange(keyspace.active_index(self.prefix), -count, -1)]
-
-    def schedules_for(self, worker_id: str) -> list[str]:
-        """Unfinished schedule ids announced to ``worker_id``, oldest first (what a sidecar pulls)."""
-        return [_text(s) for s in self.client.zrange(keyspace.inbox(worker_id, self.prefix), 0, -1)]
-
-    def info(self, schedule_id: str) -> ScheduleInfo:
-        """The schedule's settings; ``UnknownScheduleError`` when absent or expired."""
-        fields = ("workers", "total", "kv_admission", "lease_ttl_ms", "max_attempts", "published_ms")
-        vals = self.client.hmget(self.keys(schedule_id).meta, list(fields))
-        if vals[0] is None:
-            raise UnknownScheduleError(schedule_id)
-        return ScheduleInfo(
-            schedule_id=schedule_id,
-            workers=tuple(json.loads(_text(vals[0]))),
-            total=int(_text(vals[1])),
-            kv_admission=_text(vals[2]) == "1",
-            lease_ttl_ms=int(_text(vals[3])),
-            max_attempts=int(_text(vals[4])),
-            published_ms=int(_text(vals[5])),
-        )
-
     # -- worker side ----------------------------------------------------------------------------
 
     def _leases(self, schedule_id: str, worker_id: str, flat: Sequence[Any]) -> list[Lease]:
@@ -168,7 +129,7 @@ class Delivery:
             Lease(
                 schedule_id=schedule_id,
                 worker_id=worker_id,
-                item=DeliveryItem.from_json(json.loads(_text(flat[i + 4]))),
+                item=DeliveryItem.from_json(json.loads(text(flat[i + 4]))),
                 token=int(flat[i + 1]),
                 deadline_ms=int(flat[i + 2]),
                 attempt=int(flat[i + 3]),
@@ -256,24 +217,28 @@ class Delivery:
     def complete(
         self, lease: Lease, result: TrajectoryResult, now_ms: int | None = None
     ) -> CompletionOutcome:
-        """Report one finished item; see ``complete_many``."""
-        return self.complete_many(lease.schedule_id, [(lease.key, lease.token, result)], now_ms)[0]
+        """Report one finished item, as the worker that holds it; see ``complete_many``."""
+        entries = [(lease.key, lease.token, result)]
+        return self.complete_many(lease.schedule_id, entries, now_ms, lease.worker_id)[0]
 
     def complete_many(
         self,
         schedule_id: str,
         entries: Sequence[tuple[str, int, TrajectoryResult]],
         now_ms: int | None = None,
+        worker_id: str | None = None,
     ) -> list[CompletionOutcome]:
         """Report finished items as (key, token, result); one outcome each, in order.
 
         ACCEPTED appends the result to the schedule's results stream; DUPLICATE (the same token was
         already accepted, e.g. a retry after a lost reply) is a success that writes nothing; STALE
-        (the lease lapsed, was reaped or is unknown) discards the result.
+        (the lease lapsed, was reaped or is unknown, or, with ``worker_id``, another worker holds
+        it) discards the result. Sidecars pass their ``worker_id``: tokens count up per schedule.
         """
         if not entries:
             return []
-        codes = self._call(self.scripts.complete, schedule_id, wire.complete_args(entries, now_ms))
+        args = wire.complete_args(entries, now_ms, worker_id)
+        codes = self._call(self.scripts.complete, schedule_id, args)
         return self._outcomes(schedule_id, codes)
 
     def _outcomes(self, schedule_id: str, codes: Sequence[Any]) -> list[CompletionOutcome]:
@@ -297,7 +262,7 @@ class Delivery:
         claim_args = [worker_id, min(max(max_items, 0), keyspace.MAX_BATCH), wire.clock(now_ms)]
         calls = [(self.scripts.claim, claim_args)]
         if entries:
-            calls.insert(0, (self.scripts.complete, wire.complete_args(entries, now_ms)))
+            calls.insert(0, (self.scripts.complete, wire.complete_args(entries, now_ms, worker_id)))
         replies = self._pipelined(schedule_id, calls)
         outcomes = self._outcomes(schedule_id, replies[0]) if entries else []
         return outcomes, self._leases(schedule_id, worker_id, replies[-1])
@@ -349,62 +314,6 @@ class Delivery:
         """Expire up to ``limit`` lapsed leases of one schedule (atomic: safe from many replicas)."""
         requeued, dead = self._call(self.scripts.reap, schedule_id, [wire.clock(now_ms), limit])
         return ReapReport(requeued=int(requeued), dead_lettered=int(dead))
-
-    def totals(self, schedule_id: str) -> dict[str, int]:
-        """The schedule's queued/running/done/failed totals alone (one HMGET: what a scrape needs,
-        where ``progress`` also reads every dead letter)."""
-        states = {"queued": keyspace.QUEUED, "running": keyspace.RUNNING}
-        states.update(done=keyspace.DONE, failed=keyspace.FAILED)
-        values = self.client.hmget(self.keys(schedule_id).counts, list(states.values()))
-        if all(v is None for v in values):  # a published schedule always has its totals
-            raise UnknownScheduleError(schedule_id)
-        return {name: int(v or 0) for name, v in zip(states, values, strict=True)}
-
-    def progress(self, schedule_id: str) -> Progress:
-        """One consistent snapshot of the schedule's counts, per worker, and its dead letters."""
-        keys = self.keys(schedule_id)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hgetall(keys.counts)
-        pipe.hmget(keys.meta, ["total", "kv_admission"])
-        pipe.lrange(keys.dead, 0, -1)
-        counts_raw, meta, dead = pipe.execute()
-        if meta[0] is None:
-            raise UnknownScheduleError(schedule_id)
-        counts = {_text(f): int(v) for f, v in counts_raw.items()}
-        return Progress(
-            schedule_id=schedule_id,
-            total=int(meta[0]),
-            queued=counts.get(keyspace.QUEUED, 0),
-            running=counts.get(keyspace.RUNNING, 0),
-            done=counts.get(keyspace.DONE, 0),
-            failed=counts.get(keyspace.FAILED, 0),
-            workers=per_worker(counts),
-            dead_letters=tuple(DeadLetter.from_json(json.loads(_text(d))) for d in dead),
-            kv_admission=_text(meta[1]) == "1",
-        )
-
-    def read_results(
-        self, schedule_id: str, after_id: str = "0-0", count: int = 1000, block_ms: int | None = None
-    ) -> list[ResultRecord]:
-        """Accepted results after stream id ``after_id`` (oldest first); block up to ``block_ms``."""
-        stream = self.keys(schedule_id).results
-        answer: Any = self.client.xread({stream: after_id}, count=count, block=block_ms)
-        records: list[ResultRecord] = []
-        for _, entries in answer or []:
-            for entry_id, fields in entries:
-                f = {_text(k): _text(v) for k, v in fields.items()}
-                records.append(
-                    ResultRecord(
-                        stream_id=_text(entry_id),
-                        schedule_id=schedule_id,
-                        key=f["key"],
-                        worker_id=f["worker"],
-                        token=int(f["token"]),
-                        attempt=int(f["attempt"]),
-                        result=TrajectoryResult.from_json(json.loads(f["result"])),
-                    )
-                )
-        return records
 
 
 def _mapped(err: redis.ResponseError, schedule_id: str) -> Exception:

@@ -125,9 +125,12 @@ def _optional(value: int | None) -> str:
     return "null" if value is None else str(int(value))
 
 
-def complete_args(entries: Sequence[tuple[str, int, TrajectoryResult]], now_ms: int | None) -> list[Any]:
-    """ARGV of ``complete.lua``: clock, then (key, token, result JSON) per entry."""
-    args: list[Any] = [clock(now_ms)]
+def complete_args(
+    entries: Sequence[tuple[str, int, TrajectoryResult]], now_ms: int | None, holder: str | None = None
+) -> list[Any]:
+    """ARGV of ``complete.lua``: clock, the reporting worker ('' = not checked), then (key, token,
+    result JSON) per entry."""
+    args: list[Any] = [clock(now_ms), holder or ""]
     for key, token, result in entries:
         args += [key, token, strict_json(result.to_json(), f"results[{key}]")]
     return args

@@ -227,7 +227,8 @@ class WorkerSession:
     ) -> CompletionOutcome:
         """Report a finished item by its lease token, held here or not (a retry after a lost reply)."""
         entries = [(key, token, result)]
-        outcomes = await self._persist("complete", self.delivery.complete_many, schedule_id, entries)
+        complete, worker = self.delivery.complete_many, self.settings.worker_id
+        outcomes = await self._persist("complete", complete, schedule_id, entries, None, worker)
         outcome = outcomes[0]
         if outcome is CompletionOutcome.ACCEPTED:
             self.stats.accepted += 1

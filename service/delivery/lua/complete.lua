@@ -1,21 +1,25 @@
 -- complete: accept a result only with the item's current, unexpired token; append it to the results
 -- stream exactly once. A repeat with the accepted token is an idempotent success (its result ignored);
 -- any other token is stale and its result discarded.
--- ARGV: now ('' = server), then triples (key, token, result_json).
+-- ARGV: now ('' = server), holder ('' = any: the lease's token alone), then triples (key, token,
+-- result_json). With a holder, a lease held by another worker is stale too: lease tokens count up per
+-- schedule, so a token alone is easy to guess, and a worker must not report another's items.
 -- Returns {code per item (1 accepted, 2 duplicate, 0 stale)..., finished (1 when every item is done
 -- or dead)}.
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now = now_ms(ARGV[1])
+local holder = ARGV[2] or ''
 local out = {}
 local accepted = false
-for i = 2, #ARGV, 3 do
+for i = 3, #ARGV, 3 do
   local key, token = ARGV[i], ARGV[i + 1]
   local r = get(key)
   local code = 0
+  local theirs = r ~= nil and holder ~= '' and r.w ~= holder
   if r ~= nil and r.s == 'd' then
-    if r.tok == token then code = 2 end
-  else
+    if r.tok == token and not theirs then code = 2 end
+  elseif not theirs then
     local status = lease_status(key, token, now)
     if status == 'current' then
       r.s = 'd'

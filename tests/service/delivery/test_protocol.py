@@ -107,6 +107,17 @@ def test_a_completion_is_accepted_once_and_its_repeat_is_a_duplicate(delivery: D
     assert [(r.key, r.token, r.worker_id, r.result) for r in records] == [("a-0#0", lease.token, "a", RESULT)]
 
 
+def test_a_worker_cannot_report_an_item_another_worker_holds(delivery: Delivery) -> None:
+    """Tokens count up per schedule, so one alone is easy to guess: the holder is checked too."""
+    delivery.publish(schedule("s", {"a": 1, "b": 1}))
+    (theirs,) = delivery.claim("s", "b", 1)
+    forged = [(theirs.key, theirs.token, RESULT)]
+    assert delivery.complete_many("s", forged, worker_id="a") == [CompletionOutcome.STALE]
+    assert delivery.read_results("s") == []
+    assert delivery.complete(theirs, RESULT) is CompletionOutcome.ACCEPTED  # b's own report stands
+    assert delivery.complete_many("s", forged, worker_id="a") == [CompletionOutcome.STALE]  # no echo
+
+
 def test_a_stale_completion_is_refused_and_its_result_discarded(delivery: Delivery) -> None:
     delivery.publish(schedule("s", {"a": 1}, ttl_ms=1000), now_ms=T0)
     (old,) = delivery.claim("s", "a", 1, now_ms=T0)

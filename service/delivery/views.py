@@ -1,0 +1,125 @@
+"""The read side of the delivery protocol: what is announced, a schedule's settings, progress, results.
+
+Plain reads (no script): the service's progress and results routes, the reaper's and the metrics'
+walks, and a sidecar's look for work. ``Delivery`` inherits them; kept apart so each module reads in
+one sitting.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+
+from service.delivery import keys as keyspace
+from service.delivery.errors import UnknownScheduleError
+from service.delivery.records import (
+    DeadLetter,
+    Progress,
+    ResultRecord,
+    ScheduleInfo,
+    TrajectoryResult,
+    per_worker,
+)
+
+
+def text(value: Any) -> str:
+    """A Redis reply as text, whether the client decodes responses or not."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class DeliveryViews:
+    """Reads of one deployment's delivery keys; ``Delivery`` adds the atomic steps."""
+
+    client: redis.Redis | RedisCluster  # set by Delivery
+    prefix: str  # namespace of every key of this deployment
+
+    def keys(self, schedule_id: str) -> keyspace.ScheduleKeys:
+        """The names of one schedule's keys."""
+        return keyspace.schedule_keys(schedule_id, self.prefix)
+
+    def active_schedules(self) -> list[str]:
+        """Schedule ids not yet finished, oldest first (what reapers walk)."""
+        return [text(s) for s in self.client.zrange(keyspace.active_index(self.prefix), 0, -1)]
+
+    def newest_schedules(self, count: int) -> list[str]:
+        """The ``count`` most recently published unfinished schedules, oldest first."""
+        return [text(s) for s in self.client.zrange(keyspace.active_index(self.prefix), -count, -1)]
+
+    def schedules_for(self, worker_id: str) -> list[str]:
+        """Unfinished schedule ids announced to ``worker_id``, oldest first (what a sidecar pulls)."""
+        return [text(s) for s in self.client.zrange(keyspace.inbox(worker_id, self.prefix), 0, -1)]
+
+    def info(self, schedule_id: str) -> ScheduleInfo:
+        """The schedule's settings; ``UnknownScheduleError`` when absent or expired."""
+        fields = ("workers", "total", "kv_admission", "lease_ttl_ms", "max_attempts", "published_ms")
+        vals = self.client.hmget(self.keys(schedule_id).meta, list(fields))
+        if vals[0] is None:
+            raise UnknownScheduleError(schedule_id)
+        return ScheduleInfo(
+            schedule_id=schedule_id,
+            workers=tuple(json.loads(text(vals[0]))),
+            total=int(text(vals[1])),
+            kv_admission=text(vals[2]) == "1",
+            lease_ttl_ms=int(text(vals[3])),
+            max_attempts=int(text(vals[4])),
+            published_ms=int(text(vals[5])),
+        )
+
+    def totals(self, schedule_id: str) -> dict[str, int]:
+        """The schedule's queued/running/done/failed totals alone (one HMGET: what a scrape needs,
+        where ``progress`` also reads every dead letter)."""
+        states = {"queued": keyspace.QUEUED, "running": keyspace.RUNNING}
+        states.update(done=keyspace.DONE, failed=keyspace.FAILED)
+        values = self.client.hmget(self.keys(schedule_id).counts, list(states.values()))
+        if all(v is None for v in values):  # a published schedule always has its totals
+            raise UnknownScheduleError(schedule_id)
+        return {name: int(v or 0) for name, v in zip(states, values, strict=True)}
+
+    def progress(self, schedule_id: str) -> Progress:
+        """One consistent snapshot of the schedule's counts, per worker, and its dead letters."""
+        keys = self.keys(schedule_id)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hgetall(keys.counts)
+        pipe.hmget(keys.meta, ["total", "kv_admission"])
+        pipe.lrange(keys.dead, 0, -1)
+        counts_raw, meta, dead = pipe.execute()
+        if meta[0] is None:
+            raise UnknownScheduleError(schedule_id)
+        counts = {text(f): int(v) for f, v in counts_raw.items()}
+        return Progress(
+            schedule_id=schedule_id,
+            total=int(meta[0]),
+            queued=counts.get(keyspace.QUEUED, 0),
+            running=counts.get(keyspace.RUNNING, 0),
+            done=counts.get(keyspace.DONE, 0),
+            failed=counts.get(keyspace.FAILED, 0),
+            workers=per_worker(counts),
+            dead_letters=tuple(DeadLetter.from_json(json.loads(text(d))) for d in dead),
+            kv_admission=text(meta[1]) == "1",
+        )
+
+    def read_results(
+        self, schedule_id: str, after_id: str = "0-0", count: int = 1000, block_ms: int | None = None
+    ) -> list[ResultRecord]:
+        """Accepted results after stream id ``after_id`` (oldest first); block up to ``block_ms``."""
+        stream = self.keys(schedule_id).results
+        answer: Any = self.client.xread({stream: after_id}, count=count, block=block_ms)
+        records: list[ResultRecord] = []
+        for _, entries in answer or []:
+            for entry_id, fields in entries:
+                f = {text(k): text(v) for k, v in fields.items()}
+                records.append(
+                    ResultRecord(
+                        stream_id=text(entry_id),
+                        schedule_id=schedule_id,
+                        key=f["key"],
+                        worker_id=f["worker"],
+                        token=int(f["token"]),
+                        attempt=int(f["attempt"]),
+                        result=TrajectoryResult.from_json(json.loads(f["result"])),
+                    )
+                )
+        return records
