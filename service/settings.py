@@ -13,7 +13,7 @@ import os
 import pathlib
 import urllib.parse
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.delivery.keys import (
@@ -119,6 +119,23 @@ class Settings(BaseSettings):
     @classmethod
     def _redis_url(cls, value: str | None) -> str | None:
         return None if value is None else check_redis_url(value)
+
+    @field_validator("trainer_tokens", "worker_tokens")
+    @classmethod
+    def _usable_tokens(cls, value: SecretStr | None) -> SecretStr | None:
+        """A token that can never match is a setting mistake to report at start: the header is read
+        as latin-1, so only printable ASCII compares equal."""
+        for token in _split(value):
+            if not (token.isascii() and token.isprintable()):
+                raise ValueError("a token must be printable ASCII (a header cannot carry others)")
+        return value
+
+    @model_validator(mode="after")
+    def _scopes_apart(self) -> Settings:
+        """One token in both lists would silently have the trainer scope: say so."""
+        if set(self.trainer_token_list()) & set(self.worker_token_list()):
+            raise ValueError("a token is in both ROLLOUT_TRAINER_TOKENS and ROLLOUT_WORKER_TOKENS")
+        return self
 
     @field_validator("key_prefix")
     @classmethod

@@ -92,7 +92,14 @@ def load_settings(overrides: dict[str, Any]) -> Settings:
 
 def unsafe_binding(settings: Settings) -> str | None:
     """Why these settings must not be served, or None when they are fine."""
-    if settings.binds_loopback_only or settings.auth_enabled:
+    if settings.binds_loopback_only:
+        return None
+    if settings.auth_enabled and not settings.redis_url:
+        return (
+            f"refusing to listen on {settings.host} with the embedded Redis (no password, this "
+            "machine only, lost on exit): set REDIS_URL, or bind 127.0.0.1"
+        )
+    if settings.auth_enabled:
         return None
     return (
         f"refusing to listen on {settings.host} without a token: set ROLLOUT_TRAINER_TOKENS "

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from service.commands.bench_service import SAMPLES, batch
 from service.commands.serve import unsafe_binding
@@ -103,6 +103,30 @@ def test_only_loopback_may_be_served_without_a_token(host: str, token: str | Non
     secret = SecretStr(token) if token else None
     settings = Settings(host=host, trainer_tokens=secret, redis_url="redis://127.0.0.1:1/0")
     assert (unsafe_binding(settings) is not None) == refused
+
+
+def test_a_network_address_is_not_served_on_the_embedded_redis_even_with_a_token() -> None:
+    """Embedded: no password, this machine only, gone on exit; a networked service needs its own."""
+    settings = Settings(host="0.0.0.0", trainer_tokens=SecretStr("t0ken"))
+    assert "REDIS_URL" in (unsafe_binding(settings) or "")
+    assert unsafe_binding(Settings(host="127.0.0.1")) is None
+
+
+@pytest.mark.parametrize(
+    ("trainer", "worker", "message"),
+    [
+        ("same,t1", "same", "in both"),
+        ("t\u00e9st", None, "printable ASCII"),
+    ],
+)
+def test_tokens_that_could_never_work_as_configured_are_refused_at_start(
+    trainer: str, worker: str | None, message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Settings(
+            trainer_tokens=SecretStr(trainer.encode().decode("unicode_escape")),
+            worker_tokens=SecretStr(worker) if worker else None,
+        )
 
 
 def test_the_benchmark_batches_have_the_issue_sizes() -> None:
