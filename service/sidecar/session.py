@@ -41,6 +41,12 @@ from service.sidecar.holdings import Held, Holdings, lease_id
 
 log = logging.getLogger("service.sidecar")
 P = ParamSpec("P")
+_NOT_THE_SCHEDULES = (  # replies that say nothing about one schedule's keys: out of memory, a
+    redis.exceptions.OutOfMemoryError,  # failover in progress, a refused transaction, a user
+    redis.exceptions.ReadOnlyError,  # without a needed command; the runner waits these out
+    redis.exceptions.ExecAbortError,
+    redis.exceptions.NoPermissionError,
+)
 T = TypeVar("T")
 _TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
@@ -147,8 +153,8 @@ class WorkerSession:
         except UnknownScheduleError:
             self._infos.pop(sid, None)
             return []
-        except redis.exceptions.NoPermissionError:
-            raise  # this worker's user, not this schedule: every schedule would fail alike
+        except _NOT_THE_SCHEDULES:
+            raise  # Redis or this worker's user, not this schedule: every schedule would fail alike
         except redis.ResponseError as error:  # a script failed on this schedule's keys (one evicted)
             if sid not in self._damaged:
                 self._damaged.add(sid)

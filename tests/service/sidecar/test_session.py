@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import redis
 
 from service.delivery.protocol import Delivery
@@ -42,3 +43,19 @@ def test_a_schedule_whose_keys_redis_lost_does_not_stop_work_on_the_others(redis
     session = WorkerSession(delivery, Holdings(16), SessionSettings("w"))
     claimed = asyncio.run(session.claim(16))
     assert [h.lease.key for h in claimed] == ["b-0#0", "b-1#0"]
+
+
+def test_a_failover_in_progress_is_an_outage_to_wait_out_not_a_damaged_schedule(
+    redis_client: redis.Redis,
+) -> None:
+    """A node turned replica refuses the claim script's writes (READONLY): not this schedule's fault."""
+    delivery = Delivery(redis_client)
+    delivery.publish(PublishedSchedule("failover", {"w": _items("a", 2, 100.0)}))
+    session = WorkerSession(delivery, Holdings(16), SessionSettings("w"))
+    redis_client.execute_command("REPLICAOF", "127.0.0.1", "1")  # a master that is not there (yet)
+    try:
+        with pytest.raises(redis.exceptions.ReadOnlyError):
+            asyncio.run(session.claim(16))
+    finally:
+        redis_client.execute_command("REPLICAOF", "NO", "ONE")
+    assert [h.lease.key for h in asyncio.run(session.claim(16))] == ["a-0#0", "a-1#0"]  # not written off
