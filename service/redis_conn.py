@@ -59,6 +59,20 @@ def connect(settings: Settings) -> RedisClient:
     return redis.Redis.from_url(settings.redis_url, **options)
 
 
+class RedisRefusedError(RuntimeError):
+    """Redis refused the configured user or password: an operator must fix it, waiting will not."""
+
+
+_REFUSALS = ("WRONGPASS", "NOAUTH", "username-password", "NOPERM")  # as cluster discovery words them
+
+
+def refused(error: Exception) -> bool:
+    """Whether ``error`` is Redis refusing the credentials (also inside a cluster client's error)."""
+    if isinstance(error, redis.exceptions.AuthenticationError | redis.exceptions.NoPermissionError):
+        return True
+    return any(word in str(error) for word in _REFUSALS)
+
+
 def wait_for_cluster(settings: Settings, interval_s: float = 2.0, sleep: Sleep = time.sleep) -> None:
     """Block until the Redis Cluster's topology can be read; return at once for a single node.
 
@@ -80,6 +94,9 @@ def built_when_reachable(
         try:
             return build()
         except (RedisClusterException, redis.RedisError) as error:
+            if refused(error):  # waiting will not fix credentials
+                message = f"Redis at {describe(url)} refused our credentials: {error}"
+                raise RedisRefusedError(message) from None
             _log.warning(
                 "Redis Cluster at %s unreachable (%s); waiting for it, next try in %.0f s",
                 describe(url),

@@ -114,7 +114,7 @@ def run(settings: Settings) -> None:
     from service import logs
     from service.app import create_app
     from service.embedded import EmbeddedServerError
-    from service.redis_conn import redis_for, wait_for_cluster
+    from service.redis_conn import RedisRefusedError, redis_for, wait_for_cluster
 
     logs.configure(settings.log_level)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal; exiting through
@@ -132,7 +132,7 @@ def run(settings: Settings) -> None:
                 access_log=False,
                 timeout_graceful_shutdown=10,
             )
-    except EmbeddedServerError as error:
+    except (EmbeddedServerError, RedisRefusedError) as error:
         _fail(str(error))
 
 
