@@ -111,9 +111,18 @@ class ModelStore:
                     raise
                 continue
             _fsync(self.root)
-            (self.root / _LAST).write_text(str(version))
+            self._remember(version)
             return version
         raise RuntimeError(f"could not claim a version number in {self.root}")
+
+    def _remember(self, version: int) -> None:
+        """Raise ``.last-version`` to ``version`` (never lower it: writers race), replaced atomically.
+
+        Best effort: the version is already in place, and the folder names still count."""
+        with contextlib.suppress(OSError):
+            staged = self.root / f".last-version.{os.getpid()}.{version}"
+            staged.write_text(str(max(version, self._highest_number())))
+            os.replace(staged, self.root / _LAST)
 
     def _highest_number(self) -> int:
         """Past every version folder, complete or not, and every number handed out before."""

@@ -62,6 +62,7 @@ class Sidecar:
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _engine_down: bool = field(default=True, init=False)  # until the engine first answers
     _last_refusal: str | None = field(default=None, init=False)  # the last "not ready" logged
+    _failed_at: float | None = field(default=None, init=False)  # when the engine last failed an item
     last_turn: float = field(default_factory=time.monotonic, init=False)  # monotonic time the main
     # loop last turned (or polled a loading engine): what the liveness probe reads (``health``)
 
@@ -94,6 +95,10 @@ class Sidecar:
         """Wait (without claiming) until the engine answers; False if asked to stop meanwhile."""
         while self._engine_down and not stop.is_set():
             self.last_turn = time.monotonic()  # alive: waiting for an engine that may take minutes
+            if self._failed_at is not None:  # it just failed an item (an abort: paused for a weight
+                # sync, still listing its models): give it a moment, or the item goes straight back
+                await _sleep_unless(stop, self._failed_at + self.settings.engine_wait_s - time.monotonic())
+                self._failed_at = None
             try:
                 await self.engine.ready()
                 self._engine_down = False
@@ -173,7 +178,7 @@ class Sidecar:
         """Release the item if the engine is at fault, fail it if the item is (see module docstring)."""
         try:
             if exc.engine_down:
-                self._engine_down = True
+                self._engine_down, self._failed_at = True, time.monotonic()
                 log.warning("engine failing, releasing %s: %s", held.lease.key, exc)
                 await self.session.release([held])
             else:

@@ -248,3 +248,19 @@ def test_a_long_poll_claims_nothing_once_the_server_is_stopping(
 
     assert asyncio.run(run()) == 204
     assert delivery.progress("late").queued == 1
+
+
+def test_a_report_for_a_lease_another_worker_holds_is_refused_as_stale(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The pull API has no auth (loopback): a guessed token of another worker's lease must not land."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "forged", {"w0": [item("a", 0, 10)], "w1": [item("b", 0, 10)]}, lease_ttl_ms=30_000)
+    (theirs,) = delivery.claim("forged", "w1", 1)
+
+    async def script(client: httpx.AsyncClient) -> int:
+        body = {"schedule_id": "forged", "key": theirs.key, "token": theirs.token, "output_tokens": 5}
+        return (await client.post("/done", json={**body, "reward": 1.0})).status_code
+
+    assert _with_api(redis_url, script, worker="w0") == 409
+    assert delivery.read_results("forged") == []

@@ -228,3 +228,31 @@ def test_leases_claimed_but_not_started_go_back_while_the_engine_is_down(
 
     _run_until(sidecar, back_in_the_queue, timeout_s=3.0)
     assert seen_queued[-1] == 2
+
+
+def test_an_engine_that_aborts_requests_is_given_a_pause_not_a_tight_retry_loop(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """vLLM paused for a weight sync aborts what it runs and still lists its models."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "paused", {"w0": [item("p", 0, 10)]}, lease_ttl_ms=30_000)
+    generations: list[float] = []
+
+    def paused_vllm(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 32768}]})
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        generations.append(time.monotonic())
+        choice = {"index": 0, "text": "", "finish_reason": "abort"}
+        return httpx.Response(200, json={"choices": [choice], "usage": {"completion_tokens": 3}})
+
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(8), SessionSettings("w0"))
+    http = httpx.AsyncClient(transport=httpx.MockTransport(paused_vllm), base_url="http://engine")
+    engine = EngineClient(EngineOptions("http://engine", synthetic_prompts=True), http)
+    settings = RunnerSettings(idle_poll_s=0.02, engine_wait_s=0.25)
+    started = time.monotonic()
+    stats = _run_until(Sidecar(session, engine, settings), lambda: time.monotonic() - started > 1.0)
+    assert 2 <= len(generations) <= 6  # about one try per engine_wait_s, not hundreds
+    assert stats.failed == 0  # an abort never costs the item an attempt
+    assert delivery.progress("paused").done == 0
