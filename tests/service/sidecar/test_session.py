@@ -52,10 +52,10 @@ def test_a_failover_in_progress_is_an_outage_to_wait_out_not_a_damaged_schedule(
     delivery = Delivery(redis_client)
     delivery.publish(PublishedSchedule("failover", {"w": _items("a", 2, 100.0)}))
     session = WorkerSession(delivery, Holdings(16), SessionSettings("w"))
-    redis_client.execute_command("REPLICAOF", "127.0.0.1", "1")  # a master that is not there (yet)
+    redis_client.replicaof("127.0.0.1", 1)  # a master that is not there (yet)
     try:
         with pytest.raises(redis.exceptions.ReadOnlyError):
             asyncio.run(session.claim(16))
     finally:
-        redis_client.execute_command("REPLICAOF", "NO", "ONE")
+        redis_client.replicaof("NO", "ONE")
     assert [h.lease.key for h in asyncio.run(session.claim(16))] == ["a-0#0", "a-1#0"]  # not written off
