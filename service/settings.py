@@ -89,7 +89,7 @@ class Settings(BaseSettings):
     )  # approximate cap on the actuals stream (oldest trimmed)
     speed_ewma_alpha: float = Field(
         default=0.2, gt=0, le=1
-    )  # weight of the newest actual in a worker's speed
+    )  # weight of the newest /actuals batch (its mean) in a worker's speed
 
     # --- observability -------------------------------------------------------------------------------
     log_level: str = "INFO"

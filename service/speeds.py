@@ -5,7 +5,9 @@ thermal limits, a noisy neighbour). Each actual says how long a trajectory of kn
 worker running ``concurrency`` sequences; the cost model says how long it should have taken at
 ``time_scale = 1``. Their ratio is a sample of that worker's time scale. We keep an exponentially
 weighted mean of log ratios per worker (log: a worker twice as slow and one twice as fast are
-symmetric errors), in Redis so every replica plans with the same speeds. A later request that states
+symmetric errors), one update per report batch at the batch's mean (a step's reports end with its
+slow tail; folded one by one, the last few would decide), in Redis so every replica plans with the
+same speeds. A later request that states
 no ``time_scale`` or ``decode_tokens_per_s`` for a worker gets the learned one. Reports without
 ``concurrency`` teach nothing about speed: a trajectory decoded in a batch of 100 is slower than one
 decoded alone, and mistaking that for a slow worker would mislead every later plan.
@@ -39,19 +41,17 @@ from service.redis_conn import RedisClient
 
 MIN_RATIO, MAX_RATIO = 0.02, 50.0  # a sample outside this is a unit error or a stall, not a speed
 
-# Folds a batch of log-ratio samples into one worker's EWMA atomically (replicas may race).
+# Folds one report batch's mean log ratio into a worker's EWMA atomically (replicas may race).
+# ARGV: worker, alpha, the batch's mean log ratio, its sample count.
 _UPDATE = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 local state = raw and cjson.decode(raw) or nil
-local alpha = tonumber(ARGV[2])
-for i = 3, #ARGV do
-  local x = tonumber(ARGV[i])
-  if state then
-    state.log_scale = (1 - alpha) * state.log_scale + alpha * x
-    state.samples = state.samples + 1
-  else
-    state = {log_scale = x, samples = 1}
-  end
+local alpha, x, n = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if state then
+  state.log_scale = (1 - alpha) * state.log_scale + alpha * x
+  state.samples = state.samples + n
+else
+  state = {log_scale = x, samples = n}
 end
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(state))
 return tostring(state.log_scale)
@@ -101,7 +101,9 @@ class SpeedLearner:
                 continue  # never published to: no model to compare with
             worker, model = _worker_from_json(str(profiles[wid]))
             samples = [_log_ratio(worker, model, r) for r in batch]
-            args: list[Any] = [wid, self._alpha, *samples]
+            # one update per batch, at its mean: folding the samples one by one left the estimate to
+            # the last few reported (a step's slow tail: 1.15 where the step's mean was 1.0)
+            args: list[Any] = [wid, self._alpha, sum(samples) / len(samples), len(samples)]
             updated[wid] = math.exp(float(self._update(keys=[self.speed_key], args=args)))
         return updated
 

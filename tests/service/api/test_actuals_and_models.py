@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 from pathlib import Path
 
@@ -75,6 +76,17 @@ def test_a_worker_measured_slower_than_its_profile_is_planned_slower(client: Tes
     assert abs(answer["time_scales"]["w0"] - 2.0) < 1e-6
     assert answer["time_scales"]["w1"] == 1.0
     assert answer["time_scale_sources"] == {"w0": "learned", "w1": "profile"}
+
+
+def test_a_batch_teaches_its_mean_speed_not_that_of_its_last_reports(client: TestClient) -> None:
+    """A step's reports end with its tail: folded one by one, the last few decided the speed."""
+    client.post("/schedule", json=batch_body(workers=2))
+    on_time = [actual_report(0, p, 0, worker="w0") for p in range(6)]
+    late_tail = [actual_report(0, p, 1, worker="w0", slowdown=4.0) for p in range(2)]
+    first = client.post("/actuals", json={"actuals": on_time + late_tail}).json()["time_scales"]["w0"]
+    assert abs(first - 4.0 ** (2 / 8)) < 1e-6  # the batch's geometric mean
+    second = client.post("/actuals", json={"actuals": on_time}).json()["time_scales"]["w0"]
+    assert abs(second - math.exp(0.8 * math.log(first))) < 1e-6  # one step of the EWMA (alpha 0.2)
 
 
 def test_a_stated_speed_wins_over_the_learned_one(client: TestClient) -> None:

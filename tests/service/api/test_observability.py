@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -78,8 +79,8 @@ def test_the_access_line_of_a_schedule_request_carries_its_schedule_id(
 def test_a_failed_on_demand_retrain_is_counted_as_an_error(make_client: AppFactory, tmp_path: Path) -> None:
     client = make_client(model_dir=str(tmp_path / "models"))
     assert client.post("/actuals", json={"actuals": actual_history(steps=2)}).status_code == 200
-    (tmp_path / "models").mkdir(exist_ok=True)
-    (tmp_path / "models" / ".last-version").mkdir()  # the store cannot record a version
+    shutil.rmtree(tmp_path / "models", ignore_errors=True)
+    (tmp_path / "models").write_text("not a folder")  # replaced under the running service
     assert client.post("/models/retrain").status_code == 500
     assert 'rollout_retrains_total{outcome="error"} 1.0' in client.get("/metrics").text
 
