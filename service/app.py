@@ -63,6 +63,7 @@ def create_app(settings: Settings) -> FastAPI:
             yield
         finally:
             reaper.stop()
+            ctx.retrainer.release()  # a retrain cut short by the shutdown must not hold the lock
             ctx.redis.close()
             _log.info("service stopped")
 

@@ -7,9 +7,10 @@ until the swap. ``POST /models/retrain`` runs one now. With ``retrain_every_step
 by then the actuals of every earlier step are in, which is the step boundary the trainer sees.
 
 Replicas coordinate through two keys (named, with their TTLs, in ``service/delivery/keys.py``):
-``keys.retrain_lock`` (``SET NX`` with ``RETRAIN_LOCK_TTL_S``, so a crashed trainer frees it) allows
-one retrain at a time across replicas, and ``keys.retrain_step`` holds the last step a retrain
-covered. Other replicas pick the new version up by hot reload.
+``keys.retrain_lock`` (``SET NX`` with ``RETRAIN_LOCK_TTL_S``, renewed while the fit runs and
+released when the replica stops, so a replica stopped or killed mid-retrain holds it back a minute
+at most) allows one retrain at a time across replicas, and ``keys.retrain_step`` holds the last step
+a retrain covered. Other replicas pick the new version up by hot reload.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ from service.redis_conn import RedisClient
 _log = logging.getLogger("service.retrain")
 _COMPARE_AND_SET = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end
+return 0
+"""
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
 
@@ -60,6 +69,9 @@ class Retrainer:
         self._lock_key = keys.retrain_lock(prefix)
         self.step_key = keys.retrain_step(prefix)
         self._advance = client.register_script(_COMPARE_AND_SET)
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+        self._token: str | None = None  # the retrain lock's owner token while this replica holds it
         self._running = threading.Lock()
         self.background: threading.Thread | None = None  # the last automatic retrain, if any
 
@@ -91,16 +103,38 @@ class Retrainer:
         if not self._redis.set(self._lock_key, token, nx=True, ex=keys.RETRAIN_LOCK_TTL_S):
             self._metrics.retrains.labels("busy").inc()
             raise ConflictError("a retrain is already running in another replica")
+        self._token, done = token, threading.Event()
+        keeper = threading.Thread(target=self._keep_lock, args=(token, done), daemon=True)
+        keeper.start()
         try:
             version, seconds = self._models.retrain()
         except InvalidInputError as error:
             self._metrics.retrains.labels("insufficient_data").inc()
             raise ConflictError(f"not enough actuals to train on: {error.reason}", field="history") from None
         finally:
-            if self._redis.get(self._lock_key) == token:
-                self._redis.delete(self._lock_key)
+            done.set()
+            self.release()
         self._metrics.retrains.labels("ok").inc()
         return RetrainResult(f"v{version}", self._models.rows, seconds)
+
+    def _keep_lock(self, token: str, done: threading.Event) -> None:
+        """Renew the lock every third of its TTL until ``done``: a short TTL frees it soon after a
+        crash, renewal keeps it through a long fit."""
+        while not done.wait(keys.RETRAIN_LOCK_TTL_S / 3):
+            try:
+                self._renew(keys=[self._lock_key], args=[token, keys.RETRAIN_LOCK_TTL_S])
+            except Exception:  # Redis down: the lock may lapse; the fit itself goes on
+                _log.warning("could not renew the retrain lock", exc_info=True)
+
+    def release(self) -> None:
+        """Give the retrain lock back if this replica holds it (after a fit, and at shutdown: a
+        replica stopped mid-retrain must not block every other's for the lock's life)."""
+        token, self._token = self._token, None
+        if token is not None:
+            try:
+                self._release(keys=[self._lock_key], args=[token])
+            except Exception:  # Redis down: the lock expires by itself
+                _log.warning("could not release the retrain lock", exc_info=True)
 
     def after_step(self, step: int) -> bool:
         """Start a background retrain if ``step`` is a configured boundary; True if one started."""

@@ -70,8 +70,9 @@ key                            type     contents; time-to-live
 ``<prefix>:speed``             hash     worker id -> ``{"log_scale", "samples"}``, the learned time
                                         scale; no TTL, one entry per worker
 ``<prefix>:retrain:step``      string   last step an automatic retrain was started for; no TTL
-``<prefix>:retrain:lock``      string   random owner token while one replica retrains; expires after
-                                        ``RETRAIN_LOCK_TTL_S`` so a crashed trainer frees it
+``<prefix>:retrain:lock``      string   random owner token while one replica retrains; renewed while
+                                        it runs, released on shutdown, else expires after
+                                        ``RETRAIN_LOCK_TTL_S`` so a crashed replica frees it
 =============================  =======  ===========================================================
 """
 
@@ -87,7 +88,8 @@ DEFAULT_MAX_ATTEMPTS = 3  # claims of one item before it is dead-lettered
 DEFAULT_RETENTION_S = 24 * 3600  # how long a schedule's keys (results included) are kept
 MAX_BATCH = 1000  # most items one claim/steal leases (Lua unpack limits the batch)
 SHARED_QUEUE = "*"  # worker-name of the shared FIFO; not a valid worker id
-RETRAIN_LOCK_TTL_S = 900  # longest a retrain may hold the lock (1M rows fit in ~30 s on 2 cores)
+RETRAIN_LOCK_TTL_S = 60  # the retrain lock's life, renewed every third of it while the fit runs:
+# a replica that dies mid-retrain holds it back at most this long (1M rows fit in ~30 s on 2 cores)
 
 # Field names of the per-worker counters in ``P:counts`` (``<state>:<worker>``) and the totals.
 QUEUED, RUNNING, DONE, FAILED = "q", "r", "d", "f"

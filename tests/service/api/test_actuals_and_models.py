@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import threading
+import time
 from pathlib import Path
 
 import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from service.app import create_app
+from service.delivery import keys
+from service.settings import Settings
 from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
 
 
@@ -275,3 +280,63 @@ def test_a_damaged_newest_version_leaves_the_service_serving_the_one_it_has(
     answer = starting.post("/schedule", json=batch_body(step=2, publish=False))
     assert answer.status_code == 200
     assert answer.json()["model_version"] == "v1"
+
+
+def _retrain_stuck_in_its_fit(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> tuple[threading.Event, threading.Thread]:
+    """Start a background retrain (as a step boundary does) on ``client``'s replica whose fit waits
+    until the returned event is set."""
+    ctx = client.app.state.context  # type: ignore[attr-defined]
+    proceed, fitting = threading.Event(), threading.Event()
+    real_fit = ctx.models.retrain
+
+    def slow_fit() -> tuple[int, float]:
+        fitting.set()
+        proceed.wait(10)
+        return real_fit()  # type: ignore[no-any-return]
+
+    def retrain() -> None:
+        with contextlib.suppress(Exception):  # its replica may be gone before it ends
+            ctx.retrainer.retrain_now()
+
+    monkeypatch.setattr(ctx.models, "retrain", slow_fit)
+    background = threading.Thread(target=retrain, daemon=True)
+    background.start()
+    assert fitting.wait(5)
+    return proceed, background
+
+
+def test_a_replica_stopped_mid_retrain_gives_the_lock_back(
+    live_settings: Settings,
+    make_client: AppFactory,
+    redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rolling restart just after a step boundary had blocked every retrain for 15 minutes."""
+    first = TestClient(create_app(live_settings), raise_server_exceptions=False).__enter__()
+    second = make_client()
+    first.post("/actuals", json={"actuals": actual_history(steps=2)})
+    proceed, request = _retrain_stuck_in_its_fit(first, monkeypatch)
+    try:
+        assert second.post("/models/retrain").status_code == 409  # one at a time across replicas
+        first.__exit__(None, None, None)  # SIGTERM while the fit runs: the lifespan ends
+        assert redis_client.get("rs:retrain:lock") is None
+        assert second.post("/models/retrain").status_code == 200
+    finally:
+        proceed.set()
+        request.join(timeout=10)
+
+
+def test_the_retrain_lock_outlives_its_ttl_while_the_fit_runs(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(keys, "RETRAIN_LOCK_TTL_S", 1)
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    proceed, request = _retrain_stuck_in_its_fit(client, monkeypatch)
+    try:
+        time.sleep(2.5)  # over twice the TTL
+        assert redis_client.get("rs:retrain:lock") is not None
+    finally:
+        proceed.set()
+        request.join(timeout=10)
