@@ -35,7 +35,7 @@ from service.api.schemas import (
     WorkerSpec,
 )
 from service.context import Context
-from service.delivery import LeaseSettings, UnknownScheduleError
+from service.delivery import LeaseSettings, PublishOutcome, UnknownScheduleError
 from service.delivery.publisher import publish_plan
 from service.limits import check_trajectory_count
 from service.logs import schedule_context
@@ -251,14 +251,16 @@ def publish(
     """Write the plan's queues (with each prompt's payload) for the sidecars; remember worker profiles.
 
     Profiles are remembered only once the publish is accepted: a publish refused as a conflict (two
-    requests racing for one ``schedule_id``) must change nothing, and the loser's profiles would
-    otherwise describe workers as a plan that never ran. If Redis fails in between, the schedule runs
-    and its actuals are compared with each worker's previous profile until the next publish.
+    requests racing for one ``schedule_id``; with identical plans the later one changes nothing and
+    is answered 409 too, so exactly one caller is told it published) must change nothing, and the
+    loser's profiles would otherwise describe workers as a plan that never ran. If Redis fails in
+    between, the schedule runs and its actuals are compared with each worker's previous profile
+    until the next publish.
     """
     payloads = {item.prompt_id: _payload(item, body.sampling) for item in body.batch.items}
     settings = ctx.settings
     lease = LeaseSettings(settings.lease_ttl_ms, settings.max_attempts, settings.retention_s)
-    publish_plan(
+    outcome = publish_plan(
         ctx.delivery,
         schedule_id,
         chosen,
@@ -268,6 +270,12 @@ def publish(
         request.prefix_affinity,
         inventory=request.inventory,  # each item's steal deadline, from the plan at predicted lengths
     )
+    if outcome is PublishOutcome.UNCHANGED:  # the same plan, published by a request that raced us
+        raise ConflictError(
+            f"schedule {schedule_id} is already published; follow it with GET /schedule/{schedule_id}",
+            field="schedule_id",
+            value=schedule_id,
+        )
     ctx.speeds.remember(request.inventory)
 
 

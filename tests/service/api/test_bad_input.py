@@ -272,6 +272,19 @@ def test_a_publish_that_loses_a_race_for_its_schedule_id_changes_nothing(
     assert (_snapshot(redis_client), redis_client.hgetall("rs:workers")) == before
 
 
+def test_of_two_identical_requests_racing_for_one_schedule_id_only_one_is_told_it_published(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = batch_body(schedule_id="twins")
+    assert client.post("/schedule", json=body).status_code == 200
+    before = _snapshot(redis_client)
+    monkeypatch.setattr(pipeline, "refuse_republish", lambda schedule_id, ctx: None)  # passed it first
+    response = client.post("/schedule", json=body)
+    assert response.status_code == 409
+    assert response.json()["field"] == "schedule_id"
+    assert _snapshot(redis_client) == before
+
+
 @pytest.mark.parametrize(
     ("path", "field"),
     [
