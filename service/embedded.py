@@ -111,7 +111,11 @@ class EmbeddedServer:
             *self.extra_args,
         ]
         self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self._wait_ready(timeout_s)
+        try:
+            self._wait_ready(timeout_s)
+        except BaseException:  # a server that never answered must not outlive the failed start
+            self._end_process()
+            raise
 
     @property
     def log_path(self) -> Path:
@@ -158,6 +162,13 @@ class EmbeddedServer:
 
     def stop(self) -> None:
         """Terminate the server and remove its temporary data dir."""
+        self._end_process()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+            self.data_dir = None
+
+    def _end_process(self) -> None:
         if self._proc is not None:
             self._proc.terminate()
             try:
@@ -166,10 +177,6 @@ class EmbeddedServer:
                 self._proc.kill()
                 self._proc.wait()
             self._proc = None
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
-            self.data_dir = None
 
     def __enter__(self) -> EmbeddedServer:
         return self.start()

@@ -43,3 +43,13 @@ def test_another_valkey_on_the_port_is_not_mistaken_for_ours() -> None:
         with pytest.raises(PortTakenError):
             second.start()  # the first answers PING on that port, but it is not this one's process
         second.stop()
+
+
+def test_a_server_that_never_answers_is_not_left_running_after_the_failed_start() -> None:
+    """With a password the readiness PING is refused: start fails, and must not leak the process."""
+    server = EmbeddedServer(extra_args=("--requirepass", "s3cret"))
+    with pytest.raises(embedded.EmbeddedServerError, match="did not answer"):
+        server.start(timeout_s=1.0)
+    with pytest.raises(ConnectionRefusedError):  # nobody listens there any more: not orphaned
+        socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+    server.stop()
