@@ -33,8 +33,7 @@ from service.logs import install_record_factory, request_schedule_id, schedule_c
 from service.metrics import Metrics
 from service.models import ModelService
 from service.problems import install as install_problems
-from service.problems import lookup
-from service.redis_conn import connect, describe
+from service.redis_conn import connect, describe, refused
 from service.retrain import Retrainer
 from service.settings import Settings
 from service.speeds import SpeedLearner
@@ -95,7 +94,7 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
         model_service.start()
     except redis.RedisError as error:
         model_service.loaded = True  # the fallbacks serve; history syncs on the first request
-        if lookup(error).slug == "redis-refused":  # waiting will not fix credentials: tell the operator
+        if refused(error):  # waiting will not fix credentials: tell the operator
             _log.error(
                 "Redis refused the service's user at startup (%s); check REDIS_URL's credentials", error
             )

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.context import Context, context_of
-from service.problems import lookup
+from service.redis_conn import refused
 
 router = APIRouter(tags=["health"])
 
@@ -38,7 +38,7 @@ def readyz(request: Request) -> JSONResponse:
         ctx.redis.ping()
         checks["redis"] = "ok"
     except redis.RedisError as error:  # a wrong password or ACL is not an outage: say which
-        checks["redis"] = f"{'refused' if lookup(error).slug == 'redis-refused' else 'unreachable'}: {error}"
+        checks["redis"] = f"{'refused' if refused(error) else 'unreachable'}: {error}"
     ready = checks["redis"] == "ok" and ctx.models.loaded
     return JSONResponse({"ready": ready, **checks}, status_code=200 if ready else 503)
 

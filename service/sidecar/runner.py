@@ -220,7 +220,7 @@ class Sidecar:
         """
         deadline = time.monotonic() + self.settings.drain_timeout_s
         holdings = self.session.holdings
-        await self._hand_back(holdings.waiting(), deadline)
+        await self.session.hand_back(holdings.waiting(), deadline - time.monotonic())
         running = list(self._tasks.values())
         if running:
             log.info("draining %d running items for up to %.1fs", len(running), self.settings.drain_timeout_s)
@@ -228,10 +228,8 @@ class Sidecar:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        await self._hand_back([h for h in holdings.all() if not h.completing], deadline + RELEASE_GRACE_S)
-
-    async def _hand_back(self, helds: list[Held], deadline: float) -> None:
-        await self.session.hand_back(helds, deadline - time.monotonic())
+        unfinished = [h for h in holdings.all() if not h.completing]
+        await self.session.hand_back(unfinished, deadline + RELEASE_GRACE_S - time.monotonic())
 
 
 def _result(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryResult:
