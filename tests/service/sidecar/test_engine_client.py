@@ -107,16 +107,21 @@ def test_an_engine_refusal_is_not_retryable_and_an_unreachable_engine_is() -> No
         _generate(too_long)
     assert not refused.value.retryable
 
-    async def unreachable() -> None:
-        client = EngineClient.open(EngineOptions("http://127.0.0.1:9", connect_timeout_s=0.5))
+    with pytest.raises(EngineError, match="unreachable") as down:
+        _ready(EngineClient.open(EngineOptions("http://127.0.0.1:9", connect_timeout_s=0.5)))
+    assert down.value.retryable
+
+
+def _ready(client: EngineClient) -> str:
+    """``client.ready()``, run to the end and the client closed."""
+
+    async def run() -> str:
         try:
-            await client.ready()
+            return await client.ready()
         finally:
             await client.aclose()
 
-    with pytest.raises(EngineError, match="unreachable") as down:
-        asyncio.run(unreachable())
-    assert down.value.retryable
+    return asyncio.run(run())
 
 
 def _answered(status: int, body: bytes) -> EngineError:
@@ -224,19 +229,10 @@ def test_an_engine_side_refusal_gets_the_item_back_without_charge(status: int, b
 
 
 def test_a_configured_model_the_engine_does_not_serve_is_not_ready() -> None:
-    async def run() -> None:
-        transport = httpx.MockTransport(lambda request: _models(request) or httpx.Response(500))
-        client = EngineClient(
-            EngineOptions("http://engine", model="qwen-typo"),
-            httpx.AsyncClient(transport=transport, base_url="http://engine"),
-        )
-        try:
-            await client.ready()
-        finally:
-            await client.aclose()
-
+    transport = httpx.MockTransport(lambda request: _models(request) or httpx.Response(500))
+    http = httpx.AsyncClient(transport=transport, base_url="http://engine")
     with pytest.raises(EngineError, match="does not serve 'qwen-typo'") as refused:
-        asyncio.run(run())
+        _ready(EngineClient(EngineOptions("http://engine", model="qwen-typo"), http))
     assert refused.value.engine_down
 
 
