@@ -206,7 +206,7 @@ class Delivery(DeliveryViews):
             for lease in group:
                 args += [lease.key, lease.token]
             try:
-                deadlines = self._call(self.scripts.heartbeat, schedule_id, args)
+                deadlines = self._settled(schedule_id, self._call(self.scripts.heartbeat, schedule_id, args))
             except UnknownScheduleError:
                 continue
             alive += [
@@ -241,10 +241,19 @@ class Delivery(DeliveryViews):
         codes = self._call(self.scripts.complete, schedule_id, args)
         return self._outcomes(schedule_id, codes)
 
-    def _outcomes(self, schedule_id: str, codes: Sequence[Any]) -> list[CompletionOutcome]:
-        if int(codes[-1]) == 1:
+    def _settled(self, schedule_id: str, reply: Sequence[Any]) -> Sequence[Any]:
+        """Strip the settled flag the state-changing scripts append; retire the schedule on a 1.
+
+        Whatever settles the last item (a completion, a failure or an expired lease dead-lettered by
+        a heartbeat, a release or the reaper) must take the schedule out of the sidecars' inboxes and
+        the reapers' index at once, or they keep polling finished work until its retention passes.
+        """
+        if int(reply[-1]) == 1:
             self._retire(schedule_id)
-        return [_COMPLETE_CODES[int(c)] for c in codes[:-1]]
+        return reply[:-1]
+
+    def _outcomes(self, schedule_id: str, codes: Sequence[Any]) -> list[CompletionOutcome]:
+        return [_COMPLETE_CODES[int(c)] for c in self._settled(schedule_id, codes)]
 
     def complete_and_claim(
         self,
@@ -303,7 +312,7 @@ class Delivery(DeliveryViews):
             args: list[Any] = [mode, wire.clock(now_ms), reason]
             for lease in group:
                 args += [lease.key, lease.token]
-            codes = self._call(self.scripts.release, schedule_id, args)
+            codes = self._settled(schedule_id, self._call(self.scripts.release, schedule_id, args))
             for lease, code in zip(group, codes, strict=True):
                 outcome[(schedule_id, lease.key, lease.token)] = _RELEASE_CODES[int(code)]
         return [outcome[(le.schedule_id, le.key, le.token)] for le in leases]
@@ -312,7 +321,8 @@ class Delivery(DeliveryViews):
 
     def reap(self, schedule_id: str, now_ms: int | None = None, limit: int = 1000) -> ReapReport:
         """Expire up to ``limit`` lapsed leases of one schedule (atomic: safe from many replicas)."""
-        requeued, dead = self._call(self.scripts.reap, schedule_id, [wire.clock(now_ms), limit])
+        reply = self._call(self.scripts.reap, schedule_id, [wire.clock(now_ms), limit])
+        requeued, dead = self._settled(schedule_id, reply)
         return ReapReport(requeued=int(requeued), dead_lettered=int(dead))
 
 

@@ -215,6 +215,13 @@ local function expire(key, now, cfg)
   return 'requeued'
 end
 
+-- 1 once every item is done or dead: the caller (Python) then drops the schedule from the indexes.
+-- Every script that can settle an item's fate appends it to its reply.
+local function settled_flag(cfg)
+  local c = redis.call('HMGET', k('counts'), 'd', 'f')
+  return ((tonumber(c[1]) or 0) + (tonumber(c[2]) or 0) >= cfg.total) and 1 or 0
+end
+
 -- The lease (key, token) right now: 'current', 'expired' (token current but past its deadline; the
 -- caller must expire it), or 'stale' (reaped, released, done, superseded or never issued).
 local function lease_status(key, token, now)

@@ -38,6 +38,5 @@ for i = 3, #ARGV, 3 do
 end
 if accepted then keep(k('results'), cfg.exp) end
 flush(cfg)
-local c = redis.call('HMGET', k('counts'), 'd', 'f')
-out[#out + 1] = (tonumber(c[1]) + tonumber(c[2]) >= cfg.total) and 1 or 0
+out[#out + 1] = settled_flag(cfg)
 return out

@@ -2,7 +2,8 @@
 -- A lease found past its deadline is expired on the spot (requeued or dead-lettered), exactly as the
 -- reaper would, so expiry depends on time alone, never on when a reaper happened to run.
 -- ARGV: now ('' = server), then pairs (key, token).
--- Returns one integer per lease: the new deadline (ms), or -1 when the lease is gone.
+-- Returns one integer per lease: the new deadline (ms), or -1 when the lease is gone; then the settled
+-- flag (1 when every item is done or dead).
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now = now_ms(ARGV[1])
@@ -20,4 +21,5 @@ for i = 2, #ARGV, 2 do
   end
 end
 flush(cfg)
+out[#out + 1] = settled_flag(cfg)
 return out

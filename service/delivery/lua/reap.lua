@@ -1,7 +1,8 @@
 -- reap: expire every lease whose deadline passed (requeue at the head of the holder's queue, or
 -- dead-letter after max_attempts). Atomic, so replicas reaping at once never double-requeue.
 -- ARGV: now ('' = server), limit (most leases handled per call).
--- Returns {requeued, dead_lettered}; error NOSCHEDULE once the schedule expired.
+-- Returns {requeued, dead_lettered, settled (1 when every item is done or dead)}; error NOSCHEDULE
+-- once the schedule expired.
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now = now_ms(ARGV[1])
@@ -14,4 +15,4 @@ for _, key in ipairs(expired) do
   if expire(key, now, cfg) == 'dead' then dead = dead + 1 else requeued = requeued + 1 end
 end
 flush(cfg)
-return {requeued, dead}
+return {requeued, dead, settled_flag(cfg)}

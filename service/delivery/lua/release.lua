@@ -2,7 +2,8 @@
 -- queue in the original order and refund the attempt. mode 'fail' (the engine failed the item): the
 -- attempt counts; requeue, or dead-letter once max_attempts are spent.
 -- ARGV: mode, now ('' = server), reason, then pairs (key, token).
--- Returns one code per lease: 1 requeued, 3 dead-lettered, 0 stale (not held: nothing changed).
+-- Returns one code per lease: 1 requeued, 3 dead-lettered, 0 stale (not held: nothing changed); then
+-- the settled flag (1 when every item is done or dead).
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local mode, now, reason = ARGV[1], now_ms(ARGV[2]), ARGV[3]
@@ -31,4 +32,5 @@ for i = #ARGV - 1, 4, -2 do
   table.insert(out, 1, code)
 end
 flush(cfg)
+out[#out + 1] = settled_flag(cfg)
 return out

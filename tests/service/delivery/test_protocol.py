@@ -271,6 +271,31 @@ def test_a_finished_schedule_leaves_the_indexes_but_keeps_its_results(delivery: 
     assert len(delivery.read_results("s")) == 2
 
 
+def test_a_schedule_whose_last_item_is_dead_lettered_by_fail_leaves_the_indexes(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 2}, max_attempts=1))
+    first, second = delivery.claim("s", "a", 2)
+    delivery.complete(first, RESULT)
+    assert delivery.fail(second, "engine 500") is ReleaseOutcome.DEAD_LETTERED
+    assert delivery.progress("s").finished
+    assert (delivery.schedules_for("a"), delivery.active_schedules()) == ([], [])
+
+
+def test_a_schedule_whose_last_lease_is_reaped_into_the_dead_letters_leaves_the_indexes(
+    delivery: Delivery,
+) -> None:
+    delivery.publish(schedule("s", {"a": 1}, ttl_ms=100, max_attempts=1), now_ms=T0)
+    delivery.claim("s", "a", 1, now_ms=T0)
+    assert delivery.reap("s", now_ms=T0 + 500).dead_lettered == 1
+    assert (delivery.schedules_for("a"), delivery.active_schedules()) == ([], [])
+
+
+def test_a_heartbeat_that_dead_letters_the_last_lapsed_lease_retires_the_schedule(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 1}, ttl_ms=100, max_attempts=1), now_ms=T0)
+    leases = delivery.claim("s", "a", 1, now_ms=T0)
+    assert delivery.heartbeat(leases, now_ms=T0 + 500) == []
+    assert (delivery.progress("s").failed, delivery.active_schedules()) == (1, [])
+
+
 def test_every_key_of_a_schedule_is_in_one_hash_slot_and_expires(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
