@@ -165,6 +165,11 @@ class Sidecar:
         except EngineError as exc:
             await self._engine_failed(held, exc)
             return
+        except Exception as exc:  # the request could not even be built or sent (a payload that does
+            # not encode): charged to the item, or its lease, renewed by the heartbeat, never ends
+            log.exception("could not send %s to the engine", held.lease.key)
+            await self._engine_failed(held, EngineError(f"{type(exc).__name__}: {exc}", retryable=False))
+            return
         self.session.holdings.observe(
             reply.completion_tokens, reply.wall_time_s
         )  # KV admission's decode rate

@@ -197,6 +197,20 @@ def test_an_item_the_engine_refuses_is_failed_and_dead_lettered_after_its_attemp
     assert "maximum context length" in progress.dead_letters[0].reason
 
 
+def test_an_item_the_sidecar_cannot_even_send_is_failed_not_left_running_forever(
+    redis_client: redis.Redis, redis_url: str, engine_url: str
+) -> None:
+    # a lone surrogate cannot be encoded as UTF-8: the request never leaves, and before the fix the
+    # task died while the heartbeat kept its lease alive
+    delivery = Delivery.from_url(redis_url)
+    unsendable = DeliveryItem("bad#0", "bad", 0, 100, 100, 100.0, {"prompt": "x\ud800y"})
+    publish(delivery, "unsendable", {"w0": [unsendable, item("ok", 0, 50)]})
+    _run_until(_sidecar(redis_url, engine_url), _finished(delivery, "unsendable"), timeout_s=10)
+    progress = delivery.progress("unsendable")
+    assert (progress.done, progress.failed) == (1, 1)
+    assert "UnicodeEncodeError" in progress.dead_letters[0].reason
+
+
 def test_a_sidecar_whose_engine_is_down_claims_nothing_and_says_so_once(
     redis_client: redis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
