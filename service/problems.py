@@ -9,6 +9,7 @@ every ``errors[]`` entry. A client can therefore fix its request without reading
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Sequence
@@ -31,6 +32,17 @@ PROBLEM_JSON = "application/problem+json"
 _UNION_TAGS = frozenset({"float", "str", "int", "bool", "none"})
 MAX_ECHO = 256  # longest text input echoed back as a 422's ``value``
 _log = logging.getLogger("service.problems")
+
+
+class ProblemResponse(JSONResponse):
+    """problem+json rendered as ASCII: a 422 echoes the input at fault, and an input may hold a lone
+    UTF-16 surrogate (valid in JSON, not in UTF-8), which the default rendering fails on with a 500."""
+
+    media_type = PROBLEM_JSON
+
+    def render(self, content: Any) -> bytes:
+        """Compact, ASCII-only JSON (non-ASCII text as ``\\uXXXX`` escapes)."""
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 class ServiceError(Exception):
@@ -156,7 +168,7 @@ def problem_response(
         "instance": instance,
         **(extra or {}),
     }
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+    return ProblemResponse(body, status_code=status, headers=headers)
 
 
 def field_path(loc: Sequence[int | str]) -> str:
@@ -232,7 +244,7 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
     """The one exception handler: look ``exc`` up in the table and answer with a problem."""
     problem = lookup(exc)
     detail, extra = _details(exc)
-    if extra.get("field") == "body" and "json" not in request.headers.get("content-type", ""):
+    if extra.get("field") == "body" and not _is_json(request.headers.get("content-type", "")):
         detail += "; send the body as JSON, with 'Content-Type: application/json'"
     if problem.status > 500:  # a 500 is logged by the server, traceback and all (Starlette re-raises it)
         with schedule_context(request_schedule_id(request.scope)):
@@ -251,15 +263,27 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _is_json(content_type: str) -> bool:
+    """``application/json`` or a ``+json`` type, parameters aside: what FastAPI parses as JSON."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 async def handle_http(request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's own errors (unknown route, wrong method) as problems too."""
+    """Starlette's own errors (unknown route, wrong method, a body FastAPI cannot parse) as problems.
+
+    FastAPI answers 400 for a body it cannot decode at all (not UTF-8, or JSON nested past Python's
+    recursion limit); that one is the body's fault, so it names ``body`` as a 422 would.
+    """
     assert isinstance(exc, StarletteHTTPException)
+    extra = {"field": "body"} if exc.status_code == 400 else None
     return problem_response(
         exc.status_code,
-        str(exc.detail),
+        HTTPStatus(exc.status_code).phrase,
         f"{request.method} {request.url.path}: {exc.detail}",
         slug="http",
         instance=request.url.path,
+        extra=extra,
         headers=dict(exc.headers or {}),
     )
 

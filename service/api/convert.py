@@ -63,6 +63,10 @@ def build_inventory(
         workers.append(worker)
         sources[spec.worker_id] = source
     drained = frozenset(s.worker_id for s in request.inventory.workers if s.drain)
+    if len(drained) == len(workers):
+        raise InvalidInputError(
+            "inventory.workers", len(workers), "every worker is drained (drain: true); one must take the work"
+        )
     return Inventory(workers=tuple(workers), model=model), drained, sources
 
 

@@ -28,7 +28,12 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+_NOT_READY: dict[int | str, dict[str, Any]] = {
+    503: {"description": "not ready: Redis or the predictor (the body says which)"}
+}
+
+
+@router.get("/readyz", responses=_NOT_READY)
 def readyz(request: Request) -> JSONResponse:
     """Ready when Redis answers PING and a predictor is loaded; 503 with the reason otherwise."""
     ctx: Context = context_of(request)

@@ -12,7 +12,7 @@ from service.problems import documented
 router = APIRouter(tags=["models"], route_class=AuthFirstRoute)
 
 
-@router.get("/models", dependencies=[Depends(any_client)], responses=documented(401, 403))
+@router.get("/models", dependencies=[Depends(any_client)], responses=documented(401, 403, 503))
 def model_status(request: Request) -> ModelStatus:
     """The serving version, the stored versions and the history the predictor reads."""
     ctx = context_of(request)

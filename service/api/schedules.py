@@ -92,7 +92,7 @@ def schedule_progress(schedule_id: Annotated[ScheduleId, Path()], request: Reque
 async def schedule_results(
     schedule_id: Annotated[ScheduleId, Path()],
     request: Request,
-    after: Annotated[str, Query(pattern=r"^\d{1,20}-\d{1,20}$")] = "0-0",
+    after: Annotated[str, Query(pattern=r"^[0-9]{1,20}-[0-9]{1,20}$")] = "0-0",
     count: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
 ) -> ResultsPage:

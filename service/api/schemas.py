@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 from typing_extensions import TypedDict
 
 Name = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:@/+=-]+$")]
@@ -31,6 +31,32 @@ MAX_TIME_SCALE = 1e3
 Tokens = Annotated[int, Field(gt=0, le=MAX_COUNT)]
 
 
+def _utf8(text: str) -> str:
+    """Refuse a lone UTF-16 surrogate (JSON's ``"\\ud800"``): Python's ``json`` accepts it, but no
+    engine request can carry it (UTF-8 cannot encode it), so it must fail here, not on a sidecar."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"a lone UTF-16 surrogate at character {error.start} is not text") from None
+    return text
+
+
+def _utf8_json(value: Any) -> None:
+    """``_utf8`` on every key and string inside a JSON value."""
+    if isinstance(value, str):
+        _utf8(value)
+    elif isinstance(value, list):
+        for member in value:
+            _utf8_json(member)
+    elif isinstance(value, dict):
+        for key, member in value.items():
+            _utf8(key)
+            _utf8_json(member)
+
+
+Text = Annotated[str, AfterValidator(_utf8)]  # free text sent on to the engines
+
+
 class Strict(BaseModel):
     """Base of every request body: no unknown fields, no NaN/Infinity, no type coercion."""
 
@@ -41,7 +67,7 @@ class ChatMessage(Strict):
     """One chat turn, forwarded to the engine's ``/v1/chat/completions``."""
 
     role: Literal["system", "user", "assistant", "tool"]
-    content: str
+    content: Text
 
 
 StopText = Annotated[str, Field(min_length=1, max_length=256)]
@@ -82,6 +108,7 @@ class Sampling(Strict):
                 raise ValueError(f"'{name}' is set by the sidecar for every request and cannot be sent")
             if name in cls.model_fields:
                 raise ValueError(f"'{name}' has its own field in sampling; set it there")
+        _utf8_json(extra)
         return extra
 
     def params(self) -> dict[str, Any]:
@@ -98,7 +125,7 @@ class BatchItem(Strict):
     n: int = Field(default=1, ge=1, le=4096)  # samples to draw from this prompt
     max_new_tokens: Tokens  # generation cap per sample
     features: Features = Field(default_factory=dict)  # extra predictor features
-    prompt: str | None = None  # text the sidecar sends to /v1/completions
+    prompt: Text | None = None  # text the sidecar sends to /v1/completions
     messages: list[ChatMessage] | None = Field(default=None, min_length=1)  # or chat turns for
     # /v1/chat/completions (not both: the sidecar sends one request, to one of the two endpoints)
     pinned_worker: Name | None = None  # only this worker may run the samples

@@ -17,6 +17,7 @@ from service.settings import Settings
 from tests.service.api.conftest import AppFactory, LiveServer, batch_body, with_settings
 
 Body = dict[str, Any]
+_JSON = {"Content-Type": "application/json"}
 
 
 def _set(path: str, value: Any) -> Callable[[Body], None]:
@@ -33,6 +34,11 @@ def _set(path: str, value: Any) -> Callable[[Body], None]:
             node[last] = value
 
     return edit
+
+
+def _drain_all(body: Body) -> None:
+    for spec in body["inventory"]["workers"]:
+        spec["drain"] = True
 
 
 CASES: dict[str, tuple[Callable[[Body], None], str]] = {
@@ -102,6 +108,7 @@ CASES: dict[str, tuple[Callable[[Body], None], str]] = {
         _set("batch.items.0.features", {f"f{i}": 1.0 for i in range(65)}),
         "batch.items[0].features",
     ),
+    "every worker drained": (_drain_all, "inventory.workers"),
     "a long feature text": (
         _set("batch.items.0.features", {"topic": "x" * 257}),
         "batch.items[0].features.topic",
@@ -171,6 +178,56 @@ def test_malformed_json_is_a_422_problem_naming_the_body_and_where_it_broke(clie
     assert response.headers["content-type"] == "application/problem+json"
     assert response.json()["field"] == "body"
     assert "at character 1" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("where", "field"),
+    [
+        ("prompt", "batch.items[0].prompt"),
+        ("chat", "batch.items[1].messages[0].content"),
+        ("extra", "sampling.extra"),
+    ],
+)
+def test_a_lone_surrogate_in_text_for_the_engines_is_a_422_and_changes_nothing(
+    where: str, field: str, client: TestClient, redis_client: redis.Redis
+) -> None:
+    # JSON may spell a lone surrogate ("\\ud800"); UTF-8 cannot, so no engine request could carry it
+    body = batch_body()
+    text = "x\ud800y"
+    if where == "prompt":
+        body["batch"]["items"][0]["prompt"] = text
+    elif where == "chat":
+        del body["batch"]["items"][1]["prompt"]
+        body["batch"]["items"][1]["messages"] = [{"role": "user", "content": text}]
+    else:
+        body["sampling"] = {"extra": {"logit_bias": {"a": [text]}}}
+    before = _snapshot(redis_client)
+    response = client.post("/schedule", content=json.dumps(body), headers=_JSON)
+    assert response.status_code == 422, response.text
+    assert (response.json()["field"], "surrogate" in response.json()["detail"]) == (field, True)
+    assert _snapshot(redis_client) == before
+
+
+def test_a_422_echoing_a_lone_surrogate_is_still_a_readable_problem(client: TestClient) -> None:
+    report = {"step": 1, "prompt_id": "\ud800", "sample_idx": 0, "worker_id": "w", "prompt_tokens": 1}
+    report |= {"output_tokens": 1, "finish_reason": "stop"}
+    raw = json.dumps({"actuals": [report]})
+    response = client.post("/actuals", content=raw, headers=_JSON)
+    assert response.status_code == 422
+    assert response.json()["field"] == "actuals[0].prompt_id"
+
+
+def test_json_nested_past_the_parser_s_depth_is_a_400_naming_the_body(client: TestClient) -> None:
+    raw = '{"batch": ' + "[" * 5000 + "]" * 5000 + "}"
+    response = client.post("/schedule", content=raw, headers=_JSON)
+    assert response.status_code == 400
+    assert (response.json()["field"], response.json()["title"]) == ("body", "Bad Request")
+
+
+@pytest.mark.parametrize("content_type", ["text/json", "application/jsonx"])
+def test_a_json_lookalike_content_type_is_told_to_send_json(content_type: str, client: TestClient) -> None:
+    response = client.post("/schedule", content=b"{}", headers={"Content-Type": content_type})
+    assert "Content-Type: application/json" in response.json()["detail"]
 
 
 def test_a_body_sent_as_another_content_type_is_told_to_send_json(client: TestClient) -> None:
@@ -291,6 +348,7 @@ def test_of_two_identical_requests_racing_for_one_schedule_id_only_one_is_told_i
         ("/schedule/%7Dx", "schedule_id"),  # a brace would move a Cluster hash tag: a 500 there
         ("/schedule/" + "x" * 201, "schedule_id"),
         ("/schedule/s/results?after=99999999999999999999-0", "after"),  # past 2^64: Redis refuses it
+        ("/schedule/s/results?after=%EF%BC%91-0", "after"),  # a fullwidth digit: Python's \d, not Redis'
     ],
 )
 def test_a_bad_path_or_query_is_a_422_naming_it(path: str, field: str, client: TestClient) -> None:
