@@ -227,14 +227,18 @@ def stats_of(trace: Trace, before: int) -> PromptStats:
 
 
 class History:
-    """Append-only actual lengths; thread-safe so workers' reports can land while predictions are served.
+    """Actual lengths in arrival order; thread-safe so workers' reports can land while predictions are
+    served.
 
     Cached per-step stats stay valid while new rows belong to that step or later ones: actuals of
     step s streaming in do not force a re-fold for predictions of step s (only for step s + 1).
+    With ``max_rows`` only the newest rows are kept, as the capped actuals stream keeps them: a
+    long-running service would otherwise hold, and retrain on, every row it ever saw.
     """
 
-    def __init__(self, rows: Trace | Iterable[TraceRow] | None = None) -> None:
+    def __init__(self, rows: Trace | Iterable[TraceRow] | None = None, max_rows: int | None = None) -> None:
         trace = rows if isinstance(rows, Trace) or rows is None else Trace.from_rows(rows)
+        self.max_rows = max_rows  # None: keep everything
         self._chunks: list[Trace] = []
         self._lock = threading.Lock()
         self._appends: Counter[int] = Counter()  # earliest step of each append -> how many appends
@@ -250,6 +254,22 @@ class History:
         with self._lock:
             self._chunks.append(chunk)
             self._appends[int(chunk.step.min())] += 1
+            self._trim()
+
+    def _trim(self) -> None:
+        """Drop the oldest rows past ``max_rows`` (lock held); what folded them in is stale then.
+
+        Only once the excess passes a tenth of the cap (as ``XADD MAXLEN ~`` trims whole nodes), so a
+        full history is not copied on every report.
+        """
+        total = sum(len(c) for c in self._chunks)
+        if self.max_rows is None or total <= self.max_rows + self.max_rows // 10:
+            return
+        whole = Trace.concat(self._chunks)
+        cut = total - self.max_rows
+        self._chunks = [whole.take(np.arange(cut, total))]
+        self._appends[int(whole.step[:cut].min())] += 1  # every step after the oldest dropped changes
+        self._stats.clear()
 
     def __len__(self) -> int:
         with self._lock:

@@ -31,7 +31,7 @@ class ActualsLog:
 
     def __init__(self, client: RedisClient, maxlen: int, prefix: str = keys.DEFAULT_PREFIX) -> None:
         self._redis = client
-        self._maxlen = maxlen
+        self.maxlen = maxlen  # the stream's approximate cap; replicas hold no more history than it
         self.key = keys.actuals_stream(prefix)
 
     def append(self, reports: Sequence[ActualReport]) -> int:
@@ -41,7 +41,7 @@ class ActualsLog:
             pipe.xadd(
                 self.key,
                 {"a": report.model_dump_json(exclude_none=True)},
-                maxlen=self._maxlen,
+                maxlen=self.maxlen,
                 approximate=True,
             )
         pipe.xlen(self.key)

@@ -33,6 +33,16 @@ def test_a_prompt_with_history_but_no_model_gets_its_own_mean() -> None:
     assert out.p90[0] >= out.p50[0]
 
 
+def test_a_capped_history_keeps_only_its_newest_rows_and_predicts_from_them() -> None:
+    history = History(max_rows=3)
+    predictor = LengthPredictor(history)
+    predictor.observe([TraceRow(0, "p", i, 10, 1000, 4096) for i in range(3)])
+    assert predictor.predict([Query("p", 0, 10, 4096)], step=2).p50[0] == 1000.0
+    predictor.observe([TraceRow(1, "p", i, 10, 100, 4096) for i in range(3)])  # the step-0 rows age out
+    assert len(history) == 3
+    assert predictor.predict([Query("p", 0, 10, 4096)], step=2).p50[0] == 100.0
+
+
 def test_history_of_the_step_being_predicted_is_not_used() -> None:
     predictor = LengthPredictor()
     predictor.observe([TraceRow(3, "p", 0, 10, 100, 4096)])

@@ -72,6 +72,16 @@ def test_a_stored_report_that_no_longer_reads_is_skipped_not_fatal(
     assert client.post("/schedule", json=batch_body(step=1, publish=False)).status_code == 200
 
 
+def test_the_history_a_replica_holds_is_capped_like_the_actuals_stream(make_client: AppFactory) -> None:
+    # a replica started later reads only what the capped stream keeps: one running for weeks must
+    # hold no more, or its memory and retrain time grow without end and the replicas disagree
+    client = make_client(actuals_maxlen=40)
+    for step in range(4):
+        reports = [actual_report(step, p, i) for p in range(8) for i in range(4)]
+        assert client.post("/actuals", json={"actuals": reports}).status_code == 200
+    assert client.get("/models").json()["history_rows"] == 40
+
+
 def test_a_worker_measured_slower_than_its_profile_is_planned_slower(client: TestClient) -> None:
     client.post("/schedule", json=batch_body(workers=2))  # the service learns the workers' profiles
     slow = [actual_report(0, p, 0, worker="w0", slowdown=2.0) for p in range(6)]
