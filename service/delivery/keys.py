@@ -51,6 +51,8 @@ Index keys (outside any schedule's slot, each touched by single-key commands onl
 
 * ``<prefix>:active`` (zset): schedule id -> publish time (ms); schedules the reaper walks.
 * ``<prefix>:inbox:{<worker>}`` (zset): schedule id -> publish time (ms); what a sidecar pulls.
+  Expires ``retention + INBOX_MARGIN_S`` after its latest announce (server clock), so the inbox of
+  a worker that never returns goes with its last schedule.
 
 Time-to-live: every per-schedule key expires at ``meta.expire_at_ms`` = publish time + retention
 (``DEFAULT_RETENTION_S``); scripts that (re)create a key re-apply that absolute deadline, so a late
@@ -86,6 +88,7 @@ _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # no braces (hash tags), globs o
 DEFAULT_LEASE_TTL_MS = 30_000  # a lease lives this long after its last heartbeat
 DEFAULT_MAX_ATTEMPTS = 3  # claims of one item before it is dead-lettered
 DEFAULT_RETENTION_S = 24 * 3600  # how long a schedule's keys (results included) are kept
+INBOX_MARGIN_S = 60  # an inbox outlives its newest announce by the retention plus this (clock skew)
 MAX_BATCH = 1000  # most items one claim/steal leases (Lua unpack limits the batch)
 SHARED_QUEUE = "*"  # worker-name of the shared FIFO; not a valid worker id
 RETRAIN_LOCK_TTL_S = 60  # the retrain lock's life, renewed every third of it while the fit runs:

@@ -109,6 +109,8 @@ class Delivery(DeliveryViews):
         for index in (keyspace.active_index(self.prefix), *(keyspace.inbox(w, self.prefix) for w in workers)):
             pipe.zadd(index, {schedule_id: published})
             pipe.zremrangebyscore(index, "-inf", f"({horizon}")
+        for worker in workers:  # pruning above needs a later announce to the same worker: this does not
+            pipe.expire(keyspace.inbox(worker, self.prefix), retention_s + keyspace.INBOX_MARGIN_S)
         pipe.execute()
 
     def _retire(self, schedule_id: str) -> None:

@@ -17,6 +17,7 @@ from service.delivery import (
     ScheduleConflictError,
     TrajectoryResult,
     UnknownScheduleError,
+    keys,
 )
 from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.conftest import item, schedule
@@ -311,6 +312,17 @@ def test_every_key_of_a_schedule_is_in_one_hash_slot_and_expires(
     # q:a drained and deadlines emptied: both deleted, recreated with the TTL when needed
     assert suffixes == {"meta", "items", "prompts", "st", "work", "pace", "counts", "dead", "results", "q:b"}
     assert all(redis_client.pttl(n) > 0 for n in names)
+
+
+def test_an_inbox_expires_with_the_schedules_in_it_so_a_departed_worker_leaves_no_key(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    # nothing else would prune the inbox of a worker that never comes back
+    published = schedule("s", {"ghost": 1})
+    delivery.publish(published)
+    ttl_ms = redis_client.pttl("rs:inbox:{ghost}")
+    retention_ms = published.lease.retention_s * 1000
+    assert retention_ms < ttl_ms <= retention_ms + keys.INBOX_MARGIN_S * 1000
 
 
 def test_replaying_the_publish_of_a_finished_schedule_does_not_announce_it_again(delivery: Delivery) -> None:
