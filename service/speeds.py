@@ -7,8 +7,11 @@ worker running ``concurrency`` sequences; the cost model says how long it should
 weighted mean of log ratios per worker (log: a worker twice as slow and one twice as fast are
 symmetric errors), one update per report batch at the batch's mean (a step's reports end with its
 slow tail; folded one by one, the last few would decide), in Redis so every replica plans with the
-same speeds. A later request that states
-no ``time_scale`` or ``decode_tokens_per_s`` for a worker gets the learned one. Reports without
+same speeds. The mean is weighted by each report's modelled seconds: fixed costs the model leaves
+out (HTTP, waiting behind a wave of prefills) inflate short items most, and a heavy-tailed batch is
+mostly short items (one vote each made a 0.25x engine read 0.44x); the long ones measure decoding.
+A later request that states no ``time_scale`` or ``decode_tokens_per_s`` for a worker gets the
+learned one. Reports without
 ``concurrency`` teach nothing about speed: a trajectory decoded in a batch of 100 is slower than one
 decoded alone, and mistaking that for a slow worker would mislead every later plan.
 
@@ -100,10 +103,9 @@ class SpeedLearner:
             if profiles[wid] is None:
                 continue  # never published to: no model to compare with
             worker, model = _worker_from_json(str(profiles[wid]))
-            samples = [_log_ratio(worker, model, r) for r in batch]
             # one update per batch, at its mean: folding the samples one by one left the estimate to
             # the last few reported (a step's slow tail: 1.15 where the step's mean was 1.0)
-            args: list[Any] = [wid, self._alpha, sum(samples) / len(samples), len(samples)]
+            args: list[Any] = [wid, self._alpha, _weighted_log_ratio(worker, model, batch), len(batch)]
             updated[wid] = math.exp(float(self._update(keys=[self.speed_key], args=args)))
         return updated
 
@@ -121,10 +123,16 @@ def modelled_seconds(worker: Worker, model: ModelPreset, report: ActualReport) -
     return cost.prefill_time(report.prompt_tokens) + report.output_tokens * step
 
 
-def _log_ratio(worker: Worker, model: ModelPreset, report: ActualReport) -> float:
-    assert report.wall_time_s is not None  # observe() keeps only reports that measured it
-    ratio = report.wall_time_s / modelled_seconds(worker, model, report)
-    return math.log(min(max(ratio, MIN_RATIO), MAX_RATIO))
+def _weighted_log_ratio(worker: Worker, model: ModelPreset, batch: Sequence[ActualReport]) -> float:
+    """Mean log(measured / modelled seconds) over ``batch``, each report weighted by its modelled
+    seconds; each ratio is clamped first, so one stalled report cannot decide the batch."""
+    total = weighted = 0.0
+    for report in batch:
+        assert report.wall_time_s is not None  # observe() keeps only reports that measured it
+        modelled = modelled_seconds(worker, model, report)
+        ratio = min(max(report.wall_time_s / modelled, MIN_RATIO), MAX_RATIO)
+        total, weighted = total + modelled, weighted + modelled * math.log(ratio)
+    return weighted / total
 
 
 def _worker_json(worker: Worker, model: ModelPreset) -> str:

@@ -8,14 +8,19 @@ import math
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from scheduler.devices import device_profile, model_preset
+from scheduler.types import Worker
+from service.api.schemas import ActualReport
 from service.app import create_app
 from service.delivery import keys
 from service.settings import Settings
+from service.speeds import modelled_seconds
 from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
 
 
@@ -99,9 +104,27 @@ def test_a_batch_teaches_its_mean_speed_not_that_of_its_last_reports(client: Tes
     on_time = [actual_report(0, p, 0, worker="w0") for p in range(6)]
     late_tail = [actual_report(0, p, 1, worker="w0", slowdown=4.0) for p in range(2)]
     first = client.post("/actuals", json={"actuals": on_time + late_tail}).json()["time_scales"]["w0"]
-    assert abs(first - 4.0 ** (2 / 8)) < 1e-6  # the batch's geometric mean
+    weights = [_modelled(r) for r in on_time + late_tail]
+    assert abs(first - 4.0 ** (sum(weights[6:]) / sum(weights))) < 1e-6  # the batch's time-weighted mean
     second = client.post("/actuals", json={"actuals": on_time}).json()["time_scales"]["w0"]
     assert abs(second - math.exp(0.8 * math.log(first))) < 1e-6  # one step of the EWMA (alpha 0.2)
+
+
+def test_short_reports_do_not_outweigh_the_long_ones_that_measure_decode_speed(client: TestClient) -> None:
+    """Fixed costs (HTTP, a first wave of prefills) weigh most on short items: counted one per item,
+    a heavy-tailed batch's many short reports made a 0.25x engine look 0.44x."""
+    client.post("/schedule", json=batch_body(workers=2))
+    short = [actual_report(0, 0, i, worker="w0", slowdown=2.0) for i in range(6)]  # ~200 tokens each
+    long = [actual_report(0, 12, 0, worker="w0")]  # ~2,000 tokens, on time
+    learned = client.post("/actuals", json={"actuals": short + long}).json()["time_scales"]["w0"]
+    weights = [_modelled(r) for r in short + long]
+    assert abs(learned - 2.0 ** (sum(weights[:6]) / sum(weights))) < 1e-6
+    assert learned < 1.5  # where one vote per report said 2 ** (6 / 7) = 1.81
+
+
+def _modelled(report: dict[str, Any]) -> float:
+    h100 = Worker("w0", device_profile("H100"), max_num_seqs=64)
+    return modelled_seconds(h100, model_preset("7b"), ActualReport.model_validate(report))
 
 
 def test_a_stated_speed_wins_over_the_learned_one(client: TestClient) -> None:
