@@ -10,10 +10,11 @@ one ``except`` serves the loop. docs/client.md shows it in a veRL-style loop.
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -27,6 +28,9 @@ from service.api.schemas import (
     ScheduleRequest,
     ScheduleResponse,
 )
+
+T = TypeVar("T")
+OUTAGE_PAUSE_S = 0.5  # between retries of a read that failed retryably (``wait``)
 
 
 class SchedulerAPIError(RuntimeError):
@@ -111,22 +115,27 @@ class SchedulerClient:
             self._call("GET", f"/schedule/{schedule_id}/results", params=params, timeout=timeout)
         )
 
-    def wait(self, schedule_id: str, timeout_s: float | None = None, poll_ms: int = 1000) -> StepResults:
+    def wait(
+        self, schedule_id: str, timeout_s: float | None = None, poll_ms: int = 1000, outage_s: float = 60.0
+    ) -> StepResults:
         """Collect results until every trajectory is done or dead-lettered (``TimeoutError`` past the limit).
 
         Results are read while the step runs (long-polling the results stream), so the trainer can
         also consume them incrementally with ``results``; this call returns them all at the end. The
         progress is read first, so a finished step returns at once, and no long poll outlasts
-        ``timeout_s``.
+        ``timeout_s``. Waiting only reads, and the step runs on without the service, so a retryable
+        failure (a restart, Redis down) is retried for up to ``outage_s`` before it is raised.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         collected: list[ResultEntry] = []
         cursor = "0-0"
         while True:
-            progress = self.progress(schedule_id)
+            progress = self._outlasting(functools.partial(self.progress, schedule_id), deadline, outage_s)
             finished = progress.done + progress.failed >= progress.total
             left_ms = poll_ms if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
-            page = self.results(schedule_id, after=cursor, wait_ms=0 if finished else min(poll_ms, left_ms))
+            wait_ms = 0 if finished else min(poll_ms, left_ms)
+            read = functools.partial(self.results, schedule_id, after=cursor, wait_ms=wait_ms)
+            page = self._outlasting(read, deadline, outage_s)
             collected += page.results
             cursor = page.next
             if finished and len(collected) >= progress.done:
@@ -135,6 +144,21 @@ class SchedulerClient:
                 raise TimeoutError(
                     f"schedule {schedule_id}: {progress.done}/{progress.total} done after {timeout_s}s"
                 )
+
+    @staticmethod
+    def _outlasting(call: Callable[[], T], deadline: float | None, outage_s: float) -> T:
+        """``call()``, retried every ``OUTAGE_PAUSE_S`` while it fails retryably, for up to ``outage_s``
+        (and never past ``deadline``); then its error is raised."""
+        failing_since: float | None = None
+        while True:
+            try:
+                return call()
+            except SchedulerAPIError as error:
+                now = time.monotonic()
+                failing_since = now if failing_since is None else failing_since
+                if not error.retryable or now - failing_since >= outage_s or (deadline and now >= deadline):
+                    raise
+                time.sleep(OUTAGE_PAUSE_S)
 
     def report_actuals(self, reports: Sequence[ActualReport | Mapping[str, Any]]) -> ActualsAccepted:
         """Report finished trajectories (actual lengths, finish reason, reward, wall time, worker)."""

@@ -87,14 +87,14 @@ def bearer(token: str) -> dict[str, str]:
 class LiveServer:
     """A real uvicorn server on a free loopback port in a thread (for socket-level and client tests)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, port: int | None = None) -> None:
         import threading
 
         import uvicorn
 
         from service.ports import free_port
 
-        self.port = free_port()
+        self.port = port or free_port()
         config = uvicorn.Config(
             create_app(settings), host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import redis
@@ -47,6 +48,33 @@ def test_a_trainer_submits_waits_for_results_and_reports_actuals(
         assert accepted is not None
         assert accepted.accepted == 16
         assert redis_client.xlen("rs:actuals") == 16
+
+
+def test_waiting_outlasts_a_service_restart_in_the_middle_of_the_step(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    first = LiveServer(live_settings).__enter__()
+    client = SchedulerClient(first.url, timeout_s=2.0)
+    plan = client.schedule(batch_body(prompts=2, n=2, workers=2))
+    first.__exit__()  # the service goes away while the trainer waits
+
+    def restart_then_work() -> None:
+        time.sleep(1.0)
+        restarted.append(LiveServer(live_settings, port=first.port).__enter__())
+        for worker in plan.assignments:
+            _work(Delivery(redis_client), plan.schedule_id, worker)
+
+    restarted: list[LiveServer] = []
+    helper = threading.Thread(target=restart_then_work)
+    helper.start()
+    try:
+        finished = client.wait(plan.schedule_id, timeout_s=30, poll_ms=200)
+    finally:
+        helper.join()
+        client.close()
+        for server in restarted:
+            server.__exit__()
+    assert (finished.progress.done, len(finished.results)) == (4, 4)
 
 
 def test_a_refusal_raises_with_the_problem_document(live_settings: Settings) -> None:
