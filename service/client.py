@@ -21,6 +21,7 @@ import httpx
 from service.api.schemas import (
     ActualReport,
     ActualsAccepted,
+    ModelStatus,
     ProgressResponse,
     ResultEntry,
     ResultsPage,
@@ -184,6 +185,10 @@ class SchedulerClient:
             if (report := actual_from_result(step, entry, prompt_tokens or {}, rewards or {})) is not None
         ]
         return self.report_actuals(reports) if reports else None
+
+    def models(self) -> ModelStatus:
+        """The predictor serving now (``v<N>`` or ``fallback``), the stored versions, the history."""
+        return ModelStatus.model_validate(self._call("GET", "/models"))
 
     def retrain(self) -> RetrainResponse:
         """Fit a new predictor version on every actual so far and swap it in."""

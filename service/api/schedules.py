@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import time
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
@@ -18,6 +18,7 @@ from scheduler.errors import InvalidInputError
 from service import pipeline
 from service.api.schemas import (
     Counts,
+    DeadLetterEntry,
     ProgressResponse,
     ResultEntry,
     ResultsPage,
@@ -81,6 +82,10 @@ def schedule_progress(schedule_id: Annotated[ScheduleId, Path()], request: Reque
         failed=progress.failed,
         workers=workers,
         dead_letter=[d.key for d in progress.dead_letters],
+        dead_letters=[
+            DeadLetterEntry(key=d.key, worker_id=d.worker_id, attempts=d.attempts, reason=d.reason)
+            for d in progress.dead_letters
+        ],
     )
 
 
@@ -109,6 +114,7 @@ async def schedule_results(
         ResultEntry(
             stream_id=r.stream_id,
             key=r.key,
+            **_key_parts(r.key),
             worker_id=r.worker_id,
             attempt=r.attempt,
             output_tokens=r.result.output_tokens,
@@ -122,6 +128,14 @@ async def schedule_results(
     ]
     last = entries[-1].stream_id if entries else after
     return ResultsPage(schedule_id=schedule_id, results=entries, next=last)
+
+
+def _key_parts(key: str) -> dict[str, Any]:
+    """``{"prompt_id", "sample_idx"}`` of a ``prompt_id#sample_idx`` key (the API's ids have no ``#``)."""
+    prompt_id, _, sample = key.rpartition("#")
+    if not prompt_id or not sample.isascii() or not sample.isdigit():
+        return {"prompt_id": None, "sample_idx": None}
+    return {"prompt_id": prompt_id, "sample_idx": int(sample)}
 
 
 def _page(ctx: Context, schedule_id: str, after: str, count: int, wait_ms: int) -> list[ResultRecord]:

@@ -241,12 +241,22 @@ class Counts(BaseModel):
     failed: int
 
 
+class DeadLetterEntry(BaseModel):
+    """An item given up on: a trainer needs the why without reading a sidecar's log."""
+
+    key: str  # trajectory key ``prompt_id#sample_idx``
+    worker_id: str  # its last holder
+    attempts: int  # leases it consumed
+    reason: str  # the engine's refusal, or the lease expiring
+
+
 class ProgressResponse(Counts):
     """``GET /schedule/{id}``: overall counts, the same per worker, and dead-lettered items."""
 
     schedule_id: str
     workers: dict[str, Counts]
-    dead_letter: list[str]
+    dead_letter: list[str]  # their keys, in order of death
+    dead_letters: list[DeadLetterEntry]  # the same, with who held each last, and why it died
 
 
 class ResultEntry(BaseModel):
@@ -254,6 +264,8 @@ class ResultEntry(BaseModel):
 
     stream_id: str  # pass the last one as ``after`` to read on
     key: str  # trajectory key ``prompt_id#sample_idx``
+    prompt_id: str | None  # the key's parts, so a trainer can regroup samples without parsing it
+    sample_idx: int | None  # (None only for an item published outside the API with another key)
     worker_id: str
     attempt: int
     output_tokens: int

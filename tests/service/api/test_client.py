@@ -48,6 +48,7 @@ def test_a_trainer_submits_waits_for_results_and_reports_actuals(
         assert accepted is not None
         assert accepted.accepted == 16
         assert redis_client.xlen("rs:actuals") == 16
+        assert (client.models().version, client.models().history_rows) == ("fallback", 16)
 
 
 def test_waiting_outlasts_a_service_restart_in_the_middle_of_the_step(

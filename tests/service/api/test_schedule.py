@@ -128,6 +128,36 @@ def test_results_completed_by_workers_are_read_back_in_pages(
     assert client.get(f"/schedule/{sid}").json()["done"] == 4
 
 
+def test_each_result_names_its_prompt_and_sample_so_a_trainer_can_regroup_them(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    sid = client.post("/schedule", json=batch_body(prompts=2, n=2, workers=1)).json()["schedule_id"]
+    delivery = Delivery(redis_client)
+    for lease in delivery.claim(sid, "w0", max_items=10):
+        delivery.complete(lease, TrajectoryResult(output_tokens=7, output="done", wall_time_s=0.5))
+    results = client.get(f"/schedule/{sid}/results").json()["results"]
+    assert all(r["key"] == f"{r['prompt_id']}#{r['sample_idx']}" for r in results)
+    assert sorted((r["prompt_id"], r["sample_idx"]) for r in results) == [
+        ("p0", 0),
+        ("p0", 1),
+        ("p1", 0),
+        ("p1", 1),
+    ]
+
+
+def test_progress_says_why_each_dead_letter_died(client: TestClient, redis_client: redis.Redis) -> None:
+    sid = client.post("/schedule", json=batch_body(prompts=1, n=1, workers=1)).json()["schedule_id"]
+    delivery = Delivery(redis_client)
+    for _ in range(3):  # the default max_attempts
+        (lease,) = delivery.claim(sid, "w0", max_items=1)
+        delivery.fail(lease, "prompt past max_model_len")
+    progress = client.get(f"/schedule/{sid}").json()
+    assert progress["dead_letter"] == ["p0#0"]
+    assert progress["dead_letters"] == [
+        {"key": "p0#0", "worker_id": "w0", "attempts": 3, "reason": "prompt past max_model_len"}
+    ]
+
+
 def test_an_unknown_schedule_is_a_404_problem(client: TestClient) -> None:
     response = client.get("/schedule/nope")
     assert response.status_code == 404
