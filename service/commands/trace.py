@@ -2,11 +2,12 @@
 generator, and hand one to a running service as its history.
 
 ``import --from verl DIR`` reads veRL rollout dumps and counts tokens with a local tokenizer.json
-(and says which); ``import --from csv|jsonl|parquet FILE --map schema=column`` renames generic
-columns. ``synth`` writes a calibrated synthetic trace, labelled ``source=synthetic`` on every row.
-The output format follows the ``--out`` suffix (.csv, .jsonl, .parquet). ``push TRACE --url URL``
-posts a trace's rows to a service as actuals (``service.history_push``), so a deployment predicts
-from the prompts' history at its first step.
+(and says which), keeping a dump's extra fields only when named by ``--keep-field``;
+``import --from csv|jsonl|parquet FILE --map schema=column`` renames generic columns. ``synth``
+writes a calibrated synthetic trace, labelled ``source=synthetic`` on every row. The output format
+follows the ``--out`` suffix (.csv, .jsonl, .parquet). ``push TRACE --url URL`` posts a trace's
+rows to a service as actuals (``service.history_push``), so a deployment predicts from the prompts'
+history at its first step.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ def import_command(
     map_: Annotated[
         list[str] | None, typer.Option("--map", help="generic: SCHEMA_COLUMN=FILE_COLUMN, repeatable.")
     ] = None,
+    keep_field: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--keep-field",
+            help="verl: keep this extra dump field as a feature, repeatable; only one known BEFORE "
+            "generation (a reward field such as acc or overlong_reward leaks the answer).",
+        ),
+    ] = None,
 ) -> None:
     """Import rollout records into the project's trace format."""
     from predictors.traceio import write_trace
@@ -53,11 +62,11 @@ def import_command(
     from service.traceimport import import_generic, import_verl, parse_mapping
 
     try:
-        _check_options(from_, tokenizer, max_new_tokens, map_)
+        _check_options(from_, tokenizer, max_new_tokens, map_, keep_field)
         _check_out(out)
         if from_ == "verl":
             assert tokenizer is not None
-            result = import_verl(source, tokenizer, max_new_tokens)
+            result = import_verl(source, tokenizer, max_new_tokens, keep_field or [])
         else:
             result = import_generic(source, from_, parse_mapping(map_ or []))
         write_trace(result.trace, out)
@@ -85,7 +94,11 @@ def _check_out(out: Path) -> None:
 
 
 def _check_options(
-    from_: str, tokenizer: Path | None, max_new_tokens: int | None, map_: list[str] | None
+    from_: str,
+    tokenizer: Path | None,
+    max_new_tokens: int | None,
+    map_: list[str] | None,
+    keep_field: list[str] | None,
 ) -> None:
     """Refuse an option the chosen input kind would ignore: a user who gave it expects it to act."""
     from scheduler.errors import InvalidInputError
@@ -101,6 +114,9 @@ def _check_options(
     for name, value in (("tokenizer", tokenizer), ("max-new-tokens", max_new_tokens)):
         if value is not None:
             raise InvalidInputError(name, str(value), "only --from verl takes it (files carry their counts)")
+    if keep_field:
+        message = "only --from verl takes it (a generic file's extra columns are all kept)"
+        raise InvalidInputError("keep-field", keep_field[0], message)
 
 
 @trace_app.command("synth")

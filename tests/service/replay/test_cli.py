@@ -124,6 +124,25 @@ def test_trace_import_verl_says_which_tokenizer_counted(cli: typer.Typer, tmp_pa
     assert (row["step"], row["prompt_tokens"], row["output_tokens"]) == ("3", "2", "3")
 
 
+def test_trace_import_verl_keeps_only_the_extra_fields_named_by_keep_field(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    dumps = tmp_path / "rollouts"
+    dumps.mkdir()
+    record = {"input": "a", "output": "b b", "score": 1.0, "step": 0, "acc": 1.0, "level": "easy"}
+    (dumps / "0.jsonl").write_text(json.dumps(record) + "\n")
+    out = tmp_path / "t.csv"
+    args = ["trace", "import", str(dumps), "--tokenizer", str(tmp_path / "tokenizer.json")]
+    code, _, _ = _run(cli, [*args, "--keep-field", "level", "--out", str(out)])
+    assert code == 0
+    row = next(csv.DictReader(out.open()))
+    assert row["level"] == "easy"
+    assert "acc" not in row
+
+
 def test_trace_import_verl_without_a_tokenizer_is_refused(cli: typer.Typer, tmp_path: Path) -> None:
     code, _, err = _run(cli, ["trace", "import", str(tmp_path), "--out", str(tmp_path / "t.csv")])
     assert code != 0
@@ -170,7 +189,11 @@ def test_trace_synth_refuses_a_drift_that_is_no_number_of_tokens(
 
 @pytest.mark.parametrize(
     ("extra", "needle"),
-    [(["--max-new-tokens", "50"], "max-new-tokens"), (["--tokenizer", "t.json"], "tokenizer")],
+    [
+        (["--max-new-tokens", "50"], "max-new-tokens"),
+        (["--tokenizer", "t.json"], "tokenizer"),
+        (["--keep-field", "level"], "keep-field"),
+    ],
 )
 def test_trace_import_refuses_an_option_the_input_kind_would_ignore(
     cli: typer.Typer, tmp_path: Path, extra: list[str], needle: str

@@ -219,3 +219,43 @@ def test_a_verl_step_written_as_a_float_reads_as_the_trace_format_reads_it(
 ) -> None:
     _dump(tmp_path / "d", 3, [{"input": "what", "output": "so", "score": 1, "step": 3.0}])
     assert import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None).trace.step.tolist() == [3]
+
+
+def _dapo(directory: Path) -> None:
+    """A DAPO-style dump: the reward manager adds fields computed from the finished response."""
+    _dump(
+        directory,
+        0,
+        [
+            {"input": "what is two", "output": "so four", "score": 1.0, "step": 0, "acc": 1.0,
+             "overlong_reward": -0.2, "overlong": False, "level": "easy"},
+            {"input": "what is five", "output": "think so five", "score": 0.0, "step": 0, "acc": 0.0,
+             "overlong_reward": -0.3, "overlong": False, "level": "hard"},
+        ],
+    )  # fmt: skip
+
+
+def test_a_verl_dumps_extra_fields_are_not_features_unless_kept(tmp_path: Path, tokenizer_json: Path) -> None:
+    _dapo(tmp_path / "d")
+    trace = import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None).trace
+    assert dict(trace.numeric) == {}
+    assert dict(trace.categorical) == {}
+
+
+def test_a_verl_field_the_user_keeps_becomes_a_column_and_no_other_does(
+    tmp_path: Path, tokenizer_json: Path
+) -> None:
+    _dapo(tmp_path / "d")
+    trace = import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None, keep=["level"]).trace
+    assert dict(trace.numeric) == {}
+    assert list(trace.categorical) == ["level"]
+    assert trace.categorical["level"].tolist() == ["easy", "hard"]
+
+
+@pytest.mark.parametrize("name", ["levle", "output", "reward"])
+def test_keeping_a_field_no_dump_line_holds_or_one_already_read_is_refused(
+    tmp_path: Path, tokenizer_json: Path, name: str
+) -> None:
+    _dapo(tmp_path / "d")
+    with pytest.raises(InvalidInputError, match=f"keep-field.*{name}"):
+        import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None, keep=[name])
