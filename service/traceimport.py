@@ -37,6 +37,7 @@ from scheduler.trace import (
 _VERL_TEXT_FIELDS = frozenset({"input", "output", "gts", "score", "step"})
 _SCHEMA = frozenset(REQUIRED_COLUMNS) | frozenset(OPTIONAL_COLUMNS)
 GENERIC_FORMATS = ("csv", "jsonl", "parquet")
+ENCODE_CHUNK = 64  # texts per tokenizer batch: enough for its threads, few Encodings held at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +129,22 @@ def _verl_records(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
 
 
 def _count_tokens(tokenizer: object, inputs: list[object], outputs: list[object]) -> list[tuple[int, int]]:
-    """Token counts of each (input, output) pair, batch-encoded without special tokens."""
+    """Token counts of each (input, output) pair, encoded without special tokens."""
+    return list(zip(_lengths(tokenizer, inputs), _lengths(tokenizer, outputs), strict=True))
+
+
+def _lengths(tokenizer: object, texts: list[object]) -> list[int]:
+    """Each text's token count, batch-encoded ``ENCODE_CHUNK`` texts at a time keeping only lengths.
+
+    An ``Encoding`` holds ids, offsets, masks and tokens per token: encoding a whole step file in one
+    batch peaked at 1.57 GB for 12M tokens, in chunks at 142 MB, with the same counts.
+    """
     encode = tokenizer.encode_batch  # type: ignore[attr-defined]
-    prompt = encode(inputs, add_special_tokens=False)
-    output = encode(outputs, add_special_tokens=False)
-    return [(len(p.ids), len(o.ids)) for p, o in zip(prompt, output, strict=True)]
+    lengths: list[int] = []
+    for start in range(0, len(texts), ENCODE_CHUNK):
+        chunk = encode(texts[start : start + ENCODE_CHUNK], add_special_tokens=False)
+        lengths.extend(len(encoding.ids) for encoding in chunk)
+    return lengths
 
 
 def _verl_row(

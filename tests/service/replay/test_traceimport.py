@@ -12,7 +12,14 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceFormatError
-from service.traceimport import import_generic, import_verl, parse_mapping, prompt_hash
+from service.traceimport import (
+    ENCODE_CHUNK,
+    _count_tokens,
+    import_generic,
+    import_verl,
+    parse_mapping,
+    prompt_hash,
+)
 
 VOCAB = ["[UNK]", "what", "is", "two", "plus", "three", "four", "five", "the", "answer", "think", "so"]
 
@@ -259,3 +266,38 @@ def test_keeping_a_field_no_dump_line_holds_or_one_already_read_is_refused(
     _dapo(tmp_path / "d")
     with pytest.raises(InvalidInputError, match=f"keep-field.*{name}"):
         import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None, keep=[name])
+
+
+class _RecordingTokenizer:
+    """Wraps a tokenizer, recording how many texts each ``encode_batch`` call was given."""
+
+    def __init__(self, inner: Tokenizer) -> None:
+        self.inner = inner
+        self.batches: list[int] = []
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool) -> list[object]:
+        self.batches.append(len(texts))
+        return list(self.inner.encode_batch(texts, add_special_tokens=add_special_tokens))
+
+
+def _texts(count: int) -> list[object]:
+    return [" ".join(VOCAB[1 + i % 5 : 2 + i % 11]) for i in range(count)]
+
+
+def test_token_counting_holds_at_most_a_chunk_of_encodings_at_once(tokenizer_json: Path) -> None:
+    recording = _RecordingTokenizer(Tokenizer.from_file(str(tokenizer_json)))
+    texts = _texts(3 * ENCODE_CHUNK + 5)
+    _count_tokens(recording, texts, texts)
+    assert max(recording.batches) <= ENCODE_CHUNK
+    assert sum(recording.batches) == 2 * len(texts)
+
+
+def test_chunked_token_counts_equal_those_of_one_whole_batch(tokenizer_json: Path) -> None:
+    tokenizer = Tokenizer.from_file(str(tokenizer_json))
+    inputs, outputs = _texts(2 * ENCODE_CHUNK + 7), _texts(2 * ENCODE_CHUNK + 7)[::-1]
+    whole = zip(
+        tokenizer.encode_batch(inputs, add_special_tokens=False),
+        tokenizer.encode_batch(outputs, add_special_tokens=False),
+        strict=True,
+    )
+    assert _count_tokens(tokenizer, inputs, outputs) == [(len(p.ids), len(o.ids)) for p, o in whole]
