@@ -103,6 +103,7 @@ class Renamer:
     def __init__(self, rename: Mapping[str, str], source: str) -> None:
         self.rename = rename
         self.source = source
+        self.unseen = set(rename)  # jsonl: mapped columns no record has named yet
 
     def header(self, columns: list[str]) -> list[str]:
         """A file's header renamed: every renamed column must exist, and none may land on another."""
@@ -121,6 +122,7 @@ class Renamer:
         """One record's cells renamed (jsonl: each line names its own columns)."""
         if not self.rename:
             return cells
+        self.unseen.difference_update(cells)
         out: dict[str, object] = {}
         for name, value in cells.items():
             new = self.rename.get(name, name)
@@ -130,6 +132,13 @@ class Renamer:
                 )
             out[new] = value
         return out
+
+    def check_all_seen(self) -> None:
+        """After a jsonl file's last record: a mapped column none of them named is refused, as
+        ``header`` refuses one a csv or parquet header lacks (a typo would otherwise map nothing)."""
+        for old in self.rename:
+            if old in self.unseen:
+                raise TraceFormatError(self.source, 1, old, None, "no such column to map (--map)")
 
 
 def write_trace(trace: Trace, path: str | Path) -> None:
@@ -253,6 +262,7 @@ def _csv_rows(path: Path, renamer: Renamer) -> RawRows:
 def _jsonl_rows(path: Path, renamer: Renamer) -> RawRows:
     for line, cells in jsonl_objects(path):
         yield line, renamer.cells(cells, line)
+    renamer.check_all_seen()
 
 
 def jsonl_objects(path: Path) -> RawRows:

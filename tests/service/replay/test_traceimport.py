@@ -301,3 +301,25 @@ def test_chunked_token_counts_equal_those_of_one_whole_batch(tokenizer_json: Pat
         strict=True,
     )
     assert _count_tokens(tokenizer, inputs, outputs) == [(len(p.ids), len(o.ids)) for p, o in whole]
+
+
+def test_a_jsonl_mapping_from_a_column_no_line_holds_is_refused_as_csv_refuses_it(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(dict(zip(SCHEMA, [0, "a", 0, 10, 100], strict=True))) + "\n")
+    with pytest.raises(TraceFormatError) as jsonl_error:
+        import_generic(path, "jsonl", parse_mapping(["reward=nosuch"]))
+    csv_path = _csv(tmp_path / "t.csv", SCHEMA, [0, "a", 0, 10, 100])
+    with pytest.raises(TraceFormatError) as csv_error:
+        import_generic(csv_path, "csv", parse_mapping(["reward=nosuch"]))
+    assert str(jsonl_error.value).replace(str(path), str(csv_path)) == str(csv_error.value)
+    assert str(jsonl_error.value).startswith(f"{path}:1:nosuch=None: no such column to map")
+
+
+def test_a_jsonl_mapping_from_a_column_only_a_later_line_holds_is_accepted(tmp_path: Path) -> None:
+    rows = [dict(zip(SCHEMA, [0, "a", i, 10, 100], strict=True)) for i in range(2)]
+    rows[1]["score"] = 0.5
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    trace = import_generic(path, "jsonl", parse_mapping(["reward=score"])).trace
+    assert np.isnan(trace.reward[0])
+    assert trace.reward[1] == 0.5
