@@ -80,7 +80,7 @@ def import_verl(
     if not directory.is_dir():
         raise InvalidInputError("dir", str(directory), "no such directory")
     _check_keep(keep)
-    files = sorted((p for p in directory.glob("*.jsonl") if p.stem.isdigit()), key=lambda p: int(p.stem))
+    files = sorted((p for p in directory.glob("*.jsonl") if _is_step_name(p.stem)), key=lambda p: int(p.stem))
     if not files:
         raise InvalidInputError("dir", str(directory), "holds no {step}.jsonl rollout dumps")
     tokenizer = load_tokenizer(tokenizer_path)
@@ -101,6 +101,13 @@ def import_verl(
     check_unique(trace, str(directory))
     _check_kept_present(trace, keep, directory)
     return ImportResult(trace, len(files), str(tokenizer_path), clamped)
+
+
+def _is_step_name(stem: str) -> bool:
+    """Whether a dump's file name is a step number veRL writes: ASCII digits only. ``isdigit`` alone
+    admits ``²`` (``int`` then raises) and other scripts' digits (an Arabic-Indic one would pose as
+    step 1)."""
+    return stem.isascii() and stem.isdecimal()
 
 
 def _check_keep(keep: Sequence[str]) -> None:

@@ -323,3 +323,16 @@ def test_a_jsonl_mapping_from_a_column_only_a_later_line_holds_is_accepted(tmp_p
     trace = import_generic(path, "jsonl", parse_mapping(["reward=score"])).trace
     assert np.isnan(trace.reward[0])
     assert trace.reward[1] == 0.5
+
+
+@pytest.mark.parametrize("stem", ["²", "\u0661", "3²"])
+def test_a_dump_named_with_a_non_ascii_digit_is_skipped_like_any_non_step_file(
+    tmp_path: Path, tokenizer_json: Path, stem: str
+) -> None:
+    _dump(tmp_path / "d", 1, [{"input": "what", "output": "so", "score": 1, "step": 1}])
+    (tmp_path / "d" / f"{stem}.jsonl").write_text(
+        json.dumps({"input": "what", "output": "so four", "score": 0, "step": 1}) + "\n"
+    )
+    result = import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None)
+    assert result.files == 1
+    assert result.trace.output_tokens.tolist() == [1]
