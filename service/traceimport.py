@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from predictors.traceio import check_unique, jsonl_objects, read_rows, rows_to_trace, utf8_rows
+from predictors.traceio import check_unique, jsonl_objects, read_renamed, utf8_rows
 from predictors.tracetable import Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
 from scheduler.trace import (
@@ -221,14 +221,15 @@ def parse_mapping(pairs: Sequence[str]) -> dict[str, str]:
 def import_generic(path: str | Path, fmt: str, mapping: Mapping[str, str]) -> ImportResult:
     """Read ``path`` as ``fmt``, rename columns by ``mapping`` (file -> schema), validate every row.
 
-    The rows are read exactly as ``read_trace`` reads a trace, after the renaming: one set of rules.
+    The rows are read exactly as ``read_trace`` reads a trace, after the renaming: one set of rules,
+    and the same vectorised path for csv and parquet.
     """
     path = Path(path)
     if fmt not in GENERIC_FORMATS:
         raise InvalidInputError("from", fmt, f"expected one of verl, {', '.join(GENERIC_FORMATS)}")
     if not path.is_file():
         raise InvalidInputError("trace", str(path), "no such file")
-    trace = rows_to_trace(read_rows(path, f".{fmt}", mapping), str(path))
+    trace = read_renamed(path, f".{fmt}", mapping)
     if len(trace) == 0:
         raise InvalidInputError("trace", str(path), "the file has no rows")
     check_unique(trace, str(path))
