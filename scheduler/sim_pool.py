@@ -20,7 +20,8 @@ trajectory pinned to its worker: a pinned tail shields its queue from that thief
 What the request constrains, the pool honours (``SimOptions``): an excluded (draining) worker never
 takes from the shared queue and never steals (its own planned queue, if any, it still runs and may be
 robbed of). Under prefix affinity a group's samples stay on one worker: the worker that takes a
-group's first sample from the shared queue takes the rest of that group into its own queue, and a
+group's first sample from the shared queue takes the rest of that group into its own queue (so it
+takes that sample only if its KV cache holds every sample of the group, ``_holds``), and a
 steal moves a whole group, the group of the victim's tail item, only when none of its samples has
 left the victim's queue (none claimed, running or done) and the whole group passes the KV steal gate
 together; otherwise the thief's turn ends, as with a pinned tail. So no play splits a group, which
@@ -66,10 +67,14 @@ class Pool:
         self._gone: set[int] = set()  # shared items already bound to a worker with their group
         self._shared_groups: dict[int, list[int]] = {}  # group -> its items in the shared FIFO
         self._sizes: dict[int, int] = {}  # group -> its number of items (filled on first steal)
+        self._group_need: dict[int, int] = {}  # group -> the most KV one of its shared items needs
         if affinity:
             group = engines[0].ledger.group if engines else []
             for item in shared:
                 self._shared_groups.setdefault(group[item], []).append(item)
+            need = engines[0].ledger.need if engines else []
+            for g, items in self._shared_groups.items():
+                self._group_need[g] = max(need[i] for i in items)
         self.steals = 0  # items moved by stealing
         self._dry = not steal  # no unclaimed item left anywhere to steal (queues only shrink)
         self._unclaimed = sum(len(e.queue) for e in self.engines)  # items in workers' own queues
@@ -137,7 +142,7 @@ class Pool:
             _, index, engine = taker
             head = self._shared_head()
             if head is not None:
-                if not engine.can_hold(head):
+                if not self._holds(engine, head):
                     too_small.append(taker)  # the head waits for a worker that can hold it
                     continue
                 if not engine.take(head):
@@ -164,6 +169,19 @@ class Pool:
         while shared and shared[0] in gone:
             shared.popleft()
         return shared[0] if shared else None
+
+    def _holds(self, engine: WorkerEngine, head: int) -> bool:
+        """Whether ``engine`` may take the shared ``head``: its KV cache holds the head at its cap and,
+        under prefix affinity, every sample of the head's group, since taking the head binds them all
+        to it (``_bind_group``). A group is too big for a worker if any of its samples is, as a single
+        item is; it waits for a worker that holds it all.
+
+        Under affinity the head is always its group's first sample still shared (taking it binds the
+        rest), so the group's remaining samples are all its shared ones: their largest need decides.
+        """
+        if not self.affinity:
+            return engine.can_hold(head)
+        return self._group_need[engine.ledger.group[head]] <= engine.cap
 
     def _bind_group(self, item: int, engine: WorkerEngine) -> None:
         """Prefix affinity: the rest of ``item``'s group leaves the shared FIFO for ``engine``'s queue."""

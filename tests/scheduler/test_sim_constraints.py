@@ -91,6 +91,15 @@ def test_under_prefix_affinity_a_shared_queue_keeps_each_group_on_the_worker_tha
     assert sorted(r.key for r in result.items) == sorted(t.key for t in work)
 
 
+def test_under_prefix_affinity_a_worker_takes_a_shared_group_only_if_it_holds_every_sample() -> None:
+    small = Worker("small", device_profile("H100"), max_num_seqs=4, kv_capacity_tokens=3_000)
+    workers = [small, _worker("big")]
+    work = [Trajectory("g", 0, 100, 500, 400.0), Trajectory("g", 1, 100, 8_000, 4_000.0)]
+    # the least loaded worker ("small", first in the inventory) holds the head but not its sibling
+    result = _play(_shared(workers, work), work, workers, prefix_affinity=True)
+    assert {r.key: r.worker_id for r in result.items} == {"g#0": "big", "g#1": "big"}
+
+
 def test_a_string_of_excluded_workers_is_refused() -> None:
     queues, workers = _slow_owner()
     with pytest.raises(InvalidInputError) as caught:
