@@ -103,6 +103,8 @@ def simulate(
     """
     _check_options(options)
     ledger, index_of = _ledger(trajectories, actual_tokens, inventory)
+    if options.prefix_affinity:
+        _pin_whole_groups(ledger)
     costs = [worker_cost(w, inventory.model) for w in inventory.workers]
     engines = [
         WorkerEngine(
@@ -244,6 +246,21 @@ def _ledger(
     numbers: dict[str, int] = {}
     ledger.group = [numbers.setdefault(t.group, len(numbers)) for t in trajectories]
     return ledger, index_of
+
+
+def _pin_whole_groups(ledger: Ledger) -> None:
+    """Under prefix affinity a pin on one sample binds its whole group (validation's rule, and the
+    planner's: a group's unit may go only to its pinned worker), so every unpinned sample of a pinned
+    group is pinned to that worker too. Without this a shared-queue play sent the pinned samples to
+    their worker's own queue and left the rest in the FIFO, for any worker to take: a split group.
+    Samples pinned elsewhere (a conflict validation refuses) keep their own pin."""
+    group_pin: dict[int, int] = {}
+    for group, pin in zip(ledger.group, ledger.pin, strict=True):
+        if pin >= 0:
+            group_pin.setdefault(group, pin)
+    if group_pin:
+        pins = zip(ledger.group, ledger.pin, strict=True)
+        ledger.pin = [pin if pin >= 0 else group_pin.get(group, -1) for group, pin in pins]
 
 
 def _place(

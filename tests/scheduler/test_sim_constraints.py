@@ -100,6 +100,23 @@ def test_under_prefix_affinity_a_worker_takes_a_shared_group_only_if_it_holds_ev
     assert {r.key: r.worker_id for r in result.items} == {"g#0": "big", "g#1": "big"}
 
 
+def test_under_prefix_affinity_a_pin_on_one_sample_sends_its_whole_group_to_the_pinned_worker() -> None:
+    workers = [_worker("big"), _worker("pinned")]
+    work = [
+        Trajectory("a", 0, 100, 500, 400.0),
+        Trajectory("g", 0, 100, 500, 400.0, pinned_worker="pinned"),
+        Trajectory("g", 1, 100, 500, 400.0),
+    ]
+    request = PlanRequest(tuple(work), Inventory(tuple(workers), MODEL), prefix_affinity=True)
+    planned = plan(request, "least_loaded")
+    assert planned.dispatch_order  # a shared-queue play
+    forecast = {key: w for w, keys in planned.assignments().items() for key in keys}
+    result = _play(planned, work, workers, prefix_affinity=True)
+    played = {r.key: r.worker_id for r in result.items}
+    assert played["g#0"] == played["g#1"] == "pinned"
+    assert played == forecast  # as the planner's own least_loaded forecast deals it
+
+
 def test_a_string_of_excluded_workers_is_refused() -> None:
     queues, workers = _slow_owner()
     with pytest.raises(InvalidInputError) as caught:
