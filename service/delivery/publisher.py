@@ -19,9 +19,13 @@ from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSched
 
 
 def delivery_item(
-    trajectory: Trajectory, payload: Mapping[str, Any] | None = None, planned: PlannedTime | None = None
+    trajectory: Trajectory,
+    payload: Mapping[str, Any] | None = None,
+    planned: PlannedTime | None = None,
+    pinned: bool | None = None,
 ) -> DeliveryItem:
-    """The item a worker receives for one planned trajectory (``planned``: its steal deadline)."""
+    """The item a worker receives for one planned trajectory (``planned``: its steal deadline;
+    ``pinned``: whether it is bound to its worker, by default whether the trajectory names one)."""
     return DeliveryItem(
         key=trajectory.key,
         prompt_id=trajectory.prompt_id,
@@ -31,7 +35,7 @@ def delivery_item(
         predicted_tokens=float(trajectory.predicted_tokens),
         payload=dict(payload or {}),
         group_id=trajectory.group,
-        pinned=trajectory.pinned_worker is not None,
+        pinned=trajectory.pinned_worker is not None if pinned is None else pinned,
         planned_start_ms=None if planned is None else _ms(planned.start_s),
         deadline_ms=None if planned is None else _ms(planned.end_s),
     )
@@ -59,11 +63,13 @@ def schedule_from_plan(
 
     Pins and ``prefix_affinity`` (the request's) travel with the schedule so that the steal script
     honours what the simulator honours: a pinned item never moves (and skips the shared FIFO for its
-    worker's own queue, in dispatch order), and under affinity a steal moves only whole groups.
+    worker's own queue, in dispatch order), and under affinity a steal moves only whole groups
+    and a pin on one sample binds its whole group (``pinned_workers``).
     Raises ``InvalidInputError`` when the plan names a trajectory it was not given.
     """
     trajectories = list(trajectories)
     by_key = {t.key: t for t in trajectories}
+    pins = pinned_workers(trajectories, prefix_affinity)
     prompts = payloads or {}
     times: dict[str, PlannedTime] = {}
     if inventory is not None:
@@ -75,7 +81,7 @@ def schedule_from_plan(
             if key not in by_key:
                 raise InvalidInputError(field, key, "plan names a trajectory that was not given")
             traj = by_key[key]
-            out.append(delivery_item(traj, prompts.get(traj.prompt_id), times.get(key)))
+            out.append(delivery_item(traj, prompts.get(traj.prompt_id), times.get(key), key in pins))
         return tuple(out)
 
     # A shared-queue plan's per-worker lists only forecast who runs what; the FIFO is the truth, and
@@ -85,7 +91,7 @@ def schedule_from_plan(
         w.worker_id: () if shared else items(f"plan.workers[{w.worker_id}]", w.items) for w in plan.workers
     }
     if shared:
-        queues, shared = _pins_to_own_queues(queues, shared, by_key)
+        queues, shared = _pins_to_own_queues(queues, shared, pins)
     return PublishedSchedule(
         schedule_id=schedule_id,
         queues=queues,
@@ -97,16 +103,34 @@ def schedule_from_plan(
     )
 
 
+def pinned_workers(trajectories: Iterable[Trajectory], prefix_affinity: bool) -> dict[str, str]:
+    """Trajectory key -> the worker it is bound to. Under prefix affinity a pin on one sample binds
+    its whole group (validation's rule, the planner's and the simulator's), so every sample of a
+    pinned group is bound to that worker: left in a shared FIFO, the rest of the group would go to
+    whichever worker claimed it first, a split group."""
+    trajectories = list(trajectories)
+    pins = {t.key: t.pinned_worker for t in trajectories if t.pinned_worker is not None}
+    if prefix_affinity:
+        by_group: dict[str, str] = {}
+        for t in trajectories:
+            if t.pinned_worker is not None:
+                by_group.setdefault(t.group, t.pinned_worker)
+        for t in trajectories:
+            if t.key not in pins and t.group in by_group:
+                pins[t.key] = by_group[t.group]
+    return pins
+
+
 def _pins_to_own_queues(
     queues: Mapping[str, tuple[DeliveryItem, ...]],
     shared: tuple[DeliveryItem, ...],
-    by_key: Mapping[str, Trajectory],
+    pins: Mapping[str, str],
 ) -> tuple[dict[str, tuple[DeliveryItem, ...]], tuple[DeliveryItem, ...]]:
     """A shared-queue plan's pinned items go to their worker's own queue, in dispatch order (as the
     simulator plays them): the FIFO would let any worker take them."""
     own = {w: list(q) for w, q in queues.items()}
     for item in shared:
-        worker = by_key[item.key].pinned_worker
+        worker = pins.get(item.key)
         if item.pinned and worker is not None:
             if worker not in own:
                 raise InvalidInputError(

@@ -154,12 +154,24 @@ class PublishedSchedule:
                 raise InvalidInputError(
                     f"shared[{item.key}].pinned", True, "a pinned item needs its worker's queue"
                 )
-        if self.prefix_affinity:  # publish.lua stores one group per line
-            for item in self.items():
-                if not item.group or any(c in item.group for c in "\n\r"):
-                    raise InvalidInputError(
-                        f"items[{item.key}].group_id", item.group, "must be one non-empty line"
-                    )
+        if self.prefix_affinity:
+            self._check_groups()
+
+    def _check_groups(self) -> None:
+        """Under prefix affinity: one group per line (publish.lua's format), and no sample of a pinned
+        group in the shared FIFO, since a pin on one sample binds the whole group to its worker
+        (``publisher.pinned_workers``); a claimer would take it from the FIFO and split the group."""
+        pinned = {item.group for item in self.items() if item.pinned}
+        for item in self.items():
+            if not item.group or any(c in item.group for c in "\n\r"):
+                raise InvalidInputError(
+                    f"items[{item.key}].group_id", item.group, "must be one non-empty line"
+                )
+        for item in self.shared:
+            if item.group in pinned:
+                raise InvalidInputError(
+                    f"shared[{item.key}].group_id", item.group, "its group is pinned: queue it on that worker"
+                )
 
     def items(self) -> list[DeliveryItem]:
         """Every item, in publish order: each worker's queue, then the shared FIFO."""

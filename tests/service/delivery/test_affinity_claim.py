@@ -14,9 +14,11 @@ import random
 from collections import defaultdict
 from functools import partial
 
+import pytest
 import redis
 
 from scheduler.devices import device_profile, model_preset
+from scheduler.errors import InvalidInputError
 from scheduler.planner import plan
 from scheduler.simulator import SimOptions, simulate
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
@@ -97,16 +99,15 @@ def test_without_affinity_a_shared_claim_takes_one_item(
     assert_sound(redis_client, "s")
 
 
-def test_a_pinned_sample_stays_on_its_worker_while_its_group_follows_the_claimer(
+def test_under_affinity_a_schedule_with_a_pinned_groups_sample_in_the_fifo_is_refused(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
-    pinned = dataclasses.replace(item("p#0"), pinned=True)  # the publisher queues pins on their worker
-    delivery.publish(_shared(_fifo("p#1", "p#2", "q#0"), c=(pinned,)))
-    assert _keys(delivery.claim("s", "a", 1)) == ["p#1"]
-    assert _keys(delivery.claim("s", "b", 5)) == ["q#0"]
-    assert _keys(delivery.claim("s", "c", 5)) == ["p#0"]
-    assert _keys(delivery.claim("s", "a", 5)) == ["p#2"]
-    assert_sound(redis_client, "s")
+    pinned = dataclasses.replace(item("p#0"), pinned=True)  # a pin binds the whole group to c
+    with pytest.raises(InvalidInputError) as caught:
+        delivery.publish(_shared(_fifo("p#1", "p#2", "q#0"), c=(pinned,)))
+    assert (caught.value.field, caught.value.value) == ("shared[p#1].group_id", "p")
+    assert redis_client.exists(schedule_keys("s").meta) == 0  # nothing written
+    delivery.publish(_shared(_fifo("p#1", "p#2", "q#0"), affinity=False, c=(pinned,)))  # no affinity: fine
 
 
 def test_the_rest_of_a_claimed_group_is_never_stolen_from_its_claimer(

@@ -85,3 +85,18 @@ def test_a_shared_queue_plan_sends_pinned_items_to_their_workers_own_queue_in_di
     published = schedule_from_plan("s", _plan(order), traj)
     assert [i.key for i in published.queues["h100-0"]] == ["p1#0", "p1#1"]
     assert [i.key for i in published.shared] == ["p0#0", "p2#0", "p0#1", "p2#1"]
+
+
+def test_under_affinity_a_pin_on_one_sample_queues_its_whole_group_on_the_pinned_worker(
+    delivery: Delivery,
+) -> None:
+    traj = (dataclasses.replace(TRAJ[0], pinned_worker="ascend-0"), *TRAJ[1:])  # p0#0 alone names one
+    order = tuple(t.key for t in TRAJ)
+    published = schedule_from_plan("s", _plan(order), traj, prefix_affinity=True)
+    assert [(i.key, i.pinned) for i in published.queues["ascend-0"]] == [("p0#0", True), ("p0#1", True)]
+    assert [i.key for i in published.shared] == ["p1#0", "p1#1", "p2#0", "p2#1"]
+    delivery.publish(published)
+    assert [le.key for le in delivery.claim("s", "h100-0", 6)] == ["p1#0", "p1#1", "p2#0", "p2#1"]
+    assert [le.key for le in delivery.claim("s", "ascend-0", 6)] == ["p0#0", "p0#1"]
+    alone = schedule_from_plan("s", _plan(order), traj)  # without affinity the pin binds one sample
+    assert [i.key for i in alone.queues["ascend-0"]] == ["p0#0"]
