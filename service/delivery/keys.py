@@ -32,6 +32,13 @@ key                         type     contents
 ``P:grp``                   hash     item key -> its group, only under prefix affinity (a steal
                                      moves a whole, wholly queued, never started group)
 ``P:gsize``                 hash     group -> its number of items, only under prefix affinity
+``P:cap``                   hash     worker -> its KV cache in tokens, when the publisher knows it
+                                     (``PublishedSchedule.kv_capacity_tokens``, from the inventory);
+                                     a worker not named takes anything (absent: no limit)
+``P:need``                  hash     item key -> prompt + max_new_tokens, only for items that some
+                                     cache in ``P:cap`` cannot hold: a claim or steal never hands
+                                     such an item to a worker whose ``P:cap`` is below it (the
+                                     simulator's ``can_hold``); absent: every cache holds it
 ``P:due``                   hash     item key -> ``start|end``: when the plan predicts its planned
                                      worker starts and finishes it (lease clock, ms; publish time +
                                      ``DeliveryItem.planned_start_ms`` / ``deadline_ms``). A steal
@@ -164,6 +171,16 @@ class ScheduleKeys:
     def due(self) -> str:
         """Item key -> ``start|end`` ms: its planned run on its owner (the steal deadline guard)."""
         return f"{self.base}:due"
+
+    @property
+    def cap(self) -> str:
+        """Worker -> KV capacity in tokens: claims and steals give it nothing it cannot hold."""
+        return f"{self.base}:cap"
+
+    @property
+    def need(self) -> str:
+        """Item key -> prompt + max_new_tokens, for items some published cache cannot hold."""
+        return f"{self.base}:need"
 
     def queue(self, worker_id: str) -> str:
         """A worker's ordered queue (``SHARED_QUEUE`` names the shared FIFO)."""

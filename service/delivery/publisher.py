@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from scheduler.costmodel import worker_cost
 from scheduler.deadlines import PlannedTime, planned_times
 from scheduler.errors import InvalidInputError
 from scheduler.types import Inventory, Plan, Trajectory
@@ -65,6 +66,8 @@ def schedule_from_plan(
     honours what the simulator honours: a pinned item never moves (and skips the shared FIFO for its
     worker's own queue, in dispatch order), and under affinity a steal moves only whole groups
     and a pin on one sample binds its whole group (``pinned_workers``).
+    With the ``inventory``, each worker's KV capacity travels too, so that no claim or steal hands a
+    worker an item its cache cannot hold at its cap (``PublishedSchedule.kv_capacity_tokens``).
     Raises ``InvalidInputError`` when the plan names a trajectory it was not given.
     """
     trajectories = list(trajectories)
@@ -100,6 +103,7 @@ def schedule_from_plan(
         shared=shared,
         seconds_per_token=seconds_per_token(plan, by_key),
         prefix_affinity=prefix_affinity,
+        kv_capacity_tokens=kv_capacities(inventory, queues) if inventory is not None else {},
     )
 
 
@@ -119,6 +123,16 @@ def pinned_workers(trajectories: Iterable[Trajectory], prefix_affinity: bool) ->
             if t.key not in pins and t.group in by_group:
                 pins[t.key] = by_group[t.group]
     return pins
+
+
+def kv_capacities(inventory: Inventory, queues: Mapping[str, object]) -> dict[str, int]:
+    """Each published worker's KV capacity in tokens, as the planner and the simulator derive it
+    (``worker_cost``): the claim and steal scripts give no worker an item it cannot hold at its cap."""
+    return {
+        w.worker_id: worker_cost(w, inventory.model).kv_capacity_tokens
+        for w in inventory.workers
+        if w.worker_id in queues
+    }
 
 
 def _pins_to_own_queues(

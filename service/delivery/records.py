@@ -74,6 +74,12 @@ class DeliveryItem:
         """
         return self.prompt_tokens + math.ceil(min(self.predicted_tokens, float(self.max_new_tokens)))
 
+    @property
+    def need_tokens(self) -> int:
+        """KV tokens a worker must hold to run the item at its cap, prompt + max_new_tokens: an engine
+        refuses a request past its context, so no claim or steal gives it to a smaller cache."""
+        return self.prompt_tokens + self.max_new_tokens
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> DeliveryItem:
         """Rebuild an item from its stored JSON object."""
@@ -131,6 +137,9 @@ class PublishedSchedule:
     seconds_per_token: Mapping[str, float] = field(default_factory=dict)
     # the request's prefix affinity: a steal then moves a whole unstarted group or nothing
     prefix_affinity: bool = False
+    # worker id -> its KV cache in tokens: no claim or steal hands it an item whose need_tokens
+    # exceed it (the simulator's can_hold); workers not named are not limited
+    kv_capacity_tokens: Mapping[str, int] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Raise ``InvalidInputError`` naming the first bad field; called before anything is written."""
@@ -141,6 +150,11 @@ class PublishedSchedule:
                 raise InvalidInputError("seconds_per_token", worker, "names a worker without a queue")
             if not math.isfinite(pace) or pace <= 0:
                 raise InvalidInputError(f"seconds_per_token[{worker}]", pace, "must be finite, > 0")
+        for worker, tokens in self.kv_capacity_tokens.items():
+            if worker not in self.queues:
+                raise InvalidInputError("kv_capacity_tokens", worker, "names a worker without a queue")
+            if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+                raise InvalidInputError(f"kv_capacity_tokens[{worker}]", tokens, "must be an integer >= 1")
         seen: set[str] = set()
         for worker, items in self.queues.items():
             _check_name("queues", worker)

@@ -64,9 +64,22 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None) -> list[Any]:
         "\n".join(item.group for item in items) if affinity else "",
         "\n".join(item.due() for item in items),  # steal deadlines ('-' for none), P:due
     ]
-    fields = [lease.retention_s, *head, *body, *steal_rules, payloads]
+    holding = capacity_args(schedule, items)
+    fields = [lease.retention_s, *head, *body, *steal_rules, payloads, *holding]
     digest = hashlib.sha256("\x00".join(map(str, fields)).encode()).hexdigest()
-    return [digest, clock(now_ms), lease.retention_s * 1000, *head, *body, *steal_rules, payloads]
+    return [digest, clock(now_ms), lease.retention_s * 1000, *head, *body, *steal_rules, payloads, *holding]
+
+
+def capacity_args(schedule: PublishedSchedule, items: Sequence[DeliveryItem]) -> list[str]:
+    """The workers' KV capacities (JSON, ``P:cap``) and, per item, its ``need_tokens`` where some of
+    those caches cannot hold it, '-' elsewhere (``P:need``): what claims and steals check, so that
+    no worker gets an item it cannot hold (the simulator's ``can_hold``). Items every published
+    cache holds get no entry, so a schedule without small caches costs nothing more to claim."""
+    caps = schedule.kv_capacity_tokens
+    smallest = min(caps.values(), default=None)
+    held = (smallest is None or it.need_tokens <= smallest for it in items)
+    needs = ("-" if ok else str(it.need_tokens) for ok, it in zip(held, items, strict=True))
+    return [json.dumps({w: int(c) for w, c in sorted(caps.items())}), "\n".join(needs)]
 
 
 def stored_items(items: Sequence[DeliveryItem]) -> tuple[list[str], str]:

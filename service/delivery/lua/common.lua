@@ -174,6 +174,24 @@ local function adopt(keys, w, n, now, cfg, out)
   if #leased > 0 then lease_all(leased, w, now, cfg, out) end
 end
 
+-- KV tokens worker w's cache holds (P:cap, from the publisher's inventory); nil: unknown, unlimited.
+local function capacity(w) return tonumber(redis.call('HGET', k('cap'), w) or '') end
+
+-- How many of keys, from the first, a cache of cap tokens holds at their caps (P:need: prompt +
+-- max_new_tokens of each item some published cache cannot hold; absent: every cache holds it), as
+-- the simulator's can_hold. An engine refuses a request past its context, so no claim or steal
+-- hands a worker one it cannot hold. All of them when cap is nil.
+local function holdable(keys, cap)
+  if not cap then return #keys end
+  for i = 1, #keys, 1000 do
+    local needs = redis.call('HMGET', k('need'), unpack(keys, i, math.min(i + 999, #keys)))
+    for j, need in ipairs(needs) do
+      if need and tonumber(need) > cap then return i + j - 2 end
+    end
+  end
+  return #keys
+end
+
 -- Items just popped from queue q: take them off q's steal score and queued counters.
 local function dequeued(q, keys)
   for _, key in ipairs(keys) do work_delta(q, -tonumber(get(key).pred)) end

@@ -7,7 +7,9 @@
 --       thousands of small ones), then the steal rules: affinity ('1' = prefix affinity),
 --       newline-joined pinned flags ('0'/'1' per item), newline-joined groups ('' without affinity),
 --       newline-joined steal deadlines ('start|end' ms after publication per item, '-' for none),
---       newline-joined distinct payload JSONs (line i = ref i; wire.stored_items).
+--       newline-joined distinct payload JSONs (line i = ref i; wire.stored_items), then what a cache
+--       must hold (wire.capacity_args): caps_json (worker -> KV capacity, tokens) and newline-joined
+--       needs (prompt + max_new_tokens per item, '-' where every published cache holds it).
 -- An item's JSON arrives as '<ref>\t<JSON without payload>' and is stored so; its payload is stored
 -- once in P:prompts under ref, since the samples of a prompt share it (lease_all puts it back).
 -- Returns 1 created, 0 unchanged replay; error CONFLICT when the id holds a different schedule.
@@ -38,6 +40,7 @@ end
 local stated = cjson.decode(ARGV[10])
 local keys, preds, reserves, jsons = lines(ARGV[11]), lines(ARGV[12]), lines(ARGV[13]), lines(ARGV[14])
 local affinity, pins, groups, dues = ARGV[15], lines(ARGV[16]), lines(ARGV[17]), lines(ARGV[18] or '')
+local caps, needs = cjson.decode(ARGV[20] or '{}'), lines(ARGV[21] or '')
 local flat = {}
 for w, p in pairs(stated) do flat[#flat + 1], flat[#flat + 2] = w, p end
 bulk('HSET', k('pace'), flat)
@@ -95,8 +98,13 @@ bulk('HSET', k('counts'), cnt)
 -- Steal rules: P:pin holds the pinned items (never stolen); under affinity P:grp maps each item to
 -- its group and P:gsize each group to its size (a steal moves a whole, wholly queued group); P:due
 -- maps each item with a deadline to its planned 'start|end' on the lease clock (steal.lua's guard).
-local pinned, grp, gsize, sizes_of, due = {}, {}, {}, {}, {}
+-- What a cache must hold (claim.lua, steal.lua; the simulator's can_hold): P:cap maps each worker
+-- whose KV capacity the publisher knows to it, P:need each item that some such cache cannot hold to
+-- its prompt + max_new_tokens.
+local pinned, grp, gsize, sizes_of, due, cap, need = {}, {}, {}, {}, {}, {}, {}
+for w, c in pairs(caps) do cap[#cap + 1], cap[#cap + 2] = w, c end
 for j = 1, n do
+  if needs[j] and needs[j] ~= '-' then need[#need + 1], need[#need + 2] = keys[j], needs[j] end
   local s0, e0 = string.match(dues[j] or '-', '^(%d+)|(%d+)$')
   if s0 then due[#due + 1], due[#due + 2] = keys[j], int(now + tonumber(s0)) .. '|' .. int(now + tonumber(e0)) end
   if pins[j] == '1' then pinned[#pinned + 1], pinned[#pinned + 2] = keys[j], '1' end
@@ -110,11 +118,14 @@ if #pinned > 0 then bulk('HSET', k('pin'), pinned) end
 if #grp > 0 then bulk('HSET', k('grp'), grp) end
 if #gsize > 0 then bulk('HSET', k('gsize'), gsize) end
 if #due > 0 then bulk('HSET', k('due'), due) end
-for _, s in ipairs({'meta', 'items', 'prompts', 'st', 'counts', 'work', 'pace', 'pin', 'grp', 'gsize', 'due'}) do redis.call('PEXPIREAT', k(s), exp) end
+if #cap > 0 then bulk('HSET', k('cap'), cap) end
+if #need > 0 then bulk('HSET', k('need'), need) end
+for _, s in ipairs({'meta', 'items', 'prompts', 'st', 'counts', 'work', 'pace', 'pin', 'grp', 'gsize', 'due', 'cap', 'need'}) do redis.call('PEXPIREAT', k(s), exp) end
 -- Free the big argument strings and tables now: left to the incremental collector they would slow
 -- the next few hundred claims by tens of microseconds each.
 items, st, keys, preds, reserves, jsons, cnt, prompts, shared = nil, nil, nil, nil, nil, nil, nil, nil, nil
 pins, groups, pinned, grp, gsize, sizes_of, dues, due = nil, nil, nil, nil, nil, nil, nil, nil
+caps, needs, cap, need = nil, nil, nil, nil
 pcall(function() for a = #ARGV, 1, -1 do ARGV[a] = nil end end)  -- a server may protect ARGV
 collectgarbage()
 return 1

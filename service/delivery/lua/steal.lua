@@ -17,6 +17,9 @@
 -- then too (else the steal just moves the end of the step to the thief), and only if the steal
 -- still pays off were the item margin times longer than predicted (scheduler/deadlines.py,
 -- beats_owner); the first tail item that fails ends the steal and stays queued.
+-- What a cache holds, as the simulator (sim_pool.py, _steal: can_hold): a thief with a known KV
+-- capacity (P:cap) takes no item it cannot hold at its cap (P:need); under affinity no group with
+-- such a member; the first tail item it cannot hold ends the steal and stays queued.
 -- ARGV: thief, max, now ('' = server), budget ('' = unbounded: the thief does not know its KV cache),
 -- rate (the thief's decode tokens/s per sequence; '' or absent = no deadline guard), busy (ms the
 -- thief's held work still takes; '' or absent = 0), margin (scheduler.deadlines.LENGTH_MARGIN;
@@ -39,6 +42,7 @@ if len == 0 then
 end
 
 local function pinned(key) return redis.call('HEXISTS', k('pin'), key) == 1 end
+local cap = capacity(thief)
 
 local rate, busy = tonumber(ARGV[5] or ''), tonumber(ARGV[6] or '') or 0
 local margin = tonumber(ARGV[7] or '') or 1
@@ -80,6 +84,7 @@ local function movable_group()
     end
   end
   if #members ~= size then return nil end  -- part of it was claimed, is running or done
+  if holdable(members, cap) < #members then return nil end  -- a member the thief cannot hold
   if budget then
     local used = 0
     for _, key in ipairs(members) do used = used + (tonumber(get(key).res) or 0) end
@@ -107,6 +112,7 @@ local tail, fit, used = redis.call('LRANGE', queue, -take, -1), 0, 0
 for i = #tail, 1, -1 do
   if pinned(tail[i]) then break end  -- a pinned item never moves; nor what is queued before it
   if not in_time(tail[i]) then break end  -- its owner would finish it first: it and the rest stay
+  if holdable({tail[i]}, cap) == 0 then break end  -- too big for the thief's cache
   used = used + (tonumber(get(tail[i]).res) or 0)
   if budget and used > budget then break end
   fit = fit + 1
