@@ -28,7 +28,9 @@ together; otherwise the thief's turn ends, as with a pinned tail. So no play spl
 the affinity lower bound (the heaviest group alone on its best worker) assumes.
 
 Queues only shrink, so a worker that finds nothing to take stays without new work: it is simply not
-scheduled again until its running sequences produce an event, and an empty worker goes idle for good.
+scheduled again until its running sequences produce an event. The one exception is a shared head it
+could not hold: a worker left with nothing running behind it is woken (``_idle``) when another worker
+takes that head, at that instant, as its polling sidecar would claim what follows.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class Pool:
         self._heap: list[tuple[float, int, int]] = []  # (event time, counter, worker index)
         self._counter = 0
         self._pending = [False] * len(self.engines)  # worker has an event computed and not applied
+        self._idle: set[int] = set()  # workers with nothing running, passed over by a shared head
 
     def run(self) -> None:
         """Play every worker until none has anything left to run; all start at time 0."""
@@ -119,17 +122,18 @@ class Pool:
             queued = len(engine.queue)
             engine.admit_own()
             self._unclaimed -= queued - len(engine.queue)
-        self._acquire([engines[i] for i in batch])
-        for index in batch:
+        woken = self._acquire([engines[i] for i in batch], now)
+        for index in (*batch, *woken):
             when = engines[index].commit()
             self._pending[index] = when is not None
             if when is not None:
                 self._schedule(when, index)
 
-    def _acquire(self, engines: list[WorkerEngine]) -> None:
-        """Hand out shared or stolen items one at a time, least-loaded taker first."""
+    def _acquire(self, engines: list[WorkerEngine], now: float) -> list[int]:
+        """Hand out shared or stolen items one at a time, least-loaded taker first; return the idle
+        workers (not among ``engines``) that a new shared head woke and that took work, to commit."""
         if self._shared_head() is None and self._dry:
-            return
+            return []
         takers = [
             (e.batch + len(e.waiting), e.index, e)
             for e in engines
@@ -137,6 +141,7 @@ class Pool:
         ]
         heapq.heapify(takers)
         too_small: list[tuple[int, int, WorkerEngine]] = []  # cannot hold the head; may take the next
+        woken: list[int] = []
         while takers:
             taker = heapq.heappop(takers)
             _, index, engine = taker
@@ -150,18 +155,32 @@ class Pool:
                 self.shared.popleft()
                 if self.affinity:
                     self._bind_group(head, engine)
-                for waiting in too_small:  # a new head: those set aside may hold this one
-                    heapq.heappush(takers, waiting)
+                for waiting in (*too_small, *self._wake(now, woken)):  # a new head: those set aside
+                    heapq.heappush(takers, waiting)  # (and idle workers) may hold this one
                 too_small.clear()
             else:
                 victim = self._victim(index)
                 if victim is None:  # the taker's own queue is empty, so nothing is left anywhere
                     self._dry = True
-                    return
+                    return woken
                 if not self._steal(victim, engine):
                     continue
             if engine.has_room():
                 heapq.heappush(takers, (engine.batch + len(engine.waiting), index, engine))
+        self._idle.update(i for _, i, e in too_small if e.batch == 0 and not e.waiting)
+        return woken
+
+    def _wake(self, now: float, woken: list[int]) -> list[tuple[int, int, WorkerEngine]]:
+        """Idle workers set aside by an earlier head, as takers for a new one, their clocks caught up
+        to ``now`` (idle time: not busy, and a finish is read from the ledger, not the clock). They
+        have no event of their own, so ``woken`` records them for the caller to commit."""
+        waking = [(0, i, self.engines[i]) for i in sorted(self._idle)]
+        self._idle.clear()
+        for _, index, engine in waking:
+            engine.clock = max(engine.clock, now)
+            if index not in woken:
+                woken.append(index)
+        return waking
 
     def _shared_head(self) -> int | None:
         """The shared FIFO's next item, skipping items already bound with their group; None: empty."""

@@ -100,6 +100,21 @@ def test_under_prefix_affinity_a_worker_takes_a_shared_group_only_if_it_holds_ev
     assert {r.key: r.worker_id for r in result.items} == {"g#0": "big", "g#1": "big"}
 
 
+def test_a_worker_idle_behind_a_head_it_cannot_hold_takes_the_items_after_it_once_it_is_gone() -> None:
+    # a sidecar keeps polling: once the big worker takes the big head, the idle small one takes what
+    # follows it, instead of sitting idle for good while the big worker runs everything in turn
+    small = Worker("small", device_profile("H100"), max_num_seqs=4, kv_capacity_tokens=3_000)
+    big = Worker("big", device_profile("H100"), max_num_seqs=1)
+    work = [Trajectory(f"x{i}", 0, 100, 8_000, 4_000.0) for i in range(2)]
+    work += [Trajectory(f"s{i}", 0, 100, 500, 400.0) for i in range(4)]
+    result = _play(_shared([small, big], work), work, [small, big])
+    placed = {r.key: r.worker_id for r in result.items}
+    assert [placed[f"x{i}#0"] for i in range(2)] == ["big", "big"]
+    assert {placed[f"s{i}#0"] for i in range(4)} == {"small"}
+    first_done = min(r.end_s for r in result.items if r.key.startswith("x"))
+    assert all(r.start_s == first_done for r in result.items if r.key.startswith("s"))
+
+
 def test_under_prefix_affinity_a_pin_on_one_sample_sends_its_whole_group_to_the_pinned_worker() -> None:
     workers = [_worker("big"), _worker("pinned")]
     work = [
