@@ -13,7 +13,8 @@ key                         type     contents
 ==========================  =======  ==============================================================
 ``P:meta``                  hash     fingerprint, total, lease_ttl_ms, max_attempts, kv_admission,
                                      published_ms, expire_at_ms, workers (JSON list), fence (the
-                                     fencing-token counter), affinity (``1``: prefix affinity)
+                                     fencing-token counter), affinity (``1``: prefix affinity),
+                                     nonce (of the publishing call: its re-send is not a replay)
 ``P:items``                 hash     item key -> ``<ref>\t<static item JSON without its payload>``
                                      (prompt, lengths); ``ref`` names its payload in ``P:prompts``
                                      ('' for none); the claim scripts return the whole JSON

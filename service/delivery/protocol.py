@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
@@ -75,7 +76,7 @@ class Delivery(DeliveryViews):
         ``ScheduleConflictError`` and changes nothing. Bad input raises ``InvalidInputError`` first.
         """
         schedule.validate()
-        args = wire.publish_args(schedule, now_ms)
+        args = wire.publish_args(schedule, now_ms, nonce=uuid.uuid4().hex)
         created = self._call(self.scripts.publish, schedule.schedule_id, args)
         self._announce(schedule.schedule_id, sorted(schedule.queues), schedule.lease.retention_s)
         return PublishOutcome.CREATED if int(created) == 1 else PublishOutcome.UNCHANGED

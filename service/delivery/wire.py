@@ -30,12 +30,15 @@ def strict_json(doc: Any, where: str) -> str:
         raise InvalidInputError(where, doc, f"not JSON-serialisable: {err}") from None
 
 
-def publish_args(schedule: PublishedSchedule, now_ms: int | None) -> list[Any]:
-    """ARGV of ``publish.lua``: fingerprint, clock, retention, settings, then the newline-joined body.
+def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) -> list[Any]:
+    """ARGV of ``publish.lua``: fingerprint, clock, retention, settings, then the newline-joined body,
+    and last ``nonce``, unique to this call.
 
     The fingerprint covers everything written, so a replay is recognised and a different schedule
-    under a used id is refused. Per-item columns travel as one string each: a few large arguments
-    parse far faster than thousands of small ones.
+    under a used id is refused. The nonce tells a replay from the same call re-sent by the client
+    after a timeout (redis-py retries one): the script ran, and it answers 'created' again. Per-item
+    columns travel as one string each: a few large arguments parse far faster than thousands of
+    small ones.
     """
     lease = schedule.lease
     queues = [*schedule.queues.items(), (keyspace.SHARED_QUEUE, schedule.shared)]
@@ -67,7 +70,9 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None) -> list[Any]:
     holding = capacity_args(schedule, items)
     fields = [lease.retention_s, *head, *body, *steal_rules, payloads, *holding]
     digest = hashlib.sha256("\x00".join(map(str, fields)).encode()).hexdigest()
-    return [digest, clock(now_ms), lease.retention_s * 1000, *head, *body, *steal_rules, payloads, *holding]
+    return [
+        digest, clock(now_ms), lease.retention_s * 1000, *head, *body, *steal_rules, payloads, *holding, nonce
+    ]
 
 
 def capacity_args(schedule: PublishedSchedule, items: Sequence[DeliveryItem]) -> list[str]:

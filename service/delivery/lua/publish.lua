@@ -9,13 +9,16 @@
 --       newline-joined steal deadlines ('start|end' ms after publication per item, '-' for none),
 --       newline-joined distinct payload JSONs (line i = ref i; wire.stored_items), then what a cache
 --       must hold (wire.capacity_args): caps_json (worker -> KV capacity, tokens) and newline-joined
---       needs (prompt + max_new_tokens per item, '-' where every published cache holds it).
+--       needs (prompt + max_new_tokens per item, '-' where every published cache holds it), and last
+--       a nonce unique to the call: the same call re-sent after a timeout answers 1 again.
 -- An item's JSON arrives as '<ref>\t<JSON without payload>' and is stored so; its payload is stored
 -- once in P:prompts under ref, since the samples of a prompt share it (lease_all puts it back).
--- Returns 1 created, 0 unchanged replay; error CONFLICT when the id holds a different schedule.
+-- Returns 1 created (also to the creating call re-sent), 0 unchanged replay; error CONFLICT when the
+-- id holds a different schedule.
+local nonce = ARGV[#ARGV]
 local existing = redis.call('HGET', META, 'fingerprint')
 if existing then
-  if existing == ARGV[1] then return 0 end
+  if existing == ARGV[1] then return redis.call('HGET', META, 'nonce') == nonce and 1 or 0 end
   return redis.error_reply('CONFLICT schedule id already holds a different schedule')
 end
 local now = now_ms(ARGV[2])
@@ -47,7 +50,7 @@ bulk('HSET', k('pace'), flat)
 local n = #keys
 redis.call('HSET', META, 'fingerprint', ARGV[1], 'total', n, 'lease_ttl_ms', ARGV[4],
   'max_attempts', ARGV[5], 'kv_admission', ARGV[6], 'workers', ARGV[7], 'published_ms', now,
-  'expire_at_ms', exp, 'fence', 0, 'affinity', affinity)
+  'expire_at_ms', exp, 'fence', 0, 'affinity', affinity, 'nonce', nonce)
 local cnt = {'q', n, 'r', 0, 'd', 0, 'f', 0}
 for _, w in ipairs(cjson.decode(ARGV[7])) do
   for _, s in ipairs({'q', 'r', 'd', 'f'}) do cnt[#cnt + 1], cnt[#cnt + 2] = s .. ':' .. w, 0 end

@@ -18,12 +18,23 @@ from service.delivery import (
     TrajectoryResult,
     UnknownScheduleError,
     keys,
+    wire,
 )
 from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.conftest import item, schedule
 
 T0 = 1_000_000  # explicit clock (ms) so expiry is deterministic
 RESULT = TrajectoryResult(output_tokens=77, finish_reason="stop", wall_time_s=0.5, output="ok")
+
+
+def test_a_publish_the_client_resends_after_a_timeout_is_still_its_own_creation(delivery: Delivery) -> None:
+    # redis-py re-sends a command whose reply timed out (a 65k-item publish blocks Redis ~1 s): the
+    # script ran the first time, and the re-sent call must not read as another request's publish
+    args = wire.publish_args(schedule("s", {"a": 2}), None, nonce="call-1")
+    assert delivery._call(delivery.scripts.publish, "s", args) == 1
+    assert delivery._call(delivery.scripts.publish, "s", args) == 1  # the same call, re-sent
+    again = wire.publish_args(schedule("s", {"a": 2}), None, nonce="call-2")
+    assert delivery._call(delivery.scripts.publish, "s", again) == 0  # another call: a replay
 
 
 def test_a_replayed_publish_changes_nothing(delivery: Delivery, redis_client: redis.Redis) -> None:
