@@ -78,7 +78,10 @@ class BodyLimitMiddleware:
             await self._refuse(scope, receive, send, f"more than {self.max_bytes} bytes received")
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, what: str) -> None:
-        error = PayloadTooLargeError(f"request body too large: {what}; the limit is {self.max_bytes} bytes")
+        error = PayloadTooLargeError(
+            f"request body too large: {what}; the limit is {self.max_bytes} bytes "
+            "(ROLLOUT_MAX_BODY_BYTES; split the batch, or raise the limit)"
+        )
         problem = lookup(error)  # outside FastAPI's handlers, but answered from the same table
         response = problem_response(
             problem.status,
@@ -105,7 +108,7 @@ def check_trajectory_count(total: int, limit: int) -> None:
     """Refuse a batch asking for more than ``limit`` trajectories (sum of ``n``) with 413."""
     if total > limit:
         raise PayloadTooLargeError(
-            f"batch asks for {total} trajectories; the limit is {limit}",
+            f"batch asks for {total} trajectories; the limit is {limit} (ROLLOUT_MAX_TRAJECTORIES)",
             field="batch.items",
             value=total,
         )

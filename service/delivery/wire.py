@@ -71,7 +71,15 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) ->
     fields = [lease.retention_s, *head, *body, *steal_rules, payloads, *holding]
     digest = hashlib.sha256("\x00".join(map(str, fields)).encode()).hexdigest()
     return [
-        digest, clock(now_ms), lease.retention_s * 1000, *head, *body, *steal_rules, payloads, *holding, nonce
+        digest,
+        clock(now_ms),
+        lease.retention_s * 1000,
+        *head,
+        *body,
+        *steal_rules,
+        payloads,
+        *holding,
+        nonce,
     ]
 
 

@@ -268,6 +268,7 @@ def test_a_body_over_the_limit_is_a_413_problem(make_client: AppFactory, redis_c
     response = client.post("/schedule", json=batch_body(prompts=64))
     assert response.status_code == 413
     assert response.headers["content-type"] == "application/problem+json"
+    assert "ROLLOUT_MAX_BODY_BYTES" in response.json()["detail"]  # says which setting to change
     assert _snapshot(redis_client) == before
     assert 'route="/schedule",status="413"' in client.get("/metrics").text  # named, though unrouted
 
