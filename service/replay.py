@@ -10,10 +10,9 @@ ran. Deterministic: fixed seeds for the predictor and the planner. Metric defini
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 
@@ -31,6 +30,7 @@ from scheduler.planner import plan
 from scheduler.policies import POLICY_NAMES
 from scheduler.simulator import SimOptions, SimResult, simulate
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory
+from service.interrupts import quiet_pool
 
 ORACLE = "oracle"  # cpsat given the true lengths
 ORACLE_POLICY = "cpsat"
@@ -207,7 +207,7 @@ def _pool(config: ReplayConfig) -> Iterator[Executor | None]:
     if processes <= 1:
         yield None
         return
-    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with quiet_pool(processes) as pool:  # Ctrl-C: the workers stay quiet, the parent leaves at once
         yield pool
 
 

@@ -45,6 +45,9 @@ def bench_delivery(
     except (redis.RedisError, EmbeddedServerError, RuntimeError, ValueError) as err:
         print(f"bench delivery: {err}", file=sys.stderr)
         raise typer.Exit(2) from None
+    except KeyboardInterrupt:  # its client processes are already ended, its keys removed
+        print("bench delivery: interrupted", file=sys.stderr)
+        raise typer.Exit(130) from None
     finally:
         if server is not None:
             server.stop()

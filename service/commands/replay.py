@@ -95,6 +95,9 @@ def replay_command(
     except (InvalidInputError, OSError) as exc:
         typer.echo(f"replay: {exc}", err=True)
         raise typer.Exit(2) from None
+    except KeyboardInterrupt:  # the worker processes are already ended (service.interrupts)
+        typer.echo("replay: interrupted", err=True)
+        raise typer.Exit(130) from None
     rows = _worker_rows(result, per_worker, steal)
     if as_json:
         typer.echo(json.dumps(_json(result, steal, rows), indent=2))

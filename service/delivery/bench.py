@@ -26,6 +26,7 @@ import redis
 
 from service.delivery.protocol import Delivery
 from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSchedule, TrajectoryResult
+from service.interrupts import children_ignore_sigint, end_processes, ignore_sigint
 
 THROUGHPUT_TARGET = 10_000.0  # claims+completions per second with 64 workers on loopback
 WARM_STEALS = 50  # steals before the measured ones: warm the connection and the script cache
@@ -103,6 +104,7 @@ def _process_main(
     url: str, prefix: str, sid: str, workers: list[str], batch: int, gate: Any, out: Any
 ) -> None:
     """One benchmark process: a thread (and a connection) per simulated worker."""
+    ignore_sigint()  # Ctrl-C is the parent's to handle: it terminates this process
     clients = [Delivery.from_url(url, prefix) for _ in workers]
     for client in clients:  # connect before the clock starts
         client.client.ping()
@@ -137,12 +139,17 @@ def measure_throughput(
         ctx.Process(target=_process_main, args=(url, prefix, sid, names[p::processes], batch, gate, out))
         for p in range(processes)
     ]
-    for proc in procs:
-        proc.start()
-    gate.wait()
-    start = time.perf_counter()
-    calls = sum(out.get() for _ in procs)
-    wall = time.perf_counter() - start
+    with children_ignore_sigint():
+        for proc in procs:
+            proc.start()
+    try:
+        gate.wait()
+        start = time.perf_counter()
+        calls = sum(out.get() for _ in procs)
+        wall = time.perf_counter() - start
+    except KeyboardInterrupt:
+        end_processes(procs)  # before the caller deletes the schedule their threads are claiming from
+        raise
     for proc in procs:
         proc.join()
     total = workers * per_worker
@@ -188,12 +195,17 @@ def _percentile(sorted_ms: list[float], q: float) -> float:
     return sorted_ms[min(len(sorted_ms) - 1, round(q * (len(sorted_ms) - 1)))]
 
 
-def _cleanup(url: str, prefix: str) -> None:
+def _cleanup(url: str, prefix: str, best_effort: bool = False) -> None:
+    """Delete the run's keys. ``best_effort`` after Ctrl-C: an embedded server heard the same Ctrl-C
+    and may already be gone, and its failing must not replace the interrupt with a connection error."""
     client = redis.Redis.from_url(url)
     try:
         batch = list(client.scan_iter(match=f"{prefix}:*", count=1000))
         for i in range(0, len(batch), 500):
             client.unlink(*batch[i : i + 500])
+    except (redis.RedisError, OSError):
+        if not best_effort:
+            raise
     finally:
         client.close()
 
@@ -209,12 +221,16 @@ def run_bench(
 ) -> DeliveryBench:
     """Run both phases under a fresh key prefix and remove every key afterwards."""
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    interrupted = False
     try:
         wall, ops, calls, lost, twice = measure_throughput(url, prefix, workers, per_worker, batch, processes)
         raw, raw_pings, server_us = measure_steals(url, prefix, queues, steals)
         samples, pings = sorted(raw), sorted(raw_pings)
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
-        _cleanup(url, prefix)
+        _cleanup(url, prefix, best_effort=interrupted)
     p50, p99 = statistics.median(samples), _percentile(samples, 0.99)
     return DeliveryBench(
         workers=workers,

@@ -8,6 +8,8 @@ import redis
 import typer
 from typer.testing import CliRunner
 
+from tests.service.interrupt import alive, interrupt
+
 
 def _cli() -> typer.Typer:
     from service.cli import _register, app, bench_app
@@ -34,3 +36,14 @@ def test_bench_delivery_on_an_unreachable_redis_says_so_in_one_line() -> None:
     assert result.exit_code == 2
     assert "bench delivery:" in result.output
     assert "Traceback" not in result.output
+
+
+def test_ctrl_c_during_bench_delivery_prints_one_line_and_leaves_no_keys(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    args = ["bench", "delivery", "--redis-url", redis_url, "--workers", "8", "--items-per-worker", "5000"]
+    ended = interrupt([*args, "--processes", "2"], workers=2, settle_s=1.0)
+    assert ended.code == 130
+    assert ended.stderr.strip() == "bench delivery: interrupted"
+    assert not any(alive(pid) for pid in ended.workers)
+    assert redis_client.dbsize() == 0

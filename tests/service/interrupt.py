@@ -1,0 +1,90 @@
+"""Ctrl-C a real ``rollout-scheduler`` process once its worker processes exist, as a terminal would.
+
+The command runs in a session of its own, so a SIGINT to its process group reaches it and its
+workers (what a terminal's Ctrl-C does) and nothing of the test's own (its Redis server).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 60.0  # to import the command and spawn its workers on a loaded machine
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """How an interrupted command ended."""
+
+    code: int
+    stderr: str
+    exit_s: float  # from the SIGINT to the command's exit
+    workers: tuple[int, ...]  # its worker processes' ids at the SIGINT
+
+
+def interrupt(args: list[str], workers: int, settle_s: float, whole_group: bool = True) -> Interrupted:
+    """Run ``rollout-scheduler ARGS``; once it has ``workers`` children, wait ``settle_s`` and send
+    SIGINT to its process group (``whole_group``) or to it alone."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from service.cli import main; main()", *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        children = _await_children(proc, workers)
+        time.sleep(settle_s)
+        sent = time.monotonic()
+        if whole_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        return Interrupted(proc.returncode, err, time.monotonic() - sent, children)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a running (not zombie) process."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def _await_children(proc: subprocess.Popen[str], count: int) -> tuple[int, ...]:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the command ended before it was interrupted: {proc.communicate()[1]}")
+        found = _workers(proc.pid)
+        if len(found) >= count:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"the command never had {count} worker processes")
+
+
+def _workers(pid: int) -> tuple[int, ...]:
+    """Ids of ``pid``'s spawned multiprocessing workers (not its resource tracker), from /proc (Linux)."""
+    out = []
+    for proc_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            parent = int((proc_dir / "stat").read_text().rpartition(")")[2].split()[1])
+            command = (proc_dir / "cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if parent == pid and b"--multiprocessing-fork" in command:
+            out.append(int(proc_dir.name))
+    return tuple(out)
