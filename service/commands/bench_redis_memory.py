@@ -44,7 +44,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
 
 def bench_redis_memory(
-    redis_url: Annotated[str | None, typer.Option(help="Measure on this server; default embedded.")] = None,
+    redis_url: Annotated[
+        str | None, typer.Option(envvar="REDIS_URL", help="Measure on this server; default embedded.")
+    ] = None,
     prompt_chars: Annotated[int, typer.Option(min=0, help="Prompt text per prompt, characters.")] = 800,
     output_chars: Annotated[int, typer.Option(min=0, help="Output text per trajectory, characters.")] = 4000,
     seed: Annotated[int, typer.Option(help="Seed of the predicted lengths.")] = 0,
@@ -55,6 +57,11 @@ def bench_redis_memory(
 
     from service.delivery import Delivery
 
+    try:
+        _check_url(redis_url)
+    except ValueError as error:
+        typer.echo(f"bench redis-memory: {error}", err=True)
+        raise typer.Exit(2) from None
     try:
         with _server(redis_url) as url:
             delivery = Delivery(redis.Redis.from_url(url, decode_responses=True), prefix=PREFIX)
@@ -69,6 +76,20 @@ def bench_redis_memory(
         "sizes": [asdict(r) for r in results],
     }
     typer.echo(json.dumps(report, indent=2) if as_json else _table(results, prompt_chars, output_chars))
+
+
+def _check_url(url: str | None) -> None:
+    """Refuse a URL redis-py cannot connect by, with the rule ``serve`` and ``sidecar`` use: redis-py
+    would raise a bare ValueError traceback (a wrong scheme, a port that is not a number)."""
+    from service.redis_conn import describe
+    from service.settings import check_redis_url
+
+    if not url:
+        return
+    try:
+        check_redis_url(url)
+    except ValueError as error:
+        raise ValueError(f"redis_url={describe(url)!r}: {error}") from None
 
 
 @contextmanager

@@ -1,0 +1,32 @@
+"""``rollout-scheduler bench redis-memory`` refuses a URL it cannot connect by in one line."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        ("foo://x", "expected redis://"),
+        ("redis://127.0.0.1:notaport/0", "port"),
+        ("http://h:6379", "redis://"),
+    ],
+)
+def test_bench_redis_memory_refuses_a_url_redis_cannot_use_in_one_line(
+    cli: typer.Typer, url: str, needle: str
+) -> None:
+    result = CliRunner().invoke(cli, ["bench", "redis-memory", "--redis-url", url])
+    assert result.exit_code == 2
+    assert needle in result.stderr
+    assert result.stderr.startswith("bench redis-memory: redis_url=")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_bench_redis_memory_reads_its_url_from_redis_url_like_bench_delivery(cli: typer.Typer) -> None:
+    result = CliRunner().invoke(cli, ["bench", "redis-memory"], env={"REDIS_URL": "foo://x"})
+    assert result.exit_code == 2
+    assert "foo://x" in result.stderr
