@@ -29,6 +29,7 @@ from service.api.schemas import (
     ScheduleRequest,
     ScheduleResponse,
 )
+from service.tokens import check_token
 
 T = TypeVar("T")
 OUTAGE_PAUSE_S = 0.5  # between retries of a read that failed retryably (``wait``)
@@ -81,7 +82,7 @@ class SchedulerClient:
         timeout_s: float = 60.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        token = (token or "").strip()  # read from a file, a token often ends in a newline
+        token = check_token((token or "").strip())  # read from a file, a token often ends in a newline
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout_s = timeout_s
         self._http = httpx.Client(base_url=url, headers=headers, timeout=timeout_s, transport=transport)

@@ -23,6 +23,7 @@ from service.delivery.keys import (
     DEFAULT_RETENTION_S,
     check_prefix,
 )
+from service.tokens import check_token
 
 HOUR_S = 3_600
 DAY_S = 86_400
@@ -126,8 +127,7 @@ class Settings(BaseSettings):
         """A token that can never match is a setting mistake to report at start: the header is read
         as latin-1, so only printable ASCII compares equal."""
         for token in _split(value):
-            if not (token.isascii() and token.isprintable()):
-                raise ValueError("a token must be printable ASCII (a header cannot carry others)")
+            check_token(token)
         return value
 
     @model_validator(mode="after")

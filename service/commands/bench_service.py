@@ -75,7 +75,13 @@ def bench_service(
 ) -> None:
     """Run the benchmark and print a table (or JSON)."""
     from service.client import SchedulerAPIError, SchedulerClient
+    from service.tokens import check_token_flag
 
+    try:
+        check_token_flag("--token", token)  # before a service is started for it
+    except ValueError as error:
+        typer.echo(f"bench service: {error}", err=True)
+        raise typer.Exit(2) from None
     try:
         with (
             _service(url) as base,

@@ -88,6 +88,7 @@ def sidecar(
     from service.delivery.keys import check_prefix
     from service.redis_conn import RedisRefusedError
     from service.sidecar.launch import SidecarOptions, run_pull, run_push
+    from service.tokens import check_token_flag
 
     numbers = {
         "max-num-seqs": (max_num_seqs, 1),
@@ -102,6 +103,7 @@ def sidecar(
     try:
         url = _check(redis_url, engine_url, pull_api, health_port, log_level)
         check_prefix(prefix)
+        check_token_flag("--engine-api-key", engine_api_key)
         _check_numbers(numbers)
         kv = kv_capacity_tokens if kv_capacity_tokens is not None else _derived_kv(device, model, num_gpus)
     except ValueError as exc:

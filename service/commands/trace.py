@@ -166,7 +166,12 @@ def push_command(
     from scheduler.errors import InvalidInputError
     from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachableError
     from service.history_push import actual_reports, push
+    from service.tokens import check_token_flag
 
+    try:
+        check_token_flag("--token", token)
+    except ValueError as exc:
+        raise _fail(exc) from None
     try:
         reports, skipped = actual_reports(read_trace(trace_path), worker_id)
         with SchedulerClient(url, token=token, timeout_s=120) as client:

@@ -64,6 +64,7 @@ PUSH = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url
         ([*PUSH, "--device", "H100", "--num-gpus", "0"], "num-gpus"),
         ([*PUSH, "--device", "Ascend910B", "--model", "32b"], "leaves no KV cache"),
         ([*PUSH, "--prefix", "rs{1}"], "key prefix 'rs{1}'"),
+        ([*PUSH, "--engine-api-key", "tökén"], "--engine-api-key: a token must be printable ASCII"),
     ],
 )
 def test_bad_flags_get_one_line_naming_the_problem_and_exit_status_2(

@@ -1,0 +1,36 @@
+"""A token a header cannot carry is refused up front, in one line, before anything is sent or started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from service.client import SchedulerClient
+from service.tokens import RULE
+
+TOKEN = "tökén"
+
+
+@pytest.mark.parametrize(
+    ("args", "prefix"),
+    [
+        (["trace", "push", "unread.csv", "--url", "http://127.0.0.1:9"], "trace: --token: "),
+        (["bench", "service"], "bench service: --token: "),
+    ],
+)
+def test_a_non_ascii_token_flag_is_one_line_and_exit_status_2(
+    cli: typer.Typer, args: list[str], prefix: str
+) -> None:
+    result = CliRunner().invoke(cli, [*args, "--token", TOKEN])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == prefix + RULE
+    assert TOKEN not in result.output
+
+
+def test_the_client_refuses_a_non_ascii_token_by_the_rule_not_an_encoding_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="printable ASCII") as refused:
+        SchedulerClient(f"file://{tmp_path}", token=TOKEN)
+    assert not isinstance(refused.value, UnicodeError)
