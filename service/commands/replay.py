@@ -188,8 +188,9 @@ def _print_workers(rows: list[WorkerRow], policy: str) -> None:
 
 
 def _check_writable(option: str, path: Path | None) -> None:
-    """Refuse an output path that cannot be written: a folder, or one under a file or a folder
-    this process may not write to (missing folders are fine: they are created)."""
+    """Refuse an output path that cannot be written: a folder, a file this process may not
+    overwrite, or one under a file or a folder it may not write to (missing folders are fine: they
+    are created). Checked before the replay, which would otherwise run for minutes first."""
     from scheduler.errors import InvalidInputError
 
     if path is None:
@@ -199,6 +200,8 @@ def _check_writable(option: str, path: Path | None) -> None:
         existing = existing.parent
     if path.is_dir() or not existing.is_dir() or not os.access(existing, os.W_OK):
         raise InvalidInputError(option, str(path), "cannot be written here")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise InvalidInputError(option, str(path), "exists and cannot be overwritten")
 
 
 def _write_outputs(result: ReplayReport, steal: bool, plot: Path | None, report: Path | None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,24 @@ def test_an_unwritable_report_path_is_refused_before_the_replay_runs(
     assert code == 2
     assert out == ""  # nothing was replayed
     assert "report" in err
+
+
+@pytest.mark.parametrize("option", ["--plot", "--report"])
+def test_an_existing_output_file_that_cannot_be_overwritten_is_refused_before_the_replay(
+    cli: typer.Typer, small_trace_file: Path, tmp_path: Path, option: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "locked.out"
+    target.write_text("kept")
+    target.chmod(0o444)
+    real_access = os.access
+
+    def access(path: str | os.PathLike[str], mode: int) -> bool:
+        """Root may write a read-only file anyway: answer for it as the OS answers other users."""
+        return not (Path(path) == target and mode & os.W_OK) and real_access(path, mode)
+
+    monkeypatch.setattr(os, "access", access)
+    code, out, err = _run(cli, ["replay", str(small_trace_file), "--workers", "1xH100", option, str(target)])
+    assert code == 2
+    assert "exists and cannot be overwritten" in err
+    assert out == ""  # no replay ran
+    assert target.read_text() == "kept"
