@@ -70,7 +70,7 @@ def serve(
         "log_level": log_level,
     }
     settings = load_settings({k: v for k, v in flags.items() if v is not None})
-    refusal = unsafe_binding(settings)
+    refusal = cluster_without_url(settings) or unsafe_binding(settings)
     if refusal:
         _fail(refusal)
     run(settings)
@@ -88,6 +88,14 @@ def load_settings(overrides: dict[str, Any]) -> Settings:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         _fail(f"invalid setting {where}: {first['msg']}")
+
+
+def cluster_without_url(settings: Settings) -> str | None:
+    """Why a cluster was asked for with nothing to find it by, or None. Without a URL serve starts
+    its embedded server, a single node, and cluster discovery would wait on it for ever."""
+    if settings.redis_cluster and not settings.redis_url:
+        return "--redis-cluster needs --redis-url (or REDIS_URL): the embedded server is a single node"
+    return None
 
 
 def unsafe_binding(settings: Settings) -> str | None:

@@ -15,7 +15,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from service.commands.bench_service import SAMPLES, batch
-from service.commands.serve import unsafe_binding
+from service.commands.serve import cluster_without_url, unsafe_binding
 from service.ports import free_port
 from service.settings import Settings
 
@@ -103,6 +103,29 @@ def test_only_loopback_may_be_served_without_a_token(host: str, token: str | Non
     secret = SecretStr(token) if token else None
     settings = Settings(host=host, trainer_tokens=secret, redis_url="redis://127.0.0.1:1/0")
     assert (unsafe_binding(settings) is not None) == refused
+
+
+def test_a_cluster_is_not_looked_for_in_the_embedded_single_node() -> None:
+    assert "--redis-url" in (cluster_without_url(Settings(redis_cluster=True)) or "")
+    assert cluster_without_url(Settings(redis_cluster=True, redis_url="redis://127.0.0.1:7000/0")) is None
+    assert cluster_without_url(Settings()) is None
+
+
+def test_serve_redis_cluster_without_a_url_exits_at_once_with_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
+    env["ROLLOUT_MODEL_DIR"] = str(tmp_path)
+    command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--redis-cluster"]
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # it waited on the embedded server: end that server too
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 2
+    assert err.strip().splitlines() == [
+        "serve: --redis-cluster needs --redis-url (or REDIS_URL): the embedded server is a single node"
+    ]
 
 
 def test_a_network_address_is_not_served_on_the_embedded_redis_even_with_a_token() -> None:
