@@ -103,6 +103,7 @@ def sidecar(
     try:
         url = _check(redis_url, engine_url, pull_api, health_port, log_level)
         check_prefix(prefix)
+        _check_worker_id(worker_id)
         check_token_flag("--engine-api-key", engine_api_key)
         _check_numbers(numbers)
         kv = kv_capacity_tokens if kv_capacity_tokens is not None else _derived_kv(device, model, num_gpus)
@@ -141,6 +142,19 @@ def sidecar(
         typer.echo(f"sidecar: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(json.dumps({"worker_id": worker_id, **asdict(stats)}))
+
+
+def _check_worker_id(worker_id: str) -> None:
+    """Refuse a worker id the API would refuse (its ``worker_id`` rule): an empty or odd id would
+    otherwise claim from a queue no plan ever fills, or report actuals the API turns away."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from service.api.schemas import Name
+
+    try:
+        TypeAdapter(Name).validate_python(worker_id)
+    except ValidationError as error:
+        raise ValueError(f"worker-id={worker_id!r}: {error.errors()[0]['msg']}") from None
 
 
 def _check(

@@ -65,6 +65,8 @@ PUSH = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url
         ([*PUSH, "--device", "Ascend910B", "--model", "32b"], "leaves no KV cache"),
         ([*PUSH, "--prefix", "rs{1}"], "key prefix 'rs{1}'"),
         ([*PUSH, "--engine-api-key", "tökén"], "--engine-api-key: a token must be printable ASCII"),
+        (["sidecar", "--worker-id", "", *PUSH[3:]], "worker-id='': String should have at least 1 character"),
+        (["sidecar", "--worker-id", "gpu 0", *PUSH[3:]], "worker-id='gpu 0': String should match pattern"),
     ],
 )
 def test_bad_flags_get_one_line_naming_the_problem_and_exit_status_2(
