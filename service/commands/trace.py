@@ -85,12 +85,15 @@ def import_command(
 
 
 def _check_out(out: Path) -> None:
-    """The output's format, from its suffix, before any input is read."""
+    """The output's format, from its suffix, and that it is not a folder, before any input is read
+    (writing to a folder failed only at the end, naming the temporary file it wrote first)."""
     from predictors.traceio import SUFFIXES
     from scheduler.errors import InvalidInputError
 
     if out.suffix not in SUFFIXES:
         raise InvalidInputError("out", str(out), f"unsupported suffix; expected one of {SUFFIXES}")
+    if out.is_dir():
+        raise InvalidInputError("out", str(out), "is a directory")
 
 
 def _check_options(

@@ -239,3 +239,22 @@ def test_an_existing_output_file_that_cannot_be_overwritten_is_refused_before_th
     assert "exists and cannot be overwritten" in err
     assert out == ""  # no replay ran
     assert target.read_text() == "kept"
+
+
+def test_a_directory_given_as_the_trace_is_called_a_directory(cli: typer.Typer, tmp_path: Path) -> None:
+    folder = tmp_path / "trace.csv"
+    folder.mkdir()
+    code, _, err = _run(cli, ["replay", str(folder), "--workers", "1xH100"])
+    assert code == 2
+    assert "is a directory" in err
+    assert "no such file" not in err
+
+
+def test_trace_synth_into_a_directory_names_the_out_option_not_a_temporary_file(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
+    folder = tmp_path / "dir.csv"
+    folder.mkdir()
+    code, _, err = _run(cli, ["trace", "synth", "--prompts", "2", "--samples", "2", "--out", str(folder)])
+    assert code == 2
+    assert err.strip() == f"trace: out={str(folder)!r}: is a directory"
