@@ -73,6 +73,13 @@ def bench_solver(
     """Plan heavy-tailed batches at four sizes with every policy; print wall time and quality."""
     from scheduler.errors import SchedulerError
 
+    smallest = SIZES[0][0]
+    if max_trajectories < smallest:  # it would skip every size and print an empty table
+        print(
+            f"bench solver: --max-trajectories {max_trajectories} is below the smallest size, {smallest}",
+            file=sys.stderr,
+        )
+        raise typer.Exit(2)
     started = time.perf_counter()
     try:
         rows = [

@@ -39,3 +39,10 @@ def test_bench_solver_prints_a_table_by_default() -> None:
     assert result.exit_code == 0, result.output
     assert "cpsat" in result.output
     assert "p95 ms" in result.output
+
+
+def test_bench_solver_refuses_a_max_trajectories_below_every_size() -> None:
+    result = CliRunner().invoke(_cli(), ["bench", "solver", "--max-trajectories", "10"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "bench solver: --max-trajectories 10 is below the smallest size, 1024"
+    assert result.stdout == ""
