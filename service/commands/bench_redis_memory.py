@@ -22,6 +22,8 @@ import typer
 SIZES: tuple[tuple[int, int], ...] = ((1024, 16), (4096, 32))  # (trajectories, workers)
 SAMPLES = 16  # per prompt (GRPO group size)
 PREFIX = "rs-memory-bench"  # its own key namespace, so a shared server's real schedules are untouched
+HELP = "Redis memory one schedule takes, published and finished: what to size Redis by."
+# Its own text, not the module docstring's first line, which names the command in reST literals.
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class MemoryResult:
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Attach ``bench redis-memory``."""
     del app
-    bench_app.command("redis-memory", help=__doc__.splitlines()[0] if __doc__ else None)(bench_redis_memory)
+    bench_app.command("redis-memory", help=HELP)(bench_redis_memory)
 
 
 def bench_redis_memory(

@@ -1,4 +1,4 @@
-"""``rollout-scheduler bench redis-memory`` refuses a URL it cannot connect by in one line."""
+"""``rollout-scheduler bench redis-memory``: a URL it cannot connect by is one line; its help reads clean."""
 
 from __future__ import annotations
 
@@ -30,3 +30,10 @@ def test_bench_redis_memory_reads_its_url_from_redis_url_like_bench_delivery(cli
     result = CliRunner().invoke(cli, ["bench", "redis-memory"], env={"REDIS_URL": "foo://x"})
     assert result.exit_code == 2
     assert "foo://x" in result.stderr
+
+
+def test_bench_redis_memory_help_starts_with_what_it_measures(cli: typer.Typer) -> None:
+    result = CliRunner().invoke(cli, ["bench", "redis-memory", "--help"])
+    assert result.exit_code == 0
+    assert "Redis memory one schedule takes" in result.output
+    assert "``" not in result.output
