@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -112,7 +113,8 @@ def evaluate_command(
 
 
 def _run_with_progress(rows: Trace) -> Evaluation:
-    """The evaluation with a progress bar on stderr (each scored step is a fit)."""
+    """The evaluation with a progress bar on stderr (each scored step is a fit); off a terminal the
+    bar is disabled, as replay's is: it would only leave a stray newline in a captured stderr."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -120,7 +122,8 @@ def _run_with_progress(rows: Trace) -> Evaluation:
 
     scored = len(rows.steps()) - 1
     columns = (TextColumn("scoring steps"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+    quiet = not sys.stderr.isatty()
+    with Progress(*columns, console=Console(stderr=True), transient=True, disable=quiet) as progress:
         task = progress.add_task("eval", total=scored)
         return run(rows, on_step=lambda _step: progress.advance(task))
 

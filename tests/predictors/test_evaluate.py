@@ -43,6 +43,14 @@ def test_eval_json_has_every_predictor_and_metric(cli: typer.Typer, tmp_path: Pa
     assert [s["step"] for s in data["steps"]] == [1, 2]
 
 
+def test_eval_off_a_terminal_writes_nothing_to_stderr(cli: typer.Typer, tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    write_trace(drifting_trace(prompts=10, steps=3), path)  # over 2 steps: the progress bar's path
+    result = CliRunner().invoke(cli, ["predictor", "eval", str(path), "--json"])
+    assert result.exit_code == 0
+    assert result.stderr == ""
+
+
 def test_eval_of_a_single_step_says_only_fallbacks_apply(cli: typer.Typer, tmp_path: Path) -> None:
     path = tmp_path / "one.csv"
     trace = drifting_trace(prompts=10, steps=1)
