@@ -29,4 +29,9 @@ def new_solver(limit_s: float, seed: int, wall_s: float | None = None) -> cp_mod
     solver.parameters.max_time_in_seconds = max(0.001, wall)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed % SEED_RANGE  # the request's seed may be any int64
+    # CP-SAT's own Ctrl-C catcher puts SIGINT back to SIG_DFL after every solve, not to what the
+    # process had: a replay or bench worker that ignored it, or serve's and the CLI's KeyboardInterrupt
+    # handling, would then be killed outright by the next Ctrl-C. A solve is bounded by its budget,
+    # so Python's handler raising once the solve returns is soon enough.
+    solver.parameters.catch_sigint_signal = False
     return solver

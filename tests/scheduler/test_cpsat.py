@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 from hypothesis import given
@@ -146,3 +149,27 @@ def test_the_tail_bound_never_falls_below_what_is_already_known() -> None:
 
 def _capped(request: PlanRequest) -> set[str]:
     return {t.key for t in request.trajectories if t.predicted_tokens >= t.max_new_tokens}
+
+
+def test_a_cpsat_plan_leaves_ctrl_c_to_the_process() -> None:
+    """CP-SAT's own Ctrl-C catcher set SIGINT back to SIG_DFL after each solve, so the next Ctrl-C
+    killed the process outright: no KeyboardInterrupt for the CLI, no graceful stop for serve, and a
+    pool worker that ignored SIGINT lost that."""
+    script = "\n".join(
+        [
+            "import os, signal, time",
+            "from scheduler.benchgen import bench_request",
+            "from scheduler.planner import plan",
+            "plan(bench_request(64, 4, seed=0), 'cpsat')  # small enough that CP-SAT runs",
+            "try:",
+            "    os.kill(os.getpid(), signal.SIGINT)",
+            "    time.sleep(5)",
+            "except KeyboardInterrupt:",
+            "    print('interrupted')",
+        ]
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "interrupted"), done.stderr
