@@ -10,6 +10,7 @@ there (at random, never the same twice in a process) and checks it is free now.
 
 from __future__ import annotations
 
+import errno
 import random
 import socket
 from pathlib import Path
@@ -59,3 +60,20 @@ def _kernel_pick() -> int:
         port = int(sock.getsockname()[1])
     _handed_out.add(port)
     return port
+
+
+def unservable(host: str, port: int) -> str | None:
+    """Why a server cannot listen on ``host:port`` (e.g. "127.0.0.1:8000 is already in use"), or None.
+
+    Bound and released at once, with SO_REUSEADDR as uvicorn binds, so a command can refuse in one
+    line before it starts anything; another process may still take the port in between.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            reason = "already in use" if error.errno == errno.EADDRINUSE else error.strerror
+            return f"{host}:{port} is {reason}"
+    return None

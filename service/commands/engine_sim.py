@@ -55,6 +55,7 @@ def engine_sim(
     from scheduler.errors import InvalidInputError
     from service.engine_sim.app import build_config, create_app
     from service.engine_sim.lengths import LengthSource, load_trace
+    from service.ports import unservable
 
     try:
         lengths = (
@@ -76,6 +77,10 @@ def engine_sim(
     except InvalidInputError as exc:
         typer.echo(f"engine-sim: {exc}", err=True)
         raise typer.Exit(2) from None
+    taken = unservable(host, port)
+    if taken:
+        typer.echo(f"engine-sim: {taken}", err=True)
+        raise typer.Exit(2)
     cost = config.cost
     typer.echo(
         f"engine-sim: SIMULATED {device} engine serving {config.served_model_name} on http://{host}:{port} "

@@ -70,7 +70,7 @@ def serve(
         "log_level": log_level,
     }
     settings = load_settings({k: v for k, v in flags.items() if v is not None})
-    refusal = cluster_without_url(settings) or unsafe_binding(settings)
+    refusal = cluster_without_url(settings) or unsafe_binding(settings) or port_taken(settings)
     if refusal:
         _fail(refusal)
     run(settings)
@@ -88,6 +88,14 @@ def load_settings(overrides: dict[str, Any]) -> Settings:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         _fail(f"invalid setting {where}: {first['msg']}")
+
+
+def port_taken(settings: Settings) -> str | None:
+    """Why the address cannot be served, or None. Checked before the embedded Redis starts: uvicorn
+    would find out only after the app's startup, log it as complete, and exit 3."""
+    from service.ports import unservable
+
+    return unservable(settings.host, settings.port)
 
 
 def cluster_without_url(settings: Settings) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -126,6 +127,20 @@ def test_serve_redis_cluster_without_a_url_exits_at_once_with_one_line(tmp_path:
     assert err.strip().splitlines() == [
         "serve: --redis-cluster needs --redis-url (or REDIS_URL): the embedded server is a single node"
     ]
+
+
+def test_serve_on_a_port_in_use_exits_at_once_with_one_line_before_starting_anything(tmp_path: Path) -> None:
+    # it used to start the embedded Redis, log "Application startup complete", then exit 3
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
+    env["ROLLOUT_MODEL_DIR"] = str(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", str(port)]
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"serve: 127.0.0.1:{port} is already in use"]
 
 
 def test_a_network_address_is_not_served_on_the_embedded_redis_even_with_a_token() -> None:

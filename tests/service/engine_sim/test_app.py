@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import httpx
 import pytest
+import typer
+from typer.testing import CliRunner
 
 from scheduler.errors import InvalidInputError
 from service.engine_sim.app import build_config, create_app
@@ -74,3 +77,15 @@ def test_bad_engine_settings_are_rejected_by_name() -> None:
         build_config("H100", time_scale=0.0)
     with pytest.raises(InvalidInputError, match="device"):
         build_config("X900")
+
+
+def test_engine_sim_on_a_port_in_use_refuses_in_one_line_instead_of_announcing_itself(
+    cli: typer.Typer,
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["engine-sim", "--device", "H100", "--port", str(port)])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [f"engine-sim: 127.0.0.1:{port} is already in use"]
