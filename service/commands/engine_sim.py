@@ -57,6 +57,9 @@ def engine_sim(
     from service.engine_sim.lengths import LengthSource, load_trace
     from service.ports import unservable
 
+    if trace_step is not None and trace is None:
+        typer.echo("engine-sim: --trace-step needs --trace (the step of which trace?)", err=True)
+        raise typer.Exit(2)
     try:
         lengths = (
             load_trace(trace, trace_step, median_tokens)

@@ -89,3 +89,14 @@ def test_engine_sim_on_a_port_in_use_refuses_in_one_line_instead_of_announcing_i
         result = CliRunner().invoke(cli, ["engine-sim", "--device", "H100", "--port", str(port)])
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [f"engine-sim: 127.0.0.1:{port} is already in use"]
+
+
+def test_engine_sim_refuses_a_trace_step_without_a_trace_rather_than_ignore_it(cli: typer.Typer) -> None:
+    with socket.socket() as taken:  # were the flag ignored, this port would stop it, not a server
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        args = ["engine-sim", "--device", "H100", "--port", port, "--trace-step", "2"]
+        result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert "--trace-step needs --trace" in result.stderr
