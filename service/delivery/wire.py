@@ -68,7 +68,9 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) ->
         "\n".join(item.due() for item in items),  # steal deadlines ('-' for none), P:due
     ]
     holding = capacity_args(schedule, items)
-    fields = [lease.retention_s, *head, *body, *steal_rules, payloads, *holding]
+    fields = [lease.retention_s, *head, *body, *steal_rules, payloads]
+    if schedule.kv_capacity_tokens:  # hashed only when given: the same fingerprint as before they existed
+        fields += holding
     digest = hashlib.sha256("\x00".join(map(str, fields)).encode()).hexdigest()
     return [
         digest,

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.delivery import DeliveryItem, InvalidInputError
-from service.delivery.wire import item_json, stored_items
+from service.delivery.wire import item_json, publish_args, stored_items
+from tests.service.delivery.conftest import schedule
 
 texts = st.text(min_size=1, max_size=20)  # any code point: quotes, backslashes, controls, emoji
 optional_ms = st.none() | st.integers(min_value=0, max_value=10**12)
@@ -54,3 +55,9 @@ def test_a_non_finite_prediction_is_refused_by_name() -> None:
     bad = DeliveryItem("k#0", "k", 0, 1, 8, float("inf"))
     with pytest.raises(InvalidInputError, match=r"items\[k#0\]\.predicted_tokens"):
         item_json(bad)
+
+
+def test_a_schedule_without_capacities_keeps_the_fingerprint_earlier_versions_stored() -> None:
+    # a replay across an upgrade must still be recognised as one, not refused as a conflict
+    digest = publish_args(schedule("s", {"a": 2, "b": 1}), 5, nonce="n")[0]
+    assert digest == "6e2c78bf63c023187d9de0f8f872d470b76d4bc1ad81f551398aacecd1ac5fc0"  # as of 69d845f
