@@ -175,7 +175,12 @@ local function adopt(keys, w, n, now, cfg, out)
 end
 
 -- KV tokens worker w's cache holds (P:cap, from the publisher's inventory); nil: unknown, unlimited.
-local function capacity(w) return tonumber(redis.call('HGET', k('cap'), w) or '') end
+-- A worker's published KV capacity; nil (no limit to check) when no item needs checking at all
+-- (no P:need: every published cache holds every item), so such schedules pay one EXISTS per call.
+local function capacity(w)
+  if redis.call('EXISTS', k('need')) == 0 then return nil end
+  return tonumber(redis.call('HGET', k('cap'), w) or '')
+end
 
 -- How many of keys, from the first, a cache of cap tokens holds at their caps (P:need: prompt +
 -- max_new_tokens of each item some published cache cannot hold; absent: every cache holds it), as
