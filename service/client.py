@@ -149,8 +149,8 @@ class SchedulerClient:
 
     @staticmethod
     def _outlasting(call: Callable[[], T], deadline: float | None, outage_s: float) -> T:
-        """``call()``, retried every ``OUTAGE_PAUSE_S`` while it fails retryably, for up to ``outage_s``
-        (and never past ``deadline``); then its error is raised."""
+        """``call()``, retried every ``OUTAGE_PAUSE_S`` while it fails retryably, for up to ``outage_s``;
+        then its error is raised. Past ``deadline`` it is ``wait``'s own ``TimeoutError``, as promised."""
         failing_since: float | None = None
         while True:
             try:
@@ -158,7 +158,11 @@ class SchedulerClient:
             except SchedulerAPIError as error:
                 now = time.monotonic()
                 failing_since = now if failing_since is None else failing_since
-                if not error.retryable or now - failing_since >= outage_s or (deadline and now >= deadline):
+                if deadline is not None and now >= deadline and error.retryable:
+                    raise TimeoutError(
+                        f"the step's results were still unreadable at the deadline: {error}"
+                    ) from error
+                if not error.retryable or now - failing_since >= outage_s:
                     raise
                 time.sleep(OUTAGE_PAUSE_S)
 

@@ -78,6 +78,12 @@ def test_waiting_outlasts_a_service_restart_in_the_middle_of_the_step(
     assert (finished.progress.done, len(finished.results)) == (4, 4)
 
 
+def test_waiting_on_a_service_that_stays_away_past_the_timeout_is_a_timeout() -> None:
+    client = SchedulerClient(f"http://127.0.0.1:{free_port()}", timeout_s=0.5)
+    with client, pytest.raises(TimeoutError):
+        client.wait("any", timeout_s=1.0, outage_s=60.0)
+
+
 def test_a_refusal_raises_with_the_problem_document(live_settings: Settings) -> None:
     settings = with_settings(live_settings, trainer_tokens=TRAINER, worker_tokens=WORKER)
     with LiveServer(settings) as server:
