@@ -59,7 +59,8 @@ Index keys (outside any schedule's slot, each touched by single-key commands onl
 
 * ``<prefix>:active`` (zset): schedule id -> publish time (ms); schedules the reaper walks.
 * ``<prefix>:inbox:{<worker>}`` (zset): schedule id -> publish time (ms); what a sidecar pulls.
-  Expires ``retention + INBOX_MARGIN_S`` after its latest announce (server clock), so the inbox of
+  Expires ``retention + INBOX_MARGIN_S`` after its latest announce (server clock; only ever
+  extended), so the inbox of
   a worker that never returns goes with its last schedule.
 
 Time-to-live: every per-schedule key expires at ``meta.expire_at_ms`` = publish time + retention

@@ -106,13 +106,23 @@ class Delivery(DeliveryViews):
             return
         published = int(published_raw)
         horizon = published - retention_s * 1000
+        inboxes = [keyspace.inbox(w, self.prefix) for w in workers]
         pipe = self.client.pipeline(transaction=False)
-        for index in (keyspace.active_index(self.prefix), *(keyspace.inbox(w, self.prefix) for w in workers)):
+        for index in (keyspace.active_index(self.prefix), *inboxes):
             pipe.zadd(index, {schedule_id: published})
             pipe.zremrangebyscore(index, "-inf", f"({horizon}")
-        for worker in workers:  # pruning above needs a later announce to the same worker: this does not
-            pipe.expire(keyspace.inbox(worker, self.prefix), retention_s + keyspace.INBOX_MARGIN_S)
-        pipe.execute()
+        for inbox in inboxes:
+            pipe.pttl(inbox)
+        ttls = pipe.execute()[-len(inboxes) :] if inboxes else []
+        # Pruning above needs a later announce to the same worker; an expiry does not. Only ever
+        # extended (a schedule with a shorter retention must not cut one with a longer one short).
+        life_ms = (retention_s + keyspace.INBOX_MARGIN_S) * 1000
+        longer = [inbox for inbox, ttl in zip(inboxes, ttls, strict=True) if int(ttl) < life_ms]
+        if longer:
+            pipe = self.client.pipeline(transaction=False)
+            for inbox in longer:
+                pipe.pexpire(inbox, life_ms)
+            pipe.execute()
 
     def _retire(self, schedule_id: str) -> None:
         """Drop a finished schedule from the indexes; its keys stay until retention for reading."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import redis
 from redis.crc import key_slot
@@ -334,6 +336,16 @@ def test_an_inbox_expires_with_the_schedules_in_it_so_a_departed_worker_leaves_n
     ttl_ms = redis_client.pttl("rs:inbox:{ghost}")
     retention_ms = published.lease.retention_s * 1000
     assert retention_ms < ttl_ms <= retention_ms + keys.INBOX_MARGIN_S * 1000
+
+
+def test_a_schedule_kept_for_less_time_does_not_cut_an_inbox_s_life_short(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("long", {"w": 1}))
+    long_ttl = redis_client.pttl("rs:inbox:{w}")
+    short = schedule("short", {"w": 1})
+    delivery.publish(replace(short, lease=replace(short.lease, retention_s=60)))
+    assert redis_client.pttl("rs:inbox:{w}") > long_ttl - 5_000
 
 
 def test_replaying_the_publish_of_a_finished_schedule_does_not_announce_it_again(delivery: Delivery) -> None:
