@@ -60,8 +60,7 @@ Index keys (outside any schedule's slot, each touched by single-key commands onl
 * ``<prefix>:active`` (zset): schedule id -> publish time (ms); schedules the reaper walks.
 * ``<prefix>:inbox:{<worker>}`` (zset): schedule id -> publish time (ms); what a sidecar pulls.
   Expires ``retention + INBOX_MARGIN_S`` after its latest announce (server clock; only ever
-  extended), so the inbox of
-  a worker that never returns goes with its last schedule.
+  extended), so the inbox of a worker that never returns goes with its last schedule.
 
 Time-to-live: every per-schedule key expires at ``meta.expire_at_ms`` = publish time + retention
 (``DEFAULT_RETENTION_S``); scripts that (re)create a key re-apply that absolute deadline, so a late
