@@ -40,6 +40,14 @@ def sidecar(
             show_default=False,
         ),
     ] = None,
+    redis_username: Annotated[
+        str | None,
+        typer.Option(envvar="ROLLOUT_REDIS_USERNAME", help="Redis ACL user, when not in the URL."),
+    ] = None,
+    redis_tls_ca_file: Annotated[
+        str | None,
+        typer.Option(envvar="ROLLOUT_REDIS_TLS_CA_FILE", help="CA bundle to verify a rediss:// server."),
+    ] = None,
     pull_api: Annotated[
         int | None, typer.Option(help="Serve the local pull API on this port instead of pushing.")
     ] = None,
@@ -115,6 +123,8 @@ def sidecar(
         worker_id=worker_id,
         redis_url=url,
         redis_password=redis_password,
+        redis_username=redis_username,
+        redis_tls_ca_file=redis_tls_ca_file,
         engine_url=engine_url,
         pull_api_port=pull_api,
         prefix=prefix,

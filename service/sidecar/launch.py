@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster
 
 from service.delivery.keys import DEFAULT_PREFIX
 from service.delivery.protocol import Delivery
-from service.redis_conn import built_when_reachable
+from service.redis_conn import RedisRefusedError, built_when_reachable, describe, refused
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.health import HealthServer
 from service.sidecar.holdings import Holdings
@@ -31,6 +31,8 @@ class SidecarOptions:
     worker_id: str  # this worker's id in the plans
     redis_url: str  # redis:// or rediss:// (ACL user:password in the URL)
     redis_password: str | None = None  # when not in the URL (no escaping needed, not shown by ps)
+    redis_username: str | None = None  # ACL user when not in the URL (as the service's setting)
+    redis_tls_ca_file: str | None = None  # CA bundle that signed a rediss:// server's certificate
     engine_url: str | None = None  # the engine's base URL (push mode)
     pull_api_port: int | None = None  # serve the local pull API on this port instead (pull mode)
     pull_api_host: str = "127.0.0.1"  # the pull API is for a local process: loopback by default
@@ -52,7 +54,13 @@ class SidecarOptions:
 
 
 def connect(options: SidecarOptions) -> Delivery:
-    """The delivery client; connection and command timeouts keep a dead Redis from hanging us."""
+    """The delivery client; connection and command timeouts keep a dead Redis from hanging us.
+
+    Credentials and the CA file come as for the service (``ROLLOUT_REDIS_USERNAME``,
+    ``ROLLOUT_REDIS_PASSWORD``, ``ROLLOUT_REDIS_TLS_CA_FILE``). A server that refuses them raises
+    ``RedisRefusedError`` now: waiting will not fix them, and a sidecar that only logged it would
+    sit idle while its liveness probe said ok. An unreachable server is waited for by the loop.
+    """
     client_args: dict[str, Any] = {
         "socket_connect_timeout": 2.0,
         "socket_timeout": 5.0,
@@ -60,12 +68,22 @@ def connect(options: SidecarOptions) -> Delivery:
     }
     if options.redis_password is not None:
         client_args["password"] = options.redis_password
+    if options.redis_username:
+        client_args["username"] = options.redis_username
+    if options.redis_tls_ca_file and options.redis_url.startswith("rediss://"):
+        client_args["ssl_ca_certs"] = options.redis_tls_ca_file
     if options.cluster:  # a cluster client reads the slot map when built: wait for one that answers
         cluster = built_when_reachable(
             lambda: RedisCluster.from_url(options.redis_url, **client_args), options.redis_url
         )
         return Delivery(cluster, options.prefix)
     client = redis.Redis.from_url(options.redis_url, health_check_interval=15, **client_args)
+    try:
+        client.ping()
+    except redis.RedisError as error:
+        if refused(error):
+            where = describe(options.redis_url)
+            raise RedisRefusedError(f"Redis at {where} refused our credentials: {error}") from None
     return Delivery(client, options.prefix)
 
 

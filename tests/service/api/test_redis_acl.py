@@ -12,8 +12,9 @@ from pydantic import SecretStr
 
 from service.app import create_app
 from service.embedded import EmbeddedServer
-from service.redis_conn import describe
+from service.redis_conn import RedisRefusedError, describe
 from service.settings import Settings
+from service.sidecar.launch import SidecarOptions, connect
 from tests.service.api.conftest import batch_body
 
 
@@ -87,3 +88,22 @@ def test_a_user_without_a_needed_command_gets_a_503_naming_the_refusal_not_a_500
         assert response.status_code == 503
         assert response.json()["type"].endswith("/redis-refused")
         assert "NoPermissionError" in response.json()["detail"]
+
+
+def test_a_sidecar_takes_the_acl_user_from_its_setting_as_the_service_does(acl_redis: EmbeddedServer) -> None:
+    options = SidecarOptions(
+        worker_id="w0",
+        redis_url=f"redis://127.0.0.1:{_port(acl_redis)}/0",
+        redis_username="scheduler",
+        redis_password="s3cret",
+    )
+    assert connect(options).client.ping()
+
+
+def test_a_sidecar_whose_credentials_are_refused_stops_with_one_line(acl_redis: EmbeddedServer) -> None:
+    # it used to log 'redis unavailable' for ever while its liveness probe said ok
+    options = SidecarOptions(
+        worker_id="w0", redis_url=f"redis://127.0.0.1:{_port(acl_redis)}/0", redis_password="wrong"
+    )
+    with pytest.raises(RedisRefusedError, match="refused our credentials"):
+        connect(options)
