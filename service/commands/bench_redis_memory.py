@@ -146,12 +146,18 @@ def _schedule(n: int, workers: int, prompt_chars: int, seed: int) -> Any:
             prompt_tokens=max(1, prompt_chars // 4),
             max_new_tokens=16_384,
             predicted_tokens=round(min(16_384.0, rng.lognormvariate(7.5, 0.8)), 1),
-            payload={"prompt": "x" * prompt_chars},
+            payload={"prompt": _text(prompt, prompt_chars)},
         )
         queues[f"worker-{i % workers}"].append(item)
     return PublishedSchedule(
         schedule_id=uuid.uuid4().hex, queues={w: tuple(items) for w, items in queues.items()}
     )
+
+
+def _text(prompt: str, chars: int) -> str:
+    """``chars`` characters of text of its own for ``prompt``: the publisher stores each distinct text
+    once, so one text shared by every prompt would be counted once for the whole batch."""
+    return (f"{prompt} " + "x" * chars)[:chars]
 
 
 def _schedule_keys(delivery: Any, schedule_id: str) -> list[str]:

@@ -6,6 +6,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from service.commands.bench_redis_memory import SAMPLES, _schedule
+
 
 @pytest.mark.parametrize(
     ("url", "needle"),
@@ -37,3 +39,11 @@ def test_bench_redis_memory_help_starts_with_what_it_measures(cli: typer.Typer) 
     assert result.exit_code == 0
     assert "Redis memory one schedule takes" in result.output
     assert "``" not in result.output
+
+
+def test_each_benchmarked_prompt_carries_text_of_its_own_as_real_prompts_do() -> None:
+    # one text shared by every prompt is stored once, so the table counted a single prompt's text
+    schedule = _schedule(64, 4, prompt_chars=100, seed=0)
+    texts = {item.payload["prompt"] for queue in schedule.queues.values() for item in queue}
+    assert len(texts) == 64 // SAMPLES
+    assert {len(t) for t in texts} == {100}
