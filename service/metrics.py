@@ -84,7 +84,7 @@ class Metrics:
         )
         self.stage = Histogram(
             "rollout_schedule_stage_seconds",
-            "Time per /schedule stage (validate, predict, plan, baseline, publish)",
+            "Time per /schedule stage (queue for a plan slot, validate, predict, plan, baseline, publish)",
             ["stage"],
             buckets=LATENCY_BUCKETS,
             registry=reg,

@@ -352,7 +352,8 @@ def _speedup(baseline_s: float, chosen_s: float) -> float:
 def _record(ctx: Context, response: ScheduleResponse, count: int) -> None:
     """Metrics and one log line per schedule."""
     m = ctx.metrics
-    for stage in ("validate", "predict", "plan", "baseline", "publish"):
+    # queue: the wait for a plan slot (ROLLOUT_MAX_CONCURRENT_PLANS), the first sign of too few replicas
+    for stage in ("queue", "validate", "predict", "plan", "baseline", "publish"):
         m.stage.labels(stage).observe(getattr(response.timings, f"{stage}_ms") / 1000.0)
     if response.lower_bound_s > 0:
         m.quality.labels(response.policy).observe(response.predicted_makespan_s / response.lower_bound_s)

@@ -26,6 +26,7 @@ def test_metrics_expose_requests_latency_plan_quality_and_queue_depths(client: T
     assert 'rollout_http_request_seconds_count{route="/schedule"} 2.0' in text
     assert 'rollout_plan_quality_ratio_count{policy="lpt"} 1.0' in text
     assert 'rollout_schedule_stage_seconds_count{stage="plan"} 1.0' in text
+    assert 'rollout_schedule_stage_seconds_count{stage="queue"} 1.0' in text  # the wait for a plan slot
     assert f'rollout_queue_depth{{schedule_id="{sid}",state="queued"}} 32.0' in text
 
 
