@@ -8,14 +8,16 @@ its event and claims from its own queue; then those whose sidecar has room (``Wo
 take work one item at a time, the least-loaded (fewest in flight, then inventory order) first, which
 is how sidecars polling concurrently share a queue. Work comes from the shared queue's head when there
 is one, else (with stealing) from the TAIL of the queue with the most predicted work remaining,
-scaled by that victim's speed, the rule of the delivery layer: the longest items, at the head, stay
+scaled by that victim's speed (or the next such queue, up to ``STEAL_VICTIMS``, while a tail can
+never go to that thief: ``_steal_from``), the rule of the delivery layer: the longest items, at the head, stay
 with their planned owner, a thief takes an item only if it fits its KV cache beside everything it has
 in flight, all at PREDICTED final lengths (``WorkerEngine.reservation_fits``: a free slot is no sign
 of spare capacity when KV binds), and, for a static plan, only if it would finish the item before
 its owner would, by the plan's per-item deadlines (the deadline guard: ``_in_time`` and
 ``scheduler.deadlines``; a refused thief's turn ends, as with a KV refusal). Only unclaimed items
 move (never running ones, nor those already handed to an engine, preempted ones included, nor a
-trajectory pinned to its worker: a pinned tail shields its queue from that thief for the moment).
+trajectory pinned to its worker: a pinned tail shields its queue from that thief for the moment,
+and it tries the next).
 
 What the request constrains, the pool honours (``SimOptions``): an excluded (draining) worker never
 takes from the shared queue and never steals (its own planned queue, if any, it still runs and may be
@@ -24,7 +26,8 @@ group's first sample from the shared queue takes the rest of that group into its
 takes that sample only if its KV cache holds every sample of the group, ``_holds``), and a
 steal moves a whole group, the group of the victim's tail item, only when none of its samples has
 left the victim's queue (none claimed, running or done) and the whole group passes the KV steal gate
-together; otherwise the thief's turn ends, as with a pinned tail. So no play splits a group, which
+together; a group that cannot move sends the thief to the next victim, as a pinned tail does, and
+one the KV gate or the deadline guard refuses ends its turn. So no play splits a group, which
 the affinity lower bound (the heaviest group alone on its best worker) assumes.
 
 Queues only shrink, so a worker that finds nothing to take stays without new work: it is simply not
@@ -35,12 +38,30 @@ takes that head, at that instant, as its polling sidecar would claim what follow
 
 from __future__ import annotations
 
+import enum
 import heapq
 from collections import deque
 from collections.abc import Sequence
 
 from scheduler.deadlines import beats_owner, lateness
 from scheduler.sim_engine import WorkerEngine, play_out
+
+# Queues one steal looks at, busiest first (steal.lua's VICTIMS): enough to get past a few queues with
+# nothing for this thief, while a steal stays O(workers), not a walk over every queue's tail.
+STEAL_VICTIMS = 4
+
+
+class Steal(enum.Enum):
+    """What one victim gave a thief.
+
+    SKIP: nothing this thief can ever take from that tail (pinned, too big for its cache, a group that
+    cannot move), so it tries the next victim; STOP: a refusal that time lifts (the KV steal gate, the
+    deadline guard, an admission refusal), which ends the thief's turn as it always did.
+    """
+
+    TAKEN = "taken"
+    SKIP = "skip"
+    STOP = "stop"
 
 
 class Pool:
@@ -159,11 +180,11 @@ class Pool:
                     heapq.heappush(takers, waiting)  # (and idle workers) may hold this one
                 too_small.clear()
             else:
-                victim = self._victim(index)
-                if victim is None:  # the taker's own queue is empty, so nothing is left anywhere
+                victims = self._victims(index)
+                if not victims:  # the taker's own queue is empty, so nothing is left anywhere
                     self._dry = True
                     return woken
-                if not self._steal(victim, engine):
+                if not self._steal_from(victims, engine):
                     continue
             if engine.has_room():
                 heapq.heappush(takers, (engine.batch + len(engine.waiting), index, engine))
@@ -216,34 +237,48 @@ class Pool:
         engine.admit_own()
         self._unclaimed += len(items) - (queued - len(engine.queue))
 
-    def _steal(self, victim: WorkerEngine, thief: WorkerEngine) -> bool:
+    def _steal_from(self, victims: list[WorkerEngine], thief: WorkerEngine) -> bool:
+        """Steal from the first of ``victims`` that has something for ``thief``; whether it took one.
+
+        A victim whose tail this thief can never take is passed over for the next: with only the
+        busiest considered, a small worker starved while a queue it could drain waited behind one
+        whose tail is too big for it (two dead big workers, small ones idle). A refusal that time
+        lifts ends the turn at the first victim, as before (docs/simulator.md).
+        """
+        for victim in victims:
+            outcome = self._steal(victim, thief)
+            if outcome is not Steal.SKIP:
+                return outcome is Steal.TAKEN
+        return False
+
+    def _steal(self, victim: WorkerEngine, thief: WorkerEngine) -> Steal:
         """Move the victim's tail item (its group, under prefix affinity) to ``thief`` if it fits now."""
         item = victim.queue[-1]
         if thief.ledger.pin[item] >= 0 or not thief.can_hold(item):  # a pinned item never moves
-            return False
+            return Steal.SKIP
         if self.affinity:
             return self._steal_group(victim, thief, thief.ledger.group[item])
         if not thief.reservation_fits(item) or not self._in_time(victim, thief, [item]):
-            return False  # the KV steal gate, then the deadline guard
+            return Steal.STOP  # the KV steal gate, then the deadline guard
         if not thief.take(item):
-            return False
+            return Steal.STOP
         victim.queue.pop()
         self._unclaimed -= 1
         victim.queued_work -= thief.ledger.planned[item]
         thief.ledger.stolen[item] = True
         self.steals += 1
-        return True
+        return Steal.TAKEN
 
-    def _steal_group(self, victim: WorkerEngine, thief: WorkerEngine, group: int) -> bool:
+    def _steal_group(self, victim: WorkerEngine, thief: WorkerEngine, group: int) -> Steal:
         """Move a whole group from the victim's queue to the thief's, if none of it has started."""
         ledger = thief.ledger
         members = [i for i in victim.queue if ledger.group[i] == group]
         if len(members) != self._group_size(group) or any(ledger.pin[i] >= 0 for i in members):
-            return False  # part of the group is claimed, running or done on its owner: it stays
+            return Steal.SKIP  # part of the group is claimed, running or done on its owner: it stays
         if not all(thief.can_hold(i) for i in members):
-            return False
+            return Steal.SKIP
         if not thief.reservations_fit(members) or not self._in_time(victim, thief, members):
-            return False  # the KV steal gate and the deadline guard, for the group together
+            return Steal.STOP  # the KV steal gate and the deadline guard, for the group together
         victim.queue = deque(i for i in victim.queue if ledger.group[i] != group)
         victim.queued_work -= sum(ledger.planned[i] for i in members)
         self._unclaimed -= len(members)
@@ -251,7 +286,7 @@ class Pool:
             ledger.stolen[i] = True
         self.steals += len(members)
         self._claim_into(thief, members)
-        return True
+        return Steal.TAKEN
 
     def _in_time(self, victim: WorkerEngine, thief: WorkerEngine, items: list[int]) -> bool:
         """The deadline guard: ``thief`` would finish every one of ``items`` before its owner would.
@@ -281,16 +316,13 @@ class Pool:
                 self._sizes[g] = self._sizes.get(g, 0) + 1
         return self._sizes[group]
 
-    def _victim(self, thief: int) -> WorkerEngine | None:
-        """The worker with the most predicted seconds of unclaimed work (ties: lowest index)."""
-        best, best_score = None, 0.0
-        for engine in self.engines:
-            if engine.index == thief or not engine.queue:
-                continue
-            score = engine.queued_work / self.speeds[engine.index]
-            if best is None or score > best_score:
-                best, best_score = engine, score
-        return best
+    def _victims(self, thief: int) -> list[WorkerEngine]:
+        """The ``STEAL_VICTIMS`` workers with the most predicted seconds of unclaimed work, most first
+        (ties: lowest index); empty when no other worker has unclaimed work."""
+        candidates = [e for e in self.engines if e.index != thief and e.queue]
+        return heapq.nsmallest(
+            STEAL_VICTIMS, candidates, key=lambda e: (-e.queued_work / self.speeds[e.index], e.index)
+        )
 
 
 def thief_seconds(thief: WorkerEngine, item: int, batch: int) -> float:

@@ -178,6 +178,10 @@ class Delivery(DeliveryViews):
     ) -> list[Lease]:
         """Lease items from the tail of the busiest queue; only when the worker's own queue is empty.
 
+        When that tail can never go to this worker (pinned, too big for its KV cache, a group that
+        cannot move), the next busiest queue is tried, up to four per call; a refusal by the KV gate
+        or the deadline guard below ends the steal at once (docs/delivery.md, "Several victims").
+
         Takes at most half of the victim's queue (at least one item) and at most ``max_items``, so
         the longest items, planned first, stay with their owner. ``budget_tokens`` is the KV steal
         gate: the thief's free KV tokens at predicted final lengths (its cache minus the reservations

@@ -173,3 +173,21 @@ def _workers_per_group(result: SimResult) -> dict[str, set[str]]:
     for r in result.items:
         groups.setdefault(r.key.rsplit("#", 1)[0], set()).add(r.worker_id)
     return groups
+
+
+def test_a_thief_that_cannot_hold_the_busiest_queues_tail_steals_from_the_next_at_once() -> None:
+    """Two slow big workers, the busiest holding only items too big for the small one, the other
+    items it holds: it steals those at time 0, not once the busiest queue has drained."""
+    big = [Trajectory(f"a{i}", 0, 100, 20_000, 5_000.0) for i in range(3)]
+    small = [Trajectory(f"b{i}", 0, 100, 1_000, 500.0) for i in range(4)]
+    workers = [
+        dataclasses.replace(_worker("xbig-0", time_scale=10.0), max_num_seqs=1, kv_capacity_tokens=1_000_000),
+        dataclasses.replace(_worker("xbig-1", time_scale=10.0), max_num_seqs=1, kv_capacity_tokens=1_000_000),
+        dataclasses.replace(_worker("xsmall-0"), kv_capacity_tokens=16_000),
+    ]
+    queues = {"xbig-0": big, "xbig-1": small, "xsmall-0": []}
+    played = _play(_static(queues), big + small, workers, steal=True)
+    stolen = [r for r in played.items if r.worker_id == "xsmall-0"]
+    assert {r.key for r in stolen} <= {t.key for t in small}
+    assert stolen
+    assert min(r.start_s for r in stolen) == 0.0

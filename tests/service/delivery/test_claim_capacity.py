@@ -186,3 +186,49 @@ def test_delivery_hands_out_a_shared_queue_plan_on_unequal_caches_as_the_simulat
 
 def _ms(seconds: float) -> int:
     return round(seconds * 1000)
+
+
+def _sized(key: str, need: int, predicted: float) -> DeliveryItem:
+    """An item whose cap needs ``need`` KV tokens (100 of prompt, the rest ``max_new_tokens``)."""
+    return dataclasses.replace(item(key, predicted), prompt_tokens=100, max_new_tokens=need - 100)
+
+
+def _dead_big_workers(extra: int = 0) -> PublishedSchedule:
+    """Two dead big workers, the busiest holding only items too big for the small one, and ``extra``
+    more big queues of such items, each busier than the queue the small worker could drain."""
+    queues = {
+        "xbig-0": tuple(_sized(f"a{i}#0", 20_100, 5_000.0) for i in range(2)),
+        "xbig-1": tuple(_sized(f"b{i}#0", 1_100, 500.0) for i in range(4)),
+        "xsmall-0": (),
+    }
+    for n in range(extra):
+        queues[f"xbig-{n + 2}"] = tuple(_sized(f"c{n}-{i}#0", 20_100, 5_000.0) for i in range(2))
+    caps = {w: 16_000 if w == "xsmall-0" else 1_000_000 for w in queues}
+    return PublishedSchedule("s", queues, kv_capacity_tokens=caps)
+
+
+def test_a_thief_steals_from_the_next_busiest_queue_when_it_cannot_hold_the_busiest_ones_tail(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(_dead_big_workers())
+    assert _keys(delivery.steal("s", "xsmall-0", 4)) == ["b3#0", "b2#0"]  # half of xbig-1, from its tail
+    assert delivery.progress("s").workers["xbig-0"].queued == 2
+    assert_sound(redis_client, "s")
+
+
+def test_a_steal_looks_at_no_more_than_four_queues(delivery: Delivery, redis_client: redis.Redis) -> None:
+    delivery.publish(_dead_big_workers(extra=3))  # four queues of items too big, then xbig-1
+    assert delivery.steal("s", "xsmall-0", 4) == []
+    assert_sound(redis_client, "s")
+
+
+def test_a_thief_refused_by_the_kv_steal_gate_on_the_busiest_queue_waits_for_its_own_work_to_end(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    queues = {"a": (), "b": (item("b0#0", 900.0), item("b1#0", 900.0)), "c": (_short("c0#0"), _short("c1#0"))}
+    delivery.publish(PublishedSchedule("s", queues, kv_capacity_tokens={"a": 100_000}))
+    # b's tail reserves 32 + 900 tokens; c's 32 + 100 would fit, but the budget changes only as a's
+    # held work ends, and then b's tail fits too: the turn ends rather than taking from elsewhere
+    assert delivery.steal("s", "a", 4, budget_tokens=500) == []
+    assert _keys(delivery.steal("s", "a", 4, budget_tokens=2_000)) == ["b1#0"]
+    assert_sound(redis_client, "s")

@@ -82,3 +82,22 @@ def test_under_prefix_affinity_a_group_with_a_pinned_sample_stays(delivery: Deli
     queue = (*_group("q", 2), _pin(item("q#2")), item("q#3"))
     delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}, prefix_affinity=True))
     assert delivery.steal("s", "a", 4) == []
+
+
+def test_a_pinned_tail_on_the_busiest_queue_sends_the_thief_to_the_next(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    busiest = (item("b-0#0", 900.0), _pin(item("b-1#0", 900.0)))
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": busiest, "c": (item("c-0#0"), item("c-1#0"))}))
+    assert [le.key for le in delivery.steal("s", "a", 4)] == ["c-1#0"]
+    assert_sound(redis_client, "s")
+
+
+def test_under_prefix_affinity_a_group_that_cannot_move_sends_the_thief_to_the_next_queue(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    q0, q1 = _group("q", 2, 900.0)  # split over b and c: the group at b's tail can never move whole
+    queues = {"a": (), "b": (*_group("p", 2, 900.0), q1), "c": (q0, *_group("r", 2))}
+    delivery.publish(PublishedSchedule("s", queues, prefix_affinity=True))
+    assert [le.key for le in delivery.steal("s", "a", 4)] == ["r#0", "r#1"]
+    assert_sound(redis_client, "s")
