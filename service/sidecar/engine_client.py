@@ -191,6 +191,9 @@ class EngineClient:
         except httpx.TransportError as exc:
             unreachable = f"engine unreachable at {self._options.base_url}: {exc!r}"
             raise EngineError(unreachable, retryable=True, engine_down=True) from None
+        except httpx.HTTPError as exc:  # an answer that does not decode, redirects without end: a
+            # garbled answer, retried in place like a 500 and then charged to the item
+            raise EngineError(f"engine answered unreadably: {exc!r}", retryable=True) from None
         status = response.status_code
         if status >= 400:
             down = status in ENGINE_DOWN or status in ENGINE_CONFIG or _engine_died(response)

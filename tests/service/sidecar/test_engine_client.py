@@ -124,11 +124,14 @@ def _ready(client: EngineClient) -> str:
     return asyncio.run(run())
 
 
-def _answered(status: int, body: bytes) -> EngineError:
+def _answered(status: int, body: bytes, headers: dict[str, str] | None = None) -> EngineError:
     """The error the client raises when the engine answers ``status`` with ``body``."""
 
     async def run() -> None:
-        transport = httpx.MockTransport(lambda request: httpx.Response(status, content=body))
+        def answer(request: httpx.Request) -> httpx.Response:  # a stream: decoded by the client
+            return httpx.Response(status, headers=headers, stream=httpx.ByteStream(body))
+
+        transport = httpx.MockTransport(answer)
         http = httpx.AsyncClient(transport=transport, base_url="http://engine")
         client = EngineClient(EngineOptions("http://engine", model="m"), http)  # no /v1/models read
         try:
@@ -160,6 +163,13 @@ def test_an_engine_failing_on_the_item_is_retried_in_place_then_charged_to_it(
     status: int, body: bytes
 ) -> None:
     error = _answered(status, body)
+    assert (error.retryable, error.engine_down) == (True, False)
+
+
+def test_an_answer_that_does_not_even_decode_is_retried_in_place_then_charged_to_the_item() -> None:
+    # httpx raises DecodingError, not a TransportError: it escaped as an unexpected error, charged to
+    # the item at once without the in-place retries a garbled answer gets
+    error = _answered(200, b"not gzip at all", headers={"Content-Encoding": "gzip"})
     assert (error.retryable, error.engine_down) == (True, False)
 
 
