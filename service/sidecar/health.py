@@ -1,4 +1,5 @@
-"""The push-mode sidecar's liveness endpoint: ``GET /health`` on a port of its own.
+"""The push-mode sidecar's liveness endpoint: ``GET /health`` on a port of its own (and its
+counters for Prometheus on ``GET /metrics``, ``service.sidecar.metrics``).
 
 Why. In push mode nothing calls the sidecar, so nothing notices when its loop stops turning (a
 Redis call that never returns, a bug that blocks the event loop): its leases lapse and its items
@@ -21,8 +22,10 @@ from dataclasses import dataclass, field
 
 import uvicorn
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from service.sidecar.metrics import exposition
 from service.sidecar.runner import Sidecar
 
 STALE_S = 30.0  # a loop silent this long is stuck: several Redis timeouts (5 s each), not a slow turn
@@ -44,6 +47,11 @@ def create_health_app(runner: Sidecar, worker_id: str, stale_s: float = STALE_S)
             "loop_silent_s": round(silent_s, 3),
         }
         return JSONResponse(body, status_code=200 if alive else 503)
+
+    @app.get("/metrics", response_class=Response)
+    def metrics() -> Response:
+        """The sidecar's counters and state for Prometheus (``service.sidecar.metrics``)."""
+        return Response(exposition(runner, worker_id), media_type=CONTENT_TYPE_LATEST)
 
     return app
 

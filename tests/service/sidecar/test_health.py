@@ -72,3 +72,16 @@ def test_a_health_port_already_taken_fails_the_start_instead_of_a_probe_that_nev
         server = HealthServer(_sidecar(redis_url), "w0", "127.0.0.1", taken.getsockname()[1])
         with pytest.raises(OSError):
             server.start()
+
+
+def test_the_health_port_exposes_the_sidecars_counters_for_prometheus(redis_url: str) -> None:
+    runner = _sidecar(redis_url)
+    runner.session.stats.claimed, runner.session.stats.failed = 7, 2
+    answer = TestClient(create_health_app(runner, "w0")).get("/metrics")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain")
+    text = answer.text
+    assert 'rollout_sidecar_claimed_total{worker_id="w0"} 7.0' in text
+    assert 'rollout_sidecar_failed_total{worker_id="w0"} 2.0' in text
+    assert 'rollout_sidecar_held{worker_id="w0"} 0.0' in text
+    assert 'rollout_sidecar_engine_up{worker_id="w0"} 0.0' in text
