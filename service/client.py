@@ -220,7 +220,10 @@ def actual_from_result(
     """The actual a worker's accepted result amounts to; None when it says nothing about length."""
     if entry.finish_reason not in ("stop", "length") or entry.output_tokens < 1:
         return None
-    prompt_id, _, sample = entry.key.rpartition("#")
+    prompt_id, sample_idx = entry.prompt_id, entry.sample_idx  # the service split the key already
+    if prompt_id is None or sample_idx is None:  # a service from before the split: split it here
+        head, _, tail = entry.key.rpartition("#")
+        prompt_id, sample_idx = head, int(tail)
     tokens = entry.extra.get("prompt_tokens", prompt_tokens.get(prompt_id))
     if tokens is None:
         raise ValueError(f"prompt_tokens of {prompt_id!r} unknown: pass prompt_tokens={{...}}")
@@ -228,7 +231,7 @@ def actual_from_result(
     return ActualReport(
         step=step,
         prompt_id=prompt_id,
-        sample_idx=int(sample),
+        sample_idx=sample_idx,
         worker_id=entry.worker_id,
         prompt_tokens=int(tokens),
         output_tokens=entry.output_tokens,

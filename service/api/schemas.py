@@ -264,8 +264,8 @@ class ResultEntry(BaseModel):
 
     stream_id: str  # pass the last one as ``after`` to read on
     key: str  # trajectory key ``prompt_id#sample_idx``
-    prompt_id: str | None  # the key's parts, so a trainer can regroup samples without parsing it
-    sample_idx: int | None  # (None only for an item published outside the API with another key)
+    prompt_id: str | None = None  # the key's parts, so a trainer can regroup samples without parsing
+    sample_idx: int | None = None  # it (None: published outside the API, or a service before them)
     worker_id: str
     attempt: int
     output_tokens: int
