@@ -43,6 +43,8 @@ def read_trace(path: str | Path, allow_empty: bool = False, fast: bool = True) -
     forces the row-by-row path.
     """
     path = Path(path)
+    if path.is_dir():  # before the suffix check, which would call a folder "unsupported"
+        raise InvalidInputError("trace", str(path), "is a directory, not a trace file")
     rows = read_rows(path)  # refuses an unsupported suffix; nothing is read until iterated
     if not path.is_file():
         raise InvalidInputError("trace", str(path), "no such file")

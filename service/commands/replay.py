@@ -75,8 +75,6 @@ def replay_command(
     try:
         inventory = parse_workers(workers, model)
         names = parse_policies(policies)
-        if trace.is_dir():  # read_trace would call it "no such file"
-            raise InvalidInputError("trace", str(trace), "is a directory, not a trace file")
         loaded = read_trace(trace)
         chosen = select_steps(loaded, steps)
         config = ReplayConfig(

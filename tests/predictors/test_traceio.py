@@ -106,6 +106,14 @@ def test_an_unknown_suffix_is_refused(tmp_path: Path) -> None:
         read_trace(tmp_path / "t.xlsx")
 
 
+@pytest.mark.parametrize("name", ["rollouts", "rollouts.csv"])
+def test_a_directory_is_called_a_directory_whatever_its_name(tmp_path: Path, name: str) -> None:
+    folder = tmp_path / name
+    folder.mkdir()
+    with pytest.raises(InvalidInputError, match="is a directory, not a trace file"):
+        read_trace(folder)
+
+
 def test_concat_fills_columns_a_part_lacks_with_missing_values() -> None:
     a = Trace.from_rows(_rows()[:1])
     b = Trace.from_rows([TraceRow(2, "p2", 0, 3, 4)])
