@@ -28,9 +28,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.add_typer(trace_app, name="trace")
 
 
-def _fail(exc: Exception) -> typer.Exit:
+def _fail(exc: Exception, code: int = 2) -> typer.Exit:
+    """One line on stderr; exit 2 for input the user can fix, 1 for a failure outside the command."""
     typer.echo(f"trace: {exc}", err=True)
-    return typer.Exit(2)
+    return typer.Exit(code)
 
 
 @trace_app.command("import")
@@ -180,8 +181,10 @@ def push_command(
         with SchedulerClient(url, token=token, timeout_s=120) as client:
             pushed = push(client, reports)
             version = client.retrain().version if retrain else None
-    except (ServiceUnreachableError, httpx.InvalidURL) as exc:  # down, timed out, malformed: say where
+    except httpx.InvalidURL as exc:
         raise _fail(RuntimeError(f"service at {url} unreachable: {exc}")) from None
+    except ServiceUnreachableError as exc:  # down or timed out: not the input's fault, as in bench
+        raise _fail(RuntimeError(f"service at {url} unreachable: {exc}"), code=1) from None
     except (InvalidInputError, OSError, SchedulerAPIError) as exc:
         raise _fail(exc) from None
     left_out = f"; {skipped} rows without output left out" if skipped else ""
