@@ -1,27 +1,25 @@
 """Delivery of published schedules through Redis: leases, fencing, stealing, reaping, results.
 
-``Delivery`` (protocol.py) is the API; keys.py documents every key and TTL; lua/ holds one atomic
-script per operation, and wire.py lays out their arguments; publisher.py turns a plan into a
-published schedule; reaper.py runs the reaper loop. See docs/delivery.md for the state machine and guarantees.
+``Delivery`` (protocol.py) is the API; keys.py documents every key and TTL; records.py holds the
+dataclasses written and leased, progress.py those the readers see; lua/ holds one atomic script per
+operation, and wire.py lays out their arguments; publisher.py turns a plan into a published
+schedule; reaper.py runs the reaper loop. See docs/delivery.md for the state machine and guarantees.
 """
 
 from service.delivery.errors import InvalidInputError, ScheduleConflictError, UnknownScheduleError
+from service.delivery.progress import DeadLetter, Progress, ScheduleInfo, WorkerProgress
 from service.delivery.protocol import Delivery
 from service.delivery.records import (
     CompletionOutcome,
-    DeadLetter,
     DeliveryItem,
     Lease,
     LeaseSettings,
-    Progress,
     PublishedSchedule,
     PublishOutcome,
     ReapReport,
     ReleaseOutcome,
     ResultRecord,
-    ScheduleInfo,
     TrajectoryResult,
-    WorkerProgress,
 )
 
 __all__ = [

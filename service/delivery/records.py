@@ -1,7 +1,8 @@
-"""The plain frozen dataclasses that go in and out of the delivery protocol.
+"""The plain frozen dataclasses written to and leased from the delivery protocol.
 
-They are the whole vocabulary shared by the publisher (service), the sidecar (workers) and the trainer
-(results): an item to run, a lease on it, a result for it, and progress over a schedule.
+The vocabulary shared by the publisher (service), the sidecar (workers) and the trainer (results):
+an item to run, a lease on it, a result for it. What readers of a schedule see (progress, dead
+letters, its settings) is in ``progress``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,6 @@ from service.delivery.keys import (
     DEFAULT_LEASE_TTL_MS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETENTION_S,
-    DONE,
-    FAILED,
-    QUEUED,
-    RUNNING,
     SHARED_QUEUE,
 )
 
@@ -317,90 +314,11 @@ class ResultRecord:
     result: TrajectoryResult  # output and actuals
 
 
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """An item given up on, reported by progress."""
-
-    key: str  # trajectory key
-    worker_id: str  # last holder
-    attempts: int  # leases it consumed
-    reason: str  # why it died
-    at_ms: int  # server-clock ms of death
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> DeadLetter:
-        """Rebuild a dead letter from the JSON the scripts push onto the dead list."""
-        return cls(
-            key=str(doc["key"]),
-            worker_id=str(doc["worker"]),
-            attempts=int(doc["attempts"]),
-            reason=str(doc["reason"]),
-            at_ms=int(doc["at_ms"]),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerProgress:
-    """Counts for one worker: queued in its queue, running under its leases, done/failed by it."""
-
-    queued: int
-    running: int
-    done: int
-    failed: int
-
-
-def per_worker(counts: Mapping[str, int]) -> dict[str, WorkerProgress]:
-    """Per-worker progress from the ``<state>:<worker>`` counter fields (state ``q r d f``)."""
-    workers = sorted({f.split(":", 1)[1] for f in counts if ":" in f})
-    return {
-        w: WorkerProgress(
-            queued=counts.get(f"{QUEUED}:{w}", 0),
-            running=counts.get(f"{RUNNING}:{w}", 0),
-            done=counts.get(f"{DONE}:{w}", 0),
-            failed=counts.get(f"{FAILED}:{w}", 0),
-        )
-        for w in workers
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """A consistent snapshot of one schedule (read in one MULTI, so counts always sum to total)."""
-
-    schedule_id: str
-    total: int  # items published
-    queued: int  # in some queue (including the shared FIFO)
-    running: int  # under a lease
-    done: int  # accepted exactly once
-    failed: int  # dead-lettered
-    workers: Mapping[str, WorkerProgress]  # per worker id (the shared FIFO appears as "*")
-    dead_letters: tuple[DeadLetter, ...]  # in order of death
-    kv_admission: bool  # the plan asks sidecars to admit by reserved KV
-
-    @property
-    def finished(self) -> bool:
-        """Every item is done or dead-lettered."""
-        return self.done + self.failed >= self.total
-
-
 class PublishOutcome(StrEnum):
     """What ``publish`` did."""
 
     CREATED = "created"  # the schedule was written now
     UNCHANGED = "unchanged"  # an identical publish had already happened: nothing written
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleInfo:
-    """A schedule's settings, as a sidecar needs them before claiming."""
-
-    schedule_id: str
-    workers: tuple[str, ...]  # workers with a queue in this schedule
-    total: int  # items published
-    kv_admission: bool  # admit by KV reserved at predicted final length
-    lease_ttl_ms: int  # heartbeat well within this (e.g. every third of it)
-    max_attempts: int  # leases per item before dead-lettering
-    published_ms: int  # server-clock ms of the publish
 
 
 @dataclass(frozen=True, slots=True)

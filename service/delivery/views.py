@@ -15,14 +15,8 @@ from redis.cluster import RedisCluster
 
 from service.delivery import keys as keyspace
 from service.delivery.errors import UnknownScheduleError
-from service.delivery.records import (
-    DeadLetter,
-    Progress,
-    ResultRecord,
-    ScheduleInfo,
-    TrajectoryResult,
-    per_worker,
-)
+from service.delivery.progress import DeadLetter, Progress, ScheduleInfo, per_worker
+from service.delivery.records import ResultRecord, TrajectoryResult
 
 
 def text(value: Any) -> str:

@@ -1,0 +1,93 @@
+"""What a schedule's readers see: progress counts, dead letters, and the settings sidecars read.
+
+The read side's vocabulary (``DeliveryViews``), apart from ``records``, which holds what is
+written and leased: the trainer polls ``Progress``, a sidecar reads ``ScheduleInfo`` before it
+claims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from service.delivery.keys import DONE, FAILED, QUEUED, RUNNING
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An item given up on, reported by progress."""
+
+    key: str  # trajectory key
+    worker_id: str  # last holder
+    attempts: int  # leases it consumed
+    reason: str  # why it died
+    at_ms: int  # server-clock ms of death
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> DeadLetter:
+        """Rebuild a dead letter from the JSON the scripts push onto the dead list."""
+        return cls(
+            key=str(doc["key"]),
+            worker_id=str(doc["worker"]),
+            attempts=int(doc["attempts"]),
+            reason=str(doc["reason"]),
+            at_ms=int(doc["at_ms"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerProgress:
+    """Counts for one worker: queued in its queue, running under its leases, done/failed by it."""
+
+    queued: int
+    running: int
+    done: int
+    failed: int
+
+
+def per_worker(counts: Mapping[str, int]) -> dict[str, WorkerProgress]:
+    """Per-worker progress from the ``<state>:<worker>`` counter fields (state ``q r d f``)."""
+    workers = sorted({f.split(":", 1)[1] for f in counts if ":" in f})
+    return {
+        w: WorkerProgress(
+            queued=counts.get(f"{QUEUED}:{w}", 0),
+            running=counts.get(f"{RUNNING}:{w}", 0),
+            done=counts.get(f"{DONE}:{w}", 0),
+            failed=counts.get(f"{FAILED}:{w}", 0),
+        )
+        for w in workers
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A consistent snapshot of one schedule (read in one MULTI, so counts always sum to total)."""
+
+    schedule_id: str
+    total: int  # items published
+    queued: int  # in some queue (including the shared FIFO)
+    running: int  # under a lease
+    done: int  # accepted exactly once
+    failed: int  # dead-lettered
+    workers: Mapping[str, WorkerProgress]  # per worker id (the shared FIFO appears as "*")
+    dead_letters: tuple[DeadLetter, ...]  # in order of death
+    kv_admission: bool  # the plan asks sidecars to admit by reserved KV
+
+    @property
+    def finished(self) -> bool:
+        """Every item is done or dead-lettered."""
+        return self.done + self.failed >= self.total
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A schedule's settings, as a sidecar needs them before claiming."""
+
+    schedule_id: str
+    workers: tuple[str, ...]  # workers with a queue in this schedule
+    total: int  # items published
+    kv_admission: bool  # admit by KV reserved at predicted final length
+    lease_ttl_ms: int  # heartbeat well within this (e.g. every third of it)
+    max_attempts: int  # leases per item before dead-lettering
+    published_ms: int  # server-clock ms of the publish
