@@ -51,6 +51,9 @@ key                         type     contents
                                      under prefix affinity laid out group by group (groups in order
                                      of their first item): a claim takes a group's first item with
                                      the rest of the group behind it, as the simulator binds it
+``P:calls``                 hash     worker -> its last claim or steal that leased anything:
+                                     ``<call id>\n<victim>\n<token> <key>\n...``; the same call
+                                     re-sent after a lost reply answers those leases again
 ``P:dead``                  list     dead letters as JSON (key, worker, attempts, reason, at_ms)
 ``P:results``               stream   accepted results, one entry per item, read by the trainer
 ==========================  =======  ==============================================================
@@ -177,6 +180,11 @@ class ScheduleKeys:
     def cap(self) -> str:
         """Worker -> KV capacity in tokens: claims and steals give it nothing it cannot hold."""
         return f"{self.base}:cap"
+
+    @property
+    def calls(self) -> str:
+        """Worker -> its last claim or steal that leased: a re-sent call answers those leases."""
+        return f"{self.base}:calls"
 
     @property
     def need(self) -> str:

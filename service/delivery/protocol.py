@@ -151,7 +151,12 @@ class Delivery(DeliveryViews):
         ]
 
     def claim(
-        self, schedule_id: str, worker_id: str, max_items: int, now_ms: int | None = None
+        self,
+        schedule_id: str,
+        worker_id: str,
+        max_items: int,
+        now_ms: int | None = None,
+        call_id: str | None = None,
     ) -> list[Lease]:
         """Lease up to ``max_items`` (capped at ``MAX_BATCH``) from the head of the worker's queue, then
         from the shared FIFO; ``[]`` when both are empty (then try ``steal``).
@@ -159,11 +164,17 @@ class Delivery(DeliveryViews):
         Under prefix affinity a claim that takes a group's first sample from the shared FIFO binds
         the rest of that group to this worker in the same atomic step (they join its own queue, so
         one engine's prefix cache serves the whole group), and takes nothing more from the FIFO
-        while any of them stay queued (``lua/claim.lua``)."""
+        while any of them stay queued (``lua/claim.lua``).
+
+        ``call_id`` (default: a fresh one) makes the call safe to re-send: redis-py re-sends a
+        call whose reply timed out, and the same id again answers the first run's leases instead
+        of leasing more, which would lapse unseen. A caller retrying after an error passes the id
+        of the call that failed."""
         if max_items < 1:
             return []
         max_items = min(max_items, keyspace.MAX_BATCH)
-        flat = self._call(self.scripts.claim, schedule_id, [worker_id, max_items, wire.clock(now_ms)])
+        args = [worker_id, max_items, wire.clock(now_ms), call_id or uuid.uuid4().hex]
+        flat = self._call(self.scripts.claim, schedule_id, args)
         return self._leases(schedule_id, worker_id, flat)
 
     def steal(
@@ -175,6 +186,7 @@ class Delivery(DeliveryViews):
         budget_tokens: int | None = None,
         rate_tokens_per_s: float | None = None,
         busy_ms: int = 0,
+        call_id: str | None = None,
     ) -> list[Lease]:
         """Lease items from the tail of the busiest queue; only when the worker's own queue is empty.
 
@@ -207,6 +219,7 @@ class Delivery(DeliveryViews):
             rate = repr(float(rate_tokens_per_s))
         margin = repr(LENGTH_MARGIN)  # the simulator's: a steal must pay off at that many times the length
         args = [worker_id, max_items, wire.clock(now_ms), budget, rate, max(0, int(busy_ms)), margin]
+        args.append(call_id or uuid.uuid4().hex)  # safe to re-send, as in ``claim``
         flat = self._call(self.scripts.steal, schedule_id, args)
         return self._leases(schedule_id, worker_id, flat[1:])
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
@@ -83,6 +84,9 @@ class WorkerSession:
     _infos: dict[str, ScheduleInfo] = field(default_factory=dict, init=False)
     _last_reap: dict[str, float] = field(default_factory=dict, init=False)
     _damaged: set[str] = field(default_factory=set, init=False)  # schedules whose scripts fail (logged)
+    # (schedule, "claim" | "steal") -> the id of a call that raised: it may have leased before the
+    # reply was lost, so the next such call re-sends that id and gets those leases back
+    _unanswered: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
 
     async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -108,6 +112,8 @@ class WorkerSession:
             del self._infos[gone]  # finished or expired: a long-lived sidecar must not accumulate them
             self._last_reap.pop(gone, None)
             self._damaged.discard(gone)
+            self._unanswered.pop((gone, "claim"), None)
+            self._unanswered.pop((gone, "steal"), None)
         infos = []
         for sid in ids:
             if sid not in self._infos:
@@ -133,14 +139,22 @@ class WorkerSession:
     async def _take(self, info: ScheduleInfo, count: int) -> list[Lease]:
         worker, sid = self.settings.worker_id, info.schedule_id
         try:
-            leases = await self._redis(self.delivery.claim, sid, worker, count)
+            leases = await self._once(sid, "claim", self.delivery.claim, sid, worker, count)
             self.stats.claimed += len(leases)
             if not leases and self.settings.steal:
                 budget = self.holdings.steal_budget()  # the KV steal gate; None: slots alone
                 rate = self.holdings.decode_rate()  # the deadline guard; None: no completion yet
                 steal, busy = self.delivery.steal, self._busy_ms(rate)
-                leases = await self._redis(
-                    steal, sid, worker, count, budget_tokens=budget, rate_tokens_per_s=rate, busy_ms=busy
+                leases = await self._once(
+                    sid,
+                    "steal",
+                    steal,
+                    sid,
+                    worker,
+                    count,
+                    budget_tokens=budget,
+                    rate_tokens_per_s=rate,
+                    busy_ms=busy,
                 )
                 self.stats.stolen += len(leases)
             if not leases and self.settings.reap_when_idle:
@@ -155,6 +169,17 @@ class WorkerSession:
                 self._damaged.add(sid)
                 log.error("schedule %s is damaged in Redis (%s); working on the others", sid, error)
             return []
+        return leases
+
+    async def _once(
+        self, sid: str, kind: str, fn: Callable[..., list[Lease]], *args: object, **kwargs: object
+    ) -> list[Lease]:
+        """``fn`` (a claim or steal) under a call id kept until it answers, so the call after one
+        that raised (its reply lost to a timeout or outage, maybe after it leased) re-sends that
+        id and gets those leases back instead of leaving them to lapse (``Delivery.claim``)."""
+        call = self._unanswered.setdefault((sid, kind), uuid.uuid4().hex)
+        leases = await self._redis(fn, *args, call_id=call, **kwargs)
+        del self._unanswered[(sid, kind)]
         return leases
 
     def _busy_ms(self, rate: float | None) -> int:

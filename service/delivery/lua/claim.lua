@@ -11,11 +11,14 @@
 -- (P:cap) takes a FIFO head only if it holds it at its cap (P:need), under affinity only if it holds
 -- every sample of the head's group; otherwise the head waits for a worker that can, and this claim
 -- takes nothing more from the FIFO (no skipping: the FIFO is served in order, as the simulator's).
--- ARGV: worker, max, now ('' = server).
+-- ARGV: worker, max, now ('' = server), call id ('' or absent: none; a re-sent call with the same
+-- id answers its first run's leases, common.lua 'Re-sent claims and steals').
 -- Returns a flat list of 5-tuples (key, token, deadline_ms, attempt, item_json); error NOSCHEDULE.
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
-local w, want, now = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3])
+local w, want, now, call = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), ARGV[4]
+local again = replayed_call(w, call)
+if again then return again end
 local out = {}
 local function room() return want - #out / 5 end
 
@@ -78,5 +81,6 @@ if room() > 0 then
     take('*', room())
   end
 end
+remember_call(w, call, '', out, 1, cfg)
 flush(cfg)
 return out

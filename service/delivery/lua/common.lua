@@ -150,6 +150,44 @@ local function lease_all(keys, w, now, cfg, out)
   end
 end
 
+-- Re-sent claims and steals. A client re-sends a call whose reply it never got (redis-py after a
+-- timeout, e.g. behind a large publish; a sidecar after an outage), and the script has usually run
+-- the first time: running it again would lease more items, which the worker never hears of, each
+-- lapsing after its lease TTL at the cost of an attempt (the longest items, as queues run longest
+-- first). So each claim or steal names a call id, unique per call, and P:calls keeps, per worker,
+-- its last call that leased anything: '<id>\n<victim>\n<token> <key>\n...' (keys hold no line
+-- break). The same id again answers those leases the worker still holds, and leases nothing new.
+local function remember_call(w, call, victim, out, first, cfg)
+  if call == nil or call == '' or #out < first then return end
+  local lines = {call, victim}
+  for i = first, #out, 5 do lines[#lines + 1] = get(out[i]).tok .. ' ' .. out[i] end
+  redis.call('HSET', k('calls'), w, table.concat(lines, '\n'))
+  keep(k('calls'), cfg.exp)
+end
+
+-- The answer of the call id call already ran for worker w, as 5-tuples (those of its leases still
+-- current, same tokens), and its victim ('' for a claim); nil when call is not w's last such call.
+local function replayed_call(w, call)
+  if call == nil or call == '' then return nil end
+  local v = redis.call('HGET', k('calls'), w)
+  local lines = {}
+  for line in string.gmatch((v or '') .. '\n', '([^\n]*)\n') do lines[#lines + 1] = line end
+  if lines[1] ~= call then return nil end
+  local keys = {}
+  for i = 3, #lines do
+    local tok, key = string.match(lines[i], '^(%d+) (.*)$')
+    local r = tok and get(key)
+    if r and r.s == 'r' and r.w == w and r.tok == tok then keys[#keys + 1] = key end
+  end
+  local out = {}
+  local items = #keys > 0 and item_jsons(keys) or {}
+  for i, key in ipairs(keys) do
+    local r, n = get(key), #out
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = key, tonumber(r.tok), r.dl, r.att, items[i]
+  end
+  return out, lines[2]
+end
+
 -- Prefix affinity: items of one group, just taken off their queue (dequeued), join worker w so the
 -- group runs on one engine's prefix cache: the first n are leased now (appended to out), the rest
 -- go to w's own queue in order. Callers run it only while w's own queue is empty (claim drains it

@@ -33,12 +33,19 @@
 -- ARGV: thief, max, now ('' = server), budget ('' = unbounded: the thief does not know its KV cache),
 -- rate (the thief's decode tokens/s per sequence; '' or absent = no deadline guard), busy (ms the
 -- thief's held work still takes; '' or absent = 0), margin (scheduler.deadlines.LENGTH_MARGIN;
--- '' or absent = 1: the predicted length only).
+-- '' or absent = 1: the predicted length only), call id ('' or absent: none; as claim's).
 -- Returns {victim, then 5-tuples as claim}; {} when there is nothing to steal or nothing fits.
 local VICTIMS = 4  -- queues one steal may look at: the busiest first, then the next while skipped
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local thief, want, now, budget = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), tonumber(ARGV[4])
+local call = ARGV[8]
+local again, stolen_from = replayed_call(thief, call)
+if again then
+  if #again == 0 then return {} end
+  table.insert(again, 1, stolen_from)
+  return again
+end
 if redis.call('LLEN', k('q:' .. thief)) > 0 then return {} end
 
 local function pinned(key) return redis.call('HEXISTS', k('pin'), key) == 1 end
@@ -110,6 +117,7 @@ local function steal_group()
   dequeued(victim, members)
   local out = {victim}
   adopt(members, thief, want, now, cfg, out)
+  remember_call(thief, call, victim, out, 2, cfg)
   flush(cfg)
   return out
 end
@@ -139,6 +147,7 @@ local function steal_tail(len)
   dequeued(victim, keys)
   local out = {victim}
   lease_all(keys, thief, now, cfg, out)
+  remember_call(thief, call, victim, out, 2, cfg)
   flush(cfg)
   return out
 end

@@ -16,6 +16,7 @@ class ReplyLosingProxy:
         self.upstream_port = upstream_port
         self.lost = 0  # replies swallowed so far
         self._lose = threading.Event()
+        self._pass = 0  # replies still to let through before the lost one
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         threading.Thread(target=self._accept, daemon=True).start()
@@ -25,8 +26,10 @@ class ReplyLosingProxy:
         """Where clients should connect."""
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def lose_next_reply(self) -> None:
-        """Swallow the next server-to-client chunk on any connection, then drop that connection."""
+    def lose_next_reply(self, after: int = 0) -> None:
+        """Swallow the next server-to-client chunk on any connection, then drop that connection;
+        with ``after``, the chunk after that many more (one small reply each) have passed."""
+        self._pass = after
         self._lose.set()
 
     def close(self) -> None:
@@ -44,7 +47,9 @@ class ReplyLosingProxy:
     def _pump(self, src: socket.socket, dst: socket.socket, replies: bool) -> None:
         with suppress(OSError):
             while data := src.recv(65536):
-                if replies and self._lose.is_set():
+                if replies and self._lose.is_set() and self._pass > 0:
+                    self._pass -= 1
+                elif replies and self._lose.is_set():
                     self._lose.clear()
                     self.lost += 1
                     break

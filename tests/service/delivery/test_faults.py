@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
 from service.delivery.reaper import Reaper, reap_all
@@ -42,6 +44,63 @@ def test_a_completion_whose_reply_is_lost_is_retried_idempotently(
     result = audit(redis_client, "s")
     assert result.done == 4
     report("lost reply", result, record_property)
+
+
+def _resending(redis_client: redis.Redis) -> tuple[ReplyLosingProxy, Delivery]:
+    """A protocol client through a reply-losing proxy that retries as the service's and a cluster
+    client do: a call whose reply is lost is re-sent on a new connection, after the server ran it."""
+    proxy = ReplyLosingProxy(int(redis_client.connection_pool.connection_kwargs["port"]))
+    client = redis.Redis.from_url(
+        proxy.url, decode_responses=True, retry=Retry(NoBackoff(), 2), retry_on_error=[redis.ConnectionError]
+    )
+    return proxy, Delivery(client)
+
+
+def test_a_claim_re_sent_after_a_lost_reply_answers_its_first_leases(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("s", {"a": 6}))
+    assert delivery.claim("s", "idle", 1) == []  # script loaded: the lost reply is the claim's own
+    proxy, lossy = _resending(redis_client)
+    try:
+        lossy.client.ping()  # connected, so the next reply is the claim's
+        proxy.lose_next_reply()
+        leases = lossy.claim("s", "a", 2)  # ran, reply lost, re-sent by the client
+    finally:
+        proxy.close()
+    assert proxy.lost == 1
+    assert [lease.key for lease in leases] == ["a-0#0", "a-1#0"]
+    progress = delivery.progress("s")
+    assert (progress.running, progress.queued) == (2, 4)  # nothing leased that no one knows of
+    assert [delivery.complete(lease, RESULT) for lease in leases] == [CompletionOutcome.ACCEPTED] * 2
+
+
+def test_a_steal_re_sent_after_a_lost_reply_answers_its_first_leases(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("s", {"a": 8, "b": 0}))
+    assert delivery.steal("s", "a", 1) == []  # script loaded (a's own queue is not empty)
+    proxy, lossy = _resending(redis_client)
+    try:
+        lossy.client.ping()
+        proxy.lose_next_reply()
+        stolen = lossy.steal("s", "b", 2)
+    finally:
+        proxy.close()
+    assert proxy.lost == 1
+    assert [lease.key for lease in stolen] == ["a-7#0", "a-6#0"]
+    progress = delivery.progress("s")
+    assert (progress.workers["b"].running, progress.workers["a"].queued) == (2, 6)
+
+
+def test_a_call_id_answers_only_leases_the_worker_still_holds(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 3}, ttl_ms=100), now_ms=0)
+    first = delivery.claim("s", "a", 2, now_ms=0, call_id="c1")
+    assert delivery.complete(first[0], RESULT, now_ms=1) is CompletionOutcome.ACCEPTED
+    again = delivery.claim("s", "a", 2, now_ms=2, call_id="c1")
+    assert [(lease.key, lease.token) for lease in again] == [(first[1].key, first[1].token)]
+    fresh = delivery.claim("s", "a", 2, now_ms=3, call_id="c2")  # another call: leases anew
+    assert [lease.key for lease in fresh] == ["a-2#0"]
 
 
 def test_a_crash_after_generating_but_before_completing_is_redelivered_and_done_once(

@@ -11,6 +11,7 @@ from service.delivery.protocol import Delivery
 from service.delivery.records import DeliveryItem, PublishedSchedule
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.delivery.proxy import ReplyLosingProxy
 
 
 def _items(worker: str, count: int, predicted: float) -> tuple[DeliveryItem, ...]:
@@ -59,3 +60,24 @@ def test_a_failover_in_progress_is_an_outage_to_wait_out_not_a_damaged_schedule(
     finally:
         redis_client.replicaof("NO", "ONE")
     assert [h.lease.key for h in asyncio.run(session.claim(16))] == ["a-0#0", "a-1#0"]  # not written off
+
+
+def test_a_claim_whose_reply_was_lost_is_answered_on_the_next_claim(redis_client: redis.Redis) -> None:
+    """The claim ran, its reply never came (a timeout, a cut connection): the sidecar's next claim
+    gets those leases back rather than new ones, so none lapses unseen at the cost of an attempt."""
+    Delivery(redis_client).publish(PublishedSchedule("lost-reply", {"w": _items("a", 4, 100.0)}))
+    assert Delivery(redis_client).claim("lost-reply", "idle", 1) == []  # script loaded on the server
+    proxy = ReplyLosingProxy(int(redis_client.connection_pool.connection_kwargs["port"]))
+    lossy = Delivery(redis.Redis.from_url(proxy.url, decode_responses=True, retry=None))
+    session = WorkerSession(lossy, Holdings(2), SessionSettings("w", steal=False))
+    try:
+        asyncio.run(session.schedules())  # its settings read: a claim's next read is the inbox
+        proxy.lose_next_reply(after=1)  # the claim's reply, after the inbox read's
+        with pytest.raises(redis.ConnectionError):
+            asyncio.run(session.claim(2))
+        claimed = asyncio.run(session.claim(2))
+    finally:
+        proxy.close()
+    assert [h.lease.key for h in claimed] == ["a-0#0", "a-1#0"]
+    progress = Delivery(redis_client).progress("lost-reply")
+    assert (progress.running, progress.queued) == (2, 2)
