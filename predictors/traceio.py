@@ -260,29 +260,41 @@ def _check_header(columns: list[str], source: str) -> None:
 
 # --- readers -------------------------------------------------------------------------------------
 
+# Python's csv refuses a cell over 128 KiB, pyarrow (the fast path) reads any: a trace with a long cell
+# (a prompt's text as its prompt_id) read or not depending on which path took it. Raised once, never lowered.
+csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+
 
 def _csv_rows(path: Path, renamer: Renamer) -> RawRows:
     with path.open(newline="", encoding="utf-8-sig") as handle:  # -sig: a spreadsheet's byte-order mark
         reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None:
-            raise InvalidInputError("trace", str(path), "the file is empty (no header line)")
-        header = renamer.header([h.strip() for h in header])
-        _check_header(header, str(path))
-        width = len(header)
-        for cells in reader:
-            if not cells:
-                continue  # a blank line holds no row
-            if len(cells) != width:
-                column = header[len(cells)] if len(cells) < width else f"<cell {len(cells)}>"
-                raise TraceFormatError(
-                    str(path),
-                    reader.line_num,
-                    column,
-                    len(cells),
-                    f"row has {len(cells)} cells, expected {width}",
-                )
-            yield reader.line_num, dict(zip(header, cells, strict=True))
+        try:
+            yield from _csv_records(path, reader, renamer)
+        except csv.Error as error:  # e.g. a cell past the field limit: a located error, not a traceback
+            raise TraceFormatError(str(path), reader.line_num, "<csv>", None, str(error)) from None
+
+
+def _csv_records(path: Path, reader: Any, renamer: Renamer) -> RawRows:
+    """The rows of an open csv reader, the header checked first."""
+    header = next(reader, None)
+    if header is None:
+        raise InvalidInputError("trace", str(path), "the file is empty (no header line)")
+    header = renamer.header([h.strip() for h in header])
+    _check_header(header, str(path))
+    width = len(header)
+    for cells in reader:
+        if not cells:
+            continue  # a blank line holds no row
+        if len(cells) != width:
+            column = header[len(cells)] if len(cells) < width else f"<cell {len(cells)}>"
+            raise TraceFormatError(
+                str(path),
+                reader.line_num,
+                column,
+                len(cells),
+                f"row has {len(cells)} cells, expected {width}",
+            )
+        yield reader.line_num, dict(zip(header, cells, strict=True))
 
 
 def _jsonl_rows(path: Path, renamer: Renamer) -> RawRows:

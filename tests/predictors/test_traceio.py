@@ -168,3 +168,12 @@ def test_a_trajectory_in_the_trace_twice_is_refused_by_name(tmp_path: Path, suff
     write_trace(Trace.from_rows(rows), path)
     with pytest.raises(InvalidInputError, match="step 0, prompt 'p', sample 0 twice"):
         read_trace(path)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_cell_longer_than_pythons_csv_limit_reads_on_either_path(tmp_path: Path, fast: bool) -> None:
+    """pyarrow reads any cell; the row-by-row reader hit csv's 128 KiB limit with a traceback."""
+    prompt = "x" * 200_000  # a prompt's own text used as its id
+    path = tmp_path / "long.csv"
+    path.write_text(f"step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,{prompt},0,10,5\n")
+    assert read_trace(path, fast=fast).prompt_id.tolist() == [prompt]
