@@ -149,7 +149,7 @@ class ModelStore:
             _check_files(directory, raw.get("checksums"))
             p50 = lgb.Booster(model_file=str(directory / "p50.txt"))
             p90 = lgb.Booster(model_file=str(directory / "p90.txt"))
-            _check_fits(meta, p50, p90)
+            _check_fits(meta, spec, p50, p90)
         except (OSError, ValueError, KeyError, TypeError, lgb.basic.LightGBMError) as error:
             raise InvalidInputError("model_store", str(directory), f"does not load ({error})") from None
         return chosen, FittedModel(p50=p50, p90=p90, spec=spec, metadata=meta)
@@ -166,8 +166,14 @@ def _check_files(directory: Path, checksums: Any) -> None:
             raise ValueError(f"{name} is not the file that was saved (checksum differs: truncated?)")
 
 
-def _check_fits(meta: ModelMetadata, *boosters: Any) -> None:
-    """``ValueError`` where metadata and boosters disagree, which would fail every prediction later."""
+def _check_fits(meta: ModelMetadata, spec: FeatureSpec, *boosters: Any) -> None:
+    """``ValueError`` where metadata, boosters and the features this code builds disagree, which would
+    fail every prediction later (or, with as many columns, feed the boosters the wrong ones)."""
+    if meta.features != spec.names:
+        raise ValueError(
+            f"its features {list(meta.features)} are not the ones this version builds {list(spec.names)}"
+            " (a model of another feature set)"
+        )
     for booster in boosters:
         takes, named = booster.num_feature(), len(meta.features)
         if takes != named:

@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -200,3 +201,27 @@ def test_pruning_keeps_the_newest_versions_and_never_reuses_a_number(tmp_path: P
     assert store.save(model) == 5
     with pytest.raises(InvalidInputError, match="at least 1"):
         store.prune(0)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda meta: meta.update(features=[*reversed(meta["features"])]), id="reordered"),
+        pytest.param(lambda meta: meta.update(numeric=["another_column"]), id="another-feature-set"),
+    ],
+)
+def test_a_model_of_another_feature_set_is_refused_at_load_not_at_every_prediction(
+    tmp_path: Path, change: Any
+) -> None:
+    """Serving builds ``BASE_FEATURES`` + the stored extras: a version whose feature list differs
+    (another release's features, reordered columns) loaded, then failed or misread every prediction."""
+    store, _ = _two_versions(tmp_path)
+    meta_path = store.path(2) / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    change(meta)
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(InvalidInputError, match="another feature set"):
+        store.load(2)
+    predictor = LengthPredictor()
+    assert predictor.reload(store)  # the version is passed over, as a damaged one is
+    assert predictor.model_version == 1
