@@ -70,8 +70,7 @@ class ModelStore:
         self.root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=self.root, prefix=".staging-"))
         try:
-            model.p50.save_model(str(staging / "p50.txt"))
-            model.p90.save_model(str(staging / "p90.txt"))
+            _write_boosters(model, staging)
             meta = {**_metadata_json(model), "checksums": {f: _sha256(staging / f) for f in _BOOSTERS}}
             (staging / "metadata.json").write_text(json.dumps(meta, indent=2))
             make_ordinary(staging)  # replicas under other users read the store
@@ -153,6 +152,20 @@ class ModelStore:
         except (OSError, ValueError, KeyError, TypeError, lgb.basic.LightGBMError) as error:
             raise InvalidInputError("model_store", str(directory), f"does not load ({error})") from None
         return chosen, FittedModel(p50=p50, p90=p90, spec=spec, metadata=meta)
+
+
+def _write_boosters(model: FittedModel, staging: Path) -> None:
+    """Both booster files; an ``OSError`` when one cannot be written (a full disk), as for any file.
+
+    LightGBM reports a failed write as its own ``LightGBMError``, which callers that handle a
+    store's I/O errors (``predictor train``) did not expect: a full volume was a traceback."""
+    import lightgbm as lgb
+
+    for name, booster in zip(_BOOSTERS, (model.p50, model.p90), strict=True):
+        try:
+            booster.save_model(str(staging / name))
+        except lgb.basic.LightGBMError as error:
+            raise OSError(f"could not write {staging / name}: {error}") from None
 
 
 def _check_files(directory: Path, checksums: Any) -> None:

@@ -225,3 +225,23 @@ def test_a_model_of_another_feature_set_is_refused_at_load_not_at_every_predicti
     predictor = LengthPredictor()
     assert predictor.reload(store)  # the version is passed over, as a damaged one is
     assert predictor.model_version == 1
+
+
+def test_a_booster_that_cannot_be_written_is_an_os_error_and_leaves_no_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LightGBM reports a full disk as LightGBMError ("Cannot write binary data ... wrote 65536 of
+    149269 bytes"); ``predictor train`` handles OSError from the store, and printed a traceback."""
+    import lightgbm as lgb
+
+    model = fit(drifting_trace(steps=2), FAST)
+
+    def full_disk(path: str) -> None:
+        raise lgb.basic.LightGBMError(f"Cannot write binary data to {path}, wrote 65536 of 149269 bytes")
+
+    monkeypatch.setattr(model.p90, "save_model", full_disk)
+    store = ModelStore(tmp_path)
+    with pytest.raises(OSError, match=r"could not write .*p90\.txt"):
+        store.save(model)
+    assert store.versions() == []
+    assert [p.name for p in tmp_path.iterdir()] == []  # the staging folder is gone too
