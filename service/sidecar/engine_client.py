@@ -16,7 +16,8 @@ without spending an attempt): unreachable, 429/502/503/504, a bare 500 (vLLM's d
 it aborted (``finish_reason`` ``abort``: an RL framework pausing generation to sync weights). The
 item is: any other 4xx. A 400 for prompt + ``max_tokens`` past the context (the trainer's
 ``prompt_tokens`` left out the chat template) is retried once with the cap the engine's message
-leaves room for.
+leaves room for (SGLang's: one token less, as it also refuses prompt + ``max_tokens`` equal to the
+context).
 
 Cancelling ``generate`` closes the connection, which makes vLLM (and engine-sim) abort the request
 and free its slot: that is how a lost lease stops a trajectory.
@@ -37,7 +38,34 @@ ENGINE_DOWN = frozenset({429, 502, 503, 504})  # overloaded, restarting, or a pr
 ENGINE_CONFIG = frozenset({401, 403})  # the sidecar's key for the engine: not the item's fault
 OWNED = frozenset({"model", "n", "stream", "max_tokens", "max_completion_tokens", "rollout"})  # ours
 SIMULATED = "rollout-scheduler-engine-sim"  # engine-sim's owned_by: it reads the rollout hint
-_INPUT_TOKENS = re.compile(r"has (\d+) input tokens")  # vLLM's message for a cap past the context
+# A refusal of prompt + max_tokens past the context, as each engine words it (``limit``: the context,
+# ``tokens``: the request's input), and how many tokens fewer than limit - tokens the engine accepts.
+_LIMIT, _TOKENS = r"(?P<limit>\d+)", r"(?P<tokens>\d+)"
+_PAST_CONTEXT: tuple[tuple[re.Pattern[str], int], ...] = (
+    # vLLM (mid versions): "'max_tokens' ... is too large: 1048. This model's maximum context length is
+    # 2048 tokens and your request has 1100 input tokens (1048 > 2048 - 1100)."
+    (re.compile(rf"maximum context length is {_LIMIT} tokens and your request has {_TOKENS} input"), 0),
+    # older vLLM (its flat error body): "This model's maximum context length is 2048 tokens.
+    # However, you requested 2148 tokens (1100 in the messages, 1048 in the completion). ..."
+    (re.compile(rf"maximum context length is {_LIMIT} tokens\. However, .*?\({_TOKENS} in the messages"), 0),
+    # later vLLM: "This model's maximum context length is 2048 tokens. However, you requested 1048
+    # output tokens and your prompt contains at least 1100 input tokens, ..."
+    (
+        re.compile(
+            rf"maximum context length is {_LIMIT} tokens\..*?prompt contains (?:at least )?{_TOKENS} input"
+        ),
+        0,
+    ),
+    # SGLang, which refuses input + max_new_tokens equal to the context too: "Requested token count
+    # exceeds the model's maximum context length of 2048 tokens. You requested a total of 2148
+    # tokens: 1100 tokens from the input messages and 1048 tokens for the completion. ..."
+    (
+        re.compile(
+            rf"maximum context length of {_LIMIT} tokens\..*?: {_TOKENS} tokens from the input messages"
+        ),
+        1,
+    ),
+)
 
 
 class EngineError(RuntimeError):
@@ -222,14 +250,17 @@ def _engine_died(response: httpx.Response) -> bool:
 
 
 def _room_left(error: EngineError, asked: int) -> int | None:
-    """The ``max_tokens`` that fits where the engine refused ``asked`` for the context (vLLM: "...
-    your request has N input tokens"), or None when the refusal was something else."""
-    found = _INPUT_TOKENS.search(str(error)) if error.status == 400 else None
-    limit = re.search(r"maximum context length is (\d+)", str(error)) if found else None
-    if found is None or limit is None:
+    """The ``max_tokens`` that fits where the engine refused ``asked`` for the context (its message
+    names the input count, in one of vLLM's wordings or SGLang's), or None when the refusal was
+    something else."""
+    if error.status != 400:
         return None
-    room = int(limit.group(1)) - int(found.group(1))
-    return room if 1 <= room < asked else None
+    for pattern, margin in _PAST_CONTEXT:
+        found = pattern.search(str(error))
+        if found is not None:
+            room = int(found["limit"]) - int(found["tokens"]) - margin
+            return room if 1 <= room < asked else None
+    return None
 
 
 def sample_params(item: DeliveryItem) -> dict[str, Any]:

@@ -272,3 +272,69 @@ def test_a_cap_refused_for_the_context_is_retried_once_with_the_room_the_engine_
     reply = _vllm(vllm, item)
     assert asked == [1048, 948]
     assert (reply.completion_tokens, reply.finish_reason) == (948, "length")
+
+
+def _too_long(wording: str, context: int, tokens: int, asked: int) -> dict[str, Any]:
+    """A 400 body for a prompt of ``tokens`` plus ``asked`` past ``context``, as each engine says it."""
+    messages = {
+        "vllm-0.9": (  # older vLLM, with its flat error body
+            f"This model's maximum context length is {context} tokens. However, you requested "
+            f"{tokens + asked} tokens ({tokens} in the messages, {asked} in the completion). Please reduce "
+            f"the length of the messages or completion."
+        ),
+        "vllm-later": (
+            f"This model's maximum context length is {context} tokens. However, you requested {asked} "
+            f"output tokens and your prompt contains at least {tokens} input tokens, for a total of at "
+            f"least {tokens + asked} tokens. Please reduce the length of the input prompt or the number "
+            f"of requested output tokens. (parameter=input_tokens, value={tokens})"
+        ),
+        "sglang": (
+            f"Requested token count exceeds the model's maximum context length of {context} tokens. You "
+            f"requested a total of {tokens + asked} tokens: {tokens} tokens from the input messages and "
+            f"{asked} tokens for the completion. Please reduce the number of tokens in the input messages "
+            f"or the completion to fit within the limit."
+        ),
+    }
+    error = {"message": messages[wording], "type": "BadRequestError", "param": None, "code": 400}
+    return {"object": "error", **error} if wording != "vllm-later" else {"error": error}
+
+
+@pytest.mark.parametrize(("wording", "room"), [("vllm-0.9", 948), ("vllm-later", 948), ("sglang", 947)])
+def test_a_cap_refused_for_the_context_is_retried_with_the_room_whatever_the_engines_wording(
+    wording: str, room: int
+) -> None:
+    """Older vLLM (the flat error body), later vLLM and SGLang name the input count in other words;
+    SGLang refuses input + max_tokens equal to the context too, so its room is one token less."""
+    asked: list[int] = []
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        listed = _models(request, context=2048)
+        if listed is not None:
+            return listed
+        max_tokens = json.loads(request.content)["max_tokens"]
+        asked.append(max_tokens)
+        if 1100 + max_tokens >= 2048 + (wording != "sglang"):
+            return httpx.Response(400, json=_too_long(wording, 2048, 1100, max_tokens))
+        return _chat({"content": "ok"}, "length", max_tokens)
+
+    item = DeliveryItem("p#1", "p", 1, 1000, 4096, 300.0, {"messages": [{"role": "user", "content": "q"}]})
+    reply = _vllm(engine, item)
+    assert asked == [1048, room]
+    assert (reply.completion_tokens, reply.finish_reason) == (room, "length")
+
+
+def test_a_prompt_alone_past_the_context_is_not_retried() -> None:
+    asked: list[int] = []
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        listed = _models(request, context=2048)
+        if listed is not None:
+            return listed
+        asked.append(json.loads(request.content)["max_tokens"])
+        return httpx.Response(400, json=_too_long("vllm-0.9", 2048, 2100, asked[-1]))
+
+    item = DeliveryItem("p#1", "p", 1, 1000, 4096, 300.0, {"messages": [{"role": "user", "content": "q"}]})
+    with pytest.raises(EngineError, match="maximum context length") as refused:
+        _vllm(engine, item)
+    assert asked == [1048]
+    assert not refused.value.retryable
