@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from service.delivery.errors import UnknownScheduleError
 from service.delivery.records import TrajectoryResult
 from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
 from service.sidecar.holdings import Held
@@ -176,6 +177,14 @@ class Sidecar:
         try:
             concurrency = self.session.holdings.mean_concurrency(held)
             await self.session.complete(held, _result(held, reply, concurrency))
+        except UnknownScheduleError:  # its keys are gone (retention passed, or Redis lost its data):
+            # nothing will take the result or run the item again; the lease is gone with the schedule
+            self.session.stats.stale += 1
+            log.warning(
+                "completion of %s refused: schedule %s is gone from Redis; result dropped",
+                held.lease.key,
+                held.lease.schedule_id,
+            )
         except Exception:  # Redis gone for longer than the retry window: the lease lapses, redelivered
             log.exception("could not complete %s; it will be redelivered", held.lease.key)
 
@@ -189,6 +198,12 @@ class Sidecar:
             else:
                 log.warning("engine refused %s, reporting it failed: %s", held.lease.key, exc)
                 await self.session.fail(held, str(exc))
+        except UnknownScheduleError:  # nothing to hand back: the schedule's keys are gone
+            log.warning(
+                "schedule %s is gone from Redis; %s needs no hand-back",
+                held.lease.schedule_id,
+                held.lease.key,
+            )
         except Exception:  # Redis gone too: the lease lapses and the reaper requeues the item
             log.exception("could not hand back %s; its lease will lapse", held.lease.key)
 

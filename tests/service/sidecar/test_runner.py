@@ -183,6 +183,27 @@ def test_a_lease_lost_mid_generation_cancels_the_engine_request_and_the_item_is_
     assert tally(delivery, "lost", {long_item.key}) == (0, 0)
 
 
+def test_a_result_for_a_schedule_gone_from_redis_is_counted_stale_and_not_promised_again(
+    redis_client: redis.Redis, redis_url: str, engine_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "gone", {"w0": [item("p", 0, 6000)]}, lease_ttl_ms=60_000)  # ~0.5 s
+
+    def wiped_while_running() -> bool:  # Redis restarted without persistence: every key is gone
+        if delivery.progress("gone").running == 1:
+            redis_client.flushdb()
+            return True
+        return False
+
+    # stopped once the keys are gone; the drain lets the running item finish and report
+    sidecar = _sidecar(redis_url, engine_url)  # heartbeats every 20 s: the completion comes first
+    with caplog.at_level(logging.WARNING, logger="service.sidecar"):
+        stats = _run_until(sidecar, wiped_while_running)
+    assert (stats.accepted, stats.stale) == (0, 1)  # counted, as the pull API's 404 tells its worker
+    assert not any("will be redelivered" in r.getMessage() for r in caplog.records)  # it will not
+    assert not any(r.levelno >= logging.ERROR for r in caplog.records)  # nothing for an operator to fix
+
+
 def test_an_item_the_engine_refuses_is_failed_and_dead_lettered_after_its_attempts(
     redis_client: redis.Redis, redis_url: str, engine_url: str
 ) -> None:
