@@ -80,6 +80,11 @@ class Retrainer:
         """Whether this process is retraining now."""
         return self._running.locked()
 
+    def running_anywhere(self) -> bool:
+        """Whether this or another replica is retraining now (the shared lock is held): what a
+        ``POST /models/retrain`` on any replica would be refused for."""
+        return self.running or bool(self._redis.exists(self._lock_key))
+
     def retrain_now(self) -> RetrainResult:
         """Retrain synchronously; ``ConflictError`` (409) when one is already running or data is too thin.
 

@@ -21,7 +21,7 @@ def model_status(request: Request) -> ModelStatus:
         version=ctx.models.version,
         stored_versions=[f"v{v}" for v in ctx.models.store.versions()],
         history_rows=ctx.models.rows,
-        retraining=ctx.retrainer.running,
+        retraining=ctx.retrainer.running_anywhere(),
         retrain_every_steps=ctx.settings.retrain_every_steps,
     )
 

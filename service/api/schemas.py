@@ -333,7 +333,7 @@ class ModelStatus(BaseModel):
     version: str  # serving version: "v<N>" or "fallback"
     stored_versions: list[str]
     history_rows: int  # actuals the predictor reads
-    retraining: bool
+    retraining: bool  # a retrain runs now in this or another replica (the shared lock is held)
     retrain_every_steps: int  # 0 = only on demand
 
 

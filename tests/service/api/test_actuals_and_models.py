@@ -361,6 +361,24 @@ def test_a_replica_stopped_mid_retrain_gives_the_lock_back(
         request.join(timeout=10)
 
 
+def test_every_replica_reports_a_retrain_running_in_another(
+    make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``retraining`` said false on every replica but the one fitting, whose peers then refused
+    ``POST /models/retrain`` with 409 "already running in another replica"."""
+    fitting, other = make_client(), make_client()
+    fitting.post("/actuals", json={"actuals": actual_history(steps=2)})
+    proceed, request = _retrain_stuck_in_its_fit(fitting, monkeypatch)
+    try:
+        assert fitting.get("/models").json()["retraining"] is True
+        assert other.get("/models").json()["retraining"] is True
+        assert other.post("/models/retrain").status_code == 409
+    finally:
+        proceed.set()
+        request.join(timeout=10)
+    assert other.get("/models").json()["retraining"] is False
+
+
 def test_the_retrain_lock_outlives_its_ttl_while_the_fit_runs(
     client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
