@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     redis_tls_ca_file: str | None = None  # CA bundle to verify a rediss:// server against
     redis_timeout_s: float = Field(
         default=1.0, gt=0, le=HOUR_S
-    )  # connect and command timeout: how fast Redis-down is a 503
+    )  # connect and command timeout; a silent Redis costs 3 of them per call (retries), a refusing one none
     key_prefix: str = DEFAULT_PREFIX  # namespace of every key; the sidecars' --prefix must equal it
 
     # --- security ------------------------------------------------------------------------------------
