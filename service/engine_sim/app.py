@@ -148,10 +148,13 @@ def create_app(config: SimConfig) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, str]:
+        """vLLM's liveness route, which the sidecar polls before it claims work."""
         return {"status": "ok", "engine": "simulated"}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
+        """The one model served, as vLLM lists it; ``owned_by`` tells the sidecar it is simulated
+        (so it sends the rollout hint) and ``max_model_len`` caps each request's prompt + output."""
         card = {
             "id": config.served_model_name,
             "object": "model",
@@ -162,10 +165,12 @@ def create_app(config: SimConfig) -> FastAPI:
 
     @app.get("/sim/stats")
     async def stats() -> dict[str, Any]:
+        """What the simulated batch did so far (not an OpenAI route): tests and benches read it."""
         return {**asdict(engine.stats()), "max_num_seqs": config.cost.max_num_seqs}
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> dict[str, Any]:
+        """OpenAI completions, answered after the simulated decode time of the chosen length."""
         text = body.prompt if isinstance(body.prompt, str) else ""
         cap = body.max_tokens if body.max_tokens is not None else 16
         served = await _serve(config, engine, request, body, body.prompt, text, cap)
@@ -174,6 +179,7 @@ def create_app(config: SimConfig) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> dict[str, Any]:
+        """OpenAI chat completions, the same engine behind a chat envelope."""
         text = "\n".join(str(m.get("content", "")) for m in body.messages)
         cap = body.max_completion_tokens or body.max_tokens
         served = await _serve(config, engine, request, body, text, text, cap)
