@@ -16,10 +16,13 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
-from typing import Annotated
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from scheduler.types import PlanRequest
 
 SIZES: tuple[tuple[int, int], ...] = ((1_024, 16), (4_096, 32), (16_384, 128), (32_768, 256))
 # The plan's time budget per size (``PlanRequest.time_budget_s`` bounds the whole plan() call of a
@@ -99,64 +102,97 @@ def bench_solver(
     _print_table(rows, repeats, elapsed)
 
 
+@dataclass
+class _Samples:
+    """One policy's measurements over the batches of one size, batch by batch."""
+
+    walls: list[float] = field(default_factory=list)  # plan wall time, ms
+    cpus: list[float] = field(default_factory=list)  # plan CPU time, ms
+    spans: list[float] = field(default_factory=list)  # predicted makespan, s
+    statuses: dict[str, int] = field(default_factory=dict)  # solver status -> batches
+
+
 def _bench_size(trajectories: int, workers: int, repeats: int, budget: float | None) -> list[BenchRow]:
     """Plan ``repeats`` batches of one size with every policy."""
     import dataclasses
 
     from scheduler.benchgen import bench_request
-    from scheduler.lowerbound import lower_bound
-    from scheduler.planner import plan
     from scheduler.policies import POLICY_NAMES
 
-    walls: dict[str, list[float]] = {name: [] for name in POLICY_NAMES}
-    cpus: dict[str, list[float]] = {name: [] for name in POLICY_NAMES}
-    spans: dict[str, list[float]] = {name: [] for name in POLICY_NAMES}
+    samples = {name: _Samples() for name in POLICY_NAMES}
     bounds: list[float] = []
     refined: list[float] = []
-    statuses: dict[str, dict[str, int]] = {name: {} for name in POLICY_NAMES}
     for seed in range(repeats):
         request = dataclasses.replace(
             bench_request(trajectories, workers, seed),
             time_budget_s=budget if budget is not None else BUDGET_S.get(trajectories, 0.25),
         )
-        for name in POLICY_NAMES:
-            cpu = time.process_time()
-            result = plan(request, name)
-            cpus[name].append((time.process_time() - cpu) * 1e3)
-            walls[name].append(result.wall_time_s * 1e3)
-            spans[name].append(result.predicted_makespan_s)
-            statuses[name][result.status] = statuses[name].get(result.status, 0) + 1
-        bounds.append(result.lower_bound_s)
-        tighter = lower_bound(
-            request.trajectories, request.inventory, grid=REFINED_GRID, precision=REFINED_PRECISION
-        ).value_s
-        refined.append(max(tighter, result.lower_bound_s))
-    baseline = spans["round_robin"]
+        bound = _time_policies(request, samples)
+        bounds.append(bound)
+        refined.append(_refined_bound(request, bound))
+    baseline = samples["round_robin"].spans
     return [
-        BenchRow(
-            trajectories=trajectories,
-            workers=workers,
-            policy=name,
-            wall_ms_p50=round(statistics.median(walls[name]), 1),
-            wall_ms_p95=round(_nearest_rank(walls[name], 95), 1),
-            cpu_ms_p50=round(statistics.median(cpus[name]), 1),
-            cpu_ms_p95=round(_nearest_rank(cpus[name], 95), 1),
-            makespan_s=round(statistics.median(spans[name]), 2),
-            lower_bound_s=round(statistics.median(bounds), 2),
-            makespan_over_lower_bound=round(
-                statistics.median(s / b for s, b in zip(spans[name], bounds, strict=True)), 4
-            ),
-            refined_bound_s=round(statistics.median(refined), 2),
-            makespan_over_refined_bound=round(
-                statistics.median(s / b for s, b in zip(spans[name], refined, strict=True)), 4
-            ),
-            speedup_over_round_robin=round(
-                statistics.median(r / s for r, s in zip(baseline, spans[name], strict=True)), 3
-            ),
-            statuses=",".join(f"{k}:{v}" for k, v in sorted(statuses[name].items())),
-        )
-        for name in POLICY_NAMES
+        _row(trajectories, workers, name, samples[name], bounds, refined, baseline) for name in POLICY_NAMES
     ]
+
+
+def _time_policies(request: PlanRequest, samples: dict[str, _Samples]) -> float:
+    """Plan ``request`` with every policy, recording each into ``samples``; the plans' lower bound."""
+    from scheduler.planner import plan
+
+    bound = 0.0
+    for name, into in samples.items():
+        cpu = time.process_time()
+        result = plan(request, name)
+        into.cpus.append((time.process_time() - cpu) * 1e3)
+        into.walls.append(result.wall_time_s * 1e3)
+        into.spans.append(result.predicted_makespan_s)
+        into.statuses[result.status] = into.statuses.get(result.status, 0) + 1
+        bound = result.lower_bound_s
+    return bound
+
+
+def _refined_bound(request: PlanRequest, bound: float) -> float:
+    """The bound on a finer grid (too slow for a plan): how much of a ratio is the bound's slack."""
+    from scheduler.lowerbound import lower_bound
+
+    grid = lower_bound(
+        request.trajectories, request.inventory, grid=REFINED_GRID, precision=REFINED_PRECISION
+    )
+    return max(grid.value_s, bound)
+
+
+def _median_ratio(tops: list[float], bottoms: list[float], digits: int) -> float:
+    """The median of batch-by-batch ratios (not a ratio of medians: each batch is its own case)."""
+    return round(statistics.median(t / b for t, b in zip(tops, bottoms, strict=True)), digits)
+
+
+def _row(
+    trajectories: int,
+    workers: int,
+    name: str,
+    got: _Samples,
+    bounds: list[float],
+    refined: list[float],
+    baseline: list[float],
+) -> BenchRow:
+    """One policy's row at one size."""
+    return BenchRow(
+        trajectories=trajectories,
+        workers=workers,
+        policy=name,
+        wall_ms_p50=round(statistics.median(got.walls), 1),
+        wall_ms_p95=round(_nearest_rank(got.walls, 95), 1),
+        cpu_ms_p50=round(statistics.median(got.cpus), 1),
+        cpu_ms_p95=round(_nearest_rank(got.cpus, 95), 1),
+        makespan_s=round(statistics.median(got.spans), 2),
+        lower_bound_s=round(statistics.median(bounds), 2),
+        makespan_over_lower_bound=_median_ratio(got.spans, bounds, 4),
+        refined_bound_s=round(statistics.median(refined), 2),
+        makespan_over_refined_bound=_median_ratio(got.spans, refined, 4),
+        speedup_over_round_robin=_median_ratio(baseline, got.spans, 3),
+        statuses=",".join(f"{k}:{v}" for k, v in sorted(got.statuses.items())),
+    )
 
 
 def _nearest_rank(values: list[float], percent: int) -> float:
