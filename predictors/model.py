@@ -21,7 +21,7 @@ import numpy as np
 from predictors.dataset import TrainingSet, training_set
 from predictors.features import FeatureSpec
 from predictors.history import History, factorize, repeated_rows
-from predictors.tracetable import FloatArray, IntArray, Trace
+from predictors.tracetable import FloatArray, IntArray, ObjArray, Trace
 from scheduler.errors import InvalidInputError
 
 # OpenMP threads that busy-wait collapse when the cores are shared (a 2-thread fit ran 12x slower
@@ -175,8 +175,7 @@ def _conformal_shift(
     """(log shift for p90, out-of-fold coverage before the shift), from folds by prompt."""
     if config.calibration_folds < 2:
         return 0.0, math.nan
-    codes, _ = factorize(trace.prompt_id[data.rows])
-    fold = _prompt_folds(codes, config)
+    fold = _prompt_folds(trace.prompt_id[data.rows], config)
     chosen = fold >= 0
     residuals: list[FloatArray] = []
     for k in range(config.calibration_folds):
@@ -192,10 +191,18 @@ def _conformal_shift(
     return float(np.quantile(r, level, method="higher")), float(np.mean(r <= 0))
 
 
-def _prompt_folds(codes: IntArray, config: FitConfig) -> IntArray:
-    """Fold of each example by its prompt (-1: not in the calibration sample)."""
+def _prompt_folds(prompt_ids: ObjArray, config: FitConfig) -> IntArray:
+    """Fold of each example by its prompt (-1: not in the calibration sample).
+
+    Prompts are numbered in sorted order, not first-seen order, so the folds (and hence the p90
+    shift) do not depend on the order of the trace's rows: the same trace shuffled fitted a shift of
+    0.0286 one way and 0.0220 the other."""
     rng = np.random.default_rng(config.seed)
-    n_prompts = int(codes.max()) + 1
+    seen, index = factorize(prompt_ids)  # first-seen codes: index's keys are in code order
+    n_prompts = len(index)
+    rank = np.empty(n_prompts, dtype=np.int64)
+    rank[np.argsort(np.array(list(index), dtype=object), kind="stable")] = np.arange(n_prompts)
+    codes = rank[seen]
     per_prompt = rng.integers(0, config.calibration_folds, size=n_prompts)
     keep_share = min(1.0, config.calibration_rows / max(len(codes), 1))
     kept = rng.random(n_prompts) < keep_share
