@@ -101,7 +101,7 @@ def score_step(trace: Trace, step: int, config: FitConfig | None = None) -> Step
     queries = QueryBatch.from_trace(now, NO_CAP)
     actual = now.output_tokens.astype(np.float64)
     history = History(past)
-    g50, g90 = global_mean(past, len(now))
+    g50, g90 = global_mean(past, queries.max_new_tokens)
     fallback = LengthPredictor(history).predict(queries, step, 0.9)
     try:
         model = fit(past, config)

@@ -15,7 +15,7 @@ import numpy as np
 
 from predictors.features import PriorRows
 from predictors.history import PromptStats
-from predictors.quantiles import Z90
+from predictors.quantiles import Z90, ordered
 from predictors.tracetable import FloatArray, IntArray, Trace
 
 MIN_BIN_ROWS = 50  # a prompt-length bin needs this many rows to stand on its own
@@ -102,7 +102,10 @@ def prompt_mean(prior: PriorRows, sigma: float) -> tuple[FloatArray, FloatArray]
     return prior.hist_mean, prior.hist_mean * np.exp(Z90 * sigma)
 
 
-def global_mean(history: Trace, n: int) -> tuple[FloatArray, FloatArray]:
-    """The length-blind baseline: history's mean for every query, its empirical p90 as the p90."""
+def global_mean(history: Trace, caps: IntArray) -> tuple[FloatArray, FloatArray]:
+    """The length-blind baseline: history's mean for every query, its empirical p90 as the p90, both
+    clipped to [1, cap] like every serving answer (a cap cut below the history's lengths would
+    otherwise score the baseline on lengths no query can reach)."""
     y = history.output_tokens.astype(np.float64)
-    return np.full(n, y.mean()), np.full(n, np.quantile(y, 0.9))
+    n = len(caps)
+    return ordered(np.full(n, y.mean()), np.full(n, np.quantile(y, 0.9)), caps)

@@ -9,8 +9,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from predictors.evaluate import evaluate
+from predictors.evaluate import PREDICTORS, evaluate, score_step
 from predictors.traceio import read_trace, write_trace
+from predictors.tracetable import Trace
+from scheduler.trace import TraceRow
 from tests.predictors.helpers import drifting_trace
 
 
@@ -29,6 +31,19 @@ def test_under_length_drift_lightgbm_cuts_mae_by_at_least_15_percent() -> None:
     result = evaluate(drifting_trace(prompts=80, samples=8, steps=5, drift=0.05))
     gbm, mean = result.mean["lightgbm"], result.mean["prompt_history_mean"]
     assert gbm.mae <= 0.85 * mean.mae
+
+
+def test_every_baseline_is_clipped_to_the_cap_of_the_step_it_scores() -> None:
+    # The cap is cut from 1000 to 200 at step 2: global_mean used to predict 1000 (MAE 800 here)
+    # while the serving predictors were clipped to [1, cap].
+    rows = [
+        TraceRow(step, f"p{p}", i, 10, 1000 if step < 2 else 200, 1000 if step < 2 else 200)
+        for step in range(3)
+        for p in range(3)
+        for i in range(4)
+    ]
+    scores = score_step(Trace.from_rows(rows), 2).scores
+    assert {name: s.mae for name, s in scores.items()} == dict.fromkeys(PREDICTORS, 0.0)
 
 
 def test_eval_json_has_every_predictor_and_metric(cli: typer.Typer, tmp_path: Path) -> None:
