@@ -125,11 +125,23 @@ class Renamer:
             if old not in columns:
                 raise TraceFormatError(self.source, 1, old, None, "no such column to map (--map)")
         renamed = [self.rename.get(c, c) for c in columns]
-        for name in renamed:
-            if renamed.count(name) > 1:
+        first: dict[str, int] = {}
+        for position, name in enumerate(renamed):
+            earlier = first.setdefault(name, position)
+            if earlier == position:
+                continue
+            where = f"columns {earlier + 1} and {position + 1}"
+            if not name:  # a blank cell has no name to show: it is named by its position
                 raise TraceFormatError(
-                    self.source, 1, name, None, "two columns would carry this name after --map"
+                    self.source,
+                    1,
+                    f"column {position + 1}",
+                    "",
+                    f"{where} both have a blank header cell (name every column)",
                 )
+            mapped = columns[earlier] != name or columns[position] != name
+            reason = "would both carry this name after --map" if mapped else "both carry this name"
+            raise TraceFormatError(self.source, 1, name, None, f"{where} {reason}")
         return renamed
 
     def cells(self, cells: dict[str, object], line: int) -> dict[str, object]:

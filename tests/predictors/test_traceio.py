@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictors.traceio import read_trace, write_trace
+from predictors.traceio import read_renamed, read_trace, write_trace
 from predictors.tracetable import Trace
 from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceFormatError, TraceRow
@@ -83,6 +83,35 @@ def test_a_missing_required_column_is_named_at_the_header(tmp_path: Path) -> Non
     with pytest.raises(TraceFormatError) as info:
         read_trace(path)
     assert (info.value.line, info.value.column) == (1, "output_tokens")
+
+
+def test_a_repeated_header_name_is_refused_without_mentioning_a_map(tmp_path: Path) -> None:
+    # `predictor eval` has no --map, yet it said "two columns would carry this name after --map".
+    path = tmp_path / "bad.csv"
+    path.write_text("step,prompt_id,sample_idx,prompt_tokens,output_tokens,step\n0,a,0,5,7,0\n")
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path)
+    assert (info.value.line, info.value.column) == (1, "step")
+    assert "--map" not in str(info.value)
+    assert "columns 1 and 6" in str(info.value)
+
+
+def test_a_mapping_onto_an_existing_column_still_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text("step,epoch,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,0,a,0,5,7\n")
+    with pytest.raises(TraceFormatError, match=r"columns 1 and 2 would both carry this name after --map"):
+        read_renamed(path, ".csv", {"epoch": "step"})
+
+
+def test_blank_header_cells_are_named_by_position(tmp_path: Path) -> None:
+    # They used to print as "bad.csv:1:=None", naming nothing.
+    path = tmp_path / "bad.csv"
+    path.write_text("step,prompt_id,,sample_idx,prompt_tokens,output_tokens,\n0,a,x,0,5,7,y\n")
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path)
+    assert (info.value.line, info.value.column) == (1, "column 7")
+    assert "columns 3 and 7" in str(info.value)
+    assert ":1:=" not in str(info.value)
 
 
 def test_a_short_row_is_an_error_not_a_skip(tmp_path: Path) -> None:
