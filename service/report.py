@@ -125,8 +125,15 @@ def _gantt_panel(ax: Any, step: StepReplay, name: str, steal: bool) -> None:
     ax.axvline(run.result.makespan_s, color="red", linewidth=1, label="makespan")
     ax.set_yticks([i + 0.5 for i in range(len(workers))], workers, fontsize=6)
     ax.set_ylim(0, len(workers))
-    ax.set_title(f"{name}: makespan {run.result.makespan_s:,.0f} s", fontsize=9, loc="left")
+    ax.set_title(panel_title(name, run.result.makespan_s), fontsize=9, loc="left")
     ax.legend(loc="lower right", fontsize=7)
+
+
+def panel_title(name: str, makespan_s: float) -> str:
+    """A Gantt panel's title: whole seconds hid sub-second steps ("makespan 0 s"), so one decimal
+    below 100 s, whole seconds above (where a tenth is noise)."""
+    seconds = f"{makespan_s:,.1f}" if round(makespan_s, 1) < 100 else f"{makespan_s:,.0f}"
+    return f"{name}: makespan {seconds} s"
 
 
 def _lanes(spans: Sequence[tuple[float, float]]) -> list[int]:
