@@ -104,6 +104,7 @@ def fit(history: History | Trace, config: FitConfig | None = None) -> FittedMode
     repeats = repeated_rows(trace, same_length=True)  # a report sent again (a client's retry)
     if repeats.any():
         trace = trace.take(~repeats)
+    trace = _canonical(trace)
     started = time.perf_counter()
     spec = FeatureSpec.of(trace)
     data = training_set(trace, spec)
@@ -191,6 +192,28 @@ def _conformal_shift(
     return float(np.quantile(r, level, method="higher")), float(np.mean(r <= 0))
 
 
+def _sorted_codes(prompt_ids: ObjArray) -> IntArray:
+    """Each row's prompt numbered by the sorted order of the ids: the same numbers whatever the
+    order of the rows (first-seen codes would follow it). Sorts the distinct ids only."""
+    seen, index = factorize(prompt_ids)  # first-seen codes: index's keys are in code order
+    rank = np.empty(len(index), dtype=np.int64)
+    rank[np.argsort(np.array(list(index), dtype=object), kind="stable")] = np.arange(len(index))
+    return rank[seen]
+
+
+def _canonical(trace: Trace) -> Trace:
+    """The rows in one fixed order (step, prompt id, sample, length), whatever order they came in.
+
+    LightGBM's bagging draws rows by position once a fit has more than ``bagging_rows`` examples,
+    and categorical levels are numbered as first seen, so the same history shuffled (a stream
+    merged from several replicas, a file sorted otherwise) fitted another model."""
+    if len(trace) == 0:
+        return trace
+    keys = (trace.output_tokens, trace.sample_idx, _sorted_codes(trace.prompt_id), trace.step)
+    order = np.lexsort(keys)
+    return trace if bool(np.all(order[1:] > order[:-1])) else trace.take(order)
+
+
 def _prompt_folds(prompt_ids: ObjArray, config: FitConfig) -> IntArray:
     """Fold of each example by its prompt (-1: not in the calibration sample).
 
@@ -198,11 +221,8 @@ def _prompt_folds(prompt_ids: ObjArray, config: FitConfig) -> IntArray:
     shift) do not depend on the order of the trace's rows: the same trace shuffled fitted a shift of
     0.0286 one way and 0.0220 the other."""
     rng = np.random.default_rng(config.seed)
-    seen, index = factorize(prompt_ids)  # first-seen codes: index's keys are in code order
-    n_prompts = len(index)
-    rank = np.empty(n_prompts, dtype=np.int64)
-    rank[np.argsort(np.array(list(index), dtype=object), kind="stable")] = np.arange(n_prompts)
-    codes = rank[seen]
+    codes = _sorted_codes(prompt_ids)
+    n_prompts = int(codes.max()) + 1 if len(codes) else 0
     per_prompt = rng.integers(0, config.calibration_folds, size=n_prompts)
     keep_share = min(1.0, config.calibration_rows / max(len(codes), 1))
     kept = rng.random(n_prompts) < keep_share

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -89,6 +91,21 @@ def test_the_fitted_model_does_not_depend_on_the_order_of_the_rows() -> None:
     out_a = LengthPredictor(history_a, a).predict(queries, step=3)
     out_b = LengthPredictor(history_b, b).predict(queries, step=3)
     assert set(out_a.source) == {"lightgbm"}
+    np.testing.assert_array_equal(out_a.p50, out_b.p50)
+    np.testing.assert_array_equal(out_a.p90, out_b.p90)
+
+
+def test_a_bagged_fit_does_not_depend_on_the_order_of_the_rows_either() -> None:
+    # Past bagging_rows examples LightGBM samples rows by position: shuffled rows fitted another model.
+    bagged = dataclasses.replace(FAST, bagging_rows=300)
+    trace = drifting_trace()
+    shuffled = trace.take(np.random.default_rng(2).permutation(len(trace)))
+    a, b = fit(trace, bagged), fit(shuffled, bagged)
+    assert a.metadata.p90_shift == b.metadata.p90_shift
+    queries = QueryBatch.from_trace(trace.take(trace.step == 3), NO_CAP)
+    history = History(trace.take(trace.step < 3))
+    out_a = LengthPredictor(history, a).predict(queries, step=3)
+    out_b = LengthPredictor(history, b).predict(queries, step=3)
     np.testing.assert_array_equal(out_a.p50, out_b.p50)
     np.testing.assert_array_equal(out_a.p90, out_b.p90)
 
