@@ -68,6 +68,10 @@ def sidecar(
     reap: Annotated[bool, typer.Option(help="Reap lapsed leases of schedules found empty.")] = True,
     drain_timeout: Annotated[float, typer.Option(help="Seconds running items may finish on SIGTERM.")] = 20.0,
     idle_poll: Annotated[float, typer.Option(help="Seconds between looks for work when idle.")] = 0.2,
+    engine_stall_timeout: Annotated[
+        float,
+        typer.Option(help="Push mode: release running items when the engine is silent this many seconds."),
+    ] = 30.0,
     heartbeat_interval: Annotated[
         float | None, typer.Option(help="Seconds between heartbeats; default a third of the lease TTL.")
     ] = None,
@@ -105,6 +109,7 @@ def sidecar(
         "pull-api": (pull_api, 1),
         "drain-timeout": (drain_timeout, 0),
         "idle-poll": (idle_poll, 0.001),
+        "engine-stall-timeout": (engine_stall_timeout, 1.0),
         "heartbeat-interval": (heartbeat_interval, 0.001),
         "pull-idle-timeout": (pull_idle_timeout, 0.001),
     }
@@ -139,6 +144,7 @@ def sidecar(
         heartbeat_interval_s=heartbeat_interval,
         idle_poll_s=idle_poll,
         drain_timeout_s=drain_timeout,
+        engine_stall_s=engine_stall_timeout,
         pull_idle_timeout_s=pull_idle_timeout,
         health_port=health_port,
         health_host=health_host,

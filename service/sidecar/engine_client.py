@@ -14,10 +14,13 @@ Who is at fault decides what happens to the item (``EngineError``). The engine i
 without spending an attempt): unreachable, 429/502/503/504, a bare 500 (vLLM's dead engine core), a
 401/403 (its API key), a 404 naming the model (not served: also refused by ``ready``), and a request
 it aborted (``finish_reason`` ``abort``: an RL framework pausing generation to sync weights). The
-item is: any other 4xx. A 400 for prompt + ``max_tokens`` past the context (the trainer's
-``prompt_tokens`` left out the chat template) is retried once with the cap the engine's message
-leaves room for (SGLang's: one token less, as it also refuses prompt + ``max_tokens`` equal to the
-context).
+item is: any other 4xx. A dropped connection, a bare 500 or a 502-504 is ``suspect`` too: the runner
+charges the item once a healthy engine keeps failing it (``service.sidecar.watchdog``). Generations
+have no read timeout; readiness (``ready``) and health (``probe``) checks answer within
+``probe_timeout_s``, so a frozen engine cannot hang the sidecar's main loop. A 400 for prompt +
+``max_tokens`` past the context (the trainer's ``prompt_tokens`` left out the chat template) is
+retried once with the cap the engine's message leaves room for (SGLang's: one token less, as it
+also refuses prompt + ``max_tokens`` equal to the context).
 
 Cancelling ``generate`` closes the connection, which makes vLLM (and engine-sim) abort the request
 and free its slot: that is how a lost lease stops a trajectory.
@@ -25,6 +28,7 @@ and free its slot: that is how a lost lease stops a trajectory.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from dataclasses import dataclass, field
@@ -36,6 +40,7 @@ from service.delivery.records import DeliveryItem
 
 ENGINE_DOWN = frozenset({429, 502, 503, 504})  # overloaded, restarting, or a proxy without it
 ENGINE_CONFIG = frozenset({401, 403})  # the sidecar's key for the engine: not the item's fault
+SUSPECT = frozenset({500, 502, 503, 504})  # engine-down answers a healthy engine may give one item
 OWNED = frozenset({"model", "n", "stream", "max_tokens", "max_completion_tokens", "rollout"})  # ours
 SIMULATED = "rollout-scheduler-engine-sim"  # engine-sim's owned_by: it reads the rollout hint
 # A refusal of prompt + max_tokens past the context, as each engine words it (``limit``: the context,
@@ -76,13 +81,24 @@ class EngineError(RuntimeError):
     An error that is retryable but not ``engine_down`` (a 500, an answer that does not parse) is
     tried again in place and then charged to the item: if it keeps failing, only for this item, it
     must end in the dead-letter list, not go back to the head of the queue forever.
+    ``suspect``: an ``engine_down`` failure that a healthy engine may also give one item only (the
+    connection dropped mid-request, a bare 500, 502-504); the runner charges the item once the
+    engine, healthy meanwhile, has failed it so several times (``service.sidecar.watchdog``).
     """
 
-    def __init__(self, message: str, retryable: bool, engine_down: bool = False, status: int = 0) -> None:
+    def __init__(
+        self,
+        message: str,
+        retryable: bool,
+        engine_down: bool = False,
+        status: int = 0,
+        suspect: bool = False,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.engine_down = engine_down
         self.status = status  # the HTTP status, 0 when there was none
+        self.suspect = suspect
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +120,7 @@ class EngineOptions:
     model: str | None = None  # model id to request; None: the first one /v1/models lists
     api_key: str | None = None  # sent as a bearer token when set
     connect_timeout_s: float = 5.0  # connecting; a generation itself may take many minutes
+    probe_timeout_s: float = 5.0  # readiness and health probes: an engine silent this long is not up
     synthetic_prompts: bool = False  # items without prompt text get a placeholder (engine-sim demos)
 
 
@@ -135,7 +152,7 @@ class EngineClient:
 
         The id is the configured one, else the first that ``/v1/models`` lists.
         """
-        listing = await self._send("GET", "/v1/models", None)
+        listing = await self._send("GET", "/v1/models", None, probe=True)
         cards = _cards(listing)
         if self._model is None:
             if not cards:
@@ -154,10 +171,22 @@ class EngineClient:
     async def _healthy(self) -> None:
         """vLLM keeps answering /v1/models after its engine core died; its /health says 503 then."""
         try:
-            response = await self._http.get("/health")
+            response = await self._request("GET", "/health", None, probe=True)
+        except httpx.TimeoutException as exc:  # answered /v1/models, then froze: not up
+            raise self._transport_error(exc) from None
         except httpx.TransportError:
             return  # /v1/models just answered: the next request will tell
         if response.status_code in ENGINE_DOWN or response.status_code >= 500:
+            raise EngineError(f"engine /health answered {response.status_code}", True, True)
+
+    async def probe(self) -> None:
+        """A liveness check while items run: ``/health`` within the probe timeout; ``EngineError``
+        when it does not answer in time or answers a 5xx (any other answer is a sign of life)."""
+        try:
+            response = await self._request("GET", "/health", None, probe=True)
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc) from None
+        if response.status_code >= 500:
             raise EngineError(f"engine /health answered {response.status_code}", True, True)
 
     async def model(self) -> str:
@@ -213,12 +242,38 @@ class EngineClient:
             return item.max_new_tokens
         return max(1, min(item.max_new_tokens, self._context - item.prompt_tokens))
 
-    async def _send(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+    async def _request(
+        self, method: str, path: str, body: dict[str, Any] | None, probe: bool
+    ) -> httpx.Response:
+        """Send one request: a generation without a read timeout, a ``probe`` within the probe
+        timeout all told (a frozen engine's kernel still accepts the connection, then nothing comes)."""
+        if not probe:
+            return await self._http.request(method, path, json=body)
+        limit = self._options.probe_timeout_s
+        sent = self._http.request(method, path, json=body, timeout=httpx.Timeout(limit))
         try:
-            response = await self._http.request(method, path, json=body)
+            return await asyncio.wait_for(sent, limit)
+        except TimeoutError:
+            raise httpx.ReadTimeout(f"{method} {path}") from None
+
+    def _transport_error(self, exc: httpx.HTTPError) -> EngineError:
+        """What a request that got no (whole) answer says of the engine: all engine-down; only a
+        connection dropped mid-request is also ``suspect`` (a healthy engine may do it to one item)."""
+        where, limit = self._options.base_url, self._options.probe_timeout_s
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            return EngineError(f"engine unreachable at {where}: {exc!r}", True, True)
+        if isinstance(exc, httpx.TimeoutException):
+            return EngineError(f"engine at {where} did not answer within {limit:g}s: {exc!r}", True, True)
+        dropped = f"engine at {where} dropped the connection before answering in full: {exc!r}"
+        return EngineError(dropped, retryable=True, engine_down=True, suspect=True)
+
+    async def _send(
+        self, method: str, path: str, body: dict[str, Any] | None, probe: bool = False
+    ) -> dict[str, Any]:
+        try:
+            response = await self._request(method, path, body, probe)
         except httpx.TransportError as exc:
-            unreachable = f"engine unreachable at {self._options.base_url}: {exc!r}"
-            raise EngineError(unreachable, retryable=True, engine_down=True) from None
+            raise self._transport_error(exc) from None
         except httpx.HTTPError as exc:  # an answer that does not decode, redirects without end: a
             # garbled answer, retried in place like a 500 and then charged to the item
             raise EngineError(f"engine answered unreadably: {exc!r}", retryable=True) from None
@@ -227,7 +282,7 @@ class EngineClient:
             down = status in ENGINE_DOWN or status in ENGINE_CONFIG or _engine_died(response)
             down = down or (status == 404 and "model" in response.text)
             message = f"engine answered {status}: {response.text[:300]}"
-            raise EngineError(message, status >= 500 or down, down, status)
+            raise EngineError(message, status >= 500 or down, down, status, down and status in SUSPECT)
         try:
             data = response.json()
         except ValueError:

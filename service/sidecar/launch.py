@@ -48,6 +48,7 @@ class SidecarOptions:
     heartbeat_interval_s: float | None = None  # None: a third of the lease TTL
     idle_poll_s: float = 0.2  # how often an idle sidecar looks for work
     drain_timeout_s: float = 20.0  # on SIGTERM, how long running items may finish
+    engine_stall_s: float = 30.0  # push mode: an engine silent this long while items run is down
     pull_idle_timeout_s: float = 60.0  # pull mode: stop heartbeating a worker silent this long
     health_port: int | None = None  # push mode: serve GET /health (liveness) on this port
     health_host: str = "127.0.0.1"  # where; a kubelet's probe needs the pod's address (0.0.0.0)
@@ -110,19 +111,26 @@ async def _push(options: SidecarOptions, engine_url: str, delivery: Delivery) ->
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    probe_s = min(5.0, options.engine_stall_s / 4)  # the health probe's period and timeout
     engine = EngineClient.open(
         EngineOptions(
             base_url=engine_url,
             model=options.engine_model,
             api_key=options.engine_api_key,
             synthetic_prompts=options.synthetic_prompts,
+            probe_timeout_s=probe_s,
         )
     )
     session = session_for(options, delivery)
     runner = Sidecar(
         session,
         engine,
-        RunnerSettings(idle_poll_s=options.idle_poll_s, drain_timeout_s=options.drain_timeout_s),
+        RunnerSettings(
+            idle_poll_s=options.idle_poll_s,
+            drain_timeout_s=options.drain_timeout_s,
+            engine_probe_s=probe_s,
+            engine_stall_s=options.engine_stall_s,
+        ),
     )
     health = None
     if options.health_port is not None:

@@ -10,7 +10,9 @@ Failures are sorted by whose fault they are. The engine refusing an item (4xx), 
 after the retries in place) or answering what does not parse is charged to the item: it is reported
 failed, so a poison item is dead-lettered after its attempts. The engine being down (connection
 errors, 429, 502-504) is not: the lease is released without spending an attempt and claiming
-pauses until the engine answers again. On SIGTERM the sidecar stops claiming, hands back what it
+pauses until the engine answers again; but an item such a failure keeps hitting while the engine
+answers its health probe is charged after all, and an engine that stops answering while items run
+has them handed back (``watchdog``). On SIGTERM the sidecar stops claiming, hands back what it
 has not started, lets running items finish for ``drain_timeout_s`` and releases the rest.
 """
 
@@ -30,6 +32,7 @@ from service.delivery.records import TrajectoryResult
 from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
 from service.sidecar.holdings import Held
 from service.sidecar.session import SessionStats, WorkerSession
+from service.sidecar.watchdog import EngineWatch
 
 log = logging.getLogger("service.sidecar")
 TaskId = tuple[str, str, int]  # (schedule id, item key, lease token)
@@ -46,6 +49,8 @@ class RunnerSettings:
     engine_retry_pause_s: float = 0.5  # pause between those retries
     engine_wait_s: float = 1.0  # poll interval while waiting for the engine to (re)appear
     redis_retry_s: float = 0.5  # pause after Redis failed a claim before trying again
+    engine_probe_s: float = 5.0  # while items run, how often the engine's /health is asked
+    engine_stall_s: float = 30.0  # no answer from the engine this long while items run: hand them back
 
 
 def _task_id(held: Held) -> TaskId:
@@ -64,8 +69,12 @@ class Sidecar:
     _engine_down: bool = field(default=True, init=False)  # until the engine first answers
     _last_refusal: str | None = field(default=None, init=False)  # the last "not ready" logged
     _failed_at: float | None = field(default=None, init=False)  # when the engine last failed an item
+    watch: EngineWatch = field(init=False)  # the engine's signs of life while items run (``watchdog``)
     last_turn: float = field(default_factory=time.monotonic, init=False)  # monotonic time the main
     # loop last turned (or polled a loading engine): what the liveness probe reads (``health``)
+
+    def __post_init__(self) -> None:
+        self.watch = EngineWatch(self.engine, self.settings.engine_probe_s, self.settings.engine_stall_s)
 
     @property
     def engine_up(self) -> bool:
@@ -75,6 +84,7 @@ class Sidecar:
     async def run(self, stop: asyncio.Event) -> SessionStats:
         """Serve until ``stop`` is set, then drain; return the session's counters."""
         heartbeats = asyncio.create_task(self._heartbeats())
+        watch = asyncio.create_task(self.watch.watch(lambda: bool(self._tasks), self._engine_stalled))
         try:
             while not stop.is_set():
                 self.last_turn = time.monotonic()
@@ -89,7 +99,8 @@ class Sidecar:
             await self._drain()
         finally:
             heartbeats.cancel()
-            await asyncio.gather(heartbeats, return_exceptions=True)
+            watch.cancel()
+            await asyncio.gather(heartbeats, watch, return_exceptions=True)
         return self.session.stats
 
     async def _engine_ready(self, stop: asyncio.Event) -> bool:
@@ -102,6 +113,7 @@ class Sidecar:
                 self._failed_at = None
             try:
                 await self.engine.ready()
+                self.watch.alive()
                 self._engine_down = False
                 if self._last_refusal is not None:
                     log.info("engine ready again, claiming")
@@ -171,6 +183,8 @@ class Sidecar:
             log.exception("could not send %s to the engine", held.lease.key)
             await self._engine_failed(held, EngineError(f"{type(exc).__name__}: {exc}", retryable=False))
             return
+        self.watch.alive()
+        self.watch.forget((held.lease.schedule_id, held.lease.key))
         self.session.holdings.observe(
             reply.completion_tokens, reply.wall_time_s
         )  # KV admission's decode rate
@@ -190,14 +204,17 @@ class Sidecar:
 
     async def _engine_failed(self, held: Held, exc: EngineError) -> None:
         """Release the item if the engine is at fault, fail it if the item is (see module docstring)."""
+        reason: str | None = str(exc)
+        if exc.engine_down:  # the engine's fault, unless a healthy engine keeps failing this item
+            reason = await self.watch.charge((held.lease.schedule_id, held.lease.key), exc)
         try:
-            if exc.engine_down:
+            if reason is None:
                 self._engine_down, self._failed_at = True, time.monotonic()
                 log.warning("engine failing, releasing %s: %s", held.lease.key, exc)
                 await self.session.release([held])
             else:
-                log.warning("engine refused %s, reporting it failed: %s", held.lease.key, exc)
-                await self.session.fail(held, str(exc))
+                log.warning("engine failed %s, reporting it failed: %s", held.lease.key, reason)
+                await self.session.fail(held, reason)
         except UnknownScheduleError:  # nothing to hand back: the schedule's keys are gone
             log.warning(
                 "schedule %s is gone from Redis; %s needs no hand-back",
@@ -206,6 +223,20 @@ class Sidecar:
             )
         except Exception:  # Redis gone too: the lease lapses and the reaper requeues the item
             log.exception("could not hand back %s; its lease will lapse", held.lease.key)
+
+    async def _engine_stalled(self, silent_s: float) -> None:
+        """The engine gave no sign of life for ``silent_s`` while items ran on it (frozen, hung): stop
+        those requests and hand every lease back without spending an attempt, as for an engine that
+        is down, so the reaper and thieves are not kept from them; the main loop then waits for the
+        engine as at startup. A completion already being sent is left to finish."""
+        self._engine_down, self._failed_at = True, time.monotonic()
+        holdings = self.session.holdings
+        stuck = [task for tid, task in self._tasks.items() if _running(holdings.get(tid))]
+        log.warning("engine gave no sign of life for %.1fs; releasing %d running items", silent_s, len(stuck))
+        for task in stuck:
+            task.cancel()
+        await asyncio.gather(*stuck, return_exceptions=True)
+        await self.session.hand_back([h for h in holdings.all() if not h.completing], RELEASE_GRACE_S)
 
     async def _generate(self, held: Held) -> EngineReply:
         for attempt in range(self.settings.engine_retries + 1):
@@ -250,6 +281,11 @@ class Sidecar:
             await asyncio.gather(*pending, return_exceptions=True)
         unfinished = [h for h in holdings.all() if not h.completing]
         await self.session.hand_back(unfinished, deadline + RELEASE_GRACE_S - time.monotonic())
+
+
+def _running(held: Held | None) -> bool:
+    """Held and not being completed (a lease a heartbeat found lost is no longer held)."""
+    return held is not None and not held.completing
 
 
 def _result(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryResult:

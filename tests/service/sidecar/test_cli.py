@@ -60,6 +60,7 @@ PUSH = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url
         ([*PUSH, "--heartbeat-interval", "0"], "heartbeat-interval=0.0"),
         ([*PUSH, "--idle-poll", "0"], "idle-poll"),
         ([*PUSH, "--drain-timeout", "-1"], "drain-timeout"),
+        ([*PUSH, "--engine-stall-timeout", "0.5"], "engine-stall-timeout=0.5: must be >= 1"),
         ([*PUSH, "--kv-capacity-tokens", "-5"], "kv-capacity-tokens"),
         ([*PUSH, "--device", "H100", "--num-gpus", "0"], "num-gpus"),
         ([*PUSH, "--device", "Ascend910B", "--model", "32b"], "leaves no KV cache"),

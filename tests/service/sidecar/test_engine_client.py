@@ -338,3 +338,54 @@ def test_a_prompt_alone_past_the_context_is_not_retried() -> None:
         _vllm(engine, item)
     assert asked == [1048]
     assert not refused.value.retryable
+
+
+def test_a_connection_dropped_mid_response_is_not_called_unreachable_and_may_be_the_items() -> None:
+    async def run() -> tuple[EngineError, EngineError]:
+        async def half_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b'HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n{"choices": [')
+            await writer.drain()
+            writer.close()  # the engine's worker died on this request, mid-answer
+
+        server = await asyncio.start_server(half_answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        errors = []
+        for url in (f"http://127.0.0.1:{port}", "http://127.0.0.1:9"):
+            client = EngineClient.open(EngineOptions(url, model="m"))
+            with pytest.raises(EngineError) as caught:
+                await client.generate(_item({"prompt": "q"}))
+            errors.append(caught.value)
+            await client.aclose()
+        server.close()
+        return errors[0], errors[1]
+
+    dropped, refused = asyncio.run(run())
+    assert "dropped the connection" in str(dropped)
+    assert "unreachable" not in str(dropped)
+    assert (dropped.engine_down, dropped.suspect) == (True, True)
+    assert "unreachable" in str(refused)
+    assert (refused.engine_down, refused.suspect) == (True, False)  # never charged to the item
+
+
+def test_a_frozen_engine_fails_the_readiness_and_health_probes_within_the_probe_timeout() -> None:
+    async def run() -> list[str]:
+        async def frozen(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await asyncio.sleep(30)  # the kernel accepted the connection; the process never reads it
+
+        server = await asyncio.start_server(frozen, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = EngineClient.open(EngineOptions(f"http://127.0.0.1:{port}", probe_timeout_s=0.2))
+        messages = []
+        for probe in (client.ready, client.probe):
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(EngineError) as caught:
+                await probe()
+            assert asyncio.get_running_loop().time() - started < 1.0
+            assert caught.value.engine_down
+            messages.append(str(caught.value))
+        await client.aclose()
+        server.close()
+        return messages
+
+    assert all("did not answer within 0.2s" in m for m in asyncio.run(run()))

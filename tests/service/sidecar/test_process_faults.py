@@ -10,11 +10,13 @@ import signal
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
 from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
+from service.ports import free_port
 from tests.service.sidecar.procs import cluster, item, publish, tally, wait_finished, wait_until
 
 pytestmark = pytest.mark.slow
@@ -99,6 +101,28 @@ def test_sigterm_lets_running_items_finish_and_leaves_the_rest_queued_for_others
     progress = delivery.progress("term")
     assert (stats["accepted"], stats["released"]) == (2, 0)
     assert (progress.done, progress.running, progress.queued) == (2, 0, 2)
+
+
+def test_items_on_a_sigstopped_engine_go_back_and_the_sidecar_reports_its_engine_down(
+    redis_client: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    items = [item("frozen", i, 100_000) for i in range(4)]  # minutes each: they run when it stops
+    with cluster(tmp_path) as procs:
+        engine = procs.engines({"engine": ("H100", 0.01)})["engine"]
+        health = free_port()
+        flags = ["--engine-stall-timeout", "2", "--health-port", str(health)]
+        sidecar = procs.sidecar("w0", engine, redis_url, *flags)
+        publish(delivery, "sigstop", {"w0": items}, lease_ttl_ms=10_000)
+        wait_until(lambda: delivery.progress("sigstop").running == 4, 30, "all four running")
+        procs.procs[0].signal(signal.SIGSTOP)  # the engine-sim process
+        wait_until(lambda: delivery.progress("sigstop").queued == 4, 20, "the items handed back")
+        body = httpx.get(f"http://127.0.0.1:{health}/health", timeout=5).json()
+        assert (body["status"], body["engine_up"], body["held"]) == ("ok", False, 0)
+        procs.procs[0].signal(signal.SIGCONT)
+        sidecar.signal(signal.SIGTERM)
+        stats = sidecar.stats()
+    assert (stats["released"], stats["failed"]) == (4, 0)
 
 
 def test_sidecars_ride_out_a_redis_crash_and_aof_restart_losing_nothing(tmp_path: Path) -> None:

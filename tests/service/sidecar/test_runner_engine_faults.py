@@ -1,0 +1,194 @@
+"""The push sidecar against engines that fail in ways a bare request cannot tell: one that freezes
+with items on it, and one that stays healthy while failing a single item (real Redis, fake engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from service.delivery.protocol import Delivery
+from service.sidecar.engine_client import EngineClient, EngineOptions
+from service.sidecar.holdings import Holdings
+from service.sidecar.runner import RunnerSettings, Sidecar
+from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
+from tests.service.sidecar.procs import item, publish
+
+Handler = Callable[[httpx.Request], Coroutine[Any, Any, httpx.Response]]
+MODELS = {"data": [{"id": "m", "max_model_len": 32768}]}
+
+
+def _reply(tokens: int = 5) -> httpx.Response:
+    choice = {"index": 0, "text": "ok", "finish_reason": "stop"}
+    return httpx.Response(200, json={"choices": [choice], "usage": {"completion_tokens": tokens}})
+
+
+def _sidecar(redis_url: str, handler: Handler, stall_s: float = 30.0) -> Sidecar:
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(8), SessionSettings("w0"))
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://engine")
+    engine = EngineClient(EngineOptions("http://engine", probe_timeout_s=0.2), http)
+    base = RunnerSettings(idle_poll_s=0.02, engine_wait_s=0.05, engine_retry_pause_s=0.01, engine_probe_s=0.1)
+    return Sidecar(session, engine, dataclasses.replace(base, engine_stall_s=stall_s))
+
+
+def _run_until(
+    sidecar: Sidecar, done: Callable[[], bool], timeout_s: float, watch: Callable[[], None] | None = None
+) -> SessionStats:
+    """Run until ``done()`` (checked in a thread) or ``timeout_s``; a sidecar that then fails to stop
+    (a hung loop) fails the test instead of hanging it."""
+
+    async def main() -> SessionStats:
+        stop = asyncio.Event()
+        runner = asyncio.create_task(sidecar.run(stop))
+        deadline = time.monotonic() + timeout_s
+        while not await asyncio.to_thread(done) and time.monotonic() < deadline and not runner.done():
+            if watch is not None:
+                watch()
+            await asyncio.sleep(0.02)
+        stop.set()
+        stats = await asyncio.wait_for(runner, 10.0)
+        await sidecar.engine.aclose()
+        return stats
+
+    return asyncio.run(main())
+
+
+class FreezableEngine:
+    """Answers like an engine until ``frozen``: then nothing it is asked ever answers (SIGSTOP)."""
+
+    def __init__(self, freeze_at: int | None) -> None:
+        self.freeze_at = freeze_at  # freeze once this many generations are running; None: at once
+        self.frozen = freeze_at is None
+        self.thawed = asyncio.Event()
+        self.generations = 0
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/v1/c"):
+            self.generations += 1
+            self.frozen = self.frozen or self.generations == self.freeze_at
+        if self.frozen:
+            await asyncio.Event().wait()  # never answers; a cancelled request just stops
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json=MODELS)
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        await self.thawed.wait()
+        return _reply()
+
+
+def test_items_on_an_engine_that_freezes_go_back_and_the_sidecar_says_the_engine_is_down(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "frozen", {"w0": [item(f"p{i}", 0, 10) for i in range(4)]}, lease_ttl_ms=30_000)
+    engine = FreezableEngine(freeze_at=4)  # frozen while all four run on it
+    sidecar = _sidecar(redis_url, engine, stall_s=0.6)
+    silences: list[float] = []
+    stats = _run_until(
+        sidecar,
+        lambda: engine.generations == 4 and delivery.progress("frozen").queued == 4,
+        timeout_s=10,
+        watch=lambda: silences.append(time.monotonic() - sidecar.last_turn),
+    )
+    assert delivery.progress("frozen").queued == 4  # back in the queue, for thieves and others
+    assert (stats.released, stats.failed) == (4, 0)
+    assert not sidecar.engine_up  # what /health and /metrics report
+    assert max(silences) < 1.0  # the readiness probe of the frozen engine times out, the loop turns
+    assert [lease.attempt for lease in delivery.claim("frozen", "w0", 4)] == [1, 1, 1, 1]
+
+
+def test_a_sidecar_resumes_once_its_frozen_engine_answers_again(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "thaw", {"w0": [item(f"p{i}", 0, 10) for i in range(2)]}, lease_ttl_ms=30_000)
+    engine = FreezableEngine(freeze_at=2)
+    sidecar = _sidecar(redis_url, engine, stall_s=0.6)
+
+    def thaw_once_released() -> bool:
+        if engine.generations == 2 and delivery.progress("thaw").queued == 2 and engine.frozen:
+            engine.frozen = False
+            engine.thawed.set()
+        return bool(delivery.progress("thaw").finished)
+
+    stats = _run_until(sidecar, thaw_once_released, timeout_s=10)
+    assert (stats.released, stats.accepted, stats.failed) == (2, 2, 0)
+
+
+def test_a_frozen_engine_at_startup_does_not_hang_the_main_loop(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    sidecar = _sidecar(redis_url, FreezableEngine(freeze_at=None))
+    silences: list[float] = []
+    started = time.monotonic()
+    _run_until(
+        sidecar,
+        lambda: time.monotonic() - started > 1.0,
+        timeout_s=5,
+        watch=lambda: silences.append(time.monotonic() - sidecar.last_turn),
+    )
+    assert max(silences) < 0.6  # /v1/models gets 0.2 s to answer, then the loop turns again
+    assert not sidecar.engine_up
+
+
+def _fault(kind: str) -> httpx.Response:
+    if kind == "dropped":
+        raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    return httpx.Response(503 if kind == "503" else 500, content=b"")
+
+
+@pytest.mark.parametrize("kind", ["dropped", "503", "bare 500"])
+def test_an_item_a_healthy_engine_keeps_failing_is_dead_lettered_not_looped_forever(
+    redis_client: redis.Redis, redis_url: str, kind: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "one-bad", {"w0": [item("bad", 0, 10), *(item(f"ok{i}", 0, 10) for i in range(3))]})
+    tries: list[str] = []
+
+    async def engine(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json=MODELS)
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        if b"prompt bad" in request.content:
+            tries.append(kind)
+            return _fault(kind)
+        return _reply()
+
+    stats = _run_until(
+        _sidecar(redis_url, engine), lambda: bool(delivery.progress("one-bad").finished), timeout_s=20
+    )
+    progress = delivery.progress("one-bad")
+    assert (progress.done, progress.failed) == (3, 1)
+    assert "engine failed this item 7 times while serving others" in progress.dead_letters[0].reason
+    # two strikes released for free, then one charged per attempt: 7 failures of 3 requests each
+    assert (stats.failed, len(tries)) == (5, 21)
+
+
+def test_an_engine_that_is_really_down_never_has_its_failures_charged_to_the_item(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "dead-core", {"w0": [item("p", 0, 10)]}, lease_ttl_ms=30_000)
+    tries: list[float] = []
+    health = [200]  # healthy when the sidecar starts, then its core dies with the item on it
+
+    async def engine(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json=MODELS)
+        if request.url.path == "/health":
+            return httpx.Response(health[0])
+        tries.append(time.monotonic())
+        health[0] = 503
+        return httpx.Response(500, content=b"")
+
+    started = time.monotonic()
+    stats = _run_until(_sidecar(redis_url, engine), lambda: time.monotonic() - started > 1.0, timeout_s=5)
+    assert stats.failed == 0
+    assert delivery.progress("dead-core").queued == 1
