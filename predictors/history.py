@@ -24,6 +24,7 @@ from predictors.tracetable import FloatArray, IntArray, ObjArray, Trace, empty_t
 from scheduler.trace import TraceRow
 
 EWM_ALPHA = 0.5  # weight of the newest step in the exponentially weighted mean of step means
+MAX_CHUNKS = 256  # appends kept apart before ``History`` concatenates them (many tiny report batches)
 
 
 @dataclass(frozen=True, eq=False)
@@ -232,8 +233,12 @@ class History:
 
     Cached per-step stats stay valid while new rows belong to that step or later ones: actuals of
     step s streaming in do not force a re-fold for predictions of step s (only for step s + 1).
-    With ``max_rows`` only the newest rows are kept, as the capped actuals stream keeps them: a
-    long-running service would otherwise hold, and retrain on, every row it ever saw.
+    With ``max_rows`` exactly the newest ``max_rows`` rows are kept, as the capped actuals stream
+    keeps them: a long-running service would otherwise hold, and retrain on, every row it ever saw,
+    and a replica that loads the stream afresh must hold the same rows as one that has followed it
+    for weeks (the stream's ``MAXLEN ~`` keeps anything from the cap to a node more; trimming "a
+    tenth over" left a restarted replica with 518 rows where its peers held 500, predicting
+    differently).
     """
 
     def __init__(self, rows: Trace | Iterable[TraceRow] | None = None, max_rows: int | None = None) -> None:
@@ -254,31 +259,34 @@ class History:
         with self._lock:
             self._chunks.append(chunk)
             self._appends[int(chunk.step.min())] += 1
-            total = sum(len(c) for c in self._chunks)
-            over = self.max_rows is not None and total > self.max_rows + self.max_rows // 10
-            snapshot = list(self._chunks) if over else None
-        if snapshot is not None:
-            self._trim(snapshot)
+            if self.max_rows is not None:
+                self._trim(sum(map(len, self._chunks)) - self.max_rows)
+            if len(self._chunks) > MAX_CHUNKS:  # many small reports: one array, not thousands
+                self._chunks = [Trace.concat(self._chunks)]
 
-    def _trim(self, snapshot: list[Trace]) -> None:
-        """Drop the oldest rows past ``max_rows``; what folded them in is stale then.
+    def _trim(self, excess: int) -> None:
+        """Drop the ``excess`` oldest rows (lock held); what folded them in is stale then.
 
-        Only once the excess passes a tenth of the cap (as ``XADD MAXLEN ~`` trims whole nodes), so a
-        full history is not copied on every report; and the copy (~0.5 s at 2 M rows) is made outside
-        the lock, so predictions go on meanwhile. It is swapped in only if no other trim or
-        concatenation replaced those chunks in between (the next append trims again).
+        Cheap at any size: whole chunks are dropped and the oldest remaining one is sliced (a view,
+        no copy; the next concatenation frees what it no longer shows). The stats it invalidates
+        are re-folded on the next prediction that needs them, as after any step's new rows.
         """
-        assert self.max_rows is not None
-        whole = Trace.concat(snapshot)
-        cut = len(whole) - self.max_rows
-        kept = whole.take(np.arange(cut, len(whole)))
-        with self._lock:
-            head = self._chunks[: len(snapshot)]
-            if len(head) < len(snapshot) or any(a is not b for a, b in zip(head, snapshot, strict=True)):
-                return
-            self._chunks = [kept, *self._chunks[len(snapshot) :]]
-            self._appends[int(whole.step[:cut].min())] += 1  # every step after the oldest dropped changes
-            self._stats.clear()
+        if excess <= 0:
+            return
+        oldest = None
+        while excess > 0:
+            head = self._chunks[0]
+            gone = head if len(head) <= excess else head.take(slice(0, excess))
+            first = int(gone.step.min())
+            oldest = first if oldest is None else min(oldest, first)
+            if gone is head:
+                self._chunks.pop(0)
+            else:
+                self._chunks[0] = head.take(slice(excess, None))
+            excess -= len(gone)
+        assert oldest is not None
+        self._appends[oldest] += 1  # every step after the oldest dropped changes
+        self._stats.clear()
 
     def __len__(self) -> int:
         with self._lock:

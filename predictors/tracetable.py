@@ -67,8 +67,9 @@ class Trace:
         """The distinct steps present, ascending."""
         return np.unique(self.step)
 
-    def take(self, index: npt.NDArray[np.bool_] | npt.NDArray[np.intp] | IntArray) -> Trace:
-        """The rows selected by a boolean mask or an index array, as a new trace."""
+    def take(self, index: npt.NDArray[np.bool_] | npt.NDArray[np.intp] | IntArray | slice) -> Trace:
+        """The rows selected by a boolean mask or an index array, as a new trace (by a slice: views of
+        these columns, no copy)."""
         return Trace(
             step=self.step[index],
             prompt_id=self.prompt_id[index],

@@ -4,7 +4,8 @@
 answers from fallbacks when either is missing, so the service is ready with an empty store. Redis is
 the source of truth for history: before each prediction we fold in actuals appended since the last
 sync (one ``XRANGE``; any replica may have received them), so every replica predicts from the same
-history, and holds no more of it than the capped stream keeps (``Settings.actuals_maxlen``). The
+history: exactly the newest ``Settings.actuals_maxlen`` reports, whether it followed the stream from
+the start or loaded it afresh (the stream itself may hold a node more, ``XADD MAXLEN ~``). The
 model store on disk is versioned; a version trained here or by another replica is picked up by
 ``reload`` and swapped in atomically by the predictor, so a request in flight finishes on the model
 it started with and no request waits for a retrain.
@@ -36,7 +37,7 @@ class ModelService:
         self.store = store
         self.actuals = actuals
         self.keep = keep  # versions left in the store after a retrain
-        self.predictor = LengthPredictor(History(max_rows=actuals.maxlen))  # as many rows as the stream
+        self.predictor = LengthPredictor(History(max_rows=actuals.maxlen))  # the stream's newest maxlen
         self._cursor = "0-0"  # last actuals-stream id folded into the history
         self._sync_lock = threading.Lock()
         self._checked_at = 0.0

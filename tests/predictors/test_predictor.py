@@ -45,6 +45,20 @@ def test_a_capped_history_keeps_only_its_newest_rows_and_predicts_from_them() ->
     assert predictor.predict([Query("p", 0, 10, 4096)], step=2).p50[0] == 100.0
 
 
+def test_a_capped_history_holds_the_same_rows_however_they_arrived() -> None:
+    # a replica following the stream gets it batch by batch, a restarted one whole, with the few
+    # rows past the cap XADD MAXLEN ~ leaves: both must hold exactly the newest max_rows
+    rows = [TraceRow(i // 10, f"p{i % 7}", i % 10, 10, 100 + i, 4096) for i in range(130)]
+    followed = History(max_rows=100)
+    for start in range(0, 130, 30):
+        followed.append(rows[start : start + 30])
+    loaded = History(rows[-105:], max_rows=100)
+    for history in (followed, loaded):
+        assert len(history) == 100
+        assert history.trace.output_tokens.tolist() == [row.output_tokens for row in rows[-100:]]
+        assert history.stats_before(13).num_rows == 100
+
+
 def test_history_of_the_step_being_predicted_is_not_used() -> None:
     predictor = LengthPredictor()
     predictor.observe([TraceRow(3, "p", 0, 10, 100, 4096)])
