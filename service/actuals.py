@@ -8,13 +8,24 @@ Key: ``keys.actuals_stream`` (``<prefix>:actuals``, a stream; each entry one fie
 report's JSON; every key and TTL is documented in ``service/delivery/keys.py``). It is capped
 approximately at ``Settings.actuals_maxlen`` entries (oldest trimmed, ``XADD MAXLEN ~``); it does not
 expire, because the history is what the predictor learns from.
+
+A report is stored once: retrying a batch after a timeout or a 503 re-sends reports the first
+attempt may have stored, and each copy would count again in every replica's history and in the
+worker's learned speed. A report is identified by its whole content (``report_digest``: every field,
+as a retry re-sends the same body; a report that differs in anything, a re-measured wall time or
+another run's reward, is another report). One script checks and appends atomically, so replicas
+racing on the same retry store it once: ``keys.actuals_seen`` maps the digest of every report the
+stream holds to its entry's ordinal, and is trimmed with the stream (digests of entries it no longer
+holds go), so it holds no more entries than the stream.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import cast
 
 from scheduler.trace import TraceRow
@@ -25,27 +36,76 @@ from service.redis_conn import RedisClient
 _log = logging.getLogger("service.actuals")
 PAGE = 10_000  # entries per XRANGE while reading the history
 
+# Appends the reports not stored yet, atomically (replicas may race on one retried batch).
+# KEYS: the stream, its seen-digests zset (same slot). ARGV: maxlen, then digest, JSON per report.
+# A digest's score is its entry's ordinal (the stream's entries-added, Redis 7+): the stream holds
+# the ordinals from added - XLEN + 1 on (nothing deletes single entries), so the zset is trimmed to
+# exactly the reports it holds. (Entry ids will not do: a script's XADDs share one millisecond.)
+# Returns {stream length, one char per report: "1" stored now, "0" held already}.
+_APPEND = """
+local stream, seen, maxlen = KEYS[1], KEYS[2], ARGV[1]
+local added = 0
+if redis.call('EXISTS', stream) == 1 then
+  local info = redis.call('XINFO', 'STREAM', stream)
+  for i = 1, #info, 2 do
+    if info[i] == 'entries-added' then added = info[i + 1] end
+  end
+else
+  redis.call('DEL', seen)  -- no stream (never written, or deleted): it holds no report
+end
+local flags = {}
+for i = 2, #ARGV, 2 do
+  if redis.call('ZSCORE', seen, ARGV[i]) then
+    flags[#flags + 1] = '0'
+  else
+    redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'a', ARGV[i + 1])
+    added = added + 1
+    redis.call('ZADD', seen, added, ARGV[i])
+    flags[#flags + 1] = '1'
+  end
+end
+local length = redis.call('XLEN', stream)
+redis.call('ZREMRANGEBYSCORE', seen, '-inf', '(' .. (added - length + 1))
+return {length, table.concat(flags)}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What one append stored."""
+
+    stored: list[ActualReport]  # reports new to the stream, in order (stored now)
+    repeated: int  # reports the stream already held (or that repeat an earlier one of the batch)
+    length: int  # the stream's length afterwards
+
+
+def report_digest(report: ActualReport) -> str:
+    """What identifies a report: a digest of every field (key order aside), as a retry re-sends it."""
+    canonical = json.dumps(
+        report.model_dump(mode="json", exclude_none=True), sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest()
+
 
 class ActualsLog:
     """Append reports to, and page through, the actuals stream."""
 
     def __init__(self, client: RedisClient, maxlen: int, prefix: str = keys.DEFAULT_PREFIX) -> None:
         self._redis = client
-        self.maxlen = maxlen  # the stream's approximate cap; replicas hold no more history than it
+        self.maxlen = maxlen  # the stream's approximate cap; replicas hold exactly this much history
         self.key = keys.actuals_stream(prefix)
+        self.seen_key = keys.actuals_seen(prefix)
+        self._append = client.register_script(_APPEND)
 
-    def append(self, reports: Sequence[ActualReport]) -> int:
-        """Store ``reports`` in one round trip; returns the stream length afterwards."""
-        pipe = self._redis.pipeline(transaction=True)
+    def append(self, reports: Sequence[ActualReport]) -> Appended:
+        """Store the reports the stream does not hold yet, in one atomic round trip."""
+        args: list[str | int] = [self.maxlen]
         for report in reports:
-            pipe.xadd(
-                self.key,
-                {"a": report.model_dump_json(exclude_none=True)},
-                maxlen=self.maxlen,
-                approximate=True,
-            )
-        pipe.xlen(self.key)
-        return int(pipe.execute()[-1])
+            args += [report_digest(report), report.model_dump_json(exclude_none=True)]
+        length, flags = cast(list[object], self._append(keys=[self.key, self.seen_key], args=args))
+        stored_now = _text(flags)
+        stored = [report for report, flag in zip(reports, stored_now, strict=True) if flag == "1"]
+        return Appended(stored=stored, repeated=len(reports) - len(stored), length=int(str(length)))
 
     def length(self) -> int:
         """Reports currently held."""
@@ -64,6 +124,11 @@ class ActualsLog:
                 cursor = page[-1][0]
             if len(page) < PAGE:
                 return rows, cursor
+
+
+def _text(value: object) -> str:
+    """A script's string reply, whether the client decodes replies or not."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _row(raw: str) -> TraceRow | None:

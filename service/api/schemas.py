@@ -322,7 +322,8 @@ class ActualsRequest(Strict):
 class ActualsAccepted(BaseModel):
     """How many reports were stored, and the learned speed of each worker that reported."""
 
-    accepted: int
+    accepted: int  # reports stored by this request
+    repeated: int = 0  # reports the stream held already (a retry): not stored or learned from again
     stream_length: int
     time_scales: dict[str, float]
 

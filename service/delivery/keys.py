@@ -70,23 +70,31 @@ Time-to-live: every per-schedule key expires at ``meta.expire_at_ms`` = publish 
 write never makes a key immortal. Index entries older than the retention are pruned on each announce.
 
 Fleet-wide keys of the service (``service/actuals.py``, ``speeds.py``, ``retrain.py``), each touched
-by single-key commands or single-key scripts only, so they work on Redis Cluster too:
+by single-key commands or single-key scripts only (the actuals append script touches the stream and
+its ``seen`` zset, which share a hash slot), so they work on Redis Cluster too:
 
-=============================  =======  ===========================================================
-key                            type     contents; time-to-live
-=============================  =======  ===========================================================
-``<prefix>:actuals``           stream   one entry per reported trajectory (field ``a`` = report
-                                        JSON); no TTL (the predictor's history), capped near
-                                        ``Settings.actuals_maxlen`` entries (``XADD MAXLEN ~``)
-``<prefix>:workers``           hash     worker id -> profile and model preset it was last planned
-                                        with (written at publish); no TTL, one entry per worker
-``<prefix>:speed``             hash     worker id -> ``{"log_scale", "samples"}``, the learned time
-                                        scale; no TTL, one entry per worker
-``<prefix>:retrain:step``      string   last step an automatic retrain was started for; no TTL
-``<prefix>:retrain:lock``      string   random owner token while one replica retrains; renewed while
-                                        it runs, released on shutdown, else expires after
-                                        ``RETRAIN_LOCK_TTL_S`` so a crashed replica frees it
-=============================  =======  ===========================================================
+===============================  =======  ===========================================================
+key                              type     contents; time-to-live
+===============================  =======  ===========================================================
+``<prefix>:actuals``             stream   one entry per reported trajectory (field ``a`` = report
+                                          JSON); no TTL (the predictor's history), capped near
+                                          ``Settings.actuals_maxlen`` entries (``XADD MAXLEN ~``)
+``<prefix>:actuals:seen:{..}``  zset     digest of each report the stream holds -> its entry's
+                                          ordinal (entries-added): a report sent again is not stored
+                                          again. No TTL: trimmed with the stream on each append (the
+                                          digests of entries it no longer holds go), so it holds no
+                                          more entries than the stream. Its hash tag
+                                          ``{<prefix>:actuals}`` is the stream's name, so both share
+                                          a slot and one script writes them (on Redis Cluster too)
+``<prefix>:workers``             hash     worker id -> profile and model preset it was last planned
+                                          with (written at publish); no TTL, one entry per worker
+``<prefix>:speed``               hash     worker id -> ``{"log_scale", "samples"}``, the learned time
+                                          scale; no TTL, one entry per worker
+``<prefix>:retrain:step``        string   last step an automatic retrain was started for; no TTL
+``<prefix>:retrain:lock``        string   random owner token while one replica retrains; renewed while
+                                          it runs, released on shutdown, else expires after
+                                          ``RETRAIN_LOCK_TTL_S`` so a crashed replica frees it
+===============================  =======  ===========================================================
 """
 
 from __future__ import annotations
@@ -228,6 +236,15 @@ def inbox(worker_id: str, prefix: str = DEFAULT_PREFIX) -> str:
 def actuals_stream(prefix: str = DEFAULT_PREFIX) -> str:
     """Stream of reported actuals, the predictor's training history (no TTL; length-capped)."""
     return f"{prefix}:actuals"
+
+
+def actuals_seen(prefix: str = DEFAULT_PREFIX) -> str:
+    """Zset: digest of each report the actuals stream holds -> its entry's ordinal (trimmed with it).
+
+    Tagged ``{<prefix>:actuals}``: the stream's name has no braces, so it hashes on its whole name,
+    and this key lands in its slot: the append script may touch both on Redis Cluster.
+    """
+    return f"{prefix}:actuals:seen:{{{actuals_stream(prefix)}}}"
 
 
 def worker_profiles(prefix: str = DEFAULT_PREFIX) -> str:

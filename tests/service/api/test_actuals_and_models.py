@@ -87,6 +87,85 @@ def test_the_history_a_replica_holds_is_capped_like_the_actuals_stream(make_clie
     assert client.get("/models").json()["history_rows"] == 40
 
 
+def test_replicas_hold_the_same_history_past_the_cap_whether_followed_or_loaded_afresh(
+    make_client: AppFactory, redis_client: redis.Redis
+) -> None:
+    # XADD MAXLEN ~ leaves the stream anything from the cap to a node more: a replica restarted
+    # against it held 518 rows where its peers held 500, and predicted differently (916 vs 935)
+    following = make_client(actuals_maxlen=100)
+    for step in range(15):
+        reports = [actual_report(step, p, i) for p in range(8) for i in range(1 + step % 4)]
+        assert following.post("/actuals", json={"actuals": reports}).status_code == 200
+    assert redis_client.xlen("rs:actuals") > 100  # the stream kept more than the cap
+    restarted = make_client(actuals_maxlen=100)
+    assert following.get("/models").json()["history_rows"] == 100
+    assert restarted.get("/models").json()["history_rows"] == 100
+    body = batch_body(step=15, publish=False)
+    assert _predicted(following.post("/schedule", json=body).json()) == _predicted(
+        restarted.post("/schedule", json=body).json()
+    )
+
+
+def _predicted(answer: dict[str, Any]) -> dict[tuple[str, int], int]:
+    return {
+        (item["prompt_id"], item["sample_idx"]): item["predicted_tokens"]
+        for queue in answer["assignments"].values()
+        for item in queue
+    }
+
+
+def test_a_retried_batch_is_stored_and_learned_from_once_whichever_replica_gets_it(
+    make_client: AppFactory, redis_client: redis.Redis
+) -> None:
+    # docs/api.md calls the retry safe, yet each copy counted again in every replica's history (the
+    # next step's predictions moved 14% for one prompt) and in the worker's learned speed
+    first, second = make_client(), make_client()
+    first.post("/schedule", json=batch_body(workers=2))  # the service learns the workers' profiles
+    reports = actual_history(steps=1)
+    answer = first.post("/actuals", json={"actuals": reports}).json()
+    assert (answer["accepted"], answer["stream_length"]) == (32, 32)
+    speed = redis_client.hget("rs:speed", "w0")
+    body = batch_body(step=1, publish=False)
+    before = _predicted(second.post("/schedule", json=body).json())
+    reordered = [dict(reversed(report.items())) for report in reports]  # same reports, other key order
+    for replica, batch in ((second, reports), (first, reordered)):
+        again = replica.post("/actuals", json={"actuals": batch}).json()
+        assert (again["accepted"], again.get("repeated"), again["stream_length"]) == (0, 32, 32)
+        assert again["time_scales"] == {}
+    assert redis_client.xlen("rs:actuals") == 32
+    assert redis_client.hget("rs:speed", "w0") == speed  # samples and scale untouched
+    for replica in (first, second):
+        assert replica.get("/models").json()["history_rows"] == 32
+        assert _predicted(replica.post("/schedule", json=body).json()) == before
+
+
+def test_a_batch_mixing_new_and_repeated_reports_stores_only_the_new_ones(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    client.post("/schedule", json=batch_body(workers=2))
+    old = actual_history(steps=1)
+    client.post("/actuals", json={"actuals": old})
+    new = [actual_report(1, p, 0, slowdown=2.0) for p in range(8)]
+    answer = client.post("/actuals", json={"actuals": [*old[:5], *new, new[3]]}).json()  # one new twice
+    assert (answer["accepted"], answer.get("repeated"), answer["stream_length"]) == (8, 6, 40)
+    samples = json.loads(redis_client.hget("rs:speed", "w0") or "{}")["samples"]
+    assert samples == 32 + 8  # the new reports taught speed, each once
+    assert client.get("/models").json()["history_rows"] == 40
+
+
+def test_the_record_of_stored_reports_is_trimmed_with_the_stream(
+    make_client: AppFactory, redis_client: redis.Redis
+) -> None:
+    client = make_client(actuals_maxlen=40)
+    for step in range(10):
+        reports = [actual_report(step, p, i) for p in range(8) for i in range(4)]
+        assert client.post("/actuals", json={"actuals": reports}).json()["accepted"] == 32
+    seen, held = redis_client.zcard(keys.actuals_seen()), redis_client.xlen("rs:actuals")
+    assert seen == held < 10 * 32  # one digest per report the stream holds, not per report ever sent
+    again = client.post("/actuals", json={"actuals": reports}).json()  # the newest are still known
+    assert (again["accepted"], again["repeated"]) == (0, 32)
+
+
 def test_a_worker_measured_slower_than_its_profile_is_planned_slower(client: TestClient) -> None:
     client.post("/schedule", json=batch_body(workers=2))  # the service learns the workers' profiles
     slow = [actual_report(0, p, 0, worker="w0", slowdown=2.0) for p in range(6)]
@@ -106,7 +185,8 @@ def test_a_batch_teaches_its_mean_speed_not_that_of_its_last_reports(client: Tes
     first = client.post("/actuals", json={"actuals": on_time + late_tail}).json()["time_scales"]["w0"]
     weights = [_modelled(r) for r in on_time + late_tail]
     assert abs(first - 4.0 ** (sum(weights[6:]) / sum(weights))) < 1e-6  # the batch's time-weighted mean
-    second = client.post("/actuals", json={"actuals": on_time}).json()["time_scales"]["w0"]
+    next_step = [actual_report(1, p, 0, worker="w0") for p in range(6)]  # new reports, on time
+    second = client.post("/actuals", json={"actuals": next_step}).json()["time_scales"]["w0"]
     assert abs(second - math.exp(0.8 * math.log(first))) < 1e-6  # one step of the EWMA (alpha 0.2)
 
 

@@ -28,6 +28,8 @@ def test_the_service_runs_unchanged_on_redis_cluster(redis_cluster: LocalCluster
         reports = [*actual_history(steps=2), actual_report(2, 0, 0, slowdown=2.0)]
         learned = client.post("/actuals", json={"actuals": reports}).json()["time_scales"]
         assert set(learned) == {"w0"}
+        retried = client.post("/actuals", json={"actuals": reports}).json()  # one script, one slot
+        assert (retried["accepted"], retried["repeated"], retried["stream_length"]) == (0, 65, 65)
         assert client.post("/models/retrain").json()["version"] == "v1"
         again = client.post("/schedule", json=batch_body(workers=3, step=3)).json()
         assert again["model_version"] == "v1"
