@@ -38,6 +38,9 @@ class PromptStats:
     truncated: IntArray  # samples that hit the cap, all earlier steps
     last_step: IntArray  # most recent step the prompt ran in
     last_n: IntArray  # samples in that step
+    last_truncated: IntArray  # samples of that step that hit their cap
+    last_trunc_cap: FloatArray  # largest cap one of them ran under (its length if unrecorded); 0: none
+    last_trunc_len: FloatArray  # largest length one of them was cut at; 0: none
     last_mean: FloatArray  # mean output tokens in that step
     last_max: FloatArray  # max output tokens in that step
     last_std: FloatArray  # std (population) of output tokens in that step
@@ -106,6 +109,8 @@ class StepGroups:
     log_sum: FloatArray  # sum of log output tokens (log of max(tokens, 1))
     log_sumsq: FloatArray  # sum of squared log output tokens
     truncated: IntArray  # samples at the cap
+    trunc_cap: FloatArray  # largest cap of a truncated sample (its length where the cap is unknown); 0: none
+    trunc_len: FloatArray  # largest length of a truncated sample; 0: none
     reward_sum: FloatArray  # sum of known rewards
     reward_n: IntArray  # known rewards
     row_group: IntArray  # for every trace row, its group number
@@ -123,6 +128,10 @@ def step_groups(trace: Trace, codes: IntArray) -> StepGroups:
     maximum = np.full(m, -np.inf)
     np.maximum.at(maximum, inverse, y)
     known = ~np.isnan(trace.reward)
+    cut = trace.truncated
+    trunc_cap, trunc_len = np.zeros(m), np.zeros(m)
+    np.maximum.at(trunc_cap, inverse[cut], np.where(trace.max_new_tokens > 0, trace.max_new_tokens, y)[cut])
+    np.maximum.at(trunc_len, inverse[cut], y[cut])
     return StepGroups(
         prompt=uniq % width,
         step=uniq // width,
@@ -132,7 +141,9 @@ def step_groups(trace: Trace, codes: IntArray) -> StepGroups:
         sumsq=_sums(inverse, y * y, minlength=m),
         log_sum=_sums(inverse, logy, minlength=m),
         log_sumsq=_sums(inverse, logy * logy, minlength=m),
-        truncated=_sums(inverse, trace.truncated, minlength=m).astype(np.int64),
+        truncated=_sums(inverse, cut, minlength=m).astype(np.int64),
+        trunc_cap=trunc_cap,
+        trunc_len=trunc_len,
         reward_sum=_sums(inverse, np.where(known, trace.reward, 0.0), minlength=m),
         reward_n=_sums(inverse, known, minlength=m).astype(np.int64),
         row_group=inverse.astype(np.int64),
@@ -150,9 +161,19 @@ class _Fold:
     def __init__(self, index: dict[str, int]) -> None:
         p = len(index)
         self.index = index
-        self.ints = {k: np.zeros(p, dtype=np.int64) for k in ("count", "truncated", "last_n", "within_df")}
+        ints = ("count", "truncated", "last_n", "last_truncated", "within_df")
+        self.ints = {k: np.zeros(p, dtype=np.int64) for k in ints}
         self.ints["last_step"] = np.full(p, -1, dtype=np.int64)
-        names = ("total", "last_mean", "last_max", "last_std", "ewm_mean", "within_ss")
+        names = (
+            "total",
+            "last_mean",
+            "last_max",
+            "last_std",
+            "ewm_mean",
+            "within_ss",
+            "last_trunc_cap",
+            "last_trunc_len",
+        )
         self.floats = {k: np.zeros(p) for k in names}
         self.floats["last_reward"] = np.full(p, np.nan)
         self.step_ids: list[int] = []
@@ -175,6 +196,9 @@ class _Fold:
         f["last_reward"][p] = np.where(has_reward, rewards, f["last_reward"][p])
         i["count"][p] += n
         i["truncated"][p] += g.truncated[sel]
+        i["last_truncated"][p] = g.truncated[sel]
+        f["last_trunc_cap"][p] = g.trunc_cap[sel]
+        f["last_trunc_len"][p] = g.trunc_len[sel]
         i["last_n"][p] = n
         i["within_df"][p] += n - 1
         i["last_step"][p] = step

@@ -16,18 +16,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from predictors.censored import raise_censored
 from predictors.fallbacks import GlobalPrior, PriorDefaults, pooled_log_sd, prompt_mean
 from predictors.features import base_length, build_features, prior_at
-from predictors.history import History
+from predictors.history import History, PromptStats
 from predictors.model import FittedModel
 from predictors.quantiles import at_quantile, check_quantile, ordered
 from predictors.queries import Query, QueryBatch
 from predictors.store import ModelStore
-from predictors.tracetable import FloatArray, Trace
+from predictors.tracetable import FloatArray, IntArray, Trace
 from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceRow
 
 SOURCES: tuple[str, ...] = ("lightgbm", "prompt_history_mean", "global_prior")
+
+
+def _last_step_truncation(stats: PromptStats, positions: IntArray) -> tuple[FloatArray, ...]:
+    """Per query, of its prompt's last step: share truncated, largest cap and length they were cut at
+    (0 where the prompt has no history): what ``raise_censored`` reads."""
+    if len(stats.count) == 0:
+        return tuple(np.zeros(len(positions)) for _ in range(3))
+    ok = positions >= 0
+    at = np.where(ok, positions, 0)
+    share = stats.last_truncated[at] / np.maximum(stats.last_n[at], 1)
+    return tuple(np.where(ok, c, 0.0) for c in (share, stats.last_trunc_cap[at], stats.last_trunc_len[at]))
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,6 +149,12 @@ class LengthPredictor:
                 source[seen] = 1
             p50, p90 = p50.copy(), p90.copy()
             p50[seen], p90[seen] = m50, m90
+            p50, p90 = raise_censored(
+                p50,
+                p90,
+                batch.max_new_tokens,
+                *_last_step_truncation(stats, positions),
+            )
         p50, p90 = ordered(p50, p90, batch.max_new_tokens)
         return Predictions(
             quantile=quantile,

@@ -7,10 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
+import predictors.predictor as predictor_module
 from predictors.dataset import NO_CAP
 from predictors.history import History
 from predictors.model import fit
-from predictors.predictor import LengthPredictor
+from predictors.predictor import LengthPredictor, Predictions
 from predictors.quantiles import at_quantile
 from predictors.queries import Query, QueryBatch
 from scheduler.errors import InvalidInputError
@@ -163,3 +164,72 @@ def test_a_new_prompt_gets_a_finite_prior_when_history_prompts_share_few_lengths
     predicted = LengthPredictor(History(rows)).predict([Query("new", 0, new_prompt_tokens, 1024)], 1, 0.5)
     assert 300 <= predicted.p50[0] <= 330
     assert np.isfinite(predicted.p90[0])
+
+
+def _capped_history(truncated_per_prompt: int, cap: int = 1000) -> list[TraceRow]:
+    """30 prompts x 4 samples x 3 steps; in each step the first ``truncated_per_prompt`` samples of
+    every prompt are cut at ``cap``, the others finish at 600-690 tokens."""
+    rows = []
+    for step in range(3):
+        for j in range(30):
+            for i in range(4):
+                cut = i < truncated_per_prompt
+                length = cap if cut else 600 + 30 * i
+                rows.append(TraceRow(step, f"p{j}", i, 50, length, cap, "length" if cut else "stop"))
+    return rows
+
+
+def _predict_both(
+    rows: list[TraceRow], cap: int, with_model: bool, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Predictions, Predictions]:
+    """Predictions for step 3 at ``cap``, with the censoring rule and with it switched off."""
+    history = History(rows)
+    predictor = LengthPredictor(history, fit(history, FAST) if with_model else None)
+    queries = [Query(f"p{j}", i, 50, cap) for j in range(3) for i in range(4)]
+    ruled = predictor.predict(queries, step=3, quantile=0.9)
+    monkeypatch.setattr(predictor_module, "raise_censored", lambda p50, p90, *_: (p50, p90), raising=False)
+    return ruled, predictor.predict(queries, step=3, quantile=0.9)
+
+
+@pytest.mark.parametrize("with_model", [True, False])
+def test_a_prompt_always_cut_at_the_old_cap_is_planned_past_it_once_the_cap_is_raised(
+    with_model: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Truncated lengths are lower bounds: history all cut at 1000, new cap 8000. Both the model and
+    # the fallback predicted p50 = p90 = 1000 (the old cap), under-planning the longest prompts.
+    out, _ = _predict_both(_capped_history(truncated_per_prompt=4), 8000, with_model, monkeypatch)
+    assert set(out.source) == {"lightgbm" if with_model else "prompt_history_mean"}
+    assert np.all(out.p50 >= 1000)
+    assert np.all(out.p90 > 1000)
+    assert np.all(out.p90 <= 8000)
+    assert np.all(out.p50 <= out.p90)
+    assert np.all(out.value == out.p90)
+
+
+@pytest.mark.parametrize("with_model", [True, False])
+@pytest.mark.parametrize("cap", [1000, 300])
+def test_with_the_cap_unchanged_or_lowered_truncated_prompts_predict_as_before(
+    with_model: bool, cap: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ruled, plain = _predict_both(_capped_history(truncated_per_prompt=4), cap, with_model, monkeypatch)
+    assert ruled.p50.tolist() == plain.p50.tolist()
+    assert ruled.p90.tolist() == plain.p90.tolist()
+    assert ruled.value.tolist() == plain.value.tolist()
+
+
+@pytest.mark.parametrize("with_model", [True, False])
+def test_a_prompt_mostly_finishing_below_the_cap_is_not_raised_by_a_cap_raise(
+    with_model: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ruled, plain = _predict_both(_capped_history(truncated_per_prompt=1), 8000, with_model, monkeypatch)
+    assert ruled.p50.tolist() == plain.p50.tolist()
+    assert ruled.p90.tolist() == plain.p90.tolist()
+
+
+def test_once_a_prompt_ran_under_the_raised_cap_its_observed_lengths_decide_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rows = _capped_history(truncated_per_prompt=4)[:-120]  # steps 0 and 1 cut at 1000
+    rows += [TraceRow(2, f"p{j}", i, 50, 1500 + 10 * i, 8000, "stop") for j in range(30) for i in range(4)]
+    ruled, plain = _predict_both(rows, 8000, False, monkeypatch)
+    assert ruled.p90.tolist() == plain.p90.tolist()
