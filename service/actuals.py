@@ -31,6 +31,7 @@ from typing import cast
 from scheduler.trace import TraceRow
 from service.api.schemas import MAX_COUNT, ActualReport
 from service.delivery import keys
+from service.delivery.views import text
 from service.redis_conn import RedisClient
 
 _log = logging.getLogger("service.actuals")
@@ -103,7 +104,7 @@ class ActualsLog:
         for report in reports:
             args += [report_digest(report), report.model_dump_json(exclude_none=True)]
         length, flags = cast(list[object], self._append(keys=[self.key, self.seen_key], args=args))
-        stored_now = _text(flags)
+        stored_now = text(flags)
         stored = [report for report, flag in zip(reports, stored_now, strict=True) if flag == "1"]
         return Appended(stored=stored, repeated=len(reports) - len(stored), length=int(str(length)))
 
@@ -124,11 +125,6 @@ class ActualsLog:
                 cursor = page[-1][0]
             if len(page) < PAGE:
                 return rows, cursor
-
-
-def _text(value: object) -> str:
-    """A script's string reply, whether the client decodes replies or not."""
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _row(raw: str) -> TraceRow | None:
