@@ -161,9 +161,7 @@ def _text(prompt: str, chars: int) -> str:
 
 
 def _schedule_keys(delivery: Any, schedule_id: str) -> list[str]:
-    return [
-        str(k) for k in delivery.client.scan_iter(match=f"{delivery.keys(schedule_id).base}:*", count=1000)
-    ]
+    return [str(k) for k in delivery.client.scan_iter(match=delivery.keys(schedule_id).pattern, count=1000)]
 
 
 def _schedule_bytes(delivery: Any, schedule_id: str) -> int:

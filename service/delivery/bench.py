@@ -24,6 +24,7 @@ from typing import Any
 
 import redis
 
+from service.delivery.keys import all_keys_pattern
 from service.delivery.protocol import Delivery
 from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSchedule, TrajectoryResult
 from service.interrupts import children_ignore_sigint, end_processes, ignore_sigint
@@ -200,7 +201,7 @@ def _cleanup(url: str, prefix: str, best_effort: bool = False) -> None:
     and may already be gone, and its failing must not replace the interrupt with a connection error."""
     client = redis.Redis.from_url(url)
     try:
-        batch = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        batch = list(client.scan_iter(match=all_keys_pattern(prefix), count=1000))
         for i in range(0, len(batch), 500):
             client.unlink(*batch[i : i + 500])
     except (redis.RedisError, OSError):

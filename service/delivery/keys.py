@@ -117,6 +117,16 @@ RETRAIN_LOCK_TTL_S = 60  # the retrain lock's life, renewed every third of it wh
 QUEUED, RUNNING, DONE, FAILED = "q", "r", "d", "f"
 
 
+def count_field(state: str, worker_id: str) -> str:
+    """The ``P:counts`` field of one worker's counter in ``state`` (``QUEUED`` ... ``FAILED``).
+
+    Built here so Python readers spell it as the Lua writers do: ``count`` in ``lua/common.lua``,
+    the initial counts in ``lua/publish.lua`` and the stall check in ``lua/steal.lua`` all write
+    ``state .. ':' .. worker``; change one, change all.
+    """
+    return f"{state}:{worker_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class ScheduleKeys:
     """The names of one schedule's keys; ``base`` carries the ``{schedule_id}`` hash tag."""
@@ -203,6 +213,16 @@ class ScheduleKeys:
         """A worker's ordered queue (``SHARED_QUEUE`` names the shared FIFO)."""
         return f"{self.base}:q:{worker_id}"
 
+    @property
+    def pattern(self) -> str:
+        """``SCAN MATCH`` glob for every key of this schedule (the table above, queues included).
+
+        For tools that size or delete a whole schedule: a key added to the table is matched
+        without their knowing its name. A hash tag's braces are not glob characters, so the
+        pattern matches this schedule's keys only (as long as its id holds no ``* ? [ ] \\``).
+        """
+        return f"{self.base}:*"
+
 
 def check_prefix(prefix: str) -> str:
     """``prefix`` if every key built on it keeps its meaning; ``ValueError`` naming the rule otherwise.
@@ -218,6 +238,16 @@ def check_prefix(prefix: str) -> str:
 def schedule_keys(schedule_id: str, prefix: str = DEFAULT_PREFIX) -> ScheduleKeys:
     """Return the key names of one schedule."""
     return ScheduleKeys(prefix=prefix, schedule_id=schedule_id)
+
+
+def all_keys_pattern(prefix: str = DEFAULT_PREFIX) -> str:
+    """``SCAN MATCH`` glob for every key under ``prefix``: all schedules, indexes and fleet keys.
+
+    Only for wiping a namespace of its own (a benchmark's throw-away prefix), built here so such
+    a sweep covers whatever keys this module adds. ``check_prefix`` keeps glob characters out of
+    a prefix; a prefix that another deployment's extends (``rs`` and ``rs:x``) matches its keys too.
+    """
+    return f"{prefix}:*"
 
 
 def active_index(prefix: str = DEFAULT_PREFIX) -> str:

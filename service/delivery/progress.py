@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from service.delivery.keys import DONE, FAILED, QUEUED, RUNNING
+from service.delivery.keys import DONE, FAILED, QUEUED, RUNNING, count_field
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +51,10 @@ def per_worker(counts: Mapping[str, int]) -> dict[str, WorkerProgress]:
     workers = sorted({f.split(":", 1)[1] for f in counts if ":" in f})
     return {
         w: WorkerProgress(
-            queued=counts.get(f"{QUEUED}:{w}", 0),
-            running=counts.get(f"{RUNNING}:{w}", 0),
-            done=counts.get(f"{DONE}:{w}", 0),
-            failed=counts.get(f"{FAILED}:{w}", 0),
+            queued=counts.get(count_field(QUEUED, w), 0),
+            running=counts.get(count_field(RUNNING, w), 0),
+            done=counts.get(count_field(DONE, w), 0),
+            failed=counts.get(count_field(FAILED, w), 0),
         )
         for w in workers
     }

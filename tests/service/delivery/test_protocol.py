@@ -42,19 +42,19 @@ def test_a_publish_the_client_resends_after_a_timeout_is_still_its_own_creation(
 def test_a_replayed_publish_changes_nothing(delivery: Delivery, redis_client: redis.Redis) -> None:
     assert delivery.publish(schedule("s", {"a": 3}), now_ms=T0) is PublishOutcome.CREATED
     delivery.claim("s", "a", 1, now_ms=T0)
-    before = {k: redis_client.dump(k) for k in redis_client.keys("rs:{s}:*")}
+    before = {k: redis_client.dump(k) for k in redis_client.keys(keys.schedule_keys("s").pattern)}
     assert delivery.publish(schedule("s", {"a": 3}), now_ms=T0 + 5) is PublishOutcome.UNCHANGED
-    assert {k: redis_client.dump(k) for k in redis_client.keys("rs:{s}:*")} == before
+    assert {k: redis_client.dump(k) for k in redis_client.keys(keys.schedule_keys("s").pattern)} == before
 
 
 def test_a_different_schedule_under_a_used_id_is_refused(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
     delivery.publish(schedule("s", {"a": 3}))
-    before = {k: redis_client.dump(k) for k in redis_client.keys("rs:{s}:*")}
+    before = {k: redis_client.dump(k) for k in redis_client.keys(keys.schedule_keys("s").pattern)}
     with pytest.raises(ScheduleConflictError):
         delivery.publish(schedule("s", {"a": 4}))
-    assert {k: redis_client.dump(k) for k in redis_client.keys("rs:{s}:*")} == before
+    assert {k: redis_client.dump(k) for k in redis_client.keys(keys.schedule_keys("s").pattern)} == before
 
 
 @pytest.mark.parametrize(
@@ -319,7 +319,7 @@ def test_every_key_of_a_schedule_is_in_one_hash_slot_and_expires(
     delivery.claim("s", "a", 1, now_ms=T0)
     delivery.steal("s", "a", 1, now_ms=T0)
     delivery.reap("s", now_ms=T0 + 500)
-    names = [str(n) for n in redis_client.keys("rs:{s}:*")]
+    names = [str(n) for n in redis_client.keys(keys.schedule_keys("s").pattern)]
     assert {key_slot(n.encode()) for n in names} == {key_slot(b"s")}
     suffixes = {n.split(":", 2)[2] for n in names}
     # q:a drained and deadlines emptied: both deleted, recreated with the TTL when needed
