@@ -93,6 +93,13 @@ class FailBody(_LeaseRef):
     reason: str = "worker reported failure"
 
 
+class AboveCapError(ValueError):
+    """A ``/done`` reports more output tokens than its item's ``max_new_tokens``: refused, lease kept."""
+
+    def __init__(self, output_tokens: int, cap: int) -> None:
+        super().__init__(f"output_tokens={output_tokens} is above the item's max_new_tokens ({cap})")
+
+
 class PullState:
     """The pull session: liveness of the worker process, the leases it lost, and shutdown."""
 
@@ -184,8 +191,7 @@ async def done(body: DoneBody, state: Pull) -> JSONResponse:
     session = state.session
     held = session.holdings.get((body.schedule_id, body.key, body.token))
     if held is not None and body.output_tokens > held.lease.item.max_new_tokens:
-        detail = f"output_tokens={body.output_tokens} is above the item's max_new_tokens"
-        return JSONResponse({"error": f"{detail} ({held.lease.item.max_new_tokens})"}, status_code=422)
+        raise AboveCapError(body.output_tokens, held.lease.item.max_new_tokens)
     extra = dict(body.extra)
     if held is not None:  # what the worker does not say, the sidecar measured: speed learning
         extra.setdefault("concurrency", round(session.holdings.mean_concurrency(held), 3))
@@ -252,19 +258,28 @@ def create_pull_app(
     app = FastAPI(title="rollout-scheduler sidecar pull API", lifespan=lifespan)
     app.state.pull = state
     app.include_router(router)
-    app.add_exception_handler(redis.RedisError, _redis_down)
-    app.add_exception_handler(UnknownScheduleError, _schedule_gone)
+    for kind in _PROBLEMS:
+        app.add_exception_handler(kind, _problem)
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     return app
 
 
-async def _redis_down(_: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse({"error": f"redis unavailable: {exc}"}, status_code=503)
-
-
-async def _schedule_gone(_: Request, exc: Exception) -> JSONResponse:
+# Every error the pull API answers, in one place: exception type -> status and the body documented in
+# docs/sidecar.md (``{"error": ...}``; a gone schedule also says its ``outcome``). Routes raise, never
+# build an error response; ``_problem`` answers with the entry of the exception's nearest class.
+_PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]]]] = {
+    AboveCapError: (422, lambda exc: {"error": str(exc)}),
+    # Redis unreachable or failing: retry later, the lease is kept
+    redis.RedisError: (503, lambda exc: {"error": f"redis unavailable: {exc}"}),
     # never published here, or its retention passed while the worker ran it: drop the result
-    return JSONResponse({"outcome": "unknown_schedule", "error": str(exc)}, status_code=404)
+    UnknownScheduleError: (404, lambda exc: {"outcome": "unknown_schedule", "error": str(exc)}),
+}
+
+
+async def _problem(_: Request, exc: Exception) -> JSONResponse:
+    """The response ``_PROBLEMS`` maps ``exc`` to (Starlette picks a handler by the same MRO walk)."""
+    status, body = next(_PROBLEMS[kind] for kind in type(exc).__mro__ if kind in _PROBLEMS)
+    return JSONResponse(body(exc), status_code=status)
 
 
 def _lease_json(held: Held) -> dict[str, Any]:
