@@ -51,7 +51,8 @@ key                         type     contents
                                      under prefix affinity laid out group by group (groups in order
                                      of their first item): a claim takes a group's first item with
                                      the rest of the group behind it, as the simulator binds it
-``P:calls``                 hash     worker -> its last claim or steal that leased anything:
+``P:calls``                 hash     ``claim <worker>`` / ``steal <worker>`` -> that worker's last
+                                     claim / steal that leased anything:
                                      ``<call id>\n<victim>\n<token> <key>\n...``; the same call
                                      re-sent after a lost reply answers those leases again
 ``P:dead``                  list     dead letters as JSON (key, worker, attempts, reason, at_ms)

@@ -17,7 +17,7 @@
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local w, want, now, call = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), ARGV[4]
-local again = replayed_call(w, call)
+local again = replayed_call(w, 'claim', call)
 if again then return again end
 local out = {}
 local function room() return want - #out / 5 end
@@ -81,6 +81,6 @@ if room() > 0 then
     take('*', room())
   end
 end
-remember_call(w, call, '', out, 1, cfg)
+remember_call(w, 'claim', call, '', out, 1, cfg)
 flush(cfg)
 return out

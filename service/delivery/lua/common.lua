@@ -154,22 +154,27 @@ end
 -- timeout, e.g. behind a large publish; a sidecar after an outage), and the script has usually run
 -- the first time: running it again would lease more items, which the worker never hears of, each
 -- lapsing after its lease TTL at the cost of an attempt (the longest items, as queues run longest
--- first). So each claim or steal names a call id, unique per call, and P:calls keeps, per worker,
--- its last call that leased anything: '<id>\n<victim>\n<token> <key>\n...' (keys hold no line
--- break). The same id again answers those leases the worker still holds, and leases nothing new.
-local function remember_call(w, call, victim, out, first, cfg)
+-- first). So each claim or steal names a call id, unique per call, and P:calls keeps, per worker
+-- and kind, its last claim and its last steal that leased anything, under 'claim <w>' and
+-- 'steal <w>': '<id>\n<victim>\n<token> <key>\n...' (keys hold no line break). The same id again
+-- answers those leases the worker still holds, and leases nothing new. One field per kind, as the
+-- sidecar keeps one unanswered id per kind: after a lost steal reply its next round CLAIMS first
+-- (under affinity, the rest of the stolen group off its own queue), and a shared field would have
+-- let that claim overwrite the steal's record, so the re-sent steal stole afresh.
+local function remember_call(w, kind, call, victim, out, first, cfg)
   if call == nil or call == '' or #out < first then return end
   local lines = {call, victim}
   for i = first, #out, 5 do lines[#lines + 1] = get(out[i]).tok .. ' ' .. out[i] end
-  redis.call('HSET', k('calls'), w, table.concat(lines, '\n'))
+  redis.call('HSET', k('calls'), kind .. ' ' .. w, table.concat(lines, '\n'))
   keep(k('calls'), cfg.exp)
 end
 
 -- The answer of the call id call already ran for worker w, as 5-tuples (those of its leases still
--- current, same tokens), and its victim ('' for a claim); nil when call is not w's last such call.
-local function replayed_call(w, call)
+-- current, same tokens), and its victim ('' for a claim); nil when call is not w's last call of
+-- that kind ('claim' or 'steal').
+local function replayed_call(w, kind, call)
   if call == nil or call == '' then return nil end
-  local v = redis.call('HGET', k('calls'), w)
+  local v = redis.call('HGET', k('calls'), kind .. ' ' .. w)
   local lines = {}
   for line in string.gmatch((v or '') .. '\n', '([^\n]*)\n') do lines[#lines + 1] = line end
   if lines[1] ~= call then return nil end

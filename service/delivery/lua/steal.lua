@@ -40,7 +40,7 @@ local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local thief, want, now, budget = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), tonumber(ARGV[4])
 local call = ARGV[8]
-local again, stolen_from = replayed_call(thief, call)
+local again, stolen_from = replayed_call(thief, 'steal', call)
 if again then
   if #again == 0 then return {} end
   table.insert(again, 1, stolen_from)
@@ -117,7 +117,7 @@ local function steal_group()
   dequeued(victim, members)
   local out = {victim}
   adopt(members, thief, want, now, cfg, out)
-  remember_call(thief, call, victim, out, 2, cfg)
+  remember_call(thief, 'steal', call, victim, out, 2, cfg)
   flush(cfg)
   return out
 end
@@ -147,7 +147,7 @@ local function steal_tail(len)
   dequeued(victim, keys)
   local out = {victim}
   lease_all(keys, thief, now, cfg, out)
-  remember_call(thief, call, victim, out, 2, cfg)
+  remember_call(thief, 'steal', call, victim, out, 2, cfg)
   flush(cfg)
   return out
 end

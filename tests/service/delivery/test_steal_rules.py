@@ -101,3 +101,18 @@ def test_under_prefix_affinity_a_group_that_cannot_move_sends_the_thief_to_the_n
     delivery.publish(PublishedSchedule("s", queues, prefix_affinity=True))
     assert [le.key for le in delivery.steal("s", "a", 4)] == ["r#0", "r#1"]
     assert_sound(redis_client, "s")
+
+
+def test_a_resent_steal_answers_its_leases_after_a_claim_took_the_rest_of_its_group(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    # The sidecar's order after a steal whose reply was lost: its next round claims first (a fresh
+    # call id), which leases the rest of the stolen group off its own queue, then re-sends the steal.
+    queue = (*_group("p", 2, 900.0), *_group("q", 3))
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}, prefix_affinity=True))
+    lost = delivery.steal("s", "a", 2, call_id="steal-1")
+    assert [le.key for le in delivery.claim("s", "a", 2, call_id="claim-1")] == ["q#2"]
+    again = delivery.steal("s", "a", 2, call_id="steal-1")
+    assert [(le.key, le.token) for le in again] == [(le.key, le.token) for le in lost]
+    assert delivery.progress("s").workers["b"].queued == 2  # nothing more stolen
+    assert_sound(redis_client, "s")
