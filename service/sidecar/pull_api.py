@@ -39,6 +39,7 @@ from typing import Annotated, Any
 
 import redis
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -269,11 +270,21 @@ def create_pull_app(
 # build an error response; ``_problem`` answers with the entry of the exception's nearest class.
 _PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]]]] = {
     AboveCapError: (422, lambda exc: {"error": str(exc)}),
+    # a malformed body: FastAPI's own answer echoes the input, and one holding NaN cannot be rendered
+    RequestValidationError: (422, lambda exc: {"error": _invalid(exc)}),
     # Redis unreachable or failing: retry later, the lease is kept
     redis.RedisError: (503, lambda exc: {"error": f"redis unavailable: {exc}"}),
     # never published here, or its retention passed while the worker ran it: drop the result
     UnknownScheduleError: (404, lambda exc: {"outcome": "unknown_schedule", "error": str(exc)}),
 }
+
+
+def _invalid(exc: Exception) -> str:
+    """Every schema error of a refused body as ``field: message``, without the values (NaN among
+    them would make the answer itself unrenderable, a 500)."""
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    where = (".".join(str(part) for part in error["loc"] if part != "body") or "body" for error in errors)
+    return "; ".join(f"{field}: {error['msg']}" for field, error in zip(where, errors, strict=True))
 
 
 async def _problem(_: Request, exc: Exception) -> JSONResponse:

@@ -168,17 +168,22 @@ def test_a_report_with_nan_or_above_the_cap_is_refused_and_the_lease_is_kept(
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "bad-done", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
 
-    async def script(client: httpx.AsyncClient) -> list[int]:
+    async def script(client: httpx.AsyncClient) -> list[Any]:
         lease = (await client.get("/next")).json()
         body = _done(lease, 5)
-        nan = await client.post("/done", content=json.dumps({**body, "wall_time_s": float("inf")}))
-        nested = await client.post("/done", content=json.dumps({**body, "extra": {"x": float("nan")}}))
+        as_json = {"Content-Type": "application/json"}  # what a worker's client sends with its JSON
+        nan = await client.post(
+            "/done", content=json.dumps({**body, "wall_time_s": float("inf")}), headers=as_json
+        )
+        nested = await client.post(
+            "/done", content=json.dumps({**body, "extra": {"x": float("nan")}}), headers=as_json
+        )
         wordy = await client.post("/done", json={**body, "extra": {"concurrency": "high"}})
         over = await client.post("/done", json={**body, "output_tokens": 16_001})  # the item's cap: 16,000
         held = len((await client.get("/leases")).json()["held"])
         good = await client.post("/done", json=body)
         return [
-            nan.status_code,
+            (nan.status_code, nan.json()["error"]),
             nested.status_code,
             wordy.status_code,
             over.status_code,
@@ -186,7 +191,14 @@ def test_a_report_with_nan_or_above_the_cap_is_refused_and_the_lease_is_kept(
             good.status_code,
         ]
 
-    assert _with_api(redis_url, script) == [422, 422, 422, 422, 1, 200]
+    assert _with_api(redis_url, script) == [
+        (422, "wall_time_s: Input should be a finite number"),
+        422,
+        422,
+        422,
+        1,
+        200,
+    ]
     assert [r.result.output_tokens for r in delivery.read_results("bad-done")] == [5]
 
 
