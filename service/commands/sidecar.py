@@ -80,7 +80,7 @@ def sidecar(
     ] = 60.0,
     health_port: Annotated[
         int | None,
-        typer.Option(min=1, max=65535, help="Push mode: serve GET /health (liveness probe) on this port."),
+        typer.Option(help="Push mode: serve GET /health (liveness probe) on this port."),
     ] = None,
     health_host: Annotated[
         str, typer.Option(help="Address for --health-port; 0.0.0.0 for a Kubernetes probe.")
@@ -107,6 +107,7 @@ def sidecar(
         "num-gpus": (num_gpus, 1),
         "kv-capacity-tokens": (kv_capacity_tokens, 1),
         "pull-api": (pull_api, 1),
+        "health-port": (health_port, 1),
         "drain-timeout": (drain_timeout, 0),
         "idle-poll": (idle_poll, 0.001),
         "engine-stall-timeout": (engine_stall_timeout, 1.0),
@@ -193,8 +194,9 @@ def _check(
         raise ValueError(f"engine_url={engine_url!r}: expected an http:// or https:// base URL")
     if health_port is not None and pull_api is not None:
         raise ValueError("--health-port is for push mode; in pull mode GET /health is on the pull API")
-    if pull_api is not None and pull_api > 65535:
-        raise ValueError(f"pull-api={pull_api}: a port is at most 65535")
+    for name, port in (("pull-api", pull_api), ("health-port", health_port)):
+        if port is not None and port > 65535:
+            raise ValueError(f"{name}={port}: a port is at most 65535")
     if log_level.upper() not in LOG_LEVELS:
         raise ValueError(f"log-level={log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
     return url

@@ -56,6 +56,8 @@ PUSH = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url
         (["sidecar", "--worker-id", "w", "--redis-url", "notaurl", "--engine-url", "http://e"], "redis_url"),
         (["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url", "e"], "engine_url"),
         (["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--pull-api", "99999"], "at most 65535"),
+        ([*PUSH, "--health-port", "70000"], "health-port=70000: a port is at most 65535"),
+        ([*PUSH, "--health-port", "0"], "health-port=0: must be >= 1"),
         ([*PUSH, "--log-level", "LOUD"], "log-level"),
         ([*PUSH, "--heartbeat-interval", "0"], "heartbeat-interval=0.0"),
         ([*PUSH, "--idle-poll", "0"], "idle-poll"),
