@@ -7,6 +7,8 @@ command functions, so ``rollout-scheduler --help`` stays fast.
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 app = typer.Typer(
@@ -32,10 +34,40 @@ def _register() -> None:
         module.register(app, bench_app)
 
 
+# Typer ships its own copy of click, so its error classes are found through a public subclass.
+_CLICK_ERROR: type[Exception] = next(k for k in typer.BadParameter.__mro__ if k.__name__ == "ClickException")
+_USAGE_ERROR: type[Exception] = next(k for k in typer.BadParameter.__mro__ if k.__name__ == "UsageError")
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    Typer answers a malformed command line (an unknown flag, a value of the wrong type, a missing
+    argument) with a boxed usage message; every command's own checks answer with one line and exit
+    status 2, as the README promises, so parse errors are turned into that line here too.
+    """
     _register()
-    app()
+    try:
+        code = app(prog_name=app.info.name, standalone_mode=False)
+    except _CLICK_ERROR as error:
+        sys.exit(_report(error))
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _report(error: Exception) -> int:
+    """Print ``error`` as one line naming the command, and return its exit status."""
+    status: int = getattr(error, "exit_code", 1)
+    if type(error).__name__ == "NoArgsIsHelpError":  # Typer has printed the help already
+        return status
+    context = getattr(error, "ctx", None)
+    where = context.command_path if context is not None else app.info.name
+    message = " ".join(str(getattr(error, "format_message", error.__str__)()).split())
+    hint = " (see --help)" if isinstance(error, _USAGE_ERROR) else ""
+    typer.echo(f"{where}: {message}{hint}", err=True)
+    return status
 
 
 if __name__ == "__main__":
