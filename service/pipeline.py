@@ -35,11 +35,12 @@ from service.api.schemas import (
     WorkerSpec,
 )
 from service.context import Context
-from service.delivery import LeaseSettings, PublishOutcome, UnknownScheduleError
+from service.delivery import LeaseSettings, PublishOutcome
 from service.delivery.publisher import publish_plan
 from service.limits import check_trajectory_count
 from service.logs import schedule_context
 from service.problems import ConflictError
+from service.republish import refuse_republish, work_digest
 
 _log = logging.getLogger("service.pipeline")
 BASELINE = "round_robin"
@@ -137,7 +138,7 @@ def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
     settings = ctx.settings
     check_trajectory_count(sum(item.n for item in body.batch.items), settings.max_trajectories)
     if body.schedule_id and body.publish:
-        refuse_republish(body.schedule_id, ctx)
+        refuse_republish(body, body.schedule_id, ctx)
     check_unique_prompts(body.batch.items)
     policy = body.policy or settings.default_policy
     if policy not in POLICY_NAMES:
@@ -150,24 +151,6 @@ def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
     budget_ms = body.time_budget_ms or settings.default_time_budget_ms
     quantile = body.quantile or settings.default_quantile
     return _Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of)
-
-
-def refuse_republish(schedule_id: str, ctx: Context) -> None:
-    """A caller-chosen id already published means this is a retry whose first attempt stored it:
-    publishing again would make the workers generate the batch twice, so it is refused (409).
-
-    That first attempt may have failed between storing and announcing (a Redis timeout or OOM
-    answered 503), so the refusal announces the stored schedule again: the 409 then means what it
-    says, the step is out and the workers see it."""
-    try:
-        ctx.delivery.announce(schedule_id, ctx.settings.retention_s)
-    except UnknownScheduleError:
-        return
-    raise ConflictError(
-        f"schedule {schedule_id} is already published; follow it with GET /schedule/{schedule_id}",
-        field="schedule_id",
-        value=schedule_id,
-    )
 
 
 def _unstated_speed(spec: WorkerSpec) -> bool:
@@ -276,6 +259,8 @@ def publish(
             field="schedule_id",
             value=schedule_id,
         )
+    if body.schedule_id:  # caller-chosen: a later request under it is told whether it is the same work
+        ctx.delivery.remember_request(schedule_id, work_digest(body))
     ctx.speeds.remember(request.inventory)
 
 

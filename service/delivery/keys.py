@@ -14,7 +14,9 @@ key                         type     contents
 ``P:meta``                  hash     fingerprint, total, lease_ttl_ms, max_attempts, kv_admission,
                                      published_ms, expire_at_ms, workers (JSON list), fence (the
                                      fencing-token counter), affinity (``1``: prefix affinity),
-                                     nonce (of the publishing call: its re-send is not a replay)
+                                     nonce (of the publishing call: its re-send is not a replay),
+                                     request (digest of the step's work as the trainer asked for
+                                     it: a reused ``schedule_id`` with other work is refused)
 ``P:items``                 hash     item key -> ``<ref>\t<static item JSON without its payload>``
                                      (prompt, lengths); ``ref`` names its payload in ``P:prompts``
                                      ('' for none); the claim scripts return the whole JSON
@@ -116,6 +118,7 @@ RETRAIN_LOCK_TTL_S = 60  # the retrain lock's life, renewed every third of it wh
 
 # Field names of the per-worker counters in ``P:counts`` (``<state>:<worker>``) and the totals.
 QUEUED, RUNNING, DONE, FAILED = "q", "r", "d", "f"
+REQUEST_DIGEST = "request"  # field of ``P:meta``: the publishing request's work digest (service/republish.py)
 
 
 def count_field(state: str, worker_id: str) -> str:

@@ -275,3 +275,24 @@ def test_a_key_prefix_that_would_break_hash_tags_or_scans_is_refused_at_start() 
     for prefix in ("", "a{b}", "rs*", "two words"):
         with pytest.raises(ValidationError, match="key prefix"):
             Settings(key_prefix=prefix)
+
+
+def test_a_schedule_id_sent_again_with_other_work_is_refused_not_followed(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    """A restarted run that kept its RUN_ID must not silently follow the old run's step: a 409 would
+    tell it to wait for results of other prompts, caps or sampling than it asked for."""
+    assert client.post("/schedule", json=batch_body(schedule_id="run-step-3")).status_code == 200
+    before = sorted(str(k) for k in redis_client.keys("*"))
+    raised_cap = batch_body(schedule_id="run-step-3")
+    raised_cap["batch"]["items"][0]["max_new_tokens"] = 4096
+    other_prompts = batch_body(prompts=9, schedule_id="run-step-3")
+    other_sampling = batch_body(schedule_id="run-step-3", sampling={"temperature": 0.6})
+    for changed in (raised_cap, other_prompts, other_sampling, batch_body(schedule_id="run-step-3", step=4)):
+        refused = client.post("/schedule", json=changed)
+        assert refused.status_code == 422
+        assert refused.json()["field"] == "schedule_id"
+        assert "different batch" in refused.json()["detail"]
+    assert sorted(str(k) for k in redis_client.keys("*")) == before
+    replanned = batch_body(schedule_id="run-step-3", policy="cpsat", seed=5)  # same work, planned anew
+    assert client.post("/schedule", json=replanned).status_code == 409
