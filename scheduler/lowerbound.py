@@ -62,7 +62,7 @@ def lower_bound(
 
     Plans report the defaults. ``grid`` > 0 adds length bands to (d)'s whole-trajectory check and a
     finer ``precision`` tightens its search (``scheduler.tailbound``): the benchmark's refined bound.
-    Past ``deadline`` (``time.perf_counter()``) that check stops probing and (d) is what it proved
+    Past ``deadline`` (``scheduler.clock.now()``) that check stops probing and (d) is what it proved
     by then: still a bound, maybe a looser one (how the planner keeps the bound to a share of a short
     budget); past ``fluid_deadline`` so does the fluid cover's search before it.
 

@@ -15,6 +15,10 @@ Planning one request with several policies (the service plans the requested one 
 ``round_robin`` baseline) shares the preparation: ``prepare(request)`` once, then
 ``plan(request, policy, prepared=...)`` per policy. Validation and the bound are more than half of a
 heuristic plan's time, and the budget then bounds all of it, counted from the preparation's start.
+
+The budget is read on ``scheduler.clock``: the wall clock, or, inside ``clock.frozen()`` (the
+replay), one that never moves, so that a plan depends on its request and not on the host's load.
+Reported wall times always read the wall clock.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
+from scheduler import clock
 from scheduler.gcpause import collector_paused
 from scheduler.lowerbound import LowerBound, lower_bound
 from scheduler.policies import get_policy
@@ -49,8 +54,8 @@ class Prepared:
     request: PlanRequest  # the validated request these belong to
     problem: Problem  # the numeric view every length-aware policy reads
     bound: LowerBound  # the physical lower bound, reported with every plan
-    started: float  # time.perf_counter() when preparation began: the budget's clock
-    spent_s: float  # seconds the preparation took (part of every plan's reported wall time)
+    started: float  # ``clock.now()`` when preparation began: the budget counts from here
+    spent_s: float  # wall seconds the preparation took (part of every plan's reported wall time)
     keys: tuple[str, ...]  # each trajectory's key, by position
 
 
@@ -59,7 +64,7 @@ def prepare(request: PlanRequest) -> Prepared:
 
     Raises ``InvalidInputError`` naming the bad field, exactly as ``plan`` would.
     """
-    started = time.perf_counter()
+    started, wall_started = clock.now(), time.perf_counter()
     with collector_paused():  # tens of thousands of acyclic objects: see scheduler.gcpause
         validate_request(request)
         problem = build_problem(request)
@@ -72,7 +77,7 @@ def prepare(request: PlanRequest) -> Prepared:
             fluid_deadline=started + FLUID_SHARE * request.time_budget_s,
         )
         keys = tuple([t.key for t in request.trajectories])
-    return Prepared(request, problem, bound, started, time.perf_counter() - started, keys)
+    return Prepared(request, problem, bound, started, time.perf_counter() - wall_started, keys)
 
 
 def plan(request: PlanRequest, policy: str = DEFAULT_POLICY, *, prepared: Prepared | None = None) -> Plan:
@@ -90,7 +95,7 @@ def plan(request: PlanRequest, policy: str = DEFAULT_POLICY, *, prepared: Prepar
         raise ValueError("prepared belongs to another request: call prepare(request) for this one")
     started, problem = prepared.started, prepared.problem
     # The budget is the whole call's: a search policy gets what preparation (and earlier plans) left.
-    spent = time.perf_counter() - started
+    spent = clock.now() - started
     left = max(MIN_SEARCH_S, request.time_budget_s * (1.0 - REPORT_SHARE) - spent)
     mark = time.perf_counter()
     placement = chosen.plan(dataclasses.replace(request, time_budget_s=left), problem)

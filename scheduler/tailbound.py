@@ -39,13 +39,13 @@ deterministic limit), so the bound is reproducible.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
 
+from scheduler import clock
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.levels import IntArray
 from scheduler.stepsum import FloatArray
@@ -182,11 +182,11 @@ class Timed:
 
     def __call__(self, probe: Callable[[float], T], t: float) -> T | None:
         """``probe(t)``, or None when it might end past the deadline (not started)."""
-        started = time.perf_counter()
+        started = clock.now()
         if self.deadline is not None and started + self.longest > self.deadline:
             return None
         result = probe(t)
-        self.longest = max(self.longest, time.perf_counter() - started)
+        self.longest = max(self.longest, clock.now() - started)
         return result
 
 

@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from collections.abc import Sequence
 
+from scheduler import clock
 from scheduler.policies import replicate
 from scheduler.policies.balance import level_below
 from scheduler.policies.base import BudgetSpent, Placement
@@ -105,19 +105,19 @@ class CpSatPolicy:
 
     def plan(self, request: PlanRequest, problem: Problem | None = None) -> Placement:
         """Plan within ``request.time_budget_s``; never slower (predicted) than the lpt plan."""
-        started = time.perf_counter()
+        started = clock.now()
         deadline = started + request.time_budget_s
         problem = problem or build_problem(request)
         spread = spreads(request.trajectories)
         assignment = lpt_assignment(problem)
         queues, finishes = ordered(problem, assignment, request.kv_admission, deadline, spread is None)
-        lpt_phase = time.perf_counter() - started
+        lpt_phase = clock.now() - started
         lpt_plan = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
-        hedge_started = time.perf_counter()
+        hedge_started = clock.now()
         lpt_hedged = hedged(problem, request, lpt_plan, spread, deadline)
         search_end = deadline  # a hedge that fitted is kept time for again, for a plan that differs
         if lpt_hedged is not lpt_plan:
-            search_end -= time.perf_counter() - hedge_started
+            search_end -= clock.now() - hedge_started
         lpt_robust = calibrated(problem, request, lpt_hedged, spread, deadline)  # what lpt returns
         best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end, spread)
         if best.queues == lpt_plan.queues:
@@ -143,10 +143,10 @@ class CpSatPolicy:
         """
         reserve = request.kv_admission
         search_end = deadline - (VETTING * lpt_phase if spread is not None else 0.0)
-        if search_end <= time.perf_counter():
+        if search_end <= clock.now():
             return lpt_plan
         part = None
-        left = search_end - time.perf_counter()
+        left = search_end - clock.now()
         if spread is None and COPY_RESERVE * lpt_phase < left < FULL_ROUND * lpt_phase:
             part = replicate.split(problem, request)  # no full round fits; None: it does not divide
         if part is None:
@@ -158,7 +158,7 @@ class CpSatPolicy:
             status = _found(best.status)
             queues, finishes = refine_critical(problem, repaired[0], repaired[1], reserve, search_end)
             best = Placement(queues, status, finish_s=finishes)
-        if search_end - time.perf_counter() > 2 * lpt_phase:  # levelling: an lpt pass and its ordering
+        if search_end - clock.now() > 2 * lpt_phase:  # levelling: an lpt pass and its ordering
             queues, finishes = level_below(problem, best.queues, best.finish_s, reserve)
             best = Placement(queues, best.status, finish_s=finishes)
         return _robust(problem, request, best, lpt_plan, deadline, lpt_phase, spread)
@@ -182,7 +182,7 @@ class CpSatPolicy:
         """
         reserve = request.kv_admission
         round_cost = ROUND_FIXED_S + ROUND_COST * lpt_phase  # re-does both, and solves
-        if deadline - time.perf_counter() < round_cost:
+        if deadline - clock.now() < round_cost:
             return best, assignment  # a round would overrun the budget: keep the lpt plan
         kinds = worker_kinds(problem.costs, problem.active)
         levels = self._levels(problem, kinds, max(best.finish_s), request, deadline)
@@ -194,12 +194,12 @@ class CpSatPolicy:
         scale: list[float] | None = None
         cap_s: float | None = None
         for round_index in range(ROUNDS):
-            round_started = time.perf_counter()
+            round_started = clock.now()
             if round_index and deadline - round_started < round_cost:
                 break
             try:
                 banded = lpt_assignment(problem, tiers, band, scale, deadline=stop, cap_s=cap_s)
-                if time.perf_counter() > stop:  # placement checks its clock every CHECK_EVERY units
+                if clock.now() > stop:  # placement checks its clock every CHECK_EVERY units
                     break  # and ordering's first pass is unchecked (~25 ms at 32,768): past ``stop``,
                     # both together ended rounds up to ~10 ms past the budget
                 queues, finishes = order_queues(problem, banded, reserve, deadline=stop)
@@ -208,8 +208,8 @@ class CpSatPolicy:
             queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)
             if max(finishes) < max(best.finish_s):
                 best, assignment = Placement(queues, levels.status, finish_s=finishes), banded
-            round_cost = max(round_cost, time.perf_counter() - round_started)
-            if round_index == ROUNDS - 1 or deadline - time.perf_counter() < round_cost:
+            round_cost = max(round_cost, clock.now() - round_started)
+            if round_index == ROUNDS - 1 or deadline - clock.now() < round_cost:
                 break  # no further round can start: calibrating for it would only spend the budget
             scale, highest = _calibrate(problem, banded, finishes, tiers, kinds)
             cap_s = levels.makespan_s + DEFER * (highest - levels.makespan_s)
@@ -231,7 +231,7 @@ class CpSatPolicy:
         ``best`` and ``assignment`` where it does not beat them or no time is left for it."""
         request = part.request  # sub-batch 0; its budget and admission are the whole request's
         stop = deadline - ROUND_RESERVE * request.time_budget_s
-        budget = stop - time.perf_counter() - COPY_RESERVE * lpt_phase
+        budget = stop - clock.now() - COPY_RESERVE * lpt_phase
         if budget <= 0:
             return best, assignment
         sub = CpSatPolicy().plan(dataclasses.replace(request, time_budget_s=budget), part.problem)
@@ -251,7 +251,7 @@ class CpSatPolicy:
         deadline: float,
     ) -> LevelPlan | None:
         """Solve the aggregate model within its share of the remaining budget."""
-        remaining = deadline - time.perf_counter()
+        remaining = deadline - clock.now()
         if remaining <= 0 or len(problem.units) < 2:
             return None
         pairs = [(problem.costs[members[0]], len(members)) for members in kinds]
@@ -277,7 +277,7 @@ def _robust(
     """
     if spread is None or best.queues == lpt_plan.queues:
         return best
-    if deadline - time.perf_counter() < SAMPLES * lpt_phase:
+    if deadline - clock.now() < SAMPLES * lpt_phase:
         return best
     candidates = (best.queues, lpt_plan.queues)
     if least_expected(problem, candidates, spread, request.kv_admission, request.seed, deadline) != 1:

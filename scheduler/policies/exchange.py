@@ -12,11 +12,11 @@ re-ordered queues, says the neighbourhood finishes sooner; otherwise the next ne
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from ortools.sat.python import cp_model
 
+from scheduler import clock
 from scheduler.policies.load import Load, time_with
 from scheduler.policies.ordering import best_order
 from scheduler.policies.problem import Problem
@@ -48,7 +48,7 @@ def improve(
     # only if it would fit, its cost scaled by (workers / last workers)^2 (booleans grow as units x
     # workers; a 1+3 move at 1,024 x 16 took 4-5x a 1+1 move and, started anyway, ran to the deadline)
     for _ in range(MAX_MOVES):
-        started = time.perf_counter()
+        started = clock.now()
         if failures >= len(PARTNERS):
             break
         active = list(problem.active)
@@ -62,7 +62,7 @@ def improve(
         moved = _resolve(problem, placed, finish, group, deadline, seed)
         if moved is None:
             failures += 1
-            last, last_size = time.perf_counter() - started, len(group)
+            last, last_size = clock.now() - started, len(group)
             continue
         trial = {w: best_order(problem, _items(problem, moved[w]), problem.costs[w], reserve) for w in group}
         if max(f for _, f in trial.values()) < max(finish[w] for w in group) - 1e-9:
@@ -72,7 +72,7 @@ def improve(
             improved, failures = True, 0
         else:
             failures += 1
-        last, last_size = time.perf_counter() - started, len(group)
+        last, last_size = clock.now() - started, len(group)
     return (tuple(ordered), tuple(finish)) if improved else None
 
 
@@ -89,7 +89,7 @@ def _resolve(
     seed: int,
 ) -> dict[int, list[int]] | None:
     """Re-partition the units of ``group`` with CP-SAT; the new split, or None when it found nothing."""
-    remaining = deadline - time.perf_counter()
+    remaining = deadline - clock.now()
     if remaining <= 0.005:
         return None
     members = set(group)
@@ -119,7 +119,7 @@ def _resolve(
         model.add_hint(var, home[u] == w)
     model.add_hint(makespan, min(current, horizon))
     # Phase 4: solve, stopping at the plan's deadline whatever the host's load.
-    left = deadline - time.perf_counter()
+    left = deadline - clock.now()
     solver = new_solver(min(STEP_LIMIT_S, left), seed, left)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -48,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 from ortools.sat.python import cp_model
 
+from scheduler import clock
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.load import KV_FILL
 from scheduler.policies.problem import Unit
@@ -131,7 +131,7 @@ def solve_levels(
     def capacity(makespan_s: float) -> list[list[int]]:
         return [[math.floor(serves(c, j, makespan_s)) for j in range(len(edges))] for c in range(len(kinds))]
 
-    deadline = time.perf_counter() + time_limit_s
+    deadline = clock.now() + time_limit_s
     if math.prod(n + 1 for _, n in kinds) <= MAX_STATES:
         return _chain_levels(units, [n for _, n in kinds], edges, serves, upper_s * 1.05, deadline)
     found = _bisect(0.0, upper_s * 1.05, capacity, demand, [n for _, n in kinds], deadline, seed)
@@ -190,7 +190,7 @@ def _least_root(
     (nothing served) as ``T`` grows: 4-6 probes where bisection from 0 took 11."""
     low, gap_low, kept = 0.0, 1.0, 0
     while high - low > PRECISION * high:
-        if time.perf_counter() >= deadline:
+        if clock.now() >= deadline:
             return high, False
         margin = 0.25 * PRECISION * high  # probes stay inside the bracket, so it always shrinks
         guess = high - gap_high * (high - low) / (gap_high - gap_low)
@@ -218,7 +218,7 @@ def _bisect(
     best: tuple[tuple[int, ...], ...] | None = None
     closed = True
     while high - low > PRECISION * high:
-        if time.perf_counter() >= deadline:
+        if clock.now() >= deadline:
             closed = False
             break
         middle = (low + high) / 2.0
@@ -262,7 +262,8 @@ def cover(
 ) -> tuple[tuple[tuple[int, ...], ...] | None, cp_model.CpSolverStatus]:
     """Band counts under which every band's tail fits (None if none), and the solver status.
 
-    ``deadline`` (wall clock) can only shorten the probe's deterministic limit; None: no deadline.
+    ``deadline`` (``scheduler.clock.now()``) can only shorten the probe's deterministic limit; None:
+    no deadline.
     A greedy cover is tried first: when it succeeds (and holds ``items``) the probe is settled
     without a solve (CP-SAT is needed to prove infeasibility, or to find covers the greedy misses).
     """
@@ -287,7 +288,7 @@ def cover(
             )
     # Phase 3: no objective: any cover will do (the bisection minimises T).
     # Phase 4: solve.
-    left = None if deadline is None else deadline - time.perf_counter()
+    left = None if deadline is None else deadline - clock.now()
     solver = new_solver(PROBE_LIMIT_S if left is None else min(PROBE_LIMIT_S, left), seed, left)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -19,9 +19,9 @@ kind's estimates scaled by how late it runs on draws (``calibrated``, ``schedule
 from __future__ import annotations
 
 import heapq
-import time
 from collections.abc import Callable, Sequence
 
+from scheduler import clock
 from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.listsched import ListState
 from scheduler.policies.load import Rates, rates
@@ -44,7 +44,7 @@ class LptPolicy:
 
     def plan(self, request: PlanRequest, problem: Problem | None = None) -> Placement:
         """Place longest units first, then order each worker's queue for its makespan."""
-        deadline = time.perf_counter() + request.time_budget_s
+        deadline = clock.now() + request.time_budget_s
         problem = problem or build_problem(request)
         spread = spreads(request.trajectories)
         assignment = lpt_assignment(problem)
@@ -64,11 +64,11 @@ def calibrated(
     the new plan would not be hedged before ``deadline`` (an unhedged plan is never returned)."""
     if spread is None or len(worker_kinds(problem.costs, problem.active)) < 2:
         return placement
-    started = time.perf_counter()
+    started = clock.now()
     scale = kind_scales(
         problem, placement, spread, request.kv_admission, request.seed, deadline, REPLAY_PLAYS
     )
-    now = time.perf_counter()
+    now = clock.now()
     per_play = (now - started) / DRAWS  # the draws played every queue DRAWS times
     if scale is None or now + REPLAY_PLAYS * per_play > deadline:
         return placement
@@ -112,7 +112,7 @@ def lpt_assignment(
     measured simulated/estimated ratio). With tiers, a candidate whose whole queue would no longer
     run at once without preemption (``ListState._peak_after``) yields to one that still would, looking
     a few entries deep into each heap; a queue past its slots runs in waves and never yields.
-    Without tiers and scale this is plain LPT. With ``deadline`` (``time.perf_counter()``) the
+    Without tiers and scale this is plain LPT. With ``deadline`` (``scheduler.clock.now()``) the
     general path raises ``BudgetSpent`` once past it (checked every ``CHECK_EVERY`` units).
 
     With ``cap_s`` (and tiers), a unit shorter than half the longest whose best worker would pass
@@ -130,7 +130,7 @@ def lpt_assignment(
     short = max(problem.steps, default=0) // 2 if cap_s is not None else 0
     later: list[int] = []  # set aside: they would have passed ``cap_s``
     for k, u in enumerate(problem.ranked or longest_first(units)):
-        if deadline is not None and k % CHECK_EVERY == 0 and time.perf_counter() > deadline:
+        if deadline is not None and k % CHECK_EVERY == 0 and clock.now() > deadline:
             raise BudgetSpent
         unit = units[u]
         worker, after = state.best_worker(unit, band(unit) if band else 0)
@@ -140,7 +140,7 @@ def lpt_assignment(
                 later.append(u)
                 continue
         state.place(worker, u, after)
-    if later and deadline is not None and time.perf_counter() > deadline:
+    if later and deadline is not None and clock.now() > deadline:
         raise BudgetSpent
     for u in later:
         unit = units[u]

@@ -32,11 +32,11 @@ All of this judges orders on the point predictions. Where the request says how u
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from scheduler import clock
 from scheduler.costmodel import WorkerCost
 from scheduler.finish import all_at_once_finish, all_at_once_finishes, worker_finish
 from scheduler.policies.base import BudgetSpent
@@ -143,15 +143,15 @@ def _played(
     its budget. With ``search_until`` such a play is skipped instead, keeping the best so far.
     """
     _, *others = CANDIDATES[reserve]
-    started = time.perf_counter()
+    started = clock.now()
     best_finish = worker_finish(cost, *problem.lengths(best), reserve)
     if best_finish <= floor:
         return best, best_finish
-    play_s = time.perf_counter() - started
+    play_s = clock.now() - started
     for candidate in others:
-        if deadline is not None and time.perf_counter() + play_s > deadline:
+        if deadline is not None and clock.now() + play_s > deadline:
             raise BudgetSpent
-        if search_until is not None and time.perf_counter() + play_s > search_until:
+        if search_until is not None and clock.now() + play_s > search_until:
             break
         order = candidate(problem, items, cost)
         finish = worker_finish(cost, *problem.lengths(order), reserve, stop_at=best_finish)
@@ -169,7 +169,7 @@ def order_queues(
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]]:
     """Each worker's trajectory queue in its fastest candidate order, and its predicted finish.
 
-    With ``deadline`` (``time.perf_counter()``), raises ``BudgetSpent`` when a queue still to be
+    With ``deadline`` (``scheduler.clock.now()``), raises ``BudgetSpent`` when a queue still to be
     played is reached past it, or when one of its candidate plays might end past it (``_played``).
     With ``search_until`` instead, a queue whose search might end past it (judged by the last
     searched queue's) is played once, in the ``UNSEARCHED`` order, and a search that reaches it
@@ -183,9 +183,9 @@ def order_queues(
     finishes: list[float] = []
     search_s = 0.0  # what the last searched queue's plays took: the next may take as long
     for w, finish in enumerate(at_once):
-        if finish is None and deadline is not None and time.perf_counter() > deadline:
+        if finish is None and deadline is not None and clock.now() > deadline:
             raise BudgetSpent
-        started = time.perf_counter()
+        started = clock.now()
         if finish is None and search_until is not None and started + search_s > search_until:
             cost = problem.costs[w]  # no time for the candidates: the one order that serves best
             order = UNSEARCHED[reserve](problem, list(queues[w]), cost)
@@ -202,7 +202,7 @@ def order_queues(
                 search_until,
             )
             queues[w] = tuple(order)
-            search_s = time.perf_counter() - started
+            search_s = clock.now() - started
         finishes.append(finish)
     return tuple(queues), tuple(finishes)
 
@@ -225,8 +225,8 @@ def refine_critical(
     ordered, finish = list(queues), list(finishes)
     tried: set[int] = set()
     cost_s = 0.0
-    while deadline - time.perf_counter() > 2 * cost_s:
-        started = time.perf_counter()
+    while deadline - clock.now() > 2 * cost_s:
+        started = clock.now()
         w = max(range(len(finish)), key=finish.__getitem__)
         if w in tried or len(ordered[w]) < 2:
             break
@@ -240,7 +240,7 @@ def refine_critical(
             played = worker_finish(cost, *problem.lengths(order), reserve, stop_at=best_finish)
             if played < best_finish:
                 best, best_finish = order, played
-        cost_s = time.perf_counter() - started
+        cost_s = clock.now() - started
         if best is None:
             break
         ordered[w], finish[w] = tuple(best), best_finish

@@ -25,11 +25,11 @@ whole queue admitted at step 0, the order does not change when anything ends.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
 
+from scheduler import clock
 from scheduler.costmodel import WorkerCost
 from scheduler.finish import WATERMARK, all_at_once_finish, worker_finish
 from scheduler.policies.base import Placement
@@ -79,20 +79,20 @@ def robust_orders(
     """Each worker's queue in the order with the lower expected finish (module doc), and the point
     finishes; None when the next worker's judging might end past ``deadline`` (as long as the
     slowest so far), so the plays never run past it and a plan is never half hedged."""
-    if time.perf_counter() >= deadline:
+    if clock.now() >= deadline:
         return None
     rng = np.random.default_rng(seed)
     draws = [draw_steps(spread, rng) for _ in range(DRAWS)]
     ordered, finish = list(queues), list(finishes)
     slowest = 0.0  # the longest one worker's judging took so far: the next may take as long
     for w, queue in enumerate(queues):
-        started = time.perf_counter()
+        started = clock.now()
         if started + slowest > deadline:
             return None
         choice = _better_order(problem, problem.costs[w], list(queue), draws, reserve)
         if choice is not None:
             ordered[w], finish[w] = tuple(choice[0]), choice[1]
-        slowest = max(slowest, time.perf_counter() - started)
+        slowest = max(slowest, clock.now() - started)
     return tuple(ordered), tuple(finish)
 
 

@@ -26,10 +26,9 @@ and pools of one kind are left as they are, so the solver bench and the ``oracle
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
+from scheduler import clock
 from scheduler.policies.base import Placement
 from scheduler.policies.problem import Problem, worker_kinds
 from scheduler.policies.robust import Spread, draw_steps
@@ -67,7 +66,7 @@ def kind_scales(
     total = sum(len(members) for members in kinds)
     slowest, spent, played = 0.0, 0.0, 0
     for k, w in _interleaved(kinds):
-        started = time.perf_counter()
+        started = clock.now()
         pace = spent / played if played else 0.0  # seconds one worker's DRAWS plays take
         ahead = pace * (total - played + total * after_plays / DRAWS)
         if started + slowest > deadline or ahead > HOPELESS * (deadline - started):
@@ -75,7 +74,7 @@ def kind_scales(
         if placement.queues[w] and finishes[w] > 0:
             queue = list(placement.queues[w])
             ratios[k].append(drawn_finish(problem, problem.costs[w], queue, draws, reserve) / finishes[w])
-        took = time.perf_counter() - started
+        took = clock.now() - started
         slowest, spent, played = max(slowest, took), spent + took, played + 1
     return _scales(len(problem.costs), kinds, ratios)
 

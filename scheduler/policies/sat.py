@@ -3,14 +3,18 @@
 Plans must be reproducible: the same request and seed give the same plan. CP-SAT's parallel
 portfolio is not deterministic under a wall-clock limit, so each solve runs one search worker and
 stops on a *deterministic* time limit (CP-SAT's work counter, about a second of work per unit on a
-typical core); the wall-clock limit stays as a safety net that only an overloaded host reaches. The
-models here are small by design (tens of integers, or a few thousand booleans), where one worker
-with a good hint is as fast as a portfolio, and the host has 2 cores shared with the service.
+typical core); the wall-clock limit stays as a safety net that only an overloaded host reaches,
+except under a frozen planning clock (``scheduler.clock``, the replay), where a plan must not depend
+on the host at all. The models here are small by design (tens of integers, or a few thousand
+booleans), where one worker with a good hint is as fast as a portfolio, and the host has 2 cores
+shared with the service.
 """
 
 from __future__ import annotations
 
 from ortools.sat.python import cp_model
+
+from scheduler import clock
 
 WALL_SAFETY = 3.0  # wall-clock limit as a multiple of the deterministic limit
 SEED_RANGE = 2**31  # CP-SAT's random_seed is an int32; larger request seeds are folded into it
@@ -20,13 +24,15 @@ def new_solver(limit_s: float, seed: int, wall_s: float | None = None) -> cp_mod
     """A single-worker, seeded solver that stops after ``limit_s`` deterministic seconds.
 
     ``wall_s`` (what is left of the caller's budget) caps the wall-clock safety net: a loaded host
-    then stops the solve at the budget instead of up to ``WALL_SAFETY`` times past it.
+    then stops the solve at the budget instead of up to ``WALL_SAFETY`` times past it. Under a frozen
+    planning clock there is no wall-clock limit: only the deterministic one stops the solve.
     """
     solver = cp_model.CpSolver()
     limit = max(0.001, limit_s)
     solver.parameters.max_deterministic_time = limit
-    wall = limit * WALL_SAFETY if wall_s is None else min(limit * WALL_SAFETY, wall_s)
-    solver.parameters.max_time_in_seconds = max(0.001, wall)
+    if clock.solves_on_wall_clock():
+        wall = limit * WALL_SAFETY if wall_s is None else min(limit * WALL_SAFETY, wall_s)
+        solver.parameters.max_time_in_seconds = max(0.001, wall)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed % SEED_RANGE  # the request's seed may be any int64
     # CP-SAT's own Ctrl-C catcher puts SIGINT back to SIG_DFL after every solve, not to what the

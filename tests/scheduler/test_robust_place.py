@@ -124,12 +124,12 @@ def test_the_draws_give_up_after_one_worker_when_their_pace_cannot_leave_time_fo
         return drawn_finish(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(robust_place, "drawn_finish", counted)
-    monkeypatch.setattr(robust_place, "time", SteppingClock())
+    monkeypatch.setattr(robust_place, "clock", SteppingClock())
     # four workers at a second each, then six plays of every queue (three seconds a worker): ~16 s,
     # far past a deadline 8 s away, which the plays alone (4 s) would have met
     assert kind_scales(problem, placement, spread, True, 0, 8.0, after_plays=6) is None
     assert len(played) == 1
-    monkeypatch.setattr(robust_place, "time", SteppingClock())
+    monkeypatch.setattr(robust_place, "clock", SteppingClock())
     assert kind_scales(problem, placement, spread, True, 0, 8.0) is not None  # no caller's plays
     assert len(played) == 1 + 4
 

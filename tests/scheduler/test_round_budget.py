@@ -47,12 +47,12 @@ def test_a_crowded_queue_stops_before_a_candidate_play_that_would_end_past_the_d
     problem = build_problem(REQUEST)
     everyone = [list(range(len(problem.steps)))] + [[] for _ in problem.costs[1:]]
     unhurried = order_queues(problem, everyone, True)
-    monkeypatch.setattr(ordering, "time", SteppingClock())
+    monkeypatch.setattr(ordering, "clock", SteppingClock())
     # the queue is reached in time (second 1) and its first play ends at second 3, a second long;
     # a second play would end at second 5, past the deadline of second 4.5
     with pytest.raises(BudgetSpent):
         order_queues(problem, everyone, True, deadline=4.5)
-    monkeypatch.setattr(ordering, "time", SteppingClock())
+    monkeypatch.setattr(ordering, "clock", SteppingClock())
     assert order_queues(problem, everyone, True, deadline=100.0) == unhurried
 
 
