@@ -51,6 +51,13 @@ def replay_command(
     time_budget: Annotated[
         float, typer.Option(help="Per-plan budget, seconds: cpsat's search; with quantiles, lpt's too.")
     ] = 4.0,
+    wall_clock: Annotated[
+        bool,
+        typer.Option(
+            "--wall-clock",
+            help="Plan against the wall clock, as the service does: figures then vary with the host's load.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a Gantt chart (PNG) of the last step.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write a self-contained HTML report.")] = None,
@@ -84,6 +91,7 @@ def replay_command(
             steal_modes=(steal,),
             kv_admission=kv_admission,
             time_budget_s=time_budget,
+            wall_clock=wall_clock,
             seed=seed,
             processes=processes or os.cpu_count() or 1,
         )

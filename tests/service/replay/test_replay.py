@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from predictors.tracetable import Trace
 from scheduler.errors import InvalidInputError
 from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay, select_steps
 from service.workerspec import parse_workers
+from tests.scheduler.fake_clock import SteppingClock
 
 POOL = parse_workers("2xH100,1xAscend910B", model="7b")
 
@@ -87,6 +89,22 @@ def test_a_replay_is_deterministic_apart_from_wall_times(small_trace: Trace) -> 
         return {k: v for k, v in asdict(report.summary(True)["lpt"]).items() if k != "plan_wall_s"}
 
     assert figures(replay(small_trace, config)) == figures(replay(small_trace, config))
+
+
+def test_a_replay_gives_the_same_figures_on_a_host_so_loaded_each_step_seems_to_take_a_second(
+    small_trace: Trace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _config(("lpt", "cpsat"), (2,))
+
+    def figures(report: ReplayReport) -> dict[str, dict[str, object]]:
+        summary = report.summary(True).items()
+        return {name: {k: v for k, v in asdict(s).items() if k != "plan_wall_s"} for name, s in summary}
+
+    idle = figures(replay(small_trace, config))
+    monkeypatch.setattr(time, "perf_counter", SteppingClock(start=-1e6).now)
+    assert figures(replay(small_trace, config)) == idle
+    loaded_on_the_wall = figures(replay(small_trace, dataclasses.replace(config, wall_clock=True)))
+    assert loaded_on_the_wall != idle  # the service's clock gives up phases on such a host
 
 
 def test_a_step_is_planned_without_seeing_its_own_or_later_lengths(small_trace: Trace) -> None:
