@@ -53,11 +53,9 @@ class ReplayConfig:
     steal_modes: tuple[bool, ...] = (True,)  # simulate each plan with (True) and/or without stealing
     kv_admission: bool = True  # length-aware plans admit by projected KV peak (the CLI's default too)
     quantile: float = 0.5  # predicted quantile the planner plans on
-    time_budget_s: float = 4.0  # per-plan budget, read on a frozen clock (``scheduler.clock``): every
-    # phase of a plan runs to its own extent, and the budget sets only CP-SAT's deterministic limits
-    wall_clock: bool = False  # read the budget on the wall clock instead, as the service does: how a
-    # plan fares under a budget it must keep (say the service's 80 ms), at the price of figures that
-    # vary with the host's load
+    time_budget_s: float = 4.0  # per-plan budget, on a frozen clock (``scheduler.clock``): it sets only
+    # CP-SAT's deterministic limits. ``wall_clock``: on the wall clock, as the service (figures vary)
+    wall_clock: bool = False
     seed: int = 0  # planner seed
     fit_config: FitConfig | None = None  # predictor training settings; None: ``replay_fit_config``
     processes: int = 1  # a step's policy runs played at once in this many spawned worker processes;
