@@ -327,7 +327,24 @@ def jsonl_objects(path: Path) -> RawRows:
                 raise TraceFormatError(str(path), line, "<json>", text.strip()[:40], exc.msg) from None
             if not isinstance(cells, dict):
                 raise TraceFormatError(str(path), line, "<json>", cells, "each line must be a JSON object")
+            if "\\u" in text:  # only an escape can decode to a lone surrogate
+                _refuse_surrogates(cells, str(path), line)
             yield line, cells
+
+
+def _refuse_surrogates(cells: dict[str, object], source: str, line: int) -> None:
+    """Refuse a key or text value holding an unpaired surrogate (``"\\ud800"`` decodes to one): it is
+    no UTF-8 text, so writing the trace, hashing a prompt or tokenizing it failed with a traceback."""
+    for name, value in cells.items():
+        for text in (name, value):
+            if isinstance(text, str) and not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    column = name.encode("utf-8", "backslashreplace").decode("utf-8")
+                    raise TraceFormatError(
+                        source, line, column, value, "not UTF-8 text (an unpaired \\uD800-\\uDFFF escape)"
+                    ) from None
 
 
 def _parquet_rows(path: Path, renamer: Renamer) -> RawRows:

@@ -206,3 +206,21 @@ def test_a_cell_longer_than_pythons_csv_limit_reads_on_either_path(tmp_path: Pat
     path = tmp_path / "long.csv"
     path.write_text(f"step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,{prompt},0,10,5\n")
     assert read_trace(path, fast=fast).prompt_id.tolist() == [prompt]
+
+
+JSONL_ROW = '"step": 0, "sample_idx": 0, "prompt_tokens": 3, "output_tokens": 4'
+
+
+@pytest.mark.parametrize("cells", ['"prompt_id": "a\\ud800"', '"prompt_id": "a", "x\\udc00": 1'])
+def test_a_jsonl_escape_of_an_unpaired_surrogate_is_refused_at_its_line(tmp_path: Path, cells: str) -> None:
+    """JSON decodes ``\\ud800`` to text that is no UTF-8: writing the trace failed with a traceback."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(f"{{{JSONL_ROW}, {cells}}}\n")
+    with pytest.raises(TraceFormatError, match=r"t\.jsonl:1:.*not UTF-8 text"):
+        read_trace(path)
+
+
+def test_a_paired_surrogate_escape_in_jsonl_is_ordinary_text(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(f'{{{JSONL_ROW}, "prompt_id": "\\ud83d\\ude80"}}\n')
+    assert read_trace(path).prompt_id.tolist() == ["\U0001f680"]

@@ -336,3 +336,14 @@ def test_a_dump_named_with_a_non_ascii_digit_is_skipped_like_any_non_step_file(
     result = import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None)
     assert result.files == 1
     assert result.trace.output_tokens.tolist() == [1]
+
+
+def test_a_dump_line_with_an_unpaired_surrogate_escape_is_located_not_a_traceback(
+    tmp_path: Path, tokenizer_json: Path
+) -> None:
+    """The tokenizer raised a bare TypeError on such text (and the prompt hash a UnicodeEncodeError)."""
+    directory = tmp_path / "d"
+    directory.mkdir()
+    (directory / "0.jsonl").write_text('{"input": "what\\ud800", "output": "so", "score": 1, "step": 0}\n')
+    with pytest.raises(TraceFormatError, match=r"0\.jsonl:1:input.*not UTF-8"):
+        import_verl(directory, tokenizer_json, max_new_tokens=None)
