@@ -316,8 +316,9 @@ def _jsonl_rows(path: Path, renamer: Renamer) -> RawRows:
 
 
 def jsonl_objects(path: Path) -> RawRows:
-    """(line, object) per non-blank line of a JSON Lines file; a bad line names file and line."""
-    with path.open(encoding="utf-8") as handle:
+    """(line, object) per non-blank line of a JSON Lines file; a bad line names file and line.
+    A byte-order mark before the first line is skipped, as csv's is (json.loads refuses one)."""
+    with path.open(encoding="utf-8-sig") as handle:
         for line, text in enumerate(handle, start=1):
             if not text.strip():
                 continue

@@ -224,3 +224,10 @@ def test_a_paired_surrogate_escape_in_jsonl_is_ordinary_text(tmp_path: Path) -> 
     path = tmp_path / "t.jsonl"
     path.write_text(f'{{{JSONL_ROW}, "prompt_id": "\\ud83d\\ude80"}}\n')
     assert read_trace(path).prompt_id.tolist() == ["\U0001f680"]
+
+
+def test_a_jsonl_saved_with_a_byte_order_mark_reads_like_any_other(tmp_path: Path) -> None:
+    """As a csv's does; json.loads refused the mark ("Unexpected UTF-8 BOM")."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(f'\ufeff{{{JSONL_ROW}, "prompt_id": "a"}}\n'.encode())
+    assert read_trace(path).prompt_id.tolist() == ["a"]

@@ -347,3 +347,15 @@ def test_a_dump_line_with_an_unpaired_surrogate_escape_is_located_not_a_tracebac
     (directory / "0.jsonl").write_text('{"input": "what\\ud800", "output": "so", "score": 1, "step": 0}\n')
     with pytest.raises(TraceFormatError, match=r"0\.jsonl:1:input.*not UTF-8"):
         import_verl(directory, tokenizer_json, max_new_tokens=None)
+
+
+def test_a_dump_with_a_byte_order_mark_crlf_and_blank_lines_imports_like_a_plain_one(
+    tmp_path: Path, tokenizer_json: Path
+) -> None:
+    directory = tmp_path / "d"
+    directory.mkdir()
+    line = '{"input": "what is two", "output": "so four", "score": 1, "step": 0}'
+    (directory / "0.jsonl").write_bytes(f"\ufeff{line}\r\n\r\n{line.replace('so ', '')}\r\n".encode())
+    trace = import_verl(directory, tokenizer_json, max_new_tokens=None).trace
+    assert trace.output_tokens.tolist() == [2, 1]
+    assert trace.sample_idx.tolist() == [0, 1]
