@@ -164,7 +164,7 @@ def _verl_row(
     seen: dict[tuple[int, str], int],
     keep: frozenset[str],
 ) -> tuple[TraceRow, bool]:
-    step = record.get("step", path.stem)
+    step = _step_of(record, path)
     prompt_id = prompt_hash(str(record["input"]))
     key = (_as_step(step, path, line), prompt_id)
     seen[key] = seen.get(key, -1) + 1
@@ -182,6 +182,13 @@ def _verl_row(
         cells["finish_reason"] = "length" if output_tokens >= cap else "stop"
     cells.update(_kept_extras(record, keep))
     return parse_row(cells, str(path), line), clamped
+
+
+def _step_of(record: Mapping[str, object], path: Path) -> object:
+    """A line's ``step``, or its file's (``{step}.jsonl``) where the line has none: a ``null`` or
+    blank step is a missing value, as in every trace file, not the text ``None`` to parse."""
+    step = record.get("step")
+    return path.stem if step is None or (isinstance(step, str) and not step.strip()) else step
 
 
 def _kept_extras(record: Mapping[str, object], keep: frozenset[str]) -> dict[str, object]:

@@ -359,3 +359,14 @@ def test_a_dump_with_a_byte_order_mark_crlf_and_blank_lines_imports_like_a_plain
     trace = import_verl(directory, tokenizer_json, max_new_tokens=None).trace
     assert trace.output_tokens.tolist() == [2, 1]
     assert trace.sample_idx.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("step", ['"step": null, ', '"step": " ", ', ""])
+def test_a_dump_line_without_a_step_takes_its_files_step(
+    tmp_path: Path, tokenizer_json: Path, step: str
+) -> None:
+    """A null step read as the text 'None' ("could not convert string to float")."""
+    directory = tmp_path / "d"
+    directory.mkdir()
+    (directory / "7.jsonl").write_text(f'{{{step}"input": "what", "output": "so", "score": 1}}\n')
+    assert import_verl(directory, tokenizer_json, max_new_tokens=None).trace.step.tolist() == [7]
