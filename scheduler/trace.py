@@ -63,7 +63,7 @@ def int_cell(raw: object, column: str, minimum: int) -> int:
             raise ValueError("expected an integer")
         value = int(raw)
     else:
-        text = str(raw).strip()
+        text = _plain_number(raw)
         try:
             value = int(text)
         except ValueError:
@@ -78,8 +78,17 @@ def int_cell(raw: object, column: str, minimum: int) -> int:
     return value
 
 
+def _plain_number(raw: object) -> str:
+    """A number cell's text, refused (``ValueError``) when it holds what only Python reads as a
+    number: ``int``/``float`` take ``1_0`` as 10 and Arabic-Indic ``\\u0665`` as 5."""
+    text = str(raw).strip()
+    if not text.isascii() or "_" in text:
+        raise ValueError("expected a number in ASCII digits, without '_'")
+    return text
+
+
 def _float_cell(raw: object) -> float:
-    value = float(str(raw).strip()) if not isinstance(raw, (int, float)) else float(raw)
+    value = float(_plain_number(raw)) if not isinstance(raw, (int, float)) else float(raw)
     if not math.isfinite(value):
         raise ValueError("must be a finite number")
     return value

@@ -166,6 +166,8 @@ def select_steps(trace: Trace, text: str | None) -> tuple[int, ...]:
 def _step_part(part: str, text: str, present: list[int]) -> set[int]:
     lo, dash, hi = part.strip().partition("-")
     try:
+        if not part.isascii() or "_" in part:  # int() reads "\u0665" as 5, "1_0" as 10
+            raise ValueError(part)
         first = int(lo)
         last = (int(hi) if hi.strip() else max(present, default=first)) if dash else first
     except ValueError:

@@ -18,7 +18,8 @@ from scheduler.types import Inventory, Worker
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs
 MAX_WORKERS = 100_000  # a sanity bound: a typo like 80000000xH100 should fail fast, not allocate
 _PART = re.compile(
-    r"^\s*(?:(?P<count>\d+)\s*[xX*]\s*)?(?P<device>[A-Za-z0-9_\-]+)\s*(?::\s*(?P<seqs>\d+))?\s*$"
+    r"^\s*(?:(?P<count>\d+)\s*[xX*]\s*)?(?P<device>[A-Za-z0-9_\-]+)\s*(?::\s*(?P<seqs>\d+))?\s*$",
+    re.ASCII,  # \d would match other scripts' digits, which int() then reads as ASCII ones
 )
 
 

@@ -231,3 +231,17 @@ def test_a_jsonl_saved_with_a_byte_order_mark_reads_like_any_other(tmp_path: Pat
     path = tmp_path / "t.jsonl"
     path.write_bytes(f'\ufeff{{{JSONL_ROW}, "prompt_id": "a"}}\n'.encode())
     assert read_trace(path).prompt_id.tolist() == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("column", "cell"),
+    [("step", "1_0"), ("step", "\u0665"), ("output_tokens", "1\u0660\u0660"), ("reward", "1_0")],
+)
+def test_a_number_only_python_reads_is_refused_at_its_cell(tmp_path: Path, column: str, cell: str) -> None:
+    """``int`` read "1_0" as 10 and Arabic-Indic "\\u0665" as 5: no plain number, posed as one."""
+    cells = {"step": "0", "prompt_id": "a", "sample_idx": "0", "prompt_tokens": "3", "output_tokens": "4"}
+    cells[column] = cell
+    path = tmp_path / "t.csv"
+    path.write_text(",".join(cells) + "\n" + ",".join(cells.values()) + "\n", encoding="utf-8")
+    with pytest.raises(TraceFormatError, match=f"t\\.csv:2:{column}.*ASCII"):
+        read_trace(path)

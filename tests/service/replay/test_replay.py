@@ -135,7 +135,7 @@ def test_step_ranges_select_the_steps_present(
     assert select_steps(small_trace, text) == expected
 
 
-@pytest.mark.parametrize("text", ["7-9", "a", "3-1", "-2"])
+@pytest.mark.parametrize("text", ["7-9", "a", "3-1", "-2", "0_2", "\u0662", "0-\u0662"])
 def test_a_step_range_without_rows_or_malformed_is_refused(small_trace: Trace, text: str) -> None:
     with pytest.raises(InvalidInputError, match="steps"):
         select_steps(small_trace, text)

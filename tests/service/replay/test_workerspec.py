@@ -28,7 +28,19 @@ def test_max_num_seqs_and_device_aliases_are_accepted() -> None:
 
 
 @pytest.mark.parametrize(
-    "spec", ["", "8x", "x H100", "8xH100,,", "8xH100:0", "0xH100", "8xH100:abc", "8yH100z!"]
+    "spec",
+    [
+        "",
+        "8x",
+        "x H100",
+        "8xH100,,",
+        "8xH100:0",
+        "0xH100",
+        "8xH100:abc",
+        "8yH100z!",
+        "\u0668xH100",
+        "H100:\u0661",
+    ],
 )
 def test_a_malformed_spec_is_refused_naming_the_field(spec: str) -> None:
     with pytest.raises(InvalidInputError, match=r"workers|device"):
