@@ -12,6 +12,7 @@ loaded or not. Metric definitions: docs/replay.md.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, as_completed
@@ -194,6 +195,8 @@ def replay(trace: Trace, config: ReplayConfig, progress: Progress | None = None)
     """Replay ``config.steps`` of ``trace``; ``progress`` is told after each plan and each fit."""
     if config.seed < 0:  # checked here, not first inside a worker process a step later
         raise InvalidInputError("seed", config.seed, "must be an integer >= 0")
+    if not (math.isfinite(config.time_budget_s) and config.time_budget_s > 0):  # as above: before a fit
+        raise InvalidInputError("time_budget_s", config.time_budget_s, "must be a positive finite number")
     started = time.perf_counter()
     tick = progress or (lambda _label: None)
     with _pool(config) as pool:

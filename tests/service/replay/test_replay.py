@@ -176,3 +176,12 @@ def test_policies_played_in_worker_processes_give_what_they_give_in_turn(small_t
         for key, run in one.runs.items():
             assert run.plan.workers == other.runs[key].plan.workers
             assert run.result.makespan_s == other.runs[key].result.makespan_s
+
+
+@pytest.mark.parametrize("budget", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_bad_time_budget_is_refused_before_any_step_is_fitted(small_trace: Trace, budget: float) -> None:
+    """The planner refused it only at the first plan, after that step's predictor fit."""
+    labels: list[str] = []
+    with pytest.raises(InvalidInputError, match="time_budget_s"):
+        replay(small_trace, _config(("lpt",), (1, 2), time_budget_s=budget), labels.append)
+    assert labels == []
