@@ -1,11 +1,10 @@
-"""Reading and writing trace files (.csv, .jsonl, .parquet) into the columnar ``Trace``.
+"""Reading trace files (.csv, .jsonl, .parquet) into the columnar ``Trace``.
 
 Every row goes through ``scheduler.trace.parse_row``, so one set of rules decides what a valid row is
 and a malformed cell is reported as ``file:line:column``. Lines are 1-based: in csv the header is
 line 1 (a quoted multi-line cell reports the line the record ends on); in jsonl the physical line;
 in parquet the row number. Nothing is dropped silently: a bad row is an error, not a skip.
-Writes go to a temporary file that is renamed into place, so a reader never sees half a trace.
-docs/trace-format.md documents the format.
+Writing is ``predictors.tracewrite``; docs/trace-format.md documents the format.
 """
 
 from __future__ import annotations
@@ -13,18 +12,15 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from predictors.fsmode import make_ordinary
 from predictors.history import repeated_rows
 from predictors.tracefast import fast_trace
-from predictors.tracetable import FINISH_NAMES, Trace, TraceBuilder
+from predictors.tracetable import Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
 from scheduler.trace import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TraceFormatError, parse_row
 
@@ -167,22 +163,6 @@ class Renamer:
                 raise TraceFormatError(self.source, 1, old, None, "no such column to map (--map)")
 
 
-def write_trace(trace: Trace, path: str | Path) -> None:
-    """Write a trace in the format its suffix names, atomically; optional columns never set are omitted."""
-    path = Path(path)
-    writer = _writer_for(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        writer(trace, Path(tmp))
-        make_ordinary(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _read_fast(path: Path, rename: Mapping[str, str] | None = None) -> Trace | None:
     """The trace via whole-column checks after ``rename``, or None when the row-by-row path must
     decide (it alone words the errors, a refused renaming included)."""
@@ -238,13 +218,6 @@ def _reader_for(suffix: str, source: str) -> Callable[[Path, Renamer], RawRows]:
     if suffix not in readers:
         raise InvalidInputError("trace", source, f"unsupported suffix; expected one of {SUFFIXES}")
     return readers[suffix]
-
-
-def _writer_for(path: Path) -> Callable[[Trace, Path], None]:
-    writers = {".csv": _write_csv, ".jsonl": _write_jsonl, ".parquet": _write_parquet}
-    if path.suffix not in writers:
-        raise InvalidInputError("trace", str(path), f"unsupported suffix; expected one of {SUFFIXES}")
-    return writers[path.suffix]
 
 
 def _present(value: object) -> bool:
@@ -362,61 +335,3 @@ def _parquet_rows(path: Path, renamer: Renamer) -> RawRows:
     }
     for index in range(table.num_rows):
         yield index + 1, {name: values[index] for name, values in columns.items()}
-
-
-# --- writers -------------------------------------------------------------------------------------
-
-
-def _record_columns(trace: Trace) -> dict[str, list[object]]:
-    """Column name -> Python values (None where missing), in schema order then extras."""
-    n = len(trace)
-    cols: dict[str, list[object]] = {name: getattr(trace, name).tolist() for name in REQUIRED_COLUMNS}
-    if np.any(trace.max_new_tokens > 0):
-        cols["max_new_tokens"] = [int(v) or None for v in trace.max_new_tokens.tolist()]
-    if np.any(trace.finish_reason >= 0):
-        cols["finish_reason"] = [FINISH_NAMES[c] if c >= 0 else None for c in trace.finish_reason.tolist()]
-    if not np.all(np.isnan(trace.reward)):
-        cols["reward"] = [None if math.isnan(r) else r for r in trace.reward.tolist()]
-    for name, num in trace.numeric.items():
-        cols[name] = [None if math.isnan(v) else v for v in num.tolist()]
-    for name, text in trace.categorical.items():
-        cols[name] = [v or None for v in text.tolist()]
-    assert all(len(v) == n for v in cols.values())
-    return cols
-
-
-def _rows_of(cols: Mapping[str, list[object]]) -> Iterator[dict[str, object]]:
-    names = list(cols)
-    for values in zip(*cols.values(), strict=True):
-        yield dict(zip(names, values, strict=True))
-
-
-def _csv_cell(value: object) -> object:
-    if value is None:
-        return ""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-def _write_csv(trace: Trace, path: Path) -> None:
-    cols = _record_columns(trace)
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(list(cols))
-        for record in _rows_of(cols):
-            writer.writerow([_csv_cell(v) for v in record.values()])
-
-
-def _write_jsonl(trace: Trace, path: Path) -> None:
-    cols = _record_columns(trace)
-    with path.open("w", encoding="utf-8") as handle:
-        for record in _rows_of(cols):
-            handle.write(json.dumps({k: v for k, v in record.items() if v is not None}) + "\n")
-
-
-def _write_parquet(trace: Trace, path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    pq.write_table(pa.table(_record_columns(trace)), path)

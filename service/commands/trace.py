@@ -58,7 +58,7 @@ def import_command(
     ] = None,
 ) -> None:
     """Import rollout records into the project's trace format."""
-    from predictors.traceio import write_trace
+    from predictors.tracewrite import write_trace
     from scheduler.errors import InvalidInputError
     from service.traceimport import import_generic, import_verl, parse_mapping
 
@@ -138,7 +138,7 @@ def synth_command(
 ) -> None:
     """Write a calibrated SYNTHETIC trace (every row labelled source=synthetic)."""
     from predictors.synthetic import synthetic_trace
-    from predictors.traceio import write_trace
+    from predictors.tracewrite import write_trace
     from scheduler.errors import InvalidInputError
 
     try:

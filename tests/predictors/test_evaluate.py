@@ -10,8 +10,9 @@ import typer
 from typer.testing import CliRunner
 
 from predictors.evaluate import PREDICTORS, evaluate, score_step
-from predictors.traceio import read_trace, write_trace
+from predictors.traceio import read_trace
 from predictors.tracetable import Trace
+from predictors.tracewrite import write_trace
 from scheduler.trace import TraceRow
 from tests.predictors.helpers import drifting_trace
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from predictors.synthetic import synthetic_trace
 from predictors.tracefast import fast_trace
-from predictors.traceio import read_trace, write_trace
+from predictors.traceio import read_trace
+from predictors.tracewrite import write_trace
 from scheduler.errors import InvalidInputError
 
 INTS = ["0", "7", "12", "0012", "12.0", " 12", "-3", "", "1e3", "abc", "99999999999999999999999"]

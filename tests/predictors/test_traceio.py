@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictors.traceio import read_renamed, read_trace, write_trace
+from predictors.traceio import read_renamed, read_trace
 from predictors.tracetable import Trace
+from predictors.tracewrite import write_trace
 from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceFormatError, TraceRow
 

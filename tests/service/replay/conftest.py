@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from predictors.synthetic import synthetic_trace
-from predictors.traceio import write_trace
 from predictors.tracetable import Trace
+from predictors.tracewrite import write_trace
 
 
 @pytest.fixture(scope="session")

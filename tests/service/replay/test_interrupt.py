@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from predictors.synthetic import synthetic_trace
-from predictors.traceio import write_trace
+from predictors.tracewrite import write_trace
 from tests.service.interrupt import alive, interrupt
 
 PROMPT_EXIT_S = 3.0  # a plan in flight may take its whole --time-budget (8 s here); exiting must not wait
