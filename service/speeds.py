@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,19 +37,31 @@ from typing import Any
 
 from scheduler.costmodel import worker_cost
 from scheduler.devices import DeviceProfile, ModelPreset, model_preset
-from scheduler.errors import InvalidInputError
 from scheduler.types import Inventory, Worker
 from service.api.schemas import ActualReport
 from service.delivery import keys
 from service.redis_conn import RedisClient
 
+_log = logging.getLogger("service.speeds")
 MIN_RATIO, MAX_RATIO = 0.02, 50.0  # a sample outside this is a unit error or a stall, not a speed
+# The log scales an EWMA of clamped samples can hold (with slack for rounding); a stored state
+# outside them was not written by the learner and is not read.
+LOG_SCALE_BOUNDS = (math.log(MIN_RATIO) - 1e-6, math.log(MAX_RATIO) + 1e-6)
 
 # Folds one report batch's mean log ratio into a worker's EWMA atomically (replicas may race).
-# ARGV: worker, alpha, the batch's mean log ratio, its sample count.
+# ARGV: worker, alpha, the batch's mean log ratio, its sample count, the log scale's bounds.
 _UPDATE = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
-local state = raw and cjson.decode(raw) or nil
+local state = nil
+if raw then
+  local ok, decoded = pcall(cjson.decode, raw)
+  -- a state that does not read (another release's, a hand edit) starts afresh, never fails the batch
+  if ok and type(decoded) == 'table' and type(decoded.samples) == 'number'
+      and type(decoded.log_scale) == 'number' and tonumber(ARGV[5]) <= decoded.log_scale
+      and decoded.log_scale <= tonumber(ARGV[6]) then
+    state = decoded
+  end
+end
 local alpha, x, n = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 if state then
   state.log_scale = (1 - alpha) * state.log_scale + alpha * x
@@ -81,11 +94,8 @@ class SpeedLearner:
         if not worker_ids:
             return {}
         raw = self._redis.hmget(self.speed_key, list(worker_ids))
-        return {
-            wid: math.exp(float(json.loads(value)["log_scale"]))
-            for wid, value in zip(worker_ids, raw, strict=True)
-            if value is not None
-        }
+        scales = {wid: _learned_scale(wid, value) for wid, value in zip(worker_ids, raw, strict=True)}
+        return {wid: scale for wid, scale in scales.items() if scale is not None}
 
     def observe(self, reports: Iterable[ActualReport]) -> dict[str, float]:
         """Fold the speed samples of ``reports`` in; returns the new time scale of each updated worker."""
@@ -100,12 +110,14 @@ class SpeedLearner:
         profiles = dict(zip(ids, self._redis.hmget(self.workers_key, ids), strict=True))
         updated: dict[str, float] = {}
         for wid, batch in by_worker.items():
-            if profiles[wid] is None:
-                continue  # never published to: no model to compare with
-            worker, model = _worker_from_json(str(profiles[wid]))
+            profile = _worker_from_json(wid, profiles[wid])
+            if profile is None:
+                continue  # never published to, or by a format this release cannot read: no model
+            worker, model = profile
             # one update per batch, at its mean: folding the samples one by one left the estimate to
             # the last few reported (a step's slow tail: 1.15 where the step's mean was 1.0)
             args: list[Any] = [wid, self._alpha, _weighted_log_ratio(worker, model, batch), len(batch)]
+            args += list(LOG_SCALE_BOUNDS)
             updated[wid] = math.exp(float(self._update(keys=[self.speed_key], args=args)))
         return updated
 
@@ -147,9 +159,16 @@ def _worker_json(worker: Worker, model: ModelPreset) -> str:
     )
 
 
-def _worker_from_json(raw: str) -> tuple[Worker, ModelPreset]:
-    data: Mapping[str, Any] = json.loads(raw)
+def _worker_from_json(worker_id: str, raw: object) -> tuple[Worker, ModelPreset] | None:
+    """The stored profile and model of ``worker_id``; None when absent or when it does not read.
+
+    Unreadable (another release's format, a hand edit) is skipped with a warning, never fatal: the
+    reports are stored before their speed is learned, so failing here answered an error for a batch
+    that was stored. The next publish to the worker writes a profile this release reads."""
+    if raw is None:
+        return None
     try:
+        data: Mapping[str, Any] = json.loads(str(raw))
         worker = Worker(
             worker_id="measured",
             device=DeviceProfile(**data["device"]),
@@ -157,6 +176,26 @@ def _worker_from_json(raw: str) -> tuple[Worker, ModelPreset]:
             max_num_seqs=int(data["max_num_seqs"]),
             kv_capacity_tokens=data["kv_capacity_tokens"],
         )
-        return worker, model_preset(str(data["model"]))
-    except (KeyError, TypeError) as error:
-        raise InvalidInputError("workers", raw, f"stored worker profile unreadable: {error}") from error
+        model = model_preset(str(data["model"]))
+        worker_cost(worker, model)  # refuses a profile the cost model cannot price
+    except (ValueError, KeyError, TypeError, ArithmeticError) as error:  # InvalidInputError: ValueError
+        _log.warning("worker %s: stored profile unreadable, speed not learned (%s)", worker_id, error)
+        return None
+    return worker, model
+
+
+def _learned_scale(worker_id: str, raw: object) -> float | None:
+    """The time scale a stored learned state holds; None when absent or when it does not read
+    (or holds a scale the learner cannot reach: its samples are clamped to the ratio bounds)."""
+    if raw is None:
+        return None
+    try:
+        log_scale = float(json.loads(str(raw))["log_scale"])
+    except (ValueError, KeyError, TypeError) as error:
+        _log.warning("worker %s: learned speed unreadable, ignored (%s)", worker_id, error)
+        return None
+    low, high = LOG_SCALE_BOUNDS
+    if not low <= log_scale <= high:
+        _log.warning("worker %s: learned log scale %r out of range, ignored", worker_id, log_scale)
+        return None
+    return math.exp(log_scale)
