@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from typing_extensions import TypedDict
 
 Name = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:@/+=-]+$")]
@@ -302,15 +311,16 @@ class ActualReport(Strict):
     schedule_id: Name | None = None
     features: Features = Field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _within_cap(self) -> ActualReport:
-        # An engine never generates past its cap: such a row is misreported, and it would teach the
-        # predictor lengths no sample can have.
-        if self.max_new_tokens is not None and self.output_tokens > self.max_new_tokens:
-            raise ValueError(
-                f"output_tokens {self.output_tokens} exceeds max_new_tokens {self.max_new_tokens}"
-            )
-        return self
+    @field_validator("max_new_tokens")
+    @classmethod
+    def _within_cap(cls, cap: int | None, info: ValidationInfo) -> int | None:
+        """An engine never generates past its cap: such a row is misreported, and it would teach the
+        predictor lengths no sample can have. A field validator (``output_tokens`` is checked before
+        it), so the 422 names the report's field and value rather than the whole report."""
+        output = info.data.get("output_tokens")
+        if cap is not None and output is not None and output > cap:
+            raise ValueError(f"output_tokens {output} exceeds max_new_tokens {cap}")
+        return cap
 
 
 class ActualsRequest(Strict):
