@@ -23,7 +23,8 @@ from pathlib import Path
 from predictors.tracetable import Trace
 from scheduler.types import Inventory
 from service import benchsections
-from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay, select_steps
+from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay
+from service.replay_steps import select_steps
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

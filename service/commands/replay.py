@@ -76,7 +76,8 @@ def replay_command(
     """Replay TRACE on the pool SPEC and report every policy's makespan against the lower bound."""
     from predictors.traceio import read_trace
     from scheduler.errors import InvalidInputError
-    from service.replay import ReplayConfig, parse_policies, select_steps
+    from service.replay import ReplayConfig, parse_policies
+    from service.replay_steps import select_steps
     from service.workerspec import parse_workers
 
     try:

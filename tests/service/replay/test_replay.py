@@ -13,7 +13,8 @@ import pytest
 from predictors.traceio import read_trace
 from predictors.tracetable import Trace
 from scheduler.errors import InvalidInputError
-from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay, select_steps
+from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay
+from service.replay_steps import select_steps
 from service.workerspec import parse_workers
 from tests.scheduler.fake_clock import SteppingClock
 
