@@ -152,6 +152,11 @@ class Holdings:
             return float(max(1, self._in_flight()))
         return max(1.0, (self._occupancy - held.occupancy_at_start) / (now - held.started_at))
 
+    def held_for(self, held: Held) -> float:
+        """Seconds since ``held`` started (0 before): the interval ``mean_concurrency`` covers, so a
+        wall time and a concurrency measured by the sidecar describe the same span of the engine."""
+        return max(0.0, self.clock() - held.started_at) if held.started else 0.0
+
     def _in_flight(self) -> int:
         return sum(1 for h in self._held.values() if h.started)
 

@@ -193,14 +193,16 @@ async def done(body: DoneBody, state: Pull) -> JSONResponse:
     held = session.holdings.get((body.schedule_id, body.key, body.token))
     if held is not None and body.output_tokens > held.lease.item.max_new_tokens:
         raise AboveCapError(body.output_tokens, held.lease.item.max_new_tokens)
-    extra = dict(body.extra)
-    if held is not None:  # what the worker does not say, the sidecar measured: speed learning
-        extra.setdefault("concurrency", round(session.holdings.mean_concurrency(held), 3))
-        session.holdings.observe(body.output_tokens, body.wall_time_s)  # KV admission's decode rate
+    extra, wall_time_s = dict(body.extra), body.wall_time_s
+    if held is not None:
+        if "concurrency" not in extra:  # what the worker does not say, the sidecar measured
+            extra["concurrency"] = round(session.holdings.mean_concurrency(held), 3)
+            wall_time_s = session.holdings.held_for(held)  # over the interval the mean is taken
+        session.holdings.observe(body.output_tokens, wall_time_s)  # KV admission's decode rate
     result = TrajectoryResult(
         output_tokens=body.output_tokens,
         finish_reason=body.finish_reason,
-        wall_time_s=body.wall_time_s,
+        wall_time_s=wall_time_s,
         output=body.output,
         reward=body.reward,
         extra=extra,

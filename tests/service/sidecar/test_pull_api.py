@@ -104,6 +104,30 @@ def test_a_report_carries_the_sidecars_measured_concurrency_unless_the_worker_st
     assert extra["b#0"]["concurrency"] == 7
 
 
+def test_a_measured_concurrency_comes_with_the_wall_time_it_was_measured_over(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """A worker that queues items inside itself and reports only their generation time would pair a
+    short wall time with the sidecar's count of everything handed out: a worker learned 40x too fast.
+    Without a stated concurrency the sidecar's own span (/next to /done) is reported; with one, the
+    worker's pair is kept as it is."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "span", {"w0": [item("a", 0, 10), item("b", 0, 20)]}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> None:
+        first = (await client.get("/next")).json()
+        second = (await client.get("/next")).json()
+        await asyncio.sleep(0.3)
+        await client.post("/done", json={**_done(first, 11), "wall_time_s": 0.01})
+        stated = {**_done(second, 22), "wall_time_s": 0.01, "extra": {"concurrency": 1}}
+        await client.post("/done", json=stated)
+
+    _with_api(redis_url, script)
+    wall = {r.key: r.result.wall_time_s for r in delivery.read_results("span")}
+    assert wall["a#0"] >= 0.3
+    assert wall["b#0"] == 0.01
+
+
 def test_a_report_under_a_lost_lease_is_refused_with_409(redis_client: redis.Redis, redis_url: str) -> None:
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "stale", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
