@@ -239,7 +239,14 @@ def actual_from_result(
         wall_time_s=max(entry.wall_time_s, 1e-6),
         reward=reward,
         concurrency=_concurrency(entry.extra.get("concurrency")),
+        max_new_tokens=_cap(entry.extra.get("max_new_tokens")),
     )
+
+
+def _cap(value: Any) -> int | None:
+    """The item's cap as the sidecar recorded it: a ``length`` result is then read as a lower bound
+    of a longer length, and a later raise of the cap is not predicted at the old one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _concurrency(value: Any) -> float | None:

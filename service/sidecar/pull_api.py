@@ -195,6 +195,9 @@ async def done(body: DoneBody, state: Pull) -> JSONResponse:
         raise AboveCapError(body.output_tokens, held.lease.item.max_new_tokens)
     extra, wall_time_s = dict(body.extra), body.wall_time_s
     if held is not None:
+        item = held.lease.item  # what the trainer's actuals need and the worker need not repeat
+        extra.setdefault("prompt_tokens", item.prompt_tokens)
+        extra.setdefault("max_new_tokens", item.max_new_tokens)
         if "concurrency" not in extra:  # what the worker does not say, the sidecar measured
             extra["concurrency"] = round(session.holdings.mean_concurrency(held), 3)
             wall_time_s = session.holdings.held_for(held)  # over the interval the mean is taken

@@ -303,6 +303,7 @@ def _result(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryRes
             "sample_idx": item.sample_idx,
             "prompt_tokens": item.prompt_tokens,
             "predicted_tokens": item.predicted_tokens,
+            "max_new_tokens": item.max_new_tokens,  # a cut output is a lower bound below this cap
             "attempt": held.lease.attempt,
             "concurrency": round(concurrency, 3),
         },

@@ -8,7 +8,8 @@ import time
 import pytest
 import redis
 
-from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachableError
+from service.api.schemas import ResultEntry
+from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachableError, actual_from_result
 from service.delivery import Delivery, TrajectoryResult
 from service.ports import free_port
 from service.settings import Settings
@@ -125,3 +126,26 @@ def test_a_token_read_with_its_newline_still_authenticates(live_settings: Settin
     settings = with_settings(live_settings, trainer_tokens=TRAINER, worker_tokens=WORKER)
     with LiveServer(settings) as server, SchedulerClient(server.url, token=f" {TRAINER}\n") as client:
         assert client.schedule(batch_body(publish=False)).published is False
+
+
+def test_an_actual_carries_the_cap_its_sidecar_recorded() -> None:
+    """A cut output is a lower bound only below a known cap: without it a raised cap was predicted at
+    the old one (docs/predictors.md, truncated lengths)."""
+    entry = ResultEntry(
+        stream_id="1-0",
+        key="p0#3",
+        worker_id="w0",
+        attempt=1,
+        output_tokens=1024,
+        finish_reason="length",
+        wall_time_s=9.0,
+        output="",
+        reward=None,
+        extra={"prompt_tokens": 80, "max_new_tokens": 1024, "concurrency": 12.5},
+    )
+    report = actual_from_result(4, entry, {}, {})
+    assert report is not None
+    assert (report.prompt_id, report.sample_idx, report.max_new_tokens) == ("p0", 3, 1024)
+    uncapped = actual_from_result(4, entry.model_copy(update={"extra": {"prompt_tokens": 80}}), {}, {})
+    assert uncapped is not None
+    assert uncapped.max_new_tokens is None

@@ -102,6 +102,8 @@ def test_a_report_carries_the_sidecars_measured_concurrency_unless_the_worker_st
     extra = {r.key: dict(r.result.extra) for r in delivery.read_results("conc")}
     assert 1.0 <= extra["a#0"]["concurrency"] <= 2.0  # a and b were out together part of the time
     assert extra["b#0"]["concurrency"] == 7
+    assert {e["max_new_tokens"] for e in extra.values()} == {16_000}  # the actuals' cap, from the lease
+    assert all(e["prompt_tokens"] > 0 for e in extra.values())
 
 
 def test_a_measured_concurrency_comes_with_the_wall_time_it_was_measured_over(

@@ -94,6 +94,8 @@ def test_each_completed_result_carries_the_mean_concurrency_it_ran_at_for_speed_
     assert len(concurrency) == 6
     assert all(1.0 <= c <= 3.0 for c in concurrency)
     assert max(concurrency) > 1.5  # they overlapped, and the reports say so
+    caps = {r.result.extra["max_new_tokens"] for r in delivery.read_results("conc")}
+    assert caps == {items[0].max_new_tokens}  # a cut output's cap travels with it to the actuals
 
 
 @pytest.mark.parametrize(("kv_admission", "most_running"), [(True, 2), (False, 4)])
