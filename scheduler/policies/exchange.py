@@ -154,7 +154,9 @@ def _worker_constraints(
     load = sum(kv[u] * x[u, w] for u in mine)
     for u in mine:
         model.add(steps >= problem.units[u].steps * x[u, w])
-    per_cache = round(cost.kv_capacity_tokens / KV_UNIT * 1000)
+    # At least 1: a cache under 50 tokens rounds to 0 and would forbid every load (and divide by 0
+    # below); 1 only loosens the model, and the move is kept only if the worker model agrees.
+    per_cache = max(1, round(cost.kv_capacity_tokens / KV_UNIT * 1000))
     model.add(steps * per_cache >= load * 1000)
     per_step = round(scale * cost.time_scale * (cost.mem_base_s + cost.overhead_s) * US)
     per_unit = round(scale * cost.time_scale * cost.mem_per_token_s * KV_UNIT * US)

@@ -1,0 +1,151 @@
+"""Extreme but valid requests: the planner's invariants hold at the edges of what validation accepts.
+
+The shared strategies (``plan_strategies``) draw typical small requests; these draw the corners: one
+trajectory or one worker, one-token lengths, equal lengths, caches exactly as large as the longest
+trajectory needs (or a few tokens), one slot, kinds 10^6 times apart in speed, measured profiles a
+thousand times off, pins that leave a single worker, and quantiles with p90 below p50.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.costmodel import worker_cost
+from scheduler.devices import device_profile, model_preset
+from scheduler.planner import plan
+from scheduler.policies import POLICY_NAMES
+from scheduler.simulator import SimOptions, simulate
+from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
+
+EDGES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+KINDS = ("H100", "Ascend910B", "A100-80GB", "H200")
+FACTORS = (1e-3, 1.0, 1e3)  # measured profile figures a thousand times off either way
+
+
+@st.composite
+def edge_workers(draw: st.DrawFn, need: int) -> tuple[Worker, ...]:
+    """1-4 workers; each cache is derived, exactly ``need`` (the batch's largest) or ``need`` x 4."""
+    workers = []
+    for i in range(draw(st.integers(1, 4))):
+        device = device_profile(draw(st.sampled_from(KINDS)))
+        if draw(st.booleans()):
+            device = dataclasses.replace(
+                device,
+                hbm_bandwidth_gbs=device.hbm_bandwidth_gbs * draw(st.sampled_from(FACTORS)),
+                peak_tflops=device.peak_tflops * draw(st.sampled_from(FACTORS)),
+                step_overhead_s=draw(st.sampled_from((0.0, 0.002, 0.5))),
+            )
+        cache = draw(st.sampled_from((None, need, need * 4)))
+        workers.append(
+            Worker(
+                f"w{i}",
+                device,
+                num_gpus=draw(st.sampled_from((1, 8))),
+                max_num_seqs=draw(st.sampled_from((1, 2, 256))),
+                kv_capacity_tokens=cache,
+                time_scale=draw(st.sampled_from((1e-3, 1.0, 1e3))),
+            )
+        )
+    return tuple(workers)
+
+
+@st.composite
+def edge_requests(draw: st.DrawFn) -> PlanRequest:
+    """A valid request at the corners; predicted lengths are whole tokens, so they are exact."""
+    shape = draw(st.sampled_from(("one-token", "equal", "mixed")))
+    count = draw(st.integers(1, 16))
+    groups = draw(st.integers(1, count))
+    equal = draw(st.integers(1, 3_000))
+    trajectories = []
+    for i in range(count):
+        cap = 1 if shape == "one-token" else draw(st.integers(1, 3_000))
+        length = min(equal, cap) if shape == "equal" else draw(st.integers(1, cap))
+        p50, p90 = draw(st.integers(1, 4_000)), draw(st.integers(1, 4_000))  # p90 < p50 allowed
+        trajectories.append(
+            Trajectory(
+                f"g{i % groups}",
+                i // groups,
+                draw(st.sampled_from((1, 2_000))),
+                cap,
+                float(length),
+                {0.5: float(p50), 0.9: float(p90)} if draw(st.booleans()) else {},
+            )
+        )
+    workers = draw(edge_workers(max(t.prompt_tokens + t.max_new_tokens for t in trajectories)))
+    ids = [w.worker_id for w in workers]
+    excluded = frozenset(draw(st.sets(st.sampled_from(ids), max_size=len(ids) - 1)))
+    allowed = [w for w in ids if w not in excluded]
+    pin = draw(st.sampled_from((None, "one", "some")))
+    if pin is not None:  # a pin binds a whole group, so prefix affinity may hold either way
+        chosen = draw(st.sampled_from(allowed))
+        pinned = {f"g{g}" for g in range(groups) if pin == "one" or draw(st.booleans())}
+        trajectories = [
+            dataclasses.replace(t, pinned_worker=chosen) if t.prompt_id in pinned else t for t in trajectories
+        ]
+    return PlanRequest(
+        tuple(trajectories),
+        Inventory(workers, model_preset(draw(st.sampled_from(("1.5b", "7b"))))),
+        time_budget_s=0.3,
+        prefix_affinity=draw(st.booleans()),
+        kv_admission=draw(st.booleans()),
+        excluded_workers=excluded,
+        seed=draw(st.integers(0, 3)),
+    )
+
+
+def _options(request: PlanRequest, steal: bool = False) -> SimOptions:
+    return SimOptions(
+        steal=steal,
+        kv_admission=request.kv_admission,
+        excluded_workers=request.excluded_workers,
+        prefix_affinity=request.prefix_affinity,
+    )
+
+
+@EDGES
+@given(edge_requests())
+def test_at_the_edges_every_trajectory_runs_once_where_it_may_and_no_play_beats_the_bound(
+    request: PlanRequest,
+) -> None:
+    workers = {w.worker_id: w for w in request.inventory.workers}
+    exact = {t.key: int(t.predicted_tokens) for t in request.trajectories}
+    batch, inventory = request.trajectories, request.inventory
+    for name in POLICY_NAMES:
+        result = plan(request, name)
+        where = {key: wp.worker_id for wp in result.workers for key in wp.items}
+        assert sorted(key for wp in result.workers for key in wp.items) == sorted(exact), name
+        for t in request.trajectories:
+            worker = workers[where[t.key]]
+            assert worker.worker_id not in request.excluded_workers, name
+            assert t.pinned_worker in (None, worker.worker_id), name
+            cap = worker_cost(worker, request.inventory.model).kv_capacity_tokens
+            assert t.prompt_tokens + t.max_new_tokens <= cap, name
+        for steal in (False, True):
+            played = simulate(result, batch, exact, inventory, _options(request, steal))
+            assert played.makespan_s >= result.lower_bound_s * (1 - 1e-9), (name, steal)
+        if not result.dispatch_order:  # a static plan plays on exact lengths as predicted
+            alone = simulate(result, batch, exact, inventory, _options(request))
+            assert alone.makespan_s == pytest.approx(result.predicted_makespan_s, rel=1e-9), name
+
+
+@EDGES
+@given(
+    cache=st.integers(2, 60),
+    lengths=st.lists(st.integers(1, 30), min_size=1, max_size=12),
+    kv_admission=st.booleans(),
+)
+def test_every_policy_plans_for_a_worker_whose_kv_cache_holds_only_a_few_tokens(
+    cache: int, lengths: list[int], kv_admission: bool
+) -> None:
+    """A cache of under 50 tokens once rounded to zero in cpsat's repair model and divided by it."""
+    tiny = Worker("tiny", device_profile("A100-80GB"), kv_capacity_tokens=cache)
+    inventory = Inventory((tiny, Worker("big", device_profile("Ascend910B"))), model_preset("1.5b"))
+    trajectories = tuple(Trajectory(f"p{i}", 0, 1, n, float(n)) for i, n in enumerate(lengths))
+    request = PlanRequest(trajectories, inventory, time_budget_s=0.3, kv_admission=kv_admission)
+    for name in POLICY_NAMES:
+        result = plan(request, name)
+        assert sorted(k for wp in result.workers for k in wp.items) == sorted(t.key for t in trajectories)
