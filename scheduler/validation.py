@@ -20,6 +20,23 @@ from scheduler.errors import InvalidInputError
 from scheduler.gcpause import collector_paused
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
+# The physical envelope of a worker: every device there is, with room to spare (the API's
+# WorkerSpec bounds measured overrides the same way). Past it a figure is a unit mistake, and the
+# model's numbers leave what floats and CP-SAT's 64-bit coefficients hold: 1e300 GB/s made every
+# coefficient 0 (ZeroDivisionError in the bound), time_scale 1e18 overflowed cpsat's repair model.
+RANGES: dict[str, tuple[float, float]] = {
+    "hbm_bandwidth_gbs": (1.0, 1e6),  # GB/s per device
+    "peak_tflops": (0.01, 1e6),  # TFLOP/s per device
+    "memory_gib": (0.01, 1e5),  # GiB per device
+    "step_overhead_s": (0.0, 1.0),  # seconds per step
+    "bandwidth_efficiency": (0.01, 1.0),  # shares: a 1% kernel is a measurement mistake too
+    "compute_efficiency": (0.01, 1.0),
+    "memory_utilization": (0.01, 1.0),
+    "time_scale": (1e-3, 1e3),  # a worker 1,000x off its profile is a mistake, not a measurement
+}
+MAX_GPUS = 64  # tensor-parallel degree
+MAX_TOKENS = 2**31 - 1  # a KV cache stated in tokens
+
 
 def validate_request(request: PlanRequest) -> None:
     """Raise ``InvalidInputError`` for the first rule ``request`` breaks; return quietly otherwise."""
@@ -191,11 +208,12 @@ def _validate_worker(worker: Worker, path: str) -> None:
     """Capacities and speeds must be positive and finite, so every cost is a real number of seconds."""
     if not worker.worker_id:
         raise InvalidInputError(f"{path}.worker_id", worker.worker_id, "must be a non-empty string")
-    _require_int(f"{path}.num_gpus", worker.num_gpus, minimum=1)
+    _require_int(f"{path}.num_gpus", worker.num_gpus, minimum=1, maximum=MAX_GPUS)
     _require_int(f"{path}.max_num_seqs", worker.max_num_seqs, minimum=1)
     if worker.kv_capacity_tokens is not None:
-        _require_int(f"{path}.kv_capacity_tokens", worker.kv_capacity_tokens, minimum=1)
+        _require_int(f"{path}.kv_capacity_tokens", worker.kv_capacity_tokens, minimum=1, maximum=MAX_TOKENS)
     _require_positive(f"{path}.time_scale", worker.time_scale)
+    _require_range(f"{path}.time_scale", worker.time_scale)
     _validate_device(worker.device, f"{path}.device")
 
 
@@ -203,19 +221,31 @@ def _validate_device(device: DeviceProfile, path: str) -> None:
     """Measured overrides arrive through here too, so the profile is checked like any input."""
     for name in ("hbm_bandwidth_gbs", "peak_tflops", "memory_gib"):
         _require_positive(f"{path}.{name}", getattr(device, name))
+        _require_range(f"{path}.{name}", getattr(device, name))
     for name in ("bandwidth_efficiency", "compute_efficiency", "memory_utilization"):
         value = getattr(device, name)
         _require_positive(f"{path}.{name}", value)
         if value > 1.0:
             raise InvalidInputError(f"{path}.{name}", value, "is a share and must not exceed 1")
+        _require_range(f"{path}.{name}", value)
     overhead = device.step_overhead_s
     if not _real(overhead) or overhead < 0:
         raise InvalidInputError(f"{path}.step_overhead_s", overhead, "must be a finite number >= 0")
+    _require_range(f"{path}.step_overhead_s", overhead)
 
 
-def _require_int(field: str, value: object, minimum: int) -> None:
+def _require_int(field: str, value: object, minimum: int, maximum: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidInputError(field, value, f"must be an integer >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise InvalidInputError(field, value, f"must be an integer <= {maximum}")
+
+
+def _require_range(field: str, value: float) -> None:
+    """``value`` (already a finite number) must lie in its figure's physical envelope (``RANGES``)."""
+    low, high = RANGES[field.rsplit(".", 1)[-1]]
+    if not low <= value <= high:
+        raise InvalidInputError(field, value, f"must lie in [{low:g}, {high:g}]: check the unit")
 
 
 def _require_positive(field: str, value: object) -> None:

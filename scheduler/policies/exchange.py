@@ -27,6 +27,7 @@ KV_UNIT = 1e5  # KV-token-steps per integer unit
 PARTNERS = (1, 3)  # neighbourhood sizes tried, beside the slowest worker
 STEP_LIMIT_S = 0.02  # deterministic limit of one neighbourhood solve
 MIN_GAIN = 0.005  # repair only while the slowest worker trails the runner-up by more than this
+SAFE_INT = 2**62  # CP-SAT's integers are 64-bit; a model past this is not built
 MAX_MOVES = 24  # neighbourhood solves per plan at most (the budget usually ends the search first)
 
 
@@ -104,14 +105,18 @@ def _resolve(
                 x[u, w] = model.new_bool_var(f"x[{u},{w}]")
     kv = {u: round(problem.units[u].kv_steps / KV_UNIT) for u in units}
     horizon = round(max(finish[w] for w in group) * US * 2) + 1
+    scales = {w: _calibration(problem, w, placed[w], finish[w]) for w in group}
+    if not _fits_int64(problem, units, kv, horizon, scales):
+        return None  # years-long steps or billion-token lengths: the integer model cannot hold them
     makespan = model.new_int_var(0, horizon, "T")
     # Phase 2: constraints.
     for u in units:
         model.add_exactly_one(x[u, w] for w in group if (u, w) in x)
     current = 0
     for w in group:
-        scale = _calibration(problem, w, placed[w], finish[w])
-        current = max(current, _worker_constraints(model, problem, w, units, x, kv, makespan, scale, home))
+        current = max(
+            current, _worker_constraints(model, problem, w, units, x, kv, makespan, scales[w], home)
+        )
     # Phase 3: objective, hinted with the current split, complete (steps and makespan too): CP-SAT
     # starts from a solution instead of searching for a first one (1,000 booleans found none in 55 ms).
     model.minimize(makespan)
@@ -166,6 +171,23 @@ def _worker_constraints(
     steps_here = max(max((problem.units[u].steps for u in here), default=0), -(-kv_here * 1000 // per_cache))
     model.add_hint(steps, steps_here)
     return per_step * steps_here + per_unit * kv_here
+
+
+def _fits_int64(
+    problem: Problem, units: Sequence[int], kv: dict[int, int], horizon: int, scales: dict[int, float]
+) -> bool:
+    """Whether every domain and coefficient of the model, and every sum it forms, stays within
+    CP-SAT's 64-bit integers (past them it raises TypeError where a plan should fall back)."""
+    load = sum(kv.values())
+    steps = max((problem.units[u].steps for u in units), default=1) * 4 + load
+    worst = float(max(horizon, load * 1000))
+    for w, scale in scales.items():
+        cost = problem.costs[w]
+        per_step = scale * cost.time_scale * (cost.mem_base_s + cost.overhead_s) * US
+        per_unit = scale * cost.time_scale * cost.mem_per_token_s * KV_UNIT * US
+        per_cache = cost.kv_capacity_tokens / KV_UNIT * 1000
+        worst = max(worst, steps * per_cache, per_step * steps + per_unit * load)
+    return worst < SAFE_INT
 
 
 def _calibration(problem: Problem, w: int, units: Sequence[int], finish: float) -> float:

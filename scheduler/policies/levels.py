@@ -60,6 +60,7 @@ IntArray = npt.NDArray[np.int64]
 BANDS = 7  # quantile bands (incl. the cap band); more quantiles add little past the grid below
 GRID = 16  # plus an edge every 1/GRID of the longest length. Medians at 4,096 x 32, one run each:
 # 8: 1.044, 16: 1.035, 32: 1.032; finer adds tiers, each a heap the placement visits per unit
+SAFE_INT = 2**62  # CP-SAT's integers are 64-bit: coefficients times counts must stay below this
 KV_UNIT = 1e7  # KV-token-steps per integer unit of K (coefficients keep ~3 significant digits)
 PROBE_LIMIT_S = 0.05  # deterministic limit of one feasibility probe (most take a few ms)
 PRECISION = 0.002  # bisection stops when the bracket on T is this tight (relative)
@@ -270,6 +271,7 @@ def cover(
     greedy = _greedy_cover(capacity, demand, sizes)
     if greedy is not None and (items is None or _holds(greedy, items)):
         return greedy, cp_model.FEASIBLE
+    capacity, items = _clamped(capacity, demand, sizes, items)
     kinds, bands = range(len(sizes)), range(len(demand))
     model = cp_model.CpModel()
     # Phase 1: variables: workers of each kind at each band.
@@ -295,6 +297,30 @@ def cover(
         return None, status
     # Phase 5: extract.
     return tuple(tuple(int(solver.value(v)) for v in row) for row in counts), status
+
+
+def _clamped(
+    capacity: Sequence[Sequence[int]], demand: Sequence[int], sizes: Sequence[int], items: ItemCounts | None
+) -> tuple[Sequence[Sequence[int]], ItemCounts | None]:
+    """The same cover question with no coefficient above what it must cover, where CP-SAT's 64-bit
+    sums would overflow otherwise (years-long makespans, billion-token lengths: it raises TypeError).
+
+    Exact: a worker whose capacity alone covers the whole demand covers every band's suffix before
+    and after. Left as it is below the limit, so that the counts CP-SAT returns do not change.
+    """
+    workers = max(1, sum(sizes))
+    largest = max((v for row in capacity for v in row), default=0)
+    if items is not None:
+        largest = max(largest, *(v for plane in items.room for row in plane for v in row))
+    if largest * workers < SAFE_INT:
+        return capacity, items
+    total = sum(demand)
+    capacity = [[min(v, total) for v in row] for row in capacity]
+    if items is not None:
+        most = max(items.needed, default=0)
+        room = tuple(tuple(tuple(min(v, most) for v in row) for row in plane) for plane in items.room)
+        items = ItemCounts(items.needed, room)
+    return capacity, items
 
 
 def _holds(counts: Sequence[Sequence[int]], items: ItemCounts) -> bool:

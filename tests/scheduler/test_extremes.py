@@ -23,7 +23,7 @@ from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 EDGES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KINDS = ("H100", "Ascend910B", "A100-80GB", "H200")
-FACTORS = (1e-3, 1.0, 1e3)  # measured profile figures a thousand times off either way
+FACTORS = (1e-3, 1.0, 200.0)  # measured profile figures far off either way, within validation.RANGES
 
 
 @st.composite
@@ -149,3 +149,56 @@ def test_every_policy_plans_for_a_worker_whose_kv_cache_holds_only_a_few_tokens(
     for name in POLICY_NAMES:
         result = plan(request, name)
         assert sorted(k for wp in result.workers for k in wp.items) == sorted(t.key for t in trajectories)
+
+
+CORNERS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def envelope_corners(draw: st.DrawFn) -> PlanRequest:
+    """Workers at the corners of what validation accepts (``validation.RANGES``), with lengths up
+    to what their caches hold: makespans of up to ~1e18 s and KV-token-steps of ~1e18."""
+    workers = []
+    for i in range(draw(st.integers(1, 3))):
+        device = dataclasses.replace(
+            device_profile("H100"),
+            hbm_bandwidth_gbs=draw(st.sampled_from((1.0, 1e6))),
+            peak_tflops=draw(st.sampled_from((0.01, 1e6))),
+            memory_gib=draw(st.sampled_from((80.0, 1e5))),
+            step_overhead_s=draw(st.sampled_from((0.0, 1.0))),
+            bandwidth_efficiency=draw(st.sampled_from((0.01, 1.0))),
+        )
+        cache = draw(st.sampled_from((None, 2, 2**31 - 1)))
+        scale = draw(st.sampled_from((1e-3, 1e3)))
+        workers.append(
+            Worker(
+                f"w{i}",
+                device,
+                num_gpus=draw(st.sampled_from((1, 64))),
+                kv_capacity_tokens=cache,
+                time_scale=scale,
+            )
+        )
+    inventory = Inventory(tuple(workers), model_preset(draw(st.sampled_from(("1.5b", "32b")))))
+    room = max(worker_cost(w, inventory.model).kv_capacity_tokens for w in workers)
+    trajectories = []
+    for i in range(draw(st.integers(1, 6))):
+        prompt = draw(st.sampled_from((1, max(1, room // 2))))
+        cap = max(1, min(draw(st.sampled_from((1, 1_000, 2**31 - 1))), room - prompt))
+        trajectories.append(Trajectory(f"p{i}", 0, prompt, cap, float(draw(st.integers(1, cap)))))
+    return PlanRequest(tuple(trajectories), inventory, time_budget_s=0.3, kv_admission=draw(st.booleans()))
+
+
+@CORNERS
+@given(envelope_corners())
+def test_at_the_corners_of_the_accepted_ranges_every_policy_plans_every_trajectory(
+    request: PlanRequest,
+) -> None:
+    """Billion-token lengths on the slowest profile once overflowed CP-SAT's 64-bit coefficients
+    (cpsat's repair and the bound's band cover raised TypeError) where lpt planned."""
+    for name in POLICY_NAMES:
+        result = plan(request, name)
+        assert sorted(k for wp in result.workers for k in wp.items) == sorted(
+            t.key for t in request.trajectories
+        )
+        assert result.predicted_makespan_s >= result.lower_bound_s * (1 - 1e-9)

@@ -209,3 +209,34 @@ def test_a_step_overhead_given_as_text_is_refused_by_name() -> None:
     device = dataclasses.replace(device_profile("H100"), step_overhead_s="0")  # type: ignore[arg-type]
     error = _rejected(_request(workers=(_worker("w0", device=device),)))
     assert error.field == "inventory.workers[0].device.step_overhead_s"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("hbm_bandwidth_gbs", 1e300),  # every coefficient 0: ZeroDivisionError in the bound
+        ("hbm_bandwidth_gbs", 1e-12),  # cpsat's repair coefficients past 64 bits
+        ("peak_tflops", 1e-18),
+        ("memory_gib", 1e18),
+        ("step_overhead_s", 2.0**70),
+        ("bandwidth_efficiency", 5e-324),
+    ],
+)
+def test_a_device_figure_past_the_physical_envelope_is_refused_by_name(field: str, value: float) -> None:
+    """Finite and positive is not enough: past the ranges every device fits the model's numbers
+    overflow or vanish, and the planner crashed instead of naming the figure."""
+    changes: dict[str, Any] = {field: value}
+    device = dataclasses.replace(device_profile("H100"), **changes)
+    error = _rejected(_request(workers=(_worker("w0"), _worker("w1", device=device))))
+    assert error.field == f"inventory.workers[1].device.{field}"
+    assert error.value == value
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("time_scale", 1e18), ("time_scale", 1e-300), ("num_gpus", 2**70), ("kv_capacity_tokens", 2**70)],
+)
+def test_a_worker_figure_past_the_physical_envelope_is_refused_by_name(field: str, value: float) -> None:
+    error = _rejected(_request(workers=(_worker("w0"), _worker("w1", **{field: value}))))
+    assert error.field == f"inventory.workers[1].{field}"
+    assert error.value == value
