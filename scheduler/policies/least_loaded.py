@@ -50,15 +50,12 @@ def _deal_items(problem: Problem, lanes: dict[int, tuple[int, float]]) -> list[l
     """One item at a time to the lane that frees first; among lanes free at once, the least busy
     worker's (the lane's index counts a worker's busy lanes), as the shared queue deals: at the
     start every worker takes one item in turn, not the first worker as many as it has slots."""
-    free: list[tuple[float, int, int]] = []  # (free at, lane, worker)
-    for w, (slots, _) in lanes.items():
-        free.extend((0.0, k, w) for k in range(slots))
-    heapq.heapify(free)
+    pool = _Lanes(lanes)
     queues: list[list[int]] = [[] for _ in problem.costs]
     for unit in problem.units:  # input order
-        free_at, lane, w = _take(free, unit.allowed, len(problem.active))
+        free_at, lane, w = pool.take(unit.allowed, len(problem.active))
         queues[w].extend(unit.members)
-        heapq.heappush(free, (free_at + unit.tokens * lanes[w][1], lane, w))
+        pool.put((free_at + unit.tokens * lanes[w][1], lane, w))
     return queues
 
 
@@ -86,17 +83,49 @@ def _lanes(cost: WorkerCost, mean_context: float) -> tuple[int, float]:
     return slots, cost.step_time(slots, slots * mean_context)
 
 
-def _take(
-    lanes: list[tuple[float, int, int]], allowed: tuple[int, ...], active: int
-) -> tuple[float, int, int]:
-    """Pop the earliest-free ``(free at, lane, worker)`` of an allowed worker (others go back)."""
-    if len(allowed) == active:
-        return heapq.heappop(lanes)
-    skipped: list[tuple[float, int, int]] = []
-    while True:
-        lane = heapq.heappop(lanes)
-        if lane[2] in allowed:
+class _Lanes:
+    """Every worker's lanes as ``(free at, lane, worker)``: a heap per worker, and one heap of each
+    worker's earliest lane (entries go stale when that lane is taken; they are dropped when met).
+
+    An item pinned to one worker of 64 x 256 lanes once popped and pushed back every other lane in
+    one heap: 4,096 such items took 100 s of a 0.5 s budget. Now a restricted item looks at its
+    allowed workers' earliest lanes, or skips at most one entry per other worker.
+    """
+
+    def __init__(self, lanes: dict[int, tuple[int, float]]) -> None:
+        self.own = {w: [(0.0, k, w) for k in range(slots)] for w, (slots, _) in lanes.items()}
+        self.tops = [heap[0] for heap in self.own.values()]
+        heapq.heapify(self.tops)
+
+    def take(self, allowed: tuple[int, ...], active: int) -> tuple[float, int, int]:
+        """Pop the earliest-free lane of an allowed worker (ties: lane index, then worker)."""
+        if 2 * len(allowed) <= active:
+            w = min(allowed, key=lambda v: self.own[v][0])
+        else:
+            w = self._earliest(allowed, len(allowed) < active)
+        lane = heapq.heappop(self.own[w])
+        if self.own[w]:
+            heapq.heappush(self.tops, self.own[w][0])
+        return lane
+
+    def put(self, lane: tuple[float, int, int]) -> None:
+        """Give ``lane`` back to its worker, free at its new time."""
+        heap = self.own[lane[2]]
+        if not heap or lane < heap[0]:
+            heapq.heappush(self.tops, lane)
+        heapq.heappush(heap, lane)
+
+    def _earliest(self, allowed: tuple[int, ...], restricted: bool) -> int:
+        """The worker whose current earliest lane leads ``tops`` among ``allowed``; drops stale tops."""
+        skipped: list[tuple[float, int, int]] = []
+        while True:
+            top = heapq.heappop(self.tops)
+            heap = self.own[top[2]]
+            if not heap or heap[0] != top:
+                continue  # stale: that lane was taken since
+            if restricted and top[2] not in allowed:
+                skipped.append(top)
+                continue
             for other in skipped:
-                heapq.heappush(lanes, other)
-            return lane
-        skipped.append(lane)
+                heapq.heappush(self.tops, other)
+            return top[2]

@@ -9,6 +9,7 @@ thousand times off, pins that leave a single worker, and quantiles with p90 belo
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -202,3 +203,17 @@ def test_at_the_corners_of_the_accepted_ranges_every_policy_plans_every_trajecto
             t.key for t in request.trajectories
         )
         assert result.predicted_makespan_s >= result.lower_bound_s * (1 - 1e-9)
+
+
+def test_least_loaded_deals_a_batch_pinned_to_one_worker_of_many_without_scanning_every_lane() -> None:
+    """2,048 items pinned to one of 64 workers x 256 slots: each item once popped and pushed back
+    every other worker's lanes (~25 s of CPU for a 0.5 s budget); now it looks at its worker alone."""
+    workers = tuple(Worker(f"w{i}", device_profile("H100")) for i in range(64))
+    trajectories = tuple(
+        Trajectory(f"p{i}", 0, 100, 8_000, float(1 + i % 7_999), pinned_worker="w3") for i in range(2_048)
+    )
+    request = PlanRequest(trajectories, Inventory(workers, model_preset("7b")), time_budget_s=0.5)
+    started = time.process_time()
+    result = plan(request, "least_loaded")
+    assert time.process_time() - started < 2.5  # 5x the budget; CPU time, so a loaded host does not count
+    assert [len(wp.items) for wp in result.workers if wp.items] == [2_048]
