@@ -321,7 +321,7 @@ def test_a_publish_that_loses_a_race_for_its_schedule_id_changes_nothing(
     assert client.post("/schedule", json=first).status_code == 200
     before = _snapshot(redis_client), redis_client.hgetall("rs:workers")
     # The loser of two concurrent requests passed the early check before the winner published.
-    monkeypatch.setattr(pipeline, "refuse_republish", lambda schedule_id, ctx: None)
+    monkeypatch.setattr(pipeline, "refuse_republish", lambda body, schedule_id, ctx: None)
     second = batch_body(schedule_id="race")
     second["inventory"]["workers"][0]["device"] = "A100-80GB"
     response = client.post("/schedule", json=second)
@@ -336,7 +336,7 @@ def test_of_two_identical_requests_racing_for_one_schedule_id_only_one_is_told_i
     body = batch_body(schedule_id="twins")
     assert client.post("/schedule", json=body).status_code == 200
     before = _snapshot(redis_client)
-    monkeypatch.setattr(pipeline, "refuse_republish", lambda schedule_id, ctx: None)  # passed it first
+    monkeypatch.setattr(pipeline, "refuse_republish", lambda body, schedule_id, ctx: None)  # passed it first
     response = client.post("/schedule", json=body)
     assert response.status_code == 409
     assert response.json()["field"] == "schedule_id"
