@@ -22,6 +22,8 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
+from scheduler.validation import MAX_GPUS, RANGES
+
 Name = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:@/+=-]+$")]
 ScheduleId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")]
 FeatureValue = float | Annotated[str, Field(max_length=256)]
@@ -35,8 +37,7 @@ Features = Annotated[
 # an already-stored report would fail every later read of the history).
 MAX_COUNT = 2**31 - 1  # steps, token counts, sample indices
 MAX_SEED = 2**63 - 1
-MIN_TIME_SCALE = 1e-3  # a worker 1,000x faster or slower than its profile is a mistake, not a measurement
-MAX_TIME_SCALE = 1e3
+MIN_TIME_SCALE, MAX_TIME_SCALE = RANGES["time_scale"]  # the core's envelope (scheduler.validation)
 Tokens = Annotated[int, Field(gt=0, le=MAX_COUNT)]
 
 
@@ -153,20 +154,27 @@ class Batch(Strict):
     items: list[BatchItem] = Field(min_length=1)
 
 
+def _envelope(figure: str) -> Any:
+    """An optional field bounded by the core's physical envelope of ``figure``."""
+    low, high = RANGES[figure]
+    return Field(default=None, ge=low, le=high)
+
+
 class WorkerSpec(Strict):
     """One inference engine; every speed field is an optional measured override of the device profile."""
 
     worker_id: Name
     device: str = Field(min_length=1, max_length=64)  # H100, H200, A100-80GB, Ascend910B (aliases ok)
-    num_gpus: int = Field(default=1, ge=1, le=64)  # tensor-parallel degree
+    num_gpus: int = Field(default=1, ge=1, le=MAX_GPUS)  # tensor-parallel degree
     max_num_seqs: int = Field(default=256, ge=1, le=65_536)  # engine's concurrent-sequence limit
     kv_capacity_tokens: int | None = Field(default=None, gt=0, le=MAX_COUNT)  # KV cache in tokens;
     # derived when absent
-    # Measured overrides, each within a range that holds every device there is with room to spare: a
-    # value past it is a unit mistake, and would overflow or divide by zero in the cost model.
-    hbm_bandwidth_gbs: float | None = Field(default=None, ge=1, le=1e6)  # HBM bandwidth per device, GB/s
-    peak_tflops: float | None = Field(default=None, ge=0.01, le=1e6)  # dense throughput per device
-    memory_gib: float | None = Field(default=None, ge=0.01, le=1e5)  # HBM per device
+    # Measured overrides, each within the core's envelope of every device there is with room to spare
+    # (``scheduler.validation.RANGES``, one table for both): a value past it is a unit mistake, and
+    # would overflow or divide by zero in the cost model.
+    hbm_bandwidth_gbs: float | None = _envelope("hbm_bandwidth_gbs")  # HBM bandwidth per device, GB/s
+    peak_tflops: float | None = _envelope("peak_tflops")  # dense throughput per device
+    memory_gib: float | None = _envelope("memory_gib")  # HBM per device
     time_scale: float | None = Field(default=None, ge=MIN_TIME_SCALE, le=MAX_TIME_SCALE)  # step-time
     # multiplier (2.0 = half speed)
     decode_tokens_per_s: float | None = Field(default=None, gt=0, le=1e6)  # measured single-sequence
