@@ -10,6 +10,7 @@ from service.delivery.errors import InvalidInputError, ScheduleConflictError, Un
 from service.delivery.progress import DeadLetter, Progress, ScheduleInfo, WorkerProgress
 from service.delivery.protocol import Delivery
 from service.delivery.records import (
+    CancelReport,
     CompletionOutcome,
     DeliveryItem,
     Lease,
@@ -23,6 +24,7 @@ from service.delivery.records import (
 )
 
 __all__ = [
+    "CancelReport",
     "CompletionOutcome",
     "DeadLetter",
     "Delivery",

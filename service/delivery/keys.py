@@ -16,7 +16,9 @@ key                         type     contents
                                      fencing-token counter), affinity (``1``: prefix affinity),
                                      nonce (of the publishing call: its re-send is not a replay),
                                      request (digest of the step's work as the trainer asked for
-                                     it: a reused ``schedule_id`` with other work is refused)
+                                     it: a reused ``schedule_id`` with other work is refused),
+                                     cancelled_ms, cancelled_queued, cancelled_running (once the
+                                     trainer cancelled it: when, and how many items it ended)
 ``P:items``                 hash     item key -> ``<ref>\t<static item JSON without its payload>``
                                      (prompt, lengths); ``ref`` names its payload in ``P:prompts``
                                      ('' for none); the claim scripts return the whole JSON
@@ -24,7 +26,8 @@ key                         type     contents
                                      it (a prompt's samples; absent: no payloads)
 ``P:st``                    hash     item key -> ``state|token|attempts|deadline_ms|predicted|worker|
                                      reserve``; state ``q`` queued, ``r`` running, ``d`` done (token =
-                                     the accepted one), ``x`` dead; worker = queue holding it or
+                                     the accepted one), ``x`` dead, ``c`` cancelled (was queued or
+                                     running when the trainer cancelled); worker = queue holding it or
                                      holder; reserve = KV tokens at predicted length (steal gate)
 ``P:deadlines``             zset     running item key -> lease deadline (ms); the reaper's index
 ``P:work``                  zset     worker -> predicted seconds still queued: its queued predicted
@@ -47,7 +50,8 @@ key                         type     contents
                                      ``DeliveryItem.planned_start_ms`` / ``deadline_ms``). A steal
                                      takes it only if the thief would finish it by ``end`` (moved
                                      back by the owner's lateness); absent: no deadline guard
-``P:counts``                hash     ``q|r|d|f`` totals and ``q:<w>|r:<w>|d:<w>|f:<w>`` per worker
+``P:counts``                hash     ``q|r|d|f|c`` totals and ``q:<w>|r:<w>|d:<w>|f:<w>|c:<w>`` per
+                                     worker (``c``: cancelled, only after a cancel)
 ``P:q:<worker>``            list     the worker's ordered queue; head = next to start
 ``P:q:*``                   list     shared FIFO for shared-queue policies (``Plan.dispatch_order``);
                                      under prefix affinity laid out group by group (groups in order
@@ -117,7 +121,10 @@ RETRAIN_LOCK_TTL_S = 60  # the retrain lock's life, renewed every third of it wh
 # a replica that dies mid-retrain holds it back at most this long (1M rows fit in ~30 s on 2 cores)
 
 # Field names of the per-worker counters in ``P:counts`` (``<state>:<worker>``) and the totals.
-QUEUED, RUNNING, DONE, FAILED = "q", "r", "d", "f"
+QUEUED, RUNNING, DONE, FAILED, CANCELLED = "q", "r", "d", "f", "c"
+# Fields of ``P:meta`` that ``lua/cancel.lua`` writes: when the schedule was cancelled (lease clock,
+# ms), and how many queued and running items that ended; absent while it is not cancelled.
+CANCELLED_AT, CANCELLED_QUEUED, CANCELLED_RUNNING = "cancelled_ms", "cancelled_queued", "cancelled_running"
 REQUEST_DIGEST = "request"  # field of ``P:meta``: the publishing request's work digest (service/republish.py)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from service.delivery.keys import DONE, FAILED, QUEUED, RUNNING, count_field
+from service.delivery.keys import CANCELLED, DONE, FAILED, QUEUED, RUNNING, count_field
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,12 +38,14 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class WorkerProgress:
-    """Counts for one worker: queued in its queue, running under its leases, done/failed by it."""
+    """Counts for one worker: queued in its queue, running under its leases, done/failed by it,
+    and cancelled (queued there or running on it when the schedule was cancelled)."""
 
     queued: int
     running: int
     done: int
     failed: int
+    cancelled: int = 0
 
 
 def per_worker(counts: Mapping[str, int]) -> dict[str, WorkerProgress]:
@@ -55,6 +57,7 @@ def per_worker(counts: Mapping[str, int]) -> dict[str, WorkerProgress]:
             running=counts.get(count_field(RUNNING, w), 0),
             done=counts.get(count_field(DONE, w), 0),
             failed=counts.get(count_field(FAILED, w), 0),
+            cancelled=counts.get(count_field(CANCELLED, w), 0),
         )
         for w in workers
     }
@@ -73,11 +76,13 @@ class Progress:
     workers: Mapping[str, WorkerProgress]  # per worker id (the shared FIFO appears as "*")
     dead_letters: tuple[DeadLetter, ...]  # in order of death
     kv_admission: bool  # the plan asks sidecars to admit by reserved KV
+    cancelled: int = 0  # queued or running when the trainer cancelled the schedule (``Delivery.cancel``)
+    cancelled_at_ms: int | None = None  # when it was cancelled (lease clock); None: not cancelled
 
     @property
     def finished(self) -> bool:
-        """Every item is done or dead-lettered."""
-        return self.done + self.failed >= self.total
+        """Every item is done, dead-lettered or cancelled: nothing more will happen to it."""
+        return self.done + self.failed + self.cancelled >= self.total
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from service.delivery import keys as keyspace
 from service.delivery import wire
 from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
 from service.delivery.records import (
+    CancelReport,
     CompletionOutcome,
     DeliveryItem,
     Lease,
@@ -93,13 +94,13 @@ class Delivery(DeliveryViews):
     def _announce(self, schedule_id: str, workers: Sequence[str], retention_s: int) -> None:
         """Index the schedule for reapers and each worker's inbox (single-key commands: any slot).
 
-        A schedule that is already finished (a replay after the work was done, or an empty one) is
-        retired instead, so replays never put finished work back in front of the sidecars.
+        A schedule that is already finished (a replay after the work was done, or an empty one) or
+        cancelled is retired instead, so replays never put finished work back in front of the sidecars.
         """
         keys = self.keys(schedule_id)
         pipe = self.client.pipeline(transaction=True)
         pipe.hmget(keys.meta, ["published_ms", "total"])
-        pipe.hmget(keys.counts, [keyspace.DONE, keyspace.FAILED])
+        pipe.hmget(keys.counts, [keyspace.DONE, keyspace.FAILED, keyspace.CANCELLED])
         (published_raw, total), settled = pipe.execute()
         if int(total) <= sum(int(v or 0) for v in settled):
             self._retire(schedule_id)
@@ -354,6 +355,20 @@ class Delivery(DeliveryViews):
         reply = self._call(self.scripts.reap, schedule_id, [wire.clock(now_ms), limit])
         requeued, dead = self._settled(schedule_id, reply)
         return ReapReport(requeued=int(requeued), dead_lettered=int(dead))
+
+    def cancel(self, schedule_id: str, now_ms: int | None = None) -> CancelReport:
+        """End every queued and running item of the schedule (the trainer gave up on the step).
+
+        One atomic script (``lua/cancel.lua``): queued items leave the queues and running leases end,
+        so a heartbeat reports them lost (the sidecar stops the request) and a late completion is
+        STALE; accepted results stay readable. Then the schedule leaves the reapers' index and its
+        workers' inboxes, so sidecars move on to the next schedule. Idempotent: a repeat answers the
+        first cancel's report (and repairs a retire lost to a crash). ``UnknownScheduleError`` when
+        the id was never published or has expired.
+        """
+        queued, running, at_ms = self._call(self.scripts.cancel, schedule_id, [wire.clock(now_ms)])
+        self._retire(schedule_id)
+        return CancelReport(queued=int(queued), running=int(running), cancelled_at_ms=int(at_ms))
 
 
 def _mapped(err: redis.ResponseError, schedule_id: str) -> Exception:

@@ -327,3 +327,17 @@ class ReapReport:
 
     requeued: int  # expired leases put back at the head of a queue
     dead_lettered: int  # expired leases whose item ran out of attempts
+
+
+@dataclass(frozen=True, slots=True)
+class CancelReport:
+    """What cancelling a schedule ended; a repeated cancel answers the first one's report."""
+
+    queued: int  # items taken off the queues unstarted
+    running: int  # leases ended: their heartbeats and completions are refused from now on
+    cancelled_at_ms: int  # when the first cancel ran (lease clock, ms)
+
+    @property
+    def cancelled(self) -> int:
+        """Every item the cancel ended."""
+        return self.queued + self.running

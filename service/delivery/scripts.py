@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.commands.core import Script
 
-OPERATIONS = ("publish", "claim", "steal", "heartbeat", "complete", "release", "reap")
+OPERATIONS = ("publish", "claim", "steal", "heartbeat", "complete", "release", "reap", "cancel")
 
 
 @cache
@@ -36,6 +36,7 @@ class Scripts:
     complete: Script  # accept a result once per item
     release: Script  # hand leases back (graceful) or report them failed
     reap: Script  # expire lapsed leases
+    cancel: Script  # end every queued and running item of a schedule the trainer gave up
 
 
 def register(client: Any) -> Scripts:

@@ -92,7 +92,7 @@ class DeliveryViews:
         keys = self.keys(schedule_id)
         pipe = self.client.pipeline(transaction=True)
         pipe.hgetall(keys.counts)
-        pipe.hmget(keys.meta, ["total", "kv_admission"])
+        pipe.hmget(keys.meta, ["total", "kv_admission", keyspace.CANCELLED_AT])
         pipe.lrange(keys.dead, 0, -1)
         counts_raw, meta, dead = pipe.execute()
         if meta[0] is None:
@@ -108,6 +108,8 @@ class DeliveryViews:
             workers=per_worker(counts),
             dead_letters=tuple(DeadLetter.from_json(json.loads(text(d))) for d in dead),
             kv_admission=text(meta[1]) == "1",
+            cancelled=counts.get(keyspace.CANCELLED, 0),
+            cancelled_at_ms=None if meta[2] is None else int(meta[2]),
         )
 
     def read_results(

@@ -3,7 +3,7 @@
 -- carries the same {sid} hash tag, so all of them are in KEYS[1]'s hash slot (Redis Cluster safe).
 --
 -- Each item has one record in hash P:st, 'state|token|attempts|deadline_ms|predicted|worker|reserve',
--- with state q queued, r running (leased), d done, x dead-lettered; worker is the queue holding it or
+-- with state q queued, r running (leased), d done, x dead-lettered, c cancelled; worker is the queue holding it or
 -- the lease holder; reserve is the KV tokens it holds at its predicted final length (the steal gate). Scripts read records through a cache and write every change back in ONE HSET at the
 -- end (flush), with the counters, the deadline index and the steal scores: few calls per batch.
 local META = KEYS[1]
@@ -41,14 +41,19 @@ end
 
 local cache, dirty, counts, work = {}, {}, {}, {}
 
+-- One packed P:st record as a table (what get caches and flush writes back).
+local function parse(v)
+  -- reserve may be empty: a record written before the steal gate existed reserves nothing
+  local s, tok, att, dl, pred, w, res = string.match(v, '^(%a)|(%d+)|(%d+)|(%d+)|([^|]*)|([^|]*)|?(%d*)$')
+  return {s = s, tok = tok, att = tonumber(att), dl = tonumber(dl), pred = pred, w = w, res = res}
+end
+
 local function get(key)
   local r = cache[key]
   if r == nil then
     local v = redis.call('HGET', k('st'), key)
     if not v then return nil end
-    -- reserve may be empty: a record written before the steal gate existed reserves nothing
-    local s, tok, att, dl, pred, w, res = string.match(v, '^(%a)|(%d+)|(%d+)|(%d+)|([^|]*)|([^|]*)|?(%d*)$')
-    r = {s = s, tok = tok, att = tonumber(att), dl = tonumber(dl), pred = pred, w = w, res = res}
+    r = parse(v)
     cache[key] = r
   end
   return r
@@ -281,11 +286,11 @@ local function expire(key, now, cfg)
   return 'requeued'
 end
 
--- 1 once every item is done or dead: the caller (Python) then drops the schedule from the indexes.
--- Every script that can settle an item's fate appends it to its reply.
+-- 1 once every item is done, dead or cancelled: the caller (Python) then drops the schedule from
+-- the indexes. Every script that can settle an item's fate appends it to its reply.
 local function settled_flag(cfg)
-  local c = redis.call('HMGET', k('counts'), 'd', 'f')
-  return ((tonumber(c[1]) or 0) + (tonumber(c[2]) or 0) >= cfg.total) and 1 or 0
+  local c = redis.call('HMGET', k('counts'), 'd', 'f', 'c')
+  return ((tonumber(c[1]) or 0) + (tonumber(c[2]) or 0) + (tonumber(c[3]) or 0) >= cfg.total) and 1 or 0
 end
 
 -- The lease (key, token) right now: 'current', 'expired' (token current but past its deadline; the

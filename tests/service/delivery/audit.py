@@ -58,7 +58,7 @@ def audit(client: redis.Redis, schedule_id: str, prefix: str = "rs") -> Audit:
     stream: Any = client.xrange(f"{b}:results")
     accepted = Counter(str(f["key"]) for _, f in stream)
     problems = [
-        f"{k}: state {state.get(k)!r} but places {p}" for k, p in places.items() if p != [state.get(k)]
+        f"{k}: state {state.get(k)!r} but places {p}" for k, p in places.items() if p != _place(state.get(k))
     ]
     problems += [f"{k}: done but not in results" for k, p in places.items() if p == ["d"] and not accepted[k]]
     problems += [f"{k}: in results but not done" for k in accepted if state.get(k) != "d"]
@@ -79,11 +79,18 @@ def audit(client: redis.Redis, schedule_id: str, prefix: str = "rs") -> Audit:
         running=by_state["r"],
         done=by_state["d"],
         dead=by_state["x"],
-        lost=sum(1 for p in places.values() if len(p) == 0) + sum(1 for k in places if k not in state),
+        lost=sum(1 for k, p in places.items() if not p and state.get(k) != "c")
+        + sum(1 for k in places if k not in state),
         accepted_twice=sum(1 for n in accepted.values() if n > 1),
         problems=problems,
         counts_agree=agree,
     )
+
+
+def _place(state: str | None) -> list[str | None]:
+    """Where an item in ``state`` must be: its own state's place, none for a cancelled item (the
+    trainer cancelled the schedule: it left every queue and lease, and is nowhere by design)."""
+    return [] if state == "c" else [state]
 
 
 def _work_problems(client: redis.Redis, base: str, records: dict[str, list[str]]) -> list[str]:

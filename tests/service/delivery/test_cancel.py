@@ -1,0 +1,141 @@
+"""Cancelling a schedule: the trainer gave up on a step, and the fleet must stop working on it.
+
+Sidecars take schedules oldest first, so a step nobody wants any more would otherwise occupy the
+whole fleet before the next one runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from service.delivery import (
+    CancelReport,
+    CompletionOutcome,
+    Delivery,
+    PublishedSchedule,
+    PublishOutcome,
+    ReleaseOutcome,
+    TrajectoryResult,
+    UnknownScheduleError,
+    keys,
+)
+from tests.service.delivery.audit import assert_sound, audit
+from tests.service.delivery.conftest import item, schedule
+
+T0 = 1_000_000  # explicit clock (ms) so expiry is deterministic
+RESULT = TrajectoryResult(output_tokens=77, finish_reason="stop", wall_time_s=0.5, output="ok")
+
+
+def test_cancelling_mid_step_leaves_nothing_queued_or_leased(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("s", {"a": 4, "b": 3}), now_ms=T0)
+    a = delivery.claim("s", "a", 2, now_ms=T0)
+    delivery.complete(a[0], RESULT, now_ms=T0 + 1)
+    delivery.claim("s", "b", 1, now_ms=T0)
+
+    report = delivery.cancel("s", now_ms=T0 + 2)
+
+    assert report == CancelReport(queued=4, running=2, cancelled_at_ms=T0 + 2)
+    assert report.cancelled == 6
+    progress = delivery.progress("s")
+    assert (progress.queued, progress.running, progress.done, progress.cancelled) == (0, 0, 1, 6)
+    assert progress.cancelled_at_ms == T0 + 2
+    assert progress.finished
+    assert (progress.workers["a"].cancelled, progress.workers["b"].cancelled) == (3, 3)
+    k = keys.schedule_keys("s")
+    assert [n for n in redis_client.keys(k.pattern) if str(n).startswith(k.queue(""))] == []
+    assert redis_client.exists(k.deadlines, k.work) == 0
+    assert (audit(redis_client, "s").queued, audit(redis_client, "s").running) == (0, 0)
+    assert_sound(redis_client, "s")
+
+
+def test_after_a_cancel_leases_are_gone_and_late_completions_are_refused(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("s", {"a": 3}), now_ms=T0)
+    first, second, third = delivery.claim("s", "a", 3, now_ms=T0)
+    assert delivery.complete(first, RESULT, now_ms=T0 + 1) is CompletionOutcome.ACCEPTED
+
+    delivery.cancel("s", now_ms=T0 + 2)
+
+    assert delivery.heartbeat([second, third], now_ms=T0 + 3) == []  # the sidecar stops them
+    assert delivery.complete(second, RESULT, now_ms=T0 + 3) is CompletionOutcome.STALE
+    assert delivery.fail(third, "engine error", now_ms=T0 + 3) is ReleaseOutcome.STALE
+    assert delivery.release([third], now_ms=T0 + 3) == [ReleaseOutcome.STALE]
+    assert delivery.complete(first, RESULT, now_ms=T0 + 3) is CompletionOutcome.DUPLICATE
+    assert [r.key for r in delivery.read_results("s")] == [first.key]  # accepted before: kept, once
+    assert delivery.reap("s", now_ms=T0 + 10**9).requeued == 0
+    assert delivery.progress("s").done == 1
+    assert_sound(redis_client, "s")
+
+
+def test_a_worker_moves_on_to_the_next_schedule_once_the_oldest_is_cancelled(delivery: Delivery) -> None:
+    delivery.publish(schedule("old", {"a": 3, "b": 3}), now_ms=T0)
+    delivery.publish(schedule("new", {"a": 2, "b": 2}), now_ms=T0 + 1)
+    assert delivery.schedules_for("a") == ["old", "new"]
+
+    delivery.cancel("old", now_ms=T0 + 2)
+
+    assert delivery.schedules_for("a") == delivery.schedules_for("b") == ["new"]
+    assert delivery.active_schedules() == ["new"]
+    # even a worker still walking the old id gets nothing there, by claim or by steal
+    assert delivery.claim("old", "a", 5, now_ms=T0 + 3) == []
+    assert delivery.steal("old", "a", 5, now_ms=T0 + 3) == []
+    assert [le.key for le in delivery.claim("new", "a", 5, now_ms=T0 + 3)] == ["a-0#0", "a-1#0"]
+
+
+def test_a_second_cancel_changes_nothing_and_answers_the_same(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("s", {"a": 3}), now_ms=T0)
+    delivery.claim("s", "a", 1, now_ms=T0)
+    first = delivery.cancel("s", now_ms=T0 + 1)
+    before = {k: redis_client.dump(k) for k in redis_client.keys(keys.schedule_keys("s").pattern)}
+
+    assert delivery.cancel("s", now_ms=T0 + 2) == first == CancelReport(2, 1, T0 + 1)
+    assert {k: redis_client.dump(k) for k in redis_client.keys(keys.schedule_keys("s").pattern)} == before
+
+
+def test_cancelling_an_unknown_schedule_raises(delivery: Delivery) -> None:
+    with pytest.raises(UnknownScheduleError):
+        delivery.cancel("never-published")
+
+
+def test_a_replayed_publish_does_not_announce_a_cancelled_schedule_again(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 2}), now_ms=T0)
+    delivery.cancel("s", now_ms=T0 + 1)
+    assert delivery.publish(schedule("s", {"a": 2}), now_ms=T0 + 2) is PublishOutcome.UNCHANGED
+    assert delivery.schedules_for("a") == []
+    assert delivery.active_schedules() == []
+
+
+def test_cancel_empties_the_shared_fifo_and_a_thief_queue_outside_the_plan(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    shared = tuple(item(f"f-{i}#0") for i in range(3))
+    delivery.publish(PublishedSchedule("s", {"a": (item("a-0#0"), item("a-1#0"))}, shared=shared), now_ms=T0)
+    stolen = delivery.steal("s", "z", 1, now_ms=T0)  # z is in no plan: a lapsed lease of its own
+    assert [le.key for le in stolen] == ["a-1#0"]
+    delivery.reap("s", now_ms=T0 + 10**6)  # lapsed: back to the head of z's own queue
+    assert redis_client.llen(keys.schedule_keys("s").queue("z")) == 1
+
+    assert delivery.cancel("s", now_ms=T0 + 10**6 + 1) == CancelReport(5, 0, T0 + 10**6 + 1)
+
+    k = keys.schedule_keys("s")
+    assert redis_client.exists(k.queue("z"), k.queue("a"), k.queue(keys.SHARED_QUEUE)) == 0
+    assert delivery.claim("s", "z", 5, now_ms=T0 + 10**6 + 2) == []
+    assert_sound(redis_client, "s")
+
+
+def test_cancelling_a_finished_schedule_cancels_nothing(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(PublishedSchedule("s", {"a": (item("a-0#0"),)}), now_ms=T0)
+    (lease,) = delivery.claim("s", "a", 1, now_ms=T0)
+    delivery.complete(lease, RESULT, now_ms=T0 + 1)
+    assert delivery.cancel("s", now_ms=T0 + 2) == CancelReport(0, 0, T0 + 2)
+    assert delivery.progress("s").done == 1
+    assert len(delivery.read_results("s")) == 1
+    assert_sound(redis_client, "s")
