@@ -21,6 +21,7 @@ import httpx
 from service.api.schemas import (
     ActualReport,
     ActualsAccepted,
+    CancelResponse,
     ModelStatus,
     ProgressResponse,
     ResultEntry,
@@ -117,10 +118,17 @@ class SchedulerClient:
             self._call("GET", f"/schedule/{schedule_id}/results", params=params, timeout=timeout)
         )
 
+    def cancel(self, schedule_id: str) -> CancelResponse:
+        """Cancel a published step (``DELETE /schedule/{id}``): its queued and running items end, so
+        the fleet moves on to the next step; results accepted before stay readable. Safe to retry:
+        a repeat answers the same counts. Unknown ids raise ``SchedulerAPIError`` (404)."""
+        return CancelResponse.model_validate(self._call("DELETE", f"/schedule/{schedule_id}"))
+
     def wait(
         self, schedule_id: str, timeout_s: float | None = None, poll_ms: int = 1000, outage_s: float = 60.0
     ) -> StepResults:
-        """Collect results until every trajectory is done or dead-lettered (``TimeoutError`` past the limit).
+        """Collect results until every trajectory is done, dead-lettered or cancelled (``TimeoutError``
+        past the limit).
 
         Results are read while the step runs (long-polling the results stream), so the trainer can
         also consume them incrementally with ``results``; this call returns them all at the end. The
@@ -133,7 +141,7 @@ class SchedulerClient:
         cursor = "0-0"
         while True:
             progress = self._outlasting(functools.partial(self.progress, schedule_id), deadline, outage_s)
-            finished = progress.done + progress.failed >= progress.total
+            finished = progress.done + progress.failed + progress.cancelled >= progress.total
             left_ms = poll_ms if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
             wait_ms = 0 if finished else min(poll_ms, left_ms)
             read = functools.partial(self.results, schedule_id, after=cursor, wait_ms=wait_ms)

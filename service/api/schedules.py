@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from scheduler.errors import InvalidInputError
 from service import pipeline
 from service.api.schemas import (
+    CancelResponse,
     Counts,
     DeadLetterEntry,
     ProgressResponse,
@@ -65,11 +66,12 @@ def schedule_progress(schedule_id: Annotated[ScheduleId, Path()], request: Reque
     progress = context_of(request).delivery.progress(schedule_id)
     workers = {
         wid: Counts(
-            total=w.queued + w.running + w.done + w.failed,
+            total=w.queued + w.running + w.done + w.failed + w.cancelled,
             queued=w.queued,
             running=w.running,
             done=w.done,
             failed=w.failed,
+            cancelled=w.cancelled,
         )
         for wid, w in progress.workers.items()
     }
@@ -80,12 +82,34 @@ def schedule_progress(schedule_id: Annotated[ScheduleId, Path()], request: Reque
         running=progress.running,
         done=progress.done,
         failed=progress.failed,
+        cancelled=progress.cancelled,
+        cancelled_at_ms=progress.cancelled_at_ms,
         workers=workers,
         dead_letter=[d.key for d in progress.dead_letters],
         dead_letters=[
             DeadLetterEntry(key=d.key, worker_id=d.worker_id, attempts=d.attempts, reason=d.reason)
             for d in progress.dead_letters
         ],
+    )
+
+
+@router.delete(
+    "/schedule/{schedule_id}",
+    dependencies=[Depends(trainer_only)],
+    responses=documented(401, 403, 404, 422, 503),
+)
+def cancel_schedule(schedule_id: Annotated[ScheduleId, Path()], request: Request) -> CancelResponse:
+    """Cancel a step the trainer gave up on: its queued items leave every queue and its running
+    leases end (sidecars stop them at their next heartbeat; late completions are refused), so the
+    fleet moves on to the next schedule. Results accepted before stay readable. Idempotent: a
+    repeated DELETE changes nothing and answers the same counts."""
+    report = context_of(request).delivery.cancel(schedule_id)
+    return CancelResponse(
+        schedule_id=schedule_id,
+        cancelled=report.cancelled,
+        queued=report.queued,
+        running=report.running,
+        cancelled_at_ms=report.cancelled_at_ms,
     )
 
 

@@ -256,6 +256,7 @@ class Counts(BaseModel):
     running: int
     done: int
     failed: int
+    cancelled: int = 0  # queued or running when the trainer cancelled the schedule (DELETE)
 
 
 class DeadLetterEntry(BaseModel):
@@ -274,6 +275,17 @@ class ProgressResponse(Counts):
     workers: dict[str, Counts]
     dead_letter: list[str]  # their keys, in order of death
     dead_letters: list[DeadLetterEntry]  # the same, with who held each last, and why it died
+    cancelled_at_ms: int | None = None  # when ``DELETE /schedule/{id}`` cancelled it; None: not cancelled
+
+
+class CancelResponse(BaseModel):
+    """``DELETE /schedule/{id}``: what the cancel ended; a repeated DELETE answers the same."""
+
+    schedule_id: str
+    cancelled: int  # queued + running: every item the cancel ended
+    queued: int  # taken off the queues unstarted
+    running: int  # leases ended: their heartbeats and late completions are refused
+    cancelled_at_ms: int  # when the first DELETE ran (the delivery lease clock, ms)
 
 
 class ResultEntry(BaseModel):

@@ -41,6 +41,8 @@ def _answers(client: TestClient, secured: TestClient) -> list[tuple[str, str, in
         ("post", "/schedule", secured.post("/schedule", json=batch_body())),
         ("post", "/schedule", secured.post("/schedule", json=batch_body(), headers=_bearer(WORKER))),
         ("get", "/schedule/{schedule_id}", client.get("/schedule/never-published")),
+        ("delete", "/schedule/{schedule_id}", client.delete("/schedule/never-published")),
+        ("delete", "/schedule/{schedule_id}", secured.delete("/schedule/x", headers=_bearer(WORKER))),
         ("get", "/schedule/{schedule_id}/results", client.get("/schedule/never-published/results")),
         ("get", "/schedule/{schedule_id}/results", client.get("/schedule/x/results?count=0")),
         ("post", "/actuals", client.post("/actuals", json={"actuals": []})),
