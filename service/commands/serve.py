@@ -16,6 +16,10 @@ import typer
 if TYPE_CHECKING:  # the settings module loads pydantic: kept off the CLI's start-up path
     from service.settings import Settings
 
+# uvicorn's wait for requests in flight after SIGTERM; deploy/k8s/deployment.yaml's grace period covers it
+# (tests/deploy/test_k8s_manifests.py checks that it does).
+GRACEFUL_SHUTDOWN_S = 10
+
 HELP = (
     "Serve the scheduling API (POST /schedule, /actuals, /models/retrain, GET /schedule/{id}, "
     "/schedule/{id}/results, /models, /healthz, /readyz, /metrics). Without --redis-url or REDIS_URL "
@@ -146,7 +150,7 @@ def run(settings: Settings) -> None:
                 port=ready.port,
                 log_config=None,
                 access_log=False,
-                timeout_graceful_shutdown=10,
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
             )
     except (EmbeddedServerError, RedisRefusedError) as error:
         _fail(str(error))
