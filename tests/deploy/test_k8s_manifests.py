@@ -221,3 +221,22 @@ def test_a_stopping_service_pod_keeps_serving_until_it_leaves_the_endpoints_then
     assert pre_stop >= 5, "no preStop sleep: new connections are refused while the endpoints update"
     assert pre_stop + GRACEFUL_SHUTDOWN_S < pod["terminationGracePeriodSeconds"]
 
+
+@pytest.mark.parametrize(
+    ("statefulset", "engine"), [("rollout-worker-h100", "vllm"), ("rollout-worker-ascend", "vllm-ascend")]
+)
+def test_a_stopping_worker_pod_lets_the_sidecar_drain_into_the_engine_kept_serving_for_it(
+    statefulset: str, engine: str
+) -> None:
+    """On SIGTERM the sidecar finishes running trajectories for ``--drain-timeout`` and releases the rest
+    (re-run elsewhere from scratch); the engine's preStop sleep keeps it serving meanwhile. The engine
+    must outlive the drain, the whole must fit the grace period, and the engine window should be the
+    drain's: held much longer, nobody uses it and every node drain waits for nothing."""
+    from service.sidecar.runner import RELEASE_GRACE_S
+
+    doc = _one("StatefulSet", statefulset)
+    containers = _containers(doc)
+    drain_s = parse_cli(containers["sidecar"]["args"]).params["drain_timeout"] + RELEASE_GRACE_S
+    engine_s = containers[engine]["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert drain_s <= engine_s < _pod_spec(doc)["terminationGracePeriodSeconds"]
+    assert engine_s - drain_s <= 10, f"the engine idles {engine_s - drain_s:.0f} s after the sidecar is gone"
