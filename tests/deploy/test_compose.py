@@ -166,3 +166,27 @@ def test_the_readme_example_batch_is_a_valid_request_for_exactly_the_compose_wor
     in_compose = {p["worker_id"]: device_profile(p["device"]) for p in sidecars}
     in_batch = {w.worker_id: device_profile(w.device) for w in request.inventory.workers}
     assert in_batch == in_compose
+
+
+def _seconds(duration: str) -> float:
+    """Compose's duration (``30s``, ``1m30s``) in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    return sum(float(n) * units[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)([hms])", duration))
+
+
+def test_each_process_of_ours_gets_time_to_stop_before_docker_kills_it(services: dict[str, Service]) -> None:
+    """``docker compose stop``/``down`` sends SIGTERM, then SIGKILL after ``stop_grace_period`` (10 s
+    unless set). serve waits up to its graceful-shutdown timeout for requests in flight and then stops
+    the reaper; a sidecar drains for ``--drain-timeout`` plus its last releases. Killed sooner, a sidecar
+    leaves its leases to lapse instead of handing them back."""
+    from service.commands.serve import GRACEFUL_SHUTDOWN_S
+    from service.sidecar.runner import RELEASE_GRACE_S
+
+    for name, svc in services.items():
+        if not svc["image"].startswith(OUR_IMAGE) or svc["command"][0] == "engine-sim":
+            continue
+        if svc["command"][0] == "serve":
+            needed = GRACEFUL_SHUTDOWN_S + 1.0  # and the lifespan's shutdown after it
+        else:
+            needed = parse_cli(svc["command"]).params["drain_timeout"] + RELEASE_GRACE_S
+        assert _seconds(svc.get("stop_grace_period", "10s")) > needed, name
