@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes_validate.utils import ValidationError, validate
+from kubernetes_validate.utils import ValidationError as SchemaError
+from kubernetes_validate.utils import validate
+from pydantic import ValidationError
 
 from service.settings import Settings
 from tests.deploy.cliargs import parse_cli
@@ -78,7 +80,7 @@ def test_every_manifest_validates_against_the_kubernetes_schema(where: str, doc:
 def test_the_schema_check_rejects_a_misspelt_field() -> None:
     broken = copy.deepcopy(_one("Deployment", "rollout-scheduler"))
     broken["spec"]["replica"] = broken["spec"].pop("replicas")
-    with pytest.raises(ValidationError):
+    with pytest.raises(SchemaError):
         validate(broken, VERSIONS[-1], strict=True)
 
 
@@ -241,3 +243,50 @@ def test_a_stopping_worker_pod_lets_the_sidecar_drain_into_the_engine_kept_servi
     engine_s = containers[engine]["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert drain_s <= engine_s < _pod_spec(doc)["terminationGracePeriodSeconds"]
     assert engine_s - drain_s <= 10, f"the engine idles {engine_s - drain_s:.0f} s after the sidecar is gone"
+
+
+def _service_environment(secret: dict[str, str]) -> dict[str, str]:
+    """The service container's environment as the kubelet builds it: the ConfigMap, then ``env`` in
+    order (``secret`` standing in for the Secret's keys), ``$(VAR)`` expanded."""
+    service = _containers(_one("Deployment", "rollout-scheduler"))["service"]
+    env: dict[str, str] = {}
+    for ref in service["envFrom"]:
+        env.update(_one("ConfigMap", ref["configMapRef"]["name"])["data"])
+    for var in service["env"]:
+        if "value" in var:
+            env[var["name"]] = re.sub(r"\$\(([A-Z_][A-Z0-9_]*)\)", lambda m: env[m.group(1)], var["value"])
+        else:
+            env[var["name"]] = secret[var["valueFrom"]["secretKeyRef"]["key"]]
+    return env
+
+
+def _serve_settings(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Settings:
+    """What ``serve`` builds from ``env`` and the container's args (flags left unset are not passed);
+    only the model store moves to ``tmp_path``."""
+    for name, value in {**env, "ROLLOUT_MODEL_DIR": str(tmp_path / "models")}.items():
+        monkeypatch.setenv(name, value)
+    args = _containers(_one("Deployment", "rollout-scheduler"))["service"]["args"]
+    return Settings(**{k: v for k, v in parse_cli(args).params.items() if v is not None})
+
+
+def test_the_service_container_environment_is_one_serve_accepts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Names alone are not enough: a value serve refuses (an unknown policy, a log level it does not
+    know, a Redis URL it cannot parse) stops every replica at start."""
+    secret = {"trainer-tokens": "t" * 64, "worker-tokens": "w" * 64, "redis-password": "p/w@#?"}
+    env = _service_environment(secret)
+    settings = _serve_settings(env, monkeypatch, tmp_path)
+    assert settings.redis_url == "redis://" + env["REDIS_ADDRESS"]
+    assert settings.auth_enabled
+    assert settings.redis_password is not None
+
+
+def test_the_secret_placeholders_stop_serve_so_an_unedited_apply_never_serves_known_tokens(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The placeholders are in the repository for anyone to read: applied unedited, the service must
+    refuse them rather than accept callers who know them."""
+    env = _service_environment(_one("Secret", "rollout-scheduler")["stringData"])
+    with pytest.raises(ValidationError, match="in both"):
+        _serve_settings(env, monkeypatch, tmp_path)
