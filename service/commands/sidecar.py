@@ -92,7 +92,12 @@ def sidecar(
         str | None,
         typer.Option(envvar="ROLLOUT_ENGINE_API_KEY", help="Engine bearer token (ps shows flags)."),
     ] = None,
-    cluster: Annotated[bool, typer.Option(help="The Redis URL names a cluster node.")] = False,
+    cluster: Annotated[
+        bool,
+        typer.Option(
+            envvar="ROLLOUT_REDIS_CLUSTER", help="The Redis URL names a cluster node (as the service's)."
+        ),
+    ] = False,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
 ) -> None:
     """Validate the flags, then serve until SIGTERM; print the final counters as one JSON line."""

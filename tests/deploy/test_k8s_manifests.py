@@ -290,3 +290,17 @@ def test_the_secret_placeholders_stop_serve_so_an_unedited_apply_never_serves_kn
     env = _service_environment(_one("Secret", "rollout-scheduler")["stringData"])
     with pytest.raises(ValidationError, match="in both"):
         _serve_settings(env, monkeypatch, tmp_path)
+
+
+@pytest.mark.parametrize("statefulset", ["rollout-worker-h100", "rollout-worker-ascend"])
+@pytest.mark.parametrize("cluster", ["true", "false"])
+def test_one_configmap_switch_puts_the_service_and_the_sidecars_in_cluster_mode(
+    statefulset: str, cluster: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ConfigMap's ``ROLLOUT_REDIS_CLUSTER`` reaches the sidecars too (``envFrom``); a sidecar left
+    on a single-node client while the service speaks cluster would have most of its calls answered
+    MOVED. The switch must move both."""
+    sidecar = _containers(_one("StatefulSet", statefulset))["sidecar"]
+    assert "ROLLOUT_REDIS_CLUSTER" in _container_env(sidecar)
+    monkeypatch.setenv("ROLLOUT_REDIS_CLUSTER", cluster)
+    assert parse_cli(sidecar["args"]).params["cluster"] is (cluster == "true")
