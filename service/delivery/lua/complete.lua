@@ -4,8 +4,8 @@
 -- ARGV: now ('' = server), holder ('' = any: the lease's token alone), then triples (key, token,
 -- result_json). With a holder, a lease held by another worker is stale too: lease tokens count up per
 -- schedule, so a token alone is easy to guess, and a worker must not report another's items.
--- Returns {code per item (1 accepted, 2 duplicate, 0 stale)..., finished (1 when every item is done
--- or dead)}.
+-- Returns {code per item (1 accepted, 2 duplicate, 0 stale)..., finished (1 when every item is done,
+-- dead or cancelled)}.
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now = now_ms(ARGV[1])

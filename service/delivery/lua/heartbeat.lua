@@ -3,7 +3,7 @@
 -- reaper would, so expiry depends on time alone, never on when a reaper happened to run.
 -- ARGV: now ('' = server), then pairs (key, token).
 -- Returns one integer per lease: the new deadline (ms), or -1 when the lease is gone; then the settled
--- flag (1 when every item is done or dead).
+-- flag (1 when every item is done, dead or cancelled).
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now = now_ms(ARGV[1])

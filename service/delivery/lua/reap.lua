@@ -1,7 +1,7 @@
 -- reap: expire every lease whose deadline passed (requeue at the head of the holder's queue, or
 -- dead-letter after max_attempts). Atomic, so replicas reaping at once never double-requeue.
 -- ARGV: now ('' = server), limit (most leases handled per call).
--- Returns {requeued, dead_lettered, settled (1 when every item is done or dead)}; error NOSCHEDULE
+-- Returns {requeued, dead_lettered, settled (1 when every item is done, dead or cancelled)}; error NOSCHEDULE
 -- once the schedule expired.
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end

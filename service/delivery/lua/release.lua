@@ -3,7 +3,7 @@
 -- attempt counts; requeue, or dead-letter once max_attempts are spent.
 -- ARGV: mode, now ('' = server), reason, then pairs (key, token).
 -- Returns one code per lease: 1 requeued, 3 dead-lettered, 0 stale (not held: nothing changed); then
--- the settled flag (1 when every item is done or dead).
+-- the settled flag (1 when every item is done, dead or cancelled).
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local mode, now, reason = ARGV[1], now_ms(ARGV[2]), ARGV[3]
