@@ -25,7 +25,14 @@ _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 
 
 class JsonFormatter(logging.Formatter):
-    """Render a record as one JSON object with time, level, logger, message, schedule_id and extras."""
+    """Render a record as one JSON object with time, level, logger, message, schedule_id and extras.
+
+    ``fields`` are stamped on every line: a sidecar's ``worker_id``, without which a log store that
+    gathers every worker's lines cannot say whose engine froze or whose Redis calls failed."""
+
+    def __init__(self, fields: Mapping[str, str] | None = None) -> None:
+        super().__init__()
+        self.fields = dict(fields or {})
 
     def format(self, record: logging.LogRecord) -> str:
         """Format ``record``; ``extra={...}`` fields become top-level keys."""
@@ -39,6 +46,7 @@ class JsonFormatter(logging.Formatter):
         schedule_id = getattr(record, "schedule_id", None) or schedule_id_var.get()
         if schedule_id:
             entry["schedule_id"] = schedule_id
+        entry.update({key: value for key, value in self.fields.items() if key not in entry})
         for key, value in vars(record).items():
             if key not in _RESERVED and key not in entry:
                 entry[key] = value
@@ -47,11 +55,12 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def configure(level: str = "INFO") -> None:
-    """Send every ``service`` and uvicorn log line to stderr as JSON; called by ``serve``, not on import."""
+def configure(level: str = "INFO", fields: Mapping[str, str] | None = None) -> None:
+    """Send every ``service`` and uvicorn log line to stderr as JSON; called by ``serve`` and the
+    sidecar (whose ``fields`` name its worker), not on import."""
     install_record_factory()
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(JsonFormatter(fields))
     for name in ("service", "uvicorn", "uvicorn.error"):
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]

@@ -129,7 +129,7 @@ def sidecar(
     except ValueError as exc:
         typer.echo(f"sidecar: {exc}", err=True)
         raise typer.Exit(2) from None
-    logs.configure(log_level.upper())
+    logs.configure(log_level.upper(), fields={"worker_id": worker_id})
     options = SidecarOptions(
         worker_id=worker_id,
         redis_url=url,

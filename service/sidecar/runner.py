@@ -29,6 +29,7 @@ import redis
 
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.records import TrajectoryResult
+from service.logs import schedule_context
 from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
 from service.sidecar.holdings import Held
 from service.sidecar.session import SessionStats, WorkerSession
@@ -69,6 +70,7 @@ class Sidecar:
     _engine_down: bool = field(default=True, init=False)  # until the engine first answers
     _last_refusal: str | None = field(default=None, init=False)  # the last "not ready" logged
     _failed_at: float | None = field(default=None, init=False)  # when the engine last failed an item
+    _redis_down: bool = field(default=False, init=False)  # claiming failed on Redis (logged once)
     watch: EngineWatch = field(init=False)  # the engine's signs of life while items run (``watchdog``)
     last_turn: float = field(default_factory=time.monotonic, init=False)  # monotonic time the main
     # loop last turned (or polled a loading engine): what the liveness probe reads (``health``)
@@ -92,8 +94,13 @@ class Sidecar:
                     break
                 try:
                     await self._fill()
+                    if self._redis_down:
+                        log.info("redis reachable again, claiming")
+                    self._redis_down = False
                 except redis.RedisError as exc:  # Redis down or restarting: keep running, retry soon
-                    log.warning("redis unavailable, not claiming: %s", exc)
+                    if not self._redis_down:  # once per outage, not twice a second for its length
+                        log.warning("redis unavailable, not claiming: %s", exc)
+                    self._redis_down = True
                     await _sleep_unless(stop, self.settings.redis_retry_s)
                 await self._pause(stop)
             await self._drain()
@@ -155,7 +162,8 @@ class Sidecar:
                 return  # first come first served: a later, smaller item does not jump the queue
             holdings.start(held)
             task_id = _task_id(held)
-            task = asyncio.create_task(self._run_item(held))
+            with schedule_context(held.lease.schedule_id):  # the task's lines name its schedule
+                task = asyncio.create_task(self._run_item(held))
             self._tasks[task_id] = task
             task.add_done_callback(functools.partial(self._finished, task_id))
 

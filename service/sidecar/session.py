@@ -84,6 +84,7 @@ class WorkerSession:
     _infos: dict[str, ScheduleInfo] = field(default_factory=dict, init=False)
     _last_reap: dict[str, float] = field(default_factory=dict, init=False)
     _damaged: set[str] = field(default_factory=set, init=False)  # schedules whose scripts fail (logged)
+    _heartbeats_failing: bool = field(default=False, init=False)  # the outage is logged once
     # (schedule, "claim" | "steal") -> the id of a call that raised: it may have leased before the
     # reply was lost, so the next such call re-sends that id and gets those leases back
     _unanswered: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
@@ -92,16 +93,28 @@ class WorkerSession:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def _persist(self, what: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Call ``fn`` through transient Redis errors (safe: every step it is used for is idempotent)."""
+        """Call ``fn`` through transient Redis errors (safe: every step it is used for is idempotent).
+
+        The first failure of a call is a warning, its retries debug lines: every running item
+        retries on its own, every 50 ms to 2 s, so a warning per retry made a one-minute outage
+        hundreds of identical lines per worker."""
         deadline = time.monotonic() + self.settings.retry_for_s
         pause = 0.05
+        level = logging.WARNING
         while True:
             try:
                 return await self._redis(fn, *args, **kwargs)
             except _TRANSIENT as exc:
                 if time.monotonic() + pause > deadline:
                     raise
-                log.warning("redis unavailable during %s, retrying: %s", what, exc)
+                log.log(
+                    level,
+                    "redis unavailable during %s, retrying for up to %.0fs: %s",
+                    what,
+                    self.settings.retry_for_s,
+                    exc,
+                )
+                level = logging.DEBUG
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 2.0)
 
@@ -224,8 +237,13 @@ class WorkerSession:
         try:
             alive = await self._redis(self.delivery.heartbeat, leases)
         except _TRANSIENT as exc:
-            log.warning("heartbeat failed, leases keep their deadlines: %s", exc)
+            if not self._heartbeats_failing:  # once per outage: heartbeats run every ttl/3 seconds
+                log.warning("heartbeat failed, leases keep their deadlines: %s", exc)
+            self._heartbeats_failing = True
             return []
+        if self._heartbeats_failing:
+            log.info("heartbeats go through again")
+        self._heartbeats_failing = False
         self.holdings.refresh(alive)
         kept = {lease_id(a) for a in alive}
         lost: list[Held] = []

@@ -1,0 +1,100 @@
+"""What a sidecar's log tells an operator on call: whose line it is, and one line per fault, not one
+per retry."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service import logs
+from service.delivery.protocol import Delivery
+from service.embedded import EmbeddedServer
+from service.sidecar.engine_client import EngineClient, EngineOptions
+from service.sidecar.holdings import Holdings
+from service.sidecar.runner import RunnerSettings, Sidecar
+from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
+from tests.service.sidecar.procs import cluster, item, publish, wait_until
+
+
+def _run_until(sidecar: Sidecar, done: Callable[[], bool], timeout_s: float = 30.0) -> SessionStats:
+    async def main() -> SessionStats:
+        stop = asyncio.Event()
+        runner = asyncio.create_task(sidecar.run(stop))
+        deadline = time.monotonic() + timeout_s
+        while not await asyncio.to_thread(done) and time.monotonic() < deadline and not runner.done():
+            await asyncio.sleep(0.02)
+        stop.set()
+        stats = await runner
+        await sidecar.engine.aclose()
+        return stats
+
+    return asyncio.run(main())
+
+
+def test_a_redis_outage_is_one_warning_per_stuck_call_and_one_for_claiming_each_naming_its_schedule(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two items finish while Redis is down for ~3 s: each completion retries some six times, the
+    claim loop twice a second and heartbeats three times, yet the log holds one line per completion,
+    one for claiming and one for heartbeats."""
+    logs.install_record_factory()
+    server = EmbeddedServer().start()
+    with cluster(tmp_path) as procs:
+        engine = procs.engine_threads({"engine": 0.05})["engine"]
+        try:
+            publish(
+                Delivery.from_url(server.url), "outage", {"w0": [item(f"p{i}", 0, 1000) for i in range(2)]}
+            )
+            session = WorkerSession(Delivery.from_url(server.url), Holdings(4), SessionSettings("w0"))
+            settings = RunnerSettings(idle_poll_s=0.02, drain_timeout_s=0.5)
+            sidecar = Sidecar(session, EngineClient.open(EngineOptions(engine)), settings)
+            killed: list[float] = []
+
+            def outage_for_3s() -> bool:
+                if not killed and httpx.get(f"{engine}/sim/stats").json()["running"] >= 1:
+                    server.kill()
+                    killed.append(time.monotonic())
+                return bool(killed) and time.monotonic() - killed[0] > 3.0
+
+            with caplog.at_level(logging.WARNING, logger="service.sidecar"):
+                _run_until(sidecar, outage_for_3s)
+        finally:
+            server.stop()
+    completes = [r for r in caplog.records if "during complete" in r.getMessage()]
+    claims = [r for r in caplog.records if "not claiming" in r.getMessage()]
+    assert killed
+    heartbeats = [r for r in caplog.records if "heartbeat failed" in r.getMessage()]
+    assert 1 <= len(completes) <= 2, [r.getMessage() for r in completes]
+    assert (len(claims), len(heartbeats)) == (1, 1)
+    assert {getattr(r, "schedule_id", None) for r in completes} == {"outage"}
+
+
+def test_every_line_a_sidecar_logs_names_its_worker(tmp_path: Path, redis_url: str) -> None:
+    """Lines of every worker end up in one log store: one that says an engine is not ready must say whose."""
+    with cluster(tmp_path) as procs:
+        worker = procs.spawn(
+            "side",
+            [
+                "sidecar",
+                "--worker-id",
+                "h100-7",
+                "--engine-url",
+                "http://127.0.0.1:9",
+                "--redis-url",
+                redis_url,
+            ],
+        )
+        wait_until(lambda: "engine not ready" in worker.log.read_text(), 30.0, "the not-ready line")
+        worker.signal(signal.SIGTERM)
+        worker.stats()
+    lines = [json.loads(line) for line in worker.log.read_text().splitlines() if line.startswith("{")]
+    assert lines
+    assert {line.get("worker_id") for line in lines} == {"h100-7"}
