@@ -67,11 +67,15 @@ class Reaper:
             self._thread = None
 
     def _run(self) -> None:
+        """Reap every ``interval_s``. A lapsed lease means a worker stopped heartbeating (a lost node,
+        a killed sidecar): a warning. A Redis outage is logged when it starts and when it ends, not
+        once a pass: at one pass a second a long outage buried everything else in the log."""
+        failing = False
         while not self._stop.is_set():
             try:
                 for schedule_id, report in reap_all(self.delivery).items():
                     if report.requeued or report.dead_lettered:
-                        log.info(
+                        log.warning(
                             "reaped expired leases",
                             extra={
                                 "schedule_id": schedule_id,
@@ -80,6 +84,11 @@ class Reaper:
                             },
                         )
                 self.passes += 1
+                if failing:
+                    log.info("reaper passes go through again")
+                failing = False
             except redis.RedisError as err:  # Redis down or failing over: try again next pass
-                log.warning("reaper pass failed: %s", err)
+                if not failing:
+                    log.warning("reaper pass failed: %s", err)
+                failing = True
             self._stop.wait(self.interval_s)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
+import pytest
 import redis
 
 from service.delivery import Delivery, LeaseSettings, PublishedSchedule
 from service.delivery.keys import ScheduleKeys
 from service.delivery.reaper import Reaper, reap_all
+from service.embedded import EmbeddedServer
 from tests.service.delivery.conftest import schedule
 
 
@@ -54,3 +57,22 @@ def test_a_schedule_whose_script_fails_is_skipped_and_the_others_are_still_reape
     redis_client.hset(states, next(iter(redis_client.hkeys(states))), "garbage")
     reports = reap_all(delivery, now_ms=101)
     assert {sid: r.requeued for sid, r in reports.items()} == {"good": 2}
+
+
+def test_a_redis_outage_is_logged_when_it_starts_and_when_it_ends_not_once_a_pass(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = EmbeddedServer().start()
+    delivery = Delivery.from_url(server.url)
+    delivery.publish(schedule("s", {"a": 1}))
+    with caplog.at_level(logging.INFO, logger="service.delivery.reaper"):
+        reaper = Reaper(delivery, interval_s=0.02).start()
+        try:
+            server.kill()
+            time.sleep(0.5)  # some 20 passes, every one of them failing
+        finally:
+            reaper.stop()
+            server.stop()
+    failed = [r for r in caplog.records if "reaper pass failed" in r.getMessage()]
+    assert len(failed) == 1
+    assert failed[0].levelno == logging.WARNING
