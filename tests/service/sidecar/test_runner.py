@@ -166,7 +166,7 @@ def test_a_stop_while_redis_is_down_keeps_to_the_drain_timeout_and_leaves_the_le
 
 
 def test_a_lease_lost_mid_generation_cancels_the_engine_request_and_the_item_is_done_once(
-    redis_client: redis.Redis, redis_url: str, engine_url: str
+    redis_client: redis.Redis, redis_url: str, engine_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     delivery = Delivery.from_url(redis_url)
     long_item = item("p", 0, 6000)  # ~0.5 s
@@ -178,8 +178,11 @@ def test_a_lease_lost_mid_generation_cancels_the_engine_request_and_the_item_is_
             reaped_once.done = True  # type: ignore[attr-defined]
         return delivery.progress("lost").finished
 
-    stats = _run_until(_sidecar(redis_url, engine_url, heartbeat_s=0.05), reaped_once)
+    with caplog.at_level(logging.WARNING, logger="service.sidecar"):
+        stats = _run_until(_sidecar(redis_url, engine_url, heartbeat_s=0.05), reaped_once)
     assert (stats.lost, stats.accepted, stats.stale) == (1, 1, 0)
+    lost_lines = [r for r in caplog.records if "lost; stopping it" in r.getMessage()]
+    assert [getattr(r, "schedule_id", None) for r in lost_lines] == ["lost"]  # which step lost it
     assert _engine_stats(engine_url)["cancelled"] == 1
     assert [r.attempt for r in delivery.read_results("lost")] == [2]
     assert tally(delivery, "lost", {long_item.key}) == (0, 0)
