@@ -11,10 +11,11 @@ will see.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from typing import Any
 
@@ -25,6 +26,11 @@ from scheduler.trace import TraceRow
 
 EWM_ALPHA = 0.5  # weight of the newest step in the exponentially weighted mean of step means
 MAX_CHUNKS = 256  # appends kept apart before ``History`` concatenates them (many tiny report batches)
+# Extra feature columns a ``History`` holds. Each is a dense column over EVERY row (the model's input),
+# so distinct names cost rows x names: reports inventing fresh names (64 a report, by the API's rule)
+# grew a replica by ~1 GB from 900 rows, and the stream keeps them, so every restart met them again.
+MAX_EXTRA_COLUMNS = 64
+_log = logging.getLogger("predictors.history")
 
 
 @dataclass(frozen=True, eq=False)
@@ -217,6 +223,13 @@ class _Fold:
         )
 
 
+def _kept(row: TraceRow, columns: Mapping[str, None]) -> TraceRow:
+    """``row`` with only the features named in ``columns``."""
+    if all(name in columns for name in row.features):
+        return row
+    return replace(row, features={k: v for k, v in row.features.items() if k in columns})
+
+
 def walk_steps(trace: Trace) -> Iterator[tuple[int, PromptStats, IntArray, StepGroups]]:
     """For each step, ascending: (step, stats of all earlier steps, row indices of the step, the groups).
 
@@ -272,21 +285,50 @@ class History:
         self._lock = threading.Lock()
         self._appends: Counter[int] = Counter()  # earliest step of each append -> how many appends
         self._stats: dict[int, tuple[int, PromptStats]] = {}  # before -> (version_before, stats)
+        self._columns: dict[str, None] = {}  # extra columns held, in order of first appearance
         if trace is not None:
             self.append(trace)
 
     def append(self, rows: Trace | Iterable[TraceRow]) -> None:
-        """Add observed rows (e.g. completions reported by workers); later predictions see them."""
-        chunk = rows if isinstance(rows, Trace) else Trace.from_rows(rows)
-        if len(chunk) == 0:
-            return
+        """Add observed rows (e.g. completions reported by workers); later predictions see them.
+
+        Extra columns past ``MAX_EXTRA_COLUMNS`` are left out (the first names met are kept), before
+        the rows become columns: otherwise the chunk alone would be rows x names floats."""
         with self._lock:
+            chunk = self._within_columns(rows)
+            if len(chunk) == 0:
+                return
             self._chunks.append(chunk)
             self._appends[int(chunk.step.min())] += 1
             if self.max_rows is not None:
                 self._trim(sum(map(len, self._chunks)) - self.max_rows)
             if len(self._chunks) > MAX_CHUNKS:  # many small reports: one array, not thousands
                 self._chunks = [Trace.concat(self._chunks)]
+
+    def _within_columns(self, rows: Trace | Iterable[TraceRow]) -> Trace:
+        """``rows`` as a trace of the extra columns this history holds (lock held), admitting new
+        names while there is room; the features left out are logged once per append."""
+        rows = rows if isinstance(rows, Trace) else list(rows)
+        names = (
+            [*rows.numeric, *rows.categorical]
+            if isinstance(rows, Trace)
+            else (name for row in rows for name in row.features)
+        )
+        left_out: set[str] = set()
+        for name in names:
+            if name in self._columns:
+                continue
+            if len(self._columns) < MAX_EXTRA_COLUMNS:
+                self._columns[name] = None
+            else:
+                left_out.add(name)
+        if left_out:
+            _log.warning("left out %d feature names: a history holds %d", len(left_out), MAX_EXTRA_COLUMNS)
+        if isinstance(rows, Trace):
+            numeric = {k: v for k, v in rows.numeric.items() if k in self._columns}
+            categorical = {k: v for k, v in rows.categorical.items() if k in self._columns}
+            return replace(rows, numeric=numeric, categorical=categorical) if left_out else rows
+        return Trace.from_rows(row if not left_out else _kept(row, self._columns) for row in rows)
 
     def _trim(self, excess: int) -> None:
         """Drop the ``excess`` oldest rows (lock held); what folded them in is stale then.
@@ -311,6 +353,8 @@ class History:
         assert oldest is not None
         self._appends[oldest] += 1  # every step after the oldest dropped changes
         self._stats.clear()
+        # columns only the dropped rows had make room for new names (a fleet's features may change)
+        self._columns = dict.fromkeys(k for c in self._chunks for k in (*c.numeric, *c.categorical))
 
     def __len__(self) -> int:
         with self._lock:

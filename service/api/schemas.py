@@ -29,9 +29,21 @@ ScheduleId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za
 FeatureValue = float | Annotated[str, Field(max_length=256)]
 # Extra predictor features of one item or report: bounded, or one caller could grow the actuals stream,
 # every replica's history and the model (one column each) without limit (20 MB reports did).
+MAX_FEATURES = 64  # names per item or report, and distinct names per request (the history holds 64)
 Features = Annotated[
-    dict[Annotated[str, Field(min_length=1, max_length=64)], FeatureValue], Field(max_length=64)
+    dict[Annotated[str, Field(min_length=1, max_length=64)], FeatureValue], Field(max_length=MAX_FEATURES)
 ]
+
+
+def _few_feature_names(features: list[Features], where: str) -> None:
+    """Refuse a request whose items or reports name more than ``MAX_FEATURES`` features in all: each
+    name is a dense column over every query or history row, so 64 fresh names per entry made one
+    request cost entries x names (a 2 MB report grew a replica by hundreds of MB)."""
+    names = {name for entry in features for name in entry}
+    if len(names) > MAX_FEATURES:
+        raise ValueError(f"{where} name {len(names)} distinct features; at most {MAX_FEATURES} a request")
+
+
 # Upper bounds: far past any real model, run or device, and inside the int64 columns the predictor
 # keeps counts in, so an absurd number is a 422 naming its field, never an overflow deeper in (where
 # an already-stored report would fail every later read of the history).
@@ -152,6 +164,12 @@ class Batch(Strict):
     """The step's prompts."""
 
     items: list[BatchItem] = Field(min_length=1)
+
+    @field_validator("items")
+    @classmethod
+    def _few_features(cls, items: list[BatchItem]) -> list[BatchItem]:
+        _few_feature_names([item.features for item in items], "the items")
+        return items
 
 
 def _envelope(figure: str) -> Any:
@@ -347,6 +365,12 @@ class ActualsRequest(Strict):
     """``POST /actuals``: a batch of finished trajectories."""
 
     actuals: list[ActualReport] = Field(min_length=1, max_length=100_000)
+
+    @field_validator("actuals")
+    @classmethod
+    def _few_features(cls, actuals: list[ActualReport]) -> list[ActualReport]:
+        _few_feature_names([report.features for report in actuals], "the reports")
+        return actuals
 
 
 class ActualsAccepted(BaseModel):

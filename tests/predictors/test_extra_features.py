@@ -68,3 +68,22 @@ def test_a_categorical_feature_sent_as_a_number_or_as_text_finds_the_same_level(
     stats = history.stats_before(1)
     row = build_features(prior_from_stats(stats, queries.prompt_id), queries, 1, stats.trend, spec)
     assert row[0, spec.categorical_indices[0]] == 0.0
+
+
+def test_a_history_holds_at_most_the_first_64_feature_names_it_meets() -> None:
+    # every name is a dense column over every row: reports inventing fresh names grew a replica by
+    # rows x names floats without end, and the stream kept them for every restart to meet again
+    history = History()
+    for batch in range(20):
+        history.append(_rows(batch, {f"b{batch}_f{j}": 1.0 for j in range(64)}, prompts=2, n=2))
+    trace = history.trace
+    assert [*trace.numeric, *trace.categorical] == [f"b0_f{j}" for j in range(64)]
+    assert len(trace) == 80
+
+
+def test_names_held_only_by_trimmed_rows_make_room_for_new_ones() -> None:
+    history = History(max_rows=4)
+    history.append(_rows(0, {f"old{j}": 1.0 for j in range(64)}, prompts=1, n=4))
+    history.append(_rows(1, {}, prompts=1, n=4))  # the rows holding the 64 names are trimmed
+    history.append(_rows(2, {"new": 3.0}, prompts=1, n=4))
+    assert list(history.trace.numeric) == ["new"]

@@ -56,6 +56,21 @@ def test_a_count_past_the_bound_is_refused_and_the_service_keeps_working(
     assert client.post("/schedule", json=batch_body(publish=False)).status_code == 200
 
 
+def test_reports_naming_more_features_in_all_than_a_history_holds_are_refused(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    # each name is a dense column over every history row of every replica: a worker sending fresh
+    # names grew each replica by rows x names floats (~1 GB from 900 rows), kept in the stream for good
+    reports = [actual_report(0, p, 0) for p in range(2)]
+    for p, report in enumerate(reports):
+        report["features"] = {f"p{p}_f{j}": 1.0 for j in range(40)}
+    response = client.post("/actuals", json={"actuals": reports})
+    assert response.status_code == 422
+    assert response.json()["field"] == "actuals"
+    assert "80 distinct features" in response.json()["detail"]
+    assert redis_client.exists("rs:actuals") == 0
+
+
 def test_an_output_longer_than_its_cap_is_refused(client: TestClient, redis_client: redis.Redis) -> None:
     report = actual_report(0, 1, 0)
     report["output_tokens"] = report["max_new_tokens"] + 1

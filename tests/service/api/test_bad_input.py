@@ -41,6 +41,12 @@ def _drain_all(body: Body) -> None:
         spec["drain"] = True
 
 
+def _fresh_names(body: Body) -> None:
+    """40 feature names of its own on every item: within each item's limit, past the request's."""
+    for k, item in enumerate(body["batch"]["items"]):
+        item["features"] = {f"i{k}_f{j}": 1.0 for j in range(40)}
+
+
 CASES: dict[str, tuple[Callable[[Body], None], str]] = {
     "zero prompt tokens": (_set("batch.items.0.prompt_tokens", 0), "batch.items[0].prompt_tokens"),
     "negative max_new_tokens": (_set("batch.items.2.max_new_tokens", -5), "batch.items[2].max_new_tokens"),
@@ -108,6 +114,7 @@ CASES: dict[str, tuple[Callable[[Body], None], str]] = {
         _set("batch.items.0.features", {f"f{i}": 1.0 for i in range(65)}),
         "batch.items[0].features",
     ),
+    "more feature names across the items than a request may bring": (_fresh_names, "batch.items"),
     "every worker drained": (_drain_all, "inventory.workers"),
     "a long feature text": (
         _set("batch.items.0.features", {"topic": "x" * 257}),
