@@ -228,6 +228,27 @@ def test_a_report_with_nan_or_above_the_cap_is_refused_and_the_lease_is_kept(
     assert [r.result.output_tokens for r in delivery.read_results("bad-done")] == [5]
 
 
+def test_a_report_nested_too_deep_for_the_service_to_serve_is_refused_and_the_lease_kept(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    # stored, it failed every results page of the service holding it (500): the trainer never got past it
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "deep-done", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    deep: dict[str, Any] = {}
+    for _ in range(300):
+        deep = {"a": deep}
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        body = _done((await client.get("/next")).json(), 5)
+        refused = await client.post("/done", json={**body, "extra": deep})
+        held = len((await client.get("/leases")).json()["held"])
+        good = await client.post("/done", json={**body, "extra": {"tool_calls": [{"function": {"a": 1}}]}})
+        return [(refused.status_code, refused.json()["error"]), held, good.status_code]
+
+    assert _with_api(redis_url, script) == [(422, "extra: Value error, nested deeper than 32 levels"), 1, 200]
+    assert [r.result.output_tokens for r in delivery.read_results("deep-done")] == [5]
+
+
 def test_a_restarted_worker_hands_back_what_its_predecessor_held_with_reset(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
