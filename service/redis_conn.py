@@ -9,6 +9,7 @@ service recovers by itself when Redis returns; no restart, no background reconne
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -107,17 +108,22 @@ def built_when_reachable(
 
 
 def describe(url: str) -> str:
-    """The URL without its password (``user:pass@`` or a ``password=`` query), for logs and errors."""
+    """The URL without its password (``user:pass@`` or a ``password=`` query), for logs and errors.
+
+    Everything before the last ``@`` is credentials, even past a ``?`` or ``/``: a password with an
+    unescaped one splits the URL there, and its tail must not be shown as a query or database."""
     scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        credentials, _, rest = rest.rpartition("@")
+        user = credentials.split(":", 1)[0]
+        shown = user + ":***@" if user and re.fullmatch(r"[A-Za-z0-9_.-]+", user) else "***@"
+    else:
+        shown = ""
     rest, qmark, query = rest.partition("?")
     if query:
         fields = [f.split("=", 1) for f in query.split("&")]
         query = "&".join(f"{f[0]}=***" if f[0] == "password" else "=".join(f) for f in fields)
-    if "@" in rest:
-        credentials, _, host = rest.rpartition("@")
-        user = credentials.split(":", 1)[0]
-        rest = f"{user + ':***@' if user else '***@'}{host}"
-    return f"{scheme}{sep}{rest}{qmark}{query}"
+    return f"{scheme}{sep}{shown}{rest}{qmark}{query}"
 
 
 @contextmanager

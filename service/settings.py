@@ -204,6 +204,11 @@ def check_redis_url(value: str) -> str:
         ) from None
     database = parsed.path.strip("/")
     if parsed.scheme != "unix" and database and not database.isdigit():
+        if "@" in database:  # a password's '/' split the URL: what follows it is part of the password
+            raise ValueError(
+                "the database (after the host) is not a number: a password with / # ? @ must be"
+                " percent-encoded, or given apart: ROLLOUT_REDIS_PASSWORD"
+            )
         raise ValueError(f"database {database!r} is not a number")
     return value
 

@@ -99,6 +99,15 @@ def test_a_password_in_the_url_query_is_masked_in_logs() -> None:
     assert describe("redis://u:s3cret@h:6379/0") == "redis://u:***@h:6379/0"
 
 
+@pytest.mark.parametrize(
+    "url", ["redis://u:12?s3cr@h:6379/0", "redis://u:12/s3cr@h/0", "redis://u:1#s3cr@h/0"]
+)
+def test_a_password_with_an_unescaped_delimiter_is_masked_whole(url: str) -> None:
+    # '?', '/' or '#' inside a password split the URL there: its tail read as a query or a path
+    assert "s3cr" not in describe(url)
+    assert describe(url).endswith("@h:6379/0") or describe(url).endswith("@h/0")
+
+
 def test_a_flood_of_scrapes_reads_the_queue_depths_from_redis_at_most_once_per_window() -> None:
     """/metrics needs no token: a scrape flood must not become a flood of Redis reads."""
     reads: list[int] = []
