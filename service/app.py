@@ -56,7 +56,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.context = ctx
         gc.collect()
         gc.freeze()  # long-lived startup objects leave the GC's scans: shorter pauses per request
-        reaper = Reaper(ctx.delivery).start()
+        reaper = Reaper(ctx.delivery, on_reap=metrics.count_reaped).start()
         _log.info("service started", extra={"redis": describe(settings.redis_url or "")})
         try:
             yield
@@ -101,6 +101,7 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
         else:
             _log.warning("Redis unreachable at startup (%s); will retry on each request", error)
     metrics.watch_queues(lambda: _queue_depths(delivery))
+    metrics.watch_model(lambda: _serving_version(model_service))
     return Context(
         settings=settings,
         redis=client,
@@ -112,6 +113,13 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
         retrainer=Retrainer(model_service, client, metrics, settings.retrain_every_steps, prefix),
         plan_slots=PlanSlots(settings.max_concurrent_plans, settings.plan_queue_timeout_s),
     )
+
+
+def _serving_version(predictor: ModelService) -> str:
+    """The predictor version serving now, after picking up one another replica stored (as ``/readyz``
+    and ``GET /models`` do): a replica that plans nothing must not report a version it dropped."""
+    predictor.reload_if_due()
+    return predictor.version
 
 
 def _queue_depths(delivery: Delivery) -> Mapping[tuple[str, str], int]:

@@ -1,8 +1,10 @@
-"""Prometheus metrics: request counts and latencies, stage timings, plan quality, queue depths.
+"""Prometheus metrics: request counts and latencies, stage timings, plan quality, queue depths,
+leases the reaper took back, and the predictor version serving.
 
 Each app gets its own registry (no process-global state), so two apps in one test process do not
 collide. Queue depths are read from Redis at scrape time by a collector, so they are true at the
-moment Prometheus asks and cost nothing between scrapes.
+moment Prometheus asks and cost nothing between scrapes; the serving model version is likewise read
+when scraped, so the one series it exposes is the version serving now.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from service.delivery.records import ReapReport
+
 _log = logging.getLogger("service.metrics")
 
 # up to a minute: long-polls wait up to 30 s, and a plan may queue for ROLLOUT_PLAN_QUEUE_TIMEOUT_S (30)
@@ -24,8 +28,12 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0
 DEPTH_CACHE_S = 2.0  # queue depths are read from Redis at most this often, however often scraped
 RATIO_BUCKETS = (1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.5, 2.0, 3.0, 5.0)
 
+REAP_OUTCOMES = ("requeued", "dead_lettered")  # the reaped-leases counter's only label values
+
 # A function returning queue depths by (schedule_id, state) -> count; raises when Redis is down.
 DepthSource = Callable[[], Mapping[tuple[str, str], int]]
+# A function returning the serving predictor's version (``v<N>`` or ``fallback``).
+VersionSource = Callable[[], str]
 
 
 class _DepthCollector(Collector):
@@ -62,6 +70,25 @@ class _DepthCollector(Collector):
                 self._depths = {}
             self._read_at = time.monotonic()
             return self._depths
+
+
+class _ModelInfoCollector(Collector):
+    """``rollout_model_info{version} 1`` for the version serving when scraped: always one series, so
+    a hot reload or a retrain replaces the label instead of leaving the old version's series behind
+    (the label's values over time are unbounded; at any moment there is exactly one)."""
+
+    def __init__(self, source: VersionSource) -> None:
+        self._source = source
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "rollout_model_info", "The length predictor serving now (v<N> or fallback)", labels=["version"]
+        )
+        try:
+            family.add_metric([self._source()], 1)
+        except Exception as error:  # a scrape must not fail because the model store is unreadable
+            _log.warning("serving model version unavailable: %s", error)
+        yield family
 
 
 @dataclass
@@ -104,6 +131,24 @@ class Metrics:
         )
         self.actuals = Counter("rollout_actuals", "Actual lengths reported", registry=reg)
         self.retrains = Counter("rollout_retrains", "Predictor retrains", ["outcome"], registry=reg)
+        self.reaped = Counter(
+            "rollout_reaped_leases",
+            "Lapsed leases (a worker stopped heartbeating) this replica's reaper took back, by outcome",
+            ["outcome"],
+            registry=reg,
+        )
+        for outcome in REAP_OUTCOMES:  # both series exist from the start: rate() sees the first reap
+            self.reaped.labels(outcome)
+
+    def count_reaped(self, report: ReapReport) -> None:
+        """Count one reaper pass's work on one schedule: leases requeued, and items dead-lettered
+        because the lapsed lease was their last attempt."""
+        self.reaped.labels("requeued").inc(report.requeued)
+        self.reaped.labels("dead_lettered").inc(report.dead_lettered)
+
+    def watch_model(self, source: VersionSource) -> None:
+        """Expose ``rollout_model_info{version}`` from ``source`` at every scrape."""
+        self.registry.register(_ModelInfoCollector(source))
 
     def watch_queues(self, source: DepthSource) -> None:
         """Expose ``rollout_queue_depth`` from ``source`` at every scrape."""

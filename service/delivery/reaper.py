@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 import redis
 
@@ -43,10 +44,17 @@ def reap_all(delivery: Delivery, now_ms: int | None = None) -> dict[str, ReapRep
 class Reaper:
     """A daemon thread running ``reap_all`` every ``interval_s``; ``start``/``stop`` are idempotent."""
 
-    def __init__(self, delivery: Delivery, interval_s: float = DEFAULT_INTERVAL_S) -> None:
-        """Prepare (not start) a reaper on ``delivery``."""
+    def __init__(
+        self,
+        delivery: Delivery,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        on_reap: Callable[[ReapReport], None] | None = None,
+    ) -> None:
+        """Prepare (not start) a reaper on ``delivery``; ``on_reap`` is told what each pass took back
+        from each schedule that had lapsed leases (the service counts them in its metrics)."""
         self.delivery = delivery
         self.interval_s = interval_s
+        self.on_reap = on_reap
         self.passes = 0  # completed passes, for health checks and tests
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -75,6 +83,8 @@ class Reaper:
             try:
                 for schedule_id, report in reap_all(self.delivery).items():
                     if report.requeued or report.dead_lettered:
+                        if self.on_reap is not None:
+                            self.on_reap(report)
                         log.warning(
                             "reaped expired leases",
                             extra={

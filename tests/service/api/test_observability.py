@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from service.delivery import Delivery
 from service.logs import JsonFormatter
 from service.metrics import Metrics
 from service.redis_conn import describe
@@ -121,3 +123,53 @@ def test_a_flood_of_scrapes_reads_the_queue_depths_from_redis_at_most_once_per_w
     for _ in range(50):
         assert 'rollout_queue_depth{schedule_id="s",state="queued"} 3.0' in metrics.render().decode()
     assert len(reads) == 1
+
+
+def _scraped(client: TestClient, line: str, within_s: float = 5.0) -> str:
+    """The /metrics text once it holds ``line`` (the reaper and hot reload run on their own clocks)."""
+    deadline = time.monotonic() + within_s
+    text = client.get("/metrics").text
+    while line not in text and time.monotonic() < deadline:
+        time.sleep(0.1)
+        text = client.get("/metrics").text
+    return text
+
+
+def test_leases_a_worker_stopped_heartbeating_are_counted_by_what_the_reaper_did_with_them(
+    make_client: AppFactory, redis_client: redis.Redis
+) -> None:
+    client = make_client(lease_ttl_ms=100, max_attempts=2)
+    text = client.get("/metrics").text
+    assert 'rollout_reaped_leases_total{outcome="requeued"} 0.0' in text  # there before any reap
+    assert 'rollout_reaped_leases_total{outcome="dead_lettered"} 0.0' in text
+    sid = client.post("/schedule", json=batch_body()).json()["schedule_id"]
+    delivery = Delivery(redis_client)
+    assert len(delivery.claim(sid, "w0", 3)) == 3  # then the worker dies: no heartbeat
+
+    text = _scraped(client, 'rollout_reaped_leases_total{outcome="requeued"} 3.0')
+    assert 'rollout_reaped_leases_total{outcome="requeued"} 3.0' in text
+    assert 'rollout_reaped_leases_total{outcome="dead_lettered"} 0.0' in text
+
+    assert len(delivery.claim(sid, "w0", 3)) == 3  # the same three again: their last attempt
+    text = _scraped(client, 'rollout_reaped_leases_total{outcome="dead_lettered"} 3.0')
+    assert 'rollout_reaped_leases_total{outcome="dead_lettered"} 3.0' in text
+    assert 'rollout_reaped_leases_total{outcome="requeued"} 3.0' in text
+    assert client.get(f"/schedule/{sid}").json()["failed"] == 3
+
+
+def test_the_model_info_names_the_one_version_serving_and_follows_a_retrain_by_another_replica(
+    make_client: AppFactory,
+) -> None:
+    trainer, follower = make_client(), make_client()  # two replicas on one store and one Redis
+    assert _model_info(follower.get("/metrics").text) == ['rollout_model_info{version="fallback"} 1.0']
+
+    assert trainer.post("/actuals", json={"actuals": actual_history(steps=2)}).status_code == 200
+    assert trainer.post("/models/retrain").status_code == 200
+    assert 'rollout_model_info{version="v1"} 1.0' in trainer.get("/metrics").text
+
+    text = _scraped(follower, 'rollout_model_info{version="v1"} 1.0')  # hot reload, within a second
+    assert _model_info(text) == ['rollout_model_info{version="v1"} 1.0']
+
+
+def _model_info(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("rollout_model_info")]
