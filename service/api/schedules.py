@@ -18,7 +18,6 @@ from scheduler.errors import InvalidInputError
 from service import pipeline
 from service.api.schemas import (
     CancelResponse,
-    Counts,
     DeadLetterEntry,
     ProgressResponse,
     ResultEntry,
@@ -26,6 +25,7 @@ from service.api.schemas import (
     ScheduleId,
     ScheduleRequest,
     ScheduleResponse,
+    WorkerCounts,
 )
 from service.auth import AuthFirstRoute, any_client, trainer_only
 from service.context import Context, context_of
@@ -62,16 +62,18 @@ def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     responses=documented(401, 403, 404, 422, 503),
 )
 def schedule_progress(schedule_id: Annotated[ScheduleId, Path()], request: Request) -> ProgressResponse:
-    """Counts by state, overall and per worker, and the dead-lettered items."""
+    """Counts by state, overall and per worker, and the dead-lettered items; and whether the step is
+    late: time elapsed since the publish against the plan's predicted makespan and worker finishes."""
     progress = context_of(request).delivery.progress(schedule_id)
     workers = {
-        wid: Counts(
+        wid: WorkerCounts(
             total=w.queued + w.running + w.done + w.failed + w.cancelled,
             queued=w.queued,
             running=w.running,
             done=w.done,
             failed=w.failed,
             cancelled=w.cancelled,
+            planned_finish_s=progress.planned_finish_s.get(wid),
         )
         for wid, w in progress.workers.items()
     }
@@ -84,6 +86,9 @@ def schedule_progress(schedule_id: Annotated[ScheduleId, Path()], request: Reque
         failed=progress.failed,
         cancelled=progress.cancelled,
         cancelled_at_ms=progress.cancelled_at_ms,
+        published_at_ms=progress.published_ms,
+        elapsed_s=progress.elapsed_s,
+        predicted_makespan_s=progress.predicted_makespan_s,
         workers=workers,
         dead_letter=[d.key for d in progress.dead_letters],
         dead_letters=[

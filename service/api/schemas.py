@@ -277,6 +277,14 @@ class Counts(BaseModel):
     cancelled: int = 0  # queued or running when the trainer cancelled the schedule (DELETE)
 
 
+class WorkerCounts(Counts):
+    """One worker's counts, and when the plan predicts it finishes its queue."""
+
+    # seconds after ``published_at_ms``; None: the shared FIFO ``*``, or a step published by a
+    # release that did not store it
+    planned_finish_s: float | None = None
+
+
 class DeadLetterEntry(BaseModel):
     """An item given up on: a trainer needs the why without reading a sidecar's log."""
 
@@ -287,13 +295,18 @@ class DeadLetterEntry(BaseModel):
 
 
 class ProgressResponse(Counts):
-    """``GET /schedule/{id}``: overall counts, the same per worker, and dead-lettered items."""
+    """``GET /schedule/{id}``: overall counts, the same per worker, and dead-lettered items; and, to
+    tell a late step from one on plan, how long it has run against what its plan predicted."""
 
     schedule_id: str
-    workers: dict[str, Counts]
+    workers: dict[str, WorkerCounts]
     dead_letter: list[str]  # their keys, in order of death
     dead_letters: list[DeadLetterEntry]  # the same, with who held each last, and why it died
     cancelled_at_ms: int | None = None  # when ``DELETE /schedule/{id}`` cancelled it; None: not cancelled
+    published_at_ms: int | None = None  # when it was published (the delivery lease clock, ms)
+    elapsed_s: float | None = None  # lease clock now minus published_at_ms (counts on after it ends)
+    # the plan's predicted makespan, seconds after publication; None: published by an older release
+    predicted_makespan_s: float | None = None
 
 
 class CancelResponse(BaseModel):

@@ -18,7 +18,11 @@ key                         type     contents
                                      request (digest of the step's work as the trainer asked for
                                      it: a reused ``schedule_id`` with other work is refused),
                                      cancelled_ms, cancelled_queued, cancelled_running (once the
-                                     trainer cancelled it: when, and how many items it ended)
+                                     trainer cancelled it: when, and how many items it ended),
+                                     makespan_s (the plan's predicted makespan, seconds after
+                                     published_ms), planned_finish (JSON: worker -> the plan's
+                                     predicted finish, seconds after published_ms); both absent on
+                                     schedules published before they were stored, or unknown
 ``P:items``                 hash     item key -> ``<ref>\t<static item JSON without its payload>``
                                      (prompt, lengths); ``ref`` names its payload in ``P:prompts``
                                      ('' for none); the claim scripts return the whole JSON
@@ -126,6 +130,9 @@ QUEUED, RUNNING, DONE, FAILED, CANCELLED = "q", "r", "d", "f", "c"
 # ms), and how many queued and running items that ended; absent while it is not cancelled.
 CANCELLED_AT, CANCELLED_QUEUED, CANCELLED_RUNNING = "cancelled_ms", "cancelled_queued", "cancelled_running"
 REQUEST_DIGEST = "request"  # field of ``P:meta``: the publishing request's work digest (service/republish.py)
+# Fields of ``P:meta`` that ``lua/publish.lua`` writes: when it was published (lease clock, ms), and
+# what the plan predicts (absent on schedules an older release published): read by progress.
+PUBLISHED_AT, PREDICTED_MAKESPAN, PLANNED_FINISH = "published_ms", "makespan_s", "planned_finish"
 
 
 def count_field(state: str, worker_id: str) -> str:

@@ -7,8 +7,10 @@ claims.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from service.delivery.keys import CANCELLED, DONE, FAILED, QUEUED, RUNNING, count_field
@@ -78,11 +80,46 @@ class Progress:
     kv_admission: bool  # the plan asks sidecars to admit by reserved KV
     cancelled: int = 0  # queued or running when the trainer cancelled the schedule (``Delivery.cancel``)
     cancelled_at_ms: int | None = None  # when it was cancelled (lease clock); None: not cancelled
+    published_ms: int | None = None  # when it was published (lease clock, ms)
+    now_ms: int | None = None  # the lease clock when this snapshot was read
+    # what the plan predicts, seconds after publication; None / absent: published by a release that
+    # did not store it (or the plan did not know)
+    predicted_makespan_s: float | None = None
+    planned_finish_s: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
         """Every item is done, dead-lettered or cancelled: nothing more will happen to it."""
         return self.done + self.failed + self.cancelled >= self.total
+
+    @property
+    def elapsed_s(self) -> float | None:
+        """Seconds since the publish on the lease clock (it keeps counting once the step is over)."""
+        if self.published_ms is None or self.now_ms is None:
+            return None
+        return max(0, self.now_ms - self.published_ms) / 1000.0
+
+
+def seconds_or_none(raw: Any) -> float | None:
+    """A stored time in seconds; None when absent or not a finite number >= 0 (written by another
+    tool): the progress route must answer with what it can, never fail on an annotation."""
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def planned_finishes(raw: Any) -> dict[str, float]:
+    """``P:meta`` ``planned_finish`` (JSON worker -> seconds) as a dict; {} when absent or unreadable."""
+    try:
+        doc = json.loads(raw) if raw is not None else {}
+    except ValueError:
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    finishes = {str(w): seconds_or_none(s) for w, s in doc.items()}
+    return {w: s for w, s in finishes.items() if s is not None}
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,7 +104,17 @@ def schedule_from_plan(
         seconds_per_token=seconds_per_token(plan, by_key),
         prefix_affinity=prefix_affinity,
         kv_capacity_tokens=kv_capacities(inventory, queues) if inventory is not None else {},
+        predicted_makespan_s=_seconds(plan.predicted_makespan_s),
+        planned_finish_s={
+            w.worker_id: s for w in plan.workers if (s := _seconds(w.predicted_finish_s)) is not None
+        },
     )
+
+
+def _seconds(value: float) -> float | None:
+    """A plan's predicted time as stored beside the schedule; None (not stored) when it is not a
+    finite time: what GET /schedule/{id} reports is no reason to refuse a publish."""
+    return float(value) if math.isfinite(value) and value >= 0 else None
 
 
 def pinned_workers(trajectories: Iterable[Trajectory], prefix_affinity: bool) -> dict[str, str]:

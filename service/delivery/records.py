@@ -137,6 +137,10 @@ class PublishedSchedule:
     # worker id -> its KV cache in tokens: no claim or steal hands it an item whose need_tokens
     # exceed it (the simulator's can_hold); workers not named are not limited
     kv_capacity_tokens: Mapping[str, int] = field(default_factory=dict)
+    # what the plan predicts, in seconds after publication: the step's makespan and each worker's
+    # finish; stored for GET /schedule/{id} to tell a late step from one on plan (None/absent: unknown)
+    predicted_makespan_s: float | None = None
+    planned_finish_s: Mapping[str, float] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Raise ``InvalidInputError`` naming the first bad field; called before anything is written."""
@@ -167,6 +171,19 @@ class PublishedSchedule:
                 )
         if self.prefix_affinity:
             self._check_groups()
+        self._check_plan_times()
+
+    def _check_plan_times(self) -> None:
+        """The plan's predicted times are finite seconds >= 0, each of a worker with a queue."""
+        times = {f"planned_finish_s[{w}]": s for w, s in self.planned_finish_s.items()}
+        if self.predicted_makespan_s is not None:
+            times["predicted_makespan_s"] = self.predicted_makespan_s
+        for where, seconds in times.items():
+            if isinstance(seconds, bool) or not math.isfinite(seconds) or seconds < 0:
+                raise InvalidInputError(where, seconds, "must be finite seconds >= 0")
+        for worker in self.planned_finish_s:
+            if worker not in self.queues:
+                raise InvalidInputError("planned_finish_s", worker, "names a worker without a queue")
 
     def _check_groups(self) -> None:
         """Under prefix affinity: one group per line (publish.lua's format), and no sample of a pinned

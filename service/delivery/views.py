@@ -15,8 +15,26 @@ from redis.cluster import RedisCluster
 
 from service.delivery import keys as keyspace
 from service.delivery.errors import UnknownScheduleError
-from service.delivery.progress import DeadLetter, Progress, ScheduleInfo, per_worker
+from service.delivery.progress import (
+    DeadLetter,
+    Progress,
+    ScheduleInfo,
+    per_worker,
+    planned_finishes,
+    seconds_or_none,
+)
 from service.delivery.records import ResultRecord, TrajectoryResult
+
+# The lease clock: the scripts' ``now_ms('')`` (lua/common.lua), run on the node holding the schedule.
+_CLOCK = "local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)"
+_META_FIELDS = [
+    "total",
+    "kv_admission",
+    keyspace.CANCELLED_AT,
+    keyspace.PUBLISHED_AT,
+    keyspace.PREDICTED_MAKESPAN,
+    keyspace.PLANNED_FINISH,
+]
 
 
 def text(value: Any) -> str:
@@ -87,17 +105,24 @@ class DeliveryViews:
             raise UnknownScheduleError(schedule_id)
         return {name: int(v or 0) for name, v in zip(states, values, strict=True)}
 
-    def progress(self, schedule_id: str) -> Progress:
-        """One consistent snapshot of the schedule's counts, per worker, and its dead letters."""
+    def clock_ms(self, schedule_id: str) -> int:
+        """The lease clock now: the server TIME of the node holding the schedule's keys (EVAL on its
+        meta key, so on Redis Cluster the node whose clock the schedule's scripts read)."""
+        return int(self.client.eval(_CLOCK, 1, self.keys(schedule_id).meta))
+
+    def progress(self, schedule_id: str, now_ms: int | None = None) -> Progress:
+        """One consistent snapshot of the schedule's counts, per worker, and its dead letters, with
+        its publish time and what the plan predicts; ``now_ms`` pins the clock (tests, simulations)."""
         keys = self.keys(schedule_id)
         pipe = self.client.pipeline(transaction=True)
         pipe.hgetall(keys.counts)
-        pipe.hmget(keys.meta, ["total", "kv_admission", keyspace.CANCELLED_AT])
+        pipe.hmget(keys.meta, _META_FIELDS)
         pipe.lrange(keys.dead, 0, -1)
         counts_raw, meta, dead = pipe.execute()
         if meta[0] is None:
             raise UnknownScheduleError(schedule_id)
         counts = {text(f): int(v) for f, v in counts_raw.items()}
+        published = seconds_or_none(meta[3])
         return Progress(
             schedule_id=schedule_id,
             total=int(meta[0]),
@@ -110,6 +135,10 @@ class DeliveryViews:
             kv_admission=text(meta[1]) == "1",
             cancelled=counts.get(keyspace.CANCELLED, 0),
             cancelled_at_ms=None if meta[2] is None else int(meta[2]),
+            published_ms=None if published is None else int(published),
+            now_ms=now_ms if now_ms is not None or published is None else self.clock_ms(schedule_id),
+            predicted_makespan_s=seconds_or_none(meta[4]),
+            planned_finish_s=planned_finishes(meta[5]),
         )
 
     def read_results(

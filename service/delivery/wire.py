@@ -32,7 +32,7 @@ def strict_json(doc: Any, where: str) -> str:
 
 def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) -> list[Any]:
     """ARGV of ``publish.lua``: fingerprint, clock, retention, settings, then the newline-joined body,
-    and last ``nonce``, unique to this call.
+    the steal rules, the caches, the plan's predicted times, and last ``nonce``, unique to this call.
 
     The fingerprint covers everything written, so a replay is recognised and a different schedule
     under a used id is refused. The nonce tells a replay from the same call re-sent by the client
@@ -68,6 +68,13 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) ->
         "\n".join(item.due() for item in items),  # steal deadlines ('-' for none), P:due
     ]
     holding = capacity_args(schedule, items)
+    # what the plan predicts: read by GET /schedule/{id}, not by any worker, so not fingerprinted
+    # (a replay is told from a different schedule by what the workers get, as before these existed)
+    makespan = schedule.predicted_makespan_s
+    predicted = [
+        "" if makespan is None else repr(float(makespan)),
+        json.dumps({w: float(s) for w, s in sorted(schedule.planned_finish_s.items())}),
+    ]
     fields = [lease.retention_s, *head, *body, *steal_rules, payloads]
     if schedule.kv_capacity_tokens:  # hashed only when given: the same fingerprint as before they existed
         fields += holding
@@ -81,6 +88,7 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) ->
         *steal_rules,
         payloads,
         *holding,
+        *predicted,
         nonce,
     ]
 

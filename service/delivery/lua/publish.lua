@@ -9,8 +9,10 @@
 --       newline-joined steal deadlines ('start|end' ms after publication per item, '-' for none),
 --       newline-joined distinct payload JSONs (line i = ref i; wire.stored_items), then what a cache
 --       must hold (wire.capacity_args): caps_json (worker -> KV capacity, tokens) and newline-joined
---       needs (prompt + max_new_tokens per item, '-' where every published cache holds it), and last
---       a nonce unique to the call: the same call re-sent after a timeout answers 1 again.
+--       needs (prompt + max_new_tokens per item, '-' where every published cache holds it), then what
+--       the plan predicts (wire.publish_args): its makespan in seconds ('' unknown) and planned_json
+--       (worker -> predicted finish, seconds after publication), and last a nonce unique to the
+--       call: the same call re-sent after a timeout answers 1 again.
 -- An item's JSON arrives as '<ref>\t<JSON without payload>' and is stored so; its payload is stored
 -- once in P:prompts under ref, since the samples of a prompt share it (lease_all puts it back).
 -- Returns 1 created (also to the creating call re-sent), 0 unchanged replay; error CONFLICT when the
@@ -51,6 +53,11 @@ local n = #keys
 redis.call('HSET', META, 'fingerprint', ARGV[1], 'total', n, 'lease_ttl_ms', ARGV[4],
   'max_attempts', ARGV[5], 'kv_admission', ARGV[6], 'workers', ARGV[7], 'published_ms', now,
   'expire_at_ms', exp, 'fence', 0, 'affinity', affinity, 'nonce', nonce)
+-- What the plan predicts, for GET /schedule/{id} to compare with the time elapsed since 'published_ms'.
+if #ARGV >= 24 then
+  if ARGV[22] ~= '' then redis.call('HSET', META, 'makespan_s', ARGV[22]) end
+  if ARGV[23] ~= '{}' then redis.call('HSET', META, 'planned_finish', ARGV[23]) end
+end
 local cnt = {'q', n, 'r', 0, 'd', 0, 'f', 0}
 for _, w in ipairs(cjson.decode(ARGV[7])) do
   for _, s in ipairs({'q', 'r', 'd', 'f'}) do cnt[#cnt + 1], cnt[#cnt + 2] = s .. ':' .. w, 0 end
