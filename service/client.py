@@ -18,14 +18,11 @@ from typing import Any, TypeVar
 
 import httpx
 
+from service.api.progress_schemas import CancelResponse, ProgressResponse, ResultEntry, ResultsPage
 from service.api.schemas import (
     ActualReport,
     ActualsAccepted,
-    CancelResponse,
     ModelStatus,
-    ProgressResponse,
-    ResultEntry,
-    ResultsPage,
     RetrainResponse,
     ScheduleRequest,
     ScheduleResponse,

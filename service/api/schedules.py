@@ -16,16 +16,18 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from scheduler.errors import InvalidInputError
 from service import pipeline
-from service.api.schemas import (
+from service.api.progress_schemas import (
     CancelResponse,
     DeadLetterEntry,
     ProgressResponse,
     ResultEntry,
     ResultsPage,
+    WorkerCounts,
+)
+from service.api.schemas import (
     ScheduleId,
     ScheduleRequest,
     ScheduleResponse,
-    WorkerCounts,
 )
 from service.auth import AuthFirstRoute, any_client, trainer_only
 from service.context import Context, context_of

@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 
-from service.api.schemas import ResultEntry
+from service.api.progress_schemas import ResultEntry
 from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachableError, actual_from_result
 from service.delivery import Delivery, TrajectoryResult
 from service.ports import free_port

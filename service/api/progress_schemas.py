@@ -1,0 +1,89 @@
+"""What the API answers about a published step: progress, dead letters, a cancel, result pages.
+
+Response models only, read by trainers through ``service.client``; what a trainer sends (and the
+plan it gets back) is in ``service.api.schemas``. docs/api.md documents every field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class Counts(BaseModel):
+    """Trajectory counts by state."""
+
+    total: int
+    queued: int
+    running: int
+    done: int
+    failed: int
+    cancelled: int = 0  # queued or running when the trainer cancelled the schedule (DELETE)
+
+
+class WorkerCounts(Counts):
+    """One worker's counts, and when the plan predicts it finishes its queue."""
+
+    # seconds after ``published_at_ms``; None: the shared FIFO ``*``, or a step published by a
+    # release that did not store it
+    planned_finish_s: float | None = None
+
+
+class DeadLetterEntry(BaseModel):
+    """An item given up on: a trainer needs the why without reading a sidecar's log."""
+
+    key: str  # trajectory key ``prompt_id#sample_idx``
+    worker_id: str  # its last holder
+    attempts: int  # leases it consumed
+    reason: str  # the engine's refusal, or the lease expiring
+
+
+class ProgressResponse(Counts):
+    """``GET /schedule/{id}``: overall counts, the same per worker, and dead-lettered items; and, to
+    tell a late step from one on plan, how long it has run against what its plan predicted."""
+
+    schedule_id: str
+    workers: dict[str, WorkerCounts]
+    dead_letter: list[str]  # their keys, in order of death
+    dead_letters: list[DeadLetterEntry]  # the same, with who held each last, and why it died
+    cancelled_at_ms: int | None = None  # when ``DELETE /schedule/{id}`` cancelled it; None: not cancelled
+    published_at_ms: int | None = None  # when it was published (the delivery lease clock, ms)
+    elapsed_s: float | None = None  # lease clock now minus published_at_ms (counts on after it ends)
+    # the plan's predicted makespan, seconds after publication; None: published by an older release
+    predicted_makespan_s: float | None = None
+
+
+class CancelResponse(BaseModel):
+    """``DELETE /schedule/{id}``: what the cancel ended; a repeated DELETE answers the same."""
+
+    schedule_id: str
+    cancelled: int  # queued + running: every item the cancel ended
+    queued: int  # taken off the queues unstarted
+    running: int  # leases ended: their heartbeats and late completions are refused
+    cancelled_at_ms: int  # when the first DELETE ran (the delivery lease clock, ms)
+
+
+class ResultEntry(BaseModel):
+    """One accepted result of a schedule, as its worker completed it."""
+
+    stream_id: str  # pass the last one as ``after`` to read on
+    key: str  # trajectory key ``prompt_id#sample_idx``
+    prompt_id: str | None = None  # the key's parts, so a trainer can regroup samples without parsing
+    sample_idx: int | None = None  # it (None: published outside the API, or a service before them)
+    worker_id: str
+    attempt: int
+    output_tokens: int
+    finish_reason: str
+    wall_time_s: float
+    output: str
+    reward: float | None
+    extra: dict[str, Any]  # what the sidecar added: prompt_tokens, predicted_tokens, attempt, ...
+
+
+class ResultsPage(BaseModel):
+    """``GET /schedule/{id}/results``: a page of results and where to continue."""
+
+    schedule_id: str
+    results: list[ResultEntry]
+    next: str  # stream id to pass as ``after`` for the next page
