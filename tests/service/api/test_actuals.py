@@ -1,13 +1,9 @@
-"""Actuals: stored durably, teach per-worker speed, feed retraining; new models swap in live."""
+"""Actuals: stored durably and once, teach per-worker speed, feed the next predictions."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import threading
-import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,9 +13,7 @@ from fastapi.testclient import TestClient
 from scheduler.devices import device_profile, model_preset
 from scheduler.types import Worker
 from service.api.schemas import ActualReport
-from service.app import create_app
 from service.delivery import keys
-from service.settings import Settings
 from service.speeds import modelled_seconds
 from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
 
@@ -244,247 +238,9 @@ def test_history_reported_by_workers_drives_the_next_prediction(client: TestClie
     assert by_prompt["p7"] > by_prompt["p0"]  # longer in history, longer predicted
 
 
-def test_retrain_stores_a_version_and_later_plans_use_it(client: TestClient) -> None:
-    client.post("/actuals", json={"actuals": actual_history(steps=2)})
-    retrained = client.post("/models/retrain")
-    assert retrained.status_code == 200, retrained.text
-    assert retrained.json()["version"] == "v1"
-    assert retrained.json()["history_rows"] == 64
-    status = client.get("/models").json()
-    assert status["version"] == "v1"
-    assert status["stored_versions"] == ["v1"]
-    answer = client.post("/schedule", json=batch_body(step=2, publish=False)).json()
-    assert answer["model_version"] == "v1"
-    assert answer["prediction_sources"] == {"lightgbm": 32}
-
-
-def test_a_retrain_leaves_only_the_newest_versions_configured(make_client: AppFactory) -> None:
-    client = make_client(model_keep=2)
-    client.post("/actuals", json={"actuals": actual_history(steps=2)})
-    for _ in range(3):
-        assert client.post("/models/retrain").status_code == 200
-    assert client.get("/models").json()["stored_versions"] == ["v2", "v3"]
-
-
-def test_features_named_and_typed_any_way_by_workers_never_break_a_retrain(client: TestClient) -> None:
-    first, second = actual_history(steps=1), [actual_report(1, p, i) for p in range(8) for i in range(4)]
-    for report in first:
-        report["features"] = {"judge:format": 1.0, "step": 3.0, "bucket": 2.0}
-    for report in second:
-        report["features"] = {"judge:format": 0.0, "step": 4.0, "bucket": "hard"}
-    assert client.post("/actuals", json={"actuals": first}).status_code == 200
-    assert client.post("/actuals", json={"actuals": second}).status_code == 200
-    retrained = client.post("/models/retrain")
-    assert retrained.status_code == 200, retrained.text
-    body = batch_body(step=2, publish=False)
-    body["batch"]["items"][0]["features"] = {"bucket": "hard", "judge:format": 1.0}
-    answer = client.post("/schedule", json=body)
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["prediction_sources"] == {"lightgbm": 32}
-
-
-def test_retrain_without_actuals_is_a_409_problem(client: TestClient) -> None:
-    response = client.post("/models/retrain")
-    assert response.status_code == 409
-    assert response.json()["field"] == "history"
-
-
-def test_a_new_replica_starts_with_the_stored_model_and_the_streamactual_history(
-    make_client: AppFactory,
-) -> None:
-    first = make_client()
-    first.post("/actuals", json={"actuals": actual_history(steps=2)})
-    assert first.post("/models/retrain").status_code == 200
-    second = make_client()
-    status = second.get("/models").json()
-    assert status["version"] == "v1"
-    assert status["history_rows"] == 64
-
-
-def test_automatic_retrain_runs_at_the_configured_step_boundary(make_client: AppFactory) -> None:
-    client = make_client(retrain_every_steps=2)
-    client.post("/schedule", json=batch_body(step=0))
-    client.post("/actuals", json={"actuals": actual_history(steps=2)})
-    client.post("/schedule", json=batch_body(step=1))
-    assert client.get("/models").json()["version"] == "fallback"  # one step: not a boundary yet
-    client.post("/schedule", json=batch_body(step=2))
-    retrainer = client.app.state.context.retrainer  # type: ignore[attr-defined]
-    assert retrainer.background is not None
-    retrainer.background.join(60)
-    assert client.get("/models").json()["version"] == "v1"
-
-
-def test_requests_keep_succeeding_while_a_retrain_swaps_the_model(client: TestClient) -> None:
-    client.post("/actuals", json={"actuals": actual_history(steps=2)})
-    statuses: list[int] = []
-    versions: set[str] = set()
-    done = threading.Event()
-
-    def plan_continuously() -> None:
-        while not done.is_set() or len(statuses) < 3:
-            answer = client.post("/schedule", json=batch_body(step=2, publish=False))
-            statuses.append(answer.status_code)
-            versions.add(answer.json().get("model_version", "?"))
-
-    planner = threading.Thread(target=plan_continuously)
-    planner.start()
-    try:
-        assert client.post("/models/retrain").status_code == 200
-        after = client.post("/schedule", json=batch_body(step=2, publish=False)).json()
-    finally:
-        done.set()
-        planner.join(60)
-    assert set(statuses) == {200}
-    assert after["model_version"] == "v1"
-    assert versions <= {"fallback", "v1"}
-
-
 def test_a_report_without_concurrency_teaches_no_speed(client: TestClient) -> None:
     client.post("/schedule", json=batch_body(workers=2))
     report = actual_report(0, 1, 0, slowdown=5.0)
     del report["concurrency"]
     assert client.post("/actuals", json={"actuals": [report]}).json()["time_scales"] == {}
     assert client.post("/schedule", json=batch_body(workers=2)).json()["time_scales"]["w0"] == 1.0
-
-
-def test_a_new_run_starting_over_at_step_zero_restarts_the_retrain_count(
-    make_client: AppFactory, redis_client: redis.Redis
-) -> None:
-    client = make_client(retrain_every_steps=5)
-    client.post("/schedule", json=batch_body(step=40))
-    client.post("/schedule", json=batch_body(step=0))
-    assert redis_client.get("rs:retrain:step") == "0"
-
-
-def test_a_dry_run_starts_no_retrain_and_moves_no_step_counter(
-    make_client: AppFactory, redis_client: redis.Redis
-) -> None:
-    client = make_client(retrain_every_steps=2)
-    client.post("/actuals", json={"actuals": actual_history(steps=2)})
-    client.post("/schedule", json=batch_body(step=0))
-    client.post("/schedule", json=batch_body(step=1000, publish=False))  # "plan only, write nothing"
-    assert client.app.state.context.retrainer.background is None  # type: ignore[attr-defined]
-    assert redis_client.get("rs:retrain:step") == "0"
-
-
-def test_an_idle_replica_reports_the_version_another_replica_stored(make_client: AppFactory) -> None:
-    import time
-
-    from service.models import RELOAD_EVERY_S
-
-    trainer_side, idle = make_client(), make_client()
-    trainer_side.post("/actuals", json={"actuals": actual_history(steps=2)})
-    assert trainer_side.post("/models/retrain").json()["version"] == "v1"
-    time.sleep(RELOAD_EVERY_S + 0.1)
-    assert idle.get("/models").json()["version"] == "v1"  # it has planned nothing since
-    assert idle.get("/readyz").json()["model"] == "v1"
-
-
-def test_a_running_replica_picks_up_a_version_another_replica_trained(make_client: AppFactory) -> None:
-    import time
-
-    from service.models import RELOAD_EVERY_S
-
-    trainer_side, other = make_client(), make_client()
-    other.post("/schedule", json=batch_body(publish=False))  # serving the fallback, store checked
-    trainer_side.post("/actuals", json={"actuals": actual_history(steps=2)})
-    assert trainer_side.post("/models/retrain").json()["version"] == "v1"
-    time.sleep(RELOAD_EVERY_S + 0.1)
-    answer = other.post("/schedule", json=batch_body(step=2, publish=False)).json()
-    assert answer["model_version"] == "v1"
-    assert answer["prediction_sources"] == {"lightgbm": 32}
-
-
-def test_a_damaged_newest_version_leaves_the_service_serving_the_one_it_has(
-    make_client: AppFactory, tmp_path: Path
-) -> None:
-    trainer_side = make_client()
-    trainer_side.post("/actuals", json={"actuals": actual_history(steps=2)})
-    assert trainer_side.post("/models/retrain").json()["version"] == "v1"
-    damaged = tmp_path / "models" / "v000002"  # the store every client of this test shares
-    damaged.mkdir()
-    for name in ("p50.txt", "p90.txt", "metadata.json"):
-        (damaged / name).write_text("garbage")
-    starting = make_client()  # started on a store whose newest version does not load
-    assert starting.get("/readyz").json()["model"] == "v1"
-    answer = starting.post("/schedule", json=batch_body(step=2, publish=False))
-    assert answer.status_code == 200
-    assert answer.json()["model_version"] == "v1"
-
-
-def _retrain_stuck_in_its_fit(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch
-) -> tuple[threading.Event, threading.Thread]:
-    """Start a background retrain (as a step boundary does) on ``client``'s replica whose fit waits
-    until the returned event is set."""
-    ctx = client.app.state.context  # type: ignore[attr-defined]
-    proceed, fitting = threading.Event(), threading.Event()
-    real_fit = ctx.models.retrain
-
-    def slow_fit() -> tuple[int, float]:
-        fitting.set()
-        proceed.wait(10)
-        return real_fit()  # type: ignore[no-any-return]
-
-    def retrain() -> None:
-        with contextlib.suppress(Exception):  # its replica may be gone before it ends
-            ctx.retrainer.retrain_now()
-
-    monkeypatch.setattr(ctx.models, "retrain", slow_fit)
-    background = threading.Thread(target=retrain, daemon=True)
-    background.start()
-    assert fitting.wait(5)
-    return proceed, background
-
-
-def test_a_replica_stopped_mid_retrain_gives_the_lock_back(
-    live_settings: Settings,
-    make_client: AppFactory,
-    redis_client: redis.Redis,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A rolling restart just after a step boundary had blocked every retrain for 15 minutes."""
-    first = TestClient(create_app(live_settings), raise_server_exceptions=False).__enter__()
-    second = make_client()
-    first.post("/actuals", json={"actuals": actual_history(steps=2)})
-    proceed, request = _retrain_stuck_in_its_fit(first, monkeypatch)
-    try:
-        assert second.post("/models/retrain").status_code == 409  # one at a time across replicas
-        first.__exit__(None, None, None)  # SIGTERM while the fit runs: the lifespan ends
-        assert redis_client.get("rs:retrain:lock") is None
-        assert second.post("/models/retrain").status_code == 200
-    finally:
-        proceed.set()
-        request.join(timeout=10)
-
-
-def test_every_replica_reports_a_retrain_running_in_another(
-    make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``retraining`` said false on every replica but the one fitting, whose peers then refused
-    ``POST /models/retrain`` with 409 "already running in another replica"."""
-    fitting, other = make_client(), make_client()
-    fitting.post("/actuals", json={"actuals": actual_history(steps=2)})
-    proceed, request = _retrain_stuck_in_its_fit(fitting, monkeypatch)
-    try:
-        assert fitting.get("/models").json()["retraining"] is True
-        assert other.get("/models").json()["retraining"] is True
-        assert other.post("/models/retrain").status_code == 409
-    finally:
-        proceed.set()
-        request.join(timeout=10)
-    assert other.get("/models").json()["retraining"] is False
-
-
-def test_the_retrain_lock_outlives_its_ttl_while_the_fit_runs(
-    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(keys, "RETRAIN_LOCK_TTL_S", 1)
-    client.post("/actuals", json={"actuals": actual_history(steps=2)})
-    proceed, request = _retrain_stuck_in_its_fit(client, monkeypatch)
-    try:
-        time.sleep(2.5)  # over twice the TTL
-        assert redis_client.get("rs:retrain:lock") is not None
-    finally:
-        proceed.set()
-        request.join(timeout=10)
