@@ -178,10 +178,13 @@ def test_two_replicas_accept_schedules_concurrently_and_lose_or_duplicate_no_ass
 
 
 def _progress(replica: Replica, schedule_id: str) -> dict[str, Any]:
+    """The schedule's progress as ``replica`` serves it, less ``elapsed_s``: that one is read on the
+    lease clock at each request, so two reads of one schedule differ by the time between them."""
     with replica.client() as http:
         response = http.get(f"/schedule/{schedule_id}")
     assert response.status_code == 200, (replica.name, response.text)
     body: dict[str, Any] = response.json()
+    assert body.pop("elapsed_s") >= 0
     return body
 
 
