@@ -6,6 +6,7 @@ interpreter), so a test can SIGKILL, SIGSTOP or SIGTERM it like an orchestrator 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -25,6 +26,8 @@ from service.delivery.protocol import Delivery
 from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSchedule
 from service.engine_sim.app import build_config, create_app
 from service.ports import free_port
+from service.sidecar.runner import Sidecar
+from service.sidecar.session import SessionStats
 
 ROOT = Path(__file__).resolve().parents[3]
 PORT_TRIES = 3  # engine-sim starts per engine when its port was taken before it could bind
@@ -237,3 +240,31 @@ def tally(delivery: Delivery, schedule_id: str, expected: set[str]) -> tuple[int
     twice = sum(1 for n in seen.values() if n > 1)
     print(f"schedule {schedule_id}: lost={lost} accepted_twice={twice} results={sum(seen.values())}")
     return lost, twice
+
+
+def run_until(
+    sidecar: Sidecar,
+    done: Callable[[], bool],
+    timeout_s: float = 30.0,
+    watch: Callable[[], None] | None = None,
+) -> SessionStats:
+    """Run ``sidecar`` until ``done()`` or ``timeout_s``, then stop it and return its counters.
+
+    ``done`` does blocking I/O, so it is checked in a thread, off the sidecar's event loop; ``watch``
+    runs between checks. A sidecar that then fails to stop (a hung loop) fails the test instead of
+    hanging it."""
+
+    async def main() -> SessionStats:
+        stop = asyncio.Event()
+        runner = asyncio.create_task(sidecar.run(stop))
+        deadline = time.monotonic() + timeout_s
+        while not await asyncio.to_thread(done) and time.monotonic() < deadline and not runner.done():
+            if watch is not None:
+                watch()
+            await asyncio.sleep(0.02)
+        stop.set()
+        stats = await asyncio.wait_for(runner, 10.0)
+        await sidecar.engine.aclose()
+        return stats
+
+    return asyncio.run(main())

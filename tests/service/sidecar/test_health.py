@@ -17,8 +17,7 @@ from service.sidecar.health import HealthServer, create_health_app
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.service.sidecar.procs import wait_http
-from tests.service.sidecar.test_runner import _run_until
+from tests.service.sidecar.procs import run_until, wait_http
 
 
 def _sidecar(redis_url: str, engine_url: str = "http://127.0.0.1:9") -> Sidecar:
@@ -48,7 +47,7 @@ def test_a_sidecar_waiting_for_its_engine_keeps_turning(redis_client: redis.Redi
     runner = _sidecar(redis_url)  # nothing answers on port 9: the engine is still "loading"
     before = runner.last_turn
     started = time.monotonic()
-    _run_until(runner, lambda: time.monotonic() - started > 0.5)
+    run_until(runner, lambda: time.monotonic() - started > 0.5)
     assert runner.last_turn - before >= 0.3  # polled the engine, and said so, all along
 
 

@@ -18,8 +18,8 @@ from service.embedded import EmbeddedServer
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
-from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
-from tests.service.sidecar.procs import cluster, item, publish, tally
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.procs import cluster, item, publish, run_until, tally
 
 
 @pytest.fixture
@@ -47,22 +47,6 @@ def _sidecar(
     return Sidecar(session, client, settings)
 
 
-def _run_until(sidecar: Sidecar, done: Callable[[], bool], timeout_s: float = 30.0) -> SessionStats:
-    async def main() -> SessionStats:
-        stop = asyncio.Event()
-        runner = asyncio.create_task(sidecar.run(stop))
-        deadline = time.monotonic() + timeout_s
-        # The condition does blocking I/O: a thread keeps it off the sidecar's event loop.
-        while not await asyncio.to_thread(done) and time.monotonic() < deadline and not runner.done():
-            await asyncio.sleep(0.02)
-        stop.set()
-        stats = await runner
-        await sidecar.engine.aclose()
-        return stats
-
-    return asyncio.run(main())
-
-
 def _engine_stats(url: str) -> dict[str, int]:
     return dict(httpx.get(f"{url}/sim/stats").json())
 
@@ -77,7 +61,7 @@ def test_the_sidecar_keeps_no_more_than_max_num_seqs_in_flight(
     delivery = Delivery.from_url(redis_url)
     items = [item(f"p{i}", 0, 2000) for i in range(10)]  # ~0.15 s each: the slots overlap
     publish(delivery, "slots", {"w0": items})
-    stats = _run_until(_sidecar(redis_url, engine_url, slots=3), _finished(delivery, "slots"))
+    stats = run_until(_sidecar(redis_url, engine_url, slots=3), _finished(delivery, "slots"))
     assert stats.accepted == 10
     assert _engine_stats(engine_url)["max_running"] == 3
     assert tally(delivery, "slots", {i.key for i in items}) == (0, 0)
@@ -89,7 +73,7 @@ def test_each_completed_result_carries_the_mean_concurrency_it_ran_at_for_speed_
     delivery = Delivery.from_url(redis_url)
     items = [item(f"p{i}", 0, 2000) for i in range(6)]  # ~0.15 s each, three at a time
     publish(delivery, "conc", {"w0": items})
-    _run_until(_sidecar(redis_url, engine_url, slots=3), _finished(delivery, "conc"))
+    run_until(_sidecar(redis_url, engine_url, slots=3), _finished(delivery, "conc"))
     concurrency = [float(r.result.extra["concurrency"]) for r in delivery.read_results("conc")]
     assert len(concurrency) == 6
     assert all(1.0 <= c <= 3.0 for c in concurrency)
@@ -108,7 +92,7 @@ def test_kv_admission_runs_together_only_what_fits_the_engine_cache(
     items = [item(f"p{i}", 0, 2000, predicted=2000) for i in range(4)]
     publish(delivery, "kv", {"w0": items}, kv_admission=kv_admission)
     sidecar = _sidecar(redis_url, engine_url, slots=8, kv=3000)
-    stats = _run_until(sidecar, _finished(delivery, "kv"))
+    stats = run_until(sidecar, _finished(delivery, "kv"))
     assert stats.accepted == 4
     assert _engine_stats(engine_url)["max_running"] == most_running
 
@@ -121,7 +105,7 @@ def test_on_stop_running_items_finish_and_nothing_more_is_claimed(
     # Leases long enough that a heartbeat late on a loaded host cannot lapse one: what is tested is
     # the drain, and a lapsed lease is (rightly) never accepted (seen once: accepted 0 of 2).
     publish(delivery, "drain", {"w0": items}, lease_ttl_ms=10_000)
-    stats = _run_until(
+    stats = run_until(
         _sidecar(redis_url, engine_url, slots=2), lambda: _engine_stats(engine_url)["running"] == 2
     )
     progress = delivery.progress("drain")
@@ -136,7 +120,7 @@ def test_items_still_running_at_the_drain_timeout_are_released_without_spending_
     items = [item(f"p{i}", 0, 200_000 // 20) for i in range(2)]  # far longer than the drain timeout
     publish(delivery, "release", {"w0": items})
     sidecar = _sidecar(redis_url, engine_url, slots=2, drain_timeout_s=0.1)
-    stats = _run_until(sidecar, lambda: _engine_stats(engine_url)["running"] == 2)
+    stats = run_until(sidecar, lambda: _engine_stats(engine_url)["running"] == 2)
     assert (stats.accepted, stats.released) == (0, 2)
     assert delivery.progress("release").queued == 2
     again = delivery.claim("release", "w0", 2)
@@ -158,7 +142,7 @@ def test_a_stop_while_redis_is_down_keeps_to_the_drain_timeout_and_leaves_the_le
             return True
 
         started = time.monotonic()
-        stats = _run_until(sidecar, running_then_redis_dies)  # raised through the drain before
+        stats = run_until(sidecar, running_then_redis_dies)  # raised through the drain before
         assert time.monotonic() - started < 15.0  # not the 60 s of retrying a release
         assert (stats.accepted, stats.released) == (0, 0)
     finally:
@@ -179,7 +163,7 @@ def test_a_lease_lost_mid_generation_cancels_the_engine_request_and_the_item_is_
         return delivery.progress("lost").finished
 
     with caplog.at_level(logging.WARNING, logger="service.sidecar"):
-        stats = _run_until(_sidecar(redis_url, engine_url, heartbeat_s=0.05), reaped_once)
+        stats = run_until(_sidecar(redis_url, engine_url, heartbeat_s=0.05), reaped_once)
     assert (stats.lost, stats.accepted, stats.stale) == (1, 1, 0)
     lost_lines = [r for r in caplog.records if "lost; stopping it" in r.getMessage()]
     assert [getattr(r, "schedule_id", None) for r in lost_lines] == ["lost"]  # which step lost it
@@ -203,7 +187,7 @@ def test_a_result_for_a_schedule_gone_from_redis_is_counted_stale_and_not_promis
     # stopped once the keys are gone; the drain lets the running item finish and report
     sidecar = _sidecar(redis_url, engine_url)  # heartbeats every 20 s: the completion comes first
     with caplog.at_level(logging.WARNING, logger="service.sidecar"):
-        stats = _run_until(sidecar, wiped_while_running)
+        stats = run_until(sidecar, wiped_while_running)
     assert (stats.accepted, stats.stale) == (0, 1)  # counted, as the pull API's 404 tells its worker
     assert not any("will be redelivered" in r.getMessage() for r in caplog.records)  # it will not
     assert not any(r.levelno >= logging.ERROR for r in caplog.records)  # nothing for an operator to fix
@@ -217,7 +201,7 @@ def test_an_item_the_engine_refuses_is_failed_and_dead_lettered_after_its_attemp
         "bad#0", "bad", 0, 40_000, 100, 100.0, {"prompt": "x"}
     )  # a prompt past max_model_len
     publish(delivery, "poison", {"w0": [poison, item("ok", 0, 50)]})
-    stats = _run_until(_sidecar(redis_url, engine_url), _finished(delivery, "poison"))
+    stats = run_until(_sidecar(redis_url, engine_url), _finished(delivery, "poison"))
     progress = delivery.progress("poison")
     assert (progress.done, progress.failed, stats.failed) == (1, 1, 5)
     assert "maximum context length" in progress.dead_letters[0].reason
@@ -231,7 +215,7 @@ def test_an_item_the_sidecar_cannot_even_send_is_failed_not_left_running_forever
     delivery = Delivery.from_url(redis_url)
     unsendable = DeliveryItem("bad#0", "bad", 0, 100, 100, 100.0, {"prompt": "x\ud800y"})
     publish(delivery, "unsendable", {"w0": [unsendable, item("ok", 0, 50)]})
-    _run_until(_sidecar(redis_url, engine_url), _finished(delivery, "unsendable"), timeout_s=10)
+    run_until(_sidecar(redis_url, engine_url), _finished(delivery, "unsendable"), timeout_s=10)
     progress = delivery.progress("unsendable")
     assert (progress.done, progress.failed) == (1, 1)
     assert "UnicodeEncodeError" in progress.dead_letters[0].reason
@@ -245,7 +229,7 @@ def test_a_sidecar_whose_engine_is_down_claims_nothing_and_says_so_once(
     sidecar = _sidecar(redis_url, "http://127.0.0.1:9", engine_wait_s=0.05)
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="service.sidecar"):
-        stats = _run_until(sidecar, lambda: time.monotonic() - started > 0.5)
+        stats = run_until(sidecar, lambda: time.monotonic() - started > 0.5)
     assert stats.claimed == 0
     assert delivery.progress("down").queued == 1
     assert sum("engine not ready" in r.getMessage() for r in caplog.records) == 1  # ~10 polls
@@ -266,7 +250,7 @@ def test_leases_claimed_but_not_started_go_back_while_the_engine_is_down(
         seen_queued.append(delivery.progress("unstarted").queued)
         return seen_queued[-1] == 2
 
-    _run_until(sidecar, back_in_the_queue, timeout_s=3.0)
+    run_until(sidecar, back_in_the_queue, timeout_s=3.0)
     assert seen_queued[-1] == 2
 
 
@@ -292,7 +276,7 @@ def test_an_engine_that_aborts_requests_is_given_a_pause_not_a_tight_retry_loop(
     engine = EngineClient(EngineOptions("http://engine", synthetic_prompts=True), http)
     settings = RunnerSettings(idle_poll_s=0.02, engine_wait_s=0.25)
     started = time.monotonic()
-    stats = _run_until(Sidecar(session, engine, settings), lambda: time.monotonic() - started > 1.0)
+    stats = run_until(Sidecar(session, engine, settings), lambda: time.monotonic() - started > 1.0)
     assert 2 <= len(generations) <= 6  # about one try per engine_wait_s, not hundreds
     assert stats.failed == 0  # an abort never costs the item an attempt
     assert delivery.progress("paused").done == 0

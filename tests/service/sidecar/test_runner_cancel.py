@@ -9,8 +9,8 @@ import httpx
 import redis
 
 from service.delivery.protocol import Delivery
-from tests.service.sidecar.procs import item, publish, tally
-from tests.service.sidecar.test_runner import _run_until, _sidecar, engine_url
+from tests.service.sidecar.procs import item, publish, run_until, tally
+from tests.service.sidecar.test_runner import _sidecar, engine_url
 
 __all__ = ["engine_url"]  # the fixture, shared with test_runner
 
@@ -28,7 +28,7 @@ def test_a_cancelled_step_stops_its_engine_requests_and_the_sidecar_takes_the_ne
             delivery.cancel("old")
         return delivery.progress("new").finished
 
-    stats = _run_until(_sidecar(redis_url, engine_url, slots=1, heartbeat_s=0.05), cancelled_mid_item)
+    stats = run_until(_sidecar(redis_url, engine_url, slots=1, heartbeat_s=0.05), cancelled_mid_item)
 
     assert delivery.progress("new").done == 3
     assert stats.claimed == 1 + 3  # of the old step only the item running at the cancel

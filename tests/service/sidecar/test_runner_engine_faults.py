@@ -17,8 +17,8 @@ from service.delivery.protocol import Delivery
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
-from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
-from tests.service.sidecar.procs import item, publish
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.procs import item, publish, run_until
 
 Handler = Callable[[httpx.Request], Coroutine[Any, Any, httpx.Response]]
 MODELS = {"data": [{"id": "m", "max_model_len": 32768}]}
@@ -35,28 +35,6 @@ def _sidecar(redis_url: str, handler: Handler, stall_s: float = 30.0) -> Sidecar
     engine = EngineClient(EngineOptions("http://engine", probe_timeout_s=0.2), http)
     base = RunnerSettings(idle_poll_s=0.02, engine_wait_s=0.05, engine_retry_pause_s=0.01, engine_probe_s=0.1)
     return Sidecar(session, engine, dataclasses.replace(base, engine_stall_s=stall_s))
-
-
-def _run_until(
-    sidecar: Sidecar, done: Callable[[], bool], timeout_s: float, watch: Callable[[], None] | None = None
-) -> SessionStats:
-    """Run until ``done()`` (checked in a thread) or ``timeout_s``; a sidecar that then fails to stop
-    (a hung loop) fails the test instead of hanging it."""
-
-    async def main() -> SessionStats:
-        stop = asyncio.Event()
-        runner = asyncio.create_task(sidecar.run(stop))
-        deadline = time.monotonic() + timeout_s
-        while not await asyncio.to_thread(done) and time.monotonic() < deadline and not runner.done():
-            if watch is not None:
-                watch()
-            await asyncio.sleep(0.02)
-        stop.set()
-        stats = await asyncio.wait_for(runner, 10.0)
-        await sidecar.engine.aclose()
-        return stats
-
-    return asyncio.run(main())
 
 
 class FreezableEngine:
@@ -90,7 +68,7 @@ def test_items_on_an_engine_that_freezes_go_back_and_the_sidecar_says_the_engine
     engine = FreezableEngine(freeze_at=4)  # frozen while all four run on it
     sidecar = _sidecar(redis_url, engine, stall_s=0.6)
     silences: list[float] = []
-    stats = _run_until(
+    stats = run_until(
         sidecar,
         lambda: engine.generations == 4 and delivery.progress("frozen").queued == 4,
         timeout_s=10,
@@ -117,7 +95,7 @@ def test_a_sidecar_resumes_once_its_frozen_engine_answers_again(
             engine.thawed.set()
         return bool(delivery.progress("thaw").finished)
 
-    stats = _run_until(sidecar, thaw_once_released, timeout_s=10)
+    stats = run_until(sidecar, thaw_once_released, timeout_s=10)
     assert (stats.released, stats.accepted, stats.failed) == (2, 2, 0)
 
 
@@ -127,7 +105,7 @@ def test_a_frozen_engine_at_startup_does_not_hang_the_main_loop(
     sidecar = _sidecar(redis_url, FreezableEngine(freeze_at=None))
     silences: list[float] = []
     started = time.monotonic()
-    _run_until(
+    run_until(
         sidecar,
         lambda: time.monotonic() - started > 1.0,
         timeout_s=5,
@@ -161,7 +139,7 @@ def test_an_item_a_healthy_engine_keeps_failing_is_dead_lettered_not_looped_fore
             return _fault(kind)
         return _reply()
 
-    stats = _run_until(
+    stats = run_until(
         _sidecar(redis_url, engine), lambda: bool(delivery.progress("one-bad").finished), timeout_s=20
     )
     progress = delivery.progress("one-bad")
@@ -189,6 +167,6 @@ def test_an_engine_that_is_really_down_never_has_its_failures_charged_to_the_ite
         return httpx.Response(500, content=b"")
 
     started = time.monotonic()
-    stats = _run_until(_sidecar(redis_url, engine), lambda: time.monotonic() - started > 1.0, timeout_s=5)
+    stats = run_until(_sidecar(redis_url, engine), lambda: time.monotonic() - started > 1.0, timeout_s=5)
     assert stats.failed == 0
     assert delivery.progress("dead-core").queued == 1

@@ -3,12 +3,10 @@ per retry."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -20,23 +18,8 @@ from service.embedded import EmbeddedServer
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
-from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
-from tests.service.sidecar.procs import cluster, item, publish, wait_until
-
-
-def _run_until(sidecar: Sidecar, done: Callable[[], bool], timeout_s: float = 30.0) -> SessionStats:
-    async def main() -> SessionStats:
-        stop = asyncio.Event()
-        runner = asyncio.create_task(sidecar.run(stop))
-        deadline = time.monotonic() + timeout_s
-        while not await asyncio.to_thread(done) and time.monotonic() < deadline and not runner.done():
-            await asyncio.sleep(0.02)
-        stop.set()
-        stats = await runner
-        await sidecar.engine.aclose()
-        return stats
-
-    return asyncio.run(main())
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.procs import cluster, item, publish, run_until, wait_until
 
 
 def test_a_redis_outage_is_one_warning_per_stuck_call_and_one_for_claiming_each_naming_its_schedule(
@@ -65,7 +48,7 @@ def test_a_redis_outage_is_one_warning_per_stuck_call_and_one_for_claiming_each_
                 return bool(killed) and time.monotonic() - killed[0] > 3.0
 
             with caplog.at_level(logging.WARNING, logger="service.sidecar"):
-                _run_until(sidecar, outage_for_3s)
+                run_until(sidecar, outage_for_3s)
         finally:
             server.stop()
     completes = [r for r in caplog.records if "during complete" in r.getMessage()]
