@@ -21,8 +21,9 @@ if TYPE_CHECKING:  # the settings module loads pydantic: kept off the CLI's star
 GRACEFUL_SHUTDOWN_S = 10
 
 HELP = (
-    "Serve the scheduling API (POST /schedule, /actuals, /models/retrain, GET /schedule/{id}, "
-    "/schedule/{id}/results, /models, /healthz, /readyz, /metrics). Without --redis-url or REDIS_URL "
+    "Serve the scheduling API (POST /schedule, /actuals, /models/retrain, GET and DELETE "
+    "/schedule/{id}, GET /schedule/{id}/results, /models, /healthz, /readyz, /metrics). Without "
+    "--redis-url or REDIS_URL "
     "an embedded valkey-server is started."
 )
 
