@@ -72,6 +72,7 @@ class Retrainer:
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
         self._token: str | None = None  # the retrain lock's owner token while this replica holds it
+        self._unreleased: str | None = None  # a token whose release failed (Redis was down then)
         self._running = threading.Lock()
         self.background: threading.Thread | None = None  # the last automatic retrain, if any
 
@@ -104,6 +105,7 @@ class Retrainer:
             self._running.release()
 
     def _locked_retrain(self) -> RetrainResult:
+        self._release_leftover()
         token = uuid.uuid4().hex
         if not self._redis.set(self._lock_key, token, nx=True, ex=keys.RETRAIN_LOCK_TTL_S):
             self._metrics.retrains.labels("busy").inc()
@@ -138,8 +140,17 @@ class Retrainer:
         if token is not None:
             try:
                 self._release(keys=[self._lock_key], args=[token])
-            except Exception:  # Redis down: the lock expires by itself
+            except Exception:  # Redis down: the lock expires by itself, or at our next attempt
+                self._unreleased = token
                 _log.warning("could not release the retrain lock", exc_info=True)
+
+    def _release_leftover(self) -> None:
+        """Give back a lock whose release failed. A Redis restarted from its AOF keeps the lock for
+        its whole TTL, and this replica's next boundary would find its own lock and skip the retrain
+        as "running in another replica"."""
+        token, self._unreleased = self._unreleased, None
+        if token is not None:
+            self._release(keys=[self._lock_key], args=[token])
 
     def after_step(self, step: int) -> bool:
         """Start a background retrain if ``step`` is a configured boundary; True if one started."""

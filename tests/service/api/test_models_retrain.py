@@ -253,3 +253,23 @@ def test_the_retrain_lock_outlives_its_ttl_while_the_fit_runs(
     finally:
         proceed.set()
         request.join(timeout=10)
+
+
+def test_a_lock_whose_release_failed_does_not_block_this_replicas_next_retrain(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis restarting (from its AOF) just as a fit ended kept the lock for its TTL, and the next
+    step boundary skipped its retrain as "already running in another replica": its own lock."""
+    retrainer = client.app.state.context.retrainer  # type: ignore[attr-defined]
+    release = retrainer._release
+
+    def down_once(**kwargs: object) -> object:
+        monkeypatch.setattr(retrainer, "_release", release)
+        raise redis.ConnectionError("Redis is restarting")
+
+    monkeypatch.setattr(retrainer, "_release", down_once)
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    assert client.post("/models/retrain").status_code == 200
+    assert redis_client.get("rs:retrain:lock") is not None  # the restarted Redis still holds it
+    assert client.post("/models/retrain").status_code == 200
+    assert redis_client.get("rs:retrain:lock") is None
