@@ -4,7 +4,8 @@
 estimate ends earliest once it is added; with tiers (``cpsat``'s realisation of its band counts)
 a unit may only go to workers at its band or above, and a worker whose whole queue would no longer
 run at once yields to one that still would. This module keeps what that decision reads: the load
-totals, one heap of current estimates per (kind, tier), and each worker's all-at-once KV peak.
+totals and one heap of current estimates per (kind, tier); each worker's all-at-once KV peak is
+``scheduler.policies.kvpeak``'s.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
+from scheduler.policies.kvpeak import KvPeaks
 from scheduler.policies.load import estimate, rates
 from scheduler.policies.problem import Problem, Unit, worker_kinds
 
-PEAK_MARGIN = 0.01  # keep the all-at-once KV peak this far under capacity (vLLM's watermark)
 FIT_DEPTH = 4  # heap entries examined for a worker whose KV peak still fits
 PARKED = -1.0  # a parked worker's ``current``: no estimate equals it, so its heap entries read stale
 ORDERED_SCAN = True  # off: every unit scans every candidate heap (the reference the tests compare to)
@@ -56,13 +57,7 @@ class ListState:
         self.ahead: list[list[tuple[float, int]] | None] = [None] * len(self.heaps)  # see _look_ahead
         # (id(allowed), band) -> the heap numbers to consult; [] when allowed is not made of whole kinds
         self.candidates: dict[tuple[int, int], list[int]] = {}
-        # KV peak of each worker's queue if it all runs at once (see _peak_after)
-        self.prompts, self.steps = problem.prompts, problem.steps
-        self.count = [0] * workers
-        self.prompt_sum = [0] * workers
-        self.peak = [0] * workers
-        self.kv_limit = [(1.0 - PEAK_MARGIN) * c.kv_capacity_tokens for c in self.costs]
-        self.slots = [c.max_num_seqs for c in self.costs]
+        self.kv = KvPeaks(problem)  # whether each worker's queue still runs all at once
         self.peaks = peaks  # pass over workers whose queue would no longer run at once (cpsat)
         # the ordered scan (``_ordered``): units every active worker may take, above the lowest band
         ordered = ORDERED_SCAN and peaks and len(problem.active) > 8  # (else ``_kinds_of`` scans)
@@ -74,7 +69,6 @@ class ListState:
         self.parks = peaks and len(problem.units) == len(problem.steps)
         self.parked: list[tuple[int, int]] = []  # (-longest unit that may fit, worker)
         self.parked_at = [0.0] * workers  # a parked worker's estimate (its ``current`` reads PARKED)
-        self.least_prompt = min(problem.prompts, default=0)
 
     def place(self, worker: int, u: int, after: float | None) -> None:
         """Put unit ``u`` on ``worker`` and refresh its estimate (``after``, when already known)."""
@@ -83,9 +77,7 @@ class ListState:
             self.parked.remove(next(e for e in self.parked if e[1] == worker))
             heapq.heapify(self.parked)
         if self.peaks:
-            self.peak[worker] = self._peak_after(worker, unit)
-            self.count[worker] += len(unit.members)
-            self.prompt_sum[worker] += unit.prompt_tokens
+            self.kv.add(worker, unit)
         if unit.steps > self.load_steps[worker]:
             self.load_steps[worker] = unit.steps
         self.load_tokens[worker] += unit.tokens
@@ -118,21 +110,14 @@ class ListState:
                 heapq.heappush(self.meta, (top[0], top[1], h))
 
     def _park(self, w: int, steps: int, after: float) -> bool:
-        """Take ``w`` out of its heap while no unit ``steps`` long can fit it: below its slots a unit
-        of ``n`` steps fits only if ``prompt_sum + p + (count + 1) * n <= limit`` (``_fits``), no
-        ``p`` is below the batch's least, and units only get shorter. Heaps full of such workers
-        made each unit look past them (~10 ``_fits`` a unit at 32,768 x 256; parked: ~4, and the
+        """Take ``w`` out of its heap while no unit ``steps`` long can fit it
+        (``KvPeaks.longest_fitting``), since units only get shorter. Heaps full of such workers
+        made each unit look past them (~10 ``fits`` a unit at 32,768 x 256; parked: ~4, and the
         placement 6-11% faster at 16,384 x 128 and up). ``_unpark_for`` puts them back.
         """
-        after_count = self.count[w] + 1
-        if after_count > self.slots[w]:
-            return False  # past its slots every unit fits
-        if self.peak[w] > self.kv_limit[w]:
-            longest = 0  # over its limit already: nothing fits until it runs in waves
-        else:
-            longest = int((self.kv_limit[w] - self.prompt_sum[w] - self.least_prompt) // after_count)
-        if longest >= steps:
-            return False
+        longest = self.kv.longest_fitting(w)
+        if longest is None or longest >= steps:
+            return False  # past its slots every unit fits; or a unit this long still may
         self.current[w], self.parked_at[w] = PARKED, after
         heapq.heappush(self.parked, (-longest, w))
         return True
@@ -186,7 +171,7 @@ class ListState:
         (with ``peaks``): where the heaps have no candidate to offer, as for pools of 8 or fewer."""
         pool = [w for w in unit.allowed if self.tiers[w] >= band] or list(unit.allowed)
         if self.peaks:
-            pool = [w for w in pool if self._fits(w, unit)] or pool
+            pool = [w for w in pool if self.kv.fits(w, unit)] or pool
         after, worker = min((self.after(w, unit), w) for w in pool)
         return worker, after
 
@@ -220,7 +205,7 @@ class ListState:
             if best >= 0 and key > best_after:
                 break
             popped.append(heapq.heappop(meta))
-            candidate = top if self._fits(w, unit) else self._fitting_ahead(h, unit)
+            candidate = top if self.kv.fits(w, unit) else self._fitting_ahead(h, unit)
             if candidate is None:
                 others.append(top)
             elif best < 0 or candidate[0] <= best_after:
@@ -234,7 +219,7 @@ class ListState:
     def _fitting_ahead(self, h: int, unit: Unit) -> tuple[float, int] | None:
         """The first of the next few entries of heap ``h`` whose worker still fits ``unit``."""
         for entry in (self.ahead[h] or self._look_ahead(h))[1:]:
-            if self._fits(entry[1], unit):
+            if self.kv.fits(entry[1], unit):
                 return entry
         return None
 
@@ -254,13 +239,8 @@ class ListState:
         fitting: list[tuple[float, int]] = []
         others: list[tuple[float, int]] = []
         single = len(unit.members) == 1
-        count, slots, peak, limit, prompt_sum = (
-            self.count,
-            self.slots,
-            self.peak,
-            self.kv_limit,
-            self.prompt_sum,
-        )
+        kv = self.kv
+        count, slots, peak, limit, prompt_sum = kv.count, kv.slots, kv.peak, kv.limit, kv.prompt_sum
         p, n = unit.prompt_tokens, unit.steps
         for h in heaps:
             top = cached[h]
@@ -269,11 +249,11 @@ class ListState:
                 if top is None:
                     continue
             w = top[1]
-            if single:  # ``_fits`` inlined: the common case
+            if single:  # ``KvPeaks.fits`` inlined: the common case
                 c = count[w] + 1
                 fits = c > slots[w] or (peak[w] <= limit[w] and prompt_sum[w] + p + c * n <= limit[w])
             else:
-                fits = self._fits(w, unit)
+                fits = self.kv.fits(w, unit)
             if fits:
                 fitting.append(top)
                 continue
@@ -322,39 +302,6 @@ class ListState:
         while heap and heap[0][0] != current[heap[0][1]]:
             heapq.heappop(heap)
         return heap[0] if heap else None
-
-    def _fits(self, w: int, unit: Unit) -> bool:
-        """Whether ``w`` still runs its whole queue at once, without preemption, with ``unit`` added."""
-        count = self.count[w] + len(unit.members)
-        if count > self.slots[w]:
-            # Past its slots a queue runs in waves whatever it holds, and the estimate counts the
-            # waves (D / max_num_seqs): yielding here left short-item workers idle a third of the run.
-            return True
-        limit = self.kv_limit[w]
-        if len(unit.members) == 1:  # the common case, inlined
-            return (
-                self.peak[w] <= limit
-                and self.prompt_sum[w] + unit.prompt_tokens + count * unit.steps <= limit
-            )
-        return self._peak_after(w, unit) <= limit
-
-    def _peak_after(self, w: int, unit: Unit) -> int:
-        """Peak KV of ``w``'s queue plus ``unit`` when all of it is admitted at once.
-
-        Units arrive longest first, so with ``j`` sequences of length >= L running, the cache holds
-        ``sum of their prompts + j * L`` tokens at step L: the peak is the largest such term, and a
-        new (shortest) sequence adds one term. Under that peak the engine never preempts and the
-        load estimate is exact; over it, recompute preemption makes it optimistic. Projected-peak KV
-        admission (``kv_admission``) admits the whole queue at once exactly when this peak fits too.
-        """
-        count, prompts, peak = self.count[w], self.prompt_sum[w], self.peak[w]
-        if len(unit.members) == 1:
-            return max(peak, prompts + unit.prompt_tokens + (count + 1) * unit.steps)
-        for i in sorted(unit.members, key=lambda m: -self.steps[m]):
-            count += 1
-            prompts += self.prompts[i]
-            peak = max(peak, prompts + count * self.steps[i])
-        return peak
 
     def _look_ahead(self, h: int) -> list[tuple[float, int]]:
         """The ``FIT_DEPTH`` least-loaded live entries of heap ``h``, least first (cached until

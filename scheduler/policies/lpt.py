@@ -110,7 +110,7 @@ def lpt_assignment(
     tier is at least its band, when any allowed worker qualifies: how ``cpsat`` confines the long
     tail to the workers its aggregate model chose. ``scale`` multiplies each worker's estimate (a
     measured simulated/estimated ratio). With tiers, a candidate whose whole queue would no longer
-    run at once without preemption (``ListState._peak_after``) yields to one that still would, looking
+    run at once without preemption (``KvPeaks.peak_after``) yields to one that still would, looking
     a few entries deep into each heap; a queue past its slots runs in waves and never yields.
     Without tiers and scale this is plain LPT. With ``deadline`` (``scheduler.clock.now()``) the
     general path raises ``BudgetSpent`` once past it (checked every ``CHECK_EVERY`` units).

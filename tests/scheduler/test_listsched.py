@@ -62,7 +62,7 @@ def test_a_parked_worker_is_one_the_unit_being_placed_could_not_fit(monkeypatch:
     def checked(state: listsched.ListState, unit: Unit, band: int) -> tuple[int, float | None]:
         answer = best_worker(state, unit, band)  # un-parks first: what stays parked is hidden from it
         for _, w in state.parked:
-            assert not state._fits(w, unit)
+            assert not state.kv.fits(w, unit)
             hidden.append(w)
         return answer
 

@@ -1,0 +1,85 @@
+"""Whether a worker's queue still runs all at once: the KV peak that tier-aware list scheduling keeps.
+
+An engine that admits a whole queue at once and never preempts runs it exactly as the load estimate
+says; one whose KV cache overflows recomputes preempted sequences, and the estimate turns
+optimistic. So ``scheduler.policies.listsched`` lets a worker whose queue would no longer fit yield
+to one whose queue still would. This module is that bookkeeping alone, per worker: how many
+sequences and prompt tokens it holds, its all-at-once KV peak, and its limits. It knows nothing of
+heaps or estimates, which keeps the look-up structure in ``listsched`` readable on its own.
+"""
+
+from __future__ import annotations
+
+from scheduler.policies.problem import Problem, Unit
+
+PEAK_MARGIN = 0.01  # keep the all-at-once KV peak this far under capacity (vLLM's watermark)
+
+
+class KvPeaks:
+    """Per-worker sequence count, prompt tokens and all-at-once KV peak, as plain lists.
+
+    Lists rather than one object per worker: ``ListState._tops`` reads them inline on the hot path.
+    """
+
+    def __init__(self, problem: Problem) -> None:
+        workers = len(problem.costs)
+        self.prompts, self.steps = problem.prompts, problem.steps
+        self.count = [0] * workers
+        self.prompt_sum = [0] * workers
+        self.peak = [0] * workers
+        self.limit = [(1.0 - PEAK_MARGIN) * c.kv_capacity_tokens for c in problem.costs]
+        self.slots = [c.max_num_seqs for c in problem.costs]
+        self.least_prompt = min(problem.prompts, default=0)
+
+    def add(self, w: int, unit: Unit) -> None:
+        """Count ``unit`` into ``w``'s queue (units arrive longest first, as ``peak_after`` needs)."""
+        self.peak[w] = self.peak_after(w, unit)
+        self.count[w] += len(unit.members)
+        self.prompt_sum[w] += unit.prompt_tokens
+
+    def fits(self, w: int, unit: Unit) -> bool:
+        """Whether ``w`` still runs its whole queue at once, without preemption, with ``unit`` added."""
+        count = self.count[w] + len(unit.members)
+        if count > self.slots[w]:
+            # Past its slots a queue runs in waves whatever it holds, and the estimate counts the
+            # waves (D / max_num_seqs): yielding here left short-item workers idle a third of the run.
+            return True
+        limit = self.limit[w]
+        if len(unit.members) == 1:  # the common case, inlined
+            return (
+                self.peak[w] <= limit
+                and self.prompt_sum[w] + unit.prompt_tokens + count * unit.steps <= limit
+            )
+        return self.peak_after(w, unit) <= limit
+
+    def peak_after(self, w: int, unit: Unit) -> int:
+        """Peak KV of ``w``'s queue plus ``unit`` when all of it is admitted at once.
+
+        Units arrive longest first, so with ``j`` sequences of length >= L running, the cache holds
+        ``sum of their prompts + j * L`` tokens at step L: the peak is the largest such term, and a
+        new (shortest) sequence adds one term. Under that peak the engine never preempts and the
+        load estimate is exact; over it, recompute preemption makes it optimistic. Projected-peak KV
+        admission (``kv_admission``) admits the whole queue at once exactly when this peak fits too.
+        """
+        count, prompts, peak = self.count[w], self.prompt_sum[w], self.peak[w]
+        if len(unit.members) == 1:
+            return max(peak, prompts + unit.prompt_tokens + (count + 1) * unit.steps)
+        for i in sorted(unit.members, key=lambda m: -self.steps[m]):
+            count += 1
+            prompts += self.prompts[i]
+            peak = max(peak, prompts + count * self.steps[i])
+        return peak
+
+    def longest_fitting(self, w: int) -> int | None:
+        """The most steps a single unit may have and still fit ``w`` (``fits``), for any prompt of
+        the batch; None once one more sequence would pass ``w``'s slots, where every unit fits.
+
+        Below its slots a unit of ``n`` steps fits only if ``prompt_sum + p + (count + 1) * n <=
+        limit``, and no ``p`` is below the batch's least: what ``ListState._park`` parks a worker on.
+        """
+        after_count = self.count[w] + 1
+        if after_count > self.slots[w]:
+            return None
+        if self.peak[w] > self.limit[w]:
+            return 0  # over its limit already: nothing fits until it runs in waves
+        return int((self.limit[w] - self.prompt_sum[w] - self.least_prompt) // after_count)
