@@ -74,62 +74,109 @@ def build_problem(request: PlanRequest) -> Problem:
 
 
 def _build_problem(request: PlanRequest) -> Problem:
+    """The per-trajectory columns, then one unit per trajectory, or per group under affinity."""
     workers = request.inventory.workers
     costs = tuple(worker_cost(w, request.inventory.model) for w in workers)
     index_of = {w.worker_id: i for i, w in enumerate(workers)}
     active = tuple(i for i, w in enumerate(workers) if w.worker_id not in request.excluded_workers)
+    columns = _columns(request)
+    pins = [-1 if t.pinned_worker is None else index_of[t.pinned_worker] for t in request.trajectories]
+    allowed = _Allowed(costs, active)
+    if not request.prefix_affinity:
+        units, ranked, unrestricted = _single_units(columns, pins, allowed)
+        return Problem(costs, columns.prompts, columns.steps, units, active, ranked, unrestricted)
+    units = _group_units(request, columns, pins, allowed)
+    unrestricted = all(len(u.allowed) == len(active) for u in units)
+    return Problem(
+        costs, columns.prompts, columns.steps, units, active, tuple(longest_first(units)), unrestricted
+    )
+
+
+class _Columns(NamedTuple):
+    """Per-trajectory figures, as tuples for reading by index and as arrays for ranking."""
+
+    prompts: tuple[int, ...]  # prompt tokens
+    steps: tuple[int, ...]  # planned decode steps
+    need: list[int]  # prompt plus generation cap: the KV cache a worker needs to take it
+    kv_steps: list[float]  # KV-token-steps, p*L + L*(L-1)/2
+    step_array: npt.NDArray[np.int64]
+    kv_array: npt.NDArray[np.float64]
+
+
+def _columns(request: PlanRequest) -> _Columns:
+    """Every trajectory's figures at once, with numpy: the build is ``O(n)`` at 32k trajectories."""
     trajectories = request.trajectories
     prompt_array = np.array([t.prompt_tokens for t in trajectories], dtype=np.int64)
     step_array = planned_steps_array([t.predicted_tokens for t in trajectories])
-    prompts, steps = tuple(prompt_array.tolist()), tuple(step_array.tolist())
     need = (prompt_array + np.array([t.max_new_tokens for t in trajectories], dtype=np.int64)).tolist()
     # p*L + L*(L-1)/2 as Python evaluates it on ints: both products exact, then one float addition
     halves = (step_array * (step_array - 1)).astype(np.float64) / 2.0
     kv_array = (prompt_array * step_array).astype(np.float64) + halves
-    kv_steps = kv_array.tolist()
-    pins = [-1 if t.pinned_worker is None else index_of[t.pinned_worker] for t in trajectories]
-    capacities = sorted({c.kv_capacity_tokens for c in costs})
-    cache: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
+    prompts, steps = tuple(prompt_array.tolist()), tuple(step_array.tolist())
+    return _Columns(prompts, steps, need, kv_array.tolist(), step_array, kv_array)
 
-    def allowed(pinned: tuple[int, ...], most: int) -> tuple[int, ...]:
-        key = (pinned, bisect.bisect_left(capacities, most))  # same key, same fitting workers
-        if key not in cache:
+
+class _Allowed:
+    """The workers a unit may take: active, its pinned ones if any, with a cache that holds its
+    largest need (every active worker when none qualifies).
+
+    Memoised by (pins, capacity rank): a batch has a few distinct answers, shared by most units."""
+
+    def __init__(self, costs: Sequence[WorkerCost], active: tuple[int, ...]) -> None:
+        self.costs, self.active, self.active_set = costs, active, frozenset(active)
+        self.capacities = sorted({c.kv_capacity_tokens for c in costs})
+        self.cache: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
+
+    def __call__(self, pinned: tuple[int, ...], most: int) -> tuple[int, ...]:
+        key = (pinned, bisect.bisect_left(self.capacities, most))  # same key, same fitting workers
+        if key not in self.cache:
+            costs, active_set = self.costs, self.active_set
             fit = tuple(
-                w for w in (pinned or active) if w in active_set and costs[w].kv_capacity_tokens >= most
+                w for w in (pinned or self.active) if w in active_set and costs[w].kv_capacity_tokens >= most
             )
-            cache[key] = fit or active
-        return cache[key]
+            self.cache[key] = fit or self.active
+        return self.cache[key]
 
-    active_set = frozenset(active)
-    units: list[Unit] = []
-    if not request.prefix_affinity:
-        unpinned = {most: allowed((), most) for most in set(need)}  # the common case: no pin
-        fits = [
-            unpinned[most] if pin < 0 else allowed((pin,), most) for pin, most in zip(pins, need, strict=True)
-        ]
-        singles = [(i,) for i in range(len(steps))]
-        # Unit._make: tuple.__new__ on zipped fields, a third cheaper than a constructor call per unit
-        single_units = map(Unit._make, zip(singles, steps, steps, kv_steps, prompts, fits, strict=True))
-        ranked = tuple(_ranked(step_array, kv_array))
-        unrestricted = max(pins, default=-1) < 0 and all(len(f) == len(active) for f in unpinned.values())
-        return Problem(costs, prompts, steps, tuple(single_units), active, ranked, unrestricted)
+
+def _single_units(
+    columns: _Columns, pins: Sequence[int], allowed: _Allowed
+) -> tuple[tuple[Unit, ...], tuple[int, ...], bool]:
+    """One unit per trajectory, with its ranking and whether any is restricted: the common case,
+    built in bulk (unit ``u`` is trajectory ``u``)."""
+    unpinned = {most: allowed((), most) for most in set(columns.need)}  # the common case: no pin
+    fits = [
+        unpinned[most] if pin < 0 else allowed((pin,), most)
+        for pin, most in zip(pins, columns.need, strict=True)
+    ]
+    steps = columns.steps
+    singles = [(i,) for i in range(len(steps))]
+    # Unit._make: tuple.__new__ on zipped fields, a third cheaper than a constructor call per unit
+    units = map(Unit._make, zip(singles, steps, steps, columns.kv_steps, columns.prompts, fits, strict=True))
+    ranked = tuple(_ranked(columns.step_array, columns.kv_array))
+    active = allowed.active
+    unrestricted = max(pins, default=-1) < 0 and all(len(f) == len(active) for f in unpinned.values())
+    return tuple(units), ranked, unrestricted
+
+
+def _group_units(
+    request: PlanRequest, columns: _Columns, pins: Sequence[int], allowed: _Allowed
+) -> tuple[Unit, ...]:
+    """One unit per group (``prefix_affinity``), in order of each group's first member."""
     members: dict[str, list[int]] = {}
-    for i, t in enumerate(trajectories):
+    for i, t in enumerate(request.trajectories):
         members.setdefault(t.group, []).append(i)
-    for idx in members.values():
-        pinned = tuple(sorted({pins[i] for i in idx} - {-1}))
-        units.append(
-            Unit(
-                members=tuple(idx),
-                steps=max(steps[i] for i in idx),
-                tokens=sum(steps[i] for i in idx),
-                kv_steps=sum(kv_steps[i] for i in idx),
-                prompt_tokens=sum(prompts[i] for i in idx),
-                allowed=allowed(pinned, max(need[i] for i in idx)),
-            )
+    prompts, steps, kv_steps, need = columns.prompts, columns.steps, columns.kv_steps, columns.need
+    return tuple(
+        Unit(
+            members=tuple(idx),
+            steps=max(steps[i] for i in idx),
+            tokens=sum(steps[i] for i in idx),
+            kv_steps=sum(kv_steps[i] for i in idx),
+            prompt_tokens=sum(prompts[i] for i in idx),
+            allowed=allowed(tuple(sorted({pins[i] for i in idx} - {-1})), max(need[i] for i in idx)),
         )
-    unrestricted = all(len(u.allowed) == len(active) for u in units)
-    return Problem(costs, prompts, steps, tuple(units), active, tuple(longest_first(units)), unrestricted)
+        for idx in members.values()
+    )
 
 
 def longest_first(units: Sequence[Unit]) -> list[int]:
