@@ -105,47 +105,63 @@ def simulate(
     ledger, index_of = _ledger(trajectories, actual_tokens, inventory)
     if options.prefix_affinity:
         _pin_whole_groups(ledger)
-    costs = [worker_cost(w, inventory.model) for w in inventory.workers]
     engines = [
         WorkerEngine(
             i,
-            c,
+            worker_cost(w, inventory.model),
             ledger,
             watermark=options.watermark,
             kv_admission=options.kv_admission,
             resume=options.resume_preempted,
         )
-        for i, c in enumerate(costs)
+        for i, w in enumerate(inventory.workers)
     ]
     shared = _place(plan, inventory, index_of, engines, ledger.pin)
     steals = 0
     if shared or options.steal:
-        context = sum(p + s / 2.0 for p, s in zip(ledger.prompts, ledger.planned, strict=True))
-        context /= max(1, len(ledger.keys))
-        excluded = frozenset(
-            i for i, w in enumerate(inventory.workers) if w.worker_id in options.excluded_workers
-        )
-        speeds = [c.saturated_tps(context) for c in costs]
-        planned = (
-            _steal_deadlines(plan, trajectories, inventory, options)
-            if options.steal and not plan.dispatch_order  # a shared queue plans no owner per item
-            else None
-        )
-        pool = Pool(
-            engines,
-            shared,
-            speeds,
-            options.steal,
-            excluded=excluded,
-            affinity=options.prefix_affinity,
-            planned=planned,
-        )
-        pool.run()
-        steals = pool.steals
+        steals = _play_pool(plan, trajectories, inventory, options, ledger, engines, shared)
     else:
         for engine in engines:
             run_alone(engine)
     return _summarize(ledger, inventory, engines, steals)
+
+
+def _play_pool(
+    plan: Plan,
+    trajectories: Sequence[Trajectory],
+    inventory: Inventory,
+    options: SimOptions,
+    ledger: Ledger,
+    engines: list[WorkerEngine],
+    shared: deque[int],
+) -> int:
+    """Play the workers together, as a pool that shares a queue or steals; the number of steals.
+
+    Only then do workers interact: a thief's speed (at the batch's mean context) and, with stealing
+    on a per-worker plan, each item's planned deadline decide what it may take (``scheduler.sim_pool``).
+    """
+    context = sum(p + s / 2.0 for p, s in zip(ledger.prompts, ledger.planned, strict=True))
+    context /= max(1, len(ledger.keys))
+    excluded = frozenset(
+        i for i, w in enumerate(inventory.workers) if w.worker_id in options.excluded_workers
+    )
+    speeds = [engine.cost.saturated_tps(context) for engine in engines]
+    planned = (
+        _steal_deadlines(plan, trajectories, inventory, options)
+        if options.steal and not plan.dispatch_order  # a shared queue plans no owner per item
+        else None
+    )
+    pool = Pool(
+        engines,
+        shared,
+        speeds,
+        options.steal,
+        excluded=excluded,
+        affinity=options.prefix_affinity,
+        planned=planned,
+    )
+    pool.run()
+    return pool.steals
 
 
 def simulate_worker(
