@@ -93,11 +93,36 @@ def _resolve(
     remaining = deadline - clock.now()
     if remaining <= 0.005:
         return None
+    built = _split_model(problem, placed, finish, group)
+    if built is None:
+        return None  # years-long steps or billion-token lengths: the integer model cannot hold them
+    model, x = built
+    # Solve, stopping at the plan's deadline whatever the host's load.
+    left = deadline - clock.now()
+    solver = new_solver(min(STEP_LIMIT_S, left), seed, left)
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    moved: dict[int, list[int]] = {w: [] for w in group}
+    for (u, w), var in x.items():
+        if solver.value(var):
+            moved[w].append(u)
+    return moved
+
+
+def _split_model(
+    problem: Problem,
+    placed: Sequence[Sequence[int]],
+    finish: Sequence[float],
+    group: Sequence[int],
+) -> tuple[cp_model.CpModel, dict[tuple[int, int], cp_model.IntVar]] | None:
+    """The CP-SAT model of splitting ``group``'s units among its workers, hinted with the current
+    split, and its ``x[u, w]`` booleans; None when the integers would overflow."""
     members = set(group)
     units = [u for w in group for u in placed[w]]
     home = {u: w for w in group for u in placed[w]}
     model = cp_model.CpModel()
-    # Phase 1: variables: x[u, w] for the allowed workers of the group; per-worker N, K and time.
+    # Variables: x[u, w] for the allowed workers of the group; per-worker N, K and time.
     x: dict[tuple[int, int], cp_model.IntVar] = {}
     for u in units:
         for w in problem.units[u].allowed:
@@ -107,9 +132,9 @@ def _resolve(
     horizon = round(max(finish[w] for w in group) * US * 2) + 1
     scales = {w: _calibration(problem, w, placed[w], finish[w]) for w in group}
     if not _fits_int64(problem, units, kv, horizon, scales):
-        return None  # years-long steps or billion-token lengths: the integer model cannot hold them
+        return None
     makespan = model.new_int_var(0, horizon, "T")
-    # Phase 2: constraints.
+    # Constraints.
     for u in units:
         model.add_exactly_one(x[u, w] for w in group if (u, w) in x)
     current = 0
@@ -117,24 +142,13 @@ def _resolve(
         current = max(
             current, _worker_constraints(model, problem, w, units, x, kv, makespan, scales[w], home)
         )
-    # Phase 3: objective, hinted with the current split, complete (steps and makespan too): CP-SAT
-    # starts from a solution instead of searching for a first one (1,000 booleans found none in 55 ms).
+    # Objective, hinted with the current split, complete (steps and makespan too): CP-SAT starts
+    # from a solution instead of searching for a first one (1,000 booleans found none in 55 ms).
     model.minimize(makespan)
     for (u, w), var in x.items():
         model.add_hint(var, home[u] == w)
     model.add_hint(makespan, min(current, horizon))
-    # Phase 4: solve, stopping at the plan's deadline whatever the host's load.
-    left = deadline - clock.now()
-    solver = new_solver(min(STEP_LIMIT_S, left), seed, left)
-    status = solver.solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    # Phase 5: extract.
-    moved: dict[int, list[int]] = {w: [] for w in group}
-    for (u, w), var in x.items():
-        if solver.value(var):
-            moved[w].append(u)
-    return moved
+    return model, x
 
 
 def _worker_constraints(
