@@ -151,6 +151,8 @@ def _heaviest_group(
 
 
 def _alone(cost: WorkerCost, steps: float, tokens: float, kv: float, prompt: float) -> float:
+    """A group's least time alone on ``cost``'s worker: ``_heaviest_group``'s per-worker limit, its
+    steps reading weights and cache as at a full cache, then its prefill."""
     n = max(steps, kv / cost.kv_capacity_tokens, tokens / cost.max_num_seqs)
     mem = n * (cost.mem_base_s + cost.overhead_s) + cost.mem_per_token_s * kv
     cmp = n * cost.overhead_s + cost.flops_per_seq_s * tokens + cost.flops_per_token_s * kv

@@ -56,6 +56,7 @@ def decode_time(cost: WorkerCost, batch: int, context: float, steps: int) -> flo
 
 
 def _series_v(a: FloatArray, s: float, start: FloatArray, stop: FloatArray) -> FloatArray:
+    """``_series`` over arrays of ``a``, ``start`` and ``stop``: one decode sum per trajectory at once."""
     n = np.maximum(stop - start, 0.0)
     return n * a + s * (start + stop - 1.0) * n / 2.0
 

@@ -325,6 +325,7 @@ def _found(status: str) -> str:
 
 
 def _band(unit: Unit, edges: Sequence[int]) -> int:
+    """The band of ``unit`` by its longest member: which tiers of workers it may go to."""
     return band_of(unit.steps, edges)
 
 

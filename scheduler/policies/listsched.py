@@ -298,6 +298,8 @@ class ListState:
         return best, best_after
 
     def _live_top(self, heap: list[tuple[float, int]]) -> tuple[float, int] | None:
+        """The least entry of ``heap`` that is still its worker's estimate: a placement pushes a new
+        entry rather than updating the old one, so older entries are dropped here, lazily."""
         current = self.current
         while heap and heap[0][0] != current[heap[0][1]]:
             heapq.heappop(heap)

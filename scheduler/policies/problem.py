@@ -188,7 +188,7 @@ def longest_first(units: Sequence[Unit]) -> list[int]:
 
 
 def _ranked(steps: npt.NDArray[np.int64], kv_steps: npt.NDArray[np.float64]) -> list[int]:
-    # lexsort is stable: equal keys keep their input order
+    """``longest_first`` on columns; lexsort is stable, so equal keys keep their input order."""
     order: list[int] = np.lexsort((-kv_steps, -steps)).tolist()
     return order
 
