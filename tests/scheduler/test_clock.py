@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,3 +70,28 @@ def test_under_a_frozen_clock_only_the_deterministic_limit_stops_a_solve() -> No
         solver = new_solver(0.5, 0, wall_s=0.01)
     assert math.isinf(solver.parameters.max_time_in_seconds)
     assert solver.parameters.max_deterministic_time == pytest.approx(0.5)
+
+
+# The scheduler modules that may read the host's clock: ``clock`` itself, and ``planner`` for the
+# wall time a plan reports (``Plan.wall_time_s``, a measurement the test above shows decides nothing).
+CLOCK_READERS = {"clock.py", "planner.py"}
+TIME_MODULES = {"time", "datetime"}
+
+
+def _reads_of_the_host_clock(path: Path) -> bool:
+    """Whether ``path`` imports ``time`` or ``datetime`` (or anything from them)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] in TIME_MODULES for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in TIME_MODULES:
+            return True
+    return False
+
+
+def test_every_budget_decision_in_the_scheduler_reads_the_planning_clock() -> None:
+    """The test above catches a budget read on ``perf_counter`` only; this one catches any other
+    clock (``monotonic``, ``time.time``, ``datetime.now``), which a frozen-clock replay would not
+    freeze: a new timed phase must read ``clock.now()``, never the host's clock."""
+    core = Path(clock.__file__).parent
+    readers = {str(path.relative_to(core)) for path in core.rglob("*.py") if _reads_of_the_host_clock(path)}
+    assert readers == CLOCK_READERS
