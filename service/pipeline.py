@@ -144,9 +144,11 @@ def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
     if policy not in POLICY_NAMES:
         raise UnknownNameError("policy", policy, list(POLICY_NAMES))
     model = resolve_model(body.model, settings.default_model)
-    needs_learned = [w.worker_id for w in body.inventory.workers if _unstated_speed(w)]
-    learned = ctx.speeds.learned(needs_learned) if needs_learned else {}
-    inventory, drained, sources = build_inventory(body, model, learned)
+    inventory, drained, sources = build_inventory(body, model, {})
+    unstated = {w.worker_id for w in body.inventory.workers if _unstated_speed(w)}
+    learned = ctx.speeds.learned([w for w in inventory.workers if w.worker_id in unstated], model)
+    if learned:  # a learned scale is a ratio to the profile as planned now, so the profile comes first
+        inventory, drained, sources = build_inventory(body, model, learned)
     item_of = tuple(index for index, item in enumerate(body.batch.items) for _ in range(item.n))
     budget_ms = body.time_budget_ms or settings.default_time_budget_ms
     quantile = body.quantile or settings.default_quantile

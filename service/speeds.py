@@ -21,13 +21,18 @@ Keys (named in ``service/delivery/keys.py``, with every other key and TTL):
   profile and model preset, written at publish time, so an actual can be compared with the model of
   the worker that ran it.
 * ``keys.learned_speeds`` (``<prefix>:speed``) hash: worker id -> JSON ``{"log_scale": float,
-  "samples": int}``.
+  "samples": int, "profile": str}``, ``profile`` the fingerprint of the device profile (overrides
+  included), GPU count and model the scale was measured against. A scale is a ratio to that profile:
+  applied to another (the worker restarted on an H200, a bandwidth override was added, a new model)
+  it would be wrong by the ratio of the two profiles, so plans use it only while the fingerprint
+  matches, and the first batch measured against a new profile starts the mean afresh.
 Neither expires: they describe the fleet, not a schedule, and hold one small entry per worker.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -49,16 +54,19 @@ MIN_RATIO, MAX_RATIO = 0.02, 50.0  # a sample outside this is a unit error or a 
 LOG_SCALE_BOUNDS = (math.log(MIN_RATIO) - 1e-6, math.log(MAX_RATIO) + 1e-6)
 
 # Folds one report batch's mean log ratio into a worker's EWMA atomically (replicas may race).
-# ARGV: worker, alpha, the batch's mean log ratio, its sample count, the log scale's bounds.
+# ARGV: worker, alpha, the batch's mean log ratio, its sample count, the log scale's bounds, and the
+# fingerprint of the profile the ratio was measured against.
 _UPDATE = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 local state = nil
 if raw then
   local ok, decoded = pcall(cjson.decode, raw)
-  -- a state that does not read (another release's, a hand edit) starts afresh, never fails the batch
+  -- a state that does not read (another release's, a hand edit) starts afresh, never fails the batch;
+  -- so does one measured against another profile (a ratio to the old device says nothing of the new)
   if ok and type(decoded) == 'table' and type(decoded.samples) == 'number'
       and type(decoded.log_scale) == 'number' and tonumber(ARGV[5]) <= decoded.log_scale
-      and decoded.log_scale <= tonumber(ARGV[6]) then
+      and decoded.log_scale <= tonumber(ARGV[6])
+      and (decoded.profile == nil or decoded.profile == ARGV[7]) then
     state = decoded
   end
 end
@@ -69,6 +77,7 @@ if state then
 else
   state = {log_scale = x, samples = n}
 end
+state.profile = ARGV[7]
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(state))
 return tostring(state.log_scale)
 """
@@ -89,12 +98,16 @@ class SpeedLearner:
         pairs = [(w.worker_id, _worker_json(w, inventory.model)) for w in inventory.workers]
         self._redis.hset(self.workers_key, items=[part for pair in pairs for part in pair])
 
-    def learned(self, worker_ids: Sequence[str]) -> dict[str, float]:
-        """Time scales learned for the given workers; workers never measured are absent."""
-        if not worker_ids:
+    def learned(self, workers: Sequence[Worker], model: ModelPreset) -> dict[str, float]:
+        """Time scales learned for ``workers`` against the profiles they are planned with now;
+        workers never measured, or measured against another profile, are absent."""
+        if not workers:
             return {}
-        raw = self._redis.hmget(self.speed_key, list(worker_ids))
-        scales = {wid: _learned_scale(wid, value) for wid, value in zip(worker_ids, raw, strict=True)}
+        raw = self._redis.hmget(self.speed_key, [w.worker_id for w in workers])
+        scales = {
+            w.worker_id: _learned_scale(w.worker_id, value, profile_fingerprint(w, model))
+            for w, value in zip(workers, raw, strict=True)
+        }
         return {wid: scale for wid, scale in scales.items() if scale is not None}
 
     def observe(self, reports: Iterable[ActualReport]) -> dict[str, float]:
@@ -117,7 +130,7 @@ class SpeedLearner:
             # one update per batch, at its mean: folding the samples one by one left the estimate to
             # the last few reported (a step's slow tail: 1.15 where the step's mean was 1.0)
             args: list[Any] = [wid, self._alpha, _weighted_log_ratio(worker, model, batch), len(batch)]
-            args += list(LOG_SCALE_BOUNDS)
+            args += [*LOG_SCALE_BOUNDS, profile_fingerprint(worker, model)]
             updated[wid] = math.exp(float(self._update(keys=[self.speed_key], args=args)))
         return updated
 
@@ -145,6 +158,13 @@ def _weighted_log_ratio(worker: Worker, model: ModelPreset, batch: Sequence[Actu
         ratio = min(max(report.wall_time_s / modelled, MIN_RATIO), MAX_RATIO)
         total, weighted = total + modelled, weighted + modelled * math.log(ratio)
     return weighted / total
+
+
+def profile_fingerprint(worker: Worker, model: ModelPreset) -> str:
+    """What a learned scale is relative to: the device profile as planned (overrides included), the
+    GPU count and the model; not the time scale (that is what is learned) nor slots or KV size."""
+    figures = {"device": dataclasses.asdict(worker.device), "num_gpus": worker.num_gpus, "model": model.name}
+    return hashlib.sha256(json.dumps(figures, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _worker_json(worker: Worker, model: ModelPreset) -> str:
@@ -184,16 +204,21 @@ def _worker_from_json(worker_id: str, raw: object) -> tuple[Worker, ModelPreset]
     return worker, model
 
 
-def _learned_scale(worker_id: str, raw: object) -> float | None:
-    """The time scale a stored learned state holds; None when absent or when it does not read
-    (or holds a scale the learner cannot reach: its samples are clamped to the ratio bounds)."""
+def _learned_scale(worker_id: str, raw: object, fingerprint: str) -> float | None:
+    """The time scale a stored learned state holds; None when absent, when it does not read (or
+    holds a scale the learner cannot reach: its samples are clamped to the ratio bounds), or when it
+    was measured against another profile than ``fingerprint`` (a state from before fingerprints
+    has none and is kept: the profile it was measured against is unknown, most likely unchanged)."""
     if raw is None:
         return None
     try:
-        log_scale = float(json.loads(str(raw))["log_scale"])
-    except (ValueError, KeyError, TypeError) as error:
+        state = json.loads(str(raw))
+        log_scale, profile = float(state["log_scale"]), state.get("profile", fingerprint)
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
         _log.warning("worker %s: learned speed unreadable, ignored (%s)", worker_id, error)
         return None
+    if profile != fingerprint:
+        return None  # the worker now runs on another device, overrides or model: learn it afresh
     low, high = LOG_SCALE_BOUNDS
     if not low <= log_scale <= high:
         _log.warning("worker %s: learned log scale %r out of range, ignored", worker_id, log_scale)

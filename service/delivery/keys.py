@@ -99,8 +99,9 @@ key                              type     contents; time-to-live
                                           a slot and one script writes them (on Redis Cluster too)
 ``<prefix>:workers``             hash     worker id -> profile and model preset it was last planned
                                           with (written at publish); no TTL, one entry per worker
-``<prefix>:speed``               hash     worker id -> ``{"log_scale", "samples"}``, the learned time
-                                          scale; no TTL, one entry per worker
+``<prefix>:speed``               hash     worker id -> ``{"log_scale", "samples", "profile"}``, the
+                                          learned time scale and the fingerprint of the profile it is
+                                          a ratio to; no TTL, one entry per worker
 ``<prefix>:retrain:step``        string   last step an automatic retrain was started for; no TTL
 ``<prefix>:retrain:lock``        string   random owner token while one replica retrains; renewed while
                                           it runs, released on shutdown, else expires after

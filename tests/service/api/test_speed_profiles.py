@@ -1,0 +1,69 @@
+"""A learned speed is a ratio to the profile it was measured against, and is used only with it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from scheduler.devices import device_profile, model_preset
+from scheduler.types import Worker
+from service.api.schemas import ActualReport
+from service.speeds import modelled_seconds
+from tests.service.api.conftest import actual_report, batch_body
+
+
+def _fleet(w0: dict[str, Any]) -> dict[str, Any]:
+    body = batch_body(workers=2)
+    body["inventory"]["workers"][0].update(w0)
+    return body
+
+
+def _learn_w0_twice_as_slow(client: TestClient) -> None:
+    client.post("/schedule", json=batch_body(workers=2))  # w0 published as an H100
+    slow = [actual_report(0, p, 0, worker="w0", slowdown=2.0) for p in range(6)]
+    assert abs(client.post("/actuals", json={"actuals": slow}).json()["time_scales"]["w0"] - 2.0) < 1e-6
+
+
+def test_a_worker_restarted_on_another_device_is_planned_by_its_new_profile(client: TestClient) -> None:
+    _learn_w0_twice_as_slow(client)
+    answer = client.post("/schedule", json=_fleet({"device": "H200"})).json()
+    assert answer["time_scales"]["w0"] == 1.0  # not the H100's 2.0 applied to an H200
+    assert answer["time_scale_sources"]["w0"] == "profile"
+
+
+def test_a_measured_bandwidth_override_is_not_slowed_again_by_the_speed_learned_without_it(
+    client: TestClient,
+) -> None:
+    # the operator measured what the learner had found (half the bandwidth): applying both would
+    # plan w0 four times slower than its profile
+    _learn_w0_twice_as_slow(client)
+    answer = client.post("/schedule", json=_fleet({"hbm_bandwidth_gbs": 1675.0})).json()
+    assert answer["time_scale_sources"]["w0"] == "profile"
+    assert answer["time_scales"]["w0"] == 1.0
+
+
+def test_the_first_batch_measured_on_a_new_device_starts_its_speed_afresh(client: TestClient) -> None:
+    _learn_w0_twice_as_slow(client)
+    client.post("/schedule", json=_fleet({"device": "H200"}))  # published: w0 is now an H200
+    # the same wall times on an H200 are a different ratio; the H100's 2.0 must not be blended in
+    reports = [actual_report(1, p, 0, worker="w0") for p in range(6)]
+    learned = client.post("/actuals", json={"actuals": reports}).json()["time_scales"]["w0"]
+    again = client.post("/schedule", json=_fleet({"device": "H200"})).json()
+    assert again["time_scale_sources"]["w0"] == "learned"
+    assert abs(again["time_scales"]["w0"] - learned) < 1e-9
+    h200 = Worker("w0", device_profile("H200"), max_num_seqs=64)
+    modelled = [modelled_seconds(h200, model_preset("7b"), ActualReport.model_validate(r)) for r in reports]
+    ratios = [r["wall_time_s"] / m for r, m in zip(reports, modelled, strict=True)]
+    fresh = math.exp(sum(m * math.log(x) for m, x in zip(modelled, ratios, strict=True)) / sum(modelled))
+    assert abs(learned - fresh) < 1e-6  # this batch's ratio to the H200 alone, nothing of the H100's 2.0
+    back = client.post("/schedule", json=batch_body(workers=2)).json()  # the old H100 ratio is gone too
+    assert back["time_scale_sources"]["w0"] == "profile"
+
+
+def test_the_same_profile_keeps_its_learned_speed(client: TestClient) -> None:
+    _learn_w0_twice_as_slow(client)
+    answer = client.post("/schedule", json=_fleet({"max_num_seqs": 32, "kv_capacity_tokens": 500_000})).json()
+    assert answer["time_scale_sources"]["w0"] == "learned"  # slots and KV size do not change step time
+    assert abs(answer["time_scales"]["w0"] - 2.0) < 1e-6
