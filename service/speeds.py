@@ -11,9 +11,11 @@ same speeds. The mean is weighted by each report's modelled seconds: fixed costs
 out (HTTP, waiting behind a wave of prefills) inflate short items most, and a heavy-tailed batch is
 mostly short items (one vote each made a 0.25x engine read 0.44x); the long ones measure decoding.
 A later request that states no ``time_scale`` or ``decode_tokens_per_s`` for a worker gets the
-learned one. Reports without
-``concurrency`` teach nothing about speed: a trajectory decoded in a batch of 100 is slower than one
-decoded alone, and mistaking that for a slow worker would mislead every later plan.
+learned one, once ``MIN_SPEED_SAMPLES`` reports stand behind it: until then the mean is the plain
+mean of every report (no early report alone decides), and after it a batch of fewer reports moves it
+by a proportionally smaller weight, so one absurd report can neither starve nor flood a worker.
+Reports without ``concurrency`` teach nothing about speed: a trajectory decoded in a batch of 100
+is slower than one decoded alone, and mistaking that for a slow worker would mislead every later plan.
 
 Keys (named in ``service/delivery/keys.py``, with every other key and TTL):
 
@@ -49,13 +51,17 @@ from service.redis_conn import RedisClient
 
 _log = logging.getLogger("service.speeds")
 MIN_RATIO, MAX_RATIO = 0.02, 50.0  # a sample outside this is a unit error or a stall, not a speed
+# Reports a learned speed needs before plans use it, and a batch needs to move it by the full alpha:
+# one absurd report (a clock error, a stall) alone set a new worker's scale to a ratio bound, and the
+# next plan gave that worker everything (0.02x) or nothing (50x, and so never a report to undo it).
+MIN_SPEED_SAMPLES = 4
 # The log scales an EWMA of clamped samples can hold (with slack for rounding); a stored state
 # outside them was not written by the learner and is not read.
 LOG_SCALE_BOUNDS = (math.log(MIN_RATIO) - 1e-6, math.log(MAX_RATIO) + 1e-6)
 
 # Folds one report batch's mean log ratio into a worker's EWMA atomically (replicas may race).
 # ARGV: worker, alpha, the batch's mean log ratio, its sample count, the log scale's bounds, and the
-# fingerprint of the profile the ratio was measured against.
+# fingerprint of the profile the ratio was measured against, MIN_SPEED_SAMPLES.
 _UPDATE = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 local state = nil
@@ -71,8 +77,15 @@ if raw then
   end
 end
 local alpha, x, n = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-if state then
-  state.log_scale = (1 - alpha) * state.log_scale + alpha * x
+local enough = tonumber(ARGV[8])
+if state and state.samples < enough then
+  -- warming up: the mean of every report so far, so no early report alone decides
+  state.log_scale = (state.samples * state.log_scale + n * x) / (state.samples + n)
+  state.samples = state.samples + n
+elseif state then
+  -- a batch of few reports is little evidence, and moves the mean by that much less
+  local weight = alpha * math.min(1, n / enough)
+  state.log_scale = (1 - weight) * state.log_scale + weight * x
   state.samples = state.samples + n
 else
   state = {log_scale = x, samples = n}
@@ -130,7 +143,7 @@ class SpeedLearner:
             # one update per batch, at its mean: folding the samples one by one left the estimate to
             # the last few reported (a step's slow tail: 1.15 where the step's mean was 1.0)
             args: list[Any] = [wid, self._alpha, _weighted_log_ratio(worker, model, batch), len(batch)]
-            args += [*LOG_SCALE_BOUNDS, profile_fingerprint(worker, model)]
+            args += [*LOG_SCALE_BOUNDS, profile_fingerprint(worker, model), MIN_SPEED_SAMPLES]
             updated[wid] = math.exp(float(self._update(keys=[self.speed_key], args=args)))
         return updated
 
@@ -214,11 +227,14 @@ def _learned_scale(worker_id: str, raw: object, fingerprint: str) -> float | Non
     try:
         state = json.loads(str(raw))
         log_scale, profile = float(state["log_scale"]), state.get("profile", fingerprint)
+        samples = int(state["samples"])
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         _log.warning("worker %s: learned speed unreadable, ignored (%s)", worker_id, error)
         return None
     if profile != fingerprint:
         return None  # the worker now runs on another device, overrides or model: learn it afresh
+    if samples < MIN_SPEED_SAMPLES:
+        return None  # too few reports yet: one bad one must not steer a plan
     low, high = LOG_SCALE_BOUNDS
     if not low <= log_scale <= high:
         _log.warning("worker %s: learned log scale %r out of range, ignored", worker_id, log_scale)
