@@ -79,6 +79,8 @@ class ResultEntry(BaseModel):
     output: str
     reward: float | None
     extra: dict[str, Any]  # what the sidecar added: prompt_tokens, predicted_tokens, attempt, ...
+    # why ``extra`` is left empty: a result stored before extras were bounded, nested too deep to serve
+    extra_withheld: str | None = None
 
 
 class ResultsPage(BaseModel):

@@ -32,6 +32,7 @@ from service.api.schemas import (
 from service.auth import AuthFirstRoute, any_client, trainer_only
 from service.context import Context, context_of
 from service.delivery import ResultRecord
+from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 from service.problems import documented
 
 router = APIRouter(tags=["schedules"], route_class=AuthFirstRoute)
@@ -141,24 +142,33 @@ async def schedule_results(
     ctx = context_of(request)
     read = functools.partial(_page, ctx, schedule_id, after, count, wait_ms)
     records = await anyio.to_thread.run_sync(read, limiter=ctx.long_polls)
-    entries = [
-        ResultEntry(
-            stream_id=r.stream_id,
-            key=r.key,
-            **_key_parts(r.key),
-            worker_id=r.worker_id,
-            attempt=r.attempt,
-            output_tokens=r.result.output_tokens,
-            finish_reason=r.result.finish_reason,
-            wall_time_s=r.result.wall_time_s,
-            output=r.result.output,
-            reward=r.result.reward,
-            extra=dict(r.result.extra),
-        )
-        for r in records
-    ]
+    entries = [_entry(r) for r in records]
     last = entries[-1].stream_id if entries else after
     return ResultsPage(schedule_id=schedule_id, results=entries, next=last)
+
+
+def _entry(r: ResultRecord) -> ResultEntry:
+    """One result as served. An ``extra`` nested past ``MAX_EXTRA_DEPTH`` (stored before push-mode
+    extras were bounded) is withheld and flagged: rendering it failed the whole page (500), every
+    time, so the trainer could never read past it; its output and counts are still served."""
+    extra = dict(r.result.extra)
+    withheld = None
+    if json_depth(extra) > MAX_EXTRA_DEPTH:
+        extra, withheld = {}, f"nested deeper than {MAX_EXTRA_DEPTH} levels"
+    return ResultEntry(
+        stream_id=r.stream_id,
+        key=r.key,
+        **_key_parts(r.key),
+        worker_id=r.worker_id,
+        attempt=r.attempt,
+        output_tokens=r.result.output_tokens,
+        finish_reason=r.result.finish_reason,
+        wall_time_s=r.result.wall_time_s,
+        output=r.result.output,
+        reward=r.result.reward,
+        extra=extra,
+        extra_withheld=withheld,
+    )
 
 
 def _key_parts(key: str) -> dict[str, Any]:

@@ -282,6 +282,34 @@ class ReleaseOutcome(StrEnum):
     STALE = "stale"  # not held any more: nothing changed
 
 
+# Deepest nesting of a result's ``extra`` accepted from a worker: the service renders every result it
+# serves, and one nested a few hundred levels deep failed each results page holding it (500), so the
+# trainer could never read past it. Real extras (tool calls, reasoning, rewards) are a few levels deep.
+MAX_EXTRA_DEPTH = 32
+
+
+def json_depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and objects (a scalar: 0), without recursing."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        members = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if members is not None:
+            deepest = max(deepest, level + 1)
+            stack += [(member, level + 1) for member in members]
+    return deepest
+
+
+def bounded_extra(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``extra`` without the entries that nest past ``MAX_EXTRA_DEPTH``, named in ``extra_dropped``.
+
+    For what an engine answered (push mode), which nobody can be asked to fix: the trajectory's
+    output still counts, only the unservable part of its extras is left out, visibly."""
+    kept = {name: value for name, value in extra.items() if json_depth(value) < MAX_EXTRA_DEPTH}
+    dropped = sorted(name for name in extra if name not in kept)
+    return {**kept, "extra_dropped": dropped} if dropped else kept
+
+
 @dataclass(frozen=True, slots=True)
 class TrajectoryResult:
     """A worker's report of one finished trajectory: the output and the actuals the predictor learns."""

@@ -44,7 +44,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.delivery.errors import UnknownScheduleError
-from service.delivery.records import CompletionOutcome, TrajectoryResult
+from service.delivery.records import MAX_EXTRA_DEPTH, CompletionOutcome, TrajectoryResult, json_depth
 from service.limits import BodyLimitMiddleware
 from service.sidecar.engine_client import sample_params
 from service.sidecar.holdings import Held
@@ -53,10 +53,6 @@ from service.sidecar.session import WorkerSession
 MAX_WAIT_S = 30.0
 MAX_TOKENS = 2**31 - 1  # the service's bound on a reported count (docs/api.md)
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a /done carries one output: far below this; more is a mistake
-# Deepest nesting of a /done's ``extra``: the service renders every result it serves, and one nested
-# a few hundred levels deep failed each results page holding it (500), so the trainer could never
-# read past it. Real extras (tool calls, reasoning, rewards) are a few levels deep.
-MAX_EXTRA_DEPTH = 32
 log = logging.getLogger("service.sidecar")
 
 
@@ -86,24 +82,12 @@ class DoneBody(_LeaseRef):
             json.dumps(extra, allow_nan=False)
         except (ValueError, TypeError) as error:
             raise ValueError(f"not storable as JSON ({error})") from None
-        if _depth(extra) > MAX_EXTRA_DEPTH:
+        if json_depth(extra) > MAX_EXTRA_DEPTH:
             raise ValueError(f"nested deeper than {MAX_EXTRA_DEPTH} levels")
         concurrency = extra.get("concurrency")
         if concurrency is not None and not (isinstance(concurrency, (int, float)) and concurrency >= 0):
             raise ValueError("concurrency must be a number >= 0")
         return extra
-
-
-def _depth(value: Any) -> int:
-    """How deeply ``value`` nests lists and objects (a scalar: 0), without recursing."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        node, level = stack.pop()
-        members = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
-        if members is not None:
-            deepest = max(deepest, level + 1)
-            stack += [(member, level + 1) for member in members]
-    return deepest
 
 
 class FailBody(_LeaseRef):

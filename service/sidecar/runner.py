@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import redis
 
 from service.delivery.errors import UnknownScheduleError
-from service.delivery.records import TrajectoryResult
+from service.delivery.records import TrajectoryResult, bounded_extra
 from service.logs import schedule_context
 from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
 from service.sidecar.holdings import Held
@@ -310,7 +310,7 @@ def _result(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryRes
         wall_time_s=reply.wall_time_s,
         output=reply.output,
         extra={
-            **reply.extra,
+            **bounded_extra(reply.extra),  # an engine's answer nested past what the service serves
             "prompt_id": item.prompt_id,
             "sample_idx": item.sample_idx,
             "prompt_tokens": item.prompt_tokens,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis
 from fastapi.testclient import TestClient
@@ -296,3 +298,25 @@ def test_a_schedule_id_sent_again_with_other_work_is_refused_not_followed(
     assert sorted(str(k) for k in redis_client.keys("*")) == before
     replanned = batch_body(schedule_id="run-step-3", policy="cpsat", seed=5)  # same work, planned anew
     assert client.post("/schedule", json=replanned).status_code == 409
+
+
+def test_a_stored_result_nested_too_deep_to_serve_is_flagged_and_the_page_still_reads(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    sid = client.post("/schedule", json=batch_body(prompts=1, n=2, workers=1)).json()["schedule_id"]
+    delivery = Delivery(redis_client)
+    deep: dict[str, Any] = {}
+    for _ in range(300):  # stored by a sidecar from before push-mode extras were bounded
+        deep = {"a": deep}
+    first, second = delivery.claim(sid, "w0", max_items=10)
+    delivery.complete(first, TrajectoryResult(output_tokens=7, output="deep", extra={"tool_calls": deep}))
+    delivery.complete(second, TrajectoryResult(output_tokens=8, output="fine", extra={"x": 1}))
+    answer = client.get(f"/schedule/{sid}/results")
+    assert answer.status_code == 200
+    flagged, plain = answer.json()["results"]
+    assert (flagged["output"], flagged["extra"], flagged["extra_withheld"]) == (
+        "deep",
+        {},
+        "nested deeper than 32 levels",
+    )
+    assert (plain["output"], plain["extra"], plain["extra_withheld"]) == ("fine", {"x": 1}, None)

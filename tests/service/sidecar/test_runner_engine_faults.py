@@ -170,3 +170,29 @@ def test_an_engine_that_is_really_down_never_has_its_failures_charged_to_the_ite
     stats = run_until(_sidecar(redis_url, engine), lambda: time.monotonic() - started > 1.0, timeout_s=5)
     assert stats.failed == 0
     assert delivery.progress("dead-core").queued == 1
+
+
+def test_an_engine_answer_nested_too_deep_to_serve_is_accepted_without_that_part_named_in_extra_dropped(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "deep", {"w0": [item("p", 0, 10)]})
+    tool_calls: list[Any] = []
+    for _ in range(300):  # a few hundred levels failed every results page holding it
+        tool_calls = [tool_calls]
+
+    async def engine(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json=MODELS)
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        message = {"content": "ok", "reasoning": "short", "tool_calls": tool_calls}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        return httpx.Response(200, json={"choices": [choice], "usage": {"completion_tokens": 5}})
+
+    run_until(_sidecar(redis_url, engine), lambda: bool(delivery.progress("deep").finished), timeout_s=10)
+    [record] = delivery.read_results("deep")
+    assert (record.result.output, record.result.output_tokens) == ("ok", 5)
+    assert record.result.extra["extra_dropped"] == ["tool_calls"]
+    assert "tool_calls" not in record.result.extra
+    assert record.result.extra["reasoning"] == "short"
