@@ -100,13 +100,26 @@ def session_for(options: SidecarOptions, delivery: Delivery) -> WorkerSession:
 
 
 def run_push(options: SidecarOptions) -> SessionStats:
-    """Feed the engine at ``engine_url`` until SIGTERM/SIGINT, then drain; return the counters."""
+    """Feed the engine at ``engine_url`` until SIGTERM/SIGINT, then drain; return the counters.
+
+    The health server starts first: waiting for a Redis (Cluster) that is down at start-up must
+    answer the liveness probe (``connecting``), or the orchestrator restarts the pod in a loop."""
     assert options.engine_url is not None
-    delivery = connect(options)  # before the loop: a wait for the cluster must not hold off SIGTERM
-    return asyncio.run(_push(options, options.engine_url, delivery))
+    health = None
+    if options.health_port is not None:
+        health = HealthServer(None, options.worker_id, options.health_host, options.health_port)
+        health.start()
+    try:
+        delivery = connect(options)  # before the loop: a wait for the cluster must not hold off SIGTERM
+        return asyncio.run(_push(options, options.engine_url, delivery, health))
+    finally:
+        if health is not None:
+            health.stop()
 
 
-async def _push(options: SidecarOptions, engine_url: str, delivery: Delivery) -> SessionStats:
+async def _push(
+    options: SidecarOptions, engine_url: str, delivery: Delivery, health: HealthServer | None
+) -> SessionStats:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -132,15 +145,11 @@ async def _push(options: SidecarOptions, engine_url: str, delivery: Delivery) ->
             engine_stall_s=options.engine_stall_s,
         ),
     )
-    health = None
-    if options.health_port is not None:
-        health = HealthServer(runner, options.worker_id, options.health_host, options.health_port)
-        health.start()
+    if health is not None:
+        health.attach(runner)
     try:
         return await runner.run(stop)
     finally:
-        if health is not None:
-            health.stop()
         await engine.aclose()
 
 

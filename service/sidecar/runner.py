@@ -70,7 +70,8 @@ class Sidecar:
     _engine_down: bool = field(default=True, init=False)  # until the engine first answers
     _last_refusal: str | None = field(default=None, init=False)  # the last "not ready" logged
     _failed_at: float | None = field(default=None, init=False)  # when the engine last failed an item
-    _redis_down: bool = field(default=False, init=False)  # claiming failed on Redis (logged once)
+    # claiming failed on Redis (logged once); None until the first claim reached it or failed
+    _redis_down: bool | None = field(default=None, init=False)
     watch: EngineWatch = field(init=False)  # the engine's signs of life while items run (``watchdog``)
     last_turn: float = field(default_factory=time.monotonic, init=False)  # monotonic time the main
     # loop last turned (or polled a loading engine): what the liveness probe reads (``health``)
@@ -82,6 +83,12 @@ class Sidecar:
     def engine_up(self) -> bool:
         """Whether the engine answered last time the sidecar asked (or ran an item on it)."""
         return not self._engine_down
+
+    @property
+    def redis_up(self) -> bool:
+        """Whether the last claim reached Redis (what the readiness probe reads); False before the
+        first (a plain Redis down at start-up is only found out by claiming)."""
+        return self._redis_down is False
 
     async def run(self, stop: asyncio.Event) -> SessionStats:
         """Serve until ``stop`` is set, then drain; return the session's counters."""

@@ -196,6 +196,8 @@ def test_a_worker_pod_runs_the_sidecar_beside_its_engine_on_an_accelerator_node(
     probe = containers["sidecar"]["livenessProbe"]["httpGet"]  # a stuck push loop gets restarted
     ports = {p["name"]: p["containerPort"] for p in containers["sidecar"]["ports"]}
     assert (probe["path"], ports[probe["port"]]) == ("/health", sidecar.params["health_port"])
+    ready = containers["sidecar"]["readinessProbe"]["httpGet"]  # not ready until Redis answered
+    assert (ready["path"], ports[ready["port"]]) == ("/ready", sidecar.params["health_port"])
     assert sidecar.params["health_host"] == "0.0.0.0"
 
 

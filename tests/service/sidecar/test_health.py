@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,11 +14,11 @@ from fastapi.testclient import TestClient
 from service.delivery.protocol import Delivery
 from service.ports import free_port
 from service.sidecar.engine_client import EngineClient, EngineOptions
-from service.sidecar.health import HealthServer, create_health_app
+from service.sidecar.health import HealthServer, Watched, create_health_app
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.service.sidecar.procs import run_until, wait_http
+from tests.service.sidecar.procs import cluster, run_until, wait_http, wait_until
 
 
 def _sidecar(redis_url: str, engine_url: str = "http://127.0.0.1:9") -> Sidecar:
@@ -32,6 +33,38 @@ def test_a_loop_that_turned_lately_is_alive_and_says_what_the_sidecar_holds(redi
     body = answer.json()
     assert body["status"] == "ok"
     assert (body["worker_id"], body["held"], body["engine_up"]) == ("w0", 0, False)
+
+
+def test_a_sidecar_still_connecting_to_redis_is_alive_but_not_ready(redis_url: str) -> None:
+    app = TestClient(create_health_app(Watched(), "w0"))
+    assert (app.get("/health").status_code, app.get("/health").json()["status"]) == (200, "connecting")
+    assert app.get("/ready").status_code == 503
+
+
+def test_a_sidecar_is_ready_once_a_claim_reached_redis(
+    redis_client: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    with cluster(tmp_path) as procs:
+        runner = _sidecar(redis_url, procs.engine_threads({"engine": 0.01})["engine"])
+        app = TestClient(create_health_app(runner, "w0"))
+        assert app.get("/ready").status_code == 503  # nothing asked of Redis yet
+        run_until(runner, lambda: runner.redis_up)  # the loop claims once its engine answers
+    assert app.get("/ready").status_code == 200
+    assert app.get("/ready").json()["redis_up"] is True
+
+
+def test_a_sidecar_process_waiting_for_a_redis_cluster_that_is_down_answers_liveness_meanwhile(
+    tmp_path: Path,
+) -> None:
+    health, dead = free_port(), free_port()  # nothing listens on ``dead``: the cluster is down
+    with cluster(tmp_path) as procs:
+        flags = ["--cluster", "--health-port", str(health)]
+        sidecar = procs.sidecar("w0", f"http://127.0.0.1:{free_port()}", f"redis://127.0.0.1:{dead}", *flags)
+        wait_http(f"http://127.0.0.1:{health}/health", sidecar, timeout_s=30.0)
+        assert httpx.get(f"http://127.0.0.1:{health}/health").json()["status"] == "connecting"
+        assert httpx.get(f"http://127.0.0.1:{health}/ready").status_code == 503
+        wait_until(lambda: "unreachable" in sidecar.log.read_text(), 10, "a retry logged")
+        assert sidecar.popen.poll() is None  # still trying, not given up
 
 
 def test_a_loop_silent_past_the_limit_is_reported_stalled_with_503(redis_url: str) -> None:
