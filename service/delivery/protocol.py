@@ -232,8 +232,8 @@ class Delivery(DeliveryViews):
         must not keep the leases of every other schedule from their heartbeat.
         """
         alive: list[Lease] = []
-        for schedule_id, group in _by_schedule(leases).items():
-            args: list[Any] = [wire.clock(now_ms)]
+        for (schedule_id, holder), group in _by_holder(leases).items():
+            args: list[Any] = [wire.clock(now_ms), holder]
             for lease in group:
                 args += [lease.key, lease.token]
             try:
@@ -339,8 +339,8 @@ class Delivery(DeliveryViews):
         self, mode: str, reason: str, leases: Sequence[Lease], now_ms: int | None
     ) -> list[ReleaseOutcome]:
         outcome: dict[tuple[str, str, int], ReleaseOutcome] = {}
-        for schedule_id, group in _by_schedule(leases).items():
-            args: list[Any] = [mode, wire.clock(now_ms), reason]
+        for (schedule_id, holder), group in _by_holder(leases).items():
+            args: list[Any] = [mode, wire.clock(now_ms), reason, holder]
             for lease in group:
                 args += [lease.key, lease.token]
             codes = self._settled(schedule_id, self._call(self.scripts.release, schedule_id, args))
@@ -381,10 +381,12 @@ def _mapped(err: redis.ResponseError, schedule_id: str) -> Exception:
     return err
 
 
-def _by_schedule(leases: Iterable[Lease]) -> dict[str, list[Lease]]:
-    groups: dict[str, list[Lease]] = {}
+def _by_holder(leases: Iterable[Lease]) -> dict[tuple[str, str], list[Lease]]:
+    """Leases by (schedule, holding worker), in order: each group is one script call, which checks
+    that the worker still holds every lease it names (not only the token)."""
+    groups: dict[tuple[str, str], list[Lease]] = {}
     for lease in leases:
-        groups.setdefault(lease.schedule_id, []).append(lease)
+        groups.setdefault((lease.schedule_id, lease.worker_id), []).append(lease)
     return groups
 
 

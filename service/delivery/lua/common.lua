@@ -293,11 +293,14 @@ local function settled_flag(cfg)
   return ((tonumber(c[1]) or 0) + (tonumber(c[2]) or 0) + (tonumber(c[3]) or 0) >= cfg.total) and 1 or 0
 end
 
--- The lease (key, token) right now: 'current', 'expired' (token current but past its deadline; the
--- caller must expire it), or 'stale' (reaped, released, done, superseded or never issued).
-local function lease_status(key, token, now)
+-- The lease (key, token) right now, as holder ('' or nil = any) sees it: 'current', 'expired' (token
+-- current but past its deadline; the caller must expire it), or 'stale' (reaped, released, done,
+-- superseded, never issued, or held by another worker: tokens count up per schedule, so a token alone
+-- is easy to guess, and a worker must not extend, release or fail another's items).
+local function lease_status(key, token, now, holder)
   local r = get(key)
   if r == nil or r.s ~= 'r' or r.tok ~= token then return 'stale' end
+  if holder ~= nil and holder ~= '' and r.w ~= holder then return 'stale' end
   if r.dl < now then return 'expired' end
   return 'current'
 end

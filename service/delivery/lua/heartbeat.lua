@@ -1,16 +1,18 @@
 -- heartbeat: extend each lease to now+ttl while its token is current and its deadline not passed.
 -- A lease found past its deadline is expired on the spot (requeued or dead-lettered), exactly as the
 -- reaper would, so expiry depends on time alone, never on when a reaper happened to run.
--- ARGV: now ('' = server), then pairs (key, token).
+-- ARGV: now ('' = server), holder ('' = any: the token alone), then pairs (key, token). A lease
+-- held by another worker is gone for this one (as in complete.lua).
 -- Returns one integer per lease: the new deadline (ms), or -1 when the lease is gone; then the settled
 -- flag (1 when every item is done, dead or cancelled).
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now = now_ms(ARGV[1])
+local holder = ARGV[2]
 local out = {}
-for i = 2, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   local key = ARGV[i]
-  local status = lease_status(key, ARGV[i + 1], now)
+  local status = lease_status(key, ARGV[i + 1], now, holder)
   if status == 'current' then
     get(key).dl = now + cfg.ttl
     dirty[key] = true

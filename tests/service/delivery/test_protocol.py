@@ -132,6 +132,18 @@ def test_a_worker_cannot_report_an_item_another_worker_holds(delivery: Delivery)
     assert delivery.complete_many("s", forged, worker_id="a") == [CompletionOutcome.STALE]  # no echo
 
 
+def test_a_worker_cannot_extend_release_or_fail_a_lease_another_worker_holds(delivery: Delivery) -> None:
+    """As for completions: the token of b's lease in a's name changes nothing and is gone for a."""
+    delivery.publish(schedule("s", {"a": 1, "b": 1}, ttl_ms=1000), now_ms=T0)
+    (theirs,) = delivery.claim("s", "b", 1, now_ms=T0)
+    forged = replace(theirs, worker_id="a")
+    assert delivery.heartbeat([forged], now_ms=T0 + 500) == []
+    assert delivery.release([forged], now_ms=T0 + 500) == [ReleaseOutcome.STALE]
+    assert delivery.fail(forged, "forged", now_ms=T0 + 500) is ReleaseOutcome.STALE
+    assert delivery.progress("s").running == 1  # still b's, with its deadline untouched
+    assert [le.deadline_ms for le in delivery.heartbeat([theirs], now_ms=T0 + 900)] == [T0 + 1900]
+
+
 def test_a_stale_completion_is_refused_and_its_result_discarded(delivery: Delivery) -> None:
     delivery.publish(schedule("s", {"a": 1}, ttl_ms=1000), now_ms=T0)
     (old,) = delivery.claim("s", "a", 1, now_ms=T0)
