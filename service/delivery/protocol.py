@@ -91,6 +91,13 @@ class Delivery(DeliveryViews):
         """
         self._announce(schedule_id, sorted(self.info(schedule_id).workers), retention_s)
 
+    def remember_request(self, schedule_id: str, digest: str) -> None:
+        """Store the publishing request's digest beside the schedule (it expires with ``P:meta``).
+
+        Written after the atomic publish (a failure between leaves none: a retry is taken for the same
+        request); atomically skipped for a schedule gone meanwhile (``lua/remember.lua``)."""
+        self._call(self.scripts.remember, schedule_id, [keyspace.REQUEST_DIGEST, digest])
+
     def _announce(self, schedule_id: str, workers: Sequence[str], retention_s: int) -> None:
         """Index the schedule for reapers and each worker's inbox (single-key commands: any slot).
 

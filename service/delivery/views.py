@@ -61,19 +61,9 @@ class DeliveryViews:
         return [text(s) for s in self.client.zrange(keyspace.active_index(self.prefix), -count, -1)]
 
     def request_digest(self, schedule_id: str) -> str | None:
-        """The digest ``remember_request`` stored for the schedule; None when absent (or unknown)."""
+        """The digest ``Delivery.remember_request`` stored for the schedule; None when absent (or unknown)."""
         value = self.client.hget(self.keys(schedule_id).meta, keyspace.REQUEST_DIGEST)
         return None if value is None else text(value)
-
-    def remember_request(self, schedule_id: str, digest: str) -> None:
-        """Store the publishing request's digest beside the schedule (it expires with ``P:meta``).
-
-        Written after the atomic publish, so a failure in between leaves none: a retry is then taken
-        for the same request, as before digests. Skipped for a schedule already gone, which would
-        otherwise leave a ``P:meta`` without expiry."""
-        meta = self.keys(schedule_id).meta
-        if self.client.exists(meta):
-            self.client.hset(meta, keyspace.REQUEST_DIGEST, digest)
 
     def schedules_for(self, worker_id: str) -> list[str]:
         """Unfinished schedule ids announced to ``worker_id``, oldest first (what a sidecar pulls)."""
