@@ -95,20 +95,20 @@ class DeliveryViews:
             raise UnknownScheduleError(schedule_id)
         return {name: int(v or 0) for name, v in zip(states, values, strict=True)}
 
-    def clock_ms(self, schedule_id: str) -> int:
-        """The lease clock now: the server TIME of the node holding the schedule's keys (EVAL on its
-        meta key, so on Redis Cluster the node whose clock the schedule's scripts read)."""
-        return int(self.client.eval(_CLOCK, 1, self.keys(schedule_id).meta))
-
     def progress(self, schedule_id: str, now_ms: int | None = None) -> Progress:
         """One consistent snapshot of the schedule's counts, per worker, and its dead letters, with
-        its publish time and what the plan predicts; ``now_ms`` pins the clock (tests, simulations)."""
+        its publish time and what the plan predicts; ``now_ms`` pins the clock (tests, simulations).
+
+        One round trip: the lease clock (an EVAL of ``_CLOCK`` on the meta key, so on Redis Cluster
+        the node whose clock the schedule's scripts read) is read in the same transaction as the rest."""
         keys = self.keys(schedule_id)
         pipe = self.client.pipeline(transaction=True)
         pipe.hgetall(keys.counts)
         pipe.hmget(keys.meta, _META_FIELDS)
         pipe.lrange(keys.dead, 0, -1)
-        counts_raw, meta, dead = pipe.execute()
+        if now_ms is None:
+            pipe.execute_command("EVAL", _CLOCK, 1, keys.meta)  # ClusterPipeline has no eval()
+        counts_raw, meta, dead, *clock = pipe.execute()
         if meta[0] is None:
             raise UnknownScheduleError(schedule_id)
         counts = {text(f): int(v) for f, v in counts_raw.items()}
@@ -126,7 +126,7 @@ class DeliveryViews:
             cancelled=counts.get(keyspace.CANCELLED, 0),
             cancelled_at_ms=None if meta[2] is None else int(meta[2]),
             published_ms=None if published is None else int(published),
-            now_ms=now_ms if now_ms is not None or published is None else self.clock_ms(schedule_id),
+            now_ms=now_ms if now_ms is not None or published is None else int(clock[0]),
             predicted_makespan_s=seconds_or_none(meta[4]),
             planned_finish_s=planned_finishes(meta[5]),
         )

@@ -26,6 +26,7 @@ from tests.service.delivery import (
     test_affinity_claim,
     test_cancel,
     test_faults,
+    test_plan_times,
     test_protocol,
     test_state_machine,
     test_steal_rules,
@@ -34,12 +35,14 @@ from tests.service.delivery.audit import audit
 from tests.service.delivery.conftest import schedule
 
 # The single-node behaviour suite, collected again in this module with the cluster fixtures below: every
-# operation, the hypothesis state machine, and the faults that need no second connection by URL.
+# operation, the hypothesis state machine, progress on the lease clock, and the faults that need no
+# second connection by URL.
 globals().update({name: fn for name, fn in vars(test_protocol).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_state_machine).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_steal_rules).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_affinity_claim).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_cancel).items() if name.startswith("test_")})
+globals().update({name: fn for name, fn in vars(test_plan_times).items() if name.startswith("test_")})
 globals().update(
     {
         name: getattr(test_faults, name)

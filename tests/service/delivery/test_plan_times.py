@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
+from redis.connection import Connection
 
 from scheduler.errors import InvalidInputError
 from scheduler.types import Plan, Trajectory, WorkerPlan
@@ -84,3 +86,22 @@ def test_a_makespan_that_is_not_finite_is_left_out_rather_than_refusing_the_publ
     assert published.predicted_makespan_s is None
     assert dict(published.planned_finish_s) == {"a": 9.0, "b": 8.5}
     published.validate()
+
+
+def test_a_progress_read_on_the_servers_clock_is_one_round_trip(
+    delivery: Delivery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``GET /schedule/{id}`` polls this: the lease clock comes in the same transaction as the counts
+    (on Redis Cluster too: this module is re-run there)."""
+    delivery.publish(schedule("s", {"a": 1}))
+    delivery.progress("s")  # connections open and scripts known: count the steady state
+    sends: list[bytes] = []
+    send: Any = Connection.send_packed_command  # redis-py leaves it untyped
+
+    def counted(self: Connection, command: Any, check_health: bool = True) -> None:
+        sends.append(command)
+        send(self, command, check_health)
+
+    monkeypatch.setattr(Connection, "send_packed_command", counted)
+    assert delivery.progress("s").now_ms is not None
+    assert len(sends) == 1
