@@ -360,8 +360,8 @@ class Delivery(DeliveryViews):
     def reap(self, schedule_id: str, now_ms: int | None = None, limit: int = 1000) -> ReapReport:
         """Expire up to ``limit`` lapsed leases of one schedule (atomic: safe from many replicas)."""
         reply = self._call(self.scripts.reap, schedule_id, [wire.clock(now_ms), limit])
-        requeued, dead = self._settled(schedule_id, reply)
-        return ReapReport(requeued=int(requeued), dead_lettered=int(dead))
+        requeued, dead, *holders = self._settled(schedule_id, reply)
+        return ReapReport(int(requeued), int(dead), tuple(sorted(text(w) for w in holders)))
 
     def cancel(self, schedule_id: str, now_ms: int | None = None) -> CancelReport:
         """End every queued and running item of the schedule (the trainer gave up on the step).

@@ -21,6 +21,7 @@ from service.delivery.records import ReapReport
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL_S = 1.0  # how often a replica reaps; lease ttl should be several times larger
+LOGGED_WORKERS = 16  # worker ids named per lapse line; a whole node lost is still one readable line
 
 
 def reap_all(delivery: Delivery, now_ms: int | None = None) -> dict[str, ReapReport]:
@@ -85,14 +86,7 @@ class Reaper:
                     if report.requeued or report.dead_lettered:
                         if self.on_reap is not None:
                             self.on_reap(report)
-                        log.warning(
-                            "reaped expired leases",
-                            extra={
-                                "schedule_id": schedule_id,
-                                "requeued": report.requeued,
-                                "dead_lettered": report.dead_lettered,
-                            },
-                        )
+                        _log_lapsed(schedule_id, report)
                 self.passes += 1
                 if failing:
                     log.info("reaper passes go through again")
@@ -102,3 +96,22 @@ class Reaper:
                     log.warning("reaper pass failed: %s", err)
                 failing = True
             self._stop.wait(self.interval_s)
+
+
+def _log_lapsed(schedule_id: str, report: ReapReport) -> None:
+    """Warn of lapsed leases, naming whose: the workers that stopped heartbeating are what to look at
+    (a lost node, a killed sidecar). At most ``LOGGED_WORKERS`` ids, and how many there were."""
+    named = report.workers[:LOGGED_WORKERS]
+    more = len(report.workers) - len(named)
+    log.warning(
+        "reaped expired leases of %s%s",
+        ", ".join(named),
+        f" (+{more} more)" if more else "",
+        extra={
+            "schedule_id": schedule_id,
+            "requeued": report.requeued,
+            "dead_lettered": report.dead_lettered,
+            "workers": list(named),
+            "workers_count": len(report.workers),
+        },
+    )

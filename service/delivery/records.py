@@ -372,6 +372,7 @@ class ReapReport:
 
     requeued: int  # expired leases put back at the head of a queue
     dead_lettered: int  # expired leases whose item ran out of attempts
+    workers: tuple[str, ...] = ()  # whose leases lapsed (each once, sorted): workers that went silent
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
 -- reap: expire every lease whose deadline passed (requeue at the head of the holder's queue, or
 -- dead-letter after max_attempts). Atomic, so replicas reaping at once never double-requeue.
 -- ARGV: now ('' = server), limit (most leases handled per call).
--- Returns {requeued, dead_lettered, settled (1 when every item is done, dead or cancelled)}; error NOSCHEDULE
--- once the schedule expired.
+-- Returns {requeued, dead_lettered, holder..., settled (1 when every item is done, dead or cancelled)}:
+-- the distinct workers whose leases lapsed, in the order first met (at most one per lease handled); error
+-- NOSCHEDULE once the schedule expired.
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now = now_ms(ARGV[1])
@@ -11,8 +12,13 @@ local expired = redis.call('ZRANGEBYSCORE', k('deadlines'), '-inf', '(' .. now, 
 -- Each requeue is an LPUSH at the head, so requeue the latest claim first: a holder's queue then
 -- gets its leases back in the order it claimed them (tokens rise with every claim), the plan's order.
 table.sort(expired, function(a, b) return tonumber(get(a).tok) > tonumber(get(b).tok) end)
+local out, seen = {requeued, dead}, {}
 for _, key in ipairs(expired) do
+  local holder = get(key).w
+  if not seen[holder] then seen[holder] = true; out[#out + 1] = holder end
   if expire(key, now, cfg) == 'dead' then dead = dead + 1 else requeued = requeued + 1 end
 end
 flush(cfg)
-return {requeued, dead, settled_flag(cfg)}
+out[1], out[2] = requeued, dead
+out[#out + 1] = settled_flag(cfg)
+return out

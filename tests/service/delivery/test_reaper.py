@@ -10,7 +10,7 @@ import redis
 
 from service.delivery import Delivery, LeaseSettings, PublishedSchedule
 from service.delivery.keys import ScheduleKeys
-from service.delivery.reaper import Reaper, reap_all
+from service.delivery.reaper import LOGGED_WORKERS, Reaper, reap_all
 from service.embedded import EmbeddedServer
 from tests.service.delivery.conftest import schedule
 
@@ -21,6 +21,40 @@ def test_one_pass_reaps_every_active_schedule(delivery: Delivery) -> None:
         delivery.claim(sid, "a", 2, now_ms=0)
     reports = reap_all(delivery, now_ms=101)
     assert {sid: r.requeued for sid, r in reports.items()} == {"s1": 2, "s2": 2}
+
+
+def test_a_pass_names_the_workers_whose_leases_lapsed_each_once(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 2, "b": 1, "c": 1}, ttl_ms=100), now_ms=0)
+    for worker in ("b", "a"):
+        delivery.claim("s", worker, 2, now_ms=0)
+    delivery.claim("s", "c", 1, now_ms=90)  # c heartbeats late enough: not lapsed at 101
+    report = reap_all(delivery, now_ms=101)["s"]
+    assert (report.requeued, report.workers) == (3, ("a", "b"))
+
+
+def test_the_reaper_s_lapse_warning_says_whose_leases_lapsed_in_a_bounded_list(
+    delivery: Delivery, caplog: pytest.LogCaptureFixture
+) -> None:
+    workers = {f"w{i:02d}": 1 for i in range(LOGGED_WORKERS + 3)}  # a whole node's sidecars gone
+    delivery.publish(schedule("s", workers, ttl_ms=50), now_ms=0)
+    for worker in workers:
+        delivery.claim("s", worker, 1, now_ms=0)  # all lapsed long ago on the server's clock: one pass
+    reaper = Reaper(delivery, interval_s=0.02)
+    with caplog.at_level(logging.WARNING, logger="service.delivery.reaper"):
+        reaper.start()
+        deadline = time.monotonic() + 5
+        while delivery.progress("s").queued != len(workers) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        reaper.stop()
+    [line] = [r for r in caplog.records if r.getMessage().startswith("reaped expired leases")]
+    assert (
+        line.getMessage()
+        == f"reaped expired leases of {', '.join(sorted(workers)[:LOGGED_WORKERS])} (+3 more)"
+    )
+    assert (line.__dict__["workers"], line.__dict__["workers_count"]) == (
+        sorted(workers)[:LOGGED_WORKERS],
+        19,
+    )
 
 
 def test_a_schedule_whose_keys_expired_leaves_the_index(delivery: Delivery) -> None:
