@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import redis
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
+from service import pipeline
 from service.api.schemas import ScheduleRequest, ScheduleResponse
 from service.delivery import Delivery, TrajectoryResult
 from service.delivery.errors import UnknownScheduleError
@@ -320,3 +322,24 @@ def test_a_stored_result_nested_too_deep_to_serve_is_flagged_and_the_page_still_
         "nested deeper than 32 levels",
     )
     assert (plain["output"], plain["extra"], plain["extra_withheld"]) == ("fine", {"x": 1}, None)
+
+
+def test_the_cycle_collector_is_held_while_a_batch_is_predicted_and_published_and_resumes_after(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    enabled_in: dict[str, bool] = {}
+    real_predict, real_publish = pipeline.predict, pipeline.publish
+
+    def spy_predict(*args: Any) -> Any:
+        enabled_in["predict"] = gc.isenabled()
+        return real_predict(*args)
+
+    def spy_publish(*args: Any) -> None:
+        enabled_in["publish"] = gc.isenabled()
+        real_publish(*args)
+
+    monkeypatch.setattr(pipeline, "predict", spy_predict)
+    monkeypatch.setattr(pipeline, "publish", spy_publish)
+    assert client.post("/schedule", json=batch_body()).status_code == 200
+    assert enabled_in == {"predict": False, "publish": False}
+    assert gc.isenabled()
