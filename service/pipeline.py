@@ -103,8 +103,9 @@ def _serve_valid(
     The cycle collector is held throughout, as the planner already holds it for its own stages
     (``scheduler.gcpause``): predicting, publishing and answering build a few objects per
     trajectory (trajectories, delivery items, their JSON, the response's items), none in a cycle,
-    and the collections they set off scanned the request's live objects again and again: ~8 young
-    and one older collection per 1,024-trajectory request, ~6 ms of its CPU on the slow host.
+    and the collections they set off scanned the request's live objects again and again: per
+    1,024-trajectory request ~8 young and ~1 middle collection, and a full one every ~10 requests,
+    ~6 ms of its CPU on the slow host (the full ones also add a spike to the tail).
     """
     with ctx.plan_slots.hold() as waited_s, collector_paused():
         clock.spent["queue"] = waited_s * 1000.0
