@@ -16,6 +16,8 @@ from service.delivery import keys
 from service.settings import Settings
 from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
 
+RELOAD_TEST_S = 0.2  # the store check interval the reload tests run with (production: 1 s)
+
 
 def test_retrain_stores_a_version_and_later_plans_use_it(client: TestClient) -> None:
     client.post("/actuals", json={"actuals": actual_history(steps=2)})
@@ -132,29 +134,35 @@ def test_a_dry_run_starts_no_retrain_and_moves_no_step_counter(
     assert redis_client.get("rs:retrain:step") == "0"
 
 
-def test_an_idle_replica_reports_the_version_another_replica_stored(make_client: AppFactory) -> None:
+def test_an_idle_replica_reports_the_version_another_replica_stored(
+    make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import time
 
-    from service.models import RELOAD_EVERY_S
+    from service import models
 
+    monkeypatch.setattr(models, "RELOAD_EVERY_S", RELOAD_TEST_S)  # the wait, not its length, is tested
     trainer_side, idle = make_client(), make_client()
     trainer_side.post("/actuals", json={"actuals": actual_history(steps=2)})
     assert trainer_side.post("/models/retrain").json()["version"] == "v1"
-    time.sleep(RELOAD_EVERY_S + 0.1)
+    time.sleep(RELOAD_TEST_S + 0.1)
     assert idle.get("/models").json()["version"] == "v1"  # it has planned nothing since
     assert idle.get("/readyz").json()["model"] == "v1"
 
 
-def test_a_running_replica_picks_up_a_version_another_replica_trained(make_client: AppFactory) -> None:
+def test_a_running_replica_picks_up_a_version_another_replica_trained(
+    make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import time
 
-    from service.models import RELOAD_EVERY_S
+    from service import models
 
+    monkeypatch.setattr(models, "RELOAD_EVERY_S", RELOAD_TEST_S)  # the wait, not its length, is tested
     trainer_side, other = make_client(), make_client()
     other.post("/schedule", json=batch_body(publish=False))  # serving the fallback, store checked
     trainer_side.post("/actuals", json={"actuals": actual_history(steps=2)})
     assert trainer_side.post("/models/retrain").json()["version"] == "v1"
-    time.sleep(RELOAD_EVERY_S + 0.1)
+    time.sleep(RELOAD_TEST_S + 0.1)
     answer = other.post("/schedule", json=batch_body(step=2, publish=False)).json()
     assert answer["model_version"] == "v1"
     assert answer["prediction_sources"] == {"lightgbm": 32}
