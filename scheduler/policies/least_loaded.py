@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
 
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.base import Placement
@@ -35,10 +36,9 @@ class LeastLoadedPolicy:
         """Dispatch in input order to whichever worker slot frees first."""
         problem = problem or build_problem(request)
         n = len(request.trajectories)
-        mean_context = sum(problem.prompts[i] + problem.steps[i] / 2.0 for i in range(n)) / n
-        lanes = {w: _lanes(problem.costs[w], mean_context) for w in problem.active}
+        lanes = worker_lanes(problem)
         if all(len(unit.members) == 1 for unit in problem.units):
-            queues = _deal_items(problem, lanes)
+            queues = deal_items(problem, lanes, range(len(problem.units)))
         else:
             queues = _deal_groups(problem, lanes)
         return Placement(
@@ -46,13 +46,29 @@ class LeastLoadedPolicy:
         )
 
 
-def _deal_items(problem: Problem, lanes: dict[int, tuple[int, float]]) -> list[list[int]]:
-    """One item at a time to the lane that frees first; among lanes free at once, the least busy
-    worker's (the lane's index counts a worker's busy lanes), as the shared queue deals: at the
-    start every worker takes one item in turn, not the first worker as many as it has slots."""
+def worker_lanes(problem: Problem) -> dict[int, tuple[int, float]]:
+    """Every active worker's ``_lanes`` at the batch's mean context (prompt plus half the decode).
+
+    Summed per column: the terms are integers and halves, so the float total is exact and equals
+    the per-trajectory sum, at a fraction of its cost (``lpt`` reads this on every plan)."""
+    n = len(problem.steps)
+    mean_context = (sum(problem.prompts) + sum(problem.steps) / 2.0) / n
+    return {w: _lanes(problem.costs[w], mean_context) for w in problem.active}
+
+
+def deal_items(
+    problem: Problem, lanes: dict[int, tuple[int, float]], order: Iterable[int]
+) -> list[list[int]]:
+    """Units (single items) in ``order``, one at a time to the lane of an allowed worker that frees
+    first; among lanes free at once, the least busy worker's (the lane's index counts a worker's busy
+    lanes), as the shared queue deals: at the start every worker takes one item in turn, not the
+    first worker as many as it has slots. Input order is the shared queue; longest first is
+    ``scheduler.policies.waves``' candidate for queues that run in waves."""
     pool = _Lanes(lanes)
     queues: list[list[int]] = [[] for _ in problem.costs]
-    for unit in problem.units:  # input order
+    units = problem.units
+    for u in order:
+        unit = units[u]
         free_at, lane, w = pool.take(unit.allowed, len(problem.active))
         queues[w].extend(unit.members)
         pool.put((free_at + unit.tokens * lanes[w][1], lane, w))
