@@ -55,7 +55,7 @@ from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, band_of, solve_levels
 from scheduler.policies.load import Load, time_with
-from scheduler.policies.lpt import calibrated, lpt_assignment, ordered
+from scheduler.policies.lpt import calibrated, lpt_assignment, lpt_start
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
 from scheduler.policies.robust import SAMPLES, Spread, least_expected, spreads
@@ -109,8 +109,7 @@ class CpSatPolicy:
         deadline = started + request.time_budget_s
         problem = problem or build_problem(request)
         spread = spreads(request.trajectories)
-        assignment = lpt_assignment(problem)
-        queues, finishes = ordered(problem, assignment, request.kv_admission, deadline, spread is None)
+        assignment, queues, finishes = lpt_start(problem, request.kv_admission, deadline, spread is None)
         lpt_phase = clock.now() - started
         lpt_plan = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
         hedge_started = clock.now()

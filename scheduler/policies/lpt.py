@@ -30,6 +30,7 @@ from scheduler.policies.problem import Problem, Unit, build_problem, longest_fir
 from scheduler.policies.robust import Spread, spreads
 from scheduler.policies.robust_order import hedged
 from scheduler.policies.robust_place import DRAWS, kind_scales
+from scheduler.policies.waves import lane_assignment
 from scheduler.types import PlanRequest
 
 CHECK_EVERY = 512  # units placed between deadline checks (~5-10 ms of tier-aware placement)
@@ -47,8 +48,7 @@ class LptPolicy:
         deadline = clock.now() + request.time_budget_s
         problem = problem or build_problem(request)
         spread = spreads(request.trajectories)
-        assignment = lpt_assignment(problem)
-        queues, finishes = ordered(problem, assignment, request.kv_admission, deadline, spread is None)
+        _, queues, finishes = lpt_start(problem, request.kv_admission, deadline, spread is None)
         placement = Placement(queues=queues, status="HEURISTIC", finish_s=finishes)
         return calibrated(
             problem, request, hedged(problem, request, placement, spread, deadline), spread, deadline
@@ -78,6 +78,29 @@ def calibrated(
     again = Placement(queues, placement.status, finish_s=finishes)
     settled = hedged(problem, request, again, spread, deadline)
     return placement if settled is again else settled
+
+
+def lpt_start(
+    problem: Problem, reserve: bool, deadline: float, refine: bool
+) -> tuple[list[list[int]], tuple[tuple[int, ...], ...], tuple[float, ...]]:
+    """The plan both ``lpt`` and ``cpsat`` start from: its assignment, ordered queues and finishes.
+
+    The LPT assignment, ordered; where it runs in waves, also the units dealt onto lanes
+    (``scheduler.policies.waves``), ordered the same way, and the one the worker model finishes
+    sooner (ties: LPT's). LPT's estimate counts a second wave as a fraction of one: with equal
+    predictions it planned slower than the length-blind baselines. The candidate is skipped once
+    ``deadline`` has passed; it is ``cpsat``'s hint, fallback and bar when it wins."""
+    assignment = lpt_assignment(problem)
+    queues, finishes = ordered(problem, assignment, reserve, deadline, refine)
+    if clock.now() > deadline:
+        return assignment, queues, finishes
+    dealt = lane_assignment(problem, assignment)
+    if dealt is None:
+        return assignment, queues, finishes
+    dealt_queues, dealt_finishes = ordered(problem, dealt, reserve, deadline, refine)
+    if max(dealt_finishes, default=0.0) < max(finishes, default=0.0):
+        return dealt, dealt_queues, dealt_finishes
+    return assignment, queues, finishes
 
 
 def ordered(
