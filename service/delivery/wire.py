@@ -38,18 +38,30 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) ->
     under a used id is refused. The nonce tells a replay from the same call re-sent by the client
     after a timeout (redis-py retries one): the script ran, and it answers 'created' again. Per-item
     columns travel as one string each: a few large arguments parse far faster than thousands of
-    small ones.
+    small ones. Each stored string (a ``P:st`` record, a ``P:need`` pair) is built here, where
+    formatting is cheap, so the script only splits and writes; the fingerprint is still taken over
+    the columns earlier releases sent (``_fingerprint``), so a replay across an upgrade is a replay.
     """
     lease = schedule.lease
     queues = [*schedule.queues.items(), (keyspace.SHARED_QUEUE, schedule.shared)]
     items = [item for _, queue in queues for item in queue]
     stored, payloads = stored_items(items)
-    body = [
-        "\n".join(item.key for item in items),
-        "\n".join(repr(float(item.predicted_tokens)) for item in items),
-        "\n".join(str(item.reservation_tokens) for item in items),
-        "\n".join(stored),
-    ]
+    keys = "\n".join(item.key for item in items)
+    preds: list[str] = []
+    reserves: list[str] = []
+    records: list[str] = []
+    scores: list[str] = []
+    for name, queue in queues:
+        total = 0.0  # summed in item order, as the script did: the same double, so the same P:work
+        for item in queue:
+            tokens = float(item.predicted_tokens)
+            total += tokens
+            pred, reserve = repr(tokens), str(item.reservation_tokens)
+            preds.append(pred)
+            reserves.append(reserve)
+            records.append(f"q|0|0|0|{pred}|{name}|{reserve}")
+        scores.append(repr(total))
+    jsons = "\n".join(stored)
     head = [
         lease.lease_ttl_ms,
         lease.max_attempts,
@@ -59,15 +71,11 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) ->
         json.dumps([len(queue) for _, queue in queues]),
         json.dumps({w: repr(pace) for w, pace in sorted(schedule.paces().items())}),
     ]
-    # what stealing must honour: pins (a '0'/'1' line per item) and, under prefix affinity, groups
+    # what stealing must honour: pins and, under prefix affinity, groups
     affinity = schedule.prefix_affinity
-    steal_rules = [
-        int(affinity),
-        "\n".join("1" if item.pinned else "0" for item in items),
-        "\n".join(item.group for item in items) if affinity else "",
-        "\n".join(item.due() for item in items),  # steal deadlines ('-' for none), P:due
-    ]
-    holding = capacity_args(schedule, items)
+    groups = "\n".join(item.group for item in items) if affinity else ""
+    dues = "\n".join(item.due() for item in items)  # 'start|end' or '-' per item (P:due)
+    caps, needs, need_pairs = capacity_args(schedule, items)
     # what the plan predicts: read by GET /schedule/{id}, not by any worker, so not fingerprinted
     # (a replay is told from a different schedule by what the workers get, as before these existed)
     makespan = schedule.predicted_makespan_s
@@ -75,34 +83,67 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) ->
         "" if makespan is None else repr(float(makespan)),
         json.dumps({w: float(s) for w, s in sorted(schedule.planned_finish_s.items())}),
     ]
-    fields = [lease.retention_s, *head, *body, *steal_rules, payloads]
-    if schedule.kv_capacity_tokens:  # hashed only when given: the same fingerprint as before they existed
-        fields += holding
-    digest = hashlib.sha256("\x00".join(map(str, fields)).encode()).hexdigest()
+    columns = [keys, "\n".join(preds), "\n".join(reserves), jsons]
+    pins = "\n".join("1" if item.pinned else "0" for item in items)
+    rules = [int(affinity), pins, groups, dues]
+    digest = _fingerprint(lease.retention_s, head, columns, rules, payloads, [caps, needs], schedule)
     return [
         digest,
         clock(now_ms),
         lease.retention_s * 1000,
         *head,
-        *body,
-        *steal_rules,
+        keys,
+        "\n".join(records),
+        json.dumps(scores),
+        jsons,
+        int(affinity),
+        "\n".join(item.key for item in items if item.pinned),
+        groups,
+        dues.replace("|", "\n"),  # 'start\nend', or '-'
         payloads,
-        *holding,
+        caps,
+        need_pairs,
         *predicted,
         nonce,
     ]
 
 
-def capacity_args(schedule: PublishedSchedule, items: Sequence[DeliveryItem]) -> list[str]:
-    """The workers' KV capacities (JSON, ``P:cap``) and, per item, its ``need_tokens`` where some of
-    those caches cannot hold it, '-' elsewhere (``P:need``): what claims and steals check, so that
-    no worker gets an item it cannot hold (the simulator's ``can_hold``). Items every published
-    cache holds get no entry, so a schedule without small caches costs nothing more to claim."""
+def _fingerprint(
+    retention_s: int,
+    head: Sequence[Any],
+    columns: Sequence[str],
+    rules: Sequence[Any],
+    payloads: str,
+    holding: Sequence[str],
+    schedule: PublishedSchedule,
+) -> str:
+    """SHA-256 over what earlier releases sent as publish.lua's ARGV, in their layout (newline-joined
+    predicted tokens, reservations, '0'/'1' pins, 'start|end' dues, '-' needs), so that the same
+    schedule keeps the fingerprint ``P:meta`` holds whichever release published it."""
+    fields = [retention_s, *head, *columns, *rules, payloads]
+    if schedule.kv_capacity_tokens:  # hashed only when given: the same fingerprint as before they existed
+        fields += holding
+    return hashlib.sha256("\x00".join(map(str, fields)).encode()).hexdigest()
+
+
+def capacity_args(schedule: PublishedSchedule, items: Sequence[DeliveryItem]) -> tuple[str, str, str]:
+    """The workers' KV capacities (JSON, ``P:cap``); per item, its ``need_tokens`` where some of
+    those caches cannot hold it, '-' elsewhere (the fingerprinted column); and ``key\nneed`` of
+    just those items (``P:need``'s fields and values): what claims and steals check, so that no
+    worker gets an item it cannot hold (the simulator's ``can_hold``). Items every published cache
+    holds get no entry, so a schedule without small caches costs nothing more to claim."""
     caps = schedule.kv_capacity_tokens
     smallest = min(caps.values(), default=None)
-    held = (smallest is None or it.need_tokens <= smallest for it in items)
-    needs = ("-" if ok else str(it.need_tokens) for ok, it in zip(held, items, strict=True))
-    return [json.dumps({w: int(c) for w, c in sorted(caps.items())}), "\n".join(needs)]
+    needs: list[str] = []
+    pairs: list[str] = []
+    for item in items:
+        need = item.need_tokens
+        if smallest is None or need <= smallest:
+            needs.append("-")
+        else:
+            needs.append(str(need))
+            pairs += (item.key, str(need))
+    return json.dumps({w: int(c) for w, c in sorted(caps.items())}), "\n".join(needs), "\n".join(pairs)
 
 
 def stored_items(items: Sequence[DeliveryItem]) -> tuple[list[str], str]:

@@ -25,10 +25,14 @@ local function keep(key, exp)
   if redis.call('PTTL', key) == -1 then redis.call('PEXPIREAT', key, exp) end
 end
 
--- One command over many arguments, in chunks that Lua's unpack accepts (pairs stay aligned).
+-- One command over many arguments, in chunks that Lua's unpack accepts (~8,000; pairs stay
+-- aligned). 4,000 rather than 1,000: an HSET of more than hash-max-listpack-entries (512) new fields
+-- makes the hash a hashtable up front, where 500 fields went into a listpack first, each insert
+-- scanning it (1,024 records of under 64 bytes, P:st or P:due: ~3 ms against ~1 ms). The final
+-- encoding is the same either way: a hash past 512 fields is converted on the next chunk anyway.
 local function bulk(cmd, key, args)
-  for i = 1, #args, 1000 do
-    redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
+  for i = 1, #args, 4000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 3999, #args)))
   end
 end
 
