@@ -233,11 +233,12 @@ def _check_name(field_name: str, value: str) -> None:
 
 
 def _check_item(where: str, item: DeliveryItem, seen: set[str]) -> None:
-    if not item.key or any(c in item.key for c in "\n\r"):
-        raise InvalidInputError(f"{where}.key", item.key, "must be non-empty, without line breaks")
-    if item.key in seen:
-        raise InvalidInputError(f"{where}.key", item.key, "appears twice in the schedule")
-    seen.add(item.key)
+    key = item.key  # called per item of a publish: two ``in`` tests, not a generator per key
+    if not key or "\n" in key or "\r" in key:
+        raise InvalidInputError(f"{where}.key", key, "must be non-empty, without line breaks")
+    if key in seen:
+        raise InvalidInputError(f"{where}.key", key, "appears twice in the schedule")
+    seen.add(key)
     if not math.isfinite(item.predicted_tokens) or item.predicted_tokens < 0:
         raise InvalidInputError(f"{where}.predicted_tokens", item.predicted_tokens, "must be finite, >= 0")
     if item.max_new_tokens < 1:

@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from service.delivery import keys as keyspace
@@ -174,32 +175,31 @@ def stored_items(items: Sequence[DeliveryItem]) -> tuple[list[str], str]:
     return stored, "\n".join(refs)
 
 
-_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # encode(str): C fast path
+# What ``json.JSONEncoder().encode(a_str)`` returns (ensure_ascii), called without that method's
+# Python frame: its C fast path directly, ~0.15 us a string against ~0.35 us.
+_text = encode_basestring_ascii
 
 
 def item_json(item: DeliveryItem) -> str:
     """``item.to_json()`` without its payload, as compact JSON.
 
     Written out field by field because ``json.dumps`` builds a new C encoder on every call: ~10 us
-    for this small object, 10 ms of a 1,024-item publish, against ~3 us here. Strings go through
+    for this small object, 10 ms of a 1,024-item publish, against ~2 us here. Strings go through
     the JSON encoder's own escaping, numbers as ``json`` writes them (``float.__repr__``);
     ``tests/service/delivery/test_wire.py`` checks it decodes to exactly what ``to_json`` holds.
     """
     predicted = float(item.predicted_tokens)
     if not math.isfinite(predicted):
         raise InvalidInputError(f"items[{item.key}].predicted_tokens", predicted, "must be finite")
-    text = _JSON.encode
+    start, deadline = item.planned_start_ms, item.deadline_ms
     return (
-        f'{{"key":{text(item.key)},"prompt_id":{text(item.prompt_id)},"sample_idx":{int(item.sample_idx)},'
+        f'{{"key":{_text(item.key)},"prompt_id":{_text(item.prompt_id)},"sample_idx":{int(item.sample_idx)},'
         f'"prompt_tokens":{int(item.prompt_tokens)},"max_new_tokens":{int(item.max_new_tokens)},'
-        f'"predicted_tokens":{predicted!r},"group_id":{text(item.group_id)},'
+        f'"predicted_tokens":{predicted!r},"group_id":{_text(item.group_id)},'
         f'"pinned":{"true" if item.pinned else "false"},'
-        f'"planned_start_ms":{_optional(item.planned_start_ms)},"deadline_ms":{_optional(item.deadline_ms)}}}'
+        f'"planned_start_ms":{"null" if start is None else int(start)},'
+        f'"deadline_ms":{"null" if deadline is None else int(deadline)}}}'
     )
-
-
-def _optional(value: int | None) -> str:
-    return "null" if value is None else str(int(value))
 
 
 def complete_args(

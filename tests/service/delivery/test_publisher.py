@@ -6,10 +6,11 @@ import dataclasses
 
 import pytest
 
+from scheduler.deadlines import PlannedTime
 from scheduler.errors import InvalidInputError
 from scheduler.types import Plan, Trajectory, WorkerPlan
 from service.delivery import Delivery, PublishOutcome
-from service.delivery.publisher import publish_plan, schedule_from_plan
+from service.delivery.publisher import delivery_item, publish_plan, schedule_from_plan
 
 TRAJ = tuple(Trajectory(f"p{i}", s, 40 + i, 4096, 100.0 * (i + 1)) for i in range(3) for s in range(2))
 
@@ -100,3 +101,24 @@ def test_under_affinity_a_pin_on_one_sample_queues_its_whole_group_on_the_pinned
     assert [le.key for le in delivery.claim("s", "ascend-0", 6)] == ["p0#0", "p0#1"]
     alone = schedule_from_plan("s", _plan(order), traj)  # without affinity the pin binds one sample
     assert [i.key for i in alone.queues["ascend-0"]] == ["p0#0"]
+
+
+def test_a_delivery_item_carries_each_field_of_its_trajectory_by_name() -> None:
+    # delivery_item passes DeliveryItem's fields positionally: a reordered field must fail here
+    traj = Trajectory("p7", 3, 41, 4096, 123.5, group_id="g", pinned_worker="h100-0")
+    item = delivery_item(traj, {"prompt": "x"}, PlannedTime(0.0015, 2.5), key="p7#3")
+    assert dataclasses.asdict(item) == {
+        "key": "p7#3",
+        "prompt_id": "p7",
+        "sample_idx": 3,
+        "prompt_tokens": 41,
+        "max_new_tokens": 4096,
+        "predicted_tokens": 123.5,
+        "payload": {"prompt": "x"},
+        "group_id": "g",
+        "pinned": True,
+        "planned_start_ms": 2,
+        "deadline_ms": 2500,
+    }
+    plain = delivery_item(dataclasses.replace(traj, group_id="", pinned_worker=None))
+    assert (plain.key, plain.group_id, plain.pinned, plain.deadline_ms) == ("p7#3", "p7", False, None)
