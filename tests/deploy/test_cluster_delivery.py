@@ -28,6 +28,7 @@ from tests.service.delivery import (
     test_faults,
     test_plan_times,
     test_protocol,
+    test_publish_layout,
     test_state_machine,
     test_steal_rules,
 )
@@ -43,6 +44,7 @@ globals().update({name: fn for name, fn in vars(test_steal_rules).items() if nam
 globals().update({name: fn for name, fn in vars(test_affinity_claim).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_cancel).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_plan_times).items() if name.startswith("test_")})
+globals().update({name: fn for name, fn in vars(test_publish_layout).items() if name.startswith("test_")})
 globals().update(
     {
         name: getattr(test_faults, name)
