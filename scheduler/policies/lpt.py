@@ -34,6 +34,10 @@ from scheduler.policies.waves import lane_assignment
 from scheduler.types import PlanRequest
 
 CHECK_EVERY = 512  # units placed between deadline checks (~5-10 ms of tier-aware placement)
+SCREEN_MARGIN = 1.05  # a lane-dealt start whose queues, each played once in its default order, end
+# later than this times the ordered LPT plan is not ordered too: ordering gains a few percent, and the
+# long chain-of-thought replay (queues past their slots, lengths far from equal) built it for every
+# plan and never kept it, at 0.4 s a plan
 REPLAY_PLAYS = 6  # plays of every queue that placing again costs: four candidate orders, then the
 # hedge's two (``calibrated`` starts only if that many still fit, timed by the draws' plays)
 
@@ -89,13 +93,17 @@ def lpt_start(
     (``scheduler.policies.waves``), ordered the same way, and the one the worker model finishes
     sooner (ties: LPT's). LPT's estimate counts a second wave as a fraction of one: with equal
     predictions it planned slower than the length-blind baselines. The candidate is skipped once
-    ``deadline`` has passed; it is ``cpsat``'s hint, fallback and bar when it wins."""
+    ``deadline`` has passed, and not ordered where one play of each queue already ends past
+    ``SCREEN_MARGIN`` times LPT's; it is ``cpsat``'s hint, fallback and bar when it wins."""
     assignment = lpt_assignment(problem)
     queues, finishes = ordered(problem, assignment, reserve, deadline, refine)
     if clock.now() > deadline:
         return assignment, queues, finishes
     dealt = lane_assignment(problem, assignment)
     if dealt is None:
+        return assignment, queues, finishes
+    _, screened = order_queues(problem, dealt, reserve, search_until=float("-inf"))  # one play each
+    if max(screened, default=0.0) > SCREEN_MARGIN * max(finishes, default=0.0):
         return assignment, queues, finishes
     dealt_queues, dealt_finishes = ordered(problem, dealt, reserve, deadline, refine)
     if max(dealt_finishes, default=0.0) < max(finishes, default=0.0):

@@ -23,13 +23,17 @@ from scheduler.policies.problem import Problem, longest_first
 
 def lane_assignment(problem: Problem, assignment: Sequence[Sequence[int]]) -> list[list[int]] | None:
     """The units dealt longest first onto every worker's lanes, when ``assignment`` puts more units
-    on some worker than it has lanes; None where no queue runs in waves (nothing to correct: the
-    solver benchmark's batches never do), or under prefix affinity (a group holds several lanes,
+    on some worker than it has slots; None where no queue runs past its slots (nothing to correct:
+    the solver benchmark's batches never do), or under prefix affinity (a group holds several lanes,
     which the dealing does not model). Pins and KV fit hold: a unit only takes its allowed workers'
-    lanes, and only active workers have lanes."""
+    lanes, and only active workers have lanes.
+
+    Queues past the lanes their KV cache holds, but within their slots, are left alone: there the
+    cache, not the slot count, sets the waves, LPT's KV term counts it, and the long chain-of-thought
+    replay's every plan built the candidate and lost it (0.4 s a plan on the frozen clock)."""
     if len(problem.units) != len(problem.steps):
         return None  # groups: units of several trajectories
-    lanes = worker_lanes(problem)
-    if all(len(assignment[w]) <= slots for w, (slots, _) in lanes.items()):
+    if all(len(assignment[w]) <= problem.costs[w].max_num_seqs for w in problem.active):
         return None
+    lanes = worker_lanes(problem)
     return deal_items(problem, lanes, problem.ranked or longest_first(problem.units))
