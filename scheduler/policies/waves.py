@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler.policies.least_loaded import deal_items, worker_lanes
+from scheduler.policies.load import rates
 from scheduler.policies.problem import Problem, longest_first
 
 
@@ -28,12 +29,24 @@ def lane_assignment(problem: Problem, assignment: Sequence[Sequence[int]]) -> li
     which the dealing does not model). Pins and KV fit hold: a unit only takes its allowed workers'
     lanes, and only active workers have lanes.
 
-    Queues past the lanes their KV cache holds, but within their slots, are left alone: there the
-    cache, not the slot count, sets the waves, LPT's KV term counts it, and the long chain-of-thought
-    replay's every plan built the candidate and lost it (0.4 s a plan on the frozen clock)."""
+    Queues whose estimate the KV cache sets are left alone, within their slots or past them: the
+    cache then sets the waves, LPT's KV term counts them, and the long chain-of-thought replay's every
+    plan built the candidate and lost it (0.4 s a plan on the frozen clock)."""
     if len(problem.units) != len(problem.steps):
         return None  # groups: units of several trajectories
-    if all(len(assignment[w]) <= problem.costs[w].max_num_seqs for w in problem.active):
+    if not any(_slots_bind(problem, w, assignment[w]) for w in problem.active):
         return None
     lanes = worker_lanes(problem)
     return deal_items(problem, lanes, problem.ranked or longest_first(problem.units))
+
+
+def _slots_bind(problem: Problem, w: int, queue: Sequence[int]) -> bool:
+    """Whether ``queue`` runs past ``w``'s slots with the estimate's slot term (decode tokens over
+    slots, the one that counts waves as fractions) above its KV term: where a whole wave is missed."""
+    if len(queue) <= problem.costs[w].max_num_seqs:
+        return False
+    r = rates(problem.costs[w])
+    units = problem.units
+    tokens = sum(units[u].tokens for u in queue)
+    kv_steps = sum(units[u].kv_steps for u in queue)
+    return tokens * r.per_slot >= kv_steps * r.per_full_cache
