@@ -57,6 +57,9 @@ MIN_RATIO, MAX_RATIO = 0.02, 50.0  # a sample outside this is a unit error or a 
 MIN_SPEED_SAMPLES = 4
 # The log scales an EWMA of clamped samples can hold (with slack for rounding); a stored state
 # outside them was not written by the learner and is not read.
+# Device figures that set only the derived KV capacity (costmodel.derived_kv_capacity), not step time:
+# left out of the profile fingerprint, as slots and kv_capacity_tokens are.
+_KV_ONLY_FIGURES = ("memory_gib", "memory_utilization")
 LOG_SCALE_BOUNDS = (math.log(MIN_RATIO) - 1e-6, math.log(MAX_RATIO) + 1e-6)
 
 # Folds one report batch's mean log ratio into a worker's EWMA atomically (replicas may race).
@@ -175,8 +178,14 @@ def _weighted_log_ratio(worker: Worker, model: ModelPreset, batch: Sequence[Actu
 
 def profile_fingerprint(worker: Worker, model: ModelPreset) -> str:
     """What a learned scale is relative to: the device profile as planned (overrides included), the
-    GPU count and the model; not the time scale (that is what is learned) nor slots or KV size."""
-    figures = {"device": dataclasses.asdict(worker.device), "num_gpus": worker.num_gpus, "model": model.name}
+    GPU count and the model; not the time scale (that is what is learned) nor slots or KV size. The
+    device's memory figures are KV size too: they set only the derived KV capacity, never a step's
+    time (``scheduler.costmodel``), so a ``memory_gib`` override keeps the learned scale, as a
+    ``kv_capacity_tokens`` one does."""
+    device = dataclasses.asdict(worker.device)
+    for kv_only in _KV_ONLY_FIGURES:
+        device.pop(kv_only)
+    figures = {"device": device, "num_gpus": worker.num_gpus, "model": model.name}
     return hashlib.sha256(json.dumps(figures, sort_keys=True).encode()).hexdigest()[:16]
 
 

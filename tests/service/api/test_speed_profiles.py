@@ -67,3 +67,12 @@ def test_the_same_profile_keeps_its_learned_speed(client: TestClient) -> None:
     answer = client.post("/schedule", json=_fleet({"max_num_seqs": 32, "kv_capacity_tokens": 500_000})).json()
     assert answer["time_scale_sources"]["w0"] == "learned"  # slots and KV size do not change step time
     assert abs(answer["time_scales"]["w0"] - 2.0) < 1e-6
+
+
+def test_a_memory_override_keeps_the_learned_speed(client: TestClient) -> None:
+    # device memory sets only the KV capacity, which does not change step time: as a
+    # kv_capacity_tokens override, a memory_gib one must not throw the learned scale away
+    _learn_w0_twice_as_slow(client)
+    answer = client.post("/schedule", json=_fleet({"memory_gib": 70.0})).json()
+    assert answer["time_scale_sources"]["w0"] == "learned"
+    assert abs(answer["time_scales"]["w0"] - 2.0) < 1e-6
