@@ -55,11 +55,11 @@ MIN_RATIO, MAX_RATIO = 0.02, 50.0  # a sample outside this is a unit error or a 
 # one absurd report (a clock error, a stall) alone set a new worker's scale to a ratio bound, and the
 # next plan gave that worker everything (0.02x) or nothing (50x, and so never a report to undo it).
 MIN_SPEED_SAMPLES = 4
-# The log scales an EWMA of clamped samples can hold (with slack for rounding); a stored state
-# outside them was not written by the learner and is not read.
 # Device figures that set only the derived KV capacity (costmodel.derived_kv_capacity), not step time:
 # left out of the profile fingerprint, as slots and kv_capacity_tokens are.
 _KV_ONLY_FIGURES = ("memory_gib", "memory_utilization")
+# The log scales an EWMA of clamped samples can hold (with slack for rounding); a stored state
+# outside them was not written by the learner and is not read.
 LOG_SCALE_BOUNDS = (math.log(MIN_RATIO) - 1e-6, math.log(MAX_RATIO) + 1e-6)
 
 # Folds one report batch's mean log ratio into a worker's EWMA atomically (replicas may race).
