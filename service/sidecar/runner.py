@@ -86,9 +86,11 @@ class Sidecar:
 
     @property
     def redis_up(self) -> bool:
-        """Whether the last claim reached Redis (what the readiness probe reads); False before the
-        first (a plain Redis down at start-up is only found out by claiming)."""
-        return self._redis_down is False
+        """Whether the last claim reached Redis and the last heartbeat did not fail (what the
+        readiness probe reads); False before the first claim (a plain Redis down at start-up is
+        only found out by claiming). A sidecar whose slots are all busy claims nothing, so its
+        heartbeats are what find Redis gone."""
+        return self._redis_down is False and not self.session.heartbeats_failing
 
     async def run(self, stop: asyncio.Event) -> SessionStats:
         """Serve until ``stop`` is set, then drain; return the session's counters."""

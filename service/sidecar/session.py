@@ -229,6 +229,11 @@ class WorkerSession:
         ttls = [self._infos[s].lease_ttl_ms for s in held if s in self._infos]
         return min(ttls) / 3000 if ttls else 1.0
 
+    @property
+    def heartbeats_failing(self) -> bool:
+        """Whether the last heartbeat failed on Redis (the leases keep their deadlines meanwhile)."""
+        return self._heartbeats_failing
+
     async def heartbeat(self) -> list[Held]:
         """Extend every held lease; return the holdings whose lease is gone (now forgotten)."""
         leases = self.holdings.leases()

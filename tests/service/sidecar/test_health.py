@@ -12,13 +12,14 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.delivery.protocol import Delivery
+from service.embedded import EmbeddedServer
 from service.ports import free_port
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.health import HealthServer, Watched, create_health_app
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.service.sidecar.procs import cluster, run_until, wait_http, wait_until
+from tests.service.sidecar.procs import cluster, item, publish, run_until, wait_http, wait_until
 
 
 def _sidecar(redis_url: str, engine_url: str = "http://127.0.0.1:9") -> Sidecar:
@@ -117,3 +118,41 @@ def test_the_health_port_exposes_the_sidecars_counters_for_prometheus(redis_url:
     assert 'rollout_sidecar_failed_total{worker_id="w0"} 2.0' in text
     assert 'rollout_sidecar_held{worker_id="w0"} 0.0' in text
     assert 'rollout_sidecar_engine_up{worker_id="w0"} 0.0' in text
+
+
+def test_a_sidecar_with_every_slot_busy_is_not_ready_once_its_heartbeats_find_redis_gone(
+    tmp_path: Path,
+) -> None:
+    """A full sidecar claims nothing, so only its heartbeats meet a Redis outage: /ready said 200."""
+    server = EmbeddedServer().start()
+    with cluster(tmp_path) as procs:
+        engine = procs.engine_threads({"engine": 0.05})["engine"]
+        try:
+            publish(
+                Delivery.from_url(server.url), "full", {"w0": [item(f"p{i}", 0, 20_000) for i in range(2)]}
+            )
+            session = WorkerSession(
+                Delivery.from_url(server.url),
+                Holdings(2),
+                SessionSettings("w0", heartbeat_interval_s=0.1, retry_for_s=0.5),
+            )
+            runner = Sidecar(
+                session,
+                EngineClient.open(EngineOptions(engine)),
+                RunnerSettings(idle_poll_s=0.02, drain_timeout_s=0.5),
+            )
+            app = TestClient(create_health_app(runner, "w0"))
+            ready: list[int] = []
+
+            def killed_while_full() -> bool:
+                if not ready and runner.redis_up and runner.session.holdings.free_slots() == 0:
+                    ready.append(app.get("/ready").status_code)
+                    server.kill()
+                return bool(ready) and session.heartbeats_failing
+
+            run_until(runner, killed_while_full)
+            assert ready == [200]
+            assert app.get("/ready").status_code == 503
+            assert app.get("/ready").json()["redis_up"] is False
+        finally:
+            server.stop()
