@@ -214,6 +214,32 @@ def build_features(
     return np.column_stack([*base_cols, *extra_num, *extra_cat]) if n else np.empty((0, len(spec.names)))
 
 
+def distinct_queries(
+    queries: QueryBatch, positions: IntArray, rows: IntArray, spec: FeatureSpec
+) -> tuple[IntArray, IntArray]:
+    """(representatives, row -> representative) of ``rows``: one row per prompt (``positions``) when
+    every row of a prompt agrees on each column ``build_features`` reads for ``spec`` (prompt length,
+    cap, the spec's extra columns), so their feature rows are equal; else every row its own."""
+    _, first, inverse = np.unique(positions[rows], return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    identity = np.arange(len(rows))
+    columns: list[np.ndarray] = [queries.prompt_tokens, queries.max_new_tokens]
+    columns += [queries.numeric[k] for k in spec.numeric if k in queries.numeric]
+    for name in spec.categorical:
+        column = queries.categorical.get(name, queries.numeric.get(name))
+        if column is not None:
+            columns.append(column)
+    for column in columns:
+        values = column[rows]
+        rep = values[first][inverse]
+        same = rep == values
+        if values.dtype.kind == "f":
+            same |= np.isnan(rep) & np.isnan(values)
+        if not bool(np.all(same)):
+            return identity, identity
+    return first, inverse
+
+
 def _encode(queries: QueryBatch, name: str, levels: tuple[str, ...]) -> FloatArray:
     """Category codes by the training levels; unseen or missing values are NaN (LightGBM: missing).
 

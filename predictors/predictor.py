@@ -18,7 +18,7 @@ import numpy as np
 
 from predictors.censored import raise_censored
 from predictors.fallbacks import GlobalPrior, PriorDefaults, pooled_log_sd, prompt_mean
-from predictors.features import base_length, build_features, prior_at
+from predictors.features import base_length, build_features, distinct_queries, prior_at
 from predictors.history import History, PromptStats
 from predictors.model import FittedModel
 from predictors.quantiles import at_quantile, check_quantile, ordered
@@ -29,6 +29,24 @@ from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceRow
 
 SOURCES: tuple[str, ...] = ("lightgbm", "prompt_history_mean", "global_prior")
+
+
+def _model_lengths(
+    model: FittedModel, stats: PromptStats, batch: QueryBatch, positions: IntArray, rows: IntArray, step: int
+) -> tuple[FloatArray, FloatArray]:
+    """The model's (p50, p90) for the queries at ``rows`` (prompts with history).
+
+    Features are built once per distinct query: the n samples of a GRPO group share every input the
+    model reads (the prompt's history, its length, cap and extra features), so a 32k-trajectory batch
+    is ~4k feature rows. Building all 32k and merging equal rows afterwards spent more on the
+    features and the row comparison than LightGBM spent scoring (``distinct_queries`` compares the
+    few input columns instead)."""
+    first, inverse = distinct_queries(batch, positions, rows, model.spec)
+    picked = rows[first]
+    prior = prior_at(stats, positions[picked])
+    x = build_features(prior, batch.take(picked), step, stats.trend, model.spec)
+    m50, m90 = model.predict(x, base_length(prior))
+    return m50[inverse], m90[inverse]
 
 
 def _last_step_truncation(stats: PromptStats, positions: IntArray) -> tuple[FloatArray, ...]:
@@ -140,8 +158,7 @@ class LengthPredictor:
         source = np.full(len(batch), 2, dtype=np.int8)
         if np.any(seen):
             if model is not None:
-                x = build_features(prior, batch, int(step), stats.trend, model.spec)[seen]
-                m50, m90 = model.predict(x, base_length(prior)[seen], positions[seen])
+                m50, m90 = _model_lengths(model, stats, batch, positions, np.flatnonzero(seen), int(step))
                 source[seen] = 0
             else:
                 h50, h90 = prompt_mean(prior, sigma)

@@ -40,6 +40,17 @@ class QueryBatch:
     def __len__(self) -> int:
         return len(self.prompt_id)
 
+    def take(self, index: IntArray) -> QueryBatch:
+        """The queries at ``index``, as a new batch."""
+        return QueryBatch(
+            prompt_id=self.prompt_id[index],
+            sample_idx=self.sample_idx[index],
+            prompt_tokens=self.prompt_tokens[index],
+            max_new_tokens=self.max_new_tokens[index],
+            numeric={k: v[index] for k, v in self.numeric.items()},
+            categorical={k: v[index] for k, v in self.categorical.items()},
+        )
+
     @staticmethod
     def of(queries: Sequence[Query]) -> QueryBatch:
         """Columns from query objects, validating caps and typing extras per column like a trace."""

@@ -87,3 +87,39 @@ def test_names_held_only_by_trimmed_rows_make_room_for_new_ones() -> None:
     history.append(_rows(1, {}, prompts=1, n=4))  # the rows holding the 64 names are trimmed
     history.append(_rows(2, {"new": 3.0}, prompts=1, n=4))
     assert list(history.trace.numeric) == ["new"]
+
+
+def _hot_rows(step: int) -> list[TraceRow]:
+    """Odd samples run at a temperature that triples their length: the model must read ``temp``."""
+    return [
+        TraceRow(
+            step,
+            f"p{p}",
+            i,
+            50,
+            (100 + 20 * p) * (3 if i % 2 else 1),
+            8192,
+            "stop",
+            0.0,
+            {"temp": 0.5 + i % 2},
+        )
+        for p in range(40)
+        for i in range(8)
+    ]
+
+
+def test_a_sample_is_predicted_in_a_batch_as_it_is_alone_even_where_it_differs_from_its_siblings() -> None:
+    """The predictor builds one feature row per prompt when its samples agree on every input the
+    model reads; a sample whose extra column or cap differs from its siblings' keeps its own."""
+    history = History([*_hot_rows(0), *_hot_rows(1)])
+    predictor = LengthPredictor(history=history, model=fit(history, FAST))
+    queries = [Query(f"p{p}", i, 50, 8192, {"temp": 0.5}) for p in range(40) for i in range(4)]
+    queries[13] = Query("p3", 1, 50, 8192, {"temp": 1.5})  # hot, among cool siblings
+    queries[22] = Query("p5", 2, 50, 64, {"temp": 0.5})  # capped
+    batch = predictor.predict(queries, step=2)
+    alone = [predictor.predict([q], step=2) for q in queries]
+    assert set(batch.source) == {"lightgbm"}
+    np.testing.assert_array_equal(batch.p50, [a.p50[0] for a in alone])
+    np.testing.assert_array_equal(batch.p90, [a.p90[0] for a in alone])
+    assert batch.p50[13] > 1.5 * batch.p50[12]  # the hot sample: its own row, not its siblings'
+    assert batch.p50[22] == 64 < batch.p50[21]
