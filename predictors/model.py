@@ -70,31 +70,16 @@ class FittedModel:
     spec: FeatureSpec
     metadata: ModelMetadata
 
-    def predict(
-        self, features: FloatArray, base: FloatArray, groups: IntArray | None = None
-    ) -> tuple[FloatArray, FloatArray]:
+    def predict(self, features: FloatArray, base: FloatArray) -> tuple[FloatArray, FloatArray]:
         """(p50, p90) in tokens, unclipped, for rows of ``build_features`` output and their bases.
 
-        ``groups`` (e.g. the prompt of each row) lets identical rows be scored once: the n samples of
-        a GRPO group share every feature, so a 32k-trajectory batch is ~4k distinct rows, and tree
-        traversal is the dominant cost. Rows are checked to be identical before being merged.
+        Tree traversal is the dominant cost, so callers pass distinct rows only: the predictor
+        builds one row per distinct query (``features.distinct_queries``), ~4k for 32k trajectories.
         """
-        first, inverse = _distinct_rows(features, groups)
         threads = self.metadata.config.get("num_threads", 1)
-        q50 = self.p50.predict(features[first], num_threads=threads)[inverse]
-        q90 = self.p90.predict(features[first], num_threads=threads)[inverse] + self.metadata.p90_shift
+        q50 = self.p50.predict(features, num_threads=threads)
+        q90 = self.p90.predict(features, num_threads=threads) + self.metadata.p90_shift
         return base * np.exp(q50), base * np.exp(q90)
-
-
-def _distinct_rows(x: FloatArray, groups: IntArray | None) -> tuple[IntArray, IntArray]:
-    """(representative rows, row -> representative) when every group's rows are equal, else identity."""
-    identity = np.arange(len(x))
-    if groups is None or len(x) == 0:
-        return identity, identity
-    _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
-    rep = x[first][inverse]
-    same = (rep == x) | (np.isnan(rep) & np.isnan(x))
-    return (first, inverse.ravel()) if bool(same.all()) else (identity, identity)
 
 
 def fit(history: History | Trace, config: FitConfig | None = None) -> FittedModel:
