@@ -27,7 +27,9 @@ Keys (named in ``service/delivery/keys.py``, with every other key and TTL):
   included), GPU count and model the scale was measured against. A scale is a ratio to that profile:
   applied to another (the worker restarted on an H200, a bandwidth override was added, a new model)
   it would be wrong by the ratio of the two profiles, so plans use it only while the fingerprint
-  matches, and the first batch measured against a new profile starts the mean afresh.
+  matches, and the first batch measured against a new profile starts the mean afresh. A state
+  without ``profile`` (stored before fingerprints) was measured against an unknown profile: plans
+  ignore it and the next batch starts afresh.
 Neither expires: they describe the fleet, not a schedule, and hold one small entry per worker.
 """
 
@@ -71,11 +73,12 @@ local state = nil
 if raw then
   local ok, decoded = pcall(cjson.decode, raw)
   -- a state that does not read (another release's, a hand edit) starts afresh, never fails the batch;
-  -- so does one measured against another profile (a ratio to the old device says nothing of the new)
+  -- so does one measured against another profile (a ratio to the old device says nothing of the new),
+  -- or against an unknown one (stored before fingerprints)
   if ok and type(decoded) == 'table' and type(decoded.samples) == 'number'
       and type(decoded.log_scale) == 'number' and tonumber(ARGV[5]) <= decoded.log_scale
       and decoded.log_scale <= tonumber(ARGV[6])
-      and (decoded.profile == nil or decoded.profile == ARGV[7]) then
+      and decoded.profile == ARGV[7] then
     state = decoded
   end
 end
@@ -229,13 +232,14 @@ def _worker_from_json(worker_id: str, raw: object) -> tuple[Worker, ModelPreset]
 def _learned_scale(worker_id: str, raw: object, fingerprint: str) -> float | None:
     """The time scale a stored learned state holds; None when absent, when it does not read (or
     holds a scale the learner cannot reach: its samples are clamped to the ratio bounds), or when it
-    was measured against another profile than ``fingerprint`` (a state from before fingerprints
-    has none and is kept: the profile it was measured against is unknown, most likely unchanged)."""
+    was measured against another profile than ``fingerprint``, or an unknown one (a state from before
+    fingerprints has none: the worker may have moved since, and a scale applied to the wrong profile
+    is off by the ratio of the two, so it waits for ``MIN_SPEED_SAMPLES`` new reports instead)."""
     if raw is None:
         return None
     try:
         state = json.loads(str(raw))
-        log_scale, profile = float(state["log_scale"]), state.get("profile", fingerprint)
+        log_scale, profile = float(state["log_scale"]), state.get("profile")
         samples = int(state["samples"])
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         _log.warning("worker %s: learned speed unreadable, ignored (%s)", worker_id, error)

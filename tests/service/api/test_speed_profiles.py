@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
+import redis
 from fastapi.testclient import TestClient
 
 from scheduler.devices import device_profile, model_preset
@@ -76,3 +78,19 @@ def test_a_memory_override_keeps_the_learned_speed(client: TestClient) -> None:
     answer = client.post("/schedule", json=_fleet({"memory_gib": 70.0})).json()
     assert answer["time_scale_sources"]["w0"] == "learned"
     assert abs(answer["time_scales"]["w0"] - 2.0) < 1e-6
+
+
+def test_a_speed_stored_before_profiles_were_fingerprinted_is_not_applied(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    # the profile it was measured against is unknown: the worker may run on other hardware since
+    client.post("/schedule", json=batch_body(workers=2))
+    redis_client.hset("rs:speed", "w0", json.dumps({"log_scale": math.log(3.0), "samples": 40}))
+    answer = client.post("/schedule", json=batch_body(workers=2, publish=False)).json()
+    assert answer["time_scale_sources"]["w0"] == "profile"
+    assert answer["time_scales"]["w0"] == 1.0
+    reports = [actual_report(0, p, 0, worker="w0") for p in range(6)]
+    learned = client.post("/actuals", json={"actuals": reports}).json()["time_scales"]["w0"]
+    stored = json.loads(str(redis_client.hget("rs:speed", "w0")))
+    assert stored["samples"] == 6  # started afresh, the unknown 3.0 not blended in
+    assert abs(learned - 1.0) < 1e-6
