@@ -189,10 +189,12 @@ class SchedulerClient:
         ``rewards`` maps trajectory key (``prompt_id#sample_idx``) to the reward the trainer computed.
         Results an engine aborted (neither ``stop`` nor ``length``) say nothing about length: skipped.
         """
+        sid = finished.progress.schedule_id  # tells the service the profiles the step was planned with
+        known, scored = prompt_tokens or {}, rewards or {}
         reports = [
             report
             for entry in finished.results
-            if (report := actual_from_result(step, entry, prompt_tokens or {}, rewards or {})) is not None
+            if (report := actual_from_result(step, entry, known, scored, sid)) is not None
         ]
         return self.report_actuals(reports) if reports else None
 
@@ -220,9 +222,16 @@ class SchedulerClient:
 
 
 def actual_from_result(
-    step: int, entry: ResultEntry, prompt_tokens: Mapping[str, int], rewards: Mapping[str, float]
+    step: int,
+    entry: ResultEntry,
+    prompt_tokens: Mapping[str, int],
+    rewards: Mapping[str, float],
+    schedule_id: str | None = None,
 ) -> ActualReport | None:
-    """The actual a worker's accepted result amounts to; None when it says nothing about length."""
+    """The actual a worker's accepted result amounts to; None when it says nothing about length.
+
+    ``schedule_id``, the schedule that ran it, lets the service compare its wall time with the
+    worker's profile as that schedule planned it, not as a later one (``service/speeds.py``)."""
     if entry.finish_reason not in ("stop", "length") or entry.output_tokens < 1:
         return None
     prompt_id, sample_idx = entry.prompt_id, entry.sample_idx  # the service split the key already
@@ -245,6 +254,7 @@ def actual_from_result(
         reward=reward,
         concurrency=_concurrency(entry.extra.get("concurrency")),
         max_new_tokens=_cap(entry.extra.get("max_new_tokens")),
+        schedule_id=schedule_id,
     )
 
 

@@ -272,7 +272,7 @@ def publish(
         )
     if body.schedule_id:  # caller-chosen: a later request under it is told whether it is the same work
         ctx.delivery.remember_request(schedule_id, work_digest(body))
-    ctx.speeds.remember(request.inventory)
+    ctx.speeds.remember(schedule_id, request.inventory)
 
 
 def _payload(item: BatchItem, sampling: Sampling | None) -> dict[str, Any]:

@@ -17,6 +17,13 @@ by a proportionally smaller weight, so one absurd report can neither starve nor 
 Reports without ``concurrency`` teach nothing about speed: a trajectory decoded in a batch of 100
 is slower than one decoded alone, and mistaking that for a slow worker would mislead every later plan.
 
+A report is a ratio to the profile its own step planned the worker with, which need not be the
+latest one: a trainer may publish step N+1 on new hardware before it reports step N. Each publish
+records the fingerprints it planned with in the schedule's meta, and a report that names its
+``schedule_id`` measured against a profile other than the worker's current one teaches nothing (a
+ratio to the old device says nothing of the new). A report without one, or of a schedule that
+recorded none (an older release's, or expired), is compared with the current profile.
+
 Keys (named in ``service/delivery/keys.py``, with every other key and TTL):
 
 * ``keys.worker_profiles`` (``<prefix>:workers``) hash: worker id -> JSON of its last published
@@ -31,6 +38,10 @@ Keys (named in ``service/delivery/keys.py``, with every other key and TTL):
   without ``profile`` (stored before fingerprints) was measured against an unknown profile: plans
   ignore it and the next batch starts afresh.
 Neither expires: they describe the fleet, not a schedule, and hold one small entry per worker.
+
+* field ``keys.PLANNED_PROFILES`` of each published schedule's ``P:meta``: JSON worker id ->
+  fingerprint it was planned with; written after the publish, only while the schedule exists, and
+  expiring with it (the schedule's retention).
 """
 
 from __future__ import annotations
@@ -41,7 +52,7 @@ import json
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from scheduler.costmodel import worker_cost
@@ -101,6 +112,14 @@ redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(state))
 return tostring(state.log_scale)
 """
 
+# Stores the fingerprints a schedule was planned with in its P:meta, only while it exists (an HSET on
+# a meta expired meanwhile would recreate it without expiry). ARGV: the field, the fingerprints' JSON.
+_RECORD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
 
 class SpeedLearner:
     """Reads and updates learned per-worker time scales in Redis."""
@@ -108,14 +127,22 @@ class SpeedLearner:
     def __init__(self, client: RedisClient, alpha: float, prefix: str = keys.DEFAULT_PREFIX) -> None:
         self._redis = client
         self._alpha = alpha
+        self._prefix = prefix
         self.workers_key = keys.worker_profiles(prefix)
         self.speed_key = keys.learned_speeds(prefix)
         self._update = client.register_script(_UPDATE)
+        self._record = client.register_script(_RECORD)
 
-    def remember(self, inventory: Inventory) -> None:
-        """Record each worker's profile (as planned, time scale excluded) for later speed samples."""
-        pairs = [(w.worker_id, _worker_json(w, inventory.model)) for w in inventory.workers]
+    def remember(self, schedule_id: str, inventory: Inventory) -> None:
+        """At publish: record each worker's profile (as planned, time scale excluded), as the one its
+        next actuals are measured against and, fingerprinted, as the one ``schedule_id``'s are (a
+        trainer may publish the next step on new hardware before it reports this one's)."""
+        model = inventory.model
+        pairs = [(w.worker_id, _worker_json(w, model)) for w in inventory.workers]
         self._redis.hset(self.workers_key, items=[part for pair in pairs for part in pair])
+        planned = {w.worker_id: profile_fingerprint(w, model) for w in inventory.workers}
+        meta = keys.schedule_keys(schedule_id, self._prefix).meta
+        self._record(keys=[meta], args=[keys.PLANNED_PROFILES, json.dumps(planned, sort_keys=True)])
 
     def learned(self, workers: Sequence[Worker], model: ModelPreset) -> dict[str, float]:
         """Time scales learned for ``workers`` against the profiles they are planned with now;
@@ -140,18 +167,43 @@ class SpeedLearner:
         if not ids:
             return {}
         profiles = dict(zip(ids, self._redis.hmget(self.workers_key, ids), strict=True))
+        planned = self._planned({r.schedule_id for b in by_worker.values() for r in b if r.schedule_id})
         updated: dict[str, float] = {}
-        for wid, batch in by_worker.items():
+        for wid, reports_of_worker in by_worker.items():
             profile = _worker_from_json(wid, profiles[wid])
             if profile is None:
                 continue  # never published to, or by a format this release cannot read: no model
             worker, model = profile
+            now = profile_fingerprint(worker, model)
+            # a report planned on a profile the worker has left is a ratio to that one, not to this
+            batch = [r for r in reports_of_worker if _planned_on(r, planned, now)]
+            if not batch:
+                continue
             # one update per batch, at its mean: folding the samples one by one left the estimate to
             # the last few reported (a step's slow tail: 1.15 where the step's mean was 1.0)
             args: list[Any] = [wid, self._alpha, _weighted_log_ratio(worker, model, batch), len(batch)]
-            args += [*LOG_SCALE_BOUNDS, profile_fingerprint(worker, model), MIN_SPEED_SAMPLES]
+            args += [*LOG_SCALE_BOUNDS, now, MIN_SPEED_SAMPLES]
             updated[wid] = math.exp(float(self._update(keys=[self.speed_key], args=args)))
         return updated
+
+    def _planned(self, schedule_ids: Collection[str]) -> dict[str, dict[str, str]]:
+        """Schedule id -> worker -> fingerprint of the profile it was planned with, for the schedules
+        that recorded them. One that did not (published by an older release, or expired with its
+        schedule) is absent: its reports are compared with each worker's current profile."""
+        ids = sorted(schedule_ids)
+        if not ids:
+            return {}
+        pipe = self._redis.pipeline(transaction=False)
+        for sid in ids:
+            pipe.hget(keys.schedule_keys(sid, self._prefix).meta, keys.PLANNED_PROFILES)
+        found = {sid: _fingerprints(sid, raw) for sid, raw in zip(ids, pipe.execute(), strict=True)}
+        return {sid: prints for sid, prints in found.items() if prints}
+
+
+def _planned_on(report: ActualReport, planned: Mapping[str, Mapping[str, str]], fingerprint: str) -> bool:
+    """Whether ``report``'s step planned its worker with the profile ``fingerprint`` (assumed so when
+    the report names no schedule, or one that recorded no profiles)."""
+    return planned.get(report.schedule_id or "", {}).get(report.worker_id, fingerprint) == fingerprint
 
 
 def modelled_seconds(worker: Worker, model: ModelPreset, report: ActualReport) -> float:
@@ -227,6 +279,20 @@ def _worker_from_json(worker_id: str, raw: object) -> tuple[Worker, ModelPreset]
         _log.warning("worker %s: stored profile unreadable, speed not learned (%s)", worker_id, error)
         return None
     return worker, model
+
+
+def _fingerprints(schedule_id: str, raw: object) -> dict[str, str]:
+    """The worker -> fingerprint map a schedule recorded; empty when absent or when it does not read."""
+    if raw is None:
+        return {}
+    try:
+        prints = json.loads(str(raw))
+    except ValueError:
+        prints = None
+    if not isinstance(prints, dict) or not all(isinstance(v, str) for v in prints.values()):
+        _log.warning("schedule %s: planned profiles unreadable, its reports use current ones", schedule_id)
+        return {}
+    return prints
 
 
 def _learned_scale(worker_id: str, raw: object, fingerprint: str) -> float | None:

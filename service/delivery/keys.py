@@ -22,7 +22,11 @@ key                         type     contents
                                      makespan_s (the plan's predicted makespan, seconds after
                                      published_ms), planned_finish (JSON: worker -> the plan's
                                      predicted finish, seconds after published_ms); both absent on
-                                     schedules published before they were stored, or unknown
+                                     schedules published before they were stored, or unknown;
+                                     profiles (JSON: worker -> fingerprint of the profile it was
+                                     planned with, ``service/speeds.py``; written by the service
+                                     after the publish, only while the schedule exists: a late
+                                     actual is compared with its own step's profile)
 ``P:items``                 hash     item key -> ``<ref>\t<static item JSON without its payload>``
                                      (prompt, lengths); ``ref`` names its payload in ``P:prompts``
                                      ('' for none); the claim scripts return the whole JSON
@@ -134,6 +138,9 @@ REQUEST_DIGEST = "request"  # field of ``P:meta``: the publishing request's work
 # Fields of ``P:meta`` that ``lua/publish.lua`` writes: when it was published (lease clock, ms), and
 # what the plan predicts (absent on schedules an older release published): read by progress.
 PUBLISHED_AT, PREDICTED_MAKESPAN, PLANNED_FINISH = "published_ms", "makespan_s", "planned_finish"
+# Field of ``P:meta`` that ``service/speeds.py`` writes after the publish: worker -> the fingerprint
+# of the profile the schedule planned it with (absent on schedules published before it was stored).
+PLANNED_PROFILES = "profiles"
 
 
 def count_field(state: str, worker_id: str) -> str:

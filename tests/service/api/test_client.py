@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -49,6 +51,9 @@ def test_a_trainer_submits_waits_for_results_and_reports_actuals(
         assert accepted is not None
         assert accepted.accepted == 16
         assert redis_client.xlen("rs:actuals") == 16
+        entries: Any = redis_client.xrange("rs:actuals")
+        stored = [json.loads(fields["a"]) for _, fields in entries]
+        assert {a["schedule_id"] for a in stored} == {plan.schedule_id}  # read against its step's profiles
         assert (client.models().version, client.models().history_rows) == ("fallback", 16)
 
 

@@ -16,10 +16,14 @@ from service.speeds import modelled_seconds
 from tests.service.api.conftest import actual_report, batch_body
 
 
-def _fleet(w0: dict[str, Any]) -> dict[str, Any]:
-    body = batch_body(workers=2)
+def _fleet(w0: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    body = batch_body(workers=2, **extra)
     body["inventory"]["workers"][0].update(w0)
     return body
+
+
+def _of(schedule_id: str, report: dict[str, Any]) -> dict[str, Any]:
+    return {**report, "schedule_id": schedule_id}
 
 
 def _learn_w0_twice_as_slow(client: TestClient) -> None:
@@ -78,6 +82,26 @@ def test_a_memory_override_keeps_the_learned_speed(client: TestClient) -> None:
     answer = client.post("/schedule", json=_fleet({"memory_gib": 70.0})).json()
     assert answer["time_scale_sources"]["w0"] == "learned"
     assert abs(answer["time_scales"]["w0"] - 2.0) < 1e-6
+
+
+def test_a_late_report_teaches_nothing_to_the_profile_its_worker_moved_to_since(client: TestClient) -> None:
+    # the trainer publishes step 1 (w0 now an H200) before it reports step 0 (run on an H100): the
+    # H100's timings, read against the H200's model, would teach the H200 a wrong scale
+    client.post("/schedule", json=batch_body(workers=2, schedule_id="step0"))
+    client.post("/schedule", json=_fleet({"device": "H200"}, schedule_id="step1"))
+    late = [_of("step0", actual_report(0, p, 0, worker="w0", slowdown=2.0)) for p in range(6)]
+    assert "w0" not in client.post("/actuals", json={"actuals": late}).json()["time_scales"]
+    plan = client.post("/schedule", json=_fleet({"device": "H200"})).json()
+    assert plan["time_scale_sources"]["w0"] == "profile"
+    on_h200 = [_of("step1", actual_report(1, p, 0, worker="w0")) for p in range(6)]
+    assert "w0" in client.post("/actuals", json={"actuals": on_h200}).json()["time_scales"]
+
+
+def test_a_report_of_a_step_planned_on_the_current_profile_is_learned(client: TestClient) -> None:
+    client.post("/schedule", json=batch_body(workers=2, schedule_id="step0"))
+    client.post("/schedule", json=batch_body(workers=2, schedule_id="step1"))  # the same H100
+    late = [_of("step0", actual_report(0, p, 0, worker="w0", slowdown=2.0)) for p in range(6)]
+    assert abs(client.post("/actuals", json={"actuals": late}).json()["time_scales"]["w0"] - 2.0) < 1e-6
 
 
 def test_a_speed_stored_before_profiles_were_fingerprinted_is_not_applied(
