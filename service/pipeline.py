@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +42,7 @@ from service.limits import check_trajectory_count
 from service.logs import schedule_context
 from service.problems import ConflictError
 from service.republish import refuse_republish, work_digest
+from service.speeds import idle_learned
 
 _log = logging.getLogger("service.pipeline")
 BASELINE = "round_robin"
@@ -134,7 +135,8 @@ def _serve_valid(
             )
         with clock.stage("publish"):
             if body.publish:
-                publish(schedule_id, chosen, request, body, ctx)
+                idle = idle_learned(chosen, checked.time_scale_sources, checked.drained)
+                publish(schedule_id, chosen, request, body, ctx, idle)
         total_ms = (time.perf_counter() - started) * 1000.0
         response = respond(schedule_id, body, checked, request, chosen, baseline, predicted, clock, total_ms)
         _record(ctx, response, len(trajectories))
@@ -240,9 +242,16 @@ def _repoint(error: InvalidInputError, item_of: tuple[int, ...]) -> InvalidInput
 
 
 def publish(
-    schedule_id: str, chosen: Plan, request: PlanRequest, body: ScheduleRequest, ctx: Context
+    schedule_id: str,
+    chosen: Plan,
+    request: PlanRequest,
+    body: ScheduleRequest,
+    ctx: Context,
+    idle: Sequence[str],
 ) -> None:
-    """Write the plan's queues (with each prompt's payload) for the sidecars; remember worker profiles.
+    """Write the plan's queues (with each prompt's payload) for the sidecars; remember worker profiles
+    (as the fleet's and this schedule's), and pull the learned speed of each ``idle`` worker (planned
+    by it and given nothing) towards its profile, so that it is measured again (``service/speeds.py``).
 
     Profiles are remembered only once the publish is accepted: a publish refused as a conflict (two
     requests racing for one ``schedule_id``; with identical plans the later one changes nothing and
@@ -272,7 +281,7 @@ def publish(
         )
     if body.schedule_id:  # caller-chosen: a later request under it is told whether it is the same work
         ctx.delivery.remember_request(schedule_id, work_digest(body))
-    ctx.speeds.remember(schedule_id, request.inventory)
+    ctx.speeds.remember(schedule_id, request.inventory, idle)
 
 
 def _payload(item: BatchItem, sampling: Sampling | None) -> dict[str, Any]:

@@ -17,6 +17,14 @@ by a proportionally smaller weight, so one absurd report can neither starve nor 
 Reports without ``concurrency`` teach nothing about speed: a trajectory decoded in a batch of 100
 is slower than one decoded alone, and mistaking that for a slow worker would mislead every later plan.
 
+Only workers that run something are measured, and a plan gives nothing to a worker it believes far
+too slow: a wrong belief (a bad day, a neighbour since gone) would last forever. So each published
+plan that leaves a worker idle while planning it by its learned scale multiplies that log scale by
+``IDLE_DECAY`` (towards its profile's 0: 20x, 4.5x, 2.1x, 1.45x), until a plan finds the worker worth
+some work and its actuals re-measure it; a still-slow worker is learned slow again by them. A plan
+that gives the worker any work leaves its scale alone (its actuals will speak), as do dry runs,
+drained workers and shared-queue plans (every worker pulls from the one FIFO).
+
 A report is a ratio to the profile its own step planned the worker with, which need not be the
 latest one: a trainer may publish step N+1 on new hardware before it reports step N. Each publish
 records the fingerprints it planned with in the schedule's meta, and a report that names its
@@ -57,7 +65,7 @@ from typing import Any
 
 from scheduler.costmodel import worker_cost
 from scheduler.devices import DeviceProfile, ModelPreset, model_preset
-from scheduler.types import Inventory, Worker
+from scheduler.types import Inventory, Plan, Worker
 from service.api.schemas import ActualReport
 from service.delivery import keys
 from service.redis_conn import RedisClient
@@ -74,6 +82,10 @@ _KV_ONLY_FIGURES = ("memory_gib", "memory_utilization")
 # The log scales an EWMA of clamped samples can hold (with slack for rounding); a stored state
 # outside them was not written by the learner and is not read.
 LOG_SCALE_BOUNDS = (math.log(MIN_RATIO) - 1e-6, math.log(MAX_RATIO) + 1e-6)
+# Each published plan that gives a worker planned by its learned scale no work multiplies that log
+# scale by this: a worker believed too slow to get work sends no actual that could correct the belief,
+# so it is pulled towards its profile until a plan gives it some (from 50x: 7x, 2.7x, 1.6x, 1.3x).
+IDLE_DECAY = 0.5
 
 # Folds one report batch's mean log ratio into a worker's EWMA atomically (replicas may race).
 # ARGV: worker, alpha, the batch's mean log ratio, its sample count, the log scale's bounds, and the
@@ -112,6 +124,22 @@ redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(state))
 return tostring(state.log_scale)
 """
 
+# Pulls an idle worker's learned log scale towards its profile's (0), atomically (replicas may race).
+# ARGV: worker, the fingerprint it was planned with, IDLE_DECAY. A state measured against another
+# profile, or one that does not read, is left alone: plans do not use it.
+_DECAY = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return 0 end
+local ok, state = pcall(cjson.decode, raw)
+if not (ok and type(state) == 'table' and type(state.log_scale) == 'number'
+    and state.profile == ARGV[2]) then
+  return 0
+end
+state.log_scale = state.log_scale * tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(state))
+return 1
+"""
+
 # Stores the fingerprints a schedule was planned with in its P:meta, only while it exists (an HSET on
 # a meta expired meanwhile would recreate it without expiry). ARGV: the field, the fingerprints' JSON.
 _RECORD = """
@@ -131,18 +159,22 @@ class SpeedLearner:
         self.workers_key = keys.worker_profiles(prefix)
         self.speed_key = keys.learned_speeds(prefix)
         self._update = client.register_script(_UPDATE)
+        self._decay = client.register_script(_DECAY)
         self._record = client.register_script(_RECORD)
 
-    def remember(self, schedule_id: str, inventory: Inventory) -> None:
+    def remember(self, schedule_id: str, inventory: Inventory, idle: Iterable[str] = ()) -> None:
         """At publish: record each worker's profile (as planned, time scale excluded), as the one its
         next actuals are measured against and, fingerprinted, as the one ``schedule_id``'s are (a
-        trainer may publish the next step on new hardware before it reports this one's)."""
+        trainer may publish the next step on new hardware before it reports this one's). Then pull
+        the learned scale of each ``idle`` worker (``idle_learned``) towards its profile."""
         model = inventory.model
         pairs = [(w.worker_id, _worker_json(w, model)) for w in inventory.workers]
         self._redis.hset(self.workers_key, items=[part for pair in pairs for part in pair])
         planned = {w.worker_id: profile_fingerprint(w, model) for w in inventory.workers}
         meta = keys.schedule_keys(schedule_id, self._prefix).meta
         self._record(keys=[meta], args=[keys.PLANNED_PROFILES, json.dumps(planned, sort_keys=True)])
+        for wid in idle:
+            self._decay(keys=[self.speed_key], args=[wid, planned[wid], IDLE_DECAY])
 
     def learned(self, workers: Sequence[Worker], model: ModelPreset) -> dict[str, float]:
         """Time scales learned for ``workers`` against the profiles they are planned with now;
@@ -204,6 +236,19 @@ def _planned_on(report: ActualReport, planned: Mapping[str, Mapping[str, str]], 
     """Whether ``report``'s step planned its worker with the profile ``fingerprint`` (assumed so when
     the report names no schedule, or one that recorded no profiles)."""
     return planned.get(report.schedule_id or "", {}).get(report.worker_id, fingerprint) == fingerprint
+
+
+def idle_learned(plan: Plan, sources: Mapping[str, str], drained: Collection[str]) -> list[str]:
+    """Workers ``plan`` gives no work although they are not drained and are planned by their learned
+    time scale (``sources``): believed too slow to be worth any, they would never be measured again.
+    None under a shared queue: every worker pulls from the one FIFO, so none is left unmeasured."""
+    if plan.dispatch_order:
+        return []
+    return [
+        w.worker_id
+        for w in plan.workers
+        if not w.items and sources.get(w.worker_id) == "learned" and w.worker_id not in drained
+    ]
 
 
 def modelled_seconds(worker: Worker, model: ModelPreset, report: ActualReport) -> float:
