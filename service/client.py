@@ -62,6 +62,20 @@ class ServiceUnreachableError(SchedulerAPIError):
         return True
 
 
+def check_url(url: str) -> str:
+    """``url`` if it names an HTTP service; ``ValueError`` saying why not. Checked when the client is
+    built: a URL without its scheme (``scheduler:8000``) or with a bad port otherwise failed only at
+    the first request, as a retryable ``ServiceUnreachableError``, so a typo was retried as an outage
+    (``wait`` for 60 s, a trainer's retry loop for as long as it backs off)."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as error:
+        raise ValueError(f"url={url!r}: {error}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host or (parsed.port or 0) > 65535:
+        raise ValueError(f"url={url!r}: expected http://HOST[:PORT] or https://HOST[:PORT]")
+    return url
+
+
 @dataclass(frozen=True)
 class StepResults:
     """Everything a finished schedule produced."""
@@ -81,6 +95,7 @@ class SchedulerClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         token = check_token((token or "").strip())  # read from a file, a token often ends in a newline
+        check_url(url)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout_s = timeout_s
         self._http = httpx.Client(base_url=url, headers=headers, timeout=timeout_s, transport=transport)

@@ -74,11 +74,13 @@ def bench_service(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run the benchmark and print a table (or JSON)."""
-    from service.client import SchedulerAPIError, SchedulerClient
+    from service.client import SchedulerAPIError, SchedulerClient, check_url
     from service.tokens import check_token_flag
 
     try:
         check_token_flag("--token", token)  # before a service is started for it
+        if url is not None:
+            check_url(url)
     except ValueError as error:
         typer.echo(f"bench service: {error}", err=True)
         raise typer.Exit(2) from None

@@ -164,16 +164,15 @@ def push_command(
     retrain: Annotated[bool, typer.Option(help="Retrain the predictor on everything afterwards.")] = False,
 ) -> None:
     """Post a trace's rows to a running service as actuals: the history it predicts from."""
-    import httpx
-
     from predictors.traceio import read_trace
     from scheduler.errors import InvalidInputError
-    from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachableError
+    from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachableError, check_url
     from service.history_push import actual_reports, push
     from service.tokens import check_token_flag
 
     try:
         check_token_flag("--token", token)
+        check_url(url)
     except ValueError as exc:
         raise _fail(exc) from None
     try:
@@ -181,8 +180,6 @@ def push_command(
         with SchedulerClient(url, token=token, timeout_s=120) as client:
             pushed = push(client, reports)
             version = client.retrain().version if retrain else None
-    except httpx.InvalidURL as exc:
-        raise _fail(RuntimeError(f"service at {url} unreachable: {exc}")) from None
     except ServiceUnreachableError as exc:  # down or timed out: not the input's fault, as in bench
         raise _fail(RuntimeError(f"service at {url} unreachable: {exc}"), code=1) from None
     except (InvalidInputError, OSError, SchedulerAPIError) as exc:

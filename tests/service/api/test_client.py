@@ -130,6 +130,13 @@ def test_an_unreachable_service_is_a_retryable_scheduler_error() -> None:
     assert isinstance(unreachable.value, SchedulerAPIError)
 
 
+@pytest.mark.parametrize("url", ["scheduler:8000", "127.0.0.1:8000", "ftp://scheduler", "http://[::1"])
+def test_a_url_that_names_no_http_service_is_refused_when_the_client_is_built(url: str) -> None:
+    # Sent, it would fail as a retryable ServiceUnreachableError: a typo retried as an outage.
+    with pytest.raises(ValueError, match="url="):
+        SchedulerClient(url)
+
+
 def test_a_token_read_with_its_newline_still_authenticates(live_settings: Settings) -> None:
     settings = with_settings(live_settings, trainer_tokens=TRAINER, worker_tokens=WORKER)
     with LiveServer(settings) as server, SchedulerClient(server.url, token=f" {TRAINER}\n") as client:

@@ -34,3 +34,13 @@ def test_the_client_refuses_a_non_ascii_token_by_the_rule_not_an_encoding_error(
     with pytest.raises(ValueError, match="printable ASCII") as refused:
         SchedulerClient(f"file://{tmp_path}", token=TOKEN)
     assert not isinstance(refused.value, UnicodeError)
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8000", "http://[::1"])
+def test_a_bench_service_url_that_names_no_http_service_is_one_line_and_exit_status_2(
+    cli: typer.Typer, url: str
+) -> None:
+    result = CliRunner().invoke(cli, ["bench", "service", "--url", url])
+    assert result.exit_code == 2, result.output  # not 1 (unreachable), nor a traceback
+    assert result.stderr.strip().startswith("bench service: url=")
+    assert result.stderr.strip().count("\n") == 0

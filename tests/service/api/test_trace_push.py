@@ -82,3 +82,14 @@ def test_an_unreachable_service_is_one_line_and_exit_1_as_in_bench(cli: typer.Ty
     assert result.exit_code == 1  # 2 is kept for input the user can fix
     assert result.output.strip().count("\n") == 0
     assert "service at http://127.0.0.1:9 unreachable" in result.output
+
+
+def test_a_url_without_its_scheme_is_a_command_line_mistake_not_an_outage(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
+    for url in ("127.0.0.1:8000", "http://[::1"):
+        result = CliRunner().invoke(cli, ["trace", "push", str(_history(tmp_path)), "--url", url])
+        assert result.exit_code == 2, result.output  # 1 would say the service is down
+        assert result.output.strip().count("\n") == 0
+        assert "url=" in result.output
+        assert "unreachable" not in result.output
