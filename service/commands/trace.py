@@ -104,14 +104,22 @@ def _check_options(
     map_: list[str] | None,
     keep_field: list[str] | None,
 ) -> None:
-    """Refuse an option the chosen input kind would ignore: a user who gave it expects it to act."""
+    """Refuse an option the chosen input kind would ignore: a user who gave it expects it to act.
+    The kind is checked first, and ``--map`` before the tokenizer: ``--from VERL`` was refused for
+    its ``--tokenizer`` (``only --from verl takes it``), and a csv imported with ``--map`` but
+    without ``--from`` for a missing tokenizer, neither naming the real mistake."""
     from scheduler.errors import InvalidInputError
+    from service.traceimport import GENERIC_FORMATS
 
+    if from_ != "verl" and from_ not in GENERIC_FORMATS:
+        raise InvalidInputError("from", from_, f"expected one of verl, {', '.join(GENERIC_FORMATS)}")
     if from_ == "verl":
-        if tokenizer is None:
-            raise InvalidInputError("tokenizer", None, "--from verl needs --tokenizer PATH/tokenizer.json")
         if map_:
-            raise InvalidInputError("map", map_[0], "only --from csv|jsonl|parquet takes --map")
+            message = "only --from csv|jsonl|parquet takes --map (--from defaults to verl)"
+            raise InvalidInputError("map", map_[0], message)
+        if tokenizer is None:
+            message = "--from verl (the default) needs --tokenizer PATH/tokenizer.json; a file needs --from"
+            raise InvalidInputError("tokenizer", None, message)
         if max_new_tokens is not None and max_new_tokens < 1:
             raise InvalidInputError("max-new-tokens", max_new_tokens, "must be >= 1")
         return

@@ -208,6 +208,25 @@ def test_trace_import_refuses_an_option_the_input_kind_would_ignore(
     assert needle in err
 
 
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--from", "VERL", "--tokenizer", "t.json"], "from='VERL': expected one of verl, csv"),
+        (["--map", "step=epoch"], "only --from csv|jsonl|parquet takes --map (--from defaults to verl)"),
+        ([], "--from verl (the default) needs --tokenizer"),
+    ],
+)
+def test_trace_import_names_the_input_kind_when_that_is_the_mistake(
+    cli: typer.Typer, tmp_path: Path, extra: list[str], needle: str
+) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("epoch,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,10,100\n")
+    code, _, err = _run(cli, ["trace", "import", str(path), *extra, "--out", str(tmp_path / "o.csv")])
+    assert code == 2
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_an_unwritable_report_path_is_refused_before_the_replay_runs(
     cli: typer.Typer, small_trace_file: Path, tmp_path: Path
 ) -> None:
