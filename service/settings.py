@@ -8,10 +8,12 @@ README.md ("Settings") lists them all.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import pathlib
 import urllib.parse
+from collections.abc import Mapping
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,6 +31,7 @@ HOUR_S = 3_600
 DAY_S = 86_400
 YEAR_S = 365 * DAY_S  # bounds past any real setting, inside what Redis EXPIRE and socket timeouts take
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # the service's and the sidecar's --log-level
+SIDECAR_ONLY_VARIABLES = frozenset({"ROLLOUT_ENGINE_API_KEY"})  # read by the sidecar, not a setting
 
 
 class Settings(BaseSettings):
@@ -187,6 +190,21 @@ class Settings(BaseSettings):
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
             return False  # a host name other than localhost may resolve to anything
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One line per ``ROLLOUT_*`` variable that no setting reads, naming the setting it resembles.
+    pydantic-settings ignores such variables, so a misspelt one left the service on its default
+    without a word: ``ROLLOUT_TRAINER_TOKEN`` (the singular a trainer's own code may use, as
+    docs/client.md does) for ``ROLLOUT_TRAINER_TOKENS`` served a loopback service open to all."""
+    known = {f"ROLLOUT_{name.upper()}" for name in Settings.model_fields} | SIDECAR_ONLY_VARIABLES
+    names = os.environ if environ is None else environ
+    lines = []
+    for name in sorted(n for n in names if n.startswith("ROLLOUT_") and n not in known):
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        lines.append(f"{name} is not a setting and is ignored{hint}")
+    return lines
 
 
 def check_redis_url(value: str) -> str:

@@ -8,6 +8,7 @@ scheduler lets anyone reorder (or starve) a training job's rollouts.
 
 from __future__ import annotations
 
+import logging
 import signal
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -136,8 +137,11 @@ def run(settings: Settings) -> None:
     from service.app import create_app
     from service.embedded import EmbeddedServerError
     from service.redis_conn import RedisRefusedError, redis_for, wait_for_cluster
+    from service.settings import unknown_variables
 
     logs.configure(settings.log_level)
+    for line in unknown_variables():
+        logging.getLogger("service.settings").warning(line)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal; exiting through
     # SystemExit instead lets the embedded server's context manager stop it (no orphan process).
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -18,7 +18,7 @@ from pydantic import SecretStr, ValidationError
 from service.commands.bench_service import SAMPLES, batch
 from service.commands.serve import cluster_without_url, unsafe_binding
 from service.ports import free_port
-from service.settings import Settings
+from service.settings import Settings, unknown_variables
 
 
 def _children(pid: int) -> list[int]:
@@ -179,3 +179,17 @@ def test_every_setting_is_documented_in_the_readme() -> None:
     readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     names = ["REDIS_URL" if f == "redis_url" else f"ROLLOUT_{f.upper()}" for f in Settings.model_fields]
     assert [name for name in names if f"`{name}`" not in readme] == []
+
+
+def test_a_rollout_variable_no_setting_reads_is_named_with_the_setting_it_resembles() -> None:
+    environ = {
+        "ROLLOUT_TRAINER_TOKEN": "t",  # the trainer side's name in docs/client.md, not the service's
+        "ROLLOUT_DEFAULT_POLICIES": "lpt",
+        "ROLLOUT_PORT": "8000",
+        "ROLLOUT_ENGINE_API_KEY": "k",  # the sidecar's
+        "REDIS_URL": "redis://r:6379/0",
+    }
+    assert unknown_variables(environ) == [
+        "ROLLOUT_DEFAULT_POLICIES is not a setting and is ignored; did you mean ROLLOUT_DEFAULT_POLICY?",
+        "ROLLOUT_TRAINER_TOKEN is not a setting and is ignored; did you mean ROLLOUT_TRAINER_TOKENS?",
+    ]
