@@ -13,6 +13,7 @@ documented in docs/cost-model.md, and every value can be overridden by measured 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from scheduler.errors import UnknownNameError
@@ -51,19 +52,38 @@ DEVICES: dict[str, DeviceProfile] = {
     "Ascend910B": DeviceProfile("Ascend910B", hbm_bandwidth_gbs=1600.0, peak_tflops=313.0, memory_gib=64.0),
 }
 
-# Accepted spellings -> canonical kind; lookups are case-insensitive.
+# Accepted spellings -> canonical kind, after ``_normalized``: lower case, spaces and underscores as
+# dashes, no ``nvidia-`` prefix, so the names ``nvidia-smi`` prints ("NVIDIA H100 80GB HBM3") and GPU
+# feature discovery's node label carries ("NVIDIA-H100-80GB-HBM3") are accepted as they are. Only
+# names that identify the profiled part: an H100 PCIe or NVL (HBM2e, other clocks) or an A100 PCIe
+# is another device, refused by name rather than planned with the SXM figures.
 _ALIASES = {
     "h100": "H100",
     "h100-sxm": "H100",
     "h100sxm": "H100",
+    "h100-sxm5": "H100",
+    "h100-sxm5-80gb": "H100",
+    "h100-80gb-hbm3": "H100",
     "h200": "H200",
+    "h200-sxm": "H200",
+    "h200-141gb-hbm3e": "H200",
     "a100": "A100-80GB",
     "a100-80gb": "A100-80GB",
-    "a100_80gb": "A100-80GB",
+    "a100-sxm4-80gb": "A100-80GB",
     "ascend910b": "Ascend910B",
     "ascend-910b": "Ascend910B",
     "910b": "Ascend910B",
+    "ascend910b3": "Ascend910B",
+    "ascend-910b3": "Ascend910B",
+    "910b3": "Ascend910B",
 }
+
+
+def _normalized(kind: str) -> str:
+    """``kind`` in the aliases' spelling (see ``_ALIASES``)."""
+    name = re.sub(r"[\s_]+", "-", kind.strip().lower())
+    return name.removeprefix("nvidia-")
+
 
 MODELS: dict[str, ModelPreset] = {
     # Qwen2.5-1.5B: 28 layers, 2 KV heads x 128 -> 2*28*2*128*2 = 28,672 B/token.
@@ -80,8 +100,10 @@ DEFAULT_MODEL = "7b"
 
 
 def device_profile(kind: str) -> DeviceProfile:
-    """Return the built-in profile for ``kind``, accepting common spellings (``H100``, ``910B``)."""
-    canonical = _ALIASES.get(kind.strip().lower(), kind.strip())
+    """Return the built-in profile for ``kind``, accepting common spellings (``H100``, ``910B``) and
+    the names GPU tooling reports for the profiled parts, so an inventory can be built from a node
+    label or ``nvidia-smi`` without a lookup table of the user's own."""
+    canonical = _ALIASES.get(_normalized(kind), kind.strip())
     if canonical not in DEVICES:
         raise UnknownNameError("device", kind, list(DEVICES))
     return DEVICES[canonical]
