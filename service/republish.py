@@ -39,8 +39,10 @@ def refuse_republish(body: ScheduleRequest, schedule_id: str, ctx: Context) -> N
     workers generate the batch twice, so it is refused (409). That first attempt may have failed
     between storing and announcing (a Redis timeout or OOM answered 503), so the refusal announces the
     stored schedule again: the 409 then means what it says, the step is out and the workers see it.
-    Other work under the id is a 422 naming ``schedule_id`` (module docstring). A schedule stored
-    without a digest (published before digests, or its digest write failed) is taken as the same."""
+    Other work under the id is a 422 naming ``schedule_id`` (module docstring). A cancelled schedule
+    is a 409 that says so: a restarted trainer that cancelled its step and resent it under the same
+    id would otherwise follow a step whose every item is cancelled. A schedule stored without a
+    digest (published before digests, or its digest write failed) is taken as the same."""
     stored = ctx.delivery.request_digest(schedule_id)
     if stored is not None and stored != work_digest(body):
         raise InvalidInputError(
@@ -53,8 +55,8 @@ def refuse_republish(body: ScheduleRequest, schedule_id: str, ctx: Context) -> N
         ctx.delivery.announce(schedule_id, ctx.settings.retention_s)
     except UnknownScheduleError:
         return
-    raise ConflictError(
-        f"schedule {schedule_id} is already published; follow it with GET /schedule/{schedule_id}",
-        field="schedule_id",
-        value=schedule_id,
-    )
+    if ctx.delivery.cancelled(schedule_id):  # following it would wait on a step that runs nothing
+        message = f"schedule {schedule_id} was cancelled and stays so; send the step under a new schedule_id"
+    else:
+        message = f"schedule {schedule_id} is already published; follow it with GET /schedule/{schedule_id}"
+    raise ConflictError(message, field="schedule_id", value=schedule_id)

@@ -65,6 +65,10 @@ class DeliveryViews:
         value = self.client.hget(self.keys(schedule_id).meta, keyspace.REQUEST_DIGEST)
         return None if value is None else text(value)
 
+    def cancelled(self, schedule_id: str) -> bool:
+        """Whether the trainer cancelled the schedule (``Delivery.cancel``); False when unknown."""
+        return bool(self.client.hexists(self.keys(schedule_id).meta, keyspace.CANCELLED_AT))
+
     def schedules_for(self, worker_id: str) -> list[str]:
         """Unfinished schedule ids announced to ``worker_id``, oldest first (what a sidecar pulls)."""
         return [text(s) for s in self.client.zrange(keyspace.inbox(worker_id, self.prefix), 0, -1)]

@@ -55,6 +55,20 @@ def test_a_second_delete_answers_the_same(secured: TestClient) -> None:
     assert first.json() == second.json()
 
 
+def test_a_cancelled_step_sent_again_under_its_id_is_refused_as_cancelled(
+    secured: TestClient, redis_client: redis.Redis
+) -> None:
+    sid = _published(secured)
+    secured.delete(f"/schedule/{sid}", headers=bearer(TRAINER))
+    body = batch_body(prompts=4, n=2, workers=2, schedule_id=sid)  # a restarted trainer's resend
+
+    response = secured.post("/schedule", json=body, headers=bearer(TRAINER))
+
+    assert response.status_code == 409
+    assert "cancelled" in response.json()["detail"]  # not "follow it": it would wait on nothing
+    assert Delivery(redis_client).schedules_for("w0") == []  # not announced to the workers again
+
+
 def test_deleting_an_unknown_schedule_is_404(secured: TestClient) -> None:
     response = secured.delete("/schedule/never-published", headers=bearer(TRAINER))
     assert response.status_code == 404
