@@ -35,6 +35,7 @@ class Pushed:
 
     accepted: int  # actuals the service stored
     stream_length: int  # its actuals stream afterwards
+    repeated: int = 0  # actuals it held already (a trace pushed twice): not stored again
 
 
 def actual_reports(trace: Trace, worker_id: str) -> tuple[list[ActualReport], int]:
@@ -59,11 +60,15 @@ def actual_reports(trace: Trace, worker_id: str) -> tuple[list[ActualReport], in
 
 def push(client: SchedulerClient, reports: Sequence[ActualReport], batch: int = BATCH) -> Pushed:
     """Post ``reports`` in batches of ``batch``; the stream length is the last answer's."""
-    accepted, length = 0, 0
+    accepted, repeated, length = 0, 0, 0
     for chunk in _chunks(reports, batch):
         answer = client.report_actuals(chunk)
-        accepted, length = accepted + answer.accepted, answer.stream_length
-    return Pushed(accepted, length)
+        accepted, repeated, length = (
+            accepted + answer.accepted,
+            repeated + answer.repeated,
+            answer.stream_length,
+        )
+    return Pushed(accepted, length, repeated)
 
 
 def _fields(row: TraceRow, worker_id: str) -> dict[str, object]:

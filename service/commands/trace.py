@@ -193,6 +193,9 @@ def push_command(
     except (InvalidInputError, OSError, SchedulerAPIError) as exc:
         raise _fail(exc) from None
     left_out = f"; {skipped} rows without output left out" if skipped else ""
-    typer.echo(f"pushed {pushed.accepted} actuals to {url} (stream length {pushed.stream_length}){left_out}")
+    held = f"; {pushed.repeated} it held already" if pushed.repeated else ""  # a trace pushed twice
+    typer.echo(
+        f"pushed {pushed.accepted} actuals to {url} (stream length {pushed.stream_length}){held}{left_out}"
+    )
     if version is not None:
         typer.echo(f"retrained: predictor {version}")

@@ -61,6 +61,11 @@ def test_pushed_history_is_what_the_service_then_predicts_from(
         assert "2 rows without output left out" in result.output
         assert _sources(client, 2) == {"prompt_history_mean": 8}
         assert _sources(client, 0) == {"global_prior": 8}  # only steps before the one planned count
+        again = CliRunner().invoke(
+            cli, ["trace", "push", str(_history(tmp_path)), "--url", server.url, "--token", TRAINER]
+        )
+        assert "pushed 0 actuals" in again.output
+        assert "14 it held already" in again.output  # not a silent 0: the history is there
 
 
 def test_a_trace_with_a_row_the_api_would_refuse_pushes_nothing(
