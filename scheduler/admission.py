@@ -25,9 +25,7 @@ import bisect
 import math
 from collections.abc import Sequence
 from itertools import accumulate
-from operator import add, mul
-
-import numpy as np
+from operator import add, itemgetter, mul
 
 OVERRUN_SHARE = 0.25  # a sequence past its prediction is expected to run this share of it again
 # (headline replay, cpsat with stealing, makespan over the bound, trace seeds 1 / 2: counted as
@@ -56,16 +54,15 @@ def projected_peak(contexts: Sequence[int], remaining: Sequence[int]) -> int:
 
     ``contexts[i]``: tokens sequence ``i`` holds now (prompt plus output so far); ``remaining[i]``:
     decode steps it still runs (values below 1 count as 1: it is running, so it takes a step).
+    Plain Python: a sidecar tests it once per item it starts, about 0.1 ms at 256 sequences (numpy:
+    0.05 ms; faster below ~30), which does not pay for loading numpy (~0.2 s) when the sidecar starts.
     """
-    if len(contexts) == 0:
-        return 0
-    c = np.asarray(contexts, dtype=np.int64)
-    r = np.maximum(np.asarray(remaining, dtype=np.int64), 1)
-    order = np.argsort(r, kind="stable")
-    r, c = r[order], c[order]
-    held_from = np.cumsum(c[::-1])[::-1]  # contexts of the sequences still running at r[k] - 1
-    running = len(c) - np.arange(len(c))
-    return int((held_from + running * r).max())
+    pairs = sorted(zip((max(r, 1) for r in remaining), contexts, strict=True), key=itemgetter(0))
+    peak = held = 0
+    for running, (steps, context) in enumerate(reversed(pairs), start=1):  # from the latest end down
+        held += context  # contexts of the sequences still running at ``steps - 1``
+        peak = max(peak, held + running * steps)
+    return peak
 
 
 def peak_fits(

@@ -43,8 +43,8 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 
-from scheduler.deadlines import beats_owner, lateness
 from scheduler.sim_engine import WorkerEngine, play_out
+from scheduler.stealguard import beats_owner, lateness
 
 # Queues one steal looks at, busiest first (steal.lua's VICTIMS): enough to get past a few queues with
 # nothing for this thief, while a steal stays O(workers), not a walk over every queue's tail.

@@ -21,7 +21,7 @@ from typing import Any, cast
 import redis
 from redis.cluster import RedisCluster
 
-from scheduler.deadlines import LENGTH_MARGIN
+from scheduler.stealguard import LENGTH_MARGIN
 from service.delivery import keys as keyspace
 from service.delivery import wire
 from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
@@ -213,7 +213,7 @@ class Delivery(DeliveryViews):
         with a planned deadline (``DeliveryItem.deadline_ms``) is taken only if now + its predicted
         tokens / rate is no later than that deadline, moved back by how late its owner runs; the
         first that fails stays queued and ends the steal; and only if that still holds were the item
-        ``LENGTH_MARGIN`` times longer than predicted (``scheduler.deadlines.beats_owner``: a thief
+        ``LENGTH_MARGIN`` times longer than predicted (``scheduler.stealguard.beats_owner``: a thief
         much slower than the owner loses on an under-predicted item). None: no guard (as before).
         ``busy_ms``: how long the work the thief already holds still takes; under the guard it must
         end by that deadline too, or the steal would only make the thief the last to finish.

@@ -16,12 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.costmodel import worker_cost
-from scheduler.deadlines import beats_owner, lateness, planned_times
+from scheduler.deadlines import planned_times
 from scheduler.devices import device_profile, model_preset
 from scheduler.errors import InvalidInputError
 from scheduler.planner import plan
 from scheduler.sim_engine import Ledger, play_queue
 from scheduler.simulator import SimOptions, SimResult, simulate, simulate_worker
+from scheduler.stealguard import beats_owner, lateness
 from scheduler.stepsum import planned_steps
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker, WorkerPlan
 from tests.scheduler.plan_strategies import plan_requests

@@ -17,7 +17,7 @@
 -- rate, where the end moves back by how late the owner is (now minus the planned start of the head of
 -- its queue, if that has passed), and only if the work the thief already holds (busy ms) ends by
 -- then too (else the steal just moves the end of the step to the thief), and only if the steal
--- still pays off were the item margin times longer than predicted (scheduler/deadlines.py,
+-- still pays off were the item margin times longer than predicted (scheduler/stealguard.py,
 -- beats_owner); the first tail item that fails ends the steal and stays queued.
 -- What a cache holds, as the simulator (sim_pool.py, _steal: can_hold): a thief with a known KV
 -- capacity (P:cap) takes no item it cannot hold at its cap (P:need); under affinity no group with
@@ -32,7 +32,7 @@
 -- for an item it can hold (its reservation is at most its need, which fits the cap).
 -- ARGV: thief, max, now ('' = server), budget ('' = unbounded: the thief does not know its KV cache),
 -- rate (the thief's decode tokens/s per sequence; '' or absent = no deadline guard), busy (ms the
--- thief's held work still takes; '' or absent = 0), margin (scheduler.deadlines.LENGTH_MARGIN;
+-- thief's held work still takes; '' or absent = 0), margin (scheduler.stealguard.LENGTH_MARGIN;
 -- '' or absent = 1: the predicted length only), call id ('' or absent: none; as claim's).
 -- Returns {victim, then 5-tuples as claim}; {} when there is nothing to steal or nothing fits.
 local VICTIMS = 4  -- queues one steal may look at: the busiest first, then the next while skipped
