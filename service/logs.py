@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # the service's and the sidecar's --log-level
+
 schedule_id_var: ContextVar[str | None] = ContextVar("schedule_id", default=None)
 
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {

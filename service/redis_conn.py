@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import re
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -22,7 +23,9 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from service.embedded import EmbeddedServer
-from service.settings import Settings
+
+if TYPE_CHECKING:  # pydantic-settings loads in ~0.1 s: a sidecar, which has no Settings, need not
+    from service.settings import Settings
 
 _log = logging.getLogger("service.redis")
 
@@ -124,6 +127,30 @@ def describe(url: str) -> str:
         fields = [f.split("=", 1) for f in query.split("&")]
         query = "&".join(f"{f[0]}=***" if f[0] == "password" else "=".join(f) for f in fields)
     return f"{scheme}{sep}{shown}{rest}{qmark}{query}"
+
+
+def check_redis_url(value: str) -> str:
+    """``value`` if redis-py can connect by it; ``ValueError`` saying why not (the service's setting
+    and the sidecar's flag both check here, before a connection would fail with a traceback)."""
+    parsed = urllib.parse.urlsplit(value)
+    if parsed.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("expected redis://, rediss:// or unix:// (an http URL or a bare host is not one)")
+    try:
+        parsed.port  # noqa: B018  # raises ValueError for a port past 65535 or not a number
+    except ValueError:  # its message quotes the text, which holds the password when one is unescaped
+        raise ValueError(
+            "the port is not a number up to 65535 (a password with / # ? @ must be percent-encoded,"
+            " or given apart: ROLLOUT_REDIS_PASSWORD)"
+        ) from None
+    database = parsed.path.strip("/")
+    if parsed.scheme != "unix" and database and not database.isdigit():
+        if "@" in database:  # a password's '/' split the URL: what follows it is part of the password
+            raise ValueError(
+                "the database (after the host) is not a number: a password with / # ? @ must be"
+                " percent-encoded, or given apart: ROLLOUT_REDIS_PASSWORD"
+            )
+        raise ValueError(f"database {database!r} is not a number")
+    return value
 
 
 @contextmanager

@@ -12,7 +12,6 @@ import difflib
 import ipaddress
 import os
 import pathlib
-import urllib.parse
 from collections.abc import Mapping
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
@@ -25,12 +24,13 @@ from service.delivery.keys import (
     DEFAULT_RETENTION_S,
     check_prefix,
 )
+from service.logs import LOG_LEVELS
+from service.redis_conn import check_redis_url
 from service.tokens import check_token
 
 HOUR_S = 3_600
 DAY_S = 86_400
 YEAR_S = 365 * DAY_S  # bounds past any real setting, inside what Redis EXPIRE and socket timeouts take
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # the service's and the sidecar's --log-level
 SIDECAR_ONLY_VARIABLES = frozenset({"ROLLOUT_ENGINE_API_KEY"})  # read by the sidecar, not a setting
 
 
@@ -205,30 +205,6 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
         hint = f"; did you mean {close[0]}?" if close else ""
         lines.append(f"{name} is not a setting and is ignored{hint}")
     return lines
-
-
-def check_redis_url(value: str) -> str:
-    """``value`` if redis-py can connect by it; ``ValueError`` saying why not (the service's setting
-    and the sidecar's flag both check here, before a connection would fail with a traceback)."""
-    parsed = urllib.parse.urlsplit(value)
-    if parsed.scheme not in ("redis", "rediss", "unix"):
-        raise ValueError("expected redis://, rediss:// or unix:// (an http URL or a bare host is not one)")
-    try:
-        parsed.port  # noqa: B018  # raises ValueError for a port past 65535 or not a number
-    except ValueError:  # its message quotes the text, which holds the password when one is unescaped
-        raise ValueError(
-            "the port is not a number up to 65535 (a password with / # ? @ must be percent-encoded,"
-            " or given apart: ROLLOUT_REDIS_PASSWORD)"
-        ) from None
-    database = parsed.path.strip("/")
-    if parsed.scheme != "unix" and database and not database.isdigit():
-        if "@" in database:  # a password's '/' split the URL: what follows it is part of the password
-            raise ValueError(
-                "the database (after the host) is not a number: a password with / # ? @ must be"
-                " percent-encoded, or given apart: ROLLOUT_REDIS_PASSWORD"
-            )
-        raise ValueError(f"database {database!r} is not a number")
-    return value
 
 
 def _split(secret: SecretStr | None) -> list[str]:

@@ -83,8 +83,7 @@ def bench_redis_memory(
 def _check_url(url: str | None) -> None:
     """Refuse a URL redis-py cannot connect by, with the rule ``serve`` and ``sidecar`` use: redis-py
     would raise a bare ValueError traceback (a wrong scheme, a port that is not a number)."""
-    from service.redis_conn import describe
-    from service.settings import check_redis_url
+    from service.redis_conn import check_redis_url, describe
 
     if not url:
         return

@@ -184,8 +184,8 @@ def _check(
 ) -> str:
     """The Redis URL, once the flags that say where to connect and how to run make sense together;
     ``ValueError`` naming the first that does not."""
-    from service.redis_conn import describe
-    from service.settings import LOG_LEVELS, check_redis_url
+    from service.logs import LOG_LEVELS
+    from service.redis_conn import check_redis_url, describe
 
     if not url:
         raise ValueError("no Redis: pass --redis-url or set REDIS_URL")
