@@ -17,6 +17,7 @@ from service.delivery import Delivery
 from service.limits import PlanSlots
 from service.metrics import Metrics
 from service.models import ModelService
+from service.problems import UnavailableError
 from service.redis_conn import RedisClient
 from service.retrain import Retrainer
 from service.settings import Settings
@@ -44,6 +45,9 @@ class Context:
 
 
 def context_of(request: Request) -> Context:
-    """The app's context (set by the lifespan before the first request is served)."""
-    ctx: Context = request.app.state.context
+    """The app's context; ``UnavailableError`` (503) while start-up still waits for a Redis Cluster
+    (``service.startup``: it is set before the first request otherwise)."""
+    ctx: Context | None = request.app.state.context
+    if ctx is None:
+        raise UnavailableError(f"starting: Redis {request.app.state.starting}")
     return ctx

@@ -77,19 +77,6 @@ def refused(error: Exception) -> bool:
     return any(word in str(error) for word in _REFUSALS)
 
 
-def wait_for_cluster(settings: Settings, interval_s: float = 2.0, sleep: Sleep = time.sleep) -> None:
-    """Block until the Redis Cluster's topology can be read; return at once for a single node.
-
-    A single-node client connects on first use, so ``serve`` starts not-ready and recovers by itself.
-    A cluster client reads the slot map when it is built and cannot be made without it; waiting here,
-    before uvicorn starts, gives the same recovery (compose and Kubernetes start services in any
-    order) with one log line a try instead of a traceback, and Ctrl-C still stops it.
-    """
-    if settings.redis_cluster:
-        url = settings.redis_url or ""
-        built_when_reachable(lambda: connect(settings), url, interval_s, sleep).close()
-
-
 def built_when_reachable(
     build: Callable[[], Client], url: str, interval_s: float = 2.0, sleep: Sleep = time.sleep
 ) -> Client:

@@ -53,6 +53,17 @@ def _cluster_args(bus_port: int) -> tuple[str, ...]:
     )
 
 
+def one_node_cluster(port: int, password: str | None = None) -> EmbeddedServer:
+    """A cluster of one master on ``port`` holding every slot (``valkey-cli --cluster create`` wants
+    three): for a cluster that comes up at a port a client was already pointed at."""
+    node = EmbeddedServer(port=port, extra_args=_cluster_args(free_port())).start()
+    with redis.Redis(port=port, decode_responses=True) as client:
+        client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, SLOTS - 1)
+        if password:
+            client.config_set("requirepass", password)
+    return node
+
+
 @dataclass
 class LocalCluster:
     """Three cluster-mode servers holding every slot between them; ``start``/``stop`` bracket a test run."""

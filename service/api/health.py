@@ -36,6 +36,8 @@ _NOT_READY: dict[int | str, dict[str, Any]] = {
 @router.get("/readyz", responses=_NOT_READY)
 def readyz(request: Request) -> JSONResponse:
     """Ready when Redis answers PING and a predictor is loaded; 503 with the reason otherwise."""
+    if request.app.state.context is None:  # start-up still waits for a Redis Cluster (service.startup)
+        return JSONResponse({"ready": False, "redis": request.app.state.starting, "model": None}, 503)
     ctx: Context = context_of(request)
     ctx.models.reload_if_due()
     checks: dict[str, Any] = {"model": ctx.models.version}
@@ -51,4 +53,4 @@ def readyz(request: Request) -> JSONResponse:
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
 def metrics(request: Request) -> Response:
     """Prometheus text exposition."""
-    return Response(context_of(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -136,7 +136,7 @@ def run(settings: Settings) -> None:
     from service import logs
     from service.app import create_app
     from service.embedded import EmbeddedServerError
-    from service.redis_conn import RedisRefusedError, redis_for, wait_for_cluster
+    from service.redis_conn import redis_for
     from service.settings import unknown_variables
 
     logs.configure(settings.log_level)
@@ -147,8 +147,7 @@ def run(settings: Settings) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _exit_cleanly)
     try:
-        with redis_for(settings) as ready:
-            wait_for_cluster(ready)
+        with redis_for(settings) as ready:  # a Redis Cluster is waited for by the app (service.startup)
             uvicorn.run(
                 create_app(ready),
                 host=ready.host,
@@ -157,7 +156,7 @@ def run(settings: Settings) -> None:
                 access_log=False,
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
             )
-    except (EmbeddedServerError, RedisRefusedError) as error:
+    except EmbeddedServerError as error:
         _fail(str(error))
 
 

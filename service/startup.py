@@ -1,0 +1,163 @@
+"""The app's start-up: build the request context and start the reaper, without holding off liveness.
+
+``build_context`` connects and loads what a request needs; it tolerates a single-node Redis being
+down (that client connects on first use: the app starts not-ready and recovers by itself). A Redis
+Cluster client cannot be built at all until a node answers with the slot map. ``Startup`` then
+lets the app serve anyway, ``/healthz`` 200, ``/readyz`` and every route that needs the context 503
+(``service.context.context_of``), and builds it from a thread, one try every ``interval_s``, until
+the cluster answers. Waiting before uvicorn started instead left the liveness probe unanswered for
+the whole outage: a cluster down at pod start outlived the startup probe's 2 minutes and the pod
+was restarted in a loop (CrashLoopBackOff, up to 5 minutes between tries once the cluster was back).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import redis
+from redis.exceptions import RedisClusterException
+
+from predictors.store import ModelStore
+from service.actuals import ActualsLog
+from service.context import Context
+from service.delivery import Delivery
+from service.delivery.errors import UnknownScheduleError
+from service.delivery.reaper import Reaper
+from service.limits import PlanSlots
+from service.metrics import Metrics
+from service.models import ModelService
+from service.redis_conn import connect, describe, refused
+from service.retrain import Retrainer
+from service.settings import Settings
+from service.speeds import SpeedLearner
+
+_log = logging.getLogger("service.app")
+MAX_WATCHED_SCHEDULES = 32  # queue-depth metrics cover at most this many active schedules
+RETRY_S = 2.0  # between tries to reach a Redis Cluster that has not answered yet
+
+
+class Startup:
+    """Puts the context on ``state`` (``state.context``, None until then; ``state.starting``, why
+    not yet) and starts the reaper: at once when it can, else from a thread; ``stop`` undoes both."""
+
+    def __init__(self, settings: Settings, metrics: Metrics, state: Any, interval_s: float = RETRY_S) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.state = state  # the app's ``app.state``
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # a build that ends as the app stops is closed, not published
+        self._thread: threading.Thread | None = None
+        self._reaper: Reaper | None = None
+
+    def begin(self) -> None:
+        """Build now; if the cluster does not answer, serve not-ready and keep trying in a thread."""
+        self.state.context = None
+        self.state.starting = "connecting to Redis"
+        if not self._attempt():
+            self._thread = threading.Thread(target=self._retry, name="redis-cluster-wait", daemon=True)
+            self._thread.start()
+
+    def _retry(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            if self._attempt():
+                return
+
+    def _attempt(self) -> bool:
+        """One try; True once built (or no longer wanted), False while the cluster does not answer."""
+        try:
+            ctx = build_context(self.settings, self.metrics)
+        except (RedisClusterException, redis.RedisError) as error:
+            where = describe(self.settings.redis_url or "")
+            if refused(error):  # waiting alone will not fix credentials: say so loudly, keep trying
+                self.state.starting = f"refused: {error}"
+                _log.error("Redis Cluster at %s refused the service's user (%s); fix REDIS_URL", where, error)
+            else:
+                self.state.starting = f"unreachable: {error}"
+                _log.warning(
+                    "Redis Cluster at %s unreachable (%s); serving not-ready, next try in %.0f s",
+                    where,
+                    error,
+                    self.interval_s,
+                )
+            return False
+        with self._lock:
+            if self._stop.is_set():
+                ctx.redis.close()
+                return True
+            gc.collect()
+            gc.freeze()  # long-lived startup objects leave the GC's scans: shorter pauses per request
+            self._reaper = Reaper(ctx.delivery, on_reap=self.metrics.count_reaped).start()
+            self.state.context = ctx
+            self.state.starting = None
+        _log.info("service started", extra={"redis": describe(self.settings.redis_url or "")})
+        return True
+
+    def stop(self) -> None:
+        """Stop trying, stop the reaper, close the pool; idempotent."""
+        with self._lock:
+            self._stop.set()
+            ctx: Context | None = self.state.context
+            reaper, self._reaper = self._reaper, None
+        if self._thread is not None:  # mid-try it ends within the Redis timeouts; a daemon either way
+            self._thread.join(timeout=1.0)
+        if reaper is not None:
+            reaper.stop()
+        if ctx is not None:
+            ctx.retrainer.release()  # a retrain cut short by the shutdown must not hold the lock
+            ctx.redis.close()
+
+
+def build_context(settings: Settings, metrics: Metrics) -> Context:
+    """Connect and load everything a request needs; tolerant of Redis being down right now."""
+    client, prefix = connect(settings), settings.key_prefix
+    delivery = Delivery(client, prefix)
+    log = ActualsLog(client, settings.actuals_maxlen, prefix)
+    model_service = ModelService(ModelStore(settings.model_dir), log, settings.model_keep)
+    try:
+        model_service.start()
+    except redis.RedisError as error:
+        model_service.loaded = True  # the fallbacks serve; history syncs on the first request
+        if refused(error):  # waiting will not fix credentials: tell the operator
+            _log.error(
+                "Redis refused the service's user at startup (%s); check REDIS_URL's credentials", error
+            )
+        else:
+            _log.warning("Redis unreachable at startup (%s); will retry on each request", error)
+    metrics.watch_queues(lambda: _queue_depths(delivery))
+    metrics.watch_model(lambda: _serving_version(model_service))
+    return Context(
+        settings=settings,
+        redis=client,
+        delivery=delivery,
+        metrics=metrics,
+        models=model_service,
+        speeds=SpeedLearner(client, settings.speed_ewma_alpha, prefix),
+        actuals=log,
+        retrainer=Retrainer(model_service, client, metrics, settings.retrain_every_steps, prefix),
+        plan_slots=PlanSlots(settings.max_concurrent_plans, settings.plan_queue_timeout_s),
+    )
+
+
+def _serving_version(predictor: ModelService) -> str:
+    """The predictor version serving now, after picking up one another replica stored (as ``/readyz``
+    and ``GET /models`` do): a replica that plans nothing must not report a version it dropped."""
+    predictor.reload_if_due()
+    return predictor.version
+
+
+def _queue_depths(delivery: Delivery) -> Mapping[tuple[str, str], int]:
+    """Counts by state of the newest active schedules (read when Prometheus scrapes)."""
+    depths: dict[tuple[str, str], int] = {}
+    for schedule_id in delivery.newest_schedules(MAX_WATCHED_SCHEDULES):
+        try:
+            totals = delivery.totals(schedule_id)
+        except UnknownScheduleError:  # expired since it was indexed: the reaper will drop it
+            continue
+        for state, count in totals.items():
+            depths[(schedule_id, state)] = count
+    return depths

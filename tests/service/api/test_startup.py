@@ -1,0 +1,106 @@
+"""``serve`` answers liveness while its Redis Cluster is down, and turns ready once the cluster answers.
+
+A cluster client cannot be built before a node answers with the slot map. ``serve`` used to wait for
+that before uvicorn started, so ``/healthz`` went unanswered for the whole outage: a cluster down at
+pod start outlived the startup probe and the pod was restarted in a loop. Now the app serves at once,
+not ready, and builds its context in the background (``service.startup``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.ports import free_port
+from service.settings import Settings
+from tests.cluster import one_node_cluster
+from tests.service.api.conftest import batch_body
+
+
+def _until(url: str, status: int, proc: subprocess.Popen[str], timeout_s: float) -> httpx.Response:
+    """The first answer from ``url`` with ``status``; fails when ``proc`` exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"serve exited: {proc.communicate()[1][-2000:]}"
+        try:
+            answer = httpx.get(url, timeout=1.0)
+            if answer.status_code == status:
+                return answer
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{url} did not answer {status} within {timeout_s} s")
+
+
+@pytest.mark.timeout(90)
+def test_serve_answers_liveness_while_its_cluster_is_down_and_turns_ready_once_it_answers(
+    tmp_path: Path,
+) -> None:
+    redis_port, port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
+    env |= {"ROLLOUT_MODEL_DIR": str(tmp_path), "ROLLOUT_REDIS_TIMEOUT_S": "0.2"}
+    command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", str(port)]
+    command += ["--redis-url", f"redis://127.0.0.1:{redis_port}/0", "--redis-cluster"]
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    node = None
+    try:
+        _until(f"http://127.0.0.1:{port}/healthz", 200, proc, timeout_s=30)  # no cluster at all yet
+        waiting = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2.0)
+        assert waiting.status_code == 503
+        assert waiting.json()["redis"].startswith("unreachable")
+        node = one_node_cluster(redis_port)
+        _until(f"http://127.0.0.1:{port}/readyz", 200, proc, timeout_s=30)  # retried every 2 s
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if node is not None:
+            node.stop()
+
+
+def test_while_the_cluster_is_down_redis_bound_routes_answer_503_and_probes_answer(tmp_path: Path) -> None:
+    settings = Settings(
+        redis_url=f"redis://127.0.0.1:{free_port()}/0",
+        redis_cluster=True,
+        redis_timeout_s=0.2,
+        model_dir=str(tmp_path),
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/metrics").status_code == 200
+        planned = client.post("/schedule", json=batch_body())
+        assert planned.status_code == 503
+        assert planned.headers["content-type"] == "application/problem+json"
+        assert "starting: Redis unreachable" in planned.json()["detail"]
+        assert client.get("/models").status_code == 503
+
+
+def test_a_cluster_that_refuses_the_password_keeps_serve_not_ready_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Waiting alone cannot fix credentials: an error log line, and /readyz names the refusal."""
+    port = free_port()
+    node = one_node_cluster(port, password="s3cret")
+    try:
+        url = f"redis://:wrong@127.0.0.1:{port}/0"
+        settings = Settings(redis_url=url, redis_cluster=True, model_dir=str(tmp_path))
+        with caplog.at_level(logging.ERROR, logger="service.app"), TestClient(create_app(settings)) as client:
+            ready = client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["redis"].startswith("refused")
+        assert "wrong" not in ready.text
+        assert "refused the service's user" in caplog.text
+    finally:
+        node.stop()
