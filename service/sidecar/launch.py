@@ -158,17 +158,31 @@ def run_pull(options: SidecarOptions) -> SessionStats:
 
     The socket is bound here, before anything starts, so a port in use is an ``OSError`` the
     command reports in one line; and the app sees uvicorn's ``should_exit``, so a long-poll in
-    flight stops claiming the moment SIGTERM arrives."""
+    flight stops claiming the moment SIGTERM arrives. Redis is reached while the API serves (a
+    cluster down at start-up is waited for with ``/health`` answering); credentials it refuses stop
+    the server and are raised here as ``RedisRefusedError``."""
     import uvicorn
 
-    from service.sidecar.pull_api import create_pull_app
+    from service.sidecar.pull_api import Connecting, create_pull_app
 
     assert options.pull_api_port is not None
     listener = socket.create_server((options.pull_api_host, options.pull_api_port))
-    session = session_for(options, connect(options))
     server: uvicorn.Server | None = None
+    made: list[WorkerSession] = []
+    refusals: list[RedisRefusedError] = []
+
+    def connected() -> WorkerSession:
+        try:
+            made.append(session_for(options, connect(options)))
+        except RedisRefusedError as error:  # waiting will not help: stop, and let the command say why
+            refusals.append(error)
+            if server is not None:
+                server.should_exit = True
+            raise
+        return made[0]
+
     app = create_pull_app(
-        session,
+        Connecting(options.worker_id, connected),
         options.pull_idle_timeout_s,
         stopping=lambda: server is not None and server.should_exit,
         release_within_s=options.drain_timeout_s + RELEASE_GRACE_S,
@@ -181,4 +195,6 @@ def run_pull(options: SidecarOptions) -> SessionStats:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     server.run(sockets=[listener])
-    return session.stats
+    if refusals:
+        raise refusals[0]
+    return made[0].stats if made else SessionStats()

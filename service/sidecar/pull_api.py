@@ -24,6 +24,10 @@ life: if it calls none of these endpoints for ``idle_timeout_s``, heartbeats sto
 lapse, so a dead worker process is noticed even though the sidecar lives on. Once SIGTERM arrives
 nothing more is claimed (a long-poll in flight answers 204), and what is held is handed back within
 the drain timeout, Redis down or not.
+
+It serves from before it reaches Redis (``Connecting``): a Redis Cluster down at start-up is waited
+for while ``GET /health`` answers ``connecting`` (an outage a restart cannot fix must not fail a
+liveness probe), ``GET /ready`` answers 503 and every other endpoint 503 ``{"error"}`` (retry).
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar, cast
 
 import redis
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
@@ -54,6 +60,22 @@ MAX_WAIT_S = 30.0
 MAX_TOKENS = 2**31 - 1  # the service's bound on a reported count (docs/api.md)
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a /done carries one output: far below this; more is a mistake
 log = logging.getLogger("service.sidecar")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Connecting:
+    """A session still to be made: ``connect`` blocks until Redis answers (a cluster down at start)."""
+
+    worker_id: str
+    connect: Callable[[], WorkerSession]
+
+
+class ConnectingError(RuntimeError):
+    """The sidecar has not reached Redis yet: a 503, retry later."""
+
+    def __init__(self) -> None:
+        super().__init__("connecting to Redis")
 
 
 class _LeaseRef(BaseModel):
@@ -108,18 +130,41 @@ class PullState:
 
     def __init__(
         self,
-        session: WorkerSession,
+        session: WorkerSession | Connecting,
         idle_timeout_s: float,
         stopping: Callable[[], bool] = lambda: False,
         release_within_s: float = 2.0,
     ) -> None:
-        self.session = session
+        self._session = None if isinstance(session, Connecting) else session
+        self.worker_id = session.worker_id if isinstance(session, Connecting) else session.settings.worker_id
         self.idle_timeout_s = idle_timeout_s
         self.stopping = stopping  # true once the server shuts down: claim nothing more
         self.release_within_s = release_within_s  # shutdown: hand back what is held within this
         self.last_seen = time.monotonic()
         self.lost: list[dict[str, Any]] = []
         self.lock = asyncio.Lock()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the session exists (Redis answered at start-up)."""
+        return self._session is not None
+
+    @property
+    def session(self) -> WorkerSession:
+        """The worker session; ``ConnectingError`` (503) until Redis has answered."""
+        if self._session is None:
+            raise ConnectingError()
+        return self._session
+
+    async def run(self, pending: Connecting | None) -> None:
+        """Connect when still ``pending`` (served meanwhile), then heartbeat until cancelled."""
+        if pending is not None:
+            try:
+                self._session = await _in_daemon_thread(pending.connect)
+            except Exception as error:  # refused credentials: the caller's ``connect`` stops the server
+                log.error("could not connect to Redis: %s", error)
+                return
+        await self.heartbeats()
 
     def touch(self) -> None:
         """The worker called us: it is alive, keep its leases."""
@@ -173,9 +218,20 @@ router = APIRouter()
 
 @router.get("/health")
 async def health(request: Request) -> dict[str, Any]:
-    """Liveness of the sidecar (not a sign of the worker's life: probes call it too)."""
-    session: WorkerSession = request.app.state.pull.session
-    return {"status": "ok", "worker_id": session.settings.worker_id, "held": len(session.holdings)}
+    """Liveness of the sidecar (not a sign of the worker's life: probes call it too); ``connecting``
+    while it waits for Redis at start-up."""
+    state: PullState = request.app.state.pull
+    if not state.connected:
+        return {"status": "connecting", "worker_id": state.worker_id, "held": 0}
+    return {"status": "ok", "worker_id": state.worker_id, "held": len(state.session.holdings)}
+
+
+@router.get("/ready")
+async def ready(request: Request) -> JSONResponse:
+    """200 once the sidecar has reached Redis at start-up; 503 while it is still connecting."""
+    state: PullState = request.app.state.pull
+    body = {"status": "ok" if state.connected else "connecting", "worker_id": state.worker_id}
+    return JSONResponse(body, status_code=200 if state.connected else 503)
 
 
 @router.get("/next", response_model=None)
@@ -246,22 +302,25 @@ async def reset(state: Pull) -> dict[str, int]:
 
 
 def create_pull_app(
-    session: WorkerSession,
+    session: WorkerSession | Connecting,
     idle_timeout_s: float = 60.0,
     stopping: Callable[[], bool] = lambda: False,
     release_within_s: float = 2.0,
 ) -> FastAPI:
-    """Build the loopback pull API around ``session``; heartbeats run while the server runs."""
+    """Build the loopback pull API around ``session`` (or one still ``Connecting``, made while it
+    serves); heartbeats run while the server runs."""
     state = PullState(session, idle_timeout_s, stopping, release_within_s)
+    pending = session if isinstance(session, Connecting) else None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        task = asyncio.create_task(state.heartbeats())
+        task = asyncio.create_task(state.run(pending))
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        await session.hand_back(session.holdings.all(), release_within_s)  # whatever the worker held
+        if state.connected:  # whatever the worker held
+            await state.session.hand_back(state.session.holdings.all(), release_within_s)
 
     app = FastAPI(title="rollout-scheduler sidecar pull API", lifespan=lifespan)
     app.state.pull = state
@@ -270,6 +329,34 @@ def create_pull_app(
         app.add_exception_handler(kind, _problem)
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     return app
+
+
+async def _in_daemon_thread(call: Callable[[], T]) -> T:
+    """``call()`` in a daemon thread: a wait for Redis must not hold the process at exit after SIGTERM
+    (``asyncio.to_thread``'s threads are joined at exit, and the wait for a cluster has no end)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: Exception | None) -> None:
+        if done.cancelled():  # the server stopped before Redis answered
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(cast(T, result))
+
+    def target() -> None:
+        result: T | None = None
+        error: Exception | None = None
+        try:
+            result = call()
+        except Exception as exc:
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=target, name="redis-connect", daemon=True).start()
+    return await done
 
 
 # Every error the pull API answers, in one place: exception type -> status and the body documented in
@@ -281,6 +368,8 @@ _PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]
     RequestValidationError: (422, lambda exc: {"error": _invalid(exc)}),
     # Redis unreachable or failing: retry later, the lease is kept
     redis.RedisError: (503, lambda exc: {"error": f"redis unavailable: {exc}"}),
+    # start-up still waits for Redis (a cluster down when the sidecar started): retry later
+    ConnectingError: (503, lambda exc: {"error": str(exc)}),
     # never published here, or its retention passed while the worker ran it: drop the result
     UnknownScheduleError: (404, lambda exc: {"outcome": "unknown_schedule", "error": str(exc)}),
 }

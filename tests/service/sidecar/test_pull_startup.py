@@ -1,0 +1,110 @@
+"""A pull-mode sidecar serves its API before it reaches Redis: ``/health`` answers ``connecting``
+while a Redis Cluster down at start-up is waited for, ``/ready`` and ``/next`` answer 503, and it
+turns ready once the cluster answers.
+
+It used to wait for the cluster before its API existed: a liveness probe on ``/health`` failed for
+the whole outage (a restart loop for an outage a restart cannot fix), and the worker process's
+``/next`` could not tell a sidecar still connecting from one that is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from service.ports import free_port
+from tests.cluster import one_node_cluster
+
+
+def _sidecar(pull_port: int, redis_url: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-c", "from service.cli import main; main()", "sidecar", "--worker-id", "w0"]
+    command += ["--pull-api", str(pull_port), "--redis-url", redis_url, "--cluster"]
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _until(url: str, status: int, proc: subprocess.Popen[str], timeout_s: float) -> httpx.Response:
+    """The first answer from ``url`` with ``status``; fails when ``proc`` exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"sidecar exited: {proc.communicate()[1][-2000:]}"
+        try:
+            answer = httpx.get(url, timeout=1.0)
+            if answer.status_code == status:
+                return answer
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{url} did not answer {status} within {timeout_s} s")
+
+
+def _stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out, err
+
+
+@pytest.mark.timeout(90)
+def test_pull_mode_answers_health_while_its_cluster_is_down_and_turns_ready_once_it_answers() -> None:
+    redis_port, pull_port = free_port(), free_port()
+    proc = _sidecar(pull_port, f"redis://127.0.0.1:{redis_port}/0")
+    base = f"http://127.0.0.1:{pull_port}"
+    node = None
+    try:
+        health = _until(f"{base}/health", 200, proc, timeout_s=30)  # no cluster at all yet
+        assert health.json() == {"status": "connecting", "worker_id": "w0", "held": 0}
+        assert httpx.get(f"{base}/ready", timeout=2.0).status_code == 503
+        waiting = httpx.get(f"{base}/next", timeout=2.0)
+        assert waiting.status_code == 503
+        assert waiting.json() == {"error": "connecting to Redis"}
+        node = one_node_cluster(redis_port)
+        _until(f"{base}/ready", 200, proc, timeout_s=30)  # the sidecar retries every 2 s
+        assert httpx.get(f"{base}/health", timeout=2.0).json()["status"] == "ok"
+        assert httpx.get(f"{base}/next", timeout=2.0).status_code == 204  # nothing published
+        code, out, _ = _stop(proc)
+        assert code == 0
+        assert json.loads(out.strip().splitlines()[-1])["worker_id"] == "w0"
+    finally:
+        if proc.poll() is None:
+            _stop(proc)
+        if node is not None:
+            node.stop()
+
+
+@pytest.mark.timeout(60)
+def test_pull_mode_stops_at_once_on_sigterm_while_still_waiting_for_its_cluster() -> None:
+    pull_port = free_port()
+    proc = _sidecar(pull_port, f"redis://127.0.0.1:{free_port()}/0")
+    _until(f"http://127.0.0.1:{pull_port}/health", 200, proc, timeout_s=30)
+    started = time.monotonic()
+    code, out, _ = _stop(proc)
+    assert code == 0
+    assert time.monotonic() - started < 10
+    assert json.loads(out.strip().splitlines()[-1])["claimed"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_pull_mode_whose_cluster_refuses_its_password_exits_with_one_line() -> None:
+    """Waiting cannot fix credentials: the sidecar stops serving and says so, as in push mode."""
+    redis_port = free_port()
+    node = one_node_cluster(redis_port, password="s3cret")
+    try:
+        proc = _sidecar(free_port(), f"redis://:wrong@127.0.0.1:{redis_port}/0")
+        _, err = proc.communicate(timeout=45)
+        assert proc.returncode == 2
+        assert "refused our credentials" in err.strip().splitlines()[-1]
+        assert "wrong" not in err
+    finally:
+        node.stop()
