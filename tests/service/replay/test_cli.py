@@ -14,6 +14,11 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from typer.testing import CliRunner
 
 FAST = ["--time-budget", "0.2"]
+# Output checks play the policies in this process: a spawned pool re-imports the scheduler in each of
+# its workers (~4 s a replay on 2 cores) and changes no number (test_replay.py's
+# test_policies_played_in_worker_processes_give_what_they_give_in_turn). The CLI's default pool is
+# still run by test_replay_json_reports_the_bound_and_each_policy, and by test_interrupt.py.
+IN_PROCESS = ["--processes", "1"]
 
 
 def _run(cli: typer.Typer, args: list[str]) -> tuple[int, str, str]:
@@ -47,7 +52,9 @@ def test_replay_writes_a_gantt_png_and_a_self_contained_html_report(
 ) -> None:
     png, page = tmp_path / "gantt.png", tmp_path / "out" / "report.html"
     args = ["replay", str(small_trace_file), "--workers", "2xH100", "--policies", "round_robin,lpt"]
-    code, out, _ = _run(cli, [*args, "--steps", "1-2", "--plot", str(png), "--report", str(page), *FAST])
+    code, out, _ = _run(
+        cli, [*args, "--steps", "1-2", "--plot", str(png), "--report", str(page), *FAST, *IN_PROCESS]
+    )
     assert code == 0
     assert "lpt" in out
     assert png.read_bytes().startswith(b"\x89PNG")
@@ -153,8 +160,8 @@ def test_trace_import_verl_without_a_tokenizer_is_refused(cli: typer.Typer, tmp_
 def test_a_step_range_past_the_trace_selects_only_the_steps_it_has(
     cli: typer.Typer, small_trace_file: Path
 ) -> None:
-    args = ["replay", str(small_trace_file), "--workers", "1xH100", "--steps", "2-300000000", "--json", *FAST]
-    code, out, _ = _run(cli, args)
+    args = ["replay", str(small_trace_file), "--workers", "1xH100", "--steps", "2-300000000", "--json"]
+    code, out, _ = _run(cli, [*args, *FAST, *IN_PROCESS])
     assert code == 0
     assert json.loads(out)["steps"] == [2]
 
