@@ -14,8 +14,11 @@ A later request that states no ``time_scale`` or ``decode_tokens_per_s`` for a w
 learned one, once ``MIN_SPEED_SAMPLES`` reports stand behind it: until then the mean is the plain
 mean of every report (no early report alone decides), and after it a batch of fewer reports moves it
 by a proportionally smaller weight, so one absurd report can neither starve nor flood a worker.
-Reports without ``concurrency`` teach nothing about speed: a trajectory decoded in a batch of 100
-is slower than one decoded alone, and mistaking that for a slow worker would mislead every later plan.
+A worker with no learned scale of its own (not measured yet, or since its profile changed) is
+planned with the geometric mean of its measured peers' in the same request, those planned with the
+same profile (``peer_scales``). Reports without ``concurrency`` teach nothing about speed: a
+trajectory decoded in a batch of 100 is slower than one decoded alone, and mistaking that for a slow
+worker would mislead every later plan.
 
 Only workers that run something are measured, and a plan gives nothing to a worker it believes far
 too slow: a wrong belief (a bad day, a neighbour since gone) would last forever. So each published
@@ -176,17 +179,21 @@ class SpeedLearner:
         for wid in idle:
             self._decay(keys=[self.speed_key], args=[wid, planned[wid], IDLE_DECAY])
 
-    def learned(self, workers: Sequence[Worker], model: ModelPreset) -> dict[str, float]:
-        """Time scales learned for ``workers`` against the profiles they are planned with now;
-        workers never measured, or measured against another profile, are absent."""
+    def learned(self, workers: Sequence[Worker], model: ModelPreset) -> dict[str, tuple[float, str]]:
+        """Worker id -> (time scale, source) for ``workers``, against the profiles they are planned
+        with now: ``learned``, its own; ``learned_peers``, for a worker with none (never measured, or
+        measured against another profile), the geometric mean of those of its peers in ``workers``
+        (same profile fingerprint) that have one (``peer_scales``). Absent: neither."""
         if not workers:
             return {}
         raw = self._redis.hmget(self.speed_key, [w.worker_id for w in workers])
-        scales = {
-            w.worker_id: _learned_scale(w.worker_id, value, profile_fingerprint(w, model))
-            for w, value in zip(workers, raw, strict=True)
+        prints = [profile_fingerprint(w, model) for w in workers]
+        own = {
+            w.worker_id: scale
+            for w, value, fingerprint in zip(workers, raw, prints, strict=True)
+            if (scale := _learned_scale(w.worker_id, value, fingerprint)) is not None
         }
-        return {wid: scale for wid, scale in scales.items() if scale is not None}
+        return peer_scales([w.worker_id for w in workers], prints, own)
 
     def observe(self, reports: Iterable[ActualReport]) -> dict[str, float]:
         """Fold the speed samples of ``reports`` in; returns the new time scale of each updated worker."""
@@ -249,6 +256,30 @@ def idle_learned(plan: Plan, sources: Mapping[str, str], drained: Collection[str
         for w in plan.workers
         if not w.items and sources.get(w.worker_id) == "learned" and w.worker_id not in drained
     ]
+
+
+def peer_scales(
+    worker_ids: Sequence[str], fingerprints: Sequence[str], own: Mapping[str, float]
+) -> dict[str, tuple[float, str]]:
+    """Each worker's own learned scale (``learned``), else its peers' geometric mean (``learned_peers``).
+
+    Why. A profile is a datasheet estimate, and a whole fleet often runs faster or slower than it
+    (kernels, clocks, the serving stack). Measured one by one, the first worker measured then looked
+    faster (or slower) than its identical peers still at the profile's 1.0: a fleet measured at 0.03
+    gave the one worker that had reported the whole next batch, and the others, given nothing, never
+    reported to correct it. A worker not measured yet is taken to run like the measured workers of
+    its profile (device, overrides, GPUs, model), until it is measured itself."""
+    logs_of: dict[str, list[float]] = defaultdict(list)
+    for wid, fingerprint in zip(worker_ids, fingerprints, strict=True):
+        if wid in own:
+            logs_of[fingerprint].append(math.log(own[wid]))
+    scales: dict[str, tuple[float, str]] = {}
+    for wid, fingerprint in zip(worker_ids, fingerprints, strict=True):
+        if wid in own:
+            scales[wid] = (own[wid], "learned")
+        elif logs_of[fingerprint]:
+            scales[wid] = (math.exp(sum(logs_of[fingerprint]) / len(logs_of[fingerprint])), "learned_peers")
+    return scales
 
 
 def modelled_seconds(worker: Worker, model: ModelPreset, report: ActualReport) -> float:

@@ -42,12 +42,13 @@ def resolve_model(name: str | None, default: str) -> ModelPreset:
 
 
 def build_inventory(
-    request: ScheduleRequest, model: ModelPreset, learned: Mapping[str, float]
+    request: ScheduleRequest, model: ModelPreset, learned: Mapping[str, tuple[float, str]]
 ) -> tuple[Inventory, frozenset[str], dict[str, str]]:
     """Workers with overrides applied; returns the inventory, drained ids, and each time scale's source.
 
     A worker's step-time multiplier comes from, in order: the request's ``time_scale``, its measured
-    ``decode_tokens_per_s``, the speed learned from earlier actuals (``learned``), else 1.0.
+    ``decode_tokens_per_s``, the speed learned from earlier actuals (``learned``: its own, or its
+    measured peers'), else 1.0.
     """
     workers: list[Worker] = []
     sources: dict[str, str] = {}
@@ -71,7 +72,7 @@ def build_inventory(
 
 
 def _worker(
-    spec: WorkerSpec, path: str, model: ModelPreset, learned: Mapping[str, float]
+    spec: WorkerSpec, path: str, model: ModelPreset, learned: Mapping[str, tuple[float, str]]
 ) -> tuple[Worker, str]:
     try:
         profile = device_profile(spec.device)
@@ -101,8 +102,9 @@ def _worker(
                 f"[{MIN_TIME_SCALE:g}, {MAX_TIME_SCALE:g}]: check the unit (tokens per second, one sequence)",
             )
         return dataclasses.replace(worker, time_scale=scale), "measured"
-    if spec.worker_id in learned:
-        return dataclasses.replace(worker, time_scale=learned[spec.worker_id]), "learned"
+    if spec.worker_id in learned:  # its own (learned) or its measured peers' (learned_peers)
+        scale, source = learned[spec.worker_id]
+        return dataclasses.replace(worker, time_scale=scale), source
     return worker, "profile"
 
 

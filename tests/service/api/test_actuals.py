@@ -244,3 +244,28 @@ def test_a_report_without_concurrency_teaches_no_speed(client: TestClient) -> No
     del report["concurrency"]
     assert client.post("/actuals", json={"actuals": [report]}).json()["time_scales"] == {}
     assert client.post("/schedule", json=batch_body(workers=2)).json()["time_scales"]["w0"] == 1.0
+
+
+def test_a_worker_not_measured_yet_is_planned_like_its_measured_peers(client: TestClient) -> None:
+    """A fleet faster than its datasheet, measured one worker at a time, must not flood the first
+    measured worker and starve its identical peers, which would then never be measured."""
+    fleet = batch_body(workers=3)
+    for spec in fleet["inventory"]["workers"]:
+        spec["device"] = "H100"  # three identical workers
+    client.post("/schedule", json=fleet)
+    fast = [actual_report(0, p, 0, worker="w0", slowdown=0.05) for p in range(6)]
+    client.post("/actuals", json={"actuals": fast})
+
+    answer = client.post("/schedule", json=fleet).json()
+
+    assert answer["time_scale_sources"] == {"w0": "learned", "w1": "learned_peers", "w2": "learned_peers"}
+    assert answer["time_scales"]["w1"] == answer["time_scales"]["w2"] == answer["time_scales"]["w0"]
+    assert all(answer["assignments"][w] for w in ("w0", "w1", "w2"))  # each one is given work
+
+
+def test_peers_lend_their_scale_only_within_one_profile(client: TestClient) -> None:
+    client.post("/schedule", json=batch_body(workers=2))  # w0 an H100, w1 an Ascend 910B
+    fast = [actual_report(0, p, 0, worker="w0", slowdown=0.05) for p in range(6)]
+    client.post("/actuals", json={"actuals": fast})
+    answer = client.post("/schedule", json=batch_body(workers=2)).json()
+    assert answer["time_scale_sources"] == {"w0": "learned", "w1": "profile"}
