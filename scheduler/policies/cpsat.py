@@ -59,6 +59,7 @@ from scheduler.policies.lpt import calibrated, lpt_assignment, lpt_start
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
 from scheduler.policies.robust import SAMPLES, Spread, least_expected, spreads
+from scheduler.policies.robust_fast import at_once_hedge
 from scheduler.policies.robust_order import hedged
 from scheduler.types import PlanRequest
 
@@ -120,8 +121,10 @@ class CpSatPolicy:
         lpt_robust = calibrated(problem, request, lpt_hedged, spread, deadline)  # what lpt returns
         best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end, spread)
         if best.queues == lpt_plan.queues:
-            return Placement(lpt_robust.queues, best.status, finish_s=lpt_robust.finish_s)
-        return hedged(problem, request, best, spread, deadline)
+            best = Placement(lpt_robust.queues, best.status, finish_s=lpt_robust.finish_s)
+        else:
+            best = hedged(problem, request, best, spread, deadline)
+        return at_once_hedge(problem, request, best, spread, deadline)
 
     def _search(
         self,

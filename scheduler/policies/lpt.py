@@ -28,6 +28,7 @@ from scheduler.policies.load import Rates, rates
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, longest_first, worker_kinds
 from scheduler.policies.robust import Spread, spreads
+from scheduler.policies.robust_fast import at_once_hedge
 from scheduler.policies.robust_order import hedged
 from scheduler.policies.robust_place import DRAWS, kind_scales
 from scheduler.policies.waves import lane_assignment
@@ -54,9 +55,10 @@ class LptPolicy:
         spread = spreads(request.trajectories)
         _, queues, finishes = lpt_start(problem, request.kv_admission, deadline, spread is None)
         placement = Placement(queues=queues, status="HEURISTIC", finish_s=finishes)
-        return calibrated(
+        placed = calibrated(
             problem, request, hedged(problem, request, placement, spread, deadline), spread, deadline
         )
+        return at_once_hedge(problem, request, placed, spread, deadline)
 
 
 def calibrated(

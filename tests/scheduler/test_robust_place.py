@@ -15,6 +15,7 @@ from scheduler.policies.base import Placement
 from scheduler.policies.lpt import calibrated, lpt_assignment, ordered
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import spreads
+from scheduler.policies.robust_fast import at_once_hedge
 from scheduler.policies.robust_order import drawn_finish, hedged
 from scheduler.policies.robust_place import kind_scales
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
@@ -105,6 +106,8 @@ def test_lpt_and_cpsat_both_return_the_calibrated_plan() -> None:
     problem, placement = _hedged_lpt(request)
     spread = spreads(request.trajectories)
     again = calibrated(problem, request, placement, spread, time.perf_counter() + LATER)
+    # this batch runs at once on the pool, so both then weigh it against the fastest kind first
+    again = at_once_hedge(problem, request, again, spread, time.perf_counter() + LATER)
     keys = [[request.trajectories[i].key for i in queue] for queue in again.queues]
     for policy in ("lpt", "cpsat"):
         assert [list(w.items) for w in plan(request, policy).workers] == keys

@@ -167,6 +167,22 @@ def test_on_real_math100_cpsat_keeps_the_plan_the_quantiles_expect_to_finish_fir
     assert cpsat.result.makespan_s <= lpt.result.makespan_s
 
 
+def test_on_real_math100_a_mixed_pool_keeps_the_batch_that_runs_at_once_off_the_slow_kind(
+    shared_data: Path,
+) -> None:
+    """Step 1 fits the pool's slots, so every sample starts at once and the makespan is one
+    sample's time: the one predicted at 554 tokens that ran 2,107 ran on an Ascend 910B in the
+    plan balanced on the predictions (30.5 s), where round_robin's split ran 16.7 s by luck."""
+    trace = read_trace(shared_data / "math100_x8.trace.csv")
+    pool = parse_workers("2xH100,2xAscend910B", model="7b")
+    step = replay(trace, ReplayConfig(pool, ("round_robin", "lpt", "cpsat"), (1,))).steps[0]
+    blind = step.runs[("round_robin", True)].result.makespan_s
+    for policy in ("lpt", "cpsat"):
+        run = step.runs[(policy, True)]
+        assert all(not w.items for w in run.plan.workers if w.worker_id.startswith("ascend"))
+        assert run.result.makespan_s <= 1.05 * blind  # the H100s, twice as crowded: 17.2 s
+
+
 def test_policies_played_in_worker_processes_give_what_they_give_in_turn(small_trace: Trace) -> None:
     policies = ("round_robin", "lpt", ORACLE)
     # a budget no plan of this small batch comes near, so no search is cut short in either run

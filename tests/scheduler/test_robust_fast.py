@@ -1,0 +1,113 @@
+"""A batch that runs at once on a mixed pool: the tail risk is kept on the fastest kind.
+
+Every trajectory starts at step 0 and the makespan is one trajectory's time on the worker it
+landed on. A trajectory predicted short that runs long (math100: 554 tokens predicted, p90 589,
+2,107 true) costs about twice as much on an Ascend 910B as on an H100.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from scheduler.devices import device_profile, model_preset
+from scheduler.planner import plan
+from scheduler.policies.base import Placement
+from scheduler.policies.problem import build_problem
+from scheduler.policies.robust import spreads
+from scheduler.policies.robust_fast import at_once_hedge, fastest_first
+from scheduler.simulator import SimOptions, simulate
+from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker
+
+LATER = 60.0  # a deadline far enough away for everything here
+
+
+def _request(h100s: int = 2, ascends: int = 2, slots: int = 256, quantiles: bool = True) -> PlanRequest:
+    """16 prompts x 4 samples of short chain-of-thought (p50 300-1,500 tokens, p90 10% above: as
+    sure of itself as the math100 predictor), on H100s and Ascend 910Bs that hold it all at once."""
+    rng = np.random.default_rng(3)
+    batch = []
+    for p in range(16):
+        median = float(rng.uniform(300.0, 1_500.0))
+        for s in range(4):
+            p50 = median * float(rng.uniform(0.9, 1.1))
+            spread = {0.5: p50, 0.9: 1.1 * p50} if quantiles else {}
+            batch.append(Trajectory(f"q{p}", s, 150, 4_096, p50, spread))
+    h100, ascend = device_profile("H100"), device_profile("Ascend910B")
+    workers = [Worker(f"h100-{j}", h100, max_num_seqs=slots) for j in range(h100s)]
+    workers += [Worker(f"a910b-{j}", ascend, max_num_seqs=slots) for j in range(ascends)]
+    inventory = Inventory(tuple(workers), model_preset("7b"))
+    return PlanRequest(tuple(batch), inventory, kv_admission=True, time_budget_s=LATER)
+
+
+def _medians(request: PlanRequest) -> tuple[Trajectory, ...]:
+    """The batch without its quantiles: what a plan balanced on the predictions alone sees."""
+    return tuple(dataclasses.replace(t, quantiles={}) for t in request.trajectories)
+
+
+def _mean_with_one_long(request: PlanRequest, planned: Plan, long_tokens: int) -> float:
+    """Mean simulated makespan over which one trajectory runs ``long_tokens`` (each equally likely),
+    every other one its median: the risk the predictions' narrow p90 does not show."""
+    makespans = []
+    for long in request.trajectories:
+        actual = {t.key: int(t.predicted_tokens) for t in request.trajectories}
+        actual[long.key] = long_tokens
+        options = SimOptions(steal=True, kv_admission=planned.kv_admission)
+        makespans.append(
+            simulate(planned, request.trajectories, actual, request.inventory, options).makespan_s
+        )
+    return float(np.mean(makespans))
+
+
+def test_a_batch_that_runs_at_once_stays_on_the_fastest_kind_and_is_expected_to_end_soonest() -> None:
+    request = _request()
+    longest = 2 * int(max(t.quantiles[0.9] for t in request.trajectories))
+    blind = _mean_with_one_long(request, plan(request, "round_robin"), longest)
+    balanced = _mean_with_one_long(
+        request, plan(dataclasses.replace(request, trajectories=_medians(request)), "lpt"), longest
+    )
+    for policy in ("lpt", "cpsat"):
+        planned = plan(request, policy)
+        assert [len(w.items) for w in planned.workers[2:]] == [0, 0]  # nothing on the Ascends
+        # one sample running twice the batch's longest p90, any one: sooner than length-blind and
+        # than the plan balanced on the predictions (which gives the Ascends a third of the batch)
+        expected = _mean_with_one_long(request, planned, longest)
+        assert expected < blind
+        assert expected < 0.9 * balanced
+
+
+def test_the_fastest_kind_takes_the_longest_units_up_to_its_slots_and_the_next_kind_the_rest() -> None:
+    problem = build_problem(_request(slots=24))  # 48 slots on the H100s for 64 trajectories
+    placed = fastest_first(problem)
+    assert placed is not None
+    assert [len(q) for q in placed[:2]] == [24, 24]
+    assert sum(len(q) for q in placed[2:]) == 16
+    on_h100 = [problem.steps[i] for q in placed[:2] for i in q]
+    on_ascend = [problem.steps[i] for q in placed[2:] for i in q]
+    assert min(on_h100) >= max(on_ascend)  # the slow kind gets the shortest predictions
+
+
+def test_there_is_no_candidate_where_the_batch_does_not_run_at_once_or_the_pool_has_one_kind() -> None:
+    assert fastest_first(build_problem(_request(slots=15))) is None  # 64 trajectories, 60 slots
+    assert fastest_first(build_problem(_request(ascends=0))) is None
+
+
+def test_without_quantiles_or_past_the_deadline_the_plan_is_returned_as_it_is() -> None:
+    request = _request()
+    problem = build_problem(request)
+    queues = tuple(tuple(range(w, 64, 4)) for w in range(4))  # dealt in turn, Ascends included
+    placement = Placement(queues, "HEURISTIC", finish_s=tuple(problem.finishes(queues, True)))
+    later = time.perf_counter() + LATER
+    assert at_once_hedge(problem, request, placement, None, later) is placement
+    spread = spreads(request.trajectories)
+    assert at_once_hedge(problem, request, placement, spread, time.perf_counter() - 1.0) is placement
+    assert at_once_hedge(problem, request, placement, spread, later) is not placement
+
+
+def test_requests_without_quantiles_are_planned_as_before() -> None:
+    request = _request(quantiles=False)
+    planned = plan(request, "lpt")
+    assert any(w.items for w in planned.workers[2:])  # balanced on the predictions, Ascends included
+    assert planned == dataclasses.replace(plan(request, "lpt"), wall_time_s=planned.wall_time_s)
