@@ -12,124 +12,170 @@ and Redis answered last. It is served from before the sidecar reaches Redis, and
 is 200 only once a claim has reached Redis. Pull mode needs none of this: its ``/health`` is on
 the pull API.
 
-Served by uvicorn from a thread of its own, not from the event loop it watches: a stuck loop still
-gets a 503 with the details, instead of a probe that times out.
+Served from a thread of its own, not from the event loop it watches: a stuck loop still gets a 503
+with the details, instead of a probe that times out. Three GETs need no web framework: the standard
+library's threading HTTP server (as ``prometheus_client.start_http_server``) spares every sidecar
+start the ~0.5 s of CPU that importing FastAPI and uvicorn took.
 """
 
 from __future__ import annotations
 
-import socket
+import json
+import socketserver
 import threading
 import time
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
-import uvicorn
-from fastapi import FastAPI
-from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.sidecar.metrics import exposition
 from service.sidecar.runner import Sidecar
 
 STALE_S = 30.0  # a loop silent this long is stuck: several Redis timeouts (5 s each), not a slow turn
+JSON = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One probe's answer: status, content type and body."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+    @classmethod
+    def of(cls, body: dict[str, Any], status: int = 200) -> Reply:
+        """A JSON answer, compact as FastAPI's ``JSONResponse`` wrote it."""
+        return cls(status, JSON, json.dumps(body, separators=(",", ":")).encode())
 
 
 @dataclass
-class Watched:
-    """The sidecar the probes watch: None while it is still connecting to Redis at start-up."""
+class Probes:
+    """What each path answers for the sidecar ``runner`` (None while it is still connecting).
 
-    runner: Sidecar | None = None
-
-
-def create_health_app(watched: Sidecar | Watched, worker_id: str, stale_s: float = STALE_S) -> FastAPI:
-    """The app: ``GET /health`` (liveness), ``GET /ready`` (readiness) and ``GET /metrics``.
-
-    Served from before Redis answers: a Redis (Cluster) down at pod start is waited for, and a
+    Connecting is alive, only not ready: a Redis (Cluster) down at pod start is waited for, and a
     liveness probe that failed meanwhile restarted the pod again and again (CrashLoopBackOff) for an
-    outage a restart cannot fix. Connecting is alive; it is only not ready."""
-    target = watched if isinstance(watched, Watched) else Watched(watched)
-    app = FastAPI(title="rollout-scheduler sidecar health")
+    outage a restart cannot fix."""
 
-    @app.get("/health")
-    def health() -> JSONResponse:
+    runner: Sidecar | None
+    worker_id: str
+    stale_s: float = STALE_S
+
+    def get(self, path: str) -> Reply:
+        """The answer to ``GET path`` (a query string is ignored)."""
+        route = {"/health": self.health, "/ready": self.ready, "/metrics": self.metrics}
+        answer = route.get(urlsplit(path).path)
+        return answer() if answer is not None else Reply.of({"detail": "Not Found"}, 404)
+
+    def health(self) -> Reply:
         """200 ``ok`` (or ``connecting`` at start-up), 503 ``stalled`` once the loop stops turning."""
-        runner = target.runner
-        if runner is None:
-            return JSONResponse({"status": "connecting", "worker_id": worker_id, "redis_up": False})
-        body = _state(runner, worker_id, stale_s)
-        return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
+        if self.runner is None:
+            return Reply.of({"status": "connecting", "worker_id": self.worker_id, "redis_up": False})
+        body = self._state(self.runner)
+        return Reply.of(body, 200 if body["status"] == "ok" else 503)
 
-    @app.get("/ready")
-    def ready() -> JSONResponse:
+    def ready(self) -> Reply:
         """200 once connected to Redis with the loop turning; 503 while connecting or Redis is down."""
-        runner = target.runner
+        runner = self.runner
         if runner is None:
-            return JSONResponse({"status": "connecting", "worker_id": worker_id, "redis_up": False}, 503)
-        body = _state(runner, worker_id, stale_s)
-        ok = body["status"] == "ok" and runner.redis_up
-        return JSONResponse(body, status_code=200 if ok else 503)
+            return Reply.of({"status": "connecting", "worker_id": self.worker_id, "redis_up": False}, 503)
+        body = self._state(runner)
+        return Reply.of(body, 200 if body["status"] == "ok" and runner.redis_up else 503)
 
-    @app.get("/metrics", response_class=Response)
-    def metrics() -> Response:
+    def metrics(self) -> Reply:
         """The sidecar's counters and state for Prometheus (``service.sidecar.metrics``)."""
-        if target.runner is None:  # nothing counted yet: a failed scrape, not a row of zeros
-            return Response("connecting to Redis\n", status_code=503, media_type="text/plain")
-        return Response(exposition(target.runner, worker_id), media_type=CONTENT_TYPE_LATEST)
+        if self.runner is None:  # nothing counted yet: a failed scrape, not a row of zeros
+            return Reply(503, "text/plain; charset=utf-8", b"connecting to Redis\n")
+        return Reply(200, CONTENT_TYPE_LATEST, exposition(self.runner, self.worker_id))
 
-    return app
+    def _state(self, runner: Sidecar) -> dict[str, Any]:
+        silent_s = time.monotonic() - runner.last_turn
+        return {
+            "status": "ok" if silent_s <= self.stale_s else "stalled",
+            "worker_id": self.worker_id,
+            "held": len(runner.session.holdings),
+            "engine_up": runner.engine_up,
+            "redis_up": runner.redis_up,
+            "loop_silent_s": round(silent_s, 3),
+        }
 
 
-def _state(runner: Sidecar, worker_id: str, stale_s: float) -> dict[str, Any]:
-    silent_s = time.monotonic() - runner.last_turn
-    return {
-        "status": "ok" if silent_s <= stale_s else "stalled",
-        "worker_id": worker_id,
-        "held": len(runner.session.holdings),
-        "engine_up": runner.engine_up,
-        "redis_up": runner.redis_up,
-        "loop_silent_s": round(silent_s, 3),
-    }
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        reply = self.server.probes.get(self.path)
+        self.send_response(reply.status)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Content-Length", str(len(reply.body)))
+        self.end_headers()
+        self.wfile.write(reply.body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log: a probe every few seconds would drown the sidecar's own lines."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a client that hangs up slowly does not hold the sidecar's exit
+
+    def __init__(self, address: tuple[str, int], probes: Probes) -> None:
+        self.probes = probes
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        """Bind without ``HTTPServer``'s reverse DNS lookup of the host (``getfqdn``: for a name
+        nothing here reads, and a resolver that does not answer would stall the start); a port in
+        use names the address, as ``socket.create_server`` does."""
+        try:
+            socketserver.TCPServer.server_bind(self)
+        except OSError as error:
+            where = f"{error.strerror} (while attempting to bind on address {self.server_address!r})"
+            raise OSError(error.errno, where) from None
 
 
 @dataclass
 class HealthServer:
-    """``create_health_app`` served on ``host:port`` from a daemon thread; ``stop`` joins it.
+    """``Probes`` served on ``host:port`` from a daemon thread; ``stop`` joins it.
 
-    Started before the sidecar reaches Redis (``runner`` None: connecting), then ``attach``-ed."""
+    Started before the sidecar reaches Redis (``runner`` None: connecting), then ``attach``-ed.
+    Port 0 takes a free port, which ``port`` then holds."""
 
     runner: Sidecar | None
     worker_id: str
     host: str
     port: int
     stale_s: float = STALE_S
-    _watched: Watched = field(default_factory=Watched, init=False)
-    _server: uvicorn.Server | None = field(default=None, init=False)
+    _server: _Server | None = field(default=None, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
 
     def start(self) -> None:
-        """Listen (uvicorn in a thread: it installs no signal handlers there, so SIGTERM stays ours).
+        """Listen, and serve from a thread (which installs no signal handlers: SIGTERM stays ours).
 
         The socket is bound here, in the caller's thread, so a port in use is an ``OSError`` the
         sidecar exits on, not a log line in a thread while the liveness probe fails for good.
         """
-        sock = socket.create_server((self.host, self.port))
-        self._watched.runner = self.runner
-        app = create_health_app(self._watched, self.worker_id, self.stale_s)
-        config = uvicorn.Config(app, log_level="warning", access_log=False)
-        self._server = uvicorn.Server(config)
+        self._server = _Server((self.host, self.port), Probes(self.runner, self.worker_id, self.stale_s))
+        self.port = self._server.server_address[1]
+        # poll_interval: how soon ``stop`` is noticed (the default 0.5 s would slow every exit)
+        serve = {"poll_interval": 0.05}
         self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name="sidecar-health", daemon=True
+            target=self._server.serve_forever, kwargs=serve, name="sidecar-health", daemon=True
         )
         self._thread.start()
 
     def attach(self, runner: Sidecar) -> None:
         """The sidecar is connected: probe its loop from now on."""
-        self.runner = self._watched.runner = runner
+        self.runner = runner
+        if self._server is not None:
+            self._server.probes.runner = runner
 
     def stop(self) -> None:
         """Stop listening; idempotent."""
         if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
+            self._server.shutdown()  # returns once serve_forever has
+            self._server.server_close()
             self._thread.join(timeout=5.0)
         self._server = self._thread = None

@@ -138,6 +138,18 @@ def test_a_url_refused_for_an_unescaped_password_does_not_print_the_password(
     assert secret not in result.output
 
 
+def test_a_health_port_in_use_is_one_line_naming_it_and_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        args = [*PUSH, "--health-port", str(port)]
+        result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 2
+    assert "cannot listen" in result.output
+    assert f"127.0.0.1', {port})" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 def test_a_pull_api_port_in_use_is_one_line_and_exit_status_2(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("REDIS_URL", raising=False)
     with socket.create_server(("127.0.0.1", 0)) as taken:

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 import redis
-from fastapi.testclient import TestClient
 
 from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
 from service.ports import free_port
 from service.sidecar.engine_client import EngineClient, EngineOptions
-from service.sidecar.health import HealthServer, Watched, create_health_app
+from service.sidecar.health import STALE_S, HealthServer
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
@@ -28,18 +29,32 @@ def _sidecar(redis_url: str, engine_url: str = "http://127.0.0.1:9") -> Sidecar:
     return Sidecar(session, EngineClient.open(EngineOptions(engine_url)), settings)
 
 
+@contextmanager
+def _probes(runner: Sidecar | None, stale_s: float = STALE_S) -> Iterator[httpx.Client]:
+    """A client of the probes of ``runner`` (None: still connecting), served on a free port."""
+    server = HealthServer(runner, "w0", "127.0.0.1", 0, stale_s)
+    server.start()
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5.0) as client:
+            yield client
+    finally:
+        server.stop()
+
+
 def test_a_loop_that_turned_lately_is_alive_and_says_what_the_sidecar_holds(redis_url: str) -> None:
-    answer = TestClient(create_health_app(_sidecar(redis_url), "w0", stale_s=5.0)).get("/health")
+    with _probes(_sidecar(redis_url), stale_s=5.0) as app:
+        answer = app.get("/health")
     assert answer.status_code == 200
+    assert answer.headers["content-type"] == "application/json"
     body = answer.json()
     assert body["status"] == "ok"
     assert (body["worker_id"], body["held"], body["engine_up"]) == ("w0", 0, False)
 
 
 def test_a_sidecar_still_connecting_to_redis_is_alive_but_not_ready(redis_url: str) -> None:
-    app = TestClient(create_health_app(Watched(), "w0"))
-    assert (app.get("/health").status_code, app.get("/health").json()["status"]) == (200, "connecting")
-    assert app.get("/ready").status_code == 503
+    with _probes(None) as app:
+        assert (app.get("/health").status_code, app.get("/health").json()["status"]) == (200, "connecting")
+        assert app.get("/ready").status_code == 503
 
 
 def test_a_sidecar_is_ready_once_a_claim_reached_redis(
@@ -47,11 +62,11 @@ def test_a_sidecar_is_ready_once_a_claim_reached_redis(
 ) -> None:
     with cluster(tmp_path) as procs:
         runner = _sidecar(redis_url, procs.engine_threads({"engine": 0.01})["engine"])
-        app = TestClient(create_health_app(runner, "w0"))
-        assert app.get("/ready").status_code == 503  # nothing asked of Redis yet
-        run_until(runner, lambda: runner.redis_up)  # the loop claims once its engine answers
-    assert app.get("/ready").status_code == 200
-    assert app.get("/ready").json()["redis_up"] is True
+        with _probes(runner) as app:
+            assert app.get("/ready").status_code == 503  # nothing asked of Redis yet
+            run_until(runner, lambda: runner.redis_up)  # the loop claims once its engine answers
+            assert app.get("/ready").status_code == 200
+            assert app.get("/ready").json()["redis_up"] is True
 
 
 def test_a_sidecar_process_waiting_for_a_redis_cluster_that_is_down_answers_liveness_meanwhile(
@@ -71,7 +86,8 @@ def test_a_sidecar_process_waiting_for_a_redis_cluster_that_is_down_answers_live
 def test_a_loop_silent_past_the_limit_is_reported_stalled_with_503(redis_url: str) -> None:
     runner = _sidecar(redis_url)
     runner.last_turn = time.monotonic() - 6.0
-    answer = TestClient(create_health_app(runner, "w0", stale_s=5.0)).get("/health")
+    with _probes(runner, stale_s=5.0) as app:
+        answer = app.get("/health")
     assert answer.status_code == 503
     assert answer.json()["status"] == "stalled"
     assert answer.json()["loop_silent_s"] >= 6.0
@@ -110,7 +126,8 @@ def test_a_health_port_already_taken_fails_the_start_instead_of_a_probe_that_nev
 def test_the_health_port_exposes_the_sidecars_counters_for_prometheus(redis_url: str) -> None:
     runner = _sidecar(redis_url)
     runner.session.stats.claimed, runner.session.stats.failed = 7, 2
-    answer = TestClient(create_health_app(runner, "w0")).get("/metrics")
+    with _probes(runner) as app:
+        answer = app.get("/metrics")
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/plain")
     text = answer.text
@@ -141,18 +158,18 @@ def test_a_sidecar_with_every_slot_busy_is_not_ready_once_its_heartbeats_find_re
                 EngineClient.open(EngineOptions(engine)),
                 RunnerSettings(idle_poll_s=0.02, drain_timeout_s=0.5),
             )
-            app = TestClient(create_health_app(runner, "w0"))
-            ready: list[int] = []
+            with _probes(runner) as app:
+                ready: list[int] = []
 
-            def killed_while_full() -> bool:
-                if not ready and runner.redis_up and runner.session.holdings.free_slots() == 0:
-                    ready.append(app.get("/ready").status_code)
-                    server.kill()
-                return bool(ready) and session.heartbeats_failing
+                def killed_while_full() -> bool:
+                    if not ready and runner.redis_up and runner.session.holdings.free_slots() == 0:
+                        ready.append(app.get("/ready").status_code)
+                        server.kill()
+                    return bool(ready) and session.heartbeats_failing
 
-            run_until(runner, killed_while_full)
-            assert ready == [200]
-            assert app.get("/ready").status_code == 503
-            assert app.get("/ready").json()["redis_up"] is False
+                run_until(runner, killed_while_full)
+                assert ready == [200]
+                assert app.get("/ready").status_code == 503
+                assert app.get("/ready").json()["redis_up"] is False
         finally:
             server.stop()

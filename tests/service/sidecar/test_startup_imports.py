@@ -13,15 +13,19 @@ import sys
 
 import pytest
 
-# What ``rollout-scheduler sidecar`` imports before it serves, in either mode (service/commands/sidecar.py).
+# What ``rollout-scheduler sidecar`` imports before it serves (service/commands/sidecar.py), then
+# what each mode imports when it runs ({mode}: service/sidecar/launch.py, run_push and run_pull).
 SIDECAR_START = """
 import sys
 from service.commands import sidecar
-from service.sidecar import launch, pull_api
+from service.sidecar import launch
 sidecar._check("redis://127.0.0.1:6379/0", "http://127.0.0.1:8000", None, None, "INFO")
 sidecar._check_worker_id("w0")
+{mode}
 print(" ".join(sorted(m for m in {modules} if m in sys.modules)))
 """
+PUSH = "from service.sidecar import engine_client, health, runner"
+PULL = "import uvicorn; from service.sidecar import pull_api"
 
 CLI_ROOT = """
 import sys
@@ -31,9 +35,9 @@ print(" ".join(sorted(m for m in {modules} if m in sys.modules)))
 """
 
 
-def _loaded(program: str, modules: set[str]) -> set[str]:
-    """Which of ``modules`` a fresh interpreter has loaded after running ``program``."""
-    code = program.format(modules=sorted(modules))
+def _loaded(program: str, modules: set[str], mode: str = "") -> set[str]:
+    """Which of ``modules`` a fresh interpreter has loaded after running ``program`` (in ``mode``)."""
+    code = program.format(modules=sorted(modules), mode=mode)
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
@@ -42,7 +46,14 @@ def _loaded(program: str, modules: set[str]) -> set[str]:
 
 @pytest.mark.timeout(60)
 def test_a_sidecar_starts_without_numpy_or_pydantic_settings() -> None:
-    assert _loaded(SIDECAR_START, {"numpy", "pydantic_settings", "scipy", "lightgbm", "ortools"}) == set()
+    heavy = {"numpy", "pydantic_settings", "scipy", "lightgbm", "ortools"}
+    assert _loaded(SIDECAR_START, heavy, f"{PUSH}; {PULL}") == set()
+
+
+@pytest.mark.timeout(60)
+def test_a_push_sidecar_serves_its_probes_without_a_web_framework() -> None:
+    """Three GETs on a thread (service/sidecar/health.py) took FastAPI and uvicorn ~0.5 s of CPU to load."""
+    assert _loaded(SIDECAR_START, {"fastapi", "starlette", "uvicorn"}, PUSH) == set()
 
 
 @pytest.mark.timeout(60)
