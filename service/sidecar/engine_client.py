@@ -4,7 +4,7 @@ One trajectory is one non-streaming request with ``max_tokens`` = the item's cap
 context, when the engine lists it: ``EngineClient.cap``). The item's payload
 says what to send: ``messages`` (a chat, to ``/v1/chat/completions``) or ``prompt`` (text or token ids,
 to ``/v1/completions``), plus ``params`` (the request's sampling fields: temperature, stop...)
-merged into the body under the sidecar's own fields (``sample_params``: a ``seed`` there is the
+merged into the body under the sidecar's own fields (``service.sidecar.sampling``: a ``seed`` there is the
 prompt's base seed, and sample ``k`` is drawn with ``seed + k``). A request to engine-sim (its
 ``/v1/models`` card says so) also carries a ``rollout`` object (prompt id, sample index, prompt
 tokens, and whatever the payload's ``rollout`` adds) that it reads; real engines are not sent it
@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 
 from service.delivery.records import DeliveryItem
+from service.sidecar.sampling import sample_params
 
 ENGINE_DOWN = frozenset({429, 502, 503, 504})  # overloaded, restarting, or a proxy without it
 ENGINE_CONFIG = frozenset({401, 403})  # the sidecar's key for the engine: not the item's fault
@@ -316,17 +317,6 @@ def _room_left(error: EngineError, asked: int) -> int | None:
             room = int(found["limit"]) - int(found["tokens"]) - margin
             return room if 1 <= room < asked else None
     return None
-
-
-def sample_params(item: DeliveryItem) -> dict[str, Any]:
-    """The sampling fields of ``item``'s request: its payload's ``params``, with a ``seed`` there
-    taken as the prompt's base seed and offset by the sample index. The samples of one prompt are
-    separate requests (``n=1``), so one seed for all would draw the same response ``n`` times; vLLM
-    given ``n`` and a seed in one request draws them differently, and so does this."""
-    params = dict(item.payload.get("params") or {})
-    if isinstance(params.get("seed"), int):
-        params["seed"] += item.sample_idx
-    return params
 
 
 def _parse_reply(answer: dict[str, Any], wall_time_s: float) -> EngineReply:

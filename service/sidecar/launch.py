@@ -9,7 +9,7 @@ import asyncio
 import signal
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -17,11 +17,11 @@ from redis.cluster import RedisCluster
 from service.delivery.keys import DEFAULT_PREFIX
 from service.delivery.protocol import Delivery
 from service.redis_conn import RedisRefusedError, built_when_reachable, describe, refused
-from service.sidecar.engine_client import EngineClient, EngineOptions
-from service.sidecar.health import HealthServer
 from service.sidecar.holdings import Holdings
-from service.sidecar.runner import RELEASE_GRACE_S, RunnerSettings, Sidecar
-from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
+from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, SessionStats, WorkerSession
+
+if TYPE_CHECKING:
+    from service.sidecar.health import HealthServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +103,10 @@ def run_push(options: SidecarOptions) -> SessionStats:
     """Feed the engine at ``engine_url`` until SIGTERM/SIGINT, then drain; return the counters.
 
     The health server starts first: waiting for a Redis (Cluster) that is down at start-up must
-    answer the liveness probe (``connecting``), or the orchestrator restarts the pod in a loop."""
+    answer the liveness probe (``connecting``), or the orchestrator restarts the pod in a loop.
+    Each mode imports its own modules when it runs: pull mode loads no engine client (httpx)."""
+    from service.sidecar.health import HealthServer
+
     assert options.engine_url is not None
     health = None
     if options.health_port is not None:
@@ -120,6 +123,9 @@ def run_push(options: SidecarOptions) -> SessionStats:
 async def _push(
     options: SidecarOptions, engine_url: str, delivery: Delivery, health: HealthServer | None
 ) -> SessionStats:
+    from service.sidecar.engine_client import EngineClient, EngineOptions
+    from service.sidecar.runner import RunnerSettings, Sidecar
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

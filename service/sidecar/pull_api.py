@@ -52,8 +52,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.records import MAX_EXTRA_DEPTH, CompletionOutcome, TrajectoryResult, json_depth
 from service.limits import BodyLimitMiddleware
-from service.sidecar.engine_client import sample_params
 from service.sidecar.holdings import Held
+from service.sidecar.sampling import sample_params
 from service.sidecar.session import WorkerSession
 
 MAX_WAIT_S = 30.0

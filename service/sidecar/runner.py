@@ -32,12 +32,11 @@ from service.delivery.records import TrajectoryResult, bounded_extra
 from service.logs import schedule_context
 from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
 from service.sidecar.holdings import Held
-from service.sidecar.session import SessionStats, WorkerSession
+from service.sidecar.session import RELEASE_GRACE_S, SessionStats, WorkerSession
 from service.sidecar.watchdog import EngineWatch
 
 log = logging.getLogger("service.sidecar")
 TaskId = tuple[str, str, int]  # (schedule id, item key, lease token)
-RELEASE_GRACE_S = 2.0  # past the drain timeout, for releasing what did not finish (one round trip)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from service.delivery.records import CompletionOutcome, Lease, ReleaseOutcome, T
 from service.sidecar.holdings import Held, Holdings, lease_id
 
 log = logging.getLogger("service.sidecar")
+RELEASE_GRACE_S = 2.0  # past the drain timeout, for releasing what did not finish (one round trip)
 P = ParamSpec("P")
 _NOT_THE_SCHEDULES = (  # replies that say nothing about one schedule's keys: out of memory, a
     redis.exceptions.OutOfMemoryError,  # failover in progress, a refused transaction, a user

@@ -180,7 +180,7 @@ def test_each_process_of_ours_gets_time_to_stop_before_docker_kills_it(services:
     the reaper; a sidecar drains for ``--drain-timeout`` plus its last releases. Killed sooner, a sidecar
     leaves its leases to lapse instead of handing them back."""
     from service.commands.serve import GRACEFUL_SHUTDOWN_S
-    from service.sidecar.runner import RELEASE_GRACE_S
+    from service.sidecar.session import RELEASE_GRACE_S
 
     for name, svc in services.items():
         if not svc["image"].startswith(OUR_IMAGE) or svc["command"][0] == "engine-sim":

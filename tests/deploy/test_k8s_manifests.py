@@ -237,7 +237,7 @@ def test_a_stopping_worker_pod_lets_the_sidecar_drain_into_the_engine_kept_servi
     (re-run elsewhere from scratch); the engine's preStop sleep keeps it serving meanwhile. The engine
     must outlive the drain, the whole must fit the grace period, and the engine window should be the
     drain's: held much longer, nobody uses it and every node drain waits for nothing."""
-    from service.sidecar.runner import RELEASE_GRACE_S
+    from service.sidecar.session import RELEASE_GRACE_S
 
     doc = _one("StatefulSet", statefulset)
     containers = _containers(doc)

@@ -57,6 +57,12 @@ def test_a_push_sidecar_serves_its_probes_without_a_web_framework() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_a_pull_sidecar_starts_without_the_engine_client() -> None:
+    """Pull mode talks to no engine: httpx (~0.1 s of CPU) is push mode's."""
+    assert _loaded(SIDECAR_START, {"httpx"}, PULL) == set()
+
+
+@pytest.mark.timeout(60)
 def test_the_cli_root_loads_no_command_s_heavy_dependencies() -> None:
     heavy = {"numpy", "pydantic", "fastapi", "uvicorn", "redis", "httpx", "ortools", "lightgbm"}
     assert _loaded(CLI_ROOT, heavy) == set()
