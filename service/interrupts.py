@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar, cast
 
 P = ParamSpec("P")
 T = TypeVar("T")
-END_WAIT_S = 2.0  # how long an interrupted parent waits for a terminated worker to be gone
+END_WAIT_S = 2.0  # how long an interrupted parent waits for a terminated worker (or the pool) to be gone
 
 
 def ignore_sigint() -> None:
@@ -79,10 +79,21 @@ class QuietPool(ProcessPoolExecutor):
 
     def abandon(self) -> None:
         """Drop queued work and end the workers now, without waiting for the running work: an
-        interrupted parent would otherwise wait seconds for a plan nobody will read."""
+        interrupted parent would otherwise wait seconds for a plan nobody will read.
+
+        Returns once the pool's manager thread is done too. Seeing its workers gone, that thread
+        closes its wake-up pipe; interpreter exit writes to the same pipe (``_python_exit``), and
+        before CPython 3.12.8 nothing orders the two (gh-125451). An interrupted parent exits within
+        milliseconds, so on a loaded host the two raced and Ctrl-C printed "Exception ignored ...
+        Bad file descriptor" after its one line. Joined here, the close comes first and exit finds
+        the pipe closed, which it skips.
+        """
         workers = list((self._processes or {}).values())  # shutdown forgets them
+        manager = cast("threading.Thread | None", self._executor_manager_thread)  # typeshed mistypes it
         self.shutdown(wait=False, cancel_futures=True)
         end_processes(workers)
+        if manager is not None:
+            manager.join(END_WAIT_S)  # milliseconds once the workers are gone
 
 
 @contextmanager
