@@ -1,11 +1,14 @@
 """Ctrl-C a real ``rollout-scheduler`` process once its worker processes exist, as a terminal would.
 
 The command runs in a session of its own, so a SIGINT to its process group reaches it and its
-workers (what a terminal's Ctrl-C does) and nothing of the test's own (its Redis server).
+workers (what a terminal's Ctrl-C does) and nothing of the test's own (its Redis server). It starts
+with Python's SIGINT handler, as from a terminal, even when the tests run with SIGINT ignored (a
+background job of a script, ``nohup``): it would inherit that and never hear the Ctrl-C.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,6 +19,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60.0  # to import the command and spawn its workers on a loaded machine
+COMMAND = (
+    "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from service.cli import main; main()"
+)
 
 
 @dataclass(frozen=True)
@@ -32,7 +39,7 @@ def interrupt(args: list[str], workers: int, settle_s: float, whole_group: bool 
     """Run ``rollout-scheduler ARGS``; once it has ``workers`` children, wait ``settle_s`` and send
     SIGINT to its process group (``whole_group``) or to it alone."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from service.cli import main; main()", *args],
+        [sys.executable, "-c", COMMAND, *args],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -49,10 +56,17 @@ def interrupt(args: list[str], workers: int, settle_s: float, whole_group: bool 
             proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
         return Interrupted(proc.returncode, err, time.monotonic() - sent, children)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    except BaseException:
+        _end(proc)
+        raise
+
+
+def _end(proc: subprocess.Popen[str]) -> str:
+    """Kill whatever is left of the command's session and return its stderr. Its workers too: left
+    running, they hold that stderr open and reading it to its end would hang the test."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    return proc.communicate()[1]
 
 
 def alive(pid: int) -> bool:
@@ -68,7 +82,7 @@ def _await_children(proc: subprocess.Popen[str], count: int) -> tuple[int, ...]:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"the command ended before it was interrupted: {proc.communicate()[1]}")
+            raise AssertionError(f"the command ended before it was interrupted: {_end(proc)}")
         found = _workers(proc.pid)
         if len(found) >= count:
             return found
