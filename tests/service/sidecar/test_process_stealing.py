@@ -2,16 +2,18 @@
 
 Four real sidecar processes (two sequences in flight each) run equal queues on simulated engines,
 one ten times slower. Without stealing the slow worker finishes last by far; with it, the makespan
-stays near the ideal: total work over total speed, but at least the one round the slow worker starts
-before anyone can steal. The speeds are the ones the engines achieved in the graded run itself (each
-item's engine time, which leaves out the sidecars' claims and steals), not the cost model's: on a
-loaded host the fast engines' short modelled steps stretch far more than the slow engine's long
-ones, so a modelled ideal would grade the host's load, not the stealing; and speeds measured in the
-other run would grade how the load changed in between.
+stays near the ideal: perfect stealing, where the slow worker runs the share of the work that
+finishes soonest (at least the one round it starts before anyone can steal) and the others the rest.
+The speeds are the ones the engines achieved in the graded run itself (each item's engine time,
+which leaves out the sidecars' claims and steals), not the cost model's: on a loaded host the fast
+engines' short modelled steps stretch far more than the slow engine's long ones, so a modelled ideal
+would grade the host's load, not the stealing; and speeds measured in the other run would grade how
+the load changed in between.
 """
 
 from __future__ import annotations
 
+import math
 import signal
 import statistics
 from dataclasses import dataclass
@@ -88,12 +90,18 @@ def _timings(delivery: Delivery, schedule_id: str, published_ms: int) -> Run:
     return Run(finish, {w: len(times) for w, times in engine_s.items()}, engine_s)
 
 
-def _ideal_s(run: Run) -> float:
+def _ideal_s(run: Run, slow_items: int) -> float:
     """The makespan of perfect stealing at the speeds the engines achieved in ``run`` (``SLOTS``
-    items per mean engine time of an item): the fluid bound, total work over total speed, but never
-    below one round of the slow worker, the items it starts at once, which no steal takes back."""
-    rates = [SLOTS / statistics.fmean(run.engine_s[w]) for w in WORKERS]
-    return max(PER_WORKER * len(WORKERS) / sum(rates), statistics.fmean(run.engine_s["w-slow"]))
+    items per mean engine time of an item) when the slow worker runs ``slow_items`` of the work, in
+    whole rounds, the fast workers the rest: it never hands back an item it started."""
+    fast_rate = sum(SLOTS / statistics.fmean(run.engine_s[w]) for w in WORKERS if w != "w-slow")
+    slow_rounds = math.ceil(slow_items / SLOTS) * statistics.fmean(run.engine_s["w-slow"])
+    return max(slow_rounds, (PER_WORKER * len(WORKERS) - slow_items) / fast_rate)
+
+
+def _best_slow_items(run: Run) -> int:
+    """How much of the work the slow worker should run at ``run``'s speeds: at least its first round."""
+    return min(range(SLOTS, PER_WORKER + 1, SLOTS), key=lambda n: _ideal_s(run, n))
 
 
 def test_stealing_keeps_the_makespan_near_the_ideal_when_one_worker_is_10x_slower(
@@ -104,7 +112,8 @@ def test_stealing_keeps_the_makespan_near_the_ideal_when_one_worker_is_10x_slowe
         alone = _run(procs, urls, redis_url, "nosteal", steal=False)
         stealing = _run(procs, urls, redis_url, "steal", steal=True)
     assert alone.done == dict.fromkeys(WORKERS, PER_WORKER)  # nobody stole
-    without, with_steal, ideal = alone.makespan_s, stealing.makespan_s, _ideal_s(stealing)
+    without, with_steal, slow_items = alone.makespan_s, stealing.makespan_s, stealing.done["w-slow"]
+    best, ideal = _best_slow_items(stealing), _ideal_s(stealing, slow_items)
     rates = [SLOTS / _round_s(scale) for scale in WORKERS.values()]  # for the log: what the model says
     modelled = max(PER_WORKER * len(WORKERS) / sum(rates), _round_s(SLOW))
     slow_alone = PER_WORKER / SLOTS * _round_s(SLOW)
@@ -113,10 +122,15 @@ def test_stealing_keeps_the_makespan_near_the_ideal_when_one_worker_is_10x_slowe
         f"makespan: ideal {ideal:.2f}s (modelled {modelled:.2f}s; a fast engine's item took "
         f"{fast_round:.3f}s, modelled {_round_s(FAST):.3f}s), with stealing "
         f"{with_steal:.2f}s ({with_steal / ideal:.2f}x), without {without:.2f}s ({without / ideal:.2f}x); "
-        f"slow worker's queue alone {slow_alone:.2f}s; items run with stealing {stealing.done}"
+        f"slow worker's queue alone {slow_alone:.2f}s; items run with stealing {stealing.done} "
+        f"(the slow worker's best share: {best})"
     )
     assert without >= slow_alone * 0.98  # the engine never runs faster than the model
-    assert with_steal <= 2.0 * ideal  # ~1.2x on an idle host; a sidecar that does not steal: ~5x
+    # Thieves took the slow worker's queue: it ran at most one round more than its best share, the
+    # round it starts when its first ends a few ms before the others would have drained its queue (on
+    # a loaded host they often do not: that round then doubles the makespan, 1.93 s for 0.96 s).
+    assert slow_items <= best + SLOTS  # a sidecar that does not steal: 12 items for a best share of 2
+    assert with_steal <= 2.0 * ideal  # and no worker idled while work was queued: ~1.05x when idle
     # at least halved: ~0.2x on an idle host; a loaded one slows the fast workers' loops, not the
     # slow engine's modelled sleeps (0.36x seen at a load average of 15 on 2 cores)
     assert with_steal <= 0.5 * without
