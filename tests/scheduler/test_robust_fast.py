@@ -11,15 +11,18 @@ import dataclasses
 import time
 
 import numpy as np
+import pytest
 
 from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
+from scheduler.policies import robust_fast
 from scheduler.policies.base import Placement
 from scheduler.policies.problem import build_problem
 from scheduler.policies.robust import spreads
 from scheduler.policies.robust_fast import at_once_hedge, fastest_first
 from scheduler.simulator import SimOptions, simulate
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker
+from tests.scheduler.fake_clock import SteppingClock
 
 LATER = 60.0  # a deadline far enough away for everything here
 
@@ -104,6 +107,26 @@ def test_without_quantiles_or_past_the_deadline_the_plan_is_returned_as_it_is() 
     spread = spreads(request.trajectories)
     assert at_once_hedge(problem, request, placement, spread, time.perf_counter() - 1.0) is placement
     assert at_once_hedge(problem, request, placement, spread, later) is not placement
+
+
+def test_a_comparison_that_cannot_end_before_the_deadline_is_not_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under the service's 80 ms default the draws never fit 1,024 trajectories; building the
+    candidate and playing a first draw to find that out cost every plan 14-16 ms."""
+    request = _request()
+    problem = build_problem(request)
+    queues = tuple(tuple(range(w, 64, 4)) for w in range(4))
+    placement = Placement(queues, "HEURISTIC", finish_s=tuple(problem.finishes(queues, True)))
+    spread = spreads(request.trajectories)
+    clock = SteppingClock()  # one play of the batch seems to take a second: 128 s for the comparison
+    monkeypatch.setattr(time, "perf_counter", clock.now)
+
+    def unaffordable(*_: object) -> None:
+        raise AssertionError("the candidate was built although its comparison could not fit")
+
+    monkeypatch.setattr(robust_fast, "fastest_first", unaffordable)
+    assert at_once_hedge(problem, request, placement, spread, clock.seconds + LATER) is placement
 
 
 def test_requests_without_quantiles_are_planned_as_before() -> None:
