@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -25,21 +24,7 @@ from service.ports import free_port
 from service.settings import Settings
 from tests.cluster import one_node_cluster
 from tests.service.api.conftest import batch_body
-
-
-def _until(url: str, status: int, proc: subprocess.Popen[str], timeout_s: float) -> httpx.Response:
-    """The first answer from ``url`` with ``status``; fails when ``proc`` exits or time runs out."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"serve exited: {proc.communicate()[1][-2000:]}"
-        try:
-            answer = httpx.get(url, timeout=1.0)
-            if answer.status_code == status:
-                return answer
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"{url} did not answer {status} within {timeout_s} s")
+from tests.service.polling import until_status
 
 
 @pytest.mark.timeout(90)
@@ -54,12 +39,12 @@ def test_serve_answers_liveness_while_its_cluster_is_down_and_turns_ready_once_i
     proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     node = None
     try:
-        _until(f"http://127.0.0.1:{port}/healthz", 200, proc, timeout_s=30)  # no cluster at all yet
+        until_status(f"http://127.0.0.1:{port}/healthz", 200, proc, timeout_s=30)  # no cluster at all yet
         waiting = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2.0)
         assert waiting.status_code == 503
         assert waiting.json()["redis"].startswith("unreachable")
         node = one_node_cluster(redis_port)
-        _until(f"http://127.0.0.1:{port}/readyz", 200, proc, timeout_s=30)  # retried every 2 s
+        until_status(f"http://127.0.0.1:{port}/readyz", 200, proc, timeout_s=30)  # retried every 2 s
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     finally:

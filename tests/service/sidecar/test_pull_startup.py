@@ -21,6 +21,7 @@ import pytest
 
 from service.ports import free_port
 from tests.cluster import one_node_cluster
+from tests.service.polling import until_status
 
 
 def _sidecar(pull_port: int, redis_url: str) -> subprocess.Popen[str]:
@@ -28,21 +29,6 @@ def _sidecar(pull_port: int, redis_url: str) -> subprocess.Popen[str]:
     command += ["--pull-api", str(pull_port), "--redis-url", redis_url, "--cluster"]
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _until(url: str, status: int, proc: subprocess.Popen[str], timeout_s: float) -> httpx.Response:
-    """The first answer from ``url`` with ``status``; fails when ``proc`` exits or time runs out."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"sidecar exited: {proc.communicate()[1][-2000:]}"
-        try:
-            answer = httpx.get(url, timeout=1.0)
-            if answer.status_code == status:
-                return answer
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"{url} did not answer {status} within {timeout_s} s")
 
 
 def _stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
@@ -63,14 +49,14 @@ def test_pull_mode_answers_health_while_its_cluster_is_down_and_turns_ready_once
     base = f"http://127.0.0.1:{pull_port}"
     node = None
     try:
-        health = _until(f"{base}/health", 200, proc, timeout_s=30)  # no cluster at all yet
+        health = until_status(f"{base}/health", 200, proc, timeout_s=30)  # no cluster at all yet
         assert health.json() == {"status": "connecting", "worker_id": "w0", "held": 0}
         assert httpx.get(f"{base}/ready", timeout=2.0).status_code == 503
         waiting = httpx.get(f"{base}/next", timeout=2.0)
         assert waiting.status_code == 503
         assert waiting.json() == {"error": "connecting to Redis"}
         node = one_node_cluster(redis_port)
-        _until(f"{base}/ready", 200, proc, timeout_s=30)  # the sidecar retries every 2 s
+        until_status(f"{base}/ready", 200, proc, timeout_s=30)  # the sidecar retries every 2 s
         assert httpx.get(f"{base}/health", timeout=2.0).json()["status"] == "ok"
         assert httpx.get(f"{base}/next", timeout=2.0).status_code == 204  # nothing published
         code, out, _ = _stop(proc)
@@ -87,7 +73,7 @@ def test_pull_mode_answers_health_while_its_cluster_is_down_and_turns_ready_once
 def test_pull_mode_stops_at_once_on_sigterm_while_still_waiting_for_its_cluster() -> None:
     pull_port = free_port()
     proc = _sidecar(pull_port, f"redis://127.0.0.1:{free_port()}/0")
-    _until(f"http://127.0.0.1:{pull_port}/health", 200, proc, timeout_s=30)
+    until_status(f"http://127.0.0.1:{pull_port}/health", 200, proc, timeout_s=30)
     started = time.monotonic()
     code, out, _ = _stop(proc)
     assert code == 0
