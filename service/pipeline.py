@@ -42,7 +42,7 @@ from service.limits import check_trajectory_count
 from service.logs import schedule_context
 from service.problems import ConflictError
 from service.republish import refuse_republish, work_digest
-from service.speeds import idle_learned
+from service.speed_model import idle_learned
 
 _log = logging.getLogger("service.pipeline")
 BASELINE = "round_robin"

@@ -15,7 +15,7 @@ from scheduler.types import Worker
 from service.api.schemas import ActualReport
 from service.app import create_app
 from service.settings import Settings
-from service.speeds import modelled_seconds
+from service.speed_model import modelled_seconds
 
 TRAINER = "trainer-secret"
 WORKER = "worker-secret"

@@ -1,0 +1,203 @@
+"""The arithmetic of learned speeds, apart from the Redis store that keeps them (``service/speeds.py``).
+
+What a speed sample is (a report's measured seconds over the cost model's, ``modelled_seconds``,
+weighted and clamped per batch, ``weighted_log_ratio``), what a learned scale is relative to
+(``profile_fingerprint``), how a worker with none borrows its peers' (``peer_scales``), which workers
+a plan leaves idle by its belief (``idle_learned``), and how profiles, fingerprints and learned
+states read from and write to their stored JSON. No I/O: ``SpeedLearner`` fetches and stores, these
+decide; ``service/speeds.py`` says why each rule is as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from scheduler.costmodel import worker_cost
+from scheduler.devices import DeviceProfile, ModelPreset, model_preset
+from scheduler.types import Plan, Worker
+from service.api.schemas import ActualReport
+
+# the learner's logger: an operator filtering on it sees every speed warning, wherever decided
+_log = logging.getLogger("service.speeds")
+MIN_RATIO, MAX_RATIO = 0.02, 50.0  # a sample outside this is a unit error or a stall, not a speed
+# Reports a learned speed needs before plans use it, and a batch needs to move it by the full alpha:
+# one absurd report (a clock error, a stall) alone set a new worker's scale to a ratio bound, and the
+# next plan gave that worker everything (0.02x) or nothing (50x, and so never a report to undo it).
+MIN_SPEED_SAMPLES = 4
+# Device figures that set only the derived KV capacity (costmodel.derived_kv_capacity), not step time:
+# left out of the profile fingerprint, as slots and kv_capacity_tokens are.
+_KV_ONLY_FIGURES = ("memory_gib", "memory_utilization")
+# The log scales an EWMA of clamped samples can hold (with slack for rounding); a stored state
+# outside them was not written by the learner and is not read.
+LOG_SCALE_BOUNDS = (math.log(MIN_RATIO) - 1e-6, math.log(MAX_RATIO) + 1e-6)
+# Each published plan that gives a worker planned by its learned scale no work multiplies that log
+# scale by this: a worker believed too slow to get work sends no actual that could correct the belief,
+# so it is pulled towards its profile until a plan gives it some (from 50x: 7x, 2.7x, 1.6x, 1.3x).
+IDLE_DECAY = 0.5
+
+
+def planned_on(report: ActualReport, planned: Mapping[str, Mapping[str, str]], fingerprint: str) -> bool:
+    """Whether ``report``'s step planned its worker with the profile ``fingerprint`` (assumed so when
+    the report names no schedule, or one that recorded no profiles)."""
+    return planned.get(report.schedule_id or "", {}).get(report.worker_id, fingerprint) == fingerprint
+
+
+def idle_learned(plan: Plan, sources: Mapping[str, str], drained: Collection[str]) -> list[str]:
+    """Workers ``plan`` gives no work although they are not drained and are planned by their learned
+    time scale (``sources``): believed too slow to be worth any, they would never be measured again.
+    None under a shared queue: every worker pulls from the one FIFO, so none is left unmeasured."""
+    if plan.dispatch_order:
+        return []
+    return [
+        w.worker_id
+        for w in plan.workers
+        if not w.items and sources.get(w.worker_id) == "learned" and w.worker_id not in drained
+    ]
+
+
+def peer_scales(
+    worker_ids: Sequence[str], fingerprints: Sequence[str], own: Mapping[str, float]
+) -> dict[str, tuple[float, str]]:
+    """Each worker's own learned scale (``learned``), else its peers' geometric mean (``learned_peers``).
+
+    Why. A profile is a datasheet estimate, and a whole fleet often runs faster or slower than it
+    (kernels, clocks, the serving stack). Measured one by one, the first worker measured then looked
+    faster (or slower) than its identical peers still at the profile's 1.0: a fleet measured at 0.03
+    gave the one worker that had reported the whole next batch, and the others, given nothing, never
+    reported to correct it. A worker not measured yet is taken to run like the measured workers of
+    its profile (device, overrides, GPUs, model), until it is measured itself."""
+    logs_of: dict[str, list[float]] = defaultdict(list)
+    for wid, fingerprint in zip(worker_ids, fingerprints, strict=True):
+        if wid in own:
+            logs_of[fingerprint].append(math.log(own[wid]))
+    scales: dict[str, tuple[float, str]] = {}
+    for wid, fingerprint in zip(worker_ids, fingerprints, strict=True):
+        if wid in own:
+            scales[wid] = (own[wid], "learned")
+        elif logs_of[fingerprint]:
+            scales[wid] = (math.exp(sum(logs_of[fingerprint]) / len(logs_of[fingerprint])), "learned_peers")
+    return scales
+
+
+def modelled_seconds(worker: Worker, model: ModelPreset, report: ActualReport) -> float:
+    """Seconds the cost model expects for ``report`` at ``time_scale = 1``.
+
+    Prefill, then ``output_tokens`` decode steps at the reported concurrency, each sequence holding
+    on average ``prompt + output / 2`` tokens of KV cache (the mean over its own decode).
+    """
+    cost = worker_cost(dataclasses.replace(worker, time_scale=1.0), model)
+    batch = max(1, min(round(report.concurrency or 1.0), cost.max_num_seqs))
+    context = batch * (report.prompt_tokens + report.output_tokens / 2.0)
+    step = cost.step_time(batch, context)
+    return cost.prefill_time(report.prompt_tokens) + report.output_tokens * step
+
+
+def weighted_log_ratio(worker: Worker, model: ModelPreset, batch: Sequence[ActualReport]) -> float:
+    """Mean log(measured / modelled seconds) over ``batch``, each report weighted by its modelled
+    seconds; each ratio is clamped first, so one stalled report cannot decide the batch."""
+    total = weighted = 0.0
+    for report in batch:
+        assert report.wall_time_s is not None  # SpeedLearner.observe keeps only reports that measured it
+        modelled = modelled_seconds(worker, model, report)
+        ratio = min(max(report.wall_time_s / modelled, MIN_RATIO), MAX_RATIO)
+        total, weighted = total + modelled, weighted + modelled * math.log(ratio)
+    return weighted / total
+
+
+def profile_fingerprint(worker: Worker, model: ModelPreset) -> str:
+    """What a learned scale is relative to: the device profile as planned (overrides included), the
+    GPU count and the model; not the time scale (that is what is learned) nor slots or KV size. The
+    device's memory figures are KV size too: they set only the derived KV capacity, never a step's
+    time (``scheduler.costmodel``), so a ``memory_gib`` override keeps the learned scale, as a
+    ``kv_capacity_tokens`` one does."""
+    device = dataclasses.asdict(worker.device)
+    for kv_only in _KV_ONLY_FIGURES:
+        device.pop(kv_only)
+    figures = {"device": device, "num_gpus": worker.num_gpus, "model": model.name}
+    return hashlib.sha256(json.dumps(figures, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def worker_json(worker: Worker, model: ModelPreset) -> str:
+    """The stored form of ``worker``'s profile and model (``worker_from_json`` reads it back): what a
+    later actual is compared with, so the cost model can price it without the request that planned it."""
+    return json.dumps(
+        {
+            "device": dataclasses.asdict(worker.device),
+            "num_gpus": worker.num_gpus,
+            "max_num_seqs": worker.max_num_seqs,
+            "kv_capacity_tokens": worker.kv_capacity_tokens,
+            "model": model.name,
+        }
+    )
+
+
+def worker_from_json(worker_id: str, raw: object) -> tuple[Worker, ModelPreset] | None:
+    """The stored profile and model of ``worker_id``; None when absent or when it does not read.
+
+    Unreadable (another release's format, a hand edit) is skipped with a warning, never fatal: the
+    reports are stored before their speed is learned, so failing here answered an error for a batch
+    that was stored. The next publish to the worker writes a profile this release reads."""
+    if raw is None:
+        return None
+    try:
+        data: Mapping[str, Any] = json.loads(str(raw))
+        worker = Worker(
+            worker_id="measured",
+            device=DeviceProfile(**data["device"]),
+            num_gpus=int(data["num_gpus"]),
+            max_num_seqs=int(data["max_num_seqs"]),
+            kv_capacity_tokens=data["kv_capacity_tokens"],
+        )
+        model = model_preset(str(data["model"]))
+        worker_cost(worker, model)  # refuses a profile the cost model cannot price
+    except (ValueError, KeyError, TypeError, ArithmeticError) as error:  # InvalidInputError: ValueError
+        _log.warning("worker %s: stored profile unreadable, speed not learned (%s)", worker_id, error)
+        return None
+    return worker, model
+
+
+def schedule_fingerprints(schedule_id: str, raw: object) -> dict[str, str]:
+    """The worker -> fingerprint map a schedule recorded; empty when absent or when it does not read."""
+    if raw is None:
+        return {}
+    try:
+        prints = json.loads(str(raw))
+    except ValueError:
+        prints = None
+    if not isinstance(prints, dict) or not all(isinstance(v, str) for v in prints.values()):
+        _log.warning("schedule %s: planned profiles unreadable, its reports use current ones", schedule_id)
+        return {}
+    return prints
+
+
+def learned_scale(worker_id: str, raw: object, fingerprint: str) -> float | None:
+    """The time scale a stored learned state holds; None when absent, when it does not read (or
+    holds a scale the learner cannot reach: its samples are clamped to the ratio bounds), or when it
+    was measured against another profile than ``fingerprint``, or an unknown one (a state from before
+    fingerprints has none: the worker may have moved since, and a scale applied to the wrong profile
+    is off by the ratio of the two, so it waits for ``MIN_SPEED_SAMPLES`` new reports instead)."""
+    if raw is None:
+        return None
+    try:
+        state = json.loads(str(raw))
+        log_scale, profile = float(state["log_scale"]), state.get("profile")
+        samples = int(state["samples"])
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        _log.warning("worker %s: learned speed unreadable, ignored (%s)", worker_id, error)
+        return None
+    if profile != fingerprint:
+        return None  # the worker now runs on another device, overrides or model: learn it afresh
+    if samples < MIN_SPEED_SAMPLES:
+        return None  # too few reports yet: one bad one must not steer a plan
+    low, high = LOG_SCALE_BOUNDS
+    if not low <= log_scale <= high:
+        _log.warning("worker %s: learned log scale %r out of range, ignored", worker_id, log_scale)
+        return None
+    return math.exp(log_scale)
