@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -47,17 +46,16 @@ import redis
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.delivery.errors import UnknownScheduleError
-from service.delivery.records import MAX_EXTRA_DEPTH, CompletionOutcome, TrajectoryResult, json_depth
+from service.delivery.records import CompletionOutcome, TrajectoryResult
 from service.limits import BodyLimitMiddleware
 from service.sidecar.holdings import Held
+from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
 from service.sidecar.sampling import sample_params
 from service.sidecar.session import WorkerSession
 
 MAX_WAIT_S = 30.0
-MAX_TOKENS = 2**31 - 1  # the service's bound on a reported count (docs/api.md)
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a /done carries one output: far below this; more is a mistake
 log = logging.getLogger("service.sidecar")
 T = TypeVar("T")
@@ -76,53 +74,6 @@ class ConnectingError(RuntimeError):
 
     def __init__(self) -> None:
         super().__init__("connecting to Redis")
-
-
-class _LeaseRef(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # as the service: NaN is refused
-
-    schedule_id: str
-    key: str
-    token: int
-
-
-class DoneBody(_LeaseRef):
-    """A finished trajectory, as the worker reports it."""
-
-    output_tokens: int = Field(ge=0, le=MAX_TOKENS)  # and at most the item's cap (checked on /done)
-    finish_reason: str = "stop"
-    output: str = ""
-    wall_time_s: float = Field(default=0.0, ge=0)
-    reward: float | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("extra")
-    @classmethod
-    def _storable(cls, extra: dict[str, Any]) -> dict[str, Any]:
-        """What Redis stores as JSON and the service reads back: no NaN inside, a numeric concurrency."""
-        try:
-            json.dumps(extra, allow_nan=False)
-        except (ValueError, TypeError) as error:
-            raise ValueError(f"not storable as JSON ({error})") from None
-        if json_depth(extra) > MAX_EXTRA_DEPTH:
-            raise ValueError(f"nested deeper than {MAX_EXTRA_DEPTH} levels")
-        concurrency = extra.get("concurrency")
-        if concurrency is not None and not (isinstance(concurrency, (int, float)) and concurrency >= 0):
-            raise ValueError("concurrency must be a number >= 0")
-        return extra
-
-
-class FailBody(_LeaseRef):
-    """A trajectory the worker could not run."""
-
-    reason: str = "worker reported failure"
-
-
-class AboveCapError(ValueError):
-    """A ``/done`` reports more output tokens than its item's ``max_new_tokens``: refused, lease kept."""
-
-    def __init__(self, output_tokens: int, cap: int) -> None:
-        super().__init__(f"output_tokens={output_tokens} is above the item's max_new_tokens ({cap})")
 
 
 class PullState:

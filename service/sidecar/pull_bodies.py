@@ -1,0 +1,65 @@
+"""What a worker process sends the pull API (``service/sidecar/pull_api.py``): the bodies of
+``POST /done`` and ``POST /fail``, and the refusal of a ``/done`` above its item's token cap.
+
+Checked as the service checks the same figures (``docs/api.md``): NaN refused, counts bounded, and an
+``extra`` that Redis can store as JSON and the service can read back, so a bad report is refused to
+the worker that sent it (422) instead of being stored.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
+
+MAX_TOKENS = 2**31 - 1  # the service's bound on a reported count (docs/api.md)
+
+
+class _LeaseRef(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # as the service: NaN is refused
+
+    schedule_id: str
+    key: str
+    token: int
+
+
+class DoneBody(_LeaseRef):
+    """A finished trajectory, as the worker reports it."""
+
+    output_tokens: int = Field(ge=0, le=MAX_TOKENS)  # and at most the item's cap (checked on /done)
+    finish_reason: str = "stop"
+    output: str = ""
+    wall_time_s: float = Field(default=0.0, ge=0)
+    reward: float | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("extra")
+    @classmethod
+    def _storable(cls, extra: dict[str, Any]) -> dict[str, Any]:
+        """What Redis stores as JSON and the service reads back: no NaN inside, a numeric concurrency."""
+        try:
+            json.dumps(extra, allow_nan=False)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"not storable as JSON ({error})") from None
+        if json_depth(extra) > MAX_EXTRA_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_EXTRA_DEPTH} levels")
+        concurrency = extra.get("concurrency")
+        if concurrency is not None and not (isinstance(concurrency, (int, float)) and concurrency >= 0):
+            raise ValueError("concurrency must be a number >= 0")
+        return extra
+
+
+class FailBody(_LeaseRef):
+    """A trajectory the worker could not run."""
+
+    reason: str = "worker reported failure"
+
+
+class AboveCapError(ValueError):
+    """A ``/done`` reports more output tokens than its item's ``max_new_tokens``: refused, lease kept."""
+
+    def __init__(self, output_tokens: int, cap: int) -> None:
+        super().__init__(f"output_tokens={output_tokens} is above the item's max_new_tokens ({cap})")
