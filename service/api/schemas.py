@@ -24,8 +24,10 @@ from pydantic import (
 from typing_extensions import TypedDict
 
 from scheduler.validation import MAX_GPUS, RANGES
+from service.names import NAME_MAX_LENGTH, NAME_PATTERN
 
-Name = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:@/+=-]+$")]
+# a worker id, among others: the rule lives in service/names.py, where a push sidecar reads it too
+Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX_LENGTH, pattern=NAME_PATTERN)]
 ScheduleId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")]
 FeatureValue = float | Annotated[str, Field(max_length=256)]
 # Extra predictor features of one item or report: bounded, or one caller could grow the actuals stream,

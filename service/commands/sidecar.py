@@ -168,15 +168,13 @@ def sidecar(
 
 def _check_worker_id(worker_id: str) -> None:
     """Refuse a worker id the API would refuse (its ``worker_id`` rule): an empty or odd id would
-    otherwise claim from a queue no plan ever fills, or report actuals the API turns away."""
-    from pydantic import TypeAdapter, ValidationError
+    otherwise claim from a queue no plan ever fills, or report actuals the API turns away. The rule
+    without pydantic (``service/names.py``): push mode loads none."""
+    from service.names import name_error
 
-    from service.api.schemas import Name
-
-    try:
-        TypeAdapter(Name).validate_python(worker_id)
-    except ValidationError as error:
-        raise ValueError(f"worker-id={worker_id!r}: {error.errors()[0]['msg']}") from None
+    error = name_error(worker_id)
+    if error is not None:
+        raise ValueError(f"worker-id={worker_id!r}: {error}")
 
 
 def _check(

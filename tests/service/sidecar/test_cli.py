@@ -11,10 +11,13 @@ import httpx
 import pytest
 import redis
 import typer
+from pydantic import TypeAdapter, ValidationError
 from typer.testing import CliRunner
 
+from service.api.schemas import Name
 from service.commands import engine_sim, sidecar
 from service.delivery.protocol import Delivery
+from service.names import name_error
 from service.ports import free_port
 from tests.service.sidecar.procs import cluster, item, publish, wait_http
 
@@ -70,6 +73,7 @@ PUSH = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url
         ([*PUSH, "--engine-api-key", "tökén"], "--engine-api-key: a token must be printable ASCII"),
         (["sidecar", "--worker-id", "", *PUSH[3:]], "worker-id='': String should have at least 1 character"),
         (["sidecar", "--worker-id", "gpu 0", *PUSH[3:]], "worker-id='gpu 0': String should match pattern"),
+        (["sidecar", "--worker-id", "w" * 257, *PUSH[3:]], "String should have at most 256 characters"),
     ],
 )
 def test_bad_flags_get_one_line_naming_the_problem_and_exit_status_2(
@@ -81,6 +85,20 @@ def test_bad_flags_get_one_line_naming_the_problem_and_exit_status_2(
     assert message in result.output
     assert "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "worker_id",
+    ["", "w0", "gpu 0", "w" * 256, "w" * 257, "!" * 300, "w0\n", "\n", "wörker", "a.b:c@d/e+f=g-h_9"],
+)
+def test_the_sidecar_s_worker_id_rule_is_the_api_s_in_the_api_s_words(worker_id: str) -> None:
+    """The sidecar checks its id without pydantic (push mode loads none); the API checks it with."""
+    try:
+        TypeAdapter(Name).validate_python(worker_id)
+        api = None
+    except ValidationError as error:
+        api = error.errors()[0]["msg"]
+    assert name_error(worker_id) == api
 
 
 @pytest.mark.slow

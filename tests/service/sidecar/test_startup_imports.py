@@ -57,6 +57,13 @@ def test_a_push_sidecar_serves_its_probes_without_a_web_framework() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_a_push_sidecar_checks_its_worker_id_without_pydantic() -> None:
+    """Pydantic and the API schemas (~0.1 s of CPU) loaded for one rule on ``--worker-id``; pull mode
+    keeps them (FastAPI)."""
+    assert _loaded(SIDECAR_START, {"pydantic", "pydantic_core"}, PUSH) == set()
+
+
+@pytest.mark.timeout(60)
 def test_a_pull_sidecar_starts_without_the_engine_client() -> None:
     """Pull mode talks to no engine: httpx (~0.1 s of CPU) is push mode's."""
     assert _loaded(SIDECAR_START, {"httpx"}, PULL) == set()

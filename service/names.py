@@ -1,0 +1,30 @@
+"""The rule for a name the API accepts (a worker id, among others), without pydantic.
+
+``service.api.schemas.Name`` is this rule as a pydantic type; a push-mode sidecar checks its
+``--worker-id`` by it before it starts, and loads no pydantic for it (~0.1 s of a start-up that
+delays its probes; ``tests/service/sidecar/test_startup_imports.py``). One rule, two readers: both
+take the figures below, and ``name_error`` answers pydantic's own words for each breach, in the order
+pydantic checks them (length, then characters).
+"""
+
+from __future__ import annotations
+
+import re
+
+NAME_MAX_LENGTH = 256
+_NAME_CHARS = re.compile(r"[A-Za-z0-9_.:@/+=-]+")
+NAME_PATTERN = f"^{_NAME_CHARS.pattern}$"  # as pydantic states it in its message
+
+
+def name_error(value: str) -> str | None:
+    """Why ``value`` is not a name, in the message the API gives for it; None when it is one.
+
+    The API refuses such a worker's claims and reports (an empty or odd id would claim from a queue no
+    plan fills), so a sidecar refuses to start with one rather than run idle."""
+    if not value:
+        return "String should have at least 1 character"
+    if len(value) > NAME_MAX_LENGTH:
+        return f"String should have at most {NAME_MAX_LENGTH} characters"
+    if _NAME_CHARS.fullmatch(value) is None:  # fullmatch: ``$`` would let a trailing newline through
+        return f"String should match pattern '{NAME_PATTERN}'"
+    return None
