@@ -35,6 +35,12 @@ from service.sidecar.metrics import exposition
 from service.sidecar.runner import Sidecar
 
 STALE_S = 30.0  # a loop silent this long is stuck: several Redis timeouts (5 s each), not a slow turn
+# Seconds a connection may stay silent (no request byte, or a reply not taken) before it is closed:
+# each holds a thread, and without a limit a client that connects and sends nothing held one for
+# good (a slow-loris). A probe or scrape sends its request at once; 5 s is the kubelet's probe
+# timeout five times over. It bounds each wait, not a request: a client trickling a byte every few
+# seconds still holds its thread as long as it trickles.
+CLIENT_TIMEOUT_S = 5.0
 JSON = "application/json"
 
 
@@ -106,6 +112,13 @@ class Probes:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
+    def setup(self) -> None:
+        """Bound every wait on the client (the socket timeout ``BaseHTTPRequestHandler.timeout`` would
+        set, per server): a silent one is closed after ``client_timeout_s``, as
+        ``handle_one_request`` ends the connection on a timeout."""
+        super().setup()
+        self.connection.settimeout(self.server.client_timeout_s)
+
     def do_GET(self) -> None:
         reply = self.server.probes.get(self.path)
         self.send_response(reply.status)
@@ -121,8 +134,9 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a client that hangs up slowly does not hold the sidecar's exit
 
-    def __init__(self, address: tuple[str, int], probes: Probes) -> None:
+    def __init__(self, address: tuple[str, int], probes: Probes, client_timeout_s: float) -> None:
         self.probes = probes
+        self.client_timeout_s = client_timeout_s
         super().__init__(address, _Handler)
 
     def server_bind(self) -> None:
@@ -141,13 +155,15 @@ class HealthServer:
     """``Probes`` served on ``host:port`` from a daemon thread; ``stop`` joins it.
 
     Started before the sidecar reaches Redis (``runner`` None: connecting), then ``attach``-ed.
-    Port 0 takes a free port, which ``port`` then holds."""
+    Port 0 takes a free port, which ``port`` then holds. A connection silent for ``client_timeout_s``
+    is closed (``CLIENT_TIMEOUT_S``)."""
 
     runner: Sidecar | None
     worker_id: str
     host: str
     port: int
     stale_s: float = STALE_S
+    client_timeout_s: float = CLIENT_TIMEOUT_S
     _server: _Server | None = field(default=None, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
 
@@ -157,7 +173,8 @@ class HealthServer:
         The socket is bound here, in the caller's thread, so a port in use is an ``OSError`` the
         sidecar exits on, not a log line in a thread while the liveness probe fails for good.
         """
-        self._server = _Server((self.host, self.port), Probes(self.runner, self.worker_id, self.stale_s))
+        probes = Probes(self.runner, self.worker_id, self.stale_s)
+        self._server = _Server((self.host, self.port), probes, self.client_timeout_s)
         self.port = self._server.server_address[1]
         # poll_interval: how soon ``stop`` is noticed (the default 0.5 s would slow every exit)
         serve = {"poll_interval": 0.05}

@@ -16,7 +16,7 @@ from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
 from service.ports import free_port
 from service.sidecar.engine_client import EngineClient, EngineOptions
-from service.sidecar.health import STALE_S, HealthServer
+from service.sidecar.health import CLIENT_TIMEOUT_S, STALE_S, HealthServer
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
@@ -30,9 +30,11 @@ def _sidecar(redis_url: str, engine_url: str = "http://127.0.0.1:9") -> Sidecar:
 
 
 @contextmanager
-def _probes(runner: Sidecar | None, stale_s: float = STALE_S) -> Iterator[httpx.Client]:
+def _probes(
+    runner: Sidecar | None, stale_s: float = STALE_S, client_timeout_s: float = CLIENT_TIMEOUT_S
+) -> Iterator[httpx.Client]:
     """A client of the probes of ``runner`` (None: still connecting), served on a free port."""
-    server = HealthServer(runner, "w0", "127.0.0.1", 0, stale_s)
+    server = HealthServer(runner, "w0", "127.0.0.1", 0, stale_s, client_timeout_s)
     server.start()
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5.0) as client:
@@ -112,6 +114,21 @@ def test_the_server_answers_from_its_own_thread_and_stops(redis_url: str) -> Non
         server.stop()
     with pytest.raises(httpx.TransportError):
         httpx.get(url, timeout=1.0)
+
+
+def test_a_client_that_connects_and_sends_nothing_is_hung_up_on_and_probes_still_answer() -> None:
+    """A silent connection held a server thread for good (a slow-loris): now it is closed once it has
+    been silent for the client timeout (0.2 s here; the wait below is only a bound on a hang)."""
+    with _probes(None, client_timeout_s=0.2) as app:
+        port = httpx.URL(str(app.base_url)).port
+        assert port is not None
+        with socket.create_connection(("127.0.0.1", port), timeout=10.0) as silent:
+            try:
+                received = silent.recv(1)
+            except ConnectionResetError:
+                received = b""
+        assert received == b""  # end of stream: the server closed it, not the 10 s bound
+        assert app.get("/health").json()["status"] == "connecting"
 
 
 def test_a_health_port_already_taken_fails_the_start_instead_of_a_probe_that_never_answers(
