@@ -65,8 +65,8 @@ _log = logging.getLogger("service.actuals")
 PAGE = 10_000  # entries per XRANGE while reading the history
 # Reports per append script call, so how long one call holds Redis: new reports cost ~7-12 us of
 # server time each (valkey, 100,000 in one call: 0.75-1.5 s), so a chunk ~7-12 ms (a few ms when
-# all are held already); 100 chunks add 100 round trips and per-call work, ~0.2-0.4 s on a
-# 100,000-report batch whose wall time (~2.3 s, half of it digests and JSON) is the client's anyway.
+# all are held already); 100 chunks add 100 round trips and per-call work, ~0.3-0.6 s on a
+# 100,000-report batch (2.3 s -> 2.6-2.9 s wall on a 2-core dev box, half of it digests and JSON).
 CHUNK = 1_000
 
 # Appends the reports not stored yet, atomically (replicas may race on one retried batch).
