@@ -236,7 +236,7 @@ def all_at_once_finishes(
     caps = np.array([c.kv_capacity_tokens for c in costs], dtype=np.float64)
     over = np.bincount(queue[kept + run * end > caps[queue]], minlength=count) > 0
     decode = np.zeros(len(at))
-    for cost, members in _same_coefficients(costs).items():
+    for cost, members in same_coefficients(costs).items():
         mask = np.isin(queue, members)
         decode[mask] = decode_times(
             cost, run[mask], kept[mask] + run[mask] * start[mask], (end - start)[mask]
@@ -261,7 +261,7 @@ def all_at_once_finishes(
     return results
 
 
-def _same_coefficients(costs: Sequence[WorkerCost]) -> dict[WorkerCost, list[int]]:
+def same_coefficients(costs: Sequence[WorkerCost]) -> dict[WorkerCost, list[int]]:
     """Queue indices grouped by step-time coefficients, each group under its first cost."""
     first: dict[tuple[float, ...], WorkerCost] = {}
     groups: dict[WorkerCost, list[int]] = {}

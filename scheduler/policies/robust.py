@@ -25,6 +25,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from scheduler import clock
 from scheduler.finish import queue_finishes
@@ -56,6 +57,16 @@ def draw_steps(spread: Spread, rng: np.random.Generator) -> list[int]:
     lengths = np.minimum(caps, np.maximum(1.0, medians * np.exp(sigmas * rng.standard_normal(len(medians)))))
     steps: list[int] = planned_steps_array(lengths).tolist()
     return steps
+
+
+def draw_matrix(spread: Spread, rng: np.random.Generator, count: int) -> npt.NDArray[np.int64]:
+    """``count`` successive ``draw_steps`` as the rows of one array, for plays vectorised across draws
+    (``scheduler.finish_draws``): the generator fills it row after row with the numbers those calls
+    would have drawn, and each element goes through the same arithmetic, so row ``k`` is the ``k``-th
+    draw to the last step."""
+    medians, sigmas, caps = spread
+    normal = rng.standard_normal((count, len(medians)))
+    return planned_steps_array(np.minimum(caps, np.maximum(1.0, medians * np.exp(sigmas * normal))))
 
 
 def least_expected(

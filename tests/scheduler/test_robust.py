@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from scheduler.devices import device_profile, model_preset
 from scheduler.finish import queue_finishes
 from scheduler.policies.problem import Problem, build_problem
-from scheduler.policies.robust import least_expected, spreads
+from scheduler.policies.robust import draw_matrix, draw_steps, least_expected, spreads
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 POOL = Inventory(tuple(Worker(f"h100-{i}", device_profile("H100")) for i in range(4)), model_preset("7b"))
@@ -61,3 +63,11 @@ def test_no_choice_is_made_when_the_draws_would_not_fit_the_deadline() -> None:
     problem, spread = _problem(batch), spreads(batch)
     assert spread is not None
     assert least_expected(problem, (CROWDED, EVEN), spread, True, 0, time.perf_counter()) is None
+
+
+def test_the_draws_as_one_array_are_the_successive_draws_of_the_same_generator() -> None:
+    spread = spreads(_batch(3.0))
+    assert spread is not None
+    one_by_one = np.random.default_rng(7)
+    expected = [draw_steps(spread, one_by_one) for _ in range(5)]
+    assert draw_matrix(spread, np.random.default_rng(7), 5).tolist() == expected

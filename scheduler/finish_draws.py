@@ -1,0 +1,157 @@
+"""Every worker's finish on many draws of the lengths in one vectorised pass, where its queue runs at once.
+
+Why. Comparing plans on draws of the lengths (``scheduler.policies.robust_fast``) plays every queue
+of a candidate on every draw and on a copy of it with one trajectory run long. Played one draw at a
+time (``scheduler.finish.queue_finishes``, vectorised over the items of one play) that was 32 calls
+whose set-up cost about what playing 400 trajectories does: ~30 ms for two candidates at the math100
+trace's 400 samples, and the budget gate, timing one play and multiplying, projected 100-150 ms, so
+the service's 80 ms plan never saw the comparison. When a queue runs at once its finish is a closed
+form (``all_at_once_finish``), and the closed form vectorises across draws as well as items.
+
+How. The draws are a (draws x workers x longest queue) block, padded with empty trajectories (no
+prompt, no steps: they sort last and add nothing); each draw's lengths are sorted per worker along
+the last axis, longest first (stable, as ``queue_finishes`` sorts), and every completion's decode
+time comes from one ``decode_times`` call per step-cost group. The clock is accumulated along the
+same axis in time order (``np.add.accumulate`` is sequential), so each finish is the same sum in the
+same order as ``all_at_once_finish``: equal to it, and to the event loop, to the last bit. The
+stretched copy changes only the longest trajectory (sorted first, completing last), so its finish
+is the clock before that last completion plus one more decode time: no second pass. A queue that
+does not run at once on some draw (too many, a prompt too large, a step past the cache) is played
+by the event loop (``worker_finish``) on that draw, as ``queue_finishes`` would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.costmodel import WorkerCost
+from scheduler.finish import WATERMARK, same_coefficients, worker_finish
+from scheduler.stepsum import FloatArray, decode_times
+
+IntArray = npt.NDArray[np.int64]
+
+
+def drawn_finishes(
+    costs: Sequence[WorkerCost],
+    prompts: Sequence[int],
+    queues: Sequence[Sequence[int]],
+    draws: IntArray,
+    stretch: IntArray,
+    reserve: bool,
+) -> tuple[FloatArray, FloatArray]:
+    """Each worker's finish on each draw (``draws[d]``: every item's steps), and on the draw with the
+    worker's longest item, the first in queue order among equals, run to ``stretch`` of that item
+    where that is longer: two (draws x workers) arrays of ``queue_finishes``'s values (0 for an
+    empty queue)."""
+    drawn, stretched = np.zeros((len(draws), len(queues))), np.zeros((len(draws), len(queues)))
+    busy = [w for w, queue in enumerate(queues) if queue]  # the block is as wide as the longest queue
+    if busy:
+        at = np.array(busy)
+        drawn[:, at], stretched[:, at] = _busy_finishes(
+            [costs[w] for w in busy], prompts, [queues[w] for w in busy], draws, stretch, reserve
+        )
+    return drawn, stretched
+
+
+def _busy_finishes(
+    costs: Sequence[WorkerCost],
+    prompts: Sequence[int],
+    queues: Sequence[Sequence[int]],
+    draws: IntArray,
+    stretch: IntArray,
+    reserve: bool,
+) -> tuple[FloatArray, FloatArray]:
+    """``drawn_finishes`` of queues none of which is empty."""
+    s, items, held = _sorted(prompts, queues, draws)
+    count, workers, size = s.shape
+    running = np.broadcast_to(np.arange(1.0, size + 1.0), s.shape)
+    start = np.concatenate((s[:, :, 1:], np.zeros((count, workers, 1))), axis=2)  # the next completion
+    context = held + running * start
+    longest = np.maximum(s[:, :, 0], np.append(stretch, 0)[items[:, :, 0]])  # the outlier's steps
+    decode = _decode(  # one column more: the longest's last run on the stretched copy
+        costs,
+        np.concatenate((running, np.ones((count, workers, 1))), axis=2),
+        np.concatenate((context, context[:, :, :1]), axis=2),
+        np.concatenate((s - start, (longest - start[:, :, 0])[:, :, None]), axis=2),
+    )
+    prefill = [c.prefill_time(sum(prompts[i] for i in q)) for c, q in zip(costs, queues, strict=True)]
+    first = np.broadcast_to(np.array(prefill)[None, :, None], (count, workers, 1))
+    # completions in time order, the shortest first: the event loop's summation order
+    clocks = np.add.accumulate(np.concatenate((first, decode[:, :, size - 1 :: -1]), axis=2), axis=2)
+    drawn, stretched = clocks[:, :, -1], clocks[:, :, -2] + decode[:, :, size]
+    caps = np.array([c.kv_capacity_tokens for c in costs], dtype=np.float64)[None, :]
+    sizes = np.array([len(q) for q in queues])
+    over = (held + running * s > caps[:, :, None]) & (running <= sizes[None, :, None])
+    rest = over[:, :, 1:].any(axis=2)  # some step past the cache, the longest's last aside
+    never = ~np.array([_may_run_at_once(c, prompts, q, reserve) for c, q in zip(costs, queues, strict=True)])
+    _replay(costs, prompts, queues, draws, drawn, never | rest | over[:, :, 0], reserve, None)
+    stretched_over = never | rest | (held[:, :, 0] + longest > caps)
+    _replay(costs, prompts, queues, draws, stretched, stretched_over, reserve, longest)
+    return drawn, stretched
+
+
+def _sorted(
+    prompts: Sequence[int], queues: Sequence[Sequence[int]], draws: IntArray
+) -> tuple[FloatArray, IntArray, FloatArray]:
+    """Each draw's steps per worker, longest first (stable: queue order among equals, as
+    ``queue_finishes`` sorts), padded with empty items to the longest queue; the item at each place
+    (``len(prompts)`` for padding); the prompt tokens held up to each place."""
+    count, workers, size = len(draws), len(queues), max(len(q) for q in queues)
+    pad = len(prompts)  # an empty item: no prompt, no steps, sorted last
+    index = np.full((workers, size), pad, dtype=np.int64)
+    for w, queue in enumerate(queues):
+        index[w, : len(queue)] = queue
+    steps = np.concatenate((draws, np.zeros((count, 1), dtype=np.int64)), axis=1)[:, index]
+    order = np.argsort(-steps, axis=2, kind="stable")
+    items = np.take_along_axis(np.broadcast_to(index, steps.shape), order, axis=2)
+    held = np.cumsum(np.append(np.asarray(prompts, dtype=np.float64), 0.0)[items], axis=2)  # exact: integers
+    return np.take_along_axis(steps, order, axis=2).astype(np.float64), items, held
+
+
+def _decode(
+    costs: Sequence[WorkerCost], running: FloatArray, context: FloatArray, steps: FloatArray
+) -> FloatArray:
+    """``decode_times`` of a (draws x workers x ...) block, each worker on its own cost, computed
+    only where steps run (equal lengths complete together, as one run in the closed form, and the
+    padding runs nothing): zero elsewhere."""
+    out = np.zeros(steps.shape)
+    runs = steps > 0
+    for cost, members in same_coefficients(costs).items():
+        group = np.zeros(len(costs), dtype=bool)
+        group[members] = True
+        where = runs & group[None, :, None]
+        out[where] = decode_times(cost, running[where], context[where], steps[where])
+    return out
+
+
+def _may_run_at_once(cost: WorkerCost, prompts: Sequence[int], queue: Sequence[int], reserve: bool) -> bool:
+    """``all_at_once_finishes``'s tests that do not depend on the lengths: a slot for every item and
+    every prompt admitted at step 0 (under ``reserve`` with one token each)."""
+    n, cap = len(queue), cost.kv_capacity_tokens
+    total = float(sum(prompts[i] for i in queue))
+    crowded = total + n > cap if reserve else total > cap - WATERMARK * cap
+    return n <= cost.max_num_seqs and not (n > 1 and crowded)
+
+
+def _replay(
+    costs: Sequence[WorkerCost],
+    prompts: Sequence[int],
+    queues: Sequence[Sequence[int]],
+    draws: IntArray,
+    out: FloatArray,
+    where: npt.NDArray[np.bool_],
+    reserve: bool,
+    longest: FloatArray | None,
+) -> None:
+    """``out[d, w]`` played by the event loop wherever ``where`` says the queue does not run at once
+    (on the draw with its longest item, the first of equals, run to ``longest[d, w]``, when given)."""
+    for d, w in zip(*np.nonzero(where), strict=True):
+        queue = queues[w]
+        steps = [int(draws[d, i]) for i in queue]
+        if longest is not None:
+            first = max(range(len(queue)), key=lambda j: steps[j])
+            steps[first] = int(longest[d, w])
+        out[d, w] = worker_finish(costs[w], [prompts[i] for i in queue], steps, reserve)
