@@ -27,23 +27,25 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from scheduler import clock
-from scheduler.finish import queue_finishes
+from scheduler.finish_draws import drawn_finishes
 from scheduler.policies.base import Placement
 from scheduler.policies.kvpeak import KvPeaks
 from scheduler.policies.load import Load, time_with
 from scheduler.policies.ordering import order_queues
 from scheduler.policies.problem import Problem, Unit, longest_first, worker_kinds
-from scheduler.policies.robust import SAMPLES, Z90, Spread, draw_steps
-from scheduler.stepsum import planned_steps_array
+from scheduler.policies.robust import SAMPLES, Z90, Spread, draw_matrix
+from scheduler.stepsum import FloatArray, planned_steps_array
 from scheduler.types import PlanRequest
 
 CHECK_EVERY = 512  # units placed between deadline checks
-PLAYS = 4 * SAMPLES  # batch plays per comparison: two candidates, each on a draw and its stretched copy
+PLAYS = 2 * SAMPLES  # draws played per comparison: two candidates (each draw with its stretched copy)
+TIMED = 4  # draws of the policy's plan played and timed before the comparison is committed to
 
 
 def at_once_hedge(
@@ -51,12 +53,14 @@ def at_once_hedge(
 ) -> Placement:
     """``placement``, or the fastest-kind-first plan (``fastest_first``) where the batch runs at once
     and that plan is expected to end sooner over draws of the lengths with one outlier
-    (``with_outlier``); ``placement`` without quantiles, with one kind, where the batch does not run
+    (``outlier_means``); ``placement`` without quantiles, with one kind, where the batch does not run
     at once, or when the draws would not fit ``deadline``. The candidate runs at once, so there is
     no order to hedge (``robust_order`` leaves such queues alone)."""
-    if spread is None or not _within_slots(problem):
+    if spread is None or not _within_slots(problem) or len(worker_kinds(problem.costs, problem.active)) < 2:
         return placement
-    if not _draws_fit(problem, placement, spread, request, deadline):
+    draws = outlier_draws(spread, request.seed)
+    balanced = _affordable(problem, placement.queues, draws, request.kv_admission, deadline)
+    if balanced is None:
         return placement
     assignment = fastest_first(problem, deadline)
     if assignment is None:
@@ -64,8 +68,8 @@ def at_once_hedge(
     queues, finishes = order_queues(problem, assignment, request.kv_admission, search_until=deadline)
     if queues == placement.queues:
         return placement
-    candidates = (placement.queues, queues)
-    if with_outlier(problem, candidates, spread, request.kv_admission, request.seed, deadline) != 1:
+    fast = outlier_means(problem, queues, draws, request.kv_admission)
+    if least_mean((balanced, fast)) != 1:
         return placement
     return Placement(queues, placement.status, finish_s=finishes)
 
@@ -76,102 +80,84 @@ def _within_slots(problem: Problem) -> bool:
     return sum(len(u.members) for u in problem.units) <= slots
 
 
-def _draws_fit(
-    problem: Problem, placement: Placement, spread: Spread, request: PlanRequest, deadline: float
-) -> bool:
-    """Whether the comparison's plays (``PLAYS`` plays of the batch) would end before ``deadline``,
-    timed on one play of ``placement``. Checked before the candidate is built: under the service's
-    80 ms default at 1,024 trajectories they never fit, and building the candidate and playing a
-    first draw only to find that out cost 14-16 ms of every plan."""
+def _affordable(
+    problem: Problem, queues: Sequence[Sequence[int]], draws: Draws, reserve: bool, deadline: float
+) -> FloatArray | None:
+    """``queues``' ``outlier_means``, or None when the comparison would not end before ``deadline``.
+
+    Checked before the candidate is built (building it and playing a first draw only to give up
+    cost 14-16 ms of every 80 ms plan at 1,024 trajectories): the first ``TIMED`` draws of
+    ``queues`` are played and timed, and the rest of the comparison (``PLAYS`` draws' plays in all,
+    both candidates) projected at that pace. A pass over more draws costs less per draw, so the
+    projection errs long; what it played is kept."""
     started = clock.now()
-    steps = draw_steps(spread, np.random.default_rng(request.seed))
-    queue_finishes(problem.costs, problem.prompts, steps, placement.queues, request.kv_admission)
+    head = outlier_means(problem, queues, Draws(draws.steps[:TIMED], draws.stretch), reserve)
     now = clock.now()
-    return now + PLAYS * (now - started) <= deadline
+    if now + (PLAYS - TIMED) * (now - started) / TIMED > deadline:
+        return None
+    rest = outlier_means(problem, queues, Draws(draws.steps[TIMED:], draws.stretch), reserve)
+    return np.concatenate((head, rest))
 
 
-def with_outlier(
-    problem: Problem,
-    candidates: Sequence[Sequence[Sequence[int]]],
-    spread: Spread,
-    reserve: bool,
-    seed: int,
-    deadline: float,
-) -> int | None:
-    """Index of the candidate with the least mean makespan over ``SAMPLES`` draws of the lengths in
-    each of which one trajectory, equally likely any, runs as long as the batch's longest p90;
-    None when the draws would not fit before ``deadline`` (judged after each, from their pace).
+class Draws(NamedTuple):
+    """What both candidates are played on (common random numbers: the comparison is not at the
+    mercy of sampling noise): ``SAMPLES`` draws of every trajectory's steps from the request's seed
+    (``draw_matrix``), and the steps of each when it is the outlier."""
+
+    steps: npt.NDArray[np.int64]  # (draws, trajectories)
+    stretch: npt.NDArray[np.int64]  # the batch's longest p90, within each trajectory's cap
+
+
+def outlier_draws(spread: Spread, seed: int) -> Draws:
+    """``SAMPLES`` draws of the lengths (``draw_matrix``) and the outlier's steps: the batch's longest
+    p90 (why: ``outlier_means``), within each trajectory's cap."""
+    medians, sigmas, caps = spread
+    longest = planned_steps_array(np.minimum(caps, medians * np.exp(sigmas * Z90))).max(initial=1)
+    stretch = np.minimum(int(longest), planned_steps_array(caps))
+    return Draws(draw_matrix(spread, np.random.default_rng(seed), SAMPLES), stretch)
+
+
+def outlier_means(
+    problem: Problem, queues: Sequence[Sequence[int]], draws: Draws, reserve: bool
+) -> FloatArray:
+    """Mean makespan of ``queues`` on each draw in which one trajectory, equally likely any, runs as
+    long as the batch's longest p90 (``draws.stretch``).
 
     Why the outlier: the draws alone trust each trajectory's p90, and on math100 the longest sample
     ran 3.8x its median, 28 of its own sigmas out; the predictor's p90 covered 84% of the samples.
     With one trajectory that long somewhere in the batch, a plan pays for it on the worker it lands
-    on, which is what the comparison needs to see. Exact over where it lands, per draw: each
-    worker's finish with its longest drawn trajectory stretched (``_stretched``), weighed by the
-    worker's share of the batch, against the other workers' finishes on the draw itself.
+    on, which is what the comparison needs to see. Exact over where it lands: each worker's finish
+    with its longest drawn trajectory stretched (a worker that runs at once ends with its longest,
+    and which of its trajectories runs long barely matters), weighed by the worker's share of the
+    batch, against the other workers' finishes on the draw itself. Every draw in one vectorised
+    pass (``drawn_finishes``), each value the one a play of that draw gives, to the last bit.
     """
-    rng = np.random.default_rng(seed)
-    medians, sigmas, caps = spread
-    longest = planned_steps_array(np.minimum(caps, medians * np.exp(sigmas * Z90))).max(initial=1)
-    limits = planned_steps_array(caps)
-    totals = [0.0] * len(candidates)
-    started = clock.now()
-    for k in range(SAMPLES):
-        means = _with_one_long(problem, candidates, draw_steps(spread, rng), int(longest), limits, reserve)
-        totals = [total + mean for total, mean in zip(totals, means, strict=True)]
-        if started + SAMPLES * (clock.now() - started) / (k + 1) > deadline:
-            return None  # projected from the pace so far: at most one draw is played past it
-    return min(range(len(candidates)), key=lambda c: (totals[c], c))
-
-
-def _with_one_long(
-    problem: Problem,
-    candidates: Sequence[Sequence[Sequence[int]]],
-    steps: list[int],
-    longest: int,
-    limits: npt.NDArray[np.int64],
-    reserve: bool,
-) -> list[float]:
-    """Each candidate's mean makespan on ``steps`` with one trajectory, equally likely any, stretched
-    to ``longest`` steps (within its cap ``limits``): the outlier on worker ``w`` makes the makespan
-    the larger of ``w``'s stretched finish and every other worker's finish on ``steps``. All plays
-    in one ``queue_finishes`` call (each candidate's queues on ``steps``, then on its stretched
-    copy of them): per call, its set-up costs about what playing 400 trajectories does."""
-    workers = len(problem.costs)
-    every_steps, every_queues = list(steps), []
-    for queues in candidates:
-        base = len(every_steps)
-        every_steps += _stretched(queues, steps, longest, limits)
-        every_queues += [*queues, *([i + base for i in queue] for queue in queues)]
-    copies = len(every_steps) // len(steps)
-    finishes = queue_finishes(
-        problem.costs * (2 * len(candidates)), problem.prompts * copies, every_steps, every_queues, reserve
+    drawn, stretched = drawn_finishes(
+        problem.costs, problem.prompts, queues, draws.steps, draws.stretch, reserve
     )
-    means = []
-    for c, queues in enumerate(candidates):
-        drawn = finishes[2 * c * workers : (2 * c + 1) * workers]
-        stretched = finishes[(2 * c + 1) * workers : (2 * c + 2) * workers]
-        last = max(range(workers), key=lambda w: drawn[w])
-        first, second = drawn[last], max((f for w, f in enumerate(drawn) if w != last), default=0.0)
-        total = sum(len(queue) for queue in queues)
-        weighed = sum(
-            len(q) * max(stretched[w], second if w == last else first) for w, q in enumerate(queues)
-        )
-        means.append(weighed / total if total else 0.0)
-    return means
+    rows = np.arange(len(drawn))
+    last = np.argmax(drawn, axis=1)  # the worker that ends the draw (the first of equals)
+    first = drawn[rows, last]
+    others = drawn.copy()
+    others[rows, last] = -np.inf
+    second = others.max(axis=1) if drawn.shape[1] > 1 else np.zeros(len(drawn))
+    weighed = np.zeros(len(drawn))
+    for w, queue in enumerate(queues):  # in worker order, one addition at a time, as a sum() of them
+        weighed = weighed + len(queue) * np.maximum(stretched[:, w], np.where(last == w, second, first))
+    total = sum(len(queue) for queue in queues)
+    return weighed / total if total else np.zeros(len(drawn))
 
 
-def _stretched(
-    queues: Sequence[Sequence[int]], steps: list[int], longest: int, limits: npt.NDArray[np.int64]
-) -> list[int]:
-    """``steps`` with every queue's longest trajectory run to ``longest`` (within its cap), where it
-    is shorter. The longest, so that a queue holds at most one more long trajectory: a worker that
-    runs at once ends with its longest, and which of its trajectories runs long barely matters."""
-    out = list(steps)
-    for queue in queues:
-        if queue:
-            i = max(queue, key=lambda j: steps[j])
-            out[i] = max(out[i], min(longest, int(limits[i])))
-    return out
+def least_mean(means: Sequence[FloatArray]) -> int:
+    """Index of the candidate with the least mean over the draws (``means[c]``: one value a draw),
+    the first of equals; the sum runs in draw order, one addition at a time."""
+    totals = []
+    for values in means:
+        total = 0.0
+        for value in values.tolist():
+            total += value
+        totals.append(total)
+    return min(range(len(totals)), key=lambda c: (totals[c], c))
 
 
 def fastest_first(problem: Problem, deadline: float = math.inf) -> list[list[int]] | None:

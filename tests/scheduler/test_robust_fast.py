@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler.devices import device_profile, model_preset
+from scheduler.finish import queue_finishes
 from scheduler.planner import plan
 from scheduler.policies import robust_fast
 from scheduler.policies.base import Placement
-from scheduler.policies.problem import build_problem
-from scheduler.policies.robust import spreads
-from scheduler.policies.robust_fast import at_once_hedge, fastest_first
+from scheduler.policies.problem import Problem, build_problem
+from scheduler.policies.robust import SAMPLES, Z90, Spread, draw_steps, spreads
+from scheduler.policies.robust_fast import at_once_hedge, fastest_first, outlier_draws, outlier_means
 from scheduler.simulator import SimOptions, simulate
+from scheduler.stepsum import planned_steps_array
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker
 from tests.scheduler.fake_clock import SteppingClock
 
@@ -109,24 +114,100 @@ def test_without_quantiles_or_past_the_deadline_the_plan_is_returned_as_it_is() 
     assert at_once_hedge(problem, request, placement, spread, later) is not placement
 
 
-def test_a_comparison_that_cannot_end_before_the_deadline_is_not_started(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(("seconds_left", "built"), [(16.0, False), (17.0, True)])
+def test_the_comparison_starts_only_if_its_first_draws_project_it_before_the_deadline(
+    monkeypatch: pytest.MonkeyPatch, seconds_left: float, built: bool
 ) -> None:
-    """Under the service's 80 ms default the draws never fit 1,024 trajectories; building the
-    candidate and playing a first draw to find that out cost every plan 14-16 ms."""
+    """The first ``TIMED`` (4) draws of the plan seem to take a second: the comparison's 64 draws'
+    plays (two candidates, 32 draws each) then end 15 s after them, 17 s from the deadline's
+    reference. Under the service's 80 ms default that projection is what kept the candidate from
+    being built at 1,024 trajectories (building it and playing a first draw cost 14-16 ms)."""
     request = _request()
     problem = build_problem(request)
     queues = tuple(tuple(range(w, 64, 4)) for w in range(4))
     placement = Placement(queues, "HEURISTIC", finish_s=tuple(problem.finishes(queues, True)))
     spread = spreads(request.trajectories)
-    clock = SteppingClock()  # one play of the batch seems to take a second: 128 s for the comparison
+    clock = SteppingClock()  # read once before the timed draws and once after them
     monkeypatch.setattr(time, "perf_counter", clock.now)
+    calls: list[int] = []
 
-    def unaffordable(*_: object) -> None:
-        raise AssertionError("the candidate was built although its comparison could not fit")
+    def candidate(*_: object) -> None:
+        calls.append(1)  # built: no candidate after all, so the plan is returned
 
-    monkeypatch.setattr(robust_fast, "fastest_first", unaffordable)
-    assert at_once_hedge(problem, request, placement, spread, clock.seconds + LATER) is placement
+    monkeypatch.setattr(robust_fast, "fastest_first", candidate)
+    assert at_once_hedge(problem, request, placement, spread, clock.seconds + seconds_left) is placement
+    assert bool(calls) == built
+
+
+def _per_draw(
+    problem: Problem, queues: Sequence[Sequence[int]], spread: Spread, reserve: bool, seed: int
+) -> list[float]:
+    """``outlier_means`` the way the hedge played it first, one draw at a time: the draw and its
+    copy with every queue's longest trajectory stretched (``queue_finishes`` each), the makespan
+    with the outlier on each worker weighed by its share of the batch."""
+    medians, sigmas, caps = spread
+    longest = int(planned_steps_array(np.minimum(caps, medians * np.exp(sigmas * Z90))).max(initial=1))
+    limits = planned_steps_array(caps).tolist()
+    rng, means = np.random.default_rng(seed), []
+    for _ in range(SAMPLES):
+        steps = draw_steps(spread, rng)
+        stretched = list(steps)
+        for queue in queues:
+            if queue:
+                i = max(queue, key=lambda j: steps[j])
+                stretched[i] = max(steps[i], min(longest, limits[i]))
+        drawn = queue_finishes(problem.costs, problem.prompts, steps, queues, reserve)
+        outlier = queue_finishes(problem.costs, problem.prompts, stretched, queues, reserve)
+        last = max(range(len(drawn)), key=lambda w: drawn[w])
+        first, second = drawn[last], max((f for w, f in enumerate(drawn) if w != last), default=0.0)
+        weighed = sum(len(q) * max(outlier[w], second if w == last else first) for w, q in enumerate(queues))
+        means.append(weighed / sum(len(q) for q in queues))
+    return means
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.sampled_from([8, 64, 256]),
+    st.integers(1, 120),
+    st.floats(1.0, 3.0),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_all_draws_in_one_pass_give_each_draws_mean_of_playing_it_alone_to_the_last_bit(
+    h100s: int, ascends: int, slots: int, size: int, spread_ratio: float, reserve: bool, seed: int
+) -> None:
+    """Random batches that run at once (or nearly: a queue past its slots goes to the event loop),
+    the trajectories dealt at random, some workers left empty: every draw's mean is the same float,
+    so the sums, and the choice between candidates, are the same as the per-draw comparison's."""
+    rng = np.random.default_rng(seed)
+    batch = []
+    for i in range(size):
+        p50 = float(rng.uniform(50.0, 3_000.0))
+        quantiles = {0.5: p50, 0.9: p50 * spread_ratio}
+        batch.append(
+            Trajectory(
+                f"q{i // 4}",
+                i % 4,
+                int(rng.integers(10, 800)),
+                int(rng.choice([1_024, 8_192])),
+                p50,
+                quantiles,
+            )
+        )
+    h100, ascend = device_profile("H100"), device_profile("Ascend910B")
+    workers = [Worker(f"h100-{j}", h100, max_num_seqs=slots) for j in range(h100s)]
+    workers += [Worker(f"a910b-{j}", ascend, max_num_seqs=slots) for j in range(ascends)]
+    request = PlanRequest(
+        tuple(batch), Inventory(tuple(workers), model_preset("7b")), kv_admission=reserve, seed=seed
+    )
+    problem, spread = build_problem(request), spreads(request.trajectories)
+    assert spread is not None
+    owner = rng.integers(0, len(workers), size)
+    queues = [np.flatnonzero(owner == w).tolist() for w in range(len(workers))]
+    means = outlier_means(problem, queues, outlier_draws(spread, seed), reserve)
+    assert means.tolist() == _per_draw(problem, queues, spread, reserve, seed)
 
 
 def test_requests_without_quantiles_are_planned_as_before() -> None:
