@@ -3,9 +3,9 @@
 Why. Comparing plans on draws of the lengths (``scheduler.policies.robust_fast``) plays every queue
 of a candidate on every draw and on a copy of it with one trajectory run long. Played one draw at a
 time (``scheduler.finish.queue_finishes``, vectorised over the items of one play) that was 32 calls
-whose set-up cost about what playing 400 trajectories does: ~30 ms for two candidates at the math100
-trace's 400 samples, and the budget gate, timing one play and multiplying, projected 100-150 ms, so
-the service's 80 ms plan never saw the comparison. When a queue runs at once its finish is a closed
+whose set-up cost about what playing 400 trajectories does: ~27 ms for two candidates at the math100
+trace's 400 samples, and the budget gate, timing one play and multiplying by 128, projected ~66 ms,
+so the service's 80 ms plan never saw the comparison. When a queue runs at once its finish is a closed
 form (``all_at_once_finish``), and the closed form vectorises across draws as well as items.
 
 How. The draws are a (draws x workers x longest queue) block, padded with empty trajectories (no
