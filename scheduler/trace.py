@@ -67,7 +67,7 @@ def int_cell(raw: object, column: str, minimum: int) -> int:
         try:
             value = int(text)
         except ValueError:
-            number = float(text)  # "12.0" is accepted; "12.5" and "abc" are not
+            number = _number(text, "expected an integer")  # "12.0" is accepted; "12.5" and "abc" are not
             if not math.isfinite(number) or number != int(number):
                 raise ValueError("expected an integer") from None
             value = int(number)
@@ -87,8 +87,19 @@ def _plain_number(raw: object) -> str:
     return text
 
 
+def _number(text: str, reason: str) -> float:
+    """``float(text)``, or a ``ValueError`` saying ``reason``: float's own message ("could not
+    convert string to float: 'zero'") names Python's type, not the column's, and repeats the cell."""
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(reason) from None
+
+
 def _float_cell(raw: object) -> float:
-    value = float(_plain_number(raw)) if not isinstance(raw, (int, float)) else float(raw)
+    value = (
+        _number(_plain_number(raw), "expected a number") if not isinstance(raw, (int, float)) else float(raw)
+    )
     if not math.isfinite(value):
         raise ValueError("must be a finite number")
     return value

@@ -246,3 +246,20 @@ def test_a_number_only_python_reads_is_refused_at_its_cell(tmp_path: Path, colum
     path.write_text(",".join(cells) + "\n" + ",".join(cells.values()) + "\n", encoding="utf-8")
     with pytest.raises(TraceFormatError, match=f"t\\.csv:2:{column}.*ASCII"):
         read_trace(path)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize(
+    ("column", "cell", "says"), [("step", "zero", "an integer"), ("reward", "high", "a number")]
+)
+def test_a_word_in_a_number_column_is_called_not_a_number_in_the_project_s_words(
+    tmp_path: Path, fast: bool, column: str, cell: str, says: str
+) -> None:
+    """float() said "could not convert string to float: 'zero'": Python's words, for an integer column."""
+    cells = {"step": "0", "prompt_id": "a", "sample_idx": "0", "prompt_tokens": "3", "output_tokens": "4"}
+    cells[column] = cell
+    path = tmp_path / "t.csv"
+    path.write_text(",".join(cells) + "\n" + ",".join(cells.values()) + "\n", encoding="utf-8")
+    with pytest.raises(TraceFormatError) as raised:
+        read_trace(path, fast=fast)
+    assert str(raised.value) == f"{path}:2:{column}={cell!r}: expected {says}"
