@@ -8,6 +8,7 @@ drives its engine itself. docs/sidecar.md describes both, the flags and the shut
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from typing import Annotated
 
@@ -207,10 +208,13 @@ def _check(
 
 def _check_numbers(numbers: dict[str, tuple[float | None, float]]) -> None:
     """``ValueError`` for the first flag below its least sensible value (a heartbeat of 0 s spins a
-    core)."""
+    core) or not finite (``--idle-poll inf`` never looked for work again, ``--heartbeat-interval inf``
+    let every lease lapse while its item ran)."""
     for name, (value, least) in numbers.items():
         if value is not None and not value >= least:
             raise ValueError(f"{name}={value}: must be >= {least:g}")
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{name}={value}: must be a finite number")
 
 
 def _derived_kv(device: str | None, model: str, num_gpus: int) -> int | None:
