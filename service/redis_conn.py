@@ -140,6 +140,15 @@ def check_redis_url(value: str) -> str:
     return value
 
 
+def check_redis_url_flag(value: str) -> str:
+    """``check_redis_url`` for a command-line flag: its ``ValueError`` names the flag and the URL
+    with its password masked, as every command that takes ``--redis-url`` reports it."""
+    try:
+        return check_redis_url(value)
+    except ValueError as error:
+        raise ValueError(f"redis_url={describe(value)!r}: {error}") from None
+
+
 @contextmanager
 def redis_for(settings: Settings) -> Iterator[Settings]:
     """Yield settings with a usable ``redis_url``: as given, or an embedded server's, stopped on exit."""

@@ -35,10 +35,13 @@ def bench_delivery(
 
     from service.delivery.bench import STEAL_P99_TARGET_MS, THROUGHPUT_TARGET, run_bench
     from service.embedded import EmbeddedServer, EmbeddedServerError
+    from service.redis_conn import check_redis_url_flag
 
     server = None
     try:
-        if redis_url is None:
+        if redis_url is not None:  # redis-py's own message names no flag, and can quote the password
+            check_redis_url_flag(redis_url)
+        else:
             server = EmbeddedServer().start()
             redis_url = server.url
         result = run_bench(redis_url, workers, items_per_worker, batch, queues, steals, processes)

@@ -184,14 +184,11 @@ def _check(
     """The Redis URL, once the flags that say where to connect and how to run make sense together;
     ``ValueError`` naming the first that does not."""
     from service.logs import LOG_LEVELS
-    from service.redis_conn import check_redis_url, describe
+    from service.redis_conn import check_redis_url_flag
 
     if not url:
         raise ValueError("no Redis: pass --redis-url or set REDIS_URL")
-    try:
-        check_redis_url(url)
-    except ValueError as error:
-        raise ValueError(f"redis_url={describe(url)!r}: {error}") from None
+    check_redis_url_flag(url)
     if (engine_url is None) == (pull_api is None):
         raise ValueError("pass exactly one of --engine-url (push mode) or --pull-api PORT (pull mode)")
     if engine_url is not None and not engine_url.startswith(("http://", "https://")):

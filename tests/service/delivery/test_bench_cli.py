@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import redis
 import typer
 from typer.testing import CliRunner
@@ -36,6 +37,23 @@ def test_bench_delivery_on_an_unreachable_redis_says_so_in_one_line() -> None:
     assert result.exit_code == 2
     assert "bench delivery:" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("url", "names"),
+    [
+        ("notaurl", "redis_url='notaurl': expected redis://"),
+        ("redis://:s3cr/et@127.0.0.1:1/0", "redis_url='redis://***@127.0.0.1:1/0': the port is not a number"),
+    ],
+)
+def test_a_malformed_redis_url_is_named_as_the_flag_without_its_password(url: str, names: str) -> None:
+    """redis-py's own words ("Port could not be cast to integer value as 'pa'") named no flag and
+    printed the part of the password before its unescaped '/' ("s3cr")."""
+    result = CliRunner().invoke(_cli(), ["bench", "delivery", "--redis-url", url])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"bench delivery: {names}")
+    assert "s3cr" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
 
 
 def test_ctrl_c_during_bench_delivery_prints_one_line_and_leaves_no_keys(
