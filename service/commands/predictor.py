@@ -62,7 +62,12 @@ def train(
     from predictors.model import fit
     from predictors.store import ModelStore
     from scheduler.errors import SchedulerError
+    from service.outpaths import check_folder_path
 
+    try:
+        check_folder_path("out", out)  # before the fit, not after it with "[Errno 17] File exists"
+    except SchedulerError as exc:
+        raise _fail("train", exc) from None
     rows = _load(trace, "train")
     try:
         model = _with_holdout_metrics(fit(rows), rows)

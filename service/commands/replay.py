@@ -197,20 +197,12 @@ def _print_workers(rows: list[WorkerRow], policy: str) -> None:
 
 
 def _check_writable(option: str, path: Path | None) -> None:
-    """Refuse an output path that cannot be written: a folder, a file this process may not
-    overwrite, or one under a file or a folder it may not write to (missing folders are fine: they
-    are created). Checked before the replay, which would otherwise run for minutes first."""
-    from scheduler.errors import InvalidInputError
+    """Refuse an output path that cannot be written (``service.outpaths``), before the replay,
+    which would otherwise run for minutes first."""
+    from service.outpaths import check_file_path
 
-    if path is None:
-        return
-    existing = path.parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if path.is_dir() or not existing.is_dir() or not os.access(existing, os.W_OK):
-        raise InvalidInputError(option, str(path), "cannot be written here")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise InvalidInputError(option, str(path), "exists and cannot be overwritten")
+    if path is not None:
+        check_file_path(option, path)
 
 
 def _write_outputs(result: ReplayReport, steal: bool, plot: Path | None, report: Path | None) -> None:

@@ -90,11 +90,13 @@ def _check_out(out: Path) -> None:
     (writing to a folder failed only at the end, naming the temporary file it wrote first)."""
     from predictors.traceio import SUFFIXES
     from scheduler.errors import InvalidInputError
+    from service.outpaths import check_file_path
 
     if out.suffix not in SUFFIXES:
         raise InvalidInputError("out", str(out), f"unsupported suffix; expected one of {SUFFIXES}")
     if out.is_dir():
         raise InvalidInputError("out", str(out), "is a directory")
+    check_file_path("out", out)  # under a file: "[Errno 17] File exists", after the whole import
 
 
 def _check_options(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,28 @@ def test_a_command_s_own_exit_status_passes_through() -> None:
     )
     assert done.returncode == 2
     assert done.stderr.startswith("trace: profile=")
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (("trace", "synth", "--prompts", "1", "--samples", "1", "--steps", "1", "--out", "{file}/t.csv"),
+         "trace: out='{file}/t.csv': cannot be written here"),
+        (("trace", "import", "--from", "csv", "{file}", "--out", "{file}/t.csv"),
+         "trace: out='{file}/t.csv': cannot be written here"),
+        (("predictor", "train", "{file}", "--out", "{file}"),
+         "predictor train: out='{file}': exists and is not a folder"),
+        (("predictor", "train", "{file}", "--out", "{file}/models"),
+         "predictor train: out='{file}/models': cannot be created here"),
+    ],
+)  # fmt: skip
+def test_an_output_path_under_a_file_names_the_flag_and_writes_nothing(
+    tmp_path: Path, args: tuple[str, ...], names: str
+) -> None:
+    """The OS's "[Errno 17] File exists: 'x'" named neither --out nor the path, and came after the work."""
+    file = tmp_path / "t.csv"
+    file.write_text("step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,3,4\n1,a,0,3,5\n")
+    done = _run(*(a.format(file=file) for a in args))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [names.format(file=file)], done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
