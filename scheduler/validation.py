@@ -35,6 +35,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "time_scale": (1e-3, 1e3),  # a worker 1,000x off its profile is a mistake, not a measurement
 }
 MAX_GPUS = 64  # tensor-parallel degree
+MAX_NUM_SEQS = 65_536  # an engine's concurrent sequences; past it is a typo, not an engine
 MAX_TOKENS = 2**31 - 1  # a KV cache stated in tokens
 
 
@@ -209,7 +210,7 @@ def _validate_worker(worker: Worker, path: str) -> None:
     if not worker.worker_id:
         raise InvalidInputError(f"{path}.worker_id", worker.worker_id, "must be a non-empty string")
     _require_int(f"{path}.num_gpus", worker.num_gpus, minimum=1, maximum=MAX_GPUS)
-    _require_int(f"{path}.max_num_seqs", worker.max_num_seqs, minimum=1)
+    _require_int(f"{path}.max_num_seqs", worker.max_num_seqs, minimum=1, maximum=MAX_NUM_SEQS)
     if worker.kv_capacity_tokens is not None:
         _require_int(f"{path}.kv_capacity_tokens", worker.kv_capacity_tokens, minimum=1, maximum=MAX_TOKENS)
     _require_positive(f"{path}.time_scale", worker.time_scale)

@@ -14,6 +14,7 @@ import re
 from scheduler.devices import device_profile, model_preset
 from scheduler.errors import InvalidInputError
 from scheduler.types import Inventory, Worker
+from scheduler.validation import MAX_NUM_SEQS
 
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs
 MAX_WORKERS = 100_000  # a sanity bound: a typo like 80000000xH100 should fail fast, not allocate
@@ -43,8 +44,8 @@ def _part_workers(part: str, spec: str, start: int) -> list[Worker]:
     seqs = int(match["seqs"]) if match["seqs"] else DEFAULT_MAX_NUM_SEQS
     if count < 1:
         raise InvalidInputError("workers", part.strip(), "the count must be >= 1")
-    if seqs < 1:
-        raise InvalidInputError("workers", part.strip(), "max_num_seqs must be >= 1")
+    if not 1 <= seqs <= MAX_NUM_SEQS:  # the API's bound: 8xH100:99999999999999999999 was accepted
+        raise InvalidInputError("workers", part.strip(), f"max_num_seqs must be 1..{MAX_NUM_SEQS:,}")
     if count > MAX_WORKERS:
         raise InvalidInputError("workers", part.strip(), f"count exceeds the limit of {MAX_WORKERS}")
     device = device_profile(match["device"])

@@ -23,7 +23,7 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
-from scheduler.validation import MAX_GPUS, RANGES
+from scheduler.validation import MAX_GPUS, MAX_NUM_SEQS, RANGES
 from service.names import NAME_MAX_LENGTH, NAME_PATTERN
 
 # a worker id, among others: the rule lives in service/names.py, where a push sidecar reads it too
@@ -187,7 +187,7 @@ class WorkerSpec(Strict):
     worker_id: Name
     device: str = Field(min_length=1, max_length=64)  # H100, H200, A100-80GB, Ascend910B (aliases ok)
     num_gpus: int = Field(default=1, ge=1, le=MAX_GPUS)  # tensor-parallel degree
-    max_num_seqs: int = Field(default=256, ge=1, le=65_536)  # engine's concurrent-sequence limit
+    max_num_seqs: int = Field(default=256, ge=1, le=MAX_NUM_SEQS)  # engine's concurrent-sequence limit
     kv_capacity_tokens: int | None = Field(default=None, gt=0, le=MAX_COUNT)  # KV cache in tokens;
     # derived when absent
     # Measured overrides, each within the core's envelope of every device there is with room to spare

@@ -116,6 +116,13 @@ def test_a_non_positive_worker_capacity_names_the_worker(field: str, value: int)
     assert error.value == value
 
 
+def test_a_max_num_seqs_past_the_api_s_bound_is_refused_in_the_core_too() -> None:
+    """The API capped it at 65,536 while a replay's ``8xH100:99999999999999999999`` planned away."""
+    error = _rejected(_request(workers=(_worker("w0", max_num_seqs=65_537),)))
+    assert error.field == "inventory.workers[0].max_num_seqs"
+    assert error.value == 65_537
+
+
 def test_a_non_finite_device_override_is_refused() -> None:
     device = dataclasses.replace(device_profile("H100"), hbm_bandwidth_gbs=math.inf)
     error = _rejected(_request(workers=(_worker("w0", device=device),)))

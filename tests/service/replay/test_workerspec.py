@@ -47,6 +47,13 @@ def test_a_malformed_spec_is_refused_naming_the_field(spec: str) -> None:
         parse_workers(spec)
 
 
+@pytest.mark.parametrize("seqs", ["65537", "99999999999999999999"])
+def test_a_max_num_seqs_past_the_api_s_bound_is_refused(seqs: str) -> None:
+    with pytest.raises(InvalidInputError, match=r"workers='8xH100:\d+': max_num_seqs must be 1\.\.65,536"):
+        parse_workers(f"8xH100:{seqs}")
+    assert parse_workers("8xH100:65536").workers[0].max_num_seqs == 65_536
+
+
 def test_an_unknown_device_names_the_known_ones() -> None:
     with pytest.raises(UnknownNameError, match="H100"):
         parse_workers("4xTPUv5")
