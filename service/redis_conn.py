@@ -101,8 +101,11 @@ def describe(url: str) -> str:
     """The URL without its password (``user:pass@`` or a ``password=`` query), for logs and errors.
 
     Everything before the last ``@`` is credentials, even past a ``?`` or ``/``: a password with an
-    unescaped one splits the URL there, and its tail must not be shown as a query or database."""
+    unescaped one splits the URL there, and its tail must not be shown as a query or database. A URL
+    with no scheme (``user:pass@host``, a refused one) is all ``rest``: its credentials are masked too."""
     scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
     if "@" in rest:
         credentials, _, rest = rest.rpartition("@")
         user = credentials.split(":", 1)[0]

@@ -75,6 +75,7 @@ def test_logged_urls_hide_the_password() -> None:
     assert describe("rediss://scheduler:s3cret@redis:6380/0") == "rediss://scheduler:***@redis:6380/0"
     assert describe("redis://:s3cret@redis:6379/0") == "redis://***@redis:6379/0"
     assert describe("redis://redis:6379/0") == "redis://redis:6379/0"
+    assert describe("scheduler:s3cret@redis:6379") == "scheduler:***@redis:6379"  # no scheme: still masked
 
 
 def test_a_user_without_a_needed_command_gets_a_503_naming_the_refusal_not_a_500(
