@@ -14,7 +14,7 @@ import os
 import pathlib
 from collections.abc import Mapping
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.delivery.keys import (
@@ -25,7 +25,7 @@ from service.delivery.keys import (
     check_prefix,
 )
 from service.logs import LOG_LEVELS
-from service.redis_conn import check_redis_url
+from service.redis_conn import check_redis_url, describe
 from service.tokens import check_token
 
 HOUR_S = 3_600
@@ -205,6 +205,42 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
         hint = f"; did you mean {close[0]}?" if close else ""
         lines.append(f"{name} is not a setting and is ignored{hint}")
     return lines
+
+
+def invalid_setting(error: ValidationError) -> str:
+    """The one line ``serve`` prints for a refused setting: where, the value given, and pydantic's why.
+
+    pydantic's message names the rule (``Input should be less than 1``) but not what broke it (``nan``,
+    a typo's extra digit). The value is shown except where it may hold a credential: a ``SecretStr``
+    setting (tokens, the Redis password) and a check across settings show none, the Redis URL is
+    shown with its password masked."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    if not where:
+        return f"invalid settings: {first['msg']}"
+    shown = _shown_value(where, first["input"])
+    return f"invalid setting {where}{'' if shown is None else '=' + shown}: {first['msg']}"
+
+
+def _shown_value(where: str, value: object) -> str | None:
+    """``value`` as the error line shows it, or None when it must not be shown (see ``invalid_setting``)."""
+    name = _setting_named(where)
+    if name is None or "SecretStr" in str(Settings.model_fields[name].annotation):
+        return None
+    if name == "redis_url":
+        return repr(describe(str(value)))
+    return repr(value)
+
+
+def _setting_named(where: str) -> str | None:
+    """The setting an error's location names, by field name or by one of its variable names; None
+    for a check across settings (its input is every setting given, secrets among them)."""
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        names = alias.choices if isinstance(alias, AliasChoices) else [alias]
+        if where == name or where in names:
+            return name
+    return None
 
 
 def _split(secret: SecretStr | None) -> list[str]:

@@ -86,14 +86,12 @@ def load_settings(overrides: dict[str, Any]) -> Settings:
     """Settings from the environment with ``overrides`` on top; a bad value exits with one line."""
     from pydantic import ValidationError
 
-    from service.settings import Settings
+    from service.settings import Settings, invalid_setting
 
     try:
         return Settings(**overrides)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        _fail(f"invalid setting {where}: {first['msg']}")
+        _fail(invalid_setting(error))
 
 
 def port_taken(settings: Settings) -> str | None:

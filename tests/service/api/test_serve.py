@@ -13,7 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
+import typer
 from pydantic import SecretStr, ValidationError
+from typer.testing import CliRunner
 
 from service.commands.bench_service import SAMPLES, batch
 from service.commands.serve import cluster_without_url, unsafe_binding
@@ -193,3 +195,45 @@ def test_a_rollout_variable_no_setting_reads_is_named_with_the_setting_it_resemb
         "ROLLOUT_DEFAULT_POLICIES is not a setting and is ignored; did you mean ROLLOUT_DEFAULT_POLICY?",
         "ROLLOUT_TRAINER_TOKEN is not a setting and is ignored; did you mean ROLLOUT_TRAINER_TOKENS?",
     ]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "line"),
+    [
+        ("ROLLOUT_DEFAULT_QUANTILE", "nan", "invalid setting default_quantile='nan': Input should be less"),
+        ("ROLLOUT_PORT", "99999", "invalid setting port='99999': Input should be less than or equal"),
+        ("ROLLOUT_LOG_LEVEL", "LOUD", "invalid setting log_level='LOUD': Value error, must be one of"),
+    ],
+)
+def test_a_refused_setting_names_the_value_given(
+    cli: typer.Typer, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, line: str
+) -> None:
+    """pydantic's message names the setting and the rule, not what broke it ('nan', a typo's digits)."""
+    monkeypatch.setenv(variable, value)
+    result = CliRunner().invoke(cli, ["serve"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"serve: {line}"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("environment", "secret"),
+    [
+        ({"ROLLOUT_TRAINER_TOKENS": "good,s3cr\u00e9t"}, "s3cr\u00e9t"),
+        ({"ROLLOUT_WORKER_TOKENS": "s3cr\u00e9t"}, "s3cr\u00e9t"),
+        ({"ROLLOUT_TRAINER_TOKENS": "s3cret", "ROLLOUT_WORKER_TOKENS": "s3cret"}, "s3cret"),
+        ({"REDIS_URL": "redis://u:s3cret@h:99999/0"}, "s3cret"),
+        ({"REDIS_URL": "http://u:s3cret@h:6379/0"}, "s3cret"),
+        ({"REDIS_URL": "u:s3cret@h:6379"}, "s3cret"),  # no scheme: the credentials were shown as one
+        ({"REDIS_URL": "redis://h:6379/x?password=s3cret"}, "s3cret"),
+    ],
+)
+def test_a_refused_secret_setting_never_shows_its_value(
+    cli: typer.Typer, monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], secret: str
+) -> None:
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    result = CliRunner().invoke(cli, ["serve"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("serve: invalid setting"), result.stderr
+    assert secret not in result.output
