@@ -1,9 +1,13 @@
-"""Ordinary permissions for files written atomically.
+"""Ordinary permissions for files written atomically, and folders made for a write undone when it fails.
 
 ``tempfile.mkstemp`` and ``mkdtemp`` create their file or folder private (0600 / 0700), and a rename
 into place keeps that mode: traces written by ``trace synth``/``trace import`` and model versions in
 a store that replicas under other users read came out readable by their writer alone. Writers set
 what ``open``/``mkdir`` would have given instead: 0666 / 0777 less the process umask.
+
+A writer creates the missing folders above its target; when the write then fails (a name the file
+system refuses, a full disk) a command that refused its input must leave nothing behind, so the
+folders it made are removed again (``make_folders`` / ``remove_folders``).
 """
 
 from __future__ import annotations
@@ -35,3 +39,32 @@ def make_ordinary(path: Path) -> None:
                 child.chmod(0o666 & ~mask)
     else:
         path.chmod(0o666 & ~mask)
+
+
+def make_folders(folder: Path) -> list[Path]:
+    """Create ``folder`` and the missing folders above it; those this call created, outermost first,
+    for ``remove_folders`` to undo should the write they were made for fail. A failure here removes
+    what it had created before raising."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    made: list[Path] = []
+    try:
+        for each in reversed(missing):
+            each.mkdir()
+            made.append(each)
+    except BaseException:
+        remove_folders(made)
+        raise
+    return made
+
+
+def remove_folders(made: list[Path]) -> None:
+    """Remove folders ``make_folders`` created, innermost first; one something else has written
+    into meanwhile is kept, with the folders above it."""
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except OSError:
+            return

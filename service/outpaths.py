@@ -4,13 +4,20 @@ Why a shared check: ``replay --plot``, ``trace synth|import --out`` and ``predic
 each write only at the end, after seconds to minutes of work; a path under a file failed there with
 the OS's words (``[Errno 17] File exists: 'afile'``), naming neither the flag nor the path given.
 Missing folders are fine: the writers create them.
+
+A check cannot see everything (a name longer than the file system takes, a full disk, a read-only
+mount as root), so ``write_all`` writes a command's outputs all or none: a second output that fails
+while written no longer leaves the first one, or the folders made for either, behind.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
+from predictors.fsmode import make_folders, make_ordinary, remove_folders
 from scheduler.errors import InvalidInputError
 
 
@@ -32,6 +39,61 @@ def check_folder_path(option: str, path: Path) -> None:
         raise InvalidInputError(option, str(path), "is a folder this process may not write to")
     if not path.exists() and not _creatable_under(path):
         raise InvalidInputError(option, str(path), "cannot be created here")
+
+
+def check_distinct(outputs: Sequence[tuple[str, Path | None]]) -> None:
+    """Refuse two options naming one path: the second output would silently replace the first."""
+    seen: dict[str, str] = {}
+    for option, path in outputs:
+        if path is None:
+            continue
+        key = os.path.abspath(path)
+        if key in seen:
+            raise InvalidInputError(option, str(path), f"is also --{seen[key]}'s path")
+        seen[key] = option
+
+
+def write_all(outputs: Sequence[tuple[str, Path, bytes]]) -> None:
+    """Write each ``(option, path, data)``, all or none: each to a temporary file beside its target,
+    then all renamed into place. On a failure the temporary files, the outputs already renamed and
+    the folders made are removed, and ``InvalidInputError`` names the option and path that failed."""
+    made: list[Path] = []
+    staged: list[tuple[str, Path, Path]] = []  # option, temporary file, target
+    renamed: list[Path] = []
+    current = ("", "")  # the option and path being written, for the error
+    try:
+        for option, path, data in outputs:
+            current = (option, str(path))
+            made += make_folders(path.parent)
+            staged.append((option, _write_beside(path, data), path))
+        for option, tmp, path in staged:
+            current = (option, str(path))
+            os.replace(tmp, path)
+            renamed.append(path)
+    except BaseException as exc:  # an interrupt too: a half-done run leaves nothing either
+        for _, tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        for done in renamed:
+            done.unlink(missing_ok=True)
+        remove_folders(made)
+        if isinstance(exc, OSError):
+            raise InvalidInputError(*current, f"cannot be written: {exc.strerror or exc}") from None
+        raise
+
+
+def _write_beside(path: Path, data: bytes) -> Path:
+    """``data`` in a new temporary file in ``path``'s folder (short-named: ``path``'s own name may
+    be as long as the file system takes), with the mode ``open`` would have given it."""
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:64]}.", suffix=".tmp")
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        make_ordinary(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
 
 
 def _creatable_under(path: Path) -> bool:

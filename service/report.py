@@ -13,7 +13,6 @@ import heapq
 import html
 import io
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from service.replay import ReplayReport, StepReplay
@@ -148,12 +147,6 @@ def _lanes(spans: Sequence[tuple[float, float]]) -> list[int]:
         heapq.heappush(busy, (end, lane))
         out.append(lane)
     return out
-
-
-def write_png(path: Path, png: bytes) -> None:
-    """Write the chart; the parent folder is created."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(png)
 
 
 def html_report(report: ReplayReport, steal: bool, png: bytes) -> str:

@@ -76,6 +76,7 @@ def replay_command(
     """Replay TRACE on the pool SPEC and report every policy's makespan against the lower bound."""
     from predictors.traceio import read_trace
     from scheduler.errors import InvalidInputError
+    from service.outpaths import check_distinct
     from service.replay import ReplayConfig, parse_policies
     from service.replay_steps import select_steps
     from service.workerspec import parse_workers
@@ -100,6 +101,7 @@ def replay_command(
             raise InvalidInputError("per_worker", per_worker, f"not among --policies ({', '.join(names)})")
         for option, path in (("plot", plot), ("report", report)):
             _check_writable(option, path)  # before the replay, not after minutes of it
+        check_distinct((("plot", plot), ("report", report)))
         result = _run(loaded, config, quiet=as_json)
     except (InvalidInputError, OSError) as exc:
         typer.echo(f"replay: {exc}", err=True)
@@ -206,18 +208,20 @@ def _check_writable(option: str, path: Path | None) -> None:
 
 
 def _write_outputs(result: ReplayReport, steal: bool, plot: Path | None, report: Path | None) -> None:
-    """The Gantt chart of the last replayed step, as a PNG and/or inside the HTML report."""
+    """The Gantt chart of the last replayed step, as a PNG and/or inside the HTML report: both
+    rendered first, then written all or none (``service.outpaths.write_all``)."""
     if plot is None and report is None:
         return
-    from service.report import gantt_png, html_report, write_png
+    from scheduler.errors import InvalidInputError
+    from service.outpaths import write_all
+    from service.report import gantt_png, html_report
 
     png = gantt_png(result.steps[-1], result.config.policies, steal)
+    outputs = [("plot", plot, png)] if plot is not None else []
+    if report is not None:
+        outputs.append(("report", report, html_report(result, steal, png).encode("utf-8")))
     try:
-        if plot is not None:
-            write_png(plot, png)
-        if report is not None:
-            report.parent.mkdir(parents=True, exist_ok=True)
-            report.write_text(html_report(result, steal, png), encoding="utf-8")
-    except OSError as exc:
-        typer.echo(f"replay: cannot write output: {exc}", err=True)
+        write_all(outputs)
+    except InvalidInputError as exc:
+        typer.echo(f"replay: {exc}", err=True)
         raise typer.Exit(2) from None

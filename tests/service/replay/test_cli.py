@@ -284,3 +284,32 @@ def test_trace_synth_into_a_directory_names_the_out_option_not_a_temporary_file(
     code, _, err = _run(cli, ["trace", "synth", "--prompts", "2", "--samples", "2", "--out", str(folder)])
     assert code == 2
     assert err.strip() == f"trace: out={str(folder)!r}: is a directory"
+
+
+def test_an_output_that_fails_while_written_leaves_no_other_output_and_no_new_folder(
+    cli: typer.Typer, small_trace_file: Path, tmp_path: Path
+) -> None:
+    """A name longer than the file system takes passes every check (its folder does not exist yet):
+    the PNG was written, then the report failed, leaving the PNG and the folder made for the report."""
+    out = tmp_path / "out"
+    out.mkdir()
+    png, page = out / "gantt.png", out / "new" / ("r" * 300 + ".html")
+    args = ["replay", str(small_trace_file), "--workers", "1xH100", "--policies", "lpt", "--steps", "1"]
+    code, _, err = _run(cli, [*args, "--plot", str(png), "--report", str(page), *FAST, *IN_PROCESS])
+    assert code == 2
+    assert err.startswith(f"replay: report={str(page)!r}: cannot be written"), err
+    assert len(err.strip().splitlines()) == 1
+    assert list(out.iterdir()) == []
+
+
+def test_two_outputs_at_one_path_are_refused_before_the_replay(
+    cli: typer.Typer, small_trace_file: Path, tmp_path: Path
+) -> None:
+    """The report overwrote the chart written a moment before."""
+    both = tmp_path / "out" / "out.png"
+    args = ["replay", str(small_trace_file), "--workers", "1xH100", "--plot", str(both)]
+    code, out, err = _run(cli, [*args, "--report", str(both), "--json", *FAST, *IN_PROCESS])
+    assert code == 2
+    assert out == ""
+    assert err.strip() == f"replay: report={str(both)!r}: is also --plot's path"
+    assert not both.parent.exists()
