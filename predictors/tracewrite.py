@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from predictors.fsmode import make_ordinary
+from predictors.fsmode import make_folders, make_ordinary, remove_folders
 from predictors.traceio import SUFFIXES
 from predictors.tracetable import FINISH_NAMES, Trace
 from scheduler.errors import InvalidInputError
@@ -29,15 +29,19 @@ def write_trace(trace: Trace, path: str | Path) -> None:
     """Write a trace in the format its suffix names, atomically; optional columns never set are omitted."""
     path = Path(path)
     writer = _writer_for(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    made = make_folders(path.parent)  # removed again if the write fails: a refused command leaves nothing
+    tmp: Path | None = None
     try:
-        writer(trace, Path(tmp))
-        make_ordinary(Path(tmp))
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        tmp = Path(name)
+        writer(trace, tmp)
+        make_ordinary(tmp)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        remove_folders(made)
         raise
 
 

@@ -263,3 +263,10 @@ def test_a_word_in_a_number_column_is_called_not_a_number_in_the_project_s_words
     with pytest.raises(TraceFormatError) as raised:
         read_trace(path, fast=fast)
     assert str(raised.value) == f"{path}:2:{column}={cell!r}: expected {says}"
+
+
+def test_a_write_that_fails_leaves_no_folder_it_made(tmp_path: Path) -> None:
+    """A name longer than the file system takes fails only once written: the folders made for it stayed."""
+    with pytest.raises(OSError, match="too long"):
+        write_trace(Trace.from_rows(_rows()), tmp_path / "new" / "deeper" / ("t" * 300 + ".csv"))
+    assert list(tmp_path.iterdir()) == []
