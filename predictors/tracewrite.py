@@ -32,7 +32,8 @@ def write_trace(trace: Trace, path: str | Path) -> None:
     made = make_folders(path.parent)  # removed again if the write fails: a refused command leaves nothing
     tmp: Path | None = None
     try:
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        # a short temporary name: the target's own may be as long as the file system takes
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:64]}.", suffix=".tmp")
         os.close(fd)
         tmp = Path(name)
         writer(trace, tmp)

@@ -270,3 +270,10 @@ def test_a_write_that_fails_leaves_no_folder_it_made(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="too long"):
         write_trace(Trace.from_rows(_rows()), tmp_path / "new" / "deeper" / ("t" * 300 + ".csv"))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_name_as_long_as_the_file_system_takes_is_written(tmp_path: Path) -> None:
+    """The temporary file beside it was named after it plus 14 characters, past the limit."""
+    path = tmp_path / ("t" * 250 + ".csv")
+    write_trace(Trace.from_rows(_rows()), path)
+    assert list(read_trace(path).rows()) == list(Trace.from_rows(_rows()).rows())
