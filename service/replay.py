@@ -133,11 +133,14 @@ class ReplayReport:
 
 
 def parse_policies(text: str) -> tuple[str, ...]:
-    """``"lpt,cpsat,oracle"`` -> names, checked against the registry; ``all`` names every policy."""
+    """``"lpt,cpsat,oracle"`` -> names, checked against the registry; ``all`` names every policy.
+    An empty item (``lpt,,cpsat``) is refused, not skipped."""
     known = (*POLICY_NAMES, ORACLE) if ORACLE_POLICY in POLICY_NAMES else POLICY_NAMES
-    names = known if text.strip() == "all" else tuple(n.strip() for n in text.split(",") if n.strip())
-    if not names:
+    names = known if text.strip() == "all" else tuple(n.strip() for n in text.split(","))
+    if not any(names):
         raise InvalidInputError("policies", text, f"empty; expected some of {', '.join(known)}")
+    if not all(names):  # as --workers and --steps refuse one: a stray comma may stand for a lost name
+        raise InvalidInputError("policies", text, f"an empty item; expected names from {', '.join(known)}")
     for name in names:
         if name not in known:
             raise InvalidInputError("policies", name, f"unknown policy; expected some of {', '.join(known)}")

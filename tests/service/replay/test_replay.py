@@ -149,6 +149,14 @@ def test_policies_are_checked_against_the_registry() -> None:
         parse_policies("lpt,magic")
 
 
+@pytest.mark.parametrize("text", ["lpt,,cpsat", "lpt,", ",lpt", "lpt, ,cpsat"])
+def test_an_empty_policy_item_is_refused_as_workers_and_steps_refuse_one(text: str) -> None:
+    """It was skipped: a stray comma, or a name lost in a script's join, ran the others without a word."""
+    with pytest.raises(InvalidInputError) as refused:
+        parse_policies(text)
+    assert str(refused.value).startswith(f"policies={text!r}: ")
+
+
 def test_kv_use_is_a_share_of_the_cache_when_nothing_is_preempted(small_trace: Trace) -> None:
     reserved = replay(small_trace, _config(("lpt",), (2,), kv_admission=True, steal_modes=(False,)))
     run = reserved.steps[0].runs[("lpt", False)]
