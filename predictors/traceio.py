@@ -65,6 +65,15 @@ def read_renamed(path: Path, suffix: str, rename: Mapping[str, str]) -> Trace:
     return rows_to_trace(rows, str(path)) if trace is None else trace
 
 
+def check_input_file(field: str, path: Path, what: str) -> None:
+    """Refuse ``path`` as a file to read when it is a folder or is missing, saying which: a folder
+    was called "no such file", sending the user looking for a typo that was not there."""
+    if path.is_dir():
+        raise InvalidInputError(field, str(path), f"is a directory, not {what}")
+    if not path.is_file():
+        raise InvalidInputError(field, str(path), f"no such file (expected {what})")
+
+
 def check_unique(trace: Trace, source: str) -> None:
     """One row per (step, prompt_id, sample_idx), or an ``InvalidInputError`` naming the first repeat:
     a repeat would leak its own length into its leave-one-out features, and a replay cannot play one

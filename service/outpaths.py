@@ -24,7 +24,9 @@ from scheduler.errors import InvalidInputError
 def check_file_path(option: str, path: Path) -> None:
     """Refuse ``path`` as a file to write: a folder, a file this process may not overwrite, or one
     under a file or a folder it may not write to; ``InvalidInputError`` naming ``option``."""
-    if path.is_dir() or not _creatable_under(path):
+    if path.is_dir():
+        raise InvalidInputError(option, str(path), "is a directory")
+    if not _creatable_under(path):
         raise InvalidInputError(option, str(path), "cannot be written here")
     if path.exists() and not os.access(path, os.W_OK):
         raise InvalidInputError(option, str(path), "exists and cannot be overwritten")

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from predictors.traceio import check_unique, jsonl_objects, read_renamed, utf8_rows
+from predictors.traceio import check_input_file, check_unique, jsonl_objects, read_renamed, utf8_rows
 from predictors.tracetable import Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
 from scheduler.trace import (
@@ -60,8 +60,7 @@ def load_tokenizer(path: str | Path) -> object:
     from tokenizers import Tokenizer
 
     path = Path(path)
-    if not path.is_file():
-        raise InvalidInputError("tokenizer", str(path), "no such file (expected a local tokenizer.json)")
+    check_input_file("tokenizer", path, "a tokenizer.json")
     try:
         return Tokenizer.from_file(str(path))
     except Exception as exc:  # the Rust side raises a generic Exception for a malformed file
@@ -77,6 +76,10 @@ def import_verl(
     """Import every ``{step}.jsonl`` under ``directory``, counting tokens with ``tokenizer_path``;
     of the dump lines' extra fields only those named in ``keep`` become columns."""
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise InvalidInputError(
+            "dir", str(directory), "is a file, not a folder of {step}.jsonl rollout dumps"
+        )
     if not directory.is_dir():
         raise InvalidInputError("dir", str(directory), "no such directory")
     _check_keep(keep)
@@ -234,8 +237,7 @@ def import_generic(path: str | Path, fmt: str, mapping: Mapping[str, str]) -> Im
     path = Path(path)
     if fmt not in GENERIC_FORMATS:
         raise InvalidInputError("from", fmt, f"expected one of verl, {', '.join(GENERIC_FORMATS)}")
-    if not path.is_file():
-        raise InvalidInputError("trace", str(path), "no such file")
+    check_input_file("trace", path, "a trace file")
     trace = read_renamed(path, f".{fmt}", mapping)
     if len(trace) == 0:
         raise InvalidInputError("trace", str(path), "the file has no rows")

@@ -92,11 +92,9 @@ def _check_out(out: Path) -> None:
     from scheduler.errors import InvalidInputError
     from service.outpaths import check_file_path
 
+    check_file_path("out", out)  # first: a folder named without a suffix is a folder, not a bad suffix
     if out.suffix not in SUFFIXES:
         raise InvalidInputError("out", str(out), f"unsupported suffix; expected one of {SUFFIXES}")
-    if out.is_dir():
-        raise InvalidInputError("out", str(out), "is a directory")
-    check_file_path("out", out)  # under a file: "[Errno 17] File exists", after the whole import
 
 
 def _check_options(

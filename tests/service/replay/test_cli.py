@@ -314,3 +314,35 @@ def test_two_outputs_at_one_path_are_refused_before_the_replay(
     assert out == ""
     assert err.strip() == f"replay: report={str(both)!r}: is also --plot's path"
     assert not both.parent.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["trace", "import", "{dumps}", "--tokenizer", "{folder}", "--out", "{o}"],
+         "trace: tokenizer='{folder}': is a directory, not a tokenizer.json"),
+        (["trace", "import", "--from", "csv", "{folder}", "--out", "{o}"],
+         "trace: trace='{folder}': is a directory, not a trace file"),
+        (["trace", "import", "{file}", "--tokenizer", "{file}", "--out", "{o}"],
+         "trace: dir='{file}': is a file, not a folder of {{step}}.jsonl rollout dumps"),
+        (["trace", "synth", "--prompts", "1", "--samples", "1", "--steps", "1", "--out", "{folder}"],
+         "trace: out='{folder}': is a directory"),
+        (["replay", "{file}", "--workers", "1xH100", "--plot", "{folder}"],
+         "replay: plot='{folder}': is a directory"),
+    ],
+)  # fmt: skip
+def test_a_folder_where_a_file_is_expected_is_called_a_folder_and_a_file_where_a_folder_is_a_file(
+    cli: typer.Typer, tmp_path: Path, args: list[str], line: str
+) -> None:
+    """Each said something untrue: "no such file" for a folder, "unsupported suffix" for a folder
+    named without one, "no such directory" for a file."""
+    folder, dumps, file = tmp_path / "folder", tmp_path / "dumps", tmp_path / "t.csv"
+    folder.mkdir()
+    dumps.mkdir()
+    (dumps / "0.jsonl").write_text("")
+    file.write_text("step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,3,4\n")
+    names = {"folder": folder, "dumps": dumps, "file": file, "o": tmp_path / "o.csv"}
+    code, _, err = _run(cli, [a.format(**names) for a in args])
+    assert code == 2
+    assert err.splitlines() == [line.format(**names)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dumps", "folder", "t.csv"]
