@@ -8,6 +8,9 @@ what ``open``/``mkdir`` would have given instead: 0666 / 0777 less the process u
 A writer creates the missing folders above its target; when the write then fails (a name the file
 system refuses, a full disk) a command that refused its input must leave nothing behind, so the
 folders it made are removed again (``make_folders`` / ``remove_folders``).
+
+A temporary file beside a target is named from the target's name (``temporary_prefix``), cut short in
+bytes: the file system's limit is 255 bytes, and a name as long as it takes leaves no room for more.
 """
 
 from __future__ import annotations
@@ -68,3 +71,11 @@ def remove_folders(made: list[Path]) -> None:
             folder.rmdir()
         except OSError:
             return
+
+
+def temporary_prefix(path: Path) -> str:
+    """The ``mkstemp`` prefix for a temporary file beside ``path``: a dot and the first 64 bytes of its
+    name, so the temporary name fits wherever the target's does. Cut in characters, a name of 63
+    four-byte characters (252 bytes, legal) gave a prefix of 254 bytes and a temporary name past 255."""
+    name = path.name.encode("utf-8", "surrogateescape")[:64].decode("utf-8", "ignore")
+    return f".{name}."

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from predictors.fsmode import make_folders, make_ordinary, remove_folders
+from predictors.fsmode import make_folders, make_ordinary, remove_folders, temporary_prefix
 from predictors.traceio import SUFFIXES
 from predictors.tracetable import FINISH_NAMES, Trace
 from scheduler.errors import InvalidInputError
@@ -33,7 +33,7 @@ def write_trace(trace: Trace, path: str | Path) -> None:
     tmp: Path | None = None
     try:
         # a short temporary name: the target's own may be as long as the file system takes
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:64]}.", suffix=".tmp")
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=temporary_prefix(path), suffix=".tmp")
         os.close(fd)
         tmp = Path(name)
         writer(trace, tmp)

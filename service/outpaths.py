@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from predictors.fsmode import make_folders, make_ordinary, remove_folders
+from predictors.fsmode import make_folders, make_ordinary, remove_folders, temporary_prefix
 from scheduler.errors import InvalidInputError
 
 
@@ -86,7 +86,7 @@ def write_all(outputs: Sequence[tuple[str, Path, bytes]]) -> None:
 def _write_beside(path: Path, data: bytes) -> Path:
     """``data`` in a new temporary file in ``path``'s folder (short-named: ``path``'s own name may
     be as long as the file system takes), with the mode ``open`` would have given it."""
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:64]}.", suffix=".tmp")
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=temporary_prefix(path), suffix=".tmp")
     tmp = Path(name)
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -277,3 +277,11 @@ def test_a_name_as_long_as_the_file_system_takes_is_written(tmp_path: Path) -> N
     path = tmp_path / ("t" * 250 + ".csv")
     write_trace(Trace.from_rows(_rows()), path)
     assert list(read_trace(path).rows()) == list(Trace.from_rows(_rows()).rows())
+
+
+def test_a_name_of_multibyte_characters_as_long_as_the_file_system_takes_is_written(tmp_path: Path) -> None:
+    """The temporary name kept the target's first 64 characters: 64 four-byte ones are past 255 bytes."""
+    path = tmp_path / ("\U0001f600" * 62 + ".csv")  # 252 bytes: legal
+    write_trace(Trace.from_rows(_rows()), path)
+    assert list(read_trace(path).rows()) == list(Trace.from_rows(_rows()).rows())
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
