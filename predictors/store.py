@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from predictors.features import FeatureSpec
-from predictors.fsmode import make_ordinary
+from predictors.fsmode import make_folders, make_ordinary, remove_folders
 from predictors.model import FittedModel, ModelMetadata
 from scheduler.errors import InvalidInputError
 
@@ -66,8 +66,19 @@ class ModelStore:
         return self.root / f"v{version:06d}"
 
     def save(self, model: FittedModel) -> int:
-        """Write a new version atomically and return its number."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        """Write a new version atomically and return its number.
+
+        The folders made for the store are removed again when the save fails (a root name longer
+        than the file system takes, a full disk): a refused ``predictor train`` leaves nothing."""
+        made = make_folders(self.root)
+        try:
+            return self._save_staged(model)
+        except BaseException:
+            remove_folders(made)
+            raise
+
+    def _save_staged(self, model: FittedModel) -> int:
+        """Write the version under a temporary name in the store, then publish it under a number."""
         staging = Path(tempfile.mkdtemp(dir=self.root, prefix=".staging-"))
         try:
             _write_boosters(model, staging)

@@ -245,3 +245,28 @@ def test_a_booster_that_cannot_be_written_is_an_os_error_and_leaves_no_version(
         store.save(model)
     assert store.versions() == []
     assert [p.name for p in tmp_path.iterdir()] == []  # the staging folder is gone too
+
+
+def test_a_save_that_fails_leaves_no_folder_it_made(tmp_path: Path) -> None:
+    """A store name longer than the file system takes: the folders above it were made and stayed."""
+    model = fit(drifting_trace(steps=2), FAST)
+    with pytest.raises(OSError, match="too long"):
+        ModelStore(tmp_path / "new" / "deeper" / ("m" * 300)).save(model)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_save_that_fails_in_a_store_it_created_removes_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while the boosters are written: the staging folder went, the new store stayed."""
+    import lightgbm as lgb
+
+    model = fit(drifting_trace(steps=2), FAST)
+
+    def full_disk(path: str) -> None:
+        raise lgb.basic.LightGBMError(f"Cannot write binary data to {path}")
+
+    monkeypatch.setattr(model.p50, "save_model", full_disk)
+    with pytest.raises(OSError, match="could not write"):
+        ModelStore(tmp_path / "new" / "models").save(model)
+    assert list(tmp_path.iterdir()) == []
