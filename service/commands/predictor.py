@@ -71,8 +71,8 @@ def train(
     rows = _load(trace, "train")
     try:
         model = _with_holdout_metrics(fit(rows), rows)
-        version = ModelStore(out).save(model)
-    except (SchedulerError, OSError) as exc:
+        version = _save(model, out)
+    except SchedulerError as exc:
         raise _fail("train", exc) from None
     meta = model.metadata
     typer.echo(
@@ -81,6 +81,18 @@ def train(
     )
     for name, value in sorted(meta.metrics.items()):
         typer.echo(f"  {name}: {value:.4g}")
+
+
+def _save(model: FittedModel, out: Path) -> int:
+    """A new version in the store at ``out``; a write that fails (a name longer than the file system
+    takes, a full disk) names --out and the path, not only the OS's words."""
+    from predictors.store import ModelStore
+    from scheduler.errors import InvalidInputError
+
+    try:
+        return ModelStore(out).save(model)
+    except OSError as exc:
+        raise InvalidInputError("out", str(out), f"cannot be written: {exc.strerror or exc}") from None
 
 
 def _with_holdout_metrics(model: FittedModel, rows: Trace) -> FittedModel:

@@ -115,3 +115,19 @@ def test_train_writes_a_version_with_its_holdout_score(cli: typer.Typer, tmp_pat
     assert meta["training_rows"] == 30 * 4 * 3
     walked = evaluate(trace).steps[-1].scores["lightgbm"]  # step 2 fitted on steps 0 and 1, as eval does
     assert meta["metrics"]["holdout_mae"] == walked.mae
+
+
+def test_a_store_that_cannot_be_written_is_one_line_naming_out_and_leaves_no_folder(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
+    """A store name longer than the file system takes passes the check (its folder does not exist yet)
+    and failed once written: "[Errno 36] File name too long", without --out, and the folders stayed."""
+    path = tmp_path / "t.parquet"
+    write_trace(drifting_trace(prompts=10, steps=2), path)
+    out = tmp_path / "new" / ("m" * 300)
+    result = CliRunner().invoke(cli, ["predictor", "train", str(path), "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"predictor train: out={str(out)!r}: cannot be written: File name too long"
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == ["t.parquet"]
