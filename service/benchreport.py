@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from predictors.tracetable import Trace
+from scheduler.errors import InvalidInputError
 from scheduler.types import Inventory
 from service import benchsections
+from service.outpaths import check_file_path, write_all
 from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay
 from service.replay_steps import select_steps
 
@@ -254,14 +256,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         known = ", ".join(s.name for s in SECTIONS)
         print(f"benchreport: unknown section in {args.only}; known: {known}", file=sys.stderr)
         return 2
-    for section in chosen:
-        started = time.perf_counter()
-        body = section.build()
-        text = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(replace_section(text, section.name, section.heading, body), encoding="utf-8")
-        print(f"{section.name}: written to {args.out} in {time.perf_counter() - started:.1f} s")
+    try:
+        check_file_path("out", args.out)  # before the sections' minutes of work, not after them
+        _read(args.out)
+        for section in chosen:
+            started = time.perf_counter()
+            _write_section(args.out, section)
+            print(f"{section.name}: written to {args.out} in {time.perf_counter() - started:.1f} s")
+    except InvalidInputError as exc:
+        print(f"benchreport: {exc}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _write_section(out: Path, section: BenchSection) -> None:
+    """Run ``section`` and replace its region of ``out``, all or none (``write_all``): a write that
+    fails part-way leaves the file as it was, and no folder made for it, where writing in place left
+    docs/benchmarks.md cut short, every hand-written section after the cut lost with it."""
+    body = section.build()
+    new = replace_section(_read(out), section.name, section.heading, body)
+    write_all([("out", out, new.encode("utf-8"))])
+
+
+def _read(out: Path) -> str:
+    """The report's text so far ("" before the first run); one not in UTF-8 is refused, not replaced."""
+    try:
+        return out.read_text(encoding="utf-8") if out.is_file() else ""
+    except UnicodeDecodeError:
+        raise InvalidInputError("out", str(out), "is not UTF-8 text") from None
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,72 @@ def test_main_writes_the_chosen_sections_and_refuses_unknown_ones(
     assert "kept" in out.read_text()
     assert "<!-- demo:begin -->\n| 1 |\n<!-- demo:end -->" in out.read_text()
     assert benchreport.main(["--out", str(out), "--only", "nope"]) == 2
+
+
+def _demo(monkeypatch: pytest.MonkeyPatch, body: str = "| 1 |") -> None:
+    monkeypatch.setattr(benchreport, "SECTIONS", (BenchSection("demo", "Demo", lambda: body),))
+
+
+def test_a_report_that_cannot_be_written_is_one_line_naming_out_and_leaves_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A name longer than the file system takes passes every check (its folder does not exist yet):
+    the write raised the OS's error, a traceback after the sections' work, and left the folders."""
+    _demo(monkeypatch)
+    out = tmp_path / "new" / "deeper" / ("b" * 300 + ".md")
+    assert benchreport.main(["--out", str(out)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"benchreport: out={str(out)!r}: cannot be written: File name too long"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("make", "reason"), [("folder", "is a directory"), ("latin1", "is not UTF-8 text")])
+def test_an_out_that_cannot_be_rewritten_is_refused_before_any_section_runs(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    make: str,
+    reason: str,
+) -> None:
+    out = tmp_path / "benchmarks.md"
+    if make == "folder":
+        out.mkdir()
+    else:
+        out.write_bytes("caf\u00e9\n".encode("latin-1"))
+    ran: list[str] = []
+
+    def section() -> str:
+        ran.append("demo")
+        return ""
+
+    monkeypatch.setattr(benchreport, "SECTIONS", (BenchSection("demo", "Demo", section),))
+    assert benchreport.main(["--out", str(out)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"benchreport: out={str(out)!r}: {reason}"]
+    assert ran == []
+
+
+def test_a_write_that_fails_part_way_leaves_the_report_as_it_was(tmp_path: Path) -> None:
+    """Written in place, the file was cut at the failure: every hand-written section after it lost.
+    The failure is a file size limit (RLIMIT_FSIZE) in a child process: it holds as root too."""
+    out = tmp_path / "benchmarks.md"
+    out.write_text("## Solver\n\nkept by hand\n")
+    script = (
+        "import resource, signal, sys\n"
+        "from service import benchreport\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))\n"
+        "benchreport.SECTIONS = (benchreport.BenchSection('demo', 'Demo', lambda: 'x' * 10000),)\n"
+        "sys.exit(benchreport.main(sys.argv[1:]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"benchreport: out={str(out)!r}: cannot be written: File too large"]
+    assert out.read_text() == "## Solver\n\nkept by hand\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["benchmarks.md"]
