@@ -134,7 +134,7 @@ class ReplayReport:
 
 def parse_policies(text: str) -> tuple[str, ...]:
     """``"lpt,cpsat,oracle"`` -> names, checked against the registry; ``all`` names every policy.
-    An empty item (``lpt,,cpsat``) is refused, not skipped."""
+    An empty item (``lpt,,cpsat``) or a repeated name (``lpt,lpt``) is refused, not skipped."""
     known = (*POLICY_NAMES, ORACLE) if ORACLE_POLICY in POLICY_NAMES else POLICY_NAMES
     names = known if text.strip() == "all" else tuple(n.strip() for n in text.split(","))
     if not any(names):
@@ -144,7 +144,10 @@ def parse_policies(text: str) -> tuple[str, ...]:
     for name in names:
         if name not in known:
             raise InvalidInputError("policies", name, f"unknown policy; expected some of {', '.join(known)}")
-    return tuple(dict.fromkeys(names))
+    repeated = next((name for position, name in enumerate(names) if name in names[:position]), None)
+    if repeated is not None:  # was dropped without a word: a name typed twice may stand for one left out
+        raise InvalidInputError("policies", text, f"names {repeated} more than once; each is played once")
+    return names
 
 
 def replay(trace: Trace, config: ReplayConfig, progress: Progress | None = None) -> ReplayReport:

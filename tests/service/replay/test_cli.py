@@ -73,6 +73,7 @@ def test_replay_writes_a_gantt_png_and_a_self_contained_html_report(
         (["--workers", "2xH100", "--steps", "40-50"], "steps"),
         (["--workers", "2xH100", "--policies", "magic"], "magic"),
         (["--workers", "2xH100", "--policies", "lpt,,cpsat"], "policies='lpt,,cpsat': "),
+        (["--workers", "2xH100", "--policies", "lpt,lpt"], "policies='lpt,lpt': names lpt more than once"),
         (["--workers", "2xH100", "--model", "70b"], "70b"),
         (["--workers", "2xH100", "--seed", "-1"], "seed"),
         (["--workers", "2xH100", "--steps", "3-"], "selects no step"),

@@ -143,7 +143,7 @@ def test_a_step_range_without_rows_or_malformed_is_refused(small_trace: Trace, t
 
 
 def test_policies_are_checked_against_the_registry() -> None:
-    assert parse_policies("lpt, oracle,lpt") == ("lpt", ORACLE)
+    assert parse_policies("lpt, oracle") == ("lpt", ORACLE)
     assert "cpsat" in parse_policies("all")
     with pytest.raises(InvalidInputError, match="policies"):
         parse_policies("lpt,magic")
@@ -155,6 +155,14 @@ def test_an_empty_policy_item_is_refused_as_workers_and_steps_refuse_one(text: s
     with pytest.raises(InvalidInputError) as refused:
         parse_policies(text)
     assert str(refused.value).startswith(f"policies={text!r}: ")
+
+
+@pytest.mark.parametrize(("text", "repeated"), [("lpt,lpt", "lpt"), ("cpsat, lpt,cpsat", "cpsat")])
+def test_a_policy_named_twice_is_refused_naming_the_flag_and_the_value(text: str, repeated: str) -> None:
+    """The repeat was dropped without a word: a name typed twice may stand for another left out."""
+    with pytest.raises(InvalidInputError) as refused:
+        parse_policies(text)
+    assert str(refused.value) == f"policies={text!r}: names {repeated} more than once; each is played once"
 
 
 def test_kv_use_is_a_share_of_the_cache_when_nothing_is_preempted(small_trace: Trace) -> None:
