@@ -208,7 +208,7 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def invalid_setting(error: ValidationError) -> str:
-    """The one line ``serve`` prints for a refused setting: where, the value given, and pydantic's why.
+    """The one line ``serve`` prints for a refused setting: where, the value given, and the rule broken.
 
     pydantic's message names the rule (``Input should be less than 1``) but not what broke it (``nan``,
     a typo's extra digit). The value is shown except where it may hold a credential: a ``SecretStr``
@@ -216,10 +216,20 @@ def invalid_setting(error: ValidationError) -> str:
     shown with its password masked."""
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"])
+    why = _own_words(first["msg"])
     if not where:
-        return f"invalid settings: {first['msg']}"
+        return f"invalid settings: {why}"
     shown = _shown_value(where, first["input"])
-    return f"invalid setting {where}{'' if shown is None else '=' + shown}: {first['msg']}"
+    return f"invalid setting {where}{'' if shown is None else '=' + shown}: {why}"
+
+
+def _own_words(message: str) -> str:
+    """pydantic's message without the prefix it puts before a validator's own text (``Value error, ``):
+    the line then reads as the project's, as every other command's refusal does."""
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if message.startswith(prefix):
+            return message[len(prefix) :]
+    return message
 
 
 def _shown_value(where: str, value: object) -> str | None:

@@ -202,7 +202,7 @@ def test_a_rollout_variable_no_setting_reads_is_named_with_the_setting_it_resemb
     [
         ("ROLLOUT_DEFAULT_QUANTILE", "nan", "invalid setting default_quantile='nan': Input should be less"),
         ("ROLLOUT_PORT", "99999", "invalid setting port='99999': Input should be less than or equal"),
-        ("ROLLOUT_LOG_LEVEL", "LOUD", "invalid setting log_level='LOUD': Value error, must be one of"),
+        ("ROLLOUT_LOG_LEVEL", "LOUD", "invalid setting log_level='LOUD': must be one of"),
     ],
 )
 def test_a_refused_setting_names_the_value_given(
@@ -214,6 +214,31 @@ def test_a_refused_setting_names_the_value_given(
     assert result.exit_code == 2
     assert result.stderr.startswith(f"serve: {line}"), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("environment", "line"),
+    [
+        (
+            {"ROLLOUT_LOG_LEVEL": "LOUD"},
+            "invalid setting log_level='LOUD': must be one of DEBUG, INFO, WARNING",
+        ),
+        (
+            {"ROLLOUT_TRAINER_TOKENS": "same", "ROLLOUT_WORKER_TOKENS": "same"},
+            "invalid settings: a token is in both ROLLOUT_TRAINER_TOKENS and ROLLOUT_WORKER_TOKENS",
+        ),
+    ],
+)
+def test_a_validator_s_refusal_reads_as_the_project_s_own_line(
+    cli: typer.Typer, monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], line: str
+) -> None:
+    """pydantic put "Value error, " before each of the project's own checks' words."""
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    result = CliRunner().invoke(cli, ["serve"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"serve: {line}"), result.stderr
+    assert "Value error" not in result.stderr
 
 
 @pytest.mark.parametrize(
