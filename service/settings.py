@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from scheduler.errors import InvalidInputError
 from service.delivery.keys import (
     DEFAULT_LEASE_TTL_MS,
     DEFAULT_MAX_ATTEMPTS,
@@ -148,16 +149,15 @@ class Settings(BaseSettings):
     @field_validator("model_dir")
     @classmethod
     def _usable_dir(cls, value: str) -> str:
-        """A store that is a file, or under a folder this process may not write, fails its first retrain
-        (in the background, with ``ROLLOUT_RETRAIN_EVERY_STEPS``): say so at start instead."""
-        path = pathlib.Path(value)
-        existing = path
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
-        if path.exists() and not path.is_dir():
-            raise ValueError(f"{value} exists and is not a folder")
-        if not os.access(existing, os.W_OK):
-            raise ValueError(f"{existing} is not writable")
+        """A store that is a file, or under a file or a folder this process may not write, fails its first
+        retrain (in the background, with ``ROLLOUT_RETRAIN_EVERY_STEPS``): say so at start instead, in
+        ``predictor train --out``'s words; the line already shows the value, so the reason does not."""
+        from service.outpaths import check_folder_path
+
+        try:
+            check_folder_path("model_dir", pathlib.Path(value))
+        except InvalidInputError as exc:
+            raise ValueError(exc.reason) from None
         return value
 
     @field_validator("log_level")

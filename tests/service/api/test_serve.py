@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from service.commands.bench_service import SAMPLES, batch
 from service.commands.serve import cluster_without_url, unsafe_binding
 from service.ports import free_port
-from service.settings import Settings, unknown_variables
+from service.settings import Settings, invalid_setting, unknown_variables
 
 
 def _children(pid: int) -> list[int]:
@@ -239,6 +239,23 @@ def test_a_validator_s_refusal_reads_as_the_project_s_own_line(
     assert result.exit_code == 2
     assert result.stderr.startswith(f"serve: {line}"), result.stderr
     assert "Value error" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("where", "reason"),
+    [("{file}", "exists and is not a folder"), ("{file}/models", "cannot be created here")],
+)
+def test_a_model_dir_that_cannot_hold_a_store_is_named_once_with_why(
+    tmp_path: Path, where: str, reason: str
+) -> None:
+    """The reason repeated the path the line already shows ("model_dir='/x': /x exists and is not a
+    folder"), and a store under a file passed wherever the file was writable (as root, always)."""
+    file = tmp_path / "afile"
+    file.write_text("")
+    value = where.format(file=file)
+    with pytest.raises(ValidationError) as refused:
+        Settings(redis_url=None, model_dir=value)
+    assert invalid_setting(refused.value) == f"invalid setting model_dir={value!r}: {reason}"
 
 
 @pytest.mark.parametrize(
