@@ -145,11 +145,10 @@ def _serve_valid(
 
 def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
     """Cross-item rules and name lookups. Redis: learned speeds are read, and a retried
-    ``schedule_id`` that is already stored is announced again (``refuse_republish``)."""
+    ``schedule_id`` that is already stored is announced again (``refuse_republish``), once the body
+    passed every rule here: a rejection for a bad field must not announce anything."""
     settings = ctx.settings
     check_trajectory_count(sum(item.n for item in body.batch.items), settings.max_trajectories)
-    if body.schedule_id and body.publish:
-        refuse_republish(body, body.schedule_id, ctx)
     check_unique_prompts(body.batch.items)
     policy = body.policy or settings.default_policy
     if policy not in POLICY_NAMES:
@@ -163,6 +162,8 @@ def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
     item_of = tuple(index for index, item in enumerate(body.batch.items) for _ in range(item.n))
     budget_ms = body.time_budget_ms or settings.default_time_budget_ms
     quantile = body.quantile or settings.default_quantile
+    if body.schedule_id and body.publish:  # last: a retry with a broken body hears what is wrong (422),
+        refuse_republish(body, body.schedule_id, ctx)  # not a 409 that announces the stored step again
     return _Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of)
 
 

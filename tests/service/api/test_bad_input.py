@@ -351,6 +351,33 @@ def test_of_two_identical_requests_racing_for_one_schedule_id_only_one_is_told_i
 
 
 @pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (_set("inventory.workers.0.device", "TPUv9"), "inventory.workers[0].device"),
+        (_set("policy", "fastest"), "policy"),
+        (_set("inventory.workers.1.worker_id", "w0"), "inventory.workers[1].worker_id"),
+    ],
+    ids=["unknown device", "unknown policy", "duplicate worker_id"],
+)
+def test_a_retry_under_a_published_id_with_a_bad_field_is_a_422_naming_it_and_announces_nothing(
+    edit: Callable[[Body], None], field: str, client: TestClient, redis_client: redis.Redis
+) -> None:
+    assert client.post("/schedule", json=batch_body(schedule_id="kept")).status_code == 200
+    inboxes = sorted(redis_client.scan_iter("rs:inbox:*"))
+    for key in inboxes:  # a retention clearly below the one an announce sets again
+        redis_client.pexpire(key, 1_000_000)
+    before = _snapshot(redis_client)
+    retry = batch_body(schedule_id="kept")  # the same work: only planning knobs differ
+    edit(retry)
+    response = client.post("/schedule", json=retry)
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == field
+    assert _snapshot(redis_client) == before
+    assert inboxes
+    assert all(0 < redis_client.pttl(key) <= 1_000_000 for key in inboxes)
+
+
+@pytest.mark.parametrize(
     ("path", "field"),
     [
         ("/schedule/%7Dx", "schedule_id"),  # a brace would move a Cluster hash tag: a 500 there
