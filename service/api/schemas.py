@@ -214,9 +214,10 @@ class ScheduleRequest(Strict):
 
     batch: Batch
     inventory: InventorySpec
-    model: str | None = Field(default=None, max_length=64)  # model preset: 1.5b, 7b, 14b, 32b
+    model: str | None = Field(default=None, min_length=1, max_length=64)  # model preset: 1.5b, 7b, 14b, 32b
     step: int = Field(default=0, ge=0, le=MAX_COUNT)  # training step; the predictor uses history before it
-    policy: str | None = Field(default=None, max_length=64)  # cpsat (default), lpt, least_loaded, round_robin
+    policy: str | None = Field(default=None, min_length=1, max_length=64)  # cpsat (default), lpt,
+    # least_loaded, round_robin
     quantile: float | None = Field(default=None, gt=0, lt=1)  # predicted-length quantile to plan on
     time_budget_ms: int | None = Field(default=None, gt=0, le=60_000)  # solver wall-clock budget
     prefix_affinity: bool = False  # keep each prompt's samples on one worker

@@ -59,6 +59,8 @@ CASES: dict[str, tuple[Callable[[Body], None], str]] = {
     "unknown top-level field": (_set("priority", 1), "priority"),
     "unknown policy": (_set("policy", "fastest"), "policy"),
     "unknown model": (_set("model", "999b"), "model"),
+    "an empty policy": (_set("policy", ""), "policy"),  # not the default policy, silently
+    "an empty model": (_set("model", ""), "model"),
     "quantile out of range": (_set("quantile", 1.5), "quantile"),
     "pinned to a stranger": (_set("batch.items.0.pinned_worker", "w9"), "batch.items[0].pinned_worker"),
     "empty inventory": (_set("inventory.workers", []), "inventory.workers"),
