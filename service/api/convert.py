@@ -90,10 +90,11 @@ def _worker(
         max_num_seqs=spec.max_num_seqs,
         kv_capacity_tokens=spec.kv_capacity_tokens,
     )
+    _check_holds_model(worker, spec, path, model)
     if spec.time_scale is not None:
         return dataclasses.replace(worker, time_scale=spec.time_scale), "request"
     if spec.decode_tokens_per_s is not None:
-        scale = _single_sequence_tps(worker, model, path) / spec.decode_tokens_per_s
+        scale = _single_sequence_tps(worker, model) / spec.decode_tokens_per_s
         if not MIN_TIME_SCALE <= scale <= MAX_TIME_SCALE:
             raise InvalidInputError(
                 f"{path}.decode_tokens_per_s",
@@ -108,8 +109,21 @@ def _worker(
     return worker, "profile"
 
 
-def _single_sequence_tps(worker: Worker, model: ModelPreset, path: str) -> float:
+def _check_holds_model(worker: Worker, spec: WorkerSpec, path: str, model: ModelPreset) -> None:
+    """A worker whose memory leaves no KV cache after the model's weights is refused naming the
+    input at fault: a ``memory_gib`` override when the request gave one (blaming ``device`` told the
+    caller an H100 cannot hold a 7b model, when the override of 1 GiB was the mistake), else the
+    device. (``worker_cost`` is cached: planning reads this resolution again for free.)"""
     try:
-        return worker_cost(worker, model).single_sequence_tps(REFERENCE_CONTEXT_TOKENS)
+        worker_cost(worker, model)
     except InvalidInputError as error:
-        raise InvalidInputError(f"{path}.device", worker.device.name, error.reason) from None
+        if spec.memory_gib is not None:
+            reason = f"{error.reason} with {spec.memory_gib:g} GiB per device"
+            raise InvalidInputError(f"{path}.memory_gib", spec.memory_gib, reason) from None
+        raise InvalidInputError(f"{path}.device", spec.device, error.reason) from None
+
+
+def _single_sequence_tps(worker: Worker, model: ModelPreset) -> float:
+    """The modelled decode speed a measured one is compared with (the worker holds the model:
+    ``_check_holds_model`` ran first)."""
+    return worker_cost(worker, model).single_sequence_tps(REFERENCE_CONTEXT_TOKENS)

@@ -99,6 +99,10 @@ CASES: dict[str, tuple[Callable[[Body], None], str]] = {
         _set("inventory.workers.1.memory_gib", 1e308),
         "inventory.workers[1].memory_gib",
     ),
+    "a memory override too small to hold the model": (  # the override is at fault, not the H100
+        _set("inventory.workers.0.memory_gib", 1.0),
+        "inventory.workers[0].memory_gib",
+    ),
     "a vanishing time scale": (
         _set("inventory.workers.0.time_scale", 1e-300),
         "inventory.workers[0].time_scale",
