@@ -3,7 +3,9 @@
 ``tempfile.mkstemp`` and ``mkdtemp`` create their file or folder private (0600 / 0700), and a rename
 into place keeps that mode: traces written by ``trace synth``/``trace import`` and model versions in
 a store that replicas under other users read came out readable by their writer alone. Writers set
-what ``open``/``mkdir`` would have given instead: 0666 / 0777 less the process umask.
+what ``open``/``mkdir`` would have given instead: 0666 / 0777 less the process umask. A file that
+replaces an existing one keeps that file's permission bits, as ``open(path, "w")`` would: a report
+or trace its owner had made private (0600) or group-readable (0640) came back as the umask allows.
 
 A writer creates the missing folders above its target; when the write then fails (a name the file
 system refuses, a full disk) a command that refused its input must leave nothing behind, so the
@@ -16,6 +18,7 @@ bytes: the file system's limit is 255 bytes, and a name as long as it takes leav
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 
@@ -32,16 +35,28 @@ def _umask() -> int:
     return mask
 
 
-def make_ordinary(path: Path) -> None:
-    """Give ``path`` (a file, or a folder and the files in it) the mode ``open``/``mkdir`` would."""
+def make_ordinary(path: Path, replacing: Path | None = None) -> None:
+    """Give ``path`` (a file, or a folder and the files in it) the mode ``open``/``mkdir`` would:
+    an existing file ``replacing``'s permission bits (not its owner), else the umask's default."""
     mask = _umask()
     if path.is_dir():
         path.chmod(0o777 & ~mask)
         for child in path.iterdir():
             if child.is_file():
                 child.chmod(0o666 & ~mask)
-    else:
-        path.chmod(0o666 & ~mask)
+        return
+    kept = _file_mode(replacing) if replacing is not None else None
+    path.chmod(0o666 & ~mask if kept is None else kept)
+
+
+def _file_mode(path: Path) -> int | None:
+    """The permission bits of the file at ``path`` (through a link, as ``open`` goes); None when
+    there is no file there to keep them from."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return stat.S_IMODE(status.st_mode) & 0o777 if stat.S_ISREG(status.st_mode) else None
 
 
 def make_folders(folder: Path) -> list[Path]:

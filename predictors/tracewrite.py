@@ -37,7 +37,7 @@ def write_trace(trace: Trace, path: str | Path) -> None:
         os.close(fd)
         tmp = Path(name)
         writer(trace, tmp)
-        make_ordinary(tmp)
+        make_ordinary(tmp, replacing=path)  # an existing trace keeps its mode, as open() would
         os.replace(tmp, path)
     except BaseException:
         if tmp is not None:

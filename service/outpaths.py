@@ -85,13 +85,14 @@ def write_all(outputs: Sequence[tuple[str, Path, bytes]]) -> None:
 
 def _write_beside(path: Path, data: bytes) -> Path:
     """``data`` in a new temporary file in ``path``'s folder (short-named: ``path``'s own name may
-    be as long as the file system takes), with the mode ``open`` would have given it."""
+    be as long as the file system takes), with the mode ``open`` would have given it: an existing
+    target's own, else the umask's default."""
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=temporary_prefix(path), suffix=".tmp")
     tmp = Path(name)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        make_ordinary(tmp)
+        make_ordinary(tmp, replacing=path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -168,6 +168,17 @@ def test_a_written_trace_is_readable_by_others_as_the_umask_allows(tmp_path: Pat
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~old
 
 
+@pytest.mark.parametrize("mode", [0o600, 0o640], ids=["0600", "0640"])
+def test_a_trace_written_over_another_keeps_its_permissions(tmp_path: Path, mode: int) -> None:
+    """``open(path, "w")`` keeps an existing file's mode; the renamed temporary file had the default."""
+    path = tmp_path / "t.csv"
+    write_trace(Trace.from_rows(_rows()), path)
+    path.chmod(mode)
+    write_trace(Trace.from_rows(_rows()[:1]), path)
+    assert len(read_trace(path)) == 1
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+
+
 def test_text_that_is_not_utf8_is_an_error_naming_the_file(tmp_path: Path) -> None:
     path = tmp_path / "latin1.csv"
     path.write_bytes(b"step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,caf\xe9,0,10,100\n")

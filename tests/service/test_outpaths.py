@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -25,3 +27,23 @@ def test_a_name_past_the_file_system_s_limit_leaves_nothing_and_names_the_option
         write_all([("out", path, b"text")])
     assert str(raised.value) == f"out={str(path)!r}: cannot be written: File name too long"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640], ids=["0600", "0640"])
+def test_an_output_replacing_a_file_keeps_that_file_s_permissions(tmp_path: Path, mode: int) -> None:
+    """``open(path, "w")`` keeps them; the renamed temporary file came back with the default mode,
+    a report its owner had made private readable by everyone again."""
+    path = tmp_path / "report.html"
+    path.write_bytes(b"old")
+    path.chmod(mode)
+    write_all([("report", path, b"new")])
+    assert path.read_bytes() == b"new"
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+
+
+def test_a_new_output_gets_the_mode_the_umask_allows(tmp_path: Path) -> None:
+    path = tmp_path / "report.html"
+    write_all([("report", path, b"new")])
+    old = os.umask(0o022)
+    os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~old

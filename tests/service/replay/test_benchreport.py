@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +114,17 @@ def test_a_write_that_fails_part_way_leaves_the_report_as_it_was(tmp_path: Path)
     assert done.stderr.splitlines() == [f"benchreport: out={str(out)!r}: cannot be written: File too large"]
     assert out.read_text() == "## Solver\n\nkept by hand\n"
     assert [p.name for p in tmp_path.iterdir()] == ["benchmarks.md"]
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640], ids=["0600", "0640"])
+def test_a_rewritten_report_keeps_its_permissions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: int
+) -> None:
+    """Rewriting docs/benchmarks.md made a file its owner had kept private (0600) readable by all."""
+    _demo(monkeypatch)
+    out = tmp_path / "benchmarks.md"
+    out.write_text("## Solver\n\nkept by hand\n")
+    out.chmod(mode)
+    assert benchreport.main(["--out", str(out)]) == 0
+    assert "<!-- demo:begin -->" in out.read_text()
+    assert stat.S_IMODE(out.stat().st_mode) == mode

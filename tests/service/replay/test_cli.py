@@ -6,6 +6,7 @@ import base64
 import csv
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,22 @@ def test_replay_writes_a_gantt_png_and_a_self_contained_html_report(
     assert 'src="http' not in text
 
 
+@pytest.mark.parametrize("mode", [0o600, 0o640], ids=["0600", "0640"])
+def test_a_replay_over_an_existing_chart_and_report_keeps_their_permissions(
+    cli: typer.Typer, small_trace_file: Path, tmp_path: Path, mode: int
+) -> None:
+    """``open(path, "w")`` keeps an existing file's mode; the outputs renamed into place had the default."""
+    png, page = tmp_path / "gantt.png", tmp_path / "report.html"
+    for path in (png, page):
+        path.write_bytes(b"old")
+        path.chmod(mode)
+    args = ["replay", str(small_trace_file), "--workers", "1xH100", "--policies", "lpt", "--steps", "1"]
+    code, _, _ = _run(cli, [*args, "--plot", str(png), "--report", str(page), *FAST, *IN_PROCESS])
+    assert code == 0
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (png, page)] == [mode, mode]
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -108,6 +125,21 @@ def test_trace_synth_writes_a_labelled_synthetic_trace(cli: typer.Typer, tmp_pat
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 12
     assert {r["source"] for r in rows} == {"synthetic"}
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640], ids=["0600", "0640"])
+def test_trace_synth_over_an_existing_trace_keeps_its_permissions(
+    cli: typer.Typer, tmp_path: Path, mode: int
+) -> None:
+    out = tmp_path / "s.csv"
+    out.write_text("old\n")
+    out.chmod(mode)
+    code, _, _ = _run(
+        cli, ["trace", "synth", "--prompts", "2", "--samples", "2", "--steps", "1", "--out", str(out)]
+    )
+    assert code == 0
+    assert out.read_text() != "old\n"
+    assert stat.S_IMODE(out.stat().st_mode) == mode
 
 
 def test_trace_synth_refuses_an_unknown_profile(cli: typer.Typer, tmp_path: Path) -> None:
