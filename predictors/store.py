@@ -128,11 +128,17 @@ class ModelStore:
     def _remember(self, version: int) -> None:
         """Raise ``.last-version`` to ``version`` (never lower it: writers race), replaced atomically.
 
-        Best effort: the version is already in place, and the folder names still count."""
-        with contextlib.suppress(OSError):
-            staged = self.root / f".last-version.{os.getpid()}.{version}"
+        Best effort: the version is already in place, and the folder names still count. A staged
+        file that could not be put in place is removed, or every failed save left one in the store."""
+        staged = self.root / f".last-version.{os.getpid()}.{version}"
+        try:
             staged.write_text(str(max(version, self._highest_number())))
             os.replace(staged, self.root / _LAST)
+        except BaseException as exc:  # an interrupt too: it leaves no staged file either
+            with contextlib.suppress(OSError):
+                staged.unlink(missing_ok=True)
+            if not isinstance(exc, OSError):
+                raise
 
     def _highest_number(self) -> int:
         """Past every version folder, complete or not, and every number handed out before."""

@@ -270,3 +270,31 @@ def test_a_save_that_fails_in_a_store_it_created_removes_the_store(
     with pytest.raises(OSError, match="could not write"):
         ModelStore(tmp_path / "new" / "models").save(model)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_version_number_that_cannot_be_remembered_leaves_no_staged_file(tmp_path: Path) -> None:
+    """Something else at ``.last-version`` (here a folder) makes the rename over it fail: the save
+    still succeeds, as remembering is best effort, but the staged ``.last-version.<pid>.<n>`` stayed
+    in the store folder for good, one more with every save."""
+    (tmp_path / ".last-version").mkdir()
+    store = ModelStore(tmp_path)
+    assert store.save(fit(drifting_trace(steps=2), FAST)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".last-version", "v000001"]
+
+
+def test_a_version_number_written_part_way_leaves_no_staged_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while the number is written: the cut file stayed beside the versions."""
+    write_text = Path.write_text
+
+    def full_disk(self: Path, data: str, *args: Any, **kwargs: Any) -> int:
+        if not self.name.startswith(".last-version."):
+            return write_text(self, data, *args, **kwargs)
+        write_text(self, data[:1], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    store = ModelStore(tmp_path)
+    assert store.save(fit(drifting_trace(steps=2), FAST)) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["v000001"]
