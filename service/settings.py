@@ -23,6 +23,7 @@ from service.delivery.keys import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PREFIX,
     DEFAULT_RETENTION_S,
+    PrefixError,
     check_prefix,
 )
 from service.logs import LOG_LEVELS
@@ -144,7 +145,11 @@ class Settings(BaseSettings):
     @field_validator("key_prefix")
     @classmethod
     def _key_prefix(cls, value: str) -> str:
-        return check_prefix(value)
+        """The sidecars' ``--prefix`` rule; the line already shows the value, so the reason does not."""
+        try:
+            return check_prefix(value)
+        except PrefixError as exc:
+            raise ValueError(exc.reason) from None
 
     @field_validator("model_dir")
     @classmethod

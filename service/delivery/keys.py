@@ -250,14 +250,23 @@ class ScheduleKeys:
         return f"{self.base}:*"
 
 
+class PrefixError(ValueError):
+    """A refused key prefix. Its message names the value (the sidecars' ``--prefix`` line needs it);
+    ``reason`` is the rule alone, for a line that shows the value already (``serve``'s settings)."""
+
+    def __init__(self, prefix: str, reason: str) -> None:
+        super().__init__(f"key prefix {prefix!r} {reason}")
+        self.reason = reason
+
+
 def check_prefix(prefix: str) -> str:
-    """``prefix`` if every key built on it keeps its meaning; ``ValueError`` naming the rule otherwise.
+    """``prefix`` if every key built on it keeps its meaning; ``PrefixError`` naming the rule otherwise.
 
     A brace would move the ``{schedule_id}`` hash tag (a schedule's keys then span Cluster slots), and
     a glob character would make the ``<prefix>:*`` scans match other deployments' keys.
     """
     if not _PREFIX.fullmatch(prefix):
-        raise ValueError(f"key prefix {prefix!r} must be 1-64 of A-Z a-z 0-9 _ . : -")
+        raise PrefixError(prefix, "must be 1-64 of A-Z a-z 0-9 _ . : -")
     return prefix
 
 

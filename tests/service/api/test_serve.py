@@ -258,6 +258,20 @@ def test_a_model_dir_that_cannot_hold_a_store_is_named_once_with_why(
     assert invalid_setting(refused.value) == f"invalid setting model_dir={value!r}: {reason}"
 
 
+@pytest.mark.parametrize("prefix", ["rs*", "a{b}", "two words"])
+def test_a_refused_key_prefix_is_named_once_with_the_rule(
+    cli: typer.Typer, monkeypatch: pytest.MonkeyPatch, prefix: str
+) -> None:
+    """The rule's words came from the sidecars' --prefix check, which names the value itself: the line
+    read "key_prefix='rs*': key prefix 'rs*' must be ...", the value twice."""
+    monkeypatch.setenv("ROLLOUT_KEY_PREFIX", prefix)
+    result = CliRunner().invoke(cli, ["serve"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"serve: invalid setting key_prefix={prefix!r}: must be "), result.stderr
+    assert result.stderr.count(prefix) == 1
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize(
     ("environment", "secret"),
     [
