@@ -52,6 +52,7 @@ def _few_feature_names(features: list[Features], where: str) -> None:
 # an already-stored report would fail every later read of the history).
 MAX_COUNT = 2**31 - 1  # steps, token counts, sample indices
 MAX_SEED = 2**63 - 1
+MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1  # integers inside ``sampling.extra``
 MIN_TIME_SCALE, MAX_TIME_SCALE = RANGES["time_scale"]  # the core's envelope (scheduler.validation)
 Tokens = Annotated[int, Field(gt=0, le=MAX_COUNT)]
 
@@ -66,17 +67,23 @@ def _utf8(text: str) -> str:
     return text
 
 
-def _utf8_json(value: Any) -> None:
-    """``_utf8`` on every key and string inside a JSON value."""
+def _engine_json(value: Any) -> None:
+    """``_utf8`` on every key and string inside a JSON value, and every integer within int64.
+
+    An integer past 64 bits is no engine field's value (an engine's numbers end in int64 or narrower
+    tensors): sent on, every sample's request would fail on the engine and the whole batch be
+    dead-lettered after its attempts, where a 422 names ``sampling.extra`` at once."""
     if isinstance(value, str):
         _utf8(value)
+    elif isinstance(value, int) and not isinstance(value, bool) and not MIN_INT64 <= value <= MAX_INT64:
+        raise ValueError("an integer outside int64 is no engine field's value")
     elif isinstance(value, list):
         for member in value:
-            _utf8_json(member)
+            _engine_json(member)
     elif isinstance(value, dict):
         for key, member in value.items():
             _utf8(key)
-            _utf8_json(member)
+            _engine_json(member)
 
 
 Text = Annotated[str, AfterValidator(_utf8)]  # free text sent on to the engines
@@ -96,7 +103,10 @@ class ChatMessage(Strict):
 
 
 StopText = Annotated[str, Field(min_length=1, max_length=256)]
-TokenId = Annotated[int, Field(ge=0)]
+# A vocabulary holds ~10^5 tokens; engines keep token ids and ``top_k`` in int32 tensors (vLLM's
+# sampler), so MAX_COUNT (2^31-1) is past any vocabulary yet inside what the engine stores: a larger
+# number is a typo that would fail every sample's request on the engine instead of this one.
+TokenId = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 ENGINE_OWNED = frozenset(
     {"model", "prompt", "messages", "n", "best_of", "stream", "stream_options", "max_tokens"}
     | {"max_completion_tokens", "rollout"}
@@ -113,7 +123,7 @@ class Sampling(Strict):
 
     temperature: float | None = Field(default=None, ge=0, le=100)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=-1)  # -1: no limit (vLLM)
+    top_k: int | None = Field(default=None, ge=-1, le=MAX_COUNT)  # -1: no limit (vLLM); bound: TokenId
     min_p: float | None = Field(default=None, ge=0, le=1)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
@@ -133,7 +143,7 @@ class Sampling(Strict):
                 raise ValueError(f"'{name}' is set by the sidecar for every request and cannot be sent")
             if name in cls.model_fields:
                 raise ValueError(f"'{name}' has its own field in sampling; set it there")
-        _utf8_json(extra)
+        _engine_json(extra)
         return extra
 
     def params(self) -> dict[str, Any]:

@@ -73,6 +73,15 @@ CASES: dict[str, tuple[Callable[[Body], None], str]] = {
         "batch.items[0].sampling.extra",
     ),
     "a typed field through extra": (_set("sampling", {"extra": {"seed": 3}}), "sampling.extra"),
+    "a top_k past any vocabulary": (_set("sampling", {"top_k": 10**30}), "sampling.top_k"),
+    "a stop token past any vocabulary": (
+        _set("batch.items.1.sampling", {"stop_token_ids": [2, 2**31]}),
+        "batch.items[1].sampling.stop_token_ids[1]",
+    ),
+    "an integer past int64 through extra": (
+        _set("sampling", {"extra": {"logit_bias": {"50256": -(10**30)}}}),
+        "sampling.extra",
+    ),
     "cap beyond every KV cache": (
         _set("batch.items.1.max_new_tokens", 50_000_000),
         "batch.items[1].max_new_tokens",

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from service import pipeline
-from service.api.schemas import ScheduleRequest, ScheduleResponse
+from service.api.schemas import MAX_COUNT, ScheduleRequest, ScheduleResponse
 from service.delivery import Delivery, TrajectoryResult
 from service.delivery.errors import UnknownScheduleError
 from service.pipeline import predict, validate
@@ -71,6 +71,18 @@ def test_sampling_fields_reach_every_sample_with_a_prompts_own_over_the_requests
     shared = {"top_p": 1.0, "stop": ["</answer>"], **extra}
     assert params["p0"] == {"temperature": 1.0, **shared}
     assert params["p1"] == {"temperature": 0.6, **shared, "seed": 7}
+
+
+def test_sampling_numbers_at_their_bounds_are_sent_as_given(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    body = batch_body(prompts=1, n=1, workers=1)
+    extra = {"logit_bias": {"7": 2**63 - 1, "8": -(2**63)}}
+    body["sampling"] = {"top_k": MAX_COUNT, "stop_token_ids": [MAX_COUNT], "extra": extra}
+    response = client.post("/schedule", json=body)
+    assert response.status_code == 200, response.text
+    (lease,) = Delivery(redis_client).claim(response.json()["schedule_id"], "w0", max_items=10)
+    assert lease.item.payload["params"] == {"top_k": MAX_COUNT, "stop_token_ids": [MAX_COUNT], **extra}
 
 
 def test_a_request_without_sampling_sends_none_so_the_engine_defaults_apply(
