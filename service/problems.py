@@ -30,7 +30,9 @@ from service.logs import request_schedule_id, schedule_context
 
 PROBLEM_JSON = "application/problem+json"
 _UNION_TAGS = frozenset({"float", "str", "int", "bool", "none"})
-MAX_ECHO = 256  # longest text input echoed back as a 422's ``value``
+MAX_ECHO = 256  # longest text input echoed back whole as a 422's ``value``
+ECHO_DIGITS = 20  # longest integer echoed whole: 2^64 has 20 digits, so any count or id a field holds
+ECHO_HEAD = 32  # characters of a longer text kept in its echo
 _log = logging.getLogger("service.problems")
 
 
@@ -189,11 +191,13 @@ def _details(exc: Exception) -> tuple[str, dict[str, Any]]:
     if isinstance(exc, RequestValidationError):
         return _validation_details(exc.errors())
     if isinstance(exc, InvalidInputError):
-        return str(exc), {"field": exc.field, "value": _jsonable(exc.value)}
+        short = _shortened(exc.value)  # the core's message repeats the value whole
+        detail = str(exc) if short is None else f"{exc.field}={short}: {exc.reason}"
+        return detail, {"field": exc.field, "value": _echo(exc.value)}
     if isinstance(exc, (ScheduleConflictError, UnknownScheduleError)):
         return str(exc), {"field": "schedule_id", "value": exc.schedule_id}
     if isinstance(exc, ServiceError):
-        extra = {"field": exc.field, "value": _jsonable(exc.value)} if exc.field else {}
+        extra = {"field": exc.field, "value": _echo(exc.value)} if exc.field else {}
         return exc.detail, extra
     if lookup(exc).slug == "redis-out-of-memory":
         return f"Redis refused a write, out of memory ({exc}); retry once it has room", {}
@@ -212,7 +216,8 @@ def _validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
 
     A body that is not JSON at all has no field: pydantic locates it at a character offset, which is
     reported as ``body`` with the offset in the message. The first error's ``value`` is its input
-    where that is a scalar (a whole object, or a long text, would repeat the request back)."""
+    where that is a scalar (a whole object would repeat the request back), a long one cut short
+    (``_echo``); ``errors[]`` carries no inputs at all."""
     unique: dict[str, dict[str, Any]] = {}
     for err in reversed(raw):
         path, message = field_path(err["loc"]) or "body", err["msg"]
@@ -228,9 +233,31 @@ def _validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     for err in errors:
         err.pop("input", None)
     extra: dict[str, Any] = {"field": first["field"], "errors": errors}
-    if isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) <= MAX_ECHO):
-        extra["value"] = _jsonable(value)
+    if isinstance(value, (int, float, bool, str)):
+        extra["value"] = _echo(value)
     return detail, extra
+
+
+def _echo(value: object) -> object:
+    """``value`` as a problem shows it: whole where it is short, else cut to its start and its size
+    (``"10000000000000000000... (4001 digits)"``), so that a 10**4000 sent for a count, or a megabyte
+    of text, is named without being sent back in full (4 KB of digits in every 422 it caused)."""
+    short = _shortened(value)
+    return _jsonable(value) if short is None else short
+
+
+def _shortened(value: object) -> str | None:
+    """The cut form of an integer past ``ECHO_DIGITS`` digits or a text past ``MAX_ECHO``; else None."""
+    if isinstance(value, str) and len(value) > MAX_ECHO:
+        return f"{value[:ECHO_HEAD]}... ({len(value)} characters)"
+    if not isinstance(value, int) or isinstance(value, bool) or -(10**ECHO_DIGITS) < value < 10**ECHO_DIGITS:
+        return None
+    sign = "-" if value < 0 else ""
+    try:
+        digits = str(abs(value))
+    except ValueError:  # past Python's int-to-text limit (4,300 digits): its size is all there is to say
+        return f"{sign}an integer of about {int(abs(value).bit_length() * math.log10(2)) + 1} digits"
+    return f"{sign}{digits[:ECHO_DIGITS]}... ({len(digits)} digits)"
 
 
 def _jsonable(value: object) -> object:

@@ -1,0 +1,78 @@
+"""A 422 names the value at fault, and a huge one by its start and its size rather than whole."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from starlette.requests import Request
+
+from scheduler.errors import InvalidInputError
+from service.problems import ECHO_DIGITS, ECHO_HEAD, MAX_ECHO, handle
+from tests.service.api.conftest import batch_body
+
+_JSON = {"Content-Type": "application/json"}
+HUGE = 10**4000  # Python's JSON reads up to 4,300 digits
+
+
+@pytest.mark.parametrize(
+    ("field", "where", "number"),
+    [
+        ("batch.items[0].n", ("batch", "items", 0, "n"), HUGE),
+        ("batch.items[1].prompt_tokens", ("batch", "items", 1, "prompt_tokens"), -7 * HUGE),
+        ("step", ("step",), HUGE + 12345),
+    ],
+    ids=["a count", "a negative count", "a step"],
+)
+def test_a_huge_number_is_named_by_its_first_digits_and_its_length(
+    field: str, where: tuple[str | int, ...], number: int, client: TestClient
+) -> None:
+    body = batch_body()
+    node: Any = body
+    for part in where[:-1]:
+        node = node[part]
+    node[where[-1]] = number
+    response = client.post("/schedule", content=json.dumps(body), headers=_JSON)
+    digits = str(abs(number))
+    sign = "-" if number < 0 else ""
+    problem = response.json()
+    assert (response.status_code, problem["field"]) == (422, field)
+    assert problem["value"] == f"{sign}{digits[:ECHO_DIGITS]}... ({len(digits)} digits)"
+    assert digits[: 2 * ECHO_DIGITS] not in response.text  # nor in detail or errors[]
+    assert all("input" not in error for error in problem["errors"])
+
+
+def test_a_number_a_field_can_hold_is_echoed_whole(client: TestClient) -> None:
+    body = batch_body(seed=2**64)  # 20 digits: past the seed's bound, not past an echo
+    problem = client.post("/schedule", json=body).json()
+    assert (problem["field"], problem["value"]) == ("seed", 2**64)
+
+
+def test_a_long_text_is_named_by_its_start_and_its_length(client: TestClient) -> None:
+    text = "q" * ECHO_HEAD + "r" * 100_000
+    body = batch_body()
+    body["batch"]["items"][2]["prompt_id"] = text
+    response = client.post("/schedule", json=body)
+    problem = response.json()
+    assert (response.status_code, problem["field"]) == (422, "batch.items[2].prompt_id")
+    assert problem["value"] == f"{'q' * ECHO_HEAD}... ({len(text)} characters)"
+    assert "r" * 100 not in response.text
+
+
+def test_a_text_up_to_the_echo_limit_is_echoed_whole(client: TestClient) -> None:
+    body = batch_body(policy="x" * MAX_ECHO)  # a policy name is at most 64 characters
+    problem = client.post("/schedule", json=body).json()
+    assert (problem["field"], problem["value"]) == ("policy", "x" * MAX_ECHO)
+
+
+def test_a_domain_error_with_a_huge_value_names_it_short_in_value_and_detail() -> None:
+    scope = {"type": "http", "method": "POST", "path": "/schedule", "headers": [], "query_string": b""}
+    error = InvalidInputError("seed", HUGE, "must be an integer <= 9")
+    response = asyncio.run(handle(Request(scope), error))
+    problem = json.loads(bytes(response.body))
+    short = f"{str(HUGE)[:ECHO_DIGITS]}... ({len(str(HUGE))} digits)"
+    assert (problem["field"], problem["value"]) == ("seed", short)
+    assert problem["detail"] == f"seed={short}: must be an integer <= 9"
