@@ -3,6 +3,9 @@
 ``/healthz`` says the process serves HTTP (restart it if not). ``/readyz`` says it can do useful
 work: Redis answers and a predictor is loaded (a fallback counts: it is a working predictor). A
 load balancer stops routing to a replica whose Redis is down and resumes by itself when it returns.
+Both answer ``HEAD`` as ``GET`` (status and headers; the server sends no body), since load balancers
+and ``curl -I`` probe with it; the ``HEAD`` routes stay out of the OpenAPI document, where they would
+repeat the ``GET`` operations under the same operation id.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
+@router.head("/healthz", include_in_schema=False)
 async def healthz() -> dict[str, str]:
     """The process is up. ``async`` on purpose: it answers on the event loop, so a stalled Redis that
     holds every worker thread of the sync routes (each waiting out its timeouts) cannot starve the
@@ -34,6 +38,7 @@ _NOT_READY: dict[int | str, dict[str, Any]] = {
 
 
 @router.get("/readyz", responses=_NOT_READY)
+@router.head("/readyz", include_in_schema=False)
 def readyz(request: Request) -> JSONResponse:
     """Ready when Redis answers PING and a predictor is loaded; 503 with the reason otherwise."""
     if request.app.state.context is None:  # start-up still waits for a Redis Cluster (service.startup)
