@@ -28,6 +28,8 @@ from service.names import NAME_MAX_LENGTH, NAME_PATTERN
 
 # a worker id, among others: the rule lives in service/names.py, where a push sidecar reads it too
 Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX_LENGTH, pattern=NAME_PATTERN)]
+# A schedule id, wherever the API reads one (a /schedule body, a path, an actuals report): one rule, so
+# a report cannot name a schedule the schedule endpoint would refuse, nor the reverse.
 ScheduleId = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")]
 FeatureValue = float | Annotated[str, Field(max_length=256)]
 # Extra predictor features of one item or report: bounded, or one caller could grow the actuals stream,
@@ -295,7 +297,7 @@ class ActualReport(Strict):
     reward: float | None = None
     max_new_tokens: Tokens | None = None
     concurrency: float | None = Field(default=None, ge=1)  # mean sequences running meanwhile; teaches speed
-    schedule_id: Name | None = None
+    schedule_id: ScheduleId | None = None  # the schedule that ran it: its planned profiles teach speed
     features: Features = Field(default_factory=dict)
 
     @field_validator("max_new_tokens")

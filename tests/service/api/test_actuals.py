@@ -65,6 +65,21 @@ def test_reports_naming_more_features_in_all_than_a_history_holds_are_refused(
     assert redis_client.exists("rs:actuals") == 0
 
 
+@pytest.mark.parametrize(
+    "schedule_id",
+    ["run-7.step:12_a", "run/7", "run@7", "a+b=c", "x" * 200, "x" * 201, "x" * 256],
+)
+def test_a_report_names_a_schedule_id_by_the_rule_the_schedule_endpoint_keeps(
+    schedule_id: str, client: TestClient, redis_client: redis.Redis
+) -> None:
+    planned = client.post("/schedule", json=batch_body(schedule_id=schedule_id, publish=False))
+    report = actual_report(1, 0, 0) | {"schedule_id": schedule_id}
+    reported = client.post("/actuals", json={"actuals": [report]})
+    assert (reported.status_code, planned.status_code) in {(200, 200), (422, 422)}, reported.text
+    if reported.status_code == 422:
+        assert (reported.json()["field"], redis_client.exists("rs:actuals")) == ("actuals[0].schedule_id", 0)
+
+
 def test_an_output_longer_than_its_cap_is_refused(client: TestClient, redis_client: redis.Redis) -> None:
     report = actual_report(0, 1, 0)
     report["output_tokens"] = report["max_new_tokens"] + 1
