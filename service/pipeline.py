@@ -25,7 +25,13 @@ from scheduler.gcpause import collector_paused
 from scheduler.planner import Prepared, plan, prepare
 from scheduler.policies import POLICY_NAMES
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory
-from service.api.convert import build_inventory, check_unique_prompts, resolve_model
+from service.api.convert import (
+    build_inventory,
+    check_plan_rules,
+    check_unique_prompts,
+    repoint,
+    resolve_model,
+)
 from service.api.schemas import (
     AssignedItem,
     BatchItem,
@@ -146,7 +152,8 @@ def _serve_valid(
 def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
     """Cross-item rules and name lookups. Redis: learned speeds are read, and a retried
     ``schedule_id`` that is already stored is announced again (``refuse_republish``), once the body
-    passed every rule here: a rejection for a bad field must not announce anything."""
+    passed every rule here and the planner's that need no lengths (``check_plan_rules``): a
+    rejection for a bad field must not announce anything."""
     settings = ctx.settings
     check_trajectory_count(sum(item.n for item in body.batch.items), settings.max_trajectories)
     check_unique_prompts(body.batch.items)
@@ -163,7 +170,10 @@ def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
     budget_ms = body.time_budget_ms or settings.default_time_budget_ms
     quantile = body.quantile or settings.default_quantile
     if body.schedule_id and body.publish:  # last: a retry with a broken body hears what is wrong (422),
-        refuse_republish(body, body.schedule_id, ctx)  # not a 409 that announces the stored step again
+        # not a 409 that announces the stored step again; the planner's rules are checked again, with
+        # the lengths, when it plans, so only a request that may be a retry pays for them here
+        check_plan_rules(body, inventory, drained, budget_ms / 1000.0)  # ~3 us a prompt
+        refuse_republish(body, body.schedule_id, ctx)
     return _Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of)
 
 
@@ -220,7 +230,7 @@ def _prepare(request: PlanRequest, item_of: tuple[int, ...]) -> Prepared:
     try:
         return prepare(request)
     except InvalidInputError as error:
-        raise _repoint(error, item_of) from None
+        raise repoint(error, item_of) from None
 
 
 def _plan(request: PlanRequest, policy: str, item_of: tuple[int, ...], prepared: Prepared) -> Plan:
@@ -228,18 +238,7 @@ def _plan(request: PlanRequest, policy: str, item_of: tuple[int, ...], prepared:
     try:
         return plan(request, policy, prepared=prepared)
     except InvalidInputError as error:
-        raise _repoint(error, item_of) from None
-
-
-def _repoint(error: InvalidInputError, item_of: tuple[int, ...]) -> InvalidInputError:
-    """``trajectories[7].max_new_tokens`` -> ``batch.items[1].max_new_tokens`` (what the client sent)."""
-    prefix = "trajectories["
-    if not error.field.startswith(prefix):
-        return error
-    index_text, _, rest = error.field[len(prefix) :].partition("]")
-    if not index_text.isdigit() or int(index_text) >= len(item_of):
-        return error
-    return InvalidInputError(f"batch.items[{item_of[int(index_text)]}]{rest}", error.value, error.reason)
+        raise repoint(error, item_of) from None
 
 
 def publish(

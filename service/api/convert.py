@@ -2,7 +2,9 @@
 
 pydantic checks each field on its own; what needs the whole body (unique ids, known device kinds and
 presets) is checked here, raising ``InvalidInputError`` with the JSON path of the culprit, so the
-answer is the same 422 problem shape. (The trajectory count is ``service.limits``': a 413.)
+answer is the same 422 problem shape. The planner's own rules that need no predicted lengths are
+checked here too, by its own function (``check_plan_rules``). (The trajectory count is
+``service.limits``': a 413.)
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from collections.abc import Mapping
 from scheduler.costmodel import worker_cost
 from scheduler.devices import ModelPreset, device_profile, model_preset
 from scheduler.errors import InvalidInputError, UnknownNameError
-from scheduler.types import Inventory, Worker
+from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
+from scheduler.validation import validate_request
 from service.api.schemas import MAX_TIME_SCALE, MIN_TIME_SCALE, BatchItem, ScheduleRequest, WorkerSpec
 
 # Context (tokens) at which a measured ``decode_tokens_per_s`` is compared with the cost model.
@@ -69,6 +72,55 @@ def build_inventory(
             "inventory.workers", len(workers), "every worker is drained (drain: true); one must take the work"
         )
     return Inventory(workers=tuple(workers), model=model), drained, sources
+
+
+def check_plan_rules(
+    request: ScheduleRequest, inventory: Inventory, drained: frozenset[str], time_budget_s: float
+) -> None:
+    """The planner's own rules that need no predicted lengths (a pin to a worker the inventory lacks
+    or drains, a cap no allowed cache holds, pins under ``prefix_affinity``), by its own check
+    (``validate_request``), so that a retry under a published ``schedule_id`` hears the 422 naming
+    the field before the republish check answers 409 and announces the stored step again.
+
+    One trajectory per prompt, at its cap: a prompt's samples share every field these rules read,
+    so they hold for all of them, and 4,096 samples cost no more than their prompts."""
+    items = request.batch.items
+    probes = tuple(
+        Trajectory(
+            prompt_id=item.prompt_id,
+            sample_idx=0,
+            prompt_tokens=item.prompt_tokens,
+            max_new_tokens=item.max_new_tokens,
+            predicted_tokens=float(item.max_new_tokens),  # any length within the cap passes
+            pinned_worker=item.pinned_worker,
+        )
+        for item in items
+    )
+    plan_request = PlanRequest(
+        trajectories=probes,
+        inventory=inventory,
+        time_budget_s=time_budget_s,
+        prefix_affinity=request.prefix_affinity,
+        kv_admission=request.kv_admission,
+        excluded_workers=drained,
+        seed=request.seed,
+    )
+    try:
+        validate_request(plan_request)
+    except InvalidInputError as error:
+        raise repoint(error, tuple(range(len(items)))) from None
+
+
+def repoint(error: InvalidInputError, item_of: tuple[int, ...]) -> InvalidInputError:
+    """``trajectories[7].max_new_tokens`` -> ``batch.items[1].max_new_tokens`` (what the client sent);
+    ``item_of`` maps each trajectory's position to its batch item."""
+    prefix = "trajectories["
+    if not error.field.startswith(prefix):
+        return error
+    index_text, _, rest = error.field[len(prefix) :].partition("]")
+    if not index_text.isdigit() or int(index_text) >= len(item_of):
+        return error
+    return InvalidInputError(f"batch.items[{item_of[int(index_text)]}]{rest}", error.value, error.reason)
 
 
 def _worker(

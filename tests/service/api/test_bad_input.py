@@ -365,24 +365,41 @@ def test_of_two_identical_requests_racing_for_one_schedule_id_only_one_is_told_i
     assert _snapshot(redis_client) == before
 
 
+def _pinned_body() -> Body:
+    """A valid body whose first prompt is pinned to worker ``w1``."""
+    body = batch_body(schedule_id="kept")
+    body["batch"]["items"][0]["pinned_worker"] = "w1"
+    return body
+
+
 @pytest.mark.parametrize(
     ("edit", "field"),
     [
         (_set("inventory.workers.0.device", "TPUv9"), "inventory.workers[0].device"),
         (_set("policy", "fastest"), "policy"),
         (_set("inventory.workers.1.worker_id", "w0"), "inventory.workers[1].worker_id"),
+        (_set("inventory.workers.1.worker_id", "w7"), "batch.items[0].pinned_worker"),
+        (_set("inventory.workers.1.drain", True), "batch.items[0].pinned_worker"),
+        (_set("inventory.workers.1.kv_capacity_tokens", 1000), "batch.items[0].max_new_tokens"),
     ],
-    ids=["unknown device", "unknown policy", "duplicate worker_id"],
+    ids=[
+        "unknown device",
+        "unknown policy",
+        "duplicate worker_id",
+        "a pin to a worker the inventory lacks",
+        "a pin to a drained worker",
+        "a cap the pinned worker's cache cannot hold",
+    ],
 )
 def test_a_retry_under_a_published_id_with_a_bad_field_is_a_422_naming_it_and_announces_nothing(
     edit: Callable[[Body], None], field: str, client: TestClient, redis_client: redis.Redis
 ) -> None:
-    assert client.post("/schedule", json=batch_body(schedule_id="kept")).status_code == 200
+    assert client.post("/schedule", json=_pinned_body()).status_code == 200
     inboxes = sorted(redis_client.scan_iter("rs:inbox:*"))
     for key in inboxes:  # a retention clearly below the one an announce sets again
         redis_client.pexpire(key, 1_000_000)
     before = _snapshot(redis_client)
-    retry = batch_body(schedule_id="kept")  # the same work: only planning knobs differ
+    retry = _pinned_body()  # the same work: only planning knobs differ
     edit(retry)
     response = client.post("/schedule", json=retry)
     assert response.status_code == 422, response.text
