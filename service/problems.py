@@ -177,13 +177,19 @@ def field_path(loc: Sequence[int | str]) -> str:
     """Turn a pydantic location ``("body", "batch", "items", 3, "n")`` into ``batch.items[3].n``
     (``("query", "wait_ms")`` into ``wait_ms``)."""
     path = ""
-    if loc and isinstance(loc[-1], str) and (loc[-1] in _UNION_TAGS or "[" in loc[-1]):
+    if loc and isinstance(loc[-1], str) and _is_member_tag(loc[-1]):
         loc = loc[:-1]  # a union member's tag (``float``, ``function-after[...]``), not a field
     for part in loc:
         if part in ("body", "path", "query") and not path:  # where it came from, not its name
             continue
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path
+
+
+def _is_member_tag(part: str) -> bool:
+    """A union member's tag in a location: a plain type, a validator (``function-after[...]``) or a
+    constrained one (``constrained-str``, pydantic's tag for ``Annotated[str, Field(max_length=...)]``)."""
+    return part in _UNION_TAGS or "[" in part or part.startswith("constrained-")
 
 
 def _details(exc: Exception) -> tuple[str, dict[str, Any]]:
@@ -223,7 +229,9 @@ def _validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
         path, message = field_path(err["loc"]) or "body", err["msg"]
         if err["type"] == "json_invalid":
             path, message = "body", f"{message} at character {err['loc'][-1]}: {err['ctx']['error']}"
-        unique[path] = {"field": path, "message": message, "type": err["type"], "input": err.get("input")}
+        entry = {"field": path, "message": message, "type": err["type"], "input": err.get("input")}
+        if path not in unique or not _wrong_member(entry) or _wrong_member(unique[path]):
+            unique[path] = entry
     errors = list(reversed(unique.values()))
     first = errors[0] if errors else {"field": "body", "message": "invalid", "input": None}
     detail = f"{first['field']}: {first['message']}"
@@ -236,6 +244,13 @@ def _validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     if isinstance(value, (int, float, bool, str)):
         extra["value"] = _echo(value)
     return detail, extra
+
+
+def _wrong_member(error: dict[str, Any]) -> bool:
+    """A union member's error that only says the input is not of its type (``float_parsing`` for a
+    text feature): where another member of the same field took the type and found what is wrong
+    (``string_too_long``), that one names the fault, and this one would mislead."""
+    return str(error["type"]).endswith(("_type", "_parsing"))
 
 
 def _echo(value: object) -> object:

@@ -68,6 +68,10 @@ CASES: dict[str, tuple[Callable[[Body], None], str]] = {
     "top_p above one": (_set("batch.items.2.sampling", {"top_p": 1.5}), "batch.items[2].sampling.top_p"),
     "an unknown sampling field": (_set("sampling", {"tempreature": 1.0}), "sampling.tempreature"),
     "max_tokens through extra": (_set("sampling", {"extra": {"max_tokens": 10}}), "sampling.extra"),
+    "a feature text too long": (
+        _set("batch.items.0.features", {"topic": "x" * 257}),
+        "batch.items[0].features.topic",
+    ),
     "n through extra": (
         _set("batch.items.0.sampling", {"extra": {"n": 16}}),
         "batch.items[0].sampling.extra",
@@ -457,3 +461,12 @@ def test_waiting_results_requests_have_threads_of_their_own(client: TestClient) 
             client.portal.call(limiter.release_on_behalf_of, holder)  # type: ignore[union-attr]
     poll.join(timeout=5.0)
     assert answered == [200]
+
+
+def test_a_feature_text_too_long_is_named_by_the_text_rule_not_the_number_rule(client: TestClient) -> None:
+    body = batch_body()
+    body["batch"]["items"][0]["features"] = {"topic": "x" * 257}
+    problem = client.post("/schedule", json=body).json()
+    assert problem["field"] == "batch.items[0].features.topic"
+    assert "at most 256 characters" in problem["detail"], problem  # a text feature, not 'a valid number'
+    assert [err["field"] for err in problem["errors"]] == ["batch.items[0].features.topic"]
