@@ -46,49 +46,127 @@ def drawn_finishes(
     worker's longest item, the first in queue order among equals, run to ``stretch`` of that item
     where that is longer: two (draws x workers) arrays of ``queue_finishes``'s values (0 for an
     empty queue)."""
-    drawn, stretched = np.zeros((len(draws), len(queues))), np.zeros((len(draws), len(queues)))
-    busy = [w for w, queue in enumerate(queues) if queue]  # the block is as wide as the longest queue
-    if busy:
-        at = np.array(busy)
-        drawn[:, at], stretched[:, at] = _busy_finishes(
-            [costs[w] for w in busy], prompts, [queues[w] for w in busy], draws, stretch, reserve
-        )
+    drawn, stretched = _finishes(costs, prompts, queues, draws, stretch, reserve)
+    assert stretched is not None  # given a stretch, the stretched copy is played
     return drawn, stretched
+
+
+def draw_finishes(
+    costs: Sequence[WorkerCost],
+    prompts: Sequence[int],
+    queues: Sequence[Sequence[int]],
+    draws: IntArray,
+    reserve: bool,
+) -> FloatArray:
+    """``drawn_finishes`` without the stretched copy, for comparisons on the draws alone
+    (``scheduler.policies.robust.least_expected``): no column and no event-loop replays spent on
+    a copy nobody reads."""
+    return _finishes(costs, prompts, queues, draws, None, reserve)[0]
+
+
+def _finishes(
+    costs: Sequence[WorkerCost],
+    prompts: Sequence[int],
+    queues: Sequence[Sequence[int]],
+    draws: IntArray,
+    stretch: IntArray | None,
+    reserve: bool,
+) -> tuple[FloatArray, FloatArray | None]:
+    """``drawn_finishes``, the stretched copy only when ``stretch`` is given. A queue that can never
+    run at once (more items than slots, prompts past the cache) is played by the event loop on
+    every draw and kept out of the block, which is as wide as the longest queue in it: a crowded
+    queue of a searched plan (~440 of 1,024 items on one worker) would otherwise pad every other
+    worker's row to its length on every draw."""
+    drawn = np.zeros((len(draws), len(queues)))
+    stretched = None if stretch is None else np.zeros((len(draws), len(queues)))
+    held = np.asarray(prompts, dtype=np.int64)
+    totals = [int(held[list(queue)].sum()) for queue in queues]  # each queue's prompt tokens
+    busy = [w for w, queue in enumerate(queues) if queue]
+    block = [w for w in busy if _may_run_at_once(costs[w], totals[w], len(queues[w]), reserve)]
+    for w in sorted(set(busy) - set(block)):
+        drawn[:, w], looped = _looped(costs[w], prompts, queues[w], draws, stretch, reserve)
+        if stretched is not None and looped is not None:
+            stretched[:, w] = looped
+    if block:
+        at = np.array(block)
+        block_drawn, block_stretched = _busy_finishes(
+            [costs[w] for w in block],
+            prompts,
+            [queues[w] for w in block],
+            [totals[w] for w in block],
+            draws,
+            stretch,
+            reserve,
+        )
+        drawn[:, at] = block_drawn
+        if stretched is not None and block_stretched is not None:
+            stretched[:, at] = block_stretched
+    return drawn, stretched
+
+
+def _looped(
+    cost: WorkerCost,
+    prompts: Sequence[int],
+    queue: Sequence[int],
+    draws: IntArray,
+    stretch: IntArray | None,
+    reserve: bool,
+) -> tuple[FloatArray, FloatArray | None]:
+    """One queue's finish on each draw played by the event loop, and with ``stretch``, on the copy
+    with its longest item (the first in queue order among equals) run to its stretch if longer."""
+    held = [prompts[i] for i in queue]
+    rows = draws[:, list(queue)].tolist()
+    drawn = np.array([worker_finish(cost, held, row, reserve) for row in rows], dtype=np.float64)
+    if stretch is None:
+        return drawn, None
+    stretched = []
+    for row in rows:
+        first = max(range(len(queue)), key=lambda j: row[j])
+        row[first] = max(row[first], int(stretch[queue[first]]))
+        stretched.append(worker_finish(cost, held, row, reserve))
+    return drawn, np.array(stretched, dtype=np.float64)
 
 
 def _busy_finishes(
     costs: Sequence[WorkerCost],
     prompts: Sequence[int],
     queues: Sequence[Sequence[int]],
+    totals: Sequence[int],
     draws: IntArray,
-    stretch: IntArray,
+    stretch: IntArray | None,
     reserve: bool,
-) -> tuple[FloatArray, FloatArray]:
-    """``drawn_finishes`` of queues none of which is empty."""
+) -> tuple[FloatArray, FloatArray | None]:
+    """``_finishes`` of queues none of which is empty and each of which may run at once
+    (``_may_run_at_once``; ``totals``: their prompt tokens)."""
     s, items, held = _sorted(prompts, queues, draws)
     count, workers, size = s.shape
     running = np.broadcast_to(np.arange(1.0, size + 1.0), s.shape)
     start = np.concatenate((s[:, :, 1:], np.zeros((count, workers, 1))), axis=2)  # the next completion
     context = held + running * start
-    longest = np.maximum(s[:, :, 0], np.append(stretch, 0)[items[:, :, 0]])  # the outlier's steps
-    decode = _decode(  # one column more: the longest's last run on the stretched copy
-        costs,
-        np.concatenate((running, np.ones((count, workers, 1))), axis=2),
-        np.concatenate((context, context[:, :, :1]), axis=2),
-        np.concatenate((s - start, (longest - start[:, :, 0])[:, :, None]), axis=2),
-    )
-    prefill = [c.prefill_time(sum(prompts[i] for i in q)) for c, q in zip(costs, queues, strict=True)]
+    longest = None if stretch is None else np.maximum(s[:, :, 0], np.append(stretch, 0)[items[:, :, 0]])
+    if longest is None:
+        decode = _decode(costs, running, context, s - start)
+    else:  # one column more: the longest's last run on the stretched copy
+        decode = _decode(
+            costs,
+            np.concatenate((running, np.ones((count, workers, 1))), axis=2),
+            np.concatenate((context, context[:, :, :1]), axis=2),
+            np.concatenate((s - start, (longest - start[:, :, 0])[:, :, None]), axis=2),
+        )
+    prefill = [c.prefill_time(total) for c, total in zip(costs, totals, strict=True)]
     first = np.broadcast_to(np.array(prefill)[None, :, None], (count, workers, 1))
     # completions in time order, the shortest first: the event loop's summation order
     clocks = np.add.accumulate(np.concatenate((first, decode[:, :, size - 1 :: -1]), axis=2), axis=2)
-    drawn, stretched = clocks[:, :, -1], clocks[:, :, -2] + decode[:, :, size]
+    drawn = clocks[:, :, -1]
     caps = np.array([c.kv_capacity_tokens for c in costs], dtype=np.float64)[None, :]
     sizes = np.array([len(q) for q in queues])
     over = (held + running * s > caps[:, :, None]) & (running <= sizes[None, :, None])
     rest = over[:, :, 1:].any(axis=2)  # some step past the cache, the longest's last aside
-    never = ~np.array([_may_run_at_once(c, prompts, q, reserve) for c, q in zip(costs, queues, strict=True)])
-    _replay(costs, prompts, queues, draws, drawn, never | rest | over[:, :, 0], reserve, None)
-    stretched_over = never | rest | (held[:, :, 0] + longest > caps)
+    _replay(costs, prompts, queues, draws, drawn, rest | over[:, :, 0], reserve, None)
+    if longest is None:
+        return drawn, None
+    stretched = clocks[:, :, -2] + decode[:, :, size]
+    stretched_over = rest | (held[:, :, 0] + longest > caps)
     _replay(costs, prompts, queues, draws, stretched, stretched_over, reserve, longest)
     return drawn, stretched
 
@@ -127,11 +205,10 @@ def _decode(
     return out
 
 
-def _may_run_at_once(cost: WorkerCost, prompts: Sequence[int], queue: Sequence[int], reserve: bool) -> bool:
+def _may_run_at_once(cost: WorkerCost, total: int, n: int, reserve: bool) -> bool:
     """``all_at_once_finishes``'s tests that do not depend on the lengths: a slot for every item and
     every prompt admitted at step 0 (under ``reserve`` with one token each)."""
-    n, cap = len(queue), cost.kv_capacity_tokens
-    total = float(sum(prompts[i] for i in queue))
+    cap = cost.kv_capacity_tokens  # ``total`` an integer: the float sum's value, exactly
     crowded = total + n > cap if reserve else total > cap - WATERMARK * cap
     return n <= cost.max_num_seqs and not (n > 1 and crowded)
 
