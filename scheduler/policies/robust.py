@@ -28,12 +28,13 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler import clock
-from scheduler.finish import queue_finishes
+from scheduler.finish_draws import draw_finishes
 from scheduler.policies.problem import Problem
 from scheduler.stepsum import FloatArray, planned_steps_array
 from scheduler.types import Trajectory
 
 SAMPLES = 32  # draws of the batch's lengths per comparison
+BLOCK = 1 << 21  # elements of one pass over draws (``makespans``): 16 MiB an array of them
 Spread = tuple[FloatArray, FloatArray, FloatArray]  # medians, log-normal sigmas, caps (``spreads``)
 Z90 = 1.2815515655446004  # the standard normal's 0.9 quantile
 
@@ -78,15 +79,50 @@ def least_expected(
     deadline: float,
 ) -> int | None:
     """Index of the candidate (queues per worker) with the least mean makespan over ``SAMPLES``
-    draws of the lengths; None when the draws would not fit before ``deadline`` (judged after the
-    first, which all candidates play)."""
-    rng = np.random.default_rng(seed)
-    totals = [0.0] * len(candidates)
+    draws of the lengths, the first of equals; None when the draws would not fit before
+    ``deadline`` (judged after the first, which all candidates play).
+
+    Each candidate's draws are played a block at a time (``draw_finishes``), each finish the one a
+    play of that draw gives to the last bit, and the makespans summed in draw order: the same sums,
+    so the same choice, as playing one draw at a time, which spent most of its time setting up
+    each play (a 1 s cpsat plan of 128 x 4 with quantiles: ~24 ms on the comparison, ~3 ms now)."""
+    draws = draw_matrix(spread, np.random.default_rng(seed), SAMPLES)
     started = clock.now()
-    for k in range(SAMPLES):
-        steps = draw_steps(spread, rng)
-        for c, queues in enumerate(candidates):
-            totals[c] += max(queue_finishes(problem.costs, problem.prompts, steps, queues, reserve))
-        if k == 0 and started + SAMPLES * (clock.now() - started) > deadline:
-            return None
-    return min(range(len(candidates)), key=lambda c: (totals[c], c))
+    first = [makespans(problem, queues, draws[:1], reserve) for queues in candidates]
+    if started + SAMPLES * (clock.now() - started) > deadline:
+        return None
+    return least_mean(
+        [
+            np.concatenate((head, makespans(problem, queues, draws[1:], reserve)))
+            for head, queues in zip(first, candidates, strict=True)
+        ]
+    )
+
+
+def makespans(
+    problem: Problem, queues: Sequence[Sequence[int]], draws: npt.NDArray[np.int64], reserve: bool
+) -> FloatArray:
+    """The makespan of ``queues`` on each draw: as many draws a pass as keep the block (draws x
+    workers x longest queue) within ``BLOCK`` elements, so a crowded queue costs memory in
+    proportion to itself, not to the number of draws."""
+    per_draw = len(queues) * max((len(q) for q in queues), default=0)
+    size = max(1, BLOCK // max(1, per_draw))
+    parts = [
+        draw_finishes(problem.costs, problem.prompts, queues, draws[k : k + size], reserve).max(
+            axis=1, initial=0.0
+        )
+        for k in range(0, len(draws), size)
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def least_mean(means: Sequence[FloatArray]) -> int:
+    """Index of the candidate with the least mean over the draws (``means[c]``: one value a draw),
+    the first of equals; the sum runs in draw order, one addition at a time."""
+    totals = []
+    for values in means:
+        total = 0.0
+        for value in values.tolist():
+            total += value
+        totals.append(total)
+    return min(range(len(totals)), key=lambda c: (totals[c], c))

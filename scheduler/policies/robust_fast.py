@@ -43,7 +43,7 @@ from scheduler.policies.kvpeak import KvPeaks
 from scheduler.policies.load import Load, time_with
 from scheduler.policies.ordering import order_queues
 from scheduler.policies.problem import Problem, Unit, longest_first, worker_kinds
-from scheduler.policies.robust import SAMPLES, Z90, Spread, draw_matrix
+from scheduler.policies.robust import SAMPLES, Z90, Spread, draw_matrix, least_mean
 from scheduler.stepsum import FloatArray, planned_steps_array
 from scheduler.types import PlanRequest
 
@@ -150,18 +150,6 @@ def outlier_means(
         weighed = weighed + len(queue) * np.maximum(stretched[:, w], np.where(last == w, second, first))
     total = sum(len(queue) for queue in queues)
     return weighed / total if total else np.zeros(len(drawn))
-
-
-def least_mean(means: Sequence[FloatArray]) -> int:
-    """Index of the candidate with the least mean over the draws (``means[c]``: one value a draw),
-    the first of equals; the sum runs in draw order, one addition at a time."""
-    totals = []
-    for values in means:
-        total = 0.0
-        for value in values.tolist():
-            total += value
-        totals.append(total)
-    return min(range(len(totals)), key=lambda c: (totals[c], c))
 
 
 def fastest_first(problem: Problem, deadline: float = math.inf) -> list[list[int]] | None:

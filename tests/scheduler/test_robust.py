@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Sequence
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler.devices import device_profile, model_preset
 from scheduler.finish import queue_finishes
 from scheduler.policies.problem import Problem, build_problem
-from scheduler.policies.robust import draw_matrix, draw_steps, least_expected, spreads
+from scheduler.policies.robust import (
+    SAMPLES,
+    Spread,
+    draw_matrix,
+    draw_steps,
+    least_expected,
+    makespans,
+    spreads,
+)
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 POOL = Inventory(tuple(Worker(f"h100-{i}", device_profile("H100")) for i in range(4)), model_preset("7b"))
@@ -71,3 +83,58 @@ def test_the_draws_as_one_array_are_the_successive_draws_of_the_same_generator()
     one_by_one = np.random.default_rng(7)
     expected = [draw_steps(spread, one_by_one) for _ in range(5)]
     assert draw_matrix(spread, np.random.default_rng(7), 5).tolist() == expected
+
+
+def _per_draw_choice(
+    problem: Problem, candidates: Sequence[Sequence[Sequence[int]]], spread: Spread, reserve: bool, seed: int
+) -> tuple[int, list[float]]:
+    """``least_expected`` the way it played first, one draw at a time: each draw's makespan of every
+    candidate (``queue_finishes``) added to its total in draw order; the least total, first of equals."""
+    rng = np.random.default_rng(seed)
+    totals = [0.0] * len(candidates)
+    for _ in range(SAMPLES):
+        steps = draw_steps(spread, rng)
+        for c, queues in enumerate(candidates):
+            totals[c] += max(queue_finishes(problem.costs, problem.prompts, steps, queues, reserve))
+    return min(range(len(candidates)), key=lambda c: (totals[c], c)), totals
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 3),
+    st.integers(0, 3),
+    st.sampled_from([4, 16, 256]),
+    st.integers(1, 90),
+    st.floats(1.0, 3.0),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_draws_played_a_block_at_a_time_choose_as_one_draw_at_a_time(
+    h100s: int, ascends: int, slots: int, size: int, spread_ratio: float, reserve: bool, seed: int
+) -> None:
+    """Random batches dealt at random to three candidates (one crowded onto a worker, so that its
+    queue runs in waves, past its slots or its cache, and the event loop plays it; some workers
+    left empty): the same choice as the per-draw loop, and each candidate's mean the same float."""
+    rng = np.random.default_rng(seed)
+    batch = []
+    for i in range(size):
+        p50 = float(rng.uniform(50.0, 6_000.0))
+        prompt, cap = int(rng.integers(10, 2_000)), int(rng.choice([1_024, 8_192, 32_768]))
+        batch.append(Trajectory(f"q{i // 4}", i % 4, prompt, cap, p50, {0.5: p50, 0.9: p50 * spread_ratio}))
+    h100, ascend = device_profile("H100"), device_profile("Ascend910B")
+    workers = [Worker(f"h100-{j}", h100, max_num_seqs=slots) for j in range(h100s)]
+    workers += [Worker(f"a910b-{j}", ascend, max_num_seqs=slots) for j in range(ascends)]
+    request = PlanRequest(tuple(batch), Inventory(tuple(workers), model_preset("7b")), kv_admission=reserve)
+    problem, spread = build_problem(request), spreads(request.trajectories)
+    assert spread is not None
+    dealt = [rng.integers(0, len(workers), size) for _ in range(2)]
+    candidates = [[np.flatnonzero(owner == w).tolist() for w in range(len(workers))] for owner in dealt]
+    candidates.append([list(range(size)) if w == 0 else [] for w in range(len(workers))])  # one crowded
+    choice, totals = _per_draw_choice(problem, candidates, spread, reserve, seed)
+    assert least_expected(problem, candidates, spread, reserve, seed, math.inf) == choice
+    draws = draw_matrix(spread, np.random.default_rng(seed), SAMPLES)
+    for queues, total in zip(candidates, totals, strict=True):
+        summed = 0.0
+        for makespan in makespans(problem, queues, draws, reserve).tolist():  # in draw order
+            summed += makespan
+        assert summed == total
