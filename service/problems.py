@@ -314,15 +314,16 @@ def _is_json(content_type: str) -> bool:
 async def handle_http(request: Request, exc: Exception) -> JSONResponse:
     """Starlette's own errors (unknown route, wrong method, a body FastAPI cannot parse) as problems.
 
-    FastAPI answers 400 for a body it cannot decode at all (not UTF-8, or JSON nested past Python's
-    recursion limit); that one is the body's fault, so it names ``body`` as a 422 would.
+    FastAPI answers 400 for a body it cannot decode at all (not UTF-8, JSON nested past Python's
+    recursion limit, a number past its 4,300-digit limit); that one is the body's fault, so it names
+    ``body`` as a 422 would, and says which of these it was (``_decode_cause``).
     """
     assert isinstance(exc, StarletteHTTPException)
     extra = {"field": "body"} if exc.status_code == 400 else None
     return problem_response(
         exc.status_code,
         HTTPStatus(exc.status_code).phrase,
-        f"{request.method} {request.url.path}: {exc.detail}",
+        f"{request.method} {request.url.path}: {exc.detail}{_decode_cause(exc)}",
         slug="http",
         instance=request.url.path,
         extra=extra,
@@ -336,3 +337,14 @@ def install(app: FastAPI) -> None:
         app.add_exception_handler(kind, handle)
     app.add_exception_handler(StarletteHTTPException, handle_http)
     app.add_exception_handler(Exception, handle)
+
+
+def _decode_cause(exc: StarletteHTTPException) -> str:
+    """Why FastAPI could not decode a body, from the error it chained (its own detail says only
+    "There was an error parsing the body"): "" for any other error."""
+    cause = exc.__cause__
+    if exc.status_code != 400 or cause is None:
+        return ""
+    if isinstance(cause, RecursionError):
+        return ": JSON nested too deep (Python's recursion limit)"
+    return f": {str(cause).split(';', 1)[0][:200]}"

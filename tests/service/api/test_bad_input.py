@@ -470,3 +470,17 @@ def test_a_feature_text_too_long_is_named_by_the_text_rule_not_the_number_rule(c
     assert problem["field"] == "batch.items[0].features.topic"
     assert "at most 256 characters" in problem["detail"], problem  # a text feature, not 'a valid number'
     assert [err["field"] for err in problem["errors"]] == ["batch.items[0].features.topic"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "cause"),
+    [
+        ('{"step": ' + "9" * 5000 + "}", "4300 digits"),  # past Python's int-conversion limit
+        ('{"batch": ' + "[" * 5000 + "]" * 5000 + "}", "recursion"),
+        (b'{"step": "\xff"}', "utf-8"),
+    ],
+)
+def test_a_body_that_cannot_be_decoded_says_why(raw: str | bytes, cause: str, client: TestClient) -> None:
+    response = client.post("/schedule", content=raw, headers=_JSON)
+    assert response.status_code == 400
+    assert cause in response.json()["detail"].lower(), response.json()  # not only 'error parsing the body'
