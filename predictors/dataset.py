@@ -21,7 +21,7 @@ from predictors.features import (
     prior_from_stats,
     prior_leave_one_out,
 )
-from predictors.history import walk_steps
+from predictors.history import stats_of, walk_steps
 from predictors.queries import QueryBatch
 from predictors.tracetable import FloatArray, IntArray, Trace
 
@@ -74,3 +74,31 @@ def _merge(history: PriorRows, sibling: PriorRows, first: np.ndarray) -> PriorRo
         column[first] = getattr(sibling, name)
         merged[name] = column
     return PriorRows(**merged)
+
+
+def served_examples(history: Trace, rows: Trace, spec: FeatureSpec) -> tuple[FloatArray, FloatArray]:
+    """(features, target) of ``rows``, rows kept out of ``history``, featurised as serving would.
+
+    A row whose prompt ran in an earlier step of ``history`` reads that history, as a training
+    example does. A row in its prompt's first step would, as a training example, take its siblings
+    as prior, leaving itself out; that prior moves with its own length (an outlier's siblings have
+    a lower mean, maximum and spread), so a booster fitted on such rows widens the p90 where the
+    prior looks so, which a served query's prior (it does not depend on the query) never does.
+    Such a row is featurised instead as serving featurises the next step: a new sample of its
+    prompt, the prior its siblings in ``history``. Rows with neither are left out (serving
+    answers them from the global prior, not the model)."""
+    parts: list[tuple[FloatArray, FloatArray]] = []
+    for step in np.unique(rows.step).tolist():
+        now = rows.take(rows.step == step)
+        queries = QueryBatch.from_trace(now, NO_CAP)
+        earlier, through = stats_of(history, step), stats_of(history, step + 1)
+        prior = prior_from_stats(earlier, queries.prompt_id)
+        first = ~prior.seen
+        for stats, chosen, at in ((earlier, ~first, step), (through, first, step + 1)):
+            prior = prior_from_stats(stats, queries.prompt_id[chosen])
+            x = build_features(prior, queries.take(np.flatnonzero(chosen)), at, stats.trend, spec)
+            y = np.log(np.maximum(now.output_tokens[chosen].astype(np.float64), 1.0))
+            parts.append((x[prior.seen], (y - np.log(base_length(prior)))[prior.seen]))
+    if not parts:
+        return np.empty((0, len(spec.names))), np.empty(0)
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])

@@ -1,0 +1,48 @@
+"""The p90's conformal shift is calibrated on what the model answers: new samples of prompts it fitted."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from predictors.evaluate import score_step
+from predictors.model import _calibration_folds, _canonical
+from tests.predictors.helpers import FAST, drifting_trace
+
+
+def test_fitted_on_a_single_step_the_p90_covers_ninety_percent_of_the_next() -> None:
+    # With one step there are only siblings to learn from, and the booster is more confident on the
+    # prompts it was fitted on (all the served ones) than on prompts it never saw. Folds by prompt
+    # calibrated the second kind: the next step's coverage was 0.86 on these traces (0.83 with the
+    # default 100 rounds), 0.90 with folds that keep the prompt's other samples in the fit.
+    covered = [
+        score_step(drifting_trace(prompts=64, samples=16, steps=2, drift=0.005, seed=seed), 1, FAST)
+        .scores["lightgbm"]
+        .p90_coverage
+        for seed in range(1, 6)
+    ]
+    assert 0.88 <= float(np.mean(covered)) <= 0.92
+
+
+def test_a_fold_never_fits_what_serving_would_not_know_of_the_rows_it_scores() -> None:
+    # Scored rows are held out as serving meets them: their prompt's later steps are out of the fit
+    # (they would tell it the prompt's level), its earlier steps are in, and where the scored step
+    # is the prompt's first, some of its siblings are in (a served prompt's samples always are).
+    trace = _canonical(drifting_trace(prompts=40, samples=6, steps=4))
+    folds = _calibration_folds(trace, FAST)
+    cut_at_first = cut_later = 0
+    for k in range(FAST.calibration_folds):
+        fitted = folds.fitted(k)
+        scored = folds.scored == k
+        for prompt, step in set(zip(trace.prompt_id[scored], trace.step[scored], strict=True)):
+            mine = trace.prompt_id == prompt
+            assert not np.any(fitted & mine & (trace.step > step))
+            assert not np.any(fitted & scored)
+            if step == trace.step[mine].min():
+                cut_at_first += 1
+                assert np.any(fitted & mine & (trace.step == step))
+            else:
+                cut_later += 1
+                assert np.all(fitted[mine & (trace.step < step)])
+                assert not np.any(fitted & mine & (trace.step == step))
+    assert cut_at_first > 0
+    assert cut_later > 0
