@@ -168,7 +168,10 @@ def _conformal_shift(trace: Trace, spec: FeatureSpec, config: FitConfig) -> tupl
     folds = _calibration_folds(trace, config)
     residuals: list[FloatArray] = []
     for k in range(config.calibration_folds):
-        kept = trace.take(folds.fitted(k))
+        fitted = folds.fitted(k)
+        if not np.any(fitted):
+            continue  # no prompt in the calibration sample (calibration_rows=0)
+        kept = trace.take(fitted)
         train = training_set(kept, spec)
         x, y = served_examples(kept, trace.take(folds.scored == k), spec)
         if len(y) == 0 or len(train.target) == 0:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import numpy as np
 
 from predictors.evaluate import score_step
-from predictors.model import _calibration_folds, _canonical
+from predictors.model import _calibration_folds, _canonical, fit
 from tests.predictors.helpers import FAST, drifting_trace
 
 
@@ -46,3 +49,9 @@ def test_a_fold_never_fits_what_serving_would_not_know_of_the_rows_it_scores() -
                 assert not np.any(fitted & mine & (trace.step == step))
     assert cut_at_first > 0
     assert cut_later > 0
+
+
+def test_with_no_prompt_in_the_calibration_sample_the_p90_is_left_as_fitted() -> None:
+    model = fit(drifting_trace(prompts=10, samples=4, steps=2), dataclasses.replace(FAST, calibration_rows=0))
+    assert model.metadata.p90_shift == 0.0
+    assert math.isnan(model.metadata.metrics["calibration_raw_p90_coverage"])
