@@ -9,6 +9,7 @@ prompts are answered by the global prior.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +22,7 @@ from predictors.features import (
     prior_from_stats,
     prior_leave_one_out,
 )
-from predictors.history import stats_of, walk_steps
+from predictors.history import PromptStats, stats_of, walk_steps
 from predictors.queries import QueryBatch
 from predictors.tracetable import FloatArray, IntArray, Trace
 
@@ -88,10 +89,12 @@ def served_examples(history: Trace, rows: Trace, spec: FeatureSpec) -> tuple[Flo
     prompt, the prior its siblings in ``history``. Rows with neither are left out (serving
     answers them from the global prior, not the model)."""
     parts: list[tuple[FloatArray, FloatArray]] = []
-    for step in np.unique(rows.step).tolist():
+    steps = np.unique(rows.step).tolist()
+    stats_at = _stats_before(history, sorted({*steps, *(s + 1 for s in steps)}))
+    for step in steps:
         now = rows.take(rows.step == step)
         queries = QueryBatch.from_trace(now, NO_CAP)
-        earlier, through = stats_of(history, step), stats_of(history, step + 1)
+        earlier, through = stats_at[step], stats_at[step + 1]
         prior = prior_from_stats(earlier, queries.prompt_id)
         first = ~prior.seen
         for stats, chosen, at in ((earlier, ~first, step), (through, first, step + 1)):
@@ -102,3 +105,18 @@ def served_examples(history: Trace, rows: Trace, spec: FeatureSpec) -> tuple[Flo
     if not parts:
         return np.empty((0, len(spec.names))), np.empty(0)
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def _stats_before(history: Trace, befores: list[int]) -> dict[int, PromptStats]:
+    """``stats_of(history, b)`` for each of ``befores`` (ascending), from one fold over the history:
+    calling ``stats_of`` for each folded every earlier step again, quadratic in a long run's steps."""
+    out: dict[int, PromptStats] = {}
+    pending = list(befores)
+    for step, stats, _, _ in walk_steps(history):
+        while pending and pending[0] <= step:  # no history row lies in [b, step): same stats
+            before = pending.pop(0)
+            out[before] = dataclasses.replace(stats, before=before)
+    if pending:
+        last = stats_of(history, pending[-1])
+        out.update({b: dataclasses.replace(last, before=b) for b in pending})
+    return out
