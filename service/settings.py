@@ -200,8 +200,8 @@ class Settings(BaseSettings):
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     """One line per ``ROLLOUT_*`` variable that no setting reads, naming the setting it resembles.
     pydantic-settings ignores such variables, so a misspelt one left the service on its default
-    without a word: ``ROLLOUT_TRAINER_TOKEN`` (the singular a trainer's own code may use, as
-    docs/client.md does) for ``ROLLOUT_TRAINER_TOKENS`` served a loopback service open to all."""
+    without a word: ``ROLLOUT_TRAINER_TOKEN`` (the singular a trainer's own code may
+    use for its token) for ``ROLLOUT_TRAINER_TOKENS`` served a loopback service open to all."""
     known = {f"ROLLOUT_{name.upper()}" for name in Settings.model_fields} | SIDECAR_ONLY_VARIABLES
     names = os.environ if environ is None else environ
     lines = []
