@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 from starlette.requests import Request
 
 from scheduler.errors import InvalidInputError
-from service.problems import ECHO_DIGITS, ECHO_HEAD, MAX_ECHO, handle
+from service.problem_details import ECHO_DIGITS, ECHO_HEAD, MAX_ECHO
+from service.problems import handle
 from tests.service.api.conftest import batch_body
 
 _JSON = {"Content-Type": "application/json"}

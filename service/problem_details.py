@@ -1,0 +1,103 @@
+"""What a problem response says of the input at fault: its field's path, and its value cut short.
+
+``service.problems`` maps each error to a status; this module renders the part a client reads to fix
+its request. pydantic locates an error by a tuple (``("body", "batch", "items", 3, "n")``) that
+names union members' tags among the fields, and reports every member of a union; a client wants the
+one path (``batch.items[3].n``) and the one message that names the fault. An echoed value is cut to
+its start and its size where it is long, so a 422 never sends a huge input back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+_UNION_TAGS = frozenset({"float", "str", "int", "bool", "none"})
+MAX_ECHO = 256  # longest text input echoed back whole as a 422's ``value``
+ECHO_DIGITS = 20  # longest integer echoed whole: 2^64 has 20 digits, so any count or id a field holds
+ECHO_HEAD = 32  # characters of a longer text kept in its echo
+
+
+def field_path(loc: Sequence[int | str]) -> str:
+    """Turn a pydantic location ``("body", "batch", "items", 3, "n")`` into ``batch.items[3].n``
+    (``("query", "wait_ms")`` into ``wait_ms``)."""
+    path = ""
+    if loc and isinstance(loc[-1], str) and _is_member_tag(loc[-1]):
+        loc = loc[:-1]  # a union member's tag (``float``, ``function-after[...]``), not a field
+    for part in loc:
+        if part in ("body", "path", "query") and not path:  # where it came from, not its name
+            continue
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def _is_member_tag(part: str) -> bool:
+    """A union member's tag in a location: a plain type, a validator (``function-after[...]``) or a
+    constrained one (``constrained-str``, pydantic's tag for ``Annotated[str, Field(max_length=...)]``)."""
+    return part in _UNION_TAGS or "[" in part or part.startswith("constrained-")
+
+
+def validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """Pydantic's errors, one per field (a union reports each member), the first one leading.
+
+    A body that is not JSON at all has no field: pydantic locates it at a character offset, which is
+    reported as ``body`` with the offset in the message. The first error's ``value`` is its input
+    where that is a scalar (a whole object would repeat the request back), a long one cut short
+    (``echo``); ``errors[]`` carries no inputs at all."""
+    unique: dict[str, dict[str, Any]] = {}
+    for err in reversed(raw):
+        path, message = field_path(err["loc"]) or "body", err["msg"]
+        if err["type"] == "json_invalid":
+            path, message = "body", f"{message} at character {err['loc'][-1]}: {err['ctx']['error']}"
+        entry = {"field": path, "message": message, "type": err["type"], "input": err.get("input")}
+        if path not in unique or not _wrong_member(entry) or _wrong_member(unique[path]):
+            unique[path] = entry
+    errors = list(reversed(unique.values()))
+    first = errors[0] if errors else {"field": "body", "message": "invalid", "input": None}
+    detail = f"{first['field']}: {first['message']}"
+    if len(errors) > 1:
+        detail += f" (and {len(errors) - 1} more)"
+    value = first.pop("input")
+    for err in errors:
+        err.pop("input", None)
+    extra: dict[str, Any] = {"field": first["field"], "errors": errors}
+    if isinstance(value, (int, float, bool, str)):
+        extra["value"] = echo(value)
+    return detail, extra
+
+
+def _wrong_member(error: dict[str, Any]) -> bool:
+    """A union member's error that only says the input is not of its type (``float_parsing`` for a
+    text feature): where another member of the same field took the type and found what is wrong
+    (``string_too_long``), that one names the fault, and this one would mislead."""
+    return str(error["type"]).endswith(("_type", "_parsing"))
+
+
+def echo(value: object) -> object:
+    """``value`` as a problem shows it: whole where it is short, else cut to its start and its size
+    (``"10000000000000000000... (4001 digits)"``), so that a 10**4000 sent for a count, or a megabyte
+    of text, is named without being sent back in full (4 KB of digits in every 422 it caused)."""
+    short = shortened(value)
+    return _jsonable(value) if short is None else short
+
+
+def shortened(value: object) -> str | None:
+    """The cut form of an integer past ``ECHO_DIGITS`` digits or a text past ``MAX_ECHO``; else None."""
+    if isinstance(value, str) and len(value) > MAX_ECHO:
+        return f"{value[:ECHO_HEAD]}... ({len(value)} characters)"
+    if not isinstance(value, int) or isinstance(value, bool) or -(10**ECHO_DIGITS) < value < 10**ECHO_DIGITS:
+        return None
+    sign = "-" if value < 0 else ""
+    try:
+        digits = str(abs(value))
+    except ValueError:  # past Python's int-to-text limit (4,300 digits): its size is all there is to say
+        return f"{sign}an integer of about {int(abs(value).bit_length() * math.log10(2)) + 1} digits"
+    return f"{sign}{digits[:ECHO_DIGITS]}... ({len(digits)} digits)"
+
+
+def _jsonable(value: object) -> object:
+    """``value`` if JSON can carry it as is (NaN and Infinity cannot), else its repr."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
