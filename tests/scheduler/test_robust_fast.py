@@ -32,17 +32,21 @@ from tests.scheduler.fake_clock import SteppingClock
 LATER = 60.0  # a deadline far enough away for everything here
 
 
-def _request(h100s: int = 2, ascends: int = 2, slots: int = 256, quantiles: bool = True) -> PlanRequest:
+def _request(
+    h100s: int = 2, ascends: int = 2, slots: int = 256, quantiles: bool = True, long_cot: bool = False
+) -> PlanRequest:
     """16 prompts x 4 samples of short chain-of-thought (p50 300-1,500 tokens, p90 10% above: as
-    sure of itself as the math100 predictor), on H100s and Ascend 910Bs that hold it all at once."""
+    sure of itself as the math100 predictor), on H100s and Ascend 910Bs that hold it all at once;
+    ``long_cot``: 64 prompts x 4 samples of 18-22k tokens (cap 32k), which no cache holds at once."""
     rng = np.random.default_rng(3)
+    prompts, low, high, cap = (64, 18_000.0, 22_000.0, 32_768) if long_cot else (16, 300.0, 1_500.0, 4_096)
     batch = []
-    for p in range(16):
-        median = float(rng.uniform(300.0, 1_500.0))
+    for p in range(prompts):
+        median = float(rng.uniform(low, high))
         for s in range(4):
             p50 = median * float(rng.uniform(0.9, 1.1))
             spread = {0.5: p50, 0.9: 1.1 * p50} if quantiles else {}
-            batch.append(Trajectory(f"q{p}", s, 150, 4_096, p50, spread))
+            batch.append(Trajectory(f"q{p}", s, 150, cap, p50, spread))
     h100, ascend = device_profile("H100"), device_profile("Ascend910B")
     workers = [Worker(f"h100-{j}", h100, max_num_seqs=slots) for j in range(h100s)]
     workers += [Worker(f"a910b-{j}", ascend, max_num_seqs=slots) for j in range(ascends)]
@@ -112,6 +116,26 @@ def test_without_quantiles_or_past_the_deadline_the_plan_is_returned_as_it_is() 
     spread = spreads(request.trajectories)
     assert at_once_hedge(problem, request, placement, spread, time.perf_counter() - 1.0) is placement
     assert at_once_hedge(problem, request, placement, spread, later) is not placement
+
+
+def test_a_batch_with_a_slot_for_each_trajectory_but_queues_past_their_caches_plays_no_draws(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Long chain-of-thought: 256 trajectories on 4 x 64 slots, each queue's KV at once past its
+    cache, so the queues run in waves and the batch is not one this hedge is for. Its draws would
+    be played by the event loop (~10 ms a queue a draw): a 4,096-trajectory long-CoT step spent
+    0.85 s of an 80 ms plan on them before finding no candidate to build."""
+    request = _request(slots=64, long_cot=True)
+    problem = build_problem(request)
+    queues = tuple(tuple(range(w, 256, 4)) for w in range(4))
+    placement = Placement(queues, "HEURISTIC", finish_s=tuple(problem.finishes(queues, True)))
+
+    def played(*_: object) -> None:
+        raise AssertionError("draws played for a batch that does not run at once")
+
+    monkeypatch.setattr(robust_fast, "outlier_means", played)
+    later = time.perf_counter() + LATER
+    assert at_once_hedge(problem, request, placement, spreads(request.trajectories), later) is placement
 
 
 @pytest.mark.parametrize(("seconds_left", "built"), [(16.0, False), (17.0, True)])
