@@ -15,7 +15,7 @@ import httpx
 import pytest
 import typer
 from pydantic import SecretStr, ValidationError
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from service.commands.bench_service import SAMPLES, batch
 from service.commands.serve import cluster_without_url, unsafe_binding
@@ -199,6 +199,17 @@ def test_a_rollout_variable_no_setting_reads_is_named_with_the_setting_it_resemb
     ]
 
 
+def _refused_at_start(
+    cli: typer.Typer, monkeypatch: pytest.MonkeyPatch, environment: dict[str, str]
+) -> Result:
+    """``serve`` run with ``environment``, which holds a setting it refuses: it exits 2."""
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    result = CliRunner().invoke(cli, ["serve"])
+    assert result.exit_code == 2
+    return result
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "line"),
     [
@@ -217,11 +228,9 @@ def test_a_refused_setting_names_the_value_given(
     cli: typer.Typer, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, line: str
 ) -> None:
     """pydantic's message names the setting and the rule, not what broke it ('nan', a typo's digits)."""
-    monkeypatch.setenv(variable, value)
-    result = CliRunner().invoke(cli, ["serve"])
-    assert result.exit_code == 2
-    assert result.stderr.startswith(f"serve: {line}"), result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+    stderr = _refused_at_start(cli, monkeypatch, {variable: value}).stderr
+    assert stderr.startswith(f"serve: {line}"), stderr
+    assert len(stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(
@@ -241,12 +250,9 @@ def test_a_validator_s_refusal_reads_as_the_project_s_own_line(
     cli: typer.Typer, monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], line: str
 ) -> None:
     """pydantic put "Value error, " before each of the project's own checks' words."""
-    for variable, value in environment.items():
-        monkeypatch.setenv(variable, value)
-    result = CliRunner().invoke(cli, ["serve"])
-    assert result.exit_code == 2
-    assert result.stderr.startswith(f"serve: {line}"), result.stderr
-    assert "Value error" not in result.stderr
+    stderr = _refused_at_start(cli, monkeypatch, environment).stderr
+    assert stderr.startswith(f"serve: {line}"), stderr
+    assert "Value error" not in stderr
 
 
 @pytest.mark.parametrize(
@@ -281,9 +287,6 @@ def test_a_model_dir_that_cannot_hold_a_store_is_named_once_with_why(
 def test_a_refused_secret_setting_never_shows_its_value(
     cli: typer.Typer, monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], secret: str
 ) -> None:
-    for variable, value in environment.items():
-        monkeypatch.setenv(variable, value)
-    result = CliRunner().invoke(cli, ["serve"])
-    assert result.exit_code == 2
+    result = _refused_at_start(cli, monkeypatch, environment)
     assert result.stderr.startswith("serve: invalid setting"), result.stderr
     assert secret not in result.output
