@@ -83,10 +83,13 @@ def _finishes(
     totals = [int(held[list(queue)].sum()) for queue in queues]  # each queue's prompt tokens
     busy = [w for w, queue in enumerate(queues) if queue]
     block = [w for w in busy if _may_run_at_once(costs[w], totals[w], len(queues[w]), reserve)]
-    for w in sorted(set(busy) - set(block)):
-        drawn[:, w], looped = _looped(costs[w], prompts, queues[w], draws, stretch, reserve)
-        if stretched is not None and looped is not None:
-            stretched[:, w] = looped
+    looped = sorted(set(busy) - set(block))  # played by the event loop on every draw
+    crowded = np.zeros(drawn.shape, dtype=bool)
+    crowded[:, looped] = True
+    _replay(costs, prompts, queues, draws, drawn, crowded, reserve, None)
+    if stretched is not None and stretch is not None:
+        longest = _stretched_longest(queues, draws, stretch, looped)
+        _replay(costs, prompts, queues, draws, stretched, crowded, reserve, longest)
     if block:
         at = np.array(block)
         block_drawn, block_stretched = _busy_finishes(
@@ -104,27 +107,19 @@ def _finishes(
     return drawn, stretched
 
 
-def _looped(
-    cost: WorkerCost,
-    prompts: Sequence[int],
-    queue: Sequence[int],
-    draws: IntArray,
-    stretch: IntArray | None,
-    reserve: bool,
-) -> tuple[FloatArray, FloatArray | None]:
-    """One queue's finish on each draw played by the event loop, and with ``stretch``, on the copy
-    with its longest item (the first in queue order among equals) run to its stretch if longer."""
-    held = [prompts[i] for i in queue]
-    rows = draws[:, list(queue)].tolist()
-    drawn = np.array([worker_finish(cost, held, row, reserve) for row in rows], dtype=np.float64)
-    if stretch is None:
-        return drawn, None
-    stretched = []
-    for row in rows:
-        first = max(range(len(queue)), key=lambda j: row[j])
-        row[first] = max(row[first], int(stretch[queue[first]]))
-        stretched.append(worker_finish(cost, held, row, reserve))
-    return drawn, np.array(stretched, dtype=np.float64)
+def _stretched_longest(
+    queues: Sequence[Sequence[int]], draws: IntArray, stretch: IntArray, chosen: Sequence[int]
+) -> FloatArray:
+    """(draws x workers): for each worker in ``chosen``, its longest drawn item (the first in queue
+    order among equals) run to that item's ``stretch`` where that is longer (``_replay``'s
+    ``longest``); 0 elsewhere."""
+    longest = np.zeros((len(draws), len(queues)))
+    for w in chosen:
+        queue = np.asarray(queues[w])
+        steps = draws[:, queue]
+        first = queue[np.argmax(steps, axis=1)]  # argmax: the first of equals
+        longest[:, w] = np.maximum(steps.max(axis=1), stretch[first])
+    return longest
 
 
 def _busy_finishes(
