@@ -166,7 +166,9 @@ class ModelStore:
             p50 = lgb.Booster(model_file=str(directory / "p50.txt"))
             p90 = lgb.Booster(model_file=str(directory / "p90.txt"))
             _check_fits(meta, spec, p50, p90)
-        except (OSError, ValueError, KeyError, TypeError, lgb.basic.LightGBMError) as error:
+        # AttributeError: metadata of another shape (a list where a mapping belongs), which must be
+        # passed over like any damaged version, not fail every replica's reload
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, lgb.basic.LightGBMError) as error:
             raise InvalidInputError("model_store", str(directory), f"does not load ({error})") from None
         return chosen, FittedModel(p50=p50, p90=p90, spec=spec, metadata=meta)
 

@@ -227,6 +227,24 @@ def test_a_model_of_another_feature_set_is_refused_at_load_not_at_every_predicti
     assert predictor.model_version == 1
 
 
+@pytest.mark.parametrize("field", ["categorical", "metrics"])
+def test_metadata_of_the_wrong_shape_is_passed_over_like_a_damaged_version(
+    tmp_path: Path, field: str
+) -> None:
+    """A metadata.json another tool wrote (a list where a mapping belongs) raised ``AttributeError``
+    out of ``reload``, which failed the start of every replica reading the store."""
+    store, _ = _two_versions(tmp_path)
+    meta_path = store.path(2) / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta[field] = []
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(InvalidInputError, match="does not load"):
+        store.load(2)
+    predictor = LengthPredictor()
+    assert predictor.reload(store)
+    assert predictor.model_version == 1
+
+
 def test_a_booster_that_cannot_be_written_is_an_os_error_and_leaves_no_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
