@@ -13,6 +13,7 @@ correction to it than at re-learning the identity from scratch.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -209,7 +210,7 @@ def build_features(
             trend * gap,
         ]
     n = len(queries)
-    extra_num = [queries.numeric.get(k, np.full(n, np.nan)) for k in spec.numeric]
+    extra_num = [_numbers(queries, k) for k in spec.numeric]
     extra_cat = [_encode(queries, k, levels) for k, levels in spec.categorical.items()]
     return np.column_stack([*base_cols, *extra_num, *extra_cat]) if n else np.empty((0, len(spec.names)))
 
@@ -224,8 +225,7 @@ def distinct_queries(
     inverse = inverse.ravel()
     identity = np.arange(len(rows))
     columns: list[np.ndarray] = [queries.prompt_tokens, queries.max_new_tokens]
-    columns += [queries.numeric[k] for k in spec.numeric if k in queries.numeric]
-    for name in spec.categorical:
+    for name in (*spec.numeric, *spec.categorical):
         column = queries.categorical.get(name, queries.numeric.get(name))
         if column is not None:
             columns.append(column)
@@ -238,6 +238,26 @@ def distinct_queries(
         if not bool(np.all(same)):
             return identity, identity
     return first, inverse
+
+
+def _numbers(queries: QueryBatch, name: str) -> FloatArray:
+    """Numeric extra column ``name`` of the batch; NaN (missing) where absent or not a number.
+
+    A batch holding any text in the column keeps it as text (``QueryBatch.of``), but the history
+    reads numbers sent as text (``"1.5"``) as numbers: each text value is read as the number it
+    spells, or else was the column missing for every query of the batch, one odd value sufficing.
+    """
+    text = queries.categorical.get(name)
+    if text is None:
+        return queries.numeric.get(name, np.full(len(queries), np.nan))
+    return np.fromiter(map(_number, text), dtype=np.float64, count=len(text))
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
 
 
 def _encode(queries: QueryBatch, name: str, levels: tuple[str, ...]) -> FloatArray:

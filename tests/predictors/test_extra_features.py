@@ -123,3 +123,20 @@ def test_a_sample_is_predicted_in_a_batch_as_it_is_alone_even_where_it_differs_f
     np.testing.assert_array_equal(batch.p90, [a.p90[0] for a in alone])
     assert batch.p50[13] > 1.5 * batch.p50[12]  # the hot sample: its own row, not its siblings'
     assert batch.p50[22] == 64 < batch.p50[21]
+
+
+def test_a_numeric_feature_sent_as_text_is_read_as_its_number() -> None:
+    """The history types a column of numbers sent as text (``"1.5"``) as numbers, so the model reads
+    them as such; a query batch holding any text in the column (a number sent as text, or one odd
+    value) had the column read as missing for every query in it."""
+    history = History([*_hot_rows(0), *_hot_rows(1)])
+    predictor = LengthPredictor(history=history, model=fit(history, FAST))
+    as_numbers = [Query("p3", 0, 50, 8192, {"temp": 0.5}), Query("p3", 1, 50, 8192, {"temp": 1.5})]
+    expected = predictor.predict(as_numbers, step=2)
+    as_text = [Query("p3", 0, 50, 8192, {"temp": "0.5"}), Query("p3", 1, 50, 8192, {"temp": "1.5"})]
+    beside_an_odd_one = [*as_numbers, Query("p4", 0, 50, 8192, {"temp": "warm"})]
+    for queries in (as_text, beside_an_odd_one):
+        answer = predictor.predict(queries, step=2)
+        np.testing.assert_array_equal(answer.p50[:2], expected.p50)
+        np.testing.assert_array_equal(answer.p90[:2], expected.p90)
+    assert expected.p50[1] > 1.5 * expected.p50[0]
