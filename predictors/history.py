@@ -125,8 +125,8 @@ class StepGroups:
 def step_groups(trace: Trace, codes: IntArray) -> StepGroups:
     """Aggregate a trace by (prompt code, step) with bincounts (no Python loop over rows)."""
     width = int(codes.max()) + 1 if len(codes) else 1
-    key = trace.step * width + codes
-    uniq, inverse = np.unique(key, return_inverse=True)
+    step_code, steps = _step_codes(trace.step, width)
+    uniq, inverse = np.unique(step_code * width + codes, return_inverse=True)
     m = len(uniq)
     y = trace.output_tokens.astype(np.float64)
     logy = np.log(np.maximum(y, 1.0))
@@ -140,7 +140,7 @@ def step_groups(trace: Trace, codes: IntArray) -> StepGroups:
     np.maximum.at(trunc_len, inverse[cut], y[cut])
     return StepGroups(
         prompt=uniq % width,
-        step=uniq // width,
+        step=uniq // width if steps is None else steps[uniq // width],
         n=n,
         total=_sums(inverse, y, minlength=m),
         maximum=maximum,
@@ -154,6 +154,19 @@ def step_groups(trace: Trace, codes: IntArray) -> StepGroups:
         reward_n=_sums(inverse, known, minlength=m).astype(np.int64),
         row_group=inverse.astype(np.int64),
     )
+
+
+def _step_codes(step: IntArray, width: int) -> tuple[IntArray, IntArray | None]:
+    """(code of each row's step, step of each code or None where codes are steps) such that
+    ``code * width + prompt`` fits in an int64.
+
+    The codes are the steps themselves (no extra sort) unless a step is so large that the key
+    would overflow (steps numbered by timestamp, say): the groups of different prompts and steps
+    then shared keys, and their lengths were silently mixed up. Then steps are numbered densely."""
+    if len(step) == 0 or int(step.max()) < np.iinfo(np.int64).max // width:
+        return step, None
+    distinct, code = np.unique(step, return_inverse=True)
+    return code.ravel().astype(np.int64), distinct
 
 
 def _sums(groups: IntArray, weights: np.ndarray, minlength: int) -> FloatArray:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from predictors.dataset import NO_CAP, training_set
@@ -86,3 +88,16 @@ def test_actuals_of_the_predicted_step_keep_its_cached_stats_and_earlier_ones_re
     refreshed = history.stats_before(2)
     assert refreshed is not cached
     assert refreshed.num_rows == cached.num_rows + 1
+
+
+def test_steps_numbered_near_the_int64_limit_fold_as_small_ones_do() -> None:
+    """Steps are any int64 a trace file holds (a timestamp, say); the (step, prompt) grouping key
+    step x prompts + prompt overflowed past 2**63 / prompts, and prompts' lengths were mixed up."""
+    trace = drifting_trace()
+    shift = 2**62
+    shifted = dataclasses.replace(trace, step=trace.step + shift)
+    small, large = stats_of(trace, 3), stats_of(shifted, shift + 3)
+    assert dict(small.index) == dict(large.index)
+    for name in ("count", "total", "last_mean", "last_max", "ewm_mean", "within_ss"):
+        np.testing.assert_array_equal(getattr(small, name), getattr(large, name))
+    np.testing.assert_array_equal(large.last_step, small.last_step + shift)
