@@ -126,7 +126,9 @@ class LengthPredictor:
         Newest, not newer than ours: removing the newest version rolls every replica back to the
         one before, and a version stored again under our number (its stamp differs) is taken. A
         version that does not load (damaged, foreign) is passed over and ``unreadable`` is told: one
-        bad folder must not stop every replica that reads the store, nor their start."""
+        bad folder must not stop every replica that reads the store, nor their start. With none left
+        that loads, a model taken from the store is dropped (the fallbacks answer), as a replica
+        started now would: removing every version is how an operator withdraws a bad only model."""
         for version in reversed(store.versions()):
             stamp = store.stamp(version)
             if (version, stamp) == (self._version, self._stamp):
@@ -139,7 +141,10 @@ class LengthPredictor:
                 continue
             self.use_model(model, version, stamp)
             return True
-        return False
+        if not self._stamp:  # nothing from a store held (none, or a model set by hand): keep it
+            return False
+        self.use_model(None)
+        return True
 
     def predict(self, queries: QueryBatch | Sequence[Query], step: int, quantile: float = 0.9) -> Predictions:
         """Lengths for trajectories of training step ``step``, from history of steps before it only."""

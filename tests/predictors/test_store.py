@@ -126,6 +126,26 @@ def test_removing_the_newest_version_rolls_a_running_predictor_back(tmp_path: Pa
     assert predictor.model_version == 1
 
 
+def test_removing_every_version_rolls_a_running_predictor_back_to_the_fallbacks(tmp_path: Path) -> None:
+    """As a replica started now would answer; it kept serving the removed model until restarted."""
+    store, predictor = _two_versions(tmp_path)
+    shutil.rmtree(store.path(2))
+    shutil.rmtree(store.path(1))
+    assert predictor.reload(store)
+    assert predictor.model is None
+    assert predictor.model_version is None
+    assert not predictor.reload(store)
+    queries = QueryBatch.from_trace(drifting_trace(steps=3).take(np.arange(4)), NO_CAP)
+    assert set(predictor.predict(queries, step=3).source) == {"prompt_history_mean"}
+
+
+def test_a_model_set_by_hand_is_kept_by_a_reload_from_an_empty_store(tmp_path: Path) -> None:
+    trace = drifting_trace(steps=2)
+    predictor = LengthPredictor(History(trace), fit(trace, FAST))
+    assert not predictor.reload(ModelStore(tmp_path))
+    assert predictor.model is not None
+
+
 def test_a_removed_versions_number_is_not_handed_out_again(tmp_path: Path) -> None:
     store, predictor = _two_versions(tmp_path)
     shutil.rmtree(store.path(2))
