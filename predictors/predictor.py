@@ -126,10 +126,18 @@ class LengthPredictor:
         Newest, not newer than ours: removing the newest version rolls every replica back to the
         one before, and a version stored again under our number (its stamp differs) is taken. A
         version that does not load (damaged, foreign) is passed over and ``unreadable`` is told: one
-        bad folder must not stop every replica that reads the store, nor their start. With none left
-        that loads, a model taken from the store is dropped (the fallbacks answer), as a replica
-        started now would: removing every version is how an operator withdraws a bad only model."""
-        for version in reversed(store.versions()):
+        bad folder must not stop every replica that reads the store, nor their start, and neither
+        must a store that cannot be listed (a lost network volume): the model held stays. With no
+        version left in the store, a model taken from it is dropped (the fallbacks answer), as a
+        replica started now would: removing every version is how an operator withdraws a bad only
+        model. (Versions present that do not load are not that: they may be unreadable only now.)"""
+        try:
+            versions = store.versions()
+        except OSError as error:
+            if unreadable is not None:
+                unreadable(InvalidInputError("model_store", str(store.root), f"cannot be listed ({error})"))
+            return False
+        for version in reversed(versions):
             stamp = store.stamp(version)
             if (version, stamp) == (self._version, self._stamp):
                 return False
@@ -141,7 +149,7 @@ class LengthPredictor:
                 continue
             self.use_model(model, version, stamp)
             return True
-        if not self._stamp:  # nothing from a store held (none, or a model set by hand): keep it
+        if versions or not self._stamp:  # some do not load now; or none held from a store: keep it
             return False
         self.use_model(None)
         return True

@@ -152,8 +152,12 @@ class ModelStore:
         """(version, model): the given version, or the latest; a typed error if there is none."""
         import lightgbm as lgb
 
-        chosen = self.latest_version() if version is None else version
-        if chosen is None or chosen not in self.versions():
+        try:
+            present = self.versions()
+        except OSError as error:  # the folder cannot be listed (a lost network volume)
+            raise InvalidInputError("model_store", str(self.root), f"cannot be listed ({error})") from None
+        chosen = (present[-1] if present else None) if version is None else version
+        if chosen is None or chosen not in present:
             raise InvalidInputError(
                 "model_store", str(self.root), f"has no model version {chosen or ''}".strip()
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -144,6 +145,35 @@ def test_a_model_set_by_hand_is_kept_by_a_reload_from_an_empty_store(tmp_path: P
     predictor = LengthPredictor(History(trace), fit(trace, FAST))
     assert not predictor.reload(ModelStore(tmp_path))
     assert predictor.model is not None
+
+
+def _listing_fails_after(monkeypatch: pytest.MonkeyPatch, calls: int) -> None:
+    """The store's folder lists ``calls`` times, then fails as a lost network volume does (ESTALE)."""
+    listed = ModelStore.versions
+    left = [calls]
+
+    def versions(store: ModelStore) -> list[int]:
+        left[0] -= 1
+        if left[0] < 0:
+            raise OSError(errno.ESTALE, "Stale file handle", str(store.root))
+        return listed(store)
+
+    monkeypatch.setattr(ModelStore, "versions", versions)
+
+
+@pytest.mark.parametrize("calls", [0, 1])
+def test_a_store_that_cannot_be_listed_keeps_the_model_held_and_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, calls: int
+) -> None:
+    """A reload runs before every prediction; its ``OSError`` failed each of them (and a replica's
+    start), where a damaged version is passed over. Listed once then failing: inside ``load``."""
+    store, predictor = _two_versions(tmp_path)
+    shutil.rmtree(store.path(2))  # so the reload would have something to do
+    _listing_fails_after(monkeypatch, calls)
+    told: list[InvalidInputError] = []
+    assert not predictor.reload(store, told.append)
+    assert predictor.model_version == 2
+    assert [error.field for error in told] == ["model_store"]
 
 
 def test_a_removed_versions_number_is_not_handed_out_again(tmp_path: Path) -> None:
