@@ -41,7 +41,7 @@ class FitConfig:
     min_data_in_leaf: int = 20
     num_threads: int = 2  # fixed, so results do not depend on the machine's core count
     seed: int = 0
-    calibration_folds: int = 5  # folds by prompt for the conformal p90 shift (0: no calibration)
+    calibration_folds: int = 5  # folds for the conformal p90 shift (``_calibration_folds``; 0: none)
     calibration_rows: int = 40_000  # examples used for calibration at most (sampled by prompt)
     bagging_rows: int = 100_000  # above this many examples each tree sees a random subset of this size
 
