@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from itertools import accumulate
 from operator import add, itemgetter, mul
 
+WATERMARK = 0.01  # share of the KV cache kept free at admission (vLLM's watermark)
 OVERRUN_SHARE = 0.25  # a sequence past its prediction is expected to run this share of it again
 # (headline replay, cpsat with stealing, makespan over the bound, trace seeds 1 / 2: counted as
 # ending at its next step 1.262x / 1.283x; a tenth 1.257x / 1.275x; a quarter 1.253x / 1.271x;

@@ -22,11 +22,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from scheduler.admission import WATERMARK
+from scheduler.at_once import ends_at_once
 from scheduler.costmodel import WorkerCost, worker_cost
 from scheduler.errors import InvalidInputError
-from scheduler.finish import WATERMARK
 from scheduler.sim_engine import Ledger, play_queue
-from scheduler.stepsum import decode_times, planned_steps, planned_steps_array
+from scheduler.stepsum import planned_steps, planned_steps_array
 from scheduler.types import Inventory, Plan, Trajectory
 
 
@@ -86,65 +87,6 @@ def planned_times(
         play_queue(cost, ledger, watermark=watermark, kv_admission=kv_admission, resume=resume_preempted)
         out.update(zip(keys, map(PlannedTime._make, zip(ledger.start, ledger.end, strict=True)), strict=True))
     return out
-
-
-def ends_at_once(
-    queues: Sequence[tuple[WorkerCost, Sequence[int], Sequence[int]]], reserve: bool
-) -> list[list[float] | None]:
-    """``finish.all_at_once_ends`` of many queues ((cost, prompts, steps) each) in one pass: each
-    item's completion in input order, or None for a queue that does not run at once.
-
-    Element by element the same arithmetic as the one-queue form (integer sums are exact in
-    float64) and per queue the same summation order, so every end equals it to the last bit
-    (``tests/scheduler/test_deadlines_batch.py``); the layout is ``finish.all_at_once_finishes``'s.
-    """
-    sizes = [len(p) for _, p, _ in queues]
-    if not queues or sum(sizes) == 0:
-        return [[] for _ in queues]
-    edges = np.concatenate(([0], np.cumsum(sizes)))
-    worker = np.repeat(np.arange(len(queues)), sizes)
-    steps = np.concatenate([np.asarray(s, dtype=np.float64) for _, _, s in queues])
-    prompts = np.concatenate([np.asarray(p, dtype=np.float64) for _, p, _ in queues])
-    order = np.lexsort((np.arange(len(steps)), -steps, worker))  # longest first, stable per queue
-    p, s, segment = prompts[order], steps[order], worker[order]
-    total = np.concatenate(([0.0], np.cumsum(p)))
-    held = total[1:] - total[edges[:-1]][segment]  # prompts of the queue's sequences up to here
-    running = (np.arange(len(s)) - edges[:-1][segment] + 1).astype(np.float64)
-    last = np.ones(len(s), dtype=bool)  # the last of each run of equal lengths within a queue
-    last[:-1] = (s[1:] != s[:-1]) | (segment[1:] != segment[:-1])
-    at = np.flatnonzero(last)
-    queue, end, run, kept = segment[at], s[at], running[at], held[at]
-    follows = np.append(queue[1:] == queue[:-1], False)  # a shorter run follows in the same queue
-    start = np.where(follows, np.append(end[1:], 0.0), 0.0)
-    caps = np.array([c.kv_capacity_tokens for c, _, _ in queues], dtype=np.float64)
-    over = (np.bincount(queue[kept + run * end > caps[queue]], minlength=len(queues)) > 0).tolist()
-    decode = np.zeros(len(at))
-    signatures: dict[tuple[float, ...], list[int]] = {}
-    for k, (cost, _, _) in enumerate(queues):
-        signatures.setdefault(cost.step_signature(), []).append(k)
-    for members in signatures.values():
-        mask = np.isin(queue, members)
-        decode[mask] = decode_times(
-            queues[members[0]][0], run[mask], kept[mask] + run[mask] * start[mask], (end - start)[mask]
-        )
-    runs = np.searchsorted(queue, np.arange(len(queues) + 1)).tolist()
-    values, sums = decode.tolist(), (total[edges[1:]] - total[edges[:-1]]).tolist()
-    clocks = [0.0] * len(at)
-    fits = []
-    for k, (cost, _, _) in enumerate(queues):
-        n, cap, psum = sizes[k], cost.kv_capacity_tokens, sums[k]
-        crowded = psum + n > cap if reserve else psum > cap - WATERMARK * cap
-        fits.append(not (n > cost.max_num_seqs or (n > 1 and crowded) or over[k]))
-        if not fits[-1] or n == 0:
-            continue
-        clock = cost.prefill_time(int(psum))
-        for j in range(runs[k + 1] - 1, runs[k] - 1, -1):  # completions in time order
-            clock += values[j]
-            clocks[j] = clock
-    ends = np.empty(len(s))
-    ends[order] = np.asarray(clocks)[np.searchsorted(at, np.arange(len(s)))]  # each item: its run's clock
-    flat = ends.tolist()
-    return [flat[edges[k] : edges[k + 1]] if fits[k] else None for k in range(len(queues))]
 
 
 def _steps(predicted: list[float]) -> list[int]:

@@ -28,13 +28,11 @@ from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
-import numpy.typing as npt
 
-from scheduler.admission import RunningPeak, expected_remaining
+from scheduler.admission import WATERMARK, RunningPeak, expected_remaining
+from scheduler.at_once import all_at_once_finishes
 from scheduler.costmodel import WorkerCost
-from scheduler.stepsum import decode_time, decode_times
-
-WATERMARK = 0.01  # share of the KV cache kept free at admission (vLLM's watermark)
+from scheduler.stepsum import decode_time
 
 
 def worker_finish(
@@ -115,67 +113,6 @@ def _prompt_only_finish(
         blocked = True
 
 
-def all_at_once_finish(
-    cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int], reserve: bool = False
-) -> float | None:
-    """``worker_finish`` in closed form when the whole queue is admitted at once and never preempted;
-    None otherwise (then the order matters and the event loop must play it).
-
-    That case is common (a worker whose queue fits its slots and KV cache) and then the run is a
-    sequence of completions with a shrinking batch: one vectorised sum instead of an event loop.
-    """
-    if not prompts:
-        return 0.0
-    run = _at_once(cost, prompts, steps, reserve)
-    return None if run is None else run[1][-1]
-
-
-def all_at_once_ends(
-    cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int], reserve: bool = False
-) -> list[float] | None:
-    """Each item's completion time, in input order, in ``all_at_once_finish``'s case (every item
-    starts at 0); None otherwise. The same clock the event loop reads at each completion, to the
-    last bit, without playing it: what the steal deadlines (``scheduler.deadlines``) need."""
-    if not prompts:
-        return []
-    run = _at_once(cost, prompts, steps, reserve)
-    if run is None:
-        return None
-    ends, clocks = run
-    segment = np.searchsorted(ends, np.asarray(steps, dtype=np.float64))  # each item's completion
-    return [clocks[j] for j in segment.tolist()]
-
-
-def _at_once(
-    cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int], reserve: bool
-) -> tuple[npt.NDArray[np.float64], list[float]] | None:
-    """The distinct completion steps, ascending, and the clock at each, when the queue runs at once."""
-    n = len(prompts)
-    cap = cost.kv_capacity_tokens
-    if n > cost.max_num_seqs:
-        return None
-    p = np.asarray(prompts, dtype=np.float64)
-    s = np.asarray(steps, dtype=np.float64)
-    if n > 1 and (p.sum() + n > cap if reserve else p.sum() > cap - WATERMARK * cap):
-        return None
-    order = np.argsort(-s, kind="stable")
-    p, s = p[order], s[order]
-    last = np.flatnonzero(np.append(s[1:] != s[:-1], True))  # last index of each distinct length
-    ends = s[last][::-1]  # completion steps, ascending
-    running = (last + 1)[::-1].astype(np.float64)  # sequences running up to each completion
-    held = np.cumsum(p)[last][::-1]  # their prompt tokens
-    if np.any(held + running * ends > cap):
-        return None  # some step would not fit: the newest is preempted, order matters
-    starts = np.concatenate(([0.0], ends[:-1]))
-    decode = decode_times(cost, running, held + running * starts, ends - starts)
-    clock = cost.prefill_time(int(p.sum()))
-    clocks = []
-    for spent in decode.tolist():  # the event loop's summation order, so both agree to the last bit
-        clock += spent
-        clocks.append(clock)
-    return ends, clocks
-
-
 def queue_finishes(
     costs: Sequence[WorkerCost],
     prompts: Sequence[int],
@@ -203,71 +140,6 @@ def queue_finishes(
         else finish
         for cost, queue, finish in zip(costs, queues, at_once, strict=True)
     ]
-
-
-def all_at_once_finishes(
-    costs: Sequence[WorkerCost],
-    prompts: npt.NDArray[np.int64],
-    steps: npt.NDArray[np.int64],
-    bounds: Sequence[int],
-    reserve: bool = False,
-) -> list[float | None]:
-    """``all_at_once_finish`` of many queues in one vectorised pass (256 workers then cost about
-    what a few cost one by one): queue ``k`` is ``[bounds[k], bounds[k + 1])`` of ``prompts`` and
-    ``steps``, already in non-increasing ``steps`` order, played on ``costs[k]``.
-
-    Element by element the same arithmetic (integer sums are exact in float64) and per queue the
-    same summation order, so each result equals ``all_at_once_finish`` to the last bit.
-    """
-    edges = np.asarray(bounds, dtype=np.int64)
-    count, size = len(edges) - 1, int(edges[-1])
-    sizes = np.diff(edges)
-    segment = np.repeat(np.arange(count), sizes)
-    p, s = prompts.astype(np.float64), steps.astype(np.float64)
-    total = np.concatenate(([0.0], np.cumsum(p)))
-    held = total[1:] - total[edges[:-1]][segment]  # prompts of the queue's sequences up to here
-    running = (np.arange(size) - edges[:-1][segment] + 1).astype(np.float64)
-    last = np.ones(size, dtype=bool)  # the last of each run of equal lengths within a queue
-    last[:-1] = (s[1:] != s[:-1]) | (segment[1:] != segment[:-1])
-    at = np.flatnonzero(last)
-    queue, end, run, kept = segment[at], s[at], running[at], held[at]
-    follows = np.append(queue[1:] == queue[:-1], False)  # a shorter run follows in the same queue
-    start = np.where(follows, np.append(end[1:], 0.0), 0.0)
-    caps = np.array([c.kv_capacity_tokens for c in costs], dtype=np.float64)
-    over = np.bincount(queue[kept + run * end > caps[queue]], minlength=count) > 0
-    decode = np.zeros(len(at))
-    for cost, members in same_coefficients(costs).items():
-        mask = np.isin(queue, members)
-        decode[mask] = decode_times(
-            cost, run[mask], kept[mask] + run[mask] * start[mask], (end - start)[mask]
-        )
-    runs = np.searchsorted(queue, np.arange(count + 1)).tolist()
-    values, prompt_sums = decode.tolist(), (total[edges[1:]] - total[edges[:-1]]).tolist()
-    results: list[float | None] = []
-    for k, cost in enumerate(costs):
-        n = int(sizes[k])
-        if n == 0:
-            results.append(0.0)
-            continue
-        cap, psum = cost.kv_capacity_tokens, prompt_sums[k]
-        crowded = psum + n > cap if reserve else psum > cap - WATERMARK * cap
-        if n > cost.max_num_seqs or (n > 1 and crowded) or over[k]:
-            results.append(None)
-            continue
-        clock = cost.prefill_time(int(psum))
-        for spent in reversed(values[runs[k] : runs[k + 1]]):  # completions in time order
-            clock += spent
-        results.append(clock)
-    return results
-
-
-def same_coefficients(costs: Sequence[WorkerCost]) -> dict[WorkerCost, list[int]]:
-    """Queue indices grouped by step-time coefficients, each group under its first cost."""
-    first: dict[tuple[float, ...], WorkerCost] = {}
-    groups: dict[WorkerCost, list[int]] = {}
-    for k, c in enumerate(costs):
-        groups.setdefault(first.setdefault(c.step_signature(), c), []).append(k)
-    return groups
 
 
 class _WorkerRun:

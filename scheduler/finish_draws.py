@@ -27,8 +27,9 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from scheduler.at_once import may_run_at_once, same_coefficients
 from scheduler.costmodel import WorkerCost
-from scheduler.finish import WATERMARK, same_coefficients, worker_finish
+from scheduler.finish import worker_finish
 from scheduler.stepsum import FloatArray, decode_times
 
 IntArray = npt.NDArray[np.int64]
@@ -82,7 +83,7 @@ def _finishes(
     held = np.asarray(prompts, dtype=np.int64)
     totals = [int(held[list(queue)].sum()) for queue in queues]  # each queue's prompt tokens
     busy = [w for w, queue in enumerate(queues) if queue]
-    block = [w for w in busy if _may_run_at_once(costs[w], totals[w], len(queues[w]), reserve)]
+    block = [w for w in busy if may_run_at_once(costs[w], totals[w], len(queues[w]), reserve)]
     looped = sorted(set(busy) - set(block))  # played by the event loop on every draw
     crowded = np.zeros(drawn.shape, dtype=bool)
     crowded[:, looped] = True
@@ -132,7 +133,7 @@ def _busy_finishes(
     reserve: bool,
 ) -> tuple[FloatArray, FloatArray | None]:
     """``_finishes`` of queues none of which is empty and each of which may run at once
-    (``_may_run_at_once``; ``totals``: their prompt tokens)."""
+    (``may_run_at_once``; ``totals``: their prompt tokens)."""
     s, items, held = _sorted(prompts, queues, draws)
     count, workers, size = s.shape
     running = np.broadcast_to(np.arange(1.0, size + 1.0), s.shape)
@@ -198,14 +199,6 @@ def _decode(
         where = runs & group[None, :, None]
         out[where] = decode_times(cost, running[where], context[where], steps[where])
     return out
-
-
-def _may_run_at_once(cost: WorkerCost, total: int, n: int, reserve: bool) -> bool:
-    """``all_at_once_finishes``'s tests that do not depend on the lengths: a slot for every item and
-    every prompt admitted at step 0 (under ``reserve`` with one token each)."""
-    cap = cost.kv_capacity_tokens  # ``total`` an integer: the float sum's value, exactly
-    crowded = total + n > cap if reserve else total > cap - WATERMARK * cap
-    return n <= cost.max_num_seqs and not (n > 1 and crowded)
 
 
 def _replay(

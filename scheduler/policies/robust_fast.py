@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler import clock
-from scheduler.deadlines import ends_at_once
+from scheduler.at_once import ends_at_once
 from scheduler.finish_draws import drawn_finishes
 from scheduler.policies.base import Placement
 from scheduler.policies.kvpeak import KvPeaks

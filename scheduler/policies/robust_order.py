@@ -30,8 +30,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from scheduler import clock
+from scheduler.admission import WATERMARK
+from scheduler.at_once import all_at_once_finish
 from scheduler.costmodel import WorkerCost
-from scheduler.finish import WATERMARK, all_at_once_finish, worker_finish
+from scheduler.finish import worker_finish
 from scheduler.policies.base import Placement
 from scheduler.policies.ordering import shortest_first
 from scheduler.policies.problem import Problem

@@ -1,7 +1,7 @@
 """Every queue's closed-form ends in one pass equal each queue's own closed form, to the last bit.
 
 ``planned_times`` (the steal deadlines the service publishes and the simulator guards with) takes
-the closed form of all queues at once; the one-queue form (``finish.all_at_once_ends``) is the
+the closed form of all queues at once; the one-queue form (``at_once.all_at_once_ends``) is the
 reference, including which queues do not run at once (too many items, a crowded or overflowing
 cache) and so are left to the event loop.
 """
@@ -11,10 +11,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.at_once import all_at_once_ends, ends_at_once
 from scheduler.costmodel import WorkerCost, worker_cost
-from scheduler.deadlines import ends_at_once
 from scheduler.devices import device_profile, model_preset
-from scheduler.finish import all_at_once_ends
 from scheduler.types import Worker
 
 MODEL = model_preset("7b")

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from scheduler import finish as finish_module
 from scheduler.admission import RunningPeak, projected_peak
+from scheduler.at_once import all_at_once_finish, all_at_once_finishes
 from scheduler.costmodel import worker_cost
 from scheduler.devices import device_profile, model_preset
-from scheduler.finish import all_at_once_finish, all_at_once_finishes, queue_finishes, worker_finish
+from scheduler.finish import queue_finishes, worker_finish
 from scheduler.types import Worker
 
 QUEUES = st.lists(st.tuples(st.integers(1, 300), st.integers(1, 600)), min_size=1, max_size=12)

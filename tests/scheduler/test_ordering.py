@@ -7,9 +7,10 @@ import time
 
 import pytest
 
+from scheduler.at_once import all_at_once_finish
 from scheduler.benchgen import heavy_tailed_batch, mixed_inventory
 from scheduler.devices import device_profile, model_preset
-from scheduler.finish import all_at_once_finish, worker_finish
+from scheduler.finish import worker_finish
 from scheduler.planner import plan
 from scheduler.policies.lpt import lpt_assignment
 from scheduler.policies.ordering import (
