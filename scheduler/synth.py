@@ -178,7 +178,10 @@ def _draw_step(
         + ln.drift_per_step * t
         + prompts.within_sigma[:, None] * rng.normal(size=(n, k))
     )
-    length = np.clip(np.rint(np.exp(log_len)), 1, ln.max_new_tokens).astype(np.int64)
+    # Capped in log space first: a long trace's drift takes a log-length past exp's float range
+    # (numpy then warned of an overflow on stderr), and anything above log(cap) is the cap anyway.
+    length = np.clip(np.rint(np.exp(np.minimum(log_len, math.log(ln.max_new_tokens)))), 1, ln.max_new_tokens)
+    length = length.astype(np.int64)
     truncated = length >= ln.max_new_tokens
     reward = (correct & ~truncated).astype(np.float64)
     return length.ravel(), truncated.ravel(), reward.ravel()

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from scheduler.errors import InvalidInputError, UnknownNameError
-from scheduler.synth import SOURCE_COLUMN, SOURCE_VALUE, SynthSpec, SynthTrace, generate
+from scheduler.synth import MAX_DRIFT, SOURCE_COLUMN, SOURCE_VALUE, SynthSpec, SynthTrace, generate
 from scheduler.synth_profiles import LONG_COT, SHORT_COT, synth_profile
 from scheduler.synth_stats import LengthFigures, lag_correlation, length_figures, reward_matrix
 
@@ -82,6 +84,20 @@ def test_a_truncated_answer_is_never_correct_and_never_exceeds_the_cap(headline:
     assert headline.output_tokens.max() == headline.max_new_tokens
     assert not np.any(headline.reward[headline.truncated] > 0)
     assert np.array_equal(headline.truncated, headline.output_tokens >= headline.max_new_tokens)
+
+
+def test_lengths_drifted_far_past_the_cap_are_capped_without_a_numeric_overflow_warning() -> None:
+    # At the largest drift allowed, a log-length passes exp's float range after ~700 steps (long-cot's
+    # own drift gets there after ~70,000): numpy warned "overflow encountered in exp" on stderr.
+    profile = dataclasses.replace(
+        SHORT_COT, length=dataclasses.replace(SHORT_COT.length, drift_per_step=MAX_DRIFT)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace = generate(SynthSpec(profile, prompts=2, samples=2, steps=800, seed=0))
+    late = trace.step >= 700
+    assert np.all(trace.output_tokens[late] == trace.max_new_tokens)
+    assert np.all(trace.truncated[late])
 
 
 def test_the_same_seed_gives_the_same_trace_and_another_seed_a_different_one() -> None:
