@@ -35,6 +35,7 @@ from scheduler.policies import POLICY_NAMES
 from scheduler.simulator import SimOptions, SimResult, simulate
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory
 from service.interrupts import quiet_pool
+from service.replay_steps import check_fits, step_caps
 
 ORACLE = "oracle"  # cpsat given the true lengths
 ORACLE_POLICY = "cpsat"
@@ -156,6 +157,7 @@ def replay(trace: Trace, config: ReplayConfig, progress: Progress | None = None)
         raise InvalidInputError("seed", config.seed, "must be an integer >= 0")
     if not (math.isfinite(config.time_budget_s) and config.time_budget_s > 0):  # as above: before a fit
         raise InvalidInputError("time_budget_s", config.time_budget_s, "must be a positive finite number")
+    check_fits(trace, config.steps, config.inventory)  # as above: not when its step comes up
     started = time.perf_counter()
     tick = progress or (lambda _label: None)
     with _pool(config) as pool:
@@ -193,7 +195,7 @@ def _replay_step(
     trace: Trace, step: int, config: ReplayConfig, tick: Progress, pool: Executor | None
 ) -> StepReplay:
     rows = trace.take(trace.step == step)
-    caps = _caps(trace, rows)
+    caps = step_caps(trace, rows)
     p50, p90, planned = _predict(trace, rows, step, caps, config)
     tick(f"step {step}: predicted")
     predicted = _trajectories(rows, caps, planned, {0.5: p50, 0.9: p90})
@@ -303,12 +305,6 @@ def replay_fit_config(quantile: float) -> FitConfig:
     calibration folds of 2026-12-03, shaped as serving meets a prompt: 1.195x).
     """
     return FitConfig() if quantile != 0.5 else FitConfig(calibration_folds=0)
-
-
-def _caps(trace: Trace, rows: Trace) -> FloatArray:
-    """Each row's generation cap; where the trace does not know it, the longest output it records."""
-    fallback = max(int(trace.output_tokens.max()), 1)
-    return np.where(rows.max_new_tokens > 0, rows.max_new_tokens, fallback).astype(np.float64)
 
 
 def _predict(

@@ -1,15 +1,22 @@
-"""Which steps of a trace a replay plays: ``--steps`` text (``3-5``, ``3,5``, ``4``, ``2-``) to steps.
+"""Which steps of a trace a replay plays: ``--steps`` text (``3-5``, ``3,5``, ``4``, ``2-``) to steps,
+and whether the pool can play them.
 
 A selection that names no step present in the trace is an error naming what the trace has, not an
-empty replay; numbers are ASCII digits only, as in trace cells.
+empty replay; numbers are ASCII digits only, as in trace cells. A trajectory no worker of the pool
+can hold is an error naming its step and prompt before anything is replayed, not at its step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NoReturn
 
-from predictors.tracetable import Trace
+import numpy as np
+
+from predictors.tracetable import FloatArray, Trace
+from scheduler.costmodel import worker_cost
 from scheduler.errors import InvalidInputError
+from scheduler.types import Inventory
 
 
 def select_steps(trace: Trace, text: str | None) -> tuple[int, ...]:
@@ -57,3 +64,37 @@ def _span(steps: Sequence[int]) -> str:
     if len(steps) <= 8:
         return ",".join(str(s) for s in steps)
     return f"{len(steps)} steps, {steps[0]}..{steps[-1]}"
+
+
+def step_caps(trace: Trace, rows: Trace) -> FloatArray:
+    """Each of ``rows``' generation cap; where the trace does not know it, the longest output it records."""
+    fallback = max(int(trace.output_tokens.max()), 1)
+    return np.where(rows.max_new_tokens > 0, rows.max_new_tokens, fallback).astype(np.float64)
+
+
+def check_fits(trace: Trace, steps: Sequence[int], inventory: Inventory) -> None:
+    """Refuse a trajectory of ``steps`` that no worker's KV cache holds at its cap (the planner's
+    rule), naming its step, prompt and sample: the planner refused it only when its step came up,
+    after minutes of earlier steps, as ``trajectories[i]`` of a batch the user never sees."""
+    if not inventory.workers:
+        return  # the planner's own validation says so
+    largest = max(worker_cost(w, inventory.model).kv_capacity_tokens for w in inventory.workers)
+    for step in steps:
+        rows = trace.take(trace.step == step)
+        over = np.flatnonzero(rows.prompt_tokens + step_caps(trace, rows) > largest)
+        if len(over):
+            _refuse(trace, rows, int(over[0]), step, largest)
+
+
+def _refuse(trace: Trace, rows: Trace, i: int, step: int, largest: int) -> NoReturn:
+    """The error for row ``i`` of ``rows``, with the cap it was given and where that came from."""
+    cap = int(step_caps(trace, rows)[i])
+    known = (
+        "" if rows.max_new_tokens[i] > 0 else " (the trace's longest output: it records no max_new_tokens)"
+    )
+    where = f"step {step}, prompt {str(rows.prompt_id[i])!r}, sample {int(rows.sample_idx[i])}"
+    reason = (
+        f"prompt {int(rows.prompt_tokens[i]):,} + cap {cap:,}{known} tokens exceed the largest KV cache "
+        f"in the pool ({largest:,} tokens): no worker can hold it"
+    )
+    raise InvalidInputError("trace", where, reason)

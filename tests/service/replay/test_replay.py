@@ -12,6 +12,7 @@ import pytest
 
 from predictors.traceio import read_trace
 from predictors.tracetable import Trace
+from scheduler.costmodel import worker_cost
 from scheduler.errors import InvalidInputError
 from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay
 from service.replay_steps import select_steps
@@ -217,4 +218,24 @@ def test_a_bad_time_budget_is_refused_before_any_step_is_fitted(small_trace: Tra
     labels: list[str] = []
     with pytest.raises(InvalidInputError, match="time_budget_s"):
         replay(small_trace, _config(("lpt",), (1, 2), time_budget_s=budget), labels.append)
+    assert labels == []
+
+
+def test_a_trajectory_no_worker_can_hold_is_refused_by_step_and_prompt_before_any_fit(
+    small_trace: Trace,
+) -> None:
+    """The planner refused it only when its step came up, after the earlier steps had been replayed,
+    naming ``trajectories[i]`` of a batch the user never sees rather than the trace's row."""
+    largest = max(worker_cost(w, POOL.model).kv_capacity_tokens for w in POOL.workers)
+    row = int(np.flatnonzero(small_trace.step == 2)[3])
+    prompts = small_trace.prompt_tokens.copy()
+    prompts[row] = largest  # with any cap >= 1, prompt + cap exceeds every worker's KV cache
+    too_long = dataclasses.replace(small_trace, prompt_tokens=prompts)
+    labels: list[str] = []
+    with pytest.raises(InvalidInputError) as caught:
+        replay(too_long, _config(("lpt",), (1, 2)), labels.append)
+    message = str(caught.value)
+    prompt, sample = str(small_trace.prompt_id[row]), int(small_trace.sample_idx[row])
+    assert f"step 2, prompt {prompt!r}, sample {sample}" in message
+    assert f"{largest:,}" in message
     assert labels == []
