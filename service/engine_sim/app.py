@@ -96,10 +96,13 @@ def build_config(
 class EngineRequestError(ValueError):
     """A request the engine refuses, with the HTTP status and OpenAI error type to answer with."""
 
-    def __init__(self, message: str, status: int = 400, kind: str = "invalid_request_error") -> None:
+    def __init__(
+        self, message: str, status: int = 400, kind: str = "BadRequestError", param: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.kind = kind
+        self.param = param  # the request field at fault, as vLLM's error body names it
 
 
 class RolloutField(BaseModel):
@@ -118,6 +121,8 @@ class _Common(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     n: int = 1
     stream: bool = False
+    min_tokens: int = Field(default=0, ge=0)  # vLLM: no EOS or stop before this many tokens
+    ignore_eos: bool = False  # vLLM: generate to the cap (how benchmarks fix output lengths)
     rollout: RolloutField | None = None
 
 
@@ -202,23 +207,42 @@ async def _serve(
 ) -> _Served:
     """Validate, resolve the length, and run the request in the batch until done or disconnected."""
     if body.model is not None and body.model != config.served_model_name:
-        raise EngineRequestError(f"The model `{body.model}` does not exist.", 404, "NotFoundError")
+        raise EngineRequestError(f"The model `{body.model}` does not exist.", 404, "NotFoundError", "model")
     if body.n != 1 or body.stream:
         raise EngineRequestError("the simulated engine supports n=1 without streaming only")
     hint = RolloutHint(**body.rollout.model_dump()) if body.rollout else RolloutHint()
     prompt_tokens = estimate_prompt_tokens(hint, prompt)
-    room = config.max_model_len - prompt_tokens
-    if (cap is not None and cap > room) or room < 1:
-        raise EngineRequestError(
-            f"This model's maximum context length is {config.max_model_len} tokens; the request has "
-            f"{prompt_tokens} prompt tokens and max_tokens={cap}"
-        )
-    outcome = config.lengths.resolve(hint, text, cap if cap is not None else room)
+    limit = _checked_cap(config.max_model_len, prompt_tokens, cap)
+    if body.min_tokens > limit:  # vLLM's SamplingParams check, worded as vLLM does
+        message = f"min_tokens must be less than or equal to max_tokens={limit}, got {body.min_tokens}."
+        raise EngineRequestError(message)
+    outcome = config.lengths.resolve(hint, text, limit, body.min_tokens, body.ignore_eos)
     try:
         generation = await _unless_disconnected(request, engine.generate(prompt_tokens, outcome.tokens))
     except PromptTooLongError as exc:
         raise EngineRequestError(str(exc)) from None
     return _Served(prompt_tokens, outcome.tokens, outcome.finish_reason, generation)
+
+
+def _checked_cap(max_model_len: int, prompt_tokens: int, cap: int | None) -> int:
+    """The request's cap (the room the context leaves when it set none), refused as vLLM refuses it
+    and in vLLM's words (``OpenAIServing._validate_input``): a client such as the sidecar reads the
+    input count from the message to retry with the room left, so tests against engine-sim exercise
+    that path only if the wording is vLLM's. The prompt alone may be at most ``max_model_len - 1``."""
+    if prompt_tokens >= max_model_len:
+        raise EngineRequestError(
+            f"This model's maximum context length is {max_model_len} tokens. However, your request has "
+            f"{prompt_tokens} input tokens. Please reduce the length of the input messages.",
+            param="input_tokens",
+        )
+    if cap is not None and prompt_tokens + cap > max_model_len:
+        raise EngineRequestError(
+            f"'max_tokens' or 'max_completion_tokens' is too large: {cap}. This model's maximum context "
+            f"length is {max_model_len} tokens and your request has {prompt_tokens} input tokens "
+            f"({cap} > {max_model_len} - {prompt_tokens}).",
+            param="max_tokens",
+        )
+    return cap if cap is not None else max_model_len - prompt_tokens
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
@@ -268,15 +292,16 @@ def _envelope(kind: str, config: SimConfig, choice: dict[str, Any], served: _Ser
 def _install_error_handlers(app: FastAPI) -> None:
     """One table from exceptions to OpenAI-shaped error bodies."""
 
-    def error(status: int, message: str, kind: str) -> JSONResponse:
-        return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status)
+    def error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
+        body = {"message": message, "type": kind, "param": param, "code": status}
+        return JSONResponse({"error": body}, status)
 
     @app.exception_handler(EngineRequestError)
     async def refused(_: Request, exc: EngineRequestError) -> JSONResponse:
-        return error(exc.status, str(exc), exc.kind)
+        return error(exc.status, str(exc), exc.kind, exc.param)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return error(400, f"{where}: {first.get('msg')}", "invalid_request_error")
+        return error(400, f"{where}: {first.get('msg')}", "BadRequestError")

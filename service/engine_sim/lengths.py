@@ -11,7 +11,8 @@ length must come from outside, in this order:
 3. otherwise a deterministic log-normal draw seeded by the prompt id (or text) and sample index, so a
    demo shows heavy-tailed lengths that repeat across epochs, as real prompts do.
 
-``max_tokens`` caps the length; a response that reaches the cap finishes with ``"length"``.
+``max_tokens`` caps the length; a response that reaches the cap finishes with ``"length"``. The
+request's ``ignore_eos`` and ``min_tokens`` act on the length as in vLLM (``LengthSource.resolve``).
 """
 
 from __future__ import annotations
@@ -63,9 +64,19 @@ class LengthSource:
         if not (math.isfinite(self.sigma) and self.sigma >= 0):
             raise InvalidInputError("sigma", self.sigma, "must be a finite number >= 0")
 
-    def resolve(self, hint: RolloutHint, prompt_text: str, max_tokens: int) -> Outcome:
-        """Return the length to generate for one request, capped by ``max_tokens``."""
-        wanted = self._wanted(hint, prompt_text)
+    def resolve(
+        self,
+        hint: RolloutHint,
+        prompt_text: str,
+        max_tokens: int,
+        min_tokens: int = 0,
+        ignore_eos: bool = False,
+    ) -> Outcome:
+        """Return the length to generate for one request, capped by ``max_tokens``.
+
+        As in vLLM, ``ignore_eos`` generates to the cap (the model's own end is ignored) and
+        ``min_tokens`` holds the end back until that many tokens are out."""
+        wanted = max_tokens if ignore_eos else max(min_tokens, self._wanted(hint, prompt_text))
         if wanted >= max_tokens:
             return Outcome(max_tokens, "length")
         return Outcome(wanted, "stop")

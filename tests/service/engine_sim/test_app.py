@@ -59,6 +59,7 @@ def test_models_and_health_describe_a_simulated_engine() -> None:
     [
         ({"model": "other", "prompt": "x", "max_tokens": 5}, 404, "does not exist"),
         ({"prompt": "x", "max_tokens": 5000}, 400, "maximum context length is 4096"),
+        ({"prompt": "x", "max_tokens": 5, "min_tokens": 6}, 400, "min_tokens must be less than or equal"),
         ({"prompt": "x", "max_tokens": 5, "n": 2}, 400, "n=1"),
         ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
         ({"max_tokens": 5}, 400, "prompt"),
@@ -70,6 +71,49 @@ def test_bad_requests_get_openai_shaped_errors_naming_the_problem(
     response = _post("/v1/completions", body)
     assert response.status_code == status
     assert needle in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("prompt_tokens", "max_tokens", "message"),
+    [
+        (  # vLLM's wording of a cap past the context, which names the input count to retry with
+            4000,
+            100,
+            "'max_tokens' or 'max_completion_tokens' is too large: 100. This model's maximum context "
+            "length is 4096 tokens and your request has 4000 input tokens (100 > 4096 - 4000).",
+        ),
+        (  # and of a prompt that alone leaves no room (vLLM accepts at most max_model_len - 1)
+            4096,
+            1,
+            "This model's maximum context length is 4096 tokens. However, your request has 4096 input "
+            "tokens. Please reduce the length of the input messages.",
+        ),
+    ],
+)
+def test_a_request_past_the_context_is_refused_in_vllms_words(
+    prompt_tokens: int, max_tokens: int, message: str
+) -> None:
+    body = {"prompt": "x", "max_tokens": max_tokens, "rollout": {"prompt_tokens": prompt_tokens}}
+    response = _post("/v1/completions", body)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == message
+
+
+@pytest.mark.parametrize(
+    ("sampling", "tokens", "finish"),
+    [
+        ({}, 120, "stop"),  # the model's own end
+        ({"ignore_eos": True}, 500, "length"),  # as vLLM: the end ignored, generated to the cap
+        ({"min_tokens": 300}, 300, "stop"),  # as vLLM: no end before min_tokens
+        ({"min_tokens": 500}, 500, "length"),
+    ],
+)
+def test_ignore_eos_and_min_tokens_shape_the_length_as_in_vllm(
+    sampling: dict[str, Any], tokens: int, finish: str
+) -> None:
+    body = {"prompt": "hi", "max_tokens": 500, "rollout": {"output_tokens": 120}, **sampling}
+    answer = _post("/v1/completions", body).json()
+    assert (answer["usage"]["completion_tokens"], answer["choices"][0]["finish_reason"]) == (tokens, finish)
 
 
 def test_bad_engine_settings_are_rejected_by_name() -> None:
