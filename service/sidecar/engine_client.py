@@ -5,22 +5,25 @@ context, when the engine lists it: ``EngineClient.cap``). The item's payload
 says what to send: ``messages`` (a chat, to ``/v1/chat/completions``) or ``prompt`` (text or token ids,
 to ``/v1/completions``), plus ``params`` (the request's sampling fields: temperature, stop...)
 merged into the body under the sidecar's own fields (``service.sidecar.sampling``: a ``seed`` there is the
-prompt's base seed, and sample ``k`` is drawn with ``seed + k``). A request to engine-sim (its
+prompt's base seed, and sample ``k`` is drawn with ``seed + k``; a ``min_tokens`` is lowered to the
+``max_tokens`` sent). A request to engine-sim (its
 ``/v1/models`` card says so) also carries a ``rollout`` object (prompt id, sample index, prompt
 tokens, and whatever the payload's ``rollout`` adds) that it reads; real engines are not sent it
 (vLLM logs a warning for every request with a field it does not know).
 
-Who is at fault decides what happens to the item (``EngineError``). The engine is (the item goes back
-without spending an attempt): unreachable, 429/502/503/504, a bare 500 (vLLM's dead engine core), a
-401/403 (its API key), a 404 naming the model (not served: also refused by ``ready``), and a request
-it aborted (``finish_reason`` ``abort``: an RL framework pausing generation to sync weights). The
-item is: any other 4xx. A dropped connection, a bare 500 or a 502-504 is ``suspect`` too: the runner
+Who is at fault decides what happens to the item (``EngineError``). The engine is (the item goes
+back without spending an attempt): unreachable, 429/502/503/504, a bare 500 (vLLM's dead engine
+core), a 401/403 (its API key), a 404 naming the model (not served: also refused by ``ready``), and
+a request it aborted (``finish_reason`` ``abort``: an RL framework pausing generation to sync
+weights). The item is: any other 4xx, and (after the retries in place) a 500 with an error body or a
+generation that ended in ``finish_reason`` ``error`` (vLLM's request-level failure, which vLLM
+answers as a 500). A dropped connection, a bare 500 or a 502-504 is ``suspect`` too: the runner
 charges the item once a healthy engine keeps failing it (``service.sidecar.watchdog``). Generations
 have no read timeout; readiness (``ready``) and health (``probe``) checks answer within
 ``probe_timeout_s``, so a frozen engine cannot hang the sidecar's main loop. A 400 for prompt +
 ``max_tokens`` past the context (the trainer's ``prompt_tokens`` left out the chat template) is
-retried once with the cap the engine's message leaves room for (SGLang's: one token less, as it
-also refuses prompt + ``max_tokens`` equal to the context).
+retried once with the cap the engine's message leaves room for (SGLang's: one token less, as it also
+refuses prompt + ``max_tokens`` equal to the context).
 
 Cancelling ``generate`` closes the connection, which makes vLLM (and engine-sim) abort the request
 and free its slot: that is how a lost lease stops a trajectory.
@@ -204,7 +207,7 @@ class EngineClient:
             room = _room_left(error, body["max_tokens"])
             if room is None:
                 raise
-            answer = await self._send("POST", path, {**body, "max_tokens": room})  # once, with the room
+            answer = await self._send("POST", path, _capped(body, room))  # once, with the room
         return _parse_reply(answer, time.monotonic() - started)
 
     def request_for(self, item: DeliveryItem, model: str) -> tuple[str, dict[str, Any]]:
@@ -216,11 +219,11 @@ class EngineClient:
             "prompt_tokens": item.prompt_tokens,
         }
         hint.update(dict(payload.get("rollout") or {}))
-        own: dict[str, Any] = {"model": model, "max_tokens": self.cap(item), "n": 1, "stream": False}
+        own: dict[str, Any] = {"model": model, "n": 1, "stream": False}
         if self._simulated:
             own["rollout"] = hint
         params = {k: v for k, v in sample_params(item).items() if k not in OWNED}
-        body: dict[str, Any] = {**params, **own}  # one sample, capped: params cannot change that
+        body = _capped({**params, **own}, self.cap(item))  # one sample, capped: params cannot change that
         if "messages" in payload:
             return "/v1/chat/completions", {**body, "messages": payload["messages"]}
         if "prompt" in payload:
@@ -319,6 +322,17 @@ def _room_left(error: EngineError, asked: int) -> int | None:
     return None
 
 
+def _capped(body: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """``body`` with ``max_tokens``, and a ``min_tokens`` from the params lowered to it: vLLM refuses
+    ``min_tokens`` above ``max_tokens`` with a 400 (``SamplingParams``; SGLang likewise), which would
+    charge the item for a cap the sidecar itself cut to the context."""
+    capped = {**body, "max_tokens": max_tokens}
+    floor = capped.get("min_tokens")
+    if isinstance(floor, int) and floor > max_tokens:
+        capped["min_tokens"] = max_tokens
+    return capped
+
+
 def _parse_reply(answer: dict[str, Any], wall_time_s: float) -> EngineReply:
     try:
         choice = answer["choices"][0]
@@ -332,6 +346,9 @@ def _parse_reply(answer: dict[str, Any], wall_time_s: float) -> EngineReply:
         raise EngineError(f"engine answer lacks choices/usage: {str(answer)[:200]}", retryable=True) from None
     if finish == "abort":  # stopped from outside (a pause for a weight update): run it again later
         raise EngineError("the engine aborted the request", retryable=False, engine_down=True)
+    if finish == "error":  # vLLM's request-level failure (a KV load failed): no trajectory, and
+        # vLLM itself answers it with a 500, so it is retried in place and then charged like one
+        raise EngineError("the engine ended the generation in error (finish_reason 'error')", retryable=True)
     extra = _message_extras(message) if isinstance(message, dict) else {}
     if finish not in ("stop", "length"):
         extra["engine_finish_reason"] = finish  # tool_calls, repetition...: it ended by itself

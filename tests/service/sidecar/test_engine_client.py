@@ -372,3 +372,59 @@ def test_a_frozen_engine_fails_the_readiness_and_health_probes_within_the_probe_
         return messages
 
     assert all("did not answer within 0.2s" in m for m in asyncio.run(run()))
+
+
+def _generate_on_sim(item: DeliveryItem, max_model_len: int = 2048) -> tuple[EngineReply, list[int]]:
+    """Generate ``item`` on engine-sim after ``ready`` (so its context is known); also return the
+    ``max_tokens`` of every generation request the sidecar sent."""
+    asked: list[int] = []
+
+    async def run() -> EngineReply:
+        app = create_app(build_config("H100", time_scale=0.001, max_model_len=max_model_len))
+
+        async def note(request: httpx.Request) -> None:
+            if request.url.path.endswith("completions"):
+                asked.append(json.loads(request.content)["max_tokens"])
+
+        hooks = {"request": [note]}
+        http = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://engine", event_hooks=hooks
+        )
+        client = EngineClient(EngineOptions("http://engine"), http)
+        try:
+            await client.ready()
+            return await client.generate(item)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run()), asked
+
+
+def test_a_cap_engine_sim_refuses_for_the_context_is_retried_with_the_room_it_names() -> None:
+    """The trainer counted 1,000 prompt tokens; the engine counts 1,100 (the chat template). Engine-sim
+    words its refusal as vLLM does, so the sidecar retries with the room it names, not fail the item."""
+    chat = [{"role": "user", "content": "q"}]
+    payload = {"messages": chat, "rollout": {"prompt_tokens": 1100, "output_tokens": 5000}}
+    reply, asked = _generate_on_sim(DeliveryItem("p#1", "p", 1, 1000, 4096, 300.0, payload))
+    assert asked == [2048 - 1000, 2048 - 1100]
+    assert (reply.completion_tokens, reply.finish_reason) == (2048 - 1100, "length")
+
+
+def test_min_tokens_above_the_cap_the_sidecar_sends_is_lowered_to_it() -> None:
+    """vLLM refuses min_tokens above max_tokens (400, the item's fault): a cap the sidecar cut to the
+    context must not turn a payload's min_tokens into a refusal that dead-letters the item."""
+    payload = {"prompt": "q", "params": {"min_tokens": 3000}, "rollout": {"output_tokens": 10}}
+    reply, asked = _generate_on_sim(DeliveryItem("p#1", "p", 1, 1000, 4096, 300.0, payload))
+    assert asked == [2048 - 1000]
+    assert (reply.completion_tokens, reply.finish_reason) == (2048 - 1000, "length")
+    client = EngineClient(EngineOptions("http://x"), httpx.AsyncClient())
+    _, body = client.request_for(_item({"prompt": "q", "params": {"min_tokens": 100}}), "m")
+    assert body["min_tokens"] == 100  # within the cap: as the payload says
+
+
+def test_a_generation_the_engine_ended_in_error_is_not_a_result() -> None:
+    """vLLM's finish_reason 'error' (a request-level failure such as a KV load failure) carries no
+    trajectory; vLLM turns it into a 500, and a 200 carrying it must be treated the same."""
+    with pytest.raises(EngineError, match="error") as failed:
+        _vllm(lambda request: _models(request) or _chat({"content": ""}, "error", 3))
+    assert (failed.value.retryable, failed.value.engine_down) == (True, False)
