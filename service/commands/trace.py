@@ -187,15 +187,17 @@ def push_command(
         reports, skipped = actual_reports(read_trace(trace_path), worker_id)
         with SchedulerClient(url, token=token, timeout_s=120) as client:
             pushed = push(client, reports)
-            version = client.retrain().version if retrain else None
+            # said before retraining: a refused retrain (a worker token, too few actuals) must not
+            # leave the user thinking the history was not stored either
+            left_out = f"; {skipped} rows without output left out" if skipped else ""
+            held = f"; {pushed.repeated} it held already" if pushed.repeated else ""  # pushed twice
+            typer.echo(
+                f"pushed {pushed.accepted} actuals to {url} "
+                f"(stream length {pushed.stream_length}){held}{left_out}"
+            )
+            if retrain:
+                typer.echo(f"retrained: predictor {client.retrain().version}")
     except ServiceUnreachableError as exc:  # down or timed out: not the input's fault, as in bench
         raise _fail(RuntimeError(f"service at {url} unreachable: {exc}"), code=1) from None
     except (InvalidInputError, OSError, SchedulerAPIError) as exc:
         raise _fail(exc) from None
-    left_out = f"; {skipped} rows without output left out" if skipped else ""
-    held = f"; {pushed.repeated} it held already" if pushed.repeated else ""  # a trace pushed twice
-    typer.echo(
-        f"pushed {pushed.accepted} actuals to {url} (stream length {pushed.stream_length}){held}{left_out}"
-    )
-    if version is not None:
-        typer.echo(f"retrained: predictor {version}")

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from service.client import SchedulerClient
 from service.settings import Settings
-from tests.service.api.conftest import TRAINER, LiveServer, with_settings
+from tests.service.api.conftest import TRAINER, WORKER, LiveServer, with_settings
 
 HEADER = "step,prompt_id,sample_idx,prompt_tokens,output_tokens,max_new_tokens,finish_reason,reward,level\n"
 
@@ -66,6 +66,21 @@ def test_pushed_history_is_what_the_service_then_predicts_from(
         )
         assert "pushed 0 actuals" in again.output
         assert "14 it held already" in again.output  # not a silent 0: the history is there
+
+
+def test_a_refused_retrain_still_says_the_history_was_pushed(
+    cli: typer.Typer, live_settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    settings = with_settings(live_settings, trainer_tokens=TRAINER, worker_tokens=WORKER)
+    with LiveServer(settings) as server, SchedulerClient(server.url, token=TRAINER) as client:
+        result = CliRunner().invoke(
+            cli,
+            ["trace", "push", str(_history(tmp_path)), "--url", server.url, "--token", WORKER, "--retrain"],
+        )
+        assert result.exit_code == 2, result.output  # the retrain needs a trainer's token
+        assert "403" in result.output
+        assert "pushed 14 actuals" in result.output  # yet the push landed, and the user is told so
+        assert client.models().history_rows == 14
 
 
 def test_a_trace_with_a_row_the_api_would_refuse_pushes_nothing(
