@@ -127,11 +127,13 @@ class Sidecar:
                 await _sleep_unless(stop, self._failed_at + self.settings.engine_wait_s - time.monotonic())
                 self._failed_at = None
             try:
-                await self.engine.ready()
+                model = await self.engine.ready()
                 self.watch.alive()
                 self._engine_down = False
-                if self._last_refusal is not None:
-                    log.info("engine ready again, claiming")
+                # said at start too: a sidecar that works would otherwise log nothing at all, and
+                # one line says which model it requests (the first listed, unless --engine-model)
+                again = " again" if self._last_refusal is not None else ""
+                log.info("engine ready%s, claiming: requesting model %s", again, model)
                 self._last_refusal = None
                 return True
             except EngineError as exc:

@@ -221,6 +221,19 @@ def test_an_item_the_sidecar_cannot_even_send_is_failed_not_left_running_forever
     assert "UnicodeEncodeError" in progress.dead_letters[0].reason
 
 
+def test_a_sidecar_says_once_that_its_engine_is_ready_and_which_model_it_requests(
+    redis_client: redis.Redis, redis_url: str, engine_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new user's only sign that a sidecar works: without it, a healthy start logged nothing."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "hello", {"w0": [item("p", 0, 10)]})
+    with caplog.at_level(logging.INFO, logger="service.sidecar"):
+        run_until(_sidecar(redis_url, engine_url), _finished(delivery, "hello"))
+    ready = [r.getMessage() for r in caplog.records if "engine ready" in r.getMessage()]
+    model = httpx.get(f"{engine_url}/v1/models").json()["data"][0]["id"]
+    assert ready == [f"engine ready, claiming: requesting model {model}"]
+
+
 def test_a_sidecar_whose_engine_is_down_claims_nothing_and_says_so_once(
     redis_client: redis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
