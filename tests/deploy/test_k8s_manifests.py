@@ -7,55 +7,30 @@ unknown or misspelt field fails here rather than at ``kubectl apply``.
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from kubernetes_validate.utils import ValidationError as SchemaError
 from kubernetes_validate.utils import validate
 from pydantic import ValidationError
 
 from service.settings import Settings
 from tests.deploy.cliargs import parse_cli
+from tests.deploy.manifests import (
+    DOCS,
+    IMAGE,
+    VARIABLE,
+    Doc,
+    container_env,
+    containers_of,
+    expanded_variables,
+    find_one,
+    pod_spec,
+    workloads,
+)
 
-K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 # The oldest release whose API we rely on (preStop sleep: 1.30) and the newest with bundled schemas.
 VERSIONS = ("1.30.0", "1.37.0")
-IMAGE = "rollout-scheduler:"  # our image, whatever the tag
-Doc = dict[str, Any]
-
-
-def _load() -> list[tuple[str, Doc]]:
-    docs = []
-    for path in sorted(K8S.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc:
-                docs.append((f"{path.name}:{doc['kind']}/{doc['metadata']['name']}", doc))
-    return docs
-
-
-DOCS = _load()
-
-
-def _one(kind: str, name: str) -> Doc:
-    found = [doc for _, doc in DOCS if doc["kind"] == kind and doc["metadata"]["name"] == name]
-    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
-    return found[0]
-
-
-def _pod_spec(doc: Doc) -> Doc:
-    spec: Doc = doc["spec"]["template"]["spec"]
-    return spec
-
-
-def _containers(doc: Doc) -> dict[str, Doc]:
-    return {c["name"]: c for c in _pod_spec(doc)["containers"]}
-
-
-def _workloads() -> list[Doc]:
-    return [doc for _, doc in DOCS if doc["kind"] in {"Deployment", "StatefulSet"}]
 
 
 def test_the_folder_holds_every_manifest_the_issue_asks_for() -> None:
@@ -78,32 +53,32 @@ def test_every_manifest_validates_against_the_kubernetes_schema(where: str, doc:
 
 
 def test_the_schema_check_rejects_a_misspelt_field() -> None:
-    broken = copy.deepcopy(_one("Deployment", "rollout-scheduler"))
+    broken = copy.deepcopy(find_one("Deployment", "rollout-scheduler"))
     broken["spec"]["replica"] = broken["spec"].pop("replicas")
     with pytest.raises(SchemaError):
         validate(broken, VERSIONS[-1], strict=True)
 
 
-def test_all_replicas_share_one_model_store_so_a_retrained_model_reaches_every_one() -> None:
-    deployment = _one("Deployment", "rollout-scheduler")
-    service = _containers(deployment)["service"]
-    model_dir = _one("ConfigMap", "rollout-scheduler")["data"]["ROLLOUT_MODEL_DIR"]
+def test_all_replicas_share_one_model_store_so_a_retrained_model_reaches_everyfind_one() -> None:
+    deployment = find_one("Deployment", "rollout-scheduler")
+    service = containers_of(deployment)["service"]
+    model_dir = find_one("ConfigMap", "rollout-scheduler")["data"]["ROLLOUT_MODEL_DIR"]
     mount = next(m for m in service["volumeMounts"] if m["mountPath"] == model_dir)
-    volume = next(v for v in _pod_spec(deployment)["volumes"] if v["name"] == mount["name"])
-    claim = _one("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
+    volume = next(v for v in pod_spec(deployment)["volumes"] if v["name"] == mount["name"])
+    claim = find_one("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
 def test_the_service_deployment_probes_readiness_and_liveness_on_different_endpoints() -> None:
-    service = _containers(_one("Deployment", "rollout-scheduler"))["service"]
+    service = containers_of(find_one("Deployment", "rollout-scheduler"))["service"]
     assert service["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert service["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert {"cpu", "memory"} <= set(service["resources"]["requests"])
 
 
 def test_every_container_of_our_image_runs_as_the_image_non_root_user() -> None:
-    for doc in _workloads():
-        pod = _pod_spec(doc)
+    for doc in workloads():
+        pod = pod_spec(doc)
         for container in pod["containers"]:
             if not container["image"].startswith(IMAGE):
                 continue
@@ -116,31 +91,31 @@ def test_every_container_of_our_image_runs_as_the_image_non_root_user() -> None:
 
 
 def test_service_hpa_and_pdb_all_select_the_service_pods() -> None:
-    deployment = _one("Deployment", "rollout-scheduler")
+    deployment = find_one("Deployment", "rollout-scheduler")
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     selectors = [
-        _one("Service", "rollout-scheduler")["spec"]["selector"],
-        _one("PodDisruptionBudget", "rollout-scheduler")["spec"]["selector"]["matchLabels"],
+        find_one("Service", "rollout-scheduler")["spec"]["selector"],
+        find_one("PodDisruptionBudget", "rollout-scheduler")["spec"]["selector"]["matchLabels"],
         deployment["spec"]["selector"]["matchLabels"],
     ]
     for selector in selectors:
         assert selector.items() <= labels.items()
-    target = _one("HorizontalPodAutoscaler", "rollout-scheduler")["spec"]["scaleTargetRef"]
+    target = find_one("HorizontalPodAutoscaler", "rollout-scheduler")["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) == ("Deployment", "rollout-scheduler")
-    pdb_min = _one("PodDisruptionBudget", "rollout-scheduler")["spec"]["minAvailable"]
-    hpa_min = _one("HorizontalPodAutoscaler", "rollout-scheduler")["spec"]["minReplicas"]
+    pdb_min = find_one("PodDisruptionBudget", "rollout-scheduler")["spec"]["minAvailable"]
+    hpa_min = find_one("HorizontalPodAutoscaler", "rollout-scheduler")["spec"]["minReplicas"]
     assert pdb_min < hpa_min, "a PDB as large as the replica count would block every node drain"
 
 
 def test_every_secret_configmap_and_volume_claim_reference_resolves() -> None:
-    secret_keys = set(_one("Secret", "rollout-scheduler")["stringData"])
+    secret_keys = set(find_one("Secret", "rollout-scheduler")["stringData"])
     configmaps = {doc["metadata"]["name"] for _, doc in DOCS if doc["kind"] == "ConfigMap"}
     claims = {doc["metadata"]["name"] for _, doc in DOCS if doc["kind"] == "PersistentVolumeClaim"}
-    for doc in _workloads():
-        for volume in _pod_spec(doc).get("volumes", []):
+    for doc in workloads():
+        for volume in pod_spec(doc).get("volumes", []):
             if "persistentVolumeClaim" in volume:
                 assert volume["persistentVolumeClaim"]["claimName"] in claims
-        for container in _pod_spec(doc)["containers"]:
+        for container in pod_spec(doc)["containers"]:
             for ref in container.get("envFrom", []):
                 assert ref["configMapRef"]["name"] in configmaps
             for var in container.get("env", []):
@@ -149,28 +124,20 @@ def test_every_secret_configmap_and_volume_claim_reference_resolves() -> None:
                     assert secret_ref["key"] in secret_keys, (container["name"], var["name"])
 
 
-def _container_env(container: Doc) -> set[str]:
-    names = {var["name"] for var in container.get("env", [])}
-    for ref in container.get("envFrom", []):
-        names |= set(_one("ConfigMap", ref["configMapRef"]["name"])["data"])
-    return names
-
-
 def test_every_variable_expanded_in_args_or_env_is_defined_in_that_container() -> None:
-    for doc in _workloads():
-        for container in _pod_spec(doc)["containers"]:
-            texts = [*container.get("args", []), *(v.get("value", "") for v in container.get("env", []))]
-            used = {name for text in texts for name in re.findall(r"\$\(([A-Z_][A-Z0-9_]*)\)", text)}
-            assert used <= _container_env(container), (container["name"], used - _container_env(container))
+    for doc in workloads():
+        for container in pod_spec(doc)["containers"]:
+            used = expanded_variables(container)
+            assert used <= container_env(container), (container["name"], used - container_env(container))
 
 
 def test_every_rollout_setting_the_manifests_set_is_a_setting_the_service_knows() -> None:
     known = {f"ROLLOUT_{name.upper()}" for name in Settings.model_fields}
-    service = _containers(_one("Deployment", "rollout-scheduler"))["service"]
-    given = {name for name in _container_env(service) if name.startswith("ROLLOUT_")}
+    service = containers_of(find_one("Deployment", "rollout-scheduler"))["service"]
+    given = {name for name in container_env(service) if name.startswith("ROLLOUT_")}
     assert given, "the service is configured through ROLLOUT_* variables"
     assert given <= known, given - known
-    assert "REDIS_URL" in _container_env(service)
+    assert "REDIS_URL" in container_env(service)
 
 
 @pytest.mark.parametrize(
@@ -183,12 +150,12 @@ def test_every_rollout_setting_the_manifests_set_is_a_setting_the_service_knows(
 def test_a_worker_pod_runs_the_sidecar_beside_its_engine_on_an_accelerator_node(
     statefulset: str, engine: str, resource: str, selector_key: str
 ) -> None:
-    doc = _one("StatefulSet", statefulset)
-    containers = _containers(doc)
+    doc = find_one("StatefulSet", statefulset)
+    containers = containers_of(doc)
     assert set(containers) == {engine, "sidecar"}
     limits = containers[engine]["resources"]["limits"]
     assert limits[resource] == "1"
-    assert selector_key in _pod_spec(doc)["nodeSelector"]
+    assert selector_key in pod_spec(doc)["nodeSelector"]
     sidecar = parse_cli(containers["sidecar"]["args"])
     engine_port = containers[engine]["ports"][0]["containerPort"]
     assert sidecar.params["engine_url"] == f"http://127.0.0.1:{engine_port}"
@@ -203,8 +170,8 @@ def test_a_worker_pod_runs_the_sidecar_beside_its_engine_on_an_accelerator_node(
 
 def test_every_command_of_our_image_parses_against_the_real_cli() -> None:
     checked = 0
-    for doc in _workloads():
-        for container in _pod_spec(doc)["containers"]:
+    for doc in workloads():
+        for container in pod_spec(doc)["containers"]:
             if container["image"].startswith(IMAGE):
                 parse_cli(container["args"])
                 checked += 1
@@ -219,8 +186,8 @@ def test_a_stopping_service_pod_keeps_serving_until_it_leaves_the_endpoints_then
     kubelet's SIGKILL."""
     from service.commands.serve import GRACEFUL_SHUTDOWN_S
 
-    pod = _pod_spec(_one("Deployment", "rollout-scheduler"))
-    service = _containers(_one("Deployment", "rollout-scheduler"))["service"]
+    pod = pod_spec(find_one("Deployment", "rollout-scheduler"))
+    service = containers_of(find_one("Deployment", "rollout-scheduler"))["service"]
     pre_stop = service.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
     assert pre_stop >= 5, "no preStop sleep: new connections are refused while the endpoints update"
     reaper_join_s = 5  # the lifespan shutdown after uvicorn's wait (Reaper.stop)
@@ -239,24 +206,24 @@ def test_a_stopping_worker_pod_lets_the_sidecar_drain_into_the_engine_kept_servi
     drain's: held much longer, nobody uses it and every node drain waits for nothing."""
     from service.sidecar.session import RELEASE_GRACE_S
 
-    doc = _one("StatefulSet", statefulset)
-    containers = _containers(doc)
+    doc = find_one("StatefulSet", statefulset)
+    containers = containers_of(doc)
     drain_s = parse_cli(containers["sidecar"]["args"]).params["drain_timeout"] + RELEASE_GRACE_S
     engine_s = containers[engine]["lifecycle"]["preStop"]["sleep"]["seconds"]
-    assert drain_s <= engine_s < _pod_spec(doc)["terminationGracePeriodSeconds"]
+    assert drain_s <= engine_s < pod_spec(doc)["terminationGracePeriodSeconds"]
     assert engine_s - drain_s <= 10, f"the engine idles {engine_s - drain_s:.0f} s after the sidecar is gone"
 
 
 def _service_environment(secret: dict[str, str]) -> dict[str, str]:
     """The service container's environment as the kubelet builds it: the ConfigMap, then ``env`` in
     order (``secret`` standing in for the Secret's keys), ``$(VAR)`` expanded."""
-    service = _containers(_one("Deployment", "rollout-scheduler"))["service"]
+    service = containers_of(find_one("Deployment", "rollout-scheduler"))["service"]
     env: dict[str, str] = {}
     for ref in service["envFrom"]:
-        env.update(_one("ConfigMap", ref["configMapRef"]["name"])["data"])
+        env.update(find_one("ConfigMap", ref["configMapRef"]["name"])["data"])
     for var in service["env"]:
         if "value" in var:
-            env[var["name"]] = re.sub(r"\$\(([A-Z_][A-Z0-9_]*)\)", lambda m: env[m.group(1)], var["value"])
+            env[var["name"]] = VARIABLE.sub(lambda m: env[m.group(1)], var["value"])
         else:
             env[var["name"]] = secret[var["valueFrom"]["secretKeyRef"]["key"]]
     return env
@@ -267,7 +234,7 @@ def _serve_settings(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_pa
     only the model store moves to ``tmp_path``."""
     for name, value in {**env, "ROLLOUT_MODEL_DIR": str(tmp_path / "models")}.items():
         monkeypatch.setenv(name, value)
-    args = _containers(_one("Deployment", "rollout-scheduler"))["service"]["args"]
+    args = containers_of(find_one("Deployment", "rollout-scheduler"))["service"]["args"]
     return Settings(**{k: v for k, v in parse_cli(args).params.items() if v is not None})
 
 
@@ -289,7 +256,7 @@ def test_the_secret_placeholders_stop_serve_so_an_unedited_apply_never_serves_kn
 ) -> None:
     """The placeholders are in the repository for anyone to read: applied unedited, the service must
     refuse them rather than accept callers who know them."""
-    env = _service_environment(_one("Secret", "rollout-scheduler")["stringData"])
+    env = _service_environment(find_one("Secret", "rollout-scheduler")["stringData"])
     with pytest.raises(ValidationError, match="in both"):
         _serve_settings(env, monkeypatch, tmp_path)
 
@@ -302,7 +269,7 @@ def test_one_configmap_switch_puts_the_service_and_the_sidecars_in_cluster_mode(
     """The ConfigMap's ``ROLLOUT_REDIS_CLUSTER`` reaches the sidecars too (``envFrom``); a sidecar left
     on a single-node client while the service speaks cluster would have most of its calls answered
     MOVED. The switch must move both."""
-    sidecar = _containers(_one("StatefulSet", statefulset))["sidecar"]
-    assert "ROLLOUT_REDIS_CLUSTER" in _container_env(sidecar)
+    sidecar = containers_of(find_one("StatefulSet", statefulset))["sidecar"]
+    assert "ROLLOUT_REDIS_CLUSTER" in container_env(sidecar)
     monkeypatch.setenv("ROLLOUT_REDIS_CLUSTER", cluster)
     assert parse_cli(sidecar["args"]).params["cluster"] is (cluster == "true")

@@ -1,0 +1,73 @@
+"""deploy/k8s read as the kubelet would see it: the documents, their pods, and each container's variables.
+
+Shared by the manifest tests, which check the files against each other and against the code; nothing
+here talks to a cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
+IMAGE = "rollout-scheduler:"  # our image, whatever the tag
+VARIABLE = re.compile(r"\$\(([A-Z_][A-Z0-9_]*)\)")  # a $(VAR) the kubelet expands in args and env
+Doc = dict[str, Any]
+
+
+def _load() -> list[tuple[str, Doc]]:
+    docs = []
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                docs.append((f"{path.name}:{doc['kind']}/{doc['metadata']['name']}", doc))
+    return docs
+
+
+DOCS = _load()
+
+
+def find_one(kind: str, name: str) -> Doc:
+    """The one document of ``kind`` named ``name``; fails the test when there is not exactly one."""
+    found = [doc for _, doc in DOCS if doc["kind"] == kind and doc["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
+    return found[0]
+
+
+def pod_spec(doc: Doc) -> Doc:
+    """The pod template's spec of a Deployment or StatefulSet."""
+    spec: Doc = doc["spec"]["template"]["spec"]
+    return spec
+
+
+def containers_of(doc: Doc) -> dict[str, Doc]:
+    """A workload's containers by name."""
+    return {c["name"]: c for c in pod_spec(doc)["containers"]}
+
+
+def workloads() -> list[Doc]:
+    """Every document that runs pods."""
+    return [doc for _, doc in DOCS if doc["kind"] in {"Deployment", "StatefulSet"}]
+
+
+def container_env(container: Doc) -> set[str]:
+    """The names of the variables a container gets: its ``env`` and every key of its ``envFrom`` maps."""
+    names = {var["name"] for var in container.get("env", [])}
+    for ref in container.get("envFrom", []):
+        names |= set(find_one("ConfigMap", ref["configMapRef"]["name"])["data"])
+    return names
+
+
+def expanded_variables(container: Doc) -> set[str]:
+    """The variables the kubelet substitutes into the container's args and ``env`` values."""
+    texts = [*container.get("args", []), *(v.get("value", "") for v in container.get("env", []))]
+    return {name for text in texts for name in VARIABLE.findall(text)}
+
+
+def engine_flags(container: Doc) -> dict[str, str]:
+    """An engine container's ``--name=value`` flags (vLLM's own, not our CLI's), by name without dashes."""
+    words = [*container.get("command", []), *container.get("args", [])]
+    return dict(word[2:].split("=", 1) for word in words if word.startswith("--") and "=" in word)
