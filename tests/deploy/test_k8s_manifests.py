@@ -54,7 +54,7 @@ def test_every_manifest_validates_against_the_kubernetes_schema(where: str, doc:
 
 def test_the_schema_check_rejects_a_misspelt_field() -> None:
     broken = copy.deepcopy(find_one("Deployment", "rollout-scheduler"))
-    broken["spec"]["replica"] = broken["spec"].pop("replicas")
+    broken["spec"]["revisionHistoryLimt"] = broken["spec"].pop("revisionHistoryLimit")
     with pytest.raises(SchemaError):
         validate(broken, VERSIONS[-1], strict=True)
 

@@ -1,0 +1,144 @@
+"""deploy/k8s against the code and the engines beside it: what a schema check cannot see.
+
+Each test names a way a valid manifest still goes wrong on the day it is applied: a variable nobody
+reads, a secret in a ConfigMap, a sidecar that believes its engine holds more than it does, a
+re-apply that scales the service back down, a node drain that takes most replicas at once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+import pytest
+
+from scheduler.devices import device_profile
+from service.settings import SIDECAR_ONLY_VARIABLES, Settings
+from tests.deploy.cliargs import parse_cli
+from tests.deploy.manifests import (
+    DOCS,
+    IMAGE,
+    Doc,
+    container_env,
+    containers_of,
+    engine_flags,
+    expanded_variables,
+    find_one,
+    pod_spec,
+    workloads,
+)
+
+WORKERS = [("rollout-worker-h100", "vllm"), ("rollout-worker-ascend", "vllm-ascend")]
+# Variables the image's libraries read, not our code: matplotlib's cache folder (the root is read-only).
+LIBRARY_VARIABLES = frozenset({"MPLCONFIGDIR"})
+
+
+class _Option(Protocol):
+    """A CLI parameter as click builds it: the variables it falls back to, if any."""
+
+    @property
+    def envvar(self) -> str | Sequence[str] | None:
+        """The variable(s) the parameter reads when its flag is not given."""
+
+
+def _envvars(param: _Option) -> set[str]:
+    envvar = param.envvar
+    if envvar is None:
+        return set()
+    return {envvar} if isinstance(envvar, str) else set(envvar)
+
+
+def _read_by(args: list[str]) -> set[str]:
+    """The variables the command ``args`` runs reads: serve's settings, or the CLI options' ``envvar``."""
+    if args[0] == "serve":
+        return _settings_variables()
+    return {name for param in parse_cli(args).command.params for name in _envvars(param)}
+
+
+def _settings_variables() -> set[str]:
+    names = {f"ROLLOUT_{name.upper()}" for name in Settings.model_fields}
+    return names | {"REDIS_URL"}  # the one setting outside the prefix (service/settings.py)
+
+
+def _secret_variables() -> set[str]:
+    """Variables that carry a credential: the service's ``SecretStr`` settings and the sidecar's own."""
+    fields = Settings.model_fields.items()
+    secret = {f"ROLLOUT_{name.upper()}" for name, field in fields if "SecretStr" in str(field.annotation)}
+    return secret | SIDECAR_ONLY_VARIABLES
+
+
+def _ours() -> list[Doc]:
+    return [c for doc in workloads() for c in pod_spec(doc)["containers"] if c["image"].startswith(IMAGE)]
+
+
+def test_every_variable_a_container_of_our_image_gets_is_read_by_something() -> None:
+    """A variable nobody reads is a setting the operator believes in and the process never saw. The
+    sidecars share the service's ConfigMap, so a service setting reaching a sidecar is expected."""
+    for container in _ours():
+        read = _read_by(container["args"]) | expanded_variables(container) | LIBRARY_VARIABLES
+        if container["args"][0] == "sidecar":
+            read |= _settings_variables()
+        assert container_env(container) <= read, (container["name"], container_env(container) - read)
+
+
+def test_no_credential_is_in_a_configmap_and_each_one_comes_from_the_secret() -> None:
+    """ConfigMaps are readable by anyone who may read the namespace's configuration and land in
+    ``kubectl describe`` output; a token or password there is published."""
+    secret = _secret_variables()
+    for _, doc in DOCS:
+        if doc["kind"] != "ConfigMap":
+            continue
+        assert not set(doc["data"]) & secret, doc["metadata"]["name"]
+        for key, value in doc["data"].items():
+            assert not re.search(r"://[^/@\s]*@", value), f"{key}: a URL with credentials"
+    for doc in workloads():
+        for container in pod_spec(doc)["containers"]:
+            for var in container.get("env", []):
+                if var["name"] in secret:
+                    assert "secretKeyRef" in var.get("valueFrom", {}), (container["name"], var["name"])
+
+
+def _engine_model(engine: Doc) -> str:
+    """The model id the engine serves: ``--model=`` or ``vllm serve MODEL``'s positional argument."""
+    flags = engine_flags(engine)
+    if "model" in flags:
+        return flags["model"]
+    command = engine["command"]
+    return str(command[command.index("serve") + 1])
+
+
+@pytest.mark.parametrize(("statefulset", "engine"), WORKERS)
+def test_the_sidecar_believes_what_its_engine_was_started_with(statefulset: str, engine: str) -> None:
+    """The sidecar keeps the engine at ``--max-num-seqs`` and plans KV admission on the capacity it
+    derives from ``--device``, ``--model`` and ``--num-gpus`` at the profile's memory share. Each must
+    be the engine's own: more slots than the engine has queue inside it, unseen by the plan; a larger
+    KV budget than it allocated gets admitted work preempted."""
+    containers = containers_of(find_one("StatefulSet", statefulset))
+    params = parse_cli(containers["sidecar"]["args"]).params
+    vllm = containers[engine]
+    assert int(engine_flags(vllm).get("max-num-seqs", "256")) == params["max_num_seqs"]
+    utilization = float(engine_flags(vllm).get("gpu-memory-utilization", "0.9"))
+    assert utilization == device_profile(params["device"]).memory_utilization
+    size = re.search(r"(\d+(?:\.\d+)?)B\b", _engine_model(vllm))
+    assert size, _engine_model(vllm)
+    assert f"{size.group(1)}b" == params["model"], (_engine_model(vllm), params["model"])
+    devices = next(int(v) for k, v in vllm["resources"]["limits"].items() if "/" in k)
+    assert int(engine_flags(vllm).get("tensor-parallel-size", "1")) == params["num_gpus"] == devices
+
+
+def test_the_hpa_alone_sets_the_service_replica_count_so_a_re_apply_never_scales_it_down() -> None:
+    """With ``spec.replicas`` in the Deployment, every ``kubectl apply`` of it (an image bump) resets
+    the count the HPA chose: 8 replicas busy with a burst of trainers drop to 2 at once."""
+    hpa = find_one("HorizontalPodAutoscaler", "rollout-scheduler")["spec"]["scaleTargetRef"]
+    deployment = find_one(hpa["kind"], hpa["name"])
+    assert "replicas" not in deployment["spec"]
+
+
+def test_a_service_replica_plans_once_per_core_it_requests() -> None:
+    """``ROLLOUT_MAX_CONCURRENT_PLANS`` above the CPU request makes every plan of a burst share the
+    cores and miss its time budget; below it leaves requested cores idle while plans wait in line."""
+    deployment = find_one("Deployment", "rollout-scheduler")
+    service = containers_of(deployment)["service"]
+    plans = int(find_one("ConfigMap", "rollout-scheduler")["data"]["ROLLOUT_MAX_CONCURRENT_PLANS"])
+    assert float(service["resources"]["requests"]["cpu"]) == plans
