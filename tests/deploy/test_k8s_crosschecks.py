@@ -135,6 +135,30 @@ def test_the_hpa_alone_sets_the_service_replica_count_so_a_re_apply_never_scales
     assert "replicas" not in deployment["spec"]
 
 
+def _evictable(pdb: Doc, replicas: int) -> int:
+    """How many healthy pods of ``replicas`` the budget lets a drain evict at once (integers only)."""
+    spec = pdb["spec"]
+    if "maxUnavailable" in spec:
+        return int(spec["maxUnavailable"])
+    return replicas - int(spec["minAvailable"])
+
+
+def test_a_drain_takes_one_service_replica_at_a_time_at_every_size_the_hpa_may_pick() -> None:
+    """At least one, or a drain blocks for ever; at most one, or a node-pool upgrade while the HPA
+    holds 8 replicas for a burst may leave one replica to plan for every trainer."""
+    hpa = find_one("HorizontalPodAutoscaler", "rollout-scheduler")["spec"]
+    pdb = find_one("PodDisruptionBudget", "rollout-scheduler")
+    for replicas in range(hpa["minReplicas"], hpa["maxReplicas"] + 1):
+        assert _evictable(pdb, replicas) == 1, f"{_evictable(pdb, replicas)} of {replicas} at once"
+
+
+def test_a_drain_during_a_redis_outage_may_evict_the_replicas_it_made_unready() -> None:
+    """Every replica is unready while Redis is down; under the default policy the budget then counts
+    them all as disrupted and refuses each eviction, so a node drain would wait for Redis to return."""
+    pdb = find_one("PodDisruptionBudget", "rollout-scheduler")["spec"]
+    assert pdb.get("unhealthyPodEvictionPolicy") == "AlwaysAllow"
+
+
 def test_a_service_replica_plans_once_per_core_it_requests() -> None:
     """``ROLLOUT_MAX_CONCURRENT_PLANS`` above the CPU request makes every plan of a burst share the
     cores and miss its time budget; below it leaves requested cores idle while plans wait in line."""
