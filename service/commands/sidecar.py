@@ -99,7 +99,12 @@ def sidecar(
             envvar="ROLLOUT_REDIS_CLUSTER", help="The Redis URL names a cluster node (as the service's)."
         ),
     ] = False,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+    log_level: Annotated[
+        str,
+        typer.Option(
+            envvar="ROLLOUT_LOG_LEVEL", help="DEBUG, INFO, WARNING or ERROR (as the service's variable)."
+        ),
+    ] = "INFO",
 ) -> None:
     """Validate the flags, then serve until SIGTERM; print the final counters as one JSON line."""
     from service import logs

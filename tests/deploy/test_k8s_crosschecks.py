@@ -82,6 +82,26 @@ def test_every_variable_a_container_of_our_image_gets_is_read_by_something() -> 
         assert container_env(container) <= read, (container["name"], container_env(container) - read)
 
 
+@pytest.mark.parametrize("statefulset", [statefulset for statefulset, _ in WORKERS])
+def test_a_configmap_setting_the_sidecar_has_a_flag_for_reaches_that_flag(statefulset: str) -> None:
+    """``ROLLOUT_LOG_LEVEL=DEBUG`` in the shared ConfigMap must debug the sidecars too, as
+    ``ROLLOUT_REDIS_CLUSTER`` switches them: a flag of the same name that ignores it leaves the
+    operator reading INFO lines from the very processes they meant to debug."""
+    sidecar = containers_of(find_one("StatefulSet", statefulset))["sidecar"]
+    params = {param.name: param for param in parse_cli(sidecar["args"]).command.params}
+    given = {name for name in container_env(sidecar) if name.startswith("ROLLOUT_")}
+    for name in given:
+        param = params.get(name.removeprefix("ROLLOUT_").lower())
+        if param is not None:
+            assert name in _envvars(param), f"the sidecar's --{param.name} ignores {name}"
+
+
+def test_the_configmap_log_level_sets_the_sidecar_log_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    sidecar = containers_of(find_one("StatefulSet", "rollout-worker-h100"))["sidecar"]
+    monkeypatch.setenv("ROLLOUT_LOG_LEVEL", "DEBUG")
+    assert parse_cli(sidecar["args"]).params["log_level"] == "DEBUG"
+
+
 def test_no_credential_is_in_a_configmap_and_each_one_comes_from_the_secret() -> None:
     """ConfigMaps are readable by anyone who may read the namespace's configuration and land in
     ``kubectl describe`` output; a token or password there is published."""
