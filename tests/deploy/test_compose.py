@@ -124,8 +124,11 @@ def test_each_sidecar_drives_its_own_existing_engine_through_the_shared_redis(
         engine_port = parse_cli(engines[engine_url.hostname]["command"]).params["port"]
         assert engine_url.port == engine_port, name
         assert engine_url.hostname in svc["depends_on"], f"{name} starts before its engine"
-        engine_device = parse_cli(engines[engine_url.hostname]["command"]).params["device"]
-        assert device_profile(params["device"]) == device_profile(engine_device), name
+        engine = parse_cli(engines[engine_url.hostname]["command"]).params
+        assert device_profile(params["device"]) == device_profile(engine["device"]), name
+        # the slots and the KV budget the sidecar fills are the ones the engine simulates
+        for same in ("max_num_seqs", "model", "num_gpus", "kv_capacity_tokens"):
+            assert params[same] == engine[same], (name, same)
         assert _redis_target(svc, params) == ("redis", _redis_password(services)), name
         targets.add(engine_url.hostname)
         worker_ids.add(params["worker_id"])
