@@ -119,6 +119,27 @@ def test_no_credential_is_in_a_configmap_and_each_one_comes_from_the_secret() ->
                     assert "secretKeyRef" in var.get("valueFrom", {}), (container["name"], var["name"])
 
 
+def _secret_key(container: Doc, variable: str) -> str | None:
+    """The key of the Secret that ``variable`` comes from in ``container``; None if it is not given so."""
+    for var in container.get("env", []):
+        if var["name"] == variable:
+            return str(var.get("valueFrom", {}).get("secretKeyRef", {}).get("key")) or None
+    return None
+
+
+@pytest.mark.parametrize(("statefulset", "engine"), WORKERS)
+def test_an_engine_serves_only_callers_with_the_key_its_sidecar_sends(statefulset: str, engine: str) -> None:
+    """The headless Service makes every engine's port reachable from any pod of the cluster: vLLM
+    without ``--api-key`` would generate for any of them. Its key (``VLLM_API_KEY``, which guards
+    ``/v1`` and leaves the probes' ``/health`` open) must be the one the sidecar sends, or every
+    request of the sidecar is a 401."""
+    containers = containers_of(find_one("StatefulSet", statefulset))
+    engine_key = _secret_key(containers[engine], "VLLM_API_KEY")
+    assert engine_key is not None, f"{engine} starts without an API key"
+    assert _secret_key(containers["sidecar"], "ROLLOUT_ENGINE_API_KEY") == engine_key
+    assert engine_key in find_one("Secret", "rollout-scheduler")["stringData"]
+
+
 def _engine_model(engine: Doc) -> str:
     """The model id the engine serves: ``--model=`` or ``vllm serve MODEL``'s positional argument."""
     flags = engine_flags(engine)
