@@ -300,13 +300,18 @@ class Delivery(DeliveryViews):
         entries: Sequence[tuple[str, int, TrajectoryResult]],
         max_items: int,
         now_ms: int | None = None,
+        call_id: str | None = None,
     ) -> tuple[list[CompletionOutcome], list[Lease]]:
         """``complete_many`` then ``claim``, pipelined into ONE round trip (two atomic scripts).
 
         The steady state of a busy worker: report what finished and take as many new items. Each
         script stays atomic on its own; a NOSCRIPT answer (server restarted) reruns that script alone.
+        The claim carries ``call_id`` (default: a fresh one) as ``claim`` does: redis-py re-sends a
+        whole pipeline whose reply it lost, and the re-sent claim must answer the first run's leases
+        rather than lease more that no one hears of.
         """
-        claim_args = [worker_id, min(max(max_items, 0), keyspace.MAX_BATCH), wire.clock(now_ms)]
+        want = min(max(max_items, 0), keyspace.MAX_BATCH)
+        claim_args = [worker_id, want, wire.clock(now_ms), call_id or uuid.uuid4().hex]
         calls = [(self.scripts.claim, claim_args)]
         if entries:
             calls.insert(0, (self.scripts.complete, wire.complete_args(entries, now_ms, worker_id)))

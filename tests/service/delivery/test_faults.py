@@ -93,6 +93,29 @@ def test_a_steal_re_sent_after_a_lost_reply_answers_its_first_leases(
     assert (progress.workers["b"].running, progress.workers["a"].queued) == (2, 6)
 
 
+def test_a_complete_and_claim_re_sent_after_a_lost_reply_leases_nothing_more(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """The pipelined pair is re-sent whole, as redis-py re-sends any pipeline whose reply it lost:
+    the completion answers DUPLICATE and the claim must answer its first run's leases, not lease
+    more that no one hears of (each would lapse unseen after a lease TTL and cost an attempt)."""
+    delivery.publish(schedule("s", {"a": 8}))
+    warm, done = delivery.claim("s", "a", 2)
+    delivery.complete_and_claim("s", "a", [(warm.key, warm.token, RESULT)], 0)  # both scripts loaded
+    proxy, lossy = _resending(redis_client)
+    try:
+        lossy.client.ping()
+        proxy.lose_next_reply()
+        outcomes, leases = lossy.complete_and_claim("s", "a", [(done.key, done.token, RESULT)], 2)
+    finally:
+        proxy.close()
+    assert proxy.lost == 1
+    assert outcomes == [CompletionOutcome.DUPLICATE]  # the first run accepted it: a success
+    assert [lease.key for lease in leases] == ["a-2#0", "a-3#0"]
+    progress = delivery.progress("s")
+    assert (progress.done, progress.running, progress.queued) == (2, 2, 4)
+
+
 def test_a_call_id_answers_only_leases_the_worker_still_holds(delivery: Delivery) -> None:
     delivery.publish(schedule("s", {"a": 3}, ttl_ms=100), now_ms=0)
     first = delivery.claim("s", "a", 2, now_ms=0, call_id="c1")
