@@ -104,15 +104,10 @@ class Delivery(DeliveryViews):
         A schedule that is already finished (a replay after the work was done, or an empty one) or
         cancelled is retired instead, so replays never put finished work back in front of the sidecars.
         """
-        keys = self.keys(schedule_id)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hmget(keys.meta, ["published_ms", "total"])
-        pipe.hmget(keys.counts, [keyspace.DONE, keyspace.FAILED, keyspace.CANCELLED])
-        (published_raw, total), settled = pipe.execute()
-        if int(total) <= sum(int(v or 0) for v in settled):
+        published = self._unsettled_since(schedule_id)
+        if published is None:
             self._retire(schedule_id)
             return
-        published = int(published_raw)
         horizon = published - retention_s * 1000
         inboxes = [keyspace.inbox(w, self.prefix) for w in workers]
         pipe = self.client.pipeline(transaction=False)
@@ -131,6 +126,20 @@ class Delivery(DeliveryViews):
             for inbox in longer:
                 pipe.pexpire(inbox, life_ms)
             pipe.execute()
+        if self._unsettled_since(schedule_id) is None:  # settled or cancelled meanwhile: that retire
+            self._retire(schedule_id)  # may have run before the announce above, which undid it
+
+    def _unsettled_since(self, schedule_id: str) -> int | None:
+        """The schedule's publish time while some item is still queued or running, else None (also
+        for a schedule whose keys are gone: nothing to announce)."""
+        keys = self.keys(schedule_id)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hmget(keys.meta, ["published_ms", "total"])
+        pipe.hmget(keys.counts, [keyspace.DONE, keyspace.FAILED, keyspace.CANCELLED])
+        (published, total), settled = pipe.execute()
+        if total is None or int(total) <= sum(int(v or 0) for v in settled):
+            return None
+        return int(published)
 
     def _retire(self, schedule_id: str) -> None:
         """Drop a finished schedule from the indexes; its keys stay until retention for reading."""
