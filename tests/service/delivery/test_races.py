@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
@@ -9,7 +11,8 @@ from typing import Any
 
 import redis
 
-from service.delivery import Delivery, Lease, PublishOutcome, TrajectoryResult
+from service.delivery import CancelReport, Delivery, Lease, PublishOutcome, TrajectoryResult
+from service.delivery.reaper import reap_all
 from tests.service.delivery.audit import RecordProperty, audit, report
 from tests.service.delivery.concurrency import run_together
 from tests.service.delivery.conftest import schedule
@@ -124,3 +127,101 @@ def test_a_request_remembered_as_its_schedule_expires_leaves_no_key_without_expi
     meta = Delivery(redis_client).keys("s").meta
     Delivery(_ExpiresAfterFirstTouch(redis_url, meta)).remember_request("s", "digest")
     assert redis_client.pttl(meta) != -1  # -2: gone, as it should be; -1 would live forever
+
+
+class _CancelledWhileAnnouncing(redis.Redis):
+    """A real client whose first transaction (the announce's read of the schedule's counts) is
+    followed at once by another client's cancel: a trainer's DELETE landing between a replayed
+    publish's read and its announce."""
+
+    def __init__(self, url: str, schedule_id: str) -> None:
+        super().__init__(connection_pool=redis.ConnectionPool.from_url(url, decode_responses=True))
+        self.schedule_id, self.report = schedule_id, CancelReport(0, 0, 0)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction, shard_hint)
+        if transaction and not self.report.cancelled_at_ms:
+            execute = pipe.execute
+
+            def execute_then_cancel(raise_on_error: bool = True) -> Any:
+                answer = execute(raise_on_error)
+                other = Delivery(redis.Redis(connection_pool=self.connection_pool))
+                self.report = other.cancel(self.schedule_id)
+                return answer
+
+            pipe.execute = execute_then_cancel  # type: ignore[method-assign]  # the race, on a real pipeline
+        return pipe
+
+
+def test_a_publish_replayed_as_the_schedule_is_cancelled_does_not_announce_it_again(
+    delivery: Delivery, redis_url: str
+) -> None:
+    """Cancelled between the replay's read (not settled yet) and its announce, the schedule must not
+    go back in front of the sidecars: the oldest schedule in every inbox, nothing left to claim."""
+    delivery.publish(schedule("s", {"a": 2, "b": 1}))
+    racing = _CancelledWhileAnnouncing(redis_url, "s")
+    assert Delivery(racing).publish(schedule("s", {"a": 2, "b": 1})) is PublishOutcome.UNCHANGED
+    assert racing.report.cancelled == 3  # the cancel did land in between
+    assert delivery.schedules_for("a") == delivery.schedules_for("b") == delivery.active_schedules() == []
+
+
+def _busy_worker(url: str, worker_id: str, cancelled: threading.Event, sent: list[tuple[bool, str]]) -> None:
+    """Claim or steal, then complete, heartbeat, release or drop each lease in turn (a dropped one
+    lapses, for the reapers), until a call after the cancel finds nothing left; ``sent`` records each
+    completion's outcome and whether the cancel had already answered when it was sent."""
+    delivery, turn = Delivery.from_url(url), 0
+    while True:
+        after = cancelled.is_set()
+        leases = delivery.claim("s", worker_id, 3) or delivery.steal("s", worker_id, 3)
+        if not leases and after:
+            return
+        if not leases:
+            time.sleep(0.001)  # all leased: wait for a lapse or a release rather than spin
+        for lease in leases:
+            turn += 1
+            after = cancelled.is_set()
+            if turn % 4 == 0:
+                delivery.heartbeat([lease])
+            elif turn % 4 == 1:
+                delivery.release([lease])
+            elif turn % 4 == 2:
+                sent.append((after, str(delivery.complete(lease, RESULT))))
+            # else dropped: the worker "died" on it; its lease lapses and a reaper requeues it
+
+
+def test_a_cancel_amid_workers_and_reapers_ends_every_item_once_and_accepts_nothing_after(
+    redis_client: redis.Redis, redis_url: str, record_property: RecordProperty
+) -> None:
+    """Reapers requeue lapsed leases, workers claim, steal, release and complete, and the trainer
+    cancels in the middle: every item ends done, dead or cancelled, in one place; no completion sent
+    after the cancel answered is accepted; the results stream holds exactly the accepted ones."""
+    Delivery(redis_client).publish(schedule("s", {f"w{i}": 30 for i in range(4)}, ttl_ms=20, max_attempts=50))
+    cancelled, stop_reaping = threading.Event(), threading.Event()
+    sent: list[tuple[bool, str]] = []
+
+    def reaper() -> None:
+        replica = Delivery.from_url(redis_url)
+        while not stop_reaping.is_set():
+            reap_all(replica)
+
+    def trainer() -> None:
+        trainer_view = Delivery.from_url(redis_url)
+        while trainer_view.progress("s").done < 10:
+            time.sleep(0.001)
+        trainer_view.cancel("s")
+        cancelled.set()
+
+    def workers_then_stop() -> None:
+        run_together([partial(_busy_worker, redis_url, f"w{i}", cancelled, sent) for i in range(5)])
+        stop_reaping.set()
+
+    run_together([reaper, reaper, trainer, workers_then_stop])
+    accepted = [after for after, outcome in sent if outcome == "accepted"]
+    progress = Delivery(redis_client).progress("s")
+    assert (progress.queued, progress.running) == (0, 0)
+    assert progress.done + progress.failed + progress.cancelled == progress.total == 120
+    assert progress.done == len(accepted) == len(Delivery(redis_client).read_results("s"))
+    assert True not in accepted  # sent after the cancel answered: refused
+    assert progress.cancelled > 0
+    assert Delivery(redis_client).active_schedules() == []
+    report("cancel amid workers and reapers", audit(redis_client, "s"), record_property)
