@@ -1,10 +1,13 @@
 """A hypothesis state machine over claim/heartbeat/complete/release/fail/steal (with and without a KV
-budget)/reap, publish replays and the clock, on a schedule with per-worker queues and a shared FIFO.
+budget)/reap, claims re-sent under their call id, publish replays, the clock and (in one variant) a
+cancel, on a schedule with per-worker queues and a shared FIFO.
 
 After every step the raw keys are audited: every item is in exactly one place that agrees with its
 state, counters match a recount, the steal index scores each queue in predicted seconds, and no
 completion was ever accepted twice. The model also checks
-that only the newest lease of an item can be accepted, and that it is accepted while unexpired.
+that only the newest lease of an item can be accepted, and that it is accepted while unexpired; that a
+re-sent claim answers only leases its first run made and leases nothing new; and that once cancelled,
+nothing is leased or accepted any more.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
     multiple,
+    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -70,6 +74,7 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     client: redis.Redis  # set by the test before running
     affinity = False  # the schedule's prefix affinity (set by the test before running)
+    may_cancel = False  # whether the trainer may cancel the schedule midway (set by the test)
 
     leases = Bundle("leases")
 
@@ -81,11 +86,14 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.newest: dict[str, int] = {}  # item key -> token of its newest lease
         self.accepted: set[str] = set()
         self.deadline: dict[str, int] = {}  # item key -> deadline of its newest lease
+        self.calls: dict[str, tuple[str, list[Lease]]] = {}  # worker -> its last claim that leased
+        self.cancelled = False
         base = schedule(self.sid, {"a": 6, "b": 3, "c": 0}, ttl_ms=TTL_MS)
         self.published = _with_shared(base, self.affinity)
         self.delivery.publish(self.published, now_ms=0)
 
     def _issued(self, leases: list[Lease]) -> object:
+        assert not (self.cancelled and leases), "leased after the cancel"
         for lease in leases:
             assert lease.token > self.newest.get(lease.key, 0)
             assert lease.key not in self.accepted
@@ -95,7 +103,30 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     @rule(target=leases, worker=st.sampled_from(WORKERS), n=st.integers(1, 4))
     def claim(self, worker: str, n: int) -> object:
-        return self._issued(self.delivery.claim(self.sid, worker, n, now_ms=self.now))
+        call = uuid.uuid4().hex
+        leases = self.delivery.claim(self.sid, worker, n, now_ms=self.now, call_id=call)
+        if leases:
+            self.calls[worker] = (call, leases)
+        return self._issued(leases)
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def resend_claim(self, worker: str) -> None:
+        """The worker's last claim again, as after a lost reply: its own leases back, nothing new."""
+        if worker not in self.calls:
+            return
+        call, first = self.calls[worker]
+        again = self.delivery.claim(self.sid, worker, 4, now_ms=self.now, call_id=call)
+        issued = {(le.key, le.token) for le in first}
+        for lease in again:
+            assert (lease.key, lease.token) in issued, "a re-sent claim leased anew"
+            assert lease.token == self.newest[lease.key]
+            assert lease.key not in self.accepted
+
+    @precondition(lambda self: self.may_cancel and not self.cancelled)
+    @rule()
+    def cancel(self) -> None:
+        self.delivery.cancel(self.sid, now_ms=self.now)
+        self.cancelled = True
 
     @rule(
         target=leases,
@@ -126,6 +157,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         outcome = self.delivery.complete(lease, TrajectoryResult(output_tokens=1), now_ms=self.now)
         if outcome is CompletionOutcome.ACCEPTED:
             assert lease.key not in self.accepted, "accepted twice"
+            assert not self.cancelled, "accepted after the cancel"
             assert lease.token == self.newest[lease.key], "a superseded lease was accepted"
             assert self.now <= self.deadline[lease.key], "an expired lease was accepted"
             self.accepted.add(lease.key)
@@ -158,14 +190,21 @@ class DeliveryMachine(RuleBasedStateMachine):
         assert (result.lost, result.accepted_twice, result.problems, result.counts_agree) == (0, 0, [], True)
         assert result.total == 12
         assert result.done == len(self.accepted)
+        if self.cancelled:
+            assert (result.queued, result.running) == (0, 0)
 
 
-@pytest.mark.parametrize("affinity", [False, True], ids=["plain", "prefix-affinity"])
+@pytest.mark.parametrize(
+    ("affinity", "may_cancel"),
+    [(False, False), (True, False), (True, True)],
+    ids=["plain", "prefix-affinity", "cancelled-under-affinity"],
+)
 def test_random_interleavings_keep_every_item_in_one_state_and_accept_each_once(
-    redis_client: redis.Redis, affinity: bool
+    redis_client: redis.Redis, affinity: bool, may_cancel: bool
 ) -> None:
     DeliveryMachine.client = redis_client
     DeliveryMachine.affinity = affinity
+    DeliveryMachine.may_cancel = may_cancel
     run_state_machine_as_test(
         DeliveryMachine,
         settings=settings(
