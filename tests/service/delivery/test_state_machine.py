@@ -1,12 +1,12 @@
 """A hypothesis state machine over claim/heartbeat/complete/release/fail/steal (with and without a KV
-budget)/reap, claims re-sent under their call id, publish replays, the clock and (in one variant) a
+budget)/reap, claims and steals re-sent under their call id, publish replays, the clock and (in one variant) a
 cancel, on a schedule with per-worker queues and a shared FIFO.
 
 After every step the raw keys are audited: every item is in exactly one place that agrees with its
 state, counters match a recount, the steal index scores each queue in predicted seconds, and no
 completion was ever accepted twice. The model also checks
 that only the newest lease of an item can be accepted, and that it is accepted while unexpired; that a
-re-sent claim answers only leases its first run made and leases nothing new; and that once cancelled,
+re-sent claim or steal answers only leases its first run made and leases nothing new; and that once cancelled,
 nothing is leased or accepted any more.
 """
 
@@ -86,7 +86,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.newest: dict[str, int] = {}  # item key -> token of its newest lease
         self.accepted: set[str] = set()
         self.deadline: dict[str, int] = {}  # item key -> deadline of its newest lease
-        self.calls: dict[str, tuple[str, list[Lease]]] = {}  # worker -> its last claim that leased
+        self.calls: dict[str, tuple[str, list[Lease]]] = {}  # 'claim w' / 'steal w' -> its last that leased
         self.cancelled = False
         base = schedule(self.sid, {"a": 6, "b": 3, "c": 0}, ttl_ms=TTL_MS)
         self.published = _with_shared(base, self.affinity)
@@ -106,19 +106,28 @@ class DeliveryMachine(RuleBasedStateMachine):
         call = uuid.uuid4().hex
         leases = self.delivery.claim(self.sid, worker, n, now_ms=self.now, call_id=call)
         if leases:
-            self.calls[worker] = (call, leases)
+            self.calls[f"claim {worker}"] = (call, leases)
+            self._resend_at_once("claim", worker, call, leases)
         return self._issued(leases)
 
-    @rule(worker=st.sampled_from(WORKERS))
-    def resend_claim(self, worker: str) -> None:
-        """The worker's last claim again, as after a lost reply: its own leases back, nothing new."""
-        if worker not in self.calls:
+    def _resend_at_once(self, kind: str, worker: str, call: str, first: list[Lease]) -> None:
+        """The same call re-sent right away (its reply lost): exactly the same leases again."""
+        op = self.delivery.claim if kind == "claim" else self.delivery.steal
+        again = op(self.sid, worker, 4, now_ms=self.now, call_id=call)
+        assert [(le.key, le.token) for le in again] == [(le.key, le.token) for le in first], f"{kind} re-sent"
+
+    @rule(worker=st.sampled_from(WORKERS), kind=st.sampled_from(["claim", "steal"]))
+    def resend(self, worker: str, kind: str) -> None:
+        """The worker's last claim or steal again, as after a lost reply: its own leases back (those it
+        still holds), nothing new."""
+        if f"{kind} {worker}" not in self.calls:
             return
-        call, first = self.calls[worker]
-        again = self.delivery.claim(self.sid, worker, 4, now_ms=self.now, call_id=call)
+        call, first = self.calls[f"{kind} {worker}"]
+        op = self.delivery.claim if kind == "claim" else self.delivery.steal
+        again = op(self.sid, worker, 4, now_ms=self.now, call_id=call)
         issued = {(le.key, le.token) for le in first}
         for lease in again:
-            assert (lease.key, lease.token) in issued, "a re-sent claim leased anew"
+            assert (lease.key, lease.token) in issued, f"a re-sent {kind} leased anew"
             assert lease.token == self.newest[lease.key]
             assert lease.key not in self.accepted
 
@@ -135,7 +144,11 @@ class DeliveryMachine(RuleBasedStateMachine):
         budget=st.sampled_from([None, -1, 0, 131, 150, 300, 10_000]),  # items reserve 132 each
     )
     def steal(self, worker: str, n: int, budget: int | None) -> object:
-        stolen = self.delivery.steal(self.sid, worker, n, now_ms=self.now, budget_tokens=budget)
+        call = uuid.uuid4().hex
+        stolen = self.delivery.steal(self.sid, worker, n, now_ms=self.now, budget_tokens=budget, call_id=call)
+        if stolen:
+            self.calls[f"steal {worker}"] = (call, stolen)
+            self._resend_at_once("steal", worker, call, stolen)
         if budget is not None:
             assert not stolen or sum(le.item.reservation_tokens for le in stolen) <= budget
         assert not any(le.item.pinned for le in stolen)  # a pinned item never moves
