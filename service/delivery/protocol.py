@@ -3,7 +3,8 @@
 The service publishes and reads progress, sidecars claim/heartbeat/complete/steal/release, reapers
 reap, the trainer reads results; all through ``Delivery``. Every mutating method is one EVALSHA on
 keys of one hash slot, so it is atomic on a single server and on Redis Cluster alike. The plain
-reads (announced schedules, settings, progress, results) are ``DeliveryViews``, which it inherits.
+reads (announced schedules, settings, progress, results) are ``DeliveryViews``, and the indexes that
+announce a schedule to its workers and reapers ``DeliveryIndexes``; it inherits both.
 
 Time: by default every script reads the server's clock (``TIME``), so leases do not depend on the
 clocks of workers or replicas. Each method also takes ``now_ms`` to pin the clock explicitly, which
@@ -25,6 +26,7 @@ from scheduler.stealguard import LENGTH_MARGIN
 from service.delivery import keys as keyspace
 from service.delivery import wire
 from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
+from service.delivery.indexes import DeliveryIndexes
 from service.delivery.records import (
     CancelReport,
     CompletionOutcome,
@@ -37,7 +39,7 @@ from service.delivery.records import (
     TrajectoryResult,
 )
 from service.delivery.scripts import Scripts, register
-from service.delivery.views import DeliveryViews, text
+from service.delivery.views import text
 
 RedisClient = redis.Redis | RedisCluster
 _COMPLETE_CODES = {1: CompletionOutcome.ACCEPTED, 2: CompletionOutcome.DUPLICATE, 0: CompletionOutcome.STALE}
@@ -45,7 +47,7 @@ _NOT_RUN = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")  # replies of a script th
 _RELEASE_CODES = {1: ReleaseOutcome.REQUEUED, 3: ReleaseOutcome.DEAD_LETTERED, 0: ReleaseOutcome.STALE}
 
 
-class Delivery(DeliveryViews):
+class Delivery(DeliveryIndexes):
     """Client of the delivery protocol on one Redis (or Redis Cluster) deployment."""
 
     def __init__(self, client: RedisClient, prefix: str = keyspace.DEFAULT_PREFIX) -> None:
@@ -82,75 +84,12 @@ class Delivery(DeliveryViews):
         self._announce(schedule.schedule_id, sorted(schedule.queues), schedule.lease.retention_s)
         return PublishOutcome.CREATED if int(created) == 1 else PublishOutcome.UNCHANGED
 
-    def announce(self, schedule_id: str, retention_s: int) -> None:
-        """Announce a stored schedule again; ``UnknownScheduleError`` when there is none.
-
-        ``publish`` stores atomically, then announces in a second round trip; a timeout or OOM in
-        between leaves a schedule no sidecar sees. The caller's retry (same ``schedule_id``) is the
-        one who knows, so the refusal of that retry repairs it here (idempotent).
-        """
-        self._announce(schedule_id, sorted(self.info(schedule_id).workers), retention_s)
-
     def remember_request(self, schedule_id: str, digest: str) -> None:
         """Store the publishing request's digest beside the schedule (it expires with ``P:meta``).
 
         Written after the atomic publish (a failure between leaves none: a retry is taken for the same
         request); atomically skipped for a schedule gone meanwhile (``lua/remember.lua``)."""
         self._call(self.scripts.remember, schedule_id, [keyspace.REQUEST_DIGEST, digest])
-
-    def _announce(self, schedule_id: str, workers: Sequence[str], retention_s: int) -> None:
-        """Index the schedule for reapers and each worker's inbox (single-key commands: any slot).
-
-        A schedule that is already finished (a replay after the work was done, or an empty one) or
-        cancelled is retired instead, so replays never put finished work back in front of the sidecars.
-        """
-        published = self._unsettled_since(schedule_id)
-        if published is None:
-            self._retire(schedule_id)
-            return
-        horizon = published - retention_s * 1000
-        inboxes = [keyspace.inbox(w, self.prefix) for w in workers]
-        pipe = self.client.pipeline(transaction=False)
-        for index in (keyspace.active_index(self.prefix), *inboxes):
-            pipe.zadd(index, {schedule_id: published})
-            pipe.zremrangebyscore(index, "-inf", f"({horizon}")
-        for inbox in inboxes:
-            pipe.pttl(inbox)
-        ttls = pipe.execute()[-len(inboxes) :] if inboxes else []
-        # Pruning above needs a later announce to the same worker; an expiry does not. Only ever
-        # extended (a schedule with a shorter retention must not cut one with a longer one short).
-        life_ms = (retention_s + keyspace.INBOX_MARGIN_S) * 1000
-        longer = [inbox for inbox, ttl in zip(inboxes, ttls, strict=True) if int(ttl) < life_ms]
-        if longer:
-            pipe = self.client.pipeline(transaction=False)
-            for inbox in longer:
-                pipe.pexpire(inbox, life_ms)
-            pipe.execute()
-        if self._unsettled_since(schedule_id) is None:  # settled or cancelled meanwhile: that retire
-            self._retire(schedule_id)  # may have run before the announce above, which undid it
-
-    def _unsettled_since(self, schedule_id: str) -> int | None:
-        """The schedule's publish time while some item is still queued or running, else None (also
-        for a schedule whose keys are gone: nothing to announce)."""
-        keys = self.keys(schedule_id)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hmget(keys.meta, ["published_ms", "total"])
-        pipe.hmget(keys.counts, [keyspace.DONE, keyspace.FAILED, keyspace.CANCELLED])
-        (published, total), settled = pipe.execute()
-        if total is None or int(total) <= sum(int(v or 0) for v in settled):
-            return None
-        return int(published)
-
-    def _retire(self, schedule_id: str) -> None:
-        """Drop a finished schedule from the indexes; its keys stay until retention for reading."""
-        try:
-            workers = self.info(schedule_id).workers
-        except UnknownScheduleError:
-            workers = ()
-        pipe = self.client.pipeline(transaction=False)
-        for index in (keyspace.active_index(self.prefix), *(keyspace.inbox(w, self.prefix) for w in workers)):
-            pipe.zrem(index, schedule_id)
-        pipe.execute()
 
     # -- worker side ----------------------------------------------------------------------------
 
