@@ -48,20 +48,7 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) ->
     items = [item for _, queue in queues for item in queue]
     stored, payloads = stored_items(items)
     keys = "\n".join(item.key for item in items)
-    preds: list[str] = []
-    reserves: list[str] = []
-    records: list[str] = []
-    scores: list[str] = []
-    for name, queue in queues:
-        total = 0.0  # summed in item order, as the script did: the same double, so the same P:work
-        for item in queue:
-            tokens = float(item.predicted_tokens)
-            total += tokens
-            pred, reserve = repr(tokens), str(item.reservation_tokens)
-            preds.append(pred)
-            reserves.append(reserve)
-            records.append(f"q|0|0|0|{pred}|{name}|{reserve}")
-        scores.append(repr(total))
+    preds, reserves, records, scores = _queue_columns(queues)
     jsons = "\n".join(stored)
     head = [
         lease.lease_ttl_ms,
@@ -107,6 +94,28 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) ->
         *predicted,
         nonce,
     ]
+
+
+def _queue_columns(
+    queues: Sequence[tuple[str, Sequence[DeliveryItem]]],
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Per item, in queue order: its predicted tokens, its reservation and its ``P:st`` record
+    (queued, on its queue); per queue, its predicted work (``P:work``)."""
+    preds: list[str] = []
+    reserves: list[str] = []
+    records: list[str] = []
+    scores: list[str] = []
+    for name, queue in queues:
+        total = 0.0  # summed in item order, as the script did: the same double, so the same P:work
+        for item in queue:
+            tokens = float(item.predicted_tokens)
+            total += tokens
+            pred, reserve = repr(tokens), str(item.reservation_tokens)
+            preds.append(pred)
+            reserves.append(reserve)
+            records.append(f"q|0|0|0|{pred}|{name}|{reserve}")
+        scores.append(repr(total))
+    return preds, reserves, records, scores
 
 
 def _fingerprint(
