@@ -355,7 +355,7 @@ def _speedup(baseline_s: float, chosen_s: float) -> float:
 
 
 def _record(ctx: Context, response: ScheduleResponse, count: int) -> None:
-    """Metrics and one log line per schedule."""
+    """Metrics and one log line per schedule, with each stage's milliseconds."""
     m = ctx.metrics
     # queue: the wait for a plan slot (ROLLOUT_MAX_CONCURRENT_PLANS), the first sign of too few replicas
     for stage in ("queue", "validate", "predict", "plan", "baseline", "publish"):
@@ -373,6 +373,8 @@ def _record(ctx: Context, response: ScheduleResponse, count: int) -> None:
             "predicted_makespan_s": round(response.predicted_makespan_s, 3),
             "lower_bound_s": round(response.lower_bound_s, 3),
             "round_robin_makespan_s": round(response.round_robin_makespan_s, 3),
-            "total_ms": round(response.timings.total_ms, 1),
+            # every stage's wall time (queue_ms .. publish_ms, total_ms): a slow step is read from its
+            # own line, not from a histogram that mixes it with every other step
+            **{key: round(ms, 1) for key, ms in response.timings.model_dump().items()},
         },
     )

@@ -51,6 +51,16 @@ def test_log_lines_are_json_with_the_schedule_id(
     assert scheduled[0]["policy"] == "lpt"
 
 
+def test_the_scheduled_line_carries_each_stage_of_the_batch_in_milliseconds(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="service"):
+        timings = client.post("/schedule", json=batch_body()).json()["timings"]
+    lines = [json.loads(JsonFormatter().format(r)) for r in caplog.records if r.name == "service.pipeline"]
+    scheduled = next(line for line in lines if line["message"] == "scheduled")
+    assert {key: scheduled[key] for key in timings} == {key: round(ms, 1) for key, ms in timings.items()}
+
+
 def test_request_labels_stay_bounded_and_name_the_route_even_when_refused_before_routing(
     make_client: AppFactory,
 ) -> None:
