@@ -4,18 +4,28 @@ Each report is stored in the durable actuals stream (the predictor's training da
 the reporting worker's learned decode speed. A batch is validated whole before anything is written,
 so a rejected batch stores nothing. A report the stream already holds (a retried batch) is neither
 stored nor learned from again: only the reports this request stored teach speed.
+
+Each batch logs one ``actuals stored`` line at INFO (counts and milliseconds) under the schedule
+its reports name, so the step's lines, from ``scheduled`` to its actuals, are found by one id.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Sequence
+
 from fastapi import APIRouter, Depends, Request
 
-from service.api.schemas import ActualsAccepted, ActualsRequest
+from service.api.schemas import ActualReport, ActualsAccepted, ActualsRequest
 from service.auth import AuthFirstRoute, any_client
 from service.context import context_of
+from service.logs import schedule_context
 from service.problems import documented
 
 router = APIRouter(tags=["actuals"], route_class=AuthFirstRoute)
+_log = logging.getLogger("service.actuals")
+LOGGED_SCHEDULES = 16  # a batch spanning more schedules names this many on its line, and counts all
 
 
 @router.post(
@@ -23,14 +33,41 @@ router = APIRouter(tags=["actuals"], route_class=AuthFirstRoute)
 )
 def report_actuals(body: ActualsRequest, request: Request) -> ActualsAccepted:
     """Append the reports new to the actuals stream, then update each reporting worker's speed."""
+    started = time.perf_counter()
     ctx = context_of(request)
+    schedules = _schedules(body.actuals)
+    if len(schedules) == 1:
+        request.state.schedule_id = schedules[0]  # the access line's too
     appended = ctx.actuals.append(body.actuals)
     ctx.models.sync()  # fold them into this replica's history now, not on the next /schedule
     scales = ctx.speeds.observe(appended.stored)  # a repeat taught its speed when first stored
     ctx.metrics.actuals.inc(len(appended.stored))
+    _log_stored(schedules, len(appended.stored), appended.repeated, time.perf_counter() - started)
     return ActualsAccepted(
         accepted=len(appended.stored),
         repeated=appended.repeated,
         stream_length=appended.length,
         time_scales=scales,
     )
+
+
+def _schedules(reports: Sequence[ActualReport]) -> list[str]:
+    """The schedules ``reports`` name, sorted (reports may name none: imported history)."""
+    return sorted({report.schedule_id for report in reports if report.schedule_id is not None})
+
+
+def _log_stored(schedules: Sequence[str], accepted: int, repeated: int, seconds: float) -> None:
+    """The batch's ``actuals stored`` line: under its schedule's id when it names one, else naming
+    up to ``LOGGED_SCHEDULES`` of those it spans."""
+    named = {} if len(schedules) < 2 else {"schedule_ids": list(schedules[:LOGGED_SCHEDULES])}
+    with schedule_context(schedules[0] if len(schedules) == 1 else None):
+        _log.info(
+            "actuals stored",
+            extra={
+                "accepted": accepted,
+                "repeated": repeated,
+                "schedule_count": len(schedules),
+                **named,
+                "ms": round(seconds * 1000.0, 1),
+            },
+        )

@@ -16,7 +16,7 @@ from service.delivery import Delivery
 from service.logs import JsonFormatter
 from service.metrics import Metrics
 from service.redis_conn import describe
-from tests.service.api.conftest import AppFactory, actual_history, batch_body
+from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
 
 
 def test_metrics_expose_requests_latency_plan_quality_and_queue_depths(client: TestClient) -> None:
@@ -59,6 +59,37 @@ def test_the_scheduled_line_carries_each_stage_of_the_batch_in_milliseconds(
     lines = [json.loads(JsonFormatter().format(r)) for r in caplog.records if r.name == "service.pipeline"]
     scheduled = next(line for line in lines if line["message"] == "scheduled")
     assert {key: scheduled[key] for key in timings} == {key: round(ms, 1) for key, ms in timings.items()}
+
+
+def test_a_batch_of_actuals_logs_one_line_with_its_schedule_id_counts_and_milliseconds(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    reports = [{**actual_report(0, p, 0), "schedule_id": "step-0"} for p in range(3)]
+    with caplog.at_level(logging.INFO, logger="service"):
+        client.post("/actuals", json={"actuals": reports})
+        client.post("/actuals", json={"actuals": reports})  # a retry: stored already
+    lines = [json.loads(JsonFormatter().format(r)) for r in caplog.records]
+    stored = [line for line in lines if line["message"] == "actuals stored"]
+    assert [(line["schedule_id"], line["accepted"], line["repeated"]) for line in stored] == [
+        ("step-0", 3, 0),
+        ("step-0", 0, 3),
+    ]
+    assert all(line["ms"] >= 0 for line in stored)
+    access = [line for line in lines if line["logger"] == "service.access"]
+    assert [line.get("schedule_id") for line in access] == ["step-0", "step-0"]
+
+
+def test_actuals_of_several_schedules_name_them_all_on_their_line(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    reports = [{**actual_report(s, 0, 0), "schedule_id": f"step-{s}"} for s in range(2)]
+    reports.append(actual_report(2, 0, 0))  # no schedule named
+    with caplog.at_level(logging.INFO, logger="service"):
+        client.post("/actuals", json={"actuals": reports})
+    stored = next(r for r in caplog.records if r.getMessage() == "actuals stored")
+    line = json.loads(JsonFormatter().format(stored))
+    assert "schedule_id" not in line
+    assert line["schedule_ids"] == ["step-0", "step-1"]
 
 
 def test_request_labels_stay_bounded_and_name_the_route_even_when_refused_before_routing(
