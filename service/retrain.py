@@ -15,6 +15,7 @@ a retrain covered. Other replicas pick the new version up by hot reload.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import uuid
@@ -86,16 +87,18 @@ class Retrainer:
         ``POST /models/retrain`` on any replica would be refused for."""
         return self.running or bool(self._redis.exists(self._lock_key))
 
-    def retrain_now(self) -> RetrainResult:
+    def retrain_now(self, trigger: str = "request") -> RetrainResult:
         """Retrain synchronously; ``ConflictError`` (409) when one is already running or data is too thin.
 
         Every attempt is counted by outcome (``ok``, ``busy``, ``insufficient_data``, ``error``), the
-        on-demand ones too, so a failing store shows on the dashboard and not only in a 500."""
+        on-demand ones too, so a failing store shows on the dashboard and not only in a 500. A
+        retrain done logs one ``retrain done`` line (version, rows, seconds, and ``trigger``:
+        ``request`` or ``step``), so a slow or surprising model swap is found in the log."""
         if not self._running.acquire(blocking=False):
             self._metrics.retrains.labels("busy").inc()
             raise ConflictError("a retrain is already running in this replica")
         try:
-            return self._locked_retrain()
+            result = self._locked_retrain()
         except ConflictError:
             raise  # counted where it was decided
         except Exception:
@@ -103,6 +106,16 @@ class Retrainer:
             raise
         finally:
             self._running.release()
+        _log.info(
+            "retrain done",
+            extra={
+                "trigger": trigger,
+                "model_version": result.version,
+                "history_rows": result.history_rows,
+                "seconds": round(result.seconds, 3),
+            },
+        )
+        return result
 
     def _locked_retrain(self) -> RetrainResult:
         self._release_leftover()
@@ -167,14 +180,19 @@ class Retrainer:
             return False
         if not self._advance(keys=[self.step_key], args=[last, step]):
             return False  # another replica claimed this boundary first
-        self.background = threading.Thread(target=self._background, name=f"retrain-step-{step}", daemon=True)
+        # in a copy of this context: its lines carry the schedule id of the step that started it
+        self.background = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(self._background,),
+            name=f"retrain-step-{step}",
+            daemon=True,
+        )
         self.background.start()
         return True
 
     def _background(self) -> None:
         try:
-            result = self.retrain_now()
-            _log.info("automatic retrain done", extra={"model_version": result.version})
+            self.retrain_now("step")
         except ConflictError as error:
             _log.info("automatic retrain skipped: %s", error.detail)
         except Exception:  # counted by retrain_now

@@ -33,6 +33,7 @@ from service.auth import AuthFirstRoute, any_client, trainer_only
 from service.context import Context, context_of
 from service.delivery import ResultRecord
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
+from service.logs import schedule_context
 from service.problems import documented
 
 router = APIRouter(tags=["schedules"], route_class=AuthFirstRoute)
@@ -54,7 +55,8 @@ def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     request.state.schedule_id = schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
     response = pipeline.run(body, ctx, schedule_id)
     if body.publish:  # a dry run writes nothing, the retrain counter included
-        ctx.retrainer.after_step(body.step)
+        with schedule_context(schedule_id):  # a retrain it starts logs under the step's id
+            ctx.retrainer.after_step(body.step)
     # Serialised once here: returning the model would make FastAPI validate 4,096 items again.
     return Response(response.model_dump_json(), media_type="application/json")
 

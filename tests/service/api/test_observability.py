@@ -92,6 +92,34 @@ def test_actuals_of_several_schedules_name_them_all_on_their_line(
     assert line["schedule_ids"] == ["step-0", "step-1"]
 
 
+def test_an_automatic_retrain_logs_its_result_under_the_step_that_started_it(
+    make_client: AppFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = make_client(retrain_every_steps=1)
+    client.post("/schedule", json=batch_body(step=0))
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    with caplog.at_level(logging.INFO, logger="service"):
+        sid = client.post("/schedule", json=batch_body(step=1)).json()["schedule_id"]
+        retrainer = client.app.state.context.retrainer  # type: ignore[attr-defined]
+        retrainer.background.join(60)
+    done = [json.loads(JsonFormatter().format(r)) for r in caplog.records if r.getMessage() == "retrain done"]
+    assert [(line["schedule_id"], line["trigger"], line["model_version"]) for line in done] == [
+        (sid, "step", "v1")
+    ]
+    assert done[0]["history_rows"] == 64
+    assert done[0]["seconds"] >= 0
+
+
+def test_an_on_demand_retrain_logs_its_result(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    with caplog.at_level(logging.INFO, logger="service"):
+        seconds = client.post("/models/retrain").json()["seconds"]
+    done = [json.loads(JsonFormatter().format(r)) for r in caplog.records if r.getMessage() == "retrain done"]
+    assert [(line["trigger"], line["model_version"], line["seconds"]) for line in done] == [
+        ("request", "v1", round(seconds, 3))
+    ]
+
+
 def test_request_labels_stay_bounded_and_name_the_route_even_when_refused_before_routing(
     make_client: AppFactory,
 ) -> None:
