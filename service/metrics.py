@@ -23,8 +23,13 @@ from service.delivery.records import ReapReport
 
 _log = logging.getLogger("service.metrics")
 
-# up to a minute: long-polls wait up to 30 s, and a plan may queue for ROLLOUT_PLAN_QUEUE_TIMEOUT_S (30)
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# from 1 ms: validate, baseline and predict take ~1-4 ms at 1,024 x 16 (docs/benchmarks.md), and a
+# first bucket of 5 ms held them all; up to a minute: long-polls wait up to 30 s, and a plan may
+# queue for ROLLOUT_PLAN_QUEUE_TIMEOUT_S (30)
+LATENCY_BUCKETS = (
+    *(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5),
+    *(1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+)
 DEPTH_CACHE_S = 2.0  # queue depths are read from Redis at most this often, however often scraped
 RATIO_BUCKETS = (1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.5, 2.0, 3.0, 5.0)
 
