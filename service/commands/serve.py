@@ -9,6 +9,7 @@ scheduler lets anyone reorder (or starve) a training job's rollouts.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -140,6 +141,7 @@ def run(settings: Settings) -> None:
     logs.configure(settings.log_level)
     for line in unknown_variables():
         logging.getLogger("service.settings").warning(line)
+    _ignore_web_concurrency()
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal; exiting through
     # SystemExit instead lets the embedded server's context manager stop it (no orphan process).
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -152,10 +154,23 @@ def run(settings: Settings) -> None:
                 port=ready.port,
                 log_config=None,
                 access_log=False,
+                workers=1,  # one process per replica: see _ignore_web_concurrency
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
             )
     except EmbeddedServerError as error:
         _fail(str(error))
+
+
+def _ignore_web_concurrency() -> None:
+    """Say that ``WEB_CONCURRENCY`` (set by many base images) does not apply. uvicorn reads it as a
+    worker count and, given an app object, refuses more than one by exiting; and a replica is one
+    process by design: its metrics registry, plan slots and reaper are per process, so worker
+    processes would each answer a scrape with their own counts. Scale with replicas instead."""
+    value = os.environ.get("WEB_CONCURRENCY")
+    if value is not None and value.strip() != "1":
+        logging.getLogger("service.settings").warning(
+            "WEB_CONCURRENCY=%s is ignored: serve runs one process per replica; run more replicas", value
+        )
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

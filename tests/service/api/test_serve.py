@@ -69,6 +69,35 @@ def test_serve_without_redis_url_runs_an_embedded_server_and_stops_it_on_exit(tm
             proc.kill()
 
 
+@pytest.mark.slow
+def test_serve_runs_one_process_whatever_web_concurrency_says(tmp_path: Path) -> None:
+    """uvicorn reads WEB_CONCURRENCY (set by many base images) as its worker count, and with an app
+    object rather than an import string it refuses more than one and exits: serve must serve."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
+    env.update(ROLLOUT_MODEL_DIR=str(tmp_path), WEB_CONCURRENCY="2")
+    command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", str(port)]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "serve did not answer"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        assert proc.stderr is not None
+        assert "WEB_CONCURRENCY=2 is ignored" in proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_settings_come_from_the_environment_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REDIS_URL", "rediss://user:pw@redis.example:6380/0")
     monkeypatch.setenv("ROLLOUT_MAX_TRAJECTORIES", "100")
