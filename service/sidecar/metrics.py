@@ -3,7 +3,8 @@
 Why. The service's metrics see plans, not workers: a sidecar that keeps failing items, losing
 leases or waiting on its engine shows only as a flat queue depth there. Its own counters
 (``SessionStats``) were printed once, on exit. Here they are read at every scrape by a collector,
-so the loop keeps no second set of books, and each series carries the worker id.
+so the loop keeps no second set of books, and each series carries the worker id; with them the
+engine's seconds per item (``service.sidecar.timings``), the one sign of an engine gone slow.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from service.sidecar.runner import Sidecar
@@ -60,6 +61,14 @@ class _SidecarCollector(Collector):
             gauge = GaugeMetricFamily(f"rollout_sidecar_{name}", doc, labels=["worker_id"])
             gauge.add_metric([self.worker_id], value)
             yield gauge
+        generation = HistogramMetricFamily(
+            "rollout_sidecar_generation_seconds",
+            "Engine seconds per item run to completion (request sent to reply received)",
+            labels=["worker_id"],
+        )
+        buckets, total = self.runner.generation.snapshot()
+        generation.add_metric([self.worker_id], buckets, total)
+        yield generation
 
 
 def exposition(runner: Sidecar, worker_id: str) -> bytes:

@@ -33,6 +33,7 @@ from service.logs import schedule_context
 from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
 from service.sidecar.holdings import Held
 from service.sidecar.session import RELEASE_GRACE_S, SessionStats, WorkerSession
+from service.sidecar.timings import Durations
 from service.sidecar.watchdog import EngineWatch
 
 log = logging.getLogger("service.sidecar")
@@ -72,6 +73,7 @@ class Sidecar:
     # claiming failed on Redis (logged once); None until the first claim reached it or failed
     _redis_down: bool | None = field(default=None, init=False)
     watch: EngineWatch = field(init=False)  # the engine's signs of life while items run (``watchdog``)
+    generation: Durations = field(default_factory=Durations, init=False)  # engine seconds per item run
     last_turn: float = field(default_factory=time.monotonic, init=False)  # monotonic time the main
     # loop last turned (or polled a loading engine): what the liveness probe reads (``health``)
 
@@ -202,6 +204,7 @@ class Sidecar:
             await self._engine_failed(held, EngineError(f"{type(exc).__name__}: {exc}", retryable=False))
             return
         self.watch.alive()
+        self.generation.observe(reply.wall_time_s)
         self.watch.forget((held.lease.schedule_id, held.lease.key))
         self.session.holdings.observe(
             reply.completion_tokens, reply.wall_time_s

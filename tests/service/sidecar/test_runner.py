@@ -17,8 +17,10 @@ from service.delivery.records import DeliveryItem
 from service.embedded import EmbeddedServer
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
+from service.sidecar.metrics import exposition
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
+from service.sidecar.timings import Durations
 from tests.service.sidecar.procs import cluster, item, publish, run_until, tally
 
 
@@ -80,6 +82,32 @@ def test_each_completed_result_carries_the_mean_concurrency_it_ran_at_for_speed_
     assert max(concurrency) > 1.5  # they overlapped, and the reports say so
     caps = {r.result.extra["max_new_tokens"] for r in delivery.read_results("conc")}
     assert caps == {items[0].max_new_tokens}  # a cut output's cap travels with it to the actuals
+
+
+def test_each_item_s_engine_seconds_are_counted_in_the_generation_histogram(
+    redis_client: redis.Redis, redis_url: str, engine_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    items = [item(f"p{i}", 0, 2000) for i in range(4)]
+    publish(delivery, "gen", {"w0": items})
+    sidecar = _sidecar(redis_url, engine_url, slots=2)
+    run_until(sidecar, _finished(delivery, "gen"))
+    lines = exposition(sidecar, "w0").decode().splitlines()
+    assert 'rollout_sidecar_generation_seconds_count{worker_id="w0"} 4.0' in lines
+    assert 'rollout_sidecar_generation_seconds_bucket{le="+Inf",worker_id="w0"} 4.0' in lines
+    total = next(line for line in lines if line.startswith("rollout_sidecar_generation_seconds_sum"))
+    assert float(total.rsplit(" ", 1)[1]) > 0
+
+
+def test_the_generation_histogram_tells_apart_items_of_many_minutes() -> None:
+    """A long chain of thought runs for many minutes: a top bucket of a minute or two would put every
+    such item in +Inf, and their quantiles would say nothing."""
+    durations = Durations()
+    durations.observe(20 * 60.0)
+    durations.observe(45 * 60.0)
+    buckets, total = durations.snapshot()
+    assert total == 65 * 60.0
+    assert [count for _, count in buckets].count(1.0) > 0  # some finite bucket holds one, not both
 
 
 @pytest.mark.parametrize(("kv_admission", "most_running"), [(True, 2), (False, 4)])
