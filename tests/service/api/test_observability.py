@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from service.logs import JsonFormatter
 from service.metrics import Metrics
 from service.redis_conn import describe
 from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
+from tests.service.metrics_docs import DOCS, documented_metrics, exported_metrics
 
 
 def test_metrics_expose_requests_latency_plan_quality_and_queue_depths(client: TestClient) -> None:
@@ -258,3 +260,24 @@ def test_the_model_info_names_the_one_version_serving_and_follows_a_retrain_by_a
 
 def _model_info(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("rollout_model_info")]
+
+
+def test_every_metric_the_service_exports_is_documented_with_its_labels_and_no_other(
+    client: TestClient,
+) -> None:
+    client.post("/schedule", json=batch_body())
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    client.post("/models/retrain")
+    section = (DOCS / "api.md").read_text().split("## Metrics", 1)[1].split("\n## ", 1)[0]
+    assert exported_metrics(client.get("/metrics").text) == documented_metrics(section)
+
+
+def test_metric_names_follow_prometheus_conventions(client: TestClient) -> None:
+    """Counters end in ``_total`` and nothing else does; times are in seconds, not milliseconds."""
+    client.post("/schedule", json=batch_body())
+    types = dict(
+        line.split()[2:4] for line in client.get("/metrics").text.splitlines() if line.startswith("# TYPE")
+    )
+    ours = {name: kind for name, kind in types.items() if not name.endswith("_created")}
+    assert all((kind == "counter") == name.endswith("_total") for name, kind in ours.items())
+    assert not [name for name in ours if re.search(r"_(ms|milliseconds|minutes|hours)(_|$)", name)]

@@ -18,8 +18,10 @@ from service.ports import free_port
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.health import CLIENT_TIMEOUT_S, STALE_S, HealthServer
 from service.sidecar.holdings import Holdings
+from service.sidecar.metrics import exposition
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.metrics_docs import DOCS, documented_metrics, exported_metrics
 from tests.service.sidecar.procs import cluster, item, publish, run_until, wait_http, wait_until
 
 
@@ -152,6 +154,15 @@ def test_the_health_port_exposes_the_sidecars_counters_for_prometheus(redis_url:
     assert 'rollout_sidecar_failed_total{worker_id="w0"} 2.0' in text
     assert 'rollout_sidecar_held{worker_id="w0"} 0.0' in text
     assert 'rollout_sidecar_engine_up{worker_id="w0"} 0.0' in text
+
+
+def test_every_metric_a_sidecar_exports_is_documented_with_its_labels_and_no_other(redis_url: str) -> None:
+    exported = exported_metrics(exposition(_sidecar(redis_url), "w0").decode())
+    docs = (DOCS / "sidecar.md").read_text()
+    section = docs.split("**Metrics (`--health-port`).**", 1)[1].split("\n\n", 1)[0]
+    assert "every series labelled `worker_id`" in " ".join(section.split())
+    assert set(exported) == set(documented_metrics(section))
+    assert set(exported.values()) == {frozenset({"worker_id"})}
 
 
 def test_a_sidecar_with_every_slot_busy_is_not_ready_once_its_heartbeats_find_redis_gone(
