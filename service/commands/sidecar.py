@@ -189,7 +189,7 @@ def _check(
     """The Redis URL, once the flags that say where to connect and how to run make sense together;
     ``ValueError`` naming the first that does not."""
     from service.logs import LOG_LEVELS
-    from service.redis_conn import check_redis_url_flag
+    from service.redis_conn import check_redis_url_flag, describe
 
     if not url:
         raise ValueError("no Redis: pass --redis-url or set REDIS_URL")
@@ -197,7 +197,8 @@ def _check(
     if (engine_url is None) == (pull_api is None):
         raise ValueError("pass exactly one of --engine-url (push mode) or --pull-api PORT (pull mode)")
     if engine_url is not None and not engine_url.startswith(("http://", "https://")):
-        raise ValueError(f"engine_url={engine_url!r}: expected an http:// or https:// base URL")
+        shown = describe(engine_url)  # a password in it is never printed
+        raise ValueError(f"engine_url={shown!r}: expected an http:// or https:// base URL")
     if health_port is not None and pull_api is not None:
         raise ValueError("--health-port is for push mode; in pull mode GET /health is on the pull API")
     for name, port in (("pull-api", pull_api), ("health-port", health_port)):

@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 
 from service.delivery.records import DeliveryItem
+from service.redis_conn import describe
 from service.sidecar.sampling import sample_params
 
 ENGINE_DOWN = frozenset({429, 502, 503, 504})  # overloaded, restarting, or a proxy without it
@@ -263,7 +264,7 @@ class EngineClient:
     def _transport_error(self, exc: httpx.HTTPError) -> EngineError:
         """What a request that got no (whole) answer says of the engine: all engine-down; only a
         connection dropped mid-request is also ``suspect`` (a healthy engine may do it to one item)."""
-        where, limit = self._options.base_url, self._options.probe_timeout_s
+        where, limit = describe(self._options.base_url), self._options.probe_timeout_s  # no password
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
             return EngineError(f"engine unreachable at {where}: {exc!r}", True, True)
         if isinstance(exc, httpx.TimeoutException):

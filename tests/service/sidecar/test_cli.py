@@ -160,6 +160,25 @@ def test_a_url_refused_for_an_unescaped_password_does_not_print_the_password(
     assert secret not in result.output
 
 
+def test_an_engine_url_refused_for_its_scheme_does_not_print_its_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    args = [
+        "sidecar",
+        "--worker-id",
+        "w",
+        "--redis-url",
+        "redis://r",
+        "--engine-url",
+        "rollout:s3cret@engine:8000",
+    ]
+    result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 2
+    assert "expected an http:// or https:// base URL" in result.output
+    assert "s3cret" not in result.output
+
+
 def test_a_health_port_in_use_is_one_line_naming_it_and_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("REDIS_URL", raising=False)
     with socket.create_server(("127.0.0.1", 0)) as taken:

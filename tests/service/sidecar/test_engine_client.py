@@ -112,6 +112,16 @@ def test_an_engine_refusal_is_not_retryable_and_an_unreachable_engine_is() -> No
     assert down.value.retryable
 
 
+def test_an_engine_url_s_password_never_shows_in_what_its_errors_say() -> None:
+    """An engine behind a basic-auth proxy is reached as ``http://user:password@host``; its errors
+    are logged, and kept as dead-letter reasons that ``GET /schedule/{id}`` shows."""
+    url = "http://rollout:s3cret@127.0.0.1:9"
+    with pytest.raises(EngineError, match="unreachable") as down:
+        _ready(EngineClient.open(EngineOptions(url, connect_timeout_s=0.5)))
+    assert "s3cret" not in str(down.value)
+    assert "rollout:***@127.0.0.1:9" in str(down.value)
+
+
 def _ready(client: EngineClient) -> str:
     """``client.ready()``, run to the end and the client closed."""
 
