@@ -44,6 +44,9 @@ def test_redis_down_is_a_503_and_the_service_recovers_when_it_returns(
         assert ready.status_code == 503
         assert ready.json()["redis"].startswith("unreachable")
         assert client.get("/healthz").status_code == 200  # alive: do not restart, just wait
+        scraped = client.get("/metrics")  # the outage is seen on the dashboard, not only in logs
+        assert scraped.status_code == 200
+        assert 'rollout_http_requests_total{method="POST",route="/schedule",status="503"} 1.0' in scraped.text
 
         private_redis.start()  # same port and data dir: the AOF replays the first schedule
         assert client.get("/readyz").status_code == 200
