@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,10 +13,11 @@ from pydantic import SecretStr
 
 from service.app import create_app
 from service.embedded import EmbeddedServer
+from service.logs import JsonFormatter
 from service.redis_conn import RedisRefusedError, describe
 from service.settings import Settings
 from service.sidecar.launch import SidecarOptions, connect
-from tests.service.api.conftest import batch_body
+from tests.service.api.conftest import actual_history, batch_body
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +110,39 @@ def test_a_sidecar_whose_credentials_are_refused_stops_with_one_line(acl_redis: 
     )
     with pytest.raises(RedisRefusedError, match="refused our credentials"):
         connect(options)
+
+
+def test_no_log_line_of_a_whole_step_shows_the_redis_password_or_a_token(
+    acl_redis: EmbeddedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Start-up, a schedule, its actuals, a retrain, refused tokens and a refused Redis user: every
+    line, extras included, as the JSON formatter writes it."""
+    url = f"redis://scheduler:s3cret@127.0.0.1:{_port(acl_redis)}/0"
+
+    def settings(redis_url: str) -> Settings:
+        return Settings(
+            redis_url=redis_url,
+            model_dir=str(tmp_path),
+            trainer_tokens=SecretStr("trainer-t0ken"),
+            worker_tokens=SecretStr("worker-t0ken"),
+        )
+
+    trainer = {"Authorization": "Bearer trainer-t0ken"}
+    with caplog.at_level(logging.DEBUG, logger="service"):
+        with TestClient(create_app(settings(url))) as client:
+            step = client.post("/schedule", json=batch_body(step=0), headers=trainer).json()["schedule_id"]
+            reports = [{**report, "schedule_id": step} for report in actual_history(steps=2)]
+            client.post("/actuals", json={"actuals": reports}, headers=trainer)
+            client.post("/models/retrain", headers=trainer)
+            client.post("/schedule", json=batch_body(), headers={"Authorization": "Bearer worker-t0ken"})
+            client.post(
+                "/schedule?token=trainer-t0ken", json=batch_body(), headers={"Authorization": "Bearer x"}
+            )
+        wrong = settings(url.replace("s3cret", "wr0ng-s3cret"))
+        with TestClient(create_app(wrong), raise_server_exceptions=False) as client:
+            client.post("/schedule", json=batch_body(), headers=trainer)
+    written = "\n".join(JsonFormatter().format(record) for record in caplog.records)
+    assert "actuals stored" in written  # the step was logged
+    assert "retrain done" in written
+    for secret in ("s3cret", "t0ken"):
+        assert secret not in written
