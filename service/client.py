@@ -30,16 +30,19 @@ from service.api.schemas import (
 from service.tokens import check_token
 
 T = TypeVar("T")
-OUTAGE_PAUSE_S = 0.5  # between retries of a read that failed retryably (``wait``)
+OUTAGE_PAUSE_S = 0.5  # between retries of a call that failed retryably, at the least
+MAX_PAUSE_S = 30.0  # the longest a Retry-After is waited out before the next try
+ACTUALS_CHUNK = 1_000  # reports per POST /actuals: a step's results stay well under a proxy's body limit
 
 
 class SchedulerAPIError(RuntimeError):
     """The service refused a request; ``problem`` is its RFC 9457 body."""
 
-    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
+    def __init__(self, status: int, problem: Mapping[str, Any], retry_after_s: float | None = None) -> None:
         self.status = status
         self.problem = dict(problem)
         self.field: str | None = problem.get("field")
+        self.retry_after_s = retry_after_s  # the answer's Retry-After, in seconds, when it sent one
         super().__init__(f"{status} {problem.get('title', '')}: {problem.get('detail', '')}".strip())
 
     @property
@@ -184,12 +187,33 @@ class SchedulerClient:
                     ) from error
                 if not error.retryable or now - failing_since >= outage_s:
                     raise
-                time.sleep(OUTAGE_PAUSE_S)
+                time.sleep(_pause(error, now, failing_since + outage_s, deadline))
 
-    def report_actuals(self, reports: Sequence[ActualReport | Mapping[str, Any]]) -> ActualsAccepted:
-        """Report finished trajectories (actual lengths, finish reason, reward, wall time, worker)."""
+    def report_actuals(
+        self,
+        reports: Sequence[ActualReport | Mapping[str, Any]],
+        chunk: int = ACTUALS_CHUNK,
+        outage_s: float = 60.0,
+    ) -> ActualsAccepted:
+        """Report finished trajectories (actual lengths, finish reason, reward, wall time, worker).
+
+        Sent ``chunk`` reports per request: a whole step's (up to 65,536) in one body could exceed
+        the service's ``ROLLOUT_MAX_BODY_BYTES`` or a proxy's limit, a 413 no retry can cure. Each
+        chunk that fails retryably (a lost reply, a restart, Redis down) is sent again for up to
+        ``outage_s``: the service stores a report it already holds once, answering it as
+        ``repeated``, so a retry of a chunk whose first reply was lost stores nothing twice. The
+        answer sums the chunks' counts; ``stream_length`` and ``time_scales`` are the latest."""
         body = [r.model_dump(exclude_none=True) if isinstance(r, ActualReport) else dict(r) for r in reports]
-        return ActualsAccepted.model_validate(self._call("POST", "/actuals", json={"actuals": body}))
+        answers = [
+            self._outlasting(
+                functools.partial(self._post_actuals, body[start : start + chunk]), None, outage_s
+            )
+            for start in range(0, max(len(body), 1), chunk)  # none: one empty request, refused as such
+        ]
+        return _summed(answers)
+
+    def _post_actuals(self, chunk: list[dict[str, Any]]) -> ActualsAccepted:
+        return ActualsAccepted.model_validate(self._call("POST", "/actuals", json={"actuals": chunk}))
 
     def report_results(
         self,
@@ -197,12 +221,14 @@ class SchedulerClient:
         finished: StepResults,
         prompt_tokens: Mapping[str, int] | None = None,
         rewards: Mapping[str, float] | None = None,
+        chunk: int = ACTUALS_CHUNK,
     ) -> ActualsAccepted | None:
         """Report a finished step's results as actuals (the predictor's next training rows).
 
         ``prompt_tokens`` maps prompt id to prompt length where the sidecar did not record it;
         ``rewards`` maps trajectory key (``prompt_id#sample_idx``) to the reward the trainer computed.
         Results an engine aborted (neither ``stop`` nor ``length``) say nothing about length: skipped.
+        Sent ``chunk`` reports a request, each retried through an outage (``report_actuals``).
         """
         sid = finished.progress.schedule_id  # tells the service the profiles the step was planned with
         known, scored = prompt_tokens or {}, rewards or {}
@@ -211,7 +237,7 @@ class SchedulerClient:
             for entry in finished.results
             if (report := actual_from_result(step, entry, known, scored, sid)) is not None
         ]
-        return self.report_actuals(reports) if reports else None
+        return self.report_actuals(reports, chunk=chunk) if reports else None
 
     def models(self) -> ModelStatus:
         """The predictor serving now (``v<N>`` or ``fallback``), the stored versions, the history."""
@@ -232,8 +258,38 @@ class SchedulerClient:
                 problem = response.json()
             except ValueError:
                 problem = {"title": response.reason_phrase, "detail": response.text[:500]}
-            raise SchedulerAPIError(response.status_code, problem)
+            raise SchedulerAPIError(response.status_code, problem, _retry_after(response))
         return response.content if raw else response.json()
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The seconds a ``Retry-After`` header asks for (the HTTP-date form is ignored: None)."""
+    try:
+        return max(0.0, float(response.headers.get("retry-after", "")))
+    except ValueError:
+        return None
+
+
+def _pause(error: SchedulerAPIError, now: float, give_up_at: float, deadline: float | None) -> float:
+    """How long to wait before trying again: the service's ``Retry-After`` when it sent one (at
+    least ``OUTAGE_PAUSE_S``, at most ``MAX_PAUSE_S``), never past the outage allowance or the
+    caller's deadline, so a retried call stays bounded whatever the header says."""
+    wanted = min(MAX_PAUSE_S, max(OUTAGE_PAUSE_S, error.retry_after_s or 0.0))
+    limit = give_up_at if deadline is None else min(give_up_at, deadline)
+    return max(0.0, min(wanted, limit - now))
+
+
+def _summed(answers: Sequence[ActualsAccepted]) -> ActualsAccepted:
+    """One answer for a batch sent in chunks: counts summed, the stream and speeds as last answered."""
+    scales: dict[str, float] = {}
+    for answer in answers:
+        scales.update(answer.time_scales)
+    return ActualsAccepted(
+        accepted=sum(a.accepted for a in answers),
+        repeated=sum(a.repeated for a in answers),
+        stream_length=answers[-1].stream_length,
+        time_scales=scales,
+    )
 
 
 def actual_from_result(

@@ -1,0 +1,145 @@
+"""The trainer's client when replies are lost or refused: a real server and Redis; the only thing
+played is the network, by a transport that forwards a request and then loses its reply."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from service import client as client_module
+from service.api.progress_schemas import ProgressResponse, ResultEntry
+from service.client import SchedulerAPIError, SchedulerClient, StepResults
+from service.settings import Settings
+from tests.service.api.conftest import LiveServer, with_settings
+
+
+class LosesReplies(httpx.HTTPTransport):
+    """Sends every request to the server, but loses the replies of the ``lose`` numbered requests
+    (1 = the first) to ``path``: the server did the work, the client saw a timeout."""
+
+    def __init__(self, path: str, lose: set[int]) -> None:
+        super().__init__()
+        self.path, self.lose, self.seen = path, lose, 0
+        self.bodies: list[bytes] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if request.url.path != self.path:
+            return response
+        self.seen += 1
+        self.bodies.append(request.content)
+        if self.seen in self.lose:
+            response.read()
+            response.close()
+            raise httpx.ReadTimeout("reply lost", request=request)
+        return response
+
+
+def _finished(steps: int, schedule_id: str = "s-1") -> StepResults:
+    """A finished step of ``steps`` results, each with its prompt length recorded by the sidecar."""
+    results = [
+        ResultEntry(
+            stream_id=f"{i + 1}-0",
+            key=f"p{i}#0",
+            worker_id="w0",
+            attempt=1,
+            output_tokens=100 + i,
+            finish_reason="stop",
+            wall_time_s=1.0,
+            output="",
+            reward=None,
+            extra={"prompt_tokens": 50},
+        )
+        for i in range(steps)
+    ]
+    progress = ProgressResponse(
+        schedule_id=schedule_id,
+        total=steps,
+        queued=0,
+        running=0,
+        done=steps,
+        failed=0,
+        workers={},
+        dead_letter=[],
+        dead_letters=[],
+    )
+    return StepResults(results=results, progress=progress)
+
+
+def test_a_step_whose_actuals_exceed_one_body_is_reported_in_chunks(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    # 300 reports are ~50 KB: over this service's body limit in one request, not in chunks of 100.
+    settings = with_settings(live_settings, max_body_bytes=40_000)
+    with LiveServer(settings) as server, SchedulerClient(server.url) as client:
+        accepted = client.report_results(0, _finished(300), chunk=100)
+    assert accepted is not None
+    assert (accepted.accepted, accepted.repeated) == (300, 0)
+    assert redis_client.xlen("rs:actuals") == 300
+
+
+def test_a_chunk_whose_reply_was_lost_is_sent_again_and_stored_once(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    transport = LosesReplies("/actuals", lose={2})
+    with LiveServer(live_settings) as server, SchedulerClient(server.url, transport=transport) as client:
+        accepted = client.report_actuals(
+            [_report(i) for i in range(25)], chunk=10
+        )  # chunks 10, 10, 5; the second's reply is lost after the server stored it
+    assert transport.seen == 4
+    assert transport.bodies[1] == transport.bodies[2]  # the same chunk, sent again
+    assert (accepted.accepted, accepted.repeated) == (15, 10)
+    entries: Any = redis_client.xrange("rs:actuals")
+    stored = [json.loads(fields["a"])["prompt_id"] for _, fields in entries]
+    assert sorted(stored) == sorted(f"p{i}" for i in range(25))  # each once
+
+
+def test_a_refused_chunk_is_not_retried_and_names_its_field(live_settings: Settings) -> None:
+    transport = LosesReplies("/actuals", lose=set())
+    reports = [_report(i) for i in range(3)]
+    reports[1]["output_tokens"] = 0
+    with (
+        LiveServer(live_settings) as server,
+        SchedulerClient(server.url, transport=transport) as client,
+        pytest.raises(SchedulerAPIError) as refused,
+    ):
+        client.report_actuals(reports)
+    assert (refused.value.status, transport.seen) == (422, 1)
+    assert refused.value.field == "actuals[1].output_tokens"
+
+
+def test_a_retry_after_is_waited_out_within_the_outage_allowance(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = iter([503, 503, 200])
+    waits: list[float] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        status = next(answers)
+        if status == 503:
+            return httpx.Response(503, headers={"Retry-After": "7"}, json={"title": "Redis unavailable"})
+        return httpx.Response(200, json={"accepted": 1, "stream_length": 1, "time_scales": {}})
+
+    clock = iter(float(t) for t in range(0, 100, 10))  # each failure is 10 s after the one before
+    monkeypatch.setattr(
+        client_module, "time", SimpleNamespace(monotonic=lambda: next(clock), sleep=waits.append)
+    )
+    client = SchedulerClient("http://scheduler:8000", transport=httpx.MockTransport(answer))
+    with client:
+        assert client.report_actuals([_report(0)], outage_s=12.0).accepted == 1
+    assert waits == [7.0, 2.0]  # the second wait ends where the 12 s allowance does (failing since 0)
+
+
+def _report(i: int) -> dict[str, Any]:
+    return {
+        "step": 0,
+        "prompt_id": f"p{i}",
+        "sample_idx": 0,
+        "worker_id": "w0",
+        "prompt_tokens": 50,
+        "output_tokens": 100 + i,
+        "finish_reason": "stop",
+    }
