@@ -65,6 +65,17 @@ class ServiceUnreachableError(SchedulerAPIError):
         return True
 
 
+class AlreadyPublishedError(SchedulerAPIError):
+    """409 on ``schedule_id``: a step is out under the id this request chose, most often this very
+    request's earlier attempt whose reply was lost. Follow it (``wait``); ``progress.cancelled`` of
+    the wait says when it was cancelled instead, and the step must be sent under a new id."""
+
+    @property
+    def schedule_id(self) -> str:
+        """The id the step is out under."""
+        return str(self.problem.get("value", ""))
+
+
 def check_url(url: str) -> str:
     """``url`` if it names an HTTP service; ``ValueError`` saying why not. Checked when the client is
     built: a URL without its scheme (``scheduler:8000``) or with a bad port otherwise failed only at
@@ -113,10 +124,19 @@ class SchedulerClient:
         """Close the connection pool."""
         self._http.close()
 
-    def schedule(self, request: ScheduleRequest | Mapping[str, Any]) -> ScheduleResponse:
-        """Plan (and publish) one step; ``request`` is the ``POST /schedule`` body."""
+    def schedule(
+        self, request: ScheduleRequest | Mapping[str, Any], outage_s: float = 60.0
+    ) -> ScheduleResponse:
+        """Plan (and publish) one step; ``request`` is the ``POST /schedule`` body.
+
+        A body that names its ``schedule_id`` is retried through retryable failures (a lost reply, a
+        restart, a 503) for up to ``outage_s``: the service publishes an id once, so a retry whose
+        first attempt got through raises ``AlreadyPublishedError`` rather than publishing the step
+        twice. A body without one is sent once, as a retry would publish a second copy of the work."""
         body = request.model_dump(exclude_none=True) if isinstance(request, ScheduleRequest) else request
-        return ScheduleResponse.model_validate_json(self._call("POST", "/schedule", json=body, raw=True))
+        send = functools.partial(self._call, "POST", "/schedule", json=body, raw=True)
+        sent = self._outlasting(send, None, outage_s) if body.get("schedule_id") else send()
+        return ScheduleResponse.model_validate_json(sent)
 
     def progress(self, schedule_id: str) -> ProgressResponse:
         """Counts by state, overall and per worker."""
@@ -258,8 +278,18 @@ class SchedulerClient:
                 problem = response.json()
             except ValueError:
                 problem = {"title": response.reason_phrase, "detail": response.text[:500]}
-            raise SchedulerAPIError(response.status_code, problem, _retry_after(response))
+            kind = (
+                AlreadyPublishedError
+                if _already_published(response.status_code, problem)
+                else SchedulerAPIError
+            )
+            raise kind(response.status_code, problem, _retry_after(response))
         return response.content if raw else response.json()
+
+
+def _already_published(status: int, problem: Any) -> bool:
+    """The service's answer to a step sent again under an id it already published."""
+    return status == 409 and isinstance(problem, dict) and problem.get("field") == "schedule_id"
 
 
 def _retry_after(response: httpx.Response) -> float | None:

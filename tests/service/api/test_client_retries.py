@@ -13,9 +13,15 @@ import redis
 
 from service import client as client_module
 from service.api.progress_schemas import ProgressResponse, ResultEntry
-from service.client import SchedulerAPIError, SchedulerClient, StepResults
+from service.client import (
+    AlreadyPublishedError,
+    SchedulerAPIError,
+    SchedulerClient,
+    ServiceUnreachableError,
+    StepResults,
+)
 from service.settings import Settings
-from tests.service.api.conftest import LiveServer, with_settings
+from tests.service.api.conftest import LiveServer, batch_body, with_settings
 
 
 class LosesReplies(httpx.HTTPTransport):
@@ -143,3 +149,26 @@ def _report(i: int) -> dict[str, Any]:
         "output_tokens": 100 + i,
         "finish_reason": "stop",
     }
+
+
+def test_a_step_whose_reply_was_lost_is_sent_again_and_published_once(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    transport = LosesReplies("/schedule", lose={1})
+    body = batch_body(prompts=2, n=2, workers=2, schedule_id="run-1-step-0")
+    with LiveServer(live_settings) as server, SchedulerClient(server.url, transport=transport) as client:
+        with pytest.raises(AlreadyPublishedError) as published:  # not a ServiceUnreachableError
+            client.schedule(body)
+        assert (published.value.schedule_id, transport.seen) == ("run-1-step-0", 2)
+        assert client.progress("run-1-step-0").total == 4  # one copy of the work
+
+
+def test_a_step_without_its_own_id_is_sent_once(live_settings: Settings) -> None:
+    transport = LosesReplies("/schedule", lose={1})
+    with (
+        LiveServer(live_settings) as server,
+        SchedulerClient(server.url, transport=transport) as client,
+        pytest.raises(ServiceUnreachableError),
+    ):
+        client.schedule(batch_body(prompts=1, n=1, workers=1))  # a retry would publish a second step
+    assert transport.seen == 1
