@@ -277,6 +277,8 @@ class SchedulerClient:
             try:
                 problem = response.json()
             except ValueError:
+                problem = None
+            if not isinstance(problem, dict):  # a proxy's page, or JSON that is no problem document
                 problem = {"title": response.reason_phrase, "detail": response.text[:500]}
             kind = (
                 AlreadyPublishedError

@@ -172,3 +172,30 @@ def test_a_step_without_its_own_id_is_sent_once(live_settings: Settings) -> None
     ):
         client.schedule(batch_body(prompts=1, n=1, workers=1))  # a retry would publish a second step
     assert transport.seen == 1
+
+
+@pytest.mark.parametrize("body", [b'["bad gateway"]', b'"bad gateway"', b"<html>bad gateway</html>"])
+def test_a_proxy_error_that_is_no_problem_document_is_still_a_retryable_scheduler_error(body: bytes) -> None:
+    """A gateway in front of the service answers its own bodies: ``wait`` rides out a retryable
+    ``SchedulerAPIError``, and anything else raised here would end the trainer's wait at once."""
+    proxy = httpx.MockTransport(lambda request: httpx.Response(502, content=body))
+    with (
+        SchedulerClient("http://scheduler:8000", transport=proxy) as client,
+        pytest.raises(SchedulerAPIError) as bad,
+    ):
+        client.progress("run-1-step-0")
+    assert (bad.value.status, bad.value.retryable) == (502, True)
+    assert "bad gateway" in str(bad.value)
+
+
+def test_waiting_on_a_step_gone_from_redis_ends_with_its_404(live_settings: Settings) -> None:
+    """Expired (retention) or never published, the step cannot finish: ``wait`` says so at once
+    rather than retrying a refusal as an outage until ``outage_s``."""
+    transport = LosesReplies("/schedule/run-1-step-9", lose=set())
+    with (
+        LiveServer(live_settings) as server,
+        SchedulerClient(server.url, transport=transport) as client,
+        pytest.raises(SchedulerAPIError) as gone,
+    ):
+        client.wait("run-1-step-9", timeout_s=None)
+    assert (gone.value.status, transport.seen) == (404, 1)
