@@ -278,11 +278,12 @@ class Sidecar:
                 log.exception("heartbeat failed")
                 continue
             for held in lost:
-                log.warning(
-                    "lease on %s lost; stopping it",
-                    held.lease.key,
-                    extra={"schedule_id": held.lease.schedule_id},
-                )
+                if not self.session.is_cancelled(held.lease.schedule_id):  # a cancel is told once
+                    log.warning(
+                        "lease on %s lost; stopping it",
+                        held.lease.key,
+                        extra={"schedule_id": held.lease.schedule_id},
+                    )
                 task = self._tasks.get(_task_id(held))
                 if task is not None:
                     task.cancel()

@@ -13,6 +13,10 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
   does not depend on the service's reaper being up;
 * heartbeats: every held lease is extended each third of its schedule's TTL; a lease the server no
   longer honours is reported lost so the caller stops that trajectory;
+* cancelled schedules: a lease lost or a completion refused because the trainer cancelled the step
+  is expected, not a fault: it is counted apart (``cancelled``, not ``lost`` or ``stale``) and told
+  once per schedule at INFO, so that a cancel of a step with hundreds of items in flight does not
+  bury the warnings about leases that really lapsed;
 * completion with retries on connection errors: a completion whose reply was lost is sent again and
   answered DUPLICATE (a success), never accepted twice.
 """
@@ -37,6 +41,7 @@ from service.sidecar.holdings import Held, Holdings, lease_id
 
 log = logging.getLogger("service.sidecar")
 RELEASE_GRACE_S = 2.0  # past the drain timeout, for releasing what did not finish (one round trip)
+CANCELLED_KEPT = 256  # cancelled schedule ids remembered (a few a training run): bounded, never pruned
 P = ParamSpec("P")
 _NOT_THE_SCHEDULES = (  # replies that say nothing about one schedule's keys: out of memory, a
     redis.exceptions.OutOfMemoryError,  # failover in progress, a refused transaction, a user
@@ -72,6 +77,7 @@ class SessionStats:
     released: int = 0  # leases handed back unstarted or unfinished (shutdown)
     lost: int = 0  # leases a heartbeat found gone (the work was stopped)
     reaped: int = 0  # lapsed leases this worker's reaps requeued or dead-lettered
+    cancelled: int = 0  # leases stopped or completions refused: the trainer cancelled the schedule
 
 
 @dataclass
@@ -86,6 +92,9 @@ class WorkerSession:
     _last_reap: dict[str, float] = field(default_factory=dict, init=False)
     _damaged: set[str] = field(default_factory=set, init=False)  # schedules whose scripts fail (logged)
     _heartbeats_failing: bool = field(default=False, init=False)  # the outage is logged once
+    # schedules found cancelled (told once), oldest first; the newest CANCELLED_KEPT are kept, not pruned
+    # with the inbox: a pull worker may report a cancelled item long after the sidecar dropped its lease
+    _cancelled: dict[str, None] = field(default_factory=dict, init=False)
     # (schedule, "claim" | "steal") -> the id of a call that raised: it may have leased before the
     # reply was lost, so the next such call re-sends that id and gets those leases back
     _unanswered: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
@@ -259,9 +268,39 @@ class WorkerSession:
                 continue  # finished meanwhile, or being completed: the completion decides
             if lease_id(lease) not in kept:
                 self.holdings.remove(lease_id(lease))
-                self.stats.lost += 1
                 lost.append(held)
+        for schedule_id in {held.lease.schedule_id for held in lost}:
+            count = sum(1 for held in lost if held.lease.schedule_id == schedule_id)
+            if await self.found_cancelled(schedule_id):
+                self.stats.cancelled += count
+            else:
+                self.stats.lost += count
         return lost
+
+    def is_cancelled(self, schedule_id: str) -> bool:
+        """Whether this session found ``schedule_id`` cancelled by the trainer (``found_cancelled``):
+        what a caller reads to stop a lost lease without a warning."""
+        return schedule_id in self._cancelled
+
+    async def found_cancelled(self, schedule_id: str) -> bool:
+        """Whether a lease of ``schedule_id`` ended because the trainer cancelled the schedule.
+
+        Asked only once the server refused a lease, so a healthy run costs nothing; one HEXISTS per
+        schedule, as a cancel is final (a schedule found not cancelled is asked again next time). The
+        first time, one INFO line says so for all of the schedule's items. Redis failing the check
+        counts as not cancelled: a warning too many beats a real loss hidden."""
+        if schedule_id in self._cancelled:
+            return True
+        try:
+            cancelled = await self._redis(self.delivery.cancelled, schedule_id)
+        except redis.RedisError:
+            return False
+        if cancelled and schedule_id not in self._cancelled:  # another check may have won the race
+            self._cancelled[schedule_id] = None
+            if len(self._cancelled) > CANCELLED_KEPT:
+                del self._cancelled[next(iter(self._cancelled))]
+            log.info("schedule %s cancelled by the trainer: dropping its results", schedule_id)
+        return cancelled
 
     async def complete(self, held: Held, result: TrajectoryResult) -> CompletionOutcome:
         """Report a finished item (retried through outages) and forget it."""
@@ -284,6 +323,8 @@ class WorkerSession:
             self.stats.accepted += 1
         elif outcome is CompletionOutcome.DUPLICATE:
             self.stats.duplicate += 1
+        elif await self.found_cancelled(schedule_id):
+            self.stats.cancelled += 1
         else:
             self.stats.stale += 1
             log.warning("completion of %s refused as stale (lease lost)", key)

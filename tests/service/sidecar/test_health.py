@@ -144,7 +144,7 @@ def test_a_health_port_already_taken_fails_the_start_instead_of_a_probe_that_nev
 
 def test_the_health_port_exposes_the_sidecars_counters_for_prometheus(redis_url: str) -> None:
     runner = _sidecar(redis_url)
-    runner.session.stats.claimed, runner.session.stats.failed = 7, 2
+    runner.session.stats.claimed, runner.session.stats.failed, runner.session.stats.cancelled = 7, 2, 3
     with _probes(runner) as app:
         answer = app.get("/metrics")
     assert answer.status_code == 200
@@ -152,6 +152,7 @@ def test_the_health_port_exposes_the_sidecars_counters_for_prometheus(redis_url:
     text = answer.text
     assert 'rollout_sidecar_claimed_total{worker_id="w0"} 7.0' in text
     assert 'rollout_sidecar_failed_total{worker_id="w0"} 2.0' in text
+    assert 'rollout_sidecar_cancelled_total{worker_id="w0"} 3.0' in text  # apart from stale and lost
     assert 'rollout_sidecar_held{worker_id="w0"} 0.0' in text
     assert 'rollout_sidecar_engine_up{worker_id="w0"} 0.0' in text
 

@@ -1,11 +1,17 @@
-"""A sidecar and a cancelled schedule: it stops the engine requests and moves on to the next one.
+"""A sidecar and a cancelled schedule: it stops the engine requests and moves on to the next one, and
+says so once (INFO), not once per item: a deliberate cancel is not a fault, and per-item warnings
+would bury the stale results and lost leases that are (a lapsed lease still warns).
 
 Against real Redis and a real engine-sim server on loopback, as ``test_runner``.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+
 import httpx
+import pytest
 import redis
 
 from service.delivery.protocol import Delivery
@@ -13,10 +19,16 @@ from tests.service.sidecar.procs import item, publish, run_until, tally
 from tests.service.sidecar.test_runner import _sidecar, engine_url
 
 __all__ = ["engine_url"]  # the fixture, shared with test_runner
+CANCEL_LINE = "cancelled by the trainer"
+HEARTBEAT_S = 30.0  # no heartbeat while these items run (the first comes one interval after start)
+
+
+def _messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == level]
 
 
 def test_a_cancelled_step_stops_its_engine_requests_and_the_sidecar_takes_the_next_step(
-    redis_client: redis.Redis, redis_url: str, engine_url: str
+    redis_client: redis.Redis, redis_url: str, engine_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     delivery = Delivery.from_url(redis_url)
     old = [item("old", i, 6000) for i in range(4)]  # ~0.5 s each, one slot: ~2 s of engine time
@@ -28,11 +40,64 @@ def test_a_cancelled_step_stops_its_engine_requests_and_the_sidecar_takes_the_ne
             delivery.cancel("old")
         return delivery.progress("new").finished
 
-    stats = run_until(_sidecar(redis_url, engine_url, slots=1, heartbeat_s=0.05), cancelled_mid_item)
+    sidecar = _sidecar(redis_url, engine_url, slots=1, heartbeat_s=0.05)
+    with caplog.at_level(logging.INFO, logger="service.sidecar"):
+        stats = run_until(sidecar, cancelled_mid_item)
 
     assert delivery.progress("new").done == 3
     assert stats.claimed == 1 + 3  # of the old step only the item running at the cancel
-    assert (stats.lost, stats.stale) == (1, 0)  # the running item stopped, nothing completed late
+    # the running item stopped, counted as cancelled: neither a lost lease nor a late completion
+    assert (stats.cancelled, stats.lost, stats.stale) == (1, 0, 0)
     assert httpx.get(f"{engine_url}/sim/stats").json()["cancelled"] == 1  # its request was aborted
+    assert [m for m in _messages(caplog, logging.INFO) if CANCEL_LINE in m] == [
+        "schedule old cancelled by the trainer: dropping its results"
+    ]
+    assert _messages(caplog, logging.WARNING) == []
     assert delivery.read_results("old") == []
     assert tally(delivery, "new", {f"new#{i}" for i in range(3)}) == (0, 0)
+
+
+def test_results_of_a_cancelled_step_finished_before_a_heartbeat_are_dropped_with_one_info_line(
+    redis_client: redis.Redis, redis_url: str, engine_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The walk-through's case: items finish between the cancel and the next heartbeat (a third of the
+    lease TTL), so their completions are refused; that used to be one WARNING per item."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "step", {"w0": [item("step", i, 6000) for i in range(4)]}, lease_ttl_ms=60_000)
+    sidecar = _sidecar(redis_url, engine_url, slots=4, heartbeat_s=HEARTBEAT_S)  # completions come first
+
+    def cancelled_while_all_run() -> bool:
+        if delivery.progress("step").running == 4 and delivery.progress("step").cancelled_at_ms is None:
+            delivery.cancel("step")
+        return sidecar.session.stats.cancelled + sidecar.session.stats.stale == 4
+
+    with caplog.at_level(logging.INFO, logger="service.sidecar"):
+        stats = run_until(sidecar, cancelled_while_all_run)
+
+    assert (stats.cancelled, stats.stale, stats.accepted) == (4, 0, 0)
+    assert [m for m in _messages(caplog, logging.INFO) if CANCEL_LINE in m] == [
+        "schedule step cancelled by the trainer: dropping its results"
+    ]
+    assert _messages(caplog, logging.WARNING) == []
+    assert delivery.read_results("step") == []
+
+
+def test_a_completion_refused_because_its_lease_lapsed_still_warns_and_counts_stale(
+    redis_client: redis.Redis, redis_url: str, engine_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "lapsed", {"w0": [item("p", 0, 6000)]}, lease_ttl_ms=60_000)  # ~0.5 s
+    sidecar = _sidecar(redis_url, engine_url, heartbeat_s=HEARTBEAT_S)  # the completion comes first
+
+    def lapsed_mid_item() -> bool:
+        if delivery.progress("lapsed").running == 1 and not getattr(lapsed_mid_item, "done", False):
+            delivery.reap("lapsed", now_ms=int(time.time() * 1000) + 3_600_000)  # the lease "lapses"
+            lapsed_mid_item.done = True  # type: ignore[attr-defined]
+        return sidecar.session.stats.stale == 1 and delivery.progress("lapsed").finished
+
+    with caplog.at_level(logging.INFO, logger="service.sidecar"):
+        stats = run_until(sidecar, lapsed_mid_item)
+
+    assert (stats.stale, stats.cancelled, stats.accepted) == (1, 0, 1)  # redelivered, run again
+    assert _messages(caplog, logging.WARNING) == ["completion of p#0 refused as stale (lease lost)"]
+    assert not any(CANCEL_LINE in m for m in _messages(caplog, logging.INFO))
