@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import redis
 
 from service.delivery.errors import UnknownScheduleError
-from service.delivery.records import TrajectoryResult, bounded_extra
+from service.delivery.records import CompletionOutcome, TrajectoryResult, bounded_extra
 from service.logs import schedule_context
 from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
 from service.sidecar.holdings import Held
@@ -211,7 +211,9 @@ class Sidecar:
         )  # KV admission's decode rate
         try:
             concurrency = self.session.holdings.mean_concurrency(held)
-            await self.session.complete(held, _result(held, reply, concurrency))
+            outcome = await self.session.complete(held, _result(held, reply, concurrency))
+            if outcome is CompletionOutcome.STALE and self.session.is_cancelled(held.lease.schedule_id):
+                self._stop_cancelled(held.lease.schedule_id)
         except UnknownScheduleError:  # its keys are gone (retention passed, or Redis lost its data):
             # nothing will take the result or run the item again; the lease is gone with the schedule
             self.session.stats.stale += 1
@@ -222,6 +224,14 @@ class Sidecar:
             )
         except Exception:  # Redis gone for longer than the retry window: the lease lapses, redelivered
             log.exception("could not complete %s; it will be redelivered", held.lease.key)
+
+    def _stop_cancelled(self, schedule_id: str) -> None:
+        """The trainer cancelled ``schedule_id`` (a completion of it was just refused): close its other
+        engine requests now, as the next heartbeat would, so their slots go to the next step at once."""
+        for held in self.session.drop_cancelled(schedule_id):
+            task = self._tasks.get(_task_id(held))
+            if task is not None:
+                task.cancel()
 
     async def _engine_failed(self, held: Held, exc: EngineError) -> None:
         """Release the item if the engine is at fault, fail it if the item is (see module docstring)."""

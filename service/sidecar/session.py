@@ -302,6 +302,16 @@ class WorkerSession:
             log.info("schedule %s cancelled by the trainer: dropping its results", schedule_id)
         return cancelled
 
+    def drop_cancelled(self, schedule_id: str) -> list[Held]:
+        """Forget every lease of a schedule found cancelled that is not being completed, counted
+        ``cancelled``; the caller stops those trajectories now rather than at the next heartbeat,
+        which would only find the same leases gone up to a third of a lease TTL later."""
+        dropped = [h for h in self.holdings.all() if h.lease.schedule_id == schedule_id and not h.completing]
+        for held in dropped:
+            self.holdings.remove(lease_id(held.lease))
+        self.stats.cancelled += len(dropped)
+        return dropped
+
     async def complete(self, held: Held, result: TrajectoryResult) -> CompletionOutcome:
         """Report a finished item (retried through outages) and forget it."""
         held.completing = True

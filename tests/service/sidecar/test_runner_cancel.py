@@ -101,3 +101,26 @@ def test_a_completion_refused_because_its_lease_lapsed_still_warns_and_counts_st
     assert (stats.stale, stats.cancelled, stats.accepted) == (1, 0, 1)  # redelivered, run again
     assert _messages(caplog, logging.WARNING) == ["completion of p#0 refused as stale (lease lost)"]
     assert not any(CANCEL_LINE in m for m in _messages(caplog, logging.INFO))
+
+
+def test_a_refused_completion_of_a_cancelled_step_stops_its_other_engine_requests_at_once(
+    redis_client: redis.Redis, redis_url: str, engine_url: str
+) -> None:
+    """The first refusal says the step is cancelled: the requests still running for it are closed
+    then, not at the next heartbeat (up to a third of the lease TTL later), which would leave
+    their slots generating results nobody takes."""
+    delivery = Delivery.from_url(redis_url)
+    short, long = item("step", 0, 4000), [item("step", i, 16_000) for i in range(1, 4)]  # ~0.3 s, ~1.3 s
+    publish(delivery, "step", {"w0": [short, *long]}, lease_ttl_ms=60_000)
+    sidecar = _sidecar(redis_url, engine_url, slots=4, heartbeat_s=HEARTBEAT_S)
+
+    def cancelled_while_all_run() -> bool:
+        if delivery.progress("step").running == 4 and delivery.progress("step").cancelled_at_ms is None:
+            delivery.cancel("step")
+        return sidecar.session.stats.cancelled + sidecar.session.stats.stale == 4
+
+    stats = run_until(sidecar, cancelled_while_all_run)
+
+    assert (stats.cancelled, stats.stale, stats.lost, stats.accepted) == (4, 0, 0, 0)
+    assert httpx.get(f"{engine_url}/sim/stats").json()["cancelled"] == 3  # the long ones, aborted
+    assert len(sidecar.session.holdings) == 0
