@@ -2,10 +2,10 @@
 
 What a speed sample is (a report's measured seconds over the cost model's, ``modelled_seconds``,
 weighted and clamped per batch, ``weighted_log_ratio``), what a learned scale is relative to
-(``profile_fingerprint``), how a worker with none borrows its peers' (``peer_scales``), which workers
-a plan leaves idle by its belief (``idle_learned``), and how profiles, fingerprints and learned
-states read from and write to their stored JSON. No I/O: ``SpeedLearner`` fetches and stores, these
-decide; ``service/speeds.py`` says why each rule is as it is.
+(``profile_fingerprint``), how a worker with none borrows its peers' or the fleet's
+(``peer_scales``), which workers a plan leaves idle by its belief (``idle_learned``), and how
+profiles, fingerprints and learned states read from and write to their stored JSON. No I/O:
+``SpeedLearner`` fetches and stores, these decide; ``service/speeds.py`` says why each rule is as it is.
 """
 
 from __future__ import annotations
@@ -65,25 +65,41 @@ def idle_learned(plan: Plan, sources: Mapping[str, str], drained: Collection[str
 def peer_scales(
     worker_ids: Sequence[str], fingerprints: Sequence[str], own: Mapping[str, float]
 ) -> dict[str, tuple[float, str]]:
-    """Each worker's own learned scale (``learned``), else its peers' geometric mean (``learned_peers``).
+    """Each worker's own learned scale (``learned``), else its peers' geometric mean
+    (``learned_peers``), else, for a profile none of whose workers is measured, the whole request's
+    (``learned_fleet``).
 
-    Why. A profile is a datasheet estimate, and a whole fleet often runs faster or slower than it
-    (kernels, clocks, the serving stack). Measured one by one, the first worker measured then looked
-    faster (or slower) than its identical peers still at the profile's 1.0: a fleet measured at 0.03
-    gave the one worker that had reported the whole next batch, and the others, given nothing, never
-    reported to correct it. A worker not measured yet is taken to run like the measured workers of
-    its profile (device, overrides, GPUs, model), until it is measured itself."""
+    Why peers. A profile is a datasheet estimate, and a whole fleet often runs faster or slower than
+    it (kernels, clocks, the serving stack). Measured one by one, the first worker measured then
+    looked faster (or slower) than its identical peers still at the profile's 1.0: a fleet measured
+    at 0.03 gave the one worker that had reported the whole next batch, and the others, given
+    nothing, never reported to correct it. A worker not measured yet is taken to run like the
+    measured workers of its profile (device, overrides, GPUs, model), until it is measured itself.
+
+    Why the fleet, for a profile with none measured. The same trap, one level up: H100s measured at
+    0.05 (engine-sim at ``--time-scale 0.01``, found by a walk-through) made the Ascends, at their
+    profile's 1.0, look 20x slower than they were; they were given no item, so never measured, so
+    never given one. Taking the fleet's mean keeps the cost model's relative speeds of the kinds
+    until a kind is measured; where its own error differs, its first actuals correct it within a
+    step, whereas the profile's 1.0 could starve it for good."""
     logs_of: dict[str, list[float]] = defaultdict(list)
     for wid, fingerprint in zip(worker_ids, fingerprints, strict=True):
         if wid in own:
             logs_of[fingerprint].append(math.log(own[wid]))
+    every = [log for logs in logs_of.values() for log in logs]
     scales: dict[str, tuple[float, str]] = {}
     for wid, fingerprint in zip(worker_ids, fingerprints, strict=True):
         if wid in own:
             scales[wid] = (own[wid], "learned")
         elif logs_of[fingerprint]:
-            scales[wid] = (math.exp(sum(logs_of[fingerprint]) / len(logs_of[fingerprint])), "learned_peers")
+            scales[wid] = (_geometric_mean(logs_of[fingerprint]), "learned_peers")
+        elif every:
+            scales[wid] = (_geometric_mean(every), "learned_fleet")
     return scales
+
+
+def _geometric_mean(logs: Sequence[float]) -> float:
+    return math.exp(sum(logs) / len(logs))
 
 
 def modelled_seconds(worker: Worker, model: ModelPreset, report: ActualReport) -> float:

@@ -155,7 +155,7 @@ def _worker(
                 f"[{MIN_TIME_SCALE:g}, {MAX_TIME_SCALE:g}]: check the unit (tokens per second, one sequence)",
             )
         return dataclasses.replace(worker, time_scale=scale), "measured"
-    if spec.worker_id in learned:  # its own (learned) or its measured peers' (learned_peers)
+    if spec.worker_id in learned:  # its own (learned), its measured peers' or the fleet's
         scale, source = learned[spec.worker_id]
         return dataclasses.replace(worker, time_scale=scale), source
     return worker, "profile"

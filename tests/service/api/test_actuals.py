@@ -199,8 +199,7 @@ def test_a_worker_measured_slower_than_its_profile_is_planned_slower(client: Tes
     assert abs(learned["w0"] - 2.0) < 1e-6
     answer = client.post("/schedule", json=batch_body(workers=2)).json()
     assert abs(answer["time_scales"]["w0"] - 2.0) < 1e-6
-    assert answer["time_scales"]["w1"] == 1.0
-    assert answer["time_scale_sources"] == {"w0": "learned", "w1": "profile"}
+    assert answer["time_scale_sources"]["w0"] == "learned"
 
 
 def test_a_batch_teaches_its_mean_speed_not_that_of_its_last_reports(client: TestClient) -> None:
@@ -278,9 +277,38 @@ def test_a_worker_not_measured_yet_is_planned_like_its_measured_peers(client: Te
     assert all(answer["assignments"][w] for w in ("w0", "w1", "w2"))  # each one is given work
 
 
-def test_peers_lend_their_scale_only_within_one_profile(client: TestClient) -> None:
-    client.post("/schedule", json=batch_body(workers=2))  # w0 an H100, w1 an Ascend 910B
-    fast = [actual_report(0, p, 0, worker="w0", slowdown=0.05) for p in range(6)]
+def test_peers_lend_their_scale_within_one_profile_before_the_fleet_does(client: TestClient) -> None:
+    fleet = batch_body(workers=4)  # w0, w2 H100s; w1, w3 Ascend 910Bs
+    client.post("/schedule", json=fleet)
+    client.post(
+        "/actuals", json={"actuals": [actual_report(0, p, 0, worker="w0", slowdown=0.05) for p in range(6)]}
+    )
+    client.post(
+        "/actuals", json={"actuals": [actual_report(0, p, 1, worker="w1", slowdown=0.5) for p in range(6)]}
+    )
+    answer = client.post("/schedule", json=fleet).json()
+    sources = {"w0": "learned", "w1": "learned", "w2": "learned_peers", "w3": "learned_peers"}
+    assert answer["time_scale_sources"] == sources
+    assert answer["time_scales"]["w2"] == answer["time_scales"]["w0"]
+    assert answer["time_scales"]["w3"] == answer["time_scales"]["w1"]
+
+
+def test_a_kind_none_of_whose_workers_is_measured_is_planned_at_the_fleets_speed(client: TestClient) -> None:
+    """H100s measured 20x faster than their datasheet (engine-sim at ``--time-scale 0.01``) left the
+    Ascends beside them at their profile's 1.0: 20x slower than they were, given nothing, and so
+    never measured. Until a kind is measured, the fleet's mean keeps the model's relative speeds."""
+    fleet = batch_body(prompts=64, n=8, workers=4)  # 512 trajectories: work for every worker
+    client.post("/schedule", json=fleet)
+    fast = [
+        actual_report(0, p, s, worker=w, slowdown=0.05)
+        for w in ("w0", "w2")
+        for p in range(4)
+        for s in (0, 1)
+    ]
     client.post("/actuals", json={"actuals": fast})
-    answer = client.post("/schedule", json=batch_body(workers=2)).json()
-    assert answer["time_scale_sources"] == {"w0": "learned", "w1": "profile"}
+
+    answer = client.post("/schedule", json=fleet).json()
+
+    assert answer["time_scale_sources"]["w1"] == answer["time_scale_sources"]["w3"] == "learned_fleet"
+    assert answer["time_scales"]["w1"] == pytest.approx(answer["time_scales"]["w0"])
+    assert all(answer["assignments"][w] for w in ("w1", "w3"))  # the Ascends are given work again

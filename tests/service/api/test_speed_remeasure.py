@@ -12,16 +12,30 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from scheduler.devices import device_profile, model_preset
+from scheduler.types import Worker
+from service.api.schemas import ActualReport
+from service.speed_model import modelled_seconds
 from tests.service.api.conftest import actual_report, batch_body
 
 STEPS = 5  # plans within which a worker learned 20x slow gets work again
 
 
 def _learn_w0(client: TestClient, slowdown: float) -> None:
+    """w0 measured ``slowdown`` x its profile, w1 on time: each believed by its own actuals (a worker
+    never measured would borrow w0's scale, ``learned_fleet``, and no belief would single w0 out)."""
     client.post("/schedule", json=batch_body(workers=2))
     slow = [actual_report(0, p, 0, worker="w0", slowdown=slowdown) for p in range(8)]
-    learned = client.post("/actuals", json={"actuals": slow}).json()["time_scales"]["w0"]
-    assert abs(learned - slowdown) < 1e-6
+    on_time = [_on_time_on_the_ascend(actual_report(0, p, 1, worker="w1")) for p in range(8)]
+    learned = client.post("/actuals", json={"actuals": slow + on_time}).json()["time_scales"]
+    assert abs(learned["w0"] - slowdown) < 1e-6
+
+
+def _on_time_on_the_ascend(report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` as run by w1, an Ascend 910B, in the time its profile models (scale 1)."""
+    ascend = Worker("w1", device_profile("Ascend910B"), max_num_seqs=64)
+    report["wall_time_s"] = modelled_seconds(ascend, model_preset("7b"), ActualReport.model_validate(report))
+    return report
 
 
 def _reports(step: int, queue: list[dict[str, Any]], worker: str) -> list[dict[str, Any]]:
