@@ -67,6 +67,7 @@ class Sidecar:
     settings: RunnerSettings = RunnerSettings()
     _tasks: dict[TaskId, asyncio.Task[None]] = field(default_factory=dict, init=False)
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _claiming: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)  # held by a claim in flight
     _engine_down: bool = field(default=True, init=False)  # until the engine first answers
     _last_refusal: str | None = field(default=None, init=False)  # the last "not ready" logged
     _failed_at: float | None = field(default=None, init=False)  # when the engine last failed an item
@@ -164,8 +165,20 @@ class Sidecar:
             self._start_waiting()
             if holdings.waiting() or holdings.free_slots() == 0:
                 return
-            if not await self.session.claim(holdings.free_slots()):
+            if not await self._claim(holdings.free_slots()):
                 return
+
+    async def _claim(self, want: int) -> bool:
+        """Claim up to ``want`` items, unless the engine is known stalled; whether any came.
+
+        Under the lock the stall path takes before handing back: a claim sent just before the stall
+        was found could otherwise reach Redis just after, lease the items just handed back, and hold
+        them (heartbeats renewing them) on a frozen engine until the readiness check timed out and
+        released them again, counted twice."""
+        async with self._claiming:
+            if self._engine_down:
+                return False
+            return bool(await self.session.claim(want))
 
     def _start_waiting(self) -> None:
         holdings = self.session.holdings
@@ -259,7 +272,9 @@ class Sidecar:
         """The engine gave no sign of life for ``silent_s`` while items ran on it (frozen, hung): stop
         those requests and hand every lease back without spending an attempt, as for an engine that
         is down, so the reaper and thieves are not kept from them; the main loop then waits for the
-        engine as at startup. A completion already being sent is left to finish."""
+        engine as at startup. A completion already being sent is left to finish. No claim starts
+        once this begins, and one already in flight is waited for: its leases go back here, once,
+        instead of after the next readiness check."""
         self._engine_down, self._failed_at = True, time.monotonic()
         holdings = self.session.holdings
         stuck = [task for tid, task in self._tasks.items() if _running(holdings.get(tid))]
@@ -267,7 +282,8 @@ class Sidecar:
         for task in stuck:
             task.cancel()
         await asyncio.gather(*stuck, return_exceptions=True)
-        await self.session.hand_back([h for h in holdings.all() if not h.completing], RELEASE_GRACE_S)
+        async with self._claiming:  # a claim in flight ends first: what it leased goes back with the rest
+            await self.session.hand_back([h for h in holdings.all() if not h.completing], RELEASE_GRACE_S)
 
     async def _generate(self, held: Held) -> EngineReply:
         for attempt in range(self.settings.engine_retries + 1):

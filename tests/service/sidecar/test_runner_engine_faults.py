@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -29,8 +30,11 @@ def _reply(tokens: int = 5) -> httpx.Response:
     return httpx.Response(200, json={"choices": [choice], "usage": {"completion_tokens": tokens}})
 
 
-def _sidecar(redis_url: str, handler: Handler, stall_s: float = 30.0) -> Sidecar:
-    session = WorkerSession(Delivery.from_url(redis_url), Holdings(8), SessionSettings("w0"))
+def _sidecar(
+    redis_url: str, handler: Handler, stall_s: float = 30.0, delivery: Delivery | None = None
+) -> Sidecar:
+    delivery = delivery or Delivery.from_url(redis_url)
+    session = WorkerSession(delivery, Holdings(8), SessionSettings("w0"))
     http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://engine")
     engine = EngineClient(EngineOptions("http://engine", probe_timeout_s=0.2), http)
     base = RunnerSettings(idle_poll_s=0.02, engine_wait_s=0.05, engine_retry_pause_s=0.01, engine_probe_s=0.1)
@@ -79,6 +83,60 @@ def test_items_on_an_engine_that_freezes_go_back_and_the_sidecar_says_the_engine
     assert not sidecar.engine_up  # what /health and /metrics report
     assert max(silences) < 1.0  # the readiness probe of the frozen engine times out, the loop turns
     assert [lease.attempt for lease in delivery.claim("frozen", "w0", 4)] == [1, 1, 1, 1]
+
+
+class LateClaim(Delivery):
+    """Real Redis, but one claim, once ``hold()`` says so, reaches it late: only after the engine was
+    found stalled and the leases the sidecar held then went back (what a loaded machine did to a claim
+    its thread had not yet sent). A sidecar that waits for that claim before handing back never
+    releases meanwhile: the claim goes on after ``RELEASE_WAIT_S`` and must find nothing to take."""
+
+    RELEASE_WAIT_S = 1.0
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        super().__init__(client, prefix)
+        self.hold: Callable[[], bool] = lambda: False
+        self.stalled: Callable[[], bool] = lambda: False
+        self.released = threading.Event()
+        self.held_one = threading.Event()  # the late claim went through
+
+    def claim(self, *args: Any, **kwargs: Any) -> list[Any]:
+        late = not self.held_one.is_set() and self.hold()
+        if late:
+            deadline = time.monotonic() + 10
+            while not self.stalled() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.released.wait(self.RELEASE_WAIT_S)
+        leases = super().claim(*args, **kwargs)
+        if late:
+            self.held_one.set()
+        return leases
+
+    def release(self, *args: Any, **kwargs: Any) -> list[Any]:
+        outcomes = super().release(*args, **kwargs)
+        self.released.set()
+        return outcomes
+
+
+def test_a_claim_in_flight_when_the_engine_stalls_takes_nothing_back_and_each_item_goes_back_once(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = LateClaim.from_url(redis_url)
+    assert isinstance(delivery, LateClaim)
+    publish(delivery, "late", {"w0": [item(f"p{i}", 0, 10) for i in range(4)]}, lease_ttl_ms=30_000)
+    engine = FreezableEngine(freeze_at=4)
+    sidecar = _sidecar(redis_url, engine, stall_s=0.6, delivery=delivery)
+    delivery.hold = lambda: engine.generations == 4  # the main loop's next claim, all four running
+    delivery.stalled = lambda: not sidecar.engine_up
+    stats = run_until(
+        sidecar,
+        lambda: delivery.held_one.is_set() and delivery.progress("late").queued == 4,
+        timeout_s=10,
+    )
+    assert delivery.progress("late").queued == 4
+    # the late claim leased nothing: no item was claimed on an engine known stalled, nor released twice
+    assert (stats.claimed, stats.released, stats.failed) == (4, 4, 0)
+    assert [lease.attempt for lease in delivery.claim("late", "w0", 4)] == [1, 1, 1, 1]
 
 
 def test_a_sidecar_resumes_once_its_frozen_engine_answers_again(
