@@ -1,0 +1,118 @@
+"""A rollout folder laid out exactly as veRL writes it imports as the trace its run generated.
+
+The fixture mirrors ``RayPPOTrainer._dump_generations`` and its callers in
+``verl/trainer/ppo/ray_trainer.py`` of volcengine/verl at commit
+3d9df73353a546a98235b38653c2c163efb51420 (the older 00401103a8c8900774aba04b910de5b0af930b99 writes
+the same lines):
+
+- one file per call, ``{global_steps}.jsonl``, opened with ``"w"``; lines are
+  ``json.dumps(entry, ensure_ascii=False)`` joined by ``"\\n"`` with one trailing ``"\\n"``;
+- each line's keys in order ``input, output, gts, score, step``, then every
+  ``reward_extra_infos_dict`` key whose list has one value per line (a key named ``score`` replaces
+  the summed token-level score), then ``request_id`` when the batch carries one;
+- ``input``/``output`` are ``tokenizer.batch_decode(..., skip_special_tokens=True)``: the chat
+  template's text without its special tokens, padding and EOS gone;
+- ``fit`` repeats each prompt ``rollout.n`` times interleaved, then ``_balance_batch`` (on by
+  default) reorders the batch, so a prompt's samples are not consecutive;
+- training ``global_steps`` start at 1; ``_validate`` before training dumps at step 0 (or at the
+  resumed step), adding a ``reward`` key to every line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from service.traceimport import import_verl, prompt_hash
+
+WORDS = ["[UNK]", "system", "user", "assistant", "what", "is", "two", "three", "plus", "four", "five", "so"]
+
+
+@pytest.fixture
+def tokenizer_json(tmp_path: Path) -> Path:
+    """A word-level tokenizer.json: one token per whitespace-separated word, so counts are obvious."""
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def _templated(question: str) -> str:
+    """A Qwen chat prompt as veRL decodes it: ``<|im_start|>`` / ``<|im_end|>`` skipped, roles kept."""
+    return f"system\nYou are a helpful assistant\nuser\n{question}\nassistant\n"
+
+
+def dump_generations(
+    folder: Path,
+    global_steps: int,
+    inputs: list[str],
+    outputs: list[str],
+    gts: list[object],
+    scores: list[float],
+    extras: dict[str, list[object]],
+) -> None:
+    """veRL's ``_dump_generations``, restated: the same keys, order, encoding and line endings."""
+    folder.mkdir(parents=True, exist_ok=True)
+    n = len(inputs)
+    base: dict[str, list[object]] = {
+        "input": list(inputs),
+        "output": list(outputs),
+        "gts": gts,
+        "score": list(scores),
+        "step": [global_steps] * n,
+    }
+    base.update({k: v for k, v in extras.items() if len(v) == n})
+    lines = [json.dumps({k: v[i] for k, v in base.items()}, ensure_ascii=False) for i in range(n)]
+    (folder / f"{global_steps}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+Q1, Q2 = _templated("what is two plus two"), _templated("what is three plus five")
+# rollout.n = 3, interleaved (Q1 Q1 Q1 Q2 Q2 Q2), then reordered by _balance_batch
+ORDER = [
+    (Q2, "so five"),
+    (Q1, "four"),
+    (Q2, "so so five\u2028five"),
+    (Q1, "so four"),
+    (Q1, "so so four"),
+    (Q2, "five"),
+]
+
+
+def _training_step(folder: Path, step: int) -> None:
+    dump_generations(
+        folder,
+        step,
+        [q for q, _ in ORDER],
+        [o for _, o in ORDER],
+        [["8"] if q is Q2 else {"answer": "4"} for q, _ in ORDER],
+        [1.0, 1.0, 0.0, 1.0, 1.0, 1.0],
+        {
+            "acc": [True, True, False, True, True, True],
+            "pred": ["5", "4", "[INVALID]", "4", "4", "5"],
+            "request_id": [f"req-{i}" for i in range(len(ORDER))],
+            "per_token": [[0.0, 1.0]],  # a list of another length: veRL drops it from the line
+        },
+    )
+
+
+def test_a_rollout_folder_as_verl_writes_it_imports_every_sample_under_its_prompt(
+    tmp_path: Path, tokenizer_json: Path
+) -> None:
+    folder = tmp_path / "rollout_data_dir"
+    _training_step(folder, 1)
+    _training_step(folder, 2)
+    trace = import_verl(folder, tokenizer_json, max_new_tokens=None).trace
+    p1, p2 = prompt_hash(Q1), prompt_hash(Q2)
+    assert trace.step.tolist() == [1] * 6 + [2] * 6
+    assert trace.prompt_id.tolist() == [p2, p1, p2, p1, p1, p2] * 2
+    assert trace.sample_idx.tolist() == [0, 0, 1, 1, 2, 2] * 2
+    assert trace.prompt_tokens.tolist() == [len(q.split()) for q, _ in ORDER] * 2
+    assert trace.output_tokens.tolist() == [2, 1, 4, 2, 3, 1] * 2  # U+2028 is no line break
+    assert trace.reward.tolist() == [1.0, 1.0, 0.0, 1.0, 1.0, 1.0] * 2
+    assert dict(trace.numeric) == {}
+    assert dict(trace.categorical) == {}
+
