@@ -7,9 +7,12 @@ Two sources:
   ...extra reward fields}``. veRL writes text, not token counts, so counts come from a tokenizer the
   user names by its local ``tokenizer.json`` (the ``tokenizers`` package); the prompt id is a stable
   hash of the input text, so the same prompt keeps its id across epochs; a prompt's samples in one
-  step are numbered in file order. Extra fields (``acc``, DAPO's ``overlong_reward``, ...) are
-  dropped unless named in ``keep``: a reward manager computes them from the finished response, so
-  as predictor features they would hand a step its own answer (see ``_kept_extras``).
+  step are numbered in file order (veRL's ``balance_batch`` reorders a prompt's samples, and no
+  line says which was generated first). Training steps start at 1: a step-0 line is validation
+  before training and is refused (see ``_refuse_validation_step``). Extra fields (``acc``, DAPO's
+  ``overlong_reward``, ``request_id``, ``gts``, ...) are dropped unless named in ``keep``: a reward
+  manager computes them from the finished response, so as predictor features they would hand a
+  step its own answer (see ``_kept_extras``).
 - generic csv / jsonl / parquet with other column names: a mapping renames them into the schema
   (``--map output_tokens=response_length``) and every row is validated by ``parse_row``.
 """
@@ -90,6 +93,7 @@ def import_verl(
     builder, clamped, kept = TraceBuilder(), 0, frozenset(keep)
     for path in files:
         records = list(_verl_records(path))
+        _refuse_validation_step(path, records)
         counts = _count_tokens(tokenizer, [r[1]["input"] for r in records], [r[1]["output"] for r in records])
         seen: dict[tuple[int, str], int] = {}
         for (line, record), (prompt_tokens, output_tokens) in zip(records, counts, strict=True):
@@ -136,6 +140,20 @@ def _verl_records(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
             if not isinstance(record.get(field), str):
                 raise TraceFormatError(str(path), line, field, record.get(field), "must be decoded text")
         yield line, record
+
+
+def _refuse_validation_step(path: Path, records: list[tuple[int, dict[str, object]]]) -> None:
+    """Refuse a step-0 line: veRL's training steps start at 1 (``fit`` increments ``global_steps``
+    before its first batch); only ``_validate`` before training dumps at 0, greedy samples of held-out
+    prompts that would pose as a training step. Validation also names its file ``{global_steps}.jsonl``
+    and, in a folder it shares with the rollouts, overwrites the steps it runs at: no line tells."""
+    for line, record in records:
+        if _as_step(_step_of(record, path), path, line) == 0:
+            reason = (
+                "step 0 is veRL's validation before training, not a rollout (training steps start at 1):"
+                " import trainer.rollout_data_dir, kept apart from trainer.validation_data_dir"
+            )
+            raise InvalidInputError("dump", f"{path}:{line}", reason)
 
 
 def _count_tokens(tokenizer: object, inputs: list[object], outputs: list[object]) -> list[tuple[int, int]]:

@@ -174,8 +174,8 @@ def test_trace_import_verl_keeps_only_the_extra_fields_named_by_keep_field(
     tok.save(str(tmp_path / "tokenizer.json"))
     dumps = tmp_path / "rollouts"
     dumps.mkdir()
-    record = {"input": "a", "output": "b b", "score": 1.0, "step": 0, "acc": 1.0, "level": "easy"}
-    (dumps / "0.jsonl").write_text(json.dumps(record) + "\n")
+    record = {"input": "a", "output": "b b", "score": 1.0, "step": 1, "acc": 1.0, "level": "easy"}
+    (dumps / "1.jsonl").write_text(json.dumps(record) + "\n")
     out = tmp_path / "t.csv"
     args = ["trace", "import", str(dumps), "--tokenizer", str(tmp_path / "tokenizer.json")]
     code, _, _ = _run(cli, [*args, "--keep-field", "level", "--out", str(out)])

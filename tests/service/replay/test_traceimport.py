@@ -232,11 +232,11 @@ def _dapo(directory: Path) -> None:
     """A DAPO-style dump: the reward manager adds fields computed from the finished response."""
     _dump(
         directory,
-        0,
+        1,
         [
-            {"input": "what is two", "output": "so four", "score": 1.0, "step": 0, "acc": 1.0,
+            {"input": "what is two", "output": "so four", "score": 1.0, "step": 1, "acc": 1.0,
              "overlong_reward": -0.2, "overlong": False, "level": "easy"},
-            {"input": "what is five", "output": "think so five", "score": 0.0, "step": 0, "acc": 0.0,
+            {"input": "what is five", "output": "think so five", "score": 0.0, "step": 1, "acc": 0.0,
              "overlong_reward": -0.3, "overlong": False, "level": "hard"},
         ],
     )  # fmt: skip
@@ -354,8 +354,8 @@ def test_a_dump_with_a_byte_order_mark_crlf_and_blank_lines_imports_like_a_plain
 ) -> None:
     directory = tmp_path / "d"
     directory.mkdir()
-    line = '{"input": "what is two", "output": "so four", "score": 1, "step": 0}'
-    (directory / "0.jsonl").write_bytes(f"\ufeff{line}\r\n\r\n{line.replace('so ', '')}\r\n".encode())
+    line = '{"input": "what is two", "output": "so four", "score": 1, "step": 1}'
+    (directory / "1.jsonl").write_bytes(f"\ufeff{line}\r\n\r\n{line.replace('so ', '')}\r\n".encode())
     trace = import_verl(directory, tokenizer_json, max_new_tokens=None).trace
     assert trace.output_tokens.tolist() == [2, 1]
     assert trace.sample_idx.tolist() == [0, 1]

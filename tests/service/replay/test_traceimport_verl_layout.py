@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
+from scheduler.errors import InvalidInputError
 from service.traceimport import import_verl, prompt_hash
 
 WORDS = ["[UNK]", "system", "user", "assistant", "what", "is", "two", "three", "plus", "four", "five", "so"]
@@ -116,3 +117,21 @@ def test_a_rollout_folder_as_verl_writes_it_imports_every_sample_under_its_promp
     assert dict(trace.numeric) == {}
     assert dict(trace.categorical) == {}
 
+
+def _validation_before_training(folder: Path) -> None:
+    """``_validate`` at ``global_steps`` 0: val_kwargs.n = 1 greedy sample, a ``reward`` per line."""
+    dump_generations(folder, 0, [Q1, Q2], ["four", "five"], ["4", "8"], [1.0, 0.0], {"reward": [1.0, 0.0]})
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-with-rollouts", "validation-dir"])
+def test_a_step_0_dump_is_refused_as_verls_validation_not_imported_as_training(
+    tmp_path: Path, tokenizer_json: Path, shared: bool
+) -> None:
+    """Training steps start at 1; only validation writes step 0, so its file would have posed as a
+    step of greedy samples of held-out prompts."""
+    folder = tmp_path / "dumps"
+    _validation_before_training(folder)
+    if shared:
+        _training_step(folder, 1)
+    with pytest.raises(InvalidInputError, match=r"0\.jsonl.*step 0.*validation_data_dir"):
+        import_verl(folder, tokenizer_json, max_new_tokens=None)
