@@ -11,7 +11,7 @@ and vLLM likewise refuses requests longer than the context it can hold.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TypeGuard
 
 from scheduler.costmodel import worker_cost
@@ -50,7 +50,10 @@ def _validate_request(request: PlanRequest) -> None:
     if not request.trajectories:
         raise InvalidInputError("trajectories", [], "the batch is empty")
     _require_int("seed", request.seed, minimum=0)  # seeds numpy's generators, which refuse negatives
+    _require_bool("prefix_affinity", request.prefix_affinity)
+    _require_bool("kv_admission", request.kv_admission)
     capacities = _validate_inventory(request.inventory)
+    _validate_excluded(request.excluded_workers, capacities)
     allowed = {wid: cap for wid, cap in capacities.items() if wid not in request.excluded_workers}
     if not allowed:
         raise InvalidInputError(
@@ -95,6 +98,17 @@ def _plain_quantiles(quantiles: Mapping[float, float]) -> bool:
         if not (0.0 < level < 1.0 and 0.0 < value < math.inf):  # False for NaN
             return False
     return True
+
+
+def _validate_excluded(excluded: object, capacities: dict[str, int]) -> None:
+    """A set of ids of the inventory's workers. A bare string is a collection too, of its substrings
+    (``"w0"`` drained ``w`` and ``0``), and an id that names no worker drains nothing: the worker
+    meant to be drained, under a mistyped id, would silently get work."""
+    if isinstance(excluded, str | bytes) or not isinstance(excluded, Collection):
+        raise InvalidInputError("excluded_workers", excluded, "must be a set of worker ids")
+    for worker_id in sorted(excluded, key=repr):
+        if not isinstance(worker_id, str) or worker_id not in capacities:
+            raise InvalidInputError("excluded_workers", worker_id, "names no worker of the inventory")
 
 
 def _validate_unique_keys(request: PlanRequest) -> None:
@@ -240,6 +254,12 @@ def _require_int(field: str, value: object, minimum: int, maximum: int | None = 
         raise InvalidInputError(field, value, f"must be an integer >= {minimum}")
     if maximum is not None and value > maximum:
         raise InvalidInputError(field, value, f"must be an integer <= {maximum}")
+
+
+def _require_bool(field: str, value: object) -> None:
+    """A switch read by truthiness would take ``"no"`` for on, and the plan would report ``"no"``."""
+    if not isinstance(value, bool):
+        raise InvalidInputError(field, value, "must be true or false")
 
 
 def _require_range(field: str, value: float) -> None:

@@ -247,3 +247,23 @@ def test_a_worker_figure_past_the_physical_envelope_is_refused_by_name(field: st
     error = _rejected(_request(workers=(_worker("w0"), _worker("w1", **{field: value}))))
     assert error.field == f"inventory.workers[1].{field}"
     assert error.value == value
+
+
+@pytest.mark.parametrize("excluded", [None, "w0", ["w0", 7]])
+def test_excluded_workers_that_are_no_set_of_ids_are_refused_by_name(excluded: object) -> None:
+    """None raised TypeError from the planner; a bare string was read as its substrings, so
+    ``excluded_workers="w0"`` drained every worker whose id is part of it (``w`` and ``0`` too)."""
+    assert _rejected(_request(excluded_workers=excluded)).field == "excluded_workers"
+
+
+def test_excluding_a_worker_the_inventory_lacks_is_refused_by_name() -> None:
+    """A mistyped id drained nothing, so the worker meant to be drained silently got work."""
+    error = _rejected(_request(excluded_workers=frozenset({"w1", "w01"})))
+    assert (error.field, error.value) == ("excluded_workers", "w01")
+
+
+@pytest.mark.parametrize("flag", ["prefix_affinity", "kv_admission"])
+@pytest.mark.parametrize("value", [None, "no", 1])
+def test_a_switch_that_is_no_bool_is_refused_by_name(flag: str, value: object) -> None:
+    """Read by truthiness, ``kv_admission="no"`` switched admission on and the plan reported "no"."""
+    assert _rejected(_request(**{flag: value})).field == flag
