@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping
 from typing import TypeGuard
 
 from scheduler.costmodel import worker_cost
-from scheduler.devices import DeviceProfile
+from scheduler.devices import DeviceProfile, ModelPreset
 from scheduler.errors import InvalidInputError
 from scheduler.gcpause import collector_paused
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
@@ -34,6 +34,14 @@ RANGES: dict[str, tuple[float, float]] = {
     "memory_utilization": (0.01, 1.0),
     "time_scale": (1e-3, 1e3),  # a worker 1,000x off its profile is a mistake, not a measurement
 }
+# A model's figures, the same way: from a million parameters to ten trillion (five times the largest
+# served), 4-bit-and-below to fp64 weights and beyond. A custom ``ModelPreset`` reached the cost model
+# unchecked: a zero KV size divided by zero, NaN parameters raised a field-less ValueError.
+MODEL_RANGES: dict[str, tuple[float, float]] = {
+    "params": (1e6, 1e13),
+    "weight_bytes_per_param": (0.01, 16.0),
+}
+MODEL_INT_MAXIMA = {"layers": 1_000, "hidden": 1_000_000, "kv_bytes_per_token": 10**9}
 MAX_GPUS = 64  # tensor-parallel degree
 MAX_NUM_SEQS = 65_536  # an engine's concurrent sequences; past it is a typo, not an engine
 MAX_TOKENS = 2**31 - 1  # a KV cache stated in tokens
@@ -206,6 +214,7 @@ def _validate_inventory(inventory: Inventory) -> dict[str, int]:
     """Check every worker; return each worker's KV capacity in tokens, by id."""
     if not inventory.workers:
         raise InvalidInputError("inventory.workers", [], "the inventory has no workers")
+    _validate_model(inventory.model)
     capacities: dict[str, int] = {}
     for index, worker in enumerate(inventory.workers):
         path = f"inventory.workers[{index}]"
@@ -217,6 +226,19 @@ def _validate_inventory(inventory: Inventory) -> dict[str, int]:
         except InvalidInputError as error:
             raise InvalidInputError(f"{path}.device", worker.device.name, error.reason) from error
     return capacities
+
+
+def _validate_model(model: ModelPreset) -> None:
+    """Every worker's cost derives from the model's figures, so they are checked like a device's."""
+    if not isinstance(model, ModelPreset):
+        raise InvalidInputError("inventory.model", model, "must be a model preset")
+    for name, (low, high) in MODEL_RANGES.items():
+        value = getattr(model, name)
+        _require_positive(f"inventory.model.{name}", value)
+        if not low <= value <= high:
+            raise InvalidInputError(f"inventory.model.{name}", value, f"must lie in [{low:g}, {high:g}]")
+    for name, maximum in MODEL_INT_MAXIMA.items():
+        _require_int(f"inventory.model.{name}", getattr(model, name), minimum=1, maximum=maximum)
 
 
 def _validate_worker(worker: Worker, path: str) -> None:

@@ -267,3 +267,23 @@ def test_excluding_a_worker_the_inventory_lacks_is_refused_by_name() -> None:
 def test_a_switch_that_is_no_bool_is_refused_by_name(flag: str, value: object) -> None:
     """Read by truthiness, ``kv_admission="no"`` switched admission on and the plan reported "no"."""
     assert _rejected(_request(**{flag: value})).field == flag
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("kv_bytes_per_token", 0),  # ZeroDivisionError deriving the KV capacity
+        ("params", math.nan),  # ValueError converting NaN to an integer, with no field
+        ("params", -7.62e9),  # a negative weight read: planned on negative step times
+        ("layers", 2.5),
+        ("hidden", True),
+        ("weight_bytes_per_param", math.inf),
+        ("params", 1e300),  # past any model: step times past what the planner's integers hold
+    ],
+)
+def test_a_model_figure_that_is_no_model_s_is_refused_by_name(field: str, value: object) -> None:
+    """A custom ``ModelPreset`` reached the cost model unchecked (the service only looks presets up)."""
+    model = dataclasses.replace(model_preset("7b"), **{field: value})
+    request = _request(workers=(_worker("w0"),))
+    error = _rejected(dataclasses.replace(request, inventory=Inventory(request.inventory.workers, model)))
+    assert error.field == f"inventory.model.{field}"
