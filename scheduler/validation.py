@@ -55,6 +55,8 @@ def validate_request(request: PlanRequest) -> None:
 
 def _validate_request(request: PlanRequest) -> None:
     _require_positive("time_budget_s", request.time_budget_s)
+    if not isinstance(request.trajectories, tuple | list):  # a generator has no length, nor a second pass
+        raise InvalidInputError("trajectories", request.trajectories, "must be a tuple of trajectories")
     if not request.trajectories:
         raise InvalidInputError("trajectories", [], "the batch is empty")
     _require_int("seed", request.seed, minimum=0)  # seeds numpy's generators, which refuse negatives
@@ -80,6 +82,8 @@ def _validate_request(request: PlanRequest) -> None:
 
 def _plainly_valid(t: Trajectory, largest: int) -> bool:
     """One cheap test that a typical trajectory passes every per-trajectory rule (32k in ~15 ms)."""
+    if type(t) is not Trajectory:
+        return False
     p, m, q = t.prompt_tokens, t.max_new_tokens, t.predicted_tokens
     return (
         type(p) is int
@@ -190,6 +194,8 @@ def _validate_fit(
 
 def _validate_trajectory(t: Trajectory, path: str) -> None:
     """Lengths must be positive and finite; a prediction may not exceed the generation cap."""
+    if not isinstance(t, Trajectory):
+        raise InvalidInputError(path, t, "must be a trajectory")
     if not t.prompt_id:
         raise InvalidInputError(f"{path}.prompt_id", t.prompt_id, "must be a non-empty string")
     _require_int(f"{path}.sample_idx", t.sample_idx, minimum=0)
@@ -212,6 +218,10 @@ def _validate_trajectory(t: Trajectory, path: str) -> None:
 
 def _validate_inventory(inventory: Inventory) -> dict[str, int]:
     """Check every worker; return each worker's KV capacity in tokens, by id."""
+    if not isinstance(inventory, Inventory):
+        raise InvalidInputError("inventory", inventory, "must be an inventory of workers and a model")
+    if not isinstance(inventory.workers, tuple | list):
+        raise InvalidInputError("inventory.workers", inventory.workers, "must be a tuple of workers")
     if not inventory.workers:
         raise InvalidInputError("inventory.workers", [], "the inventory has no workers")
     _validate_model(inventory.model)
@@ -243,6 +253,8 @@ def _validate_model(model: ModelPreset) -> None:
 
 def _validate_worker(worker: Worker, path: str) -> None:
     """Capacities and speeds must be positive and finite, so every cost is a real number of seconds."""
+    if not isinstance(worker, Worker):
+        raise InvalidInputError(path, worker, "must be a worker")
     if not worker.worker_id:
         raise InvalidInputError(f"{path}.worker_id", worker.worker_id, "must be a non-empty string")
     _require_int(f"{path}.num_gpus", worker.num_gpus, minimum=1, maximum=MAX_GPUS)
@@ -256,6 +268,8 @@ def _validate_worker(worker: Worker, path: str) -> None:
 
 def _validate_device(device: DeviceProfile, path: str) -> None:
     """Measured overrides arrive through here too, so the profile is checked like any input."""
+    if not isinstance(device, DeviceProfile):
+        raise InvalidInputError(path, device, "must be a device profile")
     for name in ("hbm_bandwidth_gbs", "peak_tflops", "memory_gib"):
         _require_positive(f"{path}.{name}", getattr(device, name))
         _require_range(f"{path}.{name}", getattr(device, name))

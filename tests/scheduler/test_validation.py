@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import pickle
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -266,7 +266,8 @@ def test_excluding_a_worker_the_inventory_lacks_is_refused_by_name() -> None:
 @pytest.mark.parametrize("value", [None, "no", 1])
 def test_a_switch_that_is_no_bool_is_refused_by_name(flag: str, value: object) -> None:
     """Read by truthiness, ``kv_admission="no"`` switched admission on and the plan reported "no"."""
-    assert _rejected(_request(**{flag: value})).field == flag
+    changes: dict[str, Any] = {flag: value}
+    assert _rejected(_request(**changes)).field == flag
 
 
 @pytest.mark.parametrize(
@@ -283,7 +284,36 @@ def test_a_switch_that_is_no_bool_is_refused_by_name(flag: str, value: object) -
 )
 def test_a_model_figure_that_is_no_model_s_is_refused_by_name(field: str, value: object) -> None:
     """A custom ``ModelPreset`` reached the cost model unchecked (the service only looks presets up)."""
-    model = dataclasses.replace(model_preset("7b"), **{field: value})
+    changes: dict[str, Any] = {field: value}
+    model = dataclasses.replace(model_preset("7b"), **changes)
     request = _request(workers=(_worker("w0"),))
     error = _rejected(dataclasses.replace(request, inventory=Inventory(request.inventory.workers, model)))
     assert error.field == f"inventory.model.{field}"
+
+
+def _retyped(part: str) -> PlanRequest:
+    """The well-formed request with one part replaced by something that is not the core's type."""
+    good, nothing, lazily = _request(), cast(Any, None), cast(Any, (t for t in _request().trajectories))
+    odd: dict[str, Any] = {
+        "trajectories[1]": lambda: _request(trajectories=(_trajectory(), nothing)),
+        "trajectories": lambda: _request(trajectories=lazily),
+        "inventory.workers[1]": lambda: _request(workers=(_worker("w0"), nothing)),
+        "inventory.workers[0].device": lambda: _request(workers=(_worker("w0", device=None),)),
+        "inventory": lambda: dataclasses.replace(good, inventory=nothing),
+        "inventory.model": lambda: dataclasses.replace(
+            good, inventory=Inventory(good.inventory.workers, nothing)
+        ),
+    }
+    request: PlanRequest = odd[part]()
+    return request
+
+
+@pytest.mark.parametrize(
+    "part",
+    ["trajectories[1]", "trajectories", "inventory.workers[1]", "inventory.workers[0].device", "inventory",
+     "inventory.model"],
+)  # fmt: skip
+def test_a_request_whose_parts_are_not_the_core_s_types_is_refused_by_name(part: str) -> None:
+    """A None where a trajectory, worker, device, inventory or model belongs raised AttributeError,
+    and a generator of trajectories TypeError, instead of naming the part."""
+    assert _rejected(_retyped(part)).field == part
