@@ -97,7 +97,9 @@ def _plainly_valid(t: Trajectory, largest: int) -> bool:
         and t.pinned_worker is None
         and (type(t.quantiles) is dict or isinstance(t.quantiles, Mapping))  # not None
         and (not t.quantiles or _plain_quantiles(t.quantiles))
+        and type(t.prompt_id) is str
         and bool(t.prompt_id)
+        and type(t.group_id) is str
     )
 
 
@@ -196,8 +198,12 @@ def _validate_trajectory(t: Trajectory, path: str) -> None:
     """Lengths must be positive and finite; a prediction may not exceed the generation cap."""
     if not isinstance(t, Trajectory):
         raise InvalidInputError(path, t, "must be a trajectory")
-    if not t.prompt_id:
+    if not isinstance(t.prompt_id, str) or not t.prompt_id:  # a dict is unhashable: keys and groups
         raise InvalidInputError(f"{path}.prompt_id", t.prompt_id, "must be a non-empty string")
+    if not isinstance(t.group_id, str):
+        raise InvalidInputError(f"{path}.group_id", t.group_id, "must be a string (empty: the prompt's)")
+    if t.pinned_worker is not None and not isinstance(t.pinned_worker, str):
+        raise InvalidInputError(f"{path}.pinned_worker", t.pinned_worker, "must be a worker id or none")
     _require_int(f"{path}.sample_idx", t.sample_idx, minimum=0)
     _require_int(f"{path}.prompt_tokens", t.prompt_tokens, minimum=1)
     _require_int(f"{path}.max_new_tokens", t.max_new_tokens, minimum=1)
@@ -255,7 +261,7 @@ def _validate_worker(worker: Worker, path: str) -> None:
     """Capacities and speeds must be positive and finite, so every cost is a real number of seconds."""
     if not isinstance(worker, Worker):
         raise InvalidInputError(path, worker, "must be a worker")
-    if not worker.worker_id:
+    if not isinstance(worker.worker_id, str) or not worker.worker_id:
         raise InvalidInputError(f"{path}.worker_id", worker.worker_id, "must be a non-empty string")
     _require_int(f"{path}.num_gpus", worker.num_gpus, minimum=1, maximum=MAX_GPUS)
     _require_int(f"{path}.max_num_seqs", worker.max_num_seqs, minimum=1, maximum=MAX_NUM_SEQS)

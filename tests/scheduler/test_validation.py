@@ -317,3 +317,27 @@ def test_a_request_whose_parts_are_not_the_core_s_types_is_refused_by_name(part:
     """A None where a trajectory, worker, device, inventory or model belongs raised AttributeError,
     and a generator of trajectories TypeError, instead of naming the part."""
     assert _rejected(_retyped(part)).field == part
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("prompt_id", {"p": 0}),
+        ("prompt_id", 7),
+        ("group_id", {"g": 0}),
+        ("group_id", None),
+        ("pinned_worker", {"w0"}),
+    ],
+)
+def test_an_id_that_is_no_string_is_refused_by_name(field: str, value: object) -> None:
+    """A dict where a prompt, group or worker id belongs raised TypeError (unhashable) from the key
+    check or round_robin's grouping; a number passed as an id, to collide with its string later."""
+    changes: dict[str, Any] = {field: value}
+    error = _rejected(_request(trajectories=(_trajectory(), _trajectory(sample=1, **changes))))
+    assert (error.field, error.value) == (f"trajectories[1].{field}", value)
+
+
+@pytest.mark.parametrize("value", [7, {"w": 0}, None])
+def test_a_worker_id_that_is_no_string_is_refused_by_name(value: object) -> None:
+    error = _rejected(_request(workers=(_worker("w0"), dataclasses.replace(_worker("w1"), worker_id=value))))
+    assert (error.field, error.value) == ("inventory.workers[1].worker_id", value)
