@@ -339,5 +339,7 @@ def test_an_id_that_is_no_string_is_refused_by_name(field: str, value: object) -
 
 @pytest.mark.parametrize("value", [7, {"w": 0}, None])
 def test_a_worker_id_that_is_no_string_is_refused_by_name(value: object) -> None:
-    error = _rejected(_request(workers=(_worker("w0"), dataclasses.replace(_worker("w1"), worker_id=value))))
+    error = _rejected(
+        _request(workers=(_worker("w0"), dataclasses.replace(_worker("w1"), worker_id=cast(Any, value))))
+    )
     assert (error.field, error.value) == ("inventory.workers[1].worker_id", value)
