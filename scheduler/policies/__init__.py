@@ -28,7 +28,7 @@ POLICY_NAMES: tuple[str, ...] = tuple(_REGISTRY)
 
 def get_policy(name: str) -> Policy:
     """The policy registered as ``name``; ``UnknownNameError`` (field ``policy``) otherwise."""
-    if name not in _REGISTRY:
+    if not isinstance(name, str) or name not in _REGISTRY:  # a list is unhashable: TypeError, unnamed
         raise UnknownNameError("policy", name, list(_REGISTRY))
     return _REGISTRY[name]()
 

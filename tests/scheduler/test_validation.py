@@ -343,3 +343,11 @@ def test_a_worker_id_that_is_no_string_is_refused_by_name(value: object) -> None
         _request(workers=(_worker("w0"), dataclasses.replace(_worker("w1"), worker_id=cast(Any, value))))
     )
     assert (error.field, error.value) == ("inventory.workers[1].worker_id", value)
+
+
+@pytest.mark.parametrize("name", [["lpt"], None, 3])
+def test_a_policy_name_that_is_no_string_is_refused_by_name(name: object) -> None:
+    """A list raised TypeError (unhashable) looking it up in the registry."""
+    with pytest.raises(UnknownNameError) as caught:
+        plan(_request(), cast(Any, name))
+    assert (caught.value.field, caught.value.value) == ("policy", name)
