@@ -11,6 +11,7 @@ and vLLM likewise refuses requests longer than the context it can hold.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Collection, Mapping
 from typing import TypeGuard
 
@@ -317,5 +318,8 @@ def _require_positive(field: str, value: object) -> None:
 
 
 def _real(value: object) -> TypeGuard[float]:
-    """A finite int or float, not a bool (nor a string that looks like a number)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite int or float, not a bool (nor a string that looks like a number). An int is real
+    within the float range: past it ``math.isfinite`` raised OverflowError converting it."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return abs(value) <= sys.float_info.max if isinstance(value, int) else math.isfinite(value)

@@ -351,3 +351,45 @@ def test_a_policy_name_that_is_no_string_is_refused_by_name(name: object) -> Non
     with pytest.raises(UnknownNameError) as caught:
         plan(_request(), cast(Any, name))
     assert (caught.value.field, caught.value.value) == ("policy", name)
+
+
+PAST_FLOATS = 10**400  # an int no float holds
+
+
+@pytest.mark.parametrize(
+    ("part", "field"),
+    [
+        ("request", "time_budget_s"),
+        ("trajectory", "predicted_tokens"),
+        ("quantile", "quantiles[0.9]"),
+        ("worker", "time_scale"),
+        ("device", "hbm_bandwidth_gbs"),
+        ("device", "step_overhead_s"),
+        ("model", "params"),
+    ],
+)
+def test_an_integer_past_every_float_is_refused_by_name(part: str, field: str) -> None:
+    """``math.isfinite`` raised OverflowError converting it, instead of a refusal naming the field."""
+    big: Any = PAST_FLOATS
+    request = _request()
+    trajectory, worker, model = _trajectory(sample=1), _worker("w1"), model_preset("7b")
+    if part == "request":
+        request = dataclasses.replace(request, time_budget_s=big)
+    elif part in ("trajectory", "quantile"):
+        changes: dict[str, Any] = {field: big} if part == "trajectory" else {"quantiles": {0.9: big}}
+        trajectory = dataclasses.replace(trajectory, **changes)
+    elif part == "worker":
+        worker = dataclasses.replace(worker, time_scale=big)
+    elif part == "device":
+        worker = dataclasses.replace(worker, device=dataclasses.replace(worker.device, **{field: big}))
+    else:
+        model = dataclasses.replace(model, params=big)
+    request = dataclasses.replace(
+        request,
+        trajectories=(request.trajectories[0], trajectory),
+        inventory=Inventory((_worker("w0"), worker), model),
+    )
+    where = {"request": "", "trajectory": "trajectories[1].", "quantile": "trajectories[1].",
+             "worker": "inventory.workers[1].", "device": "inventory.workers[1].device.",
+             "model": "inventory.model."}[part]  # fmt: skip
+    assert _rejected(request).field == where + field
