@@ -1,0 +1,67 @@
+"""The docs and the command line agree: every command line the docs show parses as far as its flags
+go, and every command and option the CLI has appears in some command line of the docs."""
+
+from __future__ import annotations
+
+import typer
+
+from tests.service.cli_docs import HELP, command_lines, command_tree, doc_files, flags, resolve
+
+Tree = dict[tuple[str, ...], list[frozenset[str]]]
+
+
+def _subcommands(tree: Tree, path: tuple[str, ...]) -> list[str]:
+    return [other[-1] for other in tree if other[:-1] == path and len(other) == len(path) + 1]
+
+
+def _shown(tree: Tree) -> dict[tuple[str, ...], set[str]]:
+    """Each command path -> every flag some doc shows in a command line of it."""
+    shown: dict[tuple[str, ...], set[str]] = {path: set() for path in tree}
+    for doc in doc_files():
+        for line in command_lines(doc):
+            shown[resolve(line.words, tree)].update(flags(line.words))
+    return shown
+
+
+def test_every_flag_a_doc_shows_for_a_command_is_one_that_command_takes(cli: typer.Typer) -> None:
+    tree = command_tree(cli)
+    wrong = []
+    for doc in doc_files():
+        for line in command_lines(doc):
+            path = resolve(line.words, tree)
+            taken = {HELP}.union(*tree[path])
+            wrong += [
+                f"{line.where}: {' '.join(path)} {flag}" for flag in flags(line.words) if flag not in taken
+            ]
+    assert wrong == []
+
+
+def test_every_command_word_a_doc_shows_names_a_command(cli: typer.Typer) -> None:
+    tree = command_tree(cli)
+    wrong = []
+    for doc in doc_files():
+        for line in command_lines(doc):
+            path = resolve(line.words, tree)
+            rest = line.words[len(path) :]
+            if _subcommands(tree, path) and rest and rest[0] != "..." and not rest[0].startswith("-"):
+                wrong.append(f"{line.where}: {' '.join((*path, rest[0]))}")
+    assert wrong == []
+
+
+def test_every_command_appears_in_a_command_line_of_the_docs(cli: typer.Typer) -> None:
+    tree = command_tree(cli)
+    named = {resolve(line.words, tree) for doc in doc_files() for line in command_lines(doc)}
+    assert [" ".join(path) for path in tree if path not in named and not _subcommands(tree, path)] == []
+
+
+def test_every_option_of_every_command_appears_in_a_command_line_of_it(cli: typer.Typer) -> None:
+    """An on/off pair (``--steal/--no-steal``) is one option: either spelling shows it."""
+    tree = command_tree(cli)
+    shown = _shown(tree)
+    missing = [
+        f"{' '.join(path)} {'/'.join(sorted(option))}"
+        for path, options in tree.items()
+        for option in options
+        if not option & shown[path]
+    ]
+    assert missing == []
