@@ -88,29 +88,31 @@ Fleet-wide keys of the service (``service/actuals.py``, ``speeds.py``, ``retrain
 by single-key commands or single-key scripts only (the actuals append script touches the stream and
 its ``seen`` zset, which share a hash slot), so they work on Redis Cluster too:
 
-===============================  =======  ===========================================================
-key                              type     contents; time-to-live
-===============================  =======  ===========================================================
-``<prefix>:actuals``             stream   one entry per reported trajectory (field ``a`` = report
-                                          JSON); no TTL (the predictor's history), capped near
-                                          ``Settings.actuals_maxlen`` entries (``XADD MAXLEN ~``)
-``<prefix>:actuals:seen:{..}``  zset     digest of each report the stream holds -> its entry's
-                                          ordinal (entries-added): a report sent again is not stored
-                                          again. No TTL: trimmed with the stream on each append (the
-                                          digests of entries it no longer holds go), so it holds no
-                                          more entries than the stream. Its hash tag
-                                          ``{<prefix>:actuals}`` is the stream's name, so both share
-                                          a slot and one script writes them (on Redis Cluster too)
-``<prefix>:workers``             hash     worker id -> profile and model preset it was last planned
-                                          with (written at publish); no TTL, one entry per worker
-``<prefix>:speed``               hash     worker id -> ``{"log_scale", "samples", "profile"}``, the
-                                          learned time scale and the fingerprint of the profile it is
-                                          a ratio to; no TTL, one entry per worker
-``<prefix>:retrain:step``        string   last step an automatic retrain was started for; no TTL
-``<prefix>:retrain:lock``        string   random owner token while one replica retrains; renewed while
-                                          it runs, released on shutdown, else expires after
-                                          ``RETRAIN_LOCK_TTL_S`` so a crashed replica frees it
-===============================  =======  ===========================================================
+============================================  =======  =======================================================
+key                                           type     contents; time-to-live
+============================================  =======  =======================================================
+``<prefix>:actuals``                          stream   one entry per reported trajectory (field ``a`` = report
+                                                       JSON); no TTL (the predictor's history), capped near
+                                                       ``Settings.actuals_maxlen`` entries (``XADD MAXLEN ~``)
+``<prefix>:actuals:seen:{<prefix>:actuals}``  zset     digest of each report the stream holds -> its entry's
+                                                       ordinal (entries-added): a report sent again is not
+                                                       stored again. No TTL: trimmed with the stream on each
+                                                       append (the digests of entries it no longer holds go),
+                                                       so it holds no more entries than the stream. Its hash
+                                                       tag ``{<prefix>:actuals}`` is the stream's name, so
+                                                       both share a slot and one script writes them (on Redis
+                                                       Cluster too)
+``<prefix>:workers``                          hash     worker id -> profile and model preset it was last
+                                                       planned with (written at publish); no TTL, one entry
+                                                       per worker
+``<prefix>:speed``                            hash     worker id -> ``{"log_scale", "samples", "profile"}``,
+                                                       the learned time scale and the fingerprint of the
+                                                       profile it is a ratio to; no TTL, one entry per worker
+``<prefix>:retrain:step``                     string   last step an automatic retrain was started for; no TTL
+``<prefix>:retrain:lock``                     string   random owner token while one replica retrains; renewed
+                                                       while it runs, released on shutdown, else expires after
+                                                       ``RETRAIN_LOCK_TTL_S`` so a crashed replica frees it
+============================================  =======  =======================================================
 """
 
 from __future__ import annotations
