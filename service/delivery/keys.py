@@ -75,7 +75,9 @@ key                         type     contents
 
 Index keys (outside any schedule's slot, each touched by single-key commands only):
 
-* ``<prefix>:active`` (zset): schedule id -> publish time (ms); schedules the reaper walks.
+* ``<prefix>:active`` (zset): schedule id -> publish time (ms); schedules the reaper walks. No TTL:
+  a schedule leaves it when it settles or is cancelled, and at the first reaper pass after its keys
+  expired (and entries older than the retention on each announce), so it holds unsettled schedules only.
 * ``<prefix>:inbox:{<worker>}`` (zset): schedule id -> publish time (ms); what a sidecar pulls.
   Expires ``retention + INBOX_MARGIN_S`` after its latest announce (server clock; only ever
   extended), so the inbox of a worker that never returns goes with its last schedule.
