@@ -365,9 +365,23 @@ class History:
             excess -= len(gone)
         assert oldest is not None
         self._appends[oldest] += 1  # every step after the oldest dropped changes
+        self._fold_dropped_steps()
         self._stats.clear()
         # columns only the dropped rows had make room for new names (a fleet's features may change)
         self._columns = dict.fromkeys(k for c in self._chunks for k in (*c.numeric, *c.categorical))
+
+    def _fold_dropped_steps(self) -> None:
+        """Fold the append counts of steps below every held row into the lowest one (lock held).
+
+        ``_appends`` had one entry per step ever appended, so a capped history still grew with the
+        run (and ``version_before`` summed them all on every prediction). Folded into the lowest
+        key, a version only ever rises: a step between the folded keys sees a larger one (a re-fold,
+        never a stale cache hit), and every step above them sees the same sum.
+        """
+        held = min((int(c.step.min()) for c in self._chunks if len(c)), default=None)
+        dropped = [first for first in self._appends if held is None or first < held]
+        if len(dropped) > 1:
+            self._appends[min(dropped)] = sum(self._appends.pop(first) for first in dropped)
 
     def __len__(self) -> int:
         with self._lock:

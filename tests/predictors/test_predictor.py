@@ -60,6 +60,18 @@ def test_a_capped_history_holds_the_same_rows_however_they_arrived() -> None:
         assert history.stats_before(13).num_rows == 100
 
 
+def test_a_capped_history_keeps_bookkeeping_for_the_steps_it_holds_not_for_every_step_it_saw() -> None:
+    # a service follows the actuals of thousands of steps: what it keeps per step must go with the rows
+    history = History(max_rows=40)
+    for step in range(600):
+        history.append([TraceRow(step, f"p{i % 3}", i, 10, 100 + step + i, 4096) for i in range(10)])
+    assert len(history._appends) <= 40 // 10 + 1  # the held steps, and one for every step dropped
+    fresh = History(history.trace)
+    for step in (595, 598, 599, 600, 601):  # cached per step: each still sees exactly the held rows
+        held, expected = history.stats_before(step), fresh.stats_before(step)
+        assert (held.num_rows, held.total.tolist()) == (expected.num_rows, expected.total.tolist())
+
+
 def test_history_of_the_step_being_predicted_is_not_used() -> None:
     predictor = LengthPredictor()
     predictor.observe([TraceRow(3, "p", 0, 10, 100, 4096)])
