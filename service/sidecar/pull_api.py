@@ -210,7 +210,6 @@ async def done(body: DoneBody, state: Pull) -> JSONResponse:
         if "concurrency" not in extra:  # what the worker does not say, the sidecar measured
             extra["concurrency"] = round(session.holdings.mean_concurrency(held), 3)
             wall_time_s = session.holdings.held_for(held)  # over the interval the mean is taken
-        session.holdings.observe(body.output_tokens, wall_time_s)  # KV admission's decode rate
     result = TrajectoryResult(
         output_tokens=body.output_tokens,
         finish_reason=body.finish_reason,
@@ -219,8 +218,9 @@ async def done(body: DoneBody, state: Pull) -> JSONResponse:
         reward=body.reward,
         extra=extra,
     )
-    if held is not None:
-        outcome = await session.complete(held, result)
+    if held is not None:  # a report Redis does not answer (503) keeps the lease for the retry
+        outcome = await session.complete(held, result, keep_unanswered=True)
+        session.holdings.observe(body.output_tokens, wall_time_s)  # KV admission's decode rate, once
     else:
         outcome = await session.complete_key(body.schedule_id, body.key, body.token, result)
     status = 409 if outcome is CompletionOutcome.STALE else 200
@@ -233,7 +233,7 @@ async def fail(body: FailBody, state: Pull) -> dict[str, Any]:
     held = state.session.holdings.get((body.schedule_id, body.key, body.token))
     if held is None:
         return {"outcome": "stale"}
-    return {"outcome": (await state.session.fail(held, body.reason)).value}
+    return {"outcome": (await state.session.fail(held, body.reason, keep_unanswered=True)).value}
 
 
 @router.get("/leases")

@@ -312,14 +312,29 @@ class WorkerSession:
         self.stats.cancelled += len(dropped)
         return dropped
 
-    async def complete(self, held: Held, result: TrajectoryResult) -> CompletionOutcome:
-        """Report a finished item (retried through outages) and forget it."""
+    async def complete(
+        self, held: Held, result: TrajectoryResult, keep_unanswered: bool = False
+    ) -> CompletionOutcome:
+        """Report a finished item (retried through outages) and forget it.
+
+        A report Redis never answered (past the retry window, or cancelled) forgets the lease too,
+        unless ``keep_unanswered``: the push runner drops that result, and heartbeats must not keep an
+        item nobody will report leased forever; the pull API tells its worker to retry, so the lease
+        stays held, heartbeated and listed until the retry lands."""
         held.completing = True
         lease = held.lease
         try:
-            return await self.complete_key(lease.schedule_id, lease.key, lease.token, result)
-        finally:
-            self.holdings.remove(lease_id(lease))
+            outcome = await self.complete_key(lease.schedule_id, lease.key, lease.token, result)
+        except UnknownScheduleError:
+            self.holdings.remove(lease_id(lease))  # the schedule is gone: nothing left to keep
+            raise
+        except BaseException:
+            held.completing = False
+            if not keep_unanswered:
+                self.holdings.remove(lease_id(lease))
+            raise
+        self.holdings.remove(lease_id(lease))
+        return outcome
 
     async def complete_key(
         self, schedule_id: str, key: str, token: int, result: TrajectoryResult
@@ -340,11 +355,23 @@ class WorkerSession:
             log.warning("completion of %s refused as stale (lease lost)", key)
         return outcome
 
-    async def fail(self, held: Held, reason: str) -> ReleaseOutcome:
-        """Report that an item could not run: retried elsewhere or dead-lettered by attempts."""
-        self.holdings.remove(lease_id(held.lease))
+    async def fail(self, held: Held, reason: str, keep_unanswered: bool = False) -> ReleaseOutcome:
+        """Report that an item could not run: retried elsewhere or dead-lettered by attempts.
+
+        As ``complete``: unless ``keep_unanswered``, the lease is forgotten even when Redis never
+        answers; with it, a report to retry keeps the lease held, so the retry is not answered
+        ``stale`` while the item sits leased in Redis until its lease lapses."""
+        key = lease_id(held.lease)
+        if not keep_unanswered:
+            self.holdings.remove(key)
+        try:
+            outcome = await self._persist("fail", self.delivery.fail, held.lease, reason)
+        except UnknownScheduleError:
+            self.holdings.remove(key)
+            raise
+        self.holdings.remove(key)
         self.stats.failed += 1
-        return await self._persist("fail", self.delivery.fail, held.lease, reason)
+        return outcome
 
     async def release(self, helds: list[Held]) -> None:
         """Hand leases back without spending an attempt (shutdown); they go to the head of the queue.
