@@ -6,6 +6,7 @@ Kept apart from the CLI so tests and embedders start the same thing the command 
 from __future__ import annotations
 
 import asyncio
+import math
 import signal
 import socket
 from dataclasses import dataclass
@@ -191,10 +192,19 @@ def run_pull(options: SidecarOptions) -> SessionStats:
         Connecting(options.worker_id, connected),
         options.pull_idle_timeout_s,
         stopping=lambda: server is not None and server.should_exit,
-        release_within_s=options.drain_timeout_s + RELEASE_GRACE_S,
+        release_within_s=RELEASE_GRACE_S,
     )
-    # log_config=None keeps the JSON handler ``sidecar`` configured (uvicorn's would print plain text)
-    config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False)
+    # log_config=None keeps the JSON handler ``sidecar`` configured (uvicorn's would print plain text).
+    # On SIGTERM the requests in flight get the drain timeout, then are cancelled: uvicorn would wait
+    # for them without end, and a /done retrying through a Redis outage holds on for a minute, far
+    # past the pod's grace period. What is held is then released within RELEASE_GRACE_S.
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=math.ceil(options.drain_timeout_s),
+    )
     server = uvicorn.Server(config)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler it
     # found installed; a no-op one lets us return and report instead of dying by the signal.

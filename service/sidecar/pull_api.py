@@ -22,8 +22,8 @@ The sidecar claims, steals, heartbeats and completes on the worker's behalf, wit
 KV admission limits as the push mode. It keeps leases alive only while the worker shows signs of
 life: if it calls none of these endpoints for ``idle_timeout_s``, heartbeats stop and its leases
 lapse, so a dead worker process is noticed even though the sidecar lives on. Once SIGTERM arrives
-nothing more is claimed (a long-poll in flight answers 204), and what is held is handed back within
-the drain timeout, Redis down or not.
+nothing more is claimed (a long-poll in flight answers 204), requests in flight get the drain timeout
+(``launch.run_pull``), and what is held is handed back within ``release_within_s``, Redis down or not.
 
 It serves from before it reaches Redis (``Connecting``): a Redis Cluster down at start-up is waited
 for while ``GET /health`` answers ``connecting`` (an outage a restart cannot fix must not fail a

@@ -9,6 +9,12 @@ heartbeats stopped (it lapsed a TTL later and cost an attempt), and a retried ``
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,10 +24,12 @@ import redis
 
 from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
+from service.ports import free_port
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.service.sidecar.procs import item, publish
+from tests.service.polling import until_status
+from tests.service.sidecar.procs import item, publish, wait_until
 
 
 @pytest.fixture
@@ -70,3 +78,46 @@ def test_a_report_redis_did_not_take_keeps_its_lease_and_its_retry_lands(aof_ser
     progress = delivery.progress("outage")
     assert (progress.done, progress.queued, progress.running) == (1, 1, 0)
     assert (session.stats.accepted, session.stats.failed) == (1, 1)
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_ends_a_report_stuck_on_redis_at_the_drain_timeout_and_hands_back_what_was_held(
+    aof_server: EmbeddedServer,
+) -> None:
+    """uvicorn waited without end for the requests in flight: a /done retrying through the outage
+    held the process for its whole retry window (a minute), far past ``--drain-timeout`` plus 2 s."""
+    delivery = Delivery.from_url(aof_server.url)
+    publish(delivery, "drain", {"w0": [item("a", 0, 10), item("b", 0, 10)]}, lease_ttl_ms=600_000)
+    port = free_port()
+    command = [sys.executable, "-m", "service.cli", "sidecar", "--worker-id", "w0", "--pull-api", str(port)]
+    command += ["--redis-url", aof_server.url, "--drain-timeout", "1"]
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True)
+    try:
+        until_status(f"{base}/ready", 200, proc, timeout_s=30)
+        first = httpx.get(f"{base}/next", timeout=5.0).json()
+        httpx.get(f"{base}/next", timeout=5.0)
+        reader.start()
+        aof_server.kill()
+        body = {**_ref(first), "output_tokens": 5}
+        report = threading.Thread(target=_post_quietly, args=(f"{base}/done", body), daemon=True)
+        report.start()
+        wait_until(lambda: any("during complete" in line for line in lines), 30, "the /done met the outage")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)  # a guard: the drain timeout is 1 s, the /done's retry window 60 s
+        reader.join(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
+    assert any("could not release 2 leases" in line for line in lines)  # the cut-short /done's too
+
+
+def _post_quietly(url: str, body: dict[str, Any]) -> None:
+    """POST ``body``; the server may close the connection unanswered (it is shutting down)."""
+    with contextlib.suppress(httpx.HTTPError):
+        httpx.post(url, json=body, timeout=120.0)
