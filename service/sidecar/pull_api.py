@@ -246,7 +246,13 @@ async def leases(state: Pull) -> dict[str, Any]:
 @router.post("/reset")
 async def reset(state: Pull) -> dict[str, int]:
     """Hand back every held lease without spending an attempt: a (re)started worker process's first
-    call, for what the previous one held and will never report."""
+    call, for what the previous one held and will never report.
+
+    A ``/done`` still in flight (its sender died before the answer; Redis may be down) settles first:
+    released beside it, a finished result could be thrown away and the item run again; and one
+    that fails leaves its lease held, to be handed back here."""
+    while any(h.completing for h in state.session.holdings.all()):
+        await asyncio.sleep(0.05)
     held = state.session.holdings.all()
     await state.session.release(held)
     return {"released": len(held)}

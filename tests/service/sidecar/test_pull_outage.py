@@ -121,3 +121,31 @@ def _post_quietly(url: str, body: dict[str, Any]) -> None:
     """POST ``body``; the server may close the connection unanswered (it is shutting down)."""
     with contextlib.suppress(httpx.HTTPError):
         httpx.post(url, json=body, timeout=120.0)
+
+
+def test_reset_lets_a_report_in_flight_land_before_it_hands_back_the_rest(aof_server: EmbeddedServer) -> None:
+    """A worker process that died with its /done unanswered (Redis down) is restarted and resets: the
+    report, still retried by the sidecar, lands; /reset used to release that lease beside it."""
+    delivery = Delivery.from_url(aof_server.url)
+    publish(delivery, "reset", {"w0": [item("a", 0, 10), item("b", 0, 10)]}, lease_ttl_ms=600_000)
+    client = redis.Redis.from_url(aof_server.url, decode_responses=True, retry=None)
+    session = WorkerSession(Delivery(client), Holdings(4), SessionSettings("w0", retry_for_s=600))
+
+    async def script(api: httpx.AsyncClient) -> list[Any]:
+        reported, _ = [(await api.get("/next")).json() for _ in range(2)]
+        aof_server.kill()
+        done = asyncio.create_task(api.post("/done", json={**_ref(reported), "output_tokens": 5}))
+        while not any(h.completing for h in session.holdings.all()):  # the report is being retried
+            await asyncio.sleep(0.01)
+        reset = asyncio.create_task(api.post("/reset"))
+        await asyncio.to_thread(aof_server.start)
+        return [(await done).json(), (await reset).json()]
+
+    async def run() -> list[Any]:
+        app = create_pull_app(session)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://pull") as api:
+            return await script(api)
+
+    assert asyncio.run(run()) == [{"outcome": "accepted"}, {"released": 1}]
+    assert [(r.key, r.attempt) for r in delivery.read_results("reset")] == [("a#0", 1)]
+    assert delivery.progress("reset").queued == 1  # b, handed back
