@@ -336,8 +336,17 @@ def _invalid(exc: Exception) -> str:
     """Every schema error of a refused body as ``field: message``, without the values (NaN among
     them would make the answer itself unrenderable, a 500)."""
     errors = exc.errors() if isinstance(exc, RequestValidationError) else []
-    where = (".".join(str(part) for part in error["loc"] if part != "body") or "body" for error in errors)
-    return "; ".join(f"{field}: {error['msg']}" for field, error in zip(where, errors, strict=True))
+    return "; ".join(_one_invalid(error) for error in errors)
+
+
+def _one_invalid(error: Any) -> str:
+    """``field: message``; a body that is not JSON at all is the body's fault, said with where the
+    parser stopped (its location is that offset, which named no field: ``1: JSON decode error``)."""
+    if error.get("type") == "json_invalid":
+        detail = (error.get("ctx") or {}).get("error", "")
+        return f"body: {error['msg']} at character {error['loc'][-1]}" + (f" ({detail})" if detail else "")
+    field = ".".join(str(part) for part in error["loc"] if part != "body") or "body"
+    return f"{field}: {error['msg']}"
 
 
 async def _problem(_: Request, exc: Exception) -> JSONResponse:

@@ -228,6 +228,37 @@ def test_a_report_with_nan_or_above_the_cap_is_refused_and_the_lease_is_kept(
     assert [r.result.output_tokens for r in delivery.read_results("bad-done")] == [5]
 
 
+def test_a_report_of_the_wrong_shape_is_refused_naming_what_is_wrong_and_the_lease_is_kept(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "shape", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        body = _done((await client.get("/next")).json(), 5)
+        as_json = {"Content-Type": "application/json"}
+        sent = [
+            await client.post("/done", json={k: v for k, v in body.items() if k != "output_tokens"}),
+            await client.post("/done", json={**body, "token": "abc"}),
+            await client.post("/done", json=[body]),
+            await client.post("/done", json={**body, "tokens": 5}),
+            await client.post("/done", content='{"schedule_id": ', headers=as_json),
+        ]
+        held = len((await client.get("/leases")).json()["held"])
+        return [*((r.status_code, r.json()["error"]) for r in sent), held]
+
+    refused = _with_api(redis_url, script)
+    assert refused[:4] == [
+        (422, "output_tokens: Field required"),
+        (422, "token: Input should be a valid integer, unable to parse string as an integer"),
+        (422, "body: Input should be a valid dictionary or object to extract fields from"),
+        (422, "tokens: Extra inputs are not permitted"),
+    ]
+    assert refused[4] == (422, "body: JSON decode error at character 16 (Expecting value)")
+    assert refused[5] == 1
+    assert delivery.progress("shape").done == 0
+
+
 def test_a_report_nested_too_deep_for_the_service_to_serve_is_refused_and_the_lease_kept(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
