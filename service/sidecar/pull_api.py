@@ -117,6 +117,10 @@ class PullState:
                 return
         await self.heartbeats()
 
+    def idle(self) -> bool:
+        """Whether the worker has been quiet past ``idle_timeout_s`` (its leases left to lapse)."""
+        return time.monotonic() - self.last_seen > self.idle_timeout_s
+
     def touch(self) -> None:
         """The worker called us: it is alive, keep its leases."""
         self.last_seen = time.monotonic()
@@ -125,14 +129,17 @@ class PullState:
         """Heartbeat the worker's leases while it is alive; record the ones found lost."""
         while True:
             await asyncio.sleep(self.session.heartbeat_interval())
-            if time.monotonic() - self.last_seen > self.idle_timeout_s:
-                continue  # the worker went quiet: let its leases lapse so they are redelivered
-            try:
-                lost = await self.session.heartbeat()
-            except Exception:  # never let the heartbeat loop die: every lease would lapse
-                log.exception("heartbeat failed")
-                continue
-            self.lost += [_lease_json(held) for held in lost]
+            if not self.idle():  # quiet: its leases lapse so they are redelivered
+                await self.beat()
+
+    async def beat(self) -> None:
+        """One heartbeat of every held lease; those found gone are forgotten and listed as lost."""
+        try:
+            lost = await self.session.heartbeat()
+        except Exception:  # never let the heartbeat loop die: every lease would lapse
+            log.exception("heartbeat failed")
+            return
+        self.lost += [_lease_json(held) for held in lost]
 
     async def next_item(self, wait_s: float) -> Held | None:
         """Start the oldest waiting lease that fits, else claim one; poll up to ``wait_s``."""
@@ -156,10 +163,17 @@ class PullState:
         return waiting[0]
 
 
-def pull_state(request: Request) -> PullState:
-    """The app's ``PullState`` (a dependency: every route below is a sign of the worker's life)."""
+async def pull_state(request: Request) -> PullState:
+    """The app's ``PullState`` (a dependency: every route below is a sign of the worker's life).
+
+    A worker back from a quiet spell may have lost leases meanwhile: they are heartbeated before it
+    is answered, so ``/leases`` lists them lost (not held) and ``/next`` sees their slots free, instead
+    of until the next heartbeat a third of a lease TTL later."""
     state: PullState = request.app.state.pull
+    resumed = state.idle() and state.connected
     state.touch()
+    if resumed:
+        await state.beat()
     return state
 
 
