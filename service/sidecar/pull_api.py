@@ -37,6 +37,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -57,6 +58,9 @@ from service.sidecar.session import WorkerSession
 
 MAX_WAIT_S = 30.0
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a /done carries one output: far below this; more is a mistake
+# lost leases kept for /leases, newest: each carries its item (prompt included), and a worker that never
+# asks (it need not: its /done is answered 409 anyway) must not grow the sidecar by every cancel of a run
+LOST_KEPT = 1024
 log = logging.getLogger("service.sidecar")
 T = TypeVar("T")
 
@@ -92,7 +96,7 @@ class PullState:
         self.stopping = stopping  # true once the server shuts down: claim nothing more
         self.release_within_s = release_within_s  # shutdown: hand back what is held within this
         self.last_seen = time.monotonic()
-        self.lost: list[dict[str, Any]] = []
+        self.lost: deque[dict[str, Any]] = deque(maxlen=LOST_KEPT)
         self.lock = asyncio.Lock()
 
     @property
@@ -139,7 +143,7 @@ class PullState:
         except Exception:  # never let the heartbeat loop die: every lease would lapse
             log.exception("heartbeat failed")
             return
-        self.lost += [_lease_json(held) for held in lost]
+        self.lost.extend(_lease_json(held) for held in lost)
 
     async def next_item(self, wait_s: float) -> Held | None:
         """Start the oldest waiting lease that fits, else claim one; poll up to ``wait_s``."""
@@ -253,7 +257,8 @@ async def fail(body: FailBody, state: Pull) -> dict[str, Any]:
 @router.get("/leases")
 async def leases(state: Pull) -> dict[str, Any]:
     """The leases held for the worker, and those lost since the last call (stop working on them)."""
-    lost, state.lost = state.lost, []
+    lost = list(state.lost)
+    state.lost.clear()
     return {"held": [_lease_json(h) for h in state.session.holdings.all()], "lost": lost}
 
 

@@ -296,32 +296,6 @@ def test_a_restarted_worker_hands_back_what_its_predecessor_held_with_reset(
     assert _with_api(redis_url, script) == [{"released": 2}, ["a#0", "b#0"], [1, 1]]
 
 
-def test_a_worker_back_from_a_quiet_spell_is_told_at_once_which_leases_lapsed(
-    redis_client: redis.Redis, redis_url: str
-) -> None:
-    """Quiet past the idle timeout, its leases lapsed unheartbeated: its first call back must not list
-    them as held (nor keep their slots taken) until the next heartbeat finds them gone."""
-    delivery = Delivery.from_url(redis_url)
-    publish(delivery, "quiet", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=200)
-    session = WorkerSession(Delivery.from_url(redis_url), Holdings(1), SessionSettings("w0"))
-
-    async def run() -> list[Any]:
-        app = create_pull_app(session, idle_timeout_s=0.1)  # no lifespan here: no heartbeat loop
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://pull"
-        ) as client:
-            lapsed = (await client.get("/next")).json()
-            while delivery.progress("quiet").running:  # its lease lapses and is reaped unheartbeated
-                delivery.reap("quiet")
-                await asyncio.sleep(0.05)
-            leases = (await client.get("/leases")).json()
-            again = (await client.get("/next")).json()  # its one slot is free for the requeued item
-            lost = [one["key"] for one in leases["lost"]]
-            return [lapsed["key"], leases["held"], lost, (again["key"], again["attempt"])]
-
-    assert asyncio.run(run()) == ["a#0", [], ["a#0"], ("a#0", 2)]
-
-
 def test_shutdown_hands_back_the_leases_of_live_schedules_when_one_has_expired(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
