@@ -354,3 +354,25 @@ def test_a_report_for_a_lease_another_worker_holds_is_refused_as_stale(
 
     assert _with_api(redis_url, script, worker="w0") == 409
     assert delivery.read_results("forged") == []
+
+
+def test_a_report_for_an_item_of_a_cancelled_schedule_is_refused_with_409_and_counted_cancelled(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "cancelled", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
+
+    async def run() -> tuple[int, dict[str, Any]]:
+        app = create_pull_app(session)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+        ) as client:
+            lease = (await client.get("/next")).json()
+            delivery.cancel("cancelled")
+            answer = await client.post("/done", json=_done(lease, 5))
+            return answer.status_code, answer.json()
+
+    assert asyncio.run(run()) == (409, {"outcome": "stale"})
+    assert (session.stats.cancelled, session.stats.stale, len(session.holdings)) == (1, 0, 0)
+    assert delivery.read_results("cancelled") == []
