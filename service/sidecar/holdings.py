@@ -2,8 +2,9 @@
 
 Pure bookkeeping, no I/O, so the admission rule is testable on its own. An engine runs at most
 ``max_in_flight`` sequences (its ``max_num_seqs``). When a schedule asks for KV admission control,
-an item starts only while the projected KV peak of what runs, each running sequence growing one
-token per step until its predicted length, plus the new item, fits ``kv_capacity_tokens``
+an item starts only while the projected KV peak of what runs (every schedule's: they share the
+cache), each running sequence growing one token per step until its predicted length, plus the new
+item, fits ``kv_capacity_tokens``
 (``scheduler.admission``, the rule the simulator and the planner's finish model play): the engine
 then does not run out of KV mid-generation, and the cache stays as full as that allows.
 
@@ -77,8 +78,9 @@ class Holdings:
         return max(0, self.max_in_flight - len(self._held))
 
     def reserved(self) -> int:
-        """KV tokens reserved by started items."""
-        return sum(h.reserved_tokens for h in self._held.values() if h.started)
+        """KV tokens the started items hold at their predicted final lengths, every schedule's: the
+        engine's cache holds them all, whatever admission mode each schedule asked for."""
+        return sum(reservation_tokens(h.lease.item) for h in self._held.values() if h.started)
 
     def steal_budget(self) -> int | None:
         """KV tokens a steal may still take on: the KV steal gate (docs/simulator.md).
@@ -104,11 +106,11 @@ class Holdings:
         """Whether ``held`` may start now without overcommitting the KV cache (module docstring)."""
         if held.reserved_tokens == 0 or self.kv_capacity_tokens is None:
             return True
-        if not any(h.started for h in self._held.values()):
+        running = [h for h in self._held.values() if h.started]  # every schedule's: one cache
+        if not running:
             return True  # nothing runs: even an item larger than the cache starts, nothing waits forever
-        running = [h for h in self._held.values() if h.started and h.reserved_tokens]
         rate = self.decode_rate()
-        if rate is None or not running:
+        if rate is None:
             return self.reserved() + held.reserved_tokens <= self.kv_capacity_tokens
         now = self.clock()
         contexts, remaining = [], []

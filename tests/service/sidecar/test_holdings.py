@@ -115,3 +115,20 @@ def test_completions_without_tokens_or_time_teach_no_rate() -> None:
     holdings.observe(output_tokens=0, wall_time_s=3.0)
     holdings.observe(output_tokens=10, wall_time_s=0.0)
     assert holdings.decode_rate() is None
+
+
+def test_kv_admission_counts_what_other_schedules_run_on_the_same_engine() -> None:
+    # the engine's cache holds every running sequence, whatever its schedule's admission mode
+    now = [0.0]
+    holdings = Holdings(max_in_flight=8, kv_capacity_tokens=2500, clock=lambda: now[0])
+    unflagged = holdings.add(_lease("a"), kv_admission=False)
+    holdings.start(unflagged)  # 1,000 tokens at its predicted end
+    flagged = holdings.add(_lease("b"), kv_admission=True)
+    holdings.start(flagged)
+    candidate = holdings.add(_lease("c"), kv_admission=True)
+    assert holdings.reserved() == 2000
+    assert not holdings.can_start(candidate)  # before a rate: 3 x 1,000 reserved > 2,500
+    holdings.observe(output_tokens=900, wall_time_s=900.0)  # one token a second
+    assert not holdings.can_start(candidate)  # all three would reach 1,000 tokens together
+    now[0] = 600.0  # a and b hold 700 each, 300 to go: with c, 1,000 + 1,000 + 400 at step 300
+    assert holdings.can_start(candidate)
