@@ -124,6 +124,21 @@ class Holdings:
             contexts, remaining, item.prompt_tokens, math.ceil(_predicted(item)), self.kv_capacity_tokens
         )
 
+    def start_fitting(self) -> list[Held]:
+        """Start the waiting leases in claim order while each may start (``can_start``); the started.
+
+        First come, first served, as the simulator's engine admits its queue (vLLM's in-order rule):
+        the first that does not fit stops the rest, so a later, smaller item never jumps a large one
+        that would then wait behind a stream of small ones.
+        """
+        started: list[Held] = []
+        for held in self.waiting():
+            if not self.can_start(held):
+                break
+            self.start(held)
+            started.append(held)
+        return started
+
     def observe(self, output_tokens: int, wall_time_s: float) -> None:
         """Learn the per-sequence decode rate from a completion (what KV admission needs)."""
         if output_tokens > 0 and wall_time_s > 0:

@@ -181,11 +181,7 @@ class Sidecar:
             return bool(await self.session.claim(want))
 
     def _start_waiting(self) -> None:
-        holdings = self.session.holdings
-        for held in holdings.waiting():
-            if not holdings.can_start(held):
-                return  # first come first served: a later, smaller item does not jump the queue
-            holdings.start(held)
+        for held in self.session.holdings.start_fitting():  # first come, first served
             task_id = _task_id(held)
             with schedule_context(held.lease.schedule_id):  # the task's lines name its schedule
                 task = asyncio.create_task(self._run_item(held))

@@ -1,0 +1,111 @@
+"""A sidecar under KV admission starts exactly what the simulator's engine admits, event by event.
+
+The plan's promises hold on a real engine only if the sidecar decides as the simulator (and the
+planner's finish model) does. Both are driven here on the same random queues: the simulator's
+``WorkerEngine`` with ``kv_admission``, and the sidecar's ``Holdings`` fed what a sidecar learns
+(starts, completions, a decode rate) with its clock reading the engine's decode step, so its
+progress estimate (time since start times rate) is the engine's true progress. At every event
+(the start, each completion) the items each starts, in order, must be the same, until the engine
+first preempts (a sidecar cannot see an eviction: from there the two views differ by design).
+
+What is not compared, by design: the sidecar's reservation fallback before its first completion
+(the simulator knows progress from the start), and the sidecar's re-tests between completions (it
+polls; the simulator tests at events only, docs/simulator.md).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.costmodel import WorkerCost
+from scheduler.sim_engine import Ledger, WorkerEngine
+from scheduler.stepsum import planned_steps
+from service.delivery.records import DeliveryItem, Lease
+from service.sidecar.holdings import Held, Holdings, lease_id
+
+_Item = tuple[int, float, int]  # prompt tokens, predicted tokens, true output tokens
+
+
+def _cost(capacity: int, slots: int) -> WorkerCost:
+    return WorkerCost("w", 1e-3, 1e-7, 1e-5, 1e-9, 1e-4, 1.0, 1e-6, capacity, slots)
+
+
+def _lease(index: int, item: _Item) -> Lease:
+    prompt, predicted, actual = item
+    key = f"t{index}"
+    delivery = DeliveryItem(key, key, 0, prompt, max(actual, planned_steps(predicted)), predicted)
+    return Lease("s", "w", delivery, token=1, deadline_ms=0, attempt=1)
+
+
+class _Sidecar:
+    """The push sidecar's turn (``runner.Sidecar._fill``) on its holdings, Redis left out: start
+    what fits, and while nothing waits and a slot is free claim one more (KV admission claims one
+    item at a time)."""
+
+    def __init__(self, items: list[_Item], capacity: int, slots: int, now: list[float]) -> None:
+        self.holdings = Holdings(max_in_flight=slots, kv_capacity_tokens=capacity, clock=lambda: now[0])
+        self.holdings.observe(output_tokens=1, wall_time_s=1.0)  # one token a step: progress is exact
+        self.queue = deque(_lease(i, item) for i, item in enumerate(items))
+        self.held: dict[int, Held] = {}
+
+    def turn(self) -> list[int]:
+        """Start what fits, claiming one item at a time (KV admission); the items started, in order."""
+        started: list[int] = []
+        while True:
+            started += [int(held.lease.key[1:]) for held in self.holdings.start_fitting()]
+            if self.holdings.waiting() or not self.queue or self.holdings.free_slots() == 0:
+                return started
+            lease = self.queue.popleft()
+            self.held[int(lease.key[1:])] = self.holdings.add(lease, kv_admission=True)
+
+    def complete(self, index: int, tokens: int) -> None:
+        self.holdings.remove(lease_id(self.held.pop(index).lease))
+        self.holdings.observe(output_tokens=tokens, wall_time_s=float(tokens))
+
+
+def _admitted(engine: WorkerEngine, before: set[int]) -> list[int]:
+    tokens = {item: token for item, (token, _, _) in engine.alive.items() if item not in before}
+    return sorted(tokens, key=tokens.__getitem__)
+
+
+@st.composite
+def _item(draw: st.DrawFn) -> _Item:
+    """A prompt, a prediction, and a true length from a third of it (ends early) to 2.5x (outlives
+    it, extensions and all): the range where admission decisions turn on ``expected_remaining``."""
+    predicted = draw(st.floats(0.5, 400.0))
+    ratio = draw(st.floats(0.3, 2.5))
+    return draw(st.integers(1, 300)), predicted, max(1, round(predicted * ratio))
+
+
+_items = st.lists(_item(), min_size=1, max_size=14)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_items, st.integers(0, 600), st.integers(1, 8))
+def test_the_sidecar_starts_what_the_simulator_admits_at_every_event(
+    items: list[_Item], spare: int, slots: int
+) -> None:
+    capacity = max(p + a for p, _, a in items) + spare  # every item fits alone, as validation requires
+    prompts, steps = [p for p, _, _ in items], [a for _, _, a in items]
+    planned = [planned_steps(q) for _, q, _ in items]
+    ledger = Ledger([f"t{i}" for i in range(len(items))], prompts, steps, planned)
+    engine = WorkerEngine(0, _cost(capacity, slots), ledger, watermark=0.01, kv_admission=True)
+    engine.enqueue(list(range(len(items))))
+    now = [0.0]
+    sidecar = _Sidecar(items, capacity, slots, now)
+    while True:
+        before = set(engine.alive)
+        engine.admit_own()
+        assert sidecar.turn() == _admitted(engine, before), f"at step {engine.step}"
+        if engine.commit() is None:
+            return
+        running = set(engine.alive)
+        engine.process()
+        if engine.preempted:
+            return
+        now[0] = float(engine.step)
+        for item in sorted(running - set(engine.alive)):
+            sidecar.complete(item, steps[item])
