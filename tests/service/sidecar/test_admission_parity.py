@@ -6,7 +6,10 @@ planner's finish model) does. Both are driven here on the same random queues: th
 (starts, completions, a decode rate) with its clock reading the engine's decode step, so its
 progress estimate (time since start times rate) is the engine's true progress. At every event
 (the start, each completion) the items each starts, in order, must be the same, until the engine
-first preempts (a sidecar cannot see an eviction: from there the two views differ by design).
+first preempts (a sidecar cannot see an eviction: from there the two views differ by design); and
+where either would steal, the KV steal gate must judge by the same budget (the cache less every
+item in flight at its predicted final length; ``steal.lua`` compares the cumulative reservation
+of the tail items it takes with that budget, as ``WorkerEngine.reservation_fits`` does).
 
 What is not compared, by design: the sidecar's reservation fallback before its first completion
 (the simulator knows progress from the start), and the sidecar's re-tests between completions (it
@@ -45,25 +48,36 @@ class _Sidecar:
     what fits, and while nothing waits and a slot is free claim one more (KV admission claims one
     item at a time)."""
 
-    def __init__(self, items: list[_Item], capacity: int, slots: int, now: list[float]) -> None:
+    def __init__(
+        self, items: list[_Item], capacity: int, slots: int, now: list[float], kv_admission: bool = True
+    ) -> None:
         self.holdings = Holdings(max_in_flight=slots, kv_capacity_tokens=capacity, clock=lambda: now[0])
+        self.kv_admission = kv_admission
         self.holdings.observe(output_tokens=1, wall_time_s=1.0)  # one token a step: progress is exact
         self.queue = deque(_lease(i, item) for i, item in enumerate(items))
         self.held: dict[int, Held] = {}
 
     def turn(self) -> list[int]:
-        """Start what fits, claiming one item at a time (KV admission); the items started, in order."""
+        """Start what fits, claiming into free slots (one item at a time under KV admission); the
+        items started, in order."""
         started: list[int] = []
         while True:
             started += [int(held.lease.key[1:]) for held in self.holdings.start_fitting()]
             if self.holdings.waiting() or not self.queue or self.holdings.free_slots() == 0:
                 return started
-            lease = self.queue.popleft()
-            self.held[int(lease.key[1:])] = self.holdings.add(lease, kv_admission=True)
+            for _ in range(1 if self.kv_admission else self.holdings.free_slots()):
+                if self.queue:
+                    lease = self.queue.popleft()
+                    self.held[int(lease.key[1:])] = self.holdings.add(lease, self.kv_admission)
 
     def complete(self, index: int, tokens: int) -> None:
         self.holdings.remove(lease_id(self.held.pop(index).lease))
         self.holdings.observe(output_tokens=tokens, wall_time_s=float(tokens))
+
+
+def _steal_budget(engine: WorkerEngine) -> int:
+    """The simulator's KV steal gate as a budget: ``reservation_fits(i)`` is ``reserve[i] <=`` it."""
+    return engine.cap - engine.reserved - engine.waiting_reserve
 
 
 def _admitted(engine: WorkerEngine, before: set[int]) -> list[int]:
@@ -100,6 +114,8 @@ def test_the_sidecar_starts_what_the_simulator_admits_at_every_event(
         before = set(engine.alive)
         engine.admit_own()
         assert sidecar.turn() == _admitted(engine, before), f"at step {engine.step}"
+        if not sidecar.holdings.waiting():  # where either would steal: the same KV steal gate
+            assert sidecar.holdings.steal_budget() == _steal_budget(engine)
         if engine.commit() is None:
             return
         running = set(engine.alive)
@@ -108,4 +124,31 @@ def test_the_sidecar_starts_what_the_simulator_admits_at_every_event(
             return
         now[0] = float(engine.step)
         for item in sorted(running - set(engine.alive)):
+            sidecar.complete(item, steps[item])
+
+
+@settings(max_examples=200, deadline=None)
+@given(_items, st.integers(0, 600), st.integers(1, 8))
+def test_without_kv_admission_the_sidecar_keeps_in_flight_what_the_simulator_has_claimed(
+    items: list[_Item], spare: int, slots: int
+) -> None:
+    # max_num_seqs items handed to the engine (running or waiting inside it, evicted ones included),
+    # and a steal judged against all of them at predicted final lengths, on both sides
+    capacity = max(p + a for p, _, a in items) + spare
+    prompts, steps = [p for p, _, _ in items], [a for _, _, a in items]
+    planned = [planned_steps(q) for _, q, _ in items]
+    ledger = Ledger([f"t{i}" for i in range(len(items))], prompts, steps, planned)
+    engine = WorkerEngine(0, _cost(capacity, slots), ledger, watermark=0.01, kv_admission=False)
+    engine.enqueue(list(range(len(items))))
+    sidecar = _Sidecar(items, capacity, slots, [0.0], kv_admission=False)
+    while True:
+        engine.admit_own()
+        sidecar.turn()
+        assert set(sidecar.held) == set(engine.alive) | set(engine.waiting), f"at step {engine.step}"
+        assert sidecar.holdings.steal_budget() == _steal_budget(engine)
+        if engine.commit() is None:
+            return
+        running = set(engine.alive)
+        engine.process()
+        for item in sorted(running - set(engine.alive) - set(engine.waiting)):
             sidecar.complete(item, steps[item])
