@@ -39,25 +39,34 @@ def _alive(pid: int) -> bool:
     return status.exists() and "zombie" not in status.read_text()
 
 
+def _serve_until_it_answers(path: str, **env_vars: str) -> subprocess.Popen[bytes]:
+    """``serve`` on a free port with the embedded server (no ``REDIS_URL`` nor other ``ROLLOUT_*``
+    variable of this environment) and ``env_vars``, once ``path`` answers 200 (within 60 s)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
+    env.update(env_vars)
+    command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", str(port)]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read().decode() if proc.stderr else "serve exited")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}{path}", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"serve did not answer {path} within 60 s")
+        time.sleep(0.1)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads child processes from /proc")
 def test_serve_without_redis_url_runs_an_embedded_server_and_stops_it_on_exit(tmp_path: Path) -> None:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env["ROLLOUT_MODEL_DIR"] = str(tmp_path)
-    command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", str(port)]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = _serve_until_it_answers("/readyz", ROLLOUT_MODEL_DIR=str(tmp_path))
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "serve did not become ready"
-            time.sleep(0.1)
         servers = _children(proc.pid)
         assert servers, "no embedded server process"
         proc.send_signal(signal.SIGTERM)
@@ -73,22 +82,8 @@ def test_serve_without_redis_url_runs_an_embedded_server_and_stops_it_on_exit(tm
 def test_serve_runs_one_process_whatever_web_concurrency_says(tmp_path: Path) -> None:
     """uvicorn reads WEB_CONCURRENCY (set by many base images) as its worker count, and with an app
     object rather than an import string it refuses more than one and exits: serve must serve."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env.update(ROLLOUT_MODEL_DIR=str(tmp_path), WEB_CONCURRENCY="2")
-    command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", str(port)]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = _serve_until_it_answers("/metrics", ROLLOUT_MODEL_DIR=str(tmp_path), WEB_CONCURRENCY="2")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "serve did not answer"
-            time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
         assert proc.stderr is not None
