@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import typer
-from tokenizers import Tokenizer, models, pre_tokenizers
 from typer.testing import CliRunner
+
+from tests.service.replay.wordtokenizer import write_word_tokenizer
 
 FAST = ["--time-budget", "0.2"]
 # Output checks play the policies in this process: a spawned pool re-imports the scheduler in each of
@@ -149,9 +150,7 @@ def test_trace_synth_refuses_an_unknown_profile(cli: typer.Typer, tmp_path: Path
 
 
 def test_trace_import_verl_says_which_tokenizer_counted(cli: typer.Typer, tmp_path: Path) -> None:
-    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.save(str(tmp_path / "tokenizer.json"))
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
     dumps = tmp_path / "rollouts"
     dumps.mkdir()
     (dumps / "3.jsonl").write_text(
@@ -169,9 +168,7 @@ def test_trace_import_verl_says_which_tokenizer_counted(cli: typer.Typer, tmp_pa
 def test_trace_import_verl_keeps_only_the_extra_fields_named_by_keep_field(
     cli: typer.Typer, tmp_path: Path
 ) -> None:
-    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.save(str(tmp_path / "tokenizer.json"))
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
     dumps = tmp_path / "rollouts"
     dumps.mkdir()
     record = {"input": "a", "output": "b b", "score": 1.0, "step": 1, "acc": 1.0, "level": "easy"}

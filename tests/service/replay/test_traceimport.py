@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer
 
 from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceFormatError
@@ -20,6 +20,7 @@ from service.traceimport import (
     parse_mapping,
     prompt_hash,
 )
+from tests.service.replay.wordtokenizer import write_word_tokenizer
 
 VOCAB = ["[UNK]", "what", "is", "two", "plus", "three", "four", "five", "the", "answer", "think", "so"]
 
@@ -27,11 +28,7 @@ VOCAB = ["[UNK]", "what", "is", "two", "plus", "three", "four", "five", "the", "
 @pytest.fixture
 def tokenizer_json(tmp_path: Path) -> Path:
     """A word-level tokenizer.json: one token per whitespace-separated word, so counts are obvious."""
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    path = tmp_path / "tokenizer.json"
-    tok.save(str(path))
-    return path
+    return write_word_tokenizer(tmp_path / "tokenizer.json", VOCAB)
 
 
 def _dump(directory: Path, step: int, records: list[dict[str, object]]) -> None:

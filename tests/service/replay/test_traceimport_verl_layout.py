@@ -24,10 +24,10 @@ import json
 from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer, models, pre_tokenizers
 
 from scheduler.errors import InvalidInputError
 from service.traceimport import import_verl, prompt_hash
+from tests.service.replay.wordtokenizer import write_word_tokenizer
 
 WORDS = ["[UNK]", "system", "user", "assistant", "what", "is", "two", "three", "plus", "four", "five", "so"]
 
@@ -35,11 +35,7 @@ WORDS = ["[UNK]", "system", "user", "assistant", "what", "is", "two", "three", "
 @pytest.fixture
 def tokenizer_json(tmp_path: Path) -> Path:
     """A word-level tokenizer.json: one token per whitespace-separated word, so counts are obvious."""
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    path = tmp_path / "tokenizer.json"
-    tok.save(str(path))
-    return path
+    return write_word_tokenizer(tmp_path / "tokenizer.json", WORDS)
 
 
 def _templated(question: str) -> str:
