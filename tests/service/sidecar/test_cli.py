@@ -144,39 +144,26 @@ def test_pull_mode_keeps_a_pulled_lease_alive_and_hands_back_what_it_holds_on_si
 def test_a_url_refused_for_an_unescaped_password_does_not_print_the_password(
     url: str, secret: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("REDIS_URL", raising=False)
-    args = [
-        "sidecar",
-        "--worker-id",
-        "w",
-        "--engine-url",
-        "http://e",
-        "--redis-url",
-        url,
-    ]
-    result = CliRunner().invoke(_app(), args)
-    assert result.exit_code == 2
-    assert "percent-encoded" in result.output
-    assert secret not in result.output
+    output = _refused(monkeypatch, redis_url=url, engine_url="http://e")
+    assert "percent-encoded" in output
+    assert secret not in output
 
 
 def test_an_engine_url_refused_for_its_scheme_does_not_print_its_password(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    output = _refused(monkeypatch, redis_url="redis://r", engine_url="rollout:s3cret@engine:8000")
+    assert "expected an http:// or https:// base URL" in output
+    assert "s3cret" not in output
+
+
+def _refused(monkeypatch: pytest.MonkeyPatch, redis_url: str, engine_url: str) -> str:
+    """What ``sidecar`` prints refusing these URLs (exit status 2: the flags' fault)."""
     monkeypatch.delenv("REDIS_URL", raising=False)
-    args = [
-        "sidecar",
-        "--worker-id",
-        "w",
-        "--redis-url",
-        "redis://r",
-        "--engine-url",
-        "rollout:s3cret@engine:8000",
-    ]
+    args = ["sidecar", "--worker-id", "w", "--engine-url", engine_url, "--redis-url", redis_url]
     result = CliRunner().invoke(_app(), args)
     assert result.exit_code == 2
-    assert "expected an http:// or https:// base URL" in result.output
-    assert "s3cret" not in result.output
+    return result.output
 
 
 def test_a_health_port_in_use_is_one_line_naming_it_and_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
