@@ -27,6 +27,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
@@ -269,8 +270,7 @@ class WorkerSession:
             if lease_id(lease) not in kept:
                 self.holdings.remove(lease_id(lease))
                 lost.append(held)
-        for schedule_id in {held.lease.schedule_id for held in lost}:
-            count = sum(1 for held in lost if held.lease.schedule_id == schedule_id)
+        for schedule_id, count in Counter(held.lease.schedule_id for held in lost).items():
             if await self.found_cancelled(schedule_id):
                 self.stats.cancelled += count
             else:
