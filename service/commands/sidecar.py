@@ -79,6 +79,13 @@ def sidecar(
     pull_idle_timeout: Annotated[
         float, typer.Option(help="Pull mode: stop heartbeating a worker silent this many seconds.")
     ] = 60.0,
+    pull_hold_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Pull mode: let an item the worker holds unreported this long lapse (longer for an "
+            "item whose max_new_tokens takes longer at a quarter of the measured decode rate)."
+        ),
+    ] = 3600.0,
     health_port: Annotated[
         int | None,
         typer.Option(help="Push mode: serve GET /health (liveness probe) on this port."),
@@ -124,6 +131,7 @@ def sidecar(
         "engine-stall-timeout": (engine_stall_timeout, 1.0),
         "heartbeat-interval": (heartbeat_interval, 0.001),
         "pull-idle-timeout": (pull_idle_timeout, 0.001),
+        "pull-hold-timeout": (pull_hold_timeout, 1.0),
     }
     try:
         url = _check(redis_url, engine_url, pull_api, health_port, log_level)
@@ -158,6 +166,7 @@ def sidecar(
         drain_timeout_s=drain_timeout,
         engine_stall_s=engine_stall_timeout,
         pull_idle_timeout_s=pull_idle_timeout,
+        pull_hold_timeout_s=pull_hold_timeout,
         health_port=health_port,
         health_host=health_host,
     )

@@ -51,6 +51,7 @@ class SidecarOptions:
     drain_timeout_s: float = 20.0  # on SIGTERM, how long running items may finish
     engine_stall_s: float = 30.0  # push mode: an engine silent this long while items run is down
     pull_idle_timeout_s: float = 60.0  # pull mode: stop heartbeating a worker silent this long
+    pull_hold_timeout_s: float = 3600.0  # pull mode: an item unreported this long (at least) is abandoned
     health_port: int | None = None  # push mode: serve GET /health (liveness) on this port
     health_host: str = "127.0.0.1"  # where; a kubelet's probe needs the pod's address (0.0.0.0)
 
@@ -193,6 +194,7 @@ def run_pull(options: SidecarOptions) -> SessionStats:
         options.pull_idle_timeout_s,
         stopping=lambda: server is not None and server.should_exit,
         release_within_s=RELEASE_GRACE_S,
+        hold_timeout_s=options.pull_hold_timeout_s,
     )
     # log_config=None keeps the JSON handler ``sidecar`` configured (uvicorn's would print plain text).
     # On SIGTERM the requests in flight get the drain timeout, then are cancelled: uvicorn would wait

@@ -21,7 +21,8 @@ engine or an SGLang ``Engine`` object). For them the sidecar serves on loopback:
 The sidecar claims, steals, heartbeats and completes on the worker's behalf, within the same slot and
 KV admission limits as the push mode. It keeps leases alive only while the worker shows signs of
 life: if it calls none of these endpoints for ``idle_timeout_s``, heartbeats stop and its leases
-lapse, so a dead worker process is noticed even though the sidecar lives on. Once SIGTERM arrives
+lapse, so a dead worker process is noticed even though the sidecar lives on; an item one that lives
+on holds unreported past its bound (``pull_holds``) is left to lapse alone. Once SIGTERM arrives
 nothing more is claimed (a long-poll in flight answers 204), requests in flight get the drain timeout
 (``launch.run_pull``), and what is held is handed back within ``release_within_s``, Redis down or not.
 
@@ -51,8 +52,9 @@ from fastapi.responses import JSONResponse
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.records import CompletionOutcome, TrajectoryResult
 from service.limits import BodyLimitMiddleware
-from service.sidecar.holdings import Held
+from service.sidecar.holdings import Held, lease_id
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
+from service.sidecar.pull_holds import DEFAULT_HOLD_TIMEOUT_S, overdue
 from service.sidecar.sampling import sample_params
 from service.sidecar.session import WorkerSession
 
@@ -89,12 +91,14 @@ class PullState:
         idle_timeout_s: float,
         stopping: Callable[[], bool] = lambda: False,
         release_within_s: float = 2.0,
+        hold_timeout_s: float = DEFAULT_HOLD_TIMEOUT_S,
     ) -> None:
         self._session = None if isinstance(session, Connecting) else session
         self.worker_id = session.worker_id if isinstance(session, Connecting) else session.settings.worker_id
         self.idle_timeout_s = idle_timeout_s
         self.stopping = stopping  # true once the server shuts down: claim nothing more
         self.release_within_s = release_within_s  # shutdown: hand back what is held within this
+        self.hold_timeout_s = hold_timeout_s  # an item handed out longer than its bound is abandoned
         self.last_seen = time.monotonic()
         self.lost: deque[dict[str, Any]] = deque(maxlen=LOST_KEPT)
         self.lock = asyncio.Lock()
@@ -137,13 +141,28 @@ class PullState:
                 await self.beat()
 
     async def beat(self) -> None:
-        """One heartbeat of every held lease; those found gone are forgotten and listed as lost."""
+        """One heartbeat of every held lease; those found gone are forgotten and listed as lost, and so
+        are those held past their bound (``abandon``), left unheartbeated to lapse."""
+        self.lost.extend(_lease_json(held) for held in self.abandon())
         try:
             lost = await self.session.heartbeat()
         except Exception:  # never let the heartbeat loop die: every lease would lapse
             log.exception("heartbeat failed")
             return
         self.lost.extend(_lease_json(held) for held in lost)
+
+    def abandon(self) -> list[Held]:
+        """Forget the items held past their bound (``pull_holds``): unheartbeated, each lapses a TTL
+        later and is requeued; a ``/done`` before that still lands, one after is stale."""
+        holdings = self.session.holdings
+        dropped = overdue(holdings, self.hold_timeout_s)
+        for held in dropped:
+            holdings.remove(lease_id(held.lease))
+            log.warning(
+                "item %s held %.0fs unreported: left to lapse", held.lease.key, holdings.held_for(held)
+            )
+        self.session.stats.lost += len(dropped)
+        return dropped
 
     async def next_item(self, wait_s: float) -> Held | None:
         """Start the oldest waiting lease that fits, else claim one; poll up to ``wait_s``."""
@@ -282,10 +301,11 @@ def create_pull_app(
     idle_timeout_s: float = 60.0,
     stopping: Callable[[], bool] = lambda: False,
     release_within_s: float = 2.0,
+    hold_timeout_s: float = DEFAULT_HOLD_TIMEOUT_S,
 ) -> FastAPI:
     """Build the loopback pull API around ``session`` (or one still ``Connecting``, made while it
     serves); heartbeats run while the server runs."""
-    state = PullState(session, idle_timeout_s, stopping, release_within_s)
+    state = PullState(session, idle_timeout_s, stopping, release_within_s, hold_timeout_s)
     pending = session if isinstance(session, Connecting) else None
 
     @asynccontextmanager

@@ -13,6 +13,7 @@ from service.delivery.protocol import Delivery
 from service.sidecar import pull_api
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
+from service.sidecar.pull_holds import hold_bound_s
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
 
@@ -67,3 +68,58 @@ def test_lost_leases_kept_for_a_worker_that_never_asks_are_bounded(
             return [*lost, len(session.holdings)]
 
     assert asyncio.run(run()) == [["b#0", "c#0"], [], 0]  # the newest kept; all forgotten as held
+
+
+def test_an_item_the_worker_holds_past_the_hold_bound_lapses_and_is_redelivered_once(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """A live worker (it keeps calling) that never reports one item must not keep it leased forever:
+    past the hold bound the sidecar stops heartbeating it, lists it lost, and it lapses and is
+    redelivered; the abandoned lease's late report is refused, the new one's accepted."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "held", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=500)
+    clock = [0.0]
+    holdings = Holdings(1, clock=lambda: clock[0])
+    session = WorkerSession(Delivery.from_url(redis_url), holdings, SessionSettings("w0"))
+
+    async def run() -> list[Any]:
+        app = create_pull_app(session, hold_timeout_s=100.0)
+        state = app.state.pull
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+        ) as client:
+            first = (await client.get("/next")).json()
+            clock[0] = 99.0  # within the bound: still heartbeated
+            await state.beat()
+            within = [one["key"] for one in (await client.get("/leases")).json()["held"]]
+            clock[0] = 101.0  # past it
+            for _ in range(200):  # the worker lives on, heartbeats go on: the lease must lapse anyway
+                await client.get("/health")
+                await state.beat()
+                delivery.reap("held")
+                if not delivery.progress("held").running:
+                    break
+                await asyncio.sleep(0.05)
+            leases = (await client.get("/leases")).json()
+            outcome = [within, leases["held"], [one["key"] for one in leases["lost"]]]
+            if delivery.progress("held").running:  # still leased: nothing was redelivered
+                return [*outcome, "still running"]
+            again = (await client.get("/next")).json()
+            late = await client.post("/done", json=_done(first))
+            fresh = await client.post("/done", json=_done(again))
+            return [*outcome, (again["key"], again["attempt"]), late.status_code, fresh.json()["outcome"]]
+
+    assert asyncio.run(run()) == [["a#0"], [], ["a#0"], ("a#0", 2), 409, "accepted"]
+
+
+def test_the_hold_bound_grows_with_the_items_cap_at_a_quarter_of_the_measured_decode_rate() -> None:
+    """The flag is a floor: an item whose max_new_tokens would take longer at a quarter of the
+    worker's measured per-sequence rate keeps its lease that long (a legitimately long trajectory is
+    not abandoned on every attempt until it is dead-lettered); with no rate measured, the flag alone."""
+    assert hold_bound_s(16_000, None, 3600.0) == 3600.0
+    assert hold_bound_s(16_000, 100.0, 3600.0) == 3600.0  # 640 s at 25 tokens/s: the floor
+    assert hold_bound_s(16_000, 10.0, 3600.0) == 6400.0  # 16,000 tokens at 2.5 tokens/s
+
+
+def _done(lease: dict[str, Any]) -> dict[str, Any]:
+    return {key: lease[key] for key in ("schedule_id", "key", "token")} | {"output_tokens": 10}
