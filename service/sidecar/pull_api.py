@@ -13,7 +13,7 @@ engine or an SGLang ``Engine`` object). For them the sidecar serves on loopback:
   repeating a ``/done`` whose reply was lost is safe;
 * ``POST /fail`` with ``schedule_id``, ``key``, ``token``, ``reason`` -> the item is retried or
   dead-lettered;
-* ``GET /leases`` -> the leases held for the worker and those lost since the last call (stop them);
+* ``GET /leases`` -> the leases handed to the worker and those lost since the last call (stop them);
 * ``POST /reset`` -> hand back every lease held, without spending attempts: a worker process calls it
   when it starts, so what its previous incarnation held (it crashed and was restarted) goes back to
   the queue at once instead of being kept alive by the new process's calls (one process a sidecar).
@@ -275,10 +275,11 @@ async def fail(body: FailBody, state: Pull) -> dict[str, Any]:
 
 @router.get("/leases")
 async def leases(state: Pull) -> dict[str, Any]:
-    """The leases held for the worker, and those lost since the last call (stop working on them)."""
+    """The leases handed to the worker, and those lost since the last call (stop working on them)."""
     lost = list(state.lost)
     state.lost.clear()
-    return {"held": [_lease_json(h) for h in state.session.holdings.all()], "lost": lost}
+    handed = [h for h in state.session.holdings.all() if h.started]  # not those claimed ahead of /next
+    return {"held": [_lease_json(h) for h in handed], "lost": lost}
 
 
 @router.post("/reset")
