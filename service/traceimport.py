@@ -9,7 +9,10 @@ Two sources:
   hash of the input text, so the same prompt keeps its id across epochs; a prompt's samples in one
   step are numbered in file order (veRL's ``balance_batch`` reorders a prompt's samples, and no
   line says which was generated first). Training steps start at 1: a step-0 line is validation
-  before training and is refused (see ``_refuse_validation_step``). Extra fields (``acc``, DAPO's
+  before training and is refused, as is a line carrying the ``reward`` key only ``_validate`` adds,
+  and two files of one step (see ``_refuse_validation``). veRL decodes without special tokens, so a
+  response that stopped on EOS re-encodes one token short: with the cap known, the import adds it
+  back (``count_eos``). Extra fields (``acc``, DAPO's
   ``overlong_reward``, ``request_id``, ``gts``, ...) are dropped unless named in ``keep``: a reward
   manager computes them from the finished response, so as predictor features they would hand a
   step its own answer (see ``_kept_extras``).
@@ -20,6 +23,7 @@ Two sources:
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,9 +79,12 @@ def import_verl(
     tokenizer_path: str | Path,
     max_new_tokens: int | None,
     keep: Sequence[str] = (),
+    count_eos: bool = True,
 ) -> ImportResult:
     """Import every ``{step}.jsonl`` under ``directory``, counting tokens with ``tokenizer_path``;
-    of the dump lines' extra fields only those named in ``keep`` become columns."""
+    of the dump lines' extra fields only those named in ``keep`` become columns. With a cap and
+    ``count_eos``, an output that re-encodes below the cap gets back the EOS token veRL counted in
+    its response length but decoded away (see ``_output_count``)."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise InvalidInputError(
@@ -86,19 +93,20 @@ def import_verl(
     if not directory.is_dir():
         raise InvalidInputError("dir", str(directory), "no such directory")
     _check_keep(keep)
-    files = sorted((p for p in directory.glob("*.jsonl") if _is_step_name(p.stem)), key=lambda p: int(p.stem))
+    files = sorted((p for p in directory.glob("*.jsonl") if _is_step_name(p.stem)), key=_step_order)
     if not files:
         raise InvalidInputError("dir", str(directory), "holds no {step}.jsonl rollout dumps")
+    _refuse_one_step_twice(files)
     tokenizer = load_tokenizer(tokenizer_path)
     builder, clamped, kept = TraceBuilder(), 0, frozenset(keep)
     for path in files:
         records = list(_verl_records(path))
-        _refuse_validation_step(path, records)
+        _refuse_validation(path, records)
         counts = _count_tokens(tokenizer, [r[1]["input"] for r in records], [r[1]["output"] for r in records])
         seen: dict[tuple[int, str], int] = {}
         for (line, record), (prompt_tokens, output_tokens) in zip(records, counts, strict=True):
             row, was_clamped = _verl_row(
-                path, line, record, prompt_tokens, output_tokens, max_new_tokens, seen, kept
+                path, line, record, (prompt_tokens, output_tokens), (max_new_tokens, count_eos), seen, kept
             )
             builder.add(row)
             clamped += was_clamped
@@ -108,6 +116,12 @@ def import_verl(
     check_unique(trace, str(directory))
     _check_kept_present(trace, keep, directory)
     return ImportResult(trace, len(files), str(tokenizer_path), clamped)
+
+
+def _step_order(path: Path) -> tuple[int, str]:
+    """Files by step, then by name: a step named twice is reported the same way whatever the
+    directory listing's order."""
+    return int(path.stem), path.name
 
 
 def _is_step_name(stem: str) -> bool:
@@ -142,18 +156,53 @@ def _verl_records(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
         yield line, record
 
 
-def _refuse_validation_step(path: Path, records: list[tuple[int, dict[str, object]]]) -> None:
-    """Refuse a step-0 line: veRL's training steps start at 1 (``fit`` increments ``global_steps``
-    before its first batch); only ``_validate`` before training dumps at 0, greedy samples of held-out
-    prompts that would pose as a training step. Validation also names its file ``{global_steps}.jsonl``
-    and, in a folder it shares with the rollouts, overwrites the steps it runs at: no line tells."""
+VALIDATION_MARK = "reward"  # the key ``_validate`` adds to every line it dumps; ``fit`` never does
+
+
+def _refuse_one_step_twice(files: list[Path]) -> None:
+    """Refuse two files naming one step (``3.jsonl`` and ``03.jsonl``): veRL writes one file per step,
+    so a second is another run's or a copy, and merging them would number two runs' samples as one
+    step's group."""
+    for earlier, later in itertools.pairwise(files):
+        if int(earlier.stem) == int(later.stem):
+            reason = f"names step {int(later.stem)} as {earlier.name} does: veRL writes one file per step"
+            raise InvalidInputError("dump", str(later), reason)
+
+
+def _refuse_validation(path: Path, records: list[tuple[int, dict[str, object]]]) -> None:
+    """Refuse a line that is not this file's training rollout: one of step 0 (veRL's training steps
+    start at 1, as ``fit`` increments ``global_steps`` before its first batch; only ``_validate``
+    before training dumps at 0), one carrying ``reward`` (``_validate`` adds it to each line it
+    dumps, at every ``test_freq`` step too, into a ``{global_steps}.jsonl`` that overwrites the
+    rollout of that step in a shared folder), or one whose step is not its file's (veRL writes each
+    file's step into each of its lines). Validation is greedy samples of held-out prompts: imported,
+    it would pose as a training step's groups."""
+    apart = "import trainer.rollout_data_dir, kept apart from trainer.validation_data_dir"
     for line, record in records:
-        if _as_step(_step_of(record, path), path, line) == 0:
-            reason = (
-                "step 0 is veRL's validation before training, not a rollout (training steps start at 1):"
-                " import trainer.rollout_data_dir, kept apart from trainer.validation_data_dir"
-            )
-            raise InvalidInputError("dump", f"{path}:{line}", reason)
+        step = _as_step(_step_of(record, path), path, line)
+        if step == 0:
+            reason = f"step 0 is veRL's validation before training, not a rollout (steps start at 1): {apart}"
+        elif VALIDATION_MARK in record:
+            reason = f"a '{VALIDATION_MARK}' key marks a line veRL's validation wrote, not a rollout: {apart}"
+        elif step != int(path.stem):
+            reason = f"step {step} is not its file's: veRL writes a file's step into each of its lines"
+        else:
+            continue
+        raise InvalidInputError("dump", f"{path}:{line}", reason)
+
+
+def _output_count(counted: int, cap: int | None, count_eos: bool) -> int:
+    """An output's length as veRL counted it, from its re-encoded text: veRL decodes with
+    ``skip_special_tokens=True``, so the EOS a stopped response ended on (counted in its response
+    mask, generated and paid for by the engine) is gone from the text. A count below the cap is a
+    response that stopped, so it gets its EOS back (at most reaching the cap); one at or past it was
+    truncated, had none, and is clamped to the cap (re-encoding can overshoot). Without the cap no
+    line says which stopped, so counts stay as encoded."""
+    if cap is None:
+        return counted
+    if counted >= cap:
+        return cap
+    return counted + 1 if count_eos else counted
 
 
 def _count_tokens(tokenizer: object, inputs: list[object], outputs: list[object]) -> list[tuple[int, int]]:
@@ -179,12 +228,15 @@ def _verl_row(
     path: Path,
     line: int,
     record: Mapping[str, object],
-    prompt_tokens: int,
-    output_tokens: int,
-    cap: int | None,
+    counts: tuple[int, int],
+    cap_eos: tuple[int | None, bool],
     seen: dict[tuple[int, str], int],
     keep: frozenset[str],
 ) -> tuple[TraceRow, bool]:
+    """One dump line as a trace row. ``counts`` are the re-encoded (prompt, output) lengths; ``cap_eos``
+    the cap (or None) and whether to add back a stopped output's EOS. Truncation is judged on the
+    re-encoded count: one that reaches the cap with its EOS added back stopped on its last token."""
+    (prompt_tokens, output_tokens), (cap, count_eos) = counts, cap_eos
     step = _step_of(record, path)
     prompt_id = prompt_hash(str(record["input"]))
     key = (_as_step(step, path, line), prompt_id)
@@ -195,7 +247,7 @@ def _verl_row(
         "prompt_id": prompt_id,
         "sample_idx": seen[key],
         "prompt_tokens": prompt_tokens,
-        "output_tokens": min(output_tokens, cap) if cap is not None else output_tokens,
+        "output_tokens": _output_count(output_tokens, cap, count_eos),
         "reward": record.get("score"),
     }
     if cap is not None:

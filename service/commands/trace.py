@@ -48,6 +48,14 @@ def import_command(
     map_: Annotated[
         list[str] | None, typer.Option("--map", help="generic: SCHEMA_COLUMN=FILE_COLUMN, repeatable.")
     ] = None,
+    count_eos: Annotated[
+        bool | None,
+        typer.Option(
+            "--count-eos/--no-count-eos",
+            help="verl, with --max-new-tokens: count the EOS a stopped output ended on, as veRL did "
+            "before decoding it away (default: on).",
+        ),
+    ] = None,
     keep_field: Annotated[
         list[str] | None,
         typer.Option(
@@ -64,10 +72,11 @@ def import_command(
 
     try:
         _check_options(from_, tokenizer, max_new_tokens, map_, keep_field)
+        _check_count_eos(from_, max_new_tokens, count_eos)
         _check_out(out)
         if from_ == "verl":
             assert tokenizer is not None
-            result = import_verl(source, tokenizer, max_new_tokens, keep_field or [])
+            result = import_verl(source, tokenizer, max_new_tokens, keep_field or [], count_eos is not False)
         else:
             result = import_generic(source, from_, parse_mapping(map_ or []))
         write_trace(result.trace, out)
@@ -95,6 +104,24 @@ def _check_out(out: Path) -> None:
     check_file_path("out", out)  # first: a folder named without a suffix is a folder, not a bad suffix
     if out.suffix not in SUFFIXES:
         raise InvalidInputError("out", str(out), f"unsupported suffix; expected one of {SUFFIXES}")
+
+
+def _check_count_eos(from_: str, max_new_tokens: int | None, count_eos: bool | None) -> None:
+    """Refuse ``--count-eos``/``--no-count-eos`` where it cannot act: a generic file carries its
+    counts, and without the cap no dump line says which output stopped on an EOS."""
+    from scheduler.errors import InvalidInputError
+
+    if count_eos is None:
+        return
+    if from_ != "verl":
+        raise InvalidInputError(
+            "count-eos", str(count_eos), "only --from verl takes it (files carry their counts)"
+        )
+    if max_new_tokens is None:
+        message = (
+            "needs --max-new-tokens: only the cap tells an output that stopped on EOS from a truncated one"
+        )
+        raise InvalidInputError("count-eos", str(count_eos), message)
 
 
 def _check_options(

@@ -165,6 +165,53 @@ def test_trace_import_verl_says_which_tokenizer_counted(cli: typer.Typer, tmp_pa
     assert (row["step"], row["prompt_tokens"], row["output_tokens"]) == ("3", "2", "3")
 
 
+def _one_stopped_dump(tmp_path: Path, record: dict[str, object] | None = None) -> list[str]:
+    """A dump folder with one line whose output re-encodes to 3 tokens; the import's arguments."""
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
+    (tmp_path / "rollouts").mkdir()
+    record = record or {"input": "a b", "output": "b b b", "score": 1.0, "step": 3}
+    (tmp_path / "rollouts" / "3.jsonl").write_text(json.dumps(record) + "\n")
+    tokenizer = str(tmp_path / "tokenizer.json")
+    return [
+        "trace",
+        "import",
+        str(tmp_path / "rollouts"),
+        "--tokenizer",
+        tokenizer,
+        "--out",
+        str(tmp_path / "t.csv"),
+    ]
+
+
+@pytest.mark.parametrize(("flags", "tokens"), [([], "4"), (["--count-eos"], "4"), (["--no-count-eos"], "3")])
+def test_trace_import_verl_counts_a_stopped_outputs_eos_unless_told_not_to(
+    cli: typer.Typer, tmp_path: Path, flags: list[str], tokens: str
+) -> None:
+    code, _, _ = _run(cli, [*_one_stopped_dump(tmp_path), "--max-new-tokens", "8", *flags])
+    assert code == 0
+    row = next(csv.DictReader((tmp_path / "t.csv").open()))
+    assert (row["output_tokens"], row["finish_reason"]) == (tokens, "stop")
+
+
+def test_trace_import_verl_refuses_count_eos_without_the_cap_that_tells_stopped_from_truncated(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
+    code, _, err = _run(cli, [*_one_stopped_dump(tmp_path), "--count-eos"])
+    assert code == 2
+    assert "count-eos" in err
+    assert "needs --max-new-tokens" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_trace_import_verl_refuses_a_validation_dump_in_one_line(cli: typer.Typer, tmp_path: Path) -> None:
+    record = {"input": "a b", "output": "b", "score": 1.0, "step": 3, "reward": 1.0}
+    code, _, err = _run(cli, _one_stopped_dump(tmp_path, record))
+    assert code == 2
+    assert "3.jsonl:1" in err
+    assert "validation_data_dir" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_trace_import_verl_keeps_only_the_extra_fields_named_by_keep_field(
     cli: typer.Typer, tmp_path: Path
 ) -> None:

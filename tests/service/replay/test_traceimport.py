@@ -78,10 +78,31 @@ def test_a_cap_marks_truncation_and_clamps_a_retokenized_overshoot(
     tmp_path: Path, tokenizer_json: Path
 ) -> None:
     _verl(tmp_path / "dumps")
-    result = import_verl(tmp_path / "dumps", tokenizer_json, max_new_tokens=3)
+    result = import_verl(tmp_path / "dumps", tokenizer_json, max_new_tokens=3, count_eos=False)
     assert result.trace.output_tokens.tolist() == [3, 3, 1, 2]
     assert result.trace.truncated.tolist() == [True, True, False, False]
     assert result.clamped == 1
+
+
+def test_a_stopped_output_gets_back_the_eos_verl_counted_and_decoded_away(
+    tmp_path: Path, tokenizer_json: Path
+) -> None:
+    """veRL's response length counts the EOS a response stopped on; its dump, decoded without special
+    tokens, lacks it. Below the cap an output stopped, so it counts one more (reaching the cap at
+    most, and still a stop); at or past the cap it was truncated and had no EOS."""
+    _verl(tmp_path / "dumps")  # re-encoded outputs: 3, 8, 1, 2 tokens
+    result = import_verl(tmp_path / "dumps", tokenizer_json, max_new_tokens=3)
+    assert result.trace.output_tokens.tolist() == [3, 3, 2, 3]
+    assert result.trace.truncated.tolist() == [True, True, False, False]
+    assert result.clamped == 1
+
+
+def test_without_a_cap_no_line_says_which_output_stopped_so_counts_stay_as_encoded(
+    tmp_path: Path, tokenizer_json: Path
+) -> None:
+    _verl(tmp_path / "dumps")
+    result = import_verl(tmp_path / "dumps", tokenizer_json, max_new_tokens=None)
+    assert result.trace.output_tokens.tolist() == [3, 8, 1, 2]
 
 
 def test_a_dump_folder_without_step_files_is_refused(tmp_path: Path, tokenizer_json: Path) -> None:
@@ -367,3 +388,24 @@ def test_a_dump_line_without_a_step_takes_its_files_step(
     directory.mkdir()
     (directory / "7.jsonl").write_text(f'{{{step}"input": "what", "output": "so", "score": 1}}\n')
     assert import_verl(directory, tokenizer_json, max_new_tokens=None).trace.step.tolist() == [7]
+
+
+def test_two_files_naming_one_step_are_refused_not_merged_into_one_steps_groups(
+    tmp_path: Path, tokenizer_json: Path
+) -> None:
+    """veRL writes one ``{step}.jsonl`` per step: a second file of that step is another run's or a
+    copy, and its samples would have been numbered on after the first file's as one group."""
+    _dump(tmp_path / "d", 3, [{"input": "what is two", "output": "so four", "score": 1, "step": 3}])
+    line = json.dumps({"input": "what is five", "output": "five", "score": 1, "step": 3})
+    (tmp_path / "d" / "03.jsonl").write_text(line + "\n")
+    with pytest.raises(InvalidInputError, match=r"3\.jsonl.*names step 3 as 03\.jsonl does"):
+        import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None)
+
+
+def test_a_line_whose_step_is_not_its_files_is_refused(tmp_path: Path, tokenizer_json: Path) -> None:
+    """veRL writes a file's step into each of its lines; a line of another step was moved or merged
+    in, and would have joined that step's groups behind its own file's back."""
+    _dump(tmp_path / "d", 2, [{"input": "what is two", "output": "so four", "score": 1, "step": 2}])
+    _dump(tmp_path / "d", 5, [{"input": "what is two", "output": "four", "score": 1, "step": 2}])
+    with pytest.raises(InvalidInputError, match=r"5\.jsonl:1.*step 2 is not its file's"):
+        import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None)

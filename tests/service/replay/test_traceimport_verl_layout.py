@@ -131,3 +131,42 @@ def test_a_step_0_dump_is_refused_as_verls_validation_not_imported_as_training(
         _training_step(folder, 1)
     with pytest.raises(InvalidInputError, match=r"0\.jsonl.*step 0.*validation_data_dir"):
         import_verl(folder, tokenizer_json, max_new_tokens=None)
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["overwritten-step", "line-mixed-in"])
+def test_validation_at_a_test_freq_step_is_refused_by_the_reward_key_it_adds(
+    tmp_path: Path, tokenizer_json: Path, mixed: bool
+) -> None:
+    """``_validate`` also dumps at every ``test_freq`` step, under that step's name: in a folder shared
+    with the rollouts it overwrites them, and its step number is a training one. The ``reward`` key it
+    adds to each line, which ``fit`` never writes, is what tells."""
+    folder = tmp_path / "dumps"
+    _training_step(folder, 1)
+    _training_step(folder, 2)
+    validation: dict[str, list[object]] = {"reward": [1.0, 0.0]}
+    dump_generations(folder, 2, [Q1, Q2], ["four", "five"], ["4", "8"], [1.0, 0.0], validation)
+    if mixed:  # the validation lines appended to a rollout file rather than written over it
+        (folder / "2.jsonl").unlink()
+        _training_step(folder, 2)
+        dump_generations(tmp_path / "val", 2, [Q1], ["four"], ["4"], [1.0], {"reward": [1.0]})
+        with (folder / "2.jsonl").open("a", encoding="utf-8") as handle:
+            handle.write((tmp_path / "val" / "2.jsonl").read_text(encoding="utf-8"))
+    line = 7 if mixed else 1
+    with pytest.raises(InvalidInputError, match=rf"2\.jsonl:{line}.*'reward' key.*validation_data_dir"):
+        import_verl(folder, tokenizer_json, max_new_tokens=None)
+
+
+def test_two_dataset_rows_of_identical_text_share_an_id_and_their_samples_stay_distinct(
+    tmp_path: Path, tokenizer_json: Path
+) -> None:
+    """The id is the text's hash: two dataset rows with the same text are one prompt to the predictor,
+    and their 2 x rollout.n samples of a step are numbered 0 .. 2n-1 as one group, never twice 0 .. n-1
+    (a (step, prompt_id, sample_idx) twice would be refused by every reader of the trace)."""
+    folder = tmp_path / "dumps"
+    inputs = [Q1] * 6 + [Q2] * 3  # rollout.n = 3; Q1 twice in the batch
+    outputs = ["four", "so four", "four", "so so four", "four", "so four", "five", "five", "so five"]
+    for step in (1, 2):
+        dump_generations(folder, step, inputs, outputs, ["4"] * 9, [1.0] * 9, {})
+    trace = import_verl(folder, tokenizer_json, max_new_tokens=None).trace
+    assert trace.prompt_id.tolist() == ([prompt_hash(Q1)] * 6 + [prompt_hash(Q2)] * 3) * 2
+    assert trace.sample_idx.tolist() == [0, 1, 2, 3, 4, 5, 0, 1, 2] * 2
