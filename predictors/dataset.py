@@ -22,7 +22,7 @@ from predictors.features import (
     prior_from_stats,
     prior_leave_one_out,
 )
-from predictors.history import PromptStats, stats_of, walk_steps
+from predictors.promptstats import PromptStats, stats_of, walk_steps
 from predictors.queries import QueryBatch
 from predictors.tracetable import FloatArray, IntArray, Trace
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictors.features import PriorRows
-from predictors.history import PromptStats
+from predictors.promptstats import PromptStats
 from predictors.quantiles import Z90, ordered
 from predictors.tracetable import FloatArray, IntArray, Trace
 

@@ -21,8 +21,9 @@ from itertools import repeat
 
 import numpy as np
 
-from predictors.history import PromptStats, StepGroups
+from predictors.promptstats import PromptStats
 from predictors.queries import QueryBatch
+from predictors.stepgroups import StepGroups
 from predictors.tracetable import FloatArray, IntArray, Trace, numbers_as_text
 
 BASE_FEATURES: tuple[str, ...] = (

@@ -20,7 +20,8 @@ import numpy as np
 
 from predictors.dataset import served_examples, training_set
 from predictors.features import FeatureSpec
-from predictors.history import History, factorize, repeated_rows
+from predictors.history import History
+from predictors.stepgroups import factorize, repeated_rows
 from predictors.tracetable import FloatArray, IntArray, ObjArray, Trace
 from scheduler.errors import InvalidInputError
 

@@ -19,8 +19,9 @@ import numpy as np
 from predictors.censored import raise_censored
 from predictors.fallbacks import GlobalPrior, PriorDefaults, pooled_log_sd, prompt_mean
 from predictors.features import base_length, build_features, distinct_queries, prior_at
-from predictors.history import History, PromptStats
+from predictors.history import History
 from predictors.model import FittedModel
+from predictors.promptstats import PromptStats
 from predictors.quantiles import at_quantile, check_quantile, ordered
 from predictors.queries import Query, QueryBatch
 from predictors.store import ModelStore

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from predictors.history import repeated_rows
+from predictors.stepgroups import repeated_rows
 from predictors.tracefast import fast_trace
 from predictors.tracetable import Trace, TraceBuilder
 from scheduler.errors import InvalidInputError

@@ -8,7 +8,8 @@ import numpy as np
 
 from predictors.dataset import NO_CAP, training_set
 from predictors.features import FeatureSpec, build_features, prior_from_stats
-from predictors.history import History, stats_of
+from predictors.history import History
+from predictors.promptstats import stats_of
 from predictors.queries import QueryBatch
 from tests.predictors.helpers import altered, drifting_trace
 

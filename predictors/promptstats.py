@@ -1,0 +1,162 @@
+"""What the rows of earlier steps say about each prompt: ``PromptStats`` and the fold that builds it.
+
+``stats_of(trace, before)`` folds every row of an earlier step, in step order, into per-prompt
+aggregates: the only view of the past that features may read, which is what makes "no leakage" a
+property of one function rather than of every caller. ``walk_steps`` yields the same aggregates for
+each step of a trace in turn, so training sees exactly what serving (``History.stats_before``) will see.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+
+from predictors.stepgroups import StepGroups, factorize, step_groups
+from predictors.tracetable import FloatArray, IntArray, Trace
+
+EWM_ALPHA = 0.5  # weight of the newest step in the exponentially weighted mean of step means
+
+
+@dataclass(frozen=True, eq=False)
+class PromptStats:
+    """Per-prompt aggregates of every row with ``step < before``; arrays are indexed by ``index[prompt]``."""
+
+    before: int  # these stats summarise rows of steps strictly below this one
+    index: Mapping[str, int]  # prompt id -> position in the arrays below
+    count: IntArray  # samples seen, all earlier steps
+    total: FloatArray  # sum of output tokens, all earlier steps
+    truncated: IntArray  # samples that hit the cap, all earlier steps
+    last_step: IntArray  # most recent step the prompt ran in
+    last_n: IntArray  # samples in that step
+    last_truncated: IntArray  # samples of that step that hit their cap
+    last_trunc_cap: FloatArray  # largest cap one of them ran under (its length if unrecorded); 0: none
+    last_trunc_len: FloatArray  # largest length one of them was cut at; 0: none
+    last_mean: FloatArray  # mean output tokens in that step
+    last_max: FloatArray  # max output tokens in that step
+    last_std: FloatArray  # std (population) of output tokens in that step
+    ewm_mean: FloatArray  # EWM of the per-step means, newest weighted EWM_ALPHA
+    last_reward: FloatArray  # mean reward of the latest step that had rewards; NaN if none
+    within_ss: FloatArray  # sum over steps of squared deviations of log length from the step's log mean
+    within_df: IntArray  # degrees of freedom of within_ss (samples minus groups)
+    step_ids: IntArray  # earlier steps, ascending
+    step_means: FloatArray  # global mean output tokens of each of those steps
+
+    @property
+    def num_rows(self) -> int:
+        """Rows summarised."""
+        return int(self.count.sum())
+
+    @property
+    def trend(self) -> float:
+        """Global drift of log mean length per step over the last two steps (0 with fewer than two)."""
+        if len(self.step_ids) < 2:
+            return 0.0
+        gap = float(self.step_ids[-1] - self.step_ids[-2])
+        newer, older = max(self.step_means[-1], 1.0), max(self.step_means[-2], 1.0)  # an all-empty step
+        return float(np.log(newer / older) / gap)
+
+    def positions(self, prompt_ids: Iterable[str]) -> IntArray:
+        """Array position of each prompt, -1 where the prompt has no history."""
+        ids = list(prompt_ids)
+        return np.fromiter(map(self.index.get, ids, repeat(-1, len(ids))), dtype=np.int64, count=len(ids))
+
+
+class _Fold:
+    """Mutable per-prompt state, advanced one step at a time; ``snapshot`` freezes it."""
+
+    def __init__(self, index: dict[str, int]) -> None:
+        p = len(index)
+        self.index = index
+        ints = ("count", "truncated", "last_n", "last_truncated", "within_df")
+        self.ints = {k: np.zeros(p, dtype=np.int64) for k in ints}
+        self.ints["last_step"] = np.full(p, -1, dtype=np.int64)
+        names = (
+            "total",
+            "last_mean",
+            "last_max",
+            "last_std",
+            "ewm_mean",
+            "within_ss",
+            "last_trunc_cap",
+            "last_trunc_len",
+        )
+        self.floats = {k: np.zeros(p) for k in names}
+        self.floats["last_reward"] = np.full(p, np.nan)
+        self.step_ids: list[int] = []
+        self.step_means: list[float] = []
+
+    def advance(self, g: StepGroups, sel: slice, step: int) -> None:
+        """Fold the groups ``g[sel]`` (all of one step) into the state."""
+        p, n = g.prompt[sel], g.n[sel]
+        mean = g.total[sel] / n
+        f, i = self.floats, self.ints
+        seen = i["last_step"][p] >= 0
+        f["ewm_mean"][p] = np.where(seen, EWM_ALPHA * mean + (1 - EWM_ALPHA) * f["ewm_mean"][p], mean)
+        f["total"][p] += g.total[sel]
+        f["last_mean"][p] = mean
+        f["last_max"][p] = g.maximum[sel]
+        f["last_std"][p] = np.sqrt(np.maximum(g.sumsq[sel] / n - mean * mean, 0.0))
+        f["within_ss"][p] += np.maximum(g.log_sumsq[sel] - g.log_sum[sel] ** 2 / n, 0.0)
+        has_reward = g.reward_n[sel] > 0
+        rewards = g.reward_sum[sel] / np.maximum(g.reward_n[sel], 1)
+        f["last_reward"][p] = np.where(has_reward, rewards, f["last_reward"][p])
+        i["count"][p] += n
+        i["truncated"][p] += g.truncated[sel]
+        i["last_truncated"][p] = g.truncated[sel]
+        f["last_trunc_cap"][p] = g.trunc_cap[sel]
+        f["last_trunc_len"][p] = g.trunc_len[sel]
+        i["last_n"][p] = n
+        i["within_df"][p] += n - 1
+        i["last_step"][p] = step
+        self.step_ids.append(step)
+        self.step_means.append(float(g.total[sel].sum() / n.sum()))
+
+    def snapshot(self, before: int) -> PromptStats:
+        """An immutable copy of the state: the stats of every row before ``before``."""
+        arrays: dict[str, Any] = {k: v.copy() for k, v in (*self.ints.items(), *self.floats.items())}
+        return PromptStats(
+            before=before,
+            index=self.index,
+            **arrays,
+            step_ids=np.asarray(self.step_ids, dtype=np.int64),
+            step_means=np.asarray(self.step_means),
+        )
+
+
+def walk_steps(trace: Trace) -> Iterator[tuple[int, PromptStats, IntArray, StepGroups]]:
+    """For each step, ascending: (step, stats of all earlier steps, row indices of the step, the groups).
+
+    Training builds its examples from these triples, serving from ``History.stats_before``; both are
+    the same fold, so a feature cannot see its own step in one and not the other.
+    """
+    codes, index = factorize(trace.prompt_id)
+    groups = step_groups(trace, codes)
+    fold = _Fold(index)
+    bounds = np.flatnonzero(np.diff(groups.step)) + 1
+    starts = np.concatenate([[0], bounds]).astype(int)
+    ends = np.concatenate([bounds, [len(groups.step)]]).astype(int)
+    row_order = np.argsort(groups.row_group, kind="stable")
+    row_bounds = np.searchsorted(groups.row_group[row_order], starts)
+    row_ends = np.searchsorted(groups.row_group[row_order], ends)
+    for start, end, r0, r1 in zip(starts, ends, row_bounds, row_ends, strict=True):
+        step = int(groups.step[start])
+        yield step, fold.snapshot(step), row_order[r0:r1], groups
+        fold.advance(groups, slice(start, end), step)
+
+
+def stats_of(trace: Trace, before: int) -> PromptStats:
+    """The per-prompt stats of the rows of ``trace`` with step < ``before``."""
+    past = trace.take(trace.step < before)
+    codes, index = factorize(past.prompt_id)
+    fold = _Fold(index)
+    if len(past):
+        groups = step_groups(past, codes)
+        bounds = np.concatenate([[0], np.flatnonzero(np.diff(groups.step)) + 1, [len(groups.step)]])
+        for start, end in itertools.pairwise(bounds.tolist()):
+            fold.advance(groups, slice(int(start), int(end)), int(groups.step[start]))
+    return fold.snapshot(before)
