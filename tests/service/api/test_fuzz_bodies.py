@@ -1,6 +1,6 @@
 """Bodies one field away from valid: a 200, or a 4xx problem naming the field that changes nothing.
 
-``test_bad_input`` names one hand-picked bad field per case; these draw the field and its new value:
+``test_bad_input_fields`` names one hand-picked bad field per case; these draw the field and its new value:
 any element of a valid ``/schedule`` or ``/actuals`` body (nested ones included) is set to an odd
 value of any type, deleted, duplicated or grown to a long array or string, or a known field is added
 where it may not belong. Whatever the answer, it is never a 5xx, and a 4xx other than a 409 (which
@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.service.api.badinput import redis_snapshot
 from tests.service.api.conftest import actual_history, batch_body
-from tests.service.api.test_bad_input import _snapshot
 
 BODIES = settings(
     max_examples=25,
@@ -63,7 +63,7 @@ def one_field_off(draw: st.DrawFn, valid: dict[str, Any]) -> str:
 
 
 def _assert_answered(client: TestClient, store: redis.Redis, url: str, raw: str) -> dict[str, Any]:
-    before = _snapshot(store)
+    before = redis_snapshot(store)
     response = client.post(url, content=raw, headers={"Content-Type": "application/json"})
     assert response.status_code < 500, response.text
     answer: dict[str, Any] = response.json()
@@ -71,7 +71,7 @@ def _assert_answered(client: TestClient, store: redis.Redis, url: str, raw: str)
         assert response.headers["content-type"] == "application/problem+json"
         assert response.status_code != 422 or answer["field"], answer
         if response.status_code != 409:
-            assert _snapshot(store) == before, answer
+            assert redis_snapshot(store) == before, answer
     return answer if response.status_code == 200 else {}
 
 
