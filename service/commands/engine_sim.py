@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
+
+if TYPE_CHECKING:
+    from service.engine_sim.app import SimConfig
+    from service.engine_sim.lengths import LengthSource
 
 HELP = (
     "Serve a SIMULATED inference engine (OpenAI-compatible; no GPU and no model run): each request "
@@ -54,18 +58,10 @@ def engine_sim(
 
     from scheduler.errors import InvalidInputError
     from service.engine_sim.app import build_config, create_app
-    from service.engine_sim.lengths import LengthSource, load_trace
-    from service.ports import unservable
 
     if trace_step is not None and trace is None:
-        typer.echo("engine-sim: --trace-step needs --trace (the step of which trace?)", err=True)
-        raise typer.Exit(2)
+        _refuse("--trace-step needs --trace (the step of which trace?)")
     try:
-        lengths = (
-            load_trace(trace, trace_step, median_tokens)
-            if trace
-            else LengthSource(median_tokens=median_tokens)
-        )
         config = build_config(
             device,
             model,
@@ -73,17 +69,38 @@ def engine_sim(
             max_num_seqs=max_num_seqs,
             kv_capacity_tokens=kv_capacity_tokens,
             time_scale=time_scale,
-            lengths=lengths,
+            lengths=_lengths(trace, trace_step, median_tokens),
             served_model_name=served_model_name,
             max_model_len=max_model_len,
         )
     except InvalidInputError as exc:
-        typer.echo(f"engine-sim: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _refuse(str(exc))
+    _refuse_an_unservable_address(host, port)
+    _announce(config, device, host, port, time_scale)
+    uvicorn.run(create_app(config), host=host, port=port, log_level="warning", access_log=False)
+
+
+def _lengths(trace: Path | None, trace_step: int | None, median_tokens: int) -> LengthSource:
+    """Where output lengths come from: the trace's step, or a seeded draw around ``median_tokens``."""
+    from service.engine_sim.lengths import LengthSource, load_trace
+
+    return (
+        load_trace(trace, trace_step, median_tokens) if trace else LengthSource(median_tokens=median_tokens)
+    )
+
+
+def _refuse_an_unservable_address(host: str, port: int) -> None:
+    """An address this host cannot listen on (a port already taken) is one line and exit 2 before the
+    banner, not uvicorn's traceback after it."""
+    from service.ports import unservable
+
     taken = unservable(host, port)
     if taken:
-        typer.echo(f"engine-sim: {taken}", err=True)
-        raise typer.Exit(2)
+        _refuse(taken)
+
+
+def _announce(config: SimConfig, device: str, host: str, port: int, time_scale: float) -> None:
+    """Say on stderr, before serving, that the engine is SIMULATED and with which capacity."""
     cost = config.cost
     typer.echo(
         f"engine-sim: SIMULATED {device} engine serving {config.served_model_name} on http://{host}:{port} "
@@ -91,4 +108,9 @@ def engine_sim(
         err=True,
     )
     sys.stderr.flush()
-    uvicorn.run(create_app(config), host=host, port=port, log_level="warning", access_log=False)
+
+
+def _refuse(reason: str) -> NoReturn:
+    """Bad input: one line on stderr and exit code 2, never a traceback."""
+    typer.echo(f"engine-sim: {reason}", err=True)
+    raise typer.Exit(2) from None

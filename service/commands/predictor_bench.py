@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from predictors.model import FittedModel
     from predictors.tracetable import Trace
 
 
@@ -36,12 +37,7 @@ def bench_predictor(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Time fit and predict at the issue's sizes; prints medians in seconds and milliseconds."""
-    import numpy as np
-
-    from predictors.history import History
     from predictors.model import FitConfig, fit
-    from predictors.predictor import LengthPredictor
-    from predictors.queries import Query, QueryBatch
 
     prompts = max(1, rows // (steps * samples))
     started = time.perf_counter()
@@ -50,8 +46,39 @@ def bench_predictor(
     started, cpu = time.perf_counter(), time.process_time()
     model = fit(trace, FitConfig(num_threads=threads))
     fit_s, fit_cpu_s = time.perf_counter() - started, time.process_time() - cpu
+    report = {
+        "rows": len(trace),
+        "prompts": prompts,
+        "steps": steps,
+        "threads": threads,
+        "generate_s": round(generate_s, 2),
+        "fit_s": round(fit_s, 2),
+        "fit_cpu_s": round(fit_cpu_s, 2),  # CPU seconds, all threads: wall on idle cores is at most this
+        "fit_examples": model.metadata.examples,
+        "predict_rows": predict_rows,
+        **_predict_times(trace, model, steps, predict_rows, repeats),
+    }
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    for key, value in report.items():
+        typer.echo(f"{key:>26}: {value}")
 
-    asked = trace.take(trace.step == steps - 1)
+
+def _predict_times(
+    trace: Trace, model: FittedModel, step: int, predict_rows: int, repeats: int
+) -> dict[str, float]:
+    """Median milliseconds of ``repeats`` predicts for ``step`` of ``predict_rows`` trajectories (the
+    prompts of the trace's last step, ``step - 1``, repeated): warm (the history already folded), its
+    CPU time, warm from ``Query`` objects rather than the columnar batch, and cold (just after new
+    actuals, which re-fold the history)."""
+    import numpy as np
+
+    from predictors.history import History
+    from predictors.predictor import LengthPredictor
+    from predictors.queries import Query, QueryBatch
+
+    asked = trace.take(trace.step == step - 1)
     index = np.arange(predict_rows) % len(asked)
     batch = QueryBatch.from_trace(asked.take(index), 4096)
     queries = [
@@ -64,31 +91,17 @@ def bench_predictor(
     cold, warm, objects, warm_cpu = [], [], [], []
     for _ in range(repeats):
         predictor.observe(trace.take(np.arange(1)))  # new actuals: the next call re-folds the history
-        cold.append(_timed(lambda: predictor.predict(batch, steps, 0.9)))
+        cold.append(_timed(lambda: predictor.predict(batch, step, 0.9)))
         cpu = time.process_time()
-        warm.append(_timed(lambda: predictor.predict(batch, steps, 0.9)))
+        warm.append(_timed(lambda: predictor.predict(batch, step, 0.9)))
         warm_cpu.append(time.process_time() - cpu)
-        objects.append(_timed(lambda: predictor.predict(queries, steps, 0.9)))
-    report = {
-        "rows": len(trace),
-        "prompts": prompts,
-        "steps": steps,
-        "threads": threads,
-        "generate_s": round(generate_s, 2),
-        "fit_s": round(fit_s, 2),
-        "fit_cpu_s": round(fit_cpu_s, 2),  # CPU seconds, all threads: wall on idle cores is at most this
-        "fit_examples": model.metadata.examples,
-        "predict_rows": predict_rows,
+        objects.append(_timed(lambda: predictor.predict(queries, step, 0.9)))
+    return {
         "predict_warm_ms": round(1000 * statistics.median(warm), 1),
         "predict_warm_cpu_ms": round(1000 * statistics.median(warm_cpu), 1),
         "predict_query_objects_ms": round(1000 * statistics.median(objects), 1),
         "predict_cold_ms": round(1000 * statistics.median(cold), 1),
     }
-    if as_json:
-        typer.echo(json.dumps(report, indent=2))
-        return
-    for key, value in report.items():
-        typer.echo(f"{key:>26}: {value}")
 
 
 def _generated(profile: str, prompts: int, samples: int, steps: int, seed: int, drift: float | None) -> Trace:

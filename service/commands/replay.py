@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -74,22 +75,12 @@ def replay_command(
     ] = None,
 ) -> None:
     """Replay TRACE on the pool SPEC and report every policy's makespan against the lower bound."""
-    from predictors.traceio import read_trace
     from scheduler.errors import InvalidInputError
-    from service.outpaths import check_distinct
-    from service.replay import ReplayConfig, parse_policies
-    from service.replay_steps import select_steps
-    from service.workerspec import parse_workers
 
     try:
-        inventory = parse_workers(workers, model)
-        names = parse_policies(policies)
-        loaded = read_trace(trace)
-        chosen = select_steps(loaded, steps)
-        config = ReplayConfig(
-            inventory=inventory,
-            policies=names,
-            steps=chosen,
+        loaded, config = _load(trace, workers, model, policies, steps)
+        config = replace(
+            config,
             steal_modes=(steal,),
             kv_admission=kv_admission,
             time_budget_s=time_budget,
@@ -97,11 +88,7 @@ def replay_command(
             seed=seed,
             processes=processes or os.cpu_count() or 1,
         )
-        if per_worker is not None and per_worker not in names:
-            raise InvalidInputError("per_worker", per_worker, f"not among --policies ({', '.join(names)})")
-        for option, path in (("plot", plot), ("report", report)):
-            _check_writable(option, path)  # before the replay, not after minutes of it
-        check_distinct((("plot", plot), ("report", report)))
+        _check_outputs(config, per_worker, plot, report)
         result = _run(loaded, config, quiet=as_json)
     except (InvalidInputError, OSError) as exc:
         typer.echo(f"replay: {exc}", err=True)
@@ -109,14 +96,40 @@ def replay_command(
     except KeyboardInterrupt:  # the worker processes are already ended (service.interrupts)
         typer.echo("replay: interrupted", err=True)
         raise typer.Exit(130) from None
-    rows = _worker_rows(result, per_worker, steal)
-    if as_json:
-        typer.echo(json.dumps(_json(result, steal, rows), indent=2))
-    else:
-        _print_table(result, steal)
-        if rows:
-            _print_workers(rows, per_worker or "")
+    _report(result, steal, per_worker, as_json)
     _write_outputs(result, steal, plot, report)
+
+
+def _load(
+    trace: Path, workers: str, model: str, policies: str, steps: str | None
+) -> tuple[Trace, ReplayConfig]:
+    """The trace and what to replay of it (pool, policies, steps; the rest at its defaults), parsed in
+    the order bad input is reported: of several mistakes, the pool's is named first, then the policies'."""
+    from predictors.traceio import read_trace
+    from service.replay import ReplayConfig, parse_policies
+    from service.replay_steps import select_steps
+    from service.workerspec import parse_workers
+
+    inventory = parse_workers(workers, model)
+    names = parse_policies(policies)
+    loaded = read_trace(trace)
+    return loaded, ReplayConfig(inventory=inventory, policies=names, steps=select_steps(loaded, steps))
+
+
+def _check_outputs(
+    config: ReplayConfig, per_worker: str | None, plot: Path | None, report: Path | None
+) -> None:
+    """Refuse a --per-worker policy not replayed and output paths that cannot be written, before the
+    replay, which would otherwise run for minutes first."""
+    from scheduler.errors import InvalidInputError
+    from service.outpaths import check_distinct
+
+    if per_worker is not None and per_worker not in config.policies:
+        names = ", ".join(config.policies)
+        raise InvalidInputError("per_worker", per_worker, f"not among --policies ({names})")
+    for option, path in (("plot", plot), ("report", report)):
+        _check_writable(option, path)
+    check_distinct((("plot", plot), ("report", report)))
 
 
 def _run(loaded: Trace, config: ReplayConfig, quiet: bool) -> ReplayReport:
@@ -136,6 +149,17 @@ def _run(loaded: Trace, config: ReplayConfig, quiet: bool) -> ReplayReport:
     with progress:
         task = progress.add_task("replaying", total=work_units(config))
         return replay(loaded, config, lambda label: progress.update(task, advance=1, description=label))
+
+
+def _report(result: ReplayReport, steal: bool, per_worker: str | None, as_json: bool) -> None:
+    """The summary on stdout: a table (and --per-worker's), or one JSON object with --json."""
+    rows = _worker_rows(result, per_worker, steal)
+    if as_json:
+        typer.echo(json.dumps(_json(result, steal, rows), indent=2))
+    else:
+        _print_table(result, steal)
+        if rows:
+            _print_workers(rows, per_worker or "")
 
 
 def _print_table(result: ReplayReport, steal: bool) -> None:
