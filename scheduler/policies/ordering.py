@@ -121,7 +121,8 @@ def best_order(
     at_once = all_at_once_finish(cost, *problem.lengths(best), reserve)
     if at_once is not None:
         return best, at_once
-    return _played(problem, items, cost, reserve, best)
+    order, finish, _ = _played(problem, items, cost, reserve, best)
+    return order, finish
 
 
 def _played(
@@ -133,32 +134,37 @@ def _played(
     floor: float = 0.0,
     deadline: float | None = None,
     search_until: float | None = None,
-) -> tuple[list[int], float]:
-    """The fastest candidate order by playing each (``best``: the first candidate's order); when
-    that one already finishes by ``floor`` (a finish some other worker has anyway), no other order
-    can change the makespan and none is played.
+    later_items: int = 0,
+) -> tuple[list[int], float, float]:
+    """The fastest candidate order by playing each (``best``: the first candidate's order), its
+    finish, and how long the first play took; when that one already finishes by ``floor`` (a
+    finish some other worker has anyway), no other order can change the makespan and none is
+    played.
 
     With ``deadline``, raises ``BudgetSpent`` before a play that might end past it (judged by the
     first play, which costs about as much as any other of the same queue): a crowded queue's four
     plays took up to ~20 ms at 4,096 x 32, so a check per queue let a cpsat round end that far past
-    its budget. With ``search_until`` such a play is skipped instead, keeping the best so far.
+    its budget. With ``search_until`` such a play is skipped instead, keeping the best so far, and
+    so is one that would leave too little time to play ``later_items`` more items once each (the
+    queues still to be ordered, at this play's pace per item: ``order_queues``).
     """
     _, *others = CANDIDATES[reserve]
     started = clock.now()
     best_finish = worker_finish(cost, *problem.lengths(best), reserve)
-    if best_finish <= floor:
-        return best, best_finish
     play_s = clock.now() - started
+    if best_finish <= floor:
+        return best, best_finish, play_s
+    rest_s = play_s * later_items / max(len(items), 1)  # one play of each queue still to come
     for candidate in others:
         if deadline is not None and clock.now() + play_s > deadline:
             raise BudgetSpent
-        if search_until is not None and clock.now() + play_s > search_until:
+        if search_until is not None and clock.now() + play_s + rest_s > search_until:
             break
         order = candidate(problem, items, cost)
         finish = worker_finish(cost, *problem.lengths(order), reserve, stop_at=best_finish)
         if finish < best_finish:  # a play stopped at best_finish cannot pass this
             best, best_finish = order, finish
-    return best, best_finish
+    return best, best_finish, play_s
 
 
 def order_queues(
@@ -177,22 +183,32 @@ def order_queues(
     keeps the best order played so far: a plan that must be returned, such as lpt's, then keeps
     close to its budget. Without it, 65,536 trajectories on 16 workers (4,096 a worker, in waves)
     took 13.6 s to order under projected-peak admission, four plays of every queue, against a
-    budget of 80 ms.
+    budget of 80 ms. A search also leaves time for one play of every queue after it (the plays
+    that cannot be skipped, at the pace per item of the last play measured): searching until
+    ``search_until`` and only then playing the rest once each ended the long chain-of-thought
+    headline's lpt ordering (4,096 x 16, an 80 ms budget) 5-10 ms past it.
     """
     queues, at_once = _longest_first_at_once(problem, assignment, reserve)
     floor = max((f for f in at_once if f is not None), default=0.0)
     finishes: list[float] = []
     search_s = 0.0  # what the last searched queue's plays took: the next may take as long
+    pace_s = 0.0  # seconds per item of the last queue's first play: what each later queue needs
+    later = sum(len(queues[w]) for w, finish in enumerate(at_once) if finish is None)
     for w, finish in enumerate(at_once):
         if finish is None and deadline is not None and clock.now() > deadline:
             raise BudgetSpent
         started = clock.now()
-        if finish is None and search_until is not None and started + search_s > search_until:
+        if finish is not None:
+            finishes.append(finish)
+            continue
+        later -= len(queues[w])
+        if search_until is not None and started + search_s + pace_s * later > search_until:
             cost = problem.costs[w]  # no time for the candidates: the one order that serves best
             order = UNSEARCHED[reserve](problem, list(queues[w]), cost)
             queues[w], finish = tuple(order), worker_finish(cost, *problem.lengths(order), reserve)
-        elif finish is None:  # the queue does not run at once: the order matters, play the candidates
-            order, finish = _played(
+            pace_s = (clock.now() - started) / max(len(order), 1)
+        else:  # the queue does not run at once: the order matters, play the candidates
+            order, finish, play_s = _played(
                 problem,
                 list(queues[w]),
                 problem.costs[w],
@@ -201,9 +217,11 @@ def order_queues(
                 floor,
                 deadline,
                 search_until,
+                later,
             )
             queues[w] = tuple(order)
             search_s = clock.now() - started
+            pace_s = play_s / max(len(order), 1)
         finishes.append(finish)
     return tuple(queues), tuple(finishes)
 

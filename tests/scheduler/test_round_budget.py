@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 import pytest
 
 import scheduler.policies.cpsat as cpsat_module
-from scheduler.benchgen import bench_request
+from scheduler.at_once import all_at_once_finish
+from scheduler.benchgen import bench_request, heavy_tailed_batch, mixed_inventory
+from scheduler.finish import worker_finish
 from scheduler.planner import plan
 from scheduler.policies import ordering
 from scheduler.policies.base import BudgetSpent
 from scheduler.policies.lpt import lpt_assignment
-from scheduler.policies.ordering import order_queues
-from scheduler.policies.problem import build_problem
+from scheduler.policies.ordering import CANDIDATES, longest_first, order_queues
+from scheduler.policies.problem import Problem, build_problem
+from scheduler.types import PlanRequest
 from tests.scheduler.fake_clock import SteppingClock
 
 REQUEST = dataclasses.replace(bench_request(1_024, 16, seed=0), time_budget_s=3.0)
@@ -89,3 +93,64 @@ def test_a_round_whose_placement_ends_past_its_stop_is_not_ordered(monkeypatch: 
     assert ordered_rounds == []
     assert late.status == "FALLBACK_LPT"
     assert late.predicted_makespan_s <= plan(REQUEST, "lpt").predicted_makespan_s
+
+
+class _PlayClock:
+    """A clock that moves only when a queue is played: a millisecond per item played."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.plays = 0
+
+    def now(self) -> float:
+        return self.seconds
+
+    def played(self, *args: Any, **kwargs: Any) -> float:
+        self.seconds += 1e-3 * len(args[2])  # worker_finish(cost, prompts, steps, ...)
+        self.plays += 1
+        return worker_finish(*args, **kwargs)
+
+
+def _crowded() -> tuple[Problem, list[list[int]], list[int]]:
+    """A long-tailed batch on four workers, lpt-placed: the sizes of the queues that run in waves."""
+    request = PlanRequest(
+        trajectories=heavy_tailed_batch(512, 2, median_output=12_000.0), inventory=mixed_inventory(4)
+    )
+    problem = build_problem(request)
+    assignment = lpt_assignment(problem)
+    waves = []
+    for w, units in enumerate(assignment):
+        queue = longest_first(problem, list(units), problem.costs[w])  # one trajectory a unit: u is item u
+        if all_at_once_finish(problem.costs[w], *problem.lengths(queue), False) is None:
+            waves.append(len(queue))
+    return problem, assignment, waves
+
+
+def test_a_search_leaves_time_for_one_play_of_every_queue_still_to_be_ordered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Time enough to play every queue once and half the first again: searching the first queue's
+    candidates would leave the later queues to be played past ``search_until`` (the long
+    chain-of-thought headline's lpt ordering ended 5-10 ms past an 80 ms budget that way), so each
+    queue is played once and the ordering ends in time."""
+    problem, assignment, waves = _crowded()
+    assert len(waves) >= 2  # several queues run in waves: the first one's search would crowd out the rest
+    play = _PlayClock()
+    monkeypatch.setattr(ordering, "clock", play)
+    monkeypatch.setattr(ordering, "worker_finish", play.played)
+    until = 1e-3 * (sum(waves) + waves[0] / 2)
+    queues, finishes = order_queues(problem, assignment, False, search_until=until)
+    assert play.seconds <= until
+    assert play.plays == len(waves)
+    for w, queue in enumerate(queues):
+        assert finishes[w] == worker_finish(problem.costs[w], *problem.lengths(queue), False)
+
+
+def test_a_search_with_time_for_every_candidate_is_the_unhurried_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    problem, assignment, waves = _crowded()
+    unhurried = order_queues(problem, assignment, False)
+    play = _PlayClock()
+    monkeypatch.setattr(ordering, "clock", play)
+    monkeypatch.setattr(ordering, "worker_finish", play.played)
+    until = 1e-3 * len(CANDIDATES[False]) * sum(waves)  # every candidate of every queue, played whole
+    assert order_queues(problem, assignment, False, search_until=until) == unhurried
