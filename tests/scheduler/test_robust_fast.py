@@ -138,20 +138,21 @@ def test_a_batch_with_a_slot_for_each_trajectory_but_queues_past_their_caches_pl
     assert at_once_hedge(problem, request, placement, spreads(request.trajectories), later) is placement
 
 
-@pytest.mark.parametrize(("seconds_left", "built"), [(16.0, False), (17.0, True)])
+@pytest.mark.parametrize(("seconds_left", "built"), [(17.0, False), (18.0, True)])
 def test_the_comparison_starts_only_if_its_first_draws_project_it_before_the_deadline(
     monkeypatch: pytest.MonkeyPatch, seconds_left: float, built: bool
 ) -> None:
     """The first ``TIMED`` (4) draws of the plan seem to take a second: the comparison's 64 draws'
-    plays (two candidates, 32 draws each) then end 15 s after them, 17 s from the deadline's
-    reference. Under the service's 80 ms default that projection is what kept the candidate from
-    being built at 1,024 trajectories (building it and playing a first draw cost 14-16 ms)."""
+    plays (two candidates, 32 draws each) then end 15 s after them, 18 s from the deadline's
+    reference (the hedge first reads the clock once, to see that its deadline has not passed).
+    Under the service's 80 ms default that projection is what kept the candidate from being built
+    at 1,024 trajectories (building it and playing a first draw cost 14-16 ms)."""
     request = _request()
     problem = build_problem(request)
     queues = tuple(tuple(range(w, 64, 4)) for w in range(4))
     placement = Placement(queues, "HEURISTIC", finish_s=tuple(problem.finishes(queues, True)))
     spread = spreads(request.trajectories)
-    clock = SteppingClock()  # read once before the timed draws and once after them
+    clock = SteppingClock()  # read at the start, then once before the timed draws and once after them
     monkeypatch.setattr(time, "perf_counter", clock.now)
     calls: list[int] = []
 
@@ -239,3 +240,22 @@ def test_requests_without_quantiles_are_planned_as_before() -> None:
     planned = plan(request, "lpt")
     assert any(w.items for w in planned.workers[2:])  # balanced on the predictions, Ascends included
     assert planned == dataclasses.replace(plan(request, "lpt"), wall_time_s=planned.wall_time_s)
+
+
+def test_a_plan_already_at_its_deadline_is_returned_without_checking_whether_it_runs_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No draw can be played once the deadline has passed, so the at-once check would be spent for
+    nothing: it cost 3 ms of a 4,096-trajectory long chain-of-thought plan already at its 80 ms
+    budget, and 130 ms at 16,384 trajectories on 1,024 workers (a 200 ms budget)."""
+    request = _request()
+    problem = build_problem(request)
+    queues = tuple(tuple(range(w, 64, 4)) for w in range(4))
+    placement = Placement(queues, "HEURISTIC", finish_s=tuple(problem.finishes(queues, True)))
+
+    def checked(*_: object) -> bool:
+        raise AssertionError("the at-once check ran past the deadline")
+
+    monkeypatch.setattr(robust_fast, "_runs_at_once", checked)
+    monkeypatch.setattr(robust_fast, "clock", SteppingClock(start=10.0))  # reads 11.0 first
+    assert at_once_hedge(problem, request, placement, spreads(request.trajectories), 11.0) is placement
