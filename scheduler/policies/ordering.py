@@ -134,7 +134,6 @@ def _played(
     floor: float = 0.0,
     deadline: float | None = None,
     search_until: float | None = None,
-    later_items: int = 0,
 ) -> tuple[list[int], float, float]:
     """The fastest candidate order by playing each (``best``: the first candidate's order), its
     finish, and how long the first play took; when that one already finishes by ``floor`` (a
@@ -144,9 +143,7 @@ def _played(
     With ``deadline``, raises ``BudgetSpent`` before a play that might end past it (judged by the
     first play, which costs about as much as any other of the same queue): a crowded queue's four
     plays took up to ~20 ms at 4,096 x 32, so a check per queue let a cpsat round end that far past
-    its budget. With ``search_until`` such a play is skipped instead, keeping the best so far, and
-    so is one that would leave too little time to play ``later_items`` more items once each (the
-    queues still to be ordered, at this play's pace per item: ``order_queues``).
+    its budget. With ``search_until`` such a play is skipped instead, keeping the best so far.
     """
     _, *others = CANDIDATES[reserve]
     started = clock.now()
@@ -154,11 +151,10 @@ def _played(
     play_s = clock.now() - started
     if best_finish <= floor:
         return best, best_finish, play_s
-    rest_s = play_s * later_items / max(len(items), 1)  # one play of each queue still to come
     for candidate in others:
         if deadline is not None and clock.now() + play_s > deadline:
             raise BudgetSpent
-        if search_until is not None and clock.now() + play_s + rest_s > search_until:
+        if search_until is not None and clock.now() + play_s > search_until:
             break
         order = candidate(problem, items, cost)
         finish = worker_finish(cost, *problem.lengths(order), reserve, stop_at=best_finish)
@@ -179,19 +175,21 @@ def order_queues(
     With ``deadline`` (``scheduler.clock.now()``), raises ``BudgetSpent`` when a queue still to be
     played is reached past it, or when one of its candidate plays might end past it (``_played``).
     With ``search_until`` instead, a queue whose search might end past it (judged by the last
-    searched queue's) is played once, in the ``UNSEARCHED`` order, and a search that reaches it
+    searched queue's, per item) is played once, in the ``UNSEARCHED`` order, and a search that reaches it
     keeps the best order played so far: a plan that must be returned, such as lpt's, then keeps
     close to its budget. Without it, 65,536 trajectories on 16 workers (4,096 a worker, in waves)
     took 13.6 s to order under projected-peak admission, four plays of every queue, against a
-    budget of 80 ms. A search also leaves time for one play of every queue after it (the plays
-    that cannot be skipped, at the pace per item of the last play measured): searching until
-    ``search_until`` and only then playing the rest once each ended the long chain-of-thought
-    headline's lpt ordering (4,096 x 16, an 80 ms budget) 5-10 ms past it.
+    budget of 80 ms. A queue is searched only where its whole search (at the last search's pace
+    per item; before any, every candidate at the last play's) leaves time for one play of every queue after it
+    (the plays that cannot be skipped): searching until ``search_until`` and only then playing the
+    rest once each ended the long chain-of-thought headline's lpt ordering (4,096 x 16, an 80 ms
+    budget) 5-10 ms past it. Deciding before the queue's first play matters: a search cut right
+    after it keeps longest-first, 17% slower there than the ``UNSEARCHED`` order.
     """
     queues, at_once = _longest_first_at_once(problem, assignment, reserve)
     floor = max((f for f in at_once if f is not None), default=0.0)
     finishes: list[float] = []
-    search_s = 0.0  # what the last searched queue's plays took: the next may take as long
+    search_pace_s = 0.0  # seconds per item of the last searched queue's plays, all of them
     pace_s = 0.0  # seconds per item of the last queue's first play: what each later queue needs
     later = sum(len(queues[w]) for w, finish in enumerate(at_once) if finish is None)
     for w, finish in enumerate(at_once):
@@ -202,7 +200,8 @@ def order_queues(
             finishes.append(finish)
             continue
         later -= len(queues[w])
-        if search_until is not None and started + search_s + pace_s * later > search_until:
+        searching_s = (search_pace_s or len(CANDIDATES[reserve]) * pace_s) * len(queues[w])
+        if search_until is not None and started + searching_s + pace_s * later > search_until:
             cost = problem.costs[w]  # no time for the candidates: the one order that serves best
             order = UNSEARCHED[reserve](problem, list(queues[w]), cost)
             queues[w], finish = tuple(order), worker_finish(cost, *problem.lengths(order), reserve)
@@ -217,10 +216,9 @@ def order_queues(
                 floor,
                 deadline,
                 search_until,
-                later,
             )
             queues[w] = tuple(order)
-            search_s = clock.now() - started
+            search_pace_s = (clock.now() - started) / max(len(order), 1)
             pace_s = play_s / max(len(order), 1)
         finishes.append(finish)
     return tuple(queues), tuple(finishes)

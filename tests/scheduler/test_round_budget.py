@@ -100,21 +100,21 @@ class _PlayClock:
 
     def __init__(self) -> None:
         self.seconds = 0.0
-        self.plays = 0
+        self.plays: list[int] = []  # the size of each queue played, in turn
 
     def now(self) -> float:
         return self.seconds
 
     def played(self, *args: Any, **kwargs: Any) -> float:
         self.seconds += 1e-3 * len(args[2])  # worker_finish(cost, prompts, steps, ...)
-        self.plays += 1
+        self.plays.append(len(args[2]))
         return worker_finish(*args, **kwargs)
 
 
 def _crowded() -> tuple[Problem, list[list[int]], list[int]]:
     """A long-tailed batch on four workers, lpt-placed: the sizes of the queues that run in waves."""
     request = PlanRequest(
-        trajectories=heavy_tailed_batch(512, 2, median_output=12_000.0), inventory=mixed_inventory(4)
+        trajectories=heavy_tailed_batch(1_024, 2, median_output=12_000.0), inventory=mixed_inventory(4)
     )
     problem = build_problem(request)
     assignment = lpt_assignment(problem)
@@ -129,19 +129,23 @@ def _crowded() -> tuple[Problem, list[list[int]], list[int]]:
 def test_a_search_leaves_time_for_one_play_of_every_queue_still_to_be_ordered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Time enough to play every queue once and half the first again: searching the first queue's
-    candidates would leave the later queues to be played past ``search_until`` (the long
-    chain-of-thought headline's lpt ordering ended 5-10 ms past an 80 ms budget that way), so each
-    queue is played once and the ordering ends in time."""
+    """Time to search the first two queues and play the rest once, less half a play of the second:
+    searching the second would leave the later queues to be played past ``search_until`` (the long
+    chain-of-thought headline's lpt ordering ended 5-10 ms past an 80 ms budget that way). The
+    first queue, whose pace is not yet known, is searched, the second played once, and the
+    ordering ends in time (a later queue may be searched in the time that saved)."""
     problem, assignment, waves = _crowded()
-    assert len(waves) >= 2  # several queues run in waves: the first one's search would crowd out the rest
+    assert len(waves) >= 3  # a search of the second queue would crowd out the plays after it
+    assert waves[1] not in (waves[0], *waves[2:])  # its plays are told apart by their size
     play = _PlayClock()
     monkeypatch.setattr(ordering, "clock", play)
     monkeypatch.setattr(ordering, "worker_finish", play.played)
-    until = 1e-3 * (sum(waves) + waves[0] / 2)
+    searches = len(CANDIDATES[False])  # plays of a searched queue (each a millisecond per item here)
+    until = 1e-3 * (searches * (waves[0] + waves[1]) + sum(waves[2:]) - waves[1] / 2)
     queues, finishes = order_queues(problem, assignment, False, search_until=until)
     assert play.seconds <= until
-    assert play.plays == len(waves)
+    assert play.plays[:searches] == [waves[0]] * searches
+    assert play.plays.count(waves[1]) == 1
     for w, queue in enumerate(queues):
         assert finishes[w] == worker_finish(problem.costs[w], *problem.lengths(queue), False)
 
@@ -152,5 +156,5 @@ def test_a_search_with_time_for_every_candidate_is_the_unhurried_one(monkeypatch
     play = _PlayClock()
     monkeypatch.setattr(ordering, "clock", play)
     monkeypatch.setattr(ordering, "worker_finish", play.played)
-    until = 1e-3 * len(CANDIDATES[False]) * sum(waves)  # every candidate of every queue, played whole
+    until = 1e-3 * (len(CANDIDATES[False]) * sum(waves) + 1)  # every candidate of every queue, and a ms
     assert order_queues(problem, assignment, False, search_until=until) == unhurried
