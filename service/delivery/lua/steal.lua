@@ -10,8 +10,9 @@
 -- stolen, so the steal from that victim stops at the first pinned tail item; under affinity (meta
 -- 'affinity' = '1') a steal moves the tail item's whole group or nothing: only if every member is
 -- still queued on the victim, never started (no attempt spent), unpinned, and the group fits the
--- budget together. The group goes to the thief's own queue; up to max of it is leased now, the rest
--- claimed as usual.
+-- budget together; or, once the victim abandoned a group it ran (abandoned(), below: it died), all
+-- of the group queued there, started or not, whole or partly done. The group goes to the thief's
+-- own queue; up to max of it is leased now, the rest claimed as usual.
 -- The deadline guard, as the simulator (scheduler/sim_pool.py, _in_time): an item with a planned
 -- 'start|end' in P:due is taken only if the thief would finish it by its end, now + predicted tokens /
 -- rate, where the end moves back by how late the owner is (now minus the planned start of the head of
@@ -82,10 +83,10 @@ local function in_time(key)
   return now + math.max(need, busy) <= finish and now + margin * need <= start + margin * (finish - start)
 end
 
--- The members of group g (size samples) queued on the victim, head first; nil when one is pinned or
--- started. Plans mostly lay a group out in one run, and a queue loses items only at its head (claims)
--- or whole groups at its tail (steals), so the tail group is usually the last size items: those
--- alone are read, O(group). A steal used to read the group of every queued item, one HGET each: 14 ms
+-- The members of group g (size samples) queued on the victim, head first, and whether one has
+-- started (spent an attempt); nil when one is pinned. Plans mostly lay a group out in one run, and
+-- a queue loses items only at its head (claims) or whole groups at its tail (steals), so the tail
+-- group is usually the last size items: those alone are read, O(group). A steal used to read the group of every queued item, one HGET each: 14 ms
 -- of Redis per steal at 2,048 queued (1 ms at 256; a loaded 2-core host), and idle thieves retry
 -- every idle poll. A tail that is not one whole run (seen: lpt plans split one group per queue) costs
 -- a scan of the queue in chunked HMGETs, which decides as before (whole but interleaved: it moves).
@@ -107,29 +108,61 @@ local function queued_members(g, size)
       end
     end
   end
+  local started = false
   for _, key in ipairs(members) do
-    if pinned(key) or get(key).att > 0 then return nil end
+    if pinned(key) then return nil end
+    started = started or get(key).att > 0
   end
-  return members
+  return members, started
 end
 
--- The tail item's whole group, head first; or 'skip' when it can never move to this thief (a member
--- pinned, started, gone from the queue, or too big for its cache), 'stop' when it may later (the KV
--- steal gate or the deadline guard refuses it now). Checked in the simulator's order.
+-- Whether the victim abandoned what it holds of a group it has run (a member started, or a group no
+-- longer whole on its queue: part of it finished there): it runs nothing of this schedule, and each
+-- member it ever leased (its record keeps that lease's deadline once back in the queue, a refunded
+-- release included) saw that lease end more than a lease TTL ago, so the victim had a whole TTL to
+-- take it back and did not (a live sidecar claims its queue head at its next poll; the reaper deems
+-- a worker dead after one TTL without a heartbeat). Only a dead worker's group (its own, or one it
+-- stole) gets here; without this it stayed queued until the trainer cancelled the step. Its
+-- engine's prefix cache, the reason a started group stays, is gone with it; what is left of the
+-- group still moves together, to one thief, for that thief's cache. Its old tokens stay refused:
+-- each requeue ended them, and the thief leases anew. No member ever leased: no sign of a death
+-- (a plan that split the group over queues; that part never moves whole).
+local function abandoned(members)
+  if (tonumber(redis.call('HGET', k('counts'), 'r:' .. victim)) or 0) > 0 then return false end
+  local leased = false
+  for _, key in ipairs(members) do
+    local r = get(key)
+    if r.dl > 0 then
+      if now <= r.dl + cfg.ttl then return false end
+      leased = true
+    end
+  end
+  return leased
+end
+
+-- The tail item's whole group (or all an abandoned victim holds of it), head first; or 'skip' when
+-- it cannot move to this thief (a member pinned or too big for its cache; part of the group running
+-- or done, or a member started, on a victim that has not abandoned it), 'stop' when it may later
+-- (the KV steal gate or the deadline guard refuses it now). Checked in the simulator's order. A
+-- group its victim may yet abandon is a 'skip', not a 'stop', although time may change it: a live
+-- owner's started group must not keep thieves from every other queue; the next steal looks again.
 local function movable_group()
   local tail = redis.call('LINDEX', queue, -1)
   local g = redis.call('HGET', k('grp'), tail)
   local size = tonumber(redis.call('HGET', k('gsize'), g or '') or '0')
   if not g or size < 1 then return 'skip' end  -- not a known group: it never moves whole
-  local members = queued_members(g, size)
+  local members, started = queued_members(g, size)
   if not members then return 'skip' end
-  if #members ~= size then return 'skip' end  -- part of it was claimed, is running or done
+  local gone = (started or #members ~= size) and abandoned(members)
+  if #members ~= size and not gone then return 'skip' end  -- part of it is running or done there
+  if started and not gone then return 'skip' end  -- it stays with its worker's prefix cache
   if holdable(members, cap) < #members then return 'skip' end  -- a member the thief cannot hold
   if budget then
     local used = 0
     for _, key in ipairs(members) do used = used + (tonumber(get(key).res) or 0) end
     if used > budget then return 'stop' end
   end
+  if gone then return members end  -- an abandoned victim is stalled: no deadline guard
   for _, key in ipairs(members) do
     if not in_time(key) then return 'stop' end
   end

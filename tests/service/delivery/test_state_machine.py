@@ -152,9 +152,9 @@ class DeliveryMachine(RuleBasedStateMachine):
         if budget is not None:
             assert not stolen or sum(le.item.reservation_tokens for le in stolen) <= budget
         assert not any(le.item.pinned for le in stolen)  # a pinned item never moves
-        if self.affinity:  # one whole group per steal, never part of a group that started
+        if self.affinity:  # one group per steal; a started one only a TTL after its last lease ended
             assert len({le.item.group for le in stolen}) <= 1
-            assert all(le.attempt == 1 for le in stolen)
+            assert all(le.attempt == 1 or self.deadline[le.key] + TTL_MS < self.now for le in stolen)
         return self._issued(stolen)
 
     @rule(lease=leases)
