@@ -44,7 +44,8 @@ key                         type     contents
                                      field ``*`` = default for workers the plan did not describe
 ``P:pin``                   hash     pinned item key -> ``1``: never stolen (absent: no pins)
 ``P:grp``                   hash     item key -> its group, only under prefix affinity (a steal
-                                     moves a whole, wholly queued, never started group)
+                                     moves a whole, wholly queued, never started group, or all
+                                     that a dead worker left queued of one)
 ``P:gsize``                 hash     group -> its number of items, only under prefix affinity
 ``P:cap``                   hash     worker -> its KV cache in tokens, when the publisher knows it
                                      (``PublishedSchedule.kv_capacity_tokens``, from the inventory);

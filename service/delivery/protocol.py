@@ -149,6 +149,11 @@ class Delivery(DeliveryIndexes):
         When that tail can never go to this worker (pinned, too big for its KV cache, a group that
         cannot move), the next busiest queue is tried, up to four per call; a refusal by the KV gate
         or the deadline guard below ends the steal at once (docs/delivery.md, "Several victims").
+        Under prefix affinity a steal moves one whole group, never started, so a group stays on
+        the engine whose cache holds its prefix; a worker that abandoned a group it ran (it runs
+        nothing of the schedule, and the group's last leases there ended over a lease TTL ago: it
+        died) gives up all of it still queued, started or partly done, so a step never waits on a
+        dead worker's group (docs/delivery.md, "Leases, fencing tokens and expiry").
 
         Takes at most half of the victim's queue (at least one item) and at most ``max_items``, so
         the longest items, planned first, stay with their owner. ``budget_tokens`` is the KV steal
