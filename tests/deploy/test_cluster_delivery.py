@@ -24,6 +24,7 @@ from service.delivery.reaper import reap_all
 from tests.cluster import LocalCluster
 from tests.service.delivery import (
     test_affinity_claim,
+    test_affinity_stranded,
     test_cancel,
     test_faults,
     test_plan_times,
@@ -42,6 +43,7 @@ globals().update({name: fn for name, fn in vars(test_protocol).items() if name.s
 globals().update({name: fn for name, fn in vars(test_state_machine).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_steal_rules).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_affinity_claim).items() if name.startswith("test_")})
+globals().update({name: fn for name, fn in vars(test_affinity_stranded).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_cancel).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_plan_times).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_publish_layout).items() if name.startswith("test_")})
