@@ -7,7 +7,9 @@ vLLM manages it), or the plan's makespan would be a promise nobody checks. The w
 - Admission, in queue order, at every event: while a slot is free (``running < max_num_seqs``) and
   the prompt fits under the KV cache less a 1% watermark (vLLM's default); with ``reserve`` (the
   plan's ``kv_admission``) only while the projected peak of the running set plus the candidate, each
-  growing to its final length, fits the cache (``scheduler.admission``), so nothing is preempted.
+  growing to its final length, fits the cache (``scheduler.admission``), so nothing is preempted;
+  a refused head starts at the first step at which it fits, as the simulator plays it
+  (``scheduler.head_fit``).
   Trajectories admitted together are prefilled together, once, before the next decode step.
 - Decode: every running sequence appends one token per step; a step costs the cost model's
   ``step_time(b, C)`` at the current batch and context, summed in closed form between events.
@@ -15,8 +17,9 @@ vLLM manages it), or the plan's makespan would be a promise nobody checks. The w
   goes back to the head of the queue, its progress lost (vLLM's recompute preemption); no admission
   happens until a decode step has run again, which guarantees progress.
 
-Events are admissions, completions and preemptions, so a worker with ``n`` trajectories costs
-``O(n log n)`` Python operations, independent of their lengths.
+Events are admissions, completions, preemptions and refused heads that come to fit, so a worker
+with ``n`` trajectories costs ``O(n log n)`` Python operations, independent of their lengths (plus
+one O(running) test per jump of a refused head's wait, ``scheduler.head_fit``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 from scheduler.admission import WATERMARK, RunningPeak, expected_remaining
 from scheduler.at_once import all_at_once_finishes
 from scheduler.costmodel import WorkerCost
+from scheduler.head_fit import earliest_fit, refused_until
 from scheduler.stepsum import decode_time
 
 
@@ -158,7 +162,9 @@ class _WorkerRun:
         self.peak = RunningPeak()  # the running set's ends, for projected-peak admission under ``reserve``
         self.token = 0
         self.blocked = False  # a preemption happened and no decode step has run since
-        self.refused: tuple[int, int, int, int] | None = None  # (item, first, excess, step): _peak_fits
+        self.evicted = 0  # evicted items at the head of ``waiting`` (the engine's own waiting line)
+        self.refused: tuple[int, int, int] | None = None  # (item, first step it may fit at, step at
+        # which it was refused at the very next one or -1): _peak_fits
 
     def run(self, stop_at: float = math.inf) -> float:
         """Play events until the queue is empty and nothing runs, or the clock reaches ``stop_at``;
@@ -184,26 +190,29 @@ class _WorkerRun:
         """Projected-peak admission of ``item``, without the O(running) test where it must fail.
 
         Lengths are exact here, so every running sequence ends at its planned step: a completion
-        changes nothing the projection counts after it, and waiting ``d`` steps lowers the
-        candidate's own context at any later step by ``d``. A refusal that overflowed by ``excess``
-        at or after step ``first`` therefore still overflows while ``step < first`` and ``d <
-        excess``, until a preemption (which removes a sequence that had not ended) forgets it. On
-        KV-bound queues in waves this skipped most tests (4,096 items a worker: ~0.25 s a play).
+        changes nothing the projection counts after it, and a refusal bounds the wait from below
+        (``head_fit.refused_until``: waiting ``d`` steps lowers the candidate's own context at any
+        later step by ``d``). The bound holds until a preemption (which removes a sequence that
+        had not ended) forgets it. On KV-bound queues in waves this skipped most tests (4,096
+        items a worker: ~0.25 s a play).
         """
         step = self.step
-        if self.refused is not None:
-            refused, first, excess, at = self.refused
-            if refused == item and step < first and step - at < excess:
-                return False
-        end = step + expected_remaining(self.steps[item], 0)  # exact: none outlives it
-        over = self.peak.overflow(step, self.prompts[item] - step, end, self.cap)
-        self.refused = None if over is None else (item, over[0], over[1], step)
-        return over is None
+        if self.refused is not None and self.refused[0] == item and step < self.refused[1]:
+            return False
+        remaining = expected_remaining(self.steps[item], 0)  # exact: none outlives it
+        over = self.peak.overflow(step, self.prompts[item] - step, step + remaining, self.cap)
+        if over is None:
+            self.refused = None
+            return True
+        stuck = step if over[0] == step + 1 else -1
+        self.refused = (item, refused_until(self.peak, step, remaining, over), stuck)
+        return False
 
     def _admit(self) -> None:
         prefill_tokens = 0
         while self.waiting and self._fits(self.waiting[0]):
             item = self.waiting.popleft()
+            self.evicted = max(0, self.evicted - 1)
             self.token += 1
             self.alive[item] = (self.token, self.step)
             if self.reserve:
@@ -227,6 +236,9 @@ class _WorkerRun:
         context = self.offset + self.batch * self.step
         room = (self.cap - context) // self.batch
         run = min(to_finish, room)
+        to_fit = self._steps_to_fit(run)
+        if to_fit > 0:
+            run = to_fit
         if run > 0:
             self.clock += decode_time(self.cost, self.batch, context, run)
             self.step += run
@@ -236,8 +248,28 @@ class _WorkerRun:
                 _, token, item = heapq.heappop(heap)
                 if self.alive.get(item, (-1, 0))[0] == token:
                     self._remove(item)
-        else:
+        elif run != to_fit:
             self._preempt_newest()
+
+    def _steps_to_fit(self, run: int) -> int:
+        """Decode steps, fewer than ``run``, after which the refused head of the queue fits (-1:
+        not before the next event), as ``WorkerEngine`` plays it: the step a polling sidecar
+        starts it at (``scheduler.head_fit``). Not while evicted sequences wait: the engine holds
+        those inside, and the sidecar starts nothing more until they run again."""
+        if not self.reserve or self.evicted or not self.waiting or run <= 1 or self.blocked:
+            return -1
+        if self.batch >= self.cost.max_num_seqs:
+            return -1
+        item, step = self.waiting[0], self.step
+        start = step + 1
+        if self.refused is not None and self.refused[0] == item:
+            if self.refused[2] == step:
+                return -1  # refused at the very next step: only a completion helps
+            start = max(start, self.refused[1])
+        remaining = expected_remaining(self.steps[item], 0)
+        fit, bound = earliest_fit(self.peak, start, self.prompts[item], remaining, self.cap, step + run)
+        self.refused = (item, bound, -1)
+        return -1 if fit is None else fit - step
 
     def _preempt_newest(self) -> None:
         self.refused = None  # the evicted sequence had not ended: later projections change
@@ -247,6 +279,7 @@ class _WorkerRun:
                 break
         self._remove(item)
         self.waiting.appendleft(item)
+        self.evicted += 1
         self.blocked = True
 
     def _remove(self, item: int) -> None:

@@ -8,7 +8,9 @@ The model is vLLM's (see docs/simulator.md for the formulas):
   set plus the candidate will hold at its fullest future step, each growing one token per step until
   its PREDICTED end (``planned`` steps; one that outlives its prediction is expected to run a
   quarter of it again, ``admission.expected_remaining``). On exact lengths that never preempts.
-  An empty worker always admits its head, so a queue never deadlocks. Sequences admitted together
+  An empty worker always admits its head, so a queue never deadlocks. A refused head is admitted
+  at the first decode step at which it fits, an event of its own (``scheduler.head_fit``), as a
+  polling sidecar starts it: waiting lowers its projected peak. Sequences admitted together
   are prefilled together, once, before the next decode step.
 - Decode: every running sequence appends one token per step; a step costs the cost model's
   ``step_time(b, C)`` with ``C`` the KV tokens held before the step (prompt plus generated so far).
@@ -42,6 +44,7 @@ from collections.abc import Sequence
 from scheduler.admission import RunningPeak, expected_remaining
 from scheduler.costmodel import WorkerCost
 from scheduler.errors import InvalidInputError
+from scheduler.head_fit import earliest_fit
 from scheduler.stepsum import decode_time
 
 _DEAD = (-1, 0, 0)  # alive.get() default: matches no admission token
@@ -80,7 +83,7 @@ class WorkerEngine:
     __slots__ = ("alive", "batch", "blocked", "busy_s", "cap", "clock", "cost", "event_clock", "heap",
                  "index", "kv_admission", "ledger", "limit", "max_seqs", "offset", "overdue", "peak",
                  "pending_run", "preempted", "prefill_tokens", "queue", "queued_work", "reserved", "resume",
-                 "stack", "step", "to_finish", "token", "waiting", "waiting_reserve")  # fmt: skip
+                 "stack", "step", "to_finish", "to_fit", "token", "waiting", "waiting_reserve")  # fmt: skip
 
     def __init__(
         self,
@@ -122,6 +125,7 @@ class WorkerEngine:
         self.preempted = 0  # evictions so far
         self.pending_run = -1  # decode steps to the pending event (-1: none pending)
         self.to_finish = 0  # steps from the pending event's start to the next completion
+        self.to_fit = -1  # steps from it to the step at which the refused queue head fits (-1: none)
         self.event_clock = 0.0  # time of the pending event
 
     def enqueue(self, items: list[int]) -> None:
@@ -282,6 +286,9 @@ class WorkerEngine:
         context = self.offset + batch * self.step
         self.to_finish = heap[0][0] - self.step
         run = min(self.to_finish, (self.cap - context) // batch)
+        self.to_fit = self._steps_to_fit(run)
+        if self.to_fit >= 0:
+            run = self.to_fit
         spent = decode_time(self.cost, batch, context, run) if run > 0 else 0.0
         self.busy_s += spent
         self.pending_run = run
@@ -296,14 +303,33 @@ class WorkerEngine:
             self.step += run
             self.blocked = False
         if run != self.to_finish:
-            self._preempt_newest()
-            return
+            if run != self.to_fit:
+                self._preempt_newest()
+            return  # at ``to_fit`` nothing changes but the step: ``admit_own`` starts the head
         heap, alive, end, step = self.heap, self.alive, self.ledger.end, self.step
         while heap and heap[0][0] == step:
             _, token, item = heapq.heappop(heap)
             if alive.get(item, _DEAD)[0] == token:
                 self._remove(item)
                 end[item] = self.clock
+
+    def _steps_to_fit(self, run: int) -> int:
+        """Decode steps, fewer than ``run``, after which the own queue's head passes projected-peak
+        admission (-1: not before the next event): the step a polling sidecar starts it at, where
+        waiting has lowered its projected peak (``scheduler.head_fit``)."""
+        if not self.kv_admission or self.waiting or not self.queue or run <= 1 or not self.may_admit():
+            return -1
+        if self.batch >= self.max_seqs:
+            return -1
+        step, item, ledger = self.step, self.queue[0], self.ledger
+        if self.overdue and self.overdue[0][0] <= step:
+            self._extend_overdue()
+        kept = ledger.kept[item]
+        remaining = expected_remaining(ledger.planned[item], kept)
+        at, _ = earliest_fit(
+            self.peak, step + 1, ledger.prompts[item] + kept, remaining, self.cap, step + run
+        )
+        return -1 if at is None else at - step
 
     def _preempt_newest(self) -> None:
         ledger = self.ledger

@@ -144,6 +144,10 @@ class _EveryTest(finish_module._WorkerRun):
         self.refused = None
         return super()._peak_fits(item)
 
+    def _steps_to_fit(self, run: int) -> int:
+        self.refused = None
+        return super()._steps_to_fit(run)
+
 
 @settings(max_examples=300, deadline=None)
 @given(
@@ -178,8 +182,11 @@ def test_a_refused_admission_is_not_tested_again_until_it_could_fit(monkeypatch:
 
     monkeypatch.setattr(RunningPeak, "overflow", counted)
     skipped = worker_finish(cost, prompts, steps, reserve=True)
-    # five admitted beside the first (which starts alone, untested), the last refused once; it
-    # starts when the first has ended and nothing runs (untested again)
-    assert tests == [0] * 6
+    # five admitted beside the first (which starts alone, untested), the last refused once; waiting
+    # cannot let it in while it would end before the first (its final size at its end beside the
+    # first's growing context), so it is tested once more, at 1,101, the first step at which its
+    # end passes the first's; it starts when the first has ended and nothing runs (untested again)
+    assert tests == [0] * 6 + [1_101]
     assert skipped == _EveryTest(cost, prompts, steps, True).run()
-    assert tests[6:] == [0] * 6 + [5, 6, 7, 8, 9]  # in full: refused again at every completion
+    # in full: refused again at every completion, and the wait searched again after each
+    assert tests[7:] == [0] * 6 + [1, 5, 6, 7, 8, 9, 10, 1_101]

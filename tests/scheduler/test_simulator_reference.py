@@ -32,12 +32,15 @@ def reference(
     """Step by step: admit in order at the start and after completions, decode, evict the newest.
 
     Admission is tried only when a sequence has completed (or nothing runs): an eviction frees room,
-    but the evicted sequence waits for the next completion, never re-entering at once.
+    but the evicted sequence waits for the next completion, never re-entering at once. Under
+    ``reserve`` the head is also tried before every step while no evicted sequence waits, as a
+    polling sidecar re-tests it (waiting lowers its projected peak).
     """
     cap, n = cost.kv_capacity_tokens, len(prompts)
     waiting = list(range(n))
     running: list[list[int]] = []  # [item, generated], oldest first
     ends, preempted, kept = [0.0] * n, [0] * n, [0] * n
+    evicted: set[int] = set()  # evicted and waiting: the sidecar starts nothing more meanwhile
     clock, admission_open = 0.0, True
 
     def held() -> int:
@@ -59,6 +62,7 @@ def reference(
             admitted = 0
             while waiting and fits(waiting[0]):
                 item = waiting.pop(0)
+                evicted.discard(item)
                 admitted += prompts[item] + kept[item]
                 running.append([item, kept[item]])
             if admitted:
@@ -73,8 +77,12 @@ def reference(
                 running.remove(r)
             admission_open = True
             continue
+        if reserve and waiting and waiting[0] not in evicted and fits(waiting[0]):
+            admission_open = True
+            continue
         if held() + len(running) > cap:
             item, generated = running.pop()
+            evicted.add(item)
             kept[item] = generated if resume else 0
             waiting.insert(0, item)
             preempted[item] += 1
