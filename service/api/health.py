@@ -3,9 +3,9 @@
 ``/healthz`` says the process serves HTTP (restart it if not). ``/readyz`` says it can do useful
 work: Redis answers and a predictor is loaded (a fallback counts: it is a working predictor). A
 load balancer stops routing to a replica whose Redis is down and resumes by itself when it returns.
-Both answer ``HEAD`` as ``GET`` (status and headers; the server sends no body), since load balancers
-and ``curl -I`` probe with it; the ``HEAD`` routes stay out of the OpenAPI document, where they would
-repeat the ``GET`` operations under the same operation id.
+All three answer ``HEAD`` as ``GET`` (status and headers; the server sends no body), since load
+balancers, monitoring checks and ``curl -I`` probe with it; the ``HEAD`` routes stay out of the
+OpenAPI document, where they would repeat the ``GET`` operations under the same operation id.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ def readyz(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+@router.head("/metrics", include_in_schema=False)
 def metrics(request: Request) -> Response:
-    """Prometheus text exposition."""
+    """Prometheus text exposition. A ``HEAD`` renders it too, so that its headers (length
+    included) are the ones a ``GET`` at that moment would carry."""
     return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

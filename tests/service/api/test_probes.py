@@ -1,4 +1,5 @@
-"""The probes answer HEAD as they answer GET, without a body: load balancers and ``curl -I`` use it."""
+"""The probes and /metrics answer HEAD as they answer GET, without a body: load balancers, monitoring
+checks and ``curl -I`` use it."""
 
 from __future__ import annotations
 
@@ -48,7 +49,14 @@ def test_head_of_readyz_is_a_503_while_redis_is_down(private_redis: EmbeddedServ
     assert head[0] == get[0] == 503
 
 
-@pytest.mark.parametrize("path", PROBES)
+def test_head_of_metrics_answers_200_with_the_exposition_headers(client: TestClient) -> None:
+    head, get = client.head("/metrics"), client.get("/metrics")
+    assert (head.status_code, head.headers["content-type"]) == (get.status_code, get.headers["content-type"])
+    assert head.status_code == 200
+    assert head.content == b""
+
+
+@pytest.mark.parametrize("path", [*PROBES, "/metrics"])
 def test_head_of_a_probe_sends_no_body_on_the_wire(path: str, live_settings: Settings) -> None:
     with LiveServer(live_settings) as server, socket.create_connection(("127.0.0.1", server.port), 5) as sock:
         sock.sendall(f"HEAD {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
