@@ -11,8 +11,9 @@ overrun is unknown; that some will, and that it costs most on a crowded worker, 
 predictions' quantiles say.
 
 How. When every trajectory carries its 0.5 and 0.9 quantiles, its length is taken as log-normal
-through them (``sigma = ln(p90 / p50) / z_0.9``, capped at its generation limit), ``SAMPLES`` draws
-of the whole batch are played through every candidate's queues with the planner's own worker model
+through them (``sigma = ln(p90 / p50) / z_0.9``, held within one token and its generation limit,
+never overflowing whatever the quantiles: ``scheduler.lognormal``), ``SAMPLES`` draws of the whole
+batch are played through every candidate's queues with the planner's own worker model
 (``scheduler.finish``), and the candidate with the least mean makespan is chosen. The draws are the
 same for every candidate (common random numbers: the comparison is not at the mercy of sampling
 noise) and come from the request's seed, so the choice is deterministic. On math100 the means
@@ -21,7 +22,6 @@ track the true outcome: ``lpt`` 16.76 s (true 16.73 s), ``cpsat``'s plan 17.98 s
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,6 +29,8 @@ import numpy.typing as npt
 
 from scheduler import clock
 from scheduler.finish_draws import draw_finishes
+from scheduler.lognormal import Z90 as Z90  # the standard normal's 0.9 quantile, for robust_fast
+from scheduler.lognormal import bounded_lengths, sigma_through
 from scheduler.policies.problem import Problem
 from scheduler.stepsum import FloatArray, planned_steps_array
 from scheduler.types import Trajectory
@@ -36,7 +38,6 @@ from scheduler.types import Trajectory
 SAMPLES = 32  # draws of the batch's lengths per comparison
 BLOCK = 1 << 21  # elements of one pass over draws (``makespans``): 16 MiB an array of them
 Spread = tuple[FloatArray, FloatArray, FloatArray]  # medians, log-normal sigmas, caps (``spreads``)
-Z90 = 1.2815515655446004  # the standard normal's 0.9 quantile
 
 
 def spreads(trajectories: Sequence[Trajectory]) -> Spread | None:
@@ -47,7 +48,7 @@ def spreads(trajectories: Sequence[Trajectory]) -> Spread | None:
         if p50 is None or p90 is None:
             return None
         medians.append(p50)
-        sigmas.append(math.log(max(p90 / p50, 1.0)) / Z90)
+        sigmas.append(sigma_through(p50, p90))  # finite for any quantiles (scheduler.lognormal)
     caps = np.fromiter((t.max_new_tokens for t in trajectories), dtype=np.float64, count=len(trajectories))
     return np.asarray(medians, dtype=np.float64), np.asarray(sigmas, dtype=np.float64), caps
 
@@ -55,7 +56,7 @@ def spreads(trajectories: Sequence[Trajectory]) -> Spread | None:
 def draw_steps(spread: Spread, rng: np.random.Generator) -> list[int]:
     """One draw of every trajectory's decode steps: log-normal through its p50 and p90, within its cap."""
     medians, sigmas, caps = spread
-    lengths = np.minimum(caps, np.maximum(1.0, medians * np.exp(sigmas * rng.standard_normal(len(medians)))))
+    lengths = bounded_lengths(medians, sigmas, caps, rng.standard_normal(len(medians)))
     steps: list[int] = planned_steps_array(lengths).tolist()
     return steps
 
@@ -67,7 +68,7 @@ def draw_matrix(spread: Spread, rng: np.random.Generator, count: int) -> npt.NDA
     draw to the last step."""
     medians, sigmas, caps = spread
     normal = rng.standard_normal((count, len(medians)))
-    return planned_steps_array(np.minimum(caps, np.maximum(1.0, medians * np.exp(sigmas * normal))))
+    return planned_steps_array(bounded_lengths(medians, sigmas, caps, normal))
 
 
 def least_expected(

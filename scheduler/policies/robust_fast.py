@@ -40,6 +40,7 @@ import numpy.typing as npt
 from scheduler import clock
 from scheduler.at_once import ends_at_once
 from scheduler.finish_draws import drawn_finishes
+from scheduler.lognormal import bounded_lengths
 from scheduler.policies.base import Placement
 from scheduler.policies.kvpeak import KvPeaks
 from scheduler.policies.load import Load, time_with
@@ -132,7 +133,8 @@ def outlier_draws(spread: Spread, seed: int) -> Draws:
     """``SAMPLES`` draws of the lengths (``draw_matrix``) and the outlier's steps: the batch's longest
     p90 (why: ``outlier_means``), within each trajectory's cap."""
     medians, sigmas, caps = spread
-    longest = planned_steps_array(np.minimum(caps, medians * np.exp(sigmas * Z90))).max(initial=1)
+    p90s = bounded_lengths(medians, sigmas, caps, np.full(len(medians), Z90))
+    longest = planned_steps_array(p90s).max(initial=1)
     stretch = np.minimum(int(longest), planned_steps_array(caps))
     return Draws(draw_matrix(spread, np.random.default_rng(seed), SAMPLES), stretch)
 

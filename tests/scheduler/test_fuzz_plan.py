@@ -159,7 +159,21 @@ def odd_but_valid(draw: st.DrawFn) -> PlanRequest:
 @given(odd_but_valid())
 def test_every_policy_keeps_its_promises_on_odd_values_validation_accepts(request: PlanRequest) -> None:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # exp() of a 1e300/5e-324 spread overflows to inf
+        warnings.simplefilter("error", RuntimeWarning)  # no spread overflows (scheduler.lognormal)
         results: list[Any] = [plan(request, name) for name in POLICY_NAMES]
+    for result in results:
+        _assert_kept_promises(request, result)
+
+
+def test_a_spread_of_three_hundred_orders_of_magnitude_plans_without_a_numpy_warning() -> None:
+    base = _base()
+    wild = tuple(
+        dataclasses.replace(t, quantiles={0.5: 1.0 if i % 2 else 5e-324, 0.9: 1e300 if i % 2 else 5e-324})
+        for i, t in enumerate(base.trajectories)
+    )
+    request = dataclasses.replace(base, trajectories=wild, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # exp() of such a spread overflowed
+        results = [plan(request, name) for name in POLICY_NAMES]
     for result in results:
         _assert_kept_promises(request, result)
