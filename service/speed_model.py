@@ -23,6 +23,7 @@ from scheduler.costmodel import worker_cost
 from scheduler.devices import DeviceProfile, ModelPreset, model_preset
 from scheduler.types import Plan, Worker
 from service.api.schemas import ActualReport
+from service.speed_groups import snap
 
 # the learner's logger: an operator filtering on it sees every speed warning, wherever decided
 _log = logging.getLogger("service.speeds")
@@ -49,25 +50,32 @@ def planned_on(report: ActualReport, planned: Mapping[str, Mapping[str, str]], f
     return planned.get(report.schedule_id or "", {}).get(report.worker_id, fingerprint) == fingerprint
 
 
+# Sources that are a belief about the worker itself, from its own actuals: one idle under them is
+# never measured again unless pulled back (a group of workers all believed slow, as much as one).
+_BELIEVED = ("learned", "learned_group")
+
+
 def idle_learned(plan: Plan, sources: Mapping[str, str], drained: Collection[str]) -> list[str]:
     """Workers ``plan`` gives no work although they are not drained and are planned by their learned
-    time scale (``sources``): believed too slow to be worth any, they would never be measured again.
+    time scale, their own or their group's (``sources``): believed too slow to be worth any, they
+    would never be measured again.
     None under a shared queue: every worker pulls from the one FIFO, so none is left unmeasured."""
     if plan.dispatch_order:
         return []
     return [
         w.worker_id
         for w in plan.workers
-        if not w.items and sources.get(w.worker_id) == "learned" and w.worker_id not in drained
+        if not w.items and sources.get(w.worker_id) in _BELIEVED and w.worker_id not in drained
     ]
 
 
 def peer_scales(
-    worker_ids: Sequence[str], fingerprints: Sequence[str], own: Mapping[str, float]
+    worker_ids: Sequence[str], fingerprints: Sequence[str], own: Mapping[str, tuple[float, int]]
 ) -> dict[str, tuple[float, str]]:
-    """Each worker's own learned scale (``learned``), else its peers' geometric mean
-    (``learned_peers``), else, for a profile none of whose workers is measured, the whole request's
-    (``learned_fleet``).
+    """Each worker's own learned scale (``learned``; ``own`` holds it with its report count), or its
+    group's when it lies within noise of other workers' of its profile (``learned_group``,
+    ``service/speed_groups.py``), else its peers' geometric mean (``learned_peers``), else, for a
+    profile none of whose workers is measured, the whole request's (``learned_fleet``).
 
     Why peers. A profile is a datasheet estimate, and a whole fleet often runs faster or slower than
     it (kernels, clocks, the serving stack). Measured one by one, the first worker measured then
@@ -82,17 +90,22 @@ def peer_scales(
     never given one. Taking the fleet's mean keeps the cost model's relative speeds of the kinds
     until a kind is measured; where its own error differs, its first actuals correct it within a
     step, whereas the profile's 1.0 could starve it for good."""
-    logs_of: dict[str, list[float]] = defaultdict(list)
+    logs_of: dict[str, dict[str, float]] = defaultdict(dict)
     for wid, fingerprint in zip(worker_ids, fingerprints, strict=True):
         if wid in own:
-            logs_of[fingerprint].append(math.log(own[wid]))
-    every = [log for logs in logs_of.values() for log in logs]
+            logs_of[fingerprint][wid] = math.log(own[wid][0])
+    samples = {wid: count for wid, (_, count) in own.items()}
+    grouped = {wid: log for logs in logs_of.values() for wid, log in snap(logs, samples).items()}
+    every = [log for logs in logs_of.values() for log in logs.values()]
     scales: dict[str, tuple[float, str]] = {}
     for wid, fingerprint in zip(worker_ids, fingerprints, strict=True):
-        if wid in own:
-            scales[wid] = (own[wid], "learned")
+        if wid in grouped:  # a group of equal scales keeps exactly that scale (no log/exp rounding)
+            same = grouped[wid] == logs_of[fingerprint][wid]
+            scales[wid] = (own[wid][0] if same else math.exp(grouped[wid]), "learned_group")
+        elif wid in own:
+            scales[wid] = (own[wid][0], "learned")
         elif logs_of[fingerprint]:
-            scales[wid] = (_geometric_mean(logs_of[fingerprint]), "learned_peers")
+            scales[wid] = (_geometric_mean(list(logs_of[fingerprint].values())), "learned_peers")
         elif every:
             scales[wid] = (_geometric_mean(every), "learned_fleet")
     return scales
@@ -193,12 +206,13 @@ def schedule_fingerprints(schedule_id: str, raw: object) -> dict[str, str]:
     return prints
 
 
-def learned_scale(worker_id: str, raw: object, fingerprint: str) -> float | None:
-    """The time scale a stored learned state holds; None when absent, when it does not read (or
-    holds a scale the learner cannot reach: its samples are clamped to the ratio bounds), or when it
-    was measured against another profile than ``fingerprint``, or an unknown one (a state from before
-    fingerprints has none: the worker may have moved since, and a scale applied to the wrong profile
-    is off by the ratio of the two, so it waits for ``MIN_SPEED_SAMPLES`` new reports instead)."""
+def learned_scale(worker_id: str, raw: object, fingerprint: str) -> tuple[float, int] | None:
+    """The time scale a stored learned state holds, and the reports behind it; None when absent, when
+    it does not read (or holds a scale the learner cannot reach: its samples are clamped to the
+    ratio bounds), or when it was measured against another profile than ``fingerprint``, or an
+    unknown one (a state from before fingerprints has none: the worker may have moved since, and a
+    scale applied to the wrong profile is off by the ratio of the two, so it waits for
+    ``MIN_SPEED_SAMPLES`` new reports instead)."""
     if raw is None:
         return None
     try:
@@ -216,4 +230,4 @@ def learned_scale(worker_id: str, raw: object, fingerprint: str) -> float | None
     if not low <= log_scale <= high:
         _log.warning("worker %s: learned log scale %r out of range, ignored", worker_id, log_scale)
         return None
-    return math.exp(log_scale)
+    return math.exp(log_scale), samples

@@ -191,7 +191,7 @@ class SpeedLearner:
         own = {
             w.worker_id: scale
             for w, value, fingerprint in zip(workers, raw, prints, strict=True)
-            if (scale := learned_scale(w.worker_id, value, fingerprint)) is not None
+            if (scale := learned_scale(w.worker_id, value, fingerprint)) is not None  # (scale, samples)
         }
         return peer_scales([w.worker_id for w in workers], prints, own)
 

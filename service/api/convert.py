@@ -50,8 +50,8 @@ def build_inventory(
     """Workers with overrides applied; returns the inventory, drained ids, and each time scale's source.
 
     A worker's step-time multiplier comes from, in order: the request's ``time_scale``, its measured
-    ``decode_tokens_per_s``, the speed learned from earlier actuals (``learned``: its own, or its
-    measured peers'), else 1.0.
+    ``decode_tokens_per_s``, the speed learned from earlier actuals (``learned``: its own, its
+    group's, its measured peers' or the fleet's), else 1.0.
     """
     workers: list[Worker] = []
     sources: dict[str, str] = {}
@@ -155,7 +155,7 @@ def _worker(
                 f"[{MIN_TIME_SCALE:g}, {MAX_TIME_SCALE:g}]: check the unit (tokens per second, one sequence)",
             )
         return dataclasses.replace(worker, time_scale=scale), "measured"
-    if spec.worker_id in learned:  # its own (learned), its measured peers' or the fleet's
+    if spec.worker_id in learned:  # its own (learned), its group's, its measured peers' or the fleet's
         scale, source = learned[spec.worker_id]
         return dataclasses.replace(worker, time_scale=scale), source
     return worker, "profile"

@@ -278,7 +278,7 @@ class ScheduleResponse(BaseModel):
     round_robin_makespan_s: float  # the equal split RL trainers use today, on the same predictions
     speedup_vs_round_robin: float
     time_scales: dict[str, float]  # the step-time multiplier used per worker
-    # each worker's: request, measured, learned, learned_peers, learned_fleet or profile
+    # each worker's: request, measured, learned, learned_group, learned_peers, learned_fleet or profile
     time_scale_sources: dict[str, str]
     timings: Timings
 
