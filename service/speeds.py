@@ -179,11 +179,12 @@ class SpeedLearner:
 
     def learned(self, workers: Sequence[Worker], model: ModelPreset) -> dict[str, tuple[float, str]]:
         """Worker id -> (time scale, source) for ``workers``, against the profiles they are planned
-        with now: ``learned``, its own; ``learned_peers``, for a worker with none (never measured, or
-        measured against another profile), the geometric mean of those of its peers in ``workers``
-        (same profile fingerprint) that have one; ``learned_fleet``, for a worker whose profile has
-        none measured, that of every measured worker in ``workers`` (``peer_scales``). Absent: no
-        worker in ``workers`` has one."""
+        with now: ``learned``, its own; ``learned_group``, its group's, when its own lies within
+        noise of other workers' of its profile (``service/speed_groups.py``); ``learned_peers``, for
+        a worker with none (never measured, or measured against another profile), the geometric
+        mean of those of its peers in ``workers`` (same profile fingerprint) that have one;
+        ``learned_fleet``, for a worker whose profile has none measured, that of every measured
+        worker in ``workers`` (``peer_scales``). Absent: no worker in ``workers`` has one."""
         if not workers:
             return {}
         raw = self._redis.hmget(self.speed_key, [w.worker_id for w in workers])
