@@ -19,14 +19,17 @@ floor((g * memory * memory_utilization - W) / kv). See docs/cost-model.md for th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypeVar
 
 from scheduler.devices import ModelPreset
 from scheduler.errors import InvalidInputError
 from scheduler.types import Worker
 
 _GIB = float(1 << 30)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,3 +128,17 @@ def worker_cost(worker: Worker, model: ModelPreset) -> WorkerCost:
         kv_capacity_tokens=kv_cap,
         max_num_seqs=worker.max_num_seqs,
     )
+
+
+def speed_clusters(scales: Sequence[float], members: Sequence[T], tolerance: float) -> list[list[T]]:
+    """``members`` (with these time scales) cut into runs, fastest first, each within
+    ``tolerance`` (relative) of its fastest member: a single pass over the sorted scales, so that no
+    member is closer in scale to another run than to its own by more than the tolerance."""
+    runs: list[list[T]] = []
+    first = 0.0
+    for i in sorted(range(len(members)), key=lambda i: (scales[i], i)):
+        if not runs or scales[i] > first * (1.0 + tolerance):
+            runs.append([])
+            first = scales[i]
+        runs[-1].append(members[i])
+    return runs

@@ -49,6 +49,7 @@ import functools
 from collections.abc import Sequence
 
 from scheduler import clock
+from scheduler.costmodel import WorkerCost
 from scheduler.policies import replicate
 from scheduler.policies.balance import level_below
 from scheduler.policies.base import BudgetSpent, Placement
@@ -256,7 +257,7 @@ class CpSatPolicy:
         remaining = deadline - clock.now()
         if remaining <= 0 or len(problem.units) < 2:
             return None
-        pairs = [(problem.costs[members[0]], len(members)) for members in kinds]
+        pairs = [(_representative(problem.costs, members), len(members)) for members in kinds]
         return solve_levels(problem.units, pairs, upper_s, remaining * LEVELS_SHARE, request.seed)
 
 
@@ -317,6 +318,18 @@ def _calibrate(
     kind_of = {w: k for k, members in enumerate(kinds) for w in members}
     scale = [slowdown[kind_of[w]][tiers[w]] if w in kind_of else 1.0 for w in range(len(finishes))]
     return scale, highest
+
+
+def _representative(costs: Sequence[WorkerCost], members: Sequence[int]) -> WorkerCost:
+    """One cost standing for a kind in the band model: its first member's, at the kind's harmonic
+    mean scale (the pool's decode rate is the sum of each member's, which goes as one over its
+    scale), so a kind of near-identical workers offers the model what its members offer together.
+    Exactly the first member's cost when every member has the same scale."""
+    first = costs[members[0]]
+    scales = [costs[w].time_scale for w in members]
+    if all(s == first.time_scale for s in scales):
+        return first
+    return dataclasses.replace(first, time_scale=len(scales) / sum(1.0 / s for s in scales))
 
 
 def _found(status: str) -> str:

@@ -194,17 +194,20 @@ def _plain_lpt(problem: Problem) -> list[list[int]] | None:
     if len(active) <= 8 or not (problem.unrestricted or all(len(u.allowed) == len(active) for u in units)):
         return None
     kinds = worker_kinds(problem.costs, active)
-    heaps: list[list[tuple[float, int]]] = [[(0.0, w) for w in members] for members in kinds]
-    coefficients = [_coefficients(rates(problem.costs[members[0]])) for members in kinds]
-    pairs = list(zip(heaps, coefficients, strict=True))
+    # (estimate, rank in its kind): members are fastest first, so among equal estimates (the empty
+    # start) the fastest takes the longest unit; with one scale a kind, rank order is index order
+    heaps: list[list[tuple[float, int]]] = [[(0.0, r) for r in range(len(members))] for members in kinds]
+    coefficients = [_coefficients(rates(c)) for c in problem.costs]  # each worker's own speed
+    triples = list(zip(heaps, kinds, range(len(kinds)), strict=True))
     workers = len(problem.costs)
     steps, tokens, kv, prompt = [0] * workers, [0] * workers, [0.0] * workers, [0] * workers
     placed: list[list[int]] = [[] for _ in range(workers)]
     for u in problem.ranked or longest_first(units):
         _, u_steps, u_tokens, u_kv, u_prompt, _ = units[u]  # a Unit, unpacked: no attribute reads
-        best_after, best, best_heap = 0.0, -1, heaps[0]
-        for heap, (per_cache, per_slot, step_s, kv_s, overhead_s, seq_s, token_s, prefill_s) in pairs:
-            w = heap[0][1]
+        best_after, best, best_kind = 0.0, -1, 0
+        for heap, members, k in triples:
+            w = members[heap[0][1]]
+            per_cache, per_slot, step_s, kv_s, overhead_s, seq_s, token_s, prefill_s = coefficients[w]
             n_tokens, n_kv = tokens[w] + u_tokens, kv[w] + u_kv
             n: float = steps[w] if steps[w] > u_steps else u_steps  # max() of three, no call
             if n_kv * per_cache > n:
@@ -215,14 +218,15 @@ def _plain_lpt(problem: Problem) -> list[list[int]] | None:
             cmp = n * overhead_s + seq_s * n_tokens + token_s * n_kv
             after = (mem if mem > cmp else cmp) + prefill_s * (prompt[w] + u_prompt)
             if best < 0 or after < best_after or (after == best_after and w < best):
-                best_after, best, best_heap = after, w, heap
+                best_after, best, best_kind = after, w, k
         if u_steps > steps[best]:
             steps[best] = u_steps
         tokens[best] += u_tokens
         kv[best] += u_kv
         prompt[best] += u_prompt
         placed[best].append(u)
-        heapq.heapreplace(best_heap, (best_after, best))
+        best_heap = heaps[best_kind]
+        heapq.heapreplace(best_heap, (best_after, best_heap[0][1]))
     return placed
 
 

@@ -5,8 +5,8 @@ share a prompt prefix, so they must land on one worker). Each unit carries the t
 needs (decode tokens, KV-token-steps, prompt tokens, longest run) and the workers that may take it:
 not excluded, the pinned worker when any sample is pinned, and a KV cache that holds every sample at
 its generation cap. Built once per request in ``O(n)`` and then read by index, never re-derived.
-Workers with identical coefficients form a kind (``worker_kinds``): the unit of every aggregate
-decision, since such workers are interchangeable.
+Workers with identical coefficients, up to a small spread of speed, form a kind (``worker_kinds``):
+the unit of every aggregate decision, since such workers are (nearly) interchangeable.
 """
 
 from __future__ import annotations
@@ -19,11 +19,14 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.costmodel import WorkerCost, worker_cost
+from scheduler.costmodel import WorkerCost, speed_clusters, worker_cost
 from scheduler.finish import queue_finishes
 from scheduler.gcpause import collector_paused
 from scheduler.stepsum import planned_steps_array
 from scheduler.types import PlanRequest
+
+SPEED_TOLERANCE = 0.25  # relative spread of time scales within one kind (``worker_kinds``): a pool
+# whose learned speeds scatter by +-10% around one device's stays one kind
 
 
 class Unit(NamedTuple):
@@ -194,10 +197,23 @@ def _ranked(steps: npt.NDArray[np.int64], kv_steps: npt.NDArray[np.float64]) -> 
 
 
 def worker_kinds(costs: Sequence[WorkerCost], active: Sequence[int]) -> list[list[int]]:
-    """Active workers grouped by identical coefficients (everything but the id), inventory order."""
-    groups: dict[tuple[float | int, ...], list[int]] = {}
+    """Active workers grouped into kinds: identical coefficients but for ``time_scale``, and scales
+    within ``SPEED_TOLERANCE`` of the kind's fastest. Members fastest first (ties in inventory
+    order), kinds in order of their first member in ``active``.
+
+    Why a tolerance: the service learns each worker's speed (an EWMA of its actuals), so after the
+    first steps no two workers share a scale and exact grouping made every worker its own kind;
+    every aggregate decision (the band model, heaps per kind, the bound's cover) then grew with the
+    pool. Kinds are what aggregate decisions see; a worker's own coefficients still set its
+    estimates and its finish. With equal scales the kinds are exactly the identical-worker ones.
+    """
+    families: dict[tuple[float | int, ...], list[int]] = {}
     for w in active:
         c = costs[w]
-        key = (*c.step_signature(), c.prefill_per_token_s, c.kv_capacity_tokens, c.max_num_seqs)
-        groups.setdefault(key, []).append(w)
-    return list(groups.values())
+        key = (*c.step_signature()[:-1], c.prefill_per_token_s, c.kv_capacity_tokens, c.max_num_seqs)
+        families.setdefault(key, []).append(w)
+    kinds: list[list[int]] = []
+    for members in families.values():
+        kinds.extend(speed_clusters([costs[w].time_scale for w in members], members, SPEED_TOLERANCE))
+    position = {w: i for i, w in enumerate(active)}
+    return sorted(kinds, key=lambda kind: min(position[w] for w in kind))

@@ -33,6 +33,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from scheduler.costmodel import WorkerCost
 from scheduler.policies.problem import Problem, build_problem, longest_first, worker_kinds
 from scheduler.types import Inventory, PlanRequest
 
@@ -65,7 +66,10 @@ def split(problem: Problem, request: PlanRequest) -> Split | None:
     if copies < 2:
         return None
     kinds = worker_kinds(problem.costs, problem.active)
-    pools = tuple(tuple(w for members in kinds for w in _share(members, s, copies)) for s in range(copies))
+    pools = tuple(
+        tuple(w for members in kinds for w in _share(problem.costs, members, s, copies))
+        for s in range(copies)
+    )
     ranked = tuple(problem.ranked or longest_first(problem.units))
     workers = request.inventory.workers
     sub = dataclasses.replace(
@@ -96,9 +100,12 @@ def _copies(problem: Problem, request: PlanRequest) -> int:
     return copies
 
 
-def _share(members: Sequence[int], s: int, copies: int) -> Sequence[int]:
-    """Sub-pool ``s``'s workers of one kind: its K-th of them, in inventory order."""
+def _share(costs: Sequence[WorkerCost], members: Sequence[int], s: int, copies: int) -> Sequence[int]:
+    """Sub-pool ``s``'s workers of one kind: its K-th of them, in inventory order (every K-th
+    where the kind's members differ in speed, so that every copy plays on the same mix)."""
     size = len(members) // copies
+    if len({costs[w].time_scale for w in members}) > 1:  # a kind of near-identical speeds, fastest
+        return members[s::copies]  # first: each sub-pool takes every K-th, the same mix of speeds
     return members[s * size : (s + 1) * size]
 
 
