@@ -11,6 +11,7 @@ by element (integer sums are exact in float64) and its summation order, so each 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -138,9 +139,11 @@ def play_at_once(
     caps = np.array([c.kv_capacity_tokens for c in costs], dtype=np.float64)
     over = (np.bincount(queue[kept + run * end > caps[queue]], minlength=count) > 0).tolist()
     decode = np.zeros(len(at))
-    for cost, members in same_coefficients(costs).items():
+    scales = np.array([c.time_scale for c in costs], dtype=np.float64)
+    for cost, members in _same_shape(costs).items():  # one pass a device, whatever its workers' speeds
         mask = np.isin(queue, members)
-        decode[mask] = decode_times(cost, run[mask], (kept + run * start)[mask], (end - start)[mask])
+        unscaled = decode_times(cost, run[mask], (kept + run * start)[mask], (end - start)[mask])
+        decode[mask] = scales[queue[mask]] * unscaled  # decode_times' last operation, per worker
     sums, sizes = (total[edges[1:]] - total[edges[:-1]]).tolist(), np.diff(edges).tolist()
     fits = [may_run_at_once(c, sums[k], sizes[k], reserve) and not over[k] for k, c in enumerate(costs)]
     runs = np.searchsorted(queue, np.arange(count + 1)).tolist()
@@ -170,6 +173,21 @@ def may_run_at_once(cost: WorkerCost, prompt_total: float, n: int, reserve: bool
     cap = cost.kv_capacity_tokens
     crowded = prompt_total + n > cap if reserve else prompt_total > cap - WATERMARK * cap
     return n <= cost.max_num_seqs and not (n > 1 and crowded)
+
+
+def _same_shape(costs: Sequence[WorkerCost]) -> dict[WorkerCost, list[int]]:
+    """Queue indices grouped by step-time coefficients but for the time scale, each group under its
+    first cost at scale 1: ``decode_times`` multiplies by the scale last, so ``scale * (1.0 * x)``
+    is its result to the last bit, and learned speeds (one scale a worker) cost one pass a device
+    instead of one a worker."""
+    first: dict[tuple[float, ...], WorkerCost] = {}
+    groups: dict[WorkerCost, list[int]] = {}
+    for k, c in enumerate(costs):
+        key = c.step_signature()[:-1]
+        if key not in first:
+            first[key] = dataclasses.replace(c, time_scale=1.0)
+        groups.setdefault(first[key], []).append(k)
+    return groups
 
 
 def same_coefficients(costs: Sequence[WorkerCost]) -> dict[WorkerCost, list[int]]:
