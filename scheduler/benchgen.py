@@ -9,12 +9,15 @@ of the seed, so two runs of the benchmark plan exactly the same batches.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from scheduler.devices import ModelPreset, device_profile, model_preset
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 MAX_NEW_TOKENS = 32_768  # generation cap of the synthetic batches (long chain-of-thought setting)
+SPEED_STREAM = 7  # the speed draws' own stream, so a spread leaves the batch's lengths as they are
 
 
 def heavy_tailed_batch(
@@ -64,3 +67,17 @@ def bench_request(trajectories: int, workers: int, seed: int, time_budget_s: flo
         time_budget_s=time_budget_s,
         seed=seed,
     )
+
+
+def with_speed_spread(request: PlanRequest, spread: float, seed: int) -> PlanRequest:
+    """``request`` with every worker's ``time_scale`` drawn uniformly in ``[1 - spread, 1 + spread]``:
+    the pool as the service sees it once it has learned each worker's speed from its actuals
+    (``service.speed_model``, one scale a worker), which no two workers then share. ``spread`` 0
+    returns ``request`` itself."""
+    if spread == 0:
+        return request
+    rng = np.random.default_rng((SPEED_STREAM, seed))
+    workers = request.inventory.workers
+    scales = rng.uniform(1.0 - spread, 1.0 + spread, size=len(workers)).tolist()
+    drawn = tuple(dataclasses.replace(w, time_scale=s) for w, s in zip(workers, scales, strict=True))
+    return dataclasses.replace(request, inventory=dataclasses.replace(request.inventory, workers=drawn))

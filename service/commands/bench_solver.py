@@ -34,6 +34,9 @@ BUDGET_S: dict[int, float] = {1_024: 0.25, 4_096: 0.25, 16_384: 1.0, 32_768: 1.0
 # by 0.0-0.1%: what is left between a plan and its bound is the plan's, or the relaxation's.
 REFINED_GRID = 32
 REFINED_PRECISION = 0.0001
+SPREAD_SIZES: tuple[tuple[int, int], ...] = ((4_096, 32), (16_384, 128))  # ``make bench``'s learned-
+# speeds table (``SPEED_SPREAD``): the sizes where the band rounds decide the ratio
+SPEED_SPREAD = 0.1  # each worker's time scale drawn in [0.9, 1.1]: what learned speeds look like
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,14 @@ def bench_solver(
         float | None,
         typer.Option(min=0.001, help="Plan time budget in seconds for every size (default: the targets)."),
     ] = None,
+    speed_spread: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=0.5,
+            help="Draw each worker's time scale uniformly in [1 - S, 1 + S] (learned speeds); 0: all 1.",
+        ),
+    ] = 0.0,
 ) -> None:
     """Plan heavy-tailed batches at four sizes with every policy; print wall time and quality."""
     from scheduler.errors import SchedulerError
@@ -89,17 +100,22 @@ def bench_solver(
             row
             for size in SIZES
             if size[0] <= max_trajectories
-            for row in _bench_size(*size, repeats, budget)
+            for row in _bench_size(*size, repeats, budget, speed_spread)
         ]
     except SchedulerError as err:
         print(f"bench solver: {err}", file=sys.stderr)
         raise typer.Exit(2) from None
     elapsed = time.perf_counter() - started
     if as_json:
-        summary = {"repeats": repeats, "cpu_count": os.cpu_count(), "elapsed_s": round(elapsed, 2)}
+        summary = {
+            "repeats": repeats,
+            "speed_spread": speed_spread,
+            "cpu_count": os.cpu_count(),
+            "elapsed_s": round(elapsed, 2),
+        }
         print(json.dumps({"results": [asdict(r) for r in rows], **summary}))
         return
-    _print_table(rows, repeats, elapsed)
+    _print_table(rows, repeats, elapsed, speed_spread)
 
 
 @dataclass
@@ -112,11 +128,14 @@ class _Samples:
     statuses: dict[str, int] = field(default_factory=dict)  # solver status -> batches
 
 
-def _bench_size(trajectories: int, workers: int, repeats: int, budget: float | None) -> list[BenchRow]:
-    """Plan ``repeats`` batches of one size with every policy."""
+def _bench_size(
+    trajectories: int, workers: int, repeats: int, budget: float | None, speed_spread: float = 0.0
+) -> list[BenchRow]:
+    """Plan ``repeats`` batches of one size with every policy (workers' speeds spread by
+    ``speed_spread``, ``scheduler.benchgen.with_speed_spread``)."""
     import dataclasses
 
-    from scheduler.benchgen import bench_request
+    from scheduler.benchgen import bench_request, with_speed_spread
     from scheduler.policies import POLICY_NAMES
 
     samples = {name: _Samples() for name in POLICY_NAMES}
@@ -124,7 +143,7 @@ def _bench_size(trajectories: int, workers: int, repeats: int, budget: float | N
     refined: list[float] = []
     for seed in range(repeats):
         request = dataclasses.replace(
-            bench_request(trajectories, workers, seed),
+            with_speed_spread(bench_request(trajectories, workers, seed), speed_spread, seed),
             time_budget_s=budget if budget is not None else BUDGET_S.get(trajectories, 0.25),
         )
         bound = _time_policies(request, samples)
@@ -200,8 +219,10 @@ def _nearest_rank(values: list[float], percent: int) -> float:
     return ordered[max(0, -(-len(ordered) * percent // 100) - 1)]
 
 
-def _print_table(rows: list[BenchRow], repeats: int, elapsed: float) -> None:
-    print(f"bench solver: {repeats} heavy-tailed batches per size, half H100 / half Ascend 910B, 7B model")
+def _print_table(rows: list[BenchRow], repeats: int, elapsed: float, speed_spread: float) -> None:
+    speeds = f", time scales in [{1 - speed_spread:g}, {1 + speed_spread:g}]" if speed_spread else ""
+    pool = f"half H100 / half Ascend 910B{speeds}"
+    print(f"bench solver: {repeats} heavy-tailed batches per size, {pool}, 7B model")
     print(f"{'size':>12} {'policy':>12} {'p50 ms':>9} {'p95 ms':>9} {'cpu p95':>8} {'makespan s':>11} "
           f"{'bound s':>9} {'/bound':>7} {'/refined':>8} {'vs rr':>6}  status")  # fmt: skip
     for r in rows:
@@ -214,14 +235,30 @@ def _print_table(rows: list[BenchRow], repeats: int, elapsed: float) -> None:
 
 
 def markdown_report(repeats: int = 5) -> str:
-    """The benchmark as a Markdown table, for ``make bench`` (``service.benchreport``) to embed."""
+    """The benchmark as Markdown tables, for ``make bench`` (``service.benchreport``) to embed: every
+    size on the pool as built, then ``SPREAD_SIZES`` with learned speeds (``SPEED_SPREAD``)."""
     started = time.perf_counter()
     rows = [row for size in SIZES for row in _bench_size(*size, repeats, None)]
+    spread = [row for size in SPREAD_SIZES for row in _bench_size(*size, repeats, None, SPEED_SPREAD)]
+    return "\n".join(
+        [
+            f"`rollout-scheduler bench solver --repeats {repeats}`: {repeats} heavy-tailed batches per size "
+            f"(`scheduler.benchgen`), half H100 / half Ascend 910B, Qwen2.5-7B; {os.cpu_count()} cores; "
+            f"{time.perf_counter() - started:.0f} s with the table below it.",
+            "",
+            *_markdown_table(rows),
+            "",
+            f"Learned speeds, `bench solver --repeats {repeats} --speed-spread {SPEED_SPREAD}`: the same "
+            f"batches, every worker's time scale drawn in [{1 - SPEED_SPREAD:g}, {1 + SPEED_SPREAD:g}].",
+            "",
+            *_markdown_table(spread),
+        ]
+    )
+
+
+def _markdown_table(rows: list[BenchRow]) -> list[str]:
+    """``rows`` as a Markdown table."""
     lines = [
-        f"`rollout-scheduler bench solver --repeats {repeats}`: {repeats} heavy-tailed batches per size "
-        f"(`scheduler.benchgen`), half H100 / half Ascend 910B, Qwen2.5-7B; {os.cpu_count()} cores; "
-        f"{time.perf_counter() - started:.0f} s.",
-        "",
         "| size | policy | wall p50 ms | wall p95 ms | CPU p95 ms | makespan s | bound s | / bound "
         "| refined bound s | / refined | vs round_robin | status |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -234,4 +271,4 @@ def markdown_report(repeats: int = 5) -> str:
             r.statuses,
         )  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    return "\n".join(lines)
+    return lines
