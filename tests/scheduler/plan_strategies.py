@@ -1,7 +1,8 @@
 """Hypothesis strategies for plan requests small enough to simulate, with every constraint in play.
 
 KV caches are a few thousand tokens and slot limits single digits, so admission waits, preemption,
-pins, exclusions and prefix affinity all occur in a few dozen trajectories.
+pins, exclusions and prefix affinity all occur in a few dozen trajectories; workers run at their
+device's speed or at a learned scale of it, as the service's pools do after their first actuals.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def plan_requests(draw: st.DrawFn, max_groups: int = 6, max_workers: int = 4) ->
             device=device_profile(draw(st.sampled_from(DEVICES))),
             max_num_seqs=draw(st.integers(1, 8)),
             kv_capacity_tokens=draw(st.integers(1_200, 6_000)),
+            # learned speeds (``service.speed_model``): one scale a worker, a few percent apart
+            time_scale=draw(st.just(1.0) | st.floats(0.85, 1.15)),
         )
         for i in range(draw(st.integers(1, max_workers)))
     )
