@@ -46,3 +46,15 @@ def test_bench_solver_refuses_a_max_trajectories_below_every_size() -> None:
     assert result.exit_code == 2
     assert result.stderr.strip() == "bench solver: --max-trajectories 10 is below the smallest size, 1024"
     assert result.stdout == ""
+
+
+def test_bench_solver_with_a_speed_spread_plans_on_learned_speeds_and_says_so() -> None:
+    args = ["bench", "solver", "--json", "--repeats", "1", "--max-trajectories", "1024"]
+    result = CliRunner().invoke(_cli(), [*args, "--speed-spread", "0.1"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["speed_spread"] == 0.1
+    by_policy = {r["policy"]: r for r in report["results"]}
+    assert by_policy["cpsat"]["makespan_s"] <= by_policy["lpt"]["makespan_s"]
+    equal = {r["policy"]: r for r in json.loads(CliRunner().invoke(_cli(), args).output)["results"]}
+    assert by_policy["round_robin"]["makespan_s"] != equal["round_robin"]["makespan_s"]  # other speeds
