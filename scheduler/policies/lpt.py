@@ -5,9 +5,10 @@ allowed worker whose load estimate (``scheduler.policies.load``) ends earliest o
 classic LPT rule for machines of different speed, with the speed of a continuous-batching worker
 expressed through its decode-step cost, slot count and KV capacity rather than one number.
 
-Workers with identical coefficients form a class; within a class the least-loaded worker is the one to
-try, so each step costs one heap look-up per class instead of a scan over every worker, and 32k
-trajectories on 256 workers place in tens of milliseconds.
+Workers of one kind (``worker_kinds``: identical coefficients, time scales within a tolerance) form a
+class; within a class the least-loaded worker is the one to try, its estimate on its own
+coefficients, so each step costs one heap look-up per class instead of a scan over every worker, and
+32k trajectories on 256 workers place in tens of milliseconds.
 
 With tiers (``cpsat``'s realisation of its band counts) the general path keeps its state in
 ``scheduler.policies.listsched``. Order inside a worker: ``scheduler.policies.ordering`` (longest
@@ -188,8 +189,9 @@ def _plain_lpt(problem: Problem) -> list[list[int]] | None:
     and the chosen worker is always such a top, so a heap entry is replaced, never left stale; the
     estimate is ``load.estimate`` inlined, on each unit's totals unpacked at once (attribute reads
     and ``max()`` calls cost a fifth to a third of the loop). Same placements as the general
-    ``ListState`` path; None when its preconditions do not hold (or 8 workers or fewer, which that
-    path scans)."""
+    ``ListState`` path where a kind's members share one scale (with learned speeds, ties of equal
+    estimates go to the faster member here, to the lower index there); None when its
+    preconditions do not hold (or 8 workers or fewer, which that path scans)."""
     active, units = problem.active, problem.units
     if len(active) <= 8 or not (problem.unrestricted or all(len(u.allowed) == len(active) for u in units)):
         return None
