@@ -51,7 +51,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -68,6 +68,11 @@ PAGE = 10_000  # entries per XRANGE while reading the history
 # all are held already); 100 chunks add 100 round trips and per-call work, ~0.3-0.6 s on a
 # 100,000-report batch (2.3 s -> 2.6-2.9 s wall on a 2-core dev box, half of it digests and JSON).
 CHUNK = 1_000
+# Distinct texts (prompt ids, text feature values) the history's parse keeps one string object for.
+# Every row used to hold its own copy of its prompt id (~52 bytes each: ~100 MB at the 2M-row cap,
+# where a prompt's n samples, and its later epochs, all name the same id). The table is cleared when
+# it passes this size, so it never holds ids the history trimmed for long: 65,536 ids ~6 MB at most.
+SHARED_TEXTS = 1 << 16
 
 # Appends the reports not stored yet, atomically (replicas may race on one retried batch).
 # KEYS: the stream, its seen-digests zset (same slot). ARGV: maxlen, then digest, JSON per report.
@@ -136,6 +141,7 @@ class ActualsLog:
         self.seen_key = keys.actuals_seen(prefix)
         self.chunk = chunk  # reports per script call: how long one call holds Redis
         self._append = client.register_script(_APPEND)
+        self._texts = SharedTexts()  # one object per distinct prompt id across every page read
 
     def append(self, reports: Sequence[ActualReport]) -> Appended:
         """Store the reports the stream does not hold yet, ``chunk`` at a time, each chunk atomic
@@ -169,14 +175,48 @@ class ActualsLog:
                 list[tuple[str, dict[str, str]]],
                 self._redis.xrange(self.key, min=f"({cursor}", max="+", count=PAGE),
             )
-            rows += [row for _, fields in page if (row := _row(fields.get("a", ""))) is not None]
+            rows += [row for _, fields in page if (row := _row(fields.get("a", ""), self._texts)) is not None]
             if page:
                 cursor = page[-1][0]
             if len(page) < PAGE:
                 return rows, cursor
 
 
-def _row(raw: str) -> TraceRow | None:
+class SharedTexts:
+    """One string object per distinct text, so a million rows of a few prompts hold a few ids.
+
+    ``json.loads`` makes a new string for every value it reads, and the history keeps each row's
+    prompt id (and text features) for as long as it holds the row. Why not ``sys.intern``: interned
+    strings are immortal on Python 3.12.0-3.12.5 and free-threaded builds, and a run's prompt ids are
+    unbounded, so every id the history ever trimmed would stay. This table is bounded instead
+    (``limit`` entries, then it starts afresh: rows read afterwards share a new object per text,
+    never more than one object per row as before).
+    """
+
+    def __init__(self, limit: int = SHARED_TEXTS) -> None:
+        self.limit = limit
+        self._held: dict[str, str] = {}
+
+    def __call__(self, text: str) -> str:
+        """The object held for ``text`` (``text`` itself the first time it is met)."""
+        held = self._held.get(text)
+        if held is None:
+            if len(self._held) >= self.limit:
+                self._held.clear()
+            held = self._held[text] = text
+        return held
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def features(self, features: Mapping[str, float | str]) -> Mapping[str, float | str]:
+        """A report's features with each text value shared (anything not a dict as it was read)."""
+        if not isinstance(features, dict):
+            return features
+        return {k: self(v) if isinstance(v, str) else v for k, v in features.items()}
+
+
+def _row(raw: str, texts: SharedTexts) -> TraceRow | None:
     """One stored report as a trace row; JSON is parsed directly (it was validated when stored),
     which reads a 2M-entry history at startup ~10x faster than re-validating every report.
 
@@ -187,14 +227,14 @@ def _row(raw: str) -> TraceRow | None:
         doc = json.loads(raw)
         return TraceRow(
             step=_count(doc["step"]),
-            prompt_id=str(doc["prompt_id"]),
+            prompt_id=texts(str(doc["prompt_id"])),
             sample_idx=_count(doc["sample_idx"]),
             prompt_tokens=_count(doc["prompt_tokens"]),
             output_tokens=_count(doc["output_tokens"]),
             max_new_tokens=None if doc.get("max_new_tokens") is None else _count(doc["max_new_tokens"]),
             finish_reason=doc.get("finish_reason"),
             reward=doc.get("reward"),
-            features=doc.get("features", {}),
+            features=texts.features(doc.get("features", {})),
         )
     except (ValueError, KeyError, TypeError) as error:  # written by something else: skip, say so
         _log.warning("skipping unreadable actuals entry: %s", error)
