@@ -31,7 +31,7 @@ import numpy as np
 
 from scheduler import clock
 from scheduler.admission import WATERMARK
-from scheduler.at_once import all_at_once_finish
+from scheduler.at_once import ends_at_once
 from scheduler.costmodel import WorkerCost
 from scheduler.finish import worker_finish
 from scheduler.policies.base import Placement
@@ -86,8 +86,11 @@ def robust_orders(
     rng = np.random.default_rng(seed)
     draws = [draw_steps(spread, rng) for _ in range(DRAWS)]
     ordered, finish = list(queues), list(finishes)
+    waves = _in_waves(problem, queues, reserve)
     slowest = 0.0  # the longest one worker's judging took so far: the next may take as long
     for w, queue in enumerate(queues):
+        if not waves[w]:
+            continue  # runs at once: every order ends alike (module doc)
         started = clock.now()
         if started + slowest > deadline:
             return None
@@ -98,12 +101,24 @@ def robust_orders(
     return tuple(ordered), tuple(finish)
 
 
+def _in_waves(problem: Problem, queues: Queues, reserve: bool) -> list[bool]:
+    """Per worker, whether its queue has two items or more and does not run at once on the planned
+    lengths: the queues whose order the draws can change. One vectorised pass (``ends_at_once``,
+    the same verdicts as ``all_at_once_finish`` queue by queue): at 16,384 x 128, where every
+    queue runs at once, the one-by-one test took 120-240 ms of a 1 s plan to change nothing."""
+    many = [w for w, queue in enumerate(queues) if len(queue) >= 2]
+    ends = ends_at_once([(problem.costs[w], *problem.lengths(queues[w])) for w in many], reserve)
+    waves = [False] * len(queues)
+    for w, run in zip(many, ends, strict=True):
+        waves[w] = run is None
+    return waves
+
+
 def _better_order(
     problem: Problem, cost: WorkerCost, queue: list[int], draws: Sequence[Sequence[int]], reserve: bool
 ) -> tuple[list[int], float] | None:
-    """Shortest-first and its point finish when it is expected to end sooner than ``queue``; else None."""
-    if len(queue) < 2 or all_at_once_finish(cost, *problem.lengths(queue), reserve) is not None:
-        return None
+    """Shortest-first and its point finish when it is expected to end sooner than ``queue``; else None
+    (``queue`` has two items or more and does not run at once: ``_in_waves``)."""
     alternative = shortest_first(problem, queue, cost)
     if alternative == queue:
         return None
