@@ -22,9 +22,11 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
    predicted makespan, more robust to lengths that differ from the predictions.
 5. Robust choice (``scheduler.policies.robust``): when the trajectories carry their 0.5 and 0.9
    quantiles, the plan and the lpt plan are played over draws of the lengths, and the lpt plan is
-   kept (``ROBUST_LPT``) if it is expected to finish sooner. The search ends in time for that
-   choice (``VETTING``) and does not start when the choice would not fit: a plan searched on the
-   point predictions and returned unjudged was far worse on the true lengths than lpt's.
+   kept (``ROBUST_LPT``) if it is expected to finish sooner. The lpt plan's side is played before
+   the search, on as many draws as fit (``robust.baseline``, timed), and the search ends that long
+   before the deadline, so the choice fits; when not even that fits the search does not start: a
+   plan searched on the point predictions and returned unjudged was far worse on the true lengths
+   than lpt's.
 6. Hedged orders (``scheduler.policies.robust_order``): with the same quantiles, each queue's order
    is judged again on a draw of the lengths, played as the engine will run it. Done for the lpt
    plan first, with the whole budget if need be, exactly as ``lpt`` does, so that cpsat never
@@ -59,7 +61,7 @@ from scheduler.policies.load import Load, time_with
 from scheduler.policies.lpt import calibrated, lpt_assignment, lpt_start
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
-from scheduler.policies.robust import SAMPLES, Spread, least_expected, spreads
+from scheduler.policies.robust import Baseline, Spread, baseline, judged, spreads
 from scheduler.policies.robust_fast import at_once_hedge
 from scheduler.policies.robust_order import hedged
 from scheduler.types import PlanRequest
@@ -93,11 +95,6 @@ DEFER = 0.8  # the second round's cap on estimates: this share of the way from t
 # 0.75: 1.034, 0.8: 1.035, 0.9: 1.039, none: 1.041 (below ~0.7 too many wait, and they crowd the
 # lowest bands' workers, whose waves run 10% over their estimates).
 ROUNDS = 2  # realisations of one aggregate solve: as planned, then calibrated and capped (``_rounds``)
-VETTING = SAMPLES  # lpt phases of the budget kept, with quantiles, for the robust choice (``_robust``
-# plays both plans on each of SAMPLES draws, a play costing about the lpt phase's ordering). Without
-# it, under the service's 80 ms at 1,024 x 16, a searched plan was returned unjudged: replayed on the
-# true lengths (long-cot, 64 prompts x 16, 8 H100 + 8 Ascend 910B, steps 3-5, trace seeds 1-4) it
-# measured 1.42-1.50x the bound against 1.22-1.27x for the hedged lpt plan.
 
 
 class CpSatPolicy:
@@ -120,7 +117,10 @@ class CpSatPolicy:
         if lpt_hedged is not lpt_plan:
             search_end -= clock.now() - hedge_started
         lpt_robust = calibrated(problem, request, lpt_hedged, spread, deadline)  # what lpt returns
-        best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end, spread)
+        base = None
+        if spread is not None and clock.now() < search_end:  # the robust choice's lpt side
+            base = baseline(problem, lpt_plan.queues, spread, request.kv_admission, request.seed, search_end)
+        best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end, spread, base)
         if best.queues == lpt_plan.queues:
             best = Placement(lpt_robust.queues, best.status, finish_s=lpt_robust.finish_s)
         else:
@@ -136,16 +136,21 @@ class CpSatPolicy:
         lpt_phase: float,
         deadline: float,
         spread: Spread | None,
+        base: Baseline | None,
     ) -> Placement:
         """Steps 2-5 of the module doc, from the lpt plan, by ``deadline``: the best plan found
-        (``spread``: the request's quantiles, ``robust.spreads``, for the robust choice).
+        (``spread``: the request's quantiles, ``robust.spreads``; ``base``: the lpt plan played on
+        draws of them, ``robust.baseline``, for the robust choice).
 
-        With quantiles, the search ends early enough for the robust choice to judge its plan
-        (``VETTING``), and does not start when it cannot: a plan searched on the point predictions
-        and not judged on draws was, on the true lengths, far worse than lpt's hedged one.
+        With quantiles, the search ends early enough for the robust choice to play its plan on the
+        draws the lpt plan was played on (as long as those plays took), and does not start when it
+        cannot: a plan searched on the point predictions and not judged on draws was, on the true
+        lengths, far worse than lpt's hedged one.
         """
         reserve = request.kv_admission
-        search_end = deadline - (VETTING * lpt_phase if spread is not None else 0.0)
+        if spread is not None and base is None:
+            return lpt_plan  # no time was left even for the lpt plan's draws
+        search_end = deadline - (base.cost_s if base is not None else 0.0)
         if search_end <= clock.now():
             return lpt_plan
         part = None
@@ -164,7 +169,7 @@ class CpSatPolicy:
         if search_end - clock.now() > 2 * lpt_phase:  # levelling: an lpt pass and its ordering
             queues, finishes = level_below(problem, best.queues, best.finish_s, reserve)
             best = Placement(queues, best.status, finish_s=finishes)
-        return _robust(problem, request, best, lpt_plan, deadline, lpt_phase, spread)
+        return _robust(problem, request, best, lpt_plan, deadline, base)
 
     def _rounds(
         self,
@@ -267,23 +272,18 @@ def _robust(
     best: Placement,
     lpt_plan: Placement,
     deadline: float,
-    lpt_phase: float,
-    spread: Spread | None,
+    base: Baseline | None,
 ) -> Placement:
     """``best``, or the lpt plan where the predictions' quantiles expect it to finish sooner
     (``scheduler.policies.robust``): status ``ROBUST_LPT``. Still never slower than lpt.
 
-    Started only while ``SAMPLES`` lpt phases still fit the budget: each draw plays both plans,
-    and a play costs about the lpt phase's ordering. Without that gate its first draw (which
-    ``least_expected`` times before committing to the rest) ran past the budget whenever the rest
-    would not fit: the service's plans at 1,024 x 16 ended ~9 ms past their 80 ms at p95.
+    Judged on the draws the lpt plan was played on before the search (``base``), as many as their
+    measured pace fitted; ``best`` unjudged only when its plays would end past ``deadline``, which
+    the search's early end (``base.cost_s``) is there to prevent.
     """
-    if spread is None or best.queues == lpt_plan.queues:
+    if base is None or best.queues == lpt_plan.queues:
         return best
-    if deadline - clock.now() < SAMPLES * lpt_phase:
-        return best
-    candidates = (best.queues, lpt_plan.queues)
-    if least_expected(problem, candidates, spread, request.kv_admission, request.seed, deadline) != 1:
+    if judged(problem, best.queues, base, request.kv_admission, deadline) is not False:
         return best
     return Placement(lpt_plan.queues, "ROBUST_LPT", finish_s=lpt_plan.finish_s)
 

@@ -23,6 +23,7 @@ track the true outcome: ``lpt`` 16.76 s (true 16.73 s), ``cpsat``'s plan 17.98 s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -35,7 +36,12 @@ from scheduler.policies.problem import Problem
 from scheduler.stepsum import FloatArray, planned_steps_array
 from scheduler.types import Trajectory
 
-SAMPLES = 32  # draws of the batch's lengths per comparison
+SAMPLES = 32  # draws of the batch's lengths per comparison, where they fit (``baseline``)
+MIN_SAMPLES = 4  # the fewest: played and timed first, and all a large batch's comparison affords.
+# At 16,384 x 128 a draw of a plan costs ~10-20 ms (queues at once, vectorised, and those in waves
+# through the event loop), so 32 draws of both plans took ~1.2 s of a 1 s plan; and the more
+# trajectories a draw has, the less its makespan moves from one draw to the next
+JUDGE_SHARE = 0.25  # of the time left when the lpt plan's draws start, what both plans' draws may take
 BLOCK = 1 << 21  # elements of one pass over draws (``makespans``): 16 MiB an array of them
 Spread = tuple[FloatArray, FloatArray, FloatArray]  # medians, log-normal sigmas, caps (``spreads``)
 
@@ -98,6 +104,56 @@ def least_expected(
             for head, queues in zip(first, candidates, strict=True)
         ]
     )
+
+
+class Baseline(NamedTuple):
+    """The lpt plan's side of the robust choice, played before the search (``baseline``): the
+    draws both plans are judged on, the lpt plan's makespan on each, and what playing them took,
+    which is what the search keeps back for playing its own plan on them."""
+
+    draws: npt.NDArray[np.int64]  # (draws, trajectories): steps
+    makespans: FloatArray  # the lpt plan's, one a draw
+    cost_s: float  # ``clock`` seconds the lpt plan's plays took
+
+
+def baseline(
+    problem: Problem,
+    queues: Sequence[Sequence[int]],
+    spread: Spread,
+    reserve: bool,
+    seed: int,
+    deadline: float,
+) -> Baseline:
+    """``queues`` (the lpt plan) played on the first draws of ``least_expected``'s, as many of its
+    ``SAMPLES`` as the pace of the first ``MIN_SAMPLES`` lets both plans' plays fit in
+    ``JUDGE_SHARE`` of the time left before ``deadline``, and never fewer than ``MIN_SAMPLES``.
+
+    Why. The search used to keep ``SAMPLES`` lpt phases for the choice, a guess at the plays' cost
+    (one lpt phase a draw) that at 4,096 x 32 and above exceeded the whole budget: with quantiles
+    the band search never started (the service's plans, always ``FALLBACK_LPT``, 1.20-1.40x the
+    bound where the search reaches 1.03-1.04x). The cost is measured here instead. On a frozen
+    clock (the replay) every draw fits, and the choice is ``least_expected``'s to the last bit."""
+    draws = draw_matrix(spread, np.random.default_rng(seed), SAMPLES)
+    started = clock.now()
+    head = makespans(problem, queues, draws[:MIN_SAMPLES], reserve)
+    now = clock.now()
+    pace = (now - started) / MIN_SAMPLES  # seconds one draw of one plan takes
+    count = SAMPLES
+    if pace > 0:
+        count = max(MIN_SAMPLES, min(SAMPLES, int(JUDGE_SHARE * (deadline - now) / (2 * pace))))
+    rest = makespans(problem, queues, draws[MIN_SAMPLES:count], reserve)
+    return Baseline(draws[:count], np.concatenate((head, rest)), clock.now() - started)
+
+
+def judged(
+    problem: Problem, queues: Sequence[Sequence[int]], base: Baseline, reserve: bool, deadline: float
+) -> bool | None:
+    """Whether ``queues`` is expected to end no later than the lpt plan of ``base`` over its draws
+    (ties: ``queues``, as ``least_expected`` chooses); None when its plays might end past
+    ``deadline`` (they take about what the lpt plan's took)."""
+    if clock.now() + base.cost_s > deadline:
+        return None
+    return least_mean((makespans(problem, queues, base.draws, reserve), base.makespans)) == 0
 
 
 def makespans(

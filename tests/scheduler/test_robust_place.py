@@ -10,7 +10,7 @@ import pytest
 from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
 from scheduler.policies import cpsat as cpsat_module
-from scheduler.policies import robust_place
+from scheduler.policies import robust, robust_place
 from scheduler.policies.base import Placement
 from scheduler.policies.lpt import calibrated, lpt_assignment, ordered
 from scheduler.policies.problem import Problem, build_problem
@@ -150,7 +150,8 @@ def test_cpsat_does_not_search_with_quantiles_when_the_robust_choice_could_not_j
     monkeypatch.setattr(cpsat_module.CpSatPolicy, "_rounds", counted)
     plan(_request(1.6), "cpsat")  # a budget that fits the search and the choice after it
     assert searched == [1]
-    monkeypatch.setattr(cpsat_module, "VETTING", 1e9)  # a choice that would never fit
+    measured = robust.baseline  # a choice whose plays would never fit
+    monkeypatch.setattr(cpsat_module, "baseline", lambda *args: measured(*args)._replace(cost_s=1e9))
     kept = plan(_request(1.6), "cpsat")
     assert searched == [1]
     assert kept.status == "FALLBACK_LPT"
