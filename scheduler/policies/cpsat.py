@@ -278,14 +278,17 @@ def _robust(
     (``scheduler.policies.robust``): status ``ROBUST_LPT``. Still never slower than lpt.
 
     Judged on the draws the lpt plan was played on before the search (``base``), as many as their
-    measured pace fitted; ``best`` unjudged only when its plays would end past ``deadline``, which
-    the search's early end (``base.cost_s``) is there to prevent.
+    measured pace fitted. A plan whose plays would end past ``deadline`` is not returned unjudged:
+    the lpt plan stands (``FALLBACK_LPT``), as if the search had not run.
     """
     if base is None or best.queues == lpt_plan.queues:
         return best
-    if judged(problem, best.queues, base, request.kv_admission, deadline) is not False:
+    verdict = judged(problem, best.queues, base, request.kv_admission, deadline)
+    if verdict:
         return best
-    return Placement(lpt_plan.queues, "ROBUST_LPT", finish_s=lpt_plan.finish_s)
+    return Placement(
+        lpt_plan.queues, "ROBUST_LPT" if verdict is False else "FALLBACK_LPT", finish_s=lpt_plan.finish_s
+    )
 
 
 def _calibrate(

@@ -140,3 +140,21 @@ def test_queues_in_waves_are_told_apart_in_one_pass_as_one_by_one() -> None:
             for w, q in enumerate(queues)
         ]
     assert any(robust_order._in_waves(problem, tuple(tuple(q) for q in crowded), True))
+
+
+def test_a_plan_with_more_queues_in_waves_than_the_lpt_plan_is_not_judged_on_a_moving_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # its draws go through the event loop, so the lpt plan's vectorised pace says nothing of them
+    problem, spread = build_problem(REQUEST), spreads(REQUEST.trajectories)
+    assert spread is not None
+    queues = lpt_start(problem, False, float("inf"), False)[1]
+    crowded = [[u for q in queues for u in q]] + [[] for _ in queues[1:]]
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    _slow_draws(monkeypatch, fake, 0.01)
+    base = baseline(problem, queues, spread, False, 0, deadline=100.0)
+    assert judged(problem, crowded, base, False, deadline=1e9) is None
+    monkeypatch.undo()
+    with clock.frozen():  # the replay: time is no object, every plan is judged
+        assert judged(problem, crowded, baseline(problem, queues, spread, False, 0, 0.0), False, 0.0) is False
