@@ -29,7 +29,6 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler import clock
-from scheduler.at_once import ends_at_once
 from scheduler.finish_draws import draw_finishes
 from scheduler.lognormal import Z90 as Z90  # the standard normal's 0.9 quantile, for robust_fast
 from scheduler.lognormal import bounded_lengths, sigma_through
@@ -42,6 +41,7 @@ MIN_SAMPLES = 4  # the fewest: played and timed first, and all a large batch's c
 # At 16,384 x 128 a draw of a plan costs ~10-20 ms (queues at once, vectorised, and those in waves
 # through the event loop), so 32 draws of both plans took ~1.2 s of a 1 s plan; and the more
 # trajectories a draw has, the less its makespan moves from one draw to the next
+CHUNK = 8  # workers of a searched plan played between deadline checks, on its first draw
 JUDGE_SHARE = 0.25  # of the time left when the lpt plan's draws start, what both plans' draws may take
 BLOCK = 1 << 21  # elements of one pass over draws (``makespans``): 16 MiB an array of them
 Spread = tuple[FloatArray, FloatArray, FloatArray]  # medians, log-normal sigmas, caps (``spreads``)
@@ -142,7 +142,7 @@ def baseline(
     pace = (now - started) / MIN_SAMPLES  # seconds one draw of one plan takes
     count = SAMPLES
     if pace > 0:
-        count = max(MIN_SAMPLES, min(SAMPLES, int(JUDGE_SHARE * (deadline - now) / (2 * pace))))
+        count = max(MIN_SAMPLES, int(min(SAMPLES, JUDGE_SHARE * (deadline - now) / (2 * pace))))
     rest = makespans(problem, queues, draws[MIN_SAMPLES:count], reserve)
     played = tuple(tuple(queue) for queue in queues)
     return Baseline(played, draws[:count], np.concatenate((head, rest)), clock.now() - started)
@@ -153,29 +153,43 @@ def judged(
 ) -> bool | None:
     """Whether ``queues`` is expected to end no later than the lpt plan of ``base`` over its draws
     (ties: ``queues``, as ``least_expected`` chooses); None when its plays might end past
-    ``deadline``: the first draw is played and timed, and the rest projected at its pace.
+    ``deadline``: the first draw is played ``CHUNK`` workers at a time (``_first_draw``), and the
+    rest projected at its pace.
 
-    A draw of a plan whose queues run at once is one vectorised pass; a queue in waves goes through
-    the event loop, draw by draw. So a plan with more queues in waves than the lpt plan had is not
-    played at all on a moving clock (``base.cost_s`` above zero): a 16,384 x 128 band plan under
-    KV admission took 10 s of a 1 s plan to judge when its cost was taken to be the lpt plan's."""
+    A draw of queues that run at once is one vectorised pass, a queue in waves goes through the
+    event loop, so the lpt plan's pace says little of a band plan's: judging a 16,384 x 128 band
+    plan under KV admission at the lpt plan's pace took 10 s of a 1 s plan."""
     if clock.now() + base.cost_s > deadline:
         return None
-    if base.cost_s > 0 and _in_waves(problem, queues, reserve) > _in_waves(problem, base.queues, reserve):
-        return None
     started = clock.now()
-    head = makespans(problem, queues, base.draws[:1], reserve)
+    head = _first_draw(problem, queues, base.draws[:1], reserve, deadline)
     now = clock.now()
-    if now + (len(base.draws) - 1) * (now - started) > deadline:
+    if head is None or now + (len(base.draws) - 1) * (now - started) > deadline:
         return None
     mine = np.concatenate((head, makespans(problem, queues, base.draws[1:], reserve)))
     return least_mean((mine, base.makespans)) == 0
 
 
-def _in_waves(problem: Problem, queues: Sequence[Sequence[int]], reserve: bool) -> int:
-    """How many of ``queues`` do not run at once on the planned lengths (``ends_at_once``)."""
-    busy = [(problem.costs[w], *problem.lengths(queue)) for w, queue in enumerate(queues) if queue]
-    return sum(ends is None for ends in ends_at_once(busy, reserve))
+def _first_draw(
+    problem: Problem,
+    queues: Sequence[Sequence[int]],
+    draw: npt.NDArray[np.int64],
+    reserve: bool,
+    deadline: float,
+) -> FloatArray | None:
+    """``makespans`` of one draw, played ``CHUNK`` workers at a time (each worker's finish is its
+    own, so the maximum is the same to the last bit); None as soon as the pace so far projects the
+    rest past ``deadline``, so the overrun is one chunk's plays at most."""
+    started, longest = clock.now(), 0.0
+    for k in range(0, len(queues), CHUNK):
+        now = clock.now()
+        if k and now + (now - started) * (len(queues) - k) / k > deadline:
+            return None
+        part = draw_finishes(
+            problem.costs[k : k + CHUNK], problem.prompts, queues[k : k + CHUNK], draw, reserve
+        )
+        longest = max(longest, float(part.max(initial=0.0)))
+    return np.array([longest])
 
 
 def makespans(

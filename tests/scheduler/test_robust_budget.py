@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,6 +12,8 @@ import pytest
 from scheduler import clock
 from scheduler.at_once import all_at_once_finish
 from scheduler.benchgen import bench_request
+from scheduler.costmodel import WorkerCost
+from scheduler.finish_draws import draw_finishes
 from scheduler.planner import plan
 from scheduler.policies import cpsat as cpsat_module
 from scheduler.policies import robust, robust_order
@@ -142,19 +145,28 @@ def test_queues_in_waves_are_told_apart_in_one_pass_as_one_by_one() -> None:
     assert any(robust_order._in_waves(problem, tuple(tuple(q) for q in crowded), True))
 
 
-def test_a_plan_with_more_queues_in_waves_than_the_lpt_plan_is_not_judged_on_a_moving_clock(
+def test_a_plan_is_not_judged_when_its_first_draw_is_already_too_slow(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # its draws go through the event loop, so the lpt plan's vectorised pace says nothing of them
+    # its draws go through the event loop, so the lpt plan's vectorised pace says nothing of them:
+    # the first draw is played a few workers at a time and given up once its pace is too slow
     problem, spread = build_problem(REQUEST), spreads(REQUEST.trajectories)
     assert spread is not None
     queues = lpt_start(problem, False, float("inf"), False)[1]
-    crowded = [[u for q in queues for u in q]] + [[] for _ in queues[1:]]
+    base = baseline(problem, queues, spread, False, 0, deadline=float("inf"))
     fake = ManualClock()
     monkeypatch.setattr(clock, "now", fake.now)
-    _slow_draws(monkeypatch, fake, 0.01)
-    base = baseline(problem, queues, spread, False, 0, deadline=100.0)
-    assert judged(problem, crowded, base, False, deadline=1e9) is None
-    monkeypatch.undo()
-    with clock.frozen():  # the replay: time is no object, every plan is judged
-        assert judged(problem, crowded, baseline(problem, queues, spread, False, 0, 0.0), False, 0.0) is False
+    played: list[int] = []
+
+    def slow(costs: Sequence[WorkerCost], *args: Any) -> FloatArray:
+        played.append(len(costs))
+        fake.seconds += 1.0
+        return draw_finishes(costs, *args)
+
+    monkeypatch.setattr(robust, "draw_finishes", slow)
+    # 16 workers, 8 a chunk: one chunk (1 s) projects the second by second 2, past second 1.5
+    assert judged(problem, queues, base, False, deadline=1.5) is None
+    assert played == [robust.CHUNK]
+    fake.seconds, played[:] = 0.0, []
+    assert judged(problem, queues, base, False, deadline=100.0) is True  # the lpt plan against itself
+    assert played == [robust.CHUNK, robust.CHUNK, len(queues)]  # then every other draw in one pass
