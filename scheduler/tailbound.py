@@ -31,9 +31,11 @@ Which workers host which lengths is a covering question, answered twice:
 - ``scheduler.tailbands``, the band cover with whole trajectories: probed once just above the fluid
   bound, and searched further only where the few longest trajectories cannot be shared out.
 
-Pins, KV fit and group affinity are dropped: a relaxation of every schedule the simulator can play
-(property tests check it). Every probe is deterministic (a dynamic programme, or CP-SAT under a
-deterministic limit), so the bound is reproducible.
+Pins and KV fit are dropped: a relaxation of every schedule the simulator can play (property tests
+check it). Prefix affinity is kept by the units: under it each unit is a group, at its longest
+member's length with its members' demands summed, since a worker that hosts a group hosts all of it.
+Every probe is deterministic (a dynamic programme, or CP-SAT under a deterministic limit), so the
+bound is reproducible.
 """
 
 from __future__ import annotations
@@ -140,8 +142,13 @@ def tail_bound(
     precision: float = PRECISION,
     deadline: float | None = None,
     fluid_deadline: float | None = None,
+    heads: FloatArray | None = None,
 ) -> float:
     """A lower bound on the makespan, at least ``known_s`` (a bound proven otherwise).
+
+    Each of ``lengths``, ``kv_steps`` and ``prompts`` has one entry a unit: a trajectory, or under
+    prefix affinity a group (its longest member, its members' sums), which a worker hosts whole. The
+    ramp-up's prompt head is read from ``heads``, the single trajectories' prompts (default: ``prompts``).
 
     The fluid cover's bound for each of ``PREFILL_SHARES``, each search starting where the previous
     one stopped (the rate that binds on benchmark batches first), then the band cover's check for
@@ -156,7 +163,7 @@ def tail_bound(
         return known_s
     steps = np.asarray(lengths, dtype=np.int64)
     work = np.asarray(kv_steps, dtype=np.float64)
-    limits = [(kind_limits(cost, prompts), n) for cost, n in kinds]
+    limits = [(kind_limits(cost, prompts if heads is None else heads), n) for cost, n in kinds]
     exchange = min(lim.prefill_s / lim.per_token_s for lim, _ in limits)
     laid, bound, fluid_timed = layout(steps), known_s, Timed(fluid_deadline)
     for share in PREFILL_SHARES:

@@ -16,8 +16,15 @@ DEVICES = ("H100", "Ascend910B", "A100-80GB")
 
 
 @st.composite
-def plan_requests(draw: st.DrawFn, max_groups: int = 6, max_workers: int = 4) -> PlanRequest:
-    """A valid request: 1-``max_groups`` prompts x 1-4 samples on 1-``max_workers`` mixed workers."""
+def plan_requests(
+    draw: st.DrawFn,
+    max_groups: int = 6,
+    max_workers: int = 4,
+    max_samples: int = 4,
+    affinity: bool | None = None,
+) -> PlanRequest:
+    """A valid request: 1-``max_groups`` prompts x 1-``max_samples`` samples on 1-``max_workers``
+    mixed workers, with prefix affinity as ``affinity`` says (None: either)."""
     workers = tuple(
         Worker(
             worker_id=f"w{i}",
@@ -32,12 +39,12 @@ def plan_requests(draw: st.DrawFn, max_groups: int = 6, max_workers: int = 4) ->
     ids = [w.worker_id for w in workers]
     excluded = frozenset(draw(st.sets(st.sampled_from(ids), max_size=len(ids) - 1)))
     allowed = [w for w in ids if w not in excluded]
-    affinity = draw(st.booleans())
+    affinity = draw(st.booleans()) if affinity is None else affinity
     trajectories = []
     for g in range(draw(st.integers(1, max_groups))):
         prompt = draw(st.integers(1, 200))
         group_pin = draw(st.none() | st.sampled_from(allowed)) if draw(st.integers(0, 4)) == 0 else None
-        for s in range(draw(st.integers(1, 4))):
+        for s in range(draw(st.integers(1, max_samples))):
             cap = draw(st.integers(1, 800))
             trajectories.append(
                 Trajectory(

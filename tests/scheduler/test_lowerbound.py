@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from scheduler.benchgen import bench_request
 from scheduler.costmodel import worker_cost
 from scheduler.devices import device_profile, model_preset
 from scheduler.lowerbound import lower_bound
 from scheduler.planner import plan
-from scheduler.simulator import simulate_worker
+from scheduler.simulator import SimOptions, simulate, simulate_worker
 from scheduler.stepsum import planned_steps
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
@@ -68,3 +71,21 @@ def test_under_prefix_affinity_the_heaviest_group_alone_bounds_the_makespan() ->
     assert together.lower_bound_s > split.value_s  # the group cannot spread over both workers
     assert together.lower_bound_s <= together.predicted_makespan_s
     assert together.lower_bound_s == pytest.approx(together.predicted_makespan_s, rel=1e-3)  # lpt is optimal
+
+
+def test_under_prefix_affinity_the_tail_bound_charges_each_group_at_its_longest_member() -> None:
+    # a worker that hosts a group runs its longest member's steps and holds every member's cache:
+    # a hard group's shorter samples cannot fill other workers' short tails, so (d) rises above
+    # both the per-trajectory cover and the heaviest group alone, and still no play beats it
+    request = dataclasses.replace(bench_request(512, 8, seed=4), prefix_affinity=True)
+    spread = lower_bound(request.trajectories, request.inventory)
+    grouped = lower_bound(request.trajectories, request.inventory, prefix_affinity=True)
+    assert grouped.tail_s > max(spread.tail_s, grouped.longest_s, grouped.kv_s)
+    actual = {t.key: planned_steps(t.predicted_tokens) for t in request.trajectories}
+    for policy in ("lpt", "cpsat"):
+        result = plan(request, policy)
+        assert result.lower_bound_s == grouped.value_s
+        for steal in (False, True):
+            options = SimOptions(steal=steal, prefix_affinity=True)
+            played = simulate(result, request.trajectories, actual, request.inventory, options)
+            assert grouped.value_s <= played.makespan_s * (1 + 1e-9), (policy, steal)

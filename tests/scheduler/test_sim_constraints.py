@@ -142,6 +142,20 @@ def test_a_string_of_excluded_workers_is_refused() -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plan_requests())
 def test_no_play_under_the_requests_constraints_beats_the_bound(request: PlanRequest) -> None:
+    _no_play_beats_the_bound(request)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan_requests(max_groups=8, max_samples=6, affinity=True))
+def test_under_prefix_affinity_no_play_beats_the_bound_that_charges_whole_groups(
+    request: PlanRequest,
+) -> None:
+    # the tail bound's units are then whole groups (each at its longest member): every play keeps a
+    # group on one worker, shared queue and stealing included, so none may finish sooner
+    _no_play_beats_the_bound(request)
+
+
+def _no_play_beats_the_bound(request: PlanRequest) -> None:
     actual = {t.key: planned_steps(t.predicted_tokens) for t in request.trajectories}
     options = SimOptions(
         kv_admission=request.kv_admission,
