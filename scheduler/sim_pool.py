@@ -28,7 +28,8 @@ steal moves a whole group, the group of the victim's tail item, only when none o
 left the victim's queue (none claimed, running or done) and the whole group passes the KV steal gate
 together; a group that cannot move sends the thief to the next victim, as a pinned tail does, and
 one the KV gate or the deadline guard refuses ends its turn. So no play splits a group, which
-the affinity lower bound (the heaviest group alone on its best worker) assumes.
+the affinity lower bound (the heaviest group alone on its best worker, the tail cover by whole
+groups) assumes.
 
 Queues only shrink, so a worker that finds nothing to take stays without new work: it is simply not
 scheduled again until its running sequences produce an event. The one exception is a shared head it
