@@ -283,7 +283,8 @@ def _robust(
     """
     if base is None or best.queues == lpt_plan.queues:
         return best
-    verdict = judged(problem, best.queues, base, request.kv_admission, deadline)
+    points = best.finish_s or tuple(problem.finishes(best.queues, request.kv_admission))
+    verdict = judged(problem, best.queues, base, request.kv_admission, deadline, points)
     if verdict:
         return best
     return Placement(

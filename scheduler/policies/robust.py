@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler import clock
-from scheduler.finish_draws import draw_finishes
+from scheduler.finish_draws import BoolArray, draw_finishes, estimated_finishes, replay_cells
 from scheduler.lognormal import Z90 as Z90  # the standard normal's 0.9 quantile, for robust_fast
 from scheduler.lognormal import bounded_lengths, sigma_through
 from scheduler.policies.problem import Problem
@@ -41,7 +41,8 @@ MIN_SAMPLES = 4  # the fewest: played and timed first, and all a large batch's c
 # At 16,384 x 128 a draw of a plan costs ~10-20 ms (queues at once, vectorised, and those in waves
 # through the event loop), so 32 draws of both plans took ~1.2 s of a 1 s plan; and the more
 # trajectories a draw has, the less its makespan moves from one draw to the next
-CHUNK = 8  # workers of a searched plan played between deadline checks, on its first draw
+SLACK = 1.1  # an estimate of a play (``finish_draws.estimated_finishes``) is taken to lie within
+# this factor of it either way (measured 0.95-1.08 on the bench batches at p90/p50 1.2 and 1.6)
 JUDGE_SHARE = 0.25  # of the time left when the lpt plan's draws start, what both plans' draws may take
 BLOCK = 1 << 21  # elements of one pass over draws (``makespans``): 16 MiB an array of them
 Spread = tuple[FloatArray, FloatArray, FloatArray]  # medians, log-normal sigmas, caps (``spreads``)
@@ -149,47 +150,67 @@ def baseline(
 
 
 def judged(
-    problem: Problem, queues: Sequence[Sequence[int]], base: Baseline, reserve: bool, deadline: float
-) -> bool | None:
-    """Whether ``queues`` is expected to end no later than the lpt plan of ``base`` over its draws
-    (ties: ``queues``, as ``least_expected`` chooses); None when its plays might end past
-    ``deadline``: the first draw is played ``CHUNK`` workers at a time (``_first_draw``), and the
-    rest projected at its pace.
-
-    A draw of queues that run at once is one vectorised pass, a queue in waves goes through the
-    event loop, so the lpt plan's pace says little of a band plan's: judging a 16,384 x 128 band
-    plan under KV admission at the lpt plan's pace took 10 s of a 1 s plan."""
-    if clock.now() + base.cost_s > deadline:
-        return None
-    started = clock.now()
-    head = _first_draw(problem, queues, base.draws[:1], reserve, deadline)
-    now = clock.now()
-    if head is None or now + (len(base.draws) - 1) * (now - started) > deadline:
-        return None
-    mine = np.concatenate((head, makespans(problem, queues, base.draws[1:], reserve)))
-    return least_mean((mine, base.makespans)) == 0
-
-
-def _first_draw(
     problem: Problem,
     queues: Sequence[Sequence[int]],
-    draw: npt.NDArray[np.int64],
+    base: Baseline,
     reserve: bool,
     deadline: float,
-) -> FloatArray | None:
-    """``makespans`` of one draw, played ``CHUNK`` workers at a time (each worker's finish is its
-    own, so the maximum is the same to the last bit); None as soon as the pace so far projects the
-    rest past ``deadline``, so the overrun is one chunk's plays at most."""
-    started, longest = clock.now(), 0.0
-    for k in range(0, len(queues), CHUNK):
-        now = clock.now()
-        if k and now + (now - started) * (len(queues) - k) / k > deadline:
+    points: Sequence[float],
+) -> bool | None:
+    """Whether ``queues`` (point finishes ``points``) is expected to end no later than the lpt plan
+    of ``base`` over its draws (ties: ``queues``, as ``least_expected`` chooses); None when the
+    plays that would settle it might end past ``deadline``.
+
+    Why. A draw of queues that run at once is one vectorised pass, but a band plan's lowest bands
+    run in waves and its middle queues, packed to their caches, run past them on some draws: both
+    go through the event loop, 100-150 ms a draw of a 4,096 x 32 band plan under KV admission, so
+    its draws never fitted what the search left and the plan was thrown away (``FALLBACK_LPT``)
+    where it was the better bet. How. Every draw is estimated without the event loop
+    (``estimated_finishes``), each estimate taken to lie within ``SLACK`` of its play; the verdict
+    stands when it holds at both ends of that range, and otherwise the estimates that may decide a
+    draw's makespan are played, the highest first, until it does. With every cell played it is
+    the comparison over every play, as before."""
+    if clock.now() + base.cost_s > deadline:
+        return None
+    values, approx = estimated_finishes(
+        problem.costs, problem.prompts, queues, base.draws, reserve, problem.steps, points
+    )
+    slowest = 0.0  # the longest one play took so far: the next may take as long
+    while (verdict := _bounded(values, approx, base.makespans)) is None:
+        started = clock.now()
+        if started + slowest > deadline:
             return None
-        part = draw_finishes(
-            problem.costs[k : k + CHUNK], problem.prompts, queues[k : k + CHUNK], draw, reserve
-        )
-        longest = max(longest, float(part.max(initial=0.0)))
-    return np.array([longest])
+        cell = _deciding(values, approx)
+        where = np.zeros(approx.shape, dtype=bool)
+        where[cell] = True
+        replay_cells(problem.costs, problem.prompts, queues, base.draws, values, where, reserve)
+        approx[cell] = False
+        slowest = max(slowest, clock.now() - started)
+    return verdict
+
+
+def _bounded(values: FloatArray, approx: BoolArray, theirs: FloatArray) -> bool | None:
+    """``judged``'s verdict when the estimated cells (``approx``) anywhere within ``SLACK`` of
+    ``values`` give it, else None."""
+    if not approx.any():
+        return least_mean((values.max(axis=1, initial=0.0), theirs)) == 0
+    high = np.where(approx, values * SLACK, values).max(axis=1, initial=0.0)
+    if least_mean((high, theirs)) == 0:
+        return True
+    low = np.where(approx, values / SLACK, values).max(axis=1, initial=0.0)
+    if least_mean((low, theirs)) == 1:
+        return False
+    return None
+
+
+def _deciding(values: FloatArray, approx: BoolArray) -> tuple[int, int]:
+    """The estimated cell that may decide its draw's makespan with the highest estimate: one that,
+    ``SLACK`` above it, passes what that draw's makespan is known to reach at least."""
+    floor = np.where(approx, values / SLACK, values).max(axis=1, initial=0.0)
+    open_cells = approx & (values * SLACK > floor[:, None])
+    ranked = np.where(open_cells if open_cells.any() else approx, values, -np.inf)
+    d, w = np.unravel_index(int(np.argmax(ranked)), ranked.shape)
+    return int(d), int(w)
 
 
 def makespans(

@@ -13,6 +13,7 @@ from scheduler import clock
 from scheduler.at_once import all_at_once_finish
 from scheduler.benchgen import bench_request
 from scheduler.costmodel import WorkerCost
+from scheduler import finish_draws
 from scheduler.finish_draws import draw_finishes
 from scheduler.planner import plan
 from scheduler.policies import cpsat as cpsat_module
@@ -114,8 +115,9 @@ def test_a_plan_whose_draws_would_end_past_the_deadline_is_not_judged(
     monkeypatch.setattr(clock, "now", fake.now)
     _slow_draws(monkeypatch, fake, 0.01)
     base = baseline(problem, queues, spread, False, 0, deadline=100.0)  # 32 draws: 0.32 s
-    assert judged(problem, queues, base, False, deadline=fake.seconds + 0.3) is None
-    assert judged(problem, queues, base, False, deadline=fake.seconds + 0.4) is True  # ties: the plan
+    points = _points(problem, queues, False)
+    assert judged(problem, queues, base, False, fake.seconds + 0.3, points) is None
+    assert judged(problem, queues, base, False, fake.seconds + 0.4, points) is True  # ties: the plan
 
 
 def test_on_a_frozen_clock_the_choice_is_the_one_over_every_draw() -> None:
@@ -128,7 +130,8 @@ def test_on_a_frozen_clock_the_choice_is_the_one_over_every_draw() -> None:
         assert len(base.draws) == SAMPLES
         for queues in (crowded, list(reversed(lpt_queues))):
             chosen = least_expected(problem, (queues, lpt_queues), spread, False, 3, deadline=0.0)
-            assert judged(problem, queues, base, False, deadline=0.0) is (chosen == 0)
+            points = _points(problem, queues, False)
+            assert judged(problem, queues, base, False, 0.0, points) is (chosen == 0)
 
 
 def test_queues_in_waves_are_told_apart_in_one_pass_as_one_by_one() -> None:
@@ -145,28 +148,68 @@ def test_queues_in_waves_are_told_apart_in_one_pass_as_one_by_one() -> None:
     assert any(robust_order._in_waves(problem, tuple(tuple(q) for q in crowded), True))
 
 
-def test_a_plan_is_not_judged_when_its_first_draw_is_already_too_slow(
+def _points(problem: Problem, queues: Sequence[Sequence[int]], reserve: bool) -> tuple[float, ...]:
+    """Each worker's point finish, as the search reports it with its plan."""
+    return tuple(problem.finishes(queues, reserve))
+
+
+def test_a_plan_in_waves_is_judged_without_playing_every_draw_through_the_event_loop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # its draws go through the event loop, so the lpt plan's vectorised pace says nothing of them:
-    # the first draw is played a few workers at a time and given up once its pace is too slow
-    problem, spread = build_problem(REQUEST), spreads(REQUEST.trajectories)
+    # one crowded queue in waves, under KV admission: each of its plays costs 1 s on the clock, and
+    # the verdict (it is the worse bet, by far) needs none of its 32, so it fits a 1 s deadline
+    request = dataclasses.replace(REQUEST, kv_admission=True)
+    problem, spread = build_problem(request), spreads(request.trajectories)
     assert spread is not None
-    queues = lpt_start(problem, False, float("inf"), False)[1]
-    base = baseline(problem, queues, spread, False, 0, deadline=float("inf"))
+    queues = lpt_start(problem, True, float("inf"), False)[1]
+    crowded = [[u for q in queues for u in q]] + [[] for _ in queues[1:]]
+    base = baseline(problem, queues, spread, True, 0, deadline=float("inf"))
     fake = ManualClock()
     monkeypatch.setattr(clock, "now", fake.now)
-    played: list[int] = []
+    played = finish_draws.worker_finish
 
-    def slow(costs: Sequence[WorkerCost], *args: Any) -> FloatArray:
-        played.append(len(costs))
+    def slow(*args: Any) -> float:
         fake.seconds += 1.0
-        return draw_finishes(costs, *args)
+        return played(*args)
 
-    monkeypatch.setattr(robust, "draw_finishes", slow)
-    # 16 workers, 8 a chunk: one chunk (1 s) projects the second by second 2, past second 1.5
-    assert judged(problem, queues, base, False, deadline=1.5) is None
-    assert played == [robust.CHUNK]
-    fake.seconds, played[:] = 0.0, []
-    assert judged(problem, queues, base, False, deadline=100.0) is True  # the lpt plan against itself
-    assert played == [robust.CHUNK, robust.CHUNK, len(queues)]  # then every other draw in one pass
+    monkeypatch.setattr(finish_draws, "worker_finish", slow)
+    assert judged(problem, crowded, base, True, 1.0, _points(problem, crowded, True)) is False
+    assert fake.seconds == 0.0
+
+
+def test_estimates_that_cannot_settle_the_verdict_are_played_and_it_is_the_exact_one() -> None:
+    # the lpt plan against itself on draws: every estimate of a play of its own is a tie the
+    # bounds cannot settle, so the judge plays what decides each draw and ties go to the plan
+    request = dataclasses.replace(REQUEST, kv_admission=True)
+    problem, spread = build_problem(request), spreads(request.trajectories)
+    assert spread is not None
+    queues = lpt_start(problem, True, float("inf"), False)[1]
+    crowded = [[u for q in queues for u in q]] + [[] for _ in queues[1:]]
+    with clock.frozen():
+        base = baseline(problem, crowded, spread, True, 0, deadline=0.0)
+        assert judged(problem, crowded, base, True, 0.0, _points(problem, crowded, True)) is True
+
+
+def test_estimated_finishes_are_the_plays_wherever_they_are_not_marked_and_near_them_where_they_are() -> None:
+    request = dataclasses.replace(
+        _with_quantiles(bench_request(1_024, 16, seed=1, time_budget_s=1.0), 1.6), kv_admission=True
+    )
+    problem, spread = build_problem(request), spreads(request.trajectories)
+    assert spread is not None
+    queues = lpt_start(problem, True, float("inf"), False)[1]
+    crowded = [list(q) for q in queues]
+    crowded[0] = [u for q in queues[:4] for u in q]  # past its cache on some draws or in waves
+    for w in (1, 2, 3):
+        crowded[w] = []
+    draws = robust.draw_matrix(spread, np.random.default_rng(1), 8)
+    exact = draw_finishes(problem.costs, problem.prompts, crowded, draws, True)
+    values, approx = finish_draws.estimated_finishes(
+        problem.costs, problem.prompts, crowded, draws, True, problem.steps, _points(problem, crowded, True)
+    )
+    assert approx.any()
+    assert (values[~approx] == exact[~approx]).all()
+    assert (
+        (values[approx] / exact[approx] <= robust.SLACK) & (exact[approx] / values[approx] <= robust.SLACK)
+    ).all()
+    finish_draws.replay_cells(problem.costs, problem.prompts, crowded, draws, values, approx, True)
+    assert (values == exact).all()
