@@ -9,11 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scheduler import clock
+from scheduler import clock, finish_draws
 from scheduler.at_once import all_at_once_finish
 from scheduler.benchgen import bench_request
-from scheduler.costmodel import WorkerCost
-from scheduler import finish_draws
+from scheduler.finish import worker_finish
 from scheduler.finish_draws import draw_finishes
 from scheduler.planner import plan
 from scheduler.policies import cpsat as cpsat_module
@@ -166,7 +165,7 @@ def test_a_plan_in_waves_is_judged_without_playing_every_draw_through_the_event_
     base = baseline(problem, queues, spread, True, 0, deadline=float("inf"))
     fake = ManualClock()
     monkeypatch.setattr(clock, "now", fake.now)
-    played = finish_draws.worker_finish
+    played = worker_finish
 
     def slow(*args: Any) -> float:
         fake.seconds += 1.0
