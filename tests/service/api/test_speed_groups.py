@@ -57,7 +57,7 @@ def _kinds(answer: dict[str, Any]) -> int:
 
 
 def test_identical_workers_whose_learned_speeds_differ_by_noise_plan_as_one_kind(client: TestClient) -> None:
-    _measure(client, {"w0": 1.0, "w1": 1.04, "w2": 0.97, "w3": 1.08})
+    _measure(client, {"w0": 1.0, "w1": 1.02, "w2": 0.98, "w3": 1.03})
 
     answer = client.post("/schedule", json=_h100s(4)).json()
 
@@ -75,6 +75,19 @@ def test_a_straggler_twice_as_slow_keeps_its_own_speed(client: TestClient) -> No
     assert sources == {"w0": "learned_group", "w1": "learned_group", "w2": "learned_group", "w3": "learned"}
     assert scales["w3"] > 1.9 * scales["w0"]
     assert len(answer["assignments"]["w3"]) < len(answer["assignments"]["w0"])
+
+
+def test_a_worker_ten_percent_slow_keeps_its_own_speed_since_planning_it_at_the_groups_costs_as_much(
+    client: TestClient,
+) -> None:
+    """Planned at its group's speed, a worker 10% slow ends ~10% late (service/speed_groups.py)."""
+    _measure(client, {"w0": 1.0, "w1": 1.01, "w2": 0.99, "w3": 1.1})
+
+    answer = client.post("/schedule", json=_h100s(4)).json()
+
+    sources, scales = answer["time_scale_sources"], answer["time_scales"]
+    assert sources["w3"] == "learned"
+    assert scales["w3"] > 1.05 * scales["w0"]
 
 
 def test_grouping_workers_of_equal_learned_speeds_changes_no_plan(client: TestClient) -> None:
