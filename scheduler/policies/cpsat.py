@@ -95,6 +95,12 @@ DEFER = 0.8  # the second round's cap on estimates: this share of the way from t
 # 0.75: 1.034, 0.8: 1.035, 0.9: 1.039, none: 1.041 (below ~0.7 too many wait, and they crowd the
 # lowest bands' workers, whose waves run 10% over their estimates).
 ROUNDS = 2  # realisations of one aggregate solve: as planned, then calibrated and capped (``_rounds``)
+CAP_SHIFTS = 3  # under prefix affinity, more realisations of the same solve, call k with k steps more
+# workers of the cap band's kind in the cap band (``_cap_band_rounds``, ``_cap_shifted``)
+CAP_STEP = 0.1  # a step: this share of that kind's cap-band count, at least one worker
+CAP_LEFT = 0.3  # a shifted call starts only while this share of the budget is left. Bench batches
+# with affinity, over the bound: 4,096 x 32 (0.25 s) 1.089-1.109 -> 1.060-1.089; 16,384 x 128 (1 s)
+# 1.107-1.115 -> 1.080-1.097 where the shifts started (walls up to 967 ms; docs/experiments.md)
 
 
 class CpSatPolicy:
@@ -179,6 +185,7 @@ class CpSatPolicy:
         assignment: list[list[int]],
         lpt_phase: float,
         deadline: float,
+        solved: LevelPlan | None = None,
     ) -> tuple[Placement, list[list[int]]]:
         """The band counts, realised by list scheduling in up to ``ROUNDS`` rounds; the best plan
         so far (``best``, the lpt plan, to start) and its assignment.
@@ -187,13 +194,17 @@ class CpSatPolicy:
         again, each (kind, band) group's estimates scaled by what round 1's simulation measured
         (``_calibrate``), and with the units that would pass a cap (``DEFER``) placed last. A round
         starts only when it is expected to fit the budget, and one that runs long is cut short.
+        The counts are the band model's, solved here, or ``solved``; under prefix affinity the
+        model's own are followed by shifted ones (``_cap_band_rounds``).
         """
         reserve = request.kv_admission
         round_cost = ROUND_FIXED_S + ROUND_COST * lpt_phase  # re-does both, and solves
         if deadline - clock.now() < round_cost:
             return best, assignment  # a round would overrun the budget: keep the lpt plan
         kinds = worker_kinds(problem.costs, problem.active)
-        levels = self._levels(problem, kinds, max(best.finish_s), request, deadline)
+        levels = solved
+        if levels is None:
+            levels = self._levels(problem, kinds, max(best.finish_s), request, deadline)
         if levels is None:
             return best, assignment
         tiers = _tiers(levels, kinds, len(problem.costs))
@@ -223,6 +234,40 @@ class CpSatPolicy:
             cap_s = levels.makespan_s + DEFER * (highest - levels.makespan_s)
             if max(scale) <= 1.0 + AGREED and cap_s <= levels.makespan_s:
                 break  # the worker model agreed and nothing would wait: round 2 would repeat round 1
+        if solved is None and request.prefix_affinity:
+            return self._cap_band_rounds(problem, request, best, assignment, lpt_phase, deadline, levels)
+        return best, assignment
+
+    def _cap_band_rounds(
+        self,
+        problem: Problem,
+        request: PlanRequest,
+        best: Placement,
+        assignment: list[list[int]],
+        lpt_phase: float,
+        deadline: float,
+        levels: LevelPlan,
+    ) -> tuple[Placement, list[list[int]]]:
+        """Under prefix affinity, the rounds again on ``levels`` with more workers in the cap band
+        (``_cap_shifted``, ``CAP_SHIFTS`` calls, each while ``CAP_LEFT`` of the budget is left);
+        the best plan of all and its assignment.
+
+        Why. The band model covers each band with fluid demand, but under affinity the cap band's
+        units are whole groups (1.5-4.4e9 KV-token-steps at 4,096 x 32, up to 40% of what one H100
+        serves there by the bound): the few workers the model put in that band cannot share them
+        evenly and end ~10% past its makespan, while lower-band workers idle (docs/solver.md). More
+        workers there spread the groups; the worker model judges each shift's rounds, and a shift
+        that does not pay is not kept.
+        """
+        previous = levels
+        for shift in range(1, CAP_SHIFTS + 1):
+            if deadline - clock.now() < CAP_LEFT * request.time_budget_s:
+                break
+            shifted = _cap_shifted(levels, shift)
+            if shifted == previous:
+                break  # the kind has no worker left below the cap band
+            best, assignment = self._rounds(problem, request, best, assignment, lpt_phase, deadline, shifted)
+            previous = shifted
         return best, assignment
 
     def _copied(
@@ -346,6 +391,23 @@ def _found(status: str) -> str:
 def _band(unit: Unit, edges: Sequence[int]) -> int:
     """The band of ``unit`` by its longest member: which tiers of workers it may go to."""
     return band_of(unit.steps, edges)
+
+
+def _cap_shifted(levels: LevelPlan, shift: int) -> LevelPlan:
+    """``levels`` with ``shift`` steps (``CAP_STEP`` of its cap-band count, at least one worker)
+    more workers of the kind with the most workers in the cap band at the cap band, taken from that
+    kind's lowest bands first (``_cap_band_rounds`` says why). Its makespan and status stay the
+    model's: the rounds read them as the model's estimate, which a shift does not change."""
+    top = len(levels.edges) - 1
+    counts = [list(row) for row in levels.counts]
+    kind = max(range(len(counts)), key=lambda k: counts[k][top])  # the first such kind on ties
+    to_move = shift * max(1, round(CAP_STEP * counts[kind][top]))
+    for band in range(top):
+        moved = min(to_move, counts[kind][band])
+        counts[kind][band] -= moved
+        counts[kind][top] += moved
+        to_move -= moved
+    return dataclasses.replace(levels, counts=tuple(tuple(row) for row in counts))
 
 
 def _tiers(levels: LevelPlan, kinds: Sequence[Sequence[int]], workers: int) -> list[int]:
