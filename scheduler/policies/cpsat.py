@@ -11,7 +11,8 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
    List scheduling then places units inside the chosen bands (``lpt_assignment`` with tiers),
    passing over workers whose queue would overflow the KV cache if admitted at once. Where time
    allows, a second round places them again: calibrated by the first round's simulation, and with
-   the units that would push a worker past a cap placed after all others. Where a round over the
+   the units that would push a worker past a cap placed after all others; under prefix affinity,
+   more rounds with more workers in the cap band follow (``_cap_band_rounds``). Where a round over the
    whole batch would not fit the budget (``FULL_ROUND``), a large batch is searched on one K-th of
    itself and one K-th of the pool, and the plan copied K times (``scheduler.policies.replicate``).
 3. Exact repair (``scheduler.policies.exchange``): while time is left, a CP-SAT model with one boolean
