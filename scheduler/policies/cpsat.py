@@ -56,6 +56,7 @@ from scheduler.costmodel import WorkerCost
 from scheduler.policies import replicate
 from scheduler.policies.balance import level_below
 from scheduler.policies.base import BudgetSpent, Placement
+from scheduler.policies.capband import CAP_LEFT, CAP_SHIFTS, cap_shifted
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, band_of, solve_levels
 from scheduler.policies.load import Load, time_with
@@ -96,12 +97,6 @@ DEFER = 0.8  # the second round's cap on estimates: this share of the way from t
 # 0.75: 1.034, 0.8: 1.035, 0.9: 1.039, none: 1.041 (below ~0.7 too many wait, and they crowd the
 # lowest bands' workers, whose waves run 10% over their estimates).
 ROUNDS = 2  # realisations of one aggregate solve: as planned, then calibrated and capped (``_rounds``)
-CAP_SHIFTS = 3  # under prefix affinity, more realisations of the same solve, call k with k steps more
-# workers of the cap band's kind in the cap band (``_cap_band_rounds``, ``_cap_shifted``)
-CAP_STEP = 0.1  # a step: this share of that kind's cap-band count, at least one worker
-CAP_LEFT = 0.3  # a shifted call starts only while this share of the budget is left. Bench batches
-# with affinity, over the bound: 4,096 x 32 (0.25 s) 1.089-1.109 -> 1.060-1.089; 16,384 x 128 (1 s)
-# 1.107-1.115 -> 1.080-1.097 where the shifts started (walls up to 967 ms; docs/experiments.md)
 
 
 class CpSatPolicy:
@@ -250,7 +245,7 @@ class CpSatPolicy:
         levels: LevelPlan,
     ) -> tuple[Placement, list[list[int]]]:
         """Under prefix affinity, the rounds again on ``levels`` with more workers in the cap band
-        (``_cap_shifted``, ``CAP_SHIFTS`` calls, each while ``CAP_LEFT`` of the budget is left);
+        (``capband.cap_shifted``, ``CAP_SHIFTS`` calls, each while ``CAP_LEFT`` of the budget is left);
         the best plan of all and its assignment.
 
         Why. The band model covers each band with fluid demand, but under affinity the cap band's
@@ -264,7 +259,7 @@ class CpSatPolicy:
         for shift in range(1, CAP_SHIFTS + 1):
             if deadline - clock.now() < CAP_LEFT * request.time_budget_s:
                 break
-            shifted = _cap_shifted(levels, shift)
+            shifted = cap_shifted(levels, shift)
             if shifted == previous:
                 break  # the kind has no worker left below the cap band
             best, assignment = self._rounds(problem, request, best, assignment, lpt_phase, deadline, shifted)
@@ -392,23 +387,6 @@ def _found(status: str) -> str:
 def _band(unit: Unit, edges: Sequence[int]) -> int:
     """The band of ``unit`` by its longest member: which tiers of workers it may go to."""
     return band_of(unit.steps, edges)
-
-
-def _cap_shifted(levels: LevelPlan, shift: int) -> LevelPlan:
-    """``levels`` with ``shift`` steps (``CAP_STEP`` of its cap-band count, at least one worker)
-    more workers of the kind with the most workers in the cap band at the cap band, taken from that
-    kind's lowest bands first (``_cap_band_rounds`` says why). Its makespan and status stay the
-    model's: the rounds read them as the model's estimate, which a shift does not change."""
-    top = len(levels.edges) - 1
-    counts = [list(row) for row in levels.counts]
-    kind = max(range(len(counts)), key=lambda k: counts[k][top])  # the first such kind on ties
-    to_move = shift * max(1, round(CAP_STEP * counts[kind][top]))
-    for band in range(top):
-        moved = min(to_move, counts[kind][band])
-        counts[kind][band] -= moved
-        counts[kind][top] += moved
-        to_move -= moved
-    return dataclasses.replace(levels, counts=tuple(tuple(row) for row in counts))
 
 
 def _tiers(levels: LevelPlan, kinds: Sequence[Sequence[int]], workers: int) -> list[int]:

@@ -12,7 +12,7 @@ import scheduler.policies.cpsat as cpsat_module
 from scheduler import clock
 from scheduler.benchgen import bench_request
 from scheduler.planner import plan
-from scheduler.policies import exchange
+from scheduler.policies import capband, exchange
 from scheduler.policies.base import Placement
 from scheduler.policies.levels import LevelPlan
 from scheduler.policies.lpt import lpt_assignment, lpt_start
@@ -88,9 +88,9 @@ def test_a_shifted_round_starts_only_while_its_share_of_the_budget_is_left(
             deadline = left * request.time_budget_s
             return policy._cap_band_rounds(problem, request, lpt_plan, assignment, 0.0, deadline, levels)
 
-        assert shifted(0.99 * cpsat_module.CAP_LEFT) == (lpt_plan, assignment)
+        assert shifted(0.99 * capband.CAP_LEFT) == (lpt_plan, assignment)
         assert rounds.tiers == []
-        shifted(cpsat_module.CAP_LEFT)
+        shifted(capband.CAP_LEFT)
     top = len(levels.edges) - 1
     assert len(rounds.tiers) > 0
     assert all(tiers.count(top) > sum(row[top] for row in levels.counts) for tiers in rounds.tiers)
@@ -100,12 +100,12 @@ def test_a_shift_moves_the_cap_kinds_lowest_band_workers_first_a_tenth_of_its_ca
     levels = LevelPlan(
         edges=(10, 20, 30, 40), counts=((2, 3, 1, 20), (4, 0, 0, 2)), makespan_s=1.0, status="OPTIMAL"
     )
-    assert cpsat_module._cap_shifted(levels, 1).counts == ((0, 3, 1, 22), (4, 0, 0, 2))
-    assert cpsat_module._cap_shifted(levels, 2).counts == ((0, 1, 1, 24), (4, 0, 0, 2))
-    assert cpsat_module._cap_shifted(levels, 3).counts == ((0, 0, 0, 26), (4, 0, 0, 2))
-    assert cpsat_module._cap_shifted(levels, 4).counts == ((0, 0, 0, 26), (4, 0, 0, 2))  # none left to move
+    assert capband.cap_shifted(levels, 1).counts == ((0, 3, 1, 22), (4, 0, 0, 2))
+    assert capband.cap_shifted(levels, 2).counts == ((0, 1, 1, 24), (4, 0, 0, 2))
+    assert capband.cap_shifted(levels, 3).counts == ((0, 0, 0, 26), (4, 0, 0, 2))
+    assert capband.cap_shifted(levels, 4).counts == ((0, 0, 0, 26), (4, 0, 0, 2))  # none left to move
 
 
 def test_a_shift_with_no_worker_left_below_the_cap_band_changes_nothing() -> None:
     levels = LevelPlan(edges=(10, 20), counts=((0, 3), (2, 0)), makespan_s=1.0, status="OPTIMAL")
-    assert cpsat_module._cap_shifted(levels, 1) == levels
+    assert capband.cap_shifted(levels, 1) == levels
