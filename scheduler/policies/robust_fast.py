@@ -24,7 +24,8 @@ common draws of the lengths, each with one trajectory running as long as the bat
 in one vectorised pass (``scheduler.finish_draws``), the same finishes to the last bit as one play
 a draw at a sixth of the cost (math100, 2 H100 + 2 Ascend 910B: the whole hedge ~9 ms against
 ~30 ms), so it fits the service's 80 ms plan; whether it fits is judged on the policy's plan's
-first ``TIMED`` draws, before the candidate is built (``_affordable``).
+first ``TIMED`` draws, before the candidate is built, and building and ordering it must leave
+the rest of the draws' time (``_timed``).
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ from scheduler.policies.robust import SAMPLES, Z90, Spread, draw_matrix, least_m
 from scheduler.stepsum import FloatArray, planned_steps_array
 from scheduler.types import PlanRequest
 
-CHECK_EVERY = 512  # units placed between deadline checks
+PACE_EVERY = 32  # units placed between checks of the candidate's projected end (a clock read is
+# far cheaper than placing 32 units: a heap pass and a KV peak each)
 PLAYS = 2 * SAMPLES  # draws played per comparison: two candidates (each draw with its stretched copy)
 TIMED = 4  # draws of the policy's plan played and timed before the comparison is committed to
 
@@ -71,17 +73,21 @@ def at_once_hedge(
     if not _runs_at_once(problem, placement.queues, request.kv_admission):
         return placement
     draws = outlier_draws(spread, request.seed)
-    balanced = _affordable(problem, placement.queues, draws, request.kv_admission, deadline)
-    if balanced is None:
+    timed = _timed(problem, placement.queues, draws, request.kv_admission, deadline)
+    if timed is None:
         return placement
-    assignment = fastest_first(problem, deadline)
+    head, plays_s = timed
+    built = deadline - plays_s  # what building and ordering the candidate must end by
+    assignment = fastest_first(problem, built)
     if assignment is None:
         return placement
-    queues, finishes = order_queues(problem, assignment, request.kv_admission, search_until=deadline)
-    if queues == placement.queues:
-        return placement
+    queues, finishes = order_queues(problem, assignment, request.kv_admission, search_until=built)
+    if queues == placement.queues or clock.now() > built:
+        return placement  # the same plan, or ordering ran into the plays' time
+    later = Draws(draws.steps[TIMED:], draws.stretch)
+    rest = outlier_means(problem, placement.queues, later, request.kv_admission)
     fast = outlier_means(problem, queues, draws, request.kv_admission)
-    if least_mean((balanced, fast)) != 1:
+    if least_mean((np.concatenate((head, rest)), fast)) != 1:
         return placement
     return Placement(queues, placement.status, finish_s=finishes)
 
@@ -101,23 +107,26 @@ def _runs_at_once(problem: Problem, queues: Sequence[Sequence[int]], reserve: bo
     return all(ends is not None for ends in ends_at_once(busy, reserve))
 
 
-def _affordable(
+def _timed(
     problem: Problem, queues: Sequence[Sequence[int]], draws: Draws, reserve: bool, deadline: float
-) -> FloatArray | None:
-    """``queues``' ``outlier_means``, or None when the comparison would not end before ``deadline``.
+) -> tuple[FloatArray, float] | None:
+    """``queues``' ``outlier_means`` on the first ``TIMED`` draws and the seconds the comparison's
+    other plays (``PLAYS`` in all, both candidates) are projected to take at their pace; None when
+    those plays alone would end past ``deadline``.
 
     Checked before the candidate is built (building it and playing a first draw only to give up
-    cost 14-16 ms of every 80 ms plan at 1,024 trajectories): the first ``TIMED`` draws of
-    ``queues`` are played and timed, and the rest of the comparison (``PLAYS`` draws' plays in all,
-    both candidates) projected at that pace. A pass over more draws costs less per draw, so the
-    projection errs long; what it played is kept."""
+    cost 14-16 ms of every 80 ms plan at 1,024 trajectories). A pass over more draws costs less per
+    draw, so the projection errs long. Building and ordering the candidate are not in it: they must
+    end that long before ``deadline`` (``fastest_first`` gives up once its own pace projects past
+    that; at 4,096 x 32 it took 31 ms and the plays 95 ms, where the projection counted only the
+    plays and the plan ended 52 ms past its 250 ms)."""
     started = clock.now()
     head = outlier_means(problem, queues, Draws(draws.steps[:TIMED], draws.stretch), reserve)
     now = clock.now()
-    if now + (PLAYS - TIMED) * (now - started) / TIMED > deadline:
+    plays_s = (PLAYS - TIMED) * (now - started) / TIMED
+    if now + plays_s > deadline:
         return None
-    rest = outlier_means(problem, queues, Draws(draws.steps[TIMED:], draws.stretch), reserve)
-    return np.concatenate((head, rest))
+    return head, plays_s
 
 
 class Draws(NamedTuple):
@@ -173,7 +182,7 @@ def outlier_means(
 def fastest_first(problem: Problem, deadline: float = math.inf) -> list[list[int]] | None:
     """Unit indices per worker, the longest units on the fastest kind while its queues still run at
     once (module doc); None where some unit fits no allowed worker at once, with one kind, or once
-    past ``deadline`` (checked every ``CHECK_EVERY`` units)."""
+    it would end past ``deadline`` at its own pace (checked every ``PACE_EVERY`` units)."""
     kinds = worker_kinds(problem.costs, problem.active)
     if len(kinds) < 2 or not _within_slots(problem):
         return None  # one kind: nothing to choose; more trajectories than slots: waves, not at once
@@ -182,8 +191,9 @@ def fastest_first(problem: Problem, deadline: float = math.inf) -> list[list[int
     peaks = KvPeaks(problem)
     loads = [Load() for _ in problem.costs]
     placed: list[list[int]] = [[] for _ in problem.costs]
+    started, units = clock.now(), len(problem.units)
     for k, u in enumerate(problem.ranked or longest_first(problem.units)):
-        if k % CHECK_EVERY == 0 and clock.now() > deadline:
+        if k % PACE_EVERY == 0 and _past(started, k, units, deadline):
             return None
         unit = problem.units[u]
         worker = _take_fitting(problem, heaps, peaks, unit)
@@ -196,6 +206,13 @@ def fastest_first(problem: Problem, deadline: float = math.inf) -> list[list[int
             heap = next(h for h, members in zip(heaps, kinds, strict=True) if worker in members)
             heapq.heappush(heap, (time_with(problem.costs[worker], loads[worker]), worker))
     return placed
+
+
+def _past(started: float, placed: int, units: int, deadline: float) -> bool:
+    """Whether placing ``units`` units, ``placed`` of them placed since ``started``, ends past
+    ``deadline`` at the pace so far (or the deadline has passed already)."""
+    now = clock.now()
+    return now > deadline or (placed > 0 and started + (now - started) * units / placed > deadline)
 
 
 def _take_fitting(

@@ -1,5 +1,6 @@
-"""A stand-in for a clock that advances one second per reading, so that every timed step of the
-code under test appears to take a second and budget checks become deterministic."""
+"""Stand-ins for the planning clock, so that budget checks become deterministic: one that advances
+one second per reading (every timed step of the code under test appears to take a second), and
+one that moves only when the test says so."""
 
 from __future__ import annotations
 
@@ -12,4 +13,14 @@ class SteppingClock:
 
     def now(self) -> float:
         self.seconds += 1.0
+        return self.seconds
+
+
+class ManualClock:
+    """A planning clock that moves only when the test says so (``seconds``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def now(self) -> float:
         return self.seconds

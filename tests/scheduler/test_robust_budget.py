@@ -22,16 +22,7 @@ from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import MIN_SAMPLES, SAMPLES, baseline, judged, least_expected, spreads
 from scheduler.stepsum import FloatArray
 from scheduler.types import PlanRequest
-
-
-class ManualClock:
-    """A planning clock that moves only when the test says so."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def now(self) -> float:
-        return self.seconds
+from tests.scheduler.fake_clock import ManualClock
 
 
 def _with_quantiles(request: PlanRequest, ratio: float) -> PlanRequest:
