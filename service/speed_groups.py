@@ -16,9 +16,9 @@ them, each batch folded as the learner folds it, 8 steps) gave learned scales 0.
 and at most 0.07 from their median. A real difference grouped away: 4 of 32 workers of a 4,096 x 32
 bench batch truly 5% / 10% / 15% slow, planned at the group's scale and played at their own, ran
 the step 4.3-5.9% / 9.8-10.5% / 14.3-15.0% longer than planned at their own scales (which played
-exactly as planned; /tmp/r27/snapcost.py, two seeds). So the tolerance is 0.05 (~5%): about 2.5
-sd of the learned scales' noise, and a real difference it hides costs at most ~5%. An earlier 0.15
-hid differences up to 16%, which cost as much.
+exactly as planned; two seeds, by /tmp/r27/snapcost.py, a script outside the repository). So the
+tolerance is 0.05 (~5%): about 2.5 sd of the learned scales' noise, and a real difference it hides
+costs at most ~5%. An earlier 0.15 hid differences up to 16%, which cost as much.
 
 Stable from step to step without stored state: the centre is the weighted median (one noisy worker
 does not move it, as it would a mean), so a worker changes group only when its own scale crosses the
