@@ -102,6 +102,25 @@ def estimated_finishes(
     return drawn, approx
 
 
+def closed_forms(
+    costs: Sequence[WorkerCost],
+    prompts: Sequence[int],
+    queues: Sequence[Sequence[int]],
+    draws: IntArray,
+    reserve: bool,
+) -> tuple[FloatArray, BoolArray]:
+    """Each queue's closed form on each draw, without the event loop; the second array marks every
+    cell that is not that draw's play: a draw with a step past the cache (the closed form is kept
+    there), or a queue that may never run at once (left at 0).
+
+    For a caller whose event loop is not ``worker_finish``'s and who plays the marked cells itself:
+    ``scheduler.policies.robust_place`` admits on the planned lengths and ends by the draw, which
+    only a queue admitted whole at step 0 shares with these values."""
+    approx = np.zeros((len(draws), len(queues)), dtype=bool)
+    drawn = _finishes(costs, prompts, queues, draws, None, reserve, approx)[0]
+    return drawn, approx
+
+
 def replay_cells(
     costs: Sequence[WorkerCost],
     prompts: Sequence[int],

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 import pytest
 
+from scheduler.costmodel import WorkerCost
 from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
 from scheduler.policies import cpsat as cpsat_module
 from scheduler.policies import robust, robust_place
 from scheduler.policies.base import Placement
 from scheduler.policies.lpt import calibrated, lpt_assignment, ordered
-from scheduler.policies.problem import Problem, build_problem
+from scheduler.policies.problem import Problem, build_problem, worker_kinds
 from scheduler.policies.robust import spreads
 from scheduler.policies.robust_fast import at_once_hedge
 from scheduler.policies.robust_order import drawn_finish, hedged
@@ -42,6 +44,12 @@ def _request(spread: float, kinds: int = 2, quantiles: bool = True) -> PlanReque
         workers += [Worker(f"h100-{j}", h100, kv_capacity_tokens=300_000) for j in range(2, 4)]
     inventory = Inventory(tuple(workers), model_preset("7b"))
     return PlanRequest(tuple(batch), inventory, kv_admission=True, time_budget_s=LATER)
+
+
+def _in_waves(request: PlanRequest) -> PlanRequest:
+    """``request`` on workers of 16 slots: every lpt queue (29-99 items) runs past them, in waves."""
+    workers = tuple(dataclasses.replace(w, max_num_seqs=16) for w in request.inventory.workers)
+    return dataclasses.replace(request, inventory=dataclasses.replace(request.inventory, workers=workers))
 
 
 def _hedged_lpt(request: PlanRequest) -> tuple[Problem, Placement]:
@@ -113,10 +121,69 @@ def test_lpt_and_cpsat_both_return_the_calibrated_plan() -> None:
         assert [list(w.items) for w in plan(request, policy).workers] == keys
 
 
+def _one_by_one(problem: Problem, placement: Placement, spread: robust.Spread) -> list[float] | None:
+    """``kind_scales`` as it was first written: every queue played by the event loop on each draw."""
+    rng = np.random.default_rng(robust_place.SEED_OFFSET)  # request seed 0
+    draws = [robust.draw_steps(spread, rng) for _ in range(robust_place.DRAWS)]
+    kinds = worker_kinds(problem.costs, problem.active)
+    ratios: list[list[float]] = [[] for _ in kinds]
+    finishes = placement.finish_s
+    for k, w in robust_place._interleaved(kinds):
+        if placement.queues[w] and finishes[w] > 0:
+            queue = list(placement.queues[w])
+            ratios[k].append(drawn_finish(problem, problem.costs[w], queue, draws, True) / finishes[w])
+    return robust_place._scales(len(problem.costs), kinds, ratios)
+
+
+Draws = list[list[int]]
+
+
+def _counted_plays(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(queue length, draws) of every event-loop play ``kind_scales`` makes from now on."""
+    plays: list[tuple[int, int]] = []
+
+    def counted(problem: Problem, cost: WorkerCost, order: list[int], draws: Draws, r: bool) -> float:
+        plays.append((len(order), len(draws)))
+        return drawn_finish(problem, cost, order, draws, r)
+
+    monkeypatch.setattr(robust_place, "drawn_finish", counted)
+    return plays
+
+
+def test_queues_at_once_on_the_planned_lengths_take_their_draws_in_closed_form_to_the_last_bit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    request = _request(1.6)  # every lpt queue runs at once on the planned lengths
+    problem, placement = _hedged_lpt(request)
+    spread = spreads(request.trajectories)
+    assert spread is not None
+    expected = _one_by_one(problem, placement, spread)
+    assert expected is not None
+    plays = _counted_plays(monkeypatch)
+    assert kind_scales(problem, placement, spread, True, 0, time.perf_counter() + LATER) == expected
+    # the event loop only where a draw runs a queue past its cache (it preempts), one draw at a time
+    assert plays
+    assert all(draws == 1 for _, draws in plays)
+    assert len(plays) < robust_place.DRAWS * len(placement.queues)
+
+
+def test_a_queue_not_at_once_on_the_planned_lengths_is_still_played_by_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    request = _in_waves(_request(1.6))
+    problem, placement = _hedged_lpt(request)
+    spread = spreads(request.trajectories)
+    assert spread is not None
+    expected = _one_by_one(problem, placement, spread)
+    plays = _counted_plays(monkeypatch)
+    assert kind_scales(problem, placement, spread, True, 0, time.perf_counter() + LATER) == expected
+    assert sorted(plays) == sorted((len(q), robust_place.DRAWS) for q in placement.queues)
+
+
 def test_the_draws_give_up_after_one_worker_when_their_pace_cannot_leave_time_for_the_caller(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    request = _request(1.6)
+    request = _in_waves(_request(1.6))  # queues played one by one: those in closed form cost no pace
     problem, placement = _hedged_lpt(request)
     spread = spreads(request.trajectories)
     assert spread is not None
@@ -128,12 +195,13 @@ def test_the_draws_give_up_after_one_worker_when_their_pace_cannot_leave_time_fo
 
     monkeypatch.setattr(robust_place, "drawn_finish", counted)
     monkeypatch.setattr(robust_place, "clock", SteppingClock())
-    # four workers at a second each, then six plays of every queue (three seconds a worker): ~16 s,
-    # far past a deadline 8 s away, which the plays alone (4 s) would have met
-    assert kind_scales(problem, placement, spread, True, 0, 8.0, after_plays=6) is None
+    # a second for the check before any play, four workers at a second each, then six plays of
+    # every queue (three seconds a worker): ~17 s, far past a deadline 9 s away, which the plays
+    # alone (5 s) would have met
+    assert kind_scales(problem, placement, spread, True, 0, 9.0, after_plays=6) is None
     assert len(played) == 1
     monkeypatch.setattr(robust_place, "clock", SteppingClock())
-    assert kind_scales(problem, placement, spread, True, 0, 8.0) is not None  # no caller's plays
+    assert kind_scales(problem, placement, spread, True, 0, 9.0) is not None  # no caller's plays
     assert len(played) == 1 + 4
 
 
