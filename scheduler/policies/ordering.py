@@ -173,7 +173,13 @@ def order_queues(
     """Each worker's trajectory queue in its fastest candidate order, and its predicted finish.
 
     With ``deadline`` (``scheduler.clock.now()``), raises ``BudgetSpent`` when a queue still to be
-    played is reached past it, or when one of its candidate plays might end past it (``_played``).
+    played is reached past it, when one play of it and of every queue after it would end past it at
+    the last first play's pace per item, or when one of its candidate plays might end past it
+    (``_played``). Each first play is otherwise unchecked: under KV admission a band plan's two
+    lowest-band queues (~640 items in waves at 4,096 x 32) took 20-40 ms a play, and the second,
+    started just before the deadline, ended a cpsat round 17-31 ms past the search's end, leaving
+    the robust choice no time. Only the first queue played, whose pace is not yet known, may still
+    run past it.
     With ``search_until`` instead, a queue whose search might end past it (judged by the last
     searched queue's, per item) is played once, in the ``UNSEARCHED`` order, and a search that reaches it
     keeps the best order played so far: a plan that must be returned, such as lpt's, then keeps
@@ -200,6 +206,8 @@ def order_queues(
             finishes.append(finish)
             continue
         later -= len(queues[w])
+        if deadline is not None and started + pace_s * (len(queues[w]) + later) > deadline:
+            raise BudgetSpent  # one play of this queue and of every later one, at the last pace
         searching_s = (search_pace_s or len(CANDIDATES[reserve]) * pace_s) * len(queues[w])
         if search_until is not None and started + searching_s + pace_s * later > search_until:
             cost = problem.costs[w]  # no time for the candidates: the one order that serves best

@@ -158,3 +158,26 @@ def test_a_search_with_time_for_every_candidate_is_the_unhurried_one(monkeypatch
     monkeypatch.setattr(ordering, "worker_finish", play.played)
     until = 1e-3 * (len(CANDIDATES[False]) * sum(waves) + 1)  # every candidate of every queue, and a ms
     assert order_queues(problem, assignment, False, search_until=until) == unhurried
+
+
+def test_ordering_stops_before_a_first_play_that_would_end_past_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Time for the first queue's plays and half the second's first play: the second is not played.
+    Under KV admission a band plan's lowest-band queues took 20-40 ms a play at 4,096 x 32, and a
+    first play started just before the deadline ended a cpsat round 17-31 ms past the search's end."""
+    problem, assignment, waves = _crowded()
+    assert waves[1] not in (waves[0], *waves[2:])  # its plays are told apart by their size
+    unhurried = _PlayClock()
+    monkeypatch.setattr(ordering, "clock", unhurried)
+    monkeypatch.setattr(ordering, "worker_finish", unhurried.played)
+    order_queues(problem, assignment, False, deadline=float("inf"))
+    first_queue = unhurried.plays[: unhurried.plays.index(waves[1])]  # the first queue's plays
+    play = _PlayClock()
+    monkeypatch.setattr(ordering, "clock", play)
+    monkeypatch.setattr(ordering, "worker_finish", play.played)
+    deadline = 1e-3 * (sum(first_queue) + waves[1] / 2)
+    with pytest.raises(BudgetSpent):
+        order_queues(problem, assignment, False, deadline=deadline)
+    assert play.plays == first_queue
+    assert play.seconds <= deadline
