@@ -74,12 +74,14 @@ def estimated_finishes(
     reserve: bool,
     planned: Sequence[int],
     points: Sequence[float],
+    scaled: list[int] | None = None,
 ) -> tuple[FloatArray, BoolArray]:
     """``draw_finishes`` without the event loop, and where each value is not that play's: a queue
     that runs at once on the planned lengths but not on a draw keeps its closed form on that draw,
     and a queue that never runs at once gets its point finish (``points``, on the ``planned`` steps)
-    scaled by its drawn over planned KV-token-steps. The second array marks those estimates, which
-    ``replay_cells`` can make exact where they matter (``scheduler.policies.robust.judged``).
+    scaled by its drawn over planned KV-token-steps (appended to ``scaled`` when given). The second
+    array marks those estimates, which ``replay_cells`` can make exact where they matter
+    (``scheduler.policies.robust.judged``).
 
     Why. A band plan packs its middle queues up to their caches, so on draws a few run past them,
     and its lowest bands run in waves: through the event loop, 4 draws of a 4,096 x 32 band plan
@@ -101,6 +103,8 @@ def estimated_finishes(
         taken = draws[:, queue].astype(np.float64)
         drawn_work = (taken * (held[queue][None, :] + taken / 2)).sum(axis=1)
         drawn[:, w] = points[w] * drawn_work / work if work > 0 else points[w]
+        if scaled is not None:
+            scaled.append(w)
     return drawn, approx
 
 
