@@ -152,7 +152,7 @@ class CpSatPolicy:
         reserve = request.kv_admission
         if spread is not None and base is None:
             return lpt_plan  # no time was left even for the lpt plan's draws
-        search_end = deadline - (base.cost_s if base is not None else 0.0)
+        search_end = deadline - (base.cost_s + base.pending_s if base is not None else 0.0)
         if search_end <= clock.now():
             return lpt_plan
         part = None

@@ -19,7 +19,15 @@ from scheduler.policies import cpsat as cpsat_module
 from scheduler.policies import robust, robust_order
 from scheduler.policies.lpt import lpt_assignment, lpt_start
 from scheduler.policies.problem import Problem, build_problem
-from scheduler.policies.robust import MIN_SAMPLES, SAMPLES, baseline, judged, least_expected, spreads
+from scheduler.policies.robust import (
+    MIN_SAMPLES,
+    SAMPLES,
+    baseline,
+    completed,
+    judged,
+    least_expected,
+    spreads,
+)
 from scheduler.stepsum import FloatArray
 from scheduler.types import PlanRequest
 from tests.scheduler.fake_clock import ManualClock
@@ -89,8 +97,11 @@ def test_the_lpt_plan_is_played_on_as_many_draws_as_fit_a_share_of_the_time_left
     _slow_draws(monkeypatch, fake, 0.01)
     # 0.25 of the 0.96 s left after the first 4 draws, at 0.02 s a draw of both plans: 12 draws
     base = baseline(problem, queues, spread, False, 0, deadline=1.0)
-    assert len(base.draws) == len(base.makespans) == 12
+    assert len(base.draws) == 12
+    assert len(base.makespans) == MIN_SAMPLES  # the rest only when a plan that differs is judged
     assert base.cost_s == pytest.approx(12 * 0.01)
+    assert base.pending_s == pytest.approx(8 * 0.01)
+    assert len(completed(problem, base, False).makespans) == 12
     assert len(baseline(problem, queues, spread, False, 0, deadline=fake.seconds + 100.0).draws) == SAMPLES
     assert len(baseline(problem, queues, spread, False, 0, deadline=fake.seconds).draws) == MIN_SAMPLES
 
@@ -104,10 +115,26 @@ def test_a_plan_whose_draws_would_end_past_the_deadline_is_not_judged(
     fake = ManualClock()
     monkeypatch.setattr(clock, "now", fake.now)
     _slow_draws(monkeypatch, fake, 0.01)
-    base = baseline(problem, queues, spread, False, 0, deadline=100.0)  # 32 draws: 0.32 s
+    base = baseline(problem, queues, spread, False, 0, deadline=100.0)  # 32 draws: 0.32 s a plan
     points = _points(problem, queues, False)
-    assert judged(problem, queues, base, False, fake.seconds + 0.3, points) is None
-    assert judged(problem, queues, base, False, fake.seconds + 0.4, points) is True  # ties: the plan
+    # the lpt plan's 28 draws still to play (0.28 s) and this plan's 32 (0.32 s)
+    assert judged(problem, queues, base, False, fake.seconds + 0.55, points) is None
+    assert judged(problem, queues, base, False, fake.seconds + 0.65, points) is True  # ties: the plan
+
+
+def test_the_lpt_plan_is_played_on_every_draw_only_when_a_plan_that_differs_is_judged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A search that returns the lpt plan itself (the long chain-of-thought headline's always do)
+    makes no choice: playing all 32 draws up front doubled that replay's planning time."""
+    problem, spread = build_problem(REQUEST), spreads(REQUEST.trajectories)
+    assert spread is not None
+    queues = lpt_start(problem, False, float("inf"), False)[1]
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    _slow_draws(monkeypatch, fake, 0.01)
+    baseline(problem, queues, spread, False, 0, deadline=100.0)
+    assert fake.seconds == pytest.approx(MIN_SAMPLES * 0.01)
 
 
 def test_on_a_frozen_clock_the_choice_is_the_one_over_every_draw() -> None:
