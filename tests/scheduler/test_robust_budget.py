@@ -22,6 +22,7 @@ from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import (
     MIN_SAMPLES,
     SAMPLES,
+    Spread,
     baseline,
     completed,
     judged,
@@ -60,6 +61,19 @@ def _slow_draws(monkeypatch: pytest.MonkeyPatch, fake: ManualClock, per_draw_s: 
     monkeypatch.setattr(robust, "makespans", timed)
 
 
+def _lpt_on_slow_draws(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Problem, Spread, tuple[tuple[int, ...], ...], ManualClock]:
+    """``REQUEST``'s problem, spread and lpt queues, on a fake clock where a draw of a plan takes 10 ms."""
+    problem, spread = build_problem(REQUEST), spreads(REQUEST.trajectories)
+    assert spread is not None
+    queues = lpt_start(problem, False, float("inf"), False)[1]
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    _slow_draws(monkeypatch, fake, 0.01)
+    return problem, spread, queues, fake
+
+
 def test_the_band_search_runs_with_quantiles_when_the_choice_fits_however_long_the_lpt_phase_took(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -89,12 +103,7 @@ def test_the_band_search_runs_with_quantiles_when_the_choice_fits_however_long_t
 def test_the_lpt_plan_is_played_on_as_many_draws_as_fit_a_share_of_the_time_left(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    problem, spread = build_problem(REQUEST), spreads(REQUEST.trajectories)
-    assert spread is not None
-    queues = lpt_start(problem, False, float("inf"), False)[1]
-    fake = ManualClock()
-    monkeypatch.setattr(clock, "now", fake.now)
-    _slow_draws(monkeypatch, fake, 0.01)
+    problem, spread, queues, fake = _lpt_on_slow_draws(monkeypatch)
     # 0.25 of the 0.96 s left after the first 4 draws, at 0.02 s a draw of both plans: 12 draws
     base = baseline(problem, queues, spread, False, 0, deadline=1.0)
     assert len(base.draws) == 12
@@ -109,12 +118,7 @@ def test_the_lpt_plan_is_played_on_as_many_draws_as_fit_a_share_of_the_time_left
 def test_a_plan_whose_draws_would_end_past_the_deadline_is_not_judged(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    problem, spread = build_problem(REQUEST), spreads(REQUEST.trajectories)
-    assert spread is not None
-    queues = lpt_start(problem, False, float("inf"), False)[1]
-    fake = ManualClock()
-    monkeypatch.setattr(clock, "now", fake.now)
-    _slow_draws(monkeypatch, fake, 0.01)
+    problem, spread, queues, fake = _lpt_on_slow_draws(monkeypatch)
     base = baseline(problem, queues, spread, False, 0, deadline=100.0)  # 32 draws: 0.32 s a plan
     points = _points(problem, queues, False)
     # the lpt plan's 28 draws still to play (0.28 s) and this plan's 32 (0.32 s)
@@ -127,12 +131,7 @@ def test_the_lpt_plan_is_played_on_every_draw_only_when_a_plan_that_differs_is_j
 ) -> None:
     """A search that returns the lpt plan itself (the long chain-of-thought headline's always do)
     makes no choice: playing all 32 draws up front doubled that replay's planning time."""
-    problem, spread = build_problem(REQUEST), spreads(REQUEST.trajectories)
-    assert spread is not None
-    queues = lpt_start(problem, False, float("inf"), False)[1]
-    fake = ManualClock()
-    monkeypatch.setattr(clock, "now", fake.now)
-    _slow_draws(monkeypatch, fake, 0.01)
+    problem, spread, queues, fake = _lpt_on_slow_draws(monkeypatch)
     baseline(problem, queues, spread, False, 0, deadline=100.0)
     assert fake.seconds == pytest.approx(MIN_SAMPLES * 0.01)
 
