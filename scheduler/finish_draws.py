@@ -91,8 +91,7 @@ def estimated_finishes(
     0.2%. Not everywhere: on the real math100 trace one long drawn item set a queue's finish,
     1.22-2.81x its estimate, so the judge trusts an estimate only once checked (``longest_alone``
     and one play a queue)."""
-    approx = np.zeros((len(draws), len(queues)), dtype=bool)
-    drawn = _finishes(costs, prompts, queues, draws, None, reserve, approx)[0]
+    drawn, approx = closed_forms(costs, prompts, queues, draws, reserve)
     held = np.asarray(prompts, dtype=np.float64)
     steps = np.asarray(planned, dtype=np.float64)
     for w in np.nonzero(approx.all(axis=0))[0].tolist():
