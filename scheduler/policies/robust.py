@@ -110,9 +110,10 @@ def least_expected(
 
 
 class Baseline(NamedTuple):
-    """The lpt plan's side of the robust choice, played before the search (``baseline``): the
-    draws both plans are judged on, the lpt plan's makespan on each, and what playing them took,
-    which is what the search keeps back for playing its own plan on them."""
+    """The lpt plan's side of the robust choice (``baseline``): the draws both plans are judged on,
+    the lpt plan's makespan on each (the first ``MIN_SAMPLES`` played before the search, for the
+    pace; the rest by ``completed`` if a plan that differs is judged), and the time the search keeps
+    back for those plays and its own plan's."""
 
     queues: tuple[tuple[int, ...], ...]  # the lpt plan's
     draws: npt.NDArray[np.int64]  # (draws, trajectories): steps
