@@ -61,13 +61,18 @@ def _slow_draws(monkeypatch: pytest.MonkeyPatch, fake: ManualClock, per_draw_s: 
     monkeypatch.setattr(robust, "makespans", timed)
 
 
+def _lpt_plan(request: PlanRequest) -> tuple[Problem, Spread, tuple[tuple[int, ...], ...]]:
+    """``request``'s problem, the spread of its quantiles and its lpt plan's queues."""
+    problem, spread = build_problem(request), spreads(request.trajectories)
+    assert spread is not None
+    return problem, spread, lpt_start(problem, request.kv_admission, float("inf"), False)[1]
+
+
 def _lpt_on_slow_draws(
     monkeypatch: pytest.MonkeyPatch,
 ) -> tuple[Problem, Spread, tuple[tuple[int, ...], ...], ManualClock]:
     """``REQUEST``'s problem, spread and lpt queues, on a fake clock where a draw of a plan takes 10 ms."""
-    problem, spread = build_problem(REQUEST), spreads(REQUEST.trajectories)
-    assert spread is not None
-    queues = lpt_start(problem, False, float("inf"), False)[1]
+    problem, spread, queues = _lpt_plan(REQUEST)
     fake = ManualClock()
     monkeypatch.setattr(clock, "now", fake.now)
     _slow_draws(monkeypatch, fake, 0.01)
@@ -137,9 +142,7 @@ def test_the_lpt_plan_is_played_on_every_draw_only_when_a_plan_that_differs_is_j
 
 
 def test_on_a_frozen_clock_the_choice_is_the_one_over_every_draw() -> None:
-    problem, spread = build_problem(REQUEST), spreads(REQUEST.trajectories)
-    assert spread is not None
-    lpt_queues = lpt_start(problem, False, float("inf"), False)[1]
+    problem, spread, lpt_queues = _lpt_plan(REQUEST)
     crowded = [[u for q in lpt_queues for u in q]] + [[] for _ in lpt_queues[1:]]
     with clock.frozen():
         base = baseline(problem, lpt_queues, spread, False, 3, deadline=0.0)
@@ -175,9 +178,7 @@ def test_a_plan_in_waves_is_judged_without_playing_every_draw_through_the_event_
     # one crowded queue in waves, under KV admission: each of its plays costs 1 s on the clock, and
     # the verdict (it is the worse bet, by far) needs none of its 32, so it fits a 1 s deadline
     request = dataclasses.replace(REQUEST, kv_admission=True)
-    problem, spread = build_problem(request), spreads(request.trajectories)
-    assert spread is not None
-    queues = lpt_start(problem, True, float("inf"), False)[1]
+    problem, spread, queues = _lpt_plan(request)
     crowded = [[u for q in queues for u in q]] + [[] for _ in queues[1:]]
     base = baseline(problem, queues, spread, True, 0, deadline=float("inf"))
     fake = ManualClock()
@@ -197,9 +198,7 @@ def test_estimates_that_cannot_settle_the_verdict_are_played_and_it_is_the_exact
     # the lpt plan against itself on draws: every estimate of a play of its own is a tie the
     # bounds cannot settle, so the judge plays what decides each draw and ties go to the plan
     request = dataclasses.replace(REQUEST, kv_admission=True)
-    problem, spread = build_problem(request), spreads(request.trajectories)
-    assert spread is not None
-    queues = lpt_start(problem, True, float("inf"), False)[1]
+    problem, spread, queues = _lpt_plan(request)
     crowded = [[u for q in queues for u in q]] + [[] for _ in queues[1:]]
     with clock.frozen():
         base = baseline(problem, crowded, spread, True, 0, deadline=0.0)
@@ -210,9 +209,7 @@ def test_estimated_finishes_are_the_plays_wherever_they_are_not_marked_and_near_
     request = dataclasses.replace(
         _with_quantiles(bench_request(1_024, 16, seed=1, time_budget_s=1.0), 1.6), kv_admission=True
     )
-    problem, spread = build_problem(request), spreads(request.trajectories)
-    assert spread is not None
-    queues = lpt_start(problem, True, float("inf"), False)[1]
+    problem, spread, queues = _lpt_plan(request)
     crowded = [list(q) for q in queues]
     crowded[0] = [u for q in queues[:4] for u in q]  # past its cache on some draws or in waves
     for w in (1, 2, 3):
