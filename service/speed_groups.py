@@ -43,18 +43,40 @@ def snap(logs: Mapping[str, float], weights: Mapping[str, int]) -> dict[str, flo
     """Worker -> its group's log scale, for each worker of ``logs`` (learned log scales of workers of
     one profile) in a group of two or more; a worker absent from the answer keeps its own. Groups are
     drawn around the weighted median of the workers left, one after another (module docstring)."""
+    return {wid: log for members, log in _groups(logs, weights) if len(members) > 1 for wid in members}
+
+
+def majority(logs: Mapping[str, float], weights: Mapping[str, int]) -> float:
+    """The log scale a worker not measured yet is planned with, beside measured ones (``logs``, with
+    their report counts ``weights``): that of the group with the most workers, the scale most of them
+    run at, rather than their mean, which one straggler pulls towards itself.
+
+    A new worker is most likely like most of its peers; planned at a mean pulled 2% towards one
+    throttled GPU of 16, it was planned 2% slow (``docs/experiments.md``). Ties go to the group with
+    more reports, then to the one drawn first: the first is drawn around the weighted median of all,
+    the next ones around those of the workers left, so the answer depends on neither the order nor
+    the names of the workers. Of lone workers only (no two within noise), it is the weighted median."""
+    ranked = [
+        (len(members), sum(max(1, weights[wid]) for wid in members), -drawn, log)
+        for drawn, (members, log) in enumerate(_groups(logs, weights))
+    ]
+    return max(ranked)[3]
+
+
+def _groups(logs: Mapping[str, float], weights: Mapping[str, int]) -> list[tuple[list[str], float]]:
+    """The groups of ``logs`` in the order they are drawn, each with its log scale: its members'
+    mean weighted by reports (exactly their log when all are equal), a lone worker's own."""
     left = sorted(logs, key=lambda wid: (logs[wid], wid))
-    grouped: dict[str, float] = {}
+    groups: list[tuple[list[str], float]] = []
     while left:
         centre = _weighted_median([logs[wid] for wid in left], [max(1, weights[wid]) for wid in left])
         members = [wid for wid in left if abs(logs[wid] - centre) <= SNAP_TOLERANCE]
         left = [wid for wid in left if abs(logs[wid] - centre) > SNAP_TOLERANCE]
-        if len(members) > 1:
-            total = sum(max(1, weights[wid]) for wid in members)
-            # offsets from the centre: equal logs give back exactly their value, not a rounding of it
-            mean = centre + sum(max(1, weights[wid]) * (logs[wid] - centre) for wid in members) / total
-            grouped.update(dict.fromkeys(members, mean))
-    return grouped
+        total = sum(max(1, weights[wid]) for wid in members)
+        # offsets from the centre: equal logs give back exactly their value, not a rounding of it
+        mean = centre + sum(max(1, weights[wid]) * (logs[wid] - centre) for wid in members) / total
+        groups.append((members, mean))
+    return groups
 
 
 def _weighted_median(values: list[float], weights: list[int]) -> float:

@@ -23,7 +23,7 @@ from scheduler.costmodel import worker_cost
 from scheduler.devices import DeviceProfile, ModelPreset, model_preset
 from scheduler.types import Plan, Worker
 from service.api.schemas import ActualReport
-from service.speed_groups import snap
+from service.speed_groups import majority, snap
 
 # the learner's logger: an operator filtering on it sees every speed warning, wherever decided
 _log = logging.getLogger("service.speeds")
@@ -74,8 +74,10 @@ def peer_scales(
 ) -> dict[str, tuple[float, str]]:
     """Each worker's own learned scale (``learned``; ``own`` holds it with its report count), or its
     group's when it lies within noise of other workers' of its profile (``learned_group``,
-    ``service/speed_groups.py``), else its peers' geometric mean (``learned_peers``), else, for a
-    profile none of whose workers is measured, the whole request's (``learned_fleet``).
+    ``service/speed_groups.py``), else its peers' (``learned_peers``), else, for a profile none of
+    whose workers is measured, the whole request's (``learned_fleet``). Peers lend the scale of
+    their largest group (``speed_groups.majority``), not their mean: a new worker is most likely like
+    most of them, and a mean is pulled towards a straggler.
 
     Why peers. A profile is a datasheet estimate, and a whole fleet often runs faster or slower than
     it (kernels, clocks, the serving stack). Measured one by one, the first worker measured then
@@ -87,16 +89,21 @@ def peer_scales(
     Why the fleet, for a profile with none measured. The same trap, one level up: H100s measured at
     0.05 (engine-sim at ``--time-scale 0.01``, found by a walk-through) made the Ascends, at their
     profile's 1.0, look 20x slower than they were; they were given no item, so never measured, so
-    never given one. Taking the fleet's mean keeps the cost model's relative speeds of the kinds
-    until a kind is measured; where its own error differs, its first actuals correct it within a
-    step, whereas the profile's 1.0 could starve it for good."""
+    never given one. Taking the fleet's scale (its largest group's, across profiles) keeps the cost
+    model's relative speeds of the kinds until a kind is measured; where its own error differs, its
+    first actuals correct it within a step, whereas the profile's 1.0 could starve it for good."""
     logs_of: dict[str, dict[str, float]] = defaultdict(dict)
     for wid, fingerprint in zip(worker_ids, fingerprints, strict=True):
         if wid in own:
             logs_of[fingerprint][wid] = math.log(own[wid][0])
     samples = {wid: count for wid, (_, count) in own.items()}
     grouped = {wid: log for logs in logs_of.values() for wid, log in snap(logs, samples).items()}
-    every = [log for logs in logs_of.values() for log in logs.values()]
+    every = {wid: log for logs in logs_of.values() for wid, log in logs.items()}
+    # what a worker not measured yet borrows: once a profile, not once a worker (``majority`` sorts)
+    borrowed = {
+        fingerprint: _scale(majority(logs, samples), logs, own) for fingerprint, logs in logs_of.items()
+    }
+    fleet = _scale(majority(every, samples), every, own) if every else None
     scales: dict[str, tuple[float, str]] = {}
     for wid, fingerprint in zip(worker_ids, fingerprints, strict=True):
         if wid in grouped:  # a group of equal scales keeps exactly that scale (no log/exp rounding)
@@ -104,15 +111,18 @@ def peer_scales(
             scales[wid] = (own[wid][0] if same else math.exp(grouped[wid]), "learned_group")
         elif wid in own:
             scales[wid] = (own[wid][0], "learned")
-        elif logs_of[fingerprint]:
-            scales[wid] = (_geometric_mean(list(logs_of[fingerprint].values())), "learned_peers")
-        elif every:
-            scales[wid] = (_geometric_mean(every), "learned_fleet")
+        elif fingerprint in borrowed:
+            scales[wid] = (borrowed[fingerprint], "learned_peers")
+        elif fleet is not None:
+            scales[wid] = (fleet, "learned_fleet")
     return scales
 
 
-def _geometric_mean(logs: Sequence[float]) -> float:
-    return math.exp(sum(logs) / len(logs))
+def _scale(log: float, logs: Mapping[str, float], own: Mapping[str, tuple[float, int]]) -> float:
+    """The time scale of ``log`` (one of ``logs``' groups'): exactly a worker's own when it is that
+    worker's log (a lone worker, a group of equal scales), so a borrowed scale equal to a peer's own
+    plans as the same speed, not a rounding of it."""
+    return next((own[wid][0] for wid, mine in sorted(logs.items()) if mine == log), math.exp(log))
 
 
 def modelled_seconds(worker: Worker, model: ModelPreset, report: ActualReport) -> float:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from scheduler.costmodel import worker_cost
@@ -11,8 +13,8 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.policies.problem import worker_kinds
 from scheduler.types import Worker
 from service.api.schemas import ActualReport
-from service.speed_groups import snap
-from service.speed_model import modelled_seconds
+from service.speed_groups import majority, snap
+from service.speed_model import modelled_seconds, peer_scales
 from tests.service.api.conftest import actual_report, batch_body
 
 STEPS = 5  # plans within which workers learned 20x slow get work again (test_speed_remeasure.py)
@@ -148,3 +150,42 @@ def test_two_real_speed_classes_of_one_profile_plan_as_two_groups() -> None:
 
     assert len({groups[w] for w in throttled}) == len({groups[w] for w in healthy}) == 1
     assert groups["t0"] != groups["h0"]
+
+
+def test_a_worker_not_measured_yet_is_planned_like_most_of_its_peers_not_pulled_towards_a_straggler(
+    client: TestClient,
+) -> None:
+    _measure(client, {"w0": 1.0, "w1": 1.02, "w2": 0.98, "w3": 2.0})
+
+    answer = client.post("/schedule", json=_h100s(5)).json()  # w4: a new worker, not measured yet
+
+    assert answer["time_scale_sources"]["w4"] == "learned_peers"
+    assert answer["time_scales"]["w4"] == answer["time_scales"]["w0"]  # the group's, not nearer 2x
+
+
+def test_a_profile_none_of_whose_workers_is_measured_borrows_the_fleets_largest_group_not_its_mean() -> None:
+    logs = {f"h{i}": 0.01 * (i % 3) for i in range(6)} | {"slow": math.log(1.3)}
+    ids = [*logs, "ascend"]
+    own = {wid: (math.exp(log), 8) for wid, log in logs.items()}
+
+    scales = peer_scales(ids, ["h100"] * len(logs) + ["910b"], own)
+
+    assert scales["ascend"] == (scales["h0"][0], "learned_fleet")
+
+
+def test_peers_lend_the_same_scale_whatever_the_order_or_names_of_the_workers() -> None:
+    logs = {"a": 0.0, "b": 0.01, "c": 0.3, "d": 0.31, "e": 0.9}  # two groups of two, tied, and a loner
+    for order in (list(logs), list(reversed(logs))):
+        renamed = {f"x{order.index(wid)}": logs[wid] for wid in order}
+        own = {wid: (math.exp(log), 6) for wid, log in renamed.items()}
+
+        lent = peer_scales([*renamed, "new"], ["h100"] * 6, own)["new"]
+
+        assert lent == (pytest.approx(math.exp(0.305)), "learned_peers")  # the one around the median
+
+
+def test_peers_none_of_whom_lie_within_noise_of_another_lend_their_weighted_median() -> None:
+    logs = {"a": 0.0, "b": 0.2, "c": 0.4, "d": 0.6}
+
+    assert majority(logs, {"a": 1, "b": 1, "c": 1, "d": 10}) == 0.6
+    assert majority(logs, dict.fromkeys(logs, 1)) == 0.2
