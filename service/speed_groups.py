@@ -23,10 +23,14 @@ costs at most ~5%. An earlier 0.15 hid differences up to 16%, which cost as much
 Stable from step to step without stored state: the centre is the weighted median (one noisy worker
 does not move it, as it would a mean), so a worker changes group only when its own scale crosses the
 tolerance; one that sits on the boundary is planned either with its own scale or with one ~5% away.
-The groups are drawn one at a time, each around the weighted median of the workers not yet grouped,
-so two real speed classes in one profile (half the fleet throttled) plan as two kinds, and the
-result depends on neither the order of the workers nor of the request. A group whose logs are all
-equal keeps that value exactly: grouping then changes no plan.
+Groups split at the gaps wider than the tolerance in the sorted logs (no centre) flip less only by
+hiding more: the tolerance then counts from the nearest neighbour, the edge of the noise's spread, so
+a worker 7% slow beside 15 noisy peers was grouped 74% of steps (26% here) and flipped as often
+(``docs/experiments.md``, "Learned speeds"). The groups are drawn one at a time, each around the
+weighted median of the workers not yet grouped, so two real speed classes in one profile (half the
+fleet throttled) plan as two kinds, and the result depends on neither the order of the workers nor
+of the request. A group whose logs are all equal keeps that value exactly: grouping then changes no
+plan.
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ def majority(logs: Mapping[str, float], weights: Mapping[str, int]) -> float:
     their report counts ``weights``): that of the group with the most workers, the scale most of them
     run at, rather than their mean, which one straggler pulls towards itself.
 
-    A new worker is most likely like most of its peers; planned at a mean pulled 2% towards one
-    throttled GPU of 16, it was planned 2% slow (``docs/experiments.md``). Ties go to the group with
+    A new worker is most likely like most of its peers: their mean, pulled 1.3-2% towards one GPU
+    of 16 throttled to 1.3x and 22% towards one believed 20x slow, planned it that much slow; at 20x
+    the step ran 1.2% longer (``docs/experiments.md``, "Learned speeds"). Ties go to the group with
     more reports, then to the one drawn first: the first is drawn around the weighted median of all,
     the next ones around those of the workers left, so the answer depends on neither the order nor
     the names of the workers. Of lone workers only (no two within noise), it is the weighted median."""

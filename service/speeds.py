@@ -15,13 +15,13 @@ learned one, once ``MIN_SPEED_SAMPLES`` reports stand behind it: until then the 
 mean of every report (no early report alone decides), and after it a batch of fewer reports moves it
 by a proportionally smaller weight, so one absurd report can neither starve nor flood a worker.
 A worker with no learned scale of its own (not measured yet, or since its profile changed) is
-planned with the geometric mean of its measured peers' in the same request, those planned with the
-same profile (``peer_scales``), and one whose profile has no measured worker with the geometric
-mean of every measured worker's: the cost model's relative speeds of the kinds stand until a kind is
-measured (a kind at its profile's 1.0 beside one measured 20x faster was given nothing, so never
-measured). Reports without ``concurrency`` teach nothing about speed: a
-trajectory decoded in a batch of 100 is slower than one decoded alone, and mistaking that for a slow
-worker would mislead every later plan.
+planned with the scale of the largest group of its measured peers in the same request, those planned
+with the same profile (``peer_scales``; most of them, not their mean, which a straggler pulls), and
+one whose profile has no measured worker with that of every measured worker's largest group: the
+cost model's relative speeds of the kinds stand until a kind is measured (a kind at its profile's
+1.0 beside one measured 20x faster was given nothing, so never measured). Reports without
+``concurrency`` teach nothing about speed: a trajectory decoded in a batch of 100 is slower than one
+decoded alone, and mistaking that for a slow worker would mislead every later plan.
 
 Only workers that run something are measured, and a plan gives nothing to a worker it believes far
 too slow: a wrong belief (a bad day, a neighbour since gone) would last forever. So each published
@@ -181,10 +181,11 @@ class SpeedLearner:
         """Worker id -> (time scale, source) for ``workers``, against the profiles they are planned
         with now: ``learned``, its own; ``learned_group``, its group's, when its own lies within
         noise of other workers' of its profile (``service/speed_groups.py``); ``learned_peers``, for
-        a worker with none (never measured, or measured against another profile), the geometric
-        mean of those of its peers in ``workers`` (same profile fingerprint) that have one;
-        ``learned_fleet``, for a worker whose profile has none measured, that of every measured
-        worker in ``workers`` (``peer_scales``). Absent: no worker in ``workers`` has one."""
+        a worker with none (never measured, or measured against another profile), that of the
+        largest group of its peers in ``workers`` (same profile fingerprint) that have one;
+        ``learned_fleet``, for a worker whose profile has none measured, that of the largest group
+        of every measured worker in ``workers`` (``peer_scales``). Absent: no worker in ``workers``
+        has one."""
         if not workers:
             return {}
         raw = self._redis.hmget(self.speed_key, [w.worker_id for w in workers])
