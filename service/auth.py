@@ -2,15 +2,18 @@
 
 A trainer token may call everything (a trainer also reports actuals through the client); a worker
 token may only report actuals and read progress, so a leaked worker credential cannot schedule or
-retrain: it gets 403. A missing or unknown token gets 401. With no token configured the service
-trusts every caller, which ``serve`` allows only on a loopback address. Tokens are compared in
-constant time.
+retrain: it gets 403. A worker token bound to worker ids (``worker_id=token``,
+``service/worker_tokens.py``) may moreover report actuals only for those workers (``Caller.workers``,
+checked by ``POST /actuals``). A missing or unknown token gets 401. With no token configured the
+service trusts every caller, which ``serve`` allows only on a loopback address. Tokens are compared
+in constant time.
 """
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -19,6 +22,7 @@ from fastapi.routing import APIRoute
 
 from service.problems import ForbiddenError, UnauthorizedError
 from service.settings import Settings
+from service.worker_tokens import WorkerToken
 
 
 class Scope(StrEnum):
@@ -26,6 +30,14 @@ class Scope(StrEnum):
 
     TRAINER = "trainer"  # /schedule, /models/*, actuals, progress
     WORKER = "worker"  # actuals, progress
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request: its scope, and the workers it may report actuals for."""
+
+    scope: Scope
+    workers: frozenset[str] | None = None  # None: any worker (a trainer, an unbound worker token)
 
 
 def _matches(token: str, known: list[str]) -> bool:
@@ -36,10 +48,26 @@ def _matches(token: str, known: list[str]) -> bool:
     return found
 
 
-def scope_of(settings: Settings, authorization: str | None) -> Scope:
-    """Resolve an ``Authorization`` header into a scope, or raise 401."""
+def _worker(token: str, entries: list[WorkerToken]) -> Caller | None:
+    """The worker caller ``token`` is, or None: every entry is compared (constant time, as
+    ``_matches``), and the workers of every entry it matches are the ones it may report for."""
+    found, unbound, workers = False, False, set()
+    for entry in entries:
+        same = hmac.compare_digest(token.encode(), entry.token.encode())
+        found |= same
+        if same and entry.worker_id is None:
+            unbound = True
+        elif same and entry.worker_id is not None:
+            workers.add(entry.worker_id)
+    if not found:
+        return None
+    return Caller(Scope.WORKER, None if unbound else frozenset(workers))
+
+
+def caller_of(settings: Settings, authorization: str | None) -> Caller:
+    """Resolve an ``Authorization`` header into a caller, or raise 401."""
     if not settings.auth_enabled:
-        return Scope.TRAINER
+        return Caller(Scope.TRAINER)
     if not authorization:
         raise UnauthorizedError("missing bearer token: send 'Authorization: Bearer <token>'")
     kind, _, token = authorization.partition(" ")
@@ -47,10 +75,11 @@ def scope_of(settings: Settings, authorization: str | None) -> Scope:
         raise UnauthorizedError("malformed Authorization header: expected 'Bearer <token>'")
     token = token.strip()
     if _matches(token, settings.trainer_token_list()):
-        return Scope.TRAINER
-    if _matches(token, settings.worker_token_list()):
-        return Scope.WORKER
-    raise UnauthorizedError("unknown bearer token")
+        return Caller(Scope.TRAINER)
+    worker = _worker(token, settings.worker_token_entries())
+    if worker is None:
+        raise UnauthorizedError("unknown bearer token")
+    return worker
 
 
 class ScopeCheck:
@@ -59,14 +88,16 @@ class ScopeCheck:
     def __init__(self, *allowed: Scope) -> None:
         self.allowed = allowed
 
-    def __call__(self, request: Request) -> Scope:
-        """The caller's scope; 401 without a known token, 403 outside ``allowed``."""
+    def __call__(self, request: Request) -> Caller:
+        """The caller; 401 without a known token, 403 outside ``allowed``."""
         settings: Settings = request.app.state.settings
-        scope = scope_of(settings, request.headers.get("authorization"))
-        if scope not in self.allowed:
+        caller = caller_of(settings, request.headers.get("authorization"))
+        if caller.scope not in self.allowed:
             names = " or ".join(s.value for s in self.allowed)
-            raise ForbiddenError(f"a {scope.value} token may not call {request.url.path}; it needs {names}")
-        return scope
+            raise ForbiddenError(
+                f"a {caller.scope.value} token may not call {request.url.path}; it needs {names}"
+            )
+        return caller
 
 
 class AuthFirstRoute(APIRoute):

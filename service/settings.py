@@ -29,6 +29,7 @@ from service.delivery.keys import (
 from service.logs import LOG_LEVELS
 from service.redis_conn import check_redis_url, describe
 from service.tokens import check_token
+from service.worker_tokens import WorkerToken, parse_worker_tokens
 
 HOUR_S = 3_600
 DAY_S = 86_400
@@ -60,7 +61,9 @@ class Settings(BaseSettings):
 
     # --- security ------------------------------------------------------------------------------------
     trainer_tokens: SecretStr | None = None  # comma-separated bearer tokens with the trainer scope
-    worker_tokens: SecretStr | None = None  # comma-separated bearer tokens with the worker scope
+    # comma-separated bearer tokens with the worker scope: worker_id=token binds one to the worker it
+    # may report actuals for; a plain token is unbound (service/worker_tokens.py)
+    worker_tokens: SecretStr | None = None
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)  # larger request bodies get 413 unread
     max_trajectories: int = Field(default=65_536, gt=0)  # more trajectories (sum of n) in one batch get 413
 
@@ -126,13 +129,20 @@ class Settings(BaseSettings):
     def _redis_url(cls, value: str | None) -> str | None:
         return None if value is None else check_redis_url(value)
 
-    @field_validator("trainer_tokens", "worker_tokens")
+    @field_validator("trainer_tokens")
     @classmethod
     def _usable_tokens(cls, value: SecretStr | None) -> SecretStr | None:
         """A token that can never match is a setting mistake to report at start: the header is read
         as latin-1, so only printable ASCII compares equal."""
         for token in _split(value):
             check_token(token)
+        return value
+
+    @field_validator("worker_tokens")
+    @classmethod
+    def _usable_worker_tokens(cls, value: SecretStr | None) -> SecretStr | None:
+        """The trainer tokens' rule, and each entry a plain token or ``worker_id=token``."""
+        parse_worker_tokens("" if value is None else value.get_secret_value())
         return value
 
     @model_validator(mode="after")
@@ -178,8 +188,14 @@ class Settings(BaseSettings):
         return _split(self.trainer_tokens)
 
     def worker_token_list(self) -> list[str]:
-        """The worker tokens."""
-        return _split(self.worker_tokens)
+        """The worker tokens, bound or not."""
+        return [entry.token for entry in self.worker_token_entries()]
+
+    def worker_token_entries(self) -> list[WorkerToken]:
+        """The worker tokens with the worker each is bound to (None: unbound)."""
+        if self.worker_tokens is None:
+            return []
+        return parse_worker_tokens(self.worker_tokens.get_secret_value())
 
     @property
     def auth_enabled(self) -> bool:

@@ -2,8 +2,11 @@
 
 Each report is stored in the durable actuals stream (the predictor's training data) and folded into
 the reporting worker's learned decode speed. A batch is validated whole before anything is written,
-so a rejected batch stores nothing. A report the stream already holds (a retried batch) is neither
-stored nor learned from again: only the reports this request stored teach speed.
+so a rejected batch stores nothing. A worker token bound to worker ids may report only for them: a
+batch naming any other worker is refused whole (403 naming the first such ``worker_id``), since it
+would teach that worker a speed, and the predictor lengths, its own engine never produced. A report
+the stream already holds (a retried batch) is neither stored nor learned from again: only the
+reports this request stored teach speed.
 
 Each batch logs one ``actuals stored`` line at INFO (counts and milliseconds) under the schedule
 its reports name, so the step's lines, from ``scheduled`` to its actuals, are found by one id.
@@ -14,26 +17,31 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 
 from service.api.schemas import ActualReport, ActualsAccepted, ActualsRequest
-from service.auth import AuthFirstRoute, any_client
+from service.auth import AuthFirstRoute, Caller, any_client
 from service.context import context_of
 from service.logs import schedule_context
-from service.problems import documented
+from service.problems import ForbiddenError, documented
 
 router = APIRouter(tags=["actuals"], route_class=AuthFirstRoute)
 _log = logging.getLogger("service.actuals")
 LOGGED_SCHEDULES = 16  # a batch spanning more schedules names this many on its line, and counts all
+SHOWN_WORKERS = 16  # a refusal names this many of the workers the token is bound to
 
 
 @router.post(
     "/actuals", dependencies=[Depends(any_client)], responses=documented(400, 401, 403, 413, 422, 503)
 )
-def report_actuals(body: ActualsRequest, request: Request) -> ActualsAccepted:
+def report_actuals(
+    body: ActualsRequest, request: Request, caller: Annotated[Caller, Depends(any_client)]
+) -> ActualsAccepted:
     """Append the reports new to the actuals stream, then update each reporting worker's speed."""
     started = time.perf_counter()
+    _own_workers_only(caller, body.actuals)
     ctx = context_of(request)
     schedules = _schedules(body.actuals)
     if len(schedules) == 1:
@@ -49,6 +57,22 @@ def report_actuals(body: ActualsRequest, request: Request) -> ActualsAccepted:
         stream_length=appended.length,
         time_scales=scales,
     )
+
+
+def _own_workers_only(caller: Caller, reports: Sequence[ActualReport]) -> None:
+    """Refuse the batch when a report names a worker the caller's token is not bound to (a trainer
+    token and an unbound worker token may report for any)."""
+    if caller.workers is None:
+        return
+    for index, report in enumerate(reports):
+        if report.worker_id not in caller.workers:
+            bound = ", ".join(sorted(caller.workers)[:SHOWN_WORKERS])
+            raise ForbiddenError(
+                f"actuals[{index}].worker_id={report.worker_id!r}: this worker token is bound to "
+                f"{bound} and may not report for another worker; nothing of the batch was stored",
+                field=f"actuals[{index}].worker_id",
+                value=report.worker_id,
+            )
 
 
 def _schedules(reports: Sequence[ActualReport]) -> list[str]:

@@ -137,10 +137,14 @@ def run(settings: Settings) -> None:
     from service.embedded import EmbeddedServerError
     from service.redis_conn import redis_for
     from service.settings import unknown_variables
+    from service.worker_tokens import unbound_warning
 
     logs.configure(settings.log_level)
     for line in unknown_variables():
         logging.getLogger("service.settings").warning(line)
+    unbound = unbound_warning(settings.worker_token_entries())
+    if unbound is not None:
+        logging.getLogger("service.settings").warning(unbound)
     _ignore_web_concurrency()
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal; exiting through
     # SystemExit instead lets the embedded server's context manager stop it (no orphan process).
