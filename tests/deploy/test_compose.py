@@ -18,6 +18,7 @@ import yaml
 
 from scheduler.devices import device_profile
 from service.api.schemas import ScheduleRequest
+from service.worker_tokens import parse_worker_tokens
 from tests.deploy.cliargs import CommandLineError, parse_cli
 
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "compose.yaml"
@@ -146,6 +147,15 @@ def test_the_service_uses_the_shared_redis_and_refuses_anonymous_callers(
     assert env["ROLLOUT_WORKER_TOKENS"]
     assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
     assert any(str(port).endswith(":8000") for port in svc["ports"])
+
+
+def test_the_demo_worker_token_is_bound_to_one_of_the_loop_s_workers(services: dict[str, Service]) -> None:
+    """An unbound default would teach every user the form serve warns about at start."""
+    entries = parse_worker_tokens(services["scheduler"]["environment"]["ROLLOUT_WORKER_TOKENS"])
+    sidecars = [svc["command"] for svc in _ours(services, "sidecar").values()]
+    worker_ids = {command[command.index("--worker-id") + 1] for command in sidecars}
+    assert entries
+    assert {entry.worker_id for entry in entries} <= worker_ids
 
 
 def test_each_health_check_probes_its_own_port(services: dict[str, Service]) -> None:

@@ -15,6 +15,7 @@ from kubernetes_validate.utils import validate
 from pydantic import ValidationError
 
 from service.settings import Settings
+from service.worker_tokens import parse_worker_tokens
 from tests.deploy.cliargs import parse_cli
 from tests.deploy.manifests import (
     DOCS,
@@ -256,6 +257,13 @@ def test_the_secret_placeholders_stop_serve_so_an_unedited_apply_never_serves_kn
     env = _service_environment(find_one("Secret", "rollout-scheduler")["stringData"])
     with pytest.raises(ValidationError, match="in both"):
         _serve_settings(env, monkeypatch, tmp_path)
+
+
+def test_the_secret_shows_worker_tokens_bound_to_a_worker() -> None:
+    """The placeholder is the form to copy: an unbound one would teach the form serve warns about."""
+    entries = parse_worker_tokens(find_one("Secret", "rollout-scheduler")["stringData"]["worker-tokens"])
+    assert entries
+    assert all(entry.worker_id is not None for entry in entries)
 
 
 @pytest.mark.parametrize("statefulset", ["rollout-worker-h100", "rollout-worker-ascend"])
