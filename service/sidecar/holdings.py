@@ -139,6 +139,20 @@ class Holdings:
             started.append(held)
         return started
 
+    def busy_ms(self, rate: float | None) -> int:
+        """How long the work held now still takes at ``rate`` tokens/s per sequence, ms (the steal
+        deadline guard's view of the thief): the longest predicted remainder of its leases, each
+        started one counted from its start (as KV admission estimates progress); 0 without a rate."""
+        if not rate:
+            return 0
+        now, longest = self.clock(), 0.0
+        for held in self._held.values():
+            left = _predicted(held.lease.item)
+            if held.started:
+                left -= rate * max(0.0, now - held.started_at)
+            longest = max(longest, left / rate)
+        return int(longest * 1000)
+
     def observe(self, output_tokens: int, wall_time_s: float) -> None:
         """Learn the per-sequence decode rate from a completion (what KV admission needs)."""
         if output_tokens > 0 and wall_time_s > 0:

@@ -168,7 +168,7 @@ class WorkerSession:
             if not leases and self.settings.steal:
                 budget = self.holdings.steal_budget()  # the KV steal gate; None: slots alone
                 rate = self.holdings.decode_rate()  # the deadline guard; None: no completion yet
-                steal, busy = self.delivery.steal, self._busy_ms(rate)
+                steal, busy = self.delivery.steal, self.holdings.busy_ms(rate)
                 leases = await self._once(
                     sid,
                     "steal",
@@ -205,24 +205,6 @@ class WorkerSession:
         leases = await self._redis(fn, *args, call_id=call, **kwargs)
         del self._unanswered[(sid, kind)]
         return leases
-
-    def _busy_ms(self, rate: float | None) -> int:
-        """How long the work held now still takes at ``rate`` tokens/s per sequence, ms (the steal
-        deadline guard's view of the thief): the longest predicted remainder of its leases, each
-        started one counted from its start (as KV admission estimates progress)."""
-        if not rate:
-            return 0
-        now, longest = self.holdings.clock(), 0.0
-        for lease in self.holdings.leases():
-            held = self.holdings.get(lease_id(lease))
-            if held is None:
-                continue
-            item = lease.item
-            left = min(item.predicted_tokens, float(item.max_new_tokens))
-            if held.started:
-                left -= rate * max(0.0, now - held.started_at)
-            longest = max(longest, left / rate)
-        return int(longest * 1000)
 
     async def _reap_idle(self, info: ScheduleInfo) -> None:
         now = time.monotonic()
