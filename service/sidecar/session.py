@@ -73,8 +73,8 @@ class SessionStats:
     stolen: int = 0  # leases taken from another worker's queue
     accepted: int = 0  # completions accepted
     duplicate: int = 0  # completions answered as a repeat of an accepted one
-    stale: int = 0  # completions refused: the lease was gone
-    failed: int = 0  # items reported failed to the protocol
+    stale: int = 0  # completions or failure reports refused: the lease was gone
+    failed: int = 0  # items reported failed to the protocol and requeued or dead-lettered by it
     released: int = 0  # leases handed back unstarted or unfinished (shutdown)
     lost: int = 0  # leases a heartbeat found gone (the work was stopped)
     reaped: int = 0  # lapsed leases this worker's reaps requeued or dead-lettered
@@ -330,12 +330,19 @@ class WorkerSession:
             self.stats.accepted += 1
         elif outcome is CompletionOutcome.DUPLICATE:
             self.stats.duplicate += 1
-        elif await self.found_cancelled(schedule_id):
+        else:
+            await self._count_refused(schedule_id, key, "completion")
+        return outcome
+
+    async def _count_refused(self, schedule_id: str, key: str, what: str) -> None:
+        """Count a report refused because the lease was gone: ``cancelled`` when the trainer cancelled
+        the schedule (expected, told once), else ``stale`` with a warning; a failure or a completion
+        is counted only once the server took it, so neither counter tells of work that did not land."""
+        if await self.found_cancelled(schedule_id):
             self.stats.cancelled += 1
         else:
             self.stats.stale += 1
-            log.warning("completion of %s refused as stale (lease lost)", key)
-        return outcome
+            log.warning("%s of %s refused as stale (lease lost)", what, key)
 
     async def fail(self, held: Held, reason: str, keep_unanswered: bool = False) -> ReleaseOutcome:
         """Report that an item could not run: retried elsewhere or dead-lettered by attempts.
@@ -352,7 +359,10 @@ class WorkerSession:
             self.holdings.remove(key)
             raise
         self.holdings.remove(key)
-        self.stats.failed += 1
+        if outcome is ReleaseOutcome.STALE:  # lapsed, reaped, taken or cancelled before it came
+            await self._count_refused(held.lease.schedule_id, held.lease.key, "failure report")
+        else:
+            self.stats.failed += 1
         return outcome
 
     async def release(self, helds: list[Held]) -> None:

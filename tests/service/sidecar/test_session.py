@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import redis
 
 from service.delivery.protocol import Delivery
-from service.delivery.records import DeliveryItem, PublishedSchedule
+from service.delivery.records import DeliveryItem, PublishedSchedule, ReleaseOutcome
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.delivery.proxy import ReplyLosingProxy
@@ -81,3 +82,26 @@ def test_a_claim_whose_reply_was_lost_is_answered_on_the_next_claim(redis_client
     assert [h.lease.key for h in claimed] == ["a-0#0", "a-1#0"]
     progress = Delivery(redis_client).progress("lost-reply")
     assert (progress.running, progress.queued) == (2, 2)
+
+
+def test_a_failure_report_the_protocol_refuses_counts_as_stale_or_cancelled_not_as_a_failure(
+    redis_client: redis.Redis,
+) -> None:
+    """A fail of a lease already gone changed nothing in Redis: counted ``failed``, it made a worker
+    look as if its engine refused items. It is counted as a refused completion is: ``stale``, or
+    ``cancelled`` when the trainer cancelled the schedule; only a fail the server took is a failure."""
+    delivery = Delivery(redis_client)
+    for sid in ("live", "lapsed", "cancelled"):
+        delivery.publish(PublishedSchedule(sid, {"w": _items(sid, 1, 100.0)}))
+    session = WorkerSession(delivery, Holdings(16), SessionSettings("w", steal=False))
+    held = {h.lease.schedule_id: h for h in asyncio.run(session.claim(16))}
+    assert sorted(held) == ["cancelled", "lapsed", "live"]
+    far_ms = int(time.time() * 1000) + 3_600_000
+    assert delivery.reap("lapsed", now_ms=far_ms).requeued == 1  # its lease lapsed and was reaped
+    delivery.cancel("cancelled")
+
+    outcomes = [asyncio.run(session.fail(held[sid], "engine refused it")) for sid in sorted(held)]
+    assert outcomes == [ReleaseOutcome.STALE, ReleaseOutcome.STALE, ReleaseOutcome.REQUEUED]
+    stats = session.stats
+    assert (stats.failed, stats.stale, stats.cancelled) == (1, 1, 1)
+    assert len(session.holdings) == 0
