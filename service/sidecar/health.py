@@ -99,10 +99,12 @@ class Probes:
 
     def _state(self, runner: Sidecar) -> dict[str, Any]:
         silent_s = time.monotonic() - runner.last_turn
+        holdings = runner.session.holdings
         return {
             "status": "ok" if silent_s <= self.stale_s else "stalled",
             "worker_id": self.worker_id,
-            "held": len(runner.session.holdings),
+            "held": holdings.in_flight(),  # on the engine; not those claimed ahead of a slot or KV
+            "waiting": len(holdings) - holdings.in_flight(),
             "engine_up": runner.engine_up,
             "redis_up": runner.redis_up,
             "loop_silent_s": round(silent_s, 3),

@@ -180,7 +180,7 @@ class Holdings:
         self._integrate()
         now = self._occupancy_at or 0.0
         if not held.started or now <= held.started_at:
-            return float(max(1, self._in_flight()))
+            return float(max(1, self.in_flight()))
         return max(1.0, (self._occupancy - held.occupancy_at_start) / (now - held.started_at))
 
     def held_for(self, held: Held) -> float:
@@ -188,14 +188,16 @@ class Holdings:
         wall time and a concurrency measured by the sidecar describe the same span of the engine."""
         return max(0.0, self.clock() - held.started_at) if held.started else 0.0
 
-    def _in_flight(self) -> int:
+    def in_flight(self) -> int:
+        """Leases started (sent to the engine, or handed to the worker): what the engine holds, which
+        ``len`` overstates by the leases claimed ahead and still waiting to start."""
         return sum(1 for h in self._held.values() if h.started)
 
     def _integrate(self) -> None:
         """Add the in-flight count times the time since the last change; call BEFORE changing it."""
         now = self.clock()
         if self._occupancy_at is not None:
-            self._occupancy += self._in_flight() * (now - self._occupancy_at)
+            self._occupancy += self.in_flight() * (now - self._occupancy_at)
         self._occupancy_at = now
 
     def all(self) -> list[Held]:

@@ -43,7 +43,7 @@ class _SidecarCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """One counter per ``SessionStats`` field, then what the sidecar holds and its engine state."""
-        stats = self.runner.session.stats
+        stats, holdings = self.runner.session.stats, self.runner.session.holdings
         for field in dataclasses.fields(SessionStats):
             family = CounterMetricFamily(
                 f"rollout_sidecar_{field.name}", _HELP[field.name], labels=["worker_id"]
@@ -51,7 +51,11 @@ class _SidecarCollector(Collector):
             family.add_metric([self.worker_id], getattr(stats, field.name))
             yield family
         gauges = {
-            "held": ("Leases held now (running or about to start)", len(self.runner.session.holdings)),
+            "held": ("Items running on the engine now", holdings.in_flight()),
+            "waiting": (
+                "Leases claimed but not started yet (waiting for the KV cache to fit them)",
+                len(holdings) - holdings.in_flight(),
+            ),
             "engine_up": ("1 while the engine answered its last call", float(self.runner.engine_up)),
             "loop_silent_seconds": (
                 "Seconds since the main loop last turned",

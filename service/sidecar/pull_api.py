@@ -210,8 +210,10 @@ async def health(request: Request) -> dict[str, Any]:
     while it waits for Redis at start-up."""
     state: PullState = request.app.state.pull
     if not state.connected:
-        return {"status": "connecting", "worker_id": state.worker_id, "held": 0}
-    return {"status": "ok", "worker_id": state.worker_id, "held": len(state.session.holdings)}
+        return {"status": "connecting", "worker_id": state.worker_id, "held": 0, "waiting": 0}
+    holdings = state.session.holdings  # held: handed to the worker, as /leases lists them
+    handed = holdings.in_flight()
+    return {"status": "ok", "worker_id": state.worker_id, "held": handed, "waiting": len(holdings) - handed}
 
 
 @router.get("/ready")

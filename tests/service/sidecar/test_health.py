@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
 from service.ports import free_port
 from service.sidecar.engine_client import EngineClient, EngineOptions
-from service.sidecar.health import CLIENT_TIMEOUT_S, STALE_S, HealthServer
+from service.sidecar.health import CLIENT_TIMEOUT_S, STALE_S, HealthServer, Probes
 from service.sidecar.holdings import Holdings
 from service.sidecar.metrics import exposition
 from service.sidecar.runner import RunnerSettings, Sidecar
@@ -25,8 +27,11 @@ from tests.service.metrics_docs import DOCS, documented_metrics, exported_metric
 from tests.service.sidecar.procs import cluster, item, publish, run_until, wait_http, wait_until
 
 
-def _sidecar(redis_url: str, engine_url: str = "http://127.0.0.1:9") -> Sidecar:
-    session = WorkerSession(Delivery.from_url(redis_url), Holdings(8, None), SessionSettings("w0"))
+def _sidecar(
+    redis_url: str, holdings: Holdings | None = None, engine_url: str = "http://127.0.0.1:9"
+) -> Sidecar:
+    holdings = Holdings(8, None) if holdings is None else holdings
+    session = WorkerSession(Delivery.from_url(redis_url), holdings, SessionSettings("w0"))
     settings = RunnerSettings(idle_poll_s=0.02, engine_wait_s=0.05)
     return Sidecar(session, EngineClient.open(EngineOptions(engine_url)), settings)
 
@@ -55,6 +60,29 @@ def test_a_loop_that_turned_lately_is_alive_and_says_what_the_sidecar_holds(redi
     assert (body["worker_id"], body["held"], body["engine_up"]) == ("w0", 0, False)
 
 
+def test_held_counts_what_runs_on_the_engine_and_a_lease_claimed_ahead_is_counted_waiting(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """A lease claimed but not started (its KV does not fit beside the running item yet) is not on the
+    engine: counted in ``held`` it over-reported what the engine holds; it is ``waiting``, in the
+    probe's body and in the gauges alike."""
+    items = [item("a", 0, 600), item("b", 0, 600)]  # 700 KV tokens each at predicted length
+    publish(Delivery.from_url(redis_url), "kv", {"w0": items}, kv_admission=True)
+    runner = _sidecar(redis_url, Holdings(4, 1000))
+    for _ in items:  # under KV admission a claim takes one item
+        asyncio.run(runner.session.claim(1))
+    started = runner.session.holdings.start_fitting()
+    body = Probes(runner, "w0").health()
+    text = exposition(runner, "w0").decode()
+    assert [h.lease.key for h in started] == ["a#0"]
+    assert {k: v for k, v in json.loads(body.body).items() if k in ("held", "waiting")} == {
+        "held": 1,
+        "waiting": 1,
+    }
+    assert 'rollout_sidecar_held{worker_id="w0"} 1.0' in text
+    assert 'rollout_sidecar_waiting{worker_id="w0"} 1.0' in text
+
+
 def test_a_sidecar_still_connecting_to_redis_is_alive_but_not_ready(redis_url: str) -> None:
     with _probes(None) as app:
         assert (app.get("/health").status_code, app.get("/health").json()["status"]) == (200, "connecting")
@@ -65,7 +93,7 @@ def test_a_sidecar_is_ready_once_a_claim_reached_redis(
     redis_client: redis.Redis, redis_url: str, tmp_path: Path
 ) -> None:
     with cluster(tmp_path) as procs:
-        runner = _sidecar(redis_url, procs.engine_threads({"engine": 0.01})["engine"])
+        runner = _sidecar(redis_url, engine_url=procs.engine_threads({"engine": 0.01})["engine"])
         with _probes(runner) as app:
             assert app.get("/ready").status_code == 503  # nothing asked of Redis yet
             run_until(runner, lambda: runner.redis_up)  # the loop claims once its engine answers

@@ -121,11 +121,12 @@ def test_the_hold_bound_grows_with_the_items_cap_at_a_quarter_of_the_measured_de
     assert hold_bound_s(16_000, 10.0, 3600.0) == 6400.0  # 16,000 tokens at 2.5 tokens/s
 
 
-def test_leases_lists_as_held_only_what_the_worker_was_handed(
+def test_leases_and_health_count_as_held_only_what_the_worker_was_handed(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
     """An item the sidecar claimed but could not hand out yet (its KV does not fit beside the running
-    one) is the sidecar's, not the worker's: listing it told the worker of a lease it never got."""
+    one) is the sidecar's, not the worker's: listing it told the worker of a lease it never got, and
+    counting it in /health's ``held`` over-reported what the worker holds; it is counted ``waiting``."""
     delivery = Delivery.from_url(redis_url)
     items = [item("a", 0, 600), item("b", 0, 600)]  # 700 KV tokens each at predicted length
     publish(delivery, "kv", {"w0": items}, kv_admission=True)
@@ -139,9 +140,10 @@ def test_leases_lists_as_held_only_what_the_worker_was_handed(
             handed = (await client.get("/next")).json()["key"]
             nothing = (await client.get("/next")).status_code  # b claimed, but waits for KV
             held = [one["key"] for one in (await client.get("/leases")).json()["held"]]
-            return [handed, nothing, len(session.holdings), held]
+            health = (await client.get("/health")).json()
+            return [handed, nothing, len(session.holdings), held, (health["held"], health["waiting"])]
 
-    assert asyncio.run(run()) == ["a#0", 204, 2, ["a#0"]]
+    assert asyncio.run(run()) == ["a#0", 204, 2, ["a#0"], (1, 1)]  # /health counts as /leases lists
 
 
 def _done(lease: dict[str, Any]) -> dict[str, Any]:

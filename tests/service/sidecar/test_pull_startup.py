@@ -50,7 +50,7 @@ def test_pull_mode_answers_health_while_its_cluster_is_down_and_turns_ready_once
     node = None
     try:
         health = until_status(f"{base}/health", 200, proc, timeout_s=30)  # no cluster at all yet
-        assert health.json() == {"status": "connecting", "worker_id": "w0", "held": 0}
+        assert health.json() == {"status": "connecting", "worker_id": "w0", "held": 0, "waiting": 0}
         assert httpx.get(f"{base}/ready", timeout=2.0).status_code == 503
         waiting = httpx.get(f"{base}/next", timeout=2.0)
         assert waiting.status_code == 503
