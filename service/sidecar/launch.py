@@ -171,7 +171,8 @@ def run_pull(options: SidecarOptions) -> SessionStats:
     the server and are raised here as ``RedisRefusedError``."""
     import uvicorn
 
-    from service.sidecar.pull_api import Connecting, create_pull_app
+    from service.sidecar.pull_api import create_pull_app
+    from service.sidecar.pull_state import Connecting
 
     assert options.pull_api_port is not None
     listener = socket.create_server((options.pull_api_host, options.pull_api_port))

@@ -29,20 +29,18 @@ nothing more is claimed (a long-poll in flight answers 204), requests in flight 
 It serves from before it reaches Redis (``Connecting``): a Redis Cluster down at start-up is waited
 for while ``GET /health`` answers ``connecting`` (an outage a restart cannot fix must not fail a
 liveness probe), ``GET /ready`` answers 503 and every other endpoint 503 ``{"error"}`` (retry).
+
+Here are the routes and how errors are answered; the bookkeeping behind them (the worker's signs of
+life, what it lost, the hold bound, the session while it connects) is ``pull_state``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import threading
-import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar, cast
+from typing import Annotated, Any
 
 import redis
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
@@ -52,138 +50,12 @@ from fastapi.responses import JSONResponse
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.records import CompletionOutcome, TrajectoryResult
 from service.limits import BodyLimitMiddleware
-from service.sidecar.holdings import Held, lease_id
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
-from service.sidecar.pull_holds import DEFAULT_HOLD_TIMEOUT_S, overdue
-from service.sidecar.sampling import sample_params
+from service.sidecar.pull_holds import DEFAULT_HOLD_TIMEOUT_S
+from service.sidecar.pull_state import MAX_WAIT_S, Connecting, ConnectingError, PullState, lease_json
 from service.sidecar.session import WorkerSession
 
-MAX_WAIT_S = 30.0
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a /done carries one output: far below this; more is a mistake
-# lost leases kept for /leases, newest: each carries its item (prompt included), and a worker that never
-# asks (it need not: its /done is answered 409 anyway) must not grow the sidecar by every cancel of a run
-LOST_KEPT = 1024
-log = logging.getLogger("service.sidecar")
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Connecting:
-    """A session still to be made: ``connect`` blocks until Redis answers (a cluster down at start)."""
-
-    worker_id: str
-    connect: Callable[[], WorkerSession]
-
-
-class ConnectingError(RuntimeError):
-    """The sidecar has not reached Redis yet: a 503, retry later."""
-
-    def __init__(self) -> None:
-        super().__init__("connecting to Redis")
-
-
-class PullState:
-    """The pull session: liveness of the worker process, the leases it lost, and shutdown."""
-
-    def __init__(
-        self,
-        session: WorkerSession | Connecting,
-        idle_timeout_s: float,
-        stopping: Callable[[], bool] = lambda: False,
-        release_within_s: float = 2.0,
-        hold_timeout_s: float = DEFAULT_HOLD_TIMEOUT_S,
-    ) -> None:
-        self._session = None if isinstance(session, Connecting) else session
-        self.worker_id = session.worker_id if isinstance(session, Connecting) else session.settings.worker_id
-        self.idle_timeout_s = idle_timeout_s
-        self.stopping = stopping  # true once the server shuts down: claim nothing more
-        self.release_within_s = release_within_s  # shutdown: hand back what is held within this
-        self.hold_timeout_s = hold_timeout_s  # an item handed out longer than its bound is abandoned
-        self.last_seen = time.monotonic()
-        self.lost: deque[dict[str, Any]] = deque(maxlen=LOST_KEPT)
-        self.lock = asyncio.Lock()
-
-    @property
-    def connected(self) -> bool:
-        """Whether the session exists (Redis answered at start-up)."""
-        return self._session is not None
-
-    @property
-    def session(self) -> WorkerSession:
-        """The worker session; ``ConnectingError`` (503) until Redis has answered."""
-        if self._session is None:
-            raise ConnectingError()
-        return self._session
-
-    async def run(self, pending: Connecting | None) -> None:
-        """Connect when still ``pending`` (served meanwhile), then heartbeat until cancelled."""
-        if pending is not None:
-            try:
-                self._session = await _in_daemon_thread(pending.connect)
-            except Exception as error:  # refused credentials: the caller's ``connect`` stops the server
-                log.error("could not connect to Redis: %s", error)
-                return
-        await self.heartbeats()
-
-    def idle(self) -> bool:
-        """Whether the worker has been quiet past ``idle_timeout_s`` (its leases left to lapse)."""
-        return time.monotonic() - self.last_seen > self.idle_timeout_s
-
-    def touch(self) -> None:
-        """The worker called us: it is alive, keep its leases."""
-        self.last_seen = time.monotonic()
-
-    async def heartbeats(self) -> None:
-        """Heartbeat the worker's leases while it is alive; record the ones found lost."""
-        while True:
-            await asyncio.sleep(self.session.heartbeat_interval())
-            if not self.idle():  # quiet: its leases lapse so they are redelivered
-                await self.beat()
-
-    async def beat(self) -> None:
-        """One heartbeat of every held lease; those found gone are forgotten and listed as lost, and so
-        are those held past their bound (``abandon``), left unheartbeated to lapse."""
-        self.lost.extend(_lease_json(held) for held in self.abandon())
-        try:
-            lost = await self.session.heartbeat()
-        except Exception:  # never let the heartbeat loop die: every lease would lapse
-            log.exception("heartbeat failed")
-            return
-        self.lost.extend(_lease_json(held) for held in lost)
-
-    def abandon(self) -> list[Held]:
-        """Forget the items held past their bound (``pull_holds``): unheartbeated, each lapses a TTL
-        later and is requeued; a ``/done`` before that still lands, one after is stale."""
-        holdings = self.session.holdings
-        dropped = overdue(holdings, self.hold_timeout_s)
-        for held in dropped:
-            holdings.remove(lease_id(held.lease))
-            log.warning(
-                "item %s held %.0fs unreported: left to lapse", held.lease.key, holdings.held_for(held)
-            )
-        self.session.stats.lost += len(dropped)
-        return dropped
-
-    async def next_item(self, wait_s: float) -> Held | None:
-        """Start the oldest waiting lease that fits, else claim one; poll up to ``wait_s``."""
-        deadline = time.monotonic() + min(wait_s, MAX_WAIT_S)
-        while not self.stopping():
-            async with self.lock:
-                held = await self._take_one()
-            if held is not None or time.monotonic() >= deadline:
-                return held
-            await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-        return None
-
-    async def _take_one(self) -> Held | None:
-        holdings = self.session.holdings
-        waiting = holdings.waiting()
-        if not waiting and holdings.free_slots() > 0:
-            waiting = await self.session.claim(1)
-        if not waiting or not holdings.can_start(waiting[0]):
-            return None  # nothing to do, or the oldest waiting item does not fit the KV cache yet
-        holdings.start(waiting[0])
-        return waiting[0]
 
 
 async def pull_state(request: Request) -> PullState:
@@ -231,7 +103,7 @@ async def next_item(
     """One item to generate with its lease, or 204 when there is none now (long-polls ``wait_s``)."""
     held = await state.next_item(wait_s)
     state.touch()
-    return Response(status_code=204) if held is None else _lease_json(held)
+    return Response(status_code=204) if held is None else lease_json(held)
 
 
 @router.post("/done")
@@ -281,7 +153,7 @@ async def leases(state: Pull) -> dict[str, Any]:
     lost = list(state.lost)
     state.lost.clear()
     handed = [h for h in state.session.holdings.all() if h.started]  # not those claimed ahead of /next
-    return {"held": [_lease_json(h) for h in handed], "lost": lost}
+    return {"held": [lease_json(h) for h in handed], "lost": lost}
 
 
 @router.post("/reset")
@@ -330,34 +202,6 @@ def create_pull_app(
     return app
 
 
-async def _in_daemon_thread(call: Callable[[], T]) -> T:
-    """``call()`` in a daemon thread: a wait for Redis must not hold the process at exit after SIGTERM
-    (``asyncio.to_thread``'s threads are joined at exit, and the wait for a cluster has no end)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: T | None, error: Exception | None) -> None:
-        if done.cancelled():  # the server stopped before Redis answered
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(cast(T, result))
-
-    def target() -> None:
-        result: T | None = None
-        error: Exception | None = None
-        try:
-            result = call()
-        except Exception as exc:
-            error = exc
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=target, name="redis-connect", daemon=True).start()
-    return await done
-
-
 # Every error the pull API answers, in one place: exception type -> status and the body documented in
 # docs/sidecar.md (``{"error": ...}``; a gone schedule also says its ``outcome``). Routes raise, never
 # build an error response; ``_problem`` answers with the entry of the exception's nearest class.
@@ -395,16 +239,3 @@ async def _problem(_: Request, exc: Exception) -> JSONResponse:
     """The response ``_PROBLEMS`` maps ``exc`` to (Starlette picks a handler by the same MRO walk)."""
     status, body = next(_PROBLEMS[kind] for kind in type(exc).__mro__ if kind in _PROBLEMS)
     return JSONResponse(body(exc), status_code=status)
-
-
-def _lease_json(held: Held) -> dict[str, Any]:
-    lease = held.lease
-    return {
-        "schedule_id": lease.schedule_id,
-        "key": lease.key,
-        "token": lease.token,
-        "attempt": lease.attempt,
-        "deadline_ms": lease.deadline_ms,
-        "item": lease.item.to_json(),
-        "params": sample_params(lease.item),  # the sampling fields to send for this sample
-    }

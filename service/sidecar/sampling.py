@@ -1,7 +1,7 @@
 """The sampling fields of an item's generation request, which both modes hand on: push mode merges
 them into its request to the engine (``service.sidecar.engine_client``), pull mode returns them with
-each claim (``service.sidecar.pull_api``). Apart from either, so that neither mode loads the other's
-client or server for them (the engine client's httpx, the pull API's FastAPI).
+each lease it hands out (``service.sidecar.pull_state``). Apart from either, so that neither mode
+loads the other's client or server for them (the engine client's httpx, the pull API's FastAPI).
 """
 
 from __future__ import annotations

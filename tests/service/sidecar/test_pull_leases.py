@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from service.delivery.protocol import Delivery
-from service.sidecar import pull_api
+from service.sidecar import pull_state
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.pull_holds import hold_bound_s
@@ -49,7 +49,7 @@ def test_lost_leases_kept_for_a_worker_that_never_asks_are_bounded(
 ) -> None:
     """Each lost lease carries its item, prompt included: a worker that never calls /leases (its /done
     is answered 409 anyway) must not grow the sidecar by every lease lost or cancelled in a run."""
-    monkeypatch.setattr(pull_api, "LOST_KEPT", 2)
+    monkeypatch.setattr(pull_state, "LOST_KEPT", 2)
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "many", {"w0": [item(p, 0, 10) for p in "abc"]}, lease_ttl_ms=200)
     session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
