@@ -82,8 +82,8 @@ def sidecar(
     pull_hold_timeout: Annotated[
         float,
         typer.Option(
-            help="Pull mode: let an item the worker holds unreported this long lapse (longer for an "
-            "item whose max_new_tokens takes longer at a quarter of the measured decode rate)."
+            help="Pull mode: report failed (requeue) an item the worker holds unreported this long "
+            "(longer for an item whose max_new_tokens takes longer at a quarter of the measured decode rate)."
         ),
     ] = 3600.0,
     health_port: Annotated[

@@ -22,7 +22,7 @@ The sidecar claims, steals, heartbeats and completes on the worker's behalf, wit
 KV admission limits as the push mode. It keeps leases alive only while the worker shows signs of
 life: if it calls none of these endpoints for ``idle_timeout_s``, heartbeats stop and its leases
 lapse, so a dead worker process is noticed even though the sidecar lives on; an item one that lives
-on holds unreported past its bound (``pull_holds``) is left to lapse alone. Once SIGTERM arrives
+on holds unreported past its bound (``pull_holds``) is reported failed and requeued. Once SIGTERM arrives
 nothing more is claimed (a long-poll in flight answers 204), requests in flight get the drain timeout
 (``launch.run_pull``), and what is held is handed back within ``release_within_s``, Redis down or not.
 

@@ -3,8 +3,9 @@
 The idle timeout notices a worker process that died; it cannot notice one that lives on (it keeps
 calling ``/next`` or ``/leases``) but dropped an item, never to send ``/done`` or ``/fail`` for it.
 Heartbeated on its behalf, that item's lease would never lapse and its step never end. So each item
-handed out gets a bound, and one held past it is no longer heartbeated: it lapses and is redelivered
-(an attempt spent, so one that every worker drops is dead-lettered). Pure, for testing on its own.
+handed out gets a bound, and one held past it is no longer heartbeated and is reported failed: it is
+requeued at once (an attempt spent, so one that every worker drops is dead-lettered;
+``pull_state.PullState.fail_abandoned``). Pure, for testing on its own.
 
 The sidecar knows no exact bound on a legitimate trajectory. The plan's ``deadline_ms`` is a
 prediction that heavy-tailed items overrun many times over; the item's ``max_new_tokens`` is a true cap

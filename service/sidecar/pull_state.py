@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+from service.delivery.errors import UnknownScheduleError
 from service.sidecar.holdings import Held, lease_id
 from service.sidecar.pull_holds import DEFAULT_HOLD_TIMEOUT_S, overdue
 from service.sidecar.sampling import sample_params
@@ -109,27 +110,44 @@ class PullState:
 
     async def beat(self) -> None:
         """One heartbeat of every held lease; those found gone are forgotten and listed as lost, and so
-        are those held past their bound (``abandon``), left unheartbeated to lapse."""
-        self.lost.extend(lease_json(held) for held in self.abandon())
+        are those held past their bound (``abandon``), which are then reported failed."""
+        dropped = self.abandon()
+        self.lost.extend(lease_json(held) for held in dropped)
         try:
             lost = await self.session.heartbeat()
         except Exception:  # never let the heartbeat loop die: every lease would lapse
             log.exception("heartbeat failed")
-            return
+            lost = []
         self.lost.extend(lease_json(held) for held in lost)
+        await self.fail_abandoned(dropped)
 
     def abandon(self) -> list[Held]:
-        """Forget the items held past their bound (``pull_holds``): unheartbeated, each lapses a TTL
-        later and is requeued; a ``/done`` before that still lands, one after is stale."""
+        """Forget the items held past their bound (``pull_holds``), so none is heartbeated again; the
+        caller reports them failed (``fail_abandoned``) and a ``/done`` of one is then stale."""
         holdings = self.session.holdings
         dropped = overdue(holdings, self.hold_timeout_s)
         for held in dropped:
             holdings.remove(lease_id(held.lease))
-            log.warning(
-                "item %s held %.0fs unreported: left to lapse", held.lease.key, holdings.held_for(held)
-            )
-        self.session.stats.lost += len(dropped)
         return dropped
+
+    async def fail_abandoned(self, dropped: list[Held]) -> None:
+        """Report each abandoned item failed, through the path a ``/fail`` takes: requeued at once with
+        an attempt spent (dead-lettered once its attempts are spent), as its lapse would have a lease
+        TTL later with nobody able to take it meanwhile. The worker dropped it and will not report it,
+        so waiting out the lease only kept a straggler's item, the one its step most likely waits for,
+        from running again. One Redis does not take (past the session's retry window) is left to
+        lapse, and is then requeued by a reaper as before."""
+        holdings = self.session.holdings
+        for held in dropped:
+            key, held_s = held.lease.key, holdings.held_for(held)
+            log.warning("item %s held %.0fs unreported: reporting it failed", key, held_s)
+            try:
+                await self.session.fail(held, f"held {held_s:.0f}s by the pull worker without /done or /fail")
+            except UnknownScheduleError:
+                continue  # its schedule is gone: nothing to requeue
+            except Exception as exc:  # Redis gone past the retry window: the lease lapses instead
+                self.session.stats.lost += 1
+                log.warning("could not report %s failed (%r); its lease lapses and is requeued", key, exc)
 
     async def next_item(self, wait_s: float) -> Held | None:
         """Start the oldest waiting lease that fits, else claim one; poll up to ``wait_s``."""

@@ -15,7 +15,7 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.pull_holds import hold_bound_s
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.procs import item, publish, tally
 
 
 def test_a_worker_back_from_a_quiet_spell_is_told_at_once_which_leases_lapsed(
@@ -70,14 +70,16 @@ def test_lost_leases_kept_for_a_worker_that_never_asks_are_bounded(
     assert asyncio.run(run()) == [["b#0", "c#0"], [], 0]  # the newest kept; all forgotten as held
 
 
-def test_an_item_the_worker_holds_past_the_hold_bound_lapses_and_is_redelivered_once(
+def test_an_item_the_worker_holds_past_the_hold_bound_is_reported_failed_and_requeued_at_once(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
     """A live worker (it keeps calling) that never reports one item must not keep it leased forever:
-    past the hold bound the sidecar stops heartbeating it, lists it lost, and it lapses and is
-    redelivered; the abandoned lease's late report is refused, the new one's accepted."""
+    past the hold bound the sidecar lists it lost and reports it failed, so it is requeued with an
+    attempt spent at once, not a lease TTL later (the lease here outlives the test: no lapse, no reap);
+    the abandoned lease's late report is refused, the new one's accepted, and the item counts as one
+    failure, not a lost lease as well."""
     delivery = Delivery.from_url(redis_url)
-    publish(delivery, "held", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=500)
+    publish(delivery, "held", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=600_000)
     clock = [0.0]
     holdings = Holdings(1, clock=lambda: clock[0])
     session = WorkerSession(Delivery.from_url(redis_url), holdings, SessionSettings("w0"))
@@ -92,24 +94,24 @@ def test_an_item_the_worker_holds_past_the_hold_bound_lapses_and_is_redelivered_
             clock[0] = 99.0  # within the bound: still heartbeated
             await state.beat()
             within = [one["key"] for one in (await client.get("/leases")).json()["held"]]
-            clock[0] = 101.0  # past it
-            for _ in range(200):  # the worker lives on, heartbeats go on: the lease must lapse anyway
-                await client.get("/health")
-                await state.beat()
-                delivery.reap("held")
-                if not delivery.progress("held").running:
-                    break
-                await asyncio.sleep(0.05)
+            clock[0] = 101.0  # past it: one heartbeat round reports it
+            await state.beat()
+            progress = delivery.progress("held")
             leases = (await client.get("/leases")).json()
-            outcome = [within, leases["held"], [one["key"] for one in leases["lost"]]]
-            if delivery.progress("held").running:  # still leased: nothing was redelivered
-                return [*outcome, "still running"]
-            again = (await client.get("/next")).json()
+            outcome = [within, (progress.running, progress.queued), leases["held"]]
+            outcome.append([one["key"] for one in leases["lost"]])
+            again = await client.get("/next")  # 204 while the item is still leased to nobody
+            if again.status_code != 200:
+                return [*outcome, again.status_code]
             late = await client.post("/done", json=_done(first))
-            fresh = await client.post("/done", json=_done(again))
-            return [*outcome, (again["key"], again["attempt"]), late.status_code, fresh.json()["outcome"]]
+            fresh = await client.post("/done", json=_done(again.json()))
+            redelivered = (again.json()["key"], again.json()["attempt"])
+            return [*outcome, redelivered, late.status_code, fresh.json()["outcome"]]
 
-    assert asyncio.run(run()) == [["a#0"], [], ["a#0"], ("a#0", 2), 409, "accepted"]
+    assert asyncio.run(run()) == [["a#0"], (0, 1), [], ["a#0"], ("a#0", 2), 409, "accepted"]
+    stats = session.stats
+    assert (stats.failed, stats.lost, stats.stale, stats.accepted) == (1, 0, 1, 1)
+    assert tally(delivery, "held", {"a#0"}) == (0, 0)
 
 
 def test_the_hold_bound_grows_with_the_items_cap_at_a_quarter_of_the_measured_decode_rate() -> None:
