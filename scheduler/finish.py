@@ -15,7 +15,8 @@ vLLM manages it), or the plan's makespan would be a promise nobody checks. The w
   ``step_time(b, C)`` at the current batch and context, summed in closed form between events.
 - Preemption: when the next step's tokens no longer fit, the newest running sequence is evicted and
   goes back to the head of the queue, its progress lost (vLLM's recompute preemption); no admission
-  happens until a decode step has run again, which guarantees progress.
+  happens until a decode step has run again, which guarantees progress; then it re-enters at the
+  first step its prompt fits (vLLM retries its waiting line every step), an event of its own.
 
 Events are admissions, completions, preemptions and refused heads that come to fit, so a worker
 with ``n`` trajectories costs ``O(n log n)`` Python operations, independent of their lengths (plus
@@ -96,6 +97,10 @@ def _prompt_only_finish(
         to_finish = heap[0][0] - step
         context = offset + batch * step
         run = min(to_finish, (cap - context) // batch)
+        # the evicted sequence re-enters one step on if the room its eviction made holds its prompt
+        refit = blocked and run > 1 and batch < slots and context + batch + prompts[waiting[0]] <= limit
+        if refit:
+            run = 1
         if run > 0:
             clock += decode_time(cost, batch, context, run)
             step += run
@@ -106,6 +111,8 @@ def _prompt_only_finish(
                 if alive.get(item, gone)[0] == admitted_token:
                     batch -= 1
                     offset -= prompts[item] - alive.pop(item)[1]
+            continue
+        if refit:
             continue
         while True:  # preempt the newest running sequence
             admitted_token, item = stack.pop()
@@ -162,7 +169,6 @@ class _WorkerRun:
         self.peak = RunningPeak()  # the running set's ends, for projected-peak admission under ``reserve``
         self.token = 0
         self.blocked = False  # a preemption happened and no decode step has run since
-        self.evicted = 0  # evicted items at the head of ``waiting`` (the engine's own waiting line)
         self.refused: tuple[int, int, int] | None = None  # (item, first step it may fit at, step at
         # which it was refused at the very next one or -1): _peak_fits
 
@@ -212,7 +218,6 @@ class _WorkerRun:
         prefill_tokens = 0
         while self.waiting and self._fits(self.waiting[0]):
             item = self.waiting.popleft()
-            self.evicted = max(0, self.evicted - 1)
             self.token += 1
             self.alive[item] = (self.token, self.step)
             if self.reserve:
@@ -254,12 +259,17 @@ class _WorkerRun:
     def _steps_to_fit(self, run: int) -> int:
         """Decode steps, fewer than ``run``, after which the refused head of the queue fits (-1:
         not before the next event), as ``WorkerEngine`` plays it: the step a polling sidecar
-        starts it at (``scheduler.head_fit``). Not while evicted sequences wait: the engine holds
-        those inside, and the sidecar starts nothing more until they run again."""
-        if not self.reserve or self.evicted or not self.waiting or run <= 1 or self.blocked:
+        starts it at, or vLLM an evicted sequence (it retries its waiting line every step).
+
+        Without ``reserve`` the prompt test only tightens between completions, so only an eviction
+        makes room: the evicted sequence may fit one step on. With it (``scheduler.head_fit``)
+        nothing is evicted on exact lengths, and waiting lowers the head's projected peak.
+        """
+        if not self.waiting or run <= 1 or self.batch >= self.cost.max_num_seqs:
             return -1
-        if self.batch >= self.cost.max_num_seqs:
-            return -1
+        if not self.reserve:
+            context = self.offset + self.batch * (self.step + 1)
+            return 1 if self.blocked and context + self.prompts[self.waiting[0]] <= self.limit else -1
         item, step = self.waiting[0], self.step
         start = step + 1
         if self.refused is not None and self.refused[0] == item:
@@ -279,7 +289,6 @@ class _WorkerRun:
                 break
         self._remove(item)
         self.waiting.appendleft(item)
-        self.evicted += 1
         self.blocked = True
 
     def _remove(self, item: int) -> None:

@@ -83,7 +83,8 @@ class WorkerEngine:
     __slots__ = ("alive", "batch", "blocked", "busy_s", "cap", "clock", "cost", "event_clock", "heap",
                  "index", "kv_admission", "ledger", "limit", "max_seqs", "offset", "overdue", "peak",
                  "pending_run", "preempted", "prefill_tokens", "queue", "queued_work", "reserved", "resume",
-                 "stack", "step", "to_finish", "to_fit", "token", "waiting", "waiting_reserve")  # fmt: skip
+                 "stack", "step", "to_finish", "to_fit", "token", "waiting", "waiting_reserve",
+                 "watch")  # fmt: skip
 
     def __init__(
         self,
@@ -125,7 +126,9 @@ class WorkerEngine:
         self.preempted = 0  # evictions so far
         self.pending_run = -1  # decode steps to the pending event (-1: none pending)
         self.to_finish = 0  # steps from the pending event's start to the next completion
-        self.to_fit = -1  # steps from it to the step at which the refused queue head fits (-1: none)
+        self.to_fit = -1  # steps from it to the step at which the next item to start fits (-1: none)
+        self.watch = -1  # an item from elsewhere (a shared head, a steal) that ``take`` refused: with
+        # nothing of its own to start, its first fitting step is an event too (set by the pool)
         self.event_clock = 0.0  # time of the pending event
 
     def enqueue(self, items: list[int]) -> None:
@@ -314,22 +317,40 @@ class WorkerEngine:
                 end[item] = self.clock
 
     def _steps_to_fit(self, run: int) -> int:
-        """Decode steps, fewer than ``run``, after which the own queue's head passes projected-peak
-        admission (-1: not before the next event): the step a polling sidecar starts it at, where
-        waiting has lowered its projected peak (``scheduler.head_fit``)."""
-        if not self.kv_admission or self.waiting or not self.queue or run <= 1 or not self.may_admit():
+        """Decode steps, fewer than ``run``, after which the next item to start passes admission (-1:
+        not before the next event): the step a polling sidecar (or vLLM, for an evicted sequence,
+        which it retries every step) starts it at, not the next completion.
+
+        Without KV admission the prompt test only tightens between completions (the batch grows), so
+        only an eviction makes room: the waiting head (the evicted sequence) may fit one step on, once
+        a decode step has run. Under it, waiting lowers the projected peak: ``scheduler.head_fit``.
+        """
+        if run <= 1 or self.batch >= self.max_seqs:
             return -1
-        if self.batch >= self.max_seqs:
+        item = self._next_to_start()
+        if item < 0:
             return -1
-        step, item, ledger = self.step, self.queue[0], self.ledger
+        step, ledger = self.step, self.ledger
+        kept = ledger.kept[item]
+        if not self.kv_admission:
+            fits = self.offset + self.batch * (step + 1) + ledger.prompts[item] + kept <= self.limit
+            return 1 if self.blocked and fits else -1
         if self.overdue and self.overdue[0][0] <= step:
             self._extend_overdue()
-        kept = ledger.kept[item]
         remaining = expected_remaining(ledger.planned[item], kept)
         at, _ = earliest_fit(
             self.peak, step + 1, ledger.prompts[item] + kept, remaining, self.cap, step + run
         )
         return -1 if at is None else at - step
+
+    def _next_to_start(self) -> int:
+        """The item admission would test next (-1: none): the engine's waiting head (evicted ones
+        first), else under KV admission the own queue's head, else the item ``take`` refused last."""
+        if self.waiting:
+            return self.waiting[0]
+        if not self.kv_admission:
+            return -1  # the sidecar claims its queue into ``waiting`` while a slot is free
+        return self.queue[0] if self.queue else self.watch
 
     def _preempt_newest(self) -> None:
         ledger = self.ledger

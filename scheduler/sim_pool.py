@@ -119,6 +119,7 @@ class Pool:
                 batch.append(heapq.heappop(heap)[2])
             self._handle(now, batch)
         for engine in self.engines:  # nothing left to share: each worker finishes on its own
+            engine.watch = -1
             if self._pending[engine.index]:
                 play_out(engine, engine.event_clock)
 
@@ -144,6 +145,7 @@ class Pool:
             queued = len(engine.queue)
             engine.admit_own()
             self._unclaimed -= queued - len(engine.queue)
+            engine.watch = -1  # ``_acquire`` names what it refuses this time
         woken = self._acquire([engines[i] for i in batch], now)
         for index in (*batch, *woken):
             when = engines[index].commit()
@@ -173,6 +175,7 @@ class Pool:
                     too_small.append(taker)  # the head waits for a worker that can hold it
                     continue
                 if not engine.take(head):
+                    engine.watch = head  # it starts at the first step it fits (``WorkerEngine.commit``)
                     continue
                 self.shared.popleft()
                 if self.affinity:

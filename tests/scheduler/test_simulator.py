@@ -119,7 +119,10 @@ def test_oversubscribed_kv_preempts_and_admission_by_reserved_kv_does_not() -> N
     assert plain.preemptions > 0
     assert sum(r.preemptions for r in plain.items) == plain.preemptions
     assert reserved.preemptions == 0
-    assert reserved.makespan_s < plain.makespan_s  # restarts waste decode steps
+    # vLLM restarts an evicted sequence as soon as its prompt fits again, so plain admission keeps
+    # the cache full and here loses little time (it finished first: 256.8 s against 258.6 s); what
+    # it pays is sequences evicted again and again, progress lost each time
+    assert max(r.preemptions for r in plain.items) > 1
 
 
 def test_an_oversized_trajectory_is_refused_naming_it() -> None:

@@ -29,18 +29,16 @@ class Outcome:
 def reference(
     cost: WorkerCost, prompts: list[int], lengths: list[int], reserve: bool, watermark: float, resume: bool
 ) -> Outcome:
-    """Step by step: admit in order at the start and after completions, decode, evict the newest.
+    """Step by step: admit in order before every decode step, decode, evict the newest.
 
-    Admission is tried only when a sequence has completed (or nothing runs): an eviction frees room,
-    but the evicted sequence waits for the next completion, never re-entering at once. Under
-    ``reserve`` the head is also tried before every step while no evicted sequence waits, as a
-    polling sidecar re-tests it (waiting lowers its projected peak).
+    As vLLM's scheduler and a polling sidecar do, the head is tried before every step (evicted
+    sequences first), except in the step right after an eviction: an eviction frees room, but the
+    evicted sequence never re-enters at once, only once a decode step has run.
     """
     cap, n = cost.kv_capacity_tokens, len(prompts)
     waiting = list(range(n))
     running: list[list[int]] = []  # [item, generated], oldest first
     ends, preempted, kept = [0.0] * n, [0] * n, [0] * n
-    evicted: set[int] = set()  # evicted and waiting: the sidecar starts nothing more meanwhile
     clock, admission_open = 0.0, True
 
     def held() -> int:
@@ -58,38 +56,31 @@ def reference(
         return held() + prompts[i] + kept[i] <= cap - watermark * cap
 
     while True:
+        for r in [r for r in running if r[1] == lengths[r[0]]]:
+            ends[r[0]] = clock
+            running.remove(r)
         if admission_open or not running:
             admitted = 0
             while waiting and fits(waiting[0]):
                 item = waiting.pop(0)
-                evicted.discard(item)
                 admitted += prompts[item] + kept[item]
                 running.append([item, kept[item]])
             if admitted:
                 clock += cost.prefill_time(admitted)
-        admission_open = False
+                continue  # an item of no output tokens ends at once
         if not running:
             return Outcome(ends, preempted)
-        done = [r for r in running if r[1] == lengths[r[0]]]
-        if done:
-            for r in done:
-                ends[r[0]] = clock
-                running.remove(r)
-            admission_open = True
-            continue
-        if reserve and waiting and waiting[0] not in evicted and fits(waiting[0]):
-            admission_open = True
-            continue
         if held() + len(running) > cap:
             item, generated = running.pop()
-            evicted.add(item)
             kept[item] = generated if resume else 0
             waiting.insert(0, item)
             preempted[item] += 1
+            admission_open = False
             continue
         clock += cost.step_time(len(running), held())
         for r in running:
             r[1] += 1
+        admission_open = True
 
 
 queues = st.lists(st.tuples(st.integers(1, 40), st.integers(0, 60)), min_size=1, max_size=12)
