@@ -19,8 +19,9 @@ The model is vLLM's (see docs/simulator.md for the formulas):
   compute cross).
 - Preemption: a step needs ``C + b <= capacity`` (each sequence writes one more token). When the
   next step does not fit, the newest running sequence is evicted and goes back to the head of the
-  engine's waiting line, its progress lost (recompute preemption); nothing is admitted until the
-  next completion (an eviction frees room, but the evicted sequence never re-enters at once).
+  engine's waiting line, its progress lost (recompute preemption); nothing is admitted in the step
+  of the eviction, and from the next decode step on the waiting head re-enters at the first step it
+  fits, as vLLM retries its waiting line every step (an event of its own, not the next completion).
   With ``resume`` (what vLLM V1 does) it keeps its output tokens instead, and re-entering costs a
   prefill of prompt plus output and that much KV.
 - Claiming, as the delivery sidecar does: a worker's own queue is the unclaimed part (stealable);
@@ -45,36 +46,10 @@ from scheduler.admission import RunningPeak, expected_remaining
 from scheduler.costmodel import WorkerCost
 from scheduler.errors import InvalidInputError
 from scheduler.head_fit import earliest_fit
+from scheduler.sim_ledger import Ledger
 from scheduler.stepsum import decode_time
 
 _DEAD = (-1, 0, 0)  # alive.get() default: matches no admission token
-
-
-class Ledger:
-    """Per-item inputs and outcomes of one simulation, as parallel lists indexed by item number.
-
-    Lists rather than one object per item keep the event loop free of attribute churn.
-    """
-
-    __slots__ = ("end", "group", "kept", "keys", "need", "pin", "planned", "preemptions", "prompts",
-                 "reserve", "start", "steps", "stolen", "worker")  # fmt: skip
-
-    def __init__(self, keys: list[str], prompts: list[int], steps: list[int], planned: list[int]) -> None:
-        n = len(keys)
-        self.keys = keys  # trajectory key of item i
-        self.prompts = prompts  # prompt tokens (prefill, and KV from the first step)
-        self.steps = steps  # decode steps it really takes (true output length)
-        self.planned = planned  # decode steps the plan assumed (predicted length): steal accounting
-        self.reserve = [p + s for p, s in zip(prompts, planned, strict=True)]  # KV at predicted end
-        self.start = [-1.0] * n  # first admission time, seconds (-1: not yet)
-        self.end = [-1.0] * n  # completion time, seconds (-1: not yet)
-        self.preemptions = [0] * n  # times it was evicted and restarted
-        self.worker = [-1] * n  # index of the worker that ran it (last admission)
-        self.stolen = [False] * n  # taken from another worker's queue by work stealing
-        self.kept = [0] * n  # output tokens kept across evictions (resume mode only; else 0)
-        self.pin = [-1] * n  # index of the only worker allowed to run it (-1: any)
-        self.group = list(range(n))  # prefix-sharing group number (kept whole under prefix affinity)
-        self.need = [p + s for p, s in zip(prompts, steps, strict=True)]  # KV a worker must hold for it
 
 
 class WorkerEngine:

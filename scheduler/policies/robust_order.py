@@ -38,7 +38,8 @@ from scheduler.policies.base import Placement
 from scheduler.policies.ordering import shortest_first
 from scheduler.policies.problem import Problem
 from scheduler.policies.robust import Spread, draw_steps
-from scheduler.sim_engine import Ledger, play_queue
+from scheduler.sim_engine import play_queue
+from scheduler.sim_ledger import Ledger
 from scheduler.types import PlanRequest
 
 DRAWS = 1  # common draws judging each order. On the headline replay one, two and four draws chose

@@ -27,7 +27,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.costmodel import WorkerCost
-from scheduler.sim_engine import Ledger, WorkerEngine
+from scheduler.sim_engine import WorkerEngine
+from scheduler.sim_ledger import Ledger
 from scheduler.stepsum import planned_steps
 from service.delivery.records import DeliveryItem, Lease
 from service.sidecar.holdings import Held, Holdings, lease_id
