@@ -4,21 +4,52 @@ A sidecar looks for work in its inbox, a reaper walks the active index; neither 
 sorted sets outside the schedule's hash slot (single-key commands, so any slot of a Redis Cluster),
 written after the schedule's atomic publish in a second round trip. So they are kept right by
 repair, not atomicity: every publish, replay and cancel re-derives them from the schedule's own
-counts, and a schedule that has settled is retired however the two raced. ``Delivery`` inherits
-this; kept apart so each module reads in one sitting.
+counts, and a schedule that has settled is retired however the two raced. The reapers' lapse index
+(when each active schedule's next lease can lapse) is kept here too. ``Delivery`` inherits this;
+kept apart so each module reads in one sitting.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+from redis.commands.core import Script
 
 from service.delivery import keys as keyspace
 from service.delivery.errors import UnknownScheduleError
-from service.delivery.views import DeliveryViews
+from service.delivery.views import DeliveryViews, text
+
+# The schedules a reaper pass must reap: KEYS[1] the active index, KEYS[2] the lapse index (one slot);
+# ARGV[1] now in ms ('' = this server's clock, as lua/common.lua reads it). Entries of the lapse index
+# whose schedule left the active index are dropped (only a reaper's write can leave one: a reap that
+# settled its schedule, whose retire ran first).
+_DUE = """
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local quiet, live, due, gone = {}, {}, {}, {}
+local entries = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+for i = 1, #entries, 2 do quiet[entries[i]] = tonumber(entries[i + 1]) end
+for _, sid in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  live[sid] = true
+  if not quiet[sid] or quiet[sid] < now then due[#due + 1] = sid end
+end
+for sid, _ in pairs(quiet) do
+  if not live[sid] then gone[#gone + 1] = sid end
+end
+for i = 1, #gone, 4000 do
+  redis.call('ZREM', KEYS[2], unpack(gone, i, math.min(i + 3999, #gone)))
+end
+return due
+"""
 
 
 class DeliveryIndexes(DeliveryViews):
     """The active index and the worker inboxes of one deployment; ``Delivery`` adds the atomic steps."""
+
+    _due: Script | None = None  # ``_DUE``, registered on first use
 
     def announce(self, schedule_id: str, retention_s: int) -> None:
         """Announce a stored schedule again; ``UnknownScheduleError`` when there is none.
@@ -45,6 +76,7 @@ class DeliveryIndexes(DeliveryViews):
         for index in (keyspace.active_index(self.prefix), *inboxes):
             pipe.zadd(index, {schedule_id: published})
             pipe.zremrangebyscore(index, "-inf", f"({horizon}")
+        pipe.zrem(keyspace.lapse_index(self.prefix), schedule_id)  # a re-publish is reaped at once
         for inbox in inboxes:
             pipe.pttl(inbox)
         ttls = pipe.execute()[-len(inboxes) :] if inboxes else []
@@ -78,7 +110,30 @@ class DeliveryIndexes(DeliveryViews):
             workers = self.info(schedule_id).workers
         except UnknownScheduleError:
             workers = ()
+        indexes = (keyspace.active_index(self.prefix), keyspace.lapse_index(self.prefix))
         pipe = self.client.pipeline(transaction=False)
-        for index in (keyspace.active_index(self.prefix), *(keyspace.inbox(w, self.prefix) for w in workers)):
+        for index in (*indexes, *(keyspace.inbox(w, self.prefix) for w in workers)):
             pipe.zrem(index, schedule_id)
         pipe.execute()
+
+    def due_for_reaping(self, now_ms: int | None = None) -> list[str]:
+        """Active schedules, oldest first, a lease of which may have lapsed by now (the lease clock,
+        or ``now_ms``): those whose time in the lapse index passed (a lease lapses once now is past
+        its deadline, as ``lua/reap.lua`` reads it), and those it has none for (new, or failing to
+        reap). One script on the indexes' slot (``_DUE``), which also drops the lapse entries of
+        schedules no longer active: a pass with nothing due is one command, on Redis Cluster too.
+
+        On Redis Cluster the clock is the indexes' node's, not the schedule's: a skew between the
+        two delays a reap by as much (milliseconds under NTP, against lease ttls of seconds).
+        """
+        if self._due is None:
+            self._due = self.client.register_script(_DUE)
+        keys = [keyspace.active_index(self.prefix), keyspace.lapse_index(self.prefix)]
+        return [text(s) for s in self._due(keys=keys, args=["" if now_ms is None else now_ms])]
+
+    def defer_reaping(self, quiet_until_ms: Mapping[str, int]) -> None:
+        """Record, per schedule just reaped, when its next lease can lapse at the earliest (the
+        reap's ``quiet_until_ms``): passes until then skip it. Any such time stays a true bound
+        (a later lease's deadline is its writer's now + ttl), so replicas' writes may land in any order."""
+        if quiet_until_ms:
+            self.client.zadd(keyspace.lapse_index(self.prefix), dict(quiet_until_ms))

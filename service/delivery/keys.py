@@ -74,11 +74,19 @@ key                         type     contents
 ``P:results``               stream   accepted results, one entry per item, read by the trainer
 ==========================  =======  ==============================================================
 
-Index keys (outside any schedule's slot, each touched by single-key commands only):
+Index keys (outside any schedule's slot, touched by single-key commands, but for the one script
+that reads the active and lapse indexes together, which share a slot):
 
 * ``<prefix>:active`` (zset): schedule id -> publish time (ms); schedules the reaper walks. No TTL:
   a schedule leaves it when it settles or is cancelled, and at the first reaper pass after its keys
   expired (and entries older than the retention on each announce), so it holds unsettled schedules only.
+* ``<prefix>:lapse:{<prefix>:active}`` (zset): schedule id -> a time (ms, the lease clock) until which
+  none of its leases has lapsed, so reapers pass it over until then (``reaper.reap_all``): the
+  earliest lease deadline its last reap left, or that reap's now + lease ttl if sooner (a lease
+  written later gets its writer's now + ttl). Only reapers add to it; a schedule absent is reaped at
+  the next pass. An announce or retire removes the schedule's entry, and each pass the entries of
+  schedules no longer in ``<prefix>:active``. No TTL: it holds active schedules only. Tagged with the
+  active index's name, so both share a slot and one script reads them (``due_for_reaping``).
 * ``<prefix>:inbox:{<worker>}`` (zset): schedule id -> publish time (ms); what a sidecar pulls.
   Expires ``retention + INBOX_MARGIN_S`` after its latest announce (server clock; only ever
   extended), so the inbox of a worker that never returns goes with its last schedule.
@@ -293,6 +301,15 @@ def all_keys_pattern(prefix: str = DEFAULT_PREFIX) -> str:
 def active_index(prefix: str = DEFAULT_PREFIX) -> str:
     """Zset of live schedule ids (score: publish ms); the reaper walks it."""
     return f"{prefix}:active"
+
+
+def lapse_index(prefix: str = DEFAULT_PREFIX) -> str:
+    """Zset: active schedule id -> lease-clock ms until which none of its leases lapse (reapers').
+
+    Tagged ``{<prefix>:active}``: the active index's name has no braces, so it hashes on its whole
+    name, and this key lands in its slot: the due-for-reaping script may read both on Redis Cluster.
+    """
+    return f"{prefix}:lapse:{{{active_index(prefix)}}}"
 
 
 def inbox(worker_id: str, prefix: str = DEFAULT_PREFIX) -> str:

@@ -316,10 +316,13 @@ class Delivery(DeliveryIndexes):
     # -- reaper, progress, results --------------------------------------------------------------
 
     def reap(self, schedule_id: str, now_ms: int | None = None, limit: int = 1000) -> ReapReport:
-        """Expire up to ``limit`` lapsed leases of one schedule (atomic: safe from many replicas)."""
+        """Expire up to ``limit`` lapsed leases of one schedule (atomic: safe from many replicas).
+
+        The report's ``quiet_until_ms`` is when the next of its leases can lapse at the earliest
+        (``lua/reap.lua``): ``reaper.reap_all`` passes the schedule over until then."""
         reply = self._call(self.scripts.reap, schedule_id, [wire.clock(now_ms), limit])
-        requeued, dead, *holders = self._settled(schedule_id, reply)
-        return ReapReport(int(requeued), int(dead), tuple(sorted(text(w) for w in holders)))
+        requeued, dead, quiet, *holders = self._settled(schedule_id, reply)
+        return ReapReport(int(requeued), int(dead), tuple(sorted(text(w) for w in holders)), int(quiet))
 
     def cancel(self, schedule_id: str, now_ms: int | None = None) -> CancelReport:
         """End every queued and running item of the schedule (the trainer gave up on the step).

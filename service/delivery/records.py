@@ -374,6 +374,7 @@ class ReapReport:
     requeued: int  # expired leases put back at the head of a queue
     dead_lettered: int  # expired leases whose item ran out of attempts
     workers: tuple[str, ...] = ()  # whose leases lapsed (each once, sorted): workers that went silent
+    quiet_until_ms: int = 0  # lease clock: none of the schedule's leases has lapsed by then (reapers skip it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from tests.service.delivery import (
     test_affinity_stranded,
     test_cancel,
     test_faults,
+    test_lapse_index,
     test_plan_times,
     test_protocol,
     test_publish_layout,
@@ -37,7 +38,8 @@ from tests.service.delivery.audit import audit
 from tests.service.delivery.conftest import schedule
 
 # The single-node behaviour suite, collected again in this module with the cluster fixtures below: every
-# operation, the hypothesis state machine, progress on the lease clock, and the faults that need no
+# operation, the hypothesis state machine, progress on the lease clock, the reapers' lapse index (its
+# clock read in a cross-slot pipeline), and the faults that need no
 # second connection by URL.
 globals().update({name: fn for name, fn in vars(test_protocol).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_state_machine).items() if name.startswith("test_")})
@@ -47,6 +49,7 @@ globals().update({name: fn for name, fn in vars(test_affinity_stranded).items() 
 globals().update({name: fn for name, fn in vars(test_cancel).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_plan_times).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_publish_layout).items() if name.startswith("test_")})
+globals().update({name: fn for name, fn in vars(test_lapse_index).items() if name.startswith("test_")})
 globals().update(
     {
         name: getattr(test_faults, name)
