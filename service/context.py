@@ -18,7 +18,7 @@ from service.limits import PlanSlots
 from service.metrics import Metrics
 from service.models import ModelService
 from service.problems import UnavailableError
-from service.redis_conn import RedisClient
+from service.redis_conn import RedisClient, VersionCheck
 from service.retrain import Retrainer
 from service.settings import Settings
 from service.speeds import SpeedLearner
@@ -39,6 +39,7 @@ class Context:
     actuals: ActualsLog  # the durable stream of reported actuals
     retrainer: Retrainer  # on-demand and step-boundary retraining
     plan_slots: PlanSlots  # bounds how many requests plan at once
+    redis_version: VersionCheck  # the server's version, checked once it answers (``/readyz``)
     # threads for results long-polls: below the worker pool's 40, so polls that wait their whole
     # 30 s cannot take every thread from /readyz and the planning routes
     long_polls: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(LONG_POLLS))

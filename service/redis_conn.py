@@ -12,13 +12,14 @@ import logging
 import re
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 from redis.backoff import ExponentialBackoff
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
@@ -75,6 +76,64 @@ def refused(error: Exception) -> bool:
     if isinstance(error, redis.exceptions.AuthenticationError | redis.exceptions.NoPermissionError):
         return True
     return any(word in str(error) for word in _REFUSALS)
+
+
+# The oldest Redis the service runs on: the actuals log numbers its entries by XINFO STREAM's
+# entries-added (service/actuals.py), new in 7.0. Valkey reports the Redis level it matches as
+# ``redis_version`` (7.2.4 for Valkey 7.2 and 8), so that is the field compared.
+MIN_REDIS_VERSION = (7, 0)
+
+
+class RedisTooOldError(RuntimeError):
+    """The server is older than ``MIN_REDIS_VERSION``: an operator must upgrade it, waiting will not."""
+
+
+def version_refusal(info: Mapping[str, Any], where: str) -> str | None:
+    """One line saying why the server at ``where`` cannot serve, from its ``INFO server`` reply; None
+    when it can. Without it an old server failed later, on the first reported actual, with an error
+    that named neither the version nor the fix."""
+    found = str(info.get("redis_version", ""))
+    parts = re.match(r"(\d+)\.(\d+)", found)
+    if parts is not None and (int(parts[1]), int(parts[2])) >= MIN_REDIS_VERSION:
+        return None
+    needed = ".".join(map(str, MIN_REDIS_VERSION))
+    found = found or "(no redis_version in INFO)"
+    return f"Redis {found} at {where} is too old: the service needs Redis {needed} or later, or Valkey"
+
+
+def require_version(client: RedisClient, url: str) -> None:
+    """``RedisTooOldError`` naming the first server (every node of a cluster) below the minimum."""
+    if isinstance(client, RedisCluster):
+        every = cast(list[ClusterNode], client.get_nodes())  # type: ignore[no-untyped-call]
+        nodes = [(node.name, client.get_redis_connection(node)) for node in every]
+    else:
+        nodes = [(describe(url), client)]
+    for where, node_client in nodes:
+        refusal = version_refusal(node_client.info("server"), where)
+        if refusal is not None:
+            raise RedisTooOldError(refusal)
+
+
+@dataclass
+class VersionCheck:
+    """``require_version`` once the server answers: at start-up, or, when Redis was down then, on the
+    first ``/readyz`` that reaches it (a single-node client connects lazily; the app starts anyway)."""
+
+    client: RedisClient
+    url: str
+    refusal: str | None = None  # the one-line refusal once checked and too old
+    done: bool = False  # checked (a server that answered once is not asked again)
+
+    def check(self) -> str | None:
+        """The refusal, or None when new enough; ``redis.RedisError`` while the server is unreachable."""
+        if not self.done:
+            try:
+                require_version(self.client, self.url)
+            except RedisTooOldError as error:
+                self.refusal = str(error)
+                _log.error("%s", self.refusal)
+            self.done = True
+        return self.refusal
 
 
 def built_when_reachable(

@@ -30,7 +30,7 @@ from service.delivery.reaper import Reaper
 from service.limits import PlanSlots
 from service.metrics import Metrics
 from service.models import ModelService
-from service.redis_conn import connect, describe, refused
+from service.redis_conn import RedisTooOldError, VersionCheck, connect, describe, refused
 from service.retrain import Retrainer
 from service.settings import Settings
 from service.speeds import SpeedLearner
@@ -71,6 +71,9 @@ class Startup:
         """One try; True once built (or no longer wanted), False while the cluster does not answer."""
         try:
             ctx = build_context(self.settings, self.metrics)
+        except RedisTooOldError as error:  # logged by the check; only an upgrade and a restart fix it
+            self.state.starting = f"refused: {error}"
+            return True
         except (RedisClusterException, redis.RedisError) as error:
             where = describe(self.settings.redis_url or "")
             if refused(error):  # waiting alone will not fix credentials: say so loudly, keep trying
@@ -113,8 +116,19 @@ class Startup:
 
 
 def build_context(settings: Settings, metrics: Metrics) -> Context:
-    """Connect and load everything a request needs; tolerant of Redis being down right now."""
+    """Connect and load everything a request needs; tolerant of Redis being down right now.
+
+    ``RedisTooOldError`` when Redis answers with a version the service cannot run on (its one-line
+    reason logged); when it does not answer yet, ``/readyz`` checks once it does."""
     client, prefix = connect(settings), settings.key_prefix
+    version = VersionCheck(client, settings.redis_url or "")
+    try:
+        refusal = version.check()
+    except redis.RedisError:  # down (single node): checked by the first /readyz that reaches it
+        refusal = None
+    if refusal is not None:
+        client.close()
+        raise RedisTooOldError(refusal)
     delivery = Delivery(client, prefix)
     log = ActualsLog(client, settings.actuals_maxlen, prefix)
     model_service = ModelService(ModelStore(settings.model_dir), log, settings.model_keep)
@@ -140,6 +154,7 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
         actuals=log,
         retrainer=Retrainer(model_service, client, metrics, settings.retrain_every_steps, prefix),
         plan_slots=PlanSlots(settings.max_concurrent_plans, settings.plan_queue_timeout_s),
+        redis_version=version,
     )
 
 

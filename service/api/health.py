@@ -40,7 +40,8 @@ _NOT_READY: dict[int | str, dict[str, Any]] = {
 @router.get("/readyz", responses=_NOT_READY)
 @router.head("/readyz", include_in_schema=False)
 def readyz(request: Request) -> JSONResponse:
-    """Ready when Redis answers PING and a predictor is loaded; 503 with the reason otherwise."""
+    """Ready when Redis answers PING at a version the service runs on and a predictor is loaded; 503
+    with the reason otherwise."""
     if request.app.state.context is None:  # start-up still waits for a Redis Cluster (service.startup)
         return JSONResponse({"ready": False, "redis": request.app.state.starting, "model": None}, 503)
     ctx: Context = context_of(request)
@@ -48,7 +49,8 @@ def readyz(request: Request) -> JSONResponse:
     checks: dict[str, Any] = {"model": ctx.models.version}
     try:
         ctx.redis.ping()
-        checks["redis"] = "ok"
+        refusal = ctx.redis_version.check()  # asked once: Redis was down when the app started
+        checks["redis"] = "ok" if refusal is None else f"refused: {refusal}"
     except redis.RedisError as error:  # a wrong password or ACL is not an outage: say which
         checks["redis"] = f"{'refused' if refused(error) else 'unreachable'}: {error}"
     ready = checks["redis"] == "ok" and ctx.models.loaded

@@ -1,0 +1,82 @@
+"""A Redis older than 7 is refused at start, in one line naming the version found and the one needed.
+
+The actuals log reads XINFO STREAM entries-added (Redis 7.0): on an older server the service used to
+start, then fail on the first reported actual with an error naming neither the version nor the fix.
+The check reads the real server's ``INFO server``; an old server is a made-up reply, or the real one
+against a minimum raised above it (the code path is the same: nothing of Redis is mocked).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from service import redis_conn
+from service.app import create_app
+from service.embedded import EmbeddedServer
+from service.redis_conn import version_refusal
+from service.settings import Settings
+from tests.service.api.conftest import AppFactory, batch_body
+
+NEEDED = "Redis 7.0 or later, or Valkey"
+RAISED = "Redis 99.0 or later, or Valkey"  # what the tests below raise the minimum to
+
+
+def test_the_embedded_valkey_is_new_enough(redis_client: redis.Redis) -> None:
+    assert version_refusal(redis_client.info("server"), "here") is None
+
+
+def test_a_redis_6_reply_is_refused_naming_the_version_found_and_the_one_needed(
+    redis_client: redis.Redis,
+) -> None:
+    older = {**redis_client.info("server"), "redis_version": "6.2.14", "server_name": "redis"}
+    refusal = version_refusal(older, "redis://cache:6379/0")
+    assert refusal == f"Redis 6.2.14 at redis://cache:6379/0 is too old: the service needs {NEEDED}"
+
+
+def test_a_reply_without_a_version_is_refused_too(redis_client: redis.Redis) -> None:
+    info = {k: v for k, v in redis_client.info("server").items() if k != "redis_version"}
+    assert (version_refusal(info, "x") or "").startswith("Redis (no redis_version in INFO) at x is too old")
+
+
+def test_the_app_on_the_real_server_starts_ready_having_checked_its_version(make_client: AppFactory) -> None:
+    client = make_client()
+    assert client.get("/readyz").json()["redis"] == "ok"
+    assert client.app.state.context.redis_version.done  # type: ignore[attr-defined]
+
+
+def test_a_server_below_the_minimum_keeps_the_app_not_ready_with_one_error_line(
+    make_client: AppFactory, redis_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(redis_conn, "MIN_REDIS_VERSION", (99, 0))  # the real 7.2.4 is "too old"
+    with caplog.at_level(logging.ERROR, logger="service.redis"):
+        client = make_client()
+        ready = client.get("/readyz")
+        planned = client.post("/schedule", json=batch_body())
+    refusal = f"Redis 7.2.4 at {redis_url} is too old: the service needs {RAISED}"
+    assert (ready.status_code, ready.json()["redis"]) == (503, f"refused: {refusal}")
+    assert planned.status_code == 503
+    assert refusal in planned.json()["detail"]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [refusal]
+
+
+def test_a_server_down_at_start_is_checked_by_the_first_readyz_that_reaches_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_conn, "MIN_REDIS_VERSION", (99, 0))
+    server = EmbeddedServer().start()
+    try:
+        server.kill()
+        settings = Settings(redis_url=server.url, model_dir=str(tmp_path), redis_timeout_s=0.5)
+        with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+            assert client.get("/readyz").json()["redis"].startswith("unreachable")
+            server.start()
+            ready = client.get("/readyz")
+            refusal = f"refused: Redis 7.2.4 at {server.url} is too old: the service needs {RAISED}"
+            assert (ready.status_code, ready.json()["redis"]) == (503, refusal)
+    finally:
+        server.stop()
