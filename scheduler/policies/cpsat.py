@@ -96,6 +96,10 @@ DEFER = 0.8  # the second round's cap on estimates: this share of the way from t
 # one round each way: 0.5: 1.136, 0.67: 1.096, 0.8: 1.029, 0.9: 1.032, none: 1.035; 16,384 x 128:
 # 0.75: 1.034, 0.8: 1.035, 0.9: 1.039, none: 1.041 (below ~0.7 too many wait, and they crowd the
 # lowest bands' workers, whose waves run 10% over their estimates).
+BASELINE_COST = 1.0  # lpt phases the robust choice's lpt side takes before its pace is known (the
+# first ``robust.MIN_SAMPLES`` draws, ``robust.baseline``): 0.6-1.1 at 4,096 x 32 and 16,384 x 128.
+# Started with less left, its draws ran past the deadline on a loaded host, for a search that
+# could not follow them
 ROUNDS = 2  # realisations of one aggregate solve: as planned, then calibrated and capped (``_rounds``)
 
 
@@ -114,20 +118,20 @@ class CpSatPolicy:
         lpt_phase = clock.now() - started
         lpt_plan = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
         hedge_started = clock.now()
-        lpt_hedged = hedged(problem, request, lpt_plan, spread, deadline)
+        lpt_hedged = hedged(problem, request, lpt_plan, spread, deadline, lpt_phase)
         search_end = deadline  # a hedge that fitted is kept time for again, for a plan that differs
         if lpt_hedged is not lpt_plan:
             search_end -= clock.now() - hedge_started
-        lpt_robust = calibrated(problem, request, lpt_hedged, spread, deadline)  # what lpt returns
+        lpt_robust = calibrated(problem, request, lpt_hedged, spread, deadline, lpt_phase)  # what lpt returns
         base = None
-        if spread is not None and clock.now() < search_end:  # the robust choice's lpt side
+        if spread is not None and clock.now() + BASELINE_COST * lpt_phase < search_end:
             base = baseline(problem, lpt_plan.queues, spread, request.kv_admission, request.seed, search_end)
         best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end, spread, base)
         if best.queues == lpt_plan.queues:
             best = Placement(lpt_robust.queues, best.status, finish_s=lpt_robust.finish_s)
         else:
-            best = hedged(problem, request, best, spread, deadline)
-        return at_once_hedge(problem, request, best, spread, deadline)
+            best = hedged(problem, request, best, spread, deadline, lpt_phase)
+        return at_once_hedge(problem, request, best, spread, deadline, lpt_phase)
 
     def _search(
         self,

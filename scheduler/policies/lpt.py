@@ -42,6 +42,8 @@ SCREEN_MARGIN = 1.05  # a lane-dealt start whose queues, each played once in its
 # plan and never kept it, at 0.4 s a plan
 REPLAY_PLAYS = 6  # plays of every queue that placing again costs: four candidate orders, then the
 # hedge's two (``calibrated`` starts only if that many still fit, timed by the draws' plays)
+PLACE_COST = 2.0  # lpt phases placing again takes: scaled estimates take the general list-scheduling
+# path (``ListState``), 1.7-1.9 lpt phases at 4,096 x 32 and 16,384 x 128, 70-80 ms of a 1 s plan there
 
 
 class LptPolicy:
@@ -51,39 +53,55 @@ class LptPolicy:
 
     def plan(self, request: PlanRequest, problem: Problem | None = None) -> Placement:
         """Place longest units first, then order each worker's queue for its makespan."""
-        deadline = clock.now() + request.time_budget_s
+        started = clock.now()
+        deadline = started + request.time_budget_s
         problem = problem or build_problem(request)
         spread = spreads(request.trajectories)
         _, queues, finishes = lpt_start(problem, request.kv_admission, deadline, spread is None)
+        phase = clock.now() - started  # the unit the later phases price their fixed costs in
         placement = Placement(queues=queues, status="HEURISTIC", finish_s=finishes)
-        placed = calibrated(
-            problem, request, hedged(problem, request, placement, spread, deadline), spread, deadline
-        )
-        return at_once_hedge(problem, request, placed, spread, deadline)
+        lpt_hedged = hedged(problem, request, placement, spread, deadline, phase)
+        placed = calibrated(problem, request, lpt_hedged, spread, deadline, phase)
+        return at_once_hedge(problem, request, placed, spread, deadline, phase)
 
 
 def calibrated(
-    problem: Problem, request: PlanRequest, placement: Placement, spread: Spread | None, deadline: float
+    problem: Problem,
+    request: PlanRequest,
+    placement: Placement,
+    spread: Spread | None,
+    deadline: float,
+    lpt_phase_s: float = 0.0,
 ) -> Placement:
     """``placement`` (hedged) placed again by LPT with each device kind's estimates scaled by how
     late that kind runs on draws of the lengths (``scheduler.policies.robust_place``), then ordered
     and hedged; ``placement`` itself without quantiles, with one kind, when the kinds agree, or when
-    the new plan would not be hedged before ``deadline`` (an unhedged plan is never returned)."""
+    the new plan would not be hedged before ``deadline`` (an unhedged plan is never returned).
+
+    What it costs is projected before each part starts: placing again (``PLACE_COST`` lpt phases
+    of ``lpt_phase_s`` seconds, the time ``lpt_start`` took) before the draws, and with the draws'
+    pace, ``REPLAY_PLAYS`` plays of every queue too before placing. Only the plays used to be
+    counted: placing again took 70-80 ms of a 1 s plan at 16,384 x 128 (idle host) unpriced, and
+    on a loaded host a plan that could not be hedged in time was placed anyway and dropped, 445 ms
+    that ended the plan 45 ms past its budget with the search never started."""
     if spread is None or len(worker_kinds(problem.costs, problem.active)) < 2:
         return placement
     started = clock.now()
+    placing_s = PLACE_COST * lpt_phase_s
+    if started + placing_s > deadline:  # the draws would be played for nothing
+        return placement
     scale = kind_scales(
-        problem, placement, spread, request.kv_admission, request.seed, deadline, REPLAY_PLAYS
+        problem, placement, spread, request.kv_admission, request.seed, deadline - placing_s, REPLAY_PLAYS
     )
     now = clock.now()
     per_play = (now - started) / DRAWS  # the draws played every queue DRAWS times
-    if scale is None or now + REPLAY_PLAYS * per_play > deadline:
+    if scale is None or now + placing_s + REPLAY_PLAYS * per_play > deadline:
         return placement
     queues, finishes = ordered(
         problem, lpt_assignment(problem, scale=scale), request.kv_admission, deadline, False
     )
     again = Placement(queues, placement.status, finish_s=finishes)
-    settled = hedged(problem, request, again, spread, deadline)
+    settled = hedged(problem, request, again, spread, deadline, lpt_phase_s)
     return placement if settled is again else settled
 
 

@@ -55,21 +55,34 @@ PACE_EVERY = 32  # units placed between checks of the candidate's projected end 
 # far cheaper than placing 32 units: a heap pass and a KV peak each)
 PLAYS = 2 * SAMPLES  # draws played per comparison: two candidates (each draw with its stretched copy)
 TIMED = 4  # draws of the policy's plan played and timed before the comparison is committed to
+CHECK_COST = 1.0  # lpt phases the at-once check and the first ``TIMED`` draws take together, the part
+# of the hedge played before its own pace is known: 0.7-1.0 at 4,096 x 32, 0.6-0.9 at 16,384 x 128
 
 
 def at_once_hedge(
-    problem: Problem, request: PlanRequest, placement: Placement, spread: Spread | None, deadline: float
+    problem: Problem,
+    request: PlanRequest,
+    placement: Placement,
+    spread: Spread | None,
+    deadline: float,
+    lpt_phase_s: float = 0.0,
 ) -> Placement:
     """``placement``, or the fastest-kind-first plan (``fastest_first``) where the batch runs at once
     and that plan is expected to end sooner over draws of the lengths with one outlier
     (``outlier_means``); ``placement`` without quantiles, with one kind, where the batch does not run
-    at once, or when the draws would not fit ``deadline`` (once it has passed, without checking
-    anything). The candidate runs at once, so there is no order to hedge (``robust_order`` leaves
-    such queues alone)."""
+    at once, or when the draws would not fit ``deadline`` (judged before anything is checked when
+    less than ``CHECK_COST`` lpt phases of ``lpt_phase_s`` seconds are left). The candidate runs at
+    once, so there is no order to hedge (``robust_order`` leaves such queues alone).
+
+    Why the price. The at-once check and the first draws are what tell the hedge its pace, so
+    they were started whenever the deadline had not passed: 3-130 ms (4,096 x 16 to 16,384 x
+    1,024) of plans already near their budget, and on a loaded host 100-200 ms that ended 16,384 x
+    128 plans at 1,020-1,090 ms of 1 s. They cost about one lpt phase, measured on the same host
+    at the start of the same plan."""
     if spread is None or not _within_slots(problem) or len(worker_kinds(problem.costs, problem.active)) < 2:
         return placement
-    if clock.now() >= deadline:  # no draw can be played: the at-once check alone cost 3-130 ms
-        return placement  # (4,096 x 16 to 16,384 x 1,024) of plans already at their budget
+    if clock.now() + CHECK_COST * lpt_phase_s >= deadline:  # no draw could be played after the check
+        return placement
     if not _runs_at_once(problem, placement.queues, request.kv_admission):
         return placement
     draws = outlier_draws(spread, request.seed)

@@ -226,3 +226,31 @@ def test_estimated_finishes_are_the_plays_wherever_they_are_not_marked_and_near_
     ).all()
     finish_draws.replay_cells(problem.costs, problem.prompts, crowded, draws, values, approx, True)
     assert (values == exact).all()
+
+
+@pytest.mark.parametrize(("budget_s", "drawn"), [(1.9, False), (2.1, True)])
+def test_the_lpt_plans_draws_are_not_started_with_less_than_their_price_in_lpt_phases_left(
+    monkeypatch: pytest.MonkeyPatch, budget_s: float, drawn: bool
+) -> None:
+    """The lpt phase seems to take a second and nothing else any time: the lpt plan's first draws
+    (``baseline``), played before their pace is known, are priced at ``BASELINE_COST`` (1) lpt
+    phase, so with 0.9 s left after the lpt phase they are not played (nor is the search, which
+    needs them), with 1.1 s they are. They used to start whenever any time was left."""
+    request = dataclasses.replace(REQUEST, time_budget_s=budget_s)
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+
+    def slow_start(*args: object) -> object:
+        fake.seconds += 1.0
+        return lpt_start(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cpsat_module, "lpt_start", slow_start)
+    played: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        played.append(1)
+        return baseline(*args, **kwargs)
+
+    monkeypatch.setattr(cpsat_module, "baseline", counted)
+    cpsat_module.CpSatPolicy().plan(request, build_problem(request))
+    assert bool(played) == drawn

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 import numpy as np
+import pytest
 
+from scheduler import clock
+from scheduler.costmodel import WorkerCost
 from scheduler.devices import device_profile, model_preset
 from scheduler.finish import worker_finish
 from scheduler.planner import plan
+from scheduler.policies import lpt as lpt_module
+from scheduler.policies import robust_order
 from scheduler.policies.base import Placement
 from scheduler.policies.ordering import best_order, shortest_first
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import draw_steps, spreads
 from scheduler.policies.robust_order import drawn_finish, hedged, robust_orders
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
+from tests.scheduler.fake_clock import ManualClock
 
 CAP = 8_192
 
@@ -115,3 +122,75 @@ def test_lpt_and_cpsat_both_return_the_hedged_order() -> None:
     hedged_keys = [request.trajectories[i].key for i in shortest_first(problem, order, problem.costs[0])]
     assert list(plan(request, "lpt").workers[0].items) == hedged_keys
     assert list(plan(request, "cpsat").workers[0].items) == hedged_keys
+
+
+def _two_queues_in_waves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Problem, tuple[tuple[int, ...], ...], ManualClock]:
+    """Two H100s with small caches, 32 and 96 items in waves, on a fake clock where a play of a
+    queue on a draw takes 1 ms an item."""
+    request = _request(128, 1.6, 40_000, seed=7)
+    worker = request.inventory.workers[0]
+    inventory = Inventory((worker, dataclasses.replace(worker, worker_id="h100-1")), request.inventory.model)
+    problem = build_problem(dataclasses.replace(request, inventory=inventory))
+    queues = (tuple(range(32)), tuple(range(32, 128)))
+    assert robust_order._in_waves(problem, queues, True) == [True, True]
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    played = robust_order.drawn_finish
+
+    def timed(problem: Problem, cost: WorkerCost, order: list[int], draws: Any, reserve: bool) -> float:
+        fake.seconds += 0.001 * len(order) * len(draws)
+        return played(problem, cost, order, draws, reserve)
+
+    monkeypatch.setattr(robust_order, "drawn_finish", timed)
+    return problem, queues, fake
+
+
+def test_a_hedge_whose_queues_cannot_all_be_judged_in_the_time_left_stops_before_the_next_play(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    problem, queues, fake = _two_queues_in_waves(monkeypatch)
+    spread = spreads(_request(128, 1.6, 40_000, seed=7).trajectories)
+    assert spread is not None
+    finishes = tuple(problem.finishes(queues, True))
+    # judging the 32-item queue takes 64 ms (two orders); the 96-item one would take 192 ms more
+    assert robust_orders(problem, queues, finishes, spread, True, 0, 0.2) is None
+    assert fake.seconds <= 0.2  # nothing played past the deadline: the larger queue never started
+    fake.seconds = 0.0
+    assert robust_orders(problem, queues, finishes, spread, True, 0, 0.3) is not None
+    assert fake.seconds == pytest.approx(0.256)  # where both fit, both are judged
+
+
+@pytest.mark.parametrize(("budget_s", "judged"), [(40.0, False), (42.0, True)])
+def test_before_its_own_pace_is_known_the_hedge_is_priced_in_lpt_phases(
+    monkeypatch: pytest.MonkeyPatch, budget_s: float, judged: bool
+) -> None:
+    """The lpt phase seems to take a second and nothing else any time: judging the 128 items in
+    waves is priced at ``JUDGE_COST`` (40 under KV admission) lpt phases per trajectory of the
+    batch, 40 s, so with 39 s left after the lpt phase no queue is judged, with 41 s they are. The
+    first queue used to be judged unpriced: after the search, a 640-item queue (61 ms) with 5 ms
+    left ended a 4,096 x 32 plan at 308 ms of 250."""
+    request = _request(128, 1.6, 40_000, seed=7)
+    worker = request.inventory.workers[0]
+    inventory = Inventory((worker, dataclasses.replace(worker, worker_id="h100-1")), request.inventory.model)
+    request = dataclasses.replace(request, inventory=inventory, time_budget_s=budget_s)
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    start = lpt_module.lpt_start
+
+    def slow_start(*args: Any) -> Any:
+        fake.seconds += 1.0
+        return start(*args)
+
+    monkeypatch.setattr(lpt_module, "lpt_start", slow_start)
+    calls: list[int] = []
+    judge = robust_order._better_order
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return judge(*args)
+
+    monkeypatch.setattr(robust_order, "_better_order", counted)
+    lpt_module.LptPolicy().plan(request, build_problem(request))
+    assert bool(calls) == judged
