@@ -264,13 +264,14 @@ def test_a_kind_left_empty_counts_as_late_as_the_latest_kind_played() -> None:
     assert robust_place._scales(4, kinds, [[1.1], [1.105], []]) is None  # within AGREED
 
 
-@pytest.mark.parametrize(("budget_s", "placed"), [(2.9, False), (3.1, True)])
+@pytest.mark.parametrize(("budget_s", "drawn"), [(2.9, False), (3.1, True)])
 def test_the_kinds_are_not_played_on_draws_when_placing_again_could_not_follow_them(
-    monkeypatch: pytest.MonkeyPatch, budget_s: float, placed: bool
+    monkeypatch: pytest.MonkeyPatch, budget_s: float, drawn: bool
 ) -> None:
     """The lpt phase seems to take a second and nothing else any time: placing again is priced at
     ``PLACE_COST`` (2) lpt phases, so with less than that left after the lpt phase the draws are
-    not played, and with more they are and the plan is placed again. Only the draws' plays used to
+    not played, and with more they are (the plan placed again is then kept only if its hedge,
+    priced in turn, fits too). Only the draws' plays used to
     be projected: at 16,384 x 128 placing again took 70-80 ms of a 1 s plan unpriced, and on a
     loaded host 445 ms for a plan then dropped, past the budget."""
     request = dataclasses.replace(_request(1.6), time_budget_s=budget_s)
@@ -291,8 +292,5 @@ def test_the_kinds_are_not_played_on_draws_when_placing_again_could_not_follow_t
         return scales(*args)
 
     monkeypatch.setattr(lpt_module, "kind_scales", counted)
-    problem = build_problem(request)
-    unplaced = _hedged_lpt(request)[1]
-    chosen = lpt_module.LptPolicy().plan(request, problem)
-    assert bool(played) == placed
-    assert (chosen.queues != unplaced.queues) == placed
+    lpt_module.LptPolicy().plan(request, build_problem(request))
+    assert bool(played) == drawn
