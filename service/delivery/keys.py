@@ -59,6 +59,14 @@ key                         type     contents
                                      ``DeliveryItem.planned_start_ms`` / ``deadline_ms``). A steal
                                      takes it only if the thief would finish it by ``end`` (moved
                                      back by the owner's lateness); absent: no deadline guard
+``P:seen``                  zset     worker -> when it last claimed, stole or heartbeated in this
+                                     schedule (lease clock, ms; rewritten at most every quarter
+                                     lease TTL): a failed item's next attempt goes only to a worker
+                                     seen within a lease TTL
+``P:tried``                 hash     item key -> the workers whose attempt at it was reported failed
+                                     (space-separated, in order; written only by a ``fail``): its
+                                     next attempt goes to a worker not among them when one may
+                                     take it
 ``P:counts``                hash     ``q|r|d|f|c`` totals and ``q:<w>|r:<w>|d:<w>|f:<w>|c:<w>`` per
                                      worker (``c``: cancelled, only after a cancel)
 ``P:q:<worker>``            list     the worker's ordered queue; head = next to start
@@ -247,6 +255,16 @@ class ScheduleKeys:
     def need(self) -> str:
         """Item key -> prompt + max_new_tokens, for items some published cache cannot hold."""
         return f"{self.base}:need"
+
+    @property
+    def seen(self) -> str:
+        """Worker -> when it last showed life in this schedule (ms): where a failed item may go."""
+        return f"{self.base}:seen"
+
+    @property
+    def tried(self) -> str:
+        """Item key -> the workers whose attempt at it failed: its next attempt goes elsewhere."""
+        return f"{self.base}:tried"
 
     def queue(self, worker_id: str) -> str:
         """A worker's ordered queue (``SHARED_QUEUE`` names the shared FIFO)."""

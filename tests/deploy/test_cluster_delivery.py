@@ -31,6 +31,7 @@ from tests.service.delivery import (
     test_plan_times,
     test_protocol,
     test_publish_layout,
+    test_retry_elsewhere,
     test_state_machine,
     test_steal_rules,
 )
@@ -50,6 +51,7 @@ globals().update({name: fn for name, fn in vars(test_cancel).items() if name.sta
 globals().update({name: fn for name, fn in vars(test_plan_times).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_publish_layout).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_lapse_index).items() if name.startswith("test_")})
+globals().update({name: fn for name, fn in vars(test_retry_elsewhere).items() if name.startswith("test_")})
 globals().update(
     {
         name: getattr(test_faults, name)

@@ -17,6 +17,7 @@
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local w, want, now, call = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), ARGV[4]
+mark_seen(w, now, cfg)
 local again = replayed_call(w, 'claim', call)
 if again then return again end
 local out = {}

@@ -255,16 +255,32 @@ local function dequeued(q, keys)
   count('q', q, -#keys)
 end
 
--- Put a running item back at the HEAD of its holder's queue (next to start).
-local function requeue(key, cfg)
+-- Put a running item back at the HEAD of a queue (next to start): its holder's, or to's (a failed
+-- item's next attempt, release.lua); the item then belongs to that queue.
+local function requeue(key, cfg, to)
   local r = get(key)
-  r.s = 'q'
+  local holder = r.w
+  to = to or holder
+  r.s, r.w = 'q', to
   dirty[key] = true
-  redis.call('LPUSH', k('q:' .. r.w), key)
-  keep(k('q:' .. r.w), cfg.exp)
-  work_delta(r.w, tonumber(r.pred))
-  count('r', r.w, -1)
-  count('q', r.w, 1)
+  redis.call('LPUSH', k('q:' .. to), key)
+  keep(k('q:' .. to), cfg.exp)
+  work_delta(to, tonumber(r.pred))
+  count('r', holder, -1)
+  count('q', to, 1)
+end
+
+-- Worker w showed life in this schedule (a claim or a heartbeat): P:seen keeps when, at most every
+-- quarter lease TTL (an idle worker claims every poll; one write per poll would be a write per
+-- idle poll per worker). A failed item's next attempt goes only to a worker seen within a TTL, the
+-- reaper's horizon of death: an empty queue alone would make a dead or stopped worker look the
+-- least loaded of all.
+local function mark_seen(w, now, cfg)
+  if w == nil or w == '' then return end
+  local last = tonumber(redis.call('ZSCORE', k('seen'), w) or '')
+  if last and last <= now and now - last < cfg.ttl / 4 then return end
+  redis.call('ZADD', k('seen'), now, w)
+  keep(k('seen'), cfg.exp)
 end
 
 -- Move a running item to the dead-letter list, with why and how often it was tried.

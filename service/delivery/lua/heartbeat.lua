@@ -9,6 +9,7 @@ local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now = now_ms(ARGV[1])
 local holder = ARGV[2]
+mark_seen(holder, now, cfg)
 local out = {}
 for i = 3, #ARGV, 2 do
   local key = ARGV[i]

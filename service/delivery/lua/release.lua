@@ -1,6 +1,7 @@
 -- release: hand leases back. mode 'release' (graceful shutdown): requeue at the head of the holder's
 -- queue in the original order and refund the attempt. mode 'fail' (the engine failed the item): the
--- attempt counts; requeue, or dead-letter once max_attempts are spent.
+-- attempt counts; dead-letter once max_attempts are spent, else the next attempt goes to the head
+-- of ANOTHER worker's queue when one may take it (retry_target), else back to the holder's head.
 -- ARGV: mode, now ('' = server), reason, holder ('' = any: the token alone), then pairs (key,
 -- token). A lease held by another worker is stale (as in complete.lua): nothing changes.
 -- Returns one code per lease: 1 requeued, 3 dead-lettered, 0 stale (not held: nothing changed); then
@@ -9,6 +10,57 @@ local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local mode, now, reason, holder = ARGV[1], now_ms(ARGV[2]), ARGV[3], ARGV[4]
 local out = {}
+
+-- The workers whose attempt at key was reported failed, as a set, with the holder w added to them
+-- (P:tried, written only here: a failure is rare, so the record costs nothing on the hot path).
+local function tried_with(key, w)
+  local before = redis.call('HGET', k('tried'), key) or ''
+  local tried = {}
+  for name in string.gmatch(before, '[^ ]+') do tried[name] = true end
+  if not tried[w] then
+    redis.call('HSET', k('tried'), key, before == '' and w or before .. ' ' .. w)
+    keep(k('tried'), cfg.exp)
+    tried[w] = true
+  end
+  return tried
+end
+
+-- Where the next attempt of key, whose attempt on worker w just failed, goes. A failure reported
+-- by a sidecar is a healthy engine failing this one item (watchdog.py STRIKES, a refusal) or a pull
+-- worker dropping it, and it is often the worker's own fault (a shorter context, a bad GPU that
+-- still answers /health, a worker that drops items): retried on w, the item would spend every
+-- attempt there and be dead-lettered although any other worker could run it. So it goes to the
+-- announced worker (meta 'workers') that has not failed it yet, was seen alive within a lease TTL
+-- (P:seen, mark_seen), holds it in its KV cache (P:cap against P:need, as a claim checks) and has
+-- the least predicted work queued (P:work); ties go to the first in the announced order. A pinned
+-- item (P:pin) never moves, nor does one no other worker may take: w again, as before. A prefix
+-- group does not hold it back: its cache is worth less than the item, and the rest of the group,
+-- which did not fail, stays where it is.
+local function retry_target(key, w)
+  local tried = tried_with(key, w)
+  if redis.call('HEXISTS', k('pin'), key) == 1 then return w end
+  local need = tonumber(redis.call('HGET', k('need'), key) or '')
+  local best, least = w, nil
+  for _, other in ipairs(cjson.decode(redis.call('HGET', META, 'workers') or '[]')) do
+    local seen = not tried[other] and tonumber(redis.call('ZSCORE', k('seen'), other) or '')
+    if seen and now - seen <= cfg.ttl then
+      local cap = need and tonumber(redis.call('HGET', k('cap'), other) or '')
+      local work = tonumber(redis.call('ZSCORE', k('work'), other) or '') or 0
+      if not (cap and need > cap) and (least == nil or work < least) then best, least = other, work end
+    end
+  end
+  return best
+end
+
+-- Requeue key, which failed on holder w, at the head of its retry target's queue. Moved, its
+-- planned start and finish (P:due) are its old owner's, so the steal guard forgets them: the new
+-- owner is not late for an item that was never planned on it.
+local function retry(key, w)
+  local to = retry_target(key, w)
+  if to ~= w then redis.call('HDEL', k('due'), key) end
+  requeue(key, cfg, to)
+end
+
 -- Walk backwards so that LPUSH leaves the first lease at the head of the queue.
 for i = #ARGV - 1, 5, -2 do
   local key = ARGV[i]
@@ -24,7 +76,7 @@ for i = #ARGV - 1, 5, -2 do
       bury(key, now, reason, cfg)
       code = 3
     else
-      requeue(key, cfg)
+      retry(key, r.w)
       code = 1
     end
   elseif status == 'expired' then

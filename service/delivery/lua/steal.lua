@@ -41,6 +41,7 @@ local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local thief, want, now, budget = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), tonumber(ARGV[4])
 local call = ARGV[8]
+mark_seen(thief, now, cfg)
 local again, stolen_from = replayed_call(thief, 'steal', call)
 if again then
   if #again == 0 then return {} end
