@@ -150,4 +150,5 @@ def test_the_retry_records_expire_with_the_schedule(delivery: Delivery, redis_cl
     delivery.fail(lease, "x", now_ms=T0 + 1)
     keys = schedule_keys("s")
     assert redis_client.hgetall(keys.tried) == {lease.key: "a"}
-    assert redis_client.pttl(keys.tried) > 0 and redis_client.pttl(keys.seen) > 0
+    assert redis_client.pttl(keys.tried) > 0
+    assert redis_client.pttl(keys.seen) > 0

@@ -104,15 +104,19 @@ class Cluster:
         args = ["engine-sim", "--port", str(port), "--device", device, "--time-scale", str(scale)]
         return self.spawn(name, [*args, *extra]), f"http://127.0.0.1:{port}"
 
-    def engine_threads(self, time_scales: dict[str, float], max_num_seqs: int = 256) -> dict[str, str]:
-        """Serve engine-sims from threads of this process (real uvicorn servers on loopback ports).
+    def engine_threads(
+        self, time_scales: dict[str, float], max_num_seqs: int = 256, contexts: dict[str, int] | None = None
+    ) -> dict[str, str]:
+        """Serve engine-sims from threads of this process (real uvicorn servers on loopback ports);
+        ``contexts`` gives an engine a ``max_model_len`` of its own (default 32,768).
 
         Tests whose faults hit the sidecars use these: a process per engine costs seconds of imports
         on a loaded 2-core machine and adds nothing to what they check.
         """
         urls = {}
         for name, scale in time_scales.items():
-            config = build_config("H100", time_scale=scale, max_num_seqs=max_num_seqs)
+            context = (contexts or {}).get(name, 32_768)
+            config = build_config("H100", time_scale=scale, max_num_seqs=max_num_seqs, max_model_len=context)
             server = uvicorn.Server(
                 uvicorn.Config(create_app(config), host="127.0.0.1", port=free_port(), log_level="warning")
             )
