@@ -21,6 +21,8 @@ import threading
 import uuid
 from dataclasses import dataclass
 
+import redis
+
 from scheduler.errors import InvalidInputError
 from service.delivery import keys
 from service.metrics import Metrics
@@ -143,8 +145,10 @@ class Retrainer:
         while not done.wait(keys.RETRAIN_LOCK_TTL_S / 3):
             try:
                 self._renew(keys=[self._lock_key], args=[token, keys.RETRAIN_LOCK_TTL_S])
-            except Exception:  # Redis down: the lock may lapse; the fit itself goes on
-                _log.warning("could not renew the retrain lock", exc_info=True)
+            except Exception as error:  # Redis down: the lock may lapse; the fit itself goes on
+                _log.warning(
+                    "could not renew the retrain lock: %s", _brief(error), exc_info=_unexpected(error)
+                )
 
     def release(self) -> None:
         """Give the retrain lock back if this replica holds it (after a fit, and at shutdown: a
@@ -153,9 +157,13 @@ class Retrainer:
         if token is not None:
             try:
                 self._release(keys=[self._lock_key], args=[token])
-            except Exception:  # Redis down: the lock expires by itself, or at our next attempt
+            except Exception as error:  # Redis down: the lock expires by itself, or at our next attempt
                 self._unreleased = token
-                _log.warning("could not release the retrain lock", exc_info=True)
+                _log.warning(
+                    "could not release the retrain lock (it lapses by itself): %s",
+                    _brief(error),
+                    exc_info=_unexpected(error),
+                )
 
     def _release_leftover(self) -> None:
         """Give back a lock whose release failed. A Redis restarted from its AOF keeps the lock for
@@ -197,3 +205,16 @@ class Retrainer:
             _log.info("automatic retrain skipped: %s", error.detail)
         except Exception:  # counted by retrain_now
             _log.exception("automatic retrain failed")
+
+
+def _brief(error: Exception) -> str:
+    """The error as one line: its type and message."""
+    return f"{type(error).__name__}: {error}"
+
+
+def _unexpected(error: Exception) -> bool:
+    """Whether a failure to keep or give back the lock deserves a traceback. A Redis error does not:
+    an outage is an expected event there (the lock lapses by itself), and the client's internals,
+    40 lines a failure, only buried the one thing an operator needs, which error it was. Anything
+    else is a bug, and keeps its traceback."""
+    return not isinstance(error, redis.RedisError)

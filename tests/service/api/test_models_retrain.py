@@ -281,3 +281,22 @@ def test_a_lock_whose_release_failed_does_not_block_this_replicas_next_retrain(
     assert redis_client.get("rs:retrain:lock") is not None  # the restarted Redis still holds it
     assert client.post("/models/retrain").status_code == 200
     assert redis_client.get("rs:retrain:lock") is None
+
+
+def test_a_lock_release_that_meets_a_redis_outage_logs_one_line_without_a_traceback(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis killed as an automatic retrain ended logged 40 lines of the Redis client's traceback
+    for an expected outage (the lock lapses by itself); the log line alone says which error it was."""
+    retrainer = client.app.state.context.retrainer  # type: ignore[attr-defined]
+
+    def down(**kwargs: object) -> object:
+        raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(retrainer, "_release", down)
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    with caplog.at_level("WARNING", logger="service.retrain"):
+        assert client.post("/models/retrain").status_code == 200
+    [line] = [r for r in caplog.records if "retrain lock" in r.getMessage()]
+    assert "ConnectionError: Error 111" in line.getMessage()
+    assert not line.exc_info  # no traceback
