@@ -195,12 +195,18 @@ def _details(exc: Exception) -> tuple[str, dict[str, Any]]:
     return "an unexpected error occurred; see the service log", {}
 
 
+# What a refused body adds when it was not sent as JSON: ``curl -d`` sends a form by default, and
+# "Input should be a valid dictionary" alone did not say that the JSON in it was never read as JSON.
+# The service's problems and the sidecar's pull API both say it.
+JSON_HINT = "; send the body as JSON, with 'Content-Type: application/json'"
+
+
 async def handle(request: Request, exc: Exception) -> JSONResponse:
     """The one exception handler: look ``exc`` up in the table and answer with a problem."""
     problem = lookup(exc)
     detail, extra = _details(exc)
-    if extra.get("field") == "body" and not _is_json(request.headers.get("content-type", "")):
-        detail += "; send the body as JSON, with 'Content-Type: application/json'"
+    if extra.get("field") == "body" and not is_json(request.headers.get("content-type", "")):
+        detail += JSON_HINT
     if problem.status > 500:  # a 500 is logged by the server, traceback and all (Starlette re-raises it)
         with schedule_context(request_schedule_id(request.scope)):
             _log.warning("request failed: %s", detail)
@@ -218,7 +224,7 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-def _is_json(content_type: str) -> bool:
+def is_json(content_type: str) -> bool:
     """``application/json`` or a ``+json`` type, parameters aside: what FastAPI parses as JSON."""
     media = content_type.split(";", 1)[0].strip().lower()
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))

@@ -50,6 +50,7 @@ from fastapi.responses import JSONResponse
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.records import CompletionOutcome, TrajectoryResult
 from service.limits import BodyLimitMiddleware
+from service.problems import JSON_HINT, is_json
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
 from service.sidecar.pull_holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.pull_state import MAX_WAIT_S, Connecting, ConnectingError, PullState, lease_json
@@ -235,7 +236,11 @@ def _one_invalid(error: Any) -> str:
     return f"{field}: {error['msg']}"
 
 
-async def _problem(_: Request, exc: Exception) -> JSONResponse:
-    """The response ``_PROBLEMS`` maps ``exc`` to (Starlette picks a handler by the same MRO walk)."""
+async def _problem(request: Request, exc: Exception) -> JSONResponse:
+    """The response ``_PROBLEMS`` maps ``exc`` to (Starlette picks a handler by the same MRO walk); a
+    malformed body that was not sent as JSON says so, as the service's problems do."""
     status, body = next(_PROBLEMS[kind] for kind in type(exc).__mro__ if kind in _PROBLEMS)
-    return JSONResponse(body(exc), status_code=status)
+    answer = body(exc)
+    if isinstance(exc, RequestValidationError) and not is_json(request.headers.get("content-type", "")):
+        answer["error"] += JSON_HINT
+    return JSONResponse(answer, status_code=status)

@@ -259,6 +259,26 @@ def test_a_report_of_the_wrong_shape_is_refused_naming_what_is_wrong_and_the_lea
     assert delivery.progress("shape").done == 0
 
 
+def test_a_report_sent_as_a_form_is_refused_saying_to_send_it_as_json(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """``curl -d '{...}'`` sends a form: "Input should be a valid dictionary" alone did not say that
+    the JSON in it was never read as JSON (the service's own 422 says so)."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "form", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        body = json.dumps(_done((await client.get("/next")).json(), 5))
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        sent = [await client.post(path, content=body, headers=form) for path in ("/done", "/fail")]
+        return [(r.status_code, r.json()["error"]) for r in sent]
+
+    hint = "send the body as JSON, with 'Content-Type: application/json'"
+    assert _with_api(redis_url, script) == [
+        (422, f"body: Input should be a valid dictionary or object to extract fields from; {hint}"),
+    ] * 2
+    assert delivery.progress("form").done == 0
+
 def test_a_report_nested_too_deep_for_the_service_to_serve_is_refused_and_the_lease_kept(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
