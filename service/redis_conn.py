@@ -148,7 +148,7 @@ def built_when_reachable(
                 message = f"Redis at {describe(url)} refused our credentials: {error}"
                 raise RedisRefusedError(message) from None
             _log.warning(
-                "Redis Cluster at %s unreachable (%s); waiting for it, next try in %.0f s",
+                "Redis at %s unreachable (%s); waiting for it, next try in %.0f s",
                 describe(url),
                 error,
                 interval_s,

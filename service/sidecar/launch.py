@@ -56,13 +56,15 @@ class SidecarOptions:
     health_host: str = "127.0.0.1"  # where; a kubelet's probe needs the pod's address (0.0.0.0)
 
 
-def connect(options: SidecarOptions) -> Delivery:
+def connect(options: SidecarOptions, wait: bool = False) -> Delivery:
     """The delivery client; connection and command timeouts keep a dead Redis from hanging us.
 
     Credentials and the CA file come as for the service (``ROLLOUT_REDIS_USERNAME``,
     ``ROLLOUT_REDIS_PASSWORD``, ``ROLLOUT_REDIS_TLS_CA_FILE``). A server that refuses them raises
     ``RedisRefusedError`` now: waiting will not fix them, and a sidecar that only logged it would
-    sit idle while its liveness probe said ok. An unreachable server is waited for by the loop.
+    sit idle while its liveness probe said ok. An unreachable server is waited for by the push loop;
+    with ``wait`` (pull mode) here, a log line every 2 s: pull mode's ``/ready`` means Redis answered
+    at start-up, and it had answered 200 (and every ``/next`` 503) while a plain Redis was still down.
     """
     client_args: dict[str, Any] = {
         "socket_connect_timeout": 2.0,
@@ -81,6 +83,8 @@ def connect(options: SidecarOptions) -> Delivery:
         )
         return Delivery(cluster, options.prefix)
     client = redis.Redis.from_url(options.redis_url, health_check_interval=15, **client_args)
+    if wait:
+        return Delivery(built_when_reachable(lambda: _answering(client), options.redis_url), options.prefix)
     try:
         client.ping()
     except redis.RedisError as error:
@@ -88,6 +92,12 @@ def connect(options: SidecarOptions) -> Delivery:
             where = describe(options.redis_url)
             raise RedisRefusedError(f"Redis at {where} refused our credentials: {error}") from None
     return Delivery(client, options.prefix)
+
+
+def _answering(client: redis.Redis) -> redis.Redis:
+    """``client`` once its server answers a PING (raises the client's error until then)."""
+    client.ping()
+    return client
 
 
 def session_for(options: SidecarOptions, delivery: Delivery) -> WorkerSession:
@@ -182,7 +192,7 @@ def run_pull(options: SidecarOptions) -> SessionStats:
 
     def connected() -> WorkerSession:
         try:
-            made.append(session_for(options, connect(options)))
+            made.append(session_for(options, connect(options, wait=True)))
         except RedisRefusedError as error:  # waiting will not help: stop, and let the command say why
             refusals.append(error)
             if server is not None:

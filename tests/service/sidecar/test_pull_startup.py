@@ -19,14 +19,15 @@ import time
 import httpx
 import pytest
 
+from service.embedded import EmbeddedServer
 from service.ports import free_port
 from tests.cluster import one_node_cluster
 from tests.service.polling import until_status
 
 
-def _sidecar(pull_port: int, redis_url: str) -> subprocess.Popen[str]:
+def _sidecar(pull_port: int, redis_url: str, cluster: bool = True) -> subprocess.Popen[str]:
     command = [sys.executable, "-c", "from service.cli import main; main()", "sidecar", "--worker-id", "w0"]
-    command += ["--pull-api", str(pull_port), "--redis-url", redis_url, "--cluster"]
+    command += ["--pull-api", str(pull_port), "--redis-url", redis_url, *(["--cluster"] if cluster else [])]
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -67,6 +68,32 @@ def test_pull_mode_answers_health_while_its_cluster_is_down_and_turns_ready_once
             _stop(proc)
         if node is not None:
             node.stop()
+
+
+@pytest.mark.timeout(90)
+def test_pull_mode_on_a_plain_redis_down_at_start_up_is_not_ready_until_it_answers() -> None:
+    """Against a plain Redis (no cluster) down at start-up, ``/ready`` answered 200 at once, while
+    every ``/next`` answered 503 "redis unavailable": ready meant nothing."""
+    redis_port, pull_port = free_port(), free_port()
+    proc = _sidecar(pull_port, f"redis://127.0.0.1:{redis_port}/0", cluster=False)
+    base = f"http://127.0.0.1:{pull_port}"
+    server = None
+    try:
+        health = until_status(f"{base}/health", 200, proc, timeout_s=30)
+        assert health.json() == {"status": "connecting", "worker_id": "w0", "held": 0}
+        assert httpx.get(f"{base}/ready", timeout=2.0).status_code == 503
+        assert httpx.get(f"{base}/next", timeout=2.0).json() == {"error": "connecting to Redis"}
+        server = EmbeddedServer(port=redis_port).start()
+        until_status(f"{base}/ready", 200, proc, timeout_s=30)  # the sidecar retries every 2 s
+        assert httpx.get(f"{base}/next", timeout=2.0).status_code == 204  # nothing published
+        code, _, err = _stop(proc)
+        assert code == 0
+        assert f"Redis at redis://127.0.0.1:{redis_port}/0 unreachable" in err  # one line every 2 s
+    finally:
+        if proc.poll() is None:
+            _stop(proc)
+        if server is not None:
+            server.stop()
 
 
 @pytest.mark.timeout(60)
