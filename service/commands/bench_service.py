@@ -35,6 +35,10 @@ HELP = (
 SIZES: tuple[tuple[int, int], ...] = ((1024, 16), (4096, 32))  # (trajectories, workers)
 SAMPLES = 16  # per prompt (GRPO group size)
 CAP = 16_384  # max_new_tokens
+# The benchmark's workers are named apart from any real one: named ``h100-0``, as the docs name
+# workers, a --url run's schedules (30,000 trajectories at the defaults) went to the inboxes of the
+# real sidecars by those names, which ran them, and its plans overwrote those workers' profiles.
+WORKER_PREFIX = "bench-"
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -134,8 +138,11 @@ def batch(
             ]
         },
         "inventory": {
-            "workers": [{"worker_id": f"h100-{j}", "device": "H100"} for j in range(half)]
-            + [{"worker_id": f"910b-{j}", "device": "Ascend910B"} for j in range(workers - half)]
+            "workers": [{"worker_id": f"{WORKER_PREFIX}h100-{j}", "device": "H100"} for j in range(half)]
+            + [
+                {"worker_id": f"{WORKER_PREFIX}910b-{j}", "device": "Ascend910B"}
+                for j in range(workers - half)
+            ]
         },
         "step": step,
     }
@@ -165,7 +172,7 @@ def _actuals(trajectories: int, steps: int) -> Iterator[dict[str, Any]]:
                     "step": step,
                     "prompt_id": item["prompt_id"],
                     "sample_idx": sample,
-                    "worker_id": "h100-0",
+                    "worker_id": f"{WORKER_PREFIX}h100-0",
                     "prompt_tokens": item["prompt_tokens"],
                     "output_tokens": length,
                     "finish_reason": "length" if length >= CAP else "stop",
@@ -209,6 +216,7 @@ def _measure(client: Any, body: dict[str, Any], count: int, warmup: int, advance
     latencies: list[float] = []
     stages: dict[str, list[float]] = {}
     statuses: Counter[str] = Counter()
+    published: list[str] = []
     versions: set[str] = set()
     started = time.perf_counter()
     for index in range(warmup + count):
@@ -217,6 +225,8 @@ def _measure(client: Any, body: dict[str, Any], count: int, warmup: int, advance
         t0 = time.perf_counter()
         answer = client.schedule(body)
         elapsed = (time.perf_counter() - t0) * 1000.0
+        if answer.published:
+            published.append(answer.schedule_id)
         if index < warmup:
             continue
         latencies.append(elapsed)
@@ -226,6 +236,8 @@ def _measure(client: Any, body: dict[str, Any], count: int, warmup: int, advance
             stages.setdefault(name, []).append(value)
         advance(f"{trajectories} x {workers}", index - warmup + 1, count)
     wall = time.perf_counter() - started
+    for schedule_id in published:  # after the clock stops: nothing is left queued for retention's 24 h
+        client.cancel(schedule_id)
     return SizeResult(
         trajectories=trajectories,
         workers=workers,
