@@ -80,7 +80,7 @@ def test_pull_mode_on_a_plain_redis_down_at_start_up_is_not_ready_until_it_answe
     server = None
     try:
         health = until_status(f"{base}/health", 200, proc, timeout_s=30)
-        assert health.json() == {"status": "connecting", "worker_id": "w0", "held": 0}
+        assert health.json() == {"status": "connecting", "worker_id": "w0", "held": 0, "waiting": 0}
         assert httpx.get(f"{base}/ready", timeout=2.0).status_code == 503
         assert httpx.get(f"{base}/next", timeout=2.0).json() == {"error": "connecting to Redis"}
         server = EmbeddedServer(port=redis_port).start()
