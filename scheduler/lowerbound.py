@@ -40,6 +40,7 @@ from scheduler.tailcover import IntArray
 from scheduler.types import Inventory, Trajectory
 
 BOUND_TOLERANCE = 0.1  # time scales within 10% of a kind's fastest share its kind in the bound
+RANK_TOLERANCE = 0.01  # (d)'s fluid cover: speed groups within a family, each at its fastest's scale
 Values = TypeVar("Values", IntArray, FloatArray)
 
 
@@ -95,7 +96,8 @@ def lower_bound(
     units: tuple[IntArray, FloatArray, FloatArray] = (steps, per_trajectory, prompts)
     if groups is not None:  # (d) by whole groups: heads stay the single prompts
         units = (_group_max(groups, steps), _group_sum(groups, per_trajectory), _group_sum(groups, prompts))
-    tail = tail_bound(*units, kinds, known, grid, precision, deadline, fluid_deadline, prompts)
+    ranked = [[(g[0], len(g)) for g in groups] for groups in _families(costs, RANK_TOLERANCE)]
+    tail = tail_bound(*units, kinds, known, grid, precision, deadline, fluid_deadline, prompts, ranked)
     return LowerBound(longest, throughput, kv, tail, max(known, tail))
 
 
@@ -215,16 +217,27 @@ def _alone(
 def _kinds(costs: list[WorkerCost]) -> list[list[WorkerCost]]:
     """Workers with identical coefficients but for a time scale within ``BOUND_TOLERANCE`` of the
     fastest's, together, fastest first: the bound credits every member with the first one's speed
-    (a relaxation, looser by at most the tolerance). Learned speeds give every worker its own
-    scale, and one kind a worker made the bound's cover cost 1-1.4 s at 32-128 workers, where the
-    planner gives it half its budget and reported whatever it proved by then (0.78x the bound)."""
+    (a relaxation, looser by at most the tolerance) in (a) and in (d)'s band cover. Learned speeds
+    give every worker its own scale, and one kind a worker made the bound's cover cost 1-1.4 s at
+    32-128 workers, where the planner gives it half its budget and reported whatever it proved by
+    then (0.78x the bound)."""
+    return [run for family in _families(costs, BOUND_TOLERANCE) for run in family]
+
+
+def _families(costs: list[WorkerCost], tolerance: float) -> list[list[list[WorkerCost]]]:
+    """Per family of identical coefficients but for the time scale (in order of first member), its
+    workers in speed groups fastest first, each within ``tolerance`` of its fastest.
+
+    (d)'s fluid cover takes a family as one dimension of its programme and its groups as ranks (a
+    family's ``a``-th worker credited as its ``a``-th fastest, ``scheduler.tailcover``): with a
+    scale per worker the cover credits each group at its own speed where kinds at ``BOUND_TOLERANCE``
+    credited up to 10% too fast and, four kinds of 16-64 workers being past the programme's state
+    limit, were merged speed-blind."""
     families: dict[tuple[float | int, ...], list[WorkerCost]] = {}
     for cost in costs:
         families.setdefault(_coefficients(cost)[:5] + _coefficients(cost)[6:], []).append(cost)
     return [
-        run
-        for members in families.values()
-        for run in speed_clusters([c.time_scale for c in members], members, BOUND_TOLERANCE)
+        speed_clusters([c.time_scale for c in members], members, tolerance) for members in families.values()
     ]
 
 

@@ -52,7 +52,7 @@ from scheduler.costmodel import WorkerCost
 from scheduler.policies.levels import IntArray
 from scheduler.stepsum import FloatArray
 from scheduler.tailbands import BandCover
-from scheduler.tailcover import FluidCover, Layout, layout
+from scheduler.tailcover import FluidCover, Layout, knots, layout
 
 T = TypeVar("T")
 PRECISION = 0.0005  # the fluid search stops when its bracket on T is this tight (relative); as
@@ -97,9 +97,32 @@ class KindLimits:
             n = (budget - self.ramp(fill) + self.capacity * fill) / (self.capacity + slope)
         return max(low, n)
 
+    def _crossings(self, makespans: FloatArray) -> FloatArray:
+        """``_crossing(0, t)`` for every ``t`` of ``makespans`` at once."""
+        slope = self.step_s / self.per_token_s
+        budget = makespans / self.per_token_s
+        fill = max(0.0, (self.capacity - self.prompt_head) / self.slots)
+        b = self.prompt_head - self.slots / 2.0 + slope
+        n = (-b + np.sqrt(b * b + 2.0 * self.slots * budget)) / self.slots
+        past = (budget - self.ramp(fill) + self.capacity * fill) / (self.capacity + slope)
+        out: FloatArray = np.maximum(0.0, np.where(n > fill, past, n))
+        return out
+
     def serves_many(self, steps: FloatArray, makespan_s: float, rate: float) -> FloatArray:
         """The most ``K + rate * P_w`` a worker of this kind serves by ``makespan_s`` while running at
         least ``steps[i]`` steps, for every element (the module doc's formula, vectorised)."""
+        return self._serves(steps, makespan_s, self._crossing(0.0, makespan_s), rate)
+
+    def serves_grid(self, steps: FloatArray, makespans: FloatArray, rate: float) -> FloatArray:
+        """``serves_many`` for every makespan (rows) at once: a family's speed groups are this kind
+        with the makespan divided by their relative time scale."""
+        column = makespans[:, None]
+        return self._serves(steps, column, self._crossings(column), rate)
+
+    def _serves(
+        self, steps: FloatArray, makespan_s: float | FloatArray, crossing_n: float | FloatArray, rate: float
+    ) -> FloatArray:
+        """The capacity formula, given where U meets A (``_crossing``)."""
         alpha = rate * self.per_token_s / self.prefill_s
         fill = max(0.0, (self.capacity - self.prompt_head) / self.slots)
         top = self.ramp(fill)
@@ -115,8 +138,9 @@ class KindLimits:
             out: FloatArray = alpha * chain + (1.0 - alpha) * np.minimum(ramp, chain)
             return out
 
-        crossing = np.maximum(steps, self._crossing(0.0, makespan_s))
-        return np.maximum(0.0, np.maximum(value(steps), value(crossing)))
+        crossing = np.maximum(steps, crossing_n)
+        out: FloatArray = np.maximum(0.0, np.maximum(value(steps), value(crossing)))
+        return out
 
 
 def kind_limits(cost: WorkerCost, prompts: FloatArray) -> KindLimits:
@@ -143,6 +167,7 @@ def tail_bound(
     deadline: float | None = None,
     fluid_deadline: float | None = None,
     heads: FloatArray | None = None,
+    ranked: Sequence[Sequence[tuple[WorkerCost, int]]] | None = None,
 ) -> float:
     """A lower bound on the makespan, at least ``known_s`` (a bound proven otherwise).
 
@@ -158,17 +183,30 @@ def tail_bound(
     past ``deadline``, the fluid searches' past ``fluid_deadline`` (a probe takes well under a
     millisecond for a few worker kinds, but ~12 ms for 14-16, where the cover has 65k states), each
     keeping what it proved.
+
+    ``kinds`` are ``(cost, count)``, each credited ``count`` times at ``cost``'s speed (a kind's
+    fastest). ``ranked``, if given, is what the fluid cover reads instead: per family of identical
+    coefficients its speed groups fastest first, each at its fastest member's cost, and the cover
+    credits a family's ``a``-th worker as its ``a``-th fastest (``scheduler.tailcover``).
     """
     if len(lengths) == 0:
         return known_s
     steps = np.asarray(lengths, dtype=np.int64)
     work = np.asarray(kv_steps, dtype=np.float64)
-    limits = [(kind_limits(cost, prompts if heads is None else heads), n) for cost, n in kinds]
-    exchange = min(lim.prefill_s / lim.per_token_s for lim, _ in limits)
+    head = prompts if heads is None else heads
+    limits = [(kind_limits(cost, head), n) for cost, n in kinds]
+    families = [Family(lim, np.ones(1), np.array([n])) for lim, n in limits]
+    if ranked is not None:
+        families = [_family(family, head) for family in ranked]
+    exchange = min(
+        lim.prefill_s / lim.per_token_s
+        for lim in [*(lim for lim, _ in limits), *(f.limits for f in families)]
+    )
     laid, bound, fluid_timed = layout(steps), known_s, Timed(fluid_deadline)
     for share in PREFILL_SHARES:
         rate = share * exchange
-        bound = _search(_fluid_gap(laid, work + rate * prompts, limits, rate), bound, precision, fluid_timed)
+        gap = _fluid_gap(laid, work + rate * prompts, families, rate)
+        bound = _search(gap, bound, precision, fluid_timed)
     bands = [
         BandCover(steps, work + s * exchange * prompts, limits, s * exchange, grid) for s in PREFILL_SHARES
     ]
@@ -197,12 +235,49 @@ class Timed:
         return result
 
 
+@dataclass(frozen=True, slots=True)
+class Family:
+    """Workers of identical coefficients but for the time scale, in speed groups fastest first."""
+
+    limits: KindLimits  # the fastest group's
+    ratios: FloatArray  # each group's speed relative to the fastest's (its scale / the group's), <= 1
+    counts: IntArray  # workers per group
+
+
+def _family(groups: Sequence[tuple[WorkerCost, int]], heads: FloatArray) -> Family:
+    """A family (``tail_bound``'s ``ranked``) as its fastest group's limits and the groups' speeds."""
+    fastest = groups[0][0].time_scale
+    ratios = np.array([fastest / cost.time_scale for cost, _ in groups])
+    return Family(kind_limits(groups[0][0], heads), ratios, np.array([n for _, n in groups], dtype=np.int64))
+
+
 def _fluid_gap(
-    laid: Layout, demand: FloatArray, limits: Sequence[tuple[KindLimits, int]], rate: float
+    laid: Layout, demand: FloatArray, families: Sequence[Family], rate: float
 ) -> Callable[[float], float]:
-    """The fluid cover's shortfall as a function of the makespan (positive: proven infeasible)."""
-    fluid = FluidCover(laid, demand, [n for _, n in limits])
-    return lambda t: fluid.shortfall([lim.serves_many(laid.lengths, t, rate) for lim, _ in limits])
+    """The fluid cover's shortfall as a function of the makespan (positive: proven infeasible).
+
+    A family of one speed group is one capacity row over the distinct lengths, as a kind always
+    was. Several are a row each, fastest first, over coarser lengths (``tailcover.knots``: a group's
+    capacity at the length rounded down, at least its own), a group at the fastest's limits with the
+    makespan scaled by its relative speed; the cover ranks the family's workers by them."""
+    grid = knots(laid.lengths)
+    sizes = [int(f.counts.sum()) for f in families]
+    ranks = [np.repeat(np.arange(f.counts.size), f.counts) for f in families]
+    fluid = FluidCover(laid, demand, sizes, ranks, grid)
+
+    def capacities(t: float) -> list[FloatArray]:
+        return [
+            f.limits.serves_many(laid.lengths, t, rate)
+            if f.counts.size == 1
+            else f.limits.serves_grid(grid[0], t * f.ratios, rate)
+            for f in families
+        ]
+
+    def reach(t: float) -> list[FloatArray]:  # the most steps each group's fastest runs by t
+        out: list[FloatArray] = [t * f.ratios / f.limits.step_s for f in families]
+        return out
+
+    return lambda t: fluid.shortfall(capacities(t), reach(t))
 
 
 def _search(gap: Callable[[float], float], low: float, precision: float, timed: Timed) -> float:

@@ -26,6 +26,19 @@ workers); the states with ``sum(a) = d`` depend only on those with ``d - 1``, so
 per worker (two kinds, the common inventory, on contiguous slices; one kind is a scalar chain).
 Beyond ``MAX_STATES`` the two smallest kinds are merged into one whose capacity is the larger of
 theirs at every length: more capacity than either, still a relaxation, only looser.
+
+Speeds within a kind. Learned speeds give every worker its own time scale; a kind is then a family
+of identical coefficients whose members differ in speed, cut into speed groups fastest first (a
+group credited at its fastest member's capacity). The ``a``-th worker of a kind the programme places
+is credited as its ``a``-th fastest member (``ranked_credits``): the state space stays one dimension
+a kind. Why that is valid: every real worker is credited at least its own capacity by its rank's
+credit, and swapping two members of one kind so that the faster comes first never lowers the cover
+when the faster's advantage ``delta(x)`` never grows with the covered prefix ``x`` (the earlier
+worker gains ``delta`` at the front, every later ``next`` keeps a lead of at least that, and the
+later one gives back ``delta`` at a larger ``x``, no more). ``ranked_credits`` makes the credits so:
+each group's credit is the previous one's less the largest advantage that is non-decreasing in the
+length and no more than the true one (a running minimum from the longest length), so no credit is
+below its group's capacity. Equal speeds (one group a kind) are the programme above, float for float.
 """
 
 from __future__ import annotations
@@ -68,30 +81,62 @@ def layout(lengths: IntArray) -> Layout:
 class FluidCover:
     """One demand vector laid out longest first, probed at one makespan at a time."""
 
-    def __init__(self, laid: Layout, demand: FloatArray, sizes: Sequence[int]) -> None:
+    def __init__(
+        self,
+        laid: Layout,
+        demand: FloatArray,
+        sizes: Sequence[int],
+        ranks: Sequence[IntArray] | None = None,
+        knotted: tuple[FloatArray, IntArray] | None = None,
+    ) -> None:
+        """``ranks[c][a]``: the speed group of kind ``c``'s ``a``-th fastest worker (non-decreasing,
+        from 0); by default every kind is one group. ``knotted``: the lengths at which speed groups'
+        rows are given, and the one each distinct length reads (``knots``; default: its own)."""
         self.expand = laid.expand
+        self.lengths = laid.lengths if knotted is None else knotted[0]  # where rows are given
+        self.columns = laid.expand if knotted is None else knotted[1][laid.expand]  # a row's, by position
         self.ends = np.cumsum(demand[laid.order])  # ends[i]: demand of the i + 1 longest trajectories
         self.ends_list: list[float] = self.ends.tolist()
         self.total = float(self.ends[-1]) if self.ends.size else 0.0
         self.groups = _groups(sizes)  # kinds merged into one dimension each
         self.dims = tuple(sum(sizes[c] for c in group) for group in self.groups)  # workers per dimension
+        self.ranks = [np.zeros(n, dtype=np.int64) for n in sizes] if ranks is None else ranks
 
-    def shortfall(self, capacities: Sequence[FloatArray]) -> float:
+    def shortfall(self, capacities: Sequence[FloatArray], reach: Sequence[FloatArray] | None = None) -> float:
         """``1 - best coverage / total``: positive proves that no schedule takes all the demand.
 
         ``capacities[c][u]``: what a worker of kind ``c`` serves when its longest trajectory has the
-        ``u``-th distinct length (``Layout.lengths``). Past the last trajectory a worker is credited
-        as if more of the shortest followed, so the value keeps falling (a slack) once the demand is
-        covered, which is what the search in ``scheduler.tailbound`` interpolates on.
+        ``u``-th distinct length (``Layout.lengths``); with speed groups a row per group, fastest
+        first (``capacities[c][g, u]``), each row never above the one before, and ``reach[c][g]``
+        the most steps a worker of that group can run by the makespan (longer: it hosts none of those
+        lengths, whatever its row says there; default: every length). Past the last
+        trajectory a worker is credited as if more of the shortest followed, so the value keeps
+        falling (a slack) once the demand is covered, which is what the search in
+        ``scheduler.tailbound`` interpolates on.
         """
         if self.total <= 0.0:
             return -1.0
-        merged = [np.maximum.reduce([capacities[c] for c in group])[self.expand] for group in self.groups]
+        merged = [self._dimension(capacities, reach, group) for group in self.groups]
         if len(merged) == 1:
-            return 1.0 - self._one_kind(merged[0]) / self.total
+            return 1.0 - self._one_kind(*merged[0]) / self.total
         if len(merged) == 2:
             return 1.0 - self._two_kinds(merged[0], merged[1]) / self.total
         return 1.0 - float(self._table(merged)[-1]) / self.total
+
+    def _dimension(
+        self, capacities: Sequence[FloatArray], reach: Sequence[FloatArray] | None, group: list[int]
+    ) -> Credits:
+        """One dimension's credits by trajectory position, and each member's row in them (None: one
+        row). Merged kinds lose their members' identities: every member at the best fastest group."""
+        if len(group) == 1 and capacities[group[0]].ndim == 2:
+            rows = capacities[group[0]]
+            hosts = None if reach is None else self.lengths <= reach[group[0]][:, None]
+            return ranked_credits(rows, hosts), self.ranks[group[0]]
+        fastest = [  # every worker of a kind at the fastest group's capacity, by position
+            capacities[c][self.expand] if capacities[c].ndim == 1 else capacities[c][0][self.columns]
+            for c in group
+        ]
+        return np.maximum.reduce(fastest), None
 
     def chain(self, capacities: Sequence[FloatArray]) -> list[tuple[int, float]] | None:
         """The best cover's workers in chain order (longest level first), each as its kind and the
@@ -103,7 +148,9 @@ class FluidCover:
         """
         if any(len(group) > 1 for group in self.groups) or self.total <= 0.0:
             return None
-        merged = [capacities[group[0]][self.expand] for group in self.groups]
+        if any(c.ndim > 1 and len(c) > 1 for c in capacities):  # ranks: not what levels asks for
+            return None
+        merged = [(capacities[group[0]].reshape(-1)[self.expand], None) for group in self.groups]
         shape = tuple(n + 1 for n in self.dims)
         strides = [math.prod(shape[c + 1 :]) for c in range(len(shape))]
         best, ends = self._table(merged), self.ends
@@ -116,7 +163,7 @@ class FluidCover:
                 if counts[dim] == 0:
                     continue
                 before = float(best[state - stride])
-                if before + merged[dim][ends.searchsorted(before, side="right")] == best[state]:
+                if before + merged[dim][0][ends.searchsorted(before, side="right")] == best[state]:
                     links.append((dim, before))
                     state, counts[dim] = state - stride, counts[dim] - 1
                     break
@@ -124,21 +171,29 @@ class FluidCover:
                 raise AssertionError("fluid cover table is inconsistent")
         return links[::-1]
 
-    def _table(self, merged: Sequence[FloatArray]) -> FloatArray:
+    def _table(self, merged: Sequence[Credits]) -> FloatArray:
         """The programme's value at every state (flat, row-major over worker counts), plane by plane:
         the general case, and what ``chain`` walks back."""
         best = np.zeros(math.prod(n + 1 for n in self.dims))
         ends = self.ends
+        shape = [n + 1 for n in self.dims]
+        strides = [math.prod(shape[c + 1 :]) for c in range(len(shape))]
         for flat, steps in _planes(self.dims)[1:]:
             values = np.full(flat.size, -math.inf)
             for dim, (targets, sources) in enumerate(steps):
                 covered = best[sources]
-                gained = covered + merged[dim][ends.searchsorted(covered, side="right")]
+                at = ends.searchsorted(covered, side="right")
+                credits, ranks = merged[dim]
+                if ranks is None:
+                    gained = covered + credits[at]
+                else:  # the worker added is the kind's a-th, a = its count in the source state
+                    members = ranks[(sources // strides[dim]) % shape[dim]]
+                    gained = covered + credits[members, self.columns[at]]
                 values[targets] = np.maximum(values[targets], gained)
             best[flat] = values
         return best
 
-    def _two_kinds(self, first: FloatArray, second: FloatArray) -> float:
+    def _two_kinds(self, first: Credits, second: Credits) -> float:
         """The programme with two kinds, plane by plane on contiguous slices (the common inventory:
         states ``(a, d - a)`` of plane ``d`` ordered by ``a``, so both predecessors are slices)."""
         most_a, most_b = self.dims
@@ -147,29 +202,101 @@ class FluidCover:
         for d in range(1, most_a + most_b + 1):
             low, high = max(0, d - most_b), min(d, most_a)
             current = np.full(high - low + 1, -math.inf)
-            start = max(low, 1)  # a worker of the first kind added to (a - 1, d - a)
+            start = max(low, 1)  # a worker of the first kind added to (a - 1, d - a): its a-th
             if start <= high:
                 covered = previous[start - 1 - previous_low : high - previous_low]
-                current[start - low :] = covered + first[ends.searchsorted(covered, side="right")]
-            stop = min(high, d - 1)  # a worker of the second kind added to (a, d - 1 - a)
+                at = ends.searchsorted(covered, side="right")
+                current[start - low :] = covered + self._credit(first, at, start - 1, high)
+            stop = min(high, d - 1)  # a worker of the second kind added to (a, d - 1 - a): its (d - a)-th
             if low <= stop:
                 covered = previous[low - previous_low : stop - previous_low + 1]
-                gained = covered + second[ends.searchsorted(covered, side="right")]
+                at = ends.searchsorted(covered, side="right")
+                gained = covered + self._credit(second, at, d - 1 - stop, d - low, reverse=True)
                 np.maximum(current[: stop - low + 1], gained, out=current[: stop - low + 1])
             previous, previous_low = current, low
         return float(previous[0])
 
-    def _one_kind(self, capacity: FloatArray) -> float:
+    def _credit(
+        self, credits: Credits, at: IntArray, first: int, stop: int, reverse: bool = False
+    ) -> FloatArray:
+        """The credits at positions ``at`` of the dimension's members ``first`` to ``stop - 1`` (in
+        reverse order if ``reverse``), one position each."""
+        table, ranks = credits
+        if ranks is None:
+            out: FloatArray = table[at]
+            return out
+        members = ranks[first:stop]
+        ranked: FloatArray = table[members[::-1] if reverse else members, self.columns[at]]
+        return ranked
+
+    def _one_kind(self, capacity: FloatArray, ranks: IntArray | None) -> float:
         """The programme with one kind is one chain of ``next``: a scalar loop (a plane per worker
-        would cost a dozen array calls each), and once all is covered the rest add the last capacity."""
+        would cost a dozen array calls each), and once all is covered the rest add the last capacity
+        (each its own, with speed groups)."""
         ends = self.ends_list
-        caps: list[float] = capacity.tolist()
+        rows: list[list[float]] = capacity.tolist() if ranks is not None else [capacity.tolist()]
+        member: list[int] = ranks.tolist() if ranks is not None else [0] * self.dims[0]
+        columns: list[int] = self.columns.tolist()
         covered, workers = 0.0, self.dims[0]
         for used in range(workers):
             if covered >= self.total:
-                return covered + (workers - used) * caps[-1]
-            covered += caps[bisect.bisect_right(ends, covered)]
+                if ranks is None:
+                    return covered + (workers - used) * rows[0][-1]
+                return covered + sum(rows[g][columns[-1]] for g in member[used:])
+            at = bisect.bisect_right(ends, covered)
+            covered += rows[member[used]][at if ranks is None else columns[at]]
         return covered
+
+
+Credits = tuple[FloatArray, IntArray | None]  # one dimension's credits by position (a row per speed
+# group, or one), and which row each of its members (fastest first) reads, None: the only one
+
+
+KNOTS = 1024  # speed groups' capacities are asked at lengths every 1/1024 of the longest (rounded
+# down: a worker at most 32 steps, ~0.05% of a makespan, short of its length is credited too much)
+
+
+def knots(lengths: FloatArray, most: int = KNOTS) -> tuple[FloatArray, IntArray]:
+    """The distinct ``lengths`` (longest first) rounded down to a grid of ``most`` steps over the
+    longest (never below the shortest), and each length's grid point: rows of several speed groups
+    are asked there, ~1,000 points where a big batch has 15,000 distinct lengths."""
+    if lengths.size == 0:
+        return lengths, np.zeros(0, dtype=np.int64)
+    step = max(1.0, math.ceil(float(lengths[0]) / most))
+    rounded = np.maximum(np.floor(lengths / step) * step, lengths[-1])
+    negated, columns = np.unique(-rounded, return_inverse=True)
+    return -negated, columns.astype(np.int64)
+
+
+def ranked_credits(capacities: FloatArray, hosts: npt.NDArray[np.bool_] | None = None) -> FloatArray:
+    """Credits for a kind's speed groups (rows, fastest first; columns the distinct lengths, longest
+    first), each at least its own row where that group can host the length (``hosts``, default
+    everywhere), never rising with the length, and its advantage over the next never rising as
+    lengths shorten.
+
+    Row ``g``'s credit is row ``g - 1``'s less ``d_g(u) = min over u' <= u, hosted, of
+    (credit_{g-1}(u') - capacity_g(u'))``: no more than the true gap where the group hosts ``u`` (so
+    its credit covers its capacity there), and never smaller at a longer length (so the order
+    fastest-first is the best one, the module doc's exchange). Lengths longer than a group can run by
+    the makespan take the gap at the longest it can: a worker's credit at a length it cannot host is
+    never read for a real schedule (the programme's argument credits a worker at a length no longer
+    than its own longest), only through the exchange, which asks for no more than this; the credit
+    may be negative there. Without it the slowest groups, unable to run the batch's longest
+    trajectory, held every gap at the fastest's few tokens there. Rows are first raised to the
+    largest of the rows after them (a family's rows are ordered already, but for float noise), so
+    every gap is at least 0 but for rounding, which the clip at 0 absorbs.
+    """
+    raised = np.maximum.accumulate(capacities[::-1], axis=0)[::-1]
+    credits = raised.astype(np.float64, copy=True)
+    for g in range(1, len(credits)):
+        gap = credits[g - 1] - raised[g]
+        if hosts is not None:
+            gap = np.where(hosts[g], gap, math.inf)
+        gap = np.minimum.accumulate(gap)
+        first = gap[np.isfinite(gap)]
+        gap = np.where(np.isfinite(gap), gap, first[0] if first.size else 0.0)
+        credits[g] = credits[g - 1] - np.maximum(gap, 0.0)
+    return credits
 
 
 def _groups(sizes: Sequence[int]) -> list[list[int]]:

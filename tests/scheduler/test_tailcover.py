@@ -139,3 +139,131 @@ def test_the_chain_is_withheld_when_kinds_are_merged(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(tailcover, "MAX_STATES", 9)
     cover, _ = _cover([3, 2, 1], [1.0, 1.0, 1.0], [2, 2, 2])
     assert cover.chain([np.array([9.0, 9.0, 9.0])] * 3) is None  # identities lost: no counts to give
+
+
+@st.composite
+def _ranked_instances(
+    draw: st.DrawFn, most: int = 8, workers: int = 5
+) -> tuple[list[int], list[float], list[list[int]], list[np.ndarray], list[np.ndarray]]:
+    """One or two kinds of workers in speed groups fastest first: each group's capacity per distinct
+    length never rising with the length nor above the faster group's, nothing past what the group
+    can run (its reach), and the groups' gaps free to rise or fall with the length."""
+    lengths = draw(st.lists(st.integers(1, 10), min_size=1, max_size=most))
+    demand = draw(st.lists(st.floats(0.5, 20.0), min_size=len(lengths), max_size=len(lengths)))
+    distinct = sorted(set(lengths), reverse=True)
+    counts: list[list[int]] = []
+    rows, reaches = [], []
+    for _ in range(draw(st.integers(1, 2))):
+        room = workers - sum(map(sum, counts))  # every order (placement) of them is tried
+        if room < 1:
+            break
+        groups: list[int] = []
+        for n in draw(st.lists(st.integers(1, 2), min_size=1, max_size=3)):
+            if sum(groups) + n <= room:
+                groups.append(n)
+        groups = groups or [1]
+        reach = sorted(draw(st.lists(st.integers(0, 11), min_size=len(groups), max_size=len(groups))))[::-1]
+        faster = [math.inf] * len(distinct)
+        kind = []
+        for g in range(len(groups)):
+            row = [0.0] * len(distinct)
+            for u in range(len(distinct) - 1, -1, -1):  # shortest first: never rising with the length
+                most = min(faster[u], row[u + 1] if u + 1 < len(distinct) else 50.0)
+                row[u] = draw(st.floats(0.0, most)) if distinct[u] <= reach[g] else 0.0
+            kind.append(row)
+            faster = row
+        counts.append(groups)
+        rows.append(np.array(kind))
+        reaches.append(np.array(reach, dtype=np.float64))
+    return lengths, demand, counts, rows, reaches
+
+
+def _best_over_orders_of_workers(
+    lengths: list[int],
+    demand: list[float],
+    counts: list[list[int]],
+    rows: list[np.ndarray],
+    reaches: list[np.ndarray] | None = None,
+) -> float:
+    """Reference: every order of the distinct workers, each credited at its own group's row at the
+    first trajectory not yet covered (the per-worker programme, which ranks must never fall below).
+    With ``reaches``, only the orders a schedule can give: no worker credited at a length longer
+    than it can run (a worker's own longest is never shorter than the length it is credited at)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    distinct = sorted(set(lengths), reverse=True)
+    workers = [(c, g) for c, groups in enumerate(counts) for g, n in enumerate(groups) for _ in range(n)]
+    best = -math.inf
+    for sequence in set(itertools.permutations(workers)):
+        covered, end, item = 0.0, 0.0, 0
+        for kind, group in sequence:
+            while item < len(order) and end + demand[order[item]] <= covered:
+                end += demand[order[item]]
+                item += 1
+            longest = lengths[order[item]] if item < len(order) else distinct[-1]
+            if reaches is not None and longest > reaches[kind][group]:
+                break
+            covered += float(rows[kind][group][distinct.index(longest)])
+        else:
+            best = max(best, covered)
+    return best
+
+
+def _ranked_cover(
+    lengths: list[int], demand: list[float], counts: list[list[int]]
+) -> tuple[FluidCover, np.ndarray]:
+    laid = layout(np.array(lengths, dtype=np.int64))
+    ranks = [np.repeat(np.arange(len(groups)), groups) for groups in counts]
+    sizes = [sum(groups) for groups in counts]
+    return FluidCover(laid, np.array(demand, dtype=np.float64), sizes, ranks), laid.lengths
+
+
+@settings(max_examples=500, deadline=None)
+@given(_ranked_instances())
+def test_crediting_a_kinds_workers_by_speed_rank_never_covers_less_than_any_order_of_them(
+    instance: tuple[list[int], list[float], list[list[int]], list[np.ndarray], list[np.ndarray]],
+) -> None:
+    lengths, demand, counts, rows, reaches = instance
+    cover, _ = _ranked_cover(lengths, demand, counts)
+    best = _best_over_orders_of_workers(lengths, demand, counts, rows)
+    assert cover.shortfall(rows) <= 1.0 - best / sum(demand) + 1e-9
+    best = _best_over_orders_of_workers(lengths, demand, counts, rows, reaches)
+    assert cover.shortfall(rows, reaches) <= 1.0 - best / sum(demand) + 1e-9
+
+
+@settings(max_examples=150, deadline=None)
+@given(_ranked_instances(most=6, workers=4))
+def test_no_placement_of_whole_trajectories_within_each_workers_reach_is_declared_short(
+    instance: tuple[list[int], list[float], list[list[int]], list[np.ndarray], list[np.ndarray]],
+) -> None:
+    lengths, demand, counts, rows, reaches = instance
+    cover, distinct = _ranked_cover(lengths, demand, counts)
+    workers = [(c, g) for c, groups in enumerate(counts) for g, n in enumerate(groups) for _ in range(n)]
+    for placement in itertools.product(range(len(workers)), repeat=len(lengths)):
+        fits = True
+        for worker, (kind, group) in enumerate(workers):
+            mine = [i for i, w in enumerate(placement) if w == worker]
+            if mine:
+                longest = max(lengths[i] for i in mine)
+                room = rows[kind][group][list(distinct).index(longest)]
+                fits = fits and longest <= reaches[kind][group] and sum(demand[i] for i in mine) <= room
+        if fits:  # a schedule fits: the ranked cover must not prove otherwise
+            assert cover.shortfall(rows, reaches) <= 1e-9
+            return
+
+
+def test_one_speed_group_a_kind_is_the_cover_without_ranks() -> None:
+    lengths, demand, sizes = [8, 6, 5, 3, 2, 1], [9.0, 7.0, 6.0, 5.0, 4.0, 3.0], [2, 3]
+    caps = [np.array([3.0, 5.0, 6.0, 8.0, 9.0, 9.0]), np.array([1.0, 2.0, 7.0, 9.0, 9.0, 12.0])]
+    plain = _cover(lengths, demand, sizes)[0].shortfall(caps)
+    ranked, _ = _ranked_cover(lengths, demand, [[2], [3]])
+    assert ranked.shortfall(caps) == plain
+    assert ranked.shortfall([c[None, :] for c in caps]) == plain
+
+
+def test_ranked_credits_cover_each_group_and_keep_the_faster_ahead_by_no_less_on_longer_lengths() -> None:
+    rows = np.array([[4.0, 9.0, 10.0, 10.0], [1.0, 8.0, 8.5, 9.0], [0.0, 2.0, 8.0, 8.0]])
+    credits = tailcover.ranked_credits(rows)
+    assert (credits >= rows).all()
+    gaps = credits[:-1] - credits[1:]
+    assert (np.diff(gaps, axis=1) <= 0.0).all()  # columns longest first: gaps never grow shorter
+    assert (np.diff(credits, axis=1) >= 0.0).all()  # never rising with the length
