@@ -148,7 +148,8 @@ def _ranked_instances(
     """One or two kinds of workers in speed groups fastest first: each group's capacity per distinct
     length never rising with the length nor above the faster group's, nothing past what the group
     can run (its reach), and the groups' gaps free to rise or fall with the length."""
-    lengths = draw(st.lists(st.integers(1, 10), min_size=1, max_size=most))
+    top = draw(st.sampled_from([10, 30]))  # short: groups often unable to run the longest lengths
+    lengths = draw(st.lists(st.integers(1, top), min_size=1, max_size=most))
     demand = draw(st.lists(st.floats(0.5, 20.0), min_size=len(lengths), max_size=len(lengths)))
     distinct = sorted(set(lengths), reverse=True)
     counts: list[list[int]] = []
@@ -162,14 +163,15 @@ def _ranked_instances(
             if sum(groups) + n <= room:
                 groups.append(n)
         groups = groups or [1]
-        reach = sorted(draw(st.lists(st.integers(0, 11), min_size=len(groups), max_size=len(groups))))[::-1]
+        drawn = draw(st.lists(st.integers(0, top + 1), min_size=len(groups), max_size=len(groups)))
+        reach = sorted(drawn, reverse=True)  # the faster group runs at least as far
         faster = [math.inf] * len(distinct)
         kind = []
         for g in range(len(groups)):
             row = [0.0] * len(distinct)
             for u in range(len(distinct) - 1, -1, -1):  # shortest first: never rising with the length
-                most = min(faster[u], row[u + 1] if u + 1 < len(distinct) else 50.0)
-                row[u] = draw(st.floats(0.0, most)) if distinct[u] <= reach[g] else 0.0
+                ceiling = min(faster[u], row[u + 1] if u + 1 < len(distinct) else 50.0)
+                row[u] = draw(st.floats(0.0, ceiling)) if distinct[u] <= reach[g] else 0.0
             kind.append(row)
             faster = row
         counts.append(groups)
@@ -267,3 +269,13 @@ def test_ranked_credits_cover_each_group_and_keep_the_faster_ahead_by_no_less_on
     gaps = credits[:-1] - credits[1:]
     assert (np.diff(gaps, axis=1) <= 0.0).all()  # columns longest first: gaps never grow shorter
     assert (np.diff(credits, axis=1) >= 0.0).all()  # never rising with the length
+
+
+def test_where_the_slower_worker_first_covers_more_the_ranks_still_cover_as_much() -> None:
+    # the faster worker is 4 ahead at the long length and 8 at the short one: the slower one first
+    # (1 at the long, then the faster 10 at the short) covers 11, the faster first only 5 + 2
+    lengths, demand, counts = [2, 1], [1.0, 30.0], [[1, 1]]
+    rows = [np.array([[5.0, 10.0], [1.0, 2.0]])]
+    assert _best_over_orders_of_workers(lengths, demand, counts, rows) == 11.0
+    cover, _ = _ranked_cover(lengths, demand, counts)
+    assert cover.shortfall(rows) <= 1.0 - 11.0 / 31.0
