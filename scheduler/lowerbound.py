@@ -19,6 +19,8 @@ Four limits, each a relaxation of the real engine, and the bound is their maximu
     The largest ``T`` at which either proves no cover exists is a bound. On heavy-tailed batches
     where every worker must host a long trajectory this is the binding limit, 30-35% above (c).
     Under prefix affinity the cover's units are groups, each at its longest member's length.
+    With a time scale per worker the fluid cover ranks each family's workers by speed, each credited
+    near its own (``_families``, ``scheduler.tailcover``); (b) and (c) sum every worker's own rate.
 
 Each limit is an upper bound on a rate or a lower bound on a chain, so the maximum never exceeds the
 makespan of any feasible schedule (tests check it against the simulator). For long chain-of-thought
