@@ -272,6 +272,7 @@ def publish(
         lease,
         request.prefix_affinity,
         inventory=request.inventory,  # each item's steal deadline, from the plan at predicted lengths
+        drained=request.excluded_workers,  # they take nothing: not stolen, shared or retried work
     )
     if outcome is PublishOutcome.UNCHANGED:  # the same plan, published by a request that raced us
         raise ConflictError(

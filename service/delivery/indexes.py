@@ -58,7 +58,8 @@ class DeliveryIndexes(DeliveryViews):
         between leaves a schedule no sidecar sees. The caller's retry (same ``schedule_id``) is the
         one who knows, so the refusal of that retry repairs it here (idempotent).
         """
-        self._announce(schedule_id, sorted(self.info(schedule_id).workers), retention_s)
+        info = self.info(schedule_id)
+        self._announce(schedule_id, sorted(set(info.workers) - set(info.drained)), retention_s)
 
     def _announce(self, schedule_id: str, workers: Sequence[str], retention_s: int) -> None:
         """Index the schedule for reapers and each worker's inbox (single-key commands: any slot).

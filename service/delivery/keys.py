@@ -26,7 +26,10 @@ key                         type     contents
                                      profiles (JSON: worker -> fingerprint of the profile it was
                                      planned with, ``service/speeds.py``; written by the service
                                      after the publish, only while the schedule exists: a late
-                                     actual is compared with its own step's profile)
+                                     actual is compared with its own step's profile);
+                                     drained (JSON list: the request's drained workers, absent
+                                     when none; ``lua/common.lua`` ``drained``: no claim, steal or
+                                     retry hands them anything, and they are not announced)
 ``P:items``                 hash     item key -> ``<ref>\t<static item JSON without its payload>``
                                      (prompt, lengths); ``ref`` names its payload in ``P:prompts``
                                      ('' for none); the claim scripts return the whole JSON
@@ -162,6 +165,9 @@ PUBLISHED_AT, PREDICTED_MAKESPAN, PLANNED_FINISH = "published_ms", "makespan_s",
 # Field of ``P:meta`` that ``service/speeds.py`` writes after the publish: worker -> the fingerprint
 # of the profile the schedule planned it with (absent on schedules published before it was stored).
 PLANNED_PROFILES = "profiles"
+# Field of ``P:meta`` that ``lua/publish.lua`` writes when the request drained workers: their ids, a
+# JSON list (absent: none drained). Claims, steals and a failed item's retry hand them nothing.
+DRAINED = "drained"
 
 
 def count_field(state: str, worker_id: str) -> str:

@@ -133,3 +133,4 @@ class ScheduleInfo:
     lease_ttl_ms: int  # heartbeat well within this (e.g. every third of it)
     max_attempts: int  # leases per item before dead-lettering
     published_ms: int  # server-clock ms of the publish
+    drained: tuple[str, ...] = ()  # workers of the request's that take nothing (not announced)

@@ -77,11 +77,14 @@ class Delivery(DeliveryIndexes):
         Idempotent per ``schedule_id``: replaying the same publish writes nothing (and re-announces,
         which repairs an announce lost to a crash); a different schedule under a used id raises
         ``ScheduleConflictError`` and changes nothing. Bad input raises ``InvalidInputError`` first.
+        A drained worker (``PublishedSchedule.drained``) is not announced it: its sidecar, often still
+        running, never polls it, and its claims and steals lease nothing in it anyway.
         """
         schedule.validate()
         args = wire.publish_args(schedule, now_ms, nonce=uuid.uuid4().hex)
         created = self._call(self.scripts.publish, schedule.schedule_id, args)
-        self._announce(schedule.schedule_id, sorted(schedule.queues), schedule.lease.retention_s)
+        announced = sorted(set(schedule.queues) - schedule.drained)  # a drained worker is not told
+        self._announce(schedule.schedule_id, announced, schedule.lease.retention_s)
         return PublishOutcome.CREATED if int(created) == 1 else PublishOutcome.UNCHANGED
 
     def remember_request(self, schedule_id: str, digest: str) -> None:

@@ -8,7 +8,7 @@ Shared-queue plans (``Plan.dispatch_order``) become the shared FIFO every worker
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from scheduler.costmodel import worker_cost
@@ -58,6 +58,7 @@ def schedule_from_plan(
     lease: LeaseSettings | None = None,
     prefix_affinity: bool = False,
     inventory: Inventory | None = None,
+    drained: Collection[str] = frozenset(),
 ) -> PublishedSchedule:
     """Build the schedule to publish; ``payloads`` maps a prompt id to its JSON payload.
 
@@ -72,6 +73,9 @@ def schedule_from_plan(
     and a pin on one sample binds its whole group (``pinned_workers``).
     With the ``inventory``, each worker's KV capacity travels too, so that no claim or steal hands a
     worker an item its cache cannot hold at its cap (``PublishedSchedule.kv_capacity_tokens``).
+    ``drained`` (the request's ``excluded_workers``) travel too: the planner gave them nothing, and
+    no claim from the shared FIFO, steal or failed item's retry hands them anything either (the
+    simulator's excluded workers), nor are they announced the schedule.
     Raises ``InvalidInputError`` when the plan names a trajectory it was not given.
     """
     trajectories = list(trajectories)
@@ -112,6 +116,7 @@ def schedule_from_plan(
         planned_finish_s={
             w.worker_id: s for w in plan.workers if (s := _seconds(w.predicted_finish_s)) is not None
         },
+        drained=frozenset(drained),
     )
 
 
@@ -194,13 +199,15 @@ def publish_plan(
     lease: LeaseSettings | None = None,
     prefix_affinity: bool = False,
     inventory: Inventory | None = None,
+    drained: Collection[str] = frozenset(),
 ) -> PublishOutcome:
     """Publish a plan for its workers to pull (atomic, idempotent per ``schedule_id``).
 
     ``prefix_affinity`` is the request's flag (a ``Plan`` does not record it): steals then keep
     each group on one worker. ``inventory`` (the plan's) gives each item its steal deadline.
+    ``drained`` (the request's ``excluded_workers``): workers that take nothing of it.
     """
     schedule = schedule_from_plan(
-        schedule_id, plan, trajectories, payloads, lease, prefix_affinity, inventory
+        schedule_id, plan, trajectories, payloads, lease, prefix_affinity, inventory, drained
     )
     return delivery.publish(schedule)

@@ -141,6 +141,9 @@ class PublishedSchedule:
     # finish; stored for GET /schedule/{id} to tell a late step from one on plan (None/absent: unknown)
     predicted_makespan_s: float | None = None
     planned_finish_s: Mapping[str, float] = field(default_factory=dict)
+    # the request's drained workers (``drain: true``): not announced, and no claim, steal or failed
+    # item's retry hands them anything (the simulator's excluded workers)
+    drained: frozenset[str] = frozenset()
 
     def validate(self) -> None:
         """Raise ``InvalidInputError`` naming the first bad field; called before anything is written."""
@@ -172,6 +175,17 @@ class PublishedSchedule:
         if self.prefix_affinity:
             self._check_groups()
         self._check_plan_times()
+        self._check_drained()
+
+    def _check_drained(self) -> None:
+        """A drained worker has a valid name and nothing queued (it takes nothing: its queue would
+        wait forever), and some worker not drained is left to take the shared FIFO."""
+        for worker in sorted(self.drained):
+            _check_name("drained", worker)
+            if self.queues.get(worker):
+                raise InvalidInputError(f"queues[{worker}]", "items", "a drained worker takes nothing")
+        if self.shared and self.drained and self.drained.issuperset(self.queues):
+            raise InvalidInputError("drained", sorted(self.drained), "every worker is drained")
 
     def _check_plan_times(self) -> None:
         """The plan's predicted times are finite seconds >= 0, each of a worker with a queue."""

@@ -76,7 +76,7 @@ class DeliveryViews:
     def info(self, schedule_id: str) -> ScheduleInfo:
         """The schedule's settings; ``UnknownScheduleError`` when absent or expired."""
         fields = ("workers", "total", "kv_admission", "lease_ttl_ms", "max_attempts", "published_ms")
-        vals = self.client.hmget(self.keys(schedule_id).meta, list(fields))
+        vals = self.client.hmget(self.keys(schedule_id).meta, [*fields, keyspace.DRAINED])
         if vals[0] is None:
             raise UnknownScheduleError(schedule_id)
         return ScheduleInfo(
@@ -87,6 +87,7 @@ class DeliveryViews:
             lease_ttl_ms=int(text(vals[3])),
             max_attempts=int(text(vals[4])),
             published_ms=int(text(vals[5])),
+            drained=tuple(json.loads(text(vals[6]))) if vals[6] is not None else (),
         )
 
     def totals(self, schedule_id: str) -> dict[str, int]:

@@ -33,7 +33,8 @@ def strict_json(doc: Any, where: str) -> str:
 
 def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) -> list[Any]:
     """ARGV of ``publish.lua``: fingerprint, clock, retention, settings, then the newline-joined body,
-    the steal rules, the caches, the plan's predicted times, and last ``nonce``, unique to this call.
+    the steal rules, the caches, the plan's predicted times, the drained workers, and last ``nonce``,
+    unique to this call.
 
     The fingerprint covers everything written, so a replay is recognised and a different schedule
     under a used id is refused. The nonce tells a replay from the same call re-sent by the client
@@ -92,6 +93,7 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) ->
         caps,
         need_pairs,
         *predicted,
+        json.dumps(sorted(schedule.drained)),
         nonce,
     ]
 
@@ -133,6 +135,8 @@ def _fingerprint(
     fields = [retention_s, *head, *columns, *rules, payloads]
     if schedule.kv_capacity_tokens:  # hashed only when given: the same fingerprint as before they existed
         fields += holding
+    if schedule.drained:  # likewise; a drain changes what a worker may take: another schedule
+        fields.append(json.dumps(sorted(schedule.drained)))
     return hashlib.sha256("\x00".join(map(str, fields)).encode()).hexdigest()
 
 

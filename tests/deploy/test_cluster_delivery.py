@@ -26,6 +26,7 @@ from tests.service.delivery import (
     test_affinity_claim,
     test_affinity_stranded,
     test_cancel,
+    test_drained,
     test_faults,
     test_lapse_index,
     test_plan_times,
@@ -52,6 +53,7 @@ globals().update({name: fn for name, fn in vars(test_plan_times).items() if name
 globals().update({name: fn for name, fn in vars(test_publish_layout).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_lapse_index).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_retry_elsewhere).items() if name.startswith("test_")})
+globals().update({name: fn for name, fn in vars(test_drained).items() if name.startswith("test_")})
 globals().update(
     {
         name: getattr(test_faults, name)

@@ -11,12 +11,14 @@
 -- (P:cap) takes a FIFO head only if it holds it at its cap (P:need), under affinity only if it holds
 -- every sample of the head's group; otherwise the head waits for a worker that can, and this claim
 -- takes nothing more from the FIFO (no skipping: the FIFO is served in order, as the simulator's).
+-- A worker the request drained (common.lua, drained) leases nothing: not from the shared FIFO either.
 -- ARGV: worker, max, now ('' = server), call id ('' or absent: none; a re-sent call with the same
 -- id answers its first run's leases, common.lua 'Re-sent claims and steals').
 -- Returns a flat list of 5-tuples (key, token, deadline_ms, attempt, item_json); error NOSCHEDULE.
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local w, want, now, call = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), ARGV[4]
+if drained(cfg, w) then return {} end  -- it takes nothing, nor counts as a live retry target
 mark_seen(w, now, cfg)
 local again = replayed_call(w, 'claim', call)
 if again then return again end

@@ -36,11 +36,28 @@ local function bulk(cmd, key, args)
   end
 end
 
--- Settings every mutating script needs; nil when the schedule is unknown or expired.
+-- Settings every mutating script needs; nil when the schedule is unknown or expired. drained is the
+-- meta field as stored (a JSON list of worker ids; nil when the request drained none), read here so
+-- that a claim on a schedule without a drain pays no command more for the check (drained, below).
 local function settings()
-  local m = redis.call('HMGET', META, 'lease_ttl_ms', 'max_attempts', 'expire_at_ms', 'total')
+  local m = redis.call('HMGET', META, 'lease_ttl_ms', 'max_attempts', 'expire_at_ms', 'total', 'drained')
   if not m[1] then return nil end
-  return {ttl = tonumber(m[1]), max_attempts = tonumber(m[2]), exp = tonumber(m[3]), total = tonumber(m[4])}
+  return {ttl = tonumber(m[1]), max_attempts = tonumber(m[2]), exp = tonumber(m[3]), total = tonumber(m[4]),
+    drained = m[5] or nil}
+end
+
+-- Whether the request drained worker w (POST /schedule 'drain: true'): it takes nothing of this
+-- schedule, as the simulator's excluded workers (scheduler/sim_pool.py): its claim and its steal
+-- lease nothing (its sidecar may still run: one drains a worker to take it down or because it
+-- misbehaves) and a failed item's retry never picks it (release.lua). It holds nothing here to
+-- finish: it was given no queue, and it took nothing.
+local function drained(cfg, w)
+  if not cfg.drained then return false end
+  if not cfg.drained_set then
+    cfg.drained_set = {}
+    for _, d in ipairs(cjson.decode(cfg.drained)) do cfg.drained_set[d] = true end
+  end
+  return cfg.drained_set[w] == true
 end
 
 local cache, dirty, counts, work = {}, {}, {}, {}

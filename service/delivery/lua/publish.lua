@@ -18,8 +18,9 @@
 --   20 caps_json (worker -> KV capacity, tokens),
 --   21 'key\nneed' per item that some published cache cannot hold (prompt + max_new_tokens; '' none),
 --      then what the plan predicts: 22 its makespan in seconds ('' unknown) and
---   23 planned_json (worker -> predicted finish, seconds after publication), and last
---   24 a nonce unique to the call: the same call re-sent after a timeout answers 1 again.
+--   23 planned_json (worker -> predicted finish, seconds after publication),
+--   24 drained_json (the request's drained workers, '[]' for none: meta 'drained', common.lua), and last
+--   25 a nonce unique to the call: the same call re-sent after a timeout answers 1 again.
 -- Python builds each stored string (records, pairs) so the script only splits and writes: per-item
 -- work in Lua (concatenation, tonumber, string.match) cost more than the writes themselves.
 -- An item's JSON arrives as '<ref>\t<JSON without payload>' and is stored so; its payload is stored
@@ -85,6 +86,9 @@ redis.call('HSET', META, 'fingerprint', ARGV[1], 'total', n, 'lease_ttl_ms', ARG
 -- What the plan predicts, for GET /schedule/{id} to compare with the time elapsed since 'published_ms'.
 if ARGV[22] ~= '' then redis.call('HSET', META, 'makespan_s', ARGV[22]) end
 if ARGV[23] ~= '{}' then redis.call('HSET', META, 'planned_finish', ARGV[23]) end
+-- Drained workers take nothing (claim, steal, a failed item's retry); absent when none, so the
+-- schedules without a drain read nothing more (settings() fetches the field with the others).
+if ARGV[24] ~= '[]' then redis.call('HSET', META, 'drained', ARGV[24]) end
 local cnt = {'q', n, 'r', 0, 'd', 0, 'f', 0}
 for _, w in ipairs(cjson.decode(ARGV[7])) do
   for _, s in ipairs({'q', 'r', 'd', 'f'}) do cnt[#cnt + 1], cnt[#cnt + 2] = s .. ':' .. w, 0 end

@@ -31,7 +31,7 @@ end
 -- still answers /health, a worker that drops items): retried on w, the item would spend every
 -- attempt there and be dead-lettered although any other worker could run it. So it goes to the
 -- announced worker (meta 'workers') that has not failed it yet, was seen alive within a lease TTL
--- (P:seen, mark_seen), holds it in its KV cache (P:cap against P:need, as a claim checks) and has
+-- (P:seen, mark_seen), is not drained (common.lua), holds it in its KV cache (P:cap against P:need, as a claim checks) and has
 -- the least predicted work queued (P:work); ties go to the first in the announced order. A pinned
 -- item (P:pin) never moves, nor does one no other worker may take: w again, as before. A prefix
 -- group does not hold it back: its cache is worth less than the item, and the rest of the group,
@@ -42,7 +42,8 @@ local function retry_target(key, w)
   local need = tonumber(redis.call('HGET', k('need'), key) or '')
   local best, least = w, nil
   for _, other in ipairs(cjson.decode(redis.call('HGET', META, 'workers') or '[]')) do
-    local seen = not tried[other] and tonumber(redis.call('ZSCORE', k('seen'), other) or '')
+    local seen = not tried[other] and not drained(cfg, other)
+      and tonumber(redis.call('ZSCORE', k('seen'), other) or '')
     if seen and now - seen <= cfg.ttl then
       local cap = need and tonumber(redis.call('HGET', k('cap'), other) or '')
       local work = tonumber(redis.call('ZSCORE', k('work'), other) or '') or 0

@@ -31,6 +31,7 @@
 -- deadline guard ends the steal at once: both change only with time (the thief's in-flight work
 -- ending, the owner falling behind), and a thief with nothing in flight always passes the KV gate
 -- for an item it can hold (its reservation is at most its need, which fits the cap).
+-- A worker the request drained (common.lua, drained) steals nothing, as the simulator's excluded ones.
 -- ARGV: thief, max, now ('' = server), budget ('' = unbounded: the thief does not know its KV cache),
 -- rate (the thief's decode tokens/s per sequence; '' or absent = no deadline guard), busy (ms the
 -- thief's held work still takes; '' or absent = 0), margin (scheduler.stealguard.LENGTH_MARGIN;
@@ -41,6 +42,7 @@ local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local thief, want, now, budget = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), tonumber(ARGV[4])
 local call = ARGV[8]
+if drained(cfg, thief) then return {} end  -- a drained worker steals nothing (common.lua)
 mark_seen(thief, now, cfg)
 local again, stolen_from = replayed_call(thief, 'steal', call)
 if again then
