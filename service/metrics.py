@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from service.delivery.records import ReapReport
+from service.delivery.outcomes import ReapReport
 
 _log = logging.getLogger("service.metrics")
 

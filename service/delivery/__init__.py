@@ -8,18 +8,20 @@ schedule; reaper.py runs the reaper loop. See docs/delivery.md for the state mac
 """
 
 from service.delivery.errors import InvalidInputError, ScheduleConflictError, UnknownScheduleError
+from service.delivery.outcomes import (
+    CancelReport,
+    CompletionOutcome,
+    PublishOutcome,
+    ReapReport,
+    ReleaseOutcome,
+)
 from service.delivery.progress import DeadLetter, Progress, ScheduleInfo, WorkerProgress
 from service.delivery.protocol import Delivery
 from service.delivery.records import (
-    CancelReport,
-    CompletionOutcome,
     DeliveryItem,
     Lease,
     LeaseSettings,
     PublishedSchedule,
-    PublishOutcome,
-    ReapReport,
-    ReleaseOutcome,
     ResultRecord,
     TrajectoryResult,
 )

@@ -27,17 +27,14 @@ from service.delivery import keys as keyspace
 from service.delivery import wire
 from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
 from service.delivery.indexes import DeliveryIndexes
-from service.delivery.records import (
+from service.delivery.outcomes import (
     CancelReport,
     CompletionOutcome,
-    DeliveryItem,
-    Lease,
-    PublishedSchedule,
     PublishOutcome,
     ReapReport,
     ReleaseOutcome,
-    TrajectoryResult,
 )
+from service.delivery.records import DeliveryItem, Lease, PublishedSchedule, TrajectoryResult
 from service.delivery.scripts import Scripts, register
 from service.delivery.views import text
 

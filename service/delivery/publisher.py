@@ -15,8 +15,9 @@ from scheduler.costmodel import worker_cost
 from scheduler.deadlines import PlannedTime, planned_times
 from scheduler.errors import InvalidInputError
 from scheduler.types import Inventory, Plan, Trajectory
+from service.delivery.outcomes import PublishOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSchedule, PublishOutcome
+from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSchedule
 
 
 def delivery_item(

@@ -20,8 +20,8 @@ import redis
 
 from service.delivery import keys as keyspace
 from service.delivery.errors import UnknownScheduleError
+from service.delivery.outcomes import ReapReport
 from service.delivery.protocol import Delivery
-from service.delivery.records import ReapReport
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL_S = 1.0  # how often a replica reaps; lease ttl should be several times larger

@@ -48,7 +48,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from service.delivery.errors import UnknownScheduleError
-from service.delivery.records import CompletionOutcome, TrajectoryResult
+from service.delivery.outcomes import CompletionOutcome
+from service.delivery.records import TrajectoryResult
 from service.limits import BodyLimitMiddleware
 from service.problems import JSON_HINT, is_json
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 import redis
 
 from service.delivery.errors import UnknownScheduleError
-from service.delivery.records import CompletionOutcome, TrajectoryResult, bounded_extra
+from service.delivery.outcomes import CompletionOutcome
+from service.delivery.records import TrajectoryResult, bounded_extra
 from service.logs import schedule_context
 from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
 from service.sidecar.holdings import Held

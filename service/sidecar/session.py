@@ -35,9 +35,10 @@ from typing import ParamSpec, TypeVar
 import redis
 
 from service.delivery.errors import UnknownScheduleError
+from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
-from service.delivery.records import CompletionOutcome, Lease, ReleaseOutcome, TrajectoryResult
+from service.delivery.records import Lease, TrajectoryResult
 from service.sidecar.holdings import Held, Holdings, lease_id
 
 log = logging.getLogger("service.sidecar")

@@ -8,8 +8,9 @@ import time
 import pytest
 import redis
 
+from service.delivery.outcomes import ReleaseOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import DeliveryItem, PublishedSchedule, ReleaseOutcome
+from service.delivery.records import DeliveryItem, PublishedSchedule
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.delivery.proxy import ReplyLosingProxy

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import CompletionOutcome, TrajectoryResult
+from service.delivery.records import TrajectoryResult
 from service.embedded import EmbeddedServer
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession

@@ -1,0 +1,58 @@
+"""What each delivery operation answers: a completion's, a release's and a publish's outcome, and the
+reports of a reaper pass and of a cancel.
+
+Apart from ``records`` (the items, leases and results that travel through Redis): these are the
+protocol's replies to its callers, never stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class CompletionOutcome(StrEnum):
+    """What ``complete`` did with a result."""
+
+    ACCEPTED = "accepted"  # first completion with the current token: appended to the results stream
+    DUPLICATE = "duplicate"  # repeat of the accepted completion (e.g. a lost reply): success, no-op
+    STALE = "stale"  # the lease was reaped, stolen back or expired: result discarded
+
+
+class ReleaseOutcome(StrEnum):
+    """What ``release``/``fail`` did with one lease."""
+
+    REQUEUED = "requeued"  # back at the head of a queue: the holder's (a release), another's (a failure)
+    DEAD_LETTERED = "dead_lettered"  # attempts spent: moved to the dead-letter list
+    STALE = "stale"  # not held any more: nothing changed
+
+
+class PublishOutcome(StrEnum):
+    """What ``publish`` did."""
+
+    CREATED = "created"  # the schedule was written now
+    UNCHANGED = "unchanged"  # an identical publish had already happened: nothing written
+
+
+@dataclass(frozen=True, slots=True)
+class ReapReport:
+    """What one reaper pass did to one schedule."""
+
+    requeued: int  # expired leases put back at the head of a queue
+    dead_lettered: int  # expired leases whose item ran out of attempts
+    workers: tuple[str, ...] = ()  # whose leases lapsed (each once, sorted): workers that went silent
+    quiet_until_ms: int = 0  # lease clock: none of the schedule's leases has lapsed by then (reapers skip it)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelReport:
+    """What cancelling a schedule ended; a repeated cancel answers the first one's report."""
+
+    queued: int  # items taken off the queues unstarted
+    running: int  # leases ended: their heartbeats and completions are refused from now on
+    cancelled_at_ms: int  # when the first cancel ran (lease clock, ms)
+
+    @property
+    def cancelled(self) -> int:
+        """Every item the cancel ended."""
+        return self.queued + self.running
