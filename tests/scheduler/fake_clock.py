@@ -1,8 +1,16 @@
 """Stand-ins for the planning clock, so that budget checks become deterministic: one that advances
 one second per reading (every timed step of the code under test appears to take a second), and
-one that moves only when the test says so."""
+one that moves only when the test says so; and, for the budget tests, an lpt phase that seems to take
+a second and a count of whether a priced phase started."""
 
 from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from scheduler import clock
 
 
 class SteppingClock:
@@ -24,3 +32,33 @@ class ManualClock:
 
     def now(self) -> float:
         return self.seconds
+
+
+def slow_lpt_phase(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> ManualClock:
+    """A ``ManualClock`` as the planning clock, on which ``module.lpt_start`` (where ``module`` looks
+    it up) seems to take a second and nothing else any time: the budget tests price phases in lpt
+    phases, so their thresholds read as whole seconds."""
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    start = module.lpt_start
+
+    def slow_start(*args: Any) -> Any:
+        fake.seconds += 1.0
+        return start(*args)
+
+    monkeypatch.setattr(module, "lpt_start", slow_start)
+    return fake
+
+
+def count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int]:
+    """``owner.name`` (a module's function or a class's method) wrapped to append 1 to the returned
+    list per call, and otherwise unchanged: whether a priced phase started at all."""
+    original = getattr(owner, name)
+    calls: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls

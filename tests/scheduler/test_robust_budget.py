@@ -31,7 +31,7 @@ from scheduler.policies.robust import (
 )
 from scheduler.stepsum import FloatArray
 from scheduler.types import PlanRequest
-from tests.scheduler.fake_clock import ManualClock
+from tests.scheduler.fake_clock import ManualClock, count_calls, slow_lpt_phase
 
 
 def _with_quantiles(request: PlanRequest, ratio: float) -> PlanRequest:
@@ -84,22 +84,8 @@ def test_the_band_search_runs_with_quantiles_when_the_choice_fits_however_long_t
 ) -> None:
     # an lpt phase of 1 s on a 10 s budget: the search used to keep 32 lpt phases for the choice,
     # which never fitted, while the choice's draws here take no time at all
-    fake = ManualClock()
-    monkeypatch.setattr(clock, "now", fake.now)
-
-    def slow_start(*args: object) -> object:
-        fake.seconds += 1.0
-        return lpt_start(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(cpsat_module, "lpt_start", slow_start)
-    searched: list[int] = []
-    rounds = cpsat_module.CpSatPolicy._rounds
-
-    def counted(self: cpsat_module.CpSatPolicy, *args: object) -> object:
-        searched.append(1)
-        return rounds(self, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(cpsat_module.CpSatPolicy, "_rounds", counted)
+    slow_lpt_phase(monkeypatch, cpsat_module)
+    searched = count_calls(monkeypatch, cpsat_module.CpSatPolicy, "_rounds")
     searched_plan = plan(REQUEST, "cpsat")
     assert searched == [1]
     assert searched_plan.status in {"OPTIMAL", "FEASIBLE", "ROBUST_LPT"}  # the search's, judged
@@ -237,20 +223,7 @@ def test_the_lpt_plans_draws_are_not_started_with_less_than_their_price_in_lpt_p
     phase, so with 0.9 s left after the lpt phase they are not played (nor is the search, which
     needs them), with 1.1 s they are. They used to start whenever any time was left."""
     request = dataclasses.replace(REQUEST, time_budget_s=budget_s)
-    fake = ManualClock()
-    monkeypatch.setattr(clock, "now", fake.now)
-
-    def slow_start(*args: object) -> object:
-        fake.seconds += 1.0
-        return lpt_start(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(cpsat_module, "lpt_start", slow_start)
-    played: list[int] = []
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        played.append(1)
-        return baseline(*args, **kwargs)
-
-    monkeypatch.setattr(cpsat_module, "baseline", counted)
+    slow_lpt_phase(monkeypatch, cpsat_module)
+    played = count_calls(monkeypatch, cpsat_module, "baseline")
     cpsat_module.CpSatPolicy().plan(request, build_problem(request))
     assert bool(played) == drawn

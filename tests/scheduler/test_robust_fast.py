@@ -30,7 +30,7 @@ from scheduler.policies.robust_fast import at_once_hedge, fastest_first, outlier
 from scheduler.simulator import SimOptions, simulate
 from scheduler.stepsum import planned_steps_array
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker
-from tests.scheduler.fake_clock import ManualClock, SteppingClock
+from tests.scheduler.fake_clock import ManualClock, SteppingClock, count_calls, slow_lpt_phase
 
 LATER = 60.0  # a deadline far enough away for everything here
 
@@ -298,22 +298,7 @@ def test_the_at_once_check_is_not_started_with_less_than_its_price_in_lpt_phases
     they are not started, with 1.1 s they are. Started whenever the deadline had not passed, they
     took 100-200 ms on a loaded host and ended 16,384 x 128 plans up to 90 ms past 1 s."""
     request = dataclasses.replace(_request(), time_budget_s=budget_s)
-    fake = ManualClock()
-    monkeypatch.setattr(clock, "now", fake.now)
-    start = lpt_module.lpt_start
-
-    def slow_start(*args: Any) -> Any:
-        fake.seconds += 1.0
-        return start(*args)
-
-    monkeypatch.setattr(lpt_module, "lpt_start", slow_start)
-    calls: list[int] = []
-    check = robust_fast._runs_at_once
-
-    def counted(*args: Any) -> bool:
-        calls.append(1)
-        return check(*args)
-
-    monkeypatch.setattr(robust_fast, "_runs_at_once", counted)
+    slow_lpt_phase(monkeypatch, lpt_module)
+    calls = count_calls(monkeypatch, robust_fast, "_runs_at_once")
     lpt_module.LptPolicy().plan(request, build_problem(request))
     assert bool(calls) == checked

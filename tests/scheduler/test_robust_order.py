@@ -22,7 +22,7 @@ from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import draw_steps, spreads
 from scheduler.policies.robust_order import drawn_finish, hedged, robust_orders
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
-from tests.scheduler.fake_clock import ManualClock
+from tests.scheduler.fake_clock import ManualClock, count_calls, slow_lpt_phase
 
 CAP = 8_192
 
@@ -175,22 +175,7 @@ def test_before_its_own_pace_is_known_the_hedge_is_priced_in_lpt_phases(
     worker = request.inventory.workers[0]
     inventory = Inventory((worker, dataclasses.replace(worker, worker_id="h100-1")), request.inventory.model)
     request = dataclasses.replace(request, inventory=inventory, time_budget_s=budget_s)
-    fake = ManualClock()
-    monkeypatch.setattr(clock, "now", fake.now)
-    start = lpt_module.lpt_start
-
-    def slow_start(*args: Any) -> Any:
-        fake.seconds += 1.0
-        return start(*args)
-
-    monkeypatch.setattr(lpt_module, "lpt_start", slow_start)
-    calls: list[int] = []
-    judge = robust_order._better_order
-
-    def counted(*args: Any) -> Any:
-        calls.append(1)
-        return judge(*args)
-
-    monkeypatch.setattr(robust_order, "_better_order", counted)
+    slow_lpt_phase(monkeypatch, lpt_module)
+    calls = count_calls(monkeypatch, robust_order, "_better_order")
     lpt_module.LptPolicy().plan(request, build_problem(request))
     assert bool(calls) == judged

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
 
 import numpy as np
 import pytest
 
-from scheduler import clock
 from scheduler.costmodel import WorkerCost
 from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
@@ -24,7 +22,7 @@ from scheduler.policies.robust_fast import at_once_hedge
 from scheduler.policies.robust_order import drawn_finish, hedged
 from scheduler.policies.robust_place import kind_scales
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
-from tests.scheduler.fake_clock import ManualClock, SteppingClock
+from tests.scheduler.fake_clock import SteppingClock, count_calls, slow_lpt_phase
 
 CAP = 8_192
 LATER = 60.0  # a deadline far enough away for everything here
@@ -275,22 +273,7 @@ def test_the_kinds_are_not_played_on_draws_when_placing_again_could_not_follow_t
     be projected: at 16,384 x 128 placing again took 70-80 ms of a 1 s plan unpriced, and on a
     loaded host 445 ms for a plan then dropped, past the budget."""
     request = dataclasses.replace(_request(1.6), time_budget_s=budget_s)
-    fake = ManualClock()
-    monkeypatch.setattr(clock, "now", fake.now)
-    start = lpt_module.lpt_start
-
-    def slow_start(*args: Any) -> Any:
-        fake.seconds += 1.0
-        return start(*args)
-
-    monkeypatch.setattr(lpt_module, "lpt_start", slow_start)
-    played: list[int] = []
-    scales = kind_scales
-
-    def counted(*args: Any) -> Any:
-        played.append(1)
-        return scales(*args)
-
-    monkeypatch.setattr(lpt_module, "kind_scales", counted)
+    slow_lpt_phase(monkeypatch, lpt_module)
+    played = count_calls(monkeypatch, lpt_module, "kind_scales")
     lpt_module.LptPolicy().plan(request, build_problem(request))
     assert bool(played) == drawn
