@@ -26,9 +26,10 @@ on holds unreported past its bound (``pull_holds``) is reported failed and reque
 nothing more is claimed (a long-poll in flight answers 204), requests in flight get the drain timeout
 (``launch.run_pull``), and what is held is handed back within ``release_within_s``, Redis down or not.
 
-It serves from before it reaches Redis (``Connecting``): a Redis Cluster down at start-up is waited
-for while ``GET /health`` answers ``connecting`` (an outage a restart cannot fix must not fail a
-liveness probe), ``GET /ready`` answers 503 and every other endpoint 503 ``{"error"}`` (retry).
+It serves from before it reaches Redis (``Connecting``): a Redis or Redis Cluster down at start-up is
+waited for (``launch.connect``) while ``GET /health`` answers ``connecting`` (an outage a restart
+cannot fix must not fail a liveness probe), ``GET /ready`` answers 503 and every other endpoint 503
+``{"error"}`` (retry).
 
 Here are the routes and how errors are answered; the bookkeeping behind them (the worker's signs of
 life, what it lost, the hold bound, the session while it connects) is ``pull_state``'s.
