@@ -1,8 +1,9 @@
 """Delivery of published schedules through Redis: leases, fencing, stealing, reaping, results.
 
 ``Delivery`` (protocol.py) is the API, with its plain reads in views.py and the indexes that announce
-a schedule in indexes.py; keys.py documents every key and TTL; records.py holds the
-dataclasses written and leased, progress.py those the readers see; lua/ holds one atomic script per
+a schedule (and tell reapers which schedules are due) in indexes.py; keys.py documents every key and
+TTL; records.py holds the dataclasses written and leased, outcomes.py what each operation answers,
+progress.py what the readers see; lua/ holds one atomic script per
 operation, and wire.py lays out their arguments; publisher.py turns a plan into a published
 schedule; reaper.py runs the reaper loop. See docs/delivery.md for the state machine and guarantees.
 """

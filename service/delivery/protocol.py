@@ -297,7 +297,9 @@ class Delivery(DeliveryIndexes):
         return self._release("release", "", leases, now_ms)
 
     def fail(self, lease: Lease, reason: str, now_ms: int | None = None) -> ReleaseOutcome:
-        """Report that the engine failed the item: retried, or dead-lettered after max attempts."""
+        """Report that the engine failed the item: dead-lettered after max attempts, else retried at
+        the head of another live worker's queue when one may take it (``lua/release.lua``
+        ``retry_target``), else at its holder's."""
         return self._release("fail", reason, [lease], now_ms)[0]
 
     def _release(

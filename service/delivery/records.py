@@ -2,7 +2,8 @@
 
 The vocabulary shared by the publisher (service), the sidecar (workers) and the trainer (results):
 an item to run, a lease on it, a result for it. What readers of a schedule see (progress, dead
-letters, its settings) is in ``progress``.
+letters, its settings) is in ``progress``; what each operation answers (outcomes, reap and cancel
+reports) in ``outcomes``.
 """
 
 from __future__ import annotations
