@@ -8,6 +8,9 @@ lets the app serve anyway, ``/healthz`` 200, ``/readyz`` and every route that ne
 the cluster answers. Waiting before uvicorn started instead left the liveness probe unanswered for
 the whole outage: a cluster down at pod start outlived the startup probe's 2 minutes and the pod
 was restarted in a loop (CrashLoopBackOff, up to 5 minutes between tries once the cluster was back).
+A Redis that answers with a version older than ``redis_conn.MIN_REDIS_VERSION`` ends the tries: the
+app serves not-ready, ``state.starting`` holding the one-line refusal, until Redis is upgraded and
+the app restarted (waiting will not fix it).
 """
 
 from __future__ import annotations

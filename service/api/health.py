@@ -1,8 +1,9 @@
 """Liveness, readiness and Prometheus endpoints; unauthenticated, as probes and scrapers expect.
 
 ``/healthz`` says the process serves HTTP (restart it if not). ``/readyz`` says it can do useful
-work: Redis answers and a predictor is loaded (a fallback counts: it is a working predictor). A
-load balancer stops routing to a replica whose Redis is down and resumes by itself when it returns.
+work: Redis answers, at a version the service runs on (``redis_conn.MIN_REDIS_VERSION``), and a
+predictor is loaded (a fallback counts: it is a working predictor). A load balancer stops routing
+to a replica whose Redis is down and resumes by itself when it returns.
 All three answer ``HEAD`` as ``GET`` (status and headers; the server sends no body), since load
 balancers, monitoring checks and ``curl -I`` probe with it; the ``HEAD`` routes stay out of the
 OpenAPI document, where they would repeat the ``GET`` operations under the same operation id.
@@ -42,7 +43,7 @@ _NOT_READY: dict[int | str, dict[str, Any]] = {
 def readyz(request: Request) -> JSONResponse:
     """Ready when Redis answers PING at a version the service runs on and a predictor is loaded; 503
     with the reason otherwise."""
-    if request.app.state.context is None:  # start-up still waits for a Redis Cluster (service.startup)
+    if request.app.state.context is None:  # start-up waits for a Redis Cluster, or refused an old Redis
         return JSONResponse({"ready": False, "redis": request.app.state.starting, "model": None}, 503)
     ctx: Context = context_of(request)
     ctx.models.reload_if_due()
