@@ -30,7 +30,9 @@ _HELP = {  # what each SessionStats counter counts, as its HELP line
     "released": "Leases handed back unstarted or unfinished",
     "lost": "Leases a heartbeat found gone (the work was stopped)",
     "reaped": "Lapsed leases this worker's reaps requeued or dead-lettered",
-    "cancelled": "Leases stopped or completions refused because the trainer cancelled the schedule",
+    "cancelled": (
+        "Leases stopped, or completions or failure reports refused, as the trainer cancelled the schedule"
+    ),
 }
 
 

@@ -77,9 +77,9 @@ class SessionStats:
     stale: int = 0  # completions or failure reports refused: the lease was gone
     failed: int = 0  # items reported failed to the protocol and requeued or dead-lettered by it
     released: int = 0  # leases handed back unstarted or unfinished (shutdown)
-    lost: int = 0  # leases a heartbeat found gone (the work was stopped)
+    lost: int = 0  # leases a heartbeat found gone; pull mode: an overdue item's failure report not taken
     reaped: int = 0  # lapsed leases this worker's reaps requeued or dead-lettered
-    cancelled: int = 0  # leases stopped or completions refused: the trainer cancelled the schedule
+    cancelled: int = 0  # leases stopped, completions or failure reports refused: the schedule was cancelled
 
 
 @dataclass
