@@ -7,7 +7,9 @@ JSON, validate, predict, plan, baseline, publish), and requests per second. Each
 text travels to the sidecars through Redis, so it is part of what publishing costs. Before measuring, it
 reports two earlier steps of heavy-tailed actuals for the same prompts and retrains, so predictions
 come from the LightGBM model as in production rather than from the no-history fallback. Without
-``--url`` it starts ``rollout-scheduler serve`` in a subprocess on an embedded valkey-server.
+``--url`` it starts ``rollout-scheduler serve`` in a subprocess on an embedded valkey-server. Its
+workers are named ``bench-*`` (``WORKER_PREFIX``), which no real sidecar serves, and each schedule
+it published is cancelled once measured, so a ``--url`` run leaves no work queued for anyone.
 """
 
 from __future__ import annotations
