@@ -132,8 +132,9 @@ class PullState:
 
     async def fail_abandoned(self, dropped: list[Held]) -> None:
         """Report each abandoned item failed, through the path a ``/fail`` takes: requeued at once with
-        an attempt spent (dead-lettered once its attempts are spent), as its lapse would have a lease
-        TTL later with nobody able to take it meanwhile. The worker dropped it and will not report it,
+        an attempt spent, at the head of another live worker's queue when one may take it (dead-lettered
+        once its attempts are spent), where its lapse would have requeued it here a lease TTL later with
+        nobody able to take it meanwhile. The worker dropped it and will not report it,
         so waiting out the lease only kept a straggler's item, the one its step most likely waits for,
         from running again. One Redis does not take (past the session's retry window) is left to
         lapse, and is then requeued by a reaper as before."""
