@@ -13,10 +13,10 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
   does not depend on the service's reaper being up;
 * heartbeats: every held lease is extended each third of its schedule's TTL; a lease the server no
   longer honours is reported lost so the caller stops that trajectory;
-* cancelled schedules: a lease lost or a completion refused because the trainer cancelled the step
-  is expected, not a fault: it is counted apart (``cancelled``, not ``lost`` or ``stale``) and told
-  once per schedule at INFO, so that a cancel of a step with hundreds of items in flight does not
-  bury the warnings about leases that really lapsed;
+* cancelled schedules: a lease lost, or a completion or failure report refused, because the trainer
+  cancelled the step is expected, not a fault: it is counted apart (``cancelled``, not ``lost`` or
+  ``stale``) and told once per schedule at INFO, so that a cancel of a step with hundreds of items
+  in flight does not bury the warnings about leases that really lapsed;
 * completion with retries on connection errors: a completion whose reply was lost is sent again and
   answered DUPLICATE (a success), never accepted twice.
 """
