@@ -46,8 +46,9 @@ class Context:
 
 
 def context_of(request: Request) -> Context:
-    """The app's context; ``UnavailableError`` (503) while start-up still waits for a Redis Cluster
-    (``service.startup``: it is set before the first request otherwise)."""
+    """The app's context; ``UnavailableError`` (503) while start-up still waits for a Redis Cluster,
+    or after it refused a Redis too old (``service.startup``: it is set before the first request
+    otherwise)."""
     ctx: Context | None = request.app.state.context
     if ctx is None:
         raise UnavailableError(f"starting: Redis {request.app.state.starting}")
