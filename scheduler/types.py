@@ -93,7 +93,7 @@ class Plan:
     workers: tuple[WorkerPlan, ...]  # one per inventory worker, same order, empty queues included
     predicted_makespan_s: float  # max predicted finish over workers
     lower_bound_s: float  # physical lower bound of the batch on the inventory
-    status: str  # e.g. OPTIMAL, FEASIBLE, HEURISTIC, FALLBACK_LPT, ROBUST_LPT
+    status: str  # e.g. OPTIMAL, FEASIBLE, HEURISTIC, FALLBACK_LPT, ROBUST_LPT, BASELINE
     wall_time_s: float  # planning wall time
     kv_admission: bool = False  # the sidecar/simulator should admit by projected KV peak
     dispatch_order: tuple[str, ...] = ()  # shared-queue policies (least_loaded): the one FIFO workers

@@ -19,7 +19,8 @@ class Placement:
     """A policy's decision, by position: trajectory indices into ``request.trajectories``."""
 
     queues: tuple[tuple[int, ...], ...]  # one ordered queue per inventory worker, inventory order
-    status: str = "HEURISTIC"  # how it was obtained: HEURISTIC, OPTIMAL, FEASIBLE, FALLBACK_LPT, ROBUST_LPT
+    status: str = "HEURISTIC"  # how it was obtained: HEURISTIC, OPTIMAL, FEASIBLE, FALLBACK_LPT,
+    # ROBUST_LPT, BASELINE (``scheduler.policies.blindbar``)
     dispatch_order: tuple[int, ...] = ()  # shared-queue policies: the one FIFO every worker pulls from
     finish_s: tuple[float, ...] = ()  # predicted finish per worker, when the policy already played it
     # through scheduler.finish (the planner then skips doing it again); empty otherwise

@@ -42,7 +42,9 @@ result is never worse than ``lpt`` on the predictions (once hedged, orders bet o
 instead, for both policies alike). Hard constraints hold by construction: units are whole groups
 under prefix affinity, and a unit only ever goes to its allowed workers (pins, exclusions, KV fit).
 The time budget (``request.time_budget_s``) bounds the CP-SAT calls; status: the aggregate model's
-``OPTIMAL``/``FEASIBLE`` when its plan won, ``FALLBACK_LPT`` when the lpt plan stayed best.
+``OPTIMAL``/``FEASIBLE`` when its plan won, ``FALLBACK_LPT`` when the lpt plan stayed best,
+``BASELINE`` when the plan it would return finished later on the predictions than the length-blind
+plans (``scheduler.policies.blindbar``) and the faster of those was returned instead.
 """
 
 from __future__ import annotations
@@ -56,11 +58,12 @@ from scheduler.costmodel import WorkerCost
 from scheduler.policies import replicate
 from scheduler.policies.balance import level_below
 from scheduler.policies.base import BudgetSpent, Placement
+from scheduler.policies.blindbar import barred, blind_plan, blind_start
 from scheduler.policies.capband import CAP_LEFT, CAP_SHIFTS, cap_shifted
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, band_of, solve_levels
 from scheduler.policies.load import Load, time_with
-from scheduler.policies.lpt import calibrated, lpt_assignment, lpt_start
+from scheduler.policies.lpt import calibrated, lpt_assignment, lpt_bar, lpt_start
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
 from scheduler.policies.robust import Baseline, Spread, baseline, judged, spreads
@@ -114,8 +117,10 @@ class CpSatPolicy:
         deadline = started + request.time_budget_s
         problem = problem or build_problem(request)
         spread = spreads(request.trajectories)
-        assignment, queues, finishes = lpt_start(problem, request.kv_admission, deadline, spread is None)
+        start = lpt_start(problem, request.kv_admission, deadline, spread is None)
         lpt_phase = clock.now() - started
+        blind = blind_plan(problem, request, start[0], lpt_bar(start[2], spread), deadline)
+        assignment, queues, finishes = blind_start(problem, blind, start)
         lpt_plan = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
         hedge_started = clock.now()
         lpt_hedged = hedged(problem, request, lpt_plan, spread, deadline, lpt_phase)
@@ -131,7 +136,8 @@ class CpSatPolicy:
             best = Placement(lpt_robust.queues, best.status, finish_s=lpt_robust.finish_s)
         else:
             best = hedged(problem, request, best, spread, deadline, lpt_phase)
-        return at_once_hedge(problem, request, best, spread, deadline, lpt_phase)
+        final = at_once_hedge(problem, request, best, spread, deadline, lpt_phase)
+        return barred(problem, request.kv_admission, final, blind, "BASELINE")
 
     def _search(
         self,

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 
 from scheduler import clock
 from scheduler.policies.base import BudgetSpent, Placement
+from scheduler.policies.blindbar import barred, blind_plan, blind_start
 from scheduler.policies.listsched import ListState
 from scheduler.policies.load import Rates, rates
 from scheduler.policies.ordering import order_queues, refine_critical
@@ -57,12 +58,22 @@ class LptPolicy:
         deadline = started + request.time_budget_s
         problem = problem or build_problem(request)
         spread = spreads(request.trajectories)
-        _, queues, finishes = lpt_start(problem, request.kv_admission, deadline, spread is None)
+        start = lpt_start(problem, request.kv_admission, deadline, spread is None)
         phase = clock.now() - started  # the unit the later phases price their fixed costs in
+        blind = blind_plan(problem, request, start[0], lpt_bar(start[2], spread), deadline)
+        _, queues, finishes = blind_start(problem, blind, start)
         placement = Placement(queues=queues, status="HEURISTIC", finish_s=finishes)
         lpt_hedged = hedged(problem, request, placement, spread, deadline, phase)
         placed = calibrated(problem, request, lpt_hedged, spread, deadline, phase)
-        return at_once_hedge(problem, request, placed, spread, deadline, phase)
+        hedged_fast = at_once_hedge(problem, request, placed, spread, deadline, phase)
+        return barred(problem, request.kv_admission, hedged_fast, blind, "HEURISTIC")
+
+
+def lpt_bar(finishes: Sequence[float], spread: Spread | None) -> float:
+    """What the plan ``lpt`` or ``cpsat`` returns is known not to exceed on the predictions, from the
+    lpt start's ``finishes``: their makespan without quantiles (every later step only lowers it),
+    none with them (hedging and placing again by kind trade point finish for draws)."""
+    return max(finishes, default=0.0) if spread is None else float("inf")
 
 
 def calibrated(

@@ -266,7 +266,7 @@ class ScheduleResponse(BaseModel):
     schedule_id: str
     step: int
     policy: str
-    status: str  # solver status: OPTIMAL, FEASIBLE, HEURISTIC, FALLBACK_LPT, ROBUST_LPT
+    status: str  # solver status: OPTIMAL, FEASIBLE, HEURISTIC, FALLBACK_LPT, ROBUST_LPT, BASELINE
     published: bool
     model_version: str  # predictor that produced the lengths ("fallback" when none is trained)
     prediction_sources: dict[str, int]  # lightgbm / prompt_history_mean / global_prior -> trajectories

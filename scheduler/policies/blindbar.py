@@ -1,0 +1,162 @@
+"""The length-blind plans as a bar: ``lpt`` and ``cpsat`` never plan slower than they do.
+
+Why. ``round_robin`` and ``least_loaded`` ignore the predictions, so a length-aware plan that the
+worker model (``scheduler.finish``) finishes later than theirs, on the very predictions it planned
+with, is a defect a user sees at once. It happened on small mixed pools with learned speeds (one
+H100, one Ascend 910B, one A100, tens of samples a prompt): LPT's estimate counts a queue past its
+slots as a fraction of a wave, and with quantiles the batch is placed again by kind on that same
+estimate (``lpt.calibrated``) and hedged, each step trading point finish for draws without a floor.
+With every prediction equal (a run's first step) the plan placed again put 281 items on the
+128-slot Ascend and planned 6.22 s against round robin's 4.43 s; 20 of 48 small random batches
+planned later than round robin (up to 1.28x), and on the draws too most of them ran later.
+
+How. ``blind_plan`` builds round robin's queues, and least loaded's where some queue of the lpt
+start holds more items than its worker's lanes (the regime where dealing whole waves beats LPT's
+estimate; the dealing costs about an lpt phase, so without quantiles and past ``SMALL`` trajectories
+it is not built where every queue runs within its lanes, as at every ``bench solver`` size; with
+quantiles it always is, since the batch is placed again after the start). Each is played through
+the worker model exactly as the planner reports that policy, unless its load estimate
+(``scheduler.policies.load``), taken down by ``KV_FILL`` to a lower bound of the worker model,
+already reaches ``bar_s``. The better one is kept, each worker's queue in its own order or in the
+ordering's fastest (``scheduler.policies.ordering``), whichever finishes sooner. The policies take
+it as their start when it beats the lpt start (``blind_start``), and return it at the end
+(``barred``) when the plan they would return finishes later on the predictions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scheduler import clock
+from scheduler.policies.base import Placement
+from scheduler.policies.least_loaded import LeastLoadedPolicy, worker_lanes
+from scheduler.policies.load import KV_FILL, estimate, rates
+from scheduler.policies.ordering import order_queues
+from scheduler.policies.problem import Problem
+from scheduler.policies.round_robin import RoundRobinPolicy
+from scheduler.types import PlanRequest
+
+Queues = tuple[tuple[int, ...], ...]
+SMALL = 512  # trajectories up to which least loaded's plan is always a candidate: within its lanes
+# too it can end a few microseconds before LPT's (a few equal items, prefill placed differently);
+# dealing it costs about an lpt phase, so larger batches within their lanes (every ``bench solver``
+# size) build it only as the module doc says, and are held to round robin's plan alone
+
+
+@dataclass(frozen=True, slots=True)
+class Blind:
+    """The better length-blind plan, ordered, and its finishes on the predictions."""
+
+    queues: Queues
+    finish_s: tuple[float, ...]
+
+    @property
+    def makespan_s(self) -> float:
+        """The plan's predicted makespan."""
+        return max(self.finish_s, default=0.0)
+
+
+def blind_plan(
+    problem: Problem,
+    request: PlanRequest,
+    assignment: Sequence[Sequence[int]],
+    bar_s: float,
+    deadline: float,
+) -> Blind | None:
+    """The faster of round robin's and least loaded's plans (module doc) when it finishes before
+    ``bar_s`` on the predictions; None otherwise, or once ``deadline`` has passed.
+
+    ``assignment`` is the lpt start's (units per worker): without quantiles least loaded is built
+    only where one of its queues holds more units than its worker's lanes. ``bar_s`` is what the
+    plan to be returned is known not to exceed (``lpt.lpt_bar``: the lpt start's makespan without
+    quantiles; infinity with them, since hedging and placing again by kind may raise it)."""
+    reserve = request.kv_admission
+    best: tuple[Queues, list[float]] | None = None
+    for queues in _candidates(problem, request, assignment, bar_s == float("inf"), deadline):
+        if clock.now() > deadline:
+            return None
+        if _floor(problem, queues) >= bar_s:
+            continue
+        finishes = problem.finishes(queues, reserve)
+        if max(finishes, default=0.0) < bar_s:
+            best, bar_s = (queues, finishes), max(finishes, default=0.0)
+    if best is None:
+        return None
+    queues, finishes = best
+    ordered, ordered_finishes = order_queues(problem, queues, reserve, search_until=deadline)
+    chosen = [
+        (o, g) if g < f else (q, f)
+        for q, f, o, g in zip(queues, finishes, ordered, ordered_finishes, strict=True)
+    ]
+    return Blind(tuple(q for q, _ in chosen), tuple(f for _, f in chosen))
+
+
+def blind_start(
+    problem: Problem,
+    blind: Blind | None,
+    start: tuple[list[list[int]], Queues, tuple[float, ...]],
+) -> tuple[list[list[int]], Queues, tuple[float, ...]]:
+    """``start`` (the lpt start: units per worker, ordered queues, finishes), or ``blind`` as the
+    start when it finishes sooner: what ``cpsat`` searches from and must beat. Not under prefix
+    affinity (units are groups there, and the start's assignment is by unit)."""
+    if blind is None or len(problem.units) != len(problem.steps):
+        return start
+    if blind.makespan_s >= max(start[2], default=0.0):
+        return start
+    return [list(q) for q in blind.queues], blind.queues, blind.finish_s
+
+
+def barred(
+    problem: Problem, reserve: bool, placement: Placement, blind: Blind | None, status: str
+) -> Placement:
+    """``placement``, or ``blind`` with ``status`` when ``placement`` finishes later on the predictions."""
+    if blind is None:
+        return placement
+    finishes = placement.finish_s or tuple(problem.finishes(placement.queues, reserve))
+    if max(finishes, default=0.0) <= blind.makespan_s:
+        return placement
+    return Placement(blind.queues, status, finish_s=blind.finish_s)
+
+
+def _candidates(
+    problem: Problem,
+    request: PlanRequest,
+    assignment: Sequence[Sequence[int]],
+    unbound: bool,
+    deadline: float,
+) -> list[Queues]:
+    """Round robin's queues; least loaded's too where the lpt start runs a queue past its lanes,
+    where the plan may yet move far from the start (``unbound``: with quantiles, placed again by
+    kind), or where the batch is ``SMALL`` enough for its dealing to cost next to nothing."""
+    queues = [RoundRobinPolicy().plan(request, problem).queues]
+    wanted = unbound or len(problem.steps) <= SMALL or _past_lanes(problem, assignment)
+    if clock.now() <= deadline and wanted:
+        queues.append(LeastLoadedPolicy().plan(request, problem).queues)
+    return queues
+
+
+def _past_lanes(problem: Problem, assignment: Sequence[Sequence[int]]) -> bool:
+    """Whether some worker's queue in ``assignment`` holds more units than it has lanes."""
+    lanes = worker_lanes(problem)
+    return any(len(assignment[w]) > slots for w, (slots, _) in lanes.items())
+
+
+def _floor(problem: Problem, queues: Queues) -> float:
+    """A lower bound of ``queues``' predicted makespan: each worker's load estimate with its cache
+    full rather than ``KV_FILL`` full (at least ``KV_FILL`` times the estimate), the most of them."""
+    prompts, steps, costs = problem.prompts, problem.steps, problem.costs
+    floor = 0.0
+    for w, queue in enumerate(queues):
+        if not queue:
+            continue
+        longest = tokens = prompt = 0
+        kv = 0.0
+        for i in queue:
+            length, p = steps[i], prompts[i]
+            longest = max(longest, length)
+            tokens += length
+            prompt += p
+            kv += p * length + length * (length - 1) / 2
+        floor = max(floor, KV_FILL * estimate(rates(costs[w]), longest, tokens, kv, prompt))
+    return floor
