@@ -120,7 +120,7 @@ class CpSatPolicy:
         start = lpt_start(problem, request.kv_admission, deadline, spread is None)
         lpt_phase = clock.now() - started
         blind = blind_plan(problem, request, start[0], lpt_bar(start[2], spread), deadline)
-        assignment, queues, finishes = blind_start(problem, blind, start)
+        assignment, queues, finishes = blind_start(problem, blind, start, spread is not None)
         lpt_plan = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
         hedge_started = clock.now()
         lpt_hedged = hedged(problem, request, lpt_plan, spread, deadline, lpt_phase)
@@ -137,7 +137,7 @@ class CpSatPolicy:
         else:
             best = hedged(problem, request, best, spread, deadline, lpt_phase)
         final = at_once_hedge(problem, request, best, spread, deadline, lpt_phase)
-        return barred(problem, request.kv_admission, final, blind, "BASELINE")
+        return barred(problem, request.kv_admission, final, blind, "BASELINE", spread is not None)
 
     def _search(
         self,

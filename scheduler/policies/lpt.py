@@ -61,12 +61,12 @@ class LptPolicy:
         start = lpt_start(problem, request.kv_admission, deadline, spread is None)
         phase = clock.now() - started  # the unit the later phases price their fixed costs in
         blind = blind_plan(problem, request, start[0], lpt_bar(start[2], spread), deadline)
-        _, queues, finishes = blind_start(problem, blind, start)
+        _, queues, finishes = blind_start(problem, blind, start, spread is not None)
         placement = Placement(queues=queues, status="HEURISTIC", finish_s=finishes)
         lpt_hedged = hedged(problem, request, placement, spread, deadline, phase)
         placed = calibrated(problem, request, lpt_hedged, spread, deadline, phase)
         hedged_fast = at_once_hedge(problem, request, placed, spread, deadline, phase)
-        return barred(problem, request.kv_admission, hedged_fast, blind, "HEURISTIC")
+        return barred(problem, request.kv_admission, hedged_fast, blind, "HEURISTIC", spread is not None)
 
 
 def lpt_bar(finishes: Sequence[float], spread: Spread | None) -> float:
