@@ -110,8 +110,8 @@ def blind_start(
     """``start`` (the lpt start: units per worker, ordered queues, finishes), or ``blind`` as the
     start when it finishes sooner: what ``cpsat`` searches from and must beat. Not under prefix
     affinity (units are groups there, and the start's assignment is by unit), nor with quantiles
-    (``unbound``): the start is then placed again by kind, and on the long chain-of-thought replay
-    a blind start that led on the point predictions replayed 3.5% later (3,113 s against 3,008 s)."""
+    (``unbound``): the start is then hedged and placed again by kind on draws, which is what sets
+    the plan there; the bar at the end (``barred``) still holds it to the blind plans."""
     if blind is None or unbound or len(problem.units) != len(problem.steps):
         return start
     if blind.makespan_s >= max(start[2], default=0.0):
