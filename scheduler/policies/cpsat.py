@@ -137,7 +137,7 @@ class CpSatPolicy:
         else:
             best = hedged(problem, request, best, spread, deadline, lpt_phase)
         final = at_once_hedge(problem, request, best, spread, deadline, lpt_phase)
-        return barred(problem, request.kv_admission, final, blind, "BASELINE", spread is not None)
+        return barred(problem, request, final, blind, "BASELINE", spread, deadline)
 
     def _search(
         self,
