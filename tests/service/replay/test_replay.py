@@ -184,20 +184,24 @@ def test_on_real_math100_cpsat_keeps_the_plan_the_quantiles_expect_to_finish_fir
     assert cpsat.result.makespan_s <= lpt.result.makespan_s
 
 
-def test_on_real_math100_a_mixed_pool_keeps_the_batch_that_runs_at_once_off_the_slow_kind(
+def test_on_real_math100_a_mixed_pool_keeps_the_batch_off_the_slow_kind_or_plans_round_robins(
     shared_data: Path,
 ) -> None:
     """Step 1 fits the pool's slots, so every sample starts at once and the makespan is one
     sample's time: the one predicted at 554 tokens that ran 2,107 ran on an Ascend 910B in the
-    plan balanced on the predictions (30.5 s), where round_robin's split ran 16.7 s by luck."""
+    plan balanced on the predictions (30.5 s), where round_robin's split ran 16.7 s by luck. The
+    at-once hedge keeps the batch on the H100s (17.2 s); the length-blind bar returns round
+    robin's plan instead where that is expected to end sooner on the same draws (16.7 s)."""
     trace = read_trace(shared_data / "math100_x8.trace.csv")
     pool = parse_workers("2xH100,2xAscend910B", model="7b")
     step = replay(trace, ReplayConfig(pool, ("round_robin", "lpt", "cpsat"), (1,))).steps[0]
-    blind = step.runs[("round_robin", True)].result.makespan_s
+    blind = step.runs[("round_robin", True)]
     for policy in ("lpt", "cpsat"):
         run = step.runs[(policy, True)]
-        assert all(not w.items for w in run.plan.workers if w.worker_id.startswith("ascend"))
-        assert run.result.makespan_s <= 1.05 * blind  # the H100s, twice as crowded: 17.2 s
+        off_slow = all(not w.items for w in run.plan.workers if w.worker_id.startswith("ascend"))
+        barred = [w.items for w in run.plan.workers] == [w.items for w in blind.plan.workers]
+        assert off_slow or barred
+        assert run.result.makespan_s <= 1.05 * blind.result.makespan_s
 
 
 def test_policies_played_in_worker_processes_give_what_they_give_in_turn(small_trace: Trace) -> None:
