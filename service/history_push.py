@@ -58,11 +58,19 @@ def actual_reports(trace: Trace, worker_id: str) -> tuple[list[ActualReport], in
     return reports, skipped
 
 
-def push(client: SchedulerClient, reports: Sequence[ActualReport], batch: int = BATCH) -> Pushed:
-    """Post ``reports`` in batches of ``batch``; the stream length is the last answer's."""
+def push(
+    client: SchedulerClient, reports: Sequence[ActualReport], batch: int = BATCH, outage_s: float = 60.0
+) -> Pushed:
+    """Post ``reports`` in batches of ``batch``; the stream length is the last answer's.
+
+    The first report goes alone and is not retried: a service that does not answer it is not
+    running or the ``--url`` is wrong, which the user hears of at once, not after ``outage_s`` of
+    retries (a minute, for a typo in the port). Once it landed, each later batch rides out an
+    outage (a restart mid-push) for up to ``outage_s``: the service stores a resent report once."""
     accepted, repeated, length = 0, 0, 0
-    for chunk in _chunks(reports, batch):
-        answer = client.report_actuals(chunk)
+    first = [list(reports[:1])] if reports else []
+    for k, chunk in enumerate([*first, *_chunks(reports[1:], batch)]):
+        answer = client.report_actuals(chunk, outage_s=outage_s if k else 0.0)
         accepted, repeated, length = (
             accepted + answer.accepted,
             repeated + answer.repeated,

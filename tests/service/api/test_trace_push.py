@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import redis
 import typer
 from typer.testing import CliRunner
 
+from predictors.traceio import read_trace
+from service.api.schemas import ActualReport, ActualsAccepted
 from service.client import SchedulerClient
+from service.history_push import actual_reports, push
 from service.settings import Settings
 from tests.service.api.conftest import TRAINER, WORKER, LiveServer, with_settings
 
@@ -113,3 +118,31 @@ def test_a_url_without_its_scheme_is_a_command_line_mistake_not_an_outage(
         assert result.output.strip().count("\n") == 0
         assert "url=" in result.output
         assert "unreachable" not in result.output
+
+
+class _Recording(SchedulerClient):
+    """A client that records each ``report_actuals`` call (reports, outage window) and stores nothing."""
+
+    def __init__(self) -> None:
+        super().__init__("http://127.0.0.1:9")
+        self.calls: list[tuple[int, float]] = []
+
+    def report_actuals(
+        self, reports: Sequence[ActualReport | Mapping[str, Any]], chunk: int = 1_000, outage_s: float = 60.0
+    ) -> ActualsAccepted:
+        self.calls.append((len(reports), outage_s))
+        return ActualsAccepted(accepted=len(reports), stream_length=0, time_scales={})
+
+
+def test_the_first_report_goes_alone_and_unretried_and_later_batches_ride_out_an_outage(
+    tmp_path: Path,
+) -> None:
+    """A service that does not answer the first report is down or misnamed: said at once (it was
+    retried for a minute, the length of this file's unreachable-service test); once one landed, a
+    restart mid-push is ridden out, the service storing a resent report once."""
+    reports, _ = actual_reports(read_trace(_history(tmp_path)), "history")
+    client = _Recording()
+    with client:
+        pushed = push(client, reports, batch=5)
+    assert client.calls == [(1, 0.0), (5, 60.0), (5, 60.0), (3, 60.0)]
+    assert pushed.accepted == len(reports) == 14  # two steps x 4 x 2, less p3#1 twice (no output)
