@@ -31,7 +31,7 @@ end
 -- still answers /health, a worker that drops items): retried on w, the item would spend every
 -- attempt there and be dead-lettered although any other worker could run it. So it goes to the
 -- announced worker (meta 'workers') that has not failed it yet, was seen alive within a lease TTL
--- (P:seen, mark_seen), is not drained (common.lua), holds it in its KV cache (P:cap against P:need, as a claim checks) and has
+-- (P:seen, mark_seen), is not drained (common.lua), holds it in its KV cache (holdable, as a claim checks) and has
 -- the least predicted work queued (P:work); ties go to the first in the announced order. A pinned
 -- item (P:pin) never moves, nor does one no other worker may take: w again, as before. A prefix
 -- group does not hold it back: its cache is worth less than the item, and the rest of the group,
@@ -39,15 +39,13 @@ end
 local function retry_target(key, w)
   local tried = tried_with(key, w)
   if redis.call('HEXISTS', k('pin'), key) == 1 then return w end
-  local need = tonumber(redis.call('HGET', k('need'), key) or '')
   local best, least = w, nil
   for _, other in ipairs(cjson.decode(redis.call('HGET', META, 'workers') or '[]')) do
     local seen = not tried[other] and not drained(cfg, other)
       and tonumber(redis.call('ZSCORE', k('seen'), other) or '')
-    if seen and now - seen <= cfg.ttl then
-      local cap = need and tonumber(redis.call('HGET', k('cap'), other) or '')
+    if seen and now - seen <= cfg.ttl and holdable({key}, capacity(other)) == 1 then
       local work = tonumber(redis.call('ZSCORE', k('work'), other) or '') or 0
-      if not (cap and need > cap) and (least == nil or work < least) then best, least = other, work end
+      if least == nil or work < least then best, least = other, work end
     end
   end
   return best
