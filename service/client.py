@@ -264,7 +264,8 @@ class SchedulerClient:
         return ModelStatus.model_validate(self._call("GET", "/models"))
 
     def retrain(self) -> RetrainResponse:
-        """Fit a new predictor version on every actual so far and swap it in."""
+        """Fit a new predictor version on the actuals history (the newest ``ROLLOUT_ACTUALS_MAXLEN``),
+        and swap it in."""
         return RetrainResponse.model_validate(self._call("POST", "/models/retrain"))
 
     def _call(self, method: str, path: str, raw: bool = False, **kwargs: Any) -> Any:

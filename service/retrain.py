@@ -1,16 +1,18 @@
 """Retraining the length predictor from actuals: on demand and automatically at step boundaries.
 
-A retrain fits on every actual so far, writes a new version to the model store and swaps it into the
-serving predictor (see ``service.models``); requests keep being answered by the previous version
-until the swap. ``POST /models/retrain`` runs one now. With ``retrain_every_steps = N``, the first
-``POST /schedule`` of a step at least N past the last retrained step starts one in the background:
+A retrain fits on the history this replica holds (the newest ``Settings.actuals_maxlen`` actuals:
+the stream trims older ones, ``service.models``), writes a new version to the model store and swaps
+it into the serving predictor; requests keep being answered by the previous version until the swap.
+``POST /models/retrain`` runs one now. With ``retrain_every_steps = N``, the first ``POST /schedule``
+of a step at least N past the last retrained step starts one in the background:
 by then the actuals of every earlier step are in, which is the step boundary the trainer sees.
 
 Replicas coordinate through two keys (named, with their TTLs, in ``service/delivery/keys.py``):
 ``keys.retrain_lock`` (``SET NX`` with ``RETRAIN_LOCK_TTL_S``, renewed while the fit runs and
 released when the replica stops, so a replica stopped or killed mid-retrain holds it back a minute
-at most) allows one retrain at a time across replicas, and ``keys.retrain_step`` holds the last step
-a retrain covered. Other replicas pick the new version up by hot reload.
+at most) allows one retrain at a time across replicas, and ``keys.retrain_step`` holds the step the
+last automatic retrain started at (the first step seen, before any; ``POST /models/retrain`` leaves
+it). Other replicas pick the new version up by hot reload.
 """
 
 from __future__ import annotations

@@ -30,6 +30,6 @@ def model_status(request: Request) -> ModelStatus:
     "/models/retrain", dependencies=[Depends(trainer_only)], responses=documented(401, 403, 409, 503)
 )
 def retrain(request: Request) -> RetrainResponse:
-    """Fit a new version on every actual so far, store it and hot-swap it in; 409 if one is running."""
+    """Fit a new version on the actuals history held, store it and hot-swap it in; 409 if one is running."""
     result = context_of(request).retrainer.retrain_now()
     return RetrainResponse(version=result.version, history_rows=result.history_rows, seconds=result.seconds)
