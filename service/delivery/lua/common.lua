@@ -3,9 +3,10 @@
 -- carries the same {sid} hash tag, so all of them are in KEYS[1]'s hash slot (Redis Cluster safe).
 --
 -- Each item has one record in hash P:st, 'state|token|attempts|deadline_ms|predicted|worker|reserve',
--- with state q queued, r running (leased), d done, x dead-lettered, c cancelled; worker is the queue holding it or
--- the lease holder; reserve is the KV tokens it holds at its predicted final length (the steal gate). Scripts read records through a cache and write every change back in ONE HSET at the
--- end (flush), with the counters, the deadline index and the steal scores: few calls per batch.
+-- with state q queued, r running (leased), d done, x dead-lettered, c cancelled; worker is the queue
+-- holding it or the lease holder; reserve is the KV tokens it holds at its predicted final length
+-- (the steal gate). Scripts read records through a cache and write every change back in ONE HSET at
+-- the end (flush), with the counters, the deadline index and the steal scores: few calls per batch.
 local META = KEYS[1]
 local B = string.sub(META, 1, -6)
 local function k(s) return B .. ':' .. s end
@@ -243,9 +244,9 @@ local function adopt(keys, w, n, now, cfg, out)
   if #leased > 0 then lease_all(leased, w, now, cfg, out) end
 end
 
--- KV tokens worker w's cache holds (P:cap, from the publisher's inventory); nil: unknown, unlimited.
--- A worker's published KV capacity; nil (no limit to check) when no item needs checking at all
--- (no P:need: every published cache holds every item), so such schedules pay one EXISTS per call.
+-- KV tokens worker w's cache holds (P:cap, from the publisher's inventory); nil (no limit to check)
+-- when w's capacity is unknown, or when no item needs checking at all (no P:need: every published
+-- cache holds every item), so such schedules pay one EXISTS per call.
 local function capacity(w)
   if redis.call('EXISTS', k('need')) == 0 then return nil end
   return tonumber(redis.call('HGET', k('cap'), w) or '')
@@ -287,9 +288,9 @@ local function requeue(key, cfg, to)
   count('q', to, 1)
 end
 
--- Worker w showed life in this schedule (a claim or a heartbeat): P:seen keeps when, at most every
--- quarter lease TTL (an idle worker claims every poll; one write per poll would be a write per
--- idle poll per worker). A failed item's next attempt goes only to a worker seen within a TTL, the
+-- Worker w showed life in this schedule (a claim, a steal or a heartbeat): P:seen keeps when, at
+-- most every quarter lease TTL (an idle worker claims every poll; one write per poll would be a
+-- write per idle poll per worker). A failed item's next attempt goes only to a worker seen within a TTL, the
 -- reaper's horizon of death: an empty queue alone would make a dead or stopped worker look the
 -- least loaded of all.
 local function mark_seen(w, now, cfg)
