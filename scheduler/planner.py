@@ -5,9 +5,10 @@
                             -> predicted finish per worker (scheduler.finish) -> Plan
 
 ``request.time_budget_s`` bounds the whole call for search policies: ``cpsat`` gets what validation
-and the bound left of it (plus the final bookkeeping, a few milliseconds).
+and the bound left of it, less ``REPORT_SHARE`` of it, kept for the final bookkeeping (each worker's
+predicted finish and the plan's report) after the policy returns.
 
-The service and the replay CLI call only this module. Everything a plan reports besides placement
+The service and the replay CLI plan only through this module. Everything a plan reports besides placement
 is computed here, the same way for every policy, so plans of different policies compare fairly: the
 predicted makespan of each is the engine model played on its queues with the predicted lengths.
 
