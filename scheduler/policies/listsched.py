@@ -266,7 +266,7 @@ class ListState:
 
     def _least_after(self, tops: list[tuple[float, int]], unit: Unit) -> tuple[int, float]:
         """The worker of ``tops`` whose estimate with ``unit`` is least (ties: lowest index), and it:
-        ``_after`` inlined. A top's key is its worker's estimate now, and adding a unit never lowers
+        ``after`` inlined. A top's key is its worker's estimate now, and adding a unit never lowers
         an estimate (every term grows with the load, and so does each rounded float operation), so
         once tops are taken by key, one keyed above the best estimate so far cannot win: stop."""
         all_rates, scale = self.rates, self.scale
