@@ -49,7 +49,7 @@ class Settings(BaseSettings):
     # --- Redis ---------------------------------------------------------------------------------------
     redis_url: str | None = Field(
         default=None, validation_alias=AliasChoices("REDIS_URL", "ROLLOUT_REDIS_URL", "redis_url")
-    )  # redis:// or rediss:// (TLS); None makes `serve` start an embedded valkey-server
+    )  # redis://, rediss:// (TLS) or unix:// (a socket); None: `serve` starts an embedded valkey-server
     redis_cluster: bool = False  # the URL names a node of a Redis Cluster (every schedule is in one slot)
     redis_username: str | None = None  # ACL user, when not given in the URL
     redis_password: SecretStr | None = None  # ACL password, when not given in the URL
