@@ -1,7 +1,9 @@
 """The path of one batch through the service: validate -> predict -> plan -> publish -> respond.
 
 Each stage is one function below, in the order a request meets them, and each is timed. Nothing is
-written to Redis before the plan exists, so a request rejected at any stage changes no state. Next
+written to Redis before the plan exists, so a request rejected at any stage changes no state (a
+retried ``schedule_id`` found stored is announced again and refused, ``refuse_republish``: a repair
+of that step's indexes, not a new write). Next
 to the requested policy we plan the same batch with ``round_robin`` (the length-blind equal split RL
 trainers use today) so every response says what the plan is worth.
 """
@@ -186,8 +188,10 @@ def predict(
 ) -> tuple[tuple[Trajectory, ...], Predicted]:
     """Predicted length of every trajectory at the planning quantile, and where each came from.
 
-    Each trajectory also carries its p50 and p90, so that ``cpsat`` can weigh its plan against
-    ``lpt``'s over draws of the lengths (``scheduler.policies.robust``), as the replay does.
+    Each trajectory also carries its p50 and p90, so that ``lpt`` and ``cpsat`` judge orders and
+    placements on draws of the lengths as well as on the point predictions (``robust_order``,
+    ``robust_place``, ``robust_fast``, and ``robust`` for cpsat's choice against lpt), as the
+    replay does.
 
     Queries are built once per prompt and repeated ``n`` times column-wise: the samples of a prompt
     differ only in ``sample_idx``, and 4,096 per-sample objects would cost more than the model.
@@ -217,7 +221,7 @@ def predict(
             max_new_tokens=items[k].max_new_tokens,
             predicted_tokens=value[i],
             pinned_worker=items[k].pinned_worker,
-            quantiles={0.5: p50[i], 0.9: p90[i]},  # how unsure: cpsat's robust choice reads them
+            quantiles={0.5: p50[i], 0.9: p90[i]},  # how unsure: lpt's and cpsat's robust steps read them
         )
         for i, k in enumerate(checked.item_of)
     )
