@@ -6,14 +6,16 @@ HTTP request is closed, so the engine aborts it). The main loop refills free slo
 claim from the own queue, else steal, within the engine's concurrency and, when the schedule asks
 for it, the KV cache (see ``holdings``).
 
-Failures are sorted by whose fault they are. The engine refusing an item (4xx), failing on it (500
-after the retries in place) or answering what does not parse is charged to the item: it is reported
-failed, so a poison item is dead-lettered after its attempts. The engine being down (connection
-errors, 429, 502-504) is not: the lease is released without spending an attempt and claiming
-pauses until the engine answers again; but an item such a failure keeps hitting while the engine
-answers its health probe is charged after all, and an engine that stops answering while items run
-has them handed back (``watchdog``). On SIGTERM the sidecar stops claiming, hands back what it
-has not started, lets running items finish for ``drain_timeout_s`` and releases the rest.
+Failures are sorted by whose fault they are (``engine_client``). The engine refusing an item (a
+4xx but 401/403/429 and a 404 naming the model), failing on it (a 500 with an error body, after the
+retries in place) or answering what does not parse is charged to the item: it is reported failed,
+so a poison item is dead-lettered after its attempts. The engine being down (connection errors,
+429, 502-504, a bare 500, its API key refused, an aborted request) is not: the lease is released
+without spending an attempt and claiming pauses until the engine answers again; but an item such
+a failure keeps hitting while the engine answers its health probe is charged after all, and an
+engine that stops answering while items run has them handed back (``watchdog``). On SIGTERM the
+sidecar stops claiming, hands back what it has not started, lets running items finish for
+``drain_timeout_s`` and releases the rest.
 """
 
 from __future__ import annotations

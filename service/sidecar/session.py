@@ -11,8 +11,8 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
   guard; before its first completion it has no rate and steals as if items had no deadline);
   when both are empty, an opportunistic reap of lapsed leases, so redelivery of a dead worker's items
   does not depend on the service's reaper being up;
-* heartbeats: every held lease is extended each third of its schedule's TTL; a lease the server no
-  longer honours is reported lost so the caller stops that trajectory;
+* heartbeats: every held lease is extended each third of the shortest lease TTL among the held
+  schedules; a lease the server no longer honours is reported lost so the caller stops that trajectory;
 * cancelled schedules: a lease lost, or a completion or failure report refused, because the trainer
   cancelled the step is expected, not a fault: it is counted apart (``cancelled``, not ``lost`` or
   ``stale``) and told once per schedule at INFO, so that a cancel of a step with hundreds of items
