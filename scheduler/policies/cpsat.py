@@ -36,6 +36,10 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
    late each device kind runs on draws (``lpt.calibrated``, ``scheduler.policies.robust_place``),
    with the whole budget too, as ``lpt`` does; the search gets what is left, and a search plan
    that wins on the predictions is hedged, not placed again.
+7. The fastest kind first (``robust_fast.at_once_hedge``, as ``lpt`` does too): with the same
+   quantiles, where the whole batch runs at once, a plan keeping the longest samples on the fastest
+   kind is kept instead when expected, over draws, to end sooner. (docs/solver.md numbers the steps
+   finer: its 2-4 are 2 here, 5-7 are 3-5, 8-9 are 6, 10 is 7.)
 
 Every candidate is ordered and played through ``scheduler.finish``; the fastest is returned, so the
 result is never worse than ``lpt`` on the predictions (once hedged, orders bet on the draws
