@@ -145,7 +145,7 @@ from dataclasses import dataclass
 DEFAULT_PREFIX = "rs"
 _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # no braces (hash tags), globs or spaces
 DEFAULT_LEASE_TTL_MS = 30_000  # a lease lives this long after its last heartbeat
-DEFAULT_MAX_ATTEMPTS = 3  # claims of one item before it is dead-lettered
+DEFAULT_MAX_ATTEMPTS = 3  # leases of one item (claims or steals; a release refunds its) before dead-lettering
 DEFAULT_RETENTION_S = 24 * 3600  # how long a schedule's keys (results included) are kept
 INBOX_MARGIN_S = 60  # an inbox outlives its newest announce by the retention plus this (clock skew)
 MAX_BATCH = 1000  # most items one claim/steal leases (Lua unpack limits the batch)

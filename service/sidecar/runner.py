@@ -49,7 +49,7 @@ class RunnerSettings:
 
     idle_poll_s: float = 0.2  # how often an idle sidecar looks for new schedules or work to steal
     drain_timeout_s: float = 20.0  # on shutdown, how long running items may finish before release
-    engine_retries: int = 2  # retries of a request the engine failed transiently, before release
+    engine_retries: int = 2  # in-place retries of a transient engine failure, before hand-back or failure
     engine_retry_pause_s: float = 0.5  # pause between those retries
     engine_wait_s: float = 1.0  # poll interval while waiting for the engine to (re)appear
     redis_retry_s: float = 0.5  # pause after Redis failed a claim before trying again
