@@ -66,9 +66,12 @@ class ServiceUnreachableError(SchedulerAPIError):
 
 
 class AlreadyPublishedError(SchedulerAPIError):
-    """409 on ``schedule_id``: a step is out under the id this request chose, most often this very
-    request's earlier attempt whose reply was lost. Follow it (``wait``); ``progress.cancelled`` of
-    the wait says when it was cancelled instead, and the step must be sent under a new id."""
+    """409 on ``schedule_id``: a step is out under the id this request chose, and the service cannot
+    send its plan again: it was cancelled (the detail says so), or published by a release from before
+    answers were stored (an older replica, a mixed-version roll), which answers every retry so.
+    Follow it (``wait``); ``progress.cancelled`` of the wait says when it was cancelled, and the step
+    must be sent under a new id. A current service answers a retry of a published step with its first
+    plan instead (``ScheduleResponse.replayed``)."""
 
     @property
     def schedule_id(self) -> str:
@@ -131,8 +134,9 @@ class SchedulerClient:
 
         A body that names its ``schedule_id`` is retried through retryable failures (a lost reply, a
         restart, a 503) for up to ``outage_s``: the service publishes an id once, so a retry whose
-        first attempt got through raises ``AlreadyPublishedError`` rather than publishing the step
-        twice. A body without one is sent once, as a retry would publish a second copy of the work."""
+        first attempt got through returns that attempt's plan (``replayed`` true) rather than
+        publishing the step twice; an older service answers it 409, raised as ``AlreadyPublishedError``.
+        A body without one is sent once, as a retry would publish a second copy of the work."""
         body = request.model_dump(exclude_none=True) if isinstance(request, ScheduleRequest) else request
         send = functools.partial(self._call, "POST", "/schedule", json=body, raw=True)
         sent = self._outlasting(send, None, outage_s) if body.get("schedule_id") else send()

@@ -44,12 +44,12 @@ from service.api.schemas import (
     WorkerSpec,
 )
 from service.context import Context
-from service.delivery import LeaseSettings, PublishOutcome
+from service.delivery import LeaseSettings, PublishOutcome, ScheduleConflictError
 from service.delivery.publisher import publish_plan
 from service.limits import check_trajectory_count
 from service.logs import schedule_context
 from service.problems import ConflictError
-from service.republish import refuse_republish, work_digest
+from service.republish import encode_answer, replay, work_digest
 from service.speed_model import idle_learned
 
 _log = logging.getLogger("service.pipeline")
@@ -90,6 +90,7 @@ class _Validated:
     quantile: float
     time_budget_s: float
     item_of: tuple[int, ...]  # trajectory position -> batch item index (for error paths)
+    replay: ScheduleResponse | None = None  # the first answer, when this is a retry of a published id
 
 
 def run(body: ScheduleRequest, ctx: Context, schedule_id: str | None = None) -> ScheduleResponse:
@@ -101,7 +102,16 @@ def run(body: ScheduleRequest, ctx: Context, schedule_id: str | None = None) -> 
     with schedule_context(schedule_id):
         with clock.stage("validate"):  # before the plan queue: a bad request is refused at once
             checked = validate(body, ctx)
+        if checked.replay is not None:  # a retry of a published step: its first answer, not a second copy
+            return _replayed(checked.replay, clock, started)
         return _serve_valid(schedule_id, body, checked, ctx, clock, started)
+
+
+def _replayed(answer: ScheduleResponse, clock: _Clock, started: float) -> ScheduleResponse:
+    """The stored first answer with this request's timings (it planned nothing), logged as a replay."""
+    answer.timings = _timings(clock.spent, (time.perf_counter() - started) * 1000.0)
+    _log.info("replayed", extra={"policy": answer.policy, "total_ms": round(answer.timings.total_ms, 1)})
+    return answer
 
 
 def _serve_valid(
@@ -141,21 +151,24 @@ def _serve_valid(
                 if checked.policy == BASELINE
                 else _plan(request, checked.policy, checked.item_of, prepared)
             )
+        response = respond(schedule_id, body, checked, request, chosen, baseline, predicted)
+        first = None
         with clock.stage("publish"):
             if body.publish:
                 idle = idle_learned(chosen, checked.time_scale_sources, checked.drained)
-                publish(schedule_id, chosen, request, body, ctx, idle)
-        total_ms = (time.perf_counter() - started) * 1000.0
-        response = respond(schedule_id, body, checked, request, chosen, baseline, predicted, clock, total_ms)
+                first = publish(schedule_id, chosen, request, body, ctx, idle, response)
+        if first is not None:  # lost a race for the id: the winner's answer, never this plan
+            return _replayed(first, clock, started)
+        response.timings = _timings(clock.spent, (time.perf_counter() - started) * 1000.0)
         _record(ctx, response, len(trajectories))
         return response
 
 
 def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
     """Cross-item rules and name lookups. Redis: learned speeds are read, and a retried
-    ``schedule_id`` that is already stored is announced again (``refuse_republish``), once the body
-    passed every rule here and the planner's that need no lengths (``check_plan_rules``): a
-    rejection for a bad field must not announce anything."""
+    ``schedule_id`` that is already stored is announced again and its first answer kept to be
+    returned (``replay``), once the body passed every rule here and the planner's that need no
+    lengths (``check_plan_rules``): a rejection for a bad field must not announce anything."""
     settings = ctx.settings
     check_trajectory_count(sum(item.n for item in body.batch.items), settings.max_trajectories)
     check_unique_prompts(body.batch.items)
@@ -171,12 +184,13 @@ def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
     item_of = tuple(index for index, item in enumerate(body.batch.items) for _ in range(item.n))
     budget_ms = body.time_budget_ms or settings.default_time_budget_ms
     quantile = body.quantile or settings.default_quantile
+    first = None
     if body.schedule_id and body.publish:  # last: a retry with a broken body hears what is wrong (422),
-        # not a 409 that announces the stored step again; the planner's rules are checked again, with
-        # the lengths, when it plans, so only a request that may be a retry pays for them here
+        # not a replay that announces the stored step again; the planner's rules are checked again,
+        # with the lengths, when it plans, so only a request that may be a retry pays for them here
         check_plan_rules(body, inventory, drained, budget_ms / 1000.0)  # ~3 us a prompt
-        refuse_republish(body, body.schedule_id, ctx)
-    return _Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of)
+        first = replay(body, body.schedule_id, ctx)
+    return _Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of, first)
 
 
 def _unstated_speed(spec: WorkerSpec) -> bool:
@@ -252,41 +266,50 @@ def publish(
     body: ScheduleRequest,
     ctx: Context,
     idle: Sequence[str],
-) -> None:
+    response: ScheduleResponse,
+) -> ScheduleResponse | None:
     """Write the plan's queues (with each prompt's payload) for the sidecars; remember worker profiles
     (as the fleet's and this schedule's), and pull the learned speed of each ``idle`` worker (planned
     by it and given nothing) towards its profile, so that it is measured again (``service/speeds.py``).
+    Under a caller-chosen id, the work's digest and ``response`` (the answer a retry replays) are
+    stored in the same atomic step as the schedule. None once published.
 
-    Profiles are remembered only once the publish is accepted: a publish refused as a conflict (two
-    requests racing for one ``schedule_id``; with identical plans the later one changes nothing and
-    is answered 409 too, so exactly one caller is told it published) must change nothing, and the
-    loser's profiles would otherwise describe workers as a plan that never ran. If Redis fails in
+    Profiles are remembered only once the publish is accepted: a publish that loses a race for its
+    ``schedule_id`` (another replica stored the step first, with this plan or another) changes
+    nothing and returns the winner's stored answer (``replay``: 422 for other work, 409 when the
+    winner stored none), so exactly one caller is told it published and every caller gets one plan;
+    the loser's profiles would otherwise describe workers as a plan that never ran. If Redis fails in
     between, the schedule runs and its actuals are compared with each worker's previous profile
     until the next publish.
     """
     payloads = {item.prompt_id: _payload(item, body.sampling) for item in body.batch.items}
     settings = ctx.settings
     lease = LeaseSettings(settings.lease_ttl_ms, settings.max_attempts, settings.retention_s)
-    outcome = publish_plan(
-        ctx.delivery,
-        schedule_id,
-        chosen,
-        request.trajectories,
-        payloads,
-        lease,
-        request.prefix_affinity,
-        inventory=request.inventory,  # each item's steal deadline, from the plan at predicted lengths
-        drained=request.excluded_workers,  # they take nothing: not stolen, shared or retried work
-    )
-    if outcome is PublishOutcome.UNCHANGED:  # the same plan, published by a request that raced us
-        raise ConflictError(
-            f"schedule {schedule_id} is already published; follow it with GET /schedule/{schedule_id}",
-            field="schedule_id",
-            value=schedule_id,
+    chosen_id = bool(body.schedule_id)  # only a caller that chose the id can send it again
+    try:
+        outcome = publish_plan(
+            ctx.delivery,
+            schedule_id,
+            chosen,
+            request.trajectories,
+            payloads,
+            lease,
+            request.prefix_affinity,
+            inventory=request.inventory,  # each item's steal deadline, from the plan at predicted lengths
+            drained=request.excluded_workers,  # they take nothing: not stolen, shared or retried work
+            digest=work_digest(body) if chosen_id else "",
+            answer=encode_answer(response) if chosen_id else "",
         )
-    if body.schedule_id:  # caller-chosen: a later request under it is told whether it is the same work
-        ctx.delivery.remember_request(schedule_id, work_digest(body))
+    except ScheduleConflictError:  # another plan won the id
+        outcome = PublishOutcome.UNCHANGED
+    if outcome is PublishOutcome.UNCHANGED:  # a request that raced us stored the step first
+        first = replay(body, schedule_id, ctx)
+        if first is None:  # and its retention passed since: too late to be a retry of anything
+            message = f"schedule {schedule_id} was published by another request and has expired since"
+            raise ConflictError(message, field="schedule_id", value=schedule_id)
+        return first
     ctx.speeds.remember(schedule_id, request.inventory, idle)
+    return None
 
 
 def _payload(item: BatchItem, sampling: Sampling | None) -> dict[str, Any]:
@@ -311,10 +334,9 @@ def respond(
     chosen: Plan,
     baseline: Plan,
     predicted: Predicted,
-    clock: _Clock,
-    total_ms: float,
 ) -> ScheduleResponse:
-    """The response body: assignments in queue order, plan quality, the baseline, stage timings."""
+    """The response body: assignments in queue order, plan quality, the baseline; its timings are
+    zero until the caller sets them (``_timings``), after the publish that stores the rest."""
     by_key = {t.key: t for t in request.trajectories}
     items = {
         key: AssignedItem(
@@ -323,7 +345,6 @@ def respond(
         for key, t in by_key.items()
     }
     assignments = {w.worker_id: [items[k] for k in w.items] for w in chosen.workers}
-    spent = clock.spent
     # Built from our own typed values: constructing skips re-validating thousands of assignments.
     return ScheduleResponse.model_construct(
         schedule_id=schedule_id,
@@ -342,16 +363,14 @@ def respond(
         speedup_vs_round_robin=_speedup(baseline.predicted_makespan_s, chosen.predicted_makespan_s),
         time_scales={w.worker_id: w.time_scale for w in request.inventory.workers},
         time_scale_sources=checked.time_scale_sources,
-        timings=Timings(
-            queue_ms=spent["queue"],
-            validate_ms=spent["validate"],
-            predict_ms=spent["predict"],
-            plan_ms=spent["plan"],
-            baseline_ms=spent["baseline"],
-            publish_ms=spent["publish"],
-            total_ms=total_ms,
-        ),
+        timings=_timings({}, 0.0),
     )
+
+
+def _timings(spent: dict[str, float], total_ms: float) -> Timings:
+    """Each stage's milliseconds as spent by this request (zero for a stage it did not enter)."""
+    stages = ("queue", "validate", "predict", "plan", "baseline", "publish")
+    return Timings(**{f"{stage}_ms": spent.get(stage, 0.0) for stage in stages}, total_ms=total_ms)
 
 
 def _speedup(baseline_s: float, chosen_s: float) -> float:

@@ -1,29 +1,46 @@
 """A caller-chosen ``schedule_id`` sent again: a retry of the same step, or a reuse for other work.
 
-Trainers choose the id per step (``<run>-step-<n>``) so that a retry after a timeout or a 503 is
-refused (409) instead of publishing the step twice, and follows the stored one. That is right only
-when the retry asks for the same work. A restarted run that kept its ``RUN_ID``, or a trainer that
-re-sends the id with another batch (other prompts, a raised ``max_new_tokens``, other sampling), would
-get the same 409 and follow a step that is not the one it asked for: its rollouts then silently
+Trainers choose the id per step (``<run>-step-<n>``) so that a retry after a timeout, a 503 or a
+proxy's 502 does not publish the step twice. Such a retry asks for the same work, and, as with any
+idempotency key (Stripe's, the IETF Idempotency-Key draft), it gets the FIRST attempt's answer: 200,
+the same plan and ``schedule_id``, marked ``replayed`` (and ``Idempotent-Replayed: true``), so a
+trainer whose first reply was lost still logs the plan it follows. The publish stores that answer
+(without its timings, compressed: ``encode_answer``) in the same atomic step as the schedule
+(``lua/publish.lua``, ``P:answer``), so a stored schedule always has it, it expires with it, and of
+two replicas racing for one id the loser answers the winner's plan, never its own.
+
+That is right only when the retry asks for the same work. A restarted run that kept its ``RUN_ID``,
+or a trainer that re-sends the id with another batch (other prompts, a raised ``max_new_tokens``,
+other sampling), would follow a step that is not the one it asked for: its rollouts then silently
 belong to other prompts, caps or policies. So the publish stores a digest of the work beside the
 schedule, and a repeat whose work differs is refused as invalid input naming ``schedule_id`` (422:
 the request can never succeed under that id), as idempotency keys reused with another payload are.
+A schedule published by an older release (no answer stored) or cancelled keeps its 409.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
+import logging
+import zlib
+
+from pydantic import ValidationError
 
 from scheduler.errors import InvalidInputError
-from service.api.schemas import ScheduleRequest
+from service.api.schemas import ScheduleRequest, ScheduleResponse, Timings
 from service.context import Context
 from service.delivery import UnknownScheduleError
 from service.problems import ConflictError
 
+_log = logging.getLogger("service.republish")
 # What the workers generate: the prompts, their samples and caps, the sampling, the step. Planning
 # knobs (policy, budget, inventory, seed) are left out: a retry may plan differently, same work.
 WORK_FIELDS = {"batch", "sampling", "step"}
+ANSWER_FORMAT = "z1:"  # base64 of zlib'd JSON; an answer in a format this release does not read is not served
+UNSTORED = {"timings", "replayed"}  # the request's own, not the answer's: left out of the stored answer
 
 
 def work_digest(body: ScheduleRequest) -> str:
@@ -32,19 +49,47 @@ def work_digest(body: ScheduleRequest) -> str:
     return hashlib.sha256(json.dumps(work, sort_keys=True).encode()).hexdigest()
 
 
-def refuse_republish(body: ScheduleRequest, schedule_id: str, ctx: Context) -> None:
-    """Refuse a request whose caller-chosen id is already published; return when it is not.
+def encode_answer(response: ScheduleResponse) -> str:
+    """The stored form of a ``POST /schedule`` answer: its JSON without timings, zlib'd (level 6),
+    in base64 (the service's Redis client decodes replies as text). The JSON of 4,096 assignments
+    (~280 kB) stores in ~38 kB, ~10 B a trajectory beside the schedule's ~420 (bench redis-memory),
+    in ~5 ms; uncompressed it would have added ~70 B a trajectory."""
+    raw = response.model_dump_json(exclude=UNSTORED).encode()
+    return ANSWER_FORMAT + base64.b64encode(zlib.compress(raw, 6)).decode("ascii")
 
-    The same work again is a retry whose first attempt stored it: publishing again would make the
-    workers generate the batch twice, so it is refused (409). That first attempt may have failed
-    between storing and announcing (a Redis timeout or OOM answered 503), so the refusal announces the
-    stored schedule again: the 409 then means what it says, the step is out and the workers see it.
-    Other work under the id is a 422 naming ``schedule_id`` (module docstring). A cancelled schedule
-    is a 409 that says so: a restarted trainer that cancelled its step and resent it under the same
-    id would otherwise follow a step whose every item is cancelled. A schedule stored without a
-    digest (published before digests, or its digest write failed) is taken as the same."""
-    stored = ctx.delivery.request_digest(schedule_id)
-    if stored is not None and stored != work_digest(body):
+
+def decode_answer(stored: str) -> ScheduleResponse | None:
+    """The answer ``encode_answer`` stored, marked replayed (its timings zero, for the caller to set);
+    None for one this release cannot read (another format, or damaged: logged), served as a 409."""
+    if not stored.startswith(ANSWER_FORMAT):
+        return None
+    try:
+        doc = json.loads(zlib.decompress(base64.b64decode(stored[len(ANSWER_FORMAT) :], validate=True)))
+        zero = Timings(
+            queue_ms=0, validate_ms=0, predict_ms=0, plan_ms=0, baseline_ms=0, publish_ms=0, total_ms=0
+        )
+        return ScheduleResponse.model_validate({**doc, "timings": zero, "replayed": True})
+    except (binascii.Error, zlib.error, ValueError, ValidationError) as error:
+        _log.warning("stored answer unreadable, answering 409", extra={"error": str(error)[:200]})
+        return None
+
+
+def replay(body: ScheduleRequest, schedule_id: str, ctx: Context) -> ScheduleResponse | None:
+    """The first answer to a request whose caller-chosen id is already published; None when the id
+    holds no schedule (plan and publish it).
+
+    The same work again is a retry whose first attempt stored it: it is answered that attempt's
+    answer (module docstring), not published again. That first attempt may have failed between
+    storing and announcing (a Redis timeout or OOM answered 503), so the replay announces the stored
+    schedule again (skipping its drained workers): the answer then means what it says, the step is
+    out and the workers see it. Other work under the id is a 422 naming ``schedule_id``. A cancelled
+    schedule is a 409 that says so: a restarted trainer that cancelled its step and resent it under
+    the same id would otherwise follow a step whose every item is cancelled. A schedule stored
+    without an answer (published by an older release) is the 409 it was, "follow it"."""
+    stored = ctx.delivery.stored_request(schedule_id)
+    if stored is None:
+        return None
+    if stored.digest is not None and stored.digest != work_digest(body):
         raise InvalidInputError(
             "schedule_id",
             schedule_id,
@@ -53,10 +98,13 @@ def refuse_republish(body: ScheduleRequest, schedule_id: str, ctx: Context) -> N
         )
     try:
         ctx.delivery.announce(schedule_id, ctx.settings.retention_s)
-    except UnknownScheduleError:
-        return
-    if ctx.delivery.cancelled(schedule_id):  # following it would wait on a step that runs nothing
+    except UnknownScheduleError:  # its retention passed since the read: nothing holds the id
+        return None
+    if stored.cancelled:  # following it would wait on a step that runs nothing
         message = f"schedule {schedule_id} was cancelled and stays so; send the step under a new schedule_id"
-    else:
+        raise ConflictError(message, field="schedule_id", value=schedule_id)
+    answer = None if stored.answer is None else decode_answer(stored.answer)
+    if answer is None:
         message = f"schedule {schedule_id} is already published; follow it with GET /schedule/{schedule_id}"
-    raise ConflictError(message, field="schedule_id", value=schedule_id)
+        raise ConflictError(message, field="schedule_id", value=schedule_id)
+    return answer

@@ -37,6 +37,7 @@ from service.logs import schedule_context
 from service.problems import documented
 
 router = APIRouter(tags=["schedules"], route_class=AuthFirstRoute)
+REPLAYED_HEADER = "Idempotent-Replayed"  # Stripe's name: the answer is a retry's, the first attempt's plan
 
 
 @router.post(
@@ -48,17 +49,20 @@ router = APIRouter(tags=["schedules"], route_class=AuthFirstRoute)
 def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     """Validate, predict, plan, publish (unless ``publish`` is false) and return the plan.
 
+    A retry under a caller-chosen ``schedule_id`` already published gets the first attempt's answer,
+    ``replayed`` and with the header ``Idempotent-Replayed: true`` (``service/republish.py``).
     A step past the configured retrain interval then starts a background retrain: the actuals of
     the earlier steps are in by now, and this response is not delayed by it.
     """
     ctx = context_of(request)
     request.state.schedule_id = schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
     response = pipeline.run(body, ctx, schedule_id)
-    if body.publish:  # a dry run writes nothing, the retrain counter included
+    if body.publish and not response.replayed:  # a dry run writes nothing, the retrain counter included
         with schedule_context(schedule_id):  # a retrain it starts logs under the step's id
             ctx.retrainer.after_step(body.step)
+    headers = {REPLAYED_HEADER: "true"} if response.replayed else None
     # Serialised once here: returning the model would make FastAPI validate 4,096 items again.
-    return Response(response.model_dump_json(), media_type="application/json")
+    return Response(response.model_dump_json(), media_type="application/json", headers=headers)
 
 
 @router.get(

@@ -280,7 +280,10 @@ class ScheduleResponse(BaseModel):
     time_scales: dict[str, float]  # the step-time multiplier used per worker
     # each worker's: request, measured, learned, learned_group, learned_peers, learned_fleet or profile
     time_scale_sources: dict[str, str]
-    timings: Timings
+    timings: Timings  # this request's: a replay's spent nothing predicting or planning
+    # true: the answer a retry under a published ``schedule_id`` gets, the first attempt's plan
+    # (service/republish.py; also the ``Idempotent-Replayed: true`` header)
+    replayed: bool = False
 
 
 class ActualReport(Strict):

@@ -16,7 +16,8 @@ key                         type     contents
                                      fencing-token counter), affinity (``1``: prefix affinity),
                                      nonce (of the publishing call: its re-send is not a replay),
                                      request (digest of the step's work as the trainer asked for
-                                     it: a reused ``schedule_id`` with other work is refused),
+                                     it: a reused ``schedule_id`` with other work is refused;
+                                     written by the publish with ``P:answer``),
                                      cancelled_ms, cancelled_queued, cancelled_running (once the
                                      trainer cancelled it: when, and how many items it ended),
                                      makespan_s (the plan's predicted makespan, seconds after
@@ -81,6 +82,12 @@ key                         type     contents
                                      claim / steal that leased anything:
                                      ``<call id>\n<victim>\n<token> <key>\n...``; the same call
                                      re-sent after a lost reply answers those leases again
+``P:answer``                string   the ``POST /schedule`` answer that published it, without its
+                                     timings (``z1:`` + base64 of zlib'd JSON,
+                                     ``service/republish.py``), written by the publish in the same
+                                     atomic step as the schedule (absent: published by an older
+                                     release, or not by the service): a retry under the id is
+                                     answered it. ~10 B a trajectory (bench redis-memory)
 ``P:dead``                  list     dead letters as JSON (key, worker, attempts, reason, at_ms)
 ``P:results``               stream   accepted results, one entry per item, read by the trainer
 ==========================  =======  ==============================================================
@@ -211,6 +218,11 @@ class ScheduleKeys:
     def counts(self) -> str:
         """Progress counters, totals and per worker."""
         return f"{self.base}:counts"
+
+    @property
+    def answer(self) -> str:
+        """The service's answer to the request that published the schedule (a retry is answered it)."""
+        return f"{self.base}:answer"
 
     @property
     def dead(self) -> str:

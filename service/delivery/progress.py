@@ -39,6 +39,15 @@ class DeadLetter:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredRequest:
+    """What a publish stored of the request that published the schedule (``DeliveryViews.stored_request``)."""
+
+    digest: str | None  # of the request's work (``P:meta`` ``request``); None: not stored (older release)
+    answer: str | None  # the service's answer to it (``P:answer``), as it encoded it; None: not stored
+    cancelled: bool  # the trainer cancelled the schedule
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerProgress:
     """Counts for one worker: queued in its queue, running under its leases, done/failed by it,
     and cancelled (queued there or running on it when the schedule was cancelled)."""

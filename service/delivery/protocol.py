@@ -68,28 +68,27 @@ class Delivery(DeliveryIndexes):
 
     # -- publisher side -------------------------------------------------------------------------
 
-    def publish(self, schedule: PublishedSchedule, now_ms: int | None = None) -> PublishOutcome:
+    def publish(
+        self, schedule: PublishedSchedule, now_ms: int | None = None, digest: str = "", answer: str = ""
+    ) -> PublishOutcome:
         """Write the schedule atomically, then announce it to its workers and the reaper index.
 
         Idempotent per ``schedule_id``: replaying the same publish writes nothing (and re-announces,
-        which repairs an announce lost to a crash); a different schedule under a used id raises
-        ``ScheduleConflictError`` and changes nothing. Bad input raises ``InvalidInputError`` first.
+        which repairs an announce lost to a crash); a different schedule under a used id, or the same
+        one with a ``digest`` other than the stored one (other work), raises ``ScheduleConflictError``
+        and changes nothing. Bad input raises ``InvalidInputError`` first.
         A drained worker (``PublishedSchedule.drained``) is not announced it: its sidecar, often still
         running, never polls it, and its claims and steals lease nothing in it anyway.
+        ``digest`` (of the request's work, ``P:meta`` ``request``) and ``answer`` (the service's
+        answer to it, ``P:answer``) are stored in the same atomic step when given, so a stored
+        schedule always has them (``stored_request``); a replay leaves the first ones.
         """
         schedule.validate()
-        args = wire.publish_args(schedule, now_ms, nonce=uuid.uuid4().hex)
+        args = wire.publish_args(schedule, now_ms, uuid.uuid4().hex, digest, answer)
         created = self._call(self.scripts.publish, schedule.schedule_id, args)
         announced = sorted(set(schedule.queues) - schedule.drained)  # a drained worker is not told
         self._announce(schedule.schedule_id, announced, schedule.lease.retention_s)
         return PublishOutcome.CREATED if int(created) == 1 else PublishOutcome.UNCHANGED
-
-    def remember_request(self, schedule_id: str, digest: str) -> None:
-        """Store the publishing request's digest beside the schedule (it expires with ``P:meta``).
-
-        Written after the atomic publish (a failure between leaves none: a retry is taken for the same
-        request); atomically skipped for a schedule gone meanwhile (``lua/remember.lua``)."""
-        self._call(self.scripts.remember, schedule_id, [keyspace.REQUEST_DIGEST, digest])
 
     # -- worker side ----------------------------------------------------------------------------
 

@@ -201,14 +201,17 @@ def publish_plan(
     prefix_affinity: bool = False,
     inventory: Inventory | None = None,
     drained: Collection[str] = frozenset(),
+    digest: str = "",
+    answer: str = "",
 ) -> PublishOutcome:
     """Publish a plan for its workers to pull (atomic, idempotent per ``schedule_id``).
 
     ``prefix_affinity`` is the request's flag (a ``Plan`` does not record it): steals then keep
     each group on one worker. ``inventory`` (the plan's) gives each item its steal deadline.
     ``drained`` (the request's ``excluded_workers``): workers that take nothing of it.
+    ``digest`` and ``answer``: the request's, stored with the schedule (``Delivery.publish``).
     """
     schedule = schedule_from_plan(
         schedule_id, plan, trajectories, payloads, lease, prefix_affinity, inventory, drained
     )
-    return delivery.publish(schedule)
+    return delivery.publish(schedule, digest=digest, answer=answer)

@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.commands.core import Script
 
-OPERATIONS = ("publish", "claim", "steal", "heartbeat", "complete", "release", "reap", "cancel", "remember")
+OPERATIONS = ("publish", "claim", "steal", "heartbeat", "complete", "release", "reap", "cancel")
 
 
 @cache
@@ -37,7 +37,6 @@ class Scripts:
     release: Script  # hand leases back (graceful) or report them failed
     reap: Script  # expire lapsed leases
     cancel: Script  # end every queued and running item of a schedule the trainer gave up
-    remember: Script  # store the publishing request's digest beside a schedule that exists
 
 
 def register(client: Any) -> Scripts:

@@ -19,6 +19,7 @@ from service.delivery.progress import (
     DeadLetter,
     Progress,
     ScheduleInfo,
+    StoredRequest,
     per_worker,
     planned_finishes,
     seconds_or_none,
@@ -60,14 +61,27 @@ class DeliveryViews:
         """The ``count`` most recently published unfinished schedules, oldest first."""
         return [text(s) for s in self.client.zrange(keyspace.active_index(self.prefix), -count, -1)]
 
-    def request_digest(self, schedule_id: str) -> str | None:
-        """The digest ``Delivery.remember_request`` stored for the schedule; None when absent (or unknown)."""
-        value = self.client.hget(self.keys(schedule_id).meta, keyspace.REQUEST_DIGEST)
-        return None if value is None else text(value)
-
     def cancelled(self, schedule_id: str) -> bool:
         """Whether the trainer cancelled the schedule (``Delivery.cancel``); False when unknown."""
         return bool(self.client.hexists(self.keys(schedule_id).meta, keyspace.CANCELLED_AT))
+
+    def stored_request(self, schedule_id: str) -> StoredRequest | None:
+        """What the publish stored of the request beside the schedule (``Delivery.publish``'s
+        ``digest`` and ``answer``), and whether it was cancelled; None when the id holds no schedule.
+
+        One transaction: the digest and the answer are read as one publish wrote them."""
+        keys = self.keys(schedule_id)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hmget(keys.meta, ["total", keyspace.REQUEST_DIGEST, keyspace.CANCELLED_AT])
+        pipe.get(keys.answer)
+        (total, digest, cancelled), answer = pipe.execute()
+        if total is None:
+            return None
+        return StoredRequest(
+            digest=None if digest is None else text(digest),
+            answer=None if answer is None else text(answer),
+            cancelled=cancelled is not None,
+        )
 
     def schedules_for(self, worker_id: str) -> list[str]:
         """Unfinished schedule ids announced to ``worker_id``, oldest first (what a sidecar pulls)."""

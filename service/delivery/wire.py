@@ -31,10 +31,13 @@ def strict_json(doc: Any, where: str) -> str:
         raise InvalidInputError(where, doc, f"not JSON-serialisable: {err}") from None
 
 
-def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) -> list[Any]:
+def publish_args(
+    schedule: PublishedSchedule, now_ms: int | None, nonce: str, work: str = "", answer: str = ""
+) -> list[Any]:
     """ARGV of ``publish.lua``: fingerprint, clock, retention, settings, then the newline-joined body,
-    the steal rules, the caches, the plan's predicted times, the drained workers, and last ``nonce``,
-    unique to this call.
+    the steal rules, the caches, the plan's predicted times, the drained workers, the digest of the
+    request's ``work`` and the service's ``answer`` ('' for none; neither fingerprinted: they describe the
+    request, not what the workers get), and last ``nonce``, unique to this call.
 
     The fingerprint covers everything written, so a replay is recognised and a different schedule
     under a used id is refused. The nonce tells a replay from the same call re-sent by the client
@@ -94,6 +97,8 @@ def publish_args(schedule: PublishedSchedule, now_ms: int | None, nonce: str) ->
         need_pairs,
         *predicted,
         json.dumps(sorted(schedule.drained)),
+        work,
+        answer,
         nonce,
     ]
 

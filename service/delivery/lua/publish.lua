@@ -19,18 +19,25 @@
 --   21 'key\nneed' per item that some published cache cannot hold (prompt + max_new_tokens; '' none),
 --      then what the plan predicts: 22 its makespan in seconds ('' unknown) and
 --   23 planned_json (worker -> predicted finish, seconds after publication),
---   24 drained_json (the request's drained workers, '[]' for none: meta 'drained', common.lua), and last
---   25 a nonce unique to the call: the same call re-sent after a timeout answers 1 again.
+--   24 drained_json (the request's drained workers, '[]' for none: meta 'drained', common.lua),
+--   25 the digest of the request's work ('' none: meta 'request'), 26 the service's answer to it
+--      ('' none: P:answer), stored in this same step, so a stored schedule always has them
+--      (service/republish.py: a retry under the id is answered it), and last
+--   27 a nonce unique to the call: the same call re-sent after a timeout answers 1 again.
 -- Python builds each stored string (records, pairs) so the script only splits and writes: per-item
 -- work in Lua (concatenation, tonumber, string.match) cost more than the writes themselves.
 -- An item's JSON arrives as '<ref>\t<JSON without payload>' and is stored so; its payload is stored
 -- once in P:prompts under ref, since the samples of a prompt share it (lease_all puts it back).
 -- Returns 1 created (also to the creating call re-sent), 0 unchanged replay; error CONFLICT when the
--- id holds a different schedule.
+-- id holds a different schedule, or the same one published for other work (another step: the
+-- request digests differ), which a replay would announce again for a request that is refused.
 local nonce = ARGV[#ARGV]
 local existing = redis.call('HGET', META, 'fingerprint')
 if existing then
-  if existing == ARGV[1] then return redis.call('HGET', META, 'nonce') == nonce and 1 or 0 end
+  local work = redis.call('HGET', META, 'request')
+  if existing == ARGV[1] and (ARGV[25] == '' or not work or work == ARGV[25]) then
+    return redis.call('HGET', META, 'nonce') == nonce and 1 or 0
+  end
   return redis.error_reply('CONFLICT schedule id already holds a different schedule')
 end
 local now = now_ms(ARGV[2])
@@ -89,6 +96,8 @@ if ARGV[23] ~= '{}' then redis.call('HSET', META, 'planned_finish', ARGV[23]) en
 -- Drained workers take nothing (claim, steal, a failed item's retry); absent when none, so the
 -- schedules without a drain read nothing more (settings() fetches the field with the others).
 if ARGV[24] ~= '[]' then redis.call('HSET', META, 'drained', ARGV[24]) end
+if ARGV[25] ~= '' then redis.call('HSET', META, 'request', ARGV[25]) end
+if ARGV[26] ~= '' then redis.call('SET', k('answer'), ARGV[26]) end
 local cnt = {'q', n, 'r', 0, 'd', 0, 'f', 0}
 for _, w in ipairs(cjson.decode(ARGV[7])) do
   for _, s in ipairs({'q', 'r', 'd', 'f'}) do cnt[#cnt + 1], cnt[#cnt + 2] = s .. ':' .. w, 0 end
@@ -167,7 +176,7 @@ if #gsize > 0 then bulk('HSET', k('gsize'), gsize) end
 if #due > 0 then bulk('HSET', k('due'), due) end
 if #cap > 0 then bulk('HSET', k('cap'), cap) end
 if #need > 0 then bulk('HSET', k('need'), need) end
-for _, s in ipairs({'meta', 'items', 'prompts', 'st', 'counts', 'work', 'pace', 'pin', 'grp', 'gsize', 'due', 'cap', 'need'}) do redis.call('PEXPIREAT', k(s), exp) end
+for _, s in ipairs({'meta', 'items', 'prompts', 'st', 'counts', 'work', 'pace', 'pin', 'grp', 'gsize', 'due', 'cap', 'need', 'answer'}) do redis.call('PEXPIREAT', k(s), exp) end
 -- Free the big argument strings and tables now: left to the incremental collector they would slow
 -- the next few hundred claims by tens of microseconds each.
 keys, groups, prompts, shared, cnt, pinned, grp, gsize, sizes_of, due, need = nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil

@@ -1,48 +1,24 @@
-"""A request under a schedule id already published (a lost race, a retry with a bad field): refused,
-announcing nothing new and changing nothing."""
+"""A request under a schedule id already published (a lost race, a retry with a bad field): answered
+the first plan or refused, publishing nothing and changing nothing but the announce."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from service import pipeline
 from tests.service.api.badinput import Body, redis_snapshot, set_at
 from tests.service.api.conftest import batch_body
 
 
-def test_a_publish_that_loses_a_race_for_its_schedule_id_changes_nothing(
-    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    first = batch_body(schedule_id="race")
-    assert client.post("/schedule", json=first).status_code == 200
-    before = redis_snapshot(redis_client), redis_client.hgetall("rs:workers")
-    # The loser of two concurrent requests passed the early check before the winner published.
-    monkeypatch.setattr(pipeline, "refuse_republish", lambda body, schedule_id, ctx: None)
-    second = batch_body(schedule_id="race")
-    second["inventory"]["workers"][0]["device"] = "A100-80GB"
-    response = client.post("/schedule", json=second)
-    assert response.status_code == 409
-    assert (response.json()["field"], response.json()["value"]) == ("schedule_id", "race")
-    assert (redis_snapshot(redis_client), redis_client.hgetall("rs:workers")) == before
-
-
-def test_of_two_identical_requests_racing_for_one_schedule_id_only_one_is_told_it_published(
-    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    body = batch_body(schedule_id="twins")
-    assert client.post("/schedule", json=body).status_code == 200
-    before = redis_snapshot(redis_client)
-    monkeypatch.setattr(pipeline, "refuse_republish", lambda body, schedule_id, ctx: None)  # passed it first
-    response = client.post("/schedule", json=body)
-    assert response.status_code == 409
-    assert response.json()["field"] == "schedule_id"
-    after = redis_snapshot(redis_client)
-    # Like every 409 for a published id, the loser announces the step again (so its 409 means the
-    # step is out, even if the winner's announce was lost): only the inboxes' expiry may move, later.
+def _but_inbox_expiry(before: Snapshot, after: Snapshot) -> None:
+    """``after`` is ``before`` but for the workers' inboxes, whose expiry an announce may push later
+    (every answer for a published id announces the step again, so that it means the step is out)."""
     inboxes = {key for key in before if key.startswith("rs:inbox:")}
     assert inboxes
     assert {k: v for k, v in after.items() if k not in inboxes} == {
@@ -51,6 +27,82 @@ def test_of_two_identical_requests_racing_for_one_schedule_id_only_one_is_told_i
     for key in inboxes:
         assert after[key][0] == before[key][0]
         assert after[key][1] >= before[key][1]
+
+
+def test_a_publish_that_loses_a_race_for_its_schedule_id_answers_the_winners_plan_and_changes_nothing(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    winner = client.post("/schedule", json=batch_body(schedule_id="race"))
+    assert winner.status_code == 200
+    before = redis_snapshot(redis_client), redis_client.hgetall("rs:workers")
+    _early_check_before_the_winner(client, monkeypatch)
+    second = batch_body(schedule_id="race")
+    second["inventory"]["workers"][0]["device"] = "A100-80GB"  # another plan, the same work
+    response = client.post("/schedule", json=second)
+    assert (response.status_code, response.headers["idempotent-replayed"]) == (200, "true")
+    assert _plan_of(response.json()) == _plan_of(winner.json())  # never the loser's own plan
+    assert response.json()["time_scales"] == winner.json()["time_scales"]
+    _but_inbox_expiry(before[0], redis_snapshot(redis_client))
+    assert redis_client.hgetall("rs:workers") == before[1]  # the loser's profiles describe no plan
+
+
+def test_a_publish_that_loses_a_race_to_other_work_under_its_id_is_refused_and_changes_nothing(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert client.post("/schedule", json=batch_body(schedule_id="race")).status_code == 200
+    before = redis_snapshot(redis_client)
+    _early_check_before_the_winner(client, monkeypatch)
+    response = client.post("/schedule", json=batch_body(schedule_id="race", step=8))  # same plan, other step
+    assert (response.status_code, response.json()["field"]) == (422, "schedule_id")
+    assert redis_snapshot(redis_client) == before
+
+
+def test_of_two_identical_requests_racing_for_one_schedule_id_only_one_is_told_it_published(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = batch_body(schedule_id="twins")
+    first = client.post("/schedule", json=body)
+    assert first.json()["replayed"] is False
+    before = redis_snapshot(redis_client)
+    _early_check_before_the_winner(client, monkeypatch)
+    response = client.post("/schedule", json=body)
+    assert (response.status_code, response.json()["replayed"]) == (200, True)
+    assert _plan_of(response.json()) == _plan_of(first.json())
+    # Like every answer for a published id, the loser announces the step again (so that it means the
+    # step is out, even if the winner's announce was lost): only the inboxes' expiry may move, later.
+    _but_inbox_expiry(before, redis_snapshot(redis_client))
+
+
+def test_requests_racing_for_one_schedule_id_publish_it_once_and_all_answer_its_plan(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    """Real concurrency: each request on its own thread, the loser passing the early check or not."""
+    bodies = [batch_body(prompts=16, n=4, schedule_id="crowd", seed=seed) for seed in range(4)]
+    for seed, body in enumerate(bodies):
+        body["inventory"]["workers"][0]["device"] = "A100-80GB" if seed % 2 else "H100"
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        answers = list(pool.map(lambda b: client.post("/schedule", json=b), bodies))
+    assert [a.status_code for a in answers] == [200] * len(bodies)
+    assert sorted(a.json()["replayed"] for a in answers) == [False] + [True] * (len(bodies) - 1)
+    assert len({json.dumps(_plan_of(a.json()), sort_keys=True) for a in answers}) == 1
+    assert client.get("/schedule/crowd").json()["total"] == 64
+
+
+Snapshot = dict[str, tuple[bytes | None, int]]
+
+
+def _early_check_before_the_winner(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next request is the loser of two concurrent ones: its early check read the id before the
+    winner stored it (found nothing), so it plans, and its publish meets the winner's schedule."""
+    delivery = client.app.state.context.delivery  # type: ignore[attr-defined]
+    reads = iter([lambda schedule_id: None])
+    real = delivery.stored_request
+    monkeypatch.setattr(delivery, "stored_request", lambda sid: next(reads, real)(sid))
+
+
+def _plan_of(answer: dict[str, Any]) -> dict[str, Any]:
+    """An answer without what belongs to the request that got it (its timings, the replay mark)."""
+    return {k: v for k, v in answer.items() if k not in ("timings", "replayed")}
 
 
 def _pinned_body() -> Body:

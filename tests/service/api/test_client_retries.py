@@ -13,6 +13,7 @@ import redis
 
 from service import client as client_module
 from service.api.progress_schemas import ProgressResponse, ResultEntry
+from service.api.schemas import ScheduleResponse
 from service.client import (
     AlreadyPublishedError,
     SchedulerAPIError,
@@ -32,6 +33,7 @@ class LosesReplies(httpx.HTTPTransport):
         super().__init__()
         self.path, self.lose, self.seen = path, lose, 0
         self.bodies: list[bytes] = []
+        self.lost: list[bytes] = []  # the replies the client never saw
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response = super().handle_request(request)
@@ -40,7 +42,7 @@ class LosesReplies(httpx.HTTPTransport):
         self.seen += 1
         self.bodies.append(request.content)
         if self.seen in self.lose:
-            response.read()
+            self.lost.append(response.read())
             response.close()
             raise httpx.ReadTimeout("reply lost", request=request)
         return response
@@ -151,16 +153,38 @@ def _report(i: int) -> dict[str, Any]:
     }
 
 
-def test_a_step_whose_reply_was_lost_is_sent_again_and_published_once(
+def test_a_step_whose_reply_was_lost_is_sent_again_published_once_and_its_plan_returned(
     live_settings: Settings, redis_client: redis.Redis
 ) -> None:
     transport = LosesReplies("/schedule", lose={1})
     body = batch_body(prompts=2, n=2, workers=2, schedule_id="run-1-step-0")
     with LiveServer(live_settings) as server, SchedulerClient(server.url, transport=transport) as client:
-        with pytest.raises(AlreadyPublishedError) as published:  # not a ServiceUnreachableError
-            client.schedule(body)
-        assert (published.value.schedule_id, transport.seen) == ("run-1-step-0", 2)
+        plan = client.schedule(body)  # neither a ServiceUnreachableError nor an AlreadyPublishedError
+        assert (plan.schedule_id, plan.replayed, transport.seen) == ("run-1-step-0", True, 2)
+        lost = ScheduleResponse.model_validate_json(transport.lost[0])  # the answer the timeout ate
+        mine = {"timings", "replayed"}  # the request's own
+        assert plan.model_dump(exclude=mine) == lost.model_dump(exclude=mine)
         assert client.progress("run-1-step-0").total == 4  # one copy of the work
+
+
+def test_a_lost_reply_retried_on_an_older_server_that_answers_409_raises_already_published() -> None:
+    """A mixed-version roll: the retry reaches a replica from before answers were stored."""
+    answers = iter([httpx.ReadTimeout("reply lost"), None])
+    conflict = {"title": "Conflict", "status": 409, "field": "schedule_id", "value": "run-1-step-0"}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        lost = next(answers)
+        if lost is not None:
+            raise lost
+        return httpx.Response(409, json=conflict, headers={"content-type": "application/problem+json"})
+
+    body = batch_body(prompts=1, n=1, workers=1, schedule_id="run-1-step-0")
+    with (
+        SchedulerClient("http://scheduler:8000", transport=httpx.MockTransport(answer)) as client,
+        pytest.raises(AlreadyPublishedError) as published,
+    ):
+        client.schedule(body)
+    assert published.value.schedule_id == "run-1-step-0"  # follow it: ``wait`` on that id
 
 
 def test_a_step_without_its_own_id_is_sent_once(live_settings: Settings) -> None:

@@ -206,18 +206,43 @@ def test_lease_settings_are_published_with_the_schedule(
     assert 0 < redis_client.ttl(f"rs:{{{sid}}}:meta") <= 600
 
 
-def test_a_retry_with_the_same_schedule_id_is_not_published_twice(
+def _plan_of(answer: dict[str, Any]) -> dict[str, Any]:
+    """An answer without what belongs to the request that got it (its timings, the replay mark)."""
+    return {k: v for k, v in answer.items() if k not in ("timings", "replayed")}
+
+
+def test_a_retry_with_the_same_schedule_id_gets_the_first_answer_and_is_not_published_twice(
     client: TestClient, redis_client: redis.Redis
 ) -> None:
+    """An idempotency key's promise: the retry of a request whose reply was lost gets that reply."""
     first = client.post("/schedule", json=batch_body(schedule_id="step-7-try"))
     assert first.status_code == 200
-    assert first.json()["schedule_id"] == "step-7-try"
+    assert (first.json()["schedule_id"], first.json()["replayed"]) == ("step-7-try", False)
+    assert "idempotent-replayed" not in first.headers
     before = sorted(str(k) for k in redis_client.keys("*"))
-    retry = client.post("/schedule", json=batch_body(schedule_id="step-7-try"))
-    assert retry.status_code == 409
-    assert retry.json()["field"] == "schedule_id"
+    replanned = batch_body(schedule_id="step-7-try", policy="round_robin", seed=9)  # same work, other knobs
+    for body in (batch_body(schedule_id="step-7-try"), replanned):
+        retry = client.post("/schedule", json=body)
+        assert retry.status_code == 200
+        assert retry.headers["idempotent-replayed"] == "true"
+        assert retry.json()["replayed"] is True
+        assert _plan_of(retry.json()) == _plan_of(first.json())  # the first plan, not a new one
+        ScheduleResponse.model_validate_json(retry.content)
+        assert retry.json()["timings"]["plan_ms"] == 0  # this request's: it planned nothing
     assert sorted(str(k) for k in redis_client.keys("*")) == before
     assert client.get("/schedule/step-7-try").json()["total"] == 32
+
+
+def test_the_first_answer_is_stored_with_the_schedule_and_expires_with_it(
+    make_client: AppFactory, redis_client: redis.Redis
+) -> None:
+    client = make_client(retention_s=600)
+    assert client.post("/schedule", json=batch_body(schedule_id="step-kept")).status_code == 200
+    meta, answer = "rs:{step-kept}:meta", "rs:{step-kept}:answer"
+    assert redis_client.hget(meta, "request") is not None
+    assert redis_client.pexpiretime(answer) == redis_client.pexpiretime(meta) > 0
+    assert client.post("/schedule", json=batch_body()).status_code == 200  # the service chose the id:
+    assert not [k for k in redis_client.scan_iter("rs:*:answer") if k != answer]  # nobody can retry it
 
 
 def test_a_retry_after_an_announce_lost_to_a_redis_failure_announces_the_stored_step(
@@ -229,7 +254,7 @@ def test_a_retry_after_an_announce_lost_to_a_redis_failure_announces_the_stored_
     for index in indexes:  # the state a timeout after the publish script leaves
         redis_client.zrem(index, "step-8")
     retry = client.post("/schedule", json=batch_body(schedule_id="step-8"))
-    assert retry.status_code == 409
+    assert (retry.status_code, retry.json()["replayed"]) == (200, True)
     assert all(redis_client.zscore(index, "step-8") is not None for index in indexes)
     assert Delivery(redis_client).claim("step-8", "w0", max_items=1)
 
@@ -311,7 +336,7 @@ def test_a_schedule_id_sent_again_with_other_work_is_refused_not_followed(
         assert "different batch" in refused.json()["detail"]
     assert sorted(str(k) for k in redis_client.keys("*")) == before
     replanned = batch_body(schedule_id="run-step-3", policy="cpsat", seed=5)  # same work, planned anew
-    assert client.post("/schedule", json=replanned).status_code == 409
+    assert client.post("/schedule", json=replanned).json()["replayed"] is True
 
 
 def test_a_stored_result_nested_too_deep_to_serve_is_flagged_and_the_page_still_reads(

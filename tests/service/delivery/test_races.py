@@ -104,31 +104,6 @@ def test_two_replicas_publishing_and_reaping_at_once_never_interfere(
         report(f"replicas {sid}", result, record_property)
 
 
-class _ExpiresAfterFirstTouch(redis.Redis):
-    """A real client on the real server that makes ``key`` vanish right after the first command that
-    names it returns: the schedule's retention passing (or an eviction) at the worst moment."""
-
-    def __init__(self, url: str, key: str) -> None:
-        super().__init__(connection_pool=redis.ConnectionPool.from_url(url, decode_responses=True))
-        self.key, self.touched = key, False
-
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        answer = super().execute_command(*args, **options)  # type: ignore[no-untyped-call]  # redis-py
-        if not self.touched and self.key in args[1:]:
-            self.touched = True
-            self.delete(self.key)
-        return answer
-
-
-def test_a_request_remembered_as_its_schedule_expires_leaves_no_key_without_expiry(
-    redis_client: redis.Redis, redis_url: str
-) -> None:
-    Delivery(redis_client).publish(schedule("s", {"a": 1}))
-    meta = Delivery(redis_client).keys("s").meta
-    Delivery(_ExpiresAfterFirstTouch(redis_url, meta)).remember_request("s", "digest")
-    assert redis_client.pttl(meta) != -1  # -2: gone, as it should be; -1 would live forever
-
-
 class _CancelledWhileAnnouncing(redis.Redis):
     """A real client whose first transaction (the announce's read of the schedule's counts) is
     followed at once by another client's cancel: a trainer's DELETE landing between a replayed
