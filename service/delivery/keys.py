@@ -12,7 +12,8 @@ Per-schedule keys (``P`` = ``<prefix>:{<schedule_id>}``):
 key                         type     contents
 ==========================  =======  ==============================================================
 ``P:meta``                  hash     fingerprint, total, lease_ttl_ms, max_attempts, kv_admission,
-                                     published_ms, expire_at_ms, workers (JSON list), fence (the
+                                     published_ms, expire_at_ms, workers (JSON list of the
+                                     announced workers: not the drained ones), fence (the
                                      fencing-token counter), affinity (``1``: prefix affinity),
                                      nonce (of the publishing call: its re-send is not a replay),
                                      request (digest of the step's work as the trainer asked for

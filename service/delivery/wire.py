@@ -83,7 +83,11 @@ def publish_args(
         digest,
         clock(now_ms),
         lease.retention_s * 1000,
-        *head,
+        *head[:3],
+        # meta 'workers', the announced ones: a drained worker is left out, so a re-announce from an
+        # older replica (which announces 'workers' whole) cannot reach it; it is fingerprinted as before
+        json.dumps(sorted(set(schedule.queues) - schedule.drained)),
+        *head[4:],
         keys,
         "\n".join(records),
         json.dumps(scores),

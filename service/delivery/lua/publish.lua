@@ -1,6 +1,6 @@
 -- publish: write a whole schedule atomically; a replay with the same fingerprint changes nothing.
 -- ARGV: fingerprint, now ('' = server), retention_ms, lease_ttl_ms, max_attempts, kv_admission,
---       workers_json (announced workers), queues_json (queue names in item order, '*' = shared
+--       workers_json (announced workers: the drained ones are in 24), queues_json (queue names in item order, '*' = shared
 --       FIFO), sizes_json (items per queue), paces_json (worker -> seconds per predicted token as a
 --       string; '*' = the default), then (wire.publish_args; every column in item order, one string
 --       each: a few large arguments parse far faster than thousands of small ones)
@@ -99,7 +99,9 @@ if ARGV[24] ~= '[]' then redis.call('HSET', META, 'drained', ARGV[24]) end
 if ARGV[25] ~= '' then redis.call('HSET', META, 'request', ARGV[25]) end
 if ARGV[26] ~= '' then redis.call('SET', k('answer'), ARGV[26]) end
 local cnt = {'q', n, 'r', 0, 'd', 0, 'f', 0}
-for _, w in ipairs(cjson.decode(ARGV[7])) do
+local counted = cjson.decode(ARGV[7])  -- a drained worker is not announced, but reported on (zeros)
+for _, w in ipairs(cjson.decode(ARGV[24])) do counted[#counted + 1] = w end
+for _, w in ipairs(counted) do
   for _, s in ipairs({'q', 'r', 'd', 'f'}) do cnt[#cnt + 1], cnt[#cnt + 2] = s .. ':' .. w, 0 end
 end
 -- Under prefix affinity the shared FIFO is laid out group by group: groups in the order of their

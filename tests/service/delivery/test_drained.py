@@ -88,8 +88,21 @@ def test_a_drained_worker_is_not_announced_the_schedule_not_even_by_a_repair(del
     delivery.announce("s", published.lease.retention_s)  # the retry that repairs a lost announce
     assert (delivery.schedules_for("d"), delivery.schedules_for("a")) == ([], ["s"])
     info = delivery.info("s")
-    assert (info.workers, info.drained) == (("a", "d"), ("d",))
+    assert (info.workers, info.drained) == (("a",), ("d",))  # meta 'workers': the announced ones
     assert delivery.progress("s").workers["d"].queued == 0  # still reported on, as planned
+
+
+def test_an_older_replicas_re_announce_of_a_schedule_that_drains_a_worker_does_not_reach_it(
+    delivery: Delivery,
+) -> None:
+    """A mixed-version roll: a trainer's retry lands on a replica from before drains were stored,
+    whose 409 announces the stored schedule to every worker of ``P:meta`` ``workers``, as is."""
+    published = _drained({"a": 2, "b": 0, "d": 0}, "d")
+    delivery.publish(published, now_ms=T0)
+    workers = delivery.info("s").workers
+    delivery._announce("s", sorted(workers), published.lease.retention_s)  # that release's announce
+    assert (delivery.schedules_for("d"), delivery.schedules_for("b")) == ([], ["s"])
+    assert sorted(delivery.progress("s").workers) == ["a", "b", "d"]
 
 
 def test_a_drained_worker_keeps_finishing_what_it_holds_of_an_older_schedule(
