@@ -1,10 +1,12 @@
 """``rollout-scheduler bench redis-memory``: Redis memory one schedule takes, published and finished.
 
 Operators size Redis from this (docs/operations.md). A schedule is published through the real
-delivery protocol, its keys are measured with ``MEMORY USAGE <key> SAMPLES 0`` (exact, nested values
-included), then every item is claimed and completed with an output of ``--output-chars`` characters
-and the keys are measured again. Each item carries its prompt's payload, which the schedule stores
-once per prompt; the results stream holds every accepted output until the schedule's retention lapses.
+delivery protocol, with the answer the service stores for a retry under a caller-chosen id
+(``P:answer``: a ``POST /schedule`` answer naming every trajectory, ``service/republish.py``); its
+keys are measured with ``MEMORY USAGE <key> SAMPLES 0`` (exact, nested values included), then every
+item is claimed and completed with an output of ``--output-chars`` characters and the keys are
+measured again. Each item carries its prompt's payload, which the schedule stores once per prompt;
+the results stream holds every accepted output until the schedule's retention lapses.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class MemoryResult:
     published_per_trajectory: float  # bytes
     finished_per_trajectory: float  # bytes
     results_bytes: int  # the results stream alone, at the end
+    answer_bytes: int  # the stored answer alone (``P:answer``), in the published bytes
+    answer_json_bytes: int  # that answer's JSON, as it would be stored uncompressed
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -106,8 +110,12 @@ def _measure(
     from service.delivery import TrajectoryResult
 
     schedule = _schedule(n, workers, prompt_chars, seed)
-    delivery.publish(schedule)
+    answer, answer_json = _answer(schedule)
+    delivery.publish(schedule, digest="0" * 64, answer=answer)
     published = _schedule_bytes(delivery, schedule.schedule_id)
+    stored_answer = int(
+        delivery.client.memory_usage(delivery.keys(schedule.schedule_id).answer, samples=0) or 0
+    )
     output = "y" * output_chars
     for worker in sorted(schedule.queues):
         while leases := delivery.claim(schedule.schedule_id, worker, 256):
@@ -123,7 +131,48 @@ def _measure(
     finished = _schedule_bytes(delivery, schedule.schedule_id)
     results = int(delivery.client.memory_usage(delivery.keys(schedule.schedule_id).results, samples=0) or 0)
     _delete(delivery, schedule.schedule_id)
-    return MemoryResult(n, workers, published, finished, published / n, finished / n, results)
+    return MemoryResult(
+        n, workers, published, finished, published / n, finished / n, results, stored_answer, answer_json
+    )
+
+
+def _answer(schedule: Any) -> tuple[str, int]:
+    """The stored form of the service's answer that published ``schedule`` (every queue, in order),
+    and the size of its JSON: what a retry under a caller-chosen id is answered."""
+    from service.api.schemas import AssignedItem, ScheduleResponse, Timings
+    from service.republish import UNSTORED, encode_answer
+
+    workers = sorted(schedule.queues)
+    response = ScheduleResponse.model_construct(
+        schedule_id=schedule.schedule_id,
+        step=0,
+        policy="lpt",
+        status="HEURISTIC",
+        published=True,
+        model_version="v1",
+        prediction_sources={"lightgbm": sum(len(q) for q in schedule.queues.values())},
+        quantile=0.5,
+        assignments={
+            w: [
+                AssignedItem(
+                    prompt_id=i.prompt_id, sample_idx=i.sample_idx, predicted_tokens=i.predicted_tokens
+                )
+                for i in schedule.queues[w]
+            ]
+            for w in workers
+        },
+        dispatch_order=[],
+        predicted_makespan_s=412.8,
+        lower_bound_s=398.1,
+        round_robin_makespan_s=903.5,
+        speedup_vs_round_robin=2.19,
+        time_scales=dict.fromkeys(workers, 1.0),
+        time_scale_sources=dict.fromkeys(workers, "profile"),
+        timings=Timings(
+            queue_ms=0, validate_ms=0, predict_ms=0, plan_ms=0, baseline_ms=0, publish_ms=0, total_ms=0
+        ),
+    )
+    return encode_answer(response), len(response.model_dump_json(exclude=UNSTORED))
 
 
 def _schedule(n: int, workers: int, prompt_chars: int, seed: int) -> Any:
@@ -176,13 +225,15 @@ def _table(results: list[MemoryResult], prompt_chars: int, output_chars: int) ->
     lines = [
         f"Redis memory per schedule (prompt {prompt_chars} chars x {SAMPLES} samples, "
         f"output {output_chars} chars)",
-        f"{'trajectories':>12} {'workers':>7} {'published':>12} {'B/traj':>8} {'finished':>12} {'B/traj':>8}",
+        f"{'trajectories':>12} {'workers':>7} {'published':>12} {'B/traj':>8} {'finished':>12} {'B/traj':>8} "
+        f"{'answer':>10} {'B/traj':>8}",
     ]
     for r in results:
         lines.append(
             f"{r.trajectories:>12} {r.workers:>7} {_mib(r.published_bytes):>12} "
             f"{r.published_per_trajectory:>8.0f} {_mib(r.finished_bytes):>12} "
-            f"{r.finished_per_trajectory:>8.0f}"
+            f"{r.finished_per_trajectory:>8.0f} {r.answer_bytes / 1024:>7.1f} KiB "
+            f"{r.answer_bytes / r.trajectories:>8.1f}"
         )
     return "\n".join(lines)
 

@@ -6,7 +6,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from service.commands.bench_redis_memory import SAMPLES, _schedule
+from service.commands.bench_redis_memory import SAMPLES, _answer, _schedule
+from service.republish import decode_answer
 
 
 @pytest.mark.parametrize(
@@ -47,3 +48,15 @@ def test_each_benchmarked_prompt_carries_text_of_its_own_as_real_prompts_do() ->
     texts = {item.payload["prompt"] for queue in schedule.queues.values() for item in queue}
     assert len(texts) == 64 // SAMPLES
     assert {len(t) for t in texts} == {100}
+
+
+def test_the_benchmarked_answer_names_every_trajectory_in_its_queue_as_the_service_stores_it() -> None:
+    # the stored answer is part of what a published schedule costs: one naming nothing would not count
+    schedule = _schedule(64, 4, prompt_chars=10, seed=0)
+    stored, json_bytes = _answer(schedule)
+    answer = decode_answer(stored)
+    assert answer is not None
+    assert {w: [(i["prompt_id"], i["sample_idx"]) for i in q] for w, q in answer.assignments.items()} == {
+        w: [(i.prompt_id, i.sample_idx) for i in q] for w, q in schedule.queues.items()
+    }
+    assert len(stored) < json_bytes  # compressed, even on base64
