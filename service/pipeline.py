@@ -2,8 +2,9 @@
 
 Each stage is one function below, in the order a request meets them, and each is timed. Nothing is
 written to Redis before the plan exists, so a request rejected at any stage changes no state (a
-retried ``schedule_id`` found stored is announced again and refused, ``refuse_republish``: a repair
-of that step's indexes, not a new write). Next
+retried ``schedule_id`` found stored is announced again and answered its first plan, ``replay``: a
+repair of that step's indexes, not a new write). Once the step is out, the bookkeeping that follows
+(``served.after_publish``) cannot turn its answer into an error that a trainer would retry. Next
 to the requested policy we plan the same batch with ``round_robin`` (the length-blind equal split RL
 trainers use today) so every response says what the plan is worth.
 """
@@ -14,9 +15,8 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,6 @@ from service.api.schemas import (
     Sampling,
     ScheduleRequest,
     ScheduleResponse,
-    Timings,
     WorkerSpec,
 )
 from service.context import Context
@@ -50,25 +49,11 @@ from service.limits import check_trajectory_count
 from service.logs import schedule_context
 from service.problems import ConflictError
 from service.republish import encode_answer, replay, work_digest
+from service.served import StageClock, after_publish, record, timings
 from service.speed_model import idle_learned
 
 _log = logging.getLogger("service.pipeline")
 BASELINE = "round_robin"
-
-
-@dataclass
-class _Clock:
-    """Milliseconds spent per stage (a stage entered twice adds up)."""
-
-    spent: dict[str, float] = field(default_factory=dict)
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.spent[name] = self.spent.get(name, 0.0) + (time.perf_counter() - start) * 1000.0
 
 
 @dataclass(frozen=True)
@@ -97,7 +82,7 @@ def run(body: ScheduleRequest, ctx: Context, schedule_id: str | None = None) -> 
     """Serve one ``POST /schedule``: every stage, in order, with its wall time. The id is the
     caller's, else ``schedule_id`` when given (the route's, already in its logs), else a new one."""
     schedule_id = body.schedule_id or schedule_id or uuid.uuid4().hex
-    clock = _Clock()
+    clock = StageClock()
     started = time.perf_counter()
     with schedule_context(schedule_id):
         with clock.stage("validate"):  # before the plan queue: a bad request is refused at once
@@ -107,15 +92,20 @@ def run(body: ScheduleRequest, ctx: Context, schedule_id: str | None = None) -> 
         return _serve_valid(schedule_id, body, checked, ctx, clock, started)
 
 
-def _replayed(answer: ScheduleResponse, clock: _Clock, started: float) -> ScheduleResponse:
+def _replayed(answer: ScheduleResponse, clock: StageClock, started: float) -> ScheduleResponse:
     """The stored first answer with this request's timings (it planned nothing), logged as a replay."""
-    answer.timings = _timings(clock.spent, (time.perf_counter() - started) * 1000.0)
+    answer.timings = timings(clock.spent, (time.perf_counter() - started) * 1000.0)
     _log.info("replayed", extra={"policy": answer.policy, "total_ms": round(answer.timings.total_ms, 1)})
     return answer
 
 
 def _serve_valid(
-    schedule_id: str, body: ScheduleRequest, checked: _Validated, ctx: Context, clock: _Clock, started: float
+    schedule_id: str,
+    body: ScheduleRequest,
+    checked: _Validated,
+    ctx: Context,
+    clock: StageClock,
+    started: float,
 ) -> ScheduleResponse:
     """Predict, plan and publish a validated request, holding one of the service's plan slots.
 
@@ -159,8 +149,8 @@ def _serve_valid(
                 first = publish(schedule_id, chosen, request, body, ctx, idle, response)
         if first is not None:  # lost a race for the id: the winner's answer, never this plan
             return _replayed(first, clock, started)
-        response.timings = _timings(clock.spent, (time.perf_counter() - started) * 1000.0)
-        _record(ctx, response, len(trajectories))
+        response.timings = timings(clock.spent, (time.perf_counter() - started) * 1000.0)
+        record(ctx, response, len(trajectories))
         return response
 
 
@@ -308,7 +298,8 @@ def publish(
             message = f"schedule {schedule_id} was published by another request and has expired since"
             raise ConflictError(message, field="schedule_id", value=schedule_id)
         return first
-    ctx.speeds.remember(schedule_id, request.inventory, idle)
+    with after_publish("remembering worker profiles"):
+        ctx.speeds.remember(schedule_id, request.inventory, idle)
     return None
 
 
@@ -336,7 +327,7 @@ def respond(
     predicted: Predicted,
 ) -> ScheduleResponse:
     """The response body: assignments in queue order, plan quality, the baseline; its timings are
-    zero until the caller sets them (``_timings``), after the publish that stores the rest."""
+    zero until the caller sets them (``served.timings``), after the publish that stores the rest."""
     by_key = {t.key: t for t in request.trajectories}
     items = {
         key: AssignedItem(
@@ -363,42 +354,10 @@ def respond(
         speedup_vs_round_robin=_speedup(baseline.predicted_makespan_s, chosen.predicted_makespan_s),
         time_scales={w.worker_id: w.time_scale for w in request.inventory.workers},
         time_scale_sources=checked.time_scale_sources,
-        timings=_timings({}, 0.0),
+        timings=timings({}, 0.0),
     )
-
-
-def _timings(spent: dict[str, float], total_ms: float) -> Timings:
-    """Each stage's milliseconds as spent by this request (zero for a stage it did not enter)."""
-    stages = ("queue", "validate", "predict", "plan", "baseline", "publish")
-    return Timings(**{f"{stage}_ms": spent.get(stage, 0.0) for stage in stages}, total_ms=total_ms)
 
 
 def _speedup(baseline_s: float, chosen_s: float) -> float:
     """How many times sooner the plan ends than the equal split; 1.0 when there is nothing to end."""
     return baseline_s / chosen_s if chosen_s > 0 else 1.0
-
-
-def _record(ctx: Context, response: ScheduleResponse, count: int) -> None:
-    """Metrics and one log line per schedule, with each stage's milliseconds."""
-    m = ctx.metrics
-    # queue: the wait for a plan slot (ROLLOUT_MAX_CONCURRENT_PLANS), the first sign of too few replicas
-    for stage in ("queue", "validate", "predict", "plan", "baseline", "publish"):
-        m.stage.labels(stage).observe(getattr(response.timings, f"{stage}_ms") / 1000.0)
-    if response.lower_bound_s > 0:
-        m.quality.labels(response.policy).observe(response.predicted_makespan_s / response.lower_bound_s)
-    m.speedup.set(response.speedup_vs_round_robin)
-    m.trajectories.labels(str(response.published).lower()).inc(count)
-    _log.info(
-        "scheduled",
-        extra={
-            "trajectories": count,
-            "policy": response.policy,
-            "status": response.status,
-            "predicted_makespan_s": round(response.predicted_makespan_s, 3),
-            "lower_bound_s": round(response.lower_bound_s, 3),
-            "round_robin_makespan_s": round(response.round_robin_makespan_s, 3),
-            # every stage's wall time (queue_ms .. publish_ms, total_ms): a slow step is read from its
-            # own line, not from a histogram that mixes it with every other step
-            **{key: round(ms, 1) for key, ms in response.timings.model_dump().items()},
-        },
-    )

@@ -35,6 +35,7 @@ from service.delivery import ResultRecord
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 from service.logs import schedule_context
 from service.problems import documented
+from service.served import after_publish
 
 router = APIRouter(tags=["schedules"], route_class=AuthFirstRoute)
 REPLAYED_HEADER = "Idempotent-Replayed"  # Stripe's name: the answer is a retry's, the first attempt's plan
@@ -58,8 +59,8 @@ def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     request.state.schedule_id = schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
     response = pipeline.run(body, ctx, schedule_id)
     if body.publish and not response.replayed:  # a dry run writes nothing, the retrain counter included
-        with schedule_context(schedule_id):  # a retrain it starts logs under the step's id
-            ctx.retrainer.after_step(body.step)
+        with schedule_context(schedule_id), after_publish("counting the step towards a retrain"):
+            ctx.retrainer.after_step(body.step)  # a retrain it starts logs under the step's id
     headers = {REPLAYED_HEADER: "true"} if response.replayed else None
     # Serialised once here: returning the model would make FastAPI validate 4,096 items again.
     return Response(response.model_dump_json(), media_type="application/json", headers=headers)
