@@ -18,6 +18,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from scheduler.errors import InvalidInputError
+from service.api.schemas import MAX_TIME_BUDGET_MS
 from service.delivery.keys import (
     DEFAULT_LEASE_TTL_MS,
     DEFAULT_MAX_ATTEMPTS,
@@ -76,7 +77,7 @@ class Settings(BaseSettings):
     default_quantile: float = Field(default=0.5, gt=0, lt=1)  # predicted-length quantile to plan on
     # solver budget when the request gives none: a plan never runs past it (cpsat cuts a round short),
     # and 80 ms leaves POST /schedule p50 under 150 ms at 1,024 x 16 on 2 cores with ~45 ms of publish
-    default_time_budget_ms: int = Field(default=80, gt=0)
+    default_time_budget_ms: int = Field(default=80, gt=0, le=MAX_TIME_BUDGET_MS)  # a request's own ceiling
 
     # --- delivery (leases the sidecars hold; see service/delivery/keys.py) ------------------------------
     lease_ttl_ms: int = Field(

@@ -26,6 +26,10 @@ from typing_extensions import TypedDict
 from scheduler.validation import MAX_GPUS, MAX_NUM_SEQS, RANGES
 from service.names import NAME_MAX_LENGTH, NAME_PATTERN
 
+# The most planning time a request may ask for, and ROLLOUT_DEFAULT_TIME_BUDGET_MS with it: past a
+# minute a trainer's step waits on the planner longer than most rollouts gain from it.
+MAX_TIME_BUDGET_MS = 60_000
+
 # a worker id, among others: the rule lives in service/names.py, where a push sidecar reads it too
 Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX_LENGTH, pattern=NAME_PATTERN)]
 # A schedule id, wherever the API reads one (a /schedule body, a path, an actuals report): one rule, so
@@ -231,7 +235,7 @@ class ScheduleRequest(Strict):
     policy: str | None = Field(default=None, min_length=1, max_length=64)  # cpsat (default), lpt,
     # least_loaded, round_robin
     quantile: float | None = Field(default=None, gt=0, lt=1)  # predicted-length quantile to plan on
-    time_budget_ms: int | None = Field(default=None, gt=0, le=60_000)  # solver wall-clock budget
+    time_budget_ms: int | None = Field(default=None, gt=0, le=MAX_TIME_BUDGET_MS)  # solver wall-clock budget
     prefix_affinity: bool = False  # keep each prompt's samples on one worker
     kv_admission: bool = False  # sidecars admit by projected KV peak at predicted lengths
     publish: bool = True  # write the plan to Redis for the sidecars; false = dry run

@@ -116,6 +116,7 @@ def test_settings_come_from_the_environment_and_flags_win(monkeypatch: pytest.Mo
         ("redis_timeout_s", float("inf")),
         ("plan_queue_timeout_s", 1e12),
         ("model_dir", "/dev/null"),  # a file: the first retrain failed
+        ("default_time_budget_ms", 60_001),  # over what a request may ask: planned past any stated budget
     ],
 )
 def test_a_setting_that_would_fail_later_is_refused_at_start(setting: str, value: object) -> None:
