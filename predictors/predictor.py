@@ -92,7 +92,7 @@ class LengthPredictor:
         self._stamp = ""  # ModelStore.stamp of the version held, "" when none came from a store
         self._defaults = defaults or PriorDefaults()
         self._lock = threading.Lock()
-        self._prior_cache: tuple[tuple[int, int], GlobalPrior, float] | None = None
+        self._prior_cache: tuple[tuple[int, int, int], GlobalPrior, float] | None = None
 
     @property
     def history(self) -> History:
@@ -112,6 +112,13 @@ class LengthPredictor:
     def observe(self, rows: Trace | Iterable[TraceRow]) -> None:
         """Record actual lengths (e.g. workers' completion reports); later steps' predictions use them."""
         self._history.append(rows)
+
+    def use_history(self, history: History) -> None:
+        """Read ``history`` from now on (the source it mirrors was lost and reloaded); calls already
+        running finish with the one they started with."""
+        with self._lock:
+            self._history = history
+            self._prior_cache = None
 
     def use_model(self, model: FittedModel | None, version: int | None = None, stamp: str = "") -> None:
         """Swap the model atomically; calls already running finish with the one they started with.
@@ -198,12 +205,13 @@ class LengthPredictor:
 
     def _prior_before(self, step: int) -> tuple[GlobalPrior, float]:
         """Global prior and pooled spread from history before ``step``, cached while that history holds."""
-        key = (step, self._history.version_before(step))
+        history = self._history  # one history throughout, should ``use_history`` swap it meanwhile
+        key = (id(history), step, history.version_before(step))
         cached = self._prior_cache
         if cached is not None and cached[0] == key:
             return cached[1], cached[2]
-        trace = self._history.trace
+        trace = history.trace
         prior = GlobalPrior.fit(trace.take(trace.step < step), self._defaults)
-        sigma = pooled_log_sd(self._history.stats_before(step))
+        sigma = pooled_log_sd(history.stats_before(step))
         self._prior_cache = (key, prior, sigma)
         return prior, sigma

@@ -53,7 +53,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast
 
 from scheduler.trace import TraceRow
 from service.api.schemas import MAX_COUNT, ActualReport
@@ -125,6 +125,19 @@ def report_digest(report: ActualReport) -> str:
     return hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest()
 
 
+START = "0-0"  # the stream id before every entry
+Entry = tuple[str, dict[str, str]]  # one stream entry as XRANGE answers it: id, fields
+
+
+class Folded(NamedTuple):
+    """What ``ActualsLog.rows_after`` read: rows, the id to continue from, and whether the stream
+    lost what was read before (the rows are then its whole content, to replace what was held)."""
+
+    rows: list[TraceRow]
+    cursor: str
+    restarted: bool
+
+
 class ActualsLog:
     """Append reports to, and page through, the actuals stream."""
 
@@ -167,19 +180,44 @@ class ActualsLog:
         """Reports currently held."""
         return int(self._redis.xlen(self.key))
 
-    def rows_after(self, cursor: str) -> tuple[list[TraceRow], str]:
-        """Reports appended after stream id ``cursor``, as trace rows, and the id to continue from."""
+    def rows_after(self, cursor: str) -> Folded:
+        """Reports appended after stream id ``cursor``, as trace rows, and the id to continue from.
+
+        The entry at ``cursor`` is read too (inclusive ``XRANGE``, no extra round trip): when the
+        stream no longer holds it, what was read before is gone from Redis (a restart without its
+        AOF, a flush, a failover to a replica behind; trimming never takes the newest entry read
+        unless a whole cap of newer ones arrived), and the rows returned are the stream's whole
+        content, ``restarted`` set, so the caller holds what Redis holds rather than rows it lost."""
+        if cursor == START:
+            return Folded(*self._pages(START), restarted=False)
+        head = self._page(cursor, inclusive=True)  # the entry at cursor, then up to PAGE - 1 newer
+        if not head or head[0][0] != cursor:
+            return Folded(*self._pages(START), restarted=True)
+        rows, cursor = self._rows(head[1:]), head[-1][0]
+        if len(head) == PAGE:  # more after this page
+            more, cursor = self._pages(cursor)
+            rows += more
+        return Folded(rows, cursor, restarted=False)
+
+    def _pages(self, cursor: str) -> tuple[list[TraceRow], str]:
+        """Every entry after ``cursor``, page by page, as rows, and the last id read."""
         rows: list[TraceRow] = []
         while True:
-            page = cast(
-                list[tuple[str, dict[str, str]]],
-                self._redis.xrange(self.key, min=f"({cursor}", max="+", count=PAGE),
-            )
-            rows += [row for _, fields in page if (row := _row(fields.get("a", ""), self._texts)) is not None]
+            page = self._page(cursor)
+            rows += self._rows(page)
             if page:
                 cursor = page[-1][0]
             if len(page) < PAGE:
                 return rows, cursor
+
+    def _page(self, cursor: str, inclusive: bool = False) -> list[Entry]:
+        """Up to ``PAGE`` entries after ``cursor`` (from it, when ``inclusive``)."""
+        low = cursor if inclusive else f"({cursor}"
+        return cast(list[Entry], self._redis.xrange(self.key, min=low, max="+", count=PAGE))
+
+    def _rows(self, page: list[Entry]) -> list[TraceRow]:
+        """The entries of ``page`` that read as reports, as trace rows (others skipped, ``_row``)."""
+        return [row for _, fields in page if (row := _row(fields.get("a", ""), self._texts)) is not None]
 
 
 class SharedTexts:

@@ -63,13 +63,24 @@ class ModelService:
         return len(self.predictor.history)
 
     def sync(self) -> int:
-        """Fold actuals appended since the last sync into the history; returns how many."""
+        """Fold actuals appended since the last sync into the history; returns how many.
+
+        When the stream no longer holds what was folded before (Redis restarted without its data,
+        was flushed, or failed over to a replica behind), the history is replaced by what the
+        stream holds: predictions, retrains and ``GET /models`` ``history_rows`` then read what
+        Redis holds, as a replica started now would, not rows Redis lost."""
         with self._sync_lock:
-            rows, cursor = self.actuals.rows_after(self._cursor)
-            if rows:
-                self.predictor.observe(rows)
-            self._cursor = cursor
-            return len(rows)
+            folded = self.actuals.rows_after(self._cursor)
+            if folded.restarted:  # Redis lost what we held: hold what it holds, as a fresh replica
+                _log.warning(
+                    "actuals stream lost the history held; reloaded it from Redis",
+                    extra={"history_rows_before": self.rows, "history_rows": len(folded.rows)},
+                )
+                self.predictor.use_history(History(folded.rows, max_rows=self.actuals.maxlen))
+            elif folded.rows:
+                self.predictor.observe(folded.rows)
+            self._cursor = folded.cursor
+            return len(folded.rows)
 
     def predict(self, queries: QueryBatch | Sequence[Query], step: int, quantile: float) -> Predictions:
         """Lengths at ``quantile`` from the freshest history and model version."""

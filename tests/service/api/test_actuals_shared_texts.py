@@ -23,7 +23,7 @@ def test_the_rows_of_one_prompt_hold_one_prompt_id_object_across_reads(redis_cli
     cursor = "0-0"
     for step in range(3):  # three syncs, as a replica follows the stream step by step
         log.append(_reports(step, samples=40))
-        rows, cursor = log.rows_after(cursor)
+        rows, cursor, _ = log.rows_after(cursor)
         history.append(rows)
     prompt_ids = history.trace.prompt_id
     assert len(prompt_ids) == 120
@@ -33,7 +33,7 @@ def test_the_rows_of_one_prompt_hold_one_prompt_id_object_across_reads(redis_cli
 def test_the_rows_of_one_text_feature_value_hold_one_object(redis_client: redis.Redis) -> None:
     log = ActualsLog(redis_client, maxlen=10**6)
     log.append(_reports(0, samples=40, features={"domain": "geometry", "difficulty": 3.0}))
-    rows, _ = log.rows_after("0-0")
+    rows = log.rows_after("0-0").rows
     domains = History(rows).trace.categorical["domain"]
     assert list(set(domains)) == ["geometry"]
     assert len({id(domain) for domain in domains}) == 1
