@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api import actuals, health, models, schedules
+from service.auth import Credentials
 from service.limits import BodyLimitMiddleware
 from service.logs import install_record_factory, request_schedule_id, schedule_context
 from service.metrics import Metrics
@@ -57,6 +58,7 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.credentials = Credentials.of(settings)  # parsed once: requests only compare tokens
     app.state.metrics = metrics  # /metrics answers while the context is still being built
     install_problems(app)
     for router in API_ROUTERS:

@@ -6,13 +6,13 @@ retrain: it gets 403. A worker token bound to worker ids (``worker_id=token``,
 ``service/worker_tokens.py``) may moreover report actuals only for those workers (``Caller.workers``,
 checked by ``POST /actuals``). A missing or unknown token gets 401. With no token configured the
 service trusts every caller, which ``serve`` allows only on a loopback address. Tokens are compared
-in constant time.
+in constant time. The lists are parsed once, when the app is built (``Credentials``).
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -40,7 +40,7 @@ class Caller:
     workers: frozenset[str] | None = None  # None: any worker (a trainer, an unbound worker token)
 
 
-def _matches(token: str, known: list[str]) -> bool:
+def _matches(token: str, known: Sequence[str]) -> bool:
     """Constant-time membership, so a caller cannot learn a token byte by byte from timing."""
     found = False
     for candidate in known:
@@ -48,7 +48,7 @@ def _matches(token: str, known: list[str]) -> bool:
     return found
 
 
-def _worker(token: str, entries: list[WorkerToken]) -> Caller | None:
+def _worker(token: str, entries: Sequence[WorkerToken]) -> Caller | None:
     """The worker caller ``token`` is, or None: every entry is compared (constant time, as
     ``_matches``), and the workers of every entry it matches are the ones it may report for."""
     found, unbound, workers = False, False, set()
@@ -64,9 +64,31 @@ def _worker(token: str, entries: list[WorkerToken]) -> Caller | None:
     return Caller(Scope.WORKER, None if unbound else frozenset(workers))
 
 
-def caller_of(settings: Settings, authorization: str | None) -> Caller:
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """The token lists of the settings, parsed once when the app is built (``create_app``).
+
+    They are settings, fixed for the app's life (docs/operations.md: entries are read at start), so
+    requests only compare; parsing both lists (each entry checked, each worker id validated) had run
+    again on every authenticated request."""
+
+    trainer: tuple[str, ...]
+    workers: tuple[WorkerToken, ...]
+
+    @classmethod
+    def of(cls, settings: Settings) -> Credentials:
+        """The lists of ``settings`` (validated when the settings were built)."""
+        return cls(tuple(settings.trainer_token_list()), tuple(settings.worker_token_entries()))
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any token is configured; without one every caller is trusted (loopback only)."""
+        return bool(self.trainer or self.workers)
+
+
+def caller_of(credentials: Credentials, authorization: str | None) -> Caller:
     """Resolve an ``Authorization`` header into a caller, or raise 401."""
-    if not settings.auth_enabled:
+    if not credentials.enabled:
         return Caller(Scope.TRAINER)
     if not authorization:
         raise UnauthorizedError("missing bearer token: send 'Authorization: Bearer <token>'")
@@ -74,9 +96,9 @@ def caller_of(settings: Settings, authorization: str | None) -> Caller:
     if kind.lower() != "bearer" or not token.strip():
         raise UnauthorizedError("malformed Authorization header: expected 'Bearer <token>'")
     token = token.strip()
-    if _matches(token, settings.trainer_token_list()):
+    if _matches(token, credentials.trainer):
         return Caller(Scope.TRAINER)
-    worker = _worker(token, settings.worker_token_entries())
+    worker = _worker(token, credentials.workers)
     if worker is None:
         raise UnauthorizedError("unknown bearer token")
     return worker
@@ -90,8 +112,8 @@ class ScopeCheck:
 
     def __call__(self, request: Request) -> Caller:
         """The caller; 401 without a known token, 403 outside ``allowed``."""
-        settings: Settings = request.app.state.settings
-        caller = caller_of(settings, request.headers.get("authorization"))
+        credentials: Credentials = request.app.state.credentials
+        caller = caller_of(credentials, request.headers.get("authorization"))
         if caller.scope not in self.allowed:
             names = " or ".join(s.value for s in self.allowed)
             raise ForbiddenError(

@@ -172,3 +172,21 @@ def test_the_step_loop_reports_every_worker_with_the_trainer_token_and_one_worke
         accepted = trainer.report_results(0, finished, prompt_tokens=lengths)
         assert accepted is not None
         assert (accepted.accepted, accepted.repeated) == (len(finished.results) - len(own), len(own))
+
+
+def test_the_token_lists_are_read_when_the_app_is_built_not_at_every_request(
+    make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every authenticated request parsed both lists again (each entry checked, each worker id
+    validated); they are settings, fixed for the app's life, so the app reads them once."""
+    app = make_client(trainer_tokens=TRAINER, worker_tokens=BOUND)
+
+    def unexpected(*_: object) -> object:
+        raise AssertionError("a token list was parsed while serving a request")
+
+    monkeypatch.setattr("service.settings.parse_worker_tokens", unexpected)
+    monkeypatch.setattr("service.settings._split", unexpected)
+    report = actual_report(0, 0, 0, worker="w0")
+    assert app.post("/actuals", json={"actuals": [report]}, headers=bearer(W0)).status_code == 200
+    assert app.post("/actuals", json={"actuals": [report]}, headers=bearer(TRAINER)).status_code == 200
+    assert app.get("/models", headers=bearer("nobody")).status_code == 401
