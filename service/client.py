@@ -32,6 +32,7 @@ from service.tokens import check_token
 T = TypeVar("T")
 OUTAGE_PAUSE_S = 0.5  # between retries of a call that failed retryably, at the least
 MAX_PAUSE_S = 30.0  # the longest a Retry-After is waited out before the next try
+OPERATOR_ONLY = "redis-too-old"  # a 503 problem that no retry cures (service/problems.py)
 ACTUALS_CHUNK = 1_000  # reports per POST /actuals: a step's results stay well under a proxy's body limit
 
 
@@ -47,7 +48,10 @@ class SchedulerAPIError(RuntimeError):
 
     @property
     def retryable(self) -> bool:
-        """Whether retrying the same request later can succeed (Redis down, overload)."""
+        """Whether retrying the same request later can succeed (Redis down, overload); not a Redis
+        too old for the service, which only an upgrade and a restart of the service fix."""
+        if str(self.problem.get("type", "")).endswith(f"/{OPERATOR_ONLY}"):
+            return False
         return self.status in (429, 502, 503, 504)
 
 

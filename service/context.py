@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import anyio
+import redis
 from fastapi import Request
 
 from service.actuals import ActualsLog
@@ -18,7 +19,7 @@ from service.limits import PlanSlots
 from service.metrics import Metrics
 from service.models import ModelService
 from service.problems import UnavailableError
-from service.redis_conn import RedisClient, VersionCheck
+from service.redis_conn import RedisClient, RedisTooOldError, VersionCheck
 from service.retrain import Retrainer
 from service.settings import Settings
 from service.speeds import SpeedLearner
@@ -46,10 +47,31 @@ class Context:
 
 
 def context_of(request: Request) -> Context:
-    """The app's context; ``UnavailableError`` (503) while start-up still waits for a Redis Cluster,
-    or after it refused a Redis too old (``service.startup``: it is set before the first request
-    otherwise)."""
+    """The app's context; ``UnavailableError`` (503) while start-up still waits for a Redis Cluster
+    (``service.startup``: it is set before the first request otherwise), and ``RedisTooOldError``
+    (503 naming the version) for a Redis too old, refused at start or found so later.
+
+    Why every route and not only ``/readyz``: a Redis down at start is checked once it answers, and
+    routes that ran meanwhile ran their scripts on a server that cannot run them (a Lua or ``XINFO``
+    error, a 500), or half-published a step. The check is made once (``VersionCheck``); until
+    Redis answers, the route goes on and meets the outage itself (503)."""
     ctx: Context | None = request.app.state.context
     if ctx is None:
+        too_old: str | None = getattr(request.app.state, "too_old", None)
+        if too_old is not None:
+            raise RedisTooOldError(too_old)
         raise UnavailableError(f"starting: Redis {request.app.state.starting}")
+    refusal = _version_refusal(ctx.redis_version)
+    if refusal is not None:
+        raise RedisTooOldError(refusal)
     return ctx
+
+
+def _version_refusal(version: VersionCheck) -> str | None:
+    """The refusal of a Redis too old; None when new enough or not reached yet."""
+    if version.done:
+        return version.refusal
+    try:
+        return version.check()
+    except redis.RedisError:  # still down: the route meets the outage and answers 503 itself
+        return None

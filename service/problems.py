@@ -28,6 +28,7 @@ from scheduler.errors import InvalidInputError
 from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
 from service.logs import request_schedule_id, schedule_context
 from service.problem_details import echo, shortened, validation_details
+from service.redis_conn import RedisTooOldError
 
 PROBLEM_JSON = "application/problem+json"
 _log = logging.getLogger("service.problems")
@@ -99,6 +100,8 @@ PROBLEMS: tuple[tuple[type[Exception], Problem], ...] = (
     (ConflictError, Problem(409, "Conflict", "conflict")),
     (ScheduleConflictError, Problem(409, "Conflict", "conflict")),
     (UnavailableError, Problem(503, "Service unavailable", "unavailable")),
+    # a Redis older than 7.0: only an upgrade and a restart of the service fix it (no Retry-After)
+    (RedisTooOldError, Problem(503, "Redis too old", "redis-too-old")),
     # the service's Redis user or password is wrong: an operator must fix it, but the request is fine
     # (AuthenticationError is a ConnectionError, so it comes before that)
     (redis.exceptions.NoPermissionError, Problem(503, "Redis refused access", "redis-refused")),
@@ -183,6 +186,8 @@ def _details(exc: Exception) -> tuple[str, dict[str, Any]]:
     if isinstance(exc, ServiceError):
         extra = {"field": exc.field, "value": echo(exc.value)} if exc.field else {}
         return exc.detail, extra
+    if isinstance(exc, RedisTooOldError):
+        return f"{exc}; upgrade it, then restart the service", {}
     if lookup(exc).slug == "redis-out-of-memory":
         return f"Redis refused a write, out of memory ({exc}); retry once it has room", {}
     if lookup(exc).slug == "redis-refused":
@@ -211,7 +216,7 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
         with schedule_context(request_schedule_id(request.scope)):
             _log.warning("request failed: %s", detail)
     headers = {"WWW-Authenticate": "Bearer"} if problem.status == 401 else None
-    if problem.status == 503:
+    if problem.status == 503 and problem.slug != "redis-too-old":
         headers = {"Retry-After": "1"}
     return problem_response(
         problem.status,

@@ -61,6 +61,7 @@ class Startup:
         """Build now; if the cluster does not answer, serve not-ready and keep trying in a thread."""
         self.state.context = None
         self.state.starting = "connecting to Redis"
+        self.state.too_old = None  # the refusal of a Redis too old, once found (every route says it)
         if not self._attempt():
             self._thread = threading.Thread(target=self._retry, name="redis-cluster-wait", daemon=True)
             self._thread.start()
@@ -76,6 +77,7 @@ class Startup:
             ctx = build_context(self.settings, self.metrics)
         except RedisTooOldError as error:  # logged by the check; only an upgrade and a restart fix it
             self.state.starting = f"refused: {error}"
+            self.state.too_old = str(error)
             return True
         except (RedisClusterException, redis.RedisError) as error:
             where = describe(self.settings.redis_url or "")

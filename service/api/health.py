@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.context import Context, context_of
+from service.context import Context
 from service.redis_conn import refused
 
 router = APIRouter(tags=["health"])
@@ -45,7 +45,7 @@ def readyz(request: Request) -> JSONResponse:
     with the reason otherwise."""
     if request.app.state.context is None:  # start-up waits for a Redis Cluster, or refused an old Redis
         return JSONResponse({"ready": False, "redis": request.app.state.starting, "model": None}, 503)
-    ctx: Context = context_of(request)
+    ctx: Context = request.app.state.context  # not context_of: a Redis too old is said below, not raised
     ctx.models.reload_if_due()
     checks: dict[str, Any] = {"model": ctx.models.version}
     try:

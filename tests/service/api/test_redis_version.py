@@ -17,10 +17,11 @@ from fastapi.testclient import TestClient
 
 from service import redis_conn
 from service.app import create_app
+from service.client import SchedulerAPIError
 from service.embedded import EmbeddedServer
 from service.redis_conn import version_refusal
 from service.settings import Settings
-from tests.service.api.conftest import AppFactory, batch_body
+from tests.service.api.conftest import AppFactory, actual_history, batch_body
 
 NEEDED = "Redis 7.0 or later, or Valkey"
 RAISED = "Redis 99.0 or later, or Valkey"  # what the tests below raise the minimum to
@@ -80,3 +81,56 @@ def test_a_server_down_at_start_is_checked_by_the_first_readyz_that_reaches_it(
             assert (ready.status_code, ready.json()["redis"]) == (503, refusal)
     finally:
         server.stop()
+
+
+def test_every_route_refuses_a_server_found_too_old_after_start_with_the_version_and_stores_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis down at start, back too old: only ``/readyz`` refused it, while ``POST /schedule`` and
+    ``/actuals`` ran their scripts on it (published, stored; on a real Redis 6 a Lua or XINFO error)."""
+    monkeypatch.setattr(redis_conn, "MIN_REDIS_VERSION", (99, 0))
+    server = EmbeddedServer().start()
+    try:
+        server.kill()
+        settings = Settings(redis_url=server.url, model_dir=str(tmp_path), redis_timeout_s=0.5)
+        with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+            server.start()
+            refusal = f"Redis 7.2.4 at {server.url} is too old: the service needs {RAISED}"
+            answers = [
+                client.post("/schedule", json=batch_body()),
+                client.post("/actuals", json={"actuals": actual_history(steps=1)}),
+                client.get("/models"),
+                client.post("/models/retrain"),
+                client.get("/schedule/any-step"),
+            ]
+            for answer in answers:
+                assert answer.status_code == 503, answer.text
+                assert answer.json()["type"].endswith("/redis-too-old")
+                assert refusal in answer.json()["detail"]
+            assert client.get("/readyz").json()["redis"] == f"refused: {refusal}"
+            assert redis.Redis.from_url(server.url).dbsize() == 0
+    finally:
+        server.stop()
+
+
+def test_a_server_refused_at_start_is_named_by_every_route_as_too_old(
+    make_client: AppFactory, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_conn, "MIN_REDIS_VERSION", (99, 0))
+    client = make_client()
+    for answer in (client.post("/actuals", json={"actuals": actual_history(steps=1)}), client.get("/models")):
+        assert answer.status_code == 503
+        assert answer.json()["type"].endswith("/redis-too-old")
+        assert answer.json()["detail"].startswith(f"Redis 7.2.4 at {redis_url} is too old")
+
+
+def test_the_client_does_not_retry_a_redis_too_old(
+    make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only an upgrade and a restart fix it: retried as an outage, every call waited out
+    ``outage_s`` (60 s) before saying so."""
+    monkeypatch.setattr(redis_conn, "MIN_REDIS_VERSION", (99, 0))
+    answer = make_client().get("/models")
+    error = SchedulerAPIError(answer.status_code, answer.json())
+    assert error.status == 503
+    assert not error.retryable
