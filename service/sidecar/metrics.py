@@ -1,4 +1,5 @@
-"""The sidecar's counters for Prometheus: ``GET /metrics`` on its health port (push mode).
+"""The sidecar's counters for Prometheus: ``GET /metrics`` on its health port (push mode) or on
+its pull API (pull mode).
 
 Why. The service's metrics see plans, not workers: a sidecar that keeps failing items, losing
 leases or waiting on its engine shows only as a flat queue depth there. Its own counters
@@ -11,14 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from service.sidecar.runner import Sidecar
-from service.sidecar.session import SessionStats
+from service.sidecar.session import SessionStats, WorkerSession
+from service.sidecar.timings import Durations
+
+if TYPE_CHECKING:  # pull mode imports this module and loads no engine client
+    from service.sidecar.runner import Sidecar
 
 _HELP = {  # what each SessionStats counter counts, as its HELP line
     "claimed": "Leases taken from the own queue or the shared FIFO",
@@ -36,50 +41,78 @@ _HELP = {  # what each SessionStats counter counts, as its HELP line
 }
 
 
-class _SidecarCollector(Collector):
-    """Reads the runner's counters and state at scrape time."""
+Gauges = dict[str, tuple[str, float]]  # name -> (HELP line, value), read at scrape time
 
-    def __init__(self, runner: Sidecar, worker_id: str) -> None:
-        self.runner = runner
+
+class _SidecarCollector(Collector):
+    """Reads a worker session's counters, holdings and the mode's own gauges at scrape time."""
+
+    def __init__(
+        self, session: WorkerSession, worker_id: str, gauges: Callable[[], Gauges], generation: Durations
+    ) -> None:
+        self.session = session
         self.worker_id = worker_id
+        self.gauges = gauges
+        self.generation = generation
 
     def collect(self) -> Iterator[Metric]:
-        """One counter per ``SessionStats`` field, then what the sidecar holds and its engine state."""
-        stats, holdings = self.runner.session.stats, self.runner.session.holdings
+        """One counter per ``SessionStats`` field, then what the sidecar holds and the mode's state."""
+        stats, holdings = self.session.stats, self.session.holdings
         for field in dataclasses.fields(SessionStats):
             family = CounterMetricFamily(
                 f"rollout_sidecar_{field.name}", _HELP[field.name], labels=["worker_id"]
             )
             family.add_metric([self.worker_id], getattr(stats, field.name))
             yield family
-        gauges = {
-            "held": ("Items running on the engine now", holdings.in_flight()),
+        gauges: Gauges = {
+            "held": (HELD_HELP, holdings.in_flight()),
             "waiting": (
                 "Leases claimed but not started yet (waiting for the KV cache to fit them)",
                 len(holdings) - holdings.in_flight(),
             ),
-            "engine_up": ("1 while the engine answered its last call", float(self.runner.engine_up)),
-            "loop_silent_seconds": (
-                "Seconds since the main loop last turned",
-                time.monotonic() - self.runner.last_turn,
-            ),
+            **self.gauges(),
         }
         for name, (doc, value) in gauges.items():
             gauge = GaugeMetricFamily(f"rollout_sidecar_{name}", doc, labels=["worker_id"])
             gauge.add_metric([self.worker_id], value)
             yield gauge
         generation = HistogramMetricFamily(
-            "rollout_sidecar_generation_seconds",
-            "Engine seconds per item run to completion (request sent to reply received)",
-            labels=["worker_id"],
+            "rollout_sidecar_generation_seconds", GENERATION_HELP, labels=["worker_id"]
         )
-        buckets, total = self.runner.generation.snapshot()
+        buckets, total = self.generation.snapshot()
         generation.add_metric([self.worker_id], buckets, total)
         yield generation
 
 
+HELD_HELP = "Items running on the engine now (pull mode: handed to the worker by /next, not reported yet)"
+GENERATION_HELP = (
+    "Engine seconds per item run to completion (request sent to reply received; "
+    "pull mode: the wall time its /done reports)"
+)
+
+
 def exposition(runner: Sidecar, worker_id: str) -> bytes:
-    """The Prometheus text exposition of one sidecar (a fresh registry: nothing global)."""
+    """The Prometheus text exposition of one push-mode sidecar (a fresh registry: nothing global)."""
+
+    def gauges() -> Gauges:
+        return {
+            "engine_up": ("1 while the engine answered its last call", float(runner.engine_up)),
+            "loop_silent_seconds": (
+                "Seconds since the main loop last turned",
+                time.monotonic() - runner.last_turn,
+            ),
+        }
+
+    return _render(_SidecarCollector(runner.session, worker_id, gauges, runner.generation))
+
+
+def pull_exposition(session: WorkerSession, generation: Durations) -> bytes:
+    """The same for a pull-mode sidecar (``GET /metrics`` on its pull API): its counters, what it
+    holds and the wall times its worker reported, live while it runs (they were printed on exit only)."""
+    return _render(_SidecarCollector(session, session.settings.worker_id, dict, generation))
+
+
+def _render(collector: Collector) -> bytes:
     registry = CollectorRegistry()
-    registry.register(_SidecarCollector(runner, worker_id))
+    registry.register(collector)
     return generate_latest(registry)

@@ -14,6 +14,7 @@ engine or an SGLang ``Engine`` object). For them the sidecar serves on loopback:
 * ``POST /fail`` with ``schedule_id``, ``key``, ``token``, ``reason`` -> the item is retried or
   dead-lettered;
 * ``GET /leases`` -> the leases handed to the worker and those lost since the last call (stop them);
+* ``GET /metrics`` -> its counters for Prometheus, live (``service.sidecar.metrics``);
 * ``POST /reset`` -> hand back every lease held, without spending attempts: a worker process calls it
   when it starts, so what its previous incarnation held (it crashed and was restarted) goes back to
   the queue at once instead of being kept alive by the new process's calls (one process a sidecar).
@@ -46,13 +47,15 @@ from typing import Annotated, Any
 import redis
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.records import TrajectoryResult
 from service.limits import BodyLimitMiddleware
 from service.problems import JSON_HINT, is_json
+from service.sidecar.metrics import pull_exposition
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
 from service.sidecar.pull_holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.pull_state import MAX_WAIT_S, Connecting, ConnectingError, PullState, lease_json
@@ -99,6 +102,16 @@ async def ready(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=200 if state.connected else 503)
 
 
+@router.get("/metrics", response_model=None)
+async def metrics(request: Request) -> Response:
+    """The sidecar's counters and holdings for Prometheus, read at scrape time (``service.sidecar.
+    metrics``; not a sign of the worker's life: a scraper calls it); 503 while it connects."""
+    state: PullState = request.app.state.pull
+    if not state.connected:  # nothing counted yet: a failed scrape, not a row of zeros
+        return PlainTextResponse("connecting to Redis\n", status_code=503)
+    return Response(pull_exposition(state.session, state.generation), media_type=CONTENT_TYPE_LATEST)
+
+
 @router.get("/next", response_model=None)
 async def next_item(
     state: Pull, wait_s: Annotated[float, Query(ge=0.0, le=MAX_WAIT_S)] = 0.0
@@ -137,6 +150,8 @@ async def done(body: DoneBody, state: Pull) -> JSONResponse:
         session.holdings.observe(body.output_tokens, wall_time_s)  # KV admission's decode rate, once
     else:
         outcome = await session.complete_key(body.schedule_id, body.key, body.token, result)
+    if outcome is CompletionOutcome.ACCEPTED and wall_time_s is not None:
+        state.generation.observe(wall_time_s)
     status = 409 if outcome is CompletionOutcome.STALE else 200
     return JSONResponse({"outcome": outcome.value}, status_code=status)
 

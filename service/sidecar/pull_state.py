@@ -26,6 +26,7 @@ from service.sidecar.holdings import Held, lease_id
 from service.sidecar.pull_holds import DEFAULT_HOLD_TIMEOUT_S, overdue
 from service.sidecar.sampling import sample_params
 from service.sidecar.session import WorkerSession
+from service.sidecar.timings import Durations
 
 MAX_WAIT_S = 30.0  # the longest long-poll of GET /next
 # lost leases kept for /leases, newest: each carries its item (prompt included), and a worker that never
@@ -69,6 +70,7 @@ class PullState:
         self.hold_timeout_s = hold_timeout_s  # an item handed out longer than its bound is abandoned
         self.last_seen = time.monotonic()
         self.lost: deque[dict[str, Any]] = deque(maxlen=LOST_KEPT)
+        self.generation = Durations()  # wall seconds of each accepted /done, for GET /metrics
         self.lock = asyncio.Lock()
 
     @property

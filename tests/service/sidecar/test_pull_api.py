@@ -396,3 +396,38 @@ def test_a_report_for_an_item_of_a_cancelled_schedule_is_refused_with_409_and_co
     assert asyncio.run(run()) == (409, {"outcome": "stale"})
     assert (session.stats.cancelled, session.stats.stale, len(session.holdings)) == (1, 0, 0)
     assert delivery.read_results("cancelled") == []
+
+
+def _series(text: str) -> dict[str, float]:
+    """``name{labels} value`` lines of a Prometheus exposition, comments left out."""
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+def test_the_pull_api_serves_its_counters_live_for_prometheus(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Pull mode's counters were printed once, on exit, and nothing served them while it ran (the
+    push mode's ``/metrics`` is on its health port, which pull mode refuses)."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "pull", {"w0": [item("a", 0, 10), item("b", 0, 20)]}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> tuple[httpx.Response, httpx.Response]:
+        first = (await client.get("/next")).json()
+        await client.get("/next")
+        await client.post("/done", json=_done(first, 11))
+        return await client.get("/metrics"), await client.get("/health")
+
+    scraped, health = _with_api(redis_url, script)
+    assert scraped.status_code == 200
+    assert scraped.headers["content-type"].startswith("text/plain")
+    series = _series(scraped.text)
+    worker = '{worker_id="w0"}'
+    assert series[f"rollout_sidecar_claimed_total{worker}"] == 2
+    assert series[f"rollout_sidecar_accepted_total{worker}"] == 1
+    assert series[f"rollout_sidecar_held{worker}"] == health.json()["held"] == 1
+    assert series[f"rollout_sidecar_waiting{worker}"] == 0
+    assert series[f"rollout_sidecar_generation_seconds_count{worker}"] == 1
