@@ -39,6 +39,7 @@ from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease, TrajectoryResult
+from service.logs import schedule_context
 from service.sidecar.holdings import Held, Holdings, lease_id
 
 log = logging.getLogger("service.sidecar")
@@ -282,7 +283,8 @@ class WorkerSession:
             self._cancelled[schedule_id] = None
             if len(self._cancelled) > CANCELLED_KEPT:
                 del self._cancelled[next(iter(self._cancelled))]
-            log.info("schedule %s cancelled by the trainer: dropping its results", schedule_id)
+            with schedule_context(schedule_id):  # also when a heartbeat, outside any item, found it
+                log.info("schedule %s cancelled by the trainer: dropping its results", schedule_id)
         return cancelled
 
     def drop_cancelled(self, schedule_id: str) -> list[Held]:

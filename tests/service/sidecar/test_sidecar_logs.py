@@ -3,6 +3,7 @@ per retry."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import signal
@@ -81,3 +82,19 @@ def test_every_line_a_sidecar_logs_names_its_worker(tmp_path: Path, redis_url: s
     lines = [json.loads(line) for line in worker.log.read_text().splitlines() if line.startswith("{")]
     assert lines
     assert {line.get("worker_id") for line in lines} == {"h100-7"}
+
+
+def test_the_line_for_a_schedule_the_trainer_cancelled_carries_its_schedule_id(
+    redis_client: object, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by a heartbeat (no item's context), the line named the schedule in its text only, so a
+    log search by ``schedule_id`` missed it on some workers and found it on others."""
+    logs.install_record_factory()
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "given-up", {"w0": [item("a", 0, 10)]})
+    delivery.cancel("given-up")
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
+    with caplog.at_level(logging.INFO, logger="service.sidecar"):
+        assert asyncio.run(session.found_cancelled("given-up"))
+    lines = [r for r in caplog.records if "cancelled by the trainer" in r.getMessage()]
+    assert [getattr(r, "schedule_id", None) for r in lines] == ["given-up"]
