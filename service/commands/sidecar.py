@@ -209,7 +209,9 @@ def _check(
         shown = describe(engine_url)  # a password in it is never printed
         raise ValueError(f"engine_url={shown!r}: expected an http:// or https:// base URL")
     if health_port is not None and pull_api is not None:
-        raise ValueError("--health-port is for push mode; in pull mode GET /health is on the pull API")
+        raise ValueError(
+            "--health-port is for push mode; in pull mode GET /health and /metrics are on the pull API"
+        )
     for name, port in (("pull-api", pull_api), ("health-port", health_port)):
         if port is not None and port > 65535:
             raise ValueError(f"{name}={port}: a port is at most 65535")
