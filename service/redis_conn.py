@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
@@ -118,15 +119,22 @@ def require_version(client: RedisClient, url: str) -> None:
 @dataclass
 class VersionCheck:
     """``require_version`` once the server answers: at start-up, or, when Redis was down then, on the
-    first ``/readyz`` that reaches it (a single-node client connects lazily; the app starts anyway)."""
+    first request that reaches it (``/readyz``, or any route through ``context.context_of``; a
+    single-node client connects lazily; the app starts anyway). Requests run on many threads: one
+    checks, the others wait for its answer, so the refusal is logged once."""
 
     client: RedisClient
     url: str
     refusal: str | None = None  # the one-line refusal once checked and too old
     done: bool = False  # checked (a server that answered once is not asked again)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def check(self) -> str | None:
         """The refusal, or None when new enough; ``redis.RedisError`` while the server is unreachable."""
+        with self._lock:
+            return self._check()
+
+    def _check(self) -> str | None:
         if not self.done:
             try:
                 require_version(self.client, self.url)

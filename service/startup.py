@@ -129,7 +129,7 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
     version = VersionCheck(client, settings.redis_url or "")
     try:
         refusal = version.check()
-    except redis.RedisError:  # down (single node): checked by the first /readyz that reaches it
+    except redis.RedisError:  # down (single node): checked by the first request that reaches it
         refusal = None
     if refusal is not None:
         client.close()

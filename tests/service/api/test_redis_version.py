@@ -9,6 +9,8 @@ against a minimum raised above it (the code path is the same: nothing of Redis i
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -134,3 +136,30 @@ def test_the_client_does_not_retry_a_redis_too_old(
     error = SchedulerAPIError(answer.status_code, answer.json())
     assert error.status == 503
     assert not error.retryable
+
+
+class _SlowInfo:
+    """A client whose ``INFO`` answers after a pause, as a loaded server's does."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def info(self, section: str) -> dict[str, object]:
+        time.sleep(0.2)
+        return dict(self.client.info(section))
+
+
+def test_requests_that_reach_a_too_old_server_together_log_its_refusal_once(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every route checks the version now (requests run on many threads): each request that found
+    it unchecked asked and logged the refusal again."""
+    monkeypatch.setattr(redis_conn, "MIN_REDIS_VERSION", (99, 0))
+    version = redis_conn.VersionCheck(_SlowInfo(redis_client), "here")  # type: ignore[arg-type]
+    with caplog.at_level(logging.ERROR, logger="service.redis"):
+        threads = [threading.Thread(target=version.check) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len([r for r in caplog.records if "too old" in r.getMessage()]) == 1
