@@ -116,12 +116,16 @@ def require_version(client: RedisClient, url: str) -> None:
             raise RedisTooOldError(refusal)
 
 
+VERSION_WAIT_S = 1.0  # how long a request waits for another's version check before meeting Redis itself
+
+
 @dataclass
 class VersionCheck:
     """``require_version`` once the server answers: at start-up, or, when Redis was down then, on the
     first request that reaches it (``/readyz``, or any route through ``context.context_of``; a
     single-node client connects lazily; the app starts anyway). Requests run on many threads: one
-    checks, the others wait for its answer, so the refusal is logged once."""
+    checks, the others wait for its answer (up to ``VERSION_WAIT_S``: behind a frozen server they
+    would queue for its timeouts one after another), so the refusal is logged once."""
 
     client: RedisClient
     url: str
@@ -131,8 +135,12 @@ class VersionCheck:
 
     def check(self) -> str | None:
         """The refusal, or None when new enough; ``redis.RedisError`` while the server is unreachable."""
-        with self._lock:
+        if not self._lock.acquire(timeout=VERSION_WAIT_S):  # a server that accepts and does not answer
+            raise redis.TimeoutError("another request is still asking the server's version")
+        try:
             return self._check()
+        finally:
+            self._lock.release()
 
     def _check(self) -> str | None:
         if not self.done:
