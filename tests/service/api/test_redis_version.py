@@ -141,11 +141,12 @@ def test_the_client_does_not_retry_a_redis_too_old(
 class _SlowInfo:
     """A client whose ``INFO`` answers after a pause, as a loaded server's does."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, pause_s: float = 0.2) -> None:
         self.client = client
+        self.pause_s = pause_s
 
     def info(self, section: str) -> dict[str, object]:
-        time.sleep(0.2)
+        time.sleep(self.pause_s)
         return dict(self.client.info(section))
 
 
@@ -163,3 +164,19 @@ def test_requests_that_reach_a_too_old_server_together_log_its_refusal_once(
         for thread in threads:
             thread.join()
     assert len([r for r in caplog.records if "too old" in r.getMessage()]) == 1
+
+
+def test_a_request_behind_a_version_check_that_hangs_meets_redis_itself_within_a_second(
+    redis_client: redis.Redis,
+) -> None:
+    """Behind a server that accepts and does not answer, requests queued for the check one after
+    another, each then waiting out its own timeouts."""
+    version = redis_conn.VersionCheck(_SlowInfo(redis_client, pause_s=3.0), "here")  # type: ignore[arg-type]
+    first = threading.Thread(target=version.check)
+    first.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    with pytest.raises(redis.TimeoutError):
+        version.check()
+    assert time.monotonic() - started < redis_conn.VERSION_WAIT_S + 0.5
+    first.join()
