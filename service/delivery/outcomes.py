@@ -45,6 +45,20 @@ class ReapReport:
 
 
 @dataclass(frozen=True, slots=True)
+class ResetReport:
+    """What handing back one worker's leases of an earlier process did in one schedule."""
+
+    released: int  # current leases put back at the head of the worker's queue, attempt refunded
+    requeued_lapsed: int  # leases that had lapsed already: requeued as the reaper would (attempt spent)
+    dead_lettered: int  # lapsed leases whose item ran out of attempts
+
+    @property
+    def handed_back(self) -> int:
+        """Every lease the reset ended."""
+        return self.released + self.requeued_lapsed + self.dead_lettered
+
+
+@dataclass(frozen=True, slots=True)
 class CancelReport:
     """What cancelling a schedule ended; a repeated cancel answers the first one's report."""
 

@@ -33,6 +33,7 @@ from service.delivery.outcomes import (
     PublishOutcome,
     ReapReport,
     ReleaseOutcome,
+    ResetReport,
 )
 from service.delivery.records import DeliveryItem, Lease, PublishedSchedule, TrajectoryResult
 from service.delivery.scripts import Scripts, register
@@ -313,6 +314,18 @@ class Delivery(DeliveryIndexes):
             for lease, code in zip(group, codes, strict=True):
                 outcome[(schedule_id, lease.key, lease.token)] = _RELEASE_CODES[int(code)]
         return [outcome[(le.schedule_id, le.key, le.token)] for le in leases]
+
+    def reset(self, schedule_id: str, worker_id: str, age_ms: int, now_ms: int | None = None) -> ResetReport:
+        """Hand back the leases ``worker_id`` holds from a process that ended (``lua/reset.lua``).
+
+        For a push sidecar's start: what its predecessor held runs nowhere. Current leases go back to
+        the head of the worker's queue without spending an attempt (as ``release``); lapsed ones are
+        expired as the reaper would. ``age_ms`` is how long ago the caller's process started: a lease
+        taken or extended since (deadline at least now - age + ttl) is a live process's, and is kept.
+        """
+        args = [wire.clock(now_ms), worker_id, max(0, int(age_ms))]
+        released, lapsed, dead = self._settled(schedule_id, self._call(self.scripts.reset, schedule_id, args))
+        return ResetReport(int(released), int(lapsed), int(dead))
 
     # -- reaper, progress, results --------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.commands.core import Script
 
-OPERATIONS = ("publish", "claim", "steal", "heartbeat", "complete", "release", "reap", "cancel")
+OPERATIONS = ("publish", "claim", "steal", "heartbeat", "complete", "release", "reap", "cancel", "reset")
 
 
 @cache
@@ -37,6 +37,7 @@ class Scripts:
     release: Script  # hand leases back (graceful) or report them failed
     reap: Script  # expire lapsed leases
     cancel: Script  # end every queued and running item of a schedule the trainer gave up
+    reset: Script  # hand back what a worker's earlier process still holds (a restarted push sidecar)
 
 
 def register(client: Any) -> Scripts:

@@ -1,6 +1,6 @@
 """A hypothesis state machine over claim/heartbeat/complete/release/fail/steal (with and without a KV
-budget)/reap, claims and steals re-sent under their call id, publish replays, the clock and (in one variant) a
-cancel, on a schedule with per-worker queues and a shared FIFO.
+budget)/reap/reset (a restarted worker's), claims and steals re-sent under their call id, publish
+replays, the clock and (in one variant) a cancel, on a schedule with per-worker queues and a shared FIFO.
 
 After every step the raw keys are audited: every item is in exactly one place that agrees with its
 state, counters match a recount, the steal index scores each queue in predicted seconds, and no
@@ -196,6 +196,11 @@ class DeliveryMachine(RuleBasedStateMachine):
     @rule()
     def reap(self) -> None:
         self.delivery.reap(self.sid, now_ms=self.now)
+
+    @rule(worker=st.sampled_from(WORKERS), age=st.sampled_from([0, 500, 1500, 5000]))
+    def reset(self, worker: str, age: int) -> None:
+        """A restarted worker's process that started ``age`` ms ago hands back its predecessor's leases."""
+        self.delivery.reset(self.sid, worker, age, now_ms=self.now)
 
     @invariant()
     def every_item_is_in_exactly_one_state(self) -> None:

@@ -1,0 +1,36 @@
+-- reset: hand back the leases worker w still holds from an earlier process of its own. A push sidecar
+-- restarted after a SIGKILL, an OOM kill or its node's restart runs nothing its predecessor ran (their
+-- HTTP requests died with it, and an engine aborts a request whose connection closed), yet those
+-- leases would stay running until they lapse, a whole lease TTL, and then until a reaper passes.
+-- A lease still current is released as a graceful shutdown releases it (head of the holder's queue,
+-- attempt refunded); one already lapsed is expired as the reaper would (attempt spent, or dead-lettered).
+-- ARGV: now ('' = server), worker, age (ms since the calling process started). A lease whose deadline
+-- is at or past now - age + ttl was taken or extended since that start: a live process holds it (a
+-- second sidecar with the same worker id, or the caller itself), and it is left alone.
+-- Returns {released, requeued_lapsed, dead_lettered, settled (1 when every item is done, dead or
+-- cancelled)}; error NOSCHEDULE once the schedule expired.
+local cfg = settings()
+if not cfg then return redis.error_reply('NOSCHEDULE') end
+local now, w, age = now_ms(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local cutoff = now - age + cfg.ttl
+local mine = {}
+for _, key in ipairs(redis.call('ZRANGEBYSCORE', k('deadlines'), '-inf', '(' .. int(cutoff))) do
+  local r = get(key)
+  if r and r.s == 'r' and r.w == w then mine[#mine + 1] = key end
+end
+-- Each requeue is an LPUSH at the head: the latest claim first, so the queue gets them back in the
+-- order they were claimed (tokens rise with every claim), as reap.lua does.
+table.sort(mine, function(a, b) return tonumber(get(a).tok) > tonumber(get(b).tok) end)
+local released, lapsed, dead = 0, 0, 0
+for _, key in ipairs(mine) do
+  local r = get(key)
+  if r.dl < now then
+    if expire(key, now, cfg) == 'dead' then dead = dead + 1 else lapsed = lapsed + 1 end
+  else
+    r.att = r.att - 1
+    requeue(key, cfg)
+    released = released + 1
+  end
+end
+flush(cfg)
+return {released, lapsed, dead, settled_flag(cfg)}

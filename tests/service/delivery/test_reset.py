@@ -1,0 +1,88 @@
+"""``Delivery.reset``: a worker's restarted process hands back what its predecessor held, and only that.
+
+A push sidecar killed mid-step left its leases running; the process that replaces it under the same
+worker id gives them back at start (``service/sidecar/takeover.py``) instead of letting them lapse.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
+from service.delivery.outcomes import ResetReport
+from tests.service.delivery.audit import assert_sound
+from tests.service.delivery.conftest import schedule
+
+T0 = 1_000_000  # explicit clock (ms)
+TTL = 10_000
+RESULT = TrajectoryResult(output_tokens=7, finish_reason="stop", wall_time_s=0.1, output="ok")
+
+
+def test_reset_requeues_the_workers_leases_in_claim_order_with_their_attempts_refunded(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("s", {"a": 4, "b": 2}, ttl_ms=TTL), now_ms=T0)
+    held = delivery.claim("s", "a", 3, now_ms=T0)
+    (theirs,) = delivery.claim("s", "b", 1, now_ms=T0)
+    report = delivery.reset("s", "a", age_ms=500, now_ms=T0 + 1000)  # restarted 0.5 s ago
+    assert report == ResetReport(released=3, requeued_lapsed=0, dead_lettered=0)
+    progress = delivery.progress("s", now_ms=T0 + 1000)
+    assert (progress.workers["a"].queued, progress.workers["a"].running) == (4, 0)
+    assert progress.workers["b"].running == 1  # another worker's lease is not touched
+    again = delivery.claim("s", "a", 4, now_ms=T0 + 1001)
+    assert [le.key for le in again[:3]] == [le.key for le in held]  # head of the queue, plan order
+    assert {le.attempt for le in again} == {1}  # no attempt spent on a process that died
+    assert delivery.heartbeat([theirs], now_ms=T0 + 1002) != []
+    assert_sound(redis_client, "s")
+
+
+def test_the_old_holders_late_completion_is_refused_and_the_item_is_accepted_once(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """A holder that was alive after all (a twin whose presence lapsed) keeps results exactly-once."""
+    delivery.publish(schedule("s", {"a": 1}, ttl_ms=TTL), now_ms=T0)
+    (old,) = delivery.claim("s", "a", 1, now_ms=T0)
+    delivery.reset("s", "a", age_ms=0, now_ms=T0 + 10)
+    assert delivery.complete(old, RESULT, now_ms=T0 + 20) is CompletionOutcome.STALE  # still queued
+    (new,) = delivery.claim("s", "a", 1, now_ms=T0 + 30)
+    assert delivery.complete(old, RESULT, now_ms=T0 + 40) is CompletionOutcome.STALE  # a newer token
+    assert delivery.complete(new, RESULT, now_ms=T0 + 50) is CompletionOutcome.ACCEPTED
+    assert [r.token for r in delivery.read_results("s")] == [new.token]
+    assert_sound(redis_client, "s")
+
+
+def test_a_lease_taken_or_extended_since_the_callers_start_belongs_to_a_live_process_and_is_kept(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("s", {"a": 3}, ttl_ms=TTL), now_ms=T0)
+    stale, beaten = delivery.claim("s", "a", 2, now_ms=T0)
+    delivery.heartbeat([stale, beaten], now_ms=T0 + 4000)  # before the caller started, at T0 + 4500
+    delivery.heartbeat([beaten], now_ms=T0 + 4600)  # after: a live holder extended it
+    (fresh,) = delivery.claim("s", "a", 1, now_ms=T0 + 4800)  # and one taken since (the caller's own)
+    report = delivery.reset("s", "a", age_ms=500, now_ms=T0 + 5000)
+    assert report.released == 1
+    alive = delivery.heartbeat([stale, beaten, fresh], now_ms=T0 + 5001)
+    assert [le.key for le in alive] == [beaten.key, fresh.key]
+    assert_sound(redis_client, "s")
+
+
+def test_a_lease_that_lapsed_already_is_expired_as_the_reaper_would_spending_its_attempt(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("s", {"a": 2}, ttl_ms=TTL, max_attempts=1), now_ms=T0)
+    (lapsed,) = delivery.claim("s", "a", 1, now_ms=T0)
+    (current,) = delivery.claim("s", "a", 1, now_ms=T0 + TTL)
+    report = delivery.reset("s", "a", age_ms=0, now_ms=T0 + TTL + 1)
+    assert report == ResetReport(released=1, requeued_lapsed=0, dead_lettered=1)
+    assert [d.key for d in delivery.progress("s", now_ms=T0 + TTL + 1).dead_letters] == [lapsed.key]
+    (again,) = delivery.claim("s", "a", 1, now_ms=T0 + TTL + 2)
+    assert (again.key, again.attempt) == (current.key, 1)
+    assert_sound(redis_client, "s")
+
+
+def test_a_reset_that_settles_the_schedule_retires_it_from_the_indexes(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 1}, ttl_ms=TTL, max_attempts=1), now_ms=T0)
+    delivery.claim("s", "a", 1, now_ms=T0)
+    assert delivery.reset("s", "a", age_ms=0, now_ms=T0 + TTL + 1).dead_lettered == 1
+    assert delivery.active_schedules() == []
+    assert delivery.schedules_for("a") == []
