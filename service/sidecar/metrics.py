@@ -35,6 +35,7 @@ _HELP = {  # what each SessionStats counter counts, as its HELP line
     "released": "Leases handed back unstarted or unfinished",
     "lost": "Leases a heartbeat found gone (the work was stopped)",
     "reaped": "Lapsed leases this worker's reaps requeued or dead-lettered",
+    "reset": "Leases an earlier process of this worker id held, handed back when this one started",
     "cancelled": (
         "Leases stopped, or completions or failure reports refused, as the trainer cancelled the schedule"
     ),

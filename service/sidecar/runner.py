@@ -36,6 +36,7 @@ from service.logs import schedule_context
 from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
 from service.sidecar.holdings import Held
 from service.sidecar.session import RELEASE_GRACE_S, SessionStats, WorkerSession
+from service.sidecar.takeover import Takeover
 from service.sidecar.timings import Durations
 from service.sidecar.watchdog import EngineWatch
 
@@ -77,12 +78,15 @@ class Sidecar:
     # claiming failed on Redis (logged once); None until the first claim reached it or failed
     _redis_down: bool | None = field(default=None, init=False)
     watch: EngineWatch = field(init=False)  # the engine's signs of life while items run (``watchdog``)
+    # hands back at start what an earlier process of this worker id held (``takeover``)
+    takeover: Takeover = field(init=False)
     generation: Durations = field(default_factory=Durations, init=False)  # engine seconds per item run
     last_turn: float = field(default_factory=time.monotonic, init=False)  # monotonic time the main
     # loop last turned (or polled a loading engine): what the liveness probe reads (``health``)
 
     def __post_init__(self) -> None:
         self.watch = EngineWatch(self.engine, self.settings.engine_probe_s, self.settings.engine_stall_s)
+        self.takeover = Takeover(self.session, retry_s=self.settings.redis_retry_s)
 
     @property
     def engine_up(self) -> bool:
@@ -98,14 +102,21 @@ class Sidecar:
         return self._redis_down is False and not self.session.heartbeats_failing
 
     async def run(self, stop: asyncio.Event) -> SessionStats:
-        """Serve until ``stop`` is set, then drain; return the session's counters."""
+        """Serve until ``stop`` is set, then drain; return the session's counters.
+
+        Nothing is claimed before the takeover is done: what an earlier process of this worker id
+        held goes back to the head of its queue first, so it is claimed first, in the plan's order."""
         heartbeats = asyncio.create_task(self._heartbeats())
+        takeover = asyncio.create_task(self.takeover.run(stop))
         watch = asyncio.create_task(self.watch.watch(lambda: bool(self._tasks), self._engine_stalled))
         try:
             while not stop.is_set():
                 self.last_turn = time.monotonic()
                 if not await self._engine_ready(stop):
                     break
+                if not self.takeover.done.is_set():
+                    await _sleep_unless(stop, self.settings.idle_poll_s)
+                    continue
                 try:
                     await self._fill()
                     if self._redis_down:
@@ -119,9 +130,11 @@ class Sidecar:
                 await self._pause(stop)
             await self._drain()
         finally:
-            heartbeats.cancel()
-            watch.cancel()
-            await asyncio.gather(heartbeats, watch, return_exceptions=True)
+            for task in (heartbeats, watch, takeover):
+                task.cancel()
+            await asyncio.gather(heartbeats, watch, takeover, return_exceptions=True)
+        if self.redis_up:  # the next process of this id need not wait for the presence key to lapse
+            await self.takeover.leave(RELEASE_GRACE_S)
         return self.session.stats
 
     async def _engine_ready(self, stop: asyncio.Event) -> bool:

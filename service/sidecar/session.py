@@ -46,7 +46,7 @@ log = logging.getLogger("service.sidecar")
 RELEASE_GRACE_S = 2.0  # past the drain timeout, for releasing what did not finish (one round trip)
 CANCELLED_KEPT = 256  # cancelled schedule ids remembered (a few a training run): bounded, never pruned
 P = ParamSpec("P")
-_NOT_THE_SCHEDULES = (  # replies that say nothing about one schedule's keys: out of memory, a
+NOT_THE_SCHEDULES = (  # replies that say nothing about one schedule's keys: out of memory, a
     redis.exceptions.OutOfMemoryError,  # failover in progress, a refused transaction, a user
     redis.exceptions.ReadOnlyError,  # without a needed command; the runner waits these out
     redis.exceptions.ExecAbortError,
@@ -80,6 +80,7 @@ class SessionStats:
     released: int = 0  # leases handed back unstarted or unfinished (shutdown)
     lost: int = 0  # leases a heartbeat found gone; pull mode: an overdue item's failure report not taken
     reaped: int = 0  # lapsed leases this worker's reaps requeued or dead-lettered
+    reset: int = 0  # push mode: leases an earlier process of this worker id held, handed back at start
     cancelled: int = 0  # leases stopped, completions or failure reports refused: the schedule was cancelled
 
 
@@ -188,7 +189,7 @@ class WorkerSession:
         except UnknownScheduleError:
             self._infos.pop(sid, None)
             return []
-        except _NOT_THE_SCHEDULES:
+        except NOT_THE_SCHEDULES:
             raise  # Redis or this worker's user, not this schedule: every schedule would fail alike
         except redis.ResponseError as error:  # a script failed on this schedule's keys (one evicted)
             if sid not in self._damaged:

@@ -1,0 +1,183 @@
+"""A push sidecar's start: hand back at once what an earlier process of its worker id still holds.
+
+Killed (SIGKILL, an OOM kill, its node restarting), a push sidecar leaves its leases running in Redis.
+Nothing heartbeats them any more, but they lapse only a lease TTL after the last heartbeat (30 s by
+default) and are requeued at the next reap after that, so a restarted pod's step waited that long
+for items nobody ran. The process that replaces it under the same worker id knows at start that none
+of them still runs: the engine requests died with the old process (an engine aborts a request whose
+connection closed). So before it claims anything it hands them back, without spending attempts
+(``Delivery.reset``, ``lua/reset.lua``), in every active schedule: the reaper's walk, so every lease a
+reaper would one day requeue, whether or not this process has heard of the schedule.
+
+The hazard is a second LIVE sidecar misconfigured with the same worker id, whose leases look the
+same. So every push sidecar keeps a presence key (``keys.sidecar_presence``: its random instance id,
+rewritten every third of ``PRESENCE_TTL_MS``, deleted at a graceful exit). At start:
+
+* no key: no sidecar of this id is alive -> hand back now;
+* a key of another instance: wait until its time-to-live has run out. Gone: it died -> hand back.
+  Still there: it was rewritten, a live sidecar uses this id -> hand back nothing and log an error;
+  the other logs one too when it finds this instance in the key. The two then share the worker's
+  queue, as before.
+
+The reset also keeps every lease taken or extended since this process started (``age_ms``): its own,
+and those a live holder heartbeated meanwhile. Should a live holder lose a lease anyway (its presence
+lapsed through a stall longer than ``PRESENCE_TTL_MS``), fencing keeps results exactly-once: its late
+completion carries the old token and is refused STALE, and its next heartbeat stops that request.
+
+Redis down at start: ``run`` retries every ``retry_s`` (one warning per outage) and claims wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import redis
+
+from service.delivery.errors import UnknownScheduleError
+from service.delivery.keys import PRESENCE_TTL_MS, sidecar_presence
+from service.delivery.views import text
+from service.sidecar.session import NOT_THE_SCHEDULES, WorkerSession
+
+log = logging.getLogger("service.sidecar")
+MARGIN_S = 0.1  # past a presence key's time-to-live before it is read again (the server's expiry)
+# Deletes the presence key only while it is still this process's (a twin may have rewritten it).
+_LEAVE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+
+@dataclass(frozen=True, slots=True)
+class TakeoverReport:
+    """What a sidecar's start did with the leases its worker id held from an earlier process."""
+
+    released: int = 0  # current leases back at the head of the worker's queue, attempts refunded
+    requeued_lapsed: int = 0  # leases that had lapsed already: requeued as the reaper would
+    dead_lettered: int = 0  # lapsed leases whose item ran out of attempts
+    twin: str | None = None  # instance id of a live sidecar found using this worker id: nothing done
+
+
+@dataclass
+class Takeover:
+    """Hands back a dead predecessor's leases, then keeps this process's presence key fresh."""
+
+    session: WorkerSession
+    retry_s: float = 0.5  # pause before trying again while Redis does not answer
+    instance: str = field(default_factory=lambda: uuid.uuid4().hex)  # this process, in the presence key
+    started: float = field(default_factory=time.monotonic)  # leases extended since are a live process's
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # set once claims may start
+    report: TakeoverReport | None = None  # what the start did (None until ``done``)
+    _told: set[str] = field(default_factory=set)  # other instances found using this id (logged once)
+
+    @property
+    def key(self) -> str:
+        """This worker's presence key."""
+        return sidecar_presence(self.session.settings.worker_id, self.session.delivery.prefix)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Take over (retried through Redis outages), set ``done``, then mark this process present
+        every third of ``PRESENCE_TTL_MS`` until cancelled."""
+        failing = False
+        while self.report is None and not stop.is_set():
+            try:
+                self.report = await self._take_over(stop)
+            except redis.RedisError as exc:
+                if not failing:  # once per outage
+                    log.warning(
+                        "redis unavailable, not claiming until an earlier process's leases are checked: %s",
+                        exc,
+                    )
+                failing = True
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.retry_s)
+        self.done.set()
+        while True:
+            with contextlib.suppress(redis.RedisError):  # claims and heartbeats report an outage
+                await asyncio.to_thread(self._mark)
+            await asyncio.sleep(PRESENCE_TTL_MS / 3000)
+
+    async def leave(self, within_s: float) -> None:
+        """Delete the presence key if still ours (a graceful exit: the next start need not wait)."""
+        with contextlib.suppress(Exception):  # Redis gone: the key lapses within PRESENCE_TTL_MS
+            client = self.session.delivery.client
+            await asyncio.wait_for(
+                asyncio.to_thread(client.eval, _LEAVE, 1, self.key, self.instance), within_s
+            )
+
+    async def _take_over(self, stop: asyncio.Event) -> TakeoverReport:
+        holder, ttl_ms = await asyncio.to_thread(self._present)
+        if holder is not None:
+            log.info(
+                "a sidecar of this worker id was alive %.1fs ago; waiting to see if it still is",
+                (PRESENCE_TTL_MS - ttl_ms) / 1000,
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), ttl_ms / 1000 + MARGIN_S)
+            if stop.is_set():
+                return TakeoverReport()
+            holder, _ = await asyncio.to_thread(self._present)
+            if holder is not None:  # rewritten since: a live sidecar
+                self._twin(holder)
+                return TakeoverReport(twin=holder)
+        return await self._reset()
+
+    async def _reset(self) -> TakeoverReport:
+        """``Delivery.reset`` in every active schedule; a schedule that fails is logged and skipped."""
+        delivery, worker = self.session.delivery, self.session.settings.worker_id
+        released = lapsed = dead = 0
+        for schedule_id in await asyncio.to_thread(delivery.active_schedules):
+            age_ms = int((time.monotonic() - self.started) * 1000)
+            try:
+                report = await asyncio.to_thread(delivery.reset, schedule_id, worker, age_ms)
+            except UnknownScheduleError:
+                continue  # expired meanwhile: nothing held in it
+            except NOT_THE_SCHEDULES:
+                raise  # Redis or this worker's user: every schedule would fail alike; retried
+            except redis.ResponseError as error:
+                log.error(
+                    "could not hand back leases in schedule %s (damaged in Redis): %s", schedule_id, error
+                )
+                continue
+            released += report.released
+            lapsed += report.requeued_lapsed
+            dead += report.dead_lettered
+        taken = TakeoverReport(released, lapsed, dead)
+        self.session.stats.reset += released + lapsed + dead
+        if released + lapsed + dead:
+            log.warning(
+                "handed back %d leases an earlier process of this worker held "
+                "(%d released, %d had lapsed, %d dead-lettered)",
+                released + lapsed + dead,
+                released,
+                lapsed,
+                dead,
+            )
+        return taken
+
+    def _present(self) -> tuple[str | None, int]:
+        """Another process's instance id in the presence key and the key's time left (ms); (None, 0)
+        when the key is absent or this process's own."""
+        pipe = self.session.delivery.client.pipeline(transaction=False)
+        pipe.get(self.key)
+        pipe.pttl(self.key)
+        value, ttl = pipe.execute()
+        if value is None or text(value) == self.instance or int(ttl) == -2:
+            return None, 0
+        return text(value), PRESENCE_TTL_MS if int(ttl) < 0 else min(int(ttl), PRESENCE_TTL_MS)
+
+    def _mark(self) -> None:
+        previous = self.session.delivery.client.set(self.key, self.instance, px=PRESENCE_TTL_MS, get=True)
+        if previous is not None and text(previous) != self.instance:
+            self._twin(text(previous))
+
+    def _twin(self, other: str) -> None:
+        if other not in self._told:
+            self._told.add(other)
+            log.error(
+                "another live sidecar (instance %s) runs as worker %s: two sidecars share its queue, and "
+                "neither hands back the other's leases at start; give each its own --worker-id",
+                other,
+                self.session.settings.worker_id,
+            )

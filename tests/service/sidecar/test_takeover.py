@@ -1,0 +1,162 @@
+"""A push sidecar's start hands back what an earlier process of its worker id held (``takeover``), at
+once and without spending attempts, and never what a live sidecar with the same id holds; Redis down
+at start only delays it. Real Redis, a fake engine in process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from service.delivery.keys import PRESENCE_TTL_MS, sidecar_presence
+from service.delivery.protocol import Delivery
+from service.embedded import EmbeddedServer
+from service.sidecar.engine_client import EngineClient, EngineOptions
+from service.sidecar.holdings import Holdings
+from service.sidecar.runner import RunnerSettings, Sidecar
+from service.sidecar.session import SessionSettings, WorkerSession
+from service.sidecar.takeover import TakeoverReport
+from tests.service.sidecar.procs import item, publish, run_until, tally
+
+MODELS = {"data": [{"id": "m", "max_model_len": 32768}]}
+LEASE_TTL_MS = 60_000  # nothing in these tests may wait for a lease to lapse
+
+
+class HoldingEngine:
+    """Answers like an engine; a generation waits until ``go`` is set (a long trajectory)."""
+
+    def __init__(self, go: bool = True) -> None:
+        self.go = asyncio.Event()
+        if go:
+            self.go.set()
+        self.running = 0
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json=MODELS)
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        self.running += 1
+        try:
+            await self.go.wait()
+        finally:
+            self.running -= 1
+        choice = {"index": 0, "text": "ok", "finish_reason": "stop"}
+        return httpx.Response(200, json={"choices": [choice], "usage": {"completion_tokens": 5}})
+
+
+def _sidecar(delivery: Delivery, engine: HoldingEngine) -> Sidecar:
+    session = WorkerSession(delivery, Holdings(8), SessionSettings("w0"))
+    http = httpx.AsyncClient(transport=httpx.MockTransport(engine), base_url="http://engine")
+    client = EngineClient(EngineOptions("http://engine", probe_timeout_s=0.2), http)
+    settings = RunnerSettings(idle_poll_s=0.02, engine_wait_s=0.05, redis_retry_s=0.05)
+    return Sidecar(session, client, settings)
+
+
+def test_a_restarted_sidecar_hands_back_its_killed_predecessors_leases_at_once_without_spending_attempts(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    items = [item(f"p{i}", 0, 10) for i in range(4)]
+    publish(delivery, "crash", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
+    killed = delivery.claim("crash", "w0", 3)  # the killed process's leases: nothing heartbeats them
+    redis_client.set(sidecar_presence("w0"), "killed-instance", px=300)  # its presence, lapsing
+    sidecar = _sidecar(delivery, HoldingEngine())
+    started = time.monotonic()
+    stats = run_until(sidecar, lambda: delivery.progress("crash").finished, timeout_s=20)
+    assert delivery.progress("crash").finished
+    assert time.monotonic() - started < LEASE_TTL_MS / 1000 / 6  # not a lease TTL: a presence TTL
+    assert sidecar.takeover.report == TakeoverReport(released=3)
+    assert (stats.reset, stats.accepted) == (3, 4)
+    results = delivery.read_results("crash")
+    assert {r.key for r in results} >= {le.key for le in killed}
+    assert {r.attempt for r in results} == {1}  # the killed process's attempts were refunded
+    assert tally(delivery, "crash", {i.key for i in items}) == (0, 0)
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
+    """Poll ``condition`` (blocking I/O: off the loop) until it holds or ``timeout_s`` passed."""
+    deadline = time.monotonic() + timeout_s
+    while not await asyncio.to_thread(condition) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+
+
+def test_a_second_live_sidecar_with_the_same_worker_id_hands_back_nothing_and_both_say_so(
+    redis_client: redis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    items = [item(f"p{i}", 0, 10) for i in range(4)]
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "twins", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
+    engine = HoldingEngine(go=False)  # both sidecars' engine: every generation runs until go
+    first = _sidecar(Delivery.from_url(redis_url), engine)
+    started: list[Sidecar] = []  # the second, built (its process started) once the first holds all four
+
+    async def main() -> None:
+        stops = asyncio.Event(), asyncio.Event()
+        running = [asyncio.create_task(first.run(stops[0]))]
+        await _until(lambda: engine.running == 4, 10)
+        started.append(_sidecar(Delivery.from_url(redis_url), engine))
+        second = started[0]
+        running.append(asyncio.create_task(second.run(stops[1])))
+        await asyncio.wait_for(second.takeover.done.wait(), 15)
+        await asyncio.sleep(PRESENCE_TTL_MS / 3000 + 0.3)  # the first's next presence write meets it
+        assert delivery.progress("twins").running == engine.running == 4  # none handed back or stopped
+        engine.go.set()
+        await _until(lambda: delivery.progress("twins").finished, 10)
+        for stop in stops:
+            stop.set()
+        await asyncio.gather(*running)
+
+    with caplog.at_level(logging.ERROR, logger="service.sidecar"):
+        asyncio.run(main())
+    second = started[0]
+    assert second.takeover.report == TakeoverReport(twin=first.takeover.instance)
+    assert (first.session.stats.accepted, first.session.stats.lost, first.session.stats.stale) == (4, 0, 0)
+    assert second.session.stats.reset == 0
+    told = [r.getMessage() for r in caplog.records if "another live sidecar" in r.getMessage()]
+    assert sorted(told) == sorted(
+        f"another live sidecar (instance {s.takeover.instance}) runs as worker w0: two sidecars share its "
+        "queue, and neither hands back the other's leases at start; give each its own --worker-id"
+        for s in (first, second)
+    )
+    assert tally(delivery, "twins", {i.key for i in items}) == (0, 0)
+
+
+def test_a_sidecar_started_while_redis_is_down_keeps_running_and_hands_back_once_it_answers(
+    tmp_path: Path,
+) -> None:
+    server = EmbeddedServer(appendonly=True).start()
+    try:
+        delivery = Delivery.from_url(server.url)
+        items = [item(f"p{i}", 0, 10) for i in range(4)]
+        publish(delivery, "outage", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
+        delivery.claim("outage", "w0", 2)  # the killed process's
+        server.kill()  # the AOF keeps all of it (written before each reply)
+        sidecar = _sidecar(Delivery.from_url(server.url), HoldingEngine())
+        restart = threading.Timer(1.5, server.start)
+        during: list[bool] = []
+
+        def finished() -> bool:
+            try:
+                return delivery.progress("outage").finished
+            except redis.ConnectionError:
+                during.append(sidecar.takeover.done.is_set() or sidecar.session.stats.claimed > 0)
+                return False
+
+        restart.start()
+        stats = run_until(sidecar, finished, timeout_s=30)
+        restart.join()
+        assert during  # it ran through the outage,
+        assert not any(during)  # claiming nothing
+        assert (stats.reset, stats.accepted) == (2, 4)
+        assert {r.attempt for r in delivery.read_results("outage")} == {1}
+        assert tally(delivery, "outage", {i.key for i in items}) == (0, 0)
+    finally:
+        server.stop()
