@@ -9,6 +9,7 @@ reapers running, and audited from the raw keys: lost = 0 and accepted twice = 0.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 from collections import Counter
@@ -20,7 +21,11 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
+from service.delivery.keys import sidecar_presence
 from service.delivery.reaper import reap_all
+from service.sidecar.holdings import Holdings
+from service.sidecar.session import SessionSettings, WorkerSession
+from service.sidecar.takeover import Takeover, TakeoverReport
 from tests.cluster import LocalCluster
 from tests.service.delivery import (
     test_affinity_claim,
@@ -32,6 +37,7 @@ from tests.service.delivery import (
     test_plan_times,
     test_protocol,
     test_publish_layout,
+    test_reset,
     test_retry_elsewhere,
     test_state_machine,
     test_steal_rules,
@@ -54,6 +60,7 @@ globals().update({name: fn for name, fn in vars(test_publish_layout).items() if 
 globals().update({name: fn for name, fn in vars(test_lapse_index).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_retry_elsewhere).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_drained).items() if name.startswith("test_")})
+globals().update({name: fn for name, fn in vars(test_reset).items() if name.startswith("test_")})
 globals().update(
     {
         name: getattr(test_faults, name)
@@ -117,6 +124,34 @@ def test_every_key_of_a_schedule_lands_on_the_one_master_that_owns_its_slot(
             with redis.Redis(port=node.port, decode_responses=True) as client:
                 names = list(client.scan_iter(match=f"rs:{{{sid}}}:*"))
             assert bool(names) == (node.port == owner), (sid, node.port, names)
+
+
+def test_a_restarted_sidecar_hands_back_its_leases_in_schedules_on_every_master(
+    redis_cluster: LocalCluster, delivery: Delivery, cluster_client: RedisCluster
+) -> None:
+    """The takeover's reads and writes on Redis Cluster: the active index, one reset per schedule (on
+    the master of that schedule's slot), the presence key in its worker's slot."""
+    sids = _schedule_ids_on_every_master(redis_cluster, 1)
+    for sid in sids:
+        delivery.publish(schedule(sid, {"w0": 2, "w1": 1}, ttl_ms=60_000))
+        delivery.claim(sid, "w0", 2)
+        delivery.claim(sid, "w1", 1)
+    cluster_client.set(sidecar_presence("w0"), "killed-instance", px=200)  # its predecessor's, lapsing
+    takeover = Takeover(WorkerSession(delivery, Holdings(8), SessionSettings("w0")))
+
+    async def start() -> None:
+        marking = asyncio.create_task(takeover.run(asyncio.Event()))
+        await asyncio.wait_for(takeover.done.wait(), 10)
+        await asyncio.sleep(0.1)  # its first presence write
+        marking.cancel()
+        await takeover.leave(2.0)
+
+    asyncio.run(start())
+    assert takeover.report == TakeoverReport(released=2 * len(sids))
+    for sid in sids:
+        workers = delivery.progress(sid).workers
+        assert (workers["w0"].queued, workers["w0"].running, workers["w1"].running) == (2, 0, 1)
+    assert cluster_client.exists(sidecar_presence("w0")) == 0  # left gracefully
 
 
 class _Worker(threading.Thread):
