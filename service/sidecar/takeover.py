@@ -70,6 +70,7 @@ class Takeover:
     done: asyncio.Event = field(default_factory=asyncio.Event)  # set once claims may start
     report: TakeoverReport | None = None  # what the start did (None until ``done``)
     _told: set[str] = field(default_factory=set)  # other instances found using this id (logged once)
+    _handed: list[int] = field(default_factory=lambda: [0, 0, 0])  # released, lapsed, dead, all passes
 
     @property
     def key(self) -> str:
@@ -126,7 +127,6 @@ class Takeover:
     async def _reset(self) -> TakeoverReport:
         """``Delivery.reset`` in every active schedule; a schedule that fails is logged and skipped."""
         delivery, worker = self.session.delivery, self.session.settings.worker_id
-        released = lapsed = dead = 0
         for schedule_id in await asyncio.to_thread(delivery.active_schedules):
             age_ms = int((time.monotonic() - self.started) * 1000)
             try:
@@ -140,11 +140,11 @@ class Takeover:
                     "could not hand back leases in schedule %s (damaged in Redis): %s", schedule_id, error
                 )
                 continue
-            released += report.released
-            lapsed += report.requeued_lapsed
-            dead += report.dead_lettered
-        taken = TakeoverReport(released, lapsed, dead)
-        self.session.stats.reset += released + lapsed + dead
+            # counted as it lands: a pass that Redis cuts short is retried and finds these gone
+            self.session.stats.reset += report.handed_back
+            for i, n in enumerate((report.released, report.requeued_lapsed, report.dead_lettered)):
+                self._handed[i] += n
+        released, lapsed, dead = self._handed
         if released + lapsed + dead:
             log.warning(
                 "handed back %d leases an earlier process of this worker held "
@@ -154,7 +154,7 @@ class Takeover:
                 lapsed,
                 dead,
             )
-        return taken
+        return TakeoverReport(released, lapsed, dead)
 
     def _present(self) -> tuple[str | None, int]:
         """Another process's instance id in the presence key and the key's time left (ms); (None, 0)

@@ -16,13 +16,14 @@ import pytest
 import redis
 
 from service.delivery.keys import PRESENCE_TTL_MS, sidecar_presence
+from service.delivery.outcomes import ResetReport
 from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
-from service.sidecar.takeover import TakeoverReport
+from service.sidecar.takeover import Takeover, TakeoverReport
 from tests.service.sidecar.procs import item, publish, run_until, tally
 
 MODELS = {"data": [{"id": "m", "max_model_len": 32768}]}
@@ -160,3 +161,43 @@ def test_a_sidecar_started_while_redis_is_down_keeps_running_and_hands_back_once
         assert tally(delivery, "outage", {i.key for i in items}) == (0, 0)
     finally:
         server.stop()
+
+
+class FlakyReset(Delivery):
+    """Real Redis, but the reset of the second schedule fails once on the connection (Redis restarting
+    in the middle of the takeover's walk)."""
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        super().__init__(client, prefix)
+        self.calls: list[str] = []
+
+    def reset(self, schedule_id: str, worker_id: str, age_ms: int, now_ms: int | None = None) -> ResetReport:
+        self.calls.append(schedule_id)
+        if len(self.calls) == 2:
+            raise redis.ConnectionError("connection reset by peer")
+        return super().reset(schedule_id, worker_id, age_ms, now_ms)
+
+
+def test_a_takeover_cut_short_by_redis_is_retried_and_counts_every_lease_handed_back_once(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = FlakyReset.from_url(redis_url)
+    assert isinstance(delivery, FlakyReset)
+    for sid in ("older", "newer"):
+        publish(
+            delivery, sid, {"w0": [item(f"{sid}{i}", 0, 10) for i in range(3)]}, lease_ttl_ms=LEASE_TTL_MS
+        )
+        delivery.claim(sid, "w0", 2)
+    takeover = Takeover(WorkerSession(delivery, Holdings(8), SessionSettings("w0")), retry_s=0.01)
+
+    async def start() -> None:
+        marking = asyncio.create_task(takeover.run(asyncio.Event()))
+        await asyncio.wait_for(takeover.done.wait(), 10)
+        marking.cancel()
+
+    asyncio.run(start())
+    assert delivery.calls == ["older", "newer", "older", "newer"]  # the walk went round again
+    assert takeover.report == TakeoverReport(released=4)
+    assert takeover.session.stats.reset == 4
+    for sid in ("older", "newer"):
+        assert (delivery.progress(sid).queued, delivery.progress(sid).running) == (3, 0)
