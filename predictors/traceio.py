@@ -102,9 +102,29 @@ def utf8_rows(rows: RawRows, source: str) -> RawRows:
     try:
         yield from rows
     except UnicodeDecodeError as exc:
-        raise InvalidInputError(
-            "trace", source, f"not UTF-8 text ({exc.reason} at byte {exc.start} of a line)"
+        found = _undecodable_at(source)
+        if found is None:  # not found again (the file changed under us): no line to name
+            raise InvalidInputError("trace", source, f"not UTF-8 text ({exc.reason})") from None
+        line, column, reason, near = found
+        raise TraceFormatError(
+            source, line, "<text>", near, f"not UTF-8 text ({reason} at byte {column} of the line)"
         ) from None
+
+
+def _undecodable_at(source: str) -> tuple[int, int, str, bytes] | None:
+    """(line, 1-based byte within it, reason, the bytes around it) of the first bytes of ``source``
+    that are not UTF-8.
+
+    The decoder's own ``start`` counts from the 8 KiB chunk it was handed, not from any line, so it
+    located nothing; a line split at ``\\n`` never cuts a UTF-8 character (no byte of one is 0x0A).
+    """
+    with open(source, "rb") as handle:
+        for line, raw in enumerate(handle, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return line, exc.start + 1, exc.reason, raw[max(0, exc.start - 12) : exc.end + 12]
+    return None
 
 
 def rows_to_trace(rows: RawRows, source: str) -> Trace:

@@ -186,6 +186,23 @@ def test_text_that_is_not_utf8_is_an_error_naming_the_file(tmp_path: Path) -> No
         read_trace(path)
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_text_that_is_not_utf8_is_located_at_its_line_and_byte(tmp_path: Path, suffix: str) -> None:
+    """The error named ``exc.start``, an offset in the decoder's 8 KiB chunk, "of a line": on line
+    2,000 of a csv it read "byte 5054 of a line", and no line held that many bytes."""
+    rows = [TraceRow(0, f"p{i}", 0, 10, 100 + i, 4096) for i in range(3000)]
+    path = tmp_path / f"t{suffix}"
+    write_trace(Trace.from_rows(rows), path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    bad = 1999  # 0-based: line 2,000 of the file
+    lines[bad] = lines[bad].replace(b"p", b"\xe9", 1)  # a Latin-1 byte where the text's "p" stood
+    path.write_bytes(b"".join(lines))
+    column = lines[bad].index(b"\xe9") + 1
+    expected = rf"t\{suffix}:2000:.*not UTF-8 text .* byte {column} of the line"
+    with pytest.raises(InvalidInputError, match=expected):
+        read_trace(path)
+
+
 @pytest.mark.parametrize("prompt_tokens", [0, -1])
 def test_an_empty_prompt_is_refused_as_engines_refuse_it(tmp_path: Path, prompt_tokens: int) -> None:
     path = tmp_path / "t.csv"
