@@ -13,9 +13,12 @@ import heapq
 import html
 import io
 from collections.abc import Sequence
+from itertools import groupby
 from typing import Any
 
+from scheduler.types import Inventory
 from service.replay import ReplayReport, StepReplay
+from service.workerspec import DEFAULT_MAX_NUM_SEQS
 
 COLUMNS: tuple[str, ...] = (
     "policy",
@@ -62,14 +65,21 @@ def markdown_table(report: ReplayReport, steal: bool) -> str:
 def headline(report: ReplayReport, steal: bool) -> str:
     """One line that says what was replayed, for every rendering."""
     inv = report.config.inventory
-    kinds: dict[str, int] = {}
-    for w in inv.workers:
-        kinds[w.device.name] = kinds.get(w.device.name, 0) + 1
-    pool = ",".join(f"{n}x{k}" for k, n in kinds.items())
+    pool = pool_label(inv)
     steps = ", ".join(str(s.step) for s in report.steps)
     return (
         f"steps {steps}: {sum(s.trajectories for s in report.steps):,} trajectories on {pool} "
         f"({inv.model.name}), stealing {'on' if steal else 'off'}, lower bound {report.lower_bound_s:,.1f} s"
+    )
+
+
+def pool_label(inventory: Inventory) -> str:
+    """The pool as the ``--workers`` spec that gives it back (``8xH100,8xAscend910B:128``): runs of
+    workers of one device and ``max_num_seqs``, the latter shown where it is not the default. It
+    counted devices alone, so ``2xH100:64,2xH100`` read ``4xH100`` in every table, chart and report."""
+    runs = [(k, len(list(g))) for k, g in groupby((w.device.name, w.max_num_seqs) for w in inventory.workers)]
+    return ",".join(
+        f"{n}x{kind}" + ("" if seqs == DEFAULT_MAX_NUM_SEQS else f":{seqs}") for (kind, seqs), n in runs
     )
 
 
