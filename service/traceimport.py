@@ -100,7 +100,7 @@ def import_verl(
     tokenizer = load_tokenizer(tokenizer_path)
     builder, clamped, kept = TraceBuilder(), 0, frozenset(keep)
     for path in files:
-        records = list(_verl_records(path))
+        records = _read_dump(path)
         _refuse_validation(path, records)
         counts = _count_tokens(tokenizer, [r[1]["input"] for r in records], [r[1]["output"] for r in records])
         seen: dict[tuple[int, str], int] = {}
@@ -146,6 +146,17 @@ def _check_kept_present(trace: Trace, keep: Sequence[str], directory: Path) -> N
         if name not in trace.numeric and name not in trace.categorical:
             message = f"no dump line under {directory} holds it as a number or text"
             raise InvalidInputError("keep-field", name, message)
+
+
+def _read_dump(path: Path) -> list[tuple[int, dict[str, object]]]:
+    """A dump's records, or an ``InvalidInputError`` naming a dump that cannot be read: a folder
+    named ``2.jsonl``, or a link to a file on a volume not mounted, failed with the OS's words
+    (``[Errno 2] No such file or directory`` for a name ``ls`` lists)."""
+    try:
+        return list(_verl_records(path))
+    except OSError as exc:
+        why = "a link to a missing file" if path.is_symlink() and not path.exists() else exc.strerror
+        raise InvalidInputError("dump", str(path), f"cannot be read ({why or exc})") from None
 
 
 def _verl_records(path: Path) -> Iterator[tuple[int, dict[str, object]]]:

@@ -409,3 +409,22 @@ def test_a_line_whose_step_is_not_its_files_is_refused(tmp_path: Path, tokenizer
     _dump(tmp_path / "d", 5, [{"input": "what is two", "output": "four", "score": 1, "step": 2}])
     with pytest.raises(InvalidInputError, match=r"5\.jsonl:1.*step 2 is not its file's"):
         import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None)
+
+
+@pytest.mark.parametrize("kind", ["folder", "dangling link"])
+def test_a_dump_name_that_is_no_readable_file_is_refused_by_name(
+    tmp_path: Path, tokenizer_json: Path, kind: str
+) -> None:
+    """A folder called ``2.jsonl``, or a link to a file on a volume not mounted, failed with the OS's
+    ``[Errno 2] No such file or directory`` for a name ``ls`` lists, naming no option."""
+    _verl(tmp_path / "dumps")
+    second = tmp_path / "dumps" / "9.jsonl"
+    if kind == "folder":
+        second.mkdir()
+    else:
+        second.symlink_to(tmp_path / "unmounted" / "9.jsonl")
+    with pytest.raises(
+        InvalidInputError,
+        match=r"dump='.*9\.jsonl': cannot be read \((Is a directory|a link to a missing file)\)",
+    ):
+        import_verl(tmp_path / "dumps", tokenizer_json, max_new_tokens=None)
