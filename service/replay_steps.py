@@ -22,10 +22,15 @@ from scheduler.types import Inventory
 def select_steps(trace: Trace, text: str | None) -> tuple[int, ...]:
     """Steps of ``trace`` named by ``text`` (``3-5``, ``3,5``, ``4``, ``2-``); all steps when None.
 
-    A range that selects no step present in the trace is an error, not an empty replay.
+    A range that selects no step present in the trace is an error, not an empty replay, and so is an
+    empty ``text``, not all steps.
     """
     present = [int(s) for s in trace.steps()]
-    if text is None or not text.strip():
+    if text is not None and not text.strip():  # "$STEPS" unset: not every step, which may take minutes
+        raise InvalidInputError(
+            "steps", text, "empty; expected e.g. 3-5, 3,5, 4 or 2- (leave --steps out for all)"
+        )
+    if text is None:
         chosen = present
     else:
         wanted: set[int] = set()

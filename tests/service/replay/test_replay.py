@@ -143,6 +143,14 @@ def test_a_step_range_without_rows_or_malformed_is_refused(small_trace: Trace, t
         select_steps(small_trace, text)
 
 
+@pytest.mark.parametrize("text", ["", "  "])
+def test_an_empty_step_range_is_refused_not_read_as_every_step(small_trace: Trace, text: str) -> None:
+    # --steps "$STEPS" with STEPS unset replayed every step of the trace (minutes on a long one), where
+    # --workers "" is refused as empty.
+    with pytest.raises(InvalidInputError, match=r"steps=.*empty"):
+        select_steps(small_trace, text)
+
+
 def test_policies_are_checked_against_the_registry() -> None:
     assert parse_policies("lpt, oracle") == ("lpt", ORACLE)
     assert "cpsat" in parse_policies("all")
