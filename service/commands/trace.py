@@ -74,6 +74,7 @@ def import_command(
         _check_options(from_, tokenizer, max_new_tokens, map_, keep_field)
         _check_count_eos(from_, max_new_tokens, count_eos)
         _check_out(out)
+        _check_not_input(Path(source), from_, out)
         if from_ == "verl":
             assert tokenizer is not None
             result = import_verl(source, tokenizer, max_new_tokens, keep_field or [], count_eos is not False)
@@ -104,6 +105,28 @@ def _check_out(out: Path) -> None:
     check_file_path("out", out)  # first: a folder named without a suffix is a folder, not a bad suffix
     if out.suffix not in SUFFIXES:
         raise InvalidInputError("out", str(out), f"unsupported suffix; expected one of {SUFFIXES}")
+
+
+def _check_not_input(source: Path, from_: str, out: Path) -> None:
+    """Refuse an ``--out`` the import reads: the source file (``--out runs.csv`` wrote the renamed
+    trace over the user's own file) or a ``{step}.jsonl`` in the veRL folder, which every later import
+    of it would read as a dump."""
+    import os
+
+    from scheduler.errors import InvalidInputError
+
+    if from_ != "verl" and source.is_file() and out.exists() and os.path.samefile(source, out):
+        raise InvalidInputError("out", str(out), "is the file being imported; write the trace elsewhere")
+    in_folder = source.is_dir() and out.parent.resolve() == source.resolve()
+    if (
+        from_ == "verl"
+        and in_folder
+        and out.suffix == ".jsonl"
+        and out.stem.isascii()
+        and out.stem.isdecimal()
+    ):
+        message = f"would be read as a rollout dump of {source} by its next import; write the trace elsewhere"
+        raise InvalidInputError("out", str(out), message)
 
 
 def _check_count_eos(from_: str, max_new_tokens: int | None, count_eos: bool | None) -> None:
