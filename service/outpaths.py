@@ -43,6 +43,14 @@ def check_folder_path(option: str, path: Path) -> None:
         raise InvalidInputError(option, str(path), "cannot be created here")
 
 
+def check_not_input(option: str, path: Path, source: Path, what: str) -> None:
+    """Refuse ``path`` as an output when it is the file ``source`` the command reads (``what``):
+    ``replay t.csv --plot t.csv`` replaced the trace with a PNG, ``trace import runs.csv --out
+    runs.csv`` the user's file with the renamed trace."""
+    if source.is_file() and path.exists() and os.path.samefile(source, path):
+        raise InvalidInputError(option, str(path), f"is {what}; write it elsewhere")
+
+
 def check_distinct(outputs: Sequence[tuple[str, Path | None]]) -> None:
     """Refuse two options naming one path: the second output would silently replace the first."""
     seen: dict[str, str] = {}

@@ -88,7 +88,7 @@ def replay_command(
             seed=seed,
             processes=processes or os.cpu_count() or 1,
         )
-        _check_outputs(config, per_worker, plot, report)
+        _check_outputs(config, per_worker, (plot, report), trace)
         result = _run(loaded, config, quiet=as_json)
     except (InvalidInputError, OSError) as exc:
         typer.echo(f"replay: {exc}", err=True)
@@ -117,18 +117,22 @@ def _load(
 
 
 def _check_outputs(
-    config: ReplayConfig, per_worker: str | None, plot: Path | None, report: Path | None
+    config: ReplayConfig, per_worker: str | None, outputs: tuple[Path | None, Path | None], trace: Path
 ) -> None:
-    """Refuse a --per-worker policy not replayed and output paths that cannot be written, before the
-    replay, which would otherwise run for minutes first."""
+    """Refuse a --per-worker policy not replayed and output paths (--plot, --report) that cannot be
+    written or are the trace itself, before the replay, which would otherwise run for minutes first."""
     from scheduler.errors import InvalidInputError
-    from service.outpaths import check_distinct
+    from service.outpaths import check_distinct, check_not_input
+
+    plot, report = outputs
 
     if per_worker is not None and per_worker not in config.policies:
         names = ", ".join(config.policies)
         raise InvalidInputError("per_worker", per_worker, f"not among --policies ({names})")
     for option, path in (("plot", plot), ("report", report)):
         _check_writable(option, path)
+        if path is not None:
+            check_not_input(option, path, trace, "the trace being replayed")
     check_distinct((("plot", plot), ("report", report)))
 
 

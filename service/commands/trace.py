@@ -111,12 +111,10 @@ def _check_not_input(source: Path, from_: str, out: Path) -> None:
     """Refuse an ``--out`` the import reads: the source file (``--out runs.csv`` wrote the renamed
     trace over the user's own file) or a ``{step}.jsonl`` in the veRL folder, which every later import
     of it would read as a dump."""
-    import os
-
     from scheduler.errors import InvalidInputError
+    from service.outpaths import check_not_input
 
-    if from_ != "verl" and source.is_file() and out.exists() and os.path.samefile(source, out):
-        raise InvalidInputError("out", str(out), "is the file being imported; write the trace elsewhere")
+    check_not_input("out", out, source, "the file being imported")
     in_folder = source.is_dir() and out.parent.resolve() == source.resolve()
     if (
         from_ == "verl"

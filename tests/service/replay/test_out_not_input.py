@@ -1,10 +1,11 @@
-"""``trace import`` never writes its trace over what it reads: the source file itself, or a
-``{step}.jsonl`` in the veRL folder it imports, which the next import would read as a dump."""
+"""A command never writes over what it reads: ``trace import`` its source file or a ``{step}.jsonl``
+in the veRL folder it imports (which the next import would read as a dump), ``replay`` its trace."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -13,8 +14,10 @@ from tests.service.replay.wordtokenizer import write_word_tokenizer
 GENERIC = "epoch,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,10,100\n"
 
 
-def _run(cli: typer.Typer, args: list[str]) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, ["trace", "import", *args])
+def _run(
+    cli: typer.Typer, args: list[str], command: tuple[str, ...] = ("trace", "import")
+) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, [*command, *args])
     return result.exit_code, result.stderr
 
 
@@ -42,3 +45,16 @@ def test_an_import_into_the_verl_folder_as_a_step_dump_is_refused(cli: typer.Typ
     assert code == 2
     assert "would be read as a rollout dump" in err
     assert not (folder / "5.jsonl").exists()
+
+
+@pytest.mark.parametrize("option", ["--plot", "--report"])
+def test_a_replay_output_on_the_trace_itself_is_refused_before_the_replay(
+    cli: typer.Typer, tmp_path: Path, option: str
+) -> None:
+    # replay t.csv --plot t.csv replaced the trace with the Gantt chart's PNG.
+    path = tmp_path / "t.csv"
+    path.write_text(GENERIC.replace("epoch", "step"))
+    code, err = _run(cli, [str(path), "--workers", "1xH100", option, str(path)], command=("replay",))
+    assert code == 2
+    assert "is the trace being replayed" in err
+    assert path.read_text() == GENERIC.replace("epoch", "step")
