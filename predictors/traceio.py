@@ -130,10 +130,30 @@ def _undecodable_at(source: str) -> tuple[int, int, str, bytes] | None:
 def rows_to_trace(rows: RawRows, source: str) -> Trace:
     """Validate every row (``parse_row``) into a ``Trace``; extra cells keep their file's typing."""
     builder = TraceBuilder()
-    for line, cells in rows:
+    for line, raw in rows:
+        cells = _scalar_cells(raw, source, line)
         row = parse_row(cells, source, line)
         builder.add(row, {k: _raw_extra(v) for k, v in cells.items() if k not in _KNOWN and _present(v)})
     return builder.build()
+
+
+def _scalar_cells(cells: dict[str, object], source: str, line: int) -> dict[str, object]:
+    """``cells`` with binary text (parquet written without the UTF8 annotation) decoded, and a list,
+    map or struct refused: ``str`` printed them, so ids read ``b'abc'`` and a list feature ``[1]``."""
+    if not any(isinstance(v, (bytes, list, dict, tuple)) for v in cells.values()):
+        return cells
+    scalar = dict(cells)
+    for name, value in cells.items():
+        if isinstance(value, bytes):
+            try:
+                scalar[name] = value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                reason = f"not UTF-8 text ({exc.reason} at byte {exc.start + 1})"
+                raise TraceFormatError(source, line, name, value, reason) from None
+        elif isinstance(value, (list, dict, tuple)):
+            kind = "a map or struct" if isinstance(value, dict) else "a list"
+            raise TraceFormatError(source, line, name, value, f"{kind}, not a number or text")
+    return scalar
 
 
 class Renamer:

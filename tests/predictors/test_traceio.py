@@ -313,3 +313,41 @@ def test_a_name_of_multibyte_characters_as_long_as_the_file_system_takes_is_writ
     write_trace(Trace.from_rows(_rows()), path)
     assert list(read_trace(path).rows()) == list(Trace.from_rows(_rows()).rows())
     assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def _parquet(path: Path, prompt_id: object, **extra: object) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {"step": [0, 1], "prompt_id": prompt_id, "sample_idx": [0, 0], "prompt_tokens": [5, 5]}
+    pq.write_table(pa.table({**columns, "output_tokens": [3, 4], **extra}), path)
+    return path
+
+
+def test_a_parquet_binary_column_of_utf8_text_reads_as_that_text(tmp_path: Path) -> None:
+    """Writers that store text as plain binary (no UTF8 annotation) gave ids like ``b'abc'``: the same
+    prompts imported from csv and from such a parquet had different ids."""
+    import pyarrow as pa
+
+    path = _parquet(tmp_path / "t.parquet", pa.array([b"abc", "caf\u00e9".encode()], pa.binary()))
+    assert read_trace(path).prompt_id.tolist() == ["abc", "caf\u00e9"]
+
+
+def test_a_parquet_binary_cell_that_is_not_utf8_is_located(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    path = _parquet(tmp_path / "t.parquet", pa.array([b"abc", b"caf\xe9"], pa.binary()))
+    with pytest.raises(TraceFormatError, match=r"t\.parquet:2:prompt_id=b'caf\\xe9': not UTF-8 text"):
+        read_trace(path)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+def test_a_list_cell_is_refused_not_kept_as_its_printed_text(tmp_path: Path, suffix: str) -> None:
+    # A list feature was kept as the categorical text "[1]"; a list id as "['a']".
+    path = tmp_path / f"t{suffix}"
+    if suffix == ".parquet":
+        _parquet(path, ["a", "a"], level=[[1], [2]])
+    else:
+        path.write_text(f'{{{JSONL_ROW}, "prompt_id": "a", "level": [1]}}\n')
+    with pytest.raises(TraceFormatError, match=r":1:level=\[1\]: a list, not a number or text"):
+        read_trace(path)
