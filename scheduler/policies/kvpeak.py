@@ -33,9 +33,14 @@ class KvPeaks:
 
     def add(self, w: int, unit: Unit) -> None:
         """Count ``unit`` into ``w``'s queue (units arrive longest first, as ``peak_after`` needs)."""
-        self.peak[w] = self.peak_after(w, unit)
-        self.count[w] += len(unit.members)
-        self.prompt_sum[w] += unit.prompt_tokens
+        count, prompts = self.count[w] + len(unit.members), self.prompt_sum[w] + unit.prompt_tokens
+        if len(unit.members) == 1:  # ``peak_after``'s common case, inlined: once a unit placed
+            term = prompts + count * unit.steps
+            if term > self.peak[w]:
+                self.peak[w] = term
+        else:
+            self.peak[w] = self.peak_after(w, unit)
+        self.count[w], self.prompt_sum[w] = count, prompts
 
     def fits(self, w: int, unit: Unit) -> bool:
         """Whether ``w`` still runs its whole queue at once, without preemption, with ``unit`` added."""
