@@ -186,18 +186,10 @@ def _past_lanes(problem: Problem, assignment: Sequence[Sequence[int]]) -> bool:
 def _floor(problem: Problem, queues: Queues) -> float:
     """A lower bound of ``queues``' predicted makespan: each worker's load estimate with its cache
     full rather than ``KV_FILL`` full (at least ``KV_FILL`` times the estimate), the most of them."""
-    prompts, steps, costs = problem.prompts, problem.steps, problem.costs
+    costs = problem.costs
     floor = 0.0
     for w, queue in enumerate(queues):
-        if not queue:
-            continue
-        longest = tokens = prompt = 0
-        kv = 0.0
-        for i in queue:
-            length, p = steps[i], prompts[i]
-            longest = max(longest, length)
-            tokens += length
-            prompt += p
-            kv += p * length + length * (length - 1) / 2
-        floor = max(floor, KV_FILL * estimate(rates(costs[w]), longest, tokens, kv, prompt))
+        if queue:
+            longest, tokens, kv, prompt = problem.item_totals(queue)
+            floor = max(floor, KV_FILL * estimate(rates(costs[w]), longest, tokens, kv, prompt))
     return floor

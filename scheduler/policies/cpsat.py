@@ -66,7 +66,7 @@ from scheduler.policies.blindbar import barred, blind_plan, blind_start
 from scheduler.policies.capband import CAP_LEFT, CAP_SHIFTS, cap_shifted
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, band_of, solve_levels
-from scheduler.policies.load import Load, time_with
+from scheduler.policies.load import load_of, time_with
 from scheduler.policies.lpt import calibrated, lpt_assignment, lpt_bar, lpt_start
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
@@ -367,10 +367,7 @@ def _calibrate(
         for w in members:
             if not assignment[w]:
                 continue
-            load = Load()
-            for u in assignment[w]:
-                load.add(problem.units[u])
-            estimate = time_with(problem.costs[w], load)
+            estimate = time_with(problem.costs[w], load_of(problem, assignment[w]))
             highest = max(highest, estimate)
             if estimate > 0:
                 slowdown[k][tiers[w]] = max(slowdown[k][tiers[w]], finishes[w] / estimate)

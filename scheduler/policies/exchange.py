@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from ortools.sat.python import cp_model
 
 from scheduler import clock
-from scheduler.policies.load import Load, time_with
+from scheduler.policies.load import load_of, time_with
 from scheduler.policies.ordering import best_order
 from scheduler.policies.problem import Problem
 from scheduler.policies.sat import new_solver
@@ -208,8 +208,5 @@ def _calibration(problem: Problem, w: int, units: Sequence[int], finish: float) 
     """Simulated finish over model estimate for a worker's current units (1.0 when empty)."""
     if not units:
         return 1.0
-    load = Load()
-    for u in units:
-        load.add(problem.units[u])
-    estimate = time_with(problem.costs[w], load)
+    estimate = time_with(problem.costs[w], load_of(problem, units))
     return max(1.0, finish / estimate) if estimate > 0 else 1.0

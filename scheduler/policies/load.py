@@ -19,11 +19,12 @@ planner still reports finish times from ``scheduler.finish``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 from scheduler.costmodel import WorkerCost
-from scheduler.policies.problem import Unit
+from scheduler.policies.problem import Problem, Unit
 
 # Share of the KV cache a busy worker keeps filled on average. Admission under a 1% watermark,
 # recompute preemption and the final drain keep it below 1: measured with scheduler.finish on
@@ -47,6 +48,18 @@ class Load:
         self.tokens += unit.tokens
         self.kv_steps += unit.kv_steps
         self.prompt_tokens += unit.prompt_tokens
+
+
+def load_of(problem: Problem, units: Sequence[int]) -> Load:
+    """The load of ``problem``'s ``units``, as ``Load.add`` of each in turn would total it. Where
+    every unit is one trajectory, from the problem's columns at C speed (``Problem.item_totals``):
+    cpsat's calibration re-added every unit of a round one call at a time, ~9 ms at 4,096 x 32."""
+    if len(problem.units) == len(problem.steps):  # unit u is trajectory u
+        return Load(*problem.item_totals(units))
+    load = Load()
+    for u in units:
+        load.add(problem.units[u])
+    return load
 
 
 @dataclass(frozen=True, slots=True)

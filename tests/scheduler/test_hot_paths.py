@@ -13,8 +13,24 @@ import pytest
 
 from scheduler.benchgen import bench_request, heavy_tailed_batch, mixed_inventory
 from scheduler.policies.kvpeak import KvPeaks
-from scheduler.policies.problem import build_problem
+from scheduler.policies.load import Load, load_of
+from scheduler.policies.problem import Problem, build_problem
+from scheduler.policies.round_robin import RoundRobinPolicy
 from scheduler.types import PlanRequest
+
+
+def _one_by_one(problem: Problem, items: list[int]) -> tuple[int, int, float, int]:
+    """What the length-blind bar's floor summed before: each item's KV-token-steps from its lengths,
+    added in queue order."""
+    longest = tokens = prompt = 0
+    kv = 0.0
+    for i in items:
+        length, p = problem.steps[i], problem.prompts[i]
+        longest = max(longest, length)
+        tokens += length
+        prompt += p
+        kv += p * length + length * (length - 1) / 2
+    return longest, tokens, kv, prompt
 
 
 def _pinned(affinity: bool) -> PlanRequest:
@@ -29,6 +45,29 @@ CASES = {
     "pins": _pinned(affinity=False),
     "pins-affinity": _pinned(affinity=True),
 }
+
+
+@pytest.mark.parametrize("request_", CASES.values(), ids=CASES.keys())
+def test_item_totals_are_the_one_by_one_sums_to_the_last_bit(request_: PlanRequest) -> None:
+    problem = build_problem(request_)
+    bare = Problem(problem.costs, problem.prompts, problem.steps, problem.units, problem.active)
+    queues = RoundRobinPolicy().plan(request_, problem).queues  # queues as the bar's floor sums them
+    for items in [*queues, (), (7,), tuple(reversed(range(0, len(problem.steps), 3)))]:
+        expected = _one_by_one(problem, list(items))
+        assert problem.item_totals(items) == expected  # with the column
+        assert bare.item_totals(items) == expected  # a problem built elsewhere derives it
+    assert len(problem.kv_steps) == len(problem.steps)
+
+
+@pytest.mark.parametrize("request_", CASES.values(), ids=CASES.keys())
+def test_load_of_units_is_what_adding_them_one_at_a_time_totals(request_: PlanRequest) -> None:
+    problem = build_problem(request_)
+    everything = list(range(len(problem.units)))
+    for units in (everything, everything[::-5], everything[:1], []):
+        added = Load()
+        for u in units:
+            added.add(problem.units[u])
+        assert load_of(problem, units) == added
 
 
 @pytest.mark.parametrize("request_", CASES.values(), ids=CASES.keys())
