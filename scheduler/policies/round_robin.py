@@ -26,8 +26,15 @@ class RoundRobinPolicy:
         groups: dict[str, list[int]] = {}
         for index, trajectory in enumerate(request.trajectories):
             groups.setdefault(trajectory.group, []).append(index)
-        unit_of = {m: u for u, unit in enumerate(problem.units) for m in unit.members}
         active = problem.active
+        if problem.unrestricted:
+            # Every active worker may take every sample: each group goes to its turn's worker as it
+            # is. ``lpt`` and ``cpsat`` deal this plan for their bar (``blindbar``) on every request,
+            # and the per-sample look-ups below took most of its time there.
+            for turn, members in enumerate(groups.values()):
+                queues[active[turn % len(active)]].extend(members)
+            return Placement(queues=tuple(tuple(sorted(q)) for q in queues), status="HEURISTIC")
+        unit_of = {m: u for u, unit in enumerate(problem.units) for m in unit.members}
         for turn, members in enumerate(groups.values()):
             target = active[turn % len(active)]
             for index in members:

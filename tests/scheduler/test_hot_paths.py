@@ -71,6 +71,19 @@ def test_load_of_units_is_what_adding_them_one_at_a_time_totals(request_: PlanRe
 
 
 @pytest.mark.parametrize("request_", CASES.values(), ids=CASES.keys())
+def test_round_robin_deals_as_the_per_sample_look_ups_do(request_: PlanRequest) -> None:
+    """Unrestricted problems skip the look-ups of each sample's allowed workers; the plan is the one
+    those look-ups give (a problem marked restricted always takes them)."""
+    problem = build_problem(request_)
+    looked_up = dataclasses.replace(problem, unrestricted=False)
+    assert RoundRobinPolicy().plan(request_, problem) == RoundRobinPolicy().plan(request_, looked_up)
+
+
+def test_every_case_above_but_the_pinned_ones_takes_the_shortcut() -> None:
+    assert [build_problem(r).unrestricted for r in CASES.values()] == [True, False, False]
+
+
+@pytest.mark.parametrize("request_", CASES.values(), ids=CASES.keys())
 def test_a_kv_peak_added_unit_by_unit_is_the_peak_after_each(request_: PlanRequest) -> None:
     """``KvPeaks.add`` inlines ``peak_after`` for single units; a queue's peak is still the
     largest ``peak_after`` seen on the way."""
