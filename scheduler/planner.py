@@ -33,7 +33,7 @@ from scheduler.gcpause import collector_paused
 from scheduler.lowerbound import LowerBound, lower_bound
 from scheduler.policies import get_policy
 from scheduler.policies.problem import Problem, build_problem
-from scheduler.types import Plan, PlanRequest, WorkerPlan
+from scheduler.types import Plan, PlanRequest, WorkerPlan, trajectory_keys
 from scheduler.validation import validate_request
 
 DEFAULT_POLICY = "cpsat"
@@ -77,7 +77,7 @@ def prepare(request: PlanRequest) -> Prepared:
             deadline=started + BOUND_SHARE * request.time_budget_s,
             fluid_deadline=started + FLUID_SHARE * request.time_budget_s,
         )
-        keys = tuple([t.key for t in request.trajectories])
+        keys = trajectory_keys(request.trajectories)
     return Prepared(request, problem, bound, started, time.perf_counter() - wall_started, keys)
 
 

@@ -16,7 +16,7 @@ from scheduler.policies.kvpeak import KvPeaks
 from scheduler.policies.load import Load, load_of
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.round_robin import RoundRobinPolicy
-from scheduler.types import PlanRequest
+from scheduler.types import PlanRequest, trajectory_keys
 
 
 def _one_by_one(problem: Problem, items: list[int]) -> tuple[int, int, float, int]:
@@ -51,7 +51,7 @@ CASES = {
 def test_item_totals_are_the_one_by_one_sums_to_the_last_bit(request_: PlanRequest) -> None:
     problem = build_problem(request_)
     bare = Problem(problem.costs, problem.prompts, problem.steps, problem.units, problem.active)
-    queues = RoundRobinPolicy().plan(request_, problem).queues  # queues as the bar's floor sums them
+    queues = RoundRobinPolicy().plan(request_, problem).queues
     for items in [*queues, (), (7,), tuple(reversed(range(0, len(problem.steps), 3)))]:
         expected = _one_by_one(problem, list(items))
         assert problem.item_totals(items) == expected  # with the column
@@ -81,6 +81,11 @@ def test_round_robin_deals_as_the_per_sample_look_ups_do(request_: PlanRequest) 
 
 def test_every_case_above_but_the_pinned_ones_takes_the_shortcut() -> None:
     assert [build_problem(r).unrestricted for r in CASES.values()] == [True, False, False]
+
+
+def test_trajectory_keys_are_each_trajectorys_key() -> None:
+    batch = heavy_tailed_batch(1_000, seed=2)
+    assert trajectory_keys(batch) == tuple(t.key for t in batch)
 
 
 @pytest.mark.parametrize("request_", CASES.values(), ids=CASES.keys())
