@@ -217,8 +217,8 @@ class CpSatPolicy:
             levels = self._levels(problem, kinds, max(best.finish_s), request, deadline)
         if levels is None:
             return best, assignment
-        tiers = _tiers(levels, kinds, len(problem.costs))
-        band = functools.partial(_band, edges=levels.edges)
+        tiers = levels.tiers(kinds, len(problem.costs))
+        band = functools.partial(_unit_band, edges=levels.edges)
         stop = deadline - ROUND_RESERVE * request.time_budget_s
         scale: list[float] | None = None
         cap_s: float | None = None
@@ -395,18 +395,6 @@ def _found(status: str) -> str:
     return status if status != "FALLBACK_LPT" else "FEASIBLE"
 
 
-def _band(unit: Unit, edges: Sequence[int]) -> int:
+def _unit_band(unit: Unit, edges: Sequence[int]) -> int:
     """The band of ``unit`` by its longest member: which tiers of workers it may go to."""
     return band_of(unit.steps, edges)
-
-
-def _tiers(levels: LevelPlan, kinds: Sequence[Sequence[int]], workers: int) -> list[int]:
-    """Each worker's band: within a kind, the first workers take the highest bands the model chose."""
-    tiers = [0] * workers
-    for k, members in enumerate(kinds):
-        position = 0
-        for band in reversed(range(len(levels.edges))):
-            for w in members[position : position + levels.counts[k][band]]:
-                tiers[w] = band
-            position += levels.counts[k][band]
-    return tiers

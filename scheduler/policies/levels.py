@@ -75,6 +75,18 @@ class LevelPlan:
     makespan_s: float  # the model's makespan (its estimate, not the simulator's)
     status: str  # OPTIMAL when the search on T closed its bracket, else FEASIBLE (CP-SAT's names)
 
+    def tiers(self, kinds: Sequence[Sequence[int]], workers: int) -> list[int]:
+        """Each worker's band: within a kind (``kinds``: its members' indexes), the first workers take
+        the highest bands the model chose."""
+        tiers = [0] * workers
+        for k, members in enumerate(kinds):
+            position = 0
+            for band in reversed(range(len(self.edges))):
+                for w in members[position : position + self.counts[k][band]]:
+                    tiers[w] = band
+                position += self.counts[k][band]
+        return tiers
+
 
 def band_edges(lengths: Sequence[int] | IntArray, bands: int = BANDS, grid: int = 0) -> tuple[int, ...]:
     """Band upper edges at length quantiles 1/2, 3/4, 7/8, ..., the longest length below the maximum
