@@ -39,13 +39,23 @@ from service.served import after_publish
 
 router = APIRouter(tags=["schedules"], route_class=AuthFirstRoute)
 REPLAYED_HEADER = "Idempotent-Replayed"  # Stripe's name: the answer is a retry's, the first attempt's plan
+# The 200's entry in /openapi.json: a generated client sees the header beside the body's ``replayed``.
+_REPLAYED_DOC: dict[str, Any] = {
+    "description": "The plan; a retry of a published schedule_id gets the first attempt's, replayed",
+    "headers": {
+        REPLAYED_HEADER: {
+            "description": "Only on a replayed answer: the first attempt's plan, sent again",
+            "schema": {"type": "string", "enum": ["true"]},
+        }
+    },
+}
 
 
 @router.post(
     "/schedule",
     response_model=ScheduleResponse,
     dependencies=[Depends(trainer_only)],
-    responses=documented(400, 401, 403, 409, 413, 422, 503),
+    responses={200: _REPLAYED_DOC, **documented(400, 401, 403, 409, 413, 422, 503)},
 )
 def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     """Validate, predict, plan, publish (unless ``publish`` is false) and return the plan.

@@ -79,3 +79,17 @@ def test_a_documented_problem_names_the_shape_handlers_send(client: TestClient) 
     assert answer.headers["content-type"].startswith(PROBLEM_JSON)
     assert set(body) <= set(schema["properties"])
     assert set(schema["required"]) <= set(body)
+
+
+def test_the_header_a_replayed_schedule_answer_carries_is_declared_on_its_200(client: TestClient) -> None:
+    first = client.post("/schedule", json=batch_body(schedule_id="declared-replay"))
+    retry = client.post("/schedule", json=batch_body(schedule_id="declared-replay"))
+    assert (retry.status_code, retry.json()["replayed"]) == (200, True)
+    ours = set(retry.headers) - set(first.headers)  # what only a replay sends (lower case)
+    ok = _operation(client, "post", "/schedule")["responses"]["200"]
+    assert ok["content"]["application/json"]["schema"]["$ref"].endswith("/ScheduleResponse")
+    declared = ok.get("headers", {})
+    assert ours == {name.lower() for name in declared}
+    for header in declared.values():
+        assert header["schema"] == {"type": "string", "enum": ["true"]}
+        assert "replayed" in header["description"]
