@@ -123,18 +123,27 @@ def redis_memory_section() -> str:
     args = ("bench", "redis-memory", "--prompt-chars", "800", "--output-chars", "4000")
     report = run_json(*args)
     lines = [
-        f"{_command(*args)}: MEMORY USAGE summed over a schedule's keys.",
+        f"{_command(*args)}: MEMORY USAGE summed over a schedule's keys. The published bytes include the"
+        " answer stored for a retry (`P:answer`, compressed), shown on its own with its JSON's size.",
         "",
-        "| schedule | published | per trajectory | finished (with results) | per trajectory |",
-        "|---|---|---|---|---|",
+        "| schedule | published | per trajectory | finished (with results) | per trajectory "
+        "| stored answer (`P:answer`) | per trajectory |",
+        "|---|---|---|---|---|---|---|",
     ]
     for size in report["sizes"]:
         lines.append(
             f"| {size['trajectories']:,} x {size['workers']} | {_mib(size['published_bytes'])} "
             f"| {size['published_per_trajectory']:,.0f} B | {_mib(size['finished_bytes'])} "
-            f"| {size['finished_per_trajectory']:,.0f} B |"
+            f"| {size['finished_per_trajectory']:,.0f} B | {_answer_cells(size)} |"
         )
     return "\n".join(lines)
+
+
+def _answer_cells(size: dict[str, Any]) -> str:
+    """The stored answer's size, beside its uncompressed JSON's, and per trajectory."""
+    answer, as_json = size["answer_bytes"], size["answer_json_bytes"]
+    per = answer / size["trajectories"]
+    return f"{answer / 1024:.1f} KiB ({as_json / 1024:.1f} KiB as JSON) | {per:.1f} B"
 
 
 def _mib(n: int) -> str:

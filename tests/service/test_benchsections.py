@@ -1,0 +1,48 @@
+"""docs/benchmarks.md's generated Redis memory table shows what ``bench redis-memory`` measures."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import pytest
+
+from service import benchsections
+from service.commands.bench_redis_memory import MemoryResult
+
+
+def _result(n: int, workers: int, answer: int) -> MemoryResult:
+    published, finished = 400 * n + answer, 4600 * n + answer
+    return MemoryResult(
+        n, workers, published, finished, published / n, finished / n, 4200 * n, answer, 7 * answer
+    )
+
+
+def _cells(row: str) -> list[str]:
+    return [cell.strip() for cell in row.strip().strip("|").split("|")]
+
+
+def test_the_redis_memory_table_shows_the_stored_answer_each_schedule_carries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the stored answer (P:answer) is in the published bytes, but the table did not say how much
+    results = [_result(1024, 16, answer=10_560), _result(4096, 32, answer=39_200)]
+    calls: list[tuple[str, ...]] = []
+
+    def run_json(*args: str) -> Any:
+        calls.append(args)
+        return {"sizes": [asdict(r) for r in results]}
+
+    monkeypatch.setattr(benchsections, "run_json", run_json)
+    lines = benchsections.redis_memory_section().splitlines()
+    assert calls[0][:2] == ("bench", "redis-memory")
+    header = next(_cells(line) for line in lines if line.startswith("| schedule |"))
+    rows = [_cells(line) for line in lines if line.startswith("| ") and line[2].isdigit()]
+    assert [len(row) for row in rows] == [len(header)] * len(results)
+    column = next(i for i, title in enumerate(header) if "P:answer" in title)
+    for result, row in zip(results, rows, strict=True):
+        assert (
+            row[column]
+            == f"{result.answer_bytes / 1024:.1f} KiB ({result.answer_json_bytes / 1024:.1f} KiB as JSON)"
+        )
+        assert row[column + 1] == f"{result.answer_bytes / result.trajectories:.1f} B"
