@@ -317,7 +317,8 @@ end
 local function expire(key, now, cfg)
   local r = get(key)
   if r.att >= cfg.max_attempts then
-    bury(key, now, 'lease expired after ' .. r.att .. ' attempts', cfg)
+    local noun = r.att == 1 and ' attempt' or ' attempts'
+    bury(key, now, 'lease expired after ' .. r.att .. noun, cfg)
     return 'dead'
   end
   requeue(key, cfg)

@@ -7,6 +7,7 @@ so a late holder and the worker that took the item over never both have a result
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from service.delivery import CompletionOutcome, Delivery, ReleaseOutcome, TrajectoryResult
@@ -40,9 +41,23 @@ def test_a_fail_that_meets_a_lapsed_lease_dead_letters_it_once_its_attempts_are_
     assert delivery.fail(lapsed, "engine error", now_ms=T0 + 1001) is ReleaseOutcome.STALE
     progress = delivery.progress("s", now_ms=T0 + 1001)
     assert (progress.running, progress.failed, progress.finished) == (0, 1, True)
-    assert progress.dead_letters[0].reason == "lease expired after 1 attempts"  # it lapsed first
+    assert progress.dead_letters[0].reason == "lease expired after 1 attempt"  # it lapsed first
     assert delivery.active_schedules() == []  # the last item settled: the schedule left the index
     assert_sound(redis_client, "s")
+
+
+@pytest.mark.parametrize(("max_attempts", "reason"), [(1, "after 1 attempt"), (2, "after 2 attempts")])
+def test_a_dead_letter_for_lapsed_leases_counts_its_attempts_in_good_english(
+    delivery: Delivery, max_attempts: int, reason: str
+) -> None:
+    # it read "lease expired after 1 attempts" with ROLLOUT_MAX_ATTEMPTS=1
+    delivery.publish(schedule("s", {"a": 1}, ttl_ms=1000, max_attempts=max_attempts), now_ms=T0)
+    now = T0
+    for _ in range(max_attempts):
+        assert len(delivery.claim("s", "a", 1, now_ms=now)) == 1
+        now += 1001
+        delivery.reap("s", now_ms=now)
+    assert [d.reason for d in delivery.progress("s", now_ms=now).dead_letters] == [f"lease expired {reason}"]
 
 
 def test_a_late_holder_and_the_thief_that_took_its_item_over_never_both_get_it_accepted(
