@@ -20,9 +20,9 @@ def _tiered(problem: Problem, scaled: bool) -> list[list[int]]:
     kinds = worker_kinds(problem.costs, problem.active)
     levels = solve_levels(problem.units, [(problem.costs[m[0]], len(m)) for m in kinds], 2_000.0, 5.0, 0)
     assert levels is not None
-    tiers = cpsat._tiers(levels, kinds, len(problem.costs))
+    tiers = levels.tiers(kinds, len(problem.costs))
     scale = [1.0 + 0.01 * (w % 7) for w in range(len(problem.costs))] if scaled else None
-    return lpt_assignment(problem, tiers, functools.partial(cpsat._band, edges=levels.edges), scale)
+    return lpt_assignment(problem, tiers, functools.partial(cpsat._unit_band, edges=levels.edges), scale)
 
 
 def _pinned_groups(affinity: bool) -> PlanRequest:
@@ -110,8 +110,8 @@ def test_with_a_cap_the_short_units_that_would_pass_it_are_placed_after_all_othe
     kinds = worker_kinds(problem.costs, problem.active)
     levels = solve_levels(problem.units, [(problem.costs[m[0]], len(m)) for m in kinds], 2_000.0, 5.0, 0)
     assert levels is not None
-    tiers = cpsat._tiers(levels, kinds, len(problem.costs))
-    band = functools.partial(cpsat._band, edges=levels.edges)
+    tiers = levels.tiers(kinds, len(problem.costs))
+    band = functools.partial(cpsat._unit_band, edges=levels.edges)
     cap_s = levels.makespan_s * 0.9  # low enough that long units pass it too (they never wait)
     placed: list[tuple[int, float]] = []
     place = listsched.ListState.place
