@@ -19,6 +19,10 @@ engine or an SGLang ``Engine`` object). For them the sidecar serves on loopback:
   when it starts, so what its previous incarnation held (it crashed and was restarted) goes back to
   the queue at once instead of being kept alive by the new process's calls (one process a sidecar).
 
+What a killed predecessor of the sidecar itself held (SIGKILL, an OOM kill) is handed back by the
+sidecar at its own start, as a push sidecar does (``takeover``; ``pull_state``): ``/next`` hands out
+nothing and ``/ready`` answers 503 ``taking over`` until then (at most the presence TTL, 5 s).
+
 The sidecar claims, steals, heartbeats and completes on the worker's behalf, within the same slot and
 KV admission limits as the push mode. It keeps leases alive only while the worker shows signs of
 life: if it calls none of these endpoints for ``idle_timeout_s``, heartbeats stop and its leases
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -96,10 +101,14 @@ async def health(request: Request) -> dict[str, Any]:
 
 @router.get("/ready")
 async def ready(request: Request) -> JSONResponse:
-    """200 once the sidecar has reached Redis at start-up; 503 while it is still connecting."""
+    """200 once ``/next`` can hand out work: Redis reached at start-up and a killed predecessor's
+    leases handed back; 503 ``connecting`` or ``taking over`` before."""
     state: PullState = request.app.state.pull
-    body = {"status": "ok" if state.connected else "connecting", "worker_id": state.worker_id}
-    return JSONResponse(body, status_code=200 if state.connected else 503)
+    status = "connecting" if not state.connected else "taking over" if state.taking_over else "ok"
+    return JSONResponse({"status": status, "worker_id": state.worker_id}, status_code=_READY[status])
+
+
+_READY = {"ok": 200, "connecting": 503, "taking over": 503}
 
 
 @router.get("/metrics", response_model=None)
@@ -203,13 +212,16 @@ def create_pull_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        state.begin()  # a session given: the takeover gates /next before the first request
         task = asyncio.create_task(state.run(pending))
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        if state.connected:  # whatever the worker held
+        if state.connected:  # whatever the worker held, then the presence key, in one grace
+            until = time.monotonic() + release_within_s
             await state.session.hand_back(state.session.holdings.all(), release_within_s)
+            await state.leave(until - time.monotonic())
 
     app = FastAPI(title="rollout-scheduler sidecar pull API", lifespan=lifespan)
     app.state.pull = state

@@ -7,6 +7,13 @@ although the sidecar lives on), the lost leases kept for ``GET /leases``, an ite
 its bound (``pull_holds``), handing out the next item within the slot and KV limits, and the session
 still ``Connecting`` while Redis is down at start-up (its connect runs in a daemon thread, so a
 SIGTERM meanwhile is not held up by a wait that has no end).
+
+Once connected it runs the push mode's ``Takeover``: the leases a killed predecessor under this worker
+id left running are handed back, attempts refunded, before the first claim (``/next`` hands out nothing
+until then), and its presence key is kept fresh. The worker process may have outlived that
+predecessor and still run what it was handed: those leases are handed back all the same (this process
+cannot tell which of them a worker still runs), and its ``/done`` of one is then refused ``stale`` by
+the lease's token, so the item's result is accepted once, from whichever run holds the current lease.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from service.sidecar.holdings import Held, lease_id
 from service.sidecar.pull_holds import DEFAULT_HOLD_TIMEOUT_S, overdue
 from service.sidecar.sampling import sample_params
 from service.sidecar.session import WorkerSession
+from service.sidecar.takeover import Takeover
 from service.sidecar.timings import Durations
 
 MAX_WAIT_S = 30.0  # the longest long-poll of GET /next
@@ -72,6 +80,10 @@ class PullState:
         self.lost: deque[dict[str, Any]] = deque(maxlen=LOST_KEPT)
         self.generation = Durations()  # wall seconds of each accepted /done, for GET /metrics
         self.lock = asyncio.Lock()
+        self.started = time.monotonic()  # leases taken or extended since are this process's own
+        # hands back a killed predecessor's leases, then keeps the presence key; None until the server
+        # runs (``begin``): an app driven without its lifespan (tests) claims at once, as before
+        self.takeover: Takeover | None = None
 
     @property
     def connected(self) -> bool:
@@ -85,15 +97,40 @@ class PullState:
             raise ConnectingError()
         return self._session
 
+    @property
+    def claims_open(self) -> bool:
+        """Whether ``/next`` may claim: the takeover is done (or none runs)."""
+        return self.takeover is None or self.takeover.done.is_set()
+
+    @property
+    def taking_over(self) -> bool:
+        """Connected, and still handing back (or checking for) a predecessor's leases."""
+        return self.connected and not self.claims_open
+
+    def begin(self) -> None:
+        """Set up the takeover once the session exists, before any request can claim (no await
+        between the session's arrival and this, so no ``/next`` slips in ahead of it)."""
+        if self._session is not None and self.takeover is None:
+            self.takeover = Takeover(self._session, started=self.started)
+
     async def run(self, pending: Connecting | None) -> None:
-        """Connect when still ``pending`` (served meanwhile), then heartbeat until cancelled."""
+        """Connect when still ``pending`` (served meanwhile), then take over what a killed predecessor
+        held and keep this process present, and heartbeat, until cancelled."""
         if pending is not None:
             try:
                 self._session = await _in_daemon_thread(pending.connect)
             except Exception as error:  # refused credentials: the caller's ``connect`` stops the server
                 log.error("could not connect to Redis: %s", error)
                 return
-        await self.heartbeats()
+        self.begin()
+        assert self.takeover is not None
+        await asyncio.gather(self.heartbeats(), self.takeover.run(asyncio.Event()))
+
+    async def leave(self, within_s: float) -> None:
+        """A graceful exit: delete the presence key (the next process need not wait for it), if Redis
+        answers within ``within_s`` (else the key lapses within the presence TTL)."""
+        if self.takeover is not None and within_s > 0:
+            await self.takeover.leave(within_s)
 
     def idle(self) -> bool:
         """Whether the worker has been quiet past ``idle_timeout_s`` (its leases left to lapse)."""
@@ -164,6 +201,8 @@ class PullState:
         return None
 
     async def _take_one(self) -> Held | None:
+        if not self.claims_open:  # a predecessor's leases go back to the queue first
+            return None
         holdings = self.session.holdings
         waiting = holdings.waiting()
         if not waiting and holdings.free_slots() > 0:

@@ -324,6 +324,8 @@ def test_shutdown_hands_back_the_leases_of_live_schedules_when_one_has_expired(
     publish(delivery, "live", {"w0": [item("b", 0, 10)]}, lease_ttl_ms=30_000)
 
     async def script(client: httpx.AsyncClient) -> None:
+        while (await client.get("/ready")).status_code != 200:  # a started server's takeover first
+            await asyncio.sleep(0.01)
         for _ in range(2):
             await client.get("/next")
         redis_client.delete(*redis_client.keys("*expiring*"))  # its retention passed

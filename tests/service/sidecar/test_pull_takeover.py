@@ -1,0 +1,217 @@
+"""A pull sidecar's start hands back what a killed predecessor under its worker id held (``takeover``),
+before ``/next`` hands out anything and without spending attempts; never what a live pull sidecar with
+the same id holds; Redis down at start only delays it. The worker process that outlived the killed
+sidecar is refused ``stale`` for what was handed back, and every result is accepted once.
+
+Real Redis; the pull app in process with its lifespan (heartbeats, takeover) running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from service.delivery.keys import PRESENCE_TTL_MS, sidecar_presence
+from service.delivery.protocol import Delivery
+from service.delivery.records import Lease
+from service.embedded import EmbeddedServer
+from service.sidecar.holdings import Holdings
+from service.sidecar.launch import SidecarOptions, connect, session_for
+from service.sidecar.pull_api import create_pull_app
+from service.sidecar.pull_state import Connecting, PullState
+from service.sidecar.session import SessionSettings, WorkerSession
+from service.sidecar.takeover import TakeoverReport
+from tests.service.sidecar.procs import item, publish, tally
+
+LEASE_TTL_MS = 60_000  # nothing in these tests may wait for a lease to lapse
+
+
+@asynccontextmanager
+async def _serving(session: WorkerSession | Connecting) -> AsyncIterator[tuple[httpx.AsyncClient, PullState]]:
+    """The pull API as ``run_pull`` serves it: its lifespan (takeover, heartbeats) runs meanwhile."""
+    app = create_pull_app(session)
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://pull") as client,
+    ):
+        yield client, app.state.pull
+
+
+def _session(redis_url: str) -> WorkerSession:
+    return WorkerSession(Delivery.from_url(redis_url), Holdings(8), SessionSettings("w0"))
+
+
+def _done(schedule_id: str, key: str, token: int) -> dict[str, Any]:
+    return {"schedule_id": schedule_id, "key": key, "token": token, "output_tokens": 5}
+
+
+def _old(lease: Lease) -> dict[str, Any]:
+    """The ``/done`` a worker that outlived the killed sidecar sends for what that sidecar handed it."""
+    return _done(lease.schedule_id, lease.key, lease.token)
+
+
+async def _pull(client: httpx.AsyncClient, n: int, timeout_s: float) -> list[dict[str, Any]]:
+    """Up to ``n`` leases from ``/next``, long-polling until ``timeout_s`` has passed."""
+    leases: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(leases) < n and time.monotonic() < deadline:
+        answer = await client.get("/next", params={"wait_s": 0.5})
+        if answer.status_code == 200:
+            leases.append(answer.json())
+    return leases
+
+
+def test_a_restarted_pull_sidecar_hands_back_its_killed_predecessors_leases_before_its_first_claim(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    items = [item(f"p{i}", 0, 10) for i in range(4)]
+    publish(delivery, "crash", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
+    killed = delivery.claim("crash", "w0", 3)  # handed to the worker by the killed sidecar
+    redis_client.set(sidecar_presence("w0"), "killed-instance", px=1000)  # its presence, lapsing
+    session = _session(redis_url)
+
+    async def main() -> dict[str, Any]:
+        async with _serving(session) as (client, state):
+            ready, first = await client.get("/ready"), await client.get("/next")
+            # the worker outlived its sidecar and finished one item before the hand-back: it lands
+            landed = await client.post("/done", json=_old(killed[0]))
+            started = time.monotonic()
+            leases = await _pull(client, 3, timeout_s=LEASE_TTL_MS / 1000 / 6)
+            back_s = time.monotonic() - started
+            refused = [await client.post("/done", json=_old(lease)) for lease in killed[1:]]
+            accepted = [
+                await client.post("/done", json=_done(le["schedule_id"], le["key"], le["token"]))
+                for le in leases
+            ]
+            later = await client.get("/ready")
+            return {
+                "before": (ready.status_code, ready.json()["status"], first.status_code),
+                "landed": landed.json(),
+                "keys": [le["key"] for le in leases],
+                "attempts": {le["attempt"] for le in leases},
+                "back_s": back_s,
+                "refused": [(r.status_code, r.json()) for r in refused],
+                "accepted": [r.json()["outcome"] for r in accepted],
+                "ready": later.status_code,
+                "state": state,
+            }
+
+    seen = asyncio.run(main())
+    assert seen["before"] == (503, "taking over", 204)  # nothing claimed ahead of the hand-back
+    assert seen["landed"] == {"outcome": "accepted"}
+    assert seen["back_s"] < LEASE_TTL_MS / 1000 / 6  # a presence TTL, not a lease TTL
+    # the two handed back come first, in the order they were claimed, then the one never leased
+    assert seen["keys"] == [killed[1].key, killed[2].key, items[3].key]
+    assert seen["attempts"] == {1}  # the killed sidecar's attempts were refunded
+    assert seen["refused"] == [(409, {"outcome": "stale"})] * 2  # the survivor's late reports
+    assert seen["accepted"] == ["accepted"] * 3
+    assert seen["ready"] == 200
+    assert (session.stats.reset, session.stats.accepted, session.stats.stale) == (2, 4, 2)
+    assert {r.attempt for r in delivery.read_results("crash")} == {1}
+    assert tally(delivery, "crash", {i.key for i in items}) == (0, 0)
+    assert seen["state"].takeover.report == TakeoverReport(released=2)
+
+
+async def _ready(client: httpx.AsyncClient, timeout_s: float) -> None:
+    """Return once ``/ready`` answers 200 (the takeover done); fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while (await client.get("/ready")).status_code != 200:
+        assert time.monotonic() < deadline, "not ready in time"
+        await asyncio.sleep(0.05)
+
+
+def test_a_second_live_pull_sidecar_with_the_same_worker_id_hands_back_nothing_and_both_say_so(
+    redis_client: redis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    items = [item(f"p{i}", 0, 10) for i in range(4)]
+    publish(delivery, "twins", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
+    first, second = _session(redis_url), _session(redis_url)
+
+    async def main() -> tuple[PullState, PullState, list[str]]:
+        async with _serving(first) as (one, first_state):
+            leases = await _pull(one, 4, timeout_s=10)  # its worker runs all four
+            async with _serving(second) as (two, second_state):
+                await _ready(two, PRESENCE_TTL_MS / 1000 + 5)
+                await asyncio.sleep(PRESENCE_TTL_MS / 3000 + 0.3)  # the first's next write meets it
+                assert delivery.progress("twins").running == 4  # none handed back
+                assert (await two.get("/next")).status_code == 204  # nothing left to claim
+                done = [
+                    await one.post("/done", json=_done(le["schedule_id"], le["key"], le["token"]))
+                    for le in leases
+                ]
+        return first_state, second_state, [d.json()["outcome"] for d in done]
+
+    with caplog.at_level(logging.ERROR, logger="service.sidecar"):
+        first_state, second_state, outcomes = asyncio.run(main())
+    assert outcomes == ["accepted"] * 4
+    assert (first.stats.reset, second.stats.reset, first.stats.stale) == (0, 0, 0)
+    assert tally(delivery, "twins", {i.key for i in items}) == (0, 0)
+    told = sorted(r.getMessage() for r in caplog.records if "another live sidecar" in r.getMessage())
+    assert len(told) == 2  # one ERROR from each
+    assert told == sorted(
+        f"another live sidecar (instance {s.takeover.instance}) runs as worker w0: two sidecars share its "
+        "queue, and neither hands back the other's leases at start; give each its own --worker-id"
+        for s in (first_state, second_state)
+        if s.takeover is not None
+    )
+    assert first_state.takeover is not None
+    assert second_state.takeover is not None
+    assert second_state.takeover.report == TakeoverReport(twin=first_state.takeover.instance)
+
+
+def test_a_pull_sidecar_started_while_redis_is_down_hands_back_once_it_answers() -> None:
+    server = EmbeddedServer(appendonly=True).start()
+    try:
+        delivery = Delivery.from_url(server.url)
+        items = [item(f"p{i}", 0, 10) for i in range(3)]
+        publish(delivery, "outage", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
+        killed = delivery.claim("outage", "w0", 2)  # the killed sidecar's
+        server.kill()  # the AOF keeps all of it (written before each reply)
+        options = SidecarOptions(worker_id="w0", redis_url=server.url)
+        made: list[WorkerSession] = []
+
+        def connected() -> WorkerSession:
+            made.append(session_for(options, connect(options, wait=True)))
+            return made[0]
+
+        async def main() -> tuple[list[int], list[dict[str, Any]]]:
+            async with _serving(Connecting("w0", connected)) as (client, _):
+                during = [(await client.get(path)).status_code for path in ("/ready", "/next")]
+                restart = threading.Timer(1.0, server.start)
+                restart.start()
+                leases = await _pull_through_outage(client, 3, timeout_s=30)
+                restart.join()
+                return during, leases
+
+        during, leases = asyncio.run(main())
+        assert during == [503, 503]  # connecting: nothing claimed
+        assert [le["key"] for le in leases] == [*(le.key for le in killed), items[2].key]
+        assert {le["attempt"] for le in leases} == {1}
+        assert made[0].stats.reset == 2
+    finally:
+        server.stop()
+
+
+async def _pull_through_outage(client: httpx.AsyncClient, n: int, timeout_s: float) -> list[dict[str, Any]]:
+    """As ``_pull``, a 503 (still connecting) answered by trying again."""
+    leases: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(leases) < n and time.monotonic() < deadline:
+        answer = await client.get("/next", params={"wait_s": 0.5})
+        if answer.status_code == 200:
+            leases.append(answer.json())
+        elif answer.status_code == 503:
+            await asyncio.sleep(0.1)
+    return leases
