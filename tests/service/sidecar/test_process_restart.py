@@ -1,8 +1,9 @@
-"""A real push sidecar SIGKILLed while it holds leases and restarted under the same worker id (a pod's
-container restarted): the items come back at its start, not a lease TTL later, and run once.
+"""A real push or pull sidecar SIGKILLed while it holds leases and restarted under the same worker id
+(a pod's container restarted): the items come back at its start, not a lease TTL later, and run once.
 
-valkey-server, engine-sim servers and two sidecar processes on loopback, with 30 s leases (the
-default), so a step that waited for them to lapse would fail the test's bound.
+valkey-server, engine-sim servers (push) or the test as the worker process (pull), and two sidecar
+processes on loopback, with 30 s leases (the default), so a step that waited for them to lapse would
+fail the test's bound.
 """
 
 from __future__ import annotations
@@ -10,12 +11,24 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import redis
 
 from service.delivery.protocol import Delivery
-from tests.service.sidecar.procs import cluster, item, publish, tally, wait_finished, wait_until
+from service.ports import free_port
+from tests.service.sidecar.procs import (
+    Proc,
+    cluster,
+    item,
+    publish,
+    tally,
+    wait_finished,
+    wait_http,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 LEASE_TTL_MS = 30_000
@@ -49,3 +62,66 @@ def test_a_sigkilled_push_sidecar_restarted_under_its_worker_id_gets_its_leases_
     assert {r.attempt for r in results} == {1}  # the killed process's attempts were refunded
     assert {r.worker_id for r in results} == {"w0"}
     assert tally(delivery, "restart", {i.key for i in items}) == (0, 0)
+
+
+def _next(base: str, proc: Proc) -> dict[str, Any] | None:
+    """One lease from a pull sidecar's ``/next`` (None: nothing now, or it is not serving yet)."""
+    assert proc.popen.poll() is None, proc.log.read_text()[-2000:]
+    try:
+        answer = httpx.get(f"{base}/next", params={"wait_s": 0.5}, timeout=5.0)
+    except httpx.TransportError:  # the restarted process is still starting
+        time.sleep(0.05)
+        return None
+    return dict(answer.json()) if answer.status_code == 200 else None
+
+
+def _pull(base: str, proc: Proc, n: int, timeout_s: float) -> list[dict[str, Any]]:
+    leases: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(leases) < n and time.monotonic() < deadline:
+        lease = _next(base, proc)
+        if lease is not None:
+            leases.append(lease)
+    return leases
+
+
+def _done(base: str, lease: dict[str, Any]) -> httpx.Response:
+    body = {k: lease[k] for k in ("schedule_id", "key", "token")}
+    return httpx.post(f"{base}/done", json={**body, "output_tokens": 7}, timeout=10.0)
+
+
+def test_a_sigkilled_pull_sidecar_restarted_under_its_worker_id_hands_its_leases_out_again_at_once(
+    redis_client: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """The worker process outlives its sidecar: what it was handed is refused ``stale`` afterwards,
+    and it runs the items again under the leases the restarted sidecar hands it."""
+    delivery = Delivery.from_url(redis_url)
+    items = [item("pull-restart", i, 100) for i in range(4)]
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    args = ["sidecar", "--worker-id", "w0", "--pull-api", str(port), "--redis-url", redis_url]
+    with cluster(tmp_path) as procs:
+        first = procs.spawn("pull-w0", args)
+        wait_http(f"{base}/ready", first)
+        publish(delivery, "pull-restart", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
+        handed = _pull(base, first, 4, 30)  # the worker runs all four
+        first.signal(signal.SIGKILL)
+        first.popen.wait()
+        killed_at = time.monotonic()
+        second = procs.spawn("pull-w0-restarted", args)
+        again = _pull(base, second, 4, LEASE_TTL_MS / 1000 / 2)
+        back_s = time.monotonic() - killed_at
+        late = [_done(base, lease) for lease in handed]  # the surviving worker's reports
+        outcomes = [_done(base, lease).json()["outcome"] for lease in again]
+        second.signal(signal.SIGTERM)
+        stats = second.stats()
+    print(f"kill -> all four handed out again by the restarted pull sidecar: {back_s:.1f} s (lease ttl 30 s)")
+    assert sorted(le["key"] for le in again) == sorted(i.key for i in items)
+    assert back_s < LEASE_TTL_MS / 1000 / 2
+    assert {le["attempt"] for le in again} == {1}  # the killed process's attempts were refunded
+    assert [(r.status_code, r.json()) for r in late] == [(409, {"outcome": "stale"})] * 4
+    assert outcomes == ["accepted"] * 4
+    assert (stats["reset"], stats["accepted"], stats["stale"]) == (4, 4, 4)
+    assert "handed back 4 leases" in second.log.read_text()
+    assert {r.attempt for r in delivery.read_results("pull-restart")} == {1}
+    assert tally(delivery, "pull-restart", {i.key for i in items}) == (0, 0)
