@@ -109,12 +109,13 @@ that reads the active and lapse indexes together, which share a slot):
 * ``<prefix>:inbox:{<worker>}`` (zset): schedule id -> publish time (ms); what a sidecar pulls.
   Expires ``retention + INBOX_MARGIN_S`` after its latest announce (server clock; only ever
   extended), so the inbox of a worker that never returns goes with its last schedule.
-* ``<prefix>:sidecar:{<worker>}`` (string): the instance id (random, per process) of the push sidecar
-  running as that worker, rewritten every third of ``PRESENCE_TTL_MS`` and expiring after it; deleted
-  by that process when it exits gracefully. A sidecar starting under the worker id reads it to tell a
-  predecessor that died (the key lapses within ``PRESENCE_TTL_MS``: its leases are handed back at
-  once, ``service/sidecar/takeover.py``) from a second live sidecar misconfigured with the same id
-  (the key is rewritten: nothing is handed back, and both log an error). Its own slot, as the inbox's.
+* ``<prefix>:sidecar:{<worker>}`` (string): the instance id (random, per process) of the sidecar (push
+  or pull mode) running as that worker, rewritten every third of ``PRESENCE_TTL_MS`` and expiring
+  after it; deleted by that process when it exits gracefully. A sidecar starting under the worker id
+  reads it to tell a predecessor that died (the key lapses within ``PRESENCE_TTL_MS``: its leases are
+  handed back at once, ``service/sidecar/takeover.py``) from a second live sidecar misconfigured with
+  the same id (the key is rewritten: nothing is handed back, and both log an error). Its own slot, as
+  the inbox's.
 
 Time-to-live: every per-schedule key expires at ``meta.expire_at_ms`` = publish time + retention
 (``DEFAULT_RETENTION_S``); scripts that (re)create a key re-apply that absolute deadline, so a late
@@ -164,7 +165,7 @@ DEFAULT_RETENTION_S = 24 * 3600  # how long a schedule's keys (results included)
 INBOX_MARGIN_S = 60  # an inbox outlives its newest announce by the retention plus this (clock skew)
 MAX_BATCH = 1000  # most items one claim/steal leases (Lua unpack limits the batch)
 SHARED_QUEUE = "*"  # worker-name of the shared FIFO; not a valid worker id
-PRESENCE_TTL_MS = 5_000  # a push sidecar's presence key lapses this long after its process died: the
+PRESENCE_TTL_MS = 5_000  # a sidecar's presence key lapses this long after its process died: the
 # longest a restarted sidecar waits before handing back its predecessor's leases (not the lease TTL)
 RETRAIN_LOCK_TTL_S = 60  # the retrain lock's life, renewed every third of it while the fit runs:
 # a replica that dies mid-retrain holds it back at most this long (1M rows fit in ~30 s on 2 cores)
@@ -363,7 +364,7 @@ def inbox(worker_id: str, prefix: str = DEFAULT_PREFIX) -> str:
 
 
 def sidecar_presence(worker_id: str, prefix: str = DEFAULT_PREFIX) -> str:
-    """String: the instance id of the live push sidecar of ``worker_id`` (``PRESENCE_TTL_MS``)."""
+    """String: the instance id of the live sidecar of ``worker_id`` (``PRESENCE_TTL_MS``)."""
     return f"{prefix}:sidecar:{{{worker_id}}}"
 
 

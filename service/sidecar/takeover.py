@@ -1,4 +1,5 @@
-"""A push sidecar's start: hand back at once what an earlier process of its worker id still holds.
+"""A sidecar's start (push or pull mode): hand back at once what an earlier process of its worker id
+still holds.
 
 Killed (SIGKILL, an OOM kill, its node restarting), a push sidecar leaves its leases running in Redis.
 Nothing heartbeats them any more, but they lapse only a lease TTL after the last heartbeat (30 s by
@@ -10,7 +11,7 @@ connection closed). So before it claims anything it hands them back, without spe
 reaper would one day requeue, whether or not this process has heard of the schedule.
 
 The hazard is a second LIVE sidecar misconfigured with the same worker id, whose leases look the
-same. So every push sidecar keeps a presence key (``keys.sidecar_presence``: its random instance id,
+same. So every sidecar keeps a presence key (``keys.sidecar_presence``: its random instance id,
 rewritten every third of ``PRESENCE_TTL_MS``, deleted at a graceful exit). At start:
 
 * no key: no sidecar of this id is alive -> hand back now;
@@ -25,6 +26,12 @@ lapsed through a stall longer than ``PRESENCE_TTL_MS``), fencing keeps results e
 completion carries the old token and is refused STALE, and its next heartbeat stops that request.
 
 Redis down at start: ``run`` retries every ``retry_s`` (one warning per outage) and claims wait.
+
+Pull mode (``pull_state``) runs the same once its session has reached Redis. There the worker process
+is not the sidecar and may outlive it, still running what the dead one handed it: those leases are
+handed back all the same (nothing tells which a worker still runs), and the worker's ``/done`` of one
+is then refused STALE by its token, so results stay exactly-once; one it sends before the hand-back
+lands, and that lease is then no longer held to hand back.
 """
 
 from __future__ import annotations
