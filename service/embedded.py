@@ -160,6 +160,12 @@ class EmbeddedServer:
             self._proc.wait()
             self._proc = None
 
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the server process: SIGSTOP then SIGCONT is a Redis that stops answering
+        while its clock runs on (a pause, a long AOF replay), for the outage tests."""
+        if self._proc is not None:
+            self._proc.send_signal(signum)
+
     def stop(self) -> None:
         """Terminate the server and remove its temporary data dir."""
         self._end_process()

@@ -31,7 +31,13 @@ key                         type     contents
                                      actual is compared with its own step's profile);
                                      drained (JSON list: the request's drained workers, absent
                                      when none; ``lua/common.lua`` ``drained``: no claim, steal or
-                                     retry hands them anything, and they are not announced)
+                                     retry hands them anything, and they are not announced);
+                                     pulse (server ms when a claim, steal, heartbeat, completion,
+                                     release, reap or reset last ran on it, rewritten at most every
+                                     sixteenth of the lease TTL; a silence past half a TTL was an
+                                     outage: ``lua/common.lua`` ``pulse``), graced (how many lease
+                                     deadlines outages moved, docs/delivery.md "Redis outages";
+                                     present once one did: heartbeats then clear ``P:graced``)
 ``P:items``                 hash     item key -> ``<ref>\t<static item JSON without its payload>``
                                      (prompt, lengths); ``ref`` names its payload in ``P:prompts``
                                      ('' for none); the claim scripts return the whole JSON
@@ -72,6 +78,11 @@ key                         type     contents
                                      (space-separated, in order; written only by a ``fail``): its
                                      next attempt goes to a worker not among them when one may
                                      take it
+``P:graced``                hash     item key -> token of its lease an outage graced (deadline moved
+                                     to the end of the silence + lease TTL, ``lua/common.lua``
+                                     ``pulse``), until its holder heartbeats it (``heartbeat.lua``
+                                     deletes the field): a lease is graced once per silence of its
+                                     holder, so a dead holder's lease still lapses
 ``P:counts``                hash     ``q|r|d|f|c`` totals and ``q:<w>|r:<w>|d:<w>|f:<w>|c:<w>`` per
                                      worker (``c``: cancelled, only after a cancel)
 ``P:q:<worker>``            list     the worker's ordered queue; head = next to start
@@ -102,10 +113,12 @@ that reads the active and lapse indexes together, which share a slot):
 * ``<prefix>:lapse:{<prefix>:active}`` (zset): schedule id -> a time (ms, the lease clock) until which
   none of its leases has lapsed, so reapers pass it over until then (``reaper.reap_all``): the
   earliest lease deadline its last reap left, or that reap's now + lease ttl if sooner (a lease
-  written later gets its writer's now + ttl). Only reapers add to it; a schedule absent is reaped at
-  the next pass. An announce or retire removes the schedule's entry, and each pass the entries of
-  schedules no longer in ``<prefix>:active``. No TTL: it holds active schedules only. Tagged with the
-  active index's name, so both share a slot and one script reads them (``due_for_reaping``).
+  written later gets its writer's now + ttl), and no later than now + a third of the ttl while a
+  lease runs (those visits tell an outage from holders that all died: ``lua/common.lua``
+  ``pulse``). Only reapers add to it; a schedule absent is reaped at the next pass. An announce or
+  retire removes the schedule's entry, and each pass the entries of schedules no longer in
+  ``<prefix>:active``. No TTL: it holds active schedules only. Tagged with the active index's name,
+  so both share a slot and one script reads them (``due_for_reaping``).
 * ``<prefix>:inbox:{<worker>}`` (zset): schedule id -> publish time (ms); what a sidecar pulls.
   Expires ``retention + INBOX_MARGIN_S`` after its latest announce (server clock; only ever
   extended), so the inbox of a worker that never returns goes with its last schedule.
@@ -288,6 +301,11 @@ class ScheduleKeys:
     def seen(self) -> str:
         """Worker -> when it last showed life in this schedule (ms): where a failed item may go."""
         return f"{self.base}:seen"
+
+    @property
+    def graced(self) -> str:
+        """Item key -> token of its lease an outage graced, until its holder heartbeats again."""
+        return f"{self.base}:graced"
 
     @property
     def tried(self) -> str:

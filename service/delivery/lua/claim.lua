@@ -18,6 +18,7 @@
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local w, want, now, call = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), ARGV[4]
+pulse(cfg, ARGV[3])  -- first: an outage's grace before any lease is judged (common.lua)
 if drained(cfg, w) then return {} end  -- it takes nothing, nor counts as a live retry target
 mark_seen(w, now, cfg)
 local again = replayed_call(w, 'claim', call)

@@ -41,10 +41,11 @@ end
 -- meta field as stored (a JSON list of worker ids; nil when the request drained none), read here so
 -- that a claim on a schedule without a drain pays no command more for the check (drained, below).
 local function settings()
-  local m = redis.call('HMGET', META, 'lease_ttl_ms', 'max_attempts', 'expire_at_ms', 'total', 'drained')
+  local m = redis.call('HMGET', META, 'lease_ttl_ms', 'max_attempts', 'expire_at_ms', 'total', 'drained', 'pulse',
+    'graced')
   if not m[1] then return nil end
   return {ttl = tonumber(m[1]), max_attempts = tonumber(m[2]), exp = tonumber(m[3]), total = tonumber(m[4]),
-    drained = m[5] or nil}
+    drained = m[5] or nil, pulse = tonumber(m[6] or ''), graced = m[7] ~= false}
 end
 
 -- Whether the request drained worker w (POST /schedule 'drain: true'): it takes nothing of this
@@ -342,4 +343,51 @@ local function lease_status(key, token, now, holder)
   if holder ~= nil and holder ~= '' and r.w ~= holder then return 'stale' end
   if r.dl < now then return 'expired' end
   return 'current'
+end
+
+-- Redis outages (docs/delivery.md, "Redis outages"). Deadlines are judged on Redis's clock, which
+-- runs on while Redis is down, SIGSTOPped or replaying its AOF, or while no one can reach it, and
+-- the holders' heartbeats cannot land meanwhile: an outage past two thirds of the TTL had ended
+-- every running lease and spent an attempt of each (a dead letter on the last attempt). So every
+-- script that can judge a lease (claim, steal, heartbeat, complete, release, reap, reset) calls
+-- pulse first. META 'pulse' is when a script last ran on this schedule (server TIME, rewritten at
+-- most every sixteenth of the TTL); live holders heartbeat every third of it and reapers visit a
+-- schedule with running leases every third of it (reap.lua), so a silence past half the TTL means
+-- no one reached the schedule: an outage. Each running lease whose deadline had not passed when
+-- the silence began then gets a deadline of now + ttl, as if its holder had heartbeated as Redis
+-- came back; a holder that died before or during the outage stays silent and its lease lapses one
+-- TTL later. P:graced keeps the token of each lease so graced until its holder heartbeats again
+-- (heartbeat.lua clears it), and a lease is graced once per such silence of its holder: however
+-- often silences recur (a slow reaper, the service down too), a dead holder's lease lapses. An
+-- explicit clock (tests, simulations) jumps at will: only the server's TIME is judged.
+local function pulse(cfg, arg)
+  if arg ~= nil and arg ~= '' then return 0 end
+  local now, last = now_ms(''), cfg.pulse
+  local st, zadd, marks = {}, {}, {}
+  if last and now - last > cfg.ttl / 2 then
+    local keys = redis.call('ZRANGEBYSCORE', k('deadlines'), last, '(' .. int(now + cfg.ttl))
+    local done = #keys > 0 and redis.call('HMGET', k('graced'), unpack(keys)) or {}
+    for i, key in ipairs(keys) do
+      local r = get(key)
+      if r.s == 'r' and done[i] ~= r.tok then
+        r.dl = now + cfg.ttl  -- written here, not by flush: a script may return before it flushes
+        st[#st + 1], st[#st + 2] = key, r.s .. '|' .. r.tok .. '|' .. r.att .. '|' .. int(r.dl) .. '|' .. r.pred
+          .. '|' .. r.w .. '|' .. r.res
+        zadd[#zadd + 1], zadd[#zadd + 2] = int(r.dl), key
+        marks[#marks + 1], marks[#marks + 2] = key, r.tok
+      end
+    end
+  end
+  if #st > 0 then
+    bulk('HSET', k('st'), st)
+    bulk('ZADD', k('deadlines'), zadd)
+    bulk('HSET', k('graced'), marks)
+    keep(k('graced'), cfg.exp)
+    redis.call('HINCRBY', META, 'graced', #marks / 2)
+    cfg.graced = true  -- a heartbeat in this very script clears its holder's marks: it spoke
+  end
+  if not last or now < last or now - last >= cfg.ttl / 16 then
+    redis.call('HSET', META, 'pulse', int(now))
+  end
+  return #marks / 2
 end

@@ -9,6 +9,7 @@
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now = now_ms(ARGV[1])
+pulse(cfg, ARGV[1])  -- first: an outage's grace before any lease is judged (common.lua)
 local holder = ARGV[2] or ''
 local out = {}
 local accepted = false

@@ -8,9 +8,10 @@
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now = now_ms(ARGV[1])
+pulse(cfg, ARGV[1])  -- first: an outage's grace before any lease is judged (common.lua)
 local holder = ARGV[2]
 mark_seen(holder, now, cfg)
-local out = {}
+local out, alive = {}, {}
 for i = 3, #ARGV, 2 do
   local key = ARGV[i]
   local status = lease_status(key, ARGV[i + 1], now, holder)
@@ -18,11 +19,15 @@ for i = 3, #ARGV, 2 do
     get(key).dl = now + cfg.ttl
     dirty[key] = true
     out[#out + 1] = now + cfg.ttl
+    alive[#alive + 1] = key
   else
     if status == 'expired' then expire(key, now, cfg) end
     out[#out + 1] = -1
   end
 end
+-- the holder spoke: an outage after this one graces these leases again (common.lua, pulse); no
+-- command at all on a schedule no outage ever graced
+if cfg.graced and #alive > 0 then bulk('HDEL', k('graced'), alive) end
 flush(cfg)
 out[#out + 1] = settled_flag(cfg)
 return out

@@ -6,11 +6,12 @@
 -- handled); error NOSCHEDULE once the schedule expired. quiet_until (ms, this clock): none of the
 -- schedule's leases has lapsed by then (a lease lapses once now is past its deadline), for the reapers'
 -- index <prefix>:lapse (keys.py): the earliest lease deadline left, or now + the lease ttl if that is
--- sooner, since every deadline written later is its writer's now + ttl; now itself when the limit cut
--- the pass short (more may have lapsed).
+-- sooner, since every deadline written later is its writer's now + ttl (now + a third of the ttl
+-- while any lease runs); now itself when the limit cut the pass short (more may have lapsed).
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now = now_ms(ARGV[1])
+pulse(cfg, ARGV[1])  -- first: an outage's grace before any lease is judged (common.lua)
 local requeued, dead = 0, 0
 local expired = redis.call('ZRANGEBYSCORE', k('deadlines'), '-inf', '(' .. now, 'LIMIT', 0, tonumber(ARGV[2]))
 -- Each requeue is an LPUSH at the head, so requeue the latest claim first: a holder's queue then
@@ -28,7 +29,9 @@ if #expired >= tonumber(ARGV[2]) then
   quiet = now
 else
   local first = redis.call('ZRANGE', k('deadlines'), 0, 0, 'WITHSCORES')
-  if first[2] then quiet = math.min(quiet, tonumber(first[2])) end
+  -- while leases run, a visit at least every third of the TTL: the reapers' visits are what tells
+  -- pulse (common.lua) an outage from the silence of holders that all died
+  if first[2] then quiet = math.min(quiet, tonumber(first[2]), now + math.floor(cfg.ttl / 3)) end
 end
 out[1], out[2], out[3] = requeued, dead, int(quiet)
 out[#out + 1] = settled_flag(cfg)

@@ -9,6 +9,7 @@
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local mode, now, reason, holder = ARGV[1], now_ms(ARGV[2]), ARGV[3], ARGV[4]
+pulse(cfg, ARGV[2])  -- first: an outage's grace before any lease is judged (common.lua)
 local out = {}
 
 -- The workers whose attempt at key was reported failed, as a set, with the holder w added to them

@@ -12,6 +12,7 @@
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now, w, age = now_ms(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+pulse(cfg, ARGV[1])  -- first: an outage's grace before any lease is judged (common.lua)
 local cutoff = now - age + cfg.ttl
 local mine = {}
 for _, key in ipairs(redis.call('ZRANGEBYSCORE', k('deadlines'), '-inf', '(' .. int(cutoff))) do

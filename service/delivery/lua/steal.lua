@@ -41,6 +41,7 @@ local VICTIMS = 4  -- queues one steal may look at: the busiest first, then the 
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local thief, want, now, budget = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), tonumber(ARGV[4])
+pulse(cfg, ARGV[3])  -- first: an outage's grace before any lease is judged (common.lua)
 local call = ARGV[8]
 if drained(cfg, thief) then return {} end  -- a drained worker steals nothing (common.lua)
 mark_seen(thief, now, cfg)

@@ -19,10 +19,15 @@ def _running(delivery: Delivery, schedule_ids: list[str], ttl_ms: int) -> None:
 
 
 def test_a_pass_skips_the_schedules_none_of_whose_leases_can_have_lapsed_yet(delivery: Delivery) -> None:
-    _running(delivery, ["s1", "s2", "s3"], ttl_ms=10_000)
+    _running(delivery, ["s1", "s2", "s3"], ttl_ms=9_999)
     assert reap_all(delivery, now_ms=1).keys() == {"s1", "s2", "s3"}  # new to the index: reaped once
-    assert reap_all(delivery, now_ms=10_000) == {}  # at their deadline, not past it: no script runs
-    lapsed = reap_all(delivery, now_ms=10_001)
+    assert reap_all(delivery, now_ms=3_334) == {}  # a third of the ttl on: no script runs yet
+    visited = reap_all(delivery, now_ms=3_335)  # then one a third of a ttl while leases run (pulse)
+    seen = {sid: (report.requeued, report.quiet_until_ms) for sid, report in visited.items()}
+    assert seen == dict.fromkeys(("s1", "s2", "s3"), (0, 6_668))
+    assert reap_all(delivery, now_ms=6_669).keys() == {"s1", "s2", "s3"}  # quiet until 9,999 now
+    assert reap_all(delivery, now_ms=9_999) == {}  # at their deadline, not past it: no script runs
+    lapsed = reap_all(delivery, now_ms=10_000)
     assert {sid: report.requeued for sid, report in lapsed.items()} == {"s1": 1, "s2": 1, "s3": 1}
 
 
@@ -31,7 +36,8 @@ def test_a_lease_claimed_after_a_pass_is_reaped_once_it_lapses(delivery: Deliver
     assert reap_all(delivery, now_ms=0)["s"].quiet_until_ms == 1_000  # nothing leased: now + ttl
     delivery.claim("s", "a", 1, now_ms=600)  # deadline 1,600, past the pass's bound of 1,000
     assert reap_all(delivery, now_ms=1_000) == {}
-    assert reap_all(delivery, now_ms=1_001)["s"].quiet_until_ms == 1_600  # nothing lapsed yet
+    assert reap_all(delivery, now_ms=1_001)["s"].quiet_until_ms == 1_334  # a lease runs: a third of the ttl
+    assert reap_all(delivery, now_ms=1_335)["s"].quiet_until_ms == 1_600  # nothing lapsed yet
     assert reap_all(delivery, now_ms=1_600) == {}
     assert reap_all(delivery, now_ms=1_601)["s"].requeued == 1
 
@@ -41,7 +47,9 @@ def test_a_heartbeat_moves_the_schedule_s_next_reap_later(delivery: Delivery) ->
     [lease] = delivery.claim("s", "a", 1, now_ms=0)
     reap_all(delivery, now_ms=1)
     delivery.heartbeat([lease], now_ms=900)  # deadline 1,900
-    assert reap_all(delivery, now_ms=1_001)["s"] == ReapReport(0, 0, (), 1_900)  # due by the old bound
+    assert reap_all(delivery, now_ms=1_001)["s"] == ReapReport(0, 0, (), 1_334)  # due by the old bound
+    assert reap_all(delivery, now_ms=1_335)["s"] == ReapReport(0, 0, (), 1_668)
+    assert reap_all(delivery, now_ms=1_669)["s"] == ReapReport(0, 0, (), 1_900)
     assert reap_all(delivery, now_ms=1_900) == {}
     assert reap_all(delivery, now_ms=1_901)["s"].requeued == 1
 
