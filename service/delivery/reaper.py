@@ -7,7 +7,10 @@ lapse index (``keys.lapse_index``) and later passes skip the schedule until then
 schedules with none lapsed was N script runs and N round trips a second on every replica (1,000:
 ~5,000 commands); now it is one script, plus a reap per schedule that falls due (docs/experiments.md).
 Leases lapse only when heartbeats stop (deadline = last heartbeat + lease ttl), so a long trajectory
-on a live worker is never reclaimed however long it runs.
+on a live worker is never reclaimed however long it runs; nor when Redis was out of everyone's reach:
+the first script after the silence graces the leases that were running (``lua/common.lua``
+``pulse``), and a schedule with a running lease falls due every third of its ttl so that these visits
+tell such a silence from holders that all died (docs/delivery.md, "Redis outages").
 """
 
 from __future__ import annotations
