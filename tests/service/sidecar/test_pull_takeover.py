@@ -61,13 +61,16 @@ def _old(lease: Lease) -> dict[str, Any]:
 
 
 async def _pull(client: httpx.AsyncClient, n: int, timeout_s: float) -> list[dict[str, Any]]:
-    """Up to ``n`` leases from ``/next``, long-polling until ``timeout_s`` has passed."""
+    """Up to ``n`` leases from ``/next``, long-polling until ``timeout_s`` has passed; a 503 (still
+    connecting to Redis) is asked again shortly."""
     leases: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
     while len(leases) < n and time.monotonic() < deadline:
         answer = await client.get("/next", params={"wait_s": 0.5})
         if answer.status_code == 200:
             leases.append(answer.json())
+        elif answer.status_code == 503:
+            await asyncio.sleep(0.1)
     return leases
 
 
@@ -191,7 +194,7 @@ def test_a_pull_sidecar_started_while_redis_is_down_hands_back_once_it_answers()
                 during = [(await client.get(path)).status_code for path in ("/ready", "/next")]
                 restart = threading.Timer(1.0, server.start)
                 restart.start()
-                leases = await _pull_through_outage(client, 3, timeout_s=30)
+                leases = await _pull(client, 3, timeout_s=30)
                 restart.join()
                 return during, leases
 
@@ -202,16 +205,3 @@ def test_a_pull_sidecar_started_while_redis_is_down_hands_back_once_it_answers()
         assert made[0].stats.reset == 2
     finally:
         server.stop()
-
-
-async def _pull_through_outage(client: httpx.AsyncClient, n: int, timeout_s: float) -> list[dict[str, Any]]:
-    """As ``_pull``, a 503 (still connecting) answered by trying again."""
-    leases: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout_s
-    while len(leases) < n and time.monotonic() < deadline:
-        answer = await client.get("/next", params={"wait_s": 0.5})
-        if answer.status_code == 200:
-            leases.append(answer.json())
-        elif answer.status_code == 503:
-            await asyncio.sleep(0.1)
-    return leases
