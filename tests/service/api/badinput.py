@@ -36,15 +36,26 @@ def set_at(path: str, value: Any) -> Callable[[Body], None]:
 # Written on the reaper's own timer (a due schedule's next reap time), never by a request: the app
 # under test reaps in the background, and a schedule an earlier test published comes due at any time.
 _BACKGROUND = {lapse_index()}
+Snapshot = dict[str, tuple[object, int]]  # key -> (content, absolute expiry in ms)
 
 
-def redis_snapshot(client: redis.Redis) -> dict[str, tuple[bytes | None, int]]:
+def redis_snapshot(client: redis.Redis) -> Snapshot:
     """Every key with its content (``DUMP``) and its absolute expiry (``PEXPIRETIME``; -1: none): a
     rejected request that rewrote a value or refreshed a TTL differs, not only one that added a key.
-    The reaper's lapse index is left out: the background reaper rewrites it whenever a schedule's next
-    reap comes due, whatever the requests do (``service/delivery/keys.py``)."""
+    What the background reaper writes whatever the requests do is left out: its lapse index, and the
+    ``pulse`` field of each schedule's meta hash, which every delivery script rewrites as it runs
+    (``service/delivery/keys.py``); the rest of a meta hash is compared field by field."""
     return {
-        str(key): (client.dump(key), client.pexpiretime(key))
+        str(key): (_content(client, str(key)), client.pexpiretime(key))
         for key in client.scan_iter("*")
         if str(key) not in _BACKGROUND
     }
+
+
+def _content(client: redis.Redis, key: str) -> object:
+    """``DUMP`` of ``key``, but a schedule's meta hash as its fields without ``pulse``."""
+    if key.endswith(":meta"):
+        fields = client.hgetall(key)
+        fields.pop("pulse", None)
+        return sorted(fields.items())
+    return client.dump(key)

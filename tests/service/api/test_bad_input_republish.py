@@ -12,7 +12,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from tests.service.api.badinput import Body, redis_snapshot, set_at
+from tests.service.api.badinput import Body, Snapshot, redis_snapshot, set_at
 from tests.service.api.conftest import batch_body
 
 
@@ -86,9 +86,6 @@ def test_requests_racing_for_one_schedule_id_publish_it_once_and_all_answer_its_
     assert sorted(a.json()["replayed"] for a in answers) == [False] + [True] * (len(bodies) - 1)
     assert len({json.dumps(_plan_of(a.json()), sort_keys=True) for a in answers}) == 1
     assert client.get("/schedule/crowd").json()["total"] == 64
-
-
-Snapshot = dict[str, tuple[bytes | None, int]]
 
 
 def _early_check_before_the_winner(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
