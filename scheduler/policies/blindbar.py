@@ -20,10 +20,8 @@ the worker model exactly as the planner reports that policy, unless its load est
 already reaches ``bar_s``. The better one is kept, each worker's queue in its own order or in the
 ordering's fastest (``scheduler.policies.ordering``), whichever finishes sooner. The policies take
 it as their start when it beats the lpt start (``blind_start``), and return it at the end
-(``barred``) when the plan they would return finishes later on the predictions. With quantiles the
-request's draws of the lengths judge instead, whatever the predictions say, and every blind plan
-built is a candidate (``Blind.drawn``): the short-cot replay's lpt plans, 30% EARLIER than round
-robin's on the predictions, were 0.62x round robin on the true lengths, and on the draws too.
+(``barred``) when the plan they would return finishes later on the predictions (with quantiles,
+only where it is also expected to end sooner on the request's draws of the lengths).
 """
 
 from __future__ import annotations
@@ -54,8 +52,6 @@ class Blind:
 
     queues: Queues
     finish_s: tuple[float, ...]
-    drawn: tuple[tuple[Queues, tuple[float, ...]], ...] = ()  # with quantiles: every blind plan
-    # built (round robin's, least loaded's), each with its finishes, for the bar on the draws
 
     @property
     def makespan_s(self) -> float:
@@ -86,22 +82,18 @@ def blind_plan(
     reserve = request.kv_admission
     unbound = bar_s == float("inf")
     best: tuple[Queues, list[float]] | None = None
-    built: list[tuple[Queues, tuple[float, ...]]] = []
     for queues in _candidates(problem, request, assignment, unbound, deadline):
         if clock.now() > deadline:
             return None
         if _floor(problem, queues) >= bar_s:
             continue
         finishes = problem.finishes(queues, reserve)
-        built.append((queues, tuple(finishes)))
         if max(finishes, default=0.0) < bar_s:
             best, bar_s = (queues, finishes), max(finishes, default=0.0)
     if best is None:
         return None
     queues, finishes = best
-    if unbound:
-        return Blind(queues, tuple(finishes), tuple(built))  # see the docstring
-    if len(problem.units) != len(problem.steps):
+    if unbound or len(problem.units) != len(problem.steps):
         return Blind(queues, tuple(finishes))  # see the docstring
     ordered, ordered_finishes = order_queues(problem, queues, reserve, search_until=deadline)
     chosen = [
@@ -138,48 +130,34 @@ def barred(
     spread: Spread | None,
     deadline: float,
 ) -> Placement:
-    """``placement``, or a blind plan with ``status`` where ``placement`` ends later: on the
-    predictions without quantiles, on the request's draws of the lengths with them.
+    """``placement``, or ``blind`` with ``status`` when ``placement`` finishes later on the predictions.
 
     With ``spread`` (the request's quantiles) the predictions are not what the plan was chosen on:
-    its orders were hedged and its placement judged on draws (``robust_order``, ``robust``), so the
-    draws judge it here too (``_drawn_bar``), whatever the point finishes say. Judged on the
-    predictions first (only a plan later there went to the draws), the bar let through the short-cot
-    plans that were 2-3x EARLIER on the predictions and later on the draws: a high-spread prompt's
-    samples, predicted short, placed on the Ascends, where one run to the 4,096 cap alone took 58 s
-    against round robin's 34-39 s a step on the H100 that held them (``docs/experiments.md``).
-    Before that, on the predictions alone, the bar replaced the headline's step 3 under vLLM
+    its orders were hedged and its placement judged on draws of the lengths (``robust_order``,
+    ``robust``), giving up point finish on purpose. So there each queue first counts at the lower
+    of its hedged order's and its fastest order's finish (on one worker, where every plan holds the
+    same items, a bar on the hedged orders undid the hedge), and a plan still later than ``blind``
+    on the predictions is replaced only where ``blind`` is also expected to end sooner on the
+    request's draws (``robust.least_expected``; ties, and no time left to play them, keep the
+    plan). Judged on the predictions alone, the bar replaced the headline's step 3 under vLLM
     admission by round robin's plan (1,188 s against 1,105 s predicted) and the replay ran 3,274 ->
-    3,382 s; on the draws it keeps the plan there."""
+    3,382 s; on the draws it keeps the plan there, and still bars the small mixed pools' plans
+    that ran later than round robin's on the draws too (``docs/experiments.md``)."""
     if blind is None:
         return placement
-    if spread is not None:
-        return _drawn_bar(problem, request, placement, blind, status, spread, deadline)
-    finishes = placement.finish_s or problem.finishes(placement.queues, request.kv_admission)
+    reserve = request.kv_admission
+    finishes = list(placement.finish_s or problem.finishes(placement.queues, reserve))
     if max(finishes, default=0.0) <= blind.makespan_s:
         return placement
+    if spread is not None and len(problem.units) == len(problem.steps):  # the ordering takes units
+        _, ordered = order_queues(problem, [list(q) for q in placement.queues], reserve)
+        if max(min(f, g) for f, g in zip(finishes, ordered, strict=True)) <= blind.makespan_s:
+            return placement
+    if spread is not None:
+        candidates = (placement.queues, blind.queues)
+        if least_expected(problem, candidates, spread, reserve, request.seed, deadline) != 1:
+            return placement
     return Placement(blind.queues, status, finish_s=blind.finish_s)
-
-
-def _drawn_bar(
-    problem: Problem,
-    request: PlanRequest,
-    placement: Placement,
-    blind: Blind,
-    status: str,
-    spread: Spread,
-    deadline: float,
-) -> Placement:
-    """``placement``, or the blind plan (any of ``blind.drawn``) with the least mean makespan on the
-    request's draws where that is less than ``placement``'s (module doc: the draws decide, whatever
-    the predictions say); ties, and no time left to play them, keep ``placement``."""
-    others = blind.drawn or ((blind.queues, blind.finish_s),)
-    candidates = (placement.queues, *(queues for queues, _ in others))
-    best = least_expected(problem, candidates, spread, request.kv_admission, request.seed, deadline)
-    if not best:  # None (no time) or 0 (the plan itself)
-        return placement
-    queues, finishes = others[best - 1]
-    return Placement(queues, status, finish_s=finishes)
 
 
 def _candidates(
