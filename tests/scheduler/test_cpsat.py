@@ -158,6 +158,10 @@ def test_a_cpsat_plan_leaves_ctrl_c_to_the_process() -> None:
     script = "\n".join(
         [
             "import os, signal, time",
+            # Python's own handler, whatever this test's runner left SIGINT as: a job started in the
+            # background by a shell without job control inherits it ignored, and then no
+            # KeyboardInterrupt could come, CP-SAT or not
+            "signal.signal(signal.SIGINT, signal.default_int_handler)",
             "from scheduler.benchgen import bench_request",
             "from scheduler.planner import plan",
             "plan(bench_request(64, 4, seed=0), 'cpsat')  # small enough that CP-SAT runs",
