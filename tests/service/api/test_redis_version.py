@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -70,19 +72,12 @@ def test_a_server_below_the_minimum_keeps_the_app_not_ready_with_one_error_line(
 def test_a_server_down_at_start_is_checked_by_the_first_readyz_that_reaches_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(redis_conn, "MIN_REDIS_VERSION", (99, 0))
-    server = EmbeddedServer().start()
-    try:
-        server.kill()
-        settings = Settings(redis_url=server.url, model_dir=str(tmp_path), redis_timeout_s=0.5)
-        with TestClient(create_app(settings), raise_server_exceptions=False) as client:
-            assert client.get("/readyz").json()["redis"].startswith("unreachable")
-            server.start()
-            ready = client.get("/readyz")
-            refusal = f"refused: Redis 7.2.4 at {server.url} is too old: the service needs {RAISED}"
-            assert (ready.status_code, ready.json()["redis"]) == (503, refusal)
-    finally:
-        server.stop()
+    with _too_old_and_down_at_start(tmp_path, monkeypatch) as (server, client):
+        assert client.get("/readyz").json()["redis"].startswith("unreachable")
+        server.start()
+        ready = client.get("/readyz")
+        refusal = f"refused: Redis 7.2.4 at {server.url} is too old: the service needs {RAISED}"
+        assert (ready.status_code, ready.json()["redis"]) == (503, refusal)
 
 
 def test_every_route_refuses_a_server_found_too_old_after_start_with_the_version_and_stores_nothing(
@@ -90,29 +85,22 @@ def test_every_route_refuses_a_server_found_too_old_after_start_with_the_version
 ) -> None:
     """Redis down at start, back too old: only ``/readyz`` refused it, while ``POST /schedule`` and
     ``/actuals`` ran their scripts on it (published, stored; on a real Redis 6 a Lua or XINFO error)."""
-    monkeypatch.setattr(redis_conn, "MIN_REDIS_VERSION", (99, 0))
-    server = EmbeddedServer().start()
-    try:
-        server.kill()
-        settings = Settings(redis_url=server.url, model_dir=str(tmp_path), redis_timeout_s=0.5)
-        with TestClient(create_app(settings), raise_server_exceptions=False) as client:
-            server.start()
-            refusal = f"Redis 7.2.4 at {server.url} is too old: the service needs {RAISED}"
-            answers = [
-                client.post("/schedule", json=batch_body()),
-                client.post("/actuals", json={"actuals": actual_history(steps=1)}),
-                client.get("/models"),
-                client.post("/models/retrain"),
-                client.get("/schedule/any-step"),
-            ]
-            for answer in answers:
-                assert answer.status_code == 503, answer.text
-                assert answer.json()["type"].endswith("/redis-too-old")
-                assert refusal in answer.json()["detail"]
-            assert client.get("/readyz").json()["redis"] == f"refused: {refusal}"
-            assert redis.Redis.from_url(server.url).dbsize() == 0
-    finally:
-        server.stop()
+    with _too_old_and_down_at_start(tmp_path, monkeypatch) as (server, client):
+        server.start()
+        refusal = f"Redis 7.2.4 at {server.url} is too old: the service needs {RAISED}"
+        answers = [
+            client.post("/schedule", json=batch_body()),
+            client.post("/actuals", json={"actuals": actual_history(steps=1)}),
+            client.get("/models"),
+            client.post("/models/retrain"),
+            client.get("/schedule/any-step"),
+        ]
+        for answer in answers:
+            assert answer.status_code == 503, answer.text
+            assert answer.json()["type"].endswith("/redis-too-old")
+            assert refusal in answer.json()["detail"]
+        assert client.get("/readyz").json()["redis"] == f"refused: {refusal}"
+        assert redis.Redis.from_url(server.url).dbsize() == 0
 
 
 def test_a_server_refused_at_start_is_named_by_every_route_as_too_old(
@@ -180,3 +168,20 @@ def test_a_request_behind_a_version_check_that_hangs_meets_redis_itself_within_a
         version.check()
     assert time.monotonic() - started < redis_conn.VERSION_WAIT_S + 0.5
     first.join()
+
+
+@contextmanager
+def _too_old_and_down_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[EmbeddedServer, TestClient]]:
+    """An app started while its Redis is down, that Redis (stopped, for the test to start) below the
+    minimum version the service is made to need."""
+    monkeypatch.setattr(redis_conn, "MIN_REDIS_VERSION", (99, 0))
+    server = EmbeddedServer().start()
+    try:
+        server.kill()
+        settings = Settings(redis_url=server.url, model_dir=str(tmp_path), redis_timeout_s=0.5)
+        with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+            yield server, client
+    finally:
+        server.stop()
