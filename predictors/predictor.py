@@ -22,7 +22,7 @@ from predictors.features import base_length, build_features, distinct_queries, p
 from predictors.history import History
 from predictors.model import FittedModel
 from predictors.promptstats import PromptStats
-from predictors.quantiles import at_quantile, check_quantile, ordered
+from predictors.quantiles import PLANNING_QUANTILE, at_quantile, check_quantile, ordered
 from predictors.queries import Query, QueryBatch
 from predictors.store import ModelStore
 from predictors.tracetable import FloatArray, IntArray, Trace
@@ -162,8 +162,11 @@ class LengthPredictor:
         self.use_model(None)
         return True
 
-    def predict(self, queries: QueryBatch | Sequence[Query], step: int, quantile: float = 0.9) -> Predictions:
-        """Lengths for trajectories of training step ``step``, from history of steps before it only."""
+    def predict(
+        self, queries: QueryBatch | Sequence[Query], step: int, quantile: float = PLANNING_QUANTILE
+    ) -> Predictions:
+        """Lengths for trajectories of training step ``step``, from history of steps before it only;
+        ``value`` at ``quantile``, by default the median the service and the replay plan on."""
         check_quantile(quantile)
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
             raise InvalidInputError("step", step, "must be an integer >= 0")

@@ -6,6 +6,11 @@ with ``z`` the standard normal quantile. This interpolates between them, extrapo
 outside them (p99 grows with the spread, p10 shrinks with it), and returns p50 and p90 exactly.
 Every value is clipped to [1, max_new_tokens]: a trajectory never emits fewer than one token or more
 than its cap.
+
+``PLANNING_QUANTILE`` (the median) is the one default every path plans on: ``LengthPredictor.predict``
+without a quantile, the service's ``ROLLOUT_DEFAULT_QUANTILE`` and the replay's ``ReplayConfig``.
+The predictor once defaulted to 0.9 while the other two planned on 0.5, so a caller leaving the
+quantile out got p90 lengths by accident.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from predictors.tracetable import FloatArray, IntArray
 from scheduler.errors import InvalidInputError
 
 Z90 = NormalDist().inv_cdf(0.9)
+PLANNING_QUANTILE = 0.5  # the default planning quantile of the predictor, the service and the replay
 
 
 def check_quantile(quantile: float) -> float:

@@ -24,6 +24,7 @@ import numpy as np
 from predictors.history import History
 from predictors.model import FitConfig, FittedModel, fit
 from predictors.predictor import LengthPredictor
+from predictors.quantiles import PLANNING_QUANTILE
 from predictors.queries import QueryBatch
 from predictors.tracetable import FloatArray, Trace
 from scheduler import clock
@@ -54,7 +55,7 @@ class ReplayConfig:
     steps: tuple[int, ...]  # steps to replay, ascending; each is predicted from the steps before it
     steal_modes: tuple[bool, ...] = (True,)  # simulate each plan with (True) and/or without stealing
     kv_admission: bool = True  # length-aware plans admit by projected KV peak (the CLI's default too)
-    quantile: float = 0.5  # predicted quantile the planner plans on
+    quantile: float = PLANNING_QUANTILE  # predicted quantile the planner plans on
     time_budget_s: float = 4.0  # per-plan budget, on a frozen clock (``scheduler.clock``): it sets only
     # CP-SAT's deterministic limits. ``wall_clock``: on the wall clock, as the service (figures vary)
     wall_clock: bool = False

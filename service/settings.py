@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from predictors.quantiles import PLANNING_QUANTILE
 from scheduler.errors import InvalidInputError
 from service.api.schemas import MAX_TIME_BUDGET_MS
 from service.delivery.keys import (
@@ -74,7 +75,7 @@ class Settings(BaseSettings):
     # --- planning ------------------------------------------------------------------------------------
     default_policy: str = "cpsat"  # policy when the request names none
     default_model: str = "7b"  # model preset when the request names none
-    default_quantile: float = Field(default=0.5, gt=0, lt=1)  # predicted-length quantile to plan on
+    default_quantile: float = Field(default=PLANNING_QUANTILE, gt=0, lt=1)  # length quantile to plan on
     # solver budget when the request gives none: a plan never runs past it (cpsat cuts a round short),
     # and 80 ms leaves POST /schedule p50 under 150 ms at 1,024 x 16 on 2 cores with ~45 ms of publish
     default_time_budget_ms: int = Field(default=80, gt=0, le=MAX_TIME_BUDGET_MS)  # a request's own ceiling

@@ -245,3 +245,13 @@ def test_once_a_prompt_ran_under_the_raised_cap_its_observed_lengths_decide_agai
     rows += [TraceRow(2, f"p{j}", i, 50, 1500 + 10 * i, 8000, "stop") for j in range(30) for i in range(4)]
     ruled, plain = _predict_both(rows, 8000, False, monkeypatch)
     assert ruled.p90.tolist() == plain.p90.tolist()
+
+
+def test_asked_without_a_quantile_the_predictor_answers_the_median() -> None:
+    # the service and the replay plan on p50; a caller leaving the quantile out must not get p90
+    rows = [TraceRow(0, "p", i, 10, n, 4096) for i, n in enumerate((100, 400, 1600))]
+    predictor = LengthPredictor(History(rows))
+    out = predictor.predict([Query("p", 0, 10, 4096), Query("new", 0, 10, 4096)], step=1)
+    assert out.quantile == 0.5
+    assert out.value.tolist() == out.p50.tolist()
+    assert np.all(out.p90 > out.p50)  # the spread is real: p90 would have been a different answer

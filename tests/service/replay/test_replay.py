@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -10,12 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from predictors.predictor import LengthPredictor
 from predictors.traceio import read_trace
 from predictors.tracetable import Trace
 from scheduler.costmodel import worker_cost
 from scheduler.errors import InvalidInputError
 from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay
 from service.replay_steps import select_steps
+from service.settings import Settings
 from service.workerspec import parse_workers
 from tests.scheduler.fake_clock import SteppingClock
 
@@ -251,3 +254,14 @@ def test_a_trajectory_no_worker_can_hold_is_refused_by_step_and_prompt_before_an
     assert f"step 2, prompt {prompt!r}, sample {sample}" in message
     assert f"{largest:,}" in message
     assert labels == []
+
+
+def test_the_service_the_replay_and_the_predictor_default_to_one_planning_quantile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a caller of LengthPredictor.predict that leaves the quantile out plans on what the service and
+    # the replay plan on (it was p90 while both planned on p50)
+    monkeypatch.delenv("ROLLOUT_DEFAULT_QUANTILE", raising=False)
+    default = inspect.signature(LengthPredictor.predict).parameters["quantile"].default
+    assert Settings().default_quantile == default
+    assert _config(("lpt",), (1,)).quantile == default
