@@ -3,7 +3,8 @@
 Why a shared check: ``replay --plot``, ``trace synth|import --out`` and ``predictor train --out``
 each write only at the end, after seconds to minutes of work; a path under a file failed there with
 the OS's words (``[Errno 17] File exists: 'afile'``), naming neither the flag nor the path given.
-Missing folders are fine: the writers create them.
+Missing folders are fine: the writers create them. An output's suffix is checked too
+(``check_suffix``): ``replay --plot g.txt`` wrote a PNG into g.txt, after the whole replay.
 
 A check cannot see everything (a name longer than the file system takes, a full disk, a read-only
 mount as root), so ``write_all`` writes a command's outputs all or none: a second output that fails
@@ -41,6 +42,13 @@ def check_folder_path(option: str, path: Path) -> None:
         raise InvalidInputError(option, str(path), "is a folder this process may not write to")
     if not path.exists() and not _creatable_under(path):
         raise InvalidInputError(option, str(path), "cannot be created here")
+
+
+def check_suffix(option: str, path: Path, suffixes: Sequence[str], what: str) -> None:
+    """Refuse ``path`` unless its last suffix is one of ``suffixes`` (any case): the file's content is
+    one format (``what`` says which), and a name promising another misleads whoever opens it."""
+    if path.suffix.lower() not in suffixes:
+        raise InvalidInputError(option, str(path), f"must end in {' or '.join(suffixes)} ({what})")
 
 
 def check_not_input(option: str, path: Path, source: Path, what: str) -> None:

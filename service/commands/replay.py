@@ -26,6 +26,13 @@ HELP = (
     "against the TRUE lengths in the simulator. Policies: round_robin, least_loaded, lpt, cpsat, oracle."
 )
 
+# What each output is, and the suffixes its name may end in: the chart is rendered once as a PNG (the
+# report embeds that same PNG), so --plot g.svg or g.txt would hold a PNG under another format's name.
+OUTPUT_SUFFIXES: dict[str, tuple[tuple[str, ...], str]] = {
+    "plot": ((".png",), "the chart is a PNG image"),
+    "report": ((".html", ".htm"), "the report is one HTML page"),
+}
+
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Attach ``replay`` to the root app."""
@@ -60,8 +67,12 @@ def replay_command(
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-    plot: Annotated[Path | None, typer.Option(help="Write a Gantt chart (PNG) of the last step.")] = None,
-    report: Annotated[Path | None, typer.Option(help="Write a self-contained HTML report.")] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write a Gantt chart (PNG, a path ending in .png) of the last step.")
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option(help="Write a self-contained HTML report (a path ending in .html or .htm).")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Planner seed (the predictor's is fixed).")] = 0,
     processes: Annotated[
         int | None,
@@ -120,9 +131,10 @@ def _check_outputs(
     config: ReplayConfig, per_worker: str | None, outputs: tuple[Path | None, Path | None], trace: Path
 ) -> None:
     """Refuse a --per-worker policy not replayed and output paths (--plot, --report) that cannot be
-    written or are the trace itself, before the replay, which would otherwise run for minutes first."""
+    written, are the trace itself or are named for another format (``OUTPUT_SUFFIXES``), before the
+    replay, which would otherwise run for minutes first."""
     from scheduler.errors import InvalidInputError
-    from service.outpaths import check_distinct, check_not_input
+    from service.outpaths import check_distinct, check_not_input, check_suffix
 
     plot, report = outputs
 
@@ -134,6 +146,9 @@ def _check_outputs(
         if path is not None:
             check_not_input(option, path, trace, "the trace being replayed")
     check_distinct((("plot", plot), ("report", report)))
+    for option, path in (("plot", plot), ("report", report)):
+        if path is not None:
+            check_suffix(option, path, *OUTPUT_SUFFIXES[option])
 
 
 def _run(loaded: Trace, config: ReplayConfig, quiet: bool) -> ReplayReport:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.errors import InvalidInputError
-from service.outpaths import write_all
+from service.outpaths import check_suffix, write_all
 
 
 @pytest.mark.parametrize("name", ["r" * 250 + ".md", "\U0001f600" * 62 + ".md"], ids=["ascii", "four-byte"])
@@ -47,3 +47,15 @@ def test_a_new_output_gets_the_mode_the_umask_allows(tmp_path: Path) -> None:
     old = os.umask(0o022)
     os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~old
+
+
+@pytest.mark.parametrize("name", ["g.png", "G.PNG", "chart.v2.Png"])
+def test_a_suffix_is_matched_whatever_its_case(name: str) -> None:
+    check_suffix("plot", Path(name), (".png",), "the chart is a PNG image")
+
+
+@pytest.mark.parametrize("name", ["g.png.txt", "png", ".png.", "g.pn"])
+def test_only_the_last_suffix_counts(name: str) -> None:
+    with pytest.raises(InvalidInputError) as raised:
+        check_suffix("plot", Path(name), (".png",), "the chart is a PNG image")
+    assert str(raised.value) == f"plot={name!r}: must end in .png (the chart is a PNG image)"

@@ -423,3 +423,25 @@ def test_a_folder_where_a_file_is_expected_is_called_a_folder_and_a_file_where_a
     assert code == 2
     assert err.splitlines() == [line.format(**names)]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dumps", "folder", "t.csv"]
+
+
+@pytest.mark.parametrize(
+    ("option", "name", "reason"),
+    [
+        ("--plot", "g.txt", "must end in .png (the chart is a PNG image)"),
+        ("--plot", "gantt", "must end in .png (the chart is a PNG image)"),
+        ("--plot", "g.svg", "must end in .png (the chart is a PNG image)"),
+        ("--report", "r.png", "must end in .html or .htm (the report is one HTML page)"),
+        ("--report", "report", "must end in .html or .htm (the report is one HTML page)"),
+    ],
+)
+def test_an_output_named_for_another_format_is_refused_before_the_replay(
+    cli: typer.Typer, small_trace_file: Path, tmp_path: Path, option: str, name: str, reason: str
+) -> None:
+    """``--plot g.txt`` wrote a PNG into g.txt, after the whole replay."""
+    target = tmp_path / "out" / name
+    code, out, err = _run(cli, ["replay", str(small_trace_file), "--workers", "1xH100", option, str(target)])
+    assert code == 2
+    assert out == ""  # no replay ran
+    assert err.splitlines() == [f"replay: {option[2:]}={str(target)!r}: {reason}"]
+    assert not target.parent.exists()
