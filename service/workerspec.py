@@ -5,6 +5,11 @@ eight 910Bs"), not as JSON. Each comma-separated part is ``[COUNTx]DEVICE[:MAX_N
 single-device engines of that kind (one vLLM/SGLang server per accelerator, the usual layout for a
 7B model), optionally with the engine's ``max_num_seqs``. Device names accept the spellings of
 ``scheduler.devices.device_profile``.
+
+A pool holds at most ``MAX_WORKERS`` engines, the bound ``POST /schedule`` puts on an inventory
+(``service.api.schemas.InventorySpec`` reads it from here): ``replay --workers 100000xH100`` was
+accepted and ran for over ten minutes, every policy's plan and play scaling with the pool (4,096
+H100s on a 64-trajectory step: 20 s on 2 cores; 64: 6.7 s), a pool the service would have refused.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from scheduler.types import Inventory, Worker
 from scheduler.validation import MAX_NUM_SEQS
 
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs
-MAX_WORKERS = 100_000  # a sanity bound: a typo like 80000000xH100 should fail fast, not allocate
+MAX_WORKERS = 4_096  # engines in one pool, the replay's and POST /schedule's inventory alike
+_PAST_LIMIT = f"exceed the limit of {MAX_WORKERS:,} workers (POST /schedule's too)"
 _PART = re.compile(
     r"^\s*(?:(?P<count>\d+)\s*[xX*]\s*)?(?P<device>[A-Za-z0-9_\-]+)\s*(?::\s*(?P<seqs>\d+))?\s*$",
     re.ASCII,  # \d would match other scripts' digits, which int() then reads as ASCII ones
@@ -31,8 +37,6 @@ def parse_workers(spec: str, model: str = "7b") -> Inventory:
     workers: list[Worker] = []
     for part in spec.split(","):
         workers.extend(_part_workers(part, spec, start=len(workers)))
-    if len(workers) > MAX_WORKERS:
-        raise InvalidInputError("workers", spec, f"{len(workers)} workers exceed the limit of {MAX_WORKERS}")
     return Inventory(workers=tuple(workers), model=model_preset(model))
 
 
@@ -46,8 +50,8 @@ def _part_workers(part: str, spec: str, start: int) -> list[Worker]:
         raise InvalidInputError("workers", part.strip(), "the count must be >= 1")
     if not 1 <= seqs <= MAX_NUM_SEQS:  # the API's bound: 8xH100:99999999999999999999 was accepted
         raise InvalidInputError("workers", part.strip(), f"max_num_seqs must be 1..{MAX_NUM_SEQS:,}")
-    if count > MAX_WORKERS:
-        raise InvalidInputError("workers", part.strip(), f"count exceeds the limit of {MAX_WORKERS}")
+    if start + count > MAX_WORKERS:  # before the workers are made: 80000000xH100 would allocate first
+        raise InvalidInputError("workers", spec, f"{start + count:,} workers {_PAST_LIMIT}")
     device = device_profile(match["device"])
     prefix = device.name.lower()
     return [Worker(worker_id=f"{prefix}-{start + i}", device=device, max_num_seqs=seqs) for i in range(count)]

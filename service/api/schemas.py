@@ -25,6 +25,7 @@ from typing_extensions import TypedDict
 
 from scheduler.validation import MAX_GPUS, MAX_NUM_SEQS, RANGES
 from service.names import NAME_MAX_LENGTH, NAME_PATTERN
+from service.workerspec import MAX_WORKERS
 
 # The most planning time a request may ask for, and ROLLOUT_DEFAULT_TIME_BUDGET_MS with it: past a
 # minute a trainer's step waits on the planner longer than most rollouts gain from it.
@@ -222,7 +223,7 @@ class WorkerSpec(Strict):
 class InventorySpec(Strict):
     """The worker pool."""
 
-    workers: list[WorkerSpec] = Field(min_length=1, max_length=4096)
+    workers: list[WorkerSpec] = Field(min_length=1, max_length=MAX_WORKERS)  # the replay's bound too
 
 
 class ScheduleRequest(Strict):

@@ -445,3 +445,15 @@ def test_an_output_named_for_another_format_is_refused_before_the_replay(
     assert out == ""  # no replay ran
     assert err.splitlines() == [f"replay: {option[2:]}={str(target)!r}: {reason}"]
     assert not target.parent.exists()
+
+
+def test_a_pool_past_the_service_s_worker_limit_is_one_line_before_any_work(
+    cli: typer.Typer, small_trace_file: Path
+) -> None:
+    """``--workers 100000xH100`` ran for over ten minutes; the service takes 4,096 workers at most."""
+    code, out, err = _run(cli, ["replay", str(small_trace_file), "--workers", "100000xH100"])
+    assert code == 2
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith("replay: workers='100000xH100': 100,000 workers exceed the limit of "), line
+    assert line.endswith(" workers (POST /schedule's too)"), line

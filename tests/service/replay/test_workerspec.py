@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.errors import InvalidInputError, UnknownNameError
+from service.api.schemas import InventorySpec
 from service.workerspec import DEFAULT_MAX_NUM_SEQS, parse_workers
 
 
@@ -62,3 +63,21 @@ def test_an_unknown_device_names_the_known_ones() -> None:
 def test_an_unknown_model_preset_is_refused() -> None:
     with pytest.raises(UnknownNameError, match="model"):
         parse_workers("4xH100", model="70b")
+
+
+def _api_worker_limit() -> int:
+    """The most workers ``POST /schedule`` accepts in one inventory, read off its schema."""
+    metadata = InventorySpec.model_fields["workers"].metadata
+    (limit,) = [m.max_length for m in metadata if hasattr(m, "max_length")]
+    return int(limit)
+
+
+def test_the_replay_takes_as_many_workers_as_the_service_and_no_more() -> None:
+    # replay --workers 100000xH100 was accepted and ran for over ten minutes; POST /schedule takes 4,096
+    limit = _api_worker_limit()
+    assert len(parse_workers(f"{limit - 1}xH100,1xA100").workers) == limit
+    for spec in (f"{limit + 1}xH100", f"{limit}xH100,1xA100", "100000xH100", "9" * 30 + "xH100"):
+        with pytest.raises(InvalidInputError) as raised:
+            parse_workers(spec)
+        assert raised.value.field == "workers"
+        assert f"the limit of {limit:,} workers" in raised.value.reason
