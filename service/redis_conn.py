@@ -153,6 +153,19 @@ class VersionCheck:
         return self.refusal
 
 
+def version_known(check: VersionCheck) -> bool:
+    """Whether ``check``'s server answered with a version the service runs on; False while it does
+    not answer, ``RedisTooOldError`` when it is too old. What a push-mode sidecar that started while
+    its plain Redis was down asks before it claims (``service.sidecar.runner``)."""
+    try:
+        refusal = check.check()
+    except redis.RedisError:
+        return False
+    if refusal is not None:
+        raise RedisTooOldError(refusal)
+    return True
+
+
 def built_when_reachable(
     build: Callable[[], Client], url: str, interval_s: float = 2.0, sleep: Sleep = time.sleep
 ) -> Client:

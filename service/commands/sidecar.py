@@ -116,7 +116,7 @@ def sidecar(
     """Validate the flags, then serve until SIGTERM; print the final counters as one JSON line."""
     from service import logs
     from service.delivery.keys import check_prefix
-    from service.redis_conn import RedisRefusedError
+    from service.redis_conn import RedisRefusedError, RedisTooOldError
     from service.sidecar.launch import SidecarOptions, run_pull, run_push
     from service.tokens import check_token_flag
 
@@ -175,7 +175,7 @@ def sidecar(
     except OSError as exc:  # a port to listen on that is taken, or not ours to take
         typer.echo(f"sidecar: cannot listen: {exc}", err=True)
         raise typer.Exit(2) from None
-    except RedisRefusedError as exc:  # a cluster that refuses our password: waiting will not help
+    except (RedisRefusedError, RedisTooOldError) as exc:  # a wrong password, an old Redis: no wait fixes
         typer.echo(f"sidecar: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(json.dumps({"worker_id": worker_id, **asdict(stats)}))

@@ -17,7 +17,15 @@ from redis.cluster import RedisCluster
 
 from service.delivery.keys import DEFAULT_PREFIX
 from service.delivery.protocol import Delivery
-from service.redis_conn import RedisRefusedError, built_when_reachable, describe, refused
+from service.redis_conn import (
+    RedisRefusedError,
+    RedisTooOldError,
+    VersionCheck,
+    built_when_reachable,
+    describe,
+    refused,
+    require_version,
+)
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, SessionStats, WorkerSession
 
@@ -57,7 +65,13 @@ class SidecarOptions:
 
 
 def connect(options: SidecarOptions, wait: bool = False) -> Delivery:
-    """The delivery client; connection and command timeouts keep a dead Redis from hanging us.
+    """The delivery client (``connected``'s, without the version check left to the runner)."""
+    return connected(options, wait)[0]
+
+
+def connected(options: SidecarOptions, wait: bool = False) -> tuple[Delivery, VersionCheck | None]:
+    """The delivery client, and the version check left to the push runner (None: asked already);
+    connection and command timeouts keep a dead Redis from hanging us.
 
     Credentials and the CA file come as for the service (``ROLLOUT_REDIS_USERNAME``,
     ``ROLLOUT_REDIS_PASSWORD``, ``ROLLOUT_REDIS_TLS_CA_FILE``). A server that refuses them raises
@@ -65,6 +79,13 @@ def connect(options: SidecarOptions, wait: bool = False) -> Delivery:
     sit idle while its liveness probe said ok. An unreachable server is waited for by the push loop;
     with ``wait`` (pull mode) here, a log line every 2 s: pull mode's ``/ready`` means Redis answered
     at start-up, and it had answered 200 (and every ``/next`` 503) while a plain Redis was still down.
+
+    A server that answers is asked its version as the service asks it (``redis_conn.require_version``):
+    one older than the service runs on raises ``RedisTooOldError`` now. The sidecar used to start
+    anyway: where its scripts' commands were missing each claim failed, which the runner took for an
+    outage ("redis unavailable", never claiming), and elsewhere it served a deployment whose service
+    refused every request. A plain Redis down at start-up in push mode cannot be asked yet: the
+    check is returned, and the runner makes it once the server answers, before its first claim.
     """
     client_args: dict[str, Any] = {
         "socket_connect_timeout": 2.0,
@@ -81,17 +102,22 @@ def connect(options: SidecarOptions, wait: bool = False) -> Delivery:
         cluster = built_when_reachable(
             lambda: RedisCluster.from_url(options.redis_url, **client_args), options.redis_url
         )
-        return Delivery(cluster, options.prefix)
+        require_version(cluster, options.redis_url)
+        return Delivery(cluster, options.prefix), None
     client = redis.Redis.from_url(options.redis_url, health_check_interval=15, **client_args)
     if wait:
-        return Delivery(built_when_reachable(lambda: _answering(client), options.redis_url), options.prefix)
+        answering = built_when_reachable(lambda: _answering(client), options.redis_url)
+        require_version(answering, options.redis_url)
+        return Delivery(answering, options.prefix), None
     try:
         client.ping()
+        require_version(client, options.redis_url)
     except redis.RedisError as error:
         if refused(error):
             where = describe(options.redis_url)
             raise RedisRefusedError(f"Redis at {where} refused our credentials: {error}") from None
-    return Delivery(client, options.prefix)
+        return Delivery(client, options.prefix), VersionCheck(client, options.redis_url)  # down now
+    return Delivery(client, options.prefix), None
 
 
 def _answering(client: redis.Redis) -> redis.Redis:
@@ -125,15 +151,19 @@ def run_push(options: SidecarOptions) -> SessionStats:
         health = HealthServer(None, options.worker_id, options.health_host, options.health_port)
         health.start()
     try:
-        delivery = connect(options)  # before the loop: a wait for the cluster must not hold off SIGTERM
-        return asyncio.run(_push(options, options.engine_url, delivery, health))
+        # before the loop: a wait for the cluster must not hold off SIGTERM
+        delivery, version = connected(options)
+        return asyncio.run(_push(options, options.engine_url, (delivery, version), health))
     finally:
         if health is not None:
             health.stop()
 
 
 async def _push(
-    options: SidecarOptions, engine_url: str, delivery: Delivery, health: HealthServer | None
+    options: SidecarOptions,
+    engine_url: str,
+    redis_side: tuple[Delivery, VersionCheck | None],
+    health: HealthServer | None,
 ) -> SessionStats:
     from service.sidecar.engine_client import EngineClient, EngineOptions
     from service.sidecar.runner import RunnerSettings, Sidecar
@@ -152,6 +182,7 @@ async def _push(
             probe_timeout_s=probe_s,
         )
     )
+    delivery, version = redis_side
     session = session_for(options, delivery)
     runner = Sidecar(
         session,
@@ -162,6 +193,7 @@ async def _push(
             engine_probe_s=probe_s,
             engine_stall_s=options.engine_stall_s,
         ),
+        version=version,
     )
     if health is not None:
         health.attach(runner)
@@ -177,8 +209,8 @@ def run_pull(options: SidecarOptions) -> SessionStats:
     The socket is bound here, before anything starts, so a port in use is an ``OSError`` the
     command reports in one line; and the app sees uvicorn's ``should_exit``, so a long-poll in
     flight stops claiming the moment SIGTERM arrives. Redis is reached while the API serves (a
-    cluster down at start-up is waited for with ``/health`` answering); credentials it refuses stop
-    the server and are raised here as ``RedisRefusedError``."""
+    cluster down at start-up is waited for with ``/health`` answering); credentials it refuses, or a
+    version too old, stop the server and are raised here (``RedisRefusedError``, ``RedisTooOldError``)."""
     import uvicorn
 
     from service.sidecar.pull_api import create_pull_app
@@ -188,12 +220,12 @@ def run_pull(options: SidecarOptions) -> SessionStats:
     listener = socket.create_server((options.pull_api_host, options.pull_api_port))
     server: uvicorn.Server | None = None
     made: list[WorkerSession] = []
-    refusals: list[RedisRefusedError] = []
+    refusals: list[RedisRefusedError | RedisTooOldError] = []
 
     def connected() -> WorkerSession:
         try:
             made.append(session_for(options, connect(options, wait=True)))
-        except RedisRefusedError as error:  # waiting will not help: stop, and let the command say why
+        except (RedisRefusedError, RedisTooOldError) as error:  # waiting will not help: stop, say why
             refusals.append(error)
             if server is not None:
                 server.should_exit = True

@@ -33,6 +33,7 @@ from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.records import TrajectoryResult, bounded_extra
 from service.logs import schedule_context
+from service.redis_conn import VersionCheck, version_known
 from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
 from service.sidecar.holdings import Held
 from service.sidecar.session import RELEASE_GRACE_S, SessionStats, WorkerSession
@@ -69,6 +70,8 @@ class Sidecar:
     session: WorkerSession
     engine: EngineClient
     settings: RunnerSettings = RunnerSettings()
+    # a plain Redis down at start-up: its version, asked before the first claim (``launch.connect``)
+    version: VersionCheck | None = None
     _tasks: dict[TaskId, asyncio.Task[None]] = field(default_factory=dict, init=False)
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _claiming: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)  # held by a claim in flight
@@ -112,6 +115,9 @@ class Sidecar:
         try:
             while not stop.is_set():
                 self.last_turn = time.monotonic()
+                if self.version is not None and not await asyncio.to_thread(version_known, self.version):
+                    await _sleep_unless(stop, self.settings.redis_retry_s)  # RedisTooOldError: too old
+                    continue
                 if not await self._engine_ready(stop):
                     break
                 if not self.takeover.done.is_set():
