@@ -99,7 +99,10 @@ class Startup:
                 return True
             gc.collect()
             gc.freeze()  # long-lived startup objects leave the GC's scans: shorter pauses per request
-            self._reaper = Reaper(ctx.delivery, on_reap=self.metrics.count_reaped).start()
+            version = ctx.redis_version  # unchecked when Redis was down: no pass before it is new enough
+            self._reaper = Reaper(
+                ctx.delivery, on_reap=self.metrics.count_reaped, ready=lambda: version.check() is None
+            ).start()
             self.state.context = ctx
             self.state.starting = None
         _log.info("service started", extra={"redis": describe(self.settings.redis_url or "")})

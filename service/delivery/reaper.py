@@ -11,6 +11,11 @@ on a live worker is never reclaimed however long it runs; nor when Redis was out
 the first script after the silence graces the leases that were running (``lua/common.lua``
 ``pulse``), and a schedule with a running lease falls due every third of its ttl so that these visits
 tell such a silence from holders that all died (docs/delivery.md, "Redis outages").
+
+A reaper given ``ready`` runs a pass only while it answers True: the service's asks the server's
+version (``redis_conn.VersionCheck``). Started while Redis was down, the service's reaper had gone on
+running its script every second on a server that came back too old, taking back leases, while every
+route answered 503 ``redis-too-old``.
 """
 
 from __future__ import annotations
@@ -59,12 +64,15 @@ class Reaper:
         delivery: Delivery,
         interval_s: float = DEFAULT_INTERVAL_S,
         on_reap: Callable[[ReapReport], None] | None = None,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
         """Prepare (not start) a reaper on ``delivery``; ``on_reap`` is told what each pass took back
-        from each schedule that had lapsed leases (the service counts them in its metrics)."""
+        from each schedule that had lapsed leases (the service counts them in its metrics); while
+        ``ready`` answers False (the server too old) no pass runs."""
         self.delivery = delivery
         self.interval_s = interval_s
         self.on_reap = on_reap
+        self.ready = ready
         self.passes = 0  # completed passes, for health checks and tests
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -91,20 +99,25 @@ class Reaper:
         failing = False
         while not self._stop.is_set():
             try:
-                for schedule_id, report in reap_all(self.delivery).items():
-                    if report.requeued or report.dead_lettered:
-                        if self.on_reap is not None:
-                            self.on_reap(report)
-                        _log_lapsed(schedule_id, report)
-                self.passes += 1
-                if failing:
-                    log.info("reaper passes go through again")
-                failing = False
+                if self.ready is None or self.ready():  # False: too old; RedisError: down
+                    self._pass()
+                    if failing:
+                        log.info("reaper passes go through again")
+                    failing = False
             except redis.RedisError as err:  # Redis down or failing over: try again next pass
                 if not failing:
                     log.warning("reaper pass failed: %s", err)
                 failing = True
             self._stop.wait(self.interval_s)
+
+    def _pass(self) -> None:
+        """One pass over every active schedule; lapsed leases reported and logged."""
+        for schedule_id, report in reap_all(self.delivery).items():
+            if report.requeued or report.dead_lettered:
+                if self.on_reap is not None:
+                    self.on_reap(report)
+                _log_lapsed(schedule_id, report)
+        self.passes += 1
 
 
 def _log_lapsed(schedule_id: str, report: ReapReport) -> None:

@@ -22,10 +22,13 @@ from fastapi.testclient import TestClient
 from service import redis_conn
 from service.app import create_app
 from service.client import SchedulerAPIError
+from service.delivery import Delivery
+from service.delivery.reaper import DEFAULT_INTERVAL_S
 from service.embedded import EmbeddedServer
 from service.redis_conn import version_refusal
 from service.settings import Settings
 from tests.service.api.conftest import AppFactory, actual_history, batch_body
+from tests.service.delivery.conftest import schedule
 
 NEEDED = "Redis 7.0 or later, or Valkey"
 RAISED = "Redis 99.0 or later, or Valkey"  # what the tests below raise the minimum to
@@ -185,3 +188,20 @@ def _too_old_and_down_at_start(
             yield server, client
     finally:
         server.stop()
+
+
+def test_the_reaper_does_not_reap_on_a_server_found_too_old_after_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis down at start, back too old: every route refused it, while the app's reaper ran its
+    script on it every second, taking back the leases of whatever another process had published."""
+    with _too_old_and_down_at_start(tmp_path, monkeypatch) as (server, client):
+        server.start()
+        delivery = Delivery(redis.Redis.from_url(server.url, decode_responses=True))
+        delivery.publish(schedule("s", {"a": 1}, ttl_ms=50))
+        assert len(delivery.claim("s", "a", 1)) == 1
+        assert client.get("/readyz").status_code == 503  # the app knows the server is too old
+        time.sleep(3 * DEFAULT_INTERVAL_S)  # the lease lapsed long ago: a reaper pass would requeue it
+        progress = delivery.progress("s")
+        assert (progress.queued, progress.running) == (0, 1)
+        delivery.client.close()
