@@ -50,12 +50,13 @@ class ResetReport:
 
     released: int  # current leases put back at the head of the worker's queue, attempt refunded
     requeued_lapsed: int  # leases that had lapsed already: requeued as the reaper would (attempt spent)
-    dead_lettered: int  # lapsed leases whose item ran out of attempts
+    dead_lettered: int  # lapsed leases, or current ones past their refunds, whose item ran out of attempts
+    charged: int = 0  # current leases past their item's refunds (``RESET_REFUNDS``): requeued, attempt spent
 
     @property
     def handed_back(self) -> int:
         """Every lease the reset ended."""
-        return self.released + self.requeued_lapsed + self.dead_lettered
+        return self.released + self.requeued_lapsed + self.dead_lettered + self.charged
 
 
 @dataclass(frozen=True, slots=True)

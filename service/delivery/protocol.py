@@ -319,13 +319,16 @@ class Delivery(DeliveryIndexes):
         """Hand back the leases ``worker_id`` holds from a process that ended (``lua/reset.lua``).
 
         For a push sidecar's start: what its predecessor held runs nowhere. Current leases go back to
-        the head of the worker's queue without spending an attempt (as ``release``); lapsed ones are
+        the head of the worker's queue without spending an attempt (as ``release``) the first
+        ``RESET_REFUNDS`` times an item is handed back so; later hand-backs spend it, so an item whose
+        run kills its sidecar is dead-lettered after ``max_attempts`` instead of looping. Lapsed ones are
         expired as the reaper would. ``age_ms`` is how long ago the caller's process started: a lease
         taken or extended since (deadline at least now - age + ttl) is a live process's, and is kept.
         """
-        args = [wire.clock(now_ms), worker_id, max(0, int(age_ms))]
-        released, lapsed, dead = self._settled(schedule_id, self._call(self.scripts.reset, schedule_id, args))
-        return ResetReport(int(released), int(lapsed), int(dead))
+        args = [wire.clock(now_ms), worker_id, max(0, int(age_ms)), keyspace.RESET_REFUNDS]
+        reply = self._settled(schedule_id, self._call(self.scripts.reset, schedule_id, args))
+        released, lapsed, dead, charged = (int(n) for n in reply)
+        return ResetReport(released, lapsed, dead, charged)
 
     # -- reaper, progress, results --------------------------------------------------------------
 

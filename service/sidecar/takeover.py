@@ -8,7 +8,9 @@ for items nobody ran. The process that replaces it under the same worker id know
 of them still runs: the engine requests died with the old process (an engine aborts a request whose
 connection closed). So before it claims anything it hands them back, without spending attempts
 (``Delivery.reset``, ``lua/reset.lua``), in every active schedule: the reaper's walk, so every lease a
-reaper would one day requeue, whether or not this process has heard of the schedule.
+reaper would one day requeue, whether or not this process has heard of the schedule. Only an item's
+first hand-back so is free (``keys.RESET_REFUNDS``): one held at a second death spends its attempt,
+so an item whose run kills the sidecar every time is dead-lettered after ``max_attempts``.
 
 The hazard is a second LIVE sidecar misconfigured with the same worker id, whose leases look the
 same. So every sidecar keeps a presence key (``keys.sidecar_presence``: its random instance id,
@@ -62,7 +64,8 @@ class TakeoverReport:
 
     released: int = 0  # current leases back at the head of the worker's queue, attempts refunded
     requeued_lapsed: int = 0  # leases that had lapsed already: requeued as the reaper would
-    dead_lettered: int = 0  # lapsed leases whose item ran out of attempts
+    dead_lettered: int = 0  # lapsed leases, or current ones past their refunds, out of attempts
+    charged: int = 0  # current leases whose item was handed back so before: requeued, attempt spent
     twin: str | None = None  # instance id of a live sidecar found using this worker id: nothing done
 
 
@@ -77,7 +80,7 @@ class Takeover:
     done: asyncio.Event = field(default_factory=asyncio.Event)  # set once claims may start
     report: TakeoverReport | None = None  # what the start did (None until ``done``)
     _told: set[str] = field(default_factory=set)  # other instances found using this id (logged once)
-    _handed: list[int] = field(default_factory=lambda: [0, 0, 0])  # released, lapsed, dead, all passes
+    _handed: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # released, lapsed, dead, charged
 
     @property
     def key(self) -> str:
@@ -149,19 +152,22 @@ class Takeover:
                 continue
             # counted as it lands: a pass that Redis cuts short is retried and finds these gone
             self.session.stats.reset += report.handed_back
-            for i, n in enumerate((report.released, report.requeued_lapsed, report.dead_lettered)):
+            counts = (report.released, report.requeued_lapsed, report.dead_lettered, report.charged)
+            for i, n in enumerate(counts):
                 self._handed[i] += n
-        released, lapsed, dead = self._handed
-        if released + lapsed + dead:
+        released, lapsed, dead, charged = self._handed
+        if released + lapsed + dead + charged:
             log.warning(
                 "handed back %d leases an earlier process of this worker held "
-                "(%d released, %d had lapsed, %d dead-lettered)",
-                released + lapsed + dead,
+                "(%d released, %d had lapsed, %d dead-lettered, %d charged an attempt: "
+                "handed back at an earlier restart too)",
+                released + lapsed + dead + charged,
                 released,
                 lapsed,
                 dead,
+                charged,
             )
-        return TakeoverReport(released, lapsed, dead)
+        return TakeoverReport(released, lapsed, dead, charged)
 
     def _present(self) -> tuple[str | None, int]:
         """Another process's instance id in the presence key and the key's time left (ms); (None, 0)

@@ -3,15 +3,19 @@
 -- HTTP requests died with it, and an engine aborts a request whose connection closed), yet those
 -- leases would stay running until they lapse, a whole lease TTL, and then until a reaper passes.
 -- A lease still current is released as a graceful shutdown releases it (head of the holder's queue,
--- attempt refunded); one already lapsed is expired as the reaper would (attempt spent, or dead-lettered).
--- ARGV: now ('' = server), worker, age (ms since the calling process started). A lease whose deadline
--- is at or past now - age + ttl was taken or extended since that start: a live process holds it (a
--- second sidecar with the same worker id, or the caller itself), and it is left alone.
--- Returns {released, requeued_lapsed, dead_lettered, settled (1 when every item is done, dead or
--- cancelled)}; error NOSCHEDULE once the schedule expired.
+-- attempt refunded) the first `refunds` times a reset hands its item back (P:handback counts them);
+-- after that the hand-back spends the attempt, and dead-letters the item on its last, naming why: an
+-- item whose run kills its sidecar (an OOM, a crash on that input) was refunded at every restart and
+-- came back for ever. One already lapsed is expired as the reaper would (attempt spent, or dead-lettered).
+-- ARGV: now ('' = server), worker, age (ms since the calling process started), refunds (hand-backs
+-- of one item that refund its attempt, keys.RESET_REFUNDS). A lease whose deadline is at or past
+-- now - age + ttl was taken or extended since that start: a live process holds it (a second sidecar
+-- with the same worker id, or the caller itself), and it is left alone.
+-- Returns {released, requeued_lapsed, dead_lettered, charged, settled (1 when every item is done, dead
+-- or cancelled)}; error NOSCHEDULE once the schedule expired.
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
-local now, w, age = now_ms(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local now, w, age, refunds = now_ms(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 pulse(cfg, ARGV[1])  -- first: an outage's grace before any lease is judged (common.lua)
 local cutoff = now - age + cfg.ttl
 local mine = {}
@@ -22,16 +26,37 @@ end
 -- Each requeue is an LPUSH at the head: the latest claim first, so the queue gets them back in the
 -- order they were claimed (tokens rise with every claim), as reap.lua does.
 table.sort(mine, function(a, b) return tonumber(get(a).tok) > tonumber(get(b).tok) end)
-local released, lapsed, dead = 0, 0, 0
-for _, key in ipairs(mine) do
+
+-- A current lease handed back: refunded while its item has refunds left, else its attempt is spent.
+local function hand_back(key)
   local r = get(key)
-  if r.dl < now then
-    if expire(key, now, cfg) == 'dead' then dead = dead + 1 else lapsed = lapsed + 1 end
-  else
+  local n = redis.call('HINCRBY', k('handback'), key, 1)
+  if n <= refunds then
     r.att = r.att - 1
     requeue(key, cfg)
-    released = released + 1
+    return 'released'
+  end
+  if r.att >= cfg.max_attempts then
+    local noun = r.att == 1 and ' attempt' or ' attempts'
+    bury(key, now, 'its sidecar died holding it ' .. n .. ' times (handed back at each restart), after '
+      .. r.att .. noun, cfg)
+    return 'dead'
+  end
+  requeue(key, cfg)
+  return 'charged'
+end
+
+local released, lapsed, dead, charged = 0, 0, 0, 0
+for _, key in ipairs(mine) do
+  if get(key).dl < now then
+    if expire(key, now, cfg) == 'dead' then dead = dead + 1 else lapsed = lapsed + 1 end
+  else
+    local how = hand_back(key)
+    if how == 'released' then released = released + 1
+    elseif how == 'dead' then dead = dead + 1
+    else charged = charged + 1 end
   end
 end
+if #mine > 0 then keep(k('handback'), cfg.exp) end
 flush(cfg)
-return {released, lapsed, dead, settled_flag(cfg)}
+return {released, lapsed, dead, charged, settled_flag(cfg)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import redis
 
 from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
+from service.delivery.keys import RESET_REFUNDS
 from service.delivery.outcomes import ResetReport
 from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.conftest import schedule
@@ -86,3 +87,69 @@ def test_a_reset_that_settles_the_schedule_retires_it_from_the_indexes(delivery:
     assert delivery.reset("s", "a", age_ms=0, now_ms=T0 + TTL + 1).dead_lettered == 1
     assert delivery.active_schedules() == []
     assert delivery.schedules_for("a") == []
+
+
+def _crash_loop(delivery: Delivery, worker: str, rounds: int) -> list[ResetReport]:
+    """A worker whose process dies at every run of what it claims: claim, die, restart (reset), again."""
+    reports, now = [], T0
+    for _ in range(rounds):
+        if not delivery.claim("s", worker, 1, now_ms=now):
+            break
+        now += 100
+        reports.append(delivery.reset("s", worker, age_ms=0, now_ms=now))
+        now += 100
+    return reports
+
+
+def test_an_item_that_kills_its_sidecar_at_every_run_is_dead_lettered_not_refunded_for_ever(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """A poison trajectory (its run OOMs or crashes the sidecar's pod) is handed back at each restart;
+    refunded every time, it came back for ever and the step never finished."""
+    attempts = 3
+    delivery.publish(schedule("s", {"a": 1}, ttl_ms=TTL, max_attempts=attempts), now_ms=T0)
+    reports = _crash_loop(delivery, "a", rounds=4 * (attempts + RESET_REFUNDS))
+    assert len(reports) == attempts + RESET_REFUNDS  # the refunded hand-backs, then one per attempt
+    assert sum(r.released for r in reports) == RESET_REFUNDS
+    assert sum(r.charged for r in reports) == attempts - 1
+    assert [r.dead_lettered for r in reports] == [0] * (len(reports) - 1) + [1]
+    (dead,) = delivery.progress("s", now_ms=T0).dead_letters
+    assert (dead.key, dead.worker_id, dead.attempts) == ("a-0#0", "a", attempts)
+    assert dead.reason == (
+        f"its sidecar died holding it {len(reports)} times (handed back at each restart), "
+        f"after {attempts} attempts"
+    )
+    assert delivery.active_schedules() == []  # the dead letter settled the step
+    assert_sound(redis_client, "s")
+
+
+def test_a_charged_hand_back_still_goes_to_the_head_of_the_queue_in_claim_order(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("s", {"a": 4}, ttl_ms=TTL), now_ms=T0)
+    for n in range(RESET_REFUNDS + 1):
+        held = delivery.claim("s", "a", 2, now_ms=T0 + 10 * n)
+        delivery.reset("s", "a", age_ms=0, now_ms=T0 + 10 * n + 5)
+    again = delivery.claim("s", "a", 4, now_ms=T0 + 100)
+    assert [le.key for le in again[:2]] == [le.key for le in held]
+    assert [le.attempt for le in again] == [2, 2, 1, 1]  # the second hand-back spent an attempt
+    assert_sound(redis_client, "s")
+
+
+def test_each_item_has_its_own_refund_a_crash_caused_by_something_else_costs_nothing(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """The count is per item, not per worker: a sidecar killed twice (an unrelated OOM, a node
+    restart) while running different items refunds both; only an item held at each death is charged."""
+    delivery.publish(schedule("s", {"a": 2}, ttl_ms=TTL, max_attempts=1), now_ms=T0)
+    (first,) = delivery.claim("s", "a", 1, now_ms=T0)
+    assert delivery.reset("s", "a", age_ms=0, now_ms=T0 + 10).released == 1
+    (first,) = delivery.claim("s", "a", 1, now_ms=T0 + 20)
+    assert delivery.complete(first, RESULT, now_ms=T0 + 30) is CompletionOutcome.ACCEPTED
+    (second,) = delivery.claim("s", "a", 1, now_ms=T0 + 40)
+    assert delivery.reset("s", "a", age_ms=0, now_ms=T0 + 50).released == 1  # its first: refunded
+    (second,) = delivery.claim("s", "a", 1, now_ms=T0 + 60)
+    assert second.attempt == 1
+    assert delivery.complete(second, RESULT, now_ms=T0 + 70) is CompletionOutcome.ACCEPTED
+    assert delivery.progress("s", now_ms=T0 + 80).dead_letters == ()
+    assert_sound(redis_client, "s")
