@@ -292,8 +292,16 @@ class Delivery(DeliveryIndexes):
                 raise _mapped(reply, schedule_id)
         return list(replies)
 
-    def release(self, leases: Sequence[Lease], now_ms: int | None = None) -> list[ReleaseOutcome]:
-        """Hand leases back without spending an attempt (graceful shutdown): head of the queue."""
+    def release(
+        self, leases: Sequence[Lease], now_ms: int | None = None, died: bool = False
+    ) -> list[ReleaseOutcome]:
+        """Hand leases back without spending an attempt (graceful shutdown): head of the queue.
+
+        ``died``: the process running them died (a pull worker restarted, its ``/reset``), so each
+        item is refunded only its first ``RESET_REFUNDS`` times back so, as by ``reset``: an item
+        that kills its worker at every run is dead-lettered after ``max_attempts``, not looped."""
+        if died:
+            return self._release("died", str(keyspace.RESET_REFUNDS), leases, now_ms)
         return self._release("release", "", leases, now_ms)
 
     def fail(self, lease: Lease, reason: str, now_ms: int | None = None) -> ReleaseOutcome:

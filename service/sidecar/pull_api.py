@@ -15,9 +15,11 @@ engine or an SGLang ``Engine`` object). For them the sidecar serves on loopback:
   dead-lettered;
 * ``GET /leases`` -> the leases handed to the worker and those lost since the last call (stop them);
 * ``GET /metrics`` -> its counters for Prometheus, live (``service.sidecar.metrics``);
-* ``POST /reset`` -> hand back every lease held, without spending attempts: a worker process calls it
-  when it starts, so what its previous incarnation held (it crashed and was restarted) goes back to
-  the queue at once instead of being kept alive by the new process's calls (one process a sidecar).
+* ``POST /reset`` -> ``{"released", "dead_lettered"}``: hand back every lease held, attempts refunded
+  (an item the worker was handed only its first time back so: one that kills the worker at every
+  run is dead-lettered after ``max_attempts``): a worker process calls it when it starts, so what its
+  previous incarnation held (it crashed and was restarted) goes back to the queue at once instead of
+  being kept alive by the new process's calls (one process a sidecar).
 
 What a killed predecessor of the sidecar itself held (SIGKILL, an OOM kill) is handed back by the
 sidecar at its own start, as a push sidecar does (``takeover``; ``pull_state``): ``/next`` hands out
@@ -185,8 +187,11 @@ async def leases(state: Pull) -> dict[str, Any]:
 
 @router.post("/reset")
 async def reset(state: Pull) -> dict[str, int]:
-    """Hand back every held lease without spending an attempt: a (re)started worker process's first
-    call, for what the previous one held and will never report.
+    """Hand back every held lease: a (re)started worker process's first call, for what the previous
+    one held and will never report. What it was handed is refunded its attempt only its first time
+    back so (``Delivery.release(died=True)``): an item that kills the worker at every run is
+    dead-lettered after ``max_attempts``, not handed to each new process first; what was claimed
+    ahead of ``/next`` never reached it, and is refunded always.
 
     A ``/done`` still in flight (its sender died before the answer; Redis may be down) settles first:
     released beside it, a finished result could be thrown away and the item run again; and one
@@ -194,8 +199,9 @@ async def reset(state: Pull) -> dict[str, int]:
     while any(h.completing for h in state.session.holdings.all()):
         await asyncio.sleep(0.05)
     held = state.session.holdings.all()
-    await state.session.release(held)
-    return {"released": len(held)}
+    await state.session.release([h for h in held if not h.started])  # claimed ahead: never reached it
+    dead = await state.session.release([h for h in held if h.started], died=True)
+    return {"released": len(held) - dead, "dead_lettered": dead}
 
 
 def create_pull_app(

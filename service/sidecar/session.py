@@ -369,8 +369,9 @@ class WorkerSession:
             self.stats.failed += 1
         return outcome
 
-    async def release(self, helds: list[Held]) -> None:
-        """Hand leases back without spending an attempt (shutdown); they go to the head of the queue.
+    async def release(self, helds: list[Held], died: bool = False) -> int:
+        """Hand leases back without spending an attempt (shutdown): to the head of the queue; ``died``:
+        their worker process died (refunded once per item); how many that dead-lettered (``failed``).
 
         Schedule by schedule: one whose keys are gone (retention passed) has nothing to take back,
         and must not keep the others' leases from going back."""
@@ -378,13 +379,19 @@ class WorkerSession:
         for held in helds:
             self.holdings.remove(lease_id(held.lease))
             by_schedule.setdefault(held.lease.schedule_id, []).append(held)
+        dead = 0
         for schedule_id, group in by_schedule.items():
             try:
-                await self._persist("release", self.delivery.release, [h.lease for h in group])
+                outcomes = await self._persist(
+                    "release", self.delivery.release, [h.lease for h in group], died=died
+                )
             except UnknownScheduleError:
                 log.info("schedule %s is gone; its %d leases need no release", schedule_id, len(group))
                 continue
-            self.stats.released += len(group)
+            dead += outcomes.count(ReleaseOutcome.DEAD_LETTERED)
+            self.stats.released += outcomes.count(ReleaseOutcome.REQUEUED)
+        self.stats.failed += dead
+        return dead
 
     async def hand_back(self, helds: list[Held], within_s: float) -> None:
         """``release`` if Redis takes it within ``within_s``, else leave the leases to lapse (the reaper

@@ -326,6 +326,32 @@ local function expire(key, now, cfg)
   return 'requeued'
 end
 
+-- A current lease whose process died running it (a restarted sidecar's reset, reset.lua; a restarted
+-- pull worker's /reset, release.lua mode 'died'), handed back to the head of its holder's queue. Its
+-- attempt is refunded the first `refunds` times its item comes back so (P:handback counts them, per
+-- item: a death for an unrelated cause costs nothing), then spent, and on the last the item is
+-- dead-lettered saying why: an item whose run kills its process came back refunded after every
+-- restart and never ran out of attempts. who names the process for the dead letter. Returns
+-- 'released' (refunded), 'charged' (requeued, attempt spent) or 'dead'.
+local function hand_back(key, now, refunds, who, cfg)
+  local r = get(key)
+  local n = redis.call('HINCRBY', k('handback'), key, 1)
+  keep(k('handback'), cfg.exp)
+  if n <= refunds then
+    r.att = r.att - 1
+    requeue(key, cfg)
+    return 'released'
+  end
+  if r.att >= cfg.max_attempts then
+    local noun = r.att == 1 and ' attempt' or ' attempts'
+    bury(key, now, who .. ' died holding it ' .. n .. ' times (handed back at each restart), after '
+      .. r.att .. noun, cfg)
+    return 'dead'
+  end
+  requeue(key, cfg)
+  return 'charged'
+end
+
 -- 1 once every item is done, dead or cancelled: the caller (Python) then drops the schedule from
 -- the indexes. Every script that can settle an item's fate appends it to its reply.
 local function settled_flag(cfg)

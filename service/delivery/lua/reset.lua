@@ -3,10 +3,10 @@
 -- HTTP requests died with it, and an engine aborts a request whose connection closed), yet those
 -- leases would stay running until they lapse, a whole lease TTL, and then until a reaper passes.
 -- A lease still current is released as a graceful shutdown releases it (head of the holder's queue,
--- attempt refunded) the first `refunds` times a reset hands its item back (P:handback counts them);
--- after that the hand-back spends the attempt, and dead-letters the item on its last, naming why: an
--- item whose run kills its sidecar (an OOM, a crash on that input) was refunded at every restart and
--- came back for ever. One already lapsed is expired as the reaper would (attempt spent, or dead-lettered).
+-- attempt refunded) the first `refunds` times its item is handed back so (common.lua hand_back,
+-- P:handback); after that the hand-back spends the attempt, and dead-letters the item on its last,
+-- naming why: an item whose run kills its sidecar (an OOM, a crash on that input) was refunded at
+-- every restart and came back for ever. One already lapsed is expired as the reaper would (attempt spent, or dead-lettered).
 -- ARGV: now ('' = server), worker, age (ms since the calling process started), refunds (hand-backs
 -- of one item that refund its attempt, keys.RESET_REFUNDS). A lease whose deadline is at or past
 -- now - age + ttl was taken or extended since that start: a live process holds it (a second sidecar
@@ -27,36 +27,16 @@ end
 -- order they were claimed (tokens rise with every claim), as reap.lua does.
 table.sort(mine, function(a, b) return tonumber(get(a).tok) > tonumber(get(b).tok) end)
 
--- A current lease handed back: refunded while its item has refunds left, else its attempt is spent.
-local function hand_back(key)
-  local r = get(key)
-  local n = redis.call('HINCRBY', k('handback'), key, 1)
-  if n <= refunds then
-    r.att = r.att - 1
-    requeue(key, cfg)
-    return 'released'
-  end
-  if r.att >= cfg.max_attempts then
-    local noun = r.att == 1 and ' attempt' or ' attempts'
-    bury(key, now, 'its sidecar died holding it ' .. n .. ' times (handed back at each restart), after '
-      .. r.att .. noun, cfg)
-    return 'dead'
-  end
-  requeue(key, cfg)
-  return 'charged'
-end
-
 local released, lapsed, dead, charged = 0, 0, 0, 0
 for _, key in ipairs(mine) do
   if get(key).dl < now then
     if expire(key, now, cfg) == 'dead' then dead = dead + 1 else lapsed = lapsed + 1 end
   else
-    local how = hand_back(key)
+    local how = hand_back(key, now, refunds, 'its sidecar', cfg)
     if how == 'released' then released = released + 1
     elseif how == 'dead' then dead = dead + 1
     else charged = charged + 1 end
   end
 end
-if #mine > 0 then keep(k('handback'), cfg.exp) end
 flush(cfg)
 return {released, lapsed, dead, charged, settled_flag(cfg)}

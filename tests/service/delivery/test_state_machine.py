@@ -177,9 +177,10 @@ class DeliveryMachine(RuleBasedStateMachine):
         elif outcome is CompletionOutcome.DUPLICATE:
             assert lease.key in self.accepted
 
-    @rule(lease=leases)
-    def release(self, lease: Lease) -> None:
-        self.delivery.release([lease], now_ms=self.now)
+    @rule(lease=leases, died=st.booleans())
+    def release(self, lease: Lease, died: bool) -> None:
+        """A graceful release, or (``died``) a dead pull worker's, refunded once per item."""
+        self.delivery.release([lease], now_ms=self.now, died=died)
 
     @rule(lease=leases)
     def fail(self, lease: Lease) -> None:

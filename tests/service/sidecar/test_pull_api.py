@@ -313,7 +313,7 @@ def test_a_restarted_worker_hands_back_what_its_predecessor_held_with_reset(
         again = [(await client.get("/next")).json() for _ in range(2)]
         return [released, sorted(lease["key"] for lease in again), [lease["attempt"] for lease in again]]
 
-    assert _with_api(redis_url, script) == [{"released": 2}, ["a#0", "b#0"], [1, 1]]
+    assert _with_api(redis_url, script) == [{"released": 2, "dead_lettered": 0}, ["a#0", "b#0"], [1, 1]]
 
 
 def test_shutdown_hands_back_the_leases_of_live_schedules_when_one_has_expired(

@@ -146,6 +146,6 @@ def test_reset_lets_a_report_in_flight_land_before_it_hands_back_the_rest(aof_se
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://pull") as api:
             return await script(api)
 
-    assert asyncio.run(run()) == [{"outcome": "accepted"}, {"released": 1}]
+    assert asyncio.run(run()) == [{"outcome": "accepted"}, {"released": 1, "dead_lettered": 0}]
     assert [(r.key, r.attempt) for r in delivery.read_results("reset")] == [("a#0", 1)]
     assert delivery.progress("reset").queued == 1  # b, handed back
