@@ -73,3 +73,41 @@ def test_an_item_that_kills_its_pull_worker_at_every_run_is_dead_lettered_not_re
     assert last == 204
     assert delivery.progress("pull-poison").finished
     assert tally(delivery, "pull-poison", {i.key for i in others}) == (0, 0)
+
+
+def test_a_lease_claimed_ahead_and_never_handed_to_the_worker_is_refunded_at_every_reset(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Only what the dead process was handed may have killed it: a lease the sidecar claimed for it
+    but held back (its KV cache full) keeps its refund however often the worker dies."""
+    delivery = Delivery.from_url(redis_url)
+    lease = LeaseSettings(lease_ttl_ms=30_000, max_attempts=1)
+    items = (item("poison", 0, 10), item("held-back", 0, 10))
+    delivery.publish(PublishedSchedule("ahead", {"w0": items}, kv_admission=True, lease=lease))
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(2), SessionSettings("w0"))
+
+    async def run() -> list[Any]:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_pull_app(session)), base_url="http://pull"
+        ) as client:
+            handed = [(await client.get("/next")).json()["key"] for _ in items]  # both run; it dies
+            first = (await client.post("/reset")).json()
+            # its successor's engine has a smaller cache: the second item waits behind the first
+            session.holdings.kv_capacity_tokens = sum(i.prompt_tokens + 10 for i in items) - 1
+            again = (await client.get("/next")).json()["key"]
+            waiting = (await client.get("/next")).status_code  # claimed, held back: never handed
+            second = (await client.post("/reset")).json()
+            return [handed, first, again, waiting, second]
+
+    assert asyncio.run(run()) == [
+        ["poison#0", "held-back#0"],
+        {"released": 2, "dead_lettered": 0},
+        "poison#0",
+        204,
+        {"released": 1, "dead_lettered": 1},  # the poison's second death; the held-back one refunded
+    ]
+    (dead,) = delivery.progress("ahead").dead_letters
+    assert dead.key == "poison#0"
+    assert delivery.progress("ahead").workers["w0"].queued == 1
+    (back,) = delivery.claim("ahead", "w0", 1)
+    assert (back.key, back.attempt) == ("held-back#0", 1)
