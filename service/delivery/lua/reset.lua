@@ -6,11 +6,13 @@
 -- attempt refunded) the first `refunds` times its item is handed back so (common.lua hand_back,
 -- P:handback); after that the hand-back spends the attempt, and dead-letters the item on its last,
 -- naming why: an item whose run kills its sidecar (an OOM, a crash on that input) was refunded at
--- every restart and came back for ever. One already lapsed is expired as the reaper would (attempt spent, or dead-lettered).
+-- every restart and came back for ever. One already lapsed is expired as the reaper would (attempt
+-- spent, or dead-lettered).
 -- ARGV: now ('' = server), worker, age (ms since the calling process started), refunds (hand-backs
 -- of one item that refund its attempt, keys.RESET_REFUNDS). A lease whose deadline is at or past
 -- now - age + ttl was taken or extended since that start: a live process holds it (a second sidecar
--- with the same worker id, or the caller itself), and it is left alone.
+-- with the same worker id, or the caller itself), and it is left alone, unless only an outage's grace
+-- extended it (below).
 -- Returns {released, requeued_lapsed, dead_lettered, charged, settled (1 when every item is done, dead
 -- or cancelled)}; error NOSCHEDULE once the schedule expired.
 local cfg = settings()
@@ -22,6 +24,20 @@ local mine = {}
 for _, key in ipairs(redis.call('ZRANGEBYSCORE', k('deadlines'), '-inf', '(' .. int(cutoff))) do
   local r = get(key)
   if r and r.s == 'r' and r.w == w then mine[#mine + 1] = key end
+end
+-- A lease an outage graced (common.lua pulse: a deadline of a TTL after the silence, P:graced holding
+-- its token until its holder heartbeats it) looks extended since the caller started when the caller
+-- started during the outage (its sidecar killed and restarted while Redis was away), yet no holder
+-- spoke for it: the grace is no sign of life, a heartbeat is. So one still marked is handed back too;
+-- left alone, it lapsed a TTL after the return with its attempt spent.
+if cfg.graced then
+  local marks = redis.call('HGETALL', k('graced'))
+  for i = 1, #marks, 2 do
+    local r = get(marks[i])
+    if r and r.s == 'r' and r.w == w and r.tok == marks[i + 1] and r.dl >= cutoff then
+      mine[#mine + 1] = marks[i]
+    end
+  end
 end
 -- Each requeue is an LPUSH at the head: the latest claim first, so the queue gets them back in the
 -- order they were claimed (tokens rise with every claim), as reap.lua does.

@@ -6,6 +6,8 @@ worker id gives them back at start (``service/sidecar/takeover.py``) instead of 
 
 from __future__ import annotations
 
+import time
+
 import redis
 
 from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
@@ -152,4 +154,54 @@ def test_each_item_has_its_own_refund_a_crash_caused_by_something_else_costs_not
     assert second.attempt == 1
     assert delivery.complete(second, RESULT, now_ms=T0 + 70) is CompletionOutcome.ACCEPTED
     assert delivery.progress("s", now_ms=T0 + 80).dead_letters == ()
+    assert_sound(redis_client, "s")
+
+
+OUTAGE_TTL_MS = 1_000  # the server's clock: an outage's grace is judged on it alone (no now_ms)
+
+
+def _silence_with_a_restart() -> float:
+    """Reach nothing of the schedule for 0.6 TTL (an outage, to the scripts: past half a TTL), the
+    worker's new process starting halfway through; when it started (monotonic seconds)."""
+    time.sleep(0.3 * OUTAGE_TTL_MS / 1000)
+    started = time.monotonic()
+    time.sleep(0.3 * OUTAGE_TTL_MS / 1000)
+    return started
+
+
+def _age_ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def test_a_lease_an_outage_graced_is_handed_back_by_a_process_started_during_the_outage(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """Redis down, the sidecar killed meanwhile and restarted before Redis returned. The first script
+    after the silence graces every running lease (deadline a TTL after the return, as if heartbeated:
+    docs/delivery.md "Redis outages"), and the reset took that deadline for a live process's: the
+    lease was left to lapse a TTL later, attempt spent, instead of coming back at once refunded."""
+    delivery.publish(schedule("s", {"a": 2, "b": 1}, ttl_ms=OUTAGE_TTL_MS, max_attempts=1))
+    held = delivery.claim("s", "a", 2)
+    (theirs,) = delivery.claim("s", "b", 1)
+    started = _silence_with_a_restart()
+    report = delivery.reset("s", "a", age_ms=_age_ms(started))
+    assert report == ResetReport(released=2, requeued_lapsed=0, dead_lettered=0)
+    again = delivery.claim("s", "a", 2)
+    assert [(le.key, le.attempt) for le in again] == [(le.key, 1) for le in held]
+    assert [le.key for le in delivery.heartbeat([theirs])] == [theirs.key]  # another worker's: kept
+    assert_sound(redis_client, "s")
+
+
+def test_a_graced_lease_its_live_holder_heartbeated_since_the_callers_start_is_kept(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """A twin alive through the outage heartbeats after it: the grace says nothing about a holder any
+    more, its heartbeat does, and the reset leaves the lease."""
+    delivery.publish(schedule("s", {"a": 2}, ttl_ms=OUTAGE_TTL_MS))
+    (kept, dropped) = delivery.claim("s", "a", 2)
+    started = _silence_with_a_restart()
+    assert delivery.heartbeat([kept]) != []  # ends the silence: both graced, this one's mark cleared
+    report = delivery.reset("s", "a", age_ms=_age_ms(started))
+    assert report == ResetReport(released=1, requeued_lapsed=0, dead_lettered=0)
+    assert [le.key for le in delivery.heartbeat([kept, dropped])] == [kept.key]
     assert_sound(redis_client, "s")
