@@ -85,8 +85,9 @@ key                         type     contents
                                      holder, so a dead holder's lease still lapses
 ``P:handback``              hash     item key -> how many times a current lease of it was handed
                                      back because its process died: a restarted sidecar's reset
-                                     (``lua/reset.lua``) or a restarted pull worker's ``/reset``
-                                     (``lua/release.lua`` mode ``died``). The first
+                                     (``lua/reset.lua``), a restarted pull worker's ``/reset`` or an
+                                     engine that crashed under it (``lua/release.lua`` mode
+                                     ``died``). The first
                                      ``RESET_REFUNDS`` refund the attempt, each later one spends it,
                                      so an item whose run kills its process is dead-lettered after
                                      ``max_attempts`` (``lua/common.lua`` ``hand_back``; absent: never
@@ -183,8 +184,8 @@ _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # no braces (hash tags), globs o
 DEFAULT_LEASE_TTL_MS = 30_000  # a lease lives this long after its last heartbeat
 DEFAULT_MAX_ATTEMPTS = 3  # leases of one item (claims or steals; a release refunds its) before dead-lettering
 RESET_REFUNDS = 1  # hand-backs of one item after its process died (a restarted sidecar's reset, a pull
-# worker's /reset) that refund its attempt; each later one spends it: an item whose run kills its
-# process is dead-lettered after max_attempts, not handed back refunded for ever
+# worker's /reset, a crashed engine) that refund its attempt; each later one spends it: an item whose
+# run kills its process is dead-lettered after max_attempts, not handed back refunded for ever
 DEFAULT_RETENTION_S = 24 * 3600  # how long a schedule's keys (results included) are kept
 INBOX_MARGIN_S = 60  # an inbox outlives its newest announce by the retention plus this (clock skew)
 MAX_BATCH = 1000  # most items one claim/steal leases (Lua unpack limits the batch)

@@ -293,15 +293,15 @@ class Delivery(DeliveryIndexes):
         return list(replies)
 
     def release(
-        self, leases: Sequence[Lease], now_ms: int | None = None, died: bool = False
+        self, leases: Sequence[Lease], now_ms: int | None = None, died: str = ""
     ) -> list[ReleaseOutcome]:
         """Hand leases back without spending an attempt (graceful shutdown): head of the queue.
 
-        ``died``: the process running them died (a pull worker restarted, its ``/reset``), so each
-        item is refunded only its first ``RESET_REFUNDS`` times back so, as by ``reset``: an item
-        that kills its worker at every run is dead-lettered after ``max_attempts``, not looped."""
+        ``died`` names what died running them (``its worker process``: a pull worker's ``/reset``;
+        ``its engine``), so each item is refunded only its first ``RESET_REFUNDS`` times back so, as by
+        ``reset``: an item that kills it at every run is dead-lettered after ``max_attempts``."""
         if died:
-            return self._release("died", str(keyspace.RESET_REFUNDS), leases, now_ms)
+            return self._release("died", f"{keyspace.RESET_REFUNDS} {died}", leases, now_ms)
         return self._release("release", "", leases, now_ms)
 
     def fail(self, lease: Lease, reason: str, now_ms: int | None = None) -> ReleaseOutcome:

@@ -104,6 +104,15 @@ class EngineError(RuntimeError):
         self.engine_down = engine_down
         self.status = status  # the HTTP status, 0 when there was none
         self.suspect = suspect
+        # set by the runner: a try of this item lost its request mid-way (dropped connection, vLLM's
+        # dead core's bare 500), so the engine may have died running it (``Delivery.release`` died)
+        self.crashed = False
+
+    @property
+    def dropped(self) -> bool:
+        """The request was lost mid-way as an engine that died loses it (not a refusal, not a 502-504
+        from a gateway or an engine pausing): the item may have killed it."""
+        return self.suspect and self.status in (0, 500)
 
 
 @dataclass(frozen=True, slots=True)

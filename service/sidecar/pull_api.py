@@ -189,7 +189,7 @@ async def leases(state: Pull) -> dict[str, Any]:
 async def reset(state: Pull) -> dict[str, int]:
     """Hand back every held lease: a (re)started worker process's first call, for what the previous
     one held and will never report. What it was handed is refunded its attempt only its first time
-    back so (``Delivery.release(died=True)``): an item that kills the worker at every run is
+    back so (``Delivery.release(died=...)``): an item that kills the worker at every run is
     dead-lettered after ``max_attempts``, not handed to each new process first; what was claimed
     ahead of ``/next`` never reached it, and is refunded always.
 
@@ -200,7 +200,7 @@ async def reset(state: Pull) -> dict[str, int]:
         await asyncio.sleep(0.05)
     held = state.session.holdings.all()
     await state.session.release([h for h in held if not h.started])  # claimed ahead: never reached it
-    dead = await state.session.release([h for h in held if h.started], died=True)
+    dead = await state.session.release([h for h in held if h.started], died="its worker process")
     return {"released": len(held) - dead, "dead_lettered": dead}
 
 

@@ -271,9 +271,12 @@ class Sidecar:
             reason = await self.watch.charge((held.lease.schedule_id, held.lease.key), exc)
         try:
             if reason is None:
+                # lost mid-way and the engine down now: it died running the item, perhaps of it, so
+                # the refund is once per item (keys.RESET_REFUNDS): one that kills it every time ends
+                died = "its engine" if exc.crashed and not await self.watch.healthy() else ""
                 self._engine_down, self._failed_at = True, time.monotonic()
                 log.warning("engine failing, releasing %s: %s", held.lease.key, exc)
-                await self.session.release([held])
+                await self.session.release([held], died=died)
             else:
                 log.warning("engine failed %s, reporting it failed: %s", held.lease.key, reason)
                 await self.session.fail(held, reason)
@@ -304,11 +307,16 @@ class Sidecar:
             await self.session.hand_back([h for h in holdings.all() if not h.completing], RELEASE_GRACE_S)
 
     async def _generate(self, held: Held) -> EngineReply:
+        """The engine's reply; its last error once the retries in place are spent, ``crashed`` when any
+        try was lost mid-way (after an engine's death the retries meet a refused connection)."""
+        crashed = False
         for attempt in range(self.settings.engine_retries + 1):
             try:
                 return await self.engine.generate(held.lease.item)
             except EngineError as exc:
+                crashed = crashed or exc.dropped
                 if not exc.retryable or attempt == self.settings.engine_retries:
+                    exc.crashed = crashed
                     raise
                 await asyncio.sleep(self.settings.engine_retry_pause_s)
         raise AssertionError("unreachable")

@@ -369,9 +369,9 @@ class WorkerSession:
             self.stats.failed += 1
         return outcome
 
-    async def release(self, helds: list[Held], died: bool = False) -> int:
+    async def release(self, helds: list[Held], died: str = "") -> int:
         """Hand leases back without spending an attempt (shutdown): to the head of the queue; ``died``:
-        their worker process died (refunded once per item); how many that dead-lettered (``failed``).
+        who died running them (refunded once per item); how many that dead-lettered (``failed``).
 
         Schedule by schedule: one whose keys are gone (retention passed) has nothing to take back,
         and must not keep the others' leases from going back."""

@@ -71,7 +71,8 @@ class EngineWatch:
 
         A strike counts only for an error a healthy engine may give one item (``error.suspect``) and
         only when the engine proved healthy right after: its probe answered, or a generation
-        finished meanwhile. An engine that is really down is never held against the item.
+        finished meanwhile. An engine that is really down is not struck against the item (the runner
+        refunds an item whose request it lost as it died only once: ``Delivery.release`` died).
         """
         if not error.suspect:
             return None

@@ -1,7 +1,8 @@
 -- release: hand leases back. mode 'release' (graceful shutdown): requeue at the head of the holder's
--- queue in the original order and refund the attempt. mode 'died' (the worker process running them
--- died, a pull worker's /reset): the same, but each item's attempt is refunded only its first time
--- back so, then spent, dead-lettering it on its last (common.lua hand_back; reason = the refunds). mode 'fail' (the engine failed the item): the
+-- queue in the original order and refund the attempt. mode 'died' (what ran them died: a pull
+-- worker's /reset, an engine that crashed): the same, but each item's attempt is refunded only its
+-- first time back so, then spent, dead-lettering it on its last (common.lua hand_back; reason =
+-- '<refunds> <who died>', who for the dead letter). mode 'fail' (the engine failed the item): the
 -- attempt counts; dead-letter once max_attempts are spent, else the next attempt goes to the head
 -- of ANOTHER worker's queue when one may take it (retry_target), else back to the holder's head.
 -- ARGV: mode, now ('' = server), reason, holder ('' = any: the token alone), then pairs (key,
@@ -75,7 +76,8 @@ for i = #ARGV - 1, 5, -2 do
       requeue(key, cfg)
       code = 1
     elseif mode == 'died' then
-      code = hand_back(key, now, tonumber(reason), 'its worker process', cfg) == 'dead' and 3 or 1
+      local refunds, who = string.match(reason, '^(%d+) (.*)$')
+      code = hand_back(key, now, tonumber(refunds), who, cfg) == 'dead' and 3 or 1
     elseif r.att >= cfg.max_attempts then
       bury(key, now, reason, cfg)
       code = 3

@@ -177,8 +177,8 @@ class DeliveryMachine(RuleBasedStateMachine):
         elif outcome is CompletionOutcome.DUPLICATE:
             assert lease.key in self.accepted
 
-    @rule(lease=leases, died=st.booleans())
-    def release(self, lease: Lease, died: bool) -> None:
+    @rule(lease=leases, died=st.sampled_from(["", "its worker process"]))
+    def release(self, lease: Lease, died: str) -> None:
         """A graceful release, or (``died``) a dead pull worker's, refunded once per item."""
         self.delivery.release([lease], now_ms=self.now, died=died)
 

@@ -14,7 +14,9 @@ import httpx
 import pytest
 import redis
 
+from service.delivery.keys import RESET_REFUNDS
 from service.delivery.protocol import Delivery
+from service.delivery.records import LeaseSettings, PublishedSchedule
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
@@ -254,3 +256,49 @@ def test_an_engine_answer_nested_too_deep_to_serve_is_accepted_without_that_part
     assert record.result.extra["extra_dropped"] == ["tool_calls"]
     assert "tool_calls" not in record.result.extra
     assert record.result.extra["reasoning"] == "short"
+
+
+class CrashingEngine:
+    """An engine whose process dies whenever it runs the poison item (an OOM, a crash on that input):
+    the request's connection drops, and nothing answers until its supervisor restarted it."""
+
+    def __init__(self, down_s: float) -> None:
+        self.down_s = down_s
+        self.down_until = 0.0
+        self.crashes = 0
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        if time.monotonic() < self.down_until:
+            raise httpx.ConnectError("connection refused")
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json=MODELS)
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        if b"prompt poison" in request.content:
+            self.crashes += 1
+            self.down_until = time.monotonic() + self.down_s
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return _reply()
+
+
+def test_an_item_that_crashes_the_engine_at_every_run_is_dead_lettered_not_released_for_ever(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The sidecar lives on while its engine restarts: the item went back for free after every crash
+    (the engine is down, so not the item's fault; the retries in place met a refused connection, so
+    no strike counted either), was claimed first when the engine returned, and crashed it again."""
+    delivery = Delivery.from_url(redis_url)
+    attempts = 2
+    lease = LeaseSettings(lease_ttl_ms=30_000, max_attempts=attempts)
+    items = (item("poison", 0, 10), *(item(f"ok{i}", 0, 10) for i in range(3)))
+    delivery.publish(PublishedSchedule("crash", {"w0": items}, lease=lease))
+    engine = CrashingEngine(down_s=0.2)
+    stats = run_until(_sidecar(redis_url, engine), lambda: delivery.progress("crash").finished, 20)
+    progress = delivery.progress("crash")
+    assert (progress.done, progress.failed) == (3, 1)
+    deaths = attempts + RESET_REFUNDS
+    assert progress.dead_letters[0].reason == (
+        f"its engine died holding it {deaths} times (handed back at each restart), after {attempts} attempts"
+    )
+    assert engine.crashes == deaths
+    assert (stats.accepted, stats.failed) == (3, 1)
