@@ -327,7 +327,7 @@ local function expire(key, now, cfg)
 end
 
 -- A current lease whose process died running it (a restarted sidecar's reset, reset.lua; a restarted
--- pull worker's /reset, release.lua mode 'died'), handed back to the head of its holder's queue. Its
+-- pull worker's /reset or a crashed engine, release.lua mode 'died'), handed back to the head of its holder's queue. Its
 -- attempt is refunded the first `refunds` times its item comes back so (P:handback counts them, per
 -- item: a death for an unrelated cause costs nothing), then spent, and on the last the item is
 -- dead-lettered saying why: an item whose run kills its process came back refunded after every
