@@ -166,7 +166,10 @@ class _WorkerRun:
         self.stack: list[tuple[int, int]] = []  # (token, item) in admission order, for preemption
         self.clock, self.step, self.batch = 0.0, 0, 0
         self.offset = 0  # sum over running of (prompt - admission step): context = offset + batch*step
-        self.peak = RunningPeak()  # the running set's ends, for projected-peak admission under ``reserve``
+        # the running set's ends, for projected-peak admission under ``reserve``. Lengths are exact
+        # and every member passed the test (``_fits``) or started alone, which every item fits (an
+        # item that did not could never finish here), so the set alone never passes the cache
+        self.peak = RunningPeak(alone_fits=True)
         self.token = 0
         self.blocked = False  # a preemption happened and no decode step has run since
         self.refused: tuple[int, int, int] | None = None  # (item, first step it may fit at, step at

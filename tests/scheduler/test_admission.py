@@ -101,3 +101,40 @@ def test_the_expected_end_never_passes_and_moves_only_when_reached(planned: int,
     assert left >= 1
     if left > 1:  # one step later the same end is expected
         assert expected_remaining(planned, generated + 1) == left - 1
+
+
+def test_a_set_promised_within_the_cache_is_not_checked_past_the_candidates_end() -> None:
+    # one member holds 100 + 2,000 at its end, step 2,000; a candidate of 10 steps ends long before
+    pairs = [(2_000, 100)]
+    assert _tracked(pairs).overflow(0, 10, 10, 1_500) == (2_000, 600)  # the set alone, checked
+    promised = RunningPeak(alone_fits=True)
+    promised.add(2_000, 100)
+    assert promised.overflow(0, 10, 10, 1_500) is None  # the caller vouches for the set alone
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    arrivals=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 300), st.integers(1, 90)), max_size=14),
+    capacity=st.integers(300, 3_000),
+)
+def test_on_exact_lengths_a_set_admitted_by_the_test_needs_no_check_past_the_candidates_end(
+    arrivals: list[tuple[int, int, int]], capacity: int
+) -> None:
+    """What ``scheduler.finish`` promises (``RunningPeak.alone_fits``): members leave at their ends,
+    each was admitted by the test or started alone and fits alone; every test then answers as the
+    full check does, refusals included (where they pass the cache, and by how much)."""
+    checked, promised = RunningPeak(), RunningPeak(alone_fits=True)
+    step = 0
+    for wait, prompt, steps in arrivals:
+        step += wait
+        for end, offset in [(e, o) for e, o in zip(checked.ends, checked.offsets, strict=True) if e <= step]:
+            checked.remove(end, offset)
+            promised.remove(end, offset)
+        if prompt + steps > capacity:
+            continue  # could never finish on this worker
+        end, offset = step + steps, prompt - step
+        over = checked.overflow(step, offset, end, capacity)
+        assert promised.overflow(step, offset, end, capacity) == over
+        if over is None or not checked.ends:  # admitted, or started alone untested
+            checked.add(end, offset)
+            promised.add(end, offset)

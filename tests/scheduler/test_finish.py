@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scheduler import finish as finish_module
 from scheduler.admission import RunningPeak, projected_peak
 from scheduler.at_once import all_at_once_finish, all_at_once_finishes
-from scheduler.costmodel import worker_cost
+from scheduler.costmodel import WorkerCost, worker_cost
 from scheduler.devices import device_profile, model_preset
 from scheduler.finish import queue_finishes, worker_finish
 from scheduler.types import Worker
@@ -190,3 +190,29 @@ def test_a_refused_admission_is_not_tested_again_until_it_could_fit(monkeypatch:
     assert skipped == _EveryTest(cost, prompts, steps, True).run()
     # in full: refused again at every completion, and the wait searched again after each
     assert tests[7:] == [0] * 6 + [1, 5, 6, 7, 8, 9, 10, 1_101]
+
+
+class _FullCheck(finish_module._WorkerRun):
+    """The worker model checking the running set alone past every candidate's end, as the
+    simulator does (``RunningPeak.alone_fits`` off)."""
+
+    def __init__(self, cost: WorkerCost, prompts: list[int], steps: list[int], reserve: bool) -> None:
+        super().__init__(cost, prompts, steps, reserve)
+        self.peak = RunningPeak()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 400), st.integers(1, 900)), min_size=1, max_size=60),
+    st.integers(1, 40),
+    st.integers(1_300, 6_000),  # every item fits alone (the validated case)
+)
+def test_trusting_the_running_set_alone_past_a_candidates_end_changes_no_finish(
+    queue: list[tuple[int, int]], slots: int, capacity: int
+) -> None:
+    cost = worker_cost(
+        Worker("w", device_profile("H100"), max_num_seqs=slots, kv_capacity_tokens=capacity),
+        model_preset("7b"),
+    )
+    prompts, steps = [p for p, _ in queue], [n for _, n in queue]
+    assert worker_finish(cost, prompts, steps, reserve=True) == _FullCheck(cost, prompts, steps, True).run()
