@@ -10,6 +10,7 @@ totals and one heap of current estimates per (kind, tier); each worker's all-at-
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Sequence
 
@@ -62,7 +63,9 @@ class ListState:
         # the ordered scan (``_ordered``): units every active worker may take, above the lowest band
         ordered = ORDERED_SCAN and peaks and len(problem.active) > 8  # (else ``_kinds_of`` scans)
         self.everyone = len(problem.active) if ordered else -1
-        self.meta: list[tuple[float, int, int]] = []  # (estimate, worker, heap): joined heaps' tops
+        # (estimate, worker, heap): each joined heap's live top, kept sorted (``_list``)
+        self.meta: list[tuple[float, int, int]] = []
+        self.listed: list[tuple[float, int, int] | None] = [None] * len(self.heaps)  # heap's entry there
         self.joined = [False] * len(self.heaps)
         self.to_join = sorted(((tier, h) for (_, tier), h in self.groups), reverse=True)  # highest first
         # parked: out of their heaps while no unit this long fits them (``_park``; single units only)
@@ -103,11 +106,25 @@ class ListState:
     def _refresh(self, h: int) -> None:
         """Heap ``h`` changed: drop its cached top and look-ahead, and keep the ordered scan's view
         (the heap's live top, once)."""
-        previous, self.tops[h], self.ahead[h] = self.tops[h], None, None
+        self.tops[h], self.ahead[h] = None, None
         if self.joined[h]:
-            top = self.tops[h] = self._live_top(self.heaps[h])
-            if top is not None and top != previous:
-                heapq.heappush(self.meta, (top[0], top[1], h))
+            self._list(h, self._live_top(self.heaps[h]))
+
+    def _list(self, h: int, top: tuple[float, int] | None) -> None:
+        """Cache ``top`` as heap ``h``'s live top and make it ``h``'s one entry in ``meta``, which
+        stays sorted: the ordered scan then reads the entries in order without popping them, and
+        holds no stale ones. (A heap of tops, each pushed on change and stale ones skipped on the
+        way, cost ~a sixth of a band round in pops and pushes: five a unit.)"""
+        self.tops[h] = top
+        entry = None if top is None else (top[0], top[1], h)
+        old, meta = self.listed[h], self.meta
+        if entry == old:
+            return
+        if old is not None:
+            del meta[bisect.bisect_left(meta, old)]
+        if entry is not None:
+            bisect.insort(meta, entry)
+        self.listed[h] = entry
 
     def _park(self, w: int, steps: int, after: float) -> bool:
         """Take ``w`` out of its heap while no unit ``steps`` long can fit it
@@ -180,10 +197,8 @@ class ListState:
         longest first, so these are exactly the heaps a unit of ``band`` may use)."""
         while self.to_join and self.to_join[0][0] >= band:
             h = self.to_join.pop(0)[1]
-            top = self.tops[h] = self._live_top(self.heaps[h])
             self.joined[h] = True
-            if top is not None:
-                heapq.heappush(self.meta, (top[0], top[1], h))
+            self._list(h, self._live_top(self.heaps[h]))
 
     def _ordered(self, unit: Unit) -> tuple[int, float]:
         """``best_worker`` for a unit that every joined heap may take, scanning heaps by their top's
@@ -192,22 +207,16 @@ class ListState:
         The same choice as scanning every heap (``_tops`` then ``_least_after``): least estimate
         after, ties to the lower worker, among workers that still run at once when any does. At
         the higher bands (tens of heaps with a grid of bands) it looks at 2-4."""
-        meta, tops, kv = self.meta, self.tops, self.kv
-        popped: list[tuple[float, int, int]] = []
+        kv = self.kv
         others: list[tuple[float, int]] = []
         best, best_after = -1, 0.0
         single = len(unit.members) == 1
         count, slots, peak, limit, prompt_sum = kv.count, kv.slots, kv.peak, kv.limit, kv.prompt_sum
         p, n = unit.prompt_tokens, unit.steps
-        while meta:
-            key, w, h = meta[0]
-            top = tops[h]
-            if top is None or top[0] != key or top[1] != w:
-                heapq.heappop(meta)  # stale: the heap's top has moved on
-                continue
+        for key, w, h in self.meta:  # sorted, every entry live (``_list``); nothing here changes it
             if best >= 0 and key > best_after:
                 break
-            popped.append(heapq.heappop(meta))
+            top = (key, w)  # the heap's live top (``tops[h]``)
             if single:  # ``KvPeaks.fits`` inlined, as in ``_tops``: two calls a unit, ~a fifth of it
                 c = count[w] + 1
                 fits = c > slots[w] or (peak[w] <= limit[w] and prompt_sum[w] + p + c * n <= limit[w])
@@ -220,8 +229,6 @@ class ListState:
                 after = self.after(candidate[1], unit)
                 if best < 0 or after < best_after or (after == best_after and candidate[1] < best):
                     best, best_after = candidate[1], after
-        for entry in popped:
-            heapq.heappush(meta, entry)
         return (best, best_after) if best >= 0 else self._least_after(others, unit)
 
     def _fitting_ahead(self, h: int, unit: Unit) -> tuple[float, int] | None:

@@ -145,3 +145,22 @@ def test_a_problem_ranks_its_units_longest_first_and_knows_when_none_is_restrict
     # a problem built without them (a sub-problem) places exactly as one built with them
     bare = Problem(problem.costs, problem.prompts, problem.steps, problem.units, problem.active)
     assert lpt_assignment(bare) == lpt_assignment(problem)
+
+
+def test_the_scan_reads_each_joined_heaps_live_top_once_sorted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan walks ``meta`` without popping or skipping, so after every placement it must hold
+    exactly one entry per joined heap with a live top, that top, sorted."""
+    problem = build_problem(bench_request(4_096, 32, seed=0))
+    checked: list[int] = []
+    place = listsched.ListState.place
+
+    def checking(state: listsched.ListState, worker: int, u: int, after: float | None) -> None:
+        place(state, worker, u, after)
+        live = [(h, state._live_top(heap)) for h, heap in enumerate(state.heaps) if state.joined[h]]
+        assert state.meta == sorted((top[0], top[1], h) for h, top in live if top is not None)
+        checked.append(len(state.meta))
+
+    monkeypatch.setattr(listsched.ListState, "place", checking)
+    _tiered(problem, scaled=False)
+    assert len(checked) == len(problem.units)
+    assert max(checked) > 1
