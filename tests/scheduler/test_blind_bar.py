@@ -5,6 +5,8 @@ planned on a frozen clock."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,6 +16,7 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan, prepare
 from scheduler.policies.ordering import order_queues
 from scheduler.policies.robust import SAMPLES, draw_matrix, makespans, spreads
+from scheduler.simulator import SimOptions, simulate
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 DEVICES = (("H100", 0), ("Ascend910B", 1), ("A100-80GB", 1))  # (device, fewest workers of it)
@@ -106,7 +109,45 @@ def test_a_first_step_of_equal_predictions_on_learned_speeds_plans_no_slower_tha
         for i in range(24)
         for s in range(32)
     )
+    # (the draws outlive these predictions, so the bar on the draws may return least loaded's
+    # plan, a hair later than round robin's on the predictions but sooner on the draws: a
+    # length-blind plan either way)
     request = PlanRequest(batch, Inventory(workers, model_preset("7b")), time_budget_s=0.08)
-    spans, _ = _makespans(request)
-    assert spans["lpt"] <= spans["round_robin"] * (1 + TOLERANCE), spans
-    assert spans["cpsat"] <= spans["round_robin"] * (1 + TOLERANCE), spans
+    spans, expected = _makespans(request)
+    for name in ("lpt", "cpsat"):
+        best_blind = min(spans[b] for b in BLIND) * (1 + TOLERANCE)
+        assert spans[name] <= best_blind or expected[name] <= min(expected[b] for b in BLIND) * (
+            1 + TOLERANCE
+        ), (
+            spans,
+            expected,
+        )
+        assert spans[name] <= max(spans[b] for b in BLIND) * (1 + TOLERANCE), spans
+
+
+def test_a_plan_earlier_on_the_predictions_but_later_on_the_draws_is_held_to_round_robin() -> None:
+    # the walk's short-cot case, small: tight predictions but for one prompt of great spread (p90
+    # ten times its p50, as synth-000243 of the short-cot 256 x 16 trace); lpt put two of its
+    # samples on the Ascend, planned faster than round robin, and when they ran to the 4,096 cap
+    # there (a lone sequence on the slow card) ran far later than round robin's H100 did
+    workers = (Worker("h100-0", device_profile("H100")), Worker("ascend-0", device_profile("Ascend910B")))
+    batch = tuple(
+        Trajectory(f"p{g}", s, 40, 4_096, 250.0 + 10 * g, {0.5: 250.0 + 10 * g, 0.9: p90})
+        for g in range(32)
+        for p90 in [2_500.0 if g == 0 else 1.25 * (250.0 + 10 * g)]
+        for s in range(16)
+    )
+    truth = {
+        t.key: 4_096 if t.prompt_id == "p0" and t.sample_idx < 2 else int(t.predicted_tokens) for t in batch
+    }
+    inventory = Inventory(workers, model_preset("7b"))
+    request = PlanRequest(batch, inventory, time_budget_s=0.25, kv_admission=True)
+    spans, expected = _makespans(request)
+    played = {}
+    for name in ("lpt", "cpsat", "round_robin"):
+        with clock.frozen():
+            result = plan(replace(request, kv_admission=name != "round_robin"), name)
+        played[name] = simulate(result, batch, truth, inventory, SimOptions(kv_admission=result.kv_admission))
+    for name in ("lpt", "cpsat"):
+        assert expected[name] <= expected["round_robin"] * (1 + TOLERANCE), (spans, expected)
+        assert played[name].makespan_s <= played["round_robin"].makespan_s * (1 + TOLERANCE), played
