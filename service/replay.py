@@ -15,18 +15,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, as_completed
+from concurrent.futures import Executor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, fields
 
 import numpy as np
 
-from predictors.history import History
-from predictors.model import FitConfig, FittedModel, fit
-from predictors.predictor import LengthPredictor
+from predictors.model import FitConfig
 from predictors.quantiles import PLANNING_QUANTILE
-from predictors.queries import QueryBatch
-from predictors.tracetable import FloatArray, Trace
+from predictors.tracetable import Trace
 from scheduler import clock
 from scheduler.costmodel import worker_cost
 from scheduler.errors import InvalidInputError
@@ -36,7 +33,9 @@ from scheduler.policies import POLICY_NAMES
 from scheduler.simulator import SimOptions, SimResult, simulate
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory
 from service.interrupts import quiet_pool
-from service.replay_steps import check_fits, step_caps
+from service.replay_batches import PreparedStep, prepare_step, true_lengths
+from service.replay_pool import Job, ShippedBatch, new_replay_id, pack, play_pipelined, unpack
+from service.replay_steps import check_fits
 
 ORACLE = "oracle"  # cpsat given the true lengths
 ORACLE_POLICY = "cpsat"
@@ -162,19 +161,28 @@ def replay(trace: Trace, config: ReplayConfig, progress: Progress | None = None)
     started = time.perf_counter()
     tick = progress or (lambda _label: None)
     with _pool(config) as pool:
-        outcomes = tuple(_replay_step(trace, step, config, tick, pool) for step in config.steps)
+        prepared = (_prepare(trace, step, config, tick) for step in config.steps)
+        if pool is None:
+            outcomes = tuple(_assemble(p, _play_in_turn(p, config, tick), config) for p in prepared)
+        else:
+            outcomes = _play_on_pool(prepared, config, tick, pool)
     return ReplayReport(config=config, steps=outcomes, wall_s=time.perf_counter() - started)
+
+
+def _processes(config: ReplayConfig) -> int:
+    """Worker processes the replay uses (1: none, it plays in this process)."""
+    return min(config.processes, len(_all_policies(config)))
 
 
 @contextmanager
 def _pool(config: ReplayConfig) -> Iterator[Executor | None]:
-    """Worker processes for the policy runs of each step, or None to run them here in order.
+    """Worker processes for the policy runs, or None to run them here in order.
 
     Each policy's plan and simulations depend only on the step's batch, so they run at once on the
-    machine's cores: a 6-step replay of 4,096 x 16 took ~1.6x less wall time on 2 cores. Processes
-    are spawned, not forked: the parent has LightGBM's threads running.
+    machine's cores (``service.replay_pool``): a 6-step replay of 4,096 x 16 took ~1.6x less wall
+    time on 2 cores. Processes are spawned, not forked: the parent has LightGBM's threads running.
     """
-    processes = min(config.processes, len(_all_policies(config)))
+    processes = _processes(config)
     if processes <= 1:
         yield None
         return
@@ -192,53 +200,84 @@ def _all_policies(config: ReplayConfig) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*BASELINES, *config.policies)))
 
 
-def _replay_step(
-    trace: Trace, step: int, config: ReplayConfig, tick: Progress, pool: Executor | None
-) -> StepReplay:
-    rows = trace.take(trace.step == step)
-    caps = step_caps(trace, rows)
-    p50, p90, planned = _predict(trace, rows, step, caps, config)
+def _prepare(trace: Trace, step: int, config: ReplayConfig, tick: Progress) -> PreparedStep:
+    """``prepare_step`` with the config's predictor settings, then ``tick``."""
+    prepared = prepare_step(trace, step, config.fit_config, config.quantile)
     tick(f"step {step}: predicted")
-    predicted = _trajectories(rows, caps, planned, {0.5: p50, 0.9: p90})
-    truth = _trajectories(rows, caps, rows.output_tokens.astype(np.float64), None)
-    # Played as the bound and the oracle see the truth: an empty output recorded in a trace still
-    # took its one step (``planned_steps``), or the bound would exceed what the simulator plays.
-    actual = {t.key: int(t.predicted_tokens) for t in truth}
-    jobs = [(name, truth if name == ORACLE else predicted) for name in _all_policies(config)]
-    played = _play_all(jobs, actual, config, pool, lambda name: tick(f"step {step}: {name}"))
+    return prepared
+
+
+def _assemble(
+    prepared: PreparedStep, played: Mapping[str, dict[bool, StepRun]], config: ReplayConfig
+) -> StepReplay:
+    """The step's record from its runs (``played``: policy -> steal -> run), in policy order."""
+    rows = prepared.rows
     return StepReplay(
-        step=step,
+        step=prepared.step,
         trajectories=len(rows),
-        lower_bound_s=lower_bound(truth, config.inventory).value_s,
+        lower_bound_s=lower_bound(prepared.truth, config.inventory).value_s,
         output_tokens=int(rows.output_tokens.sum()),
-        prediction_mae=float(np.mean(np.abs(planned - rows.output_tokens))),
-        runs={(name, steal): played[name][steal] for name, _ in jobs for steal in config.steal_modes},
-        batch=predicted,
+        prediction_mae=float(np.mean(np.abs(prepared.planned - rows.output_tokens))),
+        runs={
+            (name, steal): played[name][steal]
+            for name in _all_policies(config)
+            for steal in config.steal_modes
+        },
+        batch=prepared.predicted,
     )
 
 
-def _play_all(
-    jobs: Sequence[tuple[str, tuple[Trajectory, ...]]],
-    actual: Mapping[str, int],
-    config: ReplayConfig,
-    pool: Executor | None,
-    done: Callable[[str], None],
+def _play_in_turn(
+    prepared: PreparedStep, config: ReplayConfig, tick: Progress
 ) -> dict[str, dict[bool, StepRun]]:
-    """Every (policy, batch) job's runs, here in order or on ``pool`` at once (searches first: they
-    take longest); ``done`` is told each policy as it finishes."""
-    if pool is None:
-        played = {}
-        for name, batch in jobs:
-            played[name] = _policy_runs(name, batch, actual, config)
-            done(name)
-        return played
-    searches_first = sorted(jobs, key=lambda job: job[0] in LENGTH_BLIND)
-    futures = {pool.submit(_policy_runs, name, batch, actual, config): name for name, batch in searches_first}
-    results = {}
-    for future in as_completed(futures):
-        results[futures[future]] = future.result()
-        done(futures[future])
-    return results
+    """Every policy's runs of one step, here, one after another."""
+    actual = true_lengths(prepared.truth)
+    played = {}
+    for name in _all_policies(config):
+        batch = prepared.truth if name == ORACLE else prepared.predicted
+        played[name] = _policy_runs(name, batch, actual, config)
+        tick(f"step {prepared.step}: {name}")
+    return played
+
+
+def _play_on_pool(
+    prepared: Iterator[PreparedStep], config: ReplayConfig, tick: Progress, pool: Executor
+) -> tuple[StepReplay, ...]:
+    """Every step's runs on ``pool``, each step's as soon as its batch exists (``replay_pool``)."""
+    replay_id, steps = new_replay_id(), []
+
+    def jobs(step: PreparedStep) -> list[Job]:
+        steps.append(step)
+        truth = pack(step.truth, 2 * len(steps), replay_id)
+        predicted = pack(step.predicted, 2 * len(steps) + 1, replay_id)
+        return [
+            Job((step.step, name), (_cost_rank(name),), _shipped_runs,
+                (name, truth if name == ORACLE else predicted, truth, config))
+            for name in _all_policies(config)
+        ]  # fmt: skip
+
+    played = play_pipelined(
+        pool,
+        map(jobs, prepared),
+        2 * _processes(config),
+        lambda job: tick(f"step {job.key[0]}: {job.key[1]}"),
+    )
+    return tuple(
+        _assemble(s, {name: played[(s.step, name)] for name in _all_policies(config)}, config) for s in steps
+    )
+
+
+def _cost_rank(policy: str) -> int:
+    """Which runs the pool starts first: the longest (on the headline, per step on 2 loaded cores,
+    cpsat ~10.7 s, lpt ~7.7 s, oracle ~6.5 s, a length-blind one ~0.6 s), so none is left alone at the end."""
+    return {ORACLE_POLICY: 0, "lpt": 1, ORACLE: 2}.get(policy, 3 if policy in LENGTH_BLIND else 1)
+
+
+def _shipped_runs(
+    name: str, batch: ShippedBatch, truth: ShippedBatch, config: ReplayConfig
+) -> dict[bool, StepRun]:
+    """``_policy_runs`` in a worker process, from shipped batches (built once per process)."""
+    return _policy_runs(name, unpack(batch), true_lengths(unpack(truth)), config)
 
 
 def _policy_runs(
@@ -293,55 +332,6 @@ def _plan(batch: tuple[Trajectory, ...], name: str, config: ReplayConfig) -> tup
     )
     with nullcontext() if config.wall_clock else clock.frozen():  # frozen: plans by counts, not time
         return request, plan(request, policy)
-
-
-def replay_fit_config(quantile: float) -> FitConfig:
-    """The predictor's documented defaults, without the p90 calibration when the plan uses the median.
-
-    Calibration (5 extra folds) only shifts the p90, and it is two thirds of the fit time, which the
-    replay pays once per step. The plan reads the p90 only for its draws of the lengths (hedged
-    orders, placing again by device kind), and there the uncalibrated one did better: on the
-    headline, trace seeds 1-4, the calibrated p90 (coverage 0.90-0.92 against 0.86-0.90) gave cpsat
-    1.204 / 1.187 / 1.203 / 1.222x the bound against 1.193 / 1.171 / 1.201 / 1.216x (seed 1 with the
-    calibration folds of 2026-12-03, shaped as serving meets a prompt: 1.195x).
-    """
-    return FitConfig() if quantile != 0.5 else FitConfig(calibration_folds=0)
-
-
-def _predict(
-    trace: Trace, rows: Trace, step: int, caps: FloatArray, config: ReplayConfig
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """(p50, p90, planned quantile) of the step's rows from a predictor fitted on earlier steps only."""
-    history = trace.take(trace.step < step)
-    model: FittedModel | None = None
-    if len(history) > 0:
-        try:
-            model = fit(history, config.fit_config or replay_fit_config(config.quantile))
-        except InvalidInputError:
-            model = None  # nothing to learn from yet: the predictor falls back to history means/prior
-    predictor = LengthPredictor(History(history), model)
-    queries = QueryBatch.from_trace(rows, int(caps.max()))
-    answer = predictor.predict(queries, step, quantile=config.quantile)
-    return answer.p50, answer.p90, answer.value
-
-
-def _trajectories(
-    rows: Trace, caps: FloatArray, planned: FloatArray, quantiles: Mapping[float, FloatArray] | None
-) -> tuple[Trajectory, ...]:
-    out = []
-    for i in range(len(rows)):
-        cap = int(caps[i])
-        out.append(
-            Trajectory(
-                prompt_id=str(rows.prompt_id[i]),
-                sample_idx=int(rows.sample_idx[i]),
-                prompt_tokens=int(rows.prompt_tokens[i]),
-                max_new_tokens=cap,
-                predicted_tokens=float(min(max(planned[i], 1.0), cap)),
-                quantiles={q: float(min(v[i], cap)) for q, v in quantiles.items()} if quantiles else {},
-            )
-        )
-    return tuple(out)
 
 
 def _summarize(steps: Sequence[StepReplay], name: str, steal: bool) -> PolicySummary:

@@ -216,15 +216,35 @@ def test_on_real_math100_a_mixed_pool_keeps_the_batch_off_the_slow_kind_or_plans
 
 
 def test_policies_played_in_worker_processes_give_what_they_give_in_turn(small_trace: Trace) -> None:
+    """Whatever order the runs of all steps end in on the pool (they are played across steps,
+    ``service.replay_pool``), the report is the one played in turn, in step and policy order."""
     policies = ("round_robin", "lpt", ORACLE)
     # a budget no plan of this small batch comes near, so no search is cut short in either run
-    serial = replay(small_trace, _config(policies, (1, 2), time_budget_s=20.0))
-    parallel = replay(small_trace, _config(policies, (1, 2), time_budget_s=20.0, processes=2))
+    serial = replay(small_trace, _config(policies, (0, 1, 2), time_budget_s=20.0))
+    labels: list[str] = []
+    config = _config(policies, (0, 1, 2), time_budget_s=20.0, processes=2)
+    parallel = replay(small_trace, config, labels.append)
+    assert [s.step for s in parallel.steps] == [0, 1, 2]
     for one, other in zip(serial.steps, parallel.steps, strict=True):
         assert list(one.runs) == list(other.runs)
+        assert one.batch == other.batch
         for key, run in one.runs.items():
             assert run.plan.workers == other.runs[key].plan.workers
             assert run.result.makespan_s == other.runs[key].result.makespan_s
+    assert _without_plan_times(serial.to_json(True)) == _without_plan_times(parallel.to_json(True))
+    assert sorted(labels) == sorted([f"step {s}: predicted" for s in (0, 1, 2)] + [
+        f"step {s}: {name}" for s in (0, 1, 2) for name in ("round_robin", "least_loaded", "lpt", ORACLE)
+    ])  # fmt: skip
+
+
+def _without_plan_times(summary: dict[str, object]) -> dict[str, object]:
+    """A ``to_json`` object less ``plan_wall_s``, the one figure the host's speed sets."""
+    policies = summary["policies"]
+    assert isinstance(policies, dict)
+    trimmed = {
+        name: {k: v for k, v in figures.items() if k != "plan_wall_s"} for name, figures in policies.items()
+    }
+    return {**summary, "policies": trimmed}
 
 
 @pytest.mark.parametrize("budget", [0.0, -1.0, float("nan"), float("inf")])
