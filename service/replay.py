@@ -60,7 +60,7 @@ class ReplayConfig:
     wall_clock: bool = False
     seed: int = 0  # planner seed
     fit_config: FitConfig | None = None  # predictor training settings; None: ``replay_fit_config``
-    processes: int = 1  # a step's policy runs played at once in this many spawned worker processes;
+    processes: int = 1  # policy runs (of every step) played at once in this many spawned worker processes;
     # 1: one after another in this process (same results either way). Above 1, a script that calls
     # ``replay`` must do so under ``if __name__ == "__main__":`` (spawned workers import it again)
 
