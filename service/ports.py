@@ -6,6 +6,9 @@ client connection on the machine (a Redis client, an HTTP request of the same te
 it: the fresh-clone CI run failed once on exactly that, an engine stand-in finding its port taken.
 A port below the ephemeral range is only ever taken by an explicit bind, so ``free_port`` picks one
 there (at random, never the same twice in a process) and checks it is free now.
+
+Processes that pick at once (the parallel workers of one test run) could still pick the same port
+between one's check and its bind; ``share_range`` gives each of them a slice of its own.
 """
 
 from __future__ import annotations
@@ -22,18 +25,39 @@ TRIES = 64  # random picks before falling back to the kernel's choice
 
 _handed_out: set[int] = set()  # ports this process already returned: two servers never get one
 _random = random.Random()
+_slice = (0, 1)  # (index, count): picks come from the index-th of count equal slices (share_range)
+
+
+def share_range(index: int, count: int) -> None:
+    """Confine this process's picks to the ``index``-th of ``count`` equal slices of the range.
+
+    Parallel test workers each pick ports for servers they start: two picking the same free port
+    before either binds it would both start on it and one fail. Disjoint slices rule that out.
+    """
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"slice {index} of {count}: needs 0 <= index < count")
+    global _slice
+    _slice = (index, count)
 
 
 def free_port() -> int:
     """A loopback TCP port that is free now and outside the kernel's ephemeral range when possible."""
-    highest = _ephemeral_low() - 1
-    if highest > LOWEST:
+    lowest, highest = _slice_bounds(LOWEST, _ephemeral_low() - 1)
+    if highest > lowest:
         for _ in range(TRIES):
-            port = _random.randint(LOWEST, highest)
+            port = _random.randint(lowest, highest)
             if port not in _handed_out and _bindable(port):
                 _handed_out.add(port)
                 return port
     return _kernel_pick()
+
+
+def _slice_bounds(lowest: int, highest: int) -> tuple[int, int]:
+    """This process's share of ``lowest..highest`` (all of it unless ``share_range`` said otherwise)."""
+    index, count = _slice
+    width = (highest - lowest + 1) // count
+    start = lowest + index * width
+    return start, start + width - 1
 
 
 def _ephemeral_low() -> int:

@@ -57,3 +57,26 @@ def test_without_room_below_the_ephemeral_range_the_kernel_picks(
     assert 1024 <= port <= 65535
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_processes_given_different_shares_of_the_range_never_pick_the_same_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Parallel test workers pick at once: each gets a slice, so no two can pick one port."""
+    monkeypatch.setattr(ports, "_handed_out", set())
+    monkeypatch.setattr(ports, "_slice", ports._slice)
+    low = ports._ephemeral_low()
+    picks: list[set[int]] = []
+    for index in range(3):
+        ports.share_range(index, 3)
+        picks.append({free_port() for _ in range(40)})
+    assert len(picks[0] | picks[1] | picks[2]) == sum(len(share) for share in picks)  # disjoint
+    assert all(ports.LOWEST <= port < low for share in picks for port in share)
+    width = (low - ports.LOWEST) // 3
+    assert all(ports.LOWEST + width <= port < ports.LOWEST + 2 * width for port in picks[1])
+
+
+@pytest.mark.parametrize(("index", "count"), [(0, 0), (2, 2), (-1, 2)])
+def test_a_share_outside_the_range_of_shares_is_refused(index: int, count: int) -> None:
+    with pytest.raises(ValueError, match=f"slice {index} of {count}"):
+        ports.share_range(index, count)
