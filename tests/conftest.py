@@ -5,14 +5,48 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 import typer
 
 from service.embedded import EmbeddedServer
+from service.ports import share_range
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n``), give each worker its own slice of the ports
+    ``free_port`` picks from: workers start servers at once, and two must never pick one port."""
+    worker = getattr(config, "workerinput", None)  # set in xdist workers only
+    if worker is not None:
+        share_range(int(worker["workerid"].removeprefix("gw")), int(worker["workercount"]))
+
+
+SOLVER_SCOPE = "tests/scheduler/"  # one xdist scope for every test of the planner
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown where the plugin is absent
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadscope`` with every test under tests/scheduler in one scope, so in one worker.
+
+    The planner's tests compute (CP-SAT, simulations) and many plan within a wall-clock budget: two
+    at once on 2 cores each get half the time and may answer differently (docs/experiments.md, "CI
+    time"). The rest mostly wait, one module per scope as loadscope does: a module-scoped fixture
+    (two replicas, a compose loop) starts once and its tests keep their order. Not ``loadgroup``:
+    pytest-xdist 3.8 groups by rewriting ``item._nodeid``, which pytest 9.2 no longer reads.
+    """
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SolverApart(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type hints
+        def _split_scope(self, nodeid: str) -> str:
+            return SOLVER_SCOPE if nodeid.startswith(SOLVER_SCOPE) else super()._split_scope(nodeid)
+
+    return SolverApart(config, log)
 
 
 @pytest.fixture(scope="session")
