@@ -93,11 +93,7 @@ def test_many_queues_at_once_give_each_queues_closed_form_to_the_last_bit(
 def test_under_kv_admission_the_whole_queue_starts_at_once_exactly_when_its_projected_peak_fits(
     queue: list[tuple[int, int]], slots: int, capacity: int
 ) -> None:
-    cost = worker_cost(
-        Worker("w", device_profile("H100"), max_num_seqs=slots, kv_capacity_tokens=capacity),
-        model_preset("7b"),
-    )
-    prompts, steps = [p for p, _ in queue], [n for _, n in queue]
+    cost, prompts, steps = _worker_queue("H100", slots, capacity, queue)
     starts_at_once = len(queue) <= slots and projected_peak(prompts, steps) <= capacity
     closed = all_at_once_finish(cost, prompts, steps, reserve=True)
     assert (closed is not None) == starts_at_once
@@ -123,11 +119,7 @@ def test_a_play_stopped_at_a_bound_never_reports_a_finish_below_it(
 ) -> None:
     # Candidate orders are played against the best finish so far: a play that reaches it stops,
     # and must then report at least the bound (never a false improvement) and at most the finish.
-    cost = worker_cost(
-        Worker("w", device_profile("H100"), max_num_seqs=slots, kv_capacity_tokens=capacity),
-        model_preset("7b"),
-    )
-    prompts, steps = [p for p, _ in queue], [n for _, n in queue]
+    cost, prompts, steps = _worker_queue("H100", slots, capacity, queue)
     finish = worker_finish(cost, prompts, steps, reserve)
     bound = share * finish
     stopped = worker_finish(cost, prompts, steps, reserve, stop_at=bound)
@@ -149,6 +141,14 @@ class _EveryTest(finish_module._WorkerRun):
         return super()._steps_to_fit(run)
 
 
+def _worker_queue(
+    device: str, slots: int, capacity: int, queue: list[tuple[int, int]]
+) -> tuple[WorkerCost, list[int], list[int]]:
+    """A 7b worker of ``device`` and ``queue``'s prompts and steps, for the worker-model properties."""
+    worker = Worker("w", device_profile(device), max_num_seqs=slots, kv_capacity_tokens=capacity)
+    return worker_cost(worker, model_preset("7b")), [p for p, _ in queue], [n for _, n in queue]
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(1, 400), st.integers(1, 900)), min_size=1, max_size=60),
@@ -158,11 +158,7 @@ class _EveryTest(finish_module._WorkerRun):
 def test_skipping_admission_tests_that_must_fail_changes_no_finish(
     queue: list[tuple[int, int]], slots: int, capacity: int
 ) -> None:
-    cost = worker_cost(
-        Worker("w", device_profile("Ascend910B"), max_num_seqs=slots, kv_capacity_tokens=capacity),
-        model_preset("7b"),
-    )
-    prompts, steps = [p for p, _ in queue], [n for _, n in queue]
+    cost, prompts, steps = _worker_queue("Ascend910B", slots, capacity, queue)
     assert worker_finish(cost, prompts, steps, reserve=True) == _EveryTest(cost, prompts, steps, True).run()
 
 
@@ -210,9 +206,5 @@ class _FullCheck(finish_module._WorkerRun):
 def test_trusting_the_running_set_alone_past_a_candidates_end_changes_no_finish(
     queue: list[tuple[int, int]], slots: int, capacity: int
 ) -> None:
-    cost = worker_cost(
-        Worker("w", device_profile("H100"), max_num_seqs=slots, kv_capacity_tokens=capacity),
-        model_preset("7b"),
-    )
-    prompts, steps = [p for p, _ in queue], [n for _, n in queue]
+    cost, prompts, steps = _worker_queue("H100", slots, capacity, queue)
     assert worker_finish(cost, prompts, steps, reserve=True) == _FullCheck(cost, prompts, steps, True).run()
