@@ -7,13 +7,16 @@ import dataclasses
 import pytest
 
 import scheduler.policies.cpsat as cpsat_module
-from scheduler.benchgen import bench_request
+from scheduler.benchgen import bench_request, with_speed_spread
 from scheduler.lowerbound import lower_bound
 from scheduler.planner import plan
 from scheduler.policies import replicate
 from scheduler.policies.lpt import LptPolicy
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import PlanRequest
+
+COPY_SLACK = 0.005  # copies' lengths differ from sub-batch 0's by a rank: with equal speeds they end
+# 0.1-0.3% past the sub-plan (1,024 x 32, seeds 0-3)
 
 
 @pytest.fixture
@@ -116,3 +119,28 @@ def test_excluded_workers_stay_out_of_every_sub_pool_and_get_no_copy() -> None:
     queues = replicate.spread_out(part, twins, problem.prompts, len(problem.costs))
     assert queues[0] == queues[1] == ()
     assert sorted(u for queue in queues for u in queue) == list(range(len(request.trajectories)))
+
+
+@pytest.mark.usefixtures("small_thresholds")
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_with_learned_speeds_no_copy_ends_past_the_sub_plan_it_copies(seed: int) -> None:
+    """Each position's mates differ in speed when every worker has its own learned scale; the
+    sub-plan is planned at the slowest mate's, so a copy (its twin's queue on lengths of no higher
+    rank) ends no later than its twin was planned to. Planned on sub-pool 0's own (fastest) mates,
+    copies ran 5-9% past it here."""
+    request = with_speed_spread(_request(), 0.1, seed)
+    problem, part = _split(request)
+    for position, cost in enumerate(part.problem.costs):
+        assert cost.time_scale == max(problem.costs[pool[position]].time_scale for pool in part.pools)
+    sub = LptPolicy().plan(part.request, part.problem)
+    planned = sub.finish_s or tuple(part.problem.finishes(sub.queues, False))
+    queues = replicate.spread_out(part, sub.queues, problem.prompts, len(problem.costs))
+    finishes = problem.finishes(queues, False)
+    assert max(finishes) <= max(planned) * (1 + COPY_SLACK)
+
+
+@pytest.mark.usefixtures("small_thresholds")
+def test_with_equal_speeds_sub_pool_zero_keeps_its_own_workers() -> None:
+    request = _request()
+    _, part = _split(request)
+    assert part.request.inventory.workers == tuple(request.inventory.workers[w] for w in part.pools[0])
