@@ -286,16 +286,26 @@ def ranked_credits(capacities: FloatArray, hosts: npt.NDArray[np.bool_] | None =
     largest of the rows after them (a family's rows are ordered already, but for float noise), so
     every gap is at least 0 but for rounding, which the clip at 0 absorbs.
     """
-    raised = np.maximum.accumulate(capacities[::-1], axis=0)[::-1]
-    credits = raised.astype(np.float64, copy=True)
+    credits = capacities.astype(np.float64, copy=True)
+    if credits.size == 0:
+        return credits
+    for g in range(len(credits) - 2, -1, -1):  # each row raised to the largest after it, row by row:
+        np.maximum(credits[g], credits[g + 1], out=credits[g])  # an accumulate down axis 0 cost 3x
+    raised = credits.copy()
     for g in range(1, len(credits)):
         gap = credits[g - 1] - raised[g]
         if hosts is not None:
-            gap = np.where(hosts[g], gap, math.inf)
-        gap = np.minimum.accumulate(gap)
-        first = gap[np.isfinite(gap)]
-        gap = np.where(np.isfinite(gap), gap, first[0] if first.size else 0.0)
-        credits[g] = credits[g - 1] - np.maximum(gap, 0.0)
+            row = hosts[g]
+            first = int(row.argmax())  # the longest length the group hosts
+            if not row[first]:  # it hosts none: no gap is known, the credit stays the previous row's
+                credits[g] = credits[g - 1]
+                continue
+            if not row[first:].all():
+                gap = np.where(row, gap, math.inf)
+            gap[:first] = gap[first]  # the gap at the longest length it can host
+        np.minimum.accumulate(gap, out=gap)
+        np.maximum(gap, 0.0, out=gap)
+        np.subtract(credits[g - 1], gap, out=credits[g])
     return credits
 
 

@@ -279,3 +279,43 @@ def test_where_the_slower_worker_first_covers_more_the_ranks_still_cover_as_much
     assert _best_over_orders_of_workers(lengths, demand, counts, rows) == 11.0
     cover, _ = _ranked_cover(lengths, demand, counts)
     assert cover.shortfall(rows) <= 1.0 - 11.0 / 31.0
+
+
+def _reference_credits(rows: list[list[float]], hosts: list[list[bool]]) -> list[list[float]]:
+    """``ranked_credits`` element by element, as its doc states it: rows raised to the largest after
+    them; each credit the previous less the running minimum of the gaps at hosted lengths (before
+    the first hosted length, the gap there; none hosted: no gap)."""
+    raised = [list(r) for r in rows]
+    for g in range(len(raised) - 2, -1, -1):
+        raised[g] = [max(a, b) for a, b in zip(raised[g], raised[g + 1], strict=True)]
+    credits = [list(raised[0])]
+    for g in range(1, len(raised)):
+        gaps = [c - r if h else math.inf for c, r, h in zip(credits[-1], raised[g], hosts[g], strict=True)]
+        running = list(itertools.accumulate(gaps, min))
+        first = next((x for x in running if math.isfinite(x)), 0.0)
+        credits.append(
+            [
+                c - max(first if not math.isfinite(x) else x, 0.0)
+                for c, x in zip(credits[-1], running, strict=True)
+            ]
+        )
+    return credits
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    shape=st.tuples(st.integers(1, 6), st.integers(1, 12)),
+    seed=st.integers(0, 10_000),
+    contiguous=st.booleans(),
+)
+def test_ranked_credits_with_hosted_lengths_match_their_definition(
+    shape: tuple[int, int], seed: int, contiguous: bool
+) -> None:
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.random(shape) * 100.0, axis=0)[::-1] + rng.random(shape) * (seed % 2)
+    if contiguous:  # the cover's case: a group hosts every length from the longest it can run
+        hosts = np.arange(shape[1])[None, :] >= rng.integers(0, shape[1] + 1, size=(shape[0], 1))
+    else:
+        hosts = rng.random(shape) < 0.6
+    got = tailcover.ranked_credits(rows, hosts)
+    assert got.tolist() == _reference_credits(rows.tolist(), hosts.tolist())
