@@ -120,9 +120,9 @@ def _slowest_mates(request: PlanRequest, pools: Sequence[Sequence[int]]) -> tupl
     mates share a scale, and sub-pool 0 holds the fastest of each position's mates (kinds are
     fastest first, ``_share``): copies planned on it ran 5-9% past the sub-plan (1,024 x 32, K = 4,
     against 0.1-0.3% with equal scales), and the copied plan, at 16,384 x 128 with scales in
-    [0.9, 1.1], was 1.071-1.085x the bound (1.063-1.076x after; a full round: ~1.045x). At the slowest
-    mate's scale, no copy's worker is slower than its twin was planned. Equal scales: the workers
-    themselves.
+    [0.9, 1.1], was 1.071-1.085x the bound (after: 1.063-1.076x; the whole batch's rounds:
+    1.042-1.044x). At the slowest mate's scale no copy's worker is slower than its twin was
+    planned. Equal scales: the workers themselves.
     """
     workers = request.inventory.workers
     out = []
