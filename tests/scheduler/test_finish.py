@@ -178,14 +178,15 @@ def test_a_refused_admission_is_not_tested_again_until_it_could_fit(monkeypatch:
 
     monkeypatch.setattr(RunningPeak, "overflow", counted)
     skipped = worker_finish(cost, prompts, steps, reserve=True)
-    # five admitted beside the first (which starts alone, untested), the last refused once; waiting
-    # cannot let it in while it would end before the first (its final size at its end beside the
-    # first's growing context), so it is tested once more, at 1,101, the first step at which its
-    # end passes the first's; it starts when the first has ended and nothing runs (untested again)
-    assert tests == [0] * 6 + [1_101]
+    # five admitted beside the first (which starts alone), all untested: their final sizes and the
+    # first's sum to 1,685 of 2,000 (``_surely_fits``); the last refused once; waiting cannot let
+    # it in while it would end before the first (its final size at its end beside the first's
+    # growing context), so it is tested once more, at 1,101, the first step at which its end
+    # passes the first's; it starts when the first has ended and nothing runs (untested again)
+    assert tests == [0, 1_101]
     assert skipped == _EveryTest(cost, prompts, steps, True).run()
     # in full: refused again at every completion, and the wait searched again after each
-    assert tests[7:] == [0] * 6 + [1, 5, 6, 7, 8, 9, 10, 1_101]
+    assert tests[2:] == [0, 1, 5, 6, 7, 8, 9, 10, 1_101]
 
 
 class _FullCheck(finish_module._WorkerRun):
@@ -208,3 +209,65 @@ def test_trusting_the_running_set_alone_past_a_candidates_end_changes_no_finish(
 ) -> None:
     cost, prompts, steps = _worker_queue("H100", slots, capacity, queue)
     assert worker_finish(cost, prompts, steps, reserve=True) == _FullCheck(cost, prompts, steps, True).run()
+
+
+class _Projected(finish_module._WorkerRun):
+    """The worker model running the projected-peak test for every admission it makes beside others."""
+
+    def _surely_fits(self, item: int, remaining: int) -> bool:
+        return False
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 400), st.integers(1, 900)), min_size=1, max_size=60),
+    st.integers(1, 40),
+    st.integers(1_300, 12_000),  # every item fits alone (the validated case)
+)
+def test_admitting_by_the_sum_of_final_sizes_changes_no_finish(
+    queue: list[tuple[int, int]], slots: int, capacity: int
+) -> None:
+    cost, prompts, steps = _worker_queue("H100", slots, capacity, queue)
+    assert worker_finish(cost, prompts, steps, reserve=True) == _Projected(cost, prompts, steps, True).run()
+
+
+def test_items_whose_final_sizes_fit_the_cache_together_start_without_the_projected_peak_test(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the test costs O(running) a call and ran for every admission: a third of those that pass in
+    # the replay's plays need no test, since the projection never exceeds the sum of final sizes
+    cost, prompts, steps = _worker_queue("H100", 16, 20_000, [(500, 900 + 40 * k) for k in range(12)])
+    tests: list[int] = []
+    overflow = RunningPeak.overflow
+
+    def counted(self: RunningPeak, *args: int) -> tuple[int, int] | None:
+        tests.append(args[0])
+        return overflow(self, *args)
+
+    monkeypatch.setattr(RunningPeak, "overflow", counted)
+    finish = worker_finish(cost, prompts, steps, reserve=True)
+    assert sum(p + n for p, n in zip(prompts, steps, strict=True)) <= 20_000  # the case stated
+    assert tests == []
+    assert finish == _Projected(cost, prompts, steps, True).run()
+    assert len(tests) == len(prompts) - 1  # in full: every admission beside the first
+
+
+def test_a_head_the_wait_search_finds_fitting_starts_there_without_a_second_test(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the third item is refused at step 0 and again at 311 (the wait search's jump); the search
+    # finds it fits at 711, before the second ends (858): it starts there on that same verdict
+    cost, prompts, steps = _worker_queue("H100", 8, 1_504, [(149, 23), (214, 858), (285, 658)])
+    tests: list[tuple[int, bool]] = []
+    overflow = RunningPeak.overflow
+
+    def counted(self: RunningPeak, *args: int) -> tuple[int, int] | None:
+        over = overflow(self, *args)
+        tests.append((args[0], over is None))
+        return over
+
+    monkeypatch.setattr(RunningPeak, "overflow", counted)
+    finish = worker_finish(cost, prompts, steps, reserve=True)
+    assert tests == [(0, False), (311, False), (711, True)]
+    assert finish == _Projected(cost, prompts, steps, True).run()
+    assert tests[3:] == [(0, True), (0, False), (311, False), (711, True), (711, True)]  # in full
