@@ -39,7 +39,6 @@ import numpy as np
 from scheduler import clock
 from scheduler.at_once import all_at_once_finish, all_at_once_finishes
 from scheduler.costmodel import WorkerCost
-from scheduler.finish import worker_finish
 from scheduler.policies.base import BudgetSpent
 from scheduler.policies.problem import Problem
 
@@ -147,7 +146,7 @@ def _played(
     """
     _, *others = CANDIDATES[reserve]
     started = clock.now()
-    best_finish = worker_finish(cost, *problem.lengths(best), reserve)
+    best_finish = problem.played(cost, best, reserve)
     play_s = clock.now() - started
     if best_finish <= floor:
         return best, best_finish, play_s
@@ -157,7 +156,7 @@ def _played(
         if search_until is not None and clock.now() + play_s > search_until:
             break
         order = candidate(problem, items, cost)
-        finish = worker_finish(cost, *problem.lengths(order), reserve, stop_at=best_finish)
+        finish = problem.played(cost, order, reserve, stop_at=best_finish)
         if finish < best_finish:  # a play stopped at best_finish cannot pass this
             best, best_finish = order, finish
     return best, best_finish, play_s
@@ -212,7 +211,7 @@ def order_queues(
         if search_until is not None and started + searching_s + pace_s * later > search_until:
             cost = problem.costs[w]  # no time for the candidates: the one order that serves best
             order = UNSEARCHED[reserve](problem, list(queues[w]), cost)
-            queues[w], finish = tuple(order), worker_finish(cost, *problem.lengths(order), reserve)
+            queues[w], finish = tuple(order), problem.played(cost, order, reserve)
             pace_s = (clock.now() - started) / max(len(order), 1)
         else:  # the queue does not run at once: the order matters, play the candidates
             order, finish, play_s = _played(
@@ -262,7 +261,7 @@ def refine_critical(
         best, best_finish = None, finish[w]
         for candidate in CRITICAL_CANDIDATES[reserve]:
             order = candidate(problem, items, cost)
-            played = worker_finish(cost, *problem.lengths(order), reserve, stop_at=best_finish)
+            played = problem.played(cost, order, reserve, stop_at=best_finish)
             if played < best_finish:
                 best, best_finish = order, played
         cost_s = clock.now() - started

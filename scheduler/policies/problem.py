@@ -12,8 +12,9 @@ the unit of every aggregate decision, since such workers are (nearly) interchang
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 from operator import add, itemgetter
 from typing import NamedTuple
@@ -22,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.costmodel import WorkerCost, speed_clusters, worker_cost
-from scheduler.finish import queue_finishes
+from scheduler.finish import queue_finishes, worker_finish
 from scheduler.gcpause import collector_paused
 from scheduler.stepsum import planned_steps_array
 from scheduler.types import PlanRequest
@@ -64,6 +65,9 @@ class Problem:
     kv_steps: tuple[float, ...] = ()  # per trajectory: KV-token-steps, p*L + L*(L-1)/2 (``item_totals``);
     # () = not derived. The length-blind bar's floor summed them item by item in Python, ~4 ms a plan
     # at 4,096 and ~40 ms at 32,768, though ``build_problem`` computes them for the units anyway
+    plays: dict[tuple[WorkerCost, tuple[int, ...], bool], tuple[float, float]] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )  # ``played``'s memo: (cost, queue, reserve) -> (clock, the bound it was played to)
 
     def item_totals(self, items: Sequence[int]) -> tuple[int, int, float, int]:
         """The load totals of trajectories ``items`` (``load.Load``'s fields: longest steps, decode
@@ -82,6 +86,30 @@ class Problem:
     def finishes(self, queues: Sequence[Sequence[int]], reserve: bool) -> list[float]:
         """Predicted finish of every worker playing its ordered queue (``scheduler.finish``)."""
         return queue_finishes(self.costs, self.prompts, self.steps, queues, reserve)
+
+    def played(
+        self, cost: WorkerCost, queue: Sequence[int], reserve: bool, stop_at: float = math.inf
+    ) -> float:
+        """``worker_finish`` of ``queue`` on ``cost``, the same value where the play ends before
+        ``stop_at``, else a value of at least ``stop_at``: what a caller comparing candidate
+        orders against the best so far reads. Each play is kept for the life of the problem (one
+        plan), and a queue played again on an equal cost is answered from it where that suffices.
+
+        Why. A plan plays the same queue again: cpsat's second round orders the workers its
+        re-placement left unchanged again, with the same bounds, and the critical worker's
+        refinement repeats; the lpt start's queues are played again when their finishes are asked
+        for. On the long chain-of-thought headline's 6-step replay that was 0.2-0.7 s of a 3-9 s
+        plan (steps 0-2, docs/experiments.md). A kept full play answers every bound (its finish,
+        or at least the bound when it ends past it); a play stopped at a bound answers a bound no
+        later than the clock it stopped at.
+        """
+        key = (cost, tuple(queue), reserve)
+        known = self.plays.get(key)
+        if known is not None and (known[1] == math.inf or stop_at <= known[0]):
+            return known[0]
+        clock = worker_finish(cost, *self.lengths(queue), reserve, stop_at=stop_at)
+        self.plays[key] = (clock, math.inf if clock < stop_at else stop_at)
+        return clock
 
     def lengths(self, queue: Sequence[int]) -> tuple[list[int], list[int]]:
         """The prompts and planned steps of ``queue``'s trajectories, in its order: what the

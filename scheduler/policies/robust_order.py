@@ -42,7 +42,6 @@ from scheduler import clock
 from scheduler.admission import WATERMARK
 from scheduler.at_once import ends_at_once
 from scheduler.costmodel import WorkerCost
-from scheduler.finish import worker_finish
 from scheduler.lognormal import Z90
 from scheduler.policies.base import Placement
 from scheduler.policies.blind_draws import outlived
@@ -192,7 +191,7 @@ def _better_order(
             best, best_finish = alternative, expected
     if best is queue:
         return None
-    return best, worker_finish(cost, *problem.lengths(best), reserve)
+    return best, problem.played(cost, best, reserve)
 
 
 def drawn_finish(

@@ -14,6 +14,7 @@ from scheduler.benchgen import bench_request, heavy_tailed_batch, mixed_inventor
 from scheduler.finish import worker_finish
 from scheduler.planner import plan
 from scheduler.policies import ordering
+from scheduler.policies import problem as problem_module
 from scheduler.policies.base import BudgetSpent
 from scheduler.policies.lpt import lpt_assignment
 from scheduler.policies.ordering import CANDIDATES, longest_first, order_queues
@@ -139,7 +140,7 @@ def test_a_search_leaves_time_for_one_play_of_every_queue_still_to_be_ordered(
     assert waves[1] not in (waves[0], *waves[2:])  # its plays are told apart by their size
     play = _PlayClock()
     monkeypatch.setattr(ordering, "clock", play)
-    monkeypatch.setattr(ordering, "worker_finish", play.played)
+    monkeypatch.setattr(problem_module, "worker_finish", play.played)
     searches = len(CANDIDATES[False])  # plays of a searched queue (each a millisecond per item here)
     until = 1e-3 * (searches * (waves[0] + waves[1]) + sum(waves[2:]) - waves[1] / 2)
     queues, finishes = order_queues(problem, assignment, False, search_until=until)
@@ -152,10 +153,12 @@ def test_a_search_leaves_time_for_one_play_of_every_queue_still_to_be_ordered(
 
 def test_a_search_with_time_for_every_candidate_is_the_unhurried_one(monkeypatch: pytest.MonkeyPatch) -> None:
     problem, assignment, waves = _crowded()
-    unhurried = order_queues(problem, assignment, False)
+    unhurried = order_queues(
+        dataclasses.replace(problem), assignment, False
+    )  # its own plays (Problem.played)
     play = _PlayClock()
     monkeypatch.setattr(ordering, "clock", play)
-    monkeypatch.setattr(ordering, "worker_finish", play.played)
+    monkeypatch.setattr(problem_module, "worker_finish", play.played)
     until = 1e-3 * (len(CANDIDATES[False]) * sum(waves) + 1)  # every candidate of every queue, and a ms
     assert order_queues(problem, assignment, False, search_until=until) == unhurried
 
@@ -170,12 +173,12 @@ def test_ordering_stops_before_a_first_play_that_would_end_past_its_deadline(
     assert waves[1] not in (waves[0], *waves[2:])  # its plays are told apart by their size
     unhurried = _PlayClock()
     monkeypatch.setattr(ordering, "clock", unhurried)
-    monkeypatch.setattr(ordering, "worker_finish", unhurried.played)
-    order_queues(problem, assignment, False, deadline=float("inf"))
+    monkeypatch.setattr(problem_module, "worker_finish", unhurried.played)
+    order_queues(dataclasses.replace(problem), assignment, False, deadline=float("inf"))  # its own plays
     first_queue = unhurried.plays[: unhurried.plays.index(waves[1])]  # the first queue's plays
     play = _PlayClock()
     monkeypatch.setattr(ordering, "clock", play)
-    monkeypatch.setattr(ordering, "worker_finish", play.played)
+    monkeypatch.setattr(problem_module, "worker_finish", play.played)
     deadline = 1e-3 * (sum(first_queue) + waves[1] / 2)
     with pytest.raises(BudgetSpent):
         order_queues(problem, assignment, False, deadline=deadline)
