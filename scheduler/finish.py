@@ -224,7 +224,7 @@ class _WorkerRun:
 
     def _surely_fits(self, item: int, remaining: int) -> bool:
         """Whether ``item`` passes the projected-peak test without running it (``RunningPeak.overflow``,
-        O(running) in Python-called C, ~25 us at ~100 running: ~60% of a KV-admission play).
+        O(running) in Python-called C, ~25 us at ~100 running: about half of a KV-admission play).
 
         Two cases where the test cannot fail. The wait search (``_steps_to_fit``) just found it
         fits at this very step, and nothing has started or ended since: the same test again. Or
@@ -236,7 +236,7 @@ class _WorkerRun:
         alone never passes the cache: ``RunningPeak.alone_fits``); completions and evictions only
         lower the projection. Each refill from empty (a queue's start, a wave that
         drained) then admits its first items untested: on step 3 of the long chain-of-thought
-        replay's plans (766 plays) it skipped a third of the tests that pass.
+        replay's plans (766 plays) it skipped 59k of the 212k tests that pass.
         """
         if self.fits_at == (item, self.step):
             self.fits_at = None

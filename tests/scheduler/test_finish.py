@@ -234,8 +234,8 @@ def test_admitting_by_the_sum_of_final_sizes_changes_no_finish(
 def test_items_whose_final_sizes_fit_the_cache_together_start_without_the_projected_peak_test(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # the test costs O(running) a call and ran for every admission: a third of those that pass in
-    # the replay's plays need no test, since the projection never exceeds the sum of final sizes
+    # the test costs O(running) a call and ran for every admission: 28% of those that pass in the
+    # replay's plays need no test, since the projection never exceeds the sum of final sizes
     cost, prompts, steps = _worker_queue("H100", 16, 20_000, [(500, 900 + 40 * k) for k in range(12)])
     tests: list[int] = []
     overflow = RunningPeak.overflow
