@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterator
+from itertools import accumulate
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler import admission
 from scheduler.admission import RunningPeak, expected_remaining, peak_fits, projected_peak
 
 
@@ -138,3 +144,104 @@ def test_on_exact_lengths_a_set_admitted_by_the_test_needs_no_check_past_the_can
         if over is None or not checked.ends:  # admitted, or started alone untested
             checked.add(end, offset)
             promised.add(end, offset)
+
+
+def _held(pairs: list[tuple[int, int]], step: int, candidate: tuple[int, int], v: int) -> int:
+    """What the running set and the candidate ``(offset, end)`` hold after the step ending at ``v``
+    (``RunningPeak.overflow``'s definition: a member past its end counts at ``step + 1``)."""
+    offset, end = candidate
+    running = sum(o + v for e, o in pairs if max(e, step + 1) >= v)
+    return running + (offset + v if v <= end else 0)
+
+
+RUNNING_SETS = st.lists(st.tuples(st.integers(0, 90), st.integers(-60, 300)), max_size=14)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    running=RUNNING_SETS,
+    step=st.integers(0, 60),
+    candidate=st.tuples(st.integers(0, 300), st.integers(1, 60)),
+    capacity=st.integers(0, 4_000),
+)
+def test_what_the_pieces_cover_is_within_the_cache_at_every_step(
+    running: list[tuple[int, int]], step: int, candidate: tuple[int, int], capacity: int
+) -> None:
+    """``covered`` claims either that every step fits (-1) or that every step up to an end fits;
+    counted step by step, neither claim is ever wrong."""
+    pairs = [(end, max(offset, -step)) for end, offset in running]  # no context negative at ``step``
+    prompt, steps = candidate
+    offset, end = prompt - step, step + steps
+    covered = _tracked(pairs).covered(step, offset, end, capacity)
+    last = max([end, *(e for e, _ in pairs)])
+    upto = last if covered < 0 else sorted(e for e, _ in pairs)[covered - 1] if covered else step
+    assert all(_held(pairs, step, (offset, end), v) <= capacity for v in range(step + 1, upto + 1))
+
+
+def _one_pass(peak: RunningPeak, step: int, offset: int, end: int, capacity: int) -> tuple[int, int] | None:
+    """``RunningPeak.overflow`` as it was before ``covered``: the whole pass over the running set."""
+    ends, offsets, n = peak.ends, peak.offsets, len(peak.ends)
+    now = peak.total + offset + (step + 1) * (n + 1)
+    if now > capacity:
+        return step + 1, now - capacity
+    hi = bisect.bisect_right(ends, end)
+    above = sum(offsets[hi:])
+    if hi < n and not peak.alone_fits:
+        totals = [sum(offsets[j:]) + ends[j] * (n - j) for j in range(hi, n)]
+        if max(totals) > capacity:
+            j = max(j for j in range(hi, n) if totals[j - hi] == max(totals))
+            return ends[j], max(totals) - capacity
+    lo = bisect.bisect_left(ends, end, 0, hi)
+    at_end = above + sum(offsets[lo:hi]) + offset + end * (n - lo + 1)
+    if at_end > capacity:
+        return end, at_end - capacity
+    low = bisect.bisect_right(ends, step + 1, 0, hi)
+    held = {j: sum(offsets[j:]) + ends[j] * (n - j + 1) + offset for j in range(low, hi)}
+    if not held or max(held.values()) <= capacity:
+        return None
+    j = max(j for j, h in held.items() if h == max(held.values()))
+    return ends[j], held[j] - capacity
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    running=RUNNING_SETS,
+    step=st.integers(0, 60),
+    candidate=st.tuples(st.integers(0, 300), st.integers(1, 60)),
+    capacity=st.integers(0, 4_000),
+    alone_fits=st.booleans(),
+)
+def test_the_overflow_named_is_the_one_the_whole_pass_names(
+    running: list[tuple[int, int]], step: int, candidate: tuple[int, int], capacity: int, alone_fits: bool
+) -> None:
+    """Refusals included: where it passes the cache and by how much (``head_fit`` jumps by them)."""
+    peak = RunningPeak(alone_fits=alone_fits)
+    for end, offset in running:
+        peak.add(end, max(offset, -step))
+    prompt, steps = candidate
+    args = (step, prompt - step, step + steps, capacity)
+    assert peak.overflow(*args) == _one_pass(peak, *args)
+
+
+def test_a_candidate_with_room_to_spare_is_admitted_without_a_pass_over_the_running_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 100 running, ending at steps 10..109, each holding 50 + its steps so far: the cache of 30,000
+    # holds all of them at their final sizes (at most 109 * 100 + 5,000 = 15,900) and the candidate
+    peak = _tracked([(10 + i, 50) for i in range(100)])
+    passed: list[int] = []
+
+    def counted(values: list[int]) -> Iterator[int]:
+        values = list(values)
+        passed.append(len(values))
+        return accumulate(values)
+
+    monkeypatch.setattr(admission, "accumulate", counted)
+    assert peak.overflow(0, 100, 500, 30_000) is None
+    assert passed == []
+    # at step v the 110 - v still running and the candidate hold (110 - v)(50 + v) + 100 + v, at
+    # most 6,530 (v = 30, 31): a cache of 6,500 refuses it there, and the pass runs only over the
+    # ends that no piece could cover
+    assert peak.overflow(0, 100, 500, 6_500) == (31, 30) == _one_pass(peak, 0, 100, 500, 6_500)
+    assert passed
+    assert passed[0] < 100
