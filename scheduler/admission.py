@@ -96,7 +96,7 @@ class RunningPeak:
     lengths (the simulator) a member that outlives its end breaks it.
     """
 
-    __slots__ = ("alone_fits", "end_sum", "ends", "offsets", "total")
+    __slots__ = ("alone_fits", "changes", "end_sum", "ends", "offsets", "total")
 
     def __init__(self, alone_fits: bool = False) -> None:
         self.ends: list[int] = []  # predicted end steps (absolute), ascending
@@ -104,6 +104,7 @@ class RunningPeak:
         self.total = 0  # sum of ``offsets``
         self.end_sum = 0  # sum of ``ends`` (``covered``)
         self.alone_fits = alone_fits  # see the class doc
+        self.changes = 0  # adds and removes so far: a caller's answer holds while this is unchanged
 
     def add(self, end: int, offset: int) -> None:
         """A sequence predicted to run until absolute step ``end`` (at least the next one) starts."""
@@ -112,6 +113,7 @@ class RunningPeak:
         self.offsets.insert(at, offset)
         self.total += offset
         self.end_sum += end
+        self.changes += 1
 
     def remove(self, end: int, offset: int) -> None:
         """The sequence ``add``-ed with ``end`` and ``offset`` stops (completed or evicted)."""
@@ -121,6 +123,7 @@ class RunningPeak:
         del self.ends[at], self.offsets[at]
         self.total -= offset
         self.end_sum -= end
+        self.changes += 1
 
     def fits(self, step: int, offset: int, end: int, capacity: int) -> bool:
         """``peak_fits`` at absolute step ``step`` for a candidate with ``offset`` and ``end``."""

@@ -67,3 +67,17 @@ def refused_until(peak: RunningPeak, at: int, remaining: int, over: tuple[int, i
         if later < len(peak.ends):
             bound = max(bound, peak.ends[later] - remaining + 1)
     return bound
+
+
+def search_from(peak: RunningPeak, at: int, remaining: int, over: tuple[int, int]) -> int:
+    """Where ``earliest_fit`` starts for a candidate refused at ``at`` with ``over``, beside the same
+    running set: ``refused_until``, or -1 where the refusal was at the very next step (every running
+    sequence grows a token a step, so that step's overflow only grows: only a completion helps).
+
+    Why: an event's admission ends at a refused head, and searching its first fitting step from the
+    next step tests again what the refusal already settled, one O(running) test (the simulator's
+    engine: a quarter of its tests in the headline replay; ``scheduler.finish`` does the same).
+    """
+    if over[0] == at + 1:
+        return -1
+    return refused_until(peak, at, remaining, over)

@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from scheduler.admission import RunningPeak, expected_remaining
 from scheduler.costmodel import WorkerCost
 from scheduler.errors import InvalidInputError
-from scheduler.head_fit import earliest_fit
+from scheduler.head_fit import earliest_fit, search_from
 from scheduler.sim_ledger import Ledger
 from scheduler.stepsum import decode_time
 
@@ -57,8 +57,8 @@ class WorkerEngine:
 
     __slots__ = ("alive", "batch", "blocked", "busy_s", "cap", "clock", "cost", "event_clock", "heap",
                  "index", "kv_admission", "ledger", "limit", "max_seqs", "offset", "overdue", "peak",
-                 "pending_run", "preempted", "prefill_tokens", "queue", "queued_work", "reserved", "resume",
-                 "stack", "step", "to_finish", "to_fit", "token", "waiting", "waiting_reserve",
+                 "pending_run", "preempted", "prefill_tokens", "queue", "queued_work", "refusal", "reserved",
+                 "resume", "stack", "step", "to_finish", "to_fit", "token", "waiting", "waiting_reserve",
                  "watch")  # fmt: skip
 
     def __init__(
@@ -105,6 +105,8 @@ class WorkerEngine:
         self.watch = -1  # an item from elsewhere (a shared head, a steal) that ``take`` refused: with
         # nothing of its own to start, its first fitting step is an event too (set by the pool)
         self.event_clock = 0.0  # time of the pending event
+        self.refusal: tuple[int, int, int, tuple[int, int]] | None = None  # the last projected-peak
+        # refusal: (item, step, ``peak.changes`` then, ``RunningPeak.overflow``'s answer)
 
     def enqueue(self, items: list[int]) -> None:
         """Append ``items`` to the worker's own (unclaimed) queue, in order."""
@@ -125,7 +127,10 @@ class WorkerEngine:
             if self.overdue and self.overdue[0][0] <= step:
                 self._extend_overdue()
             end = step + expected_remaining(ledger.planned[item], kept)
-            return self.peak.fits(step, ledger.prompts[item] + kept - step, end, self.cap)
+            over = self.peak.overflow(step, ledger.prompts[item] + kept - step, end, self.cap)
+            if over is not None:
+                self.refusal = (item, step, self.peak.changes, over)
+            return over is None
         return self.offset + batch * self.step + ledger.prompts[item] + ledger.kept[item] <= self.limit
 
     def may_admit(self) -> bool:
@@ -313,10 +318,20 @@ class WorkerEngine:
         if self.overdue and self.overdue[0][0] <= step:
             self._extend_overdue()
         remaining = expected_remaining(ledger.planned[item], kept)
-        at, _ = earliest_fit(
-            self.peak, step + 1, ledger.prompts[item] + kept, remaining, self.cap, step + run
-        )
+        start = self._search_from(item, remaining)
+        if start < 0:
+            return -1
+        at, _ = earliest_fit(self.peak, start, ledger.prompts[item] + kept, remaining, self.cap, step + run)
         return -1 if at is None else at - step
+
+    def _search_from(self, item: int, remaining: int) -> int:
+        """The first step to search ``item``'s fit from (-1: only a completion helps): past what
+        ``fits``'s refusal of it at this step, beside this running set, rules out (else the next
+        step), so the search does not repeat the test the refusal settled (``head_fit.search_from``)."""
+        refusal = self.refusal
+        if refusal is None or refusal[:3] != (item, self.step, self.peak.changes):
+            return self.step + 1
+        return search_from(self.peak, self.step, remaining, refusal[3])
 
     def _next_to_start(self) -> int:
         """The item admission would test next (-1: none): the engine's waiting head (evicted ones

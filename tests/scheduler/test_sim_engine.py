@@ -1,0 +1,92 @@
+"""The simulator's worker engine searches a refused head's first fitting step without repeating a test.
+
+An event's admission ends at a refused head; the search for the step at which it fits starts past
+what that refusal rules out (``head_fit.search_from``), not at the next step: plays must not move.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler import sim_engine
+from scheduler.admission import RunningPeak
+from scheduler.costmodel import WorkerCost, worker_cost
+from scheduler.devices import device_profile, model_preset
+from scheduler.sim_ledger import Ledger
+from scheduler.types import Worker
+
+
+class _SearchFromNextStep(sim_engine.WorkerEngine):
+    """The engine searching every refused head from the next step, as it did before."""
+
+    def _search_from(self, item: int, remaining: int) -> int:
+        return self.step + 1
+
+
+def _played(
+    engine_type: type[sim_engine.WorkerEngine],
+    cost: WorkerCost,
+    prompts: list[int],
+    steps: list[int],
+    planned: list[int],
+) -> tuple[list[float], list[float], list[int]]:
+    ledger = Ledger([f"t{i}" for i in range(len(prompts))], prompts, steps, planned)
+    engine = engine_type(0, cost, ledger, watermark=0.01, kv_admission=True)
+    engine.enqueue(list(range(len(prompts))))
+    sim_engine.run_alone(engine)
+    return ledger.start, ledger.end, ledger.preemptions
+
+
+def _cost(slots: int, capacity: int) -> WorkerCost:
+    return worker_cost(
+        Worker("w", device_profile("H100"), max_num_seqs=slots, kv_capacity_tokens=capacity),
+        model_preset("7b"),
+    )
+
+
+def test_a_head_refused_at_an_event_is_not_tested_again_at_the_next_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cost = _cost(8, 2_000)
+    # the last item (1,200 + 400) cannot run beside the first (100 + 1,500) while it would end
+    # before it; the five short items end at steps 5..9, each an event at which it is refused again
+    prompts, steps = [100, 10, 10, 10, 10, 10, 1_200], [1_500, 5, 6, 7, 8, 9, 400]
+    tests: list[int] = []
+    overflow = RunningPeak.overflow
+
+    def counted(self: RunningPeak, *args: int) -> tuple[int, int] | None:
+        tests.append(args[0])
+        return overflow(self, *args)
+
+    monkeypatch.setattr(RunningPeak, "overflow", counted)
+    played = _played(sim_engine.WorkerEngine, cost, prompts, steps, steps)
+    # five admitted beside the first (which starts alone, untested), the last refused at step 0
+    # and at each completion; every refusal bounds the wait past the next event, so the only other
+    # test is at 1,101, the first step at which its end passes the first's
+    assert tests == [0] * 6 + [5, 6, 7, 8, 9, 1_101]
+    searched = len(tests)
+    assert _played(_SearchFromNextStep, cost, prompts, steps, steps) == played
+    # searched from the next step: tested again at step 1, and at 10 after the last completion
+    assert tests[searched:] == [0] * 6 + [1, 5, 6, 7, 8, 9, 10, 1_101]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 400), st.integers(0, 900), st.floats(0.3, 2.0)), min_size=1, max_size=50
+    ),
+    st.integers(1, 24),
+    st.integers(1_300, 6_000),
+)
+def test_searching_from_the_refusal_moves_no_start_end_or_eviction(
+    queue: list[tuple[int, int, float]], slots: int, capacity: int
+) -> None:
+    """On predicted lengths that are wrong by up to 3x either way, so sequences outlive their ends."""
+    cost = _cost(slots, capacity)
+    prompts = [p for p, _, _ in queue]
+    steps = [min(n, capacity - p) for p, n, _ in queue]  # every item fits alone
+    planned = [max(1, round(n * error)) for n, (_, _, error) in zip(steps, queue, strict=True)]
+    played = _played(sim_engine.WorkerEngine, cost, prompts, steps, planned)
+    assert played == _played(_SearchFromNextStep, cost, prompts, steps, planned)
