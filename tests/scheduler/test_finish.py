@@ -162,21 +162,14 @@ def test_skipping_admission_tests_that_must_fail_changes_no_finish(
     assert worker_finish(cost, prompts, steps, reserve=True) == _EveryTest(cost, prompts, steps, True).run()
 
 
-def test_a_refused_admission_is_not_tested_again_until_it_could_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_refused_admission_is_not_tested_again_until_it_could_fit(peak_tests: list[int]) -> None:
     cost = worker_cost(
         Worker("w", device_profile("H100"), max_num_seqs=8, kv_capacity_tokens=2_000), model_preset("7b")
     )
     # the last item (1,200 + 400) cannot run beside the first (100 + 1,500) at any step, so it
     # waits for it; the five short items ending meanwhile change nothing the first one's end needs
     prompts, steps = [100, 10, 10, 10, 10, 10, 1_200], [1_500, 5, 6, 7, 8, 9, 400]
-    tests: list[int] = []
-    overflow = RunningPeak.overflow
-
-    def counted(self: RunningPeak, *args: int) -> tuple[int, int] | None:
-        tests.append(args[0])
-        return overflow(self, *args)
-
-    monkeypatch.setattr(RunningPeak, "overflow", counted)
+    tests = peak_tests
     skipped = worker_finish(cost, prompts, steps, reserve=True)
     # five admitted beside the first (which starts alone), all untested: their final sizes and the
     # first's sum to 1,685 of 2,000 (``_surely_fits``); the last refused once; waiting cannot let
@@ -232,19 +225,12 @@ def test_admitting_by_the_sum_of_final_sizes_changes_no_finish(
 
 
 def test_items_whose_final_sizes_fit_the_cache_together_start_without_the_projected_peak_test(
-    monkeypatch: pytest.MonkeyPatch,
+    peak_tests: list[int],
 ) -> None:
     # the test costs O(running) a call and ran for every admission: 28% of those that pass in the
     # replay's plays need no test, since the projection never exceeds the sum of final sizes
     cost, prompts, steps = _worker_queue("H100", 16, 20_000, [(500, 900 + 40 * k) for k in range(12)])
-    tests: list[int] = []
-    overflow = RunningPeak.overflow
-
-    def counted(self: RunningPeak, *args: int) -> tuple[int, int] | None:
-        tests.append(args[0])
-        return overflow(self, *args)
-
-    monkeypatch.setattr(RunningPeak, "overflow", counted)
+    tests = peak_tests
     finish = worker_finish(cost, prompts, steps, reserve=True)
     assert sum(p + n for p, n in zip(prompts, steps, strict=True)) <= 20_000  # the case stated
     assert tests == []

@@ -6,12 +6,10 @@ what that refusal rules out (``head_fit.search_from``), not at the next step: pl
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler import sim_engine
-from scheduler.admission import RunningPeak
 from scheduler.costmodel import WorkerCost, worker_cost
 from scheduler.devices import device_profile, model_preset
 from scheduler.sim_ledger import Ledger
@@ -47,20 +45,13 @@ def _cost(slots: int, capacity: int) -> WorkerCost:
 
 
 def test_a_head_refused_at_an_event_is_not_tested_again_at_the_next_step(
-    monkeypatch: pytest.MonkeyPatch,
+    peak_tests: list[int],
 ) -> None:
     cost = _cost(8, 2_000)
     # the last item (1,200 + 400) cannot run beside the first (100 + 1,500) while it would end
     # before it; the five short items end at steps 5..9, each an event at which it is refused again
     prompts, steps = [100, 10, 10, 10, 10, 10, 1_200], [1_500, 5, 6, 7, 8, 9, 400]
-    tests: list[int] = []
-    overflow = RunningPeak.overflow
-
-    def counted(self: RunningPeak, *args: int) -> tuple[int, int] | None:
-        tests.append(args[0])
-        return overflow(self, *args)
-
-    monkeypatch.setattr(RunningPeak, "overflow", counted)
+    tests = peak_tests
     played = _played(sim_engine.WorkerEngine, cost, prompts, steps, steps)
     # five admitted beside the first (which starts alone, untested), the last refused at step 0
     # and at each completion; every refusal bounds the wait past the next event, so the only other
