@@ -54,7 +54,6 @@ plans (``scheduler.policies.blindbar``) and the faster of those was returned ins
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 
 from scheduler import clock
@@ -65,11 +64,11 @@ from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.blindbar import barred, blind_plan, blind_start
 from scheduler.policies.capband import CAP_LEFT, CAP_SHIFTS, cap_shifted
 from scheduler.policies.exchange import improve
-from scheduler.policies.levels import LevelPlan, band_of, solve_levels
+from scheduler.policies.levels import LevelPlan, bands_of, solve_levels
 from scheduler.policies.load import load_of, time_with
 from scheduler.policies.lpt import calibrated, lpt_assignment, lpt_bar, lpt_start
 from scheduler.policies.ordering import order_queues, refine_critical
-from scheduler.policies.problem import Problem, Unit, build_problem, worker_kinds
+from scheduler.policies.problem import Problem, build_problem, worker_kinds
 from scheduler.policies.robust import Baseline, Spread, baseline, judged, spreads
 from scheduler.policies.robust_fast import at_once_hedge
 from scheduler.policies.robust_order import hedged
@@ -218,7 +217,7 @@ class CpSatPolicy:
         if levels is None:
             return best, assignment
         tiers = levels.tiers(kinds, len(problem.costs))
-        band = functools.partial(_unit_band, edges=levels.edges)
+        band = bands_of(problem.units, levels.edges)  # each unit's: the tiers it may go to
         stop = deadline - ROUND_RESERVE * request.time_budget_s
         scale: list[float] | None = None
         cap_s: float | None = None
@@ -228,7 +227,7 @@ class CpSatPolicy:
                 break
             try:
                 banded = lpt_assignment(problem, tiers, band, scale, deadline=stop, cap_s=cap_s)
-                if clock.now() > stop:  # placement checks its clock every CHECK_EVERY units
+                if clock.now() > stop:  # placement checks its clock every listrun.CHECK_EVERY units
                     break  # and ordering's first pass is unchecked (~25 ms at 32,768): past ``stop``,
                     # both together ended rounds up to ~10 ms past the budget
                 queues, finishes = order_queues(problem, banded, reserve, deadline=stop)
@@ -393,8 +392,3 @@ def _found(status: str) -> str:
     names that plan itself, so a different one found from it (repaired, or copied from a
     sub-plan that kept its own lpt plan) is ``FEASIBLE``."""
     return status if status != "FALLBACK_LPT" else "FEASIBLE"
-
-
-def _unit_band(unit: Unit, edges: Sequence[int]) -> int:
-    """The band of ``unit`` by its longest member: which tiers of workers it may go to."""
-    return band_of(unit.steps, edges)

@@ -114,6 +114,14 @@ def band_loads(lengths: Sequence[int] | IntArray, kv_steps: Sequence[float] | Fl
     return [float(x) for x in np.bincount(bands, weights=weights, minlength=len(edges))]
 
 
+def bands_of(units: Sequence[Unit], edges: Sequence[int]) -> list[int]:
+    """``band_of`` each unit's steps, by unit index, in one vectorised pass: a cpsat round reads
+    each unit's band once, and a call per unit was ~6% of its placement."""
+    steps = np.fromiter((unit.steps for unit in units), dtype=np.int64, count=len(units))
+    found = np.minimum(np.searchsorted(np.asarray(edges, dtype=np.int64), steps, side="left"), len(edges) - 1)
+    return [int(b) for b in found]
+
+
 def band_of(steps: int, edges: Sequence[int]) -> int:
     """Index of the first band whose upper edge holds ``steps`` (``edges`` increase: bisection,
     once per unit of a cpsat round, where a scan of up to 22 edges cost ~5% of the placement)."""

@@ -76,7 +76,7 @@ class ListState:
     def place(self, worker: int, u: int, after: float | None) -> None:
         """Put unit ``u`` on ``worker`` and refresh its estimate (``after``, when already known)."""
         unit = self.units[u]
-        if self.current[worker] == PARKED:  # parked, chosen because nothing fitted (``_scan``)
+        if self.current[worker] == PARKED:  # parked, chosen because nothing fitted (``scan``)
             self.parked.remove(next(e for e in self.parked if e[1] == worker))
             heapq.heapify(self.parked)
         if self.peaks:
@@ -96,14 +96,14 @@ class ListState:
                 self.load_prompt[worker],
             )
         if self.parks and self._park(worker, unit.steps, after):
-            self._refresh(self.heap_of[worker])  # its entries there are stale now
+            self.refresh(self.heap_of[worker])  # its entries there are stale now
             return
         self.current[worker] = after
         h = self.heap_of[worker]
         heapq.heappush(self.heaps[h], (after, worker))
-        self._refresh(h)
+        self.refresh(h)
 
-    def _refresh(self, h: int) -> None:
+    def refresh(self, h: int) -> None:
         """Heap ``h`` changed: drop its cached top and look-ahead, and keep the ordered scan's view
         (the heap's live top, once)."""
         self.tops[h], self.ahead[h] = None, None
@@ -130,7 +130,7 @@ class ListState:
         """Take ``w`` out of its heap while no unit ``steps`` long can fit it
         (``KvPeaks.longest_fitting``), since units only get shorter. Heaps full of such workers
         made each unit look past them (~10 ``fits`` a unit at 32,768 x 256; parked: ~4, and the
-        placement 6-11% faster at 16,384 x 128 and up). ``_unpark_for`` puts them back.
+        placement 6-11% faster at 16,384 x 128 and up). ``unpark_for`` puts them back.
         """
         longest = self.kv.longest_fitting(w)
         if longest is None or longest >= steps:
@@ -139,7 +139,7 @@ class ListState:
         heapq.heappush(self.parked, (-longest, w))
         return True
 
-    def _unpark_for(self, steps: int) -> None:
+    def unpark_for(self, steps: int) -> None:
         """Put back every parked worker that a unit of ``steps`` steps may fit again."""
         parked = self.parked
         while parked and -parked[0][0] >= steps:
@@ -147,27 +147,27 @@ class ListState:
             self.current[w] = self.parked_at[w]
             h = self.heap_of[w]
             heapq.heappush(self.heaps[h], (self.current[w], w))
-            self._refresh(h)
+            self.refresh(h)
 
     def best_worker(self, unit: Unit, band: int) -> tuple[int, float | None]:
         """The allowed worker (tier >= band if any) whose estimate after adding ``unit`` is least,
         and that estimate when it was computed on the way."""
         if self.parked:
-            self._unpark_for(unit.steps)
+            self.unpark_for(unit.steps)
         if band > 0 and len(unit.allowed) == self.everyone:
-            self._join(band)
+            self.join(band)
             if self.meta:
                 worker, after = self._ordered(unit)
-                return (worker, after) if worker >= 0 else self._scan(unit, band)
+                return (worker, after) if worker >= 0 else self.scan(unit, band)
         key = (id(unit.allowed), band)
         heaps = self.candidates.get(key)
         if heaps is None:
             heaps = self.candidates[key] = self._candidate_heaps(unit.allowed, band)
         if not heaps:
-            return self._scan(unit, band)
+            return self.scan(unit, band)
         tops = self._tops(heaps, unit)
         if not tops:  # every candidate is parked: none fits, so the least estimate after decides
-            return self._scan(unit, band)
+            return self.scan(unit, band)
         if band == 0 and len(tops) > len(self.kinds):
             # Short units (the lowest band, half of them) change a worker's estimate by a sliver:
             # the least-loaded worker of each kind is the candidate, as in plain LPT.
@@ -180,9 +180,9 @@ class ListState:
             tops = list(per_kind.values())
         if len(tops) == 1:
             return tops[0][1], None
-        return self._least_after(tops, unit)
+        return self.least_after(tops, unit)
 
-    def _scan(self, unit: Unit, band: int) -> tuple[int, float]:
+    def scan(self, unit: Unit, band: int) -> tuple[int, float]:
         """The least estimate after ``unit`` over every allowed worker at ``band`` or above (all
         allowed workers where none is), among those that still run at once with it when any does
         (with ``peaks``): where the heaps have no candidate to offer, as for pools of 8 or fewer."""
@@ -192,7 +192,7 @@ class ListState:
         after, worker = min((self.after(w, unit), w) for w in pool)
         return worker, after
 
-    def _join(self, band: int) -> None:
+    def join(self, band: int) -> None:
         """Every heap of tier ``>= band`` enters the ordered scan (bands only fall: units arrive
         longest first, so these are exactly the heaps a unit of ``band`` may use)."""
         while self.to_join and self.to_join[0][0] >= band:
@@ -204,7 +204,7 @@ class ListState:
         """``best_worker`` for a unit that every joined heap may take, scanning heaps by their top's
         estimate and stopping at the first top already above the best estimate-after found: a
         heap's candidates only come later and an estimate never falls, so none beyond can win.
-        The same choice as scanning every heap (``_tops`` then ``_least_after``): least estimate
+        The same choice as scanning every heap (``_tops`` then ``least_after``): least estimate
         after, ties to the lower worker, among workers that still run at once when any does. At
         the higher bands (tens of heaps with a grid of bands) it looks at 2-4."""
         kv = self.kv
@@ -222,16 +222,16 @@ class ListState:
                 fits = c > slots[w] or (peak[w] <= limit[w] and prompt_sum[w] + p + c * n <= limit[w])
             else:
                 fits = kv.fits(w, unit)
-            candidate = top if fits else self._fitting_ahead(h, unit)
+            candidate = top if fits else self.fitting_ahead(h, unit)
             if candidate is None:
                 others.append(top)
             elif best < 0 or candidate[0] <= best_after:
                 after = self.after(candidate[1], unit)
                 if best < 0 or after < best_after or (after == best_after and candidate[1] < best):
                     best, best_after = candidate[1], after
-        return (best, best_after) if best >= 0 else self._least_after(others, unit)
+        return (best, best_after) if best >= 0 else self.least_after(others, unit)
 
-    def _fitting_ahead(self, h: int, unit: Unit) -> tuple[float, int] | None:
+    def fitting_ahead(self, h: int, unit: Unit) -> tuple[float, int] | None:
         """The first of the next few entries of heap ``h`` whose worker still fits ``unit``."""
         for entry in (self.ahead[h] or self._look_ahead(h))[1:]:
             if self.kv.fits(entry[1], unit):
@@ -272,14 +272,14 @@ class ListState:
             if fits:
                 fitting.append(top)
                 continue
-            deeper = self._fitting_ahead(h, unit)
+            deeper = self.fitting_ahead(h, unit)
             if deeper is not None:
                 fitting.append(deeper)
             else:
                 others.append(top)
         return fitting or others
 
-    def _least_after(self, tops: list[tuple[float, int]], unit: Unit) -> tuple[int, float]:
+    def least_after(self, tops: list[tuple[float, int]], unit: Unit) -> tuple[int, float]:
         """The worker of ``tops`` whose estimate with ``unit`` is least (ties: lowest index), and it:
         ``after`` inlined. A top's key is its worker's estimate now, and adding a unit never lowers
         an estimate (every term grows with the load, and so does each rounded float operation), so

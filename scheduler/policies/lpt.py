@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from scheduler import clock
 from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.blindbar import barred, blind_plan, blind_start
+from scheduler.policies.listrun import place_units
 from scheduler.policies.listsched import ListState
 from scheduler.policies.load import Rates, rates
 from scheduler.policies.ordering import order_queues, refine_critical
@@ -36,7 +37,6 @@ from scheduler.policies.robust_place import DRAWS, kind_scales
 from scheduler.policies.waves import lane_assignment
 from scheduler.types import PlanRequest
 
-CHECK_EVERY = 512  # units placed between deadline checks (~5-10 ms of tier-aware placement)
 SCREEN_MARGIN = 1.05  # a lane-dealt start whose queues, each played once in its default order, end
 # later than this times the ordered LPT plan is not ordered too: ordering gains a few percent, and the
 # long chain-of-thought replay (queues past their slots, lengths far from equal) built it for every
@@ -162,21 +162,23 @@ def ordered(
 def lpt_assignment(
     problem: Problem,
     tiers: Sequence[int] | None = None,
-    band: Callable[[Unit], int] | None = None,
+    band: Callable[[Unit], int] | Sequence[int] | None = None,
     scale: Sequence[float] | None = None,
     deadline: float | None = None,
     cap_s: float | None = None,
 ) -> list[list[int]]:
     """Unit indices per worker, chosen longest-first onto the earliest-finishing allowed worker.
 
-    With ``tiers`` (one per worker) and ``band`` (one per unit), a unit goes only to workers whose
+    With ``tiers`` (one per worker) and ``band`` (of each unit: a function, or a list by unit
+    index, ``levels.bands_of``), a unit goes only to workers whose
     tier is at least its band, when any allowed worker qualifies: how ``cpsat`` confines the long
     tail to the workers its aggregate model chose. ``scale`` multiplies each worker's estimate (a
     measured simulated/estimated ratio). With tiers, a candidate whose whole queue would no longer
     run at once without preemption (``KvPeaks.peak_after``) yields to one that still would, looking
     a few entries deep into each heap; a queue past its slots runs in waves and never yields.
     Without tiers and scale this is plain LPT. With ``deadline`` (``scheduler.clock.now()``) the
-    general path raises ``BudgetSpent`` once past it (checked every ``CHECK_EVERY`` units).
+    general path raises ``BudgetSpent`` once past it (checked every ``listrun.CHECK_EVERY`` units).
+    The loop itself is ``scheduler.policies.listrun``'s.
 
     With ``cap_s`` (and tiers), a unit shorter than half the longest whose best worker would pass
     ``cap_s`` is set aside and placed once every other unit is (``cpsat``'s second round): by then
@@ -187,27 +189,18 @@ def lpt_assignment(
         fast = _plain_lpt(problem)
         if fast is not None:
             return fast
-    costs = problem.costs
+    costs, units = problem.costs, problem.units
     state = ListState(problem, tiers or [0] * len(costs), scale or [1.0] * len(costs), tiers is not None)
-    units = problem.units
+    if band is None:
+        bands: Sequence[int] = [0] * len(units)
+    else:
+        bands = band if isinstance(band, Sequence) else [band(unit) for unit in units]
     short = max(problem.steps, default=0) // 2 if cap_s is not None else 0
-    later: list[int] = []  # set aside: they would have passed ``cap_s``
-    for k, u in enumerate(problem.ranked or longest_first(units)):
-        if deadline is not None and k % CHECK_EVERY == 0 and clock.now() > deadline:
-            raise BudgetSpent
-        unit = units[u]
-        worker, after = state.best_worker(unit, band(unit) if band else 0)
-        if unit.steps < short and cap_s is not None:
-            after = state.after(worker, unit) if after is None else after
-            if after > cap_s:
-                later.append(u)
-                continue
-        state.place(worker, u, after)
+    later = place_units(state, problem.ranked or longest_first(units), bands, cap_s, short, deadline)
     if later and deadline is not None and clock.now() > deadline:
         raise BudgetSpent
-    for u in later:
-        unit = units[u]
-        worker, after = state.best_worker(unit, band(unit) if band else 0)
+    for u in later:  # set aside: they would have passed ``cap_s``
+        worker, after = state.best_worker(units[u], bands[u])
         state.place(worker, u, after)
     return state.placed
 

@@ -1,28 +1,31 @@
-"""Tier-aware list scheduling: the ordered scan is a shortcut, never a different choice."""
+"""Tier-aware list scheduling: the ordered scan and the fused loop are shortcuts, never a different choice."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
+import random
 
 import pytest
 
-from scheduler.benchgen import bench_request, heavy_tailed_batch, mixed_inventory
+from scheduler.benchgen import bench_request, heavy_tailed_batch, mixed_inventory, with_speed_spread
 from scheduler.devices import device_profile, model_preset
-from scheduler.policies import cpsat, listsched
-from scheduler.policies.levels import solve_levels
+from scheduler.policies import listrun, listsched
+from scheduler.policies.levels import band_of, bands_of, solve_levels
 from scheduler.policies.lpt import lpt_assignment
 from scheduler.policies.problem import Problem, Unit, build_problem, longest_first, worker_kinds
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 
-def _tiered(problem: Problem, scaled: bool) -> list[list[int]]:
+def _tiered(problem: Problem, scaled: bool, capped: bool = False) -> list[list[int]]:
+    """A band round's placement: scaled like cpsat's second round, and with its cap when ``capped``
+    (low enough that many short units wait)."""
     kinds = worker_kinds(problem.costs, problem.active)
     levels = solve_levels(problem.units, [(problem.costs[m[0]], len(m)) for m in kinds], 2_000.0, 5.0, 0)
     assert levels is not None
     tiers = levels.tiers(kinds, len(problem.costs))
     scale = [1.0 + 0.01 * (w % 7) for w in range(len(problem.costs))] if scaled else None
-    return lpt_assignment(problem, tiers, functools.partial(cpsat._unit_band, edges=levels.edges), scale)
+    cap_s = 0.9 * levels.makespan_s if capped else None
+    return lpt_assignment(problem, tiers, bands_of(problem.units, levels.edges), scale, cap_s=cap_s)
 
 
 def _pinned_groups(affinity: bool) -> PlanRequest:
@@ -39,6 +42,11 @@ CASES = {
     "2048x64-s2": bench_request(2_048, 64, seed=2),
     "pins": _pinned_groups(affinity=False),
     "pins-affinity": _pinned_groups(affinity=True),
+}
+WIDER = {
+    **CASES,
+    "4096x32-s2-spread": with_speed_spread(bench_request(4_096, 32, seed=2), 0.1, 2),
+    "16384x128-s0": bench_request(16_384, 128, seed=0),
 }
 
 
@@ -67,6 +75,7 @@ def test_a_parked_worker_is_one_the_unit_being_placed_could_not_fit(monkeypatch:
         return answer
 
     monkeypatch.setattr(listsched.ListState, "best_worker", checked)
+    monkeypatch.setattr(listrun, "FUSED", False)  # every unit through the spied method
     _tiered(problem, scaled=False)
     assert len(hidden) > 10_000  # it does hide many, at this size
 
@@ -83,6 +92,7 @@ def test_when_no_worker_fits_a_unit_at_once_it_still_goes_to_the_least_loaded(
     problem = build_problem(PlanRequest(batch, Inventory(workers, model_preset("7b"))))
     parking = lpt_assignment(problem, [0] * 12, lambda unit: 0)
     monkeypatch.setattr(listsched.ListState, "_park", lambda state, w, steps, after: False)
+    monkeypatch.setattr(listrun, "FUSED", False)  # parks inline otherwise
     assert parking == lpt_assignment(problem, [0] * 12, lambda unit: 0)
     assert sorted(u for units in parking for u in units) == list(range(200))
 
@@ -111,7 +121,7 @@ def test_with_a_cap_the_short_units_that_would_pass_it_are_placed_after_all_othe
     levels = solve_levels(problem.units, [(problem.costs[m[0]], len(m)) for m in kinds], 2_000.0, 5.0, 0)
     assert levels is not None
     tiers = levels.tiers(kinds, len(problem.costs))
-    band = functools.partial(cpsat._unit_band, edges=levels.edges)
+    band = bands_of(problem.units, levels.edges)
     cap_s = levels.makespan_s * 0.9  # low enough that long units pass it too (they never wait)
     placed: list[tuple[int, float]] = []
     place = listsched.ListState.place
@@ -121,6 +131,7 @@ def test_with_a_cap_the_short_units_that_would_pass_it_are_placed_after_all_othe
         placed.append((u, state.current[worker]))
 
     monkeypatch.setattr(listsched.ListState, "place", recorded)
+    monkeypatch.setattr(listrun, "FUSED", False)  # every unit through the spied method
     lpt_assignment(problem, tiers, band, cap_s=cap_s)
     natural = sorted(
         range(len(problem.units)), key=lambda u: (-problem.units[u].steps, -problem.units[u].kv_steps, u)
@@ -161,6 +172,83 @@ def test_the_scan_reads_each_joined_heaps_live_top_once_sorted(monkeypatch: pyte
         checked.append(len(state.meta))
 
     monkeypatch.setattr(listsched.ListState, "place", checking)
+    monkeypatch.setattr(listrun, "FUSED", False)  # every unit through the spied method
     _tiered(problem, scaled=False)
     assert len(checked) == len(problem.units)
     assert max(checked) > 1
+
+
+ROUNDS = {"round-1": (False, False), "scaled": (True, False), "round-2": (True, True)}  # (scaled, capped)
+
+
+@pytest.mark.parametrize("request_", WIDER.values(), ids=WIDER.keys())
+@pytest.mark.parametrize("variant", ROUNDS.values(), ids=ROUNDS.keys())
+def test_the_fused_loop_places_every_unit_where_the_methods_would(
+    request_: PlanRequest, variant: tuple[bool, bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``listrun``'s inline step (ordered scan, lowest band, placement, parking) is the methods'
+    computation written out: the same worker for every unit, in every round cpsat runs."""
+    problem = build_problem(request_)
+    fused = _tiered(problem, *variant)
+    monkeypatch.setattr(listrun, "FUSED", False)
+    assert fused == _tiered(problem, *variant)
+
+
+def test_the_fused_loop_parks_and_falls_back_where_the_methods_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small caches: every worker parks in turn, and the fallback places what no worker fits."""
+    workers = tuple(
+        Worker(f"w{i}", device_profile("H100"), max_num_seqs=64, kv_capacity_tokens=40_000) for i in range(12)
+    )
+    batch = tuple(Trajectory(f"p{i}", 0, 100 + i % 7, 8_000, 4_000.0 - i) for i in range(200))
+    problem = build_problem(PlanRequest(batch, Inventory(workers, model_preset("7b"))))
+    tiers, bands = [w % 3 for w in range(12)], [u % 3 for u in range(200)]
+    fused = lpt_assignment(problem, tiers, bands), lpt_assignment(problem, tiers, bands, cap_s=30.0)
+    monkeypatch.setattr(listrun, "FUSED", False)
+    assert fused == (lpt_assignment(problem, tiers, bands), lpt_assignment(problem, tiers, bands, cap_s=30.0))
+
+
+def _prompt_bound(
+    seed: int, trajectories: int, slots: int, cache: int
+) -> tuple[Problem, list[int], list[int]]:
+    """Twelve workers of two kinds in eight (kind, tier) heaps, prompts of 50 or 20,000 tokens: a
+    worker's room for a unit then depends on its prompt, so the heaps' tops often do not fit and
+    the lowest band's look-up takes each of its ways (a top, one further in, none of a kind, too few)."""
+    rng = random.Random(seed)
+    workers = tuple(
+        Worker(
+            f"w{i}", device_profile("H100" if i % 2 else "A100"), max_num_seqs=slots, kv_capacity_tokens=cache
+        )
+        for i in range(12)
+    )
+    batch = tuple(
+        Trajectory(f"p{i}", 0, rng.choice((50, 20_000)), 30_000, float(rng.randint(200, 6_000)))
+        for i in range(trajectories)
+    )
+    problem = build_problem(PlanRequest(batch, Inventory(workers, model_preset("7b"))))
+    return (
+        problem,
+        [1 + (w // 2) % 4 for w in range(12)],
+        [min(4, unit.steps // 1_200) for unit in problem.units],
+    )
+
+
+@pytest.mark.parametrize("trajectories", [100, 160, 240])
+@pytest.mark.parametrize("slots", [16, 32, 64])
+def test_the_fused_loop_chooses_as_the_methods_do_where_tops_do_not_fit(
+    trajectories: int, slots: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cases = [
+        _prompt_bound(seed, trajectories, slots, cache)
+        for seed in range(2)
+        for cache in (30_000, 60_000, 120_000)
+    ]
+    fused = [lpt_assignment(*case, cap_s=cap_s) for case in cases for cap_s in (None, 5.0)]
+    monkeypatch.setattr(listrun, "FUSED", False)
+    assert fused == [lpt_assignment(*case, cap_s=cap_s) for case in cases for cap_s in (None, 5.0)]
+
+
+@pytest.mark.parametrize("request_", CASES.values(), ids=CASES.keys())
+def test_each_units_band_is_band_of_its_steps(request_: PlanRequest) -> None:
+    problem = build_problem(request_)
+    edges = (0, 2_000, 9_000, 9_001, 20_000)  # the longest units past the last edge: the last band
+    assert bands_of(problem.units, edges) == [band_of(unit.steps, edges) for unit in problem.units]
