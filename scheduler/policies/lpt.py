@@ -23,7 +23,7 @@ import heapq
 from collections.abc import Callable, Sequence
 
 from scheduler import clock
-from scheduler.policies.base import BudgetSpent, Placement
+from scheduler.policies.base import Placement
 from scheduler.policies.blindbar import barred, blind_plan, blind_start
 from scheduler.policies.listrun import place_units
 from scheduler.policies.listsched import ListState
@@ -197,11 +197,7 @@ def lpt_assignment(
         bands = band if isinstance(band, Sequence) else [band(unit) for unit in units]
     short = max(problem.steps, default=0) // 2 if cap_s is not None else 0
     later = place_units(state, problem.ranked or longest_first(units), bands, cap_s, short, deadline)
-    if later and deadline is not None and clock.now() > deadline:
-        raise BudgetSpent
-    for u in later:  # set aside: they would have passed ``cap_s``
-        worker, after = state.best_worker(units[u], bands[u])
-        state.place(worker, u, after)
+    place_units(state, later, bands, None, 0, deadline)  # set aside: they would have passed ``cap_s``
     return state.placed
 
 
