@@ -77,8 +77,9 @@ from scheduler.types import PlanRequest
 LEVELS_SHARE = 0.15  # share of the remaining budget one aggregate solve may use
 ROUND_FIXED_S = 0.02  # a round's aggregate solve: 5-60 ms (4,096 x 32 to 32,768 x 256)
 ROUND_COST = 3.0  # plus at least 3x the lpt phase (tier-aware placement cannot take plain LPT's
-# fast path). Since plain LPT got ~1.7x faster a round measures 3.9-7.2x the lpt phase at 4,096 x 32,
-# 4.7-6.2x at 16,384 x 128 and 3.3-8.0x at 32,768 x 256 (5 batches each); kept at 3 because a round
+# fast path). Since plain LPT got ~1.7x faster a round measures 3.9-7.2x the lpt phase at 4,096 x 32
+# (since ``listrun``: round 1 3.0-3.3x, round 2 3.5-5.0x, wall clock, quiet host), 4.7-6.2x at
+# 16,384 x 128 and 3.3-8.0x at 32,768 x 256 (5 batches each); kept at 3 because a round
 # that runs long is cut short within the budget (ROUND_RESERVE), so starting one that may fit
 # costs only wall time, never plan quality, and often pays.
 ROUND_RESERVE = 0.03  # share of the budget a round leaves for what follows it. A round starts when it

@@ -5,7 +5,9 @@ estimate ends earliest once it is added; with tiers (``cpsat``'s realisation of 
 a unit may only go to workers at its band or above, and a worker whose whole queue would no longer
 run at once yields to one that still would. This module keeps what that decision reads: the load
 totals and one heap of current estimates per (kind, tier); each worker's all-at-once KV peak is
-``scheduler.policies.kvpeak``'s.
+``scheduler.policies.kvpeak``'s. The loop over units is ``scheduler.policies.listrun``'s, which runs
+the common step of these methods inline on this state's lists (its public methods are that loop's
+way back in for every other case).
 """
 
 from __future__ import annotations
