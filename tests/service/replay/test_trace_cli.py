@@ -1,0 +1,200 @@
+"""``trace synth`` and ``trace import``: a labelled trace on good input, one clear line on bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import stat
+from pathlib import Path
+
+import pytest
+import typer
+
+from tests.service.replay.clirun import run
+from tests.service.replay.wordtokenizer import write_word_tokenizer
+
+
+def test_trace_synth_writes_a_labelled_synthetic_trace(cli: typer.Typer, tmp_path: Path) -> None:
+    out = tmp_path / "s.jsonl"
+    args = ["trace", "synth", "--profile", "short-cot", "--prompts", "3", "--samples", "2", "--steps", "2"]
+    code, stdout, _ = run(cli, [*args, "--seed", "1", "--out", str(out)])
+    assert code == 0
+    assert "SYNTHETIC" in stdout
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 12
+    assert {r["source"] for r in rows} == {"synthetic"}
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640], ids=["0600", "0640"])
+def test_trace_synth_over_an_existing_trace_keeps_its_permissions(
+    cli: typer.Typer, tmp_path: Path, mode: int
+) -> None:
+    out = tmp_path / "s.csv"
+    out.write_text("old\n")
+    out.chmod(mode)
+    code, _, _ = run(
+        cli, ["trace", "synth", "--prompts", "2", "--samples", "2", "--steps", "1", "--out", str(out)]
+    )
+    assert code == 0
+    assert out.read_text() != "old\n"
+    assert stat.S_IMODE(out.stat().st_mode) == mode
+
+
+def test_trace_synth_refuses_an_unknown_profile(cli: typer.Typer, tmp_path: Path) -> None:
+    code, _, err = run(cli, ["trace", "synth", "--profile", "huge", "--out", str(tmp_path / "x.csv")])
+    assert code != 0
+    assert "huge" in err
+
+
+def test_trace_import_verl_says_which_tokenizer_counted(cli: typer.Typer, tmp_path: Path) -> None:
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
+    dumps = tmp_path / "rollouts"
+    dumps.mkdir()
+    (dumps / "3.jsonl").write_text(
+        json.dumps({"input": "a b", "output": "b b b", "score": 1.0, "step": 3}) + "\n"
+    )
+    out = tmp_path / "t.csv"
+    args = ["trace", "import", str(dumps), "--from", "verl", "--tokenizer", str(tmp_path / "tokenizer.json")]
+    code, stdout, _ = run(cli, [*args, "--out", str(out)])
+    assert code == 0
+    assert str(tmp_path / "tokenizer.json") in stdout
+    row = next(csv.DictReader(out.open()))
+    assert (row["step"], row["prompt_tokens"], row["output_tokens"]) == ("3", "2", "3")
+
+
+def _one_stopped_dump(tmp_path: Path, record: dict[str, object] | None = None) -> list[str]:
+    """A dump folder with one line whose output re-encodes to 3 tokens; the import's arguments."""
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
+    (tmp_path / "rollouts").mkdir()
+    record = record or {"input": "a b", "output": "b b b", "score": 1.0, "step": 3}
+    (tmp_path / "rollouts" / "3.jsonl").write_text(json.dumps(record) + "\n")
+    tokenizer = str(tmp_path / "tokenizer.json")
+    return [
+        "trace",
+        "import",
+        str(tmp_path / "rollouts"),
+        "--tokenizer",
+        tokenizer,
+        "--out",
+        str(tmp_path / "t.csv"),
+    ]
+
+
+@pytest.mark.parametrize(("flags", "tokens"), [([], "4"), (["--count-eos"], "4"), (["--no-count-eos"], "3")])
+def test_trace_import_verl_counts_a_stopped_outputs_eos_unless_told_not_to(
+    cli: typer.Typer, tmp_path: Path, flags: list[str], tokens: str
+) -> None:
+    code, _, _ = run(cli, [*_one_stopped_dump(tmp_path), "--max-new-tokens", "8", *flags])
+    assert code == 0
+    row = next(csv.DictReader((tmp_path / "t.csv").open()))
+    assert (row["output_tokens"], row["finish_reason"]) == (tokens, "stop")
+
+
+def test_trace_import_verl_refuses_count_eos_without_the_cap_that_tells_stopped_from_truncated(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
+    code, _, err = run(cli, [*_one_stopped_dump(tmp_path), "--count-eos"])
+    assert code == 2
+    assert "count-eos" in err
+    assert "needs --max-new-tokens" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_trace_import_verl_refuses_a_validation_dump_in_one_line(cli: typer.Typer, tmp_path: Path) -> None:
+    record = {"input": "a b", "output": "b", "score": 1.0, "step": 3, "reward": 1.0}
+    code, _, err = run(cli, _one_stopped_dump(tmp_path, record))
+    assert code == 2
+    assert "3.jsonl:1" in err
+    assert "validation_data_dir" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_trace_import_verl_keeps_only_the_extra_fields_named_by_keep_field(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
+    dumps = tmp_path / "rollouts"
+    dumps.mkdir()
+    record = {"input": "a", "output": "b b", "score": 1.0, "step": 1, "acc": 1.0, "level": "easy"}
+    (dumps / "1.jsonl").write_text(json.dumps(record) + "\n")
+    out = tmp_path / "t.csv"
+    args = ["trace", "import", str(dumps), "--tokenizer", str(tmp_path / "tokenizer.json")]
+    code, _, _ = run(cli, [*args, "--keep-field", "level", "--out", str(out)])
+    assert code == 0
+    row = next(csv.DictReader(out.open()))
+    assert row["level"] == "easy"
+    assert "acc" not in row
+
+
+def test_trace_import_verl_without_a_tokenizer_is_refused(cli: typer.Typer, tmp_path: Path) -> None:
+    code, _, err = run(cli, ["trace", "import", str(tmp_path), "--out", str(tmp_path / "t.csv")])
+    assert code != 0
+    assert "tokenizer" in err
+
+
+@pytest.mark.parametrize("command", [["replay"], ["trace", "import"]])
+def test_a_trace_that_is_not_utf8_is_one_line_and_exit_2(
+    cli: typer.Typer, tmp_path: Path, command: list[str]
+) -> None:
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,caf\xe9,0,10,100\n")
+    options = {
+        "replay": ["--workers", "1xH100"],
+        "trace": ["--from", "csv", "--out", str(tmp_path / "o.csv")],
+    }
+    code, _, err = run(cli, [*command, str(path), *options[command[0]]])
+    assert code == 2
+    assert "not UTF-8" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("drift", ["nan", "inf", "5"])
+def test_trace_synth_refuses_a_drift_that_is_no_number_of_tokens(
+    cli: typer.Typer, tmp_path: Path, drift: str
+) -> None:
+    out = tmp_path / "x.csv"
+    code, _, err = run(
+        cli, ["trace", "synth", "--prompts", "2", "--steps", "1", "--drift", drift, "--out", str(out)]
+    )
+    assert code == 2
+    assert "drift" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--max-new-tokens", "50"], "max-new-tokens"),
+        (["--tokenizer", "t.json"], "tokenizer"),
+        (["--keep-field", "level"], "keep-field"),
+    ],
+)
+def test_trace_import_refuses_an_option_the_input_kind_would_ignore(
+    cli: typer.Typer, tmp_path: Path, extra: list[str], needle: str
+) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,10,100\n")
+    code, _, err = run(
+        cli, ["trace", "import", str(path), "--from", "csv", *extra, "--out", str(tmp_path / "o.csv")]
+    )
+    assert code == 2
+    assert needle in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--from", "VERL", "--tokenizer", "t.json"], "from='VERL': expected one of verl, csv"),
+        (["--map", "step=epoch"], "only --from csv|jsonl|parquet takes --map (--from defaults to verl)"),
+        ([], "--from verl (the default) needs --tokenizer"),
+    ],
+)
+def test_trace_import_names_the_input_kind_when_that_is_the_mistake(
+    cli: typer.Typer, tmp_path: Path, extra: list[str], needle: str
+) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("epoch,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,10,100\n")
+    code, _, err = run(cli, ["trace", "import", str(path), *extra, "--out", str(tmp_path / "o.csv")])
+    assert code == 2
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1
