@@ -39,7 +39,9 @@ from tests.service.delivery import (
     test_publish_layout,
     test_reset,
     test_retry_elsewhere,
+    test_schedule_lifetime,
     test_state_machine,
+    test_steal_choice,
     test_steal_rules,
 )
 from tests.service.delivery.audit import audit
@@ -50,6 +52,8 @@ from tests.service.delivery.conftest import schedule
 # clock read in a cross-slot pipeline), and the faults that need no
 # second connection by URL.
 globals().update({name: fn for name, fn in vars(test_protocol).items() if name.startswith("test_")})
+globals().update({name: fn for name, fn in vars(test_steal_choice).items() if name.startswith("test_")})
+globals().update({name: fn for name, fn in vars(test_schedule_lifetime).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_state_machine).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_steal_rules).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_affinity_claim).items() if name.startswith("test_")})

@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 import redis
-from redis.crc import key_slot
 
 from scheduler.errors import InvalidInputError
 from service.delivery import (
@@ -22,7 +21,6 @@ from service.delivery import (
     keys,
     wire,
 )
-from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.conftest import item, schedule
 
 T0 = 1_000_000  # explicit clock (ms) so expiry is deterministic
@@ -183,77 +181,6 @@ def test_reap_gives_a_holder_its_expired_leases_back_at_the_head_in_claim_order(
     assert [le.key for le in again] == [f"a-{i}#0" for i in range(12)]
 
 
-def test_steal_takes_from_the_tail_of_the_busiest_queue(delivery: Delivery) -> None:
-    delivery.publish(schedule("s", {"a": 0, "b": 6, "c": 2}))
-    stolen = delivery.steal("s", "a", 10)
-    assert [le.key for le in stolen] == ["b-5#0", "b-4#0", "b-3#0"]  # at most half, from the tail
-    assert all(le.worker_id == "a" for le in stolen)
-    progress = delivery.progress("s")
-    assert (progress.workers["a"].running, progress.workers["b"].queued) == (3, 3)
-    assert [le.key for le in delivery.claim("s", "b", 9)] == ["b-0#0", "b-1#0", "b-2#0"]
-
-
-def _sized(key: str, prompt: int, predicted: float) -> DeliveryItem:
-    """An item reserving ``prompt + predicted`` KV tokens (predicted below its 4,096 cap)."""
-    return DeliveryItem(key, key.partition("#")[0], 0, prompt, 4096, predicted)
-
-
-def test_steal_takes_tail_items_only_while_their_reservations_fit_the_kv_budget(
-    delivery: Delivery, redis_client: redis.Redis
-) -> None:
-    queue = tuple(_sized(f"b-{i}#0", 100, 900.0) for i in range(8))  # 1,000 tokens each
-    delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}))
-    stolen = delivery.steal("s", "a", 4, budget_tokens=2_500)
-    assert [le.key for le in stolen] == ["b-7#0", "b-6#0"]  # a third (3,000 tokens) would not fit
-    assert delivery.progress("s").workers["b"].queued == 6
-    assert_sound(redis_client, "s")
-
-
-def test_steal_refuses_a_tail_item_larger_than_the_budget_and_leaves_it_queued(
-    delivery: Delivery, redis_client: redis.Redis
-) -> None:
-    queue = (_sized("b-0#0", 100, 400.0), _sized("b-1#0", 300, 2_000.4))  # tail reserves 2,301
-    delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}))
-    assert delivery.steal("s", "a", 4, budget_tokens=2_300) == []
-    assert delivery.steal("s", "a", 4, budget_tokens=-5) == []  # an oversubscribed thief takes nothing
-    progress = delivery.progress("s")
-    assert (progress.queued, progress.running, progress.workers["a"].running) == (2, 0, 0)
-    assert_sound(redis_client, "s")  # never both queued and leased: the refused item is queued, nowhere else
-    assert [le.key for le in delivery.steal("s", "a", 4, budget_tokens=2_301)] == ["b-1#0"]
-    assert [le.key for le in delivery.claim("s", "b", 4)] == ["b-0#0"]
-    assert_sound(redis_client, "s")
-
-
-def test_a_steal_without_a_budget_is_limited_by_slots_alone(delivery: Delivery) -> None:
-    queue = tuple(_sized(f"b-{i}#0", 100, 4_000.0) for i in range(4))
-    delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}))
-    assert len(delivery.steal("s", "a", 2)) == 2
-
-
-def test_the_victim_is_ranked_by_predicted_seconds_not_tokens(delivery: Delivery) -> None:
-    fast = tuple(item(f"fast-{i}#0", 1000.0) for i in range(4))  # 4,000 tokens at 1 ms: 4 s
-    slow = tuple(item(f"slow-{i}#0", 100.0) for i in range(4))  # 400 tokens at 20 ms: 8 s
-    paces = {"fast": 0.001, "slow": 0.02}
-    delivery.publish(PublishedSchedule("s", {"a": (), "fast": fast, "slow": slow}, seconds_per_token=paces))
-    assert [le.key for le in delivery.steal("s", "a", 1)] == ["slow-3#0"]
-    delivery.claim("s", "slow", 2)  # slow keeps 1 item = 2 s: fast (4 s) is now the busier queue
-    assert [le.key for le in delivery.steal("s", "a", 1)] == ["fast-3#0"]
-
-
-def test_a_pace_that_is_not_positive_or_names_no_queue_is_refused(delivery: Delivery) -> None:
-    for paces, field in (({"a": 0.0}, "seconds_per_token[a]"), ({"zz": 1.0}, "seconds_per_token")):
-        with pytest.raises(InvalidInputError) as err:
-            delivery.publish(PublishedSchedule("s", {"a": (item("a-0#0"),)}, seconds_per_token=paces))
-        assert err.value.field == field
-    with pytest.raises(UnknownScheduleError):
-        delivery.info("s")
-
-
-def test_a_worker_with_queued_work_cannot_steal(delivery: Delivery) -> None:
-    delivery.publish(schedule("s", {"a": 1, "b": 6}))
-    assert delivery.steal("s", "a", 3) == []
-
-
 def test_reap_requeues_at_the_head_and_dead_letters_after_max_attempts(delivery: Delivery) -> None:
     delivery.publish(schedule("s", {"a": 2}, ttl_ms=100, max_attempts=2), now_ms=T0)
     now = T0
@@ -282,99 +209,6 @@ def test_a_shared_fifo_feeds_workers_once_their_own_queues_drain(delivery: Deliv
     delivery.publish(shared)
     assert [le.key for le in delivery.claim("s", "a", 2)] == ["own#0", "x#0"]
     assert [le.key for le in delivery.claim("s", "b", 2)] == ["y#0"]
-
-
-def test_a_finished_schedule_leaves_the_indexes_but_keeps_its_results(delivery: Delivery) -> None:
-    delivery.publish(schedule("s", {"a": 1, "b": 1}))
-    assert delivery.schedules_for("a") == ["s"]
-    assert delivery.active_schedules() == ["s"]
-    for worker in ("a", "b"):
-        (lease,) = delivery.claim("s", worker, 1)
-        delivery.complete(lease, RESULT)
-    assert delivery.schedules_for("a") == []
-    assert delivery.active_schedules() == []
-    assert delivery.progress("s").finished
-    assert len(delivery.read_results("s")) == 2
-
-
-def test_a_schedule_whose_last_item_is_dead_lettered_by_fail_leaves_the_indexes(delivery: Delivery) -> None:
-    delivery.publish(schedule("s", {"a": 2}, max_attempts=1))
-    first, second = delivery.claim("s", "a", 2)
-    delivery.complete(first, RESULT)
-    assert delivery.fail(second, "engine 500") is ReleaseOutcome.DEAD_LETTERED
-    assert delivery.progress("s").finished
-    assert (delivery.schedules_for("a"), delivery.active_schedules()) == ([], [])
-
-
-def test_a_schedule_whose_last_lease_is_reaped_into_the_dead_letters_leaves_the_indexes(
-    delivery: Delivery,
-) -> None:
-    delivery.publish(schedule("s", {"a": 1}, ttl_ms=100, max_attempts=1), now_ms=T0)
-    delivery.claim("s", "a", 1, now_ms=T0)
-    assert delivery.reap("s", now_ms=T0 + 500).dead_lettered == 1
-    assert (delivery.schedules_for("a"), delivery.active_schedules()) == ([], [])
-
-
-def test_a_heartbeat_that_dead_letters_the_last_lapsed_lease_retires_the_schedule(delivery: Delivery) -> None:
-    delivery.publish(schedule("s", {"a": 1}, ttl_ms=100, max_attempts=1), now_ms=T0)
-    leases = delivery.claim("s", "a", 1, now_ms=T0)
-    assert delivery.heartbeat(leases, now_ms=T0 + 500) == []
-    assert (delivery.progress("s").failed, delivery.active_schedules()) == (1, [])
-
-
-def test_every_key_of_a_schedule_is_in_one_hash_slot_and_expires(
-    delivery: Delivery, redis_client: redis.Redis
-) -> None:
-    delivery.publish(schedule("s", {"a": 2, "b": 4}, ttl_ms=100, max_attempts=1), now_ms=T0)
-    (lease,) = delivery.claim("s", "a", 1, now_ms=T0)
-    delivery.complete(lease, RESULT, now_ms=T0)
-    delivery.claim("s", "a", 1, now_ms=T0)
-    delivery.steal("s", "a", 1, now_ms=T0)
-    delivery.reap("s", now_ms=T0 + 500)
-    names = [str(n) for n in redis_client.keys(keys.schedule_keys("s").pattern)]
-    assert {key_slot(n.encode()) for n in names} == {key_slot(b"s")}
-    suffixes = {n.split(":", 2)[2] for n in names}
-    # q:a drained and deadlines emptied: both deleted, recreated with the TTL when needed
-    expected = {"meta", "items", "prompts", "st", "work", "pace", "counts", "dead", "results", "q:b", "calls"}
-    expected.add("seen")  # the claims and steals marked their workers alive
-    assert suffixes == expected
-    assert all(redis_client.pttl(n) > 0 for n in names)
-
-
-def test_an_inbox_expires_with_the_schedules_in_it_so_a_departed_worker_leaves_no_key(
-    delivery: Delivery, redis_client: redis.Redis
-) -> None:
-    # nothing else would prune the inbox of a worker that never comes back
-    published = schedule("s", {"ghost": 1})
-    delivery.publish(published)
-    ttl_ms = redis_client.pttl("rs:inbox:{ghost}")
-    retention_ms = published.lease.retention_s * 1000
-    assert retention_ms < ttl_ms <= retention_ms + keys.INBOX_MARGIN_S * 1000
-
-
-def test_a_schedule_kept_for_less_time_does_not_cut_an_inbox_s_life_short(
-    delivery: Delivery, redis_client: redis.Redis
-) -> None:
-    delivery.publish(schedule("long", {"w": 1}))
-    long_ttl = redis_client.pttl("rs:inbox:{w}")
-    short = schedule("short", {"w": 1})
-    delivery.publish(replace(short, lease=replace(short.lease, retention_s=60)))
-    assert redis_client.pttl("rs:inbox:{w}") > long_ttl - 5_000
-
-
-def test_replaying_the_publish_of_a_finished_schedule_does_not_announce_it_again(delivery: Delivery) -> None:
-    delivery.publish(schedule("s", {"a": 1}))
-    (lease,) = delivery.claim("s", "a", 1)
-    delivery.complete(lease, RESULT)
-    assert delivery.publish(schedule("s", {"a": 1})) is PublishOutcome.UNCHANGED
-    assert delivery.schedules_for("a") == []
-    assert delivery.active_schedules() == []
-
-
-def test_an_empty_schedule_is_finished_at_once_and_never_announced(delivery: Delivery) -> None:
-    assert delivery.publish(schedule("s", {"a": 0})) is PublishOutcome.CREATED
-    assert delivery.progress("s").finished
-    assert delivery.schedules_for("a") == []
 
 
 def test_complete_and_claim_reports_and_leases_in_one_round_trip(
