@@ -1,0 +1,142 @@
+"""Importing a renamed generic file (csv, jsonl, parquet with ``--map``) yields a valid trace, or one clear
+error naming the file, line and column (veRL dumps: test_traceimport.py)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scheduler.errors import InvalidInputError
+from scheduler.trace import TraceFormatError
+from service.traceimport import import_generic, parse_mapping
+
+
+def test_generic_csv_columns_are_renamed_into_the_schema(tmp_path: Path) -> None:
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["epoch", "uid", "k", "plen", "rlen", "difficulty"])
+        writer.writerow([0, "a", 0, 10, 120, "hard"])
+        writer.writerow([1, "a", 0, 10, 140, "hard"])
+    mapping = parse_mapping(
+        ["step=epoch", "prompt_id=uid", "sample_idx=k", "prompt_tokens=plen", "output_tokens=rlen"]
+    )
+    trace = import_generic(path, "csv", mapping).trace
+    assert trace.output_tokens.tolist() == [120, 140]
+    assert trace.categorical["difficulty"].tolist() == ["hard", "hard"]
+
+
+def test_generic_jsonl_without_a_required_column_says_which_to_map(tmp_path: Path) -> None:
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps({"step": 0, "prompt_id": "a", "sample_idx": 0, "prompt_tokens": 3}) + "\n")
+    with pytest.raises(TraceFormatError, match="output_tokens"):
+        import_generic(path, "jsonl", {})
+
+
+def test_generic_parquet_round_trips(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "runs.parquet"
+    table = {
+        "step": [0, 0],
+        "prompt_id": ["a", "b"],
+        "sample_idx": [0, 0],
+        "p": [5, 6],
+        "output_tokens": [7, 8],
+    }
+    pq.write_table(pa.table(table), path)
+    trace = import_generic(path, "parquet", parse_mapping(["prompt_tokens=p"])).trace
+    assert np.array_equal(trace.prompt_tokens, [5, 6])
+
+
+@pytest.mark.parametrize("pair", ["output_tokens", "=x", "x="])
+def test_a_malformed_mapping_is_refused(pair: str) -> None:
+    with pytest.raises(InvalidInputError, match="map"):
+        parse_mapping([pair])
+
+
+def _csv(path: Path, header: list[str], *rows: list[object]) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+SCHEMA = ["step", "prompt_id", "sample_idx", "prompt_tokens", "output_tokens"]
+
+
+def test_a_csv_row_with_a_cell_too_many_is_an_error_not_a_column(tmp_path: Path) -> None:
+    path = _csv(tmp_path / "t.csv", SCHEMA, [0, "a", 0, 10, 100, 999])
+    with pytest.raises(TraceFormatError, match=r"t\.csv:2:.*6 cells, expected 5"):
+        import_generic(path, "csv", {})
+
+
+def test_a_count_past_int64_is_located_not_an_overflow(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(dict(zip(SCHEMA, [0, "a", 0, 10, 10**23], strict=True))) + "\n")
+    with pytest.raises(TraceFormatError, match=r"t\.jsonl:1:output_tokens.*exceeds"):
+        import_generic(path, "jsonl", {})
+
+
+def test_a_missing_required_column_is_reported_at_the_header(tmp_path: Path) -> None:
+    path = _csv(tmp_path / "t.csv", SCHEMA[:4], [0, "a", 0, 10])
+    with pytest.raises(TraceFormatError, match=r"t\.csv:1:output_tokens.*--map output_tokens="):
+        import_generic(path, "csv", {})
+
+
+@pytest.mark.parametrize(
+    "pairs",
+    [["output_tokens=a", "output_tokens=b"], ["output_tokens=a", "sample_idx=a"]],
+)
+def test_a_column_mapped_twice_is_refused(pairs: list[str]) -> None:
+    with pytest.raises(InvalidInputError, match="already mapped"):
+        parse_mapping(pairs)
+
+
+def test_a_mapping_from_a_column_the_file_lacks_is_refused(tmp_path: Path) -> None:
+    path = _csv(tmp_path / "t.csv", SCHEMA, [0, "a", 0, 10, 100])
+    with pytest.raises(TraceFormatError, match=r"zzz.*no such column"):
+        import_generic(path, "csv", parse_mapping(["source=zzz"]))
+
+
+@pytest.mark.parametrize("header", [["step", "epoch"], ["epoch", "step"]])
+def test_a_mapping_onto_a_column_the_file_has_is_refused_whatever_the_order(
+    tmp_path: Path, header: list[str]
+) -> None:
+    path = _csv(tmp_path / "t.csv", [*header, *SCHEMA[1:]], [0, 1, "a", 0, 10, 100])
+    with pytest.raises(TraceFormatError, match="would both carry this name after --map"):
+        import_generic(path, "csv", parse_mapping(["step=epoch"]))
+
+
+def test_a_row_key_twice_is_refused_at_import_as_the_replay_would(tmp_path: Path) -> None:
+    path = _csv(tmp_path / "t.csv", SCHEMA, [0, "a", 0, 10, 100], [0, "a", 0, 10, 120])
+    with pytest.raises(InvalidInputError, match="twice"):
+        import_generic(path, "csv", {})
+
+
+def test_a_jsonl_mapping_from_a_column_no_line_holds_is_refused_as_csv_refuses_it(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(dict(zip(SCHEMA, [0, "a", 0, 10, 100], strict=True))) + "\n")
+    with pytest.raises(TraceFormatError) as jsonl_error:
+        import_generic(path, "jsonl", parse_mapping(["reward=nosuch"]))
+    csv_path = _csv(tmp_path / "t.csv", SCHEMA, [0, "a", 0, 10, 100])
+    with pytest.raises(TraceFormatError) as csv_error:
+        import_generic(csv_path, "csv", parse_mapping(["reward=nosuch"]))
+    assert str(jsonl_error.value).replace(str(path), str(csv_path)) == str(csv_error.value)
+    assert str(jsonl_error.value).startswith(f"{path}:1:nosuch=None: no such column to map")
+
+
+def test_a_jsonl_mapping_from_a_column_only_a_later_line_holds_is_accepted(tmp_path: Path) -> None:
+    rows = [dict(zip(SCHEMA, [0, "a", i, 10, 100], strict=True)) for i in range(2)]
+    rows[1]["score"] = 0.5
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    trace = import_generic(path, "jsonl", parse_mapping(["reward=score"])).trace
+    assert np.isnan(trace.reward[0])
+    assert trace.reward[1] == 0.5
