@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -16,30 +14,7 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish, tally
-
-Script = Callable[[httpx.AsyncClient], Awaitable[Any]]
-
-
-def _with_api(redis_url: str, script: Script, slots: int = 4, worker: str = "w0") -> Any:
-    session = WorkerSession(Delivery.from_url(redis_url), Holdings(slots), SessionSettings(worker))
-
-    async def run() -> Any:
-        app = create_pull_app(session)
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://pull"
-        ) as client:
-            return await script(client)
-
-    return asyncio.run(run())
-
-
-def _done(lease: dict[str, Any], tokens: int) -> dict[str, Any]:
-    return {
-        "schedule_id": lease["schedule_id"],
-        "key": lease["key"],
-        "token": lease["token"],
-        "output_tokens": tokens,
-    }
+from tests.service.sidecar.pullclient import done_body, with_api
 
 
 def test_a_worker_pulls_items_in_plan_order_and_reports_them_once(
@@ -52,13 +27,13 @@ def test_a_worker_pulls_items_in_plan_order_and_reports_them_once(
     async def script(client: httpx.AsyncClient) -> list[Any]:
         first = (await client.get("/next")).json()
         second = (await client.get("/next")).json()
-        done = await client.post("/done", json=_done(first, 11))
-        again = await client.post("/done", json=_done(first, 11))  # the reply was lost: retried
-        await client.post("/done", json=_done(second, 22))
+        done = await client.post("/done", json=done_body(first, 11))
+        again = await client.post("/done", json=done_body(first, 11))  # the reply was lost: retried
+        await client.post("/done", json=done_body(second, 22))
         empty = await client.get("/next")
         return [first["key"], second["key"], done.json(), again.json(), empty.status_code]
 
-    assert _with_api(redis_url, script) == [
+    assert with_api(redis_url, script) == [
         "a#0",
         "b#0",
         {"outcome": "accepted"},
@@ -83,7 +58,7 @@ def test_a_pulled_item_comes_with_the_sampling_fields_for_its_sample(
     async def script(client: httpx.AsyncClient) -> list[Any]:
         return [(await client.get("/next")).json()["params"] for _ in seeded]
 
-    assert _with_api(redis_url, script) == [{"seed": 40, "top_p": 0.95}, {"seed": 41, "top_p": 0.95}]
+    assert with_api(redis_url, script) == [{"seed": 40, "top_p": 0.95}, {"seed": 41, "top_p": 0.95}]
 
 
 def test_a_report_carries_the_sidecars_measured_concurrency_unless_the_worker_states_one(
@@ -95,10 +70,10 @@ def test_a_report_carries_the_sidecars_measured_concurrency_unless_the_worker_st
     async def script(client: httpx.AsyncClient) -> None:
         first = (await client.get("/next")).json()
         second = (await client.get("/next")).json()
-        await client.post("/done", json=_done(first, 11))
-        await client.post("/done", json={**_done(second, 22), "extra": {"concurrency": 7}})
+        await client.post("/done", json=done_body(first, 11))
+        await client.post("/done", json={**done_body(second, 22), "extra": {"concurrency": 7}})
 
-    _with_api(redis_url, script)
+    with_api(redis_url, script)
     extra = {r.key: dict(r.result.extra) for r in delivery.read_results("conc")}
     assert 1.0 <= extra["a#0"]["concurrency"] <= 2.0  # a and b were out together part of the time
     assert extra["b#0"]["concurrency"] == 7
@@ -120,11 +95,11 @@ def test_a_measured_concurrency_comes_with_the_wall_time_it_was_measured_over(
         first = (await client.get("/next")).json()
         second = (await client.get("/next")).json()
         await asyncio.sleep(0.3)
-        await client.post("/done", json={**_done(first, 11), "wall_time_s": 0.01})
-        stated = {**_done(second, 22), "wall_time_s": 0.01, "extra": {"concurrency": 1}}
+        await client.post("/done", json={**done_body(first, 11), "wall_time_s": 0.01})
+        stated = {**done_body(second, 22), "wall_time_s": 0.01, "extra": {"concurrency": 1}}
         await client.post("/done", json=stated)
 
-    _with_api(redis_url, script)
+    with_api(redis_url, script)
     wall = {r.key: r.result.wall_time_s for r in delivery.read_results("span")}
     assert wall["a#0"] >= 0.3
     assert wall["b#0"] == 0.01
@@ -136,11 +111,11 @@ def test_a_report_under_a_lost_lease_is_refused_with_409(redis_client: redis.Red
 
     async def script(client: httpx.AsyncClient) -> tuple[int, dict[str, Any]]:
         lease = (await client.get("/next")).json()
-        wrong = {**_done(lease, 5), "token": lease["token"] + 1000}
+        wrong = {**done_body(lease, 5), "token": lease["token"] + 1000}
         answer = await client.post("/done", json=wrong)
         return answer.status_code, answer.json()
 
-    assert _with_api(redis_url, script) == (409, {"outcome": "stale"})
+    assert with_api(redis_url, script) == (409, {"outcome": "stale"})
     assert delivery.progress("stale").done == 0
 
 
@@ -152,12 +127,12 @@ def test_a_report_for_a_schedule_that_is_gone_is_refused_with_404(
 
     async def script(client: httpx.AsyncClient) -> list[tuple[int, str]]:
         lease = (await client.get("/next")).json()
-        unknown = await client.post("/done", json={**_done(lease, 5), "schedule_id": "never-published"})
+        unknown = await client.post("/done", json={**done_body(lease, 5), "schedule_id": "never-published"})
         redis_client.delete(*redis_client.keys("*gone*"))  # retention passed while the worker ran it
-        expired = await client.post("/done", json=_done(lease, 5))
+        expired = await client.post("/done", json=done_body(lease, 5))
         return [(r.status_code, r.json()["outcome"]) for r in (unknown, expired)]
 
-    assert _with_api(redis_url, script) == [(404, "unknown_schedule"), (404, "unknown_schedule")]
+    assert with_api(redis_url, script) == [(404, "unknown_schedule"), (404, "unknown_schedule")]
 
 
 def test_the_worker_gets_no_more_than_its_slots_and_a_failed_item_goes_back(
@@ -174,7 +149,7 @@ def test_the_worker_gets_no_more_than_its_slots_and_a_failed_item_goes_back(
         retried = (await client.get("/next")).json()
         return [full, failed, retried["key"], retried["attempt"]]
 
-    assert _with_api(redis_url, script, slots=1) == [204, {"outcome": "requeued"}, "a#0", 2]
+    assert with_api(redis_url, script, slots=1) == [204, {"outcome": "requeued"}, "a#0", 2]
 
 
 def test_an_idle_worker_steals_from_a_busier_queue(redis_client: redis.Redis, redis_url: str) -> None:
@@ -185,119 +160,7 @@ def test_an_idle_worker_steals_from_a_busier_queue(redis_client: redis.Redis, re
     async def script(client: httpx.AsyncClient) -> str:
         return str((await client.get("/next")).json()["key"])
 
-    assert _with_api(redis_url, script, worker="idle") == "x3#0"  # from the tail: the head stays planned
-
-
-def test_a_report_with_nan_or_above_the_cap_is_refused_and_the_lease_is_kept(
-    redis_client: redis.Redis, redis_url: str
-) -> None:
-    delivery = Delivery.from_url(redis_url)
-    publish(delivery, "bad-done", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
-
-    async def script(client: httpx.AsyncClient) -> list[Any]:
-        lease = (await client.get("/next")).json()
-        body = _done(lease, 5)
-        as_json = {"Content-Type": "application/json"}  # what a worker's client sends with its JSON
-        nan = await client.post(
-            "/done", content=json.dumps({**body, "wall_time_s": float("inf")}), headers=as_json
-        )
-        nested = await client.post(
-            "/done", content=json.dumps({**body, "extra": {"x": float("nan")}}), headers=as_json
-        )
-        wordy = await client.post("/done", json={**body, "extra": {"concurrency": "high"}})
-        over = await client.post("/done", json={**body, "output_tokens": 16_001})  # the item's cap: 16,000
-        held = len((await client.get("/leases")).json()["held"])
-        good = await client.post("/done", json=body)
-        return [
-            (nan.status_code, nan.json()["error"]),
-            nested.status_code,
-            wordy.status_code,
-            over.status_code,
-            held,
-            good.status_code,
-        ]
-
-    assert _with_api(redis_url, script) == [
-        (422, "wall_time_s: Input should be a finite number"),
-        422,
-        422,
-        422,
-        1,
-        200,
-    ]
-    assert [r.result.output_tokens for r in delivery.read_results("bad-done")] == [5]
-
-
-def test_a_report_of_the_wrong_shape_is_refused_naming_what_is_wrong_and_the_lease_is_kept(
-    redis_client: redis.Redis, redis_url: str
-) -> None:
-    delivery = Delivery.from_url(redis_url)
-    publish(delivery, "shape", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
-
-    async def script(client: httpx.AsyncClient) -> list[Any]:
-        body = _done((await client.get("/next")).json(), 5)
-        as_json = {"Content-Type": "application/json"}
-        sent = [
-            await client.post("/done", json={k: v for k, v in body.items() if k != "output_tokens"}),
-            await client.post("/done", json={**body, "token": "abc"}),
-            await client.post("/done", json=[body]),
-            await client.post("/done", json={**body, "tokens": 5}),
-            await client.post("/done", content='{"schedule_id": ', headers=as_json),
-        ]
-        held = len((await client.get("/leases")).json()["held"])
-        return [*((r.status_code, r.json()["error"]) for r in sent), held]
-
-    refused = _with_api(redis_url, script)
-    assert refused[:4] == [
-        (422, "output_tokens: Field required"),
-        (422, "token: Input should be a valid integer, unable to parse string as an integer"),
-        (422, "body: Input should be a valid dictionary or object to extract fields from"),
-        (422, "tokens: Extra inputs are not permitted"),
-    ]
-    assert refused[4] == (422, "body: JSON decode error at character 16 (Expecting value)")
-    assert refused[5] == 1
-    assert delivery.progress("shape").done == 0
-
-
-def test_a_report_sent_as_a_form_is_refused_saying_to_send_it_as_json(
-    redis_client: redis.Redis, redis_url: str
-) -> None:
-    """``curl -d '{...}'`` sends a form: "Input should be a valid dictionary" alone did not say that
-    the JSON in it was never read as JSON (the service's own 422 says so)."""
-    delivery = Delivery.from_url(redis_url)
-    publish(delivery, "form", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
-
-    async def script(client: httpx.AsyncClient) -> list[Any]:
-        body = json.dumps(_done((await client.get("/next")).json(), 5))
-        form = {"Content-Type": "application/x-www-form-urlencoded"}
-        sent = [await client.post(path, content=body, headers=form) for path in ("/done", "/fail")]
-        return [(r.status_code, r.json()["error"]) for r in sent]
-
-    refused = "body: Input should be a valid dictionary or object to extract fields from"
-    told = f"{refused}; send the body as JSON, with 'Content-Type: application/json'"
-    assert _with_api(redis_url, script) == [(422, told), (422, told)]
-    assert delivery.progress("form").done == 0
-
-
-def test_a_report_nested_too_deep_for_the_service_to_serve_is_refused_and_the_lease_kept(
-    redis_client: redis.Redis, redis_url: str
-) -> None:
-    # stored, it failed every results page of the service holding it (500): the trainer never got past it
-    delivery = Delivery.from_url(redis_url)
-    publish(delivery, "deep-done", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
-    deep: dict[str, Any] = {}
-    for _ in range(300):
-        deep = {"a": deep}
-
-    async def script(client: httpx.AsyncClient) -> list[Any]:
-        body = _done((await client.get("/next")).json(), 5)
-        refused = await client.post("/done", json={**body, "extra": deep})
-        held = len((await client.get("/leases")).json()["held"])
-        good = await client.post("/done", json={**body, "extra": {"tool_calls": [{"function": {"a": 1}}]}})
-        return [(refused.status_code, refused.json()["error"]), held, good.status_code]
-
-    assert _with_api(redis_url, script) == [(422, "extra: Value error, nested deeper than 32 levels"), 1, 200]
-    assert [r.result.output_tokens for r in delivery.read_results("deep-done")] == [5]
+    assert with_api(redis_url, script, worker="idle") == "x3#0"  # from the tail: the head stays planned
 
 
 def test_a_restarted_worker_hands_back_what_its_predecessor_held_with_reset(
@@ -313,7 +176,7 @@ def test_a_restarted_worker_hands_back_what_its_predecessor_held_with_reset(
         again = [(await client.get("/next")).json() for _ in range(2)]
         return [released, sorted(lease["key"] for lease in again), [lease["attempt"] for lease in again]]
 
-    assert _with_api(redis_url, script) == [{"released": 2, "dead_lettered": 0}, ["a#0", "b#0"], [1, 1]]
+    assert with_api(redis_url, script) == [{"released": 2, "dead_lettered": 0}, ["a#0", "b#0"], [1, 1]]
 
 
 def test_shutdown_hands_back_the_leases_of_live_schedules_when_one_has_expired(
@@ -374,7 +237,7 @@ def test_a_report_for_a_lease_another_worker_holds_is_refused_as_stale(
         body = {"schedule_id": "forged", "key": theirs.key, "token": theirs.token, "output_tokens": 5}
         return (await client.post("/done", json={**body, "reward": 1.0})).status_code
 
-    assert _with_api(redis_url, script, worker="w0") == 409
+    assert with_api(redis_url, script, worker="w0") == 409
     assert delivery.read_results("forged") == []
 
 
@@ -392,7 +255,7 @@ def test_a_report_for_an_item_of_a_cancelled_schedule_is_refused_with_409_and_co
         ) as client:
             lease = (await client.get("/next")).json()
             delivery.cancel("cancelled")
-            answer = await client.post("/done", json=_done(lease, 5))
+            answer = await client.post("/done", json=done_body(lease, 5))
             return answer.status_code, answer.json()
 
     assert asyncio.run(run()) == (409, {"outcome": "stale"})
@@ -420,10 +283,10 @@ def test_the_pull_api_serves_its_counters_live_for_prometheus(
     async def script(client: httpx.AsyncClient) -> tuple[httpx.Response, httpx.Response]:
         first = (await client.get("/next")).json()
         await client.get("/next")
-        await client.post("/done", json=_done(first, 11))
+        await client.post("/done", json=done_body(first, 11))
         return await client.get("/metrics"), await client.get("/health")
 
-    scraped, health = _with_api(redis_url, script)
+    scraped, health = with_api(redis_url, script)
     assert scraped.status_code == 200
     assert scraped.headers["content-type"].startswith("text/plain")
     series = _series(scraped.text)

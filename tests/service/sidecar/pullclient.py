@@ -1,0 +1,40 @@
+"""The pull API served in-process to a test's script, and the report body of a pulled lease."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from service.delivery.protocol import Delivery
+from service.sidecar.holdings import Holdings
+from service.sidecar.pull_api import create_pull_app
+from service.sidecar.session import SessionSettings, WorkerSession
+
+Script = Callable[[httpx.AsyncClient], Awaitable[Any]]
+
+
+def with_api(redis_url: str, script: Script, slots: int = 4, worker: str = "w0") -> Any:
+    """What ``script`` returns, run against a fresh pull API of ``worker`` with ``slots`` slots."""
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(slots), SessionSettings(worker))
+
+    async def run() -> Any:
+        app = create_pull_app(session)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+        ) as client:
+            return await script(client)
+
+    return asyncio.run(run())
+
+
+def done_body(lease: dict[str, Any], tokens: int) -> dict[str, Any]:
+    """The ``POST /done`` body reporting ``tokens`` output tokens for a lease ``GET /next`` gave."""
+    return {
+        "schedule_id": lease["schedule_id"],
+        "key": lease["key"],
+        "token": lease["token"],
+        "output_tokens": tokens,
+    }

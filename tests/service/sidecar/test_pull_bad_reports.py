@@ -1,0 +1,126 @@
+"""A report the pull API cannot take (not finite, past the cap, the wrong shape, a form, nested too deep)
+is refused naming what is wrong, and the lease stays held for the corrected report."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import redis
+
+from service.delivery.protocol import Delivery
+from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import done_body, with_api
+
+
+def test_a_report_with_nan_or_above_the_cap_is_refused_and_the_lease_is_kept(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "bad-done", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        lease = (await client.get("/next")).json()
+        body = done_body(lease, 5)
+        as_json = {"Content-Type": "application/json"}  # what a worker's client sends with its JSON
+        nan = await client.post(
+            "/done", content=json.dumps({**body, "wall_time_s": float("inf")}), headers=as_json
+        )
+        nested = await client.post(
+            "/done", content=json.dumps({**body, "extra": {"x": float("nan")}}), headers=as_json
+        )
+        wordy = await client.post("/done", json={**body, "extra": {"concurrency": "high"}})
+        over = await client.post("/done", json={**body, "output_tokens": 16_001})  # the item's cap: 16,000
+        held = len((await client.get("/leases")).json()["held"])
+        good = await client.post("/done", json=body)
+        return [
+            (nan.status_code, nan.json()["error"]),
+            nested.status_code,
+            wordy.status_code,
+            over.status_code,
+            held,
+            good.status_code,
+        ]
+
+    assert with_api(redis_url, script) == [
+        (422, "wall_time_s: Input should be a finite number"),
+        422,
+        422,
+        422,
+        1,
+        200,
+    ]
+    assert [r.result.output_tokens for r in delivery.read_results("bad-done")] == [5]
+
+
+def test_a_report_of_the_wrong_shape_is_refused_naming_what_is_wrong_and_the_lease_is_kept(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "shape", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        body = done_body((await client.get("/next")).json(), 5)
+        as_json = {"Content-Type": "application/json"}
+        sent = [
+            await client.post("/done", json={k: v for k, v in body.items() if k != "output_tokens"}),
+            await client.post("/done", json={**body, "token": "abc"}),
+            await client.post("/done", json=[body]),
+            await client.post("/done", json={**body, "tokens": 5}),
+            await client.post("/done", content='{"schedule_id": ', headers=as_json),
+        ]
+        held = len((await client.get("/leases")).json()["held"])
+        return [*((r.status_code, r.json()["error"]) for r in sent), held]
+
+    refused = with_api(redis_url, script)
+    assert refused[:4] == [
+        (422, "output_tokens: Field required"),
+        (422, "token: Input should be a valid integer, unable to parse string as an integer"),
+        (422, "body: Input should be a valid dictionary or object to extract fields from"),
+        (422, "tokens: Extra inputs are not permitted"),
+    ]
+    assert refused[4] == (422, "body: JSON decode error at character 16 (Expecting value)")
+    assert refused[5] == 1
+    assert delivery.progress("shape").done == 0
+
+
+def test_a_report_sent_as_a_form_is_refused_saying_to_send_it_as_json(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """``curl -d '{...}'`` sends a form: "Input should be a valid dictionary" alone did not say that
+    the JSON in it was never read as JSON (the service's own 422 says so)."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "form", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        body = json.dumps(done_body((await client.get("/next")).json(), 5))
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        sent = [await client.post(path, content=body, headers=form) for path in ("/done", "/fail")]
+        return [(r.status_code, r.json()["error"]) for r in sent]
+
+    refused = "body: Input should be a valid dictionary or object to extract fields from"
+    told = f"{refused}; send the body as JSON, with 'Content-Type: application/json'"
+    assert with_api(redis_url, script) == [(422, told), (422, told)]
+    assert delivery.progress("form").done == 0
+
+
+def test_a_report_nested_too_deep_for_the_service_to_serve_is_refused_and_the_lease_kept(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    # stored, it failed every results page of the service holding it (500): the trainer never got past it
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "deep-done", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    deep: dict[str, Any] = {}
+    for _ in range(300):
+        deep = {"a": deep}
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        body = done_body((await client.get("/next")).json(), 5)
+        refused = await client.post("/done", json={**body, "extra": deep})
+        held = len((await client.get("/leases")).json()["held"])
+        good = await client.post("/done", json={**body, "extra": {"tool_calls": [{"function": {"a": 1}}]}})
+        return [(refused.status_code, refused.json()["error"]), held, good.status_code]
+
+    assert with_api(redis_url, script) == [(422, "extra: Value error, nested deeper than 32 levels"), 1, 200]
+    assert [r.result.output_tokens for r in delivery.read_results("deep-done")] == [5]
