@@ -2,142 +2,62 @@
 service's own fleet-wide keys (actuals, learned speeds, retrain coordination).
 
 All keys of one schedule share the hash tag ``{schedule_id}``, so they live in ONE hash slot and every
-Lua script below runs unchanged on Redis Cluster (a script may only touch keys of one slot). The Lua
-scripts build the per-worker queue names themselves from the same pattern (``prefix:{sid}:q:<worker>``);
-because they carry the same tag they are in the same slot, which cluster mode allows.
+Lua script runs unchanged on Redis Cluster (a script may only touch keys of one slot). The scripts build
+the per-worker queue names themselves from the same pattern (``prefix:{sid}:q:<worker>``).
+
+The tables below name every key, its type, what it holds in a line and its time-to-live. What each key
+holds field by field, and why: docs/delivery.md, "Key layout" (and the sections it points to); the
+fleet-wide keys' writers: docs/api.md. A key added here goes in those tables too
+(``tests/service/delivery/test_key_docs.py`` holds all three to the keys the code builds).
 
 Per-schedule keys (``P`` = ``<prefix>:{<schedule_id>}``):
 
 ==========================  =======  ==============================================================
 key                         type     contents
 ==========================  =======  ==============================================================
-``P:meta``                  hash     fingerprint, total, lease_ttl_ms, max_attempts, kv_admission,
-                                     published_ms, expire_at_ms, workers (JSON list of the
-                                     announced workers: not the drained ones), fence (the
-                                     fencing-token counter), affinity (``1``: prefix affinity),
-                                     nonce (of the publishing call: its re-send is not a replay),
-                                     request (digest of the step's work as the trainer asked for
-                                     it: a reused ``schedule_id`` with other work is refused;
-                                     written by the publish with ``P:answer``),
-                                     cancelled_ms, cancelled_queued, cancelled_running (once the
-                                     trainer cancelled it: when, and how many items it ended),
-                                     makespan_s (the plan's predicted makespan, seconds after
-                                     published_ms), planned_finish (JSON: worker -> the plan's
-                                     predicted finish, seconds after published_ms); both absent on
-                                     schedules published before they were stored, or unknown;
-                                     profiles (JSON: worker -> fingerprint of the profile it was
-                                     planned with, ``service/speeds.py``; written by the service
-                                     after the publish, only while the schedule exists: a late
-                                     actual is compared with its own step's profile);
-                                     drained (JSON list: the request's drained workers, absent
-                                     when none; ``lua/common.lua`` ``drained``: no claim, steal or
-                                     retry hands them anything, and they are not announced);
-                                     pulse (server ms when a claim, steal, heartbeat, completion,
-                                     release, reap or reset last ran on it, rewritten at most every
-                                     sixteenth of the lease TTL; a silence past half a TTL was an
-                                     outage: ``lua/common.lua`` ``pulse``), graced (how many lease
-                                     deadlines outages moved, docs/delivery.md "Redis outages";
-                                     present once one did: heartbeats then clear ``P:graced``)
+``P:meta``                  hash     settings (fingerprint, total, lease_ttl_ms, max_attempts,
+                                     kv_admission, affinity, expire_at_ms), fence (token counter),
+                                     nonce, request (work digest), workers and drained (JSON lists),
+                                     published_ms, makespan_s, planned_finish, profiles,
+                                     cancelled_ms|_queued|_running, pulse, graced
 ``P:items``                 hash     item key -> ``<ref>\t<static item JSON without its payload>``
-                                     (prompt, lengths); ``ref`` names its payload in ``P:prompts``
-                                     ('' for none); the claim scripts return the whole JSON
-``P:prompts``               hash     ref -> payload JSON, stored once for all the items that share
-                                     it (a prompt's samples; absent: no payloads)
+``P:prompts``               hash     ref -> payload JSON, once for the items that share it
 ``P:st``                    hash     item key -> ``state|token|attempts|deadline_ms|predicted|worker|
-                                     reserve``; state ``q`` queued, ``r`` running, ``d`` done (token =
-                                     the accepted one), ``x`` dead, ``c`` cancelled (was queued or
-                                     running when the trainer cancelled); worker = queue holding it or
-                                     holder; reserve = KV tokens at predicted length (steal gate)
+                                     reserve``; state ``q`` ``r`` ``d`` ``x`` (dead) ``c`` (cancelled)
 ``P:deadlines``             zset     running item key -> lease deadline (ms); the reaper's index
-``P:work``                  zset     worker -> predicted seconds still queued: its queued predicted
-                                     tokens x its ``P:pace`` (steal victim choice, as the simulator)
-``P:pace``                  hash     worker -> predicted seconds per predicted token, from the plan;
-                                     field ``*`` = default for workers the plan did not describe
-``P:pin``                   hash     pinned item key -> ``1``: never stolen (absent: no pins)
-``P:grp``                   hash     item key -> its group, only under prefix affinity (a steal
-                                     moves a whole, wholly queued, never started group, or all
-                                     that a dead worker left queued of one)
-``P:gsize``                 hash     group -> its number of items, only under prefix affinity
-``P:cap``                   hash     worker -> its KV cache in tokens, when the publisher knows it
-                                     (``PublishedSchedule.kv_capacity_tokens``, from the inventory);
-                                     a worker not named takes anything (absent: no limit)
-``P:need``                  hash     item key -> prompt + max_new_tokens, only for items that some
-                                     cache in ``P:cap`` cannot hold: a claim or steal never hands
-                                     such an item to a worker whose ``P:cap`` is below it (the
-                                     simulator's ``can_hold``); absent: every cache holds it
-``P:due``                   hash     item key -> ``start|end``: when the plan predicts its planned
-                                     worker starts and finishes it (lease clock, ms; publish time +
-                                     ``DeliveryItem.planned_start_ms`` / ``deadline_ms``). A steal
-                                     takes it only if the thief would finish it by ``end`` (moved
-                                     back by the owner's lateness); absent: no deadline guard
-``P:seen``                  zset     worker -> when it last claimed, stole or heartbeated in this
-                                     schedule (lease clock, ms; rewritten at most every quarter
-                                     lease TTL): a failed item's next attempt goes only to a worker
-                                     seen within a lease TTL
-``P:tried``                 hash     item key -> the workers whose attempt at it was reported failed
-                                     (space-separated, in order; written only by a ``fail``): its
-                                     next attempt goes to a worker not among them when one may
-                                     take it
-``P:graced``                hash     item key -> token of its lease an outage graced (deadline moved
-                                     to the end of the silence + lease TTL, ``lua/common.lua``
-                                     ``pulse``), until its holder heartbeats it (``heartbeat.lua``
-                                     deletes the field): a lease is graced once per silence of its
-                                     holder, so a dead holder's lease still lapses
-``P:handback``              hash     item key -> how many times a current lease of it was handed
-                                     back because its process died: a restarted sidecar's reset
-                                     (``lua/reset.lua``), a restarted pull worker's ``/reset`` or an
-                                     engine that crashed under it (``lua/release.lua`` mode
-                                     ``died``). The first
-                                     ``RESET_REFUNDS`` refund the attempt, each later one spends it,
-                                     so an item whose run kills its process is dead-lettered after
-                                     ``max_attempts`` (``lua/common.lua`` ``hand_back``; absent: never
-                                     handed back so)
-``P:counts``                hash     ``q|r|d|f|c`` totals and ``q:<w>|r:<w>|d:<w>|f:<w>|c:<w>`` per
-                                     worker (``c``: cancelled, only after a cancel)
+``P:work``                  zset     worker -> predicted seconds still queued (steal victim choice)
+``P:pace``                  hash     worker -> predicted seconds per predicted token (``*``: default)
+``P:pin``                   hash     pinned item key -> ``1``: never stolen
+``P:grp``                   hash     item key -> its group (prefix affinity only)
+``P:gsize``                 hash     group -> its number of items (prefix affinity only)
+``P:cap``                   hash     worker -> its KV cache in tokens (absent: no limit)
+``P:need``                  hash     item key -> prompt + max_new_tokens, where some ``P:cap`` is smaller
+``P:due``                   hash     item key -> ``start|end`` ms of its planned run (steal guard)
+``P:seen``                  zset     worker -> when it last claimed, stole or heartbeated (ms)
+``P:tried``                 hash     item key -> the workers whose attempt at it failed
+``P:graced``                hash     item key -> token of its lease an outage graced
+``P:handback``              hash     item key -> hand-backs after its process died (``RESET_REFUNDS``)
+``P:counts``                hash     ``q|r|d|f|c`` totals and ``<state>:<worker>`` (``count_field``)
 ``P:q:<worker>``            list     the worker's ordered queue; head = next to start
-``P:q:*``                   list     shared FIFO for shared-queue policies (``Plan.dispatch_order``);
-                                     under prefix affinity laid out group by group (groups in order
-                                     of their first item): a claim takes a group's first item with
-                                     the rest of the group behind it, as the simulator binds it
-``P:calls``                 hash     ``claim <worker>`` / ``steal <worker>`` -> that worker's last
-                                     claim / steal that leased anything:
-                                     ``<call id>\n<victim>\n<token> <key>\n...``; the same call
-                                     re-sent after a lost reply answers those leases again
-``P:answer``                string   the ``POST /schedule`` answer that published it, without its
-                                     timings (``z1:`` + base64 of zlib'd JSON,
-                                     ``service/republish.py``), written by the publish in the same
-                                     atomic step as the schedule (absent: published by an older
-                                     release, or not by the service): a retry under the id is
-                                     answered it. ~10 B a trajectory (bench redis-memory)
+``P:q:*``                   list     shared FIFO for shared-queue policies (``SHARED_QUEUE``)
+``P:calls``                 hash     ``claim|steal <worker>`` -> ``<call id>\n<victim>\n<token> <key>...``
+``P:answer``                string   the ``POST /schedule`` answer, ``z1:`` + base64 of zlib'd JSON
 ``P:dead``                  list     dead letters as JSON (key, worker, attempts, reason, at_ms)
 ``P:results``               stream   accepted results, one entry per item, read by the trainer
 ==========================  =======  ==============================================================
 
-Index keys (outside any schedule's slot, touched by single-key commands, but for the one script
-that reads the active and lapse indexes together, which share a slot):
+Index keys (outside any schedule's slot; single-key commands, but for the one script that reads the
+active and lapse indexes together, which share a slot):
 
-* ``<prefix>:active`` (zset): schedule id -> publish time (ms); schedules the reaper walks. No TTL:
-  a schedule leaves it when it settles or is cancelled, and at the first reaper pass after its keys
-  expired (and entries older than the retention on each announce), so it holds unsettled schedules only.
-* ``<prefix>:lapse:{<prefix>:active}`` (zset): schedule id -> a time (ms, the lease clock) until which
-  none of its leases has lapsed, so reapers pass it over until then (``reaper.reap_all``): the
-  earliest lease deadline its last reap left, or that reap's now + lease ttl if sooner (a lease
-  written later gets its writer's now + ttl), and no later than now + a third of the ttl while a
-  lease runs (those visits tell an outage from holders that all died: ``lua/common.lua``
-  ``pulse``). Only reapers add to it; a schedule absent is reaped at the next pass. An announce or
-  retire removes the schedule's entry, and each pass the entries of schedules no longer in
-  ``<prefix>:active``. No TTL: it holds active schedules only. Tagged with the active index's name,
-  so both share a slot and one script reads them (``due_for_reaping``).
-* ``<prefix>:inbox:{<worker>}`` (zset): schedule id -> publish time (ms); what a sidecar pulls.
-  Expires ``retention + INBOX_MARGIN_S`` after its latest announce (server clock; only ever
-  extended), so the inbox of a worker that never returns goes with its last schedule.
-* ``<prefix>:sidecar:{<worker>}`` (string): the instance id (random, per process) of the sidecar (push
-  or pull mode) running as that worker, rewritten every third of ``PRESENCE_TTL_MS`` and expiring
-  after it; deleted by that process when it exits gracefully. A sidecar starting under the worker id
-  reads it to tell a predecessor that died (the key lapses within ``PRESENCE_TTL_MS``: its leases are
-  handed back at once, ``service/sidecar/takeover.py``) from a second live sidecar misconfigured with
-  the same id (the key is rewritten: nothing is handed back, and both log an error). Its own slot, as
-  the inbox's.
+* ``<prefix>:active`` (zset): schedule id -> publish time (ms); the schedules reapers walk. No TTL: it
+  holds unsettled schedules only (one leaves when it settles, is cancelled or its keys expired).
+* ``<prefix>:lapse:{<prefix>:active}`` (zset): schedule id -> lease-clock ms until which none of its
+  leases has lapsed (``reaper.reap_all`` skips it until then). No TTL: active schedules only. Tagged
+  with the active index's name, so one script reads both (``due_for_reaping``).
+* ``<prefix>:inbox:{<worker>}`` (zset): schedule id -> publish time (ms); what a sidecar pulls. Expires
+  ``retention + INBOX_MARGIN_S`` after its latest announce (only ever extended).
+* ``<prefix>:sidecar:{<worker>}`` (string): the instance id of the live sidecar of that worker,
+  rewritten every third of ``PRESENCE_TTL_MS`` and expiring after it (``service/sidecar/takeover.py``).
 
 Time-to-live: every per-schedule key expires at ``meta.expire_at_ms`` = publish time + retention
 (``DEFAULT_RETENTION_S``); scripts that (re)create a key re-apply that absolute deadline, so a late
@@ -147,31 +67,21 @@ Fleet-wide keys of the service (``service/actuals.py``, ``speeds.py``, ``retrain
 by single-key commands or single-key scripts only (the actuals append script touches the stream and
 its ``seen`` zset, which share a hash slot), so they work on Redis Cluster too:
 
-============================================  =======  =======================================================
+============================================  =======  =====================================================
 key                                           type     contents; time-to-live
-============================================  =======  =======================================================
-``<prefix>:actuals``                          stream   one entry per reported trajectory (field ``a`` = report
-                                                       JSON); no TTL (the predictor's history), capped near
-                                                       ``Settings.actuals_maxlen`` entries (``XADD MAXLEN ~``)
-``<prefix>:actuals:seen:{<prefix>:actuals}``  zset     digest of each report the stream holds -> its entry's
-                                                       ordinal (entries-added): a report sent again is not
-                                                       stored again. No TTL: trimmed with the stream on each
-                                                       append (the digests of entries it no longer holds go),
-                                                       so it holds no more entries than the stream. Its hash
-                                                       tag ``{<prefix>:actuals}`` is the stream's name, so
-                                                       both share a slot and one script writes them (on Redis
-                                                       Cluster too)
-``<prefix>:workers``                          hash     worker id -> profile and model preset it was last
-                                                       planned with (written at publish); no TTL, one entry
-                                                       per worker
-``<prefix>:speed``                            hash     worker id -> ``{"log_scale", "samples", "profile"}``,
-                                                       the learned time scale and the fingerprint of the
-                                                       profile it is a ratio to; no TTL, one entry per worker
-``<prefix>:retrain:step``                     string   last step an automatic retrain was started for; no TTL
-``<prefix>:retrain:lock``                     string   random owner token while one replica retrains; renewed
-                                                       while it runs, released on shutdown, else expires after
-                                                       ``RETRAIN_LOCK_TTL_S`` so a crashed replica frees it
-============================================  =======  =======================================================
+============================================  =======  =====================================================
+``<prefix>:actuals``                          stream   one entry per reported trajectory; no TTL, capped
+                                                       near ``Settings.actuals_maxlen`` (``MAXLEN ~``)
+``<prefix>:actuals:seen:{<prefix>:actuals}``  zset     report digest -> its entry's ordinal; no TTL,
+                                                       trimmed with the stream (its slot: its hash tag)
+``<prefix>:workers``                          hash     worker id -> profile and model it was last planned
+                                                       with; no TTL, one entry per worker
+``<prefix>:speed``                            hash     worker id -> learned time scale and its profile's
+                                                       fingerprint; no TTL, one entry per worker
+``<prefix>:retrain:step``                     string   last step a retrain was started for; no TTL
+``<prefix>:retrain:lock``                     string   owner token while one replica retrains; renewed,
+                                                       else expires after ``RETRAIN_LOCK_TTL_S``
+============================================  =======  =====================================================
 """
 
 from __future__ import annotations
