@@ -42,6 +42,10 @@ from service.delivery.records import Lease, TrajectoryResult
 from service.logs import schedule_context
 from service.sidecar.holdings import Held, Holdings, lease_id
 
+# re-exported (``X as X``): the runner, the pull API, the metrics and the tests import them from here
+from service.sidecar.session_settings import SessionSettings as SessionSettings
+from service.sidecar.session_settings import SessionStats as SessionStats
+
 log = logging.getLogger("service.sidecar")
 RELEASE_GRACE_S = 2.0  # past the drain timeout, for releasing what did not finish (one round trip)
 CANCELLED_KEPT = 256  # cancelled schedule ids remembered (a few a training run): bounded, never pruned
@@ -54,34 +58,6 @@ NOT_THE_SCHEDULES = (  # replies that say nothing about one schedule's keys: out
 )
 T = TypeVar("T")
 _TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
-
-
-@dataclass(frozen=True, slots=True)
-class SessionSettings:
-    """Timing of one worker session."""
-
-    worker_id: str  # this worker's id, as the plan names it
-    steal: bool = True  # take work from the busiest queue when the own queue is empty
-    reap_when_idle: bool = True  # expire lapsed leases of a schedule this worker finds empty
-    heartbeat_interval_s: float | None = None  # None: a third of the shortest held lease TTL
-    retry_for_s: float = 60.0  # how long to retry a completion/release through Redis outages
-
-
-@dataclass
-class SessionStats:
-    """Counters a sidecar reports (and the fault tests read)."""
-
-    claimed: int = 0  # leases taken from the own queue (or the shared FIFO)
-    stolen: int = 0  # leases taken from another worker's queue
-    accepted: int = 0  # completions accepted
-    duplicate: int = 0  # completions answered as a repeat of an accepted one
-    stale: int = 0  # completions or failure reports refused: the lease was gone
-    failed: int = 0  # items reported failed to the protocol and requeued or dead-lettered by it
-    released: int = 0  # leases handed back unstarted or unfinished (shutdown)
-    lost: int = 0  # leases a heartbeat found gone; pull mode: an overdue item's failure report not taken
-    reaped: int = 0  # lapsed leases this worker's reaps requeued or dead-lettered
-    reset: int = 0  # leases an earlier process of this worker id held, handed back at start
-    cancelled: int = 0  # leases stopped, completions or failure reports refused: the schedule was cancelled
 
 
 @dataclass
