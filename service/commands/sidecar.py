@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
-from typing import Annotated
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from service.sidecar.launch import SidecarOptions
+    from service.sidecar.session import SessionStats
 
 HELP = (
     "Run beside one inference engine: claim this worker's planned items from Redis (stealing when its "
@@ -27,126 +31,130 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("sidecar", help=HELP)(sidecar)
 
 
+# The flags, one alias each, so the command's signature reads as a list of names and defaults.
+WorkerIdFlag = Annotated[str, typer.Option(help="This worker's id, as the inventory names it.")]
+EngineUrlFlag = Annotated[
+    str | None, typer.Option(help="Engine base URL (push mode), e.g. http://127.0.0.1:8000.")
+]
+RedisUrlFlag = Annotated[str | None, typer.Option(envvar="REDIS_URL", help="Redis URL.")]
+RedisPasswordFlag = Annotated[
+    str | None,
+    typer.Option(
+        envvar="ROLLOUT_REDIS_PASSWORD",
+        help="Redis password, when not in the URL (use the env).",
+        show_default=False,
+    ),
+]
+RedisUsernameFlag = Annotated[
+    str | None,
+    typer.Option(envvar="ROLLOUT_REDIS_USERNAME", help="Redis ACL user, when not in the URL."),
+]
+RedisCaFlag = Annotated[
+    str | None,
+    typer.Option(envvar="ROLLOUT_REDIS_TLS_CA_FILE", help="CA bundle to verify a rediss:// server."),
+]
+PullApiFlag = Annotated[
+    int | None, typer.Option(help="Serve the local pull API on this port instead of pushing.")
+]
+MaxNumSeqsFlag = Annotated[int, typer.Option(help="The engine's concurrent-sequence limit.")]
+KvCapacityFlag = Annotated[
+    int | None, typer.Option(help="The engine's KV cache, tokens (for plans with KV admission).")
+]
+DeviceFlag = Annotated[
+    str | None, typer.Option(help="Derive the KV capacity from this device kind (and --model).")
+]
+ModelFlag = Annotated[str, typer.Option(help="Model preset for --device: 1.5b, 7b, 14b, 32b.")]
+NumGpusFlag = Annotated[int, typer.Option(help="Tensor-parallel degree for --device.")]
+EngineModelFlag = Annotated[str | None, typer.Option(help="Model id to request; default: first.")]
+SyntheticFlag = Annotated[
+    bool, typer.Option(help="Send placeholder prompts for items without text (engine-sim demos).")
+]
+StealFlag = Annotated[bool, typer.Option(help="Steal when the own queue is empty.")]
+ReapFlag = Annotated[bool, typer.Option(help="Reap lapsed leases of schedules found empty.")]
+DrainFlag = Annotated[float, typer.Option(help="Seconds running items may finish on SIGTERM.")]
+IdlePollFlag = Annotated[float, typer.Option(help="Seconds between looks for work when idle.")]
+StallFlag = Annotated[
+    float,
+    typer.Option(help="Push mode: release running items when the engine is silent this many seconds."),
+]
+HeartbeatFlag = Annotated[
+    float | None, typer.Option(help="Seconds between heartbeats; default a third of the lease TTL.")
+]
+PullIdleFlag = Annotated[
+    float, typer.Option(help="Pull mode: stop heartbeating a worker silent this many seconds.")
+]
+PullHoldFlag = Annotated[
+    float,
+    typer.Option(
+        help="Pull mode: report failed (requeue) an item the worker holds unreported this long "
+        "(longer for an item whose max_new_tokens takes longer at a quarter of the measured decode rate)."
+    ),
+]
+HealthPortFlag = Annotated[
+    int | None,
+    typer.Option(help="Push mode: serve GET /health (liveness probe) on this port."),
+]
+HealthHostFlag = Annotated[
+    str, typer.Option(help="Address for --health-port; 0.0.0.0 for a Kubernetes probe.")
+]
+PrefixFlag = Annotated[
+    str, typer.Option(envvar="ROLLOUT_KEY_PREFIX", help="Redis key prefix; must equal the service's.")
+]
+EngineKeyFlag = Annotated[
+    str | None,
+    typer.Option(envvar="ROLLOUT_ENGINE_API_KEY", help="Engine bearer token (ps shows flags)."),
+]
+ClusterFlag = Annotated[
+    bool,
+    typer.Option(
+        envvar="ROLLOUT_REDIS_CLUSTER", help="The Redis URL names a cluster node (as the service's)."
+    ),
+]
+LogLevelFlag = Annotated[
+    str,
+    typer.Option(
+        envvar="ROLLOUT_LOG_LEVEL", help="DEBUG, INFO, WARNING or ERROR (as the service's variable)."
+    ),
+]
+
+
 def sidecar(
-    worker_id: Annotated[str, typer.Option(help="This worker's id, as the inventory names it.")],
-    engine_url: Annotated[
-        str | None, typer.Option(help="Engine base URL (push mode), e.g. http://127.0.0.1:8000.")
-    ] = None,
-    redis_url: Annotated[str | None, typer.Option(envvar="REDIS_URL", help="Redis URL.")] = None,
-    redis_password: Annotated[
-        str | None,
-        typer.Option(
-            envvar="ROLLOUT_REDIS_PASSWORD",
-            help="Redis password, when not in the URL (use the env).",
-            show_default=False,
-        ),
-    ] = None,
-    redis_username: Annotated[
-        str | None,
-        typer.Option(envvar="ROLLOUT_REDIS_USERNAME", help="Redis ACL user, when not in the URL."),
-    ] = None,
-    redis_tls_ca_file: Annotated[
-        str | None,
-        typer.Option(envvar="ROLLOUT_REDIS_TLS_CA_FILE", help="CA bundle to verify a rediss:// server."),
-    ] = None,
-    pull_api: Annotated[
-        int | None, typer.Option(help="Serve the local pull API on this port instead of pushing.")
-    ] = None,
-    max_num_seqs: Annotated[int, typer.Option(help="The engine's concurrent-sequence limit.")] = 256,
-    kv_capacity_tokens: Annotated[
-        int | None, typer.Option(help="The engine's KV cache, tokens (for plans with KV admission).")
-    ] = None,
-    device: Annotated[
-        str | None, typer.Option(help="Derive the KV capacity from this device kind (and --model).")
-    ] = None,
-    model: Annotated[str, typer.Option(help="Model preset for --device: 1.5b, 7b, 14b, 32b.")] = "7b",
-    num_gpus: Annotated[int, typer.Option(help="Tensor-parallel degree for --device.")] = 1,
-    engine_model: Annotated[str | None, typer.Option(help="Model id to request; default: first.")] = None,
-    synthetic_prompts: Annotated[
-        bool, typer.Option(help="Send placeholder prompts for items without text (engine-sim demos).")
-    ] = False,
-    steal: Annotated[bool, typer.Option(help="Steal when the own queue is empty.")] = True,
-    reap: Annotated[bool, typer.Option(help="Reap lapsed leases of schedules found empty.")] = True,
-    drain_timeout: Annotated[float, typer.Option(help="Seconds running items may finish on SIGTERM.")] = 20.0,
-    idle_poll: Annotated[float, typer.Option(help="Seconds between looks for work when idle.")] = 0.2,
-    engine_stall_timeout: Annotated[
-        float,
-        typer.Option(help="Push mode: release running items when the engine is silent this many seconds."),
-    ] = 30.0,
-    heartbeat_interval: Annotated[
-        float | None, typer.Option(help="Seconds between heartbeats; default a third of the lease TTL.")
-    ] = None,
-    pull_idle_timeout: Annotated[
-        float, typer.Option(help="Pull mode: stop heartbeating a worker silent this many seconds.")
-    ] = 60.0,
-    pull_hold_timeout: Annotated[
-        float,
-        typer.Option(
-            help="Pull mode: report failed (requeue) an item the worker holds unreported this long "
-            "(longer for an item whose max_new_tokens takes longer at a quarter of the measured decode rate)."
-        ),
-    ] = 3600.0,
-    health_port: Annotated[
-        int | None,
-        typer.Option(help="Push mode: serve GET /health (liveness probe) on this port."),
-    ] = None,
-    health_host: Annotated[
-        str, typer.Option(help="Address for --health-port; 0.0.0.0 for a Kubernetes probe.")
-    ] = "127.0.0.1",
-    prefix: Annotated[
-        str, typer.Option(envvar="ROLLOUT_KEY_PREFIX", help="Redis key prefix; must equal the service's.")
-    ] = "rs",
-    engine_api_key: Annotated[
-        str | None,
-        typer.Option(envvar="ROLLOUT_ENGINE_API_KEY", help="Engine bearer token (ps shows flags)."),
-    ] = None,
-    cluster: Annotated[
-        bool,
-        typer.Option(
-            envvar="ROLLOUT_REDIS_CLUSTER", help="The Redis URL names a cluster node (as the service's)."
-        ),
-    ] = False,
-    log_level: Annotated[
-        str,
-        typer.Option(
-            envvar="ROLLOUT_LOG_LEVEL", help="DEBUG, INFO, WARNING or ERROR (as the service's variable)."
-        ),
-    ] = "INFO",
+    worker_id: WorkerIdFlag,
+    engine_url: EngineUrlFlag = None,
+    redis_url: RedisUrlFlag = None,
+    redis_password: RedisPasswordFlag = None,
+    redis_username: RedisUsernameFlag = None,
+    redis_tls_ca_file: RedisCaFlag = None,
+    pull_api: PullApiFlag = None,
+    max_num_seqs: MaxNumSeqsFlag = 256,
+    kv_capacity_tokens: KvCapacityFlag = None,
+    device: DeviceFlag = None,
+    model: ModelFlag = "7b",
+    num_gpus: NumGpusFlag = 1,
+    engine_model: EngineModelFlag = None,
+    synthetic_prompts: SyntheticFlag = False,
+    steal: StealFlag = True,
+    reap: ReapFlag = True,
+    drain_timeout: DrainFlag = 20.0,
+    idle_poll: IdlePollFlag = 0.2,
+    engine_stall_timeout: StallFlag = 30.0,
+    heartbeat_interval: HeartbeatFlag = None,
+    pull_idle_timeout: PullIdleFlag = 60.0,
+    pull_hold_timeout: PullHoldFlag = 3600.0,
+    health_port: HealthPortFlag = None,
+    health_host: HealthHostFlag = "127.0.0.1",
+    prefix: PrefixFlag = "rs",
+    engine_api_key: EngineKeyFlag = None,
+    cluster: ClusterFlag = False,
+    log_level: LogLevelFlag = "INFO",
 ) -> None:
     """Validate the flags, then serve until SIGTERM; print the final counters as one JSON line."""
     from service import logs
-    from service.delivery.keys import check_prefix
-    from service.redis_conn import RedisRefusedError, RedisTooOldError
-    from service.sidecar.launch import SidecarOptions, run_pull, run_push
-    from service.tokens import check_token_flag
+    from service.sidecar.launch import SidecarOptions
 
-    numbers = {
-        "max-num-seqs": (max_num_seqs, 1),
-        "num-gpus": (num_gpus, 1),
-        "kv-capacity-tokens": (kv_capacity_tokens, 1),
-        "pull-api": (pull_api, 1),
-        "health-port": (health_port, 1),
-        "drain-timeout": (drain_timeout, 0),
-        "idle-poll": (idle_poll, 0.001),
-        "engine-stall-timeout": (engine_stall_timeout, 1.0),
-        "heartbeat-interval": (heartbeat_interval, 0.001),
-        "pull-idle-timeout": (pull_idle_timeout, 0.001),
-        "pull-hold-timeout": (pull_hold_timeout, 1.0),
-    }
-    try:
-        url = _check(redis_url, engine_url, pull_api, health_port, log_level)
-        check_prefix(prefix)
-        _check_worker_id(worker_id)
-        check_token_flag("--engine-api-key", engine_api_key)
-        _check_numbers(numbers)
-        kv = kv_capacity_tokens if kv_capacity_tokens is not None else _derived_kv(device, model, num_gpus)
-    except ValueError as exc:
-        typer.echo(f"sidecar: {exc}", err=True)
-        raise typer.Exit(2) from None
-    logs.configure(log_level.upper(), fields={"worker_id": worker_id})
     options = SidecarOptions(
         worker_id=worker_id,
-        redis_url=url,
+        redis_url=redis_url or "",
         redis_password=redis_password,
         redis_username=redis_username,
         redis_tls_ca_file=redis_tls_ca_file,
@@ -155,7 +163,7 @@ def sidecar(
         prefix=prefix,
         cluster=cluster,
         max_num_seqs=max_num_seqs,
-        kv_capacity_tokens=kv,
+        kv_capacity_tokens=kv_capacity_tokens,
         engine_model=engine_model,
         engine_api_key=engine_api_key,
         synthetic_prompts=synthetic_prompts,
@@ -171,14 +179,60 @@ def sidecar(
         health_host=health_host,
     )
     try:
-        stats = run_pull(options) if pull_api is not None else run_push(options)
+        options = _checked(options, log_level, (device, model, num_gpus))
+    except ValueError as exc:
+        typer.echo(f"sidecar: {exc}", err=True)
+        raise typer.Exit(2) from None
+    logs.configure(log_level.upper(), fields={"worker_id": worker_id})
+    typer.echo(json.dumps({"worker_id": worker_id, **asdict(_serve(options))}))
+
+
+def _checked(
+    options: SidecarOptions, log_level: str, kv_source: tuple[str | None, str, int]
+) -> SidecarOptions:
+    """``options`` once every flag makes sense, with the KV capacity derived from ``--device`` when it
+    was not given; ``ValueError`` naming the first flag that does not (checked in this order)."""
+    from service.delivery.keys import check_prefix
+    from service.tokens import check_token_flag
+
+    o = options
+    url = _check(o.redis_url, o.engine_url, o.pull_api_port, o.health_port, log_level)
+    check_prefix(o.prefix)
+    _check_worker_id(o.worker_id)
+    check_token_flag("--engine-api-key", o.engine_api_key)
+    _check_numbers(
+        {
+            "max-num-seqs": (o.max_num_seqs, 1),
+            "num-gpus": (kv_source[2], 1),
+            "kv-capacity-tokens": (o.kv_capacity_tokens, 1),
+            "pull-api": (o.pull_api_port, 1),
+            "health-port": (o.health_port, 1),
+            "drain-timeout": (o.drain_timeout_s, 0),
+            "idle-poll": (o.idle_poll_s, 0.001),
+            "engine-stall-timeout": (o.engine_stall_s, 1.0),
+            "heartbeat-interval": (o.heartbeat_interval_s, 0.001),
+            "pull-idle-timeout": (o.pull_idle_timeout_s, 0.001),
+            "pull-hold-timeout": (o.pull_hold_timeout_s, 1.0),
+        }
+    )
+    kv = o.kv_capacity_tokens if o.kv_capacity_tokens is not None else _derived_kv(*kv_source)
+    return replace(o, redis_url=url, kv_capacity_tokens=kv)
+
+
+def _serve(options: SidecarOptions) -> SessionStats:
+    """Run the sidecar in its mode until SIGTERM; its counters. What no wait fixes (a port taken, a
+    wrong password, an old Redis) is one line on stderr and exit code 2."""
+    from service.redis_conn import RedisRefusedError, RedisTooOldError
+    from service.sidecar.launch import run_pull, run_push
+
+    try:
+        return run_pull(options) if options.pull_api_port is not None else run_push(options)
     except OSError as exc:  # a port to listen on that is taken, or not ours to take
         typer.echo(f"sidecar: cannot listen: {exc}", err=True)
         raise typer.Exit(2) from None
     except (RedisRefusedError, RedisTooOldError) as exc:  # a wrong password, an old Redis: no wait fixes
         typer.echo(f"sidecar: {exc}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(json.dumps({"worker_id": worker_id, **asdict(stats)}))
 
 
 def _check_worker_id(worker_id: str) -> None:
