@@ -40,50 +40,66 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("replay", help=HELP)(replay_command)
 
 
+# The command's flags, one alias each, so its signature reads as a list of names and defaults.
+TraceArg = Annotated[Path, typer.Argument(help="Trace file (.csv, .jsonl, .parquet).")]
+WorkersFlag = Annotated[str, typer.Option(help="Pool, e.g. 8xH100,8xAscend910B (optionally :max_num_seqs).")]
+ModelFlag = Annotated[str, typer.Option(help="Model preset: 1.5b, 7b, 14b, 32b.")]
+PoliciesFlag = Annotated[str, typer.Option(help="Comma-separated policies, or 'all'.")]
+StepsFlag = Annotated[str | None, typer.Option(help="Steps to replay: 3-5, 3,5, 4 or 2-; default all.")]
+StealFlag = Annotated[bool, typer.Option("--steal/--no-steal", help="Work stealing in the simulator.")]
+KvAdmissionFlag = Annotated[
+    bool,
+    typer.Option(
+        "--kv-admission/--no-kv-admission",
+        help="Length-aware plans admit by projected KV peak (default; off: vLLM's admission).",
+    ),
+]
+TimeBudgetFlag = Annotated[
+    float, typer.Option(help="Per-plan budget, seconds: cpsat's search; with quantiles, lpt's too.")
+]
+WallClockFlag = Annotated[
+    bool,
+    typer.Option(
+        "--wall-clock",
+        help="Plan against the wall clock, as the service does: figures then vary with the host's load.",
+    ),
+]
+AsJsonFlag = Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")]
+PlotFlag = Annotated[
+    Path | None, typer.Option(help="Write a Gantt chart (PNG, a path ending in .png) of the last step.")
+]
+ReportFlag = Annotated[
+    Path | None, typer.Option(help="Write a self-contained HTML report (a path ending in .html or .htm).")
+]
+SeedFlag = Annotated[int, typer.Option(help="Planner seed (the predictor's is fixed).")]
+ProcessesFlag = Annotated[
+    int | None,
+    typer.Option(min=1, help="Worker processes playing a step's policies at once; default one per core."),
+]
+PerWorkerFlag = Annotated[
+    str | None,
+    typer.Option(
+        help="Also show POLICY's plan worker by worker: planned vs simulated finish, KV area error."
+    ),
+]
+
+
 def replay_command(
-    trace: Annotated[Path, typer.Argument(help="Trace file (.csv, .jsonl, .parquet).")],
-    workers: Annotated[str, typer.Option(help="Pool, e.g. 8xH100,8xAscend910B (optionally :max_num_seqs).")],
-    model: Annotated[str, typer.Option(help="Model preset: 1.5b, 7b, 14b, 32b.")] = "7b",
-    policies: Annotated[str, typer.Option(help="Comma-separated policies, or 'all'.")] = "all",
-    steps: Annotated[
-        str | None, typer.Option(help="Steps to replay: 3-5, 3,5, 4 or 2-; default all.")
-    ] = None,
-    steal: Annotated[bool, typer.Option("--steal/--no-steal", help="Work stealing in the simulator.")] = True,
-    kv_admission: Annotated[
-        bool,
-        typer.Option(
-            "--kv-admission/--no-kv-admission",
-            help="Length-aware plans admit by projected KV peak (default; off: vLLM's admission).",
-        ),
-    ] = True,
-    time_budget: Annotated[
-        float, typer.Option(help="Per-plan budget, seconds: cpsat's search; with quantiles, lpt's too.")
-    ] = 4.0,
-    wall_clock: Annotated[
-        bool,
-        typer.Option(
-            "--wall-clock",
-            help="Plan against the wall clock, as the service does: figures then vary with the host's load.",
-        ),
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-    plot: Annotated[
-        Path | None, typer.Option(help="Write a Gantt chart (PNG, a path ending in .png) of the last step.")
-    ] = None,
-    report: Annotated[
-        Path | None, typer.Option(help="Write a self-contained HTML report (a path ending in .html or .htm).")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Planner seed (the predictor's is fixed).")] = 0,
-    processes: Annotated[
-        int | None,
-        typer.Option(min=1, help="Worker processes playing a step's policies at once; default one per core."),
-    ] = None,
-    per_worker: Annotated[
-        str | None,
-        typer.Option(
-            help="Also show POLICY's plan worker by worker: planned vs simulated finish, KV area error."
-        ),
-    ] = None,
+    trace: TraceArg,
+    workers: WorkersFlag,
+    model: ModelFlag = "7b",
+    policies: PoliciesFlag = "all",
+    steps: StepsFlag = None,
+    steal: StealFlag = True,
+    kv_admission: KvAdmissionFlag = True,
+    time_budget: TimeBudgetFlag = 4.0,
+    wall_clock: WallClockFlag = False,
+    as_json: AsJsonFlag = False,
+    plot: PlotFlag = None,
+    report: ReportFlag = None,
+    seed: SeedFlag = 0,
+    processes: ProcessesFlag = None,
+    per_worker: PerWorkerFlag = None,
 ) -> None:
     """Replay TRACE on the pool SPEC and report every policy's makespan against the lower bound."""
     from scheduler.errors import InvalidInputError

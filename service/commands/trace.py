@@ -34,36 +34,47 @@ def _fail(exc: Exception, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+# The command's flags, one alias each, so its signature reads as a list of names and defaults.
+SourceArg = Annotated[str, typer.Argument(help="veRL: the rollout_data_dir folder; else the file.")]
+OutFlag = Annotated[Path, typer.Option(help="Trace file to write (.csv, .jsonl or .parquet).")]
+FromFlag = Annotated[str, typer.Option("--from", help="Input kind: verl, csv, jsonl or parquet.")]
+TokenizerFlag = Annotated[
+    Path | None, typer.Option(help="verl: local tokenizer.json that counts prompt and output tokens.")
+]
+MaxNewTokensFlag = Annotated[
+    int | None, typer.Option(help="verl: the run's response_length; marks outputs at it as truncated.")
+]
+MapFlag = Annotated[
+    list[str] | None, typer.Option("--map", help="generic: SCHEMA_COLUMN=FILE_COLUMN, repeatable.")
+]
+CountEosFlag = Annotated[
+    bool | None,
+    typer.Option(
+        "--count-eos/--no-count-eos",
+        help="verl, with --max-new-tokens: count the EOS a stopped output ended on, as veRL did "
+        "before decoding it away (default: on).",
+    ),
+]
+KeepFieldFlag = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--keep-field",
+        help="verl: keep this extra dump field as a feature, repeatable; only one known BEFORE "
+        "generation (a reward field such as acc or overlong_reward leaks the answer).",
+    ),
+]
+
+
 @trace_app.command("import")
 def import_command(
-    source: Annotated[str, typer.Argument(help="veRL: the rollout_data_dir folder; else the file.")],
-    out: Annotated[Path, typer.Option(help="Trace file to write (.csv, .jsonl or .parquet).")],
-    from_: Annotated[str, typer.Option("--from", help="Input kind: verl, csv, jsonl or parquet.")] = "verl",
-    tokenizer: Annotated[
-        Path | None, typer.Option(help="verl: local tokenizer.json that counts prompt and output tokens.")
-    ] = None,
-    max_new_tokens: Annotated[
-        int | None, typer.Option(help="verl: the run's response_length; marks outputs at it as truncated.")
-    ] = None,
-    map_: Annotated[
-        list[str] | None, typer.Option("--map", help="generic: SCHEMA_COLUMN=FILE_COLUMN, repeatable.")
-    ] = None,
-    count_eos: Annotated[
-        bool | None,
-        typer.Option(
-            "--count-eos/--no-count-eos",
-            help="verl, with --max-new-tokens: count the EOS a stopped output ended on, as veRL did "
-            "before decoding it away (default: on).",
-        ),
-    ] = None,
-    keep_field: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--keep-field",
-            help="verl: keep this extra dump field as a feature, repeatable; only one known BEFORE "
-            "generation (a reward field such as acc or overlong_reward leaks the answer).",
-        ),
-    ] = None,
+    source: SourceArg,
+    out: OutFlag,
+    from_: FromFlag = "verl",
+    tokenizer: TokenizerFlag = None,
+    max_new_tokens: MaxNewTokensFlag = None,
+    map_: MapFlag = None,
+    count_eos: CountEosFlag = None,
+    keep_field: KeepFieldFlag = None,
 ) -> None:
     """Import rollout records into the project's trace format."""
     from predictors.tracewrite import write_trace
