@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from service.delivery.bench import DeliveryBench
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -31,9 +34,20 @@ def bench_delivery(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Measure claims+completions per second and steal latency p50/p99 (targets: 10,000/s, 5 ms)."""
+    result = _measure(redis_url, workers, items_per_worker, batch, queues, steals, processes)
+    if as_json:
+        print(json.dumps(result.to_json()))
+    else:
+        _print(result)
+
+
+def _measure(redis_url: str | None, *sizes: int) -> DeliveryBench:
+    """``run_bench`` on ``redis_url``, or on an embedded server started (and stopped) for it, with
+    ``sizes`` in its order (workers, per worker, batch, queues, steals, processes); what fails is
+    one line on stderr and exit code 2 (130 when interrupted)."""
     import redis
 
-    from service.delivery.bench import STEAL_P99_TARGET_MS, THROUGHPUT_TARGET, run_bench
+    from service.delivery.bench import run_bench
     from service.embedded import EmbeddedServer, EmbeddedServerError
     from service.redis_conn import check_redis_url_flag
 
@@ -44,7 +58,7 @@ def bench_delivery(
         else:
             server = EmbeddedServer().start()
             redis_url = server.url
-        result = run_bench(redis_url, workers, items_per_worker, batch, queues, steals, processes)
+        return run_bench(redis_url, *sizes)
     except (redis.RedisError, EmbeddedServerError, RuntimeError, ValueError) as err:
         print(f"bench delivery: {err}", file=sys.stderr)
         raise typer.Exit(2) from None
@@ -54,9 +68,12 @@ def bench_delivery(
     finally:
         if server is not None:
             server.stop()
-    if as_json:
-        print(json.dumps(result.to_json()))
-        return
+
+
+def _print(result: DeliveryBench) -> None:
+    """The figures, with the targets they met or missed, as lines for a reader."""
+    from service.delivery.bench import STEAL_P99_TARGET_MS, THROUGHPUT_TARGET
+
     print(
         f"workers {result.workers} over {result.processes} processes, items {result.items}, "
         f"batch {result.batch}, wall {result.wall_s} s"
