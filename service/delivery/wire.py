@@ -54,27 +54,12 @@ def publish_args(
     keys = "\n".join(item.key for item in items)
     preds, reserves, records, scores = _queue_columns(queues)
     jsons = "\n".join(stored)
-    head = [
-        lease.lease_ttl_ms,
-        lease.max_attempts,
-        int(schedule.kv_admission),
-        json.dumps(sorted(schedule.queues)),
-        json.dumps([name for name, _ in queues]),
-        json.dumps([len(queue) for _, queue in queues]),
-        json.dumps({w: repr(pace) for w, pace in sorted(schedule.paces().items())}),
-    ]
+    head = _settings(schedule, queues)
     # what stealing must honour: pins and, under prefix affinity, groups
     affinity = schedule.prefix_affinity
     groups = "\n".join(item.group for item in items) if affinity else ""
     dues = "\n".join(item.due() for item in items)  # 'start|end' or '-' per item (P:due)
     caps, needs, need_pairs = capacity_args(schedule, items)
-    # what the plan predicts: read by GET /schedule/{id}, not by any worker, so not fingerprinted
-    # (a replay is told from a different schedule by what the workers get, as before these existed)
-    makespan = schedule.predicted_makespan_s
-    predicted = [
-        "" if makespan is None else repr(float(makespan)),
-        json.dumps({w: float(s) for w, s in sorted(schedule.planned_finish_s.items())}),
-    ]
     columns = [keys, "\n".join(preds), "\n".join(reserves), jsons]
     pins = "\n".join("1" if item.pinned else "0" for item in items)
     rules = [int(affinity), pins, groups, dues]
@@ -99,11 +84,37 @@ def publish_args(
         payloads,
         caps,
         need_pairs,
-        *predicted,
+        *_predicted(schedule),
         json.dumps(sorted(schedule.drained)),
         work,
         answer,
         nonce,
+    ]
+
+
+def _settings(schedule: PublishedSchedule, queues: Sequence[tuple[str, Sequence[DeliveryItem]]]) -> list[Any]:
+    """The schedule's settings as ``publish.lua`` takes them (and the fingerprint covers them): lease
+    TTL, attempts, KV admission, the planned workers, the queues' names and lengths, the paces."""
+    lease = schedule.lease
+    return [
+        lease.lease_ttl_ms,
+        lease.max_attempts,
+        int(schedule.kv_admission),
+        json.dumps(sorted(schedule.queues)),
+        json.dumps([name for name, _ in queues]),
+        json.dumps([len(queue) for _, queue in queues]),
+        json.dumps({w: repr(pace) for w, pace in sorted(schedule.paces().items())}),
+    ]
+
+
+def _predicted(schedule: PublishedSchedule) -> list[str]:
+    """What the plan predicts (its makespan, each worker's finish): read by GET /schedule/{id}, not by
+    any worker, so not fingerprinted (a replay is told from a different schedule by what the workers
+    get, as before these existed)."""
+    makespan = schedule.predicted_makespan_s
+    return [
+        "" if makespan is None else repr(float(makespan)),
+        json.dumps({w: float(s) for w, s in sorted(schedule.planned_finish_s.items())}),
     ]
 
 
