@@ -8,7 +8,7 @@ Shared-queue plans (``Plan.dispatch_order``) become the shared FIFO every worker
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from scheduler.costmodel import worker_cost
@@ -88,22 +88,9 @@ def schedule_from_plan(
         times = planned_times(plan, trajectories, inventory, kv_admission=plan.kv_admission)
 
     def items(field: str, keys: Iterable[str]) -> tuple[DeliveryItem, ...]:
-        out = []
-        for key in keys:
-            if key not in by_key:
-                raise InvalidInputError(field, key, "plan names a trajectory that was not given")
-            traj = by_key[key]
-            out.append(delivery_item(traj, prompts.get(traj.prompt_id), times.get(key), key in pins, key))
-        return tuple(out)
+        return _items(field, keys, by_key, prompts, times, pins)
 
-    # A shared-queue plan's per-worker lists only forecast who runs what; the FIFO is the truth, and
-    # every worker still gets an (empty) queue so it is announced the schedule and reported on.
-    shared = items("plan.dispatch_order", plan.dispatch_order)
-    queues = {
-        w.worker_id: () if shared else items(f"plan.workers[{w.worker_id}]", w.items) for w in plan.workers
-    }
-    if shared:
-        queues, shared = _pins_to_own_queues(queues, shared, pins)
+    queues, shared = _queues(plan, items, pins)
     return PublishedSchedule(
         schedule_id=schedule_id,
         queues=queues,
@@ -119,6 +106,42 @@ def schedule_from_plan(
         },
         drained=frozenset(drained),
     )
+
+
+def _items(
+    field: str,
+    keys: Iterable[str],
+    by_key: Mapping[str, Trajectory],
+    prompts: Mapping[str, Mapping[str, Any]],
+    times: Mapping[str, PlannedTime],
+    pins: Mapping[str, str],
+) -> tuple[DeliveryItem, ...]:
+    """The delivery items of the trajectories ``keys`` names, in that order; ``InvalidInputError`` on
+    ``field`` for a key the request did not give."""
+    out = []
+    for key in keys:
+        if key not in by_key:
+            raise InvalidInputError(field, key, "plan names a trajectory that was not given")
+        traj = by_key[key]
+        out.append(delivery_item(traj, prompts.get(traj.prompt_id), times.get(key), key in pins, key))
+    return tuple(out)
+
+
+def _queues(
+    plan: Plan, items: Callable[[str, Iterable[str]], tuple[DeliveryItem, ...]], pins: Mapping[str, str]
+) -> tuple[dict[str, tuple[DeliveryItem, ...]], tuple[DeliveryItem, ...]]:
+    """Each worker's queue and the shared FIFO, as ``items`` builds them from the plan.
+
+    A shared-queue plan's per-worker lists only forecast who runs what; the FIFO is the truth, and
+    every worker still gets an (empty) queue so it is announced the schedule and reported on; its
+    pinned items go to their workers' own queues (``_pins_to_own_queues``)."""
+    shared = items("plan.dispatch_order", plan.dispatch_order)
+    queues = {
+        w.worker_id: () if shared else items(f"plan.workers[{w.worker_id}]", w.items) for w in plan.workers
+    }
+    if shared:
+        queues, shared = _pins_to_own_queues(queues, shared, pins)
+    return queues, shared
 
 
 def _seconds(value: float) -> float | None:
