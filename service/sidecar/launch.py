@@ -30,6 +30,8 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, SessionStats, WorkerSession
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from service.sidecar.health import HealthServer
 
 
@@ -211,8 +213,6 @@ def run_pull(options: SidecarOptions) -> SessionStats:
     flight stops claiming the moment SIGTERM arrives. Redis is reached while the API serves (a
     cluster down at start-up is waited for with ``/health`` answering); credentials it refuses, or a
     version too old, stop the server and are raised here (``RedisRefusedError``, ``RedisTooOldError``)."""
-    import uvicorn
-
     from service.sidecar.pull_api import create_pull_app
     from service.sidecar.pull_state import Connecting
 
@@ -239,23 +239,32 @@ def run_pull(options: SidecarOptions) -> SessionStats:
         release_within_s=RELEASE_GRACE_S,
         hold_timeout_s=options.pull_hold_timeout_s,
     )
-    # log_config=None keeps the JSON handler ``sidecar`` configured (uvicorn's would print plain text).
-    # On SIGTERM the requests in flight get the drain timeout, then are cancelled: uvicorn would wait
-    # for them without end, and a /done retrying through a Redis outage holds on for a minute, far
-    # past the pod's grace period. What is held is then released within RELEASE_GRACE_S.
+    server = _pull_server(app, options.drain_timeout_s)
+    server.run(sockets=[listener])
+    if refusals:
+        raise refusals[0]
+    return made[0].stats if made else SessionStats()
+
+
+def _pull_server(app: Any, drain_timeout_s: float) -> uvicorn.Server:
+    """The uvicorn server of the pull API, SIGTERM/SIGINT left to it.
+
+    log_config=None keeps the JSON handler ``sidecar`` configured (uvicorn's would print plain text).
+    On SIGTERM the requests in flight get the drain timeout, then are cancelled: uvicorn would wait
+    for them without end, and a /done retrying through a Redis outage holds on for a minute, far
+    past the pod's grace period. What is held is then released within RELEASE_GRACE_S."""
+    import uvicorn
+
     config = uvicorn.Config(
         app,
         log_config=None,
         log_level="warning",
         access_log=False,
-        timeout_graceful_shutdown=math.ceil(options.drain_timeout_s),
+        timeout_graceful_shutdown=math.ceil(drain_timeout_s),
     )
     server = uvicorn.Server(config)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler it
     # found installed; a no-op one lets us return and report instead of dying by the signal.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
-    server.run(sockets=[listener])
-    if refusals:
-        raise refusals[0]
-    return made[0].stats if made else SessionStats()
+    return server
