@@ -150,6 +150,15 @@ def create_app(config: SimConfig) -> FastAPI:
 
     app = FastAPI(title="rollout-scheduler engine-sim (simulated engine)", lifespan=lifespan)
     _install_error_handlers(app)
+    _add_info_routes(app, config, engine)
+    _add_generation_routes(app, config, engine)
+    app.state.engine = engine
+    return app
+
+
+def _add_info_routes(app: FastAPI, config: SimConfig, engine: SimulatedEngine) -> None:
+    """What the sidecar and the tests ask of the engine besides generations: liveness, the model
+    served, and the simulated batch's counters."""
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -173,6 +182,10 @@ def create_app(config: SimConfig) -> FastAPI:
         """What the simulated batch did so far (not an OpenAI route): tests and benches read it."""
         return {**asdict(engine.stats()), "max_num_seqs": config.cost.max_num_seqs}
 
+
+def _add_generation_routes(app: FastAPI, config: SimConfig, engine: SimulatedEngine) -> None:
+    """The two OpenAI generation routes, each answered after the simulated decode time."""
+
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> dict[str, Any]:
         """OpenAI completions, answered after the simulated decode time of the chosen length."""
@@ -191,9 +204,6 @@ def create_app(config: SimConfig) -> FastAPI:
         message = {"role": "assistant", "content": _filler(served.tokens)}
         choice = {"index": 0, "message": message, "finish_reason": served.finish_reason}
         return _envelope("chat.completion", config, choice, served)
-
-    app.state.engine = engine
-    return app
 
 
 async def _serve(
