@@ -1,4 +1,5 @@
-"""The pull API served in-process to a test's script, and the report body of a pulled lease."""
+"""The pull API served in-process to a test's script, a schedule of one item for it, and the report
+body of a pulled lease."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from service.delivery.protocol import Delivery
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.procs import item, publish
 
 Script = Callable[[httpx.AsyncClient], Awaitable[Any]]
 
@@ -38,3 +40,10 @@ def done_body(lease: dict[str, Any], tokens: int) -> dict[str, Any]:
         "token": lease["token"],
         "output_tokens": tokens,
     }
+
+
+def publish_one(redis_url: str, schedule_id: str) -> Delivery:
+    """A client of ``redis_url`` that published ``schedule_id``: one item for ``w0``, 30 s leases."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, schedule_id, {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    return delivery

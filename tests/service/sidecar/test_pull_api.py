@@ -14,7 +14,7 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish, tally
-from tests.service.sidecar.pullclient import done_body, with_api
+from tests.service.sidecar.pullclient import done_body, publish_one, with_api
 
 
 def test_a_worker_pulls_items_in_plan_order_and_reports_them_once(
@@ -106,8 +106,7 @@ def test_a_measured_concurrency_comes_with_the_wall_time_it_was_measured_over(
 
 
 def test_a_report_under_a_lost_lease_is_refused_with_409(redis_client: redis.Redis, redis_url: str) -> None:
-    delivery = Delivery.from_url(redis_url)
-    publish(delivery, "stale", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    delivery = publish_one(redis_url, "stale")
 
     async def script(client: httpx.AsyncClient) -> tuple[int, dict[str, Any]]:
         lease = (await client.get("/next")).json()
@@ -122,8 +121,7 @@ def test_a_report_under_a_lost_lease_is_refused_with_409(redis_client: redis.Red
 def test_a_report_for_a_schedule_that_is_gone_is_refused_with_404(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
-    delivery = Delivery.from_url(redis_url)
-    publish(delivery, "gone", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    publish_one(redis_url, "gone")
 
     async def script(client: httpx.AsyncClient) -> list[tuple[int, str]]:
         lease = (await client.get("/next")).json()
@@ -182,8 +180,7 @@ def test_a_restarted_worker_hands_back_what_its_predecessor_held_with_reset(
 def test_shutdown_hands_back_the_leases_of_live_schedules_when_one_has_expired(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
-    delivery = Delivery.from_url(redis_url)
-    publish(delivery, "expiring", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    delivery = publish_one(redis_url, "expiring")
     publish(delivery, "live", {"w0": [item("b", 0, 10)]}, lease_ttl_ms=30_000)
 
     async def script(client: httpx.AsyncClient) -> None:
@@ -210,8 +207,7 @@ def test_shutdown_hands_back_the_leases_of_live_schedules_when_one_has_expired(
 def test_a_long_poll_claims_nothing_once_the_server_is_stopping(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
-    delivery = Delivery.from_url(redis_url)
-    publish(delivery, "late", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    delivery = publish_one(redis_url, "late")
     session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
 
     async def run() -> int:
@@ -244,8 +240,7 @@ def test_a_report_for_a_lease_another_worker_holds_is_refused_as_stale(
 def test_a_report_for_an_item_of_a_cancelled_schedule_is_refused_with_409_and_counted_cancelled(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
-    delivery = Delivery.from_url(redis_url)
-    publish(delivery, "cancelled", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    delivery = publish_one(redis_url, "cancelled")
     session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
 
     async def run() -> tuple[int, dict[str, Any]]:

@@ -9,16 +9,13 @@ from typing import Any
 import httpx
 import redis
 
-from service.delivery.protocol import Delivery
-from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.pullclient import done_body, with_api
+from tests.service.sidecar.pullclient import done_body, publish_one, with_api
 
 
 def test_a_report_with_nan_or_above_the_cap_is_refused_and_the_lease_is_kept(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
-    delivery = Delivery.from_url(redis_url)
-    publish(delivery, "bad-done", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    delivery = publish_one(redis_url, "bad-done")
 
     async def script(client: httpx.AsyncClient) -> list[Any]:
         lease = (await client.get("/next")).json()
@@ -57,8 +54,7 @@ def test_a_report_with_nan_or_above_the_cap_is_refused_and_the_lease_is_kept(
 def test_a_report_of_the_wrong_shape_is_refused_naming_what_is_wrong_and_the_lease_is_kept(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
-    delivery = Delivery.from_url(redis_url)
-    publish(delivery, "shape", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    delivery = publish_one(redis_url, "shape")
 
     async def script(client: httpx.AsyncClient) -> list[Any]:
         body = done_body((await client.get("/next")).json(), 5)
@@ -90,8 +86,7 @@ def test_a_report_sent_as_a_form_is_refused_saying_to_send_it_as_json(
 ) -> None:
     """``curl -d '{...}'`` sends a form: "Input should be a valid dictionary" alone did not say that
     the JSON in it was never read as JSON (the service's own 422 says so)."""
-    delivery = Delivery.from_url(redis_url)
-    publish(delivery, "form", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    delivery = publish_one(redis_url, "form")
 
     async def script(client: httpx.AsyncClient) -> list[Any]:
         body = json.dumps(done_body((await client.get("/next")).json(), 5))
@@ -109,8 +104,7 @@ def test_a_report_nested_too_deep_for_the_service_to_serve_is_refused_and_the_le
     redis_client: redis.Redis, redis_url: str
 ) -> None:
     # stored, it failed every results page of the service holding it (500): the trainer never got past it
-    delivery = Delivery.from_url(redis_url)
-    publish(delivery, "deep-done", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
+    delivery = publish_one(redis_url, "deep-done")
     deep: dict[str, Any] = {}
     for _ in range(300):
         deep = {"a": deep}
