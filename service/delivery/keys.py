@@ -1,4 +1,4 @@
-"""Every Redis key and time-to-live the product uses, in one place: the delivery protocol's and the
+r"""Every Redis key and time-to-live the product uses, in one place: the delivery protocol's and the
 service's own fleet-wide keys (actuals, learned speeds, retrain coordination).
 
 All keys of one schedule share the hash tag ``{schedule_id}``, so they live in ONE hash slot and every
@@ -151,7 +151,7 @@ class ScheduleKeys:
 
     @property
     def items(self) -> str:
-        """Item key -> ``<ref>\t<static item JSON without its payload>`` (payload: ``prompts``)."""
+        r"""Item key -> ``<ref>\t<static item JSON without its payload>`` (payload: ``prompts``)."""
         return f"{self.base}:items"
 
     @property
