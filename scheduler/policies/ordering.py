@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -171,64 +172,89 @@ def order_queues(
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]]:
     """Each worker's trajectory queue in its fastest candidate order, and its predicted finish.
 
-    With ``deadline`` (``scheduler.clock.now()``), raises ``BudgetSpent`` when a queue still to be
-    played is reached past it, when one play of it and of every queue after it would end past it at
-    the last first play's pace per item, or when one of its candidate plays might end past it
-    (``_played``). Each first play is otherwise unchecked: under KV admission a band plan's two
-    lowest-band queues (~640 items in waves at 4,096 x 32) took 20-40 ms a play, and the second,
-    started just before the deadline, ended a cpsat round 17-31 ms past the search's end, leaving
-    the robust choice no time. Only the first queue played, whose pace is not yet known, may still
-    run past it.
-    With ``search_until`` instead, a queue whose search might end past it (judged by the last
-    searched queue's, per item) is played once, in the ``UNSEARCHED`` order, and a search that reaches it
-    keeps the best order played so far: a plan that must be returned, such as lpt's, then keeps
-    close to its budget. Without it, 65,536 trajectories on 16 workers (4,096 a worker, in waves)
-    took 13.6 s to order under projected-peak admission, four plays of every queue, against a
-    budget of 80 ms. A queue is searched only where its whole search (at the last search's pace
-    per item; before any, every candidate at the last play's) leaves time for one play of every queue after it
-    (the plays that cannot be skipped): searching until ``search_until`` and only then playing the
-    rest once each ended the long chain-of-thought headline's lpt ordering (4,096 x 16, an 80 ms
-    budget) 5-10 ms past it. Deciding before the queue's first play matters: a search cut right
-    after it keeps longest-first, 17% slower there than the ``UNSEARCHED`` order.
+    A queue that runs at once keeps longest-first at its closed-form finish; every other one is
+    ordered by ``_ordered``, in worker order. With ``deadline`` (``scheduler.clock.now()``), raises
+    ``BudgetSpent`` rather than run past it; with ``search_until`` instead, plays a queue once where
+    the time left does not allow its search (``_Budget`` says when, and why).
     """
     queues, at_once = _longest_first_at_once(problem, assignment, reserve)
     floor = max((f for f in at_once if f is not None), default=0.0)
-    finishes: list[float] = []
-    search_pace_s = 0.0  # seconds per item of the last searched queue's plays, all of them
-    pace_s = 0.0  # seconds per item of the last queue's first play: what each later queue needs
     later = sum(len(queues[w]) for w, finish in enumerate(at_once) if finish is None)
+    budget = _Budget(deadline, search_until, later)
+    finishes: list[float] = []
     for w, finish in enumerate(at_once):
-        if finish is None and deadline is not None and clock.now() > deadline:
-            raise BudgetSpent
-        started = clock.now()
-        if finish is not None:
-            finishes.append(finish)
-            continue
-        later -= len(queues[w])
-        if deadline is not None and started + pace_s * (len(queues[w]) + later) > deadline:
-            raise BudgetSpent  # one play of this queue and of every later one, at the last pace
-        searching_s = (search_pace_s or len(CANDIDATES[reserve]) * pace_s) * len(queues[w])
-        if search_until is not None and started + searching_s + pace_s * later > search_until:
-            cost = problem.costs[w]  # no time for the candidates: the one order that serves best
-            order = UNSEARCHED[reserve](problem, list(queues[w]), cost)
-            queues[w], finish = tuple(order), problem.played(cost, order, reserve)
-            pace_s = (clock.now() - started) / max(len(order), 1)
-        else:  # the queue does not run at once: the order matters, play the candidates
-            order, finish, play_s = _played(
-                problem,
-                list(queues[w]),
-                problem.costs[w],
-                reserve,
-                list(queues[w]),
-                floor,
-                deadline,
-                search_until,
-            )
-            queues[w] = tuple(order)
-            search_pace_s = (clock.now() - started) / max(len(order), 1)
-            pace_s = play_s / max(len(order), 1)
+        if finish is None:
+            queues[w], finish = _ordered(problem, w, queues[w], reserve, floor, budget)
         finishes.append(finish)
     return tuple(queues), tuple(finishes)
+
+
+@dataclass(slots=True)
+class _Budget:
+    """What ``order_queues`` may still spend, and the pace it has measured so far.
+
+    With ``deadline``, ``BudgetSpent`` is raised when a queue still to be played is reached past
+    it, when one play of it and of every queue after it would end past it at the last first play's
+    pace per item, or when one of its candidate plays might end past it (``_played``). Each first
+    play is otherwise unchecked: under KV admission a band plan's two lowest-band queues (~640
+    items in waves at 4,096 x 32) took 20-40 ms a play, and the second, started just before the
+    deadline, ended a cpsat round 17-31 ms past the search's end, leaving the robust choice no
+    time. Only the first queue played, whose pace is not yet known, may still run past it.
+
+    With ``search_until`` instead, a queue whose search might end past it (judged by the last
+    searched queue's, per item) is played once, in the ``UNSEARCHED`` order, and a search that
+    reaches it keeps the best order played so far: a plan that must be returned, such as lpt's,
+    then keeps close to its budget. Without it, 65,536 trajectories on 16 workers (4,096 a worker,
+    in waves) took 13.6 s to order under projected-peak admission, four plays of every queue,
+    against a budget of 80 ms. A queue is searched only where its whole search (at the last
+    search's pace per item; before any, every candidate at the last play's) leaves time for one
+    play of every queue after it (the plays that cannot be skipped): searching until
+    ``search_until`` and only then playing the rest once each ended the long chain-of-thought
+    headline's lpt ordering (4,096 x 16, an 80 ms budget) 5-10 ms past it. Deciding before the
+    queue's first play matters: a search cut right after it keeps longest-first, 17% slower there
+    than the ``UNSEARCHED`` order.
+    """
+
+    deadline: float | None
+    search_until: float | None
+    later: int  # items of the queues still to be played (that do not run at once)
+    search_pace_s: float = 0.0  # seconds per item of the last searched queue's plays, all of them
+    pace_s: float = 0.0  # seconds per item of the last queue's first play: what each later queue needs
+
+
+def _ordered(
+    problem: Problem, w: int, queue: tuple[int, ...], reserve: bool, floor: float, budget: _Budget
+) -> tuple[tuple[int, ...], float]:
+    """Worker ``w``'s ``queue`` (longest first, not run at once) in the order ``budget`` allows
+    (searched, or played once in the ``UNSEARCHED`` order), and its finish; updates the pace."""
+    if budget.deadline is not None and clock.now() > budget.deadline:
+        raise BudgetSpent
+    started = clock.now()
+    budget.later -= len(queue)
+    pace_s, later = budget.pace_s, budget.later
+    if budget.deadline is not None and started + pace_s * (len(queue) + later) > budget.deadline:
+        raise BudgetSpent  # one play of this queue and of every later one, at the last pace
+    searching_s = (budget.search_pace_s or len(CANDIDATES[reserve]) * pace_s) * len(queue)
+    if budget.search_until is not None and started + searching_s + pace_s * later > budget.search_until:
+        cost = problem.costs[w]  # no time for the candidates: the one order that serves best
+        order = UNSEARCHED[reserve](problem, list(queue), cost)
+        finish = problem.played(cost, order, reserve)
+        budget.pace_s = (clock.now() - started) / max(len(order), 1)
+        return tuple(order), finish
+    # the queue does not run at once: the order matters, play the candidates
+    order, finish, play_s = _played(
+        problem,
+        list(queue),
+        problem.costs[w],
+        reserve,
+        list(queue),
+        floor,
+        budget.deadline,
+        budget.search_until,
+    )
+    budget.search_pace_s = (clock.now() - started) / max(len(order), 1)
+    budget.pace_s = play_s / max(len(order), 1)
+    return tuple(order), finish
 
 
 def refine_critical(
