@@ -175,9 +175,8 @@ def tail_bound(
     prefix affinity a group (its longest member, its members' sums), which a worker hosts whole. The
     ramp-up's prompt head is read from ``heads``, the single trajectories' prompts (default: ``prompts``).
 
-    The fluid cover's bound for each of ``PREFILL_SHARES``, each search starting where the previous
-    one stopped (the rate that binds on benchmark batches first), then the band cover's check for
-    whole trajectories. ``grid`` adds band edges at every ``1/grid`` of the longest length to that
+    The fluid cover's bound (``_fluid_bound``), then the band cover's check for whole
+    trajectories. ``grid`` adds band edges at every ``1/grid`` of the longest length to that
     check; ``precision`` is the fluid search's (finer: a little tighter, a probe or two more). The
     check's CP-SAT probes (0.2 ms where the greedy cover settles them, ~11 ms near the root) stop
     past ``deadline``, the fluid searches' past ``fluid_deadline`` (a probe takes well under a
@@ -195,22 +194,56 @@ def tail_bound(
     work = np.asarray(kv_steps, dtype=np.float64)
     head = prompts if heads is None else heads
     limits = [(kind_limits(cost, head), n) for cost, n in kinds]
-    families = [Family(lim, np.ones(1), np.array([n])) for lim, n in limits]
-    if ranked is not None:
-        families = [_family(family, head) for family in ranked]
-    exchange = min(
-        lim.prefill_s / lim.per_token_s
-        for lim in [*(lim for lim, _ in limits), *(f.limits for f in families)]
-    )
-    laid, bound, fluid_timed = layout(steps), known_s, Timed(fluid_deadline)
-    for share in PREFILL_SHARES:
-        rate = share * exchange
-        gap = _fluid_gap(laid, work + rate * prompts, families, rate)
-        bound = _search(gap, bound, precision, fluid_timed)
+    families = _families(limits, ranked, head)
+    exchange = _exchange(limits, families)
+    fluid_timed = Timed(fluid_deadline)
+    bound = _fluid_bound(steps, work, prompts, families, exchange, known_s, precision, fluid_timed)
     bands = [
         BandCover(steps, work + s * exchange * prompts, limits, s * exchange, grid) for s in PREFILL_SHARES
     ]
     return _bisect(lambda t: any(b.infeasible(t) for b in bands), bound, Timed(deadline))
+
+
+def _families(
+    limits: Sequence[tuple[KindLimits, int]],
+    ranked: Sequence[Sequence[tuple[WorkerCost, int]]] | None,
+    heads: FloatArray,
+) -> list[Family]:
+    """What the fluid cover credits: each kind of ``limits`` as a family of one speed group, or,
+    with ``ranked``, its families of speed groups (``tail_bound``'s ``ranked``)."""
+    if ranked is not None:
+        return [_family(family, heads) for family in ranked]
+    return [Family(lim, np.ones(1), np.array([n])) for lim, n in limits]
+
+
+def _exchange(limits: Sequence[tuple[KindLimits, int]], families: Sequence[Family]) -> float:
+    """The smallest ``pp / m`` over every kind and family: the top of the exchange rates ``r`` that
+    never overcharge a worker (module doc)."""
+    return min(
+        lim.prefill_s / lim.per_token_s
+        for lim in [*(lim for lim, _ in limits), *(f.limits for f in families)]
+    )
+
+
+def _fluid_bound(
+    steps: IntArray,
+    work: FloatArray,
+    prompts: FloatArray,
+    families: Sequence[Family],
+    exchange: float,
+    known_s: float,
+    precision: float,
+    timed: Timed,
+) -> float:
+    """The fluid cover's bound for each of ``PREFILL_SHARES`` (prompt tokens at that share of the
+    ``exchange`` rate), each search starting where the previous one stopped (the rate that binds
+    on benchmark batches first), at least ``known_s``."""
+    laid, bound = layout(steps), known_s
+    for share in PREFILL_SHARES:
+        rate = share * exchange
+        gap = _fluid_gap(laid, work + rate * prompts, families, rate)
+        bound = _search(gap, bound, precision, timed)
+    return bound
 
 
 class Timed:
