@@ -120,27 +120,8 @@ def _serve_valid(
         clock.spent["queue"] = waited_s * 1000.0
         with clock.stage("predict"):
             trajectories, predicted = predict(body, checked, ctx)
-        request = PlanRequest(
-            trajectories=trajectories,
-            inventory=checked.inventory,
-            time_budget_s=checked.time_budget_s,
-            prefix_affinity=body.prefix_affinity,
-            kv_admission=body.kv_admission,
-            excluded_workers=checked.drained,
-            seed=body.seed,
-        )
-        # Both plans share validation and the lower bound (prepared once); the baseline, a few
-        # milliseconds, goes first so the requested plan's budget bounds the whole planning stage.
-        with clock.stage("plan"):
-            prepared = _prepare(request, checked.item_of)
-        with clock.stage("baseline"):
-            baseline = _plan(request, BASELINE, checked.item_of, prepared)
-        with clock.stage("plan"):
-            chosen = (
-                baseline
-                if checked.policy == BASELINE
-                else _plan(request, checked.policy, checked.item_of, prepared)
-            )
+        request = _plan_request(body, checked, trajectories)
+        chosen, baseline = _plans(request, checked, clock)
         response = respond(schedule_id, body, checked, request, chosen, baseline, predicted)
         first = None
         with clock.stage("publish"):
@@ -152,6 +133,39 @@ def _serve_valid(
         response.timings = timings(clock.spent, (time.perf_counter() - started) * 1000.0)
         record(ctx, response, len(trajectories))
         return response
+
+
+def _plan_request(
+    body: ScheduleRequest, checked: _Validated, trajectories: tuple[Trajectory, ...]
+) -> PlanRequest:
+    """The planner's request: the predicted trajectories on the validated inventory and budget."""
+    return PlanRequest(
+        trajectories=trajectories,
+        inventory=checked.inventory,
+        time_budget_s=checked.time_budget_s,
+        prefix_affinity=body.prefix_affinity,
+        kv_admission=body.kv_admission,
+        excluded_workers=checked.drained,
+        seed=body.seed,
+    )
+
+
+def _plans(request: PlanRequest, checked: _Validated, clock: StageClock) -> tuple[Plan, Plan]:
+    """The requested plan and the ``BASELINE`` one, each stage timed.
+
+    Both plans share validation and the lower bound (prepared once); the baseline, a few
+    milliseconds, goes first so the requested plan's budget bounds the whole planning stage."""
+    with clock.stage("plan"):
+        prepared = _prepare(request, checked.item_of)
+    with clock.stage("baseline"):
+        baseline = _plan(request, BASELINE, checked.item_of, prepared)
+    with clock.stage("plan"):
+        chosen = (
+            baseline
+            if checked.policy == BASELINE
+            else _plan(request, checked.policy, checked.item_of, prepared)
+        )
+    return chosen, baseline
 
 
 def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
@@ -272,6 +286,24 @@ def publish(
     between, the schedule runs and its actuals are compared with each worker's previous profile
     until the next publish.
     """
+    outcome = _stored(schedule_id, chosen, request, body, ctx, response)
+    if outcome is PublishOutcome.UNCHANGED:  # a request that raced us stored the step first
+        return _winners_answer(body, schedule_id, ctx)
+    with after_publish("remembering worker profiles"):
+        ctx.speeds.remember(schedule_id, request.inventory, idle)
+    return None
+
+
+def _stored(
+    schedule_id: str,
+    chosen: Plan,
+    request: PlanRequest,
+    body: ScheduleRequest,
+    ctx: Context,
+    response: ScheduleResponse,
+) -> PublishOutcome:
+    """``publish_plan`` of the plan with its payloads and lease settings; UNCHANGED when the id
+    was stored first by another request (with this plan, or another: ``ScheduleConflictError``)."""
     payloads = {item.prompt_id: _payload(item, body.sampling) for item in body.batch.items}
     settings = ctx.settings
     lease = LeaseSettings(settings.lease_ttl_ms, settings.max_attempts, settings.retention_s)
@@ -292,15 +324,17 @@ def publish(
         )
     except ScheduleConflictError:  # another plan won the id
         outcome = PublishOutcome.UNCHANGED
-    if outcome is PublishOutcome.UNCHANGED:  # a request that raced us stored the step first
-        first = replay(body, schedule_id, ctx)
-        if first is None:  # and its retention passed since: too late to be a retry of anything
-            message = f"schedule {schedule_id} was published by another request and has expired since"
-            raise ConflictError(message, field="schedule_id", value=schedule_id)
-        return first
-    with after_publish("remembering worker profiles"):
-        ctx.speeds.remember(schedule_id, request.inventory, idle)
-    return None
+    return outcome
+
+
+def _winners_answer(body: ScheduleRequest, schedule_id: str, ctx: Context) -> ScheduleResponse:
+    """The stored answer of the request that published ``schedule_id`` first (``replay``: 422 for
+    other work, 409 when it stored none); 409 when its retention has passed since."""
+    first = replay(body, schedule_id, ctx)
+    if first is None:  # and its retention passed since: too late to be a retry of anything
+        message = f"schedule {schedule_id} was published by another request and has expired since"
+        raise ConflictError(message, field="schedule_id", value=schedule_id)
+    return first
 
 
 def _payload(item: BatchItem, sampling: Sampling | None) -> dict[str, Any]:
