@@ -14,7 +14,6 @@ tests and simulations use to drive expiry deterministically; do not mix both sty
 from __future__ import annotations
 
 import json
-import math
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
@@ -22,7 +21,6 @@ from typing import Any, cast
 import redis
 from redis.cluster import RedisCluster
 
-from scheduler.stealguard import LENGTH_MARGIN
 from service.delivery import keys as keyspace
 from service.delivery import wire
 from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
@@ -174,13 +172,8 @@ class Delivery(DeliveryIndexes):
         if max_items < 1:
             return []
         max_items = min(max_items, keyspace.MAX_BATCH)
-        budget = "" if budget_tokens is None else str(int(budget_tokens))
-        rate = ""
-        if rate_tokens_per_s is not None and math.isfinite(rate_tokens_per_s) and rate_tokens_per_s > 0:
-            rate = repr(float(rate_tokens_per_s))
-        margin = repr(LENGTH_MARGIN)  # the simulator's: a steal must pay off at that many times the length
-        args = [worker_id, max_items, wire.clock(now_ms), budget, rate, max(0, int(busy_ms)), margin]
-        args.append(call_id or uuid.uuid4().hex)  # safe to re-send, as in ``claim``
+        call = call_id or uuid.uuid4().hex  # safe to re-send, as in ``claim``
+        args = wire.steal_args(worker_id, max_items, now_ms, budget_tokens, rate_tokens_per_s, busy_ms, call)
         flat = self._call(self.scripts.steal, schedule_id, args)
         return self._leases(schedule_id, worker_id, flat[1:])
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
+from scheduler.stealguard import LENGTH_MARGIN
 from service.delivery import keys as keyspace
 from service.delivery.errors import InvalidInputError
 from service.delivery.records import DeliveryItem, PublishedSchedule, TrajectoryResult
@@ -244,3 +245,23 @@ def complete_args(
     for key, token, result in entries:
         args += [key, token, strict_json(result.to_json(), f"results[{key}]")]
     return args
+
+
+def steal_args(
+    worker_id: str,
+    max_items: int,
+    now_ms: int | None,
+    budget_tokens: int | None,
+    rate_tokens_per_s: float | None,
+    busy_ms: int,
+    call_id: str,
+) -> list[Any]:
+    """ARGV of ``steal.lua`` (``Delivery.steal``'s arguments): thief, max, clock, the KV gate's budget
+    and the deadline guard's rate ('' = none; a rate that is not a positive finite number is none),
+    the thief's busy time (at least 0), the length margin, and the call id."""
+    budget = "" if budget_tokens is None else str(int(budget_tokens))
+    rate = ""
+    if rate_tokens_per_s is not None and math.isfinite(rate_tokens_per_s) and rate_tokens_per_s > 0:
+        rate = repr(float(rate_tokens_per_s))
+    margin = repr(LENGTH_MARGIN)  # the simulator's: a steal must pay off at that many times the length
+    return [worker_id, max_items, clock(now_ms), budget, rate, max(0, int(busy_ms)), margin, call_id]
