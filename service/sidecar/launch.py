@@ -89,17 +89,7 @@ def connected(options: SidecarOptions, wait: bool = False) -> tuple[Delivery, Ve
     refused every request. A plain Redis down at start-up in push mode cannot be asked yet: the
     check is returned, and the runner makes it once the server answers, before its first claim.
     """
-    client_args: dict[str, Any] = {
-        "socket_connect_timeout": 2.0,
-        "socket_timeout": 5.0,
-        "decode_responses": True,
-    }
-    if options.redis_password is not None:
-        client_args["password"] = options.redis_password
-    if options.redis_username:
-        client_args["username"] = options.redis_username
-    if options.redis_tls_ca_file and options.redis_url.startswith("rediss://"):
-        client_args["ssl_ca_certs"] = options.redis_tls_ca_file
+    client_args = _client_args(options)
     if options.cluster:  # a cluster client reads the slot map when built: wait for one that answers
         cluster = built_when_reachable(
             lambda: RedisCluster.from_url(options.redis_url, **client_args), options.redis_url
@@ -111,15 +101,40 @@ def connected(options: SidecarOptions, wait: bool = False) -> tuple[Delivery, Ve
         answering = built_when_reachable(lambda: _answering(client), options.redis_url)
         require_version(answering, options.redis_url)
         return Delivery(answering, options.prefix), None
+    version = _version_left(client, options.redis_url)  # None: asked already
+    return Delivery(client, options.prefix), version
+
+
+def _client_args(options: SidecarOptions) -> dict[str, Any]:
+    """The Redis client's keyword arguments: timeouts, decoded replies, and the credentials and CA
+    file the options give (a CA file only for a rediss:// URL)."""
+    client_args: dict[str, Any] = {
+        "socket_connect_timeout": 2.0,
+        "socket_timeout": 5.0,
+        "decode_responses": True,
+    }
+    if options.redis_password is not None:
+        client_args["password"] = options.redis_password
+    if options.redis_username:
+        client_args["username"] = options.redis_username
+    if options.redis_tls_ca_file and options.redis_url.startswith("rediss://"):
+        client_args["ssl_ca_certs"] = options.redis_tls_ca_file
+    return client_args
+
+
+def _version_left(client: redis.Redis, url: str) -> VersionCheck | None:
+    """Push mode's start: None once the server answered and is new enough; the version check left
+    to the runner while it is down; ``RedisRefusedError`` when it refuses our credentials (and
+    ``RedisTooOldError`` when too old, as ``require_version`` raises)."""
     try:
         client.ping()
-        require_version(client, options.redis_url)
+        require_version(client, url)
     except redis.RedisError as error:
         if refused(error):
-            where = describe(options.redis_url)
+            where = describe(url)
             raise RedisRefusedError(f"Redis at {where} refused our credentials: {error}") from None
-        return Delivery(client, options.prefix), VersionCheck(client, options.redis_url)  # down now
-    return Delivery(client, options.prefix), None
+        return VersionCheck(client, url)  # down now
+    return None
 
 
 def _answering(client: redis.Redis) -> redis.Redis:
