@@ -147,19 +147,24 @@ def spread_out(
     sub-problem 0's worker runs their tuples (a copy's queue is that queue's near twin, so the
     order searched for it serves the copy too, and playing it is all that is left).
     """
-    k, ranked = part.copies, part.ranked
+    k = part.copies
+    tuples = _tuples(part.ranked, prompts, k)
     out: list[tuple[int, ...]] = [() for _ in range(workers)]
     for position, queue in enumerate(queues):
-        mates = [pool[position] for pool in part.pools]
-        held = dict.fromkeys(mates, 0)
-        chosen: dict[tuple[int, int], int] = {}  # (sub-index, mate) -> unit
+        held = [0] * k  # per mate (its index in ``part.pools``): prompt tokens so far
+        taken: list[dict[int, int]] = [{} for _ in range(k)]  # per mate: sub-index -> unit
         for i in sorted(queue):
-            members = sorted(
-                (ranked[r] for r in range(i * k, min((i + 1) * k, len(ranked)))), key=lambda u: -prompts[u]
-            )
-            for u, w in zip(members, sorted(mates, key=lambda m: held[m]), strict=False):
-                chosen[i, w] = u
-                held[w] += prompts[u]
-        for w in mates:
-            out[w] = tuple(chosen[i, w] for i in queue if (i, w) in chosen)
+            for u, m in zip(tuples[i], sorted(range(k), key=held.__getitem__), strict=False):
+                taken[m][i] = u
+                held[m] += prompts[u]
+        for m, pool in enumerate(part.pools):
+            got = taken[m]
+            out[pool[position]] = tuple(got[i] for i in queue if i in got)
     return tuple(out)
+
+
+def _tuples(ranked: Sequence[int], prompts: Sequence[int], k: int) -> list[list[int]]:
+    """Each sub-index's rank tuple (ranks ``i*K .. i*K+K-1``), largest prompt first (ties in rank
+    order): computed once for every position, not per mate."""
+    key = prompts.__getitem__
+    return [sorted(ranked[r : r + k], key=key, reverse=True) for r in range(0, len(ranked), k)]

@@ -144,3 +144,37 @@ def test_with_equal_speeds_sub_pool_zero_keeps_its_own_workers() -> None:
     request = _request()
     _, part = _split(request)
     assert part.request.inventory.workers == tuple(request.inventory.workers[w] for w in part.pools[0])
+
+
+def _spread_out_by_tuple(
+    part: replicate.Split, queues: tuple[tuple[int, ...], ...], prompts: tuple[int, ...], workers: int
+) -> tuple[tuple[int, ...], ...]:
+    """``spread_out`` as first written, tuple by tuple and mate by mate: the reference it must equal."""
+    k, ranked = part.copies, part.ranked
+    out: list[tuple[int, ...]] = [() for _ in range(workers)]
+    for position, queue in enumerate(queues):
+        mates = [pool[position] for pool in part.pools]
+        held = dict.fromkeys(mates, 0)
+        chosen: dict[tuple[int, int], int] = {}
+        for i in sorted(queue):
+            members = sorted(
+                (ranked[r] for r in range(i * k, min((i + 1) * k, len(ranked)))), key=lambda u: -prompts[u]
+            )
+            for u, w in zip(members, sorted(mates, key=lambda m: held[m]), strict=False):
+                chosen[i, w] = u
+                held[w] += prompts[u]
+        for w in mates:
+            out[w] = tuple(chosen[i, w] for i in queue if (i, w) in chosen)
+    return tuple(out)
+
+
+@pytest.mark.usefixtures("small_thresholds")
+@pytest.mark.parametrize(("trajectories", "spread"), [(1_024, 0.0), (1_024, 0.1), (1_023, 0.0)])
+def test_copies_are_dealt_as_the_reference_deals_them(trajectories: int, spread: float) -> None:
+    """The same queues as the reference, ties in prompts and a short last tuple (1,023 = 4 x 255 + 3)
+    included: the copies are computed once per position, not per mate, and nothing else changes."""
+    request = with_speed_spread(_request(trajectories=trajectories), spread, 3)
+    problem, part = _split(request)
+    twins = LptPolicy().plan(part.request, part.problem).queues
+    expected = _spread_out_by_tuple(part, twins, problem.prompts, len(problem.costs))
+    assert replicate.spread_out(part, twins, problem.prompts, len(problem.costs)) == expected
