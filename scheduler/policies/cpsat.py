@@ -57,15 +57,14 @@ import dataclasses
 from collections.abc import Sequence
 
 from scheduler import clock
-from scheduler.costmodel import WorkerCost
 from scheduler.policies import replicate
 from scheduler.policies.balance import level_below
 from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.blindbar import barred, blind_plan, blind_start
+from scheduler.policies.calibrate import calibrate, representative
 from scheduler.policies.capband import CAP_LEFT, CAP_SHIFTS, cap_shifted
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, bands_of, solve_levels
-from scheduler.policies.load import load_of, time_with
 from scheduler.policies.lpt import calibrated, lpt_assignment, lpt_bar, lpt_start
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, build_problem, worker_kinds
@@ -202,7 +201,7 @@ class CpSatPolicy:
 
         Round 1 places the units inside the chosen bands. Round 2 places them inside the same bands
         again, each (kind, band) group's estimates scaled by what round 1's simulation measured
-        (``_calibrate``), and with the units that would pass a cap (``DEFER``) placed last. A round
+        (``calibrate.calibrate``), and with the units that would pass a cap (``DEFER``) placed last. A round
         starts only when it is expected to fit the budget, and one that runs long is cut short.
         The counts are the band model's, solved here, or ``solved``; under prefix affinity the
         model's own are followed by shifted ones (``_cap_band_rounds``).
@@ -240,7 +239,7 @@ class CpSatPolicy:
             round_cost = max(round_cost, clock.now() - round_started)
             if round_index == ROUNDS - 1 or deadline - clock.now() < round_cost:
                 break  # no further round can start: calibrating for it would only spend the budget
-            scale, highest = _calibrate(problem, banded, finishes, tiers, kinds)
+            scale, highest = calibrate(problem, banded, finishes, tiers, kinds)
             cap_s = levels.makespan_s + DEFER * (highest - levels.makespan_s)
             if max(scale) <= 1.0 + AGREED and cap_s <= levels.makespan_s:
                 break  # the worker model agreed and nothing would wait: round 2 would repeat round 1
@@ -317,7 +316,7 @@ class CpSatPolicy:
         remaining = deadline - clock.now()
         if remaining <= 0 or len(problem.units) < 2:
             return None
-        pairs = [(_representative(problem.costs, members), len(members)) for members in kinds]
+        pairs = [(representative(problem.costs, members), len(members)) for members in kinds]
         return solve_levels(problem.units, pairs, upper_s, remaining * LEVELS_SHARE, request.seed)
 
 
@@ -345,47 +344,6 @@ def _robust(
     return Placement(
         lpt_plan.queues, "ROBUST_LPT" if verdict is False else "FALLBACK_LPT", finish_s=lpt_plan.finish_s
     )
-
-
-def _calibrate(
-    problem: Problem,
-    assignment: Sequence[Sequence[int]],
-    finishes: Sequence[float],
-    tiers: Sequence[int],
-    kinds: Sequence[Sequence[int]],
-) -> tuple[list[float], float]:
-    """Per worker, the worst simulated over estimated finish of its (kind, band) group (at least
-    1); and the highest estimate (the second round's cap reads it).
-
-    The estimate misses what only the worker model sees (KV peaks and preemption, admission
-    waves); the second round plans each group as that much slower, so a group found slow is not
-    overloaded again.
-    """
-    slowdown = [[1.0] * (max(tiers, default=0) + 1) for _ in kinds]
-    highest = 0.0
-    for k, members in enumerate(kinds):
-        for w in members:
-            if not assignment[w]:
-                continue
-            estimate = time_with(problem.costs[w], load_of(problem, assignment[w]))
-            highest = max(highest, estimate)
-            if estimate > 0:
-                slowdown[k][tiers[w]] = max(slowdown[k][tiers[w]], finishes[w] / estimate)
-    kind_of = {w: k for k, members in enumerate(kinds) for w in members}
-    scale = [slowdown[kind_of[w]][tiers[w]] if w in kind_of else 1.0 for w in range(len(finishes))]
-    return scale, highest
-
-
-def _representative(costs: Sequence[WorkerCost], members: Sequence[int]) -> WorkerCost:
-    """One cost standing for a kind in the band model: its first member's, at the kind's harmonic
-    mean scale (the pool's decode rate is the sum of each member's, which goes as one over its
-    scale), so a kind of near-identical workers offers the model what its members offer together.
-    Exactly the first member's cost when every member has the same scale."""
-    first = costs[members[0]]
-    scales = [costs[w].time_scale for w in members]
-    if all(s == first.time_scale for s in scales):
-        return first
-    return dataclasses.replace(first, time_scale=len(scales) / sum(1.0 / s for s in scales))
 
 
 def _found(status: str) -> str:
