@@ -95,6 +95,12 @@ FULL_ROUND = 10.0  # a band round over the whole batch costs up to this many lpt
 COPY_RESERVE = 2.0  # lpt phases kept for playing the copies (each queue once, in its twin's order)
 # after the sub-plan. At 1.0, sub-plans overran their own budget by up to 54 ms and whole plans
 # ended at 1,010-1,028 ms of a 1 s budget
+FIRST_ROUND = 3.4  # below ``MIN_UNITS``, copies where fewer lpt phases (and ROUND_FIXED_S) are
+# left: round 1 at 4,096 x 32 is ~3 of placement and ordering plus its solve, ~0.4 more on a host
+# 2-2.4x slow, where rounds started at ROUND_COST's 3 were cut (planning clock at 2.2x process CPU,
+# 20 plans each: 3.0 1.040 median / 1.096 mean, 3.4 1.043 / 1.089, 3.7 1.043 / 1.074; main 1.199)
+LEAN_RESERVE = 1.0  # lpt phases left for dealing and playing the copies of a sub-plan of rounds
+# alone (``_copied``): 0.9-1.2 measured at 4,096 x 32 (K = 2), the round's stop reserve the rest
 AGREED = 0.01  # simulated within 1% of the estimate everywhere: no calibration needed
 DEFER = 0.8  # the second round's cap on estimates: this share of the way from the band model's
 # makespan to the first round's highest estimate. Units that would pass it wait until every other
@@ -168,10 +174,7 @@ class CpSatPolicy:
         search_end = deadline - (base.cost_s + base.pending_s if base is not None else 0.0)
         if search_end <= clock.now():
             return lpt_plan
-        part = None
-        left = search_end - clock.now()
-        if spread is None and COPY_RESERVE * lpt_phase < left < FULL_ROUND * lpt_phase:
-            part = replicate.split(problem, request)  # no full round fits; None: it does not divide
+        part = _copies(problem, request, lpt_phase, search_end - clock.now()) if spread is None else None
         if part is None:
             best, assignment = self._rounds(problem, request, lpt_plan, assignment, lpt_phase, search_end)
         else:
@@ -290,13 +293,23 @@ class CpSatPolicy:
     ) -> tuple[Placement, list[list[int]]]:
         """The search on one K-th of the batch and pool, copied K times (``scheduler.policies.replicate``),
         each copy played on its own lengths in its twin's order, the last worker's order refined;
-        ``best`` and ``assignment`` where it does not beat them or no time is left for it."""
+        ``best`` and ``assignment`` where it does not beat them or no time is left for it.
+
+        The sub-plan is cpsat's own where its lpt start and a round fit; else its band rounds alone,
+        barred by ``best``'s makespan (on a slow host a 4,096 x 32 sub-plan's lpt start, half an lpt
+        phase, was what kept its round from fitting)."""
         request = part.request  # sub-batch 0; its budget and admission are the whole request's
         stop = deadline - ROUND_RESERVE * request.time_budget_s
+        sub_phase = lpt_phase / part.copies  # the sub-plan's own lpt phase, about
         budget = stop - clock.now() - COPY_RESERVE * lpt_phase
-        if budget <= 0:
-            return best, assignment
-        sub = CpSatPolicy().plan(dataclasses.replace(request, time_budget_s=budget), part.problem)
+        if budget > sub_phase + ROUND_FIXED_S + ROUND_COST * sub_phase:  # its lpt start and a round fit
+            sub = CpSatPolicy().plan(dataclasses.replace(request, time_budget_s=budget), part.problem)
+        else:  # only its rounds may: against the whole batch's lpt plan
+            bar = Placement((), best.status, finish_s=(max(best.finish_s),))
+            end = deadline - LEAN_RESERVE * lpt_phase
+            sub, _ = self._rounds(part.problem, request, bar, [], sub_phase, end)
+            if sub is bar:
+                return best, assignment
         queues = replicate.spread_out(part, sub.queues, problem.prompts, len(problem.costs))
         finishes = tuple(problem.finishes(queues, request.kv_admission))
         queues, finishes = refine_critical(problem, queues, finishes, request.kv_admission, stop)
@@ -318,6 +331,24 @@ class CpSatPolicy:
             return None
         pairs = [(representative(problem.costs, members), len(members)) for members in kinds]
         return solve_levels(problem.units, pairs, upper_s, remaining * LEVELS_SHARE, request.seed)
+
+
+def _copies(problem: Problem, request: PlanRequest, lpt_phase: float, left: float) -> replicate.Split | None:
+    """The split to search and copy where no full band round is expected to fit ``left`` (seconds
+    of search), or None: full rounds, or none (the lpt plan), as before copies existed.
+
+    Why. A round cut short returns the lpt plan (~1.2x the bound), copies of a sub-plan ~1.04-1.05x.
+    A batch of ``replicate.MIN_UNITS`` or more is copied below ``FULL_ROUND`` lpt phases; a smaller
+    one only below ``FIRST_ROUND``, where round 1 would not fit either: a K = 2 sub-plan's round
+    costs half of one. Nothing changes where a round fits (the frozen clock: every phase costs 0).
+    """
+    if left <= LEAN_RESERVE * lpt_phase:
+        return None
+    if left < ROUND_FIXED_S + FIRST_ROUND * lpt_phase:
+        return replicate.split(problem, request, least_units=0)
+    if COPY_RESERVE * lpt_phase < left < FULL_ROUND * lpt_phase:
+        return replicate.split(problem, request)
+    return None
 
 
 def _robust(

@@ -63,9 +63,10 @@ class Split:
     problem: Problem  # its problem, every cache at ``HEADROOM``
 
 
-def split(problem: Problem, request: PlanRequest) -> Split | None:
-    """The decomposition of ``problem`` (built from ``request``), or None where it does not apply."""
-    copies = _copies(problem, request)
+def split(problem: Problem, request: PlanRequest, least_units: int = MIN_UNITS) -> Split | None:
+    """The decomposition of ``problem`` (built from ``request``), or None where it does not apply
+    (fewer than ``least_units`` units among others, ``_copies``)."""
+    copies = _copies(problem, request, least_units)
     if copies < 2:
         return None
     kinds = worker_kinds(problem.costs, problem.active)
@@ -87,10 +88,10 @@ def split(problem: Problem, request: PlanRequest) -> Split | None:
     return Split(copies, pools, ranked, sub, dataclasses.replace(built, costs=tight))
 
 
-def _copies(problem: Problem, request: PlanRequest) -> int:
+def _copies(problem: Problem, request: PlanRequest, least_units: int) -> int:
     """K: the most copies (a power of two) with sub-pools of ``SUB_WORKERS`` or more, every kind
     dividing evenly; 1 where the problem is small, restricted or grouped."""
-    if len(problem.units) < MIN_UNITS or request.prefix_affinity or not problem.unrestricted:
+    if len(problem.units) < least_units or request.prefix_affinity or not problem.unrestricted:
         return 1  # (without prefix affinity every unit is one trajectory, as copying assumes)
     room = min(HEADROOM * problem.costs[w].kv_capacity_tokens for w in problem.active)
     if max(t.prompt_tokens + t.max_new_tokens for t in request.trajectories) > room:
