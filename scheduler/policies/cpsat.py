@@ -13,8 +13,9 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
    allows, a second round places them again: calibrated by the first round's simulation, and with
    the units that would push a worker past a cap placed after all others; under prefix affinity,
    more rounds with more workers in the cap band follow (``_cap_band_rounds``). Where a round over the
-   whole batch would not fit the budget (``FULL_ROUND``), a large batch is searched on one K-th of
-   itself and one K-th of the pool, and the plan copied K times (``scheduler.policies.replicate``).
+   whole batch would not fit the budget (``_copies``: ``FULL_ROUND`` for large batches, ``FIRST_ROUND``
+   for smaller ones), the batch is searched on one K-th of itself and one K-th of the pool, and the
+   plan copied K times (``scheduler.policies.replicate``).
 3. Exact repair (``scheduler.policies.exchange``): while time is left, a CP-SAT model with one boolean
    per (unit, worker) over the slowest worker and the fastest few only (large-neighbourhood search
    over worker sets), accepted only when the worker model says those workers finish sooner.
@@ -57,6 +58,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from scheduler import clock
+from scheduler.gcpause import collector_paused
 from scheduler.policies import replicate
 from scheduler.policies.balance import level_below
 from scheduler.policies.base import BudgetSpent, Placement
@@ -91,7 +93,9 @@ FULL_ROUND = 10.0  # a band round over the whole batch costs up to this many lpt
 # on one K-th and copied (``_copied``). 32,768 x 256 bench batches: copies 1.044-1.055x the bound
 # (15 plans, median 1.046), a full round 1.042-1.044x where it fits and 1.21x (the lpt plan) where
 # it is cut short, which a loaded host did to 1-4 of 5. At 16,384 x 128 the full round fits (1.035x;
-# a prototype of the copies that searched their orders: 1.041-1.044x), and the rule keeps it
+# a prototype of the copies that searched their orders: 1.041-1.044x), and the rule keeps it.
+# Since ``listrun`` a full round at 32,768 x 256 is 3.8-4.0 lpt phases (process CPU), but 4.5 or 5
+# here cut 3 of the 5 full rounds they started (10 plans each, load 5-6): kept at 10
 COPY_RESERVE = 2.0  # lpt phases kept for playing the copies (each queue once, in its twin's order)
 # after the sub-plan. At 1.0, sub-plans overran their own budget by up to 54 ms and whole plans
 # ended at 1,010-1,028 ms of a 1 s budget
@@ -310,8 +314,9 @@ class CpSatPolicy:
             sub, _ = self._rounds(part.problem, request, bar, [], sub_phase, end)
             if sub is bar:
                 return best, assignment
-        queues = replicate.spread_out(part, sub.queues, problem.prompts, len(problem.costs))
-        finishes = tuple(problem.finishes(queues, request.kv_admission))
+        with collector_paused():  # acyclic queues; a full collection here overran LEAN_RESERVE
+            queues = replicate.spread_out(part, sub.queues, problem.prompts, len(problem.costs))
+            finishes = tuple(problem.finishes(queues, request.kv_admission))
         queues, finishes = refine_critical(problem, queues, finishes, request.kv_admission, stop)
         if max(finishes) >= max(best.finish_s):
             return best, assignment
