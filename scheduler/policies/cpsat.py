@@ -102,7 +102,8 @@ COPY_RESERVE = 2.0  # lpt phases kept for playing the copies (each queue once, i
 FIRST_ROUND = 3.4  # below ``MIN_UNITS``, copies where fewer lpt phases (and ROUND_FIXED_S) are
 # left: round 1 at 4,096 x 32 is ~3 of placement and ordering plus its solve, ~0.4 more on a host
 # 2-2.4x slow, where rounds started at ROUND_COST's 3 were cut (planning clock at 2.2x process CPU,
-# 20 plans each: 3.0 1.040 median / 1.096 mean, 3.4 1.043 / 1.089, 3.7 1.043 / 1.074; main 1.199)
+# 20 plans each: 3.0 1.040 median / 1.096 mean, 3.4 1.043 / 1.089, 3.7 1.043 / 1.074; main 1.199;
+# 3.4 and 3.7 within the noise over three runs, 3.7 copied more where round 1 fitted at 1.8x)
 LEAN_RESERVE = 1.0  # lpt phases left for dealing and playing the copies of a sub-plan of rounds
 # alone (``_copied``): 0.9-1.2 measured at 4,096 x 32 (K = 2), the round's stop reserve the rest
 AGREED = 0.01  # simulated within 1% of the estimate everywhere: no calibration needed
