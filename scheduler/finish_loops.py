@@ -1,0 +1,197 @@
+"""The worker model's event loops written out on locals: what ``finish.worker_finish`` runs.
+
+Why. The planner plays a worker's queue for every candidate order of every crowded worker, for
+every round, refinement and hedge: on the 6-step long chain-of-thought replay about 4,900 plays
+of up to 4,096 items, close to half of the replay's CPU. ``finish._WorkerRun`` states the rules
+one method each (admission, the projected-peak test and its skips, the refused head's wait, a
+step run, a preemption); as one loop over local variables the same events cost a fraction of the
+attribute reads and method calls. Each loop here is that class's play: the same events, the same
+arithmetic in the same order, so the same clock to the last bit (property tests compare them).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Sequence
+
+from scheduler.admission import WATERMARK, RunningPeak, expected_remaining
+from scheduler.costmodel import WorkerCost
+from scheduler.head_fit import earliest_fit, refused_until
+from scheduler.stepsum import decode_time
+
+
+def prompt_only_finish(
+    cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int], stop_at: float
+) -> float:
+    """``_WorkerRun`` without ``reserve``, as one loop over locals: the same events and the same
+    arithmetic in the same order (so the same result to the last bit), a fifth less time. It runs
+    for every candidate order of every crowded worker, a few hundred thousand events a plan."""
+    cap, slots = cost.kv_capacity_tokens, cost.max_num_seqs
+    limit = cap - WATERMARK * cap
+    waiting: deque[int] = deque(range(len(prompts)))
+    heap: list[tuple[int, int, int]] = []  # (finish step, admission token, item)
+    alive: dict[int, tuple[int, int]] = {}  # running item -> (admission token, admission step)
+    stack: list[tuple[int, int]] = []  # (token, item) in admission order, for preemption
+    clock, step, batch, offset, token, blocked = 0.0, 0, 0, 0, 0, False
+    gone = (-1, 0)
+    while True:
+        if not blocked or batch == 0:  # admission in queue order while a slot and the prompt fit
+            prefill_tokens = 0
+            while waiting:
+                item = waiting[0]
+                if batch and (batch >= slots or offset + batch * step + prompts[item] > limit):
+                    break
+                waiting.popleft()
+                token += 1
+                alive[item] = (token, step)
+                heapq.heappush(heap, (step + steps[item], token, item))
+                stack.append((token, item))
+                batch += 1
+                offset += prompts[item] - step
+                prefill_tokens += prompts[item]
+            if prefill_tokens:
+                clock += cost.prefill_time(prefill_tokens)
+        if batch == 0 or clock >= stop_at:
+            return clock
+        while alive.get(heap[0][2], gone)[0] != heap[0][1]:
+            heapq.heappop(heap)
+        to_finish = heap[0][0] - step
+        context = offset + batch * step
+        run = min(to_finish, (cap - context) // batch)
+        # the evicted sequence re-enters one step on if the room its eviction made holds its prompt
+        refit = blocked and run > 1 and batch < slots and context + batch + prompts[waiting[0]] <= limit
+        if refit:
+            run = 1
+        if run > 0:
+            clock += decode_time(cost, batch, context, run)
+            step += run
+            blocked = False
+        if run == to_finish:
+            while heap and heap[0][0] == step:
+                _, admitted_token, item = heapq.heappop(heap)
+                if alive.get(item, gone)[0] == admitted_token:
+                    batch -= 1
+                    offset -= prompts[item] - alive.pop(item)[1]
+            continue
+        if refit:
+            continue
+        while True:  # preempt the newest running sequence
+            admitted_token, item = stack.pop()
+            if alive.get(item, gone)[0] == admitted_token:
+                break
+        batch -= 1
+        offset -= prompts[item] - alive.pop(item)[1]
+        waiting.appendleft(item)
+        blocked = True
+
+
+def reserve_finish(cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int], stop_at: float) -> float:
+    """``_WorkerRun`` with ``reserve`` (projected-peak admission), as one loop over locals.
+
+    The rules and the skipped tests are the class's, in its order (its methods' docs say why each
+    skip is exact): a refused head is not tested again before the step its refusal rules out
+    (``refused``); a candidate is admitted untested where the wait search found it fits at this
+    very step (``fits_at``) or where the final sizes admitted since the set was last empty plus its
+    own fit the cache (``held_bound``); else ``RunningPeak.overflow`` decides. Between events a
+    refused head's first fitting step is searched (``head_fit.earliest_fit``). The running set's
+    ends come from one list of each item's expected remaining steps, as ``_WorkerRun`` computes
+    them one call at a time.
+    """
+    cap, slots = cost.kv_capacity_tokens, cost.max_num_seqs
+    remaining = [expected_remaining(n, 0) for n in steps]  # exact lengths: none outlives its end
+    waiting: deque[int] = deque(range(len(prompts)))
+    heap: list[tuple[int, int, int]] = []  # (finish step, admission token, item)
+    alive: dict[int, tuple[int, int]] = {}  # running item -> (admission token, admission step)
+    stack: list[tuple[int, int]] = []  # (token, item) in admission order, for preemption
+    peak = RunningPeak(alone_fits=True)  # finish._WorkerRun's reason holds here too
+    add, remove, overflow = peak.add, peak.remove, peak.overflow
+    clock, step, batch, offset, token, blocked = 0.0, 0, 0, 0, 0, False
+    refused: tuple[int, int, int] | None = None  # (item, first step it may fit, step refused at next)
+    fits_at: tuple[int, int] | None = None  # (item, step) the wait search found it fits at
+    held_bound = 0  # at least the KV the running set projects at any step ahead
+    gone = (-1, 0)
+    while True:
+        if not blocked or batch == 0:
+            prefill_tokens = 0
+            while waiting:
+                item = waiting[0]
+                if batch:
+                    if batch >= slots:
+                        break
+                    if refused is not None and refused[0] == item and step < refused[1]:
+                        break
+                    left = remaining[item]
+                    if fits_at == (item, step):
+                        fits_at = None
+                    elif held_bound + prompts[item] + left > cap:
+                        over = overflow(step, prompts[item] - step, step + left, cap)
+                        if over is not None:
+                            stuck = step if over[0] == step + 1 else -1
+                            refused = (item, refused_until(peak, step, left, over), stuck)
+                            break
+                    refused = None
+                waiting.popleft()
+                token += 1
+                alive[item] = (token, step)
+                left = remaining[item]
+                add(step + left, prompts[item] - step)
+                held_bound = min(held_bound + prompts[item] + left, cap)
+                heapq.heappush(heap, (step + steps[item], token, item))
+                stack.append((token, item))
+                batch += 1
+                offset += prompts[item] - step
+                prefill_tokens += prompts[item]
+            if prefill_tokens:
+                clock += cost.prefill_time(prefill_tokens)
+        if batch == 0 or clock >= stop_at:
+            return clock
+        while alive.get(heap[0][2], gone)[0] != heap[0][1]:
+            heapq.heappop(heap)
+        to_finish = heap[0][0] - step
+        context = offset + batch * step
+        run = min(to_finish, (cap - context) // batch)
+        to_fit = -1
+        if waiting and run > 1 and batch < slots:  # the refused head's first fitting step
+            item = waiting[0]
+            start = step + 1
+            if refused is not None and refused[0] == item:
+                start = -1 if refused[2] == step else max(start, refused[1])
+            if start >= 0:
+                fit, bound = earliest_fit(peak, start, prompts[item], remaining[item], cap, step + run)
+                refused = (item, bound, -1)
+                if fit is None:
+                    fits_at = None
+                else:
+                    fits_at = (item, fit)
+                    to_fit = run = fit - step
+        if run > 0:
+            clock += decode_time(cost, batch, context, run)
+            step += run
+            blocked = False
+        if run == to_finish:
+            while heap and heap[0][0] == step:
+                _, admitted_token, item = heapq.heappop(heap)
+                if alive.get(item, gone)[0] == admitted_token:
+                    admitted = alive.pop(item)[1]
+                    batch -= 1
+                    offset -= prompts[item] - admitted
+                    remove(admitted + remaining[item], prompts[item] - admitted)
+                    if batch == 0:
+                        held_bound = 0
+            continue
+        if run == to_fit:
+            continue
+        refused = None  # the evicted sequence had not ended: later projections change
+        while True:  # preempt the newest running sequence
+            admitted_token, item = stack.pop()
+            if alive.get(item, gone)[0] == admitted_token:
+                break
+        admitted = alive.pop(item)[1]
+        batch -= 1
+        offset -= prompts[item] - admitted
+        remove(admitted + remaining[item], prompts[item] - admitted)
+        if batch == 0:
+            held_bound = 0
+        waiting.appendleft(item)
+        blocked = True

@@ -1,0 +1,53 @@
+"""The worker model's loops on locals (``scheduler.finish_loops``) play ``finish._WorkerRun``'s events."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler import finish as finish_module
+from scheduler.costmodel import worker_cost
+from scheduler.devices import device_profile, model_preset
+from scheduler.finish import worker_finish
+from scheduler.types import Worker
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 400), st.integers(0, 900)), min_size=1, max_size=60),
+    st.sampled_from(["H100", "Ascend910B"]),
+    st.integers(1, 40),
+    st.integers(1_300, 8_000),  # every item fits alone (the validated case)
+    st.booleans(),
+    st.floats(0.0, 1.5) | st.just(math.inf),
+)
+def test_worker_finish_is_the_method_by_method_worker_model_to_the_last_bit(
+    queue: list[tuple[int, int]], kind: str, slots: int, capacity: int, reserve: bool, share: float
+) -> None:
+    # the planner's plays run the loops; the class states the rules one method each: every event,
+    # skipped test and wait search must agree, and a play stopped at a bound stops at the same clock
+    worker = Worker("w", device_profile(kind), max_num_seqs=slots, kv_capacity_tokens=capacity)
+    cost = worker_cost(worker, model_preset("7b"))
+    prompts, steps = [p for p, _ in queue], [n for _, n in queue]
+    full = finish_module._WorkerRun(cost, prompts, steps, reserve).run()
+    assert worker_finish(cost, prompts, steps, reserve) == full
+    bound = share * full
+    stopped = finish_module._WorkerRun(cost, prompts, steps, reserve).run(bound)
+    assert worker_finish(cost, prompts, steps, reserve, stop_at=bound) == stopped
+
+
+def test_a_queue_in_waves_under_kv_admission_plays_as_the_method_by_method_model() -> None:
+    # the case the property may draw rarely: many items, refused heads waiting for room between
+    # completions (the wait search), a cache that holds a fraction of the queue
+    cost = worker_cost(
+        Worker("w", device_profile("Ascend910B"), max_num_seqs=24, kv_capacity_tokens=6_000),
+        model_preset("7b"),
+    )
+    prompts = [100 + (37 * k) % 300 for k in range(200)]
+    steps = [50 + (911 * k) % 1_400 for k in range(200)]
+    assert (
+        worker_finish(cost, prompts, steps, reserve=True)
+        == finish_module._WorkerRun(cost, prompts, steps, True).run()
+    )
