@@ -26,7 +26,7 @@ from scheduler.admission import WATERMARK
 from scheduler.at_once import ends_at_once
 from scheduler.costmodel import WorkerCost, worker_cost
 from scheduler.errors import InvalidInputError
-from scheduler.sim_engine import play_queue
+from scheduler.sim_alone import play_queue
 from scheduler.sim_ledger import Ledger
 from scheduler.stepsum import planned_steps, planned_steps_array
 from scheduler.types import Inventory, Plan, Trajectory

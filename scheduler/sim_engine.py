@@ -31,8 +31,9 @@ The model is vLLM's (see docs/simulator.md for the formulas):
 
 The engine is resumable: ``commit`` computes when the next event (a completion or a preemption)
 happens and ``process`` applies it, so a coordinator can interleave many workers on one clock for
-work stealing or a shared queue. Alone, ``run_alone`` plays a worker's queue to the end; the same
-rules as ``scheduler.finish`` (the planner's finish-time model), so plan and replay agree exactly.
+work stealing or a shared queue. Alone, ``scheduler.sim_alone`` plays a worker's queue to the end
+(these methods' events, written out on locals); the same rules as ``scheduler.finish`` (the
+planner's finish-time model), so plan and replay agree exactly.
 State is kept in plain ints, lists and dicts: an event costs a few microseconds, whatever the lengths.
 """
 
@@ -238,19 +239,8 @@ class WorkerEngine:
         ledger.worker[item] = self.index
 
     def _extend_overdue(self) -> None:
-        """Give every running sequence that outlived its expected end a new one (``expected_remaining``)."""
-        ledger, step, overdue, alive = self.ledger, self.step, self.overdue, self.alive
-        while overdue and overdue[0][0] <= step:
-            end, token, item = heapq.heappop(overdue)
-            held = alive.get(item, _DEAD)
-            if held[0] != token or held[2] != end:
-                continue  # completed, evicted, or already extended
-            base = held[1]
-            later = step + expected_remaining(ledger.planned[item], base + step - ledger.prompts[item])
-            self.peak.remove(end, base)
-            self.peak.add(later, base)
-            alive[item] = (token, base, later)
-            heapq.heappush(overdue, (later, token, item))
+        """Give every running sequence that outlived its expected end a new one (``extend_overdue``)."""
+        extend_overdue(self.overdue, self.alive, self.peak, self.ledger, self.step)
 
     def commit(self) -> float | None:
         """Prefill what was admitted, then schedule the next event; return its time (None: idle)."""
@@ -376,35 +366,24 @@ class WorkerEngine:
         return base
 
 
-def play_queue(
-    cost: WorkerCost,
+def extend_overdue(
+    overdue: list[tuple[int, int, int]],
+    alive: dict[int, tuple[int, int, int]],
+    peak: RunningPeak,
     ledger: Ledger,
-    *,
-    watermark: float,
-    kv_admission: bool,
-    resume: bool = False,
-) -> WorkerEngine:
-    """Play every item of ``ledger``, in order, as one worker's queue alone; the played engine.
-
-    The ledger then holds each item's start and end: what the planner's per-worker simulation and
-    the steal deadlines (``scheduler.deadlines``) both read.
-    """
-    engine = WorkerEngine(0, cost, ledger, watermark=watermark, kv_admission=kv_admission, resume=resume)
-    engine.enqueue(list(range(len(ledger.keys))))
-    run_alone(engine)
-    return engine
-
-
-def run_alone(engine: WorkerEngine) -> float:
-    """Play ``engine``'s own queue to the end with no other worker involved; return its final clock."""
-    engine.admit_own()
-    play_out(engine, engine.commit())
-    return engine.clock
-
-
-def play_out(engine: WorkerEngine, pending: float | None) -> None:
-    """Continue ``engine`` alone from its committed state (``pending``: its next event) to the end."""
-    while pending is not None:
-        engine.process()
-        engine.admit_own()
-        pending = engine.commit()
+    step: int,
+) -> None:
+    """Give every running sequence that outlived its expected end by ``step`` a new one
+    (``expected_remaining``), in ``alive``, ``peak`` and ``overdue`` (a heap of (end, token, item));
+    entries of sequences completed, evicted or already extended are dropped."""
+    while overdue and overdue[0][0] <= step:
+        end, token, item = heapq.heappop(overdue)
+        held = alive.get(item, _DEAD)
+        if held[0] != token or held[2] != end:
+            continue  # completed, evicted, or already extended
+        base = held[1]
+        later = step + expected_remaining(ledger.planned[item], base + step - ledger.prompts[item])
+        peak.remove(end, base)
+        peak.add(later, base)
+        alive[item] = (token, base, later)
+        heapq.heappush(overdue, (later, token, item))

@@ -44,7 +44,8 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 
-from scheduler.sim_engine import WorkerEngine, play_out
+from scheduler.sim_alone import play_out
+from scheduler.sim_engine import WorkerEngine
 from scheduler.stealguard import beats_owner, lateness
 
 # Queues one steal looks at, busiest first (steal.lua's VICTIMS): enough to get past a few queues with

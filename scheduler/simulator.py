@@ -21,7 +21,8 @@ from scheduler.costmodel import worker_cost
 from scheduler.deadlines import planned_times
 from scheduler.devices import ModelPreset
 from scheduler.errors import InvalidInputError, SchedulerError
-from scheduler.sim_engine import WorkerEngine, play_queue, run_alone
+from scheduler.sim_alone import play_queue, run_alone
+from scheduler.sim_engine import WorkerEngine
 from scheduler.sim_ledger import Ledger
 from scheduler.sim_pool import Pool
 from scheduler.stepsum import planned_steps

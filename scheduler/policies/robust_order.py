@@ -16,7 +16,7 @@ is 1.154x / 1.153x.
 How. When every trajectory carries its p50 and p90 (``scheduler.policies.robust.spreads``), each
 queue that does not run at once is played, in its planned order and shortest-first, over
 ``DRAWS`` common draws of the lengths: the simulator's own worker engine
-(``scheduler.sim_engine.play_queue``), admitting on the planned lengths while the draw decides when
+(``scheduler.sim_alone.play_queue``), admitting on the planned lengths while the draw decides when
 each trajectory ends, as a sidecar and its engine would. The order with the lower mean finish is
 kept (ties: the planned one). Where the draws outlive the plan's predictions
 (``blind_draws.outlived``: the longest drawn item of some queue, alone on its worker, outlasts the
@@ -48,7 +48,7 @@ from scheduler.policies.blind_draws import outlived
 from scheduler.policies.ordering import shortest_first
 from scheduler.policies.problem import Problem
 from scheduler.policies.robust import SAMPLES, Spread, draw_matrix, draw_steps
-from scheduler.sim_engine import play_queue
+from scheduler.sim_alone import play_queue
 from scheduler.sim_ledger import Ledger
 from scheduler.stepsum import FloatArray
 from scheduler.types import PlanRequest

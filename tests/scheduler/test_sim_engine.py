@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import sim_engine
+from scheduler import sim_alone, sim_engine
 from scheduler.costmodel import WorkerCost, worker_cost
 from scheduler.devices import device_profile, model_preset
 from scheduler.sim_ledger import Ledger
@@ -33,7 +33,7 @@ def _played(
     ledger = Ledger([f"t{i}" for i in range(len(prompts))], prompts, steps, planned)
     engine = engine_type(0, cost, ledger, watermark=0.01, kv_admission=True)
     engine.enqueue(list(range(len(prompts))))
-    sim_engine.run_alone(engine)
+    sim_alone.run_alone(engine)
     return ledger.start, ledger.end, ledger.preemptions
 
 

@@ -20,7 +20,7 @@ from scheduler.deadlines import planned_times
 from scheduler.devices import device_profile, model_preset
 from scheduler.errors import InvalidInputError
 from scheduler.planner import plan
-from scheduler.sim_engine import play_queue
+from scheduler.sim_alone import play_queue
 from scheduler.sim_ledger import Ledger
 from scheduler.simulator import SimOptions, SimResult, simulate, simulate_worker
 from scheduler.stealguard import beats_owner, lateness
