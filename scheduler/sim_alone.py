@@ -19,7 +19,7 @@ import heapq
 from scheduler.admission import expected_remaining
 from scheduler.costmodel import WorkerCost
 from scheduler.errors import InvalidInputError
-from scheduler.head_fit import earliest_fit, search_from
+from scheduler.head_fit import earliest_fit, refused_until, search_from
 from scheduler.sim_engine import WorkerEngine, extend_overdue
 from scheduler.sim_ledger import Ledger
 from scheduler.stepsum import decode_time
@@ -95,6 +95,7 @@ def _play(e: WorkerEngine) -> None:
     )
     busy, preempted, queued_work, waiting_reserve = e.busy_s, e.preempted, e.queued_work, e.waiting_reserve
     run, to_finish, to_fit, refusal, watch = e.pending_run, e.to_finish, e.to_fit, e.refusal, e.watch
+    refused = e.refused
     clock = e.event_clock
     prefill = e.prefill_tokens
     while True:
@@ -109,6 +110,8 @@ def _play(e: WorkerEngine) -> None:
                     _, base, end = alive.pop(item)
                     if kv:
                         peak.remove(end, base)
+                        if refused is not None and end >= refused[2]:
+                            refused = None
                     batch -= 1
                     offset -= base
                     reserved -= reserve[item]
@@ -129,6 +132,8 @@ def _play(e: WorkerEngine) -> None:
             _, base, end = alive.pop(item)
             if kv:
                 peak.remove(end, base)
+                if refused is not None and end >= refused[2]:
+                    refused = None
             batch -= 1
             offset -= base
             reserved -= reserve[item]
@@ -160,12 +165,15 @@ def _play(e: WorkerEngine) -> None:
                     if batch >= slots:
                         break
                     if kv:
+                        if refused is not None and refused[0] == item and step < refused[1]:
+                            break
                         if overdue and overdue[0][0] <= step:
                             extend_overdue(overdue, alive, peak, ledger, step)
                         end = step + expected_remaining(planned[item], extra)
                         over = peak.overflow(step, prompts[item] + extra - step, end, cap)
                         if over is not None:
                             refusal = (item, step, peak.changes, over)
+                            refused = (item, refused_until(peak, step, end - step, over), over[0])
                             break
                     elif offset + batch * step + prompts[item] + extra > limit:
                         break
@@ -175,6 +183,8 @@ def _play(e: WorkerEngine) -> None:
                 else:
                     queued_work -= planned[item]
                 context = prompts[item] + extra  # ``WorkerEngine._admit``
+                if refused is not None and refused[0] == item:
+                    refused = None
                 token += 1
                 end = step + expected_remaining(planned[item], extra)
                 alive[item] = (token, context - step, end)
@@ -219,6 +229,8 @@ def _play(e: WorkerEngine) -> None:
                     start = step + 1  # ``WorkerEngine._search_from``
                     if refusal is not None and refusal[:3] == (item, step, peak.changes):
                         start = search_from(peak, step, remaining, refusal[3])
+                    elif refused is not None and refused[0] == item:
+                        start = max(start, refused[1])
                     if start >= 0:
                         at, _ = earliest_fit(peak, start, prompts[item] + extra, remaining, cap, step + run)
                         if at is not None:
@@ -245,4 +257,4 @@ def _play(e: WorkerEngine) -> None:
         refusal,
         prefill,
     )
-    e.event_clock = clock
+    e.event_clock, e.refused = clock, refused

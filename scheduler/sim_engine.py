@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from scheduler.admission import RunningPeak, expected_remaining
 from scheduler.costmodel import WorkerCost
 from scheduler.errors import InvalidInputError
-from scheduler.head_fit import earliest_fit, search_from
+from scheduler.head_fit import earliest_fit, refused_until, search_from
 from scheduler.sim_ledger import Ledger
 from scheduler.stepsum import decode_time
 
@@ -58,9 +58,9 @@ class WorkerEngine:
 
     __slots__ = ("alive", "batch", "blocked", "busy_s", "cap", "clock", "cost", "event_clock", "heap",
                  "index", "kv_admission", "ledger", "limit", "max_seqs", "offset", "overdue", "peak",
-                 "pending_run", "preempted", "prefill_tokens", "queue", "queued_work", "refusal", "reserved",
-                 "resume", "stack", "step", "to_finish", "to_fit", "token", "waiting", "waiting_reserve",
-                 "watch")  # fmt: skip
+                 "pending_run", "preempted", "prefill_tokens", "queue", "queued_work", "refusal", "refused",
+                 "reserved", "resume", "stack", "step", "to_finish", "to_fit", "token", "waiting",
+                 "waiting_reserve", "watch")  # fmt: skip
 
     def __init__(
         self,
@@ -108,6 +108,8 @@ class WorkerEngine:
         self.event_clock = 0.0  # time of the pending event
         self.refusal: tuple[int, int, int, tuple[int, int]] | None = None  # the last projected-peak
         # refusal: (item, step, ``peak.changes`` then, ``RunningPeak.overflow``'s answer)
+        self.refused: tuple[int, int, int] | None = None  # a refusal that still holds: (item, the
+        # first step it may fit at, the step its projection overflowed at): ``fits``
 
     def enqueue(self, items: list[int]) -> None:
         """Append ``items`` to the worker's own (unclaimed) queue, in order."""
@@ -116,7 +118,14 @@ class WorkerEngine:
         self.queued_work += sum(planned[i] for i in items)
 
     def fits(self, item: int) -> bool:
-        """Whether ``item`` may be admitted now (slot, and KV by watermark or by projected peak)."""
+        """Whether ``item`` may be admitted now (slot, and KV by watermark or by projected peak).
+
+        A projected-peak refusal bounds the wait from below (``head_fit.refused_until``) as long
+        as no running sequence whose projection reached the overflowing step stops (``refused``,
+        dropped by ``_remove``): admissions and extensions of overdue sequences only raise the
+        projection. Until then the item is refused again without the O(running) test; before,
+        a head in a KV-bound wave was tested at every completion.
+        """
         batch = self.batch
         if batch == 0:
             return True
@@ -125,12 +134,16 @@ class WorkerEngine:
         ledger = self.ledger
         if self.kv_admission:
             step, kept = self.step, ledger.kept[item]
+            refused = self.refused
+            if refused is not None and refused[0] == item and step < refused[1]:
+                return False
             if self.overdue and self.overdue[0][0] <= step:
                 self._extend_overdue()
             end = step + expected_remaining(ledger.planned[item], kept)
             over = self.peak.overflow(step, ledger.prompts[item] + kept - step, end, self.cap)
             if over is not None:
                 self.refusal = (item, step, self.peak.changes, over)
+                self.refused = (item, refused_until(self.peak, step, end - step, over), over[0])
             return over is None
         return self.offset + batch * self.step + ledger.prompts[item] + ledger.kept[item] <= self.limit
 
@@ -222,6 +235,8 @@ class WorkerEngine:
         ledger = self.ledger
         kept = ledger.kept[item]
         context = ledger.prompts[item] + kept
+        if self.refused is not None and self.refused[0] == item:
+            self.refused = None
         self.token += 1
         end = self.step + expected_remaining(ledger.planned[item], kept)  # as ``fits`` tested it
         self.alive[item] = (self.token, context - self.step, end)
@@ -319,9 +334,12 @@ class WorkerEngine:
         ``fits``'s refusal of it at this step, beside this running set, rules out (else the next
         step), so the search does not repeat the test the refusal settled (``head_fit.search_from``)."""
         refusal = self.refusal
-        if refusal is None or refusal[:3] != (item, self.step, self.peak.changes):
-            return self.step + 1
-        return search_from(self.peak, self.step, remaining, refusal[3])
+        if refusal is not None and refusal[:3] == (item, self.step, self.peak.changes):
+            return search_from(self.peak, self.step, remaining, refusal[3])
+        refused = self.refused  # an earlier refusal that still holds (``fits``)
+        if refused is not None and refused[0] == item:
+            return max(self.step + 1, refused[1])
+        return self.step + 1
 
     def _next_to_start(self) -> int:
         """The item admission would test next (-1: none): the engine's waiting head (evicted ones
@@ -360,6 +378,8 @@ class WorkerEngine:
         _, base, end = self.alive.pop(item)
         if self.kv_admission:
             self.peak.remove(end, base)
+            if self.refused is not None and end >= self.refused[2]:
+                self.refused = None  # its projection counted at the overflowing step: it may clear
         self.batch -= 1
         self.offset -= base
         self.reserved -= self.ledger.reserve[item]

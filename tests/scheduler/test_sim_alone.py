@@ -16,7 +16,7 @@ from scheduler.types import Worker
 
 _STATE = ("clock", "step", "batch", "offset", "reserved", "token", "blocked", "busy_s", "preempted",
           "queued_work", "waiting_reserve", "pending_run", "to_finish", "to_fit", "refusal",
-          "prefill_tokens", "event_clock")  # fmt: skip
+          "prefill_tokens", "event_clock", "refused")  # fmt: skip
 
 # (prompt, true steps, planned steps): the plan's prediction may be short or long of the truth
 ITEMS = st.lists(

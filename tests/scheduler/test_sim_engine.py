@@ -1,23 +1,38 @@
 """The simulator's worker engine searches a refused head's first fitting step without repeating a test.
 
 An event's admission ends at a refused head; the search for the step at which it fits starts past
-what that refusal rules out (``head_fit.search_from``), not at the next step: plays must not move.
+what that refusal rules out (``head_fit.search_from``), not at the next step, and the refusal holds
+over later events until a sequence whose projection it counted stops: plays must not move.
 """
 
 from __future__ import annotations
 
+import random
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import sim_alone, sim_engine
+from scheduler import sim_alone, sim_engine, simulator
 from scheduler.costmodel import WorkerCost, worker_cost
 from scheduler.devices import device_profile, model_preset
+from scheduler.planner import plan
 from scheduler.sim_ledger import Ledger
-from scheduler.types import Worker
+from scheduler.simulator import SimOptions, simulate
+from scheduler.types import PlanRequest, Worker
+from tests.scheduler.plan_strategies import plan_requests
 
 
-class _SearchFromNextStep(sim_engine.WorkerEngine):
-    """The engine searching every refused head from the next step, as it did before."""
+class _TestedAtEveryEvent(sim_engine.WorkerEngine):
+    """The engine testing a refused head again at every event, as it did before (``refused`` off)."""
+
+    def fits(self, item: int) -> bool:
+        self.refused = None
+        return super().fits(item)
+
+
+class _SearchFromNextStep(_TestedAtEveryEvent):
+    """The engine also searching every refused head from the next step, as it did before that."""
 
     def _search_from(self, item: int, remaining: int) -> int:
         return self.step + 1
@@ -53,13 +68,18 @@ def test_a_head_refused_at_an_event_is_not_tested_again_at_the_next_step(
     prompts, steps = [100, 10, 10, 10, 10, 10, 1_200], [1_500, 5, 6, 7, 8, 9, 400]
     tests = peak_tests
     played = _played(sim_engine.WorkerEngine, cost, prompts, steps, steps)
-    # five admitted beside the first (which starts alone, untested), the last refused at step 0
-    # and at each completion; every refusal bounds the wait past the next event, so the only other
-    # test is at 1,101, the first step at which its end passes the first's
-    assert tests == [0] * 6 + [5, 6, 7, 8, 9, 1_101]
+    # five admitted beside the first (which starts alone, untested), the last refused at step 0;
+    # the refusal bounds the wait past the short items' completions (their projections end before
+    # the overflowing step), so the only other test is at 1,101, the first step at which its end
+    # passes the first's
+    assert tests == [0] * 6 + [1_101]
+    searched = len(tests)
+    assert _played(_TestedAtEveryEvent, cost, prompts, steps, steps) == played
+    # tested at every completion, as before: refused again at 5..9
+    assert tests[searched:] == [0] * 6 + [5, 6, 7, 8, 9, 1_101]
     searched = len(tests)
     assert _played(_SearchFromNextStep, cost, prompts, steps, steps) == played
-    # searched from the next step: tested again at step 1, and at 10 after the last completion
+    # searched from the next step and at every completion: tested again at 1, and at 10
     assert tests[searched:] == [0] * 6 + [1, 5, 6, 7, 8, 9, 10, 1_101]
 
 
@@ -81,3 +101,28 @@ def test_searching_from_the_refusal_moves_no_start_end_or_eviction(
     planned = [max(1, round(n * error)) for n, (_, _, error) in zip(steps, queue, strict=True)]
     played = _played(sim_engine.WorkerEngine, cost, prompts, steps, planned)
     assert played == _played(_SearchFromNextStep, cost, prompts, steps, planned)
+    assert played == _played(_TestedAtEveryEvent, cost, prompts, steps, planned)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    plan_requests(max_groups=8, max_samples=6),
+    st.booleans(),
+    st.booleans(),
+    st.randoms(use_true_random=False),
+)
+def test_a_refusal_held_until_it_may_clear_moves_nothing_in_a_pool(
+    request: PlanRequest, steal: bool, resume: bool, rng: random.Random
+) -> None:
+    """Whole simulations (stealing, shared heads, pins, affinity) on true lengths the predictions
+    miss both ways: the engine that skips held refusals against the one testing at every event."""
+    planned = plan(request, "round_robin")
+    actual = {t.key: rng.randint(1, t.max_new_tokens) for t in request.trajectories}
+    options = SimOptions(kv_admission=True, steal=steal, resume_preempted=resume,
+                         prefix_affinity=request.prefix_affinity,
+                         excluded_workers=request.excluded_workers)  # fmt: skip
+    played = simulate(planned, request.trajectories, actual, request.inventory, options)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(simulator, "WorkerEngine", _TestedAtEveryEvent)
+        reference = simulate(planned, request.trajectories, actual, request.inventory, options)
+    assert played == reference
