@@ -104,19 +104,20 @@ def test_searching_from_the_refusal_moves_no_start_end_or_eviction(
     assert played == _played(_TestedAtEveryEvent, cost, prompts, steps, planned)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     plan_requests(max_groups=8, max_samples=6),
+    st.sampled_from(["round_robin", "least_loaded"]),  # static queues; one shared queue
     st.booleans(),
     st.booleans(),
     st.randoms(use_true_random=False),
 )
 def test_a_refusal_held_until_it_may_clear_moves_nothing_in_a_pool(
-    request: PlanRequest, steal: bool, resume: bool, rng: random.Random
+    request: PlanRequest, policy: str, steal: bool, resume: bool, rng: random.Random
 ) -> None:
     """Whole simulations (stealing, shared heads, pins, affinity) on true lengths the predictions
     miss both ways: the engine that skips held refusals against the one testing at every event."""
-    planned = plan(request, "round_robin")
+    planned = plan(request, policy)
     actual = {t.key: rng.randint(1, t.max_new_tokens) for t in request.trajectories}
     options = SimOptions(kv_admission=True, steal=steal, resume_preempted=resume,
                          prefix_affinity=request.prefix_affinity,
