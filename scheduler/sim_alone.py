@@ -84,8 +84,8 @@ def _play(e: WorkerEngine) -> None:
     started, ended, worker, evictions = ledger.start, ledger.end, ledger.worker, ledger.preemptions
     cap, limit, slots, kv, resume, index = e.cap, e.limit, e.max_seqs, e.kv_admission, e.resume, e.index
     queue, waiting, heap, alive, overdue, stack = e.queue, e.waiting, e.heap, e.alive, e.overdue, e.stack
-    clock, step, batch, offset, reserved, token, blocked = (
-        e.clock,
+    clock, step, batch, offset, reserved, token, blocked = (  # ``process`` starts at the pending event
+        e.event_clock,
         e.step,
         e.batch,
         e.offset,
@@ -95,9 +95,7 @@ def _play(e: WorkerEngine) -> None:
     )
     busy, preempted, queued_work, waiting_reserve = e.busy_s, e.preempted, e.queued_work, e.waiting_reserve
     run, to_finish, to_fit, refusal, watch = e.pending_run, e.to_finish, e.to_fit, e.refusal, e.watch
-    refused = e.refused
-    clock = e.event_clock
-    prefill = e.prefill_tokens
+    refused, prefill = e.refused, e.prefill_tokens
     while True:
         # process: the pending event (``WorkerEngine.process``)
         if run > 0:
