@@ -71,6 +71,7 @@ class Sidecar:
     engine: EngineClient
     settings: RunnerSettings = RunnerSettings()
     # a plain Redis down at start-up: its version, asked before the first claim (``launch.connect``)
+    # and before the takeover's first write
     version: VersionCheck | None = None
     _tasks: dict[TaskId, asyncio.Task[None]] = field(default_factory=dict, init=False)
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event, init=False)
@@ -89,7 +90,7 @@ class Sidecar:
 
     def __post_init__(self) -> None:
         self.watch = EngineWatch(self.engine, self.settings.engine_probe_s, self.settings.engine_stall_s)
-        self.takeover = Takeover(self.session, retry_s=self.settings.redis_retry_s)
+        self.takeover = Takeover(self.session, retry_s=self.settings.redis_retry_s, version=self.version)
 
     @property
     def engine_up(self) -> bool:

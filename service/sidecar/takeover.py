@@ -28,6 +28,11 @@ lapsed through a stall longer than ``PRESENCE_TTL_MS``), fencing keeps results e
 completion carries the old token and is refused STALE, and its next heartbeat stops that request.
 
 Redis down at start: ``run`` retries every ``retry_s`` (one warning per outage) and claims wait.
+A push sidecar whose plain Redis was down at start has not asked its version yet (``launch``): the
+takeover asks it (``version``) before its first write, as the runner's loop does before its first
+claim. It used to run beside that check, and when the server came back too old it could hand back
+leases and write the presence key before the loop refused the server, and the sidecar exited with
+the key left to lapse: one that refuses a server must write nothing to it.
 
 Pull mode (``pull_state``) runs the same once its session has reached Redis. There the worker process
 is not the sidecar and may outlive it, still running what the dead one handed it: those leases are
@@ -50,6 +55,7 @@ import redis
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.keys import PRESENCE_TTL_MS, sidecar_presence
 from service.delivery.views import text
+from service.redis_conn import RedisTooOldError, VersionCheck
 from service.sidecar.session import NOT_THE_SCHEDULES, WorkerSession
 
 log = logging.getLogger("service.sidecar")
@@ -77,6 +83,7 @@ class Takeover:
     retry_s: float = 0.5  # pause before trying again while Redis does not answer
     instance: str = field(default_factory=lambda: uuid.uuid4().hex)  # this process, in the presence key
     started: float = field(default_factory=time.monotonic)  # leases extended since are a live process's
+    version: VersionCheck | None = None  # a plain Redis down at start: asked before the first write
     done: asyncio.Event = field(default_factory=asyncio.Event)  # set once claims may start
     report: TakeoverReport | None = None  # what the start did (None until ``done``)
     _told: set[str] = field(default_factory=set)  # other instances found using this id (logged once)
@@ -89,7 +96,8 @@ class Takeover:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Take over (retried through Redis outages), set ``done``, then mark this process present
-        every third of ``PRESENCE_TTL_MS`` until cancelled."""
+        every third of ``PRESENCE_TTL_MS`` until cancelled; ``RedisTooOldError``, having written
+        nothing, when ``version`` finds the server too old (the runner stops on its own check)."""
         failing = False
         while self.report is None and not stop.is_set():
             try:
@@ -118,6 +126,8 @@ class Takeover:
             )
 
     async def _take_over(self, stop: asyncio.Event) -> TakeoverReport:
+        if self.version is not None:
+            await asyncio.to_thread(_require, self.version)
         holder, ttl_ms = await asyncio.to_thread(self._present)
         if holder is not None:
             log.info(
@@ -194,3 +204,11 @@ class Takeover:
                 other,
                 self.session.settings.worker_id,
             )
+
+
+def _require(version: VersionCheck) -> None:
+    """``RedisTooOldError`` when the server is too old; ``redis.RedisError`` while it does not answer
+    (the takeover's outage, retried); the check is made once, shared with the runner's loop."""
+    refusal = version.check()
+    if refusal is not None:
+        raise RedisTooOldError(refusal)

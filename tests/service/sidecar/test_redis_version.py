@@ -10,17 +10,30 @@ raised above it, in the sidecar's own process (nothing of Redis is mocked).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass, field
 
+import httpx
 import pytest
 import redis
 
+from service import redis_conn
+from service.delivery.keys import sidecar_presence
+from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
 from service.ports import free_port
+from service.redis_conn import RedisTooOldError, VersionCheck
+from service.sidecar.engine_client import EngineClient, EngineOptions
+from service.sidecar.holdings import Holdings
+from service.sidecar.runner import RunnerSettings, Sidecar
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.procs import item, publish
 
 RAISED = "Redis 99.0 or later, or Valkey"  # what the sidecar below is told the minimum is
 RAISE_MINIMUM = "from service import redis_conn; redis_conn.MIN_REDIS_VERSION = (99, 0)"
@@ -88,3 +101,62 @@ def test_a_push_sidecar_whose_redis_was_down_at_start_asks_its_version_before_cl
     assert out == ""
     refusal = f"sidecar: Redis {version} at {url} is too old: the service needs {RAISED}"
     assert err.strip().splitlines()[-1] == refusal
+
+
+@dataclass
+class LateVersion(VersionCheck):
+    """The version check of a Redis that was down at start, whose INFO is answered only once
+    ``answer`` is set: the other calls of a sidecar that reach the server meanwhile are the ones
+    that, in a real start, race that check (and won it in 1 of 14 runs of the test above)."""
+
+    answer: threading.Event = field(default_factory=threading.Event)
+    asked: list[int] = field(default_factory=list)  # a thread id per call that waits for the answer
+
+    def check(self) -> str | None:
+        """The real check, once ``answer`` is set."""
+        self.asked.append(threading.get_ident())  # one append: no count lost between threads
+        self.answer.wait(30)
+        return super().check()
+
+
+def _engine(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 32768}]})
+
+
+def _snapshot(client: redis.Redis) -> dict[str, object]:
+    return {str(key): client.dump(key) for key in client.keys("*")}
+
+
+@pytest.mark.timeout(60)
+def test_a_push_sidecar_writes_nothing_to_a_redis_whose_version_it_has_not_yet_passed(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No presence key and no hand-back of a predecessor's leases before the version check answers:
+    the takeover used to run beside it, and when the server turned out too old its presence key
+    stayed until it lapsed (the sidecar refused the server, so never deleted it)."""
+    monkeypatch.setattr(redis_conn, "MIN_REDIS_VERSION", (99, 0))
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "s", {"w0": [item("p0", 0, 10), item("p1", 0, 10)]}, lease_ttl_ms=60_000)
+    delivery.claim("s", "w0", 1)  # a killed predecessor's lease: the takeover would hand it back
+    before = _snapshot(redis_client)
+    version = LateVersion(delivery.client, redis_url)
+    http = httpx.AsyncClient(transport=httpx.MockTransport(_engine), base_url="http://engine")
+    engine = EngineClient(EngineOptions("http://engine"), http)
+    session = WorkerSession(delivery, Holdings(8), SessionSettings("w0"))
+    settings = RunnerSettings(idle_poll_s=0.02, redis_retry_s=0.05)
+    sidecar = Sidecar(session, engine, settings, version=version)
+    presence = sidecar_presence("w0")
+
+    async def main() -> None:
+        run = asyncio.create_task(sidecar.run(asyncio.Event()))
+        deadline = time.monotonic() + 10  # until a write lands, or the loop and the takeover both ask
+        while not redis_client.exists(presence) and len(version.asked) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        version.answer.set()
+        with pytest.raises(RedisTooOldError):
+            await run
+
+    asyncio.run(main())
+    assert not redis_client.exists(presence)
+    assert delivery.progress("s").running == 1  # the predecessor's lease is not handed back
+    assert _snapshot(redis_client) == before  # nor anything else written
