@@ -319,3 +319,39 @@ def test_ranked_credits_with_hosted_lengths_match_their_definition(
         hosts = rng.random(shape) < 0.6
     got = tailcover.ranked_credits(rows, hosts)
     assert got.tolist() == _reference_credits(rows.tolist(), hosts.tolist())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.tuples(st.integers(1, 9), st.integers(1, 9)),
+    groups=st.tuples(st.integers(0, 3), st.integers(0, 3)),
+    seed=st.integers(0, 10_000),
+)
+def test_the_two_kind_programme_is_the_general_ones_to_the_last_bit(
+    sizes: tuple[int, int], groups: tuple[int, int], seed: int
+) -> None:
+    """``_two_kinds`` (a plane at a time, both kinds' gains over the whole plane) against the general
+    programme's table (``_table``, per kind on its own slice), with and without speed groups (0: one
+    row, read by position), lengths with ties, for every bench-like shape from 1 + 1 to 9 + 9."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 40, size=int(rng.integers(1, 60)))
+    laid = layout(lengths.astype(np.int64))
+    grid = tailcover.knots(laid.lengths, 8)
+    counts = [
+        rng.multinomial(n - g, np.ones(g) / g) + 1 if 0 < g <= n else None
+        for n, g in zip(sizes, groups, strict=True)
+    ]
+    ranks = [
+        np.zeros(n, dtype=np.int64) if c is None else np.repeat(np.arange(c.size), c)
+        for n, c in zip(sizes, counts, strict=True)
+    ]
+    cover = FluidCover(laid, rng.random(lengths.size) * 10.0, list(sizes), ranks, grid)
+    capacities = [
+        np.sort(rng.random(laid.lengths.size) * 8.0)
+        if c is None
+        else np.sort(rng.random((c.size, grid[0].size)) * 8.0, axis=1)[::-1]
+        for c in counts
+    ]
+    merged = [cover._dimension(capacities, None, group) for group in cover.groups]
+    assert len(merged) == 2
+    assert cover._two_kinds(merged[0], merged[1]) == float(cover._table(merged)[-1])
