@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TypeGuard
 
 from scheduler.costmodel import worker_cost
@@ -71,37 +71,45 @@ def _validate_request(request: PlanRequest) -> None:
             "excluded_workers", sorted(request.excluded_workers), "every worker is excluded"
         )
     largest = max(allowed.values())
-    for index, trajectory in enumerate(request.trajectories):
-        if not _plainly_valid(trajectory, largest):  # the detailed checks name what is wrong
-            path = f"trajectories[{index}]"
-            _validate_trajectory(trajectory, path)
-            _validate_fit(trajectory, path, capacities, allowed, largest)
+    trajectories = request.trajectories
+    index = _plain_run(trajectories, largest, 0)
+    while index < len(trajectories):  # the detailed checks name what is wrong
+        path = f"trajectories[{index}]"
+        _validate_trajectory(trajectories[index], path)
+        _validate_fit(trajectories[index], path, capacities, allowed, largest)
+        index = _plain_run(trajectories, largest, index + 1)
     _validate_unique_keys(request)
     if request.prefix_affinity:
         _validate_group_pins(request, allowed)
 
 
-def _plainly_valid(t: Trajectory, largest: int) -> bool:
-    """One cheap test that a typical trajectory passes every per-trajectory rule (32k in ~15 ms)."""
-    if type(t) is not Trajectory:
-        return False
-    p, m, q = t.prompt_tokens, t.max_new_tokens, t.predicted_tokens
-    return (
-        type(p) is int
-        and type(m) is int
-        and type(q) in (float, int)
-        and type(t.sample_idx) is int
-        and p >= 1
-        and t.sample_idx >= 0
-        and 0 < q <= m  # False for NaN and inf
-        and p + m <= largest
-        and t.pinned_worker is None
-        and (type(t.quantiles) is dict or isinstance(t.quantiles, Mapping))  # not None
-        and (not t.quantiles or _plain_quantiles(t.quantiles))
-        and type(t.prompt_id) is str
-        and bool(t.prompt_id)
-        and type(t.group_id) is str
-    )
+def _plain_run(trajectories: Sequence[Trajectory], largest: int, start: int) -> int:
+    """The index of the first trajectory from ``start`` that does not plainly pass every
+    per-trajectory rule (``len`` if none): one cheap test a trajectory, written out in this loop.
+    A call per trajectory to a predicate cost ~30% more (4,096 of them: ~1.1 ms of ~4)."""
+    for index in range(start, len(trajectories)):
+        t = trajectories[index]
+        if type(t) is not Trajectory:
+            return index
+        p, m, q, quantiles = t.prompt_tokens, t.max_new_tokens, t.predicted_tokens, t.quantiles
+        if not (
+            type(p) is int
+            and type(m) is int
+            and type(q) in (float, int)
+            and type(t.sample_idx) is int
+            and p >= 1
+            and t.sample_idx >= 0
+            and 0 < q <= m  # False for NaN and inf
+            and p + m <= largest
+            and t.pinned_worker is None
+            and (type(quantiles) is dict or isinstance(quantiles, Mapping))  # not None
+            and (not quantiles or _plain_quantiles(quantiles))
+            and type(t.prompt_id) is str
+            and bool(t.prompt_id)
+            and type(t.group_id) is str
+        ):
+            return index
+    return len(trajectories)
 
 
 def _plain_quantiles(quantiles: Mapping[float, float]) -> bool:

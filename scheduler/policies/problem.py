@@ -12,6 +12,7 @@ the unit of every aggregate decision, since such workers are (nearly) interchang
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -209,18 +210,26 @@ def _single_units(
     """One unit per trajectory, with its ranking and whether any is restricted: the common case,
     built in bulk (unit ``u`` is trajectory ``u``)."""
     unpinned = {most: allowed((), most) for most in set(columns.need)}  # the common case: no pin
-    fits = [
-        unpinned[most] if pin < 0 else allowed((pin,), most)
-        for pin, most in zip(pins, columns.need, strict=True)
-    ]
+    pinned = max(pins, default=-1) >= 0
+    if pinned:
+        fits = [
+            unpinned[most] if pin < 0 else allowed((pin,), most)
+            for pin, most in zip(pins, columns.need, strict=True)
+        ]
+    else:  # the same look-ups, as one C-level pass
+        fits = list(map(unpinned.__getitem__, columns.need))
     steps = columns.steps
-    singles = [(i,) for i in range(len(steps))]
-    # Unit._make: tuple.__new__ on zipped fields, a third cheaper than a constructor call per unit
-    units = map(Unit._make, zip(singles, steps, steps, columns.kv_steps, columns.prompts, fits, strict=True))
+    singles = zip(range(len(steps)))  # (i,) each
+    # tuple.__new__(Unit, fields) is what Unit._make does, without a Python call per unit: a
+    # constructor call per unit cost 1.5x ``_make``, ``_make`` ~1.4x this (4,096 x 32, ~1.4 ms)
+    units = map(_new_unit, zip(singles, steps, steps, columns.kv_steps, columns.prompts, fits, strict=True))
     ranked = tuple(_ranked(columns.step_array, columns.kv_array))
     active = allowed.active
-    unrestricted = max(pins, default=-1) < 0 and all(len(f) == len(active) for f in unpinned.values())
+    unrestricted = not pinned and all(len(f) == len(active) for f in unpinned.values())
     return tuple(units), ranked, unrestricted
+
+
+_new_unit = functools.partial(tuple.__new__, Unit)  # a Unit of a tuple of its fields (``Unit._make``)
 
 
 def _group_units(

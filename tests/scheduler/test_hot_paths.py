@@ -14,7 +14,7 @@ import pytest
 from scheduler.benchgen import bench_request, heavy_tailed_batch, mixed_inventory
 from scheduler.policies.kvpeak import KvPeaks
 from scheduler.policies.load import Load, load_of
-from scheduler.policies.problem import Problem, build_problem
+from scheduler.policies.problem import Problem, Unit, build_problem
 from scheduler.policies.round_robin import RoundRobinPolicy
 from scheduler.types import PlanRequest, trajectory_keys
 
@@ -99,3 +99,22 @@ def test_a_kv_peak_added_unit_by_unit_is_the_peak_after_each(request_: PlanReque
         expected = peaks.peak_after(w, problem.units[u])
         peaks.add(w, problem.units[u])
         assert peaks.peak[w] == expected
+
+
+@pytest.mark.parametrize("request_", CASES.values(), ids=CASES.keys())
+def test_single_units_built_in_bulk_are_the_units_built_one_by_one(request_: PlanRequest) -> None:
+    """Without affinity a unit is its trajectory, built from the zipped columns in one C-level pass:
+    the same fields and the same type as a constructor call each, with the workers the rule of
+    ``Unit.allowed`` gives (active, the pin if any, a cache that holds it; else every active one)."""
+    request_ = dataclasses.replace(request_, prefix_affinity=False)
+    problem = build_problem(request_)
+    workers = request_.inventory.workers
+    expected = []
+    for i, t in enumerate(request_.trajectories):
+        length, need = problem.steps[i], t.prompt_tokens + t.max_new_tokens
+        pins = [w for w, worker in enumerate(workers) if worker.worker_id == t.pinned_worker]
+        fit = tuple(w for w in (pins or problem.active) if problem.costs[w].kv_capacity_tokens >= need)
+        kv = t.prompt_tokens * length + length * (length - 1) / 2
+        expected.append(Unit((i,), length, length, kv, t.prompt_tokens, fit or problem.active))
+    assert problem.units == tuple(expected)
+    assert {type(u) for u in problem.units} == {Unit}

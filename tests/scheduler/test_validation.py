@@ -393,3 +393,18 @@ def test_an_integer_past_every_float_is_refused_by_name(part: str, field: str) -
              "worker": "inventory.workers[1].", "device": "inventory.workers[1].device.",
              "model": "inventory.model."}[part]  # fmt: skip
     assert _rejected(request).field == where + field
+
+
+@pytest.mark.parametrize("pinned_at", [0, 1, 2])
+def test_the_checks_resume_after_a_valid_trajectory_the_fast_test_passes_over(pinned_at: int) -> None:
+    """A pinned trajectory is valid but not plainly so: it gets the detailed checks, and those of
+    every trajectory after it still run, so the first invalid one is named wherever it lies."""
+    batch = [_trajectory(sample=i) for i in range(6)]
+    batch[pinned_at] = _trajectory(sample=pinned_at, pinned_worker="w1")
+    validate_request(_request(trajectories=tuple(batch)))  # valid: nothing raised
+    for bad in range(pinned_at + 1, 6):
+        broken = list(batch)
+        broken[bad] = _trajectory(sample=bad, predicted_tokens=math.nan)
+        broken[-1] = dataclasses.replace(broken[-1], prompt_tokens=0) if bad < 5 else broken[-1]
+        error = _rejected(_request(trajectories=tuple(broken)))
+        assert error.field == f"trajectories[{bad}].predicted_tokens"
