@@ -157,9 +157,11 @@ def _longest(
         best = np.where(fits, np.minimum(best, _solo_times(cost, prompts, outputs)), best)
     by_id = {c.worker_id: c for c in costs}
     pinned: dict[str, list[int]] = {}
-    for index, t in enumerate(trajectories):
-        if t.pinned_worker is not None and t.pinned_worker in by_id:
-            pinned.setdefault(t.pinned_worker, []).append(index)
+    pins = [t.pinned_worker for t in trajectories]  # a validated pin is a string: only None is None
+    if pins.count(None) < len(pins):  # an unpinned batch skips the loop (~0.4 ms at 4,096)
+        for index, worker_id in enumerate(pins):
+            if worker_id is not None and worker_id in by_id:
+                pinned.setdefault(worker_id, []).append(index)
     for worker_id, members in pinned.items():  # one call a worker: one a pin took ~0.4 s for 4,096 pins
         at = np.asarray(members, dtype=np.int64)  # (the same elementwise arithmetic, so the same floats)
         best[at] = _solo_times(by_id[worker_id], prompts[at], outputs[at])
