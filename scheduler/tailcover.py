@@ -153,7 +153,7 @@ class FluidCover:
         merged = [(capacities[group[0]].reshape(-1)[self.expand], None) for group in self.groups]
         shape = tuple(n + 1 for n in self.dims)
         strides = [math.prod(shape[c + 1 :]) for c in range(len(shape))]
-        best, ends = self._table(merged), self.ends
+        best, ends = self._table(merged) if len(merged) != 2 else self._two_kind_table(*merged), self.ends
         state = best.size - 1
         if best[state] < self.total:
             return None
@@ -193,7 +193,14 @@ class FluidCover:
             best[flat] = values
         return best
 
-    def _two_kinds(self, first: Credits, second: Credits) -> float:
+    def _two_kind_table(self, first: Credits, second: Credits) -> FloatArray:
+        """``_table`` of two kinds, every state's value, from ``_two_kinds``'s planes (the same
+        floats): what ``chain`` walks back, at half the general table's array calls a plane."""
+        best = np.zeros(math.prod(n + 1 for n in self.dims))
+        self._two_kinds(first, second, best)
+        return best
+
+    def _two_kinds(self, first: Credits, second: Credits, table: FloatArray | None = None) -> float:
         """The programme with two kinds (the common inventory), plane by plane: states ``(a, d - a)``
         of plane ``d`` ordered by ``a``, each the larger of the first kind's ``next`` from ``(a - 1,
         d - a)`` and the second's from ``(a, d - 1 - a)``.
@@ -203,7 +210,8 @@ class FluidCover:
         kind's shifted by one state, then the larger of the two. The same additions and maxima as
         state by state, so the same floats; a slice of the plane per kind, searched and gathered
         apart into a fresh plane, cost twice the calls (~14 us a plane, 0.45 ms a probe at 16 + 16
-        workers, ~15 probes a cpsat plan between the bound and the band model)."""
+        workers, ~15 probes a cpsat plan between the bound and the band model). With ``table``
+        (flat, row-major over the counts, as ``_table``'s) every plane is written into it too."""
         most_a, most_b = self.dims
         search, add, maximum = self.ends.searchsorted, np.add, np.maximum
         table_a, offsets_a = _flat(first, most_a, False)
@@ -231,6 +239,8 @@ class FluidCover:
             low, high = max(0, d - most_b), min(d, most_a)
             plane = maximum(by_a[: k + 1], by_b[: k + 1])  # a from previous_low to previous_low + k
             previous, previous_low = plane[low - previous_low : high - previous_low + 1], low
+            if table is not None:  # state (a, d - a) sits at a * (most_b + 1) + d - a
+                table[low * most_b + d : high * most_b + d + 1 : most_b or 1] = previous
         return float(previous[0])
 
     def _one_kind(self, capacity: FloatArray, ranks: IntArray | None) -> float:

@@ -355,3 +355,4 @@ def test_the_two_kind_programme_is_the_general_ones_to_the_last_bit(
     merged = [cover._dimension(capacities, None, group) for group in cover.groups]
     assert len(merged) == 2
     assert cover._two_kinds(merged[0], merged[1]) == float(cover._table(merged)[-1])
+    assert cover._two_kind_table(merged[0], merged[1]).tolist() == cover._table(merged).tolist()
