@@ -20,8 +20,9 @@ from scheduler.admission import expected_remaining
 from scheduler.costmodel import WorkerCost
 from scheduler.errors import InvalidInputError
 from scheduler.head_fit import earliest_fit, refused_until, search_from
-from scheduler.sim_engine import WorkerEngine, extend_overdue
+from scheduler.sim_engine import WorkerEngine
 from scheduler.sim_ledger import Ledger
+from scheduler.sim_overdue import extend_overdue
 from scheduler.stepsum import decode_time
 
 _DEAD = (-1, 0, 0)  # alive.get() default: matches no admission token

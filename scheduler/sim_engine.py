@@ -48,9 +48,9 @@ from scheduler.costmodel import WorkerCost
 from scheduler.errors import InvalidInputError
 from scheduler.head_fit import earliest_fit, refused_until, search_from
 from scheduler.sim_ledger import Ledger
+from scheduler.sim_overdue import DEAD as _DEAD
+from scheduler.sim_overdue import extend_overdue
 from scheduler.stepsum import decode_time
-
-_DEAD = (-1, 0, 0)  # alive.get() default: matches no admission token
 
 
 class WorkerEngine:
@@ -384,26 +384,3 @@ class WorkerEngine:
         self.offset -= base
         self.reserved -= self.ledger.reserve[item]
         return base
-
-
-def extend_overdue(
-    overdue: list[tuple[int, int, int]],
-    alive: dict[int, tuple[int, int, int]],
-    peak: RunningPeak,
-    ledger: Ledger,
-    step: int,
-) -> None:
-    """Give every running sequence that outlived its expected end by ``step`` a new one
-    (``expected_remaining``), in ``alive``, ``peak`` and ``overdue`` (a heap of (end, token, item));
-    entries of sequences completed, evicted or already extended are dropped."""
-    while overdue and overdue[0][0] <= step:
-        end, token, item = heapq.heappop(overdue)
-        held = alive.get(item, _DEAD)
-        if held[0] != token or held[2] != end:
-            continue  # completed, evicted, or already extended
-        base = held[1]
-        later = step + expected_remaining(ledger.planned[item], base + step - ledger.prompts[item])
-        peak.remove(end, base)
-        peak.add(later, base)
-        alive[item] = (token, base, later)
-        heapq.heappush(overdue, (later, token, item))
