@@ -36,6 +36,7 @@ from service.worker_tokens import WorkerToken, parse_worker_tokens
 HOUR_S = 3_600
 DAY_S = 86_400
 YEAR_S = 365 * DAY_S  # bounds past any real setting, inside what Redis EXPIRE and socket timeouts take
+MAX_REDIS_INTEGER = 2**63 - 1  # the largest count Redis takes (a C long long): XADD's MAXLEN
 SIDECAR_ONLY_VARIABLES = frozenset({"ROLLOUT_ENGINE_API_KEY"})  # read by the sidecar, not a setting
 
 
@@ -96,8 +97,8 @@ class Settings(BaseSettings):
         default=0, ge=0
     )  # retrain when a batch's step is this far past the last; 0=off
     actuals_maxlen: int = Field(
-        default=2_000_000, gt=0
-    )  # approximate cap on the actuals stream (oldest trimmed)
+        default=2_000_000, gt=0, le=MAX_REDIS_INTEGER
+    )  # approximate cap on the actuals stream (oldest trimmed); past int64 every append was refused
     speed_ewma_alpha: float = Field(
         default=0.2, gt=0, le=1
     )  # weight of the newest /actuals batch (its mean) in a worker's speed

@@ -113,6 +113,7 @@ def test_settings_come_from_the_environment_and_flags_win(monkeypatch: pytest.Mo
         ("redis_url", "redis://127.0.0.1:6379/abc"),  # was served on db 0
         ("retention_s", 10**17),  # past what EXPIRE takes: every publish failed, half-written
         ("lease_ttl_ms", 10**20),  # deadlines overflowed and the reaper failed on the schedule
+        ("actuals_maxlen", 2**63),  # past what XADD MAXLEN takes: every POST /actuals was a 500
         ("redis_timeout_s", float("inf")),
         ("plan_queue_timeout_s", 1e12),
         ("model_dir", "/dev/null"),  # a file: the first retrain failed
