@@ -9,20 +9,34 @@ the worker that sent it (422) instead of being stored.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 
 MAX_TOKENS = 2**31 - 1  # the service's bound on a reported count (docs/api.md)
 
 
+def _utf8(text: str) -> str:
+    """Refuse a lone UTF-16 surrogate (JSON's ``"\\ud800"``): Python's ``json`` accepts it, but UTF-8
+    cannot carry it, so stored it failed every results page of the service holding it (500), and sent
+    to Redis as a key, id or reason it failed the request (500 here)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"a lone UTF-16 surrogate at character {error.start} is not text") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
+
+
 class _LeaseRef(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # as the service: NaN is refused
 
-    schedule_id: str
-    key: str
+    schedule_id: Text
+    key: Text
     token: int
 
 
@@ -30,8 +44,8 @@ class DoneBody(_LeaseRef):
     """A finished trajectory, as the worker reports it."""
 
     output_tokens: int = Field(ge=0, le=MAX_TOKENS)  # and at most the item's cap (checked on /done)
-    finish_reason: str = "stop"
-    output: str = ""
+    finish_reason: Text = "stop"
+    output: Text = ""
     wall_time_s: float = Field(default=0.0, ge=0)
     reward: float | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
@@ -39,9 +53,10 @@ class DoneBody(_LeaseRef):
     @field_validator("extra")
     @classmethod
     def _storable(cls, extra: dict[str, Any]) -> dict[str, Any]:
-        """What Redis stores as JSON and the service reads back: no NaN inside, a numeric concurrency."""
+        """What Redis stores as JSON and the service reads back: no NaN inside, nothing UTF-8 cannot
+        carry (a lone surrogate, in a name or a text), a numeric concurrency."""
         try:
-            json.dumps(extra, allow_nan=False)
+            json.dumps(extra, allow_nan=False, ensure_ascii=False).encode("utf-8")
         except (ValueError, TypeError) as error:
             raise ValueError(f"not storable as JSON ({error})") from None
         if json_depth(extra) > MAX_EXTRA_DEPTH:
@@ -55,7 +70,7 @@ class DoneBody(_LeaseRef):
 class FailBody(_LeaseRef):
     """A trajectory the worker could not run."""
 
-    reason: str = "worker reported failure"
+    reason: Text = "worker reported failure"
 
 
 class AboveCapError(ValueError):

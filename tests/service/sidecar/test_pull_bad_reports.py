@@ -118,3 +118,36 @@ def test_a_report_nested_too_deep_for_the_service_to_serve_is_refused_and_the_le
 
     assert with_api(redis_url, script) == [(422, "extra: Value error, nested deeper than 32 levels"), 1, 200]
     assert [r.result.output_tokens for r in delivery.read_results("deep-done")] == [5]
+
+
+def test_text_with_a_lone_surrogate_is_refused_naming_its_field_and_the_lease_kept(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """JSON's ``"\\ud800"`` is no text UTF-8 can carry. Taken, a ``/done``'s output, finish reason or
+    extra was stored and failed every results page of the service holding it (500: the trainer could
+    not collect the step), and a ``/fail``'s reason, a key or a schedule id was a 500 of the sidecar."""
+    delivery = publish_one(redis_url, "surrogate")
+    lone = "\ud800"
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        body = done_body((await client.get("/next")).json(), 5)
+        as_json = {"Content-Type": "application/json"}  # json.dumps writes the surrogate as \ud800
+        bad_done = [
+            {**body, "output": lone},
+            {**body, "finish_reason": lone},
+            {**body, "extra": {lone: 1}},
+            {**body, "extra": {"reasoning": [lone]}},
+            {**body, "key": lone},
+            {**body, "schedule_id": lone},
+        ]
+        lease = {name: body[name] for name in ("schedule_id", "key", "token")}
+        sent = [await client.post("/done", content=json.dumps(b), headers=as_json) for b in bad_done]
+        failed = json.dumps({**lease, "reason": lone})
+        sent.append(await client.post("/fail", content=failed, headers=as_json))
+        held = len((await client.get("/leases")).json()["held"])
+        good = await client.post("/done", json=body)
+        return [*((r.status_code, r.json()["error"].split(":")[0]) for r in sent), held, good.status_code]
+
+    fields = ["output", "finish_reason", "extra", "extra", "key", "schedule_id", "reason"]
+    assert with_api(redis_url, script) == [*((422, field) for field in fields), 1, 200]
+    assert [r.result.output for r in delivery.read_results("surrogate")] == [""]
