@@ -273,9 +273,16 @@ def _one_invalid(error: Any) -> str:
 
 async def _problem(request: Request, exc: Exception) -> JSONResponse:
     """The response ``_PROBLEMS`` maps ``exc`` to (Starlette picks a handler by the same MRO walk); a
-    malformed body that was not sent as JSON says so, as the service's problems do."""
+    malformed body that was not sent as JSON says so, as the service's problems do (a bad query
+    string, which no content type explains, does not)."""
     status, body = next(_PROBLEMS[kind] for kind in type(exc).__mro__ if kind in _PROBLEMS)
     answer = body(exc)
-    if isinstance(exc, RequestValidationError) and not is_json(request.headers.get("content-type", "")):
+    if isinstance(exc, RequestValidationError) and _body_not_json(request, exc):
         answer["error"] += JSON_HINT
     return JSONResponse(answer, status_code=status)
+
+
+def _body_not_json(request: Request, exc: RequestValidationError) -> bool:
+    """Whether the refused part was a body sent without a JSON content type (not a query string)."""
+    refused_body = any(error["loc"][:1] == ("body",) for error in exc.errors())
+    return refused_body and not is_json(request.headers.get("content-type", ""))

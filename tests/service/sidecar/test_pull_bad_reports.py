@@ -151,3 +151,16 @@ def test_text_with_a_lone_surrogate_is_refused_naming_its_field_and_the_lease_ke
     fields = ["output", "finish_reason", "extra", "extra", "key", "schedule_id", "reason"]
     assert with_api(redis_url, script) == [*((422, field) for field in fields), 1, 200]
     assert [r.result.output for r in delivery.read_results("surrogate")] == [""]
+
+
+def test_a_bad_query_is_refused_without_telling_a_bodiless_get_to_send_its_body_as_json(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The JSON hint is for a body sent as a form; ``GET /next?wait_s=31`` has no body, and was told
+    to send one as JSON as if the long-poll bound were a content-type mistake."""
+
+    async def script(client: httpx.AsyncClient) -> tuple[int, str]:
+        refused = await client.get("/next", params={"wait_s": 31})
+        return refused.status_code, refused.json()["error"]
+
+    assert with_api(redis_url, script) == (422, "query.wait_s: Input should be less than or equal to 30")
