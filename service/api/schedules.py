@@ -7,6 +7,7 @@ FastAPI runs each request on its worker thread pool and the event loop stays fre
 from __future__ import annotations
 
 import functools
+import re
 import time
 import uuid
 from typing import Annotated, Any
@@ -167,11 +168,15 @@ async def schedule_results(
 def _entry(r: ResultRecord) -> ResultEntry:
     """One result as served. An ``extra`` nested past ``MAX_EXTRA_DEPTH`` (stored before push-mode
     extras were bounded) is withheld and flagged: rendering it failed the whole page (500), every
-    time, so the trainer could never read past it; its output and counts are still served."""
+    time, so the trainer could never read past it; its output and counts are still served. A lone
+    surrogate in its text (stored before the pull API refused one) is served as U+FFFD, for the
+    same reason (``_servable``)."""
     extra = dict(r.result.extra)
     withheld = None
     if json_depth(extra) > MAX_EXTRA_DEPTH:
         extra, withheld = {}, f"nested deeper than {MAX_EXTRA_DEPTH} levels"
+    else:
+        extra = _servable(extra)
     return ResultEntry(
         stream_id=r.stream_id,
         key=r.key,
@@ -179,13 +184,41 @@ def _entry(r: ResultRecord) -> ResultEntry:
         worker_id=r.worker_id,
         attempt=r.attempt,
         output_tokens=r.result.output_tokens,
-        finish_reason=r.result.finish_reason,
+        finish_reason=_servable(r.result.finish_reason),
         wall_time_s=r.result.wall_time_s,
-        output=r.result.output,
+        output=_servable(r.result.output),
         reward=r.result.reward,
         extra=extra,
         extra_withheld=withheld,
     )
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str every surrogate is lone (JSON joins pairs)
+
+
+def _servable(value: Any) -> Any:
+    """``value`` (text, or JSON of lists and objects) with each lone UTF-16 surrogate replaced by
+    U+FFFD: UTF-8 cannot carry one, and one left in failed the whole page. Text without one, all of
+    it but a fault's, is passed as is after one check in C (a scan of every non-ASCII text by the
+    pattern cost ~0.23 ms a 32 KB output, 0.23 s a page of 1,000)."""
+    if isinstance(value, str):
+        return value if _utf8(value) else _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_servable(member) for member in value]
+    if isinstance(value, dict):
+        return {_servable(name): _servable(member) for name, member in value.items()}
+    return value
+
+
+def _utf8(text: str) -> bool:
+    """Whether UTF-8 can carry ``text`` (no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _key_parts(key: str) -> dict[str, Any]:

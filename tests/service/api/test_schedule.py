@@ -380,3 +380,29 @@ def test_the_cycle_collector_is_held_while_a_batch_is_predicted_and_published_an
     assert client.post("/schedule", json=batch_body()).status_code == 200
     assert enabled_in == {"predict": False, "publish": False}
     assert gc.isenabled()
+
+
+def test_a_stored_result_holding_a_lone_surrogate_is_served_with_a_replacement_character(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    """Text JSON's ``"\\ud800"`` put in a result (a pull worker's report, before the pull API refused
+    it) is no UTF-8: rendering it failed every results page holding it (500), so the trainer could
+    never collect its step. Each such character is served as U+FFFD; the rest of the result as stored."""
+    sid = client.post("/schedule", json=batch_body(prompts=1, n=2, workers=1)).json()["schedule_id"]
+    delivery = Delivery(redis_client)
+    first, second = delivery.claim(sid, "w0", max_items=10)
+    lone = "\ud800"
+    stored = TrajectoryResult(
+        output_tokens=7, finish_reason=lone, output=f"a{lone}b", extra={lone: [lone], "x": "ü"}
+    )
+    delivery.complete(first, stored)
+    delivery.complete(second, TrajectoryResult(output_tokens=8, output="fine ü", extra={"x": 1}))
+    answer = client.get(f"/schedule/{sid}/results")
+    assert answer.status_code == 200
+    mended, plain = answer.json()["results"]
+    assert (mended["output"], mended["finish_reason"], mended["extra"]) == (
+        "a\ufffdb",
+        "\ufffd",
+        {"\ufffd": ["\ufffd"], "x": "ü"},
+    )
+    assert (mended["output_tokens"], plain["output"], plain["extra"]) == (7, "fine ü", {"x": 1})
