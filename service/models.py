@@ -40,6 +40,10 @@ class ModelService:
         self.predictor = LengthPredictor(History(max_rows=actuals.maxlen))  # the stream's newest maxlen
         self._cursor = "0-0"  # last actuals-stream id folded into the history
         self._sync_lock = threading.Lock()
+        # One swap at a time: a reload lists the store, then swaps in its newest version unless held;
+        # listed just before a retrain saved, it put the older version back over the one the retrain
+        # had just swapped in (and answered), until the next reload
+        self._swap_lock = threading.Lock()
         self._checked_at = 0.0
         self._unreadable: set[object] = set()  # stored versions that did not load (each logged once)
         self.loaded = False
@@ -105,7 +109,8 @@ class ModelService:
     def _reload(self) -> bool:
         """Swap in the store's newest version that loads (``LengthPredictor.reload``); one that does
         not is logged once, where it had failed every request of every replica until removed."""
-        return self.predictor.reload(self.store, self._unreadable_version)
+        with self._swap_lock:
+            return self.predictor.reload(self.store, self._unreadable_version)
 
     def _unreadable_version(self, error: InvalidInputError) -> None:
         if error.value not in self._unreadable:
@@ -119,8 +124,9 @@ class ModelService:
         if self.rows == 0:
             raise InvalidInputError("history", 0, "no actuals have been reported yet")
         model = fit(self.predictor.history)
-        version = self.store.save(model)
-        self.predictor.use_model(model, version, self.store.stamp(version))
+        with self._swap_lock:  # not while fitting: requests reload meanwhile
+            version = self.store.save(model)
+            self.predictor.use_model(model, version, self.store.stamp(version))
         self.store.prune(self.keep)
         took = time.perf_counter() - started
         _log.info("retrained", extra={"model_version": self.version, "rows": self.rows, "seconds": took})

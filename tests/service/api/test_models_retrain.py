@@ -300,3 +300,35 @@ def test_a_lock_release_that_meets_a_redis_outage_logs_one_line_without_a_traceb
     [line] = [r for r in caplog.records if "retrain lock" in r.getMessage()]
     assert "ConnectionError: Error 111" in line.getMessage()
     assert not line.exc_info  # no traceback
+
+
+def test_a_hot_reload_that_listed_the_store_before_a_retrain_saved_does_not_roll_it_back(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request's hot reload lists the store, then swaps in its newest version unless held. Listed
+    just before a retrain here saved v2, it swapped v1 back in over the v2 the retrain had just
+    answered with: /models and the plans said v1 until the next reload, a second later or more."""
+    models = client.app.state.context.models  # type: ignore[attr-defined]
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    assert client.post("/models/retrain").json()["version"] == "v1"
+    listed, resume = threading.Event(), threading.Event()
+    versions = type(models.store).versions
+
+    def paused_listing(store: object) -> list[int]:
+        found: list[int] = versions(models.store)
+        if threading.current_thread().name == "reload":
+            listed.set()
+            resume.wait(10)  # the listing is taken; the swap waits for the retrain
+        return found
+
+    monkeypatch.setattr(type(models.store), "versions", paused_listing)
+    reload = threading.Thread(target=models._reload, name="reload")
+    reload.start()
+    assert listed.wait(10)
+    retrain = threading.Thread(target=models.retrain)
+    retrain.start()
+    retrain.join(5)  # a retrain that waits for the reload in hand is as good: the order is the point
+    resume.set()
+    reload.join(10)
+    retrain.join(60)
+    assert (models.version, models.store.versions()) == ("v2", [1, 2])
