@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 
 MAX_TOKENS = 2**31 - 1  # the service's bound on a reported count (docs/api.md)
+# Counts of ``extra`` a worker may state over the item's (its templated prompt length): the trainer's
+# actuals read them (``service.client.actual_from_result``), so they are held to the service's rule.
+TOKEN_COUNTS = ("prompt_tokens", "max_new_tokens")
 
 
 def _utf8(text: str) -> str:
@@ -52,9 +55,9 @@ class DoneBody(_LeaseRef):
 
     @field_validator("extra")
     @classmethod
-    def _storable(cls, extra: dict[str, Any]) -> dict[str, Any]:
+    def _storable(cls, extra: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         """What Redis stores as JSON and the service reads back: no NaN inside, nothing UTF-8 cannot
-        carry (a lone surrogate, in a name or a text), a numeric concurrency."""
+        carry (a lone surrogate, in a name or a text), a numeric concurrency, token counts."""
         try:
             json.dumps(extra, allow_nan=False, ensure_ascii=False).encode("utf-8")
         except (ValueError, TypeError) as error:
@@ -64,7 +67,20 @@ class DoneBody(_LeaseRef):
         concurrency = extra.get("concurrency")
         if concurrency is not None and not (isinstance(concurrency, (int, float)) and concurrency >= 0):
             raise ValueError("concurrency must be a number >= 0")
+        _check_token_counts(extra, info.data.get("output_tokens"))  # validated before extra
         return extra
+
+
+def _check_token_counts(extra: dict[str, Any], output_tokens: int | None) -> None:
+    """``TOKEN_COUNTS`` in ``extra`` as the service's actuals take them: integers within its bound, the
+    cap not below the output (stored otherwise, the trainer's report of the whole step failed)."""
+    for name in TOKEN_COUNTS:
+        count = extra.get(name)
+        if name in extra and not (type(count) is int and 1 <= count <= MAX_TOKENS):
+            raise ValueError(f"{name} must be a token count, an integer from 1 to {MAX_TOKENS}")
+    cap = extra.get("max_new_tokens")
+    if cap is not None and output_tokens is not None and cap < output_tokens:
+        raise ValueError(f"max_new_tokens {cap} is below output_tokens {output_tokens}")
 
 
 class FailBody(_LeaseRef):

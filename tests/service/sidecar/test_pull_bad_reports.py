@@ -164,3 +164,33 @@ def test_a_bad_query_is_refused_without_telling_a_bodiless_get_to_send_its_body_
         return refused.status_code, refused.json()["error"]
 
     assert with_api(redis_url, script) == (422, "query.wait_s: Input should be less than or equal to 30")
+
+
+def test_a_report_whose_extra_token_counts_are_no_token_counts_is_refused_and_the_lease_kept(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """A worker's ``extra.prompt_tokens`` and ``extra.max_new_tokens`` stand over the item's (the
+    worker may know its templated prompt length) and become the step's actuals. Taken as ``"abc"``,
+    -5, 2^40 or a cap below the output, they made the trainer's ``report_results`` raise for the
+    whole step (nothing of it reported); 1.5 and true were reported as 1."""
+    delivery = publish_one(redis_url, "counts")
+    bad_extras: list[dict[str, Any]] = [
+        {"prompt_tokens": "abc"},
+        {"prompt_tokens": -5},
+        {"prompt_tokens": 1.5},
+        {"prompt_tokens": True},
+        {"prompt_tokens": 2**40},
+        {"max_new_tokens": 3},  # below the output_tokens (5) reported
+        {"max_new_tokens": "8192"},
+    ]
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        body = done_body((await client.get("/next")).json(), 5)
+        sent = [await client.post("/done", json={**body, "extra": extra}) for extra in bad_extras]
+        held = len((await client.get("/leases")).json()["held"])
+        good = await client.post("/done", json={**body, "extra": {"prompt_tokens": 12}})
+        return [*((r.status_code, r.json()["error"].split(":")[0]) for r in sent), held, good.status_code]
+
+    assert with_api(redis_url, script) == [*((422, "extra") for _ in bad_extras), 1, 200]
+    (stored,) = delivery.read_results("counts")
+    assert (stored.result.extra["prompt_tokens"], stored.result.extra["max_new_tokens"]) == (12, 16_000)
