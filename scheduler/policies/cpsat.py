@@ -13,9 +13,9 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
    allows, a second round places them again: calibrated by the first round's simulation, and with
    the units that would push a worker past a cap placed after all others; under prefix affinity,
    more rounds with more workers in the cap band follow (``_cap_band_rounds``). Where a round over the
-   whole batch would not fit the budget (``_copies``: ``FULL_ROUND`` for large batches, ``FIRST_ROUND``
-   for smaller ones), the batch is searched on one K-th of itself and one K-th of the pool, and the
-   plan copied K times (``scheduler.policies.replicate``).
+   whole batch would not fit the budget (``scheduler.policies.copybudget``: ``FULL_ROUND`` for large
+   batches, ``FIRST_ROUND`` for smaller ones), the batch is searched on one K-th of itself and one
+   K-th of the pool, and the plan copied K times (``scheduler.policies.replicate``).
 3. Exact repair (``scheduler.policies.exchange``): while time is left, a CP-SAT model with one boolean
    per (unit, worker) over the slowest worker and the fastest few only (large-neighbourhood search
    over worker sets), accepted only when the worker model says those workers finish sooner.
@@ -65,6 +65,7 @@ from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.blindbar import barred, blind_plan, blind_start
 from scheduler.policies.calibrate import calibrate, representative
 from scheduler.policies.capband import CAP_LEFT, CAP_SHIFTS, cap_shifted
+from scheduler.policies.copybudget import COPY_RESERVE, LEAN_RESERVE, copy_split
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, bands_of, solve_levels
 from scheduler.policies.lpt import calibrated, lpt_assignment, lpt_bar, lpt_start
@@ -88,24 +89,6 @@ ROUND_RESERVE = 0.03  # share of the budget a round leaves for what follows it. 
 # back and the plan still ends within the budget. Before rounds could be cut, a start margin of 1.25x
 # kept them from overrunning, and at 32,768 x 256 most never started on a loaded host (the lpt plan,
 # 1.21x the bound, against ~1.06x after a round).
-FULL_ROUND = 10.0  # a band round over the whole batch costs up to this many lpt phases (measured
-# 4.7-7.8x at 32,768 x 256). Where they do not fit what is left, a batch that divides is searched
-# on one K-th and copied (``_copied``). 32,768 x 256 bench batches: copies 1.044-1.055x the bound
-# (15 plans, median 1.046), a full round 1.042-1.044x where it fits and 1.21x (the lpt plan) where
-# it is cut short, which a loaded host did to 1-4 of 5. At 16,384 x 128 the full round fits (1.035x;
-# a prototype of the copies that searched their orders: 1.041-1.044x), and the rule keeps it.
-# Since ``listrun`` a full round at 32,768 x 256 is 3.8-4.0 lpt phases (process CPU), but 4.5 or 5
-# here cut 3 of the 5 full rounds they started (10 plans each, load 5-6): kept at 10
-COPY_RESERVE = 2.0  # lpt phases kept for playing the copies (each queue once, in its twin's order)
-# after the sub-plan. At 1.0, sub-plans overran their own budget by up to 54 ms and whole plans
-# ended at 1,010-1,028 ms of a 1 s budget
-FIRST_ROUND = 3.4  # below ``MIN_UNITS``, copies where fewer lpt phases (and ROUND_FIXED_S) are
-# left: round 1 at 4,096 x 32 is ~3 of placement and ordering plus its solve, ~0.4 more on a host
-# 2-2.4x slow, where rounds started at ROUND_COST's 3 were cut (planning clock at 2.2x process CPU,
-# 20 plans each: 3.0 1.040 median / 1.096 mean, 3.4 1.043 / 1.089, 3.7 1.043 / 1.074; main 1.199;
-# 3.4 and 3.7 within the noise over three runs, 3.7 copied more where round 1 fitted at 1.8x)
-LEAN_RESERVE = 1.0  # lpt phases left for dealing and playing the copies of a sub-plan of rounds
-# alone (``_copied``): 0.9-1.2 measured at 4,096 x 32 (K = 2), the round's stop reserve the rest
 AGREED = 0.01  # simulated within 1% of the estimate everywhere: no calibration needed
 DEFER = 0.8  # the second round's cap on estimates: this share of the way from the band model's
 # makespan to the first round's highest estimate. Units that would pass it wait until every other
@@ -179,7 +162,8 @@ class CpSatPolicy:
         search_end = deadline - (base.cost_s + base.pending_s if base is not None else 0.0)
         if search_end <= clock.now():
             return lpt_plan
-        part = _copies(problem, request, lpt_phase, search_end - clock.now()) if spread is None else None
+        left = search_end - clock.now()
+        part = copy_split(problem, request, lpt_phase, left, ROUND_FIXED_S) if spread is None else None
         if part is None:
             best, assignment = self._rounds(problem, request, lpt_plan, assignment, lpt_phase, search_end)
         else:
@@ -337,24 +321,6 @@ class CpSatPolicy:
             return None
         pairs = [(representative(problem.costs, members), len(members)) for members in kinds]
         return solve_levels(problem.units, pairs, upper_s, remaining * LEVELS_SHARE, request.seed)
-
-
-def _copies(problem: Problem, request: PlanRequest, lpt_phase: float, left: float) -> replicate.Split | None:
-    """The split to search and copy where no full band round is expected to fit ``left`` (seconds
-    of search), or None: full rounds, or none (the lpt plan), as before copies existed.
-
-    Why. A round cut short returns the lpt plan (~1.2x the bound), copies of a sub-plan ~1.04-1.05x.
-    A batch of ``replicate.MIN_UNITS`` or more is copied below ``FULL_ROUND`` lpt phases; a smaller
-    one only below ``FIRST_ROUND``, where round 1 would not fit either: a K = 2 sub-plan's round
-    costs half of one. Nothing changes where a round fits (the frozen clock: every phase costs 0).
-    """
-    if left <= LEAN_RESERVE * lpt_phase:
-        return None
-    if left < ROUND_FIXED_S + FIRST_ROUND * lpt_phase:
-        return replicate.split(problem, request, least_units=0)
-    if COPY_RESERVE * lpt_phase < left < FULL_ROUND * lpt_phase:
-        return replicate.split(problem, request)
-    return None
 
 
 def _robust(

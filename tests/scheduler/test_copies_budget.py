@@ -17,7 +17,7 @@ import pytest
 import scheduler.policies.cpsat as cpsat_module
 from scheduler.benchgen import bench_request
 from scheduler.planner import REPORT_SHARE, plan
-from scheduler.policies import replicate
+from scheduler.policies import copybudget, replicate
 from scheduler.policies.problem import Problem
 from scheduler.types import Plan, PlanRequest
 from tests.scheduler.fake_clock import count_calls, slow_lpt_phase
@@ -71,7 +71,7 @@ def test_where_round_one_fits_the_rounds_run_on_the_whole_batch_as_before(
     slow_lpt_phase(monkeypatch, cpsat_module)
     copies = count_calls(monkeypatch, cpsat_module.CpSatPolicy, "_copied")
     rounds = count_calls(monkeypatch, cpsat_module.CpSatPolicy, "_rounds")
-    planned = plan(_request(left=cpsat_module.FIRST_ROUND + 0.5), "cpsat")
+    planned = plan(_request(left=copybudget.FIRST_ROUND + 0.5), "cpsat")
     assert copies == []
     assert rounds == [1]
     assert planned.status in {"OPTIMAL", "FEASIBLE"}

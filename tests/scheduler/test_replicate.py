@@ -6,11 +6,10 @@ import dataclasses
 
 import pytest
 
-import scheduler.policies.cpsat as cpsat_module
 from scheduler.benchgen import bench_request, with_speed_spread
 from scheduler.lowerbound import lower_bound
 from scheduler.planner import plan
-from scheduler.policies import replicate
+from scheduler.policies import copybudget, replicate
 from scheduler.policies.lpt import LptPolicy
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import PlanRequest
@@ -90,7 +89,7 @@ def test_copies_hold_every_trajectory_once_follow_their_twins_order_and_balance_
 def test_cpsat_plans_a_batch_too_big_for_a_full_round_by_copies_and_never_worse_than_lpt(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cpsat_module, "FULL_ROUND", 1e9)  # no full round ever fits: copies it is
+    monkeypatch.setattr(copybudget, "FULL_ROUND", 1e9)  # no full round ever fits: copies it is
     copied: list[int] = []
     original = replicate.spread_out
 
