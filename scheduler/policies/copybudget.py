@@ -30,7 +30,16 @@ FIRST_ROUND = 3.4  # below ``MIN_UNITS``, copies where fewer lpt phases (and ROU
 # 20 plans each: 3.0 1.040 median / 1.096 mean, 3.4 1.043 / 1.089, 3.7 1.043 / 1.074; main 1.199;
 # 3.4 and 3.7 within the noise over three runs, 3.7 copied more where round 1 fitted at 1.8x)
 LEAN_RESERVE = 1.0  # lpt phases left for dealing and playing the copies of a sub-plan of rounds
-# alone (``cpsat._copied``): 0.9-1.2 measured at 4,096 x 32 (K = 2), the round's stop reserve the rest
+# alone (``cpsat._copy``): 0.9-1.2 measured at 4,096 x 32 (K = 2), the round's stop reserve the rest
+LARGER_FIRST = 4.0  # lpt phases left at which copies of a sub-plan twice as large go first
+# (``cpsat._copied``). 32,768 x 256 (process CPU): the K = 8 copies cost 1.8-2.3 lpt phases, the
+# K = 16 ones after them 1.2-1.5, and the copies start with 3.5-4.7 left on a quiet host. At 4.0,
+# 15 plans 1.0472 -> 1.0450 (median; the 7 that took them each no worse than the K = 16 copies
+# alone); at 3.5 or 3.75 one slow K = 8 copying was cut short (1.0563) with too little left for
+# the K = 16 ones, at 2.5-3.0 most were
+SMALLER_AFTER = 1.5  # lpt phases left after them at which the usual copies still follow: about what
+# they cost (1.2-1.5), and they replace the plan only where they finish sooner; 1.5 and 2.0 took
+# the same plans in 15 each (the larger copies left 2.1-2.4)
 
 
 def copy_split(

@@ -15,7 +15,8 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
    more rounds with more workers in the cap band follow (``_cap_band_rounds``). Where a round over the
    whole batch would not fit the budget (``scheduler.policies.copybudget``: ``FULL_ROUND`` for large
    batches, ``FIRST_ROUND`` for smaller ones), the batch is searched on one K-th of itself and one
-   K-th of the pool, and the plan copied K times (``scheduler.policies.replicate``).
+   K-th of the pool, and the plan copied K times (``scheduler.policies.replicate``); where time is
+   clearly left, from a sub-plan twice as large first (``_copied``).
 3. Exact repair (``scheduler.policies.exchange``): while time is left, a CP-SAT model with one boolean
    per (unit, worker) over the slowest worker and the fastest few only (large-neighbourhood search
    over worker sets), accepted only when the worker model says those workers finish sooner.
@@ -65,7 +66,7 @@ from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.blindbar import barred, blind_plan, blind_start
 from scheduler.policies.calibrate import calibrate, representative
 from scheduler.policies.capband import CAP_LEFT, CAP_SHIFTS, cap_shifted
-from scheduler.policies.copybudget import COPY_RESERVE, LEAN_RESERVE, copy_split
+from scheduler.policies.copybudget import COPY_RESERVE, LARGER_FIRST, LEAN_RESERVE, SMALLER_AFTER, copy_split
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, bands_of, solve_levels
 from scheduler.policies.lpt import calibrated, lpt_assignment, lpt_bar, lpt_start
@@ -167,7 +168,9 @@ class CpSatPolicy:
         if part is None:
             best, assignment = self._rounds(problem, request, lpt_plan, assignment, lpt_phase, search_end)
         else:
-            best, assignment = self._copied(problem, part, lpt_plan, assignment, lpt_phase, search_end)
+            best, assignment = self._copied(
+                problem, request, part, lpt_plan, assignment, lpt_phase, search_end
+            )
         repaired = improve(problem, assignment, best.queues, best.finish_s, reserve, search_end, request.seed)
         if repaired is not None:
             status = _found(best.status)
@@ -272,6 +275,28 @@ class CpSatPolicy:
         return best, assignment
 
     def _copied(
+        self,
+        problem: Problem,
+        request: PlanRequest,
+        part: replicate.Split,
+        best: Placement,
+        assignment: list[list[int]],
+        lpt_phase: float,
+        deadline: float,
+    ) -> tuple[Placement, list[list[int]]]:
+        """The copies of ``part``'s sub-plan (``_copy``); where ``LARGER_FIRST`` lpt phases are left,
+        first those of a sub-plan twice as large (half as many copies), then ``part``'s while
+        ``SMALLER_AFTER`` are, the better plan kept: a larger sub-plan's own bound is nearer the
+        whole batch's, but its copies are not better on every batch (docs/solver.md)."""
+        if deadline - clock.now() >= LARGER_FIRST * lpt_phase:
+            larger = replicate.split(problem, request, fewer=2)
+            if larger is not None:
+                best, assignment = self._copy(problem, larger, best, assignment, lpt_phase, deadline)
+                if deadline - clock.now() < SMALLER_AFTER * lpt_phase:
+                    return best, assignment
+        return self._copy(problem, part, best, assignment, lpt_phase, deadline)
+
+    def _copy(
         self,
         problem: Problem,
         part: replicate.Split,

@@ -63,10 +63,13 @@ class Split:
     problem: Problem  # its problem, every cache at ``HEADROOM``
 
 
-def split(problem: Problem, request: PlanRequest, least_units: int | None = None) -> Split | None:
+def split(
+    problem: Problem, request: PlanRequest, least_units: int | None = None, fewer: int = 1
+) -> Split | None:
     """The decomposition of ``problem`` (built from ``request``), or None where it does not apply
-    (fewer than ``least_units`` units, ``MIN_UNITS`` unless given, among others: ``_copies``)."""
-    copies = _copies(problem, request, MIN_UNITS if least_units is None else least_units)
+    (fewer than ``least_units`` units, ``MIN_UNITS`` unless given, among others: ``_copies``);
+    with ``fewer``, into that many times fewer copies (larger sub-plans)."""
+    copies = _copies(problem, request, MIN_UNITS if least_units is None else least_units) // fewer
     if copies < 2:
         return None
     kinds = worker_kinds(problem.costs, problem.active)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -89,18 +90,21 @@ def test_copies_hold_every_trajectory_once_follow_their_twins_order_and_balance_
 def test_cpsat_plans_a_batch_too_big_for_a_full_round_by_copies_and_never_worse_than_lpt(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """With time clearly left (2 s), the copies of a sub-plan twice as large (K = 2) come first and
+    the usual ones (K = 4) after them (``cpsat._copied``); the better plan beats lpt's."""
     monkeypatch.setattr(copybudget, "FULL_ROUND", 1e9)  # no full round ever fits: copies it is
-    copied: list[int] = []
+    copied: list[int] = []  # K of each copying of the whole pool (not a sub-plan's own copies)
     original = replicate.spread_out
 
-    def spy(*args: object, **kwargs: object) -> tuple[tuple[int, ...], ...]:
-        copied.append(1)
-        return original(*args, **kwargs)  # type: ignore[arg-type]
+    def spy(part: replicate.Split, *args: Any) -> tuple[tuple[int, ...], ...]:
+        if args[-1] == len(request.inventory.workers):
+            copied.append(part.copies)
+        return original(part, *args)
 
     monkeypatch.setattr(replicate, "spread_out", spy)
     request = _request()
     cpsat, lpt = plan(request, "cpsat"), plan(request, "lpt")
-    assert copied == [1]
+    assert copied == [2, 4]
     assert cpsat.status in {"OPTIMAL", "FEASIBLE"}
     assert cpsat.predicted_makespan_s < lpt.predicted_makespan_s
     assert cpsat.predicted_makespan_s >= lower_bound(request.trajectories, request.inventory).value_s
