@@ -21,9 +21,6 @@ FULL_ROUND = 10.0  # a band round over the whole batch costs up to this many lpt
 # a prototype of the copies that searched their orders: 1.041-1.044x), and the rule keeps it.
 # Since ``listrun`` a full round at 32,768 x 256 is 3.8-4.0 lpt phases (process CPU), but 4.5 or 5
 # here cut 3 of the 5 full rounds they started (10 plans each, load 5-6): kept at 10
-COPY_RESERVE = 2.0  # lpt phases kept for playing the copies (each queue once, in its twin's order)
-# after the sub-plan. At 1.0, sub-plans overran their own budget by up to 54 ms and whole plans
-# ended at 1,010-1,028 ms of a 1 s budget
 FIRST_ROUND = 3.4  # below ``MIN_UNITS``, copies where fewer lpt phases (and ROUND_FIXED_S) are
 # left: round 1 at 4,096 x 32 is ~3 of placement and ordering plus its solve, ~0.4 more on a host
 # 2-2.4x slow, where rounds started at ROUND_COST's 3 were cut (planning clock at 2.2x process CPU,
@@ -53,11 +50,14 @@ def copy_split(
     A batch of ``replicate.MIN_UNITS`` or more is copied below ``FULL_ROUND`` lpt phases; a smaller
     one only below ``FIRST_ROUND``, where round 1 would not fit either: a K = 2 sub-plan's round
     costs half of one. Nothing changes where a round fits (the frozen clock: every phase costs 0).
+    (A lower limit of 2 lpt phases on the large-batch rule, ``COPY_RESERVE``, went with cpsat's own
+    sub-plans, whose dealing and playing it kept time for: below ``FIRST_ROUND`` the rule before
+    it answers, and the sub-plan's rounds keep ``LEAN_RESERVE``.)
     """
     if left <= LEAN_RESERVE * lpt_phase:
         return None
     if left < round_fixed_s + FIRST_ROUND * lpt_phase:
         return replicate.split(problem, request, least_units=0)
-    if COPY_RESERVE * lpt_phase < left < FULL_ROUND * lpt_phase:
+    if left < FULL_ROUND * lpt_phase:
         return replicate.split(problem, request)
     return None

@@ -55,7 +55,6 @@ plans (``scheduler.policies.blindbar``) and the faster of those was returned ins
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 from scheduler import clock
@@ -66,7 +65,7 @@ from scheduler.policies.base import BudgetSpent, Placement
 from scheduler.policies.blindbar import barred, blind_plan, blind_start
 from scheduler.policies.calibrate import calibrate, representative
 from scheduler.policies.capband import CAP_LEFT, CAP_SHIFTS, cap_shifted
-from scheduler.policies.copybudget import COPY_RESERVE, LARGER_FIRST, LEAN_RESERVE, SMALLER_AFTER, copy_split
+from scheduler.policies.copybudget import LARGER_FIRST, LEAN_RESERVE, SMALLER_AFTER, copy_split
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, bands_of, solve_levels
 from scheduler.policies.lpt import calibrated, lpt_assignment, lpt_bar, lpt_start
@@ -309,21 +308,18 @@ class CpSatPolicy:
         each copy played on its own lengths in its twin's order, the last worker's order refined;
         ``best`` and ``assignment`` where it does not beat them or no time is left for it.
 
-        The sub-plan is cpsat's own where its lpt start and a round fit; else its band rounds alone,
-        barred by ``best``'s makespan (on a slow host a 4,096 x 32 sub-plan's lpt start, half an lpt
-        phase, was what kept its round from fitting)."""
+        The sub-plan is its band rounds alone (``_rounds`` on the sub-problem, barred by ``best``'s
+        makespan, ending ``LEAN_RESERVE`` before the deadline for the copies), not cpsat's own plan of
+        it: those were the same plans where both fitted (32,768 x 256, K = 16 and K = 8), but cpsat's
+        was started where its lpt start and one round fitted, and its second round, or its first
+        after an lpt start longer than a K-th of the whole one, then did not (docs/solver.md)."""
         request = part.request  # sub-batch 0; its budget and admission are the whole request's
         stop = deadline - ROUND_RESERVE * request.time_budget_s
-        sub_phase = lpt_phase / part.copies  # the sub-plan's own lpt phase, about
-        budget = stop - clock.now() - COPY_RESERVE * lpt_phase
-        if budget > sub_phase + ROUND_FIXED_S + ROUND_COST * sub_phase:  # its lpt start and a round fit
-            sub = CpSatPolicy().plan(dataclasses.replace(request, time_budget_s=budget), part.problem)
-        else:  # only its rounds may: against the whole batch's lpt plan
-            bar = Placement((), best.status, finish_s=(max(best.finish_s),))
-            end = deadline - LEAN_RESERVE * lpt_phase
-            sub, _ = self._rounds(part.problem, request, bar, [], sub_phase, end)
-            if sub is bar:
-                return best, assignment
+        bar = Placement((), best.status, finish_s=(max(best.finish_s),))
+        end = deadline - LEAN_RESERVE * lpt_phase
+        sub, _ = self._rounds(part.problem, request, bar, [], lpt_phase / part.copies, end)
+        if sub is bar:
+            return best, assignment
         with collector_paused():  # acyclic queues; a full collection here overran LEAN_RESERVE
             queues = replicate.spread_out(part, sub.queues, problem.prompts, len(problem.costs))
             finishes = tuple(problem.finishes(queues, request.kv_admission))

@@ -94,7 +94,7 @@ def test_where_neither_a_round_nor_a_sub_plan_fits_the_lpt_plan_stands(
 def test_a_large_batch_with_too_little_left_for_a_whole_sub_plan_gets_the_sub_plans_rounds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """At ``MIN_UNITS`` or more, 1.9 lpt phases (under ``COPY_RESERVE``) no longer rule copies out:
+    """At ``MIN_UNITS`` or more, 1.9 lpt phases (under 2, once ``COPY_RESERVE``) no longer rule copies out:
     the sub-plan's rounds (a K-th of a phase each) fit, and their copies beat the lpt plan."""
     monkeypatch.setattr(replicate, "MIN_UNITS", 512)
     monkeypatch.setattr(replicate, "SUB_WORKERS", 8)  # K = 4: rounds of 0.02 s + 0.75 phases

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+import scheduler.policies.cpsat as cpsat_module
 from scheduler.benchgen import bench_request, with_speed_spread
 from scheduler.lowerbound import lower_bound
 from scheduler.planner import plan
@@ -91,17 +92,16 @@ def test_cpsat_plans_a_batch_too_big_for_a_full_round_by_copies_and_never_worse_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With time clearly left (2 s), the copies of a sub-plan twice as large (K = 2) come first and
-    the usual ones (K = 4) after them (``cpsat._copied``); the better plan beats lpt's."""
+    the usual sub-plan (K = 4) after them (``cpsat._copied``); the better plan beats lpt's."""
     monkeypatch.setattr(copybudget, "FULL_ROUND", 1e9)  # no full round ever fits: copies it is
-    copied: list[int] = []  # K of each copying of the whole pool (not a sub-plan's own copies)
-    original = replicate.spread_out
+    copied: list[int] = []  # K of each copying cpsat tries
+    original = cpsat_module.CpSatPolicy._copy
 
-    def spy(part: replicate.Split, *args: Any) -> tuple[tuple[int, ...], ...]:
-        if args[-1] == len(request.inventory.workers):
-            copied.append(part.copies)
-        return original(part, *args)
+    def spy(self: Any, problem: Any, part: replicate.Split, *args: Any) -> Any:
+        copied.append(part.copies)
+        return original(self, problem, part, *args)
 
-    monkeypatch.setattr(replicate, "spread_out", spy)
+    monkeypatch.setattr(cpsat_module.CpSatPolicy, "_copy", spy)
     request = _request()
     cpsat, lpt = plan(request, "cpsat"), plan(request, "lpt")
     assert copied == [2, 4]
