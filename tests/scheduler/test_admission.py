@@ -245,3 +245,52 @@ def test_a_candidate_with_room_to_spare_is_admitted_without_a_pass_over_the_runn
     assert peak.overflow(0, 100, 500, 6_500) == (31, 30) == _one_pass(peak, 0, 100, 500, 6_500)
     assert passed
     assert passed[0] < 100
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    running=st.lists(st.tuples(st.integers(1, 400), st.integers(-40, 120)), min_size=1, max_size=60),
+    step=st.integers(0, 40),
+    candidate=st.tuples(st.integers(0, 120), st.integers(1, 400)),
+    margin=st.integers(-40, 40),
+    alone_fits=st.booleans(),
+)
+def test_near_the_cache_limit_the_pieces_decide_as_the_whole_pass_does(
+    running: list[tuple[int, int]],
+    step: int,
+    candidate: tuple[int, int],
+    margin: int,
+    alone_fits: bool,
+) -> None:
+    """Where the cache is within a few tokens of the projected peak, the pieces' bounds (their
+    finals kept as an upper bound) are tightest: every answer is still the whole pass's, and
+    every step ``covered`` vouches for is within the cache, counted step by step."""
+    pairs = [(step + 1 + end, max(offset, -step)) for end, offset in running]  # none overdue
+    prompt, steps = candidate
+    offset, end = prompt - step, step + steps
+    last = max(end, *(e for e, _ in pairs))
+    peak = max(_held(pairs, step, (offset, end), v) for v in range(step + 1, last + 1))
+    capacity = peak + margin
+    tracked = RunningPeak(alone_fits=alone_fits)
+    for e, o in pairs:
+        tracked.add(e, o)
+    assert tracked.overflow(step, offset, end, capacity) == _one_pass(tracked, step, offset, end, capacity)
+    covered = tracked.covered(step, offset, end, capacity)
+    upto = last if covered < 0 else sorted(e for e, _ in pairs)[covered - 1] if covered else step
+    assert all(_held(pairs, step, (offset, end), v) <= capacity for v in range(step + 1, upto + 1))
+
+
+def test_a_piece_sums_its_offsets_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the final contexts past a piece are bounded, not summed: a piece's members each take at least
+    # the piece's first end with them (ends ascend), so one sum a piece instead of two
+    peak = _tracked([(10 + i, 50) for i in range(100)])
+    summed: list[list[int]] = []
+
+    def counted(values: list[int]) -> int:
+        summed.append(list(values))
+        return sum(values)
+
+    monkeypatch.setattr(admission, "sum", counted, raising=False)
+    assert peak.covered(0, 100, 500, 6_500) > 0  # the case above: pieces, then the pass
+    assert summed  # pieces ran
+    assert all(set(values) == {50} for values in summed)  # offsets only, never the ends

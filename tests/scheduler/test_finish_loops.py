@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler import finish as finish_module
+from scheduler.admission import RunningPeak
 from scheduler.costmodel import worker_cost
 from scheduler.devices import device_profile, model_preset
 from scheduler.finish import worker_finish
@@ -51,3 +53,22 @@ def test_a_queue_in_waves_under_kv_admission_plays_as_the_method_by_method_model
         worker_finish(cost, prompts, steps, reserve=True)
         == finish_module._WorkerRun(cost, prompts, steps, True).run()
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 400), st.integers(0, 1_500)), min_size=1, max_size=120),
+    st.integers(8, 64),
+    st.integers(1_900, 12_000),  # every item fits alone; tens of items crowd the cache
+)
+def test_the_pieces_only_skip_work_a_play_testing_every_step_finishes_alike(
+    queue: list[tuple[int, int]], slots: int, capacity: int
+) -> None:
+    # ``RunningPeak.covered`` settles most projected-peak tests from a few bounds; with it
+    # certifying nothing, every test walks the running set: the same finish to the last bit
+    worker = Worker("w", device_profile("H100"), max_num_seqs=slots, kv_capacity_tokens=capacity)
+    cost = worker_cost(worker, model_preset("7b"))
+    prompts, steps = [p for p, _ in queue], [n for _, n in queue]
+    fast = worker_finish(cost, prompts, steps, reserve=True)
+    with mock.patch.object(RunningPeak, "covered", return_value=0):
+        assert worker_finish(cost, prompts, steps, reserve=True) == fast
