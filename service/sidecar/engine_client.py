@@ -217,8 +217,9 @@ class EngineClient:
             room = _room_left(error, body["max_tokens"])
             if room is None:
                 raise
-            answer = await self._send("POST", path, _capped(body, room))  # once, with the room
-        return _parse_reply(answer, time.monotonic() - started)
+            body = _capped(body, room)
+            answer = await self._send("POST", path, body)  # once, with the room
+        return _parse_reply(answer, time.monotonic() - started, body["max_tokens"])
 
     def request_for(self, item: DeliveryItem, model: str) -> tuple[str, dict[str, Any]]:
         """The endpoint and JSON body for ``item`` (see the module docstring)."""
@@ -343,17 +344,22 @@ def _capped(body: dict[str, Any], max_tokens: int) -> dict[str, Any]:
     return capped
 
 
-def _parse_reply(answer: dict[str, Any], wall_time_s: float) -> EngineReply:
+def _parse_reply(answer: dict[str, Any], wall_time_s: float, max_tokens: int) -> EngineReply:
+    """The reply in ``answer``; a garbled one (no choices or usage, a token count that is no count or
+    above the ``max_tokens`` sent) is an ``EngineError`` retried in place, then charged to the item:
+    stored, a count above the item's cap failed the trainer's report of the whole step
+    (``ActualReport`` refuses output above ``max_new_tokens``), as the pull API's ``/done`` says."""
     try:
         choice = answer["choices"][0]
         message = choice.get("message")
         text = message.get("content") if isinstance(message, dict) else choice["text"]
         tokens = int(answer["usage"]["completion_tokens"])
         finish = str(choice.get("finish_reason") or "stop")
-        if tokens < 0:
-            raise ValueError("negative completion_tokens")
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-        raise EngineError(f"engine answer lacks choices/usage: {str(answer)[:200]}", retryable=True) from None
+        if not 0 <= tokens <= max_tokens:
+            raise ValueError(f"completion_tokens {tokens} outside 0..max_tokens {max_tokens}")
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as error:
+        why = str(error) if isinstance(error, ValueError) else "lacks choices/usage"
+        raise EngineError(f"engine answer {why}: {str(answer)[:200]}", retryable=True) from None
     if finish == "abort":  # stopped from outside (a pause for a weight update): run it again later
         raise EngineError("the engine aborted the request", retryable=False, engine_down=True)
     if finish == "error":  # vLLM's request-level failure (a KV load failed): no trajectory, and

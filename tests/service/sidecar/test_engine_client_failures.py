@@ -86,6 +86,10 @@ def test_an_engine_that_is_down_or_overloaded_gets_the_item_back_without_charge(
         (200, b"<html>oops</html>"),
         (200, b'{"choices": [{"text": "x"}]}'),  # no usage
         (200, b'{"choices": [{"text": "x"}], "usage": {"completion_tokens": -5}}'),
+        # more than the max_tokens sent (the item's cap, 512): stored, it failed the trainer's
+        # report of the whole step (ActualReport refuses output above max_new_tokens)
+        (200, b'{"choices": [{"text": "x"}], "usage": {"completion_tokens": 513}}'),
+        (200, b'{"choices": [{"text": "x"}], "usage": {"completion_tokens": 1e999}}'),  # inf: no count
     ],
 )
 def test_an_engine_failing_on_the_item_is_retried_in_place_then_charged_to_it(
