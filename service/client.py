@@ -18,7 +18,13 @@ from typing import Any, TypeVar
 
 import httpx
 
-from service.api.progress_schemas import CancelResponse, ProgressResponse, ResultEntry, ResultsPage
+from service.api.progress_schemas import (
+    RESULTS_MAX_WAIT_MS,
+    CancelResponse,
+    ProgressResponse,
+    ResultEntry,
+    ResultsPage,
+)
 from service.api.schemas import (
     ActualReport,
     ActualsAccepted,
@@ -176,8 +182,10 @@ class SchedulerClient:
         Results are read while the step runs (long-polling the results stream), so the trainer can
         also consume them incrementally with ``results``; this call returns them all at the end. The
         progress is read first, so a finished step returns at once, and no long poll outlasts
-        ``timeout_s``. Waiting only reads, and the step runs on without the service, so a retryable
-        failure (a restart, Redis down) is retried for up to ``outage_s`` before it is raised.
+        ``timeout_s`` or the service's longest (``RESULTS_MAX_WAIT_MS``, whatever ``poll_ms``: a
+        longer one was refused, 422). Waiting only reads, and the step runs on without the service,
+        so a retryable failure (a restart, Redis down) is retried for up to ``outage_s`` before it
+        is raised.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         collected: list[ResultEntry] = []
@@ -186,7 +194,7 @@ class SchedulerClient:
             progress = self._outlasting(functools.partial(self.progress, schedule_id), deadline, outage_s)
             finished = progress.done + progress.failed + progress.cancelled >= progress.total
             left_ms = poll_ms if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
-            wait_ms = 0 if finished else min(poll_ms, left_ms)
+            wait_ms = 0 if finished else min(poll_ms, left_ms, RESULTS_MAX_WAIT_MS)  # longer: a 422
             read = functools.partial(self.results, schedule_id, after=cursor, wait_ms=wait_ms)
             page = self._outlasting(read, deadline, outage_s)
             collected += page.results

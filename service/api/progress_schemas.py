@@ -10,6 +10,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+# The longest ``wait_ms`` of ``GET /schedule/{id}/results`` (a longer one is a 422): the route's bound,
+# and the longest long poll ``SchedulerClient.wait`` sends, whatever its ``poll_ms``.
+RESULTS_MAX_WAIT_MS = 30_000
+
 
 class Counts(BaseModel):
     """Trajectory counts by state."""

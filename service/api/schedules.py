@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from scheduler.errors import InvalidInputError
 from service import pipeline
 from service.api.progress_schemas import (
+    RESULTS_MAX_WAIT_MS,
     CancelResponse,
     DeadLetterEntry,
     ProgressResponse,
@@ -149,7 +150,7 @@ async def schedule_results(
     request: Request,
     after: Annotated[str, Query(pattern=r"^[0-9]{1,20}-[0-9]{1,20}$")] = "0-0",
     count: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
+    wait_ms: Annotated[int, Query(ge=0, le=RESULTS_MAX_WAIT_MS)] = 0,
 ) -> ResultsPage:
     """Accepted results after stream id ``after``, oldest first; waits up to ``wait_ms`` for one.
 

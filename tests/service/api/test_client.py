@@ -122,6 +122,23 @@ def test_a_long_poll_longer_than_the_client_timeout_is_not_cut_short_as_one(live
                 client.wait(plan.schedule_id, timeout_s=1.0, poll_ms=800)
 
 
+def test_a_poll_longer_than_the_service_s_longest_long_poll_still_waits(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """The results route long-polls 30 s at most (``wait_ms`` past it is a 422): a ``poll_ms`` above
+    that made ``wait`` raise the 422 on its first poll of a step still running."""
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        plan = client.schedule(batch_body(prompts=1, n=1, workers=1))
+        (worker,) = plan.assignments
+        later = threading.Timer(0.5, _work, args=(Delivery(redis_client), plan.schedule_id, worker))
+        later.start()
+        try:
+            finished = client.wait(plan.schedule_id, timeout_s=60, poll_ms=60_000)
+        finally:
+            later.join()
+        assert (finished.progress.done, len(finished.results)) == (1, 1)
+
+
 def test_an_unreachable_service_is_a_retryable_scheduler_error() -> None:
     client = SchedulerClient(f"http://127.0.0.1:{free_port()}", timeout_s=2.0)
     with client, pytest.raises(ServiceUnreachableError) as unreachable:
