@@ -345,21 +345,22 @@ def _capped(body: dict[str, Any], max_tokens: int) -> dict[str, Any]:
 
 
 def _parse_reply(answer: dict[str, Any], wall_time_s: float, max_tokens: int) -> EngineReply:
-    """The reply in ``answer``; a garbled one (no choices or usage, a token count that is no count or
-    above the ``max_tokens`` sent) is an ``EngineError`` retried in place, then charged to the item:
-    stored, a count above the item's cap failed the trainer's report of the whole step
-    (``ActualReport`` refuses output above ``max_new_tokens``), as the pull API's ``/done`` says."""
+    """The reply in ``answer``; a garbled one (no choices or usage, a token count that is no count)
+    is an ``EngineError`` retried in place, then charged to the item. A count above the
+    ``max_tokens`` sent is the engine's over-count (it cannot generate past it: speculative decoding
+    may count a draft block past the stop): the length is ``max_tokens``, the count kept in
+    ``extra``. Stored as counted, it failed the trainer's report of the whole step (``ActualReport``
+    refuses output above ``max_new_tokens``, as the pull API's ``/done`` does)."""
     try:
         choice = answer["choices"][0]
         message = choice.get("message")
         text = message.get("content") if isinstance(message, dict) else choice["text"]
         tokens = int(answer["usage"]["completion_tokens"])
         finish = str(choice.get("finish_reason") or "stop")
-        if not 0 <= tokens <= max_tokens:
-            raise ValueError(f"completion_tokens {tokens} outside 0..max_tokens {max_tokens}")
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as error:
-        why = str(error) if isinstance(error, ValueError) else "lacks choices/usage"
-        raise EngineError(f"engine answer {why}: {str(answer)[:200]}", retryable=True) from None
+        if tokens < 0:
+            raise ValueError("negative completion_tokens")
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError):
+        raise EngineError(f"engine answer lacks choices/usage: {str(answer)[:200]}", retryable=True) from None
     if finish == "abort":  # stopped from outside (a pause for a weight update): run it again later
         raise EngineError("the engine aborted the request", retryable=False, engine_down=True)
     if finish == "error":  # vLLM's request-level failure (a KV load failed): no trajectory, and
@@ -368,6 +369,8 @@ def _parse_reply(answer: dict[str, Any], wall_time_s: float, max_tokens: int) ->
     extra = _message_extras(message) if isinstance(message, dict) else {}
     if finish not in ("stop", "length"):
         extra["engine_finish_reason"] = finish  # tool_calls, repetition...: it ended by itself
+    if tokens > max_tokens:
+        extra["engine_completion_tokens"], tokens = tokens, max_tokens
     return EngineReply(
         output=str(text or ""),
         completion_tokens=tokens,

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from service.delivery.records import DeliveryItem
-from service.sidecar.engine_client import EngineClient, EngineError, EngineOptions
+from service.sidecar.engine_client import EngineClient, EngineError, EngineOptions, EngineReply
 from tests.service.sidecar.engines import chat_answer, generate, make_item, on_vllm, vllm_models
 
 
@@ -53,10 +53,10 @@ def _ready(client: EngineClient) -> str:
     return asyncio.run(run())
 
 
-def _answered(status: int, body: bytes, headers: dict[str, str] | None = None) -> EngineError:
-    """The error the client raises when the engine answers ``status`` with ``body``."""
+def _generated(status: int, body: bytes, headers: dict[str, str] | None = None) -> EngineReply:
+    """What ``generate`` makes of the engine's answer ``status`` with ``body`` (cap 512)."""
 
-    async def run() -> None:
+    async def run() -> EngineReply:
         def answer(request: httpx.Request) -> httpx.Response:  # a stream: decoded by the client
             return httpx.Response(status, headers=headers, stream=httpx.ByteStream(body))
 
@@ -64,12 +64,17 @@ def _answered(status: int, body: bytes, headers: dict[str, str] | None = None) -
         http = httpx.AsyncClient(transport=transport, base_url="http://engine")
         client = EngineClient(EngineOptions("http://engine", model="m"), http)  # no /v1/models read
         try:
-            await client.generate(make_item({"prompt": "q"}))
+            return await client.generate(make_item({"prompt": "q"}))
         finally:
             await client.aclose()
 
+    return asyncio.run(run())
+
+
+def _answered(status: int, body: bytes, headers: dict[str, str] | None = None) -> EngineError:
+    """The error the client raises when the engine answers ``status`` with ``body``."""
     with pytest.raises(EngineError) as raised:
-        asyncio.run(run())
+        _generated(status, body, headers)
     return raised.value
 
 
@@ -86,9 +91,6 @@ def test_an_engine_that_is_down_or_overloaded_gets_the_item_back_without_charge(
         (200, b"<html>oops</html>"),
         (200, b'{"choices": [{"text": "x"}]}'),  # no usage
         (200, b'{"choices": [{"text": "x"}], "usage": {"completion_tokens": -5}}'),
-        # more than the max_tokens sent (the item's cap, 512): stored, it failed the trainer's
-        # report of the whole step (ActualReport refuses output above max_new_tokens)
-        (200, b'{"choices": [{"text": "x"}], "usage": {"completion_tokens": 513}}'),
         (200, b'{"choices": [{"text": "x"}], "usage": {"completion_tokens": 1e999}}'),  # inf: no count
     ],
 )
@@ -97,6 +99,18 @@ def test_an_engine_failing_on_the_item_is_retried_in_place_then_charged_to_it(
 ) -> None:
     error = _answered(status, body)
     assert (error.retryable, error.engine_down) == (True, False)
+
+
+def test_a_count_above_the_max_tokens_sent_is_taken_as_the_cap() -> None:
+    """An engine cannot generate past ``max_tokens`` (here the item's cap, 512), but its count can
+    pass it (speculative decoding counting a draft block past the stop). Stored as counted, the
+    result failed the trainer's whole ``report_results`` (``ActualReport`` refuses output above
+    ``max_new_tokens``); refused, a good trajectory would be dead-lettered. Its length is the cap,
+    and the engine's count is kept in ``extra``."""
+    answer = b'{"choices": [{"text": "x", "finish_reason": "length"}], "usage": {"completion_tokens": 515}}'
+    reply = _generated(200, answer)
+    assert (reply.completion_tokens, reply.finish_reason) == (512, "length")
+    assert reply.extra["engine_completion_tokens"] == 515
 
 
 def test_an_answer_that_does_not_even_decode_is_retried_in_place_then_charged_to_the_item() -> None:
