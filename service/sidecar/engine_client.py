@@ -347,10 +347,10 @@ def _capped(body: dict[str, Any], max_tokens: int) -> dict[str, Any]:
 def _parse_reply(answer: dict[str, Any], wall_time_s: float, max_tokens: int) -> EngineReply:
     """The reply in ``answer``; a garbled one (no choices or usage, a token count that is no count)
     is an ``EngineError`` retried in place, then charged to the item. A count above the
-    ``max_tokens`` sent is the engine's over-count (it cannot generate past it: speculative decoding
-    may count a draft block past the stop): the length is ``max_tokens``, the count kept in
-    ``extra``. Stored as counted, it failed the trainer's report of the whole step (``ActualReport``
-    refuses output above ``max_new_tokens``, as the pull API's ``/done`` does)."""
+    ``max_tokens`` sent is an engine's over-count (a speculative chunk accepted past the cap): the
+    length is ``max_tokens``, the count kept in ``extra``. Stored as counted, it failed the
+    trainer's report of the whole step (``ActualReport`` refuses output above ``max_new_tokens``,
+    as the pull API's ``/done`` does)."""
     try:
         choice = answer["choices"][0]
         message = choice.get("message")

@@ -103,7 +103,7 @@ def test_an_engine_failing_on_the_item_is_retried_in_place_then_charged_to_it(
 
 def test_a_count_above_the_max_tokens_sent_is_taken_as_the_cap() -> None:
     """An engine cannot generate past ``max_tokens`` (here the item's cap, 512), but its count can
-    pass it (speculative decoding counting a draft block past the stop). Stored as counted, the
+    pass it (a speculative chunk accepted past the cap). Stored as counted, the
     result failed the trainer's whole ``report_results`` (``ActualReport`` refuses output above
     ``max_new_tokens``); refused, a good trajectory would be dead-lettered. Its length is the cap,
     and the engine's count is kept in ``extra``."""
