@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from predictors.csvquotes import LineTap, has_line_break, open_quote_error, quote_left_open
 from predictors.stepgroups import repeated_rows
 from predictors.tracefast import fast_trace
 from predictors.tracetable import Trace, TraceBuilder
@@ -259,6 +260,8 @@ def _csv_as_text(path: Path) -> Any:
     )
     if list(table.column_names) != header:
         return None
+    if table.num_rows and has_line_break(str(table.column(len(header) - 1)[-1].as_py())):
+        return None  # a quote maybe never closed (``predictors.csvquotes``): the row-by-row path decides
     return table.rename_columns([h.strip() for h in header])
 
 
@@ -301,14 +304,15 @@ csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
 
 def _csv_rows(path: Path, renamer: Renamer) -> RawRows:
     with path.open(newline="", encoding="utf-8-sig") as handle:  # -sig: a spreadsheet's byte-order mark
-        reader = csv.reader(handle)
+        tap = LineTap(handle)
+        reader = csv.reader(tap)
         try:
-            yield from _csv_records(path, reader, renamer)
+            yield from _csv_records(path, reader, renamer, tap)
         except csv.Error as error:  # e.g. a cell past the field limit: a located error, not a traceback
             raise TraceFormatError(str(path), reader.line_num, "<csv>", None, str(error)) from None
 
 
-def _csv_records(path: Path, reader: Any, renamer: Renamer) -> RawRows:
+def _csv_records(path: Path, reader: Any, renamer: Renamer, tap: LineTap) -> RawRows:
     """The rows of an open csv reader, the header checked first."""
     header = next(reader, None)
     if header is None:
@@ -316,9 +320,14 @@ def _csv_records(path: Path, reader: Any, renamer: Renamer) -> RawRows:
     header = renamer.header([h.strip() for h in header])
     _check_header(header, str(path))
     width = len(header)
+    end, tap.lines = reader.line_num, []
     for cells in reader:
+        begin, end = end + 1, reader.line_num
+        lines, tap.lines = tap.lines, []
         if not cells:
             continue  # a blank line holds no row
+        if has_line_break(cells[-1]) and quote_left_open(lines):
+            raise open_quote_error(str(path), begin, header, cells)
         if len(cells) != width:
             column = header[len(cells)] if len(cells) < width else f"<cell {len(cells)}>"
             raise TraceFormatError(

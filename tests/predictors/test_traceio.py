@@ -351,3 +351,31 @@ def test_a_list_cell_is_refused_not_kept_as_its_printed_text(tmp_path: Path, suf
         path.write_text(f'{{{JSONL_ROW}, "prompt_id": "a", "level": [1]}}\n')
     with pytest.raises(TraceFormatError, match=r":1:level=\[1\]: a list, not a number or text"):
         read_trace(path)
+
+
+@pytest.mark.parametrize("ending", ["\n", ""])
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("row", [0, 1])
+def test_a_quote_never_closed_is_an_error_not_the_rest_of_the_file_in_one_cell(
+    tmp_path: Path, ending: str, fast: bool, row: int
+) -> None:
+    """A stray opening quote in a row's last cell made every later line part of that cell: the row
+    kept its width, so the rest of the file was dropped without a word (math100: 299 rows of 800)."""
+    path = tmp_path / "runaway.csv"
+    level = ['"L' if i == row else "L" for i in range(4)]  # this row's quote is never closed
+    rows = [f"0,p,{i},5,{7 + i},{level[i]}" for i in range(4)]
+    header = "step,prompt_id,sample_idx,prompt_tokens,output_tokens,level\n"
+    path.write_text(header + "\n".join(rows) + ending)
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path, fast=fast)
+    assert (info.value.line, info.value.column) == (2 + row, "level")
+    assert "never closed" in str(info.value)
+
+
+def test_a_quoted_cell_spanning_lines_in_the_last_column_is_still_read(tmp_path: Path) -> None:
+    """The check for a quote never closed leaves a closed multi-line cell (last row and column) alone."""
+    path = tmp_path / "multiline.csv"
+    path.write_text('step,prompt_id,sample_idx,prompt_tokens,output_tokens,note\n0,p,0,5,7,"a\nb"\n')
+    for fast in (True, False):
+        (row,) = read_trace(path, fast=fast).rows()
+        assert row.features == {"note": "a\nb"}
