@@ -379,3 +379,17 @@ def test_a_quoted_cell_spanning_lines_in_the_last_column_is_still_read(tmp_path:
     for fast in (True, False):
         (row,) = read_trace(path, fast=fast).rows()
         assert row.features == {"note": "a\nb"}
+
+
+def test_a_key_twice_in_a_jsonl_line_is_an_error_as_a_column_twice_in_a_csv_header(tmp_path: Path) -> None:
+    """json.loads kept the last of a repeated key: ``"output_tokens":7,"output_tokens":9`` read as 9,
+    silently, where a csv header naming a column twice is refused."""
+    path = tmp_path / "twice.jsonl"
+    first = '{"step":0,"prompt_id":"p","sample_idx":0,"prompt_tokens":5,"output_tokens":7}\n'
+    second = (
+        '{"step":0,"prompt_id":"p","sample_idx":1,"prompt_tokens":5,"output_tokens":7,"output_tokens":9}\n'
+    )
+    path.write_text(first + second)
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path)
+    assert (info.value.line, info.value.column) == (2, "output_tokens")
