@@ -39,8 +39,9 @@ _KV_ONLY_FIGURES = ("memory_gib", "memory_utilization")
 # outside them was not written by the learner and is not read.
 LOG_SCALE_BOUNDS = (math.log(MIN_RATIO) - 1e-6, math.log(MAX_RATIO) + 1e-6)
 # Each published plan that gives a worker planned by its learned scale no work multiplies that log
-# scale by this: a worker believed too slow to get work sends no actual that could correct the belief,
-# so it is pulled towards its profile until a plan gives it some (from 50x: 7x, 2.7x, 1.6x, 1.3x).
+# scale's distance from its anchor (``idle_anchors``: its busy peers', else its profile's) by this: a
+# worker believed too slow to get work sends no actual that could correct the belief, so it is pulled
+# towards its peers until a plan gives it some (from 50x their scale: 7x, 2.7x, 1.6x, 1.3x).
 IDLE_DECAY = 0.5
 
 
@@ -67,6 +68,26 @@ def idle_learned(plan: Plan, sources: Mapping[str, str], drained: Collection[str
         for w in plan.workers
         if not w.items and sources.get(w.worker_id) in _BELIEVED and w.worker_id not in drained
     ]
+
+
+def idle_anchors(
+    worker_ids: Sequence[str],
+    fingerprints: Sequence[str],
+    own: Mapping[str, tuple[float, int]],
+    idle: Collection[str],
+) -> dict[str, float]:
+    """The log scale each ``idle`` worker is pulled towards (``IDLE_DECAY``): the one it would be
+    planned with unmeasured, lent by the workers of the request that are not idle (``peer_scales``:
+    its profile's peers, else the fleet), or its profile's 0 when none of them is measured.
+
+    Not the profile's 0 alone: in a fleet that runs faster than its datasheets (engine-sim at
+    ``--time-scale 0.01`` ran ~0.05), a worker learned at 2x its profile is 40x slower than its
+    peers, and a pull towards 1.0 left it 20x slower for good: never given work, never measured
+    (a walk-through's H100 went from 0.09 to 0.93 in four plans, idle at each). Idle workers lend
+    nothing, or a group of workers all believed slow would anchor each other where they are."""
+    measured = {wid: scale for wid, scale in own.items() if wid not in idle}
+    lent = peer_scales(worker_ids, fingerprints, measured)
+    return {wid: math.log(lent[wid][0]) if wid in lent else 0.0 for wid in idle}
 
 
 def peer_scales(

@@ -25,9 +25,12 @@ decoded alone, and mistaking that for a slow worker would mislead every later pl
 
 Only workers that run something are measured, and a plan gives nothing to a worker it believes far
 too slow: a wrong belief (a bad day, a neighbour since gone) would last forever. So each published
-plan that leaves a worker idle while planning it by its learned scale multiplies that log scale by
-``IDLE_DECAY`` (towards its profile's 0: 20x, 4.5x, 2.1x, 1.45x), until a plan finds the worker worth
-some work and its actuals re-measure it; a still-slow worker is learned slow again by them. A plan
+plan that leaves a worker idle while planning it by its learned scale multiplies that log scale's
+distance from its anchor by ``IDLE_DECAY`` (20x the anchor: 4.5x, 2.1x, 1.45x), until a plan finds the
+worker worth some work and its actuals re-measure it; a still-slow worker is learned slow again by
+them. The anchor is the scale the workers given work would lend it unmeasured (its profile's peers',
+else the fleet's), its profile's 0 only when none is measured: a fleet 20x faster than its datasheets
+pulled towards 1.0 left its idle worker 20x slower than its peers for good (``idle_anchors``). A plan
 that gives the worker any work leaves its scale alone (its actuals will speak), as do dry runs,
 drained workers and shared-queue plans (every worker pulls from the one FIFO).
 
@@ -78,6 +81,7 @@ from service.speed_model import (
     IDLE_DECAY,
     LOG_SCALE_BOUNDS,
     MIN_SPEED_SAMPLES,
+    idle_anchors,
     learned_scale,
     peer_scales,
     planned_on,
@@ -125,9 +129,9 @@ redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(state))
 return tostring(state.log_scale)
 """
 
-# Pulls an idle worker's learned log scale towards its profile's (0), atomically (replicas may race).
-# ARGV: worker, the fingerprint it was planned with, IDLE_DECAY. A state measured against another
-# profile, or one that does not read, is left alone: plans do not use it.
+# Pulls an idle worker's learned log scale towards its anchor (``idle_anchors``), atomically (replicas
+# may race). ARGV: worker, the fingerprint it was planned with, IDLE_DECAY, the anchor's log scale. A
+# state measured against another profile, or one that does not read, is left alone: plans do not use it.
 _DECAY = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
@@ -136,7 +140,8 @@ if not (ok and type(state) == 'table' and type(state.log_scale) == 'number'
     and state.profile == ARGV[2]) then
   return 0
 end
-state.log_scale = state.log_scale * tonumber(ARGV[3])
+local anchor = tonumber(ARGV[4])
+state.log_scale = anchor + (state.log_scale - anchor) * tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(state))
 return 1
 """
@@ -167,15 +172,27 @@ class SpeedLearner:
         """At publish: record each worker's profile (as planned, time scale excluded), as the one its
         next actuals are measured against and, fingerprinted, as the one ``schedule_id``'s are (a
         trainer may publish the next step on new hardware before it reports this one's). Then pull
-        the learned scale of each ``idle`` worker (``idle_learned``) towards its profile."""
+        the learned scale of each ``idle`` worker (``idle_learned``) towards its anchor: the scale
+        its busy peers would lend it, else its profile's (``idle_anchors``)."""
         model = inventory.model
         pairs = [(w.worker_id, worker_json(w, model)) for w in inventory.workers]
         self._redis.hset(self.workers_key, items=[part for pair in pairs for part in pair])
         planned = {w.worker_id: profile_fingerprint(w, model) for w in inventory.workers}
         meta = keys.schedule_keys(schedule_id, self._prefix).meta
         self._record(keys=[meta], args=[keys.PLANNED_PROFILES, json.dumps(planned, sort_keys=True)])
-        for wid in idle:
-            self._decay(keys=[self.speed_key], args=[wid, planned[wid], IDLE_DECAY])
+        idlers = list(idle)
+        if not idlers:
+            return
+        ids = [w.worker_id for w in inventory.workers]
+        raw = self._redis.hmget(self.speed_key, ids)
+        own = {
+            wid: scale
+            for wid, value in zip(ids, raw, strict=True)
+            if (scale := learned_scale(wid, value, planned[wid])) is not None
+        }
+        anchors = idle_anchors(ids, [planned[wid] for wid in ids], own, idlers)
+        for wid in idlers:
+            self._decay(keys=[self.speed_key], args=[wid, planned[wid], IDLE_DECAY, anchors[wid]])
 
     def learned(self, workers: Sequence[Worker], model: ModelPreset) -> dict[str, tuple[float, str]]:
         """Worker id -> (time scale, source) for ``workers``, against the profiles they are planned

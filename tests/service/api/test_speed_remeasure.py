@@ -3,7 +3,8 @@
 The learner sees only the workers that ran something: a worker learned as 20x slow (a bad day, a
 noisy neighbour since gone) was given nothing by every later plan, and so never sent the actual that
 would have corrected it. Each published plan that leaves such a worker idle now pulls its learned
-scale towards its profile, until a plan gives it work again and its actuals re-measure it.
+scale towards its peers' (its profile's when none is measured), until a plan gives it work again
+and its actuals re-measure it.
 """
 
 from __future__ import annotations
@@ -84,3 +85,23 @@ def test_a_plan_that_is_not_published_does_not_move_a_learned_speed(client: Test
         client.post("/schedule", json=batch_body(workers=2, publish=False))  # a dry run runs nothing
     plan = client.post("/schedule", json=batch_body(workers=2, publish=False)).json()
     assert abs(plan["time_scales"]["w0"] - 20.0) < 1e-6
+
+
+def test_a_worker_believed_slow_in_a_fleet_faster_than_its_profiles_is_measured_again(
+    client: TestClient,
+) -> None:
+    """The pull goes towards the workers that ran the step, not towards the profile's 1.0: in a fleet
+    that runs 20x faster than its datasheets (engine-sim at ``--time-scale 0.01`` ran ~0.05), a
+    worker learned at 2x its profile is 40x slower than its peers, and a pull towards 1.0 left it
+    20x slower for good (a walk-through's H100 was pulled from 0.09 to 0.93, idle every step)."""
+    client.post("/schedule", json=batch_body(workers=2))
+    slow = [actual_report(0, p, 0, worker="w0", slowdown=2.0) for p in range(8)]
+    fast = [_on_time_on_the_ascend(actual_report(0, p, 1, worker="w1")) for p in range(8)]
+    for report in fast:
+        report["wall_time_s"] *= 0.05  # the fleet runs 20x faster than its profile
+    client.post("/actuals", json={"actuals": slow + fast})
+
+    plans = [client.post("/schedule", json=batch_body(workers=2)).json() for _ in range(STEPS)]
+
+    assert not plans[0]["assignments"]["w0"]  # believed too slow to be worth any work
+    assert any(plan["assignments"]["w0"] for plan in plans), [p["time_scales"]["w0"] for p in plans]
