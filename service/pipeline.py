@@ -274,7 +274,7 @@ def publish(
 ) -> ScheduleResponse | None:
     """Write the plan's queues (with each prompt's payload) for the sidecars; remember worker profiles
     (as the fleet's and this schedule's), and pull the learned speed of each ``idle`` worker (planned
-    by it and given nothing) towards its profile, so that it is measured again (``service/speeds.py``).
+    by it and given nothing) towards its busy peers', so that it is measured again (``service/speeds.py``).
     Under a caller-chosen id, the work's digest and ``response`` (the answer a retry replays) are
     stored in the same atomic step as the schedule. None once published.
 

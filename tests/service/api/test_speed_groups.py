@@ -110,7 +110,7 @@ def test_grouping_workers_of_equal_learned_speeds_changes_no_plan(client: TestCl
 
 def test_a_group_believed_very_slow_is_measured_again_as_a_lone_worker_is(client: TestClient) -> None:
     """Both H100s learned ~20x slow plan as one group, given nothing beside the Ascends: each published
-    plan that leaves them idle pulls their scales towards the profile, as it does a lone worker's."""
+    plan that leaves them idle pulls their scales towards the Ascends', as it does a lone worker's."""
     fleet = batch_body(workers=4)  # w0, w2 H100s; w1, w3 Ascend 910Bs
     client.post("/schedule", json=fleet)
     slow = [
