@@ -28,7 +28,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from predictors.traceio import check_input_file, check_unique, jsonl_objects, read_renamed, utf8_rows
+from predictors.jsonlobjects import jsonl_objects
+from predictors.traceio import check_input_file, check_unique, read_renamed, utf8_rows
 from predictors.tracetable import Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
 from scheduler.trace import (
