@@ -149,7 +149,6 @@ def sidecar(
     log_level: LogLevelFlag = "INFO",
 ) -> None:
     """Validate the flags, then serve until SIGTERM; print the final counters as one JSON line."""
-    from service import logs
     from service.sidecar.launch import SidecarOptions
 
     options = SidecarOptions(
@@ -178,13 +177,22 @@ def sidecar(
         health_port=health_port,
         health_host=health_host,
     )
+    _run(options, log_level, (device, model, num_gpus))
+
+
+def _run(options: SidecarOptions, log_level: str, kv_source: tuple[str | None, str, int]) -> None:
+    """The command once its flags are gathered: a flag that makes no sense is one line on stderr and
+    exit code 2 before anything connects; otherwise serve until SIGTERM and print the final counters
+    as one JSON line."""
+    from service import logs
+
     try:
-        options = _checked(options, log_level, (device, model, num_gpus))
+        options = _checked(options, log_level, kv_source)
     except ValueError as exc:
         typer.echo(f"sidecar: {exc}", err=True)
         raise typer.Exit(2) from None
-    logs.configure(log_level.upper(), fields={"worker_id": worker_id})
-    typer.echo(json.dumps({"worker_id": worker_id, **asdict(_serve(options))}))
+    logs.configure(log_level.upper(), fields={"worker_id": options.worker_id})
+    typer.echo(json.dumps({"worker_id": options.worker_id, **asdict(_serve(options))}))
 
 
 def _checked(
