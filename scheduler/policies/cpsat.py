@@ -200,7 +200,6 @@ class CpSatPolicy:
         The counts are the band model's, solved here, or ``solved``; under prefix affinity the
         model's own are followed by shifted ones (``_cap_band_rounds``).
         """
-        reserve = request.kv_admission
         round_cost = ROUND_FIXED_S + ROUND_COST * lpt_phase  # re-does both, and solves
         if deadline - clock.now() < round_cost:
             return best, assignment  # a round would overrun the budget: keep the lpt plan
@@ -219,15 +218,10 @@ class CpSatPolicy:
             round_started = clock.now()
             if round_index and deadline - round_started < round_cost:
                 break
-            try:
-                banded = lpt_assignment(problem, tiers, band, scale, deadline=stop, cap_s=cap_s)
-                if clock.now() > stop:  # placement checks its clock every listrun.CHECK_EVERY units
-                    break  # and ordering's first pass is unchecked (~25 ms at 32,768): past ``stop``,
-                    # both together ended rounds up to ~10 ms past the budget
-                queues, finishes = order_queues(problem, banded, reserve, deadline=stop)
-            except BudgetSpent:
+            played = _round(problem, request.kv_admission, tiers, band, scale, cap_s, stop, deadline)
+            if played is None:
                 break  # the round would end past the budget: keep the best plan so far
-            queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)
+            banded, queues, finishes = played
             if max(finishes) < max(best.finish_s):
                 best, assignment = Placement(queues, levels.status, finish_s=finishes), banded
             round_cost = max(round_cost, clock.now() - round_started)
@@ -342,6 +336,31 @@ class CpSatPolicy:
             return None
         pairs = [(representative(problem.costs, members), len(members)) for members in kinds]
         return solve_levels(problem.units, pairs, upper_s, remaining * LEVELS_SHARE, request.seed)
+
+
+def _round(
+    problem: Problem,
+    reserve: bool,
+    tiers: Sequence[int],
+    band: Sequence[int],
+    scale: list[float] | None,
+    cap_s: float | None,
+    stop: float,
+    deadline: float,
+) -> tuple[list[list[int]], tuple[tuple[int, ...], ...], tuple[float, ...]] | None:
+    """One round of ``CpSatPolicy._rounds``: the units placed in their bands' tiers (estimates times
+    ``scale``, those past ``cap_s`` last), ordered, the last worker's queue refined; the assignment,
+    queues and finishes, or None where placing and ordering would end past ``stop``."""
+    try:
+        banded = lpt_assignment(problem, tiers, band, scale, deadline=stop, cap_s=cap_s)
+        if clock.now() > stop:  # placement checks its clock every listrun.CHECK_EVERY units
+            return None  # and ordering's first pass is unchecked (~25 ms at 32,768): past ``stop``,
+            # both together ended rounds up to ~10 ms past the budget
+        queues, finishes = order_queues(problem, banded, reserve, deadline=stop)
+    except BudgetSpent:
+        return None
+    queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)
+    return banded, queues, finishes
 
 
 def _robust(
