@@ -1,13 +1,13 @@
 """Odd input to ``plan``: a plan that keeps its promises, or ``InvalidInputError`` naming the part at fault.
 
-``test_validation`` names one bad field at a time and ``test_extremes`` plans at the corners of what
-validation accepts; these draw where neither goes. One part of a valid request is replaced by an odd
-value of any type (NaN, a bool where an int belongs, None, a string where a set belongs, a huge or
-vanishing number), and requests validation accepts carry odd values wherever it allows them
-(vanishing and huge quantiles, p90 far below p50, one-token caches, 65,536 slots, ids with ``#`` in
-them, exclusions, pins, budgets of a nanosecond). Longer runs of the same strategies found the bugs
-the regression tests of ``test_validation`` name (a None ``excluded_workers``, a ``kv_admission`` of
-0.5, a custom model with no KV size).
+``test_validation`` and ``test_validation_types`` name one bad field at a time and ``test_extremes``
+plans at the corners of what validation accepts; these draw where none of them goes. One part of a
+valid request is replaced by an odd value of any type (NaN, a bool where an int belongs, None, a
+string where a set belongs, a huge or vanishing number), and requests validation accepts carry odd
+values wherever it allows them (vanishing and huge quantiles, p90 far below p50, one-token caches,
+65,536 slots, ids with ``#`` in them, exclusions, pins, budgets of a nanosecond). Longer runs of the
+same strategies found the bugs the regression tests of ``test_validation_types`` name (a None
+``excluded_workers``, a ``kv_admission`` of 0.5, a custom model with no KV size).
 """
 
 from __future__ import annotations
