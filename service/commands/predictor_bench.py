@@ -25,7 +25,13 @@ if TYPE_CHECKING:
 
 
 def bench_predictor(
-    rows: Annotated[int, typer.Option(min=1, help="Rows in the generated training trace.")] = 1_000_000,
+    rows: Annotated[
+        int,
+        typer.Option(
+            help="Rows in the generated training trace: whole prompts of --steps x --samples rows each "
+            "(rounded down; the report's rows is what was fitted), at least one."
+        ),
+    ] = 1_000_000,
     predict_rows: Annotated[int, typer.Option(min=1, help="Trajectories per predict call.")] = 32_768,
     steps: Annotated[int, typer.Option(min=2, help="Steps (epochs) the training rows span.")] = 8,
     samples: Annotated[int, typer.Option(min=1, help="Samples per prompt per step.")] = 8,
@@ -39,7 +45,7 @@ def bench_predictor(
     """Time fit and predict at the issue's sizes; prints medians in seconds and milliseconds."""
     from predictors.model import FitConfig, fit
 
-    prompts = max(1, rows // (steps * samples))
+    prompts = _prompts(rows, steps, samples)
     started = time.perf_counter()
     trace = _generated(profile, prompts, samples, steps, 0, None)
     generate_s = time.perf_counter() - started
@@ -63,6 +69,21 @@ def bench_predictor(
         return
     for key, value in report.items():
         typer.echo(f"{key:>26}: {value}")
+
+
+def _prompts(rows: int, steps: int, samples: int) -> int:
+    """The prompts a trace of ``rows`` rows holds, each seen ``samples`` times at every step; or one
+    line and exit 2 for fewer rows than one prompt takes. ``--rows 1`` had fitted 64 rows without a
+    word (and ``--rows 0`` too), so a figure measured at a size nobody asked for read as that size."""
+    least = steps * samples
+    if rows < least:
+        typer.echo(
+            f"bench predictor: --rows={rows}: must be >= {least} "
+            f"(one prompt: --steps {steps} x --samples {samples} rows)",
+            err=True,
+        )
+        raise typer.Exit(2)
+    return rows // least
 
 
 def _predict_times(
