@@ -45,6 +45,7 @@ from service.sidecar.holdings import Held, Holdings, lease_id
 # re-exported (``X as X``): the runner, the pull API, the metrics and the tests import them from here
 from service.sidecar.session_settings import SessionSettings as SessionSettings
 from service.sidecar.session_settings import SessionStats as SessionStats
+from service.sidecar.session_settings import heartbeat_every_s
 
 log = logging.getLogger("service.sidecar")
 RELEASE_GRACE_S = 2.0  # past the drain timeout, for releasing what did not finish (one round trip)
@@ -72,6 +73,7 @@ class WorkerSession:
     _last_reap: dict[str, float] = field(default_factory=dict, init=False)
     _damaged: set[str] = field(default_factory=set, init=False)  # schedules whose scripts fail (logged)
     _heartbeats_failing: bool = field(default=False, init=False)  # the outage is logged once
+    _warned: set[str] = field(default_factory=set, init=False)  # configuration warnings logged once
     # schedules found cancelled (told once), oldest first; the newest CANCELLED_KEPT are kept, not pruned
     # with the inbox: a pull worker may report a cancelled item long after the sidecar dropped its lease
     _cancelled: dict[str, None] = field(default_factory=dict, init=False)
@@ -194,12 +196,15 @@ class WorkerSession:
         self.stats.reaped += report.requeued + report.dead_lettered
 
     def heartbeat_interval(self) -> float:
-        """Seconds between heartbeats: a third of the shortest lease TTL held (or known)."""
-        if self.settings.heartbeat_interval_s is not None:
-            return self.settings.heartbeat_interval_s
+        """Seconds between heartbeats: a third of the shortest lease TTL held (or known), or the
+        configured interval while it is shorter than that TTL (``heartbeat_every_s``)."""
         held = self.holdings.schedules() or set(self._infos)
         ttls = [self._infos[s].lease_ttl_ms for s in held if s in self._infos]
-        return min(ttls) / 3000 if ttls else 1.0
+        every_s, warning = heartbeat_every_s(self.settings.heartbeat_interval_s, ttls)
+        if warning is not None and warning not in self._warned:  # once per TTL, not once per beat
+            self._warned.add(warning)
+            log.warning(warning)
+        return every_s
 
     @property
     def heartbeats_failing(self) -> bool:

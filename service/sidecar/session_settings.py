@@ -16,8 +16,32 @@ class SessionSettings:
     worker_id: str  # this worker's id, as the plan names it
     steal: bool = True  # take work from the busiest queue when the own queue is empty
     reap_when_idle: bool = True  # expire lapsed leases of a schedule this worker finds empty
-    heartbeat_interval_s: float | None = None  # None: a third of the shortest held lease TTL
+    # None: a third of the shortest held lease TTL; one not shorter than that TTL is not kept to
+    # (``heartbeat_every_s``)
+    heartbeat_interval_s: float | None = None
     retry_for_s: float = 60.0  # how long to retry a completion/release through Redis outages
+
+
+def heartbeat_every_s(configured_s: float | None, lease_ttls_ms: list[int]) -> tuple[float, str | None]:
+    """Seconds between heartbeats, and the warning to log once when ``configured_s`` is not kept to.
+
+    Default: a third of the shortest lease TTL among ``lease_ttls_ms`` (1 s while none is known).
+    ``--heartbeat-interval`` overrides it, except when it is not shorter than that TTL: every lease
+    would then lapse between two heartbeats, its item run again elsewhere and its attempts spent
+    while the engine was still on it. The two settings cannot be checked together when either is
+    set: the TTL is the service's (``ROLLOUT_LEASE_TTL_MS``), carried by each schedule it publishes,
+    so the sidecar learns it only from the schedules it meets. It heartbeats at the default then."""
+    shortest_ms = min(lease_ttls_ms, default=None)
+    default_s = 1.0 if shortest_ms is None else shortest_ms / 3000
+    if configured_s is None:
+        return default_s, None
+    if shortest_ms is None or configured_s * 1000 < shortest_ms:
+        return configured_s, None
+    return default_s, (
+        f"--heartbeat-interval={configured_s:g}s is not shorter than the lease TTL of a schedule held "
+        f"(ROLLOUT_LEASE_TTL_MS={shortest_ms}): every lease would lapse between two heartbeats; "
+        f"heartbeating every {default_s:g}s (a third of the TTL) instead"
+    )
 
 
 @dataclass

@@ -1,0 +1,64 @@
+"""How often a sidecar heartbeats: never so seldom that the leases it holds lapse between beats."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+import redis
+
+from service.delivery.protocol import Delivery
+from service.delivery.reaper import Reaper
+from service.sidecar.holdings import Holdings
+from service.sidecar.session import SessionSettings, WorkerSession
+from service.sidecar.session_settings import heartbeat_every_s
+from tests.service.delivery.conftest import schedule
+
+TTL_MS = 300
+
+
+def test_a_heartbeat_interval_past_the_lease_ttl_keeps_the_leases_and_is_warned_about_once(
+    redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """--heartbeat-interval 1 against a service's ROLLOUT_LEASE_TTL_MS=300 was kept to: each lease
+    lapsed between two heartbeats, so a live worker lost every item it ran."""
+    delivery = Delivery(redis_client)
+    delivery.publish(schedule("s", {"w": 1}, ttl_ms=TTL_MS))
+    session = WorkerSession(delivery, Holdings(4), SessionSettings("w", heartbeat_interval_s=1.0))
+    assert len(asyncio.run(session.claim(4))) == 1
+    reaper = Reaper(delivery, interval_s=0.02).start()  # the service's, taking back lapsed leases
+    try:
+        with caplog.at_level(logging.WARNING, logger="service.sidecar"):
+            until = time.monotonic() + 3 * TTL_MS / 1000
+            while time.monotonic() < until:  # the runner's heartbeat loop
+                time.sleep(session.heartbeat_interval())
+                assert asyncio.run(session.heartbeat()) == []  # no lease lost
+    finally:
+        reaper.stop()
+    assert session.stats.lost == 0
+    assert [r.getMessage() for r in caplog.records] == [
+        f"--heartbeat-interval=1s is not shorter than the lease TTL of a schedule held "
+        f"(ROLLOUT_LEASE_TTL_MS={TTL_MS}): every lease would lapse between two heartbeats; "
+        "heartbeating every 0.1s (a third of the TTL) instead"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("configured_s", "ttls_ms", "every_s"),
+    [
+        (None, [], 1.0),  # no schedule known yet
+        (None, [30_000, 3_000], 1.0),  # a third of the shortest TTL
+        (5.0, [30_000], 5.0),  # an interval shorter than the TTL is the operator's to choose
+        (0.05, [], 0.05),
+        (30.0, [30_000], 10.0),  # equal to the TTL: lapses between beats
+        (60.0, [30_000, 90_000], 10.0),
+    ],
+)
+def test_the_heartbeat_interval_is_the_configured_one_only_while_shorter_than_the_lease_ttl(
+    configured_s: float | None, ttls_ms: list[int], every_s: float
+) -> None:
+    interval, warning = heartbeat_every_s(configured_s, ttls_ms)
+    assert interval == pytest.approx(every_s)
+    assert (warning is None) == (configured_s is None or configured_s == every_s)
