@@ -15,8 +15,10 @@ rolling the service (a rolling update, no downtime); fleets change far less ofte
 
 A plain ``token`` (no ``=``), the only form before bindings, stays accepted as an *unbound* worker
 token (any worker, as a trainer token may), so an upgrade changes nothing; ``serve`` warns about
-each at start. An entry with more than one ``=`` is refused at start: a token may not contain ``=``
-(``openssl rand -hex 32`` never does), so a padded base64 token is never silently read as a binding.
+each at start. A token may not contain ``=`` (``openssl rand -hex 32`` never does), so an entry is
+split at its *last* ``=``: a worker id may hold ``=`` (the API's name rule allows it, and such a
+worker must be bindable too: ``a=b=T`` binds ``T`` to ``a=b``), and a padded base64 token
+(``...==``) leaves nothing after the last ``=``, so it is refused at start, never read as a binding.
 Every refusal names the entry by position only: its text may be a secret.
 """
 
@@ -53,18 +55,19 @@ def _parts(text: str) -> list[str]:
 
 
 def _entry(index: int, text: str) -> WorkerToken:
-    """Entry ``index`` (1-based): ``token`` or ``worker_id=token``."""
+    """Entry ``index`` (1-based): ``token`` or ``worker_id=token``, split at the last ``=`` (a token
+    holds none; a worker id may)."""
     where = f"{VARIABLE} entry {index}"
-    if text.count("=") > 1:
-        raise ValueError(f"{where} has more than one '=': write worker_id=token (a token may not hold '=')")
-    worker_id, sep, token = (part.strip() for part in text.partition("="))
+    worker_id, sep, token = (part.strip() for part in text.rpartition("="))
     if not sep:
-        return WorkerToken(token=check_token(worker_id), worker_id=None)
+        return WorkerToken(token=check_token(token), worker_id=None)
     if not token:
-        raise ValueError(f"{where} has no token after '=': write worker_id=token")
+        raise ValueError(
+            f"{where} has no token after its last '=': write worker_id=token (a token may not hold '=')"
+        )
     why = name_error(worker_id)
     if why is not None:
-        raise ValueError(f"{where}: the part before '=' is not a worker id ({why})")
+        raise ValueError(f"{where}: the part before the last '=' is not a worker id ({why})")
     return WorkerToken(token=check_token(token), worker_id=worker_id)
 
 

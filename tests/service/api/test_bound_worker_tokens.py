@@ -97,13 +97,21 @@ def test_entries_read_as_plain_or_bound_tokens() -> None:
     ]
 
 
+def test_a_worker_id_holding_an_equals_sign_is_bound_by_the_last_one() -> None:
+    """A token holds no '=', so the last one ends the worker id: ids the API takes ("a=b", by its
+    name rule) had been refused as "more than one '='", leaving such a worker no bound token."""
+    assert parse_worker_tokens("rack=1/gpu0=tok") == [WorkerToken("tok", "rack=1/gpu0")]
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("ok,padded==", "entry 2 has more than one '='"),  # a padded base64 token is never a binding
-        ("w0=", "entry 1 has no token after '='"),
-        ("bad id=tok", "entry 1: the part before '=' is not a worker id"),
-        ("=tok", "entry 1: the part before '=' is not a worker id"),
+        ("ok,padded==", "entry 2 has no token after its last '='"),  # a padded base64 token: no binding
+        ("w0=tok=", "entry 1 has no token after its last '='"),
+        ("w0=", "entry 1 has no token after its last '='"),
+        ("bad id=tok", "entry 1: the part before the last '=' is not a worker id"),
+        ("bad id=x=tok", "entry 1: the part before the last '=' is not a worker id"),
+        ("=tok", "entry 1: the part before the last '=' is not a worker id"),
         ("w0=t\u00e9st", "printable ASCII"),
         ("tok,w0=tok", "both unbound and bound"),
     ],
