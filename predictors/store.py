@@ -46,11 +46,17 @@ class ModelStore:
         self.root = Path(root)
 
     def versions(self) -> list[int]:
-        """Complete versions present, ascending."""
-        if not self.root.is_dir():
+        """Complete versions present, ascending; none while the store's folder is not made yet.
+
+        A store that cannot be listed raises its ``OSError``, a path that names no folder too (the
+        volume it was on replaced by a file): read as "no versions", it made every replica drop the
+        model it served for the fallbacks, as if an operator had withdrawn every version."""
+        try:
+            entries = list(self.root.iterdir())
+        except FileNotFoundError:
             return []
         found = []
-        for entry in self.root.iterdir():
+        for entry in entries:
             match = _VERSION_DIR.match(entry.name)
             if match and all((entry / f).is_file() for f in _FILES):
                 found.append(int(match.group(1)))

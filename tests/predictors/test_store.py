@@ -176,6 +176,19 @@ def test_a_store_that_cannot_be_listed_keeps_the_model_held_and_is_reported(
     assert [error.field for error in told] == ["model_store"]
 
 
+def test_a_store_whose_path_names_no_folder_is_not_read_as_an_empty_one(tmp_path: Path) -> None:
+    """Its volume replaced by a file, the store listed no version, and every replica dropped the
+    model it served for the fallbacks, as if an operator had removed every version."""
+    store, predictor = _two_versions(tmp_path / "volume" / "models")
+    shutil.move(tmp_path / "volume", tmp_path / "away")
+    (tmp_path / "volume").write_text("not a folder")
+    with pytest.raises(NotADirectoryError):
+        store.versions()
+    assert not predictor.reload(store)
+    assert predictor.model_version == 2
+    assert ModelStore(tmp_path / "not-made-yet").versions() == []
+
+
 def test_a_removed_versions_number_is_not_handed_out_again(tmp_path: Path) -> None:
     store, predictor = _two_versions(tmp_path)
     shutil.rmtree(store.path(2))
