@@ -19,12 +19,13 @@ import time
 from collections.abc import Sequence
 
 from predictors.history import History
-from predictors.model import fit
+from predictors.model import FittedModel, fit
 from predictors.predictor import LengthPredictor, Predictions
 from predictors.queries import Query, QueryBatch
 from predictors.store import ModelStore
 from scheduler.errors import InvalidInputError
 from service.actuals import ActualsLog
+from service.problems import ModelStoreError
 
 _log = logging.getLogger("service.models")
 RELOAD_EVERY_S = 1.0  # how often a request checks the store for a version another replica wrote
@@ -125,9 +126,33 @@ class ModelService:
             raise InvalidInputError("history", 0, "no actuals have been reported yet")
         model = fit(self.predictor.history)
         with self._swap_lock:  # not while fitting: requests reload meanwhile
-            version = self.store.save(model)
+            version = self._saved(model)
             self.predictor.use_model(model, version, self.store.stamp(version))
-        self.store.prune(self.keep)
+        self._prune()
         took = time.perf_counter() - started
         _log.info("retrained", extra={"model_version": self.version, "rows": self.rows, "seconds": took})
         return version, took
+
+    def stored_versions(self) -> list[int]:
+        """The store's complete versions; ``ModelStoreError`` (503) naming the store where it cannot be
+        listed (the model held keeps serving: ``reload`` leaves it in place)."""
+        try:
+            return self.store.versions()
+        except OSError as error:
+            raise ModelStoreError(f"model store {self.store.root} cannot be listed ({error})") from error
+
+    def _saved(self, model: FittedModel) -> int:
+        """Store ``model`` as a new version; ``ModelStoreError`` naming the store where it cannot be
+        written (a lost or read-only volume, a full disk), not a bare ``OSError`` (a 500)."""
+        try:
+            return self.store.save(model)
+        except OSError as error:
+            raise ModelStoreError(f"model store {self.store.root} cannot be written ({error})") from error
+
+    def _prune(self) -> None:
+        """Trim the store to ``keep`` versions. The new version is stored and serving by now, so a
+        store that cannot be listed here fails nothing: the next retrain prunes."""
+        try:
+            self.store.prune(self.keep)
+        except OSError as error:
+            _log.warning("model store %s: old versions not pruned (%s)", self.store.root, error)

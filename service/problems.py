@@ -79,6 +79,11 @@ class UnavailableError(ServiceError):
     """A dependency (Redis, the model) cannot serve right now; retrying later will work."""
 
 
+class ModelStoreError(UnavailableError):
+    """The model store (``ROLLOUT_MODEL_DIR``) cannot be listed or written: a lost or read-only
+    volume. Its detail names the store; the model in memory keeps serving meanwhile."""
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     """How one exception type is answered."""
@@ -99,6 +104,7 @@ PROBLEMS: tuple[tuple[type[Exception], Problem], ...] = (
     (UnknownScheduleError, Problem(404, "Unknown schedule", "unknown-schedule")),
     (ConflictError, Problem(409, "Conflict", "conflict")),
     (ScheduleConflictError, Problem(409, "Conflict", "conflict")),
+    (ModelStoreError, Problem(503, "Model store unavailable", "model-store-unavailable")),
     (UnavailableError, Problem(503, "Service unavailable", "unavailable")),
     # a Redis older than 7.0: only an upgrade and a restart of the service fix it (no Retry-After)
     (RedisTooOldError, Problem(503, "Redis too old", "redis-too-old")),

@@ -29,7 +29,7 @@ from scheduler.errors import InvalidInputError
 from service.delivery import keys
 from service.metrics import Metrics
 from service.models import ModelService
-from service.problems import ConflictError
+from service.problems import ConflictError, ServiceError
 from service.redis_conn import RedisClient
 
 _log = logging.getLogger("service.retrain")
@@ -95,9 +95,10 @@ class Retrainer:
         """Retrain synchronously; ``ConflictError`` (409) when one is already running or data is too thin.
 
         Every attempt is counted by outcome (``ok``, ``busy``, ``insufficient_data``, ``error``), the
-        on-demand ones too, so a failing store shows on the dashboard and not only in a 500. A
+        on-demand ones too, so a failing store shows on the dashboard and not only in a 503. A
         retrain done logs one ``retrain done`` line (version, rows, seconds, and ``trigger``:
-        ``request`` or ``step``), so a slow or surprising model swap is found in the log."""
+        ``request`` or ``step``), so a slow or surprising model swap is found in the log; one that
+        fails logs one ``retrain failed`` line with its reason (``_log_failure``), on either trigger."""
         if not self._running.acquire(blocking=False):
             self._metrics.retrains.labels("busy").inc()
             raise ConflictError("a retrain is already running in this replica")
@@ -105,8 +106,9 @@ class Retrainer:
             result = self._locked_retrain()
         except ConflictError:
             raise  # counted where it was decided
-        except Exception:
+        except Exception as error:
             self._metrics.retrains.labels("error").inc()
+            _log_failure(trigger, error)
             raise
         finally:
             self._running.release()
@@ -205,8 +207,24 @@ class Retrainer:
             self.retrain_now("step")
         except ConflictError as error:
             _log.info("automatic retrain skipped: %s", error.detail)
-        except Exception:  # counted by retrain_now
-            _log.exception("automatic retrain failed")
+        except Exception:
+            return  # counted and logged ("retrain failed") by retrain_now
+
+
+def _log_failure(trigger: str, error: Exception) -> None:
+    """The one ``retrain failed`` line, its reason in it (the store's path where the store failed).
+
+    A store or Redis fault is the line alone: expected in operation, and what to fix is in the
+    reason. Anything else is a bug, and keeps its traceback where nothing else logs one: a failed
+    automatic retrain (a request's 500 is logged by the server, traceback and all)."""
+    expected = isinstance(error, (ServiceError, redis.RedisError))
+    reason = error.detail if isinstance(error, ServiceError) else _brief(error)
+    _log.error(
+        "retrain failed: %s",
+        reason,
+        extra={"trigger": trigger},
+        exc_info=not expected and trigger != "request",
+    )
 
 
 def _brief(error: Exception) -> str:

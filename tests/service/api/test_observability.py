@@ -155,10 +155,10 @@ def test_a_failed_on_demand_retrain_is_counted_as_an_error(make_client: AppFacto
     assert client.post("/actuals", json={"actuals": actual_history(steps=2)}).status_code == 200
     shutil.rmtree(tmp_path / "models", ignore_errors=True)
     (tmp_path / "models").write_text("not a folder")  # replaced under the running service
-    assert client.post("/models/retrain").status_code == 500
+    assert client.post("/models/retrain").status_code == 503  # the store named, not a bare 500
     text = client.get("/metrics").text
     assert 'rollout_retrains_total{outcome="error"} 1.0' in text
-    assert 'rollout_http_requests_total{method="POST",route="/models/retrain",status="500"} 1.0' in text
+    assert 'rollout_http_requests_total{method="POST",route="/models/retrain",status="503"} 1.0' in text
 
 
 def test_queue_depths_skip_a_schedule_that_expired_and_keep_the_others(
