@@ -36,7 +36,14 @@ WorkerIdFlag = Annotated[str, typer.Option(help="This worker's id, as the invent
 EngineUrlFlag = Annotated[
     str | None, typer.Option(help="Engine base URL (push mode), e.g. http://127.0.0.1:8000.")
 ]
-RedisUrlFlag = Annotated[str | None, typer.Option(envvar="REDIS_URL", help="Redis URL.")]
+# Both names the service reads (``Settings.redis_url``), the first one set winning as there
+RedisUrlFlag = Annotated[
+    str | None,
+    typer.Option(
+        envvar=["REDIS_URL", "ROLLOUT_REDIS_URL"],
+        help="Redis URL, the service's: REDIS_URL, else ROLLOUT_REDIS_URL.",
+    ),
+]
 RedisPasswordFlag = Annotated[
     str | None,
     typer.Option(
@@ -263,7 +270,7 @@ def _check(
     from service.redis_conn import check_redis_url_flag, describe
 
     if not url:
-        raise ValueError("no Redis: pass --redis-url or set REDIS_URL")
+        raise ValueError("no Redis: pass --redis-url or set REDIS_URL (or ROLLOUT_REDIS_URL)")
     check_redis_url_flag(url)
     if (engine_url is None) == (pull_api is None):
         raise ValueError("pass exactly one of --engine-url (push mode) or --pull-api PORT (pull mode)")

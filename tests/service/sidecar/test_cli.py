@@ -84,11 +84,33 @@ def test_bad_flags_get_one_line_naming_the_problem_and_exit_status_2(
     args: list[str], message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("ROLLOUT_REDIS_URL", raising=False)
     result = CliRunner().invoke(_app(), args)
     assert result.exit_code == 2
     assert message in result.output
     assert "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("env", "read"),
+    [
+        ({"ROLLOUT_REDIS_URL": "http://rollout-name"}, "http://rollout-name"),
+        ({"REDIS_URL": "http://plain-name"}, "http://plain-name"),
+        ({"REDIS_URL": "http://plain-name", "ROLLOUT_REDIS_URL": "http://rollout-name"}, "http://plain-name"),
+    ],
+)
+def test_the_sidecar_reads_the_redis_url_under_both_names_the_service_does_redis_url_first(
+    env: dict[str, str], read: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It read ``REDIS_URL`` alone: a deployment that named the service's Redis ``ROLLOUT_REDIS_URL``
+    (``Settings`` takes both, ``REDIS_URL`` first) started its sidecars with "no Redis". The URLs
+    here are refused on purpose: the refusal names the one that was read, before anything connects."""
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("ROLLOUT_REDIS_URL", raising=False)
+    result = CliRunner().invoke(_app(), ["sidecar", "--worker-id", "w", "--engine-url", "http://e"], env=env)
+    assert result.exit_code == 2
+    assert f"redis_url={read!r}: expected redis://" in result.output
 
 
 @pytest.mark.parametrize(
