@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from pathlib import Path
@@ -39,6 +40,18 @@ def test_a_retrain_leaves_only_the_newest_versions_configured(make_client: AppFa
     for _ in range(3):
         assert client.post("/models/retrain").status_code == 200
     assert client.get("/models").json()["stored_versions"] == ["v2", "v3"]
+
+
+def test_a_retrain_without_new_actuals_still_stores_a_version_of_the_same_boosters(
+    client: TestClient, tmp_path: Path
+) -> None:
+    """On purpose (docs/api.md): a 200 always names a version stored now; the store stays bounded."""
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    assert [client.post("/models/retrain").json()["version"] for _ in range(2)] == ["v1", "v2"]
+    store = tmp_path / "models"  # the conftest's store
+    first, second = (json.loads((store / v / "metadata.json").read_text()) for v in ("v000001", "v000002"))
+    assert first["checksums"] == second["checksums"]
+    assert {key for key in first if first[key] != second[key]} <= {"fit_seconds"}
 
 
 def test_features_named_and_typed_any_way_by_workers_never_break_a_retrain(client: TestClient) -> None:
