@@ -170,6 +170,9 @@ def _validate_group_pins(request: PlanRequest, allowed: dict[str, int]) -> None:
     for index, trajectory in enumerate(request.trajectories):
         pinned = pins.get(trajectory.group)
         need = trajectory.prompt_tokens + trajectory.max_new_tokens
+        if pinned is not None:
+            where = f"worker {pinned}'s KV capacity {allowed[pinned]} (group {trajectory.group}'s pin)"
+            _require_prompt_room(trajectory, f"trajectories[{index}]", allowed[pinned], where)
         if pinned is not None and need > allowed[pinned]:
             raise InvalidInputError(
                 f"trajectories[{index}].max_new_tokens",
@@ -186,6 +189,7 @@ def _validate_fit(
     need = trajectory.prompt_tokens + trajectory.max_new_tokens
     pinned = trajectory.pinned_worker
     if pinned is None:
+        _require_prompt_room(trajectory, path, largest, f"every allowed worker's KV capacity (max {largest})")
         if need > largest:
             raise InvalidInputError(
                 f"{path}.max_new_tokens",
@@ -197,11 +201,25 @@ def _validate_fit(
         raise InvalidInputError(f"{path}.pinned_worker", pinned, "names no worker of the inventory")
     if pinned not in allowed:
         raise InvalidInputError(f"{path}.pinned_worker", pinned, "names an excluded worker")
+    where = f"pinned worker {pinned}'s KV capacity {allowed[pinned]}"
+    _require_prompt_room(trajectory, path, allowed[pinned], where)
     if need > allowed[pinned]:
         raise InvalidInputError(
             f"{path}.max_new_tokens",
             trajectory.max_new_tokens,
             f"prompt+max_new_tokens={need} exceeds pinned worker {pinned}'s KV capacity {allowed[pinned]}",
+        )
+
+
+def _require_prompt_room(trajectory: Trajectory, path: str, capacity: int, where: str) -> None:
+    """A prompt that alone fills ``capacity`` leaves no room for even one generated token: the prompt
+    is at fault, and no cap would fit, so the error names ``prompt_tokens``, not ``max_new_tokens``
+    (which sent the user lowering a cap that was never the problem). ``where`` names the cache."""
+    if trajectory.prompt_tokens >= capacity:
+        raise InvalidInputError(
+            f"{path}.prompt_tokens",
+            trajectory.prompt_tokens,
+            f"the prompt alone fills {where}, leaving no room to generate a token",
         )
 
 

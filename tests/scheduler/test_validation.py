@@ -109,6 +109,44 @@ def test_a_trajectory_no_worker_can_hold_is_refused() -> None:
     assert "KV capacity" in error.reason
 
 
+@pytest.mark.parametrize("prompt_tokens", [50_000, 50_001, 10**6])
+def test_a_prompt_that_alone_fills_every_cache_is_blamed_not_the_cap(prompt_tokens: int) -> None:
+    """Lowering max_new_tokens cannot help a prompt that leaves no room for one token: name the prompt."""
+    error = rejected(
+        a_request(
+            trajectories=(a_trajectory(prompt_tokens=prompt_tokens, max_new_tokens=1, predicted_tokens=1.0),)
+        )
+    )
+    assert (error.field, error.value) == ("trajectories[0].prompt_tokens", prompt_tokens)
+    assert error.reason.startswith("the prompt alone fills every allowed worker's KV capacity (max 50000)")
+
+
+def test_a_prompt_that_fits_with_a_cap_that_does_not_still_blames_the_cap() -> None:
+    error = rejected(
+        a_request(trajectories=(a_trajectory(prompt_tokens=49_999, max_new_tokens=2, predicted_tokens=1.0),))
+    )
+    assert (error.field, error.value) == ("trajectories[0].max_new_tokens", 2)
+    assert "prompt+max_new_tokens=50001" in error.reason
+
+
+def test_a_prompt_that_fills_its_pinned_worker_is_blamed_not_the_cap() -> None:
+    workers = (a_worker("small", kv_capacity_tokens=2_000), a_worker("big"))
+    pinned = a_trajectory(prompt_tokens=2_000, max_new_tokens=10, predicted_tokens=5.0, pinned_worker="small")
+    error = rejected(a_request(trajectories=(pinned,), workers=workers))
+    assert (error.field, error.value) == ("trajectories[0].prompt_tokens", 2_000)
+    assert "pinned worker small" in error.reason
+
+
+def test_a_prompt_that_fills_its_groups_pinned_worker_is_blamed_under_prefix_affinity() -> None:
+    workers = (a_worker("small", kv_capacity_tokens=2_000), a_worker("big"))
+    group = (
+        a_trajectory(pinned_worker="small"),
+        a_trajectory(sample=1, prompt_tokens=2_500, max_new_tokens=10, predicted_tokens=5.0),
+    )
+    error = rejected(a_request(trajectories=group, workers=workers, prefix_affinity=True))
+    assert (error.field, error.value) == ("trajectories[1].prompt_tokens", 2_500)
+
+
 def test_a_trajectory_only_an_excluded_worker_could_hold_is_refused() -> None:
     workers = (a_worker("small", kv_capacity_tokens=2_000), a_worker("big"))
     error = rejected(a_request(trajectories=(a_trajectory(max_new_tokens=5_000),), workers=workers,

@@ -68,6 +68,10 @@ CASES: dict[str, tuple[Callable[[Body], None], str]] = {
         set_at("batch.items.1.max_new_tokens", 50_000_000),
         "batch.items[1].max_new_tokens",
     ),
+    "a prompt that alone fills every KV cache": (  # the prompt is at fault, not the cap
+        set_at("batch.items.1.prompt_tokens", 50_000_000),
+        "batch.items[1].prompt_tokens",
+    ),
     "a prompt length past any integer column": (
         set_at("batch.items.0.prompt_tokens", 10**30),
         "batch.items[0].prompt_tokens",
