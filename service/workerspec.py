@@ -4,7 +4,8 @@ Why a compact spec: a replay user describes a pool the way they would say it alo
 eight 910Bs"), not as JSON. Each comma-separated part is ``[COUNTx]DEVICE[:MAX_NUM_SEQS]``: COUNT
 single-device engines of that kind (one vLLM/SGLang server per accelerator, the usual layout for a
 7B model), optionally with the engine's ``max_num_seqs``. Device names accept the spellings of
-``scheduler.devices.device_profile``.
+``scheduler.devices.device_profile``. A part whose device cannot hold the model's weights (and any KV
+cache beside them) is refused by its text and the model's name.
 
 A pool holds at most ``MAX_WORKERS`` engines, the bound ``POST /schedule`` puts on an inventory
 (``service.api.schemas.InventorySpec`` reads it from here): ``replay --workers 100000xH100`` was
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 import re
 
-from scheduler.devices import device_profile, model_preset
+from scheduler.costmodel import derived_kv_capacity
+from scheduler.devices import ModelPreset, device_profile, model_preset
 from scheduler.errors import InvalidInputError
 from scheduler.types import Inventory, Worker
 from scheduler.validation import MAX_NUM_SEQS
@@ -35,9 +37,33 @@ def parse_workers(spec: str, model: str = "7b") -> Inventory:
     if not spec.strip():
         raise InvalidInputError("workers", spec, "empty; expected e.g. 8xH100,8xAscend910B[:256]")
     workers: list[Worker] = []
+    parts: list[tuple[str, Worker]] = []  # each part's text and its first worker (all alike)
     for part in spec.split(","):
-        workers.extend(_part_workers(part, spec, start=len(workers)))
-    return Inventory(workers=tuple(workers), model=model_preset(model))
+        made = _part_workers(part, spec, start=len(workers))
+        parts.append((part.strip(), made[0]))
+        workers.extend(made)
+    preset = model_preset(model)
+    for text, worker in parts:
+        _require_room_for_weights(text, worker, preset)
+    return Inventory(workers=tuple(workers), model=preset)
+
+
+def _require_room_for_weights(part: str, worker: Worker, model: ModelPreset) -> None:
+    """Refuse a part whose device cannot hold ``model``'s weights with room for any KV cache. The
+    cost model refused it only when the replay first planned, after the trace was read, naming a
+    worker id (``ascend910b-0``) the user never wrote rather than the part of SPEC they did."""
+    if derived_kv_capacity(worker, model) > 0:
+        return
+    device = worker.device
+    usable = device.memory_gib * device.memory_utilization
+    weights = model.params * model.weight_bytes_per_param / 2**30
+    raise InvalidInputError(
+        "workers",
+        part,
+        f"one {device.name} offers {usable:.1f} GiB to the engine ({device.memory_utilization:.0%} of "
+        f"{device.memory_gib:g} GiB), too little for model {model.name}'s {weights:.1f} GiB of weights "
+        "and any KV cache: choose a larger device or a smaller model",
+    )
 
 
 def _part_workers(part: str, spec: str, start: int) -> list[Worker]:

@@ -81,3 +81,17 @@ def test_the_replay_takes_as_many_workers_as_the_service_and_no_more() -> None:
             parse_workers(spec)
         assert raised.value.field == "workers"
         assert f"the limit of {limit:,} workers" in raised.value.reason
+
+
+@pytest.mark.parametrize(("spec", "model"), [("8xAscend910B", "32b"), ("2xH100,910B:64", "32b")])
+def test_a_pool_part_whose_device_cannot_hold_the_model_is_refused_by_its_text(spec: str, model: str) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        parse_workers(spec, model)
+    assert (caught.value.field, caught.value.value) == ("workers", spec.split(",")[-1])
+    assert f"model {model}'s 61.1 GiB of weights" in caught.value.reason
+
+
+def test_every_built_in_device_holds_every_preset_up_to_14b_and_the_large_ones_hold_32b() -> None:
+    for model in ("1.5b", "7b", "14b"):
+        parse_workers("H100,H200,A100,Ascend910B", model)
+    parse_workers("H100,H200,A100", "32b")
