@@ -18,6 +18,8 @@ from scheduler.costmodel import worker_cost
 from scheduler.errors import InvalidInputError
 from scheduler.types import Inventory
 
+StepRanges = tuple[tuple[int, int | None], ...]  # (first, last) steps; last None: to the trace's end
+
 
 def select_steps(trace: Trace, text: str | None) -> tuple[int, ...]:
     """Steps of ``trace`` named by ``text`` (``3-5``, ``3,5``, ``4``, ``2-``); all steps when None.
@@ -25,18 +27,30 @@ def select_steps(trace: Trace, text: str | None) -> tuple[int, ...]:
     A range that selects no step present in the trace is an error, not an empty replay, and so is an
     empty ``text``, not all steps.
     """
-    present = [int(s) for s in trace.steps()]
-    if text is not None and not text.strip():  # "$STEPS" unset: not every step, which may take minutes
+    return chosen_steps(trace, text, parse_steps(text))
+
+
+def parse_steps(text: str | None) -> StepRanges | None:
+    """``text`` as ranges of steps (None: every step), checked without the trace: the replay parses
+    it before reading a trace that may take seconds to load, so ``--steps 5-3`` fails at once."""
+    if text is None:
+        return None
+    if not text.strip():  # "$STEPS" unset: not every step, which may take minutes
         raise InvalidInputError(
             "steps", text, "empty; expected e.g. 3-5, 3,5, 4 or 2- (leave --steps out for all)"
         )
-    if text is None:
+    return tuple(_step_part(part, text) for part in text.split(","))
+
+
+def chosen_steps(trace: Trace, text: str | None, ranges: StepRanges | None) -> tuple[int, ...]:
+    """The steps of ``trace`` that ``ranges`` (``parse_steps(text)``) name; an error naming what the
+    trace has when they name none. Each present step is tested, never each step of a range:
+    ``1-300000000`` is fine."""
+    present = [int(s) for s in trace.steps()]
+    if ranges is None:
         chosen = present
     else:
-        wanted: set[int] = set()
-        for part in text.split(","):
-            wanted |= _step_part(part, text, present)
-        chosen = [s for s in present if s in wanted]
+        chosen = [s for s in present if any(lo <= s and (hi is None or s <= hi) for lo, hi in ranges)]
     if not chosen:
         raise InvalidInputError(
             "steps", text, f"selects no step of the trace (it has steps {_span(present)})"
@@ -44,20 +58,20 @@ def select_steps(trace: Trace, text: str | None) -> tuple[int, ...]:
     return tuple(chosen)
 
 
-def _step_part(part: str, text: str, present: list[int]) -> set[int]:
+def _step_part(part: str, text: str) -> tuple[int, int | None]:
     lo, dash, hi = part.strip().partition("-")
     try:
         if not part.isascii() or "_" in part:  # int() reads "\u0665" as 5, "1_0" as 10
             raise ValueError(part)
         first = int(lo)
-        last = (int(hi) if hi.strip() else max(present, default=first)) if dash else first
+        last = (int(hi) if hi.strip() else None) if dash else first
     except ValueError:
         raise InvalidInputError(
             "steps", text, "expected a step, a range like 3-5, or a list like 3,5"
         ) from None
-    if first < 0 or (hi.strip() and last < first):
+    if first < 0 or (last is not None and last < first):
         raise InvalidInputError("steps", text, "a range must run from a step >= 0 up to a later one")
-    return {s for s in present if first <= s <= last}  # never the whole range: 1-300000000 is fine
+    return first, last
 
 
 def _span(steps: Sequence[int]) -> str:

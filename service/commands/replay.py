@@ -2,12 +2,14 @@
 
 Prints one table (or ``--json``), optionally writes a Gantt chart (``--plot``) and a self-contained
 HTML report (``--report``). Bad input (unknown device, malformed SPEC, a trace without the required
-columns, a step range with no rows) is one line on stderr and exit code 2, never a traceback.
+columns, a step range with no rows) is one line on stderr and exit code 2, never a traceback; every
+option is checked before the trace is read (a large trace takes seconds to load).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from dataclasses import replace
@@ -19,6 +21,7 @@ import typer
 if TYPE_CHECKING:
     from predictors.tracetable import Trace
     from service.replay import ReplayConfig, ReplayReport
+    from service.replay_steps import StepRanges
     from service.replay_workers import WorkerRow
 
 HELP = (
@@ -105,7 +108,7 @@ def replay_command(
     from scheduler.errors import InvalidInputError
 
     try:
-        loaded, config = _load(trace, workers, model, policies, steps)
+        config, ranges = _options(workers, model, policies, steps)
         config = replace(
             config,
             steal_modes=(steal,),
@@ -115,7 +118,9 @@ def replay_command(
             seed=seed,
             processes=processes or os.cpu_count() or 1,
         )
+        _check_numbers(time_budget, seed)
         _check_outputs(config, per_worker, (plot, report), trace)
+        loaded, config = _load(trace, config, steps, ranges)
         result = _run(loaded, config, quiet=as_json)
     except (InvalidInputError, OSError) as exc:
         typer.echo(f"replay: {exc}", err=True)
@@ -127,20 +132,43 @@ def replay_command(
     _write_outputs(result, steal, plot, report)
 
 
-def _load(
-    trace: Path, workers: str, model: str, policies: str, steps: str | None
-) -> tuple[Trace, ReplayConfig]:
-    """The trace and what to replay of it (pool, policies, steps; the rest at its defaults), parsed in
-    the order bad input is reported: of several mistakes, the pool's is named first, then the policies'."""
-    from predictors.traceio import read_trace
+def _options(
+    workers: str, model: str, policies: str, steps: str | None
+) -> tuple[ReplayConfig, StepRanges | None]:
+    """What to replay (pool, policies, the --steps ranges; the rest at its defaults), parsed without
+    the trace and in the order bad input is reported: of several mistakes, the pool's is named first
+    (a device that cannot hold the model included), then the policies', then the steps'."""
     from service.replay import ReplayConfig, parse_policies
-    from service.replay_steps import select_steps
+    from service.replay_steps import parse_steps
     from service.workerspec import parse_workers
 
     inventory = parse_workers(workers, model)
     names = parse_policies(policies)
+    ranges = parse_steps(steps)
+    return ReplayConfig(inventory=inventory, policies=names, steps=()), ranges
+
+
+def _check_numbers(time_budget: float, seed: int) -> None:
+    """The planner's own rules for its budget and seed, applied to the options before the trace is
+    read: the planner named them (``time_budget_s``) only once the trace was loaded and fitted."""
+    from scheduler.errors import InvalidInputError
+
+    if not (math.isfinite(time_budget) and time_budget > 0):
+        raise InvalidInputError("time_budget", time_budget, "must be a positive finite number of seconds")
+    if seed < 0:
+        raise InvalidInputError("seed", seed, "must be an integer >= 0")
+
+
+def _load(
+    trace: Path, config: ReplayConfig, steps: str | None, ranges: StepRanges | None
+) -> tuple[Trace, ReplayConfig]:
+    """The trace, read only once every option has passed (it may take seconds), and ``config`` with
+    the steps ``ranges`` pick from it."""
+    from predictors.traceio import read_trace
+    from service.replay_steps import chosen_steps
+
     loaded = read_trace(trace)
-    return loaded, ReplayConfig(inventory=inventory, policies=names, steps=select_steps(loaded, steps))
+    return loaded, replace(config, steps=chosen_steps(loaded, steps, ranges))
 
 
 def _check_outputs(
