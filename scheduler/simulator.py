@@ -182,9 +182,14 @@ def simulate_worker(
     """
     _check_options(SimOptions(kv_admission=kv_admission, watermark=watermark))
     planned = [planned_steps(t.predicted_tokens) for t in items]
-    steps = planned if actual_tokens is None else [int(n) for n in actual_tokens]
-    if len(steps) != len(items):
-        raise InvalidInputError("actual_tokens", len(steps), f"expected one length per item ({len(items)})")
+    if actual_tokens is None:
+        steps = planned
+    else:
+        if len(actual_tokens) != len(items):
+            raise InvalidInputError(
+                "actual_tokens", len(actual_tokens), f"expected one length per item ({len(items)})"
+            )
+        steps = [_true_length(t.key, n) for t, n in zip(items, actual_tokens, strict=True)]
     ledger = Ledger([t.key for t in items], [t.prompt_tokens for t in items], steps, planned)
     engine = play_queue(
         worker_cost(worker, model),
@@ -244,12 +249,7 @@ def _ledger(
         if key in index_of:
             raise InvalidInputError(f"trajectories[{i}]", key, "duplicate trajectory key")
         index_of[key] = i
-        n = actual.get(key)
-        if isinstance(n, bool) or not isinstance(n, Integral) or n < 0:  # numpy integers welcome
-            raise InvalidInputError(
-                f"actual_tokens[{key}]", n, "must be an integer >= 0 for every trajectory"
-            )
-        steps.append(int(n))
+        steps.append(_true_length(key, actual.get(key)))
     ledger = Ledger(
         list(index_of),
         [t.prompt_tokens for t in trajectories],
@@ -264,6 +264,15 @@ def _ledger(
     numbers: dict[str, int] = {}
     ledger.group = [numbers.setdefault(t.group, len(numbers)) for t in trajectories]
     return ledger, index_of
+
+
+def _true_length(key: str, n: object) -> int:
+    """Trajectory ``key``'s true output length as the engine's step count: an integer >= 0 (numpy
+    integers welcome). ``int()`` of whatever came was no check: -5 never reached its end (the engine
+    loop hung), 2.5 was cut to 2 and True played as one token."""
+    if isinstance(n, bool) or not isinstance(n, Integral) or n < 0:
+        raise InvalidInputError(f"actual_tokens[{key}]", n, "must be an integer >= 0 for every trajectory")
+    return int(n)
 
 
 def _pin_whole_groups(ledger: Ledger) -> None:

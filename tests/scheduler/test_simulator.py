@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
+import numpy as np
 import pytest
 
 from scheduler.benchgen import heavy_tailed_batch, mixed_inventory
@@ -130,6 +132,27 @@ def test_an_oversized_trajectory_is_refused_naming_it() -> None:
     with pytest.raises(InvalidInputError) as err:
         run({"a": [traj(0, 1_000, 4_500)]}, [w])
     assert err.value.field == "actual_tokens[p0#0]"
+
+
+@pytest.mark.timeout(20)  # a negative length never reached its end: the engine loop spun forever
+@pytest.mark.parametrize("length", [-5, -1, 2.5, 3.0, True, False, math.nan, "7"])
+def test_a_true_length_played_alone_that_is_no_count_of_tokens_is_refused_naming_its_trajectory(
+    length: object,
+) -> None:
+    """simulate_worker took ``int()`` of each true length: -5 hung, 2.5 played as 2, True as 1."""
+    items = [traj(0, 100, 50), traj(1, 100, 60)]
+    lengths: list[Any] = [50, length]
+    with pytest.raises(InvalidInputError) as err:
+        simulate_worker(worker("a", max_num_seqs=4), MODEL, items, actual_tokens=lengths)
+    assert err.value.field == "actual_tokens[p1#0]"
+    assert repr(err.value.value) == repr(length)
+
+
+def test_a_true_length_played_alone_may_be_zero_or_a_numpy_integer() -> None:
+    items = [traj(0, 100, 50), traj(1, 100, 60)]
+    lengths: list[Any] = [np.int64(50), 0]  # a trace column's integers are numpy's
+    played = simulate_worker(worker("a", max_num_seqs=4), MODEL, items, actual_tokens=lengths)
+    assert played.finish_s > 0
 
 
 def _slow_worker_case() -> tuple[dict[str, list[Trajectory]], list[Worker]]:
