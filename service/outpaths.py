@@ -6,9 +6,12 @@ the OS's words (``[Errno 17] File exists: 'afile'``), naming neither the flag no
 Missing folders are fine: the writers create them. An output's suffix is checked too
 (``check_suffix``): ``replay --plot g.txt`` wrote a PNG into g.txt, after the whole replay.
 
-A check cannot see everything (a name longer than the file system takes, a full disk, a read-only
-mount as root), so ``write_all`` writes a command's outputs all or none: a second output that fails
-while written no longer leaves the first one, or the folders made for either, behind.
+Whether a folder takes new files is asked of the folder itself, by making and removing an empty
+file in it: ``os.access`` answers yes to root for a read-only mount or ``/proc``, where the write
+failed only after the whole replay. A check still cannot see everything (a name longer than the
+file system takes, a full disk), so ``write_all`` writes a command's outputs all or none: a second
+output that fails while written no longer leaves the first one, or the folders made for either,
+behind.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def check_folder_path(option: str, path: Path) -> None:
     process may not write to; ``InvalidInputError`` naming ``option``."""
     if path.exists() and not path.is_dir():
         raise InvalidInputError(option, str(path), "exists and is not a folder")
-    if path.is_dir() and not os.access(path, os.W_OK):
+    if path.is_dir() and not _takes_files(path):
         raise InvalidInputError(option, str(path), "is a folder this process may not write to")
     if not path.exists() and not _creatable_under(path):
         raise InvalidInputError(option, str(path), "cannot be created here")
@@ -120,4 +123,18 @@ def _creatable_under(path: Path) -> bool:
     existing = path.parent
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
-    return existing.is_dir() and os.access(existing, os.W_OK)
+    return existing.is_dir() and _takes_files(existing)
+
+
+def _takes_files(folder: Path) -> bool:
+    """Whether a new file can be made in ``folder``: ``os.access`` first (cheap, and right for
+    everyone but root), then an empty temporary file made and removed, which root needs."""
+    if not os.access(folder, os.W_OK):
+        return False
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".rollout-check-", suffix=".tmp")
+    except OSError:
+        return False
+    os.close(fd)
+    Path(name).unlink(missing_ok=True)
+    return True

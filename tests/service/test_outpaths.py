@@ -1,4 +1,5 @@
-"""``write_all``: a command's outputs written all or none, whatever their names."""
+"""``write_all``: a command's outputs written all or none, whatever their names; and the checks made
+before a command's work that its outputs can be written at all."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.errors import InvalidInputError
-from service.outpaths import check_suffix, write_all
+from service.outpaths import check_file_path, check_folder_path, check_suffix, write_all
 
 
 @pytest.mark.parametrize("name", ["r" * 250 + ".md", "\U0001f600" * 62 + ".md"], ids=["ascii", "four-byte"])
@@ -59,3 +60,20 @@ def test_only_the_last_suffix_counts(name: str) -> None:
     with pytest.raises(InvalidInputError) as raised:
         check_suffix("plot", Path(name), (".png",), "the chart is a PNG image")
     assert str(raised.value) == f"plot={name!r}: must end in .png (the chart is a PNG image)"
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_folder_that_takes_no_new_file_is_refused_before_the_work_even_for_root() -> None:
+    """``os.access`` says yes to root for ``/proc`` (and a read-only mount): ``replay --report
+    /proc/r.html`` ran the whole replay, ~19 s, and only then failed to write."""
+    with pytest.raises(InvalidInputError) as raised:
+        check_file_path("report", Path("/proc/r.html"))
+    assert str(raised.value) == "report='/proc/r.html': cannot be written here"
+    with pytest.raises(InvalidInputError, match="folder this process may not write to"):
+        check_folder_path("out", Path("/proc"))
+
+
+def test_the_writability_check_leaves_nothing_in_the_folder(tmp_path: Path) -> None:
+    check_file_path("out", tmp_path / "new" / "a.csv")
+    check_folder_path("out", tmp_path)
+    assert list(tmp_path.iterdir()) == []
