@@ -85,7 +85,11 @@ StallFlag = Annotated[
     typer.Option(help="Push mode: release running items when the engine is silent this many seconds."),
 ]
 HeartbeatFlag = Annotated[
-    float | None, typer.Option(help="Seconds between heartbeats; default a third of the lease TTL.")
+    float | None,
+    typer.Option(
+        help="Seconds between heartbeats; default a third of the lease TTL. One not shorter than a "
+        "held schedule's lease TTL is not kept to (a warning says so; the default is used)."
+    ),
 ]
 PullIdleFlag = Annotated[
     float, typer.Option(help="Pull mode: stop heartbeating a worker silent this many seconds.")
