@@ -73,8 +73,8 @@ def bench_redis_memory(
             delivery = Delivery(redis.Redis.from_url(url, decode_responses=True), prefix=PREFIX)
             results = [_measure(delivery, n, w, prompt_chars, output_chars, seed) for n, w in SIZES]
     except (redis.RedisError, OSError) as error:
-        typer.echo(f"bench redis-memory: {error}", err=True)
-        raise typer.Exit(1) from None
+        typer.echo(f"bench redis-memory: {_failure(error, redis_url)}", err=True)
+        raise typer.Exit(2 if _refused(error) else 1) from None
     report = {
         "prompt_chars": prompt_chars,
         "output_chars": output_chars,
@@ -91,6 +91,24 @@ def _check_url(url: str | None) -> None:
 
     if url:
         check_redis_url_flag(url)
+
+
+def _refused(error: Exception) -> bool:
+    """Whether Redis refused our credentials: bad input (exit 2, as the sidecar's), where a server that
+    cannot be reached is exit 1, since then nothing in the command line is wrong (README)."""
+    from service.redis_conn import refused
+
+    return refused(error)
+
+
+def _failure(error: Exception, url: str | None) -> str:
+    """The one line for a Redis error: a refusal names the server (password masked), as the sidecar's
+    does; redis-py's own words name neither the server nor what to fix."""
+    from service.redis_conn import describe
+
+    if _refused(error):
+        return f"Redis at {describe(url or '')} refused our credentials: {error}"
+    return str(error)
 
 
 @contextmanager

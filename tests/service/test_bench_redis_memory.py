@@ -1,4 +1,5 @@
-"""``rollout-scheduler bench redis-memory``: a URL it cannot connect by is one line; its help reads clean."""
+"""``rollout-scheduler bench redis-memory``: a URL it cannot connect by is one line; so are credentials
+Redis refuses (exit 2, as the README says of every command); its help reads clean."""
 
 from __future__ import annotations
 
@@ -27,6 +28,27 @@ def test_bench_redis_memory_refuses_a_url_redis_cannot_use_in_one_line(
     assert result.stderr.startswith("bench redis-memory: redis_url=")
     assert len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.output
+
+
+def test_credentials_redis_refuses_are_one_line_and_exit_2_not_an_unreachable_server(
+    cli: typer.Typer, redis_url: str
+) -> None:
+    # the README: credentials Redis refuses are bad input (exit 2); only a server that cannot be
+    # reached is exit 1, since then nothing in the command line is wrong
+    wrong = redis_url.replace("redis://", "redis://nobody:wrong-secret@", 1)
+    result = CliRunner().invoke(cli, ["bench", "redis-memory", "--redis-url", wrong])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("bench redis-memory: Redis at redis://nobody:***@")
+    assert "refused our credentials" in result.stderr
+    assert "wrong-secret" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_server_that_cannot_be_reached_is_exit_1(cli: typer.Typer) -> None:
+    result = CliRunner().invoke(cli, ["bench", "redis-memory", "--redis-url", "redis://127.0.0.1:9/0"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("bench redis-memory: ")
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_bench_redis_memory_reads_its_url_from_redis_url_like_bench_delivery(cli: typer.Typer) -> None:
