@@ -34,10 +34,10 @@ def aof_server() -> Iterator[EmbeddedServer]:
         yield server
 
 
-def _session(server: EmbeddedServer, retry_for_s: float) -> WorkerSession:
+def _session(server: EmbeddedServer, retry_for_s: float, slots: int = 2) -> WorkerSession:
     """A session whose client does not retry on its own: the session's own retries are under test."""
     delivery = Delivery(redis.Redis.from_url(server.url, decode_responses=True, retry=None))
-    return WorkerSession(delivery, Holdings(2), SessionSettings("w", retry_for_s=retry_for_s))
+    return WorkerSession(delivery, Holdings(slots), SessionSettings("w", retry_for_s=retry_for_s))
 
 
 def _reaped(delivery: Delivery, schedule_id: str, within_s: float) -> bool:
@@ -70,6 +70,33 @@ def test_a_completion_sent_while_redis_is_down_is_accepted_once_it_returns(
         assert asyncio.run(complete_across_the_outage()) is CompletionOutcome.ACCEPTED
     assert (session.stats.accepted, session.holdings.leases()) == (1, [])
     assert [(r.key, r.attempt) for r in delivery.read_results("outage")] == [("p#0", 1)]
+
+
+def test_an_outage_met_by_many_completions_is_one_warning_then_one_line_once_they_go_through(
+    aof_server: EmbeddedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sidecar completes up to --max-num-seqs items at once, each its own call: a warning per call
+    wrote one line per item in flight for one outage, and none said that they had gone through."""
+    delivery = Delivery.from_url(aof_server.url)
+    publish(delivery, "outage", {"w": [item("p", i, 5) for i in range(8)]}, lease_ttl_ms=600_000)
+    session = _session(aof_server, retry_for_s=600, slots=8)
+    helds = asyncio.run(session.claim(8))
+    aof_server.kill()
+
+    async def complete_all_across_the_outage() -> list[CompletionOutcome]:
+        completing = [asyncio.create_task(session.complete(h, RESULT)) for h in helds]
+        while caplog.text.count(RETRYING) < len(helds):  # every call has met the outage
+            await asyncio.sleep(0.01)
+        await asyncio.to_thread(aof_server.start)
+        return await asyncio.gather(*completing)
+
+    with caplog.at_level(logging.DEBUG, logger="service.sidecar"):
+        assert asyncio.run(complete_all_across_the_outage()) == [CompletionOutcome.ACCEPTED] * 8
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO]
+    assert [level for level, message in said if RETRYING in message] == ["WARNING"]
+    back = [message for _, message in said if "reachable again" in message]
+    assert back == ["redis reachable again: reports go through (complete)"]
+    assert len(delivery.read_results("outage")) == 8
 
 
 def test_a_completion_redis_refuses_past_the_retry_window_is_dropped_with_its_lease(
