@@ -119,11 +119,11 @@ class Sidecar:
                 if self.version is not None and not await asyncio.to_thread(version_known, self.version):
                     await _sleep_unless(stop, self.settings.redis_retry_s)  # RedisTooOldError: too old
                     continue
+                if not self.takeover.done.is_set():  # before the engine's "claiming" line: it holds
+                    await _sleep_unless(stop, self.settings.idle_poll_s)  # claims up to a presence TTL
+                    continue
                 if not await self._engine_ready(stop):
                     break
-                if not self.takeover.done.is_set():
-                    await _sleep_unless(stop, self.settings.idle_poll_s)
-                    continue
                 try:
                     await self._fill()
                     if self._redis_down:

@@ -129,7 +129,8 @@ class Takeover:
         if self.version is not None:
             await asyncio.to_thread(_require, self.version)
         holder, ttl_ms = await asyncio.to_thread(self._present)
-        if holder is not None:
+        waited = holder is not None
+        if waited:
             log.info(
                 "a sidecar of this worker id was alive %.1fs ago; waiting to see if it still is",
                 (PRESENCE_TTL_MS - ttl_ms) / 1000,
@@ -142,10 +143,12 @@ class Takeover:
             if holder is not None:  # rewritten since: a live sidecar
                 self._twin(holder)
                 return TakeoverReport(twin=holder)
-        return await self._reset()
+        return await self._reset(waited)
 
-    async def _reset(self) -> TakeoverReport:
-        """``Delivery.reset`` in every active schedule; a schedule that fails is logged and skipped."""
+    async def _reset(self, waited: bool = False) -> TakeoverReport:
+        """``Delivery.reset`` in every active schedule; a schedule that fails is logged and skipped.
+        After a wait on an earlier process (``waited``) the outcome is logged even when it held
+        nothing: the wait's line would otherwise be the last word before claims start."""
         delivery, worker = self.session.delivery, self.session.settings.worker_id
         for schedule_id in await asyncio.to_thread(delivery.active_schedules):
             age_ms = int((time.monotonic() - self.started) * 1000)
@@ -166,6 +169,8 @@ class Takeover:
             for i, n in enumerate(counts):
                 self._handed[i] += n
         released, lapsed, dead, charged = self._handed
+        if waited and not released + lapsed + dead + charged:
+            log.info("the earlier sidecar of this worker id is gone, holding no leases")
         if released + lapsed + dead + charged:
             log.warning(
                 "handed back %d leases an earlier process of this worker held "

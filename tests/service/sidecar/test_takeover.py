@@ -82,6 +82,26 @@ def test_a_restarted_sidecar_hands_back_its_killed_predecessors_leases_at_once_w
     assert tally(delivery, "crash", {i.key for i in items}) == (0, 0)
 
 
+def test_a_restarted_sidecar_says_how_the_wait_on_its_predecessor_ended_before_it_says_it_claims(
+    redis_client: redis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A predecessor that held nothing (its leases done, or lapsed and requeued during the wait):
+    the wait's line was followed at once by "engine ready, claiming" while claims still waited on
+    it, and nothing told how it ended."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "quiet", {"w0": [item("p", 0, 10)]}, lease_ttl_ms=LEASE_TTL_MS)
+    redis_client.set(sidecar_presence("w0"), "killed-instance", px=300)  # its presence, lapsing
+    sidecar = _sidecar(delivery, HoldingEngine())
+    with caplog.at_level(logging.INFO, logger="service.sidecar"):
+        run_until(sidecar, lambda: delivery.progress("quiet").finished, timeout_s=20)
+    said = [r.getMessage() for r in caplog.records]
+    parts = ("waiting to see if it still is", "is gone, holding no leases", "engine ready, claiming")
+    assert all(any(part in message for message in said) for part in parts), said
+    first = [next(i for i, message in enumerate(said) if part in message) for part in parts]
+    assert first == sorted(first), said  # in that order
+    assert sidecar.takeover.report == TakeoverReport()
+
+
 async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
     """Poll ``condition`` (blocking I/O: off the loop) until it holds or ``timeout_s`` passed."""
     deadline = time.monotonic() + timeout_s
