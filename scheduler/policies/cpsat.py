@@ -129,12 +129,14 @@ class CpSatPolicy:
         if spread is not None and clock.now() + BASELINE_COST * lpt_phase < search_end:
             base = baseline(problem, lpt_plan.queues, spread, request.kv_admission, request.seed, search_end)
         best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end, spread, base)
+        first = None  # what lpt_robust was placed again from, for the bar (``barred``)
         if best.queues == lpt_plan.queues:
+            first = Placement(lpt_hedged.queues, best.status, finish_s=lpt_hedged.finish_s)
             best = Placement(lpt_robust.queues, best.status, finish_s=lpt_robust.finish_s)
         else:
             best = hedged(problem, request, best, spread, deadline, lpt_phase)
         final = at_once_hedge(problem, request, best, spread, deadline, lpt_phase)
-        return barred(problem, request, final, blind, "BASELINE", spread, deadline)
+        return barred(problem, request, final, blind, "BASELINE", spread, deadline, first)
 
     def _search(
         self,

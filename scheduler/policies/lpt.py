@@ -66,7 +66,7 @@ class LptPolicy:
         lpt_hedged = hedged(problem, request, placement, spread, deadline, phase)
         placed = calibrated(problem, request, lpt_hedged, spread, deadline, phase)
         hedged_fast = at_once_hedge(problem, request, placed, spread, deadline, phase)
-        return barred(problem, request, hedged_fast, blind, "HEURISTIC", spread, deadline)
+        return barred(problem, request, hedged_fast, blind, "HEURISTIC", spread, deadline, lpt_hedged)
 
 
 def lpt_bar(finishes: Sequence[float], spread: Spread | None) -> float:
