@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis
+from fastapi.testclient import TestClient
 
 from tests.service.api.conftest import AppFactory, actual_history, batch_body
 
@@ -31,6 +32,15 @@ def _lose_the_volume(tmp_path: Path) -> None:
 def _get_the_volume_back(tmp_path: Path) -> None:
     (tmp_path / "volume").unlink()
     (tmp_path / "volume-away").rename(tmp_path / "volume")
+
+
+def _serving_v1_then_store_lost(make_client: AppFactory, tmp_path: Path) -> TestClient:
+    """A service that trained and serves v1, whose store's volume is then lost."""
+    client = make_client(model_dir=str(_store(tmp_path)))
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    assert client.post("/models/retrain").json()["version"] == "v1"
+    _lose_the_volume(tmp_path)
+    return client
 
 
 def _retrain_failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -66,10 +76,7 @@ def test_a_retrain_into_a_store_that_cannot_be_written_is_a_503_naming_the_store
 def test_a_replica_whose_store_is_lost_keeps_serving_its_model_and_retrains_once_it_is_back(
     make_client: AppFactory, tmp_path: Path
 ) -> None:
-    client = make_client(model_dir=str(_store(tmp_path)))
-    client.post("/actuals", json={"actuals": actual_history(steps=2)})
-    assert client.post("/models/retrain").json()["version"] == "v1"
-    _lose_the_volume(tmp_path)
+    client = _serving_v1_then_store_lost(make_client, tmp_path)
     refused = client.post("/models/retrain")
     assert refused.status_code == 503, refused.text
     assert _names_the_store(refused.json(), _store(tmp_path))
@@ -110,10 +117,7 @@ def test_models_status_of_a_store_that_cannot_be_listed_is_a_503_naming_the_stor
 ) -> None:
     """It was a 500 (a store folder the service may not read), or, where the store's path was no
     folder at all, a 200 listing no version, as if the store were merely empty."""
-    client = make_client(model_dir=str(_store(tmp_path)))
-    client.post("/actuals", json={"actuals": actual_history(steps=2)})
-    assert client.post("/models/retrain").json()["version"] == "v1"
-    _lose_the_volume(tmp_path)
+    client = _serving_v1_then_store_lost(make_client, tmp_path)
     status = client.get("/models")
     assert status.status_code == 503, status.text
     assert _names_the_store(status.json(), _store(tmp_path))
