@@ -75,6 +75,12 @@ class ConflictError(ServiceError):
     """The request is valid but clashes with the current state (a retrain already running)."""
 
 
+class StepCutShortError(ConflictError):
+    """Actuals naming a step cancelled before it finished: its results are the trajectories that
+    finished first, the short ones, and would teach the predictor lengths biased short
+    (``service/cut_short.py``). The batch may say it is ``partial`` to be stored anyway."""
+
+
 class UnavailableError(ServiceError):
     """A dependency (Redis, the model) cannot serve right now; retrying later will work."""
 
@@ -102,6 +108,7 @@ PROBLEMS: tuple[tuple[type[Exception], Problem], ...] = (
     (PayloadTooLargeError, Problem(413, "Payload too large", "payload-too-large")),
     (NotFoundError, Problem(404, "Not found", "not-found")),
     (UnknownScheduleError, Problem(404, "Unknown schedule", "unknown-schedule")),
+    (StepCutShortError, Problem(409, "Step cut short", "step-cut-short")),
     (ConflictError, Problem(409, "Conflict", "conflict")),
     (ScheduleConflictError, Problem(409, "Conflict", "conflict")),
     (ModelStoreError, Problem(503, "Model store unavailable", "model-store-unavailable")),

@@ -8,6 +8,12 @@ would teach that worker a speed, and the predictor lengths, its own engine never
 the stream already holds (a retried batch) is neither stored nor learned from again: only the
 reports this request stored teach speed.
 
+A batch naming a step that was cancelled before it finished is refused whole (409 naming the first
+report of it as ``actuals[i].schedule_id``), unless it says ``partial``: that step's results are the
+trajectories that finished before the cancel, the short ones, and would teach the predictor a length
+distribution biased short (``service/cut_short.py``). Nothing is lost: the caller holds the batch,
+and resends it without that step's reports, or with ``partial`` to keep them knowingly.
+
 Each batch logs one ``actuals stored`` line at INFO (counts and milliseconds) under the schedule
 its reports name, so the step's lines, from ``scheduled`` to its actuals, are found by one id.
 """
@@ -23,9 +29,10 @@ from fastapi import APIRouter, Depends, Request
 
 from service.api.schemas import ActualReport, ActualsAccepted, ActualsRequest
 from service.auth import AuthFirstRoute, Caller, any_client
-from service.context import context_of
+from service.context import Context, context_of
+from service.cut_short import cut_short
 from service.logs import schedule_context
-from service.problems import ForbiddenError, documented
+from service.problems import ForbiddenError, StepCutShortError, documented
 
 router = APIRouter(tags=["actuals"], route_class=AuthFirstRoute)
 _log = logging.getLogger("service.actuals")
@@ -34,7 +41,7 @@ SHOWN_WORKERS = 16  # a refusal names this many of the workers the token is boun
 
 
 @router.post(
-    "/actuals", dependencies=[Depends(any_client)], responses=documented(400, 401, 403, 413, 422, 503)
+    "/actuals", dependencies=[Depends(any_client)], responses=documented(400, 401, 403, 409, 413, 422, 503)
 )
 def report_actuals(
     body: ActualsRequest, request: Request, caller: Annotated[Caller, Depends(any_client)]
@@ -44,6 +51,8 @@ def report_actuals(
     _own_workers_only(caller, body.actuals)
     ctx = context_of(request)
     schedules = _schedules(body.actuals)
+    if not body.partial:
+        _whole_steps_only(ctx, body.actuals, schedules)
     if len(schedules) == 1:
         request.state.schedule_id = schedules[0]  # the access line's too
     appended = ctx.actuals.append(body.actuals)
@@ -73,6 +82,26 @@ def _own_workers_only(caller: Caller, reports: Sequence[ActualReport]) -> None:
                 field=f"actuals[{index}].worker_id",
                 value=report.worker_id,
             )
+
+
+def _whole_steps_only(ctx: Context, reports: Sequence[ActualReport], schedules: Sequence[str]) -> None:
+    """Refuse the batch when a schedule it names was cancelled before every trajectory finished:
+    learning from the survivors alone would bias the predictor short (module doc)."""
+    found = {step.schedule_id: step for step in cut_short(ctx.redis, schedules, ctx.delivery.prefix)}
+    if not found:
+        return
+    index = next(i for i, report in enumerate(reports) if report.schedule_id in found)
+    step = found[str(reports[index].schedule_id)]
+    others = f" (and {len(found) - 1} other step(s) cut short)" if len(found) > 1 else ""
+    raise StepCutShortError(
+        f"actuals[{index}].schedule_id={step.schedule_id!r}: that step was cancelled with "
+        f"{step.cancelled} of its {step.total} trajectories unfinished{others}, so its results are "
+        "the ones that finished first, the short ones, and would teach the predictor lengths biased "
+        "short; nothing of the batch was stored. Report its trajectories only if you mean to: "
+        'leave them out of the batch, or send it with "partial": true to store and learn from them',
+        field=f"actuals[{index}].schedule_id",
+        value=step.schedule_id,
+    )
 
 
 def _schedules(reports: Sequence[ActualReport]) -> list[str]:

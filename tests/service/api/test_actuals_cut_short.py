@@ -1,0 +1,72 @@
+"""Actuals of a step cancelled before it finished: its results are the short trajectories (the long
+ones were still running), so the service refuses to learn from them unless the batch says so."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from fastapi.testclient import TestClient
+
+from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
+from tests.service.api.badinput import redis_snapshot
+from tests.service.api.conftest import actual_report, batch_body
+
+Report = dict[str, Any]
+SHORT = TrajectoryResult(output_tokens=40, output="ok", wall_time_s=0.1)
+
+
+def _run(client: TestClient, redis_client: redis.Redis, schedule_id: str, finish: int) -> list[Report]:
+    """Publish a 4-trajectory step on one worker, finish ``finish`` of them, cancel it; the reports
+    of the finished ones, naming the step."""
+    body = batch_body(prompts=2, n=2, workers=1, schedule_id=schedule_id, step=3)
+    assert client.post("/schedule", json=body).status_code == 200
+    delivery = Delivery(redis_client)
+    leases = delivery.claim(schedule_id, "w0", 4)
+    for lease in leases[:finish]:
+        assert delivery.complete(lease, SHORT) is CompletionOutcome.ACCEPTED
+    assert client.delete(f"/schedule/{schedule_id}").status_code == 200
+    return [
+        actual_report(3, int(lease.item.prompt_id[1:]), lease.item.sample_idx) | {"schedule_id": schedule_id}
+        for lease in leases[:finish]
+    ]
+
+
+def test_actuals_of_a_step_cancelled_midway_are_refused_naming_it_and_change_nothing(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    survivors = _run(client, redis_client, "step-3", finish=2)
+    batch = [actual_report(2, 0, 0), *survivors]  # an earlier step's report rides along: refused too
+    before = redis_snapshot(redis_client)
+
+    response = client.post("/actuals", json={"actuals": batch})
+
+    assert response.status_code == 409, response.text
+    problem = response.json()
+    assert (problem["field"], problem["value"]) == ("actuals[1].schedule_id", "step-3")
+    assert problem["type"].endswith("/step-cut-short")
+    assert "cancelled with 2 of its 4 trajectories unfinished" in problem["detail"]
+    assert '"partial": true' in problem["detail"]  # says how to store them knowingly
+    assert redis_snapshot(redis_client) == before
+
+
+def test_a_batch_that_says_partial_stores_the_cancelled_step_s_reports(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    survivors = _run(client, redis_client, "step-3", finish=2)
+
+    response = client.post("/actuals", json={"actuals": survivors, "partial": True})
+
+    assert response.status_code == 200, response.text
+    assert (response.json()["accepted"], redis_client.xlen("rs:actuals")) == (2, 2)
+
+
+def test_a_step_cancelled_after_every_trajectory_finished_is_whole_and_its_actuals_are_stored(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    every = _run(client, redis_client, "step-3", finish=4)  # its cancel ended nothing
+
+    response = client.post("/actuals", json={"actuals": every})
+
+    assert response.status_code == 200, response.text
+    assert response.json()["accepted"] == 4
