@@ -33,6 +33,8 @@ from service.api.schemas import (
     ScheduleRequest,
     ScheduleResponse,
 )
+from service.client_steps import PartialStepError as PartialStepError  # raised by report_results
+from service.client_steps import check_whole
 from service.tokens import check_token
 
 T = TypeVar("T")
@@ -230,6 +232,7 @@ class SchedulerClient:
         reports: Sequence[ActualReport | Mapping[str, Any]],
         chunk: int = ACTUALS_CHUNK,
         outage_s: float = 60.0,
+        partial: bool = False,
     ) -> ActualsAccepted:
         """Report finished trajectories (actual lengths, finish reason, reward, wall time, worker).
 
@@ -238,18 +241,21 @@ class SchedulerClient:
         chunk that fails retryably (a lost reply, a restart, Redis down) is sent again for up to
         ``outage_s``: the service stores a report it already holds once, answering it as
         ``repeated``, so a retry of a chunk whose first reply was lost stores nothing twice. The
-        answer sums the chunks' counts; ``stream_length`` and ``time_scales`` are the latest."""
+        answer sums the chunks' counts; ``stream_length`` and ``time_scales`` are the latest.
+        Reports of a step cancelled before it finished are refused (409 ``step-cut-short``, nothing
+        of that chunk stored) unless ``partial``: they are its short trajectories alone."""
         body = [r.model_dump(exclude_none=True) if isinstance(r, ActualReport) else dict(r) for r in reports]
         answers = [
             self._outlasting(
-                functools.partial(self._post_actuals, body[start : start + chunk]), None, outage_s
+                functools.partial(self._post_actuals, body[start : start + chunk], partial), None, outage_s
             )
             for start in range(0, max(len(body), 1), chunk)  # none: one empty request, refused as such
         ]
         return _summed(answers)
 
-    def _post_actuals(self, chunk: list[dict[str, Any]]) -> ActualsAccepted:
-        return ActualsAccepted.model_validate(self._call("POST", "/actuals", json={"actuals": chunk}))
+    def _post_actuals(self, chunk: list[dict[str, Any]], partial: bool) -> ActualsAccepted:
+        body = {"actuals": chunk, "partial": True} if partial else {"actuals": chunk}  # as older clients
+        return ActualsAccepted.model_validate(self._call("POST", "/actuals", json=body))
 
     def report_results(
         self,
@@ -258,6 +264,7 @@ class SchedulerClient:
         prompt_tokens: Mapping[str, int] | None = None,
         rewards: Mapping[str, float] | None = None,
         chunk: int = ACTUALS_CHUNK,
+        partial: bool = False,
     ) -> ActualsAccepted | None:
         """Report a finished step's results as actuals (the predictor's next training rows).
 
@@ -265,7 +272,12 @@ class SchedulerClient:
         ``rewards`` maps trajectory key (``prompt_id#sample_idx``) to the reward the trainer computed.
         Results an engine aborted (neither ``stop`` nor ``length``) say nothing about length: skipped.
         Sent ``chunk`` reports a request, each retried through an outage (``report_actuals``).
+        A step cancelled before it finished, or not finished, raises ``PartialStepError`` and sends
+        nothing: its results are its short trajectories alone (``service/client_steps.py``);
+        ``partial=True`` reports them anyway (and tells the service so).
         """
+        if not partial:
+            check_whole(finished.progress)
         sid = finished.progress.schedule_id  # tells the service the profiles the step was planned with
         known, scored = prompt_tokens or {}, rewards or {}
         reports = [
@@ -273,7 +285,7 @@ class SchedulerClient:
             for entry in finished.results
             if (report := actual_from_result(step, entry, known, scored, sid)) is not None
         ]
-        return self.report_actuals(reports, chunk=chunk) if reports else None
+        return self.report_actuals(reports, chunk=chunk, partial=partial) if reports else None
 
     def models(self) -> ModelStatus:
         """The predictor serving now (``v<N>`` or ``fallback``), the stored versions, the history."""

@@ -128,7 +128,11 @@ class _Recording(SchedulerClient):
         self.calls: list[tuple[int, float]] = []
 
     def report_actuals(
-        self, reports: Sequence[ActualReport | Mapping[str, Any]], chunk: int = 1_000, outage_s: float = 60.0
+        self,
+        reports: Sequence[ActualReport | Mapping[str, Any]],
+        chunk: int = 1_000,
+        outage_s: float = 60.0,
+        partial: bool = False,
     ) -> ActualsAccepted:
         self.calls.append((len(reports), outage_s))
         return ActualsAccepted(accepted=len(reports), stream_length=0, time_scales={})

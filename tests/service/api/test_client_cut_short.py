@@ -1,0 +1,77 @@
+"""The trainer's client does not report a step cut short as the predictor's history, unless asked:
+its results are the trajectories that finished first, the short ones."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import redis
+
+from service.client import (
+    PartialStepError,
+    SchedulerAPIError,
+    SchedulerClient,
+    StepResults,
+    actual_from_result,
+)
+from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
+from service.settings import Settings
+from tests.service.api.conftest import LiveServer, batch_body
+
+LENGTHS = {"p0": 100, "p1": 110}  # the prompts' lengths in batch_body(prompts=2)
+
+
+def _cancelled_midway(client: SchedulerClient, redis_client: redis.Redis) -> StepResults:
+    """A 4-trajectory step of which two short ones finished before the trainer cancelled it."""
+    plan = client.schedule(batch_body(prompts=2, n=2, workers=1, schedule_id="step-3"))
+    delivery = Delivery(redis_client)
+    for lease in delivery.claim(plan.schedule_id, "w0", 4)[:2]:
+        result = TrajectoryResult(output_tokens=40, output="ok", wall_time_s=0.1)
+        assert delivery.complete(lease, result) is CompletionOutcome.ACCEPTED
+    client.cancel(plan.schedule_id)
+    return client.wait(plan.schedule_id, timeout_s=10)
+
+
+def test_reporting_a_cancelled_step_raises_and_sends_nothing(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        finished = _cancelled_midway(client, redis_client)
+        with pytest.raises(PartialStepError, match="cancelled with 2 of its 4") as refused:
+            client.report_results(3, finished, prompt_tokens=LENGTHS)
+    assert refused.value.schedule_id == "step-3"
+    assert redis_client.exists("rs:actuals") == 0
+
+
+def test_a_cancelled_step_is_reported_when_the_trainer_says_partial(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        finished = _cancelled_midway(client, redis_client)
+        accepted = client.report_results(3, finished, prompt_tokens=LENGTHS, partial=True)
+    assert accepted is not None
+    assert (accepted.accepted, redis_client.xlen("rs:actuals")) == (2, 2)
+
+
+def test_a_step_not_finished_yet_is_not_reported(live_settings: Settings, redis_client: redis.Redis) -> None:
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        finished = _cancelled_midway(client, redis_client)
+        running = finished.progress.model_copy(update={"cancelled": 0, "running": 2})  # read mid-step
+        with pytest.raises(PartialStepError, match="has not finished"):
+            client.report_results(3, dataclasses.replace(finished, progress=running), prompt_tokens=LENGTHS)
+    assert redis_client.exists("rs:actuals") == 0
+
+
+def test_the_service_refuses_a_cancelled_step_s_actuals_reported_one_by_one(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """``report_actuals`` takes reports built by hand, from any step: the service itself tells."""
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        finished = _cancelled_midway(client, redis_client)
+        reports = [actual_from_result(3, r, LENGTHS, {}, "step-3") for r in finished.results]
+        with pytest.raises(SchedulerAPIError) as refused:
+            client.report_actuals([r for r in reports if r is not None])
+    assert (refused.value.status, refused.value.field) == (409, "actuals[0].schedule_id")
+    assert not refused.value.retryable
+    assert redis_client.exists("rs:actuals") == 0
