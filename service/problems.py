@@ -55,6 +55,11 @@ class ServiceError(Exception):
         self.value = value
 
 
+class BodyEncodingError(ServiceError):
+    """A request body that is not UTF-8 (UTF-16 or UTF-32, or bytes no encoding reads), though the
+    JSON decoder would have read some of them (``service/body_encoding.py``)."""
+
+
 class UnauthorizedError(ServiceError):
     """No bearer token, or one the service does not know."""
 
@@ -103,6 +108,7 @@ class Problem:
 PROBLEMS: tuple[tuple[type[Exception], Problem], ...] = (
     (RequestValidationError, Problem(422, "Invalid request", "invalid-request")),
     (InvalidInputError, Problem(422, "Invalid request", "invalid-request")),
+    (BodyEncodingError, Problem(400, "Bad Request", "body-not-utf8")),
     (UnauthorizedError, Problem(401, "Unauthorized", "unauthorized")),
     (ForbiddenError, Problem(403, "Forbidden", "forbidden")),
     (PayloadTooLargeError, Problem(413, "Payload too large", "payload-too-large")),
@@ -251,9 +257,10 @@ def is_json(content_type: str) -> bool:
 async def handle_http(request: Request, exc: Exception) -> JSONResponse:
     """Starlette's own errors (unknown route, wrong method, a body FastAPI cannot parse) as problems.
 
-    FastAPI answers 400 for a body it cannot decode at all (not UTF-8, JSON nested past Python's
-    recursion limit, a number past its 4,300-digit limit); that one is the body's fault, so it names
-    ``body`` as a 422 would, and says which of these it was (``_decode_cause``).
+    FastAPI answers 400 for a body it cannot decode at all (JSON nested past Python's recursion
+    limit, a number past its 4,300-digit limit; a body not in UTF-8 is refused before FastAPI reads
+    it, ``service/body_encoding.py``); that one is the body's fault, so it names ``body`` as a 422
+    would, and says which of these it was (``_decode_cause``).
     """
     assert isinstance(exc, StarletteHTTPException)
     extra = {"field": "body"} if exc.status_code == 400 else None

@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 
-from tests.service.api.badinput import JSON_HEADERS
+from tests.service.api.badinput import JSON_HEADERS, redis_snapshot
+from tests.service.api.conftest import actual_report
+
+PROBLEMS = "https://rollout-scheduler.dev/problems"
 
 
 def test_malformed_json_is_a_422_problem_naming_the_body_and_where_it_broke(client: TestClient) -> None:
@@ -59,3 +63,44 @@ def test_a_body_that_cannot_be_decoded_says_why(raw: str | bytes, cause: str, cl
     response = client.post("/schedule", content=raw, headers=JSON_HEADERS)
     assert response.status_code == 400
     assert cause in response.json()["detail"].lower(), response.json()  # not only 'error parsing the body'
+
+
+@pytest.mark.parametrize(
+    ("encoding", "named"),
+    [
+        ("utf-16", "UTF-16 (it starts with a UTF-16 byte-order mark, FF FE)"),
+        ("utf-32", "UTF-32 (it starts with a UTF-32 byte-order mark, FF FE 00 00)"),
+        ("utf-16-be", "UTF-16-BE (by the NUL bytes of its first characters)"),
+        ("utf-32-le", "UTF-32-LE (by the NUL bytes of its first characters)"),
+    ],
+)
+def test_a_body_in_utf16_or_utf32_is_a_400_naming_the_body_and_stores_nothing(
+    encoding: str, named: str, client: TestClient, redis_client: redis.Redis
+) -> None:
+    """Python's JSON decoder reads these from the bytes (a byte-order mark, or NULs): they were
+    stored, where docs/api.md says a body that is not UTF-8 is a 400."""
+    before = redis_snapshot(redis_client)
+    body = json.dumps({"actuals": [actual_report(0, 0, 0)]}).encode(encoding)
+
+    response = client.post("/actuals", content=body, headers=JSON_HEADERS)
+
+    assert response.status_code == 400, response.text
+    problem = response.json()
+    assert (problem["field"], problem["type"]) == ("body", f"{PROBLEMS}/body-not-utf8")
+    assert problem["detail"] == f"the body is {named}, not UTF-8"
+    assert redis_snapshot(redis_client) == before
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
+def test_a_byte_order_mark_in_the_text_of_a_utf16_body_is_a_400_too_not_a_json_error(
+    encoding: str, client: TestClient
+) -> None:
+    """What some Windows tools write: the decoder took the first mark and choked on the second (422)."""
+    response = client.post("/actuals", content="\ufeff{}".encode(encoding), headers=JSON_HEADERS)
+    assert (response.status_code, response.json()["field"]) == (400, "body")
+
+
+def test_a_body_with_a_utf8_byte_order_mark_is_utf8_and_read(client: TestClient) -> None:
+    body = json.dumps({"actuals": [actual_report(0, 0, 0)]}).encode("utf-8-sig")
+    response = client.post("/actuals", content=body, headers=JSON_HEADERS)
+    assert (response.status_code, response.json()["accepted"]) == (200, 1)

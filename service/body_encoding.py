@@ -1,0 +1,68 @@
+"""Request bodies are JSON in UTF-8: a body in any other encoding is a 400 naming ``body``.
+
+FastAPI parses a JSON body with ``json.loads(bytes)``, and Python's decoder detects UTF-16 and
+UTF-32 from the bytes (a byte-order mark, or the NUL bytes their ASCII characters carry) and decodes
+them. So a UTF-16 or UTF-32 body was accepted, or, when its text carried a byte-order mark of its own
+too (what some Windows tools write), refused as malformed JSON (422 "JSON decode error"), where
+docs/api.md says a body that is not UTF-8 is a 400 (``field: body``); bytes that decode as nothing
+were a 400 from FastAPI's own handler, worded otherwise. ``check_utf8`` gives all of them the one
+answer, from the problem table (``BodyEncodingError``). A UTF-8 byte-order mark is still UTF-8 and
+is accepted, as before (RFC 8259 lets a parser ignore it).
+"""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import Request
+from starlette.requests import ClientDisconnect
+
+from service.problems import BodyEncodingError, is_json
+
+UTF8 = ("utf-8", "utf-8-sig")  # what ``json.detect_encoding`` names UTF-8 (with its BOM or without)
+# Byte-order marks by which json.loads reads a body as UTF-32 or UTF-16 (the longer ones first).
+_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # the methods a route of the service reads a body of
+
+
+async def check_request_body(request: Request) -> None:
+    """``check_utf8`` on the request's body where FastAPI may parse it as JSON: a method that carries
+    one, sent as JSON or without a type (a GET's long poll is not made to read a body it has none
+    of). The body read here is the one the route reads (Starlette keeps it)."""
+    content_type = request.headers.get("content-type")
+    if request.method not in BODY_METHODS or (content_type and not is_json(content_type)):
+        return
+    try:
+        body = await request.body()
+    except ClientDisconnect:  # gone, or cut off at the size limit: the route meets it as before
+        return
+    check_utf8(body)
+
+
+def check_utf8(body: bytes) -> None:
+    """``BodyEncodingError`` unless ``body`` is UTF-8 (empty is: FastAPI reads no JSON from it)."""
+    if not body:
+        return
+    detected = json.detect_encoding(body)  # what json.loads would decode it as
+    if detected not in UTF8:
+        raise BodyEncodingError(f"the body is {_named(body, detected)}, not UTF-8", field="body")
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise BodyEncodingError(
+            f"the body is not UTF-8: byte 0x{body[error.start]:02x} at offset {error.start}, {error.reason}",
+            field="body",
+        ) from None
+
+
+def _named(body: bytes, detected: str) -> str:
+    """The encoding ``body`` is in, in words: its byte-order mark's, else what its NULs say."""
+    for mark, name in _BOMS:
+        if body.startswith(mark):
+            return f"{name} (it starts with a {name} byte-order mark, {mark.hex(' ').upper()})"
+    return f"{detected.upper()} (by the NUL bytes of its first characters)"
