@@ -44,12 +44,14 @@ def bench_delivery(
 def _measure(redis_url: str | None, *sizes: int) -> DeliveryBench:
     """``run_bench`` on ``redis_url``, or on an embedded server started (and stopped) for it, with
     ``sizes`` in its order (workers, per worker, batch, queues, steals, processes); what fails is
-    one line on stderr and exit code 2 (130 when interrupted)."""
+    one line on stderr and exit code 2, but 1 for a Redis that cannot be reached (130 when
+    interrupted): the README's rule for clients of a running server, since then nothing in the
+    command line is wrong (credentials Redis refuses are, as for ``bench redis-memory``)."""
     import redis
 
     from service.delivery.bench import run_bench
     from service.embedded import EmbeddedServer, EmbeddedServerError
-    from service.redis_conn import check_redis_url_flag
+    from service.redis_conn import check_redis_url_flag, refused
 
     server = None
     try:
@@ -59,7 +61,10 @@ def _measure(redis_url: str | None, *sizes: int) -> DeliveryBench:
             server = EmbeddedServer().start()
             redis_url = server.url
         return run_bench(redis_url, *sizes)
-    except (redis.RedisError, EmbeddedServerError, RuntimeError, ValueError) as err:
+    except redis.RedisError as err:
+        print(f"bench delivery: {err}", file=sys.stderr)
+        raise typer.Exit(2 if refused(err) else 1) from None
+    except (EmbeddedServerError, RuntimeError, ValueError) as err:
         print(f"bench delivery: {err}", file=sys.stderr)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:  # its client processes are already ended, its keys removed

@@ -32,11 +32,24 @@ def test_bench_delivery_reports_figures_and_leaves_no_keys(redis_url: str, redis
     assert redis_client.dbsize() == 0
 
 
-def test_bench_delivery_on_an_unreachable_redis_says_so_in_one_line() -> None:
+def test_bench_delivery_on_an_unreachable_redis_says_so_in_one_line_and_exits_1() -> None:
+    """The README's rule for a client of a running server: one it cannot reach is exit 1, since
+    nothing in the command line is wrong (a bad flag is 2), as for ``bench redis-memory``."""
     result = CliRunner().invoke(_cli(), ["bench", "delivery", "--redis-url", "redis://127.0.0.1:1/0"])
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert "bench delivery:" in result.output
     assert "Traceback" not in result.output
+
+
+def test_bench_delivery_with_credentials_redis_refuses_exits_2_not_as_an_unreachable_server(
+    redis_url: str,
+) -> None:
+    """Credentials Redis refuses are in the command line: bad input, exit 2 (README)."""
+    wrong = redis_url.replace("redis://", "redis://nobody:wrong-secret@", 1)
+    result = CliRunner().invoke(_cli(), ["bench", "delivery", "--redis-url", wrong])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("bench delivery:")
+    assert "wrong-secret" not in result.output
 
 
 @pytest.mark.parametrize(
