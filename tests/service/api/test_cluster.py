@@ -35,3 +35,24 @@ def test_the_service_runs_unchanged_on_redis_cluster(redis_cluster: LocalCluster
         assert again["model_version"] == "v1"
         assert again["time_scale_sources"]["w0"] == "learned"
     redis_cluster.flushall()
+
+
+@pytest.mark.slow
+def test_actuals_of_steps_in_many_slots_are_checked_for_a_cancel_on_redis_cluster(
+    redis_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The cancel check reads every named step's keys in one pipeline, across their slots."""
+    redis_cluster.flushall()
+    settings = Settings(redis_url=redis_cluster.url, redis_cluster=True, model_dir=str(tmp_path))
+    with TestClient(create_app(settings)) as client:
+        for sid in ("step-a", "step-b", "step-c"):
+            assert client.post("/schedule", json=batch_body(schedule_id=sid)).status_code == 200
+        assert client.delete("/schedule/step-b").status_code == 200  # nothing of it ran
+        reports = [
+            actual_report(0, p, 0) | {"schedule_id": sid} for p, sid in enumerate(("step-a", "step-c"))
+        ]
+        cut = actual_report(0, 2, 0) | {"schedule_id": "step-b"}
+        refused = client.post("/actuals", json={"actuals": [*reports, cut]})
+        assert (refused.status_code, refused.json()["field"]) == (409, "actuals[2].schedule_id"), refused.text
+        assert client.post("/actuals", json={"actuals": reports}).json()["accepted"] == 2
+    redis_cluster.flushall()
