@@ -23,13 +23,14 @@ import httpx
 import uvicorn
 
 from service.delivery.protocol import Delivery
-from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSchedule
+from service.delivery.records import DeliveryItem, Lease, LeaseSettings, PublishedSchedule
 from service.engine_sim.app import build_config, create_app
 from service.ports import free_port
 from service.sidecar.runner import Sidecar
 from service.sidecar.session import SessionStats
 
 ROOT = Path(__file__).resolve().parents[3]
+KILLED_BEFORE_MS = 1_000  # how long before its successor started a killed sidecar claimed (Redis's clock)
 PORT_TRIES = 3  # engine-sim starts per engine when its port was taken before it could bind
 
 
@@ -201,6 +202,21 @@ def publish(
     )
     delivery.publish(schedule)
     return schedule
+
+
+def claimed_by_a_killed_sidecar(delivery: Delivery, schedule_id: str, worker_id: str, n: int) -> list[Lease]:
+    """Claim ``n`` of ``worker_id``'s items as its killed predecessor did: ``KILLED_BEFORE_MS`` before
+    now on Redis's clock, so before any process this test builds next has started.
+
+    A takeover hands back only the leases taken before its process started: ``Delivery.reset`` gets
+    the process's age in whole milliseconds and judges each lease's deadline in whole milliseconds of
+    Redis's clock, so a lease claimed under a millisecond before the start may count as taken since
+    (a live holder's) and is kept, to lapse a lease TTL later. A real predecessor's last claim comes a
+    whole process start before its successor's; a test that claimed and built the successor next
+    (18 us apart) had the takeover keep that lease about one run in five."""
+    seconds, micros = delivery.client.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    return delivery.claim(schedule_id, worker_id, n, now_ms=now_ms - KILLED_BEFORE_MS)
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str = "condition") -> None:

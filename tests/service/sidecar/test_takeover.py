@@ -24,7 +24,7 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
 from service.sidecar.takeover import Takeover, TakeoverReport
-from tests.service.sidecar.procs import item, publish, run_until, tally
+from tests.service.sidecar.procs import claimed_by_a_killed_sidecar, item, publish, run_until, tally
 
 MODELS = {"data": [{"id": "m", "max_model_len": 32768}]}
 LEASE_TTL_MS = 60_000  # nothing in these tests may wait for a lease to lapse
@@ -67,7 +67,7 @@ def test_a_restarted_sidecar_hands_back_its_killed_predecessors_leases_at_once_w
     delivery = Delivery.from_url(redis_url)
     items = [item(f"p{i}", 0, 10) for i in range(4)]
     publish(delivery, "crash", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
-    killed = delivery.claim("crash", "w0", 3)  # the killed process's leases: nothing heartbeats them
+    killed = claimed_by_a_killed_sidecar(delivery, "crash", "w0", 3)  # nothing heartbeats them now
     redis_client.set(sidecar_presence("w0"), "killed-instance", px=300)  # its presence, lapsing
     sidecar = _sidecar(delivery, HoldingEngine())
     started = time.monotonic()
@@ -158,7 +158,7 @@ def test_a_sidecar_started_while_redis_is_down_keeps_running_and_hands_back_once
         delivery = Delivery.from_url(server.url)
         items = [item(f"p{i}", 0, 10) for i in range(4)]
         publish(delivery, "outage", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
-        delivery.claim("outage", "w0", 2)  # the killed process's
+        claimed_by_a_killed_sidecar(delivery, "outage", "w0", 2)
         server.kill()  # the AOF keeps all of it (written before each reply)
         sidecar = _sidecar(Delivery.from_url(server.url), HoldingEngine())
         restart = threading.Timer(1.5, server.start)
@@ -207,7 +207,7 @@ def test_a_takeover_cut_short_by_redis_is_retried_and_counts_every_lease_handed_
         publish(
             delivery, sid, {"w0": [item(f"{sid}{i}", 0, 10) for i in range(3)]}, lease_ttl_ms=LEASE_TTL_MS
         )
-        delivery.claim(sid, "w0", 2)
+        claimed_by_a_killed_sidecar(delivery, sid, "w0", 2)
     takeover = Takeover(WorkerSession(delivery, Holdings(8), SessionSettings("w0")), retry_s=0.01)
 
     async def start() -> None:
