@@ -41,6 +41,7 @@ key                         type     contents
 ``P:q:<worker>``            list     the worker's ordered queue; head = next to start
 ``P:q:*``                   list     shared FIFO for shared-queue policies (``SHARED_QUEUE``)
 ``P:calls``                 hash     ``claim|steal <worker>`` -> ``<call id>\n<victim>\n<token> <key>...``
+                                     ``reset <worker>`` -> ``<call id>\n<released> <lapsed> <dead> <charged>``
 ``P:answer``                string   the ``POST /schedule`` answer, ``z1:`` + base64 of zlib'd JSON
 ``P:dead``                  list     dead letters as JSON (key, worker, attempts, reason, at_ms)
 ``P:results``               stream   accepted results, one entry per item, read by the trainer

@@ -316,7 +316,14 @@ class Delivery(DeliveryIndexes):
                 outcome[(schedule_id, lease.key, lease.token)] = _RELEASE_CODES[int(code)]
         return [outcome[(le.schedule_id, le.key, le.token)] for le in leases]
 
-    def reset(self, schedule_id: str, worker_id: str, age_ms: int, now_ms: int | None = None) -> ResetReport:
+    def reset(
+        self,
+        schedule_id: str,
+        worker_id: str,
+        age_ms: int,
+        now_ms: int | None = None,
+        call_id: str | None = None,
+    ) -> ResetReport:
         """Hand back the leases ``worker_id`` holds from a process that ended (``lua/reset.lua``).
 
         For a push sidecar's start: what its predecessor held runs nowhere. Current leases go back to
@@ -325,8 +332,14 @@ class Delivery(DeliveryIndexes):
         run kills its sidecar is dead-lettered after ``max_attempts`` instead of looping. Lapsed ones are
         expired as the reaper would. ``age_ms`` is how long ago the caller's process started: a lease
         taken or extended since (deadline at least now - age + ttl) is a live process's, and is kept.
+
+        ``call_id`` (default: a fresh one) makes the call safe to re-send, as ``claim``'s: a re-sent
+        reset whose first run's reply was lost would find those leases gone and answer zeros, so
+        the same id again answers the first run's counts and hands back nothing more. A caller
+        retrying after an error passes the id of the call that failed.
         """
-        args = [wire.clock(now_ms), worker_id, max(0, int(age_ms)), keyspace.RESET_REFUNDS]
+        call = call_id or uuid.uuid4().hex
+        args = [wire.clock(now_ms), worker_id, max(0, int(age_ms)), keyspace.RESET_REFUNDS, call]
         reply = self._settled(schedule_id, self._call(self.scripts.reset, schedule_id, args))
         released, lapsed, dead, charged = (int(n) for n in reply)
         return ResetReport(released, lapsed, dead, charged)

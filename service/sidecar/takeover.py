@@ -28,6 +28,10 @@ lapsed through a stall longer than ``PRESENCE_TTL_MS``), fencing keeps results e
 completion carries the old token and is refused STALE, and its next heartbeat stops that request.
 
 Redis down at start: ``run`` retries every ``retry_s`` (one warning per outage) and claims wait.
+A pass that Redis cuts short is retried over the schedules whose answer did not land, each reset
+named by this process's instance id (``Delivery.reset``'s ``call_id``): one that ran and lost its
+reply answers that run's counts again, so every lease handed back is counted once. It used to run
+afresh, find those leases gone and count nothing.
 A push sidecar whose plain Redis was down at start has not asked its version yet (``launch``): the
 takeover asks it (``version``) before its first write, as the runner's loop does before its first
 claim. It used to run beside that check, and when the server came back too old it could hand back
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -88,6 +93,7 @@ class Takeover:
     report: TakeoverReport | None = None  # what the start did (None until ``done``)
     _told: set[str] = field(default_factory=set)  # other instances found using this id (logged once)
     _handed: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # released, lapsed, dead, charged
+    _answered: set[str] = field(default_factory=set)  # schedules whose reset's answer was counted
 
     @property
     def key(self) -> str:
@@ -150,10 +156,13 @@ class Takeover:
         After a wait on an earlier process (``waited``) the outcome is logged even when it held
         nothing: the wait's line would otherwise be the last word before claims start."""
         delivery, worker = self.session.delivery, self.session.settings.worker_id
+        reset = functools.partial(delivery.reset, call_id=self.instance)  # a retry's answer: the first's
         for schedule_id in await asyncio.to_thread(delivery.active_schedules):
+            if schedule_id in self._answered:
+                continue  # a pass that Redis cut short, retried: this one's count has landed
             age_ms = int((time.monotonic() - self.started) * 1000)
             try:
-                report = await asyncio.to_thread(delivery.reset, schedule_id, worker, age_ms)
+                report = await asyncio.to_thread(reset, schedule_id, worker, age_ms)
             except UnknownScheduleError:
                 continue  # expired meanwhile: nothing held in it
             except NOT_THE_SCHEDULES:
@@ -163,7 +172,9 @@ class Takeover:
                     "could not hand back leases in schedule %s (damaged in Redis): %s", schedule_id, error
                 )
                 continue
-            # counted as it lands: a pass that Redis cuts short is retried and finds these gone
+            # counted once, as its answer lands: a reset whose answer was lost ran perhaps, and its
+            # retry, under the same call id (this process's), answers that run's counts again
+            self._answered.add(schedule_id)
             self.session.stats.reset += report.handed_back
             counts = (report.released, report.requeued_lapsed, report.dead_lettered, report.charged)
             for i, n in enumerate(counts):

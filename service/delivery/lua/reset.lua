@@ -9,7 +9,11 @@
 -- every restart and came back for ever. One already lapsed is expired as the reaper would (attempt
 -- spent, or dead-lettered).
 -- ARGV: now ('' = server), worker, age (ms since the calling process started), refunds (hand-backs
--- of one item that refund its attempt, keys.RESET_REFUNDS). A lease whose deadline is at or past
+-- of one item that refund its attempt, keys.RESET_REFUNDS), call id ('' = none). A re-sent call (its
+-- reply lost: Redis cut after running it, redis-py re-sending) finds the leases gone and would answer
+-- zeros, so the caller never counted what the first run handed back; the same id again answers the
+-- first run's counts and hands back nothing more (P:calls 'reset <w>': '<id>\n<counts>', as claims
+-- keep theirs in common.lua remember_call). A lease whose deadline is at or past
 -- now - age + ttl was taken or extended since that start: a live process holds it (a second sidecar
 -- with the same worker id, or the caller itself), and it is left alone, unless only an outage's grace
 -- extended it (below).
@@ -17,7 +21,18 @@
 -- or cancelled)}; error NOSCHEDULE once the schedule expired.
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
-local now, w, age, refunds = now_ms(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local now, w, age, refunds, call = now_ms(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] or ''
+local field = 'reset ' .. w
+if call ~= '' then
+  local last = redis.call('HGET', k('calls'), field)
+  local id, counts = string.match(last or '', '^([^\n]*)\n(.*)$')
+  if id == call then
+    local out = {}
+    for n in string.gmatch(counts, '%d+') do out[#out + 1] = tonumber(n) end
+    out[#out + 1] = settled_flag(cfg)
+    return out
+  end
+end
 pulse(cfg, ARGV[1])  -- first: an outage's grace before any lease is judged (common.lua)
 local cutoff = now - age + cfg.ttl
 local mine = {}
@@ -55,4 +70,8 @@ for _, key in ipairs(mine) do
   end
 end
 flush(cfg)
+if call ~= '' and released + lapsed + dead + charged > 0 then  -- a run that ended nothing is safe to run again
+  redis.call('HSET', k('calls'), field, call .. '\n' .. table.concat({released, lapsed, dead, charged}, ' '))
+  keep(k('calls'), cfg.exp)
+end
 return {released, lapsed, dead, charged, settled_flag(cfg)}

@@ -39,6 +39,22 @@ def test_reset_requeues_the_workers_leases_in_claim_order_with_their_attempts_re
     assert_sound(redis_client, "s")
 
 
+def test_a_reset_sent_again_under_its_call_id_answers_its_first_runs_counts_and_hands_back_nothing_more(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """Its reply lost (Redis cut after running it, redis-py re-sending), a reset ran again found the
+    leases gone and answered zeros: the caller never counted what the first run handed back."""
+    delivery.publish(schedule("s", {"a": 3}, ttl_ms=TTL), now_ms=T0)
+    delivery.claim("s", "a", 2, now_ms=T0)
+    first = delivery.reset("s", "a", age_ms=500, now_ms=T0 + 1000, call_id="start-1")
+    (mine,) = delivery.claim("s", "a", 1, now_ms=T0 + 1001)  # the caller's own, after the reset
+    again = delivery.reset("s", "a", age_ms=0, now_ms=T0 + 5000, call_id="start-1")
+    assert first == again == ResetReport(released=2, requeued_lapsed=0, dead_lettered=0)
+    assert delivery.heartbeat([mine], now_ms=T0 + 5001) != []  # the replay ended nothing
+    assert delivery.reset("s", "a", age_ms=0, now_ms=T0 + 6000, call_id="start-2").handed_back == 1
+    assert_sound(redis_client, "s")
+
+
 def test_the_old_holders_late_completion_is_refused_and_the_item_is_accepted_once(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:

@@ -191,11 +191,18 @@ class FlakyReset(Delivery):
         super().__init__(client, prefix)
         self.calls: list[str] = []
 
-    def reset(self, schedule_id: str, worker_id: str, age_ms: int, now_ms: int | None = None) -> ResetReport:
+    def reset(
+        self,
+        schedule_id: str,
+        worker_id: str,
+        age_ms: int,
+        now_ms: int | None = None,
+        call_id: str | None = None,
+    ) -> ResetReport:
         self.calls.append(schedule_id)
         if len(self.calls) == 2:
             raise redis.ConnectionError("connection reset by peer")
-        return super().reset(schedule_id, worker_id, age_ms, now_ms)
+        return super().reset(schedule_id, worker_id, age_ms, now_ms, call_id)
 
 
 def test_a_takeover_cut_short_by_redis_is_retried_and_counts_every_lease_handed_back_once(
@@ -216,8 +223,58 @@ def test_a_takeover_cut_short_by_redis_is_retried_and_counts_every_lease_handed_
         marking.cancel()
 
     asyncio.run(start())
-    assert delivery.calls == ["older", "newer", "older", "newer"]  # the walk went round again
+    assert delivery.calls == ["older", "newer", "newer"]  # the walk went round again, where unanswered
     assert takeover.report == TakeoverReport(released=4)
     assert takeover.session.stats.reset == 4
+    for sid in ("older", "newer"):
+        assert (delivery.progress(sid).queued, delivery.progress(sid).running) == (3, 0)
+
+
+class LostReply(Delivery):
+    """Real Redis, but the reset of the second schedule loses its reply once after it ran (Redis cut
+    between running the script and answering; redis-py re-sends such a call too)."""
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        super().__init__(client, prefix)
+        self.calls: list[str] = []
+
+    def reset(
+        self,
+        schedule_id: str,
+        worker_id: str,
+        age_ms: int,
+        now_ms: int | None = None,
+        call_id: str | None = None,
+    ) -> ResetReport:
+        report = super().reset(schedule_id, worker_id, age_ms, now_ms, call_id)
+        self.calls.append(schedule_id)
+        if len(self.calls) == 2:
+            raise redis.ConnectionError("connection reset by peer")
+        return report
+
+
+def test_a_takeover_whose_reset_lost_its_reply_after_running_counts_those_leases_once(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The retry found the leases gone (handed back by the run whose reply was lost) and counted
+    nothing: 2 of the 4 handed back were reported."""
+    delivery = LostReply.from_url(redis_url)
+    assert isinstance(delivery, LostReply)
+    for sid in ("older", "newer"):
+        publish(
+            delivery, sid, {"w0": [item(f"{sid}{i}", 0, 10) for i in range(3)]}, lease_ttl_ms=LEASE_TTL_MS
+        )
+        claimed_by_a_killed_sidecar(delivery, sid, "w0", 2)
+    takeover = Takeover(WorkerSession(delivery, Holdings(8), SessionSettings("w0")), retry_s=0.01)
+
+    async def start() -> None:
+        marking = asyncio.create_task(takeover.run(asyncio.Event()))
+        await asyncio.wait_for(takeover.done.wait(), 10)
+        marking.cancel()
+
+    asyncio.run(start())
+    assert takeover.report == TakeoverReport(released=4)
+    assert takeover.session.stats.reset == 4
+    assert delivery.calls == ["older", "newer", "newer"]  # "older" answered: not asked again
     for sid in ("older", "newer"):
         assert (delivery.progress(sid).queued, delivery.progress(sid).running) == (3, 0)
