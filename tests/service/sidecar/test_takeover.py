@@ -183,6 +183,25 @@ def test_a_sidecar_started_while_redis_is_down_keeps_running_and_hands_back_once
         server.stop()
 
 
+def _taken_over_after_a_kill(delivery: Delivery) -> Takeover:
+    """Schedules ``older`` and ``newer`` of 3 items each for w0, 2 of each claimed by a killed sidecar;
+    its successor's takeover, run until it is done."""
+    for sid in ("older", "newer"):
+        publish(
+            delivery, sid, {"w0": [item(f"{sid}{i}", 0, 10) for i in range(3)]}, lease_ttl_ms=LEASE_TTL_MS
+        )
+        claimed_by_a_killed_sidecar(delivery, sid, "w0", 2)
+    takeover = Takeover(WorkerSession(delivery, Holdings(8), SessionSettings("w0")), retry_s=0.01)
+
+    async def start() -> None:
+        marking = asyncio.create_task(takeover.run(asyncio.Event()))
+        await asyncio.wait_for(takeover.done.wait(), 10)
+        marking.cancel()
+
+    asyncio.run(start())
+    return takeover
+
+
 class FlakyReset(Delivery):
     """Real Redis, but the reset of the second schedule fails once on the connection (Redis restarting
     in the middle of the takeover's walk)."""
@@ -210,19 +229,7 @@ def test_a_takeover_cut_short_by_redis_is_retried_and_counts_every_lease_handed_
 ) -> None:
     delivery = FlakyReset.from_url(redis_url)
     assert isinstance(delivery, FlakyReset)
-    for sid in ("older", "newer"):
-        publish(
-            delivery, sid, {"w0": [item(f"{sid}{i}", 0, 10) for i in range(3)]}, lease_ttl_ms=LEASE_TTL_MS
-        )
-        claimed_by_a_killed_sidecar(delivery, sid, "w0", 2)
-    takeover = Takeover(WorkerSession(delivery, Holdings(8), SessionSettings("w0")), retry_s=0.01)
-
-    async def start() -> None:
-        marking = asyncio.create_task(takeover.run(asyncio.Event()))
-        await asyncio.wait_for(takeover.done.wait(), 10)
-        marking.cancel()
-
-    asyncio.run(start())
+    takeover = _taken_over_after_a_kill(delivery)
     assert delivery.calls == ["older", "newer", "newer"]  # the walk went round again, where unanswered
     assert takeover.report == TakeoverReport(released=4)
     assert takeover.session.stats.reset == 4
@@ -260,19 +267,7 @@ def test_a_takeover_whose_reset_lost_its_reply_after_running_counts_those_leases
     nothing: 2 of the 4 handed back were reported."""
     delivery = LostReply.from_url(redis_url)
     assert isinstance(delivery, LostReply)
-    for sid in ("older", "newer"):
-        publish(
-            delivery, sid, {"w0": [item(f"{sid}{i}", 0, 10) for i in range(3)]}, lease_ttl_ms=LEASE_TTL_MS
-        )
-        claimed_by_a_killed_sidecar(delivery, sid, "w0", 2)
-    takeover = Takeover(WorkerSession(delivery, Holdings(8), SessionSettings("w0")), retry_s=0.01)
-
-    async def start() -> None:
-        marking = asyncio.create_task(takeover.run(asyncio.Event()))
-        await asyncio.wait_for(takeover.done.wait(), 10)
-        marking.cancel()
-
-    asyncio.run(start())
+    takeover = _taken_over_after_a_kill(delivery)
     assert takeover.report == TakeoverReport(released=4)
     assert takeover.session.stats.reset == 4
     assert delivery.calls == ["older", "newer", "newer"]  # "older" answered: not asked again
