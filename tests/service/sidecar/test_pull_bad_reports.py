@@ -194,3 +194,31 @@ def test_a_report_whose_extra_token_counts_are_no_token_counts_is_refused_and_th
     assert with_api(redis_url, script) == [*((422, "extra") for _ in bad_extras), 1, 200]
     (stored,) = delivery.read_results("counts")
     assert (stored.result.extra["prompt_tokens"], stored.result.extra["max_new_tokens"]) == (12, 16_000)
+
+
+def test_a_report_in_utf16_or_utf32_is_refused_naming_the_body_and_nothing_is_stored(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """FastAPI's JSON decoder reads UTF-16 and UTF-32 too: such a ``/done`` was stored as if sent in
+    UTF-8, where the service refuses the same body with a 400 naming ``body``; now the pull API does."""
+    delivery = publish_one(redis_url, "utf16")
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        body = done_body((await client.get("/next")).json(), 5)
+        as_json = {"Content-Type": "application/json"}
+        failed = {**{k: body[k] for k in ("schedule_id", "key", "token")}, "reason": "engine died"}
+        sent = [
+            await client.post("/done", content=json.dumps(body).encode("utf-16"), headers=as_json),
+            await client.post("/fail", content=json.dumps(failed).encode("utf-32-le"), headers=as_json),
+        ]
+        held = len((await client.get("/leases")).json()["held"])
+        good = await client.post("/done", json=body)
+        return [*((r.status_code, r.json()["error"]) for r in sent), held, good.status_code]
+
+    refused = with_api(redis_url, script)
+    assert refused[:2] == [
+        (400, "body: the body is UTF-16 (it starts with a UTF-16 byte-order mark, FF FE), not UTF-8"),
+        (400, "body: the body is UTF-32-LE (by the NUL bytes of its first characters), not UTF-8"),
+    ]
+    assert refused[2:] == [1, 200]  # the lease was kept for the report in UTF-8, which was taken
+    assert [r.result.output_tokens for r in delivery.read_results("utf16")] == [5]
