@@ -14,7 +14,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from numbers import Integral
+from numbers import Integral, Real
 from typing import NamedTuple
 
 from scheduler.costmodel import worker_cost
@@ -102,6 +102,11 @@ def simulate(
     advance: projected-peak admission under ``kv_admission``, the KV steal gate and the victim choice
     of work stealing. A plan with a ``dispatch_order`` is a shared queue that every worker pulls from
     when a slot frees.
+
+    Every trajectory needs a true length in ``actual_tokens`` (an integer >= 0) and a finite
+    prediction >= 0; anything else is an ``InvalidInputError`` naming the trajectory, before any
+    play (a NaN prediction failed inside ``math.ceil``, with no field, and a negative one planned
+    one step).
     """
     _check_options(options)
     ledger, index_of = _ledger(trajectories, actual_tokens, inventory)
@@ -254,7 +259,7 @@ def _ledger(
         list(index_of),
         [t.prompt_tokens for t in trajectories],
         steps,
-        [planned_steps(t.predicted_tokens) for t in trajectories],
+        [_predicted_length(i, t) for i, t in enumerate(trajectories)],
     )
     ledger.pin = pins
     # what an engine must hold for each: prompt + cap (the context length it checks a request against)
@@ -273,6 +278,20 @@ def _true_length(key: str, n: object) -> int:
     if isinstance(n, bool) or not isinstance(n, Integral) or n < 0:
         raise InvalidInputError(f"actual_tokens[{key}]", n, "must be an integer >= 0 for every trajectory")
     return int(n)
+
+
+def _predicted_length(index: int, t: Trajectory) -> int:
+    """Trajectory ``t``'s (the ``index``-th) predicted length as the decode steps the plan assumed: a
+    finite number >= 0 (numpy floats welcome; 0 plans one step, as ``planned_steps`` does). Its
+    callers validate predictions, but ``simulate`` is public: NaN raised a field-less ValueError and
+    infinity an OverflowError from ``math.ceil``, and a negative one was played silently as one
+    token, in KV admission's projected peak, the steal gate and the victim choice."""
+    q = t.predicted_tokens
+    if isinstance(q, bool) or not isinstance(q, Real) or not math.isfinite(q) or q < 0:
+        raise InvalidInputError(
+            f"trajectories[{index}].predicted_tokens", q, f"must be a finite number >= 0 (trajectory {t.key})"
+        )
+    return planned_steps(q)
 
 
 def _pin_whole_groups(ledger: Ledger) -> None:

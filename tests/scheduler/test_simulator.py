@@ -246,6 +246,24 @@ def test_bad_input_is_refused_with_the_offending_field(mutate: object, field: st
     assert err.value.field == field
 
 
+@pytest.mark.parametrize("predicted", [math.nan, math.inf, -5.0, True])
+@pytest.mark.parametrize("options", [SimOptions(), SimOptions(kv_admission=True, steal=True)])
+def test_a_prediction_that_is_no_length_is_refused_naming_its_trajectory(
+    predicted: float, options: SimOptions
+) -> None:
+    """simulate's callers validate predictions, but it is public: NaN failed in math.ceil with a
+    field-less ValueError, infinity with an OverflowError, and -5 was played as a one-token plan."""
+    trajs = [traj(0, 100, 100), Trajectory("p1", 0, 100, 100, predicted)]
+    plan = static_plan({"a": trajs, "b": []})
+    actual = {t.key: 100 for t in trajs}
+    with pytest.raises(InvalidInputError) as err:
+        simulate(plan, trajs, actual, Inventory((worker("a"), worker("b")), MODEL), options)
+    assert (err.value.field, err.value.reason) == (
+        "trajectories[1].predicted_tokens",
+        "must be a finite number >= 0 (trajectory p1#0)",
+    )
+
+
 def test_items_already_handed_to_an_engine_are_never_stolen_even_while_waiting_for_kv() -> None:
     # w0's KV holds one sequence at a time, but its sidecar keeps max_num_seqs=4 in flight
     victim = worker("w0", "910B", max_num_seqs=4, kv_capacity_tokens=2_500)
