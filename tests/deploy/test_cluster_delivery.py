@@ -46,6 +46,7 @@ from tests.service.delivery import (
 )
 from tests.service.delivery.audit import audit
 from tests.service.delivery.conftest import schedule
+from tests.service.sidecar.procs import claimed_by_a_killed_sidecar
 
 # The single-node behaviour suite, collected again in this module with the cluster fixtures below: every
 # operation, the hypothesis state machine, progress on the lease clock, the reapers' lapse index (its
@@ -138,8 +139,8 @@ def test_a_restarted_sidecar_hands_back_its_leases_in_schedules_on_every_master(
     sids = _schedule_ids_on_every_master(redis_cluster, 1)
     for sid in sids:
         delivery.publish(schedule(sid, {"w0": 2, "w1": 1}, ttl_ms=60_000))
-        delivery.claim(sid, "w0", 2)
-        delivery.claim(sid, "w1", 1)
+        claimed_by_a_killed_sidecar(delivery, sid, "w0", 2)
+        delivery.claim(sid, "w1", 1)  # a live sidecar's
     cluster_client.set(sidecar_presence("w0"), "killed-instance", px=200)  # its predecessor's, lapsing
     takeover = Takeover(WorkerSession(delivery, Holdings(8), SessionSettings("w0")))
 

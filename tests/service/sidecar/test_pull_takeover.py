@@ -30,7 +30,7 @@ from service.sidecar.pull_api import create_pull_app
 from service.sidecar.pull_state import Connecting, PullState
 from service.sidecar.session import SessionSettings, WorkerSession
 from service.sidecar.takeover import TakeoverReport
-from tests.service.sidecar.procs import item, publish, tally
+from tests.service.sidecar.procs import claimed_by_a_killed_sidecar, item, publish, tally
 
 LEASE_TTL_MS = 60_000  # nothing in these tests may wait for a lease to lapse
 
@@ -80,7 +80,7 @@ def test_a_restarted_pull_sidecar_hands_back_its_killed_predecessors_leases_befo
     delivery = Delivery.from_url(redis_url)
     items = [item(f"p{i}", 0, 10) for i in range(4)]
     publish(delivery, "crash", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
-    killed = delivery.claim("crash", "w0", 3)  # handed to the worker by the killed sidecar
+    killed = claimed_by_a_killed_sidecar(delivery, "crash", "w0", 3)  # handed to its worker, then killed
     redis_client.set(sidecar_presence("w0"), "killed-instance", px=1000)  # its presence, lapsing
     session = _session(redis_url)
 
@@ -180,7 +180,7 @@ def test_a_pull_sidecar_started_while_redis_is_down_hands_back_once_it_answers()
         delivery = Delivery.from_url(server.url)
         items = [item(f"p{i}", 0, 10) for i in range(3)]
         publish(delivery, "outage", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
-        killed = delivery.claim("outage", "w0", 2)  # the killed sidecar's
+        killed = claimed_by_a_killed_sidecar(delivery, "outage", "w0", 2)
         server.kill()  # the AOF keeps all of it (written before each reply)
         options = SidecarOptions(worker_id="w0", redis_url=server.url)
         made: list[WorkerSession] = []

@@ -33,7 +33,7 @@ from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.procs import claimed_by_a_killed_sidecar, item, publish
 
 RAISED = "Redis 99.0 or later, or Valkey"  # what the sidecar below is told the minimum is
 RAISE_MINIMUM = "from service import redis_conn; redis_conn.MIN_REDIS_VERSION = (99, 0)"
@@ -137,7 +137,7 @@ def test_a_push_sidecar_writes_nothing_to_a_redis_whose_version_it_has_not_yet_p
     monkeypatch.setattr(redis_conn, "MIN_REDIS_VERSION", (99, 0))
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "s", {"w0": [item("p0", 0, 10), item("p1", 0, 10)]}, lease_ttl_ms=60_000)
-    delivery.claim("s", "w0", 1)  # a killed predecessor's lease: the takeover would hand it back
+    claimed_by_a_killed_sidecar(delivery, "s", "w0", 1)  # the takeover would hand it back, if it ran
     before = _snapshot(redis_client)
     version = LateVersion(delivery.client, redis_url)
     http = httpx.AsyncClient(transport=httpx.MockTransport(_engine), base_url="http://engine")
