@@ -14,6 +14,7 @@ import contextlib
 import math
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
@@ -32,6 +33,7 @@ from service.engine_sim.batch import Generation, PromptTooLongError, SimulatedEn
 from service.engine_sim.lengths import LengthSource, RolloutHint, estimate_prompt_tokens
 
 T = TypeVar("T")
+Hangs = Counter[tuple[str | None, int]]  # requests left unanswered so far per (prompt_id, sample_idx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,9 @@ class RolloutField(BaseModel):
     sample_idx: int = Field(default=0, ge=0)
     output_tokens: int | None = Field(default=None, ge=0)
     prompt_tokens: int | None = Field(default=None, ge=0)
+    # a stuck sequence, as real engines have: this engine never answers the first N requests of this
+    # (prompt_id, sample_idx) until the client disconnects (tests of the sidecar's hang bound)
+    hang_tries: int = Field(default=0, ge=0)
 
 
 class _Common(BaseModel):
@@ -142,6 +147,7 @@ class ChatRequest(_Common):
 def create_app(config: SimConfig) -> FastAPI:
     """Build the app around one simulated engine; nothing runs until the server starts."""
     engine = SimulatedEngine(config.cost)
+    hangs: Hangs = Counter()  # requests left unanswered per sample (``rollout.hang_tries``)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -151,7 +157,7 @@ def create_app(config: SimConfig) -> FastAPI:
     app = FastAPI(title="rollout-scheduler engine-sim (simulated engine)", lifespan=lifespan)
     _install_error_handlers(app)
     _add_info_routes(app, config, engine)
-    _add_generation_routes(app, config, engine)
+    _add_generation_routes(app, config, engine, hangs)
     app.state.engine = engine
     return app
 
@@ -183,7 +189,7 @@ def _add_info_routes(app: FastAPI, config: SimConfig, engine: SimulatedEngine) -
         return {**asdict(engine.stats()), "max_num_seqs": config.cost.max_num_seqs}
 
 
-def _add_generation_routes(app: FastAPI, config: SimConfig, engine: SimulatedEngine) -> None:
+def _add_generation_routes(app: FastAPI, config: SimConfig, engine: SimulatedEngine, hangs: Hangs) -> None:
     """The two OpenAI generation routes, each answered after the simulated decode time."""
 
     @app.post("/v1/completions")
@@ -191,6 +197,7 @@ def _add_generation_routes(app: FastAPI, config: SimConfig, engine: SimulatedEng
         """OpenAI completions, answered after the simulated decode time of the chosen length."""
         text = body.prompt if isinstance(body.prompt, str) else ""
         cap = body.max_tokens if body.max_tokens is not None else 16
+        await _hang_if_told(request, body.rollout, hangs)
         served = await _serve(config, engine, request, body, body.prompt, text, cap)
         choice = {"index": 0, "text": _filler(served.tokens), "finish_reason": served.finish_reason}
         return _envelope("text_completion", config, {**choice, "logprobs": None}, served)
@@ -200,6 +207,7 @@ def _add_generation_routes(app: FastAPI, config: SimConfig, engine: SimulatedEng
         """OpenAI chat completions, the same engine behind a chat envelope."""
         text = "\n".join(str(m.get("content", "")) for m in body.messages)
         cap = body.max_completion_tokens or body.max_tokens
+        await _hang_if_told(request, body.rollout, hangs)
         served = await _serve(config, engine, request, body, text, text, cap)
         message = {"role": "assistant", "content": _filler(served.tokens)}
         choice = {"index": 0, "message": message, "finish_reason": served.finish_reason}
@@ -220,7 +228,7 @@ async def _serve(
         raise EngineRequestError(f"The model `{body.model}` does not exist.", 404, "NotFoundError", "model")
     if body.n != 1 or body.stream:
         raise EngineRequestError("the simulated engine supports n=1 without streaming only")
-    hint = RolloutHint(**body.rollout.model_dump()) if body.rollout else RolloutHint()
+    hint = RolloutHint(**body.rollout.model_dump(exclude={"hang_tries"})) if body.rollout else RolloutHint()
     prompt_tokens = estimate_prompt_tokens(hint, prompt)
     limit = _checked_cap(config.max_model_len, prompt_tokens, cap)
     if body.min_tokens > limit:  # vLLM's SamplingParams check, worded as vLLM does
@@ -253,6 +261,19 @@ def _checked_cap(max_model_len: int, prompt_tokens: int, cap: int | None) -> int
             param="max_tokens",
         )
     return cap if cap is not None else max_model_len - prompt_tokens
+
+
+async def _hang_if_told(request: Request, rollout: RolloutField | None, hangs: Hangs) -> None:
+    """Never answer (until the client disconnects, answered 499 then) while this sample's first
+    ``rollout.hang_tries`` requests are not used up: a stuck sequence that a healthy engine, still
+    answering ``/health`` and finishing others, never returns (docs/engine-sim.md)."""
+    if rollout is None or rollout.hang_tries == 0:
+        return
+    sample = (rollout.prompt_id, rollout.sample_idx)
+    if hangs[sample] >= rollout.hang_tries:
+        return
+    hangs[sample] += 1
+    await _unless_disconnected(request, asyncio.Event().wait())
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
