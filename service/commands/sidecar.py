@@ -84,6 +84,15 @@ StallFlag = Annotated[
     float,
     typer.Option(help="Push mode: release running items when the engine is silent this many seconds."),
 ]
+HangFlag = Annotated[
+    float,
+    typer.Option(
+        help="Push mode: close the request and hand back an item the engine has not answered in this "
+        "many seconds while it answers /health (a stuck sequence); longer for an item whose "
+        "max_new_tokens takes longer at a quarter of the measured decode rate. Charged as a strike: "
+        "an item that hangs every time is dead-lettered after its attempts."
+    ),
+]
 HeartbeatFlag = Annotated[
     float | None,
     typer.Option(
@@ -149,6 +158,7 @@ def sidecar(
     drain_timeout: DrainFlag = 20.0,
     idle_poll: IdlePollFlag = 0.2,
     engine_stall_timeout: StallFlag = 30.0,
+    engine_hang_timeout: HangFlag = 3600.0,
     heartbeat_interval: HeartbeatFlag = None,
     pull_idle_timeout: PullIdleFlag = 60.0,
     pull_hold_timeout: PullHoldFlag = 3600.0,
@@ -183,6 +193,7 @@ def sidecar(
         idle_poll_s=idle_poll,
         drain_timeout_s=drain_timeout,
         engine_stall_s=engine_stall_timeout,
+        engine_hang_s=engine_hang_timeout,
         pull_idle_timeout_s=pull_idle_timeout,
         pull_hold_timeout_s=pull_hold_timeout,
         health_port=health_port,
@@ -229,6 +240,7 @@ def _checked(
             "drain-timeout": (o.drain_timeout_s, 0),
             "idle-poll": (o.idle_poll_s, 0.001),
             "engine-stall-timeout": (o.engine_stall_s, 1.0),
+            "engine-hang-timeout": (o.engine_hang_s, 1.0),
             "heartbeat-interval": (o.heartbeat_interval_s, 0.001),
             "pull-idle-timeout": (o.pull_idle_timeout_s, 0.001),
             "pull-hold-timeout": (o.pull_hold_timeout_s, 1.0),

@@ -1,17 +1,21 @@
-"""How long a pull worker may hold an item before the sidecar takes it for abandoned.
+"""How long an item may be held without an answer before the sidecar takes it for abandoned, in both modes.
 
-The idle timeout notices a worker process that died; it cannot notice one that lives on (it keeps
-calling ``/next`` or ``/leases``) but dropped an item, never to send ``/done`` or ``/fail`` for it.
-Heartbeated on its behalf, that item's lease would never lapse and its step never end. So each item
-handed out gets a bound, and one held past it is no longer heartbeated and is reported failed: it is
-requeued at once (an attempt spent, so one that every worker drops is dead-lettered;
-``pull_state.PullState.fail_abandoned``). Pure, for testing on its own.
+Pull mode: the idle timeout notices a worker process that died; it cannot notice one that lives on (it
+keeps calling ``/next`` or ``/leases``) but dropped an item, never to send ``/done`` or ``/fail`` for it.
+Push mode: the engine watch notices an engine gone silent; it cannot notice one that answers ``/health``
+and finishes other requests but never returns one (a stuck sequence: real vLLM and SGLang bugs do
+this). Either way, heartbeated by the sidecar, that item's lease would never lapse and its step never
+end. So each started item gets a bound, and one held past it is given up: pull mode reports it failed
+(``pull_state.PullState.fail_abandoned``), push mode closes its request and hands it back through the
+engine watch's strikes (``runner.Sidecar._hung``), so an item that hangs every time is dead-lettered
+after its attempts. Pure, for testing on its own.
 
 The sidecar knows no exact bound on a legitimate trajectory. The plan's ``deadline_ms`` is a
 prediction that heavy-tailed items overrun many times over; the item's ``max_new_tokens`` is a true cap
-on its length, but needs a speed. So the bound is a flag (``--pull-hold-timeout``) as a floor, raised
-for an item whose cap would take longer at a quarter of the decode rate measured on this worker:
-a bound below what a long trajectory legitimately takes would abandon it on every attempt.
+on its length, but needs a speed. So the bound is a flag (``--pull-hold-timeout``,
+``--engine-hang-timeout``) as a floor, raised for an item whose cap would take longer at a quarter of
+the decode rate measured on this worker: a bound below what a long trajectory legitimately takes would
+abandon it on every attempt.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ HOLD_SLOWDOWN = 4.0  # an item's cap is given this many times its time at the me
 
 def hold_bound_s(max_new_tokens: int, rate: float | None, floor_s: float) -> float:
     """Seconds the worker may hold an item capped at ``max_new_tokens``: ``floor_s``, or the cap at a
-    quarter of ``rate`` (tokens/s per sequence, measured over ``/next`` to ``/done``, so queueing
-    inside the worker is in it) when that is longer; the floor alone before any rate is measured."""
+    quarter of ``rate`` (tokens/s per sequence, measured over ``/next`` to ``/done`` in pull mode, so
+    queueing inside the worker is in it; over the engine request in push mode) when that is longer;
+    the floor alone before any rate is measured."""
     if not rate:
         return floor_s
     return max(floor_s, HOLD_SLOWDOWN * max_new_tokens / rate)

@@ -60,6 +60,7 @@ class SidecarOptions:
     idle_poll_s: float = 0.2  # how often an idle sidecar looks for work
     drain_timeout_s: float = 20.0  # on SIGTERM, how long running items may finish
     engine_stall_s: float = 30.0  # push mode: an engine silent this long while items run is down
+    engine_hang_s: float = 3600.0  # push mode: one item unanswered this long (at least) is handed back
     pull_idle_timeout_s: float = 60.0  # pull mode: stop heartbeating a worker silent this long
     pull_hold_timeout_s: float = 3600.0  # pull mode: an item unreported this long (at least) is abandoned
     health_port: int | None = None  # push mode: serve GET /health (liveness) on this port
@@ -209,6 +210,7 @@ async def _push(
             drain_timeout_s=options.drain_timeout_s,
             engine_probe_s=probe_s,
             engine_stall_s=options.engine_stall_s,
+            hang_timeout_s=options.engine_hang_s,
         ),
         version=version,
     )

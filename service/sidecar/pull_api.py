@@ -29,7 +29,7 @@ The sidecar claims, steals, heartbeats and completes on the worker's behalf, wit
 KV admission limits as the push mode. It keeps leases alive only while the worker shows signs of
 life: if it calls none of these endpoints for ``idle_timeout_s``, heartbeats stop and its leases
 lapse, so a dead worker process is noticed even though the sidecar lives on; an item one that lives
-on holds unreported past its bound (``pull_holds``) is reported failed and requeued. Once SIGTERM arrives
+on holds unreported past its bound (``holds``) is reported failed and requeued. Once SIGTERM arrives
 nothing more is claimed (a long-poll in flight answers 204), requests in flight get the drain timeout
 (``launch.run_pull``), and what is held is handed back within ``release_within_s``, Redis down or not.
 
@@ -64,9 +64,9 @@ from service.delivery.outcomes import CompletionOutcome
 from service.delivery.records import TrajectoryResult
 from service.limits import BodyLimitMiddleware
 from service.problems import JSON_HINT, BodyEncodingError, is_json
+from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.metrics import pull_exposition
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
-from service.sidecar.pull_holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.pull_state import MAX_WAIT_S, Connecting, ConnectingError, PullState, lease_json
 from service.sidecar.session import WorkerSession
 

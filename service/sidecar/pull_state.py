@@ -4,7 +4,7 @@ the routes): whether that process is alive, what it was handed and lost, and the
 Apart from the routes because it is the part with state and timing: the worker's signs of life (a
 quiet spell past ``idle_timeout_s`` stops the heartbeats, so the leases of a process that died lapse
 although the sidecar lives on), the lost leases kept for ``GET /leases``, an item held unreported past
-its bound (``pull_holds``), handing out the next item within the slot and KV limits, and the session
+its bound (``holds``), handing out the next item within the slot and KV limits, and the session
 still ``Connecting`` while Redis is down at start-up (its connect runs in a daemon thread, so a
 SIGTERM meanwhile is not held up by a wait that has no end).
 
@@ -30,7 +30,7 @@ from typing import Any, TypeVar, cast
 
 from service.delivery.errors import UnknownScheduleError
 from service.sidecar.holdings import Held, lease_id
-from service.sidecar.pull_holds import DEFAULT_HOLD_TIMEOUT_S, overdue
+from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S, overdue
 from service.sidecar.sampling import sample_params
 from service.sidecar.session import WorkerSession
 from service.sidecar.takeover import Takeover
@@ -161,7 +161,7 @@ class PullState:
         await self.fail_abandoned(dropped)
 
     def abandon(self) -> list[Held]:
-        """Forget the items held past their bound (``pull_holds``), so none is heartbeated again; the
+        """Forget the items held past their bound (``holds``), so none is heartbeated again; the
         caller reports them failed (``fail_abandoned``) and a ``/done`` of one is then stale."""
         holdings = self.session.holdings
         dropped = overdue(holdings, self.hold_timeout_s)

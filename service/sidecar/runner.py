@@ -12,8 +12,9 @@ retries in place) or answering what does not parse is charged to the item: it is
 so a poison item is dead-lettered after its attempts. The engine being down (connection errors,
 429, 502-504, a bare 500, its API key refused, an aborted request) is not: the lease is released
 without spending an attempt and claiming pauses until the engine answers again; but an item such
-a failure keeps hitting while the engine answers its health probe is charged after all, and an
-engine that stops answering while items run has them handed back (``watchdog``). On SIGTERM the
+a failure keeps hitting while the engine answers its health probe is charged after all, an engine
+that stops answering while items run has them handed back, and so has one item it never answers
+past its bound (a stuck sequence), struck the same way (``watchdog``). On SIGTERM the
 sidecar stops claiming, hands back what it has not started, lets running items finish for
 ``drain_timeout_s`` and releases the rest.
 """
@@ -36,6 +37,7 @@ from service.logs import schedule_context
 from service.redis_conn import VersionCheck, version_known
 from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
 from service.sidecar.holdings import Held
+from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.session import RELEASE_GRACE_S, SessionStats, WorkerSession
 from service.sidecar.takeover import Takeover
 from service.sidecar.timings import Durations
@@ -57,6 +59,7 @@ class RunnerSettings:
     redis_retry_s: float = 0.5  # pause after Redis failed a claim before trying again
     engine_probe_s: float = 5.0  # while items run, how often the engine's /health is asked
     engine_stall_s: float = 30.0  # no answer from the engine this long while items run: hand them back
+    hang_timeout_s: float = DEFAULT_HOLD_TIMEOUT_S  # one item unanswered this long (at least): hand back
 
 
 def _task_id(held: Held) -> TaskId:
@@ -113,6 +116,7 @@ class Sidecar:
         heartbeats = asyncio.create_task(self._heartbeats())
         takeover = asyncio.create_task(self.takeover.run(stop))
         watch = asyncio.create_task(self.watch.watch(lambda: bool(self._tasks), self._engine_stalled))
+        hangs = asyncio.create_task(self.watch.hangs(self.session, self.settings.hang_timeout_s, self._stop))
         try:
             while not stop.is_set():
                 self.last_turn = time.monotonic()
@@ -137,9 +141,9 @@ class Sidecar:
                 await self._pause(stop)
             await self._drain()
         finally:
-            for task in (heartbeats, watch, takeover):
+            for task in (heartbeats, watch, hangs, takeover):
                 task.cancel()
-            await asyncio.gather(heartbeats, watch, takeover, return_exceptions=True)
+            await asyncio.gather(heartbeats, watch, hangs, takeover, return_exceptions=True)
         if self.redis_up:  # the next process of this id need not wait for the presence key to lapse
             await self.takeover.leave(RELEASE_GRACE_S)
         return self.session.stats
@@ -238,9 +242,7 @@ class Sidecar:
         self.watch.alive()
         self.generation.observe(reply.wall_time_s)
         self.watch.forget((held.lease.schedule_id, held.lease.key))
-        self.session.holdings.observe(
-            reply.completion_tokens, reply.wall_time_s
-        )  # KV admission's decode rate
+        self.session.holdings.observe(reply.completion_tokens, reply.wall_time_s)  # rate: KV, hang bound
         try:
             concurrency = self.session.holdings.mean_concurrency(held)
             outcome = await self.session.complete(held, _result(held, reply, concurrency))
@@ -264,6 +266,12 @@ class Sidecar:
             task = self._tasks.get(_task_id(held))
             if task is not None:
                 task.cancel()
+
+    async def _stop(self, held: Held) -> None:
+        """Close ``held``'s engine request (the engine aborts the sequence) and wait for its task."""
+        task = self._tasks.get(_task_id(held))
+        if task is not None and task.cancel():  # False: done already
+            await asyncio.gather(task, return_exceptions=True)
 
     async def _engine_failed(self, held: Held, exc: EngineError) -> None:
         """Release the item if the engine is at fault, fail it if the item is (see module docstring)."""

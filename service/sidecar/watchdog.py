@@ -12,21 +12,36 @@ it answers its health probe and finishes other items, is not down. Released for 
 item would come straight back and loop forever. ``EngineWatch.charge`` counts those failures per item
 (a strike only when the engine proved healthy right after); from the ``STRIKES``-th on, the item is
 reported failed, spends an attempt and ends dead-lettered after its ``max_attempts``.
+
+Between the two: an engine that answers its probe and finishes other items but never returns one (a
+stuck sequence: real vLLM and SGLang bugs do this) shows life, so ``watch`` never trips, and the item
+never fails, so ``charge`` never hears of it; its lease, heartbeated, would be held for ever and its
+step would never end. ``EngineWatch.hangs`` gives every running item the bound a pull worker's item
+has (``holds``: ``--engine-hang-timeout``, longer for an item whose cap takes longer at a quarter of
+the measured rate); one past it has its request closed (vLLM aborts the sequence) and is handed back
+through ``charge``, so one that hangs at every run is dead-lettered after its attempts, not looped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from service.delivery.errors import UnknownScheduleError
+from service.logs import schedule_context
 from service.sidecar.engine_client import EngineClient, EngineError
+from service.sidecar.holdings import Held, lease_id
+from service.sidecar.holds import overdue
+from service.sidecar.session import WorkerSession
 
 STRIKES = 3  # failures of one item by a healthy engine before the item, not the engine, is blamed
 REMEMBERED = 10_000  # items whose strikes are kept (oldest forgotten first): bounded memory
 ItemId = tuple[str, str]  # (schedule id, item key): the same item across its leases
+log = logging.getLogger("service.sidecar")
 
 
 @dataclass
@@ -90,3 +105,55 @@ class EngineWatch:
     def forget(self, item: ItemId) -> None:
         """The item completed: its strikes are history."""
         self._strikes.pop(item, None)
+
+    async def hangs(
+        self, session: WorkerSession, floor_s: float, stop: Callable[[Held], Awaitable[None]]
+    ) -> None:
+        """Hand back each item running past its bound (``holds.overdue`` with ``floor_s``), its request
+        closed by ``stop`` first; looked for every probe interval (a quarter of a shorter bound)."""
+        holdings = session.holdings
+        while True:
+            await asyncio.sleep(min(self.probe_interval_s, floor_s / 4))
+            for held in overdue(holdings, floor_s):
+                if not _running(session, held):  # answered, lost or handed back since it was listed
+                    continue
+                with schedule_context(held.lease.schedule_id):
+                    try:
+                        await self._hung(session, held, stop)
+                    except Exception:  # never let this loop die: the next hang would be held for ever
+                        log.exception("could not hand back %s", held.lease.key)
+
+    async def _hung(
+        self, session: WorkerSession, held: Held, stop: Callable[[Held], Awaitable[None]]
+    ) -> None:
+        """Stop ``held`` and release it, or fail it once ``charge`` blames it (a strike each time the
+        engine proves healthy meanwhile); one warning. A late answer is refused by the lease's token."""
+        held_s, lease = session.holdings.held_for(held), held.lease
+        await stop(held)
+        if not _running(session, held):
+            return  # its answer came as it was stopped: the completion decides
+        error = EngineError(f"no answer in {held_s:.0f}s", retryable=False, engine_down=True, suspect=True)
+        reason = await self.charge((lease.schedule_id, lease.key), error)
+        if not _running(session, held):
+            return  # a stall or a heartbeat that found the lease gone handed it back meanwhile
+        log.warning(
+            "item %s of schedule %s got no answer from the engine in %.0fs: request closed, %s",
+            lease.key,
+            lease.schedule_id,
+            held_s,
+            "released" if reason is None else f"reported failed ({reason})",
+        )
+        try:
+            if reason is None:
+                await session.release([held])
+            else:
+                await session.fail(held, reason)
+        except UnknownScheduleError:  # nothing to hand back: the schedule's keys are gone
+            session.holdings.remove(lease_id(lease))
+        except Exception:  # Redis gone past the retry window: the lease lapses and is requeued
+            log.exception("could not hand back %s; its lease will lapse", lease.key)
+
+
+def _running(session: WorkerSession, held: Held) -> bool:
+    """Whether ``held`` is still held and not being completed (its answer came: the completion decides)."""
+    return not held.completing and session.holdings.get(lease_id(held.lease)) is held

@@ -12,8 +12,8 @@ import redis
 from service.delivery.protocol import Delivery
 from service.sidecar import pull_state
 from service.sidecar.holdings import Holdings
+from service.sidecar.holds import hold_bound_s
 from service.sidecar.pull_api import create_pull_app
-from service.sidecar.pull_holds import hold_bound_s
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish, tally
 
