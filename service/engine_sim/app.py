@@ -17,7 +17,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -33,7 +33,6 @@ from service.engine_sim.batch import Generation, PromptTooLongError, SimulatedEn
 from service.engine_sim.lengths import LengthSource, RolloutHint, estimate_prompt_tokens
 
 T = TypeVar("T")
-Hangs = Counter[tuple[str | None, int]]  # requests left unanswered so far per (prompt_id, sample_idx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +106,15 @@ class EngineRequestError(ValueError):
         self.param = param  # the request field at fault, as vLLM's error body names it
 
 
+@dataclass
+class _Hangs:
+    """``rollout.hang_tries`` at work: requests left unanswered so far per (prompt_id, sample_idx), and
+    how many are still open (``/sim/stats`` ``hanging``: a client that closed one is no longer counted)."""
+
+    tries: Counter[tuple[str | None, int]] = field(default_factory=Counter)
+    open: int = 0
+
+
 class RolloutField(BaseModel):
     """The optional ``rollout`` extra body field that tells the simulator what a real model would do."""
 
@@ -147,7 +155,7 @@ class ChatRequest(_Common):
 def create_app(config: SimConfig) -> FastAPI:
     """Build the app around one simulated engine; nothing runs until the server starts."""
     engine = SimulatedEngine(config.cost)
-    hangs: Hangs = Counter()  # requests left unanswered per sample (``rollout.hang_tries``)
+    hangs = _Hangs()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -156,13 +164,13 @@ def create_app(config: SimConfig) -> FastAPI:
 
     app = FastAPI(title="rollout-scheduler engine-sim (simulated engine)", lifespan=lifespan)
     _install_error_handlers(app)
-    _add_info_routes(app, config, engine)
+    _add_info_routes(app, config, engine, hangs)
     _add_generation_routes(app, config, engine, hangs)
     app.state.engine = engine
     return app
 
 
-def _add_info_routes(app: FastAPI, config: SimConfig, engine: SimulatedEngine) -> None:
+def _add_info_routes(app: FastAPI, config: SimConfig, engine: SimulatedEngine, hangs: _Hangs) -> None:
     """What the sidecar and the tests ask of the engine besides generations: liveness, the model
     served, and the simulated batch's counters."""
 
@@ -186,10 +194,10 @@ def _add_info_routes(app: FastAPI, config: SimConfig, engine: SimulatedEngine) -
     @app.get("/sim/stats")
     async def stats() -> dict[str, Any]:
         """What the simulated batch did so far (not an OpenAI route): tests and benches read it."""
-        return {**asdict(engine.stats()), "max_num_seqs": config.cost.max_num_seqs}
+        return {**asdict(engine.stats()), "max_num_seqs": config.cost.max_num_seqs, "hanging": hangs.open}
 
 
-def _add_generation_routes(app: FastAPI, config: SimConfig, engine: SimulatedEngine, hangs: Hangs) -> None:
+def _add_generation_routes(app: FastAPI, config: SimConfig, engine: SimulatedEngine, hangs: _Hangs) -> None:
     """The two OpenAI generation routes, each answered after the simulated decode time."""
 
     @app.post("/v1/completions")
@@ -263,17 +271,21 @@ def _checked_cap(max_model_len: int, prompt_tokens: int, cap: int | None) -> int
     return cap if cap is not None else max_model_len - prompt_tokens
 
 
-async def _hang_if_told(request: Request, rollout: RolloutField | None, hangs: Hangs) -> None:
+async def _hang_if_told(request: Request, rollout: RolloutField | None, hangs: _Hangs) -> None:
     """Never answer (until the client disconnects, answered 499 then) while this sample's first
     ``rollout.hang_tries`` requests are not used up: a stuck sequence that a healthy engine, still
     answering ``/health`` and finishing others, never returns (docs/engine-sim.md)."""
     if rollout is None or rollout.hang_tries == 0:
         return
     sample = (rollout.prompt_id, rollout.sample_idx)
-    if hangs[sample] >= rollout.hang_tries:
+    if hangs.tries[sample] >= rollout.hang_tries:
         return
-    hangs[sample] += 1
-    await _unless_disconnected(request, asyncio.Event().wait())
+    hangs.tries[sample] += 1
+    hangs.open += 1
+    try:
+        await _unless_disconnected(request, asyncio.Event().wait())
+    finally:
+        hangs.open -= 1
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:

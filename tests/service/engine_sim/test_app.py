@@ -148,7 +148,8 @@ def test_engine_sim_refuses_a_trace_step_without_a_trace_rather_than_ignore_it(c
 
 def test_a_sample_told_to_hang_goes_unanswered_its_first_tries_then_answers() -> None:
     async def tries(body: dict[str, Any], count: int) -> list[int | None]:
-        """Each try's status, None where no answer came within 0.5 s (the client gave up on it)."""
+        """Each try's status, None where no answer came within 0.5 s (the client gave up on it); then
+        how many requests the engine still holds unanswered."""
         app = create_app(build_config("H100", time_scale=0.001, max_model_len=4096))
         statuses: list[int | None] = []
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as client:
@@ -158,7 +159,14 @@ def test_a_sample_told_to_hang_goes_unanswered_its_first_tries_then_answers() ->
                     statuses.append(reply.status_code)
                 except TimeoutError:
                     statuses.append(None)
+            statuses.append((await client.get("/sim/stats")).json()["hanging"])
         return statuses
 
     rollout = {"prompt_id": "p", "sample_idx": 1, "output_tokens": 7, "hang_tries": 2}
-    assert asyncio.run(tries({"prompt": "hi", "max_tokens": 16, "rollout": rollout}, 3)) == [None, None, 200]
+    # two tries go unanswered until given up on (then no longer held), the third answers
+    assert asyncio.run(tries({"prompt": "hi", "max_tokens": 16, "rollout": rollout}, 3)) == [
+        None,
+        None,
+        200,
+        0,
+    ]

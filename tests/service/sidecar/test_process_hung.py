@@ -16,6 +16,7 @@ import json
 import signal
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
@@ -59,9 +60,11 @@ def test_an_item_the_engine_never_answers_is_handed_back_and_finished_by_its_nex
         first = _running_token(delivery, stuck.key)
         # without the bound the engine never answers it and this times out
         wait_finished(delivery, "hang", 30)
+        hanging = httpx.get(f"{url}/sim/stats").json()["hanging"]  # the hung request was closed
         sidecar.signal(signal.SIGTERM)
         stats = sidecar.stats()
     assert tally(delivery, "hang", {i.key for i in (stuck, *others)}) == (0, 0)
+    assert hanging == 0
     assert (stats["accepted"], stats["released"], stats["failed"]) == (6, 1, 0)  # the first hang is free
     (warning,) = _warnings(sidecar.log)
     assert warning.startswith(f"item {stuck.key} of schedule hang got no answer from the engine in ")
@@ -82,6 +85,7 @@ def test_an_item_that_hangs_at_every_run_is_dead_lettered_after_max_attempts_not
         url = procs.engine_threads({"engine": 0.01})["engine"]
         sidecar = procs.sidecar("w0", url, redis_url, "--engine-hang-timeout", str(HANG_S))
         wait_finished(delivery, "hangs", 60)
+        hanging = httpx.get(f"{url}/sim/stats").json()["hanging"]
         sidecar.signal(signal.SIGTERM)
         stats = sidecar.stats()
     hangs = STRIKES - 1 + LEASE.max_attempts  # the strikes before the first failure are free, then
@@ -92,6 +96,7 @@ def test_an_item_that_hangs_at_every_run_is_dead_lettered_after_max_attempts_not
         f"engine failed this item {hangs} times while serving others: no answer in "
     )
     assert tally(delivery, "hangs", {i.key for i in others}) == (0, 0)
+    assert hanging == 0  # every hung request was closed
     assert (stats["released"], stats["failed"]) == (STRIKES - 1, LEASE.max_attempts)
     assert len(_warnings(sidecar.log)) == hangs
 
