@@ -70,6 +70,8 @@ PUSH = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url
         ([*PUSH, "--heartbeat-interval", "inf"], "heartbeat-interval=inf: must be a finite number"),
         ([*PUSH, "--drain-timeout", "inf"], "drain-timeout=inf: must be a finite number"),
         ([*PUSH, "--engine-stall-timeout", "1e400"], "engine-stall-timeout=inf: must be a finite number"),
+        ([*PUSH, "--engine-hang-timeout", "0.5"], "engine-hang-timeout=0.5: must be >= 1"),
+        ([*PUSH, "--engine-hang-timeout", "nan"], "engine-hang-timeout=nan: must be >= 1"),
         ([*PUSH, "--kv-capacity-tokens", "-5"], "kv-capacity-tokens"),
         ([*PUSH, "--device", "H100", "--num-gpus", "0"], "num-gpus"),
         ([*PUSH, "--device", "Ascend910B", "--model", "32b"], "leaves no KV cache"),
