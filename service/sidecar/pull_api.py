@@ -218,7 +218,9 @@ async def reset(state: Pull) -> dict[str, int]:
 
     A ``/done`` still in flight (its sender died before the answer; Redis may be down) settles first:
     released beside it, a finished result could be thrown away and the item run again; and one
-    that fails leaves its lease held, to be handed back here."""
+    that fails leaves its lease held, to be handed back here. A ``/next`` long-polling for the dead
+    process ends first, with 204: an item it took after this would reach nobody."""
+    await state.reset_polls()
     while any(h.completing for h in state.session.holdings.all()):
         await asyncio.sleep(0.05)
     held = state.session.holdings.all()

@@ -80,6 +80,9 @@ class PullState:
         self.lost: deque[dict[str, Any]] = deque(maxlen=LOST_KEPT)
         self.generation = Durations()  # wall seconds of each accepted /done, for GET /metrics
         self.lock = asyncio.Lock()
+        # ``POST /reset``s so far: a long poll begun before one is a dead worker process's, and an
+        # item handed to it would stay held, unread, until its hold bound (``next_item``)
+        self.resets = 0
         self.started = time.monotonic()  # leases taken or extended since are this process's own
         # hands back a killed predecessor's leases, then keeps the presence key; None until the server
         # runs (``begin``): an app driven without its lifespan (tests) claims at once, as before
@@ -189,11 +192,21 @@ class PullState:
                 self.session.stats.lost += 1
                 log.warning("could not report %s failed (%r); its lease lapses and is requeued", key, exc)
 
+    async def reset_polls(self) -> None:
+        """End the long polls in flight (``POST /reset``: they are the previous process's); one taking
+        an item now finishes first, and that item is among those the reset hands back."""
+        async with self.lock:
+            self.resets += 1
+
     async def next_item(self, wait_s: float) -> Held | None:
-        """Start the oldest waiting lease that fits, else claim one; poll up to ``wait_s``."""
+        """Start the oldest waiting lease that fits, else claim one; poll up to ``wait_s``, or until a
+        ``POST /reset`` says the process that asked is gone (204 then)."""
         deadline = time.monotonic() + min(wait_s, MAX_WAIT_S)
+        begun = self.resets
         while not self.stopping():
             async with self.lock:
+                if self.resets != begun:  # its process died; what it took now would reach nobody
+                    return None
                 held = await self._take_one()
             if held is not None or time.monotonic() >= deadline:
                 return held
