@@ -60,7 +60,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.body_encoding import check_request_body
 from service.delivery.errors import UnknownScheduleError
-from service.delivery.outcomes import CompletionOutcome
+from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.records import TrajectoryResult
 from service.limits import BodyLimitMiddleware
 from service.problems import JSON_HINT, BodyEncodingError, is_json
@@ -183,11 +183,12 @@ async def done(body: DoneBody, state: Pull) -> JSONResponse:
         outcome = await session.complete(held, result, keep_unanswered=True)
         session.holdings.observe(body.output_tokens, wall_time_s)  # KV admission's decode rate, once
     else:
-        outcome = await session.complete_key(body.schedule_id, body.key, body.token, result)
+        outcome = await session.complete_key(body.schedule_id, body.key, body.token, result, held=False)
     if outcome is CompletionOutcome.ACCEPTED and wall_time_s is not None:
         state.generation.observe(wall_time_s)
-    status = 409 if outcome is CompletionOutcome.STALE else 200
-    return JSONResponse({"outcome": outcome.value}, status_code=status)
+    if outcome is CompletionOutcome.STALE:
+        return JSONResponse(_stale(body, held is not None), status_code=409)
+    return JSONResponse({"outcome": outcome.value})
 
 
 @router.post("/fail")
@@ -195,8 +196,23 @@ async def fail(body: FailBody, state: Pull) -> dict[str, Any]:
     """Report an item the worker could not run: retried elsewhere, or dead-lettered by attempts."""
     held = state.session.holdings.get((body.schedule_id, body.key, body.token))
     if held is None:
-        return {"outcome": "stale"}
-    return {"outcome": (await state.session.fail(held, body.reason, keep_unanswered=True)).value}
+        return _stale(body, False)
+    outcome = await state.session.fail(held, body.reason, keep_unanswered=True)
+    return _stale(body, True) if outcome is ReleaseOutcome.STALE else {"outcome": outcome.value}
+
+
+def _stale(body: DoneBody | FailBody, held: bool) -> dict[str, str]:
+    """A report refused for its lease, saying which lease and why: a worker that reports a key or
+    token it was never handed (its bug) is told so, not only that a lease was lost."""
+    lease = f"key={body.key!r} (schedule_id={body.schedule_id!r}, token={body.token})"
+    if held:
+        why = "its lease was lost before this report (lapsed, or its schedule cancelled)"
+    else:
+        why = (
+            "not a lease this sidecar holds (lost, held past its hold bound, already reported, or never"
+            " handed out by /next; GET /leases lists those held)"
+        )
+    return {"outcome": "stale", "error": f"{lease}: {why}; drop it"}
 
 
 @router.get("/leases")

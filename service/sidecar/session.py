@@ -316,9 +316,11 @@ class WorkerSession:
         return outcome
 
     async def complete_key(
-        self, schedule_id: str, key: str, token: int, result: TrajectoryResult
+        self, schedule_id: str, key: str, token: int, result: TrajectoryResult, held: bool = True
     ) -> CompletionOutcome:
-        """Report a finished item by its lease token, held here or not (a retry after a lost reply)."""
+        """Report a finished item by its lease token, held here or not (``held`` false: a retry after
+        a lost reply, or a pull worker's report of a lease it was never handed, which a refusal's
+        warning must not call a lost lease)."""
         entries = [(key, token, result)]
         complete, worker = self.delivery.complete_many, self.settings.worker_id
         outcomes = await self._persist("complete", complete, schedule_id, entries, None, worker)
@@ -328,10 +330,11 @@ class WorkerSession:
         elif outcome is CompletionOutcome.DUPLICATE:
             self.stats.duplicate += 1
         else:
-            await self._count_refused(schedule_id, key, "completion")
+            why = "lease lost" if held else f"token {token} is no lease this sidecar holds"
+            await self._count_refused(schedule_id, key, "completion", why)
         return outcome
 
-    async def _count_refused(self, schedule_id: str, key: str, what: str) -> None:
+    async def _count_refused(self, schedule_id: str, key: str, what: str, why: str = "lease lost") -> None:
         """Count a report refused because the lease was gone: ``cancelled`` when the trainer cancelled
         the schedule (expected, told once), else ``stale`` with a warning; a failure or a completion
         is counted only once the server took it, so neither counter tells of work that did not land."""
@@ -339,7 +342,7 @@ class WorkerSession:
             self.stats.cancelled += 1
         else:
             self.stats.stale += 1
-            log.warning("%s of %s refused as stale (lease lost)", what, key)
+            log.warning("%s of %s refused as stale (%s)", what, key, why)
 
     async def fail(self, held: Held, reason: str, keep_unanswered: bool = False) -> ReleaseOutcome:
         """Report that an item could not run: retried elsewhere or dead-lettered by attempts.

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from typing import Any
 
 import httpx
+import pytest
 import redis
 
 from service.delivery.protocol import Delivery
@@ -105,17 +107,37 @@ def test_a_measured_concurrency_comes_with_the_wall_time_it_was_measured_over(
     assert wall["b#0"] == 0.01
 
 
-def test_a_report_under_a_lost_lease_is_refused_with_409(redis_client: redis.Redis, redis_url: str) -> None:
+def test_a_report_of_a_lease_never_handed_out_is_refused_with_409_naming_it_and_not_called_lost(
+    redis_client: redis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     delivery = publish_one(redis_url, "stale")
 
-    async def script(client: httpx.AsyncClient) -> tuple[int, dict[str, Any]]:
+    async def script(client: httpx.AsyncClient) -> list[Any]:
         lease = (await client.get("/next")).json()
         wrong = {**done_body(lease, 5), "token": lease["token"] + 1000}
-        answer = await client.post("/done", json=wrong)
-        return answer.status_code, answer.json()
+        answers = [await client.post("/done", json=wrong)]
+        failed = {k: lease[k] for k in ("schedule_id", "token")} | {"key": "nope#0", "reason": "x"}
+        answers.append(await client.post("/fail", json=failed))
+        return [lease["token"], *((answer.status_code, answer.json()) for answer in answers)]
 
-    assert with_api(redis_url, script) == (409, {"outcome": "stale"})
+    not_held = (
+        "not a lease this sidecar holds (lost, held past its hold bound, already reported, or never"
+        " handed out by /next; GET /leases lists those held); drop it"
+    )
+    with caplog.at_level(logging.WARNING, logger="service.sidecar"):
+        token, done, failed = with_api(redis_url, script)
+    wrong = token + 1000
+    assert done == (
+        409,
+        {"outcome": "stale", "error": f"key='a#0' (schedule_id='stale', token={wrong}): {not_held}"},
+    )
+    assert failed == (
+        200,
+        {"outcome": "stale", "error": f"key='nope#0' (schedule_id='stale', token={token}): {not_held}"},
+    )
     assert delivery.progress("stale").done == 0
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [f"completion of a#0 refused as stale (token {wrong} is no lease this sidecar holds)"]
 
 
 def test_a_report_for_a_schedule_that_is_gone_is_refused_with_404(
@@ -243,7 +265,7 @@ def test_a_report_for_an_item_of_a_cancelled_schedule_is_refused_with_409_and_co
     delivery = publish_one(redis_url, "cancelled")
     session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
 
-    async def run() -> tuple[int, dict[str, Any]]:
+    async def run() -> tuple[int, int, dict[str, Any]]:
         app = create_pull_app(session)
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://pull"
@@ -251,9 +273,12 @@ def test_a_report_for_an_item_of_a_cancelled_schedule_is_refused_with_409_and_co
             lease = (await client.get("/next")).json()
             delivery.cancel("cancelled")
             answer = await client.post("/done", json=done_body(lease, 5))
-            return answer.status_code, answer.json()
+            return lease["token"], answer.status_code, answer.json()
 
-    assert asyncio.run(run()) == (409, {"outcome": "stale"})
+    token, status, answer = asyncio.run(run())
+    lost = "its lease was lost before this report (lapsed, or its schedule cancelled); drop it"
+    error = f"key='a#0' (schedule_id='cancelled', token={token}): {lost}"
+    assert (status, answer) == (409, {"outcome": "stale", "error": error})
     assert (session.stats.cancelled, session.stats.stale, len(session.holdings)) == (1, 0, 0)
     assert delivery.read_results("cancelled") == []
 
