@@ -187,7 +187,7 @@ async def done(body: DoneBody, state: Pull) -> JSONResponse:
     if outcome is CompletionOutcome.ACCEPTED and wall_time_s is not None:
         state.generation.observe(wall_time_s)
     if outcome is CompletionOutcome.STALE:
-        return JSONResponse(_stale(body, held is not None), status_code=409)
+        return JSONResponse(await _stale(state, body, held is not None), status_code=409)
     return JSONResponse({"outcome": outcome.value})
 
 
@@ -196,17 +196,22 @@ async def fail(body: FailBody, state: Pull) -> dict[str, Any]:
     """Report an item the worker could not run: retried elsewhere, or dead-lettered by attempts."""
     held = state.session.holdings.get((body.schedule_id, body.key, body.token))
     if held is None:
-        return _stale(body, False)
+        return await _stale(state, body, False)
     outcome = await state.session.fail(held, body.reason, keep_unanswered=True)
-    return _stale(body, True) if outcome is ReleaseOutcome.STALE else {"outcome": outcome.value}
+    if outcome is ReleaseOutcome.STALE:
+        return await _stale(state, body, True)
+    return {"outcome": outcome.value}
 
 
-def _stale(body: DoneBody | FailBody, held: bool) -> dict[str, str]:
+async def _stale(state: PullState, body: DoneBody | FailBody, held: bool) -> dict[str, str]:
     """A report refused for its lease, saying which lease and why: a worker that reports a key or
-    token it was never handed (its bug) is told so, not only that a lease was lost."""
+    token it was never handed (its bug) is told so, not only that a lease was lost; one whose
+    schedule the trainer cancelled is told that (one ``HEXISTS``, remembered once true)."""
     lease = f"key={body.key!r} (schedule_id={body.schedule_id!r}, token={body.token})"
-    if held:
-        why = "its lease was lost before this report (lapsed, or its schedule cancelled)"
+    if await state.session.found_cancelled(body.schedule_id):
+        why = "its schedule was cancelled by the trainer"
+    elif held:
+        why = "its lease was lost before this report (it lapsed, or another worker holds it now)"
     else:
         why = (
             "not a lease this sidecar holds (lost, held past its hold bound, already reported, or never"

@@ -276,8 +276,8 @@ def test_a_report_for_an_item_of_a_cancelled_schedule_is_refused_with_409_and_co
             return lease["token"], answer.status_code, answer.json()
 
     token, status, answer = asyncio.run(run())
-    lost = "its lease was lost before this report (lapsed, or its schedule cancelled); drop it"
-    error = f"key='a#0' (schedule_id='cancelled', token={token}): {lost}"
+    why = "its schedule was cancelled by the trainer; drop it"
+    error = f"key='a#0' (schedule_id='cancelled', token={token}): {why}"
     assert (status, answer) == (409, {"outcome": "stale", "error": error})
     assert (session.stats.cancelled, session.stats.stale, len(session.holdings)) == (1, 0, 0)
     assert delivery.read_results("cancelled") == []
