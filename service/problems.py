@@ -83,7 +83,7 @@ class ConflictError(ServiceError):
 class StepCutShortError(ConflictError):
     """Actuals naming a step cancelled before it finished: its results are the trajectories that
     finished first, the short ones, and would teach the predictor lengths biased short
-    (``service/cut_short.py``). The batch may say it is ``partial`` to be stored anyway."""
+    (``service/api/actuals.py``). The batch may say it is ``partial`` to be stored anyway."""
 
 
 class UnavailableError(ServiceError):

@@ -326,7 +326,7 @@ class ActualsRequest(Strict):
 
     actuals: list[ActualReport] = Field(min_length=1, max_length=100_000)
     # true: store reports of a step cancelled before it finished too (refused by default, 409: its
-    # results are the short trajectories, a survivor-biased length history; service/cut_short.py)
+    # results are the short trajectories, a survivor-biased length history; service/api/actuals.py)
     partial: bool = False
 
     @field_validator("actuals")

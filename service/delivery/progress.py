@@ -48,6 +48,15 @@ class StoredRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class CutShort:
+    """A schedule the trainer cancelled while some of its trajectories were unfinished."""
+
+    schedule_id: str
+    cancelled: int  # trajectories the cancel ended (queued or running then)
+    total: int  # trajectories the step published
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerProgress:
     """Counts for one worker: queued in its queue, running under its leases, done/failed by it,
     and cancelled (queued there or running on it when the schedule was cancelled)."""

@@ -8,6 +8,7 @@ one sitting.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -16,6 +17,7 @@ from redis.cluster import RedisCluster
 from service.delivery import keys as keyspace
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.progress import (
+    CutShort,
     DeadLetter,
     Progress,
     ScheduleInfo,
@@ -64,6 +66,25 @@ class DeliveryViews:
     def cancelled(self, schedule_id: str) -> bool:
         """Whether the trainer cancelled the schedule (``Delivery.cancel``); False when unknown."""
         return bool(self.client.hexists(self.keys(schedule_id).meta, keyspace.CANCELLED_AT))
+
+    def cut_short(self, schedule_ids: Sequence[str]) -> list[CutShort]:
+        """Those of ``schedule_ids`` cancelled with trajectories unfinished (``counts`` ``c`` > 0), in
+        their order; a schedule whose keys are gone (retention passed) or never published is not.
+
+        One pipelined round trip, not a transaction (on Redis Cluster the schedules live in many
+        slots); each schedule's two reads are of one cancel, which writes both in one script."""
+        pipe = self.client.pipeline(transaction=False)
+        for schedule_id in schedule_ids:
+            keys = self.keys(schedule_id)
+            pipe.hget(keys.counts, keyspace.CANCELLED)
+            pipe.hget(keys.meta, "total")
+        replies = pipe.execute()
+        found = []
+        for index, schedule_id in enumerate(schedule_ids):
+            cancelled, total = replies[2 * index], replies[2 * index + 1]
+            if cancelled is not None and total is not None and int(text(cancelled)) > 0:
+                found.append(CutShort(schedule_id, int(text(cancelled)), int(text(total))))
+        return found
 
     def stored_request(self, schedule_id: str) -> StoredRequest | None:
         """What the publish stored of the request beside the schedule (``Delivery.publish``'s

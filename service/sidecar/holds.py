@@ -7,7 +7,7 @@ and finishes other requests but never returns one (a stuck sequence: real vLLM a
 this). Either way, heartbeated by the sidecar, that item's lease would never lapse and its step never
 end. So each started item gets a bound, and one held past it is given up: pull mode reports it failed
 (``pull_state.PullState.fail_abandoned``), push mode closes its request and hands it back through the
-engine watch's strikes (``runner.Sidecar._hung``), so an item that hangs every time is dead-lettered
+engine watch's strikes (``watchdog.EngineWatch.hangs``), so an item that hangs every time is dead-lettered
 after its attempts. Pure, for testing on its own.
 
 The sidecar knows no exact bound on a legitimate trajectory. The plan's ``deadline_ms`` is a
