@@ -18,9 +18,8 @@ from enum import StrEnum
 from typing import Any
 
 from fastapi import Request, Response
-from fastapi.routing import APIRoute
 
-from service.body_encoding import check_request_body
+from service.body_encoding import Utf8BodyRoute
 from service.problems import ForbiddenError, UnauthorizedError
 from service.settings import Settings
 from service.worker_tokens import WorkerToken
@@ -123,28 +122,27 @@ class ScopeCheck:
         return caller
 
 
-class AuthFirstRoute(APIRoute):
+class AuthFirstRoute(Utf8BodyRoute):
     """A route that checks the caller's token before FastAPI reads the body.
 
     FastAPI decodes a JSON body before it runs a route's dependencies, so a caller without a valid
     token who sent a malformed body was told what is wrong with the body (422) instead of 401/403.
     Authentication comes first: the route's ``ScopeCheck`` runs here, before the body is read, and
     again as a declared dependency, where it also documents the route's security. Then a JSON body
-    is checked to be UTF-8 (``service/body_encoding.py``), since FastAPI's decoder would read UTF-16
-    and UTF-32 too.
+    is checked to be UTF-8 (``Utf8BodyRoute``), since FastAPI's decoder would read UTF-16 and UTF-32
+    too.
     """
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        """The route's handler, preceded by its scope checks and the body's encoding check."""
+        """The route's handler (the body's encoding checked first), preceded by its scope checks."""
         handler = super().get_route_handler()
         checks = [d.dependency for d in self.dependencies if isinstance(d.dependency, ScopeCheck)]
-        reads_body = self.body_field is not None  # a route without one ignores what is sent
+        if not checks:
+            return handler
 
         async def guarded(request: Request) -> Response:
             for check in checks:
                 check(request)
-            if reads_body:
-                await check_request_body(request)
             return await handler(request)
 
         return guarded

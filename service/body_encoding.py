@@ -13,8 +13,11 @@ is accepted, as before (RFC 8259 lets a parser ignore it).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-from fastapi import Request
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect
 
 from service.problems import BodyEncodingError, is_json
@@ -28,6 +31,23 @@ _BOMS = (
     (b"\xfe\xff", "UTF-16"),
 )
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # the methods a route of the service reads a body of
+
+
+class Utf8BodyRoute(APIRoute):
+    """A route whose JSON body is checked to be UTF-8 (``check_request_body``) before FastAPI reads
+    it: the service's routes (``service.auth.AuthFirstRoute`` extends it) and the sidecar's pull API."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """The route's handler, preceded by the body's encoding check where it reads a body."""
+        handler = super().get_route_handler()
+        if self.body_field is None:  # a route without one ignores what is sent
+            return handler
+
+        async def checked(request: Request) -> Response:
+            await check_request_body(request)
+            return await handler(request)
+
+        return checked
 
 
 async def check_request_body(request: Request) -> None:

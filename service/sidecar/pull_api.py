@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -55,10 +55,9 @@ import redis
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.body_encoding import check_request_body
+from service.body_encoding import Utf8BodyRoute
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.records import TrajectoryResult
@@ -88,25 +87,6 @@ async def pull_state(request: Request) -> PullState:
 
 
 Pull = Annotated[PullState, Depends(pull_state)]
-
-
-class Utf8BodyRoute(APIRoute):
-    """A route whose JSON body is checked to be UTF-8 before FastAPI reads it, as the service's
-    routes are (``service/body_encoding.py``): FastAPI's decoder reads UTF-16 and UTF-32 too, so such
-    a ``/done`` was stored as if sent in UTF-8, or, with a byte-order mark in its text, a 422 "JSON
-    decode error" that did not say the encoding was at fault."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        """The route's handler, preceded by the body's encoding check where it reads a body."""
-        handler = super().get_route_handler()
-        if self.body_field is None:  # a route without one ignores what is sent
-            return handler
-
-        async def checked(request: Request) -> Response:
-            await check_request_body(request)
-            return await handler(request)
-
-        return checked
 
 
 router = APIRouter(route_class=Utf8BodyRoute)
