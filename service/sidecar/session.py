@@ -27,7 +27,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
@@ -40,6 +39,7 @@ from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease, TrajectoryResult
 from service.logs import schedule_context
+from service.sidecar.cancels import Cancels
 from service.sidecar.holdings import Held, Holdings, lease_id
 
 # re-exported (``X as X``): the runner, the pull API, the metrics and the tests import them from here
@@ -49,7 +49,6 @@ from service.sidecar.session_settings import heartbeat_every_s
 
 log = logging.getLogger("service.sidecar")
 RELEASE_GRACE_S = 2.0  # past the drain timeout, for releasing what did not finish (one round trip)
-CANCELLED_KEPT = 256  # cancelled schedule ids remembered (a few a training run): bounded, never pruned
 P = ParamSpec("P")
 NOT_THE_SCHEDULES = (  # replies that say nothing about one schedule's keys: out of memory, a
     redis.exceptions.OutOfMemoryError,  # failover in progress, a refused transaction, a user
@@ -75,9 +74,8 @@ class WorkerSession:
     _heartbeats_failing: bool = field(default=False, init=False)  # the outage is logged once
     _reports_failing: bool = field(default=False, init=False)  # so is the reports' (``_persist``)
     _warned: set[str] = field(default_factory=set, init=False)  # configuration warnings logged once
-    # schedules found cancelled (told once), oldest first; the newest CANCELLED_KEPT are kept, not pruned
-    # with the inbox: a pull worker may report a cancelled item long after the sidecar dropped its lease
-    _cancelled: dict[str, None] = field(default_factory=dict, init=False)
+    # schedules found cancelled (told once), and the items of each counted ``cancelled`` (once each)
+    _cancelled: Cancels = field(default_factory=Cancels, init=False)
     # (schedule, "claim" | "steal") -> the id of a call that raised: it may have leased before the
     # reply was lost, so the next such call re-sends that id and gets those leases back
     _unanswered: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
@@ -248,11 +246,12 @@ class WorkerSession:
             if lease_id(lease) not in kept:
                 self.holdings.remove(lease_id(lease))
                 lost.append(held)
-        for schedule_id, count in Counter(held.lease.schedule_id for held in lost).items():
+        for schedule_id in dict.fromkeys(held.lease.schedule_id for held in lost):
+            keys = [held.lease.key for held in lost if held.lease.schedule_id == schedule_id]
             if await self.found_cancelled(schedule_id):
-                self.stats.cancelled += count
+                self._count_cancelled(schedule_id, keys)
             else:
-                self.stats.lost += count
+                self.stats.lost += len(keys)
         return lost
 
     def is_cancelled(self, schedule_id: str) -> bool:
@@ -273,10 +272,7 @@ class WorkerSession:
             cancelled = await self._redis(self.delivery.cancelled, schedule_id)
         except redis.RedisError:
             return False
-        if cancelled and schedule_id not in self._cancelled:  # another check may have won the race
-            self._cancelled[schedule_id] = None
-            if len(self._cancelled) > CANCELLED_KEPT:
-                del self._cancelled[next(iter(self._cancelled))]
+        if cancelled and self._cancelled.add(schedule_id):  # another check may have won the race
             with schedule_context(schedule_id):  # also when a heartbeat, outside any item, found it
                 log.info("schedule %s cancelled by the trainer: dropping its results", schedule_id)
         return cancelled
@@ -288,8 +284,13 @@ class WorkerSession:
         dropped = [h for h in self.holdings.all() if h.lease.schedule_id == schedule_id and not h.completing]
         for held in dropped:
             self.holdings.remove(lease_id(held.lease))
-        self.stats.cancelled += len(dropped)
+        self._count_cancelled(schedule_id, [held.lease.key for held in dropped])
         return dropped
+
+    def _count_cancelled(self, schedule_id: str, keys: list[str]) -> None:
+        """Count ``cancelled`` the items of ``keys`` not counted yet: an item whose lease a heartbeat
+        found gone and whose report was then refused, or a report repeated, ended once (``cancels``)."""
+        self.stats.cancelled += self._cancelled.count(schedule_id, keys)
 
     async def complete(
         self, held: Held, result: TrajectoryResult, keep_unanswered: bool = False
@@ -336,10 +337,10 @@ class WorkerSession:
 
     async def _count_refused(self, schedule_id: str, key: str, what: str, why: str = "lease lost") -> None:
         """Count a report refused because the lease was gone: ``cancelled`` when the trainer cancelled
-        the schedule (expected, told once), else ``stale`` with a warning; a failure or a completion
+        the schedule (expected, told once; its item counted once), else ``stale`` with a warning; a failure or a completion
         is counted only once the server took it, so neither counter tells of work that did not land."""
         if await self.found_cancelled(schedule_id):
-            self.stats.cancelled += 1
+            self._count_cancelled(schedule_id, [key])
         else:
             self.stats.stale += 1
             log.warning("%s of %s refused as stale (%s)", what, key, why)

@@ -283,6 +283,32 @@ def test_a_report_for_an_item_of_a_cancelled_schedule_is_refused_with_409_and_co
     assert delivery.read_results("cancelled") == []
 
 
+def test_an_item_of_a_cancelled_schedule_is_counted_cancelled_once_however_often_its_end_shows(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Counted per refusal, a heartbeat finding the lease gone and then each ``/done`` of it (a worker
+    repeats one whose reply it lost) each added one: a cancel of 7 items read 14."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "cancelled", {"w0": [item("a", 0, 10), item("b", 0, 10)]}, lease_ttl_ms=30_000)
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
+
+    async def run() -> list[int]:
+        app = create_pull_app(session)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+        ) as client:
+            first, second = (await client.get("/next")).json(), (await client.get("/next")).json()
+            delivery.cancel("cancelled")
+            await client.post("/done", json=done_body(first, 5))  # refused: its schedule is cancelled
+            await client.post("/done", json=done_body(first, 5))  # repeated: its reply was lost
+            await session.heartbeat()  # the other lease found gone
+            answers = [await client.post("/done", json=done_body(lease, 5)) for lease in (second, first)]
+            return [answer.status_code for answer in answers]
+
+    assert asyncio.run(run()) == [409, 409]
+    assert (session.stats.cancelled, session.stats.stale, session.stats.lost) == (2, 0, 0)
+
+
 def _series(text: str) -> dict[str, float]:
     """``name{labels} value`` lines of a Prometheus exposition, comments left out."""
     return {
