@@ -37,7 +37,7 @@ _HELP = {  # what each SessionStats counter counts, as its HELP line
     "reaped": "Lapsed leases this worker's reaps requeued or dead-lettered",
     "reset": "Leases an earlier process of this worker id held, handed back when this one started",
     "cancelled": (
-        "Leases stopped, or completions or failure reports refused, as the trainer cancelled the schedule"
+        "Items whose lease was stopped or report refused as the trainer cancelled the schedule (each once)"
     ),
 }
 

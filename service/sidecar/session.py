@@ -337,8 +337,9 @@ class WorkerSession:
 
     async def _count_refused(self, schedule_id: str, key: str, what: str, why: str = "lease lost") -> None:
         """Count a report refused because the lease was gone: ``cancelled`` when the trainer cancelled
-        the schedule (expected, told once; its item counted once), else ``stale`` with a warning; a failure or a completion
-        is counted only once the server took it, so neither counter tells of work that did not land."""
+        the schedule (expected, told once; each item once), else ``stale`` with a warning; a failure
+        or a completion is counted only once the server took it, so neither counter tells of work that
+        did not land."""
         if await self.found_cancelled(schedule_id):
             self._count_cancelled(schedule_id, [key])
         else:

@@ -58,4 +58,4 @@ class SessionStats:
     lost: int = 0  # leases a heartbeat found gone; pull mode: an overdue item's failure report not taken
     reaped: int = 0  # lapsed leases this worker's reaps requeued or dead-lettered
     reset: int = 0  # leases an earlier process of this worker id held, handed back at start
-    cancelled: int = 0  # leases stopped, completions or failure reports refused: the schedule was cancelled
+    cancelled: int = 0  # items whose lease was stopped or report refused: schedule cancelled (once each)
