@@ -41,7 +41,7 @@ from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.session import RELEASE_GRACE_S, SessionStats, WorkerSession
 from service.sidecar.takeover import Takeover
 from service.sidecar.timings import Durations
-from service.sidecar.watchdog import EngineWatch
+from service.sidecar.watchdog import EngineWatch, retry_or_fail
 
 log = logging.getLogger("service.sidecar")
 TaskId = tuple[str, str, int]  # (schedule id, item key, lease token)
@@ -278,25 +278,16 @@ class Sidecar:
         reason: str | None = str(exc)
         if exc.engine_down:  # the engine's fault, unless a healthy engine keeps failing this item
             reason = await self.watch.charge((held.lease.schedule_id, held.lease.key), exc)
-        try:
-            if reason is None:
-                # lost mid-way and the engine down now: it died running the item, perhaps of it, so
-                # the refund is once per item (keys.RESET_REFUNDS): one that kills it every time ends
-                died = "its engine" if exc.crashed and not await self.watch.healthy() else ""
-                self._engine_down, self._failed_at = True, time.monotonic()
-                log.warning("engine failing, releasing %s: %s", held.lease.key, exc)
-                await self.session.release([held], died=died)
-            else:
-                log.warning("engine failed %s, reporting it failed: %s", held.lease.key, reason)
-                await self.session.fail(held, reason)
-        except UnknownScheduleError:  # nothing to hand back: the schedule's keys are gone
-            log.warning(
-                "schedule %s is gone from Redis; %s needs no hand-back",
-                held.lease.schedule_id,
-                held.lease.key,
-            )
-        except Exception:  # Redis gone too: the lease lapses and the reaper requeues the item
-            log.exception("could not hand back %s; its lease will lapse", held.lease.key)
+        died = ""
+        if reason is None:
+            # lost mid-way and the engine down now: it died running the item, perhaps of it, so
+            # the refund is once per item (keys.RESET_REFUNDS): one that kills it every time ends
+            died = "its engine" if exc.crashed and not await self.watch.healthy() else ""
+            self._engine_down, self._failed_at = True, time.monotonic()
+            log.warning("engine failing, releasing %s: %s", held.lease.key, exc)
+        else:
+            log.warning("engine failed %s, reporting it failed: %s", held.lease.key, reason)
+        await retry_or_fail(self.session, held, reason, died)
 
     async def _engine_stalled(self, silent_s: float) -> None:
         """The engine gave no sign of life for ``silent_s`` while items ran on it (frozen, hung): stop

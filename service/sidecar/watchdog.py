@@ -20,6 +20,8 @@ step would never end. ``EngineWatch.hangs`` gives every running item the bound a
 has (``holds``: ``--engine-hang-timeout``, longer for an item whose cap takes longer at a quarter of
 the measured rate); one past it has its request closed (vLLM aborts the sequence) and is handed back
 through ``charge``, so one that hangs at every run is dead-lettered after its attempts, not looped.
+
+Both ends, a failed request's (the runner) and a hang's, go through ``retry_or_fail``.
 """
 
 from __future__ import annotations
@@ -89,10 +91,7 @@ class EngineWatch:
         finished meanwhile. An engine that is really down is not struck against the item (the runner
         refunds an item whose request it lost as it died only once: ``Delivery.release`` died).
         """
-        if not error.suspect:
-            return None
-        failed_at = time.monotonic()
-        if not await self.healthy() and self.last_alive <= failed_at:
+        if not error.suspect or not await self._alive_since(time.monotonic()):
             return None
         strikes = self._strikes.pop(item, 0) + 1
         self._strikes[item] = strikes
@@ -101,6 +100,11 @@ class EngineWatch:
         if strikes < STRIKES:
             return None
         return f"engine failed this item {strikes} times while serving others: {error}"
+
+    async def _alive_since(self, since: float) -> bool:
+        """Whether the engine proved alive after ``since``: its probe answers now, or a generation
+        finished meanwhile (an engine busy past the probe's timeout is not down)."""
+        return await self.healthy() or self.last_alive > since
 
     def forget(self, item: ItemId) -> None:
         """The item completed: its strikes are history."""
@@ -143,15 +147,29 @@ class EngineWatch:
             held_s,
             "released" if reason is None else f"reported failed ({reason})",
         )
-        try:
-            if reason is None:
-                await session.release([held])
-            else:
-                await session.fail(held, reason)
-        except UnknownScheduleError:  # nothing to hand back: the schedule's keys are gone
-            session.holdings.remove(lease_id(lease))
-        except Exception:  # Redis gone past the retry window: the lease lapses and is requeued
-            log.exception("could not hand back %s; its lease will lapse", lease.key)
+        await retry_or_fail(session, held, reason)
+
+
+async def retry_or_fail(session: WorkerSession, held: Held, reason: str | None, died: str = "") -> None:
+    """Hand back an item the engine did not answer: released for a retry, no attempt spent, when
+    ``reason`` is None (``died``: what died running it, refunded once per item, ``Delivery.release``),
+    else reported failed with ``reason``. Never raises: the runner's item task and the hang loop
+    both end here, and neither may die of it.
+
+    A schedule gone from Redis (retention passed, Redis lost its data) takes nothing back: the lease
+    is forgotten (``release`` and ``fail`` drop it before they ask Redis, so no heartbeat keeps it),
+    one warning, and nothing counted, as no report landed. Redis down past the session's retry
+    window: the lease is forgotten too, and lapses; a reaper requeues the item."""
+    lease = held.lease
+    try:
+        if reason is None:
+            await session.release([held], died=died)
+        else:
+            await session.fail(held, reason)
+    except UnknownScheduleError:
+        log.warning("schedule %s is gone from Redis; %s needs no hand-back", lease.schedule_id, lease.key)
+    except Exception:
+        log.exception("could not hand back %s; its lease will lapse", lease.key)
 
 
 def _running(session: WorkerSession, held: Held) -> bool:
