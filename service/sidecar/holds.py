@@ -6,9 +6,9 @@ Push mode: the engine watch notices an engine gone silent; it cannot notice one 
 and finishes other requests but never returns one (a stuck sequence: real vLLM and SGLang bugs do
 this). Either way, heartbeated by the sidecar, that item's lease would never lapse and its step never
 end. So each started item gets a bound, and one held past it is given up: pull mode reports it failed
-(``pull_state.PullState.fail_abandoned``), push mode closes its request and hands it back through the
-engine watch's strikes (``watchdog.EngineWatch.hangs``), so an item that hangs every time is dead-lettered
-after its attempts. Pure, for testing on its own.
+(``pull_state.PullState.fail_abandoned``), push mode closes its request and reports it failed too
+(``watchdog.EngineWatch.hangs``): an attempt spent in Redis either way, so an item that hangs every time
+is dead-lettered after its attempts. Pure, for testing on its own.
 
 The sidecar knows no exact bound on a legitimate trajectory. The plan's ``deadline_ms`` is a
 prediction that heavy-tailed items overrun many times over; the item's ``max_new_tokens`` is a true cap

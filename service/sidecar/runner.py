@@ -13,8 +13,8 @@ so a poison item is dead-lettered after its attempts. The engine being down (con
 429, 502-504, a bare 500, its API key refused, an aborted request) is not: the lease is released
 without spending an attempt and claiming pauses until the engine answers again; but an item such
 a failure keeps hitting while the engine answers its health probe is charged after all, an engine
-that stops answering while items run has them handed back, and so has one item it never answers
-past its bound (a stuck sequence), struck the same way (``watchdog``). On SIGTERM the
+that stops answering while items run has them handed back, and one item it never answers past its
+bound (a stuck sequence) is reported failed, as a pull worker's is (``watchdog``). On SIGTERM the
 sidecar stops claiming, hands back what it has not started, lets running items finish for
 ``drain_timeout_s`` and releases the rest.
 """

@@ -18,8 +18,11 @@ stuck sequence: real vLLM and SGLang bugs do this) shows life, so ``watch`` neve
 never fails, so ``charge`` never hears of it; its lease, heartbeated, would be held for ever and its
 step would never end. ``EngineWatch.hangs`` gives every running item the bound a pull worker's item
 has (``holds``: ``--engine-hang-timeout``, longer for an item whose cap takes longer at a quarter of
-the measured rate); one past it has its request closed (vLLM aborts the sequence) and is handed back
-through ``charge``, so one that hangs at every run is dead-lettered after its attempts, not looped.
+the measured rate); one past it has its request closed (vLLM aborts the sequence) and, as a pull
+worker's, is reported failed: an attempt spent, in Redis, so one that hangs at every run is
+dead-lettered after its attempts however many sidecars (or restarts of one) ran it. Struck here for
+free instead, as a dropped connection is, each process's strikes started at 0, and a hang costs a
+whole bound (an hour by default), not the seconds a dropped request does.
 
 Both ends, a failed request's (the runner) and a hang's, go through ``retry_or_fail``.
 """
@@ -130,14 +133,15 @@ class EngineWatch:
     async def _hung(
         self, session: WorkerSession, held: Held, stop: Callable[[Held], Awaitable[None]]
     ) -> None:
-        """Stop ``held`` and release it, or fail it once ``charge`` blames it (a strike each time the
-        engine proves healthy meanwhile); one warning. A late answer is refused by the lease's token."""
+        """Stop ``held`` and report it failed (an attempt spent, its retry sent to another worker), or
+        release it for free when the engine does not prove alive right after (down: the stall's case,
+        not the item's); one warning. A late answer is refused by the lease's token."""
         held_s, lease = session.holdings.held_for(held), held.lease
         await stop(held)
         if not _running(session, held):
             return  # its answer came as it was stopped: the completion decides
-        error = EngineError(f"no answer in {held_s:.0f}s", retryable=False, engine_down=True, suspect=True)
-        reason = await self.charge((lease.schedule_id, lease.key), error)
+        alive = await self._alive_since(time.monotonic())
+        reason = f"no answer from the engine in {held_s:.0f}s while it served others" if alive else None
         if not _running(session, held):
             return  # a stall or a heartbeat that found the lease gone handed it back meanwhile
         log.warning(
@@ -145,7 +149,7 @@ class EngineWatch:
             lease.key,
             lease.schedule_id,
             held_s,
-            "released" if reason is None else f"reported failed ({reason})",
+            "reported failed" if alive else "released: the engine is not answering",
         )
         await retry_or_fail(session, held, reason)
 
