@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -33,18 +32,17 @@ import redis
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.records import TrajectoryResult, bounded_extra
-from service.logs import schedule_context
 from service.redis_conn import VersionCheck, version_known
 from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
 from service.sidecar.holdings import Held
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
+from service.sidecar.in_flight import InFlight
 from service.sidecar.session import RELEASE_GRACE_S, SessionStats, WorkerSession
 from service.sidecar.takeover import Takeover
 from service.sidecar.timings import Durations
 from service.sidecar.watchdog import EngineWatch, retry_or_fail
 
 log = logging.getLogger("service.sidecar")
-TaskId = tuple[str, str, int]  # (schedule id, item key, lease token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +60,6 @@ class RunnerSettings:
     hang_timeout_s: float = DEFAULT_HOLD_TIMEOUT_S  # one item unanswered this long (at least): hand back
 
 
-def _task_id(held: Held) -> TaskId:
-    return (held.lease.schedule_id, held.lease.key, held.lease.token)
-
-
 @dataclass
 class Sidecar:
     """Push mode: claims items and runs them on the engine until ``stop`` is set."""
@@ -76,8 +70,7 @@ class Sidecar:
     # a plain Redis down at start-up: its version, asked before the first claim (``launch.connect``)
     # and before the takeover's first write
     version: VersionCheck | None = None
-    _tasks: dict[TaskId, asyncio.Task[None]] = field(default_factory=dict, init=False)
-    _wakeup: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _items: InFlight = field(default_factory=InFlight, init=False)  # a task per item on the engine
     _claiming: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)  # held by a claim in flight
     _engine_down: bool = field(default=True, init=False)  # until the engine first answers
     _last_refusal: str | None = field(default=None, init=False)  # the last "not ready" logged
@@ -115,8 +108,10 @@ class Sidecar:
         held goes back to the head of its queue first, so it is claimed first, in the plan's order."""
         heartbeats = asyncio.create_task(self._heartbeats())
         takeover = asyncio.create_task(self.takeover.run(stop))
-        watch = asyncio.create_task(self.watch.watch(lambda: bool(self._tasks), self._engine_stalled))
-        hangs = asyncio.create_task(self.watch.hangs(self.session, self.settings.hang_timeout_s, self._stop))
+        watch = asyncio.create_task(self.watch.watch(lambda: bool(self._items), self._engine_stalled))
+        hangs = asyncio.create_task(
+            self.watch.hangs(self.session, self.settings.hang_timeout_s, self._items.stop)
+        )
         try:
             while not stop.is_set():
                 self.last_turn = time.monotonic()
@@ -138,7 +133,7 @@ class Sidecar:
                         log.warning("redis unavailable, not claiming: %s", exc)
                     self._redis_down = True
                     await _sleep_unless(stop, self.settings.redis_retry_s)
-                await self._pause(stop)
+                await self._items.wait_any(stop, self.settings.idle_poll_s)
             await self._drain()
         finally:
             for task in (heartbeats, watch, hangs, takeover):
@@ -171,7 +166,7 @@ class Sidecar:
                     log.warning("engine not ready, not claiming: %s", exc)
                 self._last_refusal = str(exc)
                 await self._hand_back_unstarted()
-            if self._tasks:
+            if self._items:
                 return True  # still finishing items; the loop comes back here once they are done
             await _sleep_unless(stop, self.settings.engine_wait_s)
         return not stop.is_set()
@@ -209,23 +204,7 @@ class Sidecar:
 
     def _start_waiting(self) -> None:
         for held in self.session.holdings.start_fitting():  # first come, first served
-            task_id = _task_id(held)
-            with schedule_context(held.lease.schedule_id):  # the task's lines name its schedule
-                task = asyncio.create_task(self._run_item(held))
-            self._tasks[task_id] = task
-            task.add_done_callback(functools.partial(self._finished, task_id))
-
-    def _finished(self, task_id: TaskId, _: asyncio.Task[None]) -> None:
-        self._tasks.pop(task_id, None)
-        self._wakeup.set()
-
-    async def _pause(self, stop: asyncio.Event) -> None:
-        """Sleep until an item finishes, ``stop`` is set, or the idle poll interval passes."""
-        self._wakeup.clear()
-        waiters = [asyncio.ensure_future(self._wakeup.wait()), asyncio.ensure_future(stop.wait())]
-        await asyncio.wait(waiters, timeout=self.settings.idle_poll_s, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in waiters:
-            waiter.cancel()
+            self._items.start(held, self._run_item(held))
 
     async def _run_item(self, held: Held) -> None:
         """Generate one item and complete it; a cancellation (lost lease, shutdown) just stops it."""
@@ -263,15 +242,7 @@ class Sidecar:
         """The trainer cancelled ``schedule_id`` (a completion of it was just refused): close its other
         engine requests now, as the next heartbeat would, so their slots go to the next step at once."""
         for held in self.session.drop_cancelled(schedule_id):
-            task = self._tasks.get(_task_id(held))
-            if task is not None:
-                task.cancel()
-
-    async def _stop(self, held: Held) -> None:
-        """Close ``held``'s engine request (the engine aborts the sequence) and wait for its task."""
-        task = self._tasks.get(_task_id(held))
-        if task is not None and task.cancel():  # False: done already
-            await asyncio.gather(task, return_exceptions=True)
+            self._items.cancel(held)
 
     async def _engine_failed(self, held: Held, exc: EngineError) -> None:
         """Release the item if the engine is at fault, fail it if the item is (see module docstring)."""
@@ -298,11 +269,9 @@ class Sidecar:
         instead of after the next readiness check."""
         self._engine_down, self._failed_at = True, time.monotonic()
         holdings = self.session.holdings
-        stuck = [task for tid, task in self._tasks.items() if _running(holdings.get(tid))]
+        stuck = self._items.running(holdings)
         log.warning("engine gave no sign of life for %.1fs; releasing %d running items", silent_s, len(stuck))
-        for task in stuck:
-            task.cancel()
-        await asyncio.gather(*stuck, return_exceptions=True)
+        await self._items.stop(*stuck)
         async with self._claiming:  # a claim in flight ends first: what it leased goes back with the rest
             await self.session.hand_back([h for h in holdings.all() if not h.completing], RELEASE_GRACE_S)
 
@@ -336,9 +305,7 @@ class Sidecar:
                         held.lease.key,
                         extra={"schedule_id": held.lease.schedule_id},
                     )
-                task = self._tasks.get(_task_id(held))
-                if task is not None:
-                    task.cancel()
+                self._items.cancel(held)
 
     async def _drain(self) -> None:
         """Stop claiming; release unstarted leases now and unfinished ones after the drain timeout.
@@ -350,20 +317,13 @@ class Sidecar:
         deadline = time.monotonic() + self.settings.drain_timeout_s
         holdings = self.session.holdings
         await self.session.hand_back(holdings.waiting(), deadline - time.monotonic())
-        running = list(self._tasks.values())
-        if running:
-            log.info("draining %d running items for up to %.1fs", len(running), self.settings.drain_timeout_s)
-            _, pending = await asyncio.wait(running, timeout=max(0.0, deadline - time.monotonic()))
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        if self._items:
+            log.info(
+                "draining %d running items for up to %.1fs", len(self._items), self.settings.drain_timeout_s
+            )
+            await self._items.finish(deadline - time.monotonic())
         unfinished = [h for h in holdings.all() if not h.completing]
         await self.session.hand_back(unfinished, deadline + RELEASE_GRACE_S - time.monotonic())
-
-
-def _running(held: Held | None) -> bool:
-    """Held and not being completed (a lease a heartbeat found lost is no longer held)."""
-    return held is not None and not held.completing
 
 
 def _result(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryResult:
