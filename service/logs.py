@@ -114,3 +114,19 @@ def request_schedule_id(scope: Mapping[str, Any]) -> str | None:
         return str(chosen)
     from_path = scope.get("path_params", {}).get("schedule_id")
     return None if from_path is None else str(from_path)
+
+
+_LOGGED = "_rollout_logged"  # the attribute ``mark_logged`` sets on an exception
+
+
+def mark_logged(error: BaseException) -> None:
+    """Note that the failure ``error`` stands for has had its log line, so the request's problem
+    handler, which logs every 5xx it answers, does not log the same failure a second time (a failed
+    ``POST /models/retrain`` was a ``retrain failed`` line and a ``request failed`` one, one reason
+    twice)."""
+    setattr(error, _LOGGED, True)
+
+
+def already_logged(error: BaseException) -> bool:
+    """Whether ``mark_logged`` was called on ``error``."""
+    return bool(getattr(error, _LOGGED, False))

@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler.errors import InvalidInputError
 from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
-from service.logs import request_schedule_id, schedule_context
+from service.logs import already_logged, request_schedule_id, schedule_context
 from service.problem_details import echo, shortened, validation_details
 from service.redis_conn import RedisTooOldError
 
@@ -231,7 +231,9 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
     detail, extra = _details(exc)
     if extra.get("field") == "body" and not is_json(request.headers.get("content-type", "")):
         detail += JSON_HINT
-    if problem.status > 500:  # a 500 is logged by the server, traceback and all (Starlette re-raises it)
+    # a 500 is logged by the server, traceback and all (Starlette re-raises it); a failure its own
+    # code logged already (``mark_logged``: a failed retrain) is not logged twice
+    if problem.status > 500 and not already_logged(exc):
         with schedule_context(request_schedule_id(request.scope)):
             _log.warning("request failed: %s", detail)
     headers = {"WWW-Authenticate": "Bearer"} if problem.status == 401 else None

@@ -27,6 +27,7 @@ import redis
 
 from scheduler.errors import InvalidInputError
 from service.delivery import keys
+from service.logs import mark_logged
 from service.metrics import Metrics
 from service.models import ModelService
 from service.problems import ConflictError, ServiceError
@@ -109,6 +110,7 @@ class Retrainer:
         except Exception as error:
             self._metrics.retrains.labels("error").inc()
             _log_failure(trigger, error)
+            mark_logged(error)  # the request's answer does not log it again
             raise
         finally:
             self._running.release()

@@ -47,6 +47,15 @@ def _retrain_failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecor
     return [r for r in caplog.records if "retrain failed" in r.getMessage()]
 
 
+def _lines_at_warning_or_above(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Every service line at WARNING or above, whichever logger wrote it."""
+    return [
+        f"{r.name}: {r.getMessage()}"
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and r.name.startswith("service.")
+    ]
+
+
 def _names_the_store(problem: dict[str, Any], store: Path) -> bool:
     """Whether ``problem`` is the store's 503, its detail naming the store."""
     return problem["type"].endswith("/model-store-unavailable") and str(store) in problem["detail"]
@@ -71,6 +80,20 @@ def test_a_retrain_into_a_store_that_cannot_be_written_is_a_503_naming_the_store
     assert line.__dict__["trigger"] == "request"
     assert redis_client.get("rs:retrain:lock") is None
     assert client.app.state.context.retrainer.running is False  # type: ignore[attr-defined]
+
+
+def test_a_failed_on_demand_retrain_is_one_log_line_not_one_from_the_retrain_and_one_from_the_request(
+    make_client: AppFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It logged "retrain failed" and then the 503's "request failed", the same reason twice."""
+    client = make_client(model_dir=str(_store(tmp_path)))
+    _lose_the_volume(tmp_path)
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    with caplog.at_level("INFO"):
+        assert client.post("/models/retrain").status_code == 503
+    [line] = _lines_at_warning_or_above(caplog)
+    assert line.startswith("service.retrain: retrain failed")
+    assert str(_store(tmp_path)) in line
 
 
 def test_a_replica_whose_store_is_lost_keeps_serving_its_model_and_retrains_once_it_is_back(
