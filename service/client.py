@@ -154,8 +154,14 @@ class SchedulerClient:
         sent = self._outlasting(send, None, outage_s) if body.get("schedule_id") else send()
         return ScheduleResponse.model_validate_json(sent)
 
-    def progress(self, schedule_id: str) -> ProgressResponse:
-        """Counts by state, overall and per worker."""
+    def progress(self, schedule_id: str, outage_s: float = 60.0) -> ProgressResponse:
+        """Counts by state, overall and per worker. Only a read, so a retryable failure (a lost reply,
+        a restart, Redis down) is retried for up to ``outage_s``, as ``wait`` retries it; a refusal
+        (404: an unknown or expired step) is raised at once."""
+        return self._outlasting(functools.partial(self._progress, schedule_id), None, outage_s)
+
+    def _progress(self, schedule_id: str) -> ProgressResponse:
+        """One ``GET /schedule/{id}``, not retried (``wait`` retries it within its own deadline)."""
         return ProgressResponse.model_validate(self._call("GET", f"/schedule/{schedule_id}"))
 
     def results(
@@ -193,7 +199,7 @@ class SchedulerClient:
         collected: list[ResultEntry] = []
         cursor = "0-0"
         while True:
-            progress = self._outlasting(functools.partial(self.progress, schedule_id), deadline, outage_s)
+            progress = self._outlasting(functools.partial(self._progress, schedule_id), deadline, outage_s)
             finished = progress.done + progress.failed + progress.cancelled >= progress.total
             left_ms = poll_ms if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
             wait_ms = 0 if finished else min(poll_ms, left_ms, RESULTS_MAX_WAIT_MS)  # longer: a 422

@@ -207,9 +207,32 @@ def test_a_proxy_error_that_is_no_problem_document_is_still_a_retryable_schedule
         SchedulerClient("http://scheduler:8000", transport=proxy) as client,
         pytest.raises(SchedulerAPIError) as bad,
     ):
-        client.progress("run-1-step-0")
+        client.progress("run-1-step-0", outage_s=0.0)
     assert (bad.value.status, bad.value.retryable) == (502, True)
     assert "bad gateway" in str(bad.value)
+
+
+def test_progress_whose_reply_was_lost_is_read_again_as_wait_reads_it(
+    live_settings: Settings,
+) -> None:
+    """It was sent once: a trainer polling ``progress`` itself met a restart or a Redis outage as an
+    error, where ``wait`` and ``report_actuals`` ride it out for ``outage_s``."""
+    transport = LosesReplies("/schedule/run-1-step-0", lose={1})
+    with LiveServer(live_settings) as server, SchedulerClient(server.url, transport=transport) as client:
+        client.schedule(batch_body(prompts=2, n=2, workers=2, schedule_id="run-1-step-0"))
+        progress = client.progress("run-1-step-0")
+    assert (progress.total, transport.seen) == (4, 2)
+
+
+def test_progress_of_a_step_gone_from_redis_is_its_404_at_once(live_settings: Settings) -> None:
+    transport = LosesReplies("/schedule/run-1-step-9", lose=set())
+    with (
+        LiveServer(live_settings) as server,
+        SchedulerClient(server.url, transport=transport) as client,
+        pytest.raises(SchedulerAPIError) as gone,
+    ):
+        client.progress("run-1-step-9")
+    assert (gone.value.status, transport.seen) == (404, 1)
 
 
 def test_waiting_on_a_step_gone_from_redis_ends_with_its_404(live_settings: Settings) -> None:
