@@ -210,7 +210,11 @@ def describe(url: str) -> str:
 
 def check_redis_url(value: str) -> str:
     """``value`` if redis-py can connect by it; ``ValueError`` saying why not (the service's setting
-    and the sidecar's flag both check here, before a connection would fail with a traceback)."""
+    and the sidecar's flag both check here, before a connection would fail with a traceback). An
+    empty one is refused as such, not read as unset: a variable set to nothing is a mistake in a
+    manifest, and the service and its sidecars must not read it two ways."""
+    if not value:
+        raise ValueError("set but empty; expected a redis://, rediss:// or unix:// URL")
     parsed = urllib.parse.urlsplit(value)
     if parsed.scheme not in ("redis", "rediss", "unix"):
         raise ValueError("expected redis://, rediss:// or unix:// (an http URL or a bare host is not one)")

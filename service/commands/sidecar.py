@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Annotated
 
@@ -37,10 +38,11 @@ EngineUrlFlag = Annotated[
     str | None, typer.Option(help="Engine base URL (push mode), e.g. http://127.0.0.1:8000.")
 ]
 # Both names the service reads (``Settings.redis_url``), the first one set winning as there
+REDIS_URL_VARIABLES = ("REDIS_URL", "ROLLOUT_REDIS_URL")  # an empty one too: ``_redis_url``
 RedisUrlFlag = Annotated[
     str | None,
     typer.Option(
-        envvar=["REDIS_URL", "ROLLOUT_REDIS_URL"],
+        envvar=list(REDIS_URL_VARIABLES),
         help="Redis URL, the service's: REDIS_URL, else ROLLOUT_REDIS_URL.",
     ),
 ]
@@ -139,6 +141,7 @@ LogLevelFlag = Annotated[
 
 
 def sidecar(
+    ctx: typer.Context,
     worker_id: WorkerIdFlag,
     engine_url: EngineUrlFlag = None,
     redis_url: RedisUrlFlag = None,
@@ -172,6 +175,7 @@ def sidecar(
     """Validate the flags, then serve until SIGTERM; print the final counters as one JSON line."""
     from service.sidecar.launch import SidecarOptions
 
+    redis_url, url_from = _redis_url(ctx, redis_url)
     options = SidecarOptions(
         worker_id=worker_id,
         redis_url=redis_url or "",
@@ -199,17 +203,36 @@ def sidecar(
         health_port=health_port,
         health_host=health_host,
     )
-    _run(options, log_level, (device, model, num_gpus))
+    _run(options, log_level, (device, model, num_gpus), url_from)
 
 
-def _run(options: SidecarOptions, log_level: str, kv_source: tuple[str | None, str, int]) -> None:
+def _redis_url(ctx: typer.Context, flag: str | None) -> tuple[str | None, str | None]:
+    """The Redis URL and where it was read (``--redis-url`` or a variable; None: nowhere): the flag,
+    else the first of ``REDIS_URL`` and ``ROLLOUT_REDIS_URL`` that is set, even to nothing, as
+    ``Settings`` reads them. Click's own lookup skips an empty variable, so a sidecar beside an empty
+    ``REDIS_URL`` read ``ROLLOUT_REDIS_URL`` and served where ``serve`` refused to start."""
+    source = ctx.get_parameter_source("redis_url")  # by name: typer vendors its own click
+    if source is not None and source.name == "COMMANDLINE":
+        return flag, "--redis-url"
+    for variable in REDIS_URL_VARIABLES:
+        if variable in os.environ:
+            return os.environ[variable], variable
+    return None, None
+
+
+def _run(
+    options: SidecarOptions,
+    log_level: str,
+    kv_source: tuple[str | None, str, int],
+    url_from: str | None = "--redis-url",
+) -> None:
     """The command once its flags are gathered: a flag that makes no sense is one line on stderr and
     exit code 2 before anything connects; otherwise serve until SIGTERM and print the final counters
     as one JSON line."""
     from service import logs
 
     try:
-        options = _checked(options, log_level, kv_source)
+        options = _checked(options, log_level, kv_source, url_from)
     except ValueError as exc:
         typer.echo(f"sidecar: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -218,7 +241,7 @@ def _run(options: SidecarOptions, log_level: str, kv_source: tuple[str | None, s
 
 
 def _checked(
-    options: SidecarOptions, log_level: str, kv_source: tuple[str | None, str, int]
+    options: SidecarOptions, log_level: str, kv_source: tuple[str | None, str, int], url_from: str | None
 ) -> SidecarOptions:
     """``options`` once every flag makes sense, with the KV capacity derived from ``--device`` when it
     was not given; ``ValueError`` naming the first flag that does not (checked in this order)."""
@@ -226,7 +249,7 @@ def _checked(
     from service.tokens import check_token_flag
 
     o = options
-    url = _check(o.redis_url, o.engine_url, o.pull_api_port, o.health_port, log_level)
+    url = _check(o.redis_url, o.engine_url, o.pull_api_port, o.health_port, log_level, url_from)
     check_prefix(o.prefix)
     _check_worker_id(o.worker_id)
     check_token_flag("--engine-api-key", o.engine_api_key)
@@ -278,16 +301,19 @@ def _check_worker_id(worker_id: str) -> None:
 
 
 def _check(
-    url: str | None, engine_url: str | None, pull_api: int | None, health_port: int | None, log_level: str
+    url: str | None,
+    engine_url: str | None,
+    pull_api: int | None,
+    health_port: int | None,
+    log_level: str,
+    url_from: str | None = "--redis-url",
 ) -> str:
     """The Redis URL, once the flags that say where to connect and how to run make sense together;
     ``ValueError`` naming the first that does not."""
     from service.logs import LOG_LEVELS
-    from service.redis_conn import check_redis_url_flag, describe
+    from service.redis_conn import describe
 
-    if not url:
-        raise ValueError("no Redis: pass --redis-url or set REDIS_URL (or ROLLOUT_REDIS_URL)")
-    check_redis_url_flag(url)
+    url = _check_redis_url(url, url_from)
     if (engine_url is None) == (pull_api is None):
         raise ValueError("pass exactly one of --engine-url (push mode) or --pull-api PORT (pull mode)")
     if engine_url is not None and not engine_url.startswith(("http://", "https://")):
@@ -303,6 +329,22 @@ def _check(
     if log_level.upper() not in LOG_LEVELS:
         raise ValueError(f"log-level={log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
     return url
+
+
+def _check_redis_url(url: str | None, url_from: str | None) -> str:
+    """``url`` when Redis can be reached by it; ``ValueError`` naming where it came from: the flag
+    as ``redis_url`` (as every command's ``--redis-url`` is named), a variable by its name (as
+    ``serve`` names it), empty included (``check_redis_url``)."""
+    from service.redis_conn import check_redis_url, check_redis_url_flag, describe
+
+    if url_from is None:
+        raise ValueError("no Redis: pass --redis-url or set REDIS_URL (or ROLLOUT_REDIS_URL)")
+    if url_from == "--redis-url":
+        return check_redis_url_flag(url or "")
+    try:
+        return check_redis_url(url or "")
+    except ValueError as error:
+        raise ValueError(f"{url_from}={describe(url or '')!r}: {error}") from None
 
 
 def _check_numbers(numbers: dict[str, tuple[float | None, float]]) -> None:

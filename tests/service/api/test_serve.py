@@ -282,6 +282,26 @@ def test_a_validator_s_refusal_reads_as_the_project_s_own_line(
 
 
 @pytest.mark.parametrize(
+    "environment",
+    [
+        {"REDIS_URL": ""},
+        {"ROLLOUT_REDIS_URL": ""},
+        {"REDIS_URL": "", "ROLLOUT_REDIS_URL": "redis://127.0.0.1:1/0"},  # REDIS_URL wins, set
+    ],
+)
+def test_an_empty_redis_url_is_refused_naming_it_not_read_as_unset(
+    cli: typer.Typer, monkeypatch: pytest.MonkeyPatch, environment: dict[str, str]
+) -> None:
+    """It was refused as "expected redis://, ... (an http URL or a bare host is not one)", a rule
+    about URLs nothing was given to break; unset, serve starts an embedded server instead."""
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("ROLLOUT_REDIS_URL", raising=False)
+    stderr = _refused_at_start(cli, monkeypatch, environment).stderr
+    assert stderr.startswith("serve: invalid setting REDIS_URL='': set but empty; expected"), stderr
+    assert len(stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
     ("where", "reason"),
     [("{file}", "exists and is not a folder"), ("{file}/models", "cannot be created here")],
 )

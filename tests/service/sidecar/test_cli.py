@@ -107,12 +107,46 @@ def test_the_sidecar_reads_the_redis_url_under_both_names_the_service_does_redis
 ) -> None:
     """It read ``REDIS_URL`` alone: a deployment that named the service's Redis ``ROLLOUT_REDIS_URL``
     (``Settings`` takes both, ``REDIS_URL`` first) started its sidecars with "no Redis". The URLs
-    here are refused on purpose: the refusal names the one that was read, before anything connects."""
+    here are refused on purpose: the refusal names the one that was read, and the variable it was
+    read from, before anything connects."""
+    variable = "REDIS_URL" if "REDIS_URL" in env else "ROLLOUT_REDIS_URL"
     monkeypatch.delenv("REDIS_URL", raising=False)
     monkeypatch.delenv("ROLLOUT_REDIS_URL", raising=False)
     result = CliRunner().invoke(_app(), ["sidecar", "--worker-id", "w", "--engine-url", "http://e"], env=env)
     assert result.exit_code == 2
-    assert f"redis_url={read!r}: expected redis://" in result.output
+    assert f"{variable}={read!r}: expected redis://" in result.output
+
+
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        ({"REDIS_URL": ""}, "REDIS_URL"),
+        ({"ROLLOUT_REDIS_URL": ""}, "ROLLOUT_REDIS_URL"),
+        # serve refuses this empty REDIS_URL; the sidecar read ROLLOUT_REDIS_URL past it, and ran
+        ({"REDIS_URL": "", "ROLLOUT_REDIS_URL": "redis://127.0.0.1:1/0"}, "REDIS_URL"),
+    ],
+)
+def test_a_redis_url_variable_set_to_nothing_is_one_line_naming_it_as_serve_refuses_it(
+    env: dict[str, str], variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty variable was skipped as unset: alone it was "no Redis: ... set REDIS_URL", of a
+    variable that was set, and beside ``ROLLOUT_REDIS_URL`` the sidecar served another URL than the
+    one ``serve`` refuses to start with."""
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("ROLLOUT_REDIS_URL", raising=False)
+    result = CliRunner().invoke(_app(), ["sidecar", "--worker-id", "w", "--engine-url", "http://e"], env=env)
+    assert result.exit_code == 2
+    assert result.output.startswith(f"sidecar: {variable}='': set but empty; expected"), result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_the_redis_url_flag_wins_over_an_empty_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flags override the environment: the URL checked (refused here on purpose) is the flag's."""
+    monkeypatch.setenv("REDIS_URL", "")
+    args = ["sidecar", "--worker-id", "w", "--engine-url", "http://e", "--redis-url", "http://flag"]
+    result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 2
+    assert "redis_url='http://flag': expected redis://" in result.output
 
 
 @pytest.mark.parametrize(
