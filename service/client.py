@@ -356,6 +356,7 @@ def _summed(answers: Sequence[ActualsAccepted]) -> ActualsAccepted:
         repeated=sum(a.repeated for a in answers),
         stream_length=answers[-1].stream_length,
         time_scales=scales,
+        unchecked_schedules=sorted({sid for a in answers for sid in a.unchecked_schedules}),
     )
 
 

@@ -12,11 +12,13 @@ A batch naming a step that was cancelled before it finished is refused whole (40
 report of it as ``actuals[i].schedule_id``), unless it says ``partial``: that step's results are the
 trajectories that finished before the cancel, the short ones, and would teach the predictor a length
 distribution biased short (found live: one such report moved the mean prediction from 588 to 457
-tokens, for several steps). ``Delivery.cut_short`` reads it in one round trip before anything is
-stored; a cancel landing between that read and the append is not seen (the trainer that cancels is
-the one that reports, one after the other), and a step whose keys are gone is taken as whole.
-Nothing is lost: the caller holds the batch, and resends it without that step's reports, or with
-``partial`` to keep them knowingly.
+tokens, for several steps). Nothing is lost: the caller holds the batch, and resends it without
+that step's reports, or with ``partial`` to keep them knowingly. ``Delivery.check_steps`` reads it
+in one round trip before anything is stored; a cancel landing between that read and the append is
+not seen (the trainer that cancels is the one that reports, one after the other). A step whose keys
+are gone (retention passed, or never published) cannot be checked, a step cut short and a whole one
+then looking alike: its reports are stored, as a trainer reporting a late step expects, and the
+answer names it in ``unchecked_schedules`` (the log line in ``unchecked_schedule_ids``).
 
 Each batch logs one ``actuals stored`` line at INFO (counts and milliseconds) under the schedule
 its reports name, so the step's lines, from ``scheduled`` to its actuals, are found by one id.
@@ -54,20 +56,21 @@ def report_actuals(
     _own_workers_only(caller, body.actuals)
     ctx = context_of(request)
     schedules = _schedules(body.actuals)
-    if not body.partial:
-        _whole_steps_only(ctx, body.actuals, schedules)
+    unchecked = [] if body.partial else _whole_steps_only(ctx, body.actuals, schedules)
     if len(schedules) == 1:
         request.state.schedule_id = schedules[0]  # the access line's too
     appended = ctx.actuals.append(body.actuals)
     ctx.models.sync()  # fold them into this replica's history now, not on the next /schedule
     scales = ctx.speeds.observe(appended.stored)  # a repeat taught its speed when first stored
     ctx.metrics.actuals.inc(len(appended.stored))
-    _log_stored(schedules, len(appended.stored), appended.repeated, time.perf_counter() - started)
+    counts = (len(appended.stored), appended.repeated)
+    _log_stored(schedules, counts, unchecked, time.perf_counter() - started)
     return ActualsAccepted(
         accepted=len(appended.stored),
         repeated=appended.repeated,
         stream_length=appended.length,
         time_scales=scales,
+        unchecked_schedules=unchecked,
     )
 
 
@@ -87,12 +90,14 @@ def _own_workers_only(caller: Caller, reports: Sequence[ActualReport]) -> None:
             )
 
 
-def _whole_steps_only(ctx: Context, reports: Sequence[ActualReport], schedules: Sequence[str]) -> None:
+def _whole_steps_only(ctx: Context, reports: Sequence[ActualReport], schedules: Sequence[str]) -> list[str]:
     """Refuse the batch when a schedule it names was cancelled before every trajectory finished:
-    learning from the survivors alone would bias the predictor short (module doc)."""
-    found = {step.schedule_id: step for step in ctx.delivery.cut_short(schedules)}
+    learning from the survivors alone would bias the predictor short (module doc). The schedules
+    whose keys are gone, whose completeness could not be checked, otherwise."""
+    checked = ctx.delivery.check_steps(schedules)
+    found = {step.schedule_id: step for step in checked.cut_short}
     if not found:
-        return
+        return checked.unchecked
     index = next(i for i, report in enumerate(reports) if report.schedule_id in found)
     step = found[str(reports[index].schedule_id)]
     others = f" (and {len(found) - 1} other step(s) cut short)" if len(found) > 1 else ""
@@ -112,16 +117,24 @@ def _schedules(reports: Sequence[ActualReport]) -> list[str]:
     return sorted({report.schedule_id for report in reports if report.schedule_id is not None})
 
 
-def _log_stored(schedules: Sequence[str], accepted: int, repeated: int, seconds: float) -> None:
-    """The batch's ``actuals stored`` line: under its schedule's id when it names one, else naming
-    up to ``LOGGED_SCHEDULES`` of those it spans."""
-    named = {} if len(schedules) < 2 else {"schedule_ids": list(schedules[:LOGGED_SCHEDULES])}
+def _log_stored(
+    schedules: Sequence[str], counts: tuple[int, int], unchecked: Sequence[str], seconds: float
+) -> None:
+    """The batch's ``actuals stored`` line (``counts``: accepted, repeated): under its schedule's
+    id when it names one, else naming up to ``LOGGED_SCHEDULES`` of those it spans; and as many of
+    those whose completeness could not be checked (their keys gone), with their count."""
+    named: dict[str, object] = {}
+    if len(schedules) > 1:
+        named["schedule_ids"] = list(schedules[:LOGGED_SCHEDULES])
+    if unchecked:
+        named["unchecked_schedule_ids"] = list(unchecked[:LOGGED_SCHEDULES])
+        named["unchecked_count"] = len(unchecked)
     with schedule_context(schedules[0] if len(schedules) == 1 else None):
         _log.info(
             "actuals stored",
             extra={
-                "accepted": accepted,
-                "repeated": repeated,
+                "accepted": counts[0],
+                "repeated": counts[1],
                 "schedule_count": len(schedules),
                 **named,
                 "ms": round(seconds * 1000.0, 1),

@@ -343,6 +343,9 @@ class ActualsAccepted(BaseModel):
     repeated: int = 0  # reports the stream held already (a retry): not stored or learned from again
     stream_length: int
     time_scales: dict[str, float]
+    # schedules the batch names whose keys the service no longer holds (retention passed) or never
+    # held, so whether their step was cut short could not be checked: their reports were stored
+    unchecked_schedules: list[str] = []
 
 
 class ModelStatus(BaseModel):

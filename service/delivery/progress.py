@@ -57,6 +57,16 @@ class CutShort:
 
 
 @dataclass(frozen=True, slots=True)
+class StepsChecked:
+    """What ``Delivery.check_steps`` found of the schedules a ``POST /actuals`` batch names."""
+
+    cut_short: list[CutShort]  # cancelled with trajectories unfinished, in the order asked
+    # whose keys are gone (retention passed) or never were (never published): a step cut short and a
+    # whole one look alike then, so their completeness is unknown; in the order asked
+    unchecked: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerProgress:
     """Counts for one worker: queued in its queue, running under its leases, done/failed by it,
     and cancelled (queued there or running on it when the schedule was cancelled)."""

@@ -21,6 +21,7 @@ from service.delivery.progress import (
     DeadLetter,
     Progress,
     ScheduleInfo,
+    StepsChecked,
     StoredRequest,
     per_worker,
     planned_finishes,
@@ -67,9 +68,10 @@ class DeliveryViews:
         """Whether the trainer cancelled the schedule (``Delivery.cancel``); False when unknown."""
         return bool(self.client.hexists(self.keys(schedule_id).meta, keyspace.CANCELLED_AT))
 
-    def cut_short(self, schedule_ids: Sequence[str]) -> list[CutShort]:
-        """Those of ``schedule_ids`` cancelled with trajectories unfinished (``counts`` ``c`` > 0), in
-        their order; a schedule whose keys are gone (retention passed) or never published is not.
+    def check_steps(self, schedule_ids: Sequence[str]) -> StepsChecked:
+        """Those of ``schedule_ids`` cancelled with trajectories unfinished (``counts`` ``c`` > 0),
+        and those whose keys are gone (retention passed) or never were, whose completeness cannot
+        be checked, each in their order.
 
         One pipelined round trip, not a transaction (on Redis Cluster the schedules live in many
         slots); each schedule's two reads are of one cancel, which writes both in one script."""
@@ -79,12 +81,14 @@ class DeliveryViews:
             pipe.hget(keys.counts, keyspace.CANCELLED)
             pipe.hget(keys.meta, "total")
         replies = pipe.execute()
-        found = []
+        found, unchecked = [], []
         for index, schedule_id in enumerate(schedule_ids):
             cancelled, total = replies[2 * index], replies[2 * index + 1]
-            if cancelled is not None and total is not None and int(text(cancelled)) > 0:
+            if total is None:
+                unchecked.append(schedule_id)
+            elif cancelled is not None and int(text(cancelled)) > 0:
                 found.append(CutShort(schedule_id, int(text(cancelled)), int(text(total))))
-        return found
+        return StepsChecked(cut_short=found, unchecked=unchecked)
 
     def stored_request(self, schedule_id: str) -> StoredRequest | None:
         """What the publish stored of the request beside the schedule (``Delivery.publish``'s

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import redis
 from fastapi.testclient import TestClient
 
@@ -70,3 +71,39 @@ def test_a_step_cancelled_after_every_trajectory_finished_is_whole_and_its_actua
 
     assert response.status_code == 200, response.text
     assert response.json()["accepted"] == 4
+
+
+def _expire(redis_client: redis.Redis, schedule_id: str) -> None:
+    """What the schedule's retention does: every key of it goes."""
+    for key in redis_client.scan_iter(match=f"rs:{{{schedule_id}}}:*"):
+        redis_client.delete(key)
+
+
+def test_actuals_of_a_step_whose_keys_expired_are_stored_and_the_answer_says_it_was_not_checked(
+    client: TestClient, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its keys gone, a step cut short and a whole one look alike: the reports are stored, as the
+    trainer holding a late step's results expects, and the answer names the step, where it said
+    nothing and the reports passed for a whole step's."""
+    survivors = _run(client, redis_client, "step-3", finish=2)  # cut short: refused while it is known
+    _expire(redis_client, "step-3")
+
+    with caplog.at_level("INFO", logger="service.actuals"):
+        response = client.post("/actuals", json={"actuals": [actual_report(2, 0, 0), *survivors]})
+
+    assert response.status_code == 200, response.text
+    assert (response.json()["accepted"], response.json()["unchecked_schedules"]) == (3, ["step-3"])
+    [line] = [r for r in caplog.records if r.getMessage() == "actuals stored"]
+    assert line.__dict__["unchecked_schedule_ids"] == ["step-3"]
+
+
+def test_actuals_of_a_step_it_holds_are_checked_and_the_answer_names_none_unchecked(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    every = _run(client, redis_client, "step-3", finish=4)
+    imported = actual_report(1, 0, 0)  # names no schedule: nothing to check, nothing to say
+
+    response = client.post("/actuals", json={"actuals": [imported, *every]})
+
+    assert response.status_code == 200, response.text
+    assert response.json()["unchecked_schedules"] == []
