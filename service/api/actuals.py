@@ -14,11 +14,15 @@ trajectories that finished before the cancel, the short ones, and would teach th
 distribution biased short (found live: one such report moved the mean prediction from 588 to 457
 tokens, for several steps). Nothing is lost: the caller holds the batch, and resends it without
 that step's reports, or with ``partial`` to keep them knowingly. ``Delivery.check_steps`` reads it
-in one round trip before anything is stored; a cancel landing between that read and the append is
-not seen (the trainer that cancels is the one that reports, one after the other). A step whose keys
-are gone (retention passed, or never published) cannot be checked, a step cut short and a whole one
-then looking alike: its reports are stored, as a trainer reporting a late step expects, and the
-answer names it in ``unchecked_schedules`` (the log line in ``unchecked_schedule_ids``).
+in one round trip before anything is stored. A cancel landing between that read and the append is
+not seen, and need not be: the append stores reports fixed before the read, of trajectories that
+finished before any cancel, so it leaves what the same batch sent a moment earlier leaves (stored,
+then cancelled), and no check can refuse a report for a cancel still to come; every batch read
+after the cancel sees it. (One atomic check-and-append could not run on Redis Cluster either: the
+stream and each step live in other slots.) A step whose keys are gone (retention passed, or never
+published) cannot be checked, a step cut short and a whole one then looking alike: its reports are
+stored, as a trainer reporting a late step expects, and the answer names it in
+``unchecked_schedules`` (the log line in ``unchecked_schedule_ids``).
 
 Each batch logs one ``actuals stored`` line at INFO (counts and milliseconds) under the schedule
 its reports name, so the step's lines, from ``scheduled`` to its actuals, are found by one id.

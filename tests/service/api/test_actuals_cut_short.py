@@ -20,13 +20,19 @@ SHORT = TrajectoryResult(output_tokens=40, output="ok", wall_time_s=0.1)
 def _run(client: TestClient, redis_client: redis.Redis, schedule_id: str, finish: int) -> list[Report]:
     """Publish a 4-trajectory step on one worker, finish ``finish`` of them, cancel it; the reports
     of the finished ones, naming the step."""
+    reports = _finish(client, redis_client, schedule_id, finish)
+    assert client.delete(f"/schedule/{schedule_id}").status_code == 200
+    return reports
+
+
+def _finish(client: TestClient, redis_client: redis.Redis, schedule_id: str, finish: int) -> list[Report]:
+    """Publish a 4-trajectory step on one worker and finish ``finish`` of them; their reports."""
     body = batch_body(prompts=2, n=2, workers=1, schedule_id=schedule_id, step=3)
     assert client.post("/schedule", json=body).status_code == 200
     delivery = Delivery(redis_client)
     leases = delivery.claim(schedule_id, "w0", 4)
     for lease in leases[:finish]:
         assert delivery.complete(lease, SHORT) is CompletionOutcome.ACCEPTED
-    assert client.delete(f"/schedule/{schedule_id}").status_code == 200
     return [
         actual_report(3, int(lease.item.prompt_id[1:]), lease.item.sample_idx) | {"schedule_id": schedule_id}
         for lease in leases[:finish]
@@ -107,3 +113,29 @@ def test_actuals_of_a_step_it_holds_are_checked_and_the_answer_names_none_unchec
 
     assert response.status_code == 200, response.text
     assert response.json()["unchecked_schedules"] == []
+
+
+def test_a_cancel_landing_between_the_check_and_the_append_stores_what_a_report_just_before_it_does(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Check and append are not one atomic step (on Redis Cluster they cannot be: the stream and the
+    step live in other slots), and need not be. The append stores reports fixed before the check,
+    of trajectories finished before any cancel, so a cancel between the two leaves what a report
+    sent a moment earlier leaves (stored, then cancelled): a report cannot be refused for a cancel
+    still to come. What the order does decide holds: every batch checked after the cancel sees it."""
+    survivors = _finish(client, redis_client, "step-3", finish=2)
+    delivery = client.app.state.context.delivery  # type: ignore[attr-defined]
+    check = delivery.check_steps
+
+    def check_then_cancel(schedule_ids: list[str]) -> Any:
+        checked = check(schedule_ids)
+        Delivery(redis_client).cancel("step-3")  # the trainer's DELETE, landing in between
+        return checked
+
+    monkeypatch.setattr(delivery, "check_steps", check_then_cancel)
+    raced = client.post("/actuals", json={"actuals": survivors})
+    monkeypatch.undo()
+
+    assert (raced.status_code, raced.json()["accepted"]) == (200, 2)
+    assert client.get("/schedule/step-3").json()["cancelled"] == 2
+    assert client.post("/actuals", json={"actuals": survivors}).status_code == 409
