@@ -1,7 +1,7 @@
 """The arithmetic of learned speeds, apart from the Redis store that keeps them (``service/speeds.py``).
 
 What a speed sample is (a report's measured seconds over the cost model's, ``modelled_seconds``,
-weighted and clamped per batch, ``weighted_log_ratio``), what a learned scale is relative to
+weighted and clamped per batch, ``batch_log_ratio``), what a learned scale is relative to
 (``profile_fingerprint``), how a worker with none borrows its peers' or the fleet's
 (``peer_scales``), which workers a plan leaves idle by its belief (``idle_learned``), and how
 profiles, fingerprints and learned states read from and write to their stored JSON. No I/O:
@@ -149,26 +149,43 @@ def _scale(log: float, logs: Mapping[str, float], own: Mapping[str, tuple[float,
 def modelled_seconds(worker: Worker, model: ModelPreset, report: ActualReport) -> float:
     """Seconds the cost model expects for ``report`` at ``time_scale = 1``.
 
-    Prefill, then ``output_tokens`` decode steps at the reported concurrency, each sequence holding
-    on average ``prompt + output / 2`` tokens of KV cache (the mean over its own decode).
+    ``output_tokens`` decode steps at the reported concurrency, each sequence holding on average
+    ``prompt + output / 2`` tokens of KV cache (the mean over its own decode), and the prefill of its
+    prompt once per sequence of that batch. A prompt admitted into a running batch is prefilled
+    before the next decode step, stalling every sequence running then (the planner's simulator and
+    engine-sim both do), so a report's wall time holds the prefills of the prompts admitted while it
+    ran, not its own alone. Which prompts those were, one report cannot say; but in a busy engine
+    each admission stalls ``batch`` sequences once, so over a worker's batch of reports the stalls
+    sum to each one's own prefill times its batch, and the weighted mean
+    (``batch_log_ratio``) reads the worker's speed. Counted once per report, a step with one
+    prompt in eight of 6,000 tokens read 7-10% slow (a live walk, 2026-12-04), and plans, which add
+    the stalls again, counted them twice.
     """
     cost = worker_cost(dataclasses.replace(worker, time_scale=1.0), model)
     batch = max(1, min(round(report.concurrency or 1.0), cost.max_num_seqs))
     context = batch * (report.prompt_tokens + report.output_tokens / 2.0)
     step = cost.step_time(batch, context)
-    return cost.prefill_time(report.prompt_tokens) + report.output_tokens * step
+    return batch * cost.prefill_time(report.prompt_tokens) + report.output_tokens * step
 
 
-def weighted_log_ratio(worker: Worker, model: ModelPreset, batch: Sequence[ActualReport]) -> float:
-    """Mean log(measured / modelled seconds) over ``batch``, each report weighted by its modelled
-    seconds; each ratio is clamped first, so one stalled report cannot decide the batch."""
+def batch_log_ratio(worker: Worker, model: ModelPreset, batch: Sequence[ActualReport]) -> float:
+    """log(measured / modelled seconds) of ``batch``: the mean of its reports' ratios weighted by
+    their modelled seconds, i.e. its measured seconds over its modelled ones; each ratio is clamped
+    first, so one stalled report cannot decide the batch.
+
+    A ratio of sums, not a weighted mean of log ratios: ``modelled_seconds`` gives each report the
+    stalls its own prefill causes, not those it sat through, which is exact only summed over the
+    batch; report by report the ratios spread (a long prompt's below 1, the short ones' above), and
+    a mean of their logs, always below the log of their mean, read a worker at its true speed 2.7%
+    fast (``tests/service/api/test_speed_prefill.py``). The EWMA across batches stays in logs
+    (``service/speeds.py``)."""
     total = weighted = 0.0
     for report in batch:
         assert report.wall_time_s is not None  # SpeedLearner.observe keeps only reports that measured it
         modelled = modelled_seconds(worker, model, report)
         ratio = min(max(report.wall_time_s / modelled, MIN_RATIO), MAX_RATIO)
-        total, weighted = total + modelled, weighted + modelled * math.log(ratio)
-    return weighted / total
+        total, weighted = total + modelled, weighted + modelled * ratio
+    return math.log(weighted / total)
 
 
 def profile_fingerprint(worker: Worker, model: ModelPreset) -> str:

@@ -5,11 +5,14 @@ thermal limits, a noisy neighbour). Each actual says how long a trajectory of kn
 worker running ``concurrency`` sequences; the cost model says how long it should have taken at
 ``time_scale = 1``. Their ratio is a sample of that worker's time scale. We keep an exponentially
 weighted mean of log ratios per worker (log: a worker twice as slow and one twice as fast are
-symmetric errors), one update per report batch at the batch's mean (a step's reports end with its
+symmetric errors), one update per report batch at the batch's ratio (a step's reports end with its
 slow tail; folded one by one, the last few would decide), in Redis so every replica plans with the
-same speeds. The mean is weighted by each report's modelled seconds: fixed costs the model leaves
-out (HTTP, waiting behind a wave of prefills) inflate short items most, and a heavy-tailed batch is
-mostly short items (one vote each made a 0.25x engine read 0.44x); the long ones measure decoding.
+same speeds. The batch's ratio is its measured seconds over its modelled ones, i.e. its reports'
+ratios weighted by their modelled seconds: fixed costs the model leaves out (HTTP) inflate short
+items most, and a heavy-tailed batch is mostly short items (one vote each made a 0.25x engine read
+0.44x); the long ones measure decoding. A ratio of sums, since the prefill stalls a report sat
+through are modelled as those its own prompt caused, which holds only summed over a batch
+(``speed_model.modelled_seconds``, ``speed_model.batch_log_ratio``).
 A later request that states no ``time_scale`` or ``decode_tokens_per_s`` for a worker gets the
 learned one, once ``MIN_SPEED_SAMPLES`` reports stand behind it: until then the mean is the plain
 mean of every report (no early report alone decides), and after it a batch of fewer reports moves it
@@ -81,20 +84,20 @@ from service.speed_model import (
     IDLE_DECAY,
     LOG_SCALE_BOUNDS,
     MIN_SPEED_SAMPLES,
+    batch_log_ratio,
     idle_anchors,
     learned_scale,
     peer_scales,
     planned_on,
     profile_fingerprint,
     schedule_fingerprints,
-    weighted_log_ratio,
     worker_from_json,
     worker_json,
 )
 
-# Folds one report batch's mean log ratio into a worker's EWMA atomically (replicas may race).
-# ARGV: worker, alpha, the batch's mean log ratio, its sample count, the log scale's bounds, and the
-# fingerprint of the profile the ratio was measured against, MIN_SPEED_SAMPLES.
+# Folds one report batch's log ratio into a worker's EWMA atomically (replicas may race).
+# ARGV: worker, alpha, the batch's log ratio (``batch_log_ratio``), its sample count, the log
+# scale's bounds, and the fingerprint of the profile the ratio was measured against, MIN_SPEED_SAMPLES.
 _UPDATE = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 local state = nil
@@ -237,9 +240,9 @@ class SpeedLearner:
             batch = [r for r in reports_of_worker if planned_on(r, planned, now)]
             if not batch:
                 continue
-            # one update per batch, at its mean: folding the samples one by one left the estimate to
+            # one update per batch, at its ratio: folding the samples one by one left the estimate to
             # the last few reported (a step's slow tail: 1.15 where the step's mean was 1.0)
-            args: list[Any] = [wid, self._alpha, weighted_log_ratio(worker, model, batch), len(batch)]
+            args: list[Any] = [wid, self._alpha, batch_log_ratio(worker, model, batch), len(batch)]
             args += [*LOG_SCALE_BOUNDS, now, MIN_SPEED_SAMPLES]
             updated[wid] = math.exp(float(self._update(keys=[self.speed_key], args=args)))
         return updated

@@ -209,7 +209,7 @@ def test_a_batch_teaches_its_mean_speed_not_that_of_its_last_reports(client: Tes
     late_tail = [actual_report(0, p, 1, worker="w0", slowdown=4.0) for p in range(2)]
     first = client.post("/actuals", json={"actuals": on_time + late_tail}).json()["time_scales"]["w0"]
     weights = [_modelled(r) for r in on_time + late_tail]
-    assert abs(first - 4.0 ** (sum(weights[6:]) / sum(weights))) < 1e-6  # the batch's time-weighted mean
+    assert abs(first - (sum(weights[:6]) + 4.0 * sum(weights[6:])) / sum(weights)) < 1e-6  # time-weighted
     next_step = [actual_report(1, p, 0, worker="w0") for p in range(6)]  # new reports, on time
     second = client.post("/actuals", json={"actuals": next_step}).json()["time_scales"]["w0"]
     assert abs(second - math.exp(0.8 * math.log(first))) < 1e-6  # one step of the EWMA (alpha 0.2)
@@ -223,8 +223,8 @@ def test_short_reports_do_not_outweigh_the_long_ones_that_measure_decode_speed(c
     long = [actual_report(0, 12, 0, worker="w0")]  # ~2,000 tokens, on time
     learned = client.post("/actuals", json={"actuals": short + long}).json()["time_scales"]["w0"]
     weights = [_modelled(r) for r in short + long]
-    assert abs(learned - 2.0 ** (sum(weights[:6]) / sum(weights))) < 1e-6
-    assert learned < 1.5  # where one vote per report said 2 ** (6 / 7) = 1.81
+    assert abs(learned - (2.0 * sum(weights[:6]) + sum(weights[6:])) / sum(weights)) < 1e-6
+    assert learned < 1.5  # where one vote per report said (6 * 2 + 1) / 7 = 1.86
 
 
 def _modelled(report: dict[str, Any]) -> float:
