@@ -32,6 +32,11 @@ MIN_RATIO, MAX_RATIO = 0.02, 50.0  # a sample outside this is a unit error or a 
 # one absurd report (a clock error, a stall) alone set a new worker's scale to a ratio bound, and the
 # next plan gave that worker everything (0.02x) or nothing (50x, and so never a report to undo it).
 MIN_SPEED_SAMPLES = 4
+# A report whose ratio is more than this many times its batch's centre counts as this many (a stall,
+# a paused sidecar, not a speed): the prefill attribution of ``modelled_seconds`` spreads honest
+# reports 0.17-1.5x about the centre (the planner's simulator and a live engine-sim walk alike; one
+# live report 3.6x; recomputed after preemptions on a starved KV cache, up to 10x) (``batch_log_ratio``).
+STALL_SPREAD = 4.0
 # Device figures that set only the derived KV capacity (costmodel.derived_kv_capacity), not step time:
 # left out of the profile fingerprint, as slots and kv_capacity_tokens are.
 _KV_ONLY_FIGURES = ("memory_gib", "memory_utilization")
@@ -170,22 +175,32 @@ def modelled_seconds(worker: Worker, model: ModelPreset, report: ActualReport) -
 
 def batch_log_ratio(worker: Worker, model: ModelPreset, batch: Sequence[ActualReport]) -> float:
     """log(measured / modelled seconds) of ``batch``: the mean of its reports' ratios weighted by
-    their modelled seconds, i.e. its measured seconds over its modelled ones; each ratio is clamped
-    first, so one stalled report cannot decide the batch.
+    their modelled seconds, i.e. its measured seconds over its modelled ones. Each ratio is first
+    clamped to the bounds and to ``STALL_SPREAD`` times the batch's centre (the weighted mean of its
+    log ratios), so one stalled report cannot decide the batch.
 
     A ratio of sums, not a weighted mean of log ratios: ``modelled_seconds`` gives each report the
     stalls its own prefill causes, not those it sat through, which is exact only summed over the
     batch; report by report the ratios spread (a long prompt's below 1, the short ones' above), and
     a mean of their logs, always below the log of their mean, read a worker at its true speed 2.7%
-    fast (``tests/service/api/test_speed_prefill.py``). The EWMA across batches stays in logs
-    (``service/speeds.py``)."""
-    total = weighted = 0.0
-    for report in batch:
-        assert report.wall_time_s is not None  # SpeedLearner.observe keeps only reports that measured it
-        modelled = modelled_seconds(worker, model, report)
-        ratio = min(max(report.wall_time_s / modelled, MIN_RATIO), MAX_RATIO)
-        total, weighted = total + modelled, weighted + modelled * ratio
-    return math.log(weighted / total)
+    fast (``tests/service/api/test_speed_prefill.py``). A mean of ratios is swayed by one far above
+    the rest, as a mean of logs was not: a report 50x late among 25 made a batch read 2.8x, hence the
+    cap (slow side only: one far below can take off no more than its own weight). The EWMA across
+    batches stays in logs (``service/speeds.py``)."""
+    modelled = [modelled_seconds(worker, model, report) for report in batch]
+    ratios = [
+        min(max(_wall(report) / seconds, MIN_RATIO), MAX_RATIO)
+        for report, seconds in zip(batch, modelled, strict=True)
+    ]
+    total = sum(modelled)
+    centre = sum(m * math.log(r) for m, r in zip(modelled, ratios, strict=True)) / total
+    cap = STALL_SPREAD * math.exp(centre)
+    return math.log(sum(m * min(r, cap) for m, r in zip(modelled, ratios, strict=True)) / total)
+
+
+def _wall(report: ActualReport) -> float:
+    assert report.wall_time_s is not None  # SpeedLearner.observe keeps only reports that measured it
+    return report.wall_time_s
 
 
 def profile_fingerprint(worker: Worker, model: ModelPreset) -> str:

@@ -35,3 +35,13 @@ def test_one_absurd_report_moves_a_learned_speed_little(client: TestClient) -> N
     client.post("/actuals", json={"actuals": [actual_report(0, p, 0, worker="w0") for p in range(8)]})
     stall = actual_report(0, 3, 1, worker="w0", slowdown=1e6)
     assert client.post("/actuals", json={"actuals": [stall]}).json()["time_scales"]["w0"] < 1.3
+
+
+def test_one_stalled_report_among_a_steps_moves_its_batch_little(client: TestClient) -> None:
+    """A batch's sample is its measured over its modelled seconds, where one report 50x late (a
+    paused sidecar, a stalled engine) alone would add half its weight's share to the whole batch."""
+    client.post("/schedule", json=batch_body(workers=2))
+    on_time = [actual_report(0, p, i, worker="w0") for p in range(8) for i in range(3)]
+    stall = actual_report(0, 3, 3, worker="w0", slowdown=1e6)
+    learned = client.post("/actuals", json={"actuals": [*on_time, stall]}).json()["time_scales"]["w0"]
+    assert learned < 1.2
