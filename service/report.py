@@ -129,7 +129,10 @@ def _gantt_panel(ax: Any, step: StepReplay, name: str, steal: bool) -> None:
             lanes_of.append(lane)
     palette = [f"C{k}" for k in range(10)]
     # One collection per panel: thousands of Rectangle patches take minutes to draw, a collection not.
-    ax.add_collection(PolyCollection(boxes, facecolors=[palette[k % 10] for k in lanes_of], linewidths=0))
+    # An edge in the bar's own colour draws a lane thinner than a pixel (64 running at once on a worker):
+    # without it Agg dropped some such bars whole, the one that set the makespan among them.
+    colors = [palette[k % 10] for k in lanes_of]
+    ax.add_collection(PolyCollection(boxes, facecolors=colors, edgecolors=colors, linewidths=0.5))
     ax.axvline(step.lower_bound_s, color="black", linestyle="--", linewidth=1, label="lower bound")
     ax.axvline(run.result.makespan_s, color="red", linewidth=1, label="makespan")
     ax.set_yticks([i + 0.5 for i in range(len(workers))], workers, fontsize=6)
