@@ -64,15 +64,25 @@ def prompt_hash(text: str) -> str:
 
 
 def load_tokenizer(path: str | Path) -> object:
-    """Load a local ``tokenizer.json``; a missing or unreadable file is an ``InvalidInputError``."""
+    """Load a local ``tokenizer.json`` to count whole texts; a missing or unreadable file is an
+    ``InvalidInputError``.
+
+    A ``tokenizer.json`` may carry the padding or truncation it was saved with (``"padding":
+    {"strategy": "BatchLongest"}``, ``"truncation": {"max_length": 512}``), which ``encode_batch``
+    applies: every count of a batch came out as its longest text's, or stopped at the limit, without
+    a word. Both are switched off here: a count is of the text, all of it.
+    """
     from tokenizers import Tokenizer
 
     path = Path(path)
     check_input_file("tokenizer", path, "a tokenizer.json")
     try:
-        return Tokenizer.from_file(str(path))
+        tokenizer = Tokenizer.from_file(str(path))
     except Exception as exc:  # the Rust side raises a generic Exception for a malformed file
         raise InvalidInputError("tokenizer", str(path), f"not a readable tokenizer.json ({exc})") from None
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
 
 
 def import_verl(

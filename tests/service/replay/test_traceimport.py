@@ -66,6 +66,25 @@ def test_a_verl_dump_becomes_a_trace_with_hashed_prompts_and_counted_tokens(
     assert trace.reward.tolist() == [1.0, 0.0, 1.0, 1.0]
 
 
+@pytest.mark.parametrize("setting", ["padding", "truncation"])
+def test_a_tokenizer_saved_with_padding_or_truncation_still_counts_each_whole_text(
+    tmp_path: Path, tokenizer_json: Path, setting: str
+) -> None:
+    # tokenizer.json files may carry these, and encode_batch applied them: each text of a batch
+    # counted as its longest (padding: outputs [8, 8, 8, 2]) or stopped at the limit (truncation:
+    # prompts [2, 2, 2, 2]).
+    saved = Tokenizer.from_file(str(tokenizer_json))
+    if setting == "padding":
+        saved.enable_padding(pad_id=0, pad_token=VOCAB[0])
+    else:
+        saved.enable_truncation(max_length=2)
+    saved.save(str(tmp_path / "saved.json"))
+    _verl(tmp_path / "dumps")
+    trace = import_verl(tmp_path / "dumps", tmp_path / "saved.json", max_new_tokens=None).trace
+    assert trace.prompt_tokens.tolist() == [5, 5, 5, 5]
+    assert trace.output_tokens.tolist() == [3, 8, 1, 2]
+
+
 def test_the_prompt_id_is_stable_and_differs_between_prompts() -> None:
     assert prompt_hash("a") == prompt_hash("a")
     assert prompt_hash("a") != prompt_hash("b")
