@@ -48,3 +48,12 @@ def synthetic_trace(
         chosen = dataclasses.replace(chosen, length=dataclasses.replace(chosen.length, drift_per_step=drift))
     spec = SynthSpec(profile=chosen, prompts=prompts, samples=samples, steps=steps, seed=seed)
     return from_synth(generate(spec))
+
+
+def is_synthetic(trace: Trace) -> bool:
+    """Whether any row of ``trace`` carries the generator's label (``source=synthetic``): figures
+    computed from it are the generator's, not a recorded run's, and must say so. The label survives
+    a round trip through a file and ``trace import``, as an extra column does."""
+    if SOURCE_COLUMN not in trace.categorical:
+        return False
+    return bool(np.any(trace.categorical[SOURCE_COLUMN] == SOURCE_VALUE))

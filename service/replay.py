@@ -23,6 +23,7 @@ import numpy as np
 
 from predictors.model import FitConfig
 from predictors.quantiles import PLANNING_QUANTILE
+from predictors.synthetic import is_synthetic
 from predictors.tracetable import Trace
 from scheduler import clock
 from scheduler.costmodel import worker_cost
@@ -112,6 +113,7 @@ class ReplayReport:
     config: ReplayConfig
     steps: tuple[StepReplay, ...]
     wall_s: float  # the replay's wall time
+    synthetic: bool = False  # the trace carries the generator's label (``predictors.synthetic``)
 
     @property
     def lower_bound_s(self) -> float:
@@ -125,8 +127,10 @@ class ReplayReport:
     def to_json(self, steal: bool) -> dict[str, object]:
         """The ``--json`` object: ``lower_bound_s`` and per-policy figures."""
         return {
+            "synthetic": self.synthetic,
             "lower_bound_s": self.lower_bound_s,
             "steal": steal,
+            "kv_admission": self.config.kv_admission,
             "steps": [s.step for s in self.steps],
             "trajectories": sum(s.trajectories for s in self.steps),
             "policies": {name: _as_dict(s) for name, s in self.summary(steal).items()},
@@ -166,7 +170,8 @@ def replay(trace: Trace, config: ReplayConfig, progress: Progress | None = None)
             outcomes = tuple(_assemble(p, _play_in_turn(p, config, tick), config) for p in prepared)
         else:
             outcomes = _play_on_pool(prepared, config, tick, pool)
-    return ReplayReport(config=config, steps=outcomes, wall_s=time.perf_counter() - started)
+    wall_s = time.perf_counter() - started
+    return ReplayReport(config=config, steps=outcomes, wall_s=wall_s, synthetic=is_synthetic(trace))
 
 
 def _processes(config: ReplayConfig) -> int:

@@ -63,12 +63,14 @@ def markdown_table(report: ReplayReport, steal: bool) -> str:
 
 
 def headline(report: ReplayReport, steal: bool) -> str:
-    """One line that says what was replayed, for every rendering."""
+    """One line that says what was replayed, for every rendering; a synthetic trace's figures say
+    so first (they were given no label: a replay of ``trace synth``'s output read as a recorded run)."""
     inv = report.config.inventory
     pool = pool_label(inv)
     steps = ", ".join(str(s.step) for s in report.steps)
     return (
-        f"steps {steps}: {sum(s.trajectories for s in report.steps):,} trajectories on {pool} "
+        ("SYNTHETIC trace, " if report.synthetic else "")
+        + f"steps {steps}: {sum(s.trajectories for s in report.steps):,} trajectories on {pool} "
         f"({inv.model.name}), stealing {'on' if steal else 'off'}, lower bound {report.lower_bound_s:,.1f} s"
     )
 
