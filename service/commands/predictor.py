@@ -116,6 +116,7 @@ def evaluate_command(
 ) -> None:
     """Walk forward: for each step s after the first, fit on steps < s and score step s."""
     from predictors.evaluate import evaluate, to_json
+    from predictors.synthetic import is_synthetic
     from scheduler.errors import SchedulerError
 
     rows = _load(trace, "eval")
@@ -123,10 +124,11 @@ def evaluate_command(
         result = _run_with_progress(rows) if len(rows.steps()) > 2 else evaluate(rows)
     except SchedulerError as exc:
         raise _fail("eval", exc) from None
+    synthetic = is_synthetic(rows)  # scores of the generator's lengths, not a recorded run's: say so
     if as_json:
-        typer.echo(json.dumps(to_json(result), indent=2))
+        typer.echo(json.dumps({"synthetic": synthetic, **to_json(result)}, indent=2))
     else:
-        _print_table(result)
+        _print_table(result, synthetic)
 
 
 def _run_with_progress(rows: Trace) -> Evaluation:
@@ -145,7 +147,7 @@ def _run_with_progress(rows: Trace) -> Evaluation:
         return run(rows, on_step=lambda _step: progress.advance(task))
 
 
-def _print_table(result: Evaluation) -> None:
+def _print_table(result: Evaluation, synthetic: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -155,7 +157,8 @@ def _print_table(result: Evaluation) -> None:
     if not result.steps:
         console.print(result.note)
         return
-    table = Table(title=f"walk-forward over {len(result.steps)} scored step(s), averaged")
+    of = " of a SYNTHETIC trace" if synthetic else ""
+    table = Table(title=f"walk-forward over {len(result.steps)} scored step(s){of}, averaged")
     table.add_column("predictor")
     for metric in METRICS:
         table.add_column(metric, justify="right")

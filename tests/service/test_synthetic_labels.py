@@ -1,0 +1,48 @@
+"""The predictor's figures on a generated trace say they are synthetic: ``predictor eval`` of a trace
+whose rows carry ``source=synthetic``, and ``bench predictor-drift``, which always generates its own.
+Both printed the same title and JSON as for a recorded run (replay's label: tests/service/replay/
+test_synthetic_label.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from predictors.synthetic import synthetic_trace
+from predictors.tracewrite import write_trace
+
+DRIFT = ["bench", "predictor-drift", "--prompts", "12", "--samples", "2", "--steps", "3"]
+
+
+def _eval(cli: typer.Typer, path: Path, *flags: str) -> str:
+    result = CliRunner().invoke(cli, ["predictor", "eval", str(path), *flags])
+    assert result.exit_code == 0, result.stderr
+    return result.stdout
+
+
+def test_predictor_eval_of_a_synthetic_trace_says_so_and_of_a_recorded_one_does_not(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
+    trace = synthetic_trace("short-cot", prompts=12, samples=2, steps=2, seed=1)
+    write_trace(trace, tmp_path / "synth.csv")
+    write_trace(dataclasses.replace(trace, categorical={}), tmp_path / "recorded.csv")
+    assert "scored step(s) of a SYNTHETIC trace" in _eval(cli, tmp_path / "synth.csv")
+    assert json.loads(_eval(cli, tmp_path / "synth.csv", "--json"))["synthetic"] is True
+    assert "SYNTHETIC" not in _eval(cli, tmp_path / "recorded.csv")
+    assert json.loads(_eval(cli, tmp_path / "recorded.csv", "--json"))["synthetic"] is False
+
+
+def test_bench_predictor_drift_says_its_trace_is_synthetic_and_which_drift_it_had(cli: typer.Typer) -> None:
+    result = CliRunner().invoke(cli, DRIFT)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines()[0] == (
+        "SYNTHETIC short-cot trace (12 prompts x 2 samples x 3 steps, seed 1), "
+        "drift 0.005/step (the profile's own), 72 rows"
+    )  # was "short-cot, drift profile default/step, 72 rows"
+    result = CliRunner().invoke(cli, [*DRIFT, "--drift", "0.05", "--json"])
+    report = json.loads(result.stdout)
+    assert (report["synthetic"], report["drift"]) == (True, 0.05)
