@@ -53,7 +53,7 @@ def chosen_steps(trace: Trace, text: str | None, ranges: StepRanges | None) -> t
         chosen = [s for s in present if any(lo <= s and (hi is None or s <= hi) for lo, hi in ranges)]
     if not chosen:
         raise InvalidInputError(
-            "steps", text, f"selects no step of the trace (it has steps {_span(present)})"
+            "steps", text, f"selects no step of the trace (it has steps {step_span(present)})"
         )
     return tuple(chosen)
 
@@ -74,7 +74,7 @@ def _step_part(part: str, text: str) -> tuple[int, int | None]:
     return first, last
 
 
-def _span(steps: Sequence[int]) -> str:
+def step_span(steps: Sequence[int]) -> str:
     """The steps a trace has, as a reader would check them: ``3-5`` only when none is missing."""
     if not steps:
         return "none"

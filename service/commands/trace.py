@@ -94,11 +94,13 @@ def import_command(
         write_trace(result.trace, out)
     except (InvalidInputError, OSError) as exc:
         raise _fail(exc) from None
+    from service.replay_steps import step_span
+
     trace = result.trace
-    steps = trace.steps()
+    steps = step_span([int(s) for s in trace.steps()])  # 2,3,5, not 2-5: a lost dump shows
     typer.echo(
         f"imported {len(trace)} trajectories, {len(set(trace.prompt_id.tolist()))} prompts, "
-        f"steps {int(steps[0])}-{int(steps[-1])} from {result.files} file(s) -> {out}"
+        f"steps {steps} from {result.files} file(s) -> {out}"
     )
     if result.tokenizer:
         typer.echo(f"token counts: tokenizer {result.tokenizer}")

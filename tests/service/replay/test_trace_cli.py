@@ -62,6 +62,21 @@ def test_trace_import_verl_says_which_tokenizer_counted(cli: typer.Typer, tmp_pa
     assert (row["step"], row["prompt_tokens"], row["output_tokens"]) == ("3", "2", "3")
 
 
+def test_trace_import_names_the_steps_it_imported_so_a_missing_dump_shows(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
+    # It printed "steps 2-5" for dumps of steps 2, 3 and 5: the lost 4.jsonl went unnoticed.
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
+    dumps = tmp_path / "rollouts"
+    dumps.mkdir()
+    for step in (2, 3, 5):
+        (dumps / f"{step}.jsonl").write_text(json.dumps({"input": "a", "output": "b", "score": 1.0}) + "\n")
+    args = ["trace", "import", str(dumps), "--tokenizer", str(tmp_path / "tokenizer.json")]
+    code, stdout, _ = run(cli, [*args, "--out", str(tmp_path / "t.csv")])
+    assert code == 0
+    assert "1 prompts, steps 2,3,5 from 3 file(s)" in stdout
+
+
 def _one_stopped_dump(tmp_path: Path, record: dict[str, object] | None = None) -> list[str]:
     """A dump folder with one line whose output re-encodes to 3 tokens; the import's arguments."""
     write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
