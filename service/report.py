@@ -85,8 +85,21 @@ def pool_label(inventory: Inventory) -> str:
     )
 
 
-def gantt_png(step: StepReplay, policies: Sequence[str], steal: bool) -> bytes:
-    """A PNG with one panel per policy: one row per worker, one bar per trajectory, from start to end."""
+def chart_title(report: ReplayReport, steal: bool) -> str:
+    """The Gantt chart's title: its step, and what the headline says of the pool and the trace. The
+    chart is a file of its own (``--plot``), and its title named the step alone, not the pool, the
+    model, nor a synthetic trace."""
+    inv = report.config.inventory
+    return (
+        ("SYNTHETIC trace, " if report.synthetic else "")
+        + f"step {report.steps[-1].step} on {pool_label(inv)} ({inv.model.name}): trajectories per worker "
+        f"(stealing {'on' if steal else 'off'})"
+    )
+
+
+def gantt_png(step: StepReplay, policies: Sequence[str], steal: bool, title: str | None = None) -> bytes:
+    """A PNG with one panel per policy: one row per worker, one bar per trajectory, from start to end;
+    ``title`` (``chart_title``) heads it and is the PNG's ``Title`` text too."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,10 +113,11 @@ def gantt_png(step: StepReplay, policies: Sequence[str], steal: bool) -> bytes:
     longest = max(step.runs[(name, steal)].result.makespan_s for name in policies)
     axes[-1, 0].set_xlim(0, max(longest, step.lower_bound_s) * 1.02)  # shared by every panel
     axes[-1, 0].set_xlabel("seconds since the step started")
-    fig.suptitle(f"step {step.step}: trajectories per worker (stealing {'on' if steal else 'off'})")
+    title = title or f"step {step.step}: trajectories per worker (stealing {'on' if steal else 'off'})"
+    fig.suptitle(title)
     fig.tight_layout()
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
+    fig.savefig(buffer, format="png", dpi=110, metadata={"Title": title})
     plt.close(fig)
     return buffer.getvalue()
 

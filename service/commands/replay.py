@@ -301,9 +301,9 @@ def _write_outputs(result: ReplayReport, steal: bool, plot: Path | None, report:
         return
     from scheduler.errors import InvalidInputError
     from service.outpaths import write_all
-    from service.report import gantt_png, html_report
+    from service.report import chart_title, gantt_png, html_report
 
-    png = gantt_png(result.steps[-1], result.config.policies, steal)
+    png = gantt_png(result.steps[-1], result.config.policies, steal, chart_title(result, steal))
     outputs = [("plot", plot, png)] if plot is not None else []
     if report is not None:
         outputs.append(("report", report, html_report(result, steal, png).encode("utf-8")))

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import typer
+from PIL import Image
 
 from predictors.synthetic import is_synthetic
 from predictors.tracetable import Trace
@@ -61,3 +62,17 @@ def test_the_json_says_which_admission_the_length_aware_plans_used(
         code, out, _ = run(cli, ["replay", str(small_trace_file), *REPLAY, flag, "--json"])
         assert code == 0
         assert json.loads(out)["kv_admission"] is expected
+
+
+def test_the_gantt_chart_names_its_step_pool_model_and_a_synthetic_trace(
+    cli: typer.Typer, small_trace_file: Path, tmp_path: Path
+) -> None:
+    # The chart, a file of its own, was titled "step 1: trajectories per worker (stealing on)":
+    # no pool, no model, no word that the trace was generated.
+    chart = tmp_path / "gantt.png"
+    args = ["--workers", "2xH100:64", "--policies", "lpt", "--steps", "1", *FAST, *IN_PROCESS]
+    code, _, _ = run(cli, ["replay", str(small_trace_file), *args, "--plot", str(chart)])
+    assert code == 0
+    assert Image.open(chart).info["Title"] == (
+        "SYNTHETIC trace, step 1 on 2xH100:64 (7b): trajectories per worker (stealing on)"
+    )
