@@ -275,7 +275,7 @@ def _verl_row(
     if cap is not None:
         cells["max_new_tokens"] = cap
         cells["finish_reason"] = "length" if output_tokens >= cap else "stop"
-    cells.update(_kept_extras(record, keep))
+    cells.update(_kept_extras(record, keep, path, line))
     return parse_row(cells, str(path), line), clamped
 
 
@@ -286,14 +286,24 @@ def _step_of(record: Mapping[str, object], path: Path) -> object:
     return path.stem if step is None or (isinstance(step, str) and not step.strip()) else step
 
 
-def _kept_extras(record: Mapping[str, object], keep: frozenset[str]) -> dict[str, object]:
-    """The scalar extra fields the user opted into. All others are dropped: a reward manager's
-    extras (``acc``, ``overlong_reward``: a linear function of the response length) exist only after
+def _kept_extras(
+    record: Mapping[str, object], keep: frozenset[str], path: Path, line: int
+) -> dict[str, object]:
+    """The extra fields the user opted into. All others are dropped: a reward manager's extras
+    (``acc``, ``overlong_reward``: a linear function of the response length) exist only after
     generation, so as features they leak a step's own lengths into its prediction (measured: eval MAE
-    97 with DAPO's extras kept vs 173 without, on identical trajectories)."""
-    return {
-        name: value for name, value in record.items() if name in keep and isinstance(value, (int, float, str))
-    }
+    97 with DAPO's extras kept vs 173 without, on identical trajectories). A kept field holding a list
+    or an object is an error at its line, as such a cell is in every trace file: it was left out of
+    that row without a word, a missing value beside other lines' numbers."""
+    kept: dict[str, object] = {}
+    for name, value in record.items():
+        if name not in keep:
+            continue
+        if isinstance(value, (list, dict)):
+            kind = "an object" if isinstance(value, dict) else "a list"
+            raise TraceFormatError(str(path), line, name, value, f"{kind}, not a number or text")
+        kept[name] = value
+    return kept
 
 
 def _as_step(raw: object, path: Path, line: int) -> int:

@@ -197,6 +197,24 @@ def test_keeping_a_field_no_dump_line_holds_or_one_already_read_is_refused(
         import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None, keep=[name])
 
 
+@pytest.mark.parametrize(("value", "kind"), [([1, 2], "a list"), ({"src": "gsm8k"}, "an object")])
+def test_a_kept_field_holding_a_list_or_object_is_refused_at_its_line(
+    tmp_path: Path, tokenizer_json: Path, value: object, kind: str
+) -> None:
+    # It was left out of that row without a word: a missing value beside the other lines' numbers.
+    q = "what is two plus two"
+    _dump(
+        tmp_path / "d",
+        1,
+        [
+            {"input": q, "output": "four", "score": 1.0, "level": 3},
+            {"input": q, "output": "so four", "score": 1.0, "level": value},
+        ],
+    )
+    with pytest.raises(TraceFormatError, match=rf"1\.jsonl:2:level=.*: {kind}, not a number or text"):
+        import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=None, keep=["level"])
+
+
 class _RecordingTokenizer:
     """Wraps a tokenizer, recording how many texts each ``encode_batch`` call was given."""
 
