@@ -216,9 +216,13 @@ def synth_command(
         write_trace(trace, out)
     except (InvalidInputError, OSError) as exc:
         raise _fail(exc) from None
+    from scheduler.synth_profiles import synth_profile
+
+    # The drift is said too: the file does not record it, and --drift moves every length after step 0.
+    used = synth_profile(profile).length.drift_per_step if drift is None else drift
     typer.echo(
         f"wrote {len(trace)} SYNTHETIC trajectories ({profile}, {prompts} prompts x {samples} samples x "
-        f"{steps} steps, seed {seed}) -> {out}"
+        f"{steps} steps, seed {seed}, drift {used:g}/step) -> {out}"
     )
 
 

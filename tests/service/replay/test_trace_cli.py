@@ -25,6 +25,19 @@ def test_trace_synth_writes_a_labelled_synthetic_trace(cli: typer.Typer, tmp_pat
     assert {r["source"] for r in rows} == {"synthetic"}
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"), [([], "drift 0.005/step"), (["--drift", "0.05"], "drift 0.05/step")]
+)
+def test_trace_synth_says_the_drift_its_trace_has(
+    cli: typer.Typer, tmp_path: Path, flags: list[str], said: str
+) -> None:
+    # The file does not record it, and the summary named profile, sizes and seed but not a --drift.
+    args = ["trace", "synth", "--profile", "short-cot", "--prompts", "2", "--samples", "2", "--steps", "2"]
+    code, stdout, _ = run(cli, [*args, *flags, "--out", str(tmp_path / "s.csv")])
+    assert code == 0
+    assert f"seed 0, {said})" in stdout
+
+
 @pytest.mark.parametrize("mode", [0o600, 0o640], ids=["0600", "0640"])
 def test_trace_synth_over_an_existing_trace_keeps_its_permissions(
     cli: typer.Typer, tmp_path: Path, mode: int
