@@ -196,6 +196,7 @@ class Renamer:
         if not self.rename:
             return cells
         self.unseen.difference_update(cells)
+        self._check_required_seen(cells, line)
         out: dict[str, object] = {}
         for name, value in cells.items():
             new = self.rename.get(name, name)
@@ -205,6 +206,16 @@ class Renamer:
                 )
             out[new] = value
         return out
+
+    def _check_required_seen(self, cells: dict[str, object], line: int) -> None:
+        """A record lacking the column mapped onto a required one, when no record before it held that
+        column either, is refused as the mapping's mistake: the row's own error named only the
+        required column ("output_tokens=None: required value is missing"), not the ``--map`` typo
+        that ``check_all_seen`` names for an optional one (a later line cannot mend this line)."""
+        for old, new in self.rename.items():
+            if new in REQUIRED_COLUMNS and old in self.unseen and old not in cells:
+                reason = f"no such column to map (--map {new}={old}): no line up to this one holds it"
+                raise TraceFormatError(self.source, line, old, None, reason)
 
     def check_all_seen(self) -> None:
         """After a jsonl file's last record: a mapped column none of them named is refused, as

@@ -140,3 +140,20 @@ def test_a_jsonl_mapping_from_a_column_only_a_later_line_holds_is_accepted(tmp_p
     trace = import_generic(path, "jsonl", parse_mapping(["reward=score"])).trace
     assert np.isnan(trace.reward[0])
     assert trace.reward[1] == 0.5
+
+
+def test_a_jsonl_mapping_onto_a_required_column_from_a_column_no_line_holds_names_the_mapping(
+    tmp_path: Path,
+) -> None:
+    # The first line's own error came first and named only the required column:
+    # "t.jsonl:1:output_tokens=None: required value is missing", not the --map typo.
+    path = tmp_path / "t.jsonl"
+    row = dict(zip(SCHEMA, [0, "a", 0, 10, 100], strict=True))
+    row["resp_len"] = row.pop("output_tokens")
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(TraceFormatError) as error:
+        import_generic(path, "jsonl", parse_mapping(["output_tokens=resp_lne"]))
+    assert str(error.value) == (
+        f"{path}:1:resp_lne=None: no such column to map (--map output_tokens=resp_lne): "
+        "no line up to this one holds it"
+    )
