@@ -170,6 +170,7 @@ def _check_options(
     its ``--tokenizer`` (``only --from verl takes it``), and a csv imported with ``--map`` but
     without ``--from`` for a missing tokenizer, neither naming the real mistake."""
     from scheduler.errors import InvalidInputError
+    from scheduler.trace import INT64_MAX
     from service.traceimport import GENERIC_FORMATS
 
     if from_ != "verl" and from_ not in GENERIC_FORMATS:
@@ -181,8 +182,9 @@ def _check_options(
         if tokenizer is None:
             message = "--from verl (the default) needs --tokenizer PATH/tokenizer.json; a file needs --from"
             raise InvalidInputError("tokenizer", None, message)
-        if max_new_tokens is not None and max_new_tokens < 1:
-            raise InvalidInputError("max-new-tokens", max_new_tokens, "must be >= 1")
+        if max_new_tokens is not None and not 1 <= max_new_tokens <= INT64_MAX:
+            # past int64 it was refused only after the first dump was read and counted, at its line 1
+            raise InvalidInputError("max-new-tokens", max_new_tokens, f"must be 1..{INT64_MAX:,}")
         return
     for name, value in (("tokenizer", tokenizer), ("max-new-tokens", max_new_tokens)):
         if value is not None:

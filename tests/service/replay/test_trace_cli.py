@@ -108,6 +108,16 @@ def _one_stopped_dump(tmp_path: Path, record: dict[str, object] | None = None) -
     ]
 
 
+@pytest.mark.parametrize("cap", ["0", str(2**63)])
+def test_trace_import_verl_refuses_a_cap_no_trace_can_hold_by_its_option(
+    cli: typer.Typer, tmp_path: Path, cap: str
+) -> None:
+    # Past int64 it was refused after the first dump was read and counted, as a cell of its line 1.
+    code, _, err = run(cli, [*_one_stopped_dump(tmp_path), "--max-new-tokens", cap])
+    assert code == 2
+    assert err == f"trace: max-new-tokens={cap}: must be 1..9,223,372,036,854,775,807\n"
+
+
 @pytest.mark.parametrize(("flags", "tokens"), [([], "4"), (["--count-eos"], "4"), (["--no-count-eos"], "3")])
 def test_trace_import_verl_counts_a_stopped_outputs_eos_unless_told_not_to(
     cli: typer.Typer, tmp_path: Path, flags: list[str], tokens: str
