@@ -58,3 +58,18 @@ def test_bench_solver_with_a_speed_spread_plans_on_learned_speeds_and_says_so() 
     assert by_policy["cpsat"]["makespan_s"] <= by_policy["lpt"]["makespan_s"]
     equal = {r["policy"]: r for r in json.loads(CliRunner().invoke(_cli(), args).output)["results"]}
     assert by_policy["round_robin"]["makespan_s"] != equal["round_robin"]["makespan_s"]  # other speeds
+
+
+def test_bench_solver_says_the_plan_budget_its_figures_had() -> None:
+    # A --budget run printed the same heading and JSON as a run at the targets, though its ratios
+    # and statuses depend on the budget.
+    args = ["bench", "solver", "--repeats", "1", "--max-trajectories", "1024"]
+    result = CliRunner().invoke(_cli(), [*args, "--budget", "0.05"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].endswith("; plan budget 50 ms")
+    default = CliRunner().invoke(_cli(), args)
+    assert default.output.splitlines()[0].endswith(
+        "; plan budget 250 ms to 4,096 trajectories, 1 s above (the targets)"
+    )
+    report = json.loads(CliRunner().invoke(_cli(), [*args, "--json", "--budget", "0.05"]).output)
+    assert {r["budget_ms"] for r in report["results"]} == {50.0}
