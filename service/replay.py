@@ -37,6 +37,7 @@ from service.interrupts import quiet_pool
 from service.replay_batches import PreparedStep, prepare_step, true_lengths
 from service.replay_pool import Job, ShippedBatch, new_replay_id, pack, play_pipelined, unpack
 from service.replay_steps import check_fits
+from service.workerspec import pool_label
 
 ORACLE = "oracle"  # cpsat given the true lengths
 ORACLE_POLICY = "cpsat"
@@ -126,11 +127,17 @@ class ReplayReport:
 
     def to_json(self, steal: bool) -> dict[str, object]:
         """The ``--json`` object: ``lower_bound_s`` and per-policy figures."""
+        config = self.config
         return {
             "synthetic": self.synthetic,
+            "workers": pool_label(config.inventory),  # what the table's title says, and the settings
+            "model": config.inventory.model.name,  # its figures depend on, as stealing's
+            "time_budget_s": config.time_budget_s,
+            "wall_clock": config.wall_clock,
+            "seed": config.seed,
             "lower_bound_s": self.lower_bound_s,
             "steal": steal,
-            "kv_admission": self.config.kv_admission,
+            "kv_admission": config.kv_admission,
             "steps": [s.step for s in self.steps],
             "trajectories": sum(s.trajectories for s in self.steps),
             "policies": {name: _as_dict(s) for name, s in self.summary(steal).items()},

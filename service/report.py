@@ -13,12 +13,10 @@ import heapq
 import html
 import io
 from collections.abc import Sequence
-from itertools import groupby
 from typing import Any
 
-from scheduler.types import Inventory
 from service.replay import ReplayReport, StepReplay
-from service.workerspec import DEFAULT_MAX_NUM_SEQS
+from service.workerspec import pool_label
 
 COLUMNS: tuple[str, ...] = (
     "policy",
@@ -72,16 +70,6 @@ def headline(report: ReplayReport, steal: bool) -> str:
         ("SYNTHETIC trace, " if report.synthetic else "")
         + f"steps {steps}: {sum(s.trajectories for s in report.steps):,} trajectories on {pool} "
         f"({inv.model.name}), stealing {'on' if steal else 'off'}, lower bound {report.lower_bound_s:,.1f} s"
-    )
-
-
-def pool_label(inventory: Inventory) -> str:
-    """The pool as the ``--workers`` spec that gives it back (``8xH100,8xAscend910B:128``): runs of
-    workers of one device and ``max_num_seqs``, the latter shown where it is not the default. It
-    counted devices alone, so ``2xH100:64,2xH100`` read ``4xH100`` in every table, chart and report."""
-    runs = [(k, len(list(g))) for k, g in groupby((w.device.name, w.max_num_seqs) for w in inventory.workers)]
-    return ",".join(
-        f"{n}x{kind}" + ("" if seqs == DEFAULT_MAX_NUM_SEQS else f":{seqs}") for (kind, seqs), n in runs
     )
 
 

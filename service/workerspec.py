@@ -16,6 +16,7 @@ H100s on a 64-trajectory step: 20 s on 2 cores; 64: 6.7 s), a pool the service w
 from __future__ import annotations
 
 import re
+from itertools import groupby
 
 from scheduler.costmodel import derived_kv_capacity
 from scheduler.devices import ModelPreset, device_profile, model_preset
@@ -81,3 +82,13 @@ def _part_workers(part: str, spec: str, start: int) -> list[Worker]:
     device = device_profile(match["device"])
     prefix = device.name.lower()
     return [Worker(worker_id=f"{prefix}-{start + i}", device=device, max_num_seqs=seqs) for i in range(count)]
+
+
+def pool_label(inventory: Inventory) -> str:
+    """The pool as the ``--workers`` spec that gives it back (``8xH100,8xAscend910B:128``): runs of
+    workers of one device and ``max_num_seqs``, the latter shown where it is not the default. It
+    counted devices alone, so ``2xH100:64,2xH100`` read ``4xH100`` in every table, chart and report."""
+    runs = [(k, len(list(g))) for k, g in groupby((w.device.name, w.max_num_seqs) for w in inventory.workers)]
+    return ",".join(
+        f"{n}x{kind}" + ("" if seqs == DEFAULT_MAX_NUM_SEQS else f":{seqs}") for (kind, seqs), n in runs
+    )

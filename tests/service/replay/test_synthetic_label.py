@@ -54,14 +54,28 @@ def test_a_replay_of_a_recorded_trace_carries_no_synthetic_label(
     assert json.loads(out)["synthetic"] is False
 
 
-def test_the_json_says_which_admission_the_length_aware_plans_used(
+def test_the_json_names_the_pool_and_every_setting_its_figures_depend_on(
     cli: typer.Typer, small_trace_file: Path
 ) -> None:
-    # It named the stealing mode but not this one, which moves every length-aware figure as much.
-    for flag, expected in (("--kv-admission", True), ("--no-kv-admission", False)):
-        code, out, _ = run(cli, ["replay", str(small_trace_file), *REPLAY, flag, "--json"])
+    # The table's title named the pool, model and stealing mode; the JSON only the stealing mode, and
+    # none of them the admission, budget, clock or seed, which move the length-aware figures as much.
+    args = ["--workers", "2xH100:64,1xA100", "--policies", "lpt", "--steps", "1", *IN_PROCESS, "--json"]
+    for flag, admission in (("--kv-admission", True), ("--no-kv-admission", False)):
+        code, out, _ = run(cli, ["replay", str(small_trace_file), *args, flag, "--seed", "3", *FAST])
         assert code == 0
-        assert json.loads(out)["kv_admission"] is expected
+        settings = {k: v for k, v in json.loads(out).items() if k not in ("policies", "lower_bound_s")}
+        assert settings == {
+            "synthetic": True,
+            "workers": "2xH100:64,1xA100-80GB",
+            "model": "7b",
+            "time_budget_s": 0.2,
+            "wall_clock": False,
+            "seed": 3,
+            "steal": True,
+            "kv_admission": admission,
+            "steps": [1],
+            "trajectories": 48,
+        }
 
 
 def test_the_gantt_chart_names_its_step_pool_model_and_a_synthetic_trace(
