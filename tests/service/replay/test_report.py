@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.report import panel_title, pool_label
-from service.workerspec import parse_workers
+from service.report import panel_title
+from service.workerspec import parse_workers, pool_label
 
 
 @pytest.mark.parametrize(
