@@ -43,6 +43,7 @@ T = TypeVar("T")
 OUTAGE_PAUSE_S = 0.5  # between retries of a call that failed retryably, at the least
 MAX_PAUSE_S = 30.0  # the longest a Retry-After is waited out before the next try
 OPERATOR_ONLY = "redis-too-old"  # a 503 problem that no retry cures (service/problems.py)
+RESULTS_PAGE = 1_000  # results per GET .../results page, the service's default
 ACTUALS_CHUNK = 1_000  # reports per POST /actuals: a step's results stay well under a proxy's body limit
 
 
@@ -167,20 +168,39 @@ class SchedulerClient:
         return ProgressResponse.model_validate(self._call("GET", f"/schedule/{schedule_id}"))
 
     def results(
-        self, schedule_id: str, after: str = "0-0", count: int = 1000, wait_ms: int = 0
+        self,
+        schedule_id: str,
+        after: str = "0-0",
+        count: int = RESULTS_PAGE,
+        wait_ms: int = 0,
+        outage_s: float = 60.0,
     ) -> ResultsPage:
         """One page of accepted results after stream id ``after``, long-polling up to ``wait_ms``
-        (the HTTP timeout is stretched by as much, so a long poll is never cut short as a timeout)."""
+        (the HTTP timeout is stretched by as much, so a long poll is never cut short as a timeout).
+        Only a read, so a retryable failure is retried for up to ``outage_s``, as ``progress`` is:
+        it was sent once, and a trainer paging results itself met a restart as an error."""
+        read = functools.partial(self._results, schedule_id, after, count, wait_ms)
+        return self._outlasting(read, None, outage_s)
+
+    def _results(self, schedule_id: str, after: str, count: int, wait_ms: int) -> ResultsPage:
+        """One ``GET /schedule/{id}/results``, not retried (``wait`` retries it within its deadline)."""
         params = {"after": after, "count": count, "wait_ms": wait_ms}
         timeout = self._timeout_s + wait_ms / 1000.0
         return ResultsPage.model_validate(
             self._call("GET", f"/schedule/{schedule_id}/results", params=params, timeout=timeout)
         )
 
-    def cancel(self, schedule_id: str) -> CancelResponse:
+    def cancel(self, schedule_id: str, outage_s: float = 60.0) -> CancelResponse:
         """Cancel a published step (``DELETE /schedule/{id}``): its queued and running items end, so
-        the fleet moves on to the next step; results accepted before stay readable. Safe to retry:
-        a repeat answers the same counts. Unknown ids raise ``SchedulerAPIError`` (404)."""
+        the fleet moves on to the next step; results accepted before stay readable. The service
+        answers a repeat with the first cancel's counts and changes nothing, so a retryable failure
+        (a lost reply, a restart, Redis down) is retried for up to ``outage_s``, and a retry whose
+        first attempt got through returns what that attempt answered. Unknown ids raise
+        ``SchedulerAPIError`` (404) at once."""
+        return self._outlasting(functools.partial(self._cancel, schedule_id), None, outage_s)
+
+    def _cancel(self, schedule_id: str) -> CancelResponse:
+        """One ``DELETE /schedule/{id}``."""
         return CancelResponse.model_validate(self._call("DELETE", f"/schedule/{schedule_id}"))
 
     def wait(
@@ -205,7 +225,7 @@ class SchedulerClient:
             finished = progress.done + progress.failed + progress.cancelled >= progress.total
             left_ms = poll_ms if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
             wait_ms = 0 if finished else min(poll_ms, left_ms, RESULTS_MAX_WAIT_MS)  # longer: a 422
-            read = functools.partial(self.results, schedule_id, after=cursor, wait_ms=wait_ms)
+            read = functools.partial(self._results, schedule_id, cursor, RESULTS_PAGE, wait_ms)
             page = self._outlasting(read, deadline, outage_s)
             collected += page.results
             cursor = page.next
@@ -295,13 +315,17 @@ class SchedulerClient:
         ]
         return self.report_actuals(reports, chunk=chunk, partial=partial) if reports else None
 
-    def models(self) -> ModelStatus:
-        """The predictor serving now (``v<N>`` or ``fallback``), the stored versions, the history."""
-        return ModelStatus.model_validate(self._call("GET", "/models"))
+    def models(self, outage_s: float = 60.0) -> ModelStatus:
+        """The predictor serving now (``v<N>`` or ``fallback``), the stored versions, the history.
+        Only a read, so a retryable failure is retried for up to ``outage_s``, as ``progress`` is."""
+        read = functools.partial(self._call, "GET", "/models")
+        return ModelStatus.model_validate(self._outlasting(read, None, outage_s))
 
     def retrain(self) -> RetrainResponse:
         """Fit a new predictor version on the actuals history (the newest ``ROLLOUT_ACTUALS_MAXLEN``),
-        and swap it in."""
+        and swap it in. Sent once, never retried, unlike the reads: each call that gets through
+        trains and stores a new version, so a retry of one whose reply was lost would store a second;
+        a failure is raised for the caller to decide (``models()`` shows whether it got through)."""
         return RetrainResponse.model_validate(self._call("POST", "/models/retrain"))
 
     def _call(self, method: str, path: str, raw: bool = False, **kwargs: Any) -> Any:

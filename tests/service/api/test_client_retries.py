@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from service import client as client_module
-from service.api.progress_schemas import ProgressResponse, ResultEntry
+from service.api.progress_schemas import CancelResponse, ProgressResponse, ResultEntry
 from service.api.schemas import ScheduleResponse
 from service.client import (
     AlreadyPublishedError,
@@ -21,8 +21,9 @@ from service.client import (
     ServiceUnreachableError,
     StepResults,
 )
+from service.delivery import Delivery, TrajectoryResult
 from service.settings import Settings
-from tests.service.api.conftest import LiveServer, batch_body, with_settings
+from tests.service.api.conftest import LiveServer, actual_history, batch_body, with_settings
 
 
 class LosesReplies(httpx.HTTPTransport):
@@ -246,3 +247,65 @@ def test_waiting_on_a_step_gone_from_redis_ends_with_its_404(live_settings: Sett
     ):
         client.wait("run-1-step-9", timeout_s=None)
     assert (gone.value.status, transport.seen) == (404, 1)
+
+
+def test_a_results_page_whose_reply_was_lost_is_read_again(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """It was sent once: a trainer paging results itself met a restart or a lost reply as an error."""
+    transport = LosesReplies("/schedule/run-1-step-0/results", lose={1})
+    with LiveServer(live_settings) as server, SchedulerClient(server.url, transport=transport) as client:
+        client.schedule(batch_body(prompts=2, n=2, workers=2, schedule_id="run-1-step-0"))
+        delivery = Delivery(redis_client)
+        [done] = delivery.claim("run-1-step-0", "w0", 1)
+        delivery.complete(done, TrajectoryResult(output_tokens=50, output="ok", wall_time_s=0.1))
+        page = client.results("run-1-step-0")
+    assert ([r.key for r in page.results], transport.seen) == ([done.key], 2)
+
+
+def test_a_cancel_whose_reply_was_lost_is_sent_again_and_returns_what_the_first_answered(
+    live_settings: Settings,
+) -> None:
+    """The service answers a repeated DELETE with the first cancel's counts, changing nothing, so the
+    retry is safe and its answer is the one the timeout ate."""
+    transport = LosesReplies("/schedule/run-1-step-0", lose={1})
+    with LiveServer(live_settings) as server, SchedulerClient(server.url, transport=transport) as client:
+        client.schedule(batch_body(prompts=2, n=2, workers=2, schedule_id="run-1-step-0"))
+        answer = client.cancel("run-1-step-0")
+        assert transport.seen == 2
+        assert answer == CancelResponse.model_validate_json(transport.lost[0])
+        assert (answer.cancelled, client.progress("run-1-step-0").cancelled) == (4, 4)
+
+
+def test_the_models_whose_reply_was_lost_are_read_again(live_settings: Settings) -> None:
+    transport = LosesReplies("/models", lose={1})
+    with LiveServer(live_settings) as server, SchedulerClient(server.url, transport=transport) as client:
+        status = client.models()
+    assert (status.version, transport.seen) == ("fallback", 2)
+
+
+@pytest.mark.parametrize("read", ["results", "cancel"])
+def test_a_read_or_cancel_of_a_step_gone_from_redis_is_its_404_at_once(
+    live_settings: Settings, read: str
+) -> None:
+    path = "/schedule/run-1-step-9" + ("/results" if read == "results" else "")
+    transport = LosesReplies(path, lose=set())
+    with (
+        LiveServer(live_settings) as server,
+        SchedulerClient(server.url, transport=transport) as client,
+        pytest.raises(SchedulerAPIError) as gone,
+    ):
+        getattr(client, read)("run-1-step-9")
+    assert (gone.value.status, transport.seen) == (404, 1)
+
+
+def test_a_retrain_whose_reply_was_lost_is_not_sent_again(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """Each retrain that gets through stores a new version: a retry would store a second."""
+    transport = LosesReplies("/models/retrain", lose={1})
+    with LiveServer(live_settings) as server, SchedulerClient(server.url, transport=transport) as client:
+        client.report_actuals(actual_history(steps=2))
+        with pytest.raises(ServiceUnreachableError):
+            client.retrain()
+        assert (client.models().stored_versions, transport.seen) == (["v1"], 1)
