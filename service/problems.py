@@ -210,7 +210,6 @@ def _details(exc: Exception) -> tuple[str, dict[str, Any]]:
     if lookup(exc).slug == "redis-out-of-memory":
         return f"Redis refused a write, out of memory ({exc}); retry once it has room", {}
     if lookup(exc).slug == "redis-refused":
-        _log.error("Redis refused the service's user: %s (see docs/operations.md, Redis ACL)", exc)
         return f"Redis refused the service's user ({type(exc).__name__}: {exc}); an operator must fix it", {}
     if isinstance(exc, redis.RedisError) and lookup(exc).status == 503:
         return f"Redis is unreachable ({type(exc).__name__}: {exc}); retry shortly", {}
@@ -235,7 +234,7 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
     # code logged already (``mark_logged``: a failed retrain) is not logged twice
     if problem.status > 500 and not already_logged(exc):
         with schedule_context(request_schedule_id(request.scope)):
-            _log.warning("request failed: %s", detail)
+            _log_failure(problem, exc, detail)
     headers = {"WWW-Authenticate": "Bearer"} if problem.status == 401 else None
     if problem.status == 503 and problem.slug != "redis-too-old":
         headers = {"Retry-After": "1"}
@@ -248,6 +247,16 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
         extra=extra,
         headers=headers,
     )
+
+
+def _log_failure(problem: Problem, exc: Exception, detail: str) -> None:
+    """The one line a failed request (5xx) gets. A refused Redis user is an error for the operator,
+    naming where to fix it, and nothing more: it was that error and then ``request failed`` too, one
+    failure as two lines, and the error without the request's ``schedule_id``."""
+    if problem.slug == "redis-refused":
+        _log.error("Redis refused the service's user: %s (see docs/operations.md, Redis ACL)", exc)
+    else:
+        _log.warning("request failed: %s", detail)
 
 
 def is_json(content_type: str) -> bool:

@@ -146,3 +146,21 @@ def test_no_log_line_of_a_whole_step_shows_the_redis_password_or_a_token(
     assert "retrain done" in written
     for secret in ("s3cret", "t0ken"):
         assert secret not in written
+
+
+def test_a_request_redis_refuses_is_one_error_line_naming_the_refusal_not_a_second_request_failed(
+    acl_redis: EmbeddedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It logged the error for the operator and then the 503's "request failed": one failure twice."""
+    url = f"redis://scheduler:wrong@127.0.0.1:{_port(acl_redis)}/0"
+    with TestClient(
+        create_app(Settings(redis_url=url, model_dir=str(tmp_path))), raise_server_exceptions=False
+    ) as client:
+        caplog.clear()  # start-up's lines about the refused user are not the request's
+        with caplog.at_level(logging.INFO):
+            assert client.get("/schedule/run-1-step-0").status_code == 503
+    # the request's lines; the reaper's background pass meets the refusal too and says so itself
+    [line] = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "service.problems"]
+    assert line.levelname == "ERROR"
+    assert line.getMessage().startswith("Redis refused the service's user")
+    assert line.__dict__["schedule_id"] == "run-1-step-0"  # the request's step, as "request failed" had
