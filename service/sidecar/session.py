@@ -18,7 +18,7 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
   ``stale``) and told once per schedule at INFO, so that a cancel of a step with hundreds of items
   in flight does not bury the warnings about leases that really lapsed;
 * completion with retries on connection errors: a completion whose reply was lost is sent again and
-  answered DUPLICATE (a success), never accepted twice.
+  answered DUPLICATE (a success), never accepted twice (``outage_retry.py``: one warning an outage).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from service.delivery.records import Lease, TrajectoryResult
 from service.logs import schedule_context
 from service.sidecar.cancels import Cancels
 from service.sidecar.holdings import Held, Holdings, lease_id
+from service.sidecar.outage_retry import TRANSIENT, OutageRetry
 
 # re-exported (``X as X``): the runner, the pull API, the metrics and the tests import them from here
 from service.sidecar.session_settings import SessionSettings as SessionSettings
@@ -57,7 +58,6 @@ NOT_THE_SCHEDULES = (  # replies that say nothing about one schedule's keys: out
     redis.exceptions.NoPermissionError,
 )
 T = TypeVar("T")
-_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
 
 @dataclass
@@ -72,53 +72,19 @@ class WorkerSession:
     _last_reap: dict[str, float] = field(default_factory=dict, init=False)
     _damaged: set[str] = field(default_factory=set, init=False)  # schedules whose scripts fail (logged)
     _heartbeats_failing: bool = field(default=False, init=False)  # the outage is logged once
-    _reports_failing: bool = field(default=False, init=False)  # so is the reports' (``_persist``)
     _warned: set[str] = field(default_factory=set, init=False)  # configuration warnings logged once
     # schedules found cancelled (told once), and the items of each counted ``cancelled`` (once each)
     _cancelled: Cancels = field(default_factory=Cancels, init=False)
     # (schedule, "claim" | "steal") -> the id of a call that raised: it may have leased before the
     # reply was lost, so the next such call re-sends that id and gets those leases back
     _unanswered: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
+    _reports: OutageRetry = field(init=False)  # completions, failures, releases: through outages
+
+    def __post_init__(self) -> None:
+        self._reports = OutageRetry(self.settings.retry_for_s)
 
     async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
-
-    async def _persist(self, what: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Call ``fn`` through transient Redis errors (safe: every step it is used for is idempotent).
-
-        An outage is one warning for all such calls, and one line once a call goes through again;
-        every other failure is a debug line. Every running item retries on its own, every 50 ms to
-        2 s: a warning per retry made a one-minute outage hundreds of identical lines per worker,
-        and a warning per call still wrote one per item in flight (91 for a 1.5 s valkey restart
-        beside 8 sidecars of 32 slots), with no line saying that they had gone through."""
-        deadline = time.monotonic() + self.settings.retry_for_s
-        pause = 0.05
-        while True:
-            try:
-                answer = await self._redis(fn, *args, **kwargs)
-            except _TRANSIENT as exc:
-                if time.monotonic() + pause > deadline:
-                    raise
-                self._report_outage(what, exc)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 2.0)
-                continue
-            if self._reports_failing:
-                self._reports_failing = False
-                log.info("redis reachable again: reports go through (%s)", what)
-            return answer
-
-    def _report_outage(self, what: str, exc: Exception) -> None:
-        """A warning for the first failure of an outage, a debug line for each one after it."""
-        level = logging.DEBUG if self._reports_failing else logging.WARNING
-        self._reports_failing = True
-        log.log(
-            level,
-            "redis unavailable during %s, retrying for up to %.0fs: %s",
-            what,
-            self.settings.retry_for_s,
-            exc,
-        )
 
     async def schedules(self) -> list[ScheduleInfo]:
         """The live schedules announced to this worker, oldest first."""
@@ -228,7 +194,7 @@ class WorkerSession:
             return []
         try:
             alive = await self._redis(self.delivery.heartbeat, leases)
-        except _TRANSIENT as exc:
+        except TRANSIENT as exc:
             if not self._heartbeats_failing:  # once per outage: heartbeats run every ttl/3 seconds
                 log.warning("heartbeat failed, leases keep their deadlines: %s", exc)
             self._heartbeats_failing = True
@@ -324,7 +290,7 @@ class WorkerSession:
         warning must not call a lost lease)."""
         entries = [(key, token, result)]
         complete, worker = self.delivery.complete_many, self.settings.worker_id
-        outcomes = await self._persist("complete", complete, schedule_id, entries, None, worker)
+        outcomes = await self._reports.call("complete", complete, schedule_id, entries, None, worker)
         outcome = outcomes[0]
         if outcome is CompletionOutcome.ACCEPTED:
             self.stats.accepted += 1
@@ -356,7 +322,7 @@ class WorkerSession:
         if not keep_unanswered:
             self.holdings.remove(key)
         try:
-            outcome = await self._persist("fail", self.delivery.fail, held.lease, reason)
+            outcome = await self._reports.call("fail", self.delivery.fail, held.lease, reason)
         except UnknownScheduleError:
             self.holdings.remove(key)
             raise
@@ -380,7 +346,7 @@ class WorkerSession:
         dead = 0
         for schedule_id, group in by_schedule.items():
             try:
-                outcomes = await self._persist(
+                outcomes = await self._reports.call(
                     "release", self.delivery.release, [h.lease for h in group], died=died
                 )
             except UnknownScheduleError:
