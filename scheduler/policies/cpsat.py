@@ -68,7 +68,7 @@ from scheduler.policies.capband import CAP_LEFT, CAP_SHIFTS, cap_shifted
 from scheduler.policies.copybudget import LARGER_FIRST, LEAN_RESERVE, SMALLER_AFTER, copy_split
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, bands_of, solve_levels
-from scheduler.policies.lpt import calibrated, lpt_assignment, lpt_bar, lpt_start
+from scheduler.policies.lpt import calibrated, lpt_assignment, lpt_bar, lpt_start, placed_from
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, build_problem, worker_kinds
 from scheduler.policies.robust import Baseline, Spread, baseline, judged, spreads
@@ -129,13 +129,15 @@ class CpSatPolicy:
         if spread is not None and clock.now() + BASELINE_COST * lpt_phase < search_end:
             base = baseline(problem, lpt_plan.queues, spread, request.kv_admission, request.seed, search_end)
         best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end, spread, base)
-        first = None  # what lpt_robust was placed again from, for the bar (``barred``)
+        first = None  # what lpt_robust was placed again from, for the bar (``lpt.placed_from``)
         if best.queues == lpt_plan.queues:
             first = Placement(lpt_hedged.queues, best.status, finish_s=lpt_hedged.finish_s)
             best = Placement(lpt_robust.queues, best.status, finish_s=lpt_robust.finish_s)
         else:
             best = hedged(problem, request, best, spread, deadline, lpt_phase)
         final = at_once_hedge(problem, request, best, spread, deadline, lpt_phase)
+        if first is not None:
+            first = placed_from(first, best, final)
         return barred(problem, request, final, blind, "BASELINE", spread, deadline, first)
 
     def _search(

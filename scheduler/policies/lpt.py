@@ -66,7 +66,8 @@ class LptPolicy:
         lpt_hedged = hedged(problem, request, placement, spread, deadline, phase)
         placed = calibrated(problem, request, lpt_hedged, spread, deadline, phase)
         hedged_fast = at_once_hedge(problem, request, placed, spread, deadline, phase)
-        return barred(problem, request, hedged_fast, blind, "HEURISTIC", spread, deadline, lpt_hedged)
+        first = placed_from(lpt_hedged, placed, hedged_fast)
+        return barred(problem, request, hedged_fast, blind, "HEURISTIC", spread, deadline, first)
 
 
 def lpt_bar(finishes: Sequence[float], spread: Spread | None) -> float:
@@ -114,6 +115,23 @@ def calibrated(
     again = Placement(queues, placement.status, finish_s=finishes)
     settled = hedged(problem, request, again, spread, deadline, lpt_phase_s)
     return placement if settled is again else settled
+
+
+def placed_from(first: Placement, placed: Placement, final: Placement) -> Placement | None:
+    """``first``, the plan ``calibrated`` started from, where the bar may give it back
+    (``blindbar.barred``): only where placing again changed it (``placed``) and the at-once hedge
+    kept that change (``final`` is ``placed``); None otherwise.
+
+    Why. The bar's rescue of ``first`` exists to undo a placing again it rejects. Given whatever
+    plan came from the hedge, it undid the at-once hedge instead, on plain draws that cannot see
+    what that hedge judged: on a small pool (2 H100 + 1 A100, short-cot, 128 samples) the lpt start
+    put 124 of them on the A100 behind two long predictions on the H100s, the at-once hedge moved
+    them to the H100s (the outlier draws rate the A100 pile far later), and on the plain draws the
+    three plans differ by sampling noise, so the request's seed chose: 8 seeds of 16 got the pile
+    back (25.3 s on the true lengths against 16.0 s)."""
+    if final is not placed or placed.queues == first.queues:
+        return None
+    return first
 
 
 def lpt_start(
