@@ -125,7 +125,7 @@ def placed_from(first: Placement, placed: Placement, final: Placement) -> Placem
     Why. The bar's rescue of ``first`` exists to undo a placing again it rejects. Given whatever
     plan came from the hedge, it undid the at-once hedge instead, on plain draws that cannot see
     what that hedge judged: on a small pool (2 H100 + 1 A100, short-cot, 128 samples) the lpt start
-    put 124 of them on the A100 behind two long predictions on the H100s, the at-once hedge moved
+    put 124 of them on the A100 behind four long predictions on the H100s, the at-once hedge moved
     them to the H100s (the outlier draws rate the A100 pile far later), and on the plain draws the
     three plans differ by sampling noise, so the request's seed chose: 8 seeds of 16 got the pile
     back (25.3 s on the true lengths against 16.0 s)."""

@@ -195,7 +195,7 @@ SHORT_COT_STEP = (
 )  # fmt: skip
 
 
-def test_two_long_predictions_do_not_leave_the_rest_piled_on_one_worker_whatever_the_seed() -> None:
+def test_a_few_long_predictions_do_not_leave_the_rest_piled_on_one_worker_whatever_the_seed() -> None:
     # 2 H100 + 1 A100, 128 samples, 4 of one prompt predicted at 2,459 tokens (p90 at the 4,096
     # cap): the lpt start puts those on the H100s and the other 124 on the A100, where they end
     # at 9.4 s of its 19.05 s. The at-once hedge moves them onto the H100s (one of them running
