@@ -43,6 +43,7 @@ import enum
 import heapq
 from collections import deque
 from collections.abc import Sequence
+from itertools import islice
 
 from scheduler.sim_alone import play_out
 from scheduler.sim_engine import WorkerEngine
@@ -51,19 +52,26 @@ from scheduler.stealguard import beats_owner, lateness
 # Queues one steal looks at, busiest first (steal.lua's VICTIMS): enough to get past a few queues with
 # nothing for this thief, while a steal stays O(workers), not a walk over every queue's tail.
 STEAL_VICTIMS = 4
+# Items one steal looks at from a victim's tail, passing over those that can never leave it (pinned
+# items; under prefix affinity, groups that cannot move) for the nearest one that may (steal.lua's
+# SCAN): a longer pinned run shields what precedes it, so a steal stays bounded on long queues.
+STEAL_SCAN = 256
 
 
 class Steal(enum.Enum):
     """What one victim gave a thief.
 
-    SKIP: nothing this thief can ever take from that tail (pinned, too big for its cache, a group that
-    cannot move), so it tries the next victim; STOP: a refusal that time lifts (the KV steal gate, the
-    deadline guard, an admission refusal), which ends the thief's turn as it always did.
+    SKIP: nothing this thief can ever take from that tail (all of it pinned within ``STEAL_SCAN``, too
+    big for its cache, groups that cannot move), so it tries the next victim; STOP: a refusal that
+    time lifts (the KV steal gate, the deadline guard, an admission refusal), which ends the thief's
+    turn as it always did; PASS (one group's verdict, within a victim): that group can never leave
+    the victim now, so the thief looks at the group before it.
     """
 
     TAKEN = "taken"
     SKIP = "skip"
     STOP = "stop"
+    PASS = "pass"
 
 
 class Pool:
@@ -257,29 +265,50 @@ class Pool:
         return False
 
     def _steal(self, victim: WorkerEngine, thief: WorkerEngine) -> Steal:
-        """Move the victim's tail item (its group, under prefix affinity) to ``thief`` if it fits now."""
-        item = victim.queue[-1]
-        if thief.ledger.pin[item] >= 0 or not thief.can_hold(item):  # a pinned item never moves
-            return Steal.SKIP
+        """Move the victim's tail item (a group, under prefix affinity) to ``thief`` if it fits now.
+
+        A pinned item never moves, but it no longer shields its queue: the thief takes the nearest
+        unpinned item before it, within ``STEAL_SCAN`` of the tail. A dead worker's pinned group
+        planned last kept every item of its queue from idle thieves (docs/simulator.md).
+        """
         if self.affinity:
-            return self._steal_group(victim, thief, thief.ledger.group[item])
+            return self._steal_group(victim, thief)
+        queue, pin = victim.queue, thief.ledger.pin
+        back = next((b for b, i in enumerate(islice(reversed(queue), STEAL_SCAN), 1) if pin[i] < 0), 0)
+        if not back:
+            return Steal.SKIP
+        item = queue[-back]
+        if not thief.can_hold(item):
+            return Steal.SKIP
         if not thief.reservation_fits(item) or not self._in_time(victim, thief, [item]):
             return Steal.STOP  # the KV steal gate, then the deadline guard
         if not thief.take(item):
             return Steal.STOP
-        victim.queue.pop()
+        del queue[-back]
         self._unclaimed -= 1
         victim.queued_work -= thief.ledger.planned[item]
         thief.ledger.stolen[item] = True
         self.steals += 1
         return Steal.TAKEN
 
-    def _steal_group(self, victim: WorkerEngine, thief: WorkerEngine, group: int) -> Steal:
+    def _steal_group(self, victim: WorkerEngine, thief: WorkerEngine) -> Steal:
+        """Move the group nearest the victim's tail that may move, within ``STEAL_SCAN`` of it; each
+        group is judged once, at its tail-most member (``_move_group``)."""
+        group, judged = thief.ledger.group, set[int]()
+        for item in islice(reversed(victim.queue), STEAL_SCAN):
+            g = group[item]
+            if g not in judged:
+                judged.add(g)
+                outcome = self._move_group(victim, thief, g, [i for i in victim.queue if group[i] == g])
+                if outcome is not Steal.PASS:
+                    return outcome
+        return Steal.SKIP
+
+    def _move_group(self, victim: WorkerEngine, thief: WorkerEngine, group: int, members: list[int]) -> Steal:
         """Move a whole group from the victim's queue to the thief's, if none of it has started."""
         ledger = thief.ledger
-        members = [i for i in victim.queue if ledger.group[i] == group]
         if len(members) != self._group_size(group) or any(ledger.pin[i] >= 0 for i in members):
-            return Steal.SKIP  # part of the group is claimed, running or done on its owner: it stays
+            return Steal.PASS  # part of the group is claimed, running or done on its owner: it stays
         if not all(thief.can_hold(i) for i in members):
             return Steal.SKIP
         if not thief.reservations_fit(members) or not self._in_time(victim, thief, members):

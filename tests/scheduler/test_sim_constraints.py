@@ -12,6 +12,7 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.errors import InvalidInputError
 from scheduler.planner import plan
 from scheduler.policies import POLICY_NAMES
+from scheduler.sim_pool import STEAL_SCAN
 from scheduler.simulator import SimOptions, SimResult, simulate
 from scheduler.stepsum import planned_steps
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker, WorkerPlan
@@ -205,3 +206,30 @@ def test_a_thief_that_cannot_hold_the_busiest_queues_tail_steals_from_the_next_a
     assert {r.key for r in stolen} <= {t.key for t in small}
     assert stolen
     assert min(r.start_s for r in stolen) == 0.0
+
+
+def _pinned_last(affinity: bool) -> SimResult:
+    """A ten times slower owner whose queue ends in a pinned group; an idle worker beside it."""
+    queues, workers = _slow_owner()
+    pinned = [dataclasses.replace(t, pinned_worker="slow") for t in _group("z", 4, 500)]
+    work = [*queues["slow"], *pinned]
+    return _play(_static({"slow": work, "idle": []}), work, workers[:2], steal=True, prefix_affinity=affinity)
+
+
+@pytest.mark.parametrize("affinity", [False, True])
+def test_a_pinned_group_at_the_tail_of_a_queue_leaves_the_items_before_it_stealable(affinity: bool) -> None:
+    played = {r.key: r.worker_id for r in _pinned_last(affinity).items}
+    assert all(played[f"z#{s}"] == "slow" for s in range(4))  # the pins hold
+    assert any(w == "idle" for w in played.values())  # was none: the pinned tail shielded the queue
+    if affinity:
+        assert all(len(ws) == 1 for ws in _workers_per_group(_pinned_last(affinity)).values())
+
+
+def test_a_thief_looks_past_pinned_items_only_so_far_from_the_tail() -> None:
+    workers = [_worker("slow", time_scale=10.0), _worker("idle")]
+    running = [Trajectory(f"r{i}", 0, 100, 2_000, 2_000.0, pinned_worker="slow") for i in range(4)]
+    for pins, stolen in ((STEAL_SCAN - 1, True), (STEAL_SCAN, False)):
+        tail = [Trajectory(f"p{i}", 0, 100, 50, 50.0, pinned_worker="slow") for i in range(pins)]
+        work = [*running, Trajectory("u", 0, 100, 400, 400.0), *tail]  # the owner starts the first 4
+        played = _play(_static({"slow": work, "idle": []}), work, workers, steal=True)
+        assert (next(r for r in played.items if r.key == "u#0").worker_id == "idle") is stolen
