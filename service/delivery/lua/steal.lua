@@ -7,12 +7,15 @@
 -- are taken only while their cumulative reservation fits it; the first that does not ends the steal
 -- and stays queued, as in the simulator (scheduler/sim_engine.py, reservation_fits).
 -- Pins and prefix affinity, as the simulator (scheduler/sim_pool.py): a pinned item (P:pin) is never
--- stolen, so the steal from that victim stops at the first pinned tail item; under affinity (meta
--- 'affinity' = '1') a steal moves the tail item's whole group or nothing: only if every member is
--- still queued on the victim, never started (no attempt spent), unpinned, and the group fits the
--- budget together; or, once the victim abandoned a group it ran (abandoned(), below: it died), all
--- of the group queued there, started or not, whole or partly done. The group goes to the thief's
--- own queue; up to max of it is leased now, the rest claimed as usual.
+-- stolen, but it shields nothing: the steal passes over it (it stays queued, in place) and takes the
+-- nearest unpinned items before it, looking at most SCAN items from the tail (a dead worker's pinned
+-- group planned last kept all 26 items of its queue from idle thieves, 18 of them unpinned). Under
+-- affinity (meta 'affinity' = '1') a steal moves a whole group or nothing: the group nearest the
+-- tail that may move, only if every member is still queued on the victim, never started (no attempt
+-- spent), unpinned, and the group fits the budget together; or, once the victim abandoned a group
+-- it ran (abandoned(), below: it died), all of the group queued there, started or not, whole or
+-- partly done. A group that cannot move is passed over as a pinned item is. The group goes to the
+-- thief's own queue; up to max of it is leased now, the rest claimed as usual.
 -- The deadline guard, as the simulator (scheduler/sim_pool.py, _in_time): an item with a planned
 -- 'start|end' in P:due is taken only if the thief would finish it by its end, now + predicted tokens /
 -- rate, where the end moves back by how late the owner is (now minus the planned start of the head of
@@ -24,8 +27,8 @@
 -- capacity (P:cap) takes no item it cannot hold at its cap (P:need); under affinity no group with
 -- such a member; the first tail item it cannot hold ends the steal from that victim and stays queued.
 -- Several victims, as the simulator (sim_pool.py, _victims): when the busiest queue has nothing for
--- THIS thief for a reason that time does not change (its tail is pinned, too big for the thief's
--- cache, or under affinity its group cannot move), the steal tries the next queue by P:work, up to
+-- THIS thief for a reason that time does not change (its tail is pinned up to SCAN, too big for the
+-- thief's cache, or under affinity no group there can move), the steal tries the next queue by P:work, up to
 -- VICTIMS queues per call (a steal stays O(bounded)); otherwise an idle small worker starved while a
 -- queue it could drain waited behind one it never can. A refusal by the KV steal gate or the
 -- deadline guard ends the steal at once: both change only with time (the thief's in-flight work
@@ -38,6 +41,7 @@
 -- '' or absent = 1: the predicted length only), call id ('' or absent: none; as claim's).
 -- Returns {victim, then 5-tuples as claim}; {} when there is nothing to steal or nothing fits.
 local VICTIMS = 4  -- queues one steal may look at: the busiest first, then the next while skipped
+local SCAN = 256  -- items one steal looks at from a victim's tail, past pinned ones (sim_pool.py's STEAL_SCAN)
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local thief, want, now, budget = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), tonumber(ARGV[4])
@@ -53,7 +57,6 @@ if again then
 end
 if redis.call('LLEN', k('q:' .. thief)) > 0 then return {} end
 
-local function pinned(key) return redis.call('HEXISTS', k('pin'), key) == 1 end
 local cap = capacity(thief)
 local affinity = redis.call('HGET', META, 'affinity') == '1'
 
@@ -87,36 +90,73 @@ local function in_time(key)
   return now + math.max(need, busy) <= finish and now + margin * need <= start + margin * (finish - start)
 end
 
--- The members of group g (size samples) queued on the victim, head first, and whether one has
--- started (spent an attempt); nil when one is pinned. Plans mostly lay a group out in one run, and
--- a queue loses items only at its head (claims) or whole groups at its tail (steals), so the tail
--- group is usually the last size items: those alone are read, O(group). A steal used to read the group of every queued item, one HGET each: 14 ms
--- of Redis per steal at 2,048 queued (1 ms at 256; a loaded 2-core host), and idle thieves retry
--- every idle poll. A tail that is not one whole run (seen: lpt plans split one group per queue) costs
--- a scan of the queue in chunked HMGETs, which decides as before (whole but interleaved: it moves).
-local function queued_members(g, size)
-  local members, run = {}, size <= 1000  -- (larger groups: scanned, as unpack takes no more)
-  if run then
-    members = redis.call('LRANGE', queue, -size, -1)
-    local owners = redis.call('HMGET', k('grp'), unpack(members))
-    run = #members == size
-    for i = 1, #members do run = run and owners[i] == g end
-  end
-  if not run then
-    members = {}
-    for i = 0, redis.call('LLEN', queue) - 1, 1000 do
-      local chunk = redis.call('LRANGE', queue, i, i + 999)
-      local groups = redis.call('HMGET', k('grp'), unpack(chunk))
-      for j, key in ipairs(chunk) do
-        if groups[j] == g then members[#members + 1] = key end
+-- Under prefix affinity the victim's queue as read so far from its tail: tail[i] is its i-th key
+-- from the tail and tgrp[i] that key's group (P:grp); scanned maps each group to its members queued
+-- there, head first, once the whole queue was read (scan_groups). Reset per victim.
+local tail, tgrp, scanned = {}, {}, nil
+
+-- Read the victim's queue to at least n items from its tail (never past len): exactly n the first
+-- time (the tail group), then doubling, so a walk past a few groups costs a few calls.
+local function read_tail(n, len)
+  local seen = #tail
+  if n <= seen then return end
+  local chunk = redis.call('LRANGE', queue, -math.min(len, math.max(n, 2 * seen)), -(seen + 1))
+  local groups = redis.call('HMGET', k('grp'), unpack(chunk))
+  for i = #chunk, 1, -1 do tail[#tail + 1], tgrp[#tgrp + 1] = chunk[i], groups[i] end
+end
+
+-- Every group's members queued on the victim, head first: one scan of the queue in chunked HMGETs,
+-- at most once per victim and steal (for a group that is not one run on the queue).
+local function scan_groups()
+  if scanned then return scanned end
+  scanned = {}
+  for i = 0, redis.call('LLEN', queue) - 1, 1000 do
+    local chunk = redis.call('LRANGE', queue, i, i + 999)
+    local groups = redis.call('HMGET', k('grp'), unpack(chunk))
+    for j, key in ipairs(chunk) do
+      local g = groups[j]
+      if g then
+        scanned[g] = scanned[g] or {}
+        table.insert(scanned[g], key)
       end
     end
   end
-  local started = false
-  for _, key in ipairs(members) do
-    if pinned(key) then return nil end
-    started = started or get(key).att > 0
+  return scanned
+end
+
+-- Whether one of keys is pinned (P:pin), in chunks that unpack accepts.
+local function any_pinned(keys)
+  for i = 1, #keys, 1000 do
+    for _, pin in ipairs(redis.call('HMGET', k('pin'), unpack(keys, i, math.min(i + 999, #keys)))) do
+      if pin then return true end
+    end
   end
+  return false
+end
+
+-- The members of group g (size samples) queued on the victim, head first, the tail-most of them
+-- pos items from its tail, and whether one has started (spent an attempt); nil when one is pinned.
+-- Plans mostly lay a group out in one run, and a queue loses items only at its head (claims) or
+-- whole groups near its tail (steals), so the group is usually the size items from pos on: those
+-- alone are read, O(group). A steal used to read the group of every queued item, one HGET each: 14 ms
+-- of Redis per steal at 2,048 queued (1 ms at 256; a loaded 2-core host), and idle thieves retry
+-- every idle poll. A group that is not one run (seen: lpt plans split one group per queue) costs one
+-- scan of the queue in chunked HMGETs, which decides as before (whole but interleaved: it moves).
+local function queued_members(g, size, pos, len)
+  local last, members = pos + size - 1, {}  -- (larger groups: scanned, as unpack takes no more)
+  if size <= 1000 and last <= len then
+    read_tail(last, len)
+    for i = last, pos, -1 do
+      if tgrp[i] ~= g then members = nil break end
+      members[#members + 1] = tail[i]
+    end
+  else
+    members = nil
+  end
+  members = members or scan_groups()[g] or {}
+  if any_pinned(members) then return nil end
+  local started = false
+  for _, key in ipairs(members) do started = started or get(key).att > 0 end
   return members, started
 end
 
@@ -144,22 +184,23 @@ local function abandoned(members)
   return leased
 end
 
--- The tail item's whole group (or all an abandoned victim holds of it), head first; or 'skip' when
--- it cannot move to this thief (a member pinned or too big for its cache; part of the group running
--- or done, or a member started, on a victim that has not abandoned it), 'stop' when it may later
--- (the KV steal gate or the deadline guard refuses it now). Checked in the simulator's order. A
--- group its victim may yet abandon is a 'skip', not a 'stop', although time may change it: a live
--- owner's started group must not keep thieves from every other queue; the next steal looks again.
-local function movable_group()
-  local tail = redis.call('LINDEX', queue, -1)
-  local g = redis.call('HGET', k('grp'), tail)
+-- The whole group of the item pos from the victim's tail (or all an abandoned victim holds of it),
+-- head first; or 'pass' when it can never leave the victim now (a member pinned; part of the group
+-- running or done, or a member started, on a victim that has not abandoned it): the thief looks at
+-- the group before it; 'skip' when a member is too big for the thief's cache (nothing before it
+-- moves to this thief either: next victim); 'stop' when it may move later (the KV steal gate or the
+-- deadline guard refuses it now). Checked in the simulator's order. A group its victim may yet
+-- abandon is passed, not a 'stop', although time may change it: a live owner's started group must
+-- not keep thieves from every other group; the next steal looks again.
+local function movable_group(pos, len)
+  local g = tgrp[pos]
   local size = tonumber(redis.call('HGET', k('gsize'), g or '') or '0')
-  if not g or size < 1 then return 'skip' end  -- not a known group: it never moves whole
-  local members, started = queued_members(g, size)
-  if not members then return 'skip' end
+  if not g or size < 1 then return 'pass' end  -- not a known group: it never moves whole
+  local members, started = queued_members(g, size, pos, len)
+  if not members then return 'pass' end
   local gone = (started or #members ~= size) and abandoned(members)
-  if #members ~= size and not gone then return 'skip' end  -- part of it is running or done there
-  if started and not gone then return 'skip' end  -- it stays with its worker's prefix cache
+  if #members ~= size and not gone then return 'pass' end  -- part of it is running or done there
+  if started and not gone then return 'pass' end  -- it stays with its worker's prefix cache
   if holdable(members, cap) < #members then return 'skip' end  -- a member the thief cannot hold
   if budget then
     local used = 0
@@ -173,9 +214,20 @@ local function movable_group()
   return members
 end
 
--- Prefix affinity: move the whole group to the thief's queue, lease up to max of it.
-local function steal_group()
-  local members = movable_group()
+-- Prefix affinity: the nearest group to the victim's tail that may move, within SCAN of it, moves
+-- whole to the thief's queue, up to max of it leased now; 'skip' or 'stop' when none moves.
+local function steal_group(len)
+  tail, tgrp, scanned = {}, {}, nil
+  local judged, members = {}, 'skip'
+  for pos = 1, math.min(len, SCAN) do
+    read_tail(pos, len)
+    if not judged[tgrp[pos]] then  -- each group is judged once, at its tail-most member
+      judged[tgrp[pos]] = true
+      members = movable_group(pos, len)
+      if members ~= 'pass' then break end
+    end
+  end
+  if members == 'pass' then return 'skip' end
   if type(members) == 'string' then return members end
   for _, key in ipairs(members) do redis.call('LREM', queue, -1, key) end
   dequeued(victim, members)
@@ -186,28 +238,41 @@ local function steal_group()
   return out
 end
 
--- How many tail items the thief takes, and why it took no more: 'skip' (a pinned item or one too
--- big for its cache: nothing behind it moves to this thief either) or 'stop' (the deadline guard
--- or the KV steal gate: this thief waits) or nil (it took all it may).
+-- The tail items the thief takes, tail first, and why it took no more: 'skip' (nothing it may take
+-- within SCAN of the tail, or an item too big for its cache: nothing before it moves to this thief
+-- either) or 'stop' (the deadline guard or the KV steal gate: this thief waits) or nil (it took all
+-- it may). Pinned items are passed over: they stay queued, in place, and the nearest unpinned items
+-- before them are taken. The tail is read in chunks (the first of the steal's size, then doubling):
+-- a queue without pins costs what it did, one LRANGE and one HMGET of P:pin over the steal.
 local function tail_fit(len)
   local take = math.min(want, math.max(1, math.floor(len / 2)))
-  local tail, fit, used = redis.call('LRANGE', queue, -take, -1), 0, 0
-  for i = #tail, 1, -1 do
-    if pinned(tail[i]) then return fit, 'skip' end  -- a pinned item never moves; nor what precedes it
-    if holdable({tail[i]}, cap) == 0 then return fit, 'skip' end  -- too big for the thief's cache
-    used = used + (tonumber(get(tail[i]).res) or 0)
-    if budget and used > budget then return fit, 'stop' end
-    if not in_time(tail[i]) then return fit, 'stop' end  -- its owner would finish it first
-    fit = fit + 1
+  local limit = math.min(len, SCAN)
+  local fit, used, seen = {}, 0, 0
+  while seen < limit do
+    local n = math.min(limit - seen, math.max(take, seen))
+    local chunk = redis.call('LRANGE', queue, -(seen + n), -(seen + 1))
+    local pins = redis.call('HMGET', k('pin'), unpack(chunk))
+    for i = #chunk, 1, -1 do
+      local key = chunk[i]
+      if not pins[i] then  -- a pinned item never moves; the thief looks at what precedes it
+        if holdable({key}, cap) == 0 then return fit, 'skip' end  -- too big for the thief's cache
+        used = used + (tonumber(get(key).res) or 0)
+        if budget and used > budget then return fit, 'stop' end
+        if not in_time(key) then return fit, 'stop' end  -- its owner would finish it first
+        fit[#fit + 1] = key
+        if #fit == take then return fit, nil end
+      end
+    end
+    seen = seen + #chunk
   end
-  return fit, nil
+  return fit, 'skip'
 end
 
 -- Lease up to half of the victim's queue from its tail; 'skip' or 'stop' when nothing fits.
 local function steal_tail(len)
-  local fit, why = tail_fit(len)
-  if fit == 0 then return why end
-  local keys = redis.call('RPOP', queue, fit)
+  local keys, why = tail_fit(len)
+  if #keys == 0 then return why end
+  for _, key in ipairs(keys) do redis.call('LREM', queue, -1, key) end  -- each near the tail
   dequeued(victim, keys)
   local out = {victim}
   lease_all(keys, thief, now, cfg, out)
@@ -226,7 +291,7 @@ for _, v in ipairs(redis.call('ZREVRANGE', k('work'), 0, VICTIMS)) do
     if len == 0 then
       redis.call('ZREM', k('work'), victim)  -- a stale score: nothing queued there
     elseif affinity then
-      got = steal_group()
+      got = steal_group(len)
     else
       got = steal_tail(len)
     end
