@@ -41,7 +41,7 @@
 -- '' or absent = 1: the predicted length only), call id ('' or absent: none; as claim's).
 -- Returns {victim, then 5-tuples as claim}; {} when there is nothing to steal or nothing fits.
 local VICTIMS = 4  -- queues one steal may look at: the busiest first, then the next while skipped
-local SCAN = 256  -- items one steal looks at from a victim's tail, past pinned ones (sim_pool.py's STEAL_SCAN)
+local SCAN = 64  -- items one steal looks at from a victim's tail, past pinned ones (sim_pool.py's STEAL_SCAN)
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local thief, want, now, budget = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), tonumber(ARGV[4])
@@ -91,9 +91,10 @@ local function in_time(key)
 end
 
 -- Under prefix affinity the victim's queue as read so far from its tail: tail[i] is its i-th key
--- from the tail and tgrp[i] that key's group (P:grp); scanned maps each group to its members queued
--- there, head first, once the whole queue was read (scan_groups). Reset per victim.
-local tail, tgrp, scanned = {}, {}, nil
+-- from the tail, tgrp[i] that key's group (P:grp) and tpin[i] whether it is pinned (P:pin); scanned
+-- maps each group to its members queued there, head first, once the whole queue was read
+-- (scan_groups). Reset per victim.
+local tail, tgrp, tpin, scanned = {}, {}, {}, nil
 
 -- Read the victim's queue to at least n items from its tail (never past len): exactly n the first
 -- time (the tail group), then doubling, so a walk past a few groups costs a few calls.
@@ -101,8 +102,8 @@ local function read_tail(n, len)
   local seen = #tail
   if n <= seen then return end
   local chunk = redis.call('LRANGE', queue, -math.min(len, math.max(n, 2 * seen)), -(seen + 1))
-  local groups = redis.call('HMGET', k('grp'), unpack(chunk))
-  for i = #chunk, 1, -1 do tail[#tail + 1], tgrp[#tgrp + 1] = chunk[i], groups[i] end
+  local groups, pins = redis.call('HMGET', k('grp'), unpack(chunk)), redis.call('HMGET', k('pin'), unpack(chunk))
+  for i = #chunk, 1, -1 do tail[#tail + 1], tgrp[#tgrp + 1], tpin[#tpin + 1] = chunk[i], groups[i], pins[i] end
 end
 
 -- Every group's members queued on the victim, head first: one scan of the queue in chunked HMGETs,
@@ -143,18 +144,21 @@ end
 -- every idle poll. A group that is not one run (seen: lpt plans split one group per queue) costs one
 -- scan of the queue in chunked HMGETs, which decides as before (whole but interleaved: it moves).
 local function queued_members(g, size, pos, len)
-  local last, members = pos + size - 1, {}  -- (larger groups: scanned, as unpack takes no more)
-  if size <= 1000 and last <= len then
+  local last, members, pinned = pos + size - 1, {}, false  -- (larger groups: scanned, as unpack
+  if size <= 1000 and last <= len then                        -- takes no more)
     read_tail(last, len)
     for i = last, pos, -1 do
       if tgrp[i] ~= g then members = nil break end
-      members[#members + 1] = tail[i]
+      members[#members + 1], pinned = tail[i], pinned or tpin[i]
     end
   else
     members = nil
   end
-  members = members or scan_groups()[g] or {}
-  if any_pinned(members) then return nil end
+  if not members then
+    members = scan_groups()[g] or {}
+    pinned = any_pinned(members)
+  end
+  if pinned then return nil end
   local started = false
   for _, key in ipairs(members) do started = started or get(key).att > 0 end
   return members, started
@@ -194,6 +198,7 @@ end
 -- not keep thieves from every other group; the next steal looks again.
 local function movable_group(pos, len)
   local g = tgrp[pos]
+  if tpin[pos] then return 'pass' end  -- its tail-most member is pinned: read no more of it
   local size = tonumber(redis.call('HGET', k('gsize'), g or '') or '0')
   if not g or size < 1 then return 'pass' end  -- not a known group: it never moves whole
   local members, started = queued_members(g, size, pos, len)
@@ -217,7 +222,7 @@ end
 -- Prefix affinity: the nearest group to the victim's tail that may move, within SCAN of it, moves
 -- whole to the thief's queue, up to max of it leased now; 'skip' or 'stop' when none moves.
 local function steal_group(len)
-  tail, tgrp, scanned = {}, {}, nil
+  tail, tgrp, tpin, scanned = {}, {}, {}, nil
   local judged, members = {}, 'skip'
   for pos = 1, math.min(len, SCAN) do
     read_tail(pos, len)
