@@ -16,18 +16,20 @@ of spare capacity when KV binds), and, for a static plan, only if it would finis
 its owner would, by the plan's per-item deadlines (the deadline guard: ``_in_time`` and
 ``scheduler.deadlines``; a refused thief's turn ends, as with a KV refusal). Only unclaimed items
 move (never running ones, nor those already handed to an engine, preempted ones included, nor a
-trajectory pinned to its worker: a pinned tail shields its queue from that thief for the moment,
-and it tries the next).
+trajectory pinned to its worker: the thief passes over pinned tail items and takes the nearest
+unpinned one before them, within ``STEAL_SCAN`` of the tail, and tries the next queue only when
+there is none).
 
 What the request constrains, the pool honours (``SimOptions``): an excluded (draining) worker never
 takes from the shared queue and never steals (its own planned queue, if any, it still runs and may be
 robbed of). Under prefix affinity a group's samples stay on one worker: the worker that takes a
 group's first sample from the shared queue takes the rest of that group into its own queue (so it
 takes that sample only if its KV cache holds every sample of the group, ``_holds``), and a
-steal moves a whole group, the group of the victim's tail item, only when none of its samples has
+steal moves a whole group, the one nearest the victim's tail that may move, only when none of its samples has
 left the victim's queue (none claimed, running or done) and the whole group passes the KV steal gate
-together; a group that cannot move sends the thief to the next victim, as a pinned tail does, and
-one the KV gate or the deadline guard refuses ends its turn. So no play splits a group, which
+together; a group that cannot move (a sample pinned, or part of it claimed) is passed over for the
+group before it, as a pinned item is, one with a sample too big for the thief sends it to the next
+victim, and one the KV gate or the deadline guard refuses ends its turn. So no play splits a group, which
 the affinity lower bound (the heaviest group alone on its best worker, the tail cover by whole
 groups) assumes.
 

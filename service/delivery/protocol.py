@@ -144,9 +144,12 @@ class Delivery(DeliveryIndexes):
     ) -> list[Lease]:
         """Lease items from the tail of the busiest queue; only when the worker's own queue is empty.
 
-        When that tail can never go to this worker (pinned, too big for its KV cache, a group that
-        cannot move), the next busiest queue is tried, up to four per call; a refusal by the KV gate
-        or the deadline guard below ends the steal at once (docs/delivery.md, "Several victims").
+        Pinned items (and, under prefix affinity, groups that cannot move) are passed over for the
+        nearest items before them, within 64 of the tail: a pin shields nothing but itself. When that
+        queue has nothing this worker may ever take there (pinned that far, its nearest item too big
+        for its KV cache, no group that can move), the next busiest is tried, up to four per call; a
+        refusal by the KV gate or the deadline guard below ends the steal at once (docs/delivery.md,
+        "Several victims", "Pins and prefix affinity").
         Under prefix affinity a steal moves one whole group, never started, so a group stays on
         the engine whose cache holds its prefix; a worker that abandoned a group it ran (it runs
         nothing of the schedule, and the group's last leases there ended over a lease TTL ago: it
