@@ -22,6 +22,7 @@ from predictors.dataset import served_examples, training_set
 from predictors.features import FeatureSpec
 from predictors.history import History
 from predictors.stepgroups import factorize, repeated_rows
+from predictors.synthetic import is_synthetic
 from predictors.tracetable import FloatArray, IntArray, ObjArray, Trace
 from scheduler.errors import InvalidInputError
 
@@ -60,6 +61,9 @@ class ModelMetadata:
     config: dict[str, Any]  # FitConfig as a dict
     fit_seconds: float
     metrics: dict[str, float] = field(default_factory=dict)  # e.g. calibration coverage, eval figures
+    # fitted on rows of the generator (``source=synthetic``): its lengths are not a recorded run's,
+    # and a model learned from them must say so wherever it is shown (the labelling rule)
+    synthetic: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,6 +116,7 @@ def fit(history: History | Trace, config: FitConfig | None = None) -> FittedMode
         config=asdict(config),
         fit_seconds=time.perf_counter() - started,
         metrics={"calibration_raw_p90_coverage": coverage},
+        synthetic=is_synthetic(trace),
     )
     return FittedModel(p50=p50, p90=p90, spec=spec, metadata=meta)
 

@@ -5,7 +5,8 @@ A version is written in full under a temporary name in ROOT and then renamed int
 atomic on POSIX, so a reader sees either no version N or all of it, and two writers racing for the
 same number cannot both win (the loser retries with the next number). Latest = highest complete
 version. LightGBM's own text format holds the boosters; metadata.json the rest (features, training
-rows, steps covered, metrics, calibration shift) and each booster file's SHA-256.
+rows, steps covered, metrics, calibration shift, whether the trace was synthetic) and each booster
+file's SHA-256.
 
 The checksums are checked before LightGBM parses a file: a truncated booster file makes LightGBM
 abort the process (C++ ``terminate``), which no ``except`` catches, so a damaged version would kill
@@ -255,4 +256,5 @@ def _metadata_from_json(raw: dict[str, Any]) -> ModelMetadata:
         config=dict(raw["config"]),
         fit_seconds=float(raw["fit_seconds"]),
         metrics={k: float(v) for k, v in raw["metrics"].items()},
+        synthetic=raw.get("synthetic", False) is True,  # versions saved before the label have none
     )

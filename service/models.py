@@ -55,6 +55,13 @@ class ModelService:
         version = self.predictor.model_version
         return "fallback" if version is None else f"v{version}"
 
+    @property
+    def synthetic(self) -> bool:
+        """Whether the serving version was fitted on a synthetic trace (its metadata says so): its
+        predictions then learned the generator's lengths, not a recorded run's."""
+        model = self.predictor.model
+        return model is not None and model.metadata.synthetic
+
     def start(self) -> None:
         """Load the latest stored model (if any) and the history; the app is ready afterwards."""
         self._reload()

@@ -24,6 +24,7 @@ def model_status(request: Request) -> ModelStatus:
         history_rows=ctx.models.rows,
         retraining=ctx.retrainer.running_anywhere(),
         retrain_every_steps=ctx.settings.retrain_every_steps,
+        synthetic=ctx.models.synthetic,
     )
 
 

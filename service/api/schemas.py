@@ -356,6 +356,7 @@ class ModelStatus(BaseModel):
     history_rows: int  # actuals the predictor reads
     retraining: bool  # a retrain runs now in this or another replica (the shared lock is held)
     retrain_every_steps: int  # 0 = only on demand
+    synthetic: bool = False  # the serving version was fitted on a synthetic trace (rows source=synthetic)
 
 
 class RetrainResponse(BaseModel):

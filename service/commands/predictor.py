@@ -57,7 +57,9 @@ def train(
     """Fit the p50/p90 LightGBM models on every row and store them as a new version.
 
     With two or more steps the last step is also scored by a model fitted on the steps before it, and that
-    hold-out score is stored in the version's metadata, so a stored model carries its own evidence.
+    hold-out score is stored in the version's metadata, so a stored model carries its own evidence. A
+    trace of the generator (rows with source=synthetic) is said to be one, in the output and in the
+    version's metadata ("synthetic": true).
     """
     from predictors.model import fit
     from predictors.store import ModelStore
@@ -75,8 +77,9 @@ def train(
     except SchedulerError as exc:
         raise _fail("train", exc) from None
     meta = model.metadata
+    of = "SYNTHETIC trace, " if meta.synthetic else ""  # the generator's lengths, as eval and replay say
     typer.echo(
-        f"saved model version {version} to {ModelStore(out).path(version)}: {meta.training_rows} rows, "
+        f"saved model version {version} to {ModelStore(out).path(version)}: {of}{meta.training_rows} rows, "
         f"{meta.examples} examples, steps {meta.steps[0]}..{meta.steps[-1]}, fit {meta.fit_seconds:.1f}s"
     )
     for name, value in sorted(meta.metrics.items()):

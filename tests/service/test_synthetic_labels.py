@@ -46,3 +46,40 @@ def test_bench_predictor_drift_says_its_trace_is_synthetic_and_which_drift_it_ha
     result = CliRunner().invoke(cli, [*DRIFT, "--drift", "0.05", "--json"])
     report = json.loads(result.stdout)
     assert (report["synthetic"], report["drift"]) == (True, 0.05)
+
+
+def _train(cli: typer.Typer, trace: Path, out: Path) -> str:
+    result = CliRunner().invoke(cli, ["predictor", "train", str(trace), "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    return result.stdout
+
+
+def _stored_metadata(out: Path) -> dict[str, object]:
+    loaded: dict[str, object] = json.loads((out / "v000001" / "metadata.json").read_text())
+    return loaded
+
+
+def test_predictor_train_on_a_synthetic_trace_says_so_and_stores_the_label_with_the_model(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
+    trace = synthetic_trace("short-cot", prompts=12, samples=2, steps=2, seed=1)
+    write_trace(trace, tmp_path / "synth.csv")
+    write_trace(dataclasses.replace(trace, categorical={}), tmp_path / "recorded.csv")
+    said = _train(cli, tmp_path / "synth.csv", tmp_path / "synth-models")
+    assert said.splitlines()[0].startswith(
+        f"saved model version 1 to {tmp_path / 'synth-models' / 'v000001'}: SYNTHETIC trace, 48 rows, "
+    )  # was "...: 48 rows, ...", as for a recorded run
+    assert _stored_metadata(tmp_path / "synth-models")["synthetic"] is True
+    assert "SYNTHETIC" not in _train(cli, tmp_path / "recorded.csv", tmp_path / "recorded-models")
+    assert _stored_metadata(tmp_path / "recorded-models")["synthetic"] is False
+
+
+def test_a_version_saved_before_the_label_loads_as_not_synthetic(cli: typer.Typer, tmp_path: Path) -> None:
+    from predictors.store import ModelStore
+
+    write_trace(synthetic_trace("short-cot", prompts=12, samples=2, steps=2, seed=1), tmp_path / "s.csv")
+    _train(cli, tmp_path / "s.csv", tmp_path / "models")
+    meta_path = tmp_path / "models" / "v000001" / "metadata.json"
+    older = {k: v for k, v in json.loads(meta_path.read_text()).items() if k != "synthetic"}
+    meta_path.write_text(json.dumps(older))
+    assert ModelStore(tmp_path / "models").load()[1].metadata.synthetic is False
