@@ -239,6 +239,7 @@ def push_command(
     retrain: Annotated[bool, typer.Option(help="Retrain the predictor on everything afterwards.")] = False,
 ) -> None:
     """Post a trace's rows to a running service as actuals: the history it predicts from."""
+    from predictors.synthetic import is_synthetic
     from predictors.traceio import read_trace
     from scheduler.errors import InvalidInputError
     from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachableError, check_url
@@ -251,7 +252,10 @@ def push_command(
     except ValueError as exc:
         raise _fail(exc) from None
     try:
-        reports, skipped = actual_reports(read_trace(trace_path), worker_id)
+        rows = read_trace(trace_path)
+        reports, skipped = actual_reports(rows, worker_id)
+        # the generator's rows: the history, and a model fitted on it, learn no recorded run's lengths
+        of = "SYNTHETIC " if is_synthetic(rows) else ""
         with SchedulerClient(url, token=token, timeout_s=120) as client:
             pushed = push(client, reports)
             # said before retraining: a refused retrain (a worker token, too few actuals) must not
@@ -259,11 +263,12 @@ def push_command(
             left_out = f"; {skipped} rows without output left out" if skipped else ""
             held = f"; {pushed.repeated} it held already" if pushed.repeated else ""  # pushed twice
             typer.echo(
-                f"pushed {pushed.accepted} actuals to {url} "
+                f"pushed {pushed.accepted} {of}actuals to {url} "
                 f"(stream length {pushed.stream_length}){held}{left_out}"
             )
             if retrain:
-                typer.echo(f"retrained: predictor {client.retrain().version}")
+                fitted = ", fitted on SYNTHETIC actuals" if of else ""  # GET /models says so too
+                typer.echo(f"retrained: predictor {client.retrain().version}{fitted}")
     except ServiceUnreachableError as exc:  # down or timed out: not the input's fault, as in bench
         raise _fail(RuntimeError(f"service at {url} unreachable: {exc}"), code=1) from None
     except (InvalidInputError, OSError, SchedulerAPIError) as exc:

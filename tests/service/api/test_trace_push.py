@@ -10,7 +10,9 @@ import redis
 import typer
 from typer.testing import CliRunner
 
+from predictors.synthetic import synthetic_trace
 from predictors.traceio import read_trace
+from predictors.tracewrite import write_trace
 from service.api.schemas import ActualReport, ActualsAccepted
 from service.client import SchedulerClient
 from service.history_push import actual_reports, push
@@ -150,3 +152,18 @@ def test_the_first_report_goes_alone_and_unretried_and_later_batches_ride_out_an
         pushed = push(client, reports, batch=5)
     assert client.calls == [(1, 0.0), (5, 60.0), (5, 60.0), (3, 60.0)]
     assert pushed.accepted == len(reports) == 14  # two steps x 4 x 2, less p3#1 twice (no output)
+
+
+def test_pushing_a_synthetic_trace_says_so_and_so_does_the_model_retrained_on_it(
+    cli: typer.Typer, live_settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    synthetic = tmp_path / "synth.csv"
+    write_trace(synthetic_trace("short-cot", prompts=4, samples=2, steps=2, seed=1), synthetic)
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        result = CliRunner().invoke(cli, ["trace", "push", str(synthetic), "--url", server.url, "--retrain"])
+        assert result.exit_code == 0, result.output
+        assert f"pushed 16 SYNTHETIC actuals to {server.url}" in result.output  # was "pushed 16 actuals"
+        assert "retrained: predictor v1, fitted on SYNTHETIC actuals" in result.output
+        assert client.models().synthetic is True
+        recorded = CliRunner().invoke(cli, ["trace", "push", str(_history(tmp_path)), "--url", server.url])
+        assert "SYNTHETIC" not in recorded.output
