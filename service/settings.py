@@ -12,7 +12,7 @@ import difflib
 import ipaddress
 import os
 import pathlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -38,6 +38,21 @@ DAY_S = 86_400
 YEAR_S = 365 * DAY_S  # bounds past any real setting, inside what Redis EXPIRE and socket timeouts take
 MAX_REDIS_INTEGER = 2**63 - 1  # the largest count Redis takes (a C long long): XADD's MAXLEN
 SIDECAR_ONLY_VARIABLES = frozenset({"ROLLOUT_ENGINE_API_KEY"})  # read by the sidecar, not a setting
+
+
+class AcrossSettingsError(ValueError):
+    """A check across settings failed. Its words name the settings by field (``{}`` in ``template``),
+    so that ``invalid_setting`` can name each as the user set it, a flag or a variable; ``str()``
+    names them by their variables."""
+
+    def __init__(self, template: str, *fields: str) -> None:
+        self.template = template
+        self.fields = fields
+        super().__init__(self.words(variable_name))
+
+    def words(self, name_of: Callable[[str], str]) -> str:
+        """The message with each setting named by ``name_of(field)``."""
+        return self.template.format(*(name_of(field) for field in self.fields))
 
 
 class Settings(BaseSettings):
@@ -152,7 +167,7 @@ class Settings(BaseSettings):
     def _scopes_apart(self) -> Settings:
         """One token in both lists would silently have the trainer scope: say so."""
         if set(self.trainer_token_list()) & set(self.worker_token_list()):
-            raise ValueError("a token is in both ROLLOUT_TRAINER_TOKENS and ROLLOUT_WORKER_TOKENS")
+            raise AcrossSettingsError("a token is in both {} and {}", "trainer_tokens", "worker_tokens")
         return self
 
     @field_validator("key_prefix")
@@ -231,20 +246,51 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     return lines
 
 
-def invalid_setting(error: ValidationError) -> str:
+def invalid_setting(
+    error: ValidationError, flags: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+) -> str:
     """The one line ``serve`` prints for a refused setting: where, the value given, and the rule broken.
 
-    pydantic's message names the rule (``Input should be less than 1``) but not what broke it (``nan``,
-    a typo's extra digit). The value is shown except where it may hold a credential: a ``SecretStr``
-    setting (tokens, the Redis password) and a check across settings show none, the Redis URL is
-    shown with its password masked."""
+    The setting is named as the user set it: by its command-line option when ``flags`` (field ->
+    option, what the caller passed as keyword arguments) has it, else by the environment variable
+    set in ``environ`` (default ``os.environ``, which ``Settings()`` read); pydantic's location is the
+    field name, which the user typed nowhere. pydantic's message names the rule (``Input should be
+    less than 1``) but not what broke it (``nan``, a typo's extra digit). The value is shown except
+    where it may hold a credential: a ``SecretStr`` setting (tokens, the Redis password) and a check
+    across settings show none, the Redis URL is shown with its password masked."""
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"])
-    why = _own_words(first["msg"])
+
+    def name_of(field: str) -> str:
+        return (flags or {}).get(field) or variable_name(field, environ)
+
+    cause = first.get("ctx", {}).get("error")
+    why = cause.words(name_of) if isinstance(cause, AcrossSettingsError) else _own_words(first["msg"])
     if not where:
         return f"invalid settings: {why}"
-    shown = _shown_value(where, first["input"])
-    return f"invalid setting {where}{'' if shown is None else '=' + shown}: {why}"
+    name = _setting_named(where)
+    if name is None:  # a keyword no setting has: only a caller's mistake, never the user's
+        return f"invalid setting {where}: {why}"
+    shown = _shown_value(name, first["input"])
+    return f"invalid setting {name_of(name)}{'' if shown is None else '=' + shown}: {why}"
+
+
+def variable_name(field: str, environ: Mapping[str, str] | None = None) -> str:
+    """The environment variable that sets ``field``, spelt as in ``environ`` (default ``os.environ``)
+    when one is set there, the first a field reads (``REDIS_URL`` before ``ROLLOUT_REDIS_URL``)
+    when several are, and its usual name when none is (the value came from elsewhere)."""
+    names = _variable_names(field)
+    given = {key.upper(): key for key in (os.environ if environ is None else environ)}
+    return next((given[name.upper()] for name in names if name.upper() in given), names[0])
+
+
+def _variable_names(field: str) -> list[str]:
+    """The variables ``field`` is read from, in pydantic-settings' order: its alias choices (their
+    field-name choice, for keyword arguments, left out) or ``ROLLOUT_<FIELD>``."""
+    alias = Settings.model_fields[field].validation_alias
+    if isinstance(alias, AliasChoices):
+        return [str(choice) for choice in alias.choices if choice != field]
+    return [f"ROLLOUT_{field.upper()}"]
 
 
 def _own_words(message: str) -> str:
@@ -256,10 +302,10 @@ def _own_words(message: str) -> str:
     return message
 
 
-def _shown_value(where: str, value: object) -> str | None:
-    """``value`` as the error line shows it, or None when it must not be shown (see ``invalid_setting``)."""
-    name = _setting_named(where)
-    if name is None or "SecretStr" in str(Settings.model_fields[name].annotation):
+def _shown_value(name: str, value: object) -> str | None:
+    """``value`` of setting ``name`` as the error line shows it, or None when it must not be shown
+    (see ``invalid_setting``)."""
+    if "SecretStr" in str(Settings.model_fields[name].annotation):
         return None
     if name == "redis_url":
         return repr(describe(str(value)))
@@ -267,8 +313,8 @@ def _shown_value(where: str, value: object) -> str | None:
 
 
 def _setting_named(where: str) -> str | None:
-    """The setting an error's location names, by field name or by one of its variable names; None
-    for a check across settings (its input is every setting given, secrets among them)."""
+    """The setting an error's location names, by field name or by one of its variable names (pydantic
+    reports ``REDIS_URL`` for either of its variables); None for a name no setting has."""
     for name, field in Settings.model_fields.items():
         alias = field.validation_alias
         names = alias.choices if isinstance(alias, AliasChoices) else [alias]

@@ -84,7 +84,9 @@ def serve(
 
 
 def load_settings(overrides: dict[str, Any]) -> Settings:
-    """Settings from the environment with ``overrides`` on top; a bad value exits with one line."""
+    """Settings from the environment with ``overrides`` (serve's flags) on top; a bad value exits with
+    one line naming it as the user set it: ``--port=99999`` from the flag, ``ROLLOUT_PORT='99999'``
+    from the environment."""
     from pydantic import ValidationError
 
     from service.settings import Settings, invalid_setting
@@ -92,7 +94,12 @@ def load_settings(overrides: dict[str, Any]) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as error:
-        _fail(invalid_setting(error))
+        _fail(invalid_setting(error, flags={name: _flag(name) for name in overrides}))
+
+
+def _flag(name: str) -> str:
+    """The option of serve's parameter ``name``, as typer spells it (``--default-policy``)."""
+    return "--" + name.replace("_", "-")
 
 
 def port_taken(settings: Settings) -> str | None:

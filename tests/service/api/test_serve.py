@@ -226,12 +226,15 @@ def test_a_rollout_variable_no_setting_reads_is_named_with_the_setting_it_resemb
 
 
 def _refused_at_start(
-    cli: typer.Typer, monkeypatch: pytest.MonkeyPatch, environment: dict[str, str]
+    cli: typer.Typer,
+    monkeypatch: pytest.MonkeyPatch,
+    environment: dict[str, str],
+    flags: tuple[str, ...] = (),
 ) -> Result:
-    """``serve`` run with ``environment``, which holds a setting it refuses: it exits 2."""
+    """``serve`` run with ``environment`` and ``flags``, which hold a setting it refuses: it exits 2."""
     for variable, value in environment.items():
         monkeypatch.setenv(variable, value)
-    result = CliRunner().invoke(cli, ["serve"])
+    result = CliRunner().invoke(cli, ["serve", *flags])
     assert result.exit_code == 2
     return result
 
@@ -239,13 +242,17 @@ def _refused_at_start(
 @pytest.mark.parametrize(
     ("variable", "value", "line"),
     [
-        ("ROLLOUT_DEFAULT_QUANTILE", "nan", "invalid setting default_quantile='nan': Input should be less"),
-        ("ROLLOUT_PORT", "99999", "invalid setting port='99999': Input should be less than or equal"),
-        ("ROLLOUT_LOG_LEVEL", "LOUD", "invalid setting log_level='LOUD': must be one of"),
+        (
+            "ROLLOUT_DEFAULT_QUANTILE",
+            "nan",
+            "invalid setting ROLLOUT_DEFAULT_QUANTILE='nan': Input should be less",
+        ),
+        ("ROLLOUT_PORT", "99999", "invalid setting ROLLOUT_PORT='99999': Input should be less than or equal"),
+        ("ROLLOUT_LOG_LEVEL", "LOUD", "invalid setting ROLLOUT_LOG_LEVEL='LOUD': must be one of"),
         # the rule's words come from the sidecars' --prefix check, which names the value itself: the
         # line read "key_prefix='rs*': key prefix 'rs*' must be ...", the value twice
         *(
-            ("ROLLOUT_KEY_PREFIX", prefix, f"invalid setting key_prefix={prefix!r}: {PREFIX_RULE}")
+            ("ROLLOUT_KEY_PREFIX", prefix, f"invalid setting ROLLOUT_KEY_PREFIX={prefix!r}: {PREFIX_RULE}")
             for prefix in ("rs*", "a{b}", "two words")
         ),
     ],
@@ -264,7 +271,7 @@ def test_a_refused_setting_names_the_value_given(
     [
         (
             {"ROLLOUT_LOG_LEVEL": "LOUD"},
-            "invalid setting log_level='LOUD': must be one of DEBUG, INFO, WARNING",
+            "invalid setting ROLLOUT_LOG_LEVEL='LOUD': must be one of DEBUG, INFO, WARNING",
         ),
         (
             {"ROLLOUT_TRAINER_TOKENS": "same", "ROLLOUT_WORKER_TOKENS": "same"},
@@ -282,22 +289,22 @@ def test_a_validator_s_refusal_reads_as_the_project_s_own_line(
 
 
 @pytest.mark.parametrize(
-    "environment",
+    ("environment", "variable"),
     [
-        {"REDIS_URL": ""},
-        {"ROLLOUT_REDIS_URL": ""},
-        {"REDIS_URL": "", "ROLLOUT_REDIS_URL": "redis://127.0.0.1:1/0"},  # REDIS_URL wins, set
+        ({"REDIS_URL": ""}, "REDIS_URL"),
+        ({"ROLLOUT_REDIS_URL": ""}, "ROLLOUT_REDIS_URL"),
+        ({"REDIS_URL": "", "ROLLOUT_REDIS_URL": "redis://127.0.0.1:1/0"}, "REDIS_URL"),  # REDIS_URL wins, set
     ],
 )
 def test_an_empty_redis_url_is_refused_naming_it_not_read_as_unset(
-    cli: typer.Typer, monkeypatch: pytest.MonkeyPatch, environment: dict[str, str]
+    cli: typer.Typer, monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], variable: str
 ) -> None:
     """It was refused as "expected redis://, ... (an http URL or a bare host is not one)", a rule
     about URLs nothing was given to break; unset, serve starts an embedded server instead."""
     monkeypatch.delenv("REDIS_URL", raising=False)
     monkeypatch.delenv("ROLLOUT_REDIS_URL", raising=False)
     stderr = _refused_at_start(cli, monkeypatch, environment).stderr
-    assert stderr.startswith("serve: invalid setting REDIS_URL='': set but empty; expected"), stderr
+    assert stderr.startswith(f"serve: invalid setting {variable}='': set but empty; expected"), stderr
     assert len(stderr.strip().splitlines()) == 1
 
 
@@ -315,7 +322,56 @@ def test_a_model_dir_that_cannot_hold_a_store_is_named_once_with_why(
     value = where.format(file=file)
     with pytest.raises(ValidationError) as refused:
         Settings(redis_url=None, model_dir=value)
-    assert invalid_setting(refused.value) == f"invalid setting model_dir={value!r}: {reason}"
+    assert (
+        invalid_setting(refused.value, environ={}) == f"invalid setting ROLLOUT_MODEL_DIR={value!r}: {reason}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("environment", "flags", "line"),
+    [
+        (
+            {"ROLLOUT_DEFAULT_POLICY": "bogus"},
+            (),
+            "invalid setting ROLLOUT_DEFAULT_POLICY='bogus': unknown policy",
+        ),
+        ({}, ("--default-policy", "bogus"), "invalid setting --default-policy='bogus': unknown policy"),
+        # the flag's value is the one refused, over a variable that serve would have taken
+        ({"ROLLOUT_PORT": "8001"}, ("--port", "99999"), "invalid setting --port=99999: Input should be less"),
+        # the variable the environment holds, not the setting's usual name: both are read
+        ({"rollout_port": "99999"}, (), "invalid setting rollout_port='99999': Input should be less"),
+        ({}, ("--redis-url", "http://h:6379/0"), "invalid setting --redis-url='http://h:6379/0': "),
+    ],
+)
+def test_a_refused_setting_is_named_as_the_user_set_it(
+    cli: typer.Typer,
+    monkeypatch: pytest.MonkeyPatch,
+    environment: dict[str, str],
+    flags: tuple[str, ...],
+    line: str,
+) -> None:
+    """The line named pydantic's field (default_policy=, port=), which the user typed nowhere: they
+    set ROLLOUT_DEFAULT_POLICY or --default-policy, and only REDIS_URL was named by its variable."""
+    stderr = _refused_at_start(cli, monkeypatch, environment, flags).stderr
+    assert stderr.startswith(f"serve: {line}"), stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        ({}, "invalid settings: a token is in both ROLLOUT_TRAINER_TOKENS and ROLLOUT_WORKER_TOKENS"),
+        (
+            {"trainer_tokens": "--trainer-tokens"},
+            "invalid settings: a token is in both --trainer-tokens and ROLLOUT_WORKER_TOKENS",
+        ),
+    ],
+)
+def test_a_check_across_settings_names_each_as_it_was_set(flags: dict[str, str], line: str) -> None:
+    """Its words named both settings by their variables whatever set them; serve has no token flag
+    (yet), so the flag here is one a caller of invalid_setting says it passed as a keyword."""
+    with pytest.raises(ValidationError) as refused:
+        Settings(redis_url=None, trainer_tokens=SecretStr("same"), worker_tokens=SecretStr("same"))
+    assert invalid_setting(refused.value, flags, environ={}) == line
 
 
 @pytest.mark.parametrize(
