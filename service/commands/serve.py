@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
@@ -76,8 +77,9 @@ def serve(
         "retrain_every_steps": retrain_every_steps,
         "log_level": log_level,
     }
-    settings = load_settings({k: v for k, v in flags.items() if v is not None})
-    refusal = cluster_without_url(settings) or unsafe_binding(settings) or port_taken(settings)
+    given = {k: v for k, v in flags.items() if v is not None}
+    settings = load_settings(given)
+    refusal = cluster_without_url(settings, given) or unsafe_binding(settings) or port_taken(settings)
     if refusal:
         _fail(refusal)
     run(settings)
@@ -110,11 +112,15 @@ def port_taken(settings: Settings) -> str | None:
     return unservable(settings.host, settings.port)
 
 
-def cluster_without_url(settings: Settings) -> str | None:
+def cluster_without_url(settings: Settings, flagged: Collection[str] = ()) -> str | None:
     """Why a cluster was asked for with nothing to find it by, or None. Without a URL serve starts
-    its embedded server, a single node, and cluster discovery would wait on it for ever."""
+    its embedded server, a single node, and cluster discovery would wait on it for ever. The ask is
+    named as made: the flag when ``flagged`` (settings given as flags) has it, else the variable."""
+    from service.settings import variable_name
+
     if settings.redis_cluster and not settings.redis_url:
-        return "--redis-cluster needs --redis-url (or REDIS_URL): the embedded server is a single node"
+        asked = _flag("redis_cluster") if "redis_cluster" in flagged else variable_name("redis_cluster")
+        return f"{asked} needs --redis-url (or REDIS_URL): the embedded server is a single node"
     return None
 
 

@@ -137,7 +137,7 @@ def test_only_loopback_may_be_served_without_a_token(host: str, token: str | Non
 
 
 def test_a_cluster_is_not_looked_for_in_the_embedded_single_node() -> None:
-    assert "--redis-url" in (cluster_without_url(Settings(redis_cluster=True)) or "")
+    assert "--redis-url" in (cluster_without_url(Settings(redis_cluster=True), {"redis_cluster"}) or "")
     assert cluster_without_url(Settings(redis_cluster=True, redis_url="redis://127.0.0.1:7000/0")) is None
     assert cluster_without_url(Settings()) is None
 
@@ -157,6 +157,16 @@ def test_serve_redis_cluster_without_a_url_exits_at_once_with_one_line(tmp_path:
     assert err.strip().splitlines() == [
         "serve: --redis-cluster needs --redis-url (or REDIS_URL): the embedded server is a single node"
     ]
+
+
+def test_a_cluster_asked_for_by_its_variable_is_named_by_it(
+    cli: typer.Typer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The line named --redis-cluster, a flag the user had not given."""
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("ROLLOUT_REDIS_URL", raising=False)
+    stderr = _refused_at_start(cli, monkeypatch, {"ROLLOUT_REDIS_CLUSTER": "true"}).stderr
+    assert stderr.startswith("serve: ROLLOUT_REDIS_CLUSTER needs --redis-url (or REDIS_URL)"), stderr
 
 
 def test_serve_on_a_port_in_use_exits_at_once_with_one_line_before_starting_anything(tmp_path: Path) -> None:
