@@ -16,9 +16,9 @@ of spare capacity when KV binds), and, for a static plan, only if it would finis
 its owner would, by the plan's per-item deadlines (the deadline guard: ``_in_time`` and
 ``scheduler.deadlines``; a refused thief's turn ends, as with a KV refusal). Only unclaimed items
 move (never running ones, nor those already handed to an engine, preempted ones included, nor a
-trajectory pinned to its worker: the thief passes over pinned tail items and takes the nearest
-unpinned one before them, within ``STEAL_SCAN`` of the tail, and tries the next queue only when
-there is none).
+trajectory pinned to its worker: the thief passes over pinned tail items, and those too big for its
+cache, and takes the nearest one before them that it may, within ``STEAL_SCAN`` of the tail, and
+tries the next queue only when there is none).
 
 What the request constrains, the pool honours (``SimOptions``): an excluded (draining) worker never
 takes from the shared queue and never steals (its own planned queue, if any, it still runs and may be
@@ -28,8 +28,8 @@ takes that sample only if its KV cache holds every sample of the group, ``_holds
 steal moves a whole group, the one nearest the victim's tail that may move, only when none of its samples has
 left the victim's queue (none claimed, running or done) and the whole group passes the KV steal gate
 together; a group that cannot move (a sample pinned, or part of it claimed) is passed over for the
-group before it, as a pinned item is, one with a sample too big for the thief sends it to the next
-victim, and one the KV gate or the deadline guard refuses ends its turn. So no play splits a group, which
+group before it, as a pinned item is, as is one with a sample too big for the thief, and one the KV
+gate or the deadline guard refuses ends its turn. So no play splits a group, which
 the affinity lower bound (the heaviest group alone on its best worker, the tail cover by whole
 groups) assumes.
 
@@ -66,11 +66,11 @@ STEAL_SCAN = 64
 class Steal(enum.Enum):
     """What one victim gave a thief.
 
-    SKIP: nothing this thief can ever take from that tail (all of it pinned within ``STEAL_SCAN``, too
-    big for its cache, groups that cannot move), so it tries the next victim; STOP: a refusal that
+    SKIP: nothing this thief can ever take from that tail (all of it, within ``STEAL_SCAN``, pinned, too
+    big for its cache or in groups that cannot move), so it tries the next victim; STOP: a refusal that
     time lifts (the KV steal gate, the deadline guard, an admission refusal), which ends the thief's
     turn as it always did; PASS (one group's verdict, within a victim): that group can never leave
-    the victim now, so the thief looks at the group before it.
+    the victim for this thief now, so the thief looks at the group before it.
     """
 
     TAKEN = "taken"
@@ -272,19 +272,19 @@ class Pool:
     def _steal(self, victim: WorkerEngine, thief: WorkerEngine) -> Steal:
         """Move the victim's tail item (a group, under prefix affinity) to ``thief`` if it fits now.
 
-        A pinned item never moves, but it no longer shields its queue: the thief takes the nearest
-        unpinned item before it, within ``STEAL_SCAN`` of the tail. A dead worker's pinned group
-        planned last kept every item of its queue from idle thieves (docs/simulator.md).
+        A pinned item never moves, nor one too big for the thief's cache, but neither shields its
+        queue: the thief takes the nearest item before them that it may, within ``STEAL_SCAN`` of the
+        tail. A dead worker's pinned group planned last kept every item of its queue from idle
+        thieves; a long prompt at the tail kept it from every small cache (docs/simulator.md).
         """
         if self.affinity:
             return self._steal_group(victim, thief)
         queue, pin = victim.queue, thief.ledger.pin
-        back = next((b for b, i in enumerate(islice(reversed(queue), STEAL_SCAN), 1) if pin[i] < 0), 0)
+        tail = enumerate(islice(reversed(queue), STEAL_SCAN), 1)
+        back = next((b for b, i in tail if pin[i] < 0 and thief.can_hold(i)), 0)
         if not back:
             return Steal.SKIP
         item = queue[-back]
-        if not thief.can_hold(item):
-            return Steal.SKIP
         if not thief.reservation_fits(item) or not self._in_time(victim, thief, [item]):
             return Steal.STOP  # the KV steal gate, then the deadline guard
         if not thief.take(item):
@@ -315,7 +315,7 @@ class Pool:
         if len(members) != self._group_size(group) or any(ledger.pin[i] >= 0 for i in members):
             return Steal.PASS  # part of the group is claimed, running or done on its owner: it stays
         if not all(thief.can_hold(i) for i in members):
-            return Steal.SKIP
+            return Steal.PASS  # a sample too big for the thief's cache stays, as a pinned one
         if not thief.reservations_fit(members) or not self._in_time(victim, thief, members):
             return Steal.STOP  # the KV steal gate and the deadline guard, for the group together
         victim.queue = deque(i for i in victim.queue if ledger.group[i] != group)

@@ -233,3 +233,26 @@ def test_a_thief_looks_past_pinned_items_only_so_far_from_the_tail() -> None:
         work = [*running, Trajectory("u", 0, 100, 400, 400.0), *tail]  # the owner starts the first 4
         played = _play(_static({"slow": work, "idle": []}), work, workers, steal=True)
         assert (next(r for r in played.items if r.key == "u#0").worker_id == "idle") is stolen
+
+
+def _long_prompt_last(affinity: bool) -> SimResult:
+    """A ten times slower big worker whose queue ends in a group with one sample too long for the
+    small worker idle beside it (a 20,000-token prompt against its 16,000-token cache)."""
+    queues, _ = _slow_owner()
+    long_last = [*_group("z", 4, 500)[:3], Trajectory("z", 3, 20_000, 500, 500.0)]
+    work = [*queues["slow"], *long_last]
+    workers = [
+        dataclasses.replace(_worker("slow", time_scale=10.0), kv_capacity_tokens=1_000_000),
+        dataclasses.replace(_worker("small"), kv_capacity_tokens=16_000),
+    ]
+    return _play(_static({"slow": work, "small": []}), work, workers, steal=True, prefix_affinity=affinity)
+
+
+@pytest.mark.parametrize("affinity", [False, True])
+def test_an_item_too_big_for_the_thief_at_a_tail_leaves_the_items_before_it_stealable(affinity: bool) -> None:
+    played = _long_prompt_last(affinity)
+    by_key = {r.key: r.worker_id for r in played.items}
+    assert by_key["z#3"] == "slow"  # the small cache never holds it
+    assert any(w == "small" for w in by_key.values())  # was none: the long prompt shielded the queue
+    if affinity:
+        assert all(len(ws) == 1 for ws in _workers_per_group(played).values())
