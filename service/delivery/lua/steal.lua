@@ -25,12 +25,14 @@
 -- beats_owner); the first tail item that fails ends the steal and stays queued.
 -- What a cache holds, as the simulator (sim_pool.py, _steal: can_hold): a thief with a known KV
 -- capacity (P:cap) takes no item it cannot hold at its cap (P:need); under affinity no group with
--- such a member; the first tail item it cannot hold ends the steal from that victim and stays queued.
+-- such a member. Like a pinned one, such an item (group) stays queued, in place, and shields
+-- nothing: the steal passes over it, within SCAN of the tail (a small-cache thief got nothing from a
+-- queue whose tail item had a long prompt, though smaller items sat right before it).
 -- Several victims, as the simulator (sim_pool.py, _victims): when the busiest queue has nothing for
--- THIS thief for a reason that time does not change (its tail is pinned up to SCAN, too big for the
--- thief's cache, or under affinity no group there can move), the steal tries the next queue by P:work, up to
--- VICTIMS queues per call (a steal stays O(bounded)); otherwise an idle small worker starved while a
--- queue it could drain waited behind one it never can. A refusal by the KV steal gate or the
+-- THIS thief for a reason that time does not change (up to SCAN from its tail, every item pinned or
+-- too big for the thief's cache, or under affinity no group there can move), the steal tries the
+-- next queue by P:work, up to VICTIMS queues per call (a steal stays O(bounded)); otherwise an idle
+-- small worker starved while a queue it could drain waited behind one it never can. A refusal by the KV steal gate or the
 -- deadline guard ends the steal at once: both change only with time (the thief's in-flight work
 -- ending, the owner falling behind), and a thief with nothing in flight always passes the KV gate
 -- for an item it can hold (its reservation is at most its need, which fits the cap).
@@ -189,11 +191,10 @@ local function abandoned(members)
 end
 
 -- The whole group of the item pos from the victim's tail (or all an abandoned victim holds of it),
--- head first; or 'pass' when it can never leave the victim now (a member pinned; part of the group
--- running or done, or a member started, on a victim that has not abandoned it): the thief looks at
--- the group before it; 'skip' when a member is too big for the thief's cache (nothing before it
--- moves to this thief either: next victim); 'stop' when it may move later (the KV steal gate or the
--- deadline guard refuses it now). Checked in the simulator's order. A group its victim may yet
+-- head first; or 'pass' when it can never leave the victim for this thief now (a member pinned or
+-- too big for the thief's cache; part of the group running or done, or a member started, on a
+-- victim that has not abandoned it): the thief looks at the group before it; 'stop' when it may
+-- move later (the KV steal gate or the deadline guard refuses it now). Checked in the simulator's order. A group its victim may yet
 -- abandon is passed, not a 'stop', although time may change it: a live owner's started group must
 -- not keep thieves from every other group; the next steal looks again.
 local function movable_group(pos, len)
@@ -206,7 +207,7 @@ local function movable_group(pos, len)
   local gone = (started or #members ~= size) and abandoned(members)
   if #members ~= size and not gone then return 'pass' end  -- part of it is running or done there
   if started and not gone then return 'pass' end  -- it stays with its worker's prefix cache
-  if holdable(members, cap) < #members then return 'skip' end  -- a member the thief cannot hold
+  if holdable(members, cap) < #members then return 'pass' end  -- a member the thief cannot hold
   if budget then
     local used = 0
     for _, key in ipairs(members) do used = used + (tonumber(get(key).res) or 0) end
@@ -243,12 +244,12 @@ local function steal_group(len)
   return out
 end
 
--- The tail items the thief takes, tail first, and why it took no more: 'skip' (nothing it may take
--- within SCAN of the tail, or an item too big for its cache: nothing before it moves to this thief
--- either) or 'stop' (the deadline guard or the KV steal gate: this thief waits) or nil (it took all
--- it may). Pinned items are passed over: they stay queued, in place, and the nearest unpinned items
--- before them are taken. The tail is read in chunks (the first of the steal's size, then doubling):
--- a queue without pins costs what it did, one LRANGE and one HMGET of P:pin over the steal.
+-- The tail items the thief takes, tail first, and why it took no more: 'skip' (nothing more it may
+-- take within SCAN of the tail) or 'stop' (the deadline guard or the KV steal gate: this thief
+-- waits) or nil (it took all it may). Pinned items, and those too big for the thief's cache, are
+-- passed over: they stay queued, in place, and the nearest items before them are taken. The tail is
+-- read in chunks (the first of the steal's size, then doubling): a queue without pins costs what it
+-- did, one LRANGE and one HMGET of P:pin over the steal (and one of P:need for a thief with a cap).
 local function tail_fit(len)
   local take = math.min(want, math.max(1, math.floor(len / 2)))
   local limit = math.min(len, SCAN)
@@ -257,10 +258,11 @@ local function tail_fit(len)
     local n = math.min(limit - seen, math.max(take, seen))
     local chunk = redis.call('LRANGE', queue, -(seen + n), -(seen + 1))
     local pins = redis.call('HMGET', k('pin'), unpack(chunk))
+    local needs = cap and redis.call('HMGET', k('need'), unpack(chunk)) or {}
     for i = #chunk, 1, -1 do
       local key = chunk[i]
-      if not pins[i] then  -- a pinned item never moves; the thief looks at what precedes it
-        if holdable({key}, cap) == 0 then return fit, 'skip' end  -- too big for the thief's cache
+      -- a pinned item never moves, nor one too big for the thief's cache: look at what precedes it
+      if not pins[i] and not (needs[i] and tonumber(needs[i]) > cap) then
         used = used + (tonumber(get(key).res) or 0)
         if budget and used > budget then return fit, 'stop' end
         if not in_time(key) then return fit, 'stop' end  -- its owner would finish it first

@@ -13,6 +13,7 @@ import redis
 from scheduler.devices import device_profile, model_preset
 from scheduler.errors import InvalidInputError
 from scheduler.planner import plan
+from scheduler.sim_pool import STEAL_SCAN
 from scheduler.simulator import SimOptions, simulate
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 from service.delivery import (
@@ -79,24 +80,36 @@ def test_under_affinity_a_worker_claims_a_group_only_if_it_holds_every_sample(
     assert_sound(redis_client, "s")
 
 
-def test_a_thief_never_steals_an_item_its_kv_cache_cannot_hold(
+def test_a_thief_passes_over_a_tail_item_its_kv_cache_cannot_hold_for_the_items_before_it(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
-    victim = (_short("a#0"), _short("b#0"), _short("c#0"), item("x#0"))
+    # a long prompt at the tail used to end the steal: the small worker got nothing from this queue
+    victim = (_short("a#0"), _short("b#0"), item("x#0"), _short("c#0"), item("y#0"))
     delivery.publish(_schedule((), big=victim))
-    assert delivery.steal("s", "small", 2) == []  # x#0, the tail, is too big for it
-    delivery.publish(dataclasses.replace(_schedule((), big=victim[::-1]), schedule_id="t"))
-    assert _keys(delivery.steal("t", "small", 2)) == ["a#0", "b#0"]
+    assert _keys(delivery.steal("s", "small", 2)) == ["c#0", "b#0"]  # x#0 and y#0 are too big for it
+    assert _keys(delivery.claim("s", "big", 9)) == ["a#0", "x#0", "y#0"]  # they stay, in place
     assert_sound(redis_client, "s")
 
 
-def test_under_affinity_a_thief_never_steals_a_group_with_a_sample_it_cannot_hold(
+def test_under_affinity_a_thief_passes_over_a_group_with_a_sample_it_cannot_hold(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
     victim = (_short("a#0"), _short("a#1"), _short("g#0"), item("g#1"))
     delivery.publish(_schedule((), affinity=True, big=victim))
-    assert delivery.steal("s", "small", 4) == []
+    assert _keys(delivery.steal("s", "small", 4)) == ["a#0", "a#1"]  # was none: g#1 shielded a
+    assert _keys(delivery.claim("s", "big", 9)) == ["g#0", "g#1"]
     assert_sound(redis_client, "s")
+
+
+def test_a_queue_holding_only_items_too_big_for_the_thief_within_the_scan_gives_it_nothing(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    # the pass is bounded as past pins (STEAL_SCAN in the simulator, SCAN in steal.lua)
+    for bigs, got in ((STEAL_SCAN - 1, ["a#0"]), (STEAL_SCAN, [])):
+        victim = (_short("a#0"), *(item(f"x{i}#0") for i in range(bigs)))
+        delivery.publish(dataclasses.replace(_schedule((), big=victim), schedule_id=f"s{bigs}"))
+        assert _keys(delivery.steal(f"s{bigs}", "small", 4)) == got
+        assert_sound(redis_client, f"s{bigs}")
 
 
 def test_without_known_capacities_claims_are_not_limited(
