@@ -258,10 +258,10 @@ class Pool:
     def _steal_from(self, victims: list[WorkerEngine], thief: WorkerEngine) -> bool:
         """Steal from the first of ``victims`` that has something for ``thief``; whether it took one.
 
-        A victim whose tail this thief can never take is passed over for the next: with only the
-        busiest considered, a small worker starved while a queue it could drain waited behind one
-        whose tail is too big for it (two dead big workers, small ones idle). A refusal that time
-        lifts ends the turn at the first victim, as before (docs/simulator.md).
+        A victim whose tail (to ``STEAL_SCAN``) this thief can never take is passed over for the next:
+        with only the busiest considered, a small worker starved while a queue it could drain waited
+        behind one holding only items too big for it (two dead big workers, small ones idle). A
+        refusal that time lifts ends the turn at the first victim, as before (docs/simulator.md).
         """
         for victim in victims:
             outcome = self._steal(victim, thief)
