@@ -21,7 +21,9 @@ start the ~0.5 s of CPU that importing FastAPI and uvicorn took.
 from __future__ import annotations
 
 import json
+import logging
 import socketserver
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,6 +35,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.sidecar.metrics import exposition
 from service.sidecar.runner import Sidecar
+
+log = logging.getLogger("service.sidecar")
 
 STALE_S = 30.0  # a loop silent this long is stuck: several Redis timeouts (5 s each), not a slow turn
 # Seconds a connection may stay silent (no request byte, or a reply not taken) before it is closed:
@@ -140,6 +144,16 @@ class _Server(ThreadingHTTPServer):
         self.probes = probes
         self.client_timeout_s = client_timeout_s
         super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A prober that hung up before its reply (its timeout ran out while the sidecar was paused
+        or slow) is the prober's business: nothing to say. ``socketserver``'s default printed a
+        traceback to stderr for it, outside the sidecar's JSON log lines; any other error in a
+        request is one line of that log, with its traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):  # broken pipe, reset or aborted by the client
+            return
+        log.error("health request from %s failed", client_address, exc_info=error)
 
     def server_bind(self) -> None:
         """Bind without ``HTTPServer``'s reverse DNS lookup of the host (``getfqdn``: for a name

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import struct
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -159,6 +160,25 @@ def test_a_client_that_connects_and_sends_nothing_is_hung_up_on_and_probes_still
                 received = b""
         assert received == b""  # end of stream: the server closed it, not the 10 s bound
         assert app.get("/health").json()["status"] == "connecting"
+
+
+def test_a_prober_that_hangs_up_before_its_reply_leaves_no_traceback_in_the_log(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A probe whose timeout ran out while the sidecar was paused (SIGSTOP in the chaos soak of
+    2026-12-04) hung up before its reply: ``socketserver`` printed a traceback per such probe to
+    stderr (``BrokenPipeError``, or ``ConnectionResetError`` reading the request), raw text among the
+    sidecar's JSON log lines. A hang-up is the prober's business; the next probe is answered."""
+    with _probes(None) as app:
+        port = httpx.URL(str(app.base_url)).port
+        assert port is not None
+        for _ in range(10):
+            with socket.create_connection(("127.0.0.1", port), timeout=5.0) as rude:
+                rude.sendall(b"GET /health HTTP/1.1\r\nHost: probe\r\n\r\n")
+                # close with a reset (linger 0), as a prober that gives up mid-reply does
+                rude.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        assert app.get("/health").json()["status"] == "connecting"
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_a_health_port_already_taken_fails_the_start_instead_of_a_probe_that_never_answers(
