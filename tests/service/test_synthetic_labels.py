@@ -18,6 +18,14 @@ from predictors.tracewrite import write_trace
 DRIFT = ["bench", "predictor-drift", "--prompts", "12", "--samples", "2", "--steps", "3"]
 
 
+def _write_synthetic_and_recorded(folder: Path) -> None:
+    """The same rows twice: ``synth.csv`` labelled ``source=synthetic`` as generated, ``recorded.csv``
+    without the label, as a recorded trace has it."""
+    trace = synthetic_trace("short-cot", prompts=12, samples=2, steps=2, seed=1)
+    write_trace(trace, folder / "synth.csv")
+    write_trace(dataclasses.replace(trace, categorical={}), folder / "recorded.csv")
+
+
 def _eval(cli: typer.Typer, path: Path, *flags: str) -> str:
     result = CliRunner().invoke(cli, ["predictor", "eval", str(path), *flags])
     assert result.exit_code == 0, result.stderr
@@ -27,9 +35,7 @@ def _eval(cli: typer.Typer, path: Path, *flags: str) -> str:
 def test_predictor_eval_of_a_synthetic_trace_says_so_and_of_a_recorded_one_does_not(
     cli: typer.Typer, tmp_path: Path
 ) -> None:
-    trace = synthetic_trace("short-cot", prompts=12, samples=2, steps=2, seed=1)
-    write_trace(trace, tmp_path / "synth.csv")
-    write_trace(dataclasses.replace(trace, categorical={}), tmp_path / "recorded.csv")
+    _write_synthetic_and_recorded(tmp_path)
     assert "scored step(s) of a SYNTHETIC trace" in _eval(cli, tmp_path / "synth.csv")
     assert json.loads(_eval(cli, tmp_path / "synth.csv", "--json"))["synthetic"] is True
     assert "SYNTHETIC" not in _eval(cli, tmp_path / "recorded.csv")
@@ -62,9 +68,7 @@ def _stored_metadata(out: Path) -> dict[str, object]:
 def test_predictor_train_on_a_synthetic_trace_says_so_and_stores_the_label_with_the_model(
     cli: typer.Typer, tmp_path: Path
 ) -> None:
-    trace = synthetic_trace("short-cot", prompts=12, samples=2, steps=2, seed=1)
-    write_trace(trace, tmp_path / "synth.csv")
-    write_trace(dataclasses.replace(trace, categorical={}), tmp_path / "recorded.csv")
+    _write_synthetic_and_recorded(tmp_path)
     said = _train(cli, tmp_path / "synth.csv", tmp_path / "synth-models")
     assert said.splitlines()[0].startswith(
         f"saved model version 1 to {tmp_path / 'synth-models' / 'v000001'}: SYNTHETIC trace, 48 rows, "
