@@ -30,9 +30,9 @@ local function tried_with(key, w)
 end
 
 -- Where the next attempt of key, whose attempt on worker w just failed, goes. A failure reported
--- by a sidecar is a healthy engine failing this one item (watchdog.py STRIKES, a refusal) or a pull
--- worker dropping it, and it is often the worker's own fault (a shorter context, a bad GPU that
--- still answers /health, a worker that drops items): retried on w, the item would spend every
+-- by a sidecar is a healthy engine failing this one item (watchdog.py STRIKES, a hang past its
+-- bound, a refusal) or a pull worker dropping it, and it is often the worker's own fault (a shorter
+-- context, a bad GPU that still answers /health, a worker that drops items): retried on w, the item would spend every
 -- attempt there and be dead-lettered although any other worker could run it. So it goes to the
 -- announced worker (meta 'workers') that has not failed it yet, was seen alive within a lease TTL
 -- (P:seen, mark_seen), is not drained (common.lua), holds it in its KV cache (holdable, as a claim checks) and has
