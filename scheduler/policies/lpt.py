@@ -119,8 +119,9 @@ def calibrated(
 
 def placed_from(first: Placement, placed: Placement, final: Placement) -> Placement | None:
     """``first``, the plan ``calibrated`` started from, where the bar may give it back
-    (``blindbar.barred``): only where placing again changed it (``placed``) and the at-once hedge
-    kept that change (``final`` is ``placed``); None otherwise.
+    (``blindbar.barred``): only where the at-once hedge kept the plan placed again (``final`` is
+    ``placed``); None otherwise. Where placing again changed nothing, ``barred`` itself finds
+    ``first`` equal to the plan it judges and leaves it.
 
     Why. The bar's rescue of ``first`` exists to undo a placing again it rejects. Given whatever
     plan came from the hedge, it undid the at-once hedge instead, on plain draws that cannot see
@@ -129,9 +130,7 @@ def placed_from(first: Placement, placed: Placement, final: Placement) -> Placem
     them to the H100s (the outlier draws rate the A100 pile far later), and on the plain draws the
     three plans differ by sampling noise, so the request's seed chose: 8 seeds of 16 got the pile
     back (25.3 s on the true lengths against 16.0 s)."""
-    if final is not placed or placed.queues == first.queues:
-        return None
-    return first
+    return first if final is placed else None
 
 
 def lpt_start(
