@@ -92,12 +92,24 @@ def unservable(host: str, port: int) -> str | None:
     Bound and released at once, with SO_REUSEADDR as uvicorn binds, so a command can refuse in one
     line before it starts anything; another process may still take the port in between.
     """
+    error = bind_error(host, port)
+    return None if error is None else why_unservable(host, port, error)
+
+
+def bind_error(host: str, port: int) -> OSError | None:
+    """The error binding ``host:port`` (as ``unservable`` binds) raises, or None: its ``errno`` says
+    which of the two is to blame (``EADDRINUSE``: the port; anything else: the host)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as error:
-            reason = "already in use" if error.errno == errno.EADDRINUSE else error.strerror
-            return f"{host}:{port} is {reason}"
+            return error
     return None
+
+
+def why_unservable(host: str, port: int, error: OSError) -> str:
+    """``bind_error``'s ``error`` in words: "127.0.0.1:8000 is already in use"."""
+    reason = "already in use" if error.errno == errno.EADDRINUSE else error.strerror
+    return f"{host}:{port} is {reason}"

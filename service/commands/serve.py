@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
@@ -79,7 +79,9 @@ def serve(
     }
     given = {k: v for k, v in flags.items() if v is not None}
     settings = load_settings(given)
-    refusal = cluster_without_url(settings, given) or unsafe_binding(settings) or port_taken(settings)
+    refusal = (
+        cluster_without_url(settings, given) or unsafe_binding(settings, given) or port_taken(settings, given)
+    )
     if refusal:
         _fail(refusal)
     run(settings)
@@ -104,12 +106,21 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def port_taken(settings: Settings) -> str | None:
+def port_taken(settings: Settings, given: Mapping[str, object] | None = None) -> str | None:
     """Why the address cannot be served, or None. Checked before the embedded Redis starts: uvicorn
-    would find out only after the app's startup, log it as complete, and exit 3."""
-    from service.ports import unservable
+    would find out only after the app's startup, log it as complete, and exit 3. The setting to blame
+    (the port when it is in use, else the host) is named as set (``--port=8000`` from ``given``, serve's
+    flags, or ``ROLLOUT_PORT='8000'``), or by what would set it where it holds its default."""
+    import errno
 
-    return unservable(settings.host, settings.port)
+    from service.ports import bind_error, why_unservable
+
+    error = bind_error(settings.host, settings.port)
+    if error is None:
+        return None
+    blamed = "port" if error.errno == errno.EADDRINUSE else "host"
+    named = _as_set(blamed, given or {}) or f"choose another with {_flag(blamed)} or {_variable(blamed)}"
+    return f"{why_unservable(settings.host, settings.port, error)} ({named})"
 
 
 def cluster_without_url(settings: Settings, flagged: Collection[str] = ()) -> str | None:
@@ -124,21 +135,42 @@ def cluster_without_url(settings: Settings, flagged: Collection[str] = ()) -> st
     return None
 
 
-def unsafe_binding(settings: Settings) -> str | None:
-    """Why these settings must not be served, or None when they are fine."""
+def unsafe_binding(settings: Settings, given: Mapping[str, object] | None = None) -> str | None:
+    """Why these settings must not be served, or None when they are fine. The host is named as set
+    (``--host='0.0.0.0'`` from ``given``, serve's flags, or ``ROLLOUT_HOST='0.0.0.0'``): the user
+    finds the setting to change, as a refused value's line names it (``load_settings``)."""
     if settings.binds_loopback_only:
         return None
+    host = _as_set("host", given or {}) or settings.host
     if settings.auth_enabled and not settings.redis_url:
         return (
-            f"refusing to listen on {settings.host} with the embedded Redis (no password, this "
-            "machine only, lost on exit): set REDIS_URL, or bind 127.0.0.1"
+            f"refusing to listen on {host} with the embedded Redis (no password, this machine only, "
+            "lost on exit): set --redis-url (or REDIS_URL), or bind 127.0.0.1"
         )
     if settings.auth_enabled:
         return None
     return (
-        f"refusing to listen on {settings.host} without a token: set ROLLOUT_TRAINER_TOKENS "
+        f"refusing to listen on {host} without a token: set ROLLOUT_TRAINER_TOKENS "
         "(and ROLLOUT_WORKER_TOKENS), or bind 127.0.0.1"
     )
+
+
+def _as_set(field: str, given: Mapping[str, object]) -> str | None:
+    """Setting ``field`` with its value as the user set it: ``--port=8000`` when ``given`` (serve's
+    flags) has it, ``ROLLOUT_PORT='8000'`` (as spelt and given there) when the environment does, else
+    None (it holds its default)."""
+    if field in given:
+        return f"{_flag(field)}={given[field]!r}"
+    variable = _variable(field)
+    value = os.environ.get(variable)
+    return None if value is None else f"{variable}={value!r}"
+
+
+def _variable(field: str) -> str:
+    """The environment variable of ``field`` as set (``rollout_port`` too), else its usual name."""
+    from service.settings import variable_name
+
+    return variable_name(field)
 
 
 def run(settings: Settings) -> None:

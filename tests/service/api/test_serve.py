@@ -168,7 +168,7 @@ def test_serve_on_a_port_in_use_exits_at_once_with_one_line_before_starting_anyt
         command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", str(port)]
         proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [f"serve: 127.0.0.1:{port} is already in use"]
+    assert proc.stderr.strip().splitlines() == [f"serve: 127.0.0.1:{port} is already in use (--port={port})"]
 
 
 def test_a_network_address_is_not_served_on_the_embedded_redis_even_with_a_token() -> None:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import typer
 from pydantic import SecretStr, ValidationError
 from typer.testing import CliRunner, Result
 
+from service.commands.serve import port_taken
 from service.settings import Settings, invalid_setting
 
 PREFIX_RULE = "must be 1-64 of A-Z a-z 0-9 _ . : -"  # the key-prefix rule, as serve states it
@@ -131,6 +134,13 @@ def test_a_model_dir_that_cannot_hold_a_store_is_named_once_with_why(
         # the variable the environment holds, not the setting's usual name: both are read
         ({"rollout_port": "99999"}, (), "invalid setting rollout_port='99999': Input should be less"),
         ({}, ("--redis-url", "http://h:6379/0"), "invalid setting --redis-url='http://h:6379/0': "),
+        # refused for what it would expose: the line named the address (0.0.0.0), not the setting
+        ({}, ("--host", "0.0.0.0"), "refusing to listen on --host='0.0.0.0' without a token: set"),
+        (
+            {"ROLLOUT_HOST": "0.0.0.0"},
+            (),
+            "refusing to listen on ROLLOUT_HOST='0.0.0.0' without a token: set",
+        ),
     ],
 )
 def test_a_refused_setting_is_named_as_the_user_set_it(
@@ -192,3 +202,31 @@ def test_a_cluster_asked_for_by_its_variable_is_named_by_it(
     monkeypatch.delenv("ROLLOUT_REDIS_URL", raising=False)
     stderr = _refused_at_start(cli, monkeypatch, {"ROLLOUT_REDIS_CLUSTER": "true"}).stderr
     assert stderr.startswith("serve: ROLLOUT_REDIS_CLUSTER needs --redis-url (or REDIS_URL)"), stderr
+
+
+@pytest.fixture
+def taken_port(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """A loopback port that something listens on while the test runs (serve's host left loopback)."""
+    for variable in ("ROLLOUT_HOST", "ROLLOUT_PORT"):
+        monkeypatch.delenv(variable, raising=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
+@pytest.mark.parametrize("by_flag", [True, False], ids=["flag", "variable"])
+def test_a_port_in_use_is_named_as_set(
+    cli: typer.Typer, monkeypatch: pytest.MonkeyPatch, taken_port: int, by_flag: bool
+) -> None:
+    """The line named the address only (127.0.0.1:8001 is already in use), not where the port came from."""
+    flags = ("--port", str(taken_port)) if by_flag else ()
+    environment = {} if by_flag else {"ROLLOUT_PORT": str(taken_port)}
+    stderr = _refused_at_start(cli, monkeypatch, environment, flags).stderr
+    named = f"--port={taken_port}" if by_flag else f"ROLLOUT_PORT='{taken_port}'"
+    assert stderr.strip() == f"serve: 127.0.0.1:{taken_port} is already in use ({named})"
+
+
+def test_a_port_in_use_that_nothing_set_says_what_would_set_another(taken_port: int) -> None:
+    line = port_taken(Settings(redis_url=None, port=taken_port))
+    assert line == f"127.0.0.1:{taken_port} is already in use (choose another with --port or ROLLOUT_PORT)"
