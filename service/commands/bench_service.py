@@ -4,12 +4,17 @@ It posts batches of 1,024 trajectories x 16 workers and 4,096 x 32 (8/16 H100 + 
 64/256 prompts x 16 samples) and reports p50/p95 end-to-end latency, as the client sees it (HTTP,
 JSON, validate, predict, plan, baseline, publish), and requests per second. Each prompt carries
 ``--prompt-chars`` of text (800 by default, a math problem's size), as a trainer's requests do: the
-text travels to the sidecars through Redis, so it is part of what publishing costs. Before measuring, it
+text travels to the sidecars through Redis, so it is part of what publishing costs. Without ``--url`` it
+starts ``rollout-scheduler serve`` in a subprocess on an embedded valkey-server and, before measuring,
 reports two earlier steps of heavy-tailed actuals for the same prompts and retrains, so predictions
-come from the LightGBM model as in production rather than from the no-history fallback. Without
-``--url`` it starts ``rollout-scheduler serve`` in a subprocess on an embedded valkey-server. Its
-workers are named ``bench-*`` (``WORKER_PREFIX``), which no real sidecar serves, and each schedule
-it published is cancelled once measured, so a ``--url`` run leaves no work queued for anyone.
+come from the LightGBM model as in production rather than from the no-history fallback. Its workers
+are named ``bench-*`` (``WORKER_PREFIX``), which no real sidecar serves, and each schedule it
+published is cancelled once measured, so a ``--url`` run leaves no work queued for anyone.
+
+A ``--url`` service is not sent those actuals unless ``--seed-history`` asks: made up, they would
+join its history and a retrain would fit the model it serves on them. Asked for (and on the embedded
+service), every one is labelled ``source=synthetic`` as ``trace push`` labels a synthetic trace's
+rows, so the model fitted on them says ``synthetic`` (its metadata, ``GET /models``).
 """
 
 from __future__ import annotations
@@ -68,8 +73,8 @@ def bench_service(
     url: Annotated[
         str | None,
         typer.Option(
-            help="A running service; default: start one here. It is sent synthetic actuals and "
-            "retrained twice: never point it at a service a training run uses."
+            help="A running service; default: start one here. Its history and model are left as they "
+            "are unless --seed-history."
         ),
     ] = None,
     token: Annotated[str | None, typer.Option(help="Trainer token of that service.")] = None,
@@ -78,6 +83,15 @@ def bench_service(
     policy: Annotated[str | None, typer.Option(help="Policy to request; default the service's.")] = None,
     prompt_chars: Annotated[int, typer.Option(min=0, help="Prompt text per prompt, characters.")] = 800,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    seed_history: Annotated[
+        bool | None,
+        typer.Option(
+            "--seed-history/--no-seed-history",
+            help="First send two steps of SYNTHETIC actuals (source=synthetic) for the benchmark's prompts "
+            "and retrain, so LightGBM predicts as in production; default: yes on the service it starts, "
+            "no with --url (the model retrained on them says synthetic in GET /models).",
+        ),
+    ] = None,
 ) -> None:
     """Run the benchmark and print a table (or JSON)."""
     from service.client import SchedulerAPIError, SchedulerClient, check_url
@@ -96,7 +110,9 @@ def bench_service(
             SchedulerClient(base, token=token, timeout_s=120) as client,
             _progress(quiet=as_json) as advance,
         ):
-            _seed_history(client)
+            seeded = url is None if seed_history is None else seed_history
+            if seeded:
+                _say_seeded(url, _seed_history(client))
             results = [
                 _measure(client, batch(n, w, 2, policy, prompt_chars), requests, warmup, advance)
                 for n, w in SIZES
@@ -108,6 +124,7 @@ def bench_service(
         "url": url or "embedded",
         "cores": os.cpu_count(),
         "prompt_chars": prompt_chars,
+        "seeded_history": seeded,
         "sizes": [asdict(r) for r in results],
     }
     if as_json:
@@ -160,8 +177,12 @@ def _text(index: int, chars: int) -> str:
 
 
 def _actuals(trajectories: int, steps: int) -> Iterator[dict[str, Any]]:
-    """Heavy-tailed lengths per prompt (lognormal, median ~2k tokens), persistent across steps."""
+    """Heavy-tailed lengths per prompt (lognormal, median ~2k tokens), persistent across steps; each
+    report labelled synthetic (``source=synthetic``), as ``trace push`` sends a synthetic trace's rows,
+    so the history holds them as made up and a model fitted on them says so."""
     import numpy as np
+
+    from scheduler.synth import SOURCE_COLUMN, SOURCE_VALUE
 
     rng = np.random.default_rng(trajectories + 1)
     template = batch(trajectories, 2, 0, None)["batch"]["items"]
@@ -180,16 +201,31 @@ def _actuals(trajectories: int, steps: int) -> Iterator[dict[str, Any]]:
                     "finish_reason": "length" if length >= CAP else "stop",
                     "wall_time_s": 1.0,
                     "max_new_tokens": CAP,
+                    "features": {SOURCE_COLUMN: SOURCE_VALUE},
                 }
 
 
-def _seed_history(client: Any) -> None:
-    """Two earlier steps of actuals for every benchmark prompt, then a retrain (LightGBM serves)."""
+def _seed_history(client: Any) -> tuple[int, str]:
+    """Two earlier steps of synthetic actuals for every benchmark prompt, then a retrain (LightGBM
+    serves); how many actuals were sent, and the version retrained."""
+    sent = 0
     for trajectories, _ in SIZES:
         reports = list(_actuals(trajectories, steps=2))
         for start in range(0, len(reports), 4096):
             client.report_actuals(reports[start : start + 4096])
-    client.retrain()
+        sent += len(reports)
+    return sent, client.retrain().version
+
+
+def _say_seeded(url: str | None, seeded: tuple[int, str]) -> None:
+    """On stderr, what a ``--seed-history`` run left in a running service: it outlives the bench."""
+    if url is not None:
+        sent, version = seeded
+        typer.echo(
+            f"bench service: sent {sent} SYNTHETIC actuals to {url}; retrained: predictor {version}, "
+            "fitted on SYNTHETIC actuals",
+            err=True,
+        )
 
 
 Advance = Callable[[str, int, int], None]  # (size label, requests done, requests in all)

@@ -2,12 +2,17 @@
 
 Named ``h100-0``..., as the docs name workers, a run against a service with sidecars sent them its
 30,000 benchmark trajectories (found walking the README on a live fleet), and left them queued for
-the schedules' retention.
+the schedules' retention. Nor may its made-up actuals reach that service's history and model unless
+asked for, and then labelled synthetic.
 """
 
 from __future__ import annotations
 
+import json
+
 import redis
+import typer
+from typer.testing import CliRunner
 
 from service.client import SchedulerClient
 from service.commands.bench_service import _measure, batch
@@ -31,3 +36,37 @@ def test_a_benchmark_run_leaves_no_real_workers_inbox_nor_any_queue_holding_its_
             progress = client.progress(schedule_id)
             assert (progress.queued, progress.running, progress.cancelled) == (0, 0, progress.total)
             assert redis_client.zcard(keys.inbox(next(iter(progress.workers)))) == 0
+
+
+def _bench(cli: typer.Typer, url: str, *flags: str) -> tuple[dict[str, object], str]:
+    """``bench service --url`` at the least measuring (2 requests a size): its JSON report, its stderr."""
+    command = ["bench", "service", "--url", url, "--requests", "2", "--warmup", "0", "--json", *flags]
+    result = CliRunner().invoke(cli, command)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout), result.stderr
+
+
+def test_a_benchmark_run_on_a_url_leaves_its_history_and_model_alone(
+    cli: typer.Typer, live_settings: Settings
+) -> None:
+    """It sent 10,240 made-up actuals and retrained, unlabelled: the service's next model was fitted on
+    them, and said nothing of it."""
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        report, _ = _bench(cli, server.url)
+        models = client.models()
+    assert (models.history_rows, models.version, models.stored_versions) == (0, "fallback", [])
+    assert report["seeded_history"] is False
+
+
+def test_a_history_seeded_on_request_is_labelled_synthetic_and_so_is_the_model_fitted_on_it(
+    cli: typer.Typer, live_settings: Settings
+) -> None:
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        report, stderr = _bench(cli, server.url, "--seed-history")
+        models = client.models()
+    assert (models.history_rows, models.version, models.synthetic) == (10_240, "v1", True)
+    assert report["seeded_history"] is True
+    assert (
+        f"sent 10240 SYNTHETIC actuals to {server.url}; retrained: predictor v1, fitted on SYNTHETIC"
+        in stderr
+    )
