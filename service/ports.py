@@ -110,6 +110,8 @@ def bind_error(host: str, port: int) -> OSError | None:
 
 
 def why_unservable(host: str, port: int, error: OSError) -> str:
-    """``bind_error``'s ``error`` in words: "127.0.0.1:8000 is already in use"."""
-    reason = "already in use" if error.errno == errno.EADDRINUSE else error.strerror
-    return f"{host}:{port} is {reason}"
+    """``bind_error``'s ``error`` in words: "127.0.0.1:8000 is already in use", or for any other
+    error "10.0.0.9:8000 cannot be bound (cannot assign requested address)"."""
+    if error.errno == errno.EADDRINUSE:
+        return f"{host}:{port} is already in use"
+    return f"{host}:{port} cannot be bound ({(error.strerror or str(error)).lower()})"

@@ -80,3 +80,22 @@ def test_processes_given_different_shares_of_the_range_never_pick_the_same_port(
 def test_a_share_outside_the_range_of_shares_is_refused(index: int, count: int) -> None:
     with pytest.raises(ValueError, match=f"slice {index} of {count}"):
         ports.share_range(index, count)
+
+
+def test_a_port_another_socket_listens_on_is_refused_as_in_use() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as holder:
+        port = holder.getsockname()[1]
+        assert ports.unservable("127.0.0.1", port) == f"127.0.0.1:{port} is already in use"
+
+
+def test_an_address_this_host_does_not_have_is_refused_as_one_that_cannot_be_bound() -> None:
+    # 192.0.2.1 is TEST-NET-1 (RFC 5737), never a local interface's address
+    reason = ports.unservable("192.0.2.1", 8000)
+    assert reason is not None
+    assert reason.startswith("192.0.2.1:8000 cannot be bound (")
+    assert reason.islower()  # the system's words in the sentence, not capitalised as one
+
+
+def test_a_free_port_is_servable() -> None:
+    port = free_port()
+    assert ports.unservable("127.0.0.1", port) is None
