@@ -392,7 +392,13 @@ local function pulse(cfg, arg)
   local st, zadd, marks = {}, {}, {}
   if last and now - last > cfg.ttl / 2 then
     local keys = redis.call('ZRANGEBYSCORE', k('deadlines'), last, '(' .. int(now + cfg.ttl))
-    local done = #keys > 0 and redis.call('HMGET', k('graced'), unpack(keys)) or {}
+    -- in chunks: every running lease of a large schedule is past what one unpack takes (~8,000),
+    -- and an error here, before the pulse is rewritten, failed every later script of the schedule
+    local done = {}
+    for i = 1, #keys, 1000 do
+      local marks = redis.call('HMGET', k('graced'), unpack(keys, i, math.min(i + 999, #keys)))
+      for j, mark in ipairs(marks) do done[i + j - 1] = mark end
+    end
     for i, key in ipairs(keys) do
       local r = get(key)
       if r.s == 'r' and done[i] ~= r.tok then

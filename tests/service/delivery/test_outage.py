@@ -164,3 +164,19 @@ def test_a_dead_worker_s_lease_is_graced_at_most_once_however_often_silences_rec
     while not delivery.reap("s").requeued:
         assert time.monotonic() - claimed < 2 * TTL_MS / 1000 + 1.0, "a dead worker's lease never lapses"
         time.sleep(0.6 * TTL_MS / 1000)
+
+
+def test_a_silence_over_more_running_leases_than_one_lua_call_takes_graces_every_one(
+    server: EmbeddedServer,
+) -> None:
+    """The script that ends a silence reads the grace marks of every lease that ran through it. Read
+    in one HMGET, 8,500 of them went past what Lua's ``unpack`` takes (~8,000): the script failed
+    before it rewrote the pulse, so every later script of the schedule failed too, for good."""
+    delivery = Delivery(redis.Redis.from_url(server.url, decode_responses=True))
+    ttl_ms = 2_000
+    delivery.publish(schedule("s", {"w": 8_500}, ttl_ms=ttl_ms))
+    leases = [lease for _ in range(9) for lease in delivery.claim("s", "w", 1_000)]
+    time.sleep(0.6 * ttl_ms / 1000)  # a silence past half the TTL: an outage, to the next script
+    assert len(delivery.heartbeat(leases)) == 8_500
+    assert delivery.client.hget(delivery.keys("s").meta, "graced") == "8500"
+    assert delivery.reap("s").requeued == 0
