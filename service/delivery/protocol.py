@@ -145,7 +145,7 @@ class Delivery(DeliveryIndexes):
         """Lease items from the tail of the busiest queue; only when the worker's own queue is empty.
 
         Pinned items (and, under prefix affinity, groups that cannot move) are passed over for the
-        nearest items before them, within 64 of the tail: a pin shields nothing but itself. When that
+        nearest items before them, passing over at most 64: a pin shields nothing but itself. When that
         queue has nothing this worker may ever take there (pinned that far, its nearest item too big
         for its KV cache, no group that can move), the next busiest is tried, up to four per call; a
         refusal by the KV gate or the deadline guard below ends the steal at once (docs/delivery.md,

@@ -8,7 +8,7 @@
 -- and stays queued, as in the simulator (scheduler/sim_engine.py, reservation_fits).
 -- Pins and prefix affinity, as the simulator (scheduler/sim_pool.py): a pinned item (P:pin) is never
 -- stolen, but it shields nothing: the steal passes over it (it stays queued, in place) and takes the
--- nearest unpinned items before it, looking at most SCAN items from the tail (a dead worker's pinned
+-- nearest unpinned items before it, passing over at most SCAN items (a dead worker's pinned
 -- group planned last kept all 26 items of its queue from idle thieves, 18 of them unpinned). Under
 -- affinity (meta 'affinity' = '1') a steal moves a whole group or nothing: the group nearest the
 -- tail that may move, only if every member is still queued on the victim, never started (no attempt
@@ -43,7 +43,7 @@
 -- '' or absent = 1: the predicted length only), call id ('' or absent: none; as claim's).
 -- Returns {victim, then 5-tuples as claim}; {} when there is nothing to steal or nothing fits.
 local VICTIMS = 4  -- queues one steal may look at: the busiest first, then the next while skipped
-local SCAN = 64  -- items one steal looks at from a victim's tail, past pinned ones (sim_pool.py's STEAL_SCAN)
+local SCAN = 64  -- items one steal passes over on a victim's tail (pinned, too big; sim_pool.py's STEAL_SCAN)
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local thief, want, now, budget = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), tonumber(ARGV[4])
@@ -245,15 +245,17 @@ local function steal_group(len)
 end
 
 -- The tail items the thief takes, tail first, and why it took no more: 'skip' (nothing more it may
--- take within SCAN of the tail) or 'stop' (the deadline guard or the KV steal gate: this thief
--- waits) or nil (it took all it may). Pinned items, and those too big for the thief's cache, are
--- passed over: they stay queued, in place, and the nearest items before them are taken. The tail is
--- read in chunks (the first of the steal's size, then doubling): a queue without pins costs what it
--- did, one LRANGE and one HMGET of P:pin over the steal (and one of P:need for a thief with a cap).
+-- take before SCAN items were passed over) or 'stop' (the deadline guard or the KV steal gate: this
+-- thief waits) or nil (it took all it may). Pinned items, and those too big for the thief's cache, are
+-- passed over: they stay queued, in place, and the nearest items before them are taken. SCAN bounds
+-- the items passed over, not the walk: bounding the walk had cut every steal to SCAN items, below
+-- half the queue and max. The tail is read in chunks (the first of the steal's size, then doubling):
+-- a queue without pins costs what it did, one LRANGE and one HMGET of P:pin over the steal (and one
+-- of P:need for a thief with a cap).
 local function tail_fit(len)
   local take = math.min(want, math.max(1, math.floor(len / 2)))
-  local limit = math.min(len, SCAN)
-  local fit, used, seen = {}, 0, 0
+  local limit = math.min(len, take + SCAN)
+  local fit, used, seen, passed = {}, 0, 0, 0
   while seen < limit do
     local n = math.min(limit - seen, math.max(take, seen))
     local chunk = redis.call('LRANGE', queue, -(seen + n), -(seen + 1))
@@ -262,7 +264,10 @@ local function tail_fit(len)
     for i = #chunk, 1, -1 do
       local key = chunk[i]
       -- a pinned item never moves, nor one too big for the thief's cache: look at what precedes it
-      if not pins[i] and not (needs[i] and tonumber(needs[i]) > cap) then
+      if pins[i] or (needs[i] and tonumber(needs[i]) > cap) then
+        passed = passed + 1
+        if passed == SCAN then return fit, 'skip' end
+      else
         used = used + (tonumber(get(key).res) or 0)
         if budget and used > budget then return fit, 'stop' end
         if not in_time(key) then return fit, 'stop' end  -- its owner would finish it first

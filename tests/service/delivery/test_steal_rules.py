@@ -67,6 +67,17 @@ def test_a_steal_looks_past_pinned_items_only_so_far_from_the_tail(
         assert_sound(redis_client, f"s{pins}")
 
 
+def test_the_scan_bound_counts_passed_over_items_not_the_items_a_steal_takes(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    # a steal takes half the victim's queue, at most max_items; bounding the whole walk by SCAN had
+    # cut every steal to 64 items, so an idle thief with 150 free slots filled them in three polls
+    queue = (*(item(f"b-{i}#0") for i in range(400)), *(_pin(item(f"p-{i}#0")) for i in range(3)))
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}))
+    assert [le.key for le in delivery.steal("s", "a", 150)] == [f"b-{i}#0" for i in range(399, 249, -1)]
+    assert_sound(redis_client, "s")
+
+
 def test_a_pinned_item_survives_a_round_trip_through_redis(delivery: Delivery) -> None:
     delivery.publish(PublishedSchedule("s", {"b": (_pin(item("b-0#0")),)}))
     assert delivery.claim("s", "b", 1)[0].item.pinned
