@@ -1,0 +1,112 @@
+"""A schedule whose hash slot moves to another master (an operator's reshard) loses nothing.
+
+Every delivery script declares one key, ``P:meta``, and builds the schedule's other keys from it, all
+in its slot (docs/delivery.md, "Key layout"). While that slot is open (MIGRATING on its master,
+IMPORTING on the next, ``MIGRATE`` moving its keys one by one), the cluster checks each key a script
+touches, and refuses one that is not on that node (not moved yet, moved already, or never written) in
+the middle of the script, after the writes before it: a claim popped its items off the queue and
+never leased them, lost for good; asked of the new master, a claim ran on the part of the schedule
+already there and wrote keys that then blocked the move. These tests drive a reshard by hand, as
+``valkey-cli --cluster reshard`` does, on a cluster of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from service.delivery import Delivery
+from tests.cluster import LocalCluster
+from tests.service.delivery.audit import assert_sound
+from tests.service.delivery.conftest import schedule
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """A cluster of this module's own: its tests move slots between the masters."""
+    with LocalCluster() as local:
+        yield local
+
+
+@dataclass(frozen=True)
+class _Reshard:
+    """One slot moving from the master that holds it to another, step by step."""
+
+    cluster: LocalCluster
+    slot: int  # the schedule's hash slot
+    source: int  # port of the master holding it
+    target: int  # port of the master it moves to
+
+    @classmethod
+    def of(cls, cluster: LocalCluster, key: str) -> _Reshard:
+        """The move of ``key``'s slot from its master to the next one."""
+        slot = key_slot(key.encode())
+        with _node(cluster.nodes[0].port) as client:
+            owner = next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
+        ports = [node.port for node in cluster.nodes]
+        return cls(cluster, slot, owner, ports[(ports.index(owner) + 1) % len(ports)])
+
+    def open(self) -> None:
+        """IMPORTING on the target, then MIGRATING on the source: the slot is open."""
+        with _node(self.target) as target, _node(self.source) as source:
+            target.execute_command(
+                "CLUSTER", "SETSLOT", self.slot, "IMPORTING", source.execute_command("CLUSTER", "MYID")
+            )
+            source.execute_command(
+                "CLUSTER", "SETSLOT", self.slot, "MIGRATING", target.execute_command("CLUSTER", "MYID")
+            )
+
+    def move(self, keys: list[str] | None = None) -> None:
+        """MIGRATE ``keys`` (default: every key of the slot still on the source) to the target."""
+        with _node(self.source) as source:
+            keys = keys or source.execute_command("CLUSTER", "GETKEYSINSLOT", self.slot, 10_000)
+            source.execute_command("MIGRATE", "127.0.0.1", self.target, "", 0, 5000, "KEYS", *keys)
+
+    def close(self) -> None:
+        """Every master assigns the slot to the target: the move is over."""
+        with _node(self.target) as target:
+            target_id = target.execute_command("CLUSTER", "MYID")
+        for node in self.cluster.nodes:
+            with _node(node.port) as client:
+                client.execute_command("CLUSTER", "SETSLOT", self.slot, "NODE", target_id)
+
+
+def _node(port: int) -> redis.Redis:
+    return redis.Redis(port=port, decode_responses=True)
+
+
+def test_a_claim_while_its_slot_is_open_writes_nothing_and_its_items_are_claimed_once_it_moved(
+    cluster: LocalCluster,
+) -> None:
+    delivery = Delivery(cluster.client())
+    delivery.publish(schedule("open", {"w": 3}))
+    delivery.claim("open", "w", 1)  # a schedule in use: its first claim wrote P:seen, P:calls ...
+    reshard = _Reshard.of(cluster, delivery.keys("open").meta)
+    reshard.open()
+    with pytest.raises(redis.RedisError):  # refused until the slot settles (the client gave up first)
+        delivery.claim("open", "w", 5)
+    reshard.move()
+    reshard.close()
+    assert [lease.key for lease in delivery.claim("open", "w", 5)] == ["w-1#0", "w-2#0"]
+    assert_sound(delivery.client, "open")
+
+
+def test_a_step_sent_on_to_the_new_master_before_the_whole_schedule_is_there_waits_for_it(
+    cluster: LocalCluster,
+) -> None:
+    delivery = Delivery(cluster.client())
+    delivery.publish(schedule("half", {"w": 2}))
+    meta = delivery.keys("half").meta
+    reshard = _Reshard.of(cluster, meta)
+    reshard.open()
+    reshard.move([meta])  # the declared key moved first: the client is sent on (ASK) to the target
+    with pytest.raises(redis.RedisError):
+        delivery.claim("half", "w", 2)
+    reshard.move()  # what a step on the target wrote would block this MIGRATE (BUSYKEY)
+    reshard.close()
+    assert [lease.key for lease in delivery.claim("half", "w", 2)] == ["w-0#0", "w-1#0"]
+    assert_sound(delivery.client, "half")
