@@ -39,7 +39,15 @@ from service.delivery.views import text
 
 RedisClient = redis.Redis | RedisCluster
 _COMPLETE_CODES = {1: CompletionOutcome.ACCEPTED, 2: CompletionOutcome.DUPLICATE, 0: CompletionOutcome.STALE}
-_NOT_RUN = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")  # replies of a script the server did not run
+# Replies of a script the server did not run (a cluster redirect, a slot on the move: lua/common.lua).
+# By class: redis-py strips the code (MOVED ...) off the message of each, so a test of the message's
+# start never matched, and complete_and_claim raised MovedError after its schedule's slot moved.
+_NOT_RUN = (
+    redis.exceptions.MovedError,
+    redis.exceptions.AskError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError,
+)
 _RELEASE_CODES = {1: ReleaseOutcome.REQUEUED, 3: ReleaseOutcome.DEAD_LETTERED, 0: ReleaseOutcome.STALE}
 
 
@@ -280,9 +288,7 @@ class Delivery(DeliveryIndexes):
             pipe.evalsha(script.sha, 1, meta, *args)
         replies = pipe.execute(raise_on_error=False)
         for i, (reply, (script, args)) in enumerate(zip(replies, calls, strict=True)):
-            if isinstance(reply, redis.exceptions.NoScriptError) or (
-                isinstance(reply, redis.ResponseError) and str(reply).startswith(_NOT_RUN)
-            ):
+            if isinstance(reply, (redis.exceptions.NoScriptError, *_NOT_RUN)):
                 replies[i] = self._call(script, schedule_id, args)
             elif isinstance(reply, redis.ResponseError):
                 raise _mapped(reply, schedule_id)

@@ -19,10 +19,12 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from service.delivery import Delivery
+from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
 from tests.cluster import LocalCluster
 from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.conftest import schedule
+
+RESULT = TrajectoryResult(output_tokens=8, finish_reason="stop", wall_time_s=0.01, output="ok")
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +112,16 @@ def test_a_step_sent_on_to_the_new_master_before_the_whole_schedule_is_there_wai
     reshard.close()
     assert [lease.key for lease in delivery.claim("half", "w", 2)] == ["w-0#0", "w-1#0"]
     assert_sound(delivery.client, "half")
+
+
+def test_complete_and_claim_follows_its_schedule_to_the_master_it_moved_to(cluster: LocalCluster) -> None:
+    delivery = Delivery(cluster.client())
+    delivery.publish(schedule("moved", {"w": 3}))
+    (lease,) = delivery.claim("moved", "w", 1)
+    reshard = _Reshard.of(cluster, delivery.keys("moved").meta)
+    reshard.open()
+    reshard.move()
+    reshard.close()  # the client's slot map still names the old master: its pipeline is answered MOVED
+    outcomes, leases = delivery.complete_and_claim("moved", "w", [(lease.key, lease.token, RESULT)], 1)
+    assert (outcomes, [le.key for le in leases]) == ([CompletionOutcome.ACCEPTED], ["w-1#0"])
+    assert_sound(delivery.client, "moved")
