@@ -24,6 +24,7 @@ from scheduler.devices import DeviceProfile, ModelPreset, model_preset
 from scheduler.types import Plan, Worker
 from service.api.schemas import ActualReport
 from service.speed_groups import majority, snap
+from service.speed_kv import kv_slowdown
 
 # the learner's logger: an operator filtering on it sees every speed warning, wherever decided
 _log = logging.getLogger("service.speeds")
@@ -186,8 +187,13 @@ def batch_log_ratio(worker: Worker, model: ModelPreset, batch: Sequence[ActualRe
     fast (``tests/service/api/test_speed_prefill.py``). A mean of ratios is swayed by one far above
     the rest, as a mean of logs was not: a report 50x late among 25 made a batch read 2.8x, hence the
     cap (slow side only: one far below can take off no more than its own weight). The EWMA across
-    batches stays in logs (``service/speeds.py``)."""
-    modelled = [modelled_seconds(worker, model, report) for report in batch]
+    batches stays in logs (``service/speeds.py``).
+
+    Each modelled time is stretched by the batch's ``kv_slowdown``: what the planner's simulator
+    says the worker's own KV cache cost the batch (waiting inside the engine, recompute after
+    preemption), which plans charge again; 1.0 on a cache the batch cannot fill."""
+    slowdown = kv_slowdown(worker, model, batch)
+    modelled = [modelled_seconds(worker, model, report) * slowdown for report in batch]
     ratios = [
         min(max(_wall(report) / seconds, MIN_RATIO), MAX_RATIO)
         for report, seconds in zip(batch, modelled, strict=True)

@@ -1,0 +1,103 @@
+"""How much longer a worker's own KV cache made a batch of its reports take (``kv_slowdown``).
+
+Why. A speed sample is a report's measured seconds over ``modelled_seconds``, which prices the
+report as if every sequence the sidecar kept in flight ran in the batch. On a cache too small for
+them (engine-sim ``--kv-capacity-tokens 12000`` at 16 slots with some 6,000-token prompts) most
+wait inside the engine, inside their reports' wall time, and the engine preempts and recomputes
+(648 recomputes in 254 requests in a live walk, 2026-12-04): the learner read that as slowness
+(1.3-1.5x live, 2-3x in-process), and the planner, whose simulator plays the same cache, charged
+it again, so the worker got less work than it should. The sample must be measured over what the
+planner's own worker model says the batch takes on that cache, not on an unbounded one.
+
+How. The planner's simulator (``scheduler.simulator.simulate_worker``) plays the batch's reported
+lengths as one queue twice at ``time_scale = 1``: on the worker's cache and on one they never fill,
+with as many slots as the batch kept in flight. The reports' wall times sum the seconds each item was
+in flight; in a play, with the queue full, that is ``min(slots, items left)`` in flight between
+completions (Little's law), so each play's sum follows from its completion times. Their ratio is the
+slowdown; 1.0, without a play, when the batch cannot fill the cache (every plan then reads as before).
+
+Why not the reports. Neither vLLM nor SGLang answers how often a request was preempted (vLLM counts
+it per request only in a Prometheus histogram, ``vllm:request_num_preemptions``), and preemption is
+half of it: a starved engine runs fewer sequences than are in flight, a throughput the reports'
+concurrency does not show.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+from scheduler.admission import WATERMARK
+from scheduler.costmodel import worker_cost
+from scheduler.devices import ModelPreset
+from scheduler.simulator import simulate_worker
+from scheduler.types import Trajectory, Worker
+from service.api.schemas import ActualReport
+
+_log = logging.getLogger("service.speeds")
+
+
+def kv_slowdown(worker: Worker, model: ModelPreset, batch: Sequence[ActualReport]) -> float:
+    """In-flight seconds of ``batch`` (its reports' own wall times, concurrency and lengths) on
+    ``worker``'s KV cache over those on an unbounded one, both as the planner's simulator plays
+    them; at least 1.0 (a cache cannot speed a batch up: less in a play is the order's noise)."""
+    slots = max(1, min(round(sum(_concurrency(r) for r in batch) / len(batch)), worker.max_num_seqs))
+    capacity = worker_cost(worker, model).kv_capacity_tokens
+    longest = max(r.prompt_tokens + r.output_tokens for r in batch)
+    if slots * (longest + 1) <= capacity * (1.0 - WATERMARK):
+        return 1.0  # the cache holds the batch's largest items in every slot: never starved
+    if longest >= capacity:
+        _log.warning(
+            "worker %s: a report of %d tokens exceeds the profile's KV capacity %d; its speed is "
+            "learned without the cache's slowdown (is kv_capacity_tokens right?)",
+            worker.worker_id,
+            longest,
+            capacity,
+        )
+        return 1.0
+    order = _send_order(batch, slots)
+    items = [Trajectory(f"r{i}", 0, r.prompt_tokens, max(1, r.output_tokens), r.output_tokens) for i, r in order]
+    lengths = [r.output_tokens for _, r in order]
+    played = dataclasses.replace(worker, time_scale=1.0, max_num_seqs=slots)
+    roomy = dataclasses.replace(played, kv_capacity_tokens=2 * sum(p + 1 for p in _tokens(batch)))
+    starved_s = _in_flight_seconds(simulate_worker(played, model, items, actual_tokens=lengths).ends_s, slots)
+    free_s = _in_flight_seconds(simulate_worker(roomy, model, items, actual_tokens=lengths).ends_s, slots)
+    return max(1.0, starved_s / free_s) if free_s > 0 else 1.0
+
+
+def _send_order(batch: Sequence[ActualReport], slots: int) -> list[tuple[int, ActualReport]]:
+    """``batch`` in the order its items were likely sent to the engine, which a play needs (who ran
+    beside whom decides the preemptions). Reports come as their items ended; while ``slots`` are in
+    flight, wall seconds accrue ``slots`` a second, so the k-th ended about its predecessors' and its
+    own walls over ``slots`` in, and started its wall before that. Played in report order instead,
+    a batch of short prompts read 1.20x where this order read 1.09x (in-process, 2026-12-04)."""
+    ended, starts = 0.0, []
+    for i, report in enumerate(batch):
+        ended += _wall(report)
+        starts.append((ended / slots - _wall(report), i))
+    return [(i, batch[i]) for _, i in sorted(starts)]
+
+
+def _in_flight_seconds(ends: Sequence[float], slots: int) -> float:
+    """Sum over a play's items of their seconds in flight, from its completion times alone: with the
+    queue full the sidecar keeps ``slots`` in flight, then the ones left (Little's law)."""
+    total, previous, left = 0.0, 0.0, len(ends)
+    for end in sorted(ends):
+        total += (end - previous) * min(slots, left)
+        previous, left = end, left - 1
+    return total
+
+
+def _tokens(batch: Sequence[ActualReport]) -> list[int]:
+    return [r.prompt_tokens + r.output_tokens for r in batch]
+
+
+def _concurrency(report: ActualReport) -> float:
+    assert report.concurrency is not None  # SpeedLearner.observe keeps only reports that measured it
+    return report.concurrency
+
+
+def _wall(report: ActualReport) -> float:
+    assert report.wall_time_s is not None  # as above
+    return report.wall_time_s
