@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from scheduler.admission import WATERMARK
 from scheduler.costmodel import worker_cost
 from scheduler.devices import ModelPreset
+from scheduler.errors import InvalidInputError
 from scheduler.simulator import simulate_worker
 from scheduler.types import Trajectory, Worker
 from service.api.schemas import ActualReport
@@ -48,25 +49,26 @@ def kv_slowdown(worker: Worker, model: ModelPreset, batch: Sequence[ActualReport
     if slots * (longest + 1) <= capacity * (1.0 - WATERMARK):
         return 1.0  # the cache holds the batch's largest items in every slot: never starved
     if longest >= capacity:
-        _log.warning(
-            "worker %s: a report of %d tokens exceeds the profile's KV capacity %d; its speed is "
-            "learned without the cache's slowdown (is kv_capacity_tokens right?)",
-            worker.worker_id,
-            longest,
-            capacity,
-        )
-        return 1.0
+        return _unmodelled(batch, f"a report of {longest} tokens exceeds its KV capacity {capacity}")
     order = _send_order(batch, slots)
-    items = [Trajectory(f"r{i}", 0, r.prompt_tokens, max(1, r.output_tokens), r.output_tokens) for i, r in order]
-    lengths = [r.output_tokens for _, r in order]
     played = dataclasses.replace(worker, time_scale=1.0, max_num_seqs=slots)
-    roomy = dataclasses.replace(played, kv_capacity_tokens=2 * sum(p + 1 for p in _tokens(batch)))
-    starved_s = _in_flight_seconds(simulate_worker(played, model, items, actual_tokens=lengths).ends_s, slots)
-    free_s = _in_flight_seconds(simulate_worker(roomy, model, items, actual_tokens=lengths).ends_s, slots)
+    unbounded = 2 * sum(r.prompt_tokens + r.output_tokens + 1 for r in batch)  # more than all at once
+    try:
+        starved_s = _in_flight_seconds(played, model, order)
+        free_s = _in_flight_seconds(dataclasses.replace(played, kv_capacity_tokens=unbounded), model, order)
+    except InvalidInputError as error:  # the reports are stored already: never fail their request
+        return _unmodelled(batch, str(error))
     return max(1.0, starved_s / free_s) if free_s > 0 else 1.0
 
 
-def _send_order(batch: Sequence[ActualReport], slots: int) -> list[tuple[int, ActualReport]]:
+def _unmodelled(batch: Sequence[ActualReport], why: str) -> float:
+    """1.0, with a warning: a batch the simulator cannot play on the worker's profile says the profile
+    is wrong (``kv_capacity_tokens`` below the engine's), and its speed is learned as if never starved."""
+    _log.warning("worker %s: %s; its speed is learned without the cache's cost", batch[0].worker_id, why)
+    return 1.0
+
+
+def _send_order(batch: Sequence[ActualReport], slots: int) -> list[ActualReport]:
     """``batch`` in the order its items were likely sent to the engine, which a play needs (who ran
     beside whom decides the preemptions). Reports come as their items ended; while ``slots`` are in
     flight, wall seconds accrue ``slots`` a second, so the k-th ended about its predecessors' and its
@@ -76,21 +78,25 @@ def _send_order(batch: Sequence[ActualReport], slots: int) -> list[tuple[int, Ac
     for i, report in enumerate(batch):
         ended += _wall(report)
         starts.append((ended / slots - _wall(report), i))
-    return [(i, batch[i]) for _, i in sorted(starts)]
+    return [batch[i] for _, i in sorted(starts)]
 
 
-def _in_flight_seconds(ends: Sequence[float], slots: int) -> float:
-    """Sum over a play's items of their seconds in flight, from its completion times alone: with the
-    queue full the sidecar keeps ``slots`` in flight, then the ones left (Little's law)."""
+def _in_flight_seconds(worker: Worker, model: ModelPreset, order: Sequence[ActualReport]) -> float:
+    """Sum over ``order``'s items of their seconds in flight as the planner's simulator plays them,
+    one queue on ``worker`` (its slots: those the batch kept in flight), from the completion times
+    alone: with the queue full the sidecar keeps every slot in flight, then the items left (Little's
+    law), as the reports' wall times sum them."""
+    items = [
+        Trajectory(f"r{i}", 0, r.prompt_tokens, max(1, r.output_tokens), r.output_tokens)
+        for i, r in enumerate(order)
+    ]
+    lengths = [r.output_tokens for r in order]
+    ends = sorted(simulate_worker(worker, model, items, actual_tokens=lengths).ends_s)
     total, previous, left = 0.0, 0.0, len(ends)
-    for end in sorted(ends):
-        total += (end - previous) * min(slots, left)
+    for end in ends:
+        total += (end - previous) * min(worker.max_num_seqs, left)
         previous, left = end, left - 1
     return total
-
-
-def _tokens(batch: Sequence[ActualReport]) -> list[int]:
-    return [r.prompt_tokens + r.output_tokens for r in batch]
 
 
 def _concurrency(report: ActualReport) -> float:

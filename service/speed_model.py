@@ -1,7 +1,8 @@
 """The arithmetic of learned speeds, apart from the Redis store that keeps them (``service/speeds.py``).
 
 What a speed sample is (a report's measured seconds over the cost model's, ``modelled_seconds``,
-weighted and clamped per batch, ``batch_log_ratio``), what a learned scale is relative to
+stretched by what the worker's own KV cache cost the batch, ``service/speed_kv.py``, weighted and
+clamped per batch, ``batch_log_ratio``), what a learned scale is relative to
 (``profile_fingerprint``), how a worker with none borrows its peers' or the fleet's
 (``peer_scales``), which workers a plan leaves idle by its belief (``idle_learned``), and how
 profiles, fingerprints and learned states read from and write to their stored JSON. No I/O:

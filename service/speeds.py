@@ -12,7 +12,11 @@ ratios weighted by their modelled seconds: fixed costs the model leaves out (HTT
 items most, and a heavy-tailed batch is mostly short items (one vote each made a 0.25x engine read
 0.44x); the long ones measure decoding. A ratio of sums, since the prefill stalls a report sat
 through are modelled as those its own prompt caused, which holds only summed over a batch
-(``speed_model.modelled_seconds``, ``speed_model.batch_log_ratio``).
+(``speed_model.modelled_seconds``, ``speed_model.batch_log_ratio``). On a KV cache too small for
+the sequences a sidecar keeps in flight, most wait inside the engine and some are preempted and
+recomputed: plans charge that themselves (the planner's simulator plays the worker's cache), so the
+modelled seconds are stretched by what that simulator says the cache cost the batch
+(``service/speed_kv.py``); read as slowness, a starved engine-sim learned 2-3x its true scale.
 A later request that states no ``time_scale`` or ``decode_tokens_per_s`` for a worker gets the
 learned one, once ``MIN_SPEED_SAMPLES`` reports stand behind it: until then the mean is the plain
 mean of every report (no early report alone decides), and after it a batch of fewer reports moves it

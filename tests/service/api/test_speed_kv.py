@@ -9,14 +9,18 @@ same cache, then counted the cache twice.
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from scheduler.devices import device_profile, model_preset
 from scheduler.simulator import simulate_worker
 from scheduler.types import Trajectory, Worker
+from service.api.schemas import ActualReport
+from service.speed_kv import kv_slowdown
 from tests.service.api.conftest import batch_body
 
 TRUE_SCALE = 0.5
@@ -45,7 +49,8 @@ def _reports_of_a_starved_step(kv_tokens: int | None, seed: int = 0) -> list[dic
         prompt = 6000 if i % 8 == 0 else 100 + rng.randrange(330)
         output = min(KV_TOKENS - prompt - 1, max(1, round(rng.lognormvariate(6.2, 1.0))))
         items.append(Trajectory(f"p{i}", 0, prompt, 4096, output))
-    worker = Worker("w0", device_profile("H100"), max_num_seqs=SLOTS, time_scale=TRUE_SCALE, kv_capacity_tokens=kv_tokens)
+    h100 = device_profile("H100")
+    worker = Worker("w0", h100, max_num_seqs=SLOTS, time_scale=TRUE_SCALE, kv_capacity_tokens=kv_tokens)
     ends = list(simulate_worker(worker, model_preset("7b"), items).ends_s)
     ordered = sorted(ends)
     sent = [0.0 if i < SLOTS else ordered[i - SLOTS] for i in range(len(items))]
@@ -84,3 +89,25 @@ def test_a_worker_on_a_starved_kv_cache_is_learned_at_its_true_speed(client: Tes
 def test_a_worker_whose_cache_is_never_filled_is_learned_as_before(client: TestClient) -> None:
     learned = _learned(client, _reports_of_a_starved_step(None), None)
     assert abs(learned / TRUE_SCALE - 1.0) < 0.03, learned
+
+
+def test_a_report_larger_than_the_profiles_cache_is_learned_without_the_caches_cost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The profile then understates the engine's cache: no play of it can say what the cache cost,
+    and the reports are stored already, so the batch is measured as on a cache it never filled."""
+    worker = Worker("measured", device_profile("H100"), max_num_seqs=SLOTS, kv_capacity_tokens=1000)
+    report = ActualReport(
+        step=0,
+        prompt_id="p0",
+        sample_idx=0,
+        worker_id="w0",
+        prompt_tokens=900,
+        output_tokens=500,
+        finish_reason="stop",
+        wall_time_s=2.0,
+        concurrency=4.0,
+    )
+    with caplog.at_level(logging.WARNING, logger="service.speeds"):
+        assert kv_slowdown(worker, model_preset("7b"), [report, report]) == 1.0
+    assert "worker w0: a report of 1400 tokens exceeds its KV capacity 1000" in caplog.text
