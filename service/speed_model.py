@@ -175,7 +175,9 @@ def modelled_seconds(worker: Worker, model: ModelPreset, report: ActualReport) -
     return batch * cost.prefill_time(report.prompt_tokens) + report.output_tokens * step
 
 
-def batch_log_ratio(worker: Worker, model: ModelPreset, batch: Sequence[ActualReport]) -> float:
+def batch_log_ratio(
+    worker: Worker, model: ModelPreset, batch: Sequence[ActualReport], admitted: Collection[str] = ()
+) -> float:
     """log(measured / modelled seconds) of ``batch``: the mean of its reports' ratios weighted by
     their modelled seconds, i.e. its measured seconds over its modelled ones. Each ratio is first
     clamped to the bounds and to ``STALL_SPREAD`` times the batch's centre (the weighted mean of its
@@ -190,11 +192,17 @@ def batch_log_ratio(worker: Worker, model: ModelPreset, batch: Sequence[ActualRe
     cap (slow side only: one far below can take off no more than its own weight). The EWMA across
     batches stays in logs (``service/speeds.py``).
 
-    Each modelled time is stretched by the batch's ``kv_slowdown``: what the planner's simulator
-    says the worker's own KV cache cost the batch (waiting inside the engine, recompute after
-    preemption), which plans charge again; 1.0 on a cache the batch cannot fill."""
-    slowdown = kv_slowdown(worker, model, batch)
-    modelled = [modelled_seconds(worker, model, report) * slowdown for report in batch]
+    Each modelled time is stretched by ``kv_slowdown``: what the planner's simulator says the
+    worker's own KV cache cost the batch (waiting inside the engine, recompute after preemption),
+    which plans charge again; 1.0 on a cache the batch cannot fill, and for the reports of schedules
+    in ``admitted``, whose sidecars admitted by projected KV peak: nothing waited in the engine, and
+    their concurrency is the batch that ran (stretched, such a step read 0.4-0.8x its true scale)."""
+    free = [r for r in batch if r.schedule_id not in admitted]
+    slowdown = kv_slowdown(worker, model, free) if free else 1.0
+    modelled = [
+        modelled_seconds(worker, model, r) * (slowdown if r.schedule_id not in admitted else 1.0)
+        for r in batch
+    ]
     ratios = [
         min(max(_wall(report) / seconds, MIN_RATIO), MAX_RATIO)
         for report, seconds in zip(batch, modelled, strict=True)

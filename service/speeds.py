@@ -232,7 +232,9 @@ class SpeedLearner:
         if not ids:
             return {}
         profiles = dict(zip(ids, self._redis.hmget(self.workers_key, ids), strict=True))
-        planned = self._planned({r.schedule_id for b in by_worker.values() for r in b if r.schedule_id})
+        planned, admitted = self._planned(
+            {r.schedule_id for b in by_worker.values() for r in b if r.schedule_id}
+        )
         updated: dict[str, float] = {}
         for wid, reports_of_worker in by_worker.items():
             profile = worker_from_json(wid, profiles[wid])
@@ -246,20 +248,25 @@ class SpeedLearner:
                 continue
             # one update per batch, at its ratio: folding the samples one by one left the estimate to
             # the last few reported (a step's slow tail: 1.15 where the step's mean was 1.0)
-            args: list[Any] = [wid, self._alpha, batch_log_ratio(worker, model, batch), len(batch)]
+            ratio = batch_log_ratio(worker, model, batch, admitted)
+            args: list[Any] = [wid, self._alpha, ratio, len(batch)]
             args += [*LOG_SCALE_BOUNDS, now, MIN_SPEED_SAMPLES]
             updated[wid] = math.exp(float(self._update(keys=[self.speed_key], args=args)))
         return updated
 
-    def _planned(self, schedule_ids: Collection[str]) -> dict[str, dict[str, str]]:
+    def _planned(self, schedule_ids: Collection[str]) -> tuple[dict[str, dict[str, str]], set[str]]:
         """Schedule id -> worker -> fingerprint of the profile it was planned with, for the schedules
         that recorded them. One that did not (published by an older release, or expired with its
-        schedule) is absent: its reports are compared with each worker's current profile."""
+        schedule) is absent: its reports are compared with each worker's current profile. Beside it,
+        the schedules whose sidecars admitted by projected KV peak (``kv_admission``): nothing of
+        theirs waited inside an engine for its cache (``speed_model.batch_log_ratio``)."""
         ids = sorted(schedule_ids)
         if not ids:
-            return {}
+            return {}, set()
         pipe = self._redis.pipeline(transaction=False)
         for sid in ids:
-            pipe.hget(keys.schedule_keys(sid, self._prefix).meta, keys.PLANNED_PROFILES)
-        found = {sid: schedule_fingerprints(sid, raw) for sid, raw in zip(ids, pipe.execute(), strict=True)}
-        return {sid: prints for sid, prints in found.items() if prints}
+            pipe.hmget(keys.schedule_keys(sid, self._prefix).meta, [keys.PLANNED_PROFILES, keys.KV_ADMISSION])
+        metas = pipe.execute()
+        found = {sid: schedule_fingerprints(sid, raw) for sid, (raw, _) in zip(ids, metas, strict=True)}
+        admitted = {sid for sid, (_, flag) in zip(ids, metas, strict=True) if flag in ("1", b"1")}
+        return {sid: prints for sid, prints in found.items() if prints}, admitted

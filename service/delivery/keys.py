@@ -118,6 +118,9 @@ PUBLISHED_AT, PREDICTED_MAKESPAN, PLANNED_FINISH = "published_ms", "makespan_s",
 # Field of ``P:meta`` that ``service/speeds.py`` writes after the publish: worker -> the fingerprint
 # of the profile the schedule planned it with (absent on schedules published before it was stored).
 PLANNED_PROFILES = "profiles"
+# Field of ``P:meta`` that ``lua/publish.lua`` writes: "1" when sidecars admit by projected KV peak
+# (the plan's ``kv_admission``): read by progress, and by the speed learner (nothing waited in the engine).
+KV_ADMISSION = "kv_admission"
 # Field of ``P:meta`` that ``lua/publish.lua`` writes when the request drained workers: their ids, a
 # JSON list (absent: none drained). Claims, steals and a failed item's retry hand them nothing.
 DRAINED = "drained"
