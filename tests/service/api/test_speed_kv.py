@@ -45,9 +45,12 @@ def _running(starts: list[float], ends: list[float], start: float, end: float) -
     )
 
 
-def _reports_of_a_starved_step(kv_tokens: int | None, kv_admission: bool = False) -> list[dict[str, Any]]:
+def _reports_of_a_starved_step(
+    kv_tokens: int | None, kv_admission: bool = False, as_sent: bool = False
+) -> list[dict[str, Any]]:
     """Worker w0's reports of one step played by the planner's simulator at ``TRUE_SCALE`` on a
-    cache of ``kv_tokens`` (None: the profile's, never filled), in the order they ended. Without KV
+    cache of ``kv_tokens`` (None: the profile's, never filled), longest output first (as an LPT plan
+    orders a queue), reported in the order they ended (``as_sent``: in the queue's). Without KV
     admission a sidecar keeps ``SLOTS`` in flight: an item is sent when the one ``SLOTS`` ahead of it
     in the queue ends, and its wall time runs from then (waiting inside the engine included) to its
     end. With it, an item is sent when the engine can hold it to its end: it runs from then on."""
@@ -57,6 +60,7 @@ def _reports_of_a_starved_step(kv_tokens: int | None, kv_admission: bool = False
         prompt = 6000 if i % 8 == 0 else 100 + rng.randrange(330)
         output = min(KV_TOKENS - prompt - 1, max(1, round(rng.lognormvariate(6.2, 1.0))))
         items.append(Trajectory(f"p{i}", 0, prompt, 4096, output))
+    items.sort(key=lambda t: -t.predicted_tokens)
     h100 = device_profile("H100")
     worker = Worker("w0", h100, max_num_seqs=SLOTS, time_scale=TRUE_SCALE, kv_capacity_tokens=kv_tokens)
     run = simulate_worker(worker, model_preset("7b"), items, kv_admission=kv_admission)
@@ -83,7 +87,7 @@ def _reports_of_a_starved_step(kv_tokens: int | None, kv_admission: bool = False
         }
         for i, t in enumerate(items)
     ]
-    return [reports[i] for i in sorted(range(len(items)), key=ends.__getitem__)]
+    return reports if as_sent else [reports[i] for i in sorted(range(len(items)), key=ends.__getitem__)]
 
 
 def _learned(
@@ -96,9 +100,15 @@ def _learned(
     return scale
 
 
-def test_a_worker_on_a_starved_kv_cache_is_learned_at_its_true_speed(client: TestClient) -> None:
-    learned = _learned(client, _reports_of_a_starved_step(KV_TOKENS), KV_TOKENS)
-    assert abs(learned / TRUE_SCALE - 1.0) < 0.05, learned  # was 2.6x: the cache's cost read as slowness
+@pytest.mark.parametrize(("as_sent", "within"), [(False, 0.10), (True, 0.02)])
+def test_a_worker_on_a_starved_kv_cache_is_learned_at_its_true_speed(
+    client: TestClient, as_sent: bool, within: float
+) -> None:
+    """Was 3.4x (the cache's waiting and recompute read as slowness). Reports do not say when their
+    items were sent, which decides who ran beside whom: played in the order they ended, the batch
+    reads within 10% (in-process engine-sim steps: 0.93-1.14x, was 1.2-3.2x); in the queue's, 1%."""
+    learned = _learned(client, _reports_of_a_starved_step(KV_TOKENS, as_sent=as_sent), KV_TOKENS)
+    assert abs(learned / TRUE_SCALE - 1.0) < within, learned
 
 
 def test_a_worker_whose_cache_is_never_filled_is_learned_as_before(client: TestClient) -> None:
