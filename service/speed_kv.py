@@ -15,14 +15,15 @@ with as many slots as the batch kept in flight (the most any report saw: a step'
 The reports' wall times sum the seconds each item was in flight; in a play, with the queue full, that
 is ``min(slots, items left)`` in flight between completions (Little's law), so each play's sum follows
 from its completion times. Their ratio is the slowdown; 1.0, without a play, when the batch cannot
-fill the cache (every plan then reads as before).
+fill the cache (every plan then reads as before). Not for a step whose sidecars admitted by projected
+KV peak (``kv_admission``): nothing of it waited in the engine (``speed_model.batch_log_ratio``).
 
 Which items ran side by side decides the preemptions, and a report does not say when it was sent: the
 queue is played in the order reported, the order a step's results were accepted in, i.e. they ended
-(``report_results`` sends them so). On steps of 40 items (in-process, 2026-12-04) the true send
-order read 1.05-1.10x the true scale, report order 1.06-1.16x, and an order estimated from the wall
-times (each report's end about its predecessors' walls over the slots) 0.64-1.07x: it put long prompts
-together that had not run together.
+(``report_results`` sends them so). On twelve 40-item steps (in-process, 2026-12-04) the true send
+order, which the service cannot know, read 0.99-1.08x the true scale, report order 1.00-1.30x, and an
+order estimated from the wall times (each report's end about its predecessors' walls over the slots)
+0.61-1.01x: it put long prompts together that had not run together.
 
 Why not the reports. Neither vLLM nor SGLang answers how often a request was preempted (vLLM counts
 it per request only in a Prometheus histogram, ``vllm:request_num_preemptions``), and preemption is
