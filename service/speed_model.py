@@ -196,7 +196,7 @@ def batch_log_ratio(
     worker's own KV cache cost the batch (waiting inside the engine, recompute after preemption),
     which plans charge again; 1.0 on a cache the batch cannot fill, and for the reports of schedules
     in ``admitted``, whose sidecars admitted by projected KV peak: nothing waited in the engine, and
-    their concurrency is the batch that ran (stretched, a step played at scale 0.5 read 0.33)."""
+    their concurrency is the batch that ran (stretched, a step played at scale 0.5 read 0.20)."""
     free = [r for r in batch if r.schedule_id not in admitted]
     slowdown = kv_slowdown(worker, model, free) if free else 1.0
     modelled = [

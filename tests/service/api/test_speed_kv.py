@@ -119,7 +119,7 @@ def test_a_worker_whose_cache_is_never_filled_is_learned_as_before(client: TestC
 def test_a_step_admitted_by_kv_peak_is_learned_at_its_true_speed(client: TestClient) -> None:
     """Its sidecar sent an item only once the engine could hold it: nothing waited in the engine for
     the cache, and the reports' concurrency is the batch that ran, so there is no cost to take off
-    (taken off all the same, it read 0.66x)."""
+    (taken off all the same, it read 0.40x)."""
     reports = _reports_of_a_starved_step(KV_TOKENS, kv_admission=True)
     learned = _learned(client, reports, KV_TOKENS, kv_admission=True)
     assert abs(learned / TRUE_SCALE - 1.0) < 0.03, learned
