@@ -16,9 +16,9 @@ of spare capacity when KV binds), and, for a static plan, only if it would finis
 its owner would, by the plan's per-item deadlines (the deadline guard: ``_in_time`` and
 ``scheduler.deadlines``; a refused thief's turn ends, as with a KV refusal). Only unclaimed items
 move (never running ones, nor those already handed to an engine, preempted ones included, nor a
-trajectory pinned to its worker: the thief passes over pinned tail items, and those too big for its
-cache, and takes the nearest one before them that it may, within ``STEAL_SCAN`` of the tail, and
-tries the next queue only when there is none).
+trajectory pinned to its worker: the thief passes over pinned tail items, any number of them, and
+those too big for its cache, and takes the nearest one before them that it may, within
+``STEAL_SCAN`` unpinned items of the tail, and tries the next queue only when there is none).
 
 What the request constrains, the pool honours (``SimOptions``): an excluded (draining) worker never
 takes from the shared queue and never steals (its own planned queue, if any, it still runs and may be
@@ -44,7 +44,7 @@ from __future__ import annotations
 import enum
 import heapq
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import islice
 
 from scheduler.sim_alone import play_out
@@ -54,12 +54,13 @@ from scheduler.stealguard import beats_owner, lateness
 # Queues one steal looks at, busiest first (steal.lua's VICTIMS): enough to get past a few queues with
 # nothing for this thief, while a steal stays O(workers), not a walk over every queue's tail.
 STEAL_VICTIMS = 4
-# Items one steal looks at from a victim's tail, passing over those that can never leave it (pinned
-# items; under prefix affinity, groups that cannot move) for the nearest one that may (steal.lua's
-# SCAN): a longer pinned run shields what precedes it, so a steal stays bounded on long queues. 64:
-# a few pinned groups planned last; measured in delivery (docs/delivery.md, "Pins and prefix
-# affinity"), four all-pinned victims cost a steal ~0.1 ms of Redis (0.24 ms under affinity) at 64,
-# 0.33 (0.76) at 256, against ~0.06 ms for a steal that takes an item.
+# Unpinned items one steal looks at from a victim's tail, passing over those that can never leave it
+# for this thief (too big for its cache; under prefix affinity, groups that cannot move) for the
+# nearest one that may (steal.lua's SCAN): a longer run of those shields what precedes it, so a steal
+# stays bounded on long queues. Pinned items are not counted: steal.lua reads a queue holding pins
+# through its index of unpinned items (docs/delivery.md, "Pins and prefix affinity"), so any number
+# of them is passed at no cost. 64: measured in delivery, scanning 256 cost a steal 0.33 ms of Redis
+# (0.76 under affinity) at four victims, against ~0.06 ms for a steal that takes an item.
 STEAL_SCAN = 64
 
 
@@ -273,15 +274,14 @@ class Pool:
         """Move the victim's tail item (a group, under prefix affinity) to ``thief`` if it fits now.
 
         A pinned item never moves, nor one too big for the thief's cache, but neither shields its
-        queue: the thief takes the nearest item before them that it may, within ``STEAL_SCAN`` of the
-        tail. A dead worker's pinned group planned last kept every item of its queue from idle
+        queue: the thief takes the nearest item before them that it may, within ``STEAL_SCAN``
+        unpinned items of the tail (``_unpinned_tail``: pins are passed whatever their number). A dead worker's pinned group planned last kept every item of its queue from idle
         thieves; a long prompt at the tail kept it from every small cache (docs/simulator.md).
         """
         if self.affinity:
             return self._steal_group(victim, thief)
-        queue, pin = victim.queue, thief.ledger.pin
-        tail = enumerate(islice(reversed(queue), STEAL_SCAN), 1)
-        back = next((b for b, i in tail if pin[i] < 0 and thief.can_hold(i)), 0)
+        queue = victim.queue
+        back = next((b for b, i in _unpinned_tail(queue, thief.ledger.pin) if thief.can_hold(i)), 0)
         if not back:
             return Steal.SKIP
         item = queue[-back]
@@ -300,7 +300,7 @@ class Pool:
         """Move the group nearest the victim's tail that may move, within ``STEAL_SCAN`` of it; each
         group is judged once, at its tail-most member (``_move_group``)."""
         group, judged = thief.ledger.group, set[int]()
-        for item in islice(reversed(victim.queue), STEAL_SCAN):
+        for _, item in _unpinned_tail(victim.queue, thief.ledger.pin):
             g = group[item]
             if g not in judged:
                 judged.add(g)
@@ -362,6 +362,16 @@ class Pool:
         return heapq.nsmallest(
             STEAL_VICTIMS, candidates, key=lambda e: (-e.queued_work / self.speeds[e.index], e.index)
         )
+
+
+def _unpinned_tail(queue: deque[int], pin: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """The first ``STEAL_SCAN`` unpinned items from the queue's tail, each with its position from
+    the tail (1: the tail): what a thief looks at. Pinned items are not counted, as steal.lua reads
+    a queue holding pins through its index of unpinned items (docs/delivery.md): a hundred pins
+    planned last shielded the queue before them. Under prefix affinity a pin binds its whole group
+    (``simulator._pin_whole_groups``), so pinned groups are passed over whole too."""
+    unpinned = ((b, i) for b, i in enumerate(reversed(queue), 1) if pin[i] < 0)
+    return islice(unpinned, STEAL_SCAN)
 
 
 def thief_seconds(thief: WorkerEngine, item: int, batch: int) -> float:

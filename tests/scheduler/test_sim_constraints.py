@@ -225,14 +225,34 @@ def test_a_pinned_group_at_the_tail_of_a_queue_leaves_the_items_before_it_steala
         assert all(len(ws) == 1 for ws in _workers_per_group(_pinned_last(affinity)).values())
 
 
-def test_a_thief_looks_past_pinned_items_only_so_far_from_the_tail() -> None:
-    workers = [_worker("slow", time_scale=10.0), _worker("idle")]
+def _unpinned_behind_pins(tail: list[Trajectory], affinity: bool = False) -> str:
+    """Who runs the one unpinned item ``u`` of a ten times slower owner, planned right before
+    ``tail``; the owner starts four long pinned items first, an idle worker with a 16,000-token cache
+    waits beside it."""
+    workers = [
+        dataclasses.replace(_worker("slow", time_scale=10.0), kv_capacity_tokens=1_000_000),
+        dataclasses.replace(_worker("idle"), kv_capacity_tokens=16_000),
+    ]
     running = [Trajectory(f"r{i}", 0, 100, 2_000, 2_000.0, pinned_worker="slow") for i in range(4)]
-    for pins, stolen in ((STEAL_SCAN - 1, True), (STEAL_SCAN, False)):
+    work = [*running, Trajectory("u", 0, 100, 400, 400.0), *tail]
+    played = _play(_static({"slow": work, "idle": []}), work, workers, steal=True, prefix_affinity=affinity)
+    return next(r.worker_id for r in played.items if r.key == "u#0")
+
+
+@pytest.mark.parametrize("affinity", [False, True])
+def test_a_thief_passes_any_number_of_pinned_items(affinity: bool) -> None:
+    # a user pinning a hundred short prompts to a slow worker, planned last, shielded every unpinned
+    # item before them while the thief looked only STEAL_SCAN items from the tail
+    for pins in (STEAL_SCAN, 4 * STEAL_SCAN):
         tail = [Trajectory(f"p{i}", 0, 100, 50, 50.0, pinned_worker="slow") for i in range(pins)]
-        work = [*running, Trajectory("u", 0, 100, 400, 400.0), *tail]  # the owner starts the first 4
-        played = _play(_static({"slow": work, "idle": []}), work, workers, steal=True)
-        assert (next(r for r in played.items if r.key == "u#0").worker_id == "idle") is stolen
+        assert _unpinned_behind_pins(tail, affinity) == "idle"
+
+
+def test_a_thief_looks_past_items_too_big_for_it_only_so_far_from_the_tail() -> None:
+    # bounded as steal.lua's SCAN, which reads P:need item by item: idle thieves retry every poll
+    for bigs, thief in ((STEAL_SCAN - 1, "idle"), (STEAL_SCAN, "slow")):
+        tail = [Trajectory(f"x{i}", 0, 20_000, 50, 50.0) for i in range(bigs)]  # past the idle cache
+        assert _unpinned_behind_pins(tail) == thief
 
 
 def _long_prompt_last(affinity: bool) -> SimResult:
