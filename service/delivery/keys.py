@@ -19,7 +19,7 @@ key                         type     contents
                                      kv_admission, affinity, expire_at_ms), fence (token counter),
                                      nonce, request (work digest), workers and drained (JSON lists),
                                      published_ms, makespan_s, planned_finish, profiles,
-                                     cancelled_ms|_queued|_running, pulse, graced
+                                     cancelled_ms|_queued|_running, pulse, graced, pinq
 ``P:items``                 hash     item key -> ``<ref>\t<static item JSON without its payload>``
 ``P:prompts``               hash     ref -> payload JSON, once for the items that share it
 ``P:st``                    hash     item key -> ``state|token|attempts|deadline_ms|predicted|worker|
@@ -40,6 +40,7 @@ key                         type     contents
 ``P:counts``                hash     ``q|r|d|f|c`` totals and ``<state>:<worker>`` (``count_field``)
 ``P:q:<worker>``            list     the worker's ordered queue; head = next to start
 ``P:q:*``                   list     shared FIFO for shared-queue policies (``SHARED_QUEUE``)
+``P:u:<worker>``            list     the unpinned items of a queue that holds pins, in its order (steals)
 ``P:calls``                 hash     ``claim|steal <worker>`` -> ``<call id>\n<victim>\n<token> <key>...``
                                      ``reset <worker>`` -> ``<call id>\n<released> <lapsed> <dead> <charged>``
 ``P:answer``                string   the ``POST /schedule`` answer, ``z1:`` + base64 of zlib'd JSON
@@ -246,6 +247,10 @@ class ScheduleKeys:
     def queue(self, worker_id: str) -> str:
         """A worker's ordered queue (``SHARED_QUEUE`` names the shared FIFO)."""
         return f"{self.base}:q:{worker_id}"
+
+    def unpinned(self, worker_id: str) -> str:
+        """The unpinned items of a worker's queue that holds pins, in queue order: what a steal reads."""
+        return f"{self.base}:u:{worker_id}"
 
     @property
     def pattern(self) -> str:

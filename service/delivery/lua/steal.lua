@@ -66,10 +66,19 @@ local rate, busy = tonumber(ARGV[5] or ''), tonumber(ARGV[6] or '') or 0
 local margin = tonumber(ARGV[7] or '') or 1
 if rate and rate <= 0 then rate = nil end
 
--- The victim under examination: its name, its queue key, how far it runs behind its plan (ms,
--- computed on first use) and whether it is stalled (overdue by a lease TTL with nothing of this
--- schedule running: no guard). Reset per victim.
-local victim, queue, late, stalled = nil, nil, nil, false
+-- The victim under examination: its name, its queue key, the list a steal reads its tail from (the
+-- queue, or for a queue holding pins its index of unpinned items, P:u:<victim>: common.lua,
+-- pin_indexed), how far it runs behind its plan (ms, computed on first use) and whether it is
+-- stalled (overdue by a lease TTL with nothing of this schedule running: no guard). Reset per victim.
+local victim, queue, look, late, stalled = nil, nil, nil, nil, false
+
+-- Take keys off the victim's queue (each near its tail) and off its index of unpinned items.
+local function unqueue(keys)
+  for _, key in ipairs(keys) do
+    redis.call('LREM', queue, -1, key)
+    if look ~= queue then redis.call('LREM', look, -1, key) end
+  end
+end
 
 -- Whether the thief would finish key before its owner would (true without a rate or a deadline).
 local function in_time(key)
@@ -92,10 +101,10 @@ local function in_time(key)
   return now + math.max(need, busy) <= finish and now + margin * need <= start + margin * (finish - start)
 end
 
--- Under prefix affinity the victim's queue as read so far from its tail: tail[i] is its i-th key
--- from the tail, tgrp[i] that key's group (P:grp) and tpin[i] whether it is pinned (P:pin); scanned
--- maps each group to its members queued there, head first, once the whole queue was read
--- (scan_groups). Reset per victim.
+-- Under prefix affinity the victim's queue (look: pinned groups are not in an index) as read so far
+-- from its tail: tail[i] is its i-th key from the tail, tgrp[i] that key's group (P:grp) and tpin[i]
+-- whether it is pinned (P:pin); scanned maps each group to its members queued there, head first,
+-- once the whole list was read (scan_groups). Reset per victim.
 local tail, tgrp, tpin, scanned = {}, {}, {}, nil
 
 -- Read the victim's queue to at least n items from its tail (never past len): exactly n the first
@@ -103,7 +112,7 @@ local tail, tgrp, tpin, scanned = {}, {}, {}, nil
 local function read_tail(n, len)
   local seen = #tail
   if n <= seen then return end
-  local chunk = redis.call('LRANGE', queue, -math.min(len, math.max(n, 2 * seen)), -(seen + 1))
+  local chunk = redis.call('LRANGE', look, -math.min(len, math.max(n, 2 * seen)), -(seen + 1))
   local groups, pins = redis.call('HMGET', k('grp'), unpack(chunk)), redis.call('HMGET', k('pin'), unpack(chunk))
   for i = #chunk, 1, -1 do tail[#tail + 1], tgrp[#tgrp + 1], tpin[#tpin + 1] = chunk[i], groups[i], pins[i] end
 end
@@ -113,8 +122,8 @@ end
 local function scan_groups()
   if scanned then return scanned end
   scanned = {}
-  for i = 0, redis.call('LLEN', queue) - 1, 1000 do
-    local chunk = redis.call('LRANGE', queue, i, i + 999)
+  for i = 0, redis.call('LLEN', look) - 1, 1000 do
+    local chunk = redis.call('LRANGE', look, i, i + 999)
     local groups = redis.call('HMGET', k('grp'), unpack(chunk))
     for j, key in ipairs(chunk) do
       local g = groups[j]
@@ -220,8 +229,9 @@ local function movable_group(pos, len)
   return members
 end
 
--- Prefix affinity: the nearest group to the victim's tail that may move, within SCAN of it, moves
--- whole to the thief's queue, up to max of it leased now; 'skip' or 'stop' when none moves.
+-- Prefix affinity: the nearest group to the victim's tail that may move, within SCAN unpinned items
+-- of it (len: how many look holds), moves whole to the thief's queue, up to max of it leased now;
+-- 'skip' or 'stop' when none moves.
 local function steal_group(len)
   tail, tgrp, tpin, scanned = {}, {}, {}, nil
   local judged, members = {}, 'skip'
@@ -235,7 +245,7 @@ local function steal_group(len)
   end
   if members == 'pass' then return 'skip' end
   if type(members) == 'string' then return members end
-  for _, key in ipairs(members) do redis.call('LREM', queue, -1, key) end
+  unqueue(members)
   dequeued(victim, members)
   local out = {victim}
   adopt(members, thief, want, now, cfg, out)
@@ -246,20 +256,22 @@ end
 
 -- The tail items the thief takes, tail first, and why it took no more: 'skip' (nothing more it may
 -- take before SCAN items were passed over) or 'stop' (the deadline guard or the KV steal gate: this
--- thief waits) or nil (it took all it may). Pinned items, and those too big for the thief's cache, are
--- passed over: they stay queued, in place, and the nearest items before them are taken. SCAN bounds
--- the items passed over, not the walk: bounding the walk had cut every steal to SCAN items, below
--- half the queue and max. The tail is read in chunks (the first of the steal's size, then doubling):
--- a queue without pins costs what it did, one LRANGE and one HMGET of P:pin over the steal (and one
--- of P:need for a thief with a cap).
-local function tail_fit(len)
+-- thief waits) or nil (it took all it may); at most half the queue (len items; free: how many the
+-- list read holds). Pinned items, and those too big for the thief's cache, are passed over: they
+-- stay queued, in place, and the nearest items before them are taken. SCAN bounds the items passed
+-- over, not the walk: bounding the walk had cut every steal to SCAN items, below half the queue and
+-- max. Pinned ones cost nothing and do not count: a queue holding pins is read through its index of
+-- unpinned items (free of them), so a hundred pins planned last shield nothing. The tail is read in
+-- chunks (the first of the steal's size, then doubling): a queue without pins costs what it did,
+-- one LRANGE and one HMGET of P:pin over the steal (and one of P:need for a thief with a cap).
+local function tail_fit(len, free)
   local take = math.min(want, math.max(1, math.floor(len / 2)))
-  local limit = math.min(len, take + SCAN)
+  local limit = math.min(free, take + SCAN)
   local fit, used, seen, passed = {}, 0, 0, 0
   while seen < limit do
     local n = math.min(limit - seen, math.max(take, seen))
-    local chunk = redis.call('LRANGE', queue, -(seen + n), -(seen + 1))
-    local pins = redis.call('HMGET', k('pin'), unpack(chunk))
+    local chunk = redis.call('LRANGE', look, -(seen + n), -(seen + 1))
+    local pins = look == queue and redis.call('HMGET', k('pin'), unpack(chunk)) or {}
     local needs = cap and redis.call('HMGET', k('need'), unpack(chunk)) or {}
     for i = #chunk, 1, -1 do
       local key = chunk[i]
@@ -281,10 +293,10 @@ local function tail_fit(len)
 end
 
 -- Lease up to half of the victim's queue from its tail; 'skip' or 'stop' when nothing fits.
-local function steal_tail(len)
-  local keys, why = tail_fit(len)
+local function steal_tail(len, free)
+  local keys, why = tail_fit(len, free)
   if #keys == 0 then return why end
-  for _, key in ipairs(keys) do redis.call('LREM', queue, -1, key) end  -- each near the tail
+  unqueue(keys)
   dequeued(victim, keys)
   local out = {victim}
   lease_all(keys, thief, now, cfg, out)
@@ -299,13 +311,17 @@ for _, v in ipairs(redis.call('ZREVRANGE', k('work'), 0, VICTIMS)) do
   if v ~= thief and tried < VICTIMS then
     tried = tried + 1
     victim, queue, late, stalled = v, k('q:' .. v), nil, false
+    look = pin_indexed(cfg, v) and unpinned_key(v) or queue
     local len, got = redis.call('LLEN', queue), 'skip'
+    local free = look == queue and len or redis.call('LLEN', look)  -- 0: nothing but pins, skip
     if len == 0 then
       redis.call('ZREM', k('work'), victim)  -- a stale score: nothing queued there
+    elseif free == 0 then
+      got = 'skip'
     elseif affinity then
-      got = steal_group(len)
+      got = steal_group(free)
     else
-      got = steal_tail(len)
+      got = steal_tail(len, free)
     end
     if got == 'stop' then return {} end
     if got ~= 'skip' then return got end

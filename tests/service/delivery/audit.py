@@ -70,6 +70,7 @@ def audit(client: redis.Redis, schedule_id: str, prefix: str = "rs") -> Audit:
     counters = {str(k): int(v) for k, v in client.hgetall(f"{b}:counts").items()}
     recount["f"] = recount.pop("x", 0)
     problems += _work_problems(client, b, records)
+    problems += _pin_index_problems(client, b)
     agree = all(counters.get(k, 0) == v for k, v in recount.items()) and all(
         v == recount.get(k, 0) for k, v in counters.items()
     )
@@ -108,6 +109,25 @@ def _work_problems(client: redis.Redis, base: str, records: dict[str, list[str]]
     if set(actual) != set(expected):
         return [f"work index names {sorted(actual)}, queues with work are {sorted(expected)}"]
     return [f"work[{w}] = {actual[w]} != {v}" for w, v in expected.items() if abs(actual[w] - v) > tolerance]
+
+
+def _pin_index_problems(client: redis.Redis, base: str) -> list[str]:
+    """Each queue that holds pins (``P:meta`` ``pinq``) must have its index ``P:u:<worker>`` equal to
+    its unpinned items in queue order, and no other queue an index: a steal reads the index alone."""
+    named: Any = client.hget(f"{base}:meta", "pinq")
+    indexed = set(json.loads(str(named))) if named else set()
+    pinned = {str(k) for k in client.hkeys(f"{base}:pin")}
+    problems = []
+    for name in client.scan_iter(match=f"{base}:u:*", count=1000):
+        if str(name).removeprefix(f"{base}:u:") not in indexed:
+            problems.append(f"{name}: an index of a queue meta 'pinq' does not name")
+    for worker in indexed:
+        queue: Any = client.lrange(f"{base}:q:{worker}", 0, -1)
+        index: Any = client.lrange(f"{base}:u:{worker}", 0, -1)
+        expected = [str(k) for k in queue if str(k) not in pinned]
+        if [str(k) for k in index] != expected:
+            problems.append(f"u:{worker} = {[str(k) for k in index]} != unpinned of its queue {expected}")
+    return problems
 
 
 RecordProperty = Callable[[str, object], None]  # pytest's ``record_property`` fixture

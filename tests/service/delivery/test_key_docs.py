@@ -26,7 +26,7 @@ def _code_keys() -> set[str]:
     schedule = keys.schedule_keys(SCHEDULE, PREFIX)
     properties = [name for name, value in vars(keys.ScheduleKeys).items() if isinstance(value, property)]
     built = {getattr(schedule, name) for name in properties if name not in ("base", "pattern")}
-    built |= {schedule.queue(WORKER), schedule.queue(keys.SHARED_QUEUE)}
+    built |= {schedule.queue(WORKER), schedule.queue(keys.SHARED_QUEUE), schedule.unpinned(WORKER)}
     for name, function in inspect.getmembers(keys, inspect.isfunction):
         if "prefix" in inspect.signature(function).parameters and name not in NOT_KEYS:
             built.add(function(*[WORKER] * (len(inspect.signature(function).parameters) - 1), prefix=PREFIX))

@@ -21,6 +21,11 @@ def _group(prompt: str, n: int, predicted: float = 100.0) -> tuple[DeliveryItem,
     return tuple(item(f"{prompt}#{i}", predicted) for i in range(n))
 
 
+def _commands(client: redis.Redis) -> int:
+    """Commands the server has run so far (scripts' calls included), from INFO commandstats."""
+    return sum(int(stat["calls"]) for stat in client.info("commandstats").values())
+
+
 def test_a_pinned_tail_item_stays_and_the_thief_takes_the_unpinned_items_before_it(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
@@ -56,14 +61,17 @@ def test_a_queue_ending_in_a_pinned_group_gives_thieves_every_unpinned_item(
     assert_sound(redis_client, "s")
 
 
-def test_a_steal_looks_past_pinned_items_only_so_far_from_the_tail(
+def test_a_steal_passes_any_number_of_pinned_items_at_a_cost_that_does_not_grow_with_them(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
-    # bounded (STEAL_SCAN in the simulator, SCAN in steal.lua): idle thieves retry every poll
-    for pins, got in ((STEAL_SCAN - 1, ["b-0#0"]), (STEAL_SCAN, [])):
-        queue = (item("b-0#0"), *(_pin(item(f"p-{i}#0")) for i in range(pins)))
+    # a user pinned a hundred short prompts to a slow worker, planned last: the steal looked at most
+    # SCAN (64) items from the tail, so the 200 unpinned items before them stayed with their owner
+    for pins in (STEAL_SCAN, 2_000):
+        queue = (*(item(f"b-{i}#0") for i in range(3)), *(_pin(item(f"p-{i}#0")) for i in range(pins)))
         delivery.publish(PublishedSchedule(f"s{pins}", {"a": (), "b": queue}))
-        assert [le.key for le in delivery.steal(f"s{pins}", "a", 4)] == got
+        before = _commands(redis_client)
+        assert [le.key for le in delivery.steal(f"s{pins}", "a", 2)] == ["b-2#0", "b-1#0"]
+        assert _commands(redis_client) - before < 60  # the same at 64 pins and at 2,000
         assert_sound(redis_client, f"s{pins}")
 
 
@@ -75,6 +83,24 @@ def test_the_scan_bound_counts_passed_over_items_not_the_items_a_steal_takes(
     queue = (*(item(f"b-{i}#0") for i in range(400)), *(_pin(item(f"p-{i}#0")) for i in range(3)))
     delivery.publish(PublishedSchedule("s", {"a": (), "b": queue}))
     assert [le.key for le in delivery.steal("s", "a", 150)] == [f"b-{i}#0" for i in range(399, 249, -1)]
+    assert_sound(redis_client, "s")
+
+
+def test_a_queue_holding_pins_keeps_its_unpinned_index_through_claims_requeues_and_steals(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    pins = tuple(_pin(item(f"p-{i}#0")) for i in range(1, 80))
+    queue = (item("b-0#0"), _pin(item("p-0#0")), item("b-1#0"), *pins)
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": queue, "c": (item("c-0#0"),)}))
+    held = delivery.claim("s", "b", 2)  # b-0 and p-0 leave the head of the queue and of its index
+    assert_sound(redis_client, "s")
+    delivery.release(held)  # back to the head, b-0 into the index again
+    assert_sound(redis_client, "s")
+    assert [le.key for le in delivery.steal("s", "a", 1)] == ["b-1#0"]
+    assert [le.key for le in delivery.steal("s", "c", 4)] == []  # c still has its own queue
+    assert [le.key for le in delivery.claim("s", "c", 4)] == ["c-0#0"]
+    assert [le.key for le in delivery.steal("s", "c", 4)] == ["b-0#0"]
+    assert [le.key for le in delivery.steal("s", "a", 4)] == []  # nothing but pins is left
     assert_sound(redis_client, "s")
 
 
@@ -177,11 +203,6 @@ def test_a_resent_steal_answers_its_leases_after_a_claim_took_the_rest_of_its_gr
     assert [(le.key, le.token) for le in again] == [(le.key, le.token) for le in lost]
     assert delivery.progress("s").workers["b"].queued == 2  # nothing more stolen
     assert_sound(redis_client, "s")
-
-
-def _commands(client: redis.Redis) -> int:
-    """Commands the server has run so far (scripts' calls included), from INFO commandstats."""
-    return sum(int(stat["calls"]) for stat in client.info("commandstats").values())
 
 
 def test_under_prefix_affinity_a_steal_reads_the_tail_group_not_the_whole_queue(
