@@ -16,9 +16,9 @@ of spare capacity when KV binds), and, for a static plan, only if it would finis
 its owner would, by the plan's per-item deadlines (the deadline guard: ``_in_time`` and
 ``scheduler.deadlines``; a refused thief's turn ends, as with a KV refusal). Only unclaimed items
 move (never running ones, nor those already handed to an engine, preempted ones included, nor a
-trajectory pinned to its worker: the thief passes over pinned tail items, any number of them, and
-those too big for its cache, and takes the nearest one before them that it may, within
-``STEAL_SCAN`` unpinned items of the tail, and tries the next queue only when there is none).
+trajectory pinned to its worker: the thief passes over pinned tail items and those too big for its
+cache, any number of them, and takes the nearest one before them that it may (under prefix affinity
+within ``STEAL_SCAN`` unpinned items of the tail), and tries the next queue only when there is none).
 
 What the request constrains, the pool honours (``SimOptions``): an excluded (draining) worker never
 takes from the shared queue and never steals (its own planned queue, if any, it still runs and may be
@@ -54,24 +54,26 @@ from scheduler.stealguard import beats_owner, lateness
 # Queues one steal looks at, busiest first (steal.lua's VICTIMS): enough to get past a few queues with
 # nothing for this thief, while a steal stays O(workers), not a walk over every queue's tail.
 STEAL_VICTIMS = 4
-# Unpinned items one steal looks at from a victim's tail, passing over those that can never leave it
-# for this thief (too big for its cache; under prefix affinity, groups that cannot move) for the
+# Under prefix affinity, unpinned items one steal looks at from a victim's tail, passing over groups
+# that can never leave it for this thief (part of it claimed, a member too big for its cache) for the
 # nearest one that may (steal.lua's SCAN): a longer run of those shields what precedes it, so a steal
-# stays bounded on long queues. Pinned items are not counted: steal.lua reads a queue holding pins
-# through its index of unpinned items (docs/delivery.md, "Pins and prefix affinity"), so any number
-# of them is passed at no cost. 64: measured in delivery, scanning 256 cost a steal 0.33 ms of Redis
-# (0.76 under affinity) at four victims, against ~0.06 ms for a steal that takes an item.
+# stays bounded on long queues. Pinned items are not counted, and without affinity nothing bounds
+# the pass: steal.lua reads a victim's list of its unpinned items, or of those the thief's cache
+# holds (lua/index.lua; docs/delivery.md, "Pins and prefix affinity"), so any number of items the
+# thief may never take is passed at no cost. 64: measured in delivery, scanning 256 cost a steal
+# 0.33 ms of Redis (0.76 under affinity) at four victims, against ~0.06 ms for one that takes an item.
 STEAL_SCAN = 64
 
 
 class Steal(enum.Enum):
     """What one victim gave a thief.
 
-    SKIP: nothing this thief can ever take from that tail (all of it, within ``STEAL_SCAN``, pinned, too
-    big for its cache or in groups that cannot move), so it tries the next victim; STOP: a refusal that
-    time lifts (the KV steal gate, the deadline guard, an admission refusal), which ends the thief's
-    turn as it always did; PASS (one group's verdict, within a victim): that group can never leave
-    the victim for this thief now, so the thief looks at the group before it.
+    SKIP: nothing this thief can ever take from that queue (all of it pinned or too big for its
+    cache; under affinity, within ``STEAL_SCAN``, in groups that cannot move), so it tries the next
+    victim; STOP: a refusal that time lifts (the KV steal gate, the deadline guard, an admission
+    refusal), which ends the thief's turn as it always did; PASS (one group's verdict, within a
+    victim): that group can never leave the victim for this thief now, so the thief looks at the
+    group before it.
     """
 
     TAKEN = "taken"
@@ -259,7 +261,8 @@ class Pool:
     def _steal_from(self, victims: list[WorkerEngine], thief: WorkerEngine) -> bool:
         """Steal from the first of ``victims`` that has something for ``thief``; whether it took one.
 
-        A victim whose tail (to ``STEAL_SCAN``) this thief can never take is passed over for the next:
+        A victim with nothing this thief can ever take (under affinity, within ``STEAL_SCAN``) is
+        passed over for the next:
         with only the busiest considered, a small worker starved while a queue it could drain waited
         behind one holding only items too big for it (two dead big workers, small ones idle). A
         refusal that time lifts ends the turn at the first victim, as before (docs/simulator.md).
@@ -274,14 +277,19 @@ class Pool:
         """Move the victim's tail item (a group, under prefix affinity) to ``thief`` if it fits now.
 
         A pinned item never moves, nor one too big for the thief's cache, but neither shields its
-        queue: the thief takes the nearest item before them that it may, within ``STEAL_SCAN``
-        unpinned items of the tail (``_unpinned_tail``: pins are passed whatever their number). A dead worker's pinned group planned last kept every item of its queue from idle
-        thieves; a long prompt at the tail kept it from every small cache (docs/simulator.md).
+        queue: the thief takes the nearest item before them that it may, however many there are
+        (steal.lua reads the victim's list of unpinned items, or of those the thief's cache holds:
+        index.lua); under prefix affinity the nearest group that may move, within ``STEAL_SCAN``
+        unpinned items of the tail (``_unpinned_tail``). A dead worker's pinned group planned last
+        kept every item of its queue from idle thieves; a long prompt at the tail kept it from
+        every small cache; a hundred pins, or long documents, planned last did so past the old
+        bound of ``STEAL_SCAN`` items (docs/simulator.md).
         """
         if self.affinity:
             return self._steal_group(victim, thief)
-        queue = victim.queue
-        back = next((b for b, i in _unpinned_tail(queue, thief.ledger.pin) if thief.can_hold(i)), 0)
+        queue, pin = victim.queue, thief.ledger.pin
+        tail = enumerate(reversed(queue), 1)  # unbounded: steal.lua reads a list of what it may take
+        back = next((b for b, i in tail if pin[i] < 0 and thief.can_hold(i)), 0)
         if not back:
             return Steal.SKIP
         item = queue[-back]
@@ -366,10 +374,10 @@ class Pool:
 
 def _unpinned_tail(queue: deque[int], pin: Sequence[int]) -> Iterator[tuple[int, int]]:
     """The first ``STEAL_SCAN`` unpinned items from the queue's tail, each with its position from
-    the tail (1: the tail): what a thief looks at. Pinned items are not counted, as steal.lua reads
-    a queue holding pins through its index of unpinned items (docs/delivery.md): a hundred pins
-    planned last shielded the queue before them. Under prefix affinity a pin binds its whole group
-    (``simulator._pin_whole_groups``), so pinned groups are passed over whole too."""
+    the tail (1: the tail): what a thief looks at under prefix affinity. Pinned items are not
+    counted, as steal.lua reads a queue holding pins through its list of unpinned items
+    (lua/index.lua): a hundred pins planned last shielded the queue before them. A pin binds its
+    whole group (``simulator._pin_whole_groups``), so pinned groups are passed over whole."""
     unpinned = ((b, i) for b, i in enumerate(reversed(queue), 1) if pin[i] < 0)
     return islice(unpinned, STEAL_SCAN)
 

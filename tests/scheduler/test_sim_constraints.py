@@ -248,11 +248,19 @@ def test_a_thief_passes_any_number_of_pinned_items(affinity: bool) -> None:
         assert _unpinned_behind_pins(tail, affinity) == "idle"
 
 
-def test_a_thief_looks_past_items_too_big_for_it_only_so_far_from_the_tail() -> None:
-    # bounded as steal.lua's SCAN, which reads P:need item by item: idle thieves retry every poll
-    for bigs, thief in ((STEAL_SCAN - 1, "idle"), (STEAL_SCAN, "slow")):
+def test_a_thief_passes_any_number_of_items_too_big_for_it() -> None:
+    # long documents with short answers, planned last: a small cache got nothing before them while
+    # the thief looked only STEAL_SCAN items from the tail
+    for bigs in (STEAL_SCAN, 4 * STEAL_SCAN):
         tail = [Trajectory(f"x{i}", 0, 20_000, 50, 50.0) for i in range(bigs)]  # past the idle cache
-        assert _unpinned_behind_pins(tail) == thief
+        assert _unpinned_behind_pins(tail) == "idle"
+
+
+def test_under_prefix_affinity_a_thief_looks_past_groups_too_big_for_it_only_so_far_from_the_tail() -> None:
+    # bounded as steal.lua's group walk, which reads P:need member by member: idle thieves retry
+    for bigs, thief in ((STEAL_SCAN - 1, "idle"), (STEAL_SCAN, "slow")):
+        tail = [Trajectory(f"x{i}", 0, 20_000, 50, 50.0) for i in range(bigs)]
+        assert _unpinned_behind_pins(tail, affinity=True) == thief
 
 
 def _long_prompt_last(affinity: bool) -> SimResult:
