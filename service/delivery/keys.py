@@ -19,7 +19,7 @@ key                         type     contents
                                      kv_admission, affinity, expire_at_ms), fence (token counter),
                                      nonce, request (work digest), workers and drained (JSON lists),
                                      published_ms, makespan_s, planned_finish, profiles,
-                                     cancelled_ms|_queued|_running, pulse, graced, pinq
+                                     cancelled_ms|_queued|_running, pulse, graced, pinq, holds
 ``P:items``                 hash     item key -> ``<ref>\t<static item JSON without its payload>``
 ``P:prompts``               hash     ref -> payload JSON, once for the items that share it
 ``P:st``                    hash     item key -> ``state|token|attempts|deadline_ms|predicted|worker|
@@ -41,6 +41,7 @@ key                         type     contents
 ``P:q:<worker>``            list     the worker's ordered queue; head = next to start
 ``P:q:*``                   list     shared FIFO for shared-queue policies (``SHARED_QUEUE``)
 ``P:u:<worker>``            list     the unpinned items of a queue that holds pins, in its order (steals)
+``P:h:<cap>:<worker>``      list     a queue's unpinned items a ``<cap>`` cache holds, in its order (steals)
 ``P:calls``                 hash     ``claim|steal <worker>`` -> ``<call id>\n<victim>\n<token> <key>...``
                                      ``reset <worker>`` -> ``<call id>\n<released> <lapsed> <dead> <charged>``
 ``P:answer``                string   the ``POST /schedule`` answer, ``z1:`` + base64 of zlib'd JSON
@@ -251,6 +252,11 @@ class ScheduleKeys:
     def unpinned(self, worker_id: str) -> str:
         """The unpinned items of a worker's queue that holds pins, in queue order: what a steal reads."""
         return f"{self.base}:u:{worker_id}"
+
+    def holdable(self, cap: int | str, worker_id: str) -> str:
+        """The unpinned items of a worker's queue that a ``cap``-token cache holds, in queue order: what
+        a thief with that cache reads (only for caps below some item's need, without affinity)."""
+        return f"{self.base}:h:{cap}:{worker_id}"
 
     @property
     def pattern(self) -> str:

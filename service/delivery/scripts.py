@@ -1,9 +1,10 @@
 """The delivery Lua scripts, loaded once per client and called by SHA (EVALSHA).
 
-Each operation is one file in ``lua/``; ``common.lua`` (key derivation, clock, lease helpers) is
-prepended to every one, so a script is a single self-contained atomic step. redis-py's ``Script``
-sends EVALSHA and reloads the body on NOSCRIPT, which is what a restarted server (or a failed-over
-cluster node) answers, so callers never see a missing script.
+Each operation is one file in ``lua/``; ``common.lua`` (key derivation, clock, lease helpers) and
+``index.lua`` (the steal indexes' upkeep) are prepended to every one, so a script is a single
+self-contained atomic step. redis-py's ``Script`` sends EVALSHA and reloads the body on NOSCRIPT,
+which is what a restarted server (or a failed-over cluster node) answers, so callers never see a
+missing script.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ OPERATIONS = ("publish", "claim", "steal", "heartbeat", "complete", "release", "
 def script_source(operation: str) -> str:
     """Return the full Lua text of one operation: the shared preamble, then the operation's body."""
     lua = files("service.delivery") / "lua"
-    return (lua / "common.lua").read_text() + "\n" + (lua / f"{operation}.lua").read_text()
+    preamble = (lua / "common.lua").read_text() + "\n" + (lua / "index.lua").read_text()
+    return preamble + "\n" + (lua / f"{operation}.lua").read_text()
 
 
 @dataclass(frozen=True, slots=True)

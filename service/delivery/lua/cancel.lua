@@ -34,7 +34,7 @@ for i = 1, #flat, 2 do
   end
 end
 flat = nil
-for w, _ in pairs(queues) do redis.call('DEL', k('q:' .. w), unpinned_key(w)) end
+for w, _ in pairs(queues) do redis.call('DEL', k('q:' .. w), unpack(index_keys(cfg, w))) end
 redis.call('DEL', k('work'), k('deadlines'))
 flush(cfg)
 redis.call('HSET', META, 'cancelled_ms', now, 'cancelled_queued', queued, 'cancelled_running', running)

@@ -30,14 +30,8 @@ local function room() return want - #out / 5 end
 local function take(q, n)
   if n <= 0 then return end
   local keys = redis.call('LPOP', k('q:' .. q), n)
-  if keys and pin_indexed(cfg, q) then  -- the unpinned ones among them head the index (common.lua)
-    local unpinned = 0
-    for _, pin in ipairs(redis.call('HMGET', k('pin'), unpack(keys))) do
-      if not pin then unpinned = unpinned + 1 end
-    end
-    if unpinned > 0 then redis.call('LPOP', unpinned_key(q), unpinned) end
-  end
   if keys then
+    index_pop(cfg, q, keys)  -- they head the queue's steal indexes too (index.lua)
     dequeued(q, keys)
     lease_all(keys, w, now, cfg, out)
   end

@@ -51,32 +51,20 @@ end
 
 -- Settings every mutating script needs; nil when the schedule is unknown or expired. drained is the
 -- meta field as stored (a JSON list of worker ids; nil when the request drained none), read here so
--- that a claim on a schedule without a drain pays no command more for the check (drained, below).
+-- that a claim on a schedule without a drain pays no command more for the check (drained, below);
+-- pinq and holds, the same way, name the steal indexes (index.lua).
 local function settings()
   local m = redis.call('HMGET', META, 'lease_ttl_ms', 'max_attempts', 'expire_at_ms', 'total', 'drained', 'pulse',
-    'graced', 'pinq')
+    'graced', 'pinq', 'holds')
   if not m[1] then return nil end
   return {ttl = tonumber(m[1]), max_attempts = tonumber(m[2]), exp = tonumber(m[3]), total = tonumber(m[4]),
-    drained = m[5] or nil, pulse = tonumber(m[6] or ''), graced = m[7] ~= false, pinq = m[8] or nil}
+    drained = m[5] or nil, pulse = tonumber(m[6] or ''), graced = m[7] ~= false, pinq = m[8] or nil,
+    holds = m[9] or nil}
 end
 
--- Whether worker w's queue holds pinned items (meta 'pinq', a JSON list written at publish; pinned
--- items only ever return to their own worker's queue, so the set never grows). Such a queue has an
--- index, P:u:<w>: its unpinned items, in queue order, which a steal reads instead of the queue, so
--- no run of pinned items shields what precedes it and a steal's cost does not grow with the pins
--- (steal.lua). Every script that moves an item in or out of such a queue moves it in or out of the
--- index too (claim, requeue, adopt, steal, cancel); a schedule without pins reads nothing more.
-local function pin_indexed(cfg, w)
-  if not cfg.pinq then return false end
-  if not cfg.pinq_set then
-    cfg.pinq_set = {}
-    for _, q in ipairs(cjson.decode(cfg.pinq)) do cfg.pinq_set[q] = true end
-  end
-  return cfg.pinq_set[w] == true
-end
-
--- The index of worker w's unpinned queued items (pin_indexed).
-local function unpinned_key(w) return k('u:' .. w) end
+-- The steal indexes' upkeep (index.lua, prepended after this file, assigns them): requeue and adopt
+-- keep a queue's lists of what thieves may take in step with the queue.
+local index_push, index_pop, index_drop
 
 -- Whether the request drained worker w (POST /schedule 'drain: true'): it takes nothing of this
 -- schedule, as the simulator's excluded workers (scheduler/sim_pool.py): its claim and its steal
@@ -270,10 +258,7 @@ local function adopt(keys, w, n, now, cfg, out)
   if #rest > 0 then
     bulk('RPUSH', k('q:' .. w), rest)
     keep(k('q:' .. w), cfg.exp)
-    if pin_indexed(cfg, w) then  -- a group that moves or binds is unpinned: all of it goes to the index
-      bulk('RPUSH', unpinned_key(w), rest)
-      keep(unpinned_key(w), cfg.exp)
-    end
+    index_push(cfg, w, rest, 'RPUSH')
     count('q', w, #rest)
   end
   if #leased > 0 then lease_all(leased, w, now, cfg, out) end
@@ -318,10 +303,7 @@ local function requeue(key, cfg, to)
   dirty[key] = true
   redis.call('LPUSH', k('q:' .. to), key)
   keep(k('q:' .. to), cfg.exp)
-  if pin_indexed(cfg, to) and redis.call('HEXISTS', k('pin'), key) == 0 then
-    redis.call('LPUSH', unpinned_key(to), key)
-    keep(unpinned_key(to), cfg.exp)
-  end
+  index_push(cfg, to, {key}, 'LPUSH')
   work_delta(to, tonumber(r.pred))
   count('r', holder, -1)
   count('q', to, 1)

@@ -123,23 +123,48 @@ local function grouped(first, last)
   return out
 end
 
--- A worker queue holding pinned items gets its index of unpinned items, P:u:<w>, in queue order, and
--- is named in meta 'pinq' (common.lua, pin_indexed): a steal reads the index, so no run of pins
--- shields what precedes it. Only when there are pins: a schedule without them pays nothing.
-local pinned_set = {}
+-- The steal indexes (index.lua): P:u:<w> for a worker queue holding pinned items (named in meta
+-- 'pinq'), and without prefix affinity P:h:<cap>:<w> for every worker queue and each cap of P:cap
+-- below some P:need (meta 'holds'): the unpinned items of the queue, those a cache of cap holds.
+-- Only when there are pins or such caps: other schedules pay nothing.
+local pinned_set, need_of, pinq, holds = {}, {}, {}, {}
 for _, key in ipairs(lines(ARGV[16])) do pinned_set[key] = true end
-local pinq = {}
-local function index_unpinned(w, first, last)
-  if w == '*' or next(pinned_set) == nil then return end
+do
+  local pairs_ = lines(ARGV[21])
+  for i = 1, #pairs_, 2 do need_of[pairs_[i]] = tonumber(pairs_[i + 1]) end
+  local most, seen = 0, {}
+  for _, v in pairs(need_of) do most = math.max(most, v) end
+  if affinity ~= '1' then
+    for _, c in pairs(cjson.decode(ARGV[20])) do
+      c = tonumber(c)
+      if c < most and not seen[c] then seen[c], holds[#holds + 1] = true, c end
+    end
+  end
+  table.sort(holds)
+end
+local function index_queue(w, first, last)
+  if w == '*' or (next(pinned_set) == nil and #holds == 0) then return end
   local free, pins = {}, 0
   for j = first, last do
     if pinned_set[keys[j]] then pins = pins + 1 else free[#free + 1] = keys[j] end
   end
-  if pins == 0 then return end
-  pinq[#pinq + 1] = w
-  if #free > 0 then
-    bulk('RPUSH', k('u:' .. w), free)
-    redis.call('PEXPIREAT', k('u:' .. w), exp)
+  local lists = {}
+  if pins > 0 then
+    pinq[#pinq + 1] = w
+    lists[k('u:' .. w)] = free
+  end
+  for _, c in ipairs(holds) do
+    local held = {}
+    for _, key in ipairs(free) do
+      if not (need_of[key] and need_of[key] > c) then held[#held + 1] = key end
+    end
+    lists[k('h:' .. int(c) .. ':' .. w)] = held
+  end
+  for list, members in pairs(lists) do
+    if #members > 0 then
+      bulk('RPUSH', list, members)
+      redis.call('PEXPIREAT', list, exp)
+    end
   end
 end
 
@@ -155,13 +180,14 @@ for q, w in ipairs(names) do
       for a = first, last, 4000 do redis.call('RPUSH', queue, unpack(keys, a, math.min(a + 3999, last))) end
     end
     redis.call('PEXPIREAT', queue, exp)
-    index_unpinned(w, first, last)
+    index_queue(w, first, last)
     cnt[#cnt + 1], cnt[#cnt + 2] = 'q:' .. w, last - first + 1
     if w ~= '*' then redis.call('ZADD', k('work'), tonumber(scores[q]) * pace(w), w) end
   end
   first = last + 1
 end
 if #pinq > 0 then redis.call('HSET', META, 'pinq', cjson.encode(pinq)) end
+if #holds > 0 then redis.call('HSET', META, 'holds', cjson.encode(holds)) end
 bulk('HSET', k('items'), long_lines(ARGV[14], keys))
 local prompts, shared = {}, long_lines(ARGV[19])
 for ref, payload in ipairs(shared) do prompts[#prompts + 1], prompts[#prompts + 2] = ref, payload end
@@ -203,8 +229,8 @@ if #need > 0 then bulk('HSET', k('need'), need) end
 for _, s in ipairs({'meta', 'items', 'prompts', 'st', 'counts', 'work', 'pace', 'pin', 'grp', 'gsize', 'due', 'cap', 'need', 'answer'}) do redis.call('PEXPIREAT', k(s), exp) end
 -- Free the big argument strings and tables now: left to the incremental collector they would slow
 -- the next few hundred claims by tens of microseconds each.
-keys, groups, prompts, shared, cnt, pinned, grp, gsize, sizes_of, due, need, pinned_set = nil, nil, nil, nil, nil, nil, nil,
-  nil, nil, nil, nil, nil
+keys, groups, prompts, shared, cnt, pinned, grp, gsize, sizes_of, due, need, pinned_set, need_of = nil, nil, nil, nil, nil,
+  nil, nil, nil, nil, nil, nil, nil, nil
 pcall(function() for a = #ARGV, 1, -1 do ARGV[a] = nil end end)  -- a server may protect ARGV
 collectgarbage()
 return 1

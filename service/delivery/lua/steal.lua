@@ -8,8 +8,10 @@
 -- and stays queued, as in the simulator (scheduler/sim_engine.py, reservation_fits).
 -- Pins and prefix affinity, as the simulator (scheduler/sim_pool.py): a pinned item (P:pin) is never
 -- stolen, but it shields nothing: the steal passes over it (it stays queued, in place) and takes the
--- nearest unpinned items before it, passing over at most SCAN items (a dead worker's pinned
--- group planned last kept all 26 items of its queue from idle thieves, 18 of them unpinned). Under
+-- nearest unpinned items before it, however many pinned ones there are: a queue holding pins is read
+-- through its list of unpinned items (index.lua). A dead worker's pinned group planned last kept all
+-- 26 items of its queue from idle thieves, 18 of them unpinned; a hundred pins planned last did so
+-- past SCAN items, which the steal read from the queue itself until 2026-12-04. Under
 -- affinity (meta 'affinity' = '1') a steal moves a whole group or nothing: the group nearest the
 -- tail that may move, only if every member is still queued on the victim, never started (no attempt
 -- spent), unpinned, and the group fits the budget together; or, once the victim abandoned a group
@@ -26,14 +28,16 @@
 -- What a cache holds, as the simulator (sim_pool.py, _steal: can_hold): a thief with a known KV
 -- capacity (P:cap) takes no item it cannot hold at its cap (P:need); under affinity no group with
 -- such a member. Like a pinned one, such an item (group) stays queued, in place, and shields
--- nothing: the steal passes over it, within SCAN of the tail (a small-cache thief got nothing from a
--- queue whose tail item had a long prompt, though smaller items sat right before it).
+-- nothing: the steal passes over it (a small-cache thief got nothing from a queue whose tail item
+-- had a long prompt, though smaller items sat right before it). Without affinity any number of them:
+-- a thief whose cache is below some P:need reads the victim's list of what its cache holds
+-- (P:h:<cap>:<victim>, index.lua); under affinity within SCAN unpinned items of the tail.
 -- Several victims, as the simulator (sim_pool.py, _victims): when the busiest queue has nothing for
--- THIS thief for a reason that time does not change (up to SCAN from its tail, every item pinned or
--- too big for the thief's cache, or under affinity no group there can move), the steal tries the
+-- THIS thief for a reason that time does not change (every item pinned or too big for the thief's
+-- cache, or under affinity no group there can move within SCAN of its tail), the steal tries the
 -- next queue by P:work, up to VICTIMS queues per call (a steal stays O(bounded)); otherwise an idle
--- small worker starved while a queue it could drain waited behind one it never can. A refusal by the KV steal gate or the
--- deadline guard ends the steal at once: both change only with time (the thief's in-flight work
+-- small worker starved while a queue it could drain waited behind one it never can. A refusal by
+-- the KV steal gate or the deadline guard ends the steal at once: both change only with time (the thief's in-flight work
 -- ending, the owner falling behind), and a thief with nothing in flight always passes the KV gate
 -- for an item it can hold (its reservation is at most its need, which fits the cap).
 -- A worker the request drained (common.lua, drained) steals nothing, as the simulator's excluded ones.
@@ -43,7 +47,7 @@
 -- '' or absent = 1: the predicted length only), call id ('' or absent: none; as claim's).
 -- Returns {victim, then 5-tuples as claim}; {} when there is nothing to steal or nothing fits.
 local VICTIMS = 4  -- queues one steal may look at: the busiest first, then the next while skipped
-local SCAN = 64  -- items one steal passes over on a victim's tail (pinned, too big; sim_pool.py's STEAL_SCAN)
+local SCAN = 64  -- items one steal passes over in the list it reads (too big; sim_pool.py's STEAL_SCAN)
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local thief, want, now, budget = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), tonumber(ARGV[4])
@@ -67,17 +71,16 @@ local margin = tonumber(ARGV[7] or '') or 1
 if rate and rate <= 0 then rate = nil end
 
 -- The victim under examination: its name, its queue key, the list a steal reads its tail from (the
--- queue, or for a queue holding pins its index of unpinned items, P:u:<victim>: common.lua,
--- pin_indexed), how far it runs behind its plan (ms, computed on first use) and whether it is
--- stalled (overdue by a lease TTL with nothing of this schedule running: no guard). Reset per victim.
-local victim, queue, look, late, stalled = nil, nil, nil, nil, false
+-- queue, or one of its steal indexes, index.lua: only unpinned items, or only those this thief's
+-- cache holds) and whether that list holds only items the thief holds, how far it runs behind its
+-- plan (ms, computed on first use) and whether it is stalled (overdue by a lease TTL with nothing
+-- of this schedule running: no guard). Reset per victim.
+local victim, queue, look, held, late, stalled = nil, nil, nil, false, nil, false
 
--- Take keys off the victim's queue (each near its tail) and off its index of unpinned items.
+-- Take keys off the victim's queue (each near its tail) and off its steal indexes.
 local function unqueue(keys)
-  for _, key in ipairs(keys) do
-    redis.call('LREM', queue, -1, key)
-    if look ~= queue then redis.call('LREM', look, -1, key) end
-  end
+  for _, key in ipairs(keys) do redis.call('LREM', queue, -1, key) end
+  index_drop(cfg, victim, keys)
 end
 
 -- Whether the thief would finish key before its owner would (true without a rate or a deadline).
@@ -260,10 +263,13 @@ end
 -- list read holds). Pinned items, and those too big for the thief's cache, are passed over: they
 -- stay queued, in place, and the nearest items before them are taken. SCAN bounds the items passed
 -- over, not the walk: bounding the walk had cut every steal to SCAN items, below half the queue and
--- max. Pinned ones cost nothing and do not count: a queue holding pins is read through its index of
--- unpinned items (free of them), so a hundred pins planned last shield nothing. The tail is read in
--- chunks (the first of the steal's size, then doubling): a queue without pins costs what it did,
--- one LRANGE and one HMGET of P:pin over the steal (and one of P:need for a thief with a cap).
+-- max. Where the victim's queue has a steal index (index.lua) the list read holds none of the
+-- pinned ones, nor, for a thief whose cache is below some item's need, of the ones too big for it:
+-- any number of them is passed at no cost (a hundred pins planned last, or long documents with
+-- short answers, shielded every item before them). The tail is read in chunks (the first of the
+-- steal's size, then doubling): a queue without pins costs what it did, one LRANGE and one HMGET of
+-- P:pin over the steal (and one of P:need for a thief with a cap, unless the list read holds only
+-- what it holds).
 local function tail_fit(len, free)
   local take = math.min(want, math.max(1, math.floor(len / 2)))
   local limit = math.min(free, take + SCAN)
@@ -272,7 +278,7 @@ local function tail_fit(len, free)
     local n = math.min(limit - seen, math.max(take, seen))
     local chunk = redis.call('LRANGE', look, -(seen + n), -(seen + 1))
     local pins = look == queue and redis.call('HMGET', k('pin'), unpack(chunk)) or {}
-    local needs = cap and redis.call('HMGET', k('need'), unpack(chunk)) or {}
+    local needs = cap and not held and redis.call('HMGET', k('need'), unpack(chunk)) or {}
     for i = #chunk, 1, -1 do
       local key = chunk[i]
       -- a pinned item never moves, nor one too big for the thief's cache: look at what precedes it
@@ -311,9 +317,10 @@ for _, v in ipairs(redis.call('ZREVRANGE', k('work'), 0, VICTIMS)) do
   if v ~= thief and tried < VICTIMS then
     tried = tried + 1
     victim, queue, late, stalled = v, k('q:' .. v), nil, false
-    look = pin_indexed(cfg, v) and unpinned_key(v) or queue
+    look, held = steal_list(cfg, v, cap, affinity)
+    look = look or queue
     local len, got = redis.call('LLEN', queue), 'skip'
-    local free = look == queue and len or redis.call('LLEN', look)  -- 0: nothing but pins, skip
+    local free = look == queue and len or redis.call('LLEN', look)  -- 0: nothing it may take: skip
     if len == 0 then
       redis.call('ZREM', k('work'), victim)  -- a stale score: nothing queued there
     elseif free == 0 then

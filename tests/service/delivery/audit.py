@@ -70,7 +70,7 @@ def audit(client: redis.Redis, schedule_id: str, prefix: str = "rs") -> Audit:
     counters = {str(k): int(v) for k, v in client.hgetall(f"{b}:counts").items()}
     recount["f"] = recount.pop("x", 0)
     problems += _work_problems(client, b, records)
-    problems += _pin_index_problems(client, b)
+    problems += _steal_index_problems(client, b)
     agree = all(counters.get(k, 0) == v for k, v in recount.items()) and all(
         v == recount.get(k, 0) for k, v in counters.items()
     )
@@ -111,22 +111,33 @@ def _work_problems(client: redis.Redis, base: str, records: dict[str, list[str]]
     return [f"work[{w}] = {actual[w]} != {v}" for w, v in expected.items() if abs(actual[w] - v) > tolerance]
 
 
-def _pin_index_problems(client: redis.Redis, base: str) -> list[str]:
-    """Each queue that holds pins (``P:meta`` ``pinq``) must have its index ``P:u:<worker>`` equal to
-    its unpinned items in queue order, and no other queue an index: a steal reads the index alone."""
-    named: Any = client.hget(f"{base}:meta", "pinq")
-    indexed = set(json.loads(str(named))) if named else set()
+def _steal_index_problems(client: redis.Redis, base: str) -> list[str]:
+    """Each steal index (``lua/index.lua``) must equal what it stands for, in queue order: ``P:u:<w>``,
+    for a queue ``P:meta`` ``pinq`` names, its unpinned items; ``P:h:<cap>:<w>``, for every worker
+    queue and each cap in ``holds``, its unpinned items that cap holds (``P:need``). No other index
+    may exist: a steal reads the index alone, so one out of step hands out or hides items."""
+    meta: Any = client.hmget(f"{base}:meta", ["pinq", "holds"])
+    pinq, holds = (json.loads(str(v)) if v else [] for v in meta)
     pinned = {str(k) for k in client.hkeys(f"{base}:pin")}
-    problems = []
-    for name in client.scan_iter(match=f"{base}:u:*", count=1000):
-        if str(name).removeprefix(f"{base}:u:") not in indexed:
-            problems.append(f"{name}: an index of a queue meta 'pinq' does not name")
-    for worker in indexed:
+    needs = {str(k): int(v) for k, v in client.hgetall(f"{base}:need").items()}
+    workers = {str(n).removeprefix(f"{base}:q:") for n in client.scan_iter(match=f"{base}:q:*", count=1000)}
+    workers.discard("*")
+    expected: dict[str, list[str]] = {}
+    for worker in set(pinq) | (workers if holds else set()):
         queue: Any = client.lrange(f"{base}:q:{worker}", 0, -1)
-        index: Any = client.lrange(f"{base}:u:{worker}", 0, -1)
-        expected = [str(k) for k in queue if str(k) not in pinned]
-        if [str(k) for k in index] != expected:
-            problems.append(f"u:{worker} = {[str(k) for k in index]} != unpinned of its queue {expected}")
+        free = [str(k) for k in queue if str(k) not in pinned]
+        if worker in pinq:
+            expected[f"{base}:u:{worker}"] = free
+        for cap in holds:
+            expected[f"{base}:h:{cap}:{worker}"] = [k for k in free if needs.get(k, 0) <= cap]
+    found = {
+        str(n) for pattern in ("u", "h") for n in client.scan_iter(match=f"{base}:{pattern}:*", count=1000)
+    }
+    problems = [f"{name}: an index no queue has" for name in sorted(found - set(expected))]
+    for name, members in expected.items():
+        index: Any = client.lrange(name, 0, -1)
+        if [str(k) for k in index] != members:
+            problems.append(f"{name} = {[str(k) for k in index]} != {members}")
     return problems
 
 

@@ -101,15 +101,55 @@ def test_under_affinity_a_thief_passes_over_a_group_with_a_sample_it_cannot_hold
     assert_sound(redis_client, "s")
 
 
-def test_a_queue_holding_only_items_too_big_for_the_thief_within_the_scan_gives_it_nothing(
+def test_a_steal_passes_any_number_of_items_too_big_for_the_thief_at_a_cost_that_does_not_grow_with_them(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
-    # the pass is bounded as past pins (STEAL_SCAN in the simulator, SCAN in steal.lua)
+    # long documents with short answers sort to the tail of a longest-first queue: 64 or more of them
+    # there kept a small-cache thief from every item before them (steal.lua read SCAN items)
+    for bigs in (STEAL_SCAN, 2_000):
+        victim = (_short("a#0"), _short("a#1"), *(item(f"x{i}#0") for i in range(bigs)))
+        delivery.publish(dataclasses.replace(_schedule((), big=victim), schedule_id=f"s{bigs}"))
+        before = _commands(redis_client)
+        assert _keys(delivery.steal(f"s{bigs}", "small", 4)) == ["a#1", "a#0"]
+        assert _commands(redis_client) - before < 60  # the same at 64 and at 2,000
+        assert_sound(redis_client, f"s{bigs}")
+
+
+def test_a_queue_keeps_its_list_of_what_a_small_cache_holds_through_claims_requeues_and_steals(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    victim = (
+        item("x0#0"),
+        _short("a#0"),
+        item("x1#0"),
+        _short("a#1"),
+        *(item(f"x{i}#0") for i in range(2, 80)),
+    )
+    delivery.publish(_schedule((), big=victim, other=(_short("o#0"),)))
+    held = delivery.claim("s", "big", 2)  # x0 and a#0 leave the head of the queue and of its list
+    assert_sound(redis_client, "s")
+    delivery.fail(held[1], "engine error")  # a#0 goes to the head of the least loaded live queue
+    delivery.release(held[:1])  # x0 back to the head of big's queue, not into the small list
+    assert_sound(redis_client, "s")
+    assert _keys(delivery.steal("s", "small", 1)) == ["a#1"]
+    assert_sound(redis_client, "s")
+
+
+def test_under_affinity_a_thief_looks_past_groups_too_big_for_it_only_so_far_from_the_tail(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    # a group walk still reads the queue (or its unpinned items): bounded, as idle thieves retry
     for bigs, got in ((STEAL_SCAN - 1, ["a#0"]), (STEAL_SCAN, [])):
         victim = (_short("a#0"), *(item(f"x{i}#0") for i in range(bigs)))
-        delivery.publish(dataclasses.replace(_schedule((), big=victim), schedule_id=f"s{bigs}"))
+        schedule = _schedule((), affinity=True, big=victim)
+        delivery.publish(dataclasses.replace(schedule, schedule_id=f"s{bigs}"))
         assert _keys(delivery.steal(f"s{bigs}", "small", 4)) == got
         assert_sound(redis_client, f"s{bigs}")
+
+
+def _commands(client: redis.Redis) -> int:
+    """Commands the server has run so far (scripts' calls included), from INFO commandstats."""
+    return sum(int(stat["calls"]) for stat in client.info("commandstats").values())
 
 
 def test_without_known_capacities_claims_are_not_limited(

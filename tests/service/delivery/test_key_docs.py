@@ -27,6 +27,7 @@ def _code_keys() -> set[str]:
     properties = [name for name, value in vars(keys.ScheduleKeys).items() if isinstance(value, property)]
     built = {getattr(schedule, name) for name in properties if name not in ("base", "pattern")}
     built |= {schedule.queue(WORKER), schedule.queue(keys.SHARED_QUEUE), schedule.unpinned(WORKER)}
+    built.add(schedule.holdable("<cap>", WORKER))
     for name, function in inspect.getmembers(keys, inspect.isfunction):
         if "prefix" in inspect.signature(function).parameters and name not in NOT_KEYS:
             built.add(function(*[WORKER] * (len(inspect.signature(function).parameters) - 1), prefix=PREFIX))
