@@ -25,57 +25,38 @@ have no read timeout; readiness (``ready``) and health (``probe``) checks answer
 retried once with the cap the engine's message leaves room for (SGLang's: one token less, as it also
 refuses prompt + ``max_tokens`` equal to the context).
 
-Cancelling ``generate`` closes the connection, which makes vLLM (and engine-sim) abort the request
-and free its slot: that is how a lost lease stops a trajectory.
+Cancelling ``generate`` closes the connection, which makes vLLM (at once), SGLang (within its
+``SGLANG_REQUEST_STATE_WAIT_TIMEOUT``, 4 s) and engine-sim abort the request and free its slot: that
+is how a lost lease stops a trajectory.
+
+What comes back: ``usage.completion_tokens`` (the engine's own tokenizer's count) is the length; the
+text, and in ``extra`` what the params asked for beside it (``token_ids`` for ``return_token_ids``,
+``logprobs``), a chat's reasoning and tool calls, and the engine's ``usage.prompt_tokens`` where it
+differs from the item's (``engine_prompt_tokens``: the chat template the trainer's count left out).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
 
 from service.delivery.records import DeliveryItem
 from service.redis_conn import describe
+from service.sidecar.context_refusal import room_left
 from service.sidecar.sampling import sample_params
 
 ENGINE_DOWN = frozenset({429, 502, 503, 504})  # overloaded, restarting, or a proxy without it
 ENGINE_CONFIG = frozenset({401, 403})  # the sidecar's key for the engine: not the item's fault
 SUSPECT = frozenset({500, 502, 503, 504})  # engine-down answers a healthy engine may give one item
-OWNED = frozenset({"model", "n", "stream", "max_tokens", "max_completion_tokens", "rollout"})  # ours
-SIMULATED = "rollout-scheduler-engine-sim"  # engine-sim's owned_by: it reads the rollout hint
-# A refusal of prompt + max_tokens past the context, as each engine words it (``limit``: the context,
-# ``tokens``: the request's input), and how many tokens fewer than limit - tokens the engine accepts.
-_LIMIT, _TOKENS = r"(?P<limit>\d+)", r"(?P<tokens>\d+)"
-_PAST_CONTEXT: tuple[tuple[re.Pattern[str], int], ...] = (
-    # vLLM (mid versions): "'max_tokens' ... is too large: 1048. This model's maximum context length is
-    # 2048 tokens and your request has 1100 input tokens (1048 > 2048 - 1100)."
-    (re.compile(rf"maximum context length is {_LIMIT} tokens and your request has {_TOKENS} input"), 0),
-    # older vLLM (its flat error body): "This model's maximum context length is 2048 tokens.
-    # However, you requested 2148 tokens (1100 in the messages, 1048 in the completion). ..."
-    (re.compile(rf"maximum context length is {_LIMIT} tokens\. However, .*?\({_TOKENS} in the messages"), 0),
-    # later vLLM: "This model's maximum context length is 2048 tokens. However, you requested 1048
-    # output tokens and your prompt contains at least 1100 input tokens, ..."
-    (
-        re.compile(
-            rf"maximum context length is {_LIMIT} tokens\..*?prompt contains (?:at least )?{_TOKENS} input"
-        ),
-        0,
-    ),
-    # SGLang, which refuses input + max_new_tokens equal to the context too: "Requested token count
-    # exceeds the model's maximum context length of 2048 tokens. You requested a total of 2148
-    # tokens: 1100 tokens from the input messages and 1048 tokens for the completion. ..."
-    (
-        re.compile(
-            rf"maximum context length of {_LIMIT} tokens\..*?: {_TOKENS} tokens from the input messages"
-        ),
-        1,
-    ),
+OWNED = frozenset(  # ours: one capped, unstreamed sample per request (``stream_options`` without
+    # ``stream`` is a 400 on vLLM; ``best_of`` draws several); the service's ENGINE_OWNED
+    {"model", "n", "best_of", "stream", "stream_options", "max_tokens", "max_completion_tokens", "rollout"}
 )
+SIMULATED = "rollout-scheduler-engine-sim"  # engine-sim's owned_by: it reads the rollout hint
 
 
 class EngineError(RuntimeError):
@@ -214,12 +195,13 @@ class EngineClient:
         try:
             answer = await self._send("POST", path, body)
         except EngineError as error:
-            room = _room_left(error, body["max_tokens"])
+            room = room_left(error.status, str(error), body["max_tokens"])
             if room is None:
                 raise
             body = _capped(body, room)
             answer = await self._send("POST", path, body)  # once, with the room
-        return _parse_reply(answer, time.monotonic() - started, body["max_tokens"])
+        reply = _parse_reply(answer, time.monotonic() - started, body["max_tokens"])
+        return _with_engine_prompt(reply, answer, item.prompt_tokens)
 
     def request_for(self, item: DeliveryItem, model: str) -> tuple[str, dict[str, Any]]:
         """The endpoint and JSON body for ``item`` (see the module docstring)."""
@@ -319,20 +301,6 @@ def _engine_died(response: httpx.Response) -> bool:
     return response.status_code == 500 and not response.content.strip()
 
 
-def _room_left(error: EngineError, asked: int) -> int | None:
-    """The ``max_tokens`` that fits where the engine refused ``asked`` for the context (its message
-    names the input count, in one of vLLM's wordings or SGLang's), or None when the refusal was
-    something else."""
-    if error.status != 400:
-        return None
-    for pattern, margin in _PAST_CONTEXT:
-        found = pattern.search(str(error))
-        if found is not None:
-            room = int(found["limit"]) - int(found["tokens"]) - margin
-            return room if 1 <= room < asked else None
-    return None
-
-
 def _capped(body: dict[str, Any], max_tokens: int) -> dict[str, Any]:
     """``body`` with ``max_tokens``, and a ``min_tokens`` from the params lowered to it: vLLM refuses
     ``min_tokens`` above ``max_tokens`` with a 400 (``SamplingParams``; SGLang likewise), which would
@@ -367,6 +335,7 @@ def _parse_reply(answer: dict[str, Any], wall_time_s: float, max_tokens: int) ->
         # vLLM itself answers it with a 500, so it is retried in place and then charged like one
         raise EngineError("the engine ended the generation in error (finish_reason 'error')", retryable=True)
     extra = _message_extras(message) if isinstance(message, dict) else {}
+    extra.update(_token_extras(choice))
     if finish not in ("stop", "length"):
         extra["engine_finish_reason"] = finish  # tool_calls, repetition...: it ended by itself
     if tokens > max_tokens:
@@ -378,6 +347,28 @@ def _parse_reply(answer: dict[str, Any], wall_time_s: float, max_tokens: int) ->
         wall_time_s=wall_time_s,
         extra=extra,
     )
+
+
+def _token_extras(choice: dict[str, Any]) -> dict[str, Any]:
+    """The generated token ids and logprobs, when the params asked for them (``return_token_ids``,
+    ``logprobs``, ``top_logprobs``: vLLM's and SGLang's fields, sent as given): an RL trainer
+    needs the tokens the engine sampled, and re-tokenizing the text does not give them back."""
+    extras: dict[str, Any] = {}
+    if isinstance(choice.get("token_ids"), list):  # vLLM >= 0.10.2 and SGLang, return_token_ids
+        extras["token_ids"] = choice["token_ids"]
+    if choice.get("logprobs") is not None:
+        extras["logprobs"] = choice["logprobs"]
+    return extras
+
+
+def _with_engine_prompt(reply: EngineReply, answer: dict[str, Any], prompt_tokens: int) -> EngineReply:
+    """``reply`` with the engine's ``usage.prompt_tokens`` in ``extra`` where it differs from the
+    item's: the engine counts the chat template and its own tokenizer's tokens, the trainer may
+    not, and a difference is what leaves ``max_tokens`` past the context (see ``cap``)."""
+    counted = answer.get("usage", {}).get("prompt_tokens")
+    if not isinstance(counted, int) or isinstance(counted, bool) or counted == prompt_tokens:
+        return reply
+    return replace(reply, extra={**reply.extra, "engine_prompt_tokens": counted})
 
 
 def _message_extras(message: dict[str, Any]) -> dict[str, Any]:

@@ -60,9 +60,11 @@ def test_params_from_a_publisher_other_than_the_service_cannot_change_the_sideca
     client = EngineClient(EngineOptions("http://x"), httpx.AsyncClient())
     params = {"n": 16, "stream": True, "max_tokens": 5, "model": "other", "temperature": 0.7}
     params["max_completion_tokens"] = 100_000  # vLLM would prefer it to max_tokens
+    params["best_of"] = 4  # several drawn for one
+    params["stream_options"] = {"include_usage": True}  # without stream: a 400 on vLLM
     _, body = client.request_for(make_item({"prompt": "q", "params": params}), "m")
     assert (body["n"], body["stream"], body["max_tokens"], body["model"]) == (1, False, 512, "m")
-    assert "max_completion_tokens" not in body
+    assert not {"max_completion_tokens", "best_of", "stream_options"} & body.keys()
     assert body["temperature"] == 0.7
 
 
@@ -77,3 +79,37 @@ def test_reasoning_and_tool_calls_come_back_beside_the_content() -> None:
     assert reply.extra["reasoning"] == "think"
     assert reply.extra["tool_calls"][0]["function"]["name"] == "f"
     assert reply.extra["engine_finish_reason"] == "tool_calls"
+
+
+def test_the_token_ids_and_logprobs_the_params_asked_for_come_back_in_extra() -> None:
+    # vLLM (>= 0.10.2) and SGLang answer ``return_token_ids`` with the choice's ``token_ids``; an RL
+    # trainer needs the sampled tokens, which re-tokenizing the text does not give back
+    logprobs = {"tokens": ["a", "b"], "token_logprobs": [-0.1, -0.2]}
+
+    def vllm(request: httpx.Request) -> httpx.Response:
+        choice = {
+            "index": 0,
+            "text": "ab",
+            "finish_reason": "stop",
+            "token_ids": [64, 65],
+            "logprobs": logprobs,
+        }
+        usage = {"prompt_tokens": 40, "completion_tokens": 2}
+        return vllm_models(request) or httpx.Response(200, json={"choices": [choice], "usage": usage})
+
+    params = {"return_token_ids": True, "logprobs": 1}
+    reply = on_vllm(vllm, make_item({"prompt": "q", "params": params}))
+    assert (reply.extra["token_ids"], reply.extra["logprobs"]) == ([64, 65], logprobs)
+    assert "engine_prompt_tokens" not in reply.extra  # the engine counted the item's 40
+
+
+def test_the_engines_prompt_count_is_kept_where_it_differs_from_the_items() -> None:
+    # the item says 40 tokens; the engine counted 57 with the chat template the trainer left out
+    def vllm(request: httpx.Request) -> httpx.Response:
+        answer = chat_answer({"content": "ok"}, "stop", 3)
+        body = {**answer.json(), "usage": {"prompt_tokens": 57, "completion_tokens": 3}}
+        return vllm_models(request) or httpx.Response(200, json=body)
+
+    reply = on_vllm(vllm)
+    assert reply.extra["engine_prompt_tokens"] == 57
+    assert not {"token_ids", "logprobs"} & reply.extra.keys()  # not asked for
