@@ -33,6 +33,7 @@ from service.engine_sim.batch import Generation, PromptTooLongError, SimulatedEn
 from service.engine_sim.lengths import LengthSource, RolloutHint, estimate_prompt_tokens
 
 T = TypeVar("T")
+FILLER_TOKEN_ID = 0  # the id each placeholder token answers ``return_token_ids`` with
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +137,7 @@ class _Common(BaseModel):
     stream: bool = False
     min_tokens: int = Field(default=0, ge=0)  # vLLM: no EOS or stop before this many tokens
     ignore_eos: bool = False  # vLLM: generate to the cap (how benchmarks fix output lengths)
+    return_token_ids: bool = False  # vLLM >= 0.10.2 and SGLang: the choice carries its token ids
     rollout: RolloutField | None = None
 
 
@@ -208,7 +210,9 @@ def _add_generation_routes(app: FastAPI, config: SimConfig, engine: SimulatedEng
         await _hang_if_told(request, body.rollout, hangs)
         served = await _serve(config, engine, request, body, body.prompt, text, cap)
         choice = {"index": 0, "text": _filler(served.tokens), "finish_reason": served.finish_reason}
-        return _envelope("text_completion", config, {**choice, "logprobs": None}, served)
+        return _envelope(
+            "text_completion", config, _with_ids(body, {**choice, "logprobs": None}, served), served
+        )
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> dict[str, Any]:
@@ -219,7 +223,7 @@ def _add_generation_routes(app: FastAPI, config: SimConfig, engine: SimulatedEng
         served = await _serve(config, engine, request, body, text, text, cap)
         message = {"role": "assistant", "content": _filler(served.tokens)}
         choice = {"index": 0, "message": message, "finish_reason": served.finish_reason}
-        return _envelope("chat.completion", config, choice, served)
+        return _envelope("chat.completion", config, _with_ids(body, choice, served), served)
 
 
 async def _serve(
@@ -313,6 +317,13 @@ async def _disconnected(request: Request) -> None:
 def _filler(tokens: int) -> str:
     """Placeholder text of ``tokens`` words; the simulation generates no real output."""
     return " sim" * tokens
+
+
+def _with_ids(body: _Common, choice: dict[str, Any], served: _Served) -> dict[str, Any]:
+    """``choice`` with the generated token ids where the request asked for them (``return_token_ids``,
+    answered so by vLLM and SGLang): a client that reads them runs against the stand-in as against
+    a real engine, one placeholder id per generated token."""
+    return {**choice, "token_ids": [FILLER_TOKEN_ID] * served.tokens} if body.return_token_ids else choice
 
 
 def _envelope(kind: str, config: SimConfig, choice: dict[str, Any], served: _Served) -> dict[str, Any]:

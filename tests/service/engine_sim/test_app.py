@@ -48,6 +48,22 @@ def test_a_chat_completion_hits_its_cap_with_finish_reason_length() -> None:
     assert answer["choices"][0]["message"]["role"] == "assistant"
 
 
+def test_the_token_ids_asked_for_come_back_one_per_generated_token_as_vllm_returns_them() -> None:
+    body = {"prompt": "hi", "max_tokens": 50, "return_token_ids": True, "rollout": {"output_tokens": 7}}
+    choice = _post("/v1/completions", body).json()["choices"][0]
+    assert choice["token_ids"] == [0] * 7
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "return_token_ids": True}
+    assert (
+        len(
+            _post("/v1/chat/completions", {**chat, "rollout": {"output_tokens": 9}}).json()["choices"][0][
+                "token_ids"
+            ]
+        )
+        == 5
+    )
+    assert "token_ids" not in _post("/v1/completions", {"prompt": "hi", "max_tokens": 5}).json()["choices"][0]
+
+
 def test_models_and_health_describe_a_simulated_engine() -> None:
     models = asyncio.run(_call("GET", "/v1/models")).json()
     assert models["data"][0]["id"] == "sim-7b"

@@ -113,3 +113,9 @@ def test_the_engines_prompt_count_is_kept_where_it_differs_from_the_items() -> N
     reply = on_vllm(vllm)
     assert reply.extra["engine_prompt_tokens"] == 57
     assert not {"token_ids", "logprobs"} & reply.extra.keys()  # not asked for
+
+
+def test_on_engine_sim_the_token_ids_asked_for_reach_the_result_as_on_a_real_engine() -> None:
+    params = {"return_token_ids": True}
+    reply = generate(make_item({"prompt": "q", "params": params, "rollout": {"output_tokens": 3}}))
+    assert reply.extra["token_ids"] == [0, 0, 0]
