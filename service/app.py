@@ -66,6 +66,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     # outermost: 413s are counted too
     routes = [*app.router.routes, *(route for router in API_ROUTERS for route in router.routes)]
+    app.state.routes = routes  # a 405's Allow names the methods of every route on its path
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, routes=routes)
     return app
 

@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from scheduler.errors import InvalidInputError
 from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
@@ -282,8 +283,29 @@ async def handle_http(request: Request, exc: Exception) -> JSONResponse:
         slug="http",
         instance=request.url.path,
         extra=extra,
-        headers=dict(exc.headers or {}),
+        headers=_allow(request, exc),
     )
+
+
+def _allow(request: Request, exc: StarletteHTTPException) -> dict[str, str]:
+    """``exc``'s headers, with a 405's ``Allow`` naming the methods of every route on the path.
+
+    Starlette names only the first route whose path matched, and a path here may have several: the
+    probes' ``GET`` and ``HEAD`` are two routes, ``/schedule/{id}`` takes ``GET`` and ``DELETE``. So
+    a 405 said ``Allow: HEAD`` for ``/healthz`` and ``Allow: GET`` for ``/schedule/{id}``, against
+    RFC 9110 (15.5.6: the methods the resource supports) and docs/api.md. The routes are the app's
+    flat list (``app.state.routes``, ``create_app``): FastAPI keeps an included router as one entry."""
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        routes = getattr(request.app.state, "routes", request.app.router.routes)
+        methods = {
+            method
+            for route in routes
+            if route.matches(request.scope)[0] != Match.NONE
+            for method in getattr(route, "methods", None) or ()
+        }
+        headers["Allow"] = ", ".join(sorted(methods)) or headers.get("Allow", "")
+    return headers
 
 
 def install(app: FastAPI) -> None:
