@@ -8,6 +8,11 @@ docs/api.md says a body that is not UTF-8 is a 400 (``field: body``); bytes that
 were a 400 from FastAPI's own handler, worded otherwise. ``check_utf8`` gives all of them the one
 answer, from the problem table (``BodyEncodingError``). A UTF-8 byte-order mark is still UTF-8 and
 is accepted, as before (RFC 8259 lets a parser ignore it).
+
+A body is read as sent: the service decodes no content coding, so one sent with ``Content-Encoding``
+other than ``identity`` is refused unread, 415 (``ContentCodingError``, ``check_coding``). A gzipped
+body had been refused as "not UTF-8" (400, the wrong cause), and a plain one labelled ``br`` was read
+and stored as if it were not labelled at all.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect
 
-from service.problems import BodyEncodingError, is_json
+from service.problems import BodyEncodingError, ContentCodingError, is_json
 
 UTF8 = ("utf-8", "utf-8-sig")  # what ``json.detect_encoding`` names UTF-8 (with its BOM or without)
 # Byte-order marks by which json.loads reads a body as UTF-32 or UTF-16 (the longer ones first).
@@ -54,6 +59,8 @@ async def check_request_body(request: Request) -> None:
     """``check_utf8`` on the request's body where FastAPI may parse it as JSON: a method that carries
     one, sent as JSON or without a type (a GET's long poll is not made to read a body it has none
     of). The body read here is the one the route reads (Starlette keeps it)."""
+    if request.method in BODY_METHODS:
+        check_coding(request.headers.get("content-encoding", ""))
     content_type = request.headers.get("content-type")
     if request.method not in BODY_METHODS or (content_type and not is_json(content_type)):
         return
@@ -62,6 +69,20 @@ async def check_request_body(request: Request) -> None:
     except ClientDisconnect:  # gone, or cut off at the size limit: the route meets it as before
         return
     check_utf8(body)
+
+
+def check_coding(header: str) -> None:
+    """``ContentCodingError`` unless the ``Content-Encoding`` header names no coding but
+    ``identity`` (the codings are listed in the order applied, comma-separated; RFC 9110, 8.4)."""
+    codings = [coding.strip() for coding in header.split(",") if coding.strip()]
+    for coding in codings:
+        if coding.lower() != "identity":
+            raise ContentCodingError(
+                f"Content-Encoding: {header.strip()} is not read: a body is read as sent, no content "
+                "coding decoded; send the JSON body uncompressed",
+                field="Content-Encoding",
+                value=header.strip(),
+            )
 
 
 def check_utf8(body: bytes) -> None:

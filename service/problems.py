@@ -61,6 +61,11 @@ class BodyEncodingError(ServiceError):
     JSON decoder would have read some of them (``service/body_encoding.py``)."""
 
 
+class ContentCodingError(ServiceError):
+    """A request body sent with a content coding (``Content-Encoding: gzip``): the service reads
+    bodies as sent, so it would read the compressed bytes as the JSON (``service/body_encoding.py``)."""
+
+
 class UnauthorizedError(ServiceError):
     """No bearer token, or one the service does not know."""
 
@@ -110,6 +115,7 @@ PROBLEMS: tuple[tuple[type[Exception], Problem], ...] = (
     (RequestValidationError, Problem(422, "Invalid request", "invalid-request")),
     (InvalidInputError, Problem(422, "Invalid request", "invalid-request")),
     (BodyEncodingError, Problem(400, "Bad Request", "body-not-utf8")),
+    (ContentCodingError, Problem(415, "Unsupported Media Type", "unsupported-content-encoding")),
     (UnauthorizedError, Problem(401, "Unauthorized", "unauthorized")),
     (ForbiddenError, Problem(403, "Forbidden", "forbidden")),
     (PayloadTooLargeError, Problem(413, "Payload too large", "payload-too-large")),
@@ -237,6 +243,8 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
         with schedule_context(request_schedule_id(request.scope)):
             _log_failure(problem, exc, detail)
     headers = {"WWW-Authenticate": "Bearer"} if problem.status == 401 else None
+    if problem.status == 415:  # the codings a body may be sent in (RFC 9110, 12.5.3): identity alone
+        headers = {"Accept-Encoding": "identity"}
     if problem.status == 503 and problem.slug != "redis-too-old":
         headers = {"Retry-After": "1"}
     return problem_response(

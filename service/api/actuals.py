@@ -50,7 +50,9 @@ SHOWN_WORKERS = 16  # a refusal names this many of the workers the token is boun
 
 
 @router.post(
-    "/actuals", dependencies=[Depends(any_client)], responses=documented(400, 401, 403, 409, 413, 422, 503)
+    "/actuals",
+    dependencies=[Depends(any_client)],
+    responses=documented(400, 401, 403, 409, 413, 415, 422, 503),
 )
 def report_actuals(
     body: ActualsRequest, request: Request, caller: Annotated[Caller, Depends(any_client)]

@@ -57,7 +57,7 @@ _REPLAYED_DOC: dict[str, Any] = {
     "/schedule",
     response_model=ScheduleResponse,
     dependencies=[Depends(trainer_only)],
-    responses={200: _REPLAYED_DOC, **documented(400, 401, 403, 409, 413, 422, 503)},
+    responses={200: _REPLAYED_DOC, **documented(400, 401, 403, 409, 413, 415, 422, 503)},
 )
 def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     """Validate, predict, plan, publish (unless ``publish`` is false) and return the plan.

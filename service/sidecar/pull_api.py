@@ -62,7 +62,7 @@ from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.records import TrajectoryResult
 from service.limits import BodyLimitMiddleware
-from service.problems import JSON_HINT, BodyEncodingError, is_json
+from service.problems import JSON_HINT, BodyEncodingError, ContentCodingError, is_json
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.metrics import pull_exposition
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
@@ -271,6 +271,8 @@ _PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]
     AboveCapError: (422, lambda exc: {"error": str(exc)}),
     # a body in UTF-16 or UTF-32 (or no encoding at all), which FastAPI's decoder would have read
     BodyEncodingError: (400, lambda exc: {"error": f"body: {exc}"}),
+    # a body sent compressed (Content-Encoding), which nothing here decodes: refused unread
+    ContentCodingError: (415, lambda exc: {"error": str(exc)}),
     # a malformed body: FastAPI's own answer echoes the input, and one holding NaN cannot be rendered
     RequestValidationError: (422, lambda exc: {"error": _invalid(exc)}),
     # Redis unreachable or failing: retry later, the lease is kept

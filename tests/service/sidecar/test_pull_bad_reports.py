@@ -222,3 +222,21 @@ def test_a_report_in_utf16_or_utf32_is_refused_naming_the_body_and_nothing_is_st
     ]
     assert refused[2:] == [1, 200]  # the lease was kept for the report in UTF-8, which was taken
     assert [r.result.output_tokens for r in delivery.read_results("utf16")] == [5]
+
+
+def test_a_report_sent_with_a_content_coding_is_a_415_and_the_lease_is_kept(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The pull API reads bodies as sent, as the service does: a ``/done`` labelled ``gzip`` is
+    refused unread (it was a 400 "not UTF-8" for a gzipped one, and a plain one was taken)."""
+    delivery = publish_one(redis_url, "coded")
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        body = done_body((await client.get("/next")).json(), 5)
+        coded = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        refused = await client.post("/done", content=json.dumps(body).encode(), headers=coded)
+        held = len((await client.get("/leases")).json()["held"])
+        return [refused.status_code, refused.json()["error"].split(":")[:2], held]
+
+    assert with_api(redis_url, script) == [415, ["Content-Encoding", " gzip is not read"], 1]
+    assert delivery.read_results("coded") == []
