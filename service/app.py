@@ -56,6 +56,9 @@ def create_app(settings: Settings) -> FastAPI:
         version="0.1.0",
         summary="Length-aware, device-aware scheduling of RL rollout batches.",
         lifespan=lifespan,
+        # a path with a trailing slash is a 404 naming the one without (``problems._slash_hint``), not
+        # Starlette's 307 to an absolute URL built from Host and the scheme seen: http behind TLS
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.credentials = Credentials.of(settings)  # parsed once: requests only compare tokens

@@ -287,7 +287,7 @@ async def handle_http(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(
         exc.status_code,
         HTTPStatus(exc.status_code).phrase,
-        f"{request.method} {request.url.path}: {exc.detail}{_decode_cause(exc)}",
+        f"{request.method} {request.url.path}: {exc.detail}{_decode_cause(exc)}{_slash_hint(request, exc)}",
         slug="http",
         instance=request.url.path,
         extra=extra,
@@ -314,6 +314,19 @@ def _allow(request: Request, exc: StarletteHTTPException) -> dict[str, str]:
         }
         headers["Allow"] = ", ".join(sorted(methods)) or headers.get("Allow", "")
     return headers
+
+
+def _slash_hint(request: Request, exc: StarletteHTTPException) -> str:
+    """What a 404 for a path with a trailing slash adds when the path without it is a route's: the
+    app redirects no slash (``create_app``), so the caller is told the path to send instead."""
+    path = request.scope["path"]
+    if exc.status_code != 404 or len(path) < 2 or not path.endswith("/"):
+        return ""
+    bare = {**request.scope, "path": path.rstrip("/")}
+    routes = getattr(request.app.state, "routes", request.app.router.routes)
+    if not any(route.matches(bare)[0] != Match.NONE for route in routes):
+        return ""
+    return f"; the path takes no trailing slash: {bare['path']}"
 
 
 def install(app: FastAPI) -> None:

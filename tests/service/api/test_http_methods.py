@@ -26,3 +26,25 @@ def test_a_405_lists_every_method_of_the_path_in_allow(
     assert response.status_code == 405
     assert response.headers["content-type"] == "application/problem+json"
     assert set(response.headers["allow"].split(", ")) == allowed
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", "/schedule/"), ("GET", "/schedule/s1/"), ("GET", "/healthz/"), ("GET", "/models/")],
+)
+def test_a_trailing_slash_is_a_404_problem_naming_the_path_without_it_not_a_redirect(
+    method: str, path: str, client: TestClient
+) -> None:
+    """Starlette answered a 307 whose ``Location`` was built from the ``Host`` header and the scheme
+    the service saw: behind a TLS proxy, ``http://``, where a client following it sends the batch
+    (and a token it trusts the host with) in clear; the answer was no problem either (no body)."""
+    response = client.request(method, path, headers={"Host": "sched.example"}, follow_redirects=False)
+
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "location" not in response.headers
+    assert response.json()["detail"].endswith(f"; the path takes no trailing slash: {path.rstrip('/')}")
+
+
+def test_an_unknown_path_is_a_404_without_a_slash_hint(client: TestClient) -> None:
+    assert client.get("/nowhere/").json()["detail"] == "GET /nowhere/: Not Found"
