@@ -1,10 +1,12 @@
 """Request limits: oversized bodies get 413 before they are read in full; plans run a few at a time.
 
-A declared ``Content-Length`` over the limit is refused before one body byte is read; a chunked body
-is counted as the route reads it (after the caller's token passed) and cut off at the limit. Either
-way nothing is parsed, planned or written. The trajectory-count limit (``max_trajectories``) is
-checked after parsing, in ``check_trajectory_count``, because only the parsed batch knows its sum of
-``n``.
+A declared ``Content-Length`` over the limit is refused before one body byte is read; every body is
+also counted as the route reads it (after the caller's token passed) and cut off at the limit, since
+a declared length is not always the length read: beside ``Transfer-Encoding: chunked`` the server
+reads the chunks, whatever ``Content-Length`` says (RFC 9112, 6.3), and a small one there had let a
+body of any size through. Either way nothing is parsed, planned or written. The trajectory-count
+limit (``max_trajectories``) is checked after parsing, in ``check_trajectory_count``, because only
+the parsed batch knows its sum of ``n``.
 
 Planning is CPU-bound: forty plans at once on two cores would each take twenty times longer and all
 miss their budgets. ``PlanSlots`` lets a few run and queues the rest (first come, first served, up to
@@ -36,16 +38,13 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         declared = _content_length(scope)
-        if declared is not None:
-            if declared > self.max_bytes:
-                await self._refuse(scope, receive, send, f"declared Content-Length {declared}")
-                return
-            await self.app(scope, receive, send)
+        if declared is not None and declared > self.max_bytes:
+            await self._refuse(scope, receive, send, f"declared Content-Length {declared}")
             return
-        await self._chunked(scope, receive, send)
+        await self._counted(scope, receive, send)
 
-    async def _chunked(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Count a body of unknown length as the app reads it; past the limit, cut it off and answer 413.
+    async def _counted(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Count the body as the app reads it; past the limit, cut it off and answer 413.
 
         Counted, not read ahead: the app reads the body only after the caller's token passed
         (``AuthFirstRoute``), so a caller without one cannot make the service hold a chunked body
@@ -95,7 +94,12 @@ class BodyLimitMiddleware:
 
 
 def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", []):
+    """The declared body length; None when there is none to trust: absent, unreadable, or beside a
+    ``Transfer-Encoding``, which the server reads the body by instead."""
+    headers = scope.get("headers", [])
+    if any(name == b"transfer-encoding" for name, _ in headers):
+        return None
+    for name, value in headers:
         if name == b"content-length":
             try:
                 return int(value)
