@@ -9,7 +9,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from tests.service.api.badinput import JSON_HEADERS, redis_snapshot
-from tests.service.api.conftest import actual_report
+from tests.service.api.conftest import actual_report, batch_body
 
 PROBLEMS = "https://rollout-scheduler.dev/problems"
 
@@ -104,3 +104,15 @@ def test_a_body_with_a_utf8_byte_order_mark_is_utf8_and_read(client: TestClient)
     body = json.dumps({"actuals": [actual_report(0, 0, 0)]}).encode("utf-8-sig")
     response = client.post("/actuals", content=body, headers=JSON_HEADERS)
     assert (response.status_code, response.json()["accepted"]) == (200, 1)
+
+
+@pytest.mark.parametrize(("first", "last", "status"), [("bogus", "lpt", 200), ("lpt", "bogus", 422)])
+def test_a_name_given_twice_in_an_object_counts_once_with_its_last_value(
+    first: str, last: str, status: int, client: TestClient
+) -> None:
+    """As Python's decoder reads it, and as docs/api.md says (send each name once)."""
+    body = json.dumps({**batch_body(publish=False), "policy": "PLACEHOLDER"})
+    body = body.replace('"policy": "PLACEHOLDER"', f'"policy": "{first}", "policy": "{last}"')
+    response = client.post("/schedule", content=body, headers=JSON_HEADERS)
+    assert response.status_code == status, response.text
+    assert response.json().get("policy", response.json().get("value")) == last

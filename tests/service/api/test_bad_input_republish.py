@@ -144,3 +144,27 @@ def test_a_retry_under_a_published_id_with_a_bad_field_is_a_422_naming_it_and_an
     assert redis_snapshot(redis_client) == before
     assert inboxes
     assert all(0 < redis_client.pttl(key) <= 1_000_000 for key in inboxes)
+
+
+@pytest.mark.parametrize(
+    "planning",
+    [{"model": "14b"}, {"quantile": 0.9}, {"prefix_affinity": True}, {"kv_admission": True}],
+)
+def test_a_retry_changing_a_planning_field_is_answered_the_first_plan(
+    planning: dict[str, Any], client: TestClient
+) -> None:
+    """docs/api.md: only ``batch``, ``sampling`` and ``step`` name the work; the rest plans it."""
+    first = client.post("/schedule", json=batch_body(schedule_id="planning"))
+    retry = client.post("/schedule", json=batch_body(schedule_id="planning", **planning))
+    assert (retry.status_code, retry.json()["replayed"]) == (200, True)
+    assert retry.json()["assignments"] == first.json()["assignments"]
+
+
+def test_a_dry_run_under_a_published_id_plans_anew_and_writes_nothing(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    assert client.post("/schedule", json=batch_body(schedule_id="dry")).status_code == 200
+    before = redis_snapshot(redis_client)
+    dry = client.post("/schedule", json=batch_body(schedule_id="dry", publish=False))
+    assert (dry.status_code, dry.json()["replayed"], dry.json()["published"]) == (200, False, False)
+    assert redis_snapshot(redis_client) == before
