@@ -43,6 +43,8 @@ class PromptStats:
     last_reward: FloatArray  # mean reward of the latest step that had rewards; NaN if none
     within_ss: FloatArray  # sum over steps of squared deviations of log length from the step's log mean
     within_df: IntArray  # degrees of freedom of within_ss (samples minus groups)
+    log_total: FloatArray  # sum of log length (log of max(tokens, 1)), all earlier steps
+    log_sumsq: FloatArray  # sum of squared log length, all earlier steps
     step_ids: IntArray  # earlier steps, ascending
     step_means: FloatArray  # global mean output tokens of each of those steps
 
@@ -84,6 +86,8 @@ class _Fold:
             "within_ss",
             "last_trunc_cap",
             "last_trunc_len",
+            "log_total",
+            "log_sumsq",
         )
         self.floats = {k: np.zeros(p) for k in names}
         self.floats["last_reward"] = np.full(p, np.nan)
@@ -102,6 +106,8 @@ class _Fold:
         f["last_max"][p] = g.maximum[sel]
         f["last_std"][p] = np.sqrt(np.maximum(g.sumsq[sel] / n - mean * mean, 0.0))
         f["within_ss"][p] += np.maximum(g.log_sumsq[sel] - g.log_sum[sel] ** 2 / n, 0.0)
+        f["log_total"][p] += g.log_sum[sel]
+        f["log_sumsq"][p] += g.log_sumsq[sel]
         has_reward = g.reward_n[sel] > 0
         rewards = g.reward_sum[sel] / np.maximum(g.reward_n[sel], 1)
         f["last_reward"][p] = np.where(has_reward, rewards, f["last_reward"][p])

@@ -255,3 +255,28 @@ def test_asked_without_a_quantile_the_predictor_answers_the_median() -> None:
     assert out.quantile == 0.5
     assert out.value.tolist() == out.p50.tolist()
     assert np.all(out.p90 > out.p50)  # the spread is real: p90 would have been a different answer
+
+
+def test_with_one_sample_per_prompt_a_step_the_history_mean_p90_still_covers_most_lengths() -> None:
+    """PPO-style runs sample each prompt once a step: no within-step spread exists, and the p90 must
+    come from the spread across steps (it was the p50, covering half the next step's lengths)."""
+    trace = drifting_trace(prompts=200, samples=4, steps=4, drift=0.0)
+    once = trace.take(trace.sample_idx == 0)
+    for step in (1, 2, 3):
+        predictor = LengthPredictor(History(once.take(once.step < step)))
+        now = once.take(once.step == step)
+        out = predictor.predict(QueryBatch.from_trace(now, NO_CAP), step)
+        assert set(out.source) == {"prompt_history_mean"}
+        assert 0.85 <= np.mean(now.output_tokens <= out.p90) <= 0.99, step
+
+
+def test_with_one_sample_per_prompt_the_p90_spread_is_that_of_a_prompt_across_its_steps() -> None:
+    rows = [
+        TraceRow(s, p, 0, 10, n, 4096)
+        for s, (a, b) in enumerate([(100, 1000), (200, 2000)])
+        for p, n in (("a", a), ("b", b))
+    ]
+    out = LengthPredictor(History(rows)).predict([Query("a", 0, 10, 4096)], step=2)
+    spread = np.log(200 / 100) / np.sqrt(2)  # each prompt's log lengths around their mean, pooled
+    assert out.p50[0] == 150.0
+    assert out.p90[0] == pytest.approx(150.0 * np.exp(1.2815515655446004 * spread))
