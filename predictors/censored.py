@@ -20,13 +20,16 @@ were cut under:
 The last step, not all history, decides: once a prompt has run under the raised cap, its lengths
 there are observed (or it is cut at the new cap, which is then no raise), and the rule stops.
 Predictions are only ever raised, and only for those queries: with the cap unchanged or lowered (the
-common case) nothing moves.
+common case) nothing moves. Nor with the query's cap unknown (``NO_CAP``, what evaluation and training
+give a row whose trace records no cap): a stand-in is no raise, and read as one it set the p90 of
+every mostly truncated prompt to 2**31 - 1 tokens and lifted its p50 to the cut.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from predictors.dataset import NO_CAP
 from predictors.tracetable import FloatArray, IntArray
 
 CENSORED_SHARE = 0.5  # truncated share of the prompt's last step from which the rule applies
@@ -47,7 +50,8 @@ def raise_censored(
     they were cut at (``trunc_len``). Not clipped: the caller orders and clips the result."""
     cap = caps.astype(np.float64)
     with np.errstate(invalid="ignore"):
-        censored = (trunc_share >= CENSORED_SHARE) & (cap > trunc_cap) & (trunc_len > 0)
+        raised = (cap > trunc_cap) & (cap < NO_CAP)  # the stand-in for an unknown cap is no raise
+        censored = (trunc_share >= CENSORED_SHARE) & raised & (trunc_len > 0)
     if not np.any(censored):
         return p50, p90
     return (

@@ -280,3 +280,12 @@ def test_with_one_sample_per_prompt_the_p90_spread_is_that_of_a_prompt_across_it
     spread = np.log(200 / 100) / np.sqrt(2)  # each prompt's log lengths around their mean, pooled
     assert out.p50[0] == 150.0
     assert out.p90[0] == pytest.approx(150.0 * np.exp(1.2815515655446004 * spread))
+
+
+def test_a_prompt_cut_at_a_cap_its_trace_does_not_record_keeps_its_prediction_under_an_unknown_cap() -> None:
+    """Evaluation asks with ``NO_CAP`` where the trace records no cap: a stand-in, not a raised cap,
+    so the censored rule must not plan the prompt at 2**31 - 1 tokens."""
+    rows = [TraceRow(0, "p", i, 10, n, None, "length") for i, n in enumerate((900, 1000, 1000, 800))]
+    out = LengthPredictor(History(rows)).predict([Query("p", 0, 10, NO_CAP)], step=1, quantile=0.9)
+    assert out.p50[0] == 925.0
+    assert out.p90[0] < 2 * 925.0
