@@ -214,7 +214,8 @@ class LengthPredictor:
         if cached is not None and cached[0] == key:
             return cached[1], cached[2]
         trace = history.trace
-        prior = GlobalPrior.fit(trace.take(trace.step < step), self._defaults)
+        earlier = trace.step < step  # the two columns the prior reads, not the whole trace's rows
+        prior = GlobalPrior.of(trace.prompt_tokens[earlier], trace.output_tokens[earlier], self._defaults)
         sigma = pooled_log_sd(history.stats_before(step))
         self._prior_cache = (key, prior, sigma)
         return prior, sigma
