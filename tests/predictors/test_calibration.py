@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from predictors.evaluate import score_step
-from predictors.model import _calibration_folds, _canonical, fit
+from predictors.model import _calibration_folds, _canonical, conformal_quantile, fit
 from tests.predictors.helpers import FAST, drifting_trace
 
 
@@ -55,3 +55,11 @@ def test_with_no_prompt_in_the_calibration_sample_the_p90_is_left_as_fitted() ->
     model = fit(drifting_trace(prompts=10, samples=4, steps=2), dataclasses.replace(FAST, calibration_rows=0))
     assert model.metadata.p90_shift == 0.0
     assert math.isnan(model.metadata.metrics["calibration_raw_p90_coverage"])
+
+
+def test_the_conformal_shift_is_the_rank_the_split_conformal_rule_names() -> None:
+    # ceil((n + 1) * 0.9)-th smallest of n residuals: the 91st of 100, not the 92nd
+    residuals = np.random.default_rng(0).permutation(np.arange(1.0, 101.0))
+    assert conformal_quantile(residuals, 0.9) == 91.0
+    assert conformal_quantile(np.arange(1.0, 401.0), 0.9) == 361.0
+    assert conformal_quantile(np.arange(1.0, 6.0), 0.9) == 5.0  # the rank passes n: the largest
