@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from predictors.dataset import NO_CAP
+from predictors.queries import NO_CAP
 from predictors.tracetable import FloatArray, IntArray
 
 CENSORED_SHARE = 0.5  # truncated share of the prompt's last step from which the rule applies

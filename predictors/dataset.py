@@ -23,10 +23,9 @@ from predictors.features import (
     prior_leave_one_out,
 )
 from predictors.promptstats import PromptStats, stats_of, walk_steps
+from predictors.queries import NO_CAP as NO_CAP  # where it was defined before features needed it
 from predictors.queries import QueryBatch
 from predictors.tracetable import FloatArray, IntArray, Trace
-
-NO_CAP = 2**31 - 1  # stands in for an unknown max_new_tokens: no clipping from above
 
 
 @dataclass(frozen=True, eq=False)

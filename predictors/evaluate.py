@@ -16,12 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from predictors.dataset import NO_CAP
 from predictors.fallbacks import global_mean
 from predictors.history import History
 from predictors.model import FitConfig, fit
 from predictors.predictor import LengthPredictor
-from predictors.queries import QueryBatch
+from predictors.queries import NO_CAP, QueryBatch
 from predictors.tracetable import FloatArray, Trace
 from scheduler.errors import InvalidInputError
 

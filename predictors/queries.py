@@ -14,6 +14,8 @@ import numpy as np
 from predictors.tracetable import FloatArray, IntArray, ObjArray, Trace, as_level
 from scheduler.errors import InvalidInputError
 
+NO_CAP = 2**31 - 1  # stands in for an unknown max_new_tokens: no clipping from above (no raise, no headroom)
+
 
 @dataclass(frozen=True, slots=True)
 class Query:

@@ -102,3 +102,17 @@ def test_steps_numbered_near_the_int64_limit_fold_as_small_ones_do() -> None:
     for name in ("count", "total", "last_mean", "last_max", "ewm_mean", "within_ss"):
         np.testing.assert_array_equal(getattr(small, name), getattr(large, name))
     np.testing.assert_array_equal(large.last_step, small.last_step + shift)
+
+
+def test_an_unknown_cap_is_missing_headroom_not_two_billion_tokens_of_it() -> None:
+    # rows that record no cap (an optional field of a report) train with the NO_CAP stand-in; read as
+    # a cap it put every such row past any real query's headroom
+    trace = drifting_trace()
+    spec = FeatureSpec.of(trace)
+    rows = trace.take(trace.step == 2)
+    unknown = dataclasses.replace(rows, max_new_tokens=np.zeros_like(rows.max_new_tokens))
+    column = spec.names.index("log_cap_ratio")
+    known = _serving_features(History(trace), QueryBatch.from_trace(rows, NO_CAP), 2, spec)[:, column]
+    missing = _serving_features(History(trace), QueryBatch.from_trace(unknown, NO_CAP), 2, spec)[:, column]
+    assert np.all(np.isfinite(known))
+    assert np.all(np.isnan(missing))
