@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from itertools import accumulate
 from operator import add, itemgetter, mul
 
-WATERMARK = 0.01  # share of the KV cache kept free at admission (vLLM's watermark)
+WATERMARK = 0.01  # share of the KV cache kept free at admission (vLLM V0's default; V1 keeps none
+# by default: docs/simulator.md, "Fidelity to vLLM V1 and SGLang")
 PIECES = 16  # most pieces ``RunningPeak.covered`` tries before the exact pass decides (an lpt
 # step of the headline replay, CPU: 4 pieces 7.7 s, 8 7.1 s, 16 6.7 s, 32 6.7 s, 64 6.8 s)
 OVERRUN_SHARE = 0.25  # a sequence past its prediction is expected to run this share of it again

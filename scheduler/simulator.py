@@ -38,7 +38,8 @@ class SimOptions:
     steal: bool = False  # a worker with an empty queue, a free slot and KV room at predicted final
     # lengths steals from the most-loaded tail (the delivery layer's rule, docs/simulator.md)
     kv_admission: bool = False  # admit only while the projected KV peak at predicted lengths fits
-    watermark: float = 0.01  # share of KV kept free when admitting normally (vLLM's default)
+    watermark: float = 0.01  # share of KV kept free when admitting normally (vLLM V0's default; V1's
+    # is 0, docs/simulator.md, "Fidelity to vLLM V1 and SGLang")
     resume_preempted: bool = False  # an evicted sequence keeps its output (vLLM V1) instead of
     # restarting; the planner's finish model restarts, so plan and replay agree only when False
     excluded_workers: frozenset[str] = frozenset()  # the request's draining workers: they never take
