@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from predictors.history import History
 from predictors.model import FittedModel, fit
@@ -29,6 +30,14 @@ from service.problems import ModelStoreError
 
 _log = logging.getLogger("service.models")
 RELOAD_EVERY_S = 1.0  # how often a request checks the store for a version another replica wrote
+
+
+class Retrained(NamedTuple):
+    """What ``ModelService.retrain`` stored."""
+
+    version: int  # the store's number for it
+    rows: int  # history rows the fit read (its snapshot, not the history held afterwards)
+    seconds: float  # sync, fit, save and swap
 
 
 class ModelService:
@@ -125,20 +134,29 @@ class ModelService:
             self._unreadable.add(error.value)
             _log.error("model store: %s; passed over", error)
 
-    def retrain(self) -> tuple[int, float]:
-        """Fit on all history, store a new version, swap it in; returns (version, seconds)."""
+    def retrain(self, fence: Callable[[], None] | None = None) -> Retrained:
+        """Fit on all history, store a new version, swap it in.
+
+        ``fence`` runs just before the version is stored, the swap lock held, and raises to leave the
+        fit unpublished: the retrain lock it was started under lapsed meanwhile (``service.retrain``),
+        and another replica may have fitted on newer actuals and stored its version already. The rows
+        counted are those of the fit's own snapshot of the history: actuals folded in while it ran
+        are not in the model, and counting them made ``history_rows`` name rows it never saw."""
         started = time.perf_counter()
         self.sync()
-        if self.rows == 0:
+        history = self.predictor.history.trace  # one snapshot: actuals landing meanwhile are not fitted
+        if len(history) == 0:
             raise InvalidInputError("history", 0, "no actuals have been reported yet")
-        model = fit(self.predictor.history)
+        model = fit(history)
         with self._swap_lock:  # not while fitting: requests reload meanwhile
+            if fence is not None:
+                fence()
             version = self._saved(model)
             self.predictor.use_model(model, version, self.store.stamp(version))
         self._prune()
         took = time.perf_counter() - started
-        _log.info("retrained", extra={"model_version": self.version, "rows": self.rows, "seconds": took})
-        return version, took
+        _log.info("retrained", extra={"model_version": f"v{version}", "rows": len(history), "seconds": took})
+        return Retrained(version, len(history), took)
 
     def stored_versions(self) -> list[int]:
         """The store's complete versions; ``ModelStoreError`` (503) naming the store where it cannot be

@@ -135,7 +135,7 @@ class Retrainer:
         keeper = threading.Thread(target=self._keep_lock, args=(token, done), daemon=True)
         keeper.start()
         try:
-            version, seconds = self._models.retrain()
+            version, rows, seconds = self._models.retrain(fence=lambda: self._still_held(token))
         except InvalidInputError as error:
             self._metrics.retrains.labels("insufficient_data").inc()
             raise ConflictError(f"not enough actuals to train on: {error.reason}", field="history") from None
@@ -143,18 +143,40 @@ class Retrainer:
             done.set()
             self.release()
         self._metrics.retrains.labels("ok").inc()
-        return RetrainResult(f"v{version}", self._models.rows, seconds)
+        return RetrainResult(f"v{version}", rows, seconds)
+
+    def _still_held(self, token: str) -> None:
+        """``ConflictError`` unless this fit still holds the retrain lock, renewed by this check.
+
+        The lock can lapse under a fit (Redis down or the process paused past its TTL, so renewals
+        failed), and another replica then takes it and fits on newer actuals. Publishing anyway
+        stored two versions out of order: the stale one, finishing last, got the higher number,
+        and every replica served it. The check and the store's rename are not one atomic step, so
+        this narrows the race to the moment between them rather than closing it."""
+        if not self._renew(keys=[self._lock_key], args=[token, keys.RETRAIN_LOCK_TTL_S]):
+            self._metrics.retrains.labels("busy").inc()
+            raise ConflictError(
+                f"the retrain lock lapsed while this replica fitted (held past its "
+                f"{keys.RETRAIN_LOCK_TTL_S} s without a renewal); another replica may have retrained "
+                "on newer actuals since, so this fit was not stored",
+                field="retrain_lock",
+            )
 
     def _keep_lock(self, token: str, done: threading.Event) -> None:
         """Renew the lock every third of its TTL until ``done``: a short TTL frees it soon after a
-        crash, renewal keeps it through a long fit."""
+        crash, renewal keeps it through a long fit. A lock found lost is said once; the fit goes on
+        and is not stored (``_still_held``)."""
         while not done.wait(keys.RETRAIN_LOCK_TTL_S / 3):
             try:
-                self._renew(keys=[self._lock_key], args=[token, keys.RETRAIN_LOCK_TTL_S])
+                held = self._renew(keys=[self._lock_key], args=[token, keys.RETRAIN_LOCK_TTL_S])
             except Exception as error:  # Redis down: the lock may lapse; the fit itself goes on
                 _log.warning(
                     "could not renew the retrain lock: %s", _brief(error), exc_info=_unexpected(error)
                 )
+                continue
+            if not held:
+                _log.warning("the retrain lock lapsed during the fit: its version will not be stored")
+                return
 
     def release(self) -> None:
         """Give the retrain lock back if this replica holds it (after a fit, and at shutdown: a

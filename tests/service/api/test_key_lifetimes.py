@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from service.delivery import Delivery, LeaseSettings, PublishedSchedule, TrajectoryResult, keys
 from service.delivery.reaper import reap_all
-from service.models import ModelService
+from service.models import ModelService, Retrained
 from tests.service.api.conftest import AppFactory, actual_report, batch_body
 from tests.service.delivery.conftest import item
 
@@ -71,13 +71,13 @@ def _all_keys(client: redis.Redis) -> Iterator[str]:
     return client.scan_iter(keys.all_keys_pattern(), count=1000)
 
 
-def _blocked_retrain(models: ModelService, release: threading.Event) -> Callable[[], tuple[int, float]]:
+def _blocked_retrain(models: ModelService, release: threading.Event) -> Callable[..., Retrained]:
     """``models.retrain`` that waits for ``release`` first: the retrain lock is held meanwhile."""
     fit = models.retrain
 
-    def retrain() -> tuple[int, float]:
+    def retrain(**kwargs: Any) -> Retrained:
         assert release.wait(60)
-        return fit()
+        return fit(**kwargs)
 
     return retrain
 

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.delivery import keys
+from service.models import Retrained
 from service.settings import Settings
 from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
 
@@ -207,10 +208,10 @@ def _retrain_stuck_in_its_fit(
     proceed, fitting = threading.Event(), threading.Event()
     real_fit = ctx.models.retrain
 
-    def slow_fit() -> tuple[int, float]:
+    def slow_fit(**kwargs: object) -> Retrained:
         fitting.set()
         proceed.wait(10)
-        return real_fit()  # type: ignore[no-any-return]
+        return real_fit(**kwargs)  # type: ignore[no-any-return]
 
     def retrain() -> None:
         with contextlib.suppress(Exception):  # its replica may be gone before it ends

@@ -1,0 +1,86 @@
+"""The learning loop under concurrency: a fit that lost its lock, actuals landing during a fit, a
+step boundary met while another replica fits. Real Redis (valkey), real files, real LightGBM."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from predictors.history import History
+from predictors.model import FittedModel, fit
+from predictors.tracetable import Trace
+from service.delivery import keys
+from tests.service.api.conftest import actual_history, actual_report
+
+LOCK = keys.retrain_lock()
+
+
+class PausedFit:
+    """``service.models.fit`` that, its model fitted, waits until told to go on (the store untouched)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.fitted, self.proceed = threading.Event(), threading.Event()
+
+        def paused(history: History | Trace) -> FittedModel:
+            model = fit(history)
+            self.fitted.set()
+            assert self.proceed.wait(30)
+            return model
+
+        monkeypatch.setattr("service.models.fit", paused)
+
+
+@pytest.fixture
+def paused_fit(monkeypatch: pytest.MonkeyPatch) -> Iterator[PausedFit]:
+    paused = PausedFit(monkeypatch)
+    yield paused
+    paused.proceed.set()  # a failed test leaves no fit waiting
+
+
+def _in_background(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """Run ``call`` (a request) on a thread; its answer lands in the list returned."""
+    answers: list[Any] = []
+    thread = threading.Thread(target=lambda: answers.append(call()), daemon=True)
+    thread.start()
+    return thread, answers
+
+
+def test_a_fit_whose_retrain_lock_lapsed_is_not_stored(
+    client: TestClient, redis_client: redis.Redis, paused_fit: PausedFit
+) -> None:
+    """A lock that lapsed under a long fit (renewals failed through a Redis outage) was taken by
+    another replica, which fitted newer actuals; the first fit then stored its stale model anyway,
+    as the newest version every replica served."""
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    thread, answers = _in_background(lambda: client.post("/models/retrain"))
+    assert paused_fit.fitted.wait(60)
+    redis_client.set(LOCK, "another-replicas-token", ex=60)  # lapsed, then taken by another replica
+    paused_fit.proceed.set()
+    thread.join(60)
+    [answer] = answers
+    assert answer.status_code == 409, answer.text
+    assert answer.json()["field"] == "retrain_lock"
+    status = client.get("/models").json()
+    assert (status["version"], status["stored_versions"]) == ("fallback", [])
+    assert redis_client.get(LOCK) == "another-replicas-token"  # the other replica's lock is left alone
+
+
+def test_a_retrain_answers_the_rows_it_fitted_not_those_that_landed_meanwhile(
+    client: TestClient, paused_fit: PausedFit
+) -> None:
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})  # 64 reports
+    thread, answers = _in_background(lambda: client.post("/models/retrain"))
+    assert paused_fit.fitted.wait(60)
+    late = [actual_report(2, p, i) for p in range(8) for i in range(4)]
+    assert client.post("/actuals", json={"actuals": late}).json()["accepted"] == 32
+    paused_fit.proceed.set()
+    thread.join(60)
+    [answer] = answers
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["history_rows"] == 64
+    assert client.get("/models").json()["history_rows"] == 96
