@@ -203,8 +203,8 @@ class Retrainer:
 
     def after_step(self, step: int) -> bool:
         """Start a background retrain if ``step`` is a configured boundary; True if one started."""
-        if self._every <= 0 or self.running:
-            return False
+        if self._every <= 0 or self.running_anywhere():
+            return False  # a boundary met while a fit runs is claimed by the next step after it
         last = self._redis.get(self.step_key)
         if last is None:
             self._redis.set(self.step_key, step)  # the first step seen: nothing earlier to learn from

@@ -15,7 +15,7 @@ from predictors.history import History
 from predictors.model import FittedModel, fit
 from predictors.tracetable import Trace
 from service.delivery import keys
-from tests.service.api.conftest import actual_history, actual_report
+from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
 
 LOCK = keys.retrain_lock()
 
@@ -84,3 +84,22 @@ def test_a_retrain_answers_the_rows_it_fitted_not_those_that_landed_meanwhile(
     assert answer.status_code == 200, answer.text
     assert answer.json()["history_rows"] == 64
     assert client.get("/models").json()["history_rows"] == 96
+
+
+def test_a_step_boundary_met_while_another_replica_fits_is_retrained_at_the_next_step(
+    make_client: AppFactory, redis_client: redis.Redis
+) -> None:
+    """The boundary was claimed, its retrain skipped as busy, and the next retrain waited a whole
+    interval more: the actuals of the steps in between were never fitted until then."""
+    client = make_client(retrain_every_steps=2)
+    client.post("/schedule", json=batch_body(step=0))
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    redis_client.set(LOCK, "another-replicas-token", ex=60)  # another replica's retrain is fitting
+    client.post("/schedule", json=batch_body(step=2))
+    redis_client.delete(LOCK)  # ... and ends
+    client.post("/schedule", json=batch_body(step=3))
+    retrainer: Any = client.app.state.context.retrainer  # type: ignore[attr-defined]
+    assert retrainer.background is not None
+    retrainer.background.join(60)
+    assert redis_client.get(keys.retrain_step()) == "3"
+    assert client.get("/models").json()["version"] == "v1"
