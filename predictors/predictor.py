@@ -138,7 +138,10 @@ class LengthPredictor:
         must a store that cannot be listed (a lost network volume): the model held stays. With no
         version left in the store, a model taken from it is dropped (the fallbacks answer), as a
         replica started now would: removing every version is how an operator withdraws a bad only
-        model. (Versions present that do not load are not that: they may be unreadable only now.)"""
+        model. (Versions present that do not load are not that: they may be unreadable only now.)
+        Nor is the held version's folder reading damaged (a network volume's hiccup, an operator's
+        copy half done): the model held is kept, where passing over it rolled the replica back to the
+        version before, serving an older model until the folder read whole again."""
         try:
             versions = store.versions()
         except OSError as error:
@@ -154,6 +157,8 @@ class LengthPredictor:
             except InvalidInputError as error:
                 if unreadable is not None:
                     unreadable(error)
+                if version == self._version:
+                    return False  # the held number does not read now: keep it, never roll back for that
                 continue
             self.use_model(model, version, stamp)
             return True

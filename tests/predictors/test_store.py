@@ -210,6 +210,20 @@ def test_a_version_stored_again_under_the_held_number_is_taken(tmp_path: Path) -
     assert predictor.model.metadata.steps == (0,)
 
 
+def test_the_held_version_reading_damaged_for_a_while_is_kept_not_rolled_back(tmp_path: Path) -> None:
+    store, predictor = _two_versions(tmp_path)
+    meta = store.path(2) / "metadata.json"
+    whole = meta.read_bytes()
+    meta.write_bytes(whole[: len(whole) // 2])  # as a network volume's hiccup reads it
+    passed_over: list[InvalidInputError] = []
+    assert not predictor.reload(store, passed_over.append)
+    assert predictor.model_version == 2
+    assert [error.field for error in passed_over] == ["model_store"]
+    meta.write_bytes(whole)
+    assert not predictor.reload(store)
+    assert predictor.model_version == 2
+
+
 def test_an_incomplete_version_folder_does_not_block_the_next_save(tmp_path: Path) -> None:
     store = ModelStore(tmp_path)
     (tmp_path / "v000003").mkdir()
