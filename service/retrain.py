@@ -203,7 +203,10 @@ class Retrainer:
 
     def after_step(self, step: int) -> bool:
         """Start a background retrain if ``step`` is a configured boundary; True if one started."""
-        if self._every <= 0 or self.running_anywhere():
+        if self._every <= 0 or self.running:
+            return False
+        self._release_leftover()  # this replica's own lock, left by a failed release, is no fit running
+        if self.running_anywhere():
             return False  # a boundary met while a fit runs is claimed by the next step after it
         last = self._redis.get(self.step_key)
         if last is None:
