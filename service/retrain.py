@@ -10,9 +10,11 @@ by then the actuals of every earlier step are in, which is the step boundary the
 Replicas coordinate through two keys (named, with their TTLs, in ``service/delivery/keys.py``):
 ``keys.retrain_lock`` (``SET NX`` with ``RETRAIN_LOCK_TTL_S``, renewed while the fit runs and
 released when the replica stops, so a replica stopped or killed mid-retrain holds it back a minute
-at most) allows one retrain at a time across replicas, and ``keys.retrain_step`` holds the step the
-last automatic retrain started at (the first step seen, before any; ``POST /models/retrain`` leaves
-it). Other replicas pick the new version up by hot reload.
+at most) allows one retrain at a time across replicas; a fit that finds it lost before storing its
+version stores nothing, since another replica may have fitted newer actuals meanwhile. And
+``keys.retrain_step`` holds the step the last automatic retrain started at (the first step seen,
+before any; ``POST /models/retrain`` leaves it); a boundary met while a retrain runs anywhere is left
+for the next step to claim. Other replicas pick the new version up by hot reload.
 """
 
 from __future__ import annotations
