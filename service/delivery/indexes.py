@@ -4,7 +4,9 @@ A sidecar looks for work in its inbox, a reaper walks the active index; neither 
 sorted sets outside the schedule's hash slot (single-key commands, so any slot of a Redis Cluster),
 written after the schedule's atomic publish in a second round trip. So they are kept right by
 repair, not atomicity: every publish, replay and cancel re-derives them from the schedule's own
-counts, and a schedule that has settled is retired however the two raced. The reapers' lapse index
+counts, and a schedule that has settled is retired however the two raced. Each inbox's own write is
+atomic, though (``_INBOX``): its entry and its expiry land together or not at all, since a repair
+comes only with the next announce to that worker. The reapers' lapse index
 (when each active schedule's next lease can lapse) is kept here too. ``Delivery`` inherits this;
 kept apart so each module reads in one sitting.
 """
@@ -45,6 +47,17 @@ end
 return due
 """
 
+# Announce one schedule in one worker's inbox, atomically: KEYS[1] the inbox; ARGV the schedule id, its
+# publish time (ms, the score), the pruning horizon (ms: older entries go) and the inbox's life (ms;
+# only ever extended, so a schedule kept for less time does not cut a longer one's short). As ZADD
+# then PEXPIRE in two round trips, a crash between them left a new inbox without an expiry, for good
+# if its worker never came back (no later announce to repair it). One key: any slot of a cluster.
+_INBOX = """
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
+"""
+
 
 class DeliveryIndexes(DeliveryViews):
     """The active index and the worker inboxes of one deployment; ``Delivery`` adds the atomic steps."""
@@ -72,24 +85,17 @@ class DeliveryIndexes(DeliveryViews):
             self._retire(schedule_id)
             return
         horizon = published - retention_s * 1000
-        inboxes = [keyspace.inbox(w, self.prefix) for w in workers]
-        pipe = self.client.pipeline(transaction=False)
-        for index in (keyspace.active_index(self.prefix), *inboxes):
-            pipe.zadd(index, {schedule_id: published})
-            pipe.zremrangebyscore(index, "-inf", f"({horizon}")
-        pipe.zrem(keyspace.lapse_index(self.prefix), schedule_id)  # a re-publish is reaped at once
-        for inbox in inboxes:
-            pipe.pttl(inbox)
-        ttls = pipe.execute()[-len(inboxes) :] if inboxes else []
-        # Pruning above needs a later announce to the same worker; an expiry does not. Only ever
-        # extended (a schedule with a shorter retention must not cut one with a longer one short).
+        # Pruning needs a later announce to the same worker; an expiry does not (a departed worker).
         life_ms = (retention_s + keyspace.INBOX_MARGIN_S) * 1000
-        longer = [inbox for inbox, ttl in zip(inboxes, ttls, strict=True) if int(ttl) < life_ms]
-        if longer:
-            pipe = self.client.pipeline(transaction=False)
-            for inbox in longer:
-                pipe.pexpire(inbox, life_ms)
-            pipe.execute()
+        active = keyspace.active_index(self.prefix)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zadd(active, {schedule_id: published})
+        pipe.zremrangebyscore(active, "-inf", f"({horizon}")
+        pipe.zrem(keyspace.lapse_index(self.prefix), schedule_id)  # a re-publish is reaped at once
+        for worker in workers:  # the body, not its SHA: no NOSCRIPT to rerun, on any node of a cluster
+            inbox = keyspace.inbox(worker, self.prefix)  # (whose pipelines refuse ``eval``, not the command)
+            pipe.execute_command("EVAL", _INBOX, 1, inbox, schedule_id, published, horizon, life_ms)
+        pipe.execute()
         if self._unsettled_since(schedule_id) is None:  # settled or cancelled meanwhile: that retire
             self._retire(schedule_id)  # may have run before the announce above, which undid it
 
