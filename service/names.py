@@ -5,13 +5,17 @@
 delays its probes; ``tests/service/sidecar/test_startup_imports.py``). One rule, two readers: both
 take the figures below, and ``name_error`` answers pydantic's own words for each breach, in the order
 pydantic checks them (length, then characters).
+
+``NAME_MAX_LENGTH`` bounds every id the service takes (worker, prompt and schedule ids), and the
+delivery protocol holds a publish to it too: until 2026-12-04 publish refused worker ids past 200
+characters that the API had accepted up to 256, so such a step was planned and then refused.
 """
 
 from __future__ import annotations
 
 import re
 
-NAME_MAX_LENGTH = 256
+NAME_MAX_LENGTH = 256  # the longest id of any kind: API, sidecar and delivery alike
 _NAME_CHARS = re.compile(r"[A-Za-z0-9_.:@/+=-]+")
 NAME_PATTERN = f"^{_NAME_CHARS.pattern}$"  # as pydantic states it in its message
 

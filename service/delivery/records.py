@@ -20,6 +20,7 @@ from service.delivery.keys import (
     DEFAULT_RETENTION_S,
     SHARED_QUEUE,
 )
+from service.names import NAME_MAX_LENGTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,8 +243,11 @@ def _optional_int(value: Any) -> int | None:
 
 
 def _check_name(field_name: str, value: str) -> None:
-    if not value or any(c in value for c in "{}|\n\r\t ") or len(value) > 200:
-        raise InvalidInputError(field_name, value, "must be 1-200 chars without braces, '|' or whitespace")
+    """A schedule or worker id fit for key names and records; as long as the API lets one be
+    (``NAME_MAX_LENGTH``), so a step the API accepted is never refused here."""
+    if not value or any(c in value for c in "{}|\n\r\t ") or len(value) > NAME_MAX_LENGTH:
+        why = f"must be 1-{NAME_MAX_LENGTH} chars without braces, '|' or whitespace"
+        raise InvalidInputError(field_name, value, why)
 
 
 def _check_item(where: str, item: DeliveryItem, seen: set[str]) -> None:

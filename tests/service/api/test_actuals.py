@@ -67,7 +67,7 @@ def test_reports_naming_more_features_in_all_than_a_history_holds_are_refused(
 
 @pytest.mark.parametrize(
     "schedule_id",
-    ["run-7.step:12_a", "run/7", "run@7", "a+b=c", "x" * 200, "x" * 201, "x" * 256],
+    ["run-7.step:12_a", "run/7", "run@7", "a+b=c", "x" * 200, "x" * 201, "x" * 256, "x" * 257],
 )
 def test_a_report_names_a_schedule_id_by_the_rule_the_schedule_endpoint_keeps(
     schedule_id: str, client: TestClient, redis_client: redis.Redis
