@@ -42,7 +42,14 @@ if existing then
 end
 local now = now_ms(ARGV[2])
 -- Retention is wall-clock: always the server's TIME, even when the lease clock is pinned.
-local exp = now_ms('') + tonumber(ARGV[3])
+local wall = now_ms('')
+local exp = wall + tonumber(ARGV[3])
+-- Fencing tokens count up from this publish's epoch, the server's wall clock in ms times 1,000
+-- (~1.8e15, exact in Lua's doubles and JSON's up to 2^53: year 2255), not from 0: a schedule id
+-- published again once its keys expired starts past every token its earlier publish issued unless
+-- that one leased over 1,000 items a millisecond, so a completion held past the retention (a pull
+-- worker's /done) is stale, not accepted against the new lease of the same key and token.
+local fence = int(wall * 1000)
 local names, sizes = cjson.decode(ARGV[8]), cjson.decode(ARGV[9])
 -- The non-empty lines of s; with keys, each line after the key of its item (keys[1], line 1,
 -- keys[2], line 2, ...: an HSET's arguments, built in the one pass). gmatch takes a line per C call,
@@ -89,7 +96,7 @@ bulk('HSET', k('pace'), flat)
 local n = #keys
 redis.call('HSET', META, 'fingerprint', ARGV[1], 'total', n, 'lease_ttl_ms', ARGV[4],
   'max_attempts', ARGV[5], 'kv_admission', ARGV[6], 'workers', ARGV[7], 'published_ms', now,
-  'expire_at_ms', exp, 'fence', 0, 'affinity', affinity, 'nonce', nonce)
+  'expire_at_ms', exp, 'fence', fence, 'affinity', affinity, 'nonce', nonce)
 -- What the plan predicts, for GET /schedule/{id} to compare with the time elapsed since 'published_ms'.
 if ARGV[22] ~= '' then redis.call('HSET', META, 'makespan_s', ARGV[22]) end
 if ARGV[23] ~= '{}' then redis.call('HSET', META, 'planned_finish', ARGV[23]) end

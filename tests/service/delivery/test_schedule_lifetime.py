@@ -3,12 +3,20 @@ until retention, and every key it writes shares one hash slot and expires; an in
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import redis
 from redis.crc import key_slot
 
-from service.delivery import Delivery, PublishOutcome, ReleaseOutcome, TrajectoryResult, keys
+from service.delivery import (
+    CompletionOutcome,
+    Delivery,
+    PublishOutcome,
+    ReleaseOutcome,
+    TrajectoryResult,
+    keys,
+)
 from tests.service.delivery.conftest import schedule
 
 T0 = 1_000_000  # explicit clock (ms) so expiry is deterministic
@@ -106,3 +114,25 @@ def test_an_empty_schedule_is_finished_at_once_and_never_announced(delivery: Del
     assert delivery.publish(schedule("s", {"a": 0})) is PublishOutcome.CREATED
     assert delivery.progress("s").finished
     assert delivery.schedules_for("a") == []
+
+
+def test_a_completion_held_past_retention_is_stale_against_its_schedule_id_published_again(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """A pull worker's /done reaches Redis by its token alone (its sidecar may have restarted and
+    forgotten the lease), however late. Once the schedule's keys expired and a trainer published the
+    same id again, the same key leased to the same worker must not carry the old lease's token."""
+    delivery.publish(schedule("s", {"a": 2}))
+    (old,) = delivery.claim("s", "a", 1)
+    for name in redis_client.keys(keys.schedule_keys("s").pattern):
+        redis_client.pexpire(name, 1)  # its retention passed
+    time.sleep(0.01)
+    assert redis_client.keys(keys.schedule_keys("s").pattern) == []
+    assert delivery.publish(schedule("s", {"a": 2})) is PublishOutcome.CREATED
+    (new,) = delivery.claim("s", "a", 1)
+    assert (new.key, new.worker_id) == (old.key, old.worker_id)
+    assert new.token > old.token
+    assert delivery.complete_many("s", [(old.key, old.token, RESULT)], worker_id="a") == [
+        CompletionOutcome.STALE
+    ]
+    assert delivery.complete(new, RESULT) is CompletionOutcome.ACCEPTED
