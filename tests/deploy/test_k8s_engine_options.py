@@ -1,5 +1,6 @@
-"""The engines' own options in deploy/k8s: request logging silenced the way the pinned vLLM takes it,
-and the optional model cache (deploy/k8s/optional) patching the worker StatefulSets into valid ones.
+"""The engines' own options in deploy/k8s: a vLLM that answers what the sidecar asks of it, started
+the same way whatever its image's entrypoint, request logging silenced the way the pinned vLLM takes
+it, and the optional model cache (deploy/k8s/optional) patching the worker StatefulSets into valid ones.
 
 vLLM logs every request's prompt by default up to 0.10.0 (``--disable-log-requests`` silences it);
 0.10.1 turned that default off, added ``--enable-log-requests`` and deprecated the old flag
@@ -26,6 +27,7 @@ WORKERS = [
 ]
 OPTIONAL = K8S / "optional"
 DEFAULT_OFF = (0, 10, 1)  # request logging off by default, --enable-log-requests added
+TOKEN_IDS = (0, 10, 2)  # return_token_ids answered with the choice's token_ids (vllm-project/vllm#22587)
 REMOVED = (0, 12, 0)  # --disable-log-requests refused
 
 
@@ -51,6 +53,31 @@ def request_logging_problem(engine: Doc) -> str | None:
     if version >= DEFAULT_OFF and "--disable-log-requests" in words:
         return f"vLLM {version} no longer needs --disable-log-requests (refused from {REMOVED})"
     return None
+
+
+@pytest.mark.parametrize(("statefulset", "engine", "cache"), WORKERS)
+def test_the_pinned_engines_answer_the_token_ids_the_sidecar_forwards(
+    statefulset: str, engine: str, cache: str
+) -> None:
+    """An RL trainer asks for the sampled tokens (``return_token_ids``, docs/sidecar.md); a vLLM before
+    0.10.2 ignores the field and answers text alone, so the trainer re-tokenizes, which does not always
+    give the sampled tokens back."""
+    image = containers_of(find_one("StatefulSet", statefulset))[engine]["image"]
+    assert vllm_version(image) >= TOKEN_IDS, image
+
+
+@pytest.mark.parametrize(("statefulset", "engine", "cache"), WORKERS)
+def test_each_engine_is_started_as_vllm_serve_of_its_model_whatever_its_image_entrypoint(
+    statefulset: str, engine: str, cache: str
+) -> None:
+    """vllm/vllm-openai's entrypoint was the API server module (0.8.5) and later ``vllm serve``, which
+    refused a ``--model`` flag (vllm-project/vllm#16691, #17944) and since warns it will go: args
+    written for one entrypoint break on an image bump. Naming the command keeps one form for all."""
+    container = containers_of(find_one("StatefulSet", statefulset))[engine]
+    command = container.get("command", [])
+    assert command[:2] == ["vllm", "serve"], command
+    assert len(command) == 3, f"the model, and only it, follows vllm serve: {command}"
+    assert not any(word.split("=", 1)[0] == "--model" for word in container.get("args", []))
 
 
 @pytest.mark.parametrize(("statefulset", "engine", "cache"), WORKERS)
