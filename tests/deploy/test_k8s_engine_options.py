@@ -81,6 +81,27 @@ def test_each_engine_is_started_as_vllm_serve_of_its_model_whatever_its_image_en
 
 
 @pytest.mark.parametrize(("statefulset", "engine", "cache"), WORKERS)
+def test_an_engine_whose_health_fails_for_a_minute_is_restarted_not_left_unready_for_good(
+    statefulset: str, engine: str, cache: str
+) -> None:
+    """vLLM's ``/health`` answers 5xx once its engine core died, and nothing when the server hangs;
+    the process may live on. Readiness alone leaves such a pod unready for ever: its sidecar stops
+    claiming and the worker is lost until someone deletes the pod. Liveness restarts it, after the
+    startup probe let the model load, and not for the slow answers of a server busy with a batch."""
+    container = containers_of(find_one("StatefulSet", statefulset))[engine]
+    ports = {port["name"] for port in container["ports"]}
+    live = container.get("livenessProbe")
+    assert live is not None, f"{engine}: a dead engine is never restarted"
+    assert live["httpGet"]["path"] == "/health"
+    assert live["httpGet"]["port"] in ports
+    assert live["periodSeconds"] * live["failureThreshold"] >= 60
+    assert live["timeoutSeconds"] >= 3
+    assert container["readinessProbe"].get("timeoutSeconds", 1) >= 3
+    startup = container["startupProbe"]  # liveness waits for it: a model load is minutes
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
+
+
+@pytest.mark.parametrize(("statefulset", "engine", "cache"), WORKERS)
 def test_each_engine_silences_request_logging_as_its_pinned_vllm_takes_it(
     statefulset: str, engine: str, cache: str
 ) -> None:
