@@ -200,6 +200,27 @@ def test_a_drain_during_a_redis_outage_may_evict_the_replicas_it_made_unready() 
     assert pdb.get("unhealthyPodEvictionPolicy") == "AlwaysAllow"
 
 
+def test_no_pod_mounts_a_service_account_token_it_never_uses() -> None:
+    """Neither the service, the sidecars nor the engines call the Kubernetes API; a token mounted
+    anyway gives whoever takes over a pod (a prompt that exploits the engine, a bad dependency)
+    whatever the namespace's default service account may do."""
+    for doc in workloads():
+        assert pod_spec(doc).get("automountServiceAccountToken") is False, doc["metadata"]["name"]
+
+
+def test_every_container_of_our_image_runs_under_the_runtimes_default_seccomp_profile() -> None:
+    """The restricted Pod Security Standard asks it of every container, beside non-root and no
+    capabilities; the service sets it pod-wide, and the sidecars, whose pods the engines (root, the
+    node's default profile) share, on their own container, or they run without any filter."""
+    for doc in workloads():
+        pod = pod_spec(doc)
+        for container in _ours():
+            if container not in pod["containers"]:
+                continue
+            context = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+            assert context.get("seccompProfile") == {"type": "RuntimeDefault"}, container["name"]
+
+
 def test_a_service_replica_plans_once_per_core_it_requests() -> None:
     """``ROLLOUT_MAX_CONCURRENT_PLANS`` above the CPU request makes every plan of a burst share the
     cores and miss its time budget; below it leaves requested cores idle while plans wait in line."""
