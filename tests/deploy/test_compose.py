@@ -187,6 +187,17 @@ def _seconds(duration: str) -> float:
     return sum(float(n) * units[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)([hms])", duration))
 
 
+def test_the_service_health_check_lets_it_load_its_history_as_the_k8s_startup_probe_does(
+    services: dict[str, Service],
+) -> None:
+    """A check failed inside ``start_period`` does not count; past it, serve still loading its
+    history would be marked unhealthy and ``docker compose up --wait`` would give up on it."""
+    from tests.deploy.test_dockerfile import serve_startup_window_s
+
+    for name, svc in _ours(services, "serve").items():
+        assert _seconds(svc["healthcheck"]["start_period"]) >= serve_startup_window_s(), name
+
+
 def test_each_process_of_ours_gets_time_to_stop_before_docker_kills_it(services: dict[str, Service]) -> None:
     """``docker compose stop``/``down`` sends SIGTERM, then SIGKILL after ``stop_grace_period`` (10 s
     unless set). serve waits up to its graceful-shutdown timeout for requests in flight and then stops

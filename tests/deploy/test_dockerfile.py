@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 
 from tests.deploy.cliargs import parse_cli
 from tests.deploy.dockerfile import DockerIgnore, Instruction, read_dockerfile, stages
+from tests.deploy.manifests import containers_of, find_one
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
@@ -116,6 +117,22 @@ def test_the_health_check_runs_a_script_the_image_contains() -> None:
     assert check[0] == "CMD"
     script = next(arg for arg in check if arg.endswith(".py"))
     assert script in {dest for _, dest in _context_copies()}
+
+
+def serve_startup_window_s() -> int:
+    """How long Kubernetes lets ``serve`` start (load the predictor history) before liveness counts."""
+    probe = containers_of(find_one("Deployment", "rollout-scheduler"))["service"]["startupProbe"]
+    return int(probe["periodSeconds"]) * int(probe["failureThreshold"])
+
+
+def test_the_health_check_lets_serve_load_its_history_as_the_k8s_startup_probe_does() -> None:
+    """``serve`` answers nothing while it loads the actuals history (~45 s at the 2 M-row default,
+    docs/operations.md); failures inside ``--start-period`` do not count, so a shorter period marks a
+    starting service unhealthy (and an orchestrator that acts on it, Swarm, restarts it mid-load)."""
+    flags = dict(flag[2:].split("=", 1) for flag in _one(FINAL, "HEALTHCHECK").flags)
+    period = re.fullmatch(r"(\d+)s", flags["start-period"])
+    assert period, flags["start-period"]
+    assert int(period.group(1)) >= serve_startup_window_s()
 
 
 def test_the_base_image_python_is_the_one_the_pins_were_made_with() -> None:
