@@ -57,18 +57,32 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+# The loggers at the chosen level: ours (the planner's and predictor's packages log too: a history
+# that leaves feature names out) and uvicorn's. Any other reaches the root at WARNING.
+OWN_LOGGERS = ("service", "scheduler", "predictors", "uvicorn", "uvicorn.error")
+
+
 def configure(level: str = "INFO", fields: Mapping[str, str] | None = None) -> None:
-    """Send every ``service`` and uvicorn log line to stderr as JSON; called by ``serve`` and the
-    sidecar (whose ``fields`` name its worker), not on import."""
+    """Send every log line of the process to stderr as JSON; called by ``serve`` and the sidecar
+    (whose ``fields`` name its worker), not on import.
+
+    The root logger gets the handler too, and Python's warnings go through it: a line from a logger
+    with no handler of its own (``predictors.history``, asyncio's ``Task exception was never
+    retrieved``, redis-py) was printed by ``logging.lastResort`` as bare text, its traceback over
+    several lines, each of which a log shipper reads as a record of its own."""
     install_record_factory()
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter(fields))
-    for name in ("service", "uvicorn", "uvicorn.error"):
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(max(logging.WARNING, logging.getLevelName(level)))  # a library's INFO is not ours
+    for name in OWN_LOGGERS:
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]
         logger.setLevel(level)
         logger.propagate = False
     logging.getLogger("uvicorn.access").disabled = True  # the app logs each request itself, as JSON
+    logging.captureWarnings(True)  # ``warnings.warn`` printed two lines of text (message, source)
 
 
 def install_record_factory() -> None:

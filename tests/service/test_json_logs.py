@@ -1,0 +1,66 @@
+"""``logs.configure``: every line the process logs is one JSON object, whichever logger wrote it.
+
+Run in a child process: ``configure`` takes over the process's root logger, as ``serve`` and the
+sidecar do, which would take pytest's log capture away from the tests that follow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+_CHILD = """
+import asyncio, gc, logging, warnings
+from service import logs
+
+logs.configure("INFO", fields={"worker_id": "w0"})
+logging.getLogger("service.x").info("ours")
+logging.getLogger("predictors.history").warning("left out 3 feature names: a history holds 64")
+logging.getLogger("scheduler.planner").info("planner line")
+logging.getLogger("redis.cluster").warning("a library's warning")
+logging.getLogger("redis.cluster").info("a library's info")
+warnings.warn("a deprecation", DeprecationWarning, stacklevel=1)
+
+async def fails():
+    raise RuntimeError("nobody awaited this")
+
+async def main():
+    task = asyncio.ensure_future(fails())
+    await asyncio.sleep(0.01)
+    del task
+    gc.collect()
+
+asyncio.run(main())
+"""
+
+
+def _lines() -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", _CHILD], capture_output=True, text=True, timeout=60, check=True
+    )
+    return done.stderr.splitlines()
+
+
+def test_every_logger_writes_one_json_object_per_line_with_the_workers_fields() -> None:
+    lines = _lines()
+    entries = [json.loads(line) for line in lines]  # a bare-text line raises here
+    messages = [entry["message"] for entry in entries]
+    assert "ours" in messages
+    assert "left out 3 feature names: a history holds 64" in messages
+    assert "planner line" in messages
+    assert "a library's warning" in messages
+    assert all(entry["worker_id"] == "w0" for entry in entries)
+
+
+def test_an_unretrieved_task_error_keeps_its_traceback_inside_its_line() -> None:
+    (entry,) = [json.loads(line) for line in _lines() if "never retrieved" in line]
+    assert entry["level"] == "ERROR"
+    assert entry["logger"] == "asyncio"
+    assert "RuntimeError: nobody awaited this" in entry["exc"]
+
+
+def test_a_library_logs_warnings_not_info_and_python_warnings_are_lines_too() -> None:
+    entries = [json.loads(line) for line in _lines()]
+    assert "a library's info" not in [entry["message"] for entry in entries]
+    (warned,) = [entry for entry in entries if entry["logger"] == "py.warnings"]
+    assert "DeprecationWarning: a deprecation" in warned["message"]
