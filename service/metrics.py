@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -96,6 +96,31 @@ class _ModelInfoCollector(Collector):
         yield family
 
 
+class LastValue(Collector):
+    """A gauge with no series until its first ``set``: the value of the last event on this replica.
+
+    A ``Gauge`` reads 0 from the start, and 0 is a value: a replica that has planned nothing yet (a
+    fresh pod, or one of several that the trainers' requests did not reach) said its last plan was 0x
+    as fast as round robin, which a ``min`` over replicas or an alert on a low speed-up took for a bad
+    plan."""
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._value: float | None = None
+
+    def set(self, value: float) -> None:
+        """Record the latest value (a float store: atomic under the GIL, as a scrape reads it)."""
+        self._value = value
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        """The family, with its one series once a value was set."""
+        family = GaugeMetricFamily(self._name, self._documentation)
+        if self._value is not None:
+            family.add_metric([], self._value)
+        yield family
+
+
 @dataclass
 class Metrics:
     """The service's instruments, all on one private registry."""
@@ -128,9 +153,10 @@ class Metrics:
             buckets=RATIO_BUCKETS,
             registry=reg,
         )
-        self.speedup = Gauge(
-            "rollout_plan_speedup_vs_round_robin", "Last plan's predicted speed-up", registry=reg
+        self.speedup = LastValue(
+            "rollout_plan_speedup_vs_round_robin", "This replica's last plan's predicted speed-up"
         )
+        reg.register(self.speedup)
         self.trajectories = Counter(
             "rollout_scheduled_trajectories", "Trajectories planned", ["published"], registry=reg
         )

@@ -283,3 +283,19 @@ def test_metric_names_follow_prometheus_conventions(client: TestClient) -> None:
     ours = {name: kind for name, kind in types.items() if not name.endswith("_created")}
     assert all((kind == "counter") == name.endswith("_total") for name, kind in ours.items())
     assert not [name for name in ours if re.search(r"_(ms|milliseconds|minutes|hours)(_|$)", name)]
+
+
+def test_the_speedup_of_the_last_plan_has_no_series_until_this_replica_has_planned(
+    client: TestClient,
+) -> None:
+    """A replica that has planned nothing (a fresh pod, or one the trainers' requests did not reach)
+    has no last plan: a 0 there read as a plan 0x as fast as round robin."""
+    assert not _speedup(client.get("/metrics").text)
+    planned = client.post("/schedule", json=batch_body()).json()
+    assert _speedup(client.get("/metrics").text) == [
+        f"rollout_plan_speedup_vs_round_robin {float(planned['speedup_vs_round_robin'])!r}"
+    ]
+
+
+def _speedup(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("rollout_plan_speedup_vs_round_robin")]
