@@ -34,6 +34,8 @@ DEPTH_CACHE_S = 2.0  # queue depths are read from Redis at most this often, howe
 RATIO_BUCKETS = (1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.5, 2.0, 3.0, 5.0)
 
 REAP_OUTCOMES = ("requeued", "dead_lettered")  # the reaped-leases counter's only label values
+RETRAIN_OUTCOMES = ("ok", "busy", "insufficient_data", "error")  # the retrains counter's
+PUBLISHED = ("true", "false")  # the planned-trajectories counter's
 
 # A function returning queue depths by (schedule_id, state) -> count; raises when Redis is down.
 DepthSource = Callable[[], Mapping[tuple[str, str], int]]
@@ -168,8 +170,16 @@ class Metrics:
             ["outcome"],
             registry=reg,
         )
-        for outcome in REAP_OUTCOMES:  # both series exist from the start: rate() sees the first reap
-            self.reaped.labels(outcome)
+        # Every series of a fixed label set exists from the start, at 0: one born at its first count
+        # reads 1 at its first sample, so increase() and rate() see no rise, and an alert on the first
+        # failed retrain of a replica's life (or on its first reap) never fired.
+        for counter, values in (
+            (self.reaped, REAP_OUTCOMES),
+            (self.retrains, RETRAIN_OUTCOMES),
+            (self.trajectories, PUBLISHED),
+        ):
+            for value in values:
+                counter.labels(value)
 
     def count_reaped(self, report: ReapReport) -> None:
         """Count one reaper pass's work on one schedule: leases requeued, and items dead-lettered

@@ -299,3 +299,13 @@ def test_the_speedup_of_the_last_plan_has_no_series_until_this_replica_has_plann
 
 def _speedup(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("rollout_plan_speedup_vs_round_robin")]
+
+
+def test_counters_of_a_fixed_label_set_read_zero_before_their_first_count(client: TestClient) -> None:
+    """A series born at its first count reads 1 at its first sample, so ``increase()`` sees no rise
+    and an alert on a replica's first failed retrain never fired."""
+    text = client.get("/metrics").text
+    for outcome in ("ok", "busy", "insufficient_data", "error"):
+        assert f'rollout_retrains_total{{outcome="{outcome}"}} 0.0' in text
+    for published in ("true", "false"):
+        assert f'rollout_scheduled_trajectories_total{{published="{published}"}} 0.0' in text
