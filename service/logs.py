@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from types import TracebackType
 from typing import Any
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # the service's and the sidecar's --log-level
@@ -69,7 +72,8 @@ def configure(level: str = "INFO", fields: Mapping[str, str] | None = None) -> N
     The root logger gets the handler too, and Python's warnings go through it: a line from a logger
     with no handler of its own (``predictors.history``, asyncio's ``Task exception was never
     retrieved``, redis-py) was printed by ``logging.lastResort`` as bare text, its traceback over
-    several lines, each of which a log shipper reads as a record of its own."""
+    several lines, each of which a log shipper reads as a record of its own; so was a crash, by
+    Python's except hooks, which log it here instead."""
     install_record_factory()
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter(fields))
@@ -83,6 +87,33 @@ def configure(level: str = "INFO", fields: Mapping[str, str] | None = None) -> N
         logger.propagate = False
     logging.getLogger("uvicorn.access").disabled = True  # the app logs each request itself, as JSON
     logging.captureWarnings(True)  # ``warnings.warn`` printed two lines of text (message, source)
+    sys.excepthook = _log_uncaught
+    threading.excepthook = _log_uncaught_in_thread
+
+
+def _log_uncaught(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
+    """A crash's traceback as one CRITICAL line, not Python's text over many lines: the last thing a
+    process says before its restart is the line an operator looks for first (Ctrl-C stays quiet)."""
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, error, trace)
+        return
+    logging.getLogger("service").critical(
+        "uncaught %s: %s", kind.__name__, error, exc_info=(kind, error, trace)
+    )
+
+
+def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    """The same for a thread's crash, naming the thread (the process may go on without it)."""
+    if args.exc_value is None or issubclass(args.exc_type, SystemExit):
+        return
+    thread = args.thread.name if args.thread is not None else "?"
+    logging.getLogger("service").critical(
+        "uncaught %s in thread %s: %s",
+        args.exc_type.__name__,
+        thread,
+        args.exc_value,
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+    )
 
 
 def install_record_factory() -> None:

@@ -64,3 +64,28 @@ def test_a_library_logs_warnings_not_info_and_python_warnings_are_lines_too() ->
     assert "a library's info" not in [entry["message"] for entry in entries]
     (warned,) = [entry for entry in entries if entry["logger"] == "py.warnings"]
     assert "DeprecationWarning: a deprecation" in warned["message"]
+
+
+_CRASH = """
+import threading
+from service import logs
+
+logs.configure("INFO")
+thread = threading.Thread(target=lambda: 1 / 0, name="health")
+thread.start()
+thread.join()
+raise RuntimeError("a bug at the top")
+"""
+
+
+def test_a_crash_is_one_critical_line_with_its_traceback_in_the_process_and_in_a_thread() -> None:
+    done = subprocess.run([sys.executable, "-c", _CRASH], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    entries = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [entry["message"] for entry in entries] == [
+        "uncaught ZeroDivisionError in thread health: division by zero",
+        "uncaught RuntimeError: a bug at the top",
+    ]
+    assert all(entry["level"] == "CRITICAL" for entry in entries)
+    assert "Traceback" in entries[0]["exc"]
+    assert entries[1]["exc"].endswith("RuntimeError: a bug at the top")
