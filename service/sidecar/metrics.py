@@ -98,6 +98,12 @@ def exposition(runner: Sidecar, worker_id: str) -> bytes:
     def gauges() -> Gauges:
         return {
             "engine_up": ("1 while the engine answered its last call", float(runner.engine_up)),
+            # what /ready reads: a sidecar that cannot reach Redis (an outage, a network cut of its
+            # own) claims nothing and was a log line only, where engine_up answered for the engine
+            "redis_up": (
+                "1 while the last claim reached Redis and heartbeats go through (0 before the first claim)",
+                float(runner.redis_up),
+            ),
             "loop_silent_seconds": (
                 "Seconds since the main loop last turned",
                 time.monotonic() - runner.last_turn,

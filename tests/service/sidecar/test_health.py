@@ -250,3 +250,15 @@ def test_a_sidecar_with_every_slot_busy_is_not_ready_once_its_heartbeats_find_re
                 assert app.get("/ready").json()["redis_up"] is False
         finally:
             server.stop()
+
+
+def test_the_metrics_say_whether_redis_answers_as_the_readiness_probe_does(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A sidecar cut off from Redis claims nothing: its metrics said so only by counters standing
+    still, while ``engine_up`` answered for its engine."""
+    with cluster(tmp_path) as procs:
+        runner = _sidecar(redis_url, engine_url=procs.engine_threads({"engine": 0.01})["engine"])
+        assert 'rollout_sidecar_redis_up{worker_id="w0"} 0.0' in exposition(runner, "w0").decode()
+        run_until(runner, lambda: runner.redis_up)
+        assert 'rollout_sidecar_redis_up{worker_id="w0"} 1.0' in exposition(runner, "w0").decode()
