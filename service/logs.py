@@ -87,8 +87,12 @@ def configure(level: str = "INFO", fields: Mapping[str, str] | None = None) -> N
         logger.propagate = False
     logging.getLogger("uvicorn.access").disabled = True  # the app logs each request itself, as JSON
     logging.captureWarnings(True)  # ``warnings.warn`` printed two lines of text (message, source)
-    sys.excepthook = _log_uncaught
-    threading.excepthook = _log_uncaught_in_thread
+    # over the interpreter's own hooks only (and typer's, which hands a plain traceback to the
+    # interpreter's): one installed by someone else, a test runner's or a debugger's, stays theirs
+    if sys.excepthook is sys.__excepthook__ or getattr(sys.excepthook, "__module__", "") == "typer.main":
+        sys.excepthook = _log_uncaught
+    if threading.excepthook is threading.__excepthook__:
+        threading.excepthook = _log_uncaught_in_thread
 
 
 def _log_uncaught(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:

@@ -89,3 +89,26 @@ def test_a_crash_is_one_critical_line_with_its_traceback_in_the_process_and_in_a
     assert all(entry["level"] == "CRITICAL" for entry in entries)
     assert "Traceback" in entries[0]["exc"]
     assert entries[1]["exc"].endswith("RuntimeError: a bug at the top")
+
+
+_THEIRS = """
+import threading
+from service import logs
+
+def theirs(args):
+    print("their hook", flush=True)
+
+threading.excepthook = theirs
+logs.configure("INFO")
+thread = threading.Thread(target=lambda: 1 / 0)
+thread.start()
+thread.join()
+"""
+
+
+def test_a_thread_hook_someone_else_installed_stays_theirs() -> None:
+    """A test runner's (pytest reports a thread's crash through its own hook) or a debugger's: a
+    command run in-process by a test took it over, and later tests' thread crashes went unreported."""
+    done = subprocess.run([sys.executable, "-c", _THEIRS], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "their hook\n"
+    assert done.stderr == ""
