@@ -31,6 +31,7 @@ from scheduler.types import PlanRequest
 
 SPEED_TOLERANCE = 0.25  # relative spread of time scales within one kind (``worker_kinds``): a pool
 # whose learned speeds scatter by +-10% around one device's stays one kind
+INT64_LIMIT = 2**63  # numpy's int64 products wrap silently at this (``_kv_steps``)
 
 
 class Unit(NamedTuple):
@@ -175,11 +176,22 @@ def _columns(request: PlanRequest) -> _Columns:
     prompt_array = np.array([t.prompt_tokens for t in trajectories], dtype=np.int64)
     step_array = planned_steps_array([t.predicted_tokens for t in trajectories])
     need = (prompt_array + np.array([t.max_new_tokens for t in trajectories], dtype=np.int64)).tolist()
-    # p*L + L*(L-1)/2 as Python evaluates it on ints: both products exact, then one float addition
-    halves = (step_array * (step_array - 1)).astype(np.float64) / 2.0
-    kv_array = (prompt_array * step_array).astype(np.float64) + halves
+    kv_array = _kv_steps(prompt_array, step_array)
     prompts, steps = tuple(prompt_array.tolist()), tuple(step_array.tolist())
     return _Columns(prompts, steps, need, kv_array.tolist(), step_array, kv_array)
+
+
+def _kv_steps(prompts: npt.NDArray[np.int64], steps: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """``p*L + L*(L-1)/2`` per trajectory as Python evaluates it on ints: both products exact, then
+    one float addition. On int64 arrays where no product can pass 2**63 (every real batch); past
+    that, on Python's ints: validation accepts caches of ~2e11 tokens (64 GPUs of 1e5 GiB), and a
+    prompt of half that with a 2**31-token cap wrapped ``p*L`` to -5.9e18 KV-token-steps, a negative
+    load that every estimate then believed and that CP-SAT's repair rejected as MODEL_INVALID."""
+    longest, widest = int(steps.max(initial=0)), int(prompts.max(initial=0))
+    if max(longest, widest) * longest < INT64_LIMIT:
+        return (prompts * steps).astype(np.float64) + (steps * (steps - 1)).astype(np.float64) / 2.0
+    exact = [p * n + n * (n - 1) / 2 for p, n in zip(prompts.tolist(), steps.tolist(), strict=True)]
+    return np.array(exact, dtype=np.float64)
 
 
 class _Allowed:

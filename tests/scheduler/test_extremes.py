@@ -19,6 +19,7 @@ from scheduler.costmodel import worker_cost
 from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
 from scheduler.policies import POLICY_NAMES
+from scheduler.policies.problem import build_problem
 from scheduler.simulator import SimOptions, simulate
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
@@ -217,3 +218,16 @@ def test_least_loaded_deals_a_batch_pinned_to_one_worker_of_many_without_scannin
     result = plan(request, "least_loaded")
     assert time.process_time() - started < 2.5  # 5x the budget; CPU time, so a loaded host does not count
     assert [len(wp.items) for wp in result.workers if wp.items] == [2_048]
+
+
+def test_kv_steps_stay_exact_where_prompt_times_length_passes_int64() -> None:
+    """Validation accepts a 64-GPU worker of 1e5 GiB each (a ~2.2e11-token cache); a prompt of half
+    that with a 2**31-token cap once wrapped ``p*L`` in int64 to a negative KV load, which cpsat's
+    repair model then carried as a variable with an empty domain (CP-SAT: MODEL_INVALID)."""
+    giant = Worker("w0", dataclasses.replace(device_profile("H100"), memory_gib=1e5), num_gpus=64)
+    inventory = Inventory((giant,), model_preset("1.5b"))
+    prompt, cap = worker_cost(giant, inventory.model).kv_capacity_tokens // 2, 2**31 - 1
+    trajectories = (Trajectory("p0", 0, prompt, cap, float(cap)), Trajectory("p1", 0, 1, 10, 10.0))
+    problem = build_problem(PlanRequest(trajectories, inventory, time_budget_s=0.3))
+    assert problem.kv_steps == (prompt * cap + cap * (cap - 1) / 2, 1 * 10 + 10 * 9 / 2)
+    assert [u.kv_steps for u in problem.units] == list(problem.kv_steps)
