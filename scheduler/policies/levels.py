@@ -323,7 +323,11 @@ def _clamped(
     capacity: Sequence[Sequence[int]], demand: Sequence[int], sizes: Sequence[int], items: ItemCounts | None
 ) -> tuple[Sequence[Sequence[int]], ItemCounts | None]:
     """The same cover question with no coefficient above what it must cover, where CP-SAT's 64-bit
-    sums would overflow otherwise (years-long makespans, billion-token lengths: it raises TypeError).
+    sums would overflow otherwise (years-long makespans, billion-token lengths: it raises TypeError,
+    or, once a sum passes 2**62, answers MODEL_INVALID). Band 0's sum spans every band, so the
+    test is the largest coefficient times the workers times the bands: without the bands, a cover
+    whose coefficients times the workers stayed under 2**62 went to CP-SAT unclamped and came back
+    invalid, a probe neither feasible nor infeasible.
 
     Exact: a worker whose capacity alone covers the whole demand covers every band's suffix before
     and after. Left as it is below the limit, so that the counts CP-SAT returns do not change.
@@ -332,7 +336,7 @@ def _clamped(
     largest = max((v for row in capacity for v in row), default=0)
     if items is not None:
         largest = max(largest, *(v for plane in items.room for row in plane for v in row))
-    if largest * workers < SAFE_INT:
+    if largest * workers * max(1, len(demand)) < SAFE_INT:
         return capacity, items
     total = sum(demand)
     capacity = [[min(v, total) for v in row] for row in capacity]

@@ -21,6 +21,7 @@ from scheduler.policies.levels import (
     BANDS,
     GRID,
     KV_UNIT,
+    ItemCounts,
     band_capacity,
     band_edges,
     band_loads,
@@ -177,3 +178,14 @@ def test_a_cpsat_plan_leaves_ctrl_c_to_the_process() -> None:
         [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120, check=False
     )
     assert (done.returncode, done.stdout.strip()) == (0, "interrupted"), done.stderr
+
+
+def test_a_cover_whose_sums_over_every_band_pass_2_62_is_decided_not_rejected() -> None:
+    """Each coefficient times the workers stays under 2**62, but band 0's constraint adds all ten
+    bands: unclamped, CP-SAT answered MODEL_INVALID for a cover that exists (every worker on top)."""
+    bands, workers = 10, 4
+    room = (tuple(tuple(int(k >= j) for j in range(bands)) for k in range(bands)),)
+    whole = ItemCounts(tuple([workers] * bands), room)  # every band's units need all four workers
+    counts, status = cover([[2**58] * bands], [1] * bands, [workers], None, 0, whole)
+    assert status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    assert counts == ((0,) * (bands - 1) + (workers,),)
