@@ -20,7 +20,7 @@ from scheduler import clock
 from scheduler.policies.load import load_of, time_with
 from scheduler.policies.ordering import best_order
 from scheduler.policies.problem import Problem
-from scheduler.policies.sat import new_solver
+from scheduler.policies.sat import new_solver, solve
 
 US = 1e6  # time unit of the model: microseconds
 KV_UNIT = 1e5  # KV-token-steps per integer unit
@@ -100,7 +100,7 @@ def _resolve(
     # Solve, stopping at the plan's deadline whatever the host's load.
     left = deadline - clock.now()
     solver = new_solver(min(STEP_LIMIT_S, left), seed, left)
-    status = solver.solve(model)
+    status = solve(solver, model, "repair")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     moved: dict[int, list[int]] = {w: [] for w in group}

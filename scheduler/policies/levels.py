@@ -51,7 +51,7 @@ from scheduler import clock
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.load import KV_FILL
 from scheduler.policies.problem import Unit
-from scheduler.policies.sat import new_solver
+from scheduler.policies.sat import new_solver, solve
 from scheduler.stepsum import FloatArray
 from scheduler.tailcover import MAX_STATES, FluidCover, layout
 
@@ -312,7 +312,7 @@ def cover(
     # Phase 4: solve.
     left = None if deadline is None else deadline - clock.now()
     solver = new_solver(PROBE_LIMIT_S if left is None else min(PROBE_LIMIT_S, left), seed, left)
-    status = solver.solve(model)
+    status = solve(solver, model, "band cover")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, status
     # Phase 5: extract.

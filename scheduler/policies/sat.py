@@ -8,9 +8,16 @@ except under a frozen planning clock (``scheduler.clock``, the replay), where a 
 on the host at all. The models here are small by design (tens of integers, or a few thousand
 booleans), where one worker with a good hint is as fast as a portfolio, and the host has 2 cores
 shared with the service.
+
+Every solve goes through ``solve``: callers fall back on any status but OPTIMAL/FEASIBLE, so a model
+CP-SAT rejects (MODEL_INVALID) would cost only plan quality and pass unseen, yet it is always a
+planner bug (a sum past the 64-bit guards, an empty domain from a wrapped load); it is logged as an
+error with CP-SAT's own reason.
 """
 
 from __future__ import annotations
+
+import logging
 
 from ortools.sat.python import cp_model
 
@@ -18,6 +25,8 @@ from scheduler import clock
 
 WALL_SAFETY = 3.0  # wall-clock limit as a multiple of the deterministic limit
 SEED_RANGE = 2**31  # CP-SAT's random_seed is an int32; larger request seeds are folded into it
+
+_log = logging.getLogger(__name__)
 
 
 def new_solver(limit_s: float, seed: int, wall_s: float | None = None) -> cp_model.CpSolver:
@@ -41,3 +50,13 @@ def new_solver(limit_s: float, seed: int, wall_s: float | None = None) -> cp_mod
     # so Python's handler raising once the solve returns is soon enough.
     solver.parameters.catch_sigint_signal = False
     return solver
+
+
+def solve(solver: cp_model.CpSolver, model: cp_model.CpModel, what: str) -> cp_model.CpSolverStatus:
+    """``solver.solve(model)``; a MODEL_INVALID is logged as an error naming ``what`` and CP-SAT's
+    reason (module doc), and returned like any other status for the caller's fallback."""
+    status = solver.solve(model)
+    if status == cp_model.MODEL_INVALID:
+        reason = model.validate()
+        _log.error("CP-SAT rejected the %s model as invalid (a planner bug; falling back): %s", what, reason)
+    return status
