@@ -13,10 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
+from scheduler import clock
 from scheduler.benchgen import bench_request, heavy_tailed_batch, mixed_inventory
 from scheduler.costmodel import worker_cost
 from scheduler.lowerbound import lower_bound
 from scheduler.planner import plan
+from scheduler.policies import exchange
 from scheduler.policies.levels import (
     BANDS,
     GRID,
@@ -30,6 +32,7 @@ from scheduler.policies.levels import (
     solve_levels,
 )
 from scheduler.policies.load import KV_FILL
+from scheduler.policies.lpt import lpt_start
 from scheduler.policies.problem import build_problem, worker_kinds
 from scheduler.simulator import SimOptions, simulate
 from scheduler.stepsum import planned_steps
@@ -189,3 +192,17 @@ def test_a_cover_whose_sums_over_every_band_pass_2_62_is_decided_not_rejected() 
     counts, status = cover([[2**58] * bands], [1] * bands, [workers], None, 0, whole)
     assert status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     assert counts == ((0,) * (bands - 1) + (workers,),)
+
+
+def test_a_repair_of_the_slowest_worker_and_the_three_fastest_answers_within_its_step_limit() -> None:
+    """The model is hinted with the current split, complete and feasible, so a solve always has an
+    answer; with CP-SAT's presolve its probing spent the whole step limit on these ~860 booleans and
+    the solve stopped UNKNOWN, so the 1+3 moves could never succeed on the bench batches."""
+    problem = build_problem(bench_request(1_024, 16, seed=1))
+    with clock.frozen():  # only the deterministic step limit stops the solve
+        assignment, _, finishes = lpt_start(problem, False, 1.0, True)
+        by_finish = sorted(problem.active, key=lambda w: (finishes[w], w))
+        group = [by_finish[-1], *by_finish[:3]]
+        moved = exchange._resolve(problem, assignment, finishes, group, 1.0, seed=0)
+    assert moved is not None
+    assert sorted(u for w in group for u in moved[w]) == sorted(u for w in group for u in assignment[w])
