@@ -22,6 +22,7 @@ from service.client import (
     StepResults,
 )
 from service.delivery import Delivery, TrajectoryResult
+from service.ports import free_port
 from service.settings import Settings
 from tests.service.api.conftest import LiveServer, actual_history, batch_body, with_settings
 
@@ -309,3 +310,32 @@ def test_a_retrain_whose_reply_was_lost_is_not_sent_again(
         with pytest.raises(ServiceUnreachableError):
             client.retrain()
         assert (client.models().stored_versions, transport.seen) == (["v1"], 1)
+
+
+def _pauses_against_a_closed_port(monkeypatch: pytest.MonkeyPatch, outage_s: float) -> list[float]:
+    """The pauses of ``progress`` retried against a port nothing listens on (a real refused
+    connection), on a clock that advances by each pause, until the outage allowance runs out."""
+    now = [0.0]
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        now[0] += seconds
+
+    monkeypatch.setattr(client_module, "time", SimpleNamespace(monotonic=lambda: now[0], sleep=sleep))
+    client = SchedulerClient(f"http://127.0.0.1:{free_port()}", timeout_s=1.0)
+    with client, pytest.raises(ServiceUnreachableError):
+        client.progress("step-0", outage_s=outage_s)
+    return pauses
+
+
+def test_retries_through_an_outage_back_off_with_jitter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fixed 0.5 s pause sent 120 requests a minute per trainer at a service coming back from a
+    restart, every trainer on the same beat: the pauses grow, to a cap, each drawn at random."""
+    first = _pauses_against_a_closed_port(monkeypatch, outage_s=60.0)
+    second = _pauses_against_a_closed_port(monkeypatch, outage_s=60.0)
+    assert len(first) < 30  # a fixed 0.5 s: 120
+    assert max(first) <= client_module.MAX_BACKOFF_S
+    assert sum(first[:3]) < 4.0  # a short blip is still ridden out at once
+    assert first[-2] > first[0]
+    assert first != second  # two trainers that failed together do not retry together
