@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from service.api.progress_schemas import (
     RESULTS_MAX_WAIT_MS,
@@ -41,6 +42,7 @@ from service.client_steps import check_whole
 from service.tokens import check_token
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 OUTAGE_PAUSE_S = 0.5  # the first retry's pause, before jitter; each next one doubles, to the cap
 MAX_BACKOFF_S = 8.0  # the longest pause the client chooses itself: a service back is found within it
 MAX_PAUSE_S = 30.0  # the longest a Retry-After is waited out before the next try
@@ -155,9 +157,8 @@ class SchedulerClient:
         publishing the step twice; an older service answers it 409, raised as ``AlreadyPublishedError``.
         A body without one is sent once, as a retry would publish a second copy of the work."""
         body = request.model_dump(exclude_none=True) if isinstance(request, ScheduleRequest) else request
-        send = functools.partial(self._call, "POST", "/schedule", json=body, raw=True)
-        sent = self._outlasting(send, None, outage_s) if body.get("schedule_id") else send()
-        return ScheduleResponse.model_validate_json(sent)
+        send = functools.partial(self._call, ScheduleResponse, "POST", "/schedule", json=body)
+        return self._outlasting(send, None, outage_s) if body.get("schedule_id") else send()
 
     def progress(self, schedule_id: str, outage_s: float = 60.0) -> ProgressResponse:
         """Counts by state, overall and per worker. Only a read, so a retryable failure (a lost reply,
@@ -167,7 +168,7 @@ class SchedulerClient:
 
     def _progress(self, schedule_id: str) -> ProgressResponse:
         """One ``GET /schedule/{id}``, not retried (``wait`` retries it within its own deadline)."""
-        return ProgressResponse.model_validate(self._call("GET", f"/schedule/{schedule_id}"))
+        return self._call(ProgressResponse, "GET", f"/schedule/{schedule_id}")
 
     def results(
         self,
@@ -188,9 +189,8 @@ class SchedulerClient:
         """One ``GET /schedule/{id}/results``, not retried (``wait`` retries it within its deadline)."""
         params = {"after": after, "count": count, "wait_ms": wait_ms}
         timeout = self._timeout_s + wait_ms / 1000.0
-        return ResultsPage.model_validate(
-            self._call("GET", f"/schedule/{schedule_id}/results", params=params, timeout=timeout)
-        )
+        path = f"/schedule/{schedule_id}/results"
+        return self._call(ResultsPage, "GET", path, params=params, timeout=timeout)
 
     def cancel(self, schedule_id: str, outage_s: float = 60.0) -> CancelResponse:
         """Cancel a published step (``DELETE /schedule/{id}``): its queued and running items end, so
@@ -203,7 +203,7 @@ class SchedulerClient:
 
     def _cancel(self, schedule_id: str) -> CancelResponse:
         """One ``DELETE /schedule/{id}``."""
-        return CancelResponse.model_validate(self._call("DELETE", f"/schedule/{schedule_id}"))
+        return self._call(CancelResponse, "DELETE", f"/schedule/{schedule_id}")
 
     def wait(
         self, schedule_id: str, timeout_s: float | None = None, poll_ms: int = 1000, outage_s: float = 60.0
@@ -287,7 +287,7 @@ class SchedulerClient:
 
     def _post_actuals(self, chunk: list[dict[str, Any]], partial: bool) -> ActualsAccepted:
         body = {"actuals": chunk, "partial": True} if partial else {"actuals": chunk}  # as older clients
-        return ActualsAccepted.model_validate(self._call("POST", "/actuals", json=body))
+        return self._call(ActualsAccepted, "POST", "/actuals", json=body)
 
     def report_results(
         self,
@@ -322,36 +322,59 @@ class SchedulerClient:
     def models(self, outage_s: float = 60.0) -> ModelStatus:
         """The predictor serving now (``v<N>`` or ``fallback``), the stored versions, the history.
         Only a read, so a retryable failure is retried for up to ``outage_s``, as ``progress`` is."""
-        read = functools.partial(self._call, "GET", "/models")
-        return ModelStatus.model_validate(self._outlasting(read, None, outage_s))
+        return self._outlasting(functools.partial(self._call, ModelStatus, "GET", "/models"), None, outage_s)
 
     def retrain(self) -> RetrainResponse:
         """Fit a new predictor version on the actuals history (the newest ``ROLLOUT_ACTUALS_MAXLEN``),
         and swap it in. Sent once, never retried, unlike the reads: each call that gets through
         trains and stores a new version, so a retry of one whose reply was lost would store a second;
         a failure is raised for the caller to decide (``models()`` shows whether it got through)."""
-        return RetrainResponse.model_validate(self._call("POST", "/models/retrain"))
+        return self._call(RetrainResponse, "POST", "/models/retrain")
 
-    def _call(self, method: str, path: str, raw: bool = False, **kwargs: Any) -> Any:
-        """Send one request; the decoded JSON (``raw``: the bytes) or ``SchedulerAPIError``."""
+    def _call(self, model: type[M], method: str, path: str, **kwargs: Any) -> M:
+        """Send one request; its answer as ``model``, or ``SchedulerAPIError``: for a refusal, and for
+        any answer that is not the service's (a redirect, another server's page; ``_foreign``)."""
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as error:
             raise ServiceUnreachableError(error) from error
         if response.status_code >= 400:
-            try:
-                problem = response.json()
-            except ValueError:
-                problem = None
-            if not isinstance(problem, dict):  # a proxy's page, or JSON that is no problem document
-                problem = {"title": response.reason_phrase, "detail": response.text[:500]}
-            kind = (
-                AlreadyPublishedError
-                if _already_published(response.status_code, problem)
-                else SchedulerAPIError
-            )
-            raise kind(response.status_code, problem, _retry_after(response))
-        return response.content if raw else response.json()
+            raise _refusal(response)
+        if not response.is_success:  # a 3xx: httpx follows none, and its empty body is no answer
+            raise _foreign(response, f"redirected to {response.headers.get('location', 'nowhere')!r}")
+        try:
+            return model.model_validate_json(response.content)
+        except ValidationError as error:
+            raise _foreign(response, f"not the scheduler's {model.__name__}: {_first(error)}") from None
+
+
+def _refusal(response: httpx.Response) -> SchedulerAPIError:
+    """The error a 4xx or 5xx answer amounts to, carrying its problem document."""
+    try:
+        problem = response.json()
+    except ValueError:
+        problem = None
+    if not isinstance(problem, dict):  # a proxy's page, or JSON that is no problem document
+        problem = {"title": response.reason_phrase, "detail": response.text[:500]}
+    kind = AlreadyPublishedError if _already_published(response.status_code, problem) else SchedulerAPIError
+    return kind(response.status_code, problem, _retry_after(response))
+
+
+def _foreign(response: httpx.Response, why: str) -> SchedulerAPIError:
+    """A success or redirect that is no answer of the service: the URL names something else (an
+    ingress sending HTTP to HTTPS, a dashboard on the same host). Raised as a ``SchedulerAPIError``
+    that no retry cures (its status is no 429 or 5xx), so the loop's one ``except`` catches it and
+    the detail says what answered; it was a ``JSONDecodeError`` or pydantic's ``ValidationError``."""
+    request = response.request
+    detail = f"{request.method} {request.url} answered {response.status_code}, {why}"
+    return SchedulerAPIError(response.status_code, {"title": "Not the scheduler's answer", "detail": detail})
+
+
+def _first(error: ValidationError) -> str:
+    """The first of the answer's faults, with its location: enough to tell what answered."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "body"
+    return f"{where}: {first['msg']} ({error.error_count()} faults)"
 
 
 def _already_published(status: int, problem: Any) -> bool:
