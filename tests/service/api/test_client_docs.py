@@ -1,6 +1,7 @@
 """docs/client.md's veRL-style loop runs as written: its code block is executed against a real
-service and Redis, the sidecars played by the delivery protocol, for two steps of a training run.
-Nothing else ran it: a renamed field or method left in the doc made a reader's copy fail."""
+service and Redis, the sidecars played by the delivery protocol, for two steps of a training run,
+one sample of the first dead-lettered. Nothing else ran it: a renamed field or method left in the
+doc made a reader's copy fail, and the loop handed a dead-lettered sample's None to the actor."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.service.api.conftest import TRAINER, WORKER, LiveServer, with_setting
 CLIENT_DOC = Path(__file__).resolve().parents[3] / "docs" / "client.md"
 DOC_URL = "http://scheduler:8000"
 STEPS, PROMPTS = 2, 3
+DEAD = "s0-p1#3"  # the engine fails it; one attempt allowed, so it is dead-lettered
 
 
 def _python_blocks() -> list[str]:
@@ -39,6 +41,9 @@ def _play_sidecars(
         for worker in workers:
             for lease in delivery.claim(sid, worker, max_items=64):
                 claimed = True
+                if lease.item.key == DEAD:
+                    delivery.fail(lease, "engine error: CUDA out of memory")
+                    continue
                 result = TrajectoryResult(
                     output_tokens=50 + lease.item.sample_idx, output="résumé ✓", wall_time_s=0.1
                 )
@@ -63,7 +68,7 @@ def test_the_verl_loop_of_the_client_doc_trains_two_steps_as_written(
     live_settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loop = _python_blocks()[0]
-    settings = with_settings(live_settings, trainer_tokens=TRAINER, worker_tokens=WORKER)
+    settings = with_settings(live_settings, trainer_tokens=TRAINER, worker_tokens=WORKER, max_attempts=1)
     monkeypatch.setenv("SCHEDULER_TOKEN", TRAINER)
     monkeypatch.setenv("RUN_ID", "docs-run")
     with LiveServer(settings) as server:
@@ -93,9 +98,9 @@ def test_the_verl_loop_of_the_client_doc_trains_two_steps_as_written(
         finally:
             stop.set()
             sidecars.join()
-    assert [len(groups) for groups in actor.updates] == [PROMPTS] * STEPS
+    assert [len(groups) for groups in actor.updates] == [PROMPTS - 1, PROMPTS]  # p1's group left out
     assert all(len(samples) == group for groups in actor.updates for samples in groups)
     assert all(
         r is not None and r.output == "résumé ✓" for groups in actor.updates for s in groups for r in s
     )
-    assert redis_client.xlen("rs:actuals") == STEPS * PROMPTS * group
+    assert redis_client.xlen("rs:actuals") == STEPS * PROMPTS * group - 1  # every result reported, DEAD none
