@@ -5,6 +5,7 @@ doc made a reader's copy fail, and the loop handed a dead-lettered sample's None
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 from pathlib import Path
@@ -13,9 +14,10 @@ from typing import Any
 import pytest
 import redis
 
+from service.client import SchedulerClient
 from service.delivery import Delivery, TrajectoryResult
 from service.settings import Settings
-from tests.service.api.conftest import TRAINER, WORKER, LiveServer, with_settings
+from tests.service.api.conftest import TRAINER, WORKER, LiveServer, batch_body, with_settings
 
 CLIENT_DOC = Path(__file__).resolve().parents[3] / "docs" / "client.md"
 DOC_URL = "http://scheduler:8000"
@@ -104,3 +106,42 @@ def test_the_verl_loop_of_the_client_doc_trains_two_steps_as_written(
         r is not None and r.output == "résumé ✓" for groups in actor.updates for s in groups for r in s
     )
     assert redis_client.xlen("rs:actuals") == STEPS * PROMPTS * group - 1  # every result reported, DEAD none
+
+
+def test_the_asyncio_example_follows_two_steps_at_once_on_one_client_without_blocking_the_loop(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """The doc's answer to an asyncio trainer: the sync client on worker threads, one shared."""
+    (block,) = [b for b in _python_blocks() if "asyncio.to_thread" in b]
+    namespace: dict[str, Any] = {"__name__": "client_doc_async"}
+    exec(compile(block, str(CLIENT_DOC), "exec"), namespace)
+    bodies = [batch_body(prompts=2, n=3, workers=2, schedule_id=f"async-step-{s}") for s in range(2)]
+    ticks = [0]
+
+    async def ticking() -> None:  # runs only while the loop is free
+        while True:
+            ticks[0] += 1
+            await asyncio.sleep(0.01)
+
+    async def two_steps(client: SchedulerClient) -> list[Any]:
+        ticker = asyncio.create_task(ticking())
+        steps = await asyncio.gather(*(namespace["rollout_async"](client, body) for body in bodies))
+        ticker.cancel()
+        return list(steps)
+
+    stop = threading.Event()
+    ids = [body["schedule_id"] for body in bodies]
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        play = (Delivery(redis_client), ids, ["w0", "w1"], stop)
+        sidecars = threading.Timer(0.5, _play_sidecars, args=play)  # the steps take half a second
+        sidecars.start()
+        try:
+            steps = asyncio.run(two_steps(client))
+        finally:
+            stop.set()
+            sidecars.join()
+    assert [step.progress.schedule_id for step in steps] == ids
+    assert [sorted(r.key for r in step.results) for step in steps] == [
+        [f"p{p}#{s}" for p in range(2) for s in range(3)]
+    ] * 2
+    assert ticks[0] >= 25  # the loop ran on while both steps were waited on (blocked: a few ticks)
