@@ -276,6 +276,8 @@ class SchedulerClient:
         answer sums the chunks' counts; ``stream_length`` and ``time_scales`` are the latest.
         Reports of a step cancelled before it finished are refused (409 ``step-cut-short``, nothing
         of that chunk stored) unless ``partial``: they are its short trajectories alone."""
+        if chunk < 1:  # range() refused 0 with its own words; a negative one sent nothing, then failed
+            raise ValueError(f"chunk={chunk!r}: reports per request must be at least 1")
         body = [r.model_dump(exclude_none=True) if isinstance(r, ActualReport) else dict(r) for r in reports]
         answers = [
             self._outlasting(

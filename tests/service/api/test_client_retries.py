@@ -4,6 +4,7 @@ played is the network, by a transport that forwards a request and then loses its
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -339,3 +340,19 @@ def test_retries_through_an_outage_back_off_with_jitter(monkeypatch: pytest.Monk
     assert sum(first[:3]) < 4.0  # a short blip is still ridden out at once
     assert first[-2] > first[0]
     assert first != second  # two trainers that failed together do not retry together
+
+
+@pytest.mark.parametrize("chunk", [0, -1])
+def test_a_chunk_size_below_one_is_refused_naming_it_before_anything_is_sent(
+    chunk: int, live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """It was range()'s ValueError (0) or an IndexError after sending nothing (-1)."""
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        reports: list[Callable[[], object]] = [
+            lambda: client.report_actuals(actual_history(steps=1, prompts=1, n=2), chunk=chunk),
+            lambda: client.report_results(0, _finished(2), chunk=chunk),
+        ]
+        for report in reports:
+            with pytest.raises(ValueError, match=f"chunk={chunk}"):
+                report()
+    assert redis_client.exists("rs:actuals") == 0
