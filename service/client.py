@@ -45,6 +45,7 @@ T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 OUTAGE_PAUSE_S = 0.5  # the first retry's pause, before jitter; each next one doubles, to the cap
 MAX_BACKOFF_S = 8.0  # the longest pause the client chooses itself: a service back is found within it
+DEADLINE_GRACE_S = 1.0  # a request of ``wait`` may run past its deadline by this much, no more
 MAX_PAUSE_S = 30.0  # the longest a Retry-After is waited out before the next try
 OPERATOR_ONLY = "redis-too-old"  # a 503 problem that no retry cures (service/problems.py)
 RESULTS_PAGE = 1_000  # results per GET .../results page, the service's default
@@ -166,9 +167,10 @@ class SchedulerClient:
         (404: an unknown or expired step) is raised at once."""
         return self._outlasting(functools.partial(self._progress, schedule_id), None, outage_s)
 
-    def _progress(self, schedule_id: str) -> ProgressResponse:
+    def _progress(self, schedule_id: str, deadline: float | None = None) -> ProgressResponse:
         """One ``GET /schedule/{id}``, not retried (``wait`` retries it within its own deadline)."""
-        return self._call(ProgressResponse, "GET", f"/schedule/{schedule_id}")
+        timeout = self._timeout_until(deadline)
+        return self._call(ProgressResponse, "GET", f"/schedule/{schedule_id}", timeout=timeout)
 
     def results(
         self,
@@ -185,10 +187,12 @@ class SchedulerClient:
         read = functools.partial(self._results, schedule_id, after, count, wait_ms)
         return self._outlasting(read, None, outage_s)
 
-    def _results(self, schedule_id: str, after: str, count: int, wait_ms: int) -> ResultsPage:
+    def _results(
+        self, schedule_id: str, after: str, count: int, wait_ms: int, deadline: float | None = None
+    ) -> ResultsPage:
         """One ``GET /schedule/{id}/results``, not retried (``wait`` retries it within its deadline)."""
         params = {"after": after, "count": count, "wait_ms": wait_ms}
-        timeout = self._timeout_s + wait_ms / 1000.0
+        timeout = self._timeout_until(deadline, wait_ms / 1000.0)
         path = f"/schedule/{schedule_id}/results"
         return self._call(ResultsPage, "GET", path, params=params, timeout=timeout)
 
@@ -223,11 +227,12 @@ class SchedulerClient:
         collected: list[ResultEntry] = []
         cursor = "0-0"
         while True:
-            progress = self._outlasting(functools.partial(self._progress, schedule_id), deadline, outage_s)
+            read_progress = functools.partial(self._progress, schedule_id, deadline)
+            progress = self._outlasting(read_progress, deadline, outage_s)
             finished = progress.done + progress.failed + progress.cancelled >= progress.total
             left_ms = poll_ms if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
             wait_ms = 0 if finished else min(poll_ms, left_ms, RESULTS_MAX_WAIT_MS)  # longer: a 422
-            read = functools.partial(self._results, schedule_id, cursor, RESULTS_PAGE, wait_ms)
+            read = functools.partial(self._results, schedule_id, cursor, RESULTS_PAGE, wait_ms, deadline)
             page = self._outlasting(read, deadline, outage_s)
             collected += page.results
             cursor = page.next
@@ -237,6 +242,17 @@ class SchedulerClient:
                 raise TimeoutError(
                     f"schedule {schedule_id}: {progress.done}/{progress.total} done after {timeout_s}s"
                 )
+
+    def _timeout_until(self, deadline: float | None, long_poll_s: float = 0.0) -> float:
+        """One request's HTTP timeout: the client's (and the long poll it asks for), but not past
+        ``wait``'s deadline by more than ``DEADLINE_GRACE_S``: a service that took the connection and
+        never answered held each request for the whole ``timeout_s`` (60 s) before ``wait`` looked at
+        its own, so ``wait(timeout_s=1)`` raised after a minute. The grace lets a long poll that
+        ends at the deadline be answered rather than cut as a timeout."""
+        full = self._timeout_s + long_poll_s
+        if deadline is None:
+            return full
+        return min(full, max(0.0, deadline - time.monotonic()) + DEADLINE_GRACE_S)
 
     @staticmethod
     def _outlasting(call: Callable[[], T], deadline: float | None, outage_s: float) -> T:

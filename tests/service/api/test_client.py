@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from typing import Any
@@ -181,3 +182,15 @@ def test_an_actual_carries_the_cap_its_sidecar_recorded() -> None:
     uncapped = actual_from_result(4, entry.model_copy(update={"extra": {"prompt_tokens": 80}}), {}, {})
     assert uncapped is not None
     assert uncapped.max_new_tokens is None
+
+
+def test_waiting_on_a_service_that_hangs_ends_at_the_wait_s_timeout_not_the_request_s() -> None:
+    """A service that takes the connection and never answers (a hung process; a host gone, its
+    packets dropped): each request hung for the client's ``timeout_s`` (60 s by default) before
+    ``wait`` looked at its own ``timeout_s``, so ``wait(timeout_s=1)`` raised after a minute."""
+    hung = socket.create_server(("127.0.0.1", 0))  # listens, never accepts: requests hang unread
+    with hung, SchedulerClient(f"http://127.0.0.1:{hung.getsockname()[1]}", timeout_s=10.0) as client:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            client.wait("step-0", timeout_s=1.0)
+        assert time.monotonic() - started < 5.0  # its 1 s and one request's 1 s of grace; it was 10 s
