@@ -11,6 +11,7 @@ one ``except`` serves the loop. docs/client.md shows it in a veRL-style loop.
 from __future__ import annotations
 
 import functools
+import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -352,6 +353,9 @@ class SchedulerClient:
     def _call(self, model: type[M], method: str, path: str, **kwargs: Any) -> M:
         """Send one request; its answer as ``model``, or ``SchedulerAPIError``: for a refusal, and for
         any answer that is not the service's (a redirect, another server's page; ``_foreign``)."""
+        if "json" in kwargs:
+            kwargs["content"] = _encoded(kwargs.pop("json"))
+            kwargs["headers"] = {"content-type": "application/json"}
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as error:
@@ -364,6 +368,20 @@ class SchedulerClient:
             return model.model_validate_json(response.content)
         except ValidationError as error:
             raise _foreign(response, f"not the scheduler's {model.__name__}: {_first(error)}") from None
+
+
+def _encoded(body: Any) -> bytes:
+    """``body`` as JSON in UTF-8, for the service to judge: what UTF-8 cannot carry (a lone UTF-16
+    surrogate, a dataset string cut inside an emoji) is sent escaped (``\\ud83d``), and a NaN or an
+    infinity as JSON's extension (``NaN``), so the service refuses it with a 422 naming its field
+    (``batch.items[3].prompt``, ``actuals[1].reward``). httpx's own encoding raised a bare
+    ``UnicodeEncodeError`` or ``ValueError`` naming nothing. Only such a body is escaped: escaping
+    every non-ASCII character would double a Chinese prompt's bytes against the body limit."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(body, separators=(",", ":")).encode("ascii")
 
 
 def _refusal(response: httpx.Response) -> SchedulerAPIError:

@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+import httpx
 import pytest
 import redis
 
@@ -16,7 +17,7 @@ from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachabl
 from service.delivery import Delivery, TrajectoryResult
 from service.ports import free_port
 from service.settings import Settings
-from tests.service.api.conftest import TRAINER, WORKER, LiveServer, batch_body, with_settings
+from tests.service.api.conftest import TRAINER, WORKER, LiveServer, actual_report, batch_body, with_settings
 
 
 def _work(delivery: Delivery, schedule_id: str, worker: str) -> None:
@@ -194,3 +195,53 @@ def test_waiting_on_a_service_that_hangs_ends_at_the_wait_s_timeout_not_the_requ
         with pytest.raises(TimeoutError):
             client.wait("step-0", timeout_s=1.0)
         assert time.monotonic() - started < 5.0  # its 1 s and one request's 1 s of grace; it was 10 s
+
+
+def test_a_lone_surrogate_in_a_prompt_is_the_service_s_422_naming_the_item(live_settings: Settings) -> None:
+    """A dataset string cut inside a UTF-16 pair (``"\\ud83d"``) failed in httpx's UTF-8 encoding of
+    the body, a bare ``UnicodeEncodeError`` naming no item; sent escaped, the service names it."""
+    body = batch_body(prompts=4)
+    body["batch"]["items"][3]["prompt"] = "a broken emoji: \ud83d"
+    with (
+        LiveServer(live_settings) as server,
+        SchedulerClient(server.url) as client,
+        pytest.raises(SchedulerAPIError) as refused,
+    ):
+        client.schedule(body)
+    assert (refused.value.status, refused.value.field) == (422, "batch.items[3].prompt")
+
+
+def test_a_nan_reward_is_the_service_s_422_naming_the_report(live_settings: Settings) -> None:
+    """A reward function that returned NaN failed in httpx's encoding of the body, a bare
+    ``ValueError`` ("Out of range float values are not JSON compliant") naming no report."""
+    reports = [actual_report(0, 0, 0), {**actual_report(0, 0, 1), "reward": float("nan")}]
+    with (
+        LiveServer(live_settings) as server,
+        SchedulerClient(server.url) as client,
+        pytest.raises(SchedulerAPIError) as refused,
+    ):
+        client.report_actuals(reports)
+    assert (refused.value.status, refused.value.field) == (422, "actuals[1].reward")
+
+
+class _Recording(httpx.HTTPTransport):
+    """Sends every request on, keeping the bodies sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bodies: list[bytes] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.bodies.append(request.read())
+        return super().handle_request(request)
+
+
+def test_non_ascii_prompts_are_sent_as_utf_8_not_escaped(live_settings: Settings) -> None:
+    """Escaping every non-ASCII character (``\\u4e2d``) would double a Chinese prompt's bytes
+    against ``ROLLOUT_MAX_BODY_BYTES``: only a body UTF-8 cannot carry is sent escaped."""
+    body = batch_body(prompts=1, publish=False)
+    body["batch"]["items"][0]["prompt"] = "中文提示" * 100
+    transport = _Recording()
+    with LiveServer(live_settings) as server, SchedulerClient(server.url, transport=transport) as client:
+        assert client.schedule(body).published is False
+    assert ("中文提示" * 100).encode() in transport.bodies[0]
