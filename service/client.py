@@ -11,7 +11,6 @@ one ``except`` serves the loop. docs/client.md shows it in a veRL-style loop.
 from __future__ import annotations
 
 import functools
-import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,6 +39,10 @@ from service.client_actuals import actual_from_result as actual_from_result  # p
 from service.client_actuals import summed
 from service.client_steps import PartialStepError as PartialStepError  # raised by report_results
 from service.client_steps import check_whole
+from service.client_wire import AlreadyPublishedError as AlreadyPublishedError  # public, as they were
+from service.client_wire import SchedulerAPIError as SchedulerAPIError
+from service.client_wire import ServiceUnreachableError as ServiceUnreachableError
+from service.client_wire import encoded, first_fault, foreign, refusal
 from service.tokens import check_token
 
 T = TypeVar("T")
@@ -48,56 +51,8 @@ OUTAGE_PAUSE_S = 0.5  # the first retry's pause, before jitter; each next one do
 MAX_BACKOFF_S = 8.0  # the longest pause the client chooses itself: a service back is found within it
 DEADLINE_GRACE_S = 1.0  # a request of ``wait`` may run past its deadline by this much, no more
 MAX_PAUSE_S = 30.0  # the longest a Retry-After is waited out before the next try
-OPERATOR_ONLY = "redis-too-old"  # a 503 problem that no retry cures (service/problems.py)
 RESULTS_PAGE = 1_000  # results per GET .../results page, the service's default
 ACTUALS_CHUNK = 1_000  # reports per POST /actuals: a step's results stay well under a proxy's body limit
-
-
-class SchedulerAPIError(RuntimeError):
-    """The service refused a request; ``problem`` is its RFC 9457 body."""
-
-    def __init__(self, status: int, problem: Mapping[str, Any], retry_after_s: float | None = None) -> None:
-        self.status = status
-        self.problem = dict(problem)
-        self.field: str | None = problem.get("field")
-        self.retry_after_s = retry_after_s  # the answer's Retry-After, in seconds, when it sent one
-        super().__init__(f"{status} {problem.get('title', '')}: {problem.get('detail', '')}".strip())
-
-    @property
-    def retryable(self) -> bool:
-        """Whether retrying the same request later can succeed (Redis down, overload); not a Redis
-        too old for the service, which only an upgrade and a restart of the service fix."""
-        if str(self.problem.get("type", "")).endswith(f"/{OPERATOR_ONLY}"):
-            return False
-        return self.status in (429, 502, 503, 504)
-
-
-class ServiceUnreachableError(SchedulerAPIError):
-    """No answer from the service (connection refused or reset, a timeout): retry later."""
-
-    def __init__(self, error: httpx.TransportError) -> None:
-        detail = f"{type(error).__name__}: {error}"
-        super().__init__(0, {"title": "Service unreachable", "detail": detail})
-        self.args = (f"service unreachable ({detail})",)  # no HTTP status to lead with
-
-    @property
-    def retryable(self) -> bool:
-        """Always: nothing was refused, nothing is known to be wrong with the request."""
-        return True
-
-
-class AlreadyPublishedError(SchedulerAPIError):
-    """409 on ``schedule_id``: a step is out under the id this request chose, and the service cannot
-    send its plan again: it was cancelled (the detail says so), or published by a release from before
-    answers were stored (an older replica, a mixed-version roll), which answers every retry so.
-    Follow it (``wait``); ``progress.cancelled`` of the wait says when it was cancelled, and the step
-    must be sent under a new id. A current service answers a retry of a published step with its first
-    plan instead (``ScheduleResponse.replayed``)."""
-
-    @property
-    def schedule_id(self) -> str:
-        """The id the step is out under."""
-        return str(self.problem.get("value", ""))
 
 
 def check_url(url: str) -> str:
@@ -352,78 +307,22 @@ class SchedulerClient:
 
     def _call(self, model: type[M], method: str, path: str, **kwargs: Any) -> M:
         """Send one request; its answer as ``model``, or ``SchedulerAPIError``: for a refusal, and for
-        any answer that is not the service's (a redirect, another server's page; ``_foreign``)."""
+        any answer that is not the service's (a redirect, another server's page; ``foreign``)."""
         if "json" in kwargs:
-            kwargs["content"] = _encoded(kwargs.pop("json"))
+            kwargs["content"] = encoded(kwargs.pop("json"))
             kwargs["headers"] = {"content-type": "application/json"}
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as error:
             raise ServiceUnreachableError(error) from error
         if response.status_code >= 400:
-            raise _refusal(response)
+            raise refusal(response)
         if not response.is_success:  # a 3xx: httpx follows none, and its empty body is no answer
-            raise _foreign(response, f"redirected to {response.headers.get('location', 'nowhere')!r}")
+            raise foreign(response, f"redirected to {response.headers.get('location', 'nowhere')!r}")
         try:
             return model.model_validate_json(response.content)
         except ValidationError as error:
-            raise _foreign(response, f"not the scheduler's {model.__name__}: {_first(error)}") from None
-
-
-def _encoded(body: Any) -> bytes:
-    """``body`` as JSON in UTF-8, for the service to judge: what UTF-8 cannot carry (a lone UTF-16
-    surrogate, a dataset string cut inside an emoji) is sent escaped (``\\ud83d``), and a NaN or an
-    infinity as JSON's extension (``NaN``), so the service refuses it with a 422 naming its field
-    (``batch.items[3].prompt``, ``actuals[1].reward``). httpx's own encoding raised a bare
-    ``UnicodeEncodeError`` or ``ValueError`` naming nothing. Only such a body is escaped: escaping
-    every non-ASCII character would double a Chinese prompt's bytes against the body limit."""
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(body, separators=(",", ":")).encode("ascii")
-
-
-def _refusal(response: httpx.Response) -> SchedulerAPIError:
-    """The error a 4xx or 5xx answer amounts to, carrying its problem document."""
-    try:
-        problem = response.json()
-    except ValueError:
-        problem = None
-    if not isinstance(problem, dict):  # a proxy's page, or JSON that is no problem document
-        problem = {"title": response.reason_phrase, "detail": response.text[:500]}
-    kind = AlreadyPublishedError if _already_published(response.status_code, problem) else SchedulerAPIError
-    return kind(response.status_code, problem, _retry_after(response))
-
-
-def _foreign(response: httpx.Response, why: str) -> SchedulerAPIError:
-    """A success or redirect that is no answer of the service: the URL names something else (an
-    ingress sending HTTP to HTTPS, a dashboard on the same host). Raised as a ``SchedulerAPIError``
-    that no retry cures (its status is no 429 or 5xx), so the loop's one ``except`` catches it and
-    the detail says what answered; it was a ``JSONDecodeError`` or pydantic's ``ValidationError``."""
-    request = response.request
-    detail = f"{request.method} {request.url} answered {response.status_code}, {why}"
-    return SchedulerAPIError(response.status_code, {"title": "Not the scheduler's answer", "detail": detail})
-
-
-def _first(error: ValidationError) -> str:
-    """The first of the answer's faults, with its location: enough to tell what answered."""
-    first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "body"
-    return f"{where}: {first['msg']} ({error.error_count()} faults)"
-
-
-def _already_published(status: int, problem: Any) -> bool:
-    """The service's answer to a step sent again under an id it already published."""
-    return status == 409 and isinstance(problem, dict) and problem.get("field") == "schedule_id"
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    """The seconds a ``Retry-After`` header asks for (the HTTP-date form is ignored: None)."""
-    try:
-        return max(0.0, float(response.headers.get("retry-after", "")))
-    except ValueError:
-        return None
+            raise foreign(response, f"not the scheduler's {model.__name__}: {first_fault(error)}") from None
 
 
 def _pause(
