@@ -146,7 +146,7 @@ class PullState:
     async def heartbeats(self) -> None:
         """Heartbeat the worker's leases while it is alive; record the ones found lost."""
         while True:
-            await asyncio.sleep(self.session.heartbeat_interval())
+            await self.session.until_heartbeat_due(time.monotonic())
             if not self.idle():  # quiet: its leases lapse so they are redelivered
                 await self.beat()
 

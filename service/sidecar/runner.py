@@ -292,7 +292,7 @@ class Sidecar:
 
     async def _heartbeats(self) -> None:
         while True:
-            await asyncio.sleep(self.session.heartbeat_interval())
+            await self.session.until_heartbeat_due(time.monotonic())
             try:
                 lost = await self.session.heartbeat()
             except Exception:  # never let the heartbeat loop die: every lease would lapse

@@ -24,6 +24,7 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -79,6 +80,7 @@ class WorkerSession:
     # reply was lost, so the next such call re-sends that id and gets those leases back
     _unanswered: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
     _reports: OutageRetry = field(init=False)  # completions, failures, releases: through outages
+    _leased: asyncio.Event = field(default_factory=asyncio.Event, init=False)  # set as a claim leases
 
     def __post_init__(self) -> None:
         self._reports = OutageRetry(self.settings.retry_for_s)
@@ -115,6 +117,8 @@ class WorkerSession:
             got += [self.holdings.add(lease, info.kv_admission) for lease in leases]
             if len(got) >= want or (kv and got):
                 break
+        if got:  # a schedule of a shorter TTL may be among them: the heartbeat's wait is re-read
+            self._leased.set()
         return got
 
     async def _take(self, info: ScheduleInfo, count: int) -> list[Lease]:
@@ -181,6 +185,16 @@ class WorkerSession:
             self._warned.add(warning)
             log.warning(warning)
         return every_s
+
+    async def until_heartbeat_due(self, since: float) -> None:
+        """Sleep until ``heartbeat_interval`` has passed since ``since`` (monotonic seconds), re-read
+        whenever a claim leases more. Read once before the sleep, it was the interval of what was held
+        or known then: a sidecar idle on a schedule of 60 s leases slept 20 s, and the 3 s leases of a
+        schedule it claimed meanwhile lapsed long before that beat (reaped, run again elsewhere)."""
+        while (left := since + self.heartbeat_interval() - time.monotonic()) > 0:
+            self._leased.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._leased.wait(), left)
 
     @property
     def heartbeats_failing(self) -> bool:

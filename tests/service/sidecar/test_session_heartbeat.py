@@ -5,16 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 
 import pytest
 import redis
 
 from service.delivery.protocol import Delivery
 from service.delivery.reaper import Reaper
+from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
+from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
 from service.sidecar.session_settings import heartbeat_every_s
 from tests.service.delivery.conftest import schedule
+from tests.service.sidecar.procs import cluster, item, publish, run_until
 
 TTL_MS = 300
 
@@ -62,3 +66,31 @@ def test_the_heartbeat_interval_is_the_configured_one_only_while_shorter_than_th
     interval, warning = heartbeat_every_s(configured_s, ttls_ms)
     assert interval == pytest.approx(every_s)
     assert (warning is None) == (configured_s is None or configured_s == every_s)
+
+
+def test_leases_of_a_shorter_ttl_claimed_while_the_heartbeat_sleeps_are_heartbeated_in_time(
+    redis_client: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """An idle sidecar that knew only a schedule of 60 s leases slept 20 s between heartbeats; the
+    1.5 s lease of a schedule it claimed meanwhile lapsed long before the next beat, was reaped and
+    claimed again, over and over: in 15 s the 4 s item ran 5 times and each completion was refused
+    stale (accepted 0)."""
+    delivery = Delivery(redis_client)
+    publish(delivery, "long", {"w0": [], "w1": [item("other", 0, 10)]}, lease_ttl_ms=60_000)
+    started, published = time.monotonic(), list[object]()
+
+    def short_lease_item_done() -> bool:
+        if time.monotonic() - started < 1.5:  # the heartbeat is in its 20 s sleep by then
+            return False
+        if not published:
+            queues = {"w0": [item("short", 0, 16_000)]}  # ~4 s on the engine: past two TTLs
+            published.append(publish(delivery, "short", queues, lease_ttl_ms=1500))
+        return delivery.progress("short").finished
+
+    with cluster(tmp_path) as procs:
+        engine = procs.engine_threads({"engine": 0.03})["engine"]
+        session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0", steal=False))
+        sidecar = Sidecar(session, EngineClient.open(EngineOptions(engine)), RunnerSettings(idle_poll_s=0.02))
+        stats = run_until(sidecar, short_lease_item_done)
+    assert (stats.accepted, stats.lost, stats.stale) == (1, 0, 0)
+    assert [r.attempt for r in delivery.read_results("short")] == [1]
