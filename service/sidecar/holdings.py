@@ -190,8 +190,10 @@ class Holdings:
 
     def in_flight(self) -> int:
         """Leases started (sent to the engine, or handed to the worker): what the engine holds, which
-        ``len`` overstates by the leases claimed ahead and still waiting to start."""
-        return sum(1 for h in self._held.values() if h.started)
+        ``len`` overstates by the leases claimed ahead and still waiting to start. The health server's
+        thread reads it while the loop adds and removes leases: it counts a copy of the values, taken
+        at once under the GIL, as iterating the dict itself raised "changed size during iteration"."""
+        return sum(1 for h in list(self._held.values()) if h.started)
 
     def _integrate(self) -> None:
         """Add the in-flight count times the time since the last change; call BEFORE changing it."""

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
+
 from service.delivery.records import DeliveryItem, Lease
 from service.sidecar.holdings import Holdings, reservation_tokens
 
@@ -132,3 +136,37 @@ def test_kv_admission_counts_what_other_schedules_run_on_the_same_engine() -> No
     assert not holdings.can_start(candidate)  # all three would reach 1,000 tokens together
     now[0] = 600.0  # a and b hold 700 each, 300 to go: with c, 1,000 + 1,000 + 400 at step 300
     assert holdings.can_start(candidate)
+
+
+def test_the_health_thread_counts_what_runs_while_the_event_loop_adds_and_removes_leases() -> None:
+    """The health server's thread reads ``in_flight`` (/health, /ready, /metrics) while the loop
+    changes the holdings: iterating the dict itself, a probe raised "dictionary changed size during
+    iteration" and its prober got no answer (with 2000 leases, within a fraction of a second)."""
+    holdings = Holdings(max_in_flight=4000)
+    for i in range(2000):
+        holdings.start(holdings.add(_lease(f"k{i}"), kv_admission=False))
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def probe() -> None:
+        while not done.is_set():
+            try:
+                holdings.in_flight()
+            except RuntimeError as error:
+                errors.append(error)
+                return
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # thread switches as often as a busy sidecar's are likely
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        until = time.monotonic() + 1.0
+        while time.monotonic() < until and not errors:  # the loop: leases come and go
+            holdings.start(holdings.add(_lease("churn"), kv_admission=False))
+            holdings.remove(("s", "churn", 1))
+    finally:
+        done.set()
+        prober.join()
+        sys.setswitchinterval(switch)
+    assert errors == []
