@@ -134,13 +134,13 @@ class Sidecar:
                     self._redis_down = True
                     await _sleep_unless(stop, self.settings.redis_retry_s)
                 await self._items.wait_any(stop, self.settings.idle_poll_s)
-            await self._drain()
+            ends = await self._drain()
         finally:
             for task in (heartbeats, watch, hangs, takeover):
                 task.cancel()
             await asyncio.gather(heartbeats, watch, hangs, takeover, return_exceptions=True)
         if self.redis_up:  # the next process of this id need not wait for the presence key to lapse
-            await self.takeover.leave(RELEASE_GRACE_S)
+            await self.takeover.leave(ends - time.monotonic())  # within the drain's time, not past it
         return self.session.stats
 
     async def _engine_ready(self, stop: asyncio.Event) -> bool:
@@ -307,8 +307,9 @@ class Sidecar:
                     )
                 self._items.cancel(held)
 
-    async def _drain(self) -> None:
-        """Stop claiming; release unstarted leases now and unfinished ones after the drain timeout.
+    async def _drain(self) -> float:
+        """Stop claiming; release unstarted leases now and unfinished ones after the drain timeout;
+        the monotonic time the drain must be over by, presence key deleted (``run``).
 
         The whole drain keeps to ``drain_timeout_s`` (plus ``RELEASE_GRACE_S`` for the last release),
         Redis down included, so the pod's grace period is never overrun: a release Redis cannot take
@@ -324,6 +325,7 @@ class Sidecar:
             await self._items.finish(deadline - time.monotonic())
         unfinished = [h for h in holdings.all() if not h.completing]
         await self.session.hand_back(unfinished, deadline + RELEASE_GRACE_S - time.monotonic())
+        return deadline + RELEASE_GRACE_S
 
 
 def _result(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryResult:

@@ -124,7 +124,10 @@ class Takeover:
             await asyncio.sleep(PRESENCE_TTL_MS / 3000)
 
     async def leave(self, within_s: float) -> None:
-        """Delete the presence key if still ours (a graceful exit: the next start need not wait)."""
+        """Delete the presence key if still ours (a graceful exit: the next start need not wait);
+        nothing is sent when ``within_s`` is not positive (the drain's time is spent)."""
+        if within_s <= 0:
+            return
         with contextlib.suppress(Exception):  # Redis gone: the key lapses within PRESENCE_TTL_MS
             client = self.session.delivery.client
             await asyncio.wait_for(
