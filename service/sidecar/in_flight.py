@@ -69,11 +69,18 @@ class InFlight:
         for waiter in waiters:
             waiter.cancel()
 
-    async def finish(self, timeout_s: float) -> None:
-        """Let every task run up to ``timeout_s``, then stop those left and wait for them (the drain)."""
+    async def finish(self, timeout_s: float, cut: asyncio.Event) -> None:
+        """Let every task run up to ``timeout_s`` or until ``cut`` is set, then stop those left and
+        wait for them (the drain, which a second signal cuts short)."""
         if not self._tasks:
             return
-        _, pending = await asyncio.wait(list(self._tasks.values()), timeout=max(0.0, timeout_s))
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        tasks = list(self._tasks.values())
+        ended: asyncio.Future[Any] = asyncio.gather(*tasks, return_exceptions=True)
+        cut_short: asyncio.Future[Any] = asyncio.ensure_future(cut.wait())
+        await asyncio.wait(
+            [ended, cut_short], timeout=max(0.0, timeout_s), return_when=asyncio.FIRST_COMPLETED
+        )
+        cut_short.cancel()
+        for task in tasks:
+            task.cancel()  # False for one that ended: nothing to do
+        await ended

@@ -6,6 +6,7 @@ Kept apart from the CLI so tests and embedders start the same thing the command 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import signal
 import socket
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     import uvicorn
 
     from service.sidecar.health import HealthServer
+
+log = logging.getLogger("service.sidecar")
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +191,6 @@ async def _push(
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     probe_s = min(5.0, options.engine_stall_s / 4)  # the health probe's period and timeout
     engine = EngineClient.open(
         EngineOptions(
@@ -216,11 +217,24 @@ async def _push(
     )
     if health is not None:
         health.attach(runner)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _on_signal, stop, runner.hurry)
     try:
         return await runner.run(stop)
     finally:
         await engine.aclose()
         _hang_up(delivery)
+
+
+def _on_signal(stop: asyncio.Event, hurry: asyncio.Event) -> None:
+    """The first SIGTERM or SIGINT drains (``Sidecar.run``); a second one cuts the drain short: the
+    running items are stopped and released now. It used to be ignored, without a word, and a second
+    Ctrl-C waited out the whole ``--drain-timeout`` (20 s by default); uvicorn ends pull mode's drain
+    on a second Ctrl-C too."""
+    if stop.is_set() and not hurry.is_set():
+        log.warning("second signal: stopping the running items now and releasing them")
+        hurry.set()
+    stop.set()
 
 
 def _hang_up(delivery: Delivery) -> None:

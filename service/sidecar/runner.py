@@ -83,6 +83,7 @@ class Sidecar:
     generation: Durations = field(default_factory=Durations, init=False)  # engine seconds per item run
     last_turn: float = field(default_factory=time.monotonic, init=False)  # monotonic time the main
     # loop last turned (or polled a loading engine): what the liveness probe reads (``health``)
+    hurry: asyncio.Event = field(default_factory=asyncio.Event, init=False)  # set: the drain ends now
 
     def __post_init__(self) -> None:
         self.watch = EngineWatch(self.engine, self.settings.engine_probe_s, self.settings.engine_stall_s)
@@ -308,7 +309,8 @@ class Sidecar:
                 self._items.cancel(held)
 
     async def _drain(self) -> float:
-        """Stop claiming; release unstarted leases now and unfinished ones after the drain timeout;
+        """Stop claiming; release unstarted leases now and unfinished ones after the drain timeout
+        (or once ``hurry`` is set: a second signal);
         the monotonic time the drain must be over by, presence key deleted (``run``).
 
         The whole drain keeps to ``drain_timeout_s`` (plus ``RELEASE_GRACE_S`` for the last release),
@@ -322,7 +324,7 @@ class Sidecar:
             log.info(
                 "draining %d running items for up to %.1fs", len(self._items), self.settings.drain_timeout_s
             )
-            await self._items.finish(deadline - time.monotonic())
+            await self._items.finish(deadline - time.monotonic(), self.hurry)
         unfinished = [h for h in holdings.all() if not h.completing]
         await self.session.hand_back(unfinished, deadline + RELEASE_GRACE_S - time.monotonic())
         return deadline + RELEASE_GRACE_S

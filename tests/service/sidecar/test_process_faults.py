@@ -135,6 +135,29 @@ def test_sigterm_while_redis_is_paused_exits_within_the_drain_timeout_plus_the_r
         server.stop()
 
 
+def test_a_second_sigterm_cuts_the_drain_short_and_releases_the_running_items_at_once(
+    redis_client: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """A second SIGTERM (or Ctrl-C) was ignored: the sidecar waited out the whole drain timeout
+    (20 s here) before it released items that needed longer."""
+    delivery = Delivery.from_url(redis_url)
+    with cluster(tmp_path) as procs:
+        url = procs.engine_threads({"engine": 0.2})["engine"]  # ~25 s an item
+        sidecar = procs.sidecar("w0", url, redis_url, "--max-num-seqs", "2", "--drain-timeout", "20")
+        publish(delivery, "twice", {"w0": [item(f"p{i}", 0, 200_000) for i in range(2)]}, 30_000)
+        wait_until(lambda: delivery.progress("twice").running == 2, 30, "both running")
+        sidecar.signal(signal.SIGTERM)
+        wait_until(lambda: _log_mentions(sidecar.log, "draining 2 running items"), 10, "the drain")
+        stopped = time.monotonic()
+        sidecar.signal(signal.SIGTERM)
+        stats = sidecar.stats(timeout_s=40)
+        took_s = time.monotonic() - stopped
+    assert sidecar.popen.returncode == 0
+    assert took_s < 5.0  # not the 20 s drain
+    assert (stats["accepted"], stats["released"]) == (0, 2)
+    assert delivery.progress("twice").queued == 2
+
+
 def test_items_on_a_sigstopped_engine_go_back_and_the_sidecar_reports_its_engine_down(
     redis_client: redis.Redis, redis_url: str, tmp_path: Path
 ) -> None:
