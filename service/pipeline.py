@@ -1,6 +1,8 @@
-"""The path of one batch through the service: validate -> predict -> plan -> publish -> respond.
+"""The path of one batch through the service: validate -> predict -> plan -> respond -> publish.
 
-Each stage is one function below, in the order a request meets them, and each is timed. Nothing is
+Each stage is one function below, in the order a request meets them, and each but ``respond`` is
+timed. The answer is built before the publish, which stores it with the schedule for a retry of a
+caller-chosen ``schedule_id`` to replay (``republish``). Nothing is
 written to Redis before the plan exists, so a request rejected at any stage changes no state (a
 retried ``schedule_id`` found stored is announced again and answered its first plan, ``replay``: a
 repair of that step's indexes, not a new write). Once the step is out, the bookkeeping that follows
@@ -135,39 +137,6 @@ def _serve_valid(
         return response
 
 
-def _plan_request(
-    body: ScheduleRequest, checked: _Validated, trajectories: tuple[Trajectory, ...]
-) -> PlanRequest:
-    """The planner's request: the predicted trajectories on the validated inventory and budget."""
-    return PlanRequest(
-        trajectories=trajectories,
-        inventory=checked.inventory,
-        time_budget_s=checked.time_budget_s,
-        prefix_affinity=body.prefix_affinity,
-        kv_admission=body.kv_admission,
-        excluded_workers=checked.drained,
-        seed=body.seed,
-    )
-
-
-def _plans(request: PlanRequest, checked: _Validated, clock: StageClock) -> tuple[Plan, Plan]:
-    """The requested plan and the ``BASELINE`` one, each stage timed.
-
-    Both plans share validation and the lower bound (prepared once); the baseline, a few
-    milliseconds, goes first so the requested plan's budget bounds the whole planning stage."""
-    with clock.stage("plan"):
-        prepared = _prepare(request, checked.item_of)
-    with clock.stage("baseline"):
-        baseline = _plan(request, BASELINE, checked.item_of, prepared)
-    with clock.stage("plan"):
-        chosen = (
-            baseline
-            if checked.policy == BASELINE
-            else _plan(request, checked.policy, checked.item_of, prepared)
-        )
-    return chosen, baseline
-
-
 def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
     """Cross-item rules and name lookups. Redis: learned speeds are read, and a retried
     ``schedule_id`` that is already stored is announced again and its first answer kept to be
@@ -246,6 +215,39 @@ def predict(
     return trajectories, Predicted(ctx.models.version, dict(Counter(predictions.source)))
 
 
+def _plan_request(
+    body: ScheduleRequest, checked: _Validated, trajectories: tuple[Trajectory, ...]
+) -> PlanRequest:
+    """The planner's request: the predicted trajectories on the validated inventory and budget."""
+    return PlanRequest(
+        trajectories=trajectories,
+        inventory=checked.inventory,
+        time_budget_s=checked.time_budget_s,
+        prefix_affinity=body.prefix_affinity,
+        kv_admission=body.kv_admission,
+        excluded_workers=checked.drained,
+        seed=body.seed,
+    )
+
+
+def _plans(request: PlanRequest, checked: _Validated, clock: StageClock) -> tuple[Plan, Plan]:
+    """The requested plan and the ``BASELINE`` one, each stage timed.
+
+    Both plans share validation and the lower bound (prepared once); the baseline, a few
+    milliseconds, goes first so the requested plan's budget bounds the whole planning stage."""
+    with clock.stage("plan"):
+        prepared = _prepare(request, checked.item_of)
+    with clock.stage("baseline"):
+        baseline = _plan(request, BASELINE, checked.item_of, prepared)
+    with clock.stage("plan"):
+        chosen = (
+            baseline
+            if checked.policy == BASELINE
+            else _plan(request, checked.policy, checked.item_of, prepared)
+        )
+    return chosen, baseline
+
+
 def _prepare(request: PlanRequest, item_of: tuple[int, ...]) -> Prepared:
     """Validate the core request and compute its lower bound once, for every plan of this request;
     a core rejection of trajectory ``i`` is re-pointed at its batch item."""
@@ -261,6 +263,52 @@ def _plan(request: PlanRequest, policy: str, item_of: tuple[int, ...], prepared:
         return plan(request, policy, prepared=prepared)
     except InvalidInputError as error:
         raise repoint(error, item_of) from None
+
+
+def respond(
+    schedule_id: str,
+    body: ScheduleRequest,
+    checked: _Validated,
+    request: PlanRequest,
+    chosen: Plan,
+    baseline: Plan,
+    predicted: Predicted,
+) -> ScheduleResponse:
+    """The response body: assignments in queue order, plan quality, the baseline; its timings are
+    zero until the caller sets them (``served.timings``), after the publish that stores the rest."""
+    by_key = {t.key: t for t in request.trajectories}
+    items = {
+        key: AssignedItem(
+            prompt_id=t.prompt_id, sample_idx=t.sample_idx, predicted_tokens=round(t.predicted_tokens, 1)
+        )
+        for key, t in by_key.items()
+    }
+    assignments = {w.worker_id: [items[k] for k in w.items] for w in chosen.workers}
+    # Built from our own typed values: constructing skips re-validating thousands of assignments.
+    return ScheduleResponse.model_construct(
+        schedule_id=schedule_id,
+        step=body.step,
+        policy=chosen.policy,
+        status=chosen.status,
+        published=body.publish,
+        model_version=predicted.version,
+        prediction_sources=predicted.sources,
+        quantile=checked.quantile,
+        assignments=assignments,
+        dispatch_order=list(chosen.dispatch_order),
+        predicted_makespan_s=chosen.predicted_makespan_s,
+        lower_bound_s=chosen.lower_bound_s,
+        round_robin_makespan_s=baseline.predicted_makespan_s,
+        speedup_vs_round_robin=_speedup(baseline.predicted_makespan_s, chosen.predicted_makespan_s),
+        time_scales={w.worker_id: w.time_scale for w in request.inventory.workers},
+        time_scale_sources=checked.time_scale_sources,
+        timings=timings({}, 0.0),
+    )
+
+
+def _speedup(baseline_s: float, chosen_s: float) -> float:
+    """How many times sooner the plan ends than the equal split; 1.0 when there is nothing to end."""
+    return baseline_s / chosen_s if chosen_s > 0 else 1.0
 
 
 def publish(
@@ -349,49 +397,3 @@ def _payload(item: BatchItem, sampling: Sampling | None) -> dict[str, Any]:
     if params:
         payload["params"] = params
     return payload
-
-
-def respond(
-    schedule_id: str,
-    body: ScheduleRequest,
-    checked: _Validated,
-    request: PlanRequest,
-    chosen: Plan,
-    baseline: Plan,
-    predicted: Predicted,
-) -> ScheduleResponse:
-    """The response body: assignments in queue order, plan quality, the baseline; its timings are
-    zero until the caller sets them (``served.timings``), after the publish that stores the rest."""
-    by_key = {t.key: t for t in request.trajectories}
-    items = {
-        key: AssignedItem(
-            prompt_id=t.prompt_id, sample_idx=t.sample_idx, predicted_tokens=round(t.predicted_tokens, 1)
-        )
-        for key, t in by_key.items()
-    }
-    assignments = {w.worker_id: [items[k] for k in w.items] for w in chosen.workers}
-    # Built from our own typed values: constructing skips re-validating thousands of assignments.
-    return ScheduleResponse.model_construct(
-        schedule_id=schedule_id,
-        step=body.step,
-        policy=chosen.policy,
-        status=chosen.status,
-        published=body.publish,
-        model_version=predicted.version,
-        prediction_sources=predicted.sources,
-        quantile=checked.quantile,
-        assignments=assignments,
-        dispatch_order=list(chosen.dispatch_order),
-        predicted_makespan_s=chosen.predicted_makespan_s,
-        lower_bound_s=chosen.lower_bound_s,
-        round_robin_makespan_s=baseline.predicted_makespan_s,
-        speedup_vs_round_robin=_speedup(baseline.predicted_makespan_s, chosen.predicted_makespan_s),
-        time_scales={w.worker_id: w.time_scale for w in request.inventory.workers},
-        time_scale_sources=checked.time_scale_sources,
-        timings=timings({}, 0.0),
-    )
-
-
-def _speedup(baseline_s: float, chosen_s: float) -> float:
-    """How many times sooner the plan ends than the equal split; 1.0 when there is nothing to end."""
-    return baseline_s / chosen_s if chosen_s > 0 else 1.0
