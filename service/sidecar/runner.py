@@ -204,6 +204,7 @@ class Sidecar:
             return bool(await self.session.claim(want))
 
     def _start_waiting(self) -> None:
+        """Send each waiting lease that fits now to the engine, one task each (``_run_item``)."""
         for held in self.session.holdings.start_fitting():  # first come, first served
             self._items.start(held, self._run_item(held))
 
@@ -292,6 +293,7 @@ class Sidecar:
         raise AssertionError("unreachable")
 
     async def _heartbeats(self) -> None:
+        """Renew every held lease each interval; stop the engine requests of the leases found lost."""
         while True:
             await self.session.until_heartbeat_due(time.monotonic())
             try:

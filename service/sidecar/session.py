@@ -108,7 +108,9 @@ class WorkerSession:
         return infos
 
     async def claim(self, want: int) -> list[Held]:
-        """Lease up to ``want`` new items (one per schedule under KV admission) and hold them."""
+        """Lease up to ``want`` new items and hold them. From a schedule under KV admission (a KV
+        capacity known) only one, and the claim ends there: ``Sidecar._fill`` claims again only once
+        nothing waits, so each such item is admitted on the cache before the next is leased."""
         got: list[Held] = []
         for info in await self.schedules():
             kv = info.kv_admission and self.holdings.kv_capacity_tokens is not None
