@@ -339,7 +339,7 @@ class Pool:
         """The deadline guard: ``thief`` would finish every one of ``items`` before its owner would.
 
         The owner's time for an item is its planned end, moved back by how late the owner runs
-        (``scheduler.deadlines.lateness``, from the planned start of the head of its unclaimed
+        (``scheduler.stealguard.lateness``, from the planned start of the head of its unclaimed
         queue); the thief's is ``thief_seconds``. And the thief must not be the later of the two
         anyway: the work it already runs (``thief_busy_seconds``, slowed by the stolen sequence)
         must also end by then, or the steal only moves the end of the step from one worker to the
