@@ -1,8 +1,8 @@
 """The serving predictor: history synced from the actuals stream, the model hot-reloaded from the store.
 
-``predictors.LengthPredictor`` holds the history of actual lengths and, optionally, a fitted model; it
-answers from fallbacks when either is missing, so the service is ready with an empty store. Redis is
-the source of truth for history: before each prediction we fold in actuals appended since the last
+``predictors.predictor.LengthPredictor`` holds the history of actual lengths and, optionally, a fitted
+model; it answers from fallbacks when either is missing, so the service is ready with an empty store.
+Redis is the source of truth for history: before each prediction we fold in actuals appended since the last
 sync (one ``XRANGE``; any replica may have received them), so every replica predicts from the same
 history: exactly the newest ``Settings.actuals_maxlen`` reports, whether it followed the stream from
 the start or loaded it afresh (the stream itself may hold a node more, ``XADD MAXLEN ~``). The
