@@ -24,9 +24,10 @@ TOP_DIRS = (*PACKAGES, "tests", "deploy")
 _FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 _MD_SPAN = re.compile(r"`([^`\n]+)`")
 _RST_SPAN = re.compile(r"``(.+?)``", re.DOTALL)
-# A path starts a word (not ``/tmp/service/x`` nor ``src/scheduler/``) and may end in ``::test_name``
-# (pytest's node id), which must be defined in the file; a glob (``*``) must match something.
-_PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(TOP_DIRS)})/[\w./*-]*(?:::\w+)?)")
+# A path starts a word (not ``/tmp/service/x`` nor ``src/scheduler/``) and may end in ``::name``
+# (pytest's node id ``::test_x``, or README's path of a batch ``::Class.method``), whose every part must
+# be defined (``def`` or ``class``) in the file; a glob (``*``) must match something.
+_PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(TOP_DIRS)})/[\w./*-]*(?:::\w+(?:\.\w+)*)?)")
 _DOTTED = re.compile(rf"(?<![\w./-])((?:{'|'.join(PACKAGES)})(?:\.[A-Za-z_]\w*)+)")
 
 
@@ -107,16 +108,19 @@ def source_references(path: Path) -> Iterator[Reference]:
 
 
 def path_problem(text: str) -> str | None:
-    """Why a path reference fails (nothing there, a glob matching nothing, a missing test), or None."""
-    path, _, test = text.partition("::")
+    """Why a path reference fails (nothing there, a glob matching nothing, a name not defined in it),
+    or None."""
+    path, _, name = text.partition("::")
     path = path.rstrip(".")
     if "*" in path:
         return None if any(ROOT.glob(path)) else "no file matches"
     if not (ROOT / path).exists():
         return "no such file or folder"
-    if test and not re.search(rf"\bdef {test}\b", (ROOT / path).read_text()):
-        return f"no test {test} in it"
-    return None
+    source = (ROOT / path).read_text() if name else ""
+    missing = [
+        part for part in name.split(".") if name and not re.search(rf"\b(?:def|class) {part}\b", source)
+    ]
+    return f"no {'.'.join(missing)} defined in it" if missing else None
 
 
 def name_problem(text: str) -> str | None:

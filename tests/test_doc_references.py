@@ -71,7 +71,7 @@ def test_the_stale_references_of_2026_12_04_are_caught() -> None:
     ]
     assert problem(Reference("x", "tests/service/delivery/test_cut_short.py")) == "no such file or folder"
     assert problem(Reference("x", "tests/test_layering.py::test_nothing_here")) == (
-        "no test test_nothing_here in it"
+        "no test_nothing_here defined in it"
     )
     assert problem(Reference("x", "service/sidecar/no_such_*.py")) == "no file matches"
 
