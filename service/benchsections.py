@@ -123,7 +123,9 @@ def redis_memory_section() -> str:
     args = ("bench", "redis-memory", "--prompt-chars", "800", "--output-chars", "4000")
     report = run_json(*args)
     lines = [
-        f"{_command(*args)}: MEMORY USAGE summed over a schedule's keys. The published bytes include the"
+        f"{_command(*args)}: MEMORY USAGE summed over a schedule's keys and the index keys its publish"
+        " makes (each worker's inbox, the active index), the schedule planned by lpt and built as the"
+        " service publishes one (planned runs, paces, KV caps). The published bytes include the"
         " answer stored for a retry (`P:answer`, compressed), shown on its own with its JSON's size.",
         "",
         "| schedule | published | per trajectory | finished (with results) | per trajectory "

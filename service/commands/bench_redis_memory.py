@@ -1,12 +1,14 @@
 """``rollout-scheduler bench redis-memory``: Redis memory one schedule takes, published and finished.
 
-Operators size Redis from this (docs/operations.md). A schedule is published through the real
-delivery protocol, with the answer the service stores for a retry under a caller-chosen id
+Operators size Redis from this (docs/operations.md). A schedule is planned (``lpt``) and built as the
+service builds one (``schedule_from_plan``: planned runs, paces, KV caps) and published through the
+real delivery protocol, with the answer the service stores for a retry under a caller-chosen id
 (``P:answer``: a ``POST /schedule`` answer naming every trajectory, ``service/republish.py``); its
-keys are measured with ``MEMORY USAGE <key> SAMPLES 0`` (exact, nested values included), then every
-item is claimed and completed with an output of ``--output-chars`` characters and the keys are
-measured again. Each item carries its prompt's payload, which the schedule stores once per prompt;
-the results stream holds every accepted output until the schedule's retention lapses.
+keys, and the index keys its publish makes outside its slot (inboxes, active index), are measured with
+``MEMORY USAGE <key> SAMPLES 0`` (exact, nested values included), then every item is claimed and
+completed with an output of ``--output-chars`` characters and the keys are measured again. Each item
+carries its prompt's payload, which the schedule stores once per prompt; the results stream holds
+every accepted output until the schedule's retention lapses.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class MemoryResult:
     results_bytes: int  # the results stream alone, at the end
     answer_bytes: int  # the stored answer alone (``P:answer``), in the published bytes
     answer_json_bytes: int  # that answer's JSON, as it would be stored uncompressed
+    index_bytes: int = 0  # keys outside the schedule's slot its publish made (inboxes, active index)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -129,8 +132,10 @@ def _measure(
 
     schedule = _schedule(n, workers, prompt_chars, seed)
     answer, answer_json = _answer(schedule)
+    _delete(delivery)  # what an interrupted earlier run left under the prefix is not this schedule's
     delivery.publish(schedule, digest="0" * 64, answer=answer)
-    published = _schedule_bytes(delivery, schedule.schedule_id)
+    published = _namespace_bytes(delivery)
+    index = published - _schedule_bytes(delivery, schedule.schedule_id)
     stored_answer = int(
         delivery.client.memory_usage(delivery.keys(schedule.schedule_id).answer, samples=0) or 0
     )
@@ -146,11 +151,20 @@ def _measure(
                 for lease in leases
             ]
             delivery.complete_many(schedule.schedule_id, entries)
-    finished = _schedule_bytes(delivery, schedule.schedule_id)
+    finished = _namespace_bytes(delivery)
     results = int(delivery.client.memory_usage(delivery.keys(schedule.schedule_id).results, samples=0) or 0)
-    _delete(delivery, schedule.schedule_id)
+    _delete(delivery)
     return MemoryResult(
-        n, workers, published, finished, published / n, finished / n, results, stored_answer, answer_json
+        n,
+        workers,
+        published,
+        finished,
+        published / n,
+        finished / n,
+        results,
+        stored_answer,
+        answer_json,
+        index,
     )
 
 
@@ -194,26 +208,31 @@ def _answer(schedule: Any) -> tuple[str, int]:
 
 
 def _schedule(n: int, workers: int, prompt_chars: int, seed: int) -> Any:
-    """``n`` trajectories (``SAMPLES`` per prompt) dealt round-robin to ``workers`` queues."""
-    from service.delivery import DeliveryItem, PublishedSchedule
+    """``n`` trajectories (``SAMPLES`` per prompt) planned by ``lpt`` on a half H100 / half Ascend 910B
+    pool of ``workers`` (Qwen2.5-7B) and built as the service builds what it publishes
+    (``schedule_from_plan`` with the plan's inventory): each item with its planned run (``P:due``),
+    each worker with its pace and KV capacity (``P:pace``, ``P:cap``). Queues dealt round-robin with
+    none of those measured a schedule the service never publishes, ~20% lighter per trajectory."""
+    from scheduler.benchgen import mixed_inventory
+    from scheduler.planner import plan
+    from scheduler.types import PlanRequest, Trajectory
+    from service.delivery.publisher import schedule_from_plan
 
     rng = random.Random(seed)
-    queues: dict[str, list[DeliveryItem]] = {f"worker-{w}": [] for w in range(workers)}
-    for i in range(n):
-        prompt = f"prompt-{i // SAMPLES}"
-        item = DeliveryItem(
-            key=f"{prompt}#{i % SAMPLES}",
-            prompt_id=prompt,
+    trajectories = [
+        Trajectory(
+            prompt_id=f"prompt-{i // SAMPLES}",
             sample_idx=i % SAMPLES,
             prompt_tokens=max(1, prompt_chars // 4),
             max_new_tokens=16_384,
             predicted_tokens=round(min(16_384.0, rng.lognormvariate(7.5, 0.8)), 1),
-            payload={"prompt": _text(prompt, prompt_chars)},
         )
-        queues[f"worker-{i % workers}"].append(item)
-    return PublishedSchedule(
-        schedule_id=uuid.uuid4().hex, queues={w: tuple(items) for w, items in queues.items()}
-    )
+        for i in range(n)
+    ]
+    inventory = mixed_inventory(workers)
+    planned = plan(PlanRequest(tuple(trajectories), inventory, seed=seed), "lpt")
+    payloads = {t.prompt_id: {"prompt": _text(t.prompt_id, prompt_chars)} for t in trajectories}
+    return schedule_from_plan(uuid.uuid4().hex, planned, trajectories, payloads, inventory=inventory)
 
 
 def _text(prompt: str, chars: int) -> str:
@@ -222,21 +241,34 @@ def _text(prompt: str, chars: int) -> str:
     return (f"{prompt} " + "x" * chars)[:chars]
 
 
-def _schedule_keys(delivery: Any, schedule_id: str) -> list[str]:
-    return [str(k) for k in delivery.client.scan_iter(match=delivery.keys(schedule_id).pattern, count=1000)]
+def _keys_bytes(delivery: Any, pattern: str) -> int:
+    """Exact memory of every key ``pattern`` matches (``SAMPLES 0`` walks every nested element)."""
+    keys = delivery.client.scan_iter(match=pattern, count=1000)
+    return sum(int(delivery.client.memory_usage(k, samples=0) or 0) for k in keys)
 
 
 def _schedule_bytes(delivery: Any, schedule_id: str) -> int:
-    """Exact memory of every key of the schedule (``SAMPLES 0`` walks every nested element)."""
-    return sum(
-        int(delivery.client.memory_usage(k, samples=0) or 0) for k in _schedule_keys(delivery, schedule_id)
-    )
+    """The keys in the schedule's own slot (``P:*``)."""
+    return _keys_bytes(delivery, delivery.keys(schedule_id).pattern)
 
 
-def _delete(delivery: Any, schedule_id: str) -> None:
-    keys = _schedule_keys(delivery, schedule_id)
-    if keys:
-        delivery.client.delete(*keys)
+def _namespace_bytes(delivery: Any) -> int:
+    """Every key under the benchmark's own prefix (``PREFIX``), which holds this one schedule: its ``P:*``
+    keys and the index keys its publish made outside its slot (each worker's inbox, the active index),
+    which a sum over ``P:*`` alone left out. ``_delete`` empties the prefix after each size, so a
+    size's inboxes are not counted again in the next."""
+    from service.delivery.keys import all_keys_pattern
+
+    return _keys_bytes(delivery, all_keys_pattern(delivery.prefix))
+
+
+def _delete(delivery: Any) -> None:
+    """Every key under the benchmark's prefix: the schedule's and the indexes' (inboxes included)."""
+    from service.delivery.keys import all_keys_pattern
+
+    keys = list(delivery.client.scan_iter(match=all_keys_pattern(delivery.prefix), count=1000))
+    for start in range(0, len(keys), 500):
+        delivery.client.delete(*keys[start : start + 500])
 
 
 def _table(results: list[MemoryResult], prompt_chars: int, output_chars: int) -> str:

@@ -4,10 +4,12 @@ Redis refuses (exit 2, as the README says of every command); its help reads clea
 from __future__ import annotations
 
 import pytest
+import redis
 import typer
 from typer.testing import CliRunner
 
-from service.commands.bench_redis_memory import SAMPLES, _answer, _schedule
+from service.commands.bench_redis_memory import PREFIX, SAMPLES, _answer, _measure, _schedule
+from service.delivery import Delivery
 from service.republish import decode_answer
 
 
@@ -82,3 +84,26 @@ def test_the_benchmarked_answer_names_every_trajectory_in_its_queue_as_the_servi
         w: [(i.prompt_id, i.sample_idx) for i in q] for w, q in schedule.queues.items()
     }
     assert len(stored) < json_bytes  # compressed, even on base64
+
+
+def test_the_benchmarked_schedule_carries_what_the_service_publishes_with_every_plan() -> None:
+    # queues dealt round-robin without planned runs, paces or caps left P:due, P:pace and P:cap out:
+    # the table read ~20% fewer bytes per trajectory than a schedule POST /schedule publishes
+    schedule = _schedule(64, 4, prompt_chars=10, seed=0)
+    items = [item for queue in schedule.queues.values() for item in queue]
+    assert len(items) == 64
+    assert all(item.deadline_ms is not None and item.planned_start_ms is not None for item in items)
+    assert set(schedule.seconds_per_token) == set(schedule.queues)
+    assert set(schedule.kv_capacity_tokens) == set(schedule.queues)
+    assert schedule.predicted_makespan_s is not None
+
+
+def test_the_published_bytes_count_the_index_keys_the_publish_makes_outside_its_slot(
+    redis_client: redis.Redis,
+) -> None:
+    # every worker's inbox and the active index exist because of this schedule: summing P:* alone
+    # left them out; and the prefix is emptied after each size, so no inbox is counted twice
+    result = _measure(Delivery(redis_client, prefix=PREFIX), 64, 4, 10, 10, seed=0)
+    assert result.index_bytes > 0
+    assert result.published_bytes > result.index_bytes
+    assert redis_client.keys(f"{PREFIX}:*") == []
