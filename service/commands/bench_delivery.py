@@ -31,17 +31,25 @@ def bench_delivery(
     processes: Annotated[int, typer.Option(min=1, help="Client processes the workers are spread over.")] = 2,
     queues: Annotated[int, typer.Option(min=1, help="Loaded queues in the steal-latency phase.")] = 1024,
     steals: Annotated[int, typer.Option(min=1, help="Timed steals.")] = 2000,
+    pipeline: Annotated[
+        bool,
+        typer.Option(
+            "--pipeline/--no-pipeline",
+            help="Complete a batch and claim the next in one round trip; --no-pipeline (with --batch 1): "
+            "as a sidecar calls, each finished item in its own call and claims apart.",
+        ),
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Measure claims+completions per second and steal latency p50/p99 (targets: 10,000/s, 5 ms)."""
-    result = _measure(redis_url, workers, items_per_worker, batch, queues, steals, processes)
+    result = _measure(redis_url, pipeline, workers, items_per_worker, batch, queues, steals, processes)
     if as_json:
         print(json.dumps(result.to_json()))
     else:
         _print(result)
 
 
-def _measure(redis_url: str | None, *sizes: int) -> DeliveryBench:
+def _measure(redis_url: str | None, pipelined: bool, *sizes: int) -> DeliveryBench:
     """``run_bench`` on ``redis_url``, or on an embedded server started (and stopped) for it, with
     ``sizes`` in its order (workers, per worker, batch, queues, steals, processes); what fails is
     one line on stderr and exit code 2, but 1 for a Redis that cannot be reached (130 when
@@ -60,7 +68,7 @@ def _measure(redis_url: str | None, *sizes: int) -> DeliveryBench:
         else:
             server = EmbeddedServer().start()
             redis_url = server.url
-        return run_bench(redis_url, *sizes)
+        return run_bench(redis_url, *sizes, pipelined=pipelined)
     except redis.RedisError as err:
         print(f"bench delivery: {err}", file=sys.stderr)
         raise typer.Exit(2 if refused(err) else 1) from None
@@ -81,7 +89,7 @@ def _print(result: DeliveryBench) -> None:
 
     print(
         f"workers {result.workers} over {result.processes} processes, items {result.items}, "
-        f"batch {result.batch}, wall {result.wall_s} s"
+        f"batch {result.batch}{'' if result.pipelined else ' (as a sidecar calls)'}, wall {result.wall_s} s"
     )
     print(
         f"claims+completions/s  {result.claims_completions_per_s:>10,.0f}  "

@@ -78,3 +78,46 @@ def test_ctrl_c_during_bench_delivery_prints_one_line_and_leaves_no_keys(
     assert ended.stderr.strip() == "bench delivery: interrupted"
     assert not any(alive(pid) for pid in ended.workers)
     assert redis_client.dbsize() == 0
+
+
+def test_no_pipeline_calls_as_a_sidecar_does_a_round_trip_per_claim_and_per_completion(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    # the sidecar reports each finished item in its own call and claims apart; the pipelined batches
+    # of 8 alone (16 claims+completions a round trip) were read as what the fleet's sidecars get
+    args = ["bench", "delivery", "--redis-url", redis_url, "--workers", "4", "--items-per-worker", "25"]
+    args += [
+        "--batch",
+        "1",
+        "--no-pipeline",
+        "--queues",
+        "32",
+        "--steals",
+        "20",
+        "--processes",
+        "1",
+        "--json",
+    ]
+    result = CliRunner().invoke(_cli(), args)
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    assert (figures["lost"], figures["accepted_twice"], figures["pipelined"]) == (0, 0, False)
+    round_trips = figures["round_trips_per_s"] * figures["wall_s"]
+    assert round_trips >= 1.9 * figures["items"]  # a claim and a completion per item, ~2 x items
+    assert redis_client.dbsize() == 0
+
+
+def test_the_delivery_section_shows_the_sidecar_pattern_beside_the_pipelined_target_figure() -> None:
+    from service.delivery.bench import DeliveryBench, render_markdown
+
+    def run(ops: float, pipelined: bool) -> DeliveryBench:
+        return DeliveryBench(
+            64, 25_600, 8 if pipelined else 1, 1.0, ops, ops / 16, 0, 0, 1024, 2000,
+            0.2, 0.5, 100.0, 0.05, 0.2, 2, ops >= 10_000, True, pipelined,
+        )  # fmt: skip
+
+    text = render_markdown([run(40_000, True)], [run(7_000, False)])
+    assert "`bench delivery --batch 1 --no-pipeline --json`" in text
+    assert "| 2 | batch 1, as a sidecar | 7,000 |" in text
+    assert "40,000 claims+completions/s pipelined in batches of 8" in text
+    assert "7,000/s as a sidecar calls" in text
