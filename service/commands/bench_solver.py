@@ -225,7 +225,25 @@ def _row(
     )
 
 
+def percentile_note(repeats: int, percent: int = 95) -> str:
+    """What the table's p95 is over ``repeats`` plans: by nearest rank, which over few repeats is the
+    slowest of them (5 -> the 5th), so a reader does not take it for a tail estimate."""
+    rank = max(1, -(-repeats * percent // 100))
+    which = "the slowest" if rank == repeats else f"the {_ordinal(rank)} fastest"
+    return (
+        f"Wall p{percent} is by nearest rank over the {repeats} plans of a size and policy: {which} of "
+        f"them; CPU is process time over the same call (one CP-SAT worker: at most the wall time on an "
+        "idle host); the plans run on the wall clock, so a search cut short by the budget depends on "
+        "the host's speed."
+    )
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def _nearest_rank(values: list[float], percent: int) -> float:
+    """The smallest value with at least ``percent`` % of ``values`` at or below it (``percentile_note``)."""
     ordered = sorted(values)
     return ordered[max(0, -(-len(ordered) * percent // 100) - 1)]
 
@@ -261,7 +279,7 @@ def markdown_report(repeats: int = 5) -> str:
         [
             f"`rollout-scheduler bench solver --repeats {repeats}`: {repeats} heavy-tailed batches per size "
             f"(`scheduler.benchgen`), half H100 / half Ascend 910B, Qwen2.5-7B; {os.cpu_count()} cores; "
-            f"{time.perf_counter() - started:.0f} s with the table below it.",
+            f"{time.perf_counter() - started:.0f} s with the table below it. {percentile_note(repeats)}",
             "",
             *_markdown_table(rows),
             "",

@@ -67,3 +67,16 @@ def test_the_predictor_speed_table_shows_the_predict_after_new_actuals_each_step
     row = next(_cells(line) for line in lines if line.startswith("| 1,000,000 |"))
     assert row[header.index("predict wall ms after new actuals (median)")] == "187.5"
     assert row[header.index("predict wall ms, warm (median)")] == "22.4"
+
+
+def test_the_service_table_says_how_its_p95_and_stage_medians_are_computed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a p95 over 30 requests, and stage medians that do not add up to total_ms, read as more than they are
+    size = {"trajectories": 1024, "workers": 16, "requests": 30, "p50_ms": 89.0, "p95_ms": 92.3}
+    size |= {"requests_per_s": 11.2, "server_p50_ms": {"plan_ms": 61.7, "total_ms": 82.8}, "statuses": {}}
+    monkeypatch.setattr(benchsections, "run_json", lambda *args: {"sizes": [size]})
+    text = benchsections.service_section()
+    assert "p95 by nearest rank over the 30 measured requests of a size: the 29th fastest" in text
+    assert "the stages need not add up to `total_ms`" in text
+    assert "every predict is warm" in text
