@@ -124,13 +124,18 @@ def service_section() -> str:
     return "\n".join(lines)
 
 
+def ordinal(n: int) -> str:
+    """``n`` as an English ordinal: 1st, 2nd, 3rd, 11th, 21st, 29th."""
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def _service_reading(requests: int) -> str:
     """How the service table's figures are computed, which its cells alone do not say."""
     rank = max(1, -(-requests * 95 // 100))
     return (
         f"p50 and p95 are client side (HTTP and JSON included), p95 by nearest rank over the {requests} "
-        f"measured requests of a size: the {rank}th fastest. Each stage's figure is that stage's median "
-        "over the requests, so the stages need not add up to `total_ms` (the server's own median); "
+        f"measured requests of a size: the {ordinal(rank)} fastest. Each stage's figure is that stage's "
+        "median over the requests, so the stages need not add up to `total_ms` (the server's own median); "
         "client p50 less `total_ms` is HTTP, JSON and the client. No actuals arrive between the "
         "requests, so every predict is warm (the history already folded), where a trainer's step "
         "follows its last step's reports (the predictor table's figure after new actuals)."

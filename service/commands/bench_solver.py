@@ -228,18 +228,16 @@ def _row(
 def percentile_note(repeats: int, percent: int = 95) -> str:
     """What the table's p95 is over ``repeats`` plans: by nearest rank, which over few repeats is the
     slowest of them (5 -> the 5th), so a reader does not take it for a tail estimate."""
+    from service.benchsections import ordinal
+
     rank = max(1, -(-repeats * percent // 100))
-    which = "the slowest" if rank == repeats else f"the {_ordinal(rank)} fastest"
+    which = "the slowest" if rank == repeats else f"the {ordinal(rank)} fastest"
     return (
         f"Wall p{percent} is by nearest rank over the {repeats} plans of a size and policy: {which} of "
         f"them; CPU is process time over the same call (one CP-SAT worker: at most the wall time on an "
         "idle host); the plans run on the wall clock, so a search cut short by the budget depends on "
         "the host's speed."
     )
-
-
-def _ordinal(n: int) -> str:
-    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def _nearest_rank(values: list[float], percent: int) -> float:
