@@ -14,6 +14,8 @@ afterwards, so running against a real server leaves nothing behind.
 
 from __future__ import annotations
 
+import itertools
+import math
 import multiprocessing
 import os
 import platform
@@ -35,6 +37,10 @@ from service.interrupts import children_ignore_sigint, end_processes, ignore_sig
 THROUGHPUT_TARGET = 10_000.0  # claims+completions per second with 64 workers on loopback
 WARM_STEALS = 50  # steals before the measured ones: warm the connection and the script cache
 STEAL_P99_TARGET_MS = 5.0  # steal p99 with 1,024 queues
+# The thief's decode rate (tokens/s per sequence) its steals pass, as a sidecar's do once it has
+# completed something: with it, and the items' planned runs (``P:due``), the steal script runs its
+# deadline guard, which steals without a rate or on items without planned runs skip.
+STEAL_RATE = 50.0
 _RESULT = TrajectoryResult(output_tokens=512, finish_reason="stop", wall_time_s=1.0, output="x" * 64)
 
 
@@ -67,7 +73,12 @@ class DeliveryBench:
         return asdict(self)
 
 
-def _items(prefix: str, n: int, rng: random.Random) -> tuple[DeliveryItem, ...]:
+def _items(prefix: str, n: int, rng: random.Random, planned: bool = False) -> tuple[DeliveryItem, ...]:
+    """``n`` single-sample items; ``planned``: each with its planned run, one after another in its queue
+    at ``STEAL_RATE``, as the service publishes them, so that the steal script's deadline guard has a
+    ``P:due`` to read (and passes a thief as fast as the owner: what is left unstarted is the tail's)."""
+    predicted = [round(rng.lognormvariate(6.5, 1.0), 1) for _ in range(n)]
+    ends = [0, *itertools.accumulate(math.ceil(1000 * p / STEAL_RATE) for p in predicted)]
     return tuple(
         DeliveryItem(
             key=f"{prefix}-{i}#0",
@@ -75,16 +86,20 @@ def _items(prefix: str, n: int, rng: random.Random) -> tuple[DeliveryItem, ...]:
             sample_idx=0,
             prompt_tokens=256,
             max_new_tokens=16_384,
-            predicted_tokens=round(rng.lognormvariate(6.5, 1.0), 1),
+            predicted_tokens=predicted[i],
             payload={"prompt": "Solve: 2 + 2 = ?"},
+            planned_start_ms=ends[i] if planned else None,
+            deadline_ms=ends[i + 1] if planned else None,
         )
         for i in range(n)
     )
 
 
-def _schedule(sid: str, queues: int, per_queue: int, extra_empty: int, seed: int) -> PublishedSchedule:
+def _schedule(
+    sid: str, queues: int, per_queue: int, extra_empty: int, seed: int, planned: bool = False
+) -> PublishedSchedule:
     rng = random.Random(seed)
-    full = {f"w{q}": _items(f"w{q}", per_queue, rng) for q in range(queues)}
+    full = {f"w{q}": _items(f"w{q}", per_queue, rng, planned) for q in range(queues)}
     empty = {f"thief{t}": () for t in range(extra_empty)}
     return PublishedSchedule(sid, {**full, **empty}, lease=LeaseSettings(lease_ttl_ms=600_000))
 
@@ -187,7 +202,8 @@ def _evalsha_usec(client: Any) -> tuple[int, int]:
 
 
 def measure_steals(url: str, prefix: str, queues: int, steals: int) -> tuple[list[float], list[float], float]:
-    """Time ``steals`` sequential one-item steals against ``queues`` loaded queues.
+    """Time ``steals`` sequential one-item steals against ``queues`` loaded queues, on items with
+    planned runs and with a decode rate, as a sidecar steals: the deadline guard runs in each.
 
     Returns the steal round trips (ms), PING round trips taken just before each steal (ms: the
     machine's own floor, against which the steal's tail is judged), and the server's mean script
@@ -196,16 +212,16 @@ def measure_steals(url: str, prefix: str, queues: int, steals: int) -> tuple[lis
     sid = "steal"
     delivery = Delivery.from_url(url, prefix)
     per_queue = max(4, 2 * (steals + WARM_STEALS) // queues + 2)  # the warm-up steals take items too
-    delivery.publish(_schedule(sid, queues, per_queue, 1, seed=2))
+    delivery.publish(_schedule(sid, queues, per_queue, 1, seed=2, planned=True))
     for _ in range(WARM_STEALS):  # warm the connection and the script cache
-        delivery.steal(sid, "thief0", 1)
+        delivery.steal(sid, "thief0", 1, rate_tokens_per_s=STEAL_RATE)
     samples, pings = [], []
     calls0, usec0 = _evalsha_usec(delivery.client)
     for _ in range(steals):
         start = time.perf_counter()
         delivery.client.ping()
         pinged = time.perf_counter()
-        got = delivery.steal(sid, "thief0", 1)
+        got = delivery.steal(sid, "thief0", 1, rate_tokens_per_s=STEAL_RATE)
         samples.append((time.perf_counter() - pinged) * 1000)
         pings.append((pinged - start) * 1000)
         if not got:
