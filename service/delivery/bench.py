@@ -301,8 +301,8 @@ def run_bench(
 def markdown_report(url: str | None = None, runs: int = 3) -> str:
     """Run the benchmark ``runs`` times as the target's figure is measured (batches of 8, pipelined)
     and ``runs`` times as a sidecar calls (one item per call, claims apart), and render
-    docs/benchmarks.md's "Delivery" section body: the first alone read as what the fleet's sidecars
-    get, ~5x what their calls, a round trip per claim and per completion, allow.
+    docs/benchmarks.md's "Delivery" section body: the first alone was read as what sidecars get,
+    whose calls (a round trip per claim and per completion) measured ~5x fewer on the same host.
 
     Meant for ``make bench`` (``service.benchreport``): the section sits between
     ``<!-- delivery:begin -->`` and ``<!-- delivery:end -->`` markers.
