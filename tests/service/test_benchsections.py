@@ -73,7 +73,8 @@ def test_the_service_table_says_how_its_p95_and_stage_medians_are_computed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # a p95 over 30 requests, and stage medians that do not add up to total_ms, read as more than they are
-    size = {"trajectories": 1024, "workers": 16, "requests": 30, "p50_ms": 89.0, "p95_ms": 92.3}
+    size: dict[str, Any] = {"trajectories": 1024, "workers": 16, "requests": 30}
+    size |= {"p50_ms": 89.0, "p95_ms": 92.3}
     size |= {"requests_per_s": 11.2, "server_p50_ms": {"plan_ms": 61.7, "total_ms": 82.8}, "statuses": {}}
     monkeypatch.setattr(benchsections, "run_json", lambda *args: {"sizes": [size]})
     text = benchsections.service_section()
