@@ -1,9 +1,9 @@
 """What a worker process sends the pull API (``service/sidecar/pull_api.py``): the bodies of
 ``POST /done`` and ``POST /fail``, and the refusal of a ``/done`` above its item's token cap.
 
-Checked as the service checks the same figures (``docs/api.md``): NaN refused, counts bounded, and an
-``extra`` that Redis can store as JSON and the service can read back, so a bad report is refused to
-the worker that sent it (422) instead of being stored.
+Checked as the service checks the same figures (``docs/api.md``): NaN refused, no string or boolean
+read as a number, counts bounded, and an ``extra`` that Redis can store as JSON and the service can
+read back, so a bad report is refused to the worker that sent it (422) instead of being stored.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ Text = Annotated[str, AfterValidator(_utf8)]
 
 
 class _LeaseRef(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # as the service: NaN is refused
+    # as the service's requests (``service/api/schemas.py``): NaN refused, and strict, so a string or a
+    # boolean where a number belongs is refused, not read as one (``"token": true`` was token 1)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
     schedule_id: Text
     key: Text
