@@ -56,6 +56,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.body_encoding import Utf8BodyRoute
 from service.delivery.errors import UnknownScheduleError
@@ -255,7 +256,9 @@ def create_pull_app(
             await state.session.hand_back(state.session.holdings.all(), release_within_s)
             await state.leave(until - time.monotonic())
 
-    app = FastAPI(title="rollout-scheduler sidecar pull API", lifespan=lifespan)
+    # a trailing slash is a 404 naming the path without it (``_http_error``), not Starlette's 307 to an
+    # absolute URL built from the Host header, which a worker's client may not follow for a POST
+    app = FastAPI(title="rollout-scheduler sidecar pull API", lifespan=lifespan, redirect_slashes=False)
     app.state.pull = state
     app.include_router(router)
     for kind in _PROBLEMS:
@@ -281,6 +284,9 @@ _PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]
     ConnectingError: (503, lambda exc: {"error": str(exc)}),
     # never published here, or its retention passed while the worker ran it: drop the result
     UnknownScheduleError: (404, lambda exc: {"outcome": "unknown_schedule", "error": str(exc)}),
+    # Starlette's own: an unknown path (404), a wrong method (405, its Allow kept), a body FastAPI
+    # cannot decode (400); the status is the exception's, the body completed by ``_http_error``
+    StarletteHTTPException: (0, lambda exc: {"error": str(getattr(exc, "detail", exc))}),
 }
 
 
@@ -309,7 +315,27 @@ async def _problem(request: Request, exc: Exception) -> JSONResponse:
     answer = body(exc)
     if isinstance(exc, RequestValidationError) and _body_not_json(request, exc):
         answer["error"] += JSON_HINT
+    if isinstance(exc, StarletteHTTPException):
+        answer["error"] = _http_error(request, exc)
+        return JSONResponse(answer, status_code=exc.status_code, headers=exc.headers)
     return JSONResponse(answer, status_code=status)
+
+
+def _http_error(request: Request, exc: StarletteHTTPException) -> str:
+    """Starlette's error in the API's own shape (its ``{"detail"}`` was the one answer here without
+    ``error``), naming the request: a path with a trailing slash names the path to send instead, and
+    a body FastAPI could not decode (nested past the recursion limit) names ``body`` and the cause."""
+    said = f"{request.method} {request.url.path}: {exc.detail}"
+    path = request.url.path
+    if exc.status_code == 404 and len(path) > 1 and path.rstrip("/") in _PATHS:
+        return f"{said}; the path takes no trailing slash: {path.rstrip('/')}"
+    if exc.status_code == 400:
+        cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
+        return f"body: {exc.detail}{cause}"
+    return said
+
+
+_PATHS = frozenset(getattr(route, "path", "") for route in router.routes)
 
 
 def _body_not_json(request: Request, exc: RequestValidationError) -> bool:

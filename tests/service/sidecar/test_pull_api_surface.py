@@ -36,3 +36,45 @@ def test_a_string_or_boolean_where_a_number_belongs_is_refused_and_the_lease_is_
         1,
     ]
     assert delivery.read_results("strict") == []
+
+
+def test_a_wrong_method_or_an_unknown_path_is_an_error_naming_the_request(redis_url: str) -> None:
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        sent = [await client.get("/done"), await client.put("/next"), await client.get("/nope")]
+        return [(r.status_code, r.headers.get("allow"), r.json()) for r in sent]
+
+    assert with_api(redis_url, script) == [
+        (405, "POST", {"error": "GET /done: Method Not Allowed"}),
+        (405, "GET", {"error": "PUT /next: Method Not Allowed"}),
+        (404, None, {"error": "GET /nope: Not Found"}),
+    ]
+
+
+def test_a_trailing_slash_is_a_404_naming_the_path_without_it_not_a_redirect(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = publish_one(redis_url, "slash")
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        body = done_body((await client.get("/next")).json(), 5)
+        slashed = [await client.get("/next/"), await client.post("/done/", json=body)]
+        held = len((await client.get("/leases")).json()["held"])
+        return [*((r.status_code, r.headers.get("location"), r.json()["error"]) for r in slashed), held]
+
+    assert with_api(redis_url, script) == [
+        (404, None, "GET /next/: Not Found; the path takes no trailing slash: /next"),
+        (404, None, "POST /done/: Not Found; the path takes no trailing slash: /done"),
+        1,
+    ]
+    assert delivery.read_results("slash") == []
+
+
+def test_a_body_too_deeply_nested_to_decode_is_a_400_naming_the_body(redis_url: str) -> None:
+    async def script(client: httpx.AsyncClient) -> tuple[int, str]:
+        deep = b"[" * 100_000 + b"]" * 100_000
+        sent = await client.post("/done", content=deep, headers={"Content-Type": "application/json"})
+        return sent.status_code, sent.json()["error"]
+
+    status, error = with_api(redis_url, script)
+    assert (status, error.split(" (")[0]) == (400, "body: There was an error parsing the body")
+    assert "recursion" in error
