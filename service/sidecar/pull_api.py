@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -57,6 +57,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from service.body_encoding import Utf8BodyRoute
 from service.delivery.errors import UnknownScheduleError
@@ -94,6 +95,7 @@ router = APIRouter(route_class=Utf8BodyRoute)
 
 
 @router.get("/health")
+@router.head("/health", include_in_schema=False)  # what curl -I and balancers probe with
 async def health(request: Request) -> dict[str, Any]:
     """Liveness of the sidecar (not a sign of the worker's life: probes call it too); ``connecting``
     while it waits for Redis at start-up."""
@@ -106,6 +108,7 @@ async def health(request: Request) -> dict[str, Any]:
 
 
 @router.get("/ready")
+@router.head("/ready", include_in_schema=False)  # what curl -I and balancers probe with
 async def ready(request: Request) -> JSONResponse:
     """200 once ``/next`` can hand out work: Redis reached at start-up and a killed predecessor's
     leases handed back; 503 ``connecting`` or ``taking over`` before."""
@@ -118,6 +121,7 @@ _READY = {"ok": 200, "connecting": 503, "taking over": 503}
 
 
 @router.get("/metrics", response_model=None)
+@router.head("/metrics", response_model=None, include_in_schema=False)
 async def metrics(request: Request) -> Response:
     """The sidecar's counters and holdings for Prometheus, read at scrape time (``service.sidecar.
     metrics``; not a sign of the worker's life: a scraper calls it); 503 while it connects."""
@@ -317,7 +321,7 @@ async def _problem(request: Request, exc: Exception) -> JSONResponse:
         answer["error"] += JSON_HINT
     if isinstance(exc, StarletteHTTPException):
         answer["error"] = _http_error(request, exc)
-        return JSONResponse(answer, status_code=exc.status_code, headers=exc.headers)
+        return JSONResponse(answer, status_code=exc.status_code, headers=_allow(request, exc))
     return JSONResponse(answer, status_code=status)
 
 
@@ -333,6 +337,20 @@ def _http_error(request: Request, exc: StarletteHTTPException) -> str:
         cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
         return f"body: {exc.detail}{cause}"
     return said
+
+
+def _allow(request: Request, exc: StarletteHTTPException) -> Mapping[str, str] | None:
+    """``exc``'s headers, a 405's ``Allow`` naming the methods of every route on the path: the probes'
+    ``GET`` and ``HEAD`` are two routes, and Starlette names the first one's only (RFC 9110 15.5.6)."""
+    if exc.status_code != 405:
+        return exc.headers
+    methods = {
+        method
+        for route in router.routes
+        if route.matches(request.scope)[0] != Match.NONE
+        for method in getattr(route, "methods", None) or ()
+    }
+    return {**(exc.headers or {}), "Allow": ", ".join(sorted(methods))}
 
 
 _PATHS = frozenset(getattr(route, "path", "") for route in router.routes)

@@ -78,3 +78,12 @@ def test_a_body_too_deeply_nested_to_decode_is_a_400_naming_the_body(redis_url: 
     status, error = with_api(redis_url, script)
     assert (status, error.split(" (")[0]) == (400, "body: There was an error parsing the body")
     assert "recursion" in error
+
+
+def test_the_probes_answer_head_as_get_and_a_405_lists_both(redis_url: str) -> None:
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        heads = [await client.head(path) for path in ("/health", "/ready", "/metrics")]
+        wrong = await client.post("/health")
+        return [*((r.status_code, r.content) for r in heads), (wrong.status_code, wrong.headers["allow"])]
+
+    assert with_api(redis_url, script) == [(200, b""), (200, b""), (200, b""), (405, "GET, HEAD")]
