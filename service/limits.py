@@ -17,20 +17,45 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.problems import PayloadTooLargeError, UnavailableError, lookup, problem_response
 
 
-class BodyLimitMiddleware:
-    """Pure ASGI middleware (no buffering beyond the limit) enforcing ``max_bytes`` per request body."""
+def _problem_413(path: str, what: str, max_bytes: int) -> Response:
+    """The service's 413: a problem from its one table, naming the setting that raises the limit."""
+    error = PayloadTooLargeError(
+        f"request body too large: {what}; the limit is {max_bytes} bytes "
+        "(ROLLOUT_MAX_BODY_BYTES; split the batch, or raise the limit)"
+    )
+    problem = lookup(error)  # outside FastAPI's handlers, but answered from the same table
+    return problem_response(
+        problem.status,
+        problem.title,
+        error.detail,
+        slug=problem.slug,
+        instance=path,
+        headers={"Connection": "close"},
+    )
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+
+Refusal = Callable[[str, str, int], Response]  # (path, what was too large, the limit) -> the 413
+
+
+class BodyLimitMiddleware:
+    """Pure ASGI middleware (no buffering beyond the limit) enforcing ``max_bytes`` per request body.
+
+    ``refusal`` renders the 413 in the app's own error shape: the service's problem by default; the
+    sidecar's pull API answers ``{"error"}`` as all its errors, without the service's setting."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, refusal: Refusal = _problem_413) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.refusal = refusal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass small requests through unchanged; answer 413 for large ones without calling the app."""
@@ -77,19 +102,7 @@ class BodyLimitMiddleware:
             await self._refuse(scope, receive, send, f"more than {self.max_bytes} bytes received")
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, what: str) -> None:
-        error = PayloadTooLargeError(
-            f"request body too large: {what}; the limit is {self.max_bytes} bytes "
-            "(ROLLOUT_MAX_BODY_BYTES; split the batch, or raise the limit)"
-        )
-        problem = lookup(error)  # outside FastAPI's handlers, but answered from the same table
-        response = problem_response(
-            problem.status,
-            problem.title,
-            error.detail,
-            slug=problem.slug,
-            instance=str(scope.get("path", "")),
-            headers={"Connection": "close"},
-        )
+        response = self.refusal(str(scope.get("path", "")), what, self.max_bytes)
         await response(scope, receive, send)
 
 

@@ -64,7 +64,7 @@ from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.records import TrajectoryResult
 from service.limits import BodyLimitMiddleware
-from service.problems import JSON_HINT, BodyEncodingError, ContentCodingError, is_json
+from service.problems import JSON_HINT, BodyEncodingError, ContentCodingError, PayloadTooLargeError, is_json
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.metrics import pull_exposition
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
@@ -267,7 +267,7 @@ def create_pull_app(
     app.include_router(router)
     for kind in _PROBLEMS:
         app.add_exception_handler(kind, _problem)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES, refusal=_too_large)
     return app
 
 
@@ -278,6 +278,8 @@ _PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]
     AboveCapError: (422, lambda exc: {"error": str(exc)}),
     # a body in UTF-16 or UTF-32 (or no encoding at all), which FastAPI's decoder would have read
     BodyEncodingError: (400, lambda exc: {"error": f"body: {exc}"}),
+    # a body past MAX_BODY_BYTES, declared or counted (``BodyLimitMiddleware``, ``_too_large``)
+    PayloadTooLargeError: (413, lambda exc: {"error": f"body: {exc}"}),
     # a body sent compressed (Content-Encoding), which nothing here decodes: refused unread
     ContentCodingError: (415, lambda exc: {"error": str(exc)}),
     # a malformed body: FastAPI's own answer echoes the input, and one holding NaN cannot be rendered
@@ -292,6 +294,15 @@ _PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]
     # cannot decode (400); the status is the exception's, the body completed by ``_http_error``
     StarletteHTTPException: (0, lambda exc: {"error": str(getattr(exc, "detail", exc))}),
 }
+
+
+def _too_large(path: str, what: str, max_bytes: int) -> Response:
+    """The 413 of ``BodyLimitMiddleware`` (outside FastAPI's handlers) from the table, as every error
+    here: it was the service's problem, without ``error``, advising a setting the sidecar does not
+    read. The connection is closed: the rest of the body is left unread."""
+    status, body = _PROBLEMS[PayloadTooLargeError]
+    error = PayloadTooLargeError(f"too large ({what}); the limit is {max_bytes} bytes")
+    return JSONResponse(body(error), status_code=status, headers={"Connection": "close"})
 
 
 def _invalid(exc: Exception) -> str:

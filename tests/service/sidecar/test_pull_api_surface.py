@@ -4,11 +4,13 @@ answering ``HEAD``; a refused report leaves the lease held and nothing stored.""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import redis
 
+from service.sidecar.pull_api import MAX_BODY_BYTES
 from tests.service.sidecar.pullclient import done_body, publish_one, with_api
 
 
@@ -87,3 +89,31 @@ def test_the_probes_answer_head_as_get_and_a_405_lists_both(redis_url: str) -> N
         return [*((r.status_code, r.content) for r in heads), (wrong.status_code, wrong.headers["allow"])]
 
     assert with_api(redis_url, script) == [(200, b""), (200, b""), (200, b""), (405, "GET, HEAD")]
+
+
+def test_a_report_past_the_body_limit_is_a_413_error_and_the_lease_is_kept(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = publish_one(redis_url, "huge")
+
+    async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: counted as it is read
+        for _ in range(17):
+            yield b" " * 1024 * 1024
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        body = done_body((await client.get("/next")).json(), 5)
+        output = "x" * (MAX_BODY_BYTES + 1)
+        declared = await client.post("/done", json={**body, "output": output})
+        chunked = await client.post("/done", content=chunks(), headers={"Content-Type": "application/json"})
+        held = len((await client.get("/leases")).json()["held"])
+        return [*((r.status_code, r.json()["error"]) for r in (declared, chunked)), held]
+
+    declared, chunked, held = with_api(redis_url, script)
+    assert declared[0] == chunked[0] == 413
+    assert declared[1].startswith("body: too large (declared Content-Length ")
+    assert (
+        chunked[1]
+        == f"body: too large (more than {MAX_BODY_BYTES} bytes received); the limit is {MAX_BODY_BYTES} bytes"
+    )
+    assert held == 1
+    assert delivery.read_results("huge") == []
