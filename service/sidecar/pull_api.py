@@ -133,9 +133,10 @@ async def metrics(request: Request) -> Response:
 
 @router.get("/next", response_model=None)
 async def next_item(
-    state: Pull, wait_s: Annotated[float, Query(ge=0.0, le=MAX_WAIT_S)] = 0.0
+    state: Pull, wait_s: Annotated[float, Query(ge=0.0, le=MAX_WAIT_S, allow_inf_nan=False)] = 0.0
 ) -> dict[str, Any] | Response:
-    """One item to generate with its lease, or 204 when there is none now (long-polls ``wait_s``)."""
+    """One item to generate with its lease, or 204 when there is none now (long-polls ``wait_s``; a
+    NaN or infinite one is refused as not finite, where it was told to be at most 30, the wrong cause)."""
     held = await state.next_item(wait_s)
     state.touch()
     return Response(status_code=204) if held is None else lease_json(held)

@@ -117,3 +117,16 @@ def test_a_report_past_the_body_limit_is_a_413_error_and_the_lease_is_kept(
     )
     assert held == 1
     assert delivery.read_results("huge") == []
+
+
+def test_a_wait_that_is_not_a_finite_number_is_refused_as_such(redis_url: str) -> None:
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        sent = [await client.get(f"/next?wait_s={wait}") for wait in ("nan", "inf", "-1", "31")]
+        return [(r.status_code, r.json()["error"]) for r in sent]
+
+    assert with_api(redis_url, script) == [
+        (422, "query.wait_s: Input should be a finite number"),
+        (422, "query.wait_s: Input should be a finite number"),
+        (422, "query.wait_s: Input should be greater than or equal to 0"),
+        (422, "query.wait_s: Input should be less than or equal to 30"),
+    ]
