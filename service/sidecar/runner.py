@@ -229,14 +229,8 @@ class Sidecar:
             outcome = await self.session.complete(held, _result(held, reply, concurrency))
             if outcome is CompletionOutcome.STALE and self.session.is_cancelled(held.lease.schedule_id):
                 self._stop_cancelled(held.lease.schedule_id)
-        except UnknownScheduleError:  # its keys are gone (retention passed, or Redis lost its data):
-            # nothing will take the result or run the item again; the lease is gone with the schedule
-            self.session.stats.stale += 1
-            log.warning(
-                "completion of %s refused: schedule %s is gone from Redis; result dropped",
-                held.lease.key,
-                held.lease.schedule_id,
-            )
+        except UnknownScheduleError:  # its keys are gone: counted and logged by ``session.complete``
+            pass
         except Exception:  # Redis gone for longer than the retry window: the lease lapses, redelivered
             log.exception("could not complete %s; it will be redelivered", held.lease.key)
 

@@ -287,8 +287,16 @@ class WorkerSession:
         lease = held.lease
         try:
             outcome = await self.complete_key(lease.schedule_id, lease.key, lease.token, result)
-        except UnknownScheduleError:
-            self.holdings.remove(lease_id(lease))  # the schedule is gone: nothing left to keep
+        except UnknownScheduleError:  # its keys are gone (retention passed, or Redis lost its data):
+            # nothing will take the result or run the item again, and the lease ends here, so it is
+            # counted here for both modes (a pull /done's 404 left it uncounted: claimed > ended)
+            self.holdings.remove(lease_id(lease))
+            self.stats.stale += 1
+            log.warning(
+                "completion of %s refused: schedule %s is gone from Redis; result dropped",
+                lease.key,
+                lease.schedule_id,
+            )
             raise
         except BaseException:
             held.completing = False

@@ -155,6 +155,28 @@ def test_a_report_for_a_schedule_that_is_gone_is_refused_with_404(
     assert with_api(redis_url, script) == [(404, "unknown_schedule"), (404, "unknown_schedule")]
 
 
+def test_a_result_for_a_schedule_gone_from_redis_is_counted_stale_with_one_warning(
+    redis_client: redis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the push mode counts it: the lease ends there, so it is counted once (claimed = ended)."""
+    publish_one(redis_url, "gone")
+
+    async def script(client: httpx.AsyncClient) -> tuple[int, str]:
+        lease = (await client.get("/next")).json()
+        redis_client.flushdb()  # Redis restarted without its data while the worker ran the item
+        done = await client.post("/done", json=done_body(lease, 5))
+        return done.status_code, (await client.get("/metrics")).text
+
+    with caplog.at_level(logging.WARNING, logger="service.sidecar"):
+        status, metrics = with_api(redis_url, script)
+    assert status == 404
+    assert 'rollout_sidecar_claimed_total{worker_id="w0"} 1.0' in metrics
+    assert 'rollout_sidecar_stale_total{worker_id="w0"} 1.0' in metrics
+    assert 'rollout_sidecar_held{worker_id="w0"} 0.0' in metrics
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == ["completion of a#0 refused: schedule gone is gone from Redis; result dropped"]
+
+
 def test_the_worker_gets_no_more_than_its_slots_and_a_failed_item_goes_back(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
