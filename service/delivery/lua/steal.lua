@@ -31,10 +31,12 @@
 -- nothing: the steal passes over it (a small-cache thief got nothing from a queue whose tail item
 -- had a long prompt, though smaller items sat right before it). Without affinity any number of them:
 -- a thief whose cache is below some P:need reads the victim's list of what its cache holds
--- (P:h:<cap>:<victim>, index.lua); under affinity within SCAN unpinned items of the tail.
+-- (P:h:<cap>:<victim>, index.lua); under affinity within SCAN unpinned items of the tail. So is an
+-- item whose attempt on the thief failed (P:tried), without affinity: its retry was sent away from
+-- the thief on purpose.
 -- Several victims, as the simulator (sim_pool.py, _victims): when the busiest queue has nothing for
--- THIS thief for a reason that time does not change (every item pinned or too big for the thief's
--- cache, or under affinity no group there can move within SCAN of its tail), the steal tries the
+-- THIS thief for a reason that time does not change (every item pinned, too big for the thief's
+-- cache or failed by it, or under affinity no group there can move within SCAN of its tail), the steal tries the
 -- next queue by P:work, up to VICTIMS queues per call (a steal stays O(bounded)); otherwise an idle
 -- small worker starved while a queue it could drain waited behind one it never can. A refusal by
 -- the KV steal gate or the deadline guard ends the steal at once: both change only with time (the thief's in-flight work
@@ -257,10 +259,18 @@ local function steal_group(len)
   return out
 end
 
+-- Whether the thief is among the workers whose attempt at an item failed (a P:tried value, worker
+-- ids joined by spaces; nil: none failed it). Its retry was sent to another worker's queue, one
+-- that had not failed it (release.lua, retry_target): stolen back by the worker that just failed
+-- it (idle, as a failing worker often is at the tail of a step), it spent its attempts there again.
+local function failed_by(workers)
+  return workers and string.find(' ' .. workers .. ' ', ' ' .. thief .. ' ', 1, true) ~= nil
+end
+
 -- The tail items the thief takes, tail first, and why it took no more: 'skip' (nothing more it may
 -- take before SCAN items were passed over) or 'stop' (the deadline guard or the KV steal gate: this
 -- thief waits) or nil (it took all it may); at most half the queue (len items; free: how many the
--- list read holds). Pinned items, and those too big for the thief's cache, are passed over: they
+-- list read holds). Pinned items, those too big for the thief's cache and those it failed, are passed over: they
 -- stay queued, in place, and the nearest items before them are taken. SCAN bounds the items passed
 -- over, not the walk: bounding the walk had cut every steal to SCAN items, below half the queue and
 -- max. Where the victim's queue has a steal index (index.lua) the list read holds none of the
@@ -274,15 +284,18 @@ local function tail_fit(len, free)
   local take = math.min(want, math.max(1, math.floor(len / 2)))
   local limit = math.min(free, take + SCAN)
   local fit, used, seen, passed = {}, 0, 0, 0
+  local any_failed = redis.call('EXISTS', k('tried')) == 1  -- P:tried: only after a failure
   while seen < limit do
     local n = math.min(limit - seen, math.max(take, seen))
     local chunk = redis.call('LRANGE', look, -(seen + n), -(seen + 1))
     local pins = look == queue and redis.call('HMGET', k('pin'), unpack(chunk)) or {}
     local needs = cap and not held and redis.call('HMGET', k('need'), unpack(chunk)) or {}
+    local failed = any_failed and redis.call('HMGET', k('tried'), unpack(chunk)) or {}
     for i = #chunk, 1, -1 do
       local key = chunk[i]
-      -- a pinned item never moves, nor one too big for the thief's cache: look at what precedes it
-      if pins[i] or (needs[i] and tonumber(needs[i]) > cap) then
+      -- a pinned item never moves, nor one too big for the thief's cache, nor one the thief failed
+      -- (its retry went elsewhere: release.lua, retry_target): look at what precedes it
+      if pins[i] or (needs[i] and tonumber(needs[i]) > cap) or failed_by(failed[i]) then
         passed = passed + 1
         if passed == SCAN then return fit, 'skip' end
       else

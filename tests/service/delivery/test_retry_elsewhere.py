@@ -52,6 +52,24 @@ def test_the_next_attempt_goes_to_the_head_of_the_queue_with_the_least_predicted
     assert_sound(redis_client, "s")
 
 
+def test_a_worker_that_failed_an_item_does_not_steal_it_back_from_where_its_retry_went(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """Seen in a live soak: a pull worker dropped an item twice, and the third attempt, sent to the
+    head of a busy worker's otherwise empty queue, was stolen straight back by the idle worker that
+    had just failed it, and dead-lettered there while two workers had never tried it."""
+    delivery.publish(schedule("s", {"a": 1, "b": 1, "c": 0}), now_ms=T0)
+    delivery.claim("s", "b", 1, now_ms=T0)  # b runs its own item: its queue is empty, its slots busy
+    (lease,) = delivery.claim("s", "a", 1, now_ms=T0)
+    _seen(delivery, "c")
+    delivery.fail(lease, "held 8s by the pull worker without /done or /fail", now_ms=T0 + 1)
+    assert delivery.progress("s").workers["b"].queued == 1  # the retry went to the head of b's queue
+    assert delivery.steal("s", "a", 4, now_ms=T0 + 2) == []  # a failed it: it may not take it back
+    (again,) = delivery.steal("s", "c", 4, now_ms=T0 + 3)  # any other idle worker may
+    assert (again.key, again.worker_id, again.attempt) == (lease.key, "c", 2)
+    assert_sound(redis_client, "s")
+
+
 def test_three_attempts_run_on_three_different_workers_before_the_item_is_dead_lettered(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
