@@ -27,7 +27,7 @@ from service.delivery.progress import (
     planned_finishes,
     seconds_or_none,
 )
-from service.delivery.records import ResultRecord, TrajectoryResult
+from service.delivery.records import DeliveryItem, ResultRecord, TrajectoryResult
 
 # The lease clock: the scripts' ``now_ms('')`` (lua/common.lua), run on the node holding the schedule.
 _CLOCK = "local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)"
@@ -107,6 +107,15 @@ class DeliveryViews:
             answer=None if answer is None else text(answer),
             cancelled=cancelled is not None,
         )
+
+    def stored_item(self, schedule_id: str, key: str) -> DeliveryItem | None:
+        """Item ``key`` as published (its payload left out), or None when the schedule or the key is
+        gone: for a report of a lease this process never held (a pull sidecar restarted under a
+        worker that outlived it), which must still carry the item's token counts and cap."""
+        stored = self.client.hget(self.keys(schedule_id).items, key)
+        if stored is None:
+            return None
+        return DeliveryItem.from_json(json.loads(text(stored).split("\t", 1)[-1]))
 
     def schedules_for(self, worker_id: str) -> list[str]:
         """Unfinished schedule ids announced to ``worker_id``, oldest first (what a sidecar pulls)."""

@@ -62,7 +62,7 @@ from starlette.routing import Match
 from service.body_encoding import Utf8BodyRoute
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
-from service.delivery.records import TrajectoryResult
+from service.delivery.records import DeliveryItem, TrajectoryResult
 from service.limits import BodyLimitMiddleware
 from service.problems import JSON_HINT, BodyEncodingError, ContentCodingError, PayloadTooLargeError, is_json
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
@@ -147,16 +147,16 @@ async def done(body: DoneBody, state: Pull) -> JSONResponse:
     """Report a finished item: accepted once, ``duplicate`` on a repeat, 409 ``stale`` when lost."""
     session = state.session
     held = session.holdings.get((body.schedule_id, body.key, body.token))
-    if held is not None and body.output_tokens > held.lease.item.max_new_tokens:
-        raise AboveCapError(body.output_tokens, held.lease.item.max_new_tokens)
+    item = held.lease.item if held is not None else await _published_item(session, body)
+    if item is not None and body.output_tokens > item.max_new_tokens:
+        raise AboveCapError(body.output_tokens, item.max_new_tokens)
     extra, wall_time_s = dict(body.extra), body.wall_time_s
-    if held is not None:
-        item = held.lease.item  # what the trainer's actuals need and the worker need not repeat
+    if item is not None:  # what the trainer's actuals need and the worker need not repeat
         extra.setdefault("prompt_tokens", item.prompt_tokens)
         extra.setdefault("max_new_tokens", item.max_new_tokens)
-        if "concurrency" not in extra:  # what the worker does not say, the sidecar measured
-            extra["concurrency"] = round(session.holdings.mean_concurrency(held), 3)
-            wall_time_s = session.holdings.held_for(held)  # over the interval the mean is taken
+    if held is not None and "concurrency" not in extra:  # what the worker does not say, the sidecar measured
+        extra["concurrency"] = round(session.holdings.mean_concurrency(held), 3)
+        wall_time_s = session.holdings.held_for(held)  # over the interval the mean is taken
     result = TrajectoryResult(
         output_tokens=body.output_tokens,
         finish_reason=body.finish_reason,
@@ -175,6 +175,17 @@ async def done(body: DoneBody, state: Pull) -> JSONResponse:
     if outcome is CompletionOutcome.STALE:
         return JSONResponse(await _stale(state, body, held is not None), status_code=409)
     return JSONResponse({"outcome": outcome.value})
+
+
+async def _published_item(session: WorkerSession, body: DoneBody) -> DeliveryItem | None:
+    """The item of a report for a lease this process does not hold: a restarted sidecar takes a
+    report of its predecessor's lease that is still current (until its hand-back), and such a result
+    went out without the item's ``prompt_tokens`` and cap, which the trainer's actuals need (a
+    trainer's ``report_results`` raised on it). None when Redis does not say: the report goes on."""
+    try:
+        return await asyncio.to_thread(session.delivery.stored_item, body.schedule_id, body.key)
+    except redis.RedisError:
+        return None  # the completion below retries through the outage, as it did
 
 
 @router.post("/fail")

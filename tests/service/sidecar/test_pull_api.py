@@ -177,6 +177,29 @@ def test_a_result_for_a_schedule_gone_from_redis_is_counted_stale_with_one_warni
     assert warned == ["completion of a#0 refused: schedule gone is gone from Redis; result dropped"]
 
 
+def test_a_report_of_a_predecessors_current_lease_carries_the_items_token_counts_and_cap(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """A sidecar restarted under a worker that outlived it takes a /done of the dead process's lease
+    until its hand-back; without the item's prompt_tokens the trainer's report_results raised."""
+    delivery = publish_one(redis_url, "heir")
+
+    async def take(client: httpx.AsyncClient) -> dict[str, Any]:
+        return dict((await client.get("/next")).json())
+
+    lease = with_api(redis_url, take)  # the process that died holding it
+
+    async def report(client: httpx.AsyncClient) -> Any:
+        return (await client.post("/done", json=done_body(lease, 5))).json()
+
+    assert with_api(redis_url, report) == {"outcome": "accepted"}  # a new process: it never held it
+    (result,) = delivery.read_results("heir")
+    assert (result.result.extra["prompt_tokens"], result.result.extra["max_new_tokens"]) == (
+        lease["item"]["prompt_tokens"],
+        lease["item"]["max_new_tokens"],
+    )
+
+
 def test_the_worker_gets_no_more_than_its_slots_and_a_failed_item_goes_back(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
