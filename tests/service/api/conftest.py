@@ -11,7 +11,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from scheduler.devices import device_profile, model_preset
-from scheduler.types import Worker
+from scheduler.types import Trajectory, Worker
 from service.api.schemas import ActualReport
 from service.app import create_app
 from service.settings import Settings
@@ -21,6 +21,24 @@ TRAINER = "trainer-secret"
 WORKER = "worker-secret"
 
 AppFactory = Callable[..., TestClient]
+
+
+def played_report(t: Trajectory, wall_time_s: float, concurrency: float, **extra: Any) -> dict[str, Any]:
+    """One /actuals report of worker w0 at step 0 for ``t`` played by the planner's simulator: its
+    predicted tokens as the output, its wall time and the mean concurrency it saw (the speed tests')."""
+    return {
+        "step": 0,
+        "prompt_id": t.prompt_id,
+        "sample_idx": 0,
+        "worker_id": "w0",
+        "prompt_tokens": t.prompt_tokens,
+        "output_tokens": int(t.predicted_tokens),
+        "max_new_tokens": t.max_new_tokens,
+        "finish_reason": "stop",
+        "wall_time_s": wall_time_s,
+        "concurrency": concurrency,
+        **extra,
+    }
 
 
 def batch_body(prompts: int = 8, n: int = 4, workers: int = 2, **extra: Any) -> dict[str, Any]:

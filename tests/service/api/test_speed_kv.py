@@ -21,7 +21,7 @@ from scheduler.simulator import simulate_worker
 from scheduler.types import Trajectory, Worker
 from service.api.schemas import ActualReport
 from service.speed_kv import kv_slowdown
-from tests.service.api.conftest import batch_body
+from tests.service.api.conftest import batch_body, played_report
 
 TRUE_SCALE = 0.5
 SLOTS = 16
@@ -68,23 +68,12 @@ def _reports_of_a_starved_step(
     ordered = sorted(ends)
     sent = starts if kv_admission else [0.0 if i < SLOTS else ordered[i - SLOTS] for i in range(len(items))]
     reports = [
-        {
-            "step": 0,
-            "prompt_id": t.prompt_id,
-            "sample_idx": 0,
-            "worker_id": "w0",
-            "prompt_tokens": t.prompt_tokens,
-            "output_tokens": int(t.predicted_tokens),
-            "max_new_tokens": t.max_new_tokens,
-            "finish_reason": "stop",
-            "wall_time_s": ends[i] - sent[i],
-            "concurrency": (
-                _running(starts, ends, sent[i], ends[i])
-                if kv_admission
-                else _in_flight(ends, sent[i], ends[i])
-            ),
-            "schedule_id": "step0",
-        }
+        played_report(
+            t,
+            ends[i] - sent[i],
+            _running(starts, ends, sent[i], ends[i]) if kv_admission else _in_flight(ends, sent[i], ends[i]),
+            schedule_id="step0",
+        )
         for i, t in enumerate(items)
     ]
     return reports if as_sent else [reports[i] for i in sorted(range(len(items)), key=ends.__getitem__)]

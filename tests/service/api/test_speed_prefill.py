@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from scheduler.devices import device_profile, model_preset
 from scheduler.simulator import simulate_worker
 from scheduler.types import Trajectory, Worker
-from tests.service.api.conftest import batch_body
+from tests.service.api.conftest import batch_body, played_report
 
 TRUE_SCALE = 0.5
 
@@ -45,18 +45,7 @@ def _reports_of_a_simulated_step(long_prompt_every: int) -> list[dict[str, Any]]
     worker = Worker("w0", device_profile("H100"), max_num_seqs=16, time_scale=TRUE_SCALE)
     run = simulate_worker(worker, model_preset("7b"), items)
     return [
-        {
-            "step": 0,
-            "prompt_id": t.prompt_id,
-            "sample_idx": 0,
-            "worker_id": "w0",
-            "prompt_tokens": t.prompt_tokens,
-            "output_tokens": int(t.predicted_tokens),
-            "max_new_tokens": t.max_new_tokens,
-            "finish_reason": "stop",
-            "wall_time_s": run.ends_s[i] - run.starts_s[i],
-            "concurrency": _mean_in_flight(run.starts_s, run.ends_s, i),
-        }
+        played_report(t, run.ends_s[i] - run.starts_s[i], _mean_in_flight(run.starts_s, run.ends_s, i))
         for i, t in enumerate(items)
     ]
 
