@@ -196,7 +196,11 @@ def _check_outputs(
 
 
 def _run(loaded: Trace, config: ReplayConfig, quiet: bool) -> ReplayReport:
-    """Run the replay behind a rich progress bar on stderr (hidden for --json or a non-terminal)."""
+    """Run the replay behind a rich progress bar on stderr (hidden for --json or a non-terminal).
+
+    The bar gets a stderr console of its own: rich's default console is stdout, where the bar was
+    drawn only when stdout was a terminal, so ``replay ... > table.txt`` or ``| tee`` showed none."""
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from service.replay import replay, work_units
@@ -206,6 +210,7 @@ def _run(loaded: Trace, config: ReplayConfig, quiet: bool) -> ReplayReport:
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
+        console=Console(stderr=True),
         disable=quiet or not sys.stderr.isatty(),
         transient=True,
     )
