@@ -233,11 +233,15 @@ Advance = Callable[[str, int, int], None]  # (size label, requests done, request
 
 @contextmanager
 def _progress(quiet: bool) -> Iterator[Advance]:
-    """A rich progress bar on stderr, hidden for --json or a non-terminal (a log gets no updates)."""
+    """A rich progress bar on stderr, hidden for --json or a non-terminal (a log gets no updates).
+
+    Its own stderr console: rich's default is stdout, so ``bench service > out.txt`` showed no bar."""
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, disable=quiet or not sys.stderr.isatty(), transient=True) as bar:
+    console = Console(stderr=True)
+    with Progress(*columns, console=console, disable=quiet or not sys.stderr.isatty(), transient=True) as bar:
         tasks: dict[str, TaskID] = {}
 
         def advance(label: str, done: int, total: int) -> None:

@@ -8,14 +8,16 @@ asked for, and then labelled synthetic.
 
 from __future__ import annotations
 
+import io
 import json
 
+import pytest
 import redis
 import typer
 from typer.testing import CliRunner
 
 from service.client import SchedulerClient
-from service.commands.bench_service import _measure, batch
+from service.commands.bench_service import _measure, _progress, batch
 from service.delivery import keys
 from service.settings import Settings
 from tests.service.api.conftest import LiveServer
@@ -70,3 +72,23 @@ def test_a_history_seeded_on_request_is_labelled_synthetic_and_so_is_the_model_f
         f"sent 10240 SYNTHETIC actuals to {server.url}; retrained: predictor v1, fitted on SYNTHETIC"
         in stderr
     )
+
+
+class _Terminal(io.StringIO):
+    """A stream that says it is a terminal, as an interactive stderr does."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_benchmarks_progress_bar_is_drawn_on_stderr_while_stdout_is_redirected(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stderr, stdout = _Terminal(), io.StringIO()
+    monkeypatch.setenv("TERM", "xterm")  # not a dumb terminal, where rich draws no live display
+    monkeypatch.setattr("sys.stderr", stderr)
+    monkeypatch.setattr("sys.stdout", stdout)
+    with _progress(quiet=False) as advance:
+        advance("1,024 x 16", 3, 30)
+    assert "1,024 x 16" in stderr.getvalue()
+    assert stdout.getvalue() == ""
