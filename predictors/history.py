@@ -14,7 +14,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from predictors.promptstats import PromptStats, stats_of
+import numpy as np
+
+from predictors.promptstats import PromptStats, resume_stats, stats_of
 from predictors.tracetable import IntArray, Trace, empty_trace
 from scheduler.trace import TraceRow
 
@@ -154,22 +156,50 @@ class History:
     def version_before(self, step: int) -> int:
         """Changes exactly when rows of a step before ``step`` are added: the key of any cache of them."""
         with self._lock:
-            return sum(n for first, n in self._appends.items() if first < step)
+            return self._version_before(step)
+
+    def _version_before(self, step: int) -> int:
+        """``version_before`` with the lock held."""
+        return sum(n for first, n in self._appends.items() if first < step)
 
     def steps(self) -> IntArray:
         """Distinct steps observed, ascending."""
         return self.trace.steps()
 
     def stats_before(self, step: int) -> PromptStats:
-        """Per-prompt aggregates of every row of a step strictly before ``step`` (cached)."""
-        version = self.version_before(step)
+        """Per-prompt aggregates of every row of a step strictly before ``step`` (cached).
+
+        A miss resumes from the latest cached stats still valid (no row of their earlier steps has
+        arrived since), folding only the rows of the steps between: what the service meets at every
+        step (the actuals of step s, then the predict of s + 1). Else, or should a row of an earlier
+        step lie after those rows (``_between``), the whole history is re-folded."""
         with self._lock:
+            version = self._version_before(step)
             cached = self._stats.get(step)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        stats = stats_of(self.trace, step)
+            if cached is not None and cached[0] == version:
+                return cached[1]
+            base = self._resumable(step)
+        trace = self.trace
+        rows = None if base is None else _between(trace, base.before, step)
+        stats = stats_of(trace, step) if base is None or rows is None else resume_stats(base, rows, step)
         with self._lock:
             self._stats[step] = (version, stats)
             for old in sorted(self._stats)[:-4]:  # keep the four latest steps asked about
                 del self._stats[old]
         return stats
+
+    def _resumable(self, step: int) -> PromptStats | None:
+        """The cached stats of the latest step before ``step`` that no new row invalidated (lock held)."""
+        valid = [b for b, (v, _) in self._stats.items() if b < step and v == self._version_before(b)]
+        return self._stats[max(valid)][1] if valid else None
+
+
+def _between(trace: Trace, start: int, stop: int) -> Trace | None:
+    """The rows of steps ``start`` to ``stop - 1``, or None where a row of a step before ``start``
+    comes after one of them: ``stats_of`` would then number the prompts in another order than a fold
+    resumed from ``start`` (first seen over all those rows), and the stats would not be identical."""
+    old = trace.step < start
+    new = (trace.step >= start) & (trace.step < stop)
+    if old.any() and new.any() and int(np.argmax(new)) < len(old) - 1 - int(np.argmax(old[::-1])):
+        return None
+    return trace.take(new)

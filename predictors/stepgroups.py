@@ -14,9 +14,12 @@ import numpy as np
 from predictors.tracetable import FloatArray, IntArray, ObjArray, Trace
 
 
-def factorize(values: ObjArray) -> tuple[IntArray, dict[str, int]]:
-    """Integer codes for strings in first-seen order (a dict pass: faster than sorting objects)."""
-    index: dict[str, int] = {}
+def factorize(values: ObjArray, index: dict[str, int] | None = None) -> tuple[IntArray, dict[str, int]]:
+    """Integer codes for strings in first-seen order (a dict pass: faster than sorting objects).
+
+    With ``index`` the codes continue it (it is grown in place): a resumed fold numbers only the
+    prompts its new rows bring, exactly as one pass over the old rows and then the new would."""
+    index = {} if index is None else index
     setdefault = index.setdefault
     codes = np.fromiter((setdefault(v, len(index)) for v in values), dtype=np.int64, count=len(values))
     return codes, index
