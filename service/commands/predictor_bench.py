@@ -5,9 +5,11 @@ generator (scheduler.synth), so its prompts repeat across steps like a real RL r
 its real work (history features, leave-one-out priors, two quantile boosters, conformal folds).
 Wall times on a shared machine overstate the cost, so CPU seconds (all threads) are reported too:
 on idle cores the wall time is at most that. Predict is timed warm (history already folded for the
-step, as between two batches of one step) and cold (first call after new actuals arrived, which
-re-folds the history), each a median of repeats. ``bench predictor-drift`` scores accuracy under
-length drift on a generated multi-epoch trace.
+step, as between two batches of one step), cold (the first call after the last step's actuals
+arrived, which folds them in: every step's first predict in the service) and re-fold (the first
+call after a late report of an old step, which folds the whole history again; so does every append
+once a capped history is full), each a median of repeats. ``bench predictor-drift`` scores accuracy
+under length drift on a generated multi-epoch trace.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -89,10 +93,13 @@ def _prompts(rows: int, steps: int, samples: int) -> int:
 def _predict_times(
     trace: Trace, model: FittedModel, step: int, predict_rows: int, repeats: int
 ) -> dict[str, float]:
-    """Median milliseconds of ``repeats`` predicts for ``step`` of ``predict_rows`` trajectories (the
-    prompts of the trace's last step, ``step - 1``, repeated): warm (the history already folded), its
-    CPU time, warm from ``Query`` objects rather than the columnar batch, and cold (just after new
-    actuals, which re-fold the history)."""
+    """Median milliseconds of ``repeats`` predicts of ``predict_rows`` trajectories (the prompts of
+    the trace's last step, ``step - 1``, repeated), each repeat a step as the service runs it: the
+    actuals of the step just predicted arrive, then the next step is predicted. Cold: that first
+    predict (it folds the new actuals, ``History.stats_before``); warm: the next one (nothing left to
+    fold), its CPU time, and warm from ``Query`` objects rather than the columnar batch; re-fold: the
+    first predict after a late report of an old step, which folds the whole history again. Each
+    repeat adds ``predict_rows`` rows to the history (1,000,000 rows grow to ~1,230,000 over 7)."""
     import numpy as np
 
     from predictors.history import History
@@ -100,8 +107,8 @@ def _predict_times(
     from predictors.queries import Query, QueryBatch
 
     asked = trace.take(trace.step == step - 1)
-    index = np.arange(predict_rows) % len(asked)
-    batch = QueryBatch.from_trace(asked.take(index), 4096)
+    scheduled = asked.take(np.arange(predict_rows) % len(asked))
+    batch = QueryBatch.from_trace(scheduled, 4096)
     queries = [
         Query(str(p), int(s), int(t), int(c))
         for p, s, t, c in zip(
@@ -109,19 +116,24 @@ def _predict_times(
         )
     ]
     predictor = LengthPredictor(History(trace), model)
-    cold, warm, objects, warm_cpu = [], [], [], []
-    for _ in range(repeats):
-        predictor.observe(trace.take(np.arange(1)))  # new actuals: the next call re-folds the history
-        cold.append(_timed(lambda: predictor.predict(batch, step, 0.9)))
+    predictor.predict(batch, step, 0.9)  # the generated steps folded once, as a running service has
+    cold, warm, objects, warm_cpu, refold = [], [], [], [], []
+    for ran in range(step, step + repeats):
+        predictor.observe(replace(scheduled, step=np.full(len(scheduled), ran)))  # the step's actuals
+        call = partial(predictor.predict, batch, ran + 1, 0.9)
+        cold.append(_timed(call))
         cpu = time.process_time()
-        warm.append(_timed(lambda: predictor.predict(batch, step, 0.9)))
+        warm.append(_timed(call))
         warm_cpu.append(time.process_time() - cpu)
-        objects.append(_timed(lambda: predictor.predict(queries, step, 0.9)))
+        objects.append(_timed(partial(predictor.predict, queries, ran + 1, 0.9)))
+        predictor.observe(trace.take(np.arange(1)))  # a late report of step 0
+        refold.append(_timed(call))
     return {
         "predict_warm_ms": round(1000 * statistics.median(warm), 1),
         "predict_warm_cpu_ms": round(1000 * statistics.median(warm_cpu), 1),
         "predict_query_objects_ms": round(1000 * statistics.median(objects), 1),
         "predict_cold_ms": round(1000 * statistics.median(cold), 1),
+        "predict_refold_ms": round(1000 * statistics.median(refold), 1),
     }
 
 
