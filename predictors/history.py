@@ -149,9 +149,13 @@ class History:
     def trace(self) -> Trace:
         """Every row observed so far, as one trace."""
         with self._lock:
-            if len(self._chunks) > 1:
-                self._chunks = [Trace.concat(self._chunks)]
-            return self._chunks[0] if self._chunks else empty_trace()
+            return self._joined()
+
+    def _joined(self) -> Trace:
+        """``trace`` with the lock held."""
+        if len(self._chunks) > 1:
+            self._chunks = [Trace.concat(self._chunks)]
+        return self._chunks[0] if self._chunks else empty_trace()
 
     def version_before(self, step: int) -> int:
         """Changes exactly when rows of a step before ``step`` are added: the key of any cache of them."""
@@ -179,7 +183,7 @@ class History:
             if cached is not None and cached[0] == version:
                 return cached[1]
             base = self._resumable(step)
-        trace = self.trace
+            trace = self._joined()  # the rows ``version`` and ``base`` stand for, none that came after
         rows = None if base is None else _between(trace, base.before, step)
         stats = stats_of(trace, step) if base is None or rows is None else resume_stats(base, rows, step)
         with self._lock:
