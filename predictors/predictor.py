@@ -211,6 +211,17 @@ class LengthPredictor:
             model_version=version,
         )
 
+    def warm(self, step: int) -> None:
+        """Compute now what ``predict(..., step)`` reads from history (the joined trace, the stats
+        fold, the global prior), so that call finds them cached: the service warms the next step
+        after its actuals arrive, while the trainer trains, off the ``/schedule`` path. Safe beside
+        a concurrent ``predict``: both caches are keyed by the history's version, so the slower of
+        two computing the same entry stores an equal value, and rows arriving meanwhile miss it."""
+        history = self._history  # one history throughout, as in ``_prior_before``
+        _ = history.trace  # the concat, kept until the next append
+        history.stats_before(step)
+        self._prior_before(step)
+
     def _prior_before(self, step: int) -> tuple[GlobalPrior, float]:
         """Global prior and pooled spread from history before ``step``, cached while that history holds."""
         history = self._history  # one history throughout, should ``use_history`` swap it meanwhile

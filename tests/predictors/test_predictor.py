@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import tracemalloc
+from typing import Any
 
 import numpy as np
 import pytest
 
+import predictors.history as history_module
 import predictors.predictor as predictor_module
 from predictors.dataset import NO_CAP
+from predictors.fallbacks import GlobalPrior
 from predictors.history import History
 from predictors.model import fit
 from predictors.predictor import LengthPredictor, Predictions
@@ -307,3 +310,29 @@ def test_a_steps_first_prediction_does_not_copy_the_historys_extra_columns() -> 
     finally:
         tracemalloc.stop()
     assert peak < sum(column.nbytes for column in extras.values()) / 2
+
+
+def test_a_warmed_step_predicts_the_same_without_folding_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [
+        TraceRow(s, f"p{i}", j, 10 + i, 100 + 40 * i + 9 * j + s, 4096)
+        for s in range(3)
+        for i in range(6)
+        for j in range(4)
+    ]
+    queries = [Query(f"p{i}", 0, 10 + i, 4096) for i in range(8)]
+    warmed, cold = LengthPredictor(History(rows)), LengthPredictor(History(rows))
+    warmed.warm(3)
+    computed: list[str] = []
+
+    def counted(fold: Any, name: str) -> Any:
+        def call(*args: Any) -> Any:
+            computed.append(name)
+            return fold(*args)
+
+        return call
+
+    for owner, name in ((history_module, "stats_of"), (history_module, "resume_stats"), (GlobalPrior, "of")):
+        monkeypatch.setattr(owner, name, counted(getattr(owner, name), name))
+    out = warmed.predict(queries, step=3)
+    assert computed == []  # the stats fold and the prior were the warm's
+    assert out.p50.tolist() == cold.predict(queries, step=3).p50.tolist()
