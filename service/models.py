@@ -30,6 +30,9 @@ from service.problems import ModelStoreError
 
 _log = logging.getLogger("service.models")
 RELOAD_EVERY_S = 1.0  # how often a request checks the store for a version another replica wrote
+# ``warm_later`` waits this long before warming, so a burst of report batches (workers reporting as
+# their trajectories finish) costs one fold, not one per batch
+WARM_AFTER_S = 0.2
 
 
 class Retrained(NamedTuple):
@@ -55,6 +58,10 @@ class ModelService:
         # had just swapped in (and answered), until the next reload
         self._swap_lock = threading.Lock()
         self._checked_at = 0.0
+        self._warm_lock = threading.Lock()
+        self._warm_step: int | None = None  # the step to warm next; None: none asked since the last
+        self._warming = False  # a warm thread runs (and will take ``_warm_step``)
+        self.warmer: threading.Thread | None = None  # the last warm thread started, if any
         self._unreadable: set[object] = set()  # stored versions that did not load (each logged once)
         self.loaded = False
 
@@ -107,6 +114,40 @@ class ModelService:
         """Lengths at ``quantile`` from the freshest history and model version."""
         self.refresh()
         return self.predictor.predict(queries, step, quantile)
+
+    def warm(self, step: int) -> None:
+        """Fold the history held now into what ``predict`` of ``step`` reads (``LengthPredictor.warm``)."""
+        started = time.perf_counter()
+        self.predictor.warm(step)
+        _log.debug("warmed", extra={"step": step, "ms": round((time.perf_counter() - started) * 1000.0, 1)})
+
+    def warm_later(self, step: int) -> None:
+        """``warm(step)`` on a background thread, after ``WARM_AFTER_S``: called once actuals are
+        folded in, so the next step's ``/schedule`` on this replica finds its fold cached instead of
+        doing it (~100 ms at 1M rows) on its own path. One thread at a time: asks made while it runs
+        are coalesced into one more warm, of the latest step asked."""
+        with self._warm_lock:
+            self._warm_step = step if self._warm_step is None else max(step, self._warm_step)
+            if self._warming:
+                return
+            self._warming = True
+            self.warmer = threading.Thread(target=self._warm_asked, name="history-warm", daemon=True)
+            self.warmer.start()
+
+    def _warm_asked(self) -> None:
+        """Warm the step last asked, until none is asked meanwhile; a failure is logged, never raised:
+        the next ``predict`` folds what a warm left undone."""
+        while True:
+            time.sleep(WARM_AFTER_S)
+            with self._warm_lock:
+                step, self._warm_step = self._warm_step, None
+                if step is None:
+                    self._warming = False
+                    return
+            try:
+                self.warm(step)
+            except Exception:  # a thread's error reaches no caller: say it, the next predict folds
+                _log.exception("warming the history for step %d failed; its first predict folds", step)
 
     def refresh(self) -> None:
         """Fold in new actuals, then ``reload_if_due``: what a prediction or ``GET /models`` sees."""

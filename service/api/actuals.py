@@ -24,6 +24,10 @@ published) cannot be checked, a step cut short and a whole one then looking alik
 stored, as a trainer reporting a late step expects, and the answer names it in
 ``unchecked_schedules`` (the log line in ``unchecked_schedule_ids``).
 
+The reports stored are folded into this replica's history at once, and, on a background thread
+after the answer (``ModelService.warm_later``), into what the next step's predict reads, so the
+trainer's next ``/schedule`` on this replica does not fold them on its path.
+
 Each batch logs one ``actuals stored`` line at INFO (counts and milliseconds) under the schedule
 its reports name, so the step's lines, from ``scheduled`` to its actuals, are found by one id.
 """
@@ -67,6 +71,8 @@ def report_actuals(
         request.state.schedule_id = schedules[0]  # the access line's too
     appended = ctx.actuals.append(body.actuals)
     ctx.models.sync()  # fold them into this replica's history now, not on the next /schedule
+    if appended.stored:  # and the next step's stats and prior, while the trainer trains
+        ctx.models.warm_later(max(report.step for report in appended.stored) + 1)
     scales = ctx.speeds.observe(appended.stored)  # a repeat taught its speed when first stored
     ctx.metrics.actuals.inc(len(appended.stored))
     counts = (len(appended.stored), appended.repeated)
