@@ -13,7 +13,7 @@ never go to that thief: ``_steal_from``), the rule of the delivery layer: the lo
 with their planned owner, a thief takes an item only if it fits its KV cache beside everything it has
 in flight, all at PREDICTED final lengths (``WorkerEngine.reservation_fits``: a free slot is no sign
 of spare capacity when KV binds), and, for a static plan, only if it would finish the item before
-its owner would, by the plan's per-item deadlines (the deadline guard: ``_in_time`` and
+its owner would, by the plan's per-item deadlines (the deadline guard: ``scheduler.sim_guard`` and
 ``scheduler.deadlines``; a refused thief's turn ends, as with a KV refusal). Only unclaimed items
 move (never running ones, nor those already handed to an engine, preempted ones included, nor a
 trajectory pinned to its worker: the thief passes over pinned tail items and those too big for its
@@ -49,7 +49,7 @@ from itertools import islice
 
 from scheduler.sim_alone import play_out
 from scheduler.sim_engine import WorkerEngine
-from scheduler.stealguard import beats_owner, lateness
+from scheduler.sim_guard import in_time
 
 # Queues one steal looks at, busiest first (steal.lua's VICTIMS): enough to get past a few queues with
 # nothing for this thief, while a steal stays O(workers), not a walk over every queue's tail.
@@ -68,12 +68,12 @@ STEAL_SCAN = 64
 class Steal(enum.Enum):
     """What one victim gave a thief.
 
-    SKIP: nothing this thief can ever take from that queue (all of it pinned or too big for its
-    cache; under affinity, within ``STEAL_SCAN``, in groups that cannot move), so it tries the next
-    victim; STOP: a refusal that time lifts (the KV steal gate, the deadline guard, an admission
-    refusal), which ends the thief's turn as it always did; PASS (one group's verdict, within a
-    victim): that group can never leave the victim for this thief now, so the thief looks at the
-    group before it.
+    TAKEN: the thief took the item (under affinity, the group). SKIP: nothing this thief can ever
+    take from that queue (all of it pinned or too big for its cache; under affinity, within
+    ``STEAL_SCAN``, in groups that cannot move), so it tries the next victim. STOP: a refusal that
+    time lifts (the KV steal gate, the deadline guard, an admission refusal), which ends the thief's
+    turn (``_steal_from``). PASS (one group's verdict, within a victim): that group can never leave
+    the victim for this thief now, so the thief looks at the group before it.
     """
 
     TAKEN = "taken"
@@ -99,7 +99,6 @@ class Pool:
         self.engines = list(engines)
         self.shared = shared  # the shared FIFO of a shared-queue plan (empty for static plans)
         self.speeds = list(speeds)  # each worker's token rate: turns queued tokens into seconds
-        self.steal = steal
         self.excluded = excluded  # worker indices that never take work from elsewhere (draining)
         self.affinity = affinity  # keep each group on one worker (shared queue and stealing)
         # each item's predicted (start, end) on its planned worker (scheduler.deadlines); None: no
@@ -117,7 +116,8 @@ class Pool:
             for g, items in self._shared_groups.items():
                 self._group_need[g] = max(need[i] for i in items)
         self.steals = 0  # items moved by stealing
-        self._dry = not steal  # no unclaimed item left anywhere to steal (queues only shrink)
+        self._dry = not steal  # nothing to steal: stealing is off, or no unclaimed item is left anywhere
+        # (queues only shrink, so once dry a pool stays dry)
         self._unclaimed = sum(len(e.queue) for e in self.engines)  # items in workers' own queues
         self._heap: list[tuple[float, int, int]] = []  # (event time, counter, worker index)
         self._counter = 0
@@ -293,7 +293,7 @@ class Pool:
         if not back:
             return Steal.SKIP
         item = queue[-back]
-        if not thief.reservation_fits(item) or not self._in_time(victim, thief, [item]):
+        if not thief.reservation_fits(item) or not in_time(self.planned, victim, thief, [item]):
             return Steal.STOP  # the KV steal gate, then the deadline guard
         if not thief.take(item):
             return Steal.STOP
@@ -324,7 +324,7 @@ class Pool:
             return Steal.PASS  # part of the group is claimed, running or done on its owner: it stays
         if not all(thief.can_hold(i) for i in members):
             return Steal.PASS  # a sample too big for the thief's cache stays, as a pinned one
-        if not thief.reservations_fit(members) or not self._in_time(victim, thief, members):
+        if not thief.reservations_fit(members) or not in_time(self.planned, victim, thief, members):
             return Steal.STOP  # the KV steal gate and the deadline guard, for the group together
         victim.queue = deque(i for i in victim.queue if ledger.group[i] != group)
         victim.queued_work -= sum(ledger.planned[i] for i in members)
@@ -335,29 +335,10 @@ class Pool:
         self._claim_into(thief, members)
         return Steal.TAKEN
 
-    def _in_time(self, victim: WorkerEngine, thief: WorkerEngine, items: list[int]) -> bool:
-        """The deadline guard: ``thief`` would finish every one of ``items`` before its owner would.
-
-        The owner's time for an item is its planned end, moved back by how late the owner runs
-        (``scheduler.stealguard.lateness``, from the planned start of the head of its unclaimed
-        queue); the thief's is ``thief_seconds``. And the thief must not be the later of the two
-        anyway: the work it already runs (``thief_busy_seconds``, slowed by the stolen sequence)
-        must also end by then, or the steal only moves the end of the step from one worker to the
-        other (measured: short-cot replays, where a critical worker that stole ran 4% late).
-        """
-        if self.planned is None:
-            return True
-        starts, ends = self.planned
-        now, head = thief.clock, starts[victim.queue[0]]
-        batch = thief.batch + len(thief.waiting) + len(items)
-        late = lateness(head, now)
-        for i in items:
-            seconds = thief_seconds(thief, i, batch)
-            if not beats_owner(now, seconds, starts[i] + late, ends[i] + late):
-                return False
-        return now + thief_busy_seconds(thief, batch) <= min(ends[i] for i in items) + late
-
     def _group_size(self, group: int) -> int:
+        """How many items ``group`` has in the whole batch: a group may be stolen only whole, so a
+        victim's queue holding fewer of them means part of it already started. Counted on the first
+        steal under affinity, as most plays never steal a group."""
         if not self._sizes:
             for g in self.engines[0].ledger.group:
                 self._sizes[g] = self._sizes.get(g, 0) + 1
@@ -380,27 +361,3 @@ def _unpinned_tail(queue: deque[int], pin: Sequence[int]) -> Iterator[tuple[int,
     whole group (``simulator._pin_whole_groups``), so pinned groups are passed over whole."""
     unpinned = ((b, i) for b, i in enumerate(reversed(queue), 1) if pin[i] < 0)
     return islice(unpinned, STEAL_SCAN)
-
-
-def thief_seconds(thief: WorkerEngine, item: int, batch: int) -> float:
-    """The thief's estimate of how long it takes to run ``item``: prefill plus its predicted steps.
-
-    Each step at the thief's step time with ``batch`` sequences holding what it holds now plus this
-    item at half its predicted output: its current batch stays (pessimistic: some of it will end
-    first), the rest is the item's own average context. Simple on purpose; docs/simulator.md.
-    """
-    ledger, cost = thief.ledger, thief.cost
-    prompt, steps = ledger.prompts[item], ledger.planned[item]
-    context = thief.offset + thief.batch * thief.step + prompt + steps / 2.0
-    return cost.prefill_time(prompt) + steps * cost.step_time(batch, context)
-
-
-def thief_busy_seconds(thief: WorkerEngine, batch: int) -> float:
-    """How long the thief's running sequences still take at their PREDICTED ends, with ``batch``
-    sequences in each step (the stolen ones included) and the running set's mean context."""
-    step = thief.step
-    remaining = max((end for _, _, end in thief.alive.values()), default=step) - step
-    if remaining <= 0:
-        return 0.0
-    context = thief.offset + thief.batch * (step + remaining / 2.0)
-    return remaining * thief.cost.step_time(batch, context)

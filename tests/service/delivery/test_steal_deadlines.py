@@ -1,4 +1,4 @@
-"""The steal script's deadline guard, the simulator's rule (scheduler/sim_pool.py, _in_time).
+"""The steal script's deadline guard, the simulator's rule (scheduler/sim_guard.py, in_time).
 
 An item published with its planned ``start|end`` (``DeliveryItem.planned_start_ms``/``deadline_ms``,
 ms after publication) is stolen only if the thief, at its measured decode rate, would finish it by
