@@ -358,6 +358,6 @@ def _unpinned_tail(queue: deque[int], pin: Sequence[int]) -> Iterator[tuple[int,
     the tail (1: the tail): what a thief looks at under prefix affinity. Pinned items are not
     counted, as steal.lua reads a queue holding pins through its list of unpinned items
     (lua/index.lua): a hundred pins planned last shielded the queue before them. A pin binds its
-    whole group (``simulator._pin_whole_groups``), so pinned groups are passed over whole."""
+    whole group (``sim_load.pin_whole_groups``), so pinned groups are passed over whole."""
     unpinned = ((b, i) for b, i in enumerate(reversed(queue), 1) if pin[i] < 0)
     return islice(unpinned, STEAL_SCAN)
