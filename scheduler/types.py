@@ -64,17 +64,19 @@ class Worker:
 class Inventory:
     """The worker pool and the model they all serve."""
 
-    workers: tuple[Worker, ...]
-    model: ModelPreset
+    workers: tuple[Worker, ...]  # ids unique; a plan lists its workers in this order (``Plan.workers``)
+    model: ModelPreset  # the one model every worker serves: its KV bytes a token and step cost
 
 
 @dataclass(frozen=True, slots=True)
 class PlanRequest:
     """Everything a policy needs to plan one rollout step."""
 
-    trajectories: tuple[Trajectory, ...]
-    inventory: Inventory
-    time_budget_s: float = 0.25  # hard wall-clock budget for search-based policies
+    trajectories: tuple[Trajectory, ...]  # the step's batch; each key (prompt_id#sample_idx) once
+    inventory: Inventory  # the workers to place them on
+    time_budget_s: float = 0.25  # the plan's time: validation and the bound count against it, search
+    # policies spend what they leave (``scheduler.planner``); read on ``scheduler.clock``, which a replay
+    # freezes, so it is not always wall-clock time
     prefix_affinity: bool = False  # keep each group's samples on one worker (prefix-cache reuse)
     kv_admission: bool = False  # admit by projected KV peak at predicted lengths (scheduler.admission)
     excluded_workers: frozenset[str] = frozenset()  # workers that must receive nothing (draining)
@@ -86,7 +88,7 @@ class PlanRequest:
 class WorkerPlan:
     """One worker's ordered queue and when the plan expects it to finish."""
 
-    worker_id: str
+    worker_id: str  # the inventory worker this queue is for
     items: tuple[str, ...]  # trajectory keys, in the order the worker should start them
     predicted_finish_s: float  # seconds from step start until this worker's last item ends
 
@@ -100,7 +102,7 @@ class Plan:
     predicted_makespan_s: float  # max predicted finish over workers
     lower_bound_s: float  # physical lower bound of the batch on the inventory
     status: str  # e.g. OPTIMAL, FEASIBLE, HEURISTIC, FALLBACK_LPT, ROBUST_LPT, BASELINE
-    wall_time_s: float  # planning wall time
+    wall_time_s: float  # planning wall time, the shared preparation (validation, bound) included
     kv_admission: bool = False  # the sidecar/simulator should admit by projected KV peak
     dispatch_order: tuple[str, ...] = ()  # shared-queue policies (least_loaded): the one FIFO workers
     # pull from whenever a slot frees; empty for static plans, where each worker runs its own queue

@@ -1,4 +1,4 @@
-"""The policy interface: a name and a pure ``plan(request) -> Placement``.
+"""The policy interface: a name and a side-effect-free ``plan(request, problem) -> Placement``.
 
 Policies decide only placement and order. Everything that every plan needs whatever its policy
 (validation, the lower bound, predicted finish times, wall time) lives in ``scheduler.planner``, so a
@@ -37,11 +37,13 @@ class BudgetSpent(Exception):  # noqa: N818 - a signal, not an error: the policy
 class Policy(Protocol):
     """A placement policy, chosen by name."""
 
-    name: str
+    name: str  # its key in the registry (``scheduler.policies``), reported as ``Plan.policy``
 
     def plan(self, request: PlanRequest, problem: Problem | None = None) -> Placement:
-        """Place and order every trajectory of a validated ``request``; no I/O, deterministic.
+        """Place and order every trajectory of a validated ``request``; no I/O.
 
         ``problem`` is ``build_problem(request)`` when the caller already has it (the planner does).
+        Deterministic on the frozen clock (``scheduler.clock``); on the wall clock a search policy cut
+        short by ``request.time_budget_s`` returns what the host's speed let it reach.
         """
         ...
