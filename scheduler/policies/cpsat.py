@@ -62,16 +62,16 @@ from scheduler.gcpause import collector_paused
 from scheduler.policies import replicate
 from scheduler.policies.balance import level_below
 from scheduler.policies.base import BudgetSpent, Placement
-from scheduler.policies.blindbar import barred, blind_plan, blind_start
+from scheduler.policies.blindbar import barred
 from scheduler.policies.calibrate import calibrate, representative
 from scheduler.policies.capband import CAP_LEFT, CAP_SHIFTS, cap_shifted
 from scheduler.policies.copybudget import LARGER_FIRST, LEAN_RESERVE, SMALLER_AFTER, copy_split
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, bands_of, solve_levels
-from scheduler.policies.lpt import calibrated, lpt_assignment, lpt_bar, lpt_start, placed_from
+from scheduler.policies.lpt import calibrated, lpt_assignment, opening, placed_from
 from scheduler.policies.ordering import order_queues, refine_critical
-from scheduler.policies.problem import Problem, build_problem, worker_kinds
-from scheduler.policies.robust import Baseline, Spread, baseline, judged, spreads
+from scheduler.policies.problem import Problem, worker_kinds
+from scheduler.policies.robust import Baseline, Spread, baseline, judged
 from scheduler.policies.robust_fast import at_once_hedge
 from scheduler.policies.robust_order import hedged
 from scheduler.types import PlanRequest
@@ -110,15 +110,9 @@ class CpSatPolicy:
 
     def plan(self, request: PlanRequest, problem: Problem | None = None) -> Placement:
         """Plan within ``request.time_budget_s``; never slower (predicted) than the lpt plan."""
-        started = clock.now()
-        deadline = started + request.time_budget_s
-        problem = problem or build_problem(request)
-        spread = spreads(request.trajectories)
-        start = lpt_start(problem, request.kv_admission, deadline, spread is None)
-        lpt_phase = clock.now() - started
-        blind = blind_plan(problem, request, start[0], lpt_bar(start[2], spread), deadline)
-        assignment, queues, finishes = blind_start(problem, blind, start, spread is not None)
-        lpt_plan = Placement(queues=queues, status="FALLBACK_LPT", finish_s=finishes)
+        problem, deadline, spread, lpt_phase, blind, assignment, lpt_plan = opening(
+            request, problem, "FALLBACK_LPT"
+        )
         hedge_started = clock.now()
         lpt_hedged = hedged(problem, request, lpt_plan, spread, deadline, lpt_phase)
         search_end = deadline  # a hedge that fitted is kept time for again, for a plan that differs

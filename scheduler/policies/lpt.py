@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from scheduler import clock
 from scheduler.policies.base import Placement
-from scheduler.policies.blindbar import barred, blind_plan, blind_start
+from scheduler.policies.blindbar import Blind, barred, blind_plan, blind_start
 from scheduler.policies.listrun import place_units
 from scheduler.policies.listsched import ListState
 from scheduler.policies.load import Rates, rates
@@ -54,20 +55,44 @@ class LptPolicy:
 
     def plan(self, request: PlanRequest, problem: Problem | None = None) -> Placement:
         """Place longest units first, then order each worker's queue for its makespan."""
-        started = clock.now()
-        deadline = started + request.time_budget_s
-        problem = problem or build_problem(request)
-        spread = spreads(request.trajectories)
-        start = lpt_start(problem, request.kv_admission, deadline, spread is None)
-        phase = clock.now() - started  # the unit the later phases price their fixed costs in
-        blind = blind_plan(problem, request, start[0], lpt_bar(start[2], spread), deadline)
-        _, queues, finishes = blind_start(problem, blind, start, spread is not None)
-        placement = Placement(queues=queues, status="HEURISTIC", finish_s=finishes)
+        problem, deadline, spread, phase, blind, _, placement = opening(request, problem, "HEURISTIC")
         lpt_hedged = hedged(problem, request, placement, spread, deadline, phase)
         placed = calibrated(problem, request, lpt_hedged, spread, deadline, phase)
         hedged_fast = at_once_hedge(problem, request, placed, spread, deadline, phase)
         first = placed_from(lpt_hedged, placed, hedged_fast)
         return barred(problem, request, hedged_fast, blind, "HEURISTIC", spread, deadline, first)
+
+
+class Opening(NamedTuple):
+    """Where ``lpt`` and ``cpsat`` both start (``opening``)."""
+
+    problem: Problem  # the request's, built here when the caller had none
+    deadline: float  # the policy's start on ``scheduler.clock`` plus ``request.time_budget_s``
+    spread: Spread | None  # the request's quantiles (``robust.spreads``); None: point predictions only
+    phase_s: float  # what ``lpt_start`` took: the unit the later phases price their fixed costs in
+    blind: Blind | None  # the better length-blind plan, for the bar at the end (``blindbar.barred``)
+    assignment: list[list[int]]  # units per worker of ``placement``
+    placement: Placement  # the lpt start, or the blind plan where it starts sooner (``blind_start``)
+
+
+def opening(request: PlanRequest, problem: Problem | None, status: str) -> Opening:
+    """The lpt start, the length-blind plans and the budget's unit, as both ``lpt`` and ``cpsat``
+    begin; ``placement`` carries ``status``.
+
+    One function for both: ``cpsat`` searches from the very plan ``lpt`` starts from, keeps it as its
+    fallback (``FALLBACK_LPT``) and prices its steps in the same phase; two copies of these lines
+    could drift apart, and that fallback would no longer be lpt's.
+    """
+    started = clock.now()
+    deadline = started + request.time_budget_s
+    problem = problem or build_problem(request)
+    spread = spreads(request.trajectories)
+    start = lpt_start(problem, request.kv_admission, deadline, spread is None)
+    phase = clock.now() - started
+    blind = blind_plan(problem, request, start[0], lpt_bar(start[2], spread), deadline)
+    assignment, queues, finishes = blind_start(problem, blind, start, spread is not None)
+    placement = Placement(queues=queues, status=status, finish_s=finishes)
+    return Opening(problem, deadline, spread, phase, blind, assignment, placement)
 
 
 def lpt_bar(finishes: Sequence[float], spread: Spread | None) -> float:

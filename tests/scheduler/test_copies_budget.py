@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import scheduler.policies.cpsat as cpsat_module
+import scheduler.policies.lpt as lpt_module
 from scheduler.benchgen import bench_request
 from scheduler.planner import REPORT_SHARE, plan
 from scheduler.policies import copybudget, replicate
@@ -42,7 +43,7 @@ def test_where_round_one_would_not_fit_a_smaller_batch_gets_copies_not_the_lpt_p
     was cut short (``FIRST_ROUND``). A K = 2 sub-plan's round (1.5 phases) and the copies
     (``LEAN_RESERVE``) fit, and its copies beat the lpt plan."""
     request = _request(left=left)
-    slow_lpt_phase(monkeypatch, cpsat_module)
+    slow_lpt_phase(monkeypatch, lpt_module)
     spread = count_calls(monkeypatch, replicate, "spread_out")
     copied = plan(request, "cpsat")
     lpt = plan(request, "lpt")
@@ -57,7 +58,7 @@ def test_the_sub_plan_is_its_rounds_alone_where_its_lpt_start_would_not_fit(
 ) -> None:
     """The sub-plan's own lpt start (half a phase here) and round would not fit before the copies'
     reserve: its rounds run alone, barred by the whole batch's lpt plan, and no second plan runs."""
-    slow_lpt_phase(monkeypatch, cpsat_module)
+    slow_lpt_phase(monkeypatch, lpt_module)
     plans = count_calls(monkeypatch, cpsat_module.CpSatPolicy, "plan")
     spread = count_calls(monkeypatch, replicate, "spread_out")
     plan(_request(left=2.9), "cpsat")
@@ -68,7 +69,7 @@ def test_the_sub_plan_is_its_rounds_alone_where_its_lpt_start_would_not_fit(
 def test_where_round_one_fits_the_rounds_run_on_the_whole_batch_as_before(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    slow_lpt_phase(monkeypatch, cpsat_module)
+    slow_lpt_phase(monkeypatch, lpt_module)
     copies = count_calls(monkeypatch, cpsat_module.CpSatPolicy, "_copied")
     rounds = count_calls(monkeypatch, cpsat_module.CpSatPolicy, "_rounds")
     planned = plan(_request(left=copybudget.FIRST_ROUND + 0.5), "cpsat")
@@ -83,7 +84,7 @@ def test_where_neither_a_round_nor_a_sub_plan_fits_the_lpt_plan_stands(
     """1.5 phases left: copies would start, but the sub-plan's round (ROUND_FIXED_S + 1.5 phases)
     does not fit before the copies' reserve; the lpt plan is returned, as it was."""
     request = _request(left=1.5)
-    slow_lpt_phase(monkeypatch, cpsat_module)
+    slow_lpt_phase(monkeypatch, lpt_module)
     spread = count_calls(monkeypatch, replicate, "spread_out")
     fallback = plan(request, "cpsat")
     assert spread == []
@@ -99,7 +100,7 @@ def test_a_large_batch_with_too_little_left_for_a_whole_sub_plan_gets_the_sub_pl
     monkeypatch.setattr(replicate, "MIN_UNITS", 512)
     monkeypatch.setattr(replicate, "SUB_WORKERS", 8)  # K = 4: rounds of 0.02 s + 0.75 phases
     request = _request(left=1.9)
-    slow_lpt_phase(monkeypatch, cpsat_module)
+    slow_lpt_phase(monkeypatch, lpt_module)
     copied = plan(request, "cpsat")
     assert copied.status in {"OPTIMAL", "FEASIBLE"}
     assert copied.predicted_makespan_s < plan(request, "lpt").predicted_makespan_s
@@ -111,7 +112,7 @@ def test_the_copies_are_dealt_and_played_with_the_cycle_collector_held(
     """Dealing and playing the copies (~20 ms at 4,096 x 32) comes after the sub-plan's last budget
     check: a full collection landing there (~23 ms, every few plans) ended plans 20% past their
     budget on a slow host. Nothing they build forms a cycle (``scheduler.gcpause``)."""
-    slow_lpt_phase(monkeypatch, cpsat_module)
+    slow_lpt_phase(monkeypatch, lpt_module)
     enabled: list[bool] = []
     deal, play = replicate.spread_out, Problem.finishes
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import scheduler.policies.cpsat as cpsat_module
+import scheduler.policies.lpt as lpt_module
 from scheduler.benchgen import bench_request
 from scheduler.planner import REPORT_SHARE, plan, prepare
 from scheduler.policies import copybudget, replicate
@@ -82,7 +83,7 @@ def test_with_time_clearly_left_the_larger_sub_plan_is_copied_first_and_the_bett
     sub-plan (``SMALLER_AFTER`` left after), dealt where it beats them; the plan is no later than
     the best copies dealt."""
     request = _request(left=6.0)
-    fake = slow_lpt_phase(monkeypatch, cpsat_module)
+    fake = slow_lpt_phase(monkeypatch, lpt_module)
     tried, dealt = _dealt(monkeypatch, request, fake, {})
     planned = plan(request, "cpsat", prepared=prepare(request))
     assert tried == [2, 4]
@@ -104,7 +105,7 @@ def test_the_larger_sub_plan_goes_first_and_the_usual_one_follows_only_where_tim
     monkeypatch: pytest.MonkeyPatch, left: float, costs: dict[int, float], expected: list[int]
 ) -> None:
     request = _request(left=left)
-    fake = slow_lpt_phase(monkeypatch, cpsat_module)
+    fake = slow_lpt_phase(monkeypatch, lpt_module)
     tried, _ = _dealt(monkeypatch, request, fake, costs)
     plan(request, "cpsat", prepared=prepare(request))
     assert tried == expected
@@ -120,7 +121,7 @@ def test_just_above_a_sub_plans_one_round_threshold_the_copies_still_beat_lpt(
     bound; more often its second round did not fit: 1.050-1.055x). The sub-plan is its band
     rounds alone, which fit."""
     request = _request(left=3.5)
-    fake = slow_lpt_phase(monkeypatch, cpsat_module)
+    fake = slow_lpt_phase(monkeypatch, lpt_module)
     tried, dealt = _dealt(monkeypatch, request, fake, {})
     copied = plan(request, "cpsat", prepared=prepare(request))
     assert tried == [4]

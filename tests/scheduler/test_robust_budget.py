@@ -16,6 +16,7 @@ from scheduler.finish import worker_finish
 from scheduler.finish_draws import draw_finishes
 from scheduler.planner import plan
 from scheduler.policies import cpsat as cpsat_module
+from scheduler.policies import lpt as lpt_module
 from scheduler.policies import robust, robust_order
 from scheduler.policies.lpt import lpt_assignment, lpt_start
 from scheduler.policies.problem import Problem, build_problem
@@ -84,7 +85,7 @@ def test_the_band_search_runs_with_quantiles_when_the_choice_fits_however_long_t
 ) -> None:
     # an lpt phase of 1 s on a 10 s budget: the search used to keep 32 lpt phases for the choice,
     # which never fitted, while the choice's draws here take no time at all
-    slow_lpt_phase(monkeypatch, cpsat_module)
+    slow_lpt_phase(monkeypatch, lpt_module)
     searched = count_calls(monkeypatch, cpsat_module.CpSatPolicy, "_rounds")
     searched_plan = plan(REQUEST, "cpsat")
     assert searched == [1]
@@ -223,7 +224,7 @@ def test_the_lpt_plans_draws_are_not_started_with_less_than_their_price_in_lpt_p
     phase, so with 0.9 s left after the lpt phase they are not played (nor is the search, which
     needs them), with 1.1 s they are. They used to start whenever any time was left."""
     request = dataclasses.replace(REQUEST, time_budget_s=budget_s)
-    slow_lpt_phase(monkeypatch, cpsat_module)
+    slow_lpt_phase(monkeypatch, lpt_module)
     played = count_calls(monkeypatch, cpsat_module, "baseline")
     cpsat_module.CpSatPolicy().plan(request, build_problem(request))
     assert bool(played) == drawn
