@@ -1,37 +1,44 @@
 """Many workers on one clock: the coordinator for work stealing and shared-queue dispatch.
 
-Static plans without stealing need none of this (each worker plays its own queue alone). When
-workers interact, their events are merged on one deterministic heap ordered by (time, counter),
-SimPy style: equal times are served in the order they were scheduled, so a replay is reproducible
-bit for bit. All workers whose events fall at the same instant are handled as one batch: each applies
-its event and claims from its own queue; then those whose sidecar has room (``WorkerEngine.has_room``)
-take work one item at a time, the least-loaded (fewest in flight, then inventory order) first, which
-is how sidecars polling concurrently share a queue. Work comes from the shared queue's head when there
-is one, else (with stealing) from the TAIL of the queue with the most predicted work remaining,
-scaled by that victim's speed (or the next such queue, up to ``STEAL_VICTIMS``, while a tail can
-never go to that thief: ``_steal_from``), the rule of the delivery layer: the longest items, at the head, stay
-with their planned owner, a thief takes an item only if it fits its KV cache beside everything it has
-in flight, all at PREDICTED final lengths (``WorkerEngine.reservation_fits``: a free slot is no sign
-of spare capacity when KV binds), and, for a static plan, only if it would finish the item before
-its owner would, by the plan's per-item deadlines (the deadline guard: ``scheduler.sim_guard`` and
-``scheduler.deadlines``; a refused thief's turn ends, as with a KV refusal). Only unclaimed items
-move (never running ones, nor those already handed to an engine, preempted ones included, nor a
-trajectory pinned to its worker: the thief passes over pinned tail items and those too big for its
-cache, any number of them, and takes the nearest one before them that it may (under prefix affinity
-within ``STEAL_SCAN`` unpinned items of the tail), and tries the next queue only when there is none).
+Static plans without stealing need none of this (each worker plays its own queue alone).
+
+One clock. When workers interact, their events are merged on one deterministic heap ordered by
+(time, counter), SimPy style: equal times are served in the order they were scheduled, so a replay
+is reproducible bit for bit. All workers whose events fall at the same instant are handled as one
+batch: each applies its event and claims from its own queue; then those whose sidecar has room
+(``WorkerEngine.has_room``) take work one item at a time, the least-loaded (fewest in flight, then
+inventory order) first, which is how sidecars polling concurrently share a queue.
+
+Where work comes from. The shared queue's head when there is one; else, with stealing, the TAIL of
+the queue with the most predicted work remaining, scaled by that victim's speed (or the next such
+queue, up to ``STEAL_VICTIMS``, while a tail can never go to that thief: ``_steal_from``). That is
+the delivery layer's rule:
+
+- the items at a queue's head, which its owner starts first, stay with it (a queue's order is
+  ``scheduler.policies.ordering``'s choice, not always longest-first);
+- a thief takes an item only if it fits its KV cache beside everything it has in flight, all at
+  PREDICTED final lengths (``WorkerEngine.reservation_fits``: a free slot is no sign of spare
+  capacity when KV binds);
+- for a static plan, only if it would finish the item before its owner would, by the plan's
+  per-item deadlines (the deadline guard: ``scheduler.sim_guard`` and ``scheduler.deadlines``; a
+  refused thief's turn ends, as with a KV refusal);
+- only unclaimed items move: never running ones, nor those already handed to an engine, preempted
+  ones included, nor a trajectory pinned to its worker. The thief passes over pinned tail items and
+  those too big for its cache, any number of them, and takes the nearest one before them that it
+  may (under prefix affinity within ``STEAL_SCAN`` unpinned items of the tail); it tries the next
+  queue only when there is none.
 
 What the request constrains, the pool honours (``SimOptions``): an excluded (draining) worker never
 takes from the shared queue and never steals (its own planned queue, if any, it still runs and may be
 robbed of). Under prefix affinity a group's samples stay on one worker: the worker that takes a
 group's first sample from the shared queue takes the rest of that group into its own queue (so it
-takes that sample only if its KV cache holds every sample of the group, ``_holds``), and a
-steal moves a whole group, the one nearest the victim's tail that may move, only when none of its samples has
-left the victim's queue (none claimed, running or done) and the whole group passes the KV steal gate
-together; a group that cannot move (a sample pinned, or part of it claimed) is passed over for the
-group before it, as a pinned item is, as is one with a sample too big for the thief, and one the KV
-gate or the deadline guard refuses ends its turn. So no play splits a group, which
-the affinity lower bound (the heaviest group alone on its best worker, the tail cover by whole
-groups) assumes.
+takes that sample only if its KV cache holds every sample of the group, ``_holds``), and a steal
+moves a whole group, the one nearest the victim's tail that may move, only when none of its samples
+has left the victim's queue (none claimed, running or done) and the whole group passes the KV steal
+gate together. A group that cannot move (a sample pinned, or part of it claimed) is passed over for
+the group before it, as a pinned item is, as is one with a sample too big for the thief; one the KV
+gate or the deadline guard refuses ends its turn. So no play splits a group, which the affinity
+lower bound (the heaviest group alone on its best worker, the tail cover by whole groups) assumes.
 
 Queues only shrink, so a worker that finds nothing to take stays without new work: it is simply not
 scheduled again until its running sequences produce an event. The one exception is a shared head it

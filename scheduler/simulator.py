@@ -230,6 +230,7 @@ def _steal_deadlines(
 
 
 def _check_options(options: SimOptions) -> None:
+    """What ``SimOptions`` (a plain dataclass, unchecked when built) must hold; errors name the field."""
     if not (math.isfinite(options.watermark) and 0.0 <= options.watermark < 1.0):
         raise InvalidInputError("options.watermark", options.watermark, "must lie in [0, 1)")
     if not isinstance(options.excluded_workers, frozenset | set):
