@@ -56,7 +56,9 @@ def _build(cols: dict[str, Any], n: int) -> Trace:
     numeric: dict[str, FloatArray] = {}
     categorical: dict[str, ObjArray] = {}
     for name, column in cols.items():
-        if name not in _KNOWN:
+        if not name.strip() and not np.all(_missing(column)):
+            raise _RejectedError  # a value under no name: the row path refuses it at its line
+        if name not in _KNOWN and name.strip():
             _extra(name, column, numeric, categorical)
     return Trace(
         step=ints["step"],

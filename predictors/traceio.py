@@ -134,6 +134,7 @@ def rows_to_trace(rows: RawRows, source: str) -> Trace:
     builder = TraceBuilder()
     for line, raw in rows:
         cells = _scalar_cells(raw, source, line)
+        _refuse_unnamed(cells, source, line)
         row = parse_row(cells, source, line)
         builder.add(row, {k: _raw_extra(v) for k, v in cells.items() if k not in _KNOWN and _present(v)})
     return builder.build()
@@ -158,6 +159,17 @@ def _scalar_cells(cells: dict[str, object], source: str, line: int) -> dict[str,
     return scalar
 
 
+def _refuse_unnamed(cells: dict[str, object], source: str, line: int) -> None:
+    """Refuse a value under a blank column name: pandas' ``to_csv`` writes its index so, and it was
+    kept as a feature named '' (the row number). A blank column with no value (a trailing comma)
+    holds nothing to keep and reads as nothing, as any empty extra column does."""
+    for position, (name, value) in enumerate(cells.items(), start=1):
+        if not name.strip() and _present(value):
+            reason = "a column with no name in the header holds a value (pandas writes its index so: "
+            reason += "write with index=False, or name the column)"
+            raise TraceFormatError(source, line, f"column {position}", value, reason)
+
+
 class Renamer:
     """Renames a file's columns into the schema's, refusing a rename that would lose a column."""
 
@@ -170,7 +182,8 @@ class Renamer:
         """A file's header renamed: every renamed column must exist, and none may land on another."""
         for old in self.rename:
             if old not in columns:
-                raise TraceFormatError(self.source, 1, old, None, "no such column to map (--map)")
+                reason = "no such column to map (--map)" + _separator_hint(columns)
+                raise TraceFormatError(self.source, 1, old, None, reason)
         renamed = [self.rename.get(c, c) for c in columns]
         first: dict[str, int] = {}
         for position, name in enumerate(renamed):
@@ -302,9 +315,18 @@ def _raw_extra(value: object) -> float | str:
 def _check_header(columns: list[str], source: str) -> None:
     for column in REQUIRED_COLUMNS:
         if column not in columns:
-            raise TraceFormatError(
-                source, 1, column, None, f"required column is missing (import it with --map {column}=COLUMN)"
-            )
+            hint = _separator_hint(columns) or f" (import it with --map {column}=COLUMN)"
+            raise TraceFormatError(source, 1, column, None, f"required column is missing{hint}")
+
+
+def _separator_hint(columns: list[str]) -> str:
+    """Why a header has no such column when it is one cell holding another separator: a ';'-separated
+    export (a comma-decimal locale's spreadsheet) was sent looking for a column name to ``--map``."""
+    found = [s for s in (";", "\t", "|") if len(columns) == 1 and s in columns[0]]
+    if not found:
+        return ""
+    cell = columns[0][:48]
+    return f": the header is one cell, {cell!r}, separated by {found[0]!r}; save it with ',' between cells"
 
 
 # --- readers -------------------------------------------------------------------------------------
