@@ -54,13 +54,21 @@ class ImportResult:
 
     trace: Trace
     files: int  # input files read
-    tokenizer: str  # the tokenizer that counted tokens ("" when counts came from the file)
+    tokenizer: str  # the tokenizer that counted tokens, as ``describe_tokenizer`` says ("" for a file's)
     clamped: int  # rows whose re-tokenized output exceeded the cap and were set to it
 
 
 def prompt_hash(text: str) -> str:
     """The stable id of a prompt text: the first 16 hex digits of its SHA-256, prefixed ``p``."""
     return "p" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def describe_tokenizer(tokenizer: object, path: str | Path) -> str:
+    """Which tokenizer counted: its file's full path, model kind and vocabulary. Every Hugging Face
+    tokenizer is a ``tokenizer.json``, so the name as given (``tokenizer.json``) told no model."""
+    model = type(tokenizer.model).__name__  # type: ignore[attr-defined]
+    size = tokenizer.get_vocab_size(with_added_tokens=True)  # type: ignore[attr-defined]
+    return f"{Path(path).resolve()} ({model}, vocabulary {size:,})"
 
 
 def load_tokenizer(path: str | Path) -> object:
@@ -126,7 +134,7 @@ def import_verl(
         raise InvalidInputError("dir", str(directory), "its {step}.jsonl dumps hold no rows")
     check_unique(trace, str(directory))
     _check_kept_present(trace, keep, directory)
-    return ImportResult(trace, len(files), str(tokenizer_path), clamped)
+    return ImportResult(trace, len(files), describe_tokenizer(tokenizer, tokenizer_path), clamped)
 
 
 def _step_order(path: Path) -> tuple[int, str]:

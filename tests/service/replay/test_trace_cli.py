@@ -75,6 +75,22 @@ def test_trace_import_verl_says_which_tokenizer_counted(cli: typer.Typer, tmp_pa
     assert (row["step"], row["prompt_tokens"], row["output_tokens"]) == ("3", "2", "3")
 
 
+def test_trace_import_verl_names_the_tokenizer_by_its_full_path_model_and_vocabulary(
+    cli: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every Hugging Face tokenizer is a "tokenizer.json": "tokenizer tokenizer.json" named no model.
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
+    (tmp_path / "rollouts").mkdir()
+    line = json.dumps({"input": "a", "output": "b", "step": 3})
+    (tmp_path / "rollouts" / "3.jsonl").write_text(line + "\n")
+    monkeypatch.chdir(tmp_path)
+    args = ["trace", "import", "rollouts", "--tokenizer", "tokenizer.json", "--out", "t.csv"]
+    code, stdout, _ = run(cli, args)
+    assert code == 0
+    said = f"token counts: tokenizer {tmp_path.resolve() / 'tokenizer.json'} (WordLevel, vocabulary 3)"
+    assert said in stdout
+
+
 def test_trace_import_names_the_steps_it_imported_so_a_missing_dump_shows(
     cli: typer.Typer, tmp_path: Path
 ) -> None:
