@@ -52,9 +52,7 @@ def chosen_steps(trace: Trace, text: str | None, ranges: StepRanges | None) -> t
     else:
         chosen = [s for s in present if any(lo <= s and (hi is None or s <= hi) for lo, hi in ranges)]
     if not chosen:
-        raise InvalidInputError(
-            "steps", text, f"selects no step of the trace (it has steps {step_span(present)})"
-        )
+        raise InvalidInputError("steps", text, f"selects no step of the trace (it has {step_span(present)})")
     return tuple(chosen)
 
 
@@ -75,14 +73,18 @@ def _step_part(part: str, text: str) -> tuple[int, int | None]:
 
 
 def step_span(steps: Sequence[int]) -> str:
-    """The steps a trace has, as a reader would check them: ``3-5`` only when none is missing."""
+    """The steps a trace has, as a reader would check them, their word included: ``steps 3-5`` only
+    when none is missing, ``step 3`` for one (it read ``steps 3-3``), and ``12 steps in 1..40`` for
+    many with gaps (every caller put ``steps`` before it: ``steps 12 steps, 1..40``)."""
     if not steps:
-        return "none"
+        return "no steps"
+    if len(steps) == 1:
+        return f"step {steps[0]}"
     if list(steps) == list(range(steps[0], steps[-1] + 1)):
-        return f"{steps[0]}-{steps[-1]}"
+        return f"steps {steps[0]}-{steps[-1]}"
     if len(steps) <= 8:
-        return ",".join(str(s) for s in steps)
-    return f"{len(steps)} steps, {steps[0]}..{steps[-1]}"
+        return "steps " + ",".join(str(s) for s in steps)
+    return f"{len(steps)} steps in {steps[0]}..{steps[-1]}"
 
 
 def step_caps(trace: Trace, rows: Trace) -> FloatArray:

@@ -97,10 +97,10 @@ def import_command(
     from service.replay_steps import step_span
 
     trace = result.trace
-    steps = step_span([int(s) for s in trace.steps()])  # 2,3,5, not 2-5: a lost dump shows
+    steps = step_span([int(s) for s in trace.steps()])  # "steps 2,3,5", not 2-5: a lost dump shows
     typer.echo(
         f"imported {len(trace)} trajectories, {len(set(trace.prompt_id.tolist()))} prompts, "
-        f"steps {steps} from {result.files} file(s) -> {out}"
+        f"{steps} from {result.files} file(s) -> {out}"
     )
     if result.tokenizer:
         typer.echo(f"token counts: tokenizer {result.tokenizer}")

@@ -146,6 +146,13 @@ def test_a_step_range_without_rows_or_malformed_is_refused(small_trace: Trace, t
         select_steps(small_trace, text)
 
 
+def test_a_step_range_without_rows_names_the_one_step_a_trace_has(small_trace: Trace) -> None:
+    # It said "(it has steps 0-0)".
+    one_step = small_trace.take(small_trace.step == small_trace.step.min())
+    with pytest.raises(InvalidInputError, match=r"selects no step of the trace \(it has step 0\)$"):
+        select_steps(one_step, "7-9")
+
+
 @pytest.mark.parametrize("text", ["", "  "])
 def test_an_empty_step_range_is_refused_not_read_as_every_step(small_trace: Trace, text: str) -> None:
     # --steps "$STEPS" with STEPS unset replayed every step of the trace (minutes on a long one), where

@@ -106,6 +106,26 @@ def test_trace_import_names_the_steps_it_imported_so_a_missing_dump_shows(
     assert "1 prompts, steps 2,3,5 from 3 file(s)" in stdout
 
 
+@pytest.mark.parametrize(
+    ("steps", "said"),
+    [((4,), "step 4 from 1 file(s)"), (tuple(range(1, 20, 2)), "10 steps in 1..19 from 10 file(s)")],
+    ids=["one", "many-with-gaps"],
+)
+def test_trace_import_words_one_step_and_many_scattered_steps_as_a_reader_would(
+    cli: typer.Typer, tmp_path: Path, steps: tuple[int, ...], said: str
+) -> None:
+    # They printed "steps 4-4" and "steps 10 steps, 1..19".
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
+    dumps = tmp_path / "rollouts"
+    dumps.mkdir()
+    for step in steps:
+        (dumps / f"{step}.jsonl").write_text(json.dumps({"input": "a", "output": "b"}) + "\n")
+    args = ["trace", "import", str(dumps), "--tokenizer", str(tmp_path / "tokenizer.json")]
+    code, stdout, _ = run(cli, [*args, "--out", str(tmp_path / "t.csv")])
+    assert code == 0
+    assert f"1 prompts, {said}" in stdout
+
+
 def _one_stopped_dump(tmp_path: Path, record: dict[str, object] | None = None) -> list[str]:
     """A dump folder with one line whose output re-encodes to 3 tokens; the import's arguments."""
     write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
