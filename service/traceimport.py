@@ -348,8 +348,25 @@ def import_generic(path: str | Path, fmt: str, mapping: Mapping[str, str]) -> Im
     if fmt not in GENERIC_FORMATS:
         raise InvalidInputError("from", fmt, f"expected one of verl, {', '.join(GENERIC_FORMATS)}")
     check_input_file("trace", path, "a trace file")
-    trace = read_renamed(path, f".{fmt}", mapping)
+    try:
+        trace = read_renamed(path, f".{fmt}", mapping)
+    except TraceFormatError as exc:
+        if fmt == "jsonl" and exc.column in REQUIRED_COLUMNS and _is_verl_line(path, exc.line):
+            message = (
+                f"{path}:{exc.line} is a line of a veRL rollout dump (decoded input and output text, no "
+                f"token counts): import its folder, trace import {path.parent} --from verl --tokenizer "
+                "PATH/tokenizer.json"
+            )
+            raise InvalidInputError("from", fmt, message) from None
+        raise
     if len(trace) == 0:
         raise InvalidInputError("trace", str(path), "the file has no rows")
     check_unique(trace, str(path))
     return ImportResult(trace, 1, "", 0)
+
+
+def _is_verl_line(path: Path, line: int) -> bool:
+    """Whether ``line`` of a jsonl file holds veRL's decoded ``input`` and ``output`` text: a dump read
+    as a generic file lacks ``prompt_id`` first, and was refused as if a column wanted ``--map``."""
+    record = next((cells for at, cells in jsonl_objects(path) if at == line), {})
+    return isinstance(record.get("input"), str) and isinstance(record.get("output"), str)

@@ -157,3 +157,19 @@ def test_a_jsonl_mapping_onto_a_required_column_from_a_column_no_line_holds_name
         f"{path}:1:resp_lne=None: no such column to map (--map output_tokens=resp_lne): "
         "no line up to this one holds it"
     )
+
+
+def test_a_verl_dump_imported_as_generic_jsonl_is_sent_to_from_verl_not_to_map_a_prompt_id(
+    tmp_path: Path,
+) -> None:
+    # It was refused as "3.jsonl:1:prompt_id=None: required value is missing": the user went looking
+    # for a column to --map, where the lines hold text to count, which only --from verl does.
+    path = tmp_path / "3.jsonl"
+    line = {"input": "user\nwhat is 2+2\nassistant\n", "output": "4", "gts": "4", "score": 1.0, "step": 3}
+    path.write_text(json.dumps(line) + "\n")
+    with pytest.raises(InvalidInputError) as info:
+        import_generic(path, "jsonl", {})
+    message = str(info.value)
+    assert f"{path}:1" in message
+    assert "veRL rollout dump" in message
+    assert f"trace import {tmp_path} --from verl --tokenizer" in message
