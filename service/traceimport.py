@@ -114,7 +114,9 @@ def import_verl(
     _check_keep(keep)
     files = sorted((p for p in directory.glob("*.jsonl") if _is_step_name(p.stem)), key=_step_order)
     if not files:
-        raise InvalidInputError("dir", str(directory), "holds no {step}.jsonl rollout dumps")
+        raise InvalidInputError(
+            "dir", str(directory), f"holds no {{step}}.jsonl rollout dumps ({_listing(directory)})"
+        )
     _refuse_one_step_twice(files)
     tokenizer = load_tokenizer(tokenizer_path)
     builder, clamped, kept = TraceBuilder(), 0, frozenset(keep)
@@ -135,6 +137,16 @@ def import_verl(
     check_unique(trace, str(directory))
     _check_kept_present(trace, keep, directory)
     return ImportResult(trace, len(files), describe_tokenizer(tokenizer, tokenizer_path), clamped)
+
+
+def _listing(directory: Path, shown: int = 6) -> str:
+    """What a folder without dumps holds, folders marked ``/``: pointed at the run's folder, which holds
+    ``rollout_data_dir`` and ``validation_data_dir``, the import named neither."""
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in directory.iterdir())
+    if not names:
+        return "it is empty"
+    more = f", and {len(names) - shown} more" if len(names) > shown else ""
+    return f"it holds {', '.join(names[:shown])}{more}"
 
 
 def _step_order(path: Path) -> tuple[int, str]:

@@ -170,3 +170,21 @@ def test_two_dataset_rows_of_identical_text_share_an_id_and_their_samples_stay_d
     trace = import_verl(folder, tokenizer_json, max_new_tokens=None).trace
     assert trace.prompt_id.tolist() == ([prompt_hash(Q1)] * 6 + [prompt_hash(Q2)] * 3) * 2
     assert trace.sample_idx.tolist() == [0, 1, 2, 3, 4, 5, 0, 1, 2] * 2
+
+
+def test_a_folder_without_dumps_says_what_it_holds_so_a_parent_folder_shows(
+    tmp_path: Path, tokenizer_json: Path
+) -> None:
+    # Pointed at the experiment's folder, which holds rollout_data_dir and validation_data_dir, the
+    # import said only "holds no {step}.jsonl rollout dumps".
+    _training_step(tmp_path / "run" / "rollout", 1)
+    _validation_before_training(tmp_path / "run" / "validation")
+    (tmp_path / "run" / "val_1.jsonl").write_text("")
+    with pytest.raises(InvalidInputError, match=r"it holds rollout/, val_1\.jsonl, validation/\)$"):
+        import_verl(tmp_path / "run", tokenizer_json, max_new_tokens=None)
+
+
+def test_an_empty_folder_is_called_empty(tmp_path: Path, tokenizer_json: Path) -> None:
+    (tmp_path / "rollouts").mkdir()
+    with pytest.raises(InvalidInputError, match=r"holds no \{step\}\.jsonl rollout dumps \(it is empty\)$"):
+        import_verl(tmp_path / "rollouts", tokenizer_json, max_new_tokens=None)
