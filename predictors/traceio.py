@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from predictors.csvquotes import LineTap, has_line_break, open_quote_error, quote_left_open
+from predictors.headerhints import missing_hint, separator_hint
 from predictors.jsonlobjects import jsonl_objects
 from predictors.stepgroups import repeated_rows
 from predictors.tracefast import fast_trace
@@ -182,7 +183,7 @@ class Renamer:
         """A file's header renamed: every renamed column must exist, and none may land on another."""
         for old in self.rename:
             if old not in columns:
-                reason = "no such column to map (--map)" + _separator_hint(columns)
+                reason = "no such column to map (--map)" + separator_hint(columns)
                 raise TraceFormatError(self.source, 1, old, None, reason)
         renamed = [self.rename.get(c, c) for c in columns]
         first: dict[str, int] = {}
@@ -315,18 +316,8 @@ def _raw_extra(value: object) -> float | str:
 def _check_header(columns: list[str], source: str) -> None:
     for column in REQUIRED_COLUMNS:
         if column not in columns:
-            hint = _separator_hint(columns) or f" (import it with --map {column}=COLUMN)"
-            raise TraceFormatError(source, 1, column, None, f"required column is missing{hint}")
-
-
-def _separator_hint(columns: list[str]) -> str:
-    """Why a header has no such column when it is one cell holding another separator: a ';'-separated
-    export (a comma-decimal locale's spreadsheet) was sent looking for a column name to ``--map``."""
-    found = [s for s in (";", "\t", "|") if len(columns) == 1 and s in columns[0]]
-    if not found:
-        return ""
-    cell = columns[0][:48]
-    return f": the header is one cell, {cell!r}, separated by {found[0]!r}; save it with ',' between cells"
+            reason = f"required column is missing{missing_hint(column, columns)}"
+            raise TraceFormatError(source, 1, column, None, reason)
 
 
 # --- readers -------------------------------------------------------------------------------------

@@ -64,3 +64,16 @@ def test_a_file_separated_by_another_character_is_told_so_not_sent_to_map_a_colu
     assert info.value.line == 1
     assert f"separated by {separator!r}" in str(info.value)
     assert "--map" not in str(info.value)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_required_column_named_in_another_case_is_pointed_at(tmp_path: Path, fast: bool) -> None:
+    # An export with "Step" (a W&B table, a spreadsheet) was told only "step: required column is
+    # missing (import it with --map step=COLUMN)", the column it had left for the user to spot.
+    path = tmp_path / "export.csv"
+    path.write_text("Step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,10,5\n")
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path, fast=fast)
+    assert (info.value.line, info.value.column) == (1, "step")
+    assert "the header has 'Step'" in str(info.value)
+    assert "--map step=Step" in str(info.value)
