@@ -12,8 +12,9 @@ def missing_hint(column: str, columns: list[str]) -> str:
     if separator:
         return separator
     other = next((c for c in columns if c.strip().casefold() == column.casefold()), None)
-    if other is not None:
-        return f" (the header has {other!r}: rename it, or import with --map {column}={other})"
+    if other is not None:  # --map strips its names: one with blanks at an end can only be renamed
+        mapped = f", or import with --map {column}={other}" if other == other.strip() else ""
+        return f" (the header has {other!r}: rename it{mapped})"
     return f" (import it with --map {column}=COLUMN)"
 
 

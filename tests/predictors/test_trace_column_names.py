@@ -77,3 +77,23 @@ def test_a_required_column_named_in_another_case_is_pointed_at(tmp_path: Path, f
     assert (info.value.line, info.value.column) == (1, "step")
     assert "the header has 'Step'" in str(info.value)
     assert "--map step=Step" in str(info.value)
+
+
+def test_a_parquet_column_named_with_a_trailing_blank_is_pointed_at_without_a_map_that_cannot_work(
+    tmp_path: Path,
+) -> None:
+    # --map strips its names, so "--map step=step " would name a column 'step' the file lacks.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    columns = {
+        "step ": [0],
+        "prompt_id": ["a"],
+        "sample_idx": [0],
+        "prompt_tokens": [10],
+        "output_tokens": [5],
+    }
+    pq.write_table(pa.table(columns), path)
+    with pytest.raises(TraceFormatError, match=r"the header has 'step ': rename it\)$"):
+        read_trace(path)
