@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,10 +66,12 @@ def prompt_hash(text: str) -> str:
 
 def describe_tokenizer(tokenizer: object, path: str | Path) -> str:
     """Which tokenizer counted: its file's full path, model kind and vocabulary. Every Hugging Face
-    tokenizer is a ``tokenizer.json``, so the name as given (``tokenizer.json``) told no model."""
+    tokenizer is a ``tokenizer.json``, so the name as given (``tokenizer.json``) told no model. The
+    path is made absolute, not resolved: the hub cache links ``snapshots/<rev>/tokenizer.json`` to
+    ``blobs/<sha256>``, a name that tells no model either."""
     model = type(tokenizer.model).__name__  # type: ignore[attr-defined]
     size = tokenizer.get_vocab_size(with_added_tokens=True)  # type: ignore[attr-defined]
-    return f"{Path(path).resolve()} ({model}, vocabulary {size:,})"
+    return f"{os.path.abspath(path)} ({model}, vocabulary {size:,})"
 
 
 def load_tokenizer(path: str | Path) -> object:

@@ -188,3 +188,17 @@ def test_an_empty_folder_is_called_empty(tmp_path: Path, tokenizer_json: Path) -
     (tmp_path / "rollouts").mkdir()
     with pytest.raises(InvalidInputError, match=r"holds no \{step\}\.jsonl rollout dumps \(it is empty\)$"):
         import_verl(tmp_path / "rollouts", tokenizer_json, max_new_tokens=None)
+
+
+def test_the_tokenizer_is_named_by_the_path_given_not_the_blob_a_hub_cache_links_it_to(
+    tmp_path: Path, tokenizer_json: Path
+) -> None:
+    # The Hugging Face cache links snapshots/<rev>/tokenizer.json to blobs/<sha256>: resolved, the
+    # name said no model at all.
+    snapshot = tmp_path / "models--Qwen--Qwen2.5-7B" / "snapshots" / "a09a354"
+    snapshot.mkdir(parents=True)
+    (snapshot / "tokenizer.json").symlink_to(tokenizer_json)
+    _training_step(tmp_path / "rollouts", 1)
+    given = snapshot / ".." / "a09a354" / "tokenizer.json"
+    result = import_verl(tmp_path / "rollouts", given, max_new_tokens=None)
+    assert result.tokenizer.startswith(f"{snapshot / 'tokenizer.json'} (WordLevel, vocabulary ")
