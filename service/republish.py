@@ -16,6 +16,12 @@ belong to other prompts, caps or policies. So the publish stores a digest of the
 schedule, and a repeat whose work differs is refused as invalid input naming ``schedule_id`` (422:
 the request can never succeed under that id), as idempotency keys reused with another payload are.
 A schedule published by an older release (no answer stored) or cancelled keeps its 409.
+
+The inventory plans the work and may differ in a retry (a worker lost between two attempts), but a
+retry shares workers with its first attempt: a request that names none of the stored step's
+workers is another fleet's, two trainers sharing one service under one run id (the docs' default
+``RUN_ID``), and was answered the other trainer's plan, so it followed the other run's step and
+trained on samples its own engines never drew. It is refused the same 422 (``same_fleet``).
 """
 
 from __future__ import annotations
@@ -96,6 +102,9 @@ def replay(body: ScheduleRequest, schedule_id: str, ctx: Context) -> ScheduleRes
             "already published with a different batch, sampling or step; a schedule_id names one "
             "step's work: choose a new one (unique per run and step) for this request",
         )
+    answer = None if stored.answer is None else decode_answer(stored.answer)
+    if answer is not None:
+        same_fleet(body, schedule_id, answer)
     try:
         ctx.delivery.announce(schedule_id, ctx.settings.retention_s)
     except UnknownScheduleError:  # its retention passed since the read: nothing holds the id
@@ -103,8 +112,25 @@ def replay(body: ScheduleRequest, schedule_id: str, ctx: Context) -> ScheduleRes
     if stored.cancelled:  # following it would wait on a step that runs nothing
         message = f"schedule {schedule_id} was cancelled and stays so; send the step under a new schedule_id"
         raise ConflictError(message, field="schedule_id", value=schedule_id)
-    answer = None if stored.answer is None else decode_answer(stored.answer)
     if answer is None:
         message = f"schedule {schedule_id} is already published; follow it with GET /schedule/{schedule_id}"
         raise ConflictError(message, field="schedule_id", value=schedule_id)
     return answer
+
+
+def same_fleet(body: ScheduleRequest, schedule_id: str, answer: ScheduleResponse) -> None:
+    """Refuse a request under a published ``schedule_id`` whose inventory names none of the workers
+    the stored plan was made for (module docstring): a retry keeps at least one of its workers,
+    another trainer's fleet keeps none. Checked before the announce, so it changes nothing."""
+    planned = set(answer.time_scales) or set(answer.assignments)
+    asked = {worker.worker_id for worker in body.inventory.workers}
+    if not planned or planned & asked:
+        return
+    named = ", ".join(sorted(planned)[:4]) + (", ..." if len(planned) > 4 else "")
+    raise InvalidInputError(
+        "schedule_id",
+        schedule_id,
+        f"already published on workers ({named}) none of which this request's inventory names: "
+        "another run's step under the same id (two trainers sharing the service with one run id)? "
+        "choose a schedule_id unique per run and step",
+    )

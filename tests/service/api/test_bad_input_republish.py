@@ -168,3 +168,29 @@ def test_a_dry_run_under_a_published_id_plans_anew_and_writes_nothing(
     dry = client.post("/schedule", json=batch_body(schedule_id="dry", publish=False))
     assert (dry.status_code, dry.json()["replayed"], dry.json()["published"]) == (200, False, False)
     assert redis_snapshot(redis_client) == before
+
+
+def _fleet(*workers: str) -> dict[str, Any]:
+    return {"workers": [{"worker_id": worker, "device": "H100"} for worker in workers]}
+
+
+def test_another_fleets_request_under_a_published_id_is_a_422_not_its_plan_and_changes_nothing(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    """Two trainers sharing a service under one run id: the second, on workers of its own, was
+    answered the first one's plan (replayed) and followed a step its engines never ran."""
+    assert client.post("/schedule", json=batch_body(schedule_id="run-1-step-0")).status_code == 200
+    before = redis_snapshot(redis_client)
+    other = client.post("/schedule", json=batch_body(schedule_id="run-1-step-0", inventory=_fleet("b0", "b1")))
+    assert (other.status_code, other.json()["field"]) == (422, "schedule_id"), other.text
+    assert "unique per run and step" in other.json()["detail"]
+    assert redis_snapshot(redis_client) == before
+
+
+def test_a_retry_that_lost_a_worker_since_its_first_attempt_is_still_answered_the_first_plan(
+    client: TestClient,
+) -> None:
+    first = client.post("/schedule", json=batch_body(schedule_id="lost-one"))
+    retry = client.post("/schedule", json=batch_body(schedule_id="lost-one", inventory=_fleet("w1", "w9")))
+    assert (retry.status_code, retry.json()["replayed"]) == (200, True)
+    assert retry.json()["assignments"] == first.json()["assignments"]
