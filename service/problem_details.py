@@ -13,6 +13,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from service.field_hints import hint
+
 _UNION_TAGS = frozenset({"float", "str", "int", "bool", "none"})
 MAX_ECHO = 256  # longest text input echoed back whole as a 422's ``value``
 ECHO_DIGITS = 20  # longest integer echoed whole: 2^64 has 20 digits, so any count or id a field holds
@@ -50,10 +52,14 @@ def validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
         path, message = field_path(err["loc"]) or "body", err["msg"]
         if err["type"] == "json_invalid":
             path, message = "body", f"{message} at character {err['loc'][-1]}: {err['ctx']['error']}"
+        if err["type"] == "extra_forbidden" and (where := hint(path)) is not None:
+            message = f"{message}: {where}"  # "not permitted" alone says nothing of what to send
         entry = {"field": path, "message": message, "type": err["type"], "input": err.get("input")}
         if path not in unique or not _wrong_member(entry) or _wrong_member(unique[path]):
             unique[path] = entry
     errors = list(reversed(unique.values()))
+    errors.sort(key=_unhinted)  # a misplaced field first: it is the fault, and the "Field required"
+    # it leaves (``max_tokens`` sent for ``max_new_tokens``) follows
     first = errors[0] if errors else {"field": "body", "message": "invalid", "input": None}
     detail = f"{first['field']}: {first['message']}"
     if len(errors) > 1:
@@ -65,6 +71,11 @@ def validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     if isinstance(value, (int, float, bool, str)):
         extra["value"] = echo(value)
     return detail, extra
+
+
+def _unhinted(error: dict[str, Any]) -> bool:
+    """False (first) for an unknown field the refusal says where to send (``field_hints``)."""
+    return not (error["type"] == "extra_forbidden" and hint(error["field"]) is not None)
 
 
 def _wrong_member(error: dict[str, Any]) -> bool:

@@ -181,7 +181,8 @@ def test_another_fleets_request_under_a_published_id_is_a_422_not_its_plan_and_c
     answered the first one's plan (replayed) and followed a step its engines never ran."""
     assert client.post("/schedule", json=batch_body(schedule_id="run-1-step-0")).status_code == 200
     before = redis_snapshot(redis_client)
-    other = client.post("/schedule", json=batch_body(schedule_id="run-1-step-0", inventory=_fleet("b0", "b1")))
+    theirs = batch_body(schedule_id="run-1-step-0", inventory=_fleet("b0", "b1"))
+    other = client.post("/schedule", json=theirs)
     assert (other.status_code, other.json()["field"]) == (422, "schedule_id"), other.text
     assert "unique per run and step" in other.json()["detail"]
     assert redis_snapshot(redis_client) == before
