@@ -201,7 +201,10 @@ class Sidecar:
         async with self._claiming:
             if self._engine_down:
                 return False
-            return bool(await self.session.claim(want))
+            got = await self.session.claim(want)
+        for schedule_id in self.session.cancelled_held():  # its inbox read said so: stop them now
+            self._stop_cancelled(schedule_id)
+        return bool(got)
 
     def _start_waiting(self) -> None:
         """Send each waiting lease that fits now to the engine, one task each (``_run_item``)."""

@@ -76,6 +76,7 @@ class WorkerSession:
     _warned: set[str] = field(default_factory=set, init=False)  # configuration warnings logged once
     # schedules found cancelled (told once), and the items of each counted ``cancelled`` (once each)
     _cancelled: Cancels = field(default_factory=Cancels, init=False)
+    _gone: set[str] = field(default_factory=set, init=False)  # held, found cancelled (``schedules``)
     # (schedule, "claim" | "steal") -> the id of a call that raised: it may have leased before the
     # reply was lost, so the next such call re-sends that id and gets those leases back
     _unanswered: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
@@ -91,6 +92,9 @@ class WorkerSession:
     async def schedules(self) -> list[ScheduleInfo]:
         """The live schedules announced to this worker, oldest first."""
         ids = await self._redis(self.delivery.schedules_for, self.settings.worker_id)
+        for held in self.holdings.schedules() - set(ids):  # a cancel takes it off the inbox at once
+            if await self.found_cancelled(held):
+                self._gone.add(held)
         for gone in set(self._infos) - set(ids) - self.holdings.schedules():
             del self._infos[gone]  # finished or expired: a long-lived sidecar must not accumulate them
             self._last_reap.pop(gone, None)
@@ -258,6 +262,15 @@ class WorkerSession:
             with schedule_context(schedule_id):  # also when a heartbeat, outside any item, found it
                 log.info("schedule %s cancelled by the trainer: dropping its results", schedule_id)
         return cancelled
+
+    def cancelled_held(self) -> set[str]:
+        """The schedules with leases held here that ``schedules`` found cancelled since last asked: the
+        runner stops their requests then. Without it, a cancel that no completion ran into (only
+        long items running, DAPO's tail) was found at the next heartbeat, a third of the lease TTL
+        later, the engine decoding for nobody meanwhile; a sidecar with free slots reads its
+        schedules every idle poll."""
+        gone, self._gone = self._gone, set()
+        return gone
 
     def drop_cancelled(self, schedule_id: str) -> list[Held]:
         """Forget every lease of a schedule found cancelled that is not being completed, counted

@@ -7,6 +7,7 @@ Against real Redis and a real engine-sim server on loopback, as ``test_runner``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -123,4 +124,39 @@ def test_a_refused_completion_of_a_cancelled_step_stops_its_other_engine_request
 
     assert (stats.cancelled, stats.stale, stats.lost, stats.accepted) == (4, 0, 0, 0)
     assert httpx.get(f"{engine_url}/sim/stats").json()["cancelled"] == 3  # the long ones, aborted
+    assert len(sidecar.session.holdings) == 0
+
+
+def test_a_cancel_while_only_long_items_run_stops_them_at_the_sidecars_next_look_not_its_heartbeat(
+    redis_client: redis.Redis, redis_url: str, engine_url: str
+) -> None:
+    """DAPO's cancel: the trainer has the groups it needs and cancels while only the long tail runs.
+    No completion comes to be refused, so the requests ran on until the next heartbeat (a third of
+    the lease TTL, 10 s by default), decoding for nobody beside the next step; a sidecar with free
+    slots reads its schedules every idle poll, and a held schedule gone from them is asked about."""
+    delivery = Delivery.from_url(redis_url)
+    # the model's context (32,768) caps them: ~2.6 s each, the first heartbeat 30 s after the claim
+    tail = [dataclasses.replace(item("tail", i, 32_000), max_new_tokens=32_000) for i in range(2)]
+    publish(delivery, "tail", {"w0": tail}, lease_ttl_ms=60_000)
+    sidecar = _sidecar(redis_url, engine_url, slots=4, heartbeat_s=HEARTBEAT_S)
+    running_since: list[float] = []
+    cancelled_at: list[float] = []
+    stopped_at: list[float] = []
+
+    def cancelled_while_both_run() -> bool:
+        if not running_since and delivery.progress("tail").running == 2:
+            running_since.append(time.monotonic())
+        if not cancelled_at and running_since and time.monotonic() - running_since[0] > 0.5:
+            delivery.cancel("tail")
+            cancelled_at.append(time.monotonic())
+        if sidecar.session.stats.cancelled == 2:
+            stopped_at.append(time.monotonic())
+        return bool(stopped_at)
+
+    stats = run_until(sidecar, cancelled_while_both_run, timeout_s=10.0)
+
+    assert stopped_at, "the cancelled requests ran on to the end of the test"
+    assert stopped_at[0] - cancelled_at[0] < 1.0  # the idle poll's pace (20 ms here), not at their end
+    assert (stats.cancelled, stats.stale, stats.lost) == (2, 0, 0)
+    assert httpx.get(f"{engine_url}/sim/stats").json()["cancelled"] == 2  # aborted, not run out
     assert len(sidecar.session.holdings) == 0
