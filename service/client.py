@@ -38,7 +38,7 @@ from service.api.schemas import (
 from service.client_actuals import actual_from_result as actual_from_result  # public, as it was here
 from service.client_actuals import summed
 from service.client_steps import PartialStepError as PartialStepError  # raised by report_results
-from service.client_steps import check_whole
+from service.client_steps import check_whole, whole_groups
 from service.client_wire import AlreadyPublishedError as AlreadyPublishedError  # public, as they were
 from service.client_wire import SchedulerAPIError as SchedulerAPIError
 from service.client_wire import ServiceUnreachableError as ServiceUnreachableError
@@ -271,6 +271,7 @@ class SchedulerClient:
         rewards: Mapping[str, float] | None = None,
         chunk: int = ACTUALS_CHUNK,
         partial: bool = False,
+        group_sizes: int | Mapping[str, int] | None = None,
     ) -> ActualsAccepted | None:
         """Report a finished step's results as actuals (the predictor's next training rows).
 
@@ -280,15 +281,18 @@ class SchedulerClient:
         Sent ``chunk`` reports a request, each retried through an outage (``report_actuals``).
         A step cancelled before it finished, or not finished, raises ``PartialStepError`` and sends
         nothing: its results are its short trajectories alone (``service/client_steps.py``);
-        ``partial=True`` reports them anyway (and tells the service so).
+        ``partial=True`` reports them anyway (and tells the service so). ``group_sizes`` (samples per
+        prompt: one ``n`` for all, or per prompt id) leaves out the prompts with fewer results than
+        that, a group cut by the cancel (or a dead letter), whose finished samples are its short ones.
         """
         if not partial:
             check_whole(finished.progress)
         sid = finished.progress.schedule_id  # tells the service the profiles the step was planned with
         known, scored = prompt_tokens or {}, rewards or {}
+        kept = finished.results if group_sizes is None else whole_groups(finished.results, group_sizes)
         reports = [
             report
-            for entry in finished.results
+            for entry in kept
             if (report := actual_from_result(step, entry, known, scored, sid)) is not None
         ]
         return self.report_actuals(reports, chunk=chunk, partial=partial) if reports else None

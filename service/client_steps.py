@@ -7,11 +7,19 @@ moved the mean prediction from 588 to 457 tokens, for several steps). ``Schedule
 report_results`` therefore refuses such a step before it sends anything (``PartialStepError``),
 unless called with ``partial=True``; the service refuses a cancelled one too (409
 ``step-cut-short``), whatever client reports it.
+
+``partial=True`` alone still reports, of a prompt whose group was cut, the samples that finished:
+that prompt's short ones (DAPO's over-provisioned step, cancelled once enough groups are done, is
+all such groups and whole ones). Given each prompt's group size, ``whole_groups`` keeps the prompts
+whose every sample finished, whose lengths are that prompt's draws, and leaves out the cut ones,
+which would teach the predictor that a long prompt is short.
 """
 
 from __future__ import annotations
 
-from service.api.progress_schemas import ProgressResponse
+from collections.abc import Mapping, Sequence
+
+from service.api.progress_schemas import ProgressResponse, ResultEntry
 
 
 class PartialStepError(ValueError):
@@ -41,3 +49,24 @@ def _why(progress: ProgressResponse) -> str:
         f"has not finished ({progress.queued} queued and {progress.running} running "
         f"of its {progress.total} trajectories)"
     )
+
+
+def whole_groups(results: Sequence[ResultEntry], sizes: int | Mapping[str, int]) -> list[ResultEntry]:
+    """``results`` of the prompts with as many results as their group size (``sizes``: one for every
+    prompt, or per prompt id; a prompt it does not name is kept); a cut group's samples are its short
+    ones (module docstring). A size below 1 is a ``ValueError`` naming it."""
+    per_prompt: dict[str, int] = {}
+    for entry in results:
+        per_prompt[_prompt_of(entry)] = per_prompt.get(_prompt_of(entry), 0) + 1
+    wanted = {prompt: sizes if isinstance(sizes, int) else sizes.get(prompt) for prompt in per_prompt}
+    for prompt, size in wanted.items():
+        if size is not None and size < 1:
+            raise ValueError(f"group_sizes[{prompt!r}]={size!r}: a group holds at least 1 sample")
+    return [
+        e for e in results if (size := wanted[_prompt_of(e)]) is None or per_prompt[_prompt_of(e)] >= size
+    ]
+
+
+def _prompt_of(entry: ResultEntry) -> str:
+    """The prompt id of a result (split from its key by a service from before ``prompt_id``)."""
+    return entry.prompt_id if entry.prompt_id is not None else entry.key.rpartition("#")[0]

@@ -4,6 +4,8 @@ its results are the trajectories that finished first, the short ones."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from typing import cast
 
 import pytest
 import redis
@@ -74,4 +76,42 @@ def test_the_service_refuses_a_cancelled_step_s_actuals_reported_one_by_one(
             client.report_actuals([r for r in reports if r is not None])
     assert (refused.value.status, refused.value.field) == (409, "actuals[0].schedule_id")
     assert not refused.value.retryable
+    assert redis_client.exists("rs:actuals") == 0
+
+
+def _group_cut(client: SchedulerClient, redis_client: redis.Redis) -> StepResults:
+    """DAPO's cut: p0's group of 2 finished, p1's long second sample was still decoding at the cancel."""
+    plan = client.schedule(batch_body(prompts=2, n=2, workers=1, schedule_id="step-4"))
+    delivery = Delivery(redis_client)
+    lengths = {"p0#0": 40, "p0#1": 60, "p1#0": 30}
+    for lease in delivery.claim(plan.schedule_id, "w0", 4):
+        if lease.key in lengths:
+            result = TrajectoryResult(output_tokens=lengths[lease.key], output="ok", wall_time_s=0.1)
+            assert delivery.complete(lease, result) is CompletionOutcome.ACCEPTED
+    client.cancel(plan.schedule_id)
+    return client.wait(plan.schedule_id, timeout_s=10)
+
+
+@pytest.mark.parametrize("sizes", [2, {"p0": 2, "p1": 2}], ids=["one size", "per prompt"])
+def test_a_partial_report_given_group_sizes_leaves_out_the_groups_the_cancel_cut(
+    sizes: int | dict[str, int], live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """p1's finished sample is its short one: reported, it teaches that p1 is short."""
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        finished = _group_cut(client, redis_client)
+        accepted = client.report_results(4, finished, prompt_tokens=LENGTHS, partial=True, group_sizes=sizes)
+    assert accepted is not None
+    assert accepted.accepted == 2
+    entries = cast(list[tuple[str, dict[str, str]]], redis_client.xrange("rs:actuals"))
+    stored = [json.loads(fields["a"]) for _, fields in entries]
+    assert sorted((a["prompt_id"], a["sample_idx"]) for a in stored) == [("p0", 0), ("p0", 1)]
+
+
+def test_a_group_size_below_one_is_refused_naming_it(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        finished = _group_cut(client, redis_client)
+        with pytest.raises(ValueError, match=r"group_sizes\['p1'\]=0"):
+            client.report_results(4, finished, prompt_tokens=LENGTHS, partial=True, group_sizes={"p1": 0})
     assert redis_client.exists("rs:actuals") == 0
