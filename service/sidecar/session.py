@@ -92,6 +92,7 @@ class WorkerSession:
     async def schedules(self) -> list[ScheduleInfo]:
         """The live schedules announced to this worker, oldest first."""
         ids = await self._redis(self.delivery.schedules_for, self.settings.worker_id)
+        self._gone &= self.holdings.schedules()  # bounded by what is held (a pull sidecar never asks)
         for held in self.holdings.schedules() - set(ids):  # a cancel takes it off the inbox at once
             if await self.found_cancelled(held):
                 self._gone.add(held)
