@@ -77,3 +77,37 @@ def lag_correlation(matrix: FloatArray, lag: int = 1) -> float:
     before, after = matrix[:, :-lag].ravel(), matrix[:, lag:].ravel()
     both = ~(np.isnan(before) | np.isnan(after))
     return float(np.corrcoef(before[both], after[both])[0, 1])
+
+
+def per_prompt_mae_ratio(fit: tuple[IntArray, IntArray], score: tuple[IntArray, IntArray]) -> float:
+    """MAE of the per-prompt mean over the MAE of the global mean, both fitted on ``fit`` and scored
+    on ``score`` (each ``(prompt codes, output lengths)``): how much knowing the prompt helps.
+
+    The data README's reference predictors (math100_x8, fit on step 0, score on step 1) give
+    56.3 / 120.2 = 0.468: the spread of prompt means against the within-prompt noise, on the linear
+    scale a scheduler pays in. Prompts of ``score`` absent from ``fit`` are left out.
+    """
+    prompt, output = fit
+    sums = np.bincount(prompt, weights=output)
+    counts = np.bincount(prompt)
+    scored_prompt, scored = score
+    known = scored_prompt < len(counts)
+    known[known] = counts[scored_prompt[known]] > 0
+    by_prompt = sums[scored_prompt[known]] / counts[scored_prompt[known]]
+    per_prompt = np.abs(scored[known] - by_prompt).mean()
+    global_mean = np.abs(scored[known] - output.mean()).mean()
+    return float(per_prompt / global_mean)
+
+
+def solved_shares(matrix: FloatArray, column: int = 0) -> tuple[float, float]:
+    """Shares of prompts with none and with all of their samples correct at one step of
+    ``reward_matrix``: the U-shaped histogram of a GRPO run (real epoch 0: 36.3% and 7.6%)."""
+    values = matrix[:, column]
+    values = values[~np.isnan(values)]
+    return float(np.mean(values == 0.0)), float(np.mean(values == 1.0))
+
+
+def prompt_output_log_correlation(prompt_tokens: IntArray, output: IntArray) -> float:
+    """Pearson correlation of log prompt length and log output length, one pair per row (real short
+    CoT, math100_x8: 0.31): longer problem statements get somewhat longer answers."""
+    return float(np.corrcoef(np.log(prompt_tokens), np.log(output))[0, 1])
