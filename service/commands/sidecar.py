@@ -275,9 +275,12 @@ def _checked(
 
 def _serve(options: SidecarOptions) -> SessionStats:
     """Run the sidecar in its mode until SIGTERM; its counters. What no wait fixes (a port taken, a
-    wrong password, an old Redis) is one line on stderr and exit code 2."""
+    wrong password, an old Redis) is one line on stderr and exit code 2; a loop of the sidecar that
+    died (a bug: logged CRITICAL with its traceback, what it held handed back) is exit code 70, for
+    the supervisor to restart it (``service/sidecar/supervision.py``)."""
     from service.redis_conn import RedisRefusedError, RedisTooOldError
     from service.sidecar.launch import run_pull, run_push
+    from service.sidecar.supervision import EXIT_LOOP_DIED, LoopDiedError
 
     try:
         return run_pull(options) if options.pull_api_port is not None else run_push(options)
@@ -287,6 +290,9 @@ def _serve(options: SidecarOptions) -> SessionStats:
     except (RedisRefusedError, RedisTooOldError) as exc:  # a wrong password, an old Redis: no wait fixes
         typer.echo(f"sidecar: {exc}", err=True)
         raise typer.Exit(2) from None
+    except LoopDiedError as exc:
+        typer.echo(f"sidecar: {exc}", err=True)
+        raise typer.Exit(EXIT_LOOP_DIED) from None
 
 
 def _check_worker_id(worker_id: str) -> None:

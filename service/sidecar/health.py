@@ -81,7 +81,8 @@ class Probes:
         return answer() if answer is not None else Reply.of({"detail": "Not Found"}, 404)
 
     def health(self) -> Reply:
-        """200 ``ok`` (or ``connecting`` at start-up), 503 ``stalled`` once the loop stops turning."""
+        """200 ``ok`` (or ``connecting`` at start-up), 503 ``stalled`` once the loop stops turning, and
+        503 ``failed`` (``error`` naming it) once a loop of the sidecar died (``supervision``)."""
         if self.runner is None:
             return Reply.of({"status": "connecting", "worker_id": self.worker_id, "redis_up": False})
         body = self._state(self.runner)
@@ -104,8 +105,11 @@ class Probes:
     def _state(self, runner: Sidecar) -> dict[str, Any]:
         silent_s = time.monotonic() - runner.last_turn
         holdings = runner.session.holdings
+        dead = runner.loops.dead  # a loop died (heartbeats, ...): the sidecar hands back and exits 70
+        status = "failed" if dead is not None else "ok" if silent_s <= self.stale_s else "stalled"
         return {
-            "status": "ok" if silent_s <= self.stale_s else "stalled",
+            "status": status,
+            **({"error": str(dead)} if dead is not None else {}),
             "worker_id": self.worker_id,
             "held": holdings.in_flight(),  # on the engine; not those claimed ahead of a slot or KV
             "waiting": len(holdings) - holdings.in_flight(),

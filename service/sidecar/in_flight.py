@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,9 @@ class InFlight:
 
     _tasks: dict[LeaseId, asyncio.Task[None]] = field(default_factory=dict)
     _finished: asyncio.Event = field(default_factory=asyncio.Event)  # set as any task ends
+    # told of a task that ended on an exception (a bug: the runner catches what it expects), which
+    # left its lease held and heartbeated with nothing running it; the runner stops the sidecar
+    died: Callable[[str, BaseException | None], None] = lambda *_: None
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -39,9 +42,11 @@ class InFlight:
         self._tasks[key] = task
         task.add_done_callback(functools.partial(self._ended, key))
 
-    def _ended(self, key: LeaseId, _: asyncio.Task[None]) -> None:
+    def _ended(self, key: LeaseId, task: asyncio.Task[None]) -> None:
         self._tasks.pop(key, None)
         self._finished.set()
+        if not task.cancelled() and task.exception() is not None:  # retrieved: said, not lost at GC
+            self.died(f"task of item {key[1]} (schedule {key[0]})", task.exception())
 
     def cancel(self, held: Held) -> None:
         """Stop ``held``'s task, if it runs, without waiting for it (a lease lost: nothing to hand back)."""

@@ -29,6 +29,7 @@ from service.redis_conn import (
 )
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, SessionStats, WorkerSession
+from service.sidecar.supervision import LoopDiedError
 
 if TYPE_CHECKING:
     import uvicorn
@@ -252,7 +253,8 @@ def run_pull(options: SidecarOptions) -> SessionStats:
     command reports in one line; and the app sees uvicorn's ``should_exit``, so a long-poll in
     flight stops claiming the moment SIGTERM arrives. Redis is reached while the API serves (a
     cluster down at start-up is waited for with ``/health`` answering); credentials it refuses, or a
-    version too old, stop the server and are raised here (``RedisRefusedError``, ``RedisTooOldError``)."""
+    version too old, stop the server and are raised here (``RedisRefusedError``, ``RedisTooOldError``),
+    and so does a loop of it that died (``LoopDiedError``, after the drain: ``supervision``)."""
     from service.sidecar.pull_api import create_pull_app
     from service.sidecar.pull_state import Connecting
 
@@ -261,6 +263,12 @@ def run_pull(options: SidecarOptions) -> SessionStats:
     server: uvicorn.Server | None = None
     made: list[WorkerSession] = []
     refusals: list[RedisRefusedError | RedisTooOldError] = []
+    deaths: list[LoopDiedError] = []
+
+    def failed(death: LoopDiedError) -> None:  # a loop died: drain as at SIGTERM, then exit 70
+        deaths.append(death)
+        if server is not None:
+            server.should_exit = True
 
     def connected() -> WorkerSession:
         try:
@@ -278,11 +286,14 @@ def run_pull(options: SidecarOptions) -> SessionStats:
         stopping=lambda: server is not None and server.should_exit,
         release_within_s=RELEASE_GRACE_S,
         hold_timeout_s=options.pull_hold_timeout_s,
+        on_failure=failed,
     )
     server = _pull_server(app, options.drain_timeout_s)
     server.run(sockets=[listener])
     if refusals:
         raise refusals[0]
+    if deaths:
+        raise deaths[0]
     return made[0].stats if made else SessionStats()
 
 

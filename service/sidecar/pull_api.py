@@ -70,6 +70,7 @@ from service.sidecar.metrics import pull_exposition
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
 from service.sidecar.pull_state import MAX_WAIT_S, Connecting, ConnectingError, PullState, lease_json
 from service.sidecar.session import WorkerSession
+from service.sidecar.supervision import LoopDiedError
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a /done carries one output: far below this; more is a mistake
 
@@ -96,15 +97,18 @@ router = APIRouter(route_class=Utf8BodyRoute)
 
 @router.get("/health")
 @router.head("/health", include_in_schema=False)  # what curl -I and balancers probe with
-async def health(request: Request) -> dict[str, Any]:
+async def health(request: Request) -> JSONResponse:
     """Liveness of the sidecar (not a sign of the worker's life: probes call it too); ``connecting``
-    while it waits for Redis at start-up."""
+    while it waits for Redis at start-up, 503 ``failed`` once a loop of it died (``supervision``)."""
     state: PullState = request.app.state.pull
     if not state.connected:
-        return {"status": "connecting", "worker_id": state.worker_id, "held": 0, "waiting": 0}
+        return JSONResponse({"status": "connecting", "worker_id": state.worker_id, "held": 0, "waiting": 0})
     holdings = state.session.holdings  # held: handed to the worker, as /leases lists them
     handed = holdings.in_flight()
-    return {"status": "ok", "worker_id": state.worker_id, "held": handed, "waiting": len(holdings) - handed}
+    body = {"status": "ok", "worker_id": state.worker_id, "held": handed, "waiting": len(holdings) - handed}
+    if state.loops.dead is not None:  # its heartbeats (or takeover) died: it is exiting, 70
+        return JSONResponse({**body, "status": "failed", "error": str(state.loops.dead)}, status_code=503)
+    return JSONResponse(body)
 
 
 @router.get("/ready")
@@ -114,10 +118,11 @@ async def ready(request: Request) -> JSONResponse:
     leases handed back; 503 ``connecting`` or ``taking over`` before."""
     state: PullState = request.app.state.pull
     status = "connecting" if not state.connected else "taking over" if state.taking_over else "ok"
+    status = "failed" if state.loops.dead is not None else status
     return JSONResponse({"status": status, "worker_id": state.worker_id}, status_code=_READY[status])
 
 
-_READY = {"ok": 200, "connecting": 503, "taking over": 503}
+_READY = {"ok": 200, "connecting": 503, "taking over": 503, "failed": 503}
 
 
 @router.get("/metrics", response_model=None)
@@ -253,10 +258,13 @@ def create_pull_app(
     stopping: Callable[[], bool] = lambda: False,
     release_within_s: float = 2.0,
     hold_timeout_s: float = DEFAULT_HOLD_TIMEOUT_S,
+    on_failure: Callable[[LoopDiedError], None] = lambda _: None,
 ) -> FastAPI:
     """Build the loopback pull API around ``session`` (or one still ``Connecting``, made while it
-    serves); heartbeats run while the server runs."""
+    serves); heartbeats run while the server runs, and ``on_failure`` is told if they die (the
+    server is to stop: ``launch.run_pull``)."""
     state = PullState(session, idle_timeout_s, stopping, release_within_s, hold_timeout_s)
+    state.loops.on_death = on_failure
     pending = session if isinstance(session, Connecting) else None
 
     @asynccontextmanager
@@ -269,7 +277,8 @@ def create_pull_app(
             await task
         if state.connected:  # whatever the worker held, then the presence key, in one grace
             until = time.monotonic() + release_within_s
-            await state.session.hand_back(state.session.holdings.all(), release_within_s)
+            died = "its sidecar" if state.loops.dead is not None else ""  # a bug: refunded once per item
+            await state.session.hand_back(state.session.holdings.all(), release_within_s, died)
             await state.leave(until - time.monotonic())
 
     # a trailing slash is a 404 naming the path without it (``_http_error``), not Starlette's 307 to an

@@ -33,6 +33,7 @@ from service.sidecar.holdings import Held, lease_id
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S, overdue
 from service.sidecar.sampling import sample_params
 from service.sidecar.session import WorkerSession
+from service.sidecar.supervision import Supervisor
 from service.sidecar.takeover import Takeover
 from service.sidecar.timings import Durations
 
@@ -87,6 +88,9 @@ class PullState:
         # hands back a killed predecessor's leases, then keeps the presence key; None until the server
         # runs (``begin``): an app driven without its lifespan (tests) claims at once, as before
         self.takeover: Takeover | None = None
+        # the heartbeats and the takeover: the first to die is ``loops.dead`` (``/health`` 503), and
+        # its ``on_death`` stops the server (``create_pull_app``'s ``on_failure``)
+        self.loops = Supervisor()
 
     @property
     def connected(self) -> bool:
@@ -118,7 +122,8 @@ class PullState:
 
     async def run(self, pending: Connecting | None) -> None:
         """Connect when still ``pending`` (served meanwhile), then take over what a killed predecessor
-        held and keep this process present, and heartbeat, until cancelled."""
+        held and keep this process present, and heartbeat, until cancelled. Both loops are supervised
+        (``loops``): the first to die stops the sidecar, which exits 70 (``supervision``)."""
         if pending is not None:
             try:
                 self._session = await _in_daemon_thread(pending.connect)
@@ -127,7 +132,12 @@ class PullState:
                 return
         self.begin()
         assert self.takeover is not None
-        await asyncio.gather(self.heartbeats(), self.takeover.run(asyncio.Event()))
+        self.loops.start("heartbeat loop", self.heartbeats())
+        self.loops.start("takeover loop", self.takeover.run(asyncio.Event()))
+        try:
+            await asyncio.get_running_loop().create_future()  # until the server stops
+        finally:
+            await self.loops.stop()
 
     async def leave(self, within_s: float) -> None:
         """A graceful exit: delete the presence key (the next process need not wait for it), if Redis

@@ -32,12 +32,13 @@ import redis
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.records import TrajectoryResult, bounded_extra
-from service.redis_conn import VersionCheck, version_known
+from service.redis_conn import RedisTooOldError, VersionCheck, version_known
 from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
 from service.sidecar.holdings import Held
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.in_flight import InFlight
 from service.sidecar.session import RELEASE_GRACE_S, SessionStats, WorkerSession
+from service.sidecar.supervision import LoopDiedError, Supervisor
 from service.sidecar.takeover import Takeover
 from service.sidecar.timings import Durations
 from service.sidecar.watchdog import EngineWatch, retry_or_fail
@@ -84,8 +85,12 @@ class Sidecar:
     last_turn: float = field(default_factory=time.monotonic, init=False)  # monotonic time the main
     # loop last turned (or polled a loading engine): what the liveness probe reads (``health``)
     hurry: asyncio.Event = field(default_factory=asyncio.Event, init=False)  # set: the drain ends now
+    # the background loops (heartbeats, takeover, engine watch, hang bound): the first to die stops
+    # the sidecar, which hands back what it holds and exits 70 (``supervision``)
+    loops: Supervisor = field(default_factory=Supervisor, init=False)
 
     def __post_init__(self) -> None:
+        self._items.died = self.loops.fail  # an item's task that dies of a bug stops the sidecar too
         self.watch = EngineWatch(self.engine, self.settings.engine_probe_s, self.settings.engine_stall_s)
         self.takeover = Takeover(self.session, retry_s=self.settings.redis_retry_s, version=self.version)
 
@@ -103,46 +108,69 @@ class Sidecar:
         return self._redis_down is False and not self.session.heartbeats_failing
 
     async def run(self, stop: asyncio.Event) -> SessionStats:
-        """Serve until ``stop`` is set, then drain; return the session's counters.
+        """Serve until ``stop`` is set, then drain; return the session's counters. ``LoopDiedError`` once
+        drained when a background loop (or the main loop) died of an exception it did not expect.
 
         Nothing is claimed before the takeover is done: what an earlier process of this worker id
         held goes back to the head of its queue first, so it is claimed first, in the plan's order."""
-        heartbeats = asyncio.create_task(self._heartbeats())
-        takeover = asyncio.create_task(self.takeover.run(stop))
-        watch = asyncio.create_task(self.watch.watch(lambda: bool(self._items), self._engine_stalled))
-        hangs = asyncio.create_task(
-            self.watch.hangs(self.session, self.settings.hang_timeout_s, self._items.stop)
-        )
+
+        def died(_: LoopDiedError) -> None:  # hand back what is held now (a second signal's drain), exit 70
+            stop.set()
+            self.hurry.set()
+
+        self.loops.on_death = died
+        self.loops.start("heartbeat loop", self._heartbeats())
+        self.loops.start("takeover loop", self._takeover(stop))
+        watch = self.watch.watch(lambda: bool(self._items), self._engine_stalled)
+        self.loops.start("engine watch loop", watch)
+        hangs = self.watch.hangs(self.session, self.settings.hang_timeout_s, self._items.stop)
+        self.loops.start("hang bound loop", hangs)
         try:
-            while not stop.is_set():
-                self.last_turn = time.monotonic()
-                if self.version is not None and not await asyncio.to_thread(version_known, self.version):
-                    await _sleep_unless(stop, self.settings.redis_retry_s)  # RedisTooOldError: too old
-                    continue
-                if not self.takeover.done.is_set():  # before the engine's "claiming" line: it holds
-                    await _sleep_unless(stop, self.settings.idle_poll_s)  # claims up to a presence TTL
-                    continue
-                if not await self._engine_ready(stop):
-                    break
-                try:
-                    await self._fill()
-                    if self._redis_down:
-                        log.info("redis reachable again, claiming")
-                    self._redis_down = False
-                except redis.RedisError as exc:  # Redis down or restarting: keep running, retry soon
-                    if not self._redis_down:  # once per outage, not twice a second for its length
-                        log.warning("redis unavailable, not claiming: %s", exc)
-                    self._redis_down = True
-                    await _sleep_unless(stop, self.settings.redis_retry_s)
-                await self._items.wait_any(stop, self.settings.idle_poll_s)
+            try:
+                await self._serve(stop)
+            except RedisTooOldError:
+                raise  # nothing claimed yet: the command says why, exit 2
+            except Exception as exc:  # a bug in the main loop: hand back what is held, then exit 70
+                self.loops.fail("main loop", exc)
             ends = await self._drain()
         finally:
-            for task in (heartbeats, watch, hangs, takeover):
-                task.cancel()
-            await asyncio.gather(heartbeats, watch, hangs, takeover, return_exceptions=True)
+            await self.loops.stop()
         if self.redis_up:  # the next process of this id need not wait for the presence key to lapse
             await self.takeover.leave(ends - time.monotonic())  # within the drain's time, not past it
+        if self.loops.dead is not None:
+            raise self.loops.dead
         return self.session.stats
+
+    async def _takeover(self, stop: asyncio.Event) -> None:
+        """The takeover, then the presence key; a server found too old ends it without a death: the
+        main loop's own check of the same version raises it (the command's exit 2, not 70)."""
+        with contextlib.suppress(RedisTooOldError):
+            await self.takeover.run(stop)
+        await asyncio.get_running_loop().create_future()  # until cancelled, as a loop that lives
+
+    async def _serve(self, stop: asyncio.Event) -> None:
+        """Claim and start items until ``stop`` is set (the main loop)."""
+        while not stop.is_set():
+            self.last_turn = time.monotonic()
+            if self.version is not None and not await asyncio.to_thread(version_known, self.version):
+                await _sleep_unless(stop, self.settings.redis_retry_s)  # RedisTooOldError: too old
+                continue
+            if not self.takeover.done.is_set():  # before the engine's "claiming" line: it holds
+                await _sleep_unless(stop, self.settings.idle_poll_s)  # claims up to a presence TTL
+                continue
+            if not await self._engine_ready(stop):
+                return
+            try:
+                await self._fill()
+                if self._redis_down:
+                    log.info("redis reachable again, claiming")
+                self._redis_down = False
+            except redis.RedisError as exc:  # Redis down or restarting: keep running, retry soon
+                if not self._redis_down:  # once per outage, not twice a second for its length
+                    log.warning("redis unavailable, not claiming: %s", exc)
+                self._redis_down = True
+                await _sleep_unless(stop, self.settings.redis_retry_s)
+            await self._items.wait_any(stop, self.settings.idle_poll_s)
 
     async def _engine_ready(self, stop: asyncio.Event) -> bool:
         """Wait (without claiming) until the engine answers; False if asked to stop meanwhile."""
@@ -315,17 +343,21 @@ class Sidecar:
         The whole drain keeps to ``drain_timeout_s`` (plus ``RELEASE_GRACE_S`` for the last release),
         Redis down included, so the pod's grace period is never overrun: a release Redis cannot take
         is abandoned, and those leases lapse and are requeued by the reaper as if the sidecar died.
+        After a loop died (a bug, ``supervision``) the hand-back says the sidecar died holding them:
+        each item is refunded its attempt only its first time back so, as by a restart's takeover, so
+        an item that trips the bug at every run is dead-lettered, not handed round the fleet for ever.
         """
         deadline = time.monotonic() + self.settings.drain_timeout_s
         holdings = self.session.holdings
-        await self.session.hand_back(holdings.waiting(), deadline - time.monotonic())
+        died = "its sidecar" if self.loops.dead is not None else ""  # a bug: refunded once per item
+        await self.session.hand_back(holdings.waiting(), deadline - time.monotonic(), died)
         if self._items:
             log.info(
                 "draining %d running items for up to %.1fs", len(self._items), self.settings.drain_timeout_s
             )
             await self._items.finish(deadline - time.monotonic(), self.hurry)
         unfinished = [h for h in holdings.all() if not h.completing]
-        await self.session.hand_back(unfinished, deadline + RELEASE_GRACE_S - time.monotonic())
+        await self.session.hand_back(unfinished, deadline + RELEASE_GRACE_S - time.monotonic(), died)
         return deadline + RELEASE_GRACE_S
 
 

@@ -395,10 +395,11 @@ class WorkerSession:
         self.stats.failed += dead
         return dead
 
-    async def hand_back(self, helds: list[Held], within_s: float) -> None:
-        """``release`` if Redis takes it within ``within_s``, else leave the leases to lapse (the reaper
-        requeues them): a shutdown must keep to the pod's grace period, Redis down included."""
+    async def hand_back(self, helds: list[Held], within_s: float, died: str = "") -> None:
+        """``release`` (``died`` as there) if Redis takes it within ``within_s``, else leave the leases
+        to lapse (the reaper requeues them): a shutdown must keep to the pod's grace period, Redis
+        down included."""
         try:
-            await asyncio.wait_for(self.release(helds), timeout=max(0.1, within_s))
+            await asyncio.wait_for(self.release(helds, died), timeout=max(0.1, within_s))
         except Exception as exc:  # Redis gone (or slow) at shutdown
             log.warning("could not release %d leases (%r); they lapse and are requeued", len(helds), exc)
