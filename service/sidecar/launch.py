@@ -287,6 +287,7 @@ def run_pull(options: SidecarOptions) -> SessionStats:
         release_within_s=RELEASE_GRACE_S,
         hold_timeout_s=options.pull_hold_timeout_s,
         on_failure=failed,
+        drain_s=options.drain_timeout_s,
     )
     server = _pull_server(app, options.drain_timeout_s)
     server.run(sockets=[listener])
@@ -301,9 +302,11 @@ def _pull_server(app: Any, drain_timeout_s: float) -> uvicorn.Server:
     """The uvicorn server of the pull API, SIGTERM/SIGINT left to it.
 
     log_config=None keeps the JSON handler ``sidecar`` configured (uvicorn's would print plain text).
-    On SIGTERM the requests in flight get the drain timeout, then are cancelled: uvicorn would wait
-    for them without end, and a /done retrying through a Redis outage holds on for a minute, far
-    past the pod's grace period. What is held is then released within RELEASE_GRACE_S."""
+    On SIGTERM the requests in flight get the drain timeout, then are given up (``pull_drain``: one
+    warning, each answered 503): uvicorn would wait for them without end, and a /done retrying
+    through a Redis outage holds on for a minute, far past the pod's grace period. uvicorn's own
+    bound, a second later, is a backstop only: what it cuts it logs as two errors. What is held is
+    then released within RELEASE_GRACE_S."""
     import uvicorn
 
     config = uvicorn.Config(
@@ -311,7 +314,7 @@ def _pull_server(app: Any, drain_timeout_s: float) -> uvicorn.Server:
         log_config=None,
         log_level="warning",
         access_log=False,
-        timeout_graceful_shutdown=math.ceil(drain_timeout_s),
+        timeout_graceful_shutdown=math.ceil(drain_timeout_s) + 1,  # past the app's own bound
     )
     server = uvicorn.Server(config)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler it

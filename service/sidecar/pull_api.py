@@ -45,7 +45,7 @@ life, what it lost, the hold bound, the session while it connects) is ``pull_sta
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -68,6 +68,7 @@ from service.problems import JSON_HINT, BodyEncodingError, ContentCodingError, P
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.metrics import pull_exposition
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
+from service.sidecar.pull_drain import DrainBoundMiddleware, DrainCutError, InFlightRequests
 from service.sidecar.pull_state import MAX_WAIT_S, Connecting, ConnectingError, PullState, lease_json
 from service.sidecar.session import WorkerSession
 from service.sidecar.supervision import LoopDiedError
@@ -259,22 +260,26 @@ def create_pull_app(
     release_within_s: float = 2.0,
     hold_timeout_s: float = DEFAULT_HOLD_TIMEOUT_S,
     on_failure: Callable[[LoopDiedError], None] = lambda _: None,
+    drain_s: float = 20.0,
 ) -> FastAPI:
     """Build the loopback pull API around ``session`` (or one still ``Connecting``, made while it
     serves); heartbeats run while the server runs, and ``on_failure`` is told if they die (the
-    server is to stop: ``launch.run_pull``)."""
+    server is to stop: ``launch.run_pull``). Once ``stopping()``, requests still running after
+    ``drain_s`` are given up (``pull_drain``)."""
     state = PullState(session, idle_timeout_s, stopping, release_within_s, hold_timeout_s)
     state.loops.on_death = on_failure
     pending = session if isinstance(session, Connecting) else None
+    requests = InFlightRequests()  # what a shutdown's drain gives up on is a warning, not an error
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         state.begin()  # a session given: the takeover gates /next before the first request
-        task = asyncio.create_task(state.run(pending))
+        bound = requests.bound(stopping, drain_s)  # the drain's limit on requests in flight
+        tasks = [asyncio.create_task(state.run(pending)), asyncio.create_task(bound)]
         yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if state.connected:  # whatever the worker held, then the presence key, in one grace
             until = time.monotonic() + release_within_s
             died = "its sidecar" if state.loops.dead is not None else ""  # a bug: refunded once per item
@@ -289,6 +294,8 @@ def create_pull_app(
     for kind in _PROBLEMS:
         app.add_exception_handler(kind, _problem)
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES, refusal=_too_large)
+    cut = functools.partial(_cut_short, drain_s)
+    app.add_middleware(DrainBoundMiddleware, requests=requests, refusal=cut)  # outermost: added last
     return app
 
 
@@ -305,6 +312,8 @@ _PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]
     ContentCodingError: (415, lambda exc: {"error": str(exc)}),
     # a malformed body: FastAPI's own answer echoes the input, and one holding NaN cannot be rendered
     RequestValidationError: (422, lambda exc: {"error": _invalid(exc)}),
+    # a request still running when the shutdown's drain timeout ran out (``pull_drain``)
+    DrainCutError: (503, lambda exc: {"error": str(exc)}),
     # Redis unreachable or failing: retry later, the lease is kept
     redis.RedisError: (503, lambda exc: {"error": f"redis unavailable: {exc}"}),
     # start-up still waits for Redis (a cluster down when the sidecar started): retry later
@@ -324,6 +333,13 @@ def _too_large(path: str, what: str, max_bytes: int) -> Response:
     status, body = _PROBLEMS[PayloadTooLargeError]
     error = PayloadTooLargeError(f"too large ({what}); the limit is {max_bytes} bytes")
     return JSONResponse(body(error), status_code=status, headers={"Connection": "close"})
+
+
+def _cut_short(drain_s: float) -> Response:
+    """The 503 of a request the drain gave up on (``DrainBoundMiddleware``, outside FastAPI's
+    handlers), from the table as every error here; the connection closes with the server."""
+    status, body = _PROBLEMS[DrainCutError]
+    return JSONResponse(body(DrainCutError(drain_s)), status_code=status)
 
 
 def _invalid(exc: Exception) -> str:
