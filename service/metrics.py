@@ -36,6 +36,7 @@ RATIO_BUCKETS = (1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.5, 2.0, 3.0, 5.0)
 REAP_OUTCOMES = ("requeued", "dead_lettered")  # the reaped-leases counter's only label values
 RETRAIN_OUTCOMES = ("ok", "busy", "insufficient_data", "error")  # the retrains counter's
 PUBLISHED = ("true", "false")  # the planned-trajectories counter's
+QUEUE_STATES = ("queued", "running", "done", "failed")  # the queue-depth gauge's (``Delivery.totals``)
 
 # A function returning queue depths by (schedule_id, state) -> count; raises when Redis is down.
 DepthSource = Callable[[], Mapping[tuple[str, str], int]]
@@ -44,29 +45,46 @@ VersionSource = Callable[[], str]
 
 
 class _DepthCollector(Collector):
-    """Reads the queue depths of recent schedules when scraped, at most every ``DEPTH_CACHE_S``.
+    """Reads the queue depths of recent schedules when scraped, at most every ``DEPTH_CACHE_S``, and
+    exposes them summed by state: ``rollout_queue_depth{state}`` and ``rollout_queue_schedules``.
 
     /metrics needs no token (scrapers), so a flood of scrapes must not become a flood of Redis
-    reads: within the window a scrape answers from the last reading."""
+    reads: within the window a scrape answers from the last reading.
+
+    No ``schedule_id`` label: each step is a new schedule, so a label per schedule minted four new
+    series a step and dropped them when it finished, thousands a day of series each scraped for
+    minutes (Prometheus's head and index grow with every series ever seen, not with those live). The
+    four states are four series for good, 0 while nothing is active; one schedule's own counts are
+    ``GET /schedule/{id}``'s."""
 
     def __init__(self, source: DepthSource) -> None:
         self._source = source
         self._read_at = -DEPTH_CACHE_S
-        self._depths: Mapping[tuple[str, str], int] = {}
+        self._depths: Mapping[tuple[str, str], int] | None = {}
         self._lock = threading.Lock()
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
+        depth = GaugeMetricFamily(
             "rollout_queue_depth",
-            "Trajectories of recent schedules by state (queued, running, done, failed)",
-            labels=["schedule_id", "state"],
+            "Trajectories by state (queued, running, done, failed), summed over the newest unfinished"
+            " schedules",
+            labels=["state"],
+        )
+        schedules = GaugeMetricFamily(
+            "rollout_queue_schedules", "Unfinished schedules the queue depths sum over (at most 32)"
         )
         depths = self._read()
-        for (schedule_id, state), count in depths.items():
-            family.add_metric([schedule_id, state], count)
-        yield family
+        if depths is not None:  # Redis down: no series, rather than zeros that read as an idle fleet
+            totals = dict.fromkeys(QUEUE_STATES, 0)
+            for (_, state), count in depths.items():
+                totals[state] = totals.get(state, 0) + count
+            for state, count in totals.items():
+                depth.add_metric([state], count)
+            schedules.add_metric([], len({schedule_id for schedule_id, _ in depths}))
+        yield depth
+        yield schedules
 
-    def _read(self) -> Mapping[tuple[str, str], int]:
+    def _read(self) -> Mapping[tuple[str, str], int] | None:
         with self._lock:
             if time.monotonic() - self._read_at < DEPTH_CACHE_S:
                 return self._depths
@@ -74,7 +92,7 @@ class _DepthCollector(Collector):
                 self._depths = self._source()
             except Exception as error:  # a scrape must not fail because Redis is down
                 _log.warning("queue depths unavailable: %s", error)
-                self._depths = {}
+                self._depths = None
             self._read_at = time.monotonic()
             return self._depths
 

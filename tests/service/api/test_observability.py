@@ -31,7 +31,9 @@ def test_metrics_expose_requests_latency_plan_quality_and_queue_depths(client: T
     assert 'rollout_plan_quality_ratio_count{policy="lpt"} 1.0' in text
     assert 'rollout_schedule_stage_seconds_count{stage="plan"} 1.0' in text
     assert 'rollout_schedule_stage_seconds_count{stage="queue"} 1.0' in text  # the wait for a plan slot
-    assert f'rollout_queue_depth{{schedule_id="{sid}",state="queued"}} 32.0' in text
+    assert client.get(f"/schedule/{sid}").json()["queued"] == 32  # one step's own, by id
+    assert 'rollout_queue_depth{state="queued"} 32.0' in text
+    assert "rollout_queue_schedules 1.0" in text
 
 
 def test_two_apps_in_one_process_keep_separate_metrics(client: TestClient, secured: TestClient) -> None:
@@ -164,9 +166,35 @@ def test_a_failed_on_demand_retrain_is_counted_as_an_error(make_client: AppFacto
 def test_queue_depths_skip_a_schedule_that_expired_and_keep_the_others(
     client: TestClient, redis_client: redis.Redis
 ) -> None:
-    sid = client.post("/schedule", json=batch_body()).json()["schedule_id"]
+    client.post("/schedule", json=batch_body())
     redis_client.zadd("rs:active", {"expired-meanwhile": 1})
-    assert f'rollout_queue_depth{{schedule_id="{sid}",state="queued"}} 32.0' in client.get("/metrics").text
+    text = client.get("/metrics").text
+    assert 'rollout_queue_depth{state="queued"} 32.0' in text
+    assert "rollout_queue_schedules 1.0" in text  # the expired one is not counted
+
+
+def test_the_queue_depths_keep_the_same_series_however_many_schedules_come_and_go(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each step is a new schedule: a ``schedule_id`` label minted four series a step (Prometheus
+    keeps every series it ever saw in its head and index: thousands a day), though each left the
+    exposition when its schedule ended. Summed by state, the series are the same four for good."""
+    monkeypatch.setattr("service.metrics.DEPTH_CACHE_S", 0.0)  # every scrape reads Redis
+    delivery = Delivery(redis_client)
+
+    def series() -> set[str]:
+        lines = client.get("/metrics").text.splitlines()
+        return {line.rsplit(" ", 1)[0] for line in lines if line.startswith("rollout_queue_")}
+
+    idle = series()
+    seen = set(idle)
+    for _ in range(20):
+        sid = client.post("/schedule", json=batch_body()).json()["schedule_id"]
+        seen |= series()
+        delivery.cancel(sid)  # the step ends (as its last result would end it)
+    states = {f'rollout_queue_depth{{state="{state}"}}' for state in ("queued", "running", "done", "failed")}
+    assert seen == idle == {*states, "rollout_queue_schedules"}
+    assert "rollout_queue_schedules 0.0" in client.get("/metrics").text
 
 
 def test_a_password_in_the_url_query_is_masked_in_logs() -> None:
@@ -194,7 +222,7 @@ def test_a_flood_of_scrapes_reads_the_queue_depths_from_redis_at_most_once_per_w
     metrics = Metrics()
     metrics.watch_queues(depths)
     for _ in range(50):
-        assert 'rollout_queue_depth{schedule_id="s",state="queued"} 3.0' in metrics.render().decode()
+        assert 'rollout_queue_depth{state="queued"} 3.0' in metrics.render().decode()
     assert len(reads) == 1
 
 
