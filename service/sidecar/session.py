@@ -197,11 +197,17 @@ class WorkerSession:
         """Sleep until ``heartbeat_interval`` has passed since ``since`` (monotonic seconds), re-read
         whenever a claim leases more. Read once before the sleep, it was the interval of what was held
         or known then: a sidecar idle on a schedule of 60 s leases slept 20 s, and the 3 s leases of a
-        schedule it claimed meanwhile lapsed long before that beat (reaped, run again elsewhere)."""
+        schedule it claimed meanwhile lapsed long before that beat (reaped, run again elsewhere).
+
+        ``asyncio.timeout``, not ``wait_for``: on Python 3.11 a ``wait_for`` cancelled as its event is
+        set returns as if set and drops the cancel, and this loop then slept on, cancelled in name
+        only: a shutdown that cancelled the heartbeat just after a claim leased waited for it for ever
+        (the pull app's lifespan, once its loops were supervised and stopped one step later)."""
         while (left := since + self.heartbeat_interval() - time.monotonic()) > 0:
             self._leased.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._leased.wait(), left)
+                async with asyncio.timeout(left):
+                    await self._leased.wait()
 
     @property
     def heartbeats_failing(self) -> bool:
