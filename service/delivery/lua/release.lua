@@ -64,7 +64,11 @@ local function retry(key, w)
   requeue(key, cfg, to)
 end
 
--- Walk backwards so that LPUSH leaves the first lease at the head of the queue.
+-- Walk backwards so that LPUSH leaves the first lease at the head of the queue. Codes go to their
+-- lease's slot, made up front: a table.insert at the front moved every code after it, O(n^2) in the
+-- leases (a release of 10,000 took ~0.5 s; docs/experiments.md, "Delivery protocol review").
+local n = (#ARGV - 4) / 2
+for j = 1, n do out[j] = 0 end
 for i = #ARGV - 1, 5, -2 do
   local key = ARGV[i]
   local status = lease_status(key, ARGV[i + 1], now, holder)
@@ -88,7 +92,7 @@ for i = #ARGV - 1, 5, -2 do
   elseif status == 'expired' then
     expire(key, now, cfg)
   end
-  table.insert(out, 1, code)
+  out[(i - 3) / 2] = code
 end
 flush(cfg)
 out[#out + 1] = settled_flag(cfg)
