@@ -3,8 +3,10 @@
 The service publishes and reads progress, sidecars claim/heartbeat/complete/steal/release, reapers
 reap, the trainer reads results; all through ``Delivery``. Every mutating method is one EVALSHA on
 keys of one hash slot, so it is atomic on a single server and on Redis Cluster alike. The plain
-reads (announced schedules, settings, progress, results) are ``DeliveryViews``, and the indexes that
-announce a schedule to its workers and reapers ``DeliveryIndexes``; it inherits both.
+reads (announced schedules, settings, progress, results) are ``DeliveryViews``, the indexes that
+announce a schedule to its workers and reapers ``DeliveryIndexes``, and how a script is called
+``ScriptCalls`` (``calls``); it inherits all three. Every worker id an operation names is checked
+before anything is sent (``calls.worker``): ``InvalidInputError`` naming it.
 
 Time: by default every script reads the server's clock (``TIME``), so leases do not depend on the
 clocks of workers or replicas. Each method also takes ``now_ms`` to pin the clock explicitly, which
@@ -16,15 +18,12 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
-
-import redis
-from redis.cluster import RedisCluster
+from typing import Any
 
 from service.delivery import keys as keyspace
 from service.delivery import wire
-from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
-from service.delivery.indexes import DeliveryIndexes
+from service.delivery.calls import ScriptCalls, worker
+from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import (
     CancelReport,
     CompletionOutcome,
@@ -34,44 +33,14 @@ from service.delivery.outcomes import (
     ResetReport,
 )
 from service.delivery.records import DeliveryItem, Lease, PublishedSchedule, TrajectoryResult
-from service.delivery.scripts import Scripts, register
 from service.delivery.views import text
 
-RedisClient = redis.Redis | RedisCluster
 _COMPLETE_CODES = {1: CompletionOutcome.ACCEPTED, 2: CompletionOutcome.DUPLICATE, 0: CompletionOutcome.STALE}
-# Replies of a script the server did not run (a cluster redirect, a slot on the move: lua/common.lua).
-# By class: redis-py strips the code (MOVED ...) off the message of each, so a test of the message's
-# start never matched, and complete_and_claim raised MovedError after its schedule's slot moved.
-_NOT_RUN = (
-    redis.exceptions.MovedError,
-    redis.exceptions.AskError,
-    redis.exceptions.TryAgainError,
-    redis.exceptions.ClusterDownError,
-)
 _RELEASE_CODES = {1: ReleaseOutcome.REQUEUED, 3: ReleaseOutcome.DEAD_LETTERED, 0: ReleaseOutcome.STALE}
 
 
-class Delivery(DeliveryIndexes):
+class Delivery(ScriptCalls):
     """Client of the delivery protocol on one Redis (or Redis Cluster) deployment."""
-
-    def __init__(self, client: RedisClient, prefix: str = keyspace.DEFAULT_PREFIX) -> None:
-        """Wrap ``client``; scripts are registered now and loaded lazily on first use."""
-        self.client = client
-        self.prefix = prefix
-        self.scripts: Scripts = register(client)
-
-    @classmethod
-    def from_url(cls, url: str, prefix: str = keyspace.DEFAULT_PREFIX, cluster: bool = False) -> Delivery:
-        """Connect to ``url`` (``redis://``, ``rediss://``, ACL user:password accepted)."""
-        if cluster:
-            return cls(RedisCluster.from_url(url, decode_responses=True), prefix)
-        return cls(redis.Redis.from_url(url, decode_responses=True), prefix)
-
-    def _call(self, script: Any, schedule_id: str, args: Sequence[Any]) -> Any:
-        try:
-            return script(keys=[self.keys(schedule_id).meta], args=list(args))
-        except redis.ResponseError as err:
-            raise _mapped(err, schedule_id) from None
 
     # -- publisher side -------------------------------------------------------------------------
 
@@ -132,6 +101,7 @@ class Delivery(DeliveryIndexes):
         call whose reply timed out, and the same id again answers the first run's leases instead
         of leasing more, which would lapse unseen. A caller retrying after an error passes the id
         of the call that failed."""
+        worker(worker_id)
         if max_items < 1:
             return []
         max_items = min(max_items, keyspace.MAX_BATCH)
@@ -180,6 +150,7 @@ class Delivery(DeliveryIndexes):
         ``busy_ms``: how long the work the thief already holds still takes; under the guard it must
         end by that deadline too, or the steal would only make the thief the last to finish.
         """
+        worker(worker_id)
         if max_items < 1:
             return []
         max_items = min(max_items, keyspace.MAX_BATCH)
@@ -230,22 +201,13 @@ class Delivery(DeliveryIndexes):
         (the lease lapsed, was reaped or is unknown, or, with ``worker_id``, another worker holds
         it) discards the result. Sidecars pass their ``worker_id``: tokens count up per schedule.
         """
+        if worker_id is not None:
+            worker(worker_id)
         if not entries:
             return []
         args = wire.complete_args(entries, now_ms, worker_id)
         codes = self._call(self.scripts.complete, schedule_id, args)
         return self._outcomes(schedule_id, codes)
-
-    def _settled(self, schedule_id: str, reply: Sequence[Any]) -> Sequence[Any]:
-        """Strip the settled flag the state-changing scripts append; retire the schedule on a 1.
-
-        Whatever settles the last item (a completion, a failure or an expired lease dead-lettered by
-        a heartbeat, a release or the reaper) must take the schedule out of the sidecars' inboxes and
-        the reapers' index at once, or they keep polling finished work until its retention passes.
-        """
-        if int(reply[-1]) == 1:
-            self._retire(schedule_id)
-        return reply[:-1]
 
     def _outcomes(self, schedule_id: str, codes: Sequence[Any]) -> list[CompletionOutcome]:
         return [_COMPLETE_CODES[int(c)] for c in self._settled(schedule_id, codes)]
@@ -268,31 +230,13 @@ class Delivery(DeliveryIndexes):
         rather than lease more that no one hears of.
         """
         want = min(max(max_items, 0), keyspace.MAX_BATCH)
-        claim_args = [worker_id, want, wire.clock(now_ms), call_id or uuid.uuid4().hex]
+        claim_args = [worker(worker_id), want, wire.clock(now_ms), call_id or uuid.uuid4().hex]
         calls = [(self.scripts.claim, claim_args)]
         if entries:
             calls.insert(0, (self.scripts.complete, wire.complete_args(entries, now_ms, worker_id)))
         replies = self._pipelined(schedule_id, calls)
         outcomes = self._outcomes(schedule_id, replies[0]) if entries else []
         return outcomes, self._leases(schedule_id, worker_id, replies[-1])
-
-    def _pipelined(self, schedule_id: str, calls: Sequence[tuple[Any, Sequence[Any]]]) -> list[Any]:
-        """Send the scripts in one pipeline; rerun alone (through ``_call``) any that the server did
-        not run: NOSCRIPT after a restart, or a cluster redirect (MOVED/ASK/TRYAGAIN) mid-resharding."""
-        meta = self.keys(schedule_id).meta
-        target: Any = self.client
-        if isinstance(self.client, RedisCluster):  # redis-py refuses EVALSHA in cluster pipelines: use the
-            target = cast(Any, self.client).get_node_from_key(meta).redis_connection  # the slot's node
-        pipe = target.pipeline(transaction=False)
-        for script, args in calls:
-            pipe.evalsha(script.sha, 1, meta, *args)
-        replies = pipe.execute(raise_on_error=False)
-        for i, (reply, (script, args)) in enumerate(zip(replies, calls, strict=True)):
-            if isinstance(reply, (redis.exceptions.NoScriptError, *_NOT_RUN)):
-                replies[i] = self._call(script, schedule_id, args)
-            elif isinstance(reply, redis.ResponseError):
-                raise _mapped(reply, schedule_id)
-        return list(replies)
 
     def release(
         self, leases: Sequence[Lease], now_ms: int | None = None, died: str = ""
@@ -348,7 +292,7 @@ class Delivery(DeliveryIndexes):
         retrying after an error passes the id of the call that failed.
         """
         call = call_id or uuid.uuid4().hex
-        args = [wire.clock(now_ms), worker_id, max(0, int(age_ms)), keyspace.RESET_REFUNDS, call]
+        args = [wire.clock(now_ms), worker(worker_id), max(0, int(age_ms)), keyspace.RESET_REFUNDS, call]
         reply = self._settled(schedule_id, self._call(self.scripts.reset, schedule_id, args))
         released, lapsed, dead, charged = (int(n) for n in reply)
         return ResetReport(released, lapsed, dead, charged)
@@ -379,22 +323,15 @@ class Delivery(DeliveryIndexes):
         return CancelReport(queued=int(queued), running=int(running), cancelled_at_ms=int(at_ms))
 
 
-def _mapped(err: redis.ResponseError, schedule_id: str) -> Exception:
-    """The typed error a script's error reply stands for (the reply itself when it is not ours)."""
-    msg = str(err)
-    if msg.startswith("NOSCHEDULE"):
-        return UnknownScheduleError(schedule_id)
-    if msg.startswith("CONFLICT"):
-        return ScheduleConflictError(schedule_id)
-    return err
-
-
 def _by_holder(leases: Iterable[Lease]) -> dict[tuple[str, str], list[Lease]]:
     """Leases by (schedule, holding worker), in order: each group is one script call, which checks
-    that the worker still holds every lease it names (not only the token)."""
+    that the worker still holds every lease it names (not only the token). Every holder is checked
+    before any group is sent: an empty one would mean any holder to the scripts."""
     groups: dict[tuple[str, str], list[Lease]] = {}
     for lease in leases:
         groups.setdefault((lease.schedule_id, lease.worker_id), []).append(lease)
+    for _, holder in groups:
+        worker(holder)
     return groups
 
 

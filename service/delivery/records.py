@@ -148,7 +148,7 @@ class PublishedSchedule:
 
     def validate(self) -> None:
         """Raise ``InvalidInputError`` naming the first bad field; called before anything is written."""
-        _check_name("schedule_id", self.schedule_id)
+        check_name("schedule_id", self.schedule_id)
         self.lease.validate()
         for worker, pace in self.seconds_per_token.items():
             if worker not in self.queues:
@@ -162,7 +162,7 @@ class PublishedSchedule:
                 raise InvalidInputError(f"kv_capacity_tokens[{worker}]", tokens, "must be an integer >= 1")
         seen: set[str] = set()
         for worker, items in self.queues.items():
-            _check_name("queues", worker)
+            check_name("queues", worker)
             if worker == SHARED_QUEUE:
                 raise InvalidInputError("queues", worker, "reserved for the shared queue")
             for item in items:
@@ -182,7 +182,7 @@ class PublishedSchedule:
         """A drained worker has a valid name and nothing queued (it takes nothing: its queue would
         wait forever), and some worker not drained is left to take the shared FIFO."""
         for worker in sorted(self.drained):
-            _check_name("drained", worker)
+            check_name("drained", worker)
             if self.queues.get(worker):
                 raise InvalidInputError(f"queues[{worker}]", "items", "a drained worker takes nothing")
         if self.shared and self.drained and self.drained.issuperset(self.queues):
@@ -242,9 +242,12 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _check_name(field_name: str, value: str) -> None:
+def check_name(field_name: str, value: str) -> None:
     """A schedule or worker id fit for key names and records; as long as the API lets one be
-    (``NAME_MAX_LENGTH``), so a step the API accepted is never refused here."""
+    (``NAME_MAX_LENGTH``), so a step the API accepted is never refused here. A publish checks its
+    ids by it, and ``Delivery`` each worker id a claim, steal, heartbeat, report or hand-back names:
+    a ``|`` in one would split the '|'-joined ``P:st`` record of every item it leased (lua/common.lua),
+    and an empty one means "any holder" to heartbeat, release and fail."""
     if not value or any(c in value for c in "{}|\n\r\t ") or len(value) > NAME_MAX_LENGTH:
         why = f"must be 1-{NAME_MAX_LENGTH} chars without braces, '|' or whitespace"
         raise InvalidInputError(field_name, value, why)

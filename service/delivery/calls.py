@@ -1,0 +1,103 @@
+"""How ``Delivery`` reaches its Lua scripts: one EVALSHA on the schedule's meta key, or several in one
+pipeline, a script's error reply as the typed error it stands for, and the settled flag the
+state-changing scripts append. ``Delivery`` (``protocol``) inherits this and adds one method per
+operation; kept apart so each module reads in one sitting.
+
+The worker ids those operations name are checked here too (``worker``), once, by the rule a publish
+checks its own ids by (``records.check_name``): the scripts join them into '|'-separated records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Self, cast
+
+import redis
+from redis.cluster import RedisCluster
+
+from service.delivery import keys as keyspace
+from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
+from service.delivery.indexes import DeliveryIndexes
+from service.delivery.records import check_name
+from service.delivery.scripts import Scripts, register
+
+RedisClient = redis.Redis | RedisCluster
+# Replies of a script the server did not run (a cluster redirect, a slot on the move: lua/common.lua).
+# By class: redis-py strips the code (MOVED ...) off the message of each, so a test of the message's
+# start never matched, and complete_and_claim raised MovedError after its schedule's slot moved.
+_NOT_RUN = (
+    redis.exceptions.MovedError,
+    redis.exceptions.AskError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError,
+)
+
+
+class ScriptCalls(DeliveryIndexes):
+    """The script calls of the delivery protocol on one Redis (or Redis Cluster) deployment."""
+
+    def __init__(self, client: RedisClient, prefix: str = keyspace.DEFAULT_PREFIX) -> None:
+        """Wrap ``client``; scripts are registered now and loaded lazily on first use."""
+        self.client = client
+        self.prefix = prefix
+        self.scripts: Scripts = register(client)
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = keyspace.DEFAULT_PREFIX, cluster: bool = False) -> Self:
+        """Connect to ``url`` (``redis://``, ``rediss://``, ACL user:password accepted)."""
+        if cluster:
+            return cls(RedisCluster.from_url(url, decode_responses=True), prefix)
+        return cls(redis.Redis.from_url(url, decode_responses=True), prefix)
+
+    def _call(self, script: Any, schedule_id: str, args: Sequence[Any]) -> Any:
+        try:
+            return script(keys=[self.keys(schedule_id).meta], args=list(args))
+        except redis.ResponseError as err:
+            raise _mapped(err, schedule_id) from None
+
+    def _settled(self, schedule_id: str, reply: Sequence[Any]) -> Sequence[Any]:
+        """Strip the settled flag the state-changing scripts append; retire the schedule on a 1.
+
+        Whatever settles the last item (a completion, a failure or an expired lease dead-lettered by
+        a heartbeat, a release or the reaper) must take the schedule out of the sidecars' inboxes and
+        the reapers' index at once, or they keep polling finished work until its retention passes.
+        """
+        if int(reply[-1]) == 1:
+            self._retire(schedule_id)
+        return reply[:-1]
+
+    def _pipelined(self, schedule_id: str, calls: Sequence[tuple[Any, Sequence[Any]]]) -> list[Any]:
+        """Send the scripts in one pipeline; rerun alone (through ``_call``) any that the server did
+        not run: NOSCRIPT after a restart, or a cluster redirect (MOVED/ASK/TRYAGAIN) mid-resharding."""
+        meta = self.keys(schedule_id).meta
+        target: Any = self.client
+        if isinstance(self.client, RedisCluster):  # redis-py refuses EVALSHA in cluster pipelines: use the
+            target = cast(Any, self.client).get_node_from_key(meta).redis_connection  # the slot's node
+        pipe = target.pipeline(transaction=False)
+        for script, args in calls:
+            pipe.evalsha(script.sha, 1, meta, *args)
+        replies = pipe.execute(raise_on_error=False)
+        for i, (reply, (script, args)) in enumerate(zip(replies, calls, strict=True)):
+            if isinstance(reply, (redis.exceptions.NoScriptError, *_NOT_RUN)):
+                replies[i] = self._call(script, schedule_id, args)
+            elif isinstance(reply, redis.ResponseError):
+                raise _mapped(reply, schedule_id)
+        return list(replies)
+
+
+def worker(worker_id: str) -> str:
+    """``worker_id``, once checked as a publish checks its workers (``InvalidInputError`` naming it):
+    a claim, steal, heartbeat, report or hand-back in the name of an id no publish takes would write
+    it into the records and keys of the schedule. Called before anything is sent."""
+    check_name("worker_id", worker_id)
+    return worker_id
+
+
+def _mapped(err: redis.ResponseError, schedule_id: str) -> Exception:
+    """The typed error a script's error reply stands for (the reply itself when it is not ours)."""
+    msg = str(err)
+    if msg.startswith("NOSCHEDULE"):
+        return UnknownScheduleError(schedule_id)
+    if msg.startswith("CONFLICT"):
+        return ScheduleConflictError(schedule_id)
+    return err
