@@ -93,6 +93,13 @@ def echo(value: object) -> object:
     return _jsonable(value) if short is None else short
 
 
+def clipped(text: str) -> str:
+    """``text`` whole where it is short, else its start and its size (``shortened``): for an input
+    named in an error body or a log line that is not a 422's ``value`` (a reported key, an unknown
+    field's name), so a megabyte of it makes neither a huge answer nor a huge log record."""
+    return shortened(text) or text
+
+
 def shortened(value: object) -> str | None:
     """The cut form of an integer past ``ECHO_DIGITS`` digits or a text past ``MAX_ECHO``; else None."""
     if isinstance(value, str) and len(value) > MAX_ECHO:

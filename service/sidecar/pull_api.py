@@ -64,6 +64,7 @@ from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.records import DeliveryItem, TrajectoryResult
 from service.limits import BodyLimitMiddleware
+from service.problem_details import clipped
 from service.problems import JSON_HINT, BodyEncodingError, ContentCodingError, PayloadTooLargeError, is_json
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.metrics import pull_exposition
@@ -210,7 +211,8 @@ async def _stale(state: PullState, body: DoneBody | FailBody, held: bool) -> dic
     """A report refused for its lease, saying which lease and why: a worker that reports a key or
     token it was never handed (its bug) is told so, not only that a lease was lost; one whose
     schedule the trainer cancelled is told that (one ``HEXISTS``, remembered once true)."""
-    lease = f"key={body.key!r} (schedule_id={body.schedule_id!r}, token={body.token})"
+    key, schedule_id = clipped(body.key), clipped(body.schedule_id)  # a megabyte of key: its start
+    lease = f"key={key!r} (schedule_id={schedule_id!r}, token={body.token})"
     if await state.session.found_cancelled(body.schedule_id):
         why = "its schedule was cancelled by the trainer"
     elif held:
@@ -319,7 +321,7 @@ _PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]
     # start-up still waits for Redis (a cluster down when the sidecar started): retry later
     ConnectingError: (503, lambda exc: {"error": str(exc)}),
     # never published here, or its retention passed while the worker ran it: drop the result
-    UnknownScheduleError: (404, lambda exc: {"outcome": "unknown_schedule", "error": str(exc)}),
+    UnknownScheduleError: (404, lambda exc: {"outcome": "unknown_schedule", "error": _unknown(exc)}),
     # Starlette's own: an unknown path (404), a wrong method (405, its Allow kept), a body FastAPI
     # cannot decode (400); the status is the exception's, the body completed by ``_http_error``
     StarletteHTTPException: (0, lambda exc: {"error": str(getattr(exc, "detail", exc))}),
@@ -342,6 +344,11 @@ def _cut_short(drain_s: float) -> Response:
     return JSONResponse(body(DrainCutError(drain_s)), status_code=status)
 
 
+def _unknown(exc: Exception) -> str:
+    """An unknown schedule's error, naming its id as the worker sent it cut short (``clipped``)."""
+    return str(UnknownScheduleError(clipped(getattr(exc, "schedule_id", ""))))
+
+
 def _invalid(exc: Exception) -> str:
     """Every schema error of a refused body as ``field: message``, without the values (NaN among
     them would make the answer itself unrenderable, a 500)."""
@@ -356,7 +363,7 @@ def _one_invalid(error: Any) -> str:
         detail = (error.get("ctx") or {}).get("error", "")
         return f"body: {error['msg']} at character {error['loc'][-1]}" + (f" ({detail})" if detail else "")
     field = ".".join(str(part) for part in error["loc"] if part != "body") or "body"
-    return f"{field}: {error['msg']}"
+    return f"{clipped(field)}: {error['msg']}"  # an unknown field's name is the worker's: cut short
 
 
 async def _problem(request: Request, exc: Exception) -> JSONResponse:
@@ -377,7 +384,7 @@ def _http_error(request: Request, exc: StarletteHTTPException) -> str:
     """Starlette's error in the API's own shape (its ``{"detail"}`` was the one answer here without
     ``error``), naming the request: a path with a trailing slash names the path to send instead, and
     a body FastAPI could not decode (nested past the recursion limit) names ``body`` and the cause."""
-    said = f"{request.method} {request.url.path}: {exc.detail}"
+    said = f"{request.method} {clipped(request.url.path)}: {exc.detail}"
     path = request.url.path
     if exc.status_code == 404 and len(path) > 1 and path.rstrip("/") in _PATHS:
         return f"{said}; the path takes no trailing slash: {path.rstrip('/')}"

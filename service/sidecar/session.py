@@ -40,6 +40,7 @@ from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease, TrajectoryResult
 from service.logs import schedule_context
+from service.problem_details import clipped
 from service.sidecar.cancels import Cancels
 from service.sidecar.holdings import Held, Holdings, lease_id
 from service.sidecar.outage_retry import TRANSIENT, OutageRetry
@@ -354,7 +355,7 @@ class WorkerSession:
             self._count_cancelled(schedule_id, [key])
         else:
             self.stats.stale += 1
-            log.warning("%s of %s refused as stale (%s)", what, key, why)
+            log.warning("%s of %s refused as stale (%s)", what, clipped(key), why)  # a pull worker's key
 
     async def fail(self, held: Held, reason: str, keep_unanswered: bool = False) -> ReleaseOutcome:
         """Report that an item could not run: retried elsewhere or dead-lettered by attempts.
