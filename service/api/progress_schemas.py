@@ -13,6 +13,12 @@ from pydantic import BaseModel
 # The longest ``wait_ms`` of ``GET /schedule/{id}/results`` (a longer one is a 422): the route's bound,
 # and the longest long poll ``SchedulerClient.wait`` sends, whatever its ``poll_ms``.
 RESULTS_MAX_WAIT_MS = 30_000
+# The most bytes of stored result JSON one page of ``GET /schedule/{id}/results`` holds by default
+# (``max_bytes``; past its first result, which is always served), and the largest ``max_bytes``: results
+# carrying token ids and logprobs run to tens of KB each, and a page bounded by count alone (1,000)
+# was tens of MB to read from Redis, render and send (docs/experiments.md, "Delivery protocol review").
+RESULTS_PAGE_BYTES = 8 * 1024 * 1024
+RESULTS_MAX_BYTES = 64 * 1024 * 1024
 
 
 class Counts(BaseModel):

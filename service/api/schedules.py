@@ -18,7 +18,9 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from scheduler.errors import InvalidInputError
 from service import pipeline
 from service.api.progress_schemas import (
+    RESULTS_MAX_BYTES,
     RESULTS_MAX_WAIT_MS,
+    RESULTS_PAGE_BYTES,
     CancelResponse,
     DeadLetterEntry,
     ProgressResponse,
@@ -151,15 +153,18 @@ async def schedule_results(
     after: Annotated[str, Query(pattern=r"^[0-9]{1,20}-[0-9]{1,20}$")] = "0-0",
     count: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     wait_ms: Annotated[int, Query(ge=0, le=RESULTS_MAX_WAIT_MS)] = 0,
+    max_bytes: Annotated[int, Query(ge=1, le=RESULTS_MAX_BYTES)] = RESULTS_PAGE_BYTES,
 ) -> ResultsPage:
     """Accepted results after stream id ``after``, oldest first; waits up to ``wait_ms`` for one.
+    At most ``count`` results and ``max_bytes`` of their stored JSON, past the first, which is always
+    served: ``next`` moves on whatever the page's size.
 
     Read on a thread of the long-poll pool (``Context.long_polls``), not the shared one: polls that
     wait their whole ``wait_ms`` must not starve the other routes."""
     if any(int(part) >= 2**64 for part in after.split("-")):  # Redis refuses it: a 422, not a 500
         raise InvalidInputError("after", after, "is past the largest stream id (each part < 2^64)")
     ctx = context_of(request)
-    read = functools.partial(_page, ctx, schedule_id, after, count, wait_ms)
+    read = functools.partial(_page, ctx, schedule_id, after, (count, max_bytes), wait_ms)
     records = await anyio.to_thread.run_sync(read, limiter=ctx.long_polls)
     entries = [_entry(r) for r in records]
     last = entries[-1].stream_id if entries else after
@@ -230,18 +235,25 @@ def _key_parts(key: str) -> dict[str, Any]:
     return {"prompt_id": prompt_id, "sample_idx": int(sample)}
 
 
-def _page(ctx: Context, schedule_id: str, after: str, count: int, wait_ms: int) -> list[ResultRecord]:
+def _page(
+    ctx: Context, schedule_id: str, after: str, bounds: tuple[int, int], wait_ms: int
+) -> list[ResultRecord]:
     ctx.delivery.info(schedule_id)  # 404 for an unknown schedule rather than an empty page forever
-    return _read(ctx, schedule_id, after, count, wait_ms)
+    return _read(ctx, schedule_id, after, bounds, wait_ms)
 
 
-def _read(ctx: Context, schedule_id: str, after: str, count: int, wait_ms: int) -> list[ResultRecord]:
-    """Read results, blocking in slices shorter than the Redis socket timeout until one arrives."""
+def _read(
+    ctx: Context, schedule_id: str, after: str, bounds: tuple[int, int], wait_ms: int
+) -> list[ResultRecord]:
+    """Read results, blocking in slices shorter than the Redis socket timeout until one arrives;
+    ``bounds``: the page's most results and most bytes of them."""
     deadline = time.monotonic() + wait_ms / 1000.0
     slice_ms = max(1, int(ctx.settings.redis_timeout_s * 500))
     while True:
         remaining_ms = int((deadline - time.monotonic()) * 1000)
         block = min(slice_ms, remaining_ms) if remaining_ms > 0 else None
-        records = ctx.delivery.read_results(schedule_id, after, count, block_ms=block)
+        records = ctx.delivery.read_results(
+            schedule_id, after, bounds[0], block_ms=block, max_bytes=bounds[1]
+        )
         if records or block is None:
             return records

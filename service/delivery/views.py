@@ -31,6 +31,7 @@ from service.delivery.records import DeliveryItem, ResultRecord, TrajectoryResul
 
 # The lease clock: the scripts' ``now_ms('')`` (lua/common.lua), run on the node holding the schedule.
 _CLOCK = "local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)"
+_FIRST_CHUNK = 64  # results a byte-bounded read takes first; later reads are sized by the average size
 _META_FIELDS = [
     "total",
     "kv_admission",
@@ -185,24 +186,54 @@ class DeliveryViews:
         )
 
     def read_results(
-        self, schedule_id: str, after_id: str = "0-0", count: int = 1000, block_ms: int | None = None
+        self,
+        schedule_id: str,
+        after_id: str = "0-0",
+        count: int = 1000,
+        block_ms: int | None = None,
+        max_bytes: int | None = None,
     ) -> list[ResultRecord]:
-        """Accepted results after stream id ``after_id`` (oldest first); block up to ``block_ms``."""
+        """Accepted results after stream id ``after_id`` (oldest first); block up to ``block_ms``.
+
+        At most ``count`` and, with ``max_bytes``, no more than that many bytes of stored result JSON,
+        but always the first result, however large, so a reader paging by ``stream_id`` always moves
+        on: results with token ids and logprobs in ``extra`` run to tens of KB each, and a page of
+        1,000 was tens of MB to read, render and send. Read in chunks sized by the results read so
+        far, so little is read past the bound and thrown away (the next page reads it again)."""
+        records: list[ResultRecord] = []
+        size, after, want = 0, after_id, count if max_bytes is None else min(count, _FIRST_CHUNK)
+        while True:
+            chunk = self._results_chunk(schedule_id, after, want, block_ms)
+            for record, stored in chunk:
+                if records and max_bytes is not None and size + stored > max_bytes:
+                    return records
+                records.append(record)
+                size += stored
+            if max_bytes is None or len(chunk) < want or len(records) >= count:
+                return records
+            after, block_ms = records[-1].stream_id, None  # blocked once: until the first result
+            each = max(1, size // len(records))
+            want = min(count - len(records), max(1, (max_bytes - size) // each + 1))
+
+    def _results_chunk(
+        self, schedule_id: str, after_id: str, count: int, block_ms: int | None
+    ) -> list[tuple[ResultRecord, int]]:
+        """One XREAD of the results stream: each record with the length of its stored result JSON
+        (compact ASCII JSON, ``wire.strict_json``: its characters are its bytes)."""
         stream = self.keys(schedule_id).results
         answer: Any = self.client.xread({stream: after_id}, count=count, block=block_ms)
-        records: list[ResultRecord] = []
+        records: list[tuple[ResultRecord, int]] = []
         for _, entries in answer or []:
             for entry_id, fields in entries:
                 f = {text(k): text(v) for k, v in fields.items()}
-                records.append(
-                    ResultRecord(
-                        stream_id=text(entry_id),
-                        schedule_id=schedule_id,
-                        key=f["key"],
-                        worker_id=f["worker"],
-                        token=int(f["token"]),
-                        attempt=int(f["attempt"]),
-                        result=TrajectoryResult.from_json(json.loads(f["result"])),
-                    )
+                record = ResultRecord(
+                    stream_id=text(entry_id),
+                    schedule_id=schedule_id,
+                    key=f["key"],
+                    worker_id=f["worker"],
+                    token=int(f["token"]),
+                    attempt=int(f["attempt"]),
+                    result=TrajectoryResult.from_json(json.loads(f["result"])),
                 )
+                records.append((record, len(f["result"])))
         return records

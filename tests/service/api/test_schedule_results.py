@@ -112,3 +112,52 @@ def test_a_stored_result_holding_a_lone_surrogate_is_served_with_a_replacement_c
         {"\ufffd": ["\ufffd"], "x": "ü"},
     )
     assert (mended["output_tokens"], plain["output"], plain["extra"]) == (7, "fine ü", {"x": 1})
+
+
+def _completed_with_extras(client: TestClient, redis_client: redis.Redis, n: int, extra_bytes: int) -> str:
+    """A step of ``n`` results, each carrying ``extra_bytes`` of logprobs-like ``extra``; its id."""
+    sid: str = client.post("/schedule", json=batch_body(prompts=n, n=1, workers=1)).json()["schedule_id"]
+    delivery = Delivery(redis_client)
+    logprobs = [-0.125] * (extra_bytes // 7)  # "-0.125," per entry
+    for lease in delivery.claim(sid, "w0", max_items=n):
+        delivery.complete(lease, TrajectoryResult(output_tokens=7, output="x", extra={"logprobs": logprobs}))
+    return sid
+
+
+def test_a_page_is_bounded_by_bytes_too_and_paging_by_next_still_reads_each_result_once(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    sid = _completed_with_extras(client, redis_client, n=9, extra_bytes=100_000)
+    keys: list[str] = []
+    sizes: list[int] = []
+    after = "0-0"
+    while True:
+        answer = client.get(f"/schedule/{sid}/results", params={"after": after, "max_bytes": 250_000})
+        page = answer.json()
+        if not page["results"]:
+            break
+        sizes.append(len(page["results"]))
+        assert len(answer.content) < 300_000
+        keys += [r["key"] for r in page["results"]]
+        after = page["next"]
+    assert sizes == [2, 2, 2, 2, 1]
+    assert sorted(keys) == [f"p{i}#0" for i in range(9)]
+
+
+def test_a_result_larger_than_max_bytes_is_served_alone_so_the_cursor_moves_on(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    sid = _completed_with_extras(client, redis_client, n=2, extra_bytes=50_000)
+    first = client.get(f"/schedule/{sid}/results", params={"max_bytes": 1}).json()
+    second = client.get(f"/schedule/{sid}/results", params={"max_bytes": 1, "after": first["next"]}).json()
+    assert [len(first["results"]), len(second["results"])] == [1, 1]
+    assert first["results"][0]["key"] != second["results"][0]["key"]
+
+
+def test_by_default_a_page_holds_about_8_mib_of_results_however_many_count_allows(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    sid = _completed_with_extras(client, redis_client, n=100, extra_bytes=200_000)
+    answer = client.get(f"/schedule/{sid}/results", params={"count": 1000})
+    assert len(answer.json()["results"]) == 41  # 41 x ~200 KB fit 8 MiB
+    assert len(answer.content) <= 8 * 1024 * 1024 + 100_000
