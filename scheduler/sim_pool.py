@@ -51,7 +51,7 @@ from __future__ import annotations
 import enum
 import heapq
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 
 from scheduler.sim_alone import play_out
@@ -114,6 +114,7 @@ class Pool:
         self._gone: set[int] = set()  # shared items already bound to a worker with their group
         self._shared_groups: dict[int, list[int]] = {}  # group -> its items in the shared FIFO
         self._sizes: dict[int, int] = {}  # group -> its number of items (filled on first steal)
+        self._largest: dict[int, int] = {}  # group -> the most KV one of its items needs (the same)
         self._group_need: dict[int, int] = {}  # group -> the most KV one of its shared items needs
         if affinity:
             group = engines[0].ledger.group if engines else []
@@ -287,7 +288,9 @@ class Pool:
         queue: the thief takes the nearest item before them that it may, however many there are
         (steal.lua reads the victim's list of unpinned items, or of those the thief's cache holds:
         index.lua); under prefix affinity the nearest group that may move, within ``STEAL_SCAN``
-        unpinned items of the tail (``_unpinned_tail``). A dead worker's pinned group planned last
+        unpinned items of the tail of groups the thief holds whole (``_unpinned_tail``; index.lua's
+        ``P:gneed``: a group with a member too big for it is passed over uncounted, as a pinned one).
+        A dead worker's pinned group planned last
         kept every item of its queue from idle thieves; a long prompt at the tail kept it from
         every small cache; a hundred pins, or long documents, planned last did so past the old
         bound of ``STEAL_SCAN`` items (docs/simulator.md).
@@ -315,7 +318,12 @@ class Pool:
         """Move the group nearest the victim's tail that may move, within ``STEAL_SCAN`` of it; each
         group is judged once, at its tail-most member (``_move_group``)."""
         group, judged = thief.ledger.group, set[int]()
-        for _, item in _unpinned_tail(victim.queue, thief.ledger.pin):
+        largest = self._group_stats()[1]
+
+        def held(item: int) -> bool:  # the thief holds the item's whole group
+            return largest[group[item]] <= thief.cap
+
+        for _, item in _unpinned_tail(victim.queue, thief.ledger.pin, held):
             g = group[item]
             if g not in judged:
                 judged.add(g)
@@ -344,12 +352,18 @@ class Pool:
 
     def _group_size(self, group: int) -> int:
         """How many items ``group`` has in the whole batch: a group may be stolen only whole, so a
-        victim's queue holding fewer of them means part of it already started. Counted on the first
-        steal under affinity, as most plays never steal a group."""
+        victim's queue holding fewer of them means part of it already started."""
+        return self._group_stats()[0][group]
+
+    def _group_stats(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Each group's size and the most KV one of its items needs (counted on the first
+        steal under affinity, as most plays never steal a group)."""
         if not self._sizes:
-            for g in self.engines[0].ledger.group:
+            ledger = self.engines[0].ledger
+            for g, need in zip(ledger.group, ledger.need, strict=True):
                 self._sizes[g] = self._sizes.get(g, 0) + 1
-        return self._sizes[group]
+                self._largest[g] = max(self._largest.get(g, 0), need)
+        return self._sizes, self._largest
 
     def _victims(self, thief: int) -> list[WorkerEngine]:
         """The ``STEAL_VICTIMS`` workers with the most predicted seconds of unclaimed work, most first
@@ -360,11 +374,14 @@ class Pool:
         )
 
 
-def _unpinned_tail(queue: deque[int], pin: Sequence[int]) -> Iterator[tuple[int, int]]:
-    """The first ``STEAL_SCAN`` unpinned items from the queue's tail, each with its position from
-    the tail (1: the tail): what a thief looks at under prefix affinity. Pinned items are not
-    counted, as steal.lua reads a queue holding pins through its list of unpinned items
-    (lua/index.lua): a hundred pins planned last shielded the queue before them. A pin binds its
-    whole group (``sim_load.pin_whole_groups``), so pinned groups are passed over whole."""
-    unpinned = ((b, i) for b, i in enumerate(reversed(queue), 1) if pin[i] < 0)
+def _unpinned_tail(
+    queue: deque[int], pin: Sequence[int], held: Callable[[int], bool]
+) -> Iterator[tuple[int, int]]:
+    """The first ``STEAL_SCAN`` unpinned items from the queue's tail whose group the thief ``held``
+    whole, each with its position from the tail (1: the tail): what a thief looks at under prefix
+    affinity. Pinned items are not counted, as steal.lua reads a queue holding pins through its list
+    of unpinned items (lua/index.lua): a hundred pins planned last shielded the queue before them. A
+    pin binds its whole group (``sim_load.pin_whole_groups``), so pinned groups are passed over
+    whole; nor are those of a group with a member too big for the thief (index.lua, ``P:gneed``)."""
+    unpinned = ((b, i) for b, i in enumerate(reversed(queue), 1) if pin[i] < 0 and held(i))
     return islice(unpinned, STEAL_SCAN)

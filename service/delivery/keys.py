@@ -32,6 +32,7 @@ key                         type     contents
 ``P:gsize``                 hash     group -> its number of items (prefix affinity only)
 ``P:cap``                   hash     worker -> its KV cache in tokens (absent: no limit)
 ``P:need``                  hash     item key -> prompt + max_new_tokens, where some ``P:cap`` is smaller
+``P:gneed``                 hash     item key -> the largest ``P:need`` of its group (affinity only)
 ``P:due``                   hash     item key -> ``start|end`` ms of its planned run (steal guard)
 ``P:seen``                  zset     worker -> when it last claimed, stole or heartbeated (ms)
 ``P:tried``                 hash     item key -> the workers whose attempt at it failed
@@ -226,6 +227,12 @@ class ScheduleKeys:
         return f"{self.base}:need"
 
     @property
+    def gneed(self) -> str:
+        """Under prefix affinity, item key -> the largest ``P:need`` of its group: a steal moves whole
+        groups, so its indexes for small caches hold or leave out whole groups."""
+        return f"{self.base}:gneed"
+
+    @property
     def seen(self) -> str:
         """Worker -> when it last showed life in this schedule (ms): where a failed item may go."""
         return f"{self.base}:seen"
@@ -255,7 +262,8 @@ class ScheduleKeys:
 
     def holdable(self, cap: int | str, worker_id: str) -> str:
         """The unpinned items of a worker's queue that a ``cap``-token cache holds, in queue order: what
-        a thief with that cache reads (only for caps below some item's need, without affinity)."""
+        a thief with that cache reads (only for caps below some item's need; under affinity, the
+        items of groups it holds whole, ``gneed``)."""
         return f"{self.base}:h:{cap}:{worker_id}"
 
     @property

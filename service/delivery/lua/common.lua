@@ -52,14 +52,14 @@ end
 -- Settings every mutating script needs; nil when the schedule is unknown or expired. drained is the
 -- meta field as stored (a JSON list of worker ids; nil when the request drained none), read here so
 -- that a claim on a schedule without a drain pays no command more for the check (drained, below);
--- pinq and holds, the same way, name the steal indexes (index.lua).
+-- pinq, holds and affinity, the same way, say which steal indexes there are (index.lua).
 local function settings()
   local m = redis.call('HMGET', META, 'lease_ttl_ms', 'max_attempts', 'expire_at_ms', 'total', 'drained', 'pulse',
-    'graced', 'pinq', 'holds')
+    'graced', 'pinq', 'holds', 'affinity')
   if not m[1] then return nil end
   return {ttl = tonumber(m[1]), max_attempts = tonumber(m[2]), exp = tonumber(m[3]), total = tonumber(m[4]),
     drained = m[5] or nil, pulse = tonumber(m[6] or ''), graced = m[7] ~= false, pinq = m[8] or nil,
-    holds = m[9] or nil}
+    holds = m[9] or nil, affinity = m[10] == '1'}
 end
 
 -- The steal indexes' upkeep (index.lua, prepended after this file, assigns them): requeue and adopt

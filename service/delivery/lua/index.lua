@@ -9,9 +9,10 @@
 --                  'pinq', a JSON list of workers: pinned items only ever return to their own
 --                  worker's queue, so no other queue needs one);
 --   P:h:<cap>:<w>  the unpinned items of w's queue that a cache of cap tokens holds (P:need), for
---                  every queue, for each cap of P:cap below some P:need (meta 'holds', a JSON list;
---                  written only without prefix affinity, where a steal moves single items: a group
---                  walk still reads P:u or the queue, steal.lua).
+--                  every queue, for each cap of P:cap below some P:need (meta 'holds', a JSON list);
+--                  under prefix affinity, where a steal moves whole groups, the unpinned items whose
+--                  whole group it holds (P:gneed, the largest P:need of the item's group), so a group
+--                  with one member too big for the thief shields nothing, as a pinned one does not.
 -- Every script that moves an item in or out of a queue moves it in or out of that queue's lists
 -- (claim, requeue, adopt, steal, cancel); a schedule without pins or small caches has none of them
 -- and reads nothing more for them (both fields come with settings()).
@@ -35,13 +36,13 @@ local function index_lists(cfg, w)
 end
 
 -- The list of victim w's queue a thief with KV capacity cap reads its tail from (nil: the queue
--- itself), and whether that list holds only items the thief can hold (no P:need check needed).
--- Under prefix affinity only P:u: a group walk judges whole groups, members too big included.
-local function steal_list(cfg, w, cap, affinity)
+-- itself), and whether that list holds only items the thief can hold (no P:need check needed;
+-- under prefix affinity: only items of groups it holds whole).
+local function steal_list(cfg, w, cap)
   local unpinned = nil
   for _, list in ipairs(index_lists(cfg, w)) do
     if not list.cap then unpinned = list.key
-    elseif cap and not affinity and list.cap == cap then return list.key, true end
+    elseif cap and list.cap == cap then return list.key, true end
   end
   return unpinned, false
 end
@@ -51,7 +52,7 @@ local function index_members(cfg, w, keys)
   local lists = index_lists(cfg, w)
   if #lists == 0 or #keys == 0 then return lists, {} end
   local pins = cfg.pinq and redis.call('HMGET', k('pin'), unpack(keys)) or {}  -- no pins: no P:u
-  local needs = cfg.holds and redis.call('HMGET', k('need'), unpack(keys)) or {}
+  local needs = cfg.holds and redis.call('HMGET', k(cfg.affinity and 'gneed' or 'need'), unpack(keys)) or {}
   local members = {}
   for i, list in ipairs(lists) do
     members[i] = {}

@@ -131,24 +131,36 @@ local function grouped(first, last)
 end
 
 -- The steal indexes (index.lua): P:u:<w> for a worker queue holding pinned items (named in meta
--- 'pinq'), and without prefix affinity P:h:<cap>:<w> for every worker queue and each cap of P:cap
--- below some P:need (meta 'holds'): the unpinned items of the queue, those a cache of cap holds.
--- Only when there are pins or such caps: other schedules pay nothing.
-local pinned_set, need_of, pinq, holds = {}, {}, {}, {}
+-- 'pinq'), and P:h:<cap>:<w> for every worker queue and each cap of P:cap below some P:need (meta
+-- 'holds'): the unpinned items of the queue, those a cache of cap holds; under prefix affinity those
+-- whose whole group it holds (P:gneed: the largest P:need among the item's group), since a steal
+-- moves whole groups. Only when there are pins or such caps: other schedules pay nothing.
+local pinned_set, need_of, pinq, holds, gneed = {}, {}, {}, {}, {}
 for _, key in ipairs(lines(ARGV[16])) do pinned_set[key] = true end
 do
   local pairs_ = lines(ARGV[21])
   for i = 1, #pairs_, 2 do need_of[pairs_[i]] = tonumber(pairs_[i + 1]) end
   local most, seen = 0, {}
   for _, v in pairs(need_of) do most = math.max(most, v) end
-  if affinity ~= '1' then
-    for _, c in pairs(cjson.decode(ARGV[20])) do
-      c = tonumber(c)
-      if c < most and not seen[c] then seen[c], holds[#holds + 1] = true, c end
-    end
+  for _, c in pairs(cjson.decode(ARGV[20])) do
+    c = tonumber(c)
+    if c < most and not seen[c] then seen[c], holds[#holds + 1] = true, c end
   end
   table.sort(holds)
+  if affinity == '1' and #holds > 0 then  -- each group's largest need, then every member's
+    local of_group = {}
+    for j = 1, n do
+      local need = need_of[keys[j]]
+      if need and need > (of_group[groups[j]] or 0) then of_group[groups[j]] = need end
+    end
+    for j = 1, n do
+      local need = of_group[groups[j]]
+      if need then gneed[keys[j]] = need end
+    end
+  end
 end
+-- What the steal indexes judge an item by: its own need, or under affinity its group's.
+local index_need = affinity == '1' and gneed or need_of
 local function index_queue(w, first, last)
   if w == '*' or (next(pinned_set) == nil and #holds == 0) then return end
   local free, pins = {}, 0
@@ -163,7 +175,7 @@ local function index_queue(w, first, last)
   for _, c in ipairs(holds) do
     local held = {}
     for _, key in ipairs(free) do
-      if not (need_of[key] and need_of[key] > c) then held[#held + 1] = key end
+      if not (index_need[key] and index_need[key] > c) then held[#held + 1] = key end
     end
     lists[k('h:' .. int(c) .. ':' .. w)] = held
   end
@@ -233,11 +245,17 @@ if #gsize > 0 then bulk('HSET', k('gsize'), gsize) end
 if #due > 0 then bulk('HSET', k('due'), due) end
 if #cap > 0 then bulk('HSET', k('cap'), cap) end
 if #need > 0 then bulk('HSET', k('need'), need) end
-for _, s in ipairs({'meta', 'items', 'prompts', 'st', 'counts', 'work', 'pace', 'pin', 'grp', 'gsize', 'due', 'cap', 'need', 'answer'}) do redis.call('PEXPIREAT', k(s), exp) end
+do
+  local flat_gneed = {}
+  for key, v in pairs(gneed) do flat_gneed[#flat_gneed + 1], flat_gneed[#flat_gneed + 2] = key, v end
+  if #flat_gneed > 0 then bulk('HSET', k('gneed'), flat_gneed) end
+end
+for _, s in ipairs({'meta', 'items', 'prompts', 'st', 'counts', 'work', 'pace', 'pin', 'grp', 'gsize', 'due', 'cap', 'need', 'gneed', 'answer'}) do redis.call('PEXPIREAT', k(s), exp) end
 -- Free the big argument strings and tables now: left to the incremental collector they would slow
 -- the next few hundred claims by tens of microseconds each.
 keys, groups, prompts, shared, cnt, pinned, grp, gsize, sizes_of, due, need, pinned_set, need_of = nil, nil, nil, nil, nil,
   nil, nil, nil, nil, nil, nil, nil, nil
+gneed, index_need = nil, nil
 pcall(function() for a = #ARGV, 1, -1 do ARGV[a] = nil end end)  -- a server may protect ARGV
 collectgarbage()
 return 1

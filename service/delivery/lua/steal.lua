@@ -29,9 +29,10 @@
 -- capacity (P:cap) takes no item it cannot hold at its cap (P:need); under affinity no group with
 -- such a member. Like a pinned one, such an item (group) stays queued, in place, and shields
 -- nothing: the steal passes over it (a small-cache thief got nothing from a queue whose tail item
--- had a long prompt, though smaller items sat right before it). Without affinity any number of them:
--- a thief whose cache is below some P:need reads the victim's list of what its cache holds
--- (P:h:<cap>:<victim>, index.lua); under affinity within SCAN unpinned items of the tail. So is an
+-- had a long prompt, though smaller items sat right before it), any number of them: a thief whose
+-- cache is below some P:need reads the victim's list of what its cache holds (P:h:<cap>:<victim>,
+-- index.lua; under affinity the items of groups it holds whole, P:gneed, so such groups do not count
+-- toward SCAN: 64 items of them at the tail hid every group before them until 2026-12-04). So is an
 -- item whose attempt on the thief failed (P:tried), without affinity: its retry was sent away from
 -- the thief on purpose.
 -- Several victims, as the simulator (sim_pool.py, _victims): when the busiest queue has nothing for
@@ -330,7 +331,7 @@ for _, v in ipairs(redis.call('ZREVRANGE', k('work'), 0, VICTIMS)) do
   if v ~= thief and tried < VICTIMS then
     tried = tried + 1
     victim, queue, late, stalled = v, k('q:' .. v), nil, false
-    look, held = steal_list(cfg, v, cap, affinity)
+    look, held = steal_list(cfg, v, cap)
     look = look or queue
     local len, got = redis.call('LLEN', queue), 'skip'
     local free = look == queue and len or redis.call('LLEN', look)  -- 0: nothing it may take: skip

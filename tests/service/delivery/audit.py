@@ -114,12 +114,19 @@ def _work_problems(client: redis.Redis, base: str, records: dict[str, list[str]]
 def _steal_index_problems(client: redis.Redis, base: str) -> list[str]:
     """Each steal index (``lua/index.lua``) must equal what it stands for, in queue order: ``P:u:<w>``,
     for a queue ``P:meta`` ``pinq`` names, its unpinned items; ``P:h:<cap>:<w>``, for every worker
-    queue and each cap in ``holds``, its unpinned items that cap holds (``P:need``). No other index
-    may exist: a steal reads the index alone, so one out of step hands out or hides items."""
+    queue and each cap in ``holds``, its unpinned items that cap holds (``P:need``; under prefix
+    affinity, those whose whole group it holds, recomputed here from ``P:grp``). No other index may
+    exist: a steal reads the index alone, so one out of step hands out or hides items."""
     meta: Any = client.hmget(f"{base}:meta", ["pinq", "holds"])
     pinq, holds = (json.loads(str(v)) if v else [] for v in meta)
     pinned = {str(k) for k in client.hkeys(f"{base}:pin")}
     needs = {str(k): int(v) for k, v in client.hgetall(f"{base}:need").items()}
+    groups = {str(k): str(v) for k, v in client.hgetall(f"{base}:grp").items()}  # affinity only
+    if groups:
+        largest: dict[str, int] = {}
+        for key, group in groups.items():
+            largest[group] = max(largest.get(group, 0), needs.get(key, 0))
+        needs = {key: largest[group] for key, group in groups.items()}
     workers = {str(n).removeprefix(f"{base}:q:") for n in client.scan_iter(match=f"{base}:q:*", count=1000)}
     workers.discard("*")
     expected: dict[str, list[str]] = {}

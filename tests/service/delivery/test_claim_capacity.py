@@ -135,16 +135,40 @@ def test_a_queue_keeps_its_list_of_what_a_small_cache_holds_through_claims_reque
     assert_sound(redis_client, "s")
 
 
-def test_under_affinity_a_thief_looks_past_groups_too_big_for_it_only_so_far_from_the_tail(
+def test_under_affinity_a_steal_passes_any_number_of_groups_too_big_for_the_thief_in_as_many_commands(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
-    # a group walk still reads the queue (or its unpinned items): bounded, as idle thieves retry
-    for bigs, got in ((STEAL_SCAN - 1, ["a#0"]), (STEAL_SCAN, [])):
-        victim = (_short("a#0"), *(item(f"x{i}#0") for i in range(bigs)))
-        schedule = _schedule((), affinity=True, big=victim)
-        delivery.publish(dataclasses.replace(schedule, schedule_id=f"s{bigs}"))
-        assert _keys(delivery.steal(f"s{bigs}", "small", 4)) == got
+    # a group walk read the queue itself, SCAN items from its tail: 64 items of groups with a member
+    # too big for the thief kept it from every group before them, as pins did before their index
+    for bigs in (STEAL_SCAN, 2_000):
+        groups = [(_short(f"x{i}#0"), item(f"x{i}#1")) for i in range(bigs // 2)]  # x{i}#1: too big
+        victim = (_short("a#0"), _short("a#1"), *(member for group in groups for member in group))
+        schedule = dataclasses.replace(_schedule((), affinity=True, big=victim), schedule_id=f"s{bigs}")
+        delivery.publish(schedule)
+        before = _commands(redis_client)
+        assert _keys(delivery.steal(f"s{bigs}", "small", 4)) == ["a#0", "a#1"]
+        assert _commands(redis_client) - before < 60  # the same at 64 and at 2,000
         assert_sound(redis_client, f"s{bigs}")
+
+
+def test_under_affinity_the_list_of_what_a_small_cache_holds_leaves_out_a_whole_group_for_one_member(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """Whole groups in or out, kept so through claims, requeues and steals (``assert_sound``)."""
+    victim = (_short("a#0"), _short("a#1"), _short("g#0"), item("g#1"), _short("b#0"), _short("b#1"))
+    delivery.publish(_schedule((), affinity=True, big=victim, other=(_short("o#0"),)))
+    held = delivery.claim("s", "big", 2)  # a#0, a#1 leave the head of the queue and of its list
+    assert_sound(redis_client, "s")
+    delivery.release(held)  # back to the head, into the list again
+    assert_sound(redis_client, "s")
+    assert redis_client.lrange(f"{schedule_keys('s').base}:h:{SMALL}:big", 0, -1) == [
+        "a#0",
+        "a#1",
+        "b#0",
+        "b#1",
+    ]
+    assert _keys(delivery.steal("s", "small", 4)) == ["b#0", "b#1"]
+    assert_sound(redis_client, "s")
 
 
 def _commands(client: redis.Redis) -> int:
