@@ -80,6 +80,15 @@ if rate and rate <= 0 then rate = nil end
 -- of this schedule running: no guard). Reset per victim.
 local victim, queue, look, held, late, stalled = nil, nil, nil, false, nil, false
 
+-- Whether key is queued on the victim, as its record says. A steal index read in place of the queue
+-- (index.lua) holds only such items while every script keeps it in step; one that an older release's
+-- script kept otherwise (a sidecar not yet upgraded: its claims pop the lists by its own rule) may
+-- name an item running or queued elsewhere, which a steal must never lease: it is passed over.
+local function queued_here(key)
+  local r = get(key)
+  return r ~= nil and r.s == 'q' and r.w == victim
+end
+
 -- Take keys off the victim's queue (each near its tail) and off its steal indexes.
 local function unqueue(keys)
   for _, key in ipairs(keys) do redis.call('LREM', queue, -1, key) end
@@ -177,7 +186,10 @@ local function queued_members(g, size, pos, len)
   end
   if pinned then return nil end
   local started = false
-  for _, key in ipairs(members) do started = started or get(key).att > 0 end
+  for _, key in ipairs(members) do
+    if not queued_here(key) then return nil end
+    started = started or get(key).att > 0
+  end
   return members, started
 end
 
@@ -296,7 +308,7 @@ local function tail_fit(len, free)
       local key = chunk[i]
       -- a pinned item never moves, nor one too big for the thief's cache, nor one the thief failed
       -- (its retry went elsewhere: release.lua, retry_target): look at what precedes it
-      if pins[i] or (needs[i] and tonumber(needs[i]) > cap) or failed_by(failed[i]) then
+      if pins[i] or (needs[i] and tonumber(needs[i]) > cap) or failed_by(failed[i]) or not queued_here(key) then
         passed = passed + 1
         if passed == SCAN then return fit, 'skip' end
       else
