@@ -157,6 +157,18 @@ class History:
             self._chunks = [Trace.concat(self._chunks)]
         return self._chunks[0] if self._chunks else empty_trace()
 
+    def _joined_from(self, chunks: list[Trace]) -> Trace:
+        """``chunks`` (the oldest held, in order) as one trace; the join replaces them where they are
+        still held, as ``_joined`` keeps its join."""
+        if len(chunks) <= 1:
+            return chunks[0] if chunks else empty_trace()
+        joined = Trace.concat(chunks)
+        with self._lock:
+            held = self._chunks[: len(chunks)]
+            if len(held) == len(chunks) and all(a is b for a, b in zip(held, chunks, strict=True)):
+                self._chunks = [joined, *self._chunks[len(chunks) :]]
+        return joined
+
     def version_before(self, step: int) -> int:
         """Changes exactly when rows of a step before ``step`` are added: the key of any cache of them."""
         with self._lock:
@@ -165,6 +177,20 @@ class History:
     def _version_before(self, step: int) -> int:
         """``version_before`` with the lock held."""
         return sum(n for first, n in self._appends.items() if first < step)
+
+    def columns_before(self, step: int, *names: str) -> tuple[IntArray, ...]:
+        """The columns ``names`` (of ``Trace``'s integer ones) of the rows of steps before ``step``,
+        in arrival order, taken chunk by chunk: ``trace`` would join every column of every row first
+        (~20 ms at 1.2 M rows), where the global prior reads two columns of them."""
+        with self._lock:
+            chunks = list(self._chunks)
+        earlier = [c.step < step for c in chunks]
+        return tuple(
+            np.concatenate([getattr(c, name)[m] for c, m in zip(chunks, earlier, strict=True)])
+            if chunks
+            else np.empty(0, dtype=np.int64)
+            for name in names
+        )
 
     def steps(self) -> IntArray:
         """Distinct steps observed, ascending."""
@@ -183,9 +209,12 @@ class History:
             if cached is not None and cached[0] == version:
                 return cached[1]
             base = self._resumable(step)
-            trace = self._joined()  # the rows ``version`` and ``base`` stand for, none that came after
-        rows = None if base is None else _between(trace, base.before, step)
-        stats = stats_of(trace, step) if base is None or rows is None else resume_stats(base, rows, step)
+            chunks = list(self._chunks)  # the rows ``version`` and ``base`` stand for, none that came after
+        rows = None if base is None else _between(chunks, base.before, step)
+        if base is None or rows is None:
+            stats = stats_of(self._joined_from(chunks), step)
+        else:
+            stats = resume_stats(base, rows, step)
         with self._lock:
             self._stats[step] = (version, stats)
             for old in sorted(self._stats)[:-4]:  # keep the four latest steps asked about
@@ -198,12 +227,21 @@ class History:
         return self._stats[max(valid)][1] if valid else None
 
 
-def _between(trace: Trace, start: int, stop: int) -> Trace | None:
-    """The rows of steps ``start`` to ``stop - 1``, or None where a row of a step before ``start``
-    comes after one of them: ``stats_of`` would then number the prompts in another order than a fold
-    resumed from ``start`` (first seen over all those rows), and the stats would not be identical."""
-    old = trace.step < start
-    new = (trace.step >= start) & (trace.step < stop)
-    if old.any() and new.any() and int(np.argmax(new)) < len(old) - 1 - int(np.argmax(old[::-1])):
-        return None
-    return trace.take(new)
+def _between(chunks: list[Trace], start: int, stop: int) -> Trace | None:
+    """The rows of steps ``start`` to ``stop - 1`` of ``chunks`` (in order), or None where a row of a
+    step before ``start`` comes after one of them: ``stats_of`` would then number the prompts in
+    another order than a fold resumed from ``start`` (first seen over all those rows), and the stats
+    would not be identical. Read chunk by chunk, without joining them: the join copied every column
+    of every row (~20 ms at 1.2 M rows) on each replica's first predict of a step, for the few rows
+    of one step. Only the columns the fold reads are kept."""
+    parts: list[Trace] = []
+    for chunk in chunks:
+        old = chunk.step < start
+        new = (chunk.step >= start) & (chunk.step < stop)
+        if old.any() and (
+            parts or (new.any() and int(np.argmax(new)) < len(old) - 1 - int(np.argmax(old[::-1])))
+        ):
+            return None
+        if new.any():
+            parts.append(replace(chunk, numeric={}, categorical={}).take(new))
+    return Trace.concat(parts)

@@ -229,9 +229,8 @@ class LengthPredictor:
         cached = self._prior_cache
         if cached is not None and cached[0] == key:
             return cached[1], cached[2]
-        trace = history.trace
-        earlier = trace.step < step  # the two columns the prior reads, not the whole trace's rows
-        prior = GlobalPrior.of(trace.prompt_tokens[earlier], trace.output_tokens[earlier], self._defaults)
+        prompt_tokens, output_tokens = history.columns_before(step, "prompt_tokens", "output_tokens")
+        prior = GlobalPrior.of(prompt_tokens, output_tokens, self._defaults)
         sigma = pooled_log_sd(history.stats_before(step))
         self._prior_cache = (key, prior, sigma)
         return prior, sigma
