@@ -13,6 +13,8 @@ abort the process (C++ ``terminate``), which no ``except`` catches, so a damaged
 every replica that loads it. Files are fsynced before the rename, so a crash leaves no such version.
 Numbers are never reused (``.last-version`` keeps the highest handed out), and a version's checksums
 are its ``stamp``: a replica notices a version removed for a rollback, or replaced under its number.
+A version a retrain stored carries its lock's fencing token; one stored after a version of a higher
+token (its lock lapsed before it was renewed in) is superseded: listed by no reader (``_superseded``).
 """
 
 from __future__ import annotations
@@ -52,16 +54,36 @@ class ModelStore:
         A store that cannot be listed raises its ``OSError``, a path that names no folder too (the
         volume it was on replaced by a file): read as "no versions", it made every replica drop the
         model it served for the fallbacks, as if an operator had withdrawn every version."""
+        return self._listed()[0]
+
+    def _listed(self) -> tuple[list[int], list[int]]:
+        """(complete versions, superseded ones), each ascending; see ``_superseded``."""
         try:
             entries = list(self.root.iterdir())
         except FileNotFoundError:
-            return []
+            return [], []
         found = []
         for entry in entries:
             match = _VERSION_DIR.match(entry.name)
             if match and all((entry / f).is_file() for f in _FILES):
                 found.append(int(match.group(1)))
-        return sorted(found)
+        fences = {version: self.fence_token(version) for version in found}
+        superseded = _superseded(sorted(found), fences)
+        return [v for v in sorted(found) if v not in superseded], sorted(superseded)
+
+    def fence_token(self, version: int) -> int | None:
+        """The fencing token ``version`` was saved with (its retrain lock's, ``service.retrain``);
+        None when saved without one (``predictor train``) or unreadable."""
+        try:
+            token = json.loads((self.path(version) / "metadata.json").read_text()).get("fence_token")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return token if isinstance(token, int) and not isinstance(token, bool) else None
+
+    def highest_fence_token(self) -> int:
+        """The highest fencing token of a version present, superseded ones included; 0 with none."""
+        listed, superseded = self._listed()
+        return max((t for v in listed + superseded if (t := self.fence_token(v)) is not None), default=0)
 
     def latest_version(self) -> int | None:
         """The highest complete version, None when the store is empty."""
@@ -72,24 +94,28 @@ class ModelStore:
         """Directory of one version."""
         return self.root / f"v{version:06d}"
 
-    def save(self, model: FittedModel) -> int:
-        """Write a new version atomically and return its number.
+    def save(self, model: FittedModel, fence_token: int | None = None) -> int:
+        """Write a new version atomically and return its number; ``fence_token``, where given, is
+        that of the lock the model was fitted under (``versions`` passes over a version whose token
+        is below an earlier number's).
 
         The folders made for the store are removed again when the save fails (a root name longer
         than the file system takes, a full disk): a refused ``predictor train`` leaves nothing."""
         made = make_folders(self.root)
         try:
-            return self._save_staged(model)
+            return self._save_staged(model, fence_token)
         except BaseException:
             remove_folders(made)
             raise
 
-    def _save_staged(self, model: FittedModel) -> int:
+    def _save_staged(self, model: FittedModel, fence_token: int | None) -> int:
         """Write the version under a temporary name in the store, then publish it under a number."""
         staging = Path(tempfile.mkdtemp(dir=self.root, prefix=".staging-"))
         try:
             _write_boosters(model, staging)
             meta = {**_metadata_json(model), "checksums": {f: _sha256(staging / f) for f in _BOOSTERS}}
+            if fence_token is not None:
+                meta["fence_token"] = fence_token
             (staging / "metadata.json").write_text(json.dumps(meta, indent=2))
             make_ordinary(staging)  # replicas under other users read the store
             _fsync(staging, *(staging / f for f in _FILES))
@@ -105,10 +131,16 @@ class ModelStore:
         numbers are not reused after pruning (``.last-version``)."""
         if keep < 1:
             raise InvalidInputError("keep", keep, "must be at least 1")
-        doomed = self.versions()[:-keep]
+        listed, superseded = self._listed()
+        doomed = sorted(listed[:-keep] + superseded)
         for version in doomed:
-            shutil.rmtree(self.path(version), ignore_errors=True)
+            self.discard(version)
         return doomed
+
+    def discard(self, version: int) -> None:
+        """Remove one version (its number is not reused): a fit that finds, once stored, that its
+        lock lapsed takes its version back (``service.models``)."""
+        shutil.rmtree(self.path(version), ignore_errors=True)
 
     def stamp(self, version: int) -> str:
         """What tells two versions stored under one number apart: the booster files' checksums."""
@@ -182,6 +214,29 @@ class ModelStore:
         except (OSError, ValueError, KeyError, TypeError, AttributeError, lgb.basic.LightGBMError) as error:
             raise InvalidInputError("model_store", str(directory), f"does not load ({error})") from None
         return chosen, FittedModel(p50=p50, p90=p90, spec=spec, metadata=meta)
+
+
+def _superseded(versions: list[int], fences: dict[int, int | None]) -> set[int]:
+    """The versions (ascending) whose fencing token is below that of an earlier-numbered version.
+
+    A token is handed out as a retrain takes its lock, so tokens rise in lock order, and numbers
+    rise in the order versions were renamed into place. A fit checks its lock just before the
+    rename, but the two are not one step: a fit paused between them (a GC pause, a slow volume)
+    while its lock lapsed and another replica fitted newer actuals and stored them renames its
+    stale model in last, under the higher number. Its lower token gives it away, to every reader
+    alike, whenever it lands: that is the check made atomic with the rename. A version without a
+    token (``predictor train``) neither is passed over nor passes over others."""
+    highest: int | None = None
+    superseded = set()
+    for version in versions:
+        token = fences[version]
+        if token is None:
+            continue
+        if highest is not None and token < highest:
+            superseded.add(version)
+        else:
+            highest = token
+    return superseded
 
 
 def _write_boosters(model: FittedModel, staging: Path) -> None:

@@ -175,12 +175,15 @@ class ModelService:
             self._unreadable.add(error.value)
             _log.error("model store: %s; passed over", error)
 
-    def retrain(self, fence: Callable[[], None] | None = None) -> Retrained:
+    def retrain(self, fence: Callable[[], None] | None = None, fence_token: int | None = None) -> Retrained:
         """Fit on all history, store a new version, swap it in.
 
         ``fence`` runs just before the version is stored, the swap lock held, and raises to leave the
         fit unpublished: the retrain lock it was started under lapsed meanwhile (``service.retrain``),
-        and another replica may have fitted on newer actuals and stored its version already. The rows
+        and another replica may have fitted on newer actuals and stored its version already. It runs
+        again once the version is in place, which is taken back if it raises then: the lock lapsed
+        between the check and the rename, and the version's ``fence_token`` (stored with it) already
+        has every reader pass it over, as superseded by the other replica's. The rows
         counted are those of the fit's own snapshot of the history: actuals folded in while it ran
         are not in the model, and counting them made ``history_rows`` name rows it never saw."""
         started = time.perf_counter()
@@ -192,12 +195,31 @@ class ModelService:
         with self._swap_lock:  # not while fitting: requests reload meanwhile
             if fence is not None:
                 fence()
-            version = self._saved(model)
+            version = self._saved(model, fence_token)
+            if fence is not None:
+                self._kept_if_fenced(version, fence)
             self.predictor.use_model(model, version, self.store.stamp(version))
         self._prune()
         took = time.perf_counter() - started
         _log.info("retrained", extra={"model_version": f"v{version}", "rows": len(history), "seconds": took})
         return Retrained(version, len(history), took)
+
+    def _kept_if_fenced(self, version: int, fence: Callable[[], None]) -> None:
+        """``fence`` again, the version in place: where it raises, the version is removed (a stored
+        version no replica serves, ``predictors.store``) and the error raised."""
+        try:
+            fence()
+        except BaseException:
+            self.store.discard(version)
+            raise
+
+    def highest_fence_token(self) -> int:
+        """The highest fencing token in the store (``ModelStore.highest_fence_token``); 503 naming
+        the store where it cannot be listed."""
+        try:
+            return self.store.highest_fence_token()
+        except OSError as error:
+            raise ModelStoreError(f"model store {self.store.root} cannot be listed ({error})") from error
 
     def stored_versions(self) -> list[int]:
         """The store's complete versions; ``ModelStoreError`` (503) naming the store where it cannot be
@@ -207,11 +229,11 @@ class ModelService:
         except OSError as error:
             raise ModelStoreError(f"model store {self.store.root} cannot be listed ({error})") from error
 
-    def _saved(self, model: FittedModel) -> int:
+    def _saved(self, model: FittedModel, fence_token: int | None = None) -> int:
         """Store ``model`` as a new version; ``ModelStoreError`` naming the store where it cannot be
         written (a lost or read-only volume, a full disk), not a bare ``OSError`` (a 500)."""
         try:
-            return self.store.save(model)
+            return self.store.save(model, fence_token)
         except OSError as error:
             raise ModelStoreError(f"model store {self.store.root} cannot be written ({error})") from error
 

@@ -11,7 +11,10 @@ Replicas coordinate through two keys (named, with their TTLs, in ``service/deliv
 ``keys.retrain_lock`` (``SET NX`` with ``RETRAIN_LOCK_TTL_S``, renewed while the fit runs and
 released when the replica stops, so a replica stopped or killed mid-retrain holds it back a minute
 at most) allows one retrain at a time across replicas; a fit that finds it lost before storing its
-version stores nothing, since another replica may have fitted newer actuals meanwhile. And
+version stores nothing, since another replica may have fitted newer actuals meanwhile. Each lock
+taken draws a fencing token from ``keys.retrain_fence``, stored with the version: a fit whose lock
+lapsed between that check and the rename lands a version of a lower token than the newer one
+stored meanwhile, which no replica serves (``predictors.store``). And
 ``keys.retrain_step`` holds the step the last automatic retrain started at (the first step seen,
 before any; ``POST /models/retrain`` leaves it); a boundary met while a retrain runs anywhere is left
 for the next step to claim. Other replicas pick the new version up by hot reload.
@@ -44,6 +47,14 @@ _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
+# the next fencing token, past every token the store holds: a Redis that lost the counter (restarted
+# without its AOF) would otherwise hand out tokens below the stored versions', superseding each new one
+_NEXT_FENCE = """
+local token = redis.call('INCR', KEYS[1])
+local floor = tonumber(ARGV[1])
+if token <= floor then token = floor + 1 redis.call('SET', KEYS[1], token) end
+return token
+"""
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -75,9 +86,11 @@ class Retrainer:
         self._metrics = metrics
         self._every = every_steps
         self._lock_key = keys.retrain_lock(prefix)
+        self._fence_key = keys.retrain_fence(prefix)
         self.step_key = keys.retrain_step(prefix)
         self._advance = client.register_script(_COMPARE_AND_SET)
         self._renew = client.register_script(_RENEW)
+        self._next_fence = client.register_script(_NEXT_FENCE)
         self._release = client.register_script(_RELEASE)
         self._token: str | None = None  # the retrain lock's owner token while this replica holds it
         self._unreleased: str | None = None  # a token whose release failed (Redis was down then)
@@ -137,7 +150,12 @@ class Retrainer:
         keeper = threading.Thread(target=self._keep_lock, args=(token, done), daemon=True)
         keeper.start()
         try:
-            version, rows, seconds = self._models.retrain(fence=lambda: self._still_held(token))
+            fence_token = int(
+                self._next_fence(keys=[self._fence_key], args=[self._models.highest_fence_token()])
+            )
+            version, rows, seconds = self._models.retrain(
+                fence=lambda: self._still_held(token), fence_token=fence_token
+            )
         except InvalidInputError as error:
             self._metrics.retrains.labels("insufficient_data").inc()
             raise ConflictError(f"not enough actuals to train on: {error.reason}", field="history") from None
@@ -153,8 +171,10 @@ class Retrainer:
         The lock can lapse under a fit (Redis down or the process paused past its TTL, so renewals
         failed), and another replica then takes it and fits on newer actuals. Publishing anyway
         stored two versions out of order: the stale one, finishing last, got the higher number,
-        and every replica served it. The check and the store's rename are not one atomic step, so
-        this narrows the race to the moment between them rather than closing it."""
+        and every replica served it. The check and the store's rename are not one atomic step: a
+        fit paused between them still renames its version in, and the version's fencing token
+        (taken with the lock, lower than the other replica's) makes every reader pass it over
+        (``predictors.store``); checked again after the rename, this fit then takes it back."""
         if not self._renew(keys=[self._lock_key], args=[token, keys.RETRAIN_LOCK_TTL_S]):
             self._metrics.retrains.labels("busy").inc()
             raise ConflictError(

@@ -85,6 +85,8 @@ key                                           type     contents; time-to-live
 ``<prefix>:retrain:step``                     string   last step a retrain was started for; no TTL
 ``<prefix>:retrain:lock``                     string   owner token while one replica retrains; renewed,
                                                        else expires after ``RETRAIN_LOCK_TTL_S``
+``<prefix>:retrain:fence``                    string   the last fencing token a retrain took with the
+                                                       lock (a counter); no TTL
 ============================================  =======  =====================================================
 """
 
@@ -371,3 +373,8 @@ def retrain_step(prefix: str = DEFAULT_PREFIX) -> str:
 def retrain_lock(prefix: str = DEFAULT_PREFIX) -> str:
     """String: held with ``RETRAIN_LOCK_TTL_S`` while one replica retrains."""
     return f"{prefix}:retrain:lock"
+
+
+def retrain_fence(prefix: str = DEFAULT_PREFIX) -> str:
+    """String: a counter; each retrain takes the next value with the lock, its version's fencing token."""
+    return f"{prefix}:retrain:fence"

@@ -393,3 +393,25 @@ def test_a_version_number_written_part_way_leaves_no_staged_file(
     store = ModelStore(tmp_path)
     assert store.save(fit(drifting_trace(steps=2), FAST)) == 1
     assert [p.name for p in tmp_path.iterdir()] == ["v000001"]
+
+
+def test_a_version_stored_after_one_of_a_higher_fencing_token_is_served_by_no_reader(tmp_path: Path) -> None:
+    """A fit whose retrain lock lapsed between its check and its rename lands after the newer fit
+    of the replica that took the lock over, under the higher number: its lower token (taken with the
+    older lock) has every reader pass it over; a version without a token (``predictor train``) is
+    neither passed over nor passes over others, and pruning removes the superseded one first."""
+    store = ModelStore(tmp_path)
+    model = fit(drifting_trace(steps=2), FAST)
+    assert store.save(model, fence_token=7) == 1  # the replica that took the lock over
+    assert store.save(model, fence_token=6) == 2  # the lapsed fit, renamed in last
+    assert store.versions() == [1]
+    assert store.load()[0] == 1
+    predictor = LengthPredictor(History(drifting_trace(steps=2)))
+    assert predictor.reload(store)
+    assert predictor.model_version == 1
+    assert store.save(model) == 3  # predictor train: no token
+    assert store.save(model, fence_token=8) == 4
+    assert store.versions() == [1, 3, 4]
+    assert store.highest_fence_token() == 8
+    assert store.prune(2) == [1, 2]
+    assert store.versions() == [3, 4]

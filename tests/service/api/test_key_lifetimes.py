@@ -32,6 +32,7 @@ FLEET_WIDE = {
     keys.worker_profiles(),
     keys.learned_speeds(),
     keys.retrain_step(),
+    keys.retrain_fence(),  # one counter
 }
 
 

@@ -144,3 +144,42 @@ def test_a_fitting_retrain_request_holds_up_no_other_request_and_a_second_is_ref
     paused_fit.proceed.set()
     thread.join(60)
     assert [answer.status_code for answer in answers] == [200]
+
+
+def test_a_fit_whose_lock_lapsed_between_its_check_and_its_rename_is_served_by_no_replica(
+    make_client: AppFactory, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock check and the store's rename are two steps: a fit paused between them (a GC pause,
+    a slow volume) while its lock lapsed, another replica fitting newer actuals meanwhile, renamed
+    its stale model in last, as v2, which every replica then served. Its fencing token, lower than
+    the other replica's, now has every reader pass it over, and the fit takes it back: 409."""
+    monkeypatch.setattr("service.models.RELOAD_EVERY_S", 0.0)
+    stale, fresh = make_client(), make_client()
+    stale.post("/actuals", json={"actuals": actual_history(steps=2)})
+    store = stale.app.state.context.models.store  # type: ignore[attr-defined]
+    renaming, proceed = threading.Event(), threading.Event()
+    publish = store._publish
+
+    def paused_publish(staging: Any) -> int:
+        renaming.set()  # checked and staged: only the rename is left
+        assert proceed.wait(30)
+        return publish(staging)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(store, "_publish", paused_publish)
+    thread, answers = _in_background(lambda: stale.post("/models/retrain"))
+    try:
+        assert renaming.wait(60)
+        redis_client.delete(LOCK)  # lapsed while paused
+        late = [actual_report(2, p, i) for p in range(8) for i in range(4)]
+        fresh.post("/actuals", json={"actuals": late})
+        newer = fresh.post("/models/retrain")
+        assert (newer.status_code, newer.json()["version"]) == (200, "v1")
+    finally:
+        proceed.set()
+        thread.join(60)
+    [answer] = answers
+    assert answer.status_code == 409, answer.text
+    assert answer.json()["field"] == "retrain_lock"
+    for replica in (stale, fresh):
+        status = replica.get("/models").json()
+        assert (status["version"], status["stored_versions"]) == ("v1", ["v1"])
