@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from typing import Any
 
@@ -166,8 +166,13 @@ def walk_steps(trace: Trace) -> Iterator[tuple[int, PromptStats, IntArray, StepG
 
 
 def stats_of(trace: Trace, before: int) -> PromptStats:
-    """The per-prompt stats of the rows of ``trace`` with step < ``before``."""
-    past = trace.take(trace.step < before)
+    """The per-prompt stats of the rows of ``trace`` with step < ``before``.
+
+    The fold reads none of the extra feature columns, so they are not copied with the rows; and
+    where every row is earlier (the next step's predict, its actuals all in), none is copied at all:
+    the copy was ~60 ms of each full fold at 1 M rows (a capped history re-folds at every append)."""
+    earlier = trace.step < before
+    past = trace if earlier.all() else replace(trace, numeric={}, categorical={}).take(earlier)
     codes, index = factorize(past.prompt_id)
     fold = _Fold(index)
     _advance_steps(fold, past, codes)
