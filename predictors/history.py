@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from predictors.promptstats import PromptStats, resume_stats, stats_of
+from predictors.stepgroups import factorize
 from predictors.tracetable import IntArray, Trace, empty_trace
 from scheduler.trace import TraceRow
 
@@ -53,6 +54,12 @@ class History:
         trace = rows if isinstance(rows, Trace) or rows is None else Trace.from_rows(rows)
         self.max_rows = max_rows  # None: keep everything
         self._chunks: list[Trace] = []
+        # each chunk's prompt codes in ``_ids`` (prompt id -> code, codes in insertion order), made as
+        # it is appended: a full fold numbers prompts from them (``coded_first_seen``), not by hashing
+        # every held row's id again (~60 ms of a ~150 ms fold at 1 M rows, at each capped append)
+        self._codes: list[IntArray] = []
+        self._ids: dict[str, int] = {}
+        self._ids_kept = 0  # prompts ``_ids`` held at its last pruning (``_prune_ids``)
         self._lock = threading.Lock()
         self._appends: Counter[int] = Counter()  # earliest step of each append -> how many appends
         self._stats: dict[int, tuple[int, PromptStats]] = {}  # before -> (version_before, stats)
@@ -70,11 +77,12 @@ class History:
             if len(chunk) == 0:
                 return
             self._chunks.append(chunk)
+            self._codes.append(factorize(chunk.prompt_id, self._ids)[0])
             self._appends[int(chunk.step.min())] += 1
             if self.max_rows is not None:
                 self._trim(sum(map(len, self._chunks)) - self.max_rows)
             if len(self._chunks) > MAX_CHUNKS:  # many small reports: one array, not thousands
-                self._chunks = [Trace.concat(self._chunks)]
+                self._chunks, self._codes = [Trace.concat(self._chunks)], [np.concatenate(self._codes)]
 
     def _within_columns(self, rows: Trace | Iterable[TraceRow]) -> Trace:
         """``rows`` as a trace of the extra columns this history holds (lock held), admitting new
@@ -118,8 +126,10 @@ class History:
             oldest = first if oldest is None else min(oldest, first)
             if gone is head:
                 self._chunks.pop(0)
+                self._codes.pop(0)
             else:
                 self._chunks[0] = head.take(slice(excess, None))
+                self._codes[0] = self._codes[0][excess:]
             excess -= len(gone)
         assert oldest is not None
         self._appends[oldest] += 1  # every step after the oldest dropped changes
@@ -127,6 +137,23 @@ class History:
         self._stats.clear()
         # columns only the dropped rows had make room for new names (a fleet's features may change)
         self._columns = dict.fromkeys(k for c in self._chunks for k in (*c.numeric, *c.categorical))
+        self._prune_ids()
+
+    def _prune_ids(self) -> None:
+        """Forget the prompt ids no held row has once they are over half of ``_ids`` (lock held), so a
+        capped history's ids stay bounded by the prompts it holds; the codes are renumbered."""
+        if len(self._ids) <= 2 * self._ids_kept + 1024:
+            return
+        names = list(self._ids)
+        held = np.zeros(len(names), dtype=bool)
+        for codes in self._codes:
+            held[codes] = True
+        kept = np.flatnonzero(held)
+        renumbered = np.full(len(names), -1, dtype=np.int64)
+        renumbered[kept] = np.arange(len(kept))
+        self._codes = [renumbered[codes] for codes in self._codes]
+        self._ids = {names[code]: new for new, code in enumerate(kept.tolist())}
+        self._ids_kept = len(self._ids)
 
     def _fold_dropped_steps(self) -> None:
         """Fold the append counts of steps below every held row into the lowest one (lock held).
@@ -154,20 +181,21 @@ class History:
     def _joined(self) -> Trace:
         """``trace`` with the lock held."""
         if len(self._chunks) > 1:
-            self._chunks = [Trace.concat(self._chunks)]
+            self._chunks, self._codes = [Trace.concat(self._chunks)], [np.concatenate(self._codes)]
         return self._chunks[0] if self._chunks else empty_trace()
 
-    def _joined_from(self, chunks: list[Trace]) -> Trace:
-        """``chunks`` (the oldest held, in order) as one trace; the join replaces them where they are
-        still held, as ``_joined`` keeps its join."""
+    def _joined_from(self, chunks: list[Trace], codes: list[IntArray]) -> tuple[Trace, IntArray]:
+        """``chunks`` (the oldest held, in order) and their ``codes`` as one trace and one array; the
+        join replaces them where they are still held, as ``_joined`` keeps its join."""
         if len(chunks) <= 1:
-            return chunks[0] if chunks else empty_trace()
-        joined = Trace.concat(chunks)
+            return (chunks[0], codes[0]) if chunks else (empty_trace(), np.empty(0, dtype=np.int64))
+        joined, joined_codes = Trace.concat(chunks), np.concatenate(codes)
         with self._lock:
             held = self._chunks[: len(chunks)]
             if len(held) == len(chunks) and all(a is b for a, b in zip(held, chunks, strict=True)):
                 self._chunks = [joined, *self._chunks[len(chunks) :]]
-        return joined
+                self._codes = [joined_codes, *self._codes[len(chunks) :]]
+        return joined, joined_codes
 
     def version_before(self, step: int) -> int:
         """Changes exactly when rows of a step before ``step`` are added: the key of any cache of them."""
@@ -210,9 +238,11 @@ class History:
                 return cached[1]
             base = self._resumable(step)
             chunks = list(self._chunks)  # the rows ``version`` and ``base`` stand for, none that came after
+            codes, names = list(self._codes), list(self._ids)
         rows = None if base is None else _between(chunks, base.before, step)
         if base is None or rows is None:
-            stats = stats_of(self._joined_from(chunks), step)
+            trace, joined_codes = self._joined_from(chunks, codes)
+            stats = stats_of(trace, step, (joined_codes, names))
         else:
             stats = resume_stats(base, rows, step)
         with self._lock:

@@ -7,6 +7,7 @@ over steps (``predictors.promptstats``) and the training set both start from it 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,19 @@ def factorize(values: ObjArray, index: dict[str, int] | None = None) -> tuple[In
     setdefault = index.setdefault
     codes = np.fromiter((setdefault(v, len(index)) for v in values), dtype=np.int64, count=len(values))
     return codes, index
+
+
+def coded_first_seen(codes: IntArray, names: Sequence[str]) -> tuple[IntArray, dict[str, int]]:
+    """``factorize`` of the ids ``names[codes]``, from codes already given: each code's first row
+    (a minimum per code, no hashing of strings), the codes present renumbered in that order."""
+    n = len(codes)
+    first = np.full(len(names), n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n))
+    present = np.flatnonzero(first < n)
+    order = present[np.argsort(first[present])]  # the first rows differ: one order
+    renumbered = np.empty(len(names), dtype=np.int64)
+    renumbered[order] = np.arange(len(order))
+    return renumbered[codes], {names[code]: new for new, code in enumerate(order.tolist())}
 
 
 def repeated_rows(trace: Trace, same_length: bool = False) -> np.ndarray:

@@ -115,3 +115,16 @@ def test_a_full_fold_copies_no_extra_column_and_no_row_when_every_row_is_earlier
             tracemalloc.stop()
         assert stats.num_rows == int((trace.step < before).sum())
         assert peak < sum(column.nbytes for column in extras.values()) / 4
+
+
+def test_a_capped_history_of_ever_new_prompts_forgets_their_ids_and_still_folds_exactly() -> None:
+    """The prompt codes kept with the rows name every prompt appended; a capped history forgets
+    those no held row has once they outnumber the held ones, renumbering the codes: its folds stay
+    the full fold's, bit for bit, and the ids it keeps stay near the prompts it holds."""
+    history = History(max_rows=40)
+    for step in range(400):
+        history.append(_step_rows(step, range(8 * step, 8 * step + 10)))  # 20 rows of 10 new prompts
+        if step % 37 == 0:
+            assert_identical(history.stats_before(step + 1), stats_of(history.trace, step + 1))
+    assert_identical(history.stats_before(400), stats_of(history.trace, 400))
+    assert len(history._ids) <= 2 * 20 + 1024 + 10
