@@ -95,8 +95,8 @@ def _counted_prior(prompt_tokens: IntArray, output_tokens: IntArray) -> tuple[Fl
     lengths do not suit counting (none, negative, past ``COUNTED_MAX``).
 
     Every figure of the prior is an order statistic or an integer sum of the rows, which counts
-    give exactly, so the rows need neither a partition per quantile nor a mask per bin: ~8 ms
-    where those took ~80 ms at 1.2 M rows, on every replica's first predict of each step. Each
+    give exactly, so the rows need neither a partition per quantile nor a mask per bin: 6.5 ms
+    of CPU where those took 61 ms at 1 M rows, on every replica's first predict of each step. Each
     quantile is numpy's own over the two order statistics it interpolates (``_quantile_of``)."""
     n = len(output_tokens)
     if n == 0 or min(int(prompt_tokens.min()), int(output_tokens.min())) < 0:
