@@ -238,9 +238,13 @@ class History:
                 return cached[1]
             base = self._resumable(step)
             chunks = list(self._chunks)  # the rows ``version`` and ``base`` stand for, none that came after
-            codes, names = list(self._codes), list(self._ids)
+            codes, ids = list(self._codes), self._ids
         rows = None if base is None else _between(chunks, base.before, step)
         if base is None or rows is None:
+            with (
+                self._lock
+            ):  # appends grow ``ids`` at its end (codes held keep theirs); a pruning replaces it
+                names = list(ids)
             trace, joined_codes = self._joined_from(chunks, codes)
             stats = stats_of(trace, step, (joined_codes, names))
         else:
