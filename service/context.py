@@ -25,6 +25,7 @@ from service.settings import Settings
 from service.speeds import SpeedLearner
 
 LONG_POLLS = 16  # results requests that may wait at once; more queue for a thread of their own
+PLAN_THREADS = 16  # POST /schedule requests validating, waiting for a plan slot or planning at once
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class Context:
     # threads for results long-polls: below the worker pool's 40, so polls that wait their whole
     # 30 s cannot take every thread from /readyz and the planning routes
     long_polls: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(LONG_POLLS))
+    # threads for POST /schedule, for the same reason: a burst of steps waiting for a plan slot (up to
+    # ROLLOUT_PLAN_QUEUE_TIMEOUT_S each) held all 40 and left /readyz and /actuals waiting behind them
+    plan_threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(PLAN_THREADS))
 
 
 def context_of(request: Request) -> Context:

@@ -1,7 +1,9 @@
 """``/schedule``: plan a rollout step, then follow its progress and read its results.
 
 Handlers are plain ``def`` functions: planning is CPU-bound and Redis calls are blocking, so
-FastAPI runs each request on its worker thread pool and the event loop stays free for probes.
+FastAPI runs each request on its worker thread pool and the event loop stays free for probes. Two
+kinds of request that may wait long run on pools of their own instead (``Context``): results
+long-polls, and ``POST /schedule``, which waits for a plan slot.
 """
 
 from __future__ import annotations
@@ -61,16 +63,29 @@ _REPLAYED_DOC: dict[str, Any] = {
     dependencies=[Depends(trainer_only)],
     responses={200: _REPLAYED_DOC, **documented(400, 401, 403, 409, 413, 415, 422, 503)},
 )
-def create_schedule(body: ScheduleRequest, request: Request) -> Response:
+async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     """Validate, predict, plan, publish (unless ``publish`` is false) and return the plan.
 
     A retry under a caller-chosen ``schedule_id`` already published gets the first attempt's answer,
     ``replayed`` and with the header ``Idempotent-Replayed: true`` (``service/republish.py``).
     A step past the configured retrain interval then starts a background retrain: the actuals of
     the earlier steps are in by now, and this response is not delayed by it.
+
+    Served on a thread of ``Context.plan_threads``, not the shared pool: a request waits there for a
+    plan slot, up to ``ROLLOUT_PLAN_QUEUE_TIMEOUT_S``, and a burst of 40 waiting had held every
+    shared thread, so ``/readyz`` (failing the replica's readiness), ``/actuals`` and progress reads
+    waited behind them for as long.
     """
+    request.state.schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
+    started: Context | None = request.app.state.context  # None: context_of refuses at once (503)
+    limiter = None if started is None else started.plan_threads
+    serve = functools.partial(_schedule, body, request, request.state.schedule_id)
+    return await anyio.to_thread.run_sync(serve, limiter=limiter)
+
+
+def _schedule(body: ScheduleRequest, request: Request, schedule_id: str) -> Response:
+    """``POST /schedule``'s work, on a planning thread (``context_of`` too: it may ask Redis)."""
     ctx = context_of(request)
-    request.state.schedule_id = schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
     response = pipeline.run(body, ctx, schedule_id)
     if body.publish and not response.replayed:  # a dry run writes nothing, the retrain counter included
         with schedule_context(schedule_id), after_publish("counting the step towards a retrain"):
