@@ -10,6 +10,9 @@ trainer-side client stays light.
 from __future__ import annotations
 
 RULE = "a token must be printable ASCII (a header cannot carry others)"
+# Where a command that calls the service reads its ``--token`` when the flag is absent (docs/client.md's
+# name too): a flag's value is on the command line, which ``ps`` and /proc show every user of the host.
+TOKEN_VARIABLE = "SCHEDULER_TOKEN"
 
 
 def check_token(token: str) -> str:

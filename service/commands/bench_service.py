@@ -35,6 +35,8 @@ from typing import Annotated, Any
 
 import typer
 
+from service.tokens import TOKEN_VARIABLE
+
 HELP = (
     "POST /schedule end to end at 1,024 x 16 and 4,096 x 32: p50/p95 latency and requests/s "
     "(targets: p50 <= 150 ms, p95 <= 1 s); starts a service on an embedded Redis without --url."
@@ -77,7 +79,13 @@ def bench_service(
             "are unless --seed-history."
         ),
     ] = None,
-    token: Annotated[str | None, typer.Option(help="Trainer token of that service.")] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar=TOKEN_VARIABLE,
+            help="Trainer token of that service (ps shows flags: prefer the variable).",
+        ),
+    ] = None,
     requests: Annotated[int, typer.Option(min=2, help="Measured requests per size.")] = 30,
     warmup: Annotated[int, typer.Option(min=0, help="Unmeasured requests per size first.")] = 3,
     policy: Annotated[str | None, typer.Option(help="Policy to request; default the service's.")] = None,

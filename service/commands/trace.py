@@ -17,6 +17,8 @@ from typing import Annotated
 
 import typer
 
+from service.tokens import TOKEN_VARIABLE
+
 trace_app = typer.Typer(
     help="Trace tools: import rollout records, generate synthetic traces.", no_args_is_help=True
 )
@@ -233,7 +235,11 @@ def push_command(
     trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file: .csv, .jsonl, .parquet.")],
     url: Annotated[str, typer.Option(help="The service, e.g. http://scheduler:8000.")],
     token: Annotated[
-        str | None, typer.Option(help="A worker or trainer token; --retrain needs a trainer's.")
+        str | None,
+        typer.Option(
+            envvar=TOKEN_VARIABLE,
+            help="A worker or trainer token; --retrain needs a trainer's (ps shows flags: use the variable).",
+        ),
     ] = None,
     worker_id: Annotated[str, typer.Option(help="Worker id the imported reports name.")] = "history",
     retrain: Annotated[bool, typer.Option(help="Retrain the predictor on everything afterwards.")] = False,

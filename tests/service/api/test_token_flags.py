@@ -9,7 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 from service.client import SchedulerClient
-from service.tokens import RULE
+from service.tokens import RULE, TOKEN_VARIABLE
 
 TOKEN = "tökén"
 
@@ -28,6 +28,20 @@ def test_a_non_ascii_token_flag_is_one_line_and_exit_status_2(
     assert result.exit_code == 2
     assert result.stderr.strip() == prefix + RULE
     assert TOKEN not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "prefix"),
+    [
+        (["trace", "push", "unread.csv", "--url", "http://127.0.0.1:9"], "trace: --token: "),
+        (["bench", "service", "--url", "http://127.0.0.1:9"], "bench service: --token: "),
+    ],
+)
+def test_a_command_reads_its_token_from_scheduler_token_so_that_ps_need_not_show_it(
+    cli: typer.Typer, args: list[str], prefix: str
+) -> None:
+    result = CliRunner().invoke(cli, args, env={TOKEN_VARIABLE: TOKEN})
+    assert (result.exit_code, result.stderr.strip()) == (2, prefix + RULE)  # the variable's token, checked
 
 
 def test_the_client_refuses_a_non_ascii_token_by_the_rule_not_an_encoding_error(tmp_path: Path) -> None:

@@ -75,6 +75,17 @@ def test_pushed_history_is_what_the_service_then_predicts_from(
         assert "14 it held already" in again.output  # not a silent 0: the history is there
 
 
+def test_push_takes_its_token_from_scheduler_token_off_the_command_line(
+    cli: typer.Typer, live_settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    settings = with_settings(live_settings, trainer_tokens=TRAINER)
+    with LiveServer(settings) as server:
+        args = ["trace", "push", str(_history(tmp_path)), "--url", server.url]
+        result = CliRunner().invoke(cli, args, env={"SCHEDULER_TOKEN": TRAINER})
+    assert result.exit_code == 0, result.output
+    assert "pushed 14 actuals" in result.output
+
+
 def test_a_refused_retrain_still_says_the_history_was_pushed(
     cli: typer.Typer, live_settings: Settings, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
