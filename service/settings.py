@@ -12,7 +12,8 @@ import difflib
 import ipaddress
 import os
 import pathlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -200,6 +201,13 @@ class Settings(BaseSettings):
         if level not in LOG_LEVELS:
             raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
         return level
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        """The fields as ``repr`` and ``str`` show them, the Redis URL without its password
+        (``describe``): pydantic masks the ``SecretStr`` settings, but the URL may carry a password
+        too, and a settings object printed to a log or a debugger showed it whole."""
+        for name, value in super().__repr_args__():
+            yield name, (describe(value) if name == "redis_url" and value else value)
 
     def trainer_token_list(self) -> list[str]:
         """The trainer tokens; several allow rotation without downtime."""

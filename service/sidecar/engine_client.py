@@ -113,7 +113,7 @@ class EngineOptions:
 
     base_url: str  # e.g. http://127.0.0.1:8000 (without /v1)
     model: str | None = None  # model id to request; None: the first one /v1/models lists
-    api_key: str | None = None  # sent as a bearer token when set
+    api_key: str | None = field(default=None, repr=False)  # a bearer token when set; a secret, not in repr
     connect_timeout_s: float = 5.0  # connecting; a generation itself may take many minutes
     probe_timeout_s: float = 5.0  # readiness and health probes: an engine silent this long is not up
     synthetic_prompts: bool = False  # items without prompt text get a placeholder (engine-sim demos)

@@ -10,7 +10,7 @@ import logging
 import math
 import signal
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -45,7 +45,7 @@ class SidecarOptions:
 
     worker_id: str  # this worker's id in the plans
     redis_url: str  # redis:// or rediss:// (ACL user:password in the URL)
-    redis_password: str | None = None  # when not in the URL (no escaping needed, not shown by ps)
+    redis_password: str | None = field(default=None, repr=False)  # when not in the URL (not shown by ps)
     redis_username: str | None = None  # ACL user when not in the URL (as the service's setting)
     redis_tls_ca_file: str | None = None  # CA bundle that signed a rediss:// server's certificate
     engine_url: str | None = None  # the engine's base URL (push mode)
@@ -56,7 +56,7 @@ class SidecarOptions:
     max_num_seqs: int = 256  # the engine's concurrent-sequence limit
     kv_capacity_tokens: int | None = None  # the engine's KV cache; enables KV admission when asked
     engine_model: str | None = None  # model id to request; default: the engine's first
-    engine_api_key: str | None = None  # bearer token for the engine
+    engine_api_key: str | None = field(default=None, repr=False)  # bearer token for the engine
     synthetic_prompts: bool = False  # placeholder prompts for items without text (engine-sim demos)
     steal: bool = True  # steal when the own queue is empty
     reap_when_idle: bool = True  # reap lapsed leases of a schedule found empty
@@ -69,6 +69,15 @@ class SidecarOptions:
     pull_hold_timeout_s: float = 3600.0  # pull mode: an item unreported this long (at least) is abandoned
     health_port: int | None = None  # push mode: serve GET /health (liveness) on this port
     health_host: str = "127.0.0.1"  # where; a kubelet's probe needs the pod's address (0.0.0.0)
+
+    def __repr__(self) -> str:
+        """The options without a credential: the URL without its password (``describe``), and neither
+        the Redis password nor the engine key; an options object printed to a log or a debugger
+        showed all three whole."""
+        shown = (
+            f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr and f.name != "redis_url"
+        )
+        return f"SidecarOptions(redis_url={describe(self.redis_url)!r}, {', '.join(shown)})"
 
 
 def connect(options: SidecarOptions, wait: bool = False) -> Delivery:
