@@ -175,12 +175,15 @@ async def schedule_results(
     served: ``next`` moves on whatever the page's size.
 
     Read on a thread of the long-poll pool (``Context.long_polls``), not the shared one: polls that
-    wait their whole ``wait_ms`` must not starve the other routes."""
+    wait their whole ``wait_ms`` must not starve the other routes. ``context_of`` runs there too: it
+    asks Redis its version until Redis first answers, and on the event loop a Redis silent since
+    start held ``/healthz`` for seconds per poll, so polling trainers failed the liveness probe."""
     if any(int(part) >= 2**64 for part in after.split("-")):  # Redis refuses it: a 422, not a 500
         raise InvalidInputError("after", after, "is past the largest stream id (each part < 2^64)")
-    ctx = context_of(request)
-    read = functools.partial(_page, ctx, schedule_id, after, (count, max_bytes), wait_ms)
-    records = await anyio.to_thread.run_sync(read, limiter=ctx.long_polls)
+    started: Context | None = request.app.state.context  # None: context_of refuses at once (503)
+    limiter = None if started is None else started.long_polls
+    read = functools.partial(_page, request, schedule_id, after, (count, max_bytes), wait_ms)
+    records = await anyio.to_thread.run_sync(read, limiter=limiter)
     entries = [_entry(r) for r in records]
     last = entries[-1].stream_id if entries else after
     return ResultsPage(schedule_id=schedule_id, results=entries, next=last)
@@ -251,8 +254,9 @@ def _key_parts(key: str) -> dict[str, Any]:
 
 
 def _page(
-    ctx: Context, schedule_id: str, after: str, bounds: tuple[int, int], wait_ms: int
+    request: Request, schedule_id: str, after: str, bounds: tuple[int, int], wait_ms: int
 ) -> list[ResultRecord]:
+    ctx = context_of(request)
     ctx.delivery.info(schedule_id)  # 404 for an unknown schedule rather than an empty page forever
     return _read(ctx, schedule_id, after, bounds, wait_ms)
 

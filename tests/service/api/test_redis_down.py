@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 import redis
 from fastapi.testclient import TestClient
@@ -15,7 +18,7 @@ from service.app import create_app
 from service.embedded import EmbeddedServer
 from service.problems import lookup
 from service.settings import Settings
-from tests.service.api.conftest import batch_body
+from tests.service.api.conftest import LiveServer, batch_body
 
 
 @pytest.fixture
@@ -111,3 +114,38 @@ def test_healthz_answers_while_every_worker_thread_is_taken(client: TestClient) 
     finally:
         for holder in holders:
             client.portal.call(limiter.release_on_behalf_of, holder)  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def silent_redis() -> Iterator[str]:
+    """The URL of a server that takes connections (the kernel's backlog) and never answers one."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(512)
+    yield f"redis://127.0.0.1:{hole.getsockname()[1]}/0"
+    hole.close()
+
+
+def test_healthz_answers_at_once_while_trainers_poll_results_of_a_redis_silent_since_start(
+    silent_redis: str, tmp_path: Path
+) -> None:
+    """Until Redis first answers, every route asks its version (``context_of``); a results poll asked on
+    the event loop held liveness for seconds each, and polling trainers failed the probe."""
+    settings = Settings(redis_url=silent_redis, model_dir=str(tmp_path), redis_timeout_s=0.1)
+    with LiveServer(settings) as live:
+
+        def poll() -> None:
+            with httpx.Client(base_url=live.url, timeout=60) as trainer:
+                assert trainer.get("/schedule/s1/results").status_code == 503
+
+        pollers = [threading.Thread(target=poll) for _ in range(8)]
+        for poller in pollers:
+            poller.start()
+        time.sleep(0.3)  # the polls are in
+        with httpx.Client(base_url=live.url, timeout=10) as kubelet:
+            started = time.perf_counter()
+            assert kubelet.get("/healthz").status_code == 200
+            waited_s = time.perf_counter() - started
+        for poller in pollers:
+            poller.join(60)
+    assert waited_s < 0.5
