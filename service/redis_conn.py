@@ -16,7 +16,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
@@ -206,6 +206,18 @@ def describe(url: str) -> str:
         fields = [f.split("=", 1) for f in query.split("&")]
         query = "&".join(f"{f[0]}=***" if f[0] == "password" else "=".join(f) for f in fields)
     return f"{scheme}{sep}{shown}{rest}{qmark}{query}"
+
+
+def masked_repr(options: Any, *urls: str) -> str:
+    """``repr`` of the dataclass ``options`` without a credential: a field declared ``repr=False`` (a
+    password, a key) left out, and the fields ``urls`` as ``describe`` shows them. An options object
+    printed to a log or a debugger showed every one whole."""
+    shown = []
+    for spec in fields(options):
+        value = getattr(options, spec.name)
+        if spec.repr:
+            shown.append(f"{spec.name}={describe(value) if spec.name in urls and value else value!r}")
+    return f"{type(options).__name__}({', '.join(shown)})"
 
 
 def check_redis_url(value: str) -> str:

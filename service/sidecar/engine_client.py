@@ -45,7 +45,7 @@ from typing import Any
 import httpx
 
 from service.delivery.records import DeliveryItem
-from service.redis_conn import describe
+from service.redis_conn import describe, masked_repr
 from service.sidecar.context_refusal import room_left
 from service.sidecar.sampling import sample_params
 
@@ -117,6 +117,10 @@ class EngineOptions:
     connect_timeout_s: float = 5.0  # connecting; a generation itself may take many minutes
     probe_timeout_s: float = 5.0  # readiness and health probes: an engine silent this long is not up
     synthetic_prompts: bool = False  # items without prompt text get a placeholder (engine-sim demos)
+
+    def __repr__(self) -> str:
+        """Without the key, or a password in the URL (a basic-auth proxy's)."""
+        return masked_repr(self, "base_url")
 
 
 class EngineClient:

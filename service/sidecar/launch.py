@@ -10,7 +10,7 @@ import logging
 import math
 import signal
 import socket
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -24,6 +24,7 @@ from service.redis_conn import (
     VersionCheck,
     built_when_reachable,
     describe,
+    masked_repr,
     refused,
     require_version,
 )
@@ -71,13 +72,8 @@ class SidecarOptions:
     health_host: str = "127.0.0.1"  # where; a kubelet's probe needs the pod's address (0.0.0.0)
 
     def __repr__(self) -> str:
-        """The options without a credential: the URL without its password (``describe``), and neither
-        the Redis password nor the engine key; an options object printed to a log or a debugger
-        showed all three whole."""
-        shown = (
-            f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr and f.name != "redis_url"
-        )
-        return f"SidecarOptions(redis_url={describe(self.redis_url)!r}, {', '.join(shown)})"
+        """Without the Redis password, the engine's key, or a password in either URL."""
+        return masked_repr(self, "redis_url", "engine_url")
 
 
 def connect(options: SidecarOptions, wait: bool = False) -> Delivery:

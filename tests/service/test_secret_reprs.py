@@ -1,5 +1,6 @@
 """A settings or options object printed (a log line, a debugger, a crash report) shows no credential:
-not the Redis URL's password, the Redis password, a bearer token or the engine's key."""
+not the Redis URL's password, the Redis password, a bearer token, the engine's key or the password of
+an engine's basic-auth proxy in its URL."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from service.settings import Settings
 from service.sidecar.engine_client import EngineOptions
 from service.sidecar.launch import SidecarOptions
 
-SECRETS = ("url-password", "acl-password", "trainer-token", "worker-token", "engine-key")
+SECRETS = ("url-password", "acl-password", "trainer-token", "worker-token", "engine-key", "proxy-password")
 URL = "redis://scheduler:url-password@redis:6379/0"
 
 
@@ -30,10 +31,16 @@ def test_the_service_settings_show_no_credential_and_the_url_without_its_passwor
 
 
 def test_the_sidecar_options_show_no_credential_and_the_url_without_its_password() -> None:
+    engine_url = "http://rollout:proxy-password@engine:8000"
     options = SidecarOptions(
-        worker_id="w0", redis_url=URL, redis_password="acl-password", engine_api_key="engine-key"
+        worker_id="w0",
+        redis_url=URL,
+        redis_password="acl-password",
+        engine_url=engine_url,
+        engine_api_key="engine-key",
     )
-    engine = EngineOptions(base_url="http://127.0.0.1:8000", api_key="engine-key")
+    engine = EngineOptions(base_url=engine_url, api_key="engine-key")
     assert _shown(repr(options)) == _shown(repr(engine)) == []
     assert "redis://scheduler:***@redis:6379/0" in repr(options)
+    assert "engine_url='http://rollout:***@engine:8000'" in repr(options)
     assert "worker_id='w0'" in repr(options)
