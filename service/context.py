@@ -25,7 +25,7 @@ from service.settings import Settings
 from service.speeds import SpeedLearner
 
 LONG_POLLS = 16  # results requests that may wait at once; more queue for a thread of their own
-PLAN_THREADS = 16  # POST /schedule requests validating, waiting for a plan slot or planning at once
+PLAN_QUEUE_THREADS = 16  # POST /schedule requests in line for a plan slot at once, beside those planning
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,13 @@ class Context:
     retrainer: Retrainer  # on-demand and step-boundary retraining
     plan_slots: PlanSlots  # bounds how many requests plan at once
     redis_version: VersionCheck  # the server's version, checked once it answers (``/readyz``)
+    # threads for POST /schedule (``plan_threads``): a burst of steps waiting for a plan slot (up to
+    # ROLLOUT_PLAN_QUEUE_TIMEOUT_S each) held all 40 of the shared pool, and /readyz and /actuals
+    # waited behind them; a slot for each plan, and PLAN_QUEUE_THREADS in line, more waiting threadless
+    plan_threads: anyio.CapacityLimiter
     # threads for results long-polls: below the worker pool's 40, so polls that wait their whole
     # 30 s cannot take every thread from /readyz and the planning routes
     long_polls: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(LONG_POLLS))
-    # threads for POST /schedule, for the same reason: a burst of steps waiting for a plan slot (up to
-    # ROLLOUT_PLAN_QUEUE_TIMEOUT_S each) held all 40 and left /readyz and /actuals waiting behind them
-    plan_threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(PLAN_THREADS))
 
 
 def context_of(request: Request) -> Context:

@@ -21,12 +21,13 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
 import redis
 from redis.exceptions import RedisClusterException
 
 from predictors.store import ModelStore
 from service.actuals import ActualsLog
-from service.context import Context
+from service.context import PLAN_QUEUE_THREADS, Context
 from service.delivery import Delivery
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.reaper import Reaper
@@ -163,6 +164,7 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
         retrainer=Retrainer(model_service, client, metrics, settings.retrain_every_steps, prefix),
         plan_slots=PlanSlots(settings.max_concurrent_plans, settings.plan_queue_timeout_s),
         redis_version=version,
+        plan_threads=anyio.CapacityLimiter(settings.max_concurrent_plans + PLAN_QUEUE_THREADS),
     )
 
 

@@ -11,7 +11,7 @@ import httpx
 from fastapi import FastAPI
 
 from service.settings import Settings
-from tests.service.api.conftest import LiveServer, actual_history, batch_body, with_settings
+from tests.service.api.conftest import AppFactory, LiveServer, actual_history, batch_body, with_settings
 
 BURST = 48  # past the 40 threads of the shared pool that the sync routes run on
 
@@ -40,3 +40,11 @@ def test_readiness_and_actuals_answer_at_once_while_a_burst_of_steps_waits_for_a
             poster.join(120)
     assert (ready.status_code, stored.status_code) == (200, 200)
     assert answers == [200] * BURST  # and the burst was planned once the slot came free
+
+
+def test_a_replica_set_for_more_plans_than_the_waiting_line_has_a_thread_for_each(
+    make_client: AppFactory,
+) -> None:
+    client = make_client(max_concurrent_plans=64)
+    threads = client.app.state.context.plan_threads  # type: ignore[attr-defined]
+    assert threads.total_tokens > 64
