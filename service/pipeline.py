@@ -386,11 +386,15 @@ def _winners_answer(body: ScheduleRequest, schedule_id: str, ctx: Context) -> Sc
 
 
 def _payload(item: BatchItem, sampling: Sampling | None) -> dict[str, Any]:
-    """What the sidecar forwards to the engine: prompt text or chat messages, and the sampling fields
-    (the request's, with the prompt's own over them)."""
+    """What the sidecar forwards to the engine: prompt text, token ids or chat messages, and the
+    sampling fields (the request's, with the prompt's own over them). Token ids go in ``prompt`` as a
+    list of ints, as /v1/completions takes them (vLLM, SGLang): the sidecar forwards ``prompt`` as it
+    is, text or ids (``EngineClient.request_for``), so it needs nothing new to send them."""
     payload: dict[str, Any] = {}
     if item.prompt is not None:
         payload["prompt"] = item.prompt
+    if item.prompt_token_ids is not None:
+        payload["prompt"] = item.prompt_token_ids
     if item.messages is not None:
         payload["messages"] = [m.model_dump() for m in item.messages]
     params = {**(sampling.params() if sampling else {}), **(item.sampling.params() if item.sampling else {})}

@@ -52,6 +52,9 @@ UNSTORED = {"timings", "replayed"}  # the request's own, not the answer's: left 
 def work_digest(body: ScheduleRequest) -> str:
     """A digest of the work ``body`` asks for, independent of key order and of unset defaults."""
     work = body.model_dump(mode="json", include=WORK_FIELDS)
+    for item in work["batch"]["items"]:  # unset, as before the field existed: a retry across the
+        if item.get("prompt_token_ids") is None:  # upgrade keeps the digest its first attempt stored
+            item.pop("prompt_token_ids", None)
     return hashlib.sha256(json.dumps(work, sort_keys=True).encode()).hexdigest()
 
 

@@ -115,6 +115,14 @@ StopText = Annotated[str, Field(min_length=1, max_length=256)]
 # sampler), so MAX_COUNT (2^31-1) is past any vocabulary yet inside what the engine stores: a larger
 # number is a typo that would fail every sample's request on the engine instead of this one.
 TokenId = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+# Token ids of one prompt: 2^20, past the longest context served (1M-token models), so a longer list is
+# a mistake (a whole dataset in one item), refused before anything is planned or stored.
+MAX_PROMPT_TOKEN_IDS = 2**20
+# Token ids of a whole batch. Ids cost 2 to 11 bytes of JSON each ("0," to "2147483647,"), about 7 for
+# a 150k-token vocabulary: the default body limit (ROLLOUT_MAX_BODY_BYTES, 32 MiB) holds some 4.8M such
+# ids, so this bound acts only where an operator raised that limit, and it keeps one schedule's prompts
+# in Redis (stored once per prompt, as JSON ints: docs/experiments.md) within ~60 MB.
+MAX_BATCH_TOKEN_IDS = 8 * 2**20
 ENGINE_OWNED = frozenset(
     {"model", "prompt", "messages", "n", "best_of", "stream", "stream_options", "max_tokens"}
     | {"max_completion_tokens", "rollout"}
@@ -173,12 +181,33 @@ class BatchItem(Strict):
     # /v1/chat/completions (not both: the sidecar sends one request, to one of the two endpoints)
     pinned_worker: Name | None = None  # only this worker may run the samples
     sampling: Sampling | None = None  # this prompt's sampling, field by field over the request's
+    # or the prompt as token ids (veRL's ``input_ids``), sent as /v1/completions' ``prompt`` as they are
+    prompt_token_ids: list[TokenId] | None = Field(
+        default=None, min_length=1, max_length=MAX_PROMPT_TOKEN_IDS
+    )
 
     @model_validator(mode="after")
     def _one_payload(self) -> BatchItem:
         if self.prompt is not None and self.messages is not None:
             raise ValueError("give prompt or messages, not both: the sidecar would send only one")
         return self
+
+    @field_validator("prompt_token_ids")
+    @classmethod
+    def _ids_alone_and_counted(cls, ids: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        """Token ids are the whole prompt, so no text or chat may come with them (the engine gets one
+        ``prompt``), and ``prompt_tokens`` must be their count: it sizes the plan's prefill and every KV
+        reservation, and a count that disagrees with the ids would plan another prompt than the one run.
+        A field validator (declared after both), so the 422 names this field and the two numbers."""
+        if ids is None:
+            return ids
+        for other in ("prompt", "messages"):
+            if info.data.get(other) is not None:
+                raise ValueError(f"give prompt_token_ids or {other}, not both: the engine gets one prompt")
+        stated = info.data.get("prompt_tokens")
+        if stated is not None and stated != len(ids):
+            raise ValueError(f"{len(ids)} token ids where prompt_tokens says {stated}: they must be equal")
+        return ids
 
 
 class Batch(Strict):
@@ -190,6 +219,17 @@ class Batch(Strict):
     @classmethod
     def _few_features(cls, items: list[BatchItem]) -> list[BatchItem]:
         _few_feature_names([item.features for item in items], "the items")
+        return items
+
+    @field_validator("items")
+    @classmethod
+    def _few_token_ids(cls, items: list[BatchItem]) -> list[BatchItem]:
+        """Refuse a batch carrying more than ``MAX_BATCH_TOKEN_IDS`` prompt token ids in all."""
+        total = sum(len(item.prompt_token_ids or ()) for item in items)
+        if total > MAX_BATCH_TOKEN_IDS:
+            raise ValueError(
+                f"the items carry {total} prompt token ids; at most {MAX_BATCH_TOKEN_IDS} a request"
+            )
         return items
 
 
