@@ -101,11 +101,15 @@ class LengthSource:
 
 
 def estimate_prompt_tokens(hint: RolloutHint, prompt: str | list[int]) -> int:
-    """Prompt length: the hint, else the token-id count, else text length / ``CHARS_PER_TOKEN``."""
-    if hint.prompt_tokens is not None:
-        return hint.prompt_tokens
+    """Prompt length: the token-id count, else the hint, else text length / ``CHARS_PER_TOKEN``.
+
+    Ids are counted as a real engine counts them, over the hint: a publisher whose ``prompt_tokens``
+    disagrees with its ids then sees the engine's count in the result (``engine_prompt_tokens``), as
+    on vLLM, rather than its own number echoed back."""
     if isinstance(prompt, list):
         return len(prompt)
+    if hint.prompt_tokens is not None:
+        return hint.prompt_tokens
     return max(1, math.ceil(len(prompt) / CHARS_PER_TOKEN))
 
 

@@ -186,3 +186,13 @@ def test_a_sample_told_to_hang_goes_unanswered_its_first_tries_then_answers() ->
         200,
         0,
     ]
+
+
+def test_a_prompt_of_token_ids_is_counted_by_its_ids_as_vllm_counts_it_not_by_the_hint() -> None:
+    ids = [151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30]
+    body = {"prompt": ids, "max_tokens": 50, "rollout": {"output_tokens": 5, "prompt_tokens": 999}}
+    assert _post("/v1/completions", body).json()["usage"]["prompt_tokens"] == len(ids)
+    too_long = {"prompt": [1] * 4096, "max_tokens": 1, "rollout": {"prompt_tokens": 10}}
+    refused = _post("/v1/completions", too_long)  # the context judged on the ids, as on a real engine
+    assert refused.status_code == 400
+    assert "your request has 4096 input tokens" in refused.json()["error"]["message"]

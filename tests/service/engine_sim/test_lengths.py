@@ -45,7 +45,8 @@ def test_without_hint_or_trace_the_draw_is_repeatable_per_prompt_and_heavy_taile
     assert ordered[360] > 2.5 * ordered[200]  # a long tail
 
 
-def test_prompt_length_comes_from_the_hint_then_token_ids_then_text() -> None:
+def test_prompt_length_comes_from_the_token_ids_then_the_hint_then_text() -> None:
+    assert estimate_prompt_tokens(RolloutHint(prompt_tokens=42), [7, 8, 9]) == 3  # counted as vLLM would
     assert estimate_prompt_tokens(RolloutHint(prompt_tokens=42), "x" * 400) == 42
     assert estimate_prompt_tokens(RolloutHint(), [1, 2, 3]) == 3
     assert estimate_prompt_tokens(RolloutHint(), "x" * 400) == 100
