@@ -40,6 +40,9 @@ SIDECAR_OWNED = {  # engine fields the sidecar sets for every request, and where
     "model": "the engine's model id is the sidecar's (--engine-model); the top-level model is the preset",
     "rollout": "the sidecar sets it for engine-sim",
 }
+# names a trainer may give a prompt's token ids (veRL's ``input_ids``, SGLang's ``Engine.generate``
+# ``input_ids``, and the like): here they are the item's ``prompt_token_ids``
+TOKEN_ID_NAMES = frozenset({"input_ids", "prompt_ids", "token_ids", "tokens"})
 _ITEM = re.compile(r"batch\.items\[\d+\]")
 
 
@@ -52,6 +55,8 @@ def hint(path: str) -> str | None:
     if _ITEM.fullmatch(parent):
         if name in CAP_NAMES:
             return "the cap is max_new_tokens"
+        if name in TOKEN_ID_NAMES:
+            return f"a prompt's token ids go in {parent}.prompt_token_ids (with prompt_tokens their count)"
         return f"sampling fields go in {parent}.sampling" if name in SAMPLING_FIELDS else None
     if parent == "" and name in SAMPLING_FIELDS:
         return "sampling fields go in sampling"

@@ -40,6 +40,7 @@ def _cap_as_max_tokens() -> dict[str, Any]:
         (_item_with(sampling={"logprobs": 1}), f"{ITEM}.sampling.logprobs", f"in {ITEM}.sampling.extra"),
         (_item_with(temperature=0.6), f"{ITEM}.temperature", f"sampling fields go in {ITEM}.sampling"),
         (_cap_as_max_tokens(), "batch.items[1].max_tokens", "the cap is max_new_tokens"),
+        (_item_with(input_ids=[1, 2]), f"{ITEM}.input_ids", f"token ids go in {ITEM}.prompt_token_ids"),
         (batch_body(temperature=1.0), "temperature", "sampling fields go in sampling"),
     ],
     ids=[
@@ -49,6 +50,7 @@ def _cap_as_max_tokens() -> dict[str, Any]:
         "logprobs in an item's sampling",
         "temperature on an item",
         "max_tokens for an item's max_new_tokens",
+        "veRL's input_ids on an item",
         "temperature at the top",
     ],
 )
