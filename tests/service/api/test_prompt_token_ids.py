@@ -158,3 +158,13 @@ def test_the_python_client_sends_token_ids_typed_or_as_a_dict_and_raises_a_refus
     for plan in (typed, as_dict):
         assert _claimed_prompts(delivery, plan.model_dump())["p0#3"] == IDS
     assert refused.value.problem["field"] == "batch.items[0].prompt_token_ids"
+
+
+def test_a_retry_is_told_from_other_work_by_its_token_ids(client: TestClient) -> None:
+    first = client.post("/schedule", json={**_ids_body(), "schedule_id": "ids-step-1"})
+    again = client.post("/schedule", json={**_ids_body(), "schedule_id": "ids-step-1"})
+    other = client.post(
+        "/schedule", json={**_ids_body(prompt_token_ids=[*IDS[:-1], 5]), "schedule_id": "ids-step-1"}
+    )
+    assert (first.status_code, again.status_code, again.json()["replayed"]) == (200, 200, True)
+    assert (other.status_code, other.json()["field"]) == (422, "schedule_id")
