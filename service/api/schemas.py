@@ -118,10 +118,10 @@ TokenId = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 # Token ids of one prompt: 2^20, past the longest context served (1M-token models), so a longer list is
 # a mistake (a whole dataset in one item), refused before anything is planned or stored.
 MAX_PROMPT_TOKEN_IDS = 2**20
-# Token ids of a whole batch. Ids cost 2 to 11 bytes of JSON each ("0," to "2147483647,"), about 7 for
-# a 150k-token vocabulary: the default body limit (ROLLOUT_MAX_BODY_BYTES, 32 MiB) holds some 4.8M such
-# ids, so this bound acts only where an operator raised that limit, and it keeps one schedule's prompts
-# in Redis (stored once per prompt, as JSON ints: docs/experiments.md) within ~60 MB.
+# Token ids of a whole batch. Ids cost 2 to 11 bytes of JSON each ("0," to "2147483647,"), 6.3 over a
+# 152k-token vocabulary: the default body limit (ROLLOUT_MAX_BODY_BYTES, 32 MiB) holds some 5M such ids,
+# so this bound acts only where an operator raised that limit, and it keeps one schedule's prompts in
+# Redis (stored once per prompt, as JSON ints: docs/experiments.md) within ~55 MB.
 MAX_BATCH_TOKEN_IDS = 8 * 2**20
 ENGINE_OWNED = frozenset(
     {"model", "prompt", "messages", "n", "best_of", "stream", "stream_options", "max_tokens"}

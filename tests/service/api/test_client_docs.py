@@ -30,9 +30,14 @@ def _python_blocks() -> list[str]:
 
 
 def _play_sidecars(
-    delivery: Delivery, schedule_ids: list[str], workers: list[str], stop: threading.Event
+    delivery: Delivery,
+    schedule_ids: list[str],
+    workers: list[str],
+    stop: threading.Event,
+    handed: dict[str, Any] | None = None,
 ) -> None:
-    """Claims and completes every item of each step as it is published, whichever worker holds it."""
+    """Claims and completes every item of each step as it is published, whichever worker holds it;
+    ``handed`` gets each item's engine prompt by key."""
     pending = list(schedule_ids)
     while pending and not stop.is_set():
         sid = pending[0]
@@ -43,6 +48,8 @@ def _play_sidecars(
         for worker in workers:
             for lease in delivery.claim(sid, worker, max_items=64):
                 claimed = True
+                if handed is not None:
+                    handed[lease.item.key] = lease.item.payload.get("prompt")
                 if lease.item.key == DEAD:
                     delivery.fail(lease, "engine error: CUDA out of memory")
                     continue
@@ -54,6 +61,11 @@ def _play_sidecars(
             pending.pop(0)
         elif not claimed:
             stop.wait(0.02)
+
+
+def _prompt_ids(p: int) -> list[int]:
+    """Prompt ``p``'s ids as a veRL dataset row holds them: a chat template around a question."""
+    return [151644, 872, 198, *range(1000 + p, 1020 + 2 * p), 151645, 198, 151644, 77091, 198]
 
 
 class _Actor:
@@ -80,19 +92,14 @@ def test_the_verl_loop_of_the_client_doc_trains_two_steps_as_written(
         workers = [w["worker_id"] for w in namespace["INVENTORY"]["workers"]]
         group = namespace["GROUP"]
         dataloader = [
-            [
-                {
-                    "uid": f"s{s}-p{p}",
-                    "input_ids": [1] * (20 + p),
-                    "messages": [{"role": "user", "content": f"q{p}"}],
-                }
-                for p in range(PROMPTS)
-            ]
+            [{"uid": f"s{s}-p{p}", "raw_prompt_ids": _prompt_ids(p)} for p in range(PROMPTS)]
             for s in range(STEPS)
         ]
         stop = threading.Event()
         ids = [f"docs-run-step-{s}" for s in range(STEPS)]
-        sidecars = threading.Thread(target=_play_sidecars, args=(Delivery(redis_client), ids, workers, stop))
+        handed: dict[str, Any] = {}
+        play = (Delivery(redis_client), ids, workers, stop, handed)
+        sidecars = threading.Thread(target=_play_sidecars, args=play)
         sidecars.start()
         actor = _Actor()
         try:
@@ -106,6 +113,9 @@ def test_the_verl_loop_of_the_client_doc_trains_two_steps_as_written(
         r is not None and r.output == "résumé ✓" for groups in actor.updates for s in groups for r in s
     )
     assert redis_client.xlen("rs:actuals") == STEPS * PROMPTS * group - 1  # every result reported, DEAD none
+    assert {key: ids for key, ids in handed.items() if key.endswith("#0")} == {  # the rows' own ids
+        f"s{s}-p{p}#0": _prompt_ids(p) for s in range(STEPS) for p in range(PROMPTS)
+    }
 
 
 def test_the_asyncio_example_follows_two_steps_at_once_on_one_client_without_blocking_the_loop(
