@@ -111,3 +111,17 @@ def prompt_output_log_correlation(prompt_tokens: IntArray, output: IntArray) -> 
     """Pearson correlation of log prompt length and log output length, one pair per row (real short
     CoT, math100_x8: 0.31): longer problem statements get somewhat longer answers."""
     return float(np.corrcoef(np.log(prompt_tokens), np.log(output))[0, 1])
+
+
+def never_solved_share(matrix: FloatArray, last_column: int) -> float:
+    """Share of prompts with no correct sample in any step of columns ``0..last_column`` of
+    ``reward_matrix`` (steps a prompt was not seen are skipped; prompts never seen are left out).
+
+    The real GRPO history gives 18.1% through epoch 5 and 8.3% through epoch 50: most prompts with
+    0/8 at epoch 0 (36%) are solved now and then later, so a generator must not park them at 0.
+    """
+    window = matrix[:, : last_column + 1]
+    seen = ~np.isnan(window)
+    solved = np.where(seen, window, 0.0) > 0.0
+    observed = seen.any(axis=1)
+    return float(np.mean(~solved[observed].any(axis=1)))

@@ -21,6 +21,7 @@ from scheduler.synth import SynthSpec, SynthTrace, generate
 from scheduler.synth_profiles import LONG_COT, SHORT_COT, SynthProfile
 from scheduler.synth_stats import (
     lag_correlation,
+    never_solved_share,
     per_prompt_mae_ratio,
     prompt_output_log_correlation,
     reward_matrix,
@@ -29,6 +30,10 @@ from scheduler.synth_stats import (
 
 REAL_REWARD_LAG40 = 0.857  # oneshot_rlvr_reward_history.csv
 REAL_EPOCH0_NONE_SOLVED, REAL_EPOCH0_ALL_SOLVED = 0.363, 0.076
+# oneshot_rlvr_reward_history.csv: share of the 1,209 prompts with no correct rollout in epochs 0..h.
+REAL_NEVER_SOLVED = {5: 0.181, 50: 0.083}
+# About three standard errors of a share over 1,209 prompts (0.011 at epoch 5, 0.008 at epoch 50).
+NEVER_SOLVED_TOLERANCE = {5: 0.03, 50: 0.025}
 REAL_PROMPT_MEDIAN, REAL_PROMPT_LOG_SD = 80.0, 0.50
 REAL_PER_PROMPT_MAE_RATIO = 0.468  # math100_x8: 56.3 / 120.2, fit on step 0, score on step 1
 REAL_PROMPT_OUTPUT_LOG_CORRELATION = 0.31  # math100_x8, per row
@@ -84,6 +89,19 @@ def test_the_epoch0_reward_histogram_is_u_shaped_like_the_real_run(rl_run: Synth
     assert all_solved == pytest.approx(REAL_EPOCH0_ALL_SOLVED, abs=0.025)
 
 
+@pytest.mark.parametrize("horizon", [5, 50])
+def test_most_prompts_unsolved_at_first_are_solved_later_like_the_real_run(
+    rl_run: SynthTrace, horizon: int
+) -> None:
+    # Pins unsolvable_share against the real run: 36% of prompts start at 0/8 but only 8.3% stay
+    # there through epoch 50. A block of never-solvable prompts (0.30, before the 2026-12-04 refit)
+    # kept 30% at 0 at every horizon.
+    rewards = reward_matrix(rl_run.step, rl_run.prompt_index, rl_run.reward)
+    assert never_solved_share(rewards, horizon) == pytest.approx(
+        REAL_NEVER_SOLVED[horizon], abs=NEVER_SOLVED_TOLERANCE[horizon]
+    )
+
+
 def test_short_cot_prompts_are_as_long_as_the_real_rl_prompts(rl_run: SynthTrace) -> None:
     prompts = rl_run.prompt_tokens[rl_run.step == 0]
     assert float(np.median(prompts)) == pytest.approx(REAL_PROMPT_MEDIAN, rel=0.1)
@@ -135,6 +153,10 @@ def test_reward_figures_match_the_real_grpo_history_computed_the_same_way(
     ours = reward_matrix(rl_run.step, rl_run.prompt_index, rl_run.reward)
     assert lag_correlation(ours, 40) == pytest.approx(lag_correlation(real, 40), abs=0.015)
     assert np.allclose(solved_shares(ours), solved_shares(real), atol=0.04)
+    for horizon, tolerance in NEVER_SOLVED_TOLERANCE.items():
+        assert never_solved_share(ours, horizon) == pytest.approx(
+            never_solved_share(real, horizon), abs=tolerance
+        ), f"never solved through epoch {horizon}"
     first_rows = np.unique(prompts, return_index=True)[1]
     real_prompts = np.array([int(rows[i]["prompt_tokens_qwen"]) for i in first_rows])
     ours_prompts = rl_run.prompt_tokens[rl_run.step == 0]
