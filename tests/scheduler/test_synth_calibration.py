@@ -102,6 +102,22 @@ def test_most_prompts_unsolved_at_first_are_solved_later_like_the_real_run(
     )
 
 
+def test_a_prompt_counts_as_never_solved_only_if_no_step_it_was_seen_at_solved_it() -> None:
+    # The real history has 44-57 epochs per prompt: a step a prompt was not seen at (NaN) is no
+    # evidence either way, and a prompt never seen in the window is left out of the share.
+    nan = np.nan
+    rewards = np.array(
+        [
+            [0.0, nan, 0.0, 0.5],  # solved only after the window
+            [0.0, 0.125, 0.0, 0.0],  # solved once inside it
+            [nan, 0.0, nan, 0.0],  # never solved where seen
+            [nan, nan, nan, 1.0],  # not seen in the window
+        ]
+    )
+    assert never_solved_share(rewards, 2) == pytest.approx(2 / 3)
+    assert never_solved_share(rewards, 3) == pytest.approx(1 / 4)
+
+
 def test_short_cot_prompts_are_as_long_as_the_real_rl_prompts(rl_run: SynthTrace) -> None:
     prompts = rl_run.prompt_tokens[rl_run.step == 0]
     assert float(np.median(prompts)) == pytest.approx(REAL_PROMPT_MEDIAN, rel=0.1)
