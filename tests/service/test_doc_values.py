@@ -1,0 +1,143 @@
+"""The values the docs give, held to the code: an operator configures the service from the docs alone.
+
+tests/test_doc_references.py checks that the names the docs give exist; these check what they say of
+them, where that can be read mechanically: each setting's default in the README's table, the default a
+command synopsis shows in brackets (``[--repeats 5]``), and the status each problem type answers."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import typer
+from typer.core import TyperGroup
+
+from service.problems import PROBLEMS
+from service.settings import Settings
+from tests.service.cli_docs import command_lines, command_tree, doc_files, resolve
+
+ROOT = Path(__file__).resolve().parents[2]
+_ROW = re.compile(r"^\| (`(?:ROLLOUT_|REDIS_)[^|]*?) \| ([^|]*?) \|", re.MULTILINE)
+_BRACKET = re.compile(r"\[(--[a-z0-9-]+)[ =]([^\]\[| ]+)")
+
+
+def readme_defaults() -> dict[str, str]:
+    """The README's settings table: each variable -> the default its row gives (``unset`` for none).
+    A row naming several variables gives their defaults in order (``127.0.0.1``, ``8000``), or one for
+    all; a variable's other spelling in parentheses (``ROLLOUT_REDIS_URL``) is not a row of its own."""
+    found: dict[str, str] = {}
+    for names, defaults in _ROW.findall((ROOT / "README.md").read_text()):
+        variables = re.findall(r"`((?:ROLLOUT_|REDIS_)[A-Z_]+)`", names.split(" (", 1)[0])
+        values = [value.strip(" `") for value in defaults.split(",")]
+        for index, variable in enumerate(variables):
+            found[variable] = values[index] if len(values) == len(variables) else defaults.strip(" `")
+    return found
+
+
+def field_of(variable: str) -> str:
+    """The settings field a variable sets (``REDIS_URL`` keeps the name every Redis tool uses)."""
+    return "redis_url" if variable == "REDIS_URL" else variable.removeprefix("ROLLOUT_").lower()
+
+
+def says(written: str, default: object) -> bool:
+    """Whether a doc's ``written`` default is ``default``: ``unset`` for None, ``true``/``false`` for a
+    flag, a number by value (``30`` is 30.0), anything else as written."""
+    if default is None:
+        return written == "unset"
+    if isinstance(default, bool):
+        return written == str(default).lower()
+    if isinstance(default, int | float):
+        return re.fullmatch(r"-?[0-9.]+", written) is not None and float(written) == default
+    return written == str(default)
+
+
+def test_the_readme_gives_every_setting_the_default_the_settings_model_has() -> None:
+    documented = readme_defaults()
+    assert sorted(field_of(variable) for variable in documented) == sorted(Settings.model_fields)
+    wrong = {
+        variable: (written, Settings.model_fields[field_of(variable)].default)
+        for variable, written in documented.items()
+        if not says(written, Settings.model_fields[field_of(variable)].default)
+    }
+    assert wrong == {}
+
+
+def test_a_wrong_readme_default_is_caught() -> None:
+    """The check above can fail: a row claiming a 60 s lease reads as not the model's 30,000 ms."""
+    assert not says("60000", Settings.model_fields["lease_ttl_ms"].default)
+    assert not says("unset", Settings.model_fields["host"].default)
+    assert says("30", Settings.model_fields["plan_queue_timeout_s"].default)
+
+
+def _option_defaults(cli: typer.Typer) -> dict[tuple[str, ...], dict[str, object]]:
+    """Each command path -> its options' spellings -> the option's default."""
+    found: dict[tuple[str, ...], dict[str, object]] = {}
+
+    def walk(command: object, path: tuple[str, ...]) -> None:
+        params = [p for p in getattr(command, "params", []) if p.param_type_name == "option"]
+        found[path] = {spelling: p.default for p in params for spelling in p.opts + p.secondary_opts}
+        if isinstance(command, TyperGroup):
+            for name, sub in command.commands.items():
+                walk(sub, (*path, name))
+
+    walk(typer.main.get_command(cli), ())
+    return found
+
+
+def bracket_claims(text: str) -> list[tuple[str, str]]:
+    """The ``[--flag VALUE]`` pairs of one command line, ``VALUE`` as written."""
+    return _BRACKET.findall(text)
+
+
+def test_every_value_a_synopsis_shows_in_brackets_is_that_option_default(cli: typer.Typer) -> None:
+    """``[--drain-timeout 20]`` reads as "optional, 20 unless given"; an option with no default
+    (``[--health-port 9102]``, ``[--device H100]``) may show an example instead."""
+    tree = command_tree(cli)
+    defaults = _option_defaults(cli)
+    checked, wrong = 0, []
+    for doc in doc_files():
+        for line in command_lines(doc):
+            path = resolve(line.words, tree)
+            for flag, written in bracket_claims(" ".join(line.words)):
+                default = defaults[path].get(flag)
+                if default is None or isinstance(default, bool):
+                    continue
+                checked += 1
+                if not says(written, default):
+                    wrong.append(f"{line.where}: {' '.join(path)} {flag} {written} (default {default!r})")
+    assert checked > 30
+    assert wrong == []
+
+
+def test_a_bracketed_example_value_is_caught() -> None:
+    """The check above can fail: solver.md's synopsis showed ``[--speed-spread 0.1]`` until
+    2026-12-04, where the option's default is 0 (equal speeds)."""
+    (claim,) = bracket_claims("bench solver [--repeats 5] [--speed-spread 0.1] [--json]")[1:]
+    assert claim == ("--speed-spread", "0.1")
+    assert not says(claim[1], 0.0)
+
+
+def _errors_table() -> dict[int, str]:
+    """docs/api.md's "Errors" table: status -> the text of its row."""
+    section = (ROOT / "docs" / "api.md").read_text().split("\n## Errors", 1)[1].split("\n## ", 1)[0]
+    return {int(status): when for status, when in re.findall(r"^\| ([0-9]{3}) \| (.*) \|$", section, re.M)}
+
+
+def test_every_status_the_problem_table_answers_has_a_row_in_the_api_errors_table() -> None:
+    rows = _errors_table()
+    answered = {problem.status for _, problem in PROBLEMS}
+    assert sorted(answered - set(rows)) == []
+
+
+def test_every_problem_type_the_errors_table_names_answers_the_status_of_its_row() -> None:
+    """A type named in backticks in a row (``redis-too-old``) is one the table answers with that
+    row's status, so an alert on the type and one on the status agree."""
+    statuses = {problem.slug: problem.status for _, problem in PROBLEMS}
+    named = [
+        (slug, status)
+        for status, when in _errors_table().items()
+        for slug in re.findall(r"`([a-z0-9]+(?:-[a-z0-9]+)+)`", when)
+        if slug in statuses
+    ]
+    assert len(named) >= 6
+    assert [(slug, status) for slug, status in named if statuses[slug] != status] == []
