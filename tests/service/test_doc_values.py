@@ -141,3 +141,46 @@ def test_every_problem_type_the_errors_table_names_answers_the_status_of_its_row
     ]
     assert len(named) >= 6
     assert [(slug, status) for slug, status in named if statuses[slug] != status] == []
+
+
+_CODE = re.compile(r"[=/(){}\[\]|$#]|^[A-Z]+ |^(?:rollout-scheduler|kubectl|docker|curl|openssl|vllm|pip) ")
+# what a log line fills in (ids, counts, a version) and where one message is put inside another
+_HOLE = re.compile(r"\.\.\.|<[^>]*>|\b[A-Z]\b|\S*[0-9]\S*|: ")
+_FORMULAS = frozenset({"steps per retention window x finished size"})  # operations.md's sizing rule
+
+
+def quoted_messages(text: str) -> list[str]:
+    """The log lines and answers a runbook quotes: spans in backticks of three words or more that are
+    not code, a command or a query (``redis: "unreachable: ..."`` is read as its quoted value)."""
+    found = []
+    for span in re.findall(r"`([^`\n]+)`", text):
+        span = re.sub(r'^[a-z_]+: "(.*)"$', r"\1", span)
+        if len(span.split()) >= 3 and re.match(r"[A-Za-z]", span) and not _CODE.search(span):
+            found.append(span)
+    return [span for span in found if span not in _FORMULAS]
+
+
+def fragments(message: str) -> list[str]:
+    """The literal runs of a quoted message, around what the code fills in; of two words or more."""
+    runs = (run.strip(" :;,.'\"") for run in _HOLE.split(message))
+    return [run for run in runs if len(run.split()) >= 2]
+
+
+def test_every_log_line_the_runbook_quotes_is_one_the_code_writes() -> None:
+    """An operator greps for, or alerts on, the lines docs/operations.md quotes: each literal run of
+    one (around the ids and counts filled in) is in the code that logs or answers it."""
+    parts = ("service", "scheduler", "predictors")
+    sources = [path for part in parts for path in (ROOT / part).rglob("*.py")]
+    code = "\n".join(path.read_text() for path in [*sources, *(ROOT / "service").rglob("*.lua")])
+    messages = quoted_messages((ROOT / "docs" / "operations.md").read_text())
+    assert len(messages) >= 12
+    assert [(m, run) for m in messages for run in fragments(m) if run not in code] == []
+
+
+def test_a_quoted_line_is_split_around_what_the_code_fills_in() -> None:
+    assert fragments("completion of K refused: schedule S is gone from Redis; result dropped") == [
+        "completion of",
+        "is gone from Redis; result dropped",
+    ]
+    assert quoted_messages('`redis: "unreachable: ..."` and `kubectl rollout restart deployment/x`') == []
+    assert quoted_messages("`reaped expired leases of <workers>`") == ["reaped expired leases of <workers>"]
