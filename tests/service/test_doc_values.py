@@ -12,7 +12,6 @@ from pathlib import Path
 import typer
 from typer.core import TyperGroup
 
-from service.api.schemas import Sampling
 from service.problems import PROBLEMS
 from service.settings import Settings
 from tests.service.cli_docs import command_lines, command_tree, doc_files, resolve
@@ -185,69 +184,3 @@ def test_a_quoted_line_is_split_around_what_the_code_fills_in() -> None:
     ]
     assert quoted_messages('`redis: "unreachable: ..."` and `kubectl rollout restart deployment/x`') == []
     assert quoted_messages("`reaped expired leases of <workers>`") == ["reaped expired leases of <workers>"]
-
-
-_RANGE = re.compile(
-    r"`(\w+)` \((?:up to [0-9]+ \w+,? (?:of|each) )?(-?[0-9][0-9^]*(?:-1)?)\.\.(-?[0-9][0-9^]*(?:-1)?)(\]?)"
-)
-_COUNT = re.compile(r"`(\w+)` \(up to ([0-9]+) ")
-
-
-def bound(text: str) -> int:
-    """A bound as the docs write it: ``-2``, ``256``, ``2^62``, ``2^31-1``."""
-    base, _, power_less_one = text.partition("^")
-    if not power_less_one:
-        return int(base)
-    power, _, less = power_less_one.partition("-")
-    return int(int(base) ** int(power)) - int(less or 0)  # typed Any: a negative power gives a float
-
-
-def range_claims(text: str) -> list[tuple[str, int, int, bool]]:
-    """Each ``name`` (LOW..HIGH) a paragraph gives: (name, low, high, whether low is excluded, as
-    ``(0..1]`` writes it); ``(up to N strings of LOW..HIGH characters)`` bounds each element."""
-    return [(name, bound(low), bound(high), bool(shut)) for name, low, high, shut in _RANGE.findall(text)]
-
-
-def _bounds(schema: dict[str, object]) -> tuple[object, object, bool]:
-    """A JSON schema's (low, high, low excluded), for a number or a string's length."""
-    if "exclusiveMinimum" in schema:
-        return schema["exclusiveMinimum"], schema.get("maximum"), True
-    if schema.get("type") == "string":
-        return schema.get("minLength"), schema.get("maxLength"), False
-    return schema.get("minimum"), schema.get("maximum"), False
-
-
-def test_every_range_the_api_doc_gives_a_sampling_field_is_the_one_it_is_checked_against() -> None:
-    """docs/api.md's ``sampling`` paragraph: a trainer sets the engine's sampling from it, and a value
-    past a bound it does not give is a 422 (until 2026-12-04 it gave ``temperature`` (>= 0), refused
-    past 100, and no bound at all for the penalties, ``min_p``, ``seed`` or a stop string)."""
-    text = (ROOT / "docs" / "api.md").read_text()
-    paragraph = text[text.index("sampling fields, with OpenAI") :].split("\n\n", 1)[0]
-    fields = {
-        name: next(branch for branch in spec["anyOf"] if branch["type"] != "null")
-        for name, spec in Sampling.model_json_schema()["properties"].items()
-        if "anyOf" in spec
-    }
-    ranges = range_claims(paragraph)
-    assert {name for name, *_ in ranges} == set(fields) - {"top_k"}  # top_k's -1 is a word, not a range
-    for name, low, high, excluded in ranges:
-        schema = fields[name].get("items", fields[name])
-        assert _bounds(schema) == (low, high, excluded), name
-    counts = dict(_COUNT.findall(paragraph))
-    assert {name: int(count) for name, count in counts.items()} == {
-        name: schema["maxItems"] for name, schema in fields.items() if "maxItems" in schema
-    }
-
-
-def test_a_range_is_read_as_the_docs_write_it() -> None:
-    assert range_claims(
-        "`top_p` (0..1], `seed` (0..2^62), `stop_token_ids` (up to 256 ids, each 0..2^31-1)"
-    ) == [
-        ("top_p", 0, 1, True),
-        ("seed", 0, 2**62, False),
-        ("stop_token_ids", 0, 2**31 - 1, False),
-    ]
-    assert range_claims("`presence_penalty` (-2..2), `stop` (up to 32 strings of 1..256 characters)") == [
-        ("presence_penalty", -2, 2, False),
-        ("stop", 1, 256, False),
-    ]
