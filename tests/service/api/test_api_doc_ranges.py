@@ -11,7 +11,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from service.api.schemas import Sampling, WorkerSpec
+from pydantic import BaseModel
+
+from service.api.schemas import BatchItem, Sampling, ScheduleRequest, WorkerSpec
 
 PAGE = Path(__file__).resolve().parents[3] / "docs" / "api.md"
 _NUMBER = r"-?[0-9][0-9,]*(?:\.[0-9]+)?(?:\^[0-9]+)?(?:-1)?"
@@ -24,13 +26,14 @@ Claim = tuple[str, float, float, bool]
 
 
 def bound(text: str) -> float:
-    """A bound as the docs write it: ``-2``, ``65,536``, ``0.01``, ``10^6``, ``2^31-1``."""
+    """A bound as the docs write it: ``-2``, ``65,536``, ``0.01``, ``10^6``, ``2^31-1`` (whole ones as
+    ints, so ``2^63-1`` stays exact)."""
     text = text.rstrip(",").replace(",", "")
     base, _, power_less_one = text.partition("^")
     if not power_less_one:
-        return float(base)
+        return float(base) if "." in base else int(base)
     power, _, less = power_less_one.partition("-")
-    return float(int(base) ** int(power) - int(less or 0))
+    return int(int(base) ** int(power)) - int(less or 0)
 
 
 def range_claims(text: str) -> list[Claim]:
@@ -46,7 +49,7 @@ def paragraph(starting: str) -> str:
     return text[text.rfind("\n\n", 0, start) + 2 :].split("\n\n", 1)[0]
 
 
-def checked(model: type[Sampling] | type[WorkerSpec]) -> dict[str, dict[str, Any]]:
+def checked(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
     """Each bounded field's JSON schema (an optional field's non-null branch; a list's, its elements')."""
     found = {}
     for name, spec in model.model_json_schema()["properties"].items():
@@ -84,6 +87,14 @@ def test_every_range_of_a_worker_field_is_the_one_it_is_checked_against() -> Non
     assert set(against) == {name for name, schema in schemas.items() if "maximum" in schema}
     wrong = [claim for claim in claims if claim[1:] != schema_claim(claim[0], schemas[against[claim[0]]])[1:]]
     assert wrong == []
+
+
+def test_every_range_of_an_item_or_top_level_field_is_the_one_it_is_checked_against() -> None:
+    for starting, model in (("Batch item fields:", BatchItem), ("Top level: `model`", ScheduleRequest)):
+        schemas = checked(model)
+        claims = range_claims(paragraph(starting))
+        assert len(claims) >= 2, starting
+        assert [claim for claim in claims if claim != schema_claim(claim[0], schemas[claim[0]])] == []
 
 
 def test_a_range_is_read_as_the_docs_write_it() -> None:
