@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -196,3 +198,12 @@ def test_a_prompt_of_token_ids_is_counted_by_its_ids_as_vllm_counts_it_not_by_th
     refused = _post("/v1/completions", too_long)  # the context judged on the ids, as on a real engine
     assert refused.status_code == 400
     assert "your request has 4096 input tokens" in refused.json()["error"]["message"]
+
+
+def test_sim_stats_answers_the_counters_docs_engine_sim_md_lists() -> None:
+    """A test or dashboard reading ``/sim/stats`` finds each counter under the name the page gives
+    (until 2026-12-04 it gave prose names, "KV tokens", "peak batch", and left out two)."""
+    page = (Path(__file__).resolve().parents[3] / "docs" / "engine-sim.md").read_text()
+    row = next(line for line in page.splitlines() if line.startswith("| `GET /sim/stats`"))
+    listed = set(re.findall(r"`([a-z_]+)`", row.split("|")[2]))
+    assert set(asyncio.run(_call("GET", "/sim/stats")).json()) == listed
