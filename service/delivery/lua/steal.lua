@@ -193,6 +193,20 @@ local function queued_members(g, size, pos, len)
   return members, started
 end
 
+-- Whether a group read from a small-cache steal index (under affinity: only groups the thief holds
+-- whole, P:gneed) is one the thief holds whole, as its first member's P:gneed says. An older
+-- release's script (a reaper or sidecar not yet upgraded, up to 6ed67cb) pushes a requeued item by
+-- its own P:need, and a claim by this release pops it by P:gneed, leaving the entry: such a member of
+-- a group too big for the thief then sits in the list without the rest of its group, or twice after
+-- a second requeue. A steal took it alone from a dead victim, splitting its group, and leased a
+-- twice-listed item twice (two leases of one item, the victim's other member left queued but
+-- counted nowhere; docs/experiments.md, "Mixed-version roll").
+local function held_whole(key)
+  if look == queue or not held then return true end
+  local need = tonumber(redis.call('HGET', k('gneed'), key) or '')
+  return not (need and cap and need > cap)
+end
+
 -- Whether the victim abandoned what it holds of a group it has run (a member started, or a group no
 -- longer whole on its queue: part of it finished there): it runs nothing of this schedule, and each
 -- member it ever leased (its record keeps that lease's deadline once back in the queue, a refunded
@@ -227,6 +241,7 @@ end
 local function movable_group(pos, len)
   local g = tgrp[pos]
   if tpin[pos] then return 'pass' end  -- its tail-most member is pinned: read no more of it
+  if not held_whole(tail[pos]) then return 'pass' end  -- listed by an older release's rule
   local size = tonumber(redis.call('HGET', k('gsize'), g or '') or '0')
   if not g or size < 1 then return 'pass' end  -- not a known group: it never moves whole
   local members, started = queued_members(g, size, pos, len)

@@ -1,0 +1,104 @@
+"""Old and new scripts on one schedule, as while a release rolls (docs/operations.md, "Upgrade and
+rollback"): a reaper of the last release point (6ed67cb, its Lua loaded from git beside this
+release's) requeues an item by its own rule, a claim of this release pops it by this release's, and
+a small-cache thief's steal still never leases one item twice nor splits a group it cannot hold
+whole. The same list state is also built by hand, so the rule is checked where git is absent."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+
+import pytest
+import redis
+
+from service.delivery import Delivery, LeaseSettings, PublishedSchedule
+from service.delivery.keys import schedule_keys
+from service.delivery.scripts import OPERATIONS, Scripts
+from tests.service.delivery.conftest import item
+
+OLD_RELEASE = "6ed67cb"  # the last release point before P:gneed
+SMALL, TTL_MS = 3_000, 1_000
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _old_source(operation: str) -> str | None:
+    """An operation's full script as the old release loaded it; None where git or the commit is absent."""
+    texts = []
+    for name in ("common.lua", "index.lua", f"{operation}.lua"):
+        shown = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{OLD_RELEASE}:service/delivery/lua/{name}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if shown.returncode != 0:
+            return None
+        texts.append(shown.stdout)
+    return "\n".join(texts)
+
+
+def _old_delivery(client: redis.Redis) -> Delivery:
+    """This release's calls with the old release's scripts (their arguments did not change)."""
+    scripts = {}
+    for op in OPERATIONS:
+        source = _old_source(op)
+        if source is None:
+            pytest.skip(f"release {OLD_RELEASE} not in this checkout's git history")
+        scripts[op] = client.register_script(source)
+    old = Delivery(client)
+    old.scripts = Scripts(**scripts)
+    return old
+
+
+def _group() -> PublishedSchedule:
+    """Group g on 'big': g#0 a SMALL cache holds, g#1 it does not (so the group never moves to it)."""
+    short = dataclasses.replace(item("g#0"), max_new_tokens=2_000)
+    long = dataclasses.replace(item("g#1"), max_new_tokens=9_000)
+    return PublishedSchedule(
+        "s",
+        {"big": (short, long), "small": ()},
+        lease=LeaseSettings(lease_ttl_ms=TTL_MS, max_attempts=5),
+        prefix_affinity=True,
+        kv_capacity_tokens={"small": SMALL, "big": 100_000},
+    )
+
+
+def _assert_nothing_moved(delivery: Delivery, now: int) -> None:
+    progress = delivery.progress("s", now_ms=now)
+    assert (progress.queued, progress.running) == (2, 0)
+    assert progress.workers["big"].queued == 2
+
+
+def test_a_steal_never_leases_twice_an_item_an_old_reaper_listed_twice(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    old = _old_delivery(redis_client)
+    now = 1_000_000
+    delivery.publish(_group(), now_ms=now)
+    for _ in range(2):  # big's sidecar (upgraded) claims g#0 and dies; an old replica's reaper requeues it
+        (lease,) = delivery.claim("s", "big", 1, now_ms=now)
+        assert lease.key == "g#0"
+        now += TTL_MS + 500
+        assert old.reap("s", now_ms=now).requeued == 1
+    index = schedule_keys("s").holdable(SMALL, "big")
+    assert redis_client.lrange(index, 0, -1) == ["g#0", "g#0"]  # old rule; a claim left one
+    now += 5 * TTL_MS  # big has abandoned the group: only its cache held the group back
+    assert delivery.steal("s", "small", 4, now_ms=now) == []  # g#1 is too big for small: g stays whole
+    _assert_nothing_moved(delivery, now)
+
+
+def test_a_steal_passes_a_group_its_index_lists_by_one_member_s_own_need(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    now = 1_000_000
+    delivery.publish(_group(), now_ms=now)
+    for _ in range(2):  # as test above, the entries made by hand: a member listed alone, twice
+        delivery.claim("s", "big", 1, now_ms=now)
+        now += TTL_MS + 500
+        delivery.reap("s", now_ms=now)
+        redis_client.lpush(schedule_keys("s").holdable(SMALL, "big"), "g#0")
+    now += 5 * TTL_MS
+    assert delivery.steal("s", "small", 4, now_ms=now) == []
+    _assert_nothing_moved(delivery, now)
