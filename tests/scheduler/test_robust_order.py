@@ -222,7 +222,8 @@ def test_the_highest_p90_order_is_played_only_where_the_draws_outlive_the_predic
     monkeypatch: pytest.MonkeyPatch, wide: bool, played: bool
 ) -> None:
     # ungated (a third candidate on every queue in waves, judged on one draw) it moved the long
-    # chain-of-thought headline 3,008.3 -> 3,016.7 s: there no single drawn item outlasts the plan
+    # chain-of-thought headline 3,008.3 -> 3,016.7 s (the trace before the 2026-12-04 generator refit):
+    # there no single drawn item outlasts the plan
     request = _wide_request() if wide else _request(64, 1.6, 40_000, seed=7)
     problem, spread = build_problem(request), spreads(request.trajectories)
     assert spread is not None
