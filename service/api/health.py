@@ -11,17 +11,22 @@ OpenAPI document, where they would repeat the ``GET`` operations under the same 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import redis
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.datastructures import State
 
+from service.auth import caller_of
 from service.context import Context
+from service.problems import UnauthorizedError
 from service.redis_conn import refused
 
 router = APIRouter(tags=["health"])
+_log = logging.getLogger("service.health")
 
 
 @router.get("/healthz")
@@ -42,9 +47,12 @@ _NOT_READY: dict[int | str, dict[str, Any]] = {
 @router.head("/readyz", include_in_schema=False)
 def readyz(request: Request) -> JSONResponse:
     """Ready when Redis answers PING at a version the service runs on and a predictor is loaded; 503
-    with the reason otherwise."""
+    with the reason otherwise. The reason names Redis's host and port only to a caller with a known
+    token (``_said``); the probe itself stays open."""
+    trusted = _trusted(request)
     if request.app.state.context is None:  # start-up waits for a Redis Cluster, or refused an old Redis
-        return JSONResponse({"ready": False, "redis": request.app.state.starting, "model": None}, 503)
+        starting = _said(request.app.state, request.app.state.starting, trusted)
+        return JSONResponse({"ready": False, "redis": starting, "model": None}, 503)
     ctx: Context = request.app.state.context  # not context_of: a Redis too old is said below, not raised
     ctx.models.reload_if_due()
     checks: dict[str, Any] = {"model": ctx.models.version}
@@ -55,7 +63,30 @@ def readyz(request: Request) -> JSONResponse:
     except redis.RedisError as error:  # a wrong password or ACL is not an outage: say which
         checks["redis"] = f"{'refused' if refused(error) else 'unreachable'}: {error}"
     ready = checks["redis"] == "ok" and ctx.models.loaded
+    checks["redis"] = _said(request.app.state, checks["redis"], trusted)
     return JSONResponse({"ready": ready, **checks}, status_code=200 if ready else 503)
+
+
+def _trusted(request: Request) -> bool:
+    """Whether the caller may read where Redis is: one with a known token (of either scope), or any
+    caller of a service without tokens (loopback only, where every caller is trusted)."""
+    try:
+        caller_of(request.app.state.credentials, request.headers.get("authorization"))
+    except UnauthorizedError:
+        return False
+    return True
+
+
+def _said(state: State, detail: str, trusted: bool) -> str:
+    """``detail`` as the caller may read it: whole when ``trusted``, else its first word
+    (``unreachable``, ``refused``), since the error names Redis's host and port, which tell anyone
+    who reaches the open probe where to aim next. A changed detail is logged (once, not every probe),
+    so the operator reads the whole of it there."""
+    if getattr(state, "readiness_logged", "ok") != detail:
+        state.readiness_logged = detail
+        if detail != "ok":
+            _log.warning("not ready: redis %s", detail)
+    return detail if trusted else detail.split(":", 1)[0]
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})

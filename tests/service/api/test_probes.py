@@ -3,6 +3,7 @@ checks and ``curl -I`` use it."""
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.embedded import EmbeddedServer
 from service.settings import Settings
-from tests.service.api.conftest import LiveServer
+from tests.service.api.conftest import TRAINER, LiveServer, bearer
 
 PROBES = ["/healthz", "/readyz"]
 
@@ -67,3 +68,23 @@ def test_head_of_a_probe_sends_no_body_on_the_wire(path: str, live_settings: Set
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
     assert body == b""
+
+
+def test_readyz_names_where_redis_is_only_to_a_caller_with_a_token(
+    private_redis: EmbeddedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The probe stays open, but an anonymous caller of a service with tokens learns only that Redis is
+    unreachable, not its host and port; a token's holder, and the log, read the whole error."""
+    settings = Settings(
+        redis_url=private_redis.url, model_dir=str(tmp_path), redis_timeout_s=0.5, trainer_tokens=TRAINER
+    )
+    where = f"127.0.0.1:{private_redis.port}"
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        private_redis.kill()
+        with caplog.at_level(logging.WARNING, logger="service.health"):
+            anonymous = client.get("/readyz")
+        known = client.get("/readyz", headers=bearer(TRAINER))
+    assert (anonymous.status_code, anonymous.json()["redis"]) == (503, "unreachable")
+    assert known.status_code == 503
+    assert known.json()["redis"].startswith("unreachable: ") and where in known.json()["redis"]
+    assert [r.getMessage() for r in caplog.records if where in r.getMessage()]
