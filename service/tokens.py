@@ -1,4 +1,4 @@
-"""The one rule a bearer token must meet: printable ASCII.
+"""The one rule a bearer token must meet: printable ASCII; and the length below which ``serve`` warns.
 
 A header value travels as latin-1 and the service reads it so: a token with other characters can
 never match one the service holds, and httpx cannot even encode it (a UnicodeEncodeError traceback
@@ -13,6 +13,9 @@ RULE = "a token must be printable ASCII (a header cannot carry others)"
 # Where a command that calls the service reads its ``--token`` when the flag is absent (docs/client.md's
 # name too): a flag's value is on the command line, which ``ps`` and /proc show every user of the host.
 TOKEN_VARIABLE = "SCHEDULER_TOKEN"
+# Below this a token is warned about at start (``short_warning``): docs/operations.md says to mint 32
+# random bytes (``openssl rand -hex 32``: 64 characters), and nothing limits the rate of 401s.
+MIN_TOKEN_CHARS = 32
 
 
 def check_token(token: str) -> str:
@@ -31,3 +34,17 @@ def check_token_flag(flag: str, token: str | None) -> None:
             check_token(token)
         except ValueError:
             raise ValueError(f"{flag}: {RULE}") from None
+
+
+def short_warning(variable: str, tokens: list[str]) -> str | None:
+    """The line ``serve`` logs at start when some of ``tokens`` (those of ``variable``) are shorter
+    than ``MIN_TOKEN_CHARS``, or None. A warning, not a refusal: deployments running on shorter tokens
+    today would stop starting on upgrade, and a long random token is the operator's to mint. The line
+    counts them and never quotes one (a secret, and a short one is the easier to guess)."""
+    short = sum(1 for token in tokens if len(token) < MIN_TOKEN_CHARS)
+    if not short:
+        return None
+    return (
+        f"{variable} holds {short} token(s) shorter than {MIN_TOKEN_CHARS} characters: nothing limits "
+        "the rate of guesses (401s), so mint each with 'openssl rand -hex 32' (docs/operations.md)"
+    )

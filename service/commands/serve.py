@@ -182,14 +182,11 @@ def run(settings: Settings) -> None:
     from service.embedded import EmbeddedServerError
     from service.redis_conn import redis_for
     from service.settings import unknown_variables
-    from service.worker_tokens import unbound_warning
-
     logs.configure(settings.log_level)
     for line in unknown_variables():
         logging.getLogger("service.settings").warning(line)
-    unbound = unbound_warning(settings.worker_token_entries())
-    if unbound is not None:
-        logging.getLogger("service.settings").warning(unbound)
+    for warning in _token_warnings(settings):
+        logging.getLogger("service.settings").warning(warning)
     _ignore_web_concurrency()
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal; exiting through
     # SystemExit instead lets the embedded server's context manager stop it (no orphan process).
@@ -208,6 +205,21 @@ def run(settings: Settings) -> None:
             )
     except EmbeddedServerError as error:
         _fail(str(error))
+
+
+def _token_warnings(settings: Settings) -> list[str]:
+    """What ``serve`` says at start about its tokens: the short ones (by count, never quoted), and
+    worker tokens bound to no worker."""
+    from service.settings import variable_name
+    from service.tokens import short_warning
+    from service.worker_tokens import unbound_warning
+
+    warnings = [
+        short_warning(variable_name("trainer_tokens"), settings.trainer_token_list()),
+        short_warning(variable_name("worker_tokens"), settings.worker_token_list()),
+        unbound_warning(settings.worker_token_entries()),
+    ]
+    return [warning for warning in warnings if warning is not None]
 
 
 def _ignore_web_concurrency() -> None:

@@ -91,6 +91,32 @@ def test_serve_runs_one_process_whatever_web_concurrency_says(tmp_path: Path) ->
             proc.kill()
 
 
+@pytest.mark.slow
+def test_serve_warns_at_start_of_tokens_shorter_than_32_characters_without_quoting_them(
+    tmp_path: Path,
+) -> None:
+    """A short token is guessable (nothing limits the rate of 401s): serve says how many each list
+    holds, and starts anyway, since refusing would stop deployments that run on them today."""
+    long = "a" * 64
+    proc = _serve_until_it_answers(
+        "/metrics",
+        ROLLOUT_MODEL_DIR=str(tmp_path),
+        ROLLOUT_TRAINER_TOKENS=f"short-trainer,{long}",
+        ROLLOUT_WORKER_TOKENS=f"w0=short-worker,w1=b{long}",
+    )
+    try:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        assert proc.stderr is not None
+        said = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "ROLLOUT_TRAINER_TOKENS holds 1 token(s) shorter than 32 characters" in said
+    assert "ROLLOUT_WORKER_TOKENS holds 1 token(s) shorter than 32 characters" in said
+    assert "short-trainer" not in said and "short-worker" not in said
+
+
 def test_settings_come_from_the_environment_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REDIS_URL", "rediss://user:pw@redis.example:6380/0")
     monkeypatch.setenv("ROLLOUT_MAX_TRAJECTORIES", "100")
