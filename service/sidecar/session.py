@@ -343,16 +343,25 @@ class WorkerSession:
             self.stats.duplicate += 1
         else:
             why = "lease lost" if held else f"token {token} is no lease this sidecar holds"
-            await self._count_refused(schedule_id, key, "completion", why)
+            await self._count_refused(schedule_id, key, "completion", why, held)
         return outcome
 
-    async def _count_refused(self, schedule_id: str, key: str, what: str, why: str = "lease lost") -> None:
+    async def _count_refused(
+        self, schedule_id: str, key: str, what: str, why: str = "lease lost", held: bool = True
+    ) -> None:
         """Count a report refused because the lease was gone: ``cancelled`` when the trainer cancelled
         the schedule (expected, told once; each item once), else ``stale`` with a warning; a failure
         or a completion is counted only once the server took it, so neither counter tells of work that
-        did not land."""
+        did not land.
+
+        Of a cancelled schedule, only a lease held here (``held``) is counted: the key of one not held
+        is the pull worker's word alone, and a worker (its bug, or any process on the loopback) could
+        report keys without end, each remembered in ``Cancels`` until the schedule is forgotten. A
+        lease this sidecar handed out and no longer holds was counted when it ended here (dropped,
+        found gone, or refused), so a repeated report of it adds nothing either."""
         if await self.found_cancelled(schedule_id):
-            self._count_cancelled(schedule_id, [key])
+            if held:
+                self._count_cancelled(schedule_id, [key])
         else:
             self.stats.stale += 1
             log.warning("%s of %s refused as stale (%s)", what, clipped(key), why)  # a pull worker's key

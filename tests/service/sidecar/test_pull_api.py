@@ -354,6 +354,33 @@ def test_an_item_of_a_cancelled_schedule_is_counted_cancelled_once_however_often
     assert (session.stats.cancelled, session.stats.stale, session.stats.lost) == (2, 0, 0)
 
 
+def test_reports_of_keys_never_handed_out_for_a_cancelled_schedule_are_not_counted_cancelled(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """A cancel's count is bounded by the keys this sidecar handed out: a pull worker that reports
+    invented keys of a cancelled schedule (its bug; the API has no auth) is refused each time, and
+    the sidecar does not count them ``cancelled``: counting keeps each key, so they grew its memory
+    without end."""
+    delivery = publish_one(redis_url, "cancelled")
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
+
+    async def run() -> list[int]:
+        app = create_pull_app(session)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+        ) as client:
+            lease = (await client.get("/next")).json()
+            delivery.cancel("cancelled")
+            statuses = [(await client.post("/done", json=done_body(lease, 5))).status_code]
+            for n in range(200):
+                invented = {**lease, "key": f"invented#{n}"}
+                statuses.append((await client.post("/done", json=done_body(invented, 5))).status_code)
+            return statuses
+
+    assert set(asyncio.run(run())) == {409}
+    assert (session.stats.cancelled, session.stats.stale) == (1, 0)  # the one item handed out
+
+
 def _series(text: str) -> dict[str, float]:
     """``name{labels} value`` lines of a Prometheus exposition, comments left out."""
     return {
