@@ -182,6 +182,7 @@ def run(settings: Settings) -> None:
     from service.embedded import EmbeddedServerError
     from service.redis_conn import redis_for
     from service.settings import unknown_variables
+
     logs.configure(settings.log_level)
     for line in unknown_variables():
         logging.getLogger("service.settings").warning(line)
