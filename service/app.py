@@ -1,9 +1,10 @@
 """The FastAPI application factory: settings in, app out; nothing happens at import time.
 
-``create_app(settings)`` wires the routers, the problem table, the body-size limit and request
-metrics. Its lifespan (``service.startup``) opens the Redis pool, loads the predictor (latest stored
-model, history from the actuals stream) and starts the delivery reaper; on shutdown it stops the
-reaper and closes the pool. Redis being down at startup does not stop the app: ``/readyz`` says so
+``create_app(settings)`` wires the routers, the problem table, the body-size limit, request
+metrics and, without tokens, the ``Host`` allow-list (``service/hosts.py``: DNS rebinding). Its
+lifespan (``service.startup``) opens the Redis pool, loads the predictor (latest stored model,
+history from the actuals stream) and starts the delivery reaper; on shutdown it stops the reaper
+and closes the pool. Redis being down at startup does not stop the app: ``/readyz`` says so
 and every Redis-bound request answers 503 until it returns (a Redis Cluster, whose client cannot be
 built before a node answers, is waited for in the background while ``/healthz`` answers).
 """
@@ -21,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api import actuals, health, models, schedules
 from service.auth import Credentials
+from service.hosts import HostAllowList, service_refusal
 from service.limits import BodyLimitMiddleware
 from service.logs import install_record_factory, request_schedule_id, schedule_context
 from service.metrics import Metrics
@@ -67,6 +69,9 @@ def create_app(settings: Settings) -> FastAPI:
     for router in API_ROUTERS:
         app.include_router(router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    if not app.state.credentials.enabled:  # every caller trusted: answer to loopback names only
+        allowed = settings.allowed_host_names()
+        app.add_middleware(HostAllowList, allowed=allowed, refusal=service_refusal)
     # outermost: 413s are counted too
     routes = [*app.router.routes, *(route for router in API_ROUTERS for route in router.routes)]
     app.state.routes = routes  # a 405's Allow names the methods of every route on its path

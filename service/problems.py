@@ -74,6 +74,11 @@ class ForbiddenError(ServiceError):
     """A known token whose scope does not cover this endpoint."""
 
 
+class MisdirectedHostError(ServiceError):
+    """A request whose ``Host`` names no name a server without tokens answers to: a web page's own
+    name re-pointed at loopback (DNS rebinding, ``service/hosts.py``)."""
+
+
 class PayloadTooLargeError(ServiceError):
     """The body, or the number of trajectories it asks for, is over the configured limit."""
 
@@ -119,6 +124,8 @@ PROBLEMS: tuple[tuple[type[Exception], Problem], ...] = (
     (UnauthorizedError, Problem(401, "Unauthorized", "unauthorized")),
     (ForbiddenError, Problem(403, "Forbidden", "forbidden")),
     (PayloadTooLargeError, Problem(413, "Payload too large", "payload-too-large")),
+    # RFC 9110 15.5.20: the server will not answer for the authority named (the request is well formed)
+    (MisdirectedHostError, Problem(421, "Misdirected Request", "host-not-allowed")),
     (NotFoundError, Problem(404, "Not found", "not-found")),
     (UnknownScheduleError, Problem(404, "Unknown schedule", "unknown-schedule")),
     (StepCutShortError, Problem(409, "Step cut short", "step-cut-short")),

@@ -29,6 +29,7 @@ from service.delivery.keys import (
     PrefixError,
     check_prefix,
 )
+from service.hosts import check_host_names
 from service.logs import LOG_LEVELS
 from service.redis_conn import check_redis_url, describe
 from service.tokens import check_token
@@ -83,6 +84,9 @@ class Settings(BaseSettings):
     # comma-separated bearer tokens with the worker scope: worker_id=token binds one to the worker it
     # may report actuals for; a plain token is unbound (service/worker_tokens.py)
     worker_tokens: SecretStr | None = None
+    # comma-separated host names a service without tokens answers to besides localhost, 127.0.0.1 and
+    # [::1] (any port); other Host headers get 421: a guard against DNS rebinding (service/hosts.py)
+    allowed_hosts: str = ""
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)  # larger request bodies get 413 unread
     max_trajectories: int = Field(default=65_536, gt=0)  # more trajectories (sum of n) in one batch get 413
 
@@ -171,6 +175,14 @@ class Settings(BaseSettings):
             raise AcrossSettingsError("a token is in both {} and {}", "trainer_tokens", "worker_tokens")
         return self
 
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: str) -> str:
+        """An entry that can never equal a ``Host`` (a port, a scheme, a wildcard) is a mistake to
+        report at start, not a name silently refused."""
+        check_host_names(value)
+        return value
+
     @field_validator("key_prefix")
     @classmethod
     def _key_prefix(cls, value: str) -> str:
@@ -208,6 +220,10 @@ class Settings(BaseSettings):
         too, and a settings object printed to a log or a debugger showed it whole."""
         for name, value in super().__repr_args__():
             yield name, (describe(value) if name == "redis_url" and value else value)
+
+    def allowed_host_names(self) -> list[str]:
+        """The names of ``allowed_hosts``, as ``Host`` headers are compared (``hosts.host_name``)."""
+        return check_host_names(self.allowed_hosts)
 
     def trainer_token_list(self) -> list[str]:
         """The trainer tokens; several allow rotation without downtime."""

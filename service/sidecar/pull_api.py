@@ -63,9 +63,17 @@ from service.body_encoding import Utf8BodyRoute
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.records import DeliveryItem, TrajectoryResult
+from service.hosts import HostAllowList, refused_host
 from service.limits import BodyLimitMiddleware
 from service.problem_details import clipped
-from service.problems import JSON_HINT, BodyEncodingError, ContentCodingError, PayloadTooLargeError, is_json
+from service.problems import (
+    JSON_HINT,
+    BodyEncodingError,
+    ContentCodingError,
+    MisdirectedHostError,
+    PayloadTooLargeError,
+    is_json,
+)
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.metrics import pull_exposition
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
@@ -296,6 +304,7 @@ def create_pull_app(
     for kind in _PROBLEMS:
         app.add_exception_handler(kind, _problem)
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES, refusal=_too_large)
+    app.add_middleware(HostAllowList, allowed=(), refusal=_misdirected)  # loopback names only, no auth
     cut = functools.partial(_cut_short, drain_s)
     app.add_middleware(DrainBoundMiddleware, requests=requests, refusal=cut)  # outermost: added last
     return app
@@ -310,6 +319,8 @@ _PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]
     BodyEncodingError: (400, lambda exc: {"error": f"body: {exc}"}),
     # a body past MAX_BODY_BYTES, declared or counted (``BodyLimitMiddleware``, ``_too_large``)
     PayloadTooLargeError: (413, lambda exc: {"error": f"body: {exc}"}),
+    # a Host other than localhost, 127.0.0.1 or [::1] (DNS rebinding; ``service/hosts.py``)
+    MisdirectedHostError: (421, lambda exc: {"error": str(exc)}),
     # a body sent compressed (Content-Encoding), which nothing here decodes: refused unread
     ContentCodingError: (415, lambda exc: {"error": str(exc)}),
     # a malformed body: FastAPI's own answer echoes the input, and one holding NaN cannot be rendered
@@ -335,6 +346,15 @@ def _too_large(path: str, what: str, max_bytes: int) -> Response:
     status, body = _PROBLEMS[PayloadTooLargeError]
     error = PayloadTooLargeError(f"too large ({what}); the limit is {max_bytes} bytes")
     return JSONResponse(body(error), status_code=status, headers={"Connection": "close"})
+
+
+def _misdirected(path: str, sent: str | None) -> Response:
+    """The 421 of ``HostAllowList`` (outside FastAPI's handlers), from the table as every error here:
+    a ``Host`` other than a loopback name is a web page's own name re-pointed at 127.0.0.1 (DNS
+    rebinding), which could otherwise take work and report results as this worker."""
+    del path
+    status, body = _PROBLEMS[MisdirectedHostError]
+    return JSONResponse(body(MisdirectedHostError(refused_host(sent))), status_code=status)
 
 
 def _cut_short(drain_s: float) -> Response:

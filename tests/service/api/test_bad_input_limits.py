@@ -42,7 +42,7 @@ def test_a_declared_huge_body_is_refused_before_it_is_sent(live_settings: Settin
     settings = with_settings(live_settings, max_body_bytes=10_000)
     with LiveServer(settings) as server, socket.create_connection(("127.0.0.1", server.port), 5) as sock:
         sock.sendall(
-            b"POST /schedule HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /schedule HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b'Content-Length: 1000000000\r\n\r\n{"batch":'
         )
         sock.settimeout(5)
@@ -62,7 +62,7 @@ def test_a_chunked_body_is_cut_off_at_the_limit(live_settings: Settings, declare
     settings = with_settings(live_settings, max_body_bytes=10_000)
     with LiveServer(settings) as server, socket.create_connection(("127.0.0.1", server.port), 5) as sock:
         sock.sendall(
-            b"POST /schedule HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /schedule HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             + declared
             + b"Transfer-Encoding: chunked\r\n\r\n"
         )
@@ -79,7 +79,7 @@ def test_a_chunked_upload_without_a_token_is_refused_before_its_body_is_read(liv
     settings = with_settings(live_settings, max_body_bytes=10_000_000, trainer_tokens="t0ken")
     with LiveServer(settings) as server, socket.create_connection(("127.0.0.1", server.port), 5) as sock:
         sock.sendall(
-            b"POST /actuals HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /actuals HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n1000\r\n" + b"x" * 4096 + b"\r\n"
         )  # far below the limit, and the stream is never terminated
         sock.settimeout(5)

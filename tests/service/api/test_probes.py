@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 from service.app import create_app
 from service.embedded import EmbeddedServer
@@ -60,7 +61,7 @@ def test_head_of_metrics_answers_200_with_the_exposition_headers(client: TestCli
 @pytest.mark.parametrize("path", [*PROBES, "/metrics"])
 def test_head_of_a_probe_sends_no_body_on_the_wire(path: str, live_settings: Settings) -> None:
     with LiveServer(live_settings) as server, socket.create_connection(("127.0.0.1", server.port), 5) as sock:
-        sock.sendall(f"HEAD {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        sock.sendall(f"HEAD {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
         sock.settimeout(5)
         reply = b""
         while chunk := sock.recv(65536):
@@ -76,7 +77,10 @@ def test_readyz_names_where_redis_is_only_to_a_caller_with_a_token(
     """The probe stays open, but an anonymous caller of a service with tokens learns only that Redis is
     unreachable, not its host and port; a token's holder, and the log, read the whole error."""
     settings = Settings(
-        redis_url=private_redis.url, model_dir=str(tmp_path), redis_timeout_s=0.5, trainer_tokens=TRAINER
+        redis_url=private_redis.url,
+        model_dir=str(tmp_path),
+        redis_timeout_s=0.5,
+        trainer_tokens=SecretStr(TRAINER),
     )
     where = f"127.0.0.1:{private_redis.port}"
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
@@ -86,5 +90,6 @@ def test_readyz_names_where_redis_is_only_to_a_caller_with_a_token(
         known = client.get("/readyz", headers=bearer(TRAINER))
     assert (anonymous.status_code, anonymous.json()["redis"]) == (503, "unreachable")
     assert known.status_code == 503
-    assert known.json()["redis"].startswith("unreachable: ") and where in known.json()["redis"]
+    assert known.json()["redis"].startswith("unreachable: ")
+    assert where in known.json()["redis"]
     assert [r.getMessage() for r in caplog.records if where in r.getMessage()]

@@ -114,7 +114,8 @@ def test_serve_warns_at_start_of_tokens_shorter_than_32_characters_without_quoti
             proc.kill()
     assert "ROLLOUT_TRAINER_TOKENS holds 1 token(s) shorter than 32 characters" in said
     assert "ROLLOUT_WORKER_TOKENS holds 1 token(s) shorter than 32 characters" in said
-    assert "short-trainer" not in said and "short-worker" not in said
+    assert "short-trainer" not in said
+    assert "short-worker" not in said
 
 
 def test_settings_come_from_the_environment_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,7 @@ def with_api(redis_url: str, script: Script, slots: int = 4, worker: str = "w0")
     async def run() -> Any:
         app = create_pull_app(session)
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             return await script(client)
 

@@ -263,7 +263,7 @@ def test_shutdown_hands_back_the_leases_of_live_schedules_when_one_has_expired(
         app = create_pull_app(session)
         async with app.router.lifespan_context(app):  # shutdown runs when the block ends
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://pull") as client:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
                 await script(client)
 
     asyncio.run(run())
@@ -280,7 +280,7 @@ def test_a_long_poll_claims_nothing_once_the_server_is_stopping(
     async def run() -> int:
         app = create_pull_app(session, stopping=lambda: True)
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             return (await client.get("/next", params={"wait_s": 1})).status_code
 
@@ -313,7 +313,7 @@ def test_a_report_for_an_item_of_a_cancelled_schedule_is_refused_with_409_and_co
     async def run() -> tuple[int, int, dict[str, Any]]:
         app = create_pull_app(session)
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             lease = (await client.get("/next")).json()
             delivery.cancel("cancelled")
@@ -340,7 +340,7 @@ def test_an_item_of_a_cancelled_schedule_is_counted_cancelled_once_however_often
     async def run() -> list[int]:
         app = create_pull_app(session)
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             first, second = (await client.get("/next")).json(), (await client.get("/next")).json()
             delivery.cancel("cancelled")
@@ -367,7 +367,7 @@ def test_reports_of_keys_never_handed_out_for_a_cancelled_schedule_are_not_count
     async def run() -> list[int]:
         app = create_pull_app(session)
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             lease = (await client.get("/next")).json()
             delivery.cancel("cancelled")
@@ -414,3 +414,21 @@ def test_the_pull_api_serves_its_counters_live_for_prometheus(
     assert series[f"rollout_sidecar_held{worker}"] == health.json()["held"] == 1
     assert series[f"rollout_sidecar_waiting{worker}"] == 0
     assert series[f"rollout_sidecar_generation_seconds_count{worker}"] == 1
+
+
+def test_the_pull_api_refuses_a_request_naming_a_host_other_than_loopback_and_leases_nothing(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The pull API has no auth: a web page re-pointing its own name at 127.0.0.1 (DNS rebinding)
+    could take work and report results as this worker. Its ``Host`` names the page: refused, 421."""
+    publish_one(redis_url, "rebinding")
+
+    async def script(client: httpx.AsyncClient) -> tuple[int, dict[str, Any], list[Any], int]:
+        rebound = await client.get("/next", headers={"Host": "rebound.attacker.example:8765"})
+        held = (await client.get("/leases")).json()["held"]
+        loopback = await client.get("/health", headers={"Host": "127.0.0.1:8765"})
+        return rebound.status_code, rebound.json(), held, loopback.status_code
+
+    status, body, held, loopback = with_api(redis_url, script)
+    assert (status, held, loopback) == (421, [], 200)
+    assert body["error"].startswith("Host 'rebound.attacker.example:8765' is not a name of this server")

@@ -30,7 +30,7 @@ def test_a_worker_back_from_a_quiet_spell_is_told_at_once_which_leases_lapsed(
     async def run() -> list[Any]:
         app = create_pull_app(session, idle_timeout_s=0.1)  # no lifespan here: no heartbeat loop
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             lapsed = (await client.get("/next")).json()
             while delivery.progress("quiet").running:  # its lease lapses and is reaped unheartbeated
@@ -57,7 +57,7 @@ def test_lost_leases_kept_for_a_worker_that_never_asks_are_bounded(
     async def run() -> list[Any]:
         app = create_pull_app(session, idle_timeout_s=0.1)
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             for _ in range(3):
                 await client.get("/next")
@@ -88,7 +88,7 @@ def test_an_item_the_worker_holds_past_the_hold_bound_is_reported_failed_and_req
         app = create_pull_app(session, hold_timeout_s=100.0)
         state = app.state.pull
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             first = (await client.get("/next")).json()
             clock[0] = 99.0  # within the bound: still heartbeated
@@ -137,7 +137,7 @@ def test_leases_and_health_count_as_held_only_what_the_worker_was_handed(
     async def run() -> list[Any]:
         app = create_pull_app(session)
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             handed = (await client.get("/next")).json()["key"]
             nothing = (await client.get("/next")).status_code  # b claimed, but waits for KV

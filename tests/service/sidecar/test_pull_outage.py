@@ -67,7 +67,9 @@ def test_a_report_redis_did_not_take_keeps_its_lease_and_its_retry_lands(aof_ser
 
     async def run() -> list[Any]:
         app = create_pull_app(session)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://pull") as api:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+        ) as api:
             return await script(api)
 
     assert asyncio.run(run()) == [
@@ -154,7 +156,9 @@ def test_reset_lets_a_report_in_flight_land_before_it_hands_back_the_rest(aof_se
 
     async def run() -> list[Any]:
         app = create_pull_app(session)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://pull") as api:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+        ) as api:
             return await script(api)
 
     assert asyncio.run(run()) == [{"outcome": "accepted"}, {"released": 1, "dead_lettered": 0}]

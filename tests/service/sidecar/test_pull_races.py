@@ -43,7 +43,7 @@ def test_a_fail_racing_a_done_for_one_lease_never_leaves_the_item_both_accepted_
         app = create_pull_app(session)
         raced: list[tuple[str, tuple[str, str]]] = []
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://pull"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             while (answer := await client.get("/next")).status_code == 200:
                 lease = answer.json()

@@ -28,7 +28,9 @@ def test_a_long_poll_begun_before_a_reset_hands_nothing_out_and_the_new_process_
 
     async def run() -> tuple[int, int, dict[str, int], int, int]:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_pull_app(session)), base_url="http://pull", timeout=30
+            transport=httpx.ASGITransport(app=create_pull_app(session)),
+            base_url="http://localhost",
+            timeout=30,
         ) as client:
             orphan = asyncio.create_task(client.get("/next", params={"wait_s": 3}))  # the dead process's
             await asyncio.sleep(0.3)

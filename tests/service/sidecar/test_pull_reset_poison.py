@@ -30,7 +30,7 @@ def _pull(redis_url: str, rounds: int) -> tuple[list[dict[str, Any]], list[dict[
 
     async def run() -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_pull_app(session)), base_url="http://pull"
+            transport=httpx.ASGITransport(app=create_pull_app(session)), base_url="http://localhost"
         ) as client:
             resets, leases = [], []
             for _ in range(rounds):
@@ -88,7 +88,7 @@ def test_a_lease_claimed_ahead_and_never_handed_to_the_worker_is_refunded_at_eve
 
     async def run() -> list[Any]:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_pull_app(session)), base_url="http://pull"
+            transport=httpx.ASGITransport(app=create_pull_app(session)), base_url="http://localhost"
         ) as client:
             handed = [(await client.get("/next")).json()["key"] for _ in items]  # both run; it dies
             first = (await client.post("/reset")).json()

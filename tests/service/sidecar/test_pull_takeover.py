@@ -42,7 +42,7 @@ async def _serving(session: WorkerSession | Connecting) -> AsyncIterator[tuple[h
     transport = httpx.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://pull") as client,
+        httpx.AsyncClient(transport=transport, base_url="http://localhost") as client,
     ):
         yield client, app.state.pull
 

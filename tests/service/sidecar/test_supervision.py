@@ -133,7 +133,7 @@ def test_a_pull_sidecar_whose_heartbeats_die_fails_its_probes_and_is_told_to_sto
         transport = httpx.ASGITransport(app=app)
         async with (
             app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=transport, base_url="http://pull") as api,
+            httpx.AsyncClient(transport=transport, base_url="http://localhost") as api,
         ):
             while (await api.get("/next", params={"wait_s": 1})).status_code != 200:
                 pass  # the takeover first
