@@ -33,12 +33,13 @@ def test_a_405_lists_every_method_of_the_path_in_allow(
     [("POST", "/schedule/"), ("GET", "/schedule/s1/"), ("GET", "/healthz/"), ("GET", "/models/")],
 )
 def test_a_trailing_slash_is_a_404_problem_naming_the_path_without_it_not_a_redirect(
-    method: str, path: str, client: TestClient
+    method: str, path: str, secured: TestClient
 ) -> None:
     """Starlette answered a 307 whose ``Location`` was built from the ``Host`` header and the scheme
     the service saw: behind a TLS proxy, ``http://``, where a client following it sends the batch
-    (and a token it trusts the host with) in clear; the answer was no problem either (no body)."""
-    response = client.request(method, path, headers={"Host": "sched.example"}, follow_redirects=False)
+    (and a token it trusts the host with) in clear; the answer was no problem either (no body). A
+    service with tokens, as behind a proxy: one without answers a name not its own with 421."""
+    response = secured.request(method, path, headers={"Host": "sched.example"}, follow_redirects=False)
 
     assert response.status_code == 404
     assert response.headers["content-type"] == "application/problem+json"
