@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     worker_tokens: SecretStr | None = None
     # comma-separated host names a service without tokens answers to besides localhost, 127.0.0.1 and
     # [::1] (any port); other Host headers get 421: a guard against DNS rebinding (service/hosts.py)
-    allowed_hosts: str = ""
+    allowed_hosts: str | None = None
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)  # larger request bodies get 413 unread
     max_trajectories: int = Field(default=65_536, gt=0)  # more trajectories (sum of n) in one batch get 413
 
@@ -177,10 +177,10 @@ class Settings(BaseSettings):
 
     @field_validator("allowed_hosts")
     @classmethod
-    def _host_names(cls, value: str) -> str:
+    def _host_names(cls, value: str | None) -> str | None:
         """An entry that can never equal a ``Host`` (a port, a scheme, a wildcard) is a mistake to
         report at start, not a name silently refused."""
-        check_host_names(value)
+        check_host_names(value or "")
         return value
 
     @field_validator("key_prefix")
@@ -223,7 +223,7 @@ class Settings(BaseSettings):
 
     def allowed_host_names(self) -> list[str]:
         """The names of ``allowed_hosts``, as ``Host`` headers are compared (``hosts.host_name``)."""
-        return check_host_names(self.allowed_hosts)
+        return check_host_names(self.allowed_hosts or "")
 
     def trainer_token_list(self) -> list[str]:
         """The trainer tokens; several allow rotation without downtime."""
