@@ -1,9 +1,10 @@
 """Which steps of a trace a replay plays: ``--steps`` text (``3-5``, ``3,5``, ``4``, ``2-``) to steps,
 and whether the pool can play them.
 
-A selection that names no step present in the trace is an error naming what the trace has, not an
-empty replay; numbers are ASCII digits only, as in trace cells. A trajectory no worker of the pool
-can hold is an error naming its step and prompt before anything is replayed, not at its step.
+A part of a selection that names no step present in the trace (``5`` of ``1,5``) is an error naming
+it and what the trace has, not a replay of the rest; numbers are ASCII digits only, as in trace
+cells. A trajectory no worker of the pool can hold is an error naming its step and prompt before
+anything is replayed, not at its step.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ StepRanges = tuple[tuple[int, int | None], ...]  # (first, last) steps; last Non
 def select_steps(trace: Trace, text: str | None) -> tuple[int, ...]:
     """Steps of ``trace`` named by ``text`` (``3-5``, ``3,5``, ``4``, ``2-``); all steps when None.
 
-    A range that selects no step present in the trace is an error, not an empty replay, and so is an
-    empty ``text``, not all steps.
+    A part of ``text`` that selects no step present in the trace is an error, not a replay of the
+    other parts, and so is an empty ``text``, not all steps.
     """
     return chosen_steps(trace, text, parse_steps(text))
 
@@ -43,17 +44,31 @@ def parse_steps(text: str | None) -> StepRanges | None:
 
 
 def chosen_steps(trace: Trace, text: str | None, ranges: StepRanges | None) -> tuple[int, ...]:
-    """The steps of ``trace`` that ``ranges`` (``parse_steps(text)``) name; an error naming what the
-    trace has when they name none. Each present step is tested, never each step of a range:
+    """The steps of ``trace`` that ``ranges`` (``parse_steps(text)``) name; an error naming each part
+    of ``text`` that selects none, and what the trace has: ``--steps 1,5`` on a trace without step 5
+    replayed step 1 and said nothing of 5. A range with gaps plays the steps it holds (``3-5`` on a
+    trace of steps 3 and 5 plays both). Each present step is tested, never each step of a range:
     ``1-300000000`` is fine."""
     present = [int(s) for s in trace.steps()]
     if ranges is None:
-        chosen = present
-    else:
-        chosen = [s for s in present if any(lo <= s and (hi is None or s <= hi) for lo, hi in ranges)]
-    if not chosen:
-        raise InvalidInputError("steps", text, f"selects no step of the trace (it has {step_span(present)})")
-    return tuple(chosen)
+        return tuple(present)
+    empty = [_part_text(part) for part in ranges if not any(_within(s, part) for s in present)]
+    if empty:
+        verb = "selects" if len(empty) == 1 else "select"
+        reason = f"{' and '.join(empty)} {verb} no step of the trace (it has {step_span(present)})"
+        raise InvalidInputError("steps", text, reason)
+    return tuple(s for s in present if any(_within(s, part) for part in ranges))
+
+
+def _within(step: int, part: tuple[int, int | None]) -> bool:
+    lo, hi = part
+    return lo <= step and (hi is None or step <= hi)
+
+
+def _part_text(part: tuple[int, int | None]) -> str:
+    """One part of ``--steps`` as the user wrote it, less its spaces: ``5``, ``3-5`` or ``2-``."""
+    lo, hi = part
+    return str(lo) if hi == lo else f"{lo}-{'' if hi is None else hi}"
 
 
 def _step_part(part: str, text: str) -> tuple[int, int | None]:

@@ -82,6 +82,7 @@ def test_a_replay_over_an_existing_chart_and_report_keeps_their_permissions(
         (["--workers", "2xH100", "--model", "70b"], "70b"),
         (["--workers", "2xH100", "--seed", "-1"], "seed"),
         (["--workers", "2xH100", "--steps", "3-"], "selects no step"),
+        (["--workers", "2xH100", "--steps", "1,5"], "steps='1,5': 5 selects no step of the trace"),
     ],
 )
 def test_bad_replay_input_is_one_line_on_stderr_and_a_nonzero_exit(

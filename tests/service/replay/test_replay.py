@@ -153,6 +153,25 @@ def test_a_step_range_without_rows_names_the_one_step_a_trace_has(small_trace: T
         select_steps(one_step, "7-9")
 
 
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [("1,5", "5 selects"), ("0,5,7-9", "5 and 7-9 select"), ("5,1-", "5 selects"), ("2, 3-", "3- selects")],
+)
+def test_each_listed_step_or_range_without_rows_is_refused_by_name(
+    small_trace: Trace, text: str, named: str
+) -> None:
+    # --steps 1,5 on a trace without step 5 replayed step 1 and said nothing of 5.
+    with pytest.raises(InvalidInputError, match=rf"{named} no step of the trace \(it has steps 0-2\)$"):
+        select_steps(small_trace, text)
+
+
+def test_a_range_with_a_gap_plays_the_steps_it_holds(small_trace: Trace) -> None:
+    gapped = small_trace.take(small_trace.step != 1)
+    assert select_steps(gapped, "0-2") == (0, 2)
+    with pytest.raises(InvalidInputError, match=r"1 selects no step of the trace \(it has steps 0,2\)$"):
+        select_steps(gapped, "0-2,1")
+
+
 @pytest.mark.parametrize("text", ["", "  "])
 def test_an_empty_step_range_is_refused_not_read_as_every_step(small_trace: Trace, text: str) -> None:
     # --steps "$STEPS" with STEPS unset replayed every step of the trace (minutes on a long one), where
