@@ -57,6 +57,7 @@ class ImportResult:
     files: int  # input files read
     tokenizer: str  # the tokenizer that counted tokens, as ``describe_tokenizer`` says ("" for a file's)
     clamped: int  # rows whose re-tokenized output exceeded the cap and were set to it
+    empty: tuple[str, ...] = ()  # step files that held no rows (a 0-byte dump imported as nothing, unsaid)
 
 
 def prompt_hash(text: str) -> str:
@@ -122,9 +123,11 @@ def import_verl(
         )
     _refuse_one_step_twice(files)
     tokenizer = load_tokenizer(tokenizer_path)
-    builder, clamped, kept = TraceBuilder(), 0, frozenset(keep)
+    builder, clamped, kept, empty = TraceBuilder(), 0, frozenset(keep), []
     for path in files:
         records = _read_dump(path)
+        if not records:
+            empty.append(path.name)
         _refuse_validation(path, records)
         counts = _count_tokens(tokenizer, [r[1]["input"] for r in records], [r[1]["output"] for r in records])
         seen: dict[tuple[int, str], int] = {}
@@ -139,7 +142,8 @@ def import_verl(
         raise InvalidInputError("dir", str(directory), "its {step}.jsonl dumps hold no rows")
     check_unique(trace, str(directory))
     _check_kept_present(trace, keep, directory)
-    return ImportResult(trace, len(files), describe_tokenizer(tokenizer, tokenizer_path), clamped)
+    described = describe_tokenizer(tokenizer, tokenizer_path)
+    return ImportResult(trace, len(files), described, clamped, tuple(empty))
 
 
 def _listing(directory: Path, shown: int = 6) -> str:

@@ -100,14 +100,20 @@ def import_command(
 
     trace = result.trace
     steps = step_span([int(s) for s in trace.steps()])  # "steps 2,3,5", not 2-5: a lost dump shows
-    typer.echo(
-        f"imported {len(trace)} trajectories, {len(set(trace.prompt_id.tolist()))} prompts, "
-        f"{steps} from {result.files} file(s) -> {out}"
-    )
+    trajectories = _counted(len(trace), "trajectory", "trajectories")
+    prompts = _counted(len(set(trace.prompt_id.tolist())), "prompt")
+    typer.echo(f"imported {trajectories}, {prompts}, {steps} from {_counted(result.files, 'file')} -> {out}")
+    if result.empty:  # a 0-byte dump among the files read: its step is missing from the steps above
+        typer.echo(f"no rows in {_counted(len(result.empty), 'step file')}: {', '.join(result.empty)}")
     if result.tokenizer:
         typer.echo(f"token counts: tokenizer {result.tokenizer}")
     if result.clamped:
         typer.echo(f"{result.clamped} re-tokenized outputs exceeded {max_new_tokens} tokens and were capped")
+
+
+def _counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` and ``noun`` in agreement: the summary said "1 prompts" and "1 file(s)"."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
 
 
 def _check_out(out: Path) -> None:

@@ -103,12 +103,39 @@ def test_trace_import_names_the_steps_it_imported_so_a_missing_dump_shows(
     args = ["trace", "import", str(dumps), "--tokenizer", str(tmp_path / "tokenizer.json")]
     code, stdout, _ = run(cli, [*args, "--out", str(tmp_path / "t.csv")])
     assert code == 0
-    assert "1 prompts, steps 2,3,5 from 3 file(s)" in stdout
+    assert "1 prompt, steps 2,3,5 from 3 files" in stdout
+
+
+def test_trace_import_counts_in_words_that_agree_with_their_numbers(cli: typer.Typer, tmp_path: Path) -> None:
+    # It said "1 trajectories, 1 prompts, ... from 1 file(s)".
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
+    (tmp_path / "rollouts").mkdir()
+    (tmp_path / "rollouts" / "2.jsonl").write_text(json.dumps({"input": "a", "output": "b"}) + "\n")
+    args = ["trace", "import", str(tmp_path / "rollouts"), "--tokenizer", str(tmp_path / "tokenizer.json")]
+    code, stdout, _ = run(cli, [*args, "--out", str(tmp_path / "t.csv")])
+    assert code == 0
+    assert f"imported 1 trajectory, 1 prompt, step 2 from 1 file -> {tmp_path / 't.csv'}" in stdout
+
+
+def test_trace_import_names_the_step_files_that_held_no_rows(cli: typer.Typer, tmp_path: Path) -> None:
+    # A 0-byte 4.jsonl (a dump cut short) imported as nothing, and the summary did not say so.
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
+    dumps = tmp_path / "rollouts"
+    dumps.mkdir()
+    for step in (2, 3):
+        (dumps / f"{step}.jsonl").write_text(json.dumps({"input": "a", "output": "b"}) + "\n")
+    (dumps / "4.jsonl").write_bytes(b"")
+    (dumps / "6.jsonl").write_text("\n")
+    args = ["trace", "import", str(dumps), "--tokenizer", str(tmp_path / "tokenizer.json")]
+    code, stdout, _ = run(cli, [*args, "--out", str(tmp_path / "t.csv")])
+    assert code == 0
+    assert "steps 2-3 from 4 files" in stdout
+    assert "no rows in 2 step files: 4.jsonl, 6.jsonl" in stdout.splitlines()
 
 
 @pytest.mark.parametrize(
     ("steps", "said"),
-    [((4,), "step 4 from 1 file(s)"), (tuple(range(1, 20, 2)), "10 steps in 1..19 from 10 file(s)")],
+    [((4,), "step 4 from 1 file ->"), (tuple(range(1, 20, 2)), "10 steps in 1..19 from 10 files")],
     ids=["one", "many-with-gaps"],
 )
 def test_trace_import_words_one_step_and_many_scattered_steps_as_a_reader_would(
@@ -123,7 +150,7 @@ def test_trace_import_words_one_step_and_many_scattered_steps_as_a_reader_would(
     args = ["trace", "import", str(dumps), "--tokenizer", str(tmp_path / "tokenizer.json")]
     code, stdout, _ = run(cli, [*args, "--out", str(tmp_path / "t.csv")])
     assert code == 0
-    assert f"1 prompts, {said}" in stdout
+    assert f"1 prompt, {said}" in stdout
 
 
 def _one_stopped_dump(tmp_path: Path, record: dict[str, object] | None = None) -> list[str]:
