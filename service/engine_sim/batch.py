@@ -226,8 +226,9 @@ class SimulatedEngine:
             if remaining <= 0:
                 return steps
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=remaining)
+            try:  # not wait_for, which on 3.11 drops a cancel that meets a wake-up
+                async with asyncio.timeout(remaining):
+                    await self._wake.wait()
             except TimeoutError:
                 return steps
             elapsed = self.clock() - start

@@ -253,7 +253,8 @@ class EngineClient:
         limit = self._options.probe_timeout_s
         sent = self._http.request(method, path, json=body, timeout=httpx.Timeout(limit))
         try:
-            return await asyncio.wait_for(sent, limit)
+            async with asyncio.timeout(limit):  # not wait_for: see service/sidecar/waits.py
+                return await sent
         except TimeoutError:
             raise httpx.ReadTimeout(f"{method} {path}") from None
 

@@ -41,6 +41,7 @@ from service.sidecar.session import RELEASE_GRACE_S, SessionStats, WorkerSession
 from service.sidecar.supervision import LoopDiedError, Supervisor
 from service.sidecar.takeover import Takeover
 from service.sidecar.timings import Durations
+from service.sidecar.waits import sleep_unless
 from service.sidecar.watchdog import EngineWatch, retry_or_fail
 
 log = logging.getLogger("service.sidecar")
@@ -153,10 +154,10 @@ class Sidecar:
         while not stop.is_set():
             self.last_turn = time.monotonic()
             if self.version is not None and not await asyncio.to_thread(version_known, self.version):
-                await _sleep_unless(stop, self.settings.redis_retry_s)  # RedisTooOldError: too old
+                await sleep_unless(stop, self.settings.redis_retry_s)  # RedisTooOldError: too old
                 continue
             if not self.takeover.done.is_set():  # before the engine's "claiming" line: it holds
-                await _sleep_unless(stop, self.settings.idle_poll_s)  # claims up to a presence TTL
+                await sleep_unless(stop, self.settings.idle_poll_s)  # claims up to a presence TTL
                 continue
             if not await self._engine_ready(stop):
                 return
@@ -169,7 +170,7 @@ class Sidecar:
                 if not self._redis_down:  # once per outage, not twice a second for its length
                     log.warning("redis unavailable, not claiming: %s", exc)
                 self._redis_down = True
-                await _sleep_unless(stop, self.settings.redis_retry_s)
+                await sleep_unless(stop, self.settings.redis_retry_s)
             await self._items.wait_any(stop, self.settings.idle_poll_s)
 
     async def _engine_ready(self, stop: asyncio.Event) -> bool:
@@ -178,7 +179,7 @@ class Sidecar:
             self.last_turn = time.monotonic()  # alive: waiting for an engine that may take minutes
             if self._failed_at is not None:  # it just failed an item (an abort: paused for a weight
                 # sync, still listing its models): give it a moment, or the item goes straight back
-                await _sleep_unless(stop, self._failed_at + self.settings.engine_wait_s - time.monotonic())
+                await sleep_unless(stop, self._failed_at + self.settings.engine_wait_s - time.monotonic())
                 self._failed_at = None
             try:
                 model = await self.engine.ready()
@@ -197,7 +198,7 @@ class Sidecar:
                 await self._hand_back_unstarted()
             if self._items:
                 return True  # still finishing items; the loop comes back here once they are done
-            await _sleep_unless(stop, self.settings.engine_wait_s)
+            await sleep_unless(stop, self.settings.engine_wait_s)
         return not stop.is_set()
 
     async def _hand_back_unstarted(self) -> None:
@@ -381,8 +382,3 @@ def _result(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryRes
             "concurrency": round(concurrency, 3),
         },
     )
-
-
-async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), timeout=seconds)

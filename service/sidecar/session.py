@@ -24,7 +24,6 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -49,6 +48,7 @@ from service.sidecar.outage_retry import TRANSIENT, OutageRetry
 from service.sidecar.session_settings import SessionSettings as SessionSettings
 from service.sidecar.session_settings import SessionStats as SessionStats
 from service.sidecar.session_settings import heartbeat_every_s
+from service.sidecar.waits import sleep_unless
 
 log = logging.getLogger("service.sidecar")
 RELEASE_GRACE_S = 2.0  # past the drain timeout, for releasing what did not finish (one round trip)
@@ -200,15 +200,12 @@ class WorkerSession:
         or known then: a sidecar idle on a schedule of 60 s leases slept 20 s, and the 3 s leases of a
         schedule it claimed meanwhile lapsed long before that beat (reaped, run again elsewhere).
 
-        ``asyncio.timeout``, not ``wait_for``: on Python 3.11 a ``wait_for`` cancelled as its event is
-        set returns as if set and drops the cancel, and this loop then slept on, cancelled in name
-        only: a shutdown that cancelled the heartbeat just after a claim leased waited for it for ever
-        (the pull app's lifespan, once its loops were supervised and stopped one step later)."""
+        ``sleep_unless``, not ``wait_for`` (``service/sidecar/waits.py``): with it this loop slept on
+        after a cancel that met a claim's wake-up, and a shutdown that cancelled the heartbeat just
+        after a claim leased waited for it for ever (the pull app's lifespan)."""
         while (left := since + self.heartbeat_interval() - time.monotonic()) > 0:
             self._leased.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(left):
-                    await self._leased.wait()
+            await sleep_unless(self._leased, left)
 
     @property
     def heartbeats_failing(self) -> bool:
@@ -416,6 +413,7 @@ class WorkerSession:
         to lapse (the reaper requeues them): a shutdown must keep to the pod's grace period, Redis
         down included."""
         try:
-            await asyncio.wait_for(self.release(helds, died), timeout=max(0.1, within_s))
+            async with asyncio.timeout(max(0.1, within_s)):  # not wait_for: see service/sidecar/waits.py
+                await self.release(helds, died)
         except Exception as exc:  # Redis gone (or slow) at shutdown
             log.warning("could not release %d leases (%r); they lapse and are requeued", len(helds), exc)

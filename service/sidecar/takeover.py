@@ -62,6 +62,7 @@ from service.delivery.keys import PRESENCE_TTL_MS, sidecar_presence
 from service.delivery.views import text
 from service.redis_conn import RedisTooOldError, VersionCheck
 from service.sidecar.session import NOT_THE_SCHEDULES, WorkerSession
+from service.sidecar.waits import sleep_unless
 
 log = logging.getLogger("service.sidecar")
 MARGIN_S = 0.1  # past a presence key's time-to-live before it is read again (the server's expiry)
@@ -115,8 +116,7 @@ class Takeover:
                         exc,
                     )
                 failing = True
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.retry_s)
+                await sleep_unless(stop, self.retry_s)
         self.done.set()
         while True:
             with contextlib.suppress(redis.RedisError):  # claims and heartbeats report an outage
@@ -130,9 +130,8 @@ class Takeover:
             return
         with contextlib.suppress(Exception):  # Redis gone: the key lapses within PRESENCE_TTL_MS
             client = self.session.delivery.client
-            await asyncio.wait_for(
-                asyncio.to_thread(client.eval, _LEAVE, 1, self.key, self.instance), within_s
-            )
+            async with asyncio.timeout(within_s):  # not wait_for: see service/sidecar/waits.py
+                await asyncio.to_thread(client.eval, _LEAVE, 1, self.key, self.instance)
 
     async def _take_over(self, stop: asyncio.Event) -> TakeoverReport:
         if self.version is not None:
@@ -144,8 +143,7 @@ class Takeover:
                 "a sidecar of this worker id was alive %.1fs ago; waiting to see if it still is",
                 (PRESENCE_TTL_MS - ttl_ms) / 1000,
             )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), ttl_ms / 1000 + MARGIN_S)
+            await sleep_unless(stop, ttl_ms / 1000 + MARGIN_S)
             if stop.is_set():
                 return TakeoverReport()
             holder, _ = await asyncio.to_thread(self._present)
