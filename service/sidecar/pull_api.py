@@ -38,8 +38,9 @@ waited for (``launch.connect``) while ``GET /health`` answers ``connecting`` (an
 cannot fix must not fail a liveness probe), ``GET /ready`` answers 503 and every other endpoint 503
 ``{"error"}`` (retry).
 
-Here are the routes and how errors are answered; the bookkeeping behind them (the worker's signs of
-life, what it lost, the hold bound, the session while it connects) is ``pull_state``'s.
+Here are the routes; how their errors are answered is ``pull_problems``'s, and the bookkeeping behind
+them (the worker's signs of life, what it lost, the hold bound, the session while it connects)
+``pull_state``'s.
 """
 
 from __future__ import annotations
@@ -47,38 +48,27 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 import redis
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
 
 from service.body_encoding import Utf8BodyRoute
-from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.records import DeliveryItem, TrajectoryResult
-from service.hosts import HostAllowList, refused_host
+from service.hosts import HostAllowList
 from service.limits import BodyLimitMiddleware
 from service.problem_details import clipped
-from service.problems import (
-    JSON_HINT,
-    BodyEncodingError,
-    ContentCodingError,
-    MisdirectedHostError,
-    PayloadTooLargeError,
-    is_json,
-)
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.metrics import pull_exposition
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
-from service.sidecar.pull_drain import DrainBoundMiddleware, DrainCutError, InFlightRequests
-from service.sidecar.pull_state import MAX_WAIT_S, Connecting, ConnectingError, PullState, lease_json
+from service.sidecar.pull_drain import DrainBoundMiddleware, InFlightRequests
+from service.sidecar.pull_problems import PROBLEMS, cut_short, misdirected, problem, too_large
+from service.sidecar.pull_state import MAX_WAIT_S, Connecting, PullState, lease_json
 from service.sidecar.session import WorkerSession
 from service.sidecar.supervision import LoopDiedError
 
@@ -301,137 +291,15 @@ def create_pull_app(
     app = FastAPI(title="rollout-scheduler sidecar pull API", lifespan=lifespan, redirect_slashes=False)
     app.state.pull = state
     app.include_router(router)
-    for kind in _PROBLEMS:
+    for kind in PROBLEMS:
         app.add_exception_handler(kind, _problem)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES, refusal=_too_large)
-    app.add_middleware(HostAllowList, allowed=(), refusal=_misdirected)  # loopback names only, no auth
-    cut = functools.partial(_cut_short, drain_s)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES, refusal=too_large)
+    app.add_middleware(HostAllowList, allowed=(), refusal=misdirected)  # loopback names only, no auth
+    cut = functools.partial(cut_short, drain_s)
     app.add_middleware(DrainBoundMiddleware, requests=requests, refusal=cut)  # outermost: added last
     return app
 
 
-# Every error the pull API answers, in one place: exception type -> status and the body documented in
-# docs/sidecar.md (``{"error": ...}``; a gone schedule also says its ``outcome``). Routes raise, never
-# build an error response; ``_problem`` answers with the entry of the exception's nearest class.
-_PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]]]] = {
-    AboveCapError: (422, lambda exc: {"error": str(exc)}),
-    # a body in UTF-16 or UTF-32 (or no encoding at all), which FastAPI's decoder would have read
-    BodyEncodingError: (400, lambda exc: {"error": f"body: {exc}"}),
-    # a body past MAX_BODY_BYTES, declared or counted (``BodyLimitMiddleware``, ``_too_large``)
-    PayloadTooLargeError: (413, lambda exc: {"error": f"body: {exc}"}),
-    # a Host other than localhost, 127.0.0.1 or [::1] (DNS rebinding; ``service/hosts.py``)
-    MisdirectedHostError: (421, lambda exc: {"error": str(exc)}),
-    # a body sent compressed (Content-Encoding), which nothing here decodes: refused unread
-    ContentCodingError: (415, lambda exc: {"error": str(exc)}),
-    # a malformed body: FastAPI's own answer echoes the input, and one holding NaN cannot be rendered
-    RequestValidationError: (422, lambda exc: {"error": _invalid(exc)}),
-    # a request still running when the shutdown's drain timeout ran out (``pull_drain``)
-    DrainCutError: (503, lambda exc: {"error": str(exc)}),
-    # Redis unreachable or failing: retry later, the lease is kept
-    redis.RedisError: (503, lambda exc: {"error": f"redis unavailable: {exc}"}),
-    # start-up still waits for Redis (a cluster down when the sidecar started): retry later
-    ConnectingError: (503, lambda exc: {"error": str(exc)}),
-    # never published here, or its retention passed while the worker ran it: drop the result
-    UnknownScheduleError: (404, lambda exc: {"outcome": "unknown_schedule", "error": _unknown(exc)}),
-    # Starlette's own: an unknown path (404), a wrong method (405, its Allow kept), a body FastAPI
-    # cannot decode (400); the status is the exception's, the body completed by ``_http_error``
-    StarletteHTTPException: (0, lambda exc: {"error": str(getattr(exc, "detail", exc))}),
-}
-
-
-def _too_large(path: str, what: str, max_bytes: int) -> Response:
-    """The 413 of ``BodyLimitMiddleware`` (outside FastAPI's handlers) from the table, as every error
-    here: it was the service's problem, without ``error``, advising a setting the sidecar does not
-    read. The connection is closed: the rest of the body is left unread."""
-    status, body = _PROBLEMS[PayloadTooLargeError]
-    error = PayloadTooLargeError(f"too large ({what}); the limit is {max_bytes} bytes")
-    return JSONResponse(body(error), status_code=status, headers={"Connection": "close"})
-
-
-def _misdirected(path: str, sent: str | None) -> Response:
-    """The 421 of ``HostAllowList`` (outside FastAPI's handlers), from the table as every error here:
-    a ``Host`` other than a loopback name is a web page's own name re-pointed at 127.0.0.1 (DNS
-    rebinding), which could otherwise take work and report results as this worker."""
-    del path
-    status, body = _PROBLEMS[MisdirectedHostError]
-    return JSONResponse(body(MisdirectedHostError(refused_host(sent))), status_code=status)
-
-
-def _cut_short(drain_s: float) -> Response:
-    """The 503 of a request the drain gave up on (``DrainBoundMiddleware``, outside FastAPI's
-    handlers), from the table as every error here; the connection closes with the server."""
-    status, body = _PROBLEMS[DrainCutError]
-    return JSONResponse(body(DrainCutError(drain_s)), status_code=status)
-
-
-def _unknown(exc: Exception) -> str:
-    """An unknown schedule's error, naming its id as the worker sent it cut short (``clipped``)."""
-    return str(UnknownScheduleError(clipped(getattr(exc, "schedule_id", ""))))
-
-
-def _invalid(exc: Exception) -> str:
-    """Every schema error of a refused body as ``field: message``, without the values (NaN among
-    them would make the answer itself unrenderable, a 500)."""
-    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
-    return "; ".join(_one_invalid(error) for error in errors)
-
-
-def _one_invalid(error: Any) -> str:
-    """``field: message``; a body that is not JSON at all is the body's fault, said with where the
-    parser stopped (its location is that offset, which named no field: ``1: JSON decode error``)."""
-    if error.get("type") == "json_invalid":
-        detail = (error.get("ctx") or {}).get("error", "")
-        return f"body: {error['msg']} at character {error['loc'][-1]}" + (f" ({detail})" if detail else "")
-    field = ".".join(str(part) for part in error["loc"] if part != "body") or "body"
-    return f"{clipped(field)}: {error['msg']}"  # an unknown field's name is the worker's: cut short
-
-
 async def _problem(request: Request, exc: Exception) -> JSONResponse:
-    """The response ``_PROBLEMS`` maps ``exc`` to (Starlette picks a handler by the same MRO walk); a
-    malformed body that was not sent as JSON says so, as the service's problems do (a bad query
-    string, which no content type explains, does not)."""
-    status, body = next(_PROBLEMS[kind] for kind in type(exc).__mro__ if kind in _PROBLEMS)
-    answer = body(exc)
-    if isinstance(exc, RequestValidationError) and _body_not_json(request, exc):
-        answer["error"] += JSON_HINT
-    if isinstance(exc, StarletteHTTPException):
-        answer["error"] = _http_error(request, exc)
-        return JSONResponse(answer, status_code=exc.status_code, headers=_allow(request, exc))
-    return JSONResponse(answer, status_code=status)
-
-
-def _http_error(request: Request, exc: StarletteHTTPException) -> str:
-    """Starlette's error in the API's own shape (its ``{"detail"}`` was the one answer here without
-    ``error``), naming the request: a path with a trailing slash names the path to send instead, and
-    a body FastAPI could not decode (nested past the recursion limit) names ``body`` and the cause."""
-    said = f"{request.method} {clipped(request.url.path)}: {exc.detail}"
-    path = request.url.path
-    if exc.status_code == 404 and len(path) > 1 and path.rstrip("/") in _PATHS:
-        return f"{said}; the path takes no trailing slash: {path.rstrip('/')}"
-    if exc.status_code == 400:
-        cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
-        return f"body: {exc.detail}{cause}"
-    return said
-
-
-def _allow(request: Request, exc: StarletteHTTPException) -> Mapping[str, str] | None:
-    """``exc``'s headers, a 405's ``Allow`` naming the methods of every route on the path: the probes'
-    ``GET`` and ``HEAD`` are two routes, and Starlette names the first one's only (RFC 9110 15.5.6)."""
-    if exc.status_code != 405:
-        return exc.headers
-    methods = {
-        method
-        for route in router.routes
-        if route.matches(request.scope)[0] != Match.NONE
-        for method in getattr(route, "methods", None) or ()
-    }
-    return {**(exc.headers or {}), "Allow": ", ".join(sorted(methods))}
-
-
-_PATHS = frozenset(getattr(route, "path", "") for route in router.routes)
-
-
-def _body_not_json(request: Request, exc: RequestValidationError) -> bool:
-    """Whether the refused part was a body sent without a JSON content type (not a query string)."""
-    refused_body = any(error["loc"][:1] == ("body",) for error in exc.errors())
-    return refused_body and not is_json(request.headers.get("content-type", ""))
+    """The answer ``pull_problems`` gives ``exc`` on this API's routes."""
+    return problem(request, exc, router.routes)
