@@ -6,11 +6,8 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
 
 * discovery: the schedules announced to this worker (its inbox), oldest first;
 * claiming: the head of its own queue first; when that is empty, stealing from the busiest queue
-  what fits its free slots and its KV cache at predicted lengths (the KV steal gate) and what it
-  would finish, at the decode rate it measured, before the item's planned owner would (the deadline
-  guard; before its first completion it has no rate and steals as if items had no deadline);
-  when both are empty, an opportunistic reap of lapsed leases, so redelivery of a dead worker's items
-  does not depend on the service's reaper being up;
+  within the KV steal gate and the deadline guard; when both are empty, an opportunistic reap of
+  lapsed leases (``claims.py``);
 * heartbeats: every held lease is extended each third of the shortest lease TTL among the held
   schedules; a lease the server no longer honours is reported lost so the caller stops that trajectory;
 * cancelled schedules: a lease lost, or a completion or failure report refused, because the trainer
@@ -26,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
@@ -41,6 +37,7 @@ from service.delivery.records import Lease, TrajectoryResult
 from service.logs import schedule_context
 from service.problem_details import clipped
 from service.sidecar.cancels import Cancels
+from service.sidecar.claims import Claims
 from service.sidecar.holdings import Held, Holdings, lease_id
 from service.sidecar.outage_retry import TRANSIENT, OutageRetry
 
@@ -53,12 +50,6 @@ from service.sidecar.waits import sleep_unless
 log = logging.getLogger("service.sidecar")
 RELEASE_GRACE_S = 2.0  # past the drain timeout, for releasing what did not finish (one round trip)
 P = ParamSpec("P")
-NOT_THE_SCHEDULES = (  # replies that say nothing about one schedule's keys: out of memory, a
-    redis.exceptions.OutOfMemoryError,  # failover in progress, a refused transaction, a user
-    redis.exceptions.ReadOnlyError,  # without a needed command; the runner waits these out
-    redis.exceptions.ExecAbortError,
-    redis.exceptions.NoPermissionError,
-)
 T = TypeVar("T")
 
 
@@ -71,21 +62,18 @@ class WorkerSession:
     settings: SessionSettings
     stats: SessionStats = field(default_factory=SessionStats)
     _infos: dict[str, ScheduleInfo] = field(default_factory=dict, init=False)
-    _last_reap: dict[str, float] = field(default_factory=dict, init=False)
-    _damaged: set[str] = field(default_factory=set, init=False)  # schedules whose scripts fail (logged)
     _heartbeats_failing: bool = field(default=False, init=False)  # the outage is logged once
     _warned: set[str] = field(default_factory=set, init=False)  # configuration warnings logged once
     # schedules found cancelled (told once), and the items of each counted ``cancelled`` (once each)
     _cancelled: Cancels = field(default_factory=Cancels, init=False)
     _gone: set[str] = field(default_factory=set, init=False)  # held, found cancelled (``schedules``)
-    # (schedule, "claim" | "steal") -> the id of a call that raised: it may have leased before the
-    # reply was lost, so the next such call re-sends that id and gets those leases back
-    _unanswered: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
+    _claims: Claims = field(init=False)  # claims, steals, idle reaps and what each keeps per schedule
     _reports: OutageRetry = field(init=False)  # completions, failures, releases: through outages
     _leased: asyncio.Event = field(default_factory=asyncio.Event, init=False)  # set as a claim leases
 
     def __post_init__(self) -> None:
         self._reports = OutageRetry(self.settings.retry_for_s)
+        self._claims = Claims(self.delivery, self.holdings, self.settings, self.stats)
 
     async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -99,10 +87,7 @@ class WorkerSession:
                 self._gone.add(held)
         for gone in set(self._infos) - set(ids) - self.holdings.schedules():
             del self._infos[gone]  # finished or expired: a long-lived sidecar must not accumulate them
-            self._last_reap.pop(gone, None)
-            self._damaged.discard(gone)
-            self._unanswered.pop((gone, "claim"), None)
-            self._unanswered.pop((gone, "steal"), None)
+            self._claims.forget(gone)
         infos = []
         for sid in ids:
             if sid not in self._infos:
@@ -130,58 +115,11 @@ class WorkerSession:
         return got
 
     async def _take(self, info: ScheduleInfo, count: int) -> list[Lease]:
-        worker, sid = self.settings.worker_id, info.schedule_id
         try:
-            leases = await self._once(sid, "claim", self.delivery.claim, sid, worker, count)
-            self.stats.claimed += len(leases)
-            if not leases and self.settings.steal:
-                budget = self.holdings.steal_budget()  # the KV steal gate; None: slots alone
-                rate = self.holdings.decode_rate()  # the deadline guard; None: no completion yet
-                steal, busy = self.delivery.steal, self.holdings.busy_ms(rate)
-                leases = await self._once(
-                    sid,
-                    "steal",
-                    steal,
-                    sid,
-                    worker,
-                    count,
-                    budget_tokens=budget,
-                    rate_tokens_per_s=rate,
-                    busy_ms=busy,
-                )
-                self.stats.stolen += len(leases)
-            if not leases and self.settings.reap_when_idle:
-                await self._reap_idle(info)
+            return await self._claims.take(info, count)
         except UnknownScheduleError:
-            self._infos.pop(sid, None)
+            self._infos.pop(info.schedule_id, None)
             return []
-        except NOT_THE_SCHEDULES:
-            raise  # Redis or this worker's user, not this schedule: every schedule would fail alike
-        except redis.ResponseError as error:  # a script failed on this schedule's keys (one evicted)
-            if sid not in self._damaged:
-                self._damaged.add(sid)
-                log.error("schedule %s is damaged in Redis (%s); working on the others", sid, error)
-            return []
-        return leases
-
-    async def _once(
-        self, sid: str, kind: str, fn: Callable[..., list[Lease]], *args: object, **kwargs: object
-    ) -> list[Lease]:
-        """``fn`` (a claim or steal) under a call id kept until it answers, so the call after one
-        that raised (its reply lost to a timeout or outage, maybe after it leased) re-sends that
-        id and gets those leases back instead of leaving them to lapse (``Delivery.claim``)."""
-        call = self._unanswered.setdefault((sid, kind), uuid.uuid4().hex)
-        leases = await self._redis(fn, *args, call_id=call, **kwargs)
-        del self._unanswered[(sid, kind)]
-        return leases
-
-    async def _reap_idle(self, info: ScheduleInfo) -> None:
-        now = time.monotonic()
-        if now - self._last_reap.get(info.schedule_id, 0.0) < info.lease_ttl_ms / 2000:
-            return
-        self._last_reap[info.schedule_id] = now
-        report = await self._redis(self.delivery.reap, info.schedule_id)
-        self.stats.reaped += report.requeued + report.dead_lettered
 
     def heartbeat_interval(self) -> float:
         """Seconds between heartbeats: a third of the shortest lease TTL held (or known), or the

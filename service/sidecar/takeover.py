@@ -61,7 +61,8 @@ from service.delivery.errors import UnknownScheduleError
 from service.delivery.keys import PRESENCE_TTL_MS, sidecar_presence
 from service.delivery.views import text
 from service.redis_conn import RedisTooOldError, VersionCheck
-from service.sidecar.session import NOT_THE_SCHEDULES, WorkerSession
+from service.sidecar.claims import NOT_THE_SCHEDULES
+from service.sidecar.session import WorkerSession
 from service.sidecar.waits import sleep_unless
 
 log = logging.getLogger("service.sidecar")

@@ -1,0 +1,115 @@
+"""How a worker's session leases a schedule's items: its own queue's head first, then a steal, then,
+idle, a reap of lapsed leases (``WorkerSession.claim`` walks the schedules and holds what this takes).
+
+A steal takes from the busiest queue what fits the worker's free slots and its KV cache at predicted
+lengths (the KV steal gate) and what it would finish, at the decode rate it measured, before the
+item's planned owner would (the deadline guard; before its first completion it has no rate and
+steals as if items had no deadline). The opportunistic reap means that redelivery of a dead
+worker's items does not depend on the service's reaper being up. A claim or steal whose reply was
+lost is sent again under its call id (``Delivery.claim``), so it gets back the leases it may have
+taken instead of leaving them to lapse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis
+
+from service.delivery.errors import UnknownScheduleError
+from service.delivery.progress import ScheduleInfo
+from service.delivery.protocol import Delivery
+from service.delivery.records import Lease
+from service.sidecar.holdings import Holdings
+from service.sidecar.session_settings import SessionSettings, SessionStats
+
+log = logging.getLogger("service.sidecar")  # the session's logger: operators grep its lines there
+NOT_THE_SCHEDULES = (  # replies that say nothing about one schedule's keys: out of memory, a
+    redis.exceptions.OutOfMemoryError,  # failover in progress, a refused transaction, a user
+    redis.exceptions.ReadOnlyError,  # without a needed command; the runner waits these out
+    redis.exceptions.ExecAbortError,
+    redis.exceptions.NoPermissionError,
+)
+
+
+@dataclass
+class Claims:
+    """One worker's claims, steals and idle reaps, with what it keeps per schedule between them."""
+
+    delivery: Delivery
+    holdings: Holdings
+    settings: SessionSettings
+    stats: SessionStats  # the session's own: claimed, stolen and reaped are counted there
+    _last_reap: dict[str, float] = field(default_factory=dict, init=False)
+    _damaged: set[str] = field(default_factory=set, init=False)  # schedules whose scripts fail (logged)
+    # (schedule, "claim" | "steal") -> the id of a call that raised: it may have leased before the
+    # reply was lost, so the next such call re-sends that id and gets those leases back
+    _unanswered: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
+
+    def forget(self, schedule_id: str) -> None:
+        """Drop what is kept for a schedule finished or expired: a long-lived sidecar must not
+        accumulate them."""
+        self._last_reap.pop(schedule_id, None)
+        self._damaged.discard(schedule_id)
+        self._unanswered.pop((schedule_id, "claim"), None)
+        self._unanswered.pop((schedule_id, "steal"), None)
+
+    async def take(self, info: ScheduleInfo, count: int) -> list[Lease]:
+        """Up to ``count`` leases of ``info``'s schedule; none from a schedule whose scripts fail on
+        its keys (logged once). ``UnknownScheduleError`` when the schedule is gone; a reply that says
+        nothing about the schedule (``NOT_THE_SCHEDULES``) is raised, as every schedule would fail
+        alike."""
+        worker, sid = self.settings.worker_id, info.schedule_id
+        try:
+            leases = await self._once(sid, "claim", self.delivery.claim, sid, worker, count)
+            self.stats.claimed += len(leases)
+            if not leases and self.settings.steal:
+                budget = self.holdings.steal_budget()  # the KV steal gate; None: slots alone
+                rate = self.holdings.decode_rate()  # the deadline guard; None: no completion yet
+                steal, busy = self.delivery.steal, self.holdings.busy_ms(rate)
+                leases = await self._once(
+                    sid,
+                    "steal",
+                    steal,
+                    sid,
+                    worker,
+                    count,
+                    budget_tokens=budget,
+                    rate_tokens_per_s=rate,
+                    busy_ms=busy,
+                )
+                self.stats.stolen += len(leases)
+            if not leases and self.settings.reap_when_idle:
+                await self._reap_idle(info)
+        except (UnknownScheduleError, *NOT_THE_SCHEDULES):
+            raise
+        except redis.ResponseError as error:  # a script failed on this schedule's keys (one evicted)
+            if sid not in self._damaged:
+                self._damaged.add(sid)
+                log.error("schedule %s is damaged in Redis (%s); working on the others", sid, error)
+            return []
+        return leases
+
+    async def _once(
+        self, sid: str, kind: str, fn: Callable[..., list[Lease]], *args: object, **kwargs: object
+    ) -> list[Lease]:
+        """``fn`` (a claim or steal) under a call id kept until it answers, so the call after one
+        that raised (its reply lost to a timeout or outage, maybe after it leased) re-sends that
+        id and gets those leases back instead of leaving them to lapse (``Delivery.claim``)."""
+        call = self._unanswered.setdefault((sid, kind), uuid.uuid4().hex)
+        leases = await asyncio.to_thread(fn, *args, call_id=call, **kwargs)
+        del self._unanswered[(sid, kind)]
+        return leases
+
+    async def _reap_idle(self, info: ScheduleInfo) -> None:
+        now = time.monotonic()
+        if now - self._last_reap.get(info.schedule_id, 0.0) < info.lease_ttl_ms / 2000:
+            return
+        self._last_reap[info.schedule_id] = now
+        report = await asyncio.to_thread(self.delivery.reap, info.schedule_id)
+        self.stats.reaped += report.requeued + report.dead_lettered
