@@ -313,13 +313,18 @@ def test_a_steps_first_prediction_does_not_copy_the_historys_extra_columns() -> 
     assert peak < sum(column.nbytes for column in extras.values()) / 2
 
 
-def test_a_warmed_step_predicts_the_same_without_folding_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    rows = [
+def _three_steps() -> list[TraceRow]:
+    """Steps 0-2 of 6 prompts x 4 samples, lengths growing with prompt, sample and step."""
+    return [
         TraceRow(s, f"p{i}", j, 10 + i, 100 + 40 * i + 9 * j + s, 4096)
         for s in range(3)
         for i in range(6)
         for j in range(4)
     ]
+
+
+def test_a_warmed_step_predicts_the_same_without_folding_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = _three_steps()
     queries = [Query(f"p{i}", 0, 10 + i, 4096) for i in range(8)]
     warmed, cold = LengthPredictor(History(rows)), LengthPredictor(History(rows))
     warmed.warm(3)
@@ -342,12 +347,7 @@ def test_a_warmed_step_predicts_the_same_without_folding_again(monkeypatch: pyte
 def test_a_warm_after_new_actuals_does_not_join_the_history(monkeypatch: pytest.MonkeyPatch) -> None:
     # predict reads the history's chunks unjoined (the resumed fold, the counted prior), yet the warm
     # still joined the whole trace after every append (~20 ms at 1 M rows) for nothing to read it.
-    rows = [
-        TraceRow(s, f"p{i}", j, 10 + i, 100 + 40 * i + 9 * j + s, 4096)
-        for s in range(3)
-        for i in range(6)
-        for j in range(4)
-    ]
+    rows = _three_steps()
     history = History([r for r in rows if r.step < 2])
     predictor = LengthPredictor(history)
     predictor.warm(2)
