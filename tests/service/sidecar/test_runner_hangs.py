@@ -51,7 +51,16 @@ def _sidecar(redis_url: str, engine: StuckEngine) -> Sidecar:
     )
     http = httpx.AsyncClient(transport=httpx.MockTransport(engine), base_url="http://engine")
     client = EngineClient(EngineOptions("http://engine", probe_timeout_s=0.2), http)
-    settings = RunnerSettings(idle_poll_s=0.02, engine_wait_s=0.05, engine_probe_s=0.1, hang_timeout_s=HANG_S)
+    # a drain shorter than the hold bound: a retry claimed just before the stop is released by it, free,
+    # not left to race the hang loop for its hang (which won, and spent a second attempt, once the
+    # probe ran in the loop's own task under asyncio.timeout, not in wait_for's, a turn sooner)
+    settings = RunnerSettings(
+        idle_poll_s=0.02,
+        engine_wait_s=0.05,
+        engine_probe_s=0.1,
+        hang_timeout_s=HANG_S,
+        drain_timeout_s=HANG_S / 3,
+    )
     return Sidecar(session, client, settings)
 
 
