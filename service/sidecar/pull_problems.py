@@ -20,8 +20,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
 from service.delivery.errors import UnknownScheduleError
-from service.problem_details import clipped
 from service.hosts import refused_host
+from service.problem_details import clipped
 from service.problems import (
     JSON_HINT,
     BodyEncodingError,
