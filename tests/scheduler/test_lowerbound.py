@@ -93,3 +93,22 @@ def test_under_prefix_affinity_the_tail_bound_charges_each_group_at_its_longest_
             options = SimOptions(steal=steal, prefix_affinity=True)
             played = simulate(result, request.trajectories, actual, request.inventory, options)
             assert grouped.value_s <= played.makespan_s * (1 + 1e-9), (policy, steal)
+
+
+def test_limit_a_credits_a_trajectory_on_the_worker_whose_cache_holds_it() -> None:
+    # same device and speed, listed small cache first: only the second worker can run the trajectory
+    small = dataclasses.replace(_worker("small"), kv_capacity_tokens=5_000)
+    inventory = Inventory((small, _worker("big")), MODEL)
+    only = _trajectory("p", 8_000, 2_000.0)  # needs 18,000 tokens of cache
+    bound = lower_bound([only], inventory)
+    assert bound.longest_s == pytest.approx(simulate_worker(inventory.workers[1], MODEL, [only]).finish_s)
+
+
+def test_a_pinned_group_that_fills_its_workers_cache_exactly_still_bounds_the_makespan() -> None:
+    # prompt + max_new_tokens equals the pinned worker's cache: validation accepts it, so must (a)
+    exact = dataclasses.replace(_worker("a"), kv_capacity_tokens=10_300)
+    inventory = Inventory((exact, _worker("b")), MODEL)
+    group = [Trajectory("g", s, 300, 10_000, 3_000.0, pinned_worker="a") for s in range(4)]
+    grouped = lower_bound(group, inventory, prefix_affinity=True)
+    apart = lower_bound(group, inventory)
+    assert grouped.longest_s > apart.longest_s  # four samples on one worker outlast any one of them
