@@ -15,6 +15,7 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.errors import UnknownNameError
 from scheduler.planner import plan
 from scheduler.types import Inventory, PlanRequest
+from scheduler.validation import validate_request
 from tests.scheduler.validation_requests import a_request, a_trajectory, a_worker, rejected
 
 
@@ -52,7 +53,13 @@ def test_a_device_figure_past_the_physical_envelope_is_refused_by_name(field: st
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("time_scale", 1e18), ("time_scale", 1e-300), ("num_gpus", 2**70), ("kv_capacity_tokens", 2**70)],
+    [
+        ("time_scale", 1e18),
+        ("time_scale", 1e-300),
+        ("num_gpus", 2**70),
+        ("kv_capacity_tokens", 2**70),
+        ("kv_capacity_tokens", 2**31),  # one past what a signed 32-bit token count holds
+    ],
 )
 def test_a_worker_figure_past_the_physical_envelope_is_refused_by_name(field: str, value: float) -> None:
     error = rejected(a_request(workers=(a_worker("w0"), a_worker("w1", **{field: value}))))
@@ -85,6 +92,7 @@ def test_a_switch_that_is_no_bool_is_refused_by_name(flag: str, value: object) -
         ("hidden", True),
         ("weight_bytes_per_param", math.inf),
         ("params", 1e300),  # past any model: step times past what the planner's integers hold
+        ("kv_bytes_per_token", 10**9 + 1),  # past a gigabyte of cache a token
     ],
 )
 def test_a_model_figure_that_is_no_model_s_is_refused_by_name(field: str, value: object) -> None:
@@ -94,6 +102,13 @@ def test_a_model_figure_that_is_no_model_s_is_refused_by_name(field: str, value:
     request = a_request(workers=(a_worker("w0"),))
     error = rejected(dataclasses.replace(request, inventory=Inventory(request.inventory.workers, model)))
     assert error.field == f"inventory.model.{field}"
+
+
+def test_figures_at_the_envelope_s_edges_pass() -> None:
+    """The envelope's limits are inclusive: a 2**31 - 1 token cache, a gigabyte of KV a token."""
+    model = dataclasses.replace(model_preset("7b"), kv_bytes_per_token=10**9)
+    workers = (a_worker("w0"), a_worker("w1", kv_capacity_tokens=2**31 - 1))
+    validate_request(dataclasses.replace(a_request(workers=workers), inventory=Inventory(workers, model)))
 
 
 def _retyped(part: str) -> PlanRequest:
