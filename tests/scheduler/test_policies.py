@@ -9,11 +9,12 @@ from hypothesis import HealthCheck, given, settings
 
 from scheduler.benchgen import bench_request
 from scheduler.costmodel import worker_cost
+from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
 from scheduler.policies import POLICY_NAMES
 from scheduler.simulator import SimOptions, simulate
 from scheduler.stepsum import planned_steps
-from scheduler.types import Plan, PlanRequest
+from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker
 from tests.scheduler.plan_strategies import plan_requests
 
 PROPERTIES = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -97,6 +98,18 @@ def test_round_robin_deals_prompts_in_turn_whatever_their_length() -> None:
         assert where[t.key] == request.inventory.workers[int(t.prompt_id[1:]) % 4].worker_id
     position = {t.key: i for i, t in enumerate(request.trajectories)}
     assert list(result.workers[0].items) == sorted(result.workers[0].items, key=position.__getitem__)
+
+
+def test_round_robin_keeps_a_group_on_its_turn_s_worker_when_that_one_can_hold_it() -> None:
+    # every prompt needs 20,100 tokens of cache: w2 holds none, so its turn passes on to w0
+    workers = tuple(
+        Worker(w, device_profile("H100"), kv_capacity_tokens=cap)
+        for w, cap in (("w0", 40_000), ("w1", 40_000), ("w2", 10_000))
+    )
+    batch = tuple(Trajectory(f"p{i}", s, 100, 20_000, 500.0) for i in range(3) for s in range(2))
+    result = plan(PlanRequest(batch, Inventory(workers, model_preset("7b"))), "round_robin")
+    where = _worker_of(result)
+    assert [where[t.key] for t in batch] == ["w0", "w0", "w1", "w1", "w0", "w0"]
 
 
 def test_least_loaded_dispatches_the_batch_in_input_order_from_one_shared_queue() -> None:
