@@ -112,6 +112,15 @@ def test_round_robin_keeps_a_group_on_its_turn_s_worker_when_that_one_can_hold_i
     assert [where[t.key] for t in batch] == ["w0", "w0", "w1", "w1", "w0", "w0"]
 
 
+def test_least_loaded_gives_the_items_after_a_pinned_one_to_the_workers_still_free() -> None:
+    # one sequence a worker: the pinned item holds w0, so the next three start at once on the others
+    workers = tuple(Worker(f"w{i}", device_profile("H100"), max_num_seqs=1) for i in range(4))
+    pinned = Trajectory("p0", 0, 100, 1_000, 500.0, pinned_worker="w0")
+    batch = (pinned, *(Trajectory(f"p{i}", 0, 100, 1_000, 500.0) for i in range(1, 4)))
+    result = plan(PlanRequest(batch, Inventory(workers, model_preset("7b"))), "least_loaded")
+    assert [list(wp.items) for wp in result.workers] == [["p0#0"], ["p1#0"], ["p2#0"], ["p3#0"]]
+
+
 def test_least_loaded_dispatches_the_batch_in_input_order_from_one_shared_queue() -> None:
     request = bench_request(128, 4, seed=1)
     result = plan(request, "least_loaded")
