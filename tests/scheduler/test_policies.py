@@ -121,6 +121,18 @@ def test_least_loaded_gives_the_items_after_a_pinned_one_to_the_workers_still_fr
     assert [list(wp.items) for wp in result.workers] == [["p0#0"], ["p1#0"], ["p2#0"], ["p3#0"]]
 
 
+def test_lpt_on_more_than_eight_workers_honours_pins_and_caches() -> None:
+    # past eight workers lpt takes a specialised path for batches every worker may take whole
+    workers = tuple(Worker(f"w{i}", device_profile("H100"), kv_capacity_tokens=40_000) for i in range(11))
+    small = Worker("w11", device_profile("H100"), kv_capacity_tokens=2_000)
+    pinned = tuple(Trajectory(f"p{i}", 0, 100, 1_000, 900.0, pinned_worker="w11") for i in range(3))
+    large = tuple(Trajectory(f"q{i}", 0, 3_000, 1_000, 800.0 + i) for i in range(30))
+    request = PlanRequest(pinned + large, Inventory((*workers, small), model_preset("7b")))
+    where = _worker_of(plan(request, "lpt"))
+    assert all(where[t.key] == "w11" for t in pinned)
+    assert all(where[t.key] != "w11" for t in large)  # 4,000 tokens: past w11's cache
+
+
 def test_least_loaded_dispatches_the_batch_in_input_order_from_one_shared_queue() -> None:
     request = bench_request(128, 4, seed=1)
     result = plan(request, "least_loaded")
