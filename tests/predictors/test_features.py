@@ -5,12 +5,16 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 
 from predictors.dataset import NO_CAP, training_set
-from predictors.features import FeatureSpec, build_features, prior_from_stats
+from predictors.features import FeatureSpec, build_features, prior_from_stats, prior_leave_one_out
 from predictors.history import History
 from predictors.promptstats import stats_of
-from predictors.queries import QueryBatch
+from predictors.queries import Query, QueryBatch
+from predictors.stepgroups import factorize, step_groups
+from predictors.tracetable import Trace
+from scheduler.trace import TraceRow
 from tests.predictors.helpers import altered, drifting_trace
 
 
@@ -116,3 +120,33 @@ def test_an_unknown_cap_is_missing_headroom_not_two_billion_tokens_of_it() -> No
     missing = _serving_features(History(trace), QueryBatch.from_trace(unknown, NO_CAP), 2, spec)[:, column]
     assert np.all(np.isfinite(known))
     assert np.all(np.isnan(missing))
+
+
+def test_a_first_step_row_s_prior_is_its_siblings_count_mean_and_log_spread() -> None:
+    lengths = [100, 200, 400, 800]
+    rows = [TraceRow(0, "p", i, 50, n, 4096, "stop", 1.0, {}) for i, n in enumerate(lengths)]
+    trace = Trace.from_rows(rows)
+    groups = step_groups(trace, factorize(trace.prompt_id)[0])
+    prior = prior_leave_one_out(trace, groups, np.arange(4))
+    siblings = np.array([200.0, 400.0, 800.0])  # row 0's: the row itself left out
+    assert prior.count[0] == 3
+    assert prior.hist_mean[0] == pytest.approx(siblings.mean())
+    assert prior.within_sd[0] == pytest.approx(np.std(np.log(siblings), ddof=1))
+    assert prior.last_max[0] == 800.0
+
+
+def test_a_prompt_with_no_history_is_not_seen_and_one_with_history_is() -> None:
+    history = History([TraceRow(0, "old", i, 50, 300 + i, 4096, "stop", 1.0, {}) for i in range(4)])
+    queries = QueryBatch.of([Query("old", 0, 50, 4096, {}), Query("new", 0, 50, 4096, {})])
+    prior = prior_from_stats(history.stats_before(1), queries.prompt_id)
+    assert prior.seen.tolist() == [True, False]
+    assert prior.count.tolist() == [4.0, 0.0]
+
+
+def test_a_categorical_column_absent_from_a_batch_is_missing_for_every_query() -> None:
+    history = History([TraceRow(0, "p", i, 50, 300 + i, 4096, "stop", 1.0, {}) for i in range(4)])
+    spec = FeatureSpec(numeric=(), categorical={"bucket": ("easy", "hard")})
+    queries = QueryBatch.of([Query("p", 0, 50, 4096, {}), Query("q", 0, 50, 4096, {})])
+    stats = history.stats_before(1)
+    row = build_features(prior_from_stats(stats, queries.prompt_id), queries, 1, stats.trend, spec)
+    assert np.isnan(row[:, spec.categorical_indices[0]]).all()
