@@ -26,6 +26,7 @@ def test_a_405_lists_every_method_of_the_path_in_allow(
     assert response.status_code == 405
     assert response.headers["content-type"] == "application/problem+json"
     assert set(response.headers["allow"].split(", ")) == allowed
+    assert "trailing slash" not in response.json()["detail"]  # the path is the route's own
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 from starlette.requests import Request
 
@@ -77,3 +78,13 @@ def test_a_domain_error_with_a_huge_value_names_it_short_in_value_and_detail() -
     short = f"{str(HUGE)[:ECHO_DIGITS]}... ({len(str(HUGE))} digits)"
     assert (problem["field"], problem["value"]) == ("seed", short)
     assert problem["detail"] == f"seed={short}: must be an integer <= 9"
+
+
+def test_a_redis_error_the_table_does_not_list_is_an_opaque_500_not_an_outage() -> None:
+    """Only the listed Redis errors are 503s that say Redis is down; a refused command is a defect."""
+    scope = {"type": "http", "method": "POST", "path": "/schedule", "headers": [], "query_string": b""}
+    error = redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
+    response = asyncio.run(handle(Request(scope), error))
+    assert response.status_code == 500
+    assert json.loads(bytes(response.body))["detail"] == "an unexpected error occurred; see the service log"
+    assert "retry-after" not in response.headers
