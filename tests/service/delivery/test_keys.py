@@ -37,3 +37,10 @@ def test_the_delivery_defaults_are_the_ones_the_operations_guide_states() -> Non
     assert attempts is not None, line
     assert int(ttl_s.group(1)) * 1000 == keys.DEFAULT_LEASE_TTL_MS
     assert int(attempts.group(1)) == keys.DEFAULT_MAX_ATTEMPTS
+
+
+def test_a_schedule_s_keys_are_kept_for_the_retention_the_operations_guide_states() -> None:
+    text = (ROOT / "docs" / "operations.md").read_text()
+    hours = re.search(r"`ROLLOUT_RETENTION_S`,\s+(\d+) h by default", text)
+    assert hours is not None
+    assert int(hours.group(1)) * 3600 == keys.DEFAULT_RETENTION_S
