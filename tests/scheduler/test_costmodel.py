@@ -62,3 +62,8 @@ def test_speed_clusters_keep_a_member_exactly_at_the_tolerance_with_its_fastest(
     assert speed_clusters([1.0, 1.1, 1.2], ["a", "b", "c"], 0.1) == [["a", "b"], ["c"]]
     # equal scales share a run even at zero tolerance
     assert speed_clusters([2.0, 1.0, 1.0], ["a", "b", "c"], 0.0) == [["b", "c"], ["a"]]
+
+
+def test_a_stated_cache_of_zero_tokens_is_refused_too() -> None:
+    with pytest.raises(InvalidInputError, match="leaves no KV cache"):
+        worker_cost(Worker("empty", device_profile("H100"), kv_capacity_tokens=0), MODEL)
