@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from predictors.dataset import NO_CAP, training_set
-from predictors.features import FeatureSpec, build_features, prior_from_stats, prior_leave_one_out
+from predictors.features import (
+    FeatureSpec,
+    build_features,
+    distinct_queries,
+    prior_from_stats,
+    prior_leave_one_out,
+)
 from predictors.history import History
 from predictors.promptstats import stats_of
 from predictors.queries import Query, QueryBatch
@@ -150,3 +156,24 @@ def test_a_categorical_column_absent_from_a_batch_is_missing_for_every_query() -
     stats = history.stats_before(1)
     row = build_features(prior_from_stats(stats, queries.prompt_id), queries, 1, stats.trend, spec)
     assert np.isnan(row[:, spec.categorical_indices[0]]).all()
+
+
+def test_samples_agreeing_on_text_and_missing_extras_share_one_feature_row_per_prompt() -> None:
+    """``distinct_queries`` compares text columns by value and a missing number (NaN) as equal to
+    itself: a GRPO group with a difficulty tag and no ``temp`` is one feature row, not n."""
+    spec = FeatureSpec(numeric=("temp",), categorical={"difficulty": ("easy", "hard")})
+    extras: list[dict[str, float | str]] = [{"difficulty": "hard"}, {"difficulty": "easy", "temp": 0.5}]
+    queries = [Query(f"p{p}", i, 50, 4096, extras[p % 2]) for p in range(3) for i in range(4)]
+    batch = QueryBatch.of(queries)
+    assert np.isnan(batch.numeric["temp"][:4]).all()
+    positions = np.repeat(np.arange(3), 4)
+    first, inverse = distinct_queries(batch, positions, np.arange(12), spec)
+    assert first.tolist() == [0, 4, 8]
+    assert inverse.tolist() == positions.tolist()
+
+
+def test_a_sample_whose_text_extra_differs_from_its_siblings_keeps_its_own_feature_row() -> None:
+    spec = FeatureSpec(numeric=(), categorical={"difficulty": ("easy", "hard")})
+    queries = [Query("p0", i, 50, 4096, {"difficulty": "easy" if i == 2 else "hard"}) for i in range(4)]
+    first, inverse = distinct_queries(QueryBatch.of(queries), np.zeros(4, dtype=np.int64), np.arange(4), spec)
+    assert first.tolist() == inverse.tolist() == [0, 1, 2, 3]
