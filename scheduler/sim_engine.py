@@ -338,6 +338,10 @@ class WorkerEngine:
             return search_from(self.peak, self.step, remaining, refusal[3])
         refused = self.refused  # an earlier refusal that still holds (``fits``)
         if refused is not None and refused[0] == item:
+            # refused[1] > step here: ``fits`` tests the head again at each event from refused[1]
+            # on (a refusal at this step takes the branch above), and a refused item admitted
+            # later clears ``refused`` when it stops or is evicted (it ends past the overflowing
+            # step). ``step + 1`` stays the floor: a search from ``step`` may find a 0-step event.
             return max(self.step + 1, refused[1])
         return self.step + 1
 

@@ -23,6 +23,11 @@ from scheduler.types import PlanRequest, Worker
 from tests.scheduler.plan_strategies import plan_requests
 
 
+class _EventByEvent(sim_engine.WorkerEngine):
+    """The engine played through its own methods, as a pool plays it (``run_alone`` plays the
+    exact ``WorkerEngine`` on locals, a copy of the same rules)."""
+
+
 class _TestedAtEveryEvent(sim_engine.WorkerEngine):
     """The engine testing a refused head again at every event, as it did before (``refused`` off)."""
 
@@ -73,6 +78,9 @@ def test_a_head_refused_at_an_event_is_not_tested_again_at_the_next_step(
     # the overflowing step), so the only other test is at 1,101, the first step at which its end
     # passes the first's
     assert tests == [0] * 6 + [1_101]
+    searched = len(tests)
+    assert _played(_EventByEvent, cost, prompts, steps, steps) == played
+    assert tests[searched:] == [0] * 6 + [1_101]  # the engine's own held-refusal search, too
     searched = len(tests)
     assert _played(_TestedAtEveryEvent, cost, prompts, steps, steps) == played
     # tested at every completion, as before: refused again at 5..9
