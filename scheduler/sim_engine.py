@@ -284,7 +284,10 @@ class WorkerEngine:
         return self.event_clock
 
     def process(self) -> None:
-        """Apply the pending event: completions at this step, or else evict the newest sequence."""
+        """Apply the pending event: completions at this step, or else evict the newest sequence.
+
+        A completion event that completed nothing would be timed again at the same step for ever
+        (a play that hangs, not fails): it raises with the engine's state instead."""
         self.clock = self.event_clock
         run, self.pending_run = self.pending_run, -1
         if run > 0:
@@ -294,12 +297,18 @@ class WorkerEngine:
             if run != self.to_fit:
                 self._preempt_newest()
             return  # at ``to_fit`` nothing changes but the step: ``admit_own`` starts the head
-        heap, alive, end, step = self.heap, self.alive, self.ledger.end, self.step
+        heap, alive, end, step, batch = self.heap, self.alive, self.ledger.end, self.step, self.batch
         while heap and heap[0][0] == step:
             _, token, item = heapq.heappop(heap)
             if alive.get(item, _DEAD)[0] == token:
                 self._remove(item)
                 end[item] = self.clock
+        if self.batch == batch:
+            top = heap[0][0] if heap else None
+            raise RuntimeError(
+                f"worker {self.cost.worker_id}: completion event at step {step} "
+                f"ended none of {batch} running sequences (first end {top})"
+            )
 
     def _steps_to_fit(self, run: int) -> int:
         """Decode steps, fewer than ``run``, after which the next item to start passes admission (-1:
