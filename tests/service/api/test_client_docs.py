@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from service.client import SchedulerClient
+from service.client import SchedulerClient, StepResults
 from service.delivery import Delivery, TrajectoryResult
 from service.settings import Settings
 from tests.service.api.conftest import TRAINER, WORKER, LiveServer, batch_body, with_settings
@@ -23,6 +23,7 @@ CLIENT_DOC = Path(__file__).resolve().parents[3] / "docs" / "client.md"
 DOC_URL = "http://scheduler:8000"
 STEPS, PROMPTS = 2, 3
 DEAD = "s0-p1#3"  # the engine fails it; one attempt allowed, so it is dead-lettered
+BLOCKED_AFTER_S = 30.0  # a liveness cap, no speed claim: only a loop blocked by a wait reaches it
 
 
 def _python_blocks() -> list[str]:
@@ -118,40 +119,67 @@ def test_the_verl_loop_of_the_client_doc_trains_two_steps_as_written(
     }
 
 
+class _NotingWaits(SchedulerClient):
+    """The client, noting each step a ``wait`` has begun on, from whichever thread calls it."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.waiting: set[str] = set()
+
+    def wait(
+        self, schedule_id: str, timeout_s: float | None = None, poll_ms: int = 1000, outage_s: float = 60.0
+    ) -> StepResults:
+        self.waiting.add(schedule_id)
+        return super().wait(schedule_id, timeout_s, poll_ms, outage_s)
+
+
+def _once_free(free: threading.Event, seen: list[bool], *play: Any) -> None:
+    """The sidecars, holding every item back until the loop has run with both waits begun (or
+    BLOCKED_AFTER_S has passed: a blocked loop never gets there, its wait needing these items)."""
+    seen.append(free.wait(BLOCKED_AFTER_S))
+    _play_sidecars(*play)
+
+
 def test_the_asyncio_example_follows_two_steps_at_once_on_one_client_without_blocking_the_loop(
     live_settings: Settings, redis_client: redis.Redis
 ) -> None:
-    """The doc's answer to an asyncio trainer: the sync client on worker threads, one shared."""
+    """The doc's answer to an asyncio trainer: the sync client on worker threads, one shared. The
+    loop must run on while both steps are waited on: a coroutine sees both waits begun, and only then
+    are the steps' items run. A ``wait`` on the loop's own thread blocks it at the first, whose items
+    are held back until then, so the coroutine never sees the second (no count of ticks against the
+    clock, which a starved CPU failed: 22 loop ticks in half a second, where 25 were asked)."""
     (block,) = [b for b in _python_blocks() if "asyncio.to_thread" in b]
     namespace: dict[str, Any] = {"__name__": "client_doc_async"}
     exec(compile(block, str(CLIENT_DOC), "exec"), namespace)
     bodies = [batch_body(prompts=2, n=3, workers=2, schedule_id=f"async-step-{s}") for s in range(2)]
-    ticks = [0]
+    ids = [body["schedule_id"] for body in bodies]
+    free = threading.Event()  # set from the loop, once it ran with both waits begun
 
-    async def ticking() -> None:  # runs only while the loop is free
-        while True:
-            ticks[0] += 1
+    async def watching(client: _NotingWaits) -> None:
+        while client.waiting != set(ids):
             await asyncio.sleep(0.01)
+        free.set()
 
-    async def two_steps(client: SchedulerClient) -> list[Any]:
-        ticker = asyncio.create_task(ticking())
+    async def two_steps(client: _NotingWaits) -> list[Any]:
+        watcher = asyncio.create_task(watching(client))
         steps = await asyncio.gather(*(namespace["rollout_async"](client, body) for body in bodies))
-        ticker.cancel()
+        watcher.cancel()
         return list(steps)
 
-    stop = threading.Event()
-    ids = [body["schedule_id"] for body in bodies]
-    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+    stop, seen = threading.Event(), list[bool]()
+    with LiveServer(live_settings) as server:
+        client = _NotingWaits(server.url)
         play = (Delivery(redis_client), ids, ["w0", "w1"], stop)
-        sidecars = threading.Timer(0.5, _play_sidecars, args=play)  # the steps take half a second
+        sidecars = threading.Thread(target=_once_free, args=(free, seen, *play))
         sidecars.start()
         try:
-            steps = asyncio.run(two_steps(client))
+            with client:
+                steps = asyncio.run(two_steps(client))
         finally:
             stop.set()
             sidecars.join()
+    assert seen == [True], "the loop did not run while both steps were waited on: it was blocked"
     assert [step.progress.schedule_id for step in steps] == ids
     assert [sorted(r.key for r in step.results) for step in steps] == [
         [f"p{p}#{s}" for p in range(2) for s in range(3)]
     ] * 2
-    assert ticks[0] >= 25  # the loop ran on while both steps were waited on (blocked: a few ticks)
