@@ -2,8 +2,8 @@
 (a pod's container restarted): the items come back at its start, not a lease TTL later, and run once.
 
 valkey-server, engine-sim servers (push) or the test as the worker process (pull), and two sidecar
-processes on loopback, with 30 s leases (the default), so a step that waited for them to lapse would
-fail the test's bound.
+processes on loopback, with 30 s leases (the default): a step that waited for them to lapse would
+find them lapsed in the takeover's count, its attempts spent, and be over only near the test's bound.
 """
 
 from __future__ import annotations
@@ -32,6 +32,13 @@ from tests.service.sidecar.procs import (
 
 pytestmark = pytest.mark.slow
 LEASE_TTL_MS = 30_000
+# What a restart must beat is the killed leases' lapse (a lease TTL after their last heartbeat), when
+# the reaper would requeue them anyway; later, the step's end proves nothing. No tighter bound holds
+# on a loaded host: before its hand-back the restarted process starts (imports: 8 s under 8 CPU
+# burners, past 15 s at load 13) and waits out the dead one's presence key (``PRESENCE_TTL_MS`` plus
+# ``MARGIN_S``). "At once" is told from "lapsed" by the takeover's own count, whatever the load.
+BACK_BY_S = LEASE_TTL_MS / 1000
+HANDED_BACK_CURRENT = "handed back 4 leases an earlier process of this worker held (4 released, 0 had lapsed"
 
 
 def test_a_sigkilled_push_sidecar_restarted_under_its_worker_id_gets_its_leases_back_at_once(
@@ -49,15 +56,14 @@ def test_a_sigkilled_push_sidecar_restarted_under_its_worker_id_gets_its_leases_
         killed_at = time.monotonic()
         args = ["sidecar", "--worker-id", "w0", "--engine-url", urls["fast"], "--redis-url", redis_url]
         second = procs.spawn("sidecar-w0-restarted", [*args, "--idle-poll", "0.05"])
-        # the restarted process's start (imports, on a loaded host) plus at most the dead one's presence
-        wait_finished(delivery, "restart", LEASE_TTL_MS / 1000 / 2)
+        wait_finished(delivery, "restart", BACK_BY_S)
         back_s = time.monotonic() - killed_at
         second.signal(signal.SIGTERM)
         stats = second.stats()
     print(f"kill -> all four finished by the restarted process: {back_s:.1f} s (lease ttl 30 s)")
-    assert back_s < LEASE_TTL_MS / 1000 / 2
+    assert back_s < BACK_BY_S
     assert stats["reset"] == 4  # handed back by the restart, not lapsed
-    assert "handed back 4 leases" in second.log.read_text()
+    assert HANDED_BACK_CURRENT in second.log.read_text()
     results = delivery.read_results("restart")
     assert {r.attempt for r in results} == {1}  # the killed process's attempts were refunded
     assert {r.worker_id for r in results} == {"w0"}
@@ -109,7 +115,7 @@ def test_a_sigkilled_pull_sidecar_restarted_under_its_worker_id_hands_its_leases
         first.popen.wait()
         killed_at = time.monotonic()
         second = procs.spawn("pull-w0-restarted", args)
-        again = _pull(base, second, 4, LEASE_TTL_MS / 1000 / 2)
+        again = _pull(base, second, 4, BACK_BY_S)
         back_s = time.monotonic() - killed_at
         late = [_done(base, lease) for lease in handed]  # the surviving worker's reports
         outcomes = [_done(base, lease).json()["outcome"] for lease in again]
@@ -117,11 +123,11 @@ def test_a_sigkilled_pull_sidecar_restarted_under_its_worker_id_hands_its_leases
         stats = second.stats()
     print(f"kill -> all four handed out again by the restarted pull sidecar: {back_s:.1f} s (lease ttl 30 s)")
     assert sorted(le["key"] for le in again) == sorted(i.key for i in items)
-    assert back_s < LEASE_TTL_MS / 1000 / 2
+    assert back_s < BACK_BY_S
     assert {le["attempt"] for le in again} == {1}  # the killed process's attempts were refunded
     assert [(r.status_code, r.json()["outcome"]) for r in late] == [(409, "stale")] * 4
     assert outcomes == ["accepted"] * 4
     assert (stats["reset"], stats["accepted"], stats["stale"]) == (4, 4, 4)
-    assert "handed back 4 leases" in second.log.read_text()
+    assert HANDED_BACK_CURRENT in second.log.read_text()
     assert {r.attempt for r in delivery.read_results("pull-restart")} == {1}
     assert tally(delivery, "pull-restart", {i.key for i in items}) == (0, 0)
