@@ -18,9 +18,21 @@ from tests.service.sidecar.procs import item, publish
 Script = Callable[[httpx.AsyncClient], Awaitable[Any]]
 
 
-def with_api(redis_url: str, script: Script, slots: int = 4, worker: str = "w0") -> Any:
-    """What ``script`` returns, run against a fresh pull API of ``worker`` with ``slots`` slots."""
-    session = WorkerSession(Delivery.from_url(redis_url), Holdings(slots), SessionSettings(worker))
+def session_of(redis_url: str, slots: int = 4, worker: str = "w0") -> WorkerSession:
+    """A fresh session of ``worker`` with ``slots`` slots, for a test that reads its counters after."""
+    return WorkerSession(Delivery.from_url(redis_url), Holdings(slots), SessionSettings(worker))
+
+
+def with_api(
+    redis_url: str,
+    script: Script,
+    slots: int = 4,
+    worker: str = "w0",
+    session: WorkerSession | None = None,
+) -> Any:
+    """What ``script`` returns, run against a fresh pull API of ``session`` (else a fresh session of
+    ``worker`` with ``slots`` slots)."""
+    session = session or session_of(redis_url, slots, worker)
 
     async def run() -> Any:
         app = create_pull_app(session)

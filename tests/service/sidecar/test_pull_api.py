@@ -16,7 +16,7 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish, tally
-from tests.service.sidecar.pullclient import done_body, publish_one, with_api
+from tests.service.sidecar.pullclient import done_body, publish_one, session_of, with_api
 
 
 def test_a_worker_pulls_items_in_plan_order_and_reports_them_once(
@@ -308,19 +308,15 @@ def test_a_report_for_an_item_of_a_cancelled_schedule_is_refused_with_409_and_co
     redis_client: redis.Redis, redis_url: str
 ) -> None:
     delivery = publish_one(redis_url, "cancelled")
-    session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
+    session = session_of(redis_url)
 
-    async def run() -> tuple[int, int, dict[str, Any]]:
-        app = create_pull_app(session)
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
-        ) as client:
-            lease = (await client.get("/next")).json()
-            delivery.cancel("cancelled")
-            answer = await client.post("/done", json=done_body(lease, 5))
-            return lease["token"], answer.status_code, answer.json()
+    async def script(client: httpx.AsyncClient) -> tuple[int, int, dict[str, Any]]:
+        lease = (await client.get("/next")).json()
+        delivery.cancel("cancelled")
+        answer = await client.post("/done", json=done_body(lease, 5))
+        return lease["token"], answer.status_code, answer.json()
 
-    token, status, answer = asyncio.run(run())
+    token, status, answer = with_api(redis_url, script, session=session)
     why = "its schedule was cancelled by the trainer; drop it"
     error = f"key='a#0' (schedule_id='cancelled', token={token}): {why}"
     assert (status, answer) == (409, {"outcome": "stale", "error": error})
@@ -335,22 +331,18 @@ def test_an_item_of_a_cancelled_schedule_is_counted_cancelled_once_however_often
     repeats one whose reply it lost) each added one: a cancel of 7 items read 14."""
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "cancelled", {"w0": [item("a", 0, 10), item("b", 0, 10)]}, lease_ttl_ms=30_000)
-    session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
+    session = session_of(redis_url)
 
-    async def run() -> list[int]:
-        app = create_pull_app(session)
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
-        ) as client:
-            first, second = (await client.get("/next")).json(), (await client.get("/next")).json()
-            delivery.cancel("cancelled")
-            await client.post("/done", json=done_body(first, 5))  # refused: its schedule is cancelled
-            await client.post("/done", json=done_body(first, 5))  # repeated: its reply was lost
-            await session.heartbeat()  # the other lease found gone
-            answers = [await client.post("/done", json=done_body(lease, 5)) for lease in (second, first)]
-            return [answer.status_code for answer in answers]
+    async def script(client: httpx.AsyncClient) -> list[int]:
+        first, second = (await client.get("/next")).json(), (await client.get("/next")).json()
+        delivery.cancel("cancelled")
+        await client.post("/done", json=done_body(first, 5))  # refused: its schedule is cancelled
+        await client.post("/done", json=done_body(first, 5))  # repeated: its reply was lost
+        await session.heartbeat()  # the other lease found gone
+        answers = [await client.post("/done", json=done_body(lease, 5)) for lease in (second, first)]
+        return [answer.status_code for answer in answers]
 
-    assert asyncio.run(run()) == [409, 409]
+    assert with_api(redis_url, script, session=session) == [409, 409]
     assert (session.stats.cancelled, session.stats.stale, session.stats.lost) == (2, 0, 0)
 
 
@@ -362,22 +354,18 @@ def test_reports_of_keys_never_handed_out_for_a_cancelled_schedule_are_not_count
     the sidecar does not count them ``cancelled``: counting keeps each key, so they grew its memory
     without end."""
     delivery = publish_one(redis_url, "cancelled")
-    session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
+    session = session_of(redis_url)
 
-    async def run() -> list[int]:
-        app = create_pull_app(session)
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
-        ) as client:
-            lease = (await client.get("/next")).json()
-            delivery.cancel("cancelled")
-            statuses = [(await client.post("/done", json=done_body(lease, 5))).status_code]
-            for n in range(200):
-                invented = {**lease, "key": f"invented#{n}"}
-                statuses.append((await client.post("/done", json=done_body(invented, 5))).status_code)
-            return statuses
+    async def script(client: httpx.AsyncClient) -> list[int]:
+        lease = (await client.get("/next")).json()
+        delivery.cancel("cancelled")
+        statuses = [(await client.post("/done", json=done_body(lease, 5))).status_code]
+        for n in range(200):
+            invented = {**lease, "key": f"invented#{n}"}
+            statuses.append((await client.post("/done", json=done_body(invented, 5))).status_code)
+        return statuses
 
-    assert set(asyncio.run(run())) == {409}
+    assert set(with_api(redis_url, script, session=session)) == {409}
     assert (session.stats.cancelled, session.stats.stale) == (1, 0)  # the one item handed out
 
 
