@@ -345,8 +345,9 @@ class Sidecar:
         Redis down included, so the pod's grace period is never overrun: a release Redis cannot take
         is abandoned, and those leases lapse and are requeued by the reaper as if the sidecar died.
         After a loop died (a bug, ``supervision``) the hand-back says the sidecar died holding them:
-        each item is refunded its attempt only its first time back so, as by a restart's takeover, so
-        an item that trips the bug at every run is dead-lettered, not handed round the fleet for ever.
+        as with a restart's takeover, an item is refunded its attempt only the first time it comes
+        back that way, so one that trips the bug at every run is dead-lettered, not handed round the
+        fleet for ever.
         """
         deadline = time.monotonic() + self.settings.drain_timeout_s
         holdings = self.session.holdings
