@@ -34,6 +34,8 @@ from service.engine_sim.lengths import LengthSource, RolloutHint, estimate_promp
 
 T = TypeVar("T")
 FILLER_TOKEN_ID = 0  # the id each placeholder token answers ``return_token_ids`` with
+FILLER_TOKEN = " sim"  # each placeholder token's text (``_filler``)
+FILLER_LOGPROB = 0.0  # each placeholder token's log-probability: the simulated engine is sure of it
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +147,8 @@ class CompletionRequest(_Common):
     """``POST /v1/completions``; ``max_tokens`` defaults to 16 as in the OpenAI API."""
 
     prompt: str | list[int]
+    logprobs: int | None = Field(default=None, ge=0, le=20)  # top alternatives per token (vLLM's
+    # default --max-logprobs is 20); 0 still returns each sampled token's own log-probability
 
 
 class ChatRequest(_Common):
@@ -152,6 +156,8 @@ class ChatRequest(_Common):
 
     messages: list[dict[str, Any]] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False  # each sampled token's log-probability, in ``choice.logprobs.content``
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)  # alternatives per token, with logprobs
 
 
 def create_app(config: SimConfig) -> FastAPI:
@@ -210,9 +216,8 @@ def _add_generation_routes(app: FastAPI, config: SimConfig, engine: SimulatedEng
         await _hang_if_told(request, body.rollout, hangs)
         served = await _serve(config, engine, request, body, body.prompt, text, cap)
         choice = {"index": 0, "text": _filler(served.tokens), "finish_reason": served.finish_reason}
-        return _envelope(
-            "text_completion", config, _with_ids(body, {**choice, "logprobs": None}, served), served
-        )
+        choice["logprobs"] = None if body.logprobs is None else _completion_logprobs(served.tokens)
+        return _envelope("text_completion", config, _with_ids(body, choice, served), served)
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> dict[str, Any]:
@@ -223,6 +228,8 @@ def _add_generation_routes(app: FastAPI, config: SimConfig, engine: SimulatedEng
         served = await _serve(config, engine, request, body, text, text, cap)
         message = {"role": "assistant", "content": _filler(served.tokens)}
         choice = {"index": 0, "message": message, "finish_reason": served.finish_reason}
+        if body.logprobs:
+            choice["logprobs"] = _chat_logprobs(served.tokens, body.top_logprobs or 0)
         return _envelope("chat.completion", config, _with_ids(body, choice, served), served)
 
 
@@ -316,7 +323,28 @@ async def _disconnected(request: Request) -> None:
 
 def _filler(tokens: int) -> str:
     """Placeholder text of ``tokens`` words; the simulation generates no real output."""
-    return " sim" * tokens
+    return FILLER_TOKEN * tokens
+
+
+def _completion_logprobs(tokens: int) -> dict[str, Any]:
+    """``choice.logprobs`` of a completion in vLLM's shape (``CompletionLogProbs``), one entry per
+    placeholder token: a trainer that keeps the rollout's log-probabilities (PPO/GRPO importance
+    ratios) reads them from the stand-in as from vLLM; the only alternative a token has is itself."""
+    return {
+        "text_offset": [i * len(FILLER_TOKEN) for i in range(tokens)],
+        "token_logprobs": [FILLER_LOGPROB] * tokens,
+        "tokens": [FILLER_TOKEN] * tokens,
+        "top_logprobs": [{FILLER_TOKEN: FILLER_LOGPROB} for _ in range(tokens)],  # the sampled one, as vLLM
+    }
+
+
+def _chat_logprobs(tokens: int, top: int) -> dict[str, Any]:
+    """``choice.logprobs`` of a chat completion in the OpenAI shape vLLM answers (``content``: per
+    token its text, log-probability, UTF-8 bytes and up to ``top`` alternatives)."""
+    raw = list(FILLER_TOKEN.encode())
+    alternatives = [{"token": FILLER_TOKEN, "logprob": FILLER_LOGPROB, "bytes": raw}][:top]
+    entry = {"token": FILLER_TOKEN, "logprob": FILLER_LOGPROB, "bytes": raw, "top_logprobs": alternatives}
+    return {"content": [dict(entry) for _ in range(tokens)]}
 
 
 def _with_ids(body: _Common, choice: dict[str, Any], served: _Served) -> dict[str, Any]:

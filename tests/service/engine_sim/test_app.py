@@ -66,6 +66,37 @@ def test_the_token_ids_asked_for_come_back_one_per_generated_token_as_vllm_retur
     assert "token_ids" not in _post("/v1/completions", {"prompt": "hi", "max_tokens": 5}).json()["choices"][0]
 
 
+def test_the_logprobs_asked_for_come_back_one_per_generated_token_in_vllm_s_shapes() -> None:
+    """A trainer keeping the rollout's log-probabilities (importance ratios) reads them from the
+    stand-in where vLLM puts them: a completion's ``tokens``/``token_logprobs``/``top_logprobs``/
+    ``text_offset``, a chat's ``content`` entries; none where the request asked for none."""
+    body = {"prompt": "hi", "max_tokens": 50, "logprobs": 1, "rollout": {"output_tokens": 7}}
+    choice = _post("/v1/completions", body).json()["choices"][0]
+    logprobs = choice["logprobs"]
+    assert logprobs["token_logprobs"] == [0.0] * 7
+    assert "".join(logprobs["tokens"]) == choice["text"]
+    tokens = logprobs["tokens"]
+    assert logprobs["text_offset"] == [len("".join(tokens[:i])) for i in range(7)]
+    assert [list(top) for top in logprobs["top_logprobs"]] == [[" sim"]] * 7
+    chat = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 9,
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
+    content = _post("/v1/chat/completions", {**chat, "rollout": {"output_tokens": 4}}).json()["choices"][0]
+    entries = content["logprobs"]["content"]
+    assert [(e["token"], e["logprob"], bytes(e["bytes"]).decode()) for e in entries] == [
+        (" sim", 0.0, " sim")
+    ] * 4
+    assert all(e["top_logprobs"] == [{"token": " sim", "logprob": 0.0, "bytes": e["bytes"]}] for e in entries)
+    assert (
+        _post("/v1/completions", {"prompt": "hi", "max_tokens": 5}).json()["choices"][0]["logprobs"] is None
+    )
+    plain = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    assert "logprobs" not in _post("/v1/chat/completions", plain).json()["choices"][0]
+
+
 def test_models_and_health_describe_a_simulated_engine() -> None:
     models = asyncio.run(_call("GET", "/v1/models")).json()
     assert models["data"][0]["id"] == "sim-7b"
