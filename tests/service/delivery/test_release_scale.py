@@ -1,15 +1,12 @@
-"""Handing back many leases at once costs what handing them back in batches does: linear, not quadratic."""
+"""Handing back many leases in one call: each lease answered in its own slot of the reply (linear)."""
 
 from __future__ import annotations
-
-import time
 
 from service.delivery import Delivery, Lease, ReleaseOutcome
 from tests.service.delivery.conftest import schedule
 
 T0 = 1_000_000
 N = 20_000  # a large pull fleet's /reset, or a sidecar's shutdown holding a whole schedule
-BATCH = 500
 
 
 def _claimed(delivery: Delivery, schedule_id: str) -> list[Lease]:
@@ -21,19 +18,21 @@ def _claimed(delivery: Delivery, schedule_id: str) -> list[Lease]:
     return leases
 
 
-def _timed_release(delivery: Delivery, batches: list[list[Lease]]) -> float:
-    start = time.perf_counter()
-    for batch in batches:
-        assert set(delivery.release(batch, now_ms=T0 + 1)) == {ReleaseOutcome.REQUEUED}
-    return time.perf_counter() - start
-
-
-def test_one_release_of_many_leases_costs_about_what_as_many_in_batches_cost(delivery: Delivery) -> None:
+def test_one_release_of_many_leases_answers_each_lease_in_its_own_slot(delivery: Delivery) -> None:
     """release.lua put each code at the front of its reply (table.insert(out, 1, ...)), moving every
-    code after it: 20,000 leases took ~2 s in one call against ~0.3 s in batches of 500."""
-    whole = _claimed(delivery, "whole")
-    batched = _claimed(delivery, "batched")
-    at_once = _timed_release(delivery, [whole])
-    in_batches = _timed_release(delivery, [batched[i : i + BATCH] for i in range(0, N, BATCH)])
-    assert at_once < 2.5 * in_batches, f"{at_once:.3f} s at once, {in_batches:.3f} s in batches"
-    assert [le.key for le in delivery.claim("whole", "a", 3, now_ms=T0 + 2)] == ["a-0#0", "a-1#0", "a-2#0"]
+    code after it: O(n^2), 20,000 leases ~1.6 s in one call against ~0.25 s in calls of 500
+    (docs/experiments.md, "Delivery protocol review", leftdelivery; a speed is a benchmark's to
+    measure, not a test's). Now each code is written to its lease's slot: one release of ``N``
+    leases, every seventh of them already released (stale), answers each in its own place, and the
+    released ones are back at the queue's head in the plan's order."""
+    leases = _claimed(delivery, "whole")
+    stale = leases[::7]
+    assert set(delivery.release(stale, now_ms=T0 + 1)) == {ReleaseOutcome.REQUEUED}
+    stale_keys = {lease.key for lease in stale}
+    outcomes = delivery.release(leases, now_ms=T0 + 1)
+    expected = [
+        ReleaseOutcome.STALE if lease.key in stale_keys else ReleaseOutcome.REQUEUED for lease in leases
+    ]
+    assert outcomes == expected
+    head = [le.key for le in delivery.claim("whole", "a", 3, now_ms=T0 + 2)]
+    assert head == ["a-1#0", "a-2#0", "a-3#0"]  # this release's first three, ahead of the stale ones
