@@ -36,7 +36,7 @@ nothing more is claimed (a long-poll in flight answers 204), requests in flight 
 It serves from before it reaches Redis (``Connecting``): a Redis or Redis Cluster down at start-up is
 waited for (``launch.connect``) while ``GET /health`` answers ``connecting`` (an outage a restart
 cannot fix must not fail a liveness probe), ``GET /ready`` answers 503 and every other endpoint 503
-``{"error"}`` (retry).
+``{"error"}`` with ``Retry-After`` (retry: a ``/done`` dropped on it was run again after the takeover).
 
 Here are the routes; how their errors are answered is ``pull_problems``'s, and the bookkeeping behind
 them (the worker's signs of life, what it lost, the hold bound, the session while it connects)

@@ -63,6 +63,12 @@ PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]]
 }
 
 
+# the 503s a worker is to retry, with the seconds ``Retry-After`` asks it to wait first: a report the
+# sidecar cannot take yet (Redis out, or not reached since start: a restarted sidecar connecting) lands
+# on a retry, and one dropped instead left its lease to be handed back and the finished work run again
+RETRY_AFTER_S: dict[type[Exception], int] = {redis.RedisError: 1, ConnectingError: 1}
+
+
 def too_large(path: str, what: str, max_bytes: int) -> Response:
     """The 413 of ``BodyLimitMiddleware`` (outside FastAPI's handlers) from the table, as every error
     here: it was the service's problem, without ``error``, advising a setting the sidecar does not
@@ -121,7 +127,13 @@ def problem(request: Request, exc: Exception, routes: Sequence[BaseRoute]) -> JS
     if isinstance(exc, StarletteHTTPException):
         answer["error"] = _http_error(request, exc, routes)
         return JSONResponse(answer, status_code=exc.status_code, headers=_allow(request, exc, routes))
-    return JSONResponse(answer, status_code=status)
+    return JSONResponse(answer, status_code=status, headers=_retry_after(exc))
+
+
+def _retry_after(exc: Exception) -> Mapping[str, str] | None:
+    """``Retry-After`` for an error the worker is to retry (``RETRY_AFTER_S``), else no header."""
+    wait_s = next((RETRY_AFTER_S[kind] for kind in type(exc).__mro__ if kind in RETRY_AFTER_S), None)
+    return None if wait_s is None else {"Retry-After": str(wait_s)}
 
 
 def _http_error(request: Request, exc: StarletteHTTPException, routes: Sequence[BaseRoute]) -> str:

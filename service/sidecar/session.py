@@ -274,6 +274,8 @@ class WorkerSession:
         outcome = outcomes[0]
         if outcome is CompletionOutcome.ACCEPTED:
             self.stats.accepted += 1
+            if not held:  # current in Redis, yet never held here: a killed predecessor's lease
+                self.stats.inherited += 1
         elif outcome is CompletionOutcome.DUPLICATE:
             self.stats.duplicate += 1
         else:

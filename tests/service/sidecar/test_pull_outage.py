@@ -1,9 +1,9 @@
 """The pull API while Redis is down: a report it could not deliver answers 503 and keeps the lease.
 
-docs/sidecar.md promises a worker told 503 that its lease is kept and the retry is safe. The sidecar
-used to forget the lease the moment the report failed: ``/leases`` no longer listed it, its
-heartbeats stopped (it lapsed a TTL later and cost an attempt), and a retried ``/fail`` was answered
-``stale`` although the item still sat leased to this worker in Redis.
+docs/sidecar.md promises a worker told 503 (with ``Retry-After``) that its lease is kept and the
+retry is safe. The sidecar used to forget the lease the moment the report failed: ``/leases`` no
+longer listed it, its heartbeats stopped (it lapsed a TTL later and cost an attempt), and a
+retried ``/fail`` was answered ``stale`` although the item still sat leased to this worker in Redis.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def test_a_report_redis_did_not_take_keeps_its_lease_and_its_retry_lands(aof_ser
         done, failed = [(await api.get("/next")).json() for _ in range(2)]
         aof_server.kill()
         refused = [
-            (await api.post("/done", json={**_ref(done), "output_tokens": 5})).status_code,
-            (await api.post("/fail", json={**_ref(failed), "reason": "engine crashed"})).status_code,
+            await api.post("/done", json={**_ref(done), "output_tokens": 5}),
+            await api.post("/fail", json={**_ref(failed), "reason": "engine crashed"}),
         ]
         kept = sorted(lease["key"] for lease in (await api.get("/leases")).json()["held"])
         await asyncio.to_thread(aof_server.start)
@@ -63,7 +63,8 @@ def test_a_report_redis_did_not_take_keeps_its_lease_and_its_retry_lands(aof_ser
             (await api.post("/done", json={**_ref(done), "output_tokens": 5})).json(),
             (await api.post("/fail", json={**_ref(failed), "reason": "engine crashed"})).json(),
         ]
-        return [refused, kept, retried, (await api.get("/leases")).json()["held"]]
+        told = [(answer.status_code, answer.headers.get("Retry-After")) for answer in refused]
+        return [told, kept, retried, (await api.get("/leases")).json()["held"]]
 
     async def run() -> list[Any]:
         app = create_pull_app(session)
@@ -73,7 +74,7 @@ def test_a_report_redis_did_not_take_keeps_its_lease_and_its_retry_lands(aof_ser
             return await script(api)
 
     assert asyncio.run(run()) == [
-        [503, 503],
+        [(503, "1"), (503, "1")],  # retry in a second: the lease is kept for it
         ["a#0", "b#0"],
         [{"outcome": "accepted"}, {"outcome": "requeued"}],
         [],

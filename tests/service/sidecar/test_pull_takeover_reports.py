@@ -1,0 +1,84 @@
+"""What a restarted pull sidecar answers the worker that outlived its killed predecessor, while it
+connects and while it takes over: a report it cannot take yet is a 503 with ``Retry-After`` (the
+worker retries it: dropped, its lease was handed back and the finished item ran again), and a report
+of a predecessor's lease still current is accepted once and counted ``inherited`` besides ``accepted``,
+so the new process's counters balance (``claimed + stolen + inherited`` against what ended).
+
+Real Redis; the pull app in process with its lifespan (connect, takeover, heartbeats) running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import httpx
+import redis
+
+from service.delivery.keys import sidecar_presence
+from service.delivery.protocol import Delivery
+from service.sidecar.pull_state import Connecting
+from service.sidecar.session import WorkerSession
+from tests.service.sidecar.procs import claimed_by_a_killed_sidecar, item, publish, tally
+from tests.service.sidecar.test_pull_takeover import LEASE_TTL_MS, _done, _old, _pull, _serving, _session
+
+
+async def _report_as_a_worker_does(client: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
+    """``POST /done`` as docs/sidecar.md's worker loop sends it: a 503 is retried after its
+    ``Retry-After``, any other answer is final."""
+    for _ in range(50):
+        answer = await client.post("/done", json=body)
+        if answer.status_code != 503:
+            return answer
+        await asyncio.sleep(float(answer.headers["Retry-After"]) / 10)  # the test's own clock, shorter
+    raise AssertionError("still 503 after 50 tries")
+
+
+def test_a_report_sent_while_the_restarted_sidecar_connects_is_a_503_to_retry_and_lands_once_as_inherited(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    items = [item(f"p{i}", 0, 10) for i in range(3)]
+    publish(delivery, "restart", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
+    killed = claimed_by_a_killed_sidecar(delivery, "restart", "w0", 2)  # its worker runs both, lives on
+    redis_client.set(sidecar_presence("w0"), "killed-instance", px=4000)  # the takeover waits it out
+    reached = threading.Event()
+    made: list[WorkerSession] = []
+
+    def connect() -> WorkerSession:  # Redis reached only when the test says (the new process's start)
+        reached.wait(10)
+        made.append(_session(redis_url))
+        return made[0]
+
+    async def main() -> dict[str, Any]:
+        async with _serving(Connecting("w0", connect)) as (client, state):
+            connecting = await client.post("/done", json=_old(killed[0]))
+            reached.set()
+            landed = await _report_as_a_worker_does(client, _old(killed[0]))
+            taking_over = state.taking_over  # the predecessor's presence key still lives
+            again = await client.post("/done", json=_old(killed[0]))  # its reply lost: sent again
+            leases = await _pull(client, 2, timeout_s=LEASE_TTL_MS / 1000 / 6)
+            late = await client.post("/done", json=_old(killed[1]))  # after the hand-back: refused
+            for lease in leases:
+                await client.post("/done", json=_done(lease["schedule_id"], lease["key"], lease["token"]))
+            return {
+                "connecting": (connecting.status_code, connecting.headers.get("Retry-After")),
+                "landed": (landed.json(), taking_over),
+                "again": again.json(),
+                "keys": [lease["key"] for lease in leases],
+                "late": late.status_code,
+            }
+
+    seen = asyncio.run(main())
+    assert seen["connecting"] == (503, "1")  # retry in a second, not drop
+    assert seen["landed"] == ({"outcome": "accepted"}, True)  # taken during the takeover, not run again
+    assert seen["again"] == {"outcome": "duplicate"}
+    assert seen["keys"] == [killed[1].key, items[2].key]  # only the unreported lease went back
+    assert seen["late"] == 409
+    stats = made[0].stats
+    assert (stats.claimed, stats.inherited, stats.accepted, stats.duplicate) == (2, 1, 3, 1)
+    assert (stats.reset, stats.stale) == (1, 1)
+    # every lease this process took, or was reported as current, ended once: accepted here
+    assert stats.claimed + stats.stolen + stats.inherited == stats.accepted
+    assert tally(delivery, "restart", {i.key for i in items}) == (0, 0)  # lost 0, accepted twice 0
