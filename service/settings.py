@@ -29,7 +29,7 @@ from service.delivery.keys import (
     PrefixError,
     check_prefix,
 )
-from service.hosts import check_host_names
+from service.host_names import check_host_names
 from service.logs import LOG_LEVELS
 from service.redis_conn import check_redis_url, describe
 from service.tokens import check_token

@@ -16,10 +16,18 @@ Served from a thread of its own, not from the event loop it watches: a stuck loo
 with the details, instead of a probe that times out. Three GETs need no web framework: the standard
 library's threading HTTP server (as ``prometheus_client.start_http_server``) spares every sidecar
 start the ~0.5 s of CPU that importing FastAPI and uvicorn took.
+
+Bound to loopback (the default), it answers only requests naming a loopback ``Host``, as the pull API
+and a service without tokens do (``service/host_names.py``): a web page re-pointing its own name at
+127.0.0.1 (DNS rebinding) would read the counters otherwise. Bound to another address (``0.0.0.0``
+for the kubelet, whose probes send ``Host: <pod IP>:<port>``, and for Prometheus), every ``Host`` is
+answered: whoever reaches that address reads the same three read-only pages directly, so the check
+would keep out nobody and fail the probes (docs/operations.md, "Security").
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import socketserver
@@ -33,6 +41,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from service.host_names import LOOPBACK_NAMES, host_name, refused_host
 from service.sidecar.metrics import exposition
 from service.sidecar.runner import Sidecar
 
@@ -130,7 +139,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.connection.settimeout(self.server.client_timeout_s)
 
     def do_GET(self) -> None:
-        reply = self.server.probes.get(self.path)
+        sent = self.headers.get("Host")
+        if self.server.loopback_only and (sent is None or host_name(sent) not in LOOPBACK_NAMES):
+            reply = Reply.of({"detail": refused_host(sent)}, 421)  # nothing read: a rebound page's
+        else:
+            reply = self.server.probes.get(self.path)
         self.send_response(reply.status)
         self.send_header("Content-Type", reply.content_type)
         self.send_header("Content-Length", str(len(reply.body)))
@@ -147,6 +160,7 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], probes: Probes, client_timeout_s: float) -> None:
         self.probes = probes
         self.client_timeout_s = client_timeout_s
+        self.loopback_only = is_loopback(address[0])  # then a Host naming another name is refused
         super().__init__(address, _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -168,6 +182,16 @@ class _Server(ThreadingHTTPServer):
         except OSError as error:
             where = f"{error.strerror} (while attempting to bind on address {self.server_address!r})"
             raise OSError(error.errno, where) from None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (the address bound) reaches this machine only: ``localhost``, 127.0.0.0/8, ::1."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a name: resolved at bind, perhaps to anything
+        return False
 
 
 @dataclass

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
 from service.delivery.errors import UnknownScheduleError
-from service.hosts import refused_host
+from service.host_names import refused_host
 from service.problem_details import clipped
 from service.problems import (
     JSON_HINT,
