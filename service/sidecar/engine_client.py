@@ -205,7 +205,7 @@ class EngineClient:
             body = _capped(body, room)
             answer = await self._send("POST", path, body)  # once, with the room
         reply = _parse_reply(answer, time.monotonic() - started, body["max_tokens"])
-        return _with_engine_prompt(reply, answer, item.prompt_tokens)
+        return _with_engine_prompt(reply, answer, item.prompt_tokens, isinstance(body.get("prompt"), list))
 
     def request_for(self, item: DeliveryItem, model: str) -> tuple[str, dict[str, Any]]:
         """The endpoint and JSON body for ``item`` (see the module docstring)."""
@@ -366,14 +366,27 @@ def _token_extras(choice: dict[str, Any]) -> dict[str, Any]:
     return extras
 
 
-def _with_engine_prompt(reply: EngineReply, answer: dict[str, Any], prompt_tokens: int) -> EngineReply:
+def _with_engine_prompt(
+    reply: EngineReply, answer: dict[str, Any], prompt_tokens: int, sent_ids: bool
+) -> EngineReply:
     """``reply`` with the engine's ``usage.prompt_tokens`` in ``extra`` where it differs from the
     item's: the engine counts the chat template and its own tokenizer's tokens, the trainer may
-    not, and a difference is what leaves ``max_tokens`` past the context (see ``cap``)."""
+    not, and a difference is what leaves ``max_tokens`` past the context (see ``cap``).
+
+    And the prompt's token ids the engine answered (``return_token_ids``: vLLM puts
+    ``prompt_token_ids`` on a completion's choice, at the top of a chat's answer), unless the prompt
+    was sent as ids (``sent_ids``: the same list, which the trainer holds). For a text or a chat they
+    are what the engine generated after, chat template included: the trainer's loss needs exactly
+    those, and tokenizing the messages again may not give them back."""
+    extra = dict(reply.extra)
     counted = answer.get("usage", {}).get("prompt_tokens")
-    if not isinstance(counted, int) or isinstance(counted, bool) or counted == prompt_tokens:
-        return reply
-    return replace(reply, extra={**reply.extra, "engine_prompt_tokens": counted})
+    if isinstance(counted, int) and not isinstance(counted, bool) and counted != prompt_tokens:
+        extra["engine_prompt_tokens"] = counted
+    choices = answer.get("choices") or [{}]
+    ids = choices[0].get("prompt_token_ids") or answer.get("prompt_token_ids")
+    if isinstance(ids, list) and not sent_ids:
+        extra["prompt_token_ids"] = ids
+    return reply if extra == reply.extra else replace(reply, extra=extra)
 
 
 def _message_extras(message: dict[str, Any]) -> dict[str, Any]:

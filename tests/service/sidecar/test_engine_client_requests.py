@@ -103,6 +103,32 @@ def test_the_token_ids_and_logprobs_the_params_asked_for_come_back_in_extra() ->
     assert "engine_prompt_tokens" not in reply.extra  # the engine counted the item's 40
 
 
+def test_the_prompt_ids_the_engine_answered_for_a_chat_come_back_in_extra() -> None:
+    # vLLM (>= 0.10.2) answers return_token_ids on a chat with the templated prompt's ids at the top of
+    # its answer: the ids the trainer's loss needs, which it cannot rebuild from the messages for sure
+    def vllm(request: httpx.Request) -> httpx.Response:
+        answer = chat_answer({"content": "ok"}, "stop", 3).json()
+        return vllm_models(request) or httpx.Response(200, json={**answer, "prompt_token_ids": [1, 2, 3]})
+
+    messages = [{"role": "user", "content": "q"}]
+    reply = on_vllm(vllm, make_item({"messages": messages, "params": {"return_token_ids": True}}))
+    assert reply.extra["prompt_token_ids"] == [1, 2, 3]
+
+
+def test_the_prompt_ids_of_a_text_prompt_are_kept_and_of_an_ids_prompt_not_stored_twice() -> None:
+    # a completion's choice carries them; a prompt sent as ids is answered with the same ids
+    def vllm(request: httpx.Request) -> httpx.Response:
+        choice = {"index": 0, "text": "ab", "finish_reason": "stop", "prompt_token_ids": [7, 8]}
+        usage = {"prompt_tokens": 40, "completion_tokens": 2}
+        return vllm_models(request) or httpx.Response(200, json={"choices": [choice], "usage": usage})
+
+    asked = {"return_token_ids": True}
+    text = on_vllm(vllm, make_item({"prompt": "q", "params": asked}))
+    ids = on_vllm(vllm, make_item({"prompt": [7, 8], "params": asked}))
+    assert text.extra["prompt_token_ids"] == [7, 8]
+    assert "prompt_token_ids" not in ids.extra  # the trainer sent them
+
+
 def test_the_engines_prompt_count_is_kept_where_it_differs_from_the_items() -> None:
     # the item says 40 tokens; the engine counted 57 with the chat template the trainer left out
     def vllm(request: httpx.Request) -> httpx.Response:
