@@ -5,17 +5,17 @@ Two sources:
 - veRL rollout dumps (``trainer.rollout_data_dir``): one ``{step}.jsonl`` per training step, each
   line ``{"input": <decoded prompt>, "output": <decoded response>, "score": <reward>, "step": <n>,
   ...extra reward fields}``. veRL writes text, not token counts, so counts come from a tokenizer the
-  user names by its local ``tokenizer.json`` (the ``tokenizers`` package); the prompt id is a stable
-  hash of the input text, so the same prompt keeps its id across epochs; a prompt's samples in one
-  step are numbered in file order (veRL's ``balance_batch`` reorders a prompt's samples, and no
-  line says which was generated first). Training steps start at 1: a step-0 line is validation
-  before training and is refused, as is a line carrying the ``reward`` key only ``_validate`` adds,
-  and two files of one step (see ``_refuse_validation``). veRL decodes without special tokens, so a
-  response that stopped on EOS re-encodes one token short: with the cap known, the import adds it
-  back (``count_eos``). Extra fields (``acc``, DAPO's
-  ``overlong_reward``, ``request_id``, ``gts``, ...) are dropped unless named in ``keep``: a reward
-  manager computes them from the finished response, so as predictor features they would hand a
-  step its own answer (see ``_kept_extras``).
+  user names by its local ``tokenizer.json`` or model folder (``service.verltokens``); the prompt id
+  is a stable hash of the input text, so the same prompt keeps its id across epochs; a prompt's
+  samples in one step are numbered in file order (veRL's ``balance_batch`` reorders a prompt's
+  samples, and no line says which was generated first).
+  Training steps start at 1: a step-0 line is validation before training and is refused, as is a line carrying
+  the ``reward`` key only ``_validate`` adds, and two files of one step (see
+  ``_refuse_validation``). veRL decodes without special tokens, so a response that stopped on EOS
+  re-encodes one token short: with the cap known, the import adds it back (``count_eos``). Extra
+  fields (``acc``, DAPO's ``overlong_reward``, ``request_id``, ``gts``, ...) are dropped unless
+  named in ``keep``: a reward manager computes them from the finished response, so as predictor
+  features they would hand a step its own answer (see ``_kept_extras``).
 - generic csv / jsonl / parquet with other column names: a mapping renames them into the schema
   (``--map output_tokens=response_length``) and every row is validated by ``parse_row``.
 """
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +41,11 @@ from scheduler.trace import (
     int_cell,
     parse_row,
 )
+from service.verltokens import count_tokens, describe_tokenizer, load_tokenizer, tokenizer_file
 
 _VERL_TEXT_FIELDS = frozenset({"input", "output", "gts", "score", "step"})
 _SCHEMA = frozenset(REQUIRED_COLUMNS) | frozenset(OPTIONAL_COLUMNS)
 GENERIC_FORMATS = ("csv", "jsonl", "parquet")
-ENCODE_CHUNK = 64  # texts per tokenizer batch: enough for its threads, few Encodings held at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,38 +64,6 @@ def prompt_hash(text: str) -> str:
     return "p" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def describe_tokenizer(tokenizer: object, path: str | Path) -> str:
-    """Which tokenizer counted: its file's full path, model kind and vocabulary. Every Hugging Face
-    tokenizer is a ``tokenizer.json``, so the name as given (``tokenizer.json``) told no model. The
-    path is made absolute, not resolved: the hub cache links ``snapshots/<rev>/tokenizer.json`` to
-    ``blobs/<sha256>``, a name that tells no model either."""
-    model = type(tokenizer.model).__name__  # type: ignore[attr-defined]
-    size = tokenizer.get_vocab_size(with_added_tokens=True)  # type: ignore[attr-defined]
-    return f"{os.path.abspath(path)} ({model}, vocabulary {size:,})"
-
-
-def load_tokenizer(path: str | Path) -> object:
-    """Load a local ``tokenizer.json`` to count whole texts; a missing or unreadable file is an
-    ``InvalidInputError``.
-
-    A ``tokenizer.json`` may carry the padding or truncation it was saved with (``"padding":
-    {"strategy": "BatchLongest"}``, ``"truncation": {"max_length": 512}``), which ``encode_batch``
-    applies: every count of a batch came out as its longest text's, or stopped at the limit, without
-    a word. Both are switched off here: a count is of the text, all of it.
-    """
-    from tokenizers import Tokenizer
-
-    path = Path(path)
-    check_input_file("tokenizer", path, "a tokenizer.json")
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception as exc:  # the Rust side raises a generic Exception for a malformed file
-        raise InvalidInputError("tokenizer", str(path), f"not a readable tokenizer.json ({exc})") from None
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-    return tokenizer
-
-
 def import_verl(
     directory: str | Path,
     tokenizer_path: str | Path,
@@ -104,7 +71,8 @@ def import_verl(
     keep: Sequence[str] = (),
     count_eos: bool = True,
 ) -> ImportResult:
-    """Import every ``{step}.jsonl`` under ``directory``, counting tokens with ``tokenizer_path``;
+    """Import every ``{step}.jsonl`` under ``directory``, counting tokens with ``tokenizer_path`` (a
+    ``tokenizer.json`` or a model folder holding one);
     of the dump lines' extra fields only those named in ``keep`` become columns. With a cap and
     ``count_eos``, an output that re-encodes below the cap gets back the EOS token veRL counted in
     its response length but decoded away (see ``_output_count``)."""
@@ -122,14 +90,15 @@ def import_verl(
             "dir", str(directory), f"holds no {{step}}.jsonl rollout dumps ({_listing(directory)})"
         )
     _refuse_one_step_twice(files)
-    tokenizer = load_tokenizer(tokenizer_path)
+    tokenizer_json = tokenizer_file(tokenizer_path)
+    tokenizer = load_tokenizer(tokenizer_json)
     builder, clamped, kept, empty = TraceBuilder(), 0, frozenset(keep), []
     for path in files:
         records = _read_dump(path)
         if not records:
             empty.append(path.name)
         _refuse_validation(path, records)
-        counts = _count_tokens(tokenizer, [r[1]["input"] for r in records], [r[1]["output"] for r in records])
+        counts = count_tokens(tokenizer, [r[1]["input"] for r in records], [r[1]["output"] for r in records])
         seen: dict[tuple[int, str], int] = {}
         for (line, record), (prompt_tokens, output_tokens) in zip(records, counts, strict=True):
             row, was_clamped = _verl_row(
@@ -142,7 +111,7 @@ def import_verl(
         raise InvalidInputError("dir", str(directory), "its {step}.jsonl dumps hold no rows")
     check_unique(trace, str(directory))
     _check_kept_present(trace, keep, directory)
-    described = describe_tokenizer(tokenizer, tokenizer_path)
+    described = describe_tokenizer(tokenizer, tokenizer_json)
     return ImportResult(trace, len(files), described, clamped, tuple(empty))
 
 
@@ -252,25 +221,6 @@ def _output_count(counted: int, cap: int | None, count_eos: bool) -> int:
     if counted >= cap:
         return cap
     return counted + 1 if count_eos else counted
-
-
-def _count_tokens(tokenizer: object, inputs: list[object], outputs: list[object]) -> list[tuple[int, int]]:
-    """Token counts of each (input, output) pair, encoded without special tokens."""
-    return list(zip(_lengths(tokenizer, inputs), _lengths(tokenizer, outputs), strict=True))
-
-
-def _lengths(tokenizer: object, texts: list[object]) -> list[int]:
-    """Each text's token count, batch-encoded ``ENCODE_CHUNK`` texts at a time keeping only lengths.
-
-    An ``Encoding`` holds ids, offsets, masks and tokens per token: encoding a whole step file in one
-    batch peaked at 1.57 GB for 12M tokens, in chunks at 142 MB, with the same counts.
-    """
-    encode = tokenizer.encode_batch  # type: ignore[attr-defined]
-    lengths: list[int] = []
-    for start in range(0, len(texts), ENCODE_CHUNK):
-        chunk = encode(texts[start : start + ENCODE_CHUNK], add_special_tokens=False)
-        lengths.extend(len(encoding.ids) for encoding in chunk)
-    return lengths
 
 
 def _verl_row(

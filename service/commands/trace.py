@@ -2,7 +2,8 @@
 generator, and hand one to a running service as its history.
 
 ``import --from verl DIR`` reads veRL rollout dumps and counts tokens with a local tokenizer.json
-(and says which), keeping a dump's extra fields only when named by ``--keep-field``;
+or the model folder holding one (and says which file), keeping a dump's extra fields only when
+named by ``--keep-field``;
 ``import --from csv|jsonl|parquet FILE --map schema=column`` renames generic columns. ``synth``
 writes a calibrated synthetic trace, labelled ``source=synthetic`` on every row. The output format
 follows the ``--out`` suffix (.csv, .jsonl, .parquet). ``push TRACE --url URL`` posts a trace's
@@ -41,7 +42,11 @@ SourceArg = Annotated[str, typer.Argument(help="veRL: the rollout_data_dir folde
 OutFlag = Annotated[Path, typer.Option(help="Trace file to write (.csv, .jsonl or .parquet).")]
 FromFlag = Annotated[str, typer.Option("--from", help="Input kind: verl, csv, jsonl or parquet.")]
 TokenizerFlag = Annotated[
-    Path | None, typer.Option(help="verl: local tokenizer.json that counts prompt and output tokens.")
+    Path | None,
+    typer.Option(
+        help="verl: local tokenizer.json, or the model folder holding it, to count prompt and output "
+        "tokens with."
+    ),
 ]
 MaxNewTokensFlag = Annotated[
     int | None, typer.Option(help="verl: the run's response_length; marks outputs at it as truncated.")

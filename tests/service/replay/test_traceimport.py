@@ -11,12 +11,8 @@ from tokenizers import Tokenizer
 
 from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceFormatError
-from service.traceimport import (
-    ENCODE_CHUNK,
-    _count_tokens,
-    import_verl,
-    prompt_hash,
-)
+from service.traceimport import import_verl, prompt_hash
+from service.verltokens import ENCODE_CHUNK, count_tokens
 from tests.service.replay.wordtokenizer import write_word_tokenizer
 
 VOCAB = ["[UNK]", "what", "is", "two", "plus", "three", "four", "five", "the", "answer", "think", "so"]
@@ -234,7 +230,7 @@ def _texts(count: int) -> list[object]:
 def test_token_counting_holds_at_most_a_chunk_of_encodings_at_once(tokenizer_json: Path) -> None:
     recording = _RecordingTokenizer(Tokenizer.from_file(str(tokenizer_json)))
     texts = _texts(3 * ENCODE_CHUNK + 5)
-    _count_tokens(recording, texts, texts)
+    count_tokens(recording, texts, texts)
     assert max(recording.batches) <= ENCODE_CHUNK
     assert sum(recording.batches) == 2 * len(texts)
 
@@ -247,7 +243,7 @@ def test_chunked_token_counts_equal_those_of_one_whole_batch(tokenizer_json: Pat
         tokenizer.encode_batch(outputs, add_special_tokens=False),
         strict=True,
     )
-    assert _count_tokens(tokenizer, inputs, outputs) == [(len(p.ids), len(o.ids)) for p, o in whole]
+    assert count_tokens(tokenizer, inputs, outputs) == [(len(p.ids), len(o.ids)) for p, o in whole]
 
 
 @pytest.mark.parametrize("stem", ["²", "\u0661", "3²"])
