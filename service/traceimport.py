@@ -8,8 +8,9 @@ Two sources:
   user names by its local ``tokenizer.json`` or model folder (``service.verltokens``); the prompt id
   is a stable hash of the input text, so the same prompt keeps its id across epochs; a prompt's
   samples in one step are numbered in file order (veRL's ``balance_batch`` reorders a prompt's
-  samples, and no line says which was generated first).
-  Training steps start at 1: a step-0 line is validation before training and is refused, as is a line carrying
+  samples, and no line says which was generated first). A multi-turn line whose output holds tool
+  results is counted whole and counted for the summary (``holds_tool_output``). Training steps
+  start at 1: a step-0 line is validation before training and is refused, as is a line carrying
   the ``reward`` key only ``_validate`` adds, and two files of one step (see
   ``_refuse_validation``). veRL decodes without special tokens, so a response that stopped on EOS
   re-encodes one token short: with the cap known, the import adds it back (``count_eos``). Extra
@@ -57,6 +58,7 @@ class ImportResult:
     tokenizer: str  # the tokenizer that counted tokens, as ``describe_tokenizer`` says ("" for a file's)
     clamped: int  # rows whose re-tokenized output exceeded the cap and were set to it
     empty: tuple[str, ...] = ()  # step files that held no rows (a 0-byte dump imported as nothing, unsaid)
+    tool_turns: int = 0  # rows whose output holds tool results (``holds_tool_output``): not all generated
 
 
 def prompt_hash(text: str) -> str:
@@ -92,12 +94,13 @@ def import_verl(
     _refuse_one_step_twice(files)
     tokenizer_json = tokenizer_file(tokenizer_path)
     tokenizer = load_tokenizer(tokenizer_json)
-    builder, clamped, kept, empty = TraceBuilder(), 0, frozenset(keep), []
+    builder, clamped, kept, empty, tool_turns = TraceBuilder(), 0, frozenset(keep), [], 0
     for path in files:
         records = _read_dump(path)
         if not records:
             empty.append(path.name)
         _refuse_validation(path, records)
+        tool_turns += sum(holds_tool_output(record) for _, record in records)
         counts = count_tokens(tokenizer, [r[1]["input"] for r in records], [r[1]["output"] for r in records])
         seen: dict[tuple[int, str], int] = {}
         for (line, record), (prompt_tokens, output_tokens) in zip(records, counts, strict=True):
@@ -112,7 +115,7 @@ def import_verl(
     check_unique(trace, str(directory))
     _check_kept_present(trace, keep, directory)
     described = describe_tokenizer(tokenizer, tokenizer_json)
-    return ImportResult(trace, len(files), described, clamped, tuple(empty))
+    return ImportResult(trace, len(files), described, clamped, tuple(empty), tool_turns)
 
 
 def _listing(directory: Path, shown: int = 6) -> str:
@@ -172,6 +175,28 @@ def _verl_records(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
             if not isinstance(record.get(field), str):
                 raise TraceFormatError(str(path), line, field, record.get(field), "must be decoded text")
         yield line, record
+
+
+TOOL_RESPONSE_MARK = "<tool_response>"  # Hermes-format tool results (veRL's default multi_turn.format)
+SINGLE_TURN = 2  # veRL's num_turns of a single-turn rollout: the user's turn and the assistant's
+
+
+def holds_tool_output(record: Mapping[str, object]) -> bool:
+    """Whether a dump line is a multi-turn rollout whose ``output`` holds tool results.
+
+    veRL's agent loop appends each tool result, rendered by the chat template, to ``responses``
+    between the assistant's turns (``response_mask`` 0 there), and the dump decodes ``responses``
+    whole: the text no longer says which tokens the engine generated and which it prefilled, and the
+    dump writes neither the mask nor the turn count. What shows: the ``<tool_response>`` tag Qwen's
+    and other Hermes-format templates wrap a tool result in (Qwen's tokenizers do not mark it
+    special, so it survives ``skip_special_tokens``), or a ``num_turns`` field above veRL's
+    single-turn 2 where a reward function added one. Templates whose tool role is marked by special
+    tokens only (Llama 3's ``ipython``, gpt-oss) leave no mark in the text."""
+    output = record.get("output")
+    if isinstance(output, str) and TOOL_RESPONSE_MARK in output:
+        return True
+    turns = next((record[k] for k in ("num_turns", "__num_turns__") if k in record), None)
+    return isinstance(turns, (int, float)) and not isinstance(turns, bool) and turns > SINGLE_TURN
 
 
 VALIDATION_MARK = "reward"  # the key ``_validate`` adds to every line it dumps; ``fit`` never does

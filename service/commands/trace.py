@@ -2,8 +2,8 @@
 generator, and hand one to a running service as its history.
 
 ``import --from verl DIR`` reads veRL rollout dumps and counts tokens with a local tokenizer.json
-or the model folder holding one (and says which file), keeping a dump's extra fields only when
-named by ``--keep-field``;
+or the model folder holding one (and says which file, and how many outputs hold tool results),
+keeping a dump's extra fields only when named by ``--keep-field``;
 ``import --from csv|jsonl|parquet FILE --map schema=column`` renames generic columns. ``synth``
 writes a calibrated synthetic trace, labelled ``source=synthetic`` on every row. The output format
 follows the ``--out`` suffix (.csv, .jsonl, .parquet). ``push TRACE --url URL`` posts a trace's
@@ -114,6 +114,12 @@ def import_command(
         typer.echo(f"token counts: tokenizer {result.tokenizer}")
     if result.clamped:
         typer.echo(f"{result.clamped} re-tokenized outputs exceeded {max_new_tokens} tokens and were capped")
+    if result.tool_turns:  # the dump cannot tell generated tokens from tool output: said, not guessed
+        typer.echo(
+            f"multi-turn: tool results in {result.tool_turns:,} of {_counted(len(trace), 'output')}; "
+            "their output_tokens count the tool output the engine prefilled, not only generated tokens "
+            "(docs/trace-format.md)"
+        )
 
 
 def _counted(count: int, noun: str, plural: str | None = None) -> str:
