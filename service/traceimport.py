@@ -88,9 +88,10 @@ def import_verl(
     _check_keep(keep)
     files = sorted((p for p in directory.glob("*.jsonl") if _is_step_name(p.stem)), key=_step_order)
     if not files:
-        raise InvalidInputError(
-            "dir", str(directory), f"holds no {{step}}.jsonl rollout dumps ({_listing(directory)})"
-        )
+        misnamed = any(directory.glob("*.jsonl"))
+        named = "; veRL names each dump by its step alone, as 12.jsonl" if misnamed else ""
+        reason = f"holds no {{step}}.jsonl rollout dumps ({_listing(directory)}){named}"
+        raise InvalidInputError("dir", str(directory), reason)
     _refuse_one_step_twice(files)
     tokenizer_json = tokenizer_file(tokenizer_path)
     tokenizer = load_tokenizer(tokenizer_json)
@@ -172,8 +173,11 @@ def _read_dump(path: Path) -> list[tuple[int, dict[str, object]]]:
 def _verl_records(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
     for line, record in utf8_rows(jsonl_objects(path), str(path)):
         for field in ("input", "output"):
-            if not isinstance(record.get(field), str):
-                raise TraceFormatError(str(path), line, field, record.get(field), "must be decoded text")
+            if field not in record:  # read as None, it said "must be decoded text" of a key not there
+                reason = "missing (every line of a veRL rollout dump holds decoded input and output text)"
+                raise TraceFormatError(str(path), line, field, None, reason)
+            if not isinstance(record[field], str):
+                raise TraceFormatError(str(path), line, field, record[field], "must be decoded text")
         yield line, record
 
 

@@ -113,7 +113,11 @@ def import_command(
     if result.tokenizer:
         typer.echo(f"token counts: tokenizer {result.tokenizer}")
     if result.clamped:
-        typer.echo(f"{result.clamped} re-tokenized outputs exceeded {max_new_tokens} tokens and were capped")
+        outputs = _counted(result.clamped, "re-tokenized output")
+        were = "was" if result.clamped == 1 else "were"
+        typer.echo(
+            f"{outputs} exceeded the cap of {_counted(max_new_tokens or 0, 'token')} and {were} capped"
+        )
     if result.tool_turns:  # the dump cannot tell generated tokens from tool output: said, not guessed
         typer.echo(
             f"multi-turn: tool results in {result.tool_turns:,} of {_counted(len(trace), 'output')}; "

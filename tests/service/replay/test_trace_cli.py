@@ -299,3 +299,57 @@ def test_trace_import_names_the_input_kind_when_that_is_the_mistake(
     assert code == 2
     assert needle in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_trace_import_says_one_capped_output_in_the_singular(cli: typer.Typer, tmp_path: Path) -> None:
+    # It said "1 re-tokenized outputs exceeded 2 tokens and were capped".
+    code, stdout, _ = run(cli, [*_one_stopped_dump(tmp_path), "--max-new-tokens", "2"])
+    assert code == 0
+    assert "1 re-tokenized output exceeded the cap of 2 tokens and was capped" in stdout.splitlines()
+
+
+def _bad_import(tmp_path: Path, case: str) -> list[str]:
+    """The arguments of an import that must fail: a dump folder, or a tokenizer, broken as ``case`` says."""
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
+    dumps = tmp_path / "rollouts"
+    tokenizer = tmp_path / ("nope.json" if case == "no-tokenizer" else "tokenizer.json")
+    if case != "no-dir":
+        dumps.mkdir()
+    line = {"input": "a", "output": "b"}
+    files = {
+        "no-step-files": {"notes.txt": "x\n"},
+        "no-input": {"1.jsonl": json.dumps({"output": "b"}) + "\n"},
+        "no-output": {"1.jsonl": json.dumps({"input": "a"}) + "\n"},
+        "non-integer-step": {"step1.jsonl": json.dumps(line) + "\n", "1.5.jsonl": json.dumps(line) + "\n"},
+        "empty-file": {"1.jsonl": ""},
+        "no-tokenizer": {"1.jsonl": json.dumps(line) + "\n"},
+    }.get(case, {})
+    for name, text in files.items():
+        (dumps / name).write_text(text)
+    return ["trace", "import", str(dumps), "--tokenizer", str(tokenizer), "--out", str(tmp_path / "t.csv")]
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("no-dir", "rollouts': no such directory"),
+        ("no-step-files", "holds no {step}.jsonl rollout dumps (it holds notes.txt)"),
+        ("no-input", "1.jsonl:1:input=None: missing (every line of a veRL rollout dump holds decoded input"),
+        ("no-output", "1.jsonl:1:output=None: missing (every line of a veRL rollout dump holds decoded"),
+        ("non-integer-step", "(it holds 1.5.jsonl, step1.jsonl); veRL names each dump by its step alone"),
+        ("empty-file", "rollouts': its {step}.jsonl dumps hold no rows"),
+        (
+            "no-tokenizer",
+            "nope.json': no such file (expected a tokenizer.json or a model folder holding one)",
+        ),
+    ],
+)
+def test_each_bad_verl_import_is_one_line_and_exit_2(
+    cli: typer.Typer, tmp_path: Path, case: str, said: str
+) -> None:
+    code, stdout, err = run(cli, _bad_import(tmp_path, case))
+    assert code == 2
+    assert stdout == ""
+    assert said in err
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "t.csv").exists()

@@ -180,7 +180,8 @@ def test_a_folder_without_dumps_says_what_it_holds_so_a_parent_folder_shows(
     _training_step(tmp_path / "run" / "rollout", 1)
     _validation_before_training(tmp_path / "run" / "validation")
     (tmp_path / "run" / "val_1.jsonl").write_text("")
-    with pytest.raises(InvalidInputError, match=r"it holds rollout/, val_1\.jsonl, validation/\)$"):
+    held = r"it holds rollout/, val_1\.jsonl, validation/\); veRL names each dump by its step alone"
+    with pytest.raises(InvalidInputError, match=held):
         import_verl(tmp_path / "run", tokenizer_json, max_new_tokens=None)
 
 
