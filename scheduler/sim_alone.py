@@ -18,11 +18,11 @@ import heapq
 
 from scheduler.admission import expected_remaining
 from scheduler.costmodel import WorkerCost
-from scheduler.errors import InvalidInputError
 from scheduler.head_fit import earliest_fit, refused_until, search_from
 from scheduler.sim_engine import WorkerEngine
 from scheduler.sim_ledger import Ledger
 from scheduler.sim_overdue import extend_overdue
+from scheduler.sim_stuck import no_completion, too_long
 from scheduler.stepsum import decode_time
 
 _DEAD = (-1, 0, 0)  # alive.get() default: matches no admission token
@@ -103,6 +103,7 @@ def _play(e: WorkerEngine) -> None:
             step += run
             blocked = False
         if run == to_finish:
+            running = batch
             while heap and heap[0][0] == step:
                 _, held_token, item = heapq.heappop(heap)
                 if alive.get(item, _DEAD)[0] == held_token:
@@ -115,15 +116,12 @@ def _play(e: WorkerEngine) -> None:
                     offset -= base
                     reserved -= reserve[item]
                     ended[item] = clock
+            if batch == running:  # timed again at this same step for ever: ``process``'s error
+                raise no_completion(cost.worker_id, step, batch, heap[0][0] if heap else None)
         elif run != to_fit:  # evict the newest running sequence (``_preempt_newest``)
             if batch == 1:
                 item = next(iter(alive))
-                need = prompts[item] + steps[item]
-                raise InvalidInputError(
-                    f"actual_tokens[{ledger.keys[item]}]",
-                    steps[item],
-                    f"prompt+output={need} tokens exceed worker {cost.worker_id}'s KV capacity {cap}",
-                )
+                raise too_long(ledger.keys[item], prompts[item], steps[item], cost.worker_id, cap)
             while True:
                 held_token, item = stack.pop()
                 if alive.get(item, _DEAD)[0] == held_token:

@@ -45,11 +45,11 @@ from collections.abc import Sequence
 
 from scheduler.admission import RunningPeak, expected_remaining
 from scheduler.costmodel import WorkerCost
-from scheduler.errors import InvalidInputError
 from scheduler.head_fit import earliest_fit, refused_until, search_from
 from scheduler.sim_ledger import Ledger
 from scheduler.sim_overdue import DEAD as _DEAD
 from scheduler.sim_overdue import extend_overdue
+from scheduler.sim_stuck import no_completion, too_long
 from scheduler.stepsum import decode_time
 
 
@@ -304,11 +304,7 @@ class WorkerEngine:
                 self._remove(item)
                 end[item] = self.clock
         if self.batch == batch:
-            top = heap[0][0] if heap else None
-            raise RuntimeError(
-                f"worker {self.cost.worker_id}: completion event at step {step} "
-                f"ended none of {batch} running sequences (first end {top})"
-            )
+            raise no_completion(self.cost.worker_id, step, batch, heap[0][0] if heap else None)
 
     def _steps_to_fit(self, run: int) -> int:
         """Decode steps, fewer than ``run``, after which the next item to start passes admission (-1:
@@ -367,12 +363,8 @@ class WorkerEngine:
         ledger = self.ledger
         if self.batch == 1:
             item = next(iter(self.alive))
-            need = ledger.prompts[item] + ledger.steps[item]
-            raise InvalidInputError(
-                f"actual_tokens[{ledger.keys[item]}]",
-                ledger.steps[item],
-                f"prompt+output={need} tokens exceed worker {self.cost.worker_id}'s KV capacity {self.cap}",
-            )
+            prompt, steps = ledger.prompts[item], ledger.steps[item]
+            raise too_long(ledger.keys[item], prompt, steps, self.cost.worker_id, self.cap)
         while True:
             token, item = self.stack.pop()
             if self.alive.get(item, _DEAD)[0] == token:

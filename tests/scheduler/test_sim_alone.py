@@ -84,3 +84,21 @@ def test_an_item_its_worker_cannot_hold_fails_as_it_does_method_by_method() -> N
         errors.append(str(caught.value))
     assert errors[0] == errors[1]
     assert "t1" in errors[0]
+
+
+@pytest.mark.timeout(60)  # without the guard the play on locals spins at one step for ever
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_completion_event_that_completes_nothing_fails_as_it_does_method_by_method(resume: bool) -> None:
+    # a broken rule stands in as a ledger no loader builds: an item of -3 steps ends "before" step 0,
+    # so the first event is a completion at step 0 that ends nothing, and would be timed again there
+    errors = []
+    for play in (sim_alone.play_out, sim_alone.play_events):
+        engine, _ = _engine([(100, 50, 50), (100, -3, 50)], 8, 4_000, False, resume)
+        engine.admit_own()
+        with pytest.raises(RuntimeError) as caught:
+            play(engine, engine.commit())
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1]
+    assert (
+        errors[0] == "worker w: completion event at step 0 ended none of 2 running sequences (first end -3)"
+    )
