@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from scheduler.costmodel import worker_cost
@@ -26,10 +26,12 @@ from scheduler.sim_engine import WorkerEngine
 from scheduler.sim_ledger import Ledger
 from scheduler.sim_load import load_ledger, pin_whole_groups, place, true_length
 from scheduler.sim_pool import Pool
+from scheduler.sim_rules import DEFAULT_ENGINE, ENGINES, engine_rules
 from scheduler.stepsum import planned_steps
 from scheduler.types import Inventory, Plan, Trajectory, Worker
 
 TAIL_PERCENT = 10  # tail time: what the last 10% of trajectories to finish add to the makespan
+_DEFAULT = ENGINES[DEFAULT_ENGINE]  # the engine rules a plain ``SimOptions`` plays by
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,14 +41,22 @@ class SimOptions:
     steal: bool = False  # a worker with an empty queue, a free slot and KV room at predicted final
     # lengths steals from the most-loaded tail (the delivery layer's rule, docs/simulator.md)
     kv_admission: bool = False  # admit only while the projected KV peak at predicted lengths fits
-    watermark: float = 0.01  # share of KV kept free when admitting normally (vLLM V0's default; V1's
-    # is 0, docs/simulator.md, "Fidelity to vLLM V1 and SGLang")
-    resume_preempted: bool = False  # an evicted sequence keeps its output (vLLM V1) instead of
-    # restarting; the planner's finish model restarts, so plan and replay agree only when False
+    watermark: float = _DEFAULT.watermark  # share of KV kept free when admitting normally (vLLM V0's
+    # 1%; V1's is 0, docs/simulator.md, "Fidelity to vLLM V1 and SGLang"); ``with_engine`` sets both
+    resume_preempted: bool = _DEFAULT.resume_preempted  # an evicted sequence keeps its output (vLLM
+    # V1) instead of restarting; the planner's finish model restarts, so under vLLM admission plan
+    # and replay agree only when False (projected-peak admission never evicts on exact lengths)
     excluded_workers: frozenset[str] = frozenset()  # the request's draining workers: they never take
     # from a shared queue nor steal (ids not in the inventory are simply absent)
     prefix_affinity: bool = False  # the request's flag: a shared queue and stealing keep each group's
     # samples on one worker (docs/simulator.md, "What the request constrains")
+
+
+def with_engine(options: SimOptions, engine: str) -> SimOptions:
+    """``options`` playing by the rules of the engine named ``engine`` (``scheduler.sim_rules``:
+    ``vllm-v0``, the default, or ``vllm-v1``); an unknown name is an ``InvalidInputError``."""
+    rules = engine_rules(engine)
+    return replace(options, watermark=rules.watermark, resume_preempted=rules.resume_preempted)
 
 
 class ItemRecord(NamedTuple):
@@ -61,7 +71,7 @@ class ItemRecord(NamedTuple):
     start_s: float  # first admission (a preempted item restarted later keeps its first start)
     end_s: float  # completion
     output_tokens: int  # true output length
-    preemptions: int  # evictions it suffered (each lost its progress)
+    preemptions: int  # evictions it suffered (each lost its progress, unless the engine resumes)
     stolen: bool  # taken from another worker's queue by work stealing
 
 
@@ -180,7 +190,7 @@ def simulate_worker(
     *,
     kv_admission: bool = False,
     actual_tokens: Sequence[int] | None = None,
-    watermark: float = 0.01,
+    watermark: float = _DEFAULT.watermark,
     resume_preempted: bool = False,
 ) -> WorkerRun:
     """Play one worker's ordered queue alone; lengths are the predictions unless ``actual_tokens``.

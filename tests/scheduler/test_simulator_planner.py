@@ -15,7 +15,8 @@ from scheduler.finish import worker_finish
 from scheduler.lowerbound import lower_bound
 from scheduler.planner import plan
 from scheduler.policies import POLICY_NAMES
-from scheduler.simulator import SimOptions, simulate, simulate_worker
+from scheduler.sim_rules import ENGINES
+from scheduler.simulator import SimOptions, simulate, simulate_worker, with_engine
 from scheduler.stepsum import planned_steps
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
@@ -68,18 +69,26 @@ def test_playing_a_plans_queues_on_exact_lengths_reproduces_every_predicted_fini
     policy=st.sampled_from(["round_robin", "least_loaded", "lpt"]),
     steal=st.booleans(),
     kv_admission=st.booleans(),
+    engine=st.sampled_from(list(ENGINES)),
 )
 def test_no_simulated_makespan_is_below_the_lower_bound(
-    seed: int, n: int, workers: int, seqs: int, tight_kv: bool, policy: str, steal: bool, kv_admission: bool
+    seed: int,
+    n: int,
+    workers: int,
+    seqs: int,
+    tight_kv: bool,
+    policy: str,
+    steal: bool,
+    kv_admission: bool,
+    engine: str,
 ) -> None:
     trajectories = batch(seed, n, longest=20_000)
     cap = max(t.prompt_tokens + t.max_new_tokens for t in trajectories) + 500 if tight_kv else None
     inventory = mixed(workers, seqs, cap)
     planned = plan(PlanRequest(trajectories, inventory, time_budget_s=0.1, kv_admission=kv_admission), policy)
     actual = {t.key: int(t.predicted_tokens) for t in trajectories}
-    result = simulate(
-        planned, trajectories, actual, inventory, SimOptions(steal=steal, kv_admission=kv_admission)
-    )
+    options = with_engine(SimOptions(steal=steal, kv_admission=kv_admission), engine)
+    result = simulate(planned, trajectories, actual, inventory, options)
     bound = lower_bound(trajectories, inventory).value_s
     assert result.makespan_s >= bound * (1.0 - 1e-12)
 
@@ -93,16 +102,18 @@ def test_no_simulated_makespan_is_below_the_lower_bound(
     spare=st.integers(0, 30_000),
     policy=st.sampled_from(["least_loaded", "lpt", "round_robin"]),
     steal=st.booleans(),
+    engine=st.sampled_from(list(ENGINES)),
 )
 def test_under_kv_admission_no_trajectory_is_ever_preempted_on_exact_lengths(
-    seed: int, n: int, workers: int, seqs: int, spare: int, policy: str, steal: bool
+    seed: int, n: int, workers: int, seqs: int, spare: int, policy: str, steal: bool, engine: str
 ) -> None:
     trajectories = batch(seed, n, longest=20_000)
     cap = max(t.prompt_tokens + t.max_new_tokens for t in trajectories) + spare  # KV-bound on purpose
     inventory = mixed(workers, seqs, cap)
     planned = plan(PlanRequest(trajectories, inventory, time_budget_s=0.1, kv_admission=True), policy)
     actual = {t.key: int(t.predicted_tokens) for t in trajectories}
-    result = simulate(planned, trajectories, actual, inventory, SimOptions(steal=steal, kv_admission=True))
+    options = with_engine(SimOptions(steal=steal, kv_admission=True), engine)
+    result = simulate(planned, trajectories, actual, inventory, options)
     assert result.preemptions == 0  # static queues, a shared queue (least_loaded) and steals alike
 
 
