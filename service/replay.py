@@ -31,7 +31,8 @@ from scheduler.errors import InvalidInputError
 from scheduler.lowerbound import lower_bound
 from scheduler.planner import plan
 from scheduler.policies import POLICY_NAMES
-from scheduler.simulator import SimOptions, SimResult, simulate
+from scheduler.sim_rules import DEFAULT_ENGINE
+from scheduler.simulator import SimOptions, SimResult, simulate, with_engine
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory
 from service.interrupts import quiet_pool
 from service.replay_batches import PreparedStep, prepare_step, true_lengths
@@ -56,6 +57,8 @@ class ReplayConfig:
     steps: tuple[int, ...]  # steps to replay, ascending; each is predicted from the steps before it
     steal_modes: tuple[bool, ...] = (True,)  # simulate each plan with (True) and/or without stealing
     kv_admission: bool = True  # length-aware plans admit by projected KV peak (the CLI's default too)
+    engine: str = DEFAULT_ENGINE  # the rules every plan is played by (``scheduler.sim_rules``):
+    # ``vllm-v0`` (the planner's finish model) or ``vllm-v1`` (no watermark, evictions keep output)
     quantile: float = PLANNING_QUANTILE  # predicted quantile the planner plans on
     time_budget_s: float = 4.0  # per-plan budget, on a frozen clock (``scheduler.clock``): it sets only
     # CP-SAT's deterministic limits. ``wall_clock``: on the wall clock, as the service (figures vary)
@@ -138,6 +141,7 @@ class ReplayReport:
             "lower_bound_s": self.lower_bound_s,
             "steal": steal,
             "kv_admission": config.kv_admission,
+            "engine": config.engine,
             "steps": [s.step for s in self.steps],
             "trajectories": sum(s.trajectories for s in self.steps),
             "policies": {name: _as_dict(s) for name, s in self.summary(steal).items()},
@@ -299,7 +303,8 @@ def _policy_runs(
     request, the_plan = _plan(batch, name, config)
     runs = {}
     for steal in config.steal_modes:
-        result = simulate(the_plan, batch, actual, config.inventory, _sim_options(request, the_plan, steal))
+        options = _sim_options(request, the_plan, steal, config.engine)
+        result = simulate(the_plan, batch, actual, config.inventory, options)
         runs[steal] = StepRun(the_plan, result, kv_use(result, batch, config.inventory))
     return runs
 
@@ -317,19 +322,21 @@ def kv_use(result: SimResult, batch: Sequence[Trajectory], inventory: Inventory)
     return held / (capacity * result.makespan_s) if result.makespan_s > 0 else 0.0
 
 
-def _sim_options(request: PlanRequest, the_plan: Plan, steal: bool) -> SimOptions:
-    """Play the plan under the constraints it was planned under (a ``Plan`` does not record them).
+def _sim_options(request: PlanRequest, the_plan: Plan, steal: bool, engine: str) -> SimOptions:
+    """Play the plan under the constraints it was planned under (a ``Plan`` does not record them),
+    by the rules of the replay's ``engine`` (``scheduler.sim_rules``; the planner's model is V0's).
 
     A replay's requests never exclude workers nor ask for prefix affinity (``ReplayConfig`` has no
     such settings; a trace records neither), so both stay off; taking them from the request keeps the
     simulator's shared queue and stealing honouring whatever the planner was told if that changes.
     """
-    return SimOptions(
+    options = SimOptions(
         steal=steal,
         kv_admission=the_plan.kv_admission,
         excluded_workers=request.excluded_workers,
         prefix_affinity=request.prefix_affinity,
     )
+    return with_engine(options, engine)
 
 
 def _plan(batch: tuple[Trajectory, ...], name: str, config: ReplayConfig) -> tuple[PlanRequest, Plan]:

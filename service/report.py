@@ -15,6 +15,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+from scheduler.sim_rules import DEFAULT_ENGINE
 from service.replay import ReplayReport, StepReplay
 from service.workerspec import pool_label
 
@@ -62,14 +63,18 @@ def markdown_table(report: ReplayReport, steal: bool) -> str:
 
 def headline(report: ReplayReport, steal: bool) -> str:
     """One line that says what was replayed, for every rendering; a synthetic trace's figures say
-    so first (they were given no label: a replay of ``trace synth``'s output read as a recorded run)."""
+    so first (they were given no label: a replay of ``trace synth``'s output read as a recorded run),
+    and an engine other than the default is named (its figures are not the default's)."""
     inv = report.config.inventory
     pool = pool_label(inv)
     steps = ", ".join(str(s.step) for s in report.steps)
+    engine = report.config.engine
     return (
         ("SYNTHETIC trace, " if report.synthetic else "")
         + f"steps {steps}: {sum(s.trajectories for s in report.steps):,} trajectories on {pool} "
-        f"({inv.model.name}), stealing {'on' if steal else 'off'}, lower bound {report.lower_bound_s:,.1f} s"
+        f"({inv.model.name}), stealing {'on' if steal else 'off'}, "
+        + (f"played as {engine}, " if engine != DEFAULT_ENGINE else "")
+        + f"lower bound {report.lower_bound_s:,.1f} s"
     )
 
 

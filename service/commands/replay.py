@@ -57,6 +57,13 @@ KvAdmissionFlag = Annotated[
         help="Length-aware plans admit by projected KV peak (default; off: vLLM's admission).",
     ),
 ]
+EngineFlag = Annotated[
+    str,
+    typer.Option(
+        help="Engine rules the plans are played by: vllm-v0 (1% watermark, an evicted sequence "
+        "restarts; the planner's model) or vllm-v1 (no watermark, it keeps its output).",
+    ),
+]
 TimeBudgetFlag = Annotated[
     float, typer.Option(help="Per-plan budget, seconds: cpsat's search; with quantiles, lpt's too.")
 ]
@@ -95,6 +102,7 @@ def replay_command(
     steps: StepsFlag = None,
     steal: StealFlag = True,
     kv_admission: KvAdmissionFlag = True,
+    engine: EngineFlag = "vllm-v0",
     time_budget: TimeBudgetFlag = 4.0,
     wall_clock: WallClockFlag = False,
     as_json: AsJsonFlag = False,
@@ -106,6 +114,7 @@ def replay_command(
 ) -> None:
     """Replay TRACE on the pool SPEC and report every policy's makespan against the lower bound."""
     from scheduler.errors import InvalidInputError
+    from scheduler.sim_rules import engine_rules
 
     try:
         config, ranges = _options(workers, model, policies, steps)
@@ -113,12 +122,14 @@ def replay_command(
             config,
             steal_modes=(steal,),
             kv_admission=kv_admission,
+            engine=engine,
             time_budget_s=time_budget,
             wall_clock=wall_clock,
             seed=seed,
             processes=processes or os.cpu_count() or 1,
         )
         _check_numbers(time_budget, seed)
+        engine_rules(engine)  # an unknown engine is named before the trace is read
         _check_outputs(config, per_worker, (plot, report), trace)
         loaded, config = _load(trace, config, steps, ranges)
         result = _run(loaded, config, quiet=as_json)

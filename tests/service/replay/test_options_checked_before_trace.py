@@ -21,6 +21,10 @@ CASES: dict[str, tuple[list[str], str]] = {
     "a zero time budget": (["--time-budget", "0"], "replay: time_budget=0.0: must be a positive"),
     "a NaN time budget": (["--time-budget", "nan"], "replay: time_budget=nan: must be a positive"),
     "a negative seed": (["--seed", "-1"], "replay: seed=-1: must be an integer >= 0"),
+    "an unknown engine": (
+        ["--engine", "vllm-v2"],
+        "replay: engine='vllm-v2': unknown; expected one of vllm-v0, vllm-v1",
+    ),
     "steps that are no number": (["--steps", "abc"], "replay: steps='abc': expected a step"),
     "a range that runs backwards": (["--steps", "5-3"], "replay: steps='5-3': a range must run"),
     "empty steps": (["--steps", " "], "replay: steps=' ': empty"),

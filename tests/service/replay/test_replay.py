@@ -15,9 +15,13 @@ from predictors.predictor import LengthPredictor
 from predictors.traceio import read_trace
 from predictors.tracetable import Trace
 from scheduler.costmodel import worker_cost
+from scheduler.devices import device_profile
 from scheduler.errors import InvalidInputError
+from scheduler.simulator import SimOptions, simulate, with_engine
+from scheduler.types import Inventory, Worker
 from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay
 from service.replay_steps import select_steps
+from service.report import headline
 from service.settings import Settings
 from service.workerspec import parse_workers
 from tests.scheduler.fake_clock import SteppingClock
@@ -201,6 +205,29 @@ def test_a_policy_named_twice_is_refused_naming_the_flag_and_the_value(text: str
     with pytest.raises(InvalidInputError) as refused:
         parse_policies(text)
     assert str(refused.value) == f"policies={text!r}: names {repeated} more than once; each is played once"
+
+
+def test_the_engine_named_plays_every_plan_made_alike_by_its_rules(small_trace: Trace) -> None:
+    """The planner's model is V0's whatever the engine: the plans are the same, and each is played
+    by the named engine's rules (the JSON says which), on caches small enough to evict."""
+    workers = tuple(Worker(f"w{i}", device_profile("H100"), kv_capacity_tokens=60_000) for i in range(2))
+    pool = Inventory(workers, POOL.model)
+    reports = {
+        engine: replay(small_trace, ReplayConfig(pool, ("lpt",), (2,), time_budget_s=0.2, kv_admission=False,
+                                                 steal_modes=(False,), engine=engine))
+        for engine in ("vllm-v0", "vllm-v1")
+    }  # fmt: skip
+    v0, v1 = (reports[e].steps[0] for e in ("vllm-v0", "vllm-v1"))
+    assert reports["vllm-v1"].to_json(False)["engine"] == "vllm-v1"
+    assert ", played as vllm-v1, " in headline(reports["vllm-v1"], False)
+    assert "played as" not in headline(reports["vllm-v0"], False)  # the default goes unsaid
+    for name in ("round_robin", "least_loaded", "lpt"):
+        played, before = v1.runs[(name, False)], v0.runs[(name, False)]
+        assert played.plan.workers == before.plan.workers
+        assert played.result.makespan_s != before.result.makespan_s  # evictions played otherwise
+        options = with_engine(SimOptions(kv_admission=played.plan.kv_admission), "vllm-v1")
+        actual = {r.key: r.output_tokens for r in played.result.items}
+        assert played.result == simulate(played.plan, v1.batch, actual, pool, options)
 
 
 def test_kv_use_is_a_share_of_the_cache_when_nothing_is_preempted(small_trace: Trace) -> None:

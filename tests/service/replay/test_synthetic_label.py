@@ -60,8 +60,13 @@ def test_the_json_names_the_pool_and_every_setting_its_figures_depend_on(
     # The table's title named the pool, model and stealing mode; the JSON only the stealing mode, and
     # none of them the admission, budget, clock or seed, which move the length-aware figures as much.
     args = ["--workers", "2xH100:64,1xA100", "--policies", "lpt", "--steps", "1", *IN_PROCESS, "--json"]
-    for flag, admission in (("--kv-admission", True), ("--no-kv-admission", False)):
-        code, out, _ = run(cli, ["replay", str(small_trace_file), *args, flag, "--seed", "3", *FAST])
+    for flag, admission, engine in (
+        ("--kv-admission", True, "vllm-v0"),
+        ("--no-kv-admission", False, "vllm-v1"),
+    ):
+        code, out, _ = run(
+            cli, ["replay", str(small_trace_file), *args, flag, "--engine", engine, "--seed", "3", *FAST]
+        )
         assert code == 0
         settings = {k: v for k, v in json.loads(out).items() if k not in ("policies", "lower_bound_s")}
         assert settings == {
@@ -73,6 +78,7 @@ def test_the_json_names_the_pool_and_every_setting_its_figures_depend_on(
             "seed": 3,
             "steal": True,
             "kv_admission": admission,
+            "engine": engine,
             "steps": [1],
             "trajectories": 48,
         }
