@@ -1,14 +1,14 @@
 """The path of one batch through the service: validate -> predict -> plan -> respond -> publish.
 
-Each stage is one function below, in the order a request meets them, and each but ``respond`` is
-timed. The answer is built before the publish, which stores it with the schedule for a retry of a
-caller-chosen ``schedule_id`` to replay (``republish``). Nothing is
-written to Redis before the plan exists, so a request rejected at any stage changes no state (a
-retried ``schedule_id`` found stored is announced again and answered its first plan, ``replay``: a
-repair of that step's indexes, not a new write). Once the step is out, the bookkeeping that follows
-(``served.after_publish``) cannot turn its answer into an error that a trainer would retry. Next
-to the requested policy we plan the same batch with ``round_robin`` (the length-blind equal split RL
-trainers use today) so every response says what the plan is worth.
+Each stage is one function below, in the order a request meets them (``publish``'s workings are
+``service/publish_step.py``), and each but ``respond`` is timed. The answer is built before the
+publish, which stores it with the schedule for a retry of a caller-chosen ``schedule_id`` to replay
+(``republish``). Nothing is written to Redis before the plan exists, so a request rejected at any
+stage changes no state (a retried ``schedule_id`` found stored is announced again and answered its
+first plan, ``replay``: a repair of that step's indexes, not a new write). Once the step is out, the
+bookkeeping that follows (``served.after_publish``) cannot turn its answer into an error that a
+trainer would retry. Next to the requested policy we plan the same batch with ``round_robin`` (the
+length-blind equal split RL trainers use today) so every response says what the plan is worth.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -38,20 +36,16 @@ from service.api.convert import (
 )
 from service.api.schemas import (
     AssignedItem,
-    BatchItem,
-    Sampling,
     ScheduleRequest,
     ScheduleResponse,
     WorkerSpec,
 )
 from service.context import Context
-from service.delivery import LeaseSettings, PublishOutcome, ScheduleConflictError
-from service.delivery.publisher import publish_plan
 from service.limits import check_trajectory_count
 from service.logs import schedule_context
-from service.problems import ConflictError
-from service.republish import encode_answer, replay, work_digest
-from service.served import StageClock, after_publish, record, timings
+from service.publish_step import publish
+from service.republish import replay
+from service.served import StageClock, record, timings
 from service.speed_model import idle_learned
 
 _log = logging.getLogger("service.pipeline")
@@ -309,95 +303,3 @@ def respond(
 def _speedup(baseline_s: float, chosen_s: float) -> float:
     """How many times sooner the plan ends than the equal split; 1.0 when there is nothing to end."""
     return baseline_s / chosen_s if chosen_s > 0 else 1.0
-
-
-def publish(
-    schedule_id: str,
-    chosen: Plan,
-    request: PlanRequest,
-    body: ScheduleRequest,
-    ctx: Context,
-    idle: Sequence[str],
-    response: ScheduleResponse,
-) -> ScheduleResponse | None:
-    """Write the plan's queues (with each prompt's payload) for the sidecars; remember worker profiles
-    (as the fleet's and this schedule's), and pull the learned speed of each ``idle`` worker (planned
-    by it and given nothing) towards its busy peers', so that it is measured again (``service/speeds.py``).
-    Under a caller-chosen id, the work's digest and ``response`` (the answer a retry replays) are
-    stored in the same atomic step as the schedule. None once published.
-
-    Profiles are remembered only once the publish is accepted: a publish that loses a race for its
-    ``schedule_id`` (another replica stored the step first, with this plan or another) changes
-    nothing and returns the winner's stored answer (``replay``: 422 for other work, 409 when the
-    winner stored none), so exactly one caller is told it published and every caller gets one plan;
-    the loser's profiles would otherwise describe workers as a plan that never ran. If Redis fails in
-    between, the schedule runs and its actuals are compared with each worker's previous profile
-    until the next publish.
-    """
-    outcome = _stored(schedule_id, chosen, request, body, ctx, response)
-    if outcome is PublishOutcome.UNCHANGED:  # a request that raced us stored the step first
-        return _winners_answer(body, schedule_id, ctx)
-    with after_publish("remembering worker profiles"):
-        ctx.speeds.remember(schedule_id, request.inventory, idle)
-    return None
-
-
-def _stored(
-    schedule_id: str,
-    chosen: Plan,
-    request: PlanRequest,
-    body: ScheduleRequest,
-    ctx: Context,
-    response: ScheduleResponse,
-) -> PublishOutcome:
-    """``publish_plan`` of the plan with its payloads and lease settings; UNCHANGED when the id
-    was stored first by another request (with this plan, or another: ``ScheduleConflictError``)."""
-    payloads = {item.prompt_id: _payload(item, body.sampling) for item in body.batch.items}
-    settings = ctx.settings
-    lease = LeaseSettings(settings.lease_ttl_ms, settings.max_attempts, settings.retention_s)
-    chosen_id = bool(body.schedule_id)  # only a caller that chose the id can send it again
-    try:
-        outcome = publish_plan(
-            ctx.delivery,
-            schedule_id,
-            chosen,
-            request.trajectories,
-            payloads,
-            lease,
-            request.prefix_affinity,
-            inventory=request.inventory,  # each item's steal deadline, from the plan at predicted lengths
-            drained=request.excluded_workers,  # they take nothing: not stolen, shared or retried work
-            digest=work_digest(body) if chosen_id else "",
-            answer=encode_answer(response) if chosen_id else "",
-        )
-    except ScheduleConflictError:  # another plan won the id
-        outcome = PublishOutcome.UNCHANGED
-    return outcome
-
-
-def _winners_answer(body: ScheduleRequest, schedule_id: str, ctx: Context) -> ScheduleResponse:
-    """The stored answer of the request that published ``schedule_id`` first (``replay``: 422 for
-    other work, 409 when it stored none); 409 when its retention has passed since."""
-    first = replay(body, schedule_id, ctx)
-    if first is None:  # and its retention passed since: too late to be a retry of anything
-        message = f"schedule {schedule_id} was published by another request and has expired since"
-        raise ConflictError(message, field="schedule_id", value=schedule_id)
-    return first
-
-
-def _payload(item: BatchItem, sampling: Sampling | None) -> dict[str, Any]:
-    """What the sidecar forwards to the engine: prompt text, token ids or chat messages, and the
-    sampling fields (the request's, with the prompt's own over them). Token ids go in ``prompt`` as a
-    list of ints, as /v1/completions takes them (vLLM, SGLang): the sidecar forwards ``prompt`` as it
-    is, text or ids (``EngineClient.request_for``), so it needs nothing new to send them."""
-    payload: dict[str, Any] = {}
-    if item.prompt is not None:
-        payload["prompt"] = item.prompt
-    if item.prompt_token_ids is not None:
-        payload["prompt"] = item.prompt_token_ids
-    if item.messages is not None:
-        payload["messages"] = [m.model_dump() for m in item.messages]
-    params = {**(sampling.params() if sampling else {}), **(item.sampling.params() if item.sampling else {})}
-    if params:
-        payload["params"] = params
-    return payload
