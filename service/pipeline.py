@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 
@@ -61,7 +60,7 @@ class Predicted:
 
 
 @dataclass(frozen=True)
-class _Validated:
+class Validated:
     """A request checked against every rule, resolved into core types, ready to predict."""
 
     inventory: Inventory
@@ -74,10 +73,9 @@ class _Validated:
     replay: ScheduleResponse | None = None  # the first answer, when this is a retry of a published id
 
 
-def run(body: ScheduleRequest, ctx: Context, schedule_id: str | None = None) -> ScheduleResponse:
-    """Serve one ``POST /schedule``: every stage, in order, with its wall time. The id is the
-    caller's, else ``schedule_id`` when given (the route's, already in its logs), else a new one."""
-    schedule_id = body.schedule_id or schedule_id or uuid.uuid4().hex
+def run(body: ScheduleRequest, ctx: Context, schedule_id: str) -> ScheduleResponse:
+    """Serve one ``POST /schedule`` as ``schedule_id``: every stage, in order, with its wall time.
+    The id is chosen once, by the route (the caller's, else a new one), whose log lines carry it."""
     clock = StageClock()
     started = time.perf_counter()
     with schedule_context(schedule_id):
@@ -98,7 +96,7 @@ def _replayed(answer: ScheduleResponse, clock: StageClock, started: float) -> Sc
 def _serve_valid(
     schedule_id: str,
     body: ScheduleRequest,
-    checked: _Validated,
+    checked: Validated,
     ctx: Context,
     clock: StageClock,
     started: float,
@@ -116,14 +114,14 @@ def _serve_valid(
         clock.spent["queue"] = waited_s * 1000.0
         with clock.stage("predict"):
             trajectories, predicted = predict(body, checked, ctx)
-        request = _plan_request(body, checked, trajectories)
-        chosen, baseline = _plans(request, checked, clock)
-        response = respond(schedule_id, body, checked, request, chosen, baseline, predicted)
+        plan_request = _plan_request(body, checked, trajectories)
+        chosen, baseline = _plans(plan_request, checked, clock)
+        response = respond(schedule_id, body, checked, plan_request, chosen, baseline, predicted)
         first = None
         with clock.stage("publish"):
             if body.publish:
                 idle = idle_learned(chosen, checked.time_scale_sources, checked.drained)
-                first = publish(schedule_id, chosen, request, body, ctx, idle, response)
+                first = publish(schedule_id, chosen, plan_request, body, ctx, idle, response)
         if first is not None:  # lost a race for the id: the winner's answer, never this plan
             return _replayed(first, clock, started)
         response.timings = timings(clock.spent, (time.perf_counter() - started) * 1000.0)
@@ -131,7 +129,7 @@ def _serve_valid(
         return response
 
 
-def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
+def validate(body: ScheduleRequest, ctx: Context) -> Validated:
     """Cross-item rules and name lookups. Redis: learned speeds are read, and a retried
     ``schedule_id`` that is already stored is announced again and its first answer kept to be
     returned (``replay``), once the body passed every rule here and the planner's that need no
@@ -157,7 +155,7 @@ def validate(body: ScheduleRequest, ctx: Context) -> _Validated:
         # with the lengths, when it plans, so only a request that may be a retry pays for them here
         check_plan_rules(body, inventory, drained, budget_ms / 1000.0)  # ~3 us a prompt
         first = replay(body, body.schedule_id, ctx)
-    return _Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of, first)
+    return Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of, first)
 
 
 def _unstated_speed(spec: WorkerSpec) -> bool:
@@ -165,7 +163,7 @@ def _unstated_speed(spec: WorkerSpec) -> bool:
 
 
 def predict(
-    body: ScheduleRequest, checked: _Validated, ctx: Context
+    body: ScheduleRequest, checked: Validated, ctx: Context
 ) -> tuple[tuple[Trajectory, ...], Predicted]:
     """Predicted length of every trajectory at the planning quantile, and where each came from.
 
@@ -210,7 +208,7 @@ def predict(
 
 
 def _plan_request(
-    body: ScheduleRequest, checked: _Validated, trajectories: tuple[Trajectory, ...]
+    body: ScheduleRequest, checked: Validated, trajectories: tuple[Trajectory, ...]
 ) -> PlanRequest:
     """The planner's request: the predicted trajectories on the validated inventory and budget."""
     return PlanRequest(
@@ -224,37 +222,37 @@ def _plan_request(
     )
 
 
-def _plans(request: PlanRequest, checked: _Validated, clock: StageClock) -> tuple[Plan, Plan]:
+def _plans(plan_request: PlanRequest, checked: Validated, clock: StageClock) -> tuple[Plan, Plan]:
     """The requested plan and the ``BASELINE`` one, each stage timed.
 
     Both plans share validation and the lower bound (prepared once); the baseline, a few
     milliseconds, goes first so the requested plan's budget bounds the whole planning stage."""
     with clock.stage("plan"):
-        prepared = _prepare(request, checked.item_of)
+        prepared = _prepare(plan_request, checked.item_of)
     with clock.stage("baseline"):
-        baseline = _plan(request, BASELINE, checked.item_of, prepared)
+        baseline = _plan(plan_request, BASELINE, checked.item_of, prepared)
     with clock.stage("plan"):
         chosen = (
             baseline
             if checked.policy == BASELINE
-            else _plan(request, checked.policy, checked.item_of, prepared)
+            else _plan(plan_request, checked.policy, checked.item_of, prepared)
         )
     return chosen, baseline
 
 
-def _prepare(request: PlanRequest, item_of: tuple[int, ...]) -> Prepared:
+def _prepare(plan_request: PlanRequest, item_of: tuple[int, ...]) -> Prepared:
     """Validate the core request and compute its lower bound once, for every plan of this request;
     a core rejection of trajectory ``i`` is re-pointed at its batch item."""
     try:
-        return prepare(request)
+        return prepare(plan_request)
     except InvalidInputError as error:
         raise repoint(error, item_of) from None
 
 
-def _plan(request: PlanRequest, policy: str, item_of: tuple[int, ...], prepared: Prepared) -> Plan:
+def _plan(plan_request: PlanRequest, policy: str, item_of: tuple[int, ...], prepared: Prepared) -> Plan:
     """Plan with ``policy`` from the shared preparation; rejections re-pointed as in ``_prepare``."""
     try:
-        return plan(request, policy, prepared=prepared)
+        return plan(plan_request, policy, prepared=prepared)
     except InvalidInputError as error:
         raise repoint(error, item_of) from None
 
@@ -262,15 +260,15 @@ def _plan(request: PlanRequest, policy: str, item_of: tuple[int, ...], prepared:
 def respond(
     schedule_id: str,
     body: ScheduleRequest,
-    checked: _Validated,
-    request: PlanRequest,
+    checked: Validated,
+    plan_request: PlanRequest,
     chosen: Plan,
     baseline: Plan,
     predicted: Predicted,
 ) -> ScheduleResponse:
     """The response body: assignments in queue order, plan quality, the baseline; its timings are
     zero until the caller sets them (``served.timings``), after the publish that stores the rest."""
-    by_key = {t.key: t for t in request.trajectories}
+    by_key = {t.key: t for t in plan_request.trajectories}
     items = {
         key: AssignedItem(
             prompt_id=t.prompt_id, sample_idx=t.sample_idx, predicted_tokens=round(t.predicted_tokens, 1)
@@ -294,7 +292,7 @@ def respond(
         lower_bound_s=chosen.lower_bound_s,
         round_robin_makespan_s=baseline.predicted_makespan_s,
         speedup_vs_round_robin=_speedup(baseline.predicted_makespan_s, chosen.predicted_makespan_s),
-        time_scales={w.worker_id: w.time_scale for w in request.inventory.workers},
+        time_scales={w.worker_id: w.time_scale for w in plan_request.inventory.workers},
         time_scale_sources=checked.time_scale_sources,
         timings=timings({}, 0.0),
     )

@@ -25,7 +25,7 @@ from service.served import after_publish
 def publish(
     schedule_id: str,
     chosen: Plan,
-    request: PlanRequest,
+    plan_request: PlanRequest,
     body: ScheduleRequest,
     ctx: Context,
     idle: Sequence[str],
@@ -45,18 +45,18 @@ def publish(
     between, the schedule runs and its actuals are compared with each worker's previous profile
     until the next publish.
     """
-    outcome = _stored(schedule_id, chosen, request, body, ctx, response)
+    outcome = _stored(schedule_id, chosen, plan_request, body, ctx, response)
     if outcome is PublishOutcome.UNCHANGED:  # a request that raced us stored the step first
         return _winners_answer(body, schedule_id, ctx)
     with after_publish("remembering worker profiles"):
-        ctx.speeds.remember(schedule_id, request.inventory, idle)
+        ctx.speeds.remember(schedule_id, plan_request.inventory, idle)
     return None
 
 
 def _stored(
     schedule_id: str,
     chosen: Plan,
-    request: PlanRequest,
+    plan_request: PlanRequest,
     body: ScheduleRequest,
     ctx: Context,
     response: ScheduleResponse,
@@ -72,12 +72,13 @@ def _stored(
             ctx.delivery,
             schedule_id,
             chosen,
-            request.trajectories,
+            plan_request.trajectories,
             payloads,
             lease,
-            request.prefix_affinity,
-            inventory=request.inventory,  # each item's steal deadline, from the plan at predicted lengths
-            drained=request.excluded_workers,  # they take nothing: not stolen, shared or retried work
+            plan_request.prefix_affinity,
+            # each item's steal deadline, from the plan at predicted lengths
+            inventory=plan_request.inventory,
+            drained=plan_request.excluded_workers,  # they take nothing: not stolen, shared or retried work
             digest=work_digest(body) if chosen_id else "",
             answer=encode_answer(response) if chosen_id else "",
         )
