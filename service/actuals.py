@@ -56,7 +56,8 @@ from dataclasses import dataclass
 from typing import NamedTuple, cast
 
 from scheduler.trace import TraceRow
-from service.api.schemas import MAX_COUNT, ActualReport
+from service.api.learning_schemas import ActualReport
+from service.api.schemas import MAX_COUNT
 from service.delivery import keys
 from service.delivery.views import text
 from service.redis_conn import RedisClient

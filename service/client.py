@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from service.api.learning_schemas import ActualReport, ActualsAccepted, ModelStatus, RetrainResponse
 from service.api.progress_schemas import (
     RESULTS_MAX_WAIT_MS,
     CancelResponse,
@@ -27,14 +28,7 @@ from service.api.progress_schemas import (
     ResultEntry,
     ResultsPage,
 )
-from service.api.schemas import (
-    ActualReport,
-    ActualsAccepted,
-    ModelStatus,
-    RetrainResponse,
-    ScheduleRequest,
-    ScheduleResponse,
-)
+from service.api.schemas import ScheduleRequest, ScheduleResponse
 from service.client_actuals import actual_from_result as actual_from_result  # public, as it was here
 from service.client_actuals import summed
 from service.client_steps import PartialStepError as PartialStepError  # raised by report_results

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from service.api.learning_schemas import ActualReport, ActualsAccepted
 from service.api.progress_schemas import ResultEntry
-from service.api.schemas import ActualReport, ActualsAccepted
 
 
 def summed(answers: Sequence[ActualsAccepted]) -> ActualsAccepted:

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from predictors.tracetable import Trace
 from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceRow
-from service.api.schemas import ActualReport
+from service.api.learning_schemas import ActualReport
 from service.client import SchedulerClient
 
 BATCH = 4_096  # reports per POST /actuals (the API takes up to 100,000; smaller bodies fail faster)

@@ -43,7 +43,7 @@ from scheduler.devices import ModelPreset
 from scheduler.errors import InvalidInputError
 from scheduler.simulator import simulate_worker
 from scheduler.types import Trajectory, Worker
-from service.api.schemas import ActualReport
+from service.api.learning_schemas import ActualReport
 
 _log = logging.getLogger("service.speeds")
 

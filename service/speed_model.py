@@ -23,7 +23,7 @@ from typing import Any
 from scheduler.costmodel import worker_cost
 from scheduler.devices import DeviceProfile, ModelPreset, model_preset
 from scheduler.types import Plan, Worker
-from service.api.schemas import ActualReport
+from service.api.learning_schemas import ActualReport
 from service.speed_groups import majority, snap
 from service.speed_kv import kv_slowdown
 

@@ -81,7 +81,7 @@ from typing import Any
 
 from scheduler.devices import ModelPreset
 from scheduler.types import Inventory, Worker
-from service.api.schemas import ActualReport
+from service.api.learning_schemas import ActualReport
 from service.delivery import keys
 from service.redis_conn import RedisClient
 from service.speed_model import (

@@ -41,7 +41,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 
-from service.api.schemas import ActualReport, ActualsAccepted, ActualsRequest
+from service.api.learning_schemas import ActualReport, ActualsAccepted, ActualsRequest
 from service.auth import AuthFirstRoute, Caller, any_client
 from service.context import Context, context_of
 from service.logs import schedule_context

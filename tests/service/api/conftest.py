@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from scheduler.devices import device_profile, model_preset
 from scheduler.types import Trajectory, Worker
-from service.api.schemas import ActualReport
+from service.api.learning_schemas import ActualReport
 from service.app import create_app
 from service.settings import Settings
 from service.speed_model import modelled_seconds

@@ -8,7 +8,7 @@ import redis
 
 from predictors.history import History
 from service.actuals import ActualsLog, SharedTexts
-from service.api.schemas import ActualReport
+from service.api.learning_schemas import ActualReport
 from tests.service.api.conftest import actual_report
 
 

@@ -13,14 +13,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from service.api.learning_schemas import ActualsRequest, ModelStatus, RetrainResponse
 from service.api.progress_schemas import CancelResponse, ProgressResponse
-from service.api.schemas import (
-    ActualsRequest,
-    ModelStatus,
-    RetrainResponse,
-    ScheduleRequest,
-    ScheduleResponse,
-)
+from service.api.schemas import ScheduleRequest, ScheduleResponse
 from service.problems import ProblemBody
 
 API_DOC = Path(__file__).resolve().parents[3] / "docs" / "api.md"

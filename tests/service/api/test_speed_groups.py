@@ -12,7 +12,7 @@ from scheduler.costmodel import worker_cost
 from scheduler.devices import device_profile, model_preset
 from scheduler.policies.problem import worker_kinds
 from scheduler.types import Worker
-from service.api.schemas import ActualReport
+from service.api.learning_schemas import ActualReport
 from service.speed_groups import majority, snap
 from service.speed_model import modelled_seconds, peer_scales
 from tests.service.api.conftest import actual_report, batch_body

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from scheduler.devices import device_profile, model_preset
 from scheduler.simulator import simulate_worker
 from scheduler.types import Trajectory, Worker
-from service.api.schemas import ActualReport
+from service.api.learning_schemas import ActualReport
 from service.speed_kv import kv_slowdown
 from tests.service.api.conftest import batch_body, played_report
 

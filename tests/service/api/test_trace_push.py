@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from predictors.synthetic import synthetic_trace
 from predictors.traceio import read_trace
 from predictors.tracewrite import write_trace
-from service.api.schemas import ActualReport, ActualsAccepted
+from service.api.learning_schemas import ActualReport, ActualsAccepted
 from service.client import SchedulerClient
 from service.history_push import actual_reports, push
 from service.settings import Settings
