@@ -26,6 +26,7 @@ from scheduler.gcpause import collector_paused
 from scheduler.planner import Prepared, plan, prepare
 from scheduler.policies import POLICY_NAMES
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory
+from service import publish_step
 from service.api.convert import (
     build_inventory,
     check_plan_rules,
@@ -42,7 +43,6 @@ from service.api.schemas import (
 from service.context import Context
 from service.limits import check_trajectory_count
 from service.logs import schedule_context
-from service.publish_step import publish
 from service.republish import replay
 from service.served import StageClock, record, timings
 from service.speed_model import idle_learned
@@ -121,7 +121,7 @@ def _serve_valid(
         with clock.stage("publish"):
             if body.publish:
                 idle = idle_learned(chosen, checked.time_scale_sources, checked.drained)
-                first = publish(schedule_id, chosen, plan_request, body, ctx, idle, response)
+                first = publish_step.publish(schedule_id, chosen, plan_request, body, ctx, idle, response)
         if first is not None:  # lost a race for the id: the winner's answer, never this plan
             return _replayed(first, clock, started)
         response.timings = timings(clock.spent, (time.perf_counter() - started) * 1000.0)

@@ -11,7 +11,7 @@ import redis
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from service import pipeline
+from service import pipeline, publish_step
 from service.api.schemas import MAX_COUNT, ScheduleRequest, ScheduleResponse
 from service.delivery import Delivery
 from service.delivery.errors import UnknownScheduleError
@@ -290,7 +290,7 @@ def test_the_cycle_collector_is_held_while_a_batch_is_predicted_and_published_an
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     enabled_in: dict[str, bool] = {}
-    real_predict, real_publish = pipeline.predict, pipeline.publish
+    real_predict, real_publish = pipeline.predict, publish_step.publish
 
     def spy_predict(*args: Any) -> Any:
         enabled_in["predict"] = gc.isenabled()
@@ -301,7 +301,7 @@ def test_the_cycle_collector_is_held_while_a_batch_is_predicted_and_published_an
         real_publish(*args)
 
     monkeypatch.setattr(pipeline, "predict", spy_predict)
-    monkeypatch.setattr(pipeline, "publish", spy_publish)
+    monkeypatch.setattr(publish_step, "publish", spy_publish)
     assert client.post("/schedule", json=batch_body()).status_code == 200
     assert enabled_in == {"predict": False, "publish": False}
     assert gc.isenabled()
