@@ -37,10 +37,11 @@ from array import array
 from pydantic import ValidationError
 
 from scheduler.errors import InvalidInputError
-from service.api.schemas import ScheduleRequest, ScheduleResponse, Timings
+from service.api.schemas import ScheduleRequest, ScheduleResponse
 from service.context import Context
 from service.delivery import UnknownScheduleError
 from service.problems import ConflictError
+from service.served import timings
 
 _log = logging.getLogger("service.republish")
 # What the workers generate: the prompts, their samples and caps, the sampling, the step. Planning
@@ -82,9 +83,7 @@ def decode_answer(stored: str) -> ScheduleResponse | None:
         return None
     try:
         doc = json.loads(zlib.decompress(base64.b64decode(stored[len(ANSWER_FORMAT) :], validate=True)))
-        zero = Timings(
-            queue_ms=0, validate_ms=0, predict_ms=0, plan_ms=0, baseline_ms=0, publish_ms=0, total_ms=0
-        )
+        zero = timings({}, 0.0)  # every stage's field, as ``served.STAGES`` names them
         return ScheduleResponse.model_validate({**doc, "timings": zero, "replayed": True})
     except (binascii.Error, zlib.error, ValueError, ValidationError) as error:
         _log.warning("stored answer unreadable, answering 409", extra={"error": str(error)[:200]})
