@@ -1,8 +1,9 @@
 """What a request handler can reach: the app's settings and the long-lived objects built at startup.
 
-The app factory builds one ``Context`` in its lifespan and stores it on ``app.state``; routes fetch it
-with ``context_of(request)``. Nothing here is a module-level global, so two apps with different
-settings (tests, benchmarks) live side by side in one process.
+The app's lifespan builds one ``Context`` (``service.startup.build_context``: at start, or from a
+thread while a Redis Cluster is waited for) and stores it on ``app.state``; routes fetch it with
+``context_of(request)``, which answers 503 until it is there. Nothing here is a module-level
+global, so two apps with different settings (tests, benchmarks) live side by side in one process.
 """
 
 from __future__ import annotations

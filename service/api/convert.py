@@ -80,7 +80,8 @@ def check_plan_rules(
     """The planner's own rules that need no predicted lengths (a pin to a worker the inventory lacks
     or drains, a cap no allowed cache holds, pins under ``prefix_affinity``), by its own check
     (``validate_request``), so that a retry under a published ``schedule_id`` hears the 422 naming
-    the field before the republish check answers 409 and announces the stored step again.
+    the field before the republish check (``republish.replay``) announces the stored step again and
+    answers its first plan.
 
     One trajectory per prompt, at its cap: a prompt's samples share every field these rules read,
     so they hold for all of them, and 4,096 samples cost no more than their prompts."""

@@ -284,7 +284,9 @@ class ScheduleRequest(Strict):
     publish: bool = True  # write the plan to Redis for the sidecars; false = dry run
     seed: int = Field(default=0, ge=0, le=MAX_SEED)  # fixes any randomised search
     sampling: Sampling | None = None  # how every sample is drawn (a prompt's own ``sampling`` overrides)
-    schedule_id: ScheduleId | None = None  # caller-chosen id: a retry of a published one is refused (409)
+    # caller-chosen id: a retry of a published one is answered its first plan, ``replayed`` (other work
+    # under it 422, a cancelled one 409: service/republish.py)
+    schedule_id: ScheduleId | None = None
 
 
 class AssignedItem(TypedDict):
