@@ -12,9 +12,10 @@ import functools
 import re
 import time
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
+from anyio import CapacityLimiter
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from scheduler.errors import InvalidInputError
@@ -77,10 +78,15 @@ async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     waited behind them for as long.
     """
     request.state.schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
-    started: Context | None = request.app.state.context  # None: context_of refuses at once (503)
-    limiter = None if started is None else started.plan_threads
     serve = functools.partial(_schedule, body, request, request.state.schedule_id)
-    return await anyio.to_thread.run_sync(serve, limiter=limiter)
+    return await anyio.to_thread.run_sync(serve, limiter=_own_threads(request, "plan_threads"))
+
+
+def _own_threads(request: Request, pool: Literal["plan_threads", "long_polls"]) -> CapacityLimiter | None:
+    """The route's own thread pool (a field of ``Context``, which says why each exists); None, the
+    shared pool, before the context is built, where ``context_of`` on that thread refuses at once (503)."""
+    ctx: Context | None = request.app.state.context
+    return None if ctx is None else getattr(ctx, pool)
 
 
 def _schedule(body: ScheduleRequest, request: Request, schedule_id: str) -> Response:
@@ -180,10 +186,8 @@ async def schedule_results(
     start held ``/healthz`` for seconds per poll, so polling trainers failed the liveness probe."""
     if any(int(part) >= 2**64 for part in after.split("-")):  # Redis refuses it: a 422, not a 500
         raise InvalidInputError("after", after, "is past the largest stream id (each part < 2^64)")
-    started: Context | None = request.app.state.context  # None: context_of refuses at once (503)
-    limiter = None if started is None else started.long_polls
     read = functools.partial(_page, request, schedule_id, after, (count, max_bytes), wait_ms)
-    records = await anyio.to_thread.run_sync(read, limiter=limiter)
+    records = await anyio.to_thread.run_sync(read, limiter=_own_threads(request, "long_polls"))
     entries = [_entry(r) for r in records]
     last = entries[-1].stream_id if entries else after
     return ResultsPage(schedule_id=schedule_id, results=entries, next=last)
@@ -256,6 +260,7 @@ def _key_parts(key: str) -> dict[str, Any]:
 def _page(
     request: Request, schedule_id: str, after: str, bounds: tuple[int, int], wait_ms: int
 ) -> list[ResultRecord]:
+    """``GET /schedule/{id}/results``' read, on a long-poll thread (``context_of`` too: it may ask Redis)."""
     ctx = context_of(request)
     ctx.delivery.info(schedule_id)  # 404 for an unknown schedule rather than an empty page forever
     return _read(ctx, schedule_id, after, bounds, wait_ms)
