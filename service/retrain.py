@@ -230,17 +230,8 @@ class Retrainer:
         self._release_leftover()  # this replica's own lock, left by a failed release, is no fit running
         if self.running_anywhere():
             return False  # a boundary met while a fit runs is claimed by the next step after it
-        last = self._redis.get(self.step_key)
-        if last is None:
-            self._redis.set(self.step_key, step)  # the first step seen: nothing earlier to learn from
+        if not self._claims_boundary(step):
             return False
-        if step < int(last):  # a new training run started over: count from here
-            self._advance(keys=[self.step_key], args=[last, step])
-            return False
-        if step - int(last) < self._every:
-            return False
-        if not self._advance(keys=[self.step_key], args=[last, step]):
-            return False  # another replica claimed this boundary first
         # in a copy of this context: its lines carry the schedule id of the step that started it
         self.background = threading.Thread(
             target=contextvars.copy_context().run,
@@ -250,6 +241,21 @@ class Retrainer:
         )
         self.background.start()
         return True
+
+    def _claims_boundary(self, step: int) -> bool:
+        """Whether ``step`` is at least ``every_steps`` past the last retrained step and this replica
+        moved the shared mark (``keys.retrain_step``) to it first. The first step seen only sets the
+        mark, and a step below it (a training run started over) moves it back: neither retrains."""
+        last = self._redis.get(self.step_key)
+        if last is None:
+            self._redis.set(self.step_key, step)  # the first step seen: nothing earlier to learn from
+            return False
+        if step < int(last):  # a new training run started over: count from here
+            self._advance(keys=[self.step_key], args=[last, step])
+            return False
+        if step - int(last) < self._every:
+            return False
+        return bool(self._advance(keys=[self.step_key], args=[last, step]))  # False: another replica first
 
     def _background(self) -> None:
         try:
