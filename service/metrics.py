@@ -64,6 +64,8 @@ class _DepthCollector(Collector):
         self._lock = threading.Lock()
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
+        """The depths by state and how many schedules they sum over, read from Redis at most every
+        ``DEPTH_CACHE_S`` however often scraped; no series while Redis is down."""
         depth = GaugeMetricFamily(
             "rollout_queue_depth",
             "Trajectories by state (queued, running, done, failed), summed over the newest unfinished"
@@ -106,6 +108,7 @@ class _ModelInfoCollector(Collector):
         self._source = source
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
+        """The one series of the version serving now (none when it cannot be read: logged)."""
         family = GaugeMetricFamily(
             "rollout_model_info", "The length predictor serving now (v<N> or fallback)", labels=["version"]
         )

@@ -70,10 +70,12 @@ class _Sequence:
 
     @property
     def context(self) -> int:
+        """Tokens in its KV cache now: the prompt and what it generated so far."""
         return self.prompt_tokens + self.generated
 
     @property
     def remaining(self) -> int:
+        """Tokens still to generate before it reaches its target length."""
         return self.target_tokens - self.generated
 
 
