@@ -70,7 +70,6 @@ class Validated:
     quantile: float
     time_budget_s: float
     item_of: tuple[int, ...]  # trajectory position -> batch item index (for error paths)
-    replay: ScheduleResponse | None = None  # the first answer, when this is a retry of a published id
 
 
 def run(body: ScheduleRequest, ctx: Context, schedule_id: str) -> ScheduleResponse:
@@ -81,8 +80,9 @@ def run(body: ScheduleRequest, ctx: Context, schedule_id: str) -> ScheduleRespon
     with schedule_context(schedule_id):
         with clock.stage("validate"):  # before the plan queue: a bad request is refused at once
             checked = validate(body, ctx)
-        if checked.replay is not None:  # a retry of a published step: its first answer, not a second copy
-            return _replayed(checked.replay, clock, started)
+            first = _first_answer(body, checked, ctx)
+        if first is not None:  # a retry of a published step: its first answer, not a second copy
+            return _replayed(first, clock, started)
         return _serve_valid(schedule_id, body, checked, ctx, clock, started)
 
 
@@ -130,10 +130,7 @@ def _serve_valid(
 
 
 def validate(body: ScheduleRequest, ctx: Context) -> Validated:
-    """Cross-item rules and name lookups. Redis: learned speeds are read, and a retried
-    ``schedule_id`` that is already stored is announced again and its first answer kept to be
-    returned (``replay``), once the body passed every rule here and the planner's that need no
-    lengths (``check_plan_rules``): a rejection for a bad field must not announce anything."""
+    """Cross-item rules and name lookups; reads the learned speeds from Redis, writes nothing."""
     settings = ctx.settings
     check_trajectory_count(sum(item.n for item in body.batch.items), settings.max_trajectories)
     check_unique_prompts(body.batch.items)
@@ -149,13 +146,21 @@ def validate(body: ScheduleRequest, ctx: Context) -> Validated:
     item_of = tuple(index for index, item in enumerate(body.batch.items) for _ in range(item.n))
     budget_ms = body.time_budget_ms or settings.default_time_budget_ms
     quantile = body.quantile or settings.default_quantile
-    first = None
-    if body.schedule_id and body.publish:  # last: a retry with a broken body hears what is wrong (422),
-        # not a replay that announces the stored step again; the planner's rules are checked again,
-        # with the lengths, when it plans, so only a request that may be a retry pays for them here
-        check_plan_rules(body, inventory, drained, budget_ms / 1000.0)  # ~3 us a prompt
-        first = replay(body, body.schedule_id, ctx)
-    return Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of, first)
+    return Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of)
+
+
+def _first_answer(body: ScheduleRequest, checked: Validated, ctx: Context) -> ScheduleResponse | None:
+    """The first answer when ``body`` retries a caller-chosen ``schedule_id`` already published
+    (``republish.replay``, which announces the stored step again); None to plan and publish it.
+
+    Asked only after the body passed every rule, the planner's that need no lengths too
+    (``check_plan_rules``): a retry with a broken body hears what is wrong (422), not a replay that
+    announces the stored step. The planner checks those rules again, with the lengths, when it
+    plans, so only a request that may be a retry pays for them here (~3 us a prompt)."""
+    if not (body.schedule_id and body.publish):
+        return None
+    check_plan_rules(body, checked.inventory, checked.drained, checked.time_budget_s)
+    return replay(body, body.schedule_id, ctx)
 
 
 def _unstated_speed(spec: WorkerSpec) -> bool:
