@@ -23,8 +23,7 @@ from predictors.features import (
     prior_leave_one_out,
 )
 from predictors.promptstats import PromptStats, stats_of, walk_steps
-from predictors.queries import NO_CAP as NO_CAP  # where it was defined before features needed it
-from predictors.queries import QueryBatch
+from predictors.queries import NO_CAP, QueryBatch
 from predictors.tracetable import FloatArray, IntArray, Trace
 
 

@@ -45,17 +45,15 @@ class GlobalPrior:
     defaults: PriorDefaults
 
     @staticmethod
-    def fit(history: Trace, defaults: PriorDefaults | None = None) -> GlobalPrior:
-        """Bins of roughly equal row counts (each >= MIN_BIN_ROWS), so each bin's quantiles are stable."""
-        return GlobalPrior.of(history.prompt_tokens, history.output_tokens, defaults)
-
-    @staticmethod
     def of(
         prompt_tokens: IntArray, output_tokens: IntArray, defaults: PriorDefaults | None = None
     ) -> GlobalPrior:
-        """``fit`` from the two columns it reads: the predictor selects only those of the rows before
-        a step, where taking those rows of the whole trace copied every column (extra features too),
-        a 264 MiB peak for 2 M rows with 8 extra columns at each step's first predict."""
+        """The prior of the rows whose two columns these are: bins of roughly equal row counts (each
+        >= MIN_BIN_ROWS), so each bin's quantiles are stable.
+
+        It takes the two columns it reads, not a ``Trace``: the predictor selects only those of the
+        rows before a step, where taking those rows of the whole trace copied every column (extra
+        features too), a 264 MiB peak for 2 M rows with 8 extra columns at each step's first predict."""
         defaults = defaults or PriorDefaults()
         counted = _counted_prior(prompt_tokens, output_tokens)
         edges, p50, p90, mean = (

@@ -220,10 +220,6 @@ class History:
             for name in names
         )
 
-    def steps(self) -> IntArray:
-        """Distinct steps observed, ascending."""
-        return self.trace.steps()
-
     def stats_before(self, step: int) -> PromptStats:
         """Per-prompt aggregates of every row of a step strictly before ``step`` (cached).
 

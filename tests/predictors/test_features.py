@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from predictors.dataset import NO_CAP, training_set
+from predictors.dataset import training_set
 from predictors.features import (
     FeatureSpec,
     build_features,
@@ -17,7 +17,7 @@ from predictors.features import (
 )
 from predictors.history import History
 from predictors.promptstats import stats_of
-from predictors.queries import Query, QueryBatch
+from predictors.queries import NO_CAP, Query, QueryBatch
 from predictors.stepgroups import factorize, step_groups
 from predictors.tracetable import Trace
 from scheduler.trace import TraceRow

@@ -11,13 +11,12 @@ import pytest
 
 import predictors.history as history_module
 import predictors.predictor as predictor_module
-from predictors.dataset import NO_CAP
 from predictors.fallbacks import GlobalPrior
 from predictors.history import History
 from predictors.model import fit
 from predictors.predictor import LengthPredictor, Predictions
 from predictors.quantiles import at_quantile
-from predictors.queries import Query, QueryBatch
+from predictors.queries import NO_CAP, Query, QueryBatch
 from predictors.tracetable import Trace
 from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceRow

@@ -15,11 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from predictors.dataset import NO_CAP
 from predictors.history import History
 from predictors.model import FitConfig, fit
 from predictors.predictor import LengthPredictor
-from predictors.queries import QueryBatch
+from predictors.queries import NO_CAP, QueryBatch
 from predictors.store import ModelStore
 from predictors.tracetable import Trace
 from scheduler.errors import InvalidInputError
