@@ -237,9 +237,8 @@ class History:
             codes, ids = list(self._codes), self._ids
         rows = None if base is None else _between(chunks, base.before, step)
         if base is None or rows is None:
-            with (
-                self._lock
-            ):  # appends grow ``ids`` at its end (codes held keep theirs); a pruning replaces it
+            # appends grow ``ids`` at its end (codes held keep theirs); a pruning replaces it
+            with self._lock:
                 names = list(ids)
             trace, joined_codes = self._joined_from(chunks, codes)
             stats = stats_of(trace, step, (joined_codes, names))

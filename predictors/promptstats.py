@@ -145,17 +145,17 @@ class _Fold:
 
 
 def walk_steps(trace: Trace) -> Iterator[tuple[int, PromptStats, IntArray, StepGroups]]:
-    """For each step, ascending: (step, stats of all earlier steps, row indices of the step, the groups).
+    """For each step, ascending: (step, stats of all earlier steps, row indices of the step, the
+    groups of the whole trace, which ``row_group`` of those rows indexes).
 
-    Training builds its examples from these triples, serving from ``History.stats_before``; both are
-    the same fold, so a feature cannot see its own step in one and not the other.
+    Training builds its examples from these, serving from ``History.stats_before``; both are the
+    same fold, so a feature cannot see its own step in one and not the other.
     """
     codes, index = factorize(trace.prompt_id)
     groups = step_groups(trace, codes)
     fold = _Fold(index)
-    bounds = np.flatnonzero(np.diff(groups.step)) + 1
-    starts = np.concatenate([[0], bounds]).astype(int)
-    ends = np.concatenate([bounds, [len(groups.step)]]).astype(int)
+    bounds = _step_bounds(groups)
+    starts, ends = bounds[:-1], bounds[1:]
     row_order = np.argsort(groups.row_group, kind="stable")
     row_bounds = np.searchsorted(groups.row_group[row_order], starts)
     row_ends = np.searchsorted(groups.row_group[row_order], ends)
@@ -205,6 +205,12 @@ def _advance_steps(fold: _Fold, rows: Trace, codes: IntArray) -> None:
     """Fold ``rows`` (prompt codes ``codes``) into ``fold`` one step at a time, ascending."""
     if len(rows):
         groups = step_groups(rows, codes)
-        bounds = np.concatenate([[0], np.flatnonzero(np.diff(groups.step)) + 1, [len(groups.step)]])
-        for start, end in itertools.pairwise(bounds.tolist()):
-            fold.advance(groups, slice(int(start), int(end)), int(groups.step[start]))
+        for start, end in itertools.pairwise(_step_bounds(groups).tolist()):
+            fold.advance(groups, slice(start, end), int(groups.step[start]))
+
+
+def _step_bounds(groups: StepGroups) -> IntArray:
+    """Where each step's groups start (groups are sorted by step), then their count: step k's
+    groups are ``bounds[k]`` to ``bounds[k + 1]``."""
+    inner = np.flatnonzero(np.diff(groups.step)) + 1
+    return np.concatenate([[0], inner, [len(groups.step)]]).astype(np.int64)
