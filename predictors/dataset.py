@@ -14,14 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictors.features import (
-    FeatureSpec,
-    PriorRows,
-    base_length,
-    build_features,
-    prior_from_stats,
-    prior_leave_one_out,
-)
+from predictors.features import FeatureSpec, base_length, build_features
+from predictors.promptprior import PriorRows, prior_from_stats, prior_leave_one_out
 from predictors.promptstats import PromptStats, stats_of, walk_steps
 from predictors.queries import NO_CAP, QueryBatch
 from predictors.tracetable import FloatArray, IntArray, Trace

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictors.features import PriorRows
+from predictors.promptprior import PriorRows
 from predictors.promptstats import PromptStats
 from predictors.quantiles import Z90, ordered
 from predictors.tracetable import FloatArray, IntArray, Trace

@@ -1,10 +1,10 @@
 """Features of a trajectory, built only from what was known before its step.
 
 One function, ``build_features``, turns (a prompt's prior, the query, the step, the global trend) into a
-feature row, for training and for serving alike. The prior (``PriorRows``) comes either from
-``PromptStats`` (rows of earlier steps) or, for a prompt's first step in training, from its sibling
-samples in that step (leave-one-out, marked by ``gap`` = 0): the only way a model fitted on a single
-step can learn how a prompt's next sample relates to its previous ones.
+feature row, for training and for serving alike. The prior (``PriorRows``, ``predictors.promptprior``)
+comes either from ``PromptStats`` (rows of earlier steps) or, for a prompt's first step in training,
+from its sibling samples in that step (leave-one-out, marked by ``gap`` = 0). ``FeatureSpec`` names
+the matrix's columns (the base features, then the trace's extra columns), which a stored model keeps.
 
 The model predicts ``log(length) - log(base)`` where ``base`` is the prompt's EWM mean length: the
 prompt's own history carries most of the signal, and a tree ensemble is far better at learning a
@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
 
-from predictors.promptstats import PromptStats
+from predictors.promptprior import PriorRows
 from predictors.queries import NO_CAP, QueryBatch
-from predictors.stepgroups import StepGroups
 from predictors.tracetable import FloatArray, IntArray, Trace, numbers_as_text
 
 BASE_FEATURES: tuple[str, ...] = (
@@ -43,105 +42,6 @@ BASE_FEATURES: tuple[str, ...] = (
     "trend",  # global drift of log mean length per step
     "trend_gap",  # trend x gap: the drift expected since the prompt last ran
 )
-
-
-@dataclass(frozen=True, eq=False)
-class PriorRows:
-    """What was known about each query's prompt, aligned with the queries (count 0: nothing)."""
-
-    count: FloatArray
-    hist_mean: FloatArray
-    last_mean: FloatArray
-    last_max: FloatArray
-    last_std: FloatArray
-    ewm_mean: FloatArray
-    trunc_rate: FloatArray
-    last_reward: FloatArray
-    within_sd: FloatArray
-    last_step: FloatArray
-
-    @property
-    def seen(self) -> np.ndarray:
-        """Queries whose prompt has any history."""
-        return self.count > 0
-
-
-def prior_from_stats(stats: PromptStats, prompt_ids: Sequence[str] | np.ndarray) -> PriorRows:
-    """Gather each query's prompt aggregates; unseen prompts get count 0 and NaN elsewhere."""
-    return prior_at(stats, stats.positions(prompt_ids))
-
-
-def prior_at(stats: PromptStats, pos: IntArray) -> PriorRows:
-    """``prior_from_stats`` for prompt positions already looked up (-1: no history)."""
-    ok = pos >= 0
-    safe = np.where(ok, pos, 0)
-
-    def take(values: np.ndarray) -> FloatArray:
-        if len(values) == 0:
-            return np.full(len(pos), np.nan)
-        return np.where(ok, values[safe].astype(np.float64), np.nan)
-
-    count = np.where(ok, take(stats.count), 0.0) if len(stats.count) else np.zeros(len(pos))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return PriorRows(
-            count=count,
-            hist_mean=take(stats.total) / count,
-            last_mean=take(stats.last_mean),
-            last_max=take(stats.last_max),
-            last_std=take(stats.last_std),
-            ewm_mean=take(stats.ewm_mean),
-            trunc_rate=take(stats.truncated) / count,
-            last_reward=take(stats.last_reward),
-            within_sd=np.sqrt(take(stats.within_ss) / take(stats.within_df)),
-            last_step=take(stats.last_step),
-        )
-
-
-def prior_leave_one_out(trace: Trace, groups: StepGroups, rows: IntArray) -> PriorRows:
-    """For training rows: each row's prior is its siblings in the same step (the row itself left out).
-
-    Rows whose group has a single sample get count 0 (no prior). Leaving the row out is what keeps
-    this free of leakage: a row's features never contain its own length.
-    """
-    g = groups.row_group[rows]
-    n = groups.n[g].astype(np.float64)
-    others = n - 1
-    y = trace.output_tokens[rows].astype(np.float64)
-    logy = np.log(np.maximum(y, 1.0))
-    trunc = trace.truncated[rows].astype(np.float64)
-    reward = trace.reward[rows]
-    known = ~np.isnan(reward)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = (groups.total[g] - y) / others
-        var = (groups.sumsq[g] - y * y) / others - mean * mean
-        log_mean = (groups.log_sum[g] - logy) / others
-        log_var = ((groups.log_sumsq[g] - logy * logy) - others * log_mean**2) / (others - 1)
-        r_n = groups.reward_n[g] - known
-        r_mean = (groups.reward_sum[g] - np.where(known, reward, 0.0)) / r_n
-        valid = others > 0
-        return PriorRows(
-            count=np.where(valid, others, 0.0),
-            hist_mean=np.where(valid, mean, np.nan),
-            last_mean=np.where(valid, mean, np.nan),
-            last_max=np.where(valid, _max_of_others(trace, groups, rows), np.nan),
-            last_std=np.where(valid, np.sqrt(np.maximum(var, 0.0)), np.nan),
-            ewm_mean=np.where(valid, mean, np.nan),
-            trunc_rate=np.where(valid, (groups.truncated[g] - trunc) / others, np.nan),
-            last_reward=np.where(r_n > 0, r_mean, np.nan),
-            within_sd=np.where(others > 1, np.sqrt(np.maximum(log_var, 0.0)), np.nan),
-            last_step=trace.step[rows].astype(np.float64),
-        )
-
-
-def _max_of_others(trace: Trace, groups: StepGroups, rows: IntArray) -> FloatArray:
-    """Group max excluding the row: the max itself unless the row is the group's only maximum."""
-    g = groups.row_group[rows]
-    y = trace.output_tokens[rows].astype(np.float64)
-    is_max = y == groups.maximum[g]
-    n_max = np.bincount(g, weights=is_max, minlength=len(groups.n))
-    second = np.full(len(groups.n), np.nan)
-    np.fmax.at(second, g[~is_max], y[~is_max])
-    return np.where(is_max & (n_max[g] == 1), second[g], groups.maximum[g])
 
 
 @dataclass(frozen=True)

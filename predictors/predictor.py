@@ -18,9 +18,10 @@ import numpy as np
 
 from predictors.censored import raise_censored
 from predictors.fallbacks import GlobalPrior, PriorDefaults, pooled_log_sd, prompt_mean
-from predictors.features import base_length, build_features, distinct_queries, prior_at
+from predictors.features import base_length, build_features, distinct_queries
 from predictors.history import History
 from predictors.model import FittedModel
+from predictors.promptprior import prior_at
 from predictors.promptstats import PromptStats
 from predictors.quantiles import PLANNING_QUANTILE, at_quantile, check_quantile, ordered
 from predictors.queries import Query, QueryBatch

@@ -11,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictors.features import BASE_FEATURES, FeatureSpec, build_features, prior_from_stats
+from predictors.features import BASE_FEATURES, FeatureSpec, build_features
 from predictors.history import History
 from predictors.model import fit
 from predictors.predictor import LengthPredictor
+from predictors.promptprior import prior_from_stats
 from predictors.queries import Query, QueryBatch
 from predictors.tracetable import Trace
 from scheduler.trace import TraceRow

@@ -8,14 +8,9 @@ import numpy as np
 import pytest
 
 from predictors.dataset import training_set
-from predictors.features import (
-    FeatureSpec,
-    build_features,
-    distinct_queries,
-    prior_from_stats,
-    prior_leave_one_out,
-)
+from predictors.features import FeatureSpec, build_features, distinct_queries
 from predictors.history import History
+from predictors.promptprior import prior_from_stats, prior_leave_one_out
 from predictors.promptstats import stats_of
 from predictors.queries import NO_CAP, Query, QueryBatch
 from predictors.stepgroups import factorize, step_groups
