@@ -18,12 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from predictors.calibration import calibration_folds, conformal_quantile
 from predictors.dataset import served_examples, training_set
 from predictors.features import FeatureSpec
 from predictors.history import History
-from predictors.stepgroups import factorize, repeated_rows
+from predictors.stepgroups import repeated_rows, sorted_codes
 from predictors.synthetic import is_synthetic
-from predictors.tracetable import FloatArray, IntArray, ObjArray, Trace
+from predictors.tracetable import FloatArray, Trace
 from scheduler.errors import InvalidInputError
 
 # OpenMP threads that busy-wait collapse when the cores are shared (a 2-thread fit ran 12x slower
@@ -43,7 +44,7 @@ class FitConfig:
     min_data_in_leaf: int = 20
     num_threads: int = 2  # fixed, so results do not depend on the machine's core count
     seed: int = 0
-    calibration_folds: int = 5  # folds for the conformal p90 shift (``_calibration_folds``; 0: none)
+    calibration_folds: int = 5  # folds for the conformal p90 shift (``predictors.calibration``; 0: none)
     calibration_rows: int = 40_000  # examples used for calibration at most (sampled by prompt)
     bagging_rows: int = 100_000  # above this many examples each tree sees a random subset of this size
 
@@ -122,6 +123,8 @@ def fit(history: History | Trace, config: FitConfig | None = None) -> FittedMode
 
 
 def _params(alpha: float, config: FitConfig, examples: int) -> dict[str, Any]:
+    """LightGBM's parameters for the quantile ``alpha``: deterministic, and bagged down to
+    ``bagging_rows`` examples a tree on large fits."""
     bagging = min(1.0, config.bagging_rows / max(examples, 1))
     return {
         "bagging_fraction": bagging,
@@ -155,6 +158,7 @@ def _dataset(x: FloatArray, y: FloatArray, spec: FeatureSpec) -> Any:
 
 
 def _train(dataset: Any, alpha: float, config: FitConfig) -> Any:
+    """The booster of quantile ``alpha``, fitted on the dataset both quantiles share."""
     import lightgbm as lgb
 
     examples = len(dataset.data)
@@ -165,13 +169,13 @@ def _conformal_shift(trace: Trace, spec: FeatureSpec, config: FitConfig) -> tupl
     """(log shift for p90, out-of-fold coverage before the shift), from folds shaped like serving.
 
     Each fold's booster is fitted on a trace with its scored rows (and what must not be known of
-    their prompts, ``_calibration_folds``) taken out before featurising, so their lengths reach
+    their prompts, ``calibration_folds``) taken out before featurising, so their lengths reach
     neither a target nor a sibling's prior; the scored rows are then featurised as queries are
     (``served_examples``). The residuals are those of the queries the model answers: new samples
     of prompts it was fitted on."""
     if config.calibration_folds < 2:
         return 0.0, math.nan
-    folds = _calibration_folds(trace, config)
+    folds = calibration_folds(trace, config.calibration_folds, config.calibration_rows, config.seed)
     residuals: list[FloatArray] = []
     for k in range(config.calibration_folds):
         fitted = folds.fitted(k)
@@ -190,28 +194,6 @@ def _conformal_shift(trace: Trace, spec: FeatureSpec, config: FitConfig) -> tupl
     return conformal_quantile(r, 0.9), float(np.mean(r <= 0))
 
 
-def conformal_quantile(residuals: FloatArray, level: float) -> float:
-    """The split-conformal shift: the ``ceil((n + 1) * level)``-th smallest of ``n`` residuals (the
-    largest where that rank passes ``n``), so a new residual falls at or below it with probability
-    at least ``level``.
-
-    ``np.quantile(r, k / n, method="higher")`` was used for it, which takes the element at index
-    ``ceil(k / n * (n - 1))``: the (k + 1)-th smallest for most n (92nd of 100, not 91st), one order
-    statistic wider than the rule. The inverse of the empirical CDF is that rank exactly."""
-    n = len(residuals)
-    rank = min(n, math.ceil((n + 1) * level))
-    return float(np.partition(residuals, rank - 1)[rank - 1])
-
-
-def _sorted_codes(prompt_ids: ObjArray) -> IntArray:
-    """Each row's prompt numbered by the sorted order of the ids: the same numbers whatever the
-    order of the rows (first-seen codes would follow it). Sorts the distinct ids only."""
-    seen, index = factorize(prompt_ids)  # first-seen codes: index's keys are in code order
-    rank = np.empty(len(index), dtype=np.int64)
-    rank[np.argsort(np.array(list(index), dtype=object), kind="stable")] = np.arange(len(index))
-    return rank[seen]
-
-
 def _canonical(trace: Trace) -> Trace:
     """The rows in one fixed order (step, prompt id, sample, length), whatever order they came in.
 
@@ -220,62 +202,6 @@ def _canonical(trace: Trace) -> Trace:
     merged from several replicas, a file sorted otherwise) fitted another model."""
     if len(trace) == 0:
         return trace
-    keys = (trace.output_tokens, trace.sample_idx, _sorted_codes(trace.prompt_id), trace.step)
+    keys = (trace.output_tokens, trace.sample_idx, sorted_codes(trace.prompt_id), trace.step)
     order = np.lexsort(keys)
     return trace if bool(np.all(order[1:] > order[:-1])) else trace.take(order)
-
-
-ALL_FOLDS = -2  # ``_Folds.dropped``: left out of every fold's fit
-
-
-@dataclass(frozen=True, eq=False)
-class _Folds:
-    """Which rows of the canonical trace each calibration fold scores and which it leaves out."""
-
-    scored: IntArray  # the fold that scores the row, its fit leaving it out (-1: none)
-    dropped: IntArray  # the fold whose fit leaves the row out unscored (-1: none; or ALL_FOLDS)
-
-    def fitted(self, k: int) -> np.ndarray:
-        """Rows fold ``k``'s booster is fitted on."""
-        rows: np.ndarray = (self.scored != k) & (self.dropped != k) & (self.dropped != ALL_FOLDS)
-        return rows
-
-
-def _calibration_folds(trace: Trace, config: FitConfig) -> _Folds:
-    """Each calibration prompt held out as serving meets it: a new step after the ones fitted.
-
-    Every prompt of the calibration sample (whole prompts, up to ``calibration_rows`` rows; the
-    others are in no fit) is cut at one of its steps, drawn at random. Its steps before the cut
-    stay in every fit, and its steps after it are in no fit that scores it: a prompt's later
-    samples tell the booster its level, which serving never knows. If the cut is a later step,
-    the prompt's fold scores that step's samples. If it is the prompt's first step there is no
-    earlier one to predict from, so its samples are dealt round the folds, each scoring its share
-    from the siblings left in: a served prompt's own samples are always in the fit, and the
-    booster is more confident on those than on prompts it never saw (fitted on math100 step 0,
-    raw p90 coverage of step 1 0.83 for prompts in the fit, 0.89 for prompts held out of it),
-    which is what the earlier folds by prompt calibrated. Prompts are numbered in sorted order and
-    rows sorted canonically, so the folds do not depend on the order of the trace's rows."""
-    rng = np.random.default_rng(config.seed)
-    k = config.calibration_folds
-    codes = _sorted_codes(trace.prompt_id)
-    n_prompts = int(codes.max()) + 1
-    kept = rng.random(n_prompts) < min(1.0, config.calibration_rows / len(codes))
-    fold_of = rng.integers(0, k, size=n_prompts)
-    order = np.lexsort((rng.random(len(codes)), trace.step, codes))  # by prompt, then step, shuffled
-    prompt, step = codes[order], trace.step[order]
-    new_group = np.r_[True, (prompt[1:] != prompt[:-1]) | (step[1:] != step[:-1])]
-    group = np.cumsum(new_group) - 1
-    rank = np.arange(len(order)) - np.flatnonzero(new_group)[group]  # the sample's place in its group
-    steps_of = np.bincount(prompt[new_group], minlength=n_prompts)  # steps each prompt ran in
-    first_group = np.cumsum(steps_of) - steps_of  # group number of each prompt's first step
-    nth = group - first_group[prompt]  # which of its prompt's steps the row is in
-    cut = np.floor(rng.random(n_prompts) * steps_of).astype(np.int64)[prompt]
-    offset = rng.integers(0, k, size=int(new_group.sum()))  # where each group's dealing starts
-    at_first = cut == 0
-    scored = np.where(at_first, (rank + offset[group]) % k, fold_of[prompt])
-    dropped = np.where(at_first, ALL_FOLDS, fold_of[prompt])
-    sample = kept[prompt]
-    out_scored, out_dropped = np.empty_like(codes), np.empty_like(codes)
-    out_scored[order] = np.where(sample & (nth == cut), scored, -1)
-    out_dropped[order] = np.where(~sample, ALL_FOLDS, np.where(sample & (nth > cut), dropped, -1))
-    return _Folds(scored=out_scored, dropped=out_dropped)

@@ -2,7 +2,8 @@
 
 Grouping is done with bincounts over integer codes, never a Python loop over rows, because the fold
 over steps (``predictors.promptstats``) and the training set both start from it on every retrain.
-``repeated_rows`` lives here too: it keys rows by the same (step, prompt, sample) identity.
+``repeated_rows`` lives here too: it keys rows by the same (step, prompt, sample) identity; and
+``sorted_codes``, prompts numbered whatever the rows' order (a fit's canonical order, its folds).
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ def coded_first_seen(codes: IntArray, names: Sequence[str]) -> tuple[IntArray, d
     renumbered = np.empty(len(names), dtype=np.int64)
     renumbered[order] = np.arange(len(order))
     return renumbered[codes], {names[code]: new for new, code in enumerate(order.tolist())}
+
+
+def sorted_codes(prompt_ids: ObjArray) -> IntArray:
+    """Each row's prompt numbered by the sorted order of the ids: the same numbers whatever the
+    order of the rows (first-seen codes would follow it). Sorts the distinct ids only."""
+    seen, index = factorize(prompt_ids)  # first-seen codes: index's keys are in code order
+    rank = np.empty(len(index), dtype=np.int64)
+    rank[np.argsort(np.array(list(index), dtype=object), kind="stable")] = np.arange(len(index))
+    return rank[seen]
 
 
 def repeated_rows(trace: Trace, same_length: bool = False) -> np.ndarray:

@@ -7,9 +7,10 @@ import math
 
 import numpy as np
 
+from predictors.calibration import calibration_folds, conformal_quantile
 from predictors.evaluate import score_step
 from predictors.history import History
-from predictors.model import _calibration_folds, _canonical, conformal_quantile, fit
+from predictors.model import _canonical, fit
 from predictors.predictor import LengthPredictor
 from predictors.queries import NO_CAP, QueryBatch
 from predictors.synthetic import synthetic_trace
@@ -35,7 +36,7 @@ def test_a_fold_never_fits_what_serving_would_not_know_of_the_rows_it_scores() -
     # (they would tell it the prompt's level), its earlier steps are in, and where the scored step
     # is the prompt's first, some of its siblings are in (a served prompt's samples always are).
     trace = _canonical(drifting_trace(prompts=40, samples=6, steps=4))
-    folds = _calibration_folds(trace, FAST)
+    folds = calibration_folds(trace, FAST.calibration_folds, FAST.calibration_rows, FAST.seed)
     cut_at_first = cut_later = 0
     for k in range(FAST.calibration_folds):
         fitted = folds.fitted(k)
