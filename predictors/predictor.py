@@ -21,7 +21,7 @@ from predictors.fallbacks import GlobalPrior, PriorDefaults, pooled_log_sd, prom
 from predictors.features import base_length, build_features, distinct_queries
 from predictors.history import History
 from predictors.model import FittedModel
-from predictors.promptprior import prior_at
+from predictors.promptprior import PriorRows, prior_at
 from predictors.promptstats import PromptStats
 from predictors.quantiles import PLANNING_QUANTILE, at_quantile, check_quantile, ordered
 from predictors.queries import Query, QueryBatch
@@ -31,35 +31,7 @@ from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceRow
 
 SOURCES: tuple[str, ...] = ("lightgbm", "prompt_history_mean", "global_prior")
-
-
-def _model_lengths(
-    model: FittedModel, stats: PromptStats, batch: QueryBatch, positions: IntArray, rows: IntArray, step: int
-) -> tuple[FloatArray, FloatArray]:
-    """The model's (p50, p90) for the queries at ``rows`` (prompts with history).
-
-    Features are built once per distinct query: the n samples of a GRPO group share every input the
-    model reads (the prompt's history, its length, cap and extra features), so a 32k-trajectory batch
-    is ~4k feature rows. Building all 32k and merging equal rows afterwards spent more on the
-    features and the row comparison than LightGBM spent scoring (``distinct_queries`` compares the
-    few input columns instead)."""
-    first, inverse = distinct_queries(batch, positions, rows, model.spec)
-    picked = rows[first]
-    prior = prior_at(stats, positions[picked])
-    x = build_features(prior, batch.take(picked), step, stats.trend, model.spec)
-    m50, m90 = model.predict(x, base_length(prior))
-    return m50[inverse], m90[inverse]
-
-
-def _last_step_truncation(stats: PromptStats, positions: IntArray) -> tuple[FloatArray, ...]:
-    """Per query, of its prompt's last step: share truncated, largest cap and length they were cut at
-    (0 where the prompt has no history): what ``raise_censored`` reads."""
-    if len(stats.count) == 0:
-        return tuple(np.zeros(len(positions)) for _ in range(3))
-    ok = positions >= 0
-    at = np.where(ok, positions, 0)
-    share = stats.last_truncated[at] / np.maximum(stats.last_n[at], 1)
-    return tuple(np.where(ok, c, 0.0) for c in (share, stats.last_trunc_cap[at], stats.last_trunc_len[at]))
+_LIGHTGBM, _HISTORY_MEAN, _GLOBAL_PRIOR = range(len(SOURCES))  # a query's source, as its index in SOURCES
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,7 +65,7 @@ class LengthPredictor:
         self._stamp = ""  # ModelStore.stamp of the version held, "" when none came from a store
         self._defaults = defaults or PriorDefaults()
         self._lock = threading.Lock()
-        self._prior_cache: tuple[tuple[int, int, int], GlobalPrior, float] | None = None
+        self._global_prior_cache: tuple[tuple[int, int, int], GlobalPrior, float] | None = None
 
     @property
     def history(self) -> History:
@@ -119,7 +91,7 @@ class LengthPredictor:
         running finish with the one they started with."""
         with self._lock:
             self._history = history
-            self._prior_cache = None
+            self._global_prior_cache = None
 
     def use_model(self, model: FittedModel | None, version: int | None = None, stamp: str = "") -> None:
         """Swap the model atomically; calls already running finish with the one they started with.
@@ -182,26 +154,17 @@ class LengthPredictor:
         stats = self._history.stats_before(int(step))
         positions = stats.positions(batch.prompt_id)
         prior = prior_at(stats, positions)
-        global_prior, sigma = self._prior_before(int(step))
+        global_prior, sigma = self._global_prior_before(int(step))
         seen = prior.seen
         p50, p90 = global_prior.predict(batch.prompt_tokens, batch.max_new_tokens)
-        source = np.full(len(batch), 2, dtype=np.int8)
+        source = np.full(len(batch), _GLOBAL_PRIOR, dtype=np.int8)
         if np.any(seen):
-            if model is not None:
-                m50, m90 = _model_lengths(model, stats, batch, positions, np.flatnonzero(seen), int(step))
-                source[seen] = 0
-            else:
-                h50, h90 = prompt_mean(prior, sigma)
-                m50, m90 = h50[seen], h90[seen]
-                source[seen] = 1
+            m50, m90, answered_by = _seen_lengths(model, stats, batch, positions, prior, sigma, int(step))
+            source[seen] = answered_by
             p50, p90 = p50.copy(), p90.copy()
             p50[seen], p90[seen] = m50, m90
-            p50, p90 = raise_censored(
-                p50,
-                p90,
-                batch.max_new_tokens,
-                *_last_step_truncation(stats, positions),
-            )
+            truncation = _last_step_truncation(stats, positions)
+            p50, p90 = raise_censored(p50, p90, batch.max_new_tokens, *truncation)
         p50, p90 = ordered(p50, p90, batch.max_new_tokens)
         return Predictions(
             quantile=quantile,
@@ -220,19 +183,67 @@ class LengthPredictor:
         at 1 M rows after every append for nothing. Safe beside a concurrent ``predict``: both caches
         are keyed by the history's version, so the slower of two computing the same entry stores an
         equal value, and rows arriving meanwhile miss it."""
-        history = self._history  # one history throughout, as in ``_prior_before``
+        history = self._history  # one history throughout, as in ``_global_prior_before``
         history.stats_before(step)
-        self._prior_before(step)
+        self._global_prior_before(step)
 
-    def _prior_before(self, step: int) -> tuple[GlobalPrior, float]:
+    def _global_prior_before(self, step: int) -> tuple[GlobalPrior, float]:
         """Global prior and pooled spread from history before ``step``, cached while that history holds."""
         history = self._history  # one history throughout, should ``use_history`` swap it meanwhile
         key = (id(history), step, history.version_before(step))
-        cached = self._prior_cache
+        cached = self._global_prior_cache
         if cached is not None and cached[0] == key:
             return cached[1], cached[2]
         prompt_tokens, output_tokens = history.columns_before(step, "prompt_tokens", "output_tokens")
         prior = GlobalPrior.of(prompt_tokens, output_tokens, self._defaults)
         sigma = pooled_log_sd(history.stats_before(step))
-        self._prior_cache = (key, prior, sigma)
+        self._global_prior_cache = (key, prior, sigma)
         return prior, sigma
+
+
+def _seen_lengths(
+    model: FittedModel | None,
+    stats: PromptStats,
+    batch: QueryBatch,
+    positions: IntArray,
+    prior: PriorRows,
+    sigma: float,
+    step: int,
+) -> tuple[FloatArray, FloatArray, int]:
+    """(p50, p90) of the queries whose prompt has history (``prior.seen``), and the source that
+    answers them all: the model where one is loaded, else the prompt's history mean."""
+    seen = prior.seen
+    if model is not None:
+        m50, m90 = _model_lengths(model, stats, batch, positions, np.flatnonzero(seen), step)
+        return m50, m90, _LIGHTGBM
+    h50, h90 = prompt_mean(prior, sigma)
+    return h50[seen], h90[seen], _HISTORY_MEAN
+
+
+def _model_lengths(
+    model: FittedModel, stats: PromptStats, batch: QueryBatch, positions: IntArray, rows: IntArray, step: int
+) -> tuple[FloatArray, FloatArray]:
+    """The model's (p50, p90) for the queries at ``rows`` (prompts with history).
+
+    Features are built once per distinct query: the n samples of a GRPO group share every input the
+    model reads (the prompt's history, its length, cap and extra features), so a 32k-trajectory batch
+    is ~4k feature rows. Building all 32k and merging equal rows afterwards spent more on the
+    features and the row comparison than LightGBM spent scoring (``distinct_queries`` compares the
+    few input columns instead)."""
+    first, inverse = distinct_queries(batch, positions, rows, model.spec)
+    picked = rows[first]
+    prior = prior_at(stats, positions[picked])
+    x = build_features(prior, batch.take(picked), step, stats.trend, model.spec)
+    m50, m90 = model.predict(x, base_length(prior))
+    return m50[inverse], m90[inverse]
+
+
+def _last_step_truncation(stats: PromptStats, positions: IntArray) -> tuple[FloatArray, ...]:
+    """Per query, of its prompt's last step: share truncated, largest cap and length they were cut at
+    (0 where the prompt has no history): what ``raise_censored`` reads."""
+    if len(stats.count) == 0:
+        return tuple(np.zeros(len(positions)) for _ in range(3))
+    ok = positions >= 0
+    at = np.where(ok, positions, 0)
+    share = stats.last_truncated[at] / np.maximum(stats.last_n[at], 1)
+    return tuple(np.where(ok, c, 0.0) for c in (share, stats.last_trunc_cap[at], stats.last_trunc_len[at]))
