@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from predictors.fallbacks import global_mean
 from predictors.history import History
 from predictors.model import FitConfig, fit
 from predictors.predictor import LengthPredictor
+from predictors.quantiles import ordered
 from predictors.queries import NO_CAP, QueryBatch
-from predictors.tracetable import FloatArray, Trace
+from predictors.tracetable import FloatArray, IntArray, Trace
 from scheduler.errors import InvalidInputError
 
 PREDICTORS: tuple[str, ...] = ("global_mean", "prompt_history_mean", "lightgbm")
@@ -119,6 +119,15 @@ def score_step(trace: Trace, step: int, config: FitConfig | None = None) -> Step
     )
 
 
+def global_mean(history: Trace, caps: IntArray) -> tuple[FloatArray, FloatArray]:
+    """The length-blind baseline: history's mean for every query, its empirical p90 as the p90, both
+    clipped to [1, cap] like every serving answer (a cap cut below the history's lengths would
+    otherwise score the baseline on lengths no query can reach)."""
+    y = history.output_tokens.astype(np.float64)
+    n = len(caps)
+    return ordered(np.full(n, y.mean()), np.full(n, np.quantile(y, 0.9)), caps)
+
+
 def _average(results: list[StepScores]) -> dict[str, Scores]:
     out: dict[str, Scores] = {}
     for name in PREDICTORS:
@@ -136,6 +145,7 @@ def to_json(evaluation: Evaluation) -> dict[str, object]:
     """The ``--json`` object: predictor -> averaged metrics (null where undefined), plus per-step detail."""
 
     def clean(s: Scores) -> dict[str, float | None]:
+        """The scores as JSON: NaN (undefined) as null, the rest rounded to six places."""
         return {m: (None if math.isnan(v := getattr(s, m)) else round(v, 6)) for m in METRICS}
 
     return {

@@ -15,8 +15,8 @@ import numpy as np
 
 from predictors.promptprior import PriorRows
 from predictors.promptstats import PromptStats
-from predictors.quantiles import Z90, ordered
-from predictors.tracetable import FloatArray, IntArray, Trace
+from predictors.quantiles import Z90
+from predictors.tracetable import FloatArray, IntArray
 
 MIN_BIN_ROWS = 50  # a prompt-length bin needs this many rows to stand on its own
 MAX_BINS = 8
@@ -198,12 +198,3 @@ def pooled_log_sd(stats: PromptStats) -> float:
 def prompt_mean(prior: PriorRows, sigma: float) -> tuple[FloatArray, FloatArray]:
     """(p50, p90) from the prompt's history mean, p90 stretched by the pooled log spread."""
     return prior.hist_mean, prior.hist_mean * np.exp(Z90 * sigma)
-
-
-def global_mean(history: Trace, caps: IntArray) -> tuple[FloatArray, FloatArray]:
-    """The length-blind baseline: history's mean for every query, its empirical p90 as the p90, both
-    clipped to [1, cap] like every serving answer (a cap cut below the history's lengths would
-    otherwise score the baseline on lengths no query can reach)."""
-    y = history.output_tokens.astype(np.float64)
-    n = len(caps)
-    return ordered(np.full(n, y.mean()), np.full(n, np.quantile(y, 0.9)), caps)
