@@ -54,6 +54,7 @@ def prior_at(stats: PromptStats, pos: IntArray) -> PriorRows:
     safe = np.where(ok, pos, 0)
 
     def take(values: np.ndarray) -> FloatArray:
+        """``values`` of each query's prompt as floats, NaN where the prompt has no history."""
         if len(values) == 0:
             return np.full(len(pos), np.nan)
         return np.where(ok, values[safe].astype(np.float64), np.nan)
