@@ -50,8 +50,16 @@ class ScriptCalls(DeliveryIndexes):
         return cls(redis.Redis.from_url(url, decode_responses=True), prefix)
 
     def _call(self, script: Any, schedule_id: str, args: Sequence[Any]) -> Any:
+        """One EVALSHA of ``script`` on the schedule's meta key; on NOSCRIPT (a restarted server, a
+        failed-over node) the registered ``Script`` loads the body and runs it. Sent directly rather
+        than through ``Script.__call__``, whose two imports and argument tuples per call were a few
+        us of every one-item claim and completion's client time (docs/experiments.md, "Delivery")."""
+        meta = self.keys(schedule_id).meta
         try:
-            return script(keys=[self.keys(schedule_id).meta], args=list(args))
+            try:
+                return self.client.evalsha(script.sha, 1, meta, *args)
+            except redis.exceptions.NoScriptError:
+                return script(keys=[meta], args=list(args))
         except redis.ResponseError as err:
             raise _mapped(err, schedule_id) from None
 

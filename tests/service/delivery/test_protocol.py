@@ -227,6 +227,18 @@ def test_complete_and_claim_reports_and_leases_in_one_round_trip(
         delivery.complete_and_claim("nope", "a", [], 1)
 
 
+def test_a_single_call_after_a_server_restart_loads_its_script_and_runs_once(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("s", {"a": 3}))
+    redis_client.script_flush()  # as after a server restart: the claim's EVALSHA answers NOSCRIPT
+    (lease,) = delivery.claim("s", "a", 1)
+    redis_client.script_flush()
+    assert delivery.complete(lease, RESULT) is CompletionOutcome.ACCEPTED
+    assert [le.key for le in delivery.claim("s", "a", 5)] == ["a-1#0", "a-2#0"]  # the first ran once
+    assert redis_client.xlen(delivery.keys("s").results) == 1
+
+
 def test_a_payload_or_result_that_is_not_json_is_refused_and_changes_nothing(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
