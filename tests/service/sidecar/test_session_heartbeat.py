@@ -20,13 +20,13 @@ from service.sidecar.session_settings import heartbeat_every_s
 from tests.service.delivery.conftest import schedule
 from tests.service.sidecar.procs import cluster, item, publish, run_until
 
-TTL_MS = 300
+TTL_MS = 900  # 300 lapsed a lease at load 40: a 100 ms sleep and a heartbeat ran past 200 ms of slack
 
 
 def test_a_heartbeat_interval_past_the_lease_ttl_keeps_the_leases_and_is_warned_about_once(
     redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """--heartbeat-interval 1 against a service's ROLLOUT_LEASE_TTL_MS=300 was kept to: each lease
+    """--heartbeat-interval 1 against a service's ROLLOUT_LEASE_TTL_MS=300 was kept to (900 here): each lease
     lapsed between two heartbeats, so a live worker lost every item it ran."""
     delivery = Delivery(redis_client)
     delivery.publish(schedule("s", {"w": 1}, ttl_ms=TTL_MS))
@@ -45,7 +45,7 @@ def test_a_heartbeat_interval_past_the_lease_ttl_keeps_the_leases_and_is_warned_
     assert [r.getMessage() for r in caplog.records] == [
         f"--heartbeat-interval=1s is not shorter than the lease TTL of a schedule held "
         f"(ROLLOUT_LEASE_TTL_MS={TTL_MS}): every lease would lapse between two heartbeats; "
-        "heartbeating every 0.1s (a third of the TTL) instead"
+        "heartbeating every 0.3s (a third of the TTL) instead"
     ]
 
 
