@@ -11,7 +11,8 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
    List scheduling then places units inside the chosen bands (``lpt_assignment`` with tiers),
    passing over workers whose queue would overflow the KV cache if admitted at once. Where time
    allows, a second round places them again: calibrated by the first round's simulation, and with
-   the units that would push a worker past a cap placed after all others; under prefix affinity,
+   the units that would push a worker past a cap placed after all others, and with half the budget
+   left on point predictions up to two more, each calibrated by the one before; under prefix affinity,
    more rounds with more workers in the cap band follow (``_cap_band_rounds``). Where a round over the
    whole batch would not fit the budget (``scheduler.policies.copybudget``: ``FULL_ROUND`` for large
    batches, ``FIRST_ROUND`` for smaller ones), the batch is searched on one K-th of itself and one
@@ -101,6 +102,10 @@ BASELINE_COST = 1.0  # lpt phases the robust choice's lpt side takes before its 
 # Started with less left, its draws ran past the deadline on a loaded host, for a search that
 # could not follow them
 ROUNDS = 2  # realisations of one aggregate solve: as planned, then calibrated and capped (``_rounds``)
+EXTRA_ROUNDS = 2  # more rounds, each calibrated by the last one's play, on point predictions alone
+# (no quantiles, no affinity): 4,096 x 32 medians 1.0292 -> 1.0270 (docs/solver.md, step 4)
+EXTRA_LEFT = 0.5  # an extra round starts only while this share of the budget is left (4,096 x 32:
+# two rounds end at ~80 ms of 250 on a quiet host, an extra one costs ~35 ms there)
 
 
 class CpSatPolicy:
@@ -163,7 +168,10 @@ class CpSatPolicy:
         left = search_end - clock.now()
         part = copy_split(problem, request, lpt_phase, left, ROUND_FIXED_S) if spread is None else None
         if part is None:
-            best, assignment = self._rounds(problem, request, lpt_plan, assignment, lpt_phase, search_end)
+            more = EXTRA_ROUNDS if spread is None and not request.prefix_affinity else 0
+            best, assignment = self._rounds(
+                problem, request, lpt_plan, assignment, lpt_phase, search_end, more=more
+            )
         else:
             best, assignment = self._copied(
                 problem, request, part, lpt_plan, assignment, lpt_phase, search_end
@@ -187,14 +195,18 @@ class CpSatPolicy:
         lpt_phase: float,
         deadline: float,
         solved: LevelPlan | None = None,
+        more: int = 0,
     ) -> tuple[Placement, list[list[int]]]:
-        """The band counts, realised by list scheduling in up to ``ROUNDS`` rounds; the best plan
-        so far (``best``, the lpt plan, to start) and its assignment.
+        """The band counts, realised by list scheduling in up to ``ROUNDS`` rounds, and ``more``
+        after them while ``EXTRA_LEFT`` of the budget is left; the best plan so far (``best``, the
+        lpt plan, to start) and its assignment.
 
         Round 1 places the units inside the chosen bands. Round 2 places them inside the same bands
         again, each (kind, band) group's estimates scaled by what round 1's simulation measured
         (``calibrate.calibrate``), and with the units that would pass a cap (``DEFER``) placed last. A round
         starts only when it is expected to fit the budget, and one that runs long is cut short.
+        Each round past the second is calibrated and capped by the round before it, so a group
+        that round 2 overloaded in its turn is planned slower again.
         The counts are the band model's, solved here, or ``solved``; under prefix affinity the
         model's own are followed by shifted ones (``_cap_band_rounds``).
         """
@@ -212,7 +224,8 @@ class CpSatPolicy:
         stop = deadline - ROUND_RESERVE * request.time_budget_s
         scale: list[float] | None = None
         cap_s: float | None = None
-        for round_index in range(ROUNDS):
+        last = ROUNDS + more
+        for round_index in range(last):
             round_started = clock.now()
             if round_index and deadline - round_started < round_cost:
                 break
@@ -223,8 +236,11 @@ class CpSatPolicy:
             if max(finishes) < max(best.finish_s):
                 best, assignment = Placement(queues, levels.status, finish_s=finishes), banded
             round_cost = max(round_cost, clock.now() - round_started)
-            if round_index == ROUNDS - 1 or deadline - clock.now() < round_cost:
+            left = deadline - clock.now()
+            if round_index == last - 1 or left < round_cost:
                 break  # no further round can start: calibrating for it would only spend the budget
+            if round_index >= ROUNDS - 1 and left < EXTRA_LEFT * request.time_budget_s:
+                break  # an extra round polishes ~0.1%: only where it leaves the budget well alone
             scale, highest = calibrate(problem, banded, finishes, tiers, kinds)
             cap_s = levels.makespan_s + DEFER * (highest - levels.makespan_s)
             if max(scale) <= 1.0 + AGREED and cap_s <= levels.makespan_s:

@@ -66,7 +66,7 @@ def test_without_affinity_every_round_follows_the_band_models_counts(monkeypatch
     rounds = _Rounds(monkeypatch)
     with clock.frozen():
         plan(BATCH, "cpsat")
-    assert len(rounds.tiers) == cpsat_module.ROUNDS
+    assert len(rounds.tiers) == cpsat_module.ROUNDS + cpsat_module.EXTRA_ROUNDS
     assert all(tiers == rounds.tiers[0] for tiers in rounds.tiers)
 
 

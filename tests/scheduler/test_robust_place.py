@@ -212,9 +212,9 @@ def test_cpsat_does_not_search_with_quantiles_when_the_robust_choice_could_not_j
     searched: list[int] = []
     rounds = cpsat_module.CpSatPolicy._rounds
 
-    def counted(self: cpsat_module.CpSatPolicy, *args: object) -> object:
+    def counted(self: cpsat_module.CpSatPolicy, *args: object, **kwargs: object) -> object:
         searched.append(1)
-        return rounds(self, *args)  # type: ignore[arg-type]
+        return rounds(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(cpsat_module.CpSatPolicy, "_rounds", counted)
     plan(_request(1.6), "cpsat")  # a budget that fits the search and the choice after it
