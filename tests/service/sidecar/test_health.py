@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import re
 import socket
 import struct
 import time
@@ -21,9 +23,10 @@ from service.ports import free_port
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.health import CLIENT_TIMEOUT_S, STALE_S, HealthServer, Probes
 from service.sidecar.holdings import Holdings
-from service.sidecar.metrics import exposition
+from service.sidecar.metrics import exposition, pull_exposition
 from service.sidecar.runner import RunnerSettings, Sidecar
-from service.sidecar.session import SessionSettings, WorkerSession
+from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
+from service.sidecar.timings import Durations
 from tests.service.metrics_docs import DOCS, documented_metrics, exported_metrics
 from tests.service.sidecar.procs import cluster, item, publish, run_until, wait_http, wait_until
 
@@ -212,6 +215,30 @@ def test_every_metric_a_sidecar_exports_is_documented_with_its_labels_and_no_oth
     assert "every series labelled `worker_id`" in " ".join(section.split())
     assert set(exported) == set(documented_metrics(section))
     assert set(exported.values()) == {frozenset({"worker_id"})}
+
+
+def _pull_metrics_row() -> str:
+    """docs/sidecar.md's pull API table row for ``GET /metrics``."""
+    rows = (DOCS / "sidecar.md").read_text().splitlines()
+    return next(row for row in rows if row.startswith("| `GET /metrics` |"))
+
+
+def test_the_pull_api_metrics_row_names_every_series_pull_mode_exports_and_those_it_lacks(
+    redis_url: str,
+) -> None:
+    """The row shows the counters as ``{claimed,...,<last>}_total``, then the gauges, and names the
+    push mode's series pull mode lacks: until 2026-12-04 nothing held it, and a new counter (the
+    2026-12-04 ``inherited``) could be exported without the row's list ending at it."""
+    pull = set(exported_metrics(pull_exposition(_sidecar(redis_url).session, Durations()).decode()))
+    push = set(exported_metrics(exposition(_sidecar(redis_url), "w0").decode()))
+    row = _pull_metrics_row()
+    lacking = re.search(r"; no (.*?) \(", row)
+    assert lacking is not None
+    assert push - pull == {f"rollout_sidecar_{name}" for name in re.findall(r"`([a-z_]+)`", lacking[1])}
+    counters = [field.name for field in dataclasses.fields(SessionStats)]
+    assert f"`rollout_sidecar_{{{counters[0]},...,{counters[-2]},{counters[-1]}}}_total`" in row
+    others = set(documented_metrics(row))  # the elided brace is no name: the gauges and histogram
+    assert others | {f"rollout_sidecar_{name}_total" for name in counters} == pull
 
 
 def test_a_sidecar_with_every_slot_busy_is_not_ready_once_its_heartbeats_find_redis_gone(
