@@ -1,10 +1,12 @@
 """The engines the simulator can play: each a named set of the rules in which vLLM versions differ.
 
-Why named. The simulator's rules (``scheduler.sim_engine``) have two knobs on which vLLM V0 and V1
-part: the share of KV kept free when admitting (V0's block manager kept a 1% watermark; V1's KV cache
-manager keeps none by default) and what an evicted sequence keeps (the model's default restarts it
-from nothing, its progress lost, as issue 6 words it and the planner's finish model assumes; V1
-keeps its output and re-prefills prompt plus output on resume, ``Scheduler._preempt_request``). A
+Why named. The simulator's rules (``scheduler.sim_engine``) have two knobs on which the model and
+vLLM V1 part: the share of KV kept free when admitting (V0's block manager kept a 1% watermark; V1's
+KV cache manager keeps none by default) and what an evicted sequence keeps (the model's default
+restarts it from nothing, its progress lost, as issue 6 words it and the planner's finish model
+assumes; V1 keeps its output and re-prefills prompt plus output on resume,
+``Scheduler._preempt_request``, as V0's recompute preemption did). So ``vllm-v0`` is named for its
+watermark: it is the planner's model, not a play of vLLM V0. A
 replay that compares policies against the vLLM baseline should say which engine it played, by name,
 not by two loose settings: ``replay --engine``. docs/simulator.md, "Fidelity to vLLM V1 and SGLang",
 has the sources and the measured difference.
