@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -82,6 +83,24 @@ def test_the_json_has_the_bound_and_every_figure_per_policy(report: ReplayReport
             assert key in figures
         for key in ("ratio_to_lower_bound", "tokens_per_s", "tail_time_s"):
             assert key in figures
+
+
+def _documented_json() -> tuple[list[str], list[str]]:
+    """docs/replay.md's ``--json`` object: its keys in order, and each policy's figures in order."""
+    text = (Path(__file__).resolve().parents[3] / "docs" / "replay.md").read_text()
+    shown = " ".join(text.split("- `--json`: `", 1)[1].split("}}}`", 1)[0].split())
+    top, _, figures = shown.partition("{name: {")
+    return re.findall(r'"([a-z_]+)"', top), re.findall(r"[a-z_]+", figures)
+
+
+def test_the_json_has_the_keys_and_figures_docs_replay_md_lists_in_its_order(report: ReplayReport) -> None:
+    """A script reads the JSON by the doc's keys: ``engine`` (2026-12-04) was added to both by hand."""
+    out = report.to_json(True)
+    keys, figures = _documented_json()
+    assert list(out) == keys
+    policies = out["policies"]
+    assert isinstance(policies, dict)
+    assert [list(f) for f in policies.values()] == [figures] * len(policies)
 
 
 def test_the_oracle_plans_on_the_true_lengths(report: ReplayReport) -> None:
