@@ -16,6 +16,7 @@ from predictors.traceio import check_input_file
 from scheduler.errors import InvalidInputError
 
 TOKENIZER_FILE = "tokenizer.json"
+NO_TOKENIZERS = "counting tokens needs the tokenizers package: pip install 'rollout-scheduler[trace]'"
 ENCODE_CHUNK = 64  # texts per tokenizer batch: enough for its threads, few Encodings held at once
 
 
@@ -57,7 +58,10 @@ def load_tokenizer(path: str | Path) -> object:
     applies: every count of a batch came out as its longest text's, or stopped at the limit, without
     a word. Both are switched off here: a count is of the text, all of it.
     """
-    from tokenizers import Tokenizer
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:  # the ``trace`` extra's, not the base install's: a bare traceback said only that
+        raise InvalidInputError("tokenizer", str(path), NO_TOKENIZERS) from None
 
     path = Path(path)
     check_input_file("tokenizer", path, f"a {TOKENIZER_FILE}")

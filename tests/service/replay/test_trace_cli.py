@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -231,6 +232,24 @@ def test_trace_import_verl_without_a_tokenizer_is_refused(cli: typer.Typer, tmp_
     code, _, err = run(cli, ["trace", "import", str(tmp_path), "--out", str(tmp_path / "t.csv")])
     assert code != 0
     assert "tokenizer" in err
+
+
+def test_trace_import_verl_without_the_trace_extra_names_it_in_one_line(
+    cli: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # tokenizers is the trace extra's, not a dependency: a plain `pip install rollout-scheduler`
+    # answered a ModuleNotFoundError traceback. None in sys.modules makes its import fail here too.
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a"])
+    (tmp_path / "rollouts").mkdir()
+    line = json.dumps({"input": "a", "output": "a", "step": 1})
+    (tmp_path / "rollouts" / "1.jsonl").write_text(line + "\n")
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    args = ["trace", "import", str(tmp_path / "rollouts"), "--tokenizer", str(tmp_path / "tokenizer.json")]
+    code, _, err = run(cli, [*args, "--out", str(tmp_path / "t.csv")])
+    assert code == 2
+    assert "pip install 'rollout-scheduler[trace]'" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "t.csv").exists()
 
 
 @pytest.mark.parametrize("command", [["replay"], ["trace", "import"]])
