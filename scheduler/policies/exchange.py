@@ -151,7 +151,9 @@ def _split_model(
     # from a solution instead of searching for a first one (1,000 booleans found none in 55 ms).
     model.minimize(makespan)
     for (u, w), var in x.items():
-        model.add_hint(var, home[u] == w)
+        # 0/1, not a bool: ortools 9.10 copies a hint into its proto as is, and protobuf 7 refuses a
+        # bool in an int field (TypeError), which pip pairs with it (ortools 9.10 caps no protobuf).
+        model.add_hint(var, int(home[u] == w))
     model.add_hint(makespan, min(current, horizon))
     return model, x
 
