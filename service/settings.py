@@ -60,7 +60,11 @@ class AcrossSettingsError(ValueError):
 class Settings(BaseSettings):
     """Everything the service can be told; defaults are for a single-node development run."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLOUT_", extra="forbid", frozen=True)
+    # protected_namespaces: pydantic-settings 2.3 (the floor) reserved "model_" as well, and warned on
+    # model_dir and model_keep at every start; only BaseSettings' own "settings_" names are kept here.
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLOUT_", extra="forbid", frozen=True, protected_namespaces=("settings_",)
+    )
 
     # --- network -------------------------------------------------------------------------------------
     host: str = "127.0.0.1"  # bind address; a non-loopback one needs a token

@@ -312,6 +312,9 @@ class Timings(BaseModel):
 class ScheduleResponse(BaseModel):
     """The plan, its quality against the physical bound and the length-blind baseline, and timings."""
 
+    # pydantic before 2.10 reserves "model_" and warned on model_version at every start (stderr).
+    model_config = ConfigDict(protected_namespaces=())
+
     schedule_id: str
     step: int
     policy: str
