@@ -64,7 +64,16 @@ Keys (named in ``service/delivery/keys.py``, with every other key and TTL):
   matches, and the first batch measured against a new profile starts the mean afresh. A state
   without ``profile`` (stored before fingerprints) was measured against an unknown profile: plans
   ignore it and the next batch starts afresh.
-Neither expires: they describe the fleet, not a schedule, and hold one small entry per worker.
+* ``keys.worker_seen`` (``<prefix>:workers:seen``) zset: worker id -> when a publish last named it
+  (ms, this replica's clock). Each publish drops, from both hashes and from it, the workers no publish
+  has named for the retention (``Settings.retention_s``; ``FORGET_BATCH`` a publish at most).
+None of the three expires: they describe the fleet, not a schedule. They hold one small entry per
+worker a step named within the retention, not per worker ever seen: a worker id is often its pod's
+name, and a run that reschedules pods left one entry behind for every name it ever used (a soak with
+a pod rescheduled a step grew both hashes by one entry a step, docs/experiments.md, "Long-run
+memory"). A worker back after longer than the retention is planned as a new one (its peers' scale,
+``peer_scales``) until its actuals measure it again. A replica forgetting a worker while another
+publishes it anew can drop the profile just written; its next publish writes it again.
 
 * field ``keys.PLANNED_PROFILES`` of each published schedule's ``P:meta``: JSON worker id ->
   fingerprint it was planned with; written after the publish, only while the schedule exists, and
@@ -75,8 +84,9 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from scheduler.devices import ModelPreset
@@ -162,15 +172,27 @@ return 1
 """
 
 
+FORGET_BATCH = 1_000  # workers one publish forgets at most: a fleet renamed at once goes over a few
+
+
 class SpeedLearner:
     """Reads and updates learned per-worker time scales in Redis."""
 
-    def __init__(self, client: RedisClient, alpha: float, prefix: str = keys.DEFAULT_PREFIX) -> None:
+    def __init__(
+        self,
+        client: RedisClient,
+        alpha: float,
+        prefix: str = keys.DEFAULT_PREFIX,
+        retention_s: int = keys.DEFAULT_RETENTION_S,
+    ) -> None:
         self._redis = client
         self._alpha = alpha
         self._prefix = prefix
+        self._retention_ms = retention_s * 1000
+        self.clock: Callable[[], float] = time.time  # seconds; when each worker was last named
         self.workers_key = keys.worker_profiles(prefix)
         self.speed_key = keys.learned_speeds(prefix)
+        self.seen_key = keys.worker_seen(prefix)
         self._update = client.register_script(_UPDATE)
         self._decay = client.register_script(_DECAY)
         self._record = client.register_script(_RECORD)
@@ -182,8 +204,12 @@ class SpeedLearner:
         the learned scale of each ``idle`` worker (``idle_learned``) towards its anchor: the scale
         its busy peers would lend it, else its profile's (``idle_anchors``)."""
         model = inventory.model
+        now_ms = int(self.clock() * 1000)
+        # named first: a worker named now is never among those ``_forget`` reads as gone
+        self._redis.zadd(self.seen_key, {w.worker_id: now_ms for w in inventory.workers})
         pairs = [(w.worker_id, worker_json(w, model)) for w in inventory.workers]
         self._redis.hset(self.workers_key, items=[part for pair in pairs for part in pair])
+        self._forget(now_ms - self._retention_ms)
         planned = {w.worker_id: profile_fingerprint(w, model) for w in inventory.workers}
         meta = keys.schedule_keys(schedule_id, self._prefix).meta
         self._record(keys=[meta], args=[keys.PLANNED_PROFILES, json.dumps(planned, sort_keys=True)])
@@ -200,6 +226,15 @@ class SpeedLearner:
         anchors = idle_anchors(ids, [planned[wid] for wid in ids], own, idlers)
         for wid in idlers:
             self._decay(keys=[self.speed_key], args=[wid, planned[wid], IDLE_DECAY, anchors[wid]])
+
+    def _forget(self, before_ms: int) -> None:
+        """Drop the profile and learned speed of the workers no publish has named since ``before_ms``
+        (at most ``FORGET_BATCH``): without it both hashes held every worker id a run ever used."""
+        gone = self._redis.zrangebyscore(self.seen_key, "-inf", f"({before_ms}", start=0, num=FORGET_BATCH)
+        if gone:
+            self._redis.hdel(self.workers_key, *gone)
+            self._redis.hdel(self.speed_key, *gone)
+            self._redis.zrem(self.seen_key, *gone)  # last: a failure before it is retried next publish
 
     def learned(self, workers: Sequence[Worker], model: ModelPreset) -> dict[str, tuple[float, str]]:
         """Worker id -> (time scale, source) for ``workers``, against the profiles they are planned

@@ -79,9 +79,13 @@ key                                           type     contents; time-to-live
 ``<prefix>:actuals:seen:{<prefix>:actuals}``  zset     report digest -> its entry's ordinal; no TTL,
                                                        trimmed with the stream (its slot: its hash tag)
 ``<prefix>:workers``                          hash     worker id -> profile and model it was last planned
-                                                       with; no TTL, one entry per worker
+                                                       with; no TTL, one entry per worker a publish named
+                                                       within the retention (``<prefix>:workers:seen``)
 ``<prefix>:speed``                            hash     worker id -> learned time scale and its profile's
-                                                       fingerprint; no TTL, one entry per worker
+                                                       fingerprint; no TTL, as ``<prefix>:workers``
+``<prefix>:workers:seen``                     zset     worker id -> when a publish last named it (ms);
+                                                       no TTL: each publish drops the workers (here and
+                                                       in the two hashes above) unnamed for the retention
 ``<prefix>:retrain:step``                     string   last step a retrain was started for; no TTL
 ``<prefix>:retrain:lock``                     string   owner token while one replica retrains; renewed,
                                                        else expires after ``RETRAIN_LOCK_TTL_S``
@@ -363,6 +367,12 @@ def worker_profiles(prefix: str = DEFAULT_PREFIX) -> str:
 def learned_speeds(prefix: str = DEFAULT_PREFIX) -> str:
     """Hash: worker id -> learned time scale (EWMA of log ratios), shared by every replica."""
     return f"{prefix}:speed"
+
+
+def worker_seen(prefix: str = DEFAULT_PREFIX) -> str:
+    """Zset: worker id -> when a publish last named it (ms); workers unnamed for the retention are
+    dropped from it and from ``worker_profiles`` and ``learned_speeds`` (``service/speeds.py``)."""
+    return f"{prefix}:workers:seen"
 
 
 def retrain_step(prefix: str = DEFAULT_PREFIX) -> str:

@@ -31,6 +31,7 @@ FLEET_WIDE = {
     keys.actuals_seen(),
     keys.worker_profiles(),
     keys.learned_speeds(),
+    keys.worker_seen(),  # with the two above: the workers named within the retention (test_worker_churn)
     keys.retrain_step(),
     keys.retrain_fence(),  # one counter
 }
@@ -122,6 +123,7 @@ def test_every_key_of_many_step_lives_expires_or_is_a_bounded_fleet_wide_key(
     assert redis_client.zcard(keys.actuals_seen()) == redis_client.xlen(keys.actuals_stream()) == len(reports)
     assert redis_client.hlen(keys.worker_profiles()) == 2  # one entry per worker, however many steps
     assert redis_client.hlen(keys.learned_speeds()) <= 2
+    assert redis_client.zcard(keys.worker_seen()) == 2
     # only the unsettled schedule stays indexed: finished, dead-lettered and cancelled ones are retired
     assert delivery.active_schedules() == ["abandoned"]
     assert delivery.schedules_for("w0") == delivery.schedules_for("w1") == ["abandoned"]
