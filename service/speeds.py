@@ -205,11 +205,14 @@ class SpeedLearner:
         its busy peers would lend it, else its profile's (``idle_anchors``)."""
         model = inventory.model
         now_ms = int(self.clock() * 1000)
-        # named first: a worker named now is never among those ``_forget`` reads as gone
-        self._redis.zadd(self.seen_key, {w.worker_id: now_ms for w in inventory.workers})
         pairs = [(w.worker_id, worker_json(w, model)) for w in inventory.workers]
-        self._redis.hset(self.workers_key, items=[part for pair in pairs for part in pair])
-        self._forget(now_ms - self._retention_ms)
+        pipe = self._redis.pipeline(transaction=False)  # one round trip; each command on its own key
+        # named first: a worker named now is never among those read as gone below
+        pipe.zadd(self.seen_key, {w.worker_id: now_ms for w in inventory.workers})
+        pipe.hset(self.workers_key, items=[part for pair in pairs for part in pair])
+        before_ms = now_ms - self._retention_ms
+        pipe.zrangebyscore(self.seen_key, "-inf", f"({before_ms}", start=0, num=FORGET_BATCH)
+        self._forget(pipe.execute()[-1])
         planned = {w.worker_id: profile_fingerprint(w, model) for w in inventory.workers}
         meta = keys.schedule_keys(schedule_id, self._prefix).meta
         self._record(keys=[meta], args=[keys.PLANNED_PROFILES, json.dumps(planned, sort_keys=True)])
@@ -227,10 +230,9 @@ class SpeedLearner:
         for wid in idlers:
             self._decay(keys=[self.speed_key], args=[wid, planned[wid], IDLE_DECAY, anchors[wid]])
 
-    def _forget(self, before_ms: int) -> None:
-        """Drop the profile and learned speed of the workers no publish has named since ``before_ms``
-        (at most ``FORGET_BATCH``): without it both hashes held every worker id a run ever used."""
-        gone = self._redis.zrangebyscore(self.seen_key, "-inf", f"({before_ms}", start=0, num=FORGET_BATCH)
+    def _forget(self, gone: list[str]) -> None:
+        """Drop the profile and learned speed of ``gone``, workers no publish named for the retention
+        (at most ``FORGET_BATCH`` a publish): without it both hashes held every worker id a run used."""
         if gone:
             self._redis.hdel(self.workers_key, *gone)
             self._redis.hdel(self.speed_key, *gone)
