@@ -6,6 +6,7 @@ with 1 s leases, and ends by printing the lost / accepted-twice counts it assert
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import redis
 from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
 from service.ports import free_port
-from tests.service.sidecar.procs import cluster, item, publish, tally, wait_finished, wait_until
+from tests.service.sidecar.procs import Proc, cluster, item, publish, tally, wait_finished, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -113,7 +114,12 @@ def test_sigterm_while_redis_is_paused_exits_within_the_drain_timeout_plus_the_r
     Redis paused (SIGSTOPped: connections accepted, nothing answered) the process exited 8.4 s after
     a SIGTERM with --drain-timeout 1: the presence key's delete got 2 s of its own after the release's
     2 s, and the exit then waited for the worker threads still reading the paused server's sockets
-    (one 5 s socket timeout)."""
+    (one 5 s socket timeout).
+
+    The bound is read at the counters' line on stdout, printed once the drain and those waits are
+    over: what comes after it is the interpreter's teardown, a fraction of a second of CPU that 24
+    busy processes on 2 cores stretched past 20 s (a faulthandler dump found it garbage-collecting).
+    A sidecar killed by its pod's grace period there has nothing left to lose."""
     server = EmbeddedServer().start()
     try:
         delivery = Delivery.from_url(server.url)
@@ -127,15 +133,34 @@ def test_sigterm_while_redis_is_paused_exits_within_the_drain_timeout_plus_the_r
             try:
                 stopped = time.monotonic()
                 sidecar.signal(signal.SIGTERM)
-                sidecar.popen.wait(timeout=30)
+                counters = _counters_line(sidecar)
                 took_s = time.monotonic() - stopped
+                sidecar.popen.wait(timeout=120)
             finally:
                 server.signal(signal.SIGCONT)
         assert sidecar.popen.returncode == 0
-        assert _log_mentions(sidecar.log, "could not release 2 leases")
+        assert counters.startswith("{"), f"no counters printed; log:\n{sidecar.log.read_text()[-3000:]}"
+        assert _abandoned(sidecar.log) == 2  # both leases left to lapse, whether running or not started yet
         assert took_s < 1.0 + 2.0 + 2.0  # drain timeout, release grace, and an exit's slack
     finally:
         server.stop()
+
+
+def _counters_line(sidecar: Proc) -> str:
+    """The sidecar's counters line (its last on stdout, printed as its command returns), or "" at EOF."""
+    assert sidecar.popen.stdout is not None
+    for line in sidecar.popen.stdout:
+        if line.startswith("{"):
+            return line
+    return ""
+
+
+def _abandoned(log: Path) -> int:
+    """How many leases the log says could not be released. Redis says "running" once an item is
+    leased; a loaded sidecar may not have started the second on its engine yet at SIGTERM: that
+    one is handed back (and abandoned) on a line of its own, "could not release 1 leases" twice."""
+    counts = re.findall(r"could not release (\d+) leases", log.read_text())
+    return sum(int(count) for count in counts)
 
 
 def test_a_second_sigterm_cuts_the_drain_short_and_releases_the_running_items_at_once(
