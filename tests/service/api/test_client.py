@@ -194,7 +194,9 @@ def test_waiting_on_a_service_that_hangs_ends_at_the_wait_s_timeout_not_the_requ
         started = time.monotonic()
         with pytest.raises(TimeoutError):
             client.wait("step-0", timeout_s=1.0)
-        assert time.monotonic() - started < 5.0  # its 1 s and one request's 1 s of grace; it was 10 s
+        # its 1 s and one request's 1 s of grace; it was the request's 10 s: any bound below those
+        # tells them apart, and a loaded host must not fail it
+        assert time.monotonic() - started < 10.0 * 0.8
 
 
 def test_a_lone_surrogate_in_a_prompt_is_the_service_s_422_naming_the_item(live_settings: Settings) -> None:

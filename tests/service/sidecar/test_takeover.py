@@ -73,7 +73,8 @@ def test_a_restarted_sidecar_hands_back_its_killed_predecessors_leases_at_once_w
     started = time.monotonic()
     stats = run_until(sidecar, lambda: delivery.progress("crash").finished, timeout_s=20)
     assert delivery.progress("crash").finished
-    assert time.monotonic() - started < LEASE_TTL_MS / 1000 / 6  # not a lease TTL: a presence TTL
+    # not a lease TTL (60 s): a presence TTL (0.3 s); the report below says how, whatever the load
+    assert time.monotonic() - started < LEASE_TTL_MS / 1000 / 2
     assert sidecar.takeover.report == TakeoverReport(released=3)
     assert (stats.reset, stats.accepted) == (3, 4)
     results = delivery.read_results("crash")
