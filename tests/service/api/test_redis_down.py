@@ -12,6 +12,7 @@ import anyio
 import httpx
 import pytest
 import redis
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -148,7 +149,9 @@ def test_healthz_answers_at_once_while_trainers_poll_results_of_a_redis_silent_s
     the 0.5 s bound that 24 busy processes on 2 cores overran."""
     settings = Settings(redis_url=silent_redis, model_dir=str(tmp_path), redis_timeout_s=0.1)
     with LiveServer(settings) as live:
-        version = live.server.config.app.state.context.redis_version  # type: ignore[attr-defined]
+        app = live.server.config.app
+        assert isinstance(app, FastAPI)
+        version: redis_conn.VersionCheck = app.state.context.redis_version
         version.client = redis.Redis.from_url(silent_redis, socket_timeout=VERSION_HOLD_S, retry=NO_RETRY)
 
         def poll() -> None:
