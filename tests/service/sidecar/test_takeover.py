@@ -91,7 +91,9 @@ def test_a_restarted_sidecar_says_how_the_wait_on_its_predecessor_ended_before_i
     it, and nothing told how it ended."""
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "quiet", {"w0": [item("p", 0, 10)]}, lease_ttl_ms=LEASE_TTL_MS)
-    redis_client.set(sidecar_presence("w0"), "killed-instance", px=300)  # its presence, lapsing
+    # its presence, lapsing; 300 ms lapsed before a sidecar starting at load 38 first read it, so
+    # there was nothing to wait on and no line to check (helper timedtests)
+    redis_client.set(sidecar_presence("w0"), "killed-instance", px=2_000)
     sidecar = _sidecar(delivery, HoldingEngine())
     with caplog.at_level(logging.INFO, logger="service.sidecar"):
         run_until(sidecar, lambda: delivery.progress("quiet").finished, timeout_s=20)
