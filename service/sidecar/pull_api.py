@@ -150,7 +150,12 @@ async def next_item(
 @router.post("/done")
 async def done(body: DoneBody, state: Pull) -> JSONResponse:
     """Report a finished item: accepted once, ``duplicate`` on a repeat, 409 ``stale`` when lost."""
-    session = state.session
+    async with state.reporting(body.schedule_id, body.key, body.token) as session:
+        return await _complete(body, state, session)
+
+
+async def _complete(body: DoneBody, state: PullState, session: WorkerSession) -> JSONResponse:
+    """``/done`` once the session exists: the lease held here, or a killed predecessor's."""
     held = session.holdings.get((body.schedule_id, body.key, body.token))
     item = held.lease.item if held is not None else await _published_item(session, body)
     if item is not None and body.output_tokens > item.max_new_tokens:
@@ -196,13 +201,14 @@ async def _published_item(session: WorkerSession, body: DoneBody) -> DeliveryIte
 @router.post("/fail")
 async def fail(body: FailBody, state: Pull) -> dict[str, Any]:
     """Report an item the worker could not run: retried elsewhere, or dead-lettered by attempts."""
-    held = state.session.holdings.get((body.schedule_id, body.key, body.token))
-    if held is None:
-        return await _stale(state, body, False)
-    outcome = await state.session.fail(held, body.reason, keep_unanswered=True)
-    if outcome is ReleaseOutcome.STALE:
-        return await _stale(state, body, True)
-    return {"outcome": outcome.value}
+    async with state.reporting(body.schedule_id, body.key, body.token) as session:
+        held = session.holdings.get((body.schedule_id, body.key, body.token))
+        if held is None:
+            return await _stale(state, body, False)
+        outcome = await session.fail(held, body.reason, keep_unanswered=True)
+        if outcome is ReleaseOutcome.STALE:
+            return await _stale(state, body, True)
+        return {"outcome": outcome.value}
 
 
 async def _stale(state: PullState, body: DoneBody | FailBody, held: bool) -> dict[str, str]:

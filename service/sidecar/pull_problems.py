@@ -32,7 +32,7 @@ from service.problems import (
 )
 from service.sidecar.pull_bodies import AboveCapError
 from service.sidecar.pull_drain import DrainCutError
-from service.sidecar.pull_state import ConnectingError
+from service.sidecar.pull_state import CONNECTING_RETRY_AFTER_S, ConnectingError
 
 # Every error the pull API answers, in one place: exception type -> status and the body documented in
 # docs/sidecar.md (``{"error": ...}``; a gone schedule also says its ``outcome``). Routes raise, never
@@ -66,7 +66,7 @@ PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]]
 # the 503s a worker is to retry, with the seconds ``Retry-After`` asks it to wait first: a report the
 # sidecar cannot take yet (Redis out, or not reached since start: a restarted sidecar connecting) lands
 # on a retry, and one dropped instead left its lease to be handed back and the finished work run again
-RETRY_AFTER_S: dict[type[Exception], int] = {redis.RedisError: 1, ConnectingError: 1}
+RETRY_AFTER_S: dict[type[Exception], int] = {redis.RedisError: 1, ConnectingError: CONNECTING_RETRY_AFTER_S}
 
 
 def too_large(path: str, what: str, max_bytes: int) -> Response:

@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -51,6 +51,14 @@ class Connecting:
 
     worker_id: str
     connect: Callable[[], WorkerSession]
+
+
+# the ``Retry-After`` of a 503 ``ConnectingError``: the worker's report comes back about this much later
+CONNECTING_RETRY_AFTER_S = 1
+# past that, how long the takeover still waits for such a report's retry before it hands back the
+# predecessor's leases (a retry landing first keeps its finished item from being run again)
+REPORT_RETRY_GRACE_S = 2.0
+REFUSED_KEPT = 1024  # reports refused while connecting, awaited by the takeover (a bound, not a need)
 
 
 class ConnectingError(RuntimeError):
@@ -91,6 +99,10 @@ class PullState:
         # the heartbeats and the takeover: the first to die is ``loops.dead`` (``/health`` 503), and
         # its ``on_death`` stops the server (``create_pull_app``'s ``on_failure``)
         self.loops = Supervisor()
+        # reports (schedule, key, token) answered 503 while connecting, not yet retried: the takeover
+        # waits for their retries (``_retries_landed``) before it hands back what they report
+        self.refused: set[tuple[str, str, int]] = set()
+        self.report_retry_grace_s = REPORT_RETRY_GRACE_S
 
     @property
     def connected(self) -> bool:
@@ -118,7 +130,33 @@ class PullState:
         """Set up the takeover once the session exists, before any request can claim (no await
         between the session's arrival and this, so no ``/next`` slips in ahead of it)."""
         if self._session is not None and self.takeover is None:
-            self.takeover = Takeover(self._session, started=self.started)
+            self.takeover = Takeover(self._session, started=self.started, before_reset=self._retries_landed)
+
+    @contextlib.asynccontextmanager
+    async def reporting(self, schedule_id: str, key: str, token: int) -> AsyncIterator[WorkerSession]:
+        """The session for a worker's ``/done`` or ``/fail``; ``ConnectingError`` (a 503 to retry)
+        before Redis answered, the report then remembered until its retry has been answered, so the
+        takeover does not hand its lease back in between (its finished item run again)."""
+        lease = (schedule_id, key, token)
+        if self._session is None:
+            if len(self.refused) < REFUSED_KEPT:
+                self.refused.add(lease)
+            raise ConnectingError()
+        try:
+            yield self._session
+        finally:
+            self.refused.discard(lease)
+
+    async def _retries_landed(self, stop: asyncio.Event) -> None:
+        """Before the hand-back: wait for the retries of the reports refused while connecting, each
+        of a lease perhaps still current (a killed predecessor's), for at most their ``Retry-After``
+        and ``report_retry_grace_s`` more. Without it a predecessor whose presence had lapsed was
+        taken over at once, the retry came a second later and was refused stale, and the item ran
+        again (the chaos4 soak)."""
+        deadline = time.monotonic() + CONNECTING_RETRY_AFTER_S + self.report_retry_grace_s
+        while self.refused and not stop.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self.refused.clear()
 
     async def run(self, pending: Connecting | None) -> None:
         """Connect when still ``pending`` (served meanwhile), then take over what a killed predecessor

@@ -53,6 +53,7 @@ import functools
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import redis
@@ -96,6 +97,8 @@ class Takeover:
     _told: set[str] = field(default_factory=set)  # other instances found using this id (logged once)
     _handed: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # released, lapsed, dead, charged
     _answered: set[str] = field(default_factory=set)  # schedules whose reset's answer was counted
+    # awaited before the hand-back (pull mode: the retries of reports refused while connecting)
+    before_reset: Callable[[asyncio.Event], Awaitable[None]] | None = None
 
     @property
     def key(self) -> str:
@@ -151,6 +154,8 @@ class Takeover:
             if holder is not None:  # rewritten since: a live sidecar
                 self._twin(holder)
                 return TakeoverReport(twin=holder)
+        if self.before_reset is not None:
+            await self.before_reset(stop)
         return await self._reset(waited)
 
     async def _reset(self, waited: bool = False) -> TakeoverReport:

@@ -82,3 +82,54 @@ def test_a_report_sent_while_the_restarted_sidecar_connects_is_a_503_to_retry_an
     # every lease this process took, or was reported as current, ended once: accepted here
     assert stats.claimed + stats.stolen + stats.inherited == stats.accepted
     assert tally(delivery, "restart", {i.key for i in items}) == (0, 0)  # lost 0, accepted twice 0
+
+
+def test_a_report_refused_while_connecting_is_awaited_before_the_hand_back_when_no_predecessor_is_present(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The predecessor's presence key had lapsed (its restart took longer than the presence TTL): the
+    takeover does not wait on it, yet the worker's report refused 503 while connecting comes back a
+    ``Retry-After`` later. The hand-back waits for that retry, which lands ``accepted``; before, the
+    takeover handed the lease back at once and the retry was refused stale, the item run again."""
+    delivery = Delivery.from_url(redis_url)
+    items = [item(f"p{i}", 0, 10) for i in range(3)]
+    publish(delivery, "lapsed", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
+    killed = claimed_by_a_killed_sidecar(delivery, "lapsed", "w0", 2)
+    assert redis_client.get(sidecar_presence("w0")) is None  # nothing for the takeover to wait on
+    reached = threading.Event()
+    made: list[WorkerSession] = []
+
+    def connect() -> WorkerSession:
+        reached.wait(10)
+        made.append(_session(redis_url))
+        return made[0]
+
+    async def main() -> dict[str, Any]:
+        async with _serving(Connecting("w0", connect)) as (client, state):
+            state.report_retry_grace_s = 60.0  # the retry below, not the clock, ends the wait
+            refused = await client.post("/done", json=_old(killed[0]))
+            reached.set()
+            while not state.connected:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.3)  # the worker waits its Retry-After; a takeover would be done
+            held_back = not state.claims_open
+            retried = await client.post("/done", json=_old(killed[0]))
+            leases = await _pull(client, 2, timeout_s=LEASE_TTL_MS / 1000 / 6)
+            for lease in leases:
+                await client.post("/done", json=_done(lease["schedule_id"], lease["key"], lease["token"]))
+            return {
+                "refused": (refused.status_code, refused.headers.get("Retry-After")),
+                "held_back": held_back,
+                "retried": retried.json(),
+                "keys": [lease["key"] for lease in leases],
+            }
+
+    seen = asyncio.run(main())
+    assert seen["refused"] == (503, "1")
+    assert seen["retried"] == {"outcome": "accepted"}  # landed: its item is not run again
+    assert seen["held_back"]  # no hand-back while the refused report's retry was due
+    assert seen["keys"] == [killed[1].key, items[2].key]  # only the unreported lease went back
+    stats = made[0].stats
+    assert (stats.claimed, stats.inherited, stats.accepted, stats.reset) == (2, 1, 3, 1)
+    assert stats.claimed + stats.stolen + stats.inherited == stats.accepted
+    assert tally(delivery, "lapsed", {i.key for i in items}) == (0, 0)
