@@ -52,7 +52,7 @@ class Held:
     lease: Lease  # current lease (deadline refreshed by heartbeats)
     reserved_tokens: int  # KV reserved while running (0 when KV admission is off for its schedule)
     started: bool = False  # sent to the engine / handed to the worker
-    completing: bool = False  # its completion is being sent: a missing heartbeat is not a loss
+    completing: bool = False  # its completion or failure report is being sent: a missing heartbeat is no loss
     started_at: float = 0.0  # the holdings' clock when it started
     occupancy_at_start: float = 0.0  # the holdings' in-flight integral (sequence-seconds) then
 

@@ -312,10 +312,14 @@ class WorkerSession:
         key = lease_id(held.lease)
         if not keep_unanswered:
             self.holdings.remove(key)
+        held.completing = True  # a heartbeat meanwhile finds the lease gone: the report decides, not lost
         try:
             outcome = await self._reports.call("fail", self.delivery.fail, held.lease, reason)
         except UnknownScheduleError:
             self.holdings.remove(key)
+            raise
+        except BaseException:
+            held.completing = False
             raise
         self.holdings.remove(key)
         if outcome is ReleaseOutcome.STALE:  # lapsed, reaped, taken or cancelled before it came
