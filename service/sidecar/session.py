@@ -177,11 +177,16 @@ class WorkerSession:
                 lost.append(held)
         for schedule_id in dict.fromkeys(held.lease.schedule_id for held in lost):
             keys = [held.lease.key for held in lost if held.lease.schedule_id == schedule_id]
-            if await self.found_cancelled(schedule_id):
-                self._count_cancelled(schedule_id, keys)
-            else:
-                self.stats.lost += len(keys)
+            await self._count_gone(schedule_id, keys)
         return lost
+
+    async def _count_gone(self, schedule_id: str, keys: list[str]) -> None:
+        """Count leases held here and found gone in Redis: ``cancelled`` when the trainer cancelled
+        their schedule, else ``lost`` (they lapsed and were taken back)."""
+        if await self.found_cancelled(schedule_id):
+            self._count_cancelled(schedule_id, keys)
+        else:
+            self.stats.lost += len(keys)
 
     def is_cancelled(self, schedule_id: str) -> bool:
         """Whether this session found ``schedule_id`` cancelled by the trainer (``found_cancelled``):
@@ -349,6 +354,15 @@ class WorkerSession:
                 continue
             dead += outcomes.count(ReleaseOutcome.DEAD_LETTERED)
             self.stats.released += outcomes.count(ReleaseOutcome.REQUEUED)
+            # gone before the hand-back (cancelled, or lapsed): each still ends once here; it ended
+            # uncounted, and claimed ran ahead of what ended (a pull /reset after a DAPO cancel)
+            gone = [
+                h.lease.key
+                for h, outcome in zip(group, outcomes, strict=True)
+                if outcome is ReleaseOutcome.STALE
+            ]
+            if gone:
+                await self._count_gone(schedule_id, gone)
         self.stats.failed += dead
         return dead
 
