@@ -41,11 +41,15 @@ def _sidecar(
 
 
 @contextmanager
-def _probes(
-    runner: Sidecar | None, stale_s: float = STALE_S, client_timeout_s: float = CLIENT_TIMEOUT_S
+def probes_of(
+    runner: Sidecar | None,
+    stale_s: float = STALE_S,
+    client_timeout_s: float = CLIENT_TIMEOUT_S,
+    bound: str = "127.0.0.1",
 ) -> Iterator[httpx.Client]:
-    """A client of the probes of ``runner`` (None: still connecting), served on a free port."""
-    server = HealthServer(runner, "w0", "127.0.0.1", 0, stale_s, client_timeout_s)
+    """A client of the probes of ``runner`` (None: still connecting), served on a free port of
+    ``bound`` (the address the port listens on; the client reaches it on loopback either way)."""
+    server = HealthServer(runner, "w0", bound, 0, stale_s, client_timeout_s)
     server.start()
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5.0) as client:
@@ -55,7 +59,7 @@ def _probes(
 
 
 def test_a_loop_that_turned_lately_is_alive_and_says_what_the_sidecar_holds(redis_url: str) -> None:
-    with _probes(_sidecar(redis_url), stale_s=5.0) as app:
+    with probes_of(_sidecar(redis_url), stale_s=5.0) as app:
         answer = app.get("/health")
     assert answer.status_code == 200
     assert answer.headers["content-type"] == "application/json"
@@ -88,7 +92,7 @@ def test_held_counts_what_runs_on_the_engine_and_a_lease_claimed_ahead_is_counte
 
 
 def test_a_sidecar_still_connecting_to_redis_is_alive_but_not_ready(redis_url: str) -> None:
-    with _probes(None) as app:
+    with probes_of(None) as app:
         assert (app.get("/health").status_code, app.get("/health").json()["status"]) == (200, "connecting")
         assert app.get("/ready").status_code == 503
 
@@ -98,7 +102,7 @@ def test_a_sidecar_is_ready_once_a_claim_reached_redis(
 ) -> None:
     with cluster(tmp_path) as procs:
         runner = _sidecar(redis_url, engine_url=procs.engine_threads({"engine": 0.01})["engine"])
-        with _probes(runner) as app:
+        with probes_of(runner) as app:
             assert app.get("/ready").status_code == 503  # nothing asked of Redis yet
             run_until(runner, lambda: runner.redis_up)  # the loop claims once its engine answers
             assert app.get("/ready").status_code == 200
@@ -122,7 +126,7 @@ def test_a_sidecar_process_waiting_for_a_redis_cluster_that_is_down_answers_live
 def test_a_loop_silent_past_the_limit_is_reported_stalled_with_503(redis_url: str) -> None:
     runner = _sidecar(redis_url)
     runner.last_turn = time.monotonic() - 6.0
-    with _probes(runner, stale_s=5.0) as app:
+    with probes_of(runner, stale_s=5.0) as app:
         answer = app.get("/health")
     assert answer.status_code == 503
     assert answer.json()["status"] == "stalled"
@@ -153,7 +157,7 @@ def test_the_server_answers_from_its_own_thread_and_stops(redis_url: str) -> Non
 def test_a_client_that_connects_and_sends_nothing_is_hung_up_on_and_probes_still_answer() -> None:
     """A silent connection held a server thread for good (a slow-loris): now it is closed once it has
     been silent for the client timeout (0.2 s here; the wait below is only a bound on a hang)."""
-    with _probes(None, client_timeout_s=0.2) as app:
+    with probes_of(None, client_timeout_s=0.2) as app:
         port = httpx.URL(str(app.base_url)).port
         assert port is not None
         with socket.create_connection(("127.0.0.1", port), timeout=10.0) as silent:
@@ -172,7 +176,7 @@ def test_a_prober_that_hangs_up_before_its_reply_leaves_no_traceback_in_the_log(
     2026-12-04) hung up before its reply: ``socketserver`` printed a traceback per such probe to
     stderr (``BrokenPipeError``, or ``ConnectionResetError`` reading the request), raw text among the
     sidecar's JSON log lines. A hang-up is the prober's business; the next probe is answered."""
-    with _probes(None) as app:
+    with probes_of(None) as app:
         port = httpx.URL(str(app.base_url)).port
         assert port is not None
         for _ in range(10):
@@ -196,7 +200,7 @@ def test_a_health_port_already_taken_fails_the_start_instead_of_a_probe_that_nev
 def test_the_health_port_exposes_the_sidecars_counters_for_prometheus(redis_url: str) -> None:
     runner = _sidecar(redis_url)
     runner.session.stats.claimed, runner.session.stats.failed, runner.session.stats.cancelled = 7, 2, 3
-    with _probes(runner) as app:
+    with probes_of(runner) as app:
         answer = app.get("/metrics")
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/plain")
@@ -262,7 +266,7 @@ def test_a_sidecar_with_every_slot_busy_is_not_ready_once_its_heartbeats_find_re
                 EngineClient.open(EngineOptions(engine)),
                 RunnerSettings(idle_poll_s=0.02, drain_timeout_s=0.5),
             )
-            with _probes(runner) as app:
+            with probes_of(runner) as app:
                 ready: list[int] = []
 
                 def killed_while_full() -> bool:

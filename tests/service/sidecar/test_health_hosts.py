@@ -6,30 +6,14 @@ whose probes send ``Host: <pod IP>:<port>``, it answers every name (docs/operati
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-import httpx
 import pytest
 
-from service.sidecar.health import HealthServer
-
-
-@contextmanager
-def _health_port(bound: str) -> Iterator[httpx.Client]:
-    """A client of a connecting sidecar's probes (no Redis needed) bound to ``bound``, on a free port."""
-    server = HealthServer(None, "w0", bound, 0)
-    server.start()
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5.0) as client:
-            yield client
-    finally:
-        server.stop()
+from tests.service.sidecar.test_health import probes_of
 
 
 @pytest.mark.parametrize("path", ["/health", "/ready", "/metrics"])
 def test_a_loopback_health_port_refuses_a_host_naming_another_server_and_reads_nothing(path: str) -> None:
-    with _health_port("127.0.0.1") as probes:
+    with probes_of(None) as probes:
         answer = probes.get(path, headers={"Host": "rebound.attacker.example:9102"})
     assert answer.status_code == 421
     assert answer.json() == {
@@ -40,12 +24,12 @@ def test_a_loopback_health_port_refuses_a_host_naming_another_server_and_reads_n
 
 @pytest.mark.parametrize("host", ["localhost:9102", "127.0.0.1:9102", "[::1]:9102", "LocalHost."])
 def test_a_loopback_health_port_answers_every_loopback_name(host: str) -> None:
-    with _health_port("127.0.0.1") as probes:
+    with probes_of(None) as probes:
         answer = probes.get("/health", headers={"Host": host})
     assert (answer.status_code, answer.json()["status"]) == (200, "connecting")
 
 
 def test_a_health_port_bound_for_the_kubelet_answers_its_probe_naming_the_pod_address() -> None:
-    with _health_port("0.0.0.0") as probes:
+    with probes_of(None, bound="0.0.0.0") as probes:
         answer = probes.get("/health", headers={"Host": "10.244.3.17:9102"})
     assert (answer.status_code, answer.json()["status"]) == (200, "connecting")
