@@ -2,7 +2,8 @@
 connects and while it takes over: a report it cannot take yet is a 503 with ``Retry-After`` (the
 worker retries it: dropped, its lease was handed back and the finished item ran again), and a report
 of a predecessor's lease still current is accepted once and counted ``inherited`` besides ``accepted``,
-so the new process's counters balance (``claimed + stolen + inherited`` against what ended).
+so the new process's counters balance (``claimed + stolen + inherited`` against what ended); a
+``/fail`` of one is taken as well, charged an attempt and counted ``failed`` and ``inherited``.
 
 Real Redis; the pull app in process with its lifespan (connect, takeover, heartbeats) running.
 """
@@ -18,6 +19,7 @@ import redis
 
 from service.delivery.keys import sidecar_presence
 from service.delivery.protocol import Delivery
+from service.delivery.records import Lease
 from service.sidecar.pull_state import Connecting
 from service.sidecar.session import WorkerSession
 from tests.service.sidecar.procs import claimed_by_a_killed_sidecar, item, publish, tally
@@ -133,3 +135,54 @@ def test_a_report_refused_while_connecting_is_awaited_before_the_hand_back_when_
     assert (stats.claimed, stats.inherited, stats.accepted, stats.reset) == (2, 1, 3, 1)
     assert stats.claimed + stats.stolen + stats.inherited == stats.accepted
     assert tally(delivery, "lapsed", {i.key for i in items}) == (0, 0)
+
+
+def test_a_fail_of_the_predecessors_current_lease_during_the_takeover_is_charged_and_counted_inherited(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The worker that outlived the killed sidecar could not run one of its items and says so while
+    the new process takes over: the token in Redis decides, as for a ``/done``. Still current, the
+    failure lands (requeued, its attempt spent) and is counted ``failed`` and ``inherited``; the same
+    report again, or one of a lease the hand-back took, is ``stale``. Before, the sidecar answered
+    ``stale`` without asking Redis and counted nothing: the hand-back then refunded the attempt, and the
+    item ran again as if it had never failed."""
+    delivery = Delivery.from_url(redis_url)
+    items = [item(f"p{i}", 0, 10) for i in range(3)]
+    publish(delivery, "failing", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
+    killed = claimed_by_a_killed_sidecar(delivery, "failing", "w0", 2)  # its worker runs both, lives on
+    redis_client.set(sidecar_presence("w0"), "killed-instance", px=4000)  # the takeover waits it out
+    session = _session(redis_url)
+
+    def failure(lease: Lease) -> dict[str, Any]:
+        return {"schedule_id": lease.schedule_id, "key": lease.key, "token": lease.token, "reason": "oom"}
+
+    async def main() -> dict[str, Any]:
+        async with _serving(session) as (client, state):
+            while not state.taking_over:
+                await asyncio.sleep(0.01)
+            failed = (await client.post("/fail", json=failure(killed[0]))).json()
+            during = state.taking_over  # the predecessor's presence key still lives
+            again = (await client.post("/fail", json=failure(killed[0]))).json()  # its reply lost
+            leases = await _pull(client, 3, timeout_s=LEASE_TTL_MS / 1000 / 6)
+            late = (await client.post("/fail", json=failure(killed[1]))).json()  # after the hand-back
+            for lease in leases:
+                await client.post("/done", json=_done(lease["schedule_id"], lease["key"], lease["token"]))
+            return {
+                "failed": (failed, during),
+                "again": again["outcome"],
+                "attempts": {lease["key"]: lease["attempt"] for lease in leases},
+                "late": late["outcome"],
+            }
+
+    seen = asyncio.run(main())
+    assert seen["failed"] == ({"outcome": "requeued"}, True)  # taken during the takeover
+    assert seen["again"] == "stale"  # the token is no longer current: the item is not failed twice
+    # the failed item's next run is its second attempt; the unreported lease went back refunded
+    assert seen["attempts"] == {killed[0].key: 2, killed[1].key: 1, items[2].key: 1}
+    assert seen["late"] == "stale"
+    stats = session.stats
+    assert (stats.claimed, stats.inherited, stats.failed, stats.accepted) == (3, 1, 1, 3)
+    assert (stats.reset, stats.stale) == (1, 2)
+    # every lease this process took, or was reported as current, ended once: accepted or failed here
+    assert stats.claimed + stats.stolen + stats.inherited == stats.accepted + stats.failed
+    assert tally(delivery, "failing", {i.key for i in items}) == (0, 0)
