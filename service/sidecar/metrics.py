@@ -40,8 +40,9 @@ _HELP = {  # what each SessionStats counter counts, as its HELP line
         "Items whose lease was stopped or report refused as the trainer cancelled the schedule (each once)"
     ),
     "inherited": (
-        "Completions accepted (counted accepted too) of leases an earlier process of this worker id handed"
-        " out: a pull worker that outlived a killed sidecar reported them to its successor"
+        "Completions accepted (counted accepted too) and failures taken (counted failed too) of leases an"
+        " earlier process of this worker id handed out: a pull worker that outlived a killed sidecar"
+        " reported them to its successor"
     ),
 }
 

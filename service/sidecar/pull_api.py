@@ -12,7 +12,7 @@ engine or an SGLang ``Engine`` object). For them the sidecar serves on loopback:
   ``{"outcome": "unknown_schedule"}`` when the schedule is gone (drop the result either way);
   repeating a ``/done`` whose reply was lost is safe;
 * ``POST /fail`` with ``schedule_id``, ``key``, ``token``, ``reason`` -> the item is retried or
-  dead-lettered;
+  dead-lettered (a killed predecessor's lease too, while Redis holds its token), else ``stale``;
 * ``GET /leases`` -> the leases handed to the worker and those lost since the last call (stop them);
 * ``GET /metrics`` -> its counters for Prometheus, live (``service.sidecar.metrics``);
 * ``POST /reset`` -> ``{"released", "dead_lettered"}``: hand back every lease held, attempts refunded
@@ -203,11 +203,12 @@ async def fail(body: FailBody, state: Pull) -> dict[str, Any]:
     """Report an item the worker could not run: retried elsewhere, or dead-lettered by attempts."""
     async with state.reporting(body.schedule_id, body.key, body.token) as session:
         held = session.holdings.get((body.schedule_id, body.key, body.token))
-        if held is None:
-            return await _stale(state, body, False)
-        outcome = await session.fail(held, body.reason, keep_unanswered=True)
+        if held is not None:
+            outcome = await session.fail(held, body.reason, keep_unanswered=True)
+        else:  # a killed predecessor's lease still current is failed as a held one: Redis decides
+            outcome = await session.fail_key(body.schedule_id, body.key, body.token, body.reason)
         if outcome is ReleaseOutcome.STALE:
-            return await _stale(state, body, True)
+            return await _stale(state, body, held is not None)
         return {"outcome": outcome.value}
 
 

@@ -59,7 +59,7 @@ class SessionStats:
     reaped: int = 0  # lapsed leases this worker's reaps requeued or dead-lettered
     reset: int = 0  # leases an earlier process of this worker id held, handed back at start
     cancelled: int = 0  # items whose lease was stopped or report refused: schedule cancelled (once each)
-    # pull mode: completions accepted (counted ``accepted`` too) of leases this process never held: an
-    # earlier process of this worker id handed them out and its worker outlived it; claimed + stolen +
-    # inherited balances what ended here
+    # pull mode: completions accepted (counted ``accepted`` too) and failures taken (``failed`` too) of
+    # leases this process never held: an earlier process of this worker id handed them out and its
+    # worker outlived it; claimed + stolen + inherited balances what ended here
     inherited: int = 0
