@@ -36,7 +36,28 @@ def test_a_lone_request_takes_at_least_the_cost_model_time_and_returns_its_lengt
     modelled = _modelled_alone(cost, 200, 1500)
     assert tokens == 1500
     assert elapsed >= modelled * 0.98
-    assert elapsed < modelled + 1.0  # paced by events, not by per-step sleeps that drift
+
+
+def test_a_lone_request_is_paced_by_its_events_not_by_a_wake_up_per_token() -> None:
+    """The batch loop reads its clock a few times per event (here one: the request finishing), so
+    its wake-ups do not grow with the tokens generated. A loop that slept once per decode step would
+    read it at least once per token (1,500 here), and drift by a scheduler delay per step. Counted,
+    not timed: a loaded host makes the sleeps late, which only makes the count smaller."""
+    reads = 0
+
+    def counting_clock() -> float:
+        nonlocal reads
+        reads += 1
+        return time.monotonic()
+
+    async def run() -> int:
+        engine = SimulatedEngine(_cost(), clock=counting_clock)
+        generation = await engine.generate(200, 1500)
+        await engine.close()
+        return generation.tokens
+
+    assert asyncio.run(run()) == 1500
+    assert reads < 15  # per event, not per token
 
 
 def test_concurrent_requests_slow_each_other_down_as_the_batch_grows() -> None:
