@@ -16,7 +16,7 @@ from service.delivery.protocol import Delivery
 from service.delivery.records import DeliveryItem
 from service.embedded import EmbeddedServer
 from service.sidecar.engine_client import EngineClient, EngineOptions
-from service.sidecar.holdings import Holdings
+from service.sidecar.holdings import Held, Holdings
 from service.sidecar.metrics import exposition
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
@@ -38,15 +38,27 @@ def _sidecar(
     heartbeat_s: float | None = None,
     drain_timeout_s: float = 20.0,
     engine_wait_s: float = 1.0,
+    holdings: Holdings | None = None,
 ) -> Sidecar:
     session = WorkerSession(
         Delivery.from_url(redis_url),
-        Holdings(slots, kv),
+        Holdings(slots, kv) if holdings is None else holdings,
         SessionSettings("w0", heartbeat_interval_s=heartbeat_s),
     )
     client = EngineClient.open(EngineOptions(engine))
     settings = RunnerSettings(idle_poll_s=0.02, drain_timeout_s=drain_timeout_s, engine_wait_s=engine_wait_s)
     return Sidecar(session, client, settings)
+
+
+class _MostStarted(Holdings):
+    """Holdings that remember the most leases the sidecar ever had started at once: what it sent to
+    run together, counted as it decides, whatever the engine then saw of it."""
+
+    most: int = 0
+
+    def start(self, held: Held) -> None:
+        super().start(held)
+        self.most = max(self.most, self.in_flight())
 
 
 def _engine_stats(url: str) -> dict[str, int]:
@@ -110,19 +122,24 @@ def test_the_generation_histogram_tells_apart_items_of_many_minutes() -> None:
     assert [count for _, count in buckets].count(1.0) > 0  # some finite bucket holds one, not both
 
 
-@pytest.mark.parametrize(("kv_admission", "most_running"), [(True, 2), (False, 4)])
+@pytest.mark.parametrize(("kv_admission", "most_together"), [(True, 2), (False, 4)])
 def test_kv_admission_runs_together_only_what_fits_the_engine_cache(
-    redis_client: redis.Redis, redis_url: str, engine_url: str, kv_admission: bool, most_running: int
+    redis_client: redis.Redis, redis_url: str, engine_url: str, kv_admission: bool, most_together: int
 ) -> None:
+    """Counted where the sidecar starts items, not read off the engine's largest batch: the four
+    requests started together reach the engine one by one, and on a loaded host the first (~0.15 s)
+    can finish before the last arrives (the sidecar had started 4, the engine's max_running was 3:
+    once at load ~40, once in 15 runs under 20 CPU burners)."""
     delivery = Delivery.from_url(redis_url)
     # 100 + 2,000 tokens each, predicted exactly, 3,000 tokens of cache: a second fits beside the first
     # only once the first is past 1,200 tokens (both then peak under 3,000), a third never does.
     items = [item(f"p{i}", 0, 2000, predicted=2000) for i in range(4)]
     publish(delivery, "kv", {"w0": items}, kv_admission=kv_admission)
-    sidecar = _sidecar(redis_url, engine_url, slots=8, kv=3000)
-    stats = run_until(sidecar, _finished(delivery, "kv"))
+    holdings = _MostStarted(8, 3000)
+    stats = run_until(_sidecar(redis_url, engine_url, holdings=holdings), _finished(delivery, "kv"))
     assert stats.accepted == 4
-    assert _engine_stats(engine_url)["max_running"] == most_running
+    assert holdings.most == most_together
+    assert _engine_stats(engine_url)["max_running"] <= most_together  # and the engine ran no more
 
 
 def test_on_stop_running_items_finish_and_nothing_more_is_claimed(
