@@ -256,18 +256,40 @@ class Delivery(ScriptCalls):
         ``retry_target``), else at its holder's."""
         return self._release("fail", reason, [lease], now_ms)[0]
 
+    def fail_key(
+        self, schedule_id: str, worker_id: str, key: str, token: int, reason: str, now_ms: int | None = None
+    ) -> ReleaseOutcome:
+        """``fail`` by key and token alone, for a lease the caller holds no ``Lease`` of (a pull
+        worker's report of its killed sidecar's lease): the token in Redis decides, as in ``fail``."""
+        worker(worker_id)  # an empty holder would mean any holder to the script
+        return self._release_keys("fail", reason, schedule_id, worker_id, [(key, token)], now_ms)[0]
+
     def _release(
         self, mode: str, reason: str, leases: Sequence[Lease], now_ms: int | None
     ) -> list[ReleaseOutcome]:
         outcome: dict[tuple[str, str, int], ReleaseOutcome] = {}
         for (schedule_id, holder), group in _by_holder(leases).items():
-            args: list[Any] = [mode, wire.clock(now_ms), reason, holder]
-            for lease in group:
-                args += [lease.key, lease.token]
-            codes = self._settled(schedule_id, self._call(self.scripts.release, schedule_id, args))
-            for lease, code in zip(group, codes, strict=True):
-                outcome[(schedule_id, lease.key, lease.token)] = _RELEASE_CODES[int(code)]
+            pairs = [(lease.key, lease.token) for lease in group]
+            codes = self._release_keys(mode, reason, schedule_id, holder, pairs, now_ms)
+            for (key, token), code in zip(pairs, codes, strict=True):
+                outcome[(schedule_id, key, token)] = code
         return [outcome[(le.schedule_id, le.key, le.token)] for le in leases]
+
+    def _release_keys(
+        self,
+        mode: str,
+        reason: str,
+        schedule_id: str,
+        holder: str,
+        pairs: Sequence[tuple[str, int]],
+        now_ms: int | None,
+    ) -> list[ReleaseOutcome]:
+        """One ``lua/release.lua`` call for ``holder``'s (key, token) ``pairs``, answered in order."""
+        args: list[Any] = [mode, wire.clock(now_ms), reason, holder]
+        for key, token in pairs:
+            args += [key, token]
+        codes = self._settled(schedule_id, self._call(self.scripts.release, schedule_id, args))
+        return [_RELEASE_CODES[int(code)] for code in codes]
 
     def reset(
         self,

@@ -33,7 +33,7 @@ from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
-from service.delivery.records import DeliveryItem, Lease, TrajectoryResult
+from service.delivery.records import Lease, TrajectoryResult
 from service.logs import schedule_context
 from service.problem_details import clipped
 from service.sidecar.cancels import Cancels
@@ -339,8 +339,8 @@ class WorkerSession:
         token in Redis decides. Still current, it is charged an attempt as any failure and counted
         ``failed`` and ``inherited`` (it ended here unclaimed); else refused as a completion is. It was
         refused unasked, and the takeover then handed the lease back refunded: the failure lost."""
-        lease = Lease(schedule_id, self.settings.worker_id, _keyed(key), token, deadline_ms=0, attempt=0)
-        outcome = await self._reports.call("fail", self.delivery.fail, lease, reason)
+        fail, worker = self.delivery.fail_key, self.settings.worker_id
+        outcome = await self._reports.call("fail", fail, schedule_id, worker, key, token, reason)
         if outcome is ReleaseOutcome.STALE:
             why = f"token {token} is no lease this sidecar holds"
             await self._count_refused(schedule_id, key, "failure report", why, held=False)
@@ -391,8 +391,3 @@ class WorkerSession:
                 await self.release(helds, died)
         except Exception as exc:  # Redis gone (or slow) at shutdown
             log.warning("could not release %d leases (%r); they lapse and are requeued", len(helds), exc)
-
-
-def _keyed(key: str) -> DeliveryItem:
-    """An item naming only ``key``: the failure script reads a lease's key and token, not its item."""
-    return DeliveryItem(key, "", sample_idx=0, prompt_tokens=0, max_new_tokens=0, predicted_tokens=0)
