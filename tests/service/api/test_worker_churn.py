@@ -32,6 +32,14 @@ class Clock:
         return self.now
 
 
+def _on_clock(make_client: AppFactory) -> tuple[TestClient, Clock]:
+    """A service keeping workers for ``RETENTION_S``, its speed learner on a clock the test moves."""
+    client = make_client(retention_s=RETENTION_S)
+    clock = Clock()
+    client.app.state.context.speeds.clock = clock  # type: ignore[attr-defined]
+    return client, clock
+
+
 def _step(client: TestClient, step: int, workers: list[str]) -> None:
     """Publish a step on ``workers`` and report an actual for each, teaching each a speed."""
     body: dict[str, Any] = batch_body(prompts=2, n=1, workers=len(workers), step=step)
@@ -45,9 +53,7 @@ def _step(client: TestClient, step: int, workers: list[str]) -> None:
 def test_hundreds_of_rescheduled_worker_ids_leave_only_the_retentions_workers(
     make_client: AppFactory, redis_client: redis.Redis
 ) -> None:
-    client = make_client(retention_s=RETENTION_S)
-    clock = Clock()
-    client.app.state.context.speeds.clock = clock  # type: ignore[attr-defined]
+    client, clock = _on_clock(make_client)
     for step in range(STEPS):
         clock.now += STEP_S
         _step(client, step, ["stays", f"pod-{step}"])
@@ -62,9 +68,7 @@ def test_hundreds_of_rescheduled_worker_ids_leave_only_the_retentions_workers(
 def test_a_worker_back_within_the_retention_keeps_its_learned_speed(
     make_client: AppFactory, redis_client: redis.Redis
 ) -> None:
-    client = make_client(retention_s=RETENTION_S)
-    clock = Clock()
-    client.app.state.context.speeds.clock = clock  # type: ignore[attr-defined]
+    client, clock = _on_clock(make_client)
     _step(client, 0, ["away", "stays"])
     learned = redis_client.hget(keys.learned_speeds(), "away")
     clock.now += RETENTION_S - 1
