@@ -35,7 +35,7 @@ pytest: $(STAMP)
 test: lint typecheck pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m service.benchreport --out docs/benchmarks.md
+	$(BIN)/python -m service.bench.report --out docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -228,7 +228,7 @@ def _row(
 def percentile_note(repeats: int, percent: int = 95) -> str:
     """What the table's p95 is over ``repeats`` plans: by nearest rank, which over few repeats is the
     slowest of them (5 -> the 5th), so a reader does not take it for a tail estimate."""
-    from service.benchsections import ordinal
+    from service.bench.sections import ordinal
 
     rank = max(1, -(-repeats * percent // 100))
     which = "the slowest" if rank == repeats else f"the {ordinal(rank)} fastest"
@@ -268,7 +268,7 @@ def _print_table(
 
 
 def markdown_report(repeats: int = 5) -> str:
-    """The benchmark as Markdown tables, for ``make bench`` (``service.benchreport``) to embed: every
+    """The benchmark as Markdown tables, for ``make bench`` (``service.bench.report``) to embed: every
     size on the pool as built, then ``SPREAD_SIZES`` with learned speeds (``SPEED_SPREAD``)."""
     started = time.perf_counter()
     rows = [row for size in SIZES for row in _bench_size(*size, repeats, None)]

@@ -304,7 +304,7 @@ def markdown_report(url: str | None = None, runs: int = 3) -> str:
     docs/benchmarks.md's "Delivery" section body: the first alone was read as what sidecars get,
     whose calls (a round trip per claim and per completion) measured ~5x fewer on the same host.
 
-    Meant for ``make bench`` (``service.benchreport``): the section sits between
+    Meant for ``make bench`` (``service.bench.report``): the section sits between
     ``<!-- delivery:begin -->`` and ``<!-- delivery:end -->`` markers.
     """
     from service.embedded import EmbeddedServer

@@ -6,7 +6,7 @@ and every other section of the file (written by hand or by other entries) stays 
 that is not in the file yet is appended under its heading. To add a benchmark: write a function
 returning Markdown and add one ``BenchSection`` to ``SECTIONS``.
 
-    python -m service.benchreport --out docs/benchmarks.md [--only replay]
+    python -m service.bench.report --out docs/benchmarks.md [--only replay]
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from predictors.tracetable import Trace
 from scheduler.errors import InvalidInputError
 from scheduler.sim_rules import DEFAULT_ENGINE
 from scheduler.types import Inventory
-from service import benchsections
+from service.bench import sections as benchsections
 from service.outpaths import check_file_path, write_all
 from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay
 from service.replay_steps import select_steps
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 # The headline replay of issue 6, as the equivalent CLI commands.
 HEADLINE_SYNTH = (
@@ -163,7 +163,7 @@ def replay_section() -> str:
     trace = synthetic_trace("long-cot", prompts=256, samples=16, steps=6, seed=1)
     inventory = parse_workers("8xH100,8xAscend910B", "7b")
     lines = [
-        f"Machine: {machine()}. Produced by `make bench` (`python -m service.benchreport`).",
+        f"Machine: {machine()}. Produced by `make bench` (`python -m service.bench.report`).",
         "",
         "### Headline: synthetic long CoT, 8xH100 + 8xAscend910B, 7B",
         "",

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from service import benchreport
-from service.benchreport import BenchSection, replace_section
+from service.bench import report as benchreport
+from service.bench.report import BenchSection, replace_section
 
 
 def test_a_new_section_is_appended_under_its_heading() -> None:
@@ -97,7 +97,7 @@ def test_a_write_that_fails_part_way_leaves_the_report_as_it_was(tmp_path: Path)
     out.write_text("## Solver\n\nkept by hand\n")
     script = (
         "import resource, signal, sys\n"
-        "from service import benchreport\n"
+        "from service.bench import report as benchreport\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))\n"
         "benchreport.SECTIONS = (benchreport.BenchSection('demo', 'Demo', lambda: 'x' * 10000),)\n"

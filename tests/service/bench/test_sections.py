@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from service import benchsections
+from service.bench import sections as benchsections
 from service.commands.bench_redis_memory import MemoryResult
 
 

@@ -2,7 +2,7 @@
 
 Each runs the same ``rollout-scheduler ...`` command a user would (as a subprocess, with ``--json``)
 and renders its figures as Markdown, so the table in docs/benchmarks.md always sits beside the exact
-command that produced it. ``service.benchreport`` lists these in ``SECTIONS``.
+command that produced it. ``service.bench.report`` lists these in ``SECTIONS``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 MATH100 = SHARED_DATA / "math100_x8.trace.csv"
 
 
