@@ -2,7 +2,7 @@
 
 ``json.loads`` alone is lenient where a trace must not be: it keeps the last of a key given twice and
 decodes a lone ``\\ud800`` escape to text that no UTF-8 writer accepts. Both trace readers of jsonl
-(``predictors.traceio`` for ``read_trace``, ``service.traceimport`` for ``trace import``) take their
+(``predictors.traceio`` for ``read_trace``, ``service.traceimport.importers`` for ``trace import``) take their
 records from ``jsonl_objects``, so the two refuse the same lines with the same located errors.
 """
 

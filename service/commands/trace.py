@@ -86,7 +86,7 @@ def import_command(
     """Import rollout records into the project's trace format."""
     from predictors.tracewrite import write_trace
     from scheduler.errors import InvalidInputError
-    from service.traceimport import import_generic, import_verl, parse_mapping
+    from service.traceimport.importers import import_generic, import_verl, parse_mapping
 
     try:
         _check_options(from_, tokenizer, max_new_tokens, map_, keep_field)
@@ -194,7 +194,7 @@ def _check_options(
     without ``--from`` for a missing tokenizer, neither naming the real mistake."""
     from scheduler.errors import InvalidInputError
     from scheduler.trace import INT64_MAX
-    from service.traceimport import GENERIC_FORMATS
+    from service.traceimport.importers import GENERIC_FORMATS
 
     if from_ != "verl" and from_ not in GENERIC_FORMATS:
         raise InvalidInputError("from", from_, f"expected one of verl, {', '.join(GENERIC_FORMATS)}")

@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tests.service.replay.wordtokenizer import write_word_tokenizer
+from tests.service.traceimport.wordtokenizer import write_word_tokenizer
 
 GENERIC = "epoch,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,10,100\n"
 

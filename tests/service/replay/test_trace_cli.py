@@ -12,7 +12,7 @@ import pytest
 import typer
 
 from tests.service.replay.clirun import run
-from tests.service.replay.wordtokenizer import write_word_tokenizer
+from tests.service.traceimport.wordtokenizer import write_word_tokenizer
 
 
 def test_trace_synth_writes_a_labelled_synthetic_trace(cli: typer.Typer, tmp_path: Path) -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import typer
 
-from service.traceimport import holds_tool_output, import_verl
+from service.traceimport.importers import holds_tool_output, import_verl
 from tests.service.replay.clirun import run
-from tests.service.replay.wordtokenizer import write_word_tokenizer
+from tests.service.traceimport.wordtokenizer import write_word_tokenizer
 
 QUESTION = "system\nCall calc inside <tool_call></tool_call> tags\nuser\nwhat is two plus two\nassistant\n"
 TOOL_LOOP = (

@@ -1,5 +1,5 @@
 """``trace import --tokenizer`` takes a tokenizer.json or the model folder holding one, and refuses a
-folder without one in one line naming the folder (``service.verltokens``)."""
+folder without one in one line naming the folder (``service.traceimport.tokenizer``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import typer
 
 from scheduler.errors import InvalidInputError
-from service.traceimport import import_verl
+from service.traceimport.importers import import_verl
 from tests.service.replay.clirun import run
-from tests.service.replay.wordtokenizer import write_word_tokenizer
+from tests.service.traceimport.wordtokenizer import write_word_tokenizer
 
 WORDS = ["[UNK]", "what", "is", "two", "so", "four"]
 

@@ -5,8 +5,8 @@ Two sources:
 - veRL rollout dumps (``trainer.rollout_data_dir``): one ``{step}.jsonl`` per training step, each
   line ``{"input": <decoded prompt>, "output": <decoded response>, "score": <reward>, "step": <n>,
   ...extra reward fields}``. veRL writes text, not token counts, so counts come from a tokenizer the
-  user names by its local ``tokenizer.json`` or model folder (``service.verltokens``); the prompt id
-  is a stable hash of the input text, so the same prompt keeps its id across epochs; a prompt's
+  user names by its local ``tokenizer.json`` or model folder (``service.traceimport.tokenizer``); the
+  prompt id is a stable hash of the input text, so the same prompt keeps its id across epochs; a prompt's
   samples in one step are numbered in file order (veRL's ``balance_batch`` reorders a prompt's
   samples, and no line says which was generated first). A multi-turn line whose output holds tool
   results is counted whole and counted for the summary (``holds_tool_output``). Training steps
@@ -42,7 +42,7 @@ from scheduler.trace import (
     int_cell,
     parse_row,
 )
-from service.verltokens import count_tokens, describe_tokenizer, load_tokenizer, tokenizer_file
+from service.traceimport.tokenizer import count_tokens, describe_tokenizer, load_tokenizer, tokenizer_file
 
 _VERL_TEXT_FIELDS = frozenset({"input", "output", "gts", "score", "step"})
 _SCHEMA = frozenset(REQUIRED_COLUMNS) | frozenset(OPTIONAL_COLUMNS)

@@ -12,7 +12,7 @@ import pytest
 
 from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceFormatError
-from service.traceimport import import_generic, parse_mapping
+from service.traceimport.importers import import_generic, parse_mapping
 
 
 def test_generic_csv_columns_are_renamed_into_the_schema(tmp_path: Path) -> None:

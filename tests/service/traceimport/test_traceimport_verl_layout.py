@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from scheduler.errors import InvalidInputError
-from service.traceimport import import_verl, prompt_hash
-from tests.service.replay.wordtokenizer import write_word_tokenizer
+from service.traceimport.importers import import_verl, prompt_hash
+from tests.service.traceimport.wordtokenizer import write_word_tokenizer
 
 WORDS = ["[UNK]", "system", "user", "assistant", "what", "is", "two", "three", "plus", "four", "five", "so"]
 

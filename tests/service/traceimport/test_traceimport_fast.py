@@ -16,7 +16,7 @@ from predictors.tracefast import fast_trace
 from predictors.traceio import read_rows, rows_to_trace
 from predictors.tracetable import Trace
 from scheduler.errors import InvalidInputError
-from service.traceimport import import_generic, parse_mapping
+from service.traceimport.importers import import_generic, parse_mapping
 
 HEADER = ["epoch", "uid", "k", "plen", "rlen", "cap", "finish_reason", "score", "level", "temp"]
 ROWS = [

@@ -11,9 +11,9 @@ from tokenizers import Tokenizer
 
 from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceFormatError
-from service.traceimport import import_verl, prompt_hash
-from service.verltokens import ENCODE_CHUNK, count_tokens
-from tests.service.replay.wordtokenizer import write_word_tokenizer
+from service.traceimport.importers import import_verl, prompt_hash
+from service.traceimport.tokenizer import ENCODE_CHUNK, count_tokens
+from tests.service.traceimport.wordtokenizer import write_word_tokenizer
 
 VOCAB = ["[UNK]", "what", "is", "two", "plus", "three", "four", "five", "the", "answer", "think", "so"]
 
