@@ -72,7 +72,7 @@ def bench_request(trajectories: int, workers: int, seed: int, time_budget_s: flo
 def with_speed_spread(request: PlanRequest, spread: float, seed: int) -> PlanRequest:
     """``request`` with every worker's ``time_scale`` drawn uniformly in ``[1 - spread, 1 + spread]``:
     the pool as the service sees it once it has learned each worker's speed from its actuals
-    (``service.speed_model``, one scale a worker), which no two workers then share. ``spread`` 0
+    (``service.speeds.model``, one scale a worker), which no two workers then share. ``spread`` 0
     returns ``request`` itself."""
     if spread == 0:
         return request

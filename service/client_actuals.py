@@ -39,7 +39,7 @@ def actual_from_result(
     """The actual a worker's accepted result amounts to; None when it says nothing about length.
 
     ``schedule_id``, the schedule that ran it, lets the service compare its wall time with the
-    worker's profile as that schedule planned it, not as a later one (``service/speeds.py``)."""
+    worker's profile as that schedule planned it, not as a later one (``service/speeds/learner.py``)."""
     if entry.finish_reason not in ("stop", "length") or entry.output_tokens < 1:
         return None
     prompt_id, sample_idx = entry.prompt_id, entry.sample_idx  # the service split the key already

@@ -23,7 +23,7 @@ from service.problems import UnavailableError
 from service.redis_conn import RedisClient, RedisTooOldError, VersionCheck
 from service.retrain import Retrainer
 from service.settings import Settings
-from service.speeds import SpeedLearner
+from service.speeds.learner import SpeedLearner
 
 LONG_POLLS = 16  # results requests that may wait at once; more queue for a thread of their own
 PLAN_QUEUE_THREADS = 16  # POST /schedule requests in line for a plan slot at once, beside those planning

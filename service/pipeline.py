@@ -45,7 +45,7 @@ from service.limits import check_trajectory_count
 from service.logs import schedule_context
 from service.republish import replay
 from service.served import StageClock, record, timings
-from service.speed_model import idle_learned
+from service.speeds.model import idle_learned
 
 _log = logging.getLogger("service.pipeline")
 BASELINE = "round_robin"

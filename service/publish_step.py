@@ -3,7 +3,7 @@
 What the sidecars need beside the plan (each prompt's payload, the lease settings), the race for a
 caller-chosen ``schedule_id`` that another request may store first (the loser answers the winner's
 plan, ``service/republish.py``), and what is remembered once the step is out (each worker's profile,
-``service/speeds.py``). Kept apart from ``service/pipeline.py``, which calls ``publish`` as its last
+``service/speeds/learner.py``). Kept apart from ``service/pipeline.py``, which calls ``publish`` as its last
 stage, so that the pipeline reads as the stages and this module as what publishing one involves.
 """
 
@@ -33,7 +33,8 @@ def publish(
 ) -> ScheduleResponse | None:
     """Write the plan's queues (with each prompt's payload) for the sidecars; remember worker profiles
     (as the fleet's and this schedule's), and pull the learned speed of each ``idle`` worker (planned
-    by it and given nothing) towards its busy peers', so that it is measured again (``service/speeds.py``).
+    by it and given nothing) towards its busy peers', so that it is measured again
+    (``service/speeds/learner.py``).
     Under a caller-chosen id, the work's digest and ``response`` (the answer a retry replays) are
     stored in the same atomic step as the schedule. None once published.
 

@@ -37,7 +37,7 @@ from service.models import ModelService
 from service.redis_conn import RedisTooOldError, VersionCheck, connect, describe, refused
 from service.retrain import Retrainer
 from service.settings import Settings
-from service.speeds import SpeedLearner
+from service.speeds.learner import SpeedLearner
 
 _log = logging.getLogger("service.app")
 MAX_WATCHED_SCHEDULES = 32  # queue-depth metrics cover at most this many active schedules

@@ -124,7 +124,7 @@ REQUEST_DIGEST = "request"  # field of ``P:meta``: the publishing request's work
 # Fields of ``P:meta`` that ``lua/publish.lua`` writes: when it was published (lease clock, ms), and
 # what the plan predicts (absent on schedules an older release published): read by progress.
 PUBLISHED_AT, PREDICTED_MAKESPAN, PLANNED_FINISH = "published_ms", "makespan_s", "planned_finish"
-# Field of ``P:meta`` that ``service/speeds.py`` writes after the publish: worker -> the fingerprint
+# Field of ``P:meta`` that ``service/speeds/learner.py`` writes after the publish: worker -> the fingerprint
 # of the profile the schedule planned it with (absent on schedules published before it was stored).
 PLANNED_PROFILES = "profiles"
 # Field of ``P:meta`` that ``lua/publish.lua`` writes: "1" when sidecars admit by projected KV peak
@@ -371,7 +371,7 @@ def learned_speeds(prefix: str = DEFAULT_PREFIX) -> str:
 
 def worker_seen(prefix: str = DEFAULT_PREFIX) -> str:
     """Zset: worker id -> when a publish last named it (ms); workers unnamed for the retention are
-    dropped from it and from ``worker_profiles`` and ``learned_speeds`` (``service/speeds.py``)."""
+    dropped from it and from ``worker_profiles`` and ``learned_speeds`` (``service/speeds/learner.py``)."""
     return f"{prefix}:workers:seen"
 
 

@@ -173,7 +173,7 @@ class Holdings:
     def mean_concurrency(self, held: Held) -> float:
         """Mean number of sequences in flight (``held`` included) since ``held`` started.
 
-        What speed learning needs beside an item's wall time (``service/speeds.py``): a trajectory
+        What speed learning needs beside an item's wall time (``service/speeds/learner.py``): a trajectory
         decoded beside 100 others is slower than one decoded alone, and without the batch it ran in
         its wall time says nothing about the worker's speed.
         """

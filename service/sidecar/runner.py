@@ -365,7 +365,7 @@ class Sidecar:
 
 def _result(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryResult:
     """The result to complete with; ``concurrency`` (mean sequences in flight while it ran) lets the
-    service learn this worker's speed from the actual (``service/speeds.py``)."""
+    service learn this worker's speed from the actual (``service/speeds/learner.py``)."""
     item = held.lease.item
     return TrajectoryResult(
         output_tokens=reply.completion_tokens,

@@ -31,7 +31,7 @@ def plan_requests(
             device=device_profile(draw(st.sampled_from(DEVICES))),
             max_num_seqs=draw(st.integers(1, 8)),
             kv_capacity_tokens=draw(st.integers(1_200, 6_000)),
-            # learned speeds (``service.speed_model``): one scale a worker, a few percent apart
+            # learned speeds (``service.speeds.model``): one scale a worker, a few percent apart
             time_scale=draw(st.just(1.0) | st.floats(0.85, 1.15)),
         )
         for i in range(draw(st.integers(1, max_workers)))

@@ -1,6 +1,6 @@
 """Learned speeds: workers of one device whose time scales differ by a few percent plan as one kind.
 
-The service learns a scale per worker (``service.speed_model``), so no two workers share one; the
+The service learns a scale per worker (``service.speeds.model``), so no two workers share one; the
 planner's aggregate decisions (band model, heaps per kind, the bound's cover) group them within a
 tolerance, while each worker's own scale still sets its estimates and finishes.
 """

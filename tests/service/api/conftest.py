@@ -15,7 +15,7 @@ from scheduler.types import Trajectory, Worker
 from service.api.learning_schemas import ActualReport
 from service.app import create_app
 from service.settings import Settings
-from service.speed_model import modelled_seconds
+from service.speeds.model import modelled_seconds
 
 TRAINER = "trainer-secret"
 WORKER = "worker-secret"

@@ -14,7 +14,7 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.types import Worker
 from service.api.learning_schemas import ActualReport
 from service.delivery import keys
-from service.speed_model import modelled_seconds
+from service.speeds.model import modelled_seconds
 from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
 
 

@@ -1,6 +1,6 @@
 """Learned scales that differ only by measurement noise, planned as one scale.
 
-Each worker's learned time scale is its own EWMA (``service/speeds.py``), so after the first actuals
+Each worker's learned time scale is its own EWMA (``service/speeds/learner.py``), so after the first actuals
 every worker of a fleet of identical engines holds a slightly different one. The planner copes with
 that (``scheduler.policies.problem.worker_kinds`` groups speeds within 25% for its aggregate models
 and keeps each worker's own speed where it estimates a finish), but a plan made on a noisy scale

@@ -20,7 +20,7 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.simulator import simulate_worker
 from scheduler.types import Trajectory, Worker
 from service.api.learning_schemas import ActualReport
-from service.speed_kv import kv_slowdown
+from service.speeds.kv import kv_slowdown
 from tests.service.api.conftest import batch_body, played_report
 
 TRUE_SCALE = 0.5

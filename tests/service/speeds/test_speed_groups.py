@@ -13,8 +13,8 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.policies.problem import worker_kinds
 from scheduler.types import Worker
 from service.api.learning_schemas import ActualReport
-from service.speed_groups import majority, snap
-from service.speed_model import modelled_seconds, peer_scales
+from service.speeds.groups import majority, snap
+from service.speeds.model import modelled_seconds, peer_scales
 from tests.service.api.conftest import actual_report, batch_body
 
 STEPS = 5  # plans within which workers learned 20x slow get work again (test_speed_remeasure.py)
@@ -82,7 +82,7 @@ def test_a_straggler_twice_as_slow_keeps_its_own_speed(client: TestClient) -> No
 def test_a_worker_ten_percent_slow_keeps_its_own_speed_since_planning_it_at_the_groups_costs_as_much(
     client: TestClient,
 ) -> None:
-    """Planned at its group's speed, a worker 10% slow ends ~10% late (service/speed_groups.py)."""
+    """Planned at its group's speed, a worker 10% slow ends ~10% late (service/speeds/groups.py)."""
     _measure(client, {"w0": 1.0, "w1": 1.01, "w2": 0.99, "w3": 1.1})
 
     answer = client.post("/schedule", json=_h100s(4)).json()

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from scheduler.devices import device_profile, model_preset
 from scheduler.types import Worker
 from service.api.learning_schemas import ActualReport
-from service.speed_model import modelled_seconds
+from service.speeds.model import modelled_seconds
 from tests.service.api.conftest import actual_report, batch_body
 
 

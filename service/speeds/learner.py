@@ -16,7 +16,7 @@ through are modelled as those its own prompt caused, which holds only summed ove
 the sequences a sidecar keeps in flight, most wait inside the engine and some are preempted and
 recomputed: plans charge that themselves (the planner's simulator plays the worker's cache), so the
 modelled seconds are stretched by what that simulator says the cache cost the batch
-(``service/speed_kv.py``); read as slowness, a starved engine-sim learned 2-3x its true scale.
+(``service/speeds/kv.py``); read as slowness, a starved engine-sim learned 2-3x its true scale.
 A later request that states no ``time_scale`` or ``decode_tokens_per_s`` for a worker gets the
 learned one, once ``MIN_SPEED_SAMPLES`` reports stand behind it: until then the mean is the plain
 mean of every report (no early report alone decides), and after it a batch of fewer reports moves it
@@ -49,7 +49,7 @@ ratio to the old device says nothing of the new). A report without one, or of a 
 recorded none (an older release's, or expired), is compared with the current profile.
 
 This module is the store (``SpeedLearner`` and its Lua); the rules above, as pure functions (samples,
-fingerprints, peers, the stored JSON), are ``service/speed_model.py``.
+fingerprints, peers, the stored JSON), are ``service/speeds/model.py``.
 
 Keys (named in ``service/delivery/keys.py``, with every other key and TTL):
 
@@ -94,7 +94,7 @@ from scheduler.types import Inventory, Worker
 from service.api.learning_schemas import ActualReport
 from service.delivery import keys
 from service.redis_conn import RedisClient
-from service.speed_model import (
+from service.speeds.model import (
     IDLE_DECAY,
     LOG_SCALE_BOUNDS,
     MIN_SPEED_SAMPLES,
@@ -241,7 +241,7 @@ class SpeedLearner:
     def learned(self, workers: Sequence[Worker], model: ModelPreset) -> dict[str, tuple[float, str]]:
         """Worker id -> (time scale, source) for ``workers``, against the profiles they are planned
         with now: ``learned``, its own; ``learned_group``, its group's, when its own lies within
-        noise of other workers' of its profile (``service/speed_groups.py``); ``learned_peers``, for
+        noise of other workers' of its profile (``service/speeds/groups.py``); ``learned_peers``, for
         a worker with none (never measured, or measured against another profile), that of the
         largest group of its peers in ``workers`` (same profile fingerprint) that have one;
         ``learned_fleet``, for a worker whose profile has none measured, that of the largest group

@@ -1,12 +1,14 @@
-"""The arithmetic of learned speeds, apart from the Redis store that keeps them (``service/speeds.py``).
+"""The arithmetic of learned speeds, apart from the Redis store that keeps them
+(``service/speeds/learner.py``).
 
 What a speed sample is (a report's measured seconds over the cost model's, ``modelled_seconds``,
-stretched by what the worker's own KV cache cost the batch, ``service/speed_kv.py``, weighted and
+stretched by what the worker's own KV cache cost the batch, ``service/speeds/kv.py``, weighted and
 clamped per batch, ``batch_log_ratio``), what a learned scale is relative to
 (``profile_fingerprint``), how a worker with none borrows its peers' or the fleet's
 (``peer_scales``), which workers a plan leaves idle by its belief (``idle_learned``), and how
 profiles, fingerprints and learned states read from and write to their stored JSON. No I/O:
-``SpeedLearner`` fetches and stores, these decide; ``service/speeds.py`` says why each rule is as it is.
+``SpeedLearner`` fetches and stores, these decide; ``service/speeds/learner.py`` says why each rule
+is as it is.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from scheduler.costmodel import worker_cost
 from scheduler.devices import DeviceProfile, ModelPreset, model_preset
 from scheduler.types import Plan, Worker
 from service.api.learning_schemas import ActualReport
-from service.speed_groups import majority, snap
-from service.speed_kv import kv_slowdown
+from service.speeds.groups import majority, snap
+from service.speeds.kv import kv_slowdown
 
 # the learner's logger: an operator filtering on it sees every speed warning, wherever decided
 _log = logging.getLogger("service.speeds")
@@ -102,7 +104,7 @@ def peer_scales(
 ) -> dict[str, tuple[float, str]]:
     """Each worker's own learned scale (``learned``; ``own`` holds it with its report count), or its
     group's when it lies within noise of other workers' of its profile (``learned_group``,
-    ``service/speed_groups.py``), else its peers' (``learned_peers``), else, for a profile none of
+    ``service/speeds/groups.py``), else its peers' (``learned_peers``), else, for a profile none of
     whose workers is measured, the whole request's (``learned_fleet``). Peers lend the scale of
     their largest group (``speed_groups.majority``), not their mean: a new worker is most likely like
     most of them, and a mean is pulled towards a straggler.
@@ -187,10 +189,10 @@ def batch_log_ratio(
     stalls its own prefill causes, not those it sat through, which is exact only summed over the
     batch; report by report the ratios spread (a long prompt's below 1, the short ones' above), and
     a mean of their logs, always below the log of their mean, read a worker at its true speed 2.7%
-    fast (``tests/service/api/test_speed_prefill.py``). A mean of ratios is swayed by one far above
+    fast (``tests/service/speeds/test_speed_prefill.py``). A mean of ratios is swayed by one far above
     the rest, as a mean of logs was not: a report 50x late among 25 made a batch read 2.8x, hence the
     cap (slow side only: one far below can take off no more than its own weight). The EWMA across
-    batches stays in logs (``service/speeds.py``).
+    batches stays in logs (``service/speeds/learner.py``).
 
     Each modelled time is stretched by ``kv_slowdown``: what the planner's simulator says the
     worker's own KV cache cost the batch (waiting inside the engine, recompute after preemption),
