@@ -17,7 +17,7 @@ The plan is then a function of the request: its budget still sets those limits, 
 
 A context variable, not an argument: some fifty reads in a dozen modules, most several calls below
 the policy, would otherwise each take a clock parameter. It is set only by the code that asks for
-it (``service.replay``), so a thread or process planning for the service, which never sets it,
+it (``service.replay.harness``), so a thread or process planning for the service, which never sets it,
 keeps the wall clock. Reported wall times (``Plan.wall_time_s``) always read the real clock.
 """
 

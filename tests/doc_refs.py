@@ -1,6 +1,6 @@
 """Finding the references to code that the docs and docstrings make, and whether each still holds.
 
-A reference is a repository path (``scheduler/finish.py``, ``tests/deploy/``, ``service/replay*.py``)
+A reference is a repository path (``scheduler/finish.py``, ``tests/deploy/``, ``service/replay/*.py``)
 or a dotted Python name that starts with one of our packages (``scheduler.planner.plan``,
 ``service.problems.ProblemBody``), written in backticks: single ones in the Markdown docs, double
 ones (reStructuredText) in the docstrings and comments of the packages and the tests. Modules are

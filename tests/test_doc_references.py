@@ -79,7 +79,7 @@ def test_the_stale_references_of_2026_12_04_are_caught() -> None:
 def test_current_references_of_each_kind_resolve() -> None:
     current = (
         "scheduler.stealguard.lateness predictors.predictor.LengthPredictor.predict "
-        "service/replay*.py deploy/k8s/ tests/test_layering.py::test_scheduler_core_does_no_io"
+        "service/replay/*.py deploy/k8s/ tests/test_layering.py::test_scheduler_core_does_no_io"
     )
     references = list(references_in(current, "x"))
     assert len(references) == 5

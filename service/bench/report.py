@@ -26,8 +26,8 @@ from scheduler.sim_rules import DEFAULT_ENGINE
 from scheduler.types import Inventory
 from service.bench import sections as benchsections
 from service.outpaths import check_file_path, write_all
-from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay
-from service.replay_steps import select_steps
+from service.replay.harness import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay
+from service.replay.steps import select_steps
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -69,7 +69,7 @@ def machine() -> str:
 
 
 def _replay_tables(report: ReplayReport, modes: Sequence[bool]) -> list[str]:
-    from service.report import headline, markdown_table
+    from service.replay.report import headline, markdown_table
 
     out = []
     for steal in modes:

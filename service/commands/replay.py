@@ -20,9 +20,9 @@ import typer
 
 if TYPE_CHECKING:
     from predictors.tracetable import Trace
-    from service.replay import ReplayConfig, ReplayReport
-    from service.replay_steps import StepRanges
-    from service.replay_workers import WorkerRow
+    from service.replay.harness import ReplayConfig, ReplayReport
+    from service.replay.steps import StepRanges
+    from service.replay.workers import WorkerRow
 
 HELP = (
     "Replay a trace: per step, fit the predictor on earlier steps, plan with each policy, play the plan "
@@ -149,8 +149,8 @@ def _options(
     """What to replay (pool, policies, the --steps ranges; the rest at its defaults), parsed without
     the trace and in the order bad input is reported: of several mistakes, the pool's is named first
     (a device that cannot hold the model included), then the policies', then the steps'."""
-    from service.replay import ReplayConfig, parse_policies
-    from service.replay_steps import parse_steps
+    from service.replay.harness import ReplayConfig, parse_policies
+    from service.replay.steps import parse_steps
     from service.workerspec import parse_workers
 
     inventory = parse_workers(workers, model)
@@ -176,7 +176,7 @@ def _load(
     """The trace, read only once every option has passed (it may take seconds), and ``config`` with
     the steps ``ranges`` pick from it."""
     from predictors.traceio import read_trace
-    from service.replay_steps import chosen_steps
+    from service.replay.steps import chosen_steps
 
     loaded = read_trace(trace)
     return loaded, replace(config, steps=chosen_steps(loaded, steps, ranges))
@@ -214,7 +214,7 @@ def _run(loaded: Trace, config: ReplayConfig, quiet: bool) -> ReplayReport:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from service.replay import replay, work_units
+    from service.replay.harness import replay, work_units
 
     progress = Progress(
         TextColumn("{task.description}"),
@@ -245,7 +245,7 @@ def _print_table(result: ReplayReport, steal: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from service.report import COLUMNS, headline, table_rows
+    from service.replay.report import COLUMNS, headline, table_rows
 
     table = Table(title=headline(result, steal))
     for i, column in enumerate(COLUMNS):
@@ -258,7 +258,7 @@ def _print_table(result: ReplayReport, steal: bool) -> None:
 
 
 def _worker_rows(result: ReplayReport, policy: str | None, steal: bool) -> list[WorkerRow]:
-    from service.replay_workers import worker_rows
+    from service.replay.workers import worker_rows
 
     if policy is None:
         return []
@@ -266,7 +266,7 @@ def _worker_rows(result: ReplayReport, policy: str | None, steal: bool) -> list[
 
 
 def _json(result: ReplayReport, steal: bool, rows: list[WorkerRow]) -> dict[str, object]:
-    from service.replay_workers import as_json
+    from service.replay.workers import as_json
 
     out = result.to_json(steal)
     if rows:
@@ -317,7 +317,7 @@ def _write_outputs(result: ReplayReport, steal: bool, plot: Path | None, report:
         return
     from scheduler.errors import InvalidInputError
     from service.outpaths import write_all
-    from service.report import chart_title, gantt_png, html_report
+    from service.replay.report import chart_title, gantt_png, html_report
 
     png = gantt_png(result.steps[-1], result.config.policies, steal, chart_title(result, steal))
     outputs = [("plot", plot, png)] if plot is not None else []

@@ -101,7 +101,7 @@ def import_command(
         write_trace(result.trace, out)
     except (InvalidInputError, OSError) as exc:
         raise _fail(exc) from None
-    from service.replay_steps import step_span
+    from service.replay.steps import step_span
 
     trace = result.trace
     steps = step_span([int(s) for s in trace.steps()])  # "steps 2,3,5", not 2-5: a lost dump shows

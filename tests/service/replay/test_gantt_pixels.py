@@ -12,8 +12,8 @@ import io
 from PIL import Image
 
 from predictors.synthetic import synthetic_trace
-from service.replay import ReplayConfig, StepReplay, replay
-from service.report import gantt_png
+from service.replay.harness import ReplayConfig, StepReplay, replay
+from service.replay.report import gantt_png
 from service.workerspec import parse_workers
 
 POLICIES = ("lpt", "cpsat")

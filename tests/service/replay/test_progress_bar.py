@@ -12,7 +12,7 @@ import pytest
 
 from predictors.tracetable import Trace
 from service.commands.replay import _run
-from service.replay import ReplayConfig
+from service.replay.harness import ReplayConfig
 from service.workerspec import parse_workers
 
 

@@ -20,9 +20,9 @@ from scheduler.devices import device_profile
 from scheduler.errors import InvalidInputError
 from scheduler.simulator import SimOptions, simulate, with_engine
 from scheduler.types import Inventory, Worker
-from service.replay import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay
-from service.replay_steps import select_steps
-from service.report import headline
+from service.replay.harness import ORACLE, ReplayConfig, ReplayReport, parse_policies, replay
+from service.replay.report import headline
+from service.replay.steps import select_steps
 from service.settings import Settings
 from service.workerspec import parse_workers
 from tests.scheduler.fake_clock import SteppingClock
@@ -146,7 +146,7 @@ def test_a_step_is_planned_without_seeing_its_own_or_later_lengths(small_trace: 
 
 
 def test_progress_is_reported_once_per_unit_of_work(small_trace: Trace) -> None:
-    from service.replay import work_units
+    from service.replay.harness import work_units
 
     config = _config(("lpt",), (1, 2))
     labels: list[str] = []
@@ -289,7 +289,7 @@ def test_on_real_math100_a_mixed_pool_keeps_the_batch_off_the_slow_kind_or_plans
 
 def test_policies_played_in_worker_processes_give_what_they_give_in_turn(small_trace: Trace) -> None:
     """Whatever order the runs of all steps end in on the pool (they are played across steps,
-    ``service.replay_pool``), the report is the one played in turn, in step and policy order."""
+    ``service.replay.pool``), the report is the one played in turn, in step and policy order."""
     policies = ("round_robin", "lpt", ORACLE)
     # a budget no plan of this small batch comes near, so no search is cut short in either run
     serial = replay(small_trace, _config(policies, (0, 1, 2), time_budget_s=20.0))

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from scheduler.types import Trajectory
-from service.replay_pool import Job, pack, play_pipelined, unpack
+from service.replay.pool import Job, pack, play_pipelined, unpack
 
 WAIT_S = 5.0  # far longer than a step's jobs take to be handed over
 

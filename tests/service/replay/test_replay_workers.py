@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from predictors.tracetable import Trace
 from scheduler.errors import InvalidInputError
-from service.replay import ORACLE, ReplayConfig, ReplayReport, replay
-from service.replay_workers import worker_rows
+from service.replay.harness import ORACLE, ReplayConfig, ReplayReport, replay
+from service.replay.workers import worker_rows
 from service.workerspec import parse_workers
 
 POOL = parse_workers("2xH100,1xAscend910B", model="7b")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.report import panel_title
+from service.replay.report import panel_title
 from service.workerspec import parse_workers, pool_label
 
 

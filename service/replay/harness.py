@@ -35,9 +35,9 @@ from scheduler.sim_rules import DEFAULT_ENGINE
 from scheduler.simulator import SimOptions, SimResult, simulate, with_engine
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory
 from service.interrupts import quiet_pool
-from service.replay_batches import PreparedStep, prepare_step, true_lengths
-from service.replay_pool import Job, ShippedBatch, new_replay_id, pack, play_pipelined, unpack
-from service.replay_steps import check_fits
+from service.replay.batches import PreparedStep, prepare_step, true_lengths
+from service.replay.pool import Job, ShippedBatch, new_replay_id, pack, play_pipelined, unpack
+from service.replay.steps import check_fits
 from service.workerspec import pool_label
 
 ORACLE = "oracle"  # cpsat given the true lengths
@@ -195,7 +195,7 @@ def _pool(config: ReplayConfig) -> Iterator[Executor | None]:
     """Worker processes for the policy runs, or None to run them here in order.
 
     Each policy's plan and simulations depend only on the step's batch, so they run at once on the
-    machine's cores (``service.replay_pool``): a 6-step replay of 4,096 x 16 took ~1.6x less wall
+    machine's cores (``service.replay.pool``): a 6-step replay of 4,096 x 16 took ~1.6x less wall
     time on 2 cores. Processes are spawned, not forked: the parent has LightGBM's threads running.
     """
     processes = _processes(config)

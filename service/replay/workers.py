@@ -12,7 +12,7 @@ beside them the two things that explain the gap on KV-bound long chain-of-though
   thief could take, so work stealing cannot correct a worker that runs late only after it.
 
 ``kv_use`` is the mean share of the worker's KV cache in use until it finished (the same
-approximation as ``service.replay.kv_use``): what the bound assumes is 1.
+approximation as ``service.replay.harness.kv_use``): what the bound assumes is 1.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from scheduler.costmodel import worker_cost
 from scheduler.errors import InvalidInputError
 from scheduler.simulator import ItemRecord
 from scheduler.types import Inventory, Trajectory
-from service.replay import ORACLE, StepReplay
+from service.replay.harness import ORACLE, StepReplay
 
 
 @dataclass(frozen=True, slots=True)

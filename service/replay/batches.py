@@ -2,7 +2,7 @@
 and the truth it is played against.
 
 The predictions of a step depend on nothing a replay computes, only on the trace, so a step can be
-prepared while earlier steps are still being played (``service.replay_pool``).
+prepared while earlier steps are still being played (``service.replay.pool``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from predictors.queries import QueryBatch
 from predictors.tracetable import FloatArray, Trace
 from scheduler.errors import InvalidInputError
 from scheduler.types import Trajectory
-from service.replay_steps import step_caps
+from service.replay.steps import step_caps
 
 
 @dataclass(frozen=True, eq=False)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scheduler.sim_rules import DEFAULT_ENGINE
-from service.replay import ReplayReport, StepReplay
+from service.replay.harness import ReplayReport, StepReplay
 from service.workerspec import pool_label
 
 COLUMNS: tuple[str, ...] = (
