@@ -17,7 +17,7 @@ from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 
 MAX_TOKENS = 2**31 - 1  # the service's bound on a reported count (docs/api.md)
 # Counts of ``extra`` a worker may state over the item's (its templated prompt length): the trainer's
-# actuals read them (``service.client_actuals.actual_from_result``), so they are held to the service's rule.
+# actuals read them (``service.client.actuals.actual_from_result``), so they are held to the service's rule.
 TOKEN_COUNTS = ("prompt_tokens", "max_new_tokens")
 
 

@@ -1,9 +1,9 @@
 """The trainer's actuals as the client shapes them: a result turned into the report the predictor
 learns from, and the answers of a report sent in chunks summed into one.
 
-Kept apart from ``service/client.py``, which is the HTTP side (requests, retries, refusals): what a
-result says about length (an aborted one says nothing, a result cut at its cap is a lower bound) is
-decided here, where it can be read and tested without a service.
+Kept apart from ``service/client/scheduler_client.py``, which is the HTTP side (requests, retries,
+refusals): what a result says about length (an aborted one says nothing, a result cut at its cap is
+a lower bound) is decided here, where it can be read and tested without a service.
 """
 
 from __future__ import annotations

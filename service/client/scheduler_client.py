@@ -29,14 +29,14 @@ from service.api.progress_schemas import (
     ResultsPage,
 )
 from service.api.schemas import ScheduleRequest, ScheduleResponse
-from service.client_actuals import actual_from_result as actual_from_result  # public, as it was here
-from service.client_actuals import summed
-from service.client_steps import PartialStepError as PartialStepError  # raised by report_results
-from service.client_steps import check_whole, whole_groups
-from service.client_wire import AlreadyPublishedError as AlreadyPublishedError  # public, as they were
-from service.client_wire import SchedulerAPIError as SchedulerAPIError
-from service.client_wire import ServiceUnreachableError as ServiceUnreachableError
-from service.client_wire import encoded, first_fault, foreign, refusal
+from service.client.actuals import actual_from_result as actual_from_result  # public, as it was here
+from service.client.actuals import summed
+from service.client.steps import PartialStepError as PartialStepError  # raised by report_results
+from service.client.steps import check_whole, whole_groups
+from service.client.wire import AlreadyPublishedError as AlreadyPublishedError  # public, as they were
+from service.client.wire import SchedulerAPIError as SchedulerAPIError
+from service.client.wire import ServiceUnreachableError as ServiceUnreachableError
+from service.client.wire import encoded, first_fault, foreign, refusal
 from service.tokens import check_token
 
 T = TypeVar("T")
@@ -274,7 +274,7 @@ class SchedulerClient:
         Results an engine aborted (neither ``stop`` nor ``length``) say nothing about length: skipped.
         Sent ``chunk`` reports a request, each retried through an outage (``report_actuals``).
         A step cancelled before it finished, or not finished, raises ``PartialStepError`` and sends
-        nothing: its results are its short trajectories alone (``service/client_steps.py``);
+        nothing: its results are its short trajectories alone (``service/client/steps.py``);
         ``partial=True`` reports them anyway (and tells the service so). ``group_sizes`` (samples per
         prompt: one ``n`` for all, or per prompt id) leaves out the prompts with fewer results than
         that, a group cut by the cancel (or a dead letter), whose finished samples are its short ones.

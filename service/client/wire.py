@@ -1,7 +1,7 @@
 """The client's wire: a request body encoded, and an answer that is no plan or count turned into the
 error it amounts to (a refusal with its problem document, an outage, another server's page).
 
-Kept apart from ``service/client.py``, which decides what to send and what to retry: the
+Kept apart from ``service/client/scheduler_client.py``, which decides what to send and what to retry: the
 exceptions here are what a trainer catches (re-exported there, where they were first defined),
 and each says whether a retry can cure it (``retryable``).
 """

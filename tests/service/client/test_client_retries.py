@@ -12,7 +12,6 @@ import httpx
 import pytest
 import redis
 
-from service import client as client_module
 from service.api.progress_schemas import CancelResponse, ProgressResponse, ResultEntry
 from service.api.schemas import ScheduleResponse
 from service.client import (
@@ -22,6 +21,7 @@ from service.client import (
     ServiceUnreachableError,
     StepResults,
 )
+from service.client import scheduler_client as client_module
 from service.delivery import Delivery, TrajectoryResult
 from service.ports import free_port
 from service.settings import Settings
