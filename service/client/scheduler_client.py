@@ -29,14 +29,16 @@ from service.api.progress_schemas import (
     ResultsPage,
 )
 from service.api.schemas import ScheduleRequest, ScheduleResponse
-from service.client.actuals import actual_from_result as actual_from_result  # public, as it was here
-from service.client.actuals import summed
-from service.client.steps import PartialStepError as PartialStepError  # raised by report_results
+from service.client.actuals import actual_from_result, summed
 from service.client.steps import check_whole, whole_groups
-from service.client.wire import AlreadyPublishedError as AlreadyPublishedError  # public, as they were
-from service.client.wire import SchedulerAPIError as SchedulerAPIError
-from service.client.wire import ServiceUnreachableError as ServiceUnreachableError
-from service.client.wire import encoded, first_fault, foreign, refusal
+from service.client.wire import (
+    SchedulerAPIError,
+    ServiceUnreachableError,
+    encoded,
+    first_fault,
+    foreign,
+    refusal,
+)
 from service.tokens import check_token
 
 T = TypeVar("T")
