@@ -115,3 +115,17 @@ def why_unservable(host: str, port: int, error: OSError) -> str:
     if error.errno == errno.EADDRINUSE:
         return f"{host}:{port} is already in use"
     return f"{host}:{port} cannot be bound ({(error.strerror or str(error)).lower()})"
+
+
+def listen_refusal(host: str, port: int, port_flag: str, host_flag: str | None = None) -> str | None:
+    """Why a server cannot listen on ``host:port``, naming the flag to change, or None:
+    ``127.0.0.1:9100 is already in use (--pull-api=9100)``, or the host's flag when the host is to
+    blame (``10.0.0.9:9102 cannot be bound (...) (--health-host='10.0.0.9')``); the port's when
+    the host has no flag of its own."""
+    error = bind_error(host, port)
+    if error is None:
+        return None
+    to_blame = (
+        f"{host_flag}={host!r}" if host_flag and error.errno != errno.EADDRINUSE else f"{port_flag}={port}"
+    )
+    return f"{why_unservable(host, port, error)} ({to_blame})"

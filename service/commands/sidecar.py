@@ -270,7 +270,21 @@ def _checked(
         }
     )
     kv = o.kv_capacity_tokens if o.kv_capacity_tokens is not None else _derived_kv(*kv_source)
+    _check_listening(o)
     return replace(o, redis_url=url, kv_capacity_tokens=kv)
+
+
+def _check_listening(o: SidecarOptions) -> None:
+    """``ValueError`` when the port the sidecar would serve on cannot be bound, naming the address and
+    the flag to change, as ``serve`` names ``--port``: the bind's own ``OSError`` named neither."""
+    from service.ports import listen_refusal
+
+    for refusal in (
+        o.pull_api_port and listen_refusal(o.pull_api_host, o.pull_api_port, "--pull-api"),
+        o.health_port and listen_refusal(o.health_host, o.health_port, "--health-port", "--health-host"),
+    ):
+        if refusal:
+            raise ValueError(refusal)
 
 
 def _serve(options: SidecarOptions) -> SessionStats:

@@ -224,19 +224,21 @@ def _refused(monkeypatch: pytest.MonkeyPatch, redis_url: str, engine_url: str) -
     return result.output
 
 
-def test_a_health_port_in_use_is_one_line_naming_it_and_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_health_port_in_use_is_one_line_naming_the_address_and_flag_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("REDIS_URL", raising=False)
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         args = [*PUSH, "--health-port", str(port)]
         result = CliRunner().invoke(_app(), args)
     assert result.exit_code == 2
-    assert "cannot listen" in result.output
-    assert f"127.0.0.1', {port})" in result.output
-    assert len(result.output.strip().splitlines()) == 1
+    assert result.output == f"sidecar: 127.0.0.1:{port} is already in use (--health-port={port})\n"
 
 
-def test_a_pull_api_port_in_use_is_one_line_and_exit_status_2(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pull_api_port_in_use_is_one_line_naming_the_address_and_flag_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("REDIS_URL", raising=False)
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
@@ -251,5 +253,16 @@ def test_a_pull_api_port_in_use_is_one_line_and_exit_status_2(monkeypatch: pytes
         ]
         result = CliRunner().invoke(_app(), args)
     assert result.exit_code == 2
-    assert "cannot listen" in result.output
-    assert len(result.output.strip().splitlines()) == 1
+    assert result.output == f"sidecar: 127.0.0.1:{port} is already in use (--pull-api={port})\n"
+
+
+def test_a_health_host_not_of_this_machine_is_one_line_naming_that_flag(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """192.0.2.1 is TEST-NET-1 (RFC 5737): an address no interface of the test host holds."""
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    args = [*PUSH, "--health-port", "9102", "--health-host", "192.0.2.1"]
+    result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 2
+    assert result.output.startswith("sidecar: 192.0.2.1:9102 cannot be bound (")
+    assert result.output.endswith(" (--health-host='192.0.2.1')\n")
