@@ -4,6 +4,25 @@ it with --map step=COLUMN)" sent the user looking for a column the file did have
 
 from __future__ import annotations
 
+SHOWN_COLUMNS = 12  # of a header listed in a missing column's error: enough to pick from, one line
+
+
+def missing_columns(missing: list[str], columns: list[str]) -> str:
+    """The message for the required ``missing`` (in the schema's order) that ``columns`` lacks: the
+    first one's hint, then the others and the columns the file does have, so one run shows every
+    ``--map`` an import needs (until 2026-12-05 a csv of other names was refused one column a run,
+    and the user listed its header themselves to find what to map)."""
+    message = f"required column is missing{missing_hint(missing[0], columns)}"
+    if separator_hint(columns):
+        return message
+    if len(missing) > 1:
+        message += f"; missing too: {', '.join(missing[1:])}"
+    if all(_variant(column, columns) is not None for column in missing):
+        return message  # each is pointed at in the header already
+    shown = ", ".join(repr(c) for c in columns[:SHOWN_COLUMNS])
+    more = f" and {len(columns) - SHOWN_COLUMNS:,} more" if len(columns) > SHOWN_COLUMNS else ""
+    return f"{message}; the columns it has: {shown}{more}" if columns else f"{message}; it has no column"
+
 
 def missing_hint(column: str, columns: list[str]) -> str:
     """The end of the message for ``column`` missing from ``columns``: the separator the header seems to
@@ -11,7 +30,7 @@ def missing_hint(column: str, columns: list[str]) -> str:
     separator = separator_hint(columns)
     if separator:
         return separator
-    other = next((c for c in columns if c.strip().casefold() == column.casefold()), None)
+    other = _variant(column, columns)
     if other is not None:  # --map strips its names: one with blanks at an end can only be renamed
         mapped = f", or import with --map {column}={other}" if other == other.strip() else ""
         return f" (the header has {other!r}: rename it{mapped})"
@@ -26,3 +45,8 @@ def separator_hint(columns: list[str]) -> str:
         return ""
     cell = columns[0][:48]
     return f": the header is one cell, {cell!r}, separated by {found[0]!r}; save it with ',' between cells"
+
+
+def _variant(column: str, columns: list[str]) -> str | None:
+    """The header's name for ``column`` in another case or with blanks at an end (``Step``), or None."""
+    return next((c for c in columns if c.strip().casefold() == column.casefold()), None)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from predictors.csvquotes import LineTap, has_line_break, open_quote_error, quote_left_open
-from predictors.headerhints import missing_hint, separator_hint
+from predictors.headerhints import missing_columns, separator_hint
 from predictors.jsonlobjects import jsonl_objects
 from predictors.stepgroups import repeated_rows
 from predictors.tracefast import fast_trace
@@ -313,11 +313,12 @@ def _raw_extra(value: object) -> float | str:
     return str(value).strip()
 
 
-def _check_header(columns: list[str], source: str) -> None:
-    for column in REQUIRED_COLUMNS:
-        if column not in columns:
-            reason = f"required column is missing{missing_hint(column, columns)}"
-            raise TraceFormatError(source, 1, column, None, reason)
+def _check_header(columns: list[str], source: str, line: int = 1) -> None:
+    """Refuse a header (jsonl: the first record's keys) lacking a required column, naming every one
+    it lacks and the columns it has."""
+    missing = [column for column in REQUIRED_COLUMNS if column not in columns]
+    if missing:
+        raise TraceFormatError(source, line, missing[0], None, missing_columns(missing, columns))
 
 
 # --- readers -------------------------------------------------------------------------------------
@@ -366,8 +367,15 @@ def _csv_records(path: Path, reader: Any, renamer: Renamer, tap: LineTap) -> Raw
 
 
 def _jsonl_rows(path: Path, renamer: Renamer) -> RawRows:
+    """The records of a jsonl file; the first one's keys are checked as a csv header is, so a file of
+    other names is told every key to ``--map`` (a key that is there with no value is a missing value)."""
+    first = True
     for line, cells in jsonl_objects(path):
-        yield line, renamer.cells(cells, line)
+        renamed = renamer.cells(cells, line)
+        if first:
+            _check_header(list(renamed), str(path), line)
+            first = False
+        yield line, renamed
     renamer.check_all_seen()
 
 

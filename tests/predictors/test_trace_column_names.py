@@ -97,3 +97,46 @@ def test_a_parquet_column_named_with_a_trailing_blank_is_pointed_at_without_a_ma
     pq.write_table(pa.table(columns), path)
     with pytest.raises(TraceFormatError, match=r"the header has 'step ': rename it\)$"):
         read_trace(path)
+
+
+def _other_names(tmp_path: Path, suffix: str) -> Path:
+    """One row of a trace whose columns carry a training framework's names, not the schema's."""
+    row = {"epoch": 0, "uid": "a", "k": 0, "prompt_len": 10, "response_len": 5, "level": "Level 3"}
+    path = tmp_path / f"runs{suffix}"
+    if suffix == ".csv":
+        path.write_text(",".join(row) + "\n" + ",".join(str(v) for v in row.values()) + "\n")
+    elif suffix == ".jsonl":
+        path.write_text(json.dumps(row) + "\n")
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({name: [value] for name, value in row.items()}), path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_a_trace_of_other_column_names_is_told_every_missing_column_and_the_ones_it_has(
+    tmp_path: Path, suffix: str
+) -> None:
+    # it was refused one column a run ("step=None: required column is missing (import it with --map
+    # step=COLUMN)", then prompt_id, ...), in jsonl with no --map hint at all ("required value is
+    # missing"), and the user read the header themselves to find the columns to map
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(_other_names(tmp_path, suffix))
+    assert (info.value.line, info.value.column) == (1, "step")
+    assert str(info.value).endswith(
+        "step=None: required column is missing (import it with --map step=COLUMN); missing too: "
+        "prompt_id, sample_idx, prompt_tokens, output_tokens; the columns it has: 'epoch', 'uid', 'k', "
+        "'prompt_len', 'response_len', 'level'"
+    )
+
+
+def test_a_jsonl_first_line_with_a_required_key_null_is_a_missing_value_not_a_missing_column(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.jsonl"
+    cells = {"step": None, "prompt_id": "a", "sample_idx": 0, "prompt_tokens": 10, "output_tokens": 5}
+    path.write_text(json.dumps(cells) + "\n")
+    with pytest.raises(TraceFormatError, match=r"step=None: required value is missing$"):
+        read_trace(path)
