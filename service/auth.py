@@ -117,7 +117,7 @@ class ScopeCheck:
         if caller.scope not in self.allowed:
             names = " or ".join(s.value for s in self.allowed)
             raise ForbiddenError(
-                f"a {caller.scope.value} token may not call {request.url.path}; it needs {names}"
+                f"a {caller.scope.value} token may not call {request.url.path}; it needs a {names} token"
             )
         return caller
 
