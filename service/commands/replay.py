@@ -245,7 +245,7 @@ def _print_table(result: ReplayReport, steal: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from service.replay.report import COLUMNS, headline, table_rows
+    from service.replay.report import COLUMNS, headline, table_rows, unlearned_note
 
     table = Table(title=headline(result, steal))
     for i, column in enumerate(COLUMNS):
@@ -254,6 +254,9 @@ def _print_table(result: ReplayReport, steal: bool) -> None:
         table.add_row(*row)
     console = Console(width=None if sys.stdout.isatty() else 150)
     console.print(table)
+    note = unlearned_note(result)
+    if note:
+        console.print(note, highlight=False)
     console.print(f"replay wall time {result.wall_s:.1f} s")
 
 

@@ -31,6 +31,7 @@ class PreparedStep:
     truth: tuple[Trajectory, ...]  # true lengths: what the bound and the oracle see
     predicted: tuple[Trajectory, ...]  # what the length-aware policies plan from
     planned: FloatArray
+    history_rows: int  # rows of earlier steps the predictor learned from (0: the prior alone)
 
 
 def prepare_step(trace: Trace, step: int, fit_config: FitConfig | None, quantile: float) -> PreparedStep:
@@ -41,7 +42,8 @@ def prepare_step(trace: Trace, step: int, fit_config: FitConfig | None, quantile
     p50, p90, planned = _predict(trace, rows, step, caps, fit_config, quantile)
     predicted = _trajectories(rows, caps, planned, {0.5: p50, 0.9: p90})
     truth = _trajectories(rows, caps, rows.output_tokens.astype(np.float64), None)
-    return PreparedStep(step, rows, truth, predicted, planned)
+    history_rows = int(np.count_nonzero(trace.step < step))
+    return PreparedStep(step, rows, truth, predicted, planned, history_rows)
 
 
 def true_lengths(truth: Sequence[Trajectory]) -> dict[str, int]:

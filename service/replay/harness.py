@@ -91,6 +91,13 @@ class StepReplay:
     runs: Mapping[tuple[str, bool], StepRun]  # (policy, steal) -> run
     batch: tuple[Trajectory, ...] = ()  # what the length-aware policies planned from (predicted
     # lengths); the oracle planned from the true ones (``SimResult.items``)
+    history_rows: int | None = None  # rows of earlier steps its predictions learned from: 0 for a
+    # trace's first; None: not recorded
+
+    @property
+    def unlearned(self) -> bool:
+        """Whether no earlier step was there to learn from: its plans used the length prior alone."""
+        return self.history_rows == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +247,7 @@ def _assemble(
             for steal in config.steal_modes
         },
         batch=prepared.predicted,
+        history_rows=prepared.history_rows,
     )
 
 

@@ -78,6 +78,21 @@ def headline(report: ReplayReport, steal: bool) -> str:
     )
 
 
+def unlearned_note(report: ReplayReport) -> str:
+    """What to know of a replayed step that had no earlier step to learn from (a trace's first,
+    which a replay without ``--steps`` includes), or "": its length-aware plans stood on the prior
+    alone, and its figures, summed with the others', read as the predictor's without a word."""
+    blind = next((s.step for s in report.steps if s.unlearned), None)
+    if blind is None:
+        return ""
+    later = next((s.step for s in report.steps if not s.unlearned), None)
+    hint = f"; --steps {later}- leaves it out" if later is not None else ""
+    return (
+        f"step {blind} is the trace's first: no earlier step to learn lengths from, so its "
+        f"length-aware plans used the length prior alone{hint}"
+    )
+
+
 def chart_title(report: ReplayReport, steal: bool) -> str:
     """The Gantt chart's title: its step, and what the headline says of the pool and the trace. The
     chart is a file of its own (``--plot``), and its title named the step alone, not the pool, the
@@ -181,7 +196,9 @@ def html_report(report: ReplayReport, steal: bool, png: bytes) -> str:
     image = base64.b64encode(png).decode("ascii")
     per_step = "".join(
         f"<li>step {s.step}: {s.trajectories:,} trajectories, lower bound {s.lower_bound_s:,.1f} s, "
-        f"prediction MAE {s.prediction_mae:,.0f} tokens</li>"
+        f"prediction MAE {s.prediction_mae:,.0f} tokens"
+        + (" (no earlier step to learn from: planned on the length prior)" if s.unlearned else "")
+        + "</li>"
         for s in report.steps
     )
     return f"""<!doctype html>

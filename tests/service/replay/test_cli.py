@@ -124,3 +124,22 @@ def test_a_pool_past_the_service_s_worker_limit_is_one_line_before_any_work(
     (line,) = err.splitlines()
     assert line.startswith("replay: workers='100000xH100': 100,000 workers exceed the limit of "), line
     assert line.endswith(" workers (POST /schedule's too)"), line
+
+
+@pytest.mark.parametrize(("steps", "noted"), [("0-1", True), ("1-2", False)])
+def test_a_replay_of_the_trace_s_first_step_says_its_plans_had_no_history_to_learn_from(
+    cli: typer.Typer, small_trace_file: Path, tmp_path: Path, steps: str, noted: bool
+) -> None:
+    # a replay without --steps plays the first step too, planned on the length prior alone, and its
+    # figures were summed with the learned steps' without a word (on math100, round_robin beat cpsat)
+    page = tmp_path / "report.html"
+    args = ["replay", str(small_trace_file), "--workers", "2xH100", "--policies", "lpt", "--steps", steps]
+    code, out, _ = run(cli, [*args, "--report", str(page), *FAST, *IN_PROCESS])
+    assert code == 0
+    note = (
+        "step 0 is the trace's first: no earlier step to learn lengths from, so its length-aware plans "
+        "used the length prior alone; --steps 1- leaves it out"
+    )
+    assert (note in " ".join(out.split())) is noted
+    assert ("step 0: 48 trajectories" in page.read_text()) is noted
+    assert ("(no earlier step to learn from: planned on the length prior)" in page.read_text()) is noted
