@@ -26,15 +26,16 @@ def missing_columns(missing: list[str], columns: list[str]) -> str:
 
 def missing_hint(column: str, columns: list[str]) -> str:
     """The end of the message for ``column`` missing from ``columns``: the separator the header seems to
-    use, else the column it names in another case, else the ``--map`` that imports another column."""
+    use, else the column it names in another case, else the ``--map`` that imports another column.
+    The command is named: replay and ``predictor eval`` read traces too, and take no ``--map``."""
     separator = separator_hint(columns)
     if separator:
         return separator
     other = _variant(column, columns)
     if other is not None:  # --map strips its names: one with blanks at an end can only be renamed
-        mapped = f", or import with --map {column}={other}" if other == other.strip() else ""
+        mapped = f", or import with trace import --map {column}={other}" if other == other.strip() else ""
         return f" (the header has {other!r}: rename it{mapped})"
-    return f" (import it with --map {column}=COLUMN)"
+    return f" (import it with trace import --map {column}=COLUMN)"
 
 
 def separator_hint(columns: list[str]) -> str:

@@ -126,7 +126,8 @@ def test_a_trace_of_other_column_names_is_told_every_missing_column_and_the_ones
         read_trace(_other_names(tmp_path, suffix))
     assert (info.value.line, info.value.column) == (1, "step")
     assert str(info.value).endswith(
-        "step=None: required column is missing (import it with --map step=COLUMN); missing too: "
+        "step=None: required column is missing (import it with trace import --map step=COLUMN); missing "
+        "too: "
         "prompt_id, sample_idx, prompt_tokens, output_tokens; the columns it has: 'epoch', 'uid', 'k', "
         "'prompt_len', 'response_len', 'level'"
     )
