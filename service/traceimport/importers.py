@@ -45,6 +45,7 @@ from scheduler.trace import (
 from service.traceimport.tokenizer import count_tokens, describe_tokenizer, load_tokenizer, tokenizer_file
 
 _VERL_TEXT_FIELDS = frozenset({"input", "output", "gts", "score", "step"})
+_VERL_READ_FIELDS = frozenset({"input", "output", "score", "step"})  # what a trace row is made of
 _SCHEMA = frozenset(REQUIRED_COLUMNS) | frozenset(OPTIONAL_COLUMNS)
 GENERIC_FORMATS = ("csv", "jsonl", "parquet")
 
@@ -59,6 +60,7 @@ class ImportResult:
     clamped: int  # rows whose re-tokenized output exceeded the cap and were set to it
     empty: tuple[str, ...] = ()  # step files that held no rows (a 0-byte dump imported as nothing, unsaid)
     tool_turns: int = 0  # rows whose output holds tool results (``holds_tool_output``): not all generated
+    dropped: tuple[str, ...] = ()  # the dump lines' fields left out of the trace (not read, not kept)
 
 
 def prompt_hash(text: str) -> str:
@@ -96,8 +98,10 @@ def import_verl(
     tokenizer_json = tokenizer_file(tokenizer_path)
     tokenizer = load_tokenizer(tokenizer_json)
     builder, clamped, kept, empty, tool_turns = TraceBuilder(), 0, frozenset(keep), [], 0
+    fields: set[str] = set()
     for path in files:
         records = _read_dump(path)
+        fields.update(name for _, record in records for name in record)
         if not records:
             empty.append(path.name)
         _refuse_validation(path, records)
@@ -116,7 +120,8 @@ def import_verl(
     check_unique(trace, str(directory))
     _check_kept_present(trace, keep, directory)
     described = describe_tokenizer(tokenizer, tokenizer_json)
-    return ImportResult(trace, len(files), described, clamped, tuple(empty), tool_turns)
+    dropped = tuple(sorted(fields - _VERL_READ_FIELDS - kept))
+    return ImportResult(trace, len(files), described, clamped, tuple(empty), tool_turns, dropped)
 
 
 def _listing(directory: Path, shown: int = 6) -> str:

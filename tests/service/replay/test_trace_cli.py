@@ -92,6 +92,39 @@ def test_trace_import_verl_names_the_tokenizer_by_its_full_path_model_and_vocabu
     assert said in stdout
 
 
+@pytest.mark.parametrize(
+    ("keep", "said"), [([], "acc, gts, level, request_id"), (["level"], "acc, gts, request_id")]
+)
+def test_trace_import_verl_names_the_fields_it_dropped(
+    cli: typer.Typer, tmp_path: Path, keep: list[str], said: str
+) -> None:
+    # every field but input, output, score and step was left out without a word: a field known
+    # before generation (a prompt's level) was lost unless the user had read of --keep-field
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
+    (tmp_path / "rollouts").mkdir()
+    line = {"input": "a", "output": "b", "gts": "b", "score": 1.0, "step": 3, "acc": 1.0, "level": "x"}
+    (tmp_path / "rollouts" / "3.jsonl").write_text(json.dumps({**line, "request_id": "r0"}) + "\n")
+    args = ["trace", "import", str(tmp_path / "rollouts"), "--tokenizer", str(tmp_path / "tokenizer.json")]
+    kept = [word for name in keep for word in ("--keep-field", name)]
+    code, stdout, _ = run(cli, [*args, *kept, "--out", str(tmp_path / "t.csv")])
+    assert code == 0
+    assert f"fields dropped: {said} (--keep-field NAME keeps one as a feature, if it is known" in stdout
+
+
+def test_trace_import_verl_says_no_field_was_dropped_by_saying_nothing(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
+    (tmp_path / "rollouts").mkdir()
+    (tmp_path / "rollouts" / "3.jsonl").write_text(
+        json.dumps({"input": "a", "output": "b", "step": 3}) + "\n"
+    )
+    args = ["trace", "import", str(tmp_path / "rollouts"), "--tokenizer", str(tmp_path / "tokenizer.json")]
+    code, stdout, _ = run(cli, [*args, "--out", str(tmp_path / "t.csv")])
+    assert code == 0
+    assert "dropped" not in stdout
+
+
 def test_trace_import_names_the_steps_it_imported_so_a_missing_dump_shows(
     cli: typer.Typer, tmp_path: Path
 ) -> None:
