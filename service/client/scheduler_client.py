@@ -280,6 +280,8 @@ class SchedulerClient:
         ``partial=True`` reports them anyway (and tells the service so). ``group_sizes`` (samples per
         prompt: one ``n`` for all, or per prompt id) leaves out the prompts with fewer results than
         that, a group cut by the cancel (or a dead letter), whose finished samples are its short ones.
+        Returns the service's answer, or None when nothing was left to send (no group whole, every
+        result aborted): no request is made then.
         """
         if not partial:
             check_whole(finished.progress)

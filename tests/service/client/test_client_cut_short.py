@@ -115,3 +115,14 @@ def test_a_group_size_below_one_is_refused_naming_it(
         with pytest.raises(ValueError, match=r"group_sizes\['p1'\]=0"):
             client.report_results(4, finished, prompt_tokens=LENGTHS, partial=True, group_sizes={"p1": 0})
     assert redis_client.exists("rs:actuals") == 0
+
+
+def test_a_partial_report_that_leaves_no_group_whole_sends_nothing_and_returns_none(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """A cancel that cut every group: nothing to report, said by ``None`` (docs/client.md), not a
+    request of no reports."""
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        finished = _group_cut(client, redis_client)
+        assert client.report_results(4, finished, prompt_tokens=LENGTHS, partial=True, group_sizes=3) is None
+    assert redis_client.exists("rs:actuals") == 0
