@@ -108,6 +108,8 @@ def import_command(
     trajectories = _counted(len(trace), "trajectory", "trajectories")
     prompts = _counted(len(set(trace.prompt_id.tolist())), "prompt")
     typer.echo(f"imported {trajectories}, {prompts}, {steps} from {_counted(result.files, 'file')} -> {out}")
+    if result.skipped:  # a .jsonl the import did not read (not named by a step): its rows are not above
+        typer.echo(_skipped_line(result.skipped))
     if result.empty:  # a 0-byte dump among the files read: its step is missing from the steps above
         typer.echo(f"no rows in {_counted(len(result.empty), 'step file')}: {', '.join(result.empty)}")
     if result.tokenizer:
@@ -131,6 +133,17 @@ def import_command(
             "their output_tokens count the tool output the engine prefilled, not only generated tokens "
             "(docs/trace-format.md)"
         )
+
+
+def _skipped_line(names: tuple[str, ...], shown: int = 6) -> str:
+    """One line naming the ``.jsonl`` files a veRL import passed over (the first ``shown`` of them):
+    a dump renamed by hand (``step3.jsonl``) dropped out of the trace with nothing said."""
+    more = f", and {len(names) - shown:,} more" if len(names) > shown else ""
+    files = _counted(len(names), ".jsonl file")
+    return (
+        f"skipped {files} not named by a step alone, as veRL names its dumps (12.jsonl): "
+        f"{', '.join(names[:shown])}{more}"
+    )
 
 
 def _counted(count: int, noun: str, plural: str | None = None) -> str:

@@ -61,6 +61,7 @@ class ImportResult:
     empty: tuple[str, ...] = ()  # step files that held no rows (a 0-byte dump imported as nothing, unsaid)
     tool_turns: int = 0  # rows whose output holds tool results (``holds_tool_output``): not all generated
     dropped: tuple[str, ...] = ()  # the dump lines' fields left out of the trace (not read, not kept)
+    skipped: tuple[str, ...] = ()  # .jsonl files beside the dumps not named by a step alone: not read
 
 
 def prompt_hash(text: str) -> str:
@@ -79,7 +80,9 @@ def import_verl(
     ``tokenizer.json`` or a model folder holding one);
     of the dump lines' extra fields only those named in ``keep`` become columns. With a cap and
     ``count_eos``, an output that re-encodes below the cap gets back the EOS token veRL counted in
-    its response length but decoded away (see ``_output_count``)."""
+    its response length but decoded away (see ``_output_count``). Another ``.jsonl`` there (``1.5.jsonl``,
+    a trace written into the folder) is not a dump veRL writes: it is not read, and named in ``skipped``
+    for the command to say, since a dump misnamed by hand would otherwise vanish from the trace unsaid."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise InvalidInputError(
@@ -89,9 +92,9 @@ def import_verl(
         raise InvalidInputError("dir", str(directory), "no such directory")
     _check_keep(keep)
     files = sorted((p for p in directory.glob("*.jsonl") if _is_step_name(p.stem)), key=_step_order)
+    skipped = tuple(sorted(p.name for p in directory.glob("*.jsonl") if not _is_step_name(p.stem)))
     if not files:
-        misnamed = any(directory.glob("*.jsonl"))
-        named = "; veRL names each dump by its step alone, as 12.jsonl" if misnamed else ""
+        named = "; veRL names each dump by its step alone, as 12.jsonl" if skipped else ""
         reason = f"holds no {{step}}.jsonl rollout dumps ({_listing(directory)}){named}"
         raise InvalidInputError("dir", str(directory), reason)
     _refuse_one_step_twice(files)
@@ -121,7 +124,7 @@ def import_verl(
     _check_kept_present(trace, keep, directory)
     described = describe_tokenizer(tokenizer, tokenizer_json)
     dropped = tuple(sorted(fields - _VERL_READ_FIELDS - kept))
-    return ImportResult(trace, len(files), described, clamped, tuple(empty), tool_turns, dropped)
+    return ImportResult(trace, len(files), described, clamped, tuple(empty), tool_turns, dropped, skipped)
 
 
 def _listing(directory: Path, shown: int = 6) -> str:

@@ -168,6 +168,33 @@ def test_trace_import_names_the_step_files_that_held_no_rows(cli: typer.Typer, t
 
 
 @pytest.mark.parametrize(
+    ("beside", "said"),
+    [
+        (["step3.jsonl"], "skipped 1 .jsonl file not named by a step alone, as veRL names its dumps"),
+        ([f"{step}.5.jsonl" for step in range(8)], "skipped 8 .jsonl files not named by a step alone,"),
+    ],
+    ids=["one", "many"],
+)
+def test_trace_import_names_the_jsonl_files_it_did_not_read(
+    cli: typer.Typer, tmp_path: Path, beside: list[str], said: str
+) -> None:
+    # A dump renamed by hand (step3.jsonl beside 2.jsonl) was passed over and its rows left out unsaid.
+    write_word_tokenizer(tmp_path / "tokenizer.json", ["[UNK]", "a", "b"])
+    dumps = tmp_path / "rollouts"
+    dumps.mkdir()
+    for name in ["2.jsonl", *beside]:
+        (dumps / name).write_text(json.dumps({"input": "a", "output": "b"}) + "\n")
+    args = ["trace", "import", str(dumps), "--tokenizer", str(tmp_path / "tokenizer.json")]
+    code, stdout, _ = run(cli, [*args, "--out", str(tmp_path / "t.csv")])
+    assert code == 0
+    assert "step 2 from 1 file" in stdout
+    [line] = [line for line in stdout.splitlines() if line.startswith("skipped")]
+    assert line.startswith(said)
+    shown = sorted(beside)[:6]
+    assert line.endswith(": " + ", ".join(shown) + (", and 2 more" if len(beside) > 6 else ""))
+
+
+@pytest.mark.parametrize(
     ("steps", "said"),
     [((4,), "step 4 from 1 file ->"), (tuple(range(1, 20, 2)), "10 steps in 1..19 from 10 files")],
     ids=["one", "many-with-gaps"],
