@@ -66,7 +66,10 @@ Keys (named in ``service/delivery/keys.py``, with every other key and TTL):
   ignore it and the next batch starts afresh.
 * ``keys.worker_seen`` (``<prefix>:workers:seen``) zset: worker id -> when a publish last named it
   (ms, this replica's clock). Each publish drops, from both hashes and from it, the workers no publish
-  has named for the retention (``Settings.retention_s``; ``FORGET_BATCH`` a publish at most).
+  has named for the retention (``Settings.retention_s``; ``FORGET_BATCH`` a publish at most). A
+  worker either hash holds and the zset lacks (written by a release before the zset, or rewritten
+  by a publish while another replica forgot it) is marked seen at the next publish, so it ages out
+  too: nothing else reads the hashes for what to forget.
 None of the three expires: they describe the fleet, not a schedule. They hold one small entry per
 worker a step named within the retention, not per worker ever seen: a worker id is often its pod's
 name, and a run that reschedules pods left one entry behind for every name it ever used (a soak with
@@ -212,7 +215,11 @@ class SpeedLearner:
         pipe.hset(self.workers_key, items=[part for pair in pairs for part in pair])
         before_ms = now_ms - self._retention_ms
         pipe.zrangebyscore(self.seen_key, "-inf", f"({before_ms}", start=0, num=FORGET_BATCH)
-        self._forget(pipe.execute()[-1])
+        pipe.hkeys(self.workers_key)
+        pipe.hkeys(self.speed_key)
+        *_, gone, profiled, measured = pipe.execute()
+        self._adopt_unseen([*profiled, *measured], now_ms)
+        self._forget(gone)
         planned = {w.worker_id: profile_fingerprint(w, model) for w in inventory.workers}
         meta = keys.schedule_keys(schedule_id, self._prefix).meta
         self._record(keys=[meta], args=[keys.PLANNED_PROFILES, json.dumps(planned, sort_keys=True)])
@@ -229,6 +236,14 @@ class SpeedLearner:
         anchors = idle_anchors(ids, [planned[wid] for wid in ids], own, idlers)
         for wid in idlers:
             self._decay(keys=[self.speed_key], args=[wid, planned[wid], IDLE_DECAY, anchors[wid]])
+
+    def _adopt_unseen(self, held: list[str], now_ms: int) -> None:
+        """Mark seen now each worker of either hash that ``seen`` lacks, so it ages out with the
+        retention: only ``seen`` is read for what to forget, and an id written before it existed (or
+        rewritten by one replica while another forgot it) stayed in the hashes for good. ``NX``: a
+        worker ``seen`` holds keeps its time."""
+        if held:
+            self._redis.zadd(self.seen_key, dict.fromkeys(held, now_ms), nx=True)
 
     def _forget(self, gone: list[str]) -> None:
         """Drop the profile and learned speed of ``gone``, workers no publish named for the retention

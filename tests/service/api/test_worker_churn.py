@@ -78,3 +78,22 @@ def test_a_worker_back_within_the_retention_keeps_its_learned_speed(
     _step(client, 2, ["stays"])
     assert not redis_client.hexists(keys.learned_speeds(), "away")
     assert not redis_client.hexists(keys.worker_profiles(), "away")
+
+
+def test_a_worker_the_seen_set_never_held_is_forgotten_a_retention_after_the_next_publish(
+    make_client: AppFactory, redis_client: redis.Redis
+) -> None:
+    # A release before rs:workers:seen wrote the two hashes alone; only the zset is read for what to
+    # forget, so those workers stayed in the hashes for good.
+    client, clock = _on_clock(make_client)
+    _step(client, 0, ["legacy", "stays"])
+    redis_client.zrem(keys.worker_seen(), "legacy")  # as the older release left it: no time seen
+    clock.now += RETENTION_S + 1
+    _step(client, 1, ["stays"])
+    assert redis_client.hexists(keys.learned_speeds(), "legacy")  # seen now, so kept a retention more
+    clock.now += RETENTION_S + 1
+    _step(client, 2, ["stays"])
+    assert not redis_client.hexists(keys.worker_profiles(), "legacy")
+    assert not redis_client.hexists(keys.learned_speeds(), "legacy")
+    assert redis_client.zscore(keys.worker_seen(), "legacy") is None
+    assert redis_client.hexists(keys.learned_speeds(), "stays")
