@@ -189,6 +189,7 @@ def run(settings: Settings) -> None:
     for warning in _token_warnings(settings):
         logging.getLogger("service.settings").warning(warning)
     _ignore_web_concurrency()
+    raise_open_file_limit()
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal; exiting through
     # SystemExit instead lets the embedded server's context manager stop it (no orphan process).
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -206,6 +207,26 @@ def run(settings: Settings) -> None:
             )
     except EmbeddedServerError as error:
         _fail(str(error))
+
+
+def raise_open_file_limit() -> None:
+    """Raise the soft open-file limit to the hard one. Each connection holds a descriptor, and one
+    that never finishes its request head holds it for good (uvicorn has no timeout for it): at the
+    soft limit, 1,024 where a runtime leaves it there, the listener accepts nothing more, and every
+    trainer's request and ``/readyz`` wait out their timeouts in the backlog (docs/operations.md,
+    "Security"). Such a connection costs the process a few KB, so the hard limit is the bar to
+    hold; Go's runtime raises its soft limit the same way. Left as it is where it cannot be raised."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system: nothing to raise
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == hard:  # macOS's unlimited hard limit is not settable
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as error:
+        logging.getLogger("service.serve").warning("open-file limit left at %d: %s", soft, error)
 
 
 def _token_warnings(settings: Settings) -> list[str]:
