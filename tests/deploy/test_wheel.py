@@ -120,3 +120,26 @@ def test_the_unpacked_wheel_loads_every_delivery_script_outside_the_checkout(
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout) > 0
+
+
+def test_the_wheel_classifies_the_python_versions_requires_python_admits_from_its_floor(wheel: Path) -> None:
+    """The classifiers an index shows agree with ``requires-python``: its floor is listed, none
+    below it, and no License classifier beside the SPDX ``license`` (PEP 639 supersedes them)."""
+    from email.parser import Parser
+
+    from packaging.specifiers import SpecifierSet
+
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        message = Parser().parsestr(archive.read(name).decode())
+    classifiers = message.get_all("Classifier") or []
+    prefix = "Programming Language :: Python :: "
+    versions = [c.removeprefix(prefix) for c in classifiers if c.startswith(prefix) and c[-1].isdigit()]
+    admitted = SpecifierSet(message["Requires-Python"])
+    minors = [v for v in versions if "." in v]
+    assert minors, f"no Python version among {classifiers}"
+    assert all(v in admitted for v in minors), f"{minors} against Requires-Python {admitted}"
+    floor = min((Version(s.version) for s in admitted if s.operator == ">="), default=None)
+    assert floor is not None, f"Requires-Python {admitted}: no lower bound"
+    assert f"{floor.major}.{floor.minor}" in minors
+    assert not [c for c in classifiers if c.startswith("License ::")]
