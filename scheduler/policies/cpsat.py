@@ -69,6 +69,7 @@ from scheduler.policies.capband import CAP_LEFT, CAP_SHIFTS, cap_shifted
 from scheduler.policies.copybudget import LARGER_FIRST, LEAN_RESERVE, SMALLER_AFTER, copy_split
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, bands_of, solve_levels
+from scheduler.policies.lowband import low_shifted
 from scheduler.policies.lpt import calibrated, lpt_assignment, opening, placed_from
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, worker_kinds
@@ -207,8 +208,9 @@ class CpSatPolicy:
         starts only when it is expected to fit the budget, and one that runs long is cut short.
         Each round past the second is calibrated and capped by the round before it, so a group
         that round 2 overloaded in its turn is planned slower again.
-        The counts are the band model's, solved here, or ``solved``; under prefix affinity the
-        model's own are followed by shifted ones (``_cap_band_rounds``).
+        The counts are the band model's, solved here (with ``more``, on point predictions alone,
+        a worker per 32 moved up from its lowest band: ``lowband.low_shifted``), or ``solved``;
+        under prefix affinity the model's own are followed by shifted ones (``_cap_band_rounds``).
         """
         round_cost = ROUND_FIXED_S + ROUND_COST * lpt_phase  # re-does both, and solves
         if deadline - clock.now() < round_cost:
@@ -217,6 +219,8 @@ class CpSatPolicy:
         levels = solved
         if levels is None:
             levels = self._levels(problem, kinds, max(best.finish_s), request, deadline)
+            if levels is not None and more:  # point predictions alone, as the extra rounds: measured there
+                levels = low_shifted(levels, problem, kinds)
         if levels is None:
             return best, assignment
         tiers = levels.tiers(kinds, len(problem.costs))

@@ -1,0 +1,80 @@
+"""Fewer workers at the band model's lowest band than it chose: what the lowest band cannot realise.
+
+Why. The band model (``scheduler.policies.levels``) credits a worker at band ``j`` with what a
+cache kept ``KV_FILL`` full serves by the makespan, whatever the band's edge. Above the middle
+bands that credit is the step chain's limit (``(T - c * x_j) / m``), and the realised plan meets
+it. At the lowest bands it is not: a worker there serves that much only by running more steps than
+its longest unit, in waves, and waves of short units simulate 12-30% over their estimate; a worker
+there that runs its queue at once is held by its at-once KV peak (its slots' contexts fill the
+cache early and no later unit fits) to ``at_once_kv`` of its edge, well under the credit, and ends
+early. The model
+then leaves that work to the tall workers, which end over its makespan. Making the credit itself
+truthful moved every count instead (a waves credit of 0.7-0.97 of the full rate, the at-once term,
+the groups' capacity as round 1 realised it: medians 1.0270-1.0862 at 4,096 x 32, none below the
+1.0270 of the model's own counts), while one worker per ``PER_WORKERS`` moved from the lowest band
+up to the first band whose at-once capacity covers the model's credit there realised a better plan
+on every bench batch of 4,096 x 32 (median 1.0229) and no worse on any of 16,384 x 128
+(docs/experiments.md, Solver, 2026-12-05 "solverband").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from scheduler.costmodel import WorkerCost
+from scheduler.policies.calibrate import representative
+from scheduler.policies.levels import KV_UNIT, LevelPlan, band_capacity
+from scheduler.policies.load import KV_FILL
+from scheduler.policies.problem import Problem
+
+PER_WORKERS = 32  # one worker moved per this many in the pool (none below it). Bench medians,
+# frozen clock, 16,384 x 128 by workers moved: 1: 1.0332, 2: 1.0340, 3: 1.0332, 4: 1.0317, 6:
+# 1.0330, 8: 1.0332 (none: 1.0332); 4,096 x 32: 1: 1.0229, 2: 1.0259 (none: 1.0270); 1,024 x 16,
+# one: two of five batches later (1.0197 -> 1.0230, 1.0131 -> 1.0157)
+
+
+def at_once_kv(cost: WorkerCost, steps: int, prompt_tokens: float) -> float:
+    """KV-token-steps a worker serves over ``steps`` steps running its whole queue at once, at most:
+    its slots full of units with ``prompt_tokens`` of prompt until their contexts fill the cache,
+    the cache full after that (units ending as the contexts grow, so that it never overflows)."""
+    cache, slots = cost.kv_capacity_tokens, cost.max_num_seqs
+    knee = max(0.0, min(float(steps), cache / slots - prompt_tokens))  # steps until the slots fill it
+    return slots * (prompt_tokens * knee + knee * knee / 2.0) + cache * (steps - knee)
+
+
+def low_shifted(levels: LevelPlan, problem: Problem, kinds: Sequence[Sequence[int]]) -> LevelPlan:
+    """``shifted`` for ``problem``'s pool (``kinds``: each kind's members, in the counts' order, each
+    kind standing as the band model saw it) and its batch's mean prompt."""
+    costs = [representative(problem.costs, members) for members in kinds]
+    prompt_tokens = sum(problem.prompts) / max(1, len(problem.prompts))
+    return shifted(levels, costs, prompt_tokens, sum(len(members) for members in kinds))
+
+
+def shifted(levels: LevelPlan, kinds: Sequence[WorkerCost], prompt_tokens: float, workers: int) -> LevelPlan:
+    """``levels`` with ``workers // PER_WORKERS`` workers moved, one at a time, from the lowest band
+    any kind occupies (of the kind with the most workers there) up to the first band above it whose
+    ``at_once_kv`` covers the model's credit at its makespan; ``kinds``: one cost per kind, in the
+    counts' order; ``prompt_tokens``: the batch's mean prompt. Makespan and status stay the model's
+    (the rounds read them as its estimate). Unchanged where no band above covers its credit."""
+    counts = [list(row) for row in levels.counts]
+    for _ in range(workers // PER_WORKERS):
+        low = min((j for row in counts for j, n in enumerate(row) if n), default=None)
+        if low is None:
+            break
+        kind = max(range(len(counts)), key=lambda k: counts[k][low])  # the first such kind on ties
+        cost = kinds[kind]
+        to = next(
+            (
+                j
+                for j in range(low + 1, len(levels.edges))
+                if at_once_kv(cost, levels.edges[j], prompt_tokens)
+                >= band_capacity(cost, levels.edges[j], levels.makespan_s, KV_FILL) * KV_UNIT
+            ),
+            None,
+        )
+        if to is None:
+            break
+        counts[kind][low] -= 1
+        counts[kind][to] += 1
+    return dataclasses.replace(levels, counts=tuple(tuple(row) for row in counts))
