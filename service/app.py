@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api import actuals, health, models, schedules
-from service.auth import Credentials
+from service.auth.scopes import Credentials
 from service.hosts import HostAllowList, service_refusal
 from service.limits import BodyLimitMiddleware
 from service.logs import install_record_factory, request_schedule_id, schedule_context

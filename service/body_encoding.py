@@ -40,7 +40,8 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # the methods a route of the
 
 class Utf8BodyRoute(APIRoute):
     """A route whose JSON body is checked to be UTF-8 (``check_request_body``) before FastAPI reads
-    it: the service's routes (``service.auth.AuthFirstRoute`` extends it) and the sidecar's pull API."""
+    it: the service's routes (``service.auth.scopes.AuthFirstRoute`` extends it) and the sidecar's
+    pull API."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         """The route's handler, preceded by the body's encoding check where it reads a body."""

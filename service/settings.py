@@ -21,6 +21,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from predictors.quantiles import PLANNING_QUANTILE
 from scheduler.errors import InvalidInputError
 from service.api.schemas import MAX_TIME_BUDGET_MS
+from service.auth.tokens import check_token
+from service.auth.worker_tokens import WorkerToken, parse_worker_tokens
 from service.delivery.keys import (
     DEFAULT_LEASE_TTL_MS,
     DEFAULT_MAX_ATTEMPTS,
@@ -32,8 +34,6 @@ from service.delivery.keys import (
 from service.host_names import check_host_names
 from service.logs import LOG_LEVELS
 from service.redis_conn import check_redis_url, describe
-from service.tokens import check_token
-from service.worker_tokens import WorkerToken, parse_worker_tokens
 
 HOUR_S = 3_600
 DAY_S = 86_400
@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     # --- security ------------------------------------------------------------------------------------
     trainer_tokens: SecretStr | None = None  # comma-separated bearer tokens with the trainer scope
     # comma-separated bearer tokens with the worker scope: worker_id=token binds one to the worker it
-    # may report actuals for; a plain token is unbound (service/worker_tokens.py)
+    # may report actuals for; a plain token is unbound (service/auth/worker_tokens.py)
     worker_tokens: SecretStr | None = None
     # comma-separated host names a service without tokens answers to besides localhost, 127.0.0.1 and
     # [::1] (any port); other Host headers get 421: a guard against DNS rebinding (service/hosts.py)

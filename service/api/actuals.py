@@ -42,7 +42,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 
 from service.api.learning_schemas import ActualReport, ActualsAccepted, ActualsRequest
-from service.auth import AuthFirstRoute, Caller, any_client
+from service.auth.scopes import AuthFirstRoute, Caller, any_client
 from service.context import Context, context_of
 from service.logs import schedule_context
 from service.problems import ForbiddenError, StepCutShortError, documented

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.datastructures import State
 
-from service.auth import caller_of
+from service.auth.scopes import caller_of
 from service.context import Context
 from service.problems import UnauthorizedError
 from service.redis_conn import refused

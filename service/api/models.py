@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 
 from service.api.learning_schemas import ModelStatus, RetrainResponse
-from service.auth import AuthFirstRoute, any_client, trainer_only
+from service.auth.scopes import AuthFirstRoute, any_client, trainer_only
 from service.context import context_of
 from service.problems import documented
 

@@ -36,7 +36,7 @@ from service.api.schemas import (
     ScheduleRequest,
     ScheduleResponse,
 )
-from service.auth import AuthFirstRoute, any_client, trainer_only
+from service.auth.scopes import AuthFirstRoute, any_client, trainer_only
 from service.context import Context, context_of
 from service.delivery import ResultRecord
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth

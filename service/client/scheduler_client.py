@@ -29,6 +29,7 @@ from service.api.progress_schemas import (
     ResultsPage,
 )
 from service.api.schemas import ScheduleRequest, ScheduleResponse
+from service.auth.tokens import check_token
 from service.client.actuals import actual_from_result, summed
 from service.client.steps import check_whole, whole_groups
 from service.client.wire import (
@@ -39,7 +40,6 @@ from service.client.wire import (
     foreign,
     refusal,
 )
-from service.tokens import check_token
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)

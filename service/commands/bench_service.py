@@ -35,7 +35,7 @@ from typing import Annotated, Any
 
 import typer
 
-from service.tokens import TOKEN_VARIABLE
+from service.auth.tokens import TOKEN_VARIABLE
 
 HELP = (
     "POST /schedule end to end at 1,024 x 16 and 4,096 x 32: p50/p95 latency and requests/s "
@@ -102,8 +102,8 @@ def bench_service(
     ] = None,
 ) -> None:
     """Run the benchmark and print a table (or JSON)."""
+    from service.auth.tokens import check_token_flag
     from service.client import SchedulerAPIError, SchedulerClient, check_url
-    from service.tokens import check_token_flag
 
     try:
         check_token_flag("--token", token)  # before a service is started for it

@@ -232,9 +232,9 @@ def raise_open_file_limit() -> None:
 def _token_warnings(settings: Settings) -> list[str]:
     """What ``serve`` says at start about its tokens: the short ones (by count, never quoted), and
     worker tokens bound to no worker."""
+    from service.auth.tokens import short_warning
+    from service.auth.worker_tokens import unbound_warning
     from service.settings import variable_name
-    from service.tokens import short_warning
-    from service.worker_tokens import unbound_warning
 
     warnings = [
         short_warning(variable_name("trainer_tokens"), settings.trainer_token_list()),

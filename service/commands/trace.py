@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from service.tokens import TOKEN_VARIABLE
+from service.auth.tokens import TOKEN_VARIABLE
 
 trace_app = typer.Typer(
     help="Trace tools: import rollout records, generate synthetic traces.", no_args_is_help=True
@@ -289,9 +289,9 @@ def push_command(
     from predictors.synthetic import is_synthetic
     from predictors.traceio import read_trace
     from scheduler.errors import InvalidInputError
+    from service.auth.tokens import check_token_flag
     from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachableError, check_url
     from service.history_push import actual_reports, push
-    from service.tokens import check_token_flag
 
     try:
         check_token_flag("--token", token)

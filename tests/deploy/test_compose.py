@@ -18,7 +18,7 @@ import yaml
 
 from scheduler.devices import device_profile
 from service.api.schemas import ScheduleRequest
-from service.worker_tokens import parse_worker_tokens
+from service.auth.worker_tokens import parse_worker_tokens
 from tests.deploy.cliargs import CommandLineError, parse_cli
 
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "compose.yaml"

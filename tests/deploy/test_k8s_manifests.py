@@ -14,8 +14,8 @@ from kubernetes_validate.utils import ValidationError as SchemaError
 from kubernetes_validate.utils import validate
 from pydantic import ValidationError
 
+from service.auth.worker_tokens import parse_worker_tokens
 from service.settings import Settings
-from service.worker_tokens import parse_worker_tokens
 from tests.deploy.cliargs import parse_cli
 from tests.deploy.manifests import (
     DOCS,

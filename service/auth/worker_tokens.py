@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.auth.tokens import check_token
 from service.names import name_error
-from service.tokens import check_token
 
 VARIABLE = "ROLLOUT_WORKER_TOKENS"
 

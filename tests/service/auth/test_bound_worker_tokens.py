@@ -17,10 +17,10 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr, ValidationError
 from typer.testing import CliRunner
 
+from service.auth.worker_tokens import WorkerToken, parse_worker_tokens, unbound_warning
 from service.client import SchedulerAPIError, SchedulerClient
 from service.delivery import Delivery, TrajectoryResult
 from service.settings import Settings
-from service.worker_tokens import WorkerToken, parse_worker_tokens, unbound_warning
 from tests.service.api.badinput import redis_snapshot
 from tests.service.api.conftest import (
     TRAINER,

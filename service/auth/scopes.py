@@ -3,7 +3,7 @@
 A trainer token may call everything (a trainer also reports actuals through the client); a worker
 token may only report actuals and read progress, so a leaked worker credential cannot schedule or
 retrain: it gets 403. A worker token bound to worker ids (``worker_id=token``,
-``service/worker_tokens.py``) may moreover report actuals only for those workers (``Caller.workers``,
+``service/auth/worker_tokens.py``) may moreover report actuals only for those workers (``Caller.workers``,
 checked by ``POST /actuals``). A missing or unknown token gets 401. With no token configured the
 service trusts every caller, which ``serve`` allows only on a loopback address. Tokens are compared
 in constant time. The lists are parsed once, when the app is built (``Credentials``).
@@ -19,10 +19,10 @@ from typing import Any
 
 from fastapi import Request, Response
 
+from service.auth.worker_tokens import WorkerToken
 from service.body_encoding import Utf8BodyRoute
 from service.problems import ForbiddenError, UnauthorizedError
 from service.settings import Settings
-from service.worker_tokens import WorkerToken
 
 
 class Scope(StrEnum):

@@ -8,8 +8,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from service.auth.tokens import RULE, TOKEN_VARIABLE
 from service.client import SchedulerClient
-from service.tokens import RULE, TOKEN_VARIABLE
 
 TOKEN = "tökén"
 
