@@ -26,7 +26,7 @@ from service.hosts import HostAllowList, service_refusal
 from service.limits import BodyLimitMiddleware
 from service.logs import install_record_factory, request_schedule_id, schedule_context
 from service.metrics import Metrics
-from service.problems import install as install_problems
+from service.problems.table import install as install_problems
 from service.settings import Settings
 from service.startup import Startup
 

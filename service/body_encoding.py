@@ -25,7 +25,7 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect
 
-from service.problems import BodyEncodingError, ContentCodingError, is_json
+from service.problems.table import BodyEncodingError, ContentCodingError, is_json
 
 UTF8 = ("utf-8", "utf-8-sig")  # what ``json.detect_encoding`` names UTF-8 (with its BOM or without)
 # Byte-order marks by which json.loads reads a body as UTF-32 or UTF-16 (the longer ones first).

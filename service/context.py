@@ -19,7 +19,7 @@ from service.delivery import Delivery
 from service.limits import PlanSlots
 from service.metrics import Metrics
 from service.models import ModelService
-from service.problems import UnavailableError
+from service.problems.table import UnavailableError
 from service.redis_conn import RedisClient, RedisTooOldError, VersionCheck
 from service.retrain import Retrainer
 from service.settings import Settings

@@ -25,7 +25,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.host_names import LOOPBACK_NAMES, host_name, refused_host  # the rule, without starlette
-from service.problems import MisdirectedHostError, lookup, problem_response
+from service.problems.table import MisdirectedHostError, lookup, problem_response
 
 Refusal = Callable[[str, str | None], Response]  # (path, the Host sent or None) -> the 421
 

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.problems import PayloadTooLargeError, UnavailableError, lookup, problem_response
+from service.problems.table import PayloadTooLargeError, UnavailableError, lookup, problem_response
 
 
 def _problem_413(path: str, what: str, max_bytes: int) -> Response:

@@ -26,7 +26,7 @@ from predictors.queries import Query, QueryBatch
 from predictors.store import ModelStore
 from scheduler.errors import InvalidInputError
 from service.actuals import ActualsLog
-from service.problems import ModelStoreError
+from service.problems.table import ModelStoreError
 
 _log = logging.getLogger("service.models")
 RELOAD_EVERY_S = 1.0  # how often a request checks the store for a version another replica wrote

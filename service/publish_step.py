@@ -17,7 +17,7 @@ from service.api.schemas import BatchItem, Sampling, ScheduleRequest, ScheduleRe
 from service.context import Context
 from service.delivery import LeaseSettings, PublishOutcome, ScheduleConflictError
 from service.delivery.publisher import publish_plan
-from service.problems import ConflictError
+from service.problems.table import ConflictError
 from service.republish import encode_answer, replay, work_digest
 from service.served import after_publish
 

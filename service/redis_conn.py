@@ -2,7 +2,7 @@
 
 ``redis://``, ``rediss://`` (TLS) and ``unix://`` (a socket path) URLs are accepted
 (``check_redis_url``), with ACL user and password in the URL or in settings. Timeouts are short on
-purpose: when Redis is down a request should fail fast with 503 (see ``service.problems``) rather than
+purpose: when Redis is down a request should fail fast with 503 (see ``service.problems.table``) rather than
 hang, and redis-py's pool reconnects on the next command, so the service recovers by itself when
 Redis returns; no restart, no background reconnect loop.
 """

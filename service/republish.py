@@ -40,7 +40,7 @@ from scheduler.errors import InvalidInputError
 from service.api.schemas import ScheduleRequest, ScheduleResponse
 from service.context import Context
 from service.delivery import UnknownScheduleError
-from service.problems import ConflictError
+from service.problems.table import ConflictError
 from service.served import timings
 
 _log = logging.getLogger("service.republish")

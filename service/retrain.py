@@ -35,7 +35,7 @@ from service.delivery import keys
 from service.logs import mark_logged
 from service.metrics import Metrics
 from service.models import ModelService
-from service.problems import ConflictError, ServiceError
+from service.problems.table import ConflictError, ServiceError
 from service.redis_conn import RedisClient
 
 _log = logging.getLogger("service.retrain")

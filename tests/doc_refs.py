@@ -2,7 +2,7 @@
 
 A reference is a repository path (``scheduler/finish.py``, ``tests/deploy/``, ``service/replay/*.py``)
 or a dotted Python name that starts with one of our packages (``scheduler.planner.plan``,
-``service.problems.ProblemBody``), written in backticks: single ones in the Markdown docs, double
+``service.problems.table.ProblemBody``), written in backticks: single ones in the Markdown docs, double
 ones (reStructuredText) in the docstrings and comments of the packages and the tests. Modules are
 split often (the sidecar's runner gave its items in flight to ``service/sidecar/in_flight.py``, the
 client its wire to ``service/client/wire.py``); prose that still names the old home of a moved

@@ -45,7 +45,7 @@ from service.api.learning_schemas import ActualReport, ActualsAccepted, ActualsR
 from service.auth.scopes import AuthFirstRoute, Caller, any_client
 from service.context import Context, context_of
 from service.logs import schedule_context
-from service.problems import ForbiddenError, StepCutShortError, documented
+from service.problems.table import ForbiddenError, StepCutShortError, documented
 
 router = APIRouter(tags=["actuals"], route_class=AuthFirstRoute)
 _log = logging.getLogger("service.actuals")

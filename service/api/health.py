@@ -22,7 +22,7 @@ from starlette.datastructures import State
 
 from service.auth.scopes import caller_of
 from service.context import Context
-from service.problems import UnauthorizedError
+from service.problems.table import UnauthorizedError
 from service.redis_conn import refused
 
 router = APIRouter(tags=["health"])

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Request
 from service.api.learning_schemas import ModelStatus, RetrainResponse
 from service.auth.scopes import AuthFirstRoute, any_client, trainer_only
 from service.context import context_of
-from service.problems import documented
+from service.problems.table import documented
 
 router = APIRouter(tags=["models"], route_class=AuthFirstRoute)
 

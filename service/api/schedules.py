@@ -41,7 +41,7 @@ from service.context import Context, context_of
 from service.delivery import ResultRecord
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 from service.logs import schedule_context
-from service.problems import documented
+from service.problems.table import documented
 from service.served import after_publish
 
 router = APIRouter(tags=["schedules"], route_class=AuthFirstRoute)

@@ -21,7 +21,7 @@ from fastapi import Request, Response
 
 from service.auth.worker_tokens import WorkerToken
 from service.body_encoding import Utf8BodyRoute
-from service.problems import ForbiddenError, UnauthorizedError
+from service.problems.table import ForbiddenError, UnauthorizedError
 from service.settings import Settings
 
 

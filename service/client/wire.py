@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-OPERATOR_ONLY = "redis-too-old"  # a 503 problem that no retry cures (service/problems.py)
+OPERATOR_ONLY = "redis-too-old"  # a 503 problem that no retry cures (service/problems/table.py)
 
 
 class SchedulerAPIError(RuntimeError):

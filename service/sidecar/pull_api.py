@@ -62,7 +62,7 @@ from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.records import DeliveryItem, TrajectoryResult
 from service.hosts import HostAllowList
 from service.limits import BodyLimitMiddleware
-from service.problem_details import clipped
+from service.problems.details import clipped
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.metrics import pull_exposition
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody

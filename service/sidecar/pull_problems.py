@@ -21,8 +21,8 @@ from starlette.routing import BaseRoute, Match
 
 from service.delivery.errors import UnknownScheduleError
 from service.host_names import refused_host
-from service.problem_details import clipped
-from service.problems import (
+from service.problems.details import clipped
+from service.problems.table import (
     JSON_HINT,
     BodyEncodingError,
     ContentCodingError,

@@ -35,7 +35,7 @@ from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease, TrajectoryResult
 from service.logs import schedule_context
-from service.problem_details import clipped
+from service.problems.details import clipped
 from service.sidecar.cancels import Cancels
 from service.sidecar.claims import Claims
 from service.sidecar.holdings import Held, Holdings, lease_id

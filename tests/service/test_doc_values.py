@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 from typer.core import TyperGroup
 
-from service.problems import PROBLEMS
+from service.problems.table import PROBLEMS
 from service.settings import Settings
 from tests.service.cli_docs import command_lines, command_tree, doc_files, resolve
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from service.api.learning_schemas import ActualsRequest, ModelStatus, RetrainResponse
 from service.api.progress_schemas import CancelResponse, ProgressResponse
 from service.api.schemas import ScheduleRequest, ScheduleResponse
-from service.problems import ProblemBody
+from service.problems.table import ProblemBody
 
 API_DOC = Path(__file__).resolve().parents[3] / "docs" / "api.md"
 _JSON_BLOCK = re.compile(r"```json\n(.*?)```", re.DOTALL)

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from service.problems import PROBLEM_JSON
+from service.problems.table import PROBLEM_JSON
 from tests.service.api.conftest import WORKER, batch_body
 
 

@@ -20,7 +20,7 @@ from redis.retry import Retry
 from service import redis_conn
 from service.app import create_app
 from service.embedded import EmbeddedServer
-from service.problems import lookup
+from service.problems.table import lookup
 from service.settings import Settings
 from tests.service.api.conftest import LiveServer, batch_body
 

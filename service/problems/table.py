@@ -6,7 +6,7 @@ table below decides its status and title. Every body is ``application/problem+js
 path such as ``batch.items[3].prompt_tokens``) and ``value``; request-validation failures also list
 every ``errors[]`` entry. A client can therefore fix its request without reading server logs.
 How that field and value are rendered (pydantic's locations, long values cut short) is
-``service.problem_details``'.
+``service.problems.details``'.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from starlette.routing import Match
 from scheduler.errors import InvalidInputError
 from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
 from service.logs import already_logged, request_schedule_id, schedule_context
-from service.problem_details import echo, shortened, validation_details
+from service.problems.details import echo, shortened, validation_details
 from service.redis_conn import RedisTooOldError
 
 PROBLEM_JSON = "application/problem+json"

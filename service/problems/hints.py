@@ -5,14 +5,15 @@ framework: ``max_tokens`` (vLLM's ``SamplingParams``, OpenAI's body), ``n``, ``l
 pydantic's own word for them is "Extra inputs are not permitted", which names the field but not
 what to do: a trainer that sent ``sampling.logprobs`` could not tell that engine fields without a
 name here go in ``sampling.extra``, nor one that sent ``sampling.max_tokens`` that the cap is each
-item's ``max_new_tokens``. ``service.problem_details`` adds the hint here to such a refusal.
+item's ``max_new_tokens``. ``service.problems.details`` adds the hint here to such a refusal.
 """
 
 from __future__ import annotations
 
 import re
 
-# ``service.api.schemas.Sampling``'s own fields (``tests/service/api/test_field_hints.py`` holds them equal)
+# ``service.api.schemas.Sampling``'s own fields
+# (``tests/service/problems/test_field_hints.py`` holds them equal)
 SAMPLING_FIELDS = frozenset(
     {
         "temperature",

@@ -1,6 +1,6 @@
 """What a problem response says of the input at fault: its field's path, and its value cut short.
 
-``service.problems`` maps each error to a status; this module renders the part a client reads to fix
+``service.problems.table`` maps each error to a status; this module renders the part a client reads to fix
 its request. pydantic locates an error by a tuple (``("body", "batch", "items", 3, "n")``) that
 names union members' tags among the fields, and reports every member of a union; a client wants the
 one path (``batch.items[3].n``) and the one message that names the fault. An echoed value is cut to
@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from service.field_hints import hint
+from service.problems.hints import hint
 
 _UNION_TAGS = frozenset({"float", "str", "int", "bool", "none"})
 MAX_ECHO = 256  # longest text input echoed back whole as a 422's ``value``
@@ -74,7 +74,7 @@ def validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
 
 
 def _unhinted(error: dict[str, Any]) -> bool:
-    """False (first) for an unknown field the refusal says where to send (``field_hints``)."""
+    """False (first) for an unknown field the refusal says where to send (``hints.py``)."""
     return not (error["type"] == "extra_forbidden" and hint(error["field"]) is not None)
 
 

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.schemas import Sampling
-from service.field_hints import SAMPLING_FIELDS
+from service.problems.hints import SAMPLING_FIELDS
 from tests.service.api.conftest import batch_body
 
 ITEM = "batch.items[1]"

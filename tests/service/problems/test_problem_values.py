@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from starlette.requests import Request
 
 from scheduler.errors import InvalidInputError
-from service.problem_details import ECHO_DIGITS, ECHO_HEAD, MAX_ECHO
-from service.problems import handle
+from service.problems.details import ECHO_DIGITS, ECHO_HEAD, MAX_ECHO
+from service.problems.table import handle
 from tests.service.api.conftest import batch_body
 
 _JSON = {"Content-Type": "application/json"}
