@@ -1,7 +1,7 @@
 """The FastAPI application factory: settings in, app out; nothing happens at import time.
 
 ``create_app(settings)`` wires the routers, the problem table, the body-size limit, request
-metrics and, without tokens, the ``Host`` allow-list (``service/hosts.py``: DNS rebinding). Its
+metrics and, without tokens, the ``Host`` allow-list (``service/hosts/allow_list.py``: DNS rebinding). Its
 lifespan (``service.startup``) opens the Redis pool, loads the predictor (latest stored model,
 history from the actuals stream) and starts the delivery reaper; on shutdown it stops the reaper
 and closes the pool. Redis being down at startup does not stop the app: ``/readyz`` says so
@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api import actuals, health, models, schedules
 from service.auth.scopes import Credentials
-from service.hosts import HostAllowList, service_refusal
+from service.hosts.allow_list import HostAllowList, service_refusal
 from service.limits import BodyLimitMiddleware
 from service.logs import install_record_factory, request_schedule_id, schedule_context
 from service.metrics import Metrics

@@ -31,7 +31,7 @@ from service.delivery.keys import (
     PrefixError,
     check_prefix,
 )
-from service.host_names import check_host_names
+from service.hosts.names import check_host_names
 from service.logs import LOG_LEVELS
 from service.redis_conn import check_redis_url, describe
 
@@ -89,7 +89,8 @@ class Settings(BaseSettings):
     # may report actuals for; a plain token is unbound (service/auth/worker_tokens.py)
     worker_tokens: SecretStr | None = None
     # comma-separated host names a service without tokens answers to besides localhost, 127.0.0.1 and
-    # [::1] (any port); other Host headers get 421: a guard against DNS rebinding (service/hosts.py)
+    # [::1] (any port); other Host headers get 421: a guard against DNS rebinding
+    # (service/hosts/allow_list.py)
     allowed_hosts: str | None = None
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)  # larger request bodies get 413 unread
     max_trajectories: int = Field(default=65_536, gt=0)  # more trajectories (sum of n) in one batch get 413

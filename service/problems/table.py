@@ -76,7 +76,7 @@ class ForbiddenError(ServiceError):
 
 class MisdirectedHostError(ServiceError):
     """A request whose ``Host`` names no name a server without tokens answers to: a web page's own
-    name re-pointed at loopback (DNS rebinding, ``service/hosts.py``)."""
+    name re-pointed at loopback (DNS rebinding, ``service/hosts/allow_list.py``)."""
 
 
 class PayloadTooLargeError(ServiceError):

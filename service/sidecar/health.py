@@ -18,7 +18,7 @@ library's threading HTTP server (as ``prometheus_client.start_http_server``) spa
 start the ~0.5 s of CPU that importing FastAPI and uvicorn took.
 
 Bound to loopback (the default), it answers only requests naming a loopback ``Host``, as the pull API
-and a service without tokens do (``service/host_names.py``): a web page re-pointing its own name at
+and a service without tokens do (``service/hosts/names.py``): a web page re-pointing its own name at
 127.0.0.1 (DNS rebinding) would read the counters otherwise. Bound to another address (``0.0.0.0``
 for the kubelet, whose probes send ``Host: <pod IP>:<port>``, and for Prometheus), every ``Host`` is
 answered: whoever reaches that address reads the same three read-only pages directly, so the check
@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.host_names import LOOPBACK_NAMES, host_name, refused_host
+from service.hosts.names import LOOPBACK_NAMES, host_name, refused_host
 from service.sidecar.metrics import exposition
 from service.sidecar.runner import Sidecar
 

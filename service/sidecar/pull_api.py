@@ -60,7 +60,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from service.body_encoding import Utf8BodyRoute
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.records import DeliveryItem, TrajectoryResult
-from service.hosts import HostAllowList
+from service.hosts.allow_list import HostAllowList
 from service.limits import BodyLimitMiddleware
 from service.problems.details import clipped
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
 from service.delivery.errors import UnknownScheduleError
-from service.host_names import refused_host
+from service.hosts.names import refused_host
 from service.problems.details import clipped
 from service.problems.table import (
     JSON_HINT,
@@ -43,7 +43,7 @@ PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]]
     BodyEncodingError: (400, lambda exc: {"error": f"body: {exc}"}),
     # a body past MAX_BODY_BYTES, declared or counted (``BodyLimitMiddleware``, ``too_large``)
     PayloadTooLargeError: (413, lambda exc: {"error": f"body: {exc}"}),
-    # a Host other than localhost, 127.0.0.1 or [::1] (DNS rebinding; ``service/hosts.py``)
+    # a Host other than localhost, 127.0.0.1 or [::1] (DNS rebinding; ``service/hosts/allow_list.py``)
     MisdirectedHostError: (421, lambda exc: {"error": str(exc)}),
     # a body sent compressed (Content-Encoding), which nothing here decodes: refused unread
     ContentCodingError: (415, lambda exc: {"error": str(exc)}),

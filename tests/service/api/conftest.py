@@ -70,7 +70,7 @@ def batch_body(prompts: int = 8, n: int = 4, workers: int = 2, **extra: Any) -> 
 @pytest.fixture(autouse=True)
 def testclient_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """A service without tokens answers only to loopback names and ``ROLLOUT_ALLOWED_HOSTS``
-    (``service/hosts.py``); a ``TestClient`` names ``testserver``, so every app built here (each
+    (``service/hosts/allow_list.py``); a ``TestClient`` names ``testserver``, so every app built here (each
     reads its settings from the environment too) lists it, as an operator would a name of theirs."""
     monkeypatch.setenv("ROLLOUT_ALLOWED_HOSTS", "testserver")
 

@@ -24,7 +24,7 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.host_names import LOOPBACK_NAMES, host_name, refused_host  # the rule, without starlette
+from service.hosts.names import LOOPBACK_NAMES, host_name, refused_host  # the rule, without starlette
 from service.problems.table import MisdirectedHostError, lookup, problem_response
 
 Refusal = Callable[[str, str | None], Response]  # (path, the Host sent or None) -> the 421

@@ -1,5 +1,5 @@
 """The names a loopback server answers to in ``Host`` (the DNS rebinding guard's rule,
-``service/hosts.py``), apart from its ASGI middleware: the push sidecar's health port, a standard
+``service/hosts/allow_list.py``), apart from its ASGI middleware: the push sidecar's health port, a standard
 library server that loads no web framework (``service/sidecar/health.py``), applies the same rule.
 """
 
