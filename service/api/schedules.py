@@ -19,7 +19,6 @@ from anyio import CapacityLimiter
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from scheduler.errors import InvalidInputError
-from service import pipeline
 from service.api.progress_schemas import (
     RESULTS_MAX_BYTES,
     RESULTS_MAX_WAIT_MS,
@@ -41,8 +40,9 @@ from service.context import Context, context_of
 from service.delivery import ResultRecord
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 from service.logs import schedule_context
+from service.pipeline import stages as pipeline
+from service.pipeline.served import after_publish
 from service.problems.table import documented
-from service.served import after_publish
 
 router = APIRouter(tags=["schedules"], route_class=AuthFirstRoute)
 REPLAYED_HEADER = "Idempotent-Replayed"  # Stripe's name: the answer is a retry's, the first attempt's plan
@@ -68,7 +68,7 @@ async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     """Validate, predict, plan, publish (unless ``publish`` is false) and return the plan.
 
     A retry under a caller-chosen ``schedule_id`` already published gets the first attempt's answer,
-    ``replayed`` and with the header ``Idempotent-Replayed: true`` (``service/republish.py``).
+    ``replayed`` and with the header ``Idempotent-Replayed: true`` (``service/pipeline/republish.py``).
     A step past the configured retrain interval then starts a background retrain: the actuals of
     the earlier steps are in by now, and this response is not delayed by it.
 

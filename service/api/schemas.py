@@ -285,7 +285,7 @@ class ScheduleRequest(Strict):
     seed: int = Field(default=0, ge=0, le=MAX_SEED)  # fixes any randomised search
     sampling: Sampling | None = None  # how every sample is drawn (a prompt's own ``sampling`` overrides)
     # caller-chosen id: a retry of a published one is answered its first plan, ``replayed`` (other work
-    # under it 422, a cancelled one 409: service/republish.py)
+    # under it 422, a cancelled one 409: service/pipeline/republish.py)
     schedule_id: ScheduleId | None = None
 
 
@@ -334,5 +334,5 @@ class ScheduleResponse(BaseModel):
     time_scale_sources: dict[str, str]
     timings: Timings  # this request's: a replay's spent nothing predicting or planning
     # true: the answer a retry under a published ``schedule_id`` gets, the first attempt's plan
-    # (service/republish.py; also the ``Idempotent-Replayed: true`` header)
+    # (service/pipeline/republish.py; also the ``Idempotent-Replayed: true`` header)
     replayed: bool = False

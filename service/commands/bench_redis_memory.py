@@ -3,7 +3,7 @@
 Operators size Redis from this (docs/operations.md). A schedule is planned (``lpt``) and built as the
 service builds one (``schedule_from_plan``: planned runs, paces, KV caps) and published through the
 real delivery protocol, with the answer the service stores for a retry under a caller-chosen id
-(``P:answer``: a ``POST /schedule`` answer naming every trajectory, ``service/republish.py``); its
+(``P:answer``: a ``POST /schedule`` answer naming every trajectory, ``service/pipeline/republish.py``); its
 keys, and the index keys its publish makes outside its slot (inboxes, active index), are measured with
 ``MEMORY USAGE <key> SAMPLES 0`` (exact, nested values included), then every item is claimed and
 completed with an output of ``--output-chars`` characters and the keys are measured again. Each item
@@ -172,7 +172,7 @@ def _answer(schedule: Any) -> tuple[str, int]:
     """The stored form of the service's answer that published ``schedule`` (every queue, in order),
     and the size of its JSON: what a retry under a caller-chosen id is answered."""
     from service.api.schemas import AssignedItem, ScheduleResponse, Timings
-    from service.republish import UNSTORED, encode_answer
+    from service.pipeline.republish import UNSTORED, encode_answer
 
     workers = sorted(schedule.queues)
     response = ScheduleResponse.model_construct(

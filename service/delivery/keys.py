@@ -120,7 +120,8 @@ QUEUED, RUNNING, DONE, FAILED, CANCELLED = "q", "r", "d", "f", "c"
 # Fields of ``P:meta`` that ``lua/cancel.lua`` writes: when the schedule was cancelled (lease clock,
 # ms), and how many queued and running items that ended; absent while it is not cancelled.
 CANCELLED_AT, CANCELLED_QUEUED, CANCELLED_RUNNING = "cancelled_ms", "cancelled_queued", "cancelled_running"
-REQUEST_DIGEST = "request"  # field of ``P:meta``: the publishing request's work digest (service/republish.py)
+# field of ``P:meta``: the publishing request's work digest (service/pipeline/republish.py)
+REQUEST_DIGEST = "request"
 # Fields of ``P:meta`` that ``lua/publish.lua`` writes: when it was published (lease clock, ms), and
 # what the plan predicts (absent on schedules an older release published): read by progress.
 PUBLISHED_AT, PREDICTED_MAKESPAN, PLANNED_FINISH = "published_ms", "makespan_s", "planned_finish"

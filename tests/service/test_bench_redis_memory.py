@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from service.commands.bench_redis_memory import PREFIX, SAMPLES, _answer, _measure, _schedule
 from service.delivery import Delivery
-from service.republish import decode_answer
+from service.pipeline.republish import decode_answer
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@
 --   24 drained_json (the request's drained workers, '[]' for none: meta 'drained', common.lua),
 --   25 the digest of the request's work ('' none: meta 'request'), 26 the service's answer to it
 --      ('' none: P:answer), stored in this same step, so a stored schedule always has them
---      (service/republish.py: a retry under the id is answered it), and last
+--      (service/pipeline/republish.py: a retry under the id is answered it), and last
 --   27 a nonce unique to the call: the same call re-sent after a timeout answers 1 again.
 -- Python builds each stored string (records, pairs) so the script only splits and writes: per-item
 -- work in Lua (concatenation, tonumber, string.match) cost more than the writes themselves.

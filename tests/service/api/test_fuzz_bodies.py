@@ -4,7 +4,7 @@
 any element of a valid ``/schedule`` or ``/actuals`` body (nested ones included) is set to an odd
 value of any type, deleted, duplicated or grown to a long array or string, or a known field is added
 where it may not belong. Whatever the answer, it is never a 5xx, and a 4xx other than a 409 (which
-announces the stored schedule again, ``service.republish``) leaves Redis exactly as it was.
+announces the stored schedule again, ``service.pipeline.republish``) leaves Redis exactly as it was.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from service.api import schemas
 from service.client import SchedulerAPIError, SchedulerClient
 from service.delivery.protocol import Delivery
-from service.republish import work_digest
+from service.pipeline.republish import work_digest
 from service.settings import Settings
 from tests.service.api.badinput import redis_snapshot
 from tests.service.api.conftest import LiveServer, batch_body

@@ -11,11 +11,12 @@ import redis
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from service import pipeline, publish_step
 from service.api.schemas import MAX_COUNT, ScheduleRequest, ScheduleResponse
 from service.delivery import Delivery
 from service.delivery.errors import UnknownScheduleError
-from service.pipeline import predict, validate
+from service.pipeline import publish as publish_step
+from service.pipeline import stages as pipeline
+from service.pipeline.stages import predict, validate
 from service.settings import Settings
 from tests.service.api.conftest import AppFactory, actual_history, batch_body
 

@@ -1,7 +1,7 @@
 """The path of one batch through the service: validate -> predict -> plan -> respond -> publish.
 
 Each stage is one function below, in the order a request meets them (``publish``'s workings are
-``service/publish_step.py``), and each but ``respond`` is timed. The answer is built before the
+``service/pipeline/publish.py``), and each but ``respond`` is timed. The answer is built before the
 publish, which stores it with the schedule for a retry of a caller-chosen ``schedule_id`` to replay
 (``republish``). Nothing is written to Redis before the plan exists, so a request rejected at any
 stage changes no state (a retried ``schedule_id`` found stored is announced again and answered its
@@ -26,7 +26,6 @@ from scheduler.gcpause import collector_paused
 from scheduler.planner import Prepared, plan, prepare
 from scheduler.policies import POLICY_NAMES
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory
-from service import publish_step
 from service.api.convert import (
     build_inventory,
     check_plan_rules,
@@ -43,8 +42,9 @@ from service.api.schemas import (
 from service.context import Context
 from service.limits import check_trajectory_count
 from service.logs import schedule_context
-from service.republish import replay
-from service.served import StageClock, record, timings
+from service.pipeline import publish as publish_step
+from service.pipeline.republish import replay
+from service.pipeline.served import StageClock, record, timings
 from service.speeds.model import idle_learned
 
 _log = logging.getLogger("service.pipeline")

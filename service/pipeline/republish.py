@@ -40,8 +40,8 @@ from scheduler.errors import InvalidInputError
 from service.api.schemas import ScheduleRequest, ScheduleResponse
 from service.context import Context
 from service.delivery import UnknownScheduleError
+from service.pipeline.served import timings
 from service.problems.table import ConflictError
-from service.served import timings
 
 _log = logging.getLogger("service.republish")
 # What the workers generate: the prompts, their samples and caps, the sampling, the step. Planning

@@ -1,5 +1,6 @@
-"""The answer stored for a retry under a caller-chosen ``schedule_id`` (``service/republish.py``): the
-cases where there is none to replay keep their documented answers, on a real Redis."""
+"""The answer stored for a retry under a caller-chosen ``schedule_id``
+(``service/pipeline/republish.py``): the cases where there is none to replay keep their documented
+answers, on a real Redis."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from service.api.schemas import ScheduleResponse
 from service.delivery import Delivery
-from service.republish import decode_answer, encode_answer
+from service.pipeline.republish import decode_answer, encode_answer
 from tests.service.api.conftest import batch_body
 
 INBOXES = ["rs:active", "rs:inbox:{w0}", "rs:inbox:{w1}"]

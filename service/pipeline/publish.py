@@ -2,9 +2,10 @@
 
 What the sidecars need beside the plan (each prompt's payload, the lease settings), the race for a
 caller-chosen ``schedule_id`` that another request may store first (the loser answers the winner's
-plan, ``service/republish.py``), and what is remembered once the step is out (each worker's profile,
-``service/speeds/learner.py``). Kept apart from ``service/pipeline.py``, which calls ``publish`` as its last
-stage, so that the pipeline reads as the stages and this module as what publishing one involves.
+plan, ``service/pipeline/republish.py``), and what is remembered once the step is out (each worker's
+profile, ``service/speeds/learner.py``). Kept apart from ``service/pipeline/stages.py``, which calls
+``publish`` as its last stage, so that the pipeline reads as the stages and this module as what
+publishing one involves.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from service.api.schemas import BatchItem, Sampling, ScheduleRequest, ScheduleRe
 from service.context import Context
 from service.delivery import LeaseSettings, PublishOutcome, ScheduleConflictError
 from service.delivery.publisher import publish_plan
+from service.pipeline.republish import encode_answer, replay, work_digest
+from service.pipeline.served import after_publish
 from service.problems.table import ConflictError
-from service.republish import encode_answer, replay, work_digest
-from service.served import after_publish
 
 
 def publish(

@@ -1,7 +1,7 @@
 """How a served ``POST /schedule`` is accounted for: each stage's wall time, the metrics and the one
 log line a step leaves behind, and the bookkeeping that follows a publish.
 
-Kept apart from ``service/pipeline.py`` so that the pipeline reads as the stages a batch goes
+Kept apart from ``service/pipeline/stages.py`` so that the pipeline reads as the stages a batch goes
 through, not as what is measured about them.
 """
 
