@@ -72,7 +72,7 @@ class ModelStore:
         return [v for v in sorted(found) if v not in superseded], sorted(superseded)
 
     def fence_token(self, version: int) -> int | None:
-        """The fencing token ``version`` was saved with (its retrain lock's, ``service.retrain``);
+        """The fencing token ``version`` was saved with (its retrain lock's, ``service.learning.retrain``);
         None when saved without one (``predictor train``) or unreadable."""
         try:
             token = json.loads((self.path(version) / "metadata.json").read_text()).get("fence_token")
@@ -139,7 +139,7 @@ class ModelStore:
 
     def discard(self, version: int) -> None:
         """Remove one version (its number is not reused): a fit that finds, once stored, that its
-        lock lapsed takes its version back (``service.models``)."""
+        lock lapsed takes its version back (``service.learning.models``)."""
         shutil.rmtree(self.path(version), ignore_errors=True)
 
     def stamp(self, version: int) -> str:

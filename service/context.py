@@ -14,14 +14,14 @@ import anyio
 import redis
 from fastapi import Request
 
-from service.actuals import ActualsLog
 from service.delivery import Delivery
+from service.learning.actuals import ActualsLog
+from service.learning.models import ModelService
+from service.learning.retrain import Retrainer
 from service.limits import PlanSlots
 from service.metrics import Metrics
-from service.models import ModelService
 from service.problems.table import UnavailableError
 from service.redis_conn import RedisClient, RedisTooOldError, VersionCheck
-from service.retrain import Retrainer
 from service.settings import Settings
 from service.speeds.learner import SpeedLearner
 

@@ -81,7 +81,7 @@ def refused(error: Exception) -> bool:
 
 
 # The oldest Redis the service runs on: the actuals log numbers its entries by XINFO STREAM's
-# entries-added (service/actuals.py), new in 7.0. Valkey reports the Redis level it matches as
+# entries-added (service/learning/actuals.py), new in 7.0. Valkey reports the Redis level it matches as
 # ``redis_version`` (7.2.4 for Valkey 7.2 and 8), so that is the field compared.
 MIN_REDIS_VERSION = (7, 0)
 

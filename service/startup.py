@@ -26,16 +26,16 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from predictors.store import ModelStore
-from service.actuals import ActualsLog
 from service.context import PLAN_QUEUE_THREADS, Context
 from service.delivery import Delivery
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.reaper import Reaper
+from service.learning.actuals import ActualsLog
+from service.learning.models import ModelService
+from service.learning.retrain import Retrainer
 from service.limits import PlanSlots
 from service.metrics import Metrics
-from service.models import ModelService
 from service.redis_conn import RedisTooOldError, VersionCheck, connect, describe, refused
-from service.retrain import Retrainer
 from service.settings import Settings
 from service.speeds.learner import SpeedLearner
 

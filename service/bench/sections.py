@@ -67,7 +67,7 @@ def predictors_section() -> str:
         "Targets: fit on 1,000,000 rows <= 30 s; predict 32,768 rows <= 50 ms (2 cores). Warm: the "
         "history already folded for the step. After new actuals: the first predict once the last "
         "step's actuals arrived, which folds them into the history first, as the service's predict "
-        "does (it syncs the actuals stream before each predict, `service/models.py`) and as every "
+        "does (it syncs the actuals stream before each predict, `service/learning/models.py`) and as every "
         "step's `POST /schedule` after the last step's reports is; only those rows are folded, onto "
         "the stats cached for the step before. Full re-fold: the first predict after a late report "
         "of an old step, which folds the whole history again, as every predict after an append does "

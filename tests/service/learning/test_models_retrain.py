@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.delivery import keys
-from service.models import Retrained
+from service.learning.models import Retrained
 from service.settings import Settings
 from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
 
@@ -153,7 +153,7 @@ def test_an_idle_replica_reports_the_version_another_replica_stored(
 ) -> None:
     import time
 
-    from service import models
+    from service.learning import models
 
     monkeypatch.setattr(models, "RELOAD_EVERY_S", RELOAD_TEST_S)  # the wait, not its length, is tested
     trainer_side, idle = make_client(), make_client()
@@ -169,7 +169,7 @@ def test_a_running_replica_picks_up_a_version_another_replica_trained(
 ) -> None:
     import time
 
-    from service import models
+    from service.learning import models
 
     monkeypatch.setattr(models, "RELOAD_EVERY_S", RELOAD_TEST_S)  # the wait, not its length, is tested
     trainer_side, other = make_client(), make_client()

@@ -1,7 +1,7 @@
 """Retraining the length predictor from actuals: on demand and automatically at step boundaries.
 
 A retrain fits on the history this replica holds (the newest ``Settings.actuals_maxlen`` actuals:
-the stream trims older ones, ``service.models``), writes a new version to the model store and swaps
+the stream trims older ones, ``service.learning.models``), writes a new version to the model store and swaps
 it into the serving predictor; requests keep being answered by the previous version until the swap.
 ``POST /models/retrain`` runs one now. With ``retrain_every_steps = N``, the first ``POST /schedule``
 of a step at least N past the last retrained step starts one in the background:
@@ -32,9 +32,9 @@ import redis
 
 from scheduler.errors import InvalidInputError
 from service.delivery import keys
+from service.learning.models import ModelService
 from service.logs import mark_logged
 from service.metrics import Metrics
-from service.models import ModelService
 from service.problems.table import ConflictError, ServiceError
 from service.redis_conn import RedisClient
 

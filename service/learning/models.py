@@ -25,7 +25,7 @@ from predictors.predictor import LengthPredictor, Predictions
 from predictors.queries import Query, QueryBatch
 from predictors.store import ModelStore
 from scheduler.errors import InvalidInputError
-from service.actuals import ActualsLog
+from service.learning.actuals import ActualsLog
 from service.problems.table import ModelStoreError
 
 _log = logging.getLogger("service.models")
@@ -179,11 +179,12 @@ class ModelService:
         """Fit on all history, store a new version, swap it in.
 
         ``fence`` runs just before the version is stored, the swap lock held, and raises to leave the
-        fit unpublished: the retrain lock it was started under lapsed meanwhile (``service.retrain``),
-        and another replica may have fitted on newer actuals and stored its version already. It runs
-        again once the version is in place, which is taken back if it raises then: the lock lapsed
-        between the check and the rename, and the version's ``fence_token`` (stored with it) already
-        has every reader pass it over, as superseded by the other replica's. The rows
+        fit unpublished: the retrain lock it was started under lapsed meanwhile
+        (``service.learning.retrain``), and another replica may have fitted on newer actuals and
+        stored its version already. It runs again once the version is in place, which is taken back
+        if it raises then: the lock lapsed between the check and the rename, and the version's
+        ``fence_token`` (stored with it) already has every reader pass it over, as superseded by the
+        other replica's. The rows
         counted are those of the fit's own snapshot of the history: actuals folded in while it ran
         are not in the model, and counting them made ``history_rows`` name rows it never saw."""
         started = time.perf_counter()

@@ -10,10 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 import predictors.history
-import service.models
+import service.learning.models
 from predictors.fallbacks import GlobalPrior
 from predictors.promptstats import resume_stats, stats_of
-from service.models import ModelService
+from service.learning.models import ModelService
 from tests.service.api.conftest import AppFactory, actual_report, batch_body
 
 
@@ -91,7 +91,8 @@ def test_a_warmed_replica_predicts_what_a_cold_one_folds_on_its_first_predict(
 def test_a_burst_of_batches_is_warmed_once_for_the_latest_step(
     make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(service.models, "WARM_AFTER_S", 1.0)  # the burst lands within it, however slow
+    # the burst lands within it, however slow
+    monkeypatch.setattr(service.learning.models, "WARM_AFTER_S", 1.0)
     client = make_client()
     models = _models(client)
     asked: list[int] = []

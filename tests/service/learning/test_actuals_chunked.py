@@ -12,9 +12,9 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from service.actuals import CHUNK, ActualsLog, report_digest
 from service.api.learning_schemas import ActualReport
 from service.delivery import keys
+from service.learning.actuals import CHUNK, ActualsLog, report_digest
 from tests.service.api.conftest import AppFactory, actual_report
 from tests.service.delivery.proxy import ReplyLosingProxy
 

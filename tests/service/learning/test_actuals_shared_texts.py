@@ -7,8 +7,8 @@ from __future__ import annotations
 import redis
 
 from predictors.history import History
-from service.actuals import ActualsLog, SharedTexts
 from service.api.learning_schemas import ActualReport
+from service.learning.actuals import ActualsLog, SharedTexts
 from tests.service.api.conftest import actual_report
 
 

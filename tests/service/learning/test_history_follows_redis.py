@@ -1,6 +1,6 @@
 """The history a replica predicts and retrains from is what Redis holds, also after Redis lost it.
 
-Redis is the source of truth for the actuals (``service.models``). A replica used to fold only the
+Redis is the source of truth for the actuals (``service.learning.models``). A replica used to fold only the
 entries after the last one it had read, so once Redis lost the stream (a restart without its AOF, a
 flush, a failover to a replica behind) it kept predicting from, retraining on and counting in
 ``GET /models`` ``history_rows`` rows Redis no longer held, while a replica started afterwards held

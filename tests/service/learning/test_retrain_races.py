@@ -21,7 +21,8 @@ LOCK = keys.retrain_lock()
 
 
 class PausedFit:
-    """``service.models.fit`` that, its model fitted, waits until told to go on (the store untouched)."""
+    """``service.learning.models.fit`` that, its model fitted, waits until told to go on (the store
+    untouched)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.fitted, self.proceed = threading.Event(), threading.Event()
@@ -32,7 +33,7 @@ class PausedFit:
             assert self.proceed.wait(30)
             return model
 
-        monkeypatch.setattr("service.models.fit", paused)
+        monkeypatch.setattr("service.learning.models.fit", paused)
 
 
 @pytest.fixture
@@ -153,7 +154,7 @@ def test_a_fit_whose_lock_lapsed_between_its_check_and_its_rename_is_served_by_n
     a slow volume) while its lock lapsed, another replica fitting newer actuals meanwhile, renamed
     its stale model in last, as v2, which every replica then served. Its fencing token, lower than
     the other replica's, now has every reader pass it over, and the fit takes it back: 409."""
-    monkeypatch.setattr("service.models.RELOAD_EVERY_S", 0.0)
+    monkeypatch.setattr("service.learning.models.RELOAD_EVERY_S", 0.0)
     stale, fresh = make_client(), make_client()
     stale.post("/actuals", json={"actuals": actual_history(steps=2)})
     store = stale.app.state.context.models.store  # type: ignore[attr-defined]
