@@ -30,12 +30,19 @@ def _sidecar(redis_url: str, worker: str, engine: str) -> Sidecar:
 
 
 def _run_all(sidecars: list[Sidecar], delivery: Delivery, sid: str, timeout_s: float) -> list[SessionStats]:
-    """Run every sidecar in one event loop until the schedule is finished (or ``timeout_s``)."""
+    """Run every sidecar in one event loop until the schedule is finished (or ``timeout_s``), the
+    first only once the others have been seen alive (claimed): a failure's retry goes to a worker seen
+    within a lease TTL, and at load the first could fail an item before the others' first claim."""
 
     async def main() -> list[SessionStats]:
         stop = asyncio.Event()
-        tasks = [asyncio.create_task(s.run(stop)) for s in sidecars]
         deadline = time.monotonic() + timeout_s
+        others = [asyncio.create_task(s.run(stop)) for s in sidecars[1:]]
+        seen = delivery.keys(sid).seen
+        alive = lambda: all(delivery.client.zscore(seen, w) for w in WORKERS[1:])  # noqa: E731 (blocking)
+        while time.monotonic() < deadline and not await asyncio.to_thread(alive):
+            await asyncio.sleep(0.02)
+        tasks = [asyncio.create_task(sidecars[0].run(stop)), *others]
         finished = lambda: delivery.progress(sid).finished  # noqa: E731 (blocking: run in a thread)
         while time.monotonic() < deadline and not await asyncio.to_thread(finished):
             await asyncio.sleep(0.05)
