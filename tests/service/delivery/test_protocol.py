@@ -204,6 +204,43 @@ def test_a_failed_item_is_retried_then_dead_lettered(delivery: Delivery) -> None
     assert delivery.progress("s").dead_letters[0].reason == "engine 500"
 
 
+def test_a_failure_reported_by_key_and_token_is_charged_as_one_reported_with_its_lease(
+    delivery: Delivery,
+) -> None:
+    """``fail_key`` (a pull worker's /fail of its killed sidecar's lease): retried, then dead-lettered."""
+    delivery.publish(schedule("s", {"a": 1}, max_attempts=2))
+    (lease,) = delivery.claim("s", "a", 1)
+    assert delivery.fail_key("s", "a", lease.key, lease.token, "engine 500") is ReleaseOutcome.REQUEUED
+    (again,) = delivery.claim("s", "a", 1)
+    assert again.attempt == 2
+    assert delivery.fail_key("s", "a", again.key, again.token, "oom") is ReleaseOutcome.DEAD_LETTERED
+    assert delivery.fail_key("s", "a", again.key, again.token, "oom") is ReleaseOutcome.STALE  # once
+    assert delivery.progress("s").dead_letters[0].reason == "oom"
+
+
+def test_a_failure_by_key_in_another_workers_name_changes_nothing(delivery: Delivery) -> None:
+    delivery.publish(schedule("s", {"a": 1, "b": 1}, ttl_ms=1000), now_ms=T0)
+    (theirs,) = delivery.claim("s", "b", 1, now_ms=T0)
+    forged = delivery.fail_key("s", "a", theirs.key, theirs.token, "forged", now_ms=T0 + 500)
+    assert forged is ReleaseOutcome.STALE
+    assert delivery.progress("s").running == 1  # still b's, with its deadline untouched
+    assert [le.deadline_ms for le in delivery.heartbeat([theirs], now_ms=T0 + 900)] == [T0 + 1900]
+
+
+@pytest.mark.parametrize("holder", ["", "a b"])
+def test_a_failure_by_key_names_its_holder_or_is_refused_before_anything_is_sent(
+    delivery: Delivery, holder: str
+) -> None:
+    """An empty holder would match any holder in the release script: no id, no failure."""
+    delivery.publish(schedule("s", {"a": 1}), now_ms=T0)
+    (lease,) = delivery.claim("s", "a", 1, now_ms=T0)
+    with pytest.raises(InvalidInputError) as err:
+        delivery.fail_key("s", holder, lease.key, lease.token, "engine 500", now_ms=T0 + 1)
+    assert err.value.field == "worker_id"
+    assert delivery.progress("s").running == 1
+    assert delivery.complete(lease, RESULT, now_ms=T0 + 2) is CompletionOutcome.ACCEPTED
+
+
 def test_a_shared_fifo_feeds_workers_once_their_own_queues_drain(delivery: Delivery) -> None:
     shared = PublishedSchedule("s", {"a": (item("own#0"),), "b": ()}, shared=(item("x#0"), item("y#0")))
     delivery.publish(shared)
