@@ -12,6 +12,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from service.delivery import keys
 from tests.service.api.badinput import Body, Snapshot, redis_snapshot, set_at
 from tests.service.api.conftest import batch_body
 
@@ -73,6 +74,26 @@ def test_of_two_identical_requests_racing_for_one_schedule_id_only_one_is_told_i
     _but_inbox_expiry(before, redis_snapshot(redis_client))
 
 
+def test_a_publish_that_loses_a_race_to_a_schedule_expired_since_is_a_409_naming_its_id(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The winner's schedule lapsed between the loser's publish (which met it) and the loser's read
+    of its answer: too late to be anyone's retry, and never an answer that the loser published."""
+    assert client.post("/schedule", json=batch_body(schedule_id="race")).status_code == 200
+    profiles = redis_client.hgetall("rs:workers")
+
+    def retention_passed() -> None:
+        redis_client.delete(*redis_client.keys(keys.schedule_keys("race").pattern))
+
+    _early_check_before_the_winner(client, monkeypatch, retention_passed)
+    second = batch_body(schedule_id="race")
+    second["inventory"]["workers"][0]["device"] = "A100-80GB"  # another plan, the same work
+    response = client.post("/schedule", json=second)
+    assert (response.status_code, response.json()["field"]) == (409, "schedule_id")
+    assert "expired" in response.json()["detail"]
+    assert redis_client.hgetall("rs:workers") == profiles  # the loser's profiles describe no plan
+
+
 def test_requests_racing_for_one_schedule_id_publish_it_once_and_all_answer_its_plan(
     client: TestClient, redis_client: redis.Redis
 ) -> None:
@@ -88,13 +109,21 @@ def test_requests_racing_for_one_schedule_id_publish_it_once_and_all_answer_its_
     assert client.get("/schedule/crowd").json()["total"] == 64
 
 
-def _early_check_before_the_winner(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+def _early_check_before_the_winner(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, before_read: Callable[[], None] = lambda: None
+) -> None:
     """The next request is the loser of two concurrent ones: its early check read the id before the
-    winner stored it (found nothing), so it plans, and its publish meets the winner's schedule."""
+    winner stored it (found nothing), so it plans, and its publish meets the winner's schedule;
+    ``before_read`` runs before each later read of the id (the winner's answer)."""
     delivery = client.app.state.context.delivery  # type: ignore[attr-defined]
-    reads = iter([lambda schedule_id: None])
     real = delivery.stored_request
-    monkeypatch.setattr(delivery, "stored_request", lambda sid: next(reads, real)(sid))
+
+    def later(schedule_id: str) -> Any:
+        before_read()
+        return real(schedule_id)
+
+    reads = iter([lambda schedule_id: None])
+    monkeypatch.setattr(delivery, "stored_request", lambda sid: next(reads, later)(sid))
 
 
 def _plan_of(answer: dict[str, Any]) -> dict[str, Any]:
