@@ -97,3 +97,19 @@ def test_a_worker_the_seen_set_never_held_is_forgotten_a_retention_after_the_nex
     assert not redis_client.hexists(keys.learned_speeds(), "legacy")
     assert redis_client.zscore(keys.worker_seen(), "legacy") is None
     assert redis_client.hexists(keys.learned_speeds(), "stays")
+
+
+def test_a_fleet_renamed_at_once_is_forgotten_over_a_few_publishes_a_thousand_workers_each(
+    make_client: AppFactory, redis_client: redis.Redis
+) -> None:
+    """Each publish forgets at most ``FORGET_BATCH`` workers, so a step's publish stays short."""
+    client, _ = _on_clock(make_client)
+    renamed = [f"old-{i}" for i in range(2_500)]
+    redis_client.zadd(keys.worker_seen(), dict.fromkeys(renamed, 0))  # named long before the retention
+    redis_client.hset(keys.worker_profiles(), mapping=dict.fromkeys(renamed, "{}"))
+    left = []
+    for step in range(3):
+        _step(client, step, ["new"])
+        left.append(redis_client.hlen(keys.worker_profiles()) - 1)
+    assert left == [1_500, 500, 0]
+    assert redis_client.zrange(keys.worker_seen(), 0, -1) == ["new"]
