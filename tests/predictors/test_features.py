@@ -136,6 +136,21 @@ def test_a_first_step_row_s_prior_is_its_siblings_count_mean_and_log_spread() ->
     assert prior.last_max[0] == 800.0
 
 
+def test_a_first_step_row_s_longest_sibling_leaves_the_row_itself_out() -> None:
+    """The step's longest sample sees the next longest as its siblings' longest; a length that two
+    samples tie at is every row's, the tied rows' own included."""
+    lengths = [100, 800, 400, 800, 300, 900]  # prompt "p": 100, 800, 400; prompt "q": 800, 300, 900
+    rows = [TraceRow(0, "pq"[i // 3], i, 50, n, 4096, "stop", 1.0, {}) for i, n in enumerate(lengths)]
+    trace = Trace.from_rows(rows)
+    groups = step_groups(trace, factorize(trace.prompt_id)[0])
+    prior = prior_leave_one_out(trace, groups, np.arange(6))
+    assert prior.last_max.tolist() == [800.0, 400.0, 800.0, 900.0, 900.0, 800.0]
+    tied = [TraceRow(0, "t", i, 50, n, 4096, "stop", 1.0, {}) for i, n in enumerate([500, 500, 200])]
+    trace = Trace.from_rows(tied)
+    groups = step_groups(trace, factorize(trace.prompt_id)[0])
+    assert prior_leave_one_out(trace, groups, np.arange(3)).last_max.tolist() == [500.0, 500.0, 500.0]
+
+
 def test_a_prompt_with_no_history_is_not_seen_and_one_with_history_is() -> None:
     history = History([TraceRow(0, "old", i, 50, 300 + i, 4096, "stop", 1.0, {}) for i in range(4)])
     queries = QueryBatch.of([Query("old", 0, 50, 4096, {}), Query("new", 0, 50, 4096, {})])
