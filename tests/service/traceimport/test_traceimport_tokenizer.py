@@ -65,8 +65,22 @@ def test_a_folder_with_only_a_sentencepiece_model_is_refused_saying_only_tokeniz
     assert not (tmp_path / "t.csv").exists()
 
 
-@pytest.mark.parametrize("held", [[], ["config.json", "snapshots/"]], ids=["empty", "hub-cache-top"])
-def test_a_folder_without_a_tokenizer_json_says_what_it_holds(tmp_path: Path, held: list[str]) -> None:
+SIX = [f"shard-{i}.safetensors" for i in range(6)]
+
+
+@pytest.mark.parametrize(
+    ("held", "said"),
+    [
+        ([], "it is empty"),
+        (["config.json", "snapshots/"], "it holds config.json, snapshots/"),
+        (SIX, f"it holds {', '.join(SIX)}"),  # six are all shown
+        ([*SIX, "z.json"], f"it holds {', '.join(SIX)}, and 1 more"),
+    ],
+    ids=["empty", "hub-cache-top", "six", "seven"],
+)
+def test_a_folder_without_a_tokenizer_json_says_what_it_holds(
+    tmp_path: Path, held: list[str], said: str
+) -> None:
     folder = tmp_path / "models--Qwen--Qwen2.5-7B"
     folder.mkdir()
     for name in held:
@@ -74,6 +88,13 @@ def test_a_folder_without_a_tokenizer_json_says_what_it_holds(tmp_path: Path, he
             (folder / name.rstrip("/")).mkdir()
         else:
             (folder / name).write_text("{}")
-    said = f"it holds {', '.join(held)}" if held else "it is empty"
     with pytest.raises(InvalidInputError, match=rf"holds no tokenizer\.json \({said}\)$"):
         import_verl(_dumps(tmp_path / "rollouts"), folder, max_new_tokens=None)
+
+
+def test_a_tokenizer_json_that_does_not_parse_is_refused_naming_it(tmp_path: Path) -> None:
+    broken = tmp_path / "tokenizer.json"
+    broken.write_text('{"model": ')
+    with pytest.raises(InvalidInputError, match=r"not a readable tokenizer\.json") as err:
+        import_verl(_dumps(tmp_path / "rollouts"), broken, max_new_tokens=None)
+    assert (err.value.field, err.value.value) == ("tokenizer", str(broken))
