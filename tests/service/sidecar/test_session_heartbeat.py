@@ -94,3 +94,21 @@ def test_leases_of_a_shorter_ttl_claimed_while_the_heartbeat_sleeps_are_heartbea
         stats = run_until(sidecar, short_lease_item_done)
     assert (stats.accepted, stats.lost, stats.stale) == (1, 0, 0)
     assert [r.attempt for r in delivery.read_results("short")] == [1]
+
+
+def test_leases_found_gone_at_a_heartbeat_are_counted_lost_each_or_cancelled_by_schedule(
+    redis_client: redis.Redis,
+) -> None:
+    """Taken back after lapsing: ``lost``, one per lease; of a schedule the trainer cancelled:
+    ``cancelled``, and not ``lost`` (an expected end, not a fault)."""
+    delivery = Delivery(redis_client)
+    delivery.publish(schedule("lapsed", {"w": 2}, ttl_ms=TTL_MS))
+    delivery.publish(schedule("given-up", {"w": 3}, ttl_ms=TTL_MS))
+    session = WorkerSession(delivery, Holdings(8), SessionSettings("w"))
+    assert len(asyncio.run(session.claim(8))) == 5
+    delivery.reap("lapsed", now_ms=int(time.time() * 1000) + 60_000)  # a minute on: both lapsed
+    delivery.cancel("given-up")
+    gone = asyncio.run(session.heartbeat())
+    assert sorted(held.lease.schedule_id for held in gone) == ["given-up"] * 3 + ["lapsed"] * 2
+    assert (session.stats.lost, session.stats.cancelled) == (2, 3)
+    assert session.holdings.leases() == []
