@@ -34,6 +34,13 @@ def test_a_service_without_tokens_refuses_a_rebound_name_with_a_421_problem_and_
     assert set(redis_client.scan_iter()) == before  # nothing published
 
 
+def test_a_refusal_quotes_a_long_host_cut_to_its_first_hundred_characters(client: TestClient) -> None:
+    """The Host is the caller's: a page could send any length, and the problem echoes it."""
+    sent = "rebound." + "a" * 1_000 + ".example"
+    detail = client.get("/healthz", headers={"Host": sent}).json()["detail"]
+    assert detail.startswith(f"Host {sent[:100]!r} is not a name of this server")
+
+
 @pytest.mark.parametrize("host", ["localhost:8000", "LocalHost", "127.0.0.1:1", "[::1]:8000", "localhost."])
 def test_a_service_without_tokens_answers_to_loopback_names_on_any_port(
     client: TestClient, host: str
