@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any
@@ -177,6 +178,43 @@ def test_a_batch_mixing_new_and_repeated_reports_stores_only_the_new_ones(
     samples = json.loads(redis_client.hget("rs:speed", "w0") or "{}")["samples"]
     assert samples == 32 + 8  # the new reports taught speed, each once
     assert client.get("/models").json()["history_rows"] == 40
+
+
+@pytest.mark.parametrize("named_first", [True, False])
+def test_a_report_resent_with_or_without_its_schedule_id_is_stored_and_learned_from_once(
+    named_first: bool, client: TestClient, redis_client: redis.Redis
+) -> None:
+    # the schedule id names the publish that ran a trajectory, not the trajectory: sent once with it
+    # and once without, the same report was stored twice and moved the learned speed twice
+    sid = client.post("/schedule", json=batch_body(workers=2)).json()["schedule_id"]
+    reports = [dict(actual_report(0, p, 0, slowdown=2.0), schedule_id=sid) for p in range(6)]
+    bare = [{k: v for k, v in report.items() if k != "schedule_id"} for report in reports]
+    first, then = (reports, bare) if named_first else (bare, reports)
+    assert client.post("/actuals", json={"actuals": first}).json()["accepted"] == 6
+    speed = redis_client.hget("rs:speed", "w0")
+    again = client.post("/actuals", json={"actuals": then}).json()
+    assert (again["accepted"], again["repeated"], again["stream_length"]) == (0, 6, 6)
+    assert redis_client.hget("rs:speed", "w0") == speed  # samples and scale untouched
+    assert client.get("/models").json()["history_rows"] == 6
+
+
+def test_a_retry_of_a_report_an_older_release_stored_is_still_a_retry(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    # releases before 2026-12-05 recorded a digest of every field, schedule_id too; a retry that
+    # lands on an upgraded replica mid-roll must find it
+    report = dict(actual_report(0, 1, 0), schedule_id="step-0")
+    canonical = json.dumps(
+        ActualReport.model_validate(report).model_dump(mode="json", exclude_none=True),
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    redis_client.xadd("rs:actuals", {"a": json.dumps(report)})
+    redis_client.zadd(
+        keys.actuals_seen(), {hashlib.blake2b(canonical.encode(), digest_size=16).hexdigest(): 1}
+    )
+    again = client.post("/actuals", json={"actuals": [report]}).json()
+    assert (again["accepted"], again["repeated"], again["stream_length"]) == (0, 1, 1)
 
 
 def test_the_record_of_stored_reports_is_trimmed_with_the_stream(

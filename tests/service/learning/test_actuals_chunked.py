@@ -3,6 +3,7 @@ for more than ``CHUNK`` reports in one script call."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -14,11 +15,12 @@ from fastapi.testclient import TestClient
 
 from service.api.learning_schemas import ActualReport
 from service.delivery import keys
-from service.learning.actuals import CHUNK, ActualsLog, report_digest
+from service.learning.actuals import CHUNK, ActualsLog, report_digest, report_digests
 from tests.service.api.conftest import AppFactory, actual_report
 from tests.service.delivery.proxy import ReplyLosingProxy
 
-SCRIPT_ARGS = 6  # EVALSHA, sha, numkeys, stream, seen, maxlen: the rest are a digest and JSON per report
+SCRIPT_ARGS = 6  # EVALSHA, sha, numkeys, stream, seen, maxlen: the rest are 3 per report
+PER_REPORT = 3  # its digest, its older release's digest ("" when the same) and its JSON
 
 
 def _batch(reports: int) -> list[dict[str, Any]]:
@@ -67,7 +69,7 @@ def _reports_per_script_call(redis_client: redis.Redis) -> list[int]:
         if line.upper().startswith("EVALSHA") and parts[3:4] == [keys.actuals_stream()]:
             more = re.search(r"\((\d+) more arguments\)", line)
             args = 31 + int(more.group(1)) if more else len(parts)
-            counts.append((args - SCRIPT_ARGS) // 2)
+            counts.append((args - SCRIPT_ARGS) // PER_REPORT)
     return counts
 
 
@@ -146,3 +148,24 @@ def test_a_batch_cut_off_part_way_stores_a_prefix_and_its_retry_stores_the_rest_
     assert (len(retried.stored), retried.repeated, retried.length) == (CHUNK // 2, 2 * CHUNK, len(reports))
     assert retried.stored == reports[2 * CHUNK :]
     assert _stored(redis_client) == [(r.step, r.prompt_id, r.sample_idx) for r in reports]
+
+
+@pytest.mark.parametrize(
+    "features",
+    [{}, {"step": 3.0}, {"a": ',"step":1', "step": "x", "z": 1.0}, {"schedule_id": "s", "w": '"step"'}],
+)
+def test_the_older_digest_of_a_report_naming_its_schedule_is_the_one_older_releases_recorded(
+    features: dict[str, Any],
+) -> None:
+    # spliced from the newer digest's text (service/actuals.py): it must match a digest of every
+    # field, whatever the features are named or hold, or a retry across a roll is stored twice
+    report = ActualReport.model_validate(
+        dict(actual_report(2, 1, 0), schedule_id="run-7.step:2", features=features)
+    )
+    every_field = json.dumps(
+        report.model_dump(mode="json", exclude_none=True), sort_keys=True, separators=(",", ":")
+    )
+    newer, older = report_digests(report)
+    assert older == hashlib.blake2b(every_field.encode(), digest_size=16).hexdigest() != newer
+    bare = report.model_copy(update={"schedule_id": None})
+    assert report_digests(bare) == (newer, "")  # no schedule id: one digest, as older releases had
