@@ -38,6 +38,7 @@ differs from the item's (``engine_prompt_tokens``: the chat template the trainer
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -57,6 +58,9 @@ OWNED = frozenset(  # ours: one capped, unstreamed sample per request (``stream_
     {"model", "n", "best_of", "stream", "stream_options", "max_tokens", "max_completion_tokens", "rollout"}
 )
 SIMULATED = "rollout-scheduler-engine-sim"  # engine-sim's owned_by: it reads the rollout hint
+
+
+JSON_HEADERS = {"content-type": "application/json"}  # what httpx set for json=, the bodies being ours
 
 
 class EngineError(RuntimeError):
@@ -248,10 +252,12 @@ class EngineClient:
     ) -> httpx.Response:
         """Send one request: a generation without a read timeout, a ``probe`` within the probe
         timeout all told (a frozen engine's kernel still accepts the connection, then nothing comes)."""
+        content, headers = (None, None) if body is None else (_json_body(body), JSON_HEADERS)
         if not probe:
-            return await self._http.request(method, path, json=body)
+            return await self._http.request(method, path, content=content, headers=headers)
         limit = self._options.probe_timeout_s
-        sent = self._http.request(method, path, json=body, timeout=httpx.Timeout(limit))
+        timeout = httpx.Timeout(limit)
+        sent = self._http.request(method, path, content=content, headers=headers, timeout=timeout)
         try:
             async with asyncio.timeout(limit):  # not wait_for: see service/sidecar/waits.py
                 return await sent
@@ -304,6 +310,14 @@ def _engine_died(response: httpx.Response) -> bool:
     """A 500 without a body: vLLM's answer once its engine core has died (an item's own failure
     comes with an error object)."""
     return response.status_code == 500 and not response.content.strip()
+
+
+def _json_body(body: dict[str, Any]) -> bytes:
+    """``body`` as the engine reads it, encoded here rather than by httpx, whose encoding changed
+    under us: 0.27 escaped a lone UTF-16 surrogate (``\\ud800``) and wrote a NaN, and the item went
+    to the engine; 0.28 on raise. Raising is kept (UTF-8 cannot carry such text, and the runner
+    fails the item, naming the error), now whatever httpx is installed."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
 def _capped(body: dict[str, Any], max_tokens: int) -> dict[str, Any]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -252,11 +254,26 @@ def test_an_item_the_engine_refuses_is_failed_and_dead_lettered_after_its_attemp
     assert "maximum context length" in progress.dead_letters[0].reason
 
 
+def _httpx_027_encode_json(body: Any) -> tuple[dict[str, str], httpx.ByteStream]:
+    """How httpx up to 0.27 encoded ``json=``: ASCII-escaped, so a lone surrogate went out as
+    ``\\ud800`` (0.28 on raises ``UnicodeEncodeError``; the declared floor is 0.27)."""
+    data = json.dumps(body).encode()
+    return {"Content-Length": str(len(data)), "Content-Type": "application/json"}, httpx.ByteStream(data)
+
+
+@pytest.mark.parametrize("httpx_json", ["installed", "httpx 0.27"])
 def test_an_item_the_sidecar_cannot_even_send_is_failed_not_left_running_forever(
-    redis_client: redis.Redis, redis_url: str, engine_url: str
+    httpx_json: str,
+    redis_client: redis.Redis,
+    redis_url: str,
+    engine_url: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # a lone surrogate cannot be encoded as UTF-8: the request never leaves, and before the fix the
-    # task died while the heartbeat kept its lease alive
+    # task died while the heartbeat kept its lease alive; the sidecar encodes its bodies itself, so
+    # that holds whatever httpx is installed (0.27 sent the item to the engine, and it was done)
+    if httpx_json == "httpx 0.27":
+        monkeypatch.setattr(httpx._content, "encode_json", _httpx_027_encode_json)
     delivery = Delivery.from_url(redis_url)
     unsendable = DeliveryItem("bad#0", "bad", 0, 100, 100, 100.0, {"prompt": "x\ud800y"})
     publish(delivery, "unsendable", {"w0": [unsendable, item("ok", 0, 50)]})
