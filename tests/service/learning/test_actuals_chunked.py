@@ -157,7 +157,7 @@ def test_a_batch_cut_off_part_way_stores_a_prefix_and_its_retry_stores_the_rest_
 def test_the_older_digest_of_a_report_naming_its_schedule_is_the_one_older_releases_recorded(
     features: dict[str, Any],
 ) -> None:
-    # spliced from the newer digest's text (service/actuals.py): it must match a digest of every
+    # spliced from the newer digest's text (service/learning/actuals.py): it must match a digest of every
     # field, whatever the features are named or hold, or a retry across a roll is stored twice
     report = ActualReport.model_validate(
         dict(actual_report(2, 1, 0), schedule_id="run-7.step:2", features=features)
