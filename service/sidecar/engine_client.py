@@ -315,7 +315,7 @@ def _engine_died(response: httpx.Response) -> bool:
 def _json_body(body: dict[str, Any]) -> bytes:
     """``body`` as the engine reads it, encoded here rather than by httpx, whose encoding changed
     under us: 0.27 escaped a lone UTF-16 surrogate (``\\ud800``) and wrote a NaN, and the item went
-    to the engine; 0.28 on raise. Raising is kept (UTF-8 cannot carry such text, and the runner
+    to the engine; 0.28 raises. Raising is kept (UTF-8 cannot carry such text, and the runner
     fails the item, naming the error), now whatever httpx is installed."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
