@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.devices import DeviceProfile, ModelPreset
+from scheduler.sim_rules import DEFAULT_ENGINE
 
 
 def trajectory_key(prompt_id: str, sample_idx: int) -> str:
@@ -82,6 +83,9 @@ class PlanRequest:
     excluded_workers: frozenset[str] = frozenset()  # workers that must receive nothing (draining)
     seed: int = 0  # fixes any randomised search: plans are reproducible where no search is cut short
     # by the budget (a search cut short depends on the host's speed; docs/solver.md, "Determinism")
+    engine: str = DEFAULT_ENGINE  # the rules the plan will be played by (``scheduler.sim_rules``): the
+    # hedges' drawn plays under vLLM admission follow them (``robust_order.draw_rules``); the
+    # finish model stays V0's
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from scheduler.costmodel import worker_cost
 from scheduler.devices import DeviceProfile, ModelPreset
 from scheduler.errors import InvalidInputError
 from scheduler.gcpause import collector_paused
+from scheduler.sim_rules import engine_rules
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 # The physical envelope of a worker: every device there is, with room to spare (the API's
@@ -63,6 +64,9 @@ def _validate_request(request: PlanRequest) -> None:
     _require_int("seed", request.seed, minimum=0)  # seeds numpy's generators, which refuse negatives
     _require_bool("prefix_affinity", request.prefix_affinity)
     _require_bool("kv_admission", request.kv_admission)
+    if not isinstance(request.engine, str):
+        raise InvalidInputError("engine", request.engine, "must be an engine name")
+    engine_rules(request.engine)  # an unknown name fails naming the known ones
     capacities = _validate_inventory(request.inventory)
     _validate_excluded(request.excluded_workers, capacities)
     allowed = {wid: cap for wid, cap in capacities.items() if wid not in request.excluded_workers}

@@ -46,6 +46,7 @@ def level_below(
             for u in (problem.units[k] for k in units)
         ),
         tuple(rest),
+        engine=problem.engine,
     )
     placed, played = order_queues(sub, lpt_assignment(sub), reserve)
     if max(played[w] for w in rest) >= max(finishes[w] for w in rest):

@@ -26,6 +26,7 @@ import numpy.typing as npt
 from scheduler.costmodel import WorkerCost, speed_clusters, worker_cost
 from scheduler.finish import queue_finishes, worker_finish
 from scheduler.gcpause import collector_paused
+from scheduler.sim_rules import DEFAULT_ENGINE
 from scheduler.stepsum import planned_steps_array
 from scheduler.types import PlanRequest
 
@@ -67,6 +68,8 @@ class Problem:
     kv_steps: tuple[float, ...] = ()  # per trajectory: KV-token-steps, p*L + L*(L-1)/2 (``item_totals``);
     # () = not derived. The length-blind bar's floor summed them item by item in Python, ~4 ms a plan
     # at 4,096 and ~40 ms at 32,768, though ``build_problem`` computes them for the units anyway
+    engine: str = DEFAULT_ENGINE  # the request's engine (``PlanRequest.engine``): what the hedges'
+    # drawn plays follow under vLLM admission (``robust_order.draw_rules``)
     plays: dict[tuple[WorkerCost, tuple[int, ...], bool], tuple[float, float]] = field(
         default_factory=dict, init=False, compare=False, repr=False
     )  # ``played``'s memo: (cost, queue, reserve) -> (clock, the bound it was played to)
@@ -137,11 +140,13 @@ def _build_problem(request: PlanRequest) -> Problem:
     kv_steps = tuple(columns.kv_steps)
     if not request.prefix_affinity:
         units, ranked, unrestricted = _single_units(columns, pins, allowed)
-        return Problem(costs, columns.prompts, columns.steps, units, active, ranked, unrestricted, kv_steps)
+        return Problem(costs, columns.prompts, columns.steps, units, active, ranked, unrestricted, kv_steps,
+                       request.engine)  # fmt: skip
     units = _group_units(request, columns, pins, allowed)
     unrestricted = all(len(u.allowed) == len(active) for u in units)
     ranked = tuple(longest_first(units))
-    return Problem(costs, columns.prompts, columns.steps, units, active, ranked, unrestricted, kv_steps)
+    return Problem(costs, columns.prompts, columns.steps, units, active, ranked, unrestricted, kv_steps,
+                   request.engine)  # fmt: skip
 
 
 def _totals_one_by_one(

@@ -39,7 +39,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from scheduler import clock
-from scheduler.admission import WATERMARK
 from scheduler.at_once import ends_at_once
 from scheduler.costmodel import WorkerCost
 from scheduler.lognormal import Z90
@@ -50,6 +49,7 @@ from scheduler.policies.problem import Problem
 from scheduler.policies.robust import SAMPLES, Spread, draw_matrix, draw_steps
 from scheduler.sim_alone import play_queue
 from scheduler.sim_ledger import Ledger
+from scheduler.sim_rules import DEFAULT_ENGINE, engine_rules
 from scheduler.stepsum import FloatArray
 from scheduler.types import PlanRequest
 
@@ -198,11 +198,28 @@ def drawn_finish(
     problem: Problem, cost: WorkerCost, order: list[int], draws: Sequence[Sequence[int]], reserve: bool
 ) -> float:
     """Mean finish of the queue ``order`` over ``draws`` (each: every trajectory's steps), played as
-    the engine runs it: admitted on the planned lengths, ended by the draw."""
+    the engine runs it: admitted on the planned lengths, ended by the draw, by ``draw_rules``."""
     keys = [str(i) for i in order]
     prompts, planned = problem.lengths(order)
+    watermark, resume = draw_rules(problem.engine, reserve)
     total = 0.0
     for draw in draws:
         ledger = Ledger(keys, prompts, [draw[i] for i in order], planned)
-        total += play_queue(cost, ledger, watermark=WATERMARK, kv_admission=reserve).clock
+        total += play_queue(cost, ledger, watermark=watermark, kv_admission=reserve, resume=resume).clock
     return total / len(draws)
+
+
+def draw_rules(engine: str, reserve: bool) -> tuple[float, bool]:
+    """The watermark and whether an evicted sequence keeps its output, in the draws' plays: the
+    plan's ``engine`` under vLLM admission, V0's (the finish model's) under projected peak.
+
+    Why. A draw's lengths are not the planned ones, so its play evicts, and what an eviction costs
+    decides which order wins. Under vLLM admission a V1 play evicts thousands of times a step on the
+    long chain-of-thought replay, each a re-prefill, not a restart: judged by V0's rules the hedges
+    chose orders 1.6-4.3% slower as V1 played them than V1-judged ones (cpsat, trace seeds 1-8,
+    2.7% summed). Under projected peak it evicts a tenth as often or less, and V1-judged hedges
+    moved seeds 1-8 by -1.9% to +2.7% (+0.1% summed; the headline's seed 1 +2.1%): V0's rules
+    stay there (docs/experiments.md, Replay, helper v1plan).
+    """
+    rules = engine_rules(DEFAULT_ENGINE if reserve else engine)
+    return rules.watermark, rules.resume_preempted

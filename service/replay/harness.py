@@ -356,6 +356,7 @@ def _plan(batch: tuple[Trajectory, ...], name: str, config: ReplayConfig) -> tup
         time_budget_s=config.time_budget_s,
         kv_admission=config.kv_admission and policy not in LENGTH_BLIND,
         seed=config.seed,
+        engine=config.engine,
     )
     with nullcontext() if config.wall_clock else clock.frozen():  # frozen: plans by counts, not time
         return request, plan(request, policy)

@@ -21,6 +21,9 @@ from scheduler.policies.ordering import best_order, shortest_first
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import draw_steps, spreads
 from scheduler.policies.robust_order import drawn_finish, hedged, robust_orders
+from scheduler.sim_alone import play_queue
+from scheduler.sim_ledger import Ledger
+from scheduler.sim_rules import engine_rules
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 from tests.scheduler.fake_clock import ManualClock, count_calls, slow_lpt_phase
 
@@ -233,3 +236,35 @@ def test_the_highest_p90_order_is_played_only_where_the_draws_outlive_the_predic
     finish = _finish(problem, order)
     robust_orders(problem, (tuple(order),), (finish,), spread, True, 0, time.perf_counter() + 60)
     assert bool(calls) == played
+
+
+def _played(problem: Problem, order: list[int], draws: list[list[int]], engine: str, reserve: bool) -> float:
+    """The mean finish of ``order`` over ``draws``, each played alone by ``engine``'s rules."""
+    rules = engine_rules(engine)
+    prompts, planned = problem.lengths(order)
+    total = 0.0
+    for draw in draws:
+        ledger = Ledger([str(i) for i in order], prompts, [draw[i] for i in order], planned)
+        engine_run = play_queue(problem.costs[0], ledger, watermark=rules.watermark, kv_admission=reserve,
+                                resume=rules.resume_preempted)  # fmt: skip
+        total += engine_run.clock
+    return total / len(draws)
+
+
+def test_the_draws_are_played_by_the_request_s_engine_under_vllm_admission_by_v0_s_under_peak() -> None:
+    """The hedge judges orders by how the engine the plan is played on runs the draws: V1 evicts
+    without losing output. Under projected peak V0's rules stay (V1's measured no gain there:
+    ``robust_order.draw_rules``)."""
+    request = dataclasses.replace(_request(128, 1.6, 100_000, seed=7), kv_admission=False)
+    v0, v1 = build_problem(request), build_problem(dataclasses.replace(request, engine="vllm-v1"))
+    spread = spreads(request.trajectories)
+    assert spread is not None
+    rng = np.random.default_rng(5)
+    draws = [draw_steps(spread, rng) for _ in range(4)]
+    order, cost = list(range(128)), v0.costs[0]
+    by_v1 = drawn_finish(v1, cost, order, draws, False)
+    assert by_v1 == _played(v1, order, draws, "vllm-v1", False)
+    assert drawn_finish(v0, cost, order, draws, False) == _played(v0, order, draws, "vllm-v0", False) != by_v1
+    under_peak = _played(v0, order, draws, "vllm-v0", True)
+    assert drawn_finish(v1, cost, order, draws, True) == under_peak
+    assert drawn_finish(v0, cost, order, draws, True) == under_peak

@@ -213,3 +213,13 @@ def test_an_integer_past_every_float_is_refused_by_name(part: str, field: str) -
              "worker": "inventory.workers[1].", "device": "inventory.workers[1].device.",
              "model": "inventory.model."}[part]  # fmt: skip
     assert rejected(request).field == where + field
+
+
+@pytest.mark.parametrize("engine", ["vllm-v2", "", None, 1])
+def test_an_engine_that_is_no_known_engine_s_name_is_refused_by_name(engine: object) -> None:
+    """The hedges play their draws by the request's engine (``robust_order.draw_rules``)."""
+    error = rejected(a_request(engine=engine))
+    assert error.field == "engine"
+    if isinstance(engine, str):
+        assert isinstance(error, UnknownNameError)
+        assert error.known == ["vllm-v0", "vllm-v1"]

@@ -226,9 +226,11 @@ def test_a_policy_named_twice_is_refused_naming_the_flag_and_the_value(text: str
     assert str(refused.value) == f"policies={text!r}: names {repeated} more than once; each is played once"
 
 
-def test_the_engine_named_plays_every_plan_made_alike_by_its_rules(small_trace: Trace) -> None:
-    """The planner's model is V0's whatever the engine: the plans are the same, and each is played
-    by the named engine's rules (the JSON says which), on caches small enough to evict."""
+def test_the_engine_named_plays_every_plan_by_its_rules_and_lpt_plans_for_it(small_trace: Trace) -> None:
+    """Each plan is played by the named engine's rules (the JSON says which), on caches small enough
+    to evict. The length-blind plans are the same in both engines; lpt's, under vLLM admission, is
+    told the engine and judges its orders on draws played by its rules (``robust_order.draw_rules``):
+    here V1's judging reorders a queue."""
     workers = tuple(Worker(f"w{i}", device_profile("H100"), kv_capacity_tokens=60_000) for i in range(2))
     pool = Inventory(workers, POOL.model)
     reports = {
@@ -242,7 +244,7 @@ def test_the_engine_named_plays_every_plan_made_alike_by_its_rules(small_trace: 
     assert "played as" not in headline(reports["vllm-v0"], False)  # the default goes unsaid
     for name in ("round_robin", "least_loaded", "lpt"):
         played, before = v1.runs[(name, False)], v0.runs[(name, False)]
-        assert played.plan.workers == before.plan.workers
+        assert (played.plan.workers == before.plan.workers) is (name != "lpt")
         assert played.result.makespan_s != before.result.makespan_s  # evictions played otherwise
         options = with_engine(SimOptions(kv_admission=played.plan.kv_admission), "vllm-v1")
         actual = {r.key: r.output_tokens for r in played.result.items}
