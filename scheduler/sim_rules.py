@@ -16,7 +16,8 @@ has the sources and the measured difference.
 - ``vllm-v1``: no watermark, an evicted sequence keeps its output and re-enters with a prefill of
   prompt plus output (charged at prefill cost, and holding that much KV). Under projected-peak
   admission exact lengths never evict, so plan and replay still agree there; under vLLM admission
-  the plan (made on the V0 model) and the play differ.
+  the plan (its finishes on the V0 model) and the play differ. A plan request names the engine
+  (``PlanRequest.engine``) for its hedges' draws (``robust_order.draw_rules``).
 """
 
 from __future__ import annotations

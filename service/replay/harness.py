@@ -58,7 +58,8 @@ class ReplayConfig:
     steal_modes: tuple[bool, ...] = (True,)  # simulate each plan with (True) and/or without stealing
     kv_admission: bool = True  # length-aware plans admit by projected KV peak (the CLI's default too)
     engine: str = DEFAULT_ENGINE  # the rules every plan is played by (``scheduler.sim_rules``):
-    # ``vllm-v0`` (the planner's finish model) or ``vllm-v1`` (no watermark, evictions keep output)
+    # ``vllm-v0`` (the planner's finish model) or ``vllm-v1`` (no watermark, evictions keep output);
+    # the length-aware plans are told it (``PlanRequest.engine``: their hedges' draws)
     quantile: float = PLANNING_QUANTILE  # predicted quantile the planner plans on
     time_budget_s: float = 4.0  # per-plan budget, on a frozen clock (``scheduler.clock``): it sets only
     # CP-SAT's deterministic limits. ``wall_clock``: on the wall clock, as the service (figures vary)
