@@ -140,13 +140,13 @@ def _build_problem(request: PlanRequest) -> Problem:
     kv_steps = tuple(columns.kv_steps)
     if not request.prefix_affinity:
         units, ranked, unrestricted = _single_units(columns, pins, allowed)
-        return Problem(costs, columns.prompts, columns.steps, units, active, ranked, unrestricted, kv_steps,
-                       request.engine)  # fmt: skip
-    units = _group_units(request, columns, pins, allowed)
-    unrestricted = all(len(u.allowed) == len(active) for u in units)
-    ranked = tuple(longest_first(units))
-    return Problem(costs, columns.prompts, columns.steps, units, active, ranked, unrestricted, kv_steps,
-                   request.engine)  # fmt: skip
+    else:
+        units = _group_units(request, columns, pins, allowed)
+        unrestricted = all(len(u.allowed) == len(active) for u in units)
+        ranked = tuple(longest_first(units))
+    return Problem(
+        costs, columns.prompts, columns.steps, units, active, ranked, unrestricted, kv_steps, request.engine
+    )
 
 
 def _totals_one_by_one(
