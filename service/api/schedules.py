@@ -40,7 +40,7 @@ from service.context import Context, context_of
 from service.delivery import ResultRecord
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 from service.logs import schedule_context
-from service.pipeline import stages as pipeline
+from service.pipeline import stages
 from service.pipeline.served import after_publish
 from service.problems.table import documented
 
@@ -92,7 +92,7 @@ def _own_threads(request: Request, pool: Literal["plan_threads", "long_polls"]) 
 def _schedule(body: ScheduleRequest, request: Request, schedule_id: str) -> Response:
     """``POST /schedule``'s work, on a planning thread (``context_of`` too: it may ask Redis)."""
     ctx = context_of(request)
-    response = pipeline.run(body, ctx, schedule_id)
+    response = stages.run(body, ctx, schedule_id)
     if body.publish and not response.replayed:  # a dry run writes nothing, the retrain counter included
         with schedule_context(schedule_id), after_publish("counting the step towards a retrain"):
             ctx.retrainer.after_step(body.step)  # a retrain it starts logs under the step's id

@@ -42,7 +42,7 @@ from service.api.schemas import (
 from service.context import Context
 from service.limits import check_trajectory_count
 from service.logs import schedule_context
-from service.pipeline import publish as publish_step
+from service.pipeline import publish
 from service.pipeline.republish import replay
 from service.pipeline.served import StageClock, record, timings
 from service.speeds.model import idle_learned
@@ -121,7 +121,7 @@ def _serve_valid(
         with clock.stage("publish"):
             if body.publish:
                 idle = idle_learned(chosen, checked.time_scale_sources, checked.drained)
-                first = publish_step.publish(schedule_id, chosen, plan_request, body, ctx, idle, response)
+                first = publish.publish(schedule_id, chosen, plan_request, body, ctx, idle, response)
         if first is not None:  # lost a race for the id: the winner's answer, never this plan
             return _replayed(first, clock, started)
         response.timings = timings(clock.spent, (time.perf_counter() - started) * 1000.0)

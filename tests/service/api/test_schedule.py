@@ -14,8 +14,7 @@ from pydantic import ValidationError
 from service.api.schemas import MAX_COUNT, ScheduleRequest, ScheduleResponse
 from service.delivery import Delivery
 from service.delivery.errors import UnknownScheduleError
-from service.pipeline import publish as publish_step
-from service.pipeline import stages as pipeline
+from service.pipeline import publish, stages
 from service.pipeline.stages import predict, validate
 from service.settings import Settings
 from tests.service.api.conftest import AppFactory, actual_history, batch_body
@@ -291,7 +290,7 @@ def test_the_cycle_collector_is_held_while_a_batch_is_predicted_and_published_an
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     enabled_in: dict[str, bool] = {}
-    real_predict, real_publish = pipeline.predict, publish_step.publish
+    real_predict, real_publish = stages.predict, publish.publish
 
     def spy_predict(*args: Any) -> Any:
         enabled_in["predict"] = gc.isenabled()
@@ -301,8 +300,8 @@ def test_the_cycle_collector_is_held_while_a_batch_is_predicted_and_published_an
         enabled_in["publish"] = gc.isenabled()
         real_publish(*args)
 
-    monkeypatch.setattr(pipeline, "predict", spy_predict)
-    monkeypatch.setattr(publish_step, "publish", spy_publish)
+    monkeypatch.setattr(stages, "predict", spy_predict)
+    monkeypatch.setattr(publish, "publish", spy_publish)
     assert client.post("/schedule", json=batch_body()).status_code == 200
     assert enabled_in == {"predict": False, "publish": False}
     assert gc.isenabled()
