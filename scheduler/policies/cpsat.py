@@ -62,7 +62,8 @@ from scheduler import clock
 from scheduler.gcpause import collector_paused
 from scheduler.policies import replicate
 from scheduler.policies.balance import level_below
-from scheduler.policies.base import BudgetSpent, Placement
+from scheduler.policies.bandround import play_round
+from scheduler.policies.base import Placement
 from scheduler.policies.blindbar import barred
 from scheduler.policies.calibrate import calibrate, representative
 from scheduler.policies.capband import CAP_LEFT, CAP_SHIFTS, cap_shifted
@@ -70,8 +71,8 @@ from scheduler.policies.copybudget import LARGER_FIRST, LEAN_RESERVE, SMALLER_AF
 from scheduler.policies.exchange import improve
 from scheduler.policies.levels import LevelPlan, bands_of, solve_levels
 from scheduler.policies.lowband import low_shifted
-from scheduler.policies.lpt import calibrated, lpt_assignment, opening, placed_from
-from scheduler.policies.ordering import order_queues, refine_critical
+from scheduler.policies.lpt import calibrated, opening, placed_from
+from scheduler.policies.ordering import refine_critical
 from scheduler.policies.problem import Problem, worker_kinds
 from scheduler.policies.robust import Baseline, Spread, baseline, judged
 from scheduler.policies.robust_fast import at_once_hedge
@@ -233,7 +234,7 @@ class CpSatPolicy:
             round_started = clock.now()
             if round_index and deadline - round_started < round_cost:
                 break
-            played = _round(problem, request.kv_admission, tiers, band, scale, cap_s, stop, deadline)
+            played = play_round(problem, request.kv_admission, tiers, band, scale, cap_s, stop, deadline)
             if played is None:
                 break  # the round would end past the budget: keep the best plan so far
             banded, queues, finishes = played
@@ -354,31 +355,6 @@ class CpSatPolicy:
             return None
         pairs = [(representative(problem.costs, members), len(members)) for members in kinds]
         return solve_levels(problem.units, pairs, upper_s, remaining * LEVELS_SHARE, request.seed)
-
-
-def _round(
-    problem: Problem,
-    reserve: bool,
-    tiers: Sequence[int],
-    band: Sequence[int],
-    scale: list[float] | None,
-    cap_s: float | None,
-    stop: float,
-    deadline: float,
-) -> tuple[list[list[int]], tuple[tuple[int, ...], ...], tuple[float, ...]] | None:
-    """One round of ``CpSatPolicy._rounds``: the units placed in their bands' tiers (estimates times
-    ``scale``, those past ``cap_s`` last), ordered, the last worker's queue refined; the assignment,
-    queues and finishes, or None where placing and ordering would end past ``stop``."""
-    try:
-        banded = lpt_assignment(problem, tiers, band, scale, deadline=stop, cap_s=cap_s)
-        if clock.now() > stop:  # placement checks its clock every listrun.CHECK_EVERY units
-            return None  # and ordering's first pass is unchecked (~25 ms at 32,768): past ``stop``,
-            # both together ended rounds up to ~10 ms past the budget
-        queues, finishes = order_queues(problem, banded, reserve, deadline=stop)
-    except BudgetSpent:
-        return None
-    queues, finishes = refine_critical(problem, queues, finishes, reserve, deadline)
-    return banded, queues, finishes
 
 
 def _robust(

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import scheduler.policies.bandround as bandround_module
 import scheduler.policies.cpsat as cpsat_module
 from scheduler import clock
 from scheduler.benchgen import bench_request
@@ -40,7 +41,7 @@ class _Rounds:
             self.repaired_from = args[1]
             return improve(*args, **kwargs)
 
-        monkeypatch.setattr(cpsat_module, "lpt_assignment", placed)
+        monkeypatch.setattr(bandround_module, "lpt_assignment", placed)
         monkeypatch.setattr(cpsat_module, "improve", repaired)
 
     def at_cap(self, tiers: tuple[int, ...]) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import scheduler.policies.bandround as bandround_module
 import scheduler.policies.cpsat as cpsat_module
 from scheduler import clock
 from scheduler.benchgen import bench_request
@@ -32,7 +33,7 @@ class _Placements:
             self.scales.append(None if scale is None else tuple(scale))
             return lpt_assignment(*args, **kwargs)
 
-        monkeypatch.setattr(cpsat_module, "lpt_assignment", placed)
+        monkeypatch.setattr(bandround_module, "lpt_assignment", placed)
 
 
 def _rounds_with(monkeypatch: pytest.MonkeyPatch, left: float) -> list[tuple[float, ...] | None]:

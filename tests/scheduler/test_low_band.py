@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import scheduler.policies.cpsat as cpsat_module
+import scheduler.policies.bandround as bandround_module
 from scheduler import clock
 from scheduler.benchgen import bench_request, mixed_inventory
 from scheduler.costmodel import worker_cost
@@ -79,7 +79,7 @@ class _Tiers:
             self.tiers.append(tuple(args[1]))
             return lpt_assignment(*args, **kwargs)
 
-        monkeypatch.setattr(cpsat_module, "lpt_assignment", placed)
+        monkeypatch.setattr(bandround_module, "lpt_assignment", placed)
 
 
 def test_on_the_4096_x_32_bench_batch_the_rounds_place_one_worker_fewer_at_the_lowest_band(

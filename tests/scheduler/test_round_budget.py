@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-import scheduler.policies.cpsat as cpsat_module
+import scheduler.policies.bandround as bandround_module
 from scheduler.at_once import all_at_once_finish
 from scheduler.benchgen import bench_request, heavy_tailed_batch, mixed_inventory
 from scheduler.finish import worker_finish
@@ -67,7 +67,7 @@ def test_a_round_cut_short_leaves_the_best_plan_so_far(monkeypatch: pytest.Monke
             raise BudgetSpent
         return lpt_assignment(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cpsat_module, "lpt_assignment", spent)
+    monkeypatch.setattr(bandround_module, "lpt_assignment", spent)
     cut, lpt = plan(REQUEST, "cpsat"), plan(REQUEST, "lpt")
     assert cut.status == "FALLBACK_LPT"
     assert cut.predicted_makespan_s <= lpt.predicted_makespan_s
@@ -88,8 +88,8 @@ def test_a_round_whose_placement_ends_past_its_stop_is_not_ordered(monkeypatch: 
             ordered_rounds.append(1)
         return order_queues(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cpsat_module, "lpt_assignment", slow)
-    monkeypatch.setattr(cpsat_module, "order_queues", counted)
+    monkeypatch.setattr(bandround_module, "lpt_assignment", slow)
+    monkeypatch.setattr(bandround_module, "order_queues", counted)
     late = plan(dataclasses.replace(REQUEST, time_budget_s=0.5), "cpsat")
     assert ordered_rounds == []
     assert late.status == "FALLBACK_LPT"
