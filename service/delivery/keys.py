@@ -67,10 +67,10 @@ Time-to-live: every per-schedule key expires at ``meta.expire_at_ms`` = publish 
 (``DEFAULT_RETENTION_S``); scripts that (re)create a key re-apply that absolute deadline, so a late
 write never makes a key immortal. Index entries older than the retention are pruned on each announce.
 
-Fleet-wide keys of the service (``service/learning/actuals.py``, ``speeds/learner.py``,
-``learning/retrain.py``), each touched by single-key commands or single-key scripts only (the actuals
-append script touches the stream and its ``seen`` zset, which share a hash slot), so they work on
-Redis Cluster too:
+Fleet-wide keys of the service (its actuals log ``service/learning/actuals.py``, its speed
+store in ``service/speeds/learner.py`` and its retrainer ``service/learning/retrain.py``), each
+touched by single-key commands or single-key scripts only (the actuals append script touches the
+stream and its ``seen`` zset, which share a hash slot), so they work on Redis Cluster too:
 
 ============================================  =======  =====================================================
 key                                           type     contents; time-to-live
