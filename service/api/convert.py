@@ -105,6 +105,7 @@ def check_plan_rules(
         kv_admission=request.kv_admission,
         excluded_workers=drained,
         seed=request.seed,
+        engine=request.engine,
     )
     try:
         validate_request(plan_request)

@@ -31,6 +31,12 @@ from service.workerspec import MAX_WORKERS
 # The most planning time a request may ask for, and ROLLOUT_DEFAULT_TIME_BUDGET_MS with it: past a
 # minute a trainer's step waits on the planner longer than most rollouts gain from it.
 MAX_TIME_BUDGET_MS = 60_000
+# The engine a request's plan is played on when it names none (``scheduler.sim_rules.ENGINES``).
+# vLLM V1, not the library's ``vllm-v0``: the engines the sidecars drive today evict as V1 does
+# (vLLM removed V0 in 0.11; SGLang's retraction keeps the output and re-prefills it too), and the
+# service's default admission (``kv_admission`` false) is the mode where the engine decides the
+# hedges (docs/api.md, "engine").
+SERVICE_ENGINE = "vllm-v1"
 
 # a worker id, among others: the rule lives in service/names.py, where a push sidecar reads it too
 Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX_LENGTH, pattern=NAME_PATTERN)]
@@ -281,6 +287,8 @@ class ScheduleRequest(Strict):
     time_budget_ms: int | None = Field(default=None, gt=0, le=MAX_TIME_BUDGET_MS)  # solver wall-clock budget
     prefix_affinity: bool = False  # keep each prompt's samples on one worker
     kv_admission: bool = False  # sidecars admit by projected KV peak at predicted lengths
+    engine: str = Field(default=SERVICE_ENGINE, min_length=1, max_length=64)  # what the workers run,
+    # by its eviction rules (``scheduler.sim_rules``): vllm-v1 (vLLM, SGLang) or vllm-v0
     publish: bool = True  # write the plan to Redis for the sidecars; false = dry run
     seed: int = Field(default=0, ge=0, le=MAX_SEED)  # fixes any randomised search
     sampling: Sampling | None = None  # how every sample is drawn (a prompt's own ``sampling`` overrides)

@@ -25,6 +25,7 @@ from scheduler.errors import InvalidInputError, UnknownNameError
 from scheduler.gcpause import collector_paused
 from scheduler.planner import Prepared, plan, prepare
 from scheduler.policies import POLICY_NAMES
+from scheduler.sim_rules import engine_rules
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory
 from service.api.convert import (
     build_inventory,
@@ -137,6 +138,7 @@ def validate(body: ScheduleRequest, ctx: Context) -> Validated:
     policy = body.policy or settings.default_policy
     if policy not in POLICY_NAMES:
         raise UnknownNameError("policy", policy, list(POLICY_NAMES))
+    engine_rules(body.engine)  # an unknown engine is refused naming ``engine`` and the known ones
     model = resolve_model(body.model, settings.default_model)
     inventory, drained, sources = build_inventory(body, model, {})
     unstated = {w.worker_id for w in body.inventory.workers if _unstated_speed(w)}
@@ -224,6 +226,7 @@ def _plan_request(
         kv_admission=body.kv_admission,
         excluded_workers=checked.drained,
         seed=body.seed,
+        engine=body.engine,
     )
 
 

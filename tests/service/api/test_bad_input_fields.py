@@ -39,6 +39,8 @@ CASES: dict[str, tuple[Callable[[Body], None], str]] = {
     "unknown model": (set_at("model", "999b"), "model"),
     "an empty policy": (set_at("policy", ""), "policy"),  # not the default policy, silently
     "an empty model": (set_at("model", ""), "model"),
+    "unknown engine": (set_at("engine", "vllm-v2"), "engine"),
+    "an empty engine": (set_at("engine", ""), "engine"),  # not the default engine, silently
     "quantile out of range": (set_at("quantile", 1.5), "quantile"),
     "pinned to a stranger": (set_at("batch.items.0.pinned_worker", "w9"), "batch.items[0].pinned_worker"),
     "empty inventory": (set_at("inventory.workers", []), "inventory.workers"),
