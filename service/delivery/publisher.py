@@ -14,6 +14,7 @@ from typing import Any
 from scheduler.costmodel import worker_cost
 from scheduler.deadlines import PlannedTime, planned_times
 from scheduler.errors import InvalidInputError
+from scheduler.sim_rules import DEFAULT_ENGINE, engine_rules
 from scheduler.types import Inventory, Plan, Trajectory
 from service.delivery.outcomes import PublishOutcome
 from service.delivery.protocol import Delivery
@@ -60,6 +61,7 @@ def schedule_from_plan(
     prefix_affinity: bool = False,
     inventory: Inventory | None = None,
     drained: Collection[str] = frozenset(),
+    engine: str = DEFAULT_ENGINE,
 ) -> PublishedSchedule:
     """Build the schedule to publish; ``payloads`` maps a prompt id to its JSON payload.
 
@@ -77,6 +79,8 @@ def schedule_from_plan(
     ``drained`` (the request's ``excluded_workers``) travel too: the planner gave them nothing, and
     no claim from the shared FIFO, steal or failed item's retry hands them anything either (the
     simulator's excluded workers), nor are they announced the schedule.
+    ``engine`` (the request's, ``scheduler.sim_rules``): the rules the deadlines are played by, as the
+    simulator plays its steal deadlines by its engine's (``simulator._steal_deadlines``).
     Raises ``InvalidInputError`` when the plan names a trajectory it was not given.
     """
     trajectories = list(trajectories)
@@ -85,7 +89,15 @@ def schedule_from_plan(
     prompts = payloads or {}
     times: dict[str, PlannedTime] = {}
     if inventory is not None:
-        times = planned_times(plan, trajectories, inventory, kv_admission=plan.kv_admission)
+        rules = engine_rules(engine)
+        times = planned_times(
+            plan,
+            trajectories,
+            inventory,
+            kv_admission=plan.kv_admission,
+            watermark=rules.watermark,
+            resume_preempted=rules.resume_preempted,
+        )
 
     def items(field: str, keys: Iterable[str]) -> tuple[DeliveryItem, ...]:
         return _items(field, keys, by_key, prompts, times, pins)
@@ -226,6 +238,7 @@ def publish_plan(
     drained: Collection[str] = frozenset(),
     digest: str = "",
     answer: str = "",
+    engine: str = DEFAULT_ENGINE,
 ) -> PublishOutcome:
     """Publish a plan for its workers to pull (atomic, idempotent per ``schedule_id``).
 
@@ -233,8 +246,9 @@ def publish_plan(
     each group on one worker. ``inventory`` (the plan's) gives each item its steal deadline.
     ``drained`` (the request's ``excluded_workers``): workers that take nothing of it.
     ``digest`` and ``answer``: the request's, stored with the schedule (``Delivery.publish``).
+    ``engine``: the request's, whose rules play the steal deadlines.
     """
     schedule = schedule_from_plan(
-        schedule_id, plan, trajectories, payloads, lease, prefix_affinity, inventory, drained
+        schedule_id, plan, trajectories, payloads, lease, prefix_affinity, inventory, drained, engine
     )
     return delivery.publish(schedule, digest=digest, answer=answer)

@@ -81,6 +81,7 @@ def _stored(
             # each item's steal deadline, from the plan at predicted lengths
             inventory=plan_request.inventory,
             drained=plan_request.excluded_workers,  # they take nothing: not stolen, shared or retried work
+            engine=plan_request.engine,  # the deadlines played by the rules of the engine named
             digest=work_digest(body) if chosen_id else "",
             answer=encode_answer(response) if chosen_id else "",
         )

@@ -22,6 +22,7 @@ from scheduler.errors import InvalidInputError
 from scheduler.planner import plan
 from scheduler.sim_alone import play_queue
 from scheduler.sim_ledger import Ledger
+from scheduler.sim_rules import ENGINES, engine_rules
 from scheduler.simulator import SimOptions, SimResult, simulate, simulate_worker
 from scheduler.stealguard import beats_owner, lateness
 from scheduler.stepsum import planned_steps
@@ -155,16 +156,27 @@ def test_a_steal_must_win_at_the_predicted_length_and_at_four_times_it() -> None
 
 
 @settings(max_examples=60, deadline=None)
-@given(plan_requests(max_groups=8, max_workers=3), st.booleans())
+@given(plan_requests(max_groups=8, max_workers=3), st.booleans(), st.sampled_from(list(ENGINES)))
 def test_planned_times_agree_to_the_bit_with_each_queue_played_whether_or_not_it_runs_at_once(
-    request: PlanRequest, kv_admission: bool
+    request: PlanRequest, kv_admission: bool, engine: str
 ) -> None:
+    """By every engine's rules: V1's (no watermark) take the closed form where V0's would."""
+    rules = engine_rules(engine)
     plan_ = plan(request, "lpt")
-    times = planned_times(plan_, request.trajectories, request.inventory, kv_admission=kv_admission)
+    times = planned_times(
+        plan_,
+        request.trajectories,
+        request.inventory,
+        kv_admission=kv_admission,
+        watermark=rules.watermark,
+        resume_preempted=rules.resume_preempted,
+    )
     by_key = {t.key: t for t in request.trajectories}
     for wp, worker in zip(plan_.workers, request.inventory.workers, strict=True):
         planned = [planned_steps(by_key[k].predicted_tokens) for k in wp.items]
         ledger = Ledger(list(wp.items), [by_key[k].prompt_tokens for k in wp.items], planned, list(planned))
         cost = worker_cost(worker, request.inventory.model)
-        play_queue(cost, ledger, watermark=0.01, kv_admission=kv_admission)
+        play_queue(
+            cost, ledger, watermark=rules.watermark, kv_admission=kv_admission, resume=rules.resume_preempted
+        )
         assert [tuple(times[k]) for k in wp.items] == list(zip(ledger.start, ledger.end, strict=True))

@@ -9,10 +9,13 @@ steals go on as before. Clocks are pinned (``now_ms``) so every case is exact.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import redis
 
+from scheduler.deadlines import planned_times
 from scheduler.devices import device_profile, model_preset
+from scheduler.sim_rules import engine_rules
 from scheduler.types import Inventory, Plan, Trajectory, Worker, WorkerPlan
 from service.delivery import Delivery, DeliveryItem, PublishedSchedule
 from service.delivery.publisher import schedule_from_plan
@@ -135,3 +138,41 @@ def test_an_overdue_owner_that_still_runs_items_keeps_the_guard(delivery: Delive
     assert len(delivery.claim("s", "b", 1, now_ms=T0 + 10_000)) == 1  # b runs its head: alive
     # b's next head was due at 10 s: 31 s late at 41 s, but it is working, so the shift holds
     assert delivery.steal("s", "a", 2, now_ms=T0 + 41_000, rate_tokens_per_s=20.0) == []
+
+
+def _crowded() -> tuple[Plan, list[Trajectory], Inventory]:
+    """One worker whose cache holds three of its eight items at predicted length: it evicts."""
+    trajs = [Trajectory(f"p{i}", 0, 200, 4096, 900.0 + 50 * i) for i in range(8)]
+    worker = Worker("w", device_profile("H100"), max_num_seqs=8, kv_capacity_tokens=3_500)
+    plan = Plan("lpt", (WorkerPlan("w", tuple(t.key for t in trajs), 60.0),), 60.0, 1.0, "HEURISTIC", 0.0)
+    return plan, trajs, Inventory((worker,), model_preset("7b"))
+
+
+def _ms(seconds: float) -> int:
+    return max(0, math.ceil(seconds * 1000.0))  # the publisher's rounding: never before the plan's
+
+
+def _deadlines(published: PublishedSchedule) -> list[tuple[int | None, int | None]]:
+    return [(it.planned_start_ms, it.deadline_ms) for it in published.queues["w"]]
+
+
+def test_the_deadlines_are_played_by_the_rules_of_the_engine_the_plan_is_published_for() -> None:
+    """As the simulator plays its steal deadlines by its engine's rules: on vLLM V1 an evicted item
+    keeps its output, so the queue ends sooner than V0's restarts would have it."""
+    plan, trajs, inventory = _crowded()
+    by_v0 = schedule_from_plan("s", plan, trajs, inventory=inventory)
+    by_v1 = schedule_from_plan("s", plan, trajs, inventory=inventory, engine="vllm-v1")
+    rules = engine_rules("vllm-v1")
+    played = planned_times(
+        plan,
+        trajs,
+        inventory,
+        kv_admission=False,
+        watermark=rules.watermark,
+        resume_preempted=rules.resume_preempted,
+    )
+    assert _deadlines(by_v1) == [(_ms(played[t.key].start_s), _ms(played[t.key].end_s)) for t in trajs]
+    assert _deadlines(by_v0) == _deadlines(
+        schedule_from_plan("s", plan, trajs, inventory=inventory, engine="vllm-v0")
+    )
+    assert max(end or 0 for _, end in _deadlines(by_v1)) < max(end or 0 for _, end in _deadlines(by_v0))
