@@ -29,12 +29,20 @@ def prompt_only_finish(
     for every candidate order of every crowded worker, a few hundred thousand events a plan."""
     cap, slots = cost.kv_capacity_tokens, cost.max_num_seqs
     limit = cap - WATERMARK * cap
+    mem_base_s, mem_token_s, seq_s, token_s, prefill_s, overhead_s, time_scale = _terms(cost)
     waiting: deque[int] = deque(range(len(prompts)))
     heap: list[tuple[int, int, int]] = []  # (finish step, admission token, item)
     alive: dict[int, tuple[int, int]] = {}  # running item -> (admission token, admission step)
     stack: list[tuple[int, int]] = []  # (token, item) in admission order, for preemption
     clock, step, batch, offset, token, blocked = 0.0, 0, 0, 0, 0, False
     gone = (-1, 0)
+    heappush, heappop, popleft, alive_get, admit = (
+        heapq.heappush,
+        heapq.heappop,
+        waiting.popleft,
+        alive.get,
+        stack.append,
+    )
     while True:
         if not blocked or batch == 0:  # admission in queue order while a slot and the prompt fit
             prefill_tokens = 0
@@ -42,35 +50,47 @@ def prompt_only_finish(
                 item = waiting[0]
                 if batch and (batch >= slots or offset + batch * step + prompts[item] > limit):
                     break
-                waiting.popleft()
+                popleft()
                 token += 1
                 alive[item] = (token, step)
-                heapq.heappush(heap, (step + steps[item], token, item))
-                stack.append((token, item))
+                heappush(heap, (step + steps[item], token, item))
+                admit((token, item))
                 batch += 1
                 offset += prompts[item] - step
                 prefill_tokens += prompts[item]
-            if prefill_tokens:
-                clock += cost.prefill_time(prefill_tokens)
+            if prefill_tokens:  # ``WorkerCost.prefill_time``, inline
+                compute = prefill_s * prefill_tokens
+                clock += time_scale * ((mem_base_s if mem_base_s > compute else compute) + overhead_s)
         if batch == 0 or clock >= stop_at:
             return clock
-        while alive.get(heap[0][2], gone)[0] != heap[0][1]:
-            heapq.heappop(heap)
+        while alive_get(heap[0][2], gone)[0] != heap[0][1]:
+            heappop(heap)
         to_finish = heap[0][0] - step
         context = offset + batch * step
-        run = min(to_finish, (cap - context) // batch)
+        room = (cap - context) // batch
+        run = room if room < to_finish else to_finish  # ``min``, without the call
         # the evicted sequence re-enters one step on if the room its eviction made holds its prompt
         refit = blocked and run > 1 and batch < slots and context + batch + prompts[waiting[0]] <= limit
         if refit:
             run = 1
-        if run > 0:
-            clock += decode_time(cost, batch, context, run)
+        if run > 0:  # ``stepsum.decode_time``, inline where one term leads the whole run
+            grow = float(batch)
+            mem_a, mem_s = mem_base_s + mem_token_s * context, mem_token_s * grow
+            cmp_a, cmp_s = seq_s * batch + token_s * context, token_s * grow
+            diff_a = mem_a - cmp_a
+            end = diff_a + (mem_s - cmp_s) * (run - 1)
+            if diff_a >= 0 and end >= 0:
+                clock += time_scale * (run * mem_a + mem_s * (run - 1) * run / 2.0 + overhead_s * run)
+            elif diff_a <= 0 and end <= 0:
+                clock += time_scale * (run * cmp_a + cmp_s * (run - 1) * run / 2.0 + overhead_s * run)
+            else:  # the lead changes within the run (~0.3% of events)
+                clock += decode_time(cost, batch, context, run)
             step += run
             blocked = False
         if run == to_finish:
             while heap and heap[0][0] == step:
-                _, admitted_token, item = heapq.heappop(heap)
-                if alive.get(item, gone)[0] == admitted_token:
+                _, admitted_token, item = heappop(heap)
+                if alive_get(item, gone)[0] == admitted_token:
                     batch -= 1
                     offset -= prompts[item] - alive.pop(item)[1]
             continue
@@ -99,6 +119,7 @@ def reserve_finish(cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int
     them one call at a time.
     """
     cap, slots = cost.kv_capacity_tokens, cost.max_num_seqs
+    mem_base_s, mem_token_s, seq_s, token_s, prefill_s, overhead_s, time_scale = _terms(cost)
     remaining = [expected_remaining(n, 0) for n in steps]  # exact lengths: none outlives its end
     waiting: deque[int] = deque(range(len(prompts)))
     heap: list[tuple[int, int, int]] = []  # (finish step, admission token, item)
@@ -142,8 +163,9 @@ def reserve_finish(cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int
                 batch += 1
                 offset += prompts[item] - step
                 prefill_tokens += prompts[item]
-            if prefill_tokens:
-                clock += cost.prefill_time(prefill_tokens)
+            if prefill_tokens:  # ``WorkerCost.prefill_time``, inline
+                compute = prefill_s * prefill_tokens
+                clock += time_scale * ((mem_base_s if mem_base_s > compute else compute) + overhead_s)
         if batch == 0 or clock >= stop_at:
             return clock
         while alive.get(heap[0][2], gone)[0] != heap[0][1]:
@@ -165,8 +187,17 @@ def reserve_finish(cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int
                 else:
                     fits_at = (item, fit)
                     to_fit = run = fit - step
-        if run > 0:
-            clock += decode_time(cost, batch, context, run)
+        if run > 0:  # ``stepsum.decode_time``, inline where one term leads the whole run
+            mem_a, mem_s = mem_base_s + mem_token_s * context, mem_token_s * float(batch)
+            cmp_a, cmp_s = seq_s * batch + token_s * context, token_s * float(batch)
+            diff_a = mem_a - cmp_a
+            end = diff_a + (mem_s - cmp_s) * (run - 1)
+            if diff_a >= 0 and end >= 0:
+                clock += time_scale * (run * mem_a + mem_s * (run - 1) * run / 2.0 + overhead_s * run)
+            elif diff_a <= 0 and end <= 0:
+                clock += time_scale * (run * cmp_a + cmp_s * (run - 1) * run / 2.0 + overhead_s * run)
+            else:  # the lead changes within the run (~0.3% of events)
+                clock += decode_time(cost, batch, context, run)
             step += run
             blocked = False
         if run == to_finish:
@@ -195,3 +226,17 @@ def reserve_finish(cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int
             held_bound = 0
         waiting.appendleft(item)
         blocked = True
+
+
+def _terms(cost: WorkerCost) -> tuple[float, float, float, float, float, float, float]:
+    """``cost``'s fields in the order the loops unpack them: what ``stepsum.decode_time`` and
+    ``WorkerCost.prefill_time`` read, bound once a play instead of once an event."""
+    return (
+        cost.mem_base_s,
+        cost.mem_per_token_s,
+        cost.flops_per_seq_s,
+        cost.flops_per_token_s,
+        cost.prefill_per_token_s,
+        cost.overhead_s,
+        cost.time_scale,
+    )
