@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from unittest import mock
 
@@ -72,3 +73,32 @@ def test_the_pieces_only_skip_work_a_play_testing_every_step_finishes_alike(
     fast = worker_finish(cost, prompts, steps, reserve=True)
     with mock.patch.object(RunningPeak, "covered", return_value=0):
         assert worker_finish(cost, prompts, steps, reserve=True) == fast
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 400), st.integers(1, 900)), min_size=1, max_size=60),
+    st.tuples(*[st.sampled_from([0.0, 0.01, 1.0, 100.0])] * 4),
+    st.integers(1, 40),
+    st.booleans(),
+)
+def test_decode_runs_led_by_memory_by_compute_or_by_both_in_turn_sum_as_the_cost_model_does(
+    queue: list[tuple[int, int]], factors: tuple[float, float, float, float], slots: int, reserve: bool
+) -> None:
+    # the loops sum a run of decode steps inline where one term leads it all (``stepsum.decode_time``
+    # written out); the devices' own costs are memory-led nearly everywhere, so the weights of the
+    # weight read, the KV read and the two compute terms are scaled here until each case occurs
+    worker = Worker("w", device_profile("H100"), max_num_seqs=slots, kv_capacity_tokens=4_000)
+    base = worker_cost(worker, model_preset("7b"))
+    cost = dataclasses.replace(
+        base,
+        mem_base_s=base.mem_base_s * factors[0],
+        mem_per_token_s=base.mem_per_token_s * factors[1],
+        flops_per_seq_s=base.flops_per_seq_s * factors[2],
+        flops_per_token_s=base.flops_per_token_s * factors[3],
+    )
+    prompts, steps = [p for p, _ in queue], [n for _, n in queue]
+    assert (
+        worker_finish(cost, prompts, steps, reserve)
+        == finish_module._WorkerRun(cost, prompts, steps, reserve).run()
+    )
