@@ -7,6 +7,9 @@ one method each (admission, the projected-peak test and its skips, the refused h
 step run, a preemption); as one loop over local variables the same events cost a fraction of the
 attribute reads and method calls. Each loop here is that class's play: the same events, the same
 arithmetic in the same order, so the same clock to the last bit (property tests compare them).
+A run of decode steps is ``stepsum.decode_time`` written out where one term leads the whole run (all
+but ~0.3% of events; the rest call it), and a prefill ``WorkerCost.prefill_time``, on the cost's
+fields read once a play: that cut a cpsat band round's ordering by ~14% at 4,096 x 32.
 """
 
 from __future__ import annotations
