@@ -52,6 +52,13 @@ def engine_sim(
     ] = 512,
     served_model_name: Annotated[str | None, typer.Option(help="Model id; default sim-<model>.")] = None,
     max_model_len: Annotated[int, typer.Option(help="Prompt + output token limit.")] = 32_768,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="Engine whose preemption and admission rules to play: vllm-v1 (an evicted sequence keeps "
+            "its output, no watermark; the service's default) or vllm-v0 (it restarts, 1% watermark)."
+        ),
+    ] = "vllm-v1",
 ) -> None:
     """Build the simulated engine and serve it until SIGINT/SIGTERM."""
     import uvicorn
@@ -72,6 +79,7 @@ def engine_sim(
             lengths=_lengths(trace, trace_step, median_tokens),
             served_model_name=served_model_name,
             max_model_len=max_model_len,
+            engine=engine,
         )
     except InvalidInputError as exc:
         _refuse(str(exc))
@@ -104,7 +112,8 @@ def _announce(config: SimConfig, device: str, host: str, port: int, time_scale: 
     cost = config.cost
     typer.echo(
         f"engine-sim: SIMULATED {device} engine serving {config.served_model_name} on http://{host}:{port} "
-        f"(max_num_seqs={cost.max_num_seqs}, kv={cost.kv_capacity_tokens} tokens, time_scale={time_scale})",
+        f"(engine={config.engine}, max_num_seqs={cost.max_num_seqs}, kv={cost.kv_capacity_tokens} tokens, "
+        f"time_scale={time_scale})",
         err=True,
     )
     sys.stderr.flush()

@@ -28,7 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from scheduler.costmodel import WorkerCost, worker_cost
 from scheduler.devices import DEFAULT_MODEL, device_profile, model_preset
 from scheduler.errors import InvalidInputError
+from scheduler.sim_rules import engine_rules
 from scheduler.types import Worker
+from service.api.schemas import SERVICE_ENGINE
 from service.engine_sim.batch import Generation, PromptTooLongError, SimulatedEngine
 from service.engine_sim.lengths import LengthSource, RolloutHint, estimate_prompt_tokens
 
@@ -46,6 +48,8 @@ class SimConfig:
     lengths: LengthSource  # where response lengths come from
     served_model_name: str = "sim-7b"  # the id ``/v1/models`` reports and requests must name
     max_model_len: int = 32_768  # prompt + output limit, as vLLM's --max-model-len
+    engine: str = SERVICE_ENGINE  # the engine whose eviction and admission rules it plays
+    # (``scheduler.sim_rules``): by default the one ``POST /schedule`` plans for when a request names none
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +71,10 @@ def build_config(
     lengths: LengthSource | None = None,
     served_model_name: str | None = None,
     max_model_len: int = 32_768,
+    engine: str = SERVICE_ENGINE,
 ) -> SimConfig:
-    """Resolve device and model names into a config; bad values raise ``InvalidInputError``."""
+    """Resolve device, model and engine names into a config; bad values raise ``InvalidInputError``."""
+    engine_rules(engine)  # an unknown engine is named here, before anything is served
     for name, value in (
         ("num_gpus", num_gpus),
         ("max_num_seqs", max_num_seqs),
@@ -94,6 +100,7 @@ def build_config(
         lengths=lengths or LengthSource(),
         served_model_name=served_model_name or f"sim-{preset.name}",
         max_model_len=max_model_len,
+        engine=engine,
     )
 
 
@@ -162,7 +169,7 @@ class ChatRequest(_Common):
 
 def create_app(config: SimConfig) -> FastAPI:
     """Build the app around one simulated engine; nothing runs until the server starts."""
-    engine = SimulatedEngine(config.cost)
+    engine = SimulatedEngine(config.cost, rules=engine_rules(config.engine))
     hangs = _Hangs()
 
     @asynccontextmanager
@@ -202,7 +209,13 @@ def _add_info_routes(app: FastAPI, config: SimConfig, engine: SimulatedEngine, h
     @app.get("/sim/stats")
     async def stats() -> dict[str, Any]:
         """What the simulated batch did so far (not an OpenAI route): tests and benches read it."""
-        return {**asdict(engine.stats()), "max_num_seqs": config.cost.max_num_seqs, "hanging": hangs.open}
+        counters = asdict(engine.stats())
+        return {
+            **counters,
+            "max_num_seqs": config.cost.max_num_seqs,
+            "hanging": hangs.open,
+            "engine": config.engine,
+        }
 
 
 def _add_generation_routes(app: FastAPI, config: SimConfig, engine: SimulatedEngine, hangs: _Hangs) -> None:

@@ -7,9 +7,13 @@ So a lone request runs at single-sequence speed and each one slows down as concu
 as the planner and the simulator assume.
 
 Admission follows vLLM: first come first served, up to ``max_num_seqs`` sequences and while the KV
-cache has room for the prompt and one more step. When a step would overflow the cache, the newest
-running sequence is preempted and recomputed later (its progress is lost), which is what KV admission
-control in the sidecar exists to avoid.
+cache has room for the sequence's context and one more step. When a step would overflow the cache,
+the newest running sequence is preempted and recomputed later, which is what KV admission control in
+the sidecar exists to avoid. What a preempted sequence keeps, and whether admission keeps some of the
+cache free, are the rules of the engine it plays (``scheduler.sim_rules``, by name): ``vllm-v1``, the
+default as in the service (``SERVICE_ENGINE``), keeps its output and re-enters with a prefill of
+prompt plus output, with no watermark; ``vllm-v0`` restarts it from nothing and admits under a 1%
+watermark, the planner's finish model.
 
 Rather than sleeping once per step (thousands of wake-ups per second at a small time scale), the loop
 computes the wall time of the next *event* (a sequence finishing or the cache filling up) from the
@@ -28,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scheduler.costmodel import WorkerCost
+from scheduler.sim_rules import EngineRules, engine_rules
+from service.api.schemas import SERVICE_ENGINE
 
 
 class PromptTooLongError(ValueError):
@@ -56,6 +62,8 @@ class EngineStats:
     preemptions: int  # recompute preemptions since start
     max_running: int  # the largest batch seen since start
     tokens_generated: int  # tokens produced by completed requests
+    tokens_lost: int  # output tokens preempted sequences threw away, to generate again (vllm-v0)
+    modelled_s: float  # modelled seconds of the prefills and decode steps run: the engine's busy time
 
 
 @dataclass(eq=False)
@@ -85,6 +93,8 @@ class SimulatedEngine:
 
     cost: WorkerCost  # step-time model of the configured device, model and time scale
     clock: Callable[[], float] = time.monotonic
+    rules: EngineRules = field(default_factory=lambda: engine_rules(SERVICE_ENGINE))  # what eviction
+    # keeps and what admission leaves free: the engine played, the one the service plans for by default
     _running: list[_Sequence] = field(default_factory=list, init=False)
     _waiting: deque[_Sequence] = field(default_factory=deque, init=False)
     _wake: asyncio.Event | None = field(default=None, init=False)
@@ -94,6 +104,8 @@ class SimulatedEngine:
     _preemptions: int = field(default=0, init=False)
     _max_running: int = field(default=0, init=False)
     _tokens: int = field(default=0, init=False)
+    _lost: int = field(default=0, init=False)
+    _modelled_s: float = field(default=0.0, init=False)
 
     async def generate(self, prompt_tokens: int, output_tokens: int) -> Generation:
         """Run one request to ``output_tokens`` tokens; cancelling the caller withdraws it."""
@@ -127,6 +139,8 @@ class SimulatedEngine:
             preemptions=self._preemptions,
             max_running=self._max_running,
             tokens_generated=self._tokens,
+            tokens_lost=self._lost,
+            modelled_s=self._modelled_s,
         )
 
     async def close(self) -> None:
@@ -181,10 +195,16 @@ class SimulatedEngine:
         self._running = [s for s in self._running if not s.done.done()]
 
     def _make_room(self) -> None:
-        """Preempt the newest sequences until one more step fits in the KV cache (vLLM's recompute)."""
+        """Preempt the newest sequences until one more step fits in the KV cache (vLLM's recompute).
+
+        Under ``resume_preempted`` (vLLM V1's ``_preempt_request``, SGLang's retraction) the victim
+        keeps its output: its blocks are freed, and re-admission prefills prompt plus output. Otherwise
+        (the planner's ``vllm-v0``) it restarts from nothing, its output lost."""
         while self._running and self._kv_after_step() > self.cost.kv_capacity_tokens:
             victim = self._running.pop()
-            victim.generated = 0
+            if not self.rules.resume_preempted:
+                self._lost += victim.generated
+                victim.generated = 0
             victim.preemptions += 1
             self._preemptions += 1
             self._waiting.appendleft(victim)
@@ -198,15 +218,26 @@ class SimulatedEngine:
         now = self.clock()
         while self._waiting and len(self._running) < self.cost.max_num_seqs:
             head = self._waiting[0]
-            if self._kv_after_step() + head.prompt_tokens + 1 > self.cost.kv_capacity_tokens:
+            if not self._fits(head):
                 break
             self._waiting.popleft()
             if head.admitted_at is None:
                 head.admitted_at = now
             self._running.append(head)
-            prefill_s += self.cost.prefill_time(head.prompt_tokens + head.generated)
+            prefill_s += self.cost.prefill_time(head.context)  # prompt plus any output it kept
         self._max_running = max(self._max_running, len(self._running))
         return prefill_s
+
+    def _fits(self, head: _Sequence) -> bool:
+        """Whether ``head``'s context (prompt plus kept output) and one more step fit beside the running
+        ones under the KV cache less the engine's watermark (vLLM V0's block manager kept 1% free).
+        An empty engine always admits its head, as the simulator's does: ``generate`` refused any
+        sequence the whole cache cannot hold, and under a watermark a queue could otherwise stall."""
+        if not self._running:
+            return True
+        capacity = self.cost.kv_capacity_tokens
+        limit = capacity - self.rules.watermark * capacity
+        return self._kv_after_step() + head.context + 1 <= limit
 
     def _chunk_bounds(self, prefill_s: float) -> tuple[int, list[float]]:
         """Steps until the next event, and the cumulative wall time after each of them."""
@@ -226,15 +257,17 @@ class SimulatedEngine:
         while True:
             remaining = start + cumulative[steps - 1] - self.clock()
             if remaining <= 0:
-                return steps
+                break
             self._wake.clear()
             try:  # not wait_for, which on 3.11 drops a cancel that meets a wake-up
                 async with asyncio.timeout(remaining):
                     await self._wake.wait()
             except TimeoutError:
-                return steps
+                break
             elapsed = self.clock() - start
             steps = min(steps, bisect.bisect_right(cumulative, elapsed) + 1)
+        self._modelled_s += cumulative[steps - 1]
+        return steps
 
     def _advance(self, steps: int) -> None:
         now = self.clock()
