@@ -209,8 +209,8 @@ class CpSatPolicy:
         starts only when it is expected to fit the budget, and one that runs long is cut short.
         Each round past the second is calibrated and capped by the round before it, so a group
         that round 2 overloaded in its turn is planned slower again.
-        The counts are the band model's, solved here (with ``more``, on point predictions alone,
-        a worker per 32 moved up from its lowest band: ``lowband.low_shifted``), or ``solved``;
+        The counts are the band model's, solved here (with ``more``, on point predictions alone, a
+        worker per ``lowband.PER_WORKERS`` moved up from its lowest band: ``low_shifted``), or ``solved``;
         under prefix affinity the model's own are followed by shifted ones (``_cap_band_rounds``).
         """
         round_cost = ROUND_FIXED_S + ROUND_COST * lpt_phase  # re-does both, and solves

@@ -1,13 +1,12 @@
 """Fewer workers at the band model's lowest band than it chose: what the lowest band cannot realise.
 
-Why. The band model (``scheduler.policies.levels``) credits a worker at band ``j`` with what a
-cache kept ``KV_FILL`` full serves by the makespan, whatever the band's edge. Above the middle
-bands that credit is the step chain's limit (``(T - c * x_j) / m``), and the realised plan meets
-it. At the lowest bands it is not: a worker there serves that much only by running more steps than
-its longest unit, in waves, and waves of short units simulate 12-30% over their estimate; a worker
-there that runs its queue at once is held by its at-once KV peak (its slots' contexts fill the
-cache early and no later unit fits) to ``at_once_kv`` of its edge, well under the credit, and ends
-early. The model
+Why. The band model (``scheduler.policies.levels``) credits a worker at band ``j`` with what a cache
+kept ``KV_FILL`` full serves by the makespan, whatever the band's edge. Above the middle bands that
+credit is the step chain's limit (``(T - c * x_j) / m``), and the realised plan meets it. At the
+lowest bands it is not: a worker there serves that much only by running more steps than its longest
+unit, in waves, and waves of short units simulate 12-30% over their estimate; a worker there that
+runs its queue at once is held by its at-once KV peak (its slots' contexts fill the cache early and
+no later unit fits) to ``at_once_kv`` of its edge, well under the credit, and ends early. The model
 then leaves that work to the tall workers, which end over its makespan. Making the credit itself
 truthful moved every count instead (a waves credit of 0.7-0.97 of the full rate, the at-once term,
 the groups' capacity as round 1 realised it: medians 1.0270-1.0862 at 4,096 x 32, none below the
