@@ -114,9 +114,8 @@ def import_command(
         typer.echo(f"no rows in {_counted(len(result.empty), 'step file')}: {', '.join(result.empty)}")
     if result.tokenizer:
         typer.echo(f"token counts: tokenizer {result.tokenizer}")
-    if (
-        result.dropped
-    ):  # the import keeps no extra field unasked: said, so one known before generation is not lost unseen
+    # the import keeps no extra field unasked: said, so one known before generation is not lost unseen
+    if result.dropped:
         typer.echo(
             f"fields dropped: {', '.join(result.dropped)} (--keep-field NAME keeps one as a feature, "
             "if it is known before generation: docs/trace-format.md)"
