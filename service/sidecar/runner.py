@@ -33,7 +33,8 @@ from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.records import TrajectoryResult, bounded_extra
 from service.redis_conn import RedisTooOldError, VersionCheck, version_known
-from service.sidecar.engine_client import EngineClient, EngineError, EngineReply
+from service.sidecar.engine_client import EngineClient
+from service.sidecar.engine_reply import EngineError, EngineReply
 from service.sidecar.holdings import Held
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.in_flight import InFlight

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 
 from service.delivery.errors import UnknownScheduleError
 from service.logs import schedule_context
-from service.sidecar.engine_client import EngineClient, EngineError
+from service.sidecar.engine_client import EngineClient
+from service.sidecar.engine_reply import EngineError
 from service.sidecar.holdings import Held, lease_id
 from service.sidecar.holds import overdue
 from service.sidecar.session import WorkerSession

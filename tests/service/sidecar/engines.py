@@ -14,7 +14,8 @@ import httpx
 
 from service.delivery.records import DeliveryItem
 from service.engine_sim.app import build_config, create_app
-from service.sidecar.engine_client import EngineClient, EngineOptions, EngineReply
+from service.sidecar.engine_client import EngineClient, EngineOptions
+from service.sidecar.engine_reply import EngineReply
 
 
 def make_item(payload: dict[str, Any], cap: int = 512) -> DeliveryItem:

@@ -12,7 +12,8 @@ import pytest
 
 from service.delivery.records import DeliveryItem
 from service.engine_sim.app import build_config, create_app
-from service.sidecar.engine_client import EngineClient, EngineError, EngineOptions, EngineReply
+from service.sidecar.engine_client import EngineClient, EngineOptions
+from service.sidecar.engine_reply import EngineError, EngineReply
 from tests.service.sidecar.engines import chat_answer, generate, make_item, on_vllm, vllm_models
 
 

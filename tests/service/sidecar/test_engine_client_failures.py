@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from service.delivery.records import DeliveryItem
-from service.sidecar.engine_client import EngineClient, EngineError, EngineOptions, EngineReply
+from service.sidecar.engine_client import EngineClient, EngineOptions
+from service.sidecar.engine_reply import EngineError, EngineReply
 from tests.service.sidecar.engines import chat_answer, generate, make_item, on_vllm, vllm_models
 
 
