@@ -191,8 +191,9 @@ def reserve_finish(cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int
                     fits_at = (item, fit)
                     to_fit = run = fit - step
         if run > 0:  # ``stepsum.decode_time``, inline where one term leads the whole run
-            mem_a, mem_s = mem_base_s + mem_token_s * context, mem_token_s * float(batch)
-            cmp_a, cmp_s = seq_s * batch + token_s * context, token_s * float(batch)
+            grow = float(batch)
+            mem_a, mem_s = mem_base_s + mem_token_s * context, mem_token_s * grow
+            cmp_a, cmp_s = seq_s * batch + token_s * context, token_s * grow
             diff_a = mem_a - cmp_a
             end = diff_a + (mem_s - cmp_s) * (run - 1)
             if diff_a >= 0 and end >= 0:
