@@ -91,8 +91,9 @@ def import_verl(
     if not directory.is_dir():
         raise InvalidInputError("dir", str(directory), "no such directory")
     _check_keep(keep)
-    files = sorted((p for p in directory.glob("*.jsonl") if _is_step_name(p.stem)), key=_step_order)
-    skipped = tuple(sorted(p.name for p in directory.glob("*.jsonl") if not _is_step_name(p.stem)))
+    listed = list(directory.glob("*.jsonl"))  # listed once: the dumps, and what is beside them
+    files = sorted((p for p in listed if _is_step_name(p.stem)), key=_step_order)
+    skipped = tuple(sorted(p.name for p in listed if not _is_step_name(p.stem)))
     if not files:
         named = "; veRL names each dump by its step alone, as 12.jsonl" if skipped else ""
         reason = f"holds no {{step}}.jsonl rollout dumps ({_listing(directory)}){named}"
