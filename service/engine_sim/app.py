@@ -31,13 +31,11 @@ from scheduler.errors import InvalidInputError
 from scheduler.sim_rules import engine_rules
 from scheduler.types import Worker
 from service.api.schemas import SERVICE_ENGINE
+from service.engine_sim.answers import chat_logprobs, completion_logprobs, filler, token_ids
 from service.engine_sim.batch import Generation, PromptTooLongError, SimulatedEngine
 from service.engine_sim.lengths import LengthSource, RolloutHint, estimate_prompt_tokens
 
 T = TypeVar("T")
-FILLER_TOKEN_ID = 0  # the id each placeholder token answers ``return_token_ids`` with
-FILLER_TOKEN = " sim"  # each placeholder token's text (``_filler``)
-FILLER_LOGPROB = 0.0  # each placeholder token's log-probability: the simulated engine is sure of it
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,8 +226,8 @@ def _add_generation_routes(app: FastAPI, config: SimConfig, engine: SimulatedEng
         cap = body.max_tokens if body.max_tokens is not None else 16
         await _hang_if_told(request, body.rollout, hangs)
         served = await _serve(config, engine, request, body, body.prompt, text, cap)
-        choice = {"index": 0, "text": _filler(served.tokens), "finish_reason": served.finish_reason}
-        choice["logprobs"] = None if body.logprobs is None else _completion_logprobs(served.tokens)
+        choice = {"index": 0, "text": filler(served.tokens), "finish_reason": served.finish_reason}
+        choice["logprobs"] = None if body.logprobs is None else completion_logprobs(served.tokens)
         return _envelope("text_completion", config, _with_ids(body, choice, served), served)
 
     @app.post("/v1/chat/completions")
@@ -239,10 +237,10 @@ def _add_generation_routes(app: FastAPI, config: SimConfig, engine: SimulatedEng
         cap = body.max_completion_tokens or body.max_tokens
         await _hang_if_told(request, body.rollout, hangs)
         served = await _serve(config, engine, request, body, text, text, cap)
-        message = {"role": "assistant", "content": _filler(served.tokens)}
+        message = {"role": "assistant", "content": filler(served.tokens)}
         choice = {"index": 0, "message": message, "finish_reason": served.finish_reason}
         if body.logprobs:
-            choice["logprobs"] = _chat_logprobs(served.tokens, body.top_logprobs or 0)
+            choice["logprobs"] = chat_logprobs(served.tokens, body.top_logprobs or 0)
         return _envelope("chat.completion", config, _with_ids(body, choice, served), served)
 
 
@@ -334,37 +332,11 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-def _filler(tokens: int) -> str:
-    """Placeholder text of ``tokens`` words; the simulation generates no real output."""
-    return FILLER_TOKEN * tokens
-
-
-def _completion_logprobs(tokens: int) -> dict[str, Any]:
-    """``choice.logprobs`` of a completion in vLLM's shape (``CompletionLogProbs``), one entry per
-    placeholder token: a trainer that keeps the rollout's log-probabilities (PPO/GRPO importance
-    ratios) reads them from the stand-in as from vLLM; the only alternative a token has is itself."""
-    return {
-        "text_offset": [i * len(FILLER_TOKEN) for i in range(tokens)],
-        "token_logprobs": [FILLER_LOGPROB] * tokens,
-        "tokens": [FILLER_TOKEN] * tokens,
-        "top_logprobs": [{FILLER_TOKEN: FILLER_LOGPROB} for _ in range(tokens)],  # the sampled one, as vLLM
-    }
-
-
-def _chat_logprobs(tokens: int, top: int) -> dict[str, Any]:
-    """``choice.logprobs`` of a chat completion in the OpenAI shape vLLM answers (``content``: per
-    token its text, log-probability, UTF-8 bytes and up to ``top`` alternatives)."""
-    raw = list(FILLER_TOKEN.encode())
-    alternatives = [{"token": FILLER_TOKEN, "logprob": FILLER_LOGPROB, "bytes": raw}][:top]
-    entry = {"token": FILLER_TOKEN, "logprob": FILLER_LOGPROB, "bytes": raw, "top_logprobs": alternatives}
-    return {"content": [dict(entry) for _ in range(tokens)]}
-
-
 def _with_ids(body: _Common, choice: dict[str, Any], served: _Served) -> dict[str, Any]:
     """``choice`` with the generated token ids where the request asked for them (``return_token_ids``,
     answered so by vLLM and SGLang): a client that reads them runs against the stand-in as against
     a real engine, one placeholder id per generated token."""
-    return {**choice, "token_ids": [FILLER_TOKEN_ID] * served.tokens} if body.return_token_ids else choice
+    return {**choice, "token_ids": token_ids(served.tokens)} if body.return_token_ids else choice
 
 
 def _envelope(kind: str, config: SimConfig, choice: dict[str, Any], served: _Served) -> dict[str, Any]:
