@@ -8,14 +8,8 @@ import time
 import pytest
 
 from scheduler.costmodel import WorkerCost
-from service.engine_sim.app import build_config
 from service.engine_sim.batch import PromptTooLongError, SimulatedEngine
-
-
-def _cost(**overrides: object) -> WorkerCost:
-    settings: dict[str, object] = {"time_scale": 0.01, "max_num_seqs": 8}
-    settings.update(overrides)
-    return build_config("H100", **settings).cost  # type: ignore[arg-type]
+from tests.service.engine_sim.costs import sim_cost
 
 
 def _modelled_alone(cost: WorkerCost, prompt: int, tokens: int) -> float:
@@ -23,7 +17,7 @@ def _modelled_alone(cost: WorkerCost, prompt: int, tokens: int) -> float:
 
 
 def test_a_lone_request_takes_at_least_the_cost_model_time_and_returns_its_length() -> None:
-    cost = _cost()
+    cost = sim_cost()
 
     async def run() -> tuple[float, int]:
         engine = SimulatedEngine(cost)
@@ -51,7 +45,7 @@ def test_a_lone_request_is_paced_by_its_events_not_by_a_wake_up_per_token() -> N
         return time.monotonic()
 
     async def run() -> int:
-        engine = SimulatedEngine(_cost(), clock=counting_clock)
+        engine = SimulatedEngine(sim_cost(), clock=counting_clock)
         generation = await engine.generate(200, 1500)
         await engine.close()
         return generation.tokens
@@ -62,7 +56,7 @@ def test_a_lone_request_is_paced_by_its_events_not_by_a_wake_up_per_token() -> N
 
 def test_concurrent_requests_slow_each_other_down_as_the_batch_grows() -> None:
     # 256 sequences of ~1k tokens read ~6 ms of KV per step on top of the weights: about 1.8x slower.
-    cost = _cost(max_num_seqs=256, time_scale=0.02)
+    cost = sim_cost(max_num_seqs=256, time_scale=0.02)
 
     async def run() -> float:
         engine = SimulatedEngine(cost)
@@ -78,7 +72,7 @@ def test_concurrent_requests_slow_each_other_down_as_the_batch_grows() -> None:
 
 
 def test_the_batch_never_exceeds_max_num_seqs_and_every_request_finishes() -> None:
-    cost = _cost(max_num_seqs=3)
+    cost = sim_cost(max_num_seqs=3)
 
     async def run() -> tuple[list[int], int]:
         engine = SimulatedEngine(cost)
@@ -93,7 +87,7 @@ def test_the_batch_never_exceeds_max_num_seqs_and_every_request_finishes() -> No
 
 
 def test_a_full_kv_cache_preempts_the_newest_sequence_which_recomputes_and_still_finishes() -> None:
-    cost = _cost(kv_capacity_tokens=2_000, max_num_seqs=8)
+    cost = sim_cost(kv_capacity_tokens=2_000, max_num_seqs=8)
 
     async def run() -> tuple[list[int], int, int]:
         engine = SimulatedEngine(cost)
@@ -109,7 +103,7 @@ def test_a_full_kv_cache_preempts_the_newest_sequence_which_recomputes_and_still
 
 
 def test_a_cancelled_request_leaves_the_batch_and_frees_its_slot() -> None:
-    cost = _cost(max_num_seqs=1)
+    cost = sim_cost(max_num_seqs=1)
 
     async def run() -> tuple[int, int, int]:
         engine = SimulatedEngine(cost)
@@ -126,12 +120,12 @@ def test_a_cancelled_request_leaves_the_batch_and_frees_its_slot() -> None:
 
 
 def test_a_prompt_larger_than_the_kv_cache_is_refused() -> None:
-    engine = SimulatedEngine(_cost(kv_capacity_tokens=100))
+    engine = SimulatedEngine(sim_cost(kv_capacity_tokens=100))
     with pytest.raises(PromptTooLongError, match="exceeds the KV cache of 100"):
         asyncio.run(engine.generate(100, 5))
 
 
 def test_a_sequence_that_would_outgrow_the_whole_kv_cache_is_refused_not_preempted_forever() -> None:
-    engine = SimulatedEngine(_cost(kv_capacity_tokens=1_000))
+    engine = SimulatedEngine(sim_cost(kv_capacity_tokens=1_000))
     with pytest.raises(PromptTooLongError, match="plus 1500 to generate exceeds the KV cache of 1000"):
         asyncio.run(engine.generate(100, 1_500))

@@ -14,7 +14,6 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from scheduler.costmodel import WorkerCost
 from scheduler.devices import device_profile, model_preset
 from scheduler.sim_rules import engine_rules
 from scheduler.simulator import simulate_worker
@@ -23,12 +22,7 @@ from service.api.schemas import SERVICE_ENGINE
 from service.commands.engine_sim import engine_sim
 from service.engine_sim.app import build_config, create_app
 from service.engine_sim.batch import EngineStats, SimulatedEngine
-
-
-def _cost(**overrides: object) -> WorkerCost:
-    settings: dict[str, object] = {"time_scale": 0.01, "max_num_seqs": 8}
-    settings.update(overrides)
-    return build_config("H100", **settings).cost  # type: ignore[arg-type]
+from tests.service.engine_sim.costs import sim_cost
 
 
 def _overload(engine: str) -> tuple[list[int], EngineStats]:
@@ -36,7 +30,7 @@ def _overload(engine: str) -> tuple[list[int], EngineStats]:
     so the newest ones are evicted and come back. Submitted together, so the engine is busy from the
     first prefill to the last token and its modelled seconds are the batch's makespan in model time
     (counted, not timed: a loaded host makes the sleeps late, not the modelled steps more)."""
-    cost = _cost(kv_capacity_tokens=2_000)
+    cost = sim_cost(kv_capacity_tokens=2_000)
 
     async def run() -> tuple[list[int], EngineStats]:
         sim = SimulatedEngine(cost, rules=engine_rules(engine))
@@ -74,7 +68,7 @@ def test_an_overload_takes_engine_sim_the_model_time_the_simulator_plays_for_the
     rng = random.Random(0)
     items = [(500 + rng.randrange(500), 1000 + rng.randrange(2000)) for _ in range(16)]
     rules = engine_rules(engine)
-    cost = _cost(kv_capacity_tokens=12_000, max_num_seqs=16, time_scale=0.001)
+    cost = sim_cost(kv_capacity_tokens=12_000, max_num_seqs=16, time_scale=0.001)
 
     async def play() -> float:
         sim = SimulatedEngine(cost, rules=rules)
@@ -101,7 +95,7 @@ def test_an_overload_takes_engine_sim_the_model_time_the_simulator_plays_for_the
 def test_under_vllm_v0_admission_keeps_the_one_percent_watermark_free_and_under_v1_none() -> None:
     """A 9,850-token prompt beside a running 100-token one needs 9,952 tokens with the next step: under
     the 10,000-token cache, over the 9,900 that V0's 1% watermark leaves."""
-    cost = _cost(kv_capacity_tokens=10_000, time_scale=1.0)  # the first chunk lasts seconds: no race
+    cost = sim_cost(kv_capacity_tokens=10_000, time_scale=1.0)  # the first chunk lasts seconds: no race
 
     async def waiting(engine: str) -> int:
         sim = SimulatedEngine(cost, rules=engine_rules(engine))
@@ -124,7 +118,7 @@ def test_an_engine_alone_admits_its_head_even_where_the_watermark_would_refuse_i
     does engine-sim, whose ``generate`` refused whatever the whole cache cannot hold."""
 
     async def run() -> int:
-        sim = SimulatedEngine(_cost(kv_capacity_tokens=1_000), rules=engine_rules("vllm-v0"))
+        sim = SimulatedEngine(sim_cost(kv_capacity_tokens=1_000), rules=engine_rules("vllm-v0"))
         generation = await asyncio.wait_for(sim.generate(995, 5), timeout=60)
         await sim.close()
         return generation.tokens
@@ -135,7 +129,7 @@ def test_an_engine_alone_admits_its_head_even_where_the_watermark_would_refuse_i
 def test_engine_sim_plays_the_engine_the_service_plans_for_unless_told_otherwise() -> None:
     assert build_config("H100").engine == SERVICE_ENGINE
     assert build_config("H100", engine="vllm-v0").engine == "vllm-v0"
-    assert SimulatedEngine(_cost()).rules == engine_rules(SERVICE_ENGINE)
+    assert SimulatedEngine(sim_cost()).rules == engine_rules(SERVICE_ENGINE)
     assert inspect.signature(engine_sim).parameters["engine"].default == SERVICE_ENGINE
     app = create_app(build_config("H100", engine="vllm-v0"))
     assert app.state.engine.rules == engine_rules("vllm-v0")
