@@ -25,18 +25,13 @@ from pydantic import (
 from typing_extensions import TypedDict
 
 from scheduler.validation import MAX_GPUS, MAX_NUM_SEQS, RANGES
+from service.engines import SERVICE_ENGINE
 from service.names import NAME_MAX_LENGTH, NAME_PATTERN
 from service.workerspec import MAX_WORKERS
 
 # The most planning time a request may ask for, and ROLLOUT_DEFAULT_TIME_BUDGET_MS with it: past a
 # minute a trainer's step waits on the planner longer than most rollouts gain from it.
 MAX_TIME_BUDGET_MS = 60_000
-# The engine a request's plan is played on when it names none (``scheduler.sim_rules.ENGINES``).
-# vLLM V1, not the library's ``vllm-v0``: the engines the sidecars drive today evict as V1 does
-# (vLLM removed V0 in 0.11; SGLang's retraction keeps the output and re-prefills it too), and the
-# service's default admission (``kv_admission`` false) is the mode where the engine decides the
-# hedges (docs/api.md, "engine").
-SERVICE_ENGINE = "vllm-v1"
 
 # a worker id, among others: the rule lives in service/names.py, where a push sidecar reads it too
 Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX_LENGTH, pattern=NAME_PATTERN)]

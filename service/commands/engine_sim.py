@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from service.engines import SERVICE_ENGINE
+
 if TYPE_CHECKING:
     from service.engine_sim.app import SimConfig
     from service.engine_sim.lengths import LengthSource
@@ -58,7 +60,7 @@ def engine_sim(
             help="Engine whose preemption and admission rules to play: vllm-v1 (an evicted sequence keeps "
             "its output, no watermark; the service's default) or vllm-v0 (it restarts, 1% watermark)."
         ),
-    ] = "vllm-v1",
+    ] = SERVICE_ENGINE,
 ) -> None:
     """Build the simulated engine and serve it until SIGINT/SIGTERM."""
     import uvicorn

@@ -30,10 +30,10 @@ from scheduler.devices import DEFAULT_MODEL, device_profile, model_preset
 from scheduler.errors import InvalidInputError
 from scheduler.sim_rules import engine_rules
 from scheduler.types import Worker
-from service.api.schemas import SERVICE_ENGINE
 from service.engine_sim.answers import chat_logprobs, completion_logprobs, filler, token_ids
 from service.engine_sim.batch import Generation, PromptTooLongError, SimulatedEngine
 from service.engine_sim.lengths import LengthSource, RolloutHint, estimate_prompt_tokens
+from service.engines import SERVICE_ENGINE
 
 T = TypeVar("T")
 

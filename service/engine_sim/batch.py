@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from scheduler.costmodel import WorkerCost
 from scheduler.sim_rules import EngineRules, engine_rules
-from service.api.schemas import SERVICE_ENGINE
+from service.engines import SERVICE_ENGINE
 
 
 class PromptTooLongError(ValueError):

@@ -16,7 +16,8 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
 from scheduler.sim_rules import ENGINES
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker
-from service.api.schemas import SERVICE_ENGINE, ScheduleRequest
+from service.api.schemas import ScheduleRequest
+from service.engines import SERVICE_ENGINE
 from service.pipeline import stages
 from service.pipeline.served import StageClock
 from service.replay.harness import ReplayConfig, replay

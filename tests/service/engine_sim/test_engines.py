@@ -18,10 +18,10 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.sim_rules import engine_rules
 from scheduler.simulator import simulate_worker
 from scheduler.types import Trajectory, Worker
-from service.api.schemas import SERVICE_ENGINE
 from service.commands.engine_sim import engine_sim
 from service.engine_sim.app import build_config, create_app
 from service.engine_sim.batch import EngineStats, SimulatedEngine
+from service.engines import SERVICE_ENGINE
 from tests.service.engine_sim.costs import sim_cost
 
 
