@@ -104,6 +104,28 @@ def all_at_once_finishes(
     ]
 
 
+def longest_first_layout(
+    queue: npt.NDArray[np.int64], steps: npt.NDArray[np.int64], ties: npt.NDArray[np.int64], ties_below: int
+) -> npt.NDArray[np.intp]:
+    """The permutation that lays items out queue by queue, each queue longest first, equal lengths
+    by increasing ``ties`` (distinct, in ``[0, ties_below)``): ``np.lexsort((ties, -steps,
+    queue))``, as ``play_at_once`` takes a layout.
+
+    Why. Every band round lays out its queues so (``ordering.order_queues``), and the three-key
+    lexsort was most of that: 0.46 ms of 1.4 at 4,096 x 32, 2.4 of 6.4 at 16,384 x 128. One stable
+    argsort of a key made of the three costs 0.02 / 0.05 ms (the input comes queue by queue, in
+    runs the sort merges). The keys are distinct, so the permutation is the lexsort's; where the
+    key could overflow int64, the lexsort runs.
+    """
+    if len(steps) == 0:
+        return np.zeros(0, dtype=np.intp)
+    longest = int(steps.max())
+    span = longest - int(steps.min()) + 1  # ``longest - steps`` lies in [0, span)
+    if (int(queue.max()) + 1) * span * ties_below >= 2**63:
+        return np.lexsort((ties, -steps, queue))
+    return np.argsort((queue * span + (longest - steps)) * ties_below + ties, kind="stable")
+
+
 class AtOnceBlock(NamedTuple):
     """Queues laid end to end, each longest first, played at once in closed form. A run is the
     items of one queue with one length: they complete together, at one clock."""

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from scheduler.admission import WATERMARK, RunningPeak, expected_remaining
-from scheduler.at_once import all_at_once_finishes
+from scheduler.at_once import all_at_once_finishes, longest_first_layout
 from scheduler.costmodel import WorkerCost
 from scheduler.finish_loops import prompt_only_finish, reserve_finish
 from scheduler.head_fit import earliest_fit, refused_until
@@ -81,7 +81,7 @@ def queue_finishes(
     bounds = [0, *itertools.accumulate(sizes)]
     lengths = np.asarray(steps, dtype=np.int64)[items]
     worker = np.repeat(np.arange(len(queues)), sizes)
-    order = np.lexsort((np.arange(len(items)), -lengths, worker))  # longest first, stable per queue
+    order = longest_first_layout(worker, lengths, np.arange(len(items)), len(items))  # stable per queue
     at_once = all_at_once_finishes(
         costs, np.asarray(prompts, dtype=np.int64)[items][order], lengths[order], bounds, reserve
     )

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scheduler import clock
-from scheduler.at_once import all_at_once_finish, all_at_once_finishes
+from scheduler.at_once import all_at_once_finish, all_at_once_finishes, longest_first_layout
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.base import BudgetSpent
 from scheduler.policies.problem import Problem
@@ -312,7 +312,7 @@ def _longest_first_at_once(
     bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
     worker = np.repeat(np.arange(len(sizes)), sizes)
     steps = np.asarray(problem.steps, dtype=np.int64)[items]
-    order = np.lexsort((items, -steps, worker))  # per worker: decreasing length, ties by index
+    order = longest_first_layout(worker, steps, items, len(problem.steps))  # ties by index
     items, steps = items[order], steps[order]
     prompts = np.asarray(problem.prompts, dtype=np.int64)[items]
     finishes = all_at_once_finishes(problem.costs, prompts, steps, bounds.tolist(), reserve)
