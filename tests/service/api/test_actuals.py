@@ -16,7 +16,7 @@ from scheduler.types import Worker
 from service.api.learning_schemas import ActualReport
 from service.delivery import keys
 from service.speeds.model import modelled_seconds
-from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
+from tests.service.api_helpers import AppFactory, actual_history, actual_report, batch_body
 
 
 def test_actuals_are_appended_to_the_durable_stream(client: TestClient, redis_client: redis.Redis) -> None:

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
 from tests.service.api.badinput import redis_snapshot
-from tests.service.api.conftest import actual_report, batch_body
+from tests.service.api_helpers import actual_report, batch_body
 
 Report = dict[str, Any]
 SHORT = TrajectoryResult(output_tokens=40, output="ok", wall_time_s=0.1)

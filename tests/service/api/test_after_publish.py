@@ -12,7 +12,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.delivery import keys
-from tests.service.api.conftest import AppFactory, batch_body
+from tests.service.api_helpers import AppFactory, batch_body
 
 
 def test_a_published_step_is_answered_200_when_remembering_worker_profiles_fails(

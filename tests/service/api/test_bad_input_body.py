@@ -9,7 +9,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from tests.service.api.badinput import JSON_HEADERS, redis_snapshot
-from tests.service.api.conftest import actual_report, batch_body
+from tests.service.api_helpers import actual_report, batch_body
 
 PROBLEMS = "https://rollout-scheduler.dev/problems"
 

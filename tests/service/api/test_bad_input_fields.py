@@ -11,7 +11,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from tests.service.api.badinput import JSON_HEADERS, Body, redis_snapshot, set_at
-from tests.service.api.conftest import batch_body
+from tests.service.api_helpers import batch_body
 
 
 def _drain_all(body: Body) -> None:

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from service.settings import Settings
 from tests.service.api.badinput import redis_snapshot
-from tests.service.api.conftest import AppFactory, LiveServer, batch_body, with_settings
+from tests.service.api_helpers import AppFactory, LiveServer, batch_body, with_settings
 
 
 def test_more_trajectories_than_the_limit_is_a_413_and_changes_nothing(

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from service.delivery import keys
 from tests.service.api.badinput import Body, Snapshot, redis_snapshot, set_at
-from tests.service.api.conftest import batch_body
+from tests.service.api_helpers import batch_body
 
 
 def _but_inbox_expiry(before: Snapshot, after: Snapshot) -> None:

@@ -20,7 +20,7 @@ from service.client import SchedulerClient
 from service.commands.bench_service import _measure, _progress, batch
 from service.delivery import keys
 from service.settings import Settings
-from tests.service.api.conftest import LiveServer
+from tests.service.api_helpers import LiveServer
 
 
 def test_a_benchmark_run_leaves_no_real_workers_inbox_nor_any_queue_holding_its_work(

@@ -13,7 +13,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from tests.service.api.badinput import JSON_HEADERS, redis_snapshot
-from tests.service.api.conftest import TRAINER, actual_report, batch_body, bearer
+from tests.service.api_helpers import TRAINER, actual_report, batch_body, bearer
 
 PROBLEMS = "https://rollout-scheduler.dev/problems"
 ACTUALS = json.dumps({"actuals": [actual_report(0, 0, 0)]}).encode()

@@ -13,7 +13,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.delivery import Delivery
-from tests.service.api.conftest import batch_body
+from tests.service.api_helpers import batch_body
 
 
 def _drained_body(policy: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from service.pipeline import stages
 from service.pipeline.served import StageClock
 from service.replay.harness import ReplayConfig, replay
 from tests.service.api.badinput import redis_snapshot
-from tests.service.api.conftest import batch_body
+from tests.service.api_helpers import batch_body
 
 
 def test_a_request_that_names_no_engine_is_planned_for_vllm_v1_the_engine_served_today() -> None:

@@ -15,7 +15,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from tests.service.api.conftest import actual_report, batch_body
+from tests.service.api_helpers import actual_report, batch_body
 
 FOREIGN_PROFILES = {
     "not JSON": "garbage",

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.service.api.badinput import redis_snapshot
-from tests.service.api.conftest import actual_history, batch_body
+from tests.service.api_helpers import actual_history, batch_body
 
 BODIES = settings(
     max_examples=25,

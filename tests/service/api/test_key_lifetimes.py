@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from service.delivery import Delivery, LeaseSettings, PublishedSchedule, TrajectoryResult, keys
 from service.delivery.reaper import reap_all
 from service.learning.models import ModelService, Retrained
-from tests.service.api.conftest import AppFactory, actual_report, batch_body
+from tests.service.api_helpers import AppFactory, actual_report, batch_body
 from tests.service.delivery.conftest import item
 
 RETENTION_S = 600

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
 from service.names import NAME_MAX_LENGTH
 from tests.service.api.badinput import redis_snapshot
-from tests.service.api.conftest import batch_body
+from tests.service.api_helpers import batch_body
 
 RESULT = TrajectoryResult(output_tokens=5, finish_reason="stop")
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from predictors.synthetic import synthetic_trace
 from predictors.tracewrite import write_trace
-from tests.service.api.conftest import AppFactory, actual_history
+from tests.service.api_helpers import AppFactory, actual_history
 
 
 def test_get_models_says_the_serving_version_was_trained_on_a_synthetic_trace(

@@ -17,7 +17,7 @@ from service.delivery import Delivery
 from service.logs import JsonFormatter
 from service.metrics import Metrics
 from service.redis_conn import describe
-from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
+from tests.service.api_helpers import AppFactory, actual_history, actual_report, batch_body
 from tests.service.metrics_docs import DOCS, documented_metrics, exported_metrics
 
 

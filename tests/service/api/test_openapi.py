@@ -7,7 +7,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from service.problems.table import PROBLEM_JSON
-from tests.service.api.conftest import WORKER, batch_body
+from tests.service.api_helpers import WORKER, batch_body
 
 
 def _operation(client: TestClient, method: str, path: str) -> dict[str, Any]:

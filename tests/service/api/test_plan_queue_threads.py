@@ -11,7 +11,7 @@ import httpx
 from fastapi import FastAPI
 
 from service.settings import Settings
-from tests.service.api.conftest import AppFactory, LiveServer, actual_history, batch_body, with_settings
+from tests.service.api_helpers import AppFactory, LiveServer, actual_history, batch_body, with_settings
 
 BURST = 48  # past the 40 threads of the shared pool that the sync routes run on
 

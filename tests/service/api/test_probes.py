@@ -15,7 +15,7 @@ from pydantic import SecretStr
 from service.app import create_app
 from service.embedded import EmbeddedServer
 from service.settings import Settings
-from tests.service.api.conftest import TRAINER, LiveServer, bearer
+from tests.service.api_helpers import TRAINER, LiveServer, bearer
 
 PROBES = ["/healthz", "/readyz"]
 

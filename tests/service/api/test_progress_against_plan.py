@@ -11,7 +11,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.delivery.keys import PLANNED_FINISH, PREDICTED_MAKESPAN, schedule_keys
-from tests.service.api.conftest import batch_body
+from tests.service.api_helpers import batch_body
 
 
 def _server_ms(redis_client: redis.Redis) -> int:

@@ -17,7 +17,7 @@ from service.delivery.protocol import Delivery
 from service.pipeline.republish import work_digest
 from service.settings import Settings
 from tests.service.api.badinput import redis_snapshot
-from tests.service.api.conftest import LiveServer, batch_body
+from tests.service.api_helpers import LiveServer, batch_body
 
 IDS = [151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30, 0, 2**31 - 1]  # a chat template's ids among them
 

@@ -17,7 +17,7 @@ from service.logs import JsonFormatter
 from service.redis_conn import RedisRefusedError, describe
 from service.settings import Settings
 from service.sidecar.launch import SidecarOptions, connect
-from tests.service.api.conftest import actual_history, batch_body
+from tests.service.api_helpers import actual_history, batch_body
 
 
 @pytest.fixture(scope="module")

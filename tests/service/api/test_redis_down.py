@@ -22,7 +22,7 @@ from service.app import create_app
 from service.embedded import EmbeddedServer
 from service.problems.table import lookup
 from service.settings import Settings
-from tests.service.api.conftest import LiveServer, batch_body
+from tests.service.api_helpers import LiveServer, batch_body
 
 
 @pytest.fixture

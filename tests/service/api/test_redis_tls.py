@@ -23,7 +23,7 @@ from service.app import create_app
 from service.embedded import EmbeddedServer
 from service.redis_conn import connect
 from service.settings import Settings
-from tests.service.api.conftest import batch_body
+from tests.service.api_helpers import batch_body
 
 
 class TlsTerminator:

@@ -27,7 +27,7 @@ from service.delivery.reaper import DEFAULT_INTERVAL_S
 from service.embedded import EmbeddedServer
 from service.redis_conn import version_refusal
 from service.settings import Settings
-from tests.service.api.conftest import AppFactory, actual_history, batch_body
+from tests.service.api_helpers import AppFactory, actual_history, batch_body
 from tests.service.delivery.conftest import schedule
 
 NEEDED = "Redis 7.0 or later, or Valkey"

@@ -17,7 +17,7 @@ from service.delivery.errors import UnknownScheduleError
 from service.pipeline import publish, stages
 from service.pipeline.stages import predict, validate
 from service.settings import Settings
-from tests.service.api.conftest import AppFactory, actual_history, batch_body
+from tests.service.api_helpers import AppFactory, actual_history, batch_body
 
 
 def test_a_batch_is_planned_published_and_answered_with_quality_and_baseline(

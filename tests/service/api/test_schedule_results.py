@@ -9,7 +9,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.delivery import Delivery, TrajectoryResult
-from tests.service.api.conftest import batch_body
+from tests.service.api_helpers import batch_body
 
 
 def test_results_completed_by_workers_are_read_back_in_pages(

@@ -23,7 +23,7 @@ from service.app import create_app
 from service.ports import free_port
 from service.settings import Settings
 from tests.cluster import one_node_cluster
-from tests.service.api.conftest import batch_body
+from tests.service.api_helpers import batch_body
 from tests.service.polling import until_status
 
 

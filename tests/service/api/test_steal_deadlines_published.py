@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 
 from service.delivery import Delivery
 from service.delivery.keys import schedule_keys
-from tests.service.api.conftest import batch_body
+from tests.service.api_helpers import batch_body
 
 
 def test_every_published_item_carries_its_planned_start_and_end_on_its_worker(

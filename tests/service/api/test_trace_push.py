@@ -17,7 +17,7 @@ from service.api.learning_schemas import ActualReport, ActualsAccepted
 from service.client import SchedulerClient
 from service.history_push import actual_reports, push
 from service.settings import Settings
-from tests.service.api.conftest import TRAINER, WORKER, LiveServer, with_settings
+from tests.service.api_helpers import TRAINER, WORKER, LiveServer, with_settings
 
 HEADER = "step,prompt_id,sample_idx,prompt_tokens,output_tokens,max_new_tokens,finish_reason,reward,level\n"
 

@@ -15,7 +15,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.delivery import keys
-from tests.service.api.conftest import AppFactory, actual_report, batch_body
+from tests.service.api_helpers import AppFactory, actual_report, batch_body
 
 RETENTION_S = 600
 STEP_S = 60  # a step a minute: the retention spans ten steps

@@ -7,7 +7,7 @@ import redis
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from tests.service.api.conftest import TRAINER, WORKER, batch_body, bearer
+from tests.service.api_helpers import TRAINER, WORKER, batch_body, bearer
 
 
 def _actuals() -> dict[str, object]:

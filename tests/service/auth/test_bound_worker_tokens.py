@@ -22,7 +22,7 @@ from service.client import SchedulerAPIError, SchedulerClient
 from service.delivery import Delivery, TrajectoryResult
 from service.settings import Settings
 from tests.service.api.badinput import redis_snapshot
-from tests.service.api.conftest import (
+from tests.service.api_helpers import (
     TRAINER,
     AppFactory,
     LiveServer,

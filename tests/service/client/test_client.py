@@ -17,7 +17,7 @@ from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachabl
 from service.delivery import Delivery, TrajectoryResult
 from service.ports import free_port
 from service.settings import Settings
-from tests.service.api.conftest import TRAINER, WORKER, LiveServer, actual_report, batch_body, with_settings
+from tests.service.api_helpers import TRAINER, WORKER, LiveServer, actual_report, batch_body, with_settings
 
 
 def _work(delivery: Delivery, schedule_id: str, worker: str) -> None:

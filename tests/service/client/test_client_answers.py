@@ -13,7 +13,7 @@ import pytest
 
 from service.client import SchedulerAPIError, SchedulerClient
 from service.settings import Settings
-from tests.service.api.conftest import LiveServer, batch_body
+from tests.service.api_helpers import LiveServer, batch_body
 
 
 class _Answers(BaseHTTPRequestHandler):

@@ -19,7 +19,7 @@ from service.client import (
 )
 from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
 from service.settings import Settings
-from tests.service.api.conftest import LiveServer, batch_body
+from tests.service.api_helpers import LiveServer, batch_body
 
 LENGTHS = {"p0": 100, "p1": 110}  # the prompts' lengths in batch_body(prompts=2)
 

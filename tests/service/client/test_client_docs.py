@@ -17,7 +17,7 @@ import redis
 from service.client import SchedulerClient, StepResults
 from service.delivery import Delivery, TrajectoryResult
 from service.settings import Settings
-from tests.service.api.conftest import TRAINER, WORKER, LiveServer, batch_body, with_settings
+from tests.service.api_helpers import TRAINER, WORKER, LiveServer, batch_body, with_settings
 
 CLIENT_DOC = Path(__file__).resolve().parents[3] / "docs" / "client.md"
 DOC_URL = "http://scheduler:8000"

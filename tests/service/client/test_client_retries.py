@@ -25,7 +25,7 @@ from service.client import scheduler_client as client_module
 from service.delivery import Delivery, TrajectoryResult
 from service.ports import free_port
 from service.settings import Settings
-from tests.service.api.conftest import LiveServer, actual_history, batch_body, with_settings
+from tests.service.api_helpers import LiveServer, actual_history, batch_body, with_settings
 
 
 class LosesReplies(httpx.HTTPTransport):

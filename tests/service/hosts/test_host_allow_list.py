@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from service.settings import Settings
-from tests.service.api.conftest import AppFactory, LiveServer, batch_body
+from tests.service.api_helpers import AppFactory, LiveServer, batch_body
 
 REBOUND = "rebound.attacker.example:8000"
 

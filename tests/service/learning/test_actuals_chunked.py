@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from service.api.learning_schemas import ActualReport
 from service.delivery import keys
 from service.learning.actuals import CHUNK, ActualsLog, report_digest, report_digests
-from tests.service.api.conftest import AppFactory, actual_report
+from tests.service.api_helpers import AppFactory, actual_report
 from tests.service.delivery.proxy import ReplyLosingProxy
 
 SCRIPT_ARGS = 6  # EVALSHA, sha, numkeys, stream, seen, maxlen: the rest are 3 per report

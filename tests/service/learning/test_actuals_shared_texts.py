@@ -9,7 +9,7 @@ import redis
 from predictors.history import History
 from service.api.learning_schemas import ActualReport
 from service.learning.actuals import ActualsLog, SharedTexts
-from tests.service.api.conftest import actual_report
+from tests.service.api_helpers import actual_report
 
 
 def _reports(step: int, samples: int, **fields: object) -> list[ActualReport]:

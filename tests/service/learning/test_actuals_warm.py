@@ -14,7 +14,7 @@ import service.learning.models
 from predictors.fallbacks import GlobalPrior
 from predictors.promptstats import resume_stats, stats_of
 from service.learning.models import ModelService
-from tests.service.api.conftest import AppFactory, actual_report, batch_body
+from tests.service.api_helpers import AppFactory, actual_report, batch_body
 
 
 @pytest.fixture

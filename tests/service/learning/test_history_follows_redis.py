@@ -13,7 +13,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.delivery import keys
-from tests.service.api.conftest import AppFactory, actual_history, actual_report
+from tests.service.api_helpers import AppFactory, actual_history, actual_report
 
 
 def _rows(client: TestClient) -> int:

@@ -13,7 +13,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from tests.service.api.conftest import AppFactory, actual_history, batch_body
+from tests.service.api_helpers import AppFactory, actual_history, batch_body
 
 
 def _store(tmp_path: Path) -> Path:

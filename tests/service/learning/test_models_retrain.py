@@ -16,7 +16,7 @@ from service.app import create_app
 from service.delivery import keys
 from service.learning.models import Retrained
 from service.settings import Settings
-from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
+from tests.service.api_helpers import AppFactory, actual_history, actual_report, batch_body
 
 RELOAD_TEST_S = 0.2  # the store check interval the reload tests run with (production: 1 s)
 

@@ -15,7 +15,7 @@ from predictors.history import History
 from predictors.model import FittedModel, fit
 from predictors.tracetable import Trace
 from service.delivery import keys
-from tests.service.api.conftest import AppFactory, actual_history, actual_report, batch_body
+from tests.service.api_helpers import AppFactory, actual_history, actual_report, batch_body
 
 LOCK = keys.retrain_lock()
 

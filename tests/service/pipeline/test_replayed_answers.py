@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from service.api.schemas import ScheduleResponse
 from service.delivery import Delivery
 from service.pipeline.republish import decode_answer, encode_answer
-from tests.service.api.conftest import batch_body
+from tests.service.api_helpers import batch_body
 
 INBOXES = ["rs:active", "rs:inbox:{w0}", "rs:inbox:{w1}"]
 

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from service.api.schemas import Sampling
 from service.problems.hints import SAMPLING_FIELDS
-from tests.service.api.conftest import batch_body
+from tests.service.api_helpers import batch_body
 
 ITEM = "batch.items[1]"
 

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from scheduler.errors import InvalidInputError
 from service.problems.details import ECHO_DIGITS, ECHO_HEAD, MAX_ECHO
 from service.problems.table import handle
-from tests.service.api.conftest import batch_body
+from tests.service.api_helpers import batch_body
 
 _JSON = {"Content-Type": "application/json"}
 HUGE = 10**4000  # Python's JSON reads up to 4,300 digits

@@ -15,7 +15,7 @@ from scheduler.types import Worker
 from service.api.learning_schemas import ActualReport
 from service.speeds.groups import majority, snap
 from service.speeds.model import modelled_seconds, peer_scales
-from tests.service.api.conftest import actual_report, batch_body
+from tests.service.api_helpers import actual_report, batch_body
 
 STEPS = 5  # plans within which workers learned 20x slow get work again (test_speed_remeasure.py)
 

@@ -21,7 +21,7 @@ from scheduler.simulator import simulate_worker
 from scheduler.types import Trajectory, Worker
 from service.api.learning_schemas import ActualReport
 from service.speeds.kv import kv_slowdown
-from tests.service.api.conftest import batch_body, played_report
+from tests.service.api_helpers import batch_body, played_report
 
 TRUE_SCALE = 0.5
 SLOTS = 16

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from tests.service.api.conftest import actual_report, batch_body
+from tests.service.api_helpers import actual_report, batch_body
 
 
 def _items(answer: dict[str, object]) -> dict[str, int]:

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from scheduler.devices import device_profile, model_preset
 from scheduler.simulator import simulate_worker
 from scheduler.types import Trajectory, Worker
-from tests.service.api.conftest import batch_body, played_report
+from tests.service.api_helpers import batch_body, played_report
 
 TRUE_SCALE = 0.5
 

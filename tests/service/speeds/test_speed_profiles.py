@@ -13,7 +13,7 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.types import Worker
 from service.api.learning_schemas import ActualReport
 from service.speeds.model import modelled_seconds
-from tests.service.api.conftest import actual_report, batch_body
+from tests.service.api_helpers import actual_report, batch_body
 
 
 def _fleet(w0: dict[str, Any], **extra: Any) -> dict[str, Any]:

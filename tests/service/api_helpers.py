@@ -1,13 +1,12 @@
-"""Fixtures of the service API tests: an app on the real test Redis, and request bodies."""
+"""What the service's tests build apps and requests from: request bodies, tokens, a live server.
+
+A plain module, imported by name; the fixtures that use it are tests/service/conftest.py's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-import redis
 from fastapi.testclient import TestClient
 
 from scheduler.devices import device_profile, model_preset
@@ -67,44 +66,6 @@ def batch_body(prompts: int = 8, n: int = 4, workers: int = 2, **extra: Any) -> 
     }
 
 
-@pytest.fixture(autouse=True)
-def testclient_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A service without tokens answers only to loopback names and ``ROLLOUT_ALLOWED_HOSTS``
-    (``service/hosts/allow_list.py``); a ``TestClient`` names ``testserver``, so every app built here (each
-    reads its settings from the environment too) lists it, as an operator would a name of theirs."""
-    monkeypatch.setenv("ROLLOUT_ALLOWED_HOSTS", "testserver")
-
-
-@pytest.fixture
-def make_client(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Iterator[AppFactory]:
-    """Build an app with settings overrides and open a TestClient on it (lifespan included)."""
-    opened: list[TestClient] = []
-
-    def factory(**overrides: Any) -> TestClient:
-        options: dict[str, Any] = {"redis_url": redis_url, "model_dir": str(tmp_path / "models")}
-        options.update(overrides)
-        client = TestClient(create_app(Settings(**options)), raise_server_exceptions=False)
-        client.__enter__()
-        opened.append(client)
-        return client
-
-    yield factory
-    for client in opened:
-        client.__exit__(None, None, None)
-
-
-@pytest.fixture
-def client(make_client: AppFactory) -> TestClient:
-    """An app without auth (loopback development mode)."""
-    return make_client()
-
-
-@pytest.fixture
-def secured(make_client: AppFactory) -> TestClient:
-    """An app with one trainer and one worker token."""
-    return make_client(trainer_tokens=TRAINER, worker_tokens=WORKER)
-
-
 def bearer(token: str) -> dict[str, str]:
     """The Authorization header for ``token``."""
     return {"Authorization": f"Bearer {token}"}
@@ -145,11 +106,6 @@ class LiveServer:
     def __exit__(self, *_: object) -> None:
         self.server.should_exit = True
         self.thread.join(10)
-
-
-@pytest.fixture
-def live_settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Settings:
-    return Settings(redis_url=redis_url, model_dir=str(tmp_path / "models"))
 
 
 def with_settings(base: Settings, **changes: Any) -> Settings:

@@ -1,0 +1,63 @@
+"""Fixtures of the service tests that drive the app: one on the real test Redis, with or without tokens.
+
+Here, one conftest above every folder that calls the app (api, auth, client, hosts, learning, pipeline,
+problems, speeds), so each finds them as pytest finds any fixture, by walking up the tree. The autouse
+``testclient_host`` so reaches every service test; it only adds the ``TestClient``'s own name to the
+allow list, a name no real client sends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import Settings
+from tests.service.api_helpers import TRAINER, WORKER, AppFactory
+
+
+@pytest.fixture(autouse=True)
+def testclient_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service without tokens answers only to loopback names and ``ROLLOUT_ALLOWED_HOSTS``
+    (``service/hosts/allow_list.py``); a ``TestClient`` names ``testserver``, so every app built here (each
+    reads its settings from the environment too) lists it, as an operator would a name of theirs."""
+    monkeypatch.setenv("ROLLOUT_ALLOWED_HOSTS", "testserver")
+
+
+@pytest.fixture
+def make_client(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Iterator[AppFactory]:
+    """Build an app with settings overrides and open a TestClient on it (lifespan included)."""
+    opened: list[TestClient] = []
+
+    def factory(**overrides: Any) -> TestClient:
+        options: dict[str, Any] = {"redis_url": redis_url, "model_dir": str(tmp_path / "models")}
+        options.update(overrides)
+        client = TestClient(create_app(Settings(**options)), raise_server_exceptions=False)
+        client.__enter__()
+        opened.append(client)
+        return client
+
+    yield factory
+    for client in opened:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client: AppFactory) -> TestClient:
+    """An app without auth (loopback development mode)."""
+    return make_client()
+
+
+@pytest.fixture
+def secured(make_client: AppFactory) -> TestClient:
+    """An app with one trainer and one worker token."""
+    return make_client(trainer_tokens=TRAINER, worker_tokens=WORKER)
+
+
+@pytest.fixture
+def live_settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Settings:
+    return Settings(redis_url=redis_url, model_dir=str(tmp_path / "models"))
