@@ -15,6 +15,10 @@ from hypothesis import HealthCheck, settings
 from service.embedded import EmbeddedServer
 from service.ports import share_range
 
+# The real 3-master cluster's fixtures (``redis_cluster``, ``cluster_client``) live beside ``LocalCluster``
+# in tests/cluster.py, a plugin named here so tests/deploy and tests/service/api both find them.
+pytest_plugins = ("tests.cluster",)
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 # Hypothesis's two clocks off for every property: its 200 ms deadline per example and its

@@ -9,10 +9,8 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
-from tests.cluster import LocalCluster, redis_cluster
+from tests.cluster import LocalCluster
 from tests.service.api_helpers import actual_history, actual_report, batch_body
-
-__all__ = ["redis_cluster"]
 
 
 @pytest.mark.slow

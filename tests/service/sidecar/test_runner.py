@@ -6,8 +6,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -23,13 +22,7 @@ from service.sidecar.metrics import exposition
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
 from service.sidecar.timings import Durations
-from tests.service.sidecar.procs import cluster, item, publish, run_until, tally
-
-
-@pytest.fixture
-def engine_url(tmp_path: Path) -> Iterator[str]:
-    with cluster(tmp_path) as procs:
-        yield procs.engine_threads({"engine": 0.01})["engine"]
+from tests.service.sidecar.procs import item, publish, run_until, tally
 
 
 def _sidecar(

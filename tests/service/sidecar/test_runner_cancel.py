@@ -17,9 +17,8 @@ import redis
 
 from service.delivery.protocol import Delivery
 from tests.service.sidecar.procs import item, publish, run_until, tally
-from tests.service.sidecar.test_runner import _sidecar, engine_url
+from tests.service.sidecar.test_runner import _sidecar
 
-__all__ = ["engine_url"]  # the fixture, shared with test_runner
 CANCEL_LINE = "cancelled by the trainer"
 HEARTBEAT_S = 30.0  # no heartbeat while these items run (the first comes one interval after start)
 

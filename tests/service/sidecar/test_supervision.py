@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,15 +29,9 @@ from service.sidecar.pull_api import create_pull_app
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
 from service.sidecar.supervision import EXIT_LOOP_DIED, LoopDiedError
-from tests.service.sidecar.procs import cluster, item, publish
+from tests.service.sidecar.procs import item, publish
 
 LEASE_TTL_MS = 60_000  # nothing here may wait for a lease to lapse: a hand-back is what is counted
-
-
-@pytest.fixture
-def engine_url(tmp_path: Path) -> Iterator[str]:
-    with cluster(tmp_path) as procs:
-        yield procs.engine_threads({"engine": 0.01})["engine"]
 
 
 def _sidecar(redis_url: str, engine_url: str) -> Sidecar:
