@@ -25,10 +25,11 @@ trainer's ``prompt_tokens`` left out the chat template) is retried once with the
 message leaves room for (SGLang's: one token less, as it also refuses prompt + ``max_tokens`` equal to
 the context).
 
-Cancelling ``generate`` closes the connection, which makes vLLM (at once), SGLang (within its
-``SGLANG_REQUEST_STATE_WAIT_TIMEOUT``, 4 s) and engine-sim abort the request and free its slot: that
-is how a lost lease stops a trajectory. What comes back, and how it is read, is
-``service.sidecar.engine_reply``.
+Cancelling ``generate`` closes the connection, which makes vLLM (at once: its routes wait on the
+disconnect), SGLang (at the request's next output, every 50 tokens unstreamed, or its
+``SGLANG_REQUEST_STATE_WAIT_TIMEOUT`` poll, 4 s, whichever is first) and engine-sim abort the
+request and free its slot: that is how a lost lease stops a trajectory. What comes back, and how it
+is read, is ``service.sidecar.engine_reply``.
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ class EngineClient:
         return self._model
 
     async def _healthy(self) -> None:
-        """vLLM keeps answering /v1/models after its engine core died; its /health says 503 then."""
+        """vLLM keeps answering /v1/models after its engine core died; its /health says 503 then (from
+        0.11.0, vllm-project/vllm#24897, as pinned)."""
         try:
             response = await self._request("GET", "/health", None, probe=True)
         except httpx.TimeoutException as exc:  # answered /v1/models, then froze: not up
