@@ -31,6 +31,7 @@ from service.delivery.keys import (
     PrefixError,
     check_prefix,
 )
+from service.engines import SERVICE_ENGINE
 from service.hosts.names import check_host_names
 from service.logs import LOG_LEVELS
 from service.redis_conn import check_redis_url, describe
@@ -102,6 +103,9 @@ class Settings(BaseSettings):
     default_policy: str = "cpsat"  # policy when the request names none
     default_model: str = "7b"  # model preset when the request names none
     default_quantile: float = Field(default=PLANNING_QUANTILE, gt=0, lt=1)  # length quantile to plan on
+    # engine the workers run when the request names none (``scheduler.sim_rules.ENGINES``): a fleet of
+    # vLLM V0 (or of engines that evict like it) says so once here, not in every request
+    default_engine: str = SERVICE_ENGINE
     # solver budget when the request gives none: a plan never runs past it (cpsat cuts a round short),
     # and 80 ms leaves POST /schedule p50 under 150 ms at 1,024 x 16 on 2 cores with ~45 ms of publish
     default_time_budget_ms: int = Field(default=80, gt=0, le=MAX_TIME_BUDGET_MS)  # a request's own ceiling
@@ -150,6 +154,20 @@ class Settings(BaseSettings):
             model_preset(value)
         except UnknownNameError as error:
             raise ValueError(str(error)) from None
+        return value
+
+    @field_validator("default_engine")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        """Refused later, every request naming no engine would get a 422 blaming ``engine``, a field
+        it never sent; the line names the setting and the value, the reason the known engines."""
+        from scheduler.errors import UnknownNameError
+        from scheduler.sim_rules import engine_rules
+
+        try:
+            engine_rules(value)
+        except UnknownNameError as error:
+            raise ValueError(f"engine {value!r} {error.reason}") from None
         return value
 
     @field_validator("redis_url")

@@ -75,7 +75,7 @@ def build_inventory(
 
 
 def check_plan_rules(
-    request: ScheduleRequest, inventory: Inventory, drained: frozenset[str], time_budget_s: float
+    request: ScheduleRequest, inventory: Inventory, drained: frozenset[str], time_budget_s: float, engine: str
 ) -> None:
     """The planner's own rules that need no predicted lengths (a pin to a worker the inventory lacks
     or drains, a cap no allowed cache holds, pins under ``prefix_affinity``), by its own check
@@ -105,7 +105,7 @@ def check_plan_rules(
         kv_admission=request.kv_admission,
         excluded_workers=drained,
         seed=request.seed,
-        engine=request.engine,
+        engine=engine,  # the request's, else the service's default (``stages.validate``)
     )
     try:
         validate_request(plan_request)

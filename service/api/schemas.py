@@ -25,7 +25,6 @@ from pydantic import (
 from typing_extensions import TypedDict
 
 from scheduler.validation import MAX_GPUS, MAX_NUM_SEQS, RANGES
-from service.engines import SERVICE_ENGINE
 from service.names import NAME_MAX_LENGTH, NAME_PATTERN
 from service.workerspec import MAX_WORKERS
 
@@ -282,8 +281,9 @@ class ScheduleRequest(Strict):
     time_budget_ms: int | None = Field(default=None, gt=0, le=MAX_TIME_BUDGET_MS)  # solver wall-clock budget
     prefix_affinity: bool = False  # keep each prompt's samples on one worker
     kv_admission: bool = False  # sidecars admit by projected KV peak at predicted lengths
-    engine: str = Field(default=SERVICE_ENGINE, min_length=1, max_length=64)  # what the workers run,
-    # by its eviction rules (``scheduler.sim_rules``): vllm-v1 (vLLM, SGLang) or vllm-v0
+    # what the workers run, by its eviction rules (``scheduler.sim_rules``): vllm-v1 (vLLM, SGLang) or
+    # vllm-v0; none: the service's ``ROLLOUT_DEFAULT_ENGINE`` (``SERVICE_ENGINE`` unless set)
+    engine: str | None = Field(default=None, min_length=1, max_length=64)
     publish: bool = True  # write the plan to Redis for the sidecars; false = dry run
     seed: int = Field(default=0, ge=0, le=MAX_SEED)  # fixes any randomised search
     sampling: Sampling | None = None  # how every sample is drawn (a prompt's own ``sampling`` overrides)

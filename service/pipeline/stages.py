@@ -71,6 +71,7 @@ class Validated:
     quantile: float
     time_budget_s: float
     item_of: tuple[int, ...]  # trajectory position -> batch item index (for error paths)
+    engine: str  # the request's, else the service's ``default_engine``: whose rules the plan is made for
 
 
 def run(body: ScheduleRequest, ctx: Context, schedule_id: str) -> ScheduleResponse:
@@ -138,7 +139,8 @@ def validate(body: ScheduleRequest, ctx: Context) -> Validated:
     policy = body.policy or settings.default_policy
     if policy not in POLICY_NAMES:
         raise UnknownNameError("policy", policy, list(POLICY_NAMES))
-    engine_rules(body.engine)  # an unknown engine is refused naming ``engine`` and the known ones
+    engine = body.engine or settings.default_engine
+    engine_rules(engine)  # an unknown engine is refused naming ``engine`` and the known ones
     model = resolve_model(body.model, settings.default_model)
     inventory, drained, sources = build_inventory(body, model, {})
     unstated = {w.worker_id for w in body.inventory.workers if _unstated_speed(w)}
@@ -148,7 +150,7 @@ def validate(body: ScheduleRequest, ctx: Context) -> Validated:
     item_of = tuple(index for index, item in enumerate(body.batch.items) for _ in range(item.n))
     budget_ms = body.time_budget_ms or settings.default_time_budget_ms
     quantile = body.quantile or settings.default_quantile
-    return Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of)
+    return Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of, engine)
 
 
 def _first_answer(body: ScheduleRequest, checked: Validated, ctx: Context) -> ScheduleResponse | None:
@@ -161,7 +163,7 @@ def _first_answer(body: ScheduleRequest, checked: Validated, ctx: Context) -> Sc
     plans, so only a request that may be a retry pays for them here (~3 us a prompt)."""
     if not (body.schedule_id and body.publish):
         return None
-    check_plan_rules(body, checked.inventory, checked.drained, checked.time_budget_s)
+    check_plan_rules(body, checked.inventory, checked.drained, checked.time_budget_s, checked.engine)
     return replay(body, body.schedule_id, ctx)
 
 
@@ -226,7 +228,7 @@ def _plan_request(
         kv_admission=body.kv_admission,
         excluded_workers=checked.drained,
         seed=body.seed,
-        engine=body.engine,
+        engine=checked.engine,
     )
 
 

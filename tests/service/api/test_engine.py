@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from predictors.synthetic import synthetic_trace
 from scheduler.devices import device_profile, model_preset
@@ -21,23 +22,21 @@ from service.engines import SERVICE_ENGINE
 from service.pipeline import stages
 from service.pipeline.served import StageClock
 from service.replay.harness import ReplayConfig, replay
+from service.settings import Settings, invalid_setting
 from tests.service.api.badinput import redis_snapshot
-from tests.service.api_helpers import batch_body
+from tests.service.api_helpers import AppFactory, batch_body
 
 
 def test_a_request_that_names_no_engine_is_planned_for_vllm_v1_the_engine_served_today() -> None:
-    """vLLM removed V0 in 0.11 and SGLang's retraction keeps the output as V1's preemption does."""
+    """vLLM removed V0 in 0.11 and SGLang's retraction keeps the output as V1's preemption does. The
+    request's own default is none: the service's setting (``ROLLOUT_DEFAULT_ENGINE``) fills it in."""
     assert SERVICE_ENGINE == "vllm-v1" in ENGINES
-    assert ScheduleRequest.model_validate(batch_body()).engine == SERVICE_ENGINE
-    assert ScheduleRequest.model_json_schema()["properties"]["engine"]["default"] == SERVICE_ENGINE
+    assert Settings.model_fields["default_engine"].default == SERVICE_ENGINE
+    assert ScheduleRequest.model_validate(batch_body()).engine is None
 
 
-@pytest.mark.parametrize("engine", [None, *ENGINES])
-def test_the_engine_a_request_names_is_the_one_its_plan_is_made_for(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch, engine: str | None
-) -> None:
-    body = batch_body(publish=False) | ({} if engine is None else {"engine": engine})
-    assert ScheduleRequest.model_validate(body).model_dump(exclude_unset=True).get("engine") == engine
+def _planned_engines(client: TestClient, monkeypatch: pytest.MonkeyPatch, body: dict[str, Any]) -> list[str]:
+    """The engine each plan of ``body``'s request was made for (the requested one, the baseline)."""
     told: list[str] = []
 
     def spy(request: PlanRequest, policy: str, **options: Any) -> Plan:
@@ -46,7 +45,46 @@ def test_the_engine_a_request_names_is_the_one_its_plan_is_made_for(
 
     monkeypatch.setattr(stages, "plan", spy)
     assert client.post("/schedule", json=body).status_code == 200
-    assert told == [engine or SERVICE_ENGINE] * 2  # the requested plan and the round-robin baseline
+    return told
+
+
+@pytest.mark.parametrize("engine", [None, *ENGINES])
+def test_a_fleet_that_runs_vllm_v0_names_it_once_in_the_settings_and_a_request_s_own_engine_wins(
+    make_client: AppFactory, monkeypatch: pytest.MonkeyPatch, engine: str | None
+) -> None:
+    """An operator of a V0 fleet (or of engines that evict like it) sets ``ROLLOUT_DEFAULT_ENGINE``
+    instead of naming ``engine`` in every trainer's every request."""
+    client = make_client(default_engine="vllm-v0")
+    body = batch_body(publish=False) | ({} if engine is None else {"engine": engine})
+    assert _planned_engines(client, monkeypatch, body) == [engine or "vllm-v0"] * 2
+
+
+def test_the_default_engine_setting_is_read_from_rollout_default_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ROLLOUT_DEFAULT_ENGINE", "vllm-v0")
+    assert Settings(redis_url=None).default_engine == "vllm-v0"
+
+
+def test_an_unknown_default_engine_is_refused_at_start_naming_the_setting_the_value_and_the_engines() -> None:
+    """Refused later, every request naming no engine would get a 422 blaming a field it never sent."""
+    with pytest.raises(ValidationError) as refused:
+        Settings(redis_url=None, default_engine="vllm-v2")
+    line = invalid_setting(refused.value, environ={})
+    assert line == (
+        "invalid setting ROLLOUT_DEFAULT_ENGINE='vllm-v2': engine 'vllm-v2' unknown; "
+        "expected one of vllm-v0, vllm-v1"
+    )
+
+
+@pytest.mark.parametrize("engine", [None, *ENGINES])
+def test_the_engine_a_request_names_is_the_one_its_plan_is_made_for(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, engine: str | None
+) -> None:
+    body = batch_body(publish=False) | ({} if engine is None else {"engine": engine})
+    assert ScheduleRequest.model_validate(body).model_dump(exclude_unset=True).get("engine") == engine
+    # the requested plan and the round-robin baseline
+    assert _planned_engines(client, monkeypatch, body) == [engine or SERVICE_ENGINE] * 2
 
 
 def test_an_unknown_engine_is_refused_naming_the_field_and_the_known_engines_and_writes_nothing(
