@@ -159,7 +159,9 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
         delivery=delivery,
         metrics=metrics,
         models=model_service,
-        speeds=SpeedLearner(client, settings.speed_ewma_alpha, prefix, settings.retention_s),
+        speeds=SpeedLearner(
+            client, settings.speed_ewma_alpha, prefix, settings.retention_s, settings.default_engine
+        ),
         actuals=log,
         retrainer=Retrainer(model_service, client, metrics, settings.retrain_every_steps, prefix),
         plan_slots=PlanSlots(settings.max_concurrent_plans, settings.plan_queue_timeout_s),

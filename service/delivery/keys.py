@@ -19,7 +19,8 @@ key                         type     contents
                                      kv_admission, affinity, expire_at_ms), fence (token counter),
                                      nonce, request (work digest), workers and drained (JSON lists),
                                      published_ms, makespan_s, planned_finish, profiles,
-                                     cancelled_ms|_queued|_running, pulse, graced, pinq, holds
+                                     cancelled_ms|_queued|_running, pulse, graced, pinq, holds,
+                                     engine
 ``P:items``                 hash     item key -> ``<ref>\t<static item JSON without its payload>``
 ``P:prompts``               hash     ref -> payload JSON, once for the items that share it
 ``P:st``                    hash     item key -> ``state|token|attempts|deadline_ms|predicted|worker|
@@ -135,6 +136,11 @@ KV_ADMISSION = "kv_admission"
 # Field of ``P:meta`` that ``lua/publish.lua`` writes when the request drained workers: their ids, a
 # JSON list (absent: none drained). Claims, steals and a failed item's retry hand them nothing.
 DRAINED = "drained"
+# Field of ``P:meta`` that ``lua/publish.lua`` writes: the engine whose rules the plan was made for
+# (``scheduler.sim_rules``; the request's ``engine``, else the service's ``default_engine``). Read by
+# the speed learner of any replica, which prices a KV-starved batch by the rules the engine played it
+# by. Absent on schedules an older release published: the reader's default engine is assumed.
+ENGINE = "engine"
 
 
 def count_field(state: str, worker_id: str) -> str:

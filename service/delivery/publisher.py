@@ -117,6 +117,7 @@ def schedule_from_plan(
             w.worker_id: s for w in plan.workers if (s := _seconds(w.predicted_finish_s)) is not None
         },
         drained=frozenset(drained),
+        engine=engine,
     )
 
 

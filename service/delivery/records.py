@@ -145,10 +145,15 @@ class PublishedSchedule:
     # the request's drained workers (``drain: true``): not announced, and no claim, steal or failed
     # item's retry hands them anything (the simulator's excluded workers)
     drained: frozenset[str] = frozenset()
+    # the engine whose rules the plan was made for (``scheduler.sim_rules``), stored for what reads the
+    # schedule later on any replica (``keys.ENGINE``); None: not stored, readers assume their default
+    engine: str | None = None
 
     def validate(self) -> None:
         """Raise ``InvalidInputError`` naming the first bad field; called before anything is written."""
         check_name("schedule_id", self.schedule_id)
+        if self.engine is not None:
+            check_name("engine", self.engine)
         self.lease.validate()
         for worker, pace in self.seconds_per_token.items():
             if worker not in self.queues:

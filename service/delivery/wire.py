@@ -43,8 +43,9 @@ def publish_args(
 ) -> list[Any]:
     """ARGV of ``publish.lua``: fingerprint, clock, retention, settings, then the newline-joined body,
     the steal rules, the caches, the plan's predicted times, the drained workers, the digest of the
-    request's ``work`` and the service's ``answer`` ('' for none; neither fingerprinted: they describe the
-    request, not what the workers get), and last ``nonce``, unique to this call.
+    request's ``work``, the service's ``answer`` and the plan's engine ('' for none; none of the three
+    fingerprinted: they describe the request, not what the workers get; the engine's rules are in the
+    steal deadlines, which are), and last ``nonce``, unique to this call.
 
     The fingerprint covers everything written, so a replay is recognised and a different schedule
     under a used id is refused. The nonce tells a replay from the same call re-sent by the client
@@ -95,6 +96,7 @@ def publish_args(
         json.dumps(sorted(schedule.drained)),
         work,
         answer,
+        schedule.engine or "",
         nonce,
     ]
 

@@ -90,12 +90,13 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from scheduler.devices import ModelPreset
 from scheduler.types import Inventory, Worker
 from service.api.learning_schemas import ActualReport
 from service.delivery import keys
+from service.engines import SERVICE_ENGINE
 from service.redis_conn import RedisClient
 from service.speeds.model import (
     IDLE_DECAY,
@@ -178,6 +179,17 @@ return 1
 FORGET_BATCH = 1_000  # workers one publish forgets at most: a fleet renamed at once goes over a few
 
 
+class Planned(NamedTuple):
+    """What the schedules that reports name recorded of how they were planned (``SpeedLearner.planned``)."""
+
+    # schedule id -> worker -> fingerprint of its profile, for the schedules that recorded them
+    profiles: dict[str, dict[str, str]]
+    admitted: set[str]  # the schedules whose sidecars admitted by projected KV peak (``kv_admission``)
+    # schedule id -> the engine whose rules its plan was made for (``keys.ENGINE``), every schedule
+    # asked for: one that stored none (an older release's, or expired) has the learner's default engine
+    engines: dict[str, str]
+
+
 class SpeedLearner:
     """Reads and updates learned per-worker time scales in Redis."""
 
@@ -187,10 +199,12 @@ class SpeedLearner:
         alpha: float,
         prefix: str = keys.DEFAULT_PREFIX,
         retention_s: int = keys.DEFAULT_RETENTION_S,
+        default_engine: str = SERVICE_ENGINE,
     ) -> None:
         self._redis = client
         self._alpha = alpha
         self._prefix = prefix
+        self._default_engine = default_engine  # the service's: a schedule that stored no engine ran on it
         self._retention_ms = retention_s * 1000
         self.clock: Callable[[], float] = time.time  # seconds; when each worker was last named
         self.workers_key = keys.worker_profiles(prefix)
@@ -284,7 +298,7 @@ class SpeedLearner:
         if not ids:
             return {}
         profiles = dict(zip(ids, self._redis.hmget(self.workers_key, ids), strict=True))
-        planned, admitted = self._planned(
+        planned, admitted, _ = self.planned(
             {r.schedule_id for b in by_worker.values() for r in b if r.schedule_id}
         )
         updated: dict[str, float] = {}
@@ -306,19 +320,31 @@ class SpeedLearner:
             updated[wid] = math.exp(float(self._update(keys=[self.speed_key], args=args)))
         return updated
 
-    def _planned(self, schedule_ids: Collection[str]) -> tuple[dict[str, dict[str, str]], set[str]]:
-        """Schedule id -> worker -> fingerprint of the profile it was planned with, for the schedules
-        that recorded them. One that did not (published by an older release, or expired with its
-        schedule) is absent: its reports are compared with each worker's current profile. Beside it,
-        the schedules whose sidecars admitted by projected KV peak (``kv_admission``): nothing of
-        theirs waited inside an engine for its cache (``speed_model.batch_log_ratio``)."""
+    def planned(self, schedule_ids: Collection[str]) -> Planned:
+        """What ``schedule_ids`` recorded of their planning, in one round trip, from any replica.
+
+        Profiles: a schedule that recorded none (published by an older release, or expired with its
+        schedule) is absent, and its reports are compared with each worker's current profile.
+        Admitted: nothing of theirs waited inside an engine for its cache
+        (``speed_model.batch_log_ratio``). Engines: the rules its engine played it by, which price
+        a KV-starved batch; one the schedule did not store (an older release's, or expired) is the
+        learner's default, the service's ``default_engine``: the engine the fleet runs."""
         ids = sorted(schedule_ids)
         if not ids:
-            return {}, set()
+            return Planned({}, set(), {})
+        fields = [keys.PLANNED_PROFILES, keys.KV_ADMISSION, keys.ENGINE]
         pipe = self._redis.pipeline(transaction=False)
         for sid in ids:
-            pipe.hmget(keys.schedule_keys(sid, self._prefix).meta, [keys.PLANNED_PROFILES, keys.KV_ADMISSION])
+            pipe.hmget(keys.schedule_keys(sid, self._prefix).meta, fields)
         metas = pipe.execute()
-        found = {sid: schedule_fingerprints(sid, raw) for sid, (raw, _) in zip(ids, metas, strict=True)}
-        admitted = {sid for sid, (_, flag) in zip(ids, metas, strict=True) if flag in ("1", b"1")}
-        return {sid: prints for sid, prints in found.items() if prints}, admitted
+        found = {sid: schedule_fingerprints(sid, raw) for sid, (raw, _, _) in zip(ids, metas, strict=True)}
+        admitted = {sid for sid, (_, flag, _) in zip(ids, metas, strict=True) if flag in ("1", b"1")}
+        engines = {
+            sid: _text(engine) or self._default_engine for sid, (*_, engine) in zip(ids, metas, strict=True)
+        }
+        return Planned({sid: prints for sid, prints in found.items() if prints}, admitted, engines)
+
+
+def _text(value: str | bytes | None) -> str | None:
+    """A reply as text (the service's client decodes replies; a raw one may not)."""
+    return value.decode() if isinstance(value, bytes) else value

@@ -22,8 +22,9 @@
 --   24 drained_json (the request's drained workers, '[]' for none: meta 'drained', common.lua),
 --   25 the digest of the request's work ('' none: meta 'request'), 26 the service's answer to it
 --      ('' none: P:answer), stored in this same step, so a stored schedule always has them
---      (service/pipeline/republish.py: a retry under the id is answered it), and last
---   27 a nonce unique to the call: the same call re-sent after a timeout answers 1 again.
+--      (service/pipeline/republish.py: a retry under the id is answered it),
+--   27 the engine whose rules the plan was made for ('' none: meta 'engine', keys.ENGINE), and last
+--   28 a nonce unique to the call: the same call re-sent after a timeout answers 1 again.
 -- Python builds each stored string (records, pairs) so the script only splits and writes: per-item
 -- work in Lua (concatenation, tonumber, string.match) cost more than the writes themselves.
 -- An item's JSON arrives as '<ref>\t<JSON without payload>' and is stored so; its payload is stored
@@ -105,6 +106,7 @@ if ARGV[23] ~= '{}' then redis.call('HSET', META, 'planned_finish', ARGV[23]) en
 if ARGV[24] ~= '[]' then redis.call('HSET', META, 'drained', ARGV[24]) end
 if ARGV[25] ~= '' then redis.call('HSET', META, 'request', ARGV[25]) end
 if ARGV[26] ~= '' then redis.call('SET', k('answer'), ARGV[26]) end
+if ARGV[27] ~= '' then redis.call('HSET', META, 'engine', ARGV[27]) end
 local cnt = {'q', n, 'r', 0, 'd', 0, 'f', 0}
 local counted = cjson.decode(ARGV[7])  -- a drained worker is not announced, but reported on (zeros)
 for _, w in ipairs(cjson.decode(ARGV[24])) do counted[#counted + 1] = w end
