@@ -18,6 +18,12 @@ from its completion times. Their ratio is the slowdown; 1.0, without a play, whe
 fill the cache (every plan then reads as before). Not for a step whose sidecars admitted by projected
 KV peak (``kv_admission``): nothing of it waited in the engine (``speed_model.batch_log_ratio``).
 
+By which rules. The engine the step's plan was made for (``P:meta`` ``engine``, ``keys.ENGINE``;
+``scheduler.sim_rules``): under V0's an evicted sequence restarts from nothing, under V1's (vLLM
+0.11+, SGLang) it keeps its output and re-prefills prompt plus output, which costs a starved cache
+far less. Played by V0's rules, a V1 step's cost was overstated and the worker learned faster than
+it is (docs/experiments.md, "Learned speeds", helper engineleft).
+
 Which items ran side by side decides the preemptions, and a report does not say when it was sent: the
 queue is played in the order reported, the order a step's results were accepted in, i.e. they ended
 (``report_results`` sends them so). On twelve 40-item steps (in-process, 2026-12-04) the true send
@@ -37,10 +43,10 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-from scheduler.admission import WATERMARK
 from scheduler.costmodel import worker_cost
 from scheduler.devices import ModelPreset
 from scheduler.errors import InvalidInputError
+from scheduler.sim_rules import DEFAULT_ENGINE, ENGINES, EngineRules
 from scheduler.simulator import simulate_worker
 from scheduler.types import Trajectory, Worker
 from service.api.learning_schemas import ActualReport
@@ -48,22 +54,30 @@ from service.api.learning_schemas import ActualReport
 _log = logging.getLogger("service.speeds")
 
 
-def kv_slowdown(worker: Worker, model: ModelPreset, batch: Sequence[ActualReport]) -> float:
+def kv_slowdown(
+    worker: Worker,
+    model: ModelPreset,
+    batch: Sequence[ActualReport],
+    rules: EngineRules = ENGINES[DEFAULT_ENGINE],
+) -> float:
     """In-flight seconds of ``batch`` (its reports' own wall times, concurrency and lengths) on
     ``worker``'s KV cache over those on an unbounded one, both as the planner's simulator plays
-    them; at least 1.0 (a cache cannot speed a batch up: less in a play is the order's noise)."""
+    them by ``rules`` (the engine's that ran the batch); at least 1.0 (a cache cannot speed a batch
+    up: less in a play is the order's noise)."""
     slots = max(1, min(round(max(_concurrency(r) for r in batch)), worker.max_num_seqs))
     capacity = worker_cost(worker, model).kv_capacity_tokens
     longest = max(r.prompt_tokens + r.output_tokens for r in batch)
-    if slots * (longest + 1) <= capacity * (1.0 - WATERMARK):
+    if slots * (longest + 1) <= capacity * (1.0 - rules.watermark):
         return 1.0  # the cache holds the batch's largest items in every slot: never starved
     if longest >= capacity:
         return _unmodelled(batch, f"a report of {longest} tokens exceeds its KV capacity {capacity}")
     played = dataclasses.replace(worker, time_scale=1.0, max_num_seqs=slots)
     unbounded = 2 * sum(r.prompt_tokens + r.output_tokens + 1 for r in batch)  # more than all at once
     try:
-        starved_s = _in_flight_seconds(played, model, batch)
-        free_s = _in_flight_seconds(dataclasses.replace(played, kv_capacity_tokens=unbounded), model, batch)
+        starved_s = _in_flight_seconds(played, model, batch, rules)
+        free_s = _in_flight_seconds(
+            dataclasses.replace(played, kv_capacity_tokens=unbounded), model, batch, rules
+        )
     except InvalidInputError as error:  # the reports are stored already: never fail their request
         return _unmodelled(batch, str(error))
     return max(1.0, starved_s / free_s) if free_s > 0 else 1.0
@@ -76,7 +90,9 @@ def _unmodelled(batch: Sequence[ActualReport], why: str) -> float:
     return 1.0
 
 
-def _in_flight_seconds(worker: Worker, model: ModelPreset, order: Sequence[ActualReport]) -> float:
+def _in_flight_seconds(
+    worker: Worker, model: ModelPreset, order: Sequence[ActualReport], rules: EngineRules
+) -> float:
     """Sum over ``order``'s items of their seconds in flight as the planner's simulator plays them,
     one queue on ``worker`` (its slots: those the batch kept in flight), from the completion times
     alone: with the queue full the sidecar keeps every slot in flight, then the items left (Little's
@@ -86,7 +102,15 @@ def _in_flight_seconds(worker: Worker, model: ModelPreset, order: Sequence[Actua
         for i, r in enumerate(order)
     ]
     lengths = [r.output_tokens for r in order]
-    ends = sorted(simulate_worker(worker, model, items, actual_tokens=lengths).ends_s)
+    run = simulate_worker(
+        worker,
+        model,
+        items,
+        actual_tokens=lengths,
+        watermark=rules.watermark,
+        resume_preempted=rules.resume_preempted,
+    )
+    ends = sorted(run.ends_s)
     total, previous, left = 0.0, 0.0, len(ends)
     for end in ends:
         total += (end - previous) * min(worker.max_num_seqs, left)

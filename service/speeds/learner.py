@@ -81,11 +81,15 @@ publishes it anew can drop the profile just written; its next publish writes it 
 * field ``keys.PLANNED_PROFILES`` of each published schedule's ``P:meta``: JSON worker id ->
   fingerprint it was planned with; written after the publish, only while the schedule exists, and
   expiring with it (the schedule's retention).
+* fields ``keys.KV_ADMISSION`` and ``keys.ENGINE`` of the same ``P:meta``, written by the publish:
+  read only. The engine's rules price a KV-starved batch (``service/speeds/kv.py``); a schedule that
+  stored none (an older release's) ran on the fleet's engines, the service's ``default_engine``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections import defaultdict
@@ -93,6 +97,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from scheduler.devices import ModelPreset
+from scheduler.sim_rules import ENGINES
 from scheduler.types import Inventory, Worker
 from service.api.learning_schemas import ActualReport
 from service.delivery import keys
@@ -177,6 +182,8 @@ return 1
 
 
 FORGET_BATCH = 1_000  # workers one publish forgets at most: a fleet renamed at once goes over a few
+
+_log = logging.getLogger("service.speeds")
 
 
 class Planned(NamedTuple):
@@ -298,7 +305,7 @@ class SpeedLearner:
         if not ids:
             return {}
         profiles = dict(zip(ids, self._redis.hmget(self.workers_key, ids), strict=True))
-        planned, admitted, _ = self.planned(
+        planned, admitted, engines = self.planned(
             {r.schedule_id for b in by_worker.values() for r in b if r.schedule_id}
         )
         updated: dict[str, float] = {}
@@ -314,7 +321,7 @@ class SpeedLearner:
                 continue
             # one update per batch, at its ratio: folding the samples one by one left the estimate to
             # the last few reported (a step's slow tail: 1.15 where the step's mean was 1.0)
-            ratio = batch_log_ratio(worker, model, batch, admitted)
+            ratio = batch_log_ratio(worker, model, batch, admitted, engines, self._default_engine)
             args: list[Any] = [wid, self._alpha, ratio, len(batch)]
             args += [*LOG_SCALE_BOUNDS, now, MIN_SPEED_SAMPLES]
             updated[wid] = math.exp(float(self._update(keys=[self.speed_key], args=args)))
@@ -339,10 +346,22 @@ class SpeedLearner:
         metas = pipe.execute()
         found = {sid: schedule_fingerprints(sid, raw) for sid, (raw, _, _) in zip(ids, metas, strict=True)}
         admitted = {sid for sid, (_, flag, _) in zip(ids, metas, strict=True) if flag in ("1", b"1")}
-        engines = {
-            sid: _text(engine) or self._default_engine for sid, (*_, engine) in zip(ids, metas, strict=True)
-        }
+        engines = {sid: self._known(sid, _text(engine)) for sid, (*_, engine) in zip(ids, metas, strict=True)}
         return Planned({sid: prints for sid, prints in found.items() if prints}, admitted, engines)
+
+    def _known(self, schedule_id: str, engine: str | None) -> str:
+        """``engine`` when this release knows its rules, else the default: none stored (an older
+        release's schedule), or one a newer release named, which must not fail the reports' request
+        (they are stored already); that one is logged."""
+        if engine is None or engine in ENGINES:
+            return engine or self._default_engine
+        _log.warning(
+            "schedule %s: engine %r unknown here; its reports are priced as %s",
+            schedule_id,
+            engine,
+            self._default_engine,
+        )
+        return self._default_engine
 
 
 def _text(value: str | bytes | None) -> str | None:

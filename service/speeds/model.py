@@ -24,8 +24,10 @@ from typing import Any
 
 from scheduler.costmodel import worker_cost
 from scheduler.devices import DeviceProfile, ModelPreset, model_preset
+from scheduler.sim_rules import engine_rules
 from scheduler.types import Plan, Worker
 from service.api.learning_schemas import ActualReport
+from service.engines import SERVICE_ENGINE
 from service.speeds.groups import majority, snap
 from service.speeds.kv import kv_slowdown
 
@@ -178,7 +180,12 @@ def modelled_seconds(worker: Worker, model: ModelPreset, report: ActualReport) -
 
 
 def batch_log_ratio(
-    worker: Worker, model: ModelPreset, batch: Sequence[ActualReport], admitted: Collection[str] = ()
+    worker: Worker,
+    model: ModelPreset,
+    batch: Sequence[ActualReport],
+    admitted: Collection[str] = (),
+    engines: Mapping[str, str] | None = None,
+    default_engine: str = SERVICE_ENGINE,
 ) -> float:
     """log(measured / modelled seconds) of ``batch``: the mean of its reports' ratios weighted by
     their modelled seconds, i.e. its measured seconds over its modelled ones. Each ratio is first
@@ -198,13 +205,12 @@ def batch_log_ratio(
     worker's own KV cache cost the batch (waiting inside the engine, recompute after preemption),
     which plans charge again; 1.0 on a cache the batch cannot fill, and for the reports of schedules
     in ``admitted``, whose sidecars admitted by projected KV peak: nothing waited in the engine, and
-    their concurrency is the batch that ran (stretched, a step played at scale 0.5 read 0.20)."""
-    free = [r for r in batch if r.schedule_id not in admitted]
-    slowdown = kv_slowdown(worker, model, free) if free else 1.0
-    modelled = [
-        modelled_seconds(worker, model, r) * (slowdown if r.schedule_id not in admitted else 1.0)
-        for r in batch
-    ]
+    their concurrency is the batch that ran (stretched, a step played at scale 0.5 read 0.20).
+    ``kv_slowdown`` plays the reports by the rules of the engine their schedule was planned for
+    (``engines``: schedule id -> engine, ``SpeedLearner.planned``; ``default_engine`` for a report
+    naming none): the reports of each engine as one queue of their own."""
+    slowdowns = kv_slowdowns(worker, model, batch, admitted, engines or {}, default_engine)
+    modelled = [modelled_seconds(worker, model, r) * slowdowns.get(id(r), 1.0) for r in batch]
     ratios = [
         min(max(_wall(report) / seconds, MIN_RATIO), MAX_RATIO)
         for report, seconds in zip(batch, modelled, strict=True)
@@ -213,6 +219,29 @@ def batch_log_ratio(
     centre = sum(m * math.log(r) for m, r in zip(modelled, ratios, strict=True)) / total
     cap = STALL_SPREAD * math.exp(centre)
     return math.log(sum(m * min(r, cap) for m, r in zip(modelled, ratios, strict=True)) / total)
+
+
+def kv_slowdowns(
+    worker: Worker,
+    model: ModelPreset,
+    batch: Sequence[ActualReport],
+    admitted: Collection[str],
+    engines: Mapping[str, str],
+    default_engine: str,
+) -> dict[int, float]:
+    """``id(report)`` -> ``kv_slowdown`` of the reports of ``batch`` that ran on the same engine's
+    rules, for each report whose schedule did not admit by projected KV peak (``admitted``). A batch
+    is mostly one step's reports, so one engine; two steps planned for different engines are each
+    played by their own rules rather than one engine's mistaken for the other's."""
+    by_engine: dict[str, list[ActualReport]] = defaultdict(list)
+    for report in batch:
+        if report.schedule_id not in admitted:
+            by_engine[engines.get(report.schedule_id or "", default_engine)].append(report)
+    out: dict[int, float] = {}
+    for engine, reports in by_engine.items():
+        slowdown = kv_slowdown(worker, model, reports, engine_rules(engine))
+        out.update(dict.fromkeys(map(id, reports), slowdown))
+    return out
 
 
 def _wall(report: ActualReport) -> float:

@@ -5,13 +5,16 @@ not necessarily the one that planned the step."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import redis
 from fastapi.testclient import TestClient
 
 from service.delivery import keys
+from service.engines import SERVICE_ENGINE
 from service.speeds.learner import SpeedLearner
-from tests.service.api.conftest import AppFactory, batch_body
+from tests.service.api_helpers import AppFactory, batch_body
 
 
 def _learner(client: TestClient) -> SpeedLearner:
@@ -46,3 +49,17 @@ def test_a_schedule_an_older_release_published_reads_as_the_readers_default_engi
         "expired-step": default_engine,
         "old-step": default_engine,
     }
+
+
+def test_an_engine_this_release_does_not_know_is_read_as_the_default_and_logged(
+    client: TestClient, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A newer release may name an engine this one has no rules for; its reports are stored already,
+    so their request must not fail on it."""
+    assert client.post("/schedule", json=batch_body(schedule_id="new-step")).status_code == 200
+    redis_client.hset(keys.schedule_keys("new-step").meta, keys.ENGINE, "sglang-v9")
+    with caplog.at_level(logging.WARNING, logger="service.speeds"):
+        assert _learner(client).planned({"new-step"}).engines == {"new-step": SERVICE_ENGINE}
+    assert (
+        "schedule new-step: engine 'sglang-v9' unknown here; its reports are priced as vllm-v1" in caplog.text
+    )
