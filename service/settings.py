@@ -41,6 +41,9 @@ DAY_S = 86_400
 YEAR_S = 365 * DAY_S  # bounds past any real setting, inside what Redis EXPIRE and socket timeouts take
 MAX_REDIS_INTEGER = 2**63 - 1  # the largest count Redis takes (a C long long): XADD's MAXLEN
 SIDECAR_ONLY_VARIABLES = frozenset({"ROLLOUT_ENGINE_API_KEY"})  # read by the sidecar, not a setting
+# Names a user may guess for a setting that spelling alone would match with another: ROLLOUT_ENGINE
+# (the engine the fleet runs) is closest to the sidecar's ROLLOUT_ENGINE_API_KEY, a secret.
+MEANT = {"ROLLOUT_ENGINE": "ROLLOUT_DEFAULT_ENGINE"}
 
 
 class AcrossSettingsError(ValueError):
@@ -287,7 +290,7 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     names = os.environ if environ is None else environ
     lines = []
     for name in sorted(n for n in names if n.startswith("ROLLOUT_") and n not in known):
-        close = difflib.get_close_matches(name, sorted(known), n=1)
+        close = [MEANT[name]] if name in MEANT else difflib.get_close_matches(name, sorted(known), n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
         lines.append(f"{name} is not a setting and is ignored{hint}")
     return lines

@@ -283,3 +283,11 @@ def test_a_rollout_variable_no_setting_reads_is_named_with_the_setting_it_resemb
         "ROLLOUT_DEFAULT_POLICIES is not a setting and is ignored; did you mean ROLLOUT_DEFAULT_POLICY?",
         "ROLLOUT_TRAINER_TOKEN is not a setting and is ignored; did you mean ROLLOUT_TRAINER_TOKENS?",
     ]
+
+
+def test_rollout_engine_is_named_as_the_default_engine_setting_not_the_sidecars_api_key() -> None:
+    """``ROLLOUT_ENGINE=vllm-v0`` is what an operator of a V0 fleet may guess; by spelling alone it
+    resembles the sidecar's ``ROLLOUT_ENGINE_API_KEY``, which would send them to set a secret."""
+    assert unknown_variables({"ROLLOUT_ENGINE": "vllm-v0"}) == [
+        "ROLLOUT_ENGINE is not a setting and is ignored; did you mean ROLLOUT_DEFAULT_ENGINE?"
+    ]
