@@ -325,7 +325,8 @@ class CpSatPolicy:
         makespan, ending ``LEAN_RESERVE`` before the deadline for the copies), not cpsat's own plan of
         it: those were the same plans where both fitted (32,768 x 256, K = 16 and K = 8), but cpsat's
         was started where its lpt start and one round fitted, and its second round, or its first
-        after an lpt start longer than a K-th of the whole one, then did not (docs/solver.md)."""
+        after an lpt start longer than a K-th of the whole one, then did not (docs/experiments.md,
+        Solver, "cpsat: batches too big for a round")."""
         request = part.request  # sub-batch 0; its budget and admission are the whole request's
         stop = deadline - ROUND_RESERVE * request.time_budget_s
         bar = Placement((), best.status, finish_s=(max(best.finish_s),))

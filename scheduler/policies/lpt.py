@@ -192,7 +192,8 @@ def ordered(
 
     With ``refine`` the last worker gets the wider search (``refine_critical``). Not where the
     request says how unsure the predictions are: that search bets on the point predictions (the
-    worker it refines is rarely the one that ends last in truth, docs/solver.md), and the hedge
+    worker it refines is rarely the one that ends last in truth: docs/experiments.md, Solver, "Order:
+    the critical worker"), and the hedge
     (``scheduler.policies.robust_order``) judges the orders on draws instead, in the time it saves.
     """
     queues, finishes = order_queues(problem, assignment, reserve, search_until=deadline)

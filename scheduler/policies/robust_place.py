@@ -13,8 +13,8 @@ hedged plan is played on ``DRAWS`` draws of the lengths as the engine will run i
 (``robust_order.drawn_finish``: admission on the planned lengths, ends by the draw). Each kind's
 mean drawn over point finish, relative to the earliest kind's, scales its workers' load estimates
 (``kind_scales``); ``lpt.calibrated`` places the batch again on those estimates, orders and hedges
-the new plan like the first, and keeps it. Figures: docs/solver.md, "Placement for lengths that are
-not known".
+the new plan like the first, and keeps it. The rule: docs/solver.md, "Placement for lengths that are
+not known: each kind's lateness"; its figures: docs/experiments.md, Replay, "Each kind's lateness".
 
 The new plan is not compared with the first on the draws: over two to four draws that comparison
 preferred the first plan in 11 of 12 steps where the true lengths preferred the second in 10 (the

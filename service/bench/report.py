@@ -204,7 +204,8 @@ def _cores() -> int:
 def _real_data() -> list[str]:
     """The real short-CoT trace, step 1 (the predictor fits on step 0), on one device kind and on a
     mixed pool: there the whole batch runs at once and one under-predicted sample sets the makespan
-    on whichever device it lands (docs/solver.md, "Batches that run at once")."""
+    on whichever device it lands (docs/solver.md, "Placement for lengths that are not known: a batch
+    that runs at once")."""
     path = SHARED_DATA / "math100_x8.trace.csv"
     lines: list[str] = []
     for workers in REAL_POOLS:
