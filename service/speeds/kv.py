@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from scheduler.costmodel import worker_cost
 from scheduler.devices import ModelPreset
 from scheduler.errors import InvalidInputError
-from scheduler.sim_rules import DEFAULT_ENGINE, ENGINES, EngineRules
+from scheduler.sim_rules import EngineRules
 from scheduler.simulator import simulate_worker
 from scheduler.types import Trajectory, Worker
 from service.api.learning_schemas import ActualReport
@@ -55,15 +55,13 @@ _log = logging.getLogger("service.speeds")
 
 
 def kv_slowdown(
-    worker: Worker,
-    model: ModelPreset,
-    batch: Sequence[ActualReport],
-    rules: EngineRules = ENGINES[DEFAULT_ENGINE],
+    worker: Worker, model: ModelPreset, batch: Sequence[ActualReport], rules: EngineRules
 ) -> float:
     """In-flight seconds of ``batch`` (its reports' own wall times, concurrency and lengths) on
     ``worker``'s KV cache over those on an unbounded one, both as the planner's simulator plays
     them by ``rules`` (the engine's that ran the batch); at least 1.0 (a cache cannot speed a batch
-    up: less in a play is the order's noise)."""
+    up: less in a play is the order's noise). No default ``rules``: the library's default engine is
+    V0, the service's V1 (``SERVICE_ENGINE``), and V0's rules taken for V1's were the 0.78x misread."""
     slots = max(1, min(round(max(_concurrency(r) for r in batch)), worker.max_num_seqs))
     capacity = worker_cost(worker, model).kv_capacity_tokens
     longest = max(r.prompt_tokens + r.output_tokens for r in batch)

@@ -167,5 +167,5 @@ def test_a_report_larger_than_the_profiles_cache_is_learned_without_the_caches_c
         concurrency=4.0,
     )
     with caplog.at_level(logging.WARNING, logger="service.speeds"):
-        assert kv_slowdown(worker, model_preset("7b"), [report, report]) == 1.0
+        assert kv_slowdown(worker, model_preset("7b"), [report, report], engine_rules("vllm-v1")) == 1.0
     assert "worker w0: a report of 1400 tokens exceeds its KV capacity 1000" in caplog.text
