@@ -2,7 +2,9 @@
 rollback"): a reaper of the last release point (6ed67cb, its Lua loaded from git beside this
 release's) requeues an item by its own rule, a claim of this release pops it by this release's, and
 a small-cache thief's steal still never leases one item twice nor splits a group it cannot hold
-whole. The same list state is also built by hand, so the rule is checked where git is absent."""
+whole. The same list state is also built by hand, so the rule is checked where git is absent. And a
+step the release before ``P:meta``'s ``engine`` publishes (its publish.lua beside this one's) stores
+none, which this release's speed learner reads as its own default engine."""
 
 from __future__ import annotations
 
@@ -13,22 +15,24 @@ from pathlib import Path
 import pytest
 import redis
 
-from service.delivery import Delivery, LeaseSettings, PublishedSchedule
+from service.delivery import Delivery, LeaseSettings, PublishedSchedule, PublishOutcome, keys
 from service.delivery.keys import schedule_keys
 from service.delivery.scripts import OPERATIONS, Scripts
-from tests.service.delivery.conftest import item
+from service.speeds.learner import SpeedLearner
+from tests.service.delivery.conftest import item, schedule
 
 OLD_RELEASE = "6ed67cb"  # the last release point before P:gneed
+PRE_ENGINE = "285c6e8"  # the last commit before P:meta's engine: publish.lua took 27 arguments
 SMALL, TTL_MS = 3_000, 1_000
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _old_source(operation: str) -> str | None:
+def _old_source(operation: str, release: str = OLD_RELEASE) -> str | None:
     """An operation's full script as the old release loaded it; None where git or the commit is absent."""
     texts = []
     for name in ("common.lua", "index.lua", f"{operation}.lua"):
         shown = subprocess.run(
-            ["git", "-C", str(REPO), "show", f"{OLD_RELEASE}:service/delivery/lua/{name}"],
+            ["git", "-C", str(REPO), "show", f"{release}:service/delivery/lua/{name}"],
             capture_output=True,
             text=True,
             check=False,
@@ -39,13 +43,14 @@ def _old_source(operation: str) -> str | None:
     return "\n".join(texts)
 
 
-def _old_delivery(client: redis.Redis) -> Delivery:
-    """This release's calls with the old release's scripts (their arguments did not change)."""
+def _old_delivery(client: redis.Redis, release: str = OLD_RELEASE) -> Delivery:
+    """This release's calls with the old release's scripts (their arguments did not change, but for
+    publish's 27th, the engine, which an older publish.lua never reads: it takes its nonce as the last)."""
     scripts = {}
     for op in OPERATIONS:
-        source = _old_source(op)
+        source = _old_source(op, release)
         if source is None:
-            pytest.skip(f"release {OLD_RELEASE} not in this checkout's git history")
+            pytest.skip(f"release {release} not in this checkout's git history")
         scripts[op] = client.register_script(source)
     old = Delivery(client)
     old.scripts = Scripts(**scripts)
@@ -102,3 +107,22 @@ def test_a_steal_passes_a_group_its_index_lists_by_one_member_s_own_need(
     now += 5 * TTL_MS
     assert delivery.steal("s", "small", 4, now_ms=now) == []
     _assert_nothing_moved(delivery, now)
+
+
+def test_a_step_an_older_replica_publishes_stores_no_engine_and_reads_as_the_readers_default(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """Scripts are called by SHA, so an older replica's publish.lua runs beside this release's; it
+    stores no engine, this release's republish of the step is a replay that adds none, and a new
+    replica's learner prices the step by its own ``ROLLOUT_DEFAULT_ENGINE`` (docs/operations.md)."""
+    old = _old_delivery(redis_client, PRE_ENGINE)
+    step = dataclasses.replace(schedule("s", {"w": 2}), engine="vllm-v1")
+    assert old.publish(step, now_ms=1_000_000) == PublishOutcome.CREATED
+    assert delivery.publish(step, now_ms=1_000_500) == PublishOutcome.UNCHANGED  # a replay
+    meta = schedule_keys("s").meta
+    assert redis_client.hget(meta, keys.ENGINE) is None
+    assert redis_client.hget(meta, "nonce") not in (None, "vllm-v1")  # its nonce: the last argument
+    learner = SpeedLearner(redis_client, 0.2, default_engine="vllm-v0")
+    assert learner.planned({"s"}).engines == {"s": "vllm-v0"}
+    delivery.publish(dataclasses.replace(step, schedule_id="t"), now_ms=1_000_000)
+    assert learner.planned({"t"}).engines == {"t": "vllm-v1"}  # this release's publish stores it
