@@ -34,7 +34,8 @@ PIECES = 16  # most pieces ``RunningPeak.covered`` tries before the exact pass d
 OVERRUN_SHARE = 0.25  # a sequence past its prediction is expected to run this share of it again
 # (headline replay, cpsat with stealing, makespan over the bound, trace seeds 1 / 2: counted as
 # ending at its next step 1.262x / 1.283x; a tenth 1.257x / 1.275x; a quarter 1.253x / 1.271x;
-# a half 1.254x / 1.291x; docs/simulator.md)
+# a half 1.254x / 1.291x; docs/experiments.md, Replay, "Projected-peak admission: prediction
+# error")
 
 
 def expected_remaining(planned: int, generated: int) -> int:
