@@ -293,7 +293,8 @@ class Pool:
         A dead worker's pinned group planned last
         kept every item of its queue from idle thieves; a long prompt at the tail kept it from
         every small cache; a hundred pins, or long documents, planned last did so past the old
-        bound of ``STEAL_SCAN`` items (docs/simulator.md).
+        bound of ``STEAL_SCAN`` items (docs/simulator.md, "Pins", "Items a worker cannot hold"; the
+        history: docs/experiments.md, "Stealing past items a thief may never take").
         """
         if self.affinity:
             return self._steal_group(victim, thief)
