@@ -16,8 +16,10 @@ from scheduler.costmodel import worker_cost
 from scheduler.planner import plan
 from scheduler.policies import lowband
 from scheduler.policies.levels import KV_UNIT, LevelPlan, band_capacity
+from scheduler.policies.calibrate import representative
 from scheduler.policies.load import KV_FILL
 from scheduler.policies.lpt import lpt_assignment
+from scheduler.policies.problem import build_problem, worker_kinds
 
 BATCH = bench_request(4_096, 32, seed=0)  # the model puts two Ascends in waves at its lowest band
 _INVENTORY = mixed_inventory(2)
@@ -118,3 +120,34 @@ def test_with_prefix_affinity_the_rounds_keep_the_band_models_counts(monkeypatch
     with clock.frozen():
         plan(request, "cpsat")
     assert spy.tiers[0] == first
+
+
+def test_the_kind_with_most_workers_at_the_lowest_band_gives_up_the_worker() -> None:
+    levels = _levels(((3, 0, 0, 0, 1, 12), (1, 0, 2, 3, 9, 1)))
+    moved = lowband.shifted(levels, (ASCEND, H100), 447.0, 32)
+    assert moved.counts[0][0] == 2  # the first kind has three there, the second one
+    assert moved.counts[1] == levels.counts[1]
+    assert sum(moved.counts[0]) == sum(levels.counts[0])
+
+
+def test_the_worker_moves_above_the_lowest_band_even_where_that_band_serves_its_credit_at_once() -> None:
+    levels = dataclasses.replace(_levels(((0, 0, 0, 0, 4, 12), (2, 0, 2, 3, 9, 0))), makespan_s=50.0)
+    assert _covers(ASCEND, 0, levels)  # a short makespan: the lowest band's credit is small
+    moved = lowband.shifted(levels, (H100, ASCEND), 447.0, 32)
+    assert moved.counts[1][:2] == (1, 1)
+
+
+def test_on_a_planning_problem_the_shift_judges_the_at_once_peak_by_the_batchs_mean_prompt() -> None:
+    problem = build_problem(BATCH)
+    kinds = worker_kinds(problem.costs, problem.active)
+    costs = [representative(problem.costs, members) for members in kinds]
+    assert costs[0] == H100
+    counts = [[0] * len(EDGES) for _ in kinds]
+    counts[0][0], counts[0][-1], counts[1][-1] = 1, len(kinds[0]) - 1, len(kinds[1])  # one H100 lowest
+    levels = dataclasses.replace(_levels(tuple(tuple(row) for row in counts)), makespan_s=300.0)
+    mean = sum(problem.prompts) / len(problem.prompts)
+    moved = lowband.low_shifted(levels, problem, kinds)
+    assert moved == lowband.shifted(levels, costs, mean, len(problem.active))
+    long_prompts = lowband.shifted(levels, costs, 50 * mean, len(problem.active))
+    assert moved.counts[0][:5] == (0, 0, 0, 0, 1)
+    assert long_prompts.counts[0][:5] == (0, 0, 0, 1, 0)  # a longer prompt fills the cache sooner
