@@ -10,10 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler import finish as finish_module
+from scheduler import finish_loops
 from scheduler.admission import RunningPeak
 from scheduler.costmodel import worker_cost
 from scheduler.devices import device_profile, model_preset
 from scheduler.finish import worker_finish
+from scheduler.stepsum import decode_time
 from scheduler.types import Worker
 
 
@@ -102,3 +104,18 @@ def test_decode_runs_led_by_memory_by_compute_or_by_both_in_turn_sum_as_the_cost
         worker_finish(cost, prompts, steps, reserve)
         == finish_module._WorkerRun(cost, prompts, steps, reserve).run()
     )
+
+
+def test_a_decode_run_whose_lead_changes_midway_sums_as_the_cost_model_does() -> None:
+    # the third case of the inline sum, which the property above may not draw: a run that starts
+    # led by the weight read (the compute per sequence just under it) and ends led by the KV read
+    worker = Worker("w", device_profile("H100"), max_num_seqs=8, kv_capacity_tokens=4_000)
+    base = worker_cost(worker, model_preset("7b"))
+    cost = dataclasses.replace(base, mem_base_s=base.mem_base_s * 0.01, flops_per_token_s=0.0)
+    prompts, steps = [200] * 12, [100 * (k + 1) for k in range(12)]
+    for reserve in (False, True):
+        with mock.patch.object(finish_loops, "decode_time", wraps=decode_time) as summed:
+            assert worker_finish(cost, prompts, steps, reserve) == (
+                finish_module._WorkerRun(cost, prompts, steps, reserve).run()
+            )
+        assert summed.call_count == 1  # the case is reached, once, in either loop
