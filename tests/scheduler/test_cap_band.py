@@ -110,3 +110,19 @@ def test_a_shift_moves_the_cap_kinds_lowest_band_workers_first_a_tenth_of_its_ca
 def test_a_shift_with_no_worker_left_below_the_cap_band_changes_nothing() -> None:
     levels = LevelPlan(edges=(10, 20), counts=((0, 3), (2, 0)), makespan_s=1.0, status="OPTIMAL")
     assert capband.cap_shifted(levels, 1) == levels
+
+
+def test_rounds_after_the_first_set_aside_the_units_that_would_pass_the_previous_rounds_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    caps: list[float | None] = []
+
+    def placed(*args: Any, **kwargs: Any) -> list[list[int]]:
+        caps.append(kwargs.get("cap_s"))
+        return lpt_assignment(*args, **kwargs)
+
+    monkeypatch.setattr(bandround_module, "lpt_assignment", placed)
+    with clock.frozen():
+        plan(bench_request(4_096, 32, seed=0), "cpsat")
+    assert len(caps) >= 2 and caps[0] is None  # the first round places within the bands alone
+    assert all(cap is not None and cap > 0 for cap in caps[1:])  # then the calibrated cap (cpsat.DEFER)
