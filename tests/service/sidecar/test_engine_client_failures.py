@@ -141,6 +141,18 @@ def test_an_engine_side_refusal_gets_the_item_back_without_charge(status: int, b
     assert error.engine_down
 
 
+@pytest.mark.parametrize(("status", "dropped"), [(500, True), (502, False), (503, False), (504, False)])
+def test_a_bare_500_is_a_request_lost_as_a_dying_engine_loses_it_and_a_gateways_502_to_504_not(
+    status: int, dropped: bool
+) -> None:
+    # vLLM's dead engine core answers the requests it held with a bare 500: the runner marks an
+    # item whose try was lost so as one its engine may have died running; a gateway's or a pausing
+    # engine's 502-504 is no sign of that
+    error = _answered(status, b"")
+    assert error.suspect
+    assert error.dropped is dropped
+
+
 def test_a_configured_model_the_engine_does_not_serve_is_not_ready() -> None:
     transport = httpx.MockTransport(lambda request: vllm_models(request) or httpx.Response(500))
     http = httpx.AsyncClient(transport=transport, base_url="http://engine")
