@@ -33,3 +33,10 @@ def test_items_of_equal_length_keep_their_index_order_within_their_queue() -> No
     ties = np.array([4, 3, 2, 1, 0], dtype=np.int64)
     # queue 0: 9 (item 3) then 3 (item 1); queue 1: 8 (item 4), then the two 7s by tie: 2 before 4
     assert longest_first_layout(queue, steps, ties, 5).tolist() == [3, 1, 4, 2, 0]
+
+
+def test_no_items_lay_out_to_an_empty_permutation_that_indexes_as_the_lexsorts_does() -> None:
+    empty = np.zeros(0, dtype=np.int64)
+    layout = longest_first_layout(empty, empty, empty, 0)
+    assert layout.dtype == np.lexsort((empty, -empty, empty)).dtype
+    assert empty[layout].tolist() == []  # a float array of no items is no index
