@@ -141,3 +141,16 @@ def test_a_jsonl_first_line_with_a_required_key_null_is_a_missing_value_not_a_mi
     path.write_text(json.dumps(cells) + "\n")
     with pytest.raises(TraceFormatError, match=r"step=None: required value is missing$"):
         read_trace(path)
+
+
+def test_a_wide_header_of_other_names_is_listed_by_its_first_twelve_columns_and_a_count_of_the_rest(
+    tmp_path: Path,
+) -> None:
+    # a dump of twenty framework columns: one line to pick from, not the whole header
+    names = [f"col{i}" for i in range(20)]
+    path = tmp_path / "wide.csv"
+    path.write_text(",".join(names) + "\n" + ",".join("0" for _ in names) + "\n")
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path)
+    shown = ", ".join(repr(name) for name in names[:12])
+    assert str(info.value).endswith(f"the columns it has: {shown} and 8 more")
