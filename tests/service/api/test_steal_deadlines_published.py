@@ -33,3 +33,24 @@ def test_every_published_item_carries_its_planned_start_and_end_on_its_worker(
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def test_the_published_deadlines_are_played_by_the_rules_of_the_engine_the_request_names(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    # two prompts that fill 99.6% of the worker's cache: vLLM V1 admits the second beside the first,
+    # V0's block manager keeps 1% free, so there it starts when the first ends
+    items = [
+        {"prompt_id": f"p{i}", "prompt_tokens": tokens, "n": 1, "max_new_tokens": 16, "prompt": f"q{i}"}
+        for i, tokens in enumerate((5_000, 4_960))
+    ]
+    worker = {"worker_id": "w0", "device": "H100", "max_num_seqs": 8, "kv_capacity_tokens": 10_000}
+    body = {"batch": {"items": items}, "inventory": {"workers": [worker]}, "policy": "lpt"}
+    delivery = Delivery(redis_client)
+    starts = {}
+    for engine in ("vllm-v1", "vllm-v0"):
+        sid = client.post("/schedule", json=body | {"engine": engine}).json()["schedule_id"]
+        claimed = [lease.item for lease in delivery.claim(sid, "w0", max_items=10)]
+        starts[engine] = sorted(it.planned_start_ms or 0 for it in claimed)
+    assert starts["vllm-v1"] == [0, 0]
+    assert starts["vllm-v0"][0] == 0 < starts["vllm-v0"][1]
