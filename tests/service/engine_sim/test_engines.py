@@ -113,6 +113,29 @@ def test_under_vllm_v0_admission_keeps_the_one_percent_watermark_free_and_under_
     assert asyncio.run(waiting("vllm-v1")) == 0
 
 
+@pytest.mark.parametrize(("prompt", "left"), [(9_898, 0), (9_899, 1)])
+def test_under_vllm_v1_a_prompt_that_fills_the_cache_to_its_last_token_with_the_next_step_is_admitted(
+    prompt: int, left: int
+) -> None:
+    """Beside a running 100-token sequence (101 with its next step), 9,898 tokens and their next step
+    fill the 10,000-token cache exactly: admitted; one token more waits."""
+    cost = sim_cost(kv_capacity_tokens=10_000, time_scale=1.0)  # the first chunk lasts seconds: no race
+
+    async def waiting() -> int:
+        sim = SimulatedEngine(cost, rules=engine_rules("vllm-v1"))
+        tasks = [asyncio.create_task(sim.generate(100, 5_000)), asyncio.create_task(sim.generate(prompt, 10))]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        queued = sim.stats().waiting
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await sim.close()
+        return queued
+
+    assert asyncio.run(waiting()) == left
+
+
 def test_an_engine_alone_admits_its_head_even_where_the_watermark_would_refuse_it() -> None:
     """vLLM V0 would refuse such a sequence; the simulator admits an empty worker's head, and so
     does engine-sim, whose ``generate`` refused whatever the whole cache cannot hold."""
