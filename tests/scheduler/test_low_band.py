@@ -15,8 +15,8 @@ from scheduler.benchgen import bench_request, mixed_inventory
 from scheduler.costmodel import worker_cost
 from scheduler.planner import plan
 from scheduler.policies import lowband
-from scheduler.policies.levels import KV_UNIT, LevelPlan, band_capacity
 from scheduler.policies.calibrate import representative
+from scheduler.policies.levels import KV_UNIT, LevelPlan, band_capacity
 from scheduler.policies.load import KV_FILL
 from scheduler.policies.lpt import lpt_assignment
 from scheduler.policies.problem import build_problem, worker_kinds
