@@ -97,6 +97,13 @@ def test_the_logprobs_asked_for_come_back_one_per_generated_token_in_vllm_s_shap
     assert "logprobs" not in _post("/v1/chat/completions", plain).json()["choices"][0]
 
 
+def test_a_chat_asking_for_logprobs_without_top_logprobs_gets_no_alternatives() -> None:
+    """As vLLM: ``top_logprobs`` unset (0) lists each sampled token's log-probability and no others."""
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9, "logprobs": True}
+    content = _post("/v1/chat/completions", {**chat, "rollout": {"output_tokens": 3}}).json()["choices"][0]
+    assert [e["top_logprobs"] for e in content["logprobs"]["content"]] == [[]] * 3
+
+
 def test_models_and_health_describe_a_simulated_engine() -> None:
     models = asyncio.run(_call("GET", "/v1/models")).json()
     assert models["data"][0]["id"] == "sim-7b"
