@@ -14,6 +14,9 @@ the groups' capacity as round 1 realised it: medians 1.0270-1.0862 at 4,096 x 32
 up to the first band whose at-once capacity covers the model's credit there realised a better plan
 on every bench batch of 4,096 x 32 (median 1.0229) and no worse on any of 16,384 x 128
 (docs/experiments.md, Solver, 2026-12-05 "solverband").
+
+The same counts keep the fastest kind out of the others' bands (``above_others``): a fast worker at
+a slower kind's top band takes the short units past its slots (docs/solver.md, step 3).
 """
 
 from __future__ import annotations
@@ -44,10 +47,34 @@ def at_once_kv(cost: WorkerCost, steps: int, prompt_tokens: float) -> float:
 
 def low_shifted(levels: LevelPlan, problem: Problem, kinds: Sequence[Sequence[int]]) -> LevelPlan:
     """``shifted`` for ``problem``'s pool (``kinds``: each kind's members, in the counts' order, each
-    kind standing as the band model saw it) and its batch's mean prompt."""
+    kind standing as the band model saw it) and its batch's mean prompt, then ``above_others``."""
     costs = [representative(problem.costs, members) for members in kinds]
     prompt_tokens = sum(problem.prompts) / max(1, len(problem.prompts))
-    return shifted(levels, costs, prompt_tokens, sum(len(members) for members in kinds))
+    return above_others(shifted(levels, costs, prompt_tokens, sum(len(members) for members in kinds)))
+
+
+def above_others(levels: LevelPlan) -> LevelPlan:
+    """``levels`` with every worker of the kind that holds the top band, where it sits at or below the
+    top band another kind occupies, moved up to its own kind's lowest band above that one.
+
+    Why: such a worker is the fast one among slower workers of its band, so each unit costs it the
+    least there, and list scheduling hands it the short units until it passes its slots and runs its
+    long ones in waves (16,384 x 128 seed 3: an H100 at the Ascends' top band, 16,384 steps, took 316
+    units on 256 slots and played 1.06x its estimate, the round at 1.09x the bound). Unchanged where
+    the kinds' bands do not meet, or the kind has no band above them."""
+    occupied = [[j for j, n in enumerate(row) if n] for row in levels.counts]
+    top = max(range(len(occupied)), key=lambda k: max(occupied[k], default=-1))
+    ceiling = max((max(bands) for k, bands in enumerate(occupied) if k != top and bands), default=None)
+    to = next((j for j in occupied[top] if ceiling is not None and j > ceiling), None)
+    if to is None:
+        return levels
+    row = list(levels.counts[top])
+    for j in occupied[top]:
+        if j < to:
+            row[to] += row[j]
+            row[j] = 0
+    counts = tuple(tuple(row) if k == top else r for k, r in enumerate(levels.counts))
+    return dataclasses.replace(levels, counts=counts)
 
 
 def shifted(levels: LevelPlan, kinds: Sequence[WorkerCost], prompt_tokens: float, workers: int) -> LevelPlan:
