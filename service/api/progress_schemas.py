@@ -50,8 +50,9 @@ class DeadLetterEntry(BaseModel):
 
 
 class ProgressResponse(Counts):
-    """``GET /schedule/{id}``: overall counts, the same per worker, and dead-lettered items; and, to
-    tell a late step from one on plan, how long it has run against what its plan predicted."""
+    """``GET /schedule/{id}``: overall counts, the same per worker, and dead-lettered items; to tell
+    a late step from one on plan, how long it has run against what its plan predicted; and the rules
+    it was planned by (its engine and admission), to tell a step planned for another engine apart."""
 
     schedule_id: str
     workers: dict[str, WorkerCounts]
@@ -62,6 +63,12 @@ class ProgressResponse(Counts):
     elapsed_s: float | None = None  # lease clock now minus published_at_ms (counts on after it ends)
     # the plan's predicted makespan, seconds after publication; None: published by an older release
     predicted_makespan_s: float | None = None
+    # the engine whose rules the plan was made for (the request's, else the service's default then);
+    # None: published by a release that did not store it, so unknown
+    engine: str | None = None
+    # the sidecars admit by KV reserved at predicted lengths (the request's ``kv_admission``); None
+    # only where a client reads a service from before it was answered
+    kv_admission: bool | None = None
 
 
 class CancelResponse(BaseModel):

@@ -134,6 +134,8 @@ def schedule_progress(schedule_id: Annotated[ScheduleId, Path()], request: Reque
         published_at_ms=progress.published_ms,
         elapsed_s=progress.elapsed_s,
         predicted_makespan_s=progress.predicted_makespan_s,
+        engine=progress.engine,
+        kv_admission=progress.kv_admission,
         workers=workers,
         dead_letter=[d.key for d in progress.dead_letters],
         dead_letters=[

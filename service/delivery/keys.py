@@ -139,7 +139,8 @@ DRAINED = "drained"
 # Field of ``P:meta`` that ``lua/publish.lua`` writes: the engine whose rules the plan was made for
 # (``scheduler.sim_rules``; the request's ``engine``, else the service's ``default_engine``). Read by
 # the speed learner of any replica, which prices a KV-starved batch by the rules the engine played it
-# by. Absent on schedules an older release published: the reader's default engine is assumed.
+# by, and by progress (``GET /schedule/{id}``'s ``engine``). Absent on schedules an older release
+# published: the learner assumes its default engine; progress answers None.
 ENGINE = "engine"
 
 

@@ -114,6 +114,9 @@ class Progress:
     # did not store it (or the plan did not know)
     predicted_makespan_s: float | None = None
     planned_finish_s: Mapping[str, float] = field(default_factory=dict)
+    # the engine whose rules the plan was made for (``keys.ENGINE``); None: published by a release
+    # that did not store it, whose plan's engine is unknown here (no default is assumed for it)
+    engine: str | None = None
 
     @property
     def finished(self) -> bool:

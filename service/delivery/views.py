@@ -39,6 +39,7 @@ _META_FIELDS = [
     keyspace.PUBLISHED_AT,
     keyspace.PREDICTED_MAKESPAN,
     keyspace.PLANNED_FINISH,
+    keyspace.ENGINE,
 ]
 
 
@@ -183,6 +184,7 @@ class DeliveryViews:
             now_ms=now_ms if now_ms is not None or published is None else int(clock[0]),
             predicted_makespan_s=seconds_or_none(meta[4]),
             planned_finish_s=planned_finishes(meta[5]),
+            engine=None if meta[6] is None else text(meta[6]),
         )
 
     def read_results(
