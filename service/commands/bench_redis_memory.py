@@ -217,6 +217,7 @@ def _schedule(n: int, workers: int, prompt_chars: int, seed: int) -> Any:
     from scheduler.planner import plan
     from scheduler.types import PlanRequest, Trajectory
     from service.delivery.publisher import schedule_from_plan
+    from service.engines import SERVICE_ENGINE
 
     rng = random.Random(seed)
     trajectories = [
@@ -230,9 +231,13 @@ def _schedule(n: int, workers: int, prompt_chars: int, seed: int) -> Any:
         for i in range(n)
     ]
     inventory = mixed_inventory(workers)
-    planned = plan(PlanRequest(tuple(trajectories), inventory, seed=seed), "lpt")
+    # the engine a request naming none is planned for, ROLLOUT_DEFAULT_ENGINE unset
+    planned = plan(PlanRequest(tuple(trajectories), inventory, seed=seed, engine=SERVICE_ENGINE), "lpt")
     payloads = {t.prompt_id: {"prompt": _text(t.prompt_id, prompt_chars)} for t in trajectories}
-    return schedule_from_plan(uuid.uuid4().hex, planned, trajectories, payloads, inventory=inventory)
+    sid = uuid.uuid4().hex
+    return schedule_from_plan(
+        sid, planned, trajectories, payloads, inventory=inventory, engine=SERVICE_ENGINE
+    )
 
 
 def _text(prompt: str, chars: int) -> str:

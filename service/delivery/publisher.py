@@ -14,7 +14,7 @@ from typing import Any
 from scheduler.costmodel import worker_cost
 from scheduler.deadlines import PlannedTime, planned_times
 from scheduler.errors import InvalidInputError
-from scheduler.sim_rules import DEFAULT_ENGINE, engine_rules
+from scheduler.sim_rules import engine_rules
 from scheduler.types import Inventory, Plan, Trajectory
 from service.delivery.outcomes import PublishOutcome
 from service.delivery.protocol import Delivery
@@ -61,7 +61,8 @@ def schedule_from_plan(
     prefix_affinity: bool = False,
     inventory: Inventory | None = None,
     drained: Collection[str] = frozenset(),
-    engine: str = DEFAULT_ENGINE,
+    *,
+    engine: str,
 ) -> PublishedSchedule:
     """Build the schedule to publish; ``payloads`` maps a prompt id to its JSON payload.
 
@@ -80,7 +81,10 @@ def schedule_from_plan(
     no claim from the shared FIFO, steal or failed item's retry hands them anything either (the
     simulator's excluded workers), nor are they announced the schedule.
     ``engine`` (the request's, ``scheduler.sim_rules``): the rules the deadlines are played by, as the
-    simulator plays its steal deadlines by its engine's (``simulator._steal_deadlines``).
+    simulator plays its steal deadlines by its engine's (``simulator._steal_deadlines``), and the engine
+    stored as the one the step was planned for. Required, with no default: the library's (``vllm-v0``)
+    is not the service's (``service.engines.SERVICE_ENGINE``), and a caller that left it out published
+    V0's deadlines and a step the speed learner priced by V0's rules.
     Raises ``InvalidInputError`` when the plan names a trajectory it was not given.
     """
     trajectories = list(trajectories)
@@ -239,7 +243,8 @@ def publish_plan(
     drained: Collection[str] = frozenset(),
     digest: str = "",
     answer: str = "",
-    engine: str = DEFAULT_ENGINE,
+    *,
+    engine: str,
 ) -> PublishOutcome:
     """Publish a plan for its workers to pull (atomic, idempotent per ``schedule_id``).
 
@@ -247,9 +252,9 @@ def publish_plan(
     each group on one worker. ``inventory`` (the plan's) gives each item its steal deadline.
     ``drained`` (the request's ``excluded_workers``): workers that take nothing of it.
     ``digest`` and ``answer``: the request's, stored with the schedule (``Delivery.publish``).
-    ``engine``: the request's, whose rules play the steal deadlines.
+    ``engine``: the request's, whose rules play the steal deadlines (required: ``schedule_from_plan``).
     """
     schedule = schedule_from_plan(
-        schedule_id, plan, trajectories, payloads, lease, prefix_affinity, inventory, drained, engine
+        schedule_id, plan, trajectories, payloads, lease, prefix_affinity, inventory, drained, engine=engine
     )
     return delivery.publish(schedule, digest=digest, answer=answer)

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from service.commands.bench_redis_memory import PREFIX, SAMPLES, _answer, _measure, _schedule
 from service.delivery import Delivery
+from service.engines import SERVICE_ENGINE
 from service.pipeline.republish import decode_answer
 
 
@@ -107,3 +108,9 @@ def test_the_published_bytes_count_the_index_keys_the_publish_makes_outside_its_
     assert result.index_bytes > 0
     assert result.published_bytes > result.index_bytes
     assert redis_client.keys(f"{PREFIX}:*") == []
+
+
+def test_the_schedule_measured_is_built_for_the_engine_the_service_plans_for_by_default() -> None:
+    """As the service builds what it publishes: a request naming no engine is planned for
+    ``SERVICE_ENGINE`` (``ROLLOUT_DEFAULT_ENGINE`` unset), whose rules play the steal deadlines."""
+    assert _schedule(64, 2, 400, seed=1).engine == SERVICE_ENGINE

@@ -20,6 +20,7 @@ import redis
 from scheduler.devices import device_profile, model_preset
 from scheduler.errors import InvalidInputError
 from scheduler.planner import plan
+from scheduler.sim_rules import DEFAULT_ENGINE  # the rules a plain SimOptions plays by
 from scheduler.simulator import SimOptions, simulate
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 from service.delivery import Delivery, DeliveryItem, Lease, PublishedSchedule, TrajectoryResult
@@ -200,7 +201,7 @@ def test_delivery_hands_out_a_shared_queue_plan_as_the_simulator_plays_it(
         starts = sorted(sim.items, key=lambda r: (r.start_s, index[r.worker_id]))
         order = [(r.worker_id, r.key, round(r.start_s * 1000)) for r in starts]
         sid = f"affinity-{affinity}"
-        publish_plan(delivery, sid, shared_plan, trajs, prefix_affinity=affinity)
+        publish_plan(delivery, sid, shared_plan, trajs, prefix_affinity=affinity, engine=DEFAULT_ENGINE)
         delivery_keys = _replay_in_delivery(delivery, sid, order)
         assert delivery_keys == [key for _, key, _ in order]
         workers_of: dict[str, set[str]] = defaultdict(set)

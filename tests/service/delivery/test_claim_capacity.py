@@ -14,6 +14,7 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.errors import InvalidInputError
 from scheduler.planner import plan
 from scheduler.sim_pool import STEAL_SCAN
+from scheduler.sim_rules import DEFAULT_ENGINE  # the rules a plain SimOptions plays by
 from scheduler.simulator import SimOptions, simulate
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 from service.delivery import (
@@ -251,7 +252,9 @@ def test_delivery_hands_out_a_shared_queue_plan_on_unequal_caches_as_the_simulat
         events.update({(r.worker_id, _ms(r.start_s)): r.key for r in sim.items})
         sid = f"caches-{affinity}"
         lease = LeaseSettings(lease_ttl_ms=10**9)  # no heartbeats in a replay: no lease may lapse
-        publish_plan(delivery, sid, shared_plan, trajs, None, lease, affinity, inventory)
+        publish_plan(
+            delivery, sid, shared_plan, trajs, None, lease, affinity, inventory, engine=DEFAULT_ENGINE
+        )
         assert _replay(delivery, sid, events) == events
         by_key = {r.key: r.worker_id for r in sim.items}
         assert all(by_key[t.key] != "w0" for t in trajs if t.max_new_tokens > SMALL)

@@ -13,6 +13,7 @@ from scheduler.types import Plan, Trajectory, WorkerPlan
 from service.delivery import Delivery, PublishOutcome
 from service.delivery.publisher import publish_plan, schedule_from_plan
 from service.delivery.wire import publish_args
+from service.engines import SERVICE_ENGINE
 from tests.service.delivery.conftest import schedule
 
 TRAJ = tuple(Trajectory(f"p{i}", 0, 40, 4096, 100.0) for i in range(3))
@@ -24,7 +25,7 @@ def _plan(finishes: tuple[float, float] = (9.0, 8.5), makespan: float = 9.0) -> 
 
 
 def test_progress_reads_the_publish_time_the_plans_times_and_the_time_elapsed(delivery: Delivery) -> None:
-    assert publish_plan(delivery, "s", _plan(), TRAJ) is PublishOutcome.CREATED
+    assert publish_plan(delivery, "s", _plan(), TRAJ, engine=SERVICE_ENGINE) is PublishOutcome.CREATED
     published = delivery.info("s").published_ms
     progress = delivery.progress("s", now_ms=published + 2_500)
     assert (progress.published_ms, progress.elapsed_s) == (published, 2.5)
@@ -55,7 +56,7 @@ def test_predicted_times_leave_the_fingerprint_as_earlier_releases_stored_it() -
 
 
 def test_a_replay_of_the_plan_without_its_times_is_the_same_schedule(delivery: Delivery) -> None:
-    timed = schedule_from_plan("s", _plan(), TRAJ)
+    timed = schedule_from_plan("s", _plan(), TRAJ, engine=SERVICE_ENGINE)
     assert delivery.publish(timed) is PublishOutcome.CREATED
     older = dataclasses.replace(timed, predicted_makespan_s=None, planned_finish_s={})
     assert delivery.publish(older) is PublishOutcome.UNCHANGED
@@ -82,7 +83,7 @@ def test_predicted_times_that_are_not_seconds_of_a_published_worker_are_refused_
 
 
 def test_a_makespan_that_is_not_finite_is_left_out_rather_than_refusing_the_publish() -> None:
-    published = schedule_from_plan("s", _plan(makespan=float("inf")), TRAJ)
+    published = schedule_from_plan("s", _plan(makespan=float("inf")), TRAJ, engine=SERVICE_ENGINE)
     assert published.predicted_makespan_s is None
     assert dict(published.planned_finish_s) == {"a": 9.0, "b": 8.5}
     published.validate()

@@ -23,6 +23,7 @@ from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 from service.delivery.protocol import Delivery
 from service.delivery.publisher import publish_plan
 from service.delivery.records import LeaseSettings
+from service.engines import SERVICE_ENGINE
 from tests.service.sidecar.procs import cluster, tally, wait_finished, wait_until, warm_up
 
 pytestmark = pytest.mark.slow
@@ -62,7 +63,15 @@ def test_eight_sidecars_with_one_killed_complete_every_trajectory_exactly_once(
         sidecars = {w: procs.sidecar(w, urls[w], redis_url, "--max-num-seqs", str(SLOTS)) for w in DEVICES}
         warm_up(delivery, list(DEVICES), tag="e2e")
         payloads = {f"p{p}": {"prompt": f"Solve problem {p}."} for p in range(PROMPTS)}
-        publish_plan(delivery, "e2e", planned, trajectories, payloads, LeaseSettings(lease_ttl_ms=1000))
+        publish_plan(
+            delivery,
+            "e2e",
+            planned,
+            trajectories,
+            payloads,
+            LeaseSettings(lease_ttl_ms=1000),
+            engine=SERVICE_ENGINE,
+        )
         victim = max(planned.workers, key=lambda w: w.predicted_finish_s).worker_id
 
         def mid_run() -> bool:
