@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from service.engines import SERVICE_ENGINE  # no imports of its own: the CLI starts without pydantic
+
 if TYPE_CHECKING:  # the settings module loads pydantic: kept off the CLI's start-up path
     from service.settings import Settings
 
@@ -53,6 +55,13 @@ def serve(
     default_policy: Annotated[
         str | None, typer.Option(help="Policy when a request names none (env ROLLOUT_DEFAULT_POLICY).")
     ] = None,
+    default_engine: Annotated[
+        str | None,
+        typer.Option(
+            help="Engine the workers run, when a request names none: vllm-v1 or vllm-v0 "
+            f"(env ROLLOUT_DEFAULT_ENGINE, default {SERVICE_ENGINE})."
+        ),
+    ] = None,
     max_body_bytes: Annotated[
         int | None, typer.Option(help="Request body limit (env ROLLOUT_MAX_BODY_BYTES).")
     ] = None,
@@ -72,6 +81,7 @@ def serve(
         "redis_cluster": redis_cluster,
         "model_dir": model_dir,
         "default_policy": default_policy,
+        "default_engine": default_engine,
         "max_body_bytes": max_body_bytes,
         "max_trajectories": max_trajectories,
         "retrain_every_steps": retrain_every_steps,

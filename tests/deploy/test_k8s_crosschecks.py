@@ -228,3 +228,15 @@ def test_a_service_replica_plans_once_per_core_it_requests() -> None:
     service = containers_of(deployment)["service"]
     plans = int(find_one("ConfigMap", "rollout-scheduler")["data"]["ROLLOUT_MAX_CONCURRENT_PLANS"])
     assert float(service["resources"]["requests"]["cpu"]) == plans
+
+
+def test_the_configmap_plans_a_request_naming_no_engine_for_the_engine_the_worker_pods_run() -> None:
+    """Every worker pod runs vLLM 0.11 or later, where V1 is the only engine (an evicted sequence
+    keeps its output), so ``vllm-v1``. Listed, not left to the default: an operator who swaps in a
+    V0-like engine finds the setting beside the others the service plans by."""
+    for statefulset, engine in WORKERS:
+        image = containers_of(find_one("StatefulSet", statefulset))[engine]["image"]
+        tag = re.search(r":v(\d+)\.(\d+)\.", image)
+        assert tag, image
+        assert (int(tag.group(1)), int(tag.group(2))) >= (0, 11), image
+    assert find_one("ConfigMap", "rollout-scheduler")["data"].get("ROLLOUT_DEFAULT_ENGINE") == "vllm-v1"

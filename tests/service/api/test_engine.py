@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 import redis
+import typer
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
+from typer.testing import CliRunner
 
 from predictors.synthetic import synthetic_trace
 from scheduler.devices import device_profile, model_preset
@@ -18,9 +20,11 @@ from scheduler.planner import plan
 from scheduler.sim_rules import ENGINES
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker
 from service.api.schemas import ScheduleRequest
+from service.commands import serve as serve_command
 from service.engines import SERVICE_ENGINE
 from service.pipeline import stages
 from service.pipeline.served import StageClock
+from service.ports import free_port
 from service.replay.harness import ReplayConfig, replay
 from service.settings import Settings, invalid_setting
 from tests.service.api.badinput import redis_snapshot
@@ -64,6 +68,20 @@ def test_the_default_engine_setting_is_read_from_rollout_default_engine(
 ) -> None:
     monkeypatch.setenv("ROLLOUT_DEFAULT_ENGINE", "vllm-v0")
     assert Settings(redis_url=None).default_engine == "vllm-v0"
+
+
+def test_serve_takes_the_default_engine_as_a_flag_over_the_variable(
+    cli: typer.Typer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``--default-policy``: a flag for the one-off run (an engine-sim fleet started with
+    ``--engine vllm-v0`` beside it), the variable for a deployment."""
+    monkeypatch.setenv("ROLLOUT_DEFAULT_ENGINE", "vllm-v1")
+    served: list[Settings] = []
+    monkeypatch.setattr(serve_command, "run", served.append)
+    flags = ["--port", str(free_port()), "--default-engine", "vllm-v0"]
+    result = CliRunner().invoke(cli, ["serve", *flags])
+    assert result.exit_code == 0, result.output
+    assert [s.default_engine for s in served] == ["vllm-v0"]
 
 
 def test_an_unknown_default_engine_is_refused_at_start_naming_the_setting_the_value_and_the_engines() -> None:

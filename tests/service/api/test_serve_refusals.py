@@ -129,6 +129,11 @@ def test_a_model_dir_that_cannot_hold_a_store_is_named_once_with_why(
             "invalid setting ROLLOUT_DEFAULT_POLICY='bogus': unknown policy",
         ),
         ({}, ("--default-policy", "bogus"), "invalid setting --default-policy='bogus': unknown policy"),
+        (
+            {"ROLLOUT_DEFAULT_ENGINE": "vllm-v0"},
+            ("--default-engine", "vllm-v2"),
+            "invalid setting --default-engine='vllm-v2': engine 'vllm-v2' unknown",
+        ),
         # the flag's value is the one refused, over a variable that serve would have taken
         ({"ROLLOUT_PORT": "8001"}, ("--port", "99999"), "invalid setting --port=99999: Input should be less"),
         # the variable the environment holds, not the setting's usual name: both are read
