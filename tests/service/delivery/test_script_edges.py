@@ -55,3 +55,13 @@ def test_every_key_of_a_schedule_with_pins_still_expires_after_a_lapsed_lease_co
     assert lives
     assert [key for key, ttl in lives.items() if ttl < 0] == []
     assert [le.key for le in delivery.steal("s", "b", 2, now_ms=1_001)] == ["a-1#0"]
+
+
+def test_a_group_of_more_than_a_thousand_samples_binds_whole_to_the_worker_claiming_its_first(
+    delivery: Delivery,
+) -> None:
+    fifo = (*(item(f"p#{i}") for i in range(1_003)), item("q#0"))
+    delivery.publish(PublishedSchedule("s", {"a": (), "b": ()}, shared=fifo, prefix_affinity=True))
+    assert [le.key for le in delivery.claim("s", "a", 1)] == ["p#0"]
+    assert delivery.progress("s").workers["a"].queued == 1_002  # the rest of p, read past one chunk
+    assert [le.key for le in delivery.claim("s", "b", 5)] == ["q#0"]
