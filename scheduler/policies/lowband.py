@@ -54,27 +54,35 @@ def low_shifted(levels: LevelPlan, problem: Problem, kinds: Sequence[Sequence[in
 
 
 def above_others(levels: LevelPlan) -> LevelPlan:
-    """``levels`` with every worker of the kind that holds the top band, where it sits at or below the
-    top band another kind occupies, moved up to its own kind's lowest band above that one.
+    """``levels`` with every worker of the kind that holds the top band, where it sits at or below a
+    band in which the other kinds outnumber it, moved up to its own kind's lowest band above all of
+    theirs.
 
     Why: such a worker is the fast one among slower workers of its band, so each unit costs it the
     least there, and list scheduling hands it the short units until it passes its slots and runs its
-    long ones in waves (16,384 x 128 seed 3: an H100 at the Ascends' top band, 16,384 steps, took 316
-    units on 256 slots and played 1.06x its estimate, the round at 1.09x the bound). Unchanged where
-    the kinds' bands do not meet, or the kind has no band above them."""
-    occupied = [[j for j, n in enumerate(row) if n] for row in levels.counts]
-    top = max(range(len(occupied)), key=lambda k: max(occupied[k], default=-1))
-    ceiling = max((max(bands) for k, bands in enumerate(occupied) if k != top and bands), default=None)
-    to = next((j for j in occupied[top] if ceiling is not None and j > ceiling), None)
-    if to is None:
-        return levels
+    long ones in waves (16,384 x 128 seed 3: an H100 among 11 Ascends at their top band, 16,384
+    steps, took 316 units on 256 slots and played 1.06x its estimate, the round at 1.09x the bound).
+    A band where the others are no more than it (a lone Ascend above its kind's other bands, or one
+    beside an H100) is not that, and moving the H100s at or below it hurt: 4,096 x 32 seed 13 (four
+    H100s under one Ascend) 1.0281 -> 1.0346, seed 10 1.0258 -> 1.0277 (docs/experiments.md, Solver,
+    2026-12-05 "solver16k2"). Unchanged where no such band holds or lies above one of its workers,
+    or the kind has no band above the others'."""
+    top = max(range(len(levels.counts)), key=lambda k: max(_occupied(levels.counts[k]), default=-1))
     row = list(levels.counts[top])
-    for j in occupied[top]:
-        if j < to:
-            row[to] += row[j]
-            row[j] = 0
+    others = [sum(column) - row[j] for j, column in enumerate(zip(*levels.counts, strict=True))]
+    among = max((j for j, n in enumerate(others) if n > row[j]), default=-1)  # the highest such band
+    to = next((j for j in _occupied(row) if j > max(_occupied(others), default=len(row))), None)
+    if to is None or not any(row[: among + 1]):
+        return levels
+    row[to] += sum(row[: among + 1])
+    row[: among + 1] = [0] * (among + 1)
     counts = tuple(tuple(row) if k == top else r for k, r in enumerate(levels.counts))
     return dataclasses.replace(levels, counts=counts)
+
+
+def _occupied(row: Sequence[int]) -> list[int]:
+    """The bands ``row`` has a worker in, lowest first."""
+    return [j for j, n in enumerate(row) if n]
 
 
 def shifted(levels: LevelPlan, kinds: Sequence[WorkerCost], prompt_tokens: float, workers: int) -> LevelPlan:

@@ -1,6 +1,7 @@
 """cpsat's band rounds keep the kind that holds the top band out of the other kinds' bands: a fast
 worker among slower ones at their top band takes their short units past its slots and runs its long
-ones in waves (docs/solver.md, step 3, "The fastest kind above the others")."""
+ones in waves (docs/solver.md, step 3, "The fastest kind above the others"); where the others are no
+more than it in its band, and none above outnumber it, it is not that worker and stays."""
 
 from __future__ import annotations
 
@@ -27,8 +28,27 @@ def test_the_top_kinds_workers_at_or_below_the_others_top_band_join_its_lowest_b
 
 
 def test_the_kind_holding_the_top_band_moves_wherever_it_is_listed() -> None:
-    levels = _levels(((3, 6, 10, 1, 0, 0, 0), (0, 0, 1, 2, 4, 5, 20)))
-    assert lowband.above_others(levels).counts == ((3, 6, 10, 1, 0, 0, 0), (0, 0, 0, 0, 7, 5, 20))
+    levels = _levels(((3, 6, 10, 1, 0, 0, 0), (0, 0, 1, 0, 4, 5, 20)))
+    assert lowband.above_others(levels).counts == ((3, 6, 10, 1, 0, 0, 0), (0, 0, 0, 0, 5, 5, 20))
+
+
+def test_workers_beside_no_more_of_the_others_than_themselves_stay_where_nothing_above_outnumbers_them() -> (
+    None
+):
+    beside_one = _levels(((0, 0, 0, 1, 0, 5, 26), (3, 6, 10, 1, 0, 0, 0)))  # 4,096 x 32 seed 10's shape
+    under_a_lone_one = _levels(((0, 0, 0, 1, 1, 5, 26), (3, 6, 10, 0, 0, 1, 0)))  # seed 13's shape
+    assert lowband.above_others(beside_one) == beside_one
+    assert lowband.above_others(under_a_lone_one) == under_a_lone_one
+
+
+def test_only_the_workers_at_or_below_the_highest_band_the_others_outnumber_them_in_move() -> None:
+    levels = _levels(((0, 0, 2, 4, 0, 5, 26), (3, 6, 7, 1, 0, 0, 0)))  # 16,384 x 128 seed 11's shape
+    assert lowband.above_others(levels).counts == ((0, 0, 0, 4, 0, 7, 26), (3, 6, 7, 1, 0, 0, 0))
+
+
+def test_a_worker_beside_one_of_the_others_moves_where_they_outnumber_it_above() -> None:
+    levels = _levels(((0, 0, 1, 0, 1, 5, 26), (3, 6, 1, 1, 0, 0, 0)))  # 4,096 x 32 seed 12's shape
+    assert lowband.above_others(levels).counts == ((0, 0, 0, 0, 2, 5, 26), (3, 6, 1, 1, 0, 0, 0))
 
 
 def test_counts_whose_kinds_do_not_meet_are_kept() -> None:
@@ -55,3 +75,16 @@ def test_the_16384_x_128_bench_plan_is_earlier_with_no_h100_among_the_ascends(
         monkeypatch.setattr(lowband, "above_others", lambda levels: levels)
         among = plan(batch, "cpsat")
     assert above.predicted_makespan_s < 0.997 * among.predicted_makespan_s  # 466.2 -> 464.1 s
+
+
+def test_the_4096_x_32_bench_plan_is_no_later_with_h100s_under_a_lone_ascend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    batch = bench_request(
+        4_096, 32, seed=13, time_budget_s=0.25
+    )  # four H100s below one Ascend, none among many
+    with clock.frozen():
+        kept = plan(batch, "cpsat")
+        monkeypatch.setattr(lowband, "above_others", lambda levels: levels)
+        unchanged = plan(batch, "cpsat")
+    assert kept.predicted_makespan_s <= unchanged.predicted_makespan_s  # moving all four: 1.0281 -> 1.0346x
