@@ -95,22 +95,8 @@ def test_an_overload_takes_engine_sim_the_model_time_the_simulator_plays_for_the
 def test_under_vllm_v0_admission_keeps_the_one_percent_watermark_free_and_under_v1_none() -> None:
     """A 9,850-token prompt beside a running 100-token one needs 9,952 tokens with the next step: under
     the 10,000-token cache, over the 9,900 that V0's 1% watermark leaves."""
-    cost = sim_cost(kv_capacity_tokens=10_000, time_scale=1.0)  # the first chunk lasts seconds: no race
-
-    async def waiting(engine: str) -> int:
-        sim = SimulatedEngine(cost, rules=engine_rules(engine))
-        tasks = [asyncio.create_task(sim.generate(100, 5_000)), asyncio.create_task(sim.generate(9_850, 10))]
-        for _ in range(5):  # the requests queue, then the batch loop admits before its first sleep
-            await asyncio.sleep(0)
-        left = sim.stats().waiting
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await sim.close()
-        return left
-
-    assert asyncio.run(waiting("vllm-v0")) == 1
-    assert asyncio.run(waiting("vllm-v1")) == 0
+    assert asyncio.run(_waiting_beside_a_running_sequence("vllm-v0", 9_850)) == 1
+    assert asyncio.run(_waiting_beside_a_running_sequence("vllm-v1", 9_850)) == 0
 
 
 @pytest.mark.parametrize(("prompt", "left"), [(9_898, 0), (9_899, 1)])
@@ -119,21 +105,22 @@ def test_under_vllm_v1_a_prompt_that_fills_the_cache_to_its_last_token_with_the_
 ) -> None:
     """Beside a running 100-token sequence (101 with its next step), 9,898 tokens and their next step
     fill the 10,000-token cache exactly: admitted; one token more waits."""
-    cost = sim_cost(kv_capacity_tokens=10_000, time_scale=1.0)  # the first chunk lasts seconds: no race
+    assert asyncio.run(_waiting_beside_a_running_sequence("vllm-v1", prompt)) == left
 
-    async def waiting() -> int:
-        sim = SimulatedEngine(cost, rules=engine_rules("vllm-v1"))
-        tasks = [asyncio.create_task(sim.generate(100, 5_000)), asyncio.create_task(sim.generate(prompt, 10))]
-        for _ in range(5):
-            await asyncio.sleep(0)
-        queued = sim.stats().waiting
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await sim.close()
-        return queued
 
-    assert asyncio.run(waiting()) == left
+async def _waiting_beside_a_running_sequence(engine: str, prompt: int) -> int:
+    """How many requests wait once a ``prompt``-token request arrives beside a running 100-token one,
+    on a 10,000-token cache whose first chunk lasts seconds (so nothing finishes meanwhile)."""
+    sim = SimulatedEngine(sim_cost(kv_capacity_tokens=10_000, time_scale=1.0), rules=engine_rules(engine))
+    tasks = [asyncio.create_task(sim.generate(100, 5_000)), asyncio.create_task(sim.generate(prompt, 10))]
+    for _ in range(5):  # the requests queue, then the batch loop admits before its first sleep
+        await asyncio.sleep(0)
+    waiting = sim.stats().waiting
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await sim.close()
+    return waiting
 
 
 def test_an_engine_alone_admits_its_head_even_where_the_watermark_would_refuse_it() -> None:
