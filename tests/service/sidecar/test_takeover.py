@@ -246,3 +246,21 @@ def test_a_takeover_cut_short_by_redis_is_retried_and_counts_every_lease_handed_
     assert takeover.session.stats.reset == 4
     for sid in ("older", "newer"):
         assert (delivery.progress(sid).queued, delivery.progress(sid).running) == (3, 0)
+
+
+@pytest.mark.parametrize("px", [PRESENCE_TTL_MS * 10, None], ids=["longer TTL", "no TTL"])
+def test_a_presence_key_living_past_the_presence_ttl_is_waited_on_for_at_most_that_ttl(
+    redis_client: redis.Redis, redis_url: str, px: int | None
+) -> None:
+    """A presence key written with a longer time-to-live (another release's) or none (set by hand)
+    still costs a starting sidecar at most ``PRESENCE_TTL_MS`` before it reads the key again: a
+    twin rewrites it within that, a dead process's key is not waited out for its whole TTL."""
+    delivery = Delivery.from_url(redis_url)
+    redis_client.set(sidecar_presence("w0"), "other-instance", px=px)
+    takeover = Takeover(WorkerSession(delivery, Holdings(8), SessionSettings("w0")))
+    assert takeover._present() == ("other-instance", PRESENCE_TTL_MS)
+    redis_client.set(sidecar_presence("w0"), "other-instance", px=PRESENCE_TTL_MS // 2)
+    holder, ttl_ms = takeover._present()
+    assert holder == "other-instance" and 0 < ttl_ms <= PRESENCE_TTL_MS // 2
+    redis_client.set(sidecar_presence("w0"), takeover.instance, px=PRESENCE_TTL_MS)
+    assert takeover._present() == (None, 0)  # its own key: nothing to wait on
