@@ -106,3 +106,32 @@ def test_a_failure_report_the_protocol_refuses_counts_as_stale_or_cancelled_not_
     stats = session.stats
     assert (stats.failed, stats.stale, stats.cancelled) == (1, 1, 1)
     assert len(session.holdings) == 0
+
+
+def test_a_hand_back_whose_time_is_spent_still_gets_its_leases_back_to_the_queue(
+    redis_client: redis.Redis,
+) -> None:
+    """A drain that used all its time (``within_s`` zero or past) still hands back what it holds, given
+    a tenth of a second: else items never started sat leased, nobody running them, until they lapsed."""
+    delivery = Delivery(redis_client)
+    delivery.publish(PublishedSchedule("spent", {"w": _items("a", 3, 100.0)}))
+    session = WorkerSession(delivery, Holdings(16), SessionSettings("w"))
+    claimed = asyncio.run(session.claim(16))
+    assert delivery.progress("spent").workers["w"].queued == 0
+    asyncio.run(session.hand_back(claimed, within_s=-5.0))
+    assert session.stats.released == 3
+    assert delivery.progress("spent").workers["w"].queued == 3
+    assert len(session.holdings) == 0
+
+
+def test_a_hand_back_waits_for_a_slow_redis_within_the_time_it_is_given(redis_client: redis.Redis) -> None:
+    """Given seconds, a hand-back waits a Redis that answers late (here paused 0.5 s) and counts what
+    went back; only a drain whose time is spent is cut to the floor of a tenth of a second."""
+    delivery = Delivery(redis_client)
+    delivery.publish(PublishedSchedule("slow", {"w": _items("a", 3, 100.0)}))
+    session = WorkerSession(delivery, Holdings(16), SessionSettings("w"))
+    claimed = asyncio.run(session.claim(16))
+    redis_client.execute_command("CLIENT", "PAUSE", 500, "WRITE")
+    asyncio.run(session.hand_back(claimed, within_s=30.0))
+    assert session.stats.released == 3
+    assert delivery.progress("slow").workers["w"].queued == 3
