@@ -32,3 +32,20 @@ def test_only_held_items_not_being_completed_count_as_running_on_the_engine() ->
         assert len(items) == 0
 
     asyncio.run(scenario())
+
+
+def test_the_main_loop_wakes_as_soon_as_an_item_ends_not_at_its_poll_timeout() -> None:
+    """``wait_any`` returns once any task ends (the loop refills that slot at once) or ``stop`` is set,
+    whichever comes first, not once both have happened or the whole timeout has passed."""
+
+    async def scenario() -> None:
+        holdings, items, stop = Holdings(8), InFlight(), asyncio.Event()
+        held = holdings.add(_lease("quick"), kv_admission=False)
+        holdings.start(held)
+        items.start(held, asyncio.sleep(0.05))
+        await asyncio.wait_for(items.wait_any(stop, timeout_s=600.0), timeout=30.0)
+        assert len(items) == 0
+        stop.set()
+        await asyncio.wait_for(items.wait_any(stop, timeout_s=600.0), timeout=30.0)
+
+    asyncio.run(scenario())
