@@ -28,7 +28,7 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
-from service.sidecar.supervision import EXIT_LOOP_DIED, LoopDiedError
+from service.sidecar.supervision import EXIT_LOOP_DIED, LoopDiedError, Supervisor
 from tests.service.sidecar.procs import item, publish
 
 LEASE_TTL_MS = 60_000  # nothing here may wait for a lease to lapse: a hand-back is what is counted
@@ -162,3 +162,31 @@ def test_the_command_exits_70_with_one_line_naming_the_loop_that_died(
     assert result.stderr.strip() == (
         "sidecar: the sidecar's heartbeat loop died (ZeroDivisionError: float division by zero)"
     )
+
+
+def test_a_loop_that_returns_is_a_death_too_but_one_ending_on_an_error_during_the_stop_is_not_excused() -> None:
+    """No loop returns (each runs until cancelled): one that does is recorded dead ("returned"), as one
+    that raised; ``stop`` excuses only the returns its own cancel causes, not an error met on the way."""
+    async def returns() -> None:
+        return None
+
+    async def raises_when_cancelled() -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            raise ZeroDivisionError("float division by zero") from None
+
+    async def scenario() -> tuple[str, str]:
+        deaths: list[LoopDiedError] = []
+        first = Supervisor(on_death=deaths.append)
+        first.start("takeover", returns())
+        await asyncio.sleep(0.05)
+        second = Supervisor(on_death=deaths.append)
+        second.start("heartbeat loop", raises_when_cancelled())
+        await asyncio.sleep(0.05)
+        await second.stop()
+        return str(first.dead), str(second.dead)
+
+    returned, raised = asyncio.run(scenario())
+    assert returned == "the sidecar's takeover died (returned)"
+    assert raised == "the sidecar's heartbeat loop died (ZeroDivisionError: float division by zero)"
