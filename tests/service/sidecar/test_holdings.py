@@ -170,3 +170,19 @@ def test_the_health_thread_counts_what_runs_while_the_event_loop_adds_and_remove
         prober.join()
         sys.setswitchinterval(switch)
     assert errors == []
+
+
+def test_the_thiefs_busy_time_is_its_longest_predicted_remainder_at_the_rate_in_milliseconds() -> None:
+    """What the steal deadline guard is told (``busy_ms``): a waiting item counts whole, a started one
+    from its start, the longest wins; in milliseconds, as the steal script compares them."""
+    now = [100.0]
+    holdings = Holdings(4, clock=lambda: now[0])
+    waiting = holdings.add(_lease("a", predicted=900.0), kv_admission=False)
+    started = holdings.add(_lease("b", predicted=1500.0), kv_admission=False)
+    holdings.start(started)
+    now[0] = 110.0  # 10 s at 50 tokens/s: 500 of its 1,500 tokens decoded
+    assert holdings.busy_ms(None) == 0
+    assert holdings.busy_ms(50.0) == 20_000  # 1,000 tokens left of b, against 900 of the waiting a
+    holdings.remove(("s", "b", 1))
+    assert holdings.busy_ms(50.0) == 18_000
+    assert waiting.started is False
