@@ -8,9 +8,10 @@ import time
 import pytest
 import redis
 
+from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import ReleaseOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import DeliveryItem, PublishedSchedule
+from service.delivery.records import DeliveryItem, PublishedSchedule, TrajectoryResult
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.delivery.proxy import ReplyLosingProxy
@@ -135,3 +136,19 @@ def test_a_hand_back_waits_for_a_slow_redis_within_the_time_it_is_given(redis_cl
     asyncio.run(session.hand_back(claimed, within_s=30.0))
     assert session.stats.released == 3
     assert delivery.progress("slow").workers["w"].queued == 3
+
+
+def test_a_completion_in_a_schedule_gone_from_redis_forgets_its_lease_and_counts_it_stale(
+    redis_client: redis.Redis,
+) -> None:
+    """Nothing will take the result or run the item again (its keys are gone): the lease ends here, else
+    the heartbeats would carry it for ever and the pull API keep listing it."""
+    delivery = Delivery(redis_client)
+    delivery.publish(PublishedSchedule("gone", {"w": _items("a", 1, 100.0)}))
+    session = WorkerSession(delivery, Holdings(16), SessionSettings("w"))
+    (held,) = asyncio.run(session.claim(16))
+    redis_client.delete(*redis_client.keys("*gone*"))  # its retention passed while it ran
+    with pytest.raises(UnknownScheduleError):
+        asyncio.run(session.complete(held, TrajectoryResult(5), keep_unanswered=True))
+    assert len(session.holdings) == 0
+    assert (session.stats.stale, session.stats.accepted) == (1, 0)

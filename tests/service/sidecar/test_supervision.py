@@ -164,9 +164,10 @@ def test_the_command_exits_70_with_one_line_naming_the_loop_that_died(
     )
 
 
-def test_a_loop_that_returns_is_a_death_too_but_one_ending_on_an_error_during_the_stop_is_not_excused() -> None:
+def test_a_loop_that_returns_is_a_death_and_one_raising_during_the_stop_is_not_excused() -> None:
     """No loop returns (each runs until cancelled): one that does is recorded dead ("returned"), as one
     that raised; ``stop`` excuses only the returns its own cancel causes, not an error met on the way."""
+
     async def returns() -> None:
         return None
 

@@ -261,6 +261,7 @@ def test_a_presence_key_living_past_the_presence_ttl_is_waited_on_for_at_most_th
     assert takeover._present() == ("other-instance", PRESENCE_TTL_MS)
     redis_client.set(sidecar_presence("w0"), "other-instance", px=PRESENCE_TTL_MS // 2)
     holder, ttl_ms = takeover._present()
-    assert holder == "other-instance" and 0 < ttl_ms <= PRESENCE_TTL_MS // 2
+    assert holder == "other-instance"
+    assert 0 < ttl_ms <= PRESENCE_TTL_MS // 2
     redis_client.set(sidecar_presence("w0"), takeover.instance, px=PRESENCE_TTL_MS)
     assert takeover._present() == (None, 0)  # its own key: nothing to wait on
