@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
@@ -152,3 +153,17 @@ def test_a_completion_in_a_schedule_gone_from_redis_forgets_its_lease_and_counts
         asyncio.run(session.complete(held, TrajectoryResult(5), keep_unanswered=True))
     assert len(session.holdings) == 0
     assert (session.stats.stale, session.stats.accepted) == (1, 0)
+
+
+def test_a_schedule_whose_keys_redis_lost_is_told_once_as_damaged_however_often_it_is_claimed_from(
+    redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    delivery = Delivery(redis_client)
+    delivery.publish(PublishedSchedule("evicted", {"w": _items("a", 2, 100.0)}))
+    redis_client.delete(delivery.keys("evicted").st)  # an eviction under allkeys-lru
+    session = WorkerSession(delivery, Holdings(16), SessionSettings("w"))
+    with caplog.at_level(logging.ERROR, logger="service.sidecar"):
+        for _ in range(3):
+            assert asyncio.run(session.claim(16)) == []
+    damaged = [r for r in caplog.records if "schedule evicted is damaged in Redis" in r.getMessage()]
+    assert len(damaged) == 1
