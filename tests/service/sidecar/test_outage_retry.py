@@ -8,7 +8,6 @@ import asyncio
 import pytest
 import redis
 
-from service.sidecar import outage_retry
 from service.sidecar.outage_retry import OutageRetry
 
 
@@ -22,7 +21,7 @@ def test_a_report_is_retried_after_50_ms_then_twice_as_long_each_time_up_to_2_s(
     async def pause(seconds: float) -> None:
         pauses.append(seconds)
 
-    monkeypatch.setattr(outage_retry.asyncio, "sleep", pause)
+    monkeypatch.setattr(asyncio, "sleep", pause)
     failures = iter(range(8))
 
     def report() -> str:

@@ -133,7 +133,7 @@ def test_a_hand_back_waits_for_a_slow_redis_within_the_time_it_is_given(redis_cl
     delivery.publish(PublishedSchedule("slow", {"w": _items("a", 3, 100.0)}))
     session = WorkerSession(delivery, Holdings(16), SessionSettings("w"))
     claimed = asyncio.run(session.claim(16))
-    redis_client.execute_command("CLIENT", "PAUSE", 500, "WRITE")
+    redis_client.client_pause(500, all=False)  # writes wait half a second
     asyncio.run(session.hand_back(claimed, within_s=30.0))
     assert session.stats.released == 3
     assert delivery.progress("slow").workers["w"].queued == 3
