@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from service.delivery import Delivery, DeliveryItem, PublishedSchedule
+from service.delivery import Delivery, DeliveryItem, LeaseSettings, PublishedSchedule
 from tests.service.delivery.conftest import item
 
 T0 = 1_000_000  # publication time, ms (pinned)
@@ -58,3 +58,19 @@ def test_an_owner_behind_its_head_by_five_seconds_gives_a_thief_five_seconds_mor
     # is due at 65 s; a thief busy until 62 s takes it, one busy until 65.001 s does not
     assert _stolen(delivery, 15_000, 100.0, busy_ms=50_001) == []
     assert _stolen(delivery, 15_000, 100.0, busy_ms=47_000) == ["b-4#0"]
+
+
+def test_a_group_its_dead_owner_abandoned_moves_to_even_a_slow_thief_though_the_plan_runs_ahead(
+    delivery: Delivery,
+) -> None:
+    ttl = 10_000
+    group = (_planned("q#0", 100_000, 110_000), _planned("q#1", 100_000, 110_000))
+    lease = LeaseSettings(lease_ttl_ms=ttl)
+    delivery.publish(
+        PublishedSchedule("s", {"a": (), "o": group}, lease=lease, prefix_affinity=True), now_ms=T0
+    )
+    delivery.claim("s", "o", 1, now_ms=T0)  # o starts q early (its plan says 100 s), then dies
+    delivery.reap("s", now_ms=T0 + ttl + 1)  # the lease lapses: q#0 back at the head of o's queue
+    # o's plan still runs ahead (its head is due at 100 s), and a thief at 1 tok/s would end q long
+    # past its 110 s; but o abandoned the group, so no deadline guards it: the thief takes it whole
+    assert _stolen(delivery, 2 * ttl + 1, 1.0) == ["q#0", "q#1"]
