@@ -101,6 +101,7 @@ from scheduler.sim_rules import ENGINES
 from scheduler.types import Inventory, Worker
 from service.api.learning_schemas import ActualReport
 from service.delivery import keys
+from service.delivery.views import text
 from service.engines import SERVICE_ENGINE
 from service.redis_conn import RedisClient
 from service.speeds.model import (
@@ -346,7 +347,10 @@ class SpeedLearner:
         metas = pipe.execute()
         found = {sid: schedule_fingerprints(sid, raw) for sid, (raw, _, _) in zip(ids, metas, strict=True)}
         admitted = {sid for sid, (_, flag, _) in zip(ids, metas, strict=True) if flag in ("1", b"1")}
-        engines = {sid: self._known(sid, _text(engine)) for sid, (*_, engine) in zip(ids, metas, strict=True)}
+        engines = {
+            sid: self._known(sid, None if engine is None else text(engine))
+            for sid, (*_, engine) in zip(ids, metas, strict=True)
+        }
         return Planned({sid: prints for sid, prints in found.items() if prints}, admitted, engines)
 
     def _known(self, schedule_id: str, engine: str | None) -> str:
@@ -362,8 +366,3 @@ class SpeedLearner:
             self._default_engine,
         )
         return self._default_engine
-
-
-def _text(value: str | bytes | None) -> str | None:
-    """A reply as text (the service's client decodes replies; a raw one may not)."""
-    return value.decode() if isinstance(value, bytes) else value
