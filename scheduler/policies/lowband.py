@@ -34,6 +34,7 @@ PER_WORKERS = 32  # one worker moved per this many in the pool (none below it). 
 # frozen clock, 16,384 x 128 by workers moved: 1: 1.0332, 2: 1.0340, 3: 1.0332, 4: 1.0317, 6:
 # 1.0330, 8: 1.0332 (none: 1.0332); 4,096 x 32: 1: 1.0229, 2: 1.0259 (none: 1.0270); 1,024 x 16,
 # one: two of five batches later (1.0197 -> 1.0230, 1.0131 -> 1.0157)
+ALIKE = 0.05  # above_others only where each kind's scales lie within this of its fastest's (``alike``)
 
 
 def at_once_kv(cost: WorkerCost, steps: int, prompt_tokens: float) -> float:
@@ -47,10 +48,29 @@ def at_once_kv(cost: WorkerCost, steps: int, prompt_tokens: float) -> float:
 
 def low_shifted(levels: LevelPlan, problem: Problem, kinds: Sequence[Sequence[int]]) -> LevelPlan:
     """``shifted`` for ``problem``'s pool (``kinds``: each kind's members, in the counts' order, each
-    kind standing as the band model saw it) and its batch's mean prompt, then ``above_others``."""
+    kind standing as the band model saw it) and its batch's mean prompt, then ``above_others`` where
+    every kind's speeds are ``alike``."""
     costs = [representative(problem.costs, members) for members in kinds]
     prompt_tokens = sum(problem.prompts) / max(1, len(problem.prompts))
-    return above_others(shifted(levels, costs, prompt_tokens, sum(len(members) for members in kinds)))
+    moved = shifted(levels, costs, prompt_tokens, sum(len(members) for members in kinds))
+    return above_others(moved) if alike(problem.costs, kinds) else moved
+
+
+def alike(costs: Sequence[WorkerCost], kinds: Sequence[Sequence[int]]) -> bool:
+    """Whether every kind's slowest member's ``time_scale`` is within ``ALIKE`` of its fastest's.
+
+    Why: ``above_others`` was found and kept on pools of equal speeds. With learned speeds the tiers
+    put a kind's slowest members at its lowest bands, so the workers it would move are the top
+    kind's slowest, beside the other kind's fastest; there they stayed under their slots (16,384 x
+    128 seed 5 at scales in [0.9, 1.1]: two H100s, 160 units each on 256 slots) and moving them
+    made 10 of 11 bench batches later (median 1.0363 -> 1.0378; at [0.95, 1.05] 9 of 10, 1.0336 ->
+    1.0347), while at [0.98, 1.02] it still made 10 of 11 earlier (1.0362 -> 1.0335), as with equal
+    speeds (docs/experiments.md, Solver, 2026-12-05 "spreadcheck")."""
+    for members in kinds:
+        scales = [costs[w].time_scale for w in members]
+        if scales and max(scales) > (1.0 + ALIKE) * min(scales):
+            return False
+    return True
 
 
 def above_others(levels: LevelPlan) -> LevelPlan:

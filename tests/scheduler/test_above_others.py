@@ -1,14 +1,19 @@
 """cpsat's band rounds keep the kind that holds the top band out of the other kinds' bands: a fast
 worker among slower ones at their top band takes their short units past its slots and runs its long
 ones in waves (docs/solver.md, step 3, "The fastest kind above the others"); where the others are no
-more than it in its band, and none above outnumber it, it is not that worker and stays."""
+more than it in its band, and none above outnumber it, it is not that worker and stays. Nor does it
+move where a kind's learned speeds spread past ``lowband.ALIKE``: there its slowest workers sit beside
+the others' fastest, under their slots."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 from scheduler import clock
-from scheduler.benchgen import bench_request
+from scheduler.benchgen import bench_request, with_speed_spread
+from scheduler.costmodel import WorkerCost, worker_cost
 from scheduler.planner import plan
 from scheduler.policies import lowband
 from scheduler.policies.levels import LevelPlan
@@ -88,3 +93,27 @@ def test_the_4096_x_32_bench_plan_is_no_later_with_h100s_under_a_lone_ascend(
         monkeypatch.setattr(lowband, "above_others", lambda levels: levels)
         unchanged = plan(batch, "cpsat")
     assert kept.predicted_makespan_s <= unchanged.predicted_makespan_s  # moving all four: 1.0281 -> 1.0346x
+
+
+def _costs(scales: list[float]) -> list[WorkerCost]:
+    inventory = bench_request(1_024, 2, seed=0).inventory
+    cost = worker_cost(inventory.workers[0], inventory.model)
+    return [dataclasses.replace(cost, time_scale=scale) for scale in scales]
+
+
+def test_kinds_are_alike_while_each_kinds_scales_lie_within_alike_of_its_fastest() -> None:
+    edge = 1.0 + lowband.ALIKE
+    assert lowband.alike(_costs([1.0, 1.0, 1.0, 1.0]), [[0, 1], [2, 3]])
+    assert lowband.alike(_costs([1.0, edge, 0.5, 0.5 * edge]), [[0, 1], [2, 3]])
+    assert not lowband.alike(_costs([1.0, 1.0, 0.5, 0.5 * edge * 1.01]), [[0, 1], [2, 3]])
+
+
+def test_the_4096_x_32_bench_plan_with_speeds_in_0_9_to_1_1_is_no_later_than_with_nobody_moved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    batch = with_speed_spread(bench_request(4_096, 32, seed=9, time_budget_s=0.25), 0.1, seed=9)
+    with clock.frozen():  # the slowest H100 beside the fastest Ascends at their top band
+        kept = plan(batch, "cpsat")
+        monkeypatch.setattr(lowband, "above_others", lambda levels: levels)
+        unchanged = plan(batch, "cpsat")
+    assert kept.predicted_makespan_s <= unchanged.predicted_makespan_s  # moved: 459.3 -> 461.4 s
