@@ -20,7 +20,8 @@ from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Held, Holdings
 from service.sidecar.metrics import exposition
 from service.sidecar.runner import RunnerSettings, Sidecar
-from service.sidecar.session import SessionSettings, WorkerSession
+from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, WorkerSession
+from service.sidecar.session_settings import SessionStats
 from service.sidecar.timings import Durations
 from tests.service.sidecar.procs import item, publish, run_until, tally
 
@@ -348,3 +349,36 @@ def test_an_engine_that_aborts_requests_is_given_a_pause_not_a_tight_retry_loop(
     assert 2 <= len(generations) <= 6  # about one try per engine_wait_s, not hundreds
     assert stats.failed == 0  # an abort never costs the item an attempt
     assert delivery.progress("paused").done == 0
+
+
+def test_a_stop_whose_drain_time_redis_spent_exits_without_waiting_to_delete_its_presence_key(
+    redis_client: redis.Redis, redis_url: str, engine_url: str
+) -> None:
+    """Deleting the presence key only spares the next process a wait, so it gets what is left of the
+    drain's time and no more: with Redis stalled through the whole drain, the sidecar's run ends within
+    ``drain_timeout_s + RELEASE_GRACE_S`` (the pod's grace period), not once Redis answers again."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "stall", {"w0": [item(f"p{i}", 0, 200_000 // 20) for i in range(2)]})
+    sidecar = _sidecar(redis_url, engine_url, slots=2, drain_timeout_s=0.1)
+
+    async def stopped_in_a_stall() -> tuple[SessionStats, float]:
+        stop = asyncio.Event()
+        run = asyncio.create_task(sidecar.run(stop))
+        while await asyncio.to_thread(lambda: _engine_stats(engine_url)["running"]) < 2:
+            await asyncio.sleep(0.02)
+        redis_client.client_pause(20_000, all=False)  # writes (the release, the key's delete) wait 20 s
+        stopped = time.monotonic()
+        stop.set()
+        stats = await asyncio.wait_for(run, 30.0)
+        took = time.monotonic() - stopped
+        await sidecar.engine.aclose()
+        return stats, took
+
+    try:
+        stats, took_s = asyncio.run(stopped_in_a_stall())
+    finally:
+        redis_client.client_unpause()
+    # 0.1 s + RELEASE_GRACE_S (2 s), with slack for a loaded host; a delete sent past it waits on the
+    # stalled Redis for the client's whole socket timeout (5 s) first
+    assert took_s < 0.1 + RELEASE_GRACE_S + 2.5
+    assert (stats.accepted, stats.released) == (0, 0)  # the release abandoned: the leases lapse
