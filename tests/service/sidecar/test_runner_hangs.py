@@ -64,9 +64,10 @@ def _sidecar(redis_url: str, engine: StuckEngine) -> Sidecar:
     return Sidecar(session, client, settings)
 
 
-def _publish(delivery: Delivery, schedule_id: str, max_attempts: int) -> None:
+def _publish(delivery: Delivery, schedule_id: str, max_attempts: int, answered: int = 3) -> None:
+    """The stuck item, then ``answered`` items the engine answers."""
     stuck = dataclasses.replace(item("stuck", 0, 5), max_new_tokens=16)  # its bound: HANG_S
-    items = (stuck, *(item(f"ok{i}", 0, 5) for i in range(3)))
+    items = (stuck, *(item(f"ok{i}", 0, 5) for i in range(answered)))
     lease = LeaseSettings(lease_ttl_ms=30_000, max_attempts=max_attempts)
     delivery.publish(PublishedSchedule(schedule_id, {"w0": items}, lease=lease))
 
@@ -97,7 +98,9 @@ def test_a_hung_item_whose_schedule_left_redis_is_dropped_with_one_warning_and_n
 ) -> None:
     """The hang path dropped such a lease without a word, where a failed request's said so."""
     delivery = Delivery.from_url(redis_url)
-    _publish(delivery, "gone", max_attempts=3)
+    # the stuck item alone: an answered one still running at the flush would be refused as stale
+    # (right, but not this test's subject; it failed the count under load, 2 of 3 completing late)
+    _publish(delivery, "gone", max_attempts=3, answered=0)
     engine = StuckEngine()
     sidecar = _sidecar(redis_url, engine)
 
