@@ -1,7 +1,9 @@
-"""Waiting on a spawned process's HTTP endpoint, for the tests that start one before its Redis."""
+"""Waiting on a spawned process's HTTP endpoint (the tests that start one before its Redis), and on a
+process to end (the tests that a server ends with its owner)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -21,3 +23,26 @@ def until_status(url: str, status: int, proc: subprocess.Popen[str], timeout_s: 
             pass
         time.sleep(0.05)
     raise AssertionError(f"{url} did not answer {status} within {timeout_s} s")
+
+
+GONE_WITHIN_S = 30.0  # a bound for a loaded machine, not a speed: the server stops in milliseconds
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie does not (it holds no port nor memory). ``ps``: Linux and macOS."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):  # gone, or the pid is now another user's
+        return False
+    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout
+    return bool(state.strip()) and not state.strip().startswith("Z")
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    """Whether ``pid`` stops running within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while running(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True

@@ -1,8 +1,12 @@
-"""The embedded valkey-server: it binds a port of its own, and answers only as itself."""
+"""The embedded valkey-server: it binds a port of its own, answers only as itself, and ends with its owner."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +15,7 @@ import redis
 from service import embedded
 from service.embedded import EmbeddedServer, PortTakenError
 from service.ports import free_port
+from tests.service.polling import GONE_WITHIN_S, gone_within, running
 
 
 @pytest.fixture
@@ -53,3 +58,79 @@ def test_a_server_that_never_answers_is_not_left_running_after_the_failed_start(
     with pytest.raises(ConnectionRefusedError):  # nobody listens there any more: not orphaned
         socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
     server.stop()
+
+
+# A process that starts a server, says its URL and waits: a ``serve``, a pytest worker, a bench
+OWNER = """
+import time
+from service.embedded import EmbeddedServer
+server = EmbeddedServer().start()
+print(server.url, flush=True)
+time.sleep(600)
+"""
+
+
+def _server_pid(url: str) -> int:
+    """The pid of the server answering at ``url``, as it reports it."""
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    try:
+        return int(client.info("server")["process_id"])
+    finally:
+        client.close()
+
+
+def _kill_if_still_there(url: str, pid: int) -> None:
+    """SIGKILL a server this test started and that outlived its owner, only while ``url`` still
+    answers as ``pid``, so that no other process is signalled (the pid may be reused once it is gone)."""
+    try:
+        if not running(pid):
+            return
+        os.kill(pid, signal.SIGCONT)  # a paused one answers nothing
+        if _server_pid(url) == pid:
+            os.kill(pid, signal.SIGKILL)
+    except (redis.RedisError, ProcessLookupError):
+        pass
+
+
+def _children() -> set[int]:
+    """This process's child processes (``pgrep``: Linux and macOS)."""
+    listed = subprocess.run(["pgrep", "-P", str(os.getpid())], capture_output=True, text=True).stdout
+    return {int(pid) for pid in listed.split()}
+
+
+@pytest.mark.parametrize("paused", [False, True], ids=["running", "paused by SIGSTOP"])
+def test_a_server_whose_owner_is_sigkilled_stops_of_itself(paused: bool) -> None:
+    """SIGKILL (the OOM killer, ``kill -9``, a killed pytest worker) runs no cleanup in the owner: its
+    server went on running, re-parented to PID 1, holding its port and memory for good. One paused
+    (an outage test's SIGSTOP) when its owner dies stops too."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout is not None
+        assert owner.stderr is not None
+        url = owner.stdout.readline().strip()
+        assert url, f"the owner did not start a server: {owner.stderr.read()[-2000:]}"
+        pid = _server_pid(url)
+        if paused:
+            os.kill(pid, signal.SIGSTOP)
+        owner.kill()
+        owner.wait()
+        try:
+            assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its SIGKILLed owner"
+        finally:
+            _kill_if_still_there(url, pid)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+
+
+def test_a_stopped_server_leaves_no_process_of_its_own_behind() -> None:
+    before = _children()
+    server = EmbeddedServer().start()
+    pid = _server_pid(server.url)
+    assert pid in _children() - before
+    server.stop()
+    assert _children() == before  # the server and whatever watches it, both ended and reaped
+    assert not running(pid)
