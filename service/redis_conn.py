@@ -25,6 +25,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
+from service.delivery.stored import REPLY_DECODING
 from service.embedded import EmbeddedServer
 
 if TYPE_CHECKING:  # pydantic-settings loads in ~0.1 s: a sidecar, which has no Settings, need not
@@ -39,7 +40,8 @@ Sleep = Callable[[float], None]
 
 
 def connect(settings: Settings) -> RedisClient:
-    """A pooled client for ``settings.redis_url`` (strings decoded); connects lazily on first use.
+    """A pooled client for ``settings.redis_url`` (strings decoded, ``REPLY_DECODING``); connects
+    lazily on first use.
 
     With ``redis_cluster`` the client discovers the cluster from that node and follows MOVED/ASK;
     every multi-key step of the service touches one key (or one schedule's slot), so nothing else
@@ -48,7 +50,7 @@ def connect(settings: Settings) -> RedisClient:
     if not settings.redis_url:
         raise ValueError("redis_url is not set; `serve` starts an embedded server when it is absent")
     options: dict[str, Any] = {
-        "decode_responses": True,
+        **REPLY_DECODING,  # a stored byte that is not UTF-8 fails no reply (service/delivery/stored.py)
         "socket_connect_timeout": settings.redis_timeout_s,
         "socket_timeout": settings.redis_timeout_s,
         "health_check_interval": 15,

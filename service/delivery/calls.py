@@ -20,6 +20,7 @@ from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
 from service.delivery.indexes import DeliveryIndexes
 from service.delivery.records import check_name
 from service.delivery.scripts import Scripts, register
+from service.delivery.stored import REPLY_DECODING
 
 RedisClient = redis.Redis | RedisCluster
 # Replies of a script the server did not run (a cluster redirect, a slot on the move: lua/common.lua).
@@ -46,8 +47,8 @@ class ScriptCalls(DeliveryIndexes):
     def from_url(cls, url: str, prefix: str = keyspace.DEFAULT_PREFIX, cluster: bool = False) -> Self:
         """Connect to ``url`` (``redis://``, ``rediss://``, ACL user:password accepted)."""
         if cluster:
-            return cls(RedisCluster.from_url(url, decode_responses=True), prefix)
-        return cls(redis.Redis.from_url(url, decode_responses=True), prefix)
+            return cls(RedisCluster.from_url(url, **REPLY_DECODING), prefix)
+        return cls(redis.Redis.from_url(url, **REPLY_DECODING), prefix)
 
     def _call(self, script: Any, schedule_id: str, args: Sequence[Any]) -> Any:
         """One EVALSHA of ``script`` on the schedule's meta key; on NOSCRIPT (a restarted server, a

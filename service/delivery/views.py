@@ -28,6 +28,7 @@ from service.delivery.progress import (
     seconds_or_none,
 )
 from service.delivery.records import DeliveryItem, ResultRecord, TrajectoryResult
+from service.delivery.stored import readable_or_none
 
 # The lease clock: the scripts' ``now_ms('')`` (lua/common.lua), run on the node holding the schedule.
 _CLOCK = "local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)"
@@ -41,11 +42,26 @@ _META_FIELDS = [
     keyspace.PLANNED_FINISH,
     keyspace.ENGINE,
 ]
+# Of ``_META_FIELDS``, those a schedule may lack (an older release did not store them): unreadable
+# ones read as absent. The others are the publish's and the cancel's, written by their scripts alone.
+_OPTIONAL_META = [
+    keyspace.PUBLISHED_AT,
+    keyspace.PREDICTED_MAKESPAN,
+    keyspace.PLANNED_FINISH,
+    keyspace.ENGINE,
+]
 
 
 def text(value: Any) -> str:
     """A Redis reply as text, whether the client decodes responses or not."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _optional_meta(meta_key: str, meta: Sequence[Any]) -> dict[str, str | None]:
+    """``progress``' optional ``P:meta`` fields (``_OPTIONAL_META``) by name, each None when absent or
+    not UTF-8 (``stored.readable_or_none``): an annotation another writer left unreadable must not
+    fail the counts the trainer polls for."""
+    return {name: readable_or_none(meta[_META_FIELDS.index(name)], meta_key, name) for name in _OPTIONAL_META}
 
 
 class DeliveryViews:
@@ -167,7 +183,8 @@ class DeliveryViews:
         if meta[0] is None:
             raise UnknownScheduleError(schedule_id)
         counts = {text(f): int(v) for f, v in counts_raw.items()}
-        published = seconds_or_none(meta[3])
+        optional = _optional_meta(keys.meta, meta)
+        published = seconds_or_none(optional[keyspace.PUBLISHED_AT])
         return Progress(
             schedule_id=schedule_id,
             total=int(meta[0]),
@@ -182,9 +199,9 @@ class DeliveryViews:
             cancelled_at_ms=None if meta[2] is None else int(meta[2]),
             published_ms=None if published is None else int(published),
             now_ms=now_ms if now_ms is not None or published is None else int(clock[0]),
-            predicted_makespan_s=seconds_or_none(meta[4]),
-            planned_finish_s=planned_finishes(meta[5]),
-            engine=None if meta[6] is None else text(meta[6]),
+            predicted_makespan_s=seconds_or_none(optional[keyspace.PREDICTED_MAKESPAN]),
+            planned_finish_s=planned_finishes(optional[keyspace.PLANNED_FINISH]),
+            engine=optional[keyspace.ENGINE],
         )
 
     def read_results(

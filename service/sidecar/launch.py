@@ -18,6 +18,7 @@ from redis.cluster import RedisCluster
 
 from service.delivery.keys import DEFAULT_PREFIX
 from service.delivery.protocol import Delivery
+from service.delivery.stored import REPLY_DECODING
 from service.redis_conn import (
     RedisRefusedError,
     RedisTooOldError,
@@ -121,7 +122,7 @@ def _client_args(options: SidecarOptions) -> dict[str, Any]:
     client_args: dict[str, Any] = {
         "socket_connect_timeout": 2.0,
         "socket_timeout": 5.0,
-        "decode_responses": True,
+        **REPLY_DECODING,  # a stored byte that is not UTF-8 fails no reply (service/delivery/stored.py)
     }
     if options.redis_password is not None:
         client_args["password"] = options.redis_password

@@ -1,0 +1,57 @@
+"""Stored bytes that are not UTF-8 (another client's write, a truncated one, an older release's) never
+fail a read that can answer without them: an optional field reads as absent, logged once naming its
+key and field. Written here with a client that sends bytes as they are, as such a writer would."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from service.delivery.keys import ENGINE, PLANNED_FINISH, PREDICTED_MAKESPAN, PUBLISHED_AT, schedule_keys
+from tests.service.api_helpers import batch_body
+
+NOT_UTF8 = b"\xff\xfe"  # no UTF-8 text holds either byte
+OPTIONAL_META = {
+    ENGINE: b"vl" + NOT_UTF8 + b"m",
+    PLANNED_FINISH: b'{"w0": 1.0, "' + NOT_UTF8 + b'": 2.0}',
+    PREDICTED_MAKESPAN: b"4." + NOT_UTF8,
+    PUBLISHED_AT: b"17" + NOT_UTF8,
+}
+
+
+@pytest.fixture
+def raw_client(redis_url: str, redis_client: redis.Redis) -> Iterator[redis.Redis]:
+    """A client that writes and reads bytes as they are (on the flushed database ``redis_client`` made)."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.mark.parametrize("field", sorted(OPTIONAL_META))
+def test_an_optional_meta_field_that_is_not_utf8_reads_as_absent_and_progress_answers_200(
+    field: str, client: TestClient, raw_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    sid = client.post("/schedule", json=batch_body()).json()["schedule_id"]
+    meta = schedule_keys(sid).meta
+    raw_client.hset(meta, field, OPTIONAL_META[field])
+    with caplog.at_level(logging.WARNING, logger="service.delivery.stored"):
+        first, second = client.get(f"/schedule/{sid}"), client.get(f"/schedule/{sid}")
+    assert (first.status_code, second.status_code) == (200, 200), first.text
+    progress = first.json()
+    assert (progress["total"], progress["queued"]) == (32, 32)  # the counts are all there
+    absent = {
+        ENGINE: progress["engine"],
+        PLANNED_FINISH: {w["planned_finish_s"] for w in progress["workers"].values()} - {None} or None,
+        PREDICTED_MAKESPAN: progress["predicted_makespan_s"],
+        PUBLISHED_AT: progress["published_at_ms"],
+    }
+    assert absent[field] is None
+    assert all(value is not None for name, value in absent.items() if name != field)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "service.delivery.stored"]
+    assert len(warnings) == 1, warnings  # once, not on every poll
+    assert meta in warnings[0]
+    assert field in warnings[0]
