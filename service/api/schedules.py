@@ -200,18 +200,20 @@ def _entry(r: ResultRecord) -> ResultEntry:
     extras were bounded) is withheld and flagged: rendering it failed the whole page (500), every
     time, so the trainer could never read past it; its output and counts are still served. A lone
     surrogate in its text (stored before the pull API refused one) is served as U+FFFD, for the
-    same reason (``_servable``)."""
+    same reason (``_servable``); so is each stored byte that is not UTF-8, in its text, key or
+    worker id, which the client decodes to one (``service/delivery/stored.py``)."""
     extra = dict(r.result.extra)
     withheld = None
     if json_depth(extra) > MAX_EXTRA_DEPTH:
         extra, withheld = {}, f"nested deeper than {MAX_EXTRA_DEPTH} levels"
     else:
         extra = _servable(extra)
+    key = _servable(r.key)
     return ResultEntry(
         stream_id=r.stream_id,
-        key=r.key,
-        **_key_parts(r.key),
-        worker_id=r.worker_id,
+        key=key,
+        **_key_parts(key),
+        worker_id=_servable(r.worker_id),
         attempt=r.attempt,
         output_tokens=r.result.output_tokens,
         finish_reason=_servable(r.result.finish_reason),

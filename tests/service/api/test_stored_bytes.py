@@ -11,6 +11,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from service.delivery import Delivery, TrajectoryResult
 from service.delivery.keys import ENGINE, PLANNED_FINISH, PREDICTED_MAKESPAN, PUBLISHED_AT, schedule_keys
 from tests.service.api_helpers import batch_body
 
@@ -55,3 +56,35 @@ def test_an_optional_meta_field_that_is_not_utf8_reads_as_absent_and_progress_an
     assert len(warnings) == 1, warnings  # once, not on every poll
     assert meta in warnings[0]
     assert field in warnings[0]
+
+
+def _completed(client: TestClient, redis_client: redis.Redis, outputs: list[str]) -> str:
+    """A schedule whose items were completed with ``outputs``, one each, in order."""
+    sid = client.post("/schedule", json=batch_body(prompts=1, n=len(outputs), workers=1)).json()[
+        "schedule_id"
+    ]
+    delivery = Delivery(redis_client)
+    for lease, output in zip(delivery.claim(sid, "w0", max_items=10), outputs, strict=True):
+        delivery.complete(lease, TrajectoryResult(output_tokens=7, output=output, wall_time_s=0.5))
+    return sid
+
+
+def _rewritten(raw_client: redis.Redis, stream: str, field: bytes, old: bytes, new: bytes) -> None:
+    """Append a copy of the stream's first entry with ``old`` replaced by ``new`` in its ``field``."""
+    ((_, entry),) = raw_client.xrange(stream, count=1)
+    raw_client.xadd(stream, {**entry, field: entry[field].replace(old, new)})
+
+
+@pytest.mark.parametrize(("field", "old"), [(b"result", b"first"), (b"worker", b"w0"), (b"key", b"p0#0")])
+def test_a_result_holding_bytes_that_are_not_utf8_is_served_mended_and_paging_moves_past_it(
+    field: bytes, old: bytes, client: TestClient, redis_client: redis.Redis, raw_client: redis.Redis
+) -> None:
+    sid = _completed(client, redis_client, ["first"])
+    _rewritten(raw_client, schedule_keys(sid).results, field, old, old[:1] + NOT_UTF8)
+    response = client.get(f"/schedule/{sid}/results")
+    assert response.status_code == 200, response.text
+    first, foreign = response.json()["results"]
+    served = {b"result": foreign["output"], b"worker": foreign["worker_id"], b"key": foreign["key"]}
+    assert served[field] == old.decode()[:1] + "\ufffd\ufffd"  # each byte as U+FFFD, the rest as stored
+    assert first["output"] == "first"
+    assert response.json()["next"] == foreign["stream_id"]
