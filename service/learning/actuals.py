@@ -68,6 +68,7 @@ from scheduler.trace import TraceRow
 from service.api.learning_schemas import ActualReport
 from service.api.schemas import MAX_COUNT
 from service.delivery import keys
+from service.delivery.stored import utf8
 from service.delivery.views import text
 from service.redis_conn import RedisClient
 
@@ -295,8 +296,12 @@ def _row(raw: str, texts: SharedTexts) -> TraceRow | None:
 
     An entry that no longer reads (written by something else, or stored before the API bounded its
     counts) is skipped with a warning: failing on it would fail every later read of the history,
-    and so every replica's start-up, until someone deleted it by hand."""
+    and so every replica's start-up, until someone deleted it by hand. So is one that is not UTF-8
+    (its bytes arrive as lone surrogates, ``service/delivery/stored.py``): its JSON may parse, but
+    its prompt id is no prompt's, and its text no text the API stores."""
     try:
+        if not utf8(raw):
+            raise ValueError(f"not UTF-8: {raw.encode('utf-8', 'surrogateescape')[:80]!r}")
         doc = json.loads(raw)
         return TraceRow(
             step=_count(doc["step"]),

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from service.delivery import Delivery, TrajectoryResult
 from service.delivery.keys import ENGINE, PLANNED_FINISH, PREDICTED_MAKESPAN, PUBLISHED_AT, schedule_keys
-from tests.service.api_helpers import batch_body
+from tests.service.api_helpers import actual_report, batch_body
 
 NOT_UTF8 = b"\xff\xfe"  # no UTF-8 text holds either byte
 OPTIONAL_META = {
@@ -88,3 +88,19 @@ def test_a_result_holding_bytes_that_are_not_utf8_is_served_mended_and_paging_mo
     assert served[field] == old.decode()[:1] + "\ufffd\ufffd"  # each byte as U+FFFD, the rest as stored
     assert first["output"] == "first"
     assert response.json()["next"] == foreign["stream_id"]
+
+
+def test_an_actuals_entry_that_is_not_utf8_is_skipped_and_the_history_still_serves(
+    client: TestClient, raw_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert client.post("/schedule", json=batch_body()).status_code == 200
+    assert client.post("/actuals", json={"actuals": [actual_report(1, 0, 0)]}).status_code == 200
+    ((_, entry),) = raw_client.xrange("rs:actuals")
+    raw_client.xadd("rs:actuals", {b"a": entry[b"a"].replace(b'"p0"', b'"p' + NOT_UTF8 + b'"')})
+    with caplog.at_level(logging.WARNING, logger="service.actuals"):
+        models = client.get("/models")
+    assert models.status_code == 200, models.text
+    assert models.json()["history_rows"] == 1  # the report stored through the API alone
+    assert any("not UTF-8" in r.getMessage() for r in caplog.records)
+    plan = client.post("/schedule", json=batch_body(publish=False))
+    assert plan.status_code == 200, plan.text
