@@ -69,3 +69,23 @@ def readable_or_none(value: Any, key: str, field: str) -> str | None:
         shown = text.encode("utf-8", "surrogateescape")[:80]
         _log.warning("%s field %s is not UTF-8 (%r), read as absent", key, field, shown)
     return None
+
+
+def unreadable_field(doc: Any, path: str = "") -> str | None:
+    """The dotted path of the first text in ``doc`` (JSON of dicts and lists, as read back) that is
+    not UTF-8, or None: so a refusal names the field at fault, not merely the record."""
+    if isinstance(doc, str):
+        return None if utf8(doc) else path or "(the value)"
+    if isinstance(doc, dict):
+        for name, member in doc.items():
+            where = f"{path}.{name}" if path else str(name)
+            found = unreadable_field(name, where) if isinstance(name, str) else None
+            found = found or unreadable_field(member, where)
+            if found is not None:
+                return found
+    elif isinstance(doc, list):
+        for index, member in enumerate(doc):
+            found = unreadable_field(member, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None

@@ -25,6 +25,7 @@ from service.delivery.errors import UnknownScheduleError
 from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
+from service.delivery.stored import unreadable_field
 from service.sidecar.holdings import Holdings
 from service.sidecar.session_settings import SessionSettings, SessionStats
 
@@ -60,6 +61,17 @@ class Claims:
         self._unanswered.pop((schedule_id, "steal"), None)
 
     async def take(self, info: ScheduleInfo, count: int) -> list[Lease]:
+        """Up to ``count`` leases of ``info``'s schedule (``_take_once``), less any unreadable item
+        (``_readable``): taken again when every lease taken was one, so the items behind such an
+        item are served now, not on the next claim (each round fails one attempt of each, so the
+        rounds end once they are dead-lettered)."""
+        while True:
+            leases = await self._take_once(info, count)
+            readable = await self._readable(leases)
+            if readable or not leases:
+                return readable
+
+    async def _take_once(self, info: ScheduleInfo, count: int) -> list[Lease]:
         """Up to ``count`` leases of ``info``'s schedule; none from a schedule whose scripts fail on
         its keys (logged once). ``UnknownScheduleError`` when the schedule is gone; a reply that says
         nothing about the schedule (``NOT_THE_SCHEDULES``) is raised, as every schedule would fail
@@ -94,6 +106,25 @@ class Claims:
                 log.error("schedule %s is damaged in Redis (%s); working on the others", sid, error)
             return []
         return leases
+
+    async def _readable(self, leases: list[Lease]) -> list[Lease]:
+        """``leases`` less those whose item holds text UTF-8 cannot carry (another writer's bytes,
+        read back as lone surrogates; or a lone surrogate an older release stored JSON-escaped),
+        each failed at once with a reason naming its key and field, so after its attempts it is
+        dead-lettered with that reason. Held, it could never be served: a pull worker's
+        ``GET /next`` of it failed to render (500) after the sidecar had handed it out, and the lease
+        was renewed, unreported, until the sidecar stopped; a push sidecar failed it only once it
+        could not encode the engine's request."""
+        readable = []
+        for lease in leases:
+            field = unreadable_field(lease.item.to_json())
+            if field is None:
+                readable.append(lease)
+                continue
+            reason = f"stored item {lease.key!r} is not UTF-8 in field {field}: it cannot be sent"
+            log.error("schedule %s: %s; failed", lease.schedule_id, reason)
+            await asyncio.to_thread(self.delivery.fail, lease, reason)
+        return readable
 
     async def _once(
         self, sid: str, kind: str, fn: Callable[..., list[Lease]], *args: object, **kwargs: object

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 import redis
@@ -60,9 +61,8 @@ def test_an_optional_meta_field_that_is_not_utf8_reads_as_absent_and_progress_an
 
 def _completed(client: TestClient, redis_client: redis.Redis, outputs: list[str]) -> str:
     """A schedule whose items were completed with ``outputs``, one each, in order."""
-    sid = client.post("/schedule", json=batch_body(prompts=1, n=len(outputs), workers=1)).json()[
-        "schedule_id"
-    ]
+    body = batch_body(prompts=1, n=len(outputs), workers=1)
+    sid = str(client.post("/schedule", json=body).json()["schedule_id"])
     delivery = Delivery(redis_client)
     for lease, output in zip(delivery.claim(sid, "w0", max_items=10), outputs, strict=True):
         delivery.complete(lease, TrajectoryResult(output_tokens=7, output=output, wall_time_s=0.5))
@@ -71,7 +71,8 @@ def _completed(client: TestClient, redis_client: redis.Redis, outputs: list[str]
 
 def _rewritten(raw_client: redis.Redis, stream: str, field: bytes, old: bytes, new: bytes) -> None:
     """Append a copy of the stream's first entry with ``old`` replaced by ``new`` in its ``field``."""
-    ((_, entry),) = raw_client.xrange(stream, count=1)
+    entries = cast(list[tuple[bytes, dict[Any, bytes]]], raw_client.xrange(stream, count=1))
+    entry = entries[0][1]
     raw_client.xadd(stream, {**entry, field: entry[field].replace(old, new)})
 
 
@@ -95,8 +96,7 @@ def test_an_actuals_entry_that_is_not_utf8_is_skipped_and_the_history_still_serv
 ) -> None:
     assert client.post("/schedule", json=batch_body()).status_code == 200
     assert client.post("/actuals", json={"actuals": [actual_report(1, 0, 0)]}).status_code == 200
-    ((_, entry),) = raw_client.xrange("rs:actuals")
-    raw_client.xadd("rs:actuals", {b"a": entry[b"a"].replace(b'"p0"', b'"p' + NOT_UTF8 + b'"')})
+    _rewritten(raw_client, "rs:actuals", b"a", b'"p0"', b'"p' + NOT_UTF8 + b'"')
     with caplog.at_level(logging.WARNING, logger="service.actuals"):
         models = client.get("/models")
     assert models.status_code == 200, models.text

@@ -274,7 +274,7 @@ def test_an_item_the_sidecar_cannot_even_send_is_failed_not_left_running_forever
     run_until(_sidecar(redis_url, engine_url), _finished(delivery, "unsendable"), timeout_s=10)
     progress = delivery.progress("unsendable")
     assert (progress.done, progress.failed) == (1, 1)
-    assert "UnicodeEncodeError" in progress.dead_letters[0].reason
+    assert "'bad#0' is not UTF-8 in field payload.prompt" in progress.dead_letters[0].reason  # claims.py
 
 
 def test_a_sidecar_says_once_that_its_engine_is_ready_and_which_model_it_requests(
