@@ -4,6 +4,7 @@ key and field. Written here with a client that sends bytes as they are, as such 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from typing import Any, cast
@@ -104,3 +105,51 @@ def test_an_actuals_entry_that_is_not_utf8_is_skipped_and_the_history_still_serv
     assert any("not UTF-8" in r.getMessage() for r in caplog.records)
     plan = client.post("/schedule", json=batch_body(publish=False))
     assert plan.status_code == 200, plan.text
+
+
+def test_a_learned_speed_that_is_not_utf8_is_ignored_by_plans_and_replaced_by_the_next_batch(
+    client: TestClient, redis_client: redis.Redis, raw_client: redis.Redis
+) -> None:
+    assert client.post("/schedule", json=batch_body()).status_code == 200
+    raw_client.hset("rs:speed", "w0", b'{"log_scale": 0.1, "samples": 1' + NOT_UTF8 + b"}")
+    plan = client.post("/schedule", json=batch_body(publish=False))
+    assert plan.status_code == 200, plan.text
+    assert plan.json()["time_scale_sources"]["w0"] == "profile"
+    response = client.post("/actuals", json={"actuals": [actual_report(1, 0, 0)]})
+    assert response.status_code == 200, response.text
+    assert json.loads(str(redis_client.hget("rs:speed", "w0")))["samples"] == 1  # started afresh
+
+
+def test_a_worker_profile_that_is_not_utf8_stores_the_reports_and_answers_200(
+    client: TestClient, redis_client: redis.Redis, raw_client: redis.Redis
+) -> None:
+    assert client.post("/schedule", json=batch_body()).status_code == 200
+    profile = cast(bytes, raw_client.hget("rs:workers", "w0"))
+    raw_client.hset("rs:workers", "w0", profile.replace(b'"model"', b'"mo' + NOT_UTF8 + b'"'))
+    response = client.post("/actuals", json={"actuals": [actual_report(1, 0, 0)]})
+    assert response.status_code == 200, response.text
+    assert (response.json()["accepted"], response.json()["time_scales"]) == (1, {})  # no profile: no speed
+
+
+def test_a_retry_whose_stored_answer_is_not_utf8_is_the_409_of_an_unreadable_answer(
+    client: TestClient, raw_client: redis.Redis
+) -> None:
+    body = batch_body(schedule_id="retried-step")
+    assert client.post("/schedule", json=body).status_code == 200
+    answer_key = schedule_keys("retried-step").answer
+    stored = cast(bytes, raw_client.get(answer_key))
+    raw_client.set(answer_key, stored[:10] + NOT_UTF8 + stored[12:])
+    retry = client.post("/schedule", json=body)
+    assert retry.status_code == 409, retry.text
+    assert retry.json()["field"] == "schedule_id"
+
+
+def test_reports_of_a_step_whose_stored_engine_is_not_utf8_are_stored_and_answered_200(
+    client: TestClient, raw_client: redis.Redis
+) -> None:
+    sid = client.post("/schedule", json=batch_body()).json()["schedule_id"]
+    raw_client.hset(schedule_keys(sid).meta, ENGINE, OPTIONAL_META[ENGINE])  # the speed learner reads it too
+    report = {**actual_report(1, 0, 0), "schedule_id": sid}
+    response = client.post("/actuals", json={"actuals": [report]})
+    assert response.status_code == 200, response.text
+    assert response.json()["accepted"] == 1
