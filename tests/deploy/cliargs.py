@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 import typer
 from typer.core import TyperGroup
@@ -51,3 +51,19 @@ def parse_cli(argv: Sequence[str]) -> typer.Context:
     except TyperException as exc:
         raise CommandLineError(f"{' '.join(argv)}: {exc}") from exc
     return context
+
+
+class Option(Protocol):
+    """A CLI parameter as click builds it: the variables it falls back to, if any."""
+
+    @property
+    def envvar(self) -> str | Sequence[str] | None:
+        """The variable(s) the parameter reads when its flag is not given."""
+
+
+def option_envvars(param: Option) -> set[str]:
+    """The environment variables ``param`` reads when its flag is not given."""
+    envvar = param.envvar
+    if envvar is None:
+        return set()
+    return {envvar} if isinstance(envvar, str) else set(envvar)

@@ -19,7 +19,7 @@ import yaml
 from scheduler.devices import device_profile
 from service.api.schemas import ScheduleRequest
 from service.auth.worker_tokens import parse_worker_tokens
-from tests.deploy.cliargs import CommandLineError, parse_cli
+from tests.deploy.cliargs import CommandLineError, option_envvars, parse_cli
 
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "compose.yaml"
 EXAMPLE_BATCH = COMPOSE.with_name("example-batch.json")  # the batch README "Deploy" posts
@@ -147,6 +147,21 @@ def test_the_service_uses_the_shared_redis_and_refuses_anonymous_callers(
     assert env["ROLLOUT_WORKER_TOKENS"]
     assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
     assert any(str(port).endswith(":8000") for port in svc["ports"])
+
+
+def test_every_service_variable_a_sidecar_reads_too_reaches_each_sidecar_with_the_same_value(
+    services: dict[str, Service],
+) -> None:
+    """The sidecars read the service's own variables for what they must share with it: the Redis, its
+    key prefix and cluster mode, and the log level (their ``--prefix``, ``--cluster``, ``--log-level``
+    fall back to them). Set on the service alone, ``ROLLOUT_LOG_LEVEL=DEBUG`` left the sidecars on INFO,
+    and a ``ROLLOUT_KEY_PREFIX`` would have left them claiming from a namespace nobody publishes to."""
+    service_env = services["scheduler"]["environment"]
+    for name, svc in _ours(services, "sidecar").items():
+        read = {var for param in parse_cli(svc["command"]).command.params for var in option_envvars(param)}
+        shared = {var: value for var, value in service_env.items() if var in read}
+        missing = shared.items() - svc["environment"].items()
+        assert not missing, f"{name} lacks {sorted(missing)}"
 
 
 def test_the_demo_worker_token_is_bound_to_one_of_the_loop_s_workers(services: dict[str, Service]) -> None:

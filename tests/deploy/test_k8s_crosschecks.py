@@ -8,14 +8,12 @@ re-apply that scales the service back down, a node drain that takes most replica
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Protocol
 
 import pytest
 
 from scheduler.devices import device_profile
 from service.settings import SIDECAR_ONLY_VARIABLES, Settings
-from tests.deploy.cliargs import parse_cli
+from tests.deploy.cliargs import option_envvars, parse_cli
 from tests.deploy.manifests import (
     DOCS,
     IMAGE,
@@ -34,26 +32,11 @@ WORKERS = [("rollout-worker-h100", "vllm"), ("rollout-worker-ascend", "vllm-asce
 LIBRARY_VARIABLES = frozenset({"MPLCONFIGDIR"})
 
 
-class _Option(Protocol):
-    """A CLI parameter as click builds it: the variables it falls back to, if any."""
-
-    @property
-    def envvar(self) -> str | Sequence[str] | None:
-        """The variable(s) the parameter reads when its flag is not given."""
-
-
-def _envvars(param: _Option) -> set[str]:
-    envvar = param.envvar
-    if envvar is None:
-        return set()
-    return {envvar} if isinstance(envvar, str) else set(envvar)
-
-
 def _read_by(args: list[str]) -> set[str]:
     """The variables the command ``args`` runs reads: serve's settings, or the CLI options' ``envvar``."""
     if args[0] == "serve":
         return _settings_variables()
-    return {name for param in parse_cli(args).command.params for name in _envvars(param)}
+    return {name for param in parse_cli(args).command.params for name in option_envvars(param)}
 
 
 def _settings_variables() -> set[str]:
@@ -93,7 +76,7 @@ def test_a_configmap_setting_the_sidecar_has_a_flag_for_reaches_that_flag(statef
     for name in given:
         param = params.get(name.removeprefix("ROLLOUT_").lower())
         if param is not None:
-            assert name in _envvars(param), f"the sidecar's --{param.name} ignores {name}"
+            assert name in option_envvars(param), f"the sidecar's --{param.name} ignores {name}"
 
 
 def test_the_configmap_log_level_sets_the_sidecar_log_level(monkeypatch: pytest.MonkeyPatch) -> None:
