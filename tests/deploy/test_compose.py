@@ -19,7 +19,9 @@ import yaml
 from scheduler.devices import device_profile
 from service.api.schemas import ScheduleRequest
 from service.auth.worker_tokens import parse_worker_tokens
+from service.settings import unknown_variables
 from tests.deploy.cliargs import CommandLineError, option_envvars, parse_cli
+from tests.deploy.fleetsettings import not_the_default, serve_settings, undecided
 
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "compose.yaml"
 EXAMPLE_BATCH = COMPOSE.with_name("example-batch.json")  # the batch README "Deploy" posts
@@ -162,6 +164,39 @@ def test_every_service_variable_a_sidecar_reads_too_reaches_each_sidecar_with_th
         shared = {var: value for var, value in service_env.items() if var in read}
         missing = shared.items() - svc["environment"].items()
         assert not missing, f"{name} lacks {sorted(missing)}"
+
+
+def _service_env(services: dict[str, Service]) -> dict[str, str]:
+    return {name: str(value) for name, value in services["scheduler"]["environment"].items()}
+
+
+def test_the_service_environment_is_one_serve_accepts_and_names_no_unknown_variable(
+    services: dict[str, Service], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A misspelt variable is ignored with a warning, and the loop runs on the default it meant to
+    change; a value serve refuses stops the service at ``up``."""
+    env = _service_env(services)
+    assert unknown_variables(env) == []
+    settings = serve_settings(env, services["scheduler"]["command"], monkeypatch, tmp_path)
+    assert settings.auth_enabled
+
+
+def test_the_service_decides_every_setting_or_says_why_it_leaves_one_out(
+    services: dict[str, Service],
+) -> None:
+    """The compose file is where a user of the loop tunes it, and the model of a fleet's: a setting
+    missing here (the plan budget, the planning slots, the engine requests name none for) is one they
+    may not know exists. A setting left out on purpose has a ``# not set:`` line saying why."""
+    svc = services["scheduler"]
+    assert undecided(_service_env(services), svc["command"], COMPOSE.read_text()) == []
+
+
+def test_the_service_gets_each_setting_at_the_code_s_default_unless_the_file_says_why_not(
+    services: dict[str, Service], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file reads as the defaults a user may change, and as the Kubernetes ConfigMap does: a
+    default changed in the code must not stay pinned at its old value here, unnoticed."""
+    assert not_the_default(_service_env(services), monkeypatch) == {}
 
 
 def test_the_demo_worker_token_is_bound_to_one_of_the_loop_s_workers(services: dict[str, Service]) -> None:

@@ -14,9 +14,11 @@ import pytest
 from scheduler.devices import device_profile
 from service.settings import SIDECAR_ONLY_VARIABLES, Settings
 from tests.deploy.cliargs import option_envvars, parse_cli
+from tests.deploy.fleetsettings import not_the_default, undecided
 from tests.deploy.manifests import (
     DOCS,
     IMAGE,
+    K8S,
     Doc,
     container_env,
     containers_of,
@@ -223,3 +225,33 @@ def test_the_configmap_plans_a_request_naming_no_engine_for_the_engine_the_worke
         assert tag, image
         assert (int(tag.group(1)), int(tag.group(2))) >= (0, 11), image
     assert find_one("ConfigMap", "rollout-scheduler")["data"].get("ROLLOUT_DEFAULT_ENGINE") == "vllm-v1"
+
+
+def _service() -> Doc:
+    return containers_of(find_one("Deployment", "rollout-scheduler"))["service"]
+
+
+def test_the_configmap_decides_every_setting_of_the_service_or_says_why_it_leaves_one_out() -> None:
+    """An operator tunes a fleet from the ConfigMap: a setting missing there is one they may not know
+    exists (the plan queue's timeout, the retention that sizes Redis), and one added to the code later
+    would reach every replica as a default nobody chose. The Secret's are set in the Deployment's env,
+    the bind address by its args; a setting left out on purpose has a ``# not set:`` line saying why."""
+    service = _service()
+    text = (K8S / "configmap.yaml").read_text()
+    assert undecided(container_env(service), service["args"], text) == []
+
+
+def test_a_setting_neither_given_nor_explained_is_caught() -> None:
+    service = _service()
+    given = container_env(service) - {"ROLLOUT_DEFAULT_ENGINE"}
+    text = (K8S / "configmap.yaml").read_text()
+    assert undecided(given, service["args"], text) == ["ROLLOUT_DEFAULT_ENGINE"]
+
+
+def test_the_configmap_gives_each_setting_the_code_s_default_unless_it_says_why_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ConfigMap reads as the defaults an operator may change: a default changed in the code (a
+    longer plan budget, a larger history cap) must not stay pinned at its old value in every cluster
+    that applies the file, unnoticed."""
+    assert not_the_default(find_one("ConfigMap", "rollout-scheduler")["data"], monkeypatch) == {}

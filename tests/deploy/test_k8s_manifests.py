@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from service.auth.worker_tokens import parse_worker_tokens
 from service.settings import Settings
 from tests.deploy.cliargs import parse_cli
+from tests.deploy.fleetsettings import serve_settings
 from tests.deploy.manifests import (
     DOCS,
     IMAGE,
@@ -228,12 +229,9 @@ def _service_environment(secret: dict[str, str]) -> dict[str, str]:
 
 
 def _serve_settings(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Settings:
-    """What ``serve`` builds from ``env`` and the container's args (flags left unset are not passed);
-    only the model store moves to ``tmp_path``."""
-    for name, value in {**env, "ROLLOUT_MODEL_DIR": str(tmp_path / "models")}.items():
-        monkeypatch.setenv(name, value)
+    """What ``serve`` builds from ``env`` and the service container's args."""
     args = containers_of(find_one("Deployment", "rollout-scheduler"))["service"]["args"]
-    return Settings(**{k: v for k, v in parse_cli(args).params.items() if v is not None})
+    return serve_settings(env, args, monkeypatch, tmp_path)
 
 
 def test_the_service_container_environment_is_one_serve_accepts(
