@@ -7,6 +7,7 @@ here talks to a cluster.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +72,34 @@ def engine_flags(container: Doc) -> dict[str, str]:
     """An engine container's ``--name=value`` flags (vLLM's own, not our CLI's), by name without dashes."""
     words = [*container.get("command", []), *container.get("args", [])]
     return dict(word[2:].split("=", 1) for word in words if word.startswith("--") and "=" in word)
+
+
+def container_environment(
+    container: Doc, secret: Mapping[str, str], fields: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """A container's environment as the kubelet builds it: its ConfigMaps, then ``env`` in order,
+    ``$(VAR)`` expanded; ``secret`` stands in for the Secret's keys, ``fields`` for the pod's
+    fields (``metadata.name``)."""
+    env: dict[str, str] = {}
+    for ref in container.get("envFrom", []):
+        env.update(find_one("ConfigMap", ref["configMapRef"]["name"])["data"])
+    for var in container.get("env", []):
+        source = var.get("valueFrom", {})
+        if "value" in var:
+            env[var["name"]] = expand(var["value"], env)
+        elif "secretKeyRef" in source:
+            env[var["name"]] = secret[source["secretKeyRef"]["key"]]
+        else:
+            env[var["name"]] = (fields or {})[source["fieldRef"]["fieldPath"]]
+    return env
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """``text`` with each ``$(VAR)`` replaced by its value in ``env``, as the kubelet does."""
+    return VARIABLE.sub(lambda match: env[match.group(1)], text)
+
+
+def expanded_args(container: Doc, env: Mapping[str, str]) -> list[str]:
+    """The container's args as its process receives them."""
+    args: Sequence[str] = container["args"]
+    return [expand(arg, env) for arg in args]

@@ -199,6 +199,19 @@ def test_the_service_gets_each_setting_at_the_code_s_default_unless_the_file_say
     assert not_the_default(_service_env(services), monkeypatch) == {}
 
 
+def test_a_request_naming_no_model_or_engine_is_planned_for_what_the_loop_s_engines_simulate(
+    services: dict[str, Service],
+) -> None:
+    """``ROLLOUT_DEFAULT_MODEL`` and ``ROLLOUT_DEFAULT_ENGINE`` price every request that names
+    neither (the README's example batch names no engine): planned for another model or engine than
+    engine-sim plays, the demo's planned makespan is not the one it shows."""
+    env = services["scheduler"]["environment"]
+    for name, svc in _ours(services, "engine-sim").items():
+        params = parse_cli(svc["command"]).params
+        assert params["model"] == env["ROLLOUT_DEFAULT_MODEL"], name
+        assert params["engine"] == env["ROLLOUT_DEFAULT_ENGINE"], name
+
+
 def test_the_demo_worker_token_is_bound_to_one_of_the_loop_s_workers(services: dict[str, Service]) -> None:
     """An unbound default would teach every user the form serve warns about at start."""
     entries = parse_worker_tokens(services["scheduler"]["environment"]["ROLLOUT_WORKER_TOKENS"])

@@ -8,21 +8,24 @@ re-apply that scales the service back down, a node drain that takes most replica
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from scheduler.devices import device_profile
 from service.settings import SIDECAR_ONLY_VARIABLES, Settings
 from tests.deploy.cliargs import option_envvars, parse_cli
-from tests.deploy.fleetsettings import not_the_default, undecided
+from tests.deploy.fleetsettings import clear_settings, not_the_default, serve_settings, undecided
 from tests.deploy.manifests import (
     DOCS,
     IMAGE,
     K8S,
     Doc,
     container_env,
+    container_environment,
     containers_of,
     engine_flags,
+    expanded_args,
     expanded_variables,
     find_one,
     pod_spec,
@@ -255,3 +258,51 @@ def test_the_configmap_gives_each_setting_the_code_s_default_unless_it_says_why_
     longer plan budget, a larger history cap) must not stay pinned at its old value in every cluster
     that applies the file, unnoticed."""
     assert not_the_default(find_one("ConfigMap", "rollout-scheduler")["data"], monkeypatch) == {}
+
+
+# Stand-ins for the Secret's keys: the placeholders themselves are refused by serve (the same token in
+# both scopes), as test_k8s_manifests checks.
+SECRET = {
+    "trainer-tokens": "t" * 64,
+    "worker-tokens": "w" * 64,
+    "redis-password": "p@ss",
+    "engine-api-key": "k",
+}
+
+
+@pytest.mark.parametrize("statefulset", [statefulset for statefulset, _ in WORKERS])
+def test_each_sidecar_claims_from_the_redis_and_key_space_the_service_publishes_to(
+    statefulset: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The sidecar is told its Redis by flag (``--redis-url``) and the rest by the ConfigMap and the
+    Secret; the service by ``REDIS_URL`` and the same maps. Any of them apart (another database in the
+    URL, a prefix set in one place, cluster mode, the password) and the sidecars claim from a key space
+    nobody publishes to, every step waiting out its timeout with its items queued."""
+    service = serve_settings(_service_environment(), _service()["args"], monkeypatch, tmp_path)
+    sidecar = containers_of(find_one("StatefulSet", statefulset))["sidecar"]
+    env = container_environment(sidecar, SECRET, {"metadata.name": f"{statefulset}-0"})
+    clear_settings(monkeypatch)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    params = parse_cli(expanded_args(sidecar, env)).params
+    assert service.redis_password is not None
+    assert (params["redis_url"], params["redis_password"]) == (
+        service.redis_url,
+        service.redis_password.get_secret_value(),
+    )
+    assert (params["prefix"], params["cluster"]) == (service.key_prefix, service.redis_cluster)
+    assert params["worker_id"] == f"{statefulset}-0", "the stable pod name the trainer's inventory lists"
+
+
+def _service_environment() -> dict[str, str]:
+    return container_environment(_service(), SECRET)
+
+
+@pytest.mark.parametrize("statefulset", [statefulset for statefulset, _ in WORKERS])
+def test_a_request_naming_no_model_is_planned_for_the_model_the_worker_pods_serve(statefulset: str) -> None:
+    """``ROLLOUT_DEFAULT_MODEL`` prices every request that names no model: left at 7b while the
+    workers serve a 14b, each trajectory would be planned at twice its real speed. The sidecar's
+    ``--model`` is checked against the engine's served model above."""
+    sidecar = containers_of(find_one("StatefulSet", statefulset))["sidecar"]
+    default_model = find_one("ConfigMap", "rollout-scheduler")["data"]["ROLLOUT_DEFAULT_MODEL"]
+    assert parse_cli(sidecar["args"]).params["model"] == default_model

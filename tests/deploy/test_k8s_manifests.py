@@ -21,9 +21,9 @@ from tests.deploy.fleetsettings import serve_settings
 from tests.deploy.manifests import (
     DOCS,
     IMAGE,
-    VARIABLE,
     Doc,
     container_env,
+    container_environment,
     containers_of,
     expanded_variables,
     find_one,
@@ -214,18 +214,10 @@ def test_a_stopping_worker_pod_lets_the_sidecar_drain_into_the_engine_kept_servi
 
 
 def _service_environment(secret: dict[str, str]) -> dict[str, str]:
-    """The service container's environment as the kubelet builds it: the ConfigMap, then ``env`` in
-    order (``secret`` standing in for the Secret's keys), ``$(VAR)`` expanded."""
-    service = containers_of(find_one("Deployment", "rollout-scheduler"))["service"]
-    env: dict[str, str] = {}
-    for ref in service["envFrom"]:
-        env.update(find_one("ConfigMap", ref["configMapRef"]["name"])["data"])
-    for var in service["env"]:
-        if "value" in var:
-            env[var["name"]] = VARIABLE.sub(lambda m: env[m.group(1)], var["value"])
-        else:
-            env[var["name"]] = secret[var["valueFrom"]["secretKeyRef"]["key"]]
-    return env
+    """The service container's environment, ``secret`` standing in for the Secret's keys."""
+    return container_environment(
+        containers_of(find_one("Deployment", "rollout-scheduler"))["service"], secret
+    )
 
 
 def _serve_settings(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Settings:
