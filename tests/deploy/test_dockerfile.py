@@ -9,17 +9,20 @@ non-root user and has a health check.
 from __future__ import annotations
 
 import re
+import runpy
 import tomllib
 from importlib import metadata
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import yaml
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from tests.deploy.cliargs import parse_cli
 from tests.deploy.dockerfile import DockerIgnore, Instruction, read_dockerfile, stages
-from tests.deploy.manifests import containers_of, find_one
+from tests.deploy.manifests import IMAGE, containers_of, find_one, pod_spec, workloads
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
@@ -195,8 +198,6 @@ def _created_dirs() -> set[str]:
 
 def test_every_volume_our_containers_mount_exists_in_the_image_owned_by_its_user() -> None:
     """A named volume on a path the image lacks is created root-owned: the non-root user could not write."""
-    import yaml
-
     compose = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())
     targets = {
         volume.split(":")[1]
@@ -213,3 +214,40 @@ def test_every_volume_our_containers_mount_exists_in_the_image_owned_by_its_user
         assert owners, f"{target} is not chowned to the image user"
     # and no VOLUME: Docker would give every container of the image (engines, sidecars) an anonymous one
     assert not [ins for ins in FINAL if ins.keyword == "VOLUME"]
+
+
+def _image_env() -> dict[str, str]:
+    """The variables the runtime stage's ``ENV`` sets."""
+    words = [word for ins in FINAL if ins.keyword == "ENV" for word in ins.args]
+    return dict(word.split("=", 1) for word in words)
+
+
+def test_the_image_s_default_health_check_probes_serve_s_liveness_on_its_command_s_port() -> None:
+    """A container of the image run as is (``docker run``, or a compose service that sets no
+    ``HEALTHCHECK_URL``) is checked at the default URL: another port or path and the service is
+    reported unhealthy however well it serves. The script's own fallback is the same URL."""
+    from service.api.health import router
+
+    port = parse_cli(_one(FINAL, "CMD").args).params["port"]
+    url = _image_env()["HEALTHCHECK_URL"]
+    parts = urlsplit(url)
+    assert (parts.hostname, parts.port) == ("127.0.0.1", port)
+    assert parts.path == "/healthz", "liveness, which never waits on Redis"
+    assert parts.path in {getattr(route, "path", None) for route in router.routes}
+    assert runpy.run_path(str(ROOT / "deploy" / "healthcheck.py"))["DEFAULT_URL"] == url
+    assert _one(FINAL, "EXPOSE").args == (str(port),)
+
+
+def test_the_build_command_and_every_container_of_ours_use_the_project_version_as_the_image_tag() -> None:
+    """The build commands the Dockerfile and docs/operations.md give tag the image, and compose and the
+    manifests run it by that tag: a version bump that misses one runs the previous image there
+    (``IfNotPresent`` takes whatever a node already holds under the old tag)."""
+    tag = f"{IMAGE}{PYPROJECT['project']['version']}"
+    texts = [DOCKERFILE.read_text(), (ROOT / "docs" / "operations.md").read_text()]
+    built = [re.findall(r"docker build .*?-t (\S+?)`? ", text) for text in texts]
+    assert all(built), "each gives the build command"
+    compose = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())["services"].values()
+    run = {svc["image"] for svc in compose if svc["image"].startswith(IMAGE)}
+    pods = [pod_spec(doc)["containers"] for doc in workloads()]
+    run |= {c["image"] for containers in pods for c in containers if c["image"].startswith(IMAGE)}
+    assert {found for tags in built for found in tags} | run == {tag}

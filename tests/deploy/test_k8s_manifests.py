@@ -78,6 +78,24 @@ def test_the_service_deployment_probes_readiness_and_liveness_on_different_endpo
     assert {"cpu", "memory"} <= set(service["resources"]["requests"])
 
 
+def test_the_service_listens_on_the_port_its_probes_and_its_service_reach_at_paths_it_serves() -> None:
+    """serve's ``--port`` is the container's ``http`` port, which the probes and the Service target:
+    one moved alone and every probe fails (the pods restart for ever) or the Service routes nowhere."""
+    from service.api.health import router
+
+    container = containers_of(find_one("Deployment", "rollout-scheduler"))["service"]
+    port = parse_cli(container["args"]).params["port"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["http"] == port
+    paths = {getattr(route, "path", None) for route in router.routes}
+    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+        probe = container[kind]["httpGet"]
+        assert ports.get(probe["port"], probe["port"]) == port, kind
+        assert probe["path"] in paths, kind
+    for service_port in find_one("Service", "rollout-scheduler")["spec"]["ports"]:
+        assert ports.get(service_port["targetPort"], service_port["targetPort"]) == port
+
+
 def test_every_container_of_our_image_runs_as_the_image_non_root_user() -> None:
     for doc in workloads():
         pod = pod_spec(doc)
