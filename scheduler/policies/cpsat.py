@@ -62,7 +62,7 @@ from scheduler import clock
 from scheduler.gcpause import collector_paused
 from scheduler.policies import replicate
 from scheduler.policies.balance import level_below
-from scheduler.policies.bandround import play_round
+from scheduler.policies.bandround import History, play_round
 from scheduler.policies.base import Placement
 from scheduler.policies.blindbar import barred
 from scheduler.policies.calibrate import calibrate, representative
@@ -208,7 +208,9 @@ class CpSatPolicy:
         (``calibrate.calibrate``), and with the units that would pass a cap (``DEFER``) placed last. A round
         starts only when it is expected to fit the budget, and one that runs long is cut short.
         Each round past the second is calibrated and capped by the round before it, so a group
-        that round 2 overloaded in its turn is planned slower again.
+        that round 2 overloaded in its turn is planned slower again. The rounds stop where one
+        repeats an earlier one (``bandround.History``), and the last is not ordered where a queue
+        that runs at once already ends by the best plan's makespan: neither can change the plan.
         The counts are the band model's, solved here (with ``more``, on point predictions alone, a
         worker per ``lowband.PER_WORKERS`` moved up from its lowest band: ``low_shifted``), or ``solved``;
         under prefix affinity the model's own are followed by shifted ones (``_cap_band_rounds``).
@@ -230,13 +232,17 @@ class CpSatPolicy:
         scale: list[float] | None = None
         cap_s: float | None = None
         last = ROUNDS + more
+        history = History()
         for round_index in range(last):
             round_started = clock.now()
             if round_index and deadline - round_started < round_cost:
                 break
-            played = play_round(problem, request.kv_admission, tiers, band, scale, cap_s, stop, deadline)
+            bar = max(best.finish_s) if round_index == last - 1 else None  # the last: beat it or stop
+            played = play_round(
+                problem, request.kv_admission, tiers, band, scale, cap_s, stop, deadline, history, bar
+            )
             if played is None:
-                break  # the round would end past the budget: keep the best plan so far
+                break  # past the budget, a repeat, or a last round that cannot win: keep the best so far
             banded, queues, finishes = played
             if max(finishes) < max(best.finish_s):
                 best, assignment = Placement(queues, levels.status, finish_s=finishes), banded

@@ -163,22 +163,33 @@ def _played(
     return best, best_finish, play_s
 
 
+class Outdone(Exception):  # noqa: N818 - a signal, not an error: the caller keeps its best plan
+    """A queue that runs at once already ends at or past the plan to beat (``order_queues``'s
+    ``bar``): no order of any queue can make this assignment finish sooner, so none is played."""
+
+
 def order_queues(
     problem: Problem,
     assignment: Sequence[Sequence[int]],
     reserve: bool,
     deadline: float | None = None,
     search_until: float | None = None,
+    bar: float | None = None,
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]]:
     """Each worker's trajectory queue in its fastest candidate order, and its predicted finish.
 
     A queue that runs at once keeps longest-first at its closed-form finish; every other one is
     ordered by ``_ordered``, in worker order. With ``deadline`` (``scheduler.clock.now()``), raises
     ``BudgetSpent`` rather than run past it; with ``search_until`` instead, plays a queue once where
-    the time left does not allow its search (``_Budget`` says when, and why).
+    the time left does not allow its search (``_Budget`` says when, and why). With ``bar``, raises
+    ``Outdone`` before any play where a queue that runs at once ends at or past it: every order
+    gives that queue the same finish, and ``refine_critical`` leaves such a queue as it is, so the
+    plan cannot end before ``bar`` (a cpsat round that cannot win: ``bandround.play_round``).
     """
     queues, at_once = _longest_first_at_once(problem, assignment, reserve)
     floor = max((f for f in at_once if f is not None), default=0.0)
+    if bar is not None and floor >= bar:
+        raise Outdone
     later = sum(len(queues[w]) for w, finish in enumerate(at_once) if finish is None)
     budget = _Budget(deadline, search_until, later)
     finishes: list[float] = []
