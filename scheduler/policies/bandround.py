@@ -29,8 +29,9 @@ class History:
     calibration a function of that plan. So a round whose calibration or placement repeats an earlier
     round's plays that round's plan again, which did not beat the best plan, and so does every round
     after it, calibrated by the same play: the sequence can stop there with the same plan. On the
-    bench batches this happens at 1,024 x 16 (seeds 1, 5, 6, 8, 9, 11, 14: rounds 2-4 one placement);
-    at 16,384 x 128 and up no round repeats (docs/experiments.md, Solver, "repeatstop").
+    bench batches at 1,024 x 16 a round places every unit as an earlier one did on 8 of 15, as it often
+    does under prefix affinity (its cap-shifted calls); at 4,096 x 32 and up none repeats
+    (docs/experiments.md, Solver, 2026-12-05 "repeatstop").
     """
 
     calibrations: set[Calibration] = field(default_factory=set)
