@@ -42,7 +42,7 @@ from service.sidecar.session import RELEASE_GRACE_S, SessionStats, WorkerSession
 from service.sidecar.supervision import LoopDiedError, Supervisor
 from service.sidecar.takeover import Takeover
 from service.sidecar.timings import Durations
-from service.sidecar.waits import sleep_unless
+from service.sidecar.waits import done_unless, sleep_unless
 from service.sidecar.watchdog import EngineWatch, retry_or_fail
 
 log = logging.getLogger("service.sidecar")
@@ -80,6 +80,8 @@ class Sidecar:
     _failed_at: float | None = field(default=None, init=False)  # when the engine last failed an item
     # claiming failed on Redis (logged once); None until the first claim reached it or failed
     _redis_down: bool | None = field(default=None, init=False)
+    # a claim still waiting on Redis when told to stop: the drain waits for it within its time
+    _claim_left: asyncio.Task[list[Held]] | None = field(default=None, init=False)
     watch: EngineWatch = field(init=False)  # the engine's signs of life while items run (``watchdog``)
     # hands back at start what an earlier process of this worker id held (``takeover``)
     takeover: Takeover = field(init=False)
@@ -154,16 +156,21 @@ class Sidecar:
         """Claim and start items until ``stop`` is set (the main loop)."""
         while not stop.is_set():
             self.last_turn = time.monotonic()
-            if self.version is not None and not await asyncio.to_thread(version_known, self.version):
-                await sleep_unless(stop, self.settings.redis_retry_s)  # RedisTooOldError: too old
-                continue
+            if self.version is not None:
+                check = asyncio.create_task(asyncio.to_thread(version_known, self.version))
+                if not await done_unless(stop, check):  # a stalled server: nothing claimed yet
+                    check.cancel()
+                    return
+                if not check.result():  # RedisTooOldError: too old
+                    await sleep_unless(stop, self.settings.redis_retry_s)
+                    continue
             if not self.takeover.done.is_set():  # before the engine's "claiming" line: it holds
                 await sleep_unless(stop, self.settings.idle_poll_s)  # claims up to a presence TTL
                 continue
             if not await self._engine_ready(stop):
                 return
             try:
-                await self._fill()
+                await self._fill(stop)
                 if self._redis_down:
                     log.info("redis reachable again, claiming")
                 self._redis_down = False
@@ -211,27 +218,34 @@ class Sidecar:
             log.warning("engine down: releasing %d unstarted leases", len(waiting))
             await self.session.hand_back(waiting, RELEASE_GRACE_S)
 
-    async def _fill(self) -> None:
+    async def _fill(self, stop: asyncio.Event) -> None:
         """Start what may start, then claim into free slots until nothing more fits or comes."""
         holdings = self.session.holdings
         while not self._engine_down:
             self._start_waiting()
             if holdings.waiting() or holdings.free_slots() == 0:
                 return
-            if not await self._claim(holdings.free_slots()):
+            if not await self._claim(holdings.free_slots(), stop):
                 return
 
-    async def _claim(self, want: int) -> bool:
-        """Claim up to ``want`` items, unless the engine is known stalled; whether any came.
+    async def _claim(self, want: int, stop: asyncio.Event) -> bool:
+        """Claim up to ``want`` items, unless the engine is known stalled; whether any came. A claim
+        still waiting on Redis when ``stop`` is set is left to the drain (``_claim_landed``): awaited
+        here, a stalled Redis held the drain's start back by the client's 5 s socket timeout, past
+        the exit docs/sidecar.md promises.
 
         Under the lock the stall path takes before handing back: a claim sent just before the stall
         was found could otherwise reach Redis just after, lease the items just handed back, and hold
         them (heartbeats renewing them) on a frozen engine until the readiness check timed out and
         released them again, counted twice."""
         async with self._claiming:
-            if self._engine_down:
+            if self._engine_down or stop.is_set():  # told to stop while the engine's probe was out
                 return False
-            got = await self.session.claim(want)
+            claim = asyncio.create_task(self.session.claim(want))
+            if not await done_unless(stop, claim):
+                self._claim_left = claim
+                return False
+            got = claim.result()
         for schedule_id in self.session.cancelled_held():  # its inbox read said so: stop them now
             self._stop_cancelled(schedule_id)
         return bool(got)
@@ -353,6 +367,7 @@ class Sidecar:
         deadline = time.monotonic() + self.settings.drain_timeout_s
         holdings = self.session.holdings
         died = "its sidecar" if self.loops.dead is not None else ""  # a bug: refunded once per item
+        await self._claim_landed(deadline)
         await self.session.hand_back(holdings.waiting(), deadline - time.monotonic(), died)
         if self._items:
             log.info(
@@ -362,6 +377,21 @@ class Sidecar:
         unfinished = [h for h in holdings.all() if not h.completing]
         await self.session.hand_back(unfinished, deadline + RELEASE_GRACE_S - time.monotonic(), died)
         return deadline + RELEASE_GRACE_S
+
+    async def _claim_landed(self, deadline: float) -> None:
+        """Wait until ``deadline`` for a claim the stop left waiting on Redis: what it leased is then
+        held and handed back with the rest. One still waiting is cancelled: what it may yet lease is
+        held by nobody, and lapses and is requeued by the reaper, as a release the drain abandons."""
+        claim, self._claim_left = self._claim_left, None
+        if claim is None:
+            return
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                await claim
+        except TimeoutError:
+            log.warning("a claim still waiting on Redis was abandoned; what it leases lapses and is requeued")
+        except Exception:  # nothing leased: Redis refused or dropped it
+            pass
 
 
 def _result(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryResult:

@@ -1,4 +1,4 @@
-"""A sleep that a stop event cuts short, and why it is not ``asyncio.wait_for``.
+"""A sleep and a wait that a stop event cuts short, and why they are not ``asyncio.wait_for``.
 
 On Python 3.11 a ``wait_for`` cancelled in the same loop turn as its awaitable finishes (the stop
 event set and the task cancelled together, as a shutdown does) returns the awaitable's result and
@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 async def sleep_unless(stop: asyncio.Event, seconds: float) -> None:
@@ -18,3 +21,19 @@ async def sleep_unless(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await stop.wait()
+
+
+async def done_unless(stop: asyncio.Event, task: asyncio.Task[T]) -> bool:
+    """Wait until ``task`` is done or ``stop`` is set; whether ``task`` is done. ``task`` is left
+    running when ``stop`` comes first (its caller decides how long it may go on), and cancelled when
+    this wait is: a Redis call in a worker thread does not end at a stop, so a shutdown that awaited
+    it could wait out the client's whole socket timeout on a stalled server."""
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        stopped.cancel()
+    return task.done()

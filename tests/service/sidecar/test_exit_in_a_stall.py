@@ -1,0 +1,108 @@
+"""A sidecar told to stop while Redis is stalled exits within the drain timeout plus the release grace.
+
+docs/sidecar.md promises the exit keeps to ``--drain-timeout`` plus 2 s even while Redis is down or
+paused (connections accepted, nothing answered). A Redis call runs in a worker thread, and one
+nobody stops goes on until the server answers or the client's socket timeout (5 s) runs out: an
+idle push sidecar's claim held its drain's start back that long, and a pull sidecar's exit waited
+for the calls its shutdown had abandoned. The bounds below are the promise plus 2 s of slack for a
+loaded host; before the fixes each run took the whole stall (push) or a socket timeout (pull) more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import redis
+
+from service.delivery.protocol import Delivery
+from service.sidecar.engine_client import EngineClient, EngineOptions
+from service.sidecar.holdings import Holdings
+from service.sidecar.runner import RunnerSettings, Sidecar
+from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, WorkerSession
+from tests.service.sidecar.procs import item, publish
+
+SLACK_S = 2.0  # a loaded host's lateness, well short of what a stalled call costs (5 s, or the stall)
+
+
+def test_an_idle_push_sidecar_stopped_while_its_claim_waits_on_a_stalled_redis_keeps_to_the_drain(
+    redis_client: redis.Redis, redis_url: str, engine_url: str
+) -> None:
+    """The main loop awaited the claim in flight before it looked at the stop: with Redis stalled
+    (writes paused for 20 s here, a claim is a script that writes) it began its drain only when the
+    claim came back, once Redis answered or the client's socket timeout ran out (5 s in the
+    sidecar's client; longer here, so that the wait before the fix is the whole stall, unmistakable)."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "idle", {"w0": [], "w1": [item("theirs", 0, 10)]})  # w0's claims find nothing
+    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=60)  # outlasts the stall
+    session = WorkerSession(Delivery(client), Holdings(2), SessionSettings("w0", steal=False))
+    settings = RunnerSettings(idle_poll_s=0.02, drain_timeout_s=0.1)
+    sidecar = Sidecar(session, EngineClient.open(EngineOptions(engine_url)), settings)
+
+    async def stopped_while_claiming() -> float:
+        stop = asyncio.Event()
+        run = asyncio.create_task(sidecar.run(stop))
+        while not sidecar.engine_up or sidecar.redis_up is False:  # claiming, and Redis answered
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # a few idle claims
+        redis_client.client_pause(20_000, all=False)
+        try:
+            await asyncio.sleep(0.3)  # the next claim is sent, and waits
+            stopped = time.monotonic()
+            stop.set()
+            await asyncio.wait_for(run, 30.0)
+            return time.monotonic() - stopped
+        finally:
+            redis_client.client_unpause()  # the abandoned calls' threads end, and asyncio.run returns
+            await sidecar.engine.aclose()
+
+    took_s = asyncio.run(stopped_while_claiming())
+    assert took_s < 0.1 + RELEASE_GRACE_S + SLACK_S
+    assert delivery.progress("idle").queued == 1  # the claim abandoned took nothing
+
+
+def test_what_a_claim_cut_short_by_the_stop_leases_once_redis_answers_is_handed_back_unstarted(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The stop no longer waits for a claim in flight, but the drain does, within its time: the leases
+    it brings are released (no attempt spent) with the rest, not sent to the engine, nor left leased to
+    a sidecar on its way out."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "landed", {"w0": [item("a", 0, 10), item("b", 0, 10)]}, lease_ttl_ms=30_000)
+    ready, generations = [False], []
+
+    def engine(request: httpx.Request) -> httpx.Response:  # loading until ``ready``; never answers work
+        if request.url.path == "/v1/models":
+            models = {"data": [{"id": "m", "max_model_len": 32768}]}
+            return httpx.Response(200, json=models) if ready[0] else httpx.Response(503)
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        generations.append(request.url.path)
+        return httpx.Response(503)
+
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(2), SessionSettings("w0"))
+    http = httpx.AsyncClient(transport=httpx.MockTransport(engine), base_url="http://engine")
+    client = EngineClient(EngineOptions("http://engine", synthetic_prompts=True), http)
+    sidecar = Sidecar(
+        session, client, RunnerSettings(idle_poll_s=0.02, drain_timeout_s=10, engine_wait_s=0.05)
+    )
+
+    async def stopped_while_claiming() -> None:
+        stop = asyncio.Event()
+        run = asyncio.create_task(sidecar.run(stop))
+        await sidecar.takeover.done.wait()
+        redis_client.client_pause(1_500, all=False)  # the claim's script waits 1.5 s
+        ready[0] = True
+        while not sidecar.engine_up:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # the claim is sent, and waits
+        stop.set()
+        await asyncio.wait_for(run, 30.0)
+        await http.aclose()
+
+    asyncio.run(stopped_while_claiming())
+    progress = delivery.progress("landed")
+    assert (session.stats.claimed, session.stats.released) == (2, 2)
+    assert (progress.queued, progress.running) == (2, 0)
+    assert generations == []  # released unstarted, not run on an engine being left
