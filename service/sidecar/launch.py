@@ -29,6 +29,7 @@ from service.redis_conn import (
     refused,
     require_version,
 )
+from service.sidecar.hang_up import hang_up
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, SessionStats, WorkerSession
 from service.sidecar.supervision import LoopDiedError
@@ -230,7 +231,7 @@ async def _push(
         return await runner.run(stop)
     finally:
         await engine.aclose()
-        _hang_up(delivery)
+        hang_up(delivery)  # calls the drain abandoned end now, not at their socket timeout
 
 
 def _on_signal(stop: asyncio.Event, hurry: asyncio.Event) -> None:
@@ -242,14 +243,6 @@ def _on_signal(stop: asyncio.Event, hurry: asyncio.Event) -> None:
         log.warning("second signal: stopping the running items now and releasing them")
         hurry.set()
     stop.set()
-
-
-def _hang_up(delivery: Delivery) -> None:
-    """Close every Redis connection, those in use by a worker thread too: a call the drain abandoned
-    (Redis paused or unreachable, no reply coming) fails at once instead of at its socket timeout.
-    ``asyncio.run`` waits for those threads before it returns, and a SIGTERM while Redis was paused
-    exited 5 s past the drain's promise (8.4 s for ``--drain-timeout 1``, 3.1 s now)."""
-    delivery.client.close()
 
 
 def run_pull(options: SidecarOptions) -> SessionStats:

@@ -63,6 +63,7 @@ from service.delivery.records import DeliveryItem, TrajectoryResult
 from service.hosts.allow_list import HostAllowList
 from service.limits import BodyLimitMiddleware
 from service.problems.details import clipped
+from service.sidecar.hang_up import hang_up
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.metrics import pull_exposition
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
@@ -292,6 +293,7 @@ def create_pull_app(
             died = "its sidecar" if state.loops.dead is not None else ""  # a bug: refunded once per item
             await state.session.hand_back(state.session.holdings.all(), release_within_s, died)
             await state.leave(until - time.monotonic())
+            hang_up(state.session.delivery)
 
     # a trailing slash is a 404 naming the path without it (``_http_error``), not Starlette's 307 to an
     # absolute URL built from the Host header, which a worker's client may not follow for a POST

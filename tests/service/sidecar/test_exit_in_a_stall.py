@@ -11,17 +11,23 @@ loaded host; before the fixes each run took the whole stall (push) or a socket t
 from __future__ import annotations
 
 import asyncio
+import re
+import signal
 import time
+from pathlib import Path
 
 import httpx
+import pytest
 import redis
 
 from service.delivery.protocol import Delivery
+from service.embedded import EmbeddedServer
+from service.ports import free_port
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, WorkerSession
-from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.procs import Proc, cluster, item, publish, wait_http, wait_until
 
 SLACK_S = 2.0  # a loaded host's lateness, well short of what a stalled call costs (5 s, or the stall)
 
@@ -106,3 +112,53 @@ def test_what_a_claim_cut_short_by_the_stop_leases_once_redis_answers_is_handed_
     assert (session.stats.claimed, session.stats.released) == (2, 2)
     assert (progress.queued, progress.running) == (2, 0)
     assert generations == []  # released unstarted, not run on an engine being left
+
+
+@pytest.mark.slow
+def test_a_pull_sidecar_sigtermed_while_redis_is_paused_exits_within_the_drain_timeout_plus_the_grace(
+    tmp_path: Path,
+) -> None:
+    """The pull API's shutdown hands back what the worker holds within the grace, then deletes its
+    presence key with what is left of it; with Redis SIGSTOPped both were abandoned in time, but the
+    process then waited for their threads, still reading the paused server's sockets, one socket
+    timeout (5 s) from the first call: 5.2 s after SIGTERM with --drain-timeout 0 (promise 2 s).
+
+    Timed to the counters line as the push test in test_process_faults: what follows it is the
+    interpreter's teardown."""
+    server = EmbeddedServer().start()
+    try:
+        delivery = Delivery.from_url(server.url)
+        with cluster(tmp_path) as procs:
+            port = free_port()
+            flags = ["--pull-api", str(port), "--redis-url", server.url, "--drain-timeout", "0"]
+            sidecar = procs.spawn("sidecar-w0", ["sidecar", "--worker-id", "w0", *flags])
+            base = f"http://127.0.0.1:{port}"
+            wait_http(f"{base}/ready", sidecar, 120)
+            publish(delivery, "paused", {"w0": [item(f"p{i}", 0, 10) for i in range(2)]}, 30_000)
+            for _ in range(2):  # the worker holds both
+                assert httpx.get(f"{base}/next?wait_s=10", timeout=60).status_code == 200
+            wait_until(lambda: delivery.progress("paused").running == 2, 60, "both leased")
+            server.signal(signal.SIGSTOP)
+            try:
+                stopped = time.monotonic()
+                sidecar.signal(signal.SIGTERM)
+                counters = _counters_line(sidecar)
+                took_s = time.monotonic() - stopped
+                sidecar.popen.wait(timeout=120)
+            finally:
+                server.signal(signal.SIGCONT)
+        assert sidecar.popen.returncode == 0
+        assert counters.startswith("{"), f"no counters printed; log:\n{sidecar.log.read_text()[-3000:]}"
+        assert re.findall(r"could not release (\d+) leases", sidecar.log.read_text()) == ["2"]  # to lapse
+        assert took_s < 0.0 + RELEASE_GRACE_S + SLACK_S
+    finally:
+        server.stop()
+
+
+def _counters_line(sidecar: Proc) -> str:
+    """The sidecar's counters line (its last on stdout, printed as its command returns), or "" at EOF."""
+    assert sidecar.popen.stdout is not None
+    for line in sidecar.popen.stdout:
+        if line.startswith("{"):
+            return line
+    return ""
