@@ -1,6 +1,7 @@
 """What the engine answered for one trajectory (``EngineReply``), and a failure sorted by whose fault it
 is (``EngineError``); ``service.sidecar.engine_client`` sends the requests and reads them back through
-``parse_reply`` and ``with_engine_prompt``.
+``parse_reply`` and ``with_engine_prompt``; ``result_of`` makes the reply the result a push sidecar
+completes its lease with.
 
 What comes back: ``usage.completion_tokens`` (the engine's own tokenizer's count) is the length; the
 text, and in ``extra`` what the params asked for beside it (``token_ids`` for ``return_token_ids``,
@@ -12,6 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from service.delivery.records import TrajectoryResult, bounded_extra
+from service.sidecar.holdings import Held
 
 
 class EngineError(RuntimeError):
@@ -144,3 +148,25 @@ def _message_extras(message: dict[str, Any]) -> dict[str, Any]:
     if message.get("tool_calls"):
         extras["tool_calls"] = message["tool_calls"]
     return extras
+
+
+def result_of(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryResult:
+    """The result to complete with; ``concurrency`` (mean sequences in flight while it ran) lets the
+    service learn this worker's speed from the actual (``service/speeds/learner.py``)."""
+    item = held.lease.item
+    return TrajectoryResult(
+        output_tokens=reply.completion_tokens,
+        finish_reason=reply.finish_reason,
+        wall_time_s=reply.wall_time_s,
+        output=reply.output,
+        extra={
+            **bounded_extra(reply.extra),  # an engine's answer nested past what the service serves
+            "prompt_id": item.prompt_id,
+            "sample_idx": item.sample_idx,
+            "prompt_tokens": item.prompt_tokens,
+            "predicted_tokens": item.predicted_tokens,
+            "max_new_tokens": item.max_new_tokens,  # a cut output is a lower bound below this cap
+            "attempt": held.lease.attempt,
+            "concurrency": round(concurrency, 3),
+        },
+    )

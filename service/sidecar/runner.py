@@ -31,10 +31,9 @@ import redis
 
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome
-from service.delivery.records import TrajectoryResult, bounded_extra
 from service.redis_conn import RedisTooOldError, VersionCheck, version_known
 from service.sidecar.engine_client import EngineClient
-from service.sidecar.engine_reply import EngineError, EngineReply
+from service.sidecar.engine_reply import EngineError, EngineReply, result_of
 from service.sidecar.holdings import Held
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.in_flight import InFlight
@@ -273,7 +272,7 @@ class Sidecar:
         self.session.holdings.observe(reply.completion_tokens, reply.wall_time_s)  # rate: KV, hang bound
         try:
             concurrency = self.session.holdings.mean_concurrency(held)
-            outcome = await self.session.complete(held, _result(held, reply, concurrency))
+            outcome = await self.session.complete(held, result_of(held, reply, concurrency))
             if outcome is CompletionOutcome.STALE and self.session.is_cancelled(held.lease.schedule_id):
                 self._stop_cancelled(held.lease.schedule_id)
         except UnknownScheduleError:  # its keys are gone: counted and logged by ``session.complete``
@@ -392,25 +391,3 @@ class Sidecar:
             log.warning("a claim still waiting on Redis was abandoned; what it leases lapses and is requeued")
         except Exception:  # nothing leased: Redis refused or dropped it
             pass
-
-
-def _result(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryResult:
-    """The result to complete with; ``concurrency`` (mean sequences in flight while it ran) lets the
-    service learn this worker's speed from the actual (``service/speeds/learner.py``)."""
-    item = held.lease.item
-    return TrajectoryResult(
-        output_tokens=reply.completion_tokens,
-        finish_reason=reply.finish_reason,
-        wall_time_s=reply.wall_time_s,
-        output=reply.output,
-        extra={
-            **bounded_extra(reply.extra),  # an engine's answer nested past what the service serves
-            "prompt_id": item.prompt_id,
-            "sample_idx": item.sample_idx,
-            "prompt_tokens": item.prompt_tokens,
-            "predicted_tokens": item.predicted_tokens,
-            "max_new_tokens": item.max_new_tokens,  # a cut output is a lower bound below this cap
-            "attempt": held.lease.attempt,
-            "concurrency": round(concurrency, 3),
-        },
-    )
