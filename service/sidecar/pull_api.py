@@ -289,9 +289,9 @@ def create_pull_app(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if state.connected:  # whatever the worker held, then the presence key, in one grace
-            until = time.monotonic() + release_within_s
+            until = min(requests.ends_by(), time.monotonic()) + release_within_s
             died = "its sidecar" if state.loops.dead is not None else ""  # a bug: refunded once per item
-            await state.session.hand_back(state.session.holdings.all(), release_within_s, died)
+            await state.session.hand_back(state.session.holdings.all(), until - time.monotonic(), died)
             await state.leave(until - time.monotonic())
             hang_up(state.session.delivery)
 

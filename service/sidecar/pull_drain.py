@@ -42,6 +42,13 @@ class InFlightRequests:
     def __init__(self) -> None:
         self._running: dict[asyncio.Task[object], str] = {}
         self._given_up: set[asyncio.Task[object]] = set()
+        self.drain_ends: float | None = None  # monotonic time the drain is over by, once stopping
+
+    def ends_by(self) -> float:
+        """When the drain is over: its deadline once the stop was seen, else now (a shutdown for
+        another reason). The hand-back's grace counts from it, not from when uvicorn got round to the
+        app's shutdown, up to a tick later (its ``0.1 s`` loop), so the exit keeps to the promise."""
+        return time.monotonic() if self.drain_ends is None else self.drain_ends
 
     def __len__(self) -> int:
         return len(self._running)
@@ -51,7 +58,7 @@ class InFlightRequests:
         up on those left: one warning naming them, and each cancelled (answered 503)."""
         while not stopping():
             await asyncio.sleep(POLL_S)
-        deadline = time.monotonic() + drain_timeout_s
+        deadline = self.drain_ends = time.monotonic() + drain_timeout_s
         while self._running and time.monotonic() < deadline:
             await asyncio.sleep(POLL_S)
         if not self._running:
