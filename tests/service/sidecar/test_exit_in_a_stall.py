@@ -21,6 +21,7 @@ import pytest
 import redis
 
 from service.delivery.protocol import Delivery
+from service.delivery.stored import REPLY_DECODING
 from service.embedded import EmbeddedServer
 from service.ports import free_port
 from service.sidecar.engine_client import EngineClient, EngineOptions
@@ -41,7 +42,7 @@ def test_an_idle_push_sidecar_stopped_while_its_claim_waits_on_a_stalled_redis_k
     sidecar's client; longer here, so that the wait before the fix is the whole stall, unmistakable)."""
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "idle", {"w0": [], "w1": [item("theirs", 0, 10)]})  # w0's claims find nothing
-    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=60)  # outlasts the stall
+    client = redis.Redis.from_url(redis_url, socket_timeout=60, **REPLY_DECODING)  # outlasts the stall
     session = WorkerSession(Delivery(client), Holdings(2), SessionSettings("w0", steal=False))
     settings = RunnerSettings(idle_poll_s=0.02, drain_timeout_s=0.1)
     sidecar = Sidecar(session, EngineClient.open(EngineOptions(engine_url)), settings)
