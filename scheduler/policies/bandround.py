@@ -17,7 +17,8 @@ from scheduler.policies.ordering import Outdone, order_queues, refine_critical
 from scheduler.policies.problem import Problem
 
 Played = tuple[list[list[int]], tuple[tuple[int, ...], ...], tuple[float, ...]]  # assignment, queues, ends
-Calibration = tuple[tuple[float, ...] | None, float | None]  # a round's scale and cap, as played
+# a round's scale, cap and scale past the slots (``calibrate.in_waves``), as played
+Calibration = tuple[tuple[float, ...] | None, float | None, tuple[float, ...] | None]
 
 
 @dataclass(slots=True)
@@ -37,9 +38,11 @@ class History:
     calibrations: set[Calibration] = field(default_factory=set)
     placements: set[tuple[tuple[int, ...], ...]] = field(default_factory=set)
 
-    def repeats_calibration(self, scale: Sequence[float] | None, cap_s: float | None) -> bool:
-        """Whether a round was played with this scale and cap (recording it when not)."""
-        key = (None if scale is None else tuple(scale), cap_s)
+    def repeats_calibration(
+        self, scale: Sequence[float] | None, cap_s: float | None, waves: Sequence[float] | None = None
+    ) -> bool:
+        """Whether a round was played with this scale, cap and ``waves`` (recording it when not)."""
+        key = (None if scale is None else tuple(scale), cap_s, None if waves is None else tuple(waves))
         seen = key in self.calibrations
         self.calibrations.add(key)
         return seen
@@ -63,17 +66,19 @@ def play_round(
     deadline: float,
     history: History | None = None,
     bar: float | None = None,
+    waves: Sequence[float] | None = None,
 ) -> Played | None:
     """One round of ``cpsat.CpSatPolicy._rounds``: the units placed in their bands' tiers (estimates times
-    ``scale``, those past ``cap_s`` last), ordered, the last worker's queue refined; the assignment,
-    queues and finishes, or None where no further round on these counts can give a new plan: placing
-    and ordering would end past ``stop``, the round repeats one in ``history`` (``History``), or, with
-    ``bar`` (the makespan to beat, given for the last round, whose play calibrates none after it), a
-    queue that runs at once already ends at or past it (``ordering.Outdone``), so no play can win."""
-    if history is not None and history.repeats_calibration(scale, cap_s):
+    ``scale``, or ``waves`` past a worker's slots; those past ``cap_s`` last), ordered, the last
+    worker's queue refined; the assignment, queues and finishes, or None where no further round on
+    these counts can give a new plan: placing and ordering would end past ``stop``, the round repeats
+    one in ``history`` (``History``), or, with ``bar`` (the makespan to beat, given for the last
+    round, whose play calibrates none after it), a queue that runs at once already ends at or past it
+    (``ordering.Outdone``), so no play can win."""
+    if history is not None and history.repeats_calibration(scale, cap_s, waves):
         return None
     try:
-        banded = lpt_assignment(problem, tiers, band, scale, deadline=stop, cap_s=cap_s)
+        banded = lpt_assignment(problem, tiers, band, scale, deadline=stop, cap_s=cap_s, waves=waves)
         if clock.now() > stop:  # placement checks its clock every listrun.CHECK_EVERY units
             return None  # and ordering's first pass is unchecked (~25 ms at 32,768): past ``stop``,
             # both together ended rounds up to ~10 ms past the budget

@@ -44,6 +44,46 @@ def calibrate(
     return scale, highest
 
 
+def in_waves(
+    problem: Problem,
+    assignment: Sequence[Sequence[int]],
+    scale: Sequence[float],
+    tiers: Sequence[int],
+    kinds: Sequence[Sequence[int]],
+) -> list[float]:
+    """Per worker, the scale its estimates take once it holds more trajectories than its slots in the
+    next round: its own (``calibrate``'s ``scale``) where its (kind, band) group ran in waves in the
+    round read, else the larger of its own and the worst of its kind's groups that did.
+
+    Why. ``calibrate`` reads a group that ran at once as on time (its closed form is exact there), but
+    the next round may take it past its slots: the units its cap sets aside go last to the workers
+    with the lowest estimates, the at-once ones, and there they run in waves, which its estimate does
+    not see. 4,096 x 32 seed 7: round 1's two Ascends at 8,190 steps ran 251 units at once (1.008x
+    their estimates); round 2 gave them 321-323, played 1.103x, and the round ended at 409.5 s
+    against 394.9 s, every other worker at 392.5-392.7 s (docs/experiments.md, Solver, 2026-12-05
+    "solver4k"). Planned at their kind's waves slowdown once past their slots, they stop where the
+    waves workers it was measured on do."""
+    kind_of = {w: k for k, members in enumerate(kinds) for w in members}
+    waves = {
+        (kind_of[w], tiers[w])
+        for w in kind_of
+        if _trajectories(problem, assignment[w]) > problem.costs[w].max_num_seqs
+    }
+    worst = [1.0] * len(kinds)
+    for w, k in kind_of.items():
+        if (k, tiers[w]) in waves:
+            worst[k] = max(worst[k], scale[w])
+    return [
+        s if w not in kind_of or (kind_of[w], tiers[w]) in waves else max(s, worst[kind_of[w]])
+        for w, s in enumerate(scale)
+    ]
+
+
+def _trajectories(problem: Problem, units: Sequence[int]) -> int:
+    """How many sequences ``units`` (unit indices) hold: what an engine's slots count."""
+    return sum(len(problem.units[u].members) for u in units)
+
+
 def representative(costs: Sequence[WorkerCost], members: Sequence[int]) -> WorkerCost:
     """One cost standing for a kind in the band model: its first member's, at the kind's harmonic
     mean scale (the pool's decode rate is the sum of each member's, which goes as one over its

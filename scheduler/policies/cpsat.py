@@ -65,7 +65,7 @@ from scheduler.policies.balance import level_below
 from scheduler.policies.bandround import History, play_round
 from scheduler.policies.base import Placement
 from scheduler.policies.blindbar import barred
-from scheduler.policies.calibrate import calibrate, representative
+from scheduler.policies.calibrate import calibrate, in_waves, representative
 from scheduler.policies.capband import CAP_LEFT, CAP_SHIFTS, cap_shifted
 from scheduler.policies.copybudget import LARGER_FIRST, LEAN_RESERVE, SMALLER_AFTER, copy_split
 from scheduler.policies.exchange import improve
@@ -230,6 +230,7 @@ class CpSatPolicy:
         band = bands_of(problem.units, levels.edges)  # each unit's: the tiers it may go to
         stop = deadline - ROUND_RESERVE * request.time_budget_s
         scale: list[float] | None = None
+        waves: list[float] | None = None
         cap_s: float | None = None
         last = ROUNDS + more
         history = History()
@@ -239,7 +240,7 @@ class CpSatPolicy:
                 break
             bar = max(best.finish_s) if round_index == last - 1 else None  # the last: beat it or stop
             played = play_round(
-                problem, request.kv_admission, tiers, band, scale, cap_s, stop, deadline, history, bar
+                problem, request.kv_admission, tiers, band, scale, cap_s, stop, deadline, history, bar, waves
             )
             if played is None:
                 break  # past the budget, a repeat, or a last round that cannot win: keep the best so far
@@ -253,6 +254,7 @@ class CpSatPolicy:
             if round_index >= ROUNDS - 1 and left < EXTRA_LEFT * request.time_budget_s:
                 break  # an extra round polishes ~0.1%: only where it leaves the budget well alone
             scale, highest = calibrate(problem, banded, finishes, tiers, kinds)
+            waves = in_waves(problem, banded, scale, tiers, kinds)
             cap_s = levels.makespan_s + DEFER * (highest - levels.makespan_s)
             if max(scale) <= 1.0 + AGREED and cap_s <= levels.makespan_s:
                 break  # the worker model agreed and nothing would wait: round 2 would repeat round 1

@@ -94,7 +94,7 @@ def _fused(
         state.load_kv,
         state.load_prompt,
     )
-    coefficients, scale = [_coefficients(r) for r in state.rates], state.scale
+    coefficients, scale, waves = [_coefficients(r) for r in state.rates], state.scale, state.waves
     placed, current, heaps, heap_of = state.placed, state.current, state.heaps, state.heap_of
     tops, ahead, joined, listed, meta = state.tops, state.ahead, state.joined, state.listed, state.meta
     parked, parked_at, to_join = state.parked, state.parked_at, state.to_join
@@ -135,8 +135,11 @@ def _fused(
                     if best >= 0 and candidate_key > best_after:
                         continue
                     tokens = load_tokens[cw] + u_tokens  # ``ListState.after``, operation for operation
+                    sc = scale[cw]
+                    if waves and count[cw] + len(members) > slots[cw]:
+                        sc = waves[cw]  # past its slots: ``ListState.scale_at``
                     if tokens <= 0:
-                        after = scale[cw] * 0.0
+                        after = sc * 0.0
                     else:
                         per_cache, per_slot, step_s, kv_s, over_s, seq_s, tok_s, prefill_s = coefficients[cw]
                         s, kvs = load_steps[cw], load_kv[cw] + u_kv
@@ -147,7 +150,7 @@ def _fused(
                             m = tokens * per_slot
                         mem = m * step_s + kv_s * kvs
                         cmp = m * over_s + seq_s * tokens + tok_s * kvs
-                        after = scale[cw] * ((mem if mem > cmp else cmp) + prefill_s * (load_prompt[cw] + p))
+                        after = sc * ((mem if mem > cmp else cmp) + prefill_s * (load_prompt[cw] + p))
                     if best < 0 or after < best_after or (after == best_after and cw < best):
                         best, best_after = cw, after
                 if best >= 0:
@@ -189,7 +192,7 @@ def _fused(
         placed[worker].append(u)
         if placed_after < 0.0:
             loads = load_steps[worker], load_tokens[worker], load_kv[worker], load_prompt[worker]
-            placed_after = scale[worker] * estimate(state.rates[worker], *loads)
+            placed_after = state.scale_at(worker, c) * estimate(state.rates[worker], *loads)
         h = heap_of[worker]
         if parks and c + 1 <= slots[worker]:  # ``ListState._park`` with ``longest_fitting`` inline
             room = limit[worker] - prompts - least_prompt

@@ -34,8 +34,16 @@ class ListState:
     inline on the hot path (``best_worker`` runs ~7 heap look-ups per unit, 32k units a plan).
     """
 
-    def __init__(self, problem: Problem, tiers: Sequence[int], scale: Sequence[float], peaks: bool) -> None:
+    def __init__(
+        self,
+        problem: Problem,
+        tiers: Sequence[int],
+        scale: Sequence[float],
+        peaks: bool,
+        waves: Sequence[float] | None = None,
+    ) -> None:
         self.costs, self.tiers, self.units, self.scale = problem.costs, tiers, problem.units, scale
+        self.waves = waves if peaks else None  # a worker's scale past its slots (``scale_at``)
         workers = len(self.costs)
         # running totals of each worker's units (``load.Load``'s fields, as lists)
         self.load_steps, self.load_tokens = [0] * workers, [0] * workers
@@ -90,7 +98,7 @@ class ListState:
         self.load_prompt[worker] += unit.prompt_tokens
         self.placed[worker].append(u)
         if after is None:
-            after = self.scale[worker] * estimate(
+            after = self.scale_at(worker, self.kv.count[worker]) * estimate(
                 self.rates[worker],
                 self.load_steps[worker],
                 self.load_tokens[worker],
@@ -286,7 +294,7 @@ class ListState:
         ``after`` inlined. A top's key is its worker's estimate now, and adding a unit never lowers
         an estimate (every term grows with the load, and so does each rounded float operation), so
         once tops are taken by key, one keyed above the best estimate so far cannot win: stop."""
-        all_rates, scale = self.rates, self.scale
+        all_rates = self.rates
         load_steps, load_tokens, load_kv, load_prompt = (
             self.load_steps,
             self.load_tokens,
@@ -309,10 +317,17 @@ class ListState:
                 mem = n * r.step_s + r.kv_s * kv
                 cmp = n * r.overhead_s + r.seq_s * tokens + r.token_s * kv
                 est = (mem if mem > cmp else cmp) + r.prefill_s * (load_prompt[w] + u_prompt)
-            after = scale[w] * est
+            after = self.scale_at(w, self.kv.count[w] + len(unit.members)) * est
             if best < 0 or after < best_after or (after == best_after and w < best):
                 best_after, best = after, w
         return best, best_after
+
+    def scale_at(self, w: int, sequences: int) -> float:
+        """Worker ``w``'s scale once it holds ``sequences`` trajectories: its ``waves`` entry past
+        its slots (where the round reads one, ``calibrate.in_waves``), else its ``scale`` one. Never
+        below the latter, so an estimate still never falls as units are added."""
+        waves = self.waves
+        return waves[w] if waves is not None and sequences > self.kv.slots[w] else self.scale[w]
 
     def _live_top(self, heap: list[tuple[float, int]]) -> tuple[float, int] | None:
         """The least entry of ``heap`` that is still its worker's estimate: a placement pushes a new
@@ -347,8 +362,9 @@ class ListState:
     def after(self, w: int, unit: Unit) -> float:
         """Worker ``w``'s estimate (scaled) once ``unit`` is added to it."""
         tokens = self.load_tokens[w] + unit.tokens
+        scale = self.scale_at(w, self.kv.count[w] + len(unit.members))
         if tokens <= 0:
-            return self.scale[w] * 0.0
+            return scale * 0.0
         # ``load.estimate`` inlined, operation for operation (the ordered scan calls this twice a unit)
         r, steps, kv = self.rates[w], self.load_steps[w], self.load_kv[w] + unit.kv_steps
         n: float = steps if steps > unit.steps else unit.steps
@@ -359,7 +375,7 @@ class ListState:
         mem = n * r.step_s + r.kv_s * kv
         cmp = n * r.overhead_s + r.seq_s * tokens + r.token_s * kv
         prefill = r.prefill_s * (self.load_prompt[w] + unit.prompt_tokens)
-        return self.scale[w] * ((mem if mem > cmp else cmp) + prefill)
+        return scale * ((mem if mem > cmp else cmp) + prefill)
 
     def _kinds_of(self, allowed: Sequence[int]) -> list[int] | None:
         """The kinds ``allowed`` consists of, when it is made of whole kinds and worth heap look-ups."""

@@ -209,6 +209,7 @@ def lpt_assignment(
     scale: Sequence[float] | None = None,
     deadline: float | None = None,
     cap_s: float | None = None,
+    waves: Sequence[float] | None = None,
 ) -> list[list[int]]:
     """Unit indices per worker, chosen longest-first onto the earliest-finishing allowed worker.
 
@@ -226,14 +227,18 @@ def lpt_assignment(
     With ``cap_s`` (and tiers), a unit shorter than half the longest whose best worker would pass
     ``cap_s`` is set aside and placed once every other unit is (``cpsat``'s second round): by then
     the workers of the lowest bands have passed their slots and take it in their waves, where
-    placed in turn it went to a worker that then finished last.
+    placed in turn it went to a worker that then finished last. With ``waves`` (and tiers), a
+    worker's estimates take its entry there (at least its ``scale`` entry) in place of ``scale``'s
+    from the unit that takes it past its slots on (``calibrate.in_waves``).
     """
     if tiers is None and band is None and scale is None:
         fast = _plain_lpt(problem)
         if fast is not None:
             return fast
     costs, units = problem.costs, problem.units
-    state = ListState(problem, tiers or [0] * len(costs), scale or [1.0] * len(costs), tiers is not None)
+    state = ListState(
+        problem, tiers or [0] * len(costs), scale or [1.0] * len(costs), tiers is not None, waves
+    )
     if band is None:
         bands: Sequence[int] = [0] * len(units)
     else:
