@@ -117,3 +117,19 @@ def test_the_4096_x_32_bench_plan_with_speeds_in_0_9_to_1_1_is_no_later_than_wit
         monkeypatch.setattr(lowband, "above_others", lambda levels: levels)
         unchanged = plan(batch, "cpsat")
     assert kept.predicted_makespan_s <= unchanged.predicted_makespan_s  # moved: 459.3 -> 461.4 s
+
+
+def test_kinds_whose_slowest_lie_within_6_percent_of_their_fastest_are_alike() -> None:
+    assert lowband.alike(_costs([1.0, 1.055, 0.5, 0.5 * 1.059]), [[0, 1], [2, 3]])
+    assert not lowband.alike(_costs([1.0, 1.055, 0.5, 0.5 * 1.061]), [[0, 1], [2, 3]])
+
+
+def test_the_16384_x_128_bench_plan_with_speeds_in_0_9725_to_1_0275_is_earlier_with_no_h100_among_the_ascends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    batch = with_speed_spread(bench_request(16_384, 128, seed=8, time_budget_s=1.0), 0.0275, seed=8)
+    with clock.frozen():  # each kind's slowest 5.6% over its fastest; one H100 among the Ascends' top band
+        above = plan(batch, "cpsat")
+        monkeypatch.setattr(lowband, "above_others", lambda levels: levels)
+        among = plan(batch, "cpsat")
+    assert above.predicted_makespan_s < 0.997 * among.predicted_makespan_s  # 453.3 -> 451.3 s
