@@ -38,7 +38,8 @@ ALIKE = 0.06  # above_others only where each kind's scales lie within this of it
 # Frozen clock, the rule forced on against off, scales drawn in [1 - s, 1 + s] (a kind's slowest over
 # its fastest, at 128 workers, about (1 + s) / (1 - s)): at 1.05-1.06 it still made 16,384 x 128 earlier
 # in median (1.0345 -> 1.0331, 1.0350 -> 1.0342, 1.0351 -> 1.0339) and 32,768 x 256 on 10 of 10; from
-# about 1.07 most 16,384 x 128 batches and 4,096 x 32's one were later (docs/experiments.md, Solver, "alike")
+# about 1.07 most 16,384 x 128 batches and 4,096 x 32's one were later (docs/experiments.md, Solver,
+# 2026-12-05 "alike")
 
 
 def at_once_kv(cost: WorkerCost, steps: int, prompt_tokens: float) -> float:
