@@ -37,7 +37,7 @@ from service.api.schemas import (
 )
 from service.auth.scopes import AuthFirstRoute, any_client, trainer_only
 from service.context import Context, context_of
-from service.delivery import ResultRecord
+from service.delivery import DeadLetter, ResultRecord
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 from service.logs import schedule_context
 from service.pipeline import stages
@@ -137,11 +137,20 @@ def schedule_progress(schedule_id: Annotated[ScheduleId, Path()], request: Reque
         engine=progress.engine,
         kv_admission=progress.kv_admission,
         workers=workers,
-        dead_letter=[d.key for d in progress.dead_letters],
-        dead_letters=[
-            DeadLetterEntry(key=d.key, worker_id=d.worker_id, attempts=d.attempts, reason=d.reason)
-            for d in progress.dead_letters
-        ],
+        dead_letter=[_servable(d.key) for d in progress.dead_letters],
+        dead_letters=[_dead_letter(d) for d in progress.dead_letters],
+    )
+
+
+def _dead_letter(d: DeadLetter) -> DeadLetterEntry:
+    """One dead letter as served, its text mended (``_servable``) as a result's is: an item whose key
+    is not UTF-8 is failed at each claim until it is dead-lettered, and the dead letter keeps the
+    key's bytes, which rendered as read failed every poll of the step (500) from then on."""
+    return DeadLetterEntry(
+        key=_servable(d.key),
+        worker_id=_servable(d.worker_id),
+        attempts=d.attempts,
+        reason=_servable(d.reason),
     )
 
 

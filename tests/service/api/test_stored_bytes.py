@@ -153,3 +153,34 @@ def test_reports_of_a_step_whose_stored_engine_is_not_utf8_are_stored_and_answer
     response = client.post("/actuals", json={"actuals": [report]})
     assert response.status_code == 200, response.text
     assert response.json()["accepted"] == 1
+
+
+def _key_rewritten(raw_client: redis.Redis, sid: str, old: bytes, new: bytes) -> None:
+    """Store queued item ``old`` of w0 under key ``new`` instead, wherever the publish wrote its key."""
+    keys = schedule_keys(sid)
+    for name in (keys.st, keys.items, keys.due):
+        value = cast(bytes, raw_client.hget(name, old))
+        raw_client.hdel(name, old)
+        raw_client.hset(name, new, value.replace(b'"key":"' + old + b'"', b'"key":"' + new + b'"'))
+    assert raw_client.lpop(keys.queue("w0")) == old
+    raw_client.lpush(keys.queue("w0"), new)
+
+
+def test_a_dead_letter_whose_key_is_not_utf8_is_served_mended_and_progress_answers_200(
+    client: TestClient, redis_url: str, raw_client: redis.Redis
+) -> None:
+    """Such an item is failed at each claim (the sidecar cannot send it) until it is dead-lettered,
+    and the dead letter holds its key's bytes as stored: rendered as they were read, every poll of
+    the step answered 500 from then on, the trainer's wait for the step included."""
+    sid = client.post("/schedule", json=batch_body(prompts=1, n=1, workers=1)).json()["schedule_id"]
+    _key_rewritten(raw_client, sid, b"p0#0", b"p0" + NOT_UTF8 + b"#0")
+    delivery = Delivery.from_url(redis_url)  # the service's decoding: that key reads as lone surrogates
+    while not delivery.progress(sid).dead_letters:
+        (lease,) = delivery.claim(sid, "w0", max_items=1)
+        delivery.fail(lease, "its stored item is not UTF-8")
+    response = client.get(f"/schedule/{sid}")
+    assert response.status_code == 200, response.text
+    progress = response.json()
+    assert progress["dead_letter"] == ["p0\ufffd\ufffd#0"]  # each byte as U+FFFD, the rest as stored
+    (dead,) = progress["dead_letters"]
+    assert (dead["key"], dead["worker_id"], dead["attempts"]) == ("p0\ufffd\ufffd#0", "w0", 3)
