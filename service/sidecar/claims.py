@@ -121,10 +121,23 @@ class Claims:
             if field is None:
                 readable.append(lease)
                 continue
-            reason = f"stored item {lease.key!r} is not UTF-8 in field {field}: it cannot be sent"
-            log.error("schedule %s: %s; failed", lease.schedule_id, reason)
-            await asyncio.to_thread(self.delivery.fail, lease, reason)
+            await self._fail_unreadable(
+                lease, f"stored item {lease.key!r} is not UTF-8 in field {field}: it cannot be sent"
+            )
         return readable
+
+    async def _fail_unreadable(self, lease: Lease, reason: str) -> None:
+        """Report ``lease`` failed with ``reason``. A report Redis does not answer is left at that: the
+        lease lapses and its next claim fails it again. Raised, it took the claim's readable leases
+        with it, held by no one until they lapsed too (an attempt spent each, a TTL late)."""
+        try:
+            await asyncio.to_thread(self.delivery.fail, lease, reason)
+        except redis.RedisError as error:
+            log.warning(
+                "schedule %s: %s; not failed now (%s): its lease lapses", lease.schedule_id, reason, error
+            )
+            return
+        log.error("schedule %s: %s; failed", lease.schedule_id, reason)
 
     async def _once(
         self, sid: str, kind: str, fn: Callable[..., list[Lease]], *args: object, **kwargs: object

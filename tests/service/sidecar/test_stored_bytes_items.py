@@ -5,6 +5,7 @@ render after the sidecar had handed it out, and its lease was renewed, unreporte
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 import httpx
@@ -12,7 +13,9 @@ import pytest
 import redis
 
 from service.delivery.keys import schedule_keys
+from service.delivery.outcomes import ReleaseOutcome
 from service.delivery.protocol import Delivery
+from service.delivery.records import Lease
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
@@ -76,3 +79,24 @@ def test_a_push_sidecar_runs_the_next_item_and_the_unreadable_one_is_dead_letter
     assert stats.accepted == 1
     (dead,) = delivery.progress("push").dead_letters
     assert "'a#0' is not UTF-8 in field prompt_id" in dead.reason
+
+
+class LostFail(Delivery):
+    """Real Redis, but every ``fail`` is cut on the connection before it runs (Redis restarting, a
+    timeout): what a claim does with the rest of its leases then."""
+
+    def fail(self, lease: Lease, reason: str, now_ms: int | None = None) -> ReleaseOutcome:
+        raise redis.ConnectionError("connection reset by peer")
+
+
+def test_a_failure_report_cut_by_redis_leaves_the_readable_items_of_the_claim_held(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The claim leased both items before it found a#0 unreadable: when its failure report raised, the
+    claim raised with it and b#0, leased but held by no one, lay unserved until its lease lapsed (an
+    attempt spent). a#0 is left to lapse instead, to be failed at its next claim."""
+    _damaged(redis_url, "prompt_id")
+    session = WorkerSession(LostFail.from_url(redis_url), Holdings(8, None), SessionSettings("w0"))
+    held = asyncio.run(session.claim(2))
+    assert [h.lease.key for h in held] == ["b#0"]
+    assert Delivery.from_url(redis_url).progress("pull").running == 2  # a#0's lease lapses, unreported
