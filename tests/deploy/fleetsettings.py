@@ -46,8 +46,10 @@ def flag_variables(args: Sequence[str]) -> set[str]:
 
 
 def explained(text: str) -> set[str]:
-    """The variables a deploy file's ``# not set:`` comments name."""
-    return {name for line in NOT_SET.findall(text) for name in VARIABLE.findall(line)}
+    """The variables a deploy file's ``# not set:`` comments list before their reason (the first
+    ``": "``): one their reason mentions is not explained by it."""
+    listed = (line.partition(": ")[0] for line in NOT_SET.findall(text))
+    return {name for names in listed for name in VARIABLE.findall(names)}
 
 
 def undecided(variables: Iterable[str], args: Sequence[str], text: str) -> list[str]:

@@ -251,6 +251,16 @@ def test_a_setting_neither_given_nor_explained_is_caught() -> None:
     assert undecided(given, service["args"], text) == ["ROLLOUT_DEFAULT_ENGINE"]
 
 
+def test_a_setting_named_only_in_another_s_reason_is_not_explained() -> None:
+    """A ``# not set:`` line explains the variables it lists before its reason, not every one its
+    reason mentions: the reason may name a setting given elsewhere, or one taken out later."""
+    service = _service()
+    given = container_env(service) - {"ROLLOUT_DEFAULT_ENGINE"}
+    text = (K8S / "configmap.yaml").read_text()
+    text += "# not set: ROLLOUT_REDIS_USERNAME: unlike ROLLOUT_DEFAULT_ENGINE, no default fits\n"
+    assert undecided(given, service["args"], text) == ["ROLLOUT_DEFAULT_ENGINE"]
+
+
 def test_the_configmap_gives_each_setting_the_code_s_default_unless_it_says_why_not(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
