@@ -41,7 +41,7 @@ from service.sidecar.session import RELEASE_GRACE_S, SessionStats, WorkerSession
 from service.sidecar.supervision import LoopDiedError, Supervisor
 from service.sidecar.takeover import Takeover
 from service.sidecar.timings import Durations
-from service.sidecar.waits import done_unless, sleep_unless
+from service.sidecar.waits import done_else_dropped, done_unless, sleep_unless, stopped_at
 from service.sidecar.watchdog import EngineWatch, retry_or_fail
 
 log = logging.getLogger("service.sidecar")
@@ -60,6 +60,7 @@ class RunnerSettings:
     engine_probe_s: float = 5.0  # while items run, how often the engine's /health is asked
     engine_stall_s: float = 30.0  # no answer from the engine this long while items run: hand them back
     hang_timeout_s: float = DEFAULT_HOLD_TIMEOUT_S  # one item unanswered this long (at least): hand back
+    release_grace_s: float = RELEASE_GRACE_S  # a hand-back's bound; on shutdown, past the drain timeout
 
 
 @dataclass
@@ -128,6 +129,7 @@ class Sidecar:
         self.loops.start("engine watch loop", watch)
         hangs = self.watch.hangs(self.session, self.settings.hang_timeout_s, self._items.stop)
         self.loops.start("hang bound loop", hangs)
+        signalled = asyncio.create_task(stopped_at(stop))  # the drain's clock starts at the stop
         try:
             try:
                 await self._serve(stop)
@@ -135,8 +137,9 @@ class Sidecar:
                 raise  # nothing claimed yet: the command says why, exit 2
             except Exception as exc:  # a bug in the main loop: hand back what is held, then exit 70
                 self.loops.fail("main loop", exc)
-            ends = await self._drain()
+            ends = await self._drain(signalled.result() if signalled.done() else time.monotonic())
         finally:
+            signalled.cancel()
             await self.loops.stop()
         if self.redis_up:  # the next process of this id need not wait for the presence key to lapse
             await self.takeover.leave(ends - time.monotonic())  # within the drain's time, not past it
@@ -157,8 +160,7 @@ class Sidecar:
             self.last_turn = time.monotonic()
             if self.version is not None:
                 check = asyncio.create_task(asyncio.to_thread(version_known, self.version))
-                if not await done_unless(stop, check):  # a stalled server: nothing claimed yet
-                    check.cancel()
+                if not await done_else_dropped(stop, check):  # a stalled server: nothing claimed yet
                     return
                 if not check.result():  # RedisTooOldError: too old
                     await sleep_unless(stop, self.settings.redis_retry_s)
@@ -188,8 +190,11 @@ class Sidecar:
                 # sync, still listing its models): give it a moment, or the item goes straight back
                 await sleep_unless(stop, self._failed_at + self.settings.engine_wait_s - time.monotonic())
                 self._failed_at = None
-            try:
-                model = await self.engine.ready()
+            try:  # a frozen engine's probe is not waited out (its timeout) past a stop
+                probe = asyncio.create_task(self.engine.ready())
+                if not await done_else_dropped(stop, probe):
+                    return False
+                model = probe.result()
                 self.watch.alive()
                 self._engine_down = False
                 # said at start too: a sidecar that works would otherwise log nothing at all, and
@@ -215,7 +220,7 @@ class Sidecar:
         waiting = self.session.holdings.waiting()
         if waiting:
             log.warning("engine down: releasing %d unstarted leases", len(waiting))
-            await self.session.hand_back(waiting, RELEASE_GRACE_S)
+            await self.session.hand_back(waiting, self.settings.release_grace_s)
 
     async def _fill(self, stop: asyncio.Event) -> None:
         """Start what may start, then claim into free slots until nothing more fits or comes."""
@@ -315,7 +320,8 @@ class Sidecar:
         log.warning("engine gave no sign of life for %.1fs; releasing %d running items", silent_s, len(stuck))
         await self._items.stop(*stuck)
         async with self._claiming:  # a claim in flight ends first: what it leased goes back with the rest
-            await self.session.hand_back([h for h in holdings.all() if not h.completing], RELEASE_GRACE_S)
+            hand = [h for h in holdings.all() if not h.completing]
+            await self.session.hand_back(hand, self.settings.release_grace_s)
 
     async def _generate(self, held: Held) -> EngineReply:
         """The engine's reply; its last error once the retries in place are spent, ``crashed`` when any
@@ -350,32 +356,32 @@ class Sidecar:
                     )
                 self._items.cancel(held)
 
-    async def _drain(self) -> float:
-        """Stop claiming; release unstarted leases now and unfinished ones after the drain timeout
-        (or once ``hurry`` is set: a second signal);
-        the monotonic time the drain must be over by, presence key deleted (``run``).
+    async def _drain(self, stopped: float) -> float:
+        """Stop claiming; release unstarted leases now and unfinished ones at the drain's deadline,
+        ``drain_timeout_s`` after ``stopped`` (the stop's time), or once ``hurry`` is set (a second
+        signal); the monotonic time the drain must be over by, presence key deleted (``run``).
 
-        The whole drain keeps to ``drain_timeout_s`` (plus ``RELEASE_GRACE_S`` for the last release),
-        Redis down included, so the pod's grace period is never overrun: a release Redis cannot take
-        is abandoned, and those leases lapse and are requeued by the reaper as if the sidecar died.
-        After a loop died (a bug, ``supervision``) the hand-back says the sidecar died holding them:
-        as with a restart's takeover, an item is refunded its attempt only the first time it comes
-        back that way, so one that trips the bug at every run is dead-lettered, not handed round the
-        fleet for ever.
+        The whole shutdown keeps to ``drain_timeout_s`` (plus ``release_grace_s`` for the last release)
+        from the stop, Redis down included, so the pod's grace period is never overrun: a release Redis
+        cannot take is abandoned, and those leases lapse and are requeued by the reaper as if the
+        sidecar died; what the main loop was still doing at the stop (a hand-back of unstarted leases,
+        bounded by the grace) comes out of the same time. After a loop died (a bug, ``supervision``)
+        the hand-back says the sidecar died holding them: as with a restart's takeover, an item is
+        refunded its attempt only the first time it comes back that way, so one that trips the bug at
+        every run is dead-lettered, not handed round the fleet for ever.
         """
-        deadline = time.monotonic() + self.settings.drain_timeout_s
+        deadline, grace = stopped + self.settings.drain_timeout_s, self.settings.release_grace_s
         holdings = self.session.holdings
         died = "its sidecar" if self.loops.dead is not None else ""  # a bug: refunded once per item
         await self._claim_landed(deadline)
         await self.session.hand_back(holdings.waiting(), deadline - time.monotonic(), died)
         if self._items:
-            log.info(
-                "draining %d running items for up to %.1fs", len(self._items), self.settings.drain_timeout_s
-            )
-            await self._items.finish(deadline - time.monotonic(), self.hurry)
+            left_s = max(0.0, deadline - time.monotonic())
+            log.info("draining %d running items for up to %.1fs", len(self._items), left_s)
+            await self._items.finish(left_s, self.hurry)
         unfinished = [h for h in holdings.all() if not h.completing]
-        await self.session.hand_back(unfinished, deadline + RELEASE_GRACE_S - time.monotonic(), died)
-        return deadline + RELEASE_GRACE_S
+        await self.session.hand_back(unfinished, deadline + grace - time.monotonic(), died)
+        return deadline + grace
 
     async def _claim_landed(self, deadline: float) -> None:
         """Wait until ``deadline`` for a claim the stop left waiting on Redis: what it leased is then

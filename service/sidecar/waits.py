@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -37,3 +38,19 @@ async def done_unless(stop: asyncio.Event, task: asyncio.Task[T]) -> bool:
     finally:
         stopped.cancel()
     return task.done()
+
+
+async def done_else_dropped(stop: asyncio.Event, task: asyncio.Task[T]) -> bool:
+    """``done_unless``, ``task`` cancelled when ``stop`` comes first: a wait whose answer a shutdown
+    has no use for (the engine's readiness probe, the server's version), so it need not run on."""
+    if await done_unless(stop, task):
+        return True
+    task.cancel()
+    return False
+
+
+async def stopped_at(stop: asyncio.Event) -> float:
+    """The monotonic time ``stop`` was set (to within a turn of the loop): a shutdown's deadline
+    counts from the signal, not from when the main loop, busy with a call, next looks at it."""
+    await stop.wait()
+    return time.monotonic()

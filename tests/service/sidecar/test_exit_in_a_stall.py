@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from service.delivery.protocol import Delivery
 from service.delivery.stored import REPLY_DECODING
 from service.embedded import EmbeddedServer
 from service.ports import free_port
+from service.redis_conn import VersionCheck
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
@@ -113,6 +115,141 @@ def test_what_a_claim_cut_short_by_the_stop_leases_once_redis_answers_is_handed_
     assert (session.stats.claimed, session.stats.released) == (2, 2)
     assert (progress.queued, progress.running) == (2, 0)
     assert generations == []  # released unstarted, not run on an engine being left
+
+
+def test_a_push_sidecar_stopped_while_it_probes_a_frozen_engine_does_not_wait_out_the_probe(
+    redis_url: str,
+) -> None:
+    """Beside a frozen engine (its kernel accepts the connection, nothing answers: a SIGSTOPped
+    engine) the main loop's readiness probe waits out its timeout (``min(5 s, --engine-stall-timeout
+    / 4)`` in the command; 60 s here, so the wait before the fix is unmistakable). A stop that came
+    while it was out began the drain only once it timed out; the probe is cancelled at the stop now."""
+    frozen = socket.create_server(("127.0.0.1", 0))  # listens, accepts (the backlog), never reads
+    engine_url = f"http://127.0.0.1:{frozen.getsockname()[1]}"
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(2), SessionSettings("w0"))
+    engine = EngineClient.open(EngineOptions(engine_url, probe_timeout_s=60))
+    sidecar = Sidecar(session, engine, RunnerSettings(idle_poll_s=0.02, drain_timeout_s=0.1))
+
+    async def stopped_while_probing() -> float:
+        stop = asyncio.Event()
+        run = asyncio.create_task(sidecar.run(stop))
+        await sidecar.takeover.done.wait()
+        await asyncio.sleep(0.3)  # the first readiness probe is out, and waits
+        stopped = time.monotonic()
+        stop.set()
+        try:
+            await asyncio.wait_for(run, 30.0)
+        finally:
+            await engine.aclose()
+        return time.monotonic() - stopped
+
+    try:
+        took_s = asyncio.run(stopped_while_probing())
+    finally:
+        frozen.close()
+    assert not sidecar.engine_up  # the probe never answered
+    assert took_s < 0.1 + RELEASE_GRACE_S + SLACK_S
+
+
+@pytest.mark.slow
+def test_the_drain_counts_from_the_stop_when_the_engine_goes_down_as_redis_stalls(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The engine fails the running item and stops listing its model while Redis stalls (writes
+    paused): the main loop hands back the lease that waited to start (KV admission), a release bounded
+    by the release grace, not by the stop. A stop during it began the drain's whole time, and the
+    presence key's delete its grace, only after it: the grace twice past the drain timeout. The
+    drain's clock starts at the stop now, one deadline for the whole shutdown. The grace is 5 s here
+    (2 s in the command), so the overrun before the fix (the grace again) is unmistakable."""
+    delivery = Delivery.from_url(redis_url)
+    items = {"w0": [item("a", 0, 10), item("b", 0, 10)]}  # 110 KV tokens each: one fits at a time
+    publish(delivery, "both", items, lease_ttl_ms=30_000, kv_admission=True)
+    down = asyncio.Event()
+
+    async def engine(request: httpx.Request) -> httpx.Response:  # serves until ``down``, then 503s
+        if request.url.path in ("/v1/models", "/health") and not down.is_set():
+            models = {"data": [{"id": "m", "max_model_len": 32768}]}
+            return httpx.Response(200, json=models)
+        await down.wait()  # a generation waits for the engine to go down, then fails
+        return httpx.Response(503)
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=60, **REPLY_DECODING)  # outlasts the stall
+    session = WorkerSession(Delivery(client), Holdings(2, kv_capacity_tokens=150), SessionSettings("w0"))
+    http = httpx.AsyncClient(transport=httpx.MockTransport(engine), base_url="http://engine")
+    engine_client = EngineClient(EngineOptions("http://engine", synthetic_prompts=True), http)
+    grace_s, drain_s = 5.0, 0.1
+    settings = RunnerSettings(
+        idle_poll_s=0.02,
+        drain_timeout_s=drain_s,
+        engine_wait_s=0.05,
+        engine_retries=0,
+        release_grace_s=grace_s,
+    )
+    sidecar = Sidecar(session, engine_client, settings)
+
+    async def stopped_while_handing_back() -> float:
+        stop = asyncio.Event()
+        run = asyncio.create_task(sidecar.run(stop))
+        while len(session.holdings) < 2:  # a runs, b waits for KV room
+            await asyncio.sleep(0.02)
+        assert len(session.holdings.waiting()) == 1
+        redis_client.client_pause(30_000, all=False)
+        try:
+            down.set()
+            while session.holdings.waiting():  # b's hand-back is sent, and waits on Redis
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.2)
+            stopped = time.monotonic()
+            stop.set()
+            await asyncio.wait_for(run, 60.0)
+            return time.monotonic() - stopped
+        finally:
+            redis_client.client_unpause()  # the abandoned calls' threads end, and asyncio.run returns
+            await http.aclose()
+
+    took_s = asyncio.run(stopped_while_handing_back())
+    assert took_s < drain_s + grace_s + SLACK_S
+
+
+def test_a_push_sidecar_started_while_redis_is_paused_is_stopped_within_its_drain() -> None:
+    """A plain Redis down at start-up leaves its version to be asked before the first claim
+    (``launch.connected``); the main loop's check of a server that accepts and does not answer
+    (SIGSTOPped here) waits out the client's socket timeout (5 s in the command, 60 s here). It gives
+    way to the stop: nothing was claimed, so the drain has nothing to wait for.
+
+    The takeover asks the same check first, and whichever asks second waits only for its lock (1 s,
+    ``VERSION_WAIT_S``): the takeover's own check is left out, so that the main loop's is the one
+    waiting on the server."""
+    server = EmbeddedServer().start()
+    try:
+        client = redis.Redis.from_url(server.url, socket_timeout=60, **REPLY_DECODING)
+        session = WorkerSession(Delivery(client), Holdings(2), SessionSettings("w0"))
+        engine = EngineClient.open(EngineOptions("http://127.0.0.1:9"))  # never reached: Redis first
+        settings = RunnerSettings(idle_poll_s=0.02, drain_timeout_s=0.1)
+        sidecar = Sidecar(session, engine, settings, version=VersionCheck(client, server.url))
+        sidecar.takeover.version = None
+
+        async def stopped_while_asking() -> float:
+            stop = asyncio.Event()
+            run = asyncio.create_task(sidecar.run(stop))
+            await asyncio.sleep(0.5)  # the check is sent, and waits
+            stopped = time.monotonic()
+            stop.set()
+            try:
+                await asyncio.wait_for(run, 30.0)
+            finally:
+                server.signal(signal.SIGCONT)  # the abandoned calls' threads end, and asyncio.run returns
+                await engine.aclose()
+            return time.monotonic() - stopped
+
+        server.signal(signal.SIGSTOP)
+        try:
+            took_s = asyncio.run(stopped_while_asking())
+        finally:
+            server.signal(signal.SIGCONT)
+        assert took_s < 0.1 + RELEASE_GRACE_S + SLACK_S
+    finally:
+        server.stop()
 
 
 @pytest.mark.slow
