@@ -127,21 +127,30 @@ class VersionCheck:
     first request that reaches it (``/readyz``, or any route through ``context.context_of``; a
     single-node client connects lazily; the app starts anyway). Requests run on many threads: one
     checks, the others wait for its answer (up to ``VERSION_WAIT_S``: behind a frozen server they
-    would queue for its timeouts one after another), so the refusal is logged once."""
+    would queue for its timeouts one after another), so the refusal is logged once. A check that
+    failed while others waited is their answer too: each asked the server again, on a connection of
+    its own, one more socket timeout behind a frozen server; and at a push sidecar's exit, after its
+    connections were closed (``sidecar.hang_up``), that new one held the exit one socket timeout
+    (5 s) past the promised drain."""
 
     client: RedisClient
     url: str
     refusal: str | None = None  # the one-line refusal once checked and too old
     done: bool = False  # checked (a server that answered once is not asked again)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _ended: int = field(default=0, repr=False)  # checks ended (a waiter sees whether one failed meanwhile)
 
     def check(self) -> str | None:
         """The refusal, or None when new enough; ``redis.RedisError`` while the server is unreachable."""
+        ended = self._ended
         if not self._lock.acquire(timeout=VERSION_WAIT_S):  # a server that accepts and does not answer
             raise redis.TimeoutError("another request is still asking the server's version")
         try:
+            if not self.done and self._ended != ended:  # failed while this one waited: its answer
+                raise redis.ConnectionError("the server did not answer another request's version check")
             return self._check()
         finally:
+            self._ended += 1
             self._lock.release()
 
     def _check(self) -> str | None:

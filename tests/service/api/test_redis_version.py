@@ -9,6 +9,7 @@ against a minimum raised above it (the code path is the same: nothing of Redis i
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -174,6 +175,54 @@ def test_a_request_behind_a_version_check_that_hangs_meets_redis_itself_within_a
     # the pause tells them apart (VERSION_WAIT_S + 0.5 s was a speed a loaded host could miss)
     assert time.monotonic() - started < pause_s
     first.join()
+
+
+class _CountedInfo:
+    """A client that counts its ``INFO`` calls (each a round trip to the server)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.asked = 0
+
+    def info(self, section: str) -> dict[str, object]:
+        self.asked += 1
+        return dict(self.client.info(section))
+
+
+def test_requests_waiting_behind_a_version_check_that_fails_take_its_failure_as_their_answer() -> None:
+    """Behind a frozen server (SIGSTOPped: it accepts, nothing answers) a request waiting for another's
+    check asked the server again once that check failed: one more socket timeout, on a new connection.
+    A push sidecar's exit closes its connections (``service/sidecar/hang_up.py``) to end such calls;
+    the waiting check then opened a new one, and the exit waited out its socket timeout (5 s) past
+    the promised drain."""
+    server = EmbeddedServer().start()
+    try:
+        client = redis.Redis.from_url(server.url, socket_timeout=0.3, socket_connect_timeout=0.3)
+        counted = _CountedInfo(client)
+        version = redis_conn.VersionCheck(counted, server.url)  # type: ignore[arg-type]
+        server.signal(signal.SIGSTOP)
+        try:
+            failures: list[Exception] = []
+            first = threading.Thread(target=_check_into, args=(version, failures))
+            first.start()
+            time.sleep(0.05)  # the first check is out; this one waits for it (VERSION_WAIT_S, 1 s)
+            with pytest.raises(redis.RedisError):
+                version.check()
+            first.join()
+        finally:
+            server.signal(signal.SIGCONT)
+        assert [type(f) for f in failures] == [redis.TimeoutError]  # the first's own socket timeout
+        assert counted.asked == 1
+        assert not version.done
+    finally:
+        server.stop()
+
+
+def _check_into(version: redis_conn.VersionCheck, failures: list[Exception]) -> None:
+    try:
+        version.check()
+    except redis.RedisError as failure:
+        failures.append(failure)
 
 
 @contextmanager

@@ -293,6 +293,38 @@ def test_a_pull_sidecar_sigtermed_while_redis_is_paused_exits_within_the_drain_t
         server.stop()
 
 
+@pytest.mark.slow
+def test_a_push_sidecar_started_while_redis_was_down_then_sigtermed_with_it_paused_exits_in_time(
+    tmp_path: Path,
+) -> None:
+    """Redis down at start-up (nothing on its port), then up but SIGSTOPped: the main loop and the
+    takeover ask its version, one on the server (5 s socket timeout), the other waiting for it. The
+    exit closed the first's connection, and the waiting one then asked the server again, on a new
+    connection: the counters came 5 s after SIGTERM with --drain-timeout 0 (promise 2 s). A check
+    that failed is now the waiting one's answer too (``redis_conn.VersionCheck``)."""
+    port = free_port()
+    with cluster(tmp_path) as procs:
+        engine = procs.engine_threads({"engine": 0.01})["engine"]
+        redis_url = f"redis://127.0.0.1:{port}/0"
+        sidecar = procs.sidecar("w0", engine, redis_url, "--drain-timeout", "0")
+        wait_until(lambda: "redis unavailable" in sidecar.log.read_text(), 120, "running, Redis down")
+        server = EmbeddedServer(port=port).start()
+        try:
+            server.signal(signal.SIGSTOP)
+            time.sleep(0.6)  # the next checks: one waits on the server, the other for its answer
+            stopped = time.monotonic()
+            sidecar.signal(signal.SIGTERM)
+            counters = _counters_line(sidecar)
+            took_s = time.monotonic() - stopped
+            sidecar.popen.wait(timeout=120)
+        finally:
+            server.signal(signal.SIGCONT)
+            server.stop()
+    assert sidecar.popen.returncode == 0
+    assert counters.startswith("{"), f"no counters printed; log:\n{sidecar.log.read_text()[-3000:]}"
+    assert took_s < 0.0 + RELEASE_GRACE_S + SLACK_S
+
+
 def _counters_line(sidecar: Proc) -> str:
     """The sidecar's counters line (its last on stdout, printed as its command returns), or "" at EOF."""
     assert sidecar.popen.stdout is not None
