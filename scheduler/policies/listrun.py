@@ -110,7 +110,7 @@ def _fused(
         if b > 0 and len(allowed) == everyone:  # ``best_worker``'s ordered scan, inline
             if parked and -parked[0][0] >= n:
                 state.unpark_for(n)
-            if to_join and to_join[0][0] >= b:
+            if b != state.band:  # heaps join as bands fall (leave where they rise: the set-aside pass)
                 state.join(b)
             if meta:
                 single = len(members) == 1

@@ -22,6 +22,7 @@ from scheduler.policies.problem import Problem, Unit, worker_kinds
 
 FIT_DEPTH = 4  # heap entries examined for a worker whose KV peak still fits
 PARKED = -1.0  # a parked worker's ``current``: no estimate equals it, so its heap entries read stale
+ABOVE_ALL = 1 << 62  # ``ListState.band`` before any heap joins: above every band
 ORDERED_SCAN = True  # off: every unit scans every candidate heap (the reference the tests compare to)
 
 
@@ -78,6 +79,7 @@ class ListState:
         self.listed: list[tuple[float, int, int] | None] = [None] * len(self.heaps)  # heap's entry there
         self.joined = [False] * len(self.heaps)
         self.to_join = sorted(((tier, h) for (_, tier), h in self.groups), reverse=True)  # highest first
+        self.band = ABOVE_ALL  # ``meta`` holds every heap of tier >= this band, and no other (``join``)
         # parked: out of their heaps while no unit this long fits them (``_park``; single units only)
         self.parks = peaks and len(problem.units) == len(problem.steps)
         self.parked: list[tuple[int, int]] = []  # (-longest unit that may fit, worker)
@@ -203,12 +205,27 @@ class ListState:
         return worker, after
 
     def join(self, band: int) -> None:
-        """Every heap of tier ``>= band`` enters the ordered scan (bands only fall: units arrive
-        longest first, so these are exactly the heaps a unit of ``band`` may use)."""
+        """Make the ordered scan's heaps exactly those of tier ``>= band``: the heaps a unit of
+        ``band`` may use. Units arrive longest first, so bands mostly fall and heaps only join; but
+        the units a cap set aside are placed in a second pass, longest first again, where bands rise
+        once: the heaps below the new band leave first (else their workers, a tier too low, won
+        the scan: 44 of 440 such units at 2,048 x 64 seed 2; docs/experiments.md, Solver, tierfix)."""
+        if band > self.band:
+            self._leave_below(band)
         while self.to_join and self.to_join[0][0] >= band:
             h = self.to_join.pop(0)[1]
             self.joined[h] = True
             self._list(h, self._live_top(self.heaps[h]))
+        self.band = band
+
+    def _leave_below(self, band: int) -> None:
+        """Take every joined heap of tier below ``band`` out of the ordered scan, back to ``to_join``."""
+        for (_, tier), h in self.groups:
+            if tier < band and self.joined[h]:
+                self.joined[h] = False
+                self._list(h, None)  # its entry leaves ``meta``
+                self.to_join.append((tier, h))
+        self.to_join.sort(reverse=True)  # in place: ``listrun`` holds it
 
     def _ordered(self, unit: Unit) -> tuple[int, float]:
         """``best_worker`` for a unit that every joined heap may take, scanning heaps by their top's
