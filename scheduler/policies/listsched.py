@@ -209,7 +209,8 @@ class ListState:
         ``band`` may use. Units arrive longest first, so bands mostly fall and heaps only join; but
         the units a cap set aside are placed in a second pass, longest first again, where bands rise
         once: the heaps below the new band leave first (else their workers, a tier too low, won
-        the scan: 44 of 440 such units at 2,048 x 64 seed 2; docs/experiments.md, Solver, tierfix)."""
+        the scan: 44 of 440 such units at 2,048 x 64 seed 2; docs/experiments.md, Solver, 2026-12-05
+        "tierfix")."""
         if band > self.band:
             self._leave_below(band)
         while self.to_join and self.to_join[0][0] >= band:
