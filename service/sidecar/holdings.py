@@ -53,6 +53,9 @@ class Held:
     reserved_tokens: int  # KV reserved while running (0 when KV admission is off for its schedule)
     started: bool = False  # sent to the engine / handed to the worker
     completing: bool = False  # its completion or failure report is being sent: a missing heartbeat is no loss
+    # forgotten as ended without a report (found gone at a heartbeat, dropped as cancelled) and counted
+    # so: no completion, failure or hand-back of it is sent, so it is not counted again as refused
+    ended: bool = False
     started_at: float = 0.0  # the holdings' clock when it started
     occupancy_at_start: float = 0.0  # the holdings' in-flight integral (sequence-seconds) then
 

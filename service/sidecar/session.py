@@ -173,12 +173,19 @@ class WorkerSession:
             if held is None or held.completing:
                 continue  # finished meanwhile, or being completed: the completion decides
             if lease_id(lease) not in kept:
-                self.holdings.remove(lease_id(lease))
+                self._forget_ended(held)
                 lost.append(held)
         for schedule_id in dict.fromkeys(held.lease.schedule_id for held in lost):
             keys = [held.lease.key for held in lost if held.lease.schedule_id == schedule_id]
             await self._count_gone(schedule_id, keys)
         return lost
+
+    def _forget_ended(self, held: Held) -> None:
+        """Forget a lease that ended here unreported, counted by the caller (``lost``, ``cancelled``). Its
+        item's task may still report it (the heartbeat asks Redis about a cancel before the runner stops
+        it): ``complete``, ``fail`` and ``release`` then send nothing, or the refusal counted it twice."""
+        held.ended = True
+        self.holdings.remove(lease_id(held.lease))
 
     async def _count_gone(self, schedule_id: str, keys: list[str]) -> None:
         """Count leases held here and found gone in Redis: ``cancelled`` when the trainer cancelled
@@ -226,7 +233,7 @@ class WorkerSession:
         which would only find the same leases gone up to a third of a lease TTL later."""
         dropped = [h for h in self.holdings.all() if h.lease.schedule_id == schedule_id and not h.completing]
         for held in dropped:
-            self.holdings.remove(lease_id(held.lease))
+            self._forget_ended(held)
         self._count_cancelled(schedule_id, [held.lease.key for held in dropped])
         return dropped
 
@@ -243,7 +250,10 @@ class WorkerSession:
         A report Redis never answered (past the retry window, or cancelled) forgets the lease too,
         unless ``keep_unanswered``: the push runner drops that result, and heartbeats must not keep an
         item nobody will report leased forever; the pull API tells its worker to retry, so the lease
-        stays held, heartbeated and listed until the retry lands."""
+        stays held, heartbeated and listed until the retry lands. One forgotten as ended
+        (``_forget_ended``) is answered STALE unsent: it was counted then, and Redis would refuse it."""
+        if held.ended:  # one step with setting ``completing``: a heartbeat ends the lease or leaves it
+            return CompletionOutcome.STALE
         held.completing = True
         lease = held.lease
         try:
@@ -313,7 +323,10 @@ class WorkerSession:
 
         As ``complete``: unless ``keep_unanswered``, the lease is forgotten even when Redis never
         answers; with it, a report to retry keeps the lease held, so the retry is not answered
-        ``stale`` while the item sits leased in Redis until its lease lapses."""
+        ``stale`` while the item sits leased in Redis until its lease lapses. One forgotten as ended:
+        STALE, unsent."""
+        if held.ended:
+            return ReleaseOutcome.STALE
         key = lease_id(held.lease)
         if not keep_unanswered:
             self.holdings.remove(key)
@@ -354,9 +367,9 @@ class WorkerSession:
         who died running them (refunded once per item); how many that dead-lettered (``failed``).
 
         Schedule by schedule: one whose keys are gone (retention passed) has nothing to take back,
-        and must not keep the others' leases from going back."""
+        and must not keep the others' leases from going back. One forgotten as ended is not sent."""
         by_schedule: dict[str, list[Held]] = {}
-        for held in helds:
+        for held in (h for h in helds if not h.ended):
             self.holdings.remove(lease_id(held.lease))
             by_schedule.setdefault(held.lease.schedule_id, []).append(held)
         dead = 0
