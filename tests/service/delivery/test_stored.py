@@ -1,0 +1,19 @@
+"""``service.delivery.stored``'s pure helpers: what counts as unreadable text, where a refusal says
+it is, and how long "logged once" remembers (bounded, so a deployment with many unreadable keys
+does not grow a set for ever)."""
+
+from __future__ import annotations
+
+from service.delivery import stored
+
+LONE = "\udcff"  # a stored 0xff byte, as a ``surrogateescape`` reply decodes it
+
+
+def test_once_remembers_each_key_and_field_until_it_holds_the_bound_then_forgets_them_all() -> None:
+    once = stored._Once()
+    pairs = [(f"P:{i}:meta", "engine") for i in range(stored._LOGGED_MAX)]
+    assert all(once.first(*pair) for pair in pairs)
+    assert not any(once.first(*pair) for pair in pairs)  # at the bound: each still remembered
+    assert once.first("P:past:meta", "engine")  # one past it: all forgotten, this one remembered
+    assert once.first(*pairs[0])
+    assert not once.first("P:past:meta", "engine")

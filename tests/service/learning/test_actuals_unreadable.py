@@ -1,0 +1,31 @@
+"""A stored actuals entry that is not UTF-8 is skipped, and its warning quotes a bounded head of its
+bytes as stored: enough to find it, never a whole entry (a report's text may run to megabytes)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from service.learning.actuals import SharedTexts, _row
+
+ENTRY = {"step": 1, "prompt_id": "p0", "sample_idx": 0, "prompt_tokens": 10, "output_tokens": 5}
+
+
+def test_an_entry_that_is_not_utf8_is_skipped_and_its_warning_quotes_its_first_80_bytes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stored = json.dumps({**ENTRY, "features": {"tag": "x" * 500}}).encode() + b"\xff"
+    raw = stored.decode("utf-8", "surrogateescape")  # as the service's clients read it back
+    with caplog.at_level(logging.WARNING, logger="service.actuals"):
+        assert _row(raw, SharedTexts()) is None
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert repr(stored[:80]) in warning
+    assert repr(stored[:81]) not in warning
+
+
+def test_the_same_entry_in_utf8_is_read() -> None:
+    row = _row(json.dumps(ENTRY), SharedTexts())
+    assert row is not None
+    assert (row.prompt_id, row.output_tokens) == ("p0", 5)
