@@ -6,6 +6,7 @@ render after the sidecar had handed it out, and its lease was renewed, unreporte
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, cast
 
 import httpx
@@ -100,3 +101,17 @@ def test_a_failure_report_cut_by_redis_leaves_the_readable_items_of_the_claim_he
     held = asyncio.run(session.claim(2))
     assert [h.lease.key for h in held] == ["b#0"]
     assert Delivery.from_url(redis_url).progress("pull").running == 2  # a#0's lease lapses, unreported
+
+
+def test_an_unreadable_item_failed_at_its_claim_is_logged_as_an_error_naming_its_key_and_field(
+    redis_client: redis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its failure is the sidecar's decision, not the engine's: the log line is where an operator learns
+    which item and field, before its attempts run out and it shows in the dead letters."""
+    _damaged(redis_url, "prompt_id")
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(8, None), SessionSettings("w0"))
+    with caplog.at_level(logging.ERROR, logger="service.sidecar"):
+        held = asyncio.run(session.claim(2))
+    assert [h.lease.key for h in held] == ["b#0"]
+    [line] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "schedule pull: stored item 'a#0' is not UTF-8 in field prompt_id" in line
