@@ -52,18 +52,19 @@ def test_an_unreadable_worker_profile_stores_the_reports_and_answers_200(
     assert redis_client.hget("rs:speed", "w0") is None
 
 
-UNREADABLE_SPEEDS = [
+UNREADABLE_SPEEDS: list[str | bytes] = [
     "garbage",
     "{}",
     "null",
     '{"log_scale": "x", "samples": 1}',
     '{"log_scale": 1e6, "samples": 1}',  # past what clamped samples reach: exp() overflowed
+    b'{"log_scale": 0.1, "samples": 1\xff\xfe}',  # not UTF-8: a strict client's reply failed (500)
 ]
 
 
 @pytest.mark.parametrize("stored", UNREADABLE_SPEEDS)
 def test_an_unreadable_learned_speed_is_ignored_by_plans_and_replaced_by_the_next_batch(
-    stored: str, client: TestClient, redis_client: redis.Redis
+    stored: str | bytes, client: TestClient, redis_client: redis.Redis
 ) -> None:
     assert client.post("/schedule", json=batch_body()).status_code == 200
     redis_client.hset("rs:speed", "w0", stored)

@@ -4,7 +4,6 @@ key and field. Written here with a client that sends bytes as they are, as such 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from typing import Any, cast
@@ -105,19 +104,6 @@ def test_an_actuals_entry_that_is_not_utf8_is_skipped_and_the_history_still_serv
     assert any("not UTF-8" in r.getMessage() for r in caplog.records)
     plan = client.post("/schedule", json=batch_body(publish=False))
     assert plan.status_code == 200, plan.text
-
-
-def test_a_learned_speed_that_is_not_utf8_is_ignored_by_plans_and_replaced_by_the_next_batch(
-    client: TestClient, redis_client: redis.Redis, raw_client: redis.Redis
-) -> None:
-    assert client.post("/schedule", json=batch_body()).status_code == 200
-    raw_client.hset("rs:speed", "w0", b'{"log_scale": 0.1, "samples": 1' + NOT_UTF8 + b"}")
-    plan = client.post("/schedule", json=batch_body(publish=False))
-    assert plan.status_code == 200, plan.text
-    assert plan.json()["time_scale_sources"]["w0"] == "profile"
-    response = client.post("/actuals", json={"actuals": [actual_report(1, 0, 0)]})
-    assert response.status_code == 200, response.text
-    assert json.loads(str(redis_client.hget("rs:speed", "w0")))["samples"] == 1  # started afresh
 
 
 def test_a_worker_profile_that_is_not_utf8_stores_the_reports_and_answers_200(

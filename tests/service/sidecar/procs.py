@@ -24,6 +24,7 @@ import uvicorn
 
 from service.delivery.protocol import Delivery
 from service.delivery.records import DeliveryItem, Lease, LeaseSettings, PublishedSchedule
+from service.embedded import EmbeddedServer
 from service.engine_sim.app import build_config, create_app
 from service.ports import free_port
 from service.sidecar.runner import Sidecar
@@ -288,3 +289,31 @@ def run_until(
         return stats
 
     return asyncio.run(main())
+
+
+def counters_line(sidecar: Proc) -> str:
+    """The sidecar's counters line (its last on stdout, printed as its command returns), or "" at EOF."""
+    assert sidecar.popen.stdout is not None
+    for line in sidecar.popen.stdout:
+        if line.startswith("{"):
+            return line
+    return ""
+
+
+def sigterm_with_redis_paused(
+    server: EmbeddedServer, sidecar: Proc, settle_s: float = 0.0
+) -> tuple[str, float]:
+    """SIGTERM ``sidecar`` ``settle_s`` after ``server`` is SIGSTOPped (connections accepted, nothing
+    answered): its counters line and the seconds from the SIGTERM to it, the time a stop's promise
+    bounds. The server is resumed and the sidecar reaped whatever happens, so no test leaves either."""
+    server.signal(signal.SIGSTOP)
+    try:
+        time.sleep(settle_s)
+        stopped = time.monotonic()
+        sidecar.signal(signal.SIGTERM)
+        counters = counters_line(sidecar)
+        took_s = time.monotonic() - stopped
+        sidecar.popen.wait(timeout=120)
+    finally:
+        server.signal(signal.SIGCONT)
+    return counters, took_s

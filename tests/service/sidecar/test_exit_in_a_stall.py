@@ -30,7 +30,14 @@ from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, WorkerSession
-from tests.service.sidecar.procs import Proc, cluster, item, publish, wait_http, wait_until
+from tests.service.sidecar.procs import (
+    cluster,
+    item,
+    publish,
+    sigterm_with_redis_paused,
+    wait_http,
+    wait_until,
+)
 
 SLACK_S = 2.0  # a loaded host's lateness, well short of what a stalled call costs (5 s, or the stall)
 
@@ -276,15 +283,7 @@ def test_a_pull_sidecar_sigtermed_while_redis_is_paused_exits_within_the_drain_t
             for _ in range(2):  # the worker holds both
                 assert httpx.get(f"{base}/next?wait_s=10", timeout=60).status_code == 200
             wait_until(lambda: delivery.progress("paused").running == 2, 60, "both leased")
-            server.signal(signal.SIGSTOP)
-            try:
-                stopped = time.monotonic()
-                sidecar.signal(signal.SIGTERM)
-                counters = _counters_line(sidecar)
-                took_s = time.monotonic() - stopped
-                sidecar.popen.wait(timeout=120)
-            finally:
-                server.signal(signal.SIGCONT)
+            counters, took_s = sigterm_with_redis_paused(server, sidecar)
         assert sidecar.popen.returncode == 0
         assert counters.startswith("{"), f"no counters printed; log:\n{sidecar.log.read_text()[-3000:]}"
         assert re.findall(r"could not release (\d+) leases", sidecar.log.read_text()) == ["2"]  # to lapse
@@ -309,26 +308,10 @@ def test_a_push_sidecar_started_while_redis_was_down_then_sigtermed_with_it_paus
         sidecar = procs.sidecar("w0", engine, redis_url, "--drain-timeout", "0")
         wait_until(lambda: "redis unavailable" in sidecar.log.read_text(), 120, "running, Redis down")
         server = EmbeddedServer(port=port).start()
-        try:
-            server.signal(signal.SIGSTOP)
-            time.sleep(0.6)  # the next checks: one waits on the server, the other for its answer
-            stopped = time.monotonic()
-            sidecar.signal(signal.SIGTERM)
-            counters = _counters_line(sidecar)
-            took_s = time.monotonic() - stopped
-            sidecar.popen.wait(timeout=120)
+        try:  # SIGTERM 0.6 s in: the next checks, one waiting on the server, the other for its answer
+            counters, took_s = sigterm_with_redis_paused(server, sidecar, settle_s=0.6)
         finally:
-            server.signal(signal.SIGCONT)
             server.stop()
     assert sidecar.popen.returncode == 0
     assert counters.startswith("{"), f"no counters printed; log:\n{sidecar.log.read_text()[-3000:]}"
     assert took_s < 0.0 + RELEASE_GRACE_S + SLACK_S
-
-
-def _counters_line(sidecar: Proc) -> str:
-    """The sidecar's counters line (its last on stdout, printed as its command returns), or "" at EOF."""
-    assert sidecar.popen.stdout is not None
-    for line in sidecar.popen.stdout:
-        if line.startswith("{"):
-            return line
-    return ""

@@ -19,7 +19,16 @@ import redis
 from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
 from service.ports import free_port
-from tests.service.sidecar.procs import Proc, cluster, item, publish, tally, wait_finished, wait_until
+from tests.service.sidecar.procs import (
+    cluster,
+    counters_line,
+    item,
+    publish,
+    sigterm_with_redis_paused,
+    tally,
+    wait_finished,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -130,30 +139,13 @@ def test_sigterm_while_redis_is_paused_exits_within_the_drain_timeout_plus_the_r
             sidecar = procs.sidecar("w0", url, server.url, *flags)
             publish(delivery, "paused", {"w0": [item(f"p{i}", 0, 200_000) for i in range(2)]}, 30_000)
             wait_until(lambda: delivery.progress("paused").running == 2, 180, "both running")
-            server.signal(signal.SIGSTOP)
-            try:
-                stopped = time.monotonic()
-                sidecar.signal(signal.SIGTERM)
-                counters = _counters_line(sidecar)
-                took_s = time.monotonic() - stopped
-                sidecar.popen.wait(timeout=120)
-            finally:
-                server.signal(signal.SIGCONT)
+            counters, took_s = sigterm_with_redis_paused(server, sidecar)
         assert sidecar.popen.returncode == 0
         assert counters.startswith("{"), f"no counters printed; log:\n{sidecar.log.read_text()[-3000:]}"
         assert _abandoned(sidecar.log) == 2  # both leases left to lapse, whether running or not started yet
         assert took_s < 1.0 + 2.0 + 2.0  # drain timeout, release grace, and an exit's slack
     finally:
         server.stop()
-
-
-def _counters_line(sidecar: Proc) -> str:
-    """The sidecar's counters line (its last on stdout, printed as its command returns), or "" at EOF."""
-    assert sidecar.popen.stdout is not None
-    for line in sidecar.popen.stdout:
-        if line.startswith("{"):
-            return line
-    return ""
 
 
 def _abandoned(log: Path) -> int:
@@ -179,7 +171,7 @@ def test_a_second_sigterm_cuts_the_drain_short_and_releases_the_running_items_at
         wait_until(lambda: _log_mentions(sidecar.log, "draining 2 running items"), 10, "the drain")
         stopped = time.monotonic()
         sidecar.signal(signal.SIGTERM)
-        counters = _counters_line(sidecar)  # the interpreter's teardown after it is no drain's
+        counters = counters_line(sidecar)  # the interpreter's teardown after it is no drain's
         took_s = time.monotonic() - stopped
         sidecar.popen.wait(timeout=120)
     assert sidecar.popen.returncode == 0
