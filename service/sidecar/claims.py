@@ -16,12 +16,13 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import redis
 
 from service.delivery.errors import UnknownScheduleError
+from service.delivery.outcomes import ReleaseOutcome
 from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
@@ -46,6 +47,8 @@ class Claims:
     holdings: Holdings
     settings: SessionSettings
     stats: SessionStats  # the session's own: claimed, stolen and reaped are counted there
+    # the session's count of a report refused (schedule, key, what): cancelled or stale
+    refused: Callable[[str, str, str], Awaitable[None]]
     _last_reap: dict[str, float] = field(default_factory=dict, init=False)
     _damaged: set[str] = field(default_factory=set, init=False)  # schedules whose scripts fail (logged)
     # (schedule, "claim" | "steal") -> the id of a call that raised: it may have leased before the
@@ -129,14 +132,24 @@ class Claims:
     async def _fail_unreadable(self, lease: Lease, reason: str) -> None:
         """Report ``lease`` failed with ``reason``. A report Redis does not answer is left at that: the
         lease lapses and its next claim fails it again. Raised, it took the claim's readable leases
-        with it, held by no one until they lapsed too (an attempt spent each, a TTL late)."""
+        with it, held by no one until they lapsed too (an attempt spent each, a TTL late).
+
+        The lease was counted taken (``claimed`` or ``stolen``), so it is counted ended here, once:
+        ``failed`` when the report was taken, ``lost`` when Redis did not answer it, cancelled or
+        stale when it was refused. It was counted nowhere, and each such lease put a sidecar's
+        taken ahead of what ended there for good (the soak's counter check, chaos6)."""
         try:
-            await asyncio.to_thread(self.delivery.fail, lease, reason)
+            outcome = await asyncio.to_thread(self.delivery.fail, lease, reason)
         except redis.RedisError as error:
+            self.stats.lost += 1
             log.warning(
                 "schedule %s: %s; not failed now (%s): its lease lapses", lease.schedule_id, reason, error
             )
             return
+        if outcome is ReleaseOutcome.STALE:  # cancelled between the claim and the report
+            await self.refused(lease.schedule_id, lease.key, "failure report of an unreadable item")
+            return
+        self.stats.failed += 1
         log.error("schedule %s: %s; failed", lease.schedule_id, reason)
 
     async def _once(

@@ -73,7 +73,7 @@ class WorkerSession:
 
     def __post_init__(self) -> None:
         self._reports = OutageRetry(self.settings.retry_for_s)
-        self._claims = Claims(self.delivery, self.holdings, self.settings, self.stats)
+        self._claims = Claims(self.delivery, self.holdings, self.settings, self.stats, self._count_refused)
 
     async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)

@@ -115,3 +115,30 @@ def test_an_unreadable_item_failed_at_its_claim_is_logged_as_an_error_naming_its
     assert [h.lease.key for h in held] == ["b#0"]
     [line] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert "schedule pull: stored item 'a#0' is not UTF-8 in field prompt_id" in line
+
+
+class CancelledFirst(Delivery):
+    """Real Redis; the trainer cancels the schedule between the claim and the failure report."""
+
+    def fail(self, lease: Lease, reason: str, now_ms: int | None = None) -> ReleaseOutcome:
+        self.cancel(lease.schedule_id)
+        return super().fail(lease, reason, now_ms)
+
+
+@pytest.mark.parametrize(
+    ("delivery", "ended"),
+    [(Delivery, "failed"), (LostFail, "lost"), (CancelledFirst, "cancelled")],
+    ids=["report taken", "report cut", "cancelled first"],
+)
+def test_an_unreadable_lease_failed_at_its_claim_is_counted_ended_once_so_taken_balances_ended(
+    delivery: type[Delivery], ended: str, redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Both leases were counted ``claimed``; a#0, failed at the claim, was counted nowhere, so every
+    such lease left a sidecar's claimed + stolen ahead of what ended there for good."""
+    _damaged(redis_url, "prompt_id")
+    session = WorkerSession(delivery.from_url(redis_url), Holdings(8, None), SessionSettings("w0"))
+    held = asyncio.run(session.claim(2))
+    assert [h.lease.key for h in held] == ["b#0"]
+    counted = {name: getattr(session.stats, name) for name in ("failed", "lost", "stale", "cancelled")}
+    assert session.stats.claimed == 2
+    assert counted == {name: int(name == ended) for name in counted}
