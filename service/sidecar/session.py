@@ -281,8 +281,8 @@ class WorkerSession:
         self, schedule_id: str, key: str, token: int, result: TrajectoryResult, held: bool = True
     ) -> CompletionOutcome:
         """Report a finished item by its lease token, held here or not (``held`` false: a retry after
-        a lost reply, or a pull worker's report of a lease it was never handed, which a refusal's
-        warning must not call a lost lease)."""
+        a lost reply, or a pull worker's report of a lease it does not hold, which a refusal's warning
+        must not call a lost lease, and only an acceptance counts: an end not this process's to count)."""
         entries = [(key, token, result)]
         complete, worker = self.delivery.complete_many, self.settings.worker_id
         outcomes = await self._reports.call("complete", complete, schedule_id, entries, None, worker)
@@ -292,7 +292,7 @@ class WorkerSession:
             if not held:  # current in Redis, yet never held here: a killed predecessor's lease
                 self.stats.inherited += 1
         elif outcome is CompletionOutcome.DUPLICATE:
-            self.stats.duplicate += 1
+            self.stats.duplicate += int(held)  # not held: its end was counted already, or not here
         else:
             why = "lease lost" if held else f"token {token} is no lease this sidecar holds"
             await self._count_refused(schedule_id, key, "completion", why, held)
@@ -304,18 +304,16 @@ class WorkerSession:
         """Count a report refused because the lease was gone: ``cancelled`` when the trainer cancelled
         the schedule (expected, told once; each item once), else ``stale`` with a warning; a failure
         or a completion is counted only once the server took it, so neither counter tells of work that
-        did not land.
-
-        Of a cancelled schedule, only a lease held here (``held``) is counted: the key of one not held
-        is the pull worker's word alone, and a worker (its bug, or any process on the loopback) could
-        report keys without end, each remembered in ``Cancels`` until the schedule is forgotten. A
-        lease this sidecar handed out and no longer holds was counted when it ended here (dropped,
-        found gone, or refused), so a repeated report of it adds nothing either."""
+        did not land. Only a lease held here (``held``) is counted, so each lease counts once and
+        ``claimed + stolen + inherited`` balances what ended: one this sidecar handed out and no longer
+        holds was counted as it ended here (lost, failed past its hold bound, refused, accepted), and a
+        pull worker's key of one never held here (a killed predecessor's, handed back and counted
+        ``reset``; never handed out) is its word alone, which could name keys without end."""
         if await self.found_cancelled(schedule_id):
             if held:
                 self._count_cancelled(schedule_id, [key])
         else:
-            self.stats.stale += 1
+            self.stats.stale += int(held)
             log.warning("%s of %s refused as stale (%s)", what, clipped(key), why)  # a pull worker's key
 
     async def fail(self, held: Held, reason: str, keep_unanswered: bool = False) -> ReleaseOutcome:

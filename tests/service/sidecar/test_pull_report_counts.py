@@ -1,0 +1,142 @@
+"""A pull worker's report of a lease the sidecar no longer holds adds nothing to its counters.
+
+The sidecar counts each lease it took once, as it ends there, so ``claimed + stolen + inherited``
+balances what ended (docs/sidecar.md, counters). A lease listed lost was counted ``lost``, one held
+past its hold bound ``failed``; the worker's late ``/done`` or ``/fail`` of it is still refused
+(409 ``stale``, 200 ``{"outcome": "stale"}``) but was counted ``stale`` as well, and the retry of a
+``/done`` Redis took unanswered, found gone by a heartbeat (``lost``), ``duplicate`` as well: one
+lease ended twice, and the chaos soaks' balance check had to allow for the worker's reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from service.delivery.outcomes import CompletionOutcome
+from service.delivery.protocol import Delivery
+from service.sidecar.holdings import Holdings
+from service.sidecar.pull_api import create_pull_app
+from service.sidecar.pull_state import PullState
+from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
+from tests.service.sidecar.procs import item, publish, tally
+
+ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
+Script = Callable[[httpx.AsyncClient, PullState], Awaitable[list[Any]]]
+
+
+def _ended(stats: SessionStats) -> dict[str, int]:
+    """The end counters that are not zero: each lease the session took ends in exactly one."""
+    return {name: getattr(stats, name) for name in ENDS if getattr(stats, name)}
+
+
+def _serve(session: WorkerSession, script: Script, **app_args: Any) -> list[Any]:
+    """Run ``script`` against the pull API over ASGI (no lifespan: the test drives the heartbeats)."""
+
+    async def run() -> list[Any]:
+        app = create_pull_app(session, **app_args)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            return await script(client, app.state.pull)
+
+    return asyncio.run(run())
+
+
+def _report(kind: str, lease: dict[str, Any]) -> dict[str, Any]:
+    """The body of a ``/done`` or ``/fail`` of ``lease``."""
+    body = {key: lease[key] for key in ("schedule_id", "key", "token")}
+    return body | ({"output_tokens": 10} if kind == "done" else {"reason": "oom"})
+
+
+STALE_ANSWER = {"done": (409, "stale"), "fail": (200, "stale")}  # docs/sidecar.md's pull API table
+
+
+@pytest.mark.parametrize("kind", ["done", "fail"])
+def test_a_report_of_a_lease_listed_lost_is_refused_stale_and_the_lease_counts_once_lost(
+    redis_client: redis.Redis, redis_url: str, kind: str
+) -> None:
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "lapse", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=200)
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(1), SessionSettings("w0"))
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        lease = (await client.get("/next")).json()
+        while delivery.progress("lapse").running:  # its lease lapses unheartbeated and is reaped
+            delivery.reap("lapse")
+            await asyncio.sleep(0.05)
+        await state.beat()  # finds it gone: counted lost, listed lost
+        lost = [one["key"] for one in (await client.get("/leases")).json()["lost"]]
+        late = await client.post(f"/{kind}", json=_report(kind, lease))
+        return [lost, (late.status_code, late.json()["outcome"])]
+
+    assert _serve(session, script) == [["a#0"], STALE_ANSWER[kind]]
+    assert session.stats.claimed == 1
+    assert _ended(session.stats) == {"lost": 1}  # before: {"lost": 1, "stale": 1}
+
+
+def test_a_fail_of_a_lease_held_past_its_bound_is_refused_stale_and_the_lease_counts_once_failed(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The ``/fail`` twin of ``test_pull_leases.py``'s hold-bound test (there a late ``/done``)."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "held", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=600_000)
+    clock = [0.0]
+    holdings = Holdings(1, clock=lambda: clock[0])
+    session = WorkerSession(Delivery.from_url(redis_url), holdings, SessionSettings("w0"))
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        lease = (await client.get("/next")).json()
+        clock[0] = 101.0  # past the bound: the beat reports it failed (requeued, an attempt spent)
+        await state.beat()
+        late = await client.post("/fail", json=_report("fail", lease))
+        return [(late.status_code, late.json()["outcome"]), delivery.progress("held").queued]
+
+    assert _serve(session, script, hold_timeout_s=100.0) == [STALE_ANSWER["fail"], 1]
+    assert _ended(session.stats) == {"failed": 1}  # before: {"failed": 1, "stale": 1}
+
+
+class _LandsUnanswered(Delivery):
+    """A real ``Delivery`` whose completions land in Redis but whose answers are lost while ``out``
+    is set (the connection dropped after the write; the retries meet Redis unreachable)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        super().__init__(client)
+        self.out = threading.Event()
+
+    def complete_many(self, *args: Any, **kwargs: Any) -> list[CompletionOutcome]:
+        if not self.out.is_set():
+            return super().complete_many(*args, **kwargs)
+        super().complete_many(*args, **kwargs)  # landed (a repeat is answered duplicate, not applied)
+        raise redis.ConnectionError("connection lost before the answer")
+
+
+def test_a_done_that_landed_unanswered_then_found_gone_counts_once_lost_and_its_retry_is_duplicate(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Redis took the ``/done`` but its answer never came within the retry window: the worker is
+    answered 503 and the lease kept held for its retry; a heartbeat then finds the lease gone (the
+    item is done) and counts it ``lost``. The retry is answered ``duplicate``, and counts nothing more."""
+    publish(Delivery.from_url(redis_url), "unanswered", {"w0": [item("a", 0, 10)]})
+    delivery = _LandsUnanswered(redis.Redis.from_url(redis_url))
+    settings = SessionSettings("w0", retry_for_s=0.0)  # the window over at the first lost answer
+    session = WorkerSession(delivery, Holdings(1), settings)
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        lease = (await client.get("/next")).json()
+        delivery.out.set()
+        first = (await client.post("/done", json=_report("done", lease))).status_code
+        held = len(session.holdings)
+        delivery.out.clear()  # Redis answers again
+        await state.beat()
+        retried = await client.post("/done", json=_report("done", lease))
+        return [first, held, len(state.lost), (retried.status_code, retried.json()["outcome"])]
+
+    assert _serve(session, script) == [503, 1, 1, (200, "duplicate")]
+    assert _ended(session.stats) == {"lost": 1}  # before: {"lost": 1, "duplicate": 1}
+    assert tally(Delivery.from_url(redis_url), "unanswered", {"a#0"}) == (0, 0)
