@@ -51,8 +51,8 @@ class SessionStats:
     claimed: int = 0  # leases taken from the own queue (or the shared FIFO)
     stolen: int = 0  # leases taken from another worker's queue
     accepted: int = 0  # completions accepted
-    duplicate: int = 0  # completions answered as a repeat of an accepted one
-    stale: int = 0  # completions or failure reports refused: the lease was gone
+    duplicate: int = 0  # completions of a lease held here answered as a repeat of an accepted one
+    stale: int = 0  # completions or failure reports of a lease held here refused: the lease was gone
     failed: int = 0  # items reported failed to the protocol and requeued or dead-lettered by it
     released: int = 0  # leases handed back unstarted or unfinished (shutdown)
     lost: int = 0  # leases a heartbeat found gone; pull mode: an overdue item's failure report not taken;
