@@ -10,24 +10,29 @@ import pytest
 from scheduler.benchgen import bench_request, heavy_tailed_batch, mixed_inventory, with_speed_spread
 from scheduler.devices import device_profile, model_preset
 from scheduler.policies import listrun, listsched
-from scheduler.policies.levels import band_of, bands_of, solve_levels
+from scheduler.policies.levels import LevelPlan, band_of, bands_of, solve_levels
 from scheduler.policies.lpt import lpt_assignment
 from scheduler.policies.problem import Problem, Unit, build_problem, longest_first, worker_kinds
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
+
+
+def _banded(problem: Problem) -> tuple[LevelPlan, list[int], list[int]]:
+    """The band model of ``problem`` as cpsat's rounds start from it: its levels, each worker's tier
+    and each unit's band."""
+    kinds = worker_kinds(problem.costs, problem.active)
+    levels = solve_levels(problem.units, [(problem.costs[m[0]], len(m)) for m in kinds], 2_000.0, 5.0, 0)
+    assert levels is not None
+    return levels, levels.tiers(kinds, len(problem.costs)), bands_of(problem.units, levels.edges)
 
 
 def _tiered(problem: Problem, scaled: bool, capped: bool = False, waves: bool = False) -> list[list[int]]:
     """A band round's placement: scaled like cpsat's second round, and with its cap when ``capped``
     (low enough that many short units wait), and with ``waves`` a larger scale past a worker's slots
     for every third worker (``calibrate.in_waves``)."""
-    kinds = worker_kinds(problem.costs, problem.active)
-    levels = solve_levels(problem.units, [(problem.costs[m[0]], len(m)) for m in kinds], 2_000.0, 5.0, 0)
-    assert levels is not None
-    tiers = levels.tiers(kinds, len(problem.costs))
+    levels, tiers, bands = _banded(problem)
     scale = [1.0 + 0.01 * (w % 7) for w in range(len(problem.costs))] if scaled else None
     cap_s = 0.9 * levels.makespan_s if capped else None
     past = [s * (1.1 if w % 3 == 0 else 1.0) for w, s in enumerate(scale or [1.0] * len(problem.costs))]
-    bands = bands_of(problem.units, levels.edges)
     return lpt_assignment(problem, tiers, bands, scale, cap_s=cap_s, waves=past if waves else None)
 
 
@@ -131,11 +136,7 @@ def test_with_a_cap_the_short_units_that_would_pass_it_are_placed_after_all_othe
     """cpsat's second round: a unit shorter than half the longest waits when its best worker would
     end past the cap; every unit placed in turn keeps its worker under it (or is long)."""
     problem = build_problem(bench_request(4_096, 32, seed=0))
-    kinds = worker_kinds(problem.costs, problem.active)
-    levels = solve_levels(problem.units, [(problem.costs[m[0]], len(m)) for m in kinds], 2_000.0, 5.0, 0)
-    assert levels is not None
-    tiers = levels.tiers(kinds, len(problem.costs))
-    band = bands_of(problem.units, levels.edges)
+    levels, tiers, band = _banded(problem)
     cap_s = levels.makespan_s * 0.9  # low enough that long units pass it too (they never wait)
     placed: list[tuple[int, float]] = []
     place = listsched.ListState.place
@@ -269,11 +270,7 @@ def test_in_a_capped_round_no_unit_set_aside_goes_below_its_band() -> None:
     """The units the cap sets aside are placed last, longest first again: each still goes to a worker
     at its band or above, like every other unit (2,048 x 64 seed 2 put 44 of them a tier too low)."""
     problem = build_problem(bench_request(2_048, 64, seed=2))
-    kinds = worker_kinds(problem.costs, problem.active)
-    levels = solve_levels(problem.units, [(problem.costs[m[0]], len(m)) for m in kinds], 2_000.0, 5.0, 0)
-    assert levels is not None
-    tiers = levels.tiers(kinds, len(problem.costs))
-    bands = bands_of(problem.units, levels.edges)
+    levels, tiers, bands = _banded(problem)
     assert max(bands) <= max(tiers)  # a worker at or above every unit's band exists
     queues = lpt_assignment(problem, tiers, bands, cap_s=0.9 * levels.makespan_s)
     assert [(u, w) for w, queue in enumerate(queues) for u in queue if tiers[w] < bands[u]] == []
