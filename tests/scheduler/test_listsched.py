@@ -274,3 +274,54 @@ def test_in_a_capped_round_no_unit_set_aside_goes_below_its_band() -> None:
     assert max(bands) <= max(tiers)  # a worker at or above every unit's band exists
     queues = lpt_assignment(problem, tiers, bands, cap_s=0.9 * levels.makespan_s)
     assert [(u, w) for w, queue in enumerate(queues) for u in queue if tiers[w] < bands[u]] == []
+
+
+Round = tuple[Problem, list[int], list[int], list[float] | None, float | None, list[float] | None]
+
+
+def _random_round(seed: int) -> Round:
+    """A small random problem and a band round on it: 9-20 workers of three kinds (past 8, so the
+    heaps and the ordered scan are used), random tiers, and bands drawn per unit, not by length, so
+    they rise and fall anywhere (a cap's set-aside pass only makes them rise once); a scale, a cap
+    and a scale past the slots each present or not."""
+    rng = random.Random(seed)
+    kinds = [
+        (device, rng.choice((4, 8, 16)), rng.choice((40_000, 80_000, 200_000)))
+        for device in ("H100", "A100", "910B")
+    ]
+    workers = tuple(
+        Worker(f"w{i}", device_profile(device), max_num_seqs=slots, kv_capacity_tokens=cache)
+        for i, (device, slots, cache) in enumerate(rng.choice(kinds) for _ in range(rng.randint(9, 20)))
+    )
+    batch = tuple(
+        Trajectory(f"p{i}", 0, rng.choice((50, 500, 5_000)), 8_192, float(rng.randint(100, 8_000)))
+        for i in range(rng.randint(100, 300))
+    )
+    problem = build_problem(PlanRequest(batch, Inventory(workers, model_preset("7b"))))
+    top = rng.randint(1, 4)
+    tiers = [rng.randint(0, top) for _ in workers]
+    bands = [rng.randint(0, top) for _ in problem.units]
+    scale = [1.0 + 0.1 * rng.random() for _ in workers] if rng.random() < 0.7 else None
+    past = [s * (1.0 + 0.2 * rng.random()) for s in scale or [1.0] * len(workers)]
+    cap_s = rng.uniform(5.0, 300.0) if rng.random() < 0.6 else None
+    return problem, tiers, bands, scale, cap_s, past if rng.random() < 0.6 else None
+
+
+def test_on_random_problems_the_ordered_scan_and_the_fused_loop_place_as_the_full_scan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shortcuts against the reference on problems no bench batch is like: bands in any order
+    (where they rise, the heaps below must leave the scan), capped or not, with and without a scale
+    past the slots. Before the heaps followed rising bands (tierfix), 41 of these 60 placed differently."""
+    rounds = [_random_round(seed) for seed in range(60)]
+
+    def placed() -> list[list[list[int]]]:
+        return [
+            lpt_assignment(problem, tiers, bands, scale, cap_s=cap_s, waves=waves)
+            for problem, tiers, bands, scale, cap_s, waves in rounds
+        ]
+
+    fast = placed()
+    monkeypatch.setattr(listrun, "FUSED", False)
+    monkeypatch.setattr(listsched, "ORDERED_SCAN", False)
+    assert fast == placed()
