@@ -33,7 +33,7 @@ _HELP = {  # what each SessionStats counter counts, as its HELP line
     "stale": "Completions or failure reports of a lease held here refused because the lease was gone",
     "failed": "Items reported failed and requeued or dead-lettered (the engine refused or kept failing them)",
     "released": "Leases handed back unstarted or unfinished",
-    "lost": "Leases a heartbeat found gone (the work was stopped)",
+    "lost": "Leases found gone at a heartbeat (work stopped), or a hand-back or report Redis never answered",
     "reaped": "Lapsed leases this worker's reaps requeued or dead-lettered",
     "reset": "Leases an earlier process of this worker id held, handed back when this one started",
     "cancelled": (

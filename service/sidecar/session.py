@@ -365,13 +365,14 @@ class WorkerSession:
         who died running them (refunded once per item); how many that dead-lettered (``failed``).
 
         Schedule by schedule: one whose keys are gone (retention passed) has nothing to take back,
-        and must not keep the others' leases from going back. One forgotten as ended is not sent."""
+        and must not keep the others' leases from going back. One forgotten as ended is not sent. Those
+        Redis does not answer (a shutdown's bound cut it) lapse: they end here, counted ``lost``."""
         by_schedule: dict[str, list[Held]] = {}
         for held in (h for h in helds if not h.ended):
             self.holdings.remove(lease_id(held.lease))
             by_schedule.setdefault(held.lease.schedule_id, []).append(held)
-        dead = 0
-        for schedule_id, group in by_schedule.items():
+        dead, groups = 0, list(by_schedule.items())
+        for i, (schedule_id, group) in enumerate(groups):
             try:
                 outcomes = await self._reports.call(
                     "release", self.delivery.release, [h.lease for h in group], died=died
@@ -379,6 +380,9 @@ class WorkerSession:
             except UnknownScheduleError:
                 log.info("schedule %s is gone; its %d leases need no release", schedule_id, len(group))
                 continue
+            except BaseException:  # unanswered, this group's and the rest: counted nowhere, claimed > ended
+                self.stats.lost += sum(len(rest) for _, rest in groups[i:])
+                raise
             dead += outcomes.count(ReleaseOutcome.DEAD_LETTERED)
             self.stats.released += outcomes.count(ReleaseOutcome.REQUEUED)
             # gone before the hand-back (cancelled, or lapsed): each still ends once here; it ended

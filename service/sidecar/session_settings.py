@@ -56,7 +56,7 @@ class SessionStats:
     failed: int = 0  # items reported failed to the protocol and requeued or dead-lettered by it
     released: int = 0  # leases handed back unstarted or unfinished (shutdown)
     lost: int = 0  # leases a heartbeat found gone; pull mode: an overdue item's failure report not taken;
-    # an unreadable item's failure report at its claim that Redis did not answer (its lease lapses)
+    # an unreadable item's failure report at its claim, or a hand-back, that Redis did not answer (they lapse)
     reaped: int = 0  # lapsed leases this worker's reaps requeued or dead-lettered
     reset: int = 0  # leases an earlier process of this worker id held, handed back at start
     cancelled: int = 0  # items whose lease was stopped or report refused: schedule cancelled (once each)
