@@ -6,21 +6,15 @@ same wire protocol, Lua engine and persistence as production, with no root and n
 
 A server must not outlive its owner. A stop on SIGTERM or SIGINT ends it, but SIGKILL (the OOM killer,
 ``kill -9``, a killed pytest worker) runs no cleanup, and the server went on running, re-parented to
-PID 1, holding its port and memory for good. ``prctl(PR_SET_PDEATHSIG)`` in a ``preexec_fn`` is not
-safe in a threaded parent (and Linux only), so each server has a watcher: a tiny Python process whose
-stdin is the read end of a pipe that only the owner holds open. The kernel closes it when the owner
-dies, however it dies; the watcher reads end-of-file and sends the server SIGTERM. A stop here first
-writes one byte down the pipe, which disarms the watcher, so it never signals a pid this process may
-have reaped (and that may since be another process's).
+PID 1, holding its port and memory for good: each server has a watcher that stops it when its owner
+dies (``service/embedded_watch.py``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -30,6 +24,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from service.embedded_watch import Watch
 from service.ports import free_port
 
 
@@ -42,23 +37,6 @@ class PortTakenError(EmbeddedServerError):
 
 
 PORT_TRIES = 3  # picks of a free port before giving up (each taken between pick and bind)
-WATCHER_EXIT_S = 10.0  # wait for a disarmed watcher to exit before SIGKILL (it exits in milliseconds)
-
-# The watcher: argv[1] is the server's pid; stdin, a pipe only the owner writes. A byte read is the owner
-# disarming it; end-of-file, the owner gone without a stop. SIGCONT wakes a server stopped by SIGSTOP (the
-# outage tests) to take the SIGTERM. Ctrl-C and a closed terminal reach the whole process group: the
-# watcher ignores both, since its owner may die of them and the server ignores SIGHUP.
-WATCHER = """
-import os, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-signal.signal(signal.SIGHUP, signal.SIG_IGN)
-if not os.read(0, 1):
-    for signum in (signal.SIGTERM, signal.SIGCONT):
-        try:
-            os.kill(int(sys.argv[1]), signum)
-        except ProcessLookupError:
-            pass
-"""
 
 
 def find_server_binary() -> str:
@@ -90,8 +68,7 @@ class EmbeddedServer:
     data_dir: Path | None = None  # kept across restarts so AOF replays; temp dir when None
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False, repr=False)
-    _watcher: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
-    _watch_fd: int | None = field(default=None, init=False, repr=False)  # the pipe's write end
+    _watch: Watch | None = field(default=None, init=False, repr=False)
 
     @property
     def url(self) -> str:
@@ -144,44 +121,18 @@ class EmbeddedServer:
         ]
         self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            self._watch(self._proc.pid)
+            self._watch = Watch.start(self._proc.pid)
             self._wait_ready(timeout_s)
         except BaseException:  # a server that never answered must not outlive the failed start
             self._end_process()
             raise
 
-    def _watch(self, pid: int) -> None:
-        """Start the watcher that stops server ``pid`` when this process dies without stopping it.
-
-        ``os.pipe`` makes both ends close-on-exec: the server and any other child this process
-        starts hold neither, so the owner's death is the only end-of-file the watcher can read.
-        """
-        read_end, self._watch_fd = os.pipe()
-        try:
-            self._watcher = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", WATCHER, str(pid)],
-                stdin=read_end,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        finally:
-            os.close(read_end)
-
     def _unwatch(self) -> None:
         """Disarm the watcher and reap it: before the server is signalled or reaped here, since once
         reaped its pid may be another process's, which the watcher must never signal."""
-        if self._watch_fd is not None:
-            with contextlib.suppress(OSError):  # a watcher killed by someone: nothing to disarm
-                os.write(self._watch_fd, b"x")
-            os.close(self._watch_fd)
-            self._watch_fd = None
-        if self._watcher is not None:
-            try:
-                self._watcher.wait(timeout=WATCHER_EXIT_S)
-            except subprocess.TimeoutExpired:
-                self._watcher.kill()
-                self._watcher.wait()
-            self._watcher = None
+        if self._watch is not None:
+            self._watch.disarm()
+            self._watch = None
 
     @property
     def log_path(self) -> Path:

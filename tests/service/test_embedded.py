@@ -16,6 +16,7 @@ from service import embedded
 from service.embedded import EmbeddedServer, PortTakenError
 from service.ports import free_port
 from tests.service.polling import GONE_WITHIN_S, gone_within, running
+from tests.service.procfs import children, server_pid
 
 
 @pytest.fixture
@@ -70,15 +71,6 @@ time.sleep(600)
 """
 
 
-def _server_pid(url: str) -> int:
-    """The pid of the server answering at ``url``, as it reports it."""
-    client = redis.Redis.from_url(url, socket_timeout=5)
-    try:
-        return int(client.info("server")["process_id"])
-    finally:
-        client.close()
-
-
 def _kill_if_still_there(url: str, pid: int) -> None:
     """SIGKILL a server this test started and that outlived its owner, only while ``url`` still
     answers as ``pid``, so that no other process is signalled (the pid may be reused once it is gone)."""
@@ -86,16 +78,10 @@ def _kill_if_still_there(url: str, pid: int) -> None:
         if not running(pid):
             return
         os.kill(pid, signal.SIGCONT)  # a paused one answers nothing
-        if _server_pid(url) == pid:
+        if server_pid(url) == pid:
             os.kill(pid, signal.SIGKILL)
     except (redis.RedisError, ProcessLookupError):
         pass
-
-
-def _children() -> set[int]:
-    """This process's child processes (``pgrep``: Linux and macOS)."""
-    listed = subprocess.run(["pgrep", "-P", str(os.getpid())], capture_output=True, text=True).stdout
-    return {int(pid) for pid in listed.split()}
 
 
 @pytest.mark.parametrize("paused", [False, True], ids=["running", "paused by SIGSTOP"])
@@ -111,7 +97,7 @@ def test_a_server_whose_owner_is_sigkilled_stops_of_itself(paused: bool) -> None
         assert owner.stderr is not None
         url = owner.stdout.readline().strip()
         assert url, f"the owner did not start a server: {owner.stderr.read()[-2000:]}"
-        pid = _server_pid(url)
+        pid = server_pid(url)
         if paused:
             os.kill(pid, signal.SIGSTOP)
         owner.kill()
@@ -127,10 +113,10 @@ def test_a_server_whose_owner_is_sigkilled_stops_of_itself(paused: bool) -> None
 
 
 def test_a_stopped_server_leaves_no_process_of_its_own_behind() -> None:
-    before = _children()
+    before = children()
     server = EmbeddedServer().start()
-    pid = _server_pid(server.url)
-    assert pid in _children() - before
+    pid = server_pid(server.url)
+    assert pid in children() - before
     server.stop()
-    assert _children() == before  # the server and whatever watches it, both ended and reaped
+    assert children() == before  # the server and whatever watches it, both ended and reaped
     assert not running(pid)

@@ -1,19 +1,102 @@
-"""A stop disarms the embedded server's watcher: it reads the owner's byte and exits of itself. Left
-armed (no byte written, the pipe left open), it would be SIGKILLed at the end of ``WATCHER_EXIT_S``
-instead, each stop that much longer."""
+"""The embedded server's watcher: a stop disarms it (it reads the owner's byte and exits of itself); a
+server that ends of itself ends its watcher too; the owner's death, its pipe closed unwritten, has it
+stop the server; and one server's stop leaves another's watcher armed. Left armed (no byte written,
+the pipe left open), a watcher would be SIGKILLed at the end of ``WATCHER_EXIT_S`` instead, each stop
+that much longer; left watching a server that ended and was reaped, it could signal a reused pid."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+
 import pytest
 
+from service import embedded_watch
 from service.embedded import EmbeddedServer
+from service.embedded_watch import Watch
+from tests.service.polling import GONE_WITHIN_S, gone_within
+from tests.service.procfs import children, server_pid
+
+
+def _has_pidfds() -> bool:
+    """Whether this kernel (5.3 and later, no seccomp filter refusing it) gives pidfds."""
+    fd = embedded_watch._pidfd(os.getpid())
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
+@pytest.fixture(params=["pidfd", "pid"])
+def pidfds(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Watchers with a pidfd of their server, or without, as where the kernel has none."""
+    if request.param == "pid":
+        monkeypatch.setattr(embedded_watch, "_pidfd", lambda pid: None)
+    return str(request.param)
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A child process for a watcher to watch."""
+    proc = subprocess.Popen(["sleep", "600"])
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
 
 
 @pytest.mark.parametrize("end", ["stop", "kill"])
-def test_a_stop_or_a_kill_disarms_the_watcher_which_exits_of_itself(end: str) -> None:
+def test_a_stop_or_a_kill_disarms_the_watcher_which_exits_of_itself(end: str, pidfds: str) -> None:
     server = EmbeddedServer().start()
-    watcher = server._watcher
-    assert watcher is not None
+    watch = server._watch
+    assert watch is not None
     getattr(server, end)()
-    assert watcher.returncode == 0  # exited on the byte, not SIGKILLed (-9) after WATCHER_EXIT_S
+    assert watch.process.returncode == 0  # exited on the byte, not SIGKILLed (-9) after WATCHER_EXIT_S
     server.stop()
+
+
+def test_an_owner_gone_without_a_stop_has_the_watcher_stop_its_process(
+    sleeper: subprocess.Popen[bytes], pidfds: str
+) -> None:
+    """The owner's death closes the pipe unwritten: the watcher reads end-of-file and sends SIGTERM."""
+    watch = Watch.start(sleeper.pid)
+    assert watch.fd is not None
+    os.close(watch.fd)  # what the kernel does when the owner dies
+    watch.fd = None
+    assert sleeper.wait(timeout=GONE_WITHIN_S) == -signal.SIGTERM
+    assert watch.process.wait(timeout=GONE_WITHIN_S) == 0
+
+
+@pytest.mark.skipif(not _has_pidfds(), reason="a watcher without a pidfd learns nothing of its server")
+def test_a_server_that_ends_of_itself_ends_its_watcher_too() -> None:
+    """A crash while the owner lives: the watcher learns of it by its pidfd and stops watching that
+    pid, which the owner may reap and the system give to another process."""
+    before = children()
+    server = EmbeddedServer().start()
+    try:
+        pid = server_pid(server.url)
+        (watcher,) = children() - before - {pid}
+        os.kill(pid, signal.SIGKILL)  # a crash: unreaped, its pid is still its own
+        assert gone_within(watcher, GONE_WITHIN_S), "the watcher still watches a server that ended"
+    finally:
+        server.stop()
+
+
+def test_stopping_one_of_two_servers_leaves_the_others_watcher_armed() -> None:
+    first, second = EmbeddedServer().start(), EmbeddedServer().start()
+    try:
+        first.stop()
+        watch, proc = second._watch, second._proc
+        assert watch is not None
+        assert watch.fd is not None
+        assert proc is not None
+        assert watch.process.poll() is None
+        os.close(watch.fd)  # the owner's death, as the second server's watcher sees it
+        watch.fd = None
+        proc.wait(timeout=GONE_WITHIN_S)  # stopped by its watcher
+        assert watch.process.wait(timeout=GONE_WITHIN_S) == 0
+    finally:
+        first.stop()
+        second.stop()

@@ -1,0 +1,111 @@
+"""The watcher that stops an embedded server when its owner dies without stopping it.
+
+``prctl(PR_SET_PDEATHSIG)`` in a ``preexec_fn`` is not safe in a threaded parent (and Linux only), so
+each server has a watcher: a tiny Python process whose stdin is the read end of a pipe that only the
+owner holds open. The kernel closes it when the owner dies, however it dies; the watcher reads
+end-of-file and sends the server SIGTERM. A stop first writes one byte down the pipe, which disarms the
+watcher.
+
+The watcher holds a pidfd of the server where the kernel has them (Linux 5.3), opened by the owner
+while the server is its unreaped child, so the pidfd names that process and no later one with its pid.
+A signal through it never reaches another process, however long the watcher waits; and the watcher
+polls it, so a server that ends of itself (a crash) while its owner lives ends its watcher too, which
+then watches nothing. Without pidfds the watcher signals the pid, and only a disarm before each reap
+keeps it from a reused one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+WATCHER_EXIT_S = 10.0  # wait for a disarmed watcher to exit before SIGKILL (it exits in milliseconds)
+
+# The watcher: argv[1] is the server's pid, argv[2] a pidfd of it or -1; stdin, a pipe only the owner
+# writes. A byte read is the owner disarming it; end-of-file, the owner gone without a stop; the pidfd
+# readable, the server ended: nothing left to stop. SIGCONT wakes a server stopped by SIGSTOP (the outage
+# tests) to take the SIGTERM. Ctrl-C and a closed terminal reach the whole process group: the watcher
+# ignores both, since its owner may die of them and the server ignores SIGHUP.
+WATCHER = """
+import os, select, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+pid, pidfd = int(sys.argv[1]), int(sys.argv[2])
+watched = select.poll()
+watched.register(0, select.POLLIN)
+if pidfd >= 0:
+    watched.register(pidfd, select.POLLIN)
+ready = dict(watched.poll())
+if pidfd in ready or os.read(0, 1):
+    sys.exit(0)
+for signum in (signal.SIGTERM, signal.SIGCONT):
+    try:
+        if pidfd >= 0:
+            signal.pidfd_send_signal(pidfd, signum)
+        else:
+            os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+"""
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of ``pid``, or None where the platform, the kernel or a seccomp filter has none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+@dataclass
+class Watch:
+    """One armed watcher: its process and the write end of its pipe, until ``disarm``."""
+
+    process: subprocess.Popen[bytes]
+    fd: int | None  # the pipe's write end; None once disarmed
+
+    @classmethod
+    def start(cls, pid: int) -> Watch:
+        """Start the watcher of server ``pid``, which must be this process's child, not yet reaped.
+
+        ``os.pipe`` and ``os.pidfd_open`` make close-on-exec descriptors: the server and any other
+        child this process starts hold neither, so the owner's death is the only end-of-file the
+        watcher can read; the watcher gets the pidfd by ``pass_fds`` only.
+        """
+        read_end, write_end = os.pipe()
+        pidfd = _pidfd(pid)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", WATCHER, str(pid), str(-1 if pidfd is None else pidfd)],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=() if pidfd is None else (pidfd,),
+            )
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+            if pidfd is not None:
+                os.close(pidfd)
+        return cls(process, write_end)
+
+    def disarm(self) -> None:
+        """Disarm the watcher and reap it: before the server is signalled or reaped by its owner, since
+        once reaped its pid may be another process's, which the watcher must never signal."""
+        if self.fd is not None:
+            with contextlib.suppress(
+                OSError
+            ):  # a watcher ended (its server did, or a kill): nothing to disarm
+                os.write(self.fd, b"x")
+            os.close(self.fd)
+            self.fd = None
+        try:
+            self.process.wait(timeout=WATCHER_EXIT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

@@ -1,0 +1,52 @@
+"""This process's children and open file descriptors, and whether a pid runs, read from ``/proc``
+(Linux, no ``ps`` to spawn): what a server object dropped or never stopped must not leave behind; and
+the pid an embedded server reports, to tell it from its watcher."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import redis
+
+PROC = Path("/proc")
+
+
+def open_fds() -> set[int]:
+    """This process's open file descriptors (the listing's own included: it is the same each time)."""
+    return {int(fd) for fd in os.listdir(PROC / "self" / "fd")}
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first, then ppid), or None."""
+    try:
+        text = (PROC / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def children() -> set[int]:
+    """This process's children, zombies (ended, not yet reaped) included."""
+    me, found = str(os.getpid()), set()
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            fields = _stat(int(entry.name))
+            if fields is not None and fields[1] == me:
+                found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs: it exists and is no zombie."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def server_pid(url: str) -> int:
+    """The pid of the server answering at ``url``, as it reports it."""
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    try:
+        return int(client.info("server")["process_id"])
+    finally:
+        client.close()
