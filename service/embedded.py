@@ -7,7 +7,9 @@ same wire protocol, Lua engine and persistence as production, with no root and n
 A server must not outlive its owner. A stop on SIGTERM or SIGINT ends it, but SIGKILL (the OOM killer,
 ``kill -9``, a killed pytest worker) runs no cleanup, and the server went on running, re-parented to
 PID 1, holding its port and memory for good: each server has a watcher that stops it when its owner
-dies (``service/embedded_watch.py``).
+dies (``service/embedded_watch.py``). A server object dropped without ``stop()``, or still running at
+interpreter exit, is stopped by a ``weakref.finalize``, as ``tempfile.TemporaryDirectory`` removes
+its directory: its watcher disarmed, its pipe closed, its data dir removed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +40,7 @@ class PortTakenError(EmbeddedServerError):
 
 
 PORT_TRIES = 3  # picks of a free port before giving up (each taken between pick and bind)
+STOP_S = 5.0  # wait for a SIGTERMed server to exit before SIGKILL
 
 
 def find_server_binary() -> str:
@@ -59,6 +63,48 @@ def find_server_binary() -> str:
 
 
 @dataclass
+class _Held:
+    """What one server object holds that must not outlive it: the server process, its watcher, its
+    temporary data dir. Kept apart from ``EmbeddedServer`` so that the finalizer that releases them
+    refers to this, not to the server object, which it would keep alive for good."""
+
+    owner_pid: int = field(default_factory=os.getpid)  # a fork's copy releases nothing of its parent's
+    proc: subprocess.Popen[bytes] | None = None
+    watch: Watch | None = None
+    tmp_dir: str | None = None  # removed with the server; a ``data_dir`` given is the caller's
+
+    def end_process(self) -> None:
+        """Disarm the watcher, then terminate and reap the server (SIGKILL after ``STOP_S``)."""
+        self.unwatch()
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=STOP_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+    def unwatch(self) -> None:
+        """Disarm and reap the watcher, which must come before the server is signalled or reaped."""
+        if self.watch is not None:
+            self.watch.disarm()
+            self.watch = None
+
+    def remove_tmp(self) -> None:
+        """Remove the temporary data dir, once its server is stopped (it writes its log there)."""
+        if self.tmp_dir is not None:
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
+            self.tmp_dir = None
+
+    def release(self) -> None:
+        """The finalizer: stop what a dropped or never-stopped server object still holds."""
+        if os.getpid() == self.owner_pid:
+            self.end_process()
+            self.remove_tmp()
+
+
+@dataclass
 class EmbeddedServer:
     """One ``valkey-server`` child process on loopback; ``start``/``stop`` are idempotent."""
 
@@ -66,9 +112,11 @@ class EmbeddedServer:
     appendonly: bool = False  # AOF persistence (restart tests turn it on)
     extra_args: tuple[str, ...] = ()  # e.g. ("--cluster-enabled", "yes")
     data_dir: Path | None = None  # kept across restarts so AOF replays; temp dir when None
-    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
-    _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False, repr=False)
-    _watch: Watch | None = field(default=None, init=False, repr=False)
+    _held: _Held = field(default_factory=_Held, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # run on the object's collection or at interpreter exit, whichever comes first; a no-op after stop()
+        weakref.finalize(self, self._held.release)
 
     @property
     def url(self) -> str:
@@ -81,13 +129,14 @@ class EmbeddedServer:
         A port picked here (``port`` 0) is free when picked, not when the server binds it; one
         taken in between is picked again, up to ``PORT_TRIES`` times. A port given is used as is.
         """
-        if self._proc is not None:
-            if self._proc.poll() is None:
+        held = self._held
+        if held.proc is not None:
+            if held.proc.poll() is None:
                 return self
-            self._end_process()  # it died: disarm its watcher before a new one is started
+            held.end_process()  # it died: disarm its watcher before a new one is started
         if self.data_dir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="rollout-valkey-")
-            self.data_dir = Path(self._tmp.name)
+            held.tmp_dir = tempfile.mkdtemp(prefix="rollout-valkey-")
+            self.data_dir = Path(held.tmp_dir)
         picked, tries = self.port == 0, 0
         while True:
             tries += 1
@@ -119,20 +168,14 @@ class EmbeddedServer:
             str(self.log_path),  # why it would not start (a taken port) is written there
             *self.extra_args,
         ]
-        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        held = self._held
+        held.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            self._watch = Watch.start(self._proc.pid)
+            held.watch = Watch.start(held.proc.pid)
             self._wait_ready(timeout_s)
         except BaseException:  # a server that never answered must not outlive the failed start
-            self._end_process()
+            held.end_process()
             raise
-
-    def _unwatch(self) -> None:
-        """Disarm the watcher and reap it: before the server is signalled or reaped here, since once
-        reaped its pid may be another process's, which the watcher must never signal."""
-        if self._watch is not None:
-            self._watch.disarm()
-            self._watch = None
 
     @property
     def log_path(self) -> Path:
@@ -148,7 +191,8 @@ class EmbeddedServer:
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=0.5, retry=once)
         try:
             while time.monotonic() < deadline:
-                if self._proc is not None and self._proc.poll() is not None:
+                proc = self._held.proc
+                if proc is not None and proc.poll() is not None:
                     log = self.log_path.read_text() if self.log_path.exists() else ""
                     last = log.strip().splitlines()[-3:]
                     taken = "address already in use" in log.lower()
@@ -168,40 +212,30 @@ class EmbeddedServer:
 
     def _ours(self, client: redis.Redis) -> bool:
         info = client.info("server")
-        return self._proc is not None and int(info.get("process_id", -1)) == self._proc.pid
+        proc = self._held.proc
+        return proc is not None and int(info.get("process_id", -1)) == proc.pid
 
     def kill(self) -> None:
         """SIGKILL the server (a crash, for fault tests); the data dir and port are kept for restart."""
-        self._unwatch()
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            self._proc = None
+        held = self._held
+        held.unwatch()
+        if held.proc is not None:
+            held.proc.kill()
+            held.proc.wait()
+            held.proc = None
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to the server process: SIGSTOP then SIGCONT is a Redis that stops answering
         while its clock runs on (a pause, a long AOF replay), for the outage tests."""
-        if self._proc is not None:
-            self._proc.send_signal(signum)
+        if self._held.proc is not None:
+            self._held.proc.send_signal(signum)
 
     def stop(self) -> None:
         """Terminate the server and remove its temporary data dir."""
-        self._end_process()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        self._held.end_process()
+        if self._held.tmp_dir is not None:
+            self._held.remove_tmp()
             self.data_dir = None
-
-    def _end_process(self) -> None:
-        self._unwatch()
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
 
     def __enter__(self) -> EmbeddedServer:
         return self.start()

@@ -50,7 +50,7 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 @pytest.mark.parametrize("end", ["stop", "kill"])
 def test_a_stop_or_a_kill_disarms_the_watcher_which_exits_of_itself(end: str, pidfds: str) -> None:
     server = EmbeddedServer().start()
-    watch = server._watch
+    watch = server._held.watch
     assert watch is not None
     getattr(server, end)()
     assert watch.process.returncode == 0  # exited on the byte, not SIGKILLed (-9) after WATCHER_EXIT_S
@@ -88,7 +88,7 @@ def test_stopping_one_of_two_servers_leaves_the_others_watcher_armed() -> None:
     first, second = EmbeddedServer().start(), EmbeddedServer().start()
     try:
         first.stop()
-        watch, proc = second._watch, second._proc
+        watch, proc = second._held.watch, second._held.proc
         assert watch is not None
         assert watch.fd is not None
         assert proc is not None
