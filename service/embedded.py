@@ -171,7 +171,7 @@ class EmbeddedServer:
         held = self._held
         held.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            held.watch = Watch.start(held.proc.pid)
+            held.watch = Watch.start(held.proc.pid, held.tmp_dir)
             self._wait_ready(timeout_s)
         except BaseException:  # a server that never answered must not outlive the failed start
             held.end_process()

@@ -12,6 +12,10 @@ A signal through it never reaches another process, however long the watcher wait
 polls it, so a server that ends of itself (a crash) while its owner lives ends its watcher too, which
 then watches nothing. Without pidfds the watcher signals the pid, and only a disarm before each reap
 keeps it from a reused one.
+
+An owner that dies can remove nothing, so the watcher also removes the server's temporary data dir,
+once the pidfd says the server has ended (it writes its log there until then); without a pidfd it
+cannot tell when, and leaves the dir.
 """
 
 from __future__ import annotations
@@ -24,16 +28,18 @@ from dataclasses import dataclass
 
 WATCHER_EXIT_S = 10.0  # wait for a disarmed watcher to exit before SIGKILL (it exits in milliseconds)
 
-# The watcher: argv[1] is the server's pid, argv[2] a pidfd of it or -1; stdin, a pipe only the owner
-# writes. A byte read is the owner disarming it; end-of-file, the owner gone without a stop; the pidfd
-# readable, the server ended: nothing left to stop. SIGCONT wakes a server stopped by SIGSTOP (the outage
-# tests) to take the SIGTERM. Ctrl-C and a closed terminal reach the whole process group: the watcher
-# ignores both, since its owner may die of them and the server ignores SIGHUP.
+# The watcher: argv[1] is the server's pid, argv[2] a pidfd of it or -1, argv[3] its temporary dir or "";
+# stdin, a pipe only the owner writes. A byte read is the owner disarming it; end-of-file, the owner gone
+# without a stop; the pidfd readable, the server ended: nothing left to stop (and the owner, alive, keeps
+# the dir). SIGCONT wakes a server stopped by SIGSTOP (the outage tests) to take the SIGTERM; the dir is
+# removed once the pidfd says the server has ended, within a minute (one slower to end keeps it). Ctrl-C
+# and a closed terminal reach the whole process group: the watcher ignores both, since its owner may die
+# of them and the server ignores SIGHUP.
 WATCHER = """
 import os, select, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
-pid, pidfd = int(sys.argv[1]), int(sys.argv[2])
+pid, pidfd, tmp_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 watched = select.poll()
 watched.register(0, select.POLLIN)
 if pidfd >= 0:
@@ -49,6 +55,12 @@ for signum in (signal.SIGTERM, signal.SIGCONT):
             os.kill(pid, signum)
     except ProcessLookupError:
         pass
+if pidfd >= 0 and tmp_dir:
+    ended = select.poll()
+    ended.register(pidfd, select.POLLIN)
+    if ended.poll(60_000):
+        import shutil
+        shutil.rmtree(tmp_dir, ignore_errors=True)
 """
 
 
@@ -68,8 +80,9 @@ class Watch:
     fd: int | None  # the pipe's write end; None once disarmed
 
     @classmethod
-    def start(cls, pid: int) -> Watch:
-        """Start the watcher of server ``pid``, which must be this process's child, not yet reaped.
+    def start(cls, pid: int, tmp_dir: str | None = None) -> Watch:
+        """Start the watcher of server ``pid``, which must be this process's child, not yet reaped;
+        ``tmp_dir``, the server's temporary data dir, for the watcher to remove if the owner dies.
 
         ``os.pipe`` and ``os.pidfd_open`` make close-on-exec descriptors: the server and any other
         child this process starts hold neither, so the owner's death is the only end-of-file the
@@ -79,7 +92,16 @@ class Watch:
         pidfd = _pidfd(pid)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", WATCHER, str(pid), str(-1 if pidfd is None else pidfd)],
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    WATCHER,
+                    str(pid),
+                    str(-1 if pidfd is None else pidfd),
+                    tmp_dir or "",
+                ],
                 stdin=read_end,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

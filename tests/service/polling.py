@@ -1,11 +1,12 @@
 """Waiting on a spawned process's HTTP endpoint (the tests that start one before its Redis), and on a
-process to end (the tests that a server ends with its owner)."""
+process to end and a path to go (the tests that a server ends with its owner)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 
@@ -36,6 +37,16 @@ def running(pid: int) -> bool:
         return False
     state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout
     return bool(state.strip()) and not state.strip().startswith("Z")
+
+
+def removed_within(path: Path, seconds: float) -> bool:
+    """Whether ``path`` is removed within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def gone_within(pid: int, seconds: float) -> bool:

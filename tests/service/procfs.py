@@ -9,6 +9,8 @@ from pathlib import Path
 
 import redis
 
+from service import embedded_watch
+
 PROC = Path("/proc")
 
 
@@ -41,6 +43,16 @@ def alive(pid: int) -> bool:
     """Whether ``pid`` runs: it exists and is no zombie."""
     fields = _stat(pid)
     return fields is not None and fields[0] not in ("Z", "X")
+
+
+def has_pidfds() -> bool:
+    """Whether this kernel (5.3 and later, no seccomp filter refusing it) gives pidfds, which a watcher
+    needs to learn that its server ended."""
+    fd = embedded_watch._pidfd(os.getpid())
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
 
 
 def server_pid(url: str) -> int:

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -15,8 +16,8 @@ import redis
 from service import embedded
 from service.embedded import EmbeddedServer, PortTakenError
 from service.ports import free_port
-from tests.service.polling import GONE_WITHIN_S, gone_within, running
-from tests.service.procfs import children, server_pid
+from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within, running
+from tests.service.procfs import children, has_pidfds, server_pid
 
 
 @pytest.fixture
@@ -61,12 +62,12 @@ def test_a_server_that_never_answers_is_not_left_running_after_the_failed_start(
     server.stop()
 
 
-# A process that starts a server, says its URL and waits: a ``serve``, a pytest worker, a bench
+# A process that starts a server, says its URL and data dir and waits: a ``serve``, a pytest worker, a bench
 OWNER = """
 import time
 from service.embedded import EmbeddedServer
 server = EmbeddedServer().start()
-print(server.url, flush=True)
+print(server.url, server.data_dir, flush=True)
 time.sleep(600)
 """
 
@@ -88,15 +89,17 @@ def _kill_if_still_there(url: str, pid: int) -> None:
 def test_a_server_whose_owner_is_sigkilled_stops_of_itself(paused: bool) -> None:
     """SIGKILL (the OOM killer, ``kill -9``, a killed pytest worker) runs no cleanup in the owner: its
     server went on running, re-parented to PID 1, holding its port and memory for good. One paused
-    (an outage test's SIGSTOP) when its owner dies stops too."""
+    (an outage test's SIGSTOP) when its owner dies stops too; and where the watcher has a pidfd to see
+    the server end, it removes the temporary data dir the owner no longer can."""
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         assert owner.stdout is not None
         assert owner.stderr is not None
-        url = owner.stdout.readline().strip()
-        assert url, f"the owner did not start a server: {owner.stderr.read()[-2000:]}"
+        said = owner.stdout.readline().split()
+        assert said, f"the owner did not start a server: {owner.stderr.read()[-2000:]}"
+        url, data_dir = said
         pid = server_pid(url)
         if paused:
             os.kill(pid, signal.SIGSTOP)
@@ -104,6 +107,8 @@ def test_a_server_whose_owner_is_sigkilled_stops_of_itself(paused: bool) -> None
         owner.wait()
         try:
             assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its SIGKILLed owner"
+            if has_pidfds():
+                assert removed_within(Path(data_dir), GONE_WITHIN_S), f"{data_dir} outlived its server"
         finally:
             _kill_if_still_there(url, pid)
     finally:

@@ -17,16 +17,7 @@ from service import embedded_watch
 from service.embedded import EmbeddedServer
 from service.embedded_watch import Watch
 from tests.service.polling import GONE_WITHIN_S, gone_within
-from tests.service.procfs import children, server_pid
-
-
-def _has_pidfds() -> bool:
-    """Whether this kernel (5.3 and later, no seccomp filter refusing it) gives pidfds."""
-    fd = embedded_watch._pidfd(os.getpid())
-    if fd is None:
-        return False
-    os.close(fd)
-    return True
+from tests.service.procfs import children, has_pidfds, server_pid
 
 
 @pytest.fixture(params=["pidfd", "pid"])
@@ -69,7 +60,7 @@ def test_an_owner_gone_without_a_stop_has_the_watcher_stop_its_process(
     assert watch.process.wait(timeout=GONE_WITHIN_S) == 0
 
 
-@pytest.mark.skipif(not _has_pidfds(), reason="a watcher without a pidfd learns nothing of its server")
+@pytest.mark.skipif(not has_pidfds(), reason="a watcher without a pidfd learns nothing of its server")
 def test_a_server_that_ends_of_itself_ends_its_watcher_too() -> None:
     """A crash while the owner lives: the watcher learns of it by its pidfd and stops watching that
     pid, which the owner may reap and the system give to another process."""
