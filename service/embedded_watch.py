@@ -120,9 +120,8 @@ class Watch:
         """Disarm the watcher and reap it: before the server is signalled or reaped by its owner, since
         once reaped its pid may be another process's, which the watcher must never signal."""
         if self.fd is not None:
-            with contextlib.suppress(
-                OSError
-            ):  # a watcher ended (its server did, or a kill): nothing to disarm
+            # A watcher that ended (its server did, or a kill) has nothing to disarm.
+            with contextlib.suppress(OSError):
                 os.write(self.fd, b"x")
             os.close(self.fd)
             self.fd = None
