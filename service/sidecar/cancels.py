@@ -11,7 +11,7 @@ how much work the cancel dropped. Here each item is counted once.
 Bounded: the newest ``CANCELLED_KEPT`` schedules are kept (a few a training run), not pruned with the
 inbox, since a pull worker may report a cancelled item long after the sidecar dropped its lease. A
 schedule forgotten and found again starts a fresh count. Within a schedule, only the keys of leases
-this sidecar handed out are counted (``WorkerSession._count_refused``): a pull worker's report of a
+this sidecar handed out are counted (``ledger.Ledger.refused``): a pull worker's report of a
 key it was never handed would otherwise be kept too, without bound.
 """
 

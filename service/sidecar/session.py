@@ -35,10 +35,10 @@ from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease, TrajectoryResult
 from service.logs import schedule_context
-from service.problems.details import clipped
 from service.sidecar.cancels import Cancels
 from service.sidecar.claims import Claims
 from service.sidecar.holdings import Held, Holdings, lease_id
+from service.sidecar.ledger import Ledger
 from service.sidecar.outage_retry import TRANSIENT, OutageRetry
 
 # re-exported (``X as X``): the runner, the pull API, the metrics and the tests import them from here
@@ -70,10 +70,12 @@ class WorkerSession:
     _claims: Claims = field(init=False)  # claims, steals, idle reaps and what each keeps per schedule
     _reports: OutageRetry = field(init=False)  # completions, failures, releases: through outages
     _leased: asyncio.Event = field(default_factory=asyncio.Event, init=False)  # set as a claim leases
+    _ledger: Ledger = field(init=False)  # which counter each lease's one end goes to
 
     def __post_init__(self) -> None:
         self._reports = OutageRetry(self.settings.retry_for_s)
-        self._claims = Claims(self.delivery, self.holdings, self.settings, self.stats, self._count_refused)
+        self._ledger = Ledger(self.stats, self._cancelled, self.found_cancelled)
+        self._claims = Claims(self.delivery, self.holdings, self.settings, self.stats, self._ledger.refused)
 
     async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -177,7 +179,7 @@ class WorkerSession:
                 lost.append(held)
         for schedule_id in dict.fromkeys(held.lease.schedule_id for held in lost):
             keys = [held.lease.key for held in lost if held.lease.schedule_id == schedule_id]
-            await self._count_gone(schedule_id, keys)
+            await self._ledger.gone(schedule_id, keys)
         return lost
 
     def _forget_ended(self, held: Held) -> None:
@@ -186,14 +188,6 @@ class WorkerSession:
         it): ``complete``, ``fail`` and ``release`` then send nothing, or the refusal counted it twice."""
         held.ended = True
         self.holdings.remove(lease_id(held.lease))
-
-    async def _count_gone(self, schedule_id: str, keys: list[str]) -> None:
-        """Count leases held here and found gone in Redis: ``cancelled`` when the trainer cancelled
-        their schedule, else ``lost`` (they lapsed and were taken back)."""
-        if await self.found_cancelled(schedule_id):
-            self._count_cancelled(schedule_id, keys)
-        else:
-            self.stats.lost += len(keys)
 
     def is_cancelled(self, schedule_id: str) -> bool:
         """Whether this session found ``schedule_id`` cancelled by the trainer (``found_cancelled``):
@@ -234,13 +228,8 @@ class WorkerSession:
         dropped = [h for h in self.holdings.all() if h.lease.schedule_id == schedule_id and not h.completing]
         for held in dropped:
             self._forget_ended(held)
-        self._count_cancelled(schedule_id, [held.lease.key for held in dropped])
+        self._ledger.cancelled(schedule_id, [held.lease.key for held in dropped])
         return dropped
-
-    def _count_cancelled(self, schedule_id: str, keys: list[str]) -> None:
-        """Count ``cancelled`` the items of ``keys`` not counted yet: an item whose lease a heartbeat
-        found gone and whose report was then refused, or a report repeated, ended once (``cancels``)."""
-        self.stats.cancelled += self._cancelled.count(schedule_id, keys)
 
     async def complete(
         self, held: Held, result: TrajectoryResult, keep_unanswered: bool = False
@@ -285,36 +274,9 @@ class WorkerSession:
         must not call a lost lease, and only an acceptance counts: an end not this process's to count)."""
         entries = [(key, token, result)]
         complete, worker = self.delivery.complete_many, self.settings.worker_id
-        outcomes = await self._reports.call("complete", complete, schedule_id, entries, None, worker)
-        outcome = outcomes[0]
-        if outcome is CompletionOutcome.ACCEPTED:
-            self.stats.accepted += 1
-            if not held:  # current in Redis, yet never held here: a killed predecessor's lease
-                self.stats.inherited += 1
-        elif outcome is CompletionOutcome.DUPLICATE:
-            self.stats.duplicate += int(held)  # not held: its end was counted already, or not here
-        else:
-            why = "lease lost" if held else f"token {token} is no lease this sidecar holds"
-            await self._count_refused(schedule_id, key, "completion", why, held)
+        [outcome] = await self._reports.call("complete", complete, schedule_id, entries, None, worker)
+        await self._ledger.completion(outcome, schedule_id, key, token, held)
         return outcome
-
-    async def _count_refused(
-        self, schedule_id: str, key: str, what: str, why: str = "lease lost", held: bool = True
-    ) -> None:
-        """Count a report refused because the lease was gone: ``cancelled`` when the trainer cancelled
-        the schedule (expected, told once; each item once), else ``stale`` with a warning; a failure
-        or a completion is counted only once the server took it, so neither counter tells of work that
-        did not land. Only a lease held here (``held``) is counted, so each lease counts once and
-        ``claimed + stolen + inherited`` balances what ended: one this sidecar handed out and no longer
-        holds was counted as it ended here (lost, failed past its hold bound, refused, accepted), and a
-        pull worker's key of one never held here (a killed predecessor's, handed back and counted
-        ``reset``; never handed out) is its word alone, which could name keys without end."""
-        if await self.found_cancelled(schedule_id):
-            if held:
-                self._count_cancelled(schedule_id, [key])
-        else:
-            self.stats.stale += int(held)
-            log.warning("%s of %s refused as stale (%s)", what, clipped(key), why)  # a pull worker's key
 
     async def fail(self, held: Held, reason: str, keep_unanswered: bool = False) -> ReleaseOutcome:
         """Report that an item could not run: retried elsewhere or dead-lettered by attempts.
@@ -338,10 +300,8 @@ class WorkerSession:
             held.completing = False
             raise
         self.holdings.remove(key)
-        if outcome is ReleaseOutcome.STALE:  # lapsed, reaped, taken or cancelled before it came
-            await self._count_refused(held.lease.schedule_id, held.lease.key, "failure report")
-        else:
-            self.stats.failed += 1
+        lease = held.lease  # STALE: lapsed, reaped, taken or cancelled before it came
+        await self._ledger.failure(outcome, lease.schedule_id, lease.key, lease.token, held=True)
         return outcome
 
     async def fail_key(self, schedule_id: str, key: str, token: int, reason: str) -> ReleaseOutcome:
@@ -352,12 +312,7 @@ class WorkerSession:
         refused unasked, and the takeover then handed the lease back refunded: the failure lost."""
         fail, worker = self.delivery.fail_key, self.settings.worker_id
         outcome = await self._reports.call("fail", fail, schedule_id, worker, key, token, reason)
-        if outcome is ReleaseOutcome.STALE:
-            why = f"token {token} is no lease this sidecar holds"
-            await self._count_refused(schedule_id, key, "failure report", why, held=False)
-        else:
-            self.stats.failed += 1
-            self.stats.inherited += 1
+        await self._ledger.failure(outcome, schedule_id, key, token, held=False)
         return outcome
 
     async def release(self, helds: list[Held], died: str = "") -> int:
@@ -393,7 +348,7 @@ class WorkerSession:
                 if outcome is ReleaseOutcome.STALE
             ]
             if gone:
-                await self._count_gone(schedule_id, gone)
+                await self._ledger.gone(schedule_id, gone)
         self.stats.failed += dead
         return dead
 
