@@ -14,7 +14,9 @@ twice, so the rule for which sighting counts lives here, apart from the protocol
   exception is an acceptance or a taken failure of a killed predecessor's lease still current: it
   ends here unclaimed, counted ``inherited`` beside its end;
 * a lease the trainer cancelled counts ``cancelled`` (not ``lost`` or ``stale``), each item once
-  however often its end shows (``cancels.py``).
+  however often its end shows (``cancels.py``);
+* two reports of one lease take turns (``report_turns.py``), so the second finds the lease no
+  longer held and counts nothing.
 
 A failure or a completion is counted only once the server took it, so neither counter tells of work
 that did not land.

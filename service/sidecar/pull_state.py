@@ -134,16 +134,19 @@ class PullState:
 
     @contextlib.asynccontextmanager
     async def reporting(self, schedule_id: str, key: str, token: int) -> AsyncIterator[WorkerSession]:
-        """The session for a worker's ``/done`` or ``/fail``; ``ConnectingError`` (a 503 to retry)
-        before Redis answered, the report then remembered until its retry has been answered, so the
-        takeover does not hand its lease back in between (its finished item run again)."""
+        """The session for a worker's ``/done`` or ``/fail``, in the lease's turn (``report_turns``:
+        one sent while another of it is answered waits, then finds the lease as that one left it);
+        ``ConnectingError`` (a 503 to retry) before Redis answered, the report then remembered until its
+        retry has been answered, so the takeover does not hand its lease back in between (its finished
+        item run again)."""
         lease = (schedule_id, key, token)
         if self._session is None:
             if len(self.refused) < REFUSED_KEPT:
                 self.refused.add(lease)
             raise ConnectingError()
         try:
-            yield self._session
+            async with self._session.turns.of(lease):
+                yield self._session
         finally:
             self.refused.discard(lease)
 

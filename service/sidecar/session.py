@@ -40,6 +40,7 @@ from service.sidecar.claims import Claims
 from service.sidecar.holdings import Held, Holdings, lease_id
 from service.sidecar.ledger import Ledger
 from service.sidecar.outage_retry import TRANSIENT, OutageRetry
+from service.sidecar.report_turns import ReportTurns
 
 # re-exported (``X as X``): the runner, the pull API, the metrics and the tests import them from here
 from service.sidecar.session_settings import SessionSettings as SessionSettings
@@ -71,6 +72,7 @@ class WorkerSession:
     _reports: OutageRetry = field(init=False)  # completions, failures, releases: through outages
     _leased: asyncio.Event = field(default_factory=asyncio.Event, init=False)  # set as a claim leases
     _ledger: Ledger = field(init=False)  # which counter each lease's one end goes to
+    turns: ReportTurns = field(default_factory=ReportTurns, init=False)  # a lease's reports, one at a time
 
     def __post_init__(self) -> None:
         self._reports = OutageRetry(self.settings.retry_for_s)
