@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scheduler.admission import expected_remaining, peak_fits
-from service.delivery.records import DeliveryItem, Lease
+from service.delivery.records import DeliveryItem, Lease, TrajectoryResult
 
 LeaseId = tuple[str, str, int]  # (schedule id, item key, token): a re-claimed item is a new lease
 
@@ -56,6 +56,9 @@ class Held:
     # forgotten as ended without a report (found gone at a heartbeat, dropped as cancelled) and counted
     # so: no completion, failure or hand-back of it is sent, so it is not counted again as refused
     ended: bool = False
+    # a completion sent whose answer never came (pull mode keeps the lease for the worker's retry): it
+    # may have landed, so a heartbeat that finds the lease gone sends it again to learn how it ended
+    unanswered: TrajectoryResult | None = None
     started_at: float = 0.0  # the holdings' clock when it started
     occupancy_at_start: float = 0.0  # the holdings' in-flight integral (sequence-seconds) then
 

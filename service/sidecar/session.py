@@ -9,7 +9,8 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
   within the KV steal gate and the deadline guard; when both are empty, an opportunistic reap of
   lapsed leases (``claims.py``);
 * heartbeats: every held lease is extended each third of the shortest lease TTL among the held
-  schedules; a lease the server no longer honours is reported lost so the caller stops that trajectory;
+  schedules; a lease the server no longer honours is reported lost so the caller stops that trajectory
+  (one whose completion went unanswered is asked how it ended: that completion may have taken it);
 * cancelled schedules: a lease lost, or a completion or failure report refused, because the trainer
   cancelled the step is expected, not a fault: it is counted apart (``cancelled``, not ``lost`` or
   ``stale``) and told once per schedule at INFO, so that a cancel of a step with hundreds of items
@@ -21,6 +22,7 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -172,17 +174,34 @@ class WorkerSession:
         self.holdings.refresh(alive)
         kept = {lease_id(a) for a in alive}
         lost: list[Held] = []
+        sent: list[Held] = []  # a completion unanswered: it may be what took the lease
         for lease in leases:
             held = self.holdings.get(lease_id(lease))
-            if held is None or held.completing:
-                continue  # finished meanwhile, or being completed: the completion decides
-            if lease_id(lease) not in kept:
+            if held is None or held.completing or lease_id(lease) in kept:
+                continue  # finished meanwhile, or being reported (the report decides), or alive
+            if held.unanswered is not None:
+                sent.append(held)
+            else:
                 self._forget_ended(held)
                 lost.append(held)
         for schedule_id in dict.fromkeys(held.lease.schedule_id for held in lost):
             keys = [held.lease.key for held in lost if held.lease.schedule_id == schedule_id]
             await self._ledger.gone(schedule_id, keys)
-        return lost
+        return lost + [held for held in sent if await self._resend(held) is CompletionOutcome.STALE]
+
+    async def _resend(self, held: Held) -> CompletionOutcome | None:
+        """Send the unanswered completion of a lease found gone once more, in its turn: Redis answers
+        DUPLICATE only when this very token's completion landed, so the lease ends as what it was
+        (``duplicate``, as a repeat within the retry window counts it; ``stale`` when it never landed),
+        where ``lost`` counted a landed result, and the worker's retry then ``duplicate`` too. One try,
+        not the retry window: the heartbeats wait for it. None: not answered, tried at the next beat."""
+        assert held.unanswered is not None
+        async with self.turns.of(lease_id(held.lease)):  # the worker's retry may be in flight
+            if self.holdings.get(lease_id(held.lease)) is not held:
+                return None  # that retry came first, and decided
+            with contextlib.suppress(*TRANSIENT, UnknownScheduleError):  # that one counted ``stale``
+                return await self.complete(held, held.unanswered, keep_unanswered=True, once=True)
+        return None
 
     def _forget_ended(self, held: Held) -> None:
         """Forget a lease that ended here unreported, counted by the caller (``lost``, ``cancelled``). Its
@@ -234,21 +253,22 @@ class WorkerSession:
         return dropped
 
     async def complete(
-        self, held: Held, result: TrajectoryResult, keep_unanswered: bool = False
+        self, held: Held, result: TrajectoryResult, keep_unanswered: bool = False, once: bool = False
     ) -> CompletionOutcome:
         """Report a finished item (retried through outages) and forget it.
 
         A report Redis never answered (past the retry window, or cancelled) forgets the lease too,
         unless ``keep_unanswered``: the push runner drops that result, and heartbeats must not keep an
         item nobody will report leased forever; the pull API tells its worker to retry, so the lease
-        stays held, heartbeated and listed until the retry lands. One forgotten as ended
+        stays held, heartbeated and listed until the retry lands, its result kept (``heartbeat``'s
+        resend; ``once``: one try, no retry window). One forgotten as ended
         (``_forget_ended``) is answered STALE unsent: it was counted then, and Redis would refuse it."""
         if held.ended:  # one step with setting ``completing``: a heartbeat ends the lease or leaves it
             return CompletionOutcome.STALE
         held.completing = True
         lease = held.lease
         try:
-            outcome = await self.complete_key(lease.schedule_id, lease.key, lease.token, result)
+            outcome = await self.complete_key(lease.schedule_id, lease.key, lease.token, result, once=once)
         except UnknownScheduleError:  # its keys are gone (retention passed, or Redis lost its data):
             # nothing will take the result or run the item again, and the lease ends here, so it is
             # counted here for both modes (a pull /done's 404 left it uncounted: claimed > ended)
@@ -261,7 +281,7 @@ class WorkerSession:
             )
             raise
         except BaseException:
-            held.completing = False
+            held.completing, held.unanswered = False, result  # it may have landed
             if not keep_unanswered:
                 self.holdings.remove(lease_id(lease))
             raise
@@ -269,14 +289,21 @@ class WorkerSession:
         return outcome
 
     async def complete_key(
-        self, schedule_id: str, key: str, token: int, result: TrajectoryResult, held: bool = True
+        self,
+        schedule_id: str,
+        key: str,
+        token: int,
+        result: TrajectoryResult,
+        held: bool = True,
+        once: bool = False,
     ) -> CompletionOutcome:
         """Report a finished item by its lease token, held here or not (``held`` false: a retry after
         a lost reply, or a pull worker's report of a lease it does not hold, which a refusal's warning
         must not call a lost lease, and only an acceptance counts: an end not this process's to count)."""
         entries = [(key, token, result)]
         complete, worker = self.delivery.complete_many, self.settings.worker_id
-        [outcome] = await self._reports.call("complete", complete, schedule_id, entries, None, worker)
+        reports = OutageRetry(0.0) if once else self._reports
+        [outcome] = await reports.call("complete", complete, schedule_id, entries, None, worker)
         await self._ledger.completion(outcome, schedule_id, key, token, held)
         return outcome
 
