@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from scheduler import clock
 from scheduler.policies.base import BudgetSpent
 from scheduler.policies.listsched import PARKED, ListState
-from scheduler.policies.load import Rates, estimate
+from scheduler.policies.load import Rates
 from scheduler.policies.problem import Unit
 
 CHECK_EVERY = 512  # units placed between deadline checks (~5-10 ms of tier-aware placement)
@@ -67,7 +67,7 @@ def _stepwise(
         unit = units[u]
         worker, after = state.best_worker(unit, bands[u])
         if unit.steps < short and cap_s is not None:
-            after = state.after(worker, unit) if after is None else after
+            after = state.estimates.after(worker, unit) if after is None else after
             if after > cap_s:
                 later.append(u)
                 continue
@@ -85,16 +85,17 @@ def _fused(
 ) -> list[int]:
     """``place_units`` with the ordered scan and the placement inline (module doc)."""
     units, later = state.units, []
-    kv = state.kv
+    kv, estimates = state.kv, state.estimates
     count, slots, peak, limit, prompt_sum = kv.count, kv.slots, kv.peak, kv.limit, kv.prompt_sum
     least_prompt = kv.least_prompt
     load_steps, load_tokens, load_kv, load_prompt = (
-        state.load_steps,
-        state.load_tokens,
-        state.load_kv,
-        state.load_prompt,
+        estimates.load_steps,
+        estimates.load_tokens,
+        estimates.load_kv,
+        estimates.load_prompt,
     )
-    coefficients, scale, waves = [_coefficients(r) for r in state.rates], state.scale, state.waves
+    coefficients = [_coefficients(r) for r in estimates.rates]
+    scale, waves = estimates.scale, estimates.waves
     placed, current, heaps, heap_of = state.placed, state.current, state.heaps, state.heap_of
     tops, ahead, joined, listed, meta = state.tops, state.ahead, state.joined, state.listed, state.meta
     parked, parked_at, to_join = state.parked, state.parked_at, state.to_join
@@ -134,10 +135,10 @@ def _fused(
                         candidate_key, cw = deeper
                     if best >= 0 and candidate_key > best_after:
                         continue
-                    tokens = load_tokens[cw] + u_tokens  # ``ListState.after``, operation for operation
+                    tokens = load_tokens[cw] + u_tokens  # ``Estimates.after``, operation for operation
                     sc = scale[cw]
                     if waves and count[cw] + len(members) > slots[cw]:
-                        sc = waves[cw]  # past its slots: ``ListState.scale_at``
+                        sc = waves[cw]  # past its slots: ``Estimates.scale_at``
                     if tokens <= 0:
                         after = sc * 0.0
                     else:
@@ -156,7 +157,7 @@ def _fused(
                 if best >= 0:
                     worker, placed_after = best, best_after
                 else:
-                    worker, placed_after = state.least_after(others, unit)
+                    worker, placed_after = estimates.least_after(others, unit)
                     if worker < 0:
                         worker, placed_after = state.scan(unit, b)
         elif b == 0 and len(allowed) == everyone and not to_join and meta:
@@ -170,14 +171,14 @@ def _fused(
             placed_after = maybe if maybe is not None else -1.0
         if n < short and cap_s is not None:
             if placed_after < 0.0:
-                placed_after = state.after(worker, unit)
+                placed_after = estimates.after(worker, unit)
             if placed_after > cap_s:
                 later.append(u)
                 continue
         if len(members) != 1 or current[worker] == PARKED:
             state.place(worker, u, placed_after if placed_after >= 0.0 else None)
             continue
-        # ``ListState.place`` and ``KvPeaks.add`` of a single trajectory, inline
+        # ``ListState.place``, ``KvPeaks.add`` and ``Estimates.add`` of a single trajectory, inline
         c = count[worker] + 1
         prompts = prompt_sum[worker] + p
         term = prompts + c * n
@@ -191,8 +192,7 @@ def _fused(
         load_prompt[worker] += p
         placed[worker].append(u)
         if placed_after < 0.0:
-            loads = load_steps[worker], load_tokens[worker], load_kv[worker], load_prompt[worker]
-            placed_after = state.scale_at(worker, c) * estimate(state.rates[worker], *loads)
+            placed_after = estimates.now(worker)
         h = heap_of[worker]
         if parks and c + 1 <= slots[worker]:  # ``ListState._park`` with ``longest_fitting`` inline
             room = limit[worker] - prompts - least_prompt
@@ -260,7 +260,7 @@ def _lowest_band(state: ListState, unit: Unit) -> tuple[int, float] | None:
     tops = list(least.values())
     if len(tops) == 1:
         return tops[0][1], -1.0
-    return state.least_after(tops, unit)
+    return state.estimates.least_after(tops, unit)
 
 
 def _coefficients(r: Rates) -> tuple[float, float, float, float, float, float, float, float]:

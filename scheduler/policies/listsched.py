@@ -1,13 +1,16 @@
-"""The state behind list scheduling with tiers: per-worker loads, heaps of estimates, KV peaks.
+"""The look-up behind list scheduling with tiers: which workers a unit's placement prices.
 
 ``scheduler.policies.lpt`` places units longest first, each on the allowed worker whose load
 estimate ends earliest once it is added; with tiers (``cpsat``'s realisation of its band counts)
 a unit may only go to workers at its band or above, and a worker whose whole queue would no longer
-run at once yields to one that still would. This module keeps what that decision reads: the load
-totals and one heap of current estimates per (kind, tier); each worker's all-at-once KV peak is
-``scheduler.policies.kvpeak``'s. The loop over units is ``scheduler.policies.listrun``'s, which runs
-the common step of these methods inline on this state's lists (its public methods are that loop's
-way back in for every other case).
+run at once yields to one that still would. Pricing every allowed worker per unit is too slow
+(32k units a plan), so this module keeps the structure that finds the winner after pricing a few:
+one heap of current estimates per (kind, tier), the ordered scan over the tops of the heaps a
+band may use, and the workers parked while no unit fits them. What a worker's estimate is, now
+or with a unit added, is ``scheduler.policies.estimates``'s; its all-at-once KV peak is
+``scheduler.policies.kvpeak``'s. The loop over units is ``scheduler.policies.listrun``'s, which
+runs the common step of these methods inline on this state's lists (its public methods are that
+loop's way back in for every other case).
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ import bisect
 import heapq
 from collections.abc import Sequence
 
+from scheduler.policies.estimates import Estimates
 from scheduler.policies.kvpeak import KvPeaks
-from scheduler.policies.load import estimate, rates
 from scheduler.policies.problem import Problem, Unit, worker_kinds
 
 FIT_DEPTH = 4  # heap entries examined for a worker whose KV peak still fits
@@ -27,12 +30,12 @@ ORDERED_SCAN = True  # off: every unit scans every candidate heap (the reference
 
 
 class ListState:
-    """Loads, placements and one heap per (kind, tier) of current load estimates.
+    """Placements and one heap per (kind, tier) of current load estimates (``estimates``).
 
     Placing a unit pushes onto one heap only (its worker's), so every other heap keeps the same
     live top: ``tops`` caches each heap's live top until its next push, and a look-up for the next
-    unit re-checks only whether that top fits it. The load totals are plain per-worker lists, read
-    inline on the hot path (``best_worker`` runs ~7 heap look-ups per unit, 32k units a plan).
+    unit re-checks only whether that top fits it. The state is plain per-worker and per-heap lists,
+    read inline on the hot path (``best_worker`` runs ~7 heap look-ups per unit, 32k units a plan).
     """
 
     def __init__(
@@ -43,13 +46,12 @@ class ListState:
         peaks: bool,
         waves: Sequence[float] | None = None,
     ) -> None:
-        self.costs, self.tiers, self.units, self.scale = problem.costs, tiers, problem.units, scale
-        self.waves = waves if peaks else None  # a worker's scale past its slots (``scale_at``)
+        self.costs, self.tiers, self.units = problem.costs, tiers, problem.units
         workers = len(self.costs)
-        # running totals of each worker's units (``load.Load``'s fields, as lists)
-        self.load_steps, self.load_tokens = [0] * workers, [0] * workers
-        self.load_kv, self.load_prompt = [0.0] * workers, [0] * workers
-        self.rates = [rates(c) for c in self.costs]
+        self.kv = KvPeaks(problem)  # whether each worker's queue still runs all at once
+        # each worker's totals and what a unit would make its estimate (with ``peaks``, past its slots
+        # at its ``waves`` scale)
+        self.estimates = Estimates(problem, scale, waves if peaks else None, self.kv)
         self.placed: list[list[int]] = [[] for _ in self.costs]
         self.current = [0.0] * workers
         self.kinds = worker_kinds(self.costs, problem.active)
@@ -69,7 +71,6 @@ class ListState:
         self.ahead: list[list[tuple[float, int]] | None] = [None] * len(self.heaps)  # see _look_ahead
         # (id(allowed), band) -> the heap numbers to consult; [] when allowed is not made of whole kinds
         self.candidates: dict[tuple[int, int], list[int]] = {}
-        self.kv = KvPeaks(problem)  # whether each worker's queue still runs all at once
         self.peaks = peaks  # pass over workers whose queue would no longer run at once (cpsat)
         # the ordered scan (``_ordered``): units every active worker may take, above the lowest band
         ordered = ORDERED_SCAN and peaks and len(problem.active) > 8  # (else ``_kinds_of`` scans)
@@ -93,20 +94,10 @@ class ListState:
             heapq.heapify(self.parked)
         if self.peaks:
             self.kv.add(worker, unit)
-        if unit.steps > self.load_steps[worker]:
-            self.load_steps[worker] = unit.steps
-        self.load_tokens[worker] += unit.tokens
-        self.load_kv[worker] += unit.kv_steps
-        self.load_prompt[worker] += unit.prompt_tokens
+        self.estimates.add(worker, unit)
         self.placed[worker].append(u)
         if after is None:
-            after = self.scale_at(worker, self.kv.count[worker]) * estimate(
-                self.rates[worker],
-                self.load_steps[worker],
-                self.load_tokens[worker],
-                self.load_kv[worker],
-                self.load_prompt[worker],
-            )
+            after = self.estimates.now(worker)
         if self.parks and self._park(worker, unit.steps, after):
             self.refresh(self.heap_of[worker])  # its entries there are stale now
             return
@@ -192,7 +183,7 @@ class ListState:
             tops = list(per_kind.values())
         if len(tops) == 1:
             return tops[0][1], None
-        return self.least_after(tops, unit)
+        return self.estimates.least_after(tops, unit)
 
     def scan(self, unit: Unit, band: int) -> tuple[int, float]:
         """The least estimate after ``unit`` over every allowed worker at ``band`` or above (all
@@ -201,7 +192,7 @@ class ListState:
         pool = [w for w in unit.allowed if self.tiers[w] >= band] or list(unit.allowed)
         if self.peaks:
             pool = [w for w in pool if self.kv.fits(w, unit)] or pool
-        after, worker = min((self.after(w, unit), w) for w in pool)
+        after, worker = min((self.estimates.after(w, unit), w) for w in pool)
         return worker, after
 
     def join(self, band: int) -> None:
@@ -254,10 +245,10 @@ class ListState:
             if candidate is None:
                 others.append(top)
             elif best < 0 or candidate[0] <= best_after:
-                after = self.after(candidate[1], unit)
+                after = self.estimates.after(candidate[1], unit)
                 if best < 0 or after < best_after or (after == best_after and candidate[1] < best):
                     best, best_after = candidate[1], after
-        return (best, best_after) if best >= 0 else self.least_after(others, unit)
+        return (best, best_after) if best >= 0 else self.estimates.least_after(others, unit)
 
     def fitting_ahead(self, h: int, unit: Unit) -> tuple[float, int] | None:
         """The first of the next few entries of heap ``h`` whose worker still fits ``unit``."""
@@ -307,46 +298,6 @@ class ListState:
                 others.append(top)
         return fitting or others
 
-    def least_after(self, tops: list[tuple[float, int]], unit: Unit) -> tuple[int, float]:
-        """The worker of ``tops`` whose estimate with ``unit`` is least (ties: lowest index), and it:
-        ``after`` inlined. A top's key is its worker's estimate now, and adding a unit never lowers
-        an estimate (every term grows with the load, and so does each rounded float operation), so
-        once tops are taken by key, one keyed above the best estimate so far cannot win: stop."""
-        all_rates = self.rates
-        load_steps, load_tokens, load_kv, load_prompt = (
-            self.load_steps,
-            self.load_tokens,
-            self.load_kv,
-            self.load_prompt,
-        )
-        u_steps, u_tokens, u_kv, u_prompt = unit.steps, unit.tokens, unit.kv_steps, unit.prompt_tokens
-        best_after, best = 0.0, -1
-        for key, w in sorted(tops):
-            if key > best_after and best >= 0:
-                break
-            s = load_steps[w]
-            tokens = load_tokens[w] + u_tokens
-            if tokens <= 0:
-                est = 0.0
-            else:
-                r = all_rates[w]
-                kv = load_kv[w] + u_kv
-                n = max(s if s > u_steps else u_steps, kv * r.per_full_cache, tokens * r.per_slot)
-                mem = n * r.step_s + r.kv_s * kv
-                cmp = n * r.overhead_s + r.seq_s * tokens + r.token_s * kv
-                est = (mem if mem > cmp else cmp) + r.prefill_s * (load_prompt[w] + u_prompt)
-            after = self.scale_at(w, self.kv.count[w] + len(unit.members)) * est
-            if best < 0 or after < best_after or (after == best_after and w < best):
-                best_after, best = after, w
-        return best, best_after
-
-    def scale_at(self, w: int, sequences: int) -> float:
-        """Worker ``w``'s scale once it holds ``sequences`` trajectories: its ``waves`` entry past
-        its slots (where the round reads one, ``calibrate.in_waves``), else its ``scale`` one. Never
-        below the latter, so an estimate still never falls as units are added."""
-        waves = self.waves
-        return waves[w] if waves is not None and sequences > self.kv.slots[w] else self.scale[w]
-
     def _live_top(self, heap: list[tuple[float, int]]) -> tuple[float, int] | None:
         """The least entry of ``heap`` that is still its worker's estimate: a placement pushes a new
         entry rather than updating the old one, so older entries are dropped here, lazily."""
@@ -376,24 +327,6 @@ class ListState:
             return []
         groups = [h for (k, tier), h in self.groups if k in kinds and tier >= band]
         return groups or [h for (k, _), h in self.groups if k in kinds]
-
-    def after(self, w: int, unit: Unit) -> float:
-        """Worker ``w``'s estimate (scaled) once ``unit`` is added to it."""
-        tokens = self.load_tokens[w] + unit.tokens
-        scale = self.scale_at(w, self.kv.count[w] + len(unit.members))
-        if tokens <= 0:
-            return scale * 0.0
-        # ``load.estimate`` inlined, operation for operation (the ordered scan calls this twice a unit)
-        r, steps, kv = self.rates[w], self.load_steps[w], self.load_kv[w] + unit.kv_steps
-        n: float = steps if steps > unit.steps else unit.steps
-        if kv * r.per_full_cache > n:
-            n = kv * r.per_full_cache
-        if tokens * r.per_slot > n:
-            n = tokens * r.per_slot
-        mem = n * r.step_s + r.kv_s * kv
-        cmp = n * r.overhead_s + r.seq_s * tokens + r.token_s * kv
-        prefill = r.prefill_s * (self.load_prompt[w] + unit.prompt_tokens)
-        return scale * ((mem if mem > cmp else cmp) + prefill)
 
     def _kinds_of(self, allowed: Sequence[int]) -> list[int] | None:
         """The kinds ``allowed`` consists of, when it is made of whole kinds and worth heap look-ups."""
