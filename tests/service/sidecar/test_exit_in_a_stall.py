@@ -30,6 +30,7 @@ from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, WorkerSession
+from tests.cluster import one_node_cluster
 from tests.service.sidecar.procs import (
     cluster,
     item,
@@ -260,22 +261,27 @@ def test_a_push_sidecar_started_while_redis_is_paused_is_stopped_within_its_drai
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("on_cluster", [False, True], ids=["plain", "cluster"])
 def test_a_pull_sidecar_sigtermed_while_redis_is_paused_exits_within_the_drain_timeout_plus_the_grace(
-    tmp_path: Path,
+    tmp_path: Path, on_cluster: bool
 ) -> None:
     """The pull API's shutdown hands back what the worker holds within the grace, then deletes its
     presence key with what is left of it; with Redis SIGSTOPped both were abandoned in time, but the
     process then waited for their threads, still reading the paused server's sockets, one socket
     timeout (5 s) from the first call: 5.2 s after SIGTERM with --drain-timeout 0 (promise 2 s).
+    Against a cluster (``--cluster``, one node here) closing the connections did not end those calls:
+    the cluster client asked the node for its slot map again, on new connections, and the counters
+    came 10 s late (two socket timeouts); the hang-up now refuses every later call.
 
     Timed to the counters line as the push test in test_process_faults: what follows it is the
     interpreter's teardown."""
-    server = EmbeddedServer().start()
+    server = one_node_cluster(free_port()) if on_cluster else EmbeddedServer().start()
     try:
-        delivery = Delivery.from_url(server.url)
+        delivery = Delivery.from_url(server.url, cluster=on_cluster)
         with cluster(tmp_path) as procs:
             port = free_port()
             flags = ["--pull-api", str(port), "--redis-url", server.url, "--drain-timeout", "0"]
+            flags += ["--cluster"] if on_cluster else []
             sidecar = procs.spawn("sidecar-w0", ["sidecar", "--worker-id", "w0", *flags])
             base = f"http://127.0.0.1:{port}"
             wait_http(f"{base}/ready", sidecar, 120)
