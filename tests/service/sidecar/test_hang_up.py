@@ -122,7 +122,9 @@ def test_a_call_waiting_on_the_stalled_server_at_the_hang_up_ends_with_it(
     assert outcome, f"still waiting {time.monotonic() - began:.1f}s after the call"
     took, raised = outcome[0]
     assert took < BOUND_S, f"waited {took:.1f}s on the stalled server"
-    assert isinstance(raised, redis.RedisError)
+    # Where the cluster client's retry meets the refusal decides its error: a RedisError, or (on a
+    # loaded host, the refusal met while it routes again) its RedisClusterException, no RedisError.
+    assert isinstance(raised, (redis.RedisError, redis.RedisClusterException)), repr(raised)
 
 
 def test_a_report_after_the_hang_up_is_not_sent_nor_retried_as_an_outage(redis_url: str) -> None:
