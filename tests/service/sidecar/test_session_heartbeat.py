@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 import redis
 
 from service.delivery.protocol import Delivery
-from service.delivery.reaper import Reaper
+from service.delivery.records import Lease
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
@@ -20,27 +21,41 @@ from service.sidecar.session_settings import heartbeat_every_s
 from tests.service.delivery.conftest import schedule
 from tests.service.sidecar.procs import cluster, item, publish, run_until
 
-TTL_MS = 900  # 300 lapsed a lease at load 40: a 100 ms sleep and a heartbeat ran past 200 ms of slack
+TTL_MS = 900
+
+
+class _ClockedHeartbeats(Delivery):
+    """Real Redis; heartbeats at ``now_ms``, the test's clock on the server's scale, not at its TIME."""
+
+    now_ms: int
+
+    def heartbeat(self, leases: Iterable[Lease], now_ms: int | None = None) -> list[Lease]:
+        return super().heartbeat(leases, self.now_ms if now_ms is None else now_ms)
 
 
 def test_a_heartbeat_interval_past_the_lease_ttl_keeps_the_leases_and_is_warned_about_once(
     redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     """--heartbeat-interval 1 against a service's ROLLOUT_LEASE_TTL_MS=300 was kept to (900 here): each lease
-    lapsed between two heartbeats, so a live worker lost every item it ran."""
-    delivery = Delivery(redis_client)
+    lapsed between two heartbeats, so a live worker lost every item it ran.
+
+    The runner's loop (sleep the session's interval, heartbeat) on a clock the test moves, with the
+    service's reap at each beat's instant, just before it: the latest a reaper can look. On the wall
+    clock, with a reaper thread, a host at load 13.8 stalled a beat past the TTL's 600 ms of slack and
+    lost the lease whatever the interval; kept to the configured 1 s, every reap here takes it back."""
+    delivery = _ClockedHeartbeats(redis_client)
     delivery.publish(schedule("s", {"w": 1}, ttl_ms=TTL_MS))
     session = WorkerSession(delivery, Holdings(4), SessionSettings("w", heartbeat_interval_s=1.0))
-    assert len(asyncio.run(session.claim(4))) == 1
-    reaper = Reaper(delivery, interval_s=0.02).start()  # the service's, taking back lapsed leases
-    try:
-        with caplog.at_level(logging.WARNING, logger="service.sidecar"):
-            until = time.monotonic() + 3 * TTL_MS / 1000
-            while time.monotonic() < until:  # the runner's heartbeat loop
-                time.sleep(session.heartbeat_interval())
-                assert asyncio.run(session.heartbeat()) == []  # no lease lost
-    finally:
-        reaper.stop()
+    (held,) = asyncio.run(session.claim(4))
+    start = delivery.now_ms = held.lease.deadline_ms - TTL_MS  # the claim's instant on the server's clock
+    beats = 0
+    with caplog.at_level(logging.WARNING, logger="service.sidecar"):
+        while delivery.now_ms < start + 3 * TTL_MS:  # the runner's heartbeat loop, for 3 TTLs
+            delivery.now_ms += round(session.heartbeat_interval() * 1000)  # its sleep
+            assert delivery.reap("s", now_ms=delivery.now_ms).workers == ()  # no lease lapsed
+            assert asyncio.run(session.heartbeat()) == []  # none lost
+            beats += 1
+    assert beats == 9  # every 0.3 s
     assert session.stats.lost == 0
     assert [r.getMessage() for r in caplog.records] == [
         f"--heartbeat-interval=1s is not shorter than the lease TTL of a schedule held "
