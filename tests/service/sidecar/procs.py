@@ -33,6 +33,10 @@ from service.sidecar.session import SessionStats
 ROOT = Path(__file__).resolve().parents[3]
 KILLED_BEFORE_MS = 1_000  # how long before its successor started a killed sidecar claimed (Redis's clock)
 PORT_TRIES = 3  # engine-sim starts per engine when its port was taken before it could bind
+# How long a child process may take to start answering: a bound against "never", not a speed. Its
+# imports take seconds on a loaded 2-core host, and eight engine-sims started at once at load ~24 had
+# not all answered ``/health`` in 30 s (test_process_end_to_end, round 43).
+PROCESS_START_S = 120.0
 
 
 @dataclass
@@ -159,7 +163,7 @@ def cluster(workdir: Path) -> Iterator[Cluster]:
         group.close()
 
 
-def wait_http(url: str, proc: Proc | None, timeout_s: float = 30.0) -> None:
+def wait_http(url: str, proc: Proc | None, timeout_s: float = PROCESS_START_S) -> None:
     """Poll ``url`` until it answers 200; fail early if ``proc`` exits."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

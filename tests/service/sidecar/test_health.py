@@ -116,7 +116,7 @@ def test_a_sidecar_process_waiting_for_a_redis_cluster_that_is_down_answers_live
     with cluster(tmp_path) as procs:
         flags = ["--cluster", "--health-port", str(health)]
         sidecar = procs.sidecar("w0", f"http://127.0.0.1:{free_port()}", f"redis://127.0.0.1:{dead}", *flags)
-        wait_http(f"http://127.0.0.1:{health}/health", sidecar, timeout_s=30.0)
+        wait_http(f"http://127.0.0.1:{health}/health", sidecar)
         assert httpx.get(f"http://127.0.0.1:{health}/health").json()["status"] == "connecting"
         assert httpx.get(f"http://127.0.0.1:{health}/ready").status_code == 503
         wait_until(lambda: "unreachable" in sidecar.log.read_text(), 10, "a retry logged")
