@@ -230,7 +230,7 @@ class PullState:
         nobody able to take it meanwhile. The worker dropped it and will not report it,
         so waiting out the lease only kept a straggler's item, the one its step most likely waits for,
         from running again. One Redis does not take (past the session's retry window) is left to
-        lapse, and is then requeued by a reaper as before."""
+        lapse, counted ``lost`` (``WorkerSession.fail``), and is then requeued by a reaper as before."""
         holdings = self.session.holdings
         for held in dropped:
             key, held_s = held.lease.key, holdings.held_for(held)
@@ -240,7 +240,6 @@ class PullState:
             except UnknownScheduleError:
                 continue  # its schedule is gone: nothing to requeue
             except Exception as exc:  # Redis gone past the retry window: the lease lapses instead
-                self.session.stats.lost += 1
                 log.warning("could not report %s failed (%r); its lease lapses and is requeued", key, exc)
 
     async def reset_polls(self) -> None:

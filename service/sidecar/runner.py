@@ -141,6 +141,7 @@ class Sidecar:
         finally:
             signalled.cancel()
             await self.loops.stop()
+        await self.session.resends.settle(ends - time.monotonic())  # the heartbeats' resends over
         if self.redis_up:  # the next process of this id need not wait for the presence key to lapse
             await self.takeover.leave(ends - time.monotonic())  # within the drain's time, not past it
         if self.loops.dead is not None:
@@ -214,9 +215,8 @@ class Sidecar:
         return not stop.is_set()
 
     async def _hand_back_unstarted(self) -> None:
-        """Release leases claimed but not started (a claim in flight when the engine went down):
-        nothing starts them until it answers, while the heartbeat would keep them leased, i.e.
-        running in Redis, out of reach of reapers and thieves."""
+        """Release leases claimed but not started (a claim in flight as the engine went down): nothing
+        starts them until it answers, and heartbeated they stay out of reach of reapers and thieves."""
         waiting = self.session.holdings.waiting()
         if waiting:
             log.warning("engine down: releasing %d unstarted leases", len(waiting))
@@ -282,12 +282,12 @@ class Sidecar:
                 self._stop_cancelled(held.lease.schedule_id)
         except UnknownScheduleError:  # its keys are gone: counted and logged by ``session.complete``
             pass
-        except Exception:  # Redis gone for longer than the retry window: the lease lapses, redelivered
-            log.exception("could not complete %s; it will be redelivered", held.lease.key)
+        except Exception:  # Redis gone past the retry window: ``resends.py`` sends it at a later heartbeat
+            log.exception("could not complete %s; sent again once Redis answers", held.lease.key)
 
     def _stop_cancelled(self, schedule_id: str) -> None:
         """The trainer cancelled ``schedule_id`` (a completion of it was just refused): close its other
-        engine requests now, as the next heartbeat would, so their slots go to the next step at once."""
+        requests now, as the next heartbeat would, so their slots go to the next step at once."""
         for held in self.session.drop_cancelled(schedule_id):
             self._items.cancel(held)
 

@@ -16,13 +16,14 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
   ``stale``) and told once per schedule at INFO, so that a cancel of a step with hundreds of items
   in flight does not bury the warnings about leases that really lapsed;
 * completion with retries on connection errors: a completion whose reply was lost is sent again and
-  answered DUPLICATE (a success), never accepted twice (``outage_retry.py``: one warning an outage).
+  answered DUPLICATE (a success), never accepted twice (``outage_retry.py``: one warning an outage);
+  one still unanswered past the retry window is kept and sent again later, so its lease ends as what
+  it was (``resends.py``), and a failure report so is counted ``lost``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from service.sidecar.holdings import Held, Holdings, lease_id
 from service.sidecar.ledger import Ledger
 from service.sidecar.outage_retry import TRANSIENT, OutageRetry
 from service.sidecar.report_turns import ReportTurns
+from service.sidecar.resends import Resends
 
 # re-exported (``X as X``): the runner, the pull API, the metrics and the tests import them from here
 from service.sidecar.session_settings import SessionSettings as SessionSettings
@@ -75,11 +77,13 @@ class WorkerSession:
     _leased: asyncio.Event = field(default_factory=asyncio.Event, init=False)  # set as a claim leases
     _ledger: Ledger = field(init=False)  # which counter each lease's one end goes to
     turns: ReportTurns = field(default_factory=ReportTurns, init=False)  # a lease's reports, one at a time
+    resends: Resends = field(init=False)  # completions Redis never answered, sent again
 
     def __post_init__(self) -> None:
         self._reports = OutageRetry(self.settings.retry_for_s)
         self._ledger = Ledger(self.stats, self._cancelled, self.found_cancelled)
         self._claims = Claims(self.delivery, self.holdings, self.settings, self.stats, self._ledger.refused)
+        self.resends = Resends(self.turns, self.complete, self.stats)
 
     async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -157,9 +161,11 @@ class WorkerSession:
         return self._heartbeats_failing
 
     async def heartbeat(self) -> list[Held]:
-        """Extend every held lease; return the holdings whose lease is gone (now forgotten)."""
+        """Extend every held lease; return the holdings whose lease is gone (now forgotten). Then, Redis
+        answering, send again the push completions it never answered (``resends.py``)."""
         leases = self.holdings.leases()
         if not leases:
+            await self.resends.kept()
             return []
         try:
             alive = await self._redis(self.delivery.heartbeat, leases)
@@ -187,21 +193,10 @@ class WorkerSession:
         for schedule_id in dict.fromkeys(held.lease.schedule_id for held in lost):
             keys = [held.lease.key for held in lost if held.lease.schedule_id == schedule_id]
             await self._ledger.gone(schedule_id, keys)
-        return lost + [held for held in sent if await self._resend(held) is CompletionOutcome.STALE]
-
-    async def _resend(self, held: Held) -> CompletionOutcome | None:
-        """Send the unanswered completion of a lease found gone once more, in its turn: Redis answers
-        DUPLICATE only when this very token's completion landed, so the lease ends as what it was
-        (``duplicate``, as a repeat within the retry window counts it; ``stale`` when it never landed),
-        where ``lost`` counted a landed result, and the worker's retry then ``duplicate`` too. One try,
-        not the retry window: the heartbeats wait for it. None: not answered, tried at the next beat."""
-        assert held.unanswered is not None
-        async with self.turns.of(lease_id(held.lease)):  # the worker's retry may be in flight
-            if self.holdings.get(lease_id(held.lease)) is not held:
-                return None  # that retry came first, and decided
-            with contextlib.suppress(*TRANSIENT, UnknownScheduleError):  # that one counted ``stale``
-                return await self.complete(held, held.unanswered, keep_unanswered=True, once=True)
-        return None
+        # a pull lease found gone whose completion went unanswered: that completion may have taken it
+        refused = [h for h in sent if await self.resends.again(h, self.holdings) is CompletionOutcome.STALE]
+        await self.resends.kept()
+        return lost + refused
 
     def _forget_ended(self, held: Held) -> None:
         """Forget a lease that ended here unreported, counted by the caller (``lost``, ``cancelled``). Its
@@ -258,10 +253,10 @@ class WorkerSession:
         """Report a finished item (retried through outages) and forget it.
 
         A report Redis never answered (past the retry window, or cancelled) forgets the lease too,
-        unless ``keep_unanswered``: the push runner drops that result, and heartbeats must not keep an
-        item nobody will report leased forever; the pull API tells its worker to retry, so the lease
-        stays held, heartbeated and listed until the retry lands, its result kept (``heartbeat``'s
-        resend; ``once``: one try, no retry window). One forgotten as ended
+        unless ``keep_unanswered``: heartbeats must not keep an item nobody will report leased forever,
+        and the result is kept to be sent again at the next heartbeats (``resends.kept``); the pull API
+        tells its worker to retry, so the lease stays held, heartbeated and listed until the retry
+        lands, its result kept (``resends.again``; ``once``: one try, no retry window). One forgotten as ended
         (``_forget_ended``) is answered STALE unsent: it was counted then, and Redis would refuse it."""
         if held.ended:  # one step with setting ``completing``: a heartbeat ends the lease or leaves it
             return CompletionOutcome.STALE
@@ -284,6 +279,7 @@ class WorkerSession:
             held.completing, held.unanswered = False, result  # it may have landed
             if not keep_unanswered:
                 self.holdings.remove(lease_id(lease))
+                self.resends.keep(held)
             raise
         self.holdings.remove(lease_id(lease))
         return outcome
@@ -311,9 +307,10 @@ class WorkerSession:
         """Report that an item could not run: retried elsewhere or dead-lettered by attempts.
 
         As ``complete``: unless ``keep_unanswered``, the lease is forgotten even when Redis never
-        answers; with it, a report to retry keeps the lease held, so the retry is not answered
-        ``stale`` while the item sits leased in Redis until its lease lapses. One forgotten as ended:
-        STALE, unsent."""
+        answers, and counted ``lost`` (it lapses, unless the failure landed: Redis keeps no record of
+        whose failure it took, so nothing tells which); with it, a report to retry keeps the lease held,
+        so the retry is not answered ``stale`` while the item sits leased in Redis until its lease
+        lapses. One forgotten as ended: STALE, unsent."""
         if held.ended:
             return ReleaseOutcome.STALE
         key = lease_id(held.lease)
@@ -327,6 +324,7 @@ class WorkerSession:
             raise
         except BaseException:
             held.completing = False
+            self.stats.lost += int(not keep_unanswered)  # it was counted nowhere: claimed > ended
             raise
         self.holdings.remove(key)
         lease = held.lease  # STALE: lapsed, reaped, taken or cancelled before it came

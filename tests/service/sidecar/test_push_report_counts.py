@@ -1,0 +1,214 @@
+"""A push sidecar's completion or failure report that Redis never answers still ends its lease once.
+
+docs/sidecar.md, counters: ``claimed + stolen + inherited`` balances what ended here. A report whose
+answer never came (Redis down past the retry window, or the call cut by the shutdown's bound) forgot
+its lease and was counted nowhere. A completion may have landed or not: ``complete.lua`` answers
+DUPLICATE only for the token whose completion it accepted, so its result is kept and sent once more
+at the next heartbeat (``resends.py``), and the lease ends as what it was: ``duplicate`` (it landed),
+``accepted`` (it had not, and the lease was still current: the result goes through now) or ``stale``
+(it had not, and the lease lapsed). One still unanswered at shutdown is left to lapse: ``lost``. A
+failure cannot be told apart so (``fail.lua`` keeps no record of whose failure it took): ``lost``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
+from service.delivery.protocol import Delivery
+from service.delivery.records import Lease, TrajectoryResult
+from service.sidecar.engine_client import EngineClient, EngineOptions
+from service.sidecar.holdings import Holdings
+from service.sidecar.runner import RunnerSettings, Sidecar
+from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
+from tests.service.sidecar.procs import item, publish, run_until, tally
+
+RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
+ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
+
+
+def _ended(stats: SessionStats) -> dict[str, int]:
+    """The end counters that are not zero: each lease the session took ends in exactly one."""
+    return {name: getattr(stats, name) for name in ENDS if getattr(stats, name)}
+
+
+class _Unanswered(Delivery):
+    """A real ``Delivery`` whose completions and failure reports go unanswered while ``out`` is set:
+    they land in Redis first (the connection dropped after the write) when ``lands``, else never
+    reach it."""
+
+    def __init__(self, client: redis.Redis, lands: bool) -> None:
+        super().__init__(client)
+        self.out = threading.Event()
+        self.lands = lands
+
+    def complete_many(self, *args: Any, **kwargs: Any) -> list[CompletionOutcome]:
+        if not self.out.is_set():
+            return super().complete_many(*args, **kwargs)
+        if self.lands:
+            super().complete_many(*args, **kwargs)  # landed (a repeat is answered duplicate, not applied)
+        raise redis.ConnectionError("connection lost before the answer")
+
+    def fail(self, lease: Lease, reason: str, now_ms: int | None = None) -> ReleaseOutcome:
+        if not self.out.is_set():
+            return super().fail(lease, reason, now_ms)
+        if self.lands:
+            super().fail(lease, reason, now_ms)
+        raise redis.ConnectionError("connection lost before the answer")
+
+
+def _session(redis_url: str, lands: bool) -> tuple[_Unanswered, WorkerSession]:
+    """A session whose retry window is over at the first lost answer."""
+    delivery = _Unanswered(redis.Redis.from_url(redis_url), lands)
+    return delivery, WorkerSession(delivery, Holdings(1), SessionSettings("w0", retry_for_s=0.0))
+
+
+# (it landed, its lease lapsed before the heartbeat): the one counter the lease ends in
+AFTER_THE_OUTAGE = {
+    (True, False): {"duplicate": 1},  # it landed: answered duplicate for this very token
+    (False, False): {"accepted": 1},  # it never landed, its lease still current: it goes through now
+    (False, True): {"stale": 1},  # it never landed, and its lease lapsed: refused
+}
+
+
+@pytest.mark.parametrize(("lands", "lapses"), list(AFTER_THE_OUTAGE))
+def test_a_completion_redis_never_answered_is_sent_again_at_the_next_heartbeat_and_counts_once(
+    redis_client: redis.Redis, redis_url: str, lands: bool, lapses: bool
+) -> None:
+    """Before: nothing counted (claimed 1, ended 0), and a result that never landed was dropped."""
+    publish(
+        Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=300 if lapses else 60_000
+    )
+    delivery, session = _session(redis_url, lands)
+
+    async def run() -> list[Any]:
+        (held,) = await session.claim(1)
+        delivery.out.set()
+        with pytest.raises(redis.ConnectionError):
+            await session.complete(held, RESULT)
+        unanswered = [len(session.holdings), len(session.resends), _ended(session.stats)]
+        await session.heartbeat()  # Redis still down: kept for the next one
+        delivery.out.clear()
+        while lapses and delivery.progress("s").running:  # its lease lapses unheartbeated and is reaped
+            delivery.reap("s")
+            await asyncio.sleep(0.05)
+        await session.heartbeat()
+        return [*unanswered, len(session.resends)]
+
+    assert asyncio.run(run()) == [0, 1, {}, 0]
+    assert _ended(session.stats) == AFTER_THE_OUTAGE[(lands, lapses)]
+    assert session.stats.claimed == 1
+    results = Delivery.from_url(redis_url).read_results("s")
+    assert [r.key for r in results] == ([] if lapses else ["a#0"])
+
+
+@pytest.mark.parametrize(("answers", "ended"), [(False, {"lost": 1}), (True, {"duplicate": 1})])
+def test_a_completion_still_unanswered_at_shutdown_gets_one_last_try_then_counts_lost(
+    redis_client: redis.Redis, redis_url: str, answers: bool, ended: dict[str, int]
+) -> None:
+    """``settle``, the push drain's last step: Redis answering again by then, the kept result is
+    answered as at a heartbeat; still down, the lease is left to lapse, counted ``lost``."""
+    publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]})
+    delivery, session = _session(redis_url, lands=True)
+
+    async def run() -> None:
+        (held,) = await session.claim(1)
+        delivery.out.set()
+        with pytest.raises(redis.ConnectionError):
+            await session.complete(held, RESULT)
+        if answers:
+            delivery.out.clear()
+        await session.resends.settle(5.0)
+
+    asyncio.run(run())
+    assert (_ended(session.stats), len(session.resends)) == (ended, 0)
+
+
+def test_a_completion_cut_by_the_shutdown_while_redis_answers_it_is_kept_and_counts_once(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The drain cancels an item's task while its completion is on the wire (landed, the answer not
+    read): kept as an unanswered one, and the drain's last try finds it landed."""
+    publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]})
+    landed, answer = threading.Event(), threading.Event()
+
+    class _SlowAnswer(Delivery):
+        def complete_many(self, *args: Any, **kwargs: Any) -> list[CompletionOutcome]:
+            outcomes = super().complete_many(*args, **kwargs)
+            if not landed.is_set():
+                landed.set()
+                answer.wait(timeout=60)
+            return outcomes
+
+    session = WorkerSession(_SlowAnswer(redis.Redis.from_url(redis_url)), Holdings(1), SessionSettings("w0"))
+
+    async def run() -> None:
+        (held,) = await session.claim(1)
+        completing = asyncio.create_task(session.complete(held, RESULT))
+        await asyncio.to_thread(landed.wait, 60)
+        completing.cancel()  # the drain's deadline
+        with pytest.raises(asyncio.CancelledError):
+            await completing
+        answer.set()
+        await session.resends.settle(5.0)
+
+    asyncio.run(run())
+    assert _ended(session.stats) == {"duplicate": 1}  # before: {}
+
+
+def test_a_failure_report_redis_never_answered_counts_lost(redis_client: redis.Redis, redis_url: str) -> None:
+    """Landed or not, nothing tells: the lease is forgotten and lapses unless the failure landed, and
+    ends ``lost``, as an unanswered hand-back does. Before: nothing counted."""
+    publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]})
+    delivery, session = _session(redis_url, lands=False)
+
+    async def run() -> None:
+        (held,) = await session.claim(1)
+        delivery.out.set()
+        with pytest.raises(redis.ConnectionError):
+            await session.fail(held, "engine refused it")
+
+    asyncio.run(run())
+    assert (_ended(session.stats), len(session.holdings), len(session.resends)) == ({"lost": 1}, 0, 0)
+
+
+async def _engine(request: httpx.Request) -> httpx.Response:
+    """An engine that answers every item at once."""
+    if request.url.path == "/v1/models":
+        return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 32768}]})
+    if request.url.path == "/health":
+        return httpx.Response(200)
+    choice = {"index": 0, "text": "ok", "finish_reason": "stop"}
+    return httpx.Response(200, json={"choices": [choice], "usage": {"completion_tokens": 5}})
+
+
+@pytest.mark.parametrize(("answers", "ended"), [(False, {"lost": 1}), (True, {"duplicate": 1})])
+def test_the_push_sidecar_ends_a_lease_whose_completion_went_unanswered_once_by_its_exit(
+    redis_client: redis.Redis, redis_url: str, answers: bool, ended: dict[str, int]
+) -> None:
+    """The runner's counters at exit (those it prints) balance: its drain gives each kept completion
+    its last try, Redis answering again by then or not. Heartbeats far apart: the drain's try is the
+    only one."""
+    publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]})
+    delivery = _Unanswered(redis.Redis.from_url(redis_url), lands=True)
+    delivery.out.set()
+    settings = SessionSettings("w0", retry_for_s=0.0, heartbeat_interval_s=20.0)
+    session = WorkerSession(delivery, Holdings(1), settings)
+    http = httpx.AsyncClient(transport=httpx.MockTransport(_engine), base_url="http://engine")
+    engine = EngineClient(EngineOptions("http://engine", probe_timeout_s=0.2), http)
+    sidecar = Sidecar(session, engine, RunnerSettings(idle_poll_s=0.02, drain_timeout_s=0.5))
+
+    def unanswered() -> bool:
+        if len(session.resends) and answers:
+            delivery.out.clear()
+        return len(session.resends) == 1
+
+    stats = run_until(sidecar, unanswered, 10)
+    assert (stats.claimed, _ended(stats)) == (1, ended)  # before: (1, {})
+    assert tally(Delivery.from_url(redis_url), "s", {"a#0"}) == (0, 0)
