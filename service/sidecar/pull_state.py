@@ -59,6 +59,7 @@ CONNECTING_RETRY_AFTER_S = 1
 # predecessor's leases (a retry landing first keeps its finished item from being run again)
 REPORT_RETRY_GRACE_S = 2.0
 REFUSED_KEPT = 1024  # reports refused while connecting, awaited by the takeover (a bound, not a need)
+Abandoned = tuple[Held, Callable[[], None]]  # a lease held past its bound, and the end of its turn
 
 
 class ConnectingError(RuntimeError):
@@ -205,34 +206,43 @@ class PullState:
         """One heartbeat of every held lease; those found gone are forgotten and listed as lost, and so
         are those held past their bound (``abandon``), which are then reported failed."""
         dropped = self.abandon()
-        self.lost.extend(lease_json(held) for held in dropped)
+        self.lost.extend(lease_json(held) for held, _ in dropped)
         try:
-            lost = await self.session.heartbeat()
-        except Exception:  # never let the heartbeat loop die: every lease would lapse
-            log.exception("heartbeat failed")
-            lost = []
-        self.lost.extend(lease_json(held) for held in lost)
-        await self.fail_abandoned(dropped)
+            try:
+                lost = await self.session.heartbeat()
+            except Exception:  # never let the heartbeat loop die: every lease would lapse
+                log.exception("heartbeat failed")
+                lost = []
+            self.lost.extend(lease_json(held) for held in lost)
+            await self.fail_abandoned(dropped)
+        finally:  # cancelled (a shutdown) first: the worker's reports waiting for these turns go on
+            for _, end_turn in dropped:
+                end_turn()
 
-    def abandon(self) -> list[Held]:
-        """Forget the items held past their bound (``holds``), so none is heartbeated again; the
-        caller reports them failed (``fail_abandoned``) and a ``/done`` of one is then stale."""
-        holdings = self.session.holdings
-        dropped = overdue(holdings, self.hold_timeout_s)
+    def abandon(self) -> list[Abandoned]:
+        """Forget the items held past their bound (``holds``) with no report of them in flight (that
+        one decides), so none is heartbeated again, each in its lease's turn (``report_turns``), taken
+        here before any await, with the function that gives it up: the caller reports them failed
+        (``fail_abandoned``), and a worker's ``/done`` or ``/fail`` of one waits for that answer and
+        is then stale. Without the turn, a ``/done`` sent while the heartbeat ran, before the failure
+        report, was accepted as a lease not held (``inherited``) beside the failure's ``stale``."""
+        holdings, turns = self.session.holdings, self.session.turns
+        dropped = [h for h in overdue(holdings, self.hold_timeout_s) if not turns.busy(lease_id(h.lease))]
         for held in dropped:
             holdings.remove(lease_id(held.lease))
-        return dropped
+        return [(held, turns.take(lease_id(held.lease))) for held in dropped]
 
-    async def fail_abandoned(self, dropped: list[Held]) -> None:
+    async def fail_abandoned(self, dropped: list[Abandoned]) -> None:
         """Report each abandoned item failed, through the path a ``/fail`` takes: requeued at once with
         an attempt spent, at the head of another live worker's queue when one may take it (dead-lettered
         once its attempts are spent), where its lapse would have requeued it here a lease TTL later with
         nobody able to take it meanwhile. The worker dropped it and will not report it,
         so waiting out the lease only kept a straggler's item, the one its step most likely waits for,
         from running again. One Redis does not take (past the session's retry window) is left to
-        lapse, counted ``lost`` (``WorkerSession.fail``), and is then requeued by a reaper as before."""
+        lapse, counted ``lost`` (``WorkerSession.fail``), and is then requeued by a reaper as before.
+        Each turn is given up once its report is answered (or not)."""
         holdings = self.session.holdings
-        for held in dropped:
+        for held, end_turn in dropped:
             key, held_s = held.lease.key, holdings.held_for(held)
             log.warning("item %s held %.0fs unreported: reporting it failed", key, held_s)
             try:
@@ -241,6 +251,8 @@ class PullState:
                 continue  # its schedule is gone: nothing to requeue
             except Exception as exc:  # Redis gone past the retry window: the lease lapses instead
                 log.warning("could not report %s failed (%r); its lease lapses and is requeued", key, exc)
+            finally:
+                end_turn()
 
     async def reset_polls(self) -> None:
         """End the long polls in flight (``POST /reset``: they are the previous process's); one taking
