@@ -56,8 +56,8 @@ class Held:
     # forgotten as ended without a report (found gone at a heartbeat, dropped as cancelled) and counted
     # so: no completion, failure or hand-back of it is sent, so it is not counted again as refused
     ended: bool = False
-    # a completion sent whose answer never came (pull mode keeps the lease for the worker's retry): it
-    # may have landed, so a heartbeat that finds the lease gone sends it again to learn how it ended
+    # a completion sent whose answer never came (pull mode keeps the lease for the worker's retry, push
+    # mode forgets it): it may have landed, so it is sent again to learn how it ended (``resends.py``)
     unanswered: TrajectoryResult | None = None
     started_at: float = 0.0  # the holdings' clock when it started
     occupancy_at_start: float = 0.0  # the holdings' in-flight integral (sequence-seconds) then

@@ -1,8 +1,10 @@
 """A worker session completing an item while Redis is down (docs/sidecar.md, "Whose fault is a failure").
 
 A short outage is ridden out: the completion is retried until Redis answers and is accepted once. A
-longer one than the retry window drops the result: the session must then also forget the lease, or
-its heartbeats would keep the item leased forever and it would never run again.
+longer one than the retry window gives the result up for now: the session must then also forget the
+lease, or its heartbeats would keep the item leased forever and it would never run again (the result
+is kept and sent once more at the next heartbeats to learn how the lease ended,
+``test_push_report_counts.py``).
 """
 
 from __future__ import annotations
