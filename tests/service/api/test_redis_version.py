@@ -218,6 +218,47 @@ def test_requests_waiting_behind_a_version_check_that_fails_take_its_failure_as_
         server.stop()
 
 
+class _HeldInfo(_CountedInfo):
+    """A ``_CountedInfo`` whose answers wait for the test to let them through."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        super().__init__(client)
+        self.answer = threading.Event()
+
+    def info(self, section: str) -> dict[str, object]:
+        self.answer.wait(10)
+        return super().info(section)
+
+
+def test_requests_waiting_behind_a_version_check_that_succeeds_take_its_answer_unasked(
+    redis_client: redis.Redis,
+) -> None:
+    """The other side of the failure above: a check that got the server's version answers the
+    requests that waited for it, none of them refused nor asking the server again."""
+    counted = _HeldInfo(redis_client)
+    version = redis_conn.VersionCheck(counted, "here")  # type: ignore[arg-type]
+    answers: list[str | None] = []
+    failures: list[Exception] = []
+
+    def check() -> None:
+        try:
+            answers.append(version.check())
+        except redis.RedisError as failure:
+            failures.append(failure)
+
+    threads = [threading.Thread(target=check) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.1)  # one check is out, the others wait for it (VERSION_WAIT_S, 1 s)
+    counted.answer.set()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert answers == [None, None, None]
+    assert counted.asked == 1
+    assert version.done
+
+
 def _check_into(version: redis_conn.VersionCheck, failures: list[Exception]) -> None:
     try:
         version.check()
