@@ -90,14 +90,22 @@ class LostFail(Delivery):
         raise redis.ConnectionError("connection reset by peer")
 
 
+class TimedOutFail(Delivery):
+    """Real Redis, but every ``fail`` waits out the client's socket timeout (Redis paused)."""
+
+    def fail(self, lease: Lease, reason: str, now_ms: int | None = None) -> ReleaseOutcome:
+        raise redis.TimeoutError("Timeout reading from socket")
+
+
+@pytest.mark.parametrize("cut", [LostFail, TimedOutFail], ids=["connection reset", "timed out"])
 def test_a_failure_report_cut_by_redis_leaves_the_readable_items_of_the_claim_held(
-    redis_client: redis.Redis, redis_url: str
+    cut: type[Delivery], redis_client: redis.Redis, redis_url: str
 ) -> None:
     """The claim leased both items before it found a#0 unreadable: when its failure report raised, the
     claim raised with it and b#0, leased but held by no one, lay unserved until its lease lapsed (an
     attempt spent). a#0 is left to lapse instead, to be failed at its next claim."""
     _damaged(redis_url, "prompt_id")
-    session = WorkerSession(LostFail.from_url(redis_url), Holdings(8, None), SessionSettings("w0"))
+    session = WorkerSession(cut.from_url(redis_url), Holdings(8, None), SessionSettings("w0"))
     held = asyncio.run(session.claim(2))
     assert [h.lease.key for h in held] == ["b#0"]
     assert Delivery.from_url(redis_url).progress("pull").running == 2  # a#0's lease lapses, unreported
