@@ -91,3 +91,14 @@ def test_stopping_one_of_two_servers_leaves_the_others_watcher_armed() -> None:
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_disarmed_watcher_signals_nothing(sleeper: subprocess.Popen[bytes], pidfds: str) -> None:
+    """The byte a stop writes is what disarms the watcher: without it the watcher read end-of-file as
+    the pipe closed and sent its SIGTERM to a pid its owner may already have reaped (another
+    process's by then). A process watched and then disarmed outlives the disarming."""
+    watch = Watch.start(sleeper.pid)
+    watch.disarm()  # what a stop or a kill does before it signals the server
+    assert watch.process.returncode == 0
+    with pytest.raises(subprocess.TimeoutExpired):
+        sleeper.wait(timeout=0.5)  # signalled, it would be gone in milliseconds
