@@ -42,3 +42,17 @@ def test_a_stop_cancels_the_task_of_done_else_dropped() -> None:
 
 def test_a_cancelled_wait_cancels_its_task() -> None:
     assert asyncio.run(_outcome("unless", cancel_the_wait=True)) == (None, True)
+
+
+def test_a_wait_whose_task_ends_first_leaves_nothing_waiting_for_the_stop() -> None:
+    """The main loop waits so on every claim until the stop: a wait left on the stop by each would pile
+    up one task per claim for as long as the sidecar runs."""
+
+    async def left() -> set[asyncio.Task[object]]:
+        stop = asyncio.Event()
+        for _ in range(3):
+            assert await done_unless(stop, asyncio.create_task(asyncio.sleep(0)))
+        await asyncio.sleep(0)  # a cancel is seen at the task's next turn
+        return asyncio.all_tasks() - {asyncio.current_task()}
+
+    assert asyncio.run(left()) == set()
