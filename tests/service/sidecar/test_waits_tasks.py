@@ -56,3 +56,17 @@ def test_a_wait_whose_task_ends_first_leaves_nothing_waiting_for_the_stop() -> N
         return asyncio.all_tasks() - {asyncio.current_task()}
 
     assert asyncio.run(left()) == set()
+
+
+def test_a_task_done_by_the_time_the_stop_comes_is_answered_done() -> None:
+    """A claim that landed in the turn the stop came holds its leases: the answer is whether the task
+    is done, not whether the stop came (the drain would then take it as still out)."""
+
+    async def answers() -> tuple[bool, bool, bool]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(asyncio.sleep(0))
+        await task
+        stop.set()
+        return await done_unless(stop, task), await done_else_dropped(stop, task), task.cancelled()
+
+    assert asyncio.run(answers()) == (True, True, False)
