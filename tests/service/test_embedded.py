@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,6 +117,67 @@ def test_a_server_whose_owner_is_sigkilled_stops_of_itself(paused: bool) -> None
         if owner.poll() is None:
             owner.kill()
             owner.wait()
+
+
+# An owner that dies of Ctrl-C outright, running no cleanup (as a CLI that restores SIGINT's default
+# does), though the tests may run with SIGINT ignored (inherited); it dies of SIGHUP so already
+GROUP_OWNER = "import signal; signal.signal(signal.SIGINT, signal.SIG_DFL)\n" + OWNER
+
+
+@pytest.mark.parametrize(
+    ("signum", "paused"),
+    [(signal.SIGHUP, False), (signal.SIGINT, True)],
+    ids=["SIGHUP: a closed terminal", "SIGINT: Ctrl-C, the server paused"],
+)
+def test_a_server_whose_owners_process_group_is_signalled_stops_with_its_owner(
+    signum: int, paused: bool
+) -> None:
+    """A closed terminal or Ctrl-C signals the owner's whole process group: the owner dies of it,
+    unstopped (no finalizer runs), and the server (which ignores SIGHUP; a paused one takes no
+    signal until it is continued) is left to the watcher, which must not die of the same signal."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", GROUP_OWNER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a group of its own, as a terminal's job: this test is not in it
+    )
+    try:
+        assert owner.stdout is not None
+        assert owner.stderr is not None
+        url = owner.stdout.readline().strip()
+        assert url, f"the owner did not start a server: {owner.stderr.read()[-2000:]}"
+        pid = server_pid(url)
+        _until_watcher_ignores(owner.pid, pid, signum)
+        if paused:
+            os.kill(pid, signal.SIGSTOP)
+        os.killpg(owner.pid, signum)
+        owner.wait(timeout=30)
+        try:
+            assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its owner's {signum!r}"
+        finally:
+            _kill_if_still_there(url, pid)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+
+
+def _until_watcher_ignores(owner: int, server: int, signum: int, within_s: float = 10.0) -> None:
+    """Wait until the watcher of ``owner``'s ``server`` ignores ``signum`` (its ``/proc`` status says
+    so), up to ``within_s``: a signal that comes while its Python still starts ends it, whatever its
+    first lines say (on a loaded host the server can answer before them). Past ``within_s`` the
+    signal is sent anyway."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        listed = subprocess.run(["pgrep", "-P", str(owner)], capture_output=True, text=True).stdout
+        for pid in {int(pid) for pid in listed.split()} - {server}:
+            with contextlib.suppress(OSError):
+                status = Path(f"/proc/{pid}/status").read_text().splitlines()
+                ignored = int(next(line for line in status if line.startswith("SigIgn:")).split()[1], 16)
+                if ignored >> (signum - 1) & 1:
+                    return
+        time.sleep(0.02)
 
 
 def test_a_stopped_server_leaves_no_process_of_its_own_behind() -> None:
