@@ -102,3 +102,20 @@ def test_a_disarmed_watcher_signals_nothing(sleeper: subprocess.Popen[bytes], pi
     assert watch.process.returncode == 0
     with pytest.raises(subprocess.TimeoutExpired):
         sleeper.wait(timeout=0.5)  # signalled, it would be gone in milliseconds
+
+
+def test_a_restart_after_the_server_died_disarms_the_dead_servers_watcher(pidfds: str) -> None:
+    """Left armed, the old watcher would wait as long as its owner lives (without a pidfd it learns
+    nothing of its server), then signal a pid reaped long before (another process's by then)."""
+    server = EmbeddedServer().start()
+    try:
+        old, proc = server._held.watch, server._held.proc
+        assert old is not None
+        assert proc is not None
+        server.signal(signal.SIGKILL)  # died without a stop (the OOM killer)
+        proc.wait(timeout=10)
+        server.start()
+        assert old.process.returncode == 0  # disarmed (or ended with its server) and reaped by the restart
+        assert server._held.watch is not old
+    finally:
+        server.stop()
