@@ -17,3 +17,22 @@ def test_once_remembers_each_key_and_field_until_it_holds_the_bound_then_forgets
     assert once.first("P:past:meta", "engine")  # one past it: all forgotten, this one remembered
     assert once.first(*pairs[0])
     assert not once.first("P:past:meta", "engine")
+
+
+def test_unreadable_field_names_the_first_unreadable_text_by_its_path() -> None:
+    item = {
+        "key": "a#0",
+        "payload": {"prompt": "ok", "messages": [{"role": "user", "content": "ok"}, {"content": "x" + LONE}]},
+    }
+    assert stored.unreadable_field(item) == "payload.messages[1].content"
+    assert stored.unreadable_field({"payload": {"prompt": LONE}}) == "payload.prompt"
+    assert stored.unreadable_field([1, ["ok", LONE]]) == "[1][1]"
+
+
+def test_unreadable_field_names_a_key_that_is_not_utf8_whatever_its_value() -> None:
+    assert stored.unreadable_field({"extra": {"tag" + LONE: "ok"}}) == "extra.tag" + LONE
+
+
+def test_unreadable_field_of_readable_text_is_none_and_of_a_bare_string_names_the_value() -> None:
+    assert stored.unreadable_field({"payload": {"prompt": "héllo", "n": [1, 2.5, None, True]}}) is None
+    assert stored.unreadable_field(LONE) == "(the value)"
