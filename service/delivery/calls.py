@@ -17,6 +17,7 @@ from redis.cluster import RedisCluster
 
 from service.delivery import keys as keyspace
 from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
+from service.delivery.hangable import hangable, hangable_cluster
 from service.delivery.indexes import DeliveryIndexes
 from service.delivery.records import check_name
 from service.delivery.scripts import Scripts, register
@@ -45,10 +46,11 @@ class ScriptCalls(DeliveryIndexes):
 
     @classmethod
     def from_url(cls, url: str, prefix: str = keyspace.DEFAULT_PREFIX, cluster: bool = False) -> Self:
-        """Connect to ``url`` (``redis://``, ``rediss://``, ACL user:password accepted)."""
+        """Connect to ``url`` (``redis://``, ``rediss://``, ACL user:password accepted); a client a
+        sidecar built so can hang up at its shutdown (``hangable``)."""
         if cluster:
-            return cls(RedisCluster.from_url(url, **REPLY_DECODING), prefix)
-        return cls(redis.Redis.from_url(url, **REPLY_DECODING), prefix)
+            return cls(hangable_cluster(url, **REPLY_DECODING), prefix)
+        return cls(hangable(url, **REPLY_DECODING), prefix)
 
     def _call(self, script: Any, schedule_id: str, args: Sequence[Any]) -> Any:
         """One EVALSHA of ``script`` on the schedule's meta key; on NOSCRIPT (a restarted server, a

@@ -16,75 +16,63 @@ thread's second call once its first was answered (the retire of a schedule its r
 script loaded after NOSCRIPT, the version check a waiter asked again), a call that had taken its
 connection from the pool but not yet sent, and in cluster mode every call the hang-up ended, as the
 cluster client answers a dropped connection by asking the nodes for the slot map again on new ones.
-So the client's connection pools refuse from now on: each call, on a pooled connection or a new one,
+So the client's connections refuse from now on: each call, on a pooled connection or a new one,
 raises ``HungUpError`` unsent, at once. It is no ``ConnectionError``: nothing retries it as an outage.
+The refusal rests on redis-py's public ``connection_class`` (``service/delivery/hangable.py``): a
+client not built there cannot be hung up, and ``hang_up`` says so (``TypeError``) rather than close
+it and let later calls wait.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
-from typing import Any, NoReturn, cast
+from typing import cast
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 
+from service.delivery.hangable import HungUpError, Refusing
 from service.delivery.protocol import Delivery
 
-
-class HungUpError(redis.RedisError):
-    """A Redis call made after the sidecar hung up at its shutdown: refused unsent, at once."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "the sidecar hung up Redis at its shutdown (service/sidecar/hang_up.py): this call was not"
-            " sent; what it would have done is left to the reapers (its leases lapse and are requeued)"
-        )
+__all__ = ["HungUpError", "hang_up"]
 
 
 def hang_up(delivery: Delivery) -> None:
-    """Refuse every later call of ``delivery``'s client (``HungUpError``), then close its connections: a
-    call still waiting on the server fails now instead of at its socket timeout. Push mode calls it
-    once its drain is over (``launch``), pull mode once its API's lifespan has handed back what the
-    worker held (``pull_api``): nothing the drain promises to send is sent after it."""
+    """Refuse every later call of ``delivery``'s client (``HungUpError``), then close its connections,
+    those in use too: a call still waiting on the server fails now instead of at its socket timeout.
+    Push mode calls it once its drain is over (``launch``), pull mode once its API's lifespan has
+    handed back what the worker held (``pull_api``): nothing the drain promises to send is sent after
+    it. ``TypeError`` for a client not built by ``service.delivery.hangable``."""
     client = delivery.client
-    if isinstance(client, RedisCluster):  # no command routed (closed, it would fail on the lost default
-        _refuse(client, "execute_command")  # node), no slot map asked again, no node client made for one
-        _refuse(client.nodes_manager, "initialize")
-    for pool in _pools(client):
-        _refuse_pool(pool)
-    client.close()
+    pools = list(_pools(client))
+    for kind in refusing_classes(pools):
+        kind.refuse_from_now()  # first: a connection the close below does not reach refuses too
+    for pool in pools:
+        pool.disconnect(inuse_connections=True)
+    # The client itself stays open: a closed cluster client forgets its default node, and a later
+    # call failed with its RedisClusterException (no RedisError) before it reached a connection.
 
 
-def _pools(client: redis.Redis | RedisCluster) -> Iterator[Any]:
+def refusing_classes(pools: list[redis.ConnectionPool]) -> set[type[Refusing]]:
+    """The connection classes of ``pools``; ``TypeError`` naming one that cannot refuse (the client
+    was not built by ``service.delivery.hangable``), as a hang-up that only closed would let every
+    later call wait on a stalled server."""
+    kinds: set[type[Refusing]] = set()
+    for pool in pools:
+        kind = pool.connection_class
+        if not issubclass(kind, Refusing):
+            raise TypeError(
+                f"connection_class={kind.__module__}.{kind.__qualname__}: the client cannot be hung up;"
+                " build it with service.delivery.hangable.hangable"
+            )
+        kinds.add(kind)
+    return kinds
+
+
+def _pools(client: redis.Redis | RedisCluster) -> Iterator[redis.ConnectionPool]:
     """The connection pools of ``client``: its own, or each cluster node's."""
     if isinstance(client, RedisCluster):
-        for node in cast(Any, client).get_nodes():  # untyped in redis-py
-            if node.redis_connection is not None:
-                yield node.redis_connection.connection_pool
+        for node in cast(list[ClusterNode], client.get_nodes()):  # type: ignore[no-untyped-call]
+            yield client.get_redis_connection(node).connection_pool
     else:
         yield client.connection_pool
-
-
-def _refuse_pool(pool: Any) -> None:
-    """Refuse every connection ``pool`` would hand out from now on, and every (re)connect of one it
-    handed out already, then close them all. The pool's lock is taken once new connections are
-    refused: a thread inside ``get_connection`` then holds one of those listed here, refused too."""
-    _refuse(pool, "get_connection")
-    _refuse(pool, "make_connection")
-    kept = ("_available_connections", "_in_use_connections", "_connections")  # the last: a blocking pool's
-    with getattr(pool, "_lock", None) or contextlib.nullcontext():
-        connections = [c for name in kept for c in getattr(pool, name, ()) if c is not None]
-    for connection in connections:
-        _refuse(connection, "connect_check_health")  # what ``connect`` and a send on a closed one call
-    for connection in connections:
-        connection.disconnect()
-
-
-def _refuse(target: object, method: str) -> None:
-    """Make ``target.method`` raise ``HungUpError`` (this instance only; none other shares it)."""
-
-    def refused(*_args: object, **_kwargs: object) -> NoReturn:
-        raise HungUpError()
-
-    setattr(target, method, refused)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
-from redis.cluster import RedisCluster
 
+from service.delivery.hangable import hangable, hangable_cluster
 from service.delivery.keys import DEFAULT_PREFIX
 from service.delivery.protocol import Delivery
 from service.delivery.stored import REPLY_DECODING
@@ -104,11 +104,11 @@ def connected(options: SidecarOptions, wait: bool = False) -> tuple[Delivery, Ve
     client_args = _client_args(options)
     if options.cluster:  # a cluster client reads the slot map when built: wait for one that answers
         cluster = built_when_reachable(
-            lambda: RedisCluster.from_url(options.redis_url, **client_args), options.redis_url
+            lambda: hangable_cluster(options.redis_url, **client_args), options.redis_url
         )
         require_version(cluster, options.redis_url)
         return Delivery(cluster, options.prefix), None
-    client = redis.Redis.from_url(options.redis_url, health_check_interval=15, **client_args)
+    client = hangable(options.redis_url, health_check_interval=15, **client_args)
     if wait:
         answering = built_when_reachable(lambda: _answering(client), options.redis_url)
         require_version(answering, options.redis_url)

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 import redis
-from redis.cluster import RedisCluster
 
+from service.delivery.hangable import hangable, hangable_cluster
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.records import TrajectoryResult
@@ -45,12 +45,12 @@ def stalled(request: pytest.FixtureRequest) -> Iterator[tuple[EmbeddedServer, De
     is ``SOCKET_TIMEOUT_S``; the test SIGSTOPs the server, which is resumed and stopped after it."""
     if request.param == "plain":
         server = EmbeddedServer().start()
-        client: Any = redis.Redis.from_url(server.url, socket_timeout=SOCKET_TIMEOUT_S, **REPLY_DECODING)
+        client: Any = hangable(server.url, socket_timeout=SOCKET_TIMEOUT_S, **REPLY_DECODING)
     else:
         port = free_port()
         server = one_node_cluster(port)
         url = f"redis://127.0.0.1:{port}"
-        client = RedisCluster.from_url(url, socket_timeout=SOCKET_TIMEOUT_S, **REPLY_DECODING)
+        client = hangable_cluster(url, socket_timeout=SOCKET_TIMEOUT_S, **REPLY_DECODING)
     try:
         yield server, Delivery(client)
     finally:
@@ -82,10 +82,8 @@ def test_each_call_after_the_hang_up_is_refused_unsent_while_redis_is_stalled(
 ) -> None:
     """A command on a pooled connection, a pipeline built before the hang-up (the takeover's presence
     read) and a script call each fail at once, where each waited out the socket timeout: refused
-    (``HungUpError``), or, a cluster's pipeline, by the closed cluster client that no longer knows
-    where to send it."""
+    (``HungUpError``), on a cluster too (its client is left open, its nodes' connections refuse)."""
     server, delivery = stalled
-    cluster = isinstance(delivery.client, RedisCluster)
     delivery.schedules_for("w0")  # a connection in the pool
     pipe = delivery.client.pipeline(transaction=False)
     pipe.get("presence")
@@ -99,8 +97,7 @@ def test_each_call_after_the_hang_up_is_refused_unsent_while_redis_is_stalled(
     for what, call in calls.items():
         took, raised = _took(call)
         assert took < BOUND_S, f"{what} waited {took:.1f}s on the stalled server"
-        refused = redis.RedisClusterException if what == "pipeline" and cluster else HungUpError
-        assert isinstance(raised, refused), f"{what}: {raised!r}"
+        assert isinstance(raised, HungUpError), f"{what}: {raised!r}"
 
 
 def test_a_call_waiting_on_the_stalled_server_at_the_hang_up_ends_with_it(
@@ -146,3 +143,22 @@ def test_a_report_after_the_hang_up_is_not_sent_nor_retried_as_an_outage(redis_u
         asyncio.run(completed_after_the_hang_up())
     assert time.monotonic() - began < session.settings.retry_for_s / 2
     assert delivery.progress("late").running == 1  # not completed: its lease lapses, and it is requeued
+
+
+def test_hanging_up_one_client_leaves_another_of_the_same_process_answering(redis_url: str) -> None:
+    """Each client refuses by a connection class of its own: a pull sidecar's sessions, or a test's
+    clients, do not hang up together."""
+    hung, other = Delivery.from_url(redis_url), Delivery.from_url(redis_url)
+    other.schedules_for("w0")
+    hang_up(hung)
+    with pytest.raises(HungUpError):
+        hung.schedules_for("w0")
+    assert isinstance(other.schedules_for("w0"), list)
+
+
+def test_a_client_that_cannot_refuse_is_not_hung_up_as_if_it_could(redis_url: str) -> None:
+    """A client built without ``hangable``'s connection class would only be closed, and a later call
+    would wait on a stalled server: ``hang_up`` names its class instead of passing in silence."""
+    plain = Delivery(redis.Redis.from_url(redis_url, **REPLY_DECODING))
+    with pytest.raises(TypeError, match=r"connection_class=redis\.connection\.Connection"):
+        hang_up(plain)
