@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from predictors.calibration import calibration_folds, conformal_quantile
-from predictors.dataset import served_examples, training_set
+from predictors.calibration import Folds, calibration_folds, conformal_quantile
+from predictors.dataset import TrainingSet, served_examples, training_set
 from predictors.features import FeatureSpec
 from predictors.history import History
 from predictors.stepgroups import repeated_rows, sorted_codes
@@ -98,21 +98,14 @@ def fit(history: History | Trace, config: FitConfig | None = None) -> FittedMode
     trace = _canonical(trace)
     started = time.perf_counter()
     spec = FeatureSpec.of(trace)
-    data = training_set(trace, spec)
-    if len(data.target) == 0:
-        raise InvalidInputError(
-            "history", f"{len(trace)} rows", "no prompt has an earlier step or a second sample to learn from"
-        )
-    dataset = _dataset(data.features, data.target, spec)
-    p50 = _train(dataset, 0.5, config)
-    p90 = _train(dataset, 0.9, config)
+    examples, steps, p50, p90 = _boosters(trace, spec, config)
     shift, coverage = _conformal_shift(trace, spec, config)
     meta = ModelMetadata(
         features=spec.names,
         categorical=dict(spec.categorical),
         training_rows=len(trace),
-        examples=len(data.target),
-        steps=data.steps,
+        examples=examples,
+        steps=steps,
         p90_shift=shift,
         config=asdict(config),
         fit_seconds=time.perf_counter() - started,
@@ -120,6 +113,23 @@ def fit(history: History | Trace, config: FitConfig | None = None) -> FittedMode
         synthetic=is_synthetic(trace),
     )
     return FittedModel(p50=p50, p90=p90, spec=spec, metadata=meta)
+
+
+def _boosters(trace: Trace, spec: FeatureSpec, config: FitConfig) -> tuple[int, tuple[int, ...], Any, Any]:
+    """(examples, steps covered, p50 booster, p90 booster) of the trace; a typed error if it has no
+    example. The feature matrix goes once LightGBM has binned it (``_dataset``), before the
+    calibration folds build theirs: both held at once were the fit's peak."""
+    data = training_set(trace, spec)
+    examples, steps = len(data.target), data.steps
+    if examples == 0:
+        raise InvalidInputError(
+            "history", f"{len(trace)} rows", "no prompt has an earlier step or a second sample to learn from"
+        )
+    dataset = _dataset(data, spec)
+    del data  # the dataset holds the last reference to the matrix, and drops it once binned
+    p50 = _train(dataset, examples, 0.5, config)
+    p90 = _train(dataset, examples, 0.9, config)
+    return examples, steps, p50, p90
 
 
 def _params(alpha: float, config: FitConfig, examples: int) -> dict[str, Any]:
@@ -143,25 +153,31 @@ def _params(alpha: float, config: FitConfig, examples: int) -> dict[str, Any]:
     }
 
 
-def _dataset(x: FloatArray, y: FloatArray, spec: FeatureSpec) -> Any:
-    """A LightGBM dataset, binned once and shared by both quantile fits."""
+def _dataset(data: TrainingSet, spec: FeatureSpec) -> Any:
+    """A LightGBM dataset, binned once (by the first ``_train``) and shared by both quantile fits.
+
+    ``free_raw_data``: once binned (one byte a value) it lets go of the float64 matrix, eight a value
+    (2 M examples of 18 features: 288 MB), which a caller that keeps no reference of its own frees
+    then. Binned from the same matrix with the same parameters as before, the boosters are the same
+    bit for bit; only a parameter LightGBM bins by may not change between the two fits now, and none
+    does (they differ in ``alpha``)."""
     import lightgbm as lgb
 
     return lgb.Dataset(
-        x,
-        label=y,
+        data.features,
+        label=data.target,
         feature_name=spec.lightgbm_names,
         categorical_feature=spec.categorical_indices,
-        free_raw_data=False,
+        free_raw_data=True,
         params={"verbosity": -1, "max_bin": 255},
     )
 
 
-def _train(dataset: Any, alpha: float, config: FitConfig) -> Any:
-    """The booster of quantile ``alpha``, fitted on the dataset both quantiles share."""
+def _train(dataset: Any, examples: int, alpha: float, config: FitConfig) -> Any:
+    """The booster of quantile ``alpha``, fitted on the dataset both quantiles share (``examples``
+    rows: the dataset no longer holds them to count once binned)."""
     import lightgbm as lgb
 
-    examples = len(dataset.data)
     return lgb.train(_params(alpha, config, examples), dataset, num_boost_round=config.num_rounds)
 
 
@@ -178,20 +194,37 @@ def _conformal_shift(trace: Trace, spec: FeatureSpec, config: FitConfig) -> tupl
     folds = calibration_folds(trace, config.calibration_folds, config.calibration_rows, config.seed)
     residuals: list[FloatArray] = []
     for k in range(config.calibration_folds):
-        fitted = folds.fitted(k)
-        if not np.any(fitted):
-            continue  # no prompt in the calibration sample (calibration_rows=0)
-        kept = trace.take(fitted)
-        train = training_set(kept, spec)
-        x, y = served_examples(kept, trace.take(folds.scored == k), spec)
-        if len(y) == 0 or len(train.target) == 0:
-            continue
-        booster = _train(_dataset(train.features, train.target, spec), 0.9, config)
-        residuals.append(y - booster.predict(x))
+        fold = _fold_residuals(trace, folds, k, spec, config)
+        if fold is not None:
+            residuals.append(fold)
     if not residuals:
         return 0.0, math.nan
     r = np.concatenate(residuals)
     return conformal_quantile(r, 0.9), float(np.mean(r <= 0))
+
+
+def _fold_residuals(
+    trace: Trace, folds: Folds, k: int, spec: FeatureSpec, config: FitConfig
+) -> FloatArray | None:
+    """Out-of-fold residuals of fold ``k`` (None: it scores nothing or fits nothing). A function of
+    its own so that a fold's rows, matrix and dataset go when it returns: held by the loop, the last
+    fold's were still alive while the next fold built its own, two folds' matrices at the peak."""
+    fitted = folds.fitted(k)
+    if not np.any(fitted):
+        return None  # no prompt in the calibration sample (calibration_rows=0)
+    kept = trace.take(fitted)
+    x, y = served_examples(kept, trace.take(folds.scored == k), spec)
+    train = training_set(kept, spec)
+    del kept
+    examples = len(train.target)
+    if len(y) == 0 or examples == 0:
+        return None
+    dataset = _dataset(train, spec)
+    del train  # the dataset holds the last reference to the matrix, and drops it once binned
+    booster = _train(dataset, examples, 0.9, config)
+    del dataset
+    residuals: FloatArray = y - booster.predict(x)
+    return residuals
 
 
 def _canonical(trace: Trace) -> Trace:
