@@ -8,9 +8,13 @@ still held while the calibration folds built theirs.
 from __future__ import annotations
 
 import tracemalloc
+from typing import Any
 
 import lightgbm  # noqa: F401  (imported here: its import is not the fit's memory)
+import pytest
 
+import predictors.model as model_module
+from predictors.calibration import calibration_folds
 from predictors.features import FeatureSpec
 from predictors.model import fit
 from tests.predictors.helpers import FAST, drifting_trace
@@ -28,3 +32,24 @@ def test_a_fit_never_holds_more_than_one_feature_matrix_and_its_working_set() ->
     assert model.metadata.examples == len(trace)
     # 1.95 matrices with the fix (the matrix, one step's rows and the fold's sample); 2.81 before
     assert peak < 2.4 * matrix
+
+
+def test_the_feature_matrix_is_let_go_before_the_calibration_folds_build_theirs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trace = drifting_trace(prompts=1_000, samples=8, steps=8)  # 64,000 rows, every one an example
+    matrix = len(trace) * len(FeatureSpec.of(trace).names) * 8
+    held: list[int] = []
+
+    def folds(*args: Any) -> Any:
+        held.append(tracemalloc.get_traced_memory()[0])  # what the fit holds as the folds begin
+        return calibration_folds(*args)
+
+    monkeypatch.setattr(model_module, "calibration_folds", folds)
+    tracemalloc.start()
+    try:
+        fit(trace, FAST)
+    finally:
+        tracemalloc.stop()
+    assert len(held) == 1
+    assert held[0] < matrix / 4  # the boosters and their binned dataset, not the float64 matrix
