@@ -63,14 +63,21 @@ class Resends:
         async with self.turns.of(lease_id(held.lease)):
             if holdings.get(lease_id(held.lease)) is not held:
                 return None
-            with contextlib.suppress(*TRANSIENT, UnknownScheduleError):  # that one counted ``stale``
+            try:
                 return await self.complete(held, held.unanswered, True, True)
-        return None
+            except UnknownScheduleError:  # counted ``stale``
+                return None
+            except Exception as exc:  # still held, its result kept: the next heartbeat tries again
+                _unanswered(lease_id(held.lease), exc)
+                return None
 
     async def kept(self) -> None:
         """Push: each kept completion once (a heartbeat's round), in its lease's turn; answered, it is
         counted and forgotten. The first Redis does not answer ends the round, kept again by the
-        send: an outage costs one try a heartbeat, not one socket timeout per result."""
+        send: an outage costs one try a heartbeat, not one socket timeout per result. Any error ends
+        it so, not only an outage's (``READONLY`` from a replica a failover promoted): raised, it
+        went up through the heartbeat, which dropped the leases it had found lost, and through
+        ``settle`` past the drain, the kept lease counted nowhere."""
         for key in list(self._kept):
             async with self.turns.of(key):
                 held = self._kept.pop(key, None)
@@ -80,7 +87,8 @@ class Resends:
                     outcome = await self.complete(held, held.unanswered, False, True)
                 except UnknownScheduleError:
                     continue
-                except TRANSIENT:
+                except Exception as exc:
+                    _unanswered(key, exc)
                     return
             log.info("completion of %s sent again once Redis answered: %s", key[1], outcome.value)
 
@@ -94,3 +102,9 @@ class Resends:
             log.warning("%d completions Redis never answered are left to lapse (lost)", len(self._kept))
         self.stats.lost += len(self._kept)
         self._kept.clear()
+
+
+def _unanswered(key: LeaseId, exc: Exception) -> None:
+    """An outage's error was told by the retry (``outage_retry.py``); any other is told here."""
+    if not isinstance(exc, TRANSIENT):
+        log.warning("completion of %s not answered (%r); sent again later", key[1], exc)
