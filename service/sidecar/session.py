@@ -319,8 +319,9 @@ class WorkerSession:
         held.completing = True  # a heartbeat meanwhile finds the lease gone: the report decides, not lost
         try:
             outcome = await self._reports.call("fail", self.delivery.fail, held.lease, reason)
-        except UnknownScheduleError:
+        except UnknownScheduleError:  # its keys are gone: the lease ends here, counted as ``complete`` does
             self.holdings.remove(key)
+            self.stats.stale += 1
             raise
         except BaseException:
             held.completing = False
@@ -346,8 +347,9 @@ class WorkerSession:
         """Hand leases back without spending an attempt (shutdown): to the head of the queue; ``died``:
         who died running them (refunded once per item); how many that dead-lettered (``failed``).
 
-        Schedule by schedule: one whose keys are gone (retention passed) has nothing to take back,
-        and must not keep the others' leases from going back. One forgotten as ended is not sent. Those
+        Schedule by schedule: one whose keys are gone (retention passed) has nothing to take back
+        (its leases counted ``lost``, as a heartbeat counts them), and must not keep the others'
+        leases from going back. One forgotten as ended is not sent. Those
         Redis does not answer (a shutdown's bound cut it) lapse: they end here, counted ``lost``."""
         by_schedule: dict[str, list[Held]] = {}
         for held in (h for h in helds if not h.ended):
@@ -359,8 +361,9 @@ class WorkerSession:
                 outcomes = await self._reports.call(
                     "release", self.delivery.release, [h.lease for h in group], died=died
                 )
-            except UnknownScheduleError:
+            except UnknownScheduleError:  # gone as a heartbeat finds them: ``lost``, counted once here
                 log.info("schedule %s is gone; its %d leases need no release", schedule_id, len(group))
+                await self._ledger.gone(schedule_id, [h.lease.key for h in group])
                 continue
             except BaseException:  # unanswered, this group's and the rest: counted nowhere, claimed > ended
                 self.stats.lost += sum(len(rest) for _, rest in groups[i:])

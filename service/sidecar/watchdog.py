@@ -163,8 +163,10 @@ async def retry_or_fail(session: WorkerSession, held: Held, reason: str | None, 
 
     A schedule gone from Redis (retention passed, Redis lost its data) takes nothing back: the lease
     is forgotten (``release`` and ``fail`` drop it before they ask Redis, so no heartbeat keeps it),
-    one warning, and nothing counted, as no report landed. Redis down past the session's retry
-    window: the lease is forgotten too, and lapses (a reaper requeues the item); it counts ``lost``."""
+    one warning, and it ends once in the counters (``fail``: ``stale``, as its completion would;
+    ``release``: ``lost``, as a heartbeat finds it), so claimed still balances what ended. Redis
+    down past the session's retry window: the lease is forgotten too, and lapses (a reaper requeues
+    the item); it counts ``lost``."""
     lease = held.lease
     try:
         if reason is None:
