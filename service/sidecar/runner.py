@@ -16,7 +16,7 @@ a failure keeps hitting while the engine answers its health probe is charged aft
 that stops answering while items run has them handed back, and one item it never answers past its
 bound (a stuck sequence) is reported failed, as a pull worker's is (``watchdog``). On SIGTERM the
 sidecar stops claiming, hands back what it has not started, lets running items finish for
-``drain_timeout_s`` and releases the rest.
+``drain_timeout_s`` and releases the rest (``push_drain``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from service.sidecar.engine_reply import EngineError, EngineReply, result_of
 from service.sidecar.holdings import Held
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.in_flight import InFlight
+from service.sidecar.push_drain import drain
 from service.sidecar.session import RELEASE_GRACE_S, SessionStats, WorkerSession
 from service.sidecar.supervision import LoopDiedError, Supervisor
 from service.sidecar.takeover import Takeover
@@ -234,9 +235,9 @@ class Sidecar:
 
     async def _claim(self, want: int, stop: asyncio.Event) -> bool:
         """Claim up to ``want`` items, unless the engine is known stalled; whether any came. A claim
-        still waiting on Redis when ``stop`` is set is left to the drain (``_claim_landed``): awaited
-        here, a stalled Redis held the drain's start back by the client's 5 s socket timeout, past
-        the exit docs/sidecar.md promises.
+        still waiting on Redis when ``stop`` is set is left to the drain (``push_drain.claim_landed``):
+        awaited here, a stalled Redis held the drain's start back by the client's 5 s socket timeout,
+        past the exit docs/sidecar.md promises.
 
         Under the lock the stall path takes before handing back: a claim sent just before the stall
         was found could otherwise reach Redis just after, lease the items just handed back, and hold
@@ -357,43 +358,10 @@ class Sidecar:
                 self._items.cancel(held)
 
     async def _drain(self, stopped: float) -> float:
-        """Stop claiming; release unstarted leases now and unfinished ones at the drain's deadline,
-        ``drain_timeout_s`` after ``stopped`` (the stop's time), or once ``hurry`` is set (a second
-        signal); the monotonic time the drain must be over by, presence key deleted (``run``).
-
-        The whole shutdown keeps to ``drain_timeout_s`` (plus ``release_grace_s`` for the last release)
-        from the stop, Redis down included, so the pod's grace period is never overrun: a release Redis
-        cannot take is abandoned, and those leases lapse and are requeued by the reaper as if the
-        sidecar died; what the main loop was still doing at the stop (a hand-back of unstarted leases,
-        bounded by the grace) comes out of the same time. After a loop died (a bug, ``supervision``)
-        the hand-back says the sidecar died holding them: as with a restart's takeover, an item is
-        refunded its attempt only the first time it comes back that way, so one that trips the bug at
-        every run is dead-lettered, not handed round the fleet for ever.
-        """
-        deadline, grace = stopped + self.settings.drain_timeout_s, self.settings.release_grace_s
-        holdings = self.session.holdings
+        """Stop claiming and drain (``push_drain``) from ``stopped`` (the stop's time): the shutdown
+        keeps to ``drain_timeout_s`` plus ``release_grace_s`` from it, Redis down included."""
         died = "its sidecar" if self.loops.dead is not None else ""  # a bug: refunded once per item
-        await self._claim_landed(deadline)
-        await self.session.hand_back(holdings.waiting(), deadline - time.monotonic(), died)
-        if self._items:
-            left_s = max(0.0, deadline - time.monotonic())
-            log.info("draining %d running items for up to %.1fs", len(self._items), left_s)
-            await self._items.finish(left_s, self.hurry)
-        unfinished = [h for h in holdings.all() if not h.completing]
-        await self.session.hand_back(unfinished, deadline + grace - time.monotonic(), died)
-        return deadline + grace
-
-    async def _claim_landed(self, deadline: float) -> None:
-        """Wait until ``deadline`` for a claim the stop left waiting on Redis: what it leased is then
-        held and handed back with the rest. One still waiting is cancelled: what it may yet lease is
-        held by nobody, and lapses and is requeued by the reaper, as a release the drain abandons."""
         claim, self._claim_left = self._claim_left, None
-        if claim is None:
-            return
-        try:
-            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                await claim
-        except TimeoutError:
-            log.warning("a claim still waiting on Redis was abandoned; what it leases lapses and is requeued")
-        except Exception:  # nothing leased: Redis refused or dropped it
-            pass
+        deadline = stopped + self.settings.drain_timeout_s
+        grace_s = self.settings.release_grace_s
+        return await drain(self.session, self._items, claim, self.hurry, deadline, grace_s, died)

@@ -1,0 +1,68 @@
+"""The push sidecar's shutdown: stop claiming, hand back what did not start, let the rest finish, in time.
+
+Apart from the main loop (``runner.py``) because it is a phase of its own with its own promise: the
+whole shutdown keeps to ``drain_timeout_s`` (plus the release grace for the last release) from the
+stop, Redis down included, so the pod's grace period is never overrun (docs/sidecar.md). The loop
+decides when the drain starts and hands it what it left in flight (a claim still waiting on Redis, the
+items running); the drain decides only how what is held goes back, and by when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from service.sidecar.holdings import Held
+from service.sidecar.in_flight import InFlight
+from service.sidecar.session import WorkerSession
+
+log = logging.getLogger("service.sidecar")
+
+
+async def drain(
+    session: WorkerSession,
+    items: InFlight,
+    claim: asyncio.Task[list[Held]] | None,
+    hurry: asyncio.Event,
+    deadline: float,
+    grace_s: float,
+    died: str = "",
+) -> float:
+    """Release unstarted leases now and unfinished ones at ``deadline`` (``drain_timeout_s`` after the
+    stop), or once ``hurry`` is set (a second signal); the monotonic time the drain must be over by,
+    presence key deleted (``runner.Sidecar.run``).
+
+    ``claim``: one the stop left waiting on Redis (``claim_landed``). A release Redis cannot take is
+    abandoned, and those leases lapse and are requeued by the reaper as if the sidecar died; what the
+    main loop was still doing at the stop (a hand-back of unstarted leases, bounded by the grace)
+    comes out of the same time. ``died`` (after a loop died of a bug, ``supervision``): the hand-back
+    says the sidecar died holding them: as with a restart's takeover, an item is refunded its attempt
+    only the first time it comes back that way, so one that trips the bug at every run is
+    dead-lettered, not handed round the fleet for ever.
+    """
+    holdings = session.holdings
+    await claim_landed(claim, deadline)
+    await session.hand_back(holdings.waiting(), deadline - time.monotonic(), died)
+    if items:
+        left_s = max(0.0, deadline - time.monotonic())
+        log.info("draining %d running items for up to %.1fs", len(items), left_s)
+        await items.finish(left_s, hurry)
+    unfinished = [h for h in holdings.all() if not h.completing]
+    await session.hand_back(unfinished, deadline + grace_s - time.monotonic(), died)
+    return deadline + grace_s
+
+
+async def claim_landed(claim: asyncio.Task[list[Held]] | None, deadline: float) -> None:
+    """Wait until ``deadline`` for a claim the stop left waiting on Redis: what it leased is then
+    held and handed back with the rest. One still waiting is cancelled: what it may yet lease is
+    held by nobody, and lapses and is requeued by the reaper, as a release the drain abandons."""
+    if claim is None:
+        return
+    try:
+        async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+            await claim
+    except TimeoutError:
+        log.warning("a claim still waiting on Redis was abandoned; what it leases lapses and is requeued")
+    except Exception:  # nothing leased: Redis refused or dropped it
+        pass
