@@ -17,10 +17,10 @@ import pytest
 # what each mode imports when it runs ({mode}: service/sidecar/launch.py, run_push and run_pull).
 SIDECAR_START = """
 import sys
-from service.commands import sidecar
+from service.commands import sidecar, sidecar_checks
 from service.sidecar import launch
-sidecar._check("redis://127.0.0.1:6379/0", "http://127.0.0.1:8000", None, None, "INFO")
-sidecar._check_worker_id("w0")
+sidecar_checks.check_connections("redis://127.0.0.1:6379/0", "http://127.0.0.1:8000", None, None, "INFO")
+sidecar_checks.check_worker_id("w0")
 {mode}
 print(" ".join(sorted(m for m in {modules} if m in sys.modules)))
 """
