@@ -10,7 +10,7 @@ its rounds or its repair (docs/replay.md).
 How. Budget decisions read ``now()``, never ``time.perf_counter()`` directly. By default ``now()``
 is the wall clock. Inside ``frozen()`` it never moves: every step fits, each step's measured cost
 is zero, and what is left of a budget is all of it. Each phase then runs to the extent its own
-counts allow (``cpsat.ROUNDS``, ``exchange.MAX_MOVES``, draws, candidate orders, the bisections'
+counts allow (``bandsearch.ROUNDS``, ``exchange.MAX_MOVES``, draws, candidate orders, the bisections'
 precision), which is what an idle host does with the replay's budget, and every CP-SAT solve stops
 only on its deterministic limit (``solves_on_wall_clock``), itself computed from the budget alone.
 The plan is then a function of the request: its budget still sets those limits, the host does not.

@@ -1,8 +1,8 @@
 """One band round of cpsat: the band model's counts realised by list scheduling, then ordered.
 
-Why a module of its own: to keep ``scheduler.policies.cpsat``, whose ``_rounds`` plays it once a
-round (on the band model's counts, or on those ``scheduler.policies.lowband`` shifted), under ~400
-lines; nothing else plays it.
+Why a module of its own: to keep ``scheduler.policies.bandsearch``, whose ``rounds`` plays it once
+a round (on the band model's counts, or on those ``scheduler.policies.lowband`` shifted), short and
+about when rounds run; nothing else plays it.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def play_round(
     bar: float | None = None,
     waves: Sequence[float] | None = None,
 ) -> Played | None:
-    """One round of ``cpsat.CpSatPolicy._rounds``: the units placed in their bands' tiers (estimates times
+    """One round of ``bandsearch.rounds``: the units placed in their bands' tiers (estimates times
     ``scale``, or ``waves`` past a worker's slots; those past ``cap_s`` last), ordered, the last
     worker's queue refined; the assignment, queues and finishes, or None where no further round on
     these counts can give a new plan: placing and ordering would end past ``stop``, the round repeats

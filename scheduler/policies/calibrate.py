@@ -2,7 +2,7 @@
 one cost standing for each device kind in the band model.
 
 Why a module of its own: both are arithmetic on a plan's estimates and simulated finishes, apart
-from the search that decides when rounds run (``scheduler.policies.cpsat``, which calls them).
+from the search that decides when rounds run (``scheduler.policies.bandsearch``, which calls them).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import dataclasses
 from scheduler.policies.levels import LevelPlan
 
 CAP_SHIFTS = 3  # under prefix affinity, more realisations of the same solve, call k with k steps more
-# workers of the cap band's kind in the cap band (``cpsat.CpSatPolicy._cap_band_rounds``, ``cap_shifted``)
+# workers of the cap band's kind in the cap band (``bandsearch.cap_band_rounds``, ``cap_shifted``)
 CAP_STEP = 0.1  # a step: this share of that kind's cap-band count, at least one worker
 CAP_LEFT = 0.3  # a shifted call starts only while this share of the budget is left. Bench batches
 # with affinity, over the bound: 4,096 x 32 (0.25 s) 1.089-1.109 -> 1.060-1.089; 16,384 x 128 (1 s)

@@ -43,7 +43,7 @@ def copy_split(
     problem: Problem, request: PlanRequest, lpt_phase: float, left: float, round_fixed_s: float
 ) -> replicate.Split | None:
     """The split to search and copy where no full band round is expected to fit ``left`` (seconds
-    of search; ``round_fixed_s``: a round's solve, ``cpsat.ROUND_FIXED_S``), or None: full rounds,
+    of search; ``round_fixed_s``: a round's solve, ``bandsearch.ROUND_FIXED_S``), or None: full rounds,
     or none (the lpt plan), as before copies existed.
 
     Why. A round cut short returns the lpt plan (~1.2x the bound), copies of a sub-plan ~1.04-1.05x.

@@ -5,7 +5,8 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
 
 1. ``lpt`` plan: the hint, the fallback, and the bar to beat (scheduled and played through the
    worker model, like every candidate).
-2. Aggregate model (``scheduler.policies.levels``): how many workers of each device kind host each
+2. Aggregate model (``scheduler.policies.levels``, realised in ``scheduler.policies.bandsearch``):
+   how many workers of each device kind host each
    length band of the tail. Dozens of counts whatever the batch size, the least makespan at which
    they cover every band found by the bound's fluid-cover programme (CP-SAT past its state limit).
    List scheduling then places units inside the chosen bands (``lpt_assignment`` with tiers),
@@ -13,11 +14,12 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
    allows, a second round places them again: calibrated by the first round's simulation, and with
    the units that would push a worker past a cap placed after all others, and with half the budget
    left on point predictions up to two more, each calibrated by the one before; under prefix affinity,
-   more rounds with more workers in the cap band follow (``_cap_band_rounds``). Where a round over the
-   whole batch would not fit the budget (``scheduler.policies.copybudget``: ``FULL_ROUND`` for large
-   batches, ``FIRST_ROUND`` for smaller ones), the batch is searched on one K-th of itself and one
-   K-th of the pool, and the plan copied K times (``scheduler.policies.replicate``); where time is
-   clearly left, from a sub-plan twice as large first (``_copied``).
+   more rounds with more workers in the cap band follow (``bandsearch.cap_band_rounds``). Where a
+   round over the whole batch would not fit the budget (``scheduler.policies.copybudget``:
+   ``FULL_ROUND`` for large batches, ``FIRST_ROUND`` for smaller ones), the batch is searched on one
+   K-th of itself and one K-th of the pool, and the plan copied K times
+   (``scheduler.policies.replicate``); where time is clearly left, from a sub-plan twice as large
+   first (``_copied``).
 3. Exact repair (``scheduler.policies.exchange``): while time is left, a CP-SAT model with one boolean
    per (unit, worker) over the slowest worker and the fastest few only (large-neighbourhood search
    over worker sets), accepted only when the worker model says those workers finish sooner.
@@ -56,58 +58,26 @@ plans (``scheduler.policies.blindbar``) and the faster of those was returned ins
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from scheduler import clock
 from scheduler.gcpause import collector_paused
-from scheduler.policies import replicate
+from scheduler.policies import bandsearch, replicate
 from scheduler.policies.balance import level_below
-from scheduler.policies.bandround import History, play_round
 from scheduler.policies.base import Placement
 from scheduler.policies.blindbar import barred
-from scheduler.policies.calibrate import calibrate, in_waves, representative
-from scheduler.policies.capband import CAP_LEFT, CAP_SHIFTS, cap_shifted
 from scheduler.policies.copybudget import LARGER_FIRST, LEAN_RESERVE, SMALLER_AFTER, copy_split
 from scheduler.policies.exchange import improve
-from scheduler.policies.levels import LevelPlan, bands_of, solve_levels
-from scheduler.policies.lowband import low_shifted
 from scheduler.policies.lpt import calibrated, opening, placed_from
 from scheduler.policies.ordering import refine_critical
-from scheduler.policies.problem import Problem, worker_kinds
+from scheduler.policies.problem import Problem
 from scheduler.policies.robust import Baseline, Spread, baseline, judged
 from scheduler.policies.robust_fast import at_once_hedge
 from scheduler.policies.robust_order import hedged
 from scheduler.types import PlanRequest
 
-LEVELS_SHARE = 0.15  # share of the remaining budget one aggregate solve may use
-ROUND_FIXED_S = 0.02  # a round's aggregate solve: 5-60 ms (4,096 x 32 to 32,768 x 256)
-ROUND_COST = 3.0  # plus at least 3x the lpt phase (tier-aware placement cannot take plain LPT's
-# fast path). Since plain LPT got ~1.7x faster a round measures 3.9-7.2x the lpt phase at 4,096 x 32
-# (since ``listrun``: round 1 3.0-3.3x, round 2 3.5-5.0x, wall clock, quiet host), 4.7-6.2x at
-# 16,384 x 128 and 3.3-8.0x at 32,768 x 256 (5 batches each); kept at 3 because a round
-# that runs long is cut short within the budget (ROUND_RESERVE), so starting one that may fit
-# costs only wall time, never plan quality, and often pays.
-ROUND_RESERVE = 0.03  # share of the budget a round leaves for what follows it. A round starts when it
-# is expected to fit, and one that runs long is cut short here (``BudgetSpent``): it gives its time
-# back and the plan still ends within the budget. Before rounds could be cut, a start margin of 1.25x
-# kept them from overrunning, and at 32,768 x 256 most never started on a loaded host (the lpt plan,
-# 1.21x the bound, against ~1.06x after a round).
-AGREED = 0.01  # simulated within 1% of the estimate everywhere: no calibration needed
-DEFER = 0.8  # the second round's cap on estimates: this share of the way from the band model's
-# makespan to the first round's highest estimate. Units that would pass it wait until every other
-# unit is placed (``lpt_assignment``'s ``cap_s``). 4,096 x 32 medians of the five bench batches,
-# one round each way: 0.5: 1.136, 0.67: 1.096, 0.8: 1.029, 0.9: 1.032, none: 1.035; 16,384 x 128:
-# 0.75: 1.034, 0.8: 1.035, 0.9: 1.039, none: 1.041 (below ~0.7 too many wait, and they crowd the
-# lowest bands' workers, whose waves run 10% over their estimates).
 BASELINE_COST = 1.0  # lpt phases the robust choice's lpt side takes before its pace is known (the
 # first ``robust.MIN_SAMPLES`` draws, ``robust.baseline``): 0.6-1.1 at 4,096 x 32 and 16,384 x 128.
 # Started with less left, its draws ran past the deadline on a loaded host, for a search that
 # could not follow them
-ROUNDS = 2  # realisations of one aggregate solve: as planned, then calibrated and capped (``_rounds``)
-EXTRA_ROUNDS = 2  # more rounds, each calibrated by the last one's play, on point predictions alone
-# (no quantiles, no affinity): 4,096 x 32 medians 1.0292 -> 1.0270 (docs/solver.md, step 4)
-EXTRA_LEFT = 0.5  # an extra round starts only while this share of the budget is left (4,096 x 32:
-# two rounds end at ~80 ms of 250 on a quiet host, an extra one costs ~35 ms there)
 
 
 class CpSatPolicy:
@@ -168,10 +138,14 @@ class CpSatPolicy:
         if search_end <= clock.now():
             return lpt_plan
         left = search_end - clock.now()
-        part = copy_split(problem, request, lpt_phase, left, ROUND_FIXED_S) if spread is None else None
+        part = (
+            copy_split(problem, request, lpt_phase, left, bandsearch.ROUND_FIXED_S)
+            if spread is None
+            else None
+        )
         if part is None:
-            more = EXTRA_ROUNDS if spread is None and not request.prefix_affinity else 0
-            best, assignment = self._rounds(
+            more = bandsearch.EXTRA_ROUNDS if spread is None and not request.prefix_affinity else 0
+            best, assignment = bandsearch.rounds(
                 problem, request, lpt_plan, assignment, lpt_phase, search_end, more=more
             )
         else:
@@ -187,112 +161,6 @@ class CpSatPolicy:
             queues, finishes = level_below(problem, best.queues, best.finish_s, reserve)
             best = Placement(queues, best.status, finish_s=finishes)
         return _robust(problem, request, best, lpt_plan, deadline, base)
-
-    def _rounds(
-        self,
-        problem: Problem,
-        request: PlanRequest,
-        best: Placement,
-        assignment: list[list[int]],
-        lpt_phase: float,
-        deadline: float,
-        solved: LevelPlan | None = None,
-        more: int = 0,
-    ) -> tuple[Placement, list[list[int]]]:
-        """The band counts, realised by list scheduling in up to ``ROUNDS`` rounds, and ``more``
-        after them while ``EXTRA_LEFT`` of the budget is left; the best plan so far (``best``, the
-        lpt plan, to start) and its assignment.
-
-        Round 1 places the units inside the chosen bands. Round 2 places them inside the same bands
-        again, each (kind, band) group's estimates scaled by what round 1's simulation measured
-        (``calibrate.calibrate``), and with the units that would pass a cap (``DEFER``) placed last. A round
-        starts only when it is expected to fit the budget, and one that runs long is cut short.
-        Each round past the second is calibrated and capped by the round before it, so a group
-        that round 2 overloaded in its turn is planned slower again. The rounds stop where one
-        repeats an earlier one (``bandround.History``), and the last is not ordered where a queue
-        that runs at once already ends by the best plan's makespan: neither can change the plan.
-        The counts are the band model's, solved here (with ``more``, on point predictions alone, a
-        worker per ``lowband.PER_WORKERS`` moved up from its lowest band: ``low_shifted``), or ``solved``;
-        under prefix affinity the model's own are followed by shifted ones (``_cap_band_rounds``).
-        """
-        round_cost = ROUND_FIXED_S + ROUND_COST * lpt_phase  # re-does both, and solves
-        if deadline - clock.now() < round_cost:
-            return best, assignment  # a round would overrun the budget: keep the lpt plan
-        kinds = worker_kinds(problem.costs, problem.active)
-        levels = solved
-        if levels is None:
-            levels = self._levels(problem, kinds, max(best.finish_s), request, deadline)
-            if levels is not None and more:  # point predictions alone, as the extra rounds: measured there
-                levels = low_shifted(levels, problem, kinds)
-        if levels is None:
-            return best, assignment
-        tiers = levels.tiers(kinds, len(problem.costs))
-        band = bands_of(problem.units, levels.edges)  # each unit's: the tiers it may go to
-        stop = deadline - ROUND_RESERVE * request.time_budget_s
-        scale: list[float] | None = None
-        waves: list[float] | None = None
-        cap_s: float | None = None
-        last = ROUNDS + more
-        history = History()
-        for round_index in range(last):
-            round_started = clock.now()
-            if round_index and deadline - round_started < round_cost:
-                break
-            bar = max(best.finish_s) if round_index == last - 1 else None  # the last: beat it or stop
-            played = play_round(
-                problem, request.kv_admission, tiers, band, scale, cap_s, stop, deadline, history, bar, waves
-            )
-            if played is None:
-                break  # past the budget, a repeat, or a last round that cannot win: keep the best so far
-            banded, queues, finishes = played
-            if max(finishes) < max(best.finish_s):
-                best, assignment = Placement(queues, levels.status, finish_s=finishes), banded
-            round_cost = max(round_cost, clock.now() - round_started)
-            left = deadline - clock.now()
-            if round_index == last - 1 or left < round_cost:
-                break  # no further round can start: calibrating for it would only spend the budget
-            if round_index >= ROUNDS - 1 and left < EXTRA_LEFT * request.time_budget_s:
-                break  # an extra round polishes ~0.1%: only where it leaves the budget well alone
-            scale, highest = calibrate(problem, banded, finishes, tiers, kinds)
-            waves = in_waves(problem, banded, scale, tiers, kinds)
-            cap_s = levels.makespan_s + DEFER * (highest - levels.makespan_s)
-            if max(scale) <= 1.0 + AGREED and cap_s <= levels.makespan_s:
-                break  # the worker model agreed and nothing would wait: round 2 would repeat round 1
-        if solved is None and request.prefix_affinity:
-            return self._cap_band_rounds(problem, request, best, assignment, lpt_phase, deadline, levels)
-        return best, assignment
-
-    def _cap_band_rounds(
-        self,
-        problem: Problem,
-        request: PlanRequest,
-        best: Placement,
-        assignment: list[list[int]],
-        lpt_phase: float,
-        deadline: float,
-        levels: LevelPlan,
-    ) -> tuple[Placement, list[list[int]]]:
-        """Under prefix affinity, the rounds again on ``levels`` with more workers in the cap band
-        (``capband.cap_shifted``, ``CAP_SHIFTS`` calls, each while ``CAP_LEFT`` of the budget is left);
-        the best plan of all and its assignment.
-
-        Why. The band model covers each band with fluid demand, but under affinity the cap band's
-        units are whole groups (1.5-4.4e9 KV-token-steps at 4,096 x 32, up to 40% of what one H100
-        serves there by the bound): the few workers the model put in that band cannot share them
-        evenly and end ~10% past its makespan, while lower-band workers idle (docs/solver.md). More
-        workers there spread the groups; the worker model judges each shift's rounds, and a shift
-        that does not pay is not kept.
-        """
-        previous = levels
-        for shift in range(1, CAP_SHIFTS + 1):
-            if deadline - clock.now() < CAP_LEFT * request.time_budget_s:
-                break
-            shifted = cap_shifted(levels, shift)
-            if shifted == previous:
-                break  # the kind has no worker left below the cap band
-            best, assignment = self._rounds(problem, request, best, assignment, lpt_phase, deadline, shifted)
-            previous = shifted
-        return best, assignment
 
     def _copied(
         self,
@@ -329,17 +197,17 @@ class CpSatPolicy:
         each copy played on its own lengths in its twin's order, the last worker's order refined;
         ``best`` and ``assignment`` where it does not beat them or no time is left for it.
 
-        The sub-plan is its band rounds alone (``_rounds`` on the sub-problem, barred by ``best``'s
+        The sub-plan is its band rounds alone (``bandsearch.rounds`` on the sub-problem, barred by ``best``'s
         makespan, ending ``LEAN_RESERVE`` before the deadline for the copies), not cpsat's own plan of
         it: those were the same plans where both fitted (32,768 x 256, K = 16 and K = 8), but cpsat's
         was started where its lpt start and one round fitted, and its second round, or its first
         after an lpt start longer than a K-th of the whole one, then did not (docs/experiments.md,
         Solver, "cpsat: batches too big for a round")."""
         request = part.request  # sub-batch 0; its budget and admission are the whole request's
-        stop = deadline - ROUND_RESERVE * request.time_budget_s
+        stop = deadline - bandsearch.ROUND_RESERVE * request.time_budget_s
         bar = Placement((), best.status, finish_s=(max(best.finish_s),))
         end = deadline - LEAN_RESERVE * lpt_phase
-        sub, _ = self._rounds(part.problem, request, bar, [], lpt_phase / part.copies, end)
+        sub, _ = bandsearch.rounds(part.problem, request, bar, [], lpt_phase / part.copies, end)
         if sub is bar:
             return best, assignment
         with collector_paused():  # acyclic queues; a full collection here overran LEAN_RESERVE
@@ -349,21 +217,6 @@ class CpSatPolicy:
         if max(finishes) >= max(best.finish_s):
             return best, assignment
         return Placement(queues, _found(sub.status), finish_s=finishes), [list(q) for q in queues]
-
-    def _levels(
-        self,
-        problem: Problem,
-        kinds: Sequence[Sequence[int]],
-        upper_s: float,
-        request: PlanRequest,
-        deadline: float,
-    ) -> LevelPlan | None:
-        """Solve the aggregate model within its share of the remaining budget."""
-        remaining = deadline - clock.now()
-        if remaining <= 0 or len(problem.units) < 2:
-            return None
-        pairs = [(representative(problem.costs, members), len(members)) for members in kinds]
-        return solve_levels(problem.units, pairs, upper_s, remaining * LEVELS_SHARE, request.seed)
 
 
 def _robust(

@@ -32,7 +32,7 @@ counts, not identities, and it is what this model makes:
   best chain, walked back, gives the counts. Only where the programme would merge kinds (more than
   ``MAX_STATES`` count combinations: three or more large kinds) does CP-SAT decide the probes.
 
-``scheduler.policies.cpsat`` turns the counts into a placement by list scheduling inside the chosen
+``scheduler.policies.bandsearch`` turns the counts into a placement by list scheduling inside the chosen
 bands.
 """
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import scheduler.policies.bandround as bandround_module
+import scheduler.policies.bandsearch as bandsearch
 import scheduler.policies.cpsat as cpsat_module
 from scheduler import clock
 from scheduler.benchgen import bench_request
@@ -67,7 +68,7 @@ def test_without_affinity_every_round_follows_the_band_models_counts(monkeypatch
     rounds = _Rounds(monkeypatch)
     with clock.frozen():
         plan(BATCH, "cpsat")
-    assert len(rounds.tiers) == cpsat_module.ROUNDS + cpsat_module.EXTRA_ROUNDS
+    assert len(rounds.tiers) == bandsearch.ROUNDS + bandsearch.EXTRA_ROUNDS
     assert all(tiers == rounds.tiers[0] for tiers in rounds.tiers)
 
 
@@ -76,18 +77,17 @@ def test_a_shifted_round_starts_only_while_its_share_of_the_budget_is_left(
 ) -> None:
     request = dataclasses.replace(BATCH, prefix_affinity=True)
     problem = build_problem(request)
-    policy = cpsat_module.CpSatPolicy()
     with clock.frozen():  # the clock reads 0 throughout: ``deadline`` is what is left
         assignment, queues, finishes = lpt_start(problem, request.kv_admission, request.time_budget_s, True)
         lpt_plan = Placement(queues, "FALLBACK_LPT", finish_s=finishes)
         kinds = worker_kinds(problem.costs, problem.active)
-        levels = policy._levels(problem, kinds, max(finishes), request, request.time_budget_s)
+        levels = bandsearch.solve(problem, kinds, max(finishes), request, request.time_budget_s)
         assert levels is not None
         rounds = _Rounds(monkeypatch)
 
         def shifted(left: float) -> tuple[Placement, list[list[int]]]:
             deadline = left * request.time_budget_s
-            return policy._cap_band_rounds(problem, request, lpt_plan, assignment, 0.0, deadline, levels)
+            return bandsearch.cap_band_rounds(problem, request, lpt_plan, assignment, 0.0, deadline, levels)
 
         assert shifted(0.99 * capband.CAP_LEFT) == (lpt_plan, assignment)
         assert rounds.tiers == []
@@ -126,4 +126,4 @@ def test_rounds_after_the_first_set_aside_the_units_that_would_pass_the_previous
         plan(bench_request(4_096, 32, seed=0), "cpsat")
     assert len(caps) >= 2
     assert caps[0] is None  # the first round places within the bands alone
-    assert all(cap is not None and cap > 0 for cap in caps[1:])  # then the calibrated cap (cpsat.DEFER)
+    assert all(cap is not None and cap > 0 for cap in caps[1:])  # then the calibrated cap (bandsearch.DEFER)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import scheduler.policies.bandsearch as bandsearch
 import scheduler.policies.cpsat as cpsat_module
 import scheduler.policies.lpt as lpt_module
 from scheduler.benchgen import bench_request
@@ -71,7 +72,7 @@ def test_where_round_one_fits_the_rounds_run_on_the_whole_batch_as_before(
 ) -> None:
     slow_lpt_phase(monkeypatch, lpt_module)
     copies = count_calls(monkeypatch, cpsat_module.CpSatPolicy, "_copied")
-    rounds = count_calls(monkeypatch, cpsat_module.CpSatPolicy, "_rounds")
+    rounds = count_calls(monkeypatch, bandsearch, "rounds")
     planned = plan(_request(left=copybudget.FIRST_ROUND + 0.5), "cpsat")
     assert copies == []
     assert rounds == [1]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import scheduler.policies.bandround as bandround_module
-import scheduler.policies.cpsat as cpsat_module
+import scheduler.policies.bandsearch as bandsearch
 from scheduler import clock
 from scheduler.benchgen import bench_request
 from scheduler.planner import plan
@@ -39,34 +39,33 @@ class _Placements:
 def _rounds_with(monkeypatch: pytest.MonkeyPatch, left: float) -> list[tuple[float, ...] | None]:
     """The rounds' scales when the whole-batch rounds start with ``left`` of the budget to go."""
     problem = build_problem(BATCH)
-    policy = cpsat_module.CpSatPolicy()
     with clock.frozen():  # the clock reads 0 throughout: ``deadline`` is what is left
         assignment, queues, finishes = lpt_start(problem, BATCH.kv_admission, BATCH.time_budget_s, True)
         lpt_plan = Placement(queues, "FALLBACK_LPT", finish_s=finishes)
         placements = _Placements(monkeypatch)
-        more = cpsat_module.EXTRA_ROUNDS
-        policy._rounds(problem, BATCH, lpt_plan, assignment, 0.0, left * BATCH.time_budget_s, more=more)
+        more = bandsearch.EXTRA_ROUNDS
+        bandsearch.rounds(problem, BATCH, lpt_plan, assignment, 0.0, left * BATCH.time_budget_s, more=more)
     return placements.scales
 
 
 def test_with_half_the_budget_left_each_extra_round_is_calibrated_by_the_round_before(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    scales = _rounds_with(monkeypatch, cpsat_module.EXTRA_LEFT)
-    assert len(scales) == cpsat_module.ROUNDS + cpsat_module.EXTRA_ROUNDS > cpsat_module.ROUNDS
+    scales = _rounds_with(monkeypatch, bandsearch.EXTRA_LEFT)
+    assert len(scales) == bandsearch.ROUNDS + bandsearch.EXTRA_ROUNDS > bandsearch.ROUNDS
     assert scales[0] is None  # round 1 as the band model plans it
     assert all(s is not None for s in scales[1:])
     assert len(set(scales[1:])) == len(scales) - 1  # a new verdict each round, not round 1's again
 
 
 def test_with_less_than_half_the_budget_left_the_rounds_stop_at_two(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert len(_rounds_with(monkeypatch, 0.99 * cpsat_module.EXTRA_LEFT)) == cpsat_module.ROUNDS
+    assert len(_rounds_with(monkeypatch, 0.99 * bandsearch.EXTRA_LEFT)) == bandsearch.ROUNDS
 
 
 def test_the_extra_rounds_never_make_the_plan_later(monkeypatch: pytest.MonkeyPatch) -> None:
     with clock.frozen():
         more = plan(BATCH, "cpsat")
-        monkeypatch.setattr(cpsat_module, "EXTRA_ROUNDS", 0)
+        monkeypatch.setattr(bandsearch, "EXTRA_ROUNDS", 0)
         two = plan(BATCH, "cpsat")
     assert more.predicted_makespan_s <= two.predicted_makespan_s
 
@@ -96,13 +95,13 @@ def test_plans_judged_on_draws_or_by_group_keep_two_rounds(
         _with_quantiles(BATCH) if variant == "quantiles" else dataclasses.replace(BATCH, prefix_affinity=True)
     )
     seen: list[int] = []
-    rounds = cpsat_module.CpSatPolicy._rounds
+    rounds = bandsearch.rounds
 
-    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def counted(*args: Any, **kwargs: Any) -> Any:
         seen.append(int(kwargs.get("more", 0)))
-        return rounds(self, *args, **kwargs)
+        return rounds(*args, **kwargs)
 
-    monkeypatch.setattr(cpsat_module.CpSatPolicy, "_rounds", counted)
+    monkeypatch.setattr(bandsearch, "rounds", counted)
     with clock.frozen():
         plan(dataclasses.replace(request, time_budget_s=5.0), "cpsat")
     assert seen  # the rounds ran

@@ -15,9 +15,9 @@ from scheduler.benchgen import bench_request
 from scheduler.finish import worker_finish
 from scheduler.finish_draws import draw_finishes
 from scheduler.planner import plan
+from scheduler.policies import bandsearch, robust, robust_order
 from scheduler.policies import cpsat as cpsat_module
 from scheduler.policies import lpt as lpt_module
-from scheduler.policies import robust, robust_order
 from scheduler.policies.lpt import lpt_assignment, lpt_start
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import (
@@ -86,7 +86,7 @@ def test_the_band_search_runs_with_quantiles_when_the_choice_fits_however_long_t
     # an lpt phase of 1 s on a 10 s budget: the search used to keep 32 lpt phases for the choice,
     # which never fitted, while the choice's draws here take no time at all
     slow_lpt_phase(monkeypatch, lpt_module)
-    searched = count_calls(monkeypatch, cpsat_module.CpSatPolicy, "_rounds")
+    searched = count_calls(monkeypatch, bandsearch, "rounds")
     searched_plan = plan(REQUEST, "cpsat")
     assert searched == [1]
     assert searched_plan.status in {"OPTIMAL", "FEASIBLE", "ROBUST_LPT"}  # the search's, judged

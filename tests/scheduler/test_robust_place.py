@@ -11,9 +11,9 @@ import pytest
 from scheduler.costmodel import WorkerCost
 from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
+from scheduler.policies import bandsearch, robust, robust_place
 from scheduler.policies import cpsat as cpsat_module
 from scheduler.policies import lpt as lpt_module
-from scheduler.policies import robust, robust_place
 from scheduler.policies.base import Placement
 from scheduler.policies.lpt import calibrated, lpt_assignment, ordered
 from scheduler.policies.problem import Problem, build_problem, worker_kinds
@@ -210,13 +210,13 @@ def test_cpsat_does_not_search_with_quantiles_when_the_robust_choice_could_not_j
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     searched: list[int] = []
-    rounds = cpsat_module.CpSatPolicy._rounds
+    rounds = bandsearch.rounds
 
-    def counted(self: cpsat_module.CpSatPolicy, *args: object, **kwargs: object) -> object:
+    def counted(*args: object, **kwargs: object) -> object:
         searched.append(1)
-        return rounds(self, *args, **kwargs)  # type: ignore[arg-type]
+        return rounds(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cpsat_module.CpSatPolicy, "_rounds", counted)
+    monkeypatch.setattr(bandsearch, "rounds", counted)
     plan(_request(1.6), "cpsat")  # a budget that fits the search and the choice after it
     assert searched == [1]
     measured = robust.baseline  # a choice whose plays would never fit

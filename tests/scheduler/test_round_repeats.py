@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import scheduler.policies.bandround as bandround_module
-import scheduler.policies.cpsat as cpsat_module
+import scheduler.policies.bandsearch as bandsearch
 from scheduler import clock
 from scheduler.benchgen import bench_request
 from scheduler.planner import plan
@@ -61,7 +61,7 @@ def _every_round_played(monkeypatch: pytest.MonkeyPatch) -> None:
     def played(*args: Any) -> Any:
         return play(*args[:8])  # no history, no bar
 
-    monkeypatch.setattr(cpsat_module, "play_round", played)
+    monkeypatch.setattr(bandsearch, "play_round", played)
 
 
 def _frozen(request: PlanRequest) -> Plan:
@@ -85,7 +85,7 @@ def test_every_round_played_repeats_that_placement_and_ends_at_the_same_makespan
     _every_round_played(monkeypatch)
     spy = _Spy(monkeypatch)
     _frozen(REPEATING)
-    assert len(spy.ordered) == cpsat_module.ROUNDS + cpsat_module.EXTRA_ROUNDS
+    assert len(spy.ordered) == bandsearch.ROUNDS + bandsearch.EXTRA_ROUNDS
     assert all(a == spy.placed[0] for a in spy.placed)
 
 
@@ -94,7 +94,7 @@ def test_the_last_round_is_not_ordered_where_a_queue_run_at_once_ends_by_the_bes
 ) -> None:
     spy = _Spy(monkeypatch)
     _frozen(OUTDONE)
-    last = cpsat_module.ROUNDS + cpsat_module.EXTRA_ROUNDS
+    last = bandsearch.ROUNDS + bandsearch.EXTRA_ROUNDS
     assert len(spy.ordered) == last
     assert [bar is not None for _, bar in spy.ordered] == [False] * (last - 1) + [True]
     assert spy.outdone == 1
