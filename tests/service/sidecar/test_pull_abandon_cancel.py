@@ -1,0 +1,109 @@
+"""A beat cancelled (a shutdown) after it dropped an item past its hold bound gives the item's turn up,
+so the worker's late report of it is answered, not left waiting for good.
+
+``PullState.abandon`` takes each overdue lease's turn as it drops it (``report_turns.py``), before the
+heartbeat and the failure report; a worker's ``/done`` of it waits for that turn. A shutdown may
+cancel the beat while the heartbeat waits on Redis, before any failure report went out: the beat's
+``finally`` gives every turn it took up, so the report goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import httpx
+import redis
+
+from service.delivery.outcomes import ReleaseOutcome
+from service.delivery.protocol import Delivery
+from service.delivery.records import Lease
+from service.sidecar.holdings import Holdings
+from service.sidecar.pull_api import create_pull_app
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.procs import item, publish
+
+
+class _SlowFailure(Delivery):
+    """A real ``Delivery`` whose ``gated``-th failure report waits until ``go`` (a Redis that stalls);
+    ``reached`` says it is waiting, ``failed`` lists the keys of those answered before it."""
+
+    def __init__(self, client: redis.Redis, gated: int = 1) -> None:
+        super().__init__(client)
+        self.reached, self.go = threading.Event(), threading.Event()
+        self.gated = gated
+        self.failed: list[str] = []
+        self.reported = ""  # the key of the failure report that waits
+
+    def fail(self, lease: Lease, reason: str, now_ms: int | None = None) -> ReleaseOutcome:
+        if len(self.failed) + 1 < self.gated:
+            self.failed.append(lease.key)
+            return super().fail(lease, reason, now_ms)
+        self.reported = lease.key
+        self.reached.set()
+        self.go.wait(timeout=60)
+        return super().fail(lease, reason, now_ms)
+
+
+def test_a_worker_report_of_an_item_a_cancelled_beat_dropped_and_never_reported_is_answered(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Two items past their bound: the beat is cancelled while the first one's failure report waits
+    on Redis, so the second's is never sent; the worker's ``/done`` of the second then lands."""
+    items = [item("a", 0, 10), item("b", 0, 10)]
+    publish(Delivery.from_url(redis_url), "held", {"w0": items}, lease_ttl_ms=600_000)
+    delivery = _SlowFailure(redis.Redis.from_url(redis_url))
+    clock = [0.0]
+    session = WorkerSession(delivery, Holdings(2, clock=lambda: clock[0]), SessionSettings("w0"))
+
+    async def run() -> int:
+        app = create_pull_app(session, hold_timeout_s=100.0)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            leases: list[dict[str, Any]] = [(await client.get("/next")).json() for _ in items]
+            clock[0] = 101.0  # past the bound: the beat drops both, then reports them failed
+            beat = asyncio.create_task(app.state.pull.beat())
+            await asyncio.to_thread(delivery.reached.wait, 60)
+            beat.cancel()  # a shutdown
+            delivery.go.set()
+            reported = {lease["key"] for lease in leases} - {delivery.reported}
+            [lease] = [lease for lease in leases if lease["key"] in reported]
+            body = {key: lease[key] for key in ("schedule_id", "key", "token")} | {"output_tokens": 10}
+            async with asyncio.timeout(30):  # before: waited for a turn nobody gave up
+                answer = await client.post("/done", json=body)
+            return answer.status_code
+
+    assert asyncio.run(run()) == 200  # its lease still current in Redis: the result lands
+
+
+def test_a_worker_report_of_a_dropped_item_waits_for_its_own_failure_report_not_the_others(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Two items past their bound: the first one's failure report is answered, the second one's waits
+    on Redis; the worker's ``/done`` of the first is answered (refused: it failed) meanwhile."""
+    items = [item("a", 0, 10), item("b", 0, 10)]
+    publish(Delivery.from_url(redis_url), "held", {"w0": items}, lease_ttl_ms=600_000)
+    delivery = _SlowFailure(redis.Redis.from_url(redis_url), gated=2)
+    clock = [0.0]
+    session = WorkerSession(delivery, Holdings(2, clock=lambda: clock[0]), SessionSettings("w0"))
+
+    async def run() -> int:
+        app = create_pull_app(session, hold_timeout_s=100.0)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            leases: list[dict[str, Any]] = [(await client.get("/next")).json() for _ in items]
+            clock[0] = 101.0
+            beat = asyncio.create_task(app.state.pull.beat())
+            await asyncio.to_thread(delivery.reached.wait, 60)  # the second one's, the first answered
+            [lease] = [lease for lease in leases if lease["key"] in delivery.failed]
+            body = {key: lease[key] for key in ("schedule_id", "key", "token")} | {"output_tokens": 10}
+            try:
+                async with asyncio.timeout(30):  # before: waited for the other item's report too
+                    answer = await client.post("/done", json=body)
+            finally:
+                delivery.go.set()
+                await beat
+            return answer.status_code
+
+    assert asyncio.run(run()) == 409
