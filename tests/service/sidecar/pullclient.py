@@ -4,6 +4,7 @@ body of a pulled lease."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -52,6 +53,20 @@ def done_body(lease: dict[str, Any], tokens: int) -> dict[str, Any]:
         "token": lease["token"],
         "output_tokens": tokens,
     }
+
+
+def report_body(kind: str, lease: dict[str, Any]) -> dict[str, Any]:
+    """The body of a ``/done`` (10 output tokens) or a ``/fail`` of a lease ``GET /next`` gave."""
+    body = {key: lease[key] for key in ("schedule_id", "key", "token")}
+    return body | ({"output_tokens": 10} if kind == "done" else {"reason": "oom"})
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Wait for ``condition`` (a thread's event, a task, a log line), yielding to the app meanwhile."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within 60 s"
+        await asyncio.sleep(0.01)
 
 
 def publish_one(redis_url: str, schedule_id: str) -> Delivery:

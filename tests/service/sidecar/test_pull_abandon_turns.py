@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +30,7 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import report_body, until
 
 COUNTERS = ("inherited", "accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 WAITS = "waits for the report in flight"  # report_turns.py's DEBUG line
@@ -71,20 +71,6 @@ class _Gate(Delivery):
     def fail_key(self, *args: Any, **kwargs: Any) -> ReleaseOutcome:
         outcome: ReleaseOutcome = self._gated(lambda: super(_Gate, self).fail_key(*args, **kwargs))
         return outcome
-
-
-def _report(kind: str, lease: dict[str, Any]) -> dict[str, Any]:
-    """The body of a ``/done`` or ``/fail`` of ``lease``."""
-    body = {key: lease[key] for key in ("schedule_id", "key", "token")}
-    return body | ({"output_tokens": 10} if kind == "done" else {"reason": "oom"})
-
-
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    """Wait for ``condition`` (a thread's event, a task, a log line), yielding to the app meanwhile."""
-    deadline = time.monotonic() + 60
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within 60 s"
-        await asyncio.sleep(0.01)
 
 
 def _counted(stats: SessionStats) -> dict[str, int]:
@@ -134,18 +120,18 @@ def test_a_report_of_an_item_past_its_hold_bound_and_the_bounds_failure_report_c
             clock[0] = 101.0  # past the bound
 
             def send() -> asyncio.Task[httpx.Response]:
-                return asyncio.create_task(client.post(f"/{kind}", json=_report(kind, lease)))
+                return asyncio.create_task(client.post(f"/{kind}", json=report_body(kind, lease)))
 
             if first == "beat":
                 beat = asyncio.create_task(state.beat())
-                await _until(delivery.reached.is_set, "failure report at the gate")
+                await until(delivery.reached.is_set, "failure report at the gate")
                 report = send()
-                await _until(lambda: report.done() or WAITS in caplog.text, "report answered or waiting")
+                await until(lambda: report.done() or WAITS in caplog.text, "report answered or waiting")
                 delivery.go.set()
                 await beat
             else:
                 report = send()
-                await _until(delivery.reached.is_set, "worker's report at the gate")
+                await until(delivery.reached.is_set, "worker's report at the gate")
                 await state.beat()
                 delivery.go.set()
             answer = await report

@@ -21,13 +21,14 @@ import httpx
 import pytest
 import redis
 
-from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.pull_state import PullState
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from tests.service.sidecar.procs import item, publish, tally
+from tests.service.sidecar.pullclient import report_body
+from tests.service.sidecar.unanswered import UnansweredCompletions
 
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 Script = Callable[[httpx.AsyncClient, PullState], Awaitable[list[Any]]]
@@ -50,12 +51,6 @@ def _serve(session: WorkerSession, script: Script, **app_args: Any) -> list[Any]
     return asyncio.run(run())
 
 
-def _report(kind: str, lease: dict[str, Any]) -> dict[str, Any]:
-    """The body of a ``/done`` or ``/fail`` of ``lease``."""
-    body = {key: lease[key] for key in ("schedule_id", "key", "token")}
-    return body | ({"output_tokens": 10} if kind == "done" else {"reason": "oom"})
-
-
 STALE_ANSWER = {"done": (409, "stale"), "fail": (200, "stale")}  # docs/sidecar.md's pull API table
 
 
@@ -74,7 +69,7 @@ def test_a_report_of_a_lease_listed_lost_is_refused_stale_and_the_lease_counts_o
             await asyncio.sleep(0.05)
         await state.beat()  # finds it gone: counted lost, listed lost
         lost = [one["key"] for one in (await client.get("/leases")).json()["lost"]]
-        late = await client.post(f"/{kind}", json=_report(kind, lease))
+        late = await client.post(f"/{kind}", json=report_body(kind, lease))
         return [lost, (late.status_code, late.json()["outcome"])]
 
     assert _serve(session, script) == [["a#0"], STALE_ANSWER[kind]]
@@ -96,28 +91,11 @@ def test_a_fail_of_a_lease_held_past_its_bound_is_refused_stale_and_the_lease_co
         lease = (await client.get("/next")).json()
         clock[0] = 101.0  # past the bound: the beat reports it failed (requeued, an attempt spent)
         await state.beat()
-        late = await client.post("/fail", json=_report("fail", lease))
+        late = await client.post("/fail", json=report_body("fail", lease))
         return [(late.status_code, late.json()["outcome"]), delivery.progress("held").queued]
 
     assert _serve(session, script, hold_timeout_s=100.0) == [STALE_ANSWER["fail"], 1]
     assert _ended(session.stats) == {"failed": 1}  # before: {"failed": 1, "stale": 1}
-
-
-class _Unanswered(Delivery):
-    """A real ``Delivery`` whose completions go unanswered while ``out`` is set: they land in Redis
-    first (the connection dropped after the write) when ``lands``, else never reach it."""
-
-    def __init__(self, client: redis.Redis, lands: bool) -> None:
-        super().__init__(client)
-        self.out = threading.Event()
-        self.lands = lands
-
-    def complete_many(self, *args: Any, **kwargs: Any) -> list[CompletionOutcome]:
-        if not self.out.is_set():
-            return super().complete_many(*args, **kwargs)
-        if self.lands:
-            super().complete_many(*args, **kwargs)  # landed (a repeat is answered duplicate, not applied)
-        raise redis.ConnectionError("connection lost before the answer")
 
 
 def test_a_done_that_landed_unanswered_then_found_gone_counts_once_duplicate_and_is_not_listed_lost(
@@ -130,18 +108,18 @@ def test_a_done_that_landed_unanswered_then_found_gone_counts_once_duplicate_and
     counted it, not ``lost``, and is not listed lost. The worker's retry is answered ``duplicate``
     too, and counts nothing more. Before: ``{"lost": 1}``, listed lost."""
     publish(Delivery.from_url(redis_url), "unanswered", {"w0": [item("a", 0, 10)]})
-    delivery = _Unanswered(redis.Redis.from_url(redis_url), lands=True)
+    delivery = UnansweredCompletions(redis.Redis.from_url(redis_url), lands=True)
     settings = SessionSettings("w0", retry_for_s=0.0)  # the window over at the first lost answer
     session = WorkerSession(delivery, Holdings(1), settings)
 
     async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
         lease = (await client.get("/next")).json()
         delivery.out.set()
-        first = (await client.post("/done", json=_report("done", lease))).status_code
+        first = (await client.post("/done", json=report_body("done", lease))).status_code
         held = len(session.holdings)
         delivery.out.clear()  # Redis answers again
         await state.beat()
-        retried = await client.post("/done", json=_report("done", lease))
+        retried = await client.post("/done", json=report_body("done", lease))
         return [first, held, len(state.lost), (retried.status_code, retried.json()["outcome"])]
 
     assert _serve(session, script) == [503, 1, 0, (200, "duplicate")]
@@ -158,20 +136,20 @@ def test_a_done_that_never_landed_and_whose_lease_lapsed_counts_once_stale_and_i
     completion refused for its lease does, and is listed lost; the worker's retry is answered 409
     ``stale`` and counts nothing more. Before: ``{"lost": 1}``."""
     publish(Delivery.from_url(redis_url), "lapsed", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=200)
-    delivery = _Unanswered(redis.Redis.from_url(redis_url), lands=False)
+    delivery = UnansweredCompletions(redis.Redis.from_url(redis_url), lands=False)
     session = WorkerSession(delivery, Holdings(1), SessionSettings("w0", retry_for_s=0.0))
 
     async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
         lease = (await client.get("/next")).json()
         delivery.out.set()
-        first = (await client.post("/done", json=_report("done", lease))).status_code
+        first = (await client.post("/done", json=report_body("done", lease))).status_code
         delivery.out.clear()
         while delivery.progress("lapsed").running:  # its lease lapses unheartbeated and is reaped
             delivery.reap("lapsed")
             await asyncio.sleep(0.05)
         await state.beat()
         lost = [one["key"] for one in state.lost]
-        retried = await client.post("/done", json=_report("done", lease))
+        retried = await client.post("/done", json=report_body("done", lease))
         return [first, lost, (retried.status_code, retried.json()["outcome"])]
 
     assert _serve(session, script) == [503, ["a#0"], STALE_ANSWER["done"]]
@@ -179,8 +157,8 @@ def test_a_done_that_never_landed_and_whose_lease_lapsed_counts_once_stale_and_i
     assert len(session.holdings) == 0
 
 
-class _CancelCheckHeld(_Unanswered):
-    """``_Unanswered`` whose check for a cancel (the heartbeat's round trip for the leases it found
+class _CancelCheckHeld(UnansweredCompletions):
+    """``UnansweredCompletions`` whose check for a cancel (the heartbeat's round trip for the leases it found
     gone) waits for ``go`` once ``asked`` is set: the worker's retry comes in meanwhile."""
 
     def __init__(self, client: redis.Redis) -> None:
@@ -210,14 +188,14 @@ def test_a_retry_that_lands_while_the_heartbeat_counts_other_leases_gone_leaves_
     async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
         lapses, done = [(await client.get("/next")).json() for _ in range(2)]
         delivery.out.set()
-        first = (await client.post("/done", json=_report("done", done))).status_code
+        first = (await client.post("/done", json=report_body("done", done))).status_code
         delivery.out.clear()
         while delivery.progress("two").running:  # the other lease lapses unheartbeated and is reaped
             delivery.reap("two")
             await asyncio.sleep(0.05)
         beat = asyncio.create_task(state.beat())
         await asyncio.to_thread(delivery.asked.wait, 60)  # the heartbeat is counting the lapsed one
-        retried = await client.post("/done", json=_report("done", done))
+        retried = await client.post("/done", json=report_body("done", done))
         delivery.go.set()
         await beat
         lost = [one["key"] for one in state.lost]

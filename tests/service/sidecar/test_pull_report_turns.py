@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -28,6 +26,7 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import report_body, until
 
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 
@@ -68,20 +67,6 @@ class _FirstAnswerHeld(Delivery):
         return outcome
 
 
-def _report(kind: str, lease: dict[str, Any]) -> dict[str, Any]:
-    """The body of a ``/done`` or ``/fail`` of ``lease``."""
-    body = {key: lease[key] for key in ("schedule_id", "key", "token")}
-    return body | ({"output_tokens": 10} if kind == "done" else {"reason": "oom"})
-
-
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    """Wait for ``condition`` (a thread's event, a log line), yielding to the app meanwhile."""
-    deadline = time.monotonic() + 60
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within 60 s"
-        await asyncio.sleep(0.01)
-
-
 # (first report, second): their answers, and the one counter the lease ends in
 RACES = {
     ("done", "done"): ([(200, "accepted"), (200, "duplicate")], {"accepted": 1}),
@@ -108,10 +93,10 @@ def test_a_report_sent_while_another_of_its_lease_is_answered_gets_its_answer_an
 
     async def race(client: httpx.AsyncClient) -> list[tuple[int, str]]:
         lease = (await client.get("/next")).json()
-        sent = asyncio.create_task(client.post(f"/{first}", json=_report(first, lease)))
+        sent = asyncio.create_task(client.post(f"/{first}", json=report_body(first, lease)))
         await asyncio.to_thread(delivery.landed.wait, 60)
-        again = asyncio.create_task(client.post(f"/{second}", json=_report(second, lease)))
-        await _until(lambda: delivery.again.is_set() or waits(), "second report in flight")
+        again = asyncio.create_task(client.post(f"/{second}", json=report_body(second, lease)))
+        await until(lambda: delivery.again.is_set() or waits(), "second report in flight")
         delivery.answer.set()
         return [(r.status_code, r.json()["outcome"]) for r in await asyncio.gather(sent, again)]
 

@@ -20,14 +20,15 @@ import httpx
 import pytest
 import redis
 
-from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
+from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import Lease, TrajectoryResult
+from service.delivery.records import TrajectoryResult
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from tests.service.sidecar.procs import item, publish, run_until, tally
+from tests.service.sidecar.unanswered import UnansweredReports
 
 RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
@@ -38,34 +39,9 @@ def _ended(stats: SessionStats) -> dict[str, int]:
     return {name: getattr(stats, name) for name in ENDS if getattr(stats, name)}
 
 
-class _Unanswered(Delivery):
-    """A real ``Delivery`` whose completions and failure reports go unanswered while ``out`` is set:
-    they land in Redis first (the connection dropped after the write) when ``lands``, else never
-    reach it."""
-
-    def __init__(self, client: redis.Redis, lands: bool) -> None:
-        super().__init__(client)
-        self.out = threading.Event()
-        self.lands = lands
-
-    def complete_many(self, *args: Any, **kwargs: Any) -> list[CompletionOutcome]:
-        if not self.out.is_set():
-            return super().complete_many(*args, **kwargs)
-        if self.lands:
-            super().complete_many(*args, **kwargs)  # landed (a repeat is answered duplicate, not applied)
-        raise redis.ConnectionError("connection lost before the answer")
-
-    def fail(self, lease: Lease, reason: str, now_ms: int | None = None) -> ReleaseOutcome:
-        if not self.out.is_set():
-            return super().fail(lease, reason, now_ms)
-        if self.lands:
-            super().fail(lease, reason, now_ms)
-        raise redis.ConnectionError("connection lost before the answer")
-
-
-def _session(redis_url: str, lands: bool) -> tuple[_Unanswered, WorkerSession]:
+def _session(redis_url: str, lands: bool) -> tuple[UnansweredReports, WorkerSession]:
     """A session whose retry window is over at the first lost answer."""
-    delivery = _Unanswered(redis.Redis.from_url(redis_url), lands)
+    delivery = UnansweredReports(redis.Redis.from_url(redis_url), lands)
     return delivery, WorkerSession(delivery, Holdings(1), SessionSettings("w0", retry_for_s=0.0))
 
 
@@ -196,7 +172,7 @@ def test_the_push_sidecar_ends_a_lease_whose_completion_went_unanswered_once_by_
     its last try, Redis answering again by then or not. Heartbeats far apart: the drain's try is the
     only one."""
     publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]})
-    delivery = _Unanswered(redis.Redis.from_url(redis_url), lands=True)
+    delivery = UnansweredReports(redis.Redis.from_url(redis_url), lands=True)
     delivery.out.set()
     settings = SessionSettings("w0", retry_for_s=0.0, heartbeat_interval_s=20.0)
     session = WorkerSession(delivery, Holdings(1), settings)

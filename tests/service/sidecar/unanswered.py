@@ -1,0 +1,46 @@
+"""A real ``Delivery`` whose reports go unanswered on demand: the connection dropped after the write
+(the report landed in Redis) or before it (it never reached Redis). Push and pull tests of how a
+report Redis never answered ends its lease share it."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import redis
+
+from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
+from service.delivery.protocol import Delivery
+from service.delivery.records import Lease
+
+
+def _lost_answer() -> redis.ConnectionError:
+    return redis.ConnectionError("connection lost before the answer")
+
+
+class UnansweredCompletions(Delivery):
+    """Completions go unanswered while ``out`` is set: they land in Redis first when ``lands``, else
+    never reach it."""
+
+    def __init__(self, client: redis.Redis, lands: bool) -> None:
+        super().__init__(client)
+        self.out = threading.Event()
+        self.lands = lands
+
+    def complete_many(self, *args: Any, **kwargs: Any) -> list[CompletionOutcome]:
+        if not self.out.is_set():
+            return super().complete_many(*args, **kwargs)
+        if self.lands:
+            super().complete_many(*args, **kwargs)  # landed (a repeat is answered duplicate, not applied)
+        raise _lost_answer()
+
+
+class UnansweredReports(UnansweredCompletions):
+    """Failure reports go unanswered too, alike."""
+
+    def fail(self, lease: Lease, reason: str, now_ms: int | None = None) -> ReleaseOutcome:
+        if not self.out.is_set():
+            return super().fail(lease, reason, now_ms)
+        if self.lands:
+            super().fail(lease, reason, now_ms)
+        raise _lost_answer()
