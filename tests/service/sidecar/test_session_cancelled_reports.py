@@ -11,18 +11,15 @@ could end: it is answered as refused without asking Redis, as is one of a lease 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
 from typing import Any
 
-import pytest
 import redis
 
-from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import TrajectoryResult
-from service.sidecar.holdings import Held, Holdings
+from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.delivery.conftest import schedule
+from tests.service.sidecar.unsent import EACH_REPORT, Report
 
 
 class _Reports(Delivery):
@@ -45,26 +42,7 @@ class _Reports(Delivery):
         return super().release(*args, **kwargs)
 
 
-Report = Callable[[WorkerSession, Held], Coroutine[Any, Any, Any]]
-
-
-async def _complete(session: WorkerSession, held: Held) -> Any:
-    return await session.complete(held, TrajectoryResult(5))
-
-
-async def _fail(session: WorkerSession, held: Held) -> Any:
-    return await session.fail(held, "the engine refused it")
-
-
-async def _release(session: WorkerSession, held: Held) -> Any:
-    return await session.release([held])
-
-
-@pytest.mark.parametrize(
-    ("report", "answer"),
-    [(_complete, CompletionOutcome.STALE), (_fail, ReleaseOutcome.STALE), (_release, 0)],
-    ids=["complete", "fail", "release"],
-)
+@EACH_REPORT
 def test_a_report_of_a_lease_dropped_as_cancelled_is_not_sent_and_the_item_ends_once_cancelled(
     redis_client: redis.Redis, report: Report, answer: object
 ) -> None:

@@ -15,18 +15,18 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
 import redis
 
-from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
+from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.records import TrajectoryResult
 from service.sidecar.holdings import Held, Holdings
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from tests.service.delivery.conftest import schedule
+from tests.service.sidecar.unsent import EACH_REPORT, Report
 
 RESULT = TrajectoryResult(5)
 
@@ -98,26 +98,7 @@ def test_an_item_completed_while_the_heartbeat_counts_its_lease_lost_is_counted_
     assert "refused as stale" not in caplog.text  # not sent: the heartbeat told the loss already
 
 
-Report = Callable[[WorkerSession, Held], Coroutine[Any, Any, Any]]
-
-
-async def _complete(session: WorkerSession, held: Held) -> Any:
-    return await session.complete(held, RESULT)
-
-
-async def _fail(session: WorkerSession, held: Held) -> Any:
-    return await session.fail(held, "the engine refused it")
-
-
-async def _release(session: WorkerSession, held: Held) -> Any:
-    return await session.release([held])
-
-
-@pytest.mark.parametrize(
-    ("report", "answer"),
-    [(_complete, CompletionOutcome.STALE), (_fail, ReleaseOutcome.STALE), (_release, 0)],
-    ids=["complete", "fail", "release"],
-)
+@EACH_REPORT
 def test_a_report_of_a_lease_a_heartbeat_found_gone_is_not_sent_and_the_item_ends_once_lost(
     redis_client: redis.Redis, caplog: pytest.LogCaptureFixture, report: Report, answer: object
 ) -> None:
