@@ -33,8 +33,9 @@ WATCHER_EXIT_S = 10.0  # wait for a disarmed watcher to exit before SIGKILL (it 
 # without a stop; the pidfd readable, the server ended: nothing left to stop (and the owner, alive, keeps
 # the dir). SIGCONT wakes a server stopped by SIGSTOP (the outage tests) to take the SIGTERM; the dir is
 # removed once the pidfd says the server has ended, within a minute (one slower to end keeps it). Ctrl-C
-# and a closed terminal reach the whole process group: the watcher ignores both, since its owner may die
-# of them and the server ignores SIGHUP.
+# and a closed terminal reach the whole process group, of which its owner may die and whose server
+# ignores SIGHUP: the watcher runs in a session of its own, out of their reach, and ignores both anyway
+# (a ``kill`` of a group it was put in).
 WATCHER = """
 import os, select, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -87,6 +88,10 @@ class Watch:
         ``os.pipe`` and ``os.pidfd_open`` make close-on-exec descriptors: the server and any other
         child this process starts hold neither, so the owner's death is the only end-of-file the
         watcher can read; the watcher gets the pidfd by ``pass_fds`` only.
+
+        The watcher runs in a session of its own: Ctrl-C and a closed terminal signal the owner's
+        whole process group, and a watcher still starting (its Python not yet at the lines that
+        ignore them) died of them with its owner, leaving the server it was there to stop.
         """
         read_end, write_end = os.pipe()
         pidfd = _pidfd(pid)
@@ -106,6 +111,7 @@ class Watch:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 pass_fds=() if pidfd is None else (pidfd,),
+                start_new_session=True,  # in no group a terminal signals: see below
             )
         except BaseException:
             os.close(write_end)

@@ -6,9 +6,11 @@ that much longer; left watching a server that ended and was reaped, it could sig
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -119,3 +121,37 @@ def test_a_restart_after_the_server_died_disarms_the_dead_servers_watcher(pidfds
         assert server._held.watch is not old
     finally:
         server.stop()
+
+
+# An owner in a group of its own: it starts a process to watch (in no group of its, so the signal
+# below spares it), says its pid, starts the watcher and at once signals its whole group with SIGHUP
+# (a closed terminal), before the watcher's Python can have reached its first line; it dies of it.
+GROUP_HUNG_UP = """
+import os, signal, subprocess
+from service.embedded_watch import Watch
+quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # not holding our pipes open
+watched = subprocess.Popen(["sleep", "600"], start_new_session=True, **quiet)
+print(watched.pid, flush=True)
+Watch.start(watched.pid)
+os.killpg(0, signal.SIGHUP)
+"""
+
+
+def test_a_signal_to_the_owners_group_as_the_watcher_starts_leaves_it_to_stop_its_process() -> None:
+    """A closed terminal or Ctrl-C signals the owner's whole process group. A watcher in that group
+    and still starting died of it (it ignores both only from its first lines on), leaving the
+    process it was to stop running once the owner died of the same signal."""
+    owner = subprocess.run(
+        [sys.executable, "-c", GROUP_HUNG_UP],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        start_new_session=True,
+    )
+    assert owner.returncode == -signal.SIGHUP, owner.stderr[-2000:]
+    watched = int(owner.stdout.split()[0])
+    try:
+        assert gone_within(watched, GONE_WITHIN_S), "the watched process outlived its owner's SIGHUP"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(watched, signal.SIGKILL)
