@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import socket
-import time
 from pathlib import Path
 
 import httpx
@@ -16,10 +15,11 @@ from typer.testing import CliRunner
 
 from service.api.schemas import Name
 from service.commands import engine_sim, sidecar
+from service.delivery import keys
 from service.delivery.protocol import Delivery
 from service.names import name_error
 from service.ports import free_port
-from tests.service.sidecar.procs import cluster, item, publish, wait_http
+from tests.service.sidecar.procs import cluster, item, publish, wait_http, wait_until
 
 
 def _app() -> typer.Typer:
@@ -168,7 +168,10 @@ def test_pull_mode_keeps_a_pulled_lease_alive_and_hands_back_what_it_holds_on_si
     redis_client: redis.Redis, redis_url: str, tmp_path: Path
 ) -> None:
     delivery = Delivery.from_url(redis_url)
-    publish(delivery, "pull", {"w0": [item("a", 0, 5), item("b", 0, 5)]}, lease_ttl_ms=1000)
+    # kept alive is told by the renewal in Redis, not by outliving the TTL: a 2.5 s sleep over 1 s
+    # leases passed with the pull heartbeats never sent, since the /done after that silence found an
+    # outage and graced both leases (``pulse`` in common.lua). 12 s leases are renewed 4 s on.
+    publish(delivery, "pull", {"w0": [item("a", 0, 5), item("b", 0, 5)]}, lease_ttl_ms=12_000)
     port = free_port()
     with cluster(tmp_path) as procs:
         worker = procs.spawn(
@@ -178,7 +181,13 @@ def test_pull_mode_keeps_a_pulled_lease_alive_and_hands_back_what_it_holds_on_si
         wait_http(f"{base}/health", worker)
         first = httpx.get(f"{base}/next").json()
         second = httpx.get(f"{base}/next").json()
-        time.sleep(2.5)  # longer than the 1 s lease: only the sidecar's heartbeats keep both alive
+        deadlines = keys.schedule_keys("pull").deadlines  # Redis extends only a lease still current
+        leased = {lease["key"]: lease["deadline_ms"] for lease in (first, second)}
+        wait_until(
+            lambda: all((redis_client.zscore(deadlines, k) or 0) > ms for k, ms in leased.items()),
+            60,  # due 4 s on: a bound against never
+            "both leases renewed by the sidecar's heartbeats",
+        )
         done = httpx.post(
             f"{base}/done",
             json={**{k: first[k] for k in ("schedule_id", "key", "token")}, "output_tokens": 5},
