@@ -21,6 +21,7 @@ from service.embedded import EmbeddedServer
 from service.ports import free_port
 from tests.cluster import one_node_cluster
 from tests.service.sidecar.procs import (
+    PROCESS_START_S,
     cluster,
     counters_line,
     item,
@@ -44,10 +45,10 @@ def test_a_sigkilled_sidecar_s_claimed_items_are_all_redelivered_after_its_lease
         urls = procs.engine_threads({"engine-victim": 0.1, "engine-peer": 0.01})
         victim = procs.sidecar("victim", urls["engine-victim"], redis_url)
         publish(delivery, "kill", {"victim": victim_items, "peer": peer_items})
-        wait_until(lambda: delivery.progress("kill").workers["victim"].running == 6, 20)
+        wait_until(lambda: delivery.progress("kill").workers["victim"].running == 6, PROCESS_START_S)
         victim.signal(signal.SIGKILL)
         peer = procs.sidecar("peer", urls["engine-peer"], redis_url)
-        wait_finished(delivery, "kill", 30)
+        wait_finished(delivery, "kill", PROCESS_START_S)  # the peer's start-up, then ~3 s of work
         peer.signal(signal.SIGTERM)
         peer_stats = peer.stats()
     results = {r.key: r for r in delivery.read_results("kill", count=100)}
@@ -73,10 +74,11 @@ def test_a_sidecar_paused_past_its_lease_gets_nothing_accepted_and_the_item_runs
         # once, by the rescuer. (Expecting the completion first failed ~1 run in 5 on a loaded host.)
         paused = procs.sidecar("paused", urls["engine-paused"], redis_url)
         publish(delivery, "pause", {"paused": [slow], "rescuer": []}, lease_ttl_ms=2000)
-        wait_until(lambda: delivery.progress("pause").running == 1, 40, "the item claimed")
+        wait_until(lambda: delivery.progress("pause").running == 1, PROCESS_START_S, "the item claimed")
         paused.signal(signal.SIGSTOP)
         rescuer = procs.sidecar("rescuer", urls["engine-rescuer"], redis_url)
-        wait_finished(delivery, "pause", 30)  # reaped after 2 s, stolen and completed by the rescuer
+        # the rescuer's start-up; the item reaped after 2 s, stolen and completed by it
+        wait_finished(delivery, "pause", PROCESS_START_S)
         time.sleep(0.5)  # the paused sidecar's engine has long finished: its reply waits in the socket
         paused.signal(signal.SIGCONT)
         wait_until(
@@ -109,7 +111,7 @@ def test_sigterm_lets_running_items_finish_and_leaves_the_rest_queued_for_others
         # leases long enough that a loaded host cannot let one lapse while the two items finish
         # (with the 1 s fault-test default, a clean-clone CI run under load saw one refused as stale)
         publish(delivery, "term", {"w0": items}, lease_ttl_ms=10_000)
-        wait_until(lambda: delivery.progress("term").running == 2, 20)
+        wait_until(lambda: delivery.progress("term").running == 2, PROCESS_START_S)
         sidecar.signal(signal.SIGTERM)
         stats = sidecar.stats()
         assert sidecar.popen.returncode == 0
@@ -203,7 +205,7 @@ def test_items_on_a_sigstopped_engine_go_back_and_the_sidecar_reports_its_engine
         flags = ["--engine-stall-timeout", "2", "--health-port", str(health)]
         sidecar = procs.sidecar("w0", engine, redis_url, *flags)
         publish(delivery, "sigstop", {"w0": items}, lease_ttl_ms=10_000)
-        wait_until(lambda: delivery.progress("sigstop").running == 4, 30, "all four running")
+        wait_until(lambda: delivery.progress("sigstop").running == 4, PROCESS_START_S, "all four running")
         procs.procs[0].signal(signal.SIGSTOP)  # the engine-sim process
         wait_until(lambda: delivery.progress("sigstop").queued == 4, 20, "the items handed back")
         body = httpx.get(f"http://127.0.0.1:{health}/health", timeout=5).json()
@@ -223,7 +225,7 @@ def test_sidecars_ride_out_a_redis_crash_and_aof_restart_losing_nothing(tmp_path
             urls = procs.engine_threads({"w0": 0.01, "w1": 0.01})
             sidecars = [procs.sidecar(w, urls[w], server.url, "--max-num-seqs", "2") for w in queues]
             publish(delivery, "restart", queues, lease_ttl_ms=2000)
-            wait_until(lambda: delivery.progress("restart").done >= 4, 30)
+            wait_until(lambda: delivery.progress("restart").done >= 4, PROCESS_START_S)
             server.kill()
             time.sleep(1.0)  # completions and claims fail meanwhile; the sidecars retry
             server.start()
