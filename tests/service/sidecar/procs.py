@@ -244,8 +244,9 @@ def wait_finished(delivery: Delivery, schedule_id: str, timeout_s: float) -> Non
     raise AssertionError(f"schedule {schedule_id} unfinished: {delivery.progress(schedule_id)}")
 
 
-def warm_up(delivery: Delivery, workers: list[str], tag: str, timeout_s: float = 60.0) -> None:
-    """Return once every worker's sidecar has run an item of its own (so all are up and polling).
+def warm_up(delivery: Delivery, workers: list[str], tag: str, timeout_s: float = PROCESS_START_S) -> None:
+    """Return once every worker's sidecar has run an item of its own (so all are up and polling): eight
+    started at once on a loaded host take their imports' time, a bound against never.
 
     One single-worker schedule each: within a shared schedule an early sidecar would steal a late
     one's warm-up item and prove nothing about it.
