@@ -10,7 +10,6 @@ the leases left to lapse, while the drain had time) and the last the wrong end.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
@@ -19,6 +18,7 @@ from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, WorkerSession
+from tests.service.sidecar.spies import hand_back_bounds
 
 DRAIN_S = 10.0
 
@@ -27,14 +27,7 @@ def test_the_drains_hand_backs_are_bounded_by_its_deadline_then_by_the_deadline_
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     session = WorkerSession(Delivery.from_url(redis_url), Holdings(2), SessionSettings("w0"))
-    given: list[float] = []
-    hand_back = session.hand_back
-
-    async def recorded(helds: list[Any], within_s: float, died: str = "") -> None:
-        given.append(within_s)
-        await hand_back(helds, within_s, died)
-
-    monkeypatch.setattr(session, "hand_back", recorded)
+    given = hand_back_bounds(session, monkeypatch)
     engine = EngineClient.open(EngineOptions("http://127.0.0.1:9"))  # refused: nothing is claimed
     sidecar = Sidecar(session, engine, RunnerSettings(idle_poll_s=0.02, drain_timeout_s=DRAIN_S))
 

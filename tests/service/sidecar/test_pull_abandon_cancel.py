@@ -23,6 +23,7 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import report_body
 
 
 class _SlowFailure(Delivery):
@@ -46,22 +47,30 @@ class _SlowFailure(Delivery):
         return super().fail(lease, reason, now_ms)
 
 
+def _two_items_held(redis_url: str, gated: int) -> tuple[_SlowFailure, WorkerSession, list[float]]:
+    """Items ``a`` and ``b`` for ``w0`` (leases long enough never to lapse here), a session whose
+    ``gated``-th failure report stalls, and the clock its holdings read (the test moves it past the
+    hold bound)."""
+    items = [item("a", 0, 10), item("b", 0, 10)]
+    publish(Delivery.from_url(redis_url), "held", {"w0": items}, lease_ttl_ms=600_000)
+    delivery = _SlowFailure(redis.Redis.from_url(redis_url), gated)
+    clock = [0.0]
+    session = WorkerSession(delivery, Holdings(2, clock=lambda: clock[0]), SessionSettings("w0"))
+    return delivery, session, clock
+
+
 def test_a_worker_report_of_an_item_a_cancelled_beat_dropped_and_never_reported_is_answered(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
     """Two items past their bound: the beat is cancelled while the first one's failure report waits
     on Redis, so the second's is never sent; the worker's ``/done`` of the second then lands."""
-    items = [item("a", 0, 10), item("b", 0, 10)]
-    publish(Delivery.from_url(redis_url), "held", {"w0": items}, lease_ttl_ms=600_000)
-    delivery = _SlowFailure(redis.Redis.from_url(redis_url))
-    clock = [0.0]
-    session = WorkerSession(delivery, Holdings(2, clock=lambda: clock[0]), SessionSettings("w0"))
+    delivery, session, clock = _two_items_held(redis_url, gated=1)
 
     async def run() -> int:
         app = create_pull_app(session, hold_timeout_s=100.0)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            leases: list[dict[str, Any]] = [(await client.get("/next")).json() for _ in items]
+            leases: list[dict[str, Any]] = [(await client.get("/next")).json() for _ in range(2)]
             clock[0] = 101.0  # past the bound: the beat drops both, then reports them failed
             beat = asyncio.create_task(app.state.pull.beat())
             await asyncio.to_thread(delivery.reached.wait, 60)
@@ -69,9 +78,8 @@ def test_a_worker_report_of_an_item_a_cancelled_beat_dropped_and_never_reported_
             delivery.go.set()
             reported = {lease["key"] for lease in leases} - {delivery.reported}
             [lease] = [lease for lease in leases if lease["key"] in reported]
-            body = {key: lease[key] for key in ("schedule_id", "key", "token")} | {"output_tokens": 10}
             async with asyncio.timeout(30):  # before: waited for a turn nobody gave up
-                answer = await client.post("/done", json=body)
+                answer = await client.post("/done", json=report_body("done", lease))
             return answer.status_code
 
     assert asyncio.run(run()) == 200  # its lease still current in Redis: the result lands
@@ -82,25 +90,20 @@ def test_a_worker_report_of_a_dropped_item_waits_for_its_own_failure_report_not_
 ) -> None:
     """Two items past their bound: the first one's failure report is answered, the second one's waits
     on Redis; the worker's ``/done`` of the first is answered (refused: it failed) meanwhile."""
-    items = [item("a", 0, 10), item("b", 0, 10)]
-    publish(Delivery.from_url(redis_url), "held", {"w0": items}, lease_ttl_ms=600_000)
-    delivery = _SlowFailure(redis.Redis.from_url(redis_url), gated=2)
-    clock = [0.0]
-    session = WorkerSession(delivery, Holdings(2, clock=lambda: clock[0]), SessionSettings("w0"))
+    delivery, session, clock = _two_items_held(redis_url, gated=2)
 
     async def run() -> int:
         app = create_pull_app(session, hold_timeout_s=100.0)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            leases: list[dict[str, Any]] = [(await client.get("/next")).json() for _ in items]
+            leases: list[dict[str, Any]] = [(await client.get("/next")).json() for _ in range(2)]
             clock[0] = 101.0
             beat = asyncio.create_task(app.state.pull.beat())
             await asyncio.to_thread(delivery.reached.wait, 60)  # the second one's, the first answered
             [lease] = [lease for lease in leases if lease["key"] in delivery.failed]
-            body = {key: lease[key] for key in ("schedule_id", "key", "token")} | {"output_tokens": 10}
             try:
                 async with asyncio.timeout(30):  # before: waited for the other item's report too
-                    answer = await client.post("/done", json=body)
+                    answer = await client.post("/done", json=report_body("done", lease))
             finally:
                 delivery.go.set()
                 await beat

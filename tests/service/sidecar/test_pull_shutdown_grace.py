@@ -11,7 +11,6 @@ gives it all of it.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import httpx
 import pytest
@@ -22,6 +21,7 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.pullclient import publish_one
+from tests.service.sidecar.spies import hand_back_bounds
 
 DRAIN_S = 0.1
 GRACE_S = 2.0
@@ -33,14 +33,7 @@ def test_the_hand_back_at_shutdown_gets_what_is_left_of_the_grace_after_the_drai
 ) -> None:
     publish_one(redis_url, "s")
     session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
-    given: list[float] = []
-    hand_back = session.hand_back
-
-    async def recorded(helds: list[Any], within_s: float, died: str = "") -> None:
-        given.append(within_s)
-        await hand_back(helds, within_s, died)
-
-    monkeypatch.setattr(session, "hand_back", recorded)
+    given = hand_back_bounds(session, monkeypatch)
     stopping = asyncio.Event()
 
     async def run() -> None:
