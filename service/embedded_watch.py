@@ -16,6 +16,11 @@ keeps it from a reused one.
 An owner that dies can remove nothing, so the watcher also removes the server's temporary data dir,
 once the pidfd says the server has ended (it writes its log there until then); without a pidfd it
 cannot tell when, and leaves the dir.
+
+A child the owner forks without exec (``os.fork``, a ``multiprocessing`` fork) gets a copy of every
+descriptor, the pipe's write end too: close-on-exec does nothing there. Kept, that copy held the pipe
+open past the owner's death, and the server ran on until the child exited too. So the child closes
+its copies as it starts (``os.register_at_fork``): only the owner's death ends the pipe, as before.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import weakref
 from dataclasses import dataclass
 
 WATCHER_EXIT_S = 10.0  # wait for a disarmed watcher to exit before SIGKILL (it exits in milliseconds)
@@ -73,7 +79,7 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-@dataclass
+@dataclass(eq=False)  # by identity: kept in ``_ARMED``, a weak set
 class Watch:
     """One armed watcher: its process and the write end of its pipe, until ``disarm``."""
 
@@ -120,7 +126,9 @@ class Watch:
             os.close(read_end)
             if pidfd is not None:
                 os.close(pidfd)
-        return cls(process, write_end)
+        watch = cls(process, write_end)
+        _ARMED.add(watch)
+        return watch
 
     def disarm(self) -> None:
         """Disarm the watcher and reap it: before the server is signalled or reaped by its owner, since
@@ -131,8 +139,32 @@ class Watch:
                 os.write(self.fd, b"x")
             os.close(self.fd)
             self.fd = None
+        _ARMED.discard(self)
         try:
             self.process.wait(timeout=WATCHER_EXIT_S)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+    def forget(self) -> None:
+        """In a forked child: close this copy of the pipe's write end, unwritten. Its owner is the
+        parent; a child's copy kept the pipe open past the parent's death. A ``disarm`` in the child
+        then writes nothing (its parent's server is not the child's to stop)."""
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+
+# The watches armed in this process: a forked child closes its copies of their pipes (``forget``).
+_ARMED: weakref.WeakSet[Watch] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    """``os.register_at_fork``'s hook, run in each child of ``os.fork`` before it returns there."""
+    for watch in list(_ARMED):
+        watch.forget()
+    _ARMED.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

@@ -5,6 +5,7 @@ the pid an embedded server reports, to tell it from its watcher."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import redis
@@ -62,3 +63,16 @@ def server_pid(url: str) -> int:
         return int(client.info("server")["process_id"])
     finally:
         client.close()
+
+
+def kill_if_still_there(url: str, pid: int) -> None:
+    """SIGKILL a server a test started and that outlived its owner, only while ``url`` still answers
+    as ``pid``, so that no other process is signalled (the pid may be reused once it is gone)."""
+    try:
+        if not alive(pid):
+            return
+        os.kill(pid, signal.SIGCONT)  # a paused one answers nothing
+        if server_pid(url) == pid:
+            os.kill(pid, signal.SIGKILL)
+    except (redis.RedisError, ProcessLookupError):
+        pass

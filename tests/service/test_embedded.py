@@ -19,7 +19,7 @@ from service import embedded
 from service.embedded import EmbeddedServer, PortTakenError
 from service.ports import free_port
 from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within, running
-from tests.service.procfs import children, has_pidfds, server_pid
+from tests.service.procfs import children, has_pidfds, kill_if_still_there, server_pid
 
 
 @pytest.fixture
@@ -74,19 +74,6 @@ time.sleep(600)
 """
 
 
-def _kill_if_still_there(url: str, pid: int) -> None:
-    """SIGKILL a server this test started and that outlived its owner, only while ``url`` still
-    answers as ``pid``, so that no other process is signalled (the pid may be reused once it is gone)."""
-    try:
-        if not running(pid):
-            return
-        os.kill(pid, signal.SIGCONT)  # a paused one answers nothing
-        if server_pid(url) == pid:
-            os.kill(pid, signal.SIGKILL)
-    except (redis.RedisError, ProcessLookupError):
-        pass
-
-
 @pytest.mark.parametrize("paused", [False, True], ids=["running", "paused by SIGSTOP"])
 def test_a_server_whose_owner_is_sigkilled_stops_of_itself(paused: bool) -> None:
     """SIGKILL (the OOM killer, ``kill -9``, a killed pytest worker) runs no cleanup in the owner: its
@@ -112,7 +99,7 @@ def test_a_server_whose_owner_is_sigkilled_stops_of_itself(paused: bool) -> None
             if has_pidfds():
                 assert removed_within(Path(data_dir), GONE_WITHIN_S), f"{data_dir} outlived its server"
         finally:
-            _kill_if_still_there(url, pid)
+            kill_if_still_there(url, pid)
     finally:
         if owner.poll() is None:
             owner.kill()
@@ -156,7 +143,7 @@ def test_a_server_whose_owners_process_group_is_signalled_stops_with_its_owner(
         try:
             assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its owner's {signum!r}"
         finally:
-            _kill_if_still_there(url, pid)
+            kill_if_still_there(url, pid)
     finally:
         if owner.poll() is None:
             owner.kill()
