@@ -369,6 +369,8 @@ class WorkerSession:
                 self.stats.lost += sum(len(rest) for _, rest in groups[i:])
                 raise
             dead += outcomes.count(ReleaseOutcome.DEAD_LETTERED)
+            # per group, as it lands: a later group unanswered raises past the end of the loop
+            self.stats.failed += outcomes.count(ReleaseOutcome.DEAD_LETTERED)
             self.stats.released += outcomes.count(ReleaseOutcome.REQUEUED)
             # gone before the hand-back (cancelled, or lapsed): each still ends once here; it ended
             # uncounted, and claimed ran ahead of what ended (a pull /reset after a DAPO cancel)
@@ -379,7 +381,6 @@ class WorkerSession:
             ]
             if gone:
                 await self._ledger.gone(schedule_id, gone)
-        self.stats.failed += dead
         return dead
 
     async def hand_back(self, helds: list[Held], within_s: float, died: str = "") -> None:

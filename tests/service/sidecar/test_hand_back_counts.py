@@ -19,6 +19,7 @@ from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.delivery.conftest import schedule
 from tests.service.sidecar.procs import item, publish
 
 
@@ -57,3 +58,27 @@ def test_leases_a_hand_back_leaves_unanswered_are_counted_lost_so_taken_balances
     stats = session.stats
     assert (stats.claimed, stats.released, stats.lost) == (4, released, lost)
     assert session.holdings.all() == []
+
+
+def test_a_hand_back_cut_after_an_earlier_schedule_dead_lettered_still_counts_that_failed(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """s's item comes back a second time after its sidecar died (refunded once, dead-lettered now,
+    its one attempt spent) and t's release is cut: s's lease ended ``failed`` and t's ``lost``."""
+    delivery = Delivery.from_url(redis_url)
+    delivery.publish(schedule("s", {"w0": 1}, max_attempts=1))
+    cutting = CutRelease.from_url(redis_url)
+    session = WorkerSession(cutting, Holdings(8, None), SessionSettings("w0", retry_for_s=0.0))
+
+    async def handed_back_twice() -> int:
+        await session.release(await session.claim(1), died="its sidecar")  # refunded, requeued
+        publish(delivery, "t", {"w0": [item("c", 0, 10)]})
+        held = await session.claim(2)
+        assert [h.lease.schedule_id for h in held] == ["s", "t"]
+        cutting.cut = "t"
+        await session.hand_back(held, 0.5, died="its sidecar")
+        return delivery.progress("s").failed
+
+    assert asyncio.run(handed_back_twice()) == 1
+    stats = session.stats
+    assert (stats.claimed, stats.released, stats.failed, stats.lost) == (3, 1, 1, 1)
