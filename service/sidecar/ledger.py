@@ -46,11 +46,28 @@ class Ledger:
 
     async def gone(self, schedule_id: str, keys: list[str]) -> None:
         """Count leases held here and found gone in Redis: ``cancelled`` when the trainer cancelled
-        their schedule, else ``lost`` (they lapsed and were taken back)."""
-        if await self.found_cancelled(schedule_id):
+        their schedule, else ``lost`` (they lapsed and were taken back). Cut before Redis said which
+        (a shutdown's bound), ``lost``: each was forgotten as it ended, and nothing asks again."""
+        try:
+            cancelled = await self.found_cancelled(schedule_id)
+        except BaseException:
+            self.stats.lost += len(keys)
+            raise
+        if cancelled:
             self.cancelled(schedule_id, keys)
         else:
             self.stats.lost += len(keys)
+
+    async def gone_each(self, keys: dict[str, list[str]]) -> None:
+        """``gone`` for each schedule's keys, in turn; cut, those of the schedules not asked about yet
+        count ``lost`` too (forgotten as they ended, nothing counts them later)."""
+        groups = list(keys.items())
+        for i, (schedule_id, group) in enumerate(groups):
+            try:
+                await self.gone(schedule_id, group)
+            except BaseException:
+                self.stats.lost += sum(len(rest) for _, rest in groups[i + 1 :])
+                raise
 
     def cancelled(self, schedule_id: str, keys: list[str]) -> None:
         """Count ``cancelled`` the items of ``keys`` not counted yet: an item whose lease a heartbeat

@@ -190,9 +190,10 @@ class WorkerSession:
             else:
                 self._forget_ended(held)
                 lost.append(held)
-        for schedule_id in dict.fromkeys(held.lease.schedule_id for held in lost):
-            keys = [held.lease.key for held in lost if held.lease.schedule_id == schedule_id]
-            await self._ledger.gone(schedule_id, keys)
+        by_schedule: dict[str, list[str]] = {}
+        for held in lost:
+            by_schedule.setdefault(held.lease.schedule_id, []).append(held.lease.key)
+        await self._ledger.gone_each(by_schedule)
         # a pull lease found gone whose completion went unanswered: that completion may have taken it
         refused = [h for h in sent if await self.resends.again(h, self.holdings) is CompletionOutcome.STALE]
         await self.resends.kept()
@@ -358,29 +359,36 @@ class WorkerSession:
         dead, groups = 0, list(by_schedule.items())
         for i, (schedule_id, group) in enumerate(groups):
             try:
-                outcomes = await self._reports.call(
-                    "release", self.delivery.release, [h.lease for h in group], died=died
-                )
-            except UnknownScheduleError:  # gone as a heartbeat finds them: ``lost``, counted once here
-                log.info("schedule %s is gone; its %d leases need no release", schedule_id, len(group))
-                await self._ledger.gone(schedule_id, [h.lease.key for h in group])
-                continue
-            except BaseException:  # unanswered, this group's and the rest: counted nowhere, claimed > ended
-                self.stats.lost += sum(len(rest) for _, rest in groups[i:])
+                dead += await self._release_group(schedule_id, group, died)
+            except BaseException:  # unanswered or cut: the groups after it were not sent, counted nowhere
+                self.stats.lost += sum(len(rest) for _, rest in groups[i + 1 :])
                 raise
-            dead += outcomes.count(ReleaseOutcome.DEAD_LETTERED)
-            # per group, as it lands: a later group unanswered raises past the end of the loop
-            self.stats.failed += outcomes.count(ReleaseOutcome.DEAD_LETTERED)
-            self.stats.released += outcomes.count(ReleaseOutcome.REQUEUED)
-            # gone before the hand-back (cancelled, or lapsed): each still ends once here; it ended
-            # uncounted, and claimed ran ahead of what ended (a pull /reset after a DAPO cancel)
-            gone = [
-                h.lease.key
-                for h, outcome in zip(group, outcomes, strict=True)
-                if outcome is ReleaseOutcome.STALE
-            ]
-            if gone:
-                await self._ledger.gone(schedule_id, gone)
+        return dead
+
+    async def _release_group(self, schedule_id: str, group: list[Held], died: str) -> int:
+        """``release`` of one schedule's leases, each counted as it ends (unanswered or cut: ``lost``);
+        how many that dead-lettered."""
+        try:
+            outcomes = await self._reports.call(
+                "release", self.delivery.release, [h.lease for h in group], died=died
+            )
+        except UnknownScheduleError:  # gone as a heartbeat finds them: ``lost``, counted once here
+            log.info("schedule %s is gone; its %d leases need no release", schedule_id, len(group))
+            await self._ledger.gone(schedule_id, [h.lease.key for h in group])
+            return 0
+        except BaseException:  # unanswered: counted nowhere, claimed > ended
+            self.stats.lost += len(group)
+            raise
+        dead = outcomes.count(ReleaseOutcome.DEAD_LETTERED)
+        self.stats.failed += dead
+        self.stats.released += outcomes.count(ReleaseOutcome.REQUEUED)
+        # gone before the hand-back (cancelled, or lapsed): each still ends once here; it ended
+        # uncounted, and claimed ran ahead of what ended (a pull /reset after a DAPO cancel)
+        gone = [
+            h.lease.key for h, outcome in zip(group, outcomes, strict=True) if outcome is ReleaseOutcome.STALE
+        ]
+        if gone:
+            await self._ledger.gone(schedule_id, gone)
         return dead
 
     async def hand_back(self, helds: list[Held], within_s: float, died: str = "") -> None:
