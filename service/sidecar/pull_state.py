@@ -215,7 +215,10 @@ class PullState:
                 lost = []
             self.lost.extend(lease_json(held) for held in lost)
             await self.fail_abandoned(dropped)
-        finally:  # cancelled (a shutdown) first: the worker's reports waiting for these turns go on
+        finally:  # cancelled (a shutdown) first: the worker's reports waiting for these turns go on,
+            # and those never reported lapse, counted ``lost``: dropped from the holdings, nothing else
+            # counts them (a worker's late ``/done`` of one lands as a lease not held: ``inherited``)
+            self.session.stats.lost += len(dropped)
             for _, end_turn in dropped:
                 end_turn()
 
@@ -240,9 +243,11 @@ class PullState:
         so waiting out the lease only kept a straggler's item, the one its step most likely waits for,
         from running again. One Redis does not take (past the session's retry window) is left to
         lapse, counted ``lost`` (``WorkerSession.fail``), and is then requeued by a reaper as before.
-        Each turn is given up once its report is answered (or not)."""
+        Each is taken from ``dropped`` as its report is sent (what is left there was never reported),
+        and its turn given up once that report is answered (or not)."""
         holdings = self.session.holdings
-        for held, end_turn in dropped:
+        while dropped:
+            held, end_turn = dropped.pop(0)
             key, held_s = held.lease.key, holdings.held_for(held)
             log.warning("item %s held %.0fs unreported: reporting it failed", key, held_s)
             try:

@@ -110,3 +110,28 @@ def test_a_worker_report_of_a_dropped_item_waits_for_its_own_failure_report_not_
             return answer.status_code
 
     assert asyncio.run(run()) == 409
+
+
+def test_a_beat_cancelled_before_it_reported_what_it_dropped_counts_each_dropped_lease_lost(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Two items past their bound, the beat cancelled while the first one's failure report waits on
+    Redis: that one counts ``lost`` (``WorkerSession.fail``), and so must the second, dropped from the
+    holdings and never reported: its lease lapses, and nothing else counts it (claimed > ended)."""
+    delivery, session, clock = _two_items_held(redis_url, gated=1)
+
+    async def run() -> None:
+        app = create_pull_app(session, hold_timeout_s=100.0)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            assert [(await client.get("/next")).status_code for _ in range(2)] == [200, 200]
+            clock[0] = 101.0
+            beat = asyncio.create_task(app.state.pull.beat())
+            await asyncio.to_thread(delivery.reached.wait, 60)
+            beat.cancel()  # a shutdown
+            delivery.go.set()
+            await asyncio.gather(beat, return_exceptions=True)
+
+    asyncio.run(run())
+    stats = session.stats
+    assert (stats.claimed, stats.failed, stats.lost, len(session.holdings)) == (2, 0, 2, 0)
