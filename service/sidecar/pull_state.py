@@ -206,8 +206,8 @@ class PullState:
         """One heartbeat of every held lease; those found gone are forgotten and listed as lost, and so
         are those held past their bound (``abandon``), which are then reported failed."""
         dropped = self.abandon()
-        self.lost.extend(lease_json(held) for held, _ in dropped)
-        try:
+        try:  # from the turns' take on: whatever raises, each is given up and each lease counted
+            self.lost.extend(lease_json(held) for held, _ in dropped)
             try:
                 lost = await self.session.heartbeat()
             except Exception:  # never let the heartbeat loop die: every lease would lapse
