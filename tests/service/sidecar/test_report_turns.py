@@ -1,8 +1,8 @@
 """The turns of one lease's reports (``report_turns.py``): one at a time, each given up once.
 
-The hold bound's failure report gives its turn up twice (once answered, and again by the beat's
-``finally`` should a shutdown cancel it first); a worker's report may have taken the turn in between,
-and must keep it until its own answer, or a third report of the lease would go to Redis beside it.
+A turn's end may be called twice (the hold bound's failure report once gave its turn up once answered
+and again in the beat's ``finally``); a worker's report may have taken the turn in between, and must
+keep it until its own answer, or a third report of the lease would go to Redis beside it.
 """
 
 from __future__ import annotations
