@@ -64,6 +64,7 @@ from service.hosts.allow_list import HostAllowList
 from service.limits import BodyLimitMiddleware
 from service.problems.details import clipped
 from service.sidecar.hang_up import hang_up
+from service.sidecar.holdings import lease_id
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.metrics import pull_exposition
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
@@ -255,10 +256,13 @@ async def reset(state: Pull) -> dict[str, int]:
     await state.reset_polls()
     while any(h.completing for h in state.session.holdings.all()):
         await asyncio.sleep(0.05)
-    held = state.session.holdings.all()
-    await state.session.release([h for h in held if not h.started])  # claimed ahead: never reached it
-    dead = await state.session.release([h for h in held if h.started], died="its worker process")
-    return {"released": len(held) - dead, "dead_lettered": dead}
+    holdings, held = state.session.holdings, state.session.holdings.all()
+    ahead = [h for h in held if not h.started]
+    await state.session.release(ahead)  # claimed ahead: never reached it
+    # one whose /done came in while that hand-back waited on Redis was reported: its report decides
+    handed = [h for h in held if h.started and not h.completing and holdings.get(lease_id(h.lease)) is h]
+    dead = await state.session.release(handed, died="its worker process")
+    return {"released": len(ahead) + len(handed) - dead, "dead_lettered": dead}
 
 
 def create_pull_app(
