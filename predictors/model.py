@@ -1,11 +1,11 @@
 """LightGBM quantile models of log length, relative to the prompt's own history.
 
 Two boosters, alpha 0.5 and 0.9, fit ``log(length) - log(base)``; a prediction is ``base * exp(q)``.
-The p90 is then calibrated split-conformally: out-of-fold residuals of held-out samples, scored as
-serving scores a new step of a prompt the model was fitted on, give the log shift that makes 90% of
-them fall at or below it. In-sample quantile fits are over-confident on small data; the shift
-corrects that without looking at any step the model will be scored on. Fixed seeds and thread
-counts make a fit reproducible bit for bit.
+The p90 is then calibrated split-conformally: residuals of held-out samples, scored as serving
+scores a new step of a prompt the model was fitted on (the history's last step, by a booster fitted
+on the steps before it), give the log shift that makes 90% of them fall at or below it. In-sample
+quantile fits are over-confident on small data; the shift corrects that without looking at any step
+the model will be scored on. Fixed seeds and thread counts make a fit reproducible bit for bit.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from predictors.calibration import Folds, calibration_folds, conformal_quantile
+from predictors.calibration import calibration_folds, conformal_quantile, last_step_split
 from predictors.dataset import TrainingSet, served_examples, training_set
 from predictors.features import FeatureSpec
 from predictors.history import History
@@ -44,7 +44,7 @@ class FitConfig:
     min_data_in_leaf: int = 20
     num_threads: int = 2  # fixed, so results do not depend on the machine's core count
     seed: int = 0
-    calibration_folds: int = 5  # folds for the conformal p90 shift (``predictors.calibration``; 0: none)
+    calibration_folds: int = 5  # folds of a one-step history's p90 shift (0: no shift at all)
     calibration_rows: int = 40_000  # examples used for calibration at most (sampled by prompt)
     bagging_rows: int = 100_000  # above this many examples each tree sees a random subset of this size
 
@@ -182,38 +182,53 @@ def _train(dataset: Any, examples: int, alpha: float, config: FitConfig) -> Any:
 
 
 def _conformal_shift(trace: Trace, spec: FeatureSpec, config: FitConfig) -> tuple[float, float]:
-    """(log shift for p90, out-of-fold coverage before the shift), from folds shaped like serving.
-
-    Each fold's booster is fitted on a trace with its scored rows (and what must not be known of
-    their prompts, ``calibration_folds``) taken out before featurising, so their lengths reach
-    neither a target nor a sibling's prior; the scored rows are then featurised as queries are
-    (``served_examples``). The residuals are those of the queries the model answers: new samples
-    of prompts it was fitted on."""
+    """(log shift for p90, held-out coverage before the shift), from residuals of rows held out as
+    serving meets them: the last step scored by a booster fitted on the steps before it
+    (``last_step_split``), or, where the history has one step or no prompt of the last ran before,
+    folds of new samples beside their siblings (``calibration_folds``)."""
     if config.calibration_folds < 2:
         return 0.0, math.nan
-    folds = calibration_folds(trace, config.calibration_folds, config.calibration_rows, config.seed)
-    residuals: list[FloatArray] = []
-    for k in range(config.calibration_folds):
-        fold = _fold_residuals(trace, folds, k, spec, config)
-        if fold is not None:
-            residuals.append(fold)
-    if not residuals:
+    r = _last_step_residuals(trace, spec, config)
+    if r is None:
+        r = _folds_residuals(trace, spec, config)
+    if r is None:
         return 0.0, math.nan
-    r = np.concatenate(residuals)
     return conformal_quantile(r, 0.9), float(np.mean(r <= 0))
 
 
-def _fold_residuals(
-    trace: Trace, folds: Folds, k: int, spec: FeatureSpec, config: FitConfig
+def _last_step_residuals(trace: Trace, spec: FeatureSpec, config: FitConfig) -> FloatArray | None:
+    """Residuals of the calibration sample's last step, fitted on its steps before (None: one step,
+    or nothing to score: no prompt of the last step ran before it, or no prompt sampled)."""
+    split = last_step_split(trace, config.calibration_rows, config.seed)
+    return None if split is None else _held_out_residuals(trace, *split, spec, config)
+
+
+def _folds_residuals(trace: Trace, spec: FeatureSpec, config: FitConfig) -> FloatArray | None:
+    """Out-of-fold residuals of every fold (None: none scored anything)."""
+    folds = calibration_folds(trace, config.calibration_folds, config.calibration_rows, config.seed)
+    residuals: list[FloatArray] = []
+    for k in range(config.calibration_folds):
+        fold = _held_out_residuals(trace, folds.fitted(k), folds.scored == k, spec, config)
+        if fold is not None:
+            residuals.append(fold)
+    return np.concatenate(residuals) if residuals else None
+
+
+def _held_out_residuals(
+    trace: Trace, fitted: np.ndarray, scored: np.ndarray, spec: FeatureSpec, config: FitConfig
 ) -> FloatArray | None:
-    """Out-of-fold residuals of fold ``k`` (None: it scores nothing or fits nothing). A function of
-    its own so that a fold's rows, matrix and dataset go when it returns: held by the loop, the last
+    """Residuals of the ``scored`` rows under a p90 booster fitted on the ``fitted`` ones (None: it
+    scores nothing or fits nothing).
+
+    The booster is fitted on a trace with the scored rows (and what must not be known of them)
+    taken out before featurising, so their lengths reach neither a target nor a sibling's prior;
+    the scored rows are then featurised as queries are (``served_examples``). A function of its own
+    so that its rows, matrix and dataset go when it returns: held by the folds' loop, the last
     fold's were still alive while the next fold built its own, two folds' matrices at the peak."""
-    fitted = folds.fitted(k)
     if not np.any(fitted):
         return None  # no prompt in the calibration sample (calibration_rows=0)
     kept = trace.take(fitted)
-    x, y = served_examples(kept, trace.take(folds.scored == k), spec)
+    x, y = served_examples(kept, trace.take(scored), spec)
     train = training_set(kept, spec)
     del kept
     examples = len(train.target)

@@ -6,14 +6,19 @@ import dataclasses
 import math
 
 import numpy as np
+import pytest
 
+import predictors.model as model_module
+from predictors import dataset
 from predictors.calibration import calibration_folds, conformal_quantile
 from predictors.evaluate import score_step
+from predictors.features import FeatureSpec
 from predictors.history import History
 from predictors.model import _canonical, fit
 from predictors.predictor import LengthPredictor
 from predictors.queries import NO_CAP, QueryBatch
 from predictors.synthetic import synthetic_trace
+from predictors.tracetable import FloatArray, Trace
 from tests.predictors.helpers import FAST, drifting_trace
 
 
@@ -54,6 +59,44 @@ def test_a_fold_never_fits_what_serving_would_not_know_of_the_rows_it_scores() -
                 assert not np.any(fitted & mine & (trace.step == step))
     assert cut_at_first > 0
     assert cut_later > 0
+
+
+def test_with_an_earlier_step_the_calibration_fits_no_row_of_the_step_it_scores_nor_of_a_later_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Serving fits steps < s and answers s. Folds that cut each prompt at a step of its own fitted the
+    # other prompts' rows of that step and of later ones, which tell the booster the step's level.
+    calibrations: list[tuple[int, int]] = []
+
+    def spy(history: Trace, rows: Trace, spec: FeatureSpec) -> tuple[FloatArray, FloatArray]:
+        calibrations.append((int(history.step.max()), int(rows.step.min())))
+        return dataset.served_examples(history, rows, spec)
+
+    monkeypatch.setattr(model_module, "served_examples", spy)
+    fit(drifting_trace(prompts=40, samples=4, steps=4), FAST)
+    assert calibrations
+    assert all(last_fitted < first_scored for last_fitted, first_scored in calibrations)
+
+
+def test_under_drift_the_p90_of_later_steps_covers_ninety_percent() -> None:
+    # 0.05 log a step: the shift taken from folds that fitted the scored step's other prompts covered
+    # 0.877 of steps 2-5 of these traces; the shift from the last step fitted on the ones before, 0.913
+    covered = [
+        score_step(trace, step, FAST).scores["lightgbm"].p90_coverage
+        for seed in (1, 2)
+        for trace in [drifting_trace(prompts=150, samples=8, steps=6, drift=0.05, seed=seed)]
+        for step in range(2, 6)
+    ]
+    assert 0.885 <= float(np.mean(covered)) <= 0.94
+
+
+def test_a_history_whose_prompts_never_recur_is_calibrated_by_the_folds() -> None:
+    # no prompt of the last step ran before it, so the split in time scores nothing: the folds do
+    trace = drifting_trace(prompts=30, samples=4, steps=3)
+    ids = np.array([f"{p}@{s}" for p, s in zip(trace.prompt_id, trace.step, strict=True)], dtype=object)
+    model = fit(dataclasses.replace(trace, prompt_id=ids), FAST)
+    assert model.metadata.p90_shift != 0.0
+    assert 0.0 < model.metadata.metrics["calibration_raw_p90_coverage"] < 1.0
 
 
 def test_with_no_prompt_in_the_calibration_sample_the_p90_is_left_as_fitted() -> None:
