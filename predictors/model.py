@@ -118,7 +118,7 @@ def fit(history: History | Trace, config: FitConfig | None = None) -> FittedMode
 def _boosters(trace: Trace, spec: FeatureSpec, config: FitConfig) -> tuple[int, tuple[int, ...], Any, Any]:
     """(examples, steps covered, p50 booster, p90 booster) of the trace; a typed error if it has no
     example. The feature matrix goes once LightGBM has binned it (``_dataset``), before the
-    calibration folds build theirs: both held at once were the fit's peak."""
+    calibration builds its own: both held at once were the fit's peak."""
     data = training_set(trace, spec)
     examples, steps = len(data.target), data.steps
     if examples == 0:

@@ -2,7 +2,7 @@
 
 The targets (issue 3): fit <= 30 s, predict <= 50 ms on 2 cores. The trace comes from the calibrated
 generator (scheduler.synth), so its prompts repeat across steps like a real RL run and the fit does
-its real work (history features, leave-one-out priors, two quantile boosters, conformal folds).
+its real work (history features, leave-one-out priors, two quantile boosters, the conformal shift).
 Wall times on a shared machine overstate the cost, so CPU seconds (all threads) are reported too:
 on idle cores the wall time is at most that. Predict is timed warm (history already folded for the
 step, as between two batches of one step), cold (the first call after the last step's actuals
