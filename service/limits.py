@@ -140,10 +140,17 @@ class PlanSlots:
         self.timeout_s = timeout_s
 
     @contextmanager
-    def hold(self) -> Iterator[float]:
-        """Hold a slot for the block; yields the seconds spent waiting for it."""
+    def hold(self, arrived: float | None = None) -> Iterator[float]:
+        """Hold a slot for the block; yields the seconds spent waiting for it here.
+
+        ``arrived`` (a ``time.perf_counter()`` reading, by default now): when the request came in.
+        The timeout counts from then, so a request that waited for a planning thread first
+        (``Context.plan_threads``) waits here only what is left of it: counted from here, each
+        16 requests in line before it had added a whole timeout to its wait (README: the timeout
+        is the longest wait). A slot free when it gets here is taken, whatever the time."""
         started = time.perf_counter()
-        if not self._slots.acquire(timeout=self.timeout_s):
+        deadline = (started if arrived is None else arrived) + self.timeout_s
+        if not self._slots.acquire(timeout=max(0.0, deadline - started)):
             raise UnavailableError(
                 f"busy: {self.size} plans running and none finished within {self.timeout_s:g} s; retry"
             )

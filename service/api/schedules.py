@@ -74,12 +74,14 @@ async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     the earlier steps are in by now, and this response is not delayed by it.
 
     Served on a thread of ``Context.plan_threads``, not the shared pool: a request waits there for a
-    plan slot, up to ``ROLLOUT_PLAN_QUEUE_TIMEOUT_S``, and a burst of 40 waiting had held every
-    shared thread, so ``/readyz`` (failing the replica's readiness), ``/actuals`` and progress reads
-    waited behind them for as long.
+    plan slot, and a burst of 40 waiting had held every shared thread, so ``/readyz`` (failing the
+    replica's readiness), ``/actuals`` and progress reads waited behind them for as long. Its wait
+    in line, for a thread and then a slot, is at most ``ROLLOUT_PLAN_QUEUE_TIMEOUT_S`` counted from
+    here, and is its ``queue_ms`` (``PlanSlots.hold``).
     """
+    arrived = time.perf_counter()  # the wait in line, for a thread then a slot, counts from here
     request.state.schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
-    serve = functools.partial(_schedule, body, request, request.state.schedule_id)
+    serve = functools.partial(_schedule, body, request, request.state.schedule_id, arrived)
     return await anyio.to_thread.run_sync(serve, limiter=_own_threads(request, "plan_threads"))
 
 
@@ -90,10 +92,10 @@ def _own_threads(request: Request, pool: Literal["plan_threads", "long_polls"]) 
     return None if ctx is None else getattr(ctx, pool)
 
 
-def _schedule(body: ScheduleRequest, request: Request, schedule_id: str) -> Response:
+def _schedule(body: ScheduleRequest, request: Request, schedule_id: str, arrived: float) -> Response:
     """``POST /schedule``'s work, on a planning thread (``context_of`` too: it may ask Redis)."""
     ctx = context_of(request)
-    response = stages.run(body, ctx, schedule_id)
+    response = stages.run(body, ctx, schedule_id, arrived)
     if body.publish and not response.replayed:  # a dry run writes nothing, the retrain counter included
         with schedule_context(schedule_id), after_publish("counting the step towards a retrain"):
             ctx.retrainer.after_step(body.step)  # a retrain it starts logs under the step's id

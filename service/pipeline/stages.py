@@ -74,11 +74,18 @@ class Validated:
     engine: str  # the request's, else the service's ``default_engine``: whose rules the plan is made for
 
 
-def run(body: ScheduleRequest, ctx: Context, schedule_id: str) -> ScheduleResponse:
+def run(
+    body: ScheduleRequest, ctx: Context, schedule_id: str, arrived: float | None = None
+) -> ScheduleResponse:
     """Serve one ``POST /schedule`` as ``schedule_id``: every stage, in order, with its wall time.
-    The id is chosen once, by the route (the caller's, else a new one), whose log lines carry it."""
+    The id is chosen once, by the route (the caller's, else a new one), whose log lines carry it.
+    ``arrived`` (``time.perf_counter()``, by default now): when the route took the request, before
+    it waited for a planning thread; that wait is part of the ``queue`` stage and of the total, and
+    the plan queue's timeout counts from then (``PlanSlots.hold``)."""
     clock = StageClock()
-    started = time.perf_counter()
+    on_thread = time.perf_counter()
+    started = on_thread if arrived is None else arrived
+    clock.spent["queue"] = (on_thread - started) * 1000.0  # waited for a planning thread
     with schedule_context(schedule_id):
         with clock.stage("validate"):  # before the plan queue: a bad request is refused at once
             checked = validate(body, ctx)
@@ -112,8 +119,8 @@ def _serve_valid(
     1,024-trajectory request ~8 young and ~1 middle collection, and a full one every ~10 requests,
     ~6 ms of its CPU on the slow host (the full ones also add a spike to the tail).
     """
-    with ctx.plan_slots.hold() as waited_s, collector_paused():
-        clock.spent["queue"] = waited_s * 1000.0
+    with ctx.plan_slots.hold(started) as waited_s, collector_paused():
+        clock.spent["queue"] += waited_s * 1000.0  # and for a plan slot
         with clock.stage("predict"):
             trajectories, predicted = predict(body, checked, ctx)
         plan_request = _plan_request(body, checked, trajectories)
