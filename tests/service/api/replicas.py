@@ -55,6 +55,16 @@ async def until(condition: Callable[[], bool]) -> None:
             await asyncio.sleep(0.005)
 
 
+def first(wait: Callable[[], object], call: Callable[..., T]) -> Callable[..., T]:
+    """``call``, made to run ``wait`` (a gate, a barrier's ``wait``) before it, on the caller's thread."""
+
+    def waited(*args: Any, **kwargs: Any) -> T:
+        wait()
+        return call(*args, **kwargs)
+
+    return waited
+
+
 class Gate:
     """Holds the threads that reach it until opened; counts them, so a test knows they are there."""
 
@@ -72,12 +82,7 @@ class Gate:
 
     def before(self, call: Callable[..., T]) -> Callable[..., T]:
         """``call``, made to wait at this gate first."""
-
-        def gated(*args: Any, **kwargs: Any) -> T:
-            self()
-            return call(*args, **kwargs)
-
-        return gated
+        return first(self, call)
 
     def open(self) -> None:
         """Let every thread waiting, and every later one, through."""
