@@ -166,8 +166,14 @@ def cancel_schedule(schedule_id: Annotated[ScheduleId, Path()], request: Request
     """Cancel a step the trainer gave up on: its queued items leave every queue and its running
     leases end (sidecars stop them at their next heartbeat; late completions are refused), so the
     fleet moves on to the next schedule. Results accepted before stay readable. Idempotent: a
-    repeated DELETE changes nothing and answers the same counts."""
-    report = context_of(request).delivery.cancel(schedule_id)
+    repeated DELETE changes nothing and answers the same counts.
+
+    An id not published (yet) is a 404, and is withdrawn for the retention: a restarted trainer
+    that gives up on the step it had in flight may find it still in line or planning, on any
+    replica, and that request must not publish it once planned (``publish``: 409), since the
+    abandoned step would occupy the whole fleet before the next one."""
+    ctx = context_of(request)
+    report = ctx.delivery.cancel(schedule_id, withdraw_s=ctx.settings.retention_s)
     return CancelResponse(
         schedule_id=schedule_id,
         cancelled=report.cancelled,

@@ -8,7 +8,12 @@ operation, and wire.py lays out their arguments; publisher.py turns a plan into 
 schedule; reaper.py runs the reaper loop. See docs/delivery.md for the state machine and guarantees.
 """
 
-from service.delivery.errors import InvalidInputError, ScheduleConflictError, UnknownScheduleError
+from service.delivery.errors import (
+    InvalidInputError,
+    ScheduleConflictError,
+    ScheduleWithdrawnError,
+    UnknownScheduleError,
+)
 from service.delivery.outcomes import (
     CancelReport,
     CompletionOutcome,
@@ -44,6 +49,7 @@ __all__ = [
     "ResultRecord",
     "ScheduleConflictError",
     "ScheduleInfo",
+    "ScheduleWithdrawnError",
     "TrajectoryResult",
     "UnknownScheduleError",
     "WorkerProgress",

@@ -16,7 +16,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
+from service.delivery.errors import ScheduleConflictError, ScheduleWithdrawnError, UnknownScheduleError
 from service.delivery.hangable import hangable, hangable_cluster
 from service.delivery.indexes import DeliveryIndexes
 from service.delivery.records import check_name
@@ -111,4 +111,6 @@ def _mapped(err: redis.ResponseError, schedule_id: str) -> Exception:
         return UnknownScheduleError(schedule_id)
     if msg.startswith("CONFLICT"):
         return ScheduleConflictError(schedule_id)
+    if msg.startswith("WITHDRAWN"):
+        return ScheduleWithdrawnError(schedule_id)
     return err

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from scheduler.errors import InvalidInputError, SchedulerError
 
-__all__ = ["InvalidInputError", "ScheduleConflictError", "UnknownScheduleError"]
+__all__ = ["InvalidInputError", "ScheduleConflictError", "ScheduleWithdrawnError", "UnknownScheduleError"]
 
 
 class UnknownScheduleError(SchedulerError, LookupError):
@@ -21,3 +21,12 @@ class ScheduleConflictError(SchedulerError):
     def __init__(self, schedule_id: str) -> None:
         self.schedule_id = schedule_id
         super().__init__(f"schedule_id={schedule_id!r}: already published with different content")
+
+
+class ScheduleWithdrawnError(SchedulerError):
+    """A publish under an id that a DELETE met before it was published (``P:withdrawn``): the trainer
+    gave the step up while this request planned it; nothing was written."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        super().__init__(f"schedule_id={schedule_id!r}: cancelled before it was published")

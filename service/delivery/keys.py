@@ -47,6 +47,8 @@ key                         type     contents
 ``P:calls``                 hash     ``claim|steal <worker>`` -> ``<call id>\n<victim>\n<token> <key>...``
                                      ``reset <worker>`` -> ``<call id>\n<released> <lapsed> <dead> <charged>``
 ``P:answer``                string   the ``POST /schedule`` answer, ``z1:`` + base64 of zlib'd JSON
+``P:withdrawn``             string   when a DELETE found the id unpublished (ms): no publish of it
+                                     is taken until it expires, after the retention
 ``P:dead``                  list     dead letters as JSON (key, worker, attempts, reason, at_ms)
 ``P:results``               stream   accepted results, one entry per item, read by the trainer
 ==========================  =======  ==============================================================
@@ -190,6 +192,12 @@ class ScheduleKeys:
     def answer(self) -> str:
         """The service's answer to the request that published the schedule (a retry is answered it)."""
         return f"{self.base}:answer"
+
+    @property
+    def withdrawn(self) -> str:
+        """Set by a DELETE of an id not published (yet), for the retention: a request still planning
+        the step under it, on any replica, is refused its publish (``lua/cancel.lua``)."""
+        return f"{self.base}:withdrawn"
 
     @property
     def dead(self) -> str:

@@ -330,7 +330,7 @@ class Delivery(ScriptCalls):
         requeued, dead, quiet, *holders = self._settled(schedule_id, reply)
         return ReapReport(int(requeued), int(dead), tuple(sorted(text(w) for w in holders)), int(quiet))
 
-    def cancel(self, schedule_id: str, now_ms: int | None = None) -> CancelReport:
+    def cancel(self, schedule_id: str, now_ms: int | None = None, withdraw_s: int = 0) -> CancelReport:
         """End every queued and running item of the schedule (the trainer gave up on the step).
 
         One atomic script (``lua/cancel.lua``): queued items leave the queues and running leases end,
@@ -338,9 +338,12 @@ class Delivery(ScriptCalls):
         STALE; accepted results stay readable. Then the schedule leaves the reapers' index and its
         workers' inboxes, so sidecars move on to the next schedule. Idempotent: a repeat answers the
         first cancel's report (and repairs a retire lost to a crash). ``UnknownScheduleError`` when
-        the id was never published or has expired.
+        the id was never published or has expired; with ``withdraw_s``, the id is then withdrawn
+        for as long (``keys.ScheduleKeys.withdrawn``): a publish of it still to come is refused
+        (``ScheduleWithdrawnError``), as its trainer gave the step up before it was out.
         """
-        queued, running, at_ms = self._call(self.scripts.cancel, schedule_id, [wire.clock(now_ms)])
+        withdraw = str(withdraw_s * 1000) if withdraw_s > 0 else ""
+        queued, running, at_ms = self._call(self.scripts.cancel, schedule_id, [wire.clock(now_ms), withdraw])
         self._retire(schedule_id)
         return CancelReport(queued=int(queued), running=int(running), cancelled_at_ms=int(at_ms))
 

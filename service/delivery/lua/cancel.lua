@@ -7,10 +7,19 @@
 -- P:st (one HGETALL), not from the queue names: a thief outside the plan may hold a queue of its own.
 -- The first call records the counts in P:meta (cancelled_ms, cancelled_queued, cancelled_running);
 -- a repeat changes nothing and answers them again, so a DELETE re-sent after a lost reply reads the
--- same. ARGV: now ('' = server).
+-- same. ARGV: now ('' = server), withdraw_ms ('' = none).
+-- An id that holds no schedule is withdrawn for withdraw_ms (P:withdrawn, server time): the request
+-- that would publish it may still be in line or planning (its trainer restarted and gave up on
+-- it), and publish.lua refuses the id while the key lives, so the cancelled step never reaches the
+-- fleet. The caller is still answered NOSCHEDULE: there was nothing to cancel yet.
 -- Returns {queued cancelled, running cancelled, cancelled_ms}; error NOSCHEDULE.
 local cfg = settings()
-if not cfg then return redis.error_reply('NOSCHEDULE') end
+if not cfg then
+  if (ARGV[2] or '') ~= '' then
+    redis.call('SET', k('withdrawn'), now_ms(''), 'PX', ARGV[2])
+  end
+  return redis.error_reply('NOSCHEDULE')
+end
 local before = redis.call('HMGET', META, 'cancelled_ms', 'cancelled_queued', 'cancelled_running')
 if before[1] then return {tonumber(before[2]), tonumber(before[3]), tonumber(before[1])} end
 local now = now_ms(ARGV[1])

@@ -41,6 +41,10 @@ if existing then
   end
   return redis.error_reply('CONFLICT schedule id already holds a different schedule')
 end
+-- a DELETE met the id before this publish (cancel.lua): the trainer gave the step up
+if redis.call('EXISTS', k('withdrawn')) == 1 then
+  return redis.error_reply('WITHDRAWN schedule id was cancelled before it was published')
+end
 local now = now_ms(ARGV[2])
 -- Retention is wall-clock: always the server's TIME, even when the lease clock is pinned.
 local wall = now_ms('')

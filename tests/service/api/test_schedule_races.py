@@ -153,3 +153,34 @@ def test_two_replicas_storing_the_same_actuals_at_once_store_and_learn_them_once
     assert sum(a.json()["repeated"] for a in answers) == len(reports)
     assert redis_client.xlen("rs:actuals") == len(reports)
     assert rows == [len(reports), len(reports)]
+
+
+def test_a_delete_landing_while_its_step_is_still_planned_keeps_that_step_from_being_published(
+    live_settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trainer restarted and gave up on the step it had in flight: its DELETE finds nothing yet
+    (404: the old request is still in line or planning), but that request, once planned, must not
+    publish a step its trainer cancelled, to occupy the fleet before the next one (docs/api.md,
+    DELETE). It answers 409 naming ``schedule_id`` and writes no schedule; so does a later retry."""
+    predicting = Gate()
+    monkeypatch.setattr(stages, "predict", predicting.before(stages.predict))
+
+    async def run() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        async with replicas(live_settings, 2) as [old, new]:
+            step = asyncio.create_task(old.post("/schedule", json=batch_body(schedule_id="abandoned")))
+            await until(lambda: predicting.reached == 1)
+            cancelled = await new.delete("/schedule/abandoned")  # the restarted trainer, another replica
+            predicting.open()
+            retry = await new.post("/schedule", json=batch_body(schedule_id="abandoned"))
+            return cancelled, await step, retry
+
+    cancelled, answer, retry = asyncio.run(run())
+    assert cancelled.status_code == 404
+    for refused in (answer, retry):
+        assert (refused.status_code, refused.json()["field"]) == (409, "schedule_id")
+        assert "cancelled" in refused.json()["detail"]
+    withdrawn = keys.schedule_keys("abandoned")
+    assert redis_client.hget(withdrawn.meta, "total") is None  # nothing published
+    assert 0 < redis_client.pttl(withdrawn.withdrawn) <= live_settings.retention_s * 1000  # expires
+    assert redis_client.zscore("rs:active", "abandoned") is None
+    assert all(redis_client.zscore(f"rs:inbox:{{{w}}}", "abandoned") is None for w in ("w0", "w1"))
