@@ -35,6 +35,11 @@ RELOAD_EVERY_S = 1.0  # how often a request checks the store for a version anoth
 WARM_AFTER_S = 0.2
 
 
+def version_name(version: int | None) -> str:
+    """How the service names a model version: ``v<N>`` for store version N, ``fallback`` for none."""
+    return "fallback" if version is None else f"v{version}"
+
+
 class Retrained(NamedTuple):
     """What ``ModelService.retrain`` stored."""
 
@@ -68,8 +73,7 @@ class ModelService:
     @property
     def version(self) -> str:
         """``v<N>`` for store version N, ``fallback`` when no model is loaded."""
-        version = self.predictor.model_version
-        return "fallback" if version is None else f"v{version}"
+        return version_name(self.predictor.model_version)
 
     @property
     def synthetic(self) -> bool:

@@ -41,6 +41,7 @@ from service.api.schemas import (
     WorkerSpec,
 )
 from service.context import Context
+from service.learning.models import version_name
 from service.limits import check_trajectory_count
 from service.logs import schedule_context
 from service.pipeline import publish
@@ -220,7 +221,9 @@ def predict(
         )
         for i, k in enumerate(checked.item_of)
     )
-    return trajectories, Predicted(ctx.models.version, dict(Counter(predictions.source)))
+    # the version that made these lengths (``Predictions.model_version``), not the one serving now: a
+    # retrain or a hot reload may have swapped another in since, and the answer named that one
+    return trajectories, Predicted(version_name(predictions.model_version), dict(Counter(predictions.source)))
 
 
 def _plan_request(

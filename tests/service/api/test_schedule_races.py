@@ -184,3 +184,39 @@ def test_a_delete_landing_while_its_step_is_still_planned_keeps_that_step_from_b
     assert 0 < redis_client.pttl(withdrawn.withdrawn) <= live_settings.retention_s * 1000  # expires
     assert redis_client.zscore("rs:active", "abandoned") is None
     assert all(redis_client.zscore(f"rs:inbox:{{{w}}}", "abandoned") is None for w in ("w0", "w1"))
+
+
+def test_a_retrain_swapping_the_model_while_a_step_predicts_leaves_its_answer_naming_the_model_it_used(
+    live_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step has read the model it predicts with (none yet: the fallbacks) and is folding the
+    history when new actuals are stored and a retrain swaps v1 in: the step's lengths are the
+    fallbacks', and its ``model_version`` says so (it named v1, the version serving once it was done:
+    an answer, stored for its retries too, whose lengths no v1 made). Every report is stored, and
+    the next step reads v1."""
+
+    async def run() -> tuple[httpx.Response, httpx.Response, httpx.Response, httpx.Response]:
+        async with replicas(live_settings) as [http]:
+            assert (await http.post("/actuals", json={"actuals": actual_history(steps=2)})).status_code == 200
+            models = context(http).models
+            await until(lambda: models.warmer is None or not models.warmer.is_alive())  # it folds too
+            history = models.predictor.history
+            folding = Gate()
+            monkeypatch.setattr(history, "stats_before", folding.before(history.stats_before))
+            step = asyncio.create_task(http.post("/schedule", json=batch_body(step=3, schedule_id="s3")))
+            await until(lambda: folding.reached == 1)
+            newer = [r for r in actual_history(steps=3) if r["step"] == 2]
+            stored = await http.post("/actuals", json={"actuals": newer})
+            retrained = await http.post("/models/retrain")
+            folding.open()
+            answer = await step
+            after = await http.post("/schedule", json=batch_body(step=4, publish=False))
+            return stored, retrained, answer, after
+
+    stored, retrained, answer, after = asyncio.run(run())
+    assert (stored.status_code, stored.json()["accepted"]) == (200, 32)
+    assert (retrained.status_code, retrained.json()["version"]) == (200, "v1")
+    assert (answer.status_code, answer.json()["model_version"]) == (200, "fallback")
+    assert "lightgbm" not in answer.json()["prediction_sources"]  # the fallbacks made its lengths
+    assert after.json()["model_version"] == "v1"
+    assert after.json()["prediction_sources"].get("lightgbm", 0) > 0
