@@ -45,6 +45,9 @@ class StoredRequest:
     digest: str | None  # of the request's work (``P:meta`` ``request``); None: not stored (older release)
     answer: str | None  # the service's answer to it (``P:answer``), as it encoded it; None: not stored
     cancelled: bool  # the trainer cancelled the schedule
+    # no schedule, but a DELETE withdrew the id before it was published (``P:withdrawn``): a publish
+    # under it is refused, so a retry is refused before it plans
+    withdrawn: bool = False
 
 
 @dataclass(frozen=True, slots=True)

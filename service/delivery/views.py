@@ -110,16 +110,18 @@ class DeliveryViews:
 
     def stored_request(self, schedule_id: str) -> StoredRequest | None:
         """What the publish stored of the request beside the schedule (``Delivery.publish``'s
-        ``digest`` and ``answer``), and whether it was cancelled; None when the id holds no schedule.
+        ``digest`` and ``answer``), and whether it was cancelled; None when the id holds no schedule
+        and was not withdrawn (``keys.ScheduleKeys.withdrawn``: ``withdrawn`` set, nothing stored).
 
         One transaction: the digest and the answer are read as one publish wrote them."""
         keys = self.keys(schedule_id)
         pipe = self.client.pipeline(transaction=True)
         pipe.hmget(keys.meta, ["total", keyspace.REQUEST_DIGEST, keyspace.CANCELLED_AT])
         pipe.get(keys.answer)
-        (total, digest, cancelled), answer = pipe.execute()
+        pipe.exists(keys.withdrawn)
+        (total, digest, cancelled), answer, withdrawn = pipe.execute()
         if total is None:
-            return None
+            return StoredRequest(None, None, cancelled=True, withdrawn=True) if withdrawn else None
         return StoredRequest(
             digest=None if digest is None else text(digest),
             answer=None if answer is None else text(answer),

@@ -18,7 +18,7 @@ from service.api.schemas import BatchItem, Sampling, ScheduleRequest, ScheduleRe
 from service.context import Context
 from service.delivery import LeaseSettings, PublishOutcome, ScheduleConflictError, ScheduleWithdrawnError
 from service.delivery.publisher import publish_plan
-from service.pipeline.republish import encode_answer, replay, work_digest
+from service.pipeline.republish import encode_answer, replay, withdrawn_conflict, work_digest
 from service.pipeline.served import after_publish
 from service.problems.table import ConflictError
 
@@ -88,11 +88,7 @@ def _stored(
     except ScheduleConflictError:  # another plan won the id
         outcome = PublishOutcome.UNCHANGED
     except ScheduleWithdrawnError:  # a DELETE met the id while this request planned it
-        message = (
-            f"schedule {schedule_id} was cancelled (DELETE) before it was published, and nothing "
-            "was published; send the step under a new schedule_id"
-        )
-        raise ConflictError(message, field="schedule_id", value=schedule_id) from None
+        raise withdrawn_conflict(schedule_id) from None
     return outcome
 
 

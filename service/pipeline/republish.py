@@ -101,10 +101,14 @@ def replay(body: ScheduleRequest, schedule_id: str, ctx: Context) -> ScheduleRes
     out and the workers see it. Other work under the id is a 422 naming ``schedule_id``. A cancelled
     schedule is a 409 that says so: a restarted trainer that cancelled its step and resent it under
     the same id would otherwise follow a step whose every item is cancelled. A schedule stored
-    without an answer (published by an older release) is the 409 it was, "follow it"."""
+    without an answer (published by an older release) is the 409 it was, "follow it". An id that a
+    DELETE withdrew before any publish (``keys.ScheduleKeys.withdrawn``) is a 409 too, before the
+    request plans: its publish would be refused."""
     stored = ctx.delivery.stored_request(schedule_id)
     if stored is None:
         return None
+    if stored.withdrawn:  # a DELETE met the id before any publish: refused before it plans
+        raise withdrawn_conflict(schedule_id)
     if stored.digest is not None and stored.digest != work_digest(body):
         raise InvalidInputError(
             "schedule_id",
@@ -126,6 +130,16 @@ def replay(body: ScheduleRequest, schedule_id: str, ctx: Context) -> ScheduleRes
         message = f"schedule {schedule_id} is already published; follow it with GET /schedule/{schedule_id}"
         raise ConflictError(message, field="schedule_id", value=schedule_id)
     return answer
+
+
+def withdrawn_conflict(schedule_id: str) -> ConflictError:
+    """The 409 of a request under an id that a DELETE withdrew before it was published
+    (``keys.ScheduleKeys.withdrawn``): its trainer gave the step up while it was in flight."""
+    message = (
+        f"schedule {schedule_id} was cancelled (DELETE) before it was published, and nothing was "
+        "published; send the step under a new schedule_id"
+    )
+    return ConflictError(message, field="schedule_id", value=schedule_id)
 
 
 def same_fleet(body: ScheduleRequest, schedule_id: str, answer: ScheduleResponse) -> None:

@@ -163,7 +163,8 @@ def test_a_delete_landing_while_its_step_is_still_planned_keeps_that_step_from_b
     """A trainer restarted and gave up on the step it had in flight: its DELETE finds nothing yet
     (404: the old request is still in line or planning), but that request, once planned, must not
     publish a step its trainer cancelled, to occupy the fleet before the next one (docs/api.md,
-    DELETE). It answers 409 naming ``schedule_id`` and writes no schedule; so does a later retry."""
+    DELETE). It answers 409 naming ``schedule_id`` and writes no schedule; so does a later retry,
+    before it plans."""
     predicting = Gate()
     monkeypatch.setattr(stages, "predict", predicting.before(stages.predict))
 
@@ -173,8 +174,10 @@ def test_a_delete_landing_while_its_step_is_still_planned_keeps_that_step_from_b
             await until(lambda: predicting.reached == 1)
             cancelled = await new.delete("/schedule/abandoned")  # the restarted trainer, another replica
             predicting.open()
+            refused = await step
             retry = await new.post("/schedule", json=batch_body(schedule_id="abandoned"))
-            return cancelled, await step, retry
+            assert predicting.reached == 1  # the retry was refused before it predicted and planned
+            return cancelled, refused, retry
 
     cancelled, answer, retry = asyncio.run(run())
     assert cancelled.status_code == 404
