@@ -14,6 +14,22 @@ ran ahead of what ended. Its result is now kept here and sent at each heartbeat 
 (``kept``); at shutdown (``settle``) each gets one last try within the drain's bound, and one Redis
 still does not answer counts ``lost``: landed or lapsing, nothing tells them apart any more, as for
 an unanswered failure report or hand-back.
+
+A kept result is not sent for ever: once Redis has answered this session for ``GIVE_UP_TTLS`` of its
+lease's TTLs and two reaper passes since the later of its keep and the last outage's end, and it has
+still had no answer (Redis refuses it, ``READONLY``; or its call alone times out), it is given up,
+``lost``. By then its lease cannot be current: no heartbeat has renewed it since its keep; a silence
+on its schedule graces a running lease once, to a TTL past the first script after it (``common.lua``,
+``pulse``), and the service's reaper reaches every schedule each second, so that grace, if any, ends
+a TTL and a pass after Redis answers again, and the next pass requeues the lapsed lease: a resend
+could only be answered ``stale``. An outage does not age it (a heartbeat that fails, or a resend that
+finds Redis unreachable with no lease held to heartbeat): Redis back, the grace may make the lease
+current again, and the result lands. With no reaper running and nothing else reaching its schedule, a
+lease unrenewed for longer is graced by the first script that does, so a result given up then could
+have landed, had its resend ever gone through.
+
+Pull mode records what an accepted ``/done`` records (``landed``: the generation seconds and the
+decode rate) when a resend of its kept result lands; push mode recorded both at the engine's reply.
 """
 
 from __future__ import annotations
@@ -21,11 +37,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome
+from service.delivery.reaper import DEFAULT_INTERVAL_S
 from service.delivery.records import TrajectoryResult
 from service.sidecar.holdings import Held, Holdings, LeaseId, lease_id
 from service.sidecar.outage_retry import TRANSIENT
@@ -36,6 +54,10 @@ log = logging.getLogger("service.sidecar")
 # ``WorkerSession.complete(held, result, keep_unanswered, once)``: counts the answer, keeps the
 # result of one unanswered (``keep`` unless ``keep_unanswered``), counts a gone schedule ``stale``
 Complete = Callable[[Held, TrajectoryResult, bool, bool], Awaitable[CompletionOutcome]]
+# a lease's end the pull API records as it records a ``/done``'s answer (``PullState.landed``)
+Landed = Callable[[Held, TrajectoryResult, CompletionOutcome], None]
+GIVE_UP_TTLS = 2.0  # lease TTLs of Redis answering after which a kept result is given up (docstring)
+REAPER_PASSES_S = 2 * DEFAULT_INTERVAL_S  # and the reaper's two passes: one graces, the next requeues
 
 
 @dataclass
@@ -45,7 +67,13 @@ class Resends:
     turns: ReportTurns  # the session's: a resend takes its lease's turn, as a worker's report does
     complete: Complete
     stats: SessionStats
+    ttl_s: Callable[[str], float | None]  # a schedule's lease TTL, None when unknown (never given up)
+    landed: Landed = lambda held, result, outcome: None  # pull mode's records of an answered /done
+    clock: Callable[[], float] = time.monotonic
     _kept: dict[LeaseId, Held] = field(default_factory=dict, init=False)
+    # when each was kept, and its lease's TTL in seconds (``_give_up``)
+    _bounds: dict[LeaseId, tuple[float, float | None]] = field(default_factory=dict, init=False)
+    _answering_since: float | None = field(default=0.0, init=False)  # None while an outage is on
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -53,31 +81,50 @@ class Resends:
     def keep(self, held: Held) -> None:
         """Keep a completion Redis never answered (``held.unanswered``) whose lease was forgotten."""
         assert held.unanswered is not None
-        self._kept[lease_id(held.lease)] = held
+        key = lease_id(held.lease)
+        self._kept[key] = held
+        self._bounds.setdefault(key, (self.clock(), self.ttl_s(key[0])))
+
+    def answered(self) -> None:
+        """Redis answered this session (a heartbeat went through, or it refused a call): kept results
+        age from now on, unless they already did."""
+        if self._answering_since is None:
+            self._answering_since = self.clock()
+
+    def unreachable(self) -> None:
+        """Redis did not answer (an outage): no kept result ages until it answers again."""
+        self._answering_since = None
 
     async def again(self, held: Held, holdings: Holdings) -> CompletionOutcome | None:
-        """Pull: the kept completion of a lease held and found gone, sent once more in its turn (the
-        worker's retry may be in flight; one that came first decided, and this sends nothing). The
-        answer, counted; None when not sent or not answered (the next heartbeat tries again)."""
+        """Pull: the kept completion of a lease held, sent once more in its turn (the worker's retry
+        may be in flight; one that came first decided, and this sends nothing): a heartbeat found the
+        lease gone, or it passed its hold bound. The answer, counted and recorded as a ``/done``'s
+        (``landed``); None when not sent or not answered (the next heartbeat tries again)."""
         assert held.unanswered is not None
         async with self.turns.of(lease_id(held.lease)):
             if holdings.get(lease_id(held.lease)) is not held:
                 return None
+            result = held.unanswered
             try:
-                return await self.complete(held, held.unanswered, True, True)
+                outcome = await self.complete(held, result, True, True)
             except UnknownScheduleError:  # counted ``stale``
                 return None
             except Exception as exc:  # still held, its result kept: the next heartbeat tries again
                 _unanswered(lease_id(held.lease), exc)
                 return None
+            self.landed(held, result, outcome)
+            return outcome
 
-    async def kept(self) -> None:
+    async def kept(self, probe: bool = False) -> None:
         """Push: each kept completion once (a heartbeat's round), in its lease's turn; answered, it is
         counted and forgotten. The first Redis does not answer ends the round, kept again by the
         send: an outage costs one try a heartbeat, not one socket timeout per result. Any error ends
         it so, not only an outage's (``READONLY`` from a replica a failover promoted): raised, it
         went up through the heartbeat, which dropped the leases it had found lost, and through
-        ``settle`` past the drain, the kept lease counted nowhere."""
+        ``settle`` past the drain, the kept lease counted nowhere. ``probe``: no heartbeat went out
+        (no lease held), so the resend's own answer tells whether Redis answers; those past their
+        bound are given up first (module docstring)."""
+        self._give_up()
         for key in list(self._kept):
             async with self.turns.of(key):
                 held = self._kept.pop(key, None)
@@ -86,11 +133,44 @@ class Resends:
                 try:
                     outcome = await self.complete(held, held.unanswered, False, True)
                 except UnknownScheduleError:
+                    self._bounds.pop(key, None)
                     continue
                 except Exception as exc:
+                    self._unanswered_by(exc, probe)
                     _unanswered(key, exc)
                     return
+            self._bounds.pop(key, None)
+            self.answered()  # it answered: an outage, if one was on, is over
             log.info("completion of %s sent again once Redis answered: %s", key[1], outcome.value)
+
+    def _unanswered_by(self, exc: Exception, probe: bool) -> None:
+        """What a resend's error says of Redis: a refusal is an answer; unreachable, an outage only
+        when no heartbeat went through this beat (``probe``): else its call alone failed."""
+        if not isinstance(exc, TRANSIENT):
+            self.answered()
+        elif probe:
+            self.unreachable()
+
+    def _give_up(self) -> None:
+        """Count ``lost`` the kept results Redis has answered past for ``GIVE_UP_TTLS`` of their
+        lease's TTLs and two reaper passes since their keep (or the last outage's end): their leases
+        lapsed and were requeued, so no resend could land any more."""
+        if self._answering_since is None:
+            return
+        now = self.clock()
+        for key, (kept_at, ttl_s) in list(self._bounds.items()):
+            answered_s = now - max(kept_at, self._answering_since)
+            if ttl_s is None or answered_s <= GIVE_UP_TTLS * ttl_s + REAPER_PASSES_S:
+                continue
+            del self._bounds[key]
+            if self._kept.pop(key, None) is not None:
+                self.stats.lost += 1
+                log.warning(
+                    "completion of %s given up, unanswered while Redis answered for %.0fs: its lease"
+                    " lapsed (lost)",
+                    key[1],
+                    answered_s,
+                )
 
     async def settle(self, within_s: float) -> None:
         """Shutdown (push, its heartbeats stopped): one last try of each kept completion, within
@@ -102,6 +182,7 @@ class Resends:
             log.warning("%d completions Redis never answered are left to lapse (lost)", len(self._kept))
         self.stats.lost += len(self._kept)
         self._kept.clear()
+        self._bounds.clear()
 
 
 def _unanswered(key: LeaseId, exc: Exception) -> None:

@@ -83,7 +83,8 @@ class WorkerSession:
         self._reports = OutageRetry(self.settings.retry_for_s)
         self._ledger = Ledger(self.stats, self._cancelled, self.found_cancelled)
         self._claims = Claims(self.delivery, self.holdings, self.settings, self.stats, self._ledger.refused)
-        self.resends = Resends(self.turns, self.complete, self.stats)
+        ttl_s = lambda sid: self._infos[sid].lease_ttl_ms / 1000 if sid in self._infos else None  # noqa: E731
+        self.resends = Resends(self.turns, self.complete, self.stats, ttl_s)
 
     async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -165,7 +166,7 @@ class WorkerSession:
         answering, send again the push completions it never answered (``resends.py``)."""
         leases = self.holdings.leases()
         if not leases:
-            await self.resends.kept()
+            await self.resends.kept(probe=True)  # its answer, or none, tells whether Redis answers
             return []
         try:
             alive = await self._redis(self.delivery.heartbeat, leases)
@@ -173,7 +174,9 @@ class WorkerSession:
             if not self._heartbeats_failing:  # once per outage: heartbeats run every ttl/3 seconds
                 log.warning("heartbeat failed, leases keep their deadlines: %s", exc)
             self._heartbeats_failing = True
+            self.resends.unreachable()  # kept results do not age through an outage
             return []
+        self.resends.answered()
         if self._heartbeats_failing:
             log.info("heartbeats go through again")
         self._heartbeats_failing = False

@@ -1,0 +1,133 @@
+"""A push completion kept for a resend is given up (``lost``) once it cannot land any more, and only then.
+
+``resends.py``: a completion Redis never answered is kept and sent again at each heartbeat. One whose
+resend Redis keeps refusing (``READONLY``) or whose call alone keeps timing out while Redis answers
+the heartbeats was sent for ever, and never counted. Its lease, forgotten, is renewed by no one: once
+Redis has answered for ``GIVE_UP_TTLS`` lease TTLs since its keep, that lease lapsed and a reaper
+requeued it, so any resend would be refused ``stale``; it now counts ``lost`` then. An outage does not
+age it: Redis back, the grace ``common.lua`` gives a running lease after a silence makes it current
+again, and the kept result still lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from service.delivery.outcomes import CompletionOutcome
+from service.delivery.protocol import Delivery
+from service.delivery.records import TrajectoryResult
+from service.sidecar.holdings import Holdings
+from service.sidecar.resends import GIVE_UP_TTLS, REAPER_PASSES_S
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.procs import item, publish
+
+RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
+TTL_MS = 300
+ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
+
+
+class _Failing(Delivery):
+    """A real ``Delivery`` whose completions raise ``error`` (never reaching Redis) while it is set;
+    heartbeats and every other call go through."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        super().__init__(client)
+        self.error: Exception | None = None
+        self.lock = threading.Lock()
+
+    def complete_many(self, *args: Any, **kwargs: Any) -> list[CompletionOutcome]:
+        with self.lock:
+            error = self.error
+        if error is not None:
+            raise error
+        return super().complete_many(*args, **kwargs)
+
+
+def _ended(session: WorkerSession) -> dict[str, int]:
+    return {name: getattr(session.stats, name) for name in ENDS if getattr(session.stats, name)}
+
+
+def _kept(redis_url: str, keys: list[str]) -> tuple[_Failing, WorkerSession]:
+    """A session that claimed ``keys`` of schedule ``s`` (300 ms leases)."""
+    publish(Delivery.from_url(redis_url), "s", {"w0": [item(k, 0, 10) for k in keys]}, lease_ttl_ms=TTL_MS)
+    delivery = _Failing(redis.Redis.from_url(redis_url))
+    return delivery, WorkerSession(delivery, Holdings(len(keys)), SessionSettings("w0", retry_for_s=0.0))
+
+
+async def _beat_until_given_up(session: WorkerSession, within_s: float) -> float:
+    """Heartbeat every 50 ms, the schedule reaped as often (the service's reaper, which reaches every
+    schedule each second, well within half of real TTLs), until nothing is kept; the seconds that
+    took (the test's bound: never)."""
+    reaper, start = Delivery(session.delivery.client), time.monotonic()
+    while len(session.resends) and time.monotonic() - start < within_s:
+        await session.heartbeat()
+        await asyncio.to_thread(reaper.reap, "s")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - start
+
+
+# the resend's error, and the keys claimed: the first's completion is kept, the second's lease held
+FAILING = {
+    "refused": (redis.ReadOnlyError("READONLY You can't write against a read only replica."), ["a"]),
+    "timing-out": (redis.TimeoutError("Timeout reading from socket"), ["a", "b"]),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILING))
+def test_a_kept_completion_redis_answers_past_for_two_ttls_is_given_up_lost_and_could_not_land(
+    redis_client: redis.Redis, redis_url: str, case: str
+) -> None:
+    """Refused by a replica with no other lease held (the resend's own answer says Redis answers),
+    or its call alone timing out beside a lease whose heartbeats go through. Before: kept for ever,
+    counted nowhere (the loop ran out its 30 s)."""
+    error, keys = FAILING[case]
+    delivery, session = _kept(redis_url, keys)
+
+    async def run() -> tuple[int, float]:
+        first, *_ = await session.claim(len(keys))
+        with delivery.lock:
+            delivery.error = error
+        with pytest.raises(type(error)):
+            await session.complete(first, RESULT)
+        return first.lease.token, await _beat_until_given_up(session, 30.0)
+
+    token, took = asyncio.run(run())
+    assert len(session.resends) == 0, f"still kept after {took:.1f}s"
+    assert _ended(session) == {"lost": 1}
+    assert took >= GIVE_UP_TTLS * TTL_MS / 1000 + REAPER_PASSES_S - 0.1  # not before it lapsed
+    late = Delivery.from_url(redis_url).complete_many("s", [("a#0", token, RESULT)], None, "w0")
+    assert late == [CompletionOutcome.STALE]  # a resend could not have landed: nothing lost
+
+
+def test_a_kept_completion_through_an_outage_longer_than_its_bound_still_lands(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Redis unreachable (for every client: no reaper reaches the schedule either) a second past the
+    bound (no lease held: each resend finds it down), then back: the lease, renewed by no one, is
+    graced by the first script after the silence, and the result is accepted. A bound by age alone
+    gave it up during the outage (``lost``, the result dropped)."""
+    delivery, session = _kept(redis_url, ["a"])
+
+    async def run() -> None:
+        (held,) = await session.claim(1)
+        with delivery.lock:
+            delivery.error = redis.ConnectionError("connection refused")
+        with pytest.raises(redis.ConnectionError):
+            await session.complete(held, RESULT)
+        start, outage_s = time.monotonic(), GIVE_UP_TTLS * TTL_MS / 1000 + REAPER_PASSES_S + 1.0
+        while time.monotonic() - start < outage_s:
+            await session.heartbeat()
+            await asyncio.sleep(0.05)
+        with delivery.lock:
+            delivery.error = None
+        await session.heartbeat()
+
+    asyncio.run(run())
+    assert (_ended(session), len(session.resends)) == ({"accepted": 1}, 0)
+    assert [r.key for r in Delivery.from_url(redis_url).read_results("s")] == ["a#0"]
