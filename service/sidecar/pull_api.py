@@ -178,12 +178,13 @@ async def _complete(body: DoneBody, state: PullState, session: WorkerSession) ->
         extra=extra,
     )
     if held is not None:  # a report Redis does not answer (503) keeps the lease for the retry
+        landed = held.unanswered or result  # a duplicate's: what an earlier send of it stored
         outcome = await session.complete(held, result, keep_unanswered=True)
-        session.holdings.observe(body.output_tokens, wall_time_s)  # KV admission's decode rate, once
+        state.landed(held, result if outcome is CompletionOutcome.ACCEPTED else landed, outcome)
     else:
         outcome = await session.complete_key(body.schedule_id, body.key, body.token, result, held=False)
-    if outcome is CompletionOutcome.ACCEPTED and wall_time_s is not None:
-        state.generation.observe(wall_time_s)
+        if outcome is CompletionOutcome.ACCEPTED:  # a killed predecessor's lease: ends here
+            state.generation.observe(wall_time_s)
     if outcome is CompletionOutcome.STALE:
         return JSONResponse(await _stale(state, body, held is not None), status_code=409)
     return JSONResponse({"outcome": outcome.value})

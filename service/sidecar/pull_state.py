@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from service.delivery.errors import UnknownScheduleError
+from service.delivery.outcomes import CompletionOutcome
+from service.delivery.records import TrajectoryResult
 from service.sidecar.holdings import Held, lease_id
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S, overdue
 from service.sidecar.sampling import sample_params
@@ -80,7 +82,9 @@ class PullState:
         release_within_s: float = 2.0,
         hold_timeout_s: float = DEFAULT_HOLD_TIMEOUT_S,
     ) -> None:
-        self._session = None if isinstance(session, Connecting) else session
+        self._session: WorkerSession | None = None
+        if not isinstance(session, Connecting):
+            self._attach(session)
         self.worker_id = session.worker_id if isinstance(session, Connecting) else session.settings.worker_id
         self.idle_timeout_s = idle_timeout_s
         self.stopping = stopping  # true once the server shuts down: claim nothing more
@@ -104,6 +108,22 @@ class PullState:
         # waits for their retries (``_retries_landed``) before it hands back what they report
         self.refused: set[tuple[str, str, int]] = set()
         self.report_retry_grace_s = REPORT_RETRY_GRACE_S
+
+    def _attach(self, session: WorkerSession) -> None:
+        """Serve ``session``; a resend of a kept ``/done`` that lands records what its answer would
+        have (``landed``)."""
+        self._session = session
+        session.resends.landed = self.landed
+
+    def landed(self, held: Held, result: TrajectoryResult, outcome: CompletionOutcome) -> None:
+        """What an answered completion of a lease held here records, once: its tokens and wall time
+        for the decode rate (KV admission, the hold bound), and, when it landed (accepted, or a
+        repeat of this token's landed completion, whose own answer never came), its generation
+        seconds (``GET /metrics``). A ``/done`` Redis never answered recorded neither, so a heartbeat's
+        resend of it that lands (``Resends.again``) records them here, as a first answer would."""
+        self.session.holdings.observe(result.output_tokens, result.wall_time_s)
+        if outcome is not CompletionOutcome.STALE:
+            self.generation.observe(result.wall_time_s)
 
     @property
     def connected(self) -> bool:
@@ -168,7 +188,7 @@ class PullState:
         (``loops``): the first to die stops the sidecar, which exits 70 (``supervision``)."""
         if pending is not None:
             try:
-                self._session = await _in_daemon_thread(pending.connect)
+                self._attach(await _in_daemon_thread(pending.connect))
             except Exception as error:  # refused credentials: the caller's ``connect`` stops the server
                 log.error("could not connect to Redis: %s", error)
                 return
@@ -215,6 +235,7 @@ class PullState:
                 lost = []
             self.lost.extend(lease_json(held) for held in lost)
             await self.fail_abandoned(dropped)
+            await self.resend_overdue()
         finally:  # cancelled (a shutdown) first: the worker's reports waiting for these turns go on,
             # and those never reported lapse, counted ``lost``: dropped from the holdings, nothing else
             # counts them (a worker's late ``/done`` of one lands as a lease not held: ``inherited``)
@@ -230,7 +251,8 @@ class PullState:
         is then stale. Without the turn, a ``/done`` sent while the heartbeat ran, before the failure
         report, was accepted as a lease not held (``inherited``) beside the failure's ``stale``."""
         holdings, turns = self.session.holdings, self.session.turns
-        dropped = [h for h in overdue(holdings, self.hold_timeout_s) if not turns.busy(lease_id(h.lease))]
+        late = overdue(holdings, self.hold_timeout_s)
+        dropped = [h for h in late if h.unanswered is None and not turns.busy(lease_id(h.lease))]
         for held in dropped:
             holdings.remove(lease_id(held.lease))
         return [(held, turns.take(lease_id(held.lease))) for held in dropped]
@@ -258,6 +280,17 @@ class PullState:
                 log.warning("could not report %s failed (%r); its lease lapses and is requeued", key, exc)
             finally:
                 end_turn()
+
+    async def resend_overdue(self) -> None:
+        """Send once more the kept result of each item held past its bound whose ``/done`` Redis
+        never answered (``Resends.again``), instead of reporting it failed: the worker did report
+        it, and its lease ends as that ``/done`` did, ``accepted`` or ``duplicate``, its result kept.
+        Reported failed, a landed ``/done`` was refused ``stale`` and one that had not landed ran
+        again, an attempt spent. Refused, it lapsed: listed lost. Unanswered, the next beat tries."""
+        holdings = self.session.holdings
+        for held in [h for h in overdue(holdings, self.hold_timeout_s) if h.unanswered is not None]:
+            if await self.session.resends.again(held, holdings) is CompletionOutcome.STALE:
+                self.lost.append(lease_json(held))
 
     async def reset_polls(self) -> None:
         """End the long polls in flight (``POST /reset``: they are the previous process's); one taking

@@ -1,0 +1,133 @@
+"""A pull ``/done`` Redis never answered ends its lease as that ``/done`` did, and records what a first
+answer records, once.
+
+Its result is kept and the lease held for the worker's retry (``resends.py``). Past its hold bound the
+lease was reported failed as a dropped item is: refused ``stale`` when the ``/done`` had landed (its
+end a completion), and when it had not, the item ran again with an attempt spent, its result thrown
+away. It is now sent once more instead (``PullState.resend_overdue``): ``duplicate`` or ``accepted``.
+And a resend that landed recorded neither the generation seconds (``GET /metrics``) nor the decode
+rate (KV admission, the hold bound) that an answered ``/done`` records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from service.delivery.protocol import Delivery
+from service.sidecar.holdings import Holdings
+from service.sidecar.pull_api import create_pull_app
+from service.sidecar.pull_state import PullState
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import report_body
+from tests.service.sidecar.unanswered import UnansweredCompletions
+
+ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
+BOUND_S = 100.0  # the hold bound the tests run under (``hold_timeout_s``)
+GENERATED_S = 5.0  # the worker's /done comes this long after its /next: the result's wall time
+
+
+def _ended(session: WorkerSession) -> dict[str, int]:
+    return {name: getattr(session.stats, name) for name in ENDS if getattr(session.stats, name)}
+
+
+def _unanswered_done(redis_url: str, lands: bool) -> tuple[UnansweredCompletions, WorkerSession, list[float]]:
+    """A session of one slot on schedule ``s`` (10-minute leases) whose completions go unanswered
+    while ``out`` is set, its holdings on the returned clock."""
+    publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=600_000)
+    delivery = UnansweredCompletions(redis.Redis.from_url(redis_url), lands)
+    clock = [0.0]
+    holdings = Holdings(1, clock=lambda: clock[0])
+    return delivery, WorkerSession(delivery, holdings, SessionSettings("w0", retry_for_s=0.0)), clock
+
+
+async def _done_unanswered(
+    client: httpx.AsyncClient, delivery: UnansweredCompletions, clock: list[float]
+) -> dict[str, Any]:
+    """The worker's lease, its /done (10 tokens, ``GENERATED_S`` after /next) answered 503."""
+    lease = (await client.get("/next")).json()
+    clock[0] = GENERATED_S
+    delivery.out.set()
+    assert (await client.post("/done", json=report_body("done", lease))).status_code == 503
+    delivery.out.clear()  # Redis answers again; the worker does not retry (it died, or gave up)
+    return lease
+
+
+def _serve(session: WorkerSession, script: Any) -> list[Any]:
+    async def run() -> list[Any]:
+        app = create_pull_app(session, hold_timeout_s=BOUND_S)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            return list(await script(client, app.state.pull))
+
+    return asyncio.run(run())
+
+
+def _recorded(state: PullState) -> tuple[float, float, float | None]:
+    """(generation seconds observed, their sum, the decode rate learnt)."""
+    buckets, total = state.generation.snapshot()
+    return buckets[-1][1], total, state.session.holdings.decode_rate()
+
+
+@pytest.mark.parametrize(("lands", "ended"), [(True, {"duplicate": 1}), (False, {"accepted": 1})])
+def test_a_done_unanswered_and_held_past_its_bound_is_sent_again_not_failed(
+    redis_client: redis.Redis, redis_url: str, lands: bool, ended: dict[str, int]
+) -> None:
+    """Before: landed, ``{"stale": 1}`` (the failure refused); not landed, ``{"failed": 1}``, the item
+    requeued and its result dropped. Either way listed lost."""
+    delivery, session, clock = _unanswered_done(redis_url, lands)
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        await _done_unanswered(client, delivery, clock)
+        clock[0] = BOUND_S + 1  # past its bound
+        await state.beat()
+        return [len(state.lost), len(session.holdings), _recorded(state)]
+
+    assert _serve(session, script) == [0, 0, (1.0, GENERATED_S, 10 / GENERATED_S)]
+    assert _ended(session) == ended
+    progress = Delivery.from_url(redis_url).progress("s")
+    assert (progress.queued, progress.running, progress.done) == (0, 0, 1)
+
+
+def test_a_resend_that_lands_at_a_heartbeat_records_it_once_and_the_workers_retry_adds_nothing(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The ``/done`` landed unanswered; the heartbeat finds the lease gone and its resend is
+    answered ``duplicate`` (pullrace's case), well within the bound. Before: nothing recorded,
+    ``(0, 0.0, None)``; the worker's retry after it, answered ``duplicate`` too, records nothing."""
+    delivery, session, clock = _unanswered_done(redis_url, lands=True)
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        lease = await _done_unanswered(client, delivery, clock)
+        await state.beat()
+        resent = _recorded(state)
+        clock[0] = 2 * GENERATED_S
+        retried = await client.post("/done", json=report_body("done", lease))
+        return [resent, retried.json()["outcome"], _recorded(state)]
+
+    once = (1.0, GENERATED_S, 10 / GENERATED_S)
+    assert _serve(session, script) == [once, "duplicate", once]
+    assert _ended(session) == {"duplicate": 1}
+
+
+def test_a_retry_answered_duplicate_of_a_held_lease_records_the_landed_done_once(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The worker retries before any heartbeat: the lease still held, its retry is answered
+    ``duplicate`` (the first landed). The generation seconds are that first ``/done``'s (the one
+    Redis stored), not the retry's, which also counts the outage. Before: none recorded."""
+    delivery, session, clock = _unanswered_done(redis_url, lands=True)
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        lease = await _done_unanswered(client, delivery, clock)
+        clock[0] = 3 * GENERATED_S
+        retried = await client.post("/done", json=report_body("done", lease))
+        return [retried.json()["outcome"], _recorded(state)]
+
+    assert _serve(session, script) == ["duplicate", (1.0, GENERATED_S, 10 / GENERATED_S)]
+    assert _ended(session) == {"duplicate": 1}
