@@ -136,10 +136,15 @@ class Claims:
 
         The lease was counted taken (``claimed`` or ``stolen``), so it is counted ended here, once:
         ``failed`` when the report was taken, ``lost`` when Redis did not answer it, cancelled or
-        stale when it was refused. It was counted nowhere, and each such lease put a sidecar's
-        taken ahead of what ended there for good (the soak's counter check, chaos6)."""
+        stale when it was refused, stale when its schedule is gone. It was counted nowhere, and each
+        such lease put a sidecar's taken ahead of what ended there for good (the soak's counter
+        check, chaos6)."""
         try:
             outcome = await asyncio.to_thread(self.delivery.fail, lease, reason)
+        except UnknownScheduleError:  # its keys went since the claim: ``stale``, as ``WorkerSession.fail``
+            self.stats.stale += 1  # counts it; raised, it took the claim's readable leases, uncounted
+            log.warning("schedule %s is gone from Redis; %s not failed", lease.schedule_id, lease.key)
+            return
         except redis.RedisError as error:
             self.stats.lost += 1
             log.warning(
