@@ -59,6 +59,9 @@ class Held:
     # a completion sent whose answer never came (pull mode keeps the lease for the worker's retry, push
     # mode forgets it): it may have landed, so it is sent again to learn how it ended (``resends.py``)
     unanswered: TrajectoryResult | None = None
+    # pull: its hold bound's failure report went unanswered, so it is held again for the next beat to
+    # send that report once more, unless a worker's report of it comes first (``PullState.abandon``)
+    failing: bool = False
     started_at: float = 0.0  # the holdings' clock when it started
     occupancy_at_start: float = 0.0  # the holdings' in-flight integral (sequence-seconds) then
 
@@ -219,6 +222,11 @@ class Holdings:
     def get(self, key: LeaseId) -> Held | None:
         """The holding of one lease, if still held."""
         return self._held.get(key)
+
+    def restore(self, held: Held) -> None:
+        """Hold again a lease ``remove`` forgot, as it was (started, its clock and occupancy kept)."""
+        self._integrate()
+        self._held[lease_id(held.lease)] = held
 
     def remove(self, key: LeaseId) -> Held | None:
         """Forget a lease (completed, failed, released or lost)."""

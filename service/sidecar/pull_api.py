@@ -238,7 +238,8 @@ async def leases(state: Pull) -> dict[str, Any]:
     """The leases handed to the worker, and those lost since the last call (stop working on them)."""
     lost = list(state.lost)
     state.lost.clear()
-    handed = [h for h in state.session.holdings.all() if h.started]  # not those claimed ahead of /next
+    # not those claimed ahead of /next, nor one listed lost whose failure report is sent again
+    handed = [h for h in state.session.holdings.all() if h.started and not h.failing]
     return {"held": [lease_json(h) for h in handed], "lost": lost}
 
 

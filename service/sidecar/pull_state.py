@@ -227,7 +227,7 @@ class PullState:
         are those held past their bound (``abandon``), which are then reported failed."""
         dropped = self.abandon()
         try:  # from the turns' take on: whatever raises, each is given up and each lease counted
-            self.lost.extend(lease_json(held) for held, _ in dropped)
+            self.lost.extend(lease_json(held) for held, _ in dropped if not held.failing)  # listed once
             try:
                 lost = await self.session.heartbeat()
             except Exception:  # never let the heartbeat loop die: every lease would lapse
@@ -263,21 +263,33 @@ class PullState:
         once its attempts are spent), where its lapse would have requeued it here a lease TTL later with
         nobody able to take it meanwhile. The worker dropped it and will not report it,
         so waiting out the lease only kept a straggler's item, the one its step most likely waits for,
-        from running again. One Redis does not take (past the session's retry window) is left to
-        lapse, counted ``lost`` (``WorkerSession.fail``), and is then requeued by a reaper as before.
-        Each is taken from ``dropped`` as its report is sent (what is left there was never reported),
-        and its turn given up once that report is answered (or not)."""
+        from running again. Each is taken from ``dropped`` as its report is sent (what is left there
+        was never reported), and its turn given up once that report is answered (or not).
+
+        One Redis does not answer (past the session's retry window), or whose answer a shutdown cut,
+        is held again (``failing``), not heartbeated, and the next beat sends it once more: its lease
+        ends with the first answer of it or of a worker's report meanwhile (a late ``/done``
+        accepted, ``accepted``; the failure taken, ``failed``; either refused, ``stale``: a landed
+        failure and a lapse look alike), or at the shutdown's hand-back. It counted ``lost`` at once,
+        and a late ``/done`` that Redis then accepted counted ``accepted`` and ``inherited`` beside
+        it: one lease ended twice."""
         holdings = self.session.holdings
         while dropped:
             held, end_turn = dropped.pop(0)
             key, held_s = held.lease.key, holdings.held_for(held)
-            log.warning("item %s held %.0fs unreported: reporting it failed", key, held_s)
+            if not held.failing:
+                log.warning("item %s held %.0fs unreported: reporting it failed", key, held_s)
+            reason = f"held {held_s:.0f}s by the pull worker without /done or /fail"
             try:
-                await self.session.fail(held, f"held {held_s:.0f}s by the pull worker without /done or /fail")
+                await self.session.fail(held, reason, keep_unanswered=True)
             except UnknownScheduleError:
-                continue  # its schedule is gone: nothing to requeue
-            except Exception as exc:  # Redis gone past the retry window: the lease lapses instead
-                log.warning("could not report %s failed (%r); its lease lapses and is requeued", key, exc)
+                continue  # its schedule is gone: nothing to requeue (counted ``stale``)
+            except BaseException as exc:  # unanswered, or cut by a shutdown: held again (``failing``)
+                held.failing = True
+                holdings.restore(held)  # the next beat's, or the shutdown's hand-back, ends it
+                if not isinstance(exc, Exception):
+                    raise
+                log.warning("could not report %s failed (%r); reported again at the next beat", key, exc)
             finally:
                 end_turn()
 

@@ -1,0 +1,95 @@
+"""The hold bound's failure report that Redis never answers leaves the lease to end once, with the
+first answer about it.
+
+``PullState.fail_abandoned`` counted such a lease ``lost`` at once (landed or not, nothing tells).
+The failure had not landed, the lease was still current in Redis, and the worker's late ``/done`` of
+it was accepted: a report of a lease this sidecar no longer held, counted ``accepted`` and
+``inherited`` beside the ``lost``: one lease ended twice, ``inherited`` naming no predecessor. Now
+the lease is held again, not heartbeated, and the next beat sends the failure once more; the first
+answer ends it: the worker's ``/done`` accepted (``accepted``), the failure taken (``failed``, the
+item requeued at once instead of a lease TTL later), or either refused (``stale``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from service.delivery.protocol import Delivery
+from service.sidecar.holdings import Holdings
+from service.sidecar.pull_api import create_pull_app
+from service.sidecar.pull_state import PullState
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import report_body
+from tests.service.sidecar.unanswered import UnansweredReports
+
+COUNTERS = ("inherited", "accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
+BOUND_S = 100.0
+
+
+def _counted(session: WorkerSession) -> dict[str, int]:
+    return {name: getattr(session.stats, name) for name in COUNTERS if getattr(session.stats, name)}
+
+
+def _abandoned_unanswered(redis_url: str, lands: bool, then: str) -> tuple[list[Any], WorkerSession]:
+    """One item handed out and held past its bound; the beat's failure report of it goes unanswered
+    (landed in Redis or not), Redis answers again, and ``then`` comes: the worker's late ``/done``,
+    or the next beat. What the worker saw, and the session."""
+    publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=600_000)
+    delivery = UnansweredReports(redis.Redis.from_url(redis_url), lands)
+    clock = [0.0]
+    session = WorkerSession(
+        delivery, Holdings(1, clock=lambda: clock[0]), SessionSettings("w0", retry_for_s=0.0)
+    )
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        lease = (await client.get("/next")).json()
+        clock[0] = BOUND_S + 1
+        delivery.out.set()
+        await state.beat()
+        delivery.out.clear()
+        listed = [one["key"] for one in (await client.get("/leases")).json()["lost"]]
+        if then == "done":
+            late = await client.post("/done", json=report_body("done", lease))
+            answer = [late.status_code, late.json()["outcome"]]
+        else:
+            await state.beat()
+            answer = []
+        held = (await client.get("/leases")).json()
+        return [listed, answer, held["held"], [one["key"] for one in held["lost"]], len(session.holdings)]
+
+    async def run() -> list[Any]:
+        app = create_pull_app(session, hold_timeout_s=BOUND_S)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            return await script(client, app.state.pull)
+
+    return asyncio.run(run()), session
+
+
+# (the failure landed, what came next): the worker's answer, and the lease's one end
+CASES = {
+    (False, "done"): ([200, "accepted"], {"accepted": 1}),  # before: lost, accepted and inherited
+    (True, "done"): ([409, "stale"], {"stale": 1}),  # before: lost
+    (False, "beat"): ([], {"failed": 1}),  # before: lost, the item leased until its lease lapsed
+    (True, "beat"): ([], {"stale": 1}),  # before: lost
+}
+
+
+@pytest.mark.parametrize(("lands", "then"), list(CASES))
+def test_an_abandoned_items_unanswered_failure_report_ends_its_lease_once_with_the_first_answer(
+    redis_client: redis.Redis, redis_url: str, lands: bool, then: str
+) -> None:
+    seen, session = _abandoned_unanswered(redis_url, lands, then)
+    answer, ended = CASES[(lands, then)]
+    # listed lost once, never listed held again, and no longer held once answered
+    assert seen == [["a#0"], answer, [], [], 0]
+    assert _counted(session) == ended
+    progress = Delivery.from_url(redis_url).progress("s")
+    accepted = then == "done" and not lands  # else the failure landed, first or sent again: requeued
+    assert (progress.done, progress.queued, progress.running) == (int(accepted), int(not accepted), 0)
