@@ -249,9 +249,12 @@ class PullState:
         here before any await, with the function that gives it up: the caller reports them failed
         (``fail_abandoned``), and a worker's ``/done`` or ``/fail`` of one waits for that answer and
         is then stale. Without the turn, a ``/done`` sent while the heartbeat ran, before the failure
-        report, was accepted as a lease not held (``inherited``) beside the failure's ``stale``."""
+        report, was accepted as a lease not held (``inherited``) beside the failure's ``stale``. One
+        whose failure report went unanswered (``failing``) is taken again, even if a decode rate
+        measured since raised its bound; one whose ``/done`` did is sent again (``resend_overdue``)."""
         holdings, turns = self.session.holdings, self.session.turns
-        late = overdue(holdings, self.hold_timeout_s)
+        late = [h for h in holdings.all() if h.failing and not h.completing]
+        late += [h for h in overdue(holdings, self.hold_timeout_s) if not h.failing]
         dropped = [h for h in late if h.unanswered is None and not turns.busy(lease_id(h.lease))]
         for held in dropped:
             holdings.remove(lease_id(held.lease))

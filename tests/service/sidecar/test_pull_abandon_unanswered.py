@@ -36,10 +36,13 @@ def _counted(session: WorkerSession) -> dict[str, int]:
     return {name: getattr(session.stats, name) for name in COUNTERS if getattr(session.stats, name)}
 
 
-def _abandoned_unanswered(redis_url: str, lands: bool, then: str) -> tuple[list[Any], WorkerSession]:
+def _abandoned_unanswered(
+    redis_url: str, lands: bool, then: str, rate_drops: bool = False
+) -> tuple[list[Any], WorkerSession]:
     """One item handed out and held past its bound; the beat's failure report of it goes unanswered
     (landed in Redis or not), Redis answers again, and ``then`` comes: the worker's late ``/done``,
-    or the next beat. What the worker saw, and the session."""
+    or the next beat (``rate_drops``: after a slow completion measured meanwhile raised every
+    item's bound far past this one's time). What the worker saw, and the session."""
     publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=600_000)
     delivery = UnansweredReports(redis.Redis.from_url(redis_url), lands)
     clock = [0.0]
@@ -58,6 +61,8 @@ def _abandoned_unanswered(redis_url: str, lands: bool, then: str) -> tuple[list[
             late = await client.post("/done", json=report_body("done", lease))
             answer = [late.status_code, late.json()["outcome"]]
         else:
+            if rate_drops:
+                session.holdings.observe(10, 1000.0)  # 0.01 token/s: a bound of months
             await state.beat()
             answer = []
         held = (await client.get("/leases")).json()
@@ -93,3 +98,13 @@ def test_an_abandoned_items_unanswered_failure_report_ends_its_lease_once_with_t
     progress = Delivery.from_url(redis_url).progress("s")
     accepted = then == "done" and not lands  # else the failure landed, first or sent again: requeued
     assert (progress.done, progress.queued, progress.running) == (int(accepted), int(not accepted), 0)
+
+
+def test_an_unanswered_failure_report_is_sent_again_even_once_a_measured_rate_raised_the_bound(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Its item is no longer past its bound: it was reported failed, so the report is sent again all
+    the same (else the lease stayed held and heartbeated, counted nowhere, until the bound came)."""
+    seen, session = _abandoned_unanswered(redis_url, lands=False, then="beat", rate_drops=True)
+    assert seen == [["a#0"], [], [], [], 0]
+    assert _counted(session) == {"failed": 1}
