@@ -169,6 +169,9 @@ async def _complete(body: DoneBody, state: PullState, session: WorkerSession) ->
     if held is not None and "concurrency" not in extra:  # what the worker does not say, the sidecar measured
         extra["concurrency"] = round(session.holdings.mean_concurrency(held), 3)
         wall_time_s = session.holdings.held_for(held)  # over the interval the mean is taken
+        kept = held.unanswered  # a retry: the span up to the first /done, not the outage after it
+        if kept is not None and "concurrency" in kept.extra:
+            extra["concurrency"], wall_time_s = kept.extra["concurrency"], kept.wall_time_s
     result = TrajectoryResult(
         output_tokens=body.output_tokens,
         finish_reason=body.finish_reason,

@@ -50,7 +50,7 @@ async def _done_unanswered(
     client: httpx.AsyncClient, delivery: UnansweredCompletions, clock: list[float]
 ) -> dict[str, Any]:
     """The worker's lease, its /done (10 tokens, ``GENERATED_S`` after /next) answered 503."""
-    lease = (await client.get("/next")).json()
+    lease: dict[str, Any] = (await client.get("/next")).json()
     clock[0] = GENERATED_S
     delivery.out.set()
     assert (await client.post("/done", json=report_body("done", lease))).status_code == 503
@@ -131,3 +131,23 @@ def test_a_retry_answered_duplicate_of_a_held_lease_records_the_landed_done_once
 
     assert _serve(session, script) == ["duplicate", (1.0, GENERATED_S, 10 / GENERATED_S)]
     assert _ended(session) == {"duplicate": 1}
+
+
+def test_a_retry_accepted_after_an_unanswered_done_stores_the_span_up_to_that_first_done(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The first ``/done`` never landed; the worker's retry, 10 s later, is accepted. Its result is
+    the trajectory's: the wall time and mean concurrency the sidecar measured up to the first
+    ``/done`` (what speed learning divides), not a span stretched by the outage. Before: 15 s stored
+    and recorded."""
+    delivery, session, clock = _unanswered_done(redis_url, lands=False)
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        lease = await _done_unanswered(client, delivery, clock)
+        clock[0] = 3 * GENERATED_S
+        retried = await client.post("/done", json=report_body("done", lease))
+        return [retried.json()["outcome"], _recorded(state)]
+
+    assert _serve(session, script) == ["accepted", (1.0, GENERATED_S, 10 / GENERATED_S)]
+    (stored,) = Delivery.from_url(redis_url).read_results("s")
+    assert (stored.result.wall_time_s, stored.result.extra["concurrency"]) == (GENERATED_S, 1.0)
