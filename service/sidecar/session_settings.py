@@ -56,9 +56,9 @@ class SessionStats:
     failed: int = 0  # items reported failed to the protocol and requeued or dead-lettered by it
     released: int = 0  # leases handed back unstarted or unfinished (shutdown)
     lost: int = 0  # leases a heartbeat or hand-back found gone (not cancelled, or the shutdown cut the
-    # question); a failure report (an overdue item's, an unreadable item's at its claim), a hand-back,
-    # or a push completion still unanswered at exit, that Redis did not answer or a shutdown came
-    # before (they lapse)
+    # question); a failure report (an unreadable item's at its claim, a push item's, an overdue pull
+    # item's the shutdown came before), a hand-back, or a push completion still unanswered at exit or
+    # past its bound (``resends.py``), that Redis did not answer or a shutdown came before (they lapse)
     reaped: int = 0  # lapsed leases this worker's reaps requeued or dead-lettered
     reset: int = 0  # leases an earlier process of this worker id held, handed back at start
     cancelled: int = 0  # items whose lease was stopped or report refused: schedule cancelled (once each)
