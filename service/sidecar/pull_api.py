@@ -256,11 +256,13 @@ async def reset(state: Pull) -> dict[str, int]:
 
     A ``/done`` still in flight (its sender died before the answer; Redis may be down) settles first:
     released beside it, a finished result could be thrown away and the item run again; and one
-    that fails leaves its lease held, to be handed back here. A ``/next`` long-polling for the dead
+    that fails leaves its lease held, to be handed back here, its result sent once more first (a
+    release of it was refused, or requeued a finished item). A ``/next`` long-polling for the dead
     process ends first, with 204: an item it took after this would reach nobody."""
     await state.reset_polls()
     while any(h.completing for h in state.session.holdings.all()):
         await asyncio.sleep(0.05)
+    await state.resend_kept()  # a /done Redis never answered: its result, not a release (a rerun)
     holdings, held = state.session.holdings, state.session.holdings.all()
     ahead = [h for h in held if not h.started]
     await state.session.release(ahead)  # claimed ahead: never reached it
@@ -300,6 +302,7 @@ def create_pull_app(
         if state.connected:  # whatever the worker held, then the presence key, in one grace
             until = min(requests.ends_by(), time.monotonic()) + release_within_s
             died = "its sidecar" if state.loops.dead is not None else ""  # a bug: refunded once per item
+            await state.resend_kept(within_s=max(0.0, until - time.monotonic()))
             await state.session.hand_back(state.session.holdings.all(), until - time.monotonic(), died)
             await state.leave(until - time.monotonic())
             hang_up(state.session.delivery)

@@ -298,14 +298,25 @@ class PullState:
 
     async def resend_overdue(self) -> None:
         """Send once more the kept result of each item held past its bound whose ``/done`` Redis
-        never answered (``Resends.again``), instead of reporting it failed: the worker did report
-        it, and its lease ends as that ``/done`` did, ``accepted`` or ``duplicate``, its result kept.
+        never answered (``resend_kept``), instead of reporting it failed: the worker did report it,
+        and its lease ends as that ``/done`` did, ``accepted`` or ``duplicate``, its result kept.
         Reported failed, a landed ``/done`` was refused ``stale`` and one that had not landed ran
-        again, an attempt spent. Refused, it lapsed: listed lost. Unanswered, the next beat tries."""
+        again, an attempt spent. Unanswered, the next beat tries."""
+        late = [h for h in overdue(self.session.holdings, self.hold_timeout_s) if h.unanswered is not None]
+        await self.resend_kept(late)
+
+    async def resend_kept(self, helds: list[Held] | None = None, within_s: float | None = None) -> None:
+        """Send once more the kept result of each of ``helds`` (default: every lease held with one,
+        before ``POST /reset`` or the shutdown hands them back), within ``within_s`` if given; one
+        refused lapsed, and is listed lost. Handed back unsent, a landed ``/done``'s lease was refused
+        and counted ``lost``, and one that had not landed was released: its item ran again."""
         holdings = self.session.holdings
-        for held in [h for h in overdue(holdings, self.hold_timeout_s) if h.unanswered is not None]:
-            if await self.session.resends.again(held, holdings) is CompletionOutcome.STALE:
-                self.lost.append(lease_json(held))
+        kept = helds if helds is not None else [h for h in holdings.all() if h.unanswered is not None]
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within_s):  # not wait_for: see service/sidecar/waits.py
+                for held in kept:
+                    if await self.session.resends.again(held, holdings) is CompletionOutcome.STALE:
+                        self.lost.append(lease_json(held))
 
     async def reset_polls(self) -> None:
         """End the long polls in flight (``POST /reset``: they are the previous process's); one taking

@@ -12,13 +12,16 @@ rate (KV admission, the hold bound) that an answered ``/done`` records.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import httpx
 import pytest
 import redis
 
+from service.delivery.hangable import hangable
 from service.delivery.protocol import Delivery
+from service.delivery.stored import REPLY_DECODING
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.pull_state import PullState
@@ -40,7 +43,7 @@ def _unanswered_done(redis_url: str, lands: bool) -> tuple[UnansweredCompletions
     """A session of one slot on schedule ``s`` (10-minute leases) whose completions go unanswered
     while ``out`` is set, its holdings on the returned clock."""
     publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=600_000)
-    delivery = UnansweredCompletions(redis.Redis.from_url(redis_url), lands)
+    delivery = UnansweredCompletions(hangable(redis_url, **REPLY_DECODING), lands)  # as a sidecar's
     clock = [0.0]
     holdings = Holdings(1, clock=lambda: clock[0])
     return delivery, WorkerSession(delivery, holdings, SessionSettings("w0", retry_for_s=0.0)), clock
@@ -151,3 +154,40 @@ def test_a_retry_accepted_after_an_unanswered_done_stores_the_span_up_to_that_fi
     assert _serve(session, script) == ["accepted", (1.0, GENERATED_S, 10 / GENERATED_S)]
     (stored,) = Delivery.from_url(redis_url).read_results("s")
     assert (stored.result.wall_time_s, stored.result.extra["concurrency"]) == (GENERATED_S, 1.0)
+
+
+def _handed_back(redis_url: str, lands: bool, how: str) -> tuple[list[Any], WorkerSession]:
+    """A ``/done`` unanswered (landed or not), then the lease handed back: by ``POST /reset`` (a new
+    worker process) or by the shutdown (the app's lifespan ending). The reset's answer, and the
+    session."""
+    delivery, session, clock = _unanswered_done(redis_url, lands)
+
+    async def run() -> list[Any]:
+        app = create_pull_app(session, hold_timeout_s=BOUND_S)
+        async with contextlib.AsyncExitStack() as stack:
+            if how == "shutdown":  # its hand-back runs as the block ends
+                await stack.enter_async_context(app.router.lifespan_context(app))
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+                while (await client.get("/ready")).status_code != 200:  # the takeover done
+                    await asyncio.sleep(0.01)
+                await _done_unanswered(client, delivery, clock)
+                if how == "reset":
+                    return [(await client.post("/reset")).json()]
+        return []
+
+    return asyncio.run(run()), session
+
+
+@pytest.mark.parametrize("how", ["reset", "shutdown"])
+@pytest.mark.parametrize(("lands", "ended"), [(True, {"duplicate": 1}), (False, {"accepted": 1})])
+def test_a_done_unanswered_is_sent_again_before_its_lease_is_handed_back(
+    redis_client: redis.Redis, redis_url: str, lands: bool, ended: dict[str, int], how: str
+) -> None:
+    """Before: landed, the hand-back was refused and the lease counted ``lost``; not landed, it was
+    released (``released``): the item ran again, its result dropped."""
+    answer, session = _handed_back(redis_url, lands, how)
+    assert answer == ([{"released": 0, "dead_lettered": 0}] if how == "reset" else [])
+    assert _ended(session) == ended
+    progress = Delivery.from_url(redis_url).progress("s")
+    assert (progress.queued, progress.running, progress.done) == (0, 0, 1)
