@@ -269,13 +269,13 @@ class PullState:
         from running again. Each is taken from ``dropped`` as its report is sent (what is left there
         was never reported), and its turn given up once that report is answered (or not).
 
-        One Redis does not answer (past the session's retry window), or whose answer a shutdown cut,
-        is held again (``failing``), not heartbeated, and the next beat sends it once more: its lease
-        ends with the first answer of it or of a worker's report meanwhile (a late ``/done``
-        accepted, ``accepted``; the failure taken, ``failed``; either refused, ``stale``: a landed
-        failure and a lapse look alike), or at the shutdown's hand-back. It counted ``lost`` at once,
-        and a late ``/done`` that Redis then accepted counted ``accepted`` and ``inherited`` beside
-        it: one lease ended twice."""
+        One Redis does not answer (past the session's retry window) is held again (``failing``), not
+        heartbeated, and the next beat sends it once more: its lease ends with the first answer of it
+        or of a worker's report meanwhile (a late ``/done`` accepted, ``accepted``; the failure
+        taken, ``failed``; either refused, ``stale``: a landed failure and a lapse look alike), or at
+        the shutdown's hand-back. It counted ``lost`` at once, and a late ``/done`` that Redis then
+        accepted counted ``accepted`` and ``inherited`` beside it: one lease ended twice. One whose
+        answer a shutdown cut (this beat cancelled) still counts ``lost``: no beat comes again."""
         holdings = self.session.holdings
         while dropped:
             held, end_turn = dropped.pop(0)
@@ -287,12 +287,13 @@ class PullState:
                 await self.session.fail(held, reason, keep_unanswered=True)
             except UnknownScheduleError:
                 continue  # its schedule is gone: nothing to requeue (counted ``stale``)
-            except BaseException as exc:  # unanswered, or cut by a shutdown: held again (``failing``)
-                held.failing = True
-                holdings.restore(held)  # the next beat's, or the shutdown's hand-back, ends it
-                if not isinstance(exc, Exception):
-                    raise
+            except Exception as exc:  # Redis gone past the retry window: held again (``failing``)
                 log.warning("could not report %s failed (%r); reported again at the next beat", key, exc)
+                held.failing = True
+                holdings.restore(held)
+            except BaseException:  # cut by a shutdown: no beat comes again, so it lapses, ``lost``
+                self.session.stats.lost += 1
+                raise
             finally:
                 end_turn()
 
