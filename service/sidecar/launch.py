@@ -31,6 +31,7 @@ from service.redis_conn import (
 )
 from service.sidecar.hang_up import hang_up
 from service.sidecar.holdings import Holdings
+from service.sidecar.hurry import Hurry
 from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, SessionStats, WorkerSession
 from service.sidecar.supervision import LoopDiedError
 
@@ -234,11 +235,11 @@ async def _push(
         hang_up(delivery)  # calls the drain abandoned end now, not at their socket timeout
 
 
-def _on_signal(stop: asyncio.Event, hurry: asyncio.Event) -> None:
+def _on_signal(stop: asyncio.Event, hurry: Hurry) -> None:
     """The first SIGTERM or SIGINT drains (``Sidecar.run``); a second one cuts the drain short: the
-    running items are stopped and released now. It used to be ignored, without a word, and a second
-    Ctrl-C waited out the whole ``--drain-timeout`` (20 s by default); uvicorn ends pull mode's drain
-    on a second Ctrl-C too."""
+    running items are stopped and released now, and what Redis has not taken within the release grace
+    of it is left to lapse (``hurry.py``). It used to be ignored, without a word, and a second Ctrl-C
+    waited out the whole ``--drain-timeout`` (20 s by default)."""
     if stop.is_set() and not hurry.is_set():
         log.warning("second signal: stopping the running items now and releasing them")
         hurry.set()
@@ -279,6 +280,7 @@ def run_pull(options: SidecarOptions) -> SessionStats:
             raise
         return made[0]
 
+    hurry = Hurry(grace_s=RELEASE_GRACE_S)  # set by a second signal (``pull_server``)
     app = create_pull_app(
         Connecting(options.worker_id, connected),
         options.pull_idle_timeout_s,
@@ -287,8 +289,9 @@ def run_pull(options: SidecarOptions) -> SessionStats:
         hold_timeout_s=options.pull_hold_timeout_s,
         on_failure=failed,
         drain_s=options.drain_timeout_s,
+        hurry=hurry,
     )
-    server = _pull_server(app, options.drain_timeout_s)
+    server = _pull_server(app, options.drain_timeout_s, hurry)
     server.run(sockets=[listener])
     if refusals:
         raise refusals[0]
@@ -297,7 +300,7 @@ def run_pull(options: SidecarOptions) -> SessionStats:
     return made[0].stats if made else SessionStats()
 
 
-def _pull_server(app: Any, drain_timeout_s: float) -> uvicorn.Server:
+def _pull_server(app: Any, drain_timeout_s: float, hurry: Hurry) -> uvicorn.Server:
     """The uvicorn server of the pull API, SIGTERM/SIGINT left to it.
 
     log_config=None keeps the JSON handler ``sidecar`` configured (uvicorn's would print plain text).
@@ -305,8 +308,10 @@ def _pull_server(app: Any, drain_timeout_s: float) -> uvicorn.Server:
     warning, each answered 503): uvicorn would wait for them without end, and a /done retrying
     through a Redis outage holds on for a minute, far past the pod's grace period. uvicorn's own
     bound, a second later, is a backstop only: what it cuts it logs as two errors. What is held is
-    then released within RELEASE_GRACE_S."""
+    then released within RELEASE_GRACE_S. A second signal sets ``hurry`` (``pull_server``)."""
     import uvicorn
+
+    from service.sidecar.pull_server import PullServer
 
     config = uvicorn.Config(
         app,
@@ -315,7 +320,7 @@ def _pull_server(app: Any, drain_timeout_s: float) -> uvicorn.Server:
         access_log=False,
         timeout_graceful_shutdown=math.ceil(drain_timeout_s) + 1,  # past the app's own bound
     )
-    server = uvicorn.Server(config)
+    server = PullServer(config, hurry)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler it
     # found installed; a no-op one lets us return and report instead of dying by the signal.
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -46,7 +46,7 @@ them (the worker's signs of life, what it lost, the hold bound, the session whil
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -66,6 +66,7 @@ from service.problems.details import clipped
 from service.sidecar.hang_up import hang_up
 from service.sidecar.holdings import lease_id
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
+from service.sidecar.hurry import Hurry
 from service.sidecar.metrics import pull_exposition
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
 from service.sidecar.pull_drain import DrainBoundMiddleware, InFlightRequests
@@ -280,11 +281,14 @@ def create_pull_app(
     hold_timeout_s: float = DEFAULT_HOLD_TIMEOUT_S,
     on_failure: Callable[[LoopDiedError], None] = lambda _: None,
     drain_s: float = 20.0,
+    hurry: Hurry | None = None,
 ) -> FastAPI:
     """Build the loopback pull API around ``session`` (or one still ``Connecting``, made while it
     serves); heartbeats run while the server runs, and ``on_failure`` is told if they die (the
     server is to stop: ``launch.run_pull``). Once ``stopping()``, requests still running after
-    ``drain_s`` are given up (``pull_drain``)."""
+    ``drain_s`` are given up (``pull_drain``); once ``hurry`` is set (a second signal), at once, and
+    what is held gets its grace (``hurry.py``)."""
+    hurry = hurry or Hurry(grace_s=release_within_s)
     state = PullState(session, idle_timeout_s, stopping, release_within_s, hold_timeout_s)
     state.loops.on_death = on_failure
     pending = session if isinstance(session, Connecting) else None
@@ -293,7 +297,7 @@ def create_pull_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         state.begin()  # a session given: the takeover gates /next before the first request
-        bound = requests.bound(stopping, drain_s)  # the drain's limit on requests in flight
+        bound = requests.bound(stopping, drain_s, hurry.is_set)  # the drain's limit on requests in flight
         tasks = [asyncio.create_task(state.run(pending)), asyncio.create_task(bound)]
         yield
         for task in tasks:
@@ -302,9 +306,11 @@ def create_pull_app(
         if state.connected:  # whatever the worker held, then the presence key, in one grace
             until = min(requests.ends_by(), time.monotonic()) + release_within_s
             died = "its sidecar" if state.loops.dead is not None else ""  # a bug: refunded once per item
-            await state.resend_kept(within_s=max(0.0, until - time.monotonic()))
-            await state.session.hand_back(state.session.holdings.all(), until - time.monotonic(), died)
-            await state.leave(until - time.monotonic())
+            with contextlib.suppress(TimeoutError):  # a second signal's grace cuts each of them
+                await hurry.bound(state.resend_kept(within_s=max(0.0, until - time.monotonic())), until)
+            await state.session.hand_back(state.session.holdings.all(), until - time.monotonic(), died, hurry)
+            with contextlib.suppress(TimeoutError):
+                await hurry.bound(state.leave(until - time.monotonic()), until)
             hang_up(state.session.delivery)
 
     # a trailing slash is a 404 naming the path without it (``_http_error``), not Starlette's 307 to an
@@ -316,7 +322,10 @@ def create_pull_app(
         app.add_exception_handler(kind, _problem)
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES, refusal=too_large)
     app.add_middleware(HostAllowList, allowed=(), refusal=misdirected)  # loopback names only, no auth
-    cut = functools.partial(cut_short, drain_s)
+
+    def cut() -> Response:  # at the drain's timeout, or at a second signal
+        return cut_short(drain_s, hurry.is_set())
+
     app.add_middleware(DrainBoundMiddleware, requests=requests, refusal=cut)  # outermost: added last
     return app
 

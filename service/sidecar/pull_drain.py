@@ -29,10 +29,11 @@ POLL_S = 0.05  # how soon the stop, then the end of the requests, is noticed
 class DrainCutError(RuntimeError):
     """A request the shutdown's drain gave up on (a 503 in the problem table: ``pull_api``)."""
 
-    def __init__(self, drain_timeout_s: float) -> None:
+    def __init__(self, drain_timeout_s: float, hurried: bool = False) -> None:
+        when = "at a second signal" if hurried else f"after its {drain_timeout_s:.1f}s drain timeout"
         super().__init__(
-            f"the sidecar is shutting down and gave up on this request after its {drain_timeout_s:.1f}s"
-            " drain timeout; what this worker held is handed back"
+            f"the sidecar is shutting down and gave up on this request {when};"
+            " what this worker held is handed back"
         )
 
 
@@ -53,22 +54,31 @@ class InFlightRequests:
     def __len__(self) -> int:
         return len(self._running)
 
-    async def bound(self, stopping: Callable[[], bool], drain_timeout_s: float) -> None:
-        """Once ``stopping()``, wait up to ``drain_timeout_s`` for the requests in flight, then give
-        up on those left: one warning naming them, and each cancelled (answered 503)."""
+    async def bound(
+        self,
+        stopping: Callable[[], bool],
+        drain_timeout_s: float,
+        hurried: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Once ``stopping()``, wait up to ``drain_timeout_s`` for the requests in flight, or until
+        ``hurried()`` (a second signal), then give up on those left: one warning naming them, and each
+        cancelled (answered 503)."""
         while not stopping():
             await asyncio.sleep(POLL_S)
         deadline = self.drain_ends = time.monotonic() + drain_timeout_s
-        while self._running and time.monotonic() < deadline:
+        while self._running and time.monotonic() < deadline and not hurried():
             await asyncio.sleep(POLL_S)
+        if hurried():  # the hand-back's grace counts from now, not from the drain's deadline
+            self.drain_ends = min(deadline, time.monotonic())
         if not self._running:
             return
         left = dict(self._running)
+        when = "at a second signal" if hurried() else f"after the {drain_timeout_s:.1f}s drain timeout"
         log.warning(
-            "shutting down: gave up on %d request(s) still running after the %.1fs drain timeout (%s);"
+            "shutting down: gave up on %d request(s) still running %s (%s);"
             " answered 503, and what the worker held is handed back",
             len(left),
-            drain_timeout_s,
+            when,
             ", ".join(left.values()),
         )
         for task in left:

@@ -87,11 +87,12 @@ def misdirected(path: str, sent: str | None) -> Response:
     return JSONResponse(body(MisdirectedHostError(refused_host(sent))), status_code=status)
 
 
-def cut_short(drain_s: float) -> Response:
+def cut_short(drain_s: float, hurried: bool = False) -> Response:
     """The 503 of a request the drain gave up on (``DrainBoundMiddleware``, outside FastAPI's
-    handlers), from the table as every error here; the connection closes with the server."""
+    handlers), at its timeout or at a second signal (``hurried``), from the table as every error
+    here; the connection closes with the server."""
     status, body = PROBLEMS[DrainCutError]
-    return JSONResponse(body(DrainCutError(drain_s)), status_code=status)
+    return JSONResponse(body(DrainCutError(drain_s, hurried)), status_code=status)
 
 
 def _unknown(exc: Exception) -> str:

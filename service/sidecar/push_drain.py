@@ -14,8 +14,10 @@ import logging
 import time
 
 from service.sidecar.holdings import Held
+from service.sidecar.hurry import Hurry
 from service.sidecar.in_flight import InFlight
 from service.sidecar.session import WorkerSession
+from service.sidecar.waits import done_unless
 
 log = logging.getLogger("service.sidecar")
 
@@ -24,14 +26,16 @@ async def drain(
     session: WorkerSession,
     items: InFlight,
     claim: asyncio.Task[list[Held]] | None,
-    hurry: asyncio.Event,
+    hurry: Hurry,
     deadline: float,
     grace_s: float,
     died: str = "",
 ) -> float:
     """Release unstarted leases now and unfinished ones at ``deadline`` (``drain_timeout_s`` after the
     stop), or once ``hurry`` is set (a second signal); the monotonic time the drain must be over by,
-    presence key deleted (``runner.Sidecar.run``).
+    presence key deleted (``runner.Sidecar.run``). After ``hurry`` every wait ends within its grace
+    (``hurry.py``): a claim still waiting is abandoned at once, a hand-back Redis has not taken by then
+    is left to lapse.
 
     ``claim``: one the stop left waiting on Redis (``claim_landed``). A release Redis cannot take is
     abandoned, and those leases lapse and are requeued by the reaper as if the sidecar died; what the
@@ -42,25 +46,31 @@ async def drain(
     dead-lettered, not handed round the fleet for ever.
     """
     holdings = session.holdings
-    await claim_landed(claim, deadline)
-    await session.hand_back(holdings.waiting(), deadline - time.monotonic(), died)
+    await claim_landed(claim, deadline, hurry.event)
+    await session.hand_back(holdings.waiting(), deadline - time.monotonic(), died, hurry)
     if items:
         left_s = max(0.0, deadline - time.monotonic())
         log.info("draining %d running items for up to %.1fs", len(items), left_s)
-        await items.finish(left_s, hurry)
+        await items.finish(left_s, hurry.event)
     unfinished = [h for h in holdings.all() if not h.completing]
-    await session.hand_back(unfinished, deadline + grace_s - time.monotonic(), died)
-    return deadline + grace_s
+    await session.hand_back(unfinished, deadline + grace_s - time.monotonic(), died, hurry)
+    return hurry.ends(deadline + grace_s)
 
 
-async def claim_landed(claim: asyncio.Task[list[Held]] | None, deadline: float) -> None:
-    """Wait until ``deadline`` for a claim the stop left waiting on Redis: what it leased is then
-    held and handed back with the rest. One still waiting is cancelled: what it may yet lease is
-    held by nobody, and lapses and is requeued by the reaper, as a release the drain abandons."""
+async def claim_landed(
+    claim: asyncio.Task[list[Held]] | None, deadline: float, hurry: asyncio.Event | None = None
+) -> None:
+    """Wait until ``deadline``, or a second signal (``hurry``), for a claim the stop left waiting on
+    Redis: what it leased is then held and handed back with the rest. One still waiting is cancelled:
+    what it may yet lease is held by nobody, and lapses and is requeued by the reaper, as a release the
+    drain abandons."""
     if claim is None:
         return
     try:
         async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+            if hurry is not None and not await done_unless(hurry, claim):
+                claim.cancel()
+                raise TimeoutError  # cut by the second signal, as by the deadline
             await claim
     except TimeoutError:
         log.warning("a claim still waiting on Redis was abandoned; what it leases lapses and is requeued")

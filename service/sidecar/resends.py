@@ -174,15 +174,18 @@ class Resends:
 
     async def settle(self, within_s: float) -> None:
         """Shutdown (push, its heartbeats stopped): one last try of each kept completion, within
-        ``within_s``; those still unanswered are left to lapse and count ``lost``."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(0.0, within_s)):  # not wait_for: see service/sidecar/waits.py
-                await self.kept()
-        if self._kept:
-            log.warning("%d completions Redis never answered are left to lapse (lost)", len(self._kept))
-        self.stats.lost += len(self._kept)
-        self._kept.clear()
-        self._bounds.clear()
+        ``within_s``; those still unanswered are left to lapse and count ``lost``, also when a second
+        signal cuts the try short (cancelled: ``hurry.py``)."""
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, within_s)):  # not wait_for: see service/sidecar/waits.py
+                    await self.kept()
+        finally:
+            if self._kept:
+                log.warning("%d completions Redis never answered are left to lapse (lost)", len(self._kept))
+            self.stats.lost += len(self._kept)
+            self._kept.clear()
+            self._bounds.clear()
 
 
 def _unanswered(key: LeaseId, exc: Exception) -> None:

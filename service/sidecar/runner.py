@@ -25,7 +25,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 
@@ -36,6 +38,7 @@ from service.sidecar.engine_client import EngineClient
 from service.sidecar.engine_reply import EngineError, EngineReply, result_of
 from service.sidecar.holdings import Held
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
+from service.sidecar.hurry import Hurry
 from service.sidecar.in_flight import InFlight
 from service.sidecar.push_drain import drain
 from service.sidecar.session import RELEASE_GRACE_S, SessionStats, WorkerSession
@@ -89,12 +92,13 @@ class Sidecar:
     generation: Durations = field(default_factory=Durations, init=False)  # engine seconds per item run
     last_turn: float = field(default_factory=time.monotonic, init=False)  # monotonic time the main
     # loop last turned (or polled a loading engine): what the liveness probe reads (``health``)
-    hurry: asyncio.Event = field(default_factory=asyncio.Event, init=False)  # set: the drain ends now
+    hurry: Hurry = field(init=False)  # set by a second signal: the drain ends now (``hurry.py``)
     # the background loops (heartbeats, takeover, engine watch, hang bound): the first to die stops
     # the sidecar, which hands back what it holds and exits 70 (``supervision``)
     loops: Supervisor = field(default_factory=Supervisor, init=False)
 
     def __post_init__(self) -> None:
+        self.hurry = Hurry(grace_s=self.settings.release_grace_s)
         self._items.died = self.loops.fail  # an item's task that dies of a bug stops the sidecar too
         self.watch = EngineWatch(self.engine, self.settings.engine_probe_s, self.settings.engine_stall_s)
         self.takeover = Takeover(self.session, retry_s=self.settings.redis_retry_s, version=self.version)
@@ -142,12 +146,20 @@ class Sidecar:
         finally:
             signalled.cancel()
             await self.loops.stop()
-        await self.session.resends.settle(ends - time.monotonic())  # the heartbeats' resends over
+        # the heartbeats' resends over, then the presence key: within the drain's time, not past it,
+        # and cut by a second signal that comes meanwhile
+        await self._within(self.session.resends.settle(ends - time.monotonic()), ends)
         if self.redis_up:  # the next process of this id need not wait for the presence key to lapse
-            await self.takeover.leave(ends - time.monotonic())  # within the drain's time, not past it
+            await self._within(self.takeover.leave(ends - time.monotonic()), ends)
         if self.loops.dead is not None:
             raise self.loops.dead
         return self.session.stats
+
+    async def _within(self, step: Coroutine[Any, Any, None], ends: float) -> None:
+        """A last step of the shutdown, by ``ends`` or a second signal's grace (``hurry.py``); past it
+        left undone (it counts what it leaves itself as it is cancelled)."""
+        with contextlib.suppress(TimeoutError):
+            await self.hurry.bound(step, ends)
 
     async def _takeover(self, stop: asyncio.Event) -> None:
         """The takeover, then the presence key; a server found too old ends it without a death: the

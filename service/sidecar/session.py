@@ -41,6 +41,7 @@ from service.logs import schedule_context
 from service.sidecar.cancels import Cancels
 from service.sidecar.claims import Claims
 from service.sidecar.holdings import Held, Holdings, lease_id
+from service.sidecar.hurry import Hurry
 from service.sidecar.ledger import Ledger
 from service.sidecar.outage_retry import TRANSIENT, OutageRetry
 from service.sidecar.report_turns import ReportTurns
@@ -394,12 +395,15 @@ class WorkerSession:
             await self._ledger.gone(schedule_id, gone)
         return dead
 
-    async def hand_back(self, helds: list[Held], within_s: float, died: str = "") -> None:
+    async def hand_back(
+        self, helds: list[Held], within_s: float, died: str = "", hurry: Hurry | None = None
+    ) -> None:
         """``release`` (``died`` as there) if Redis takes it within ``within_s``, else leave the leases
         to lapse (the reaper requeues them): a shutdown must keep to the pod's grace period, Redis
-        down included."""
+        down included; and after a second signal (``hurry``, also one that comes while it waits) to
+        that signal's grace (``hurry.py``)."""
+        bound = hurry or Hurry(grace_s=within_s)  # unhurried: ``within_s`` alone
         try:
-            async with asyncio.timeout(max(0.1, within_s)):  # not wait_for: see service/sidecar/waits.py
-                await self.release(helds, died)
+            await bound.bound(self.release(helds, died), time.monotonic() + within_s)
         except Exception as exc:  # Redis gone (or slow) at shutdown
             log.warning("could not release %d leases (%r); they lapse and are requeued", len(helds), exc)

@@ -15,9 +15,9 @@ def hand_back_bounds(session: WorkerSession, monkeypatch: pytest.MonkeyPatch) ->
     given: list[float] = []
     hand_back = session.hand_back
 
-    async def recorded(helds: list[Any], within_s: float, died: str = "") -> None:
+    async def recorded(helds: list[Any], within_s: float, died: str = "", hurry: Any = None) -> None:
         given.append(within_s)
-        await hand_back(helds, within_s, died)
+        await hand_back(helds, within_s, died, hurry)
 
     monkeypatch.setattr(session, "hand_back", recorded)
     return given
