@@ -39,13 +39,17 @@ def test_a_sigkilled_sidecar_s_claimed_items_are_all_redelivered_after_its_lease
     redis_client: redis.Redis, redis_url: str, tmp_path: Path
 ) -> None:
     delivery = Delivery.from_url(redis_url)
-    victim_items = [item("victim", i, 4000) for i in range(6)]  # ~3 s each on the victim's engine
+    # An hour each on the victim's engine, ~0.3 s on the peer's: all six stay leased to the victim
+    # until the kill, however late this test looks (at ~3 s each a poll stalled that long missed the
+    # window, and waited out its bound). Its engine withdraws them when the kill closes their
+    # connections; so it does the peer's items the victim stole meanwhile, which the peer then runs.
+    victim_items = [item("victim", i, 4000) for i in range(6)]
     peer_items = [item("peer", i, 300) for i in range(4)]
     with cluster(tmp_path) as procs:
-        urls = procs.engine_threads({"engine-victim": 0.1, "engine-peer": 0.01})
+        urls = procs.engine_threads({"engine-victim": 120.0, "engine-peer": 0.01})
         victim = procs.sidecar("victim", urls["engine-victim"], redis_url)
         publish(delivery, "kill", {"victim": victim_items, "peer": peer_items})
-        wait_until(lambda: delivery.progress("kill").workers["victim"].running == 6, PROCESS_START_S)
+        wait_until(lambda: _holds_its_own(delivery, "kill", "victim", 6), PROCESS_START_S, "all six leased")
         victim.signal(signal.SIGKILL)
         peer = procs.sidecar("peer", urls["engine-peer"], redis_url)
         wait_finished(delivery, "kill", PROCESS_START_S)  # the peer's start-up, then ~3 s of work
@@ -57,6 +61,13 @@ def test_a_sigkilled_sidecar_s_claimed_items_are_all_redelivered_after_its_lease
     assert peer_stats["stolen"] >= 6
     lost, twice = tally(delivery, "kill", {i.key for i in victim_items + peer_items})
     assert (lost, twice) == (0, 0)
+
+
+def _holds_its_own(delivery: Delivery, schedule_id: str, worker: str, count: int) -> bool:
+    """Whether ``worker`` leased the ``count`` items of its queue: none queued there, and it holds at
+    least as many (a claim takes the own queue's head before it steals, so what it stole comes on top)."""
+    progress = delivery.progress(schedule_id).workers[worker]
+    return progress.queued == 0 and progress.running >= count
 
 
 def test_a_sidecar_paused_past_its_lease_gets_nothing_accepted_and_the_item_runs_once(
@@ -207,13 +218,23 @@ def test_items_on_a_sigstopped_engine_go_back_and_the_sidecar_reports_its_engine
         publish(delivery, "sigstop", {"w0": items}, lease_ttl_ms=10_000)
         wait_until(lambda: delivery.progress("sigstop").running == 4, PROCESS_START_S, "all four running")
         procs.procs[0].signal(signal.SIGSTOP)  # the engine-sim process
-        wait_until(lambda: delivery.progress("sigstop").queued == 4, 20, "the items handed back")
+        # the sidecar's own count of the hand-back Redis took (the stall timeout, 2 s, and a probe on);
+        # a bound against never, not a speed
+        wait_until(lambda: _released(health) == 4, PROCESS_START_S, "the items handed back")
+        assert delivery.progress("sigstop").queued == 4
         body = httpx.get(f"http://127.0.0.1:{health}/health", timeout=5).json()
         assert (body["status"], body["engine_up"], body["held"]) == ("ok", False, 0)
         procs.procs[0].signal(signal.SIGCONT)
         sidecar.signal(signal.SIGTERM)
         stats = sidecar.stats()
     assert (stats["released"], stats["failed"]) == (4, 0)
+
+
+def _released(health_port: int) -> int:
+    """The sidecar's ``released`` counter, read from its ``/metrics``."""
+    text = httpx.get(f"http://127.0.0.1:{health_port}/metrics", timeout=5).text
+    found = re.search(r"^rollout_sidecar_released_total\{[^}]*\} (\S+)$", text, re.MULTILINE)
+    return int(float(found.group(1))) if found else 0
 
 
 def test_sidecars_ride_out_a_redis_crash_and_aof_restart_losing_nothing(tmp_path: Path) -> None:
