@@ -112,7 +112,7 @@ def test_a_pull_sidecar_s_second_signal_gives_up_its_requests_and_hands_back_wit
     tmp_path: Path, second: int
 ) -> None:
     """The worker holds two leases and reports one while Redis is paused: the ``/done`` retries
-    through the outage, and the first signal's drain waits for it. The second signal answers it 503
+    through the outage, and the first signal's drain waits for it (20 s). The second signal answers it 503
     at once, and the hand-back of both is given up at the grace: both lapse, counted lost, exit 0."""
     server = EmbeddedServer().start()
     try:
@@ -128,7 +128,10 @@ def test_a_pull_sidecar_s_second_signal_gives_up_its_requests_and_hands_back_wit
             server.signal(signal.SIGSTOP)
             try:
                 done = worker.submit(_post, f"{base}/done", report_body("done", leases[0]))
-                time.sleep(0.3)  # the report is in flight, retrying on the paused server
+                # in flight once its first try timed out on the paused server (5 s) and it retries: a
+                # report not yet accepted at the SIGTERM finds the server's socket closed
+                retrying = "redis unavailable during"
+                wait_until(lambda: retrying in sidecar.log.read_text(), PROCESS_START_S, "the /done retrying")
                 sidecar.signal(signal.SIGTERM)  # the drain waits for it
             except BaseException:
                 server.signal(signal.SIGCONT)
@@ -149,7 +152,7 @@ def _post(url: str, body: dict[str, Any]) -> httpx.Response:
 
 
 def test_a_second_signal_abandons_a_claim_still_waiting_on_a_stalled_redis_at_once(
-    redis_client: redis.Redis, redis_url: str, engine_url: str
+    redis_client: redis.Redis, redis_url: str, engine_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An idle push sidecar stopped while its claim waits on Redis (writes paused 30 s; the client's
     socket timeout 60 s) waits for that claim up to its drain timeout: a second signal abandoned
@@ -169,7 +172,9 @@ def test_a_second_signal_abandons_a_claim_still_waiting_on_a_stalled_redis_at_on
         await asyncio.sleep(0.2)  # a few idle claims
         redis_client.client_pause(30_000, all=False)
         try:
-            await asyncio.sleep(0.3)  # the next claim is sent, and waits
+            await asyncio.sleep(0.2)  # a claim sent before the pause has come back
+            while not sidecar._claiming.locked():  # the next claim is sent, and waits
+                await asyncio.sleep(0.01)
             stop.set()  # the first signal: the claim is left to the drain
             await asyncio.sleep(0.3)
             hurried = time.monotonic()
@@ -181,4 +186,5 @@ def test_a_second_signal_abandons_a_claim_still_waiting_on_a_stalled_redis_at_on
             await sidecar.engine.aclose()
 
     took_s = asyncio.run(hurried_while_claiming())
+    assert "a claim still waiting on Redis was abandoned" in caplog.text
     assert took_s < RELEASE_GRACE_S + SLACK_S  # not the 20 s drain timeout
