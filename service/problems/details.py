@@ -21,15 +21,19 @@ ECHO_DIGITS = 20  # longest integer echoed whole: 2^64 has 20 digits, so any cou
 ECHO_HEAD = 32  # characters of a longer text kept in its echo
 
 
-def field_path(loc: Sequence[int | str]) -> str:
+def field_path(loc: Sequence[int | str], tagged: bool = True) -> str:
     """Turn a pydantic location ``("body", "batch", "items", 3, "n")`` into ``batch.items[3].n``
-    (``("query", "wait_ms")`` into ``wait_ms``)."""
+    (``("query", "wait_ms")`` into ``wait_ms``). Only the first part may be the source and, where
+    ``tagged``, only the last a union member's tag: an unknown field's own name ends its location
+    (``extra_forbidden``, not ``tagged``) and may read as either (``float``, ``x[0]``, ``query``),
+    which was dropped, naming the parent (``body`` for one at the top) instead of the field to remove."""
+    parts = list(loc)
+    if parts and parts[0] in ("body", "path", "query"):  # where it came from, not its name
+        parts = parts[1:]
+    if tagged and parts and isinstance(parts[-1], str) and _is_member_tag(parts[-1]):
+        parts = parts[:-1]  # a union member's tag (``float``, ``function-after[...]``), not a field
     path = ""
-    if loc and isinstance(loc[-1], str) and _is_member_tag(loc[-1]):
-        loc = loc[:-1]  # a union member's tag (``float``, ``function-after[...]``), not a field
-    for part in loc:
-        if part in ("body", "path", "query") and not path:  # where it came from, not its name
-            continue
+    for part in parts:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path
 
@@ -49,7 +53,7 @@ def validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     (``echo``); ``errors[]`` carries no inputs at all."""
     unique: dict[str, dict[str, Any]] = {}
     for err in reversed(raw):
-        path, message = field_path(err["loc"]) or "body", err["msg"]
+        path, message = field_path(err["loc"], err["type"] != "extra_forbidden") or "body", err["msg"]
         if err["type"] == "json_invalid":
             path, message = "body", f"{message} at character {err['loc'][-1]}: {err['ctx']['error']}"
         if err["type"] == "extra_forbidden" and (where := hint(path)) is not None:

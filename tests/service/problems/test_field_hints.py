@@ -70,3 +70,19 @@ def test_an_unknown_field_with_no_better_place_is_refused_as_before(client: Test
 
 def test_the_hints_know_every_sampling_field_the_schema_has() -> None:
     assert frozenset(Sampling.model_fields) == SAMPLING_FIELDS
+
+
+@pytest.mark.parametrize("name", ["query", "body", "float", "none", "constrained-str", "x[0]"])
+@pytest.mark.parametrize("where", ["", "batch.items[1].", "sampling."])
+def test_an_unknown_field_whose_name_reads_as_a_location_part_is_refused_naming_it(
+    name: str, where: str, client: TestClient
+) -> None:
+    """Found by ``tests/service/api/test_fuzz_schedule.py``: pydantic's location of an error may end
+    in a union member's tag (``float``, ``constrained-str``, ``function-after[...]``) and starts with
+    the value's source (``body``, ``query``); an unknown field's own name that read as either was
+    dropped, and the 422 named its parent (``body`` for one at the top), not the field to remove."""
+    body = batch_body(prompts=2, n=2, sampling={"temperature": 1.0})
+    parent = body["sampling"] if where == "sampling." else body["batch"]["items"][1] if where else body
+    parent[name] = 1
+    response = client.post("/schedule", json=body)
+    assert (response.status_code, response.json()["field"]) == (422, f"{where}{name}"), response.text
