@@ -80,10 +80,12 @@ def encoded(body: Any) -> bytes:
 
 
 def refusal(response: httpx.Response) -> SchedulerAPIError:
-    """The error a 4xx or 5xx answer amounts to, carrying its problem document."""
+    """The error a 4xx or 5xx answer amounts to, carrying its problem document. A body that is no
+    JSON, or JSON nested past the decoder's depth (``RecursionError``, which escaped every call as
+    itself, a proxy's or a broken server's page), is read as text."""
     try:
         problem = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         problem = None
     if not isinstance(problem, dict):  # a proxy's page, or JSON that is no problem document
         problem = {"title": response.reason_phrase, "detail": response.text[:500]}

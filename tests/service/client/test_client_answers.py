@@ -91,3 +91,15 @@ def test_a_page_that_is_not_the_scheduler_s_answer_is_a_refusal_not_a_decoding_e
                     read()
                 assert (foreign.value.status, foreign.value.retryable) == (200, False)
                 assert "not the scheduler" in str(foreign.value)
+
+
+@pytest.mark.parametrize("status", [400, 503])
+def test_a_refusal_whose_body_nests_past_the_decoder_s_depth_is_a_scheduler_error(status: int) -> None:
+    """Found by ``test_client_fuzz``: a 4xx or 5xx whose body is JSON nested deeper than Python's
+    decoder recurses (a proxy's or a broken server's) raised a bare ``RecursionError`` out of every
+    call, which no training loop's ``except SchedulerAPIError`` catches; a 503 was not retried."""
+    for url in _holding(status, b"[" * 100_000 + b"]" * 100_000, {"content-type": "application/json"}):
+        with SchedulerClient(url) as client, pytest.raises(SchedulerAPIError) as refused:
+            client.models(outage_s=0)
+        assert refused.value.status == status
+        assert refused.value.retryable is (status == 503)
