@@ -7,13 +7,14 @@ answers with the exceptions a training loop catches. This package re-exports wha
 names, so ``service.client`` stays the one import path whichever module holds a name.
 """
 
-from service.client.actuals import actual_from_result
+from service.client.actuals import MalformedResultError, actual_from_result
 from service.client.scheduler_client import SchedulerClient, StepResults, check_url
 from service.client.steps import PartialStepError
 from service.client.wire import AlreadyPublishedError, SchedulerAPIError, ServiceUnreachableError
 
 __all__ = [
     "AlreadyPublishedError",
+    "MalformedResultError",
     "PartialStepError",
     "SchedulerAPIError",
     "SchedulerClient",
