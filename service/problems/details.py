@@ -26,7 +26,9 @@ def field_path(loc: Sequence[int | str], tagged: bool = True) -> str:
     (``("query", "wait_ms")`` into ``wait_ms``). Only the first part may be the source and, where
     ``tagged``, only the last a union member's tag: an unknown field's own name ends its location
     (``extra_forbidden``, not ``tagged``) and may read as either (``float``, ``x[0]``, ``query``),
-    which was dropped, naming the parent (``body`` for one at the top) instead of the field to remove."""
+    which was dropped, naming the parent (``body`` for one at the top) instead of the field to remove.
+    A name is the caller's text, so a long one is cut as a value is (``clipped``): a megabyte-long
+    unknown field was sent back whole in ``field``, ``detail`` and ``errors[]``, a 3 MB 422."""
     parts = list(loc)
     if parts and parts[0] in ("body", "path", "query"):  # where it came from, not its name
         parts = parts[1:]
@@ -34,7 +36,8 @@ def field_path(loc: Sequence[int | str], tagged: bool = True) -> str:
         parts = parts[:-1]  # a union member's tag (``float``, ``function-after[...]``), not a field
     path = ""
     for part in parts:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        name = f"[{part}]" if isinstance(part, int) else clipped(str(part))
+        path += name if isinstance(part, int) or not path else f".{name}"
     return path
 
 

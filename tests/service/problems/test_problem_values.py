@@ -14,7 +14,7 @@ from starlette.requests import Request
 from scheduler.errors import InvalidInputError
 from service.problems.details import ECHO_DIGITS, ECHO_HEAD, MAX_ECHO
 from service.problems.table import handle
-from tests.service.api_helpers import batch_body
+from tests.service.api_helpers import actual_history, batch_body
 
 _JSON = {"Content-Type": "application/json"}
 HUGE = 10**4000  # Python's JSON reads up to 4,300 digits
@@ -62,6 +62,37 @@ def test_a_long_text_is_named_by_its_start_and_its_length(client: TestClient) ->
     assert (response.status_code, problem["field"]) == (422, "batch.items[2].prompt_id")
     assert problem["value"] == f"{'q' * ECHO_HEAD}... ({len(text)} characters)"
     assert "r" * 100 not in response.text
+
+
+@pytest.mark.parametrize(
+    ("url", "where", "prefix"),
+    [
+        ("/schedule", (), ""),
+        ("/schedule", ("batch", "items", 0, "features"), "batch.items[0].features."),
+        ("/actuals", (), ""),
+    ],
+    ids=["an unknown field", "a feature name", "an unknown field of a batch"],
+)
+def test_a_long_name_at_fault_is_named_by_its_start_and_its_length(
+    url: str, where: tuple[str | int, ...], prefix: str, client: TestClient
+) -> None:
+    """Found by ``tests/service/api/test_fuzz_schedule.py``: the name of an unknown field (or of a
+    feature, past its 64 characters) is the caller's text too, and a megabyte of it was sent back
+    whole three times (``field``, ``detail``, ``errors[]``): a 3 MB 422, and as much in the log."""
+    name = "q" * ECHO_HEAD + "r" * 1_000_000
+    body: dict[str, Any] = batch_body() if url == "/schedule" else {"actuals": actual_history(1, 1, 1)}
+    node: Any = body
+    for part in where:
+        node = node.setdefault(part, {}) if isinstance(node, dict) else node[part]
+    node[name] = 1.0
+    response = client.post(url, json=body)
+    problem = response.json()
+    assert (response.status_code, problem["field"]) == (
+        422,
+        f"{prefix}{'q' * ECHO_HEAD}... (1000032 characters)",
+    )
+    assert "r" * 100 not in response.text
+    assert len(response.content) < 4_000
 
 
 def test_a_text_up_to_the_echo_limit_is_echoed_whole(client: TestClient) -> None:
