@@ -10,11 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from fastapi.testclient import TestClient
 
 from service.delivery.keys import lapse_index
 
 Body = dict[str, Any]
 JSON_HEADERS = {"Content-Type": "application/json"}
+Headers = dict[str, str] | None
+MAX_PROBLEM_BYTES = 16_384  # a refusal of one fault names it, and a long input by its start and size
 
 
 def set_at(path: str, value: Any) -> Callable[[Body], None]:
@@ -59,3 +62,26 @@ def _content(client: redis.Redis, key: str) -> object:
         fields.pop("pulse", None)
         return sorted(fields.items())
     return client.dump(key)
+
+
+def refused_unchanged(
+    client: TestClient,
+    store: redis.Redis,
+    method: str,
+    url: str,
+    content: bytes = b"",
+    headers: Headers = None,
+) -> dict[str, Any]:
+    """The problem the service answered ``method url`` with, having checked that it is one (a 4xx,
+    ``application/problem+json`` with its status and a ``detail``) and that Redis is as it was."""
+    before = redis_snapshot(store)
+    response = client.request(method, url, content=content, headers=headers)
+    assert 400 <= response.status_code < 500, (response.status_code, response.text[:500])
+    assert response.headers["content-type"] == "application/problem+json", response.text[:500]
+    problem: dict[str, Any] = response.json()
+    assert problem["status"] == response.status_code, problem
+    assert isinstance(problem["detail"], str), problem
+    assert problem["detail"], problem
+    assert len(response.content) < MAX_PROBLEM_BYTES, problem["detail"][:300]  # no huge input sent back
+    assert redis_snapshot(store) == before, problem
+    return problem
