@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from service.api.learning_schemas import ActualReport, ActualsAccepted, ModelStatus, RetrainResponse
 from service.api.progress_schemas import (
@@ -28,7 +28,7 @@ from service.api.progress_schemas import (
     ResultEntry,
     ResultsPage,
 )
-from service.api.schemas import ScheduleRequest, ScheduleResponse
+from service.api.schemas import ScheduleId, ScheduleRequest, ScheduleResponse
 from service.auth.tokens import check_token
 from service.client.actuals import actual_from_result, summed
 from service.client.steps import check_whole, whole_groups
@@ -40,6 +40,7 @@ from service.client.wire import (
     foreign,
     refusal,
 )
+from service.problems.details import clipped
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -122,7 +123,7 @@ class SchedulerClient:
     def _progress(self, schedule_id: str, deadline: float | None = None) -> ProgressResponse:
         """One ``GET /schedule/{id}``, not retried (``wait`` retries it within its own deadline)."""
         timeout = self._timeout_until(deadline)
-        return self._call(ProgressResponse, "GET", f"/schedule/{schedule_id}", timeout=timeout)
+        return self._call(ProgressResponse, "GET", _schedule_path(schedule_id), timeout=timeout)
 
     def results(
         self,
@@ -145,7 +146,7 @@ class SchedulerClient:
         """One ``GET /schedule/{id}/results``, not retried (``wait`` retries it within its deadline)."""
         params = {"after": after, "count": count, "wait_ms": wait_ms}
         timeout = self._timeout_until(deadline, wait_ms / 1000.0)
-        path = f"/schedule/{schedule_id}/results"
+        path = _schedule_path(schedule_id) + "/results"
         return self._call(ResultsPage, "GET", path, params=params, timeout=timeout)
 
     def cancel(self, schedule_id: str, outage_s: float = 60.0) -> CancelResponse:
@@ -159,7 +160,7 @@ class SchedulerClient:
 
     def _cancel(self, schedule_id: str) -> CancelResponse:
         """One ``DELETE /schedule/{id}``."""
-        return self._call(CancelResponse, "DELETE", f"/schedule/{schedule_id}")
+        return self._call(CancelResponse, "DELETE", _schedule_path(schedule_id))
 
     def wait(
         self, schedule_id: str, timeout_s: float | None = None, poll_ms: int = 1000, outage_s: float = 60.0
@@ -325,6 +326,20 @@ class SchedulerClient:
             return model.model_validate_json(response.content)
         except ValidationError as error:
             raise foreign(response, f"not the scheduler's {model.__name__}: {first_fault(error)}") from None
+
+
+def _schedule_path(schedule_id: str) -> str:
+    """``/schedule/{id}``, for an id the service takes (``ScheduleId``: docs/api.md); ``ValueError``
+    naming ``schedule_id`` for any other, before a request is sent. Sent as is, an id holding ``#``,
+    ``?`` or ``/`` named another path (``step#1`` read step's progress or results, or cancelled it),
+    and ``/`` stays one even percent-encoded: the server decodes the path before it routes."""
+    try:
+        return f"/schedule/{_SCHEDULE_ID.validate_python(schedule_id)}"
+    except ValidationError as error:
+        raise ValueError(f"schedule_id={clipped(str(schedule_id))!r}: {error.errors()[0]['msg']}") from None
+
+
+_SCHEDULE_ID: TypeAdapter[str] = TypeAdapter(ScheduleId)
 
 
 def _pause(
