@@ -1,7 +1,8 @@
 """A ``POST /actuals`` batch broken for sure is refused whole, 4xx, as a problem naming the report's
 field at fault, and Redis keeps every key, value and expiry it had: not one report of the batch is
-stored, the valid one beside the broken one included (docs/api.md, "A rejected request changes no
-state"). The trainer and the workers both call it; ``test_fuzz_bodies`` allows a 200, these do not.
+stored, the valid one beside the broken one included: docs/api.md's rule that a rejected request
+changes no state. The trainer and the workers both call it; ``test_fuzz_bodies`` allows a 200, these
+do not.
 """
 
 from __future__ import annotations
