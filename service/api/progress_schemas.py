@@ -6,7 +6,7 @@ plan it gets back) is in ``service.api.schemas``. docs/api.md documents every fi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -72,10 +72,15 @@ class ProgressResponse(Counts):
 
 
 class CancelResponse(BaseModel):
-    """``DELETE /schedule/{id}``: what the cancel ended; a repeated DELETE answers the same."""
+    """``DELETE /schedule/{id}``: what the cancel ended; a repeated DELETE answers the same.
+
+    ``status`` tells the two successes apart: ``cancelled`` (200), the published step's items ended;
+    ``withdrawn`` (202), the step was still in line or planning, will never be published (its
+    ``POST /schedule`` answers 409) and ended nothing. A service before it sends none: ``cancelled``."""
 
     schedule_id: str
-    cancelled: int  # queued + running: every item the cancel ended
+    status: Literal["cancelled", "withdrawn"] = "cancelled"
+    cancelled: int  # queued + running: every item the cancel ended (0 when withdrawn)
     queued: int  # taken off the queues unstarted
     running: int  # leases ended: their heartbeats and late completions are refused
     cancelled_at_ms: int  # when the first DELETE ran (the delivery lease clock, ms)

@@ -57,6 +57,11 @@ _REPLAYED_DOC: dict[str, Any] = {
         }
     },
 }
+# The 202's entry in /openapi.json: a DELETE that met its step in flight, not yet published.
+_WITHDRAWN_DOC: dict[str, Any] = {
+    "description": 'Withdrawn: the step was in flight and is never published ("status": "withdrawn")',
+    "model": CancelResponse,
+}
 
 
 @router.post(
@@ -160,22 +165,28 @@ def _dead_letter(d: DeadLetter) -> DeadLetterEntry:
 @router.delete(
     "/schedule/{schedule_id}",
     dependencies=[Depends(trainer_only)],
-    responses=documented(401, 403, 404, 422, 503),
+    responses={202: _WITHDRAWN_DOC, **documented(401, 403, 404, 422, 503)},
 )
-def cancel_schedule(schedule_id: Annotated[ScheduleId, Path()], request: Request) -> CancelResponse:
+def cancel_schedule(
+    schedule_id: Annotated[ScheduleId, Path()], request: Request, response: Response
+) -> CancelResponse:
     """Cancel a step the trainer gave up on: its queued items leave every queue and its running
     leases end (sidecars stop them at their next heartbeat; late completions are refused), so the
     fleet moves on to the next schedule. Results accepted before stay readable. Idempotent: a
     repeated DELETE changes nothing and answers the same counts.
 
-    An id not published (yet) is a 404, and is withdrawn for the retention: a restarted trainer
-    that gives up on the step it had in flight may find it still in line or planning, on any
-    replica, and that request must not publish it once planned (``publish``: 409), since the
-    abandoned step would occupy the whole fleet before the next one."""
+    An id not published yet but in flight (its ``POST /schedule`` in line or planning, on any
+    replica: ``service/pipeline/in_flight.py``) is withdrawn for the retention, 202 ``withdrawn``:
+    a restarted trainer that gives up on the step it had in flight must keep that request from
+    publishing it (409), or the abandoned step occupies the whole fleet before the next one. Any
+    other unknown id is a 404 that writes nothing."""
     ctx = context_of(request)
     report = ctx.delivery.cancel(schedule_id, withdraw_s=ctx.settings.retention_s)
+    if report.withdrawn:
+        response.status_code = 202
     return CancelResponse(
         schedule_id=schedule_id,
+        status="withdrawn" if report.withdrawn else "cancelled",
         cancelled=report.cancelled,
         queued=report.queued,
         running=report.running,

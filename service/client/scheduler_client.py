@@ -154,7 +154,9 @@ class SchedulerClient:
         the fleet moves on to the next step; results accepted before stay readable. The service
         answers a repeat with the first cancel's counts and changes nothing, so a retryable failure
         (a lost reply, a restart, Redis down) is retried for up to ``outage_s``, and a retry whose
-        first attempt got through returns what that attempt answered. Unknown ids raise
+        first attempt got through returns what that attempt answered. A step not published yet but
+        in flight (a restarted trainer's, whose ``schedule`` is still in line or planning) is withdrawn:
+        ``status == "withdrawn"`` (202), never published, and ended nothing. Unknown ids raise
         ``SchedulerAPIError`` (404) at once."""
         return self._outlasting(functools.partial(self._cancel, schedule_id), None, outage_s)
 

@@ -47,8 +47,8 @@ key                         type     contents
 ``P:calls``                 hash     ``claim|steal <worker>`` -> ``<call id>\n<victim>\n<token> <key>...``
                                      ``reset <worker>`` -> ``<call id>\n<released> <lapsed> <dead> <charged>``
 ``P:answer``                string   the ``POST /schedule`` answer, ``z1:`` + base64 of zlib'd JSON
-``P:withdrawn``             string   when a DELETE found the id unpublished (ms): no publish of it
-                                     is taken until it expires, after the retention
+``P:planning``              hash     request nonce -> when accepted (ms): ``POST /schedule`` in flight
+``P:withdrawn``             string   when a DELETE withdrew the id in flight (ms): publish refused
 ``P:dead``                  list     dead letters as JSON (key, worker, attempts, reason, at_ms)
 ``P:results``               stream   accepted results, one entry per item, read by the trainer
 ==========================  =======  ==============================================================
@@ -69,6 +69,8 @@ active and lapse indexes together, which share a slot):
 Time-to-live: every per-schedule key expires at ``meta.expire_at_ms`` = publish time + retention
 (``DEFAULT_RETENTION_S``); scripts that (re)create a key re-apply that absolute deadline, so a late
 write never makes a key immortal. Index entries older than the retention are pruned on each announce.
+Two keys come before a publish: ``P:withdrawn`` lives the retention, ``P:planning`` the plan queue's
+timeout + the request's budget + ``PLANNING_MARGIN_S`` (only ever extended; the publish deletes it).
 
 Fleet-wide keys of the service (its actuals log ``service/learning/actuals.py``, its speed
 store in ``service/speeds/learner.py`` and its retrainer ``service/learning/retrain.py``), each
@@ -116,21 +118,20 @@ MAX_BATCH = 1000  # most items one claim/steal leases (Lua unpack limits the bat
 SHARED_QUEUE = "*"  # worker-name of the shared FIFO; not a valid worker id
 PRESENCE_TTL_MS = 5_000  # a sidecar's presence key lapses this long after its process died: the
 # longest a restarted sidecar waits before handing back its predecessor's leases (not the lease TTL)
+PLANNING_MARGIN_S = 60  # ``P:planning`` outlives a request's wait in line and budget by this
 RETRAIN_LOCK_TTL_S = 60  # the retrain lock's life, renewed every third of it while the fit runs:
 # a replica that dies mid-retrain holds it back at most this long (1M rows fit in ~30 s on 2 cores)
 
 # Field names of the per-worker counters in ``P:counts`` (``<state>:<worker>``) and the totals.
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "q", "r", "d", "f", "c"
-# Fields of ``P:meta`` that ``lua/cancel.lua`` writes: when the schedule was cancelled (lease clock,
-# ms), and how many queued and running items that ended; absent while it is not cancelled.
+# Fields of ``P:meta`` that ``lua/cancel.lua`` writes (when, lease clock ms; queued and running ended).
 CANCELLED_AT, CANCELLED_QUEUED, CANCELLED_RUNNING = "cancelled_ms", "cancelled_queued", "cancelled_running"
 # field of ``P:meta``: the publishing request's work digest (service/pipeline/republish.py)
 REQUEST_DIGEST = "request"
-# Fields of ``P:meta`` that ``lua/publish.lua`` writes: when it was published (lease clock, ms), and
-# what the plan predicts (absent on schedules an older release published): read by progress.
+# Fields of ``P:meta`` that ``lua/publish.lua`` writes: when (lease clock, ms), what the plan predicts.
 PUBLISHED_AT, PREDICTED_MAKESPAN, PLANNED_FINISH = "published_ms", "makespan_s", "planned_finish"
-# Field of ``P:meta`` that ``service/speeds/learner.py`` writes after the publish: worker -> the fingerprint
-# of the profile the schedule planned it with (absent on schedules published before it was stored).
+# Field of ``P:meta`` that ``service/speeds/learner.py`` writes after the publish: worker -> the
+# fingerprint of the profile the schedule planned it with.
 PLANNED_PROFILES = "profiles"
 # Field of ``P:meta`` that ``lua/publish.lua`` writes: "1" when sidecars admit by projected KV peak
 # (the plan's ``kv_admission``): read by progress, and by the speed learner (nothing waited in the engine).
@@ -139,10 +140,8 @@ KV_ADMISSION = "kv_admission"
 # JSON list (absent: none drained). Claims, steals and a failed item's retry hand them nothing.
 DRAINED = "drained"
 # Field of ``P:meta`` that ``lua/publish.lua`` writes: the engine whose rules the plan was made for
-# (``scheduler.sim_rules``; the request's ``engine``, else the service's ``default_engine``). Read by
-# the speed learner of any replica, which prices a KV-starved batch by the rules the engine played it
-# by, and by progress (``GET /schedule/{id}``'s ``engine``). Absent on schedules an older release
-# published: the learner assumes its default engine; progress answers None.
+# (``scheduler.sim_rules``), read by the speed learner (a KV-starved batch is priced by them) and by
+# progress. Absent on schedules an older release published: its default engine, progress None.
 ENGINE = "engine"
 
 
@@ -194,9 +193,14 @@ class ScheduleKeys:
         return f"{self.base}:answer"
 
     @property
+    def planning(self) -> str:
+        """The ``POST /schedule`` requests in flight under the id (``service/pipeline/in_flight.py``):
+        a DELETE that finds one withdraws the id (``lua/cancel.lua``), one that finds none writes nothing."""
+        return f"{self.base}:planning"
+
+    @property
     def withdrawn(self) -> str:
-        """Set by a DELETE of an id not published (yet), for the retention: a request still planning
-        the step under it, on any replica, is refused its publish (``lua/cancel.lua``)."""
+        """Set by a DELETE of an id in flight, for the retention: its publish is refused (409)."""
         return f"{self.base}:withdrawn"
 
     @property
@@ -291,12 +295,8 @@ class ScheduleKeys:
 
     @property
     def pattern(self) -> str:
-        """``SCAN MATCH`` glob for every key of this schedule (the table above, queues included).
-
-        For tools that size or delete a whole schedule: a key added to the table is matched
-        without their knowing its name. A hash tag's braces are not glob characters, so the
-        pattern matches this schedule's keys only (as long as its id holds no ``* ? [ ] \\``).
-        """
+        """``SCAN MATCH`` glob for every key of this schedule (the table above, queues included), for
+        tools that size or delete a whole schedule (an id without ``* ? [ ] \\``)."""
         return f"{self.base}:*"
 
 
@@ -310,11 +310,8 @@ class PrefixError(ValueError):
 
 
 def check_prefix(prefix: str) -> str:
-    """``prefix`` if every key built on it keeps its meaning; ``PrefixError`` naming the rule otherwise.
-
-    A brace would move the ``{schedule_id}`` hash tag (a schedule's keys then span Cluster slots), and
-    a glob character would make the ``<prefix>:*`` scans match other deployments' keys.
-    """
+    """``prefix`` if every key built on it keeps its meaning; ``PrefixError`` naming the rule otherwise:
+    a brace would move the ``{schedule_id}`` hash tag, a glob would match other deployments' keys."""
     if not _PREFIX.fullmatch(prefix):
         raise PrefixError(prefix, "must be 1-64 of A-Z a-z 0-9 _ . : -")
     return prefix
@@ -326,12 +323,8 @@ def schedule_keys(schedule_id: str, prefix: str = DEFAULT_PREFIX) -> ScheduleKey
 
 
 def all_keys_pattern(prefix: str = DEFAULT_PREFIX) -> str:
-    """``SCAN MATCH`` glob for every key under ``prefix``: all schedules, indexes and fleet keys.
-
-    Only for wiping a namespace of its own (a benchmark's throw-away prefix), built here so such
-    a sweep covers whatever keys this module adds. ``check_prefix`` keeps glob characters out of
-    a prefix; a prefix that another deployment's extends (``rs`` and ``rs:x``) matches its keys too.
-    """
+    """``SCAN MATCH`` glob for every key under ``prefix``, only for wiping a namespace of its own (a
+    benchmark's throw-away prefix); one another deployment's extends (``rs``, ``rs:x``) matches its keys."""
     return f"{prefix}:*"
 
 

@@ -65,7 +65,8 @@ class CancelReport:
 
     queued: int  # items taken off the queues unstarted
     running: int  # leases ended: their heartbeats and completions are refused from now on
-    cancelled_at_ms: int  # when the first cancel ran (lease clock, ms)
+    cancelled_at_ms: int  # when the first cancel ran (lease clock, ms); withdrawn: server time
+    withdrawn: bool = False  # nothing was published yet: the id was withdrawn while in flight
 
     @property
     def cancelled(self) -> int:

@@ -16,6 +16,7 @@ tests and simulations use to drive expiry deterministically; do not mix both sty
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -65,6 +66,24 @@ class Delivery(ScriptCalls):
         announced = sorted(set(schedule.queues) - schedule.drained)  # a drained worker is not told
         self._announce(schedule.schedule_id, announced, schedule.lease.retention_s)
         return PublishOutcome.CREATED if int(created) == 1 else PublishOutcome.UNCHANGED
+
+    def mark_planning(self, schedule_id: str, request_id: str, ttl_ms: int) -> None:
+        """Mark one ``POST /schedule`` under ``schedule_id`` in flight for ``ttl_ms`` at most
+        (``keys.ScheduleKeys.planning``, an entry per request): a DELETE meanwhile withdraws the id
+        (``cancel``), where one of an id never sent is a 404 that writes nothing. The publish deletes
+        the mark in its atomic step; ``unmark_planning`` takes this request's entry back otherwise.
+        The key's TTL is only ever extended, so a request racing this one keeps its own."""
+        planning = self.keys(schedule_id).planning
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(planning, request_id, int(time.time() * 1000))  # when accepted, for an operator
+        pipe.pexpire(planning, ttl_ms, nx=True)  # a new key: its TTL
+        pipe.pexpire(planning, ttl_ms, gt=True)  # another request's: extended, never shortened
+        pipe.execute()
+
+    def unmark_planning(self, schedule_id: str, request_id: str) -> None:
+        """Take back ``mark_planning``'s entry of a request refused or failed before it published (the
+        last entry's removal deletes the key): a DELETE then finds the id unknown again."""
+        self.client.hdel(self.keys(schedule_id).planning, request_id)
 
     # -- worker side ----------------------------------------------------------------------------
 
@@ -337,15 +356,18 @@ class Delivery(ScriptCalls):
         so a heartbeat reports them lost (the sidecar stops the request) and a late completion is
         STALE; accepted results stay readable. Then the schedule leaves the reapers' index and its
         workers' inboxes, so sidecars move on to the next schedule. Idempotent: a repeat answers the
-        first cancel's report (and repairs a retire lost to a crash). ``UnknownScheduleError`` when
-        the id was never published or has expired; with ``withdraw_s``, the id is then withdrawn
-        for as long (``keys.ScheduleKeys.withdrawn``): a publish of it still to come is refused
-        (``ScheduleWithdrawnError``), as its trainer gave the step up before it was out.
+        first cancel's report (and repairs a retire lost to a crash). An id not published but in
+        flight (``mark_planning``) is, with ``withdraw_s``, withdrawn for as long
+        (``keys.ScheduleKeys.withdrawn``; report ``withdrawn``, a repeat answers the same): its
+        publish is refused (``ScheduleWithdrawnError``), as its trainer gave the step up before it
+        was out. ``UnknownScheduleError`` otherwise (never sent, or expired), and nothing is written.
         """
         withdraw = str(withdraw_s * 1000) if withdraw_s > 0 else ""
-        queued, running, at_ms = self._call(self.scripts.cancel, schedule_id, [wire.clock(now_ms), withdraw])
-        self._retire(schedule_id)
-        return CancelReport(queued=int(queued), running=int(running), cancelled_at_ms=int(at_ms))
+        reply = self._call(self.scripts.cancel, schedule_id, [wire.clock(now_ms), withdraw])
+        queued, running, at_ms, withdrawn = (int(n) for n in reply)
+        if not withdrawn:  # a withdrawn id was never announced: no index to retire it from
+            self._retire(schedule_id)
+        return CancelReport(queued, running, at_ms, withdrawn=withdrawn == 1)
 
 
 def _by_holder(leases: Iterable[Lease]) -> dict[tuple[str, str], list[Lease]]:

@@ -8,20 +8,26 @@
 -- The first call records the counts in P:meta (cancelled_ms, cancelled_queued, cancelled_running);
 -- a repeat changes nothing and answers them again, so a DELETE re-sent after a lost reply reads the
 -- same. ARGV: now ('' = server), withdraw_ms ('' = none).
--- An id that holds no schedule is withdrawn for withdraw_ms (P:withdrawn, server time): the request
--- that would publish it may still be in line or planning (its trainer restarted and gave up on
--- it), and publish.lua refuses the id while the key lives, so the cancelled step never reaches the
--- fleet. The caller is still answered NOSCHEDULE: there was nothing to cancel yet.
--- Returns {queued cancelled, running cancelled, cancelled_ms}; error NOSCHEDULE.
+-- An id that holds no schedule but a POST /schedule in flight (P:planning, an entry per request:
+-- in line or planning, on any replica; its trainer restarted and gave the step up) is withdrawn
+-- for withdraw_ms (P:withdrawn, server time, in place of P:planning): publish.lua refuses it while
+-- the key lives, so the abandoned step never reaches the fleet. A repeat answers the same. An id
+-- with neither is NOSCHEDULE and nothing is written: a mistyped id changes no state.
+-- Returns {queued cancelled, running cancelled, cancelled_ms, withdrawn (1 or 0)}; error NOSCHEDULE.
 local cfg = settings()
 if not cfg then
-  if (ARGV[2] or '') ~= '' then
-    redis.call('SET', k('withdrawn'), now_ms(''), 'PX', ARGV[2])
+  local since = redis.call('GET', k('withdrawn'))
+  if since then return {0, 0, tonumber(since), 1} end
+  if (ARGV[2] or '') == '' or redis.call('EXISTS', k('planning')) == 0 then
+    return redis.error_reply('NOSCHEDULE')
   end
-  return redis.error_reply('NOSCHEDULE')
+  local now = now_ms('')
+  redis.call('SET', k('withdrawn'), now, 'PX', ARGV[2])
+  redis.call('DEL', k('planning'))
+  return {0, 0, now, 1}
 end
 local before = redis.call('HMGET', META, 'cancelled_ms', 'cancelled_queued', 'cancelled_running')
-if before[1] then return {tonumber(before[2]), tonumber(before[3]), tonumber(before[1])} end
+if before[1] then return {tonumber(before[2]), tonumber(before[3]), tonumber(before[1]), 0} end
 local now = now_ms(ARGV[1])
 local flat = redis.call('HGETALL', k('st'))
 local queued, running, queues = 0, 0, {}
@@ -47,4 +53,4 @@ for w, _ in pairs(queues) do redis.call('DEL', k('q:' .. w), unpack(index_keys(c
 redis.call('DEL', k('work'), k('deadlines'))
 flush(cfg)
 redis.call('HSET', META, 'cancelled_ms', now, 'cancelled_queued', queued, 'cancelled_running', running)
-return {queued, running, now}
+return {queued, running, now, 0}

@@ -41,7 +41,7 @@ if existing then
   end
   return redis.error_reply('CONFLICT schedule id already holds a different schedule')
 end
--- a DELETE met the id before this publish (cancel.lua): the trainer gave the step up
+-- a DELETE met the id in flight before this publish (cancel.lua): the trainer gave the step up
 if redis.call('EXISTS', k('withdrawn')) == 1 then
   return redis.error_reply('WITHDRAWN schedule id was cancelled before it was published')
 end
@@ -102,6 +102,11 @@ local n = #keys
 redis.call('HSET', META, 'fingerprint', ARGV[1], 'total', n, 'lease_ttl_ms', ARGV[4],
   'max_attempts', ARGV[5], 'kv_admission', ARGV[6], 'workers', ARGV[7], 'published_ms', now,
   'expire_at_ms', exp, 'fence', fence, 'affinity', affinity, 'nonce', nonce)
+-- The id holds a schedule from now on, so no request under it is in flight any more (a DELETE
+-- cancels the schedule): the marks of this one and of any other racing it go in this same step.
+-- Not before that HSET: Redis judges a script's memory at its first write, and a DEL (allowed out
+-- of memory) first let a publish write its whole schedule past maxmemory.
+redis.call('DEL', k('planning'))
 -- What the plan predicts, for GET /schedule/{id} to compare with the time elapsed since 'published_ms'.
 if ARGV[22] ~= '' then redis.call('HSET', META, 'makespan_s', ARGV[22]) end
 if ARGV[23] ~= '{}' then redis.call('HSET', META, 'planned_finish', ARGV[23]) end

@@ -160,11 +160,11 @@ def test_two_replicas_storing_the_same_actuals_at_once_store_and_learn_them_once
 def test_a_delete_landing_while_its_step_is_still_planned_keeps_that_step_from_being_published(
     live_settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A trainer restarted and gave up on the step it had in flight: its DELETE finds nothing yet
-    (404: the old request is still in line or planning), but that request, once planned, must not
-    publish a step its trainer cancelled, to occupy the fleet before the next one (docs/api.md,
-    DELETE). It answers 409 naming ``schedule_id`` and writes no schedule; so does a later retry,
-    before it plans."""
+    """A trainer restarted and gave up on the step it had in flight: its DELETE, on another replica,
+    finds it not published but planning (its mark, ``P:planning``) and withdraws it (202
+    ``withdrawn``; it was a 404), and that request, once planned, must not publish a step its
+    trainer cancelled, to occupy the fleet before the next one (docs/api.md, DELETE). It answers 409
+    naming ``schedule_id`` and writes no schedule; so does a later retry, before it plans."""
     predicting = Gate()
     monkeypatch.setattr(stages, "predict", predicting.before(stages.predict))
 
@@ -180,7 +180,7 @@ def test_a_delete_landing_while_its_step_is_still_planned_keeps_that_step_from_b
             return cancelled, refused, retry
 
     cancelled, answer, retry = asyncio.run(run())
-    assert cancelled.status_code == 404
+    assert (cancelled.status_code, cancelled.json()["status"]) == (202, "withdrawn")
     for refused in (answer, retry):
         assert (refused.status_code, refused.json()["field"]) == (409, "schedule_id")
         assert "cancelled" in refused.json()["detail"]

@@ -16,6 +16,7 @@ from service.delivery import (
     PublishedSchedule,
     PublishOutcome,
     ReleaseOutcome,
+    ScheduleWithdrawnError,
     TrajectoryResult,
     UnknownScheduleError,
     keys,
@@ -154,3 +155,65 @@ def test_a_repeated_cancel_repairs_a_retire_lost_to_a_crash(
 
     assert delivery.cancel("s", now_ms=T0 + 2) == first
     assert delivery.schedules_for("a") == delivery.schedules_for("b") == delivery.active_schedules() == []
+
+
+def _everything(client: redis.Redis) -> dict[str, tuple[object, int]]:
+    """Every key with its content and absolute expiry: a write of any kind shows."""
+    return {str(k): (client.dump(k), client.pexpiretime(k)) for k in client.scan_iter("*")}
+
+
+def test_a_cancel_of_an_id_never_sent_writes_nothing_even_when_asked_to_withdraw(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """A mistyped id is a rejected request: ``UnknownScheduleError``, and no key holds it after."""
+    delivery.publish(schedule("s", {"a": 2}), now_ms=T0)
+    before = _everything(redis_client)
+    with pytest.raises(UnknownScheduleError):
+        delivery.cancel("typo", withdraw_s=60)
+    assert _everything(redis_client) == before
+
+
+def test_a_cancel_of_an_id_in_flight_withdraws_it_and_its_publish_is_refused(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """The trainer gave the step up while its request planned it: the cancel answers ``withdrawn``
+    (in place of the mark), again when repeated, and the publish that follows writes nothing."""
+    delivery.mark_planning("s", "request-1", ttl_ms=60_000)
+    report = delivery.cancel("s", withdraw_s=60)
+    assert (report.withdrawn, report.cancelled) == (True, 0)
+    k = keys.schedule_keys("s")
+    assert (redis_client.exists(k.planning), 0 < redis_client.pttl(k.withdrawn) <= 60_000) == (0, True)
+    assert delivery.cancel("s", withdraw_s=60) == report
+    with pytest.raises(ScheduleWithdrawnError):
+        delivery.publish(schedule("s", {"a": 2}), now_ms=T0)
+    assert redis_client.exists(k.meta) == 0
+    assert delivery.active_schedules() == []
+
+
+def test_a_request_taking_its_mark_back_leaves_the_mark_of_one_racing_it(delivery: Delivery) -> None:
+    """A retry and its first attempt in flight at once: the one refused (503) takes back only its
+    own entry, so a DELETE still withdraws the id the other is planning."""
+    delivery.mark_planning("s", "first", ttl_ms=60_000)
+    delivery.mark_planning("s", "retry", ttl_ms=60_000)
+    delivery.unmark_planning("s", "retry")
+    assert delivery.cancel("s", withdraw_s=60).withdrawn
+
+
+def test_the_publish_deletes_every_mark_of_its_id_in_its_own_step(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.mark_planning("s", "first", ttl_ms=60_000)
+    delivery.mark_planning("s", "retry", ttl_ms=60_000)
+    delivery.publish(schedule("s", {"a": 2}), now_ms=T0)
+    assert redis_client.exists(keys.schedule_keys("s").planning) == 0
+    assert delivery.cancel("s", now_ms=T0 + 1, withdraw_s=60) == CancelReport(2, 0, T0 + 1)
+
+
+def test_a_mark_s_lifetime_is_only_ever_extended(delivery: Delivery, redis_client: redis.Redis) -> None:
+    """A request with a short budget marking an id after one with a long budget keeps the longer."""
+    planning = keys.schedule_keys("s").planning
+    delivery.mark_planning("s", "long", ttl_ms=100_000)
+    delivery.mark_planning("s", "short", ttl_ms=1_000)
+    assert redis_client.pttl(planning) > 50_000
+    delivery.mark_planning("s", "longer", ttl_ms=200_000)
+    assert redis_client.pttl(planning) > 150_000

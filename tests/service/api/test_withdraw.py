@@ -1,0 +1,149 @@
+"""``DELETE /schedule/{id}`` of a step not published yet: withdrawn when its ``POST /schedule`` is in
+flight (202 ``withdrawn``; that request's publish is refused 409), a 404 that writes nothing when no
+request under the id is (a mistyped id). The in-flight mark is in Redis, so the DELETE may land on
+any replica; a request refused or published takes it back (``service/pipeline/in_flight.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import httpx
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from service.client import SchedulerAPIError, SchedulerClient
+from service.delivery import keys
+from service.pipeline import stages
+from service.settings import Settings
+from tests.service.api.badinput import redis_snapshot
+from tests.service.api.replicas import Gate, context, replicas, until
+from tests.service.api_helpers import TRAINER, LiveServer, batch_body, bearer, with_settings
+
+PLANNING = keys.schedule_keys("abandoned").planning
+
+
+def test_a_delete_of_an_id_never_sent_is_a_404_problem_and_leaves_redis_as_it_was(
+    secured: TestClient, redis_client: redis.Redis
+) -> None:
+    """A mistyped id is bad input: it must not hold the id for the retention (it did: ``P:withdrawn``)."""
+    published = batch_body(schedule_id="step-1")
+    assert secured.post("/schedule", json=published, headers=bearer(TRAINER)).status_code == 200
+    before = redis_snapshot(redis_client)
+
+    response = secured.delete("/schedule/step-l", headers=bearer(TRAINER))
+
+    assert (response.status_code, response.json()["field"]) == (404, "schedule_id")
+    assert response.headers["content-type"] == "application/problem+json"
+    assert redis_snapshot(redis_client) == before
+    again = secured.post("/schedule", json=batch_body(schedule_id="step-l"), headers=bearer(TRAINER))
+    assert (again.status_code, again.json()["replayed"]) == (200, False)  # the id is free
+
+
+def test_a_delete_landing_while_its_step_waits_in_line_on_another_replica_withdraws_it(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """The old request waits for a plan slot on one replica; the restarted trainer's DELETE reaches
+    the other: 202 ``withdrawn``, a repeat answers the same and writes nothing, and the old request,
+    once it plans, is refused its publish (409 naming ``schedule_id``): nothing reaches the fleet."""
+    settings = with_settings(live_settings, max_concurrent_plans=1, plan_queue_timeout_s=30)
+
+    async def run() -> tuple[httpx.Response, httpx.Response, httpx.Response, bool]:
+        async with replicas(settings, 2) as [old, new]:
+            with context(old).plan_slots.hold():  # another step is planning there
+                step = asyncio.create_task(old.post("/schedule", json=batch_body(schedule_id="abandoned")))
+                await until(lambda: redis_client.exists(PLANNING) == 1)  # accepted, in line
+                withdrawn = await new.delete("/schedule/abandoned")
+                before = redis_snapshot(redis_client)
+                again = await new.delete("/schedule/abandoned")
+                unchanged = redis_snapshot(redis_client) == before
+            return withdrawn, again, await step, unchanged
+
+    withdrawn, again, refused, unchanged = asyncio.run(run())
+    assert withdrawn.status_code == 202
+    assert withdrawn.json() | {"cancelled_at_ms": 0} == {
+        "schedule_id": "abandoned",
+        "status": "withdrawn",
+        "cancelled": 0,
+        "queued": 0,
+        "running": 0,
+        "cancelled_at_ms": 0,
+    }
+    assert (again.status_code, again.json()) == (202, withdrawn.json())
+    assert unchanged
+    assert (refused.status_code, refused.json()["field"]) == (409, "schedule_id")
+    assert "cancelled" in refused.json()["detail"]
+    k = keys.schedule_keys("abandoned")
+    assert (redis_client.exists(k.meta), redis_client.exists(k.planning)) == (0, 0)
+    assert redis_client.zscore("rs:active", "abandoned") is None
+
+
+def test_a_step_refused_in_line_takes_its_mark_back_so_a_delete_then_is_a_404(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """A 503 from the plan queue leaves Redis as it was, the mark included: the trainer's DELETE of
+    that id afterwards is a 404 that writes nothing, and the id stays free to publish."""
+    settings = with_settings(live_settings, max_concurrent_plans=1, plan_queue_timeout_s=0.2)
+
+    async def run() -> tuple[httpx.Response, httpx.Response, bool, httpx.Response]:
+        async with replicas(settings) as [http]:
+            before = redis_snapshot(redis_client)
+            with context(http).plan_slots.hold():
+                refused = await http.post("/schedule", json=batch_body(schedule_id="refused"))
+            deleted = await http.delete("/schedule/refused")
+            unchanged = redis_snapshot(redis_client) == before
+            return (
+                refused,
+                deleted,
+                unchanged,
+                await http.post("/schedule", json=batch_body(schedule_id="refused")),
+            )
+
+    refused, deleted, unchanged, sent_again = asyncio.run(run())
+    assert (refused.status_code, deleted.status_code) == (503, 404)
+    assert unchanged
+    assert (sent_again.status_code, sent_again.json()["replayed"]) == (200, False)
+
+
+def test_a_published_step_leaves_no_mark_and_its_delete_cancels_it(
+    secured: TestClient, redis_client: redis.Redis
+) -> None:
+    body = batch_body(schedule_id="abandoned")
+    assert secured.post("/schedule", json=body, headers=bearer(TRAINER)).status_code == 200
+    assert redis_client.exists(PLANNING) == 0  # the publish deleted it in its own step
+
+    response = secured.delete("/schedule/abandoned", headers=bearer(TRAINER))
+
+    assert (response.status_code, response.json()["status"], response.json()["queued"]) == (
+        200,
+        "cancelled",
+        32,
+    )
+    assert redis_client.exists(keys.schedule_keys("abandoned").withdrawn) == 0
+
+
+def test_the_client_returns_a_withdrawn_step_s_answer_typed_not_raised(
+    live_settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trainer on the client tells ``withdrawn`` from ``cancelled`` by ``status``; the step its
+    first process sent then raises the 409 that says it was cancelled before it was published."""
+    predicting = Gate()
+    monkeypatch.setattr(stages, "predict", predicting.before(stages.predict))
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        refusals: list[SchedulerAPIError] = []
+
+        def first_process() -> None:
+            try:
+                client.schedule(batch_body(schedule_id="abandoned"))
+            except SchedulerAPIError as error:
+                refusals.append(error)
+
+        sender = threading.Thread(target=first_process)
+        sender.start()
+        asyncio.run(until(lambda: predicting.reached == 1))
+        answer = client.cancel("abandoned")
+        predicting.open()
+        sender.join(timeout=60)
+    assert (answer.status, answer.cancelled) == ("withdrawn", 0)
+    assert [(e.status, e.field) for e in refusals] == [(409, "schedule_id")]
