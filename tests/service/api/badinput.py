@@ -71,12 +71,10 @@ def refused_unchanged(
     url: str,
     content: bytes = b"",
     headers: Headers = None,
-    but: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """The problem the service answered ``method url`` with, having checked that it is one (a 4xx,
-    ``application/problem+json`` with its status and a ``detail``) and that Redis is as it was, but
-    for the keys ``but`` names (what the refusal is documented to write)."""
-    before = {key: kept for key, kept in redis_snapshot(store).items() if key not in but}
+    ``application/problem+json`` with its status and a ``detail``) and that Redis is as it was."""
+    before = redis_snapshot(store)
     response = client.request(method, url, content=content, headers=headers)
     assert 400 <= response.status_code < 500, (response.status_code, response.text[:500])
     assert response.headers["content-type"] == "application/problem+json", response.text[:500]
@@ -85,5 +83,5 @@ def refused_unchanged(
     assert isinstance(problem["detail"], str), problem
     assert problem["detail"], problem
     assert len(response.content) < MAX_PROBLEM_BYTES, problem["detail"][:300]  # no huge input sent back
-    assert {key: kept for key, kept in redis_snapshot(store).items() if key not in but} == before, problem
+    assert redis_snapshot(store) == before, problem
     return problem

@@ -1,8 +1,8 @@
 """What a trainer reads and cancels by id, fuzzed: ``GET /schedule/{id}/results`` with queries out of
 range is refused naming the parameter, with any query in range it pages through every result exactly
 once, and an id the pattern refuses (``GET``/``DELETE /schedule/{id}``, ``.../results``) is a 422
-naming ``schedule_id``, one it takes but no step has a 404. None of them writes to Redis but what
-docs/api.md says a ``DELETE`` 404 writes: the id's withdrawal (``P:withdrawn``), for the retention.
+naming ``schedule_id``, one it takes but no step has a 404. None of them writes to Redis, a
+``DELETE``'s 404 neither (an id in flight is withdrawn, 202: ``test_withdraw.py``).
 """
 
 from __future__ import annotations
@@ -18,12 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.delivery import Delivery, TrajectoryResult
-from service.delivery.keys import schedule_keys
-from service.settings import Settings
 from tests.service.api.badinput import redis_snapshot, refused_unchanged
 from tests.service.api_helpers import batch_body
 
-RETENTION_MS = Settings().retention_s * 1000  # the test app's (the default)
 EXAMPLES = settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 ID = r"[A-Za-z0-9_.:-]{1,256}"  # docs/api.md: a schedule_id's characters and length
 BAD_QUERIES = {
@@ -108,20 +105,15 @@ def test_an_id_no_step_has_is_refused_by_every_route_and_writes_nothing(
     client: TestClient, redis_client: redis.Redis, finished: tuple[str, list[str]]
 ) -> None:
     """A well-formed id is 404 (unknown), any other 422 naming ``schedule_id``; an id quoted into
-    the path may leave the route altogether (``""``, ``..``): then 404 or 405, still no write. The
-    one write is documented (docs/api.md, ``DELETE``): a 404 of a well-formed id withdraws it for the
-    retention (``P:withdrawn``), in case its step is still being planned; nothing else moves."""
+    the path may leave the route altogether (``""``, ``..``): then 404 or 405, still no write, a
+    ``DELETE``'s 404 included (no request has the id in flight, so there is nothing to withdraw)."""
 
     @EXAMPLES
     @given(st.sampled_from(ROUTES), st.from_regex(f"^{ID}$", fullmatch=True) | st.text(max_size=300))
     def answered(route: tuple[str, str], sid: str) -> None:
         method, path = route
         well_formed = re.fullmatch(ID, sid) is not None and sid not in (".", "..")
-        withdrawn = schedule_keys(sid).withdrawn
-        but = frozenset({withdrawn} if well_formed and method == "DELETE" else ())
-        problem = refused_unchanged(client, redis_client, method, path.format(quote(sid, safe="")), but=but)
-        if but:
-            assert 0 < redis_client.pttl(withdrawn) <= RETENTION_MS, problem
+        problem = refused_unchanged(client, redis_client, method, path.format(quote(sid, safe="")))
         if well_formed:
             assert problem["status"] == 404, problem
         elif problem["status"] == 422:
