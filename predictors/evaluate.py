@@ -141,13 +141,20 @@ def _nanmean(values: list[float]) -> float:
     return float(np.mean(finite)) if finite else math.nan
 
 
+def mean_over(evaluation: Evaluation, first: int, stop: int | None = None) -> dict[str, Scores]:
+    """Every predictor's scores averaged over the scored steps in [``first``, ``stop``) (empty if none):
+    a part of a run, such as the steps where rotating prompts first come back."""
+    chosen = [r for r in evaluation.steps if r.step >= first and (stop is None or r.step < stop)]
+    return _average(chosen) if chosen else {}
+
+
+def clean(s: Scores) -> dict[str, float | None]:
+    """The scores as JSON: NaN (undefined) as null, the rest rounded to six places."""
+    return {m: (None if math.isnan(v := getattr(s, m)) else round(v, 6)) for m in METRICS}
+
+
 def to_json(evaluation: Evaluation) -> dict[str, object]:
     """The ``--json`` object: predictor -> averaged metrics (null where undefined), plus per-step detail."""
-
-    def clean(s: Scores) -> dict[str, float | None]:
-        """The scores as JSON: NaN (undefined) as null, the rest rounded to six places."""
-        return {m: (None if math.isnan(v := getattr(s, m)) else round(v, 6)) for m in METRICS}
-
     return {
         "predictors": {name: clean(s) for name, s in evaluation.mean.items()},
         "steps": [

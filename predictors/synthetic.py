@@ -11,6 +11,7 @@ import dataclasses
 import numpy as np
 
 from predictors.tracetable import FINISH_LENGTH, Trace
+from scheduler.errors import InvalidInputError
 from scheduler.synth import SOURCE_COLUMN, SOURCE_VALUE, SynthSpec, SynthTrace, generate
 from scheduler.synth_profiles import synth_profile
 
@@ -48,6 +49,17 @@ def synthetic_trace(
         chosen = dataclasses.replace(chosen, length=dataclasses.replace(chosen.length, drift_per_step=drift))
     spec = SynthSpec(profile=chosen, prompts=prompts, samples=samples, steps=steps, seed=seed)
     return from_synth(generate(spec))
+
+
+def rotating(trace: Trace, every: int) -> Trace:
+    """The rows of prompts that run every ``every``-th step: prompt k (in sorted id order) runs at the
+    steps s with s % every == k % every, as a dataset of ``every`` batches does when each pass over it
+    takes ``every`` steps (veRL, OpenRLHF): between two runs of a prompt lie ``every`` steps of drift,
+    where a trace of every prompt at every step has one. ``every`` = 1 keeps every row."""
+    if every < 1:
+        raise InvalidInputError("rotate", every, "must be an integer >= 1")
+    _, code = np.unique(trace.prompt_id.astype(str), return_inverse=True)
+    return trace if every == 1 else trace.take(code.ravel() % every == trace.step % every)
 
 
 def is_synthetic(trace: Trace) -> bool:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from predictors.evaluate import Evaluation
     from predictors.model import FittedModel
     from predictors.tracetable import Trace
 
@@ -161,19 +162,30 @@ def bench_predictor_drift(
     drift: Annotated[
         float | None, typer.Option(help="Log-length drift per step; default: the profile's own.")
     ] = None,
-    prompts: Annotated[int, typer.Option(min=1, help="Distinct prompts, revisited every step.")] = 300,
+    prompts: Annotated[
+        int, typer.Option(min=1, help="Distinct prompts, revisited every step (or every --rotate).")
+    ] = 300,
     samples: Annotated[int, typer.Option(min=1, help="Samples per prompt per step.")] = 8,
     steps: Annotated[int, typer.Option(min=2, help="Steps; each after the first is scored.")] = 10,
     seed: Annotated[int, typer.Option(min=0, help="Generator seed.")] = 1,
+    rotate: Annotated[
+        int, typer.Option(min=1, help="Each prompt runs every ROTATE-th step (1: every step), as in epochs.")
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Walk-forward accuracy on a generated multi-epoch trace with length drift (the issue's drift target)."""
+    """Walk-forward accuracy on a generated multi-epoch trace with length drift (the issue's drift target).
+
+    With --rotate K each prompt runs every K-th step, as in a pass over a dataset of K batches: K
+    steps of drift lie between two runs of a prompt, and the report adds the scores of the steps
+    where prompts first come back (K to 2K - 1) and of the later ones."""
     from predictors.evaluate import evaluate, to_json
+    from predictors.synthetic import rotating
     from scheduler.synth_profiles import synth_profile
 
-    trace = _generated(profile, prompts, samples, steps, seed, drift)
+    trace = rotating(_generated(profile, prompts, samples, steps, seed, drift), rotate)
     used = synth_profile(profile).length.drift_per_step if drift is None else drift
-    result = to_json(evaluate(trace))
+    evaluation = evaluate(trace)
+    result = to_json(evaluation)
     scores = result["predictors"]
     assert isinstance(scores, dict)
     cut = 1.0 - scores["lightgbm"]["mae"] / scores["prompt_history_mean"]["mae"]
@@ -186,6 +198,8 @@ def bench_predictor_drift(
         "predictors": scores,
     }
     report["lightgbm_mae_reduction_vs_prompt_history_mean"] = round(cut, 4)
+    if rotate > 1:
+        report |= {"rotate": rotate, **_recurrences(evaluation, rotate)}
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
@@ -193,7 +207,24 @@ def bench_predictor_drift(
     typer.echo(
         f"SYNTHETIC {profile} trace ({prompts} prompts x {samples} samples x {steps} steps, seed {seed}), "
         f"drift {used:g}/step{own}, {len(trace):,} rows"
+        + (f", each prompt every {rotate} steps" if rotate > 1 else "")
     )
     for name, metrics in scores.items():
         typer.echo(f"  {name:>20}: " + ", ".join(f"{k} {v}" for k, v in metrics.items()))
     typer.echo(f"  lightgbm MAE vs prompt_history_mean: {-100 * cut:+.1f}%")
+    for part, part_scores in _recurrences(evaluation, rotate).items() if rotate > 1 else ():
+        typer.echo(f"  {part} (every prompt runs every {rotate} steps):")
+        for name, metrics in part_scores.items():
+            typer.echo(f"  {name:>20}: " + ", ".join(f"{k} {v}" for k, v in metrics.items()))
+
+
+def _recurrences(evaluation: Evaluation, every: int) -> dict[str, dict[str, dict[str, float | None]]]:
+    """Scores of the steps where prompts run every ``every``-th step come back the first time
+    (``every`` to ``2 every - 1``) and later (``2 every`` on); empty where the trace has none such."""
+    from predictors.evaluate import clean, mean_over
+
+    parts = {"first_recurrence": (every, 2 * every), "later_recurrences": (2 * every, None)}
+    return {
+        part: {name: clean(s) for name, s in mean_over(evaluation, *bounds).items()}
+        for part, bounds in parts.items()
+    }
