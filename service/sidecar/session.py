@@ -322,8 +322,12 @@ class WorkerSession:
         if not keep_unanswered:
             self.holdings.remove(key)
         held.completing = True  # a heartbeat meanwhile finds the lease gone: the report decides, not lost
+        lease = held.lease  # STALE: lapsed, reaped, taken or cancelled before it came
         try:
-            outcome = await self._reports.call("fail", self.delivery.fail, held.lease, reason)
+            outcome = await self._reports.call("fail", self.delivery.fail, lease, reason)
+            # counted as it is answered; a refusal first asks Redis whether the trainer cancelled, and
+            # a cut there (a shutdown's bound) is a cut report: not forgotten, counted nowhere
+            await self._ledger.failure(outcome, lease.schedule_id, lease.key, lease.token, held=True)
         except UnknownScheduleError:  # its keys are gone: the lease ends here, counted as ``complete`` does
             self.holdings.remove(key)
             self.stats.stale += 1
@@ -333,8 +337,6 @@ class WorkerSession:
             self.stats.lost += int(not keep_unanswered)  # it was counted nowhere: claimed > ended
             raise
         self.holdings.remove(key)
-        lease = held.lease  # STALE: lapsed, reaped, taken or cancelled before it came
-        await self._ledger.failure(outcome, lease.schedule_id, lease.key, lease.token, held=True)
         return outcome
 
     async def fail_key(self, schedule_id: str, key: str, token: int, reason: str) -> ReleaseOutcome:

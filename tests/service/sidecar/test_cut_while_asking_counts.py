@@ -73,3 +73,45 @@ def test_a_heartbeat_cancelled_while_asking_why_leases_are_gone_counts_each_leas
     asyncio.run(claimed_cancelled_beaten())
     stats = session.stats
     assert (stats.claimed, stats.cancelled, stats.lost, len(session.holdings)) == (2, 0, 2, 0)
+
+
+async def _claimed_cancelled_fail_cut(delivery: Delivery, session: WorkerSession, keep: bool) -> None:
+    """s's lease claimed, s cancelled by the trainer, then the lease reported failed (refused: its
+    lease is gone) and the report cut (the drain's bound, a second signal) while Redis is asked why."""
+    [held, _] = await session.claim(2)
+    assert held.lease.schedule_id == "s"
+    delivery.cancel("s")
+    report = asyncio.create_task(session.fail(held, "engine error", keep_unanswered=keep))
+    await asyncio.sleep(0.3)
+    report.cancel()
+    await asyncio.gather(report, return_exceptions=True)
+
+
+def test_a_failure_report_cut_while_asking_why_it_was_refused_counts_its_lease_lost(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Push (the watchdog's report, its lease forgotten as it is sent): the refused report's lease
+    ends once, ``lost``, as one whose report Redis never answered; t's lease is still held."""
+    delivery, session = _session_holding_s_and_t(redis_url)
+    asyncio.run(_claimed_cancelled_fail_cut(delivery, session, keep=False))
+    stats = session.stats
+    assert (stats.claimed, stats.stale, stats.cancelled, stats.lost, len(session.holdings)) == (2, 0, 0, 1, 1)
+
+
+def test_a_pull_failure_report_cut_while_asking_why_it_was_refused_keeps_its_lease_for_the_hand_back(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Pull (a worker's ``/fail`` cut by the drain): the lease stays held, as one whose report Redis
+    never answered, so the shutdown's hand-back ends it once (``cancelled``: Redis is given the time
+    to say so), not forgotten uncounted."""
+    delivery, session = _session_holding_s_and_t(redis_url)
+
+    async def cut_then_handed_back() -> None:
+        await _claimed_cancelled_fail_cut(delivery, session, keep=True)
+        assert [h.lease.schedule_id for h in session.holdings.all()] == ["s", "t"]
+        assert not any(h.completing for h in session.holdings.all())
+        await session.hand_back(session.holdings.all(), 10.0)
+
+    asyncio.run(cut_then_handed_back())
+    stats = session.stats
+    assert (stats.claimed, stats.released, stats.cancelled, stats.lost, stats.stale) == (2, 1, 1, 0, 0)
