@@ -117,16 +117,21 @@ class Claims:
         dead-lettered with that reason. Held, it could never be served: a pull worker's
         ``GET /next`` of it failed to render (500) after the sidecar had handed it out, and the lease
         was renewed, unreported, until the sidecar stopped; a push sidecar failed it only once it
-        could not encode the engine's request."""
+        could not encode the engine's request. Cut (the drain cancels a claim still running), this
+        report's lease and those not held yet lapse, held by no one: counted ``lost``, as counted taken."""
         readable = []
-        for lease in leases:
+        for i, lease in enumerate(leases):
             field = unreadable_field(lease.item.to_json())
             if field is None:
                 readable.append(lease)
                 continue
-            await self._fail_unreadable(
-                lease, f"stored item {lease.key!r} is not UTF-8 in field {field}: it cannot be sent"
-            )
+            try:
+                await self._fail_unreadable(
+                    lease, f"stored item {lease.key!r} is not UTF-8 in field {field}: it cannot be sent"
+                )
+            except BaseException:  # its count comes after its last await: none yet
+                self.stats.lost += len(leases) - i + len(readable)
+                raise
         return readable
 
     async def _fail_unreadable(self, lease: Lease, reason: str) -> None:
