@@ -10,7 +10,8 @@ Redis takes by then is handed back, and what it does not is left to lapse, its l
 reaper a TTL later, as if the sidecar had died (counted ``lost``, so the counters still balance). The
 grace is one round trip on an answering Redis, so there the items still go back at once.
 
-A loop that dies of a bug hurries the shutdown the same way (``supervision``).
+In push mode a loop that dies of a bug hurries the shutdown the same way (``runner.Sidecar.run``);
+in pull mode it drains as a first signal does (``launch.run_pull``), so a signal after it hurries.
 """
 
 from __future__ import annotations
