@@ -18,7 +18,8 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
 * completion with retries on connection errors: a completion whose reply was lost is sent again and
   answered DUPLICATE (a success), never accepted twice (``outage_retry.py``: one warning an outage);
   one still unanswered past the retry window is kept and sent again later, so its lease ends as what
-  it was (``resends.py``), and a failure report so is counted ``lost``.
+  it was (``resends.py``), and a failure report so is counted ``lost``;
+* hand-backs: releasing unfinished leases at shutdown or reset, each ending once (``hand_backs.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from service.delivery.records import Lease, TrajectoryResult
 from service.logs import schedule_context
 from service.sidecar.cancels import Cancels
 from service.sidecar.claims import Claims
+from service.sidecar.hand_backs import RELEASE_GRACE_S as RELEASE_GRACE_S  # the runner, launch read it here
+from service.sidecar.hand_backs import HandBacks
 from service.sidecar.holdings import Held, Holdings, lease_id
 from service.sidecar.hurry import Hurry
 from service.sidecar.ledger import Ledger
@@ -54,7 +57,6 @@ from service.sidecar.session_settings import heartbeat_every_s
 from service.sidecar.waits import sleep_unless
 
 log = logging.getLogger("service.sidecar")
-RELEASE_GRACE_S = 2.0  # past the drain timeout, for releasing what did not finish (one round trip)
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -79,6 +81,7 @@ class WorkerSession:
     _ledger: Ledger = field(init=False)  # which counter each lease's one end goes to
     turns: ReportTurns = field(default_factory=ReportTurns, init=False)  # a lease's reports, one at a time
     resends: Resends = field(init=False)  # completions Redis never answered, sent again
+    _hand_backs: HandBacks = field(init=False)  # releases: how unfinished leases end (``hand_backs.py``)
 
     def __post_init__(self) -> None:
         self._reports = OutageRetry(self.settings.retry_for_s)
@@ -86,6 +89,7 @@ class WorkerSession:
         self._claims = Claims(self.delivery, self.holdings, self.settings, self.stats, self._ledger.refused)
         ttl_s = lambda sid: self._infos[sid].lease_ttl_ms / 1000 if sid in self._infos else None  # noqa: E731
         self.resends = Resends(self.turns, self.complete, self.stats, ttl_s)
+        self._hand_backs = HandBacks(self.delivery, self.holdings, self.stats, self._reports, self._ledger)
 
     async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -351,61 +355,12 @@ class WorkerSession:
         return outcome
 
     async def release(self, helds: list[Held], died: str = "") -> int:
-        """Hand leases back without spending an attempt (shutdown): to the head of the queue; ``died``:
-        who died running them (refunded once per item); how many that dead-lettered (``failed``).
-
-        Schedule by schedule: one whose keys are gone (retention passed) has nothing to take back
-        (its leases counted ``lost``, as a heartbeat counts them), and must not keep the others'
-        leases from going back. One forgotten as ended is not sent. Those
-        Redis does not answer (a shutdown's bound cut it) lapse: they end here, counted ``lost``."""
-        by_schedule: dict[str, list[Held]] = {}
-        for held in (h for h in helds if not h.ended):
-            self.holdings.remove(lease_id(held.lease))
-            by_schedule.setdefault(held.lease.schedule_id, []).append(held)
-        dead, groups = 0, list(by_schedule.items())
-        for i, (schedule_id, group) in enumerate(groups):
-            try:
-                dead += await self._release_group(schedule_id, group, died)
-            except BaseException:  # unanswered or cut: the groups after it were not sent, counted nowhere
-                self.stats.lost += sum(len(rest) for _, rest in groups[i + 1 :])
-                raise
-        return dead
-
-    async def _release_group(self, schedule_id: str, group: list[Held], died: str) -> int:
-        """``release`` of one schedule's leases, each counted as it ends (unanswered or cut: ``lost``);
-        how many that dead-lettered."""
-        try:
-            outcomes = await self._reports.call(
-                "release", self.delivery.release, [h.lease for h in group], died=died
-            )
-        except UnknownScheduleError:  # gone as a heartbeat finds them: ``lost``, counted once here
-            log.info("schedule %s is gone; its %d leases need no release", schedule_id, len(group))
-            await self._ledger.gone(schedule_id, [h.lease.key for h in group])
-            return 0
-        except BaseException:  # unanswered: counted nowhere, claimed > ended
-            self.stats.lost += len(group)
-            raise
-        dead = outcomes.count(ReleaseOutcome.DEAD_LETTERED)
-        self.stats.failed += dead
-        self.stats.released += outcomes.count(ReleaseOutcome.REQUEUED)
-        # gone before the hand-back (cancelled, or lapsed): each still ends once here; it ended
-        # uncounted, and claimed ran ahead of what ended (a pull /reset after a DAPO cancel)
-        gone = [
-            h.lease.key for h, outcome in zip(group, outcomes, strict=True) if outcome is ReleaseOutcome.STALE
-        ]
-        if gone:
-            await self._ledger.gone(schedule_id, gone)
-        return dead
+        """Hand leases back without spending an attempt; how many that dead-lettered (``hand_backs.py``)."""
+        return await self._hand_backs.release(helds, died)
 
     async def hand_back(
         self, helds: list[Held], within_s: float, died: str = "", hurry: Hurry | None = None
     ) -> None:
-        """``release`` (``died`` as there) if Redis takes it within ``within_s``, else leave the leases
-        to lapse (the reaper requeues them): a shutdown must keep to the pod's grace period, Redis
-        down included; and after a second signal (``hurry``, also one that comes while it waits) to
-        that signal's grace (``hurry.py``)."""
-        bound = hurry or Hurry(grace_s=within_s)  # unhurried: ``within_s`` alone
-        try:
-            await bound.bound(self.release(helds, died), time.monotonic() + within_s)
-        except Exception as exc:  # Redis gone (or slow) at shutdown
-            log.warning("could not release %d leases (%r); they lapse and are requeued", len(helds), exc)
+        """``release`` within ``within_s`` (or a second signal's grace), else leave the leases to
+        lapse: a shutdown keeps to the pod's grace period (``hand_backs.py``)."""
+        await self._hand_backs.hand_back(helds, within_s, died, hurry)

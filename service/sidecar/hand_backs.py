@@ -1,0 +1,98 @@
+"""Handing leases back without spending an attempt: the one way a worker's leases end unfinished.
+
+A unit apart from the session's claims, heartbeats and reports because it answers a question of its
+own: when a worker gives up items it has not finished (shutdown, a pull worker's ``/reset``, the
+watchdog's refund of what died running), how does each lease still end exactly once, counted once,
+whatever Redis says (requeued, dead-lettered, already gone) or does not say (an outage, a shutdown's
+bound cut short)? Schedule by schedule, so that one schedule gone from Redis does not keep the
+others' leases from going back; bounded by the pod's grace period (``hand_back``, ``hurry.py``), past
+which the leases are left to lapse and the reaper requeues them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from service.delivery.errors import UnknownScheduleError
+from service.delivery.outcomes import ReleaseOutcome
+from service.delivery.protocol import Delivery
+from service.sidecar.holdings import Held, Holdings, lease_id
+from service.sidecar.hurry import Hurry
+from service.sidecar.ledger import Ledger
+from service.sidecar.outage_retry import OutageRetry
+from service.sidecar.session_settings import SessionStats
+
+log = logging.getLogger("service.sidecar")  # the session's logger: operators grep its lines there
+RELEASE_GRACE_S = 2.0  # past the drain timeout, for releasing what did not finish (one round trip)
+
+
+@dataclass
+class HandBacks:
+    """The release path of one ``WorkerSession``: its Redis client, holdings, counters and reports."""
+
+    delivery: Delivery
+    holdings: Holdings
+    stats: SessionStats
+    reports: OutageRetry  # the session's: one outage warning for completions, failures and releases
+    ledger: Ledger
+
+    async def release(self, helds: list[Held], died: str = "") -> int:
+        """Hand leases back without spending an attempt (shutdown): to the head of the queue; ``died``:
+        who died running them (refunded once per item); how many that dead-lettered (``failed``).
+
+        Schedule by schedule: one whose keys are gone (retention passed) has nothing to take back
+        (its leases counted ``lost``, as a heartbeat counts them), and must not keep the others'
+        leases from going back. One forgotten as ended is not sent. Those
+        Redis does not answer (a shutdown's bound cut it) lapse: they end here, counted ``lost``."""
+        by_schedule: dict[str, list[Held]] = {}
+        for held in (h for h in helds if not h.ended):
+            self.holdings.remove(lease_id(held.lease))
+            by_schedule.setdefault(held.lease.schedule_id, []).append(held)
+        dead, groups = 0, list(by_schedule.items())
+        for i, (schedule_id, group) in enumerate(groups):
+            try:
+                dead += await self._release_group(schedule_id, group, died)
+            except BaseException:  # unanswered or cut: the groups after it were not sent, counted nowhere
+                self.stats.lost += sum(len(rest) for _, rest in groups[i + 1 :])
+                raise
+        return dead
+
+    async def _release_group(self, schedule_id: str, group: list[Held], died: str) -> int:
+        """``release`` of one schedule's leases, each counted as it ends (unanswered or cut: ``lost``);
+        how many that dead-lettered."""
+        try:
+            leases = [h.lease for h in group]
+            outcomes = await self.reports.call("release", self.delivery.release, leases, died=died)
+        except UnknownScheduleError:  # gone as a heartbeat finds them: ``lost``, counted once here
+            log.info("schedule %s is gone; its %d leases need no release", schedule_id, len(group))
+            await self.ledger.gone(schedule_id, [h.lease.key for h in group])
+            return 0
+        except BaseException:  # unanswered: counted nowhere, claimed > ended
+            self.stats.lost += len(group)
+            raise
+        dead = outcomes.count(ReleaseOutcome.DEAD_LETTERED)
+        self.stats.failed += dead
+        self.stats.released += outcomes.count(ReleaseOutcome.REQUEUED)
+        # gone before the hand-back (cancelled, or lapsed): each still ends once here; it ended
+        # uncounted, and claimed ran ahead of what ended (a pull /reset after a DAPO cancel)
+        gone = [
+            h.lease.key for h, outcome in zip(group, outcomes, strict=True) if outcome is ReleaseOutcome.STALE
+        ]
+        if gone:
+            await self.ledger.gone(schedule_id, gone)
+        return dead
+
+    async def hand_back(
+        self, helds: list[Held], within_s: float, died: str = "", hurry: Hurry | None = None
+    ) -> None:
+        """``release`` (``died`` as there) if Redis takes it within ``within_s``, else leave the leases
+        to lapse (the reaper requeues them): a shutdown must keep to the pod's grace period, Redis
+        down included; and after a second signal (``hurry``, also one that comes while it waits) to
+        that signal's grace (``hurry.py``)."""
+        bound = hurry or Hurry(grace_s=within_s)  # unhurried: ``within_s`` alone
+        try:
+            await bound.bound(self.release(helds, died), time.monotonic() + within_s)
+        except Exception as exc:  # Redis gone (or slow) at shutdown
+            log.warning("could not release %d leases (%r); they lapse and are requeued", len(helds), exc)
