@@ -10,7 +10,12 @@ names, so ``service.client`` stays the one import path whichever module holds a 
 from service.client.actuals import MalformedResultError, actual_from_result
 from service.client.scheduler_client import SchedulerClient, StepResults, check_url
 from service.client.steps import PartialStepError
-from service.client.wire import AlreadyPublishedError, SchedulerAPIError, ServiceUnreachableError
+from service.client.wire import (
+    AlreadyPublishedError,
+    SchedulerAPIError,
+    ServiceUnreachableError,
+    WithdrawnError,
+)
 
 __all__ = [
     "AlreadyPublishedError",
@@ -20,6 +25,7 @@ __all__ = [
     "SchedulerClient",
     "ServiceUnreachableError",
     "StepResults",
+    "WithdrawnError",
     "actual_from_result",
     "check_url",
 ]

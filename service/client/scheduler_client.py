@@ -109,6 +109,7 @@ class SchedulerClient:
         restart, a 503) for up to ``outage_s``: the service publishes an id once, so a retry whose
         first attempt got through returns that attempt's plan (``replayed`` true) rather than
         publishing the step twice; an older service answers it 409, raised as ``AlreadyPublishedError``.
+        An id a DELETE withdrew before it was published raises ``WithdrawnError``: nothing to follow.
         A body without one is sent once, as a retry would publish a second copy of the work."""
         body = request.model_dump(exclude_none=True) if isinstance(request, ScheduleRequest) else request
         send = functools.partial(self._call, ScheduleResponse, "POST", "/schedule", json=body)

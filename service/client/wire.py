@@ -16,6 +16,7 @@ import httpx
 from pydantic import ValidationError
 
 OPERATOR_ONLY = "redis-too-old"  # a 503 problem that no retry cures (service/problems/table.py)
+WITHDRAWN = "step-withdrawn"  # the 409 of an id a DELETE withdrew before publish (service/problems/table.py)
 
 
 class SchedulerAPIError(RuntimeError):
@@ -57,11 +58,24 @@ class AlreadyPublishedError(SchedulerAPIError):
     answers were stored (an older replica, a mixed-version roll), which answers every retry so.
     Follow it (``wait``); ``progress.cancelled`` of the wait says when it was cancelled, and the step
     must be sent under a new id. A current service answers a retry of a published step with its first
-    plan instead (``ScheduleResponse.replayed``)."""
+    plan instead (``ScheduleResponse.replayed``). Not a withdrawn id's 409 (``WithdrawnError``)."""
 
     @property
     def schedule_id(self) -> str:
         """The id the step is out under."""
+        return str(self.problem.get("value", ""))
+
+
+class WithdrawnError(SchedulerAPIError):
+    """409 ``step-withdrawn`` on ``schedule_id``: a DELETE withdrew the id while its step was in
+    flight, before it was published, so no step is out under it: there is nothing to follow (a
+    ``wait`` would get a 404), and the step must be sent under a new id. Apart from
+    ``AlreadyPublishedError``, not a kind of it: a loop that follows that error with ``wait`` would
+    wait on nothing. Raised to the withdrawn request itself and to every later one under the id."""
+
+    @property
+    def schedule_id(self) -> str:
+        """The withdrawn id, taken until its retention passes."""
         return str(self.problem.get("value", ""))
 
 
@@ -89,7 +103,11 @@ def refusal(response: httpx.Response) -> SchedulerAPIError:
         problem = None
     if not isinstance(problem, dict):  # a proxy's page, or JSON that is no problem document
         problem = {"title": response.reason_phrase, "detail": response.text[:500]}
-    kind = AlreadyPublishedError if already_published(response.status_code, problem) else SchedulerAPIError
+    kind: type[SchedulerAPIError] = SchedulerAPIError
+    if withdrawn(response.status_code, problem):
+        kind = WithdrawnError
+    elif already_published(response.status_code, problem):
+        kind = AlreadyPublishedError
     return kind(response.status_code, problem, retry_after(response))
 
 
@@ -111,8 +129,17 @@ def first_fault(error: ValidationError) -> str:
 
 
 def already_published(status: int, problem: Any) -> bool:
-    """The service's answer to a step sent again under an id it already published."""
+    """The service's answer to a step sent again under an id it already published (or withdrew:
+    ``withdrawn`` is asked first)."""
     return status == 409 and isinstance(problem, dict) and problem.get("field") == "schedule_id"
+
+
+def withdrawn(status: int, problem: Any) -> bool:
+    """The service's answer to a step sent under an id a DELETE withdrew before it was published:
+    the 409 on ``schedule_id`` whose problem type is ``step-withdrawn``. A release from before that
+    type answered it as ``conflict``, read as ``already_published``."""
+    kind = problem.get("type", "") if isinstance(problem, dict) else ""
+    return already_published(status, problem) and str(kind).endswith(f"/{WITHDRAWN}")
 
 
 def retry_after(response: httpx.Response) -> float | None:

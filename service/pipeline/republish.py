@@ -41,7 +41,7 @@ from service.api.schemas import ScheduleRequest, ScheduleResponse
 from service.context import Context
 from service.delivery import UnknownScheduleError
 from service.pipeline.served import timings
-from service.problems.table import ConflictError
+from service.problems.table import ConflictError, StepWithdrawnError
 
 _log = logging.getLogger("service.republish")
 # What the workers generate: the prompts, their samples and caps, the sampling, the step. Planning
@@ -132,14 +132,15 @@ def replay(body: ScheduleRequest, schedule_id: str, ctx: Context) -> ScheduleRes
     return answer
 
 
-def withdrawn_conflict(schedule_id: str) -> ConflictError:
+def withdrawn_conflict(schedule_id: str) -> StepWithdrawnError:
     """The 409 of a request under an id that a DELETE withdrew before it was published
-    (``keys.ScheduleKeys.withdrawn``): its trainer gave the step up while it was in flight."""
+    (``keys.ScheduleKeys.withdrawn``): its trainer gave the step up while it was in flight. Its own
+    problem type (``step-withdrawn``): the other 409s on ``schedule_id`` name a step that is out."""
     message = (
         f"schedule {schedule_id} was cancelled (DELETE) before it was published, and nothing was "
         "published; send the step under a new schedule_id"
     )
-    return ConflictError(message, field="schedule_id", value=schedule_id)
+    return StepWithdrawnError(message, field="schedule_id", value=schedule_id)
 
 
 def same_fleet(body: ScheduleRequest, schedule_id: str, answer: ScheduleResponse) -> None:

@@ -97,6 +97,13 @@ class StepCutShortError(ConflictError):
     (``service/api/actuals.py``). The batch may say it is ``partial`` to be stored anyway."""
 
 
+class StepWithdrawnError(ConflictError):
+    """A request under a ``schedule_id`` that a DELETE withdrew while its step was in flight, before
+    it was published (``service/pipeline/republish.py``): nothing was published, so there is nothing
+    to follow, unlike the other 409s on ``schedule_id``; the step must be sent under a new id. Its
+    own problem type so a client tells the two apart (``service/client/wire.py``, ``WithdrawnError``)."""
+
+
 class UnavailableError(ServiceError):
     """A dependency (Redis, the model) cannot serve right now; retrying later will work."""
 
@@ -129,6 +136,7 @@ PROBLEMS: tuple[tuple[type[Exception], Problem], ...] = (
     (NotFoundError, Problem(404, "Not found", "not-found")),
     (UnknownScheduleError, Problem(404, "Unknown schedule", "unknown-schedule")),
     (StepCutShortError, Problem(409, "Step cut short", "step-cut-short")),
+    (StepWithdrawnError, Problem(409, "Step withdrawn", "step-withdrawn")),
     (ConflictError, Problem(409, "Conflict", "conflict")),
     (ScheduleConflictError, Problem(409, "Conflict", "conflict")),
     (ModelStoreError, Problem(503, "Model store unavailable", "model-store-unavailable")),

@@ -13,7 +13,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from service.client import SchedulerAPIError, SchedulerClient
+from service.client import AlreadyPublishedError, SchedulerAPIError, SchedulerClient, WithdrawnError
 from service.delivery import keys
 from service.pipeline import stages
 from service.settings import Settings
@@ -147,3 +147,45 @@ def test_the_client_returns_a_withdrawn_step_s_answer_typed_not_raised(
         sender.join(timeout=60)
     assert (answer.status, answer.cancelled) == ("withdrawn", 0)
     assert [(e.status, e.field) for e in refusals] == [(409, "schedule_id")]
+
+
+def test_a_step_sent_again_under_a_withdrawn_id_raises_withdrawn_not_already_published(
+    live_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted trainer withdraws the step its first process had in flight, then sends it again
+    under that id: nothing was published, so nothing is out to follow (``progress`` is a 404). Both
+    refusals are ``WithdrawnError`` (``step-withdrawn``); the client raised ``AlreadyPublishedError``,
+    which tells the trainer to follow the step with ``wait``, and that ``wait`` got the 404."""
+    predicting = Gate()
+    monkeypatch.setattr(stages, "predict", predicting.before(stages.predict))
+    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
+        refusals: list[SchedulerAPIError] = []
+
+        def first_process() -> None:
+            try:
+                client.schedule(batch_body(schedule_id="abandoned"))
+            except SchedulerAPIError as error:
+                refusals.append(error)
+
+        sender = threading.Thread(target=first_process)
+        sender.start()
+        asyncio.run(until(lambda: predicting.reached == 1))
+        assert client.cancel("abandoned").status == "withdrawn"
+        predicting.open()
+        sender.join(timeout=60)
+        with pytest.raises(SchedulerAPIError) as again:
+            client.schedule(batch_body(schedule_id="abandoned"))
+        with pytest.raises(SchedulerAPIError) as followed:
+            client.progress("abandoned", outage_s=0)
+    refused = [*refusals, again.value]
+    assert [type(e) for e in refused] == [WithdrawnError, WithdrawnError]
+    assert not any(isinstance(e, AlreadyPublishedError) for e in refused)
+    assert isinstance(again.value, WithdrawnError)
+    assert (again.value.status, again.value.field, again.value.schedule_id, again.value.retryable) == (
+        409,
+        "schedule_id",
+        "abandoned",
+        False,
+    )
+    assert again.value.problem["type"].endswith("/step-withdrawn")
+    assert followed.value.status == 404
