@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictors.censored import raise_censored
+from predictors.drift import projected, widened_p90
 from predictors.fallbacks import GlobalPrior, PriorDefaults, pooled_log_sd, prompt_mean
-from predictors.features import base_length, build_features, distinct_queries
+from predictors.features import build_features, distinct_queries
 from predictors.history import History
 from predictors.model import FittedModel
 from predictors.promptprior import PriorRows, prior_at
@@ -234,7 +235,9 @@ def _model_lengths(
     picked = rows[first]
     prior = prior_at(stats, positions[picked])
     x = build_features(prior, batch.take(picked), step, stats.trend, model.spec)
-    m50, m90 = model.predict(x, base_length(prior))
+    base, spread = projected(prior, stats, step)  # drift over a gap longer than any fitted (predictors.drift)
+    m50, m90 = model.predict(x, base)
+    m90 = widened_p90(m50, m90, spread)
     return m50[inverse], m90[inverse]
 
 

@@ -47,6 +47,10 @@ class PromptStats:
     log_sumsq: FloatArray  # sum of squared log length, all earlier steps
     step_ids: IntArray  # earlier steps, ascending
     step_means: FloatArray  # global mean output tokens of each of those steps
+    step_rates: FloatArray  # per step: mean over its prompts that ran before of the change of log mean
+    # length per step since their last run (drift free of which prompts ran); NaN where none had run
+    step_matched: IntArray  # per step: how many such prompts ``step_rates`` averages
+    step_longest_gap: IntArray  # per step: the most steps one of its prompts had gone unrun (0: none)
 
     @property
     def num_rows(self) -> int:
@@ -86,6 +90,9 @@ class _Fold:
         self.ints, self.floats = _blank(len(index))
         self.step_ids: list[int] = []
         self.step_means: list[float] = []
+        self.step_rates: list[float] = []
+        self.step_matched: list[int] = []
+        self.step_longest_gap: list[int] = []
 
     @classmethod
     def resumed(cls, stats: PromptStats) -> _Fold:
@@ -96,6 +103,9 @@ class _Fold:
                 array[:] = getattr(stats, name)
         fold.step_ids = stats.step_ids.tolist()
         fold.step_means = stats.step_means.tolist()
+        fold.step_rates = stats.step_rates.tolist()
+        fold.step_matched = stats.step_matched.tolist()
+        fold.step_longest_gap = stats.step_longest_gap.tolist()
         return fold
 
     def grow(self) -> None:
@@ -110,6 +120,7 @@ class _Fold:
         mean = g.total[sel] / n
         f, i = self.floats, self.ints
         seen = i["last_step"][p] >= 0
+        self._matched_rate(p[seen], mean[seen], step)
         f["ewm_mean"][p] = np.where(seen, EWM_ALPHA * mean + (1 - EWM_ALPHA) * f["ewm_mean"][p], mean)
         f["total"][p] += g.total[sel]
         f["last_mean"][p] = mean
@@ -132,6 +143,21 @@ class _Fold:
         self.step_ids.append(step)
         self.step_means.append(float(g.total[sel].sum() / n.sum()))
 
+    def _matched_rate(self, p: IntArray, mean: FloatArray, step: int) -> None:
+        """Record the step's drift as its prompts ``p`` that ran before (now of mean length ``mean``)
+        show it: their change of log mean per step since their last run, averaged; and the longest of
+        those gaps (the model's fit sees it: ``predictors.drift`` projects only beyond it)."""
+        self.step_matched.append(len(p))
+        if len(p) == 0:
+            self.step_rates.append(float("nan"))
+            self.step_longest_gap.append(0)
+            return
+        before = np.log(np.maximum(self.floats["last_mean"][p], 1.0))
+        change = np.log(np.maximum(mean, 1.0)) - before
+        since = step - self.ints["last_step"][p]
+        self.step_rates.append(float(np.mean(change / since)))
+        self.step_longest_gap.append(int(since.max()))
+
     def snapshot(self, before: int) -> PromptStats:
         """An immutable copy of the state: the stats of every row before ``before``."""
         arrays: dict[str, Any] = {k: v.copy() for k, v in (*self.ints.items(), *self.floats.items())}
@@ -141,6 +167,9 @@ class _Fold:
             **arrays,
             step_ids=np.asarray(self.step_ids, dtype=np.int64),
             step_means=np.asarray(self.step_means),
+            step_rates=np.asarray(self.step_rates, dtype=np.float64),
+            step_matched=np.asarray(self.step_matched, dtype=np.int64),
+            step_longest_gap=np.asarray(self.step_longest_gap, dtype=np.int64),
         )
 
 
