@@ -99,6 +99,13 @@ def test_step_means_that_only_swing_by_their_prompts_give_no_drift() -> None:
     assert moved.spread[0] > 0
 
 
+def test_a_falling_step_means_slope_is_not_projected() -> None:
+    """Step means down ~10% a step: read from other prompts' means, a fall is left unprojected."""
+    means = [136.0, 119.0, 112.0, 100.0]
+    stats = stats_of(_rows([(s, f"p{s}", m) for s, m in enumerate(means)]), 4)
+    assert gap_drift(stats, np.array([4.0]), 4).drift[0] == 0.0
+
+
 @pytest.mark.parametrize("every", [2, 4])
 def test_a_rotating_trace_runs_each_prompt_every_kth_step(every: int) -> None:
     trace = rotating(drifting_trace(prompts=12, samples=2, steps=8), every)
