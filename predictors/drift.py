@@ -92,8 +92,8 @@ def _level_slopes(stats: PromptStats, gap: FloatArray, step: int) -> tuple[Float
     shrunk by its standard error and never below 0, and that error at the 90th percentile (0 with two
     steps: no residual to read it from). A falling slope is not projected: it lowers the p90 the
     scheduler packs by (the costly side) and the sweep saw one only as noise (long-cot, no drift,
-    seed 3: -1.6%/step shrunk, MAE +7.1% where projected). Steps are taken relative to ``step`` in integers first, so steps near
-    2**62 lose nothing."""
+    seed 3: -1.6%/step shrunk, MAE +7.1% where projected). Steps are taken relative to ``step`` in
+    integers first, so steps near 2**62 lose nothing."""
     ago = (step - stats.step_ids).astype(np.float64)  # steps before ``step``, >= 1
     levels = np.log(np.maximum(stats.step_means, 1.0))
     spans, inverse = np.unique(gap, return_inverse=True)
