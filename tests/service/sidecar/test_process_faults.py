@@ -161,7 +161,8 @@ def test_sigterm_while_redis_is_paused_exits_within_the_drain_timeout_plus_the_r
             counters, took_s = sigterm_with_redis_paused(server, sidecar)
         assert sidecar.popen.returncode == 0
         assert counters.startswith("{"), f"no counters printed; log:\n{sidecar.log.read_text()[-3000:]}"
-        assert _abandoned(sidecar.log) == 2  # both leases left to lapse, whether running or not started yet
+        # both leases left to lapse, whether running or not started yet
+        assert _abandoned(sidecar.log) == 2, f"{counters}\n{sidecar.log.read_text()[-4000:]}"
         assert took_s < 1.0 + 2.0 + 2.0  # drain timeout, release grace, and an exit's slack
     finally:
         server.stop()
