@@ -34,8 +34,10 @@ def _entry(**changes: Any) -> ResultEntry:
         ({"key": "p0", "prompt_id": None, "sample_idx": None}, "key"),  # int("p0")
         ({"key": "p0#", "prompt_id": None, "sample_idx": None}, "key"),
         ({"key": "p0#\u0661", "prompt_id": None, "sample_idx": None}, "key"),  # int() reads an Arabic 1
+        ({"key": "#0", "prompt_id": None, "sample_idx": None}, "key"),  # no prompt id before the '#'
         ({"wall_time_s": float("nan")}, "wall_time_s"),
         ({"wall_time_s": float("inf")}, "wall_time_s"),
+        ({"wall_time_s": float("-inf")}, "wall_time_s"),  # not raised to the 1 us floor a 0 s one gets
         ({"reward": float("nan")}, "reward"),
         ({"output_tokens": 2**70}, "output_tokens"),
         ({"sample_idx": -1}, "sample_idx"),
@@ -45,8 +47,10 @@ def _entry(**changes: Any) -> ResultEntry:
         "key-no-index",
         "key-empty-index",
         "key-arabic-digit",
+        "key-no-prompt",
         "nan-wall",
         "inf-wall",
+        "minus-inf-wall",
         "nan-reward",
         "huge-output",
         "negative-index",
@@ -115,3 +119,20 @@ def test_report_results_of_a_step_with_a_malformed_result_sends_nothing() -> Non
     assert (malformed.value.key, malformed.value.field) == ("p0#1", "wall_time_s")
     assert "'p0#1' makes no actual: wall_time_s" in str(malformed.value)
     assert "nothing was reported" in str(malformed.value)
+
+
+@pytest.mark.parametrize("missing", ["prompt_id", "sample_idx"])
+def test_a_result_with_half_the_service_s_split_is_read_from_its_key(missing: str) -> None:
+    """Only both parts of the split are taken; with one of them null the key says both."""
+    split: dict[str, Any] = {"key": "p7#3", "prompt_id": "p7", "sample_idx": 3}
+    report = actual_from_result(1, _entry(**(split | {missing: None})), {}, {})
+    assert report is not None
+    assert (report.prompt_id, report.sample_idx) == ("p7", 3)
+
+
+def test_a_cap_the_output_reached_exactly_is_kept_as_the_lower_bound_it_makes() -> None:
+    """A ``length`` result cut at its cap: the cap equals the output, and is the report's cap."""
+    extra = {"prompt_tokens": 100, "max_new_tokens": 5}
+    report = actual_from_result(1, _entry(finish_reason="length", extra=extra), {}, {})
+    assert report is not None
+    assert report.max_new_tokens == 5
