@@ -85,3 +85,43 @@ def test_an_outage_restarts_the_bound_from_its_end(redis_client: redis.Redis, re
     assert _after(clock, session, 15.0) == (1, 0)  # answered again: it ages from here
     assert _after(clock, session, 15.0 + BOUND_S - 0.5) == (1, 0)
     assert _after(clock, session, 15.0 + BOUND_S + 0.5) == (0, 1)
+
+
+def test_a_resend_that_lands_after_an_outage_ends_it_for_a_result_kept_later(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Redis back, the first it answers is a kept result landing: from then on results age again, so
+    one kept a second later (refused) is given up its bound after its keep, not a bound after some
+    later answer (no heartbeat answers here: no lease is heartbeated)."""
+    publish(
+        Delivery.from_url(redis_url),
+        "t",
+        {"w0": [item("a", 0, 10), item("b", 1, 10)]},
+        lease_ttl_ms=int(TTL_S * 1000),
+    )
+    delivery, session = _kept(redis_url, [])
+    clock = _Clock()
+    session.resends.clock = clock
+
+    async def outage_then_landing() -> None:
+        a, b = await session.claim(2)
+        with delivery.lock:
+            delivery.error = redis.ConnectionError("connection refused")
+        with pytest.raises(redis.ConnectionError):
+            await session.complete(a, RESULT)
+        clock.now = 1001.0
+        await session.resends.kept(probe=True)  # down: no aging
+        with delivery.lock:
+            delivery.error = None
+        clock.now = 1005.0
+        await session.resends.kept(probe=True)  # a lands: Redis answers from now
+        clock.now = 1006.0
+        with delivery.lock:
+            delivery.error = REFUSED
+        with pytest.raises(redis.ReadOnlyError):
+            await session.complete(b, RESULT)
+
+    asyncio.run(outage_then_landing())
+    assert (session.stats.accepted, len(session.resends)) == (1, 1)
+    assert _after(clock, session, 6.0 + BOUND_S - 0.5) == (1, 0)
+    assert _after(clock, session, 6.0 + BOUND_S + 0.5) == (0, 1)
