@@ -191,3 +191,20 @@ def test_a_done_unanswered_is_sent_again_before_its_lease_is_handed_back(
     assert _ended(session) == ended
     progress = Delivery.from_url(redis_url).progress("s")
     assert (progress.queued, progress.running, progress.done) == (0, 0, 1)
+
+
+@pytest.mark.parametrize(("lands", "ended"), [(True, {"duplicate": 1}), (False, {"accepted": 1})])
+def test_a_kept_done_sent_again_before_a_hand_back_and_answered_lists_nothing_lost(
+    redis_client: redis.Redis, redis_url: str, lands: bool, ended: dict[str, int]
+) -> None:
+    """``resend_kept`` lists lost only a resend refused ``stale`` (its lease lapsed): a ``duplicate``
+    (the first /done had landed) or an ``accepted`` one ended as the worker reported it."""
+    delivery, session, clock = _unanswered_done(redis_url, lands)
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        await _done_unanswered(client, delivery, clock)
+        await state.resend_kept()
+        return [len(state.lost), len(session.holdings)]
+
+    assert _serve(session, script) == [0, 0]
+    assert _ended(session) == ended
