@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from service.delivery.hangable import hangable
+from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.stored import REPLY_DECODING
 from service.sidecar.holdings import Holdings
@@ -208,3 +209,20 @@ def test_a_kept_done_sent_again_before_a_hand_back_and_answered_lists_nothing_lo
 
     assert _serve(session, script) == [0, 0]
     assert _ended(session) == ended
+
+
+def test_a_resend_refused_stale_records_its_speed_but_no_generation_seconds(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """``landed`` of a ``stale`` answer: the tokens and wall time still teach the decode rate, but no
+    result landed, so ``GET /metrics``'s generation seconds count nothing."""
+    delivery, session, clock = _unanswered_done(redis_url, lands=False)
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        await _done_unanswered(client, delivery, clock)
+        (held,) = session.holdings.all()
+        assert held.unanswered is not None
+        state.landed(held, held.unanswered, CompletionOutcome.STALE)
+        return [_recorded(state)[1:]]
+
+    assert _serve(session, script) == [(0.0, 10 / GENERATED_S)]
