@@ -61,8 +61,9 @@ def test_a_fold_never_fits_what_serving_would_not_know_of_the_rows_it_scores() -
     assert cut_later > 0
 
 
+@pytest.mark.parametrize("steps", [2, 4])  # two steps already have an earlier one to fit
 def test_with_an_earlier_step_the_calibration_fits_no_row_of_the_step_it_scores_nor_of_a_later_one(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, steps: int
 ) -> None:
     # Serving fits steps < s and answers s. Folds that cut each prompt at a step of its own fitted the
     # other prompts' rows of that step and of later ones, which tell the booster the step's level.
@@ -73,7 +74,7 @@ def test_with_an_earlier_step_the_calibration_fits_no_row_of_the_step_it_scores_
         return dataset.served_examples(history, rows, spec)
 
     monkeypatch.setattr(model_module, "served_examples", spy)
-    fit(drifting_trace(prompts=40, samples=4, steps=4), FAST)
+    fit(drifting_trace(prompts=40, samples=4, steps=steps), FAST)
     assert calibrations
     assert all(last_fitted < first_scored for last_fitted, first_scored in calibrations)
 

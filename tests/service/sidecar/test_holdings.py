@@ -7,7 +7,7 @@ import threading
 import time
 
 from service.delivery.records import DeliveryItem, Lease
-from service.sidecar.holdings import Holdings, reservation_tokens
+from service.sidecar.holdings import Holdings, lease_id, reservation_tokens
 
 
 def _lease(key: str, prompt: int = 100, predicted: float = 900.0, cap: int = 4000) -> Lease:
@@ -186,3 +186,19 @@ def test_the_thiefs_busy_time_is_its_longest_predicted_remainder_at_the_rate_in_
     holdings.remove(("s", "b", 1))
     assert holdings.busy_ms(50.0) == 18_000
     assert waiting.started is False
+
+
+def test_a_lease_held_again_counts_in_flight_only_from_its_restore() -> None:
+    """``restore`` (a pull failure report unanswered, held again): the time it was off the holdings
+    counts at the count it had then, so a neighbour's mean concurrency is not raised by that gap."""
+    now = [0.0]
+    holdings = Holdings(max_in_flight=8, clock=lambda: now[0])
+    dropped, neighbour = (holdings.add(_lease(k), kv_admission=False) for k in "ab")
+    holdings.start(dropped)
+    holdings.start(neighbour)
+    now[0] = 10.0
+    holdings.remove(lease_id(dropped.lease))
+    now[0] = 20.0
+    holdings.restore(dropped)
+    now[0] = 30.0
+    assert holdings.mean_concurrency(neighbour) == (2 * 10 + 1 * 10 + 2 * 10) / 30

@@ -74,3 +74,19 @@ def test_a_step_cut_at_its_planned_end_without_a_hurry_is_cancelled_and_its_hand
 
     asyncio.run(run())
     assert ended == ["counted"]
+
+
+def test_a_step_whose_end_has_passed_still_gets_its_first_try() -> None:
+    """A hand-back started after the grace ran out is still given ``MIN_TRY_S``: one that needs a
+    single turn of the loop finishes (and counts what it hands back) rather than being cut unstarted."""
+
+    async def step() -> str:
+        await asyncio.sleep(0)
+        return "handed back"
+
+    async def run() -> str:
+        hurry = Hurry(grace_s=0.0)
+        hurry.set()
+        return await hurry.bound(step(), planned=time.monotonic() - 1.0)
+
+    assert asyncio.run(run()) == "handed back"

@@ -226,3 +226,18 @@ def test_a_resend_refused_stale_records_its_speed_but_no_generation_seconds(
         return [_recorded(state)[1:]]
 
     assert _serve(session, script) == [(0.0, 10 / GENERATED_S)]
+
+
+def test_a_done_unanswered_within_its_bound_waits_for_the_worker_s_retry_not_a_beat(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The worker was told to retry (503): until the hold bound, the beat leaves its result to that
+    retry (its lease heartbeated and held), and sends it itself only past the bound."""
+    delivery, session, clock = _unanswered_done(redis_url, lands=False)
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        await _done_unanswered(client, delivery, clock)
+        await state.beat()
+        return [len(session.holdings), _ended(session)]
+
+    assert _serve(session, script) == [1, {}]
