@@ -13,6 +13,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from service.api.progress_schemas import CancelResponse
 from service.client import AlreadyPublishedError, SchedulerAPIError, SchedulerClient, WithdrawnError
 from service.delivery import keys
 from service.pipeline import stages
@@ -128,23 +129,8 @@ def test_the_client_returns_a_withdrawn_step_s_answer_typed_not_raised(
 ) -> None:
     """A trainer on the client tells ``withdrawn`` from ``cancelled`` by ``status``; the step its
     first process sent then raises the 409 that says it was cancelled before it was published."""
-    predicting = Gate()
-    monkeypatch.setattr(stages, "predict", predicting.before(stages.predict))
     with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
-        refusals: list[SchedulerAPIError] = []
-
-        def first_process() -> None:
-            try:
-                client.schedule(batch_body(schedule_id="abandoned"))
-            except SchedulerAPIError as error:
-                refusals.append(error)
-
-        sender = threading.Thread(target=first_process)
-        sender.start()
-        asyncio.run(until(lambda: predicting.reached == 1))
-        answer = client.cancel("abandoned")
-        predicting.open()
-        sender.join(timeout=60)
+        answer, refusals = _withdrawn_while_predicting(client, monkeypatch)
     assert (answer.status, answer.cancelled) == ("withdrawn", 0)
     assert [(e.status, e.field) for e in refusals] == [(409, "schedule_id")]
 
@@ -156,23 +142,9 @@ def test_a_step_sent_again_under_a_withdrawn_id_raises_withdrawn_not_already_pub
     under that id: nothing was published, so nothing is out to follow (``progress`` is a 404). Both
     refusals are ``WithdrawnError`` (``step-withdrawn``); the client raised ``AlreadyPublishedError``,
     which tells the trainer to follow the step with ``wait``, and that ``wait`` got the 404."""
-    predicting = Gate()
-    monkeypatch.setattr(stages, "predict", predicting.before(stages.predict))
     with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
-        refusals: list[SchedulerAPIError] = []
-
-        def first_process() -> None:
-            try:
-                client.schedule(batch_body(schedule_id="abandoned"))
-            except SchedulerAPIError as error:
-                refusals.append(error)
-
-        sender = threading.Thread(target=first_process)
-        sender.start()
-        asyncio.run(until(lambda: predicting.reached == 1))
-        assert client.cancel("abandoned").status == "withdrawn"
-        predicting.open()
-        sender.join(timeout=60)
+        answer, refusals = _withdrawn_while_predicting(client, monkeypatch)
+        assert answer.status == "withdrawn"
         with pytest.raises(SchedulerAPIError) as again:
             client.schedule(batch_body(schedule_id="abandoned"))
         with pytest.raises(SchedulerAPIError) as followed:
@@ -189,3 +161,27 @@ def test_a_step_sent_again_under_a_withdrawn_id_raises_withdrawn_not_already_pub
     )
     assert again.value.problem["type"].endswith("/step-withdrawn")
     assert followed.value.status == 404
+
+
+def _withdrawn_while_predicting(
+    client: SchedulerClient, monkeypatch: pytest.MonkeyPatch
+) -> tuple[CancelResponse, list[SchedulerAPIError]]:
+    """A trainer's first process sends step ``abandoned`` and, while the service predicts it, the
+    restarted one withdraws it: the ``DELETE``'s answer and what the first process was refused."""
+    predicting = Gate()
+    monkeypatch.setattr(stages, "predict", predicting.before(stages.predict))
+    refusals: list[SchedulerAPIError] = []
+
+    def first_process() -> None:
+        try:
+            client.schedule(batch_body(schedule_id="abandoned"))
+        except SchedulerAPIError as error:
+            refusals.append(error)
+
+    sender = threading.Thread(target=first_process)
+    sender.start()
+    asyncio.run(until(lambda: predicting.reached == 1))
+    answer = client.cancel("abandoned")
+    predicting.open()
+    sender.join(timeout=60)
+    return answer, refusals
