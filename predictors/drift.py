@@ -29,7 +29,7 @@ import scipy.stats as sps
 from predictors.features import base_length
 from predictors.promptprior import PriorRows
 from predictors.promptstats import PromptStats
-from predictors.tracetable import FloatArray
+from predictors.tracetable import FloatArray, IntArray
 
 DRIFT_WINDOW = 4  # latest steps the drift rate is read over, at least
 
@@ -42,13 +42,21 @@ class GapDrift:
     spread: FloatArray  # the drift's error at the 90th percentile (log); 0 where read from prompts
 
 
-def unseen_gap(prior: PriorRows, stats: PromptStats, step: int) -> FloatArray:
-    """Steps of each query's gap (``step`` minus its prompt's last run) beyond the longest gap a
-    prompt of the history came back after: what the model fitted on that history never saw. 0 where
-    the gap is no longer; NaN for an unseen prompt."""
-    seen_longest = float(stats.step_longest_gap.max()) if len(stats.step_longest_gap) else 0.0
-    excess: FloatArray = np.maximum((step - prior.last_step) - seen_longest, 0.0)
-    return excess
+def unseen_gap(stats: PromptStats, positions: IntArray, step: int) -> FloatArray:
+    """Steps of each query's gap (``step`` minus the last run of its prompt, at ``positions``) beyond
+    the longest gap a prompt of the history came back after: what the model fitted on that history
+    never saw. 0 where the gap is no longer; NaN for an unseen prompt (position -1). Taken in integers
+    first: a step past 2**53 (a timestamp) read as a float lost the gap (at 2**62, 1,024 steps)."""
+    seen_longest = int(stats.step_longest_gap.max()) if len(stats.step_longest_gap) else 0
+    ok = positions >= 0
+    last = (
+        stats.last_step[np.where(ok, positions, 0)]
+        if len(stats.last_step)
+        else np.zeros(len(positions), np.int64)
+    )
+    excess = np.maximum((step - last) - seen_longest, 0).astype(np.float64)
+    gaps: FloatArray = np.where(ok, excess, np.nan)
+    return gaps
 
 
 def gap_drift(stats: PromptStats, gap: FloatArray, step: int) -> GapDrift:
@@ -71,10 +79,12 @@ def gap_drift(stats: PromptStats, gap: FloatArray, step: int) -> GapDrift:
     return GapDrift(drift, spread)
 
 
-def projected(prior: PriorRows, stats: PromptStats, step: int) -> tuple[FloatArray, FloatArray]:
-    """(the prompt's base moved by the drift over its unseen gap, the drift's spread) of each query:
-    what serving reads of the drift."""
-    moved = gap_drift(stats, unseen_gap(prior, stats, step), step)
+def projected(
+    prior: PriorRows, stats: PromptStats, positions: IntArray, step: int
+) -> tuple[FloatArray, FloatArray]:
+    """(the prompt's base moved by the drift over its unseen gap, the drift's spread) of each query
+    (``prior`` read at its prompt's ``positions``): what serving reads of the drift."""
+    moved = gap_drift(stats, unseen_gap(stats, positions, step), step)
     return base_length(prior) * np.exp(moved.drift), moved.spread
 
 
@@ -93,29 +103,38 @@ def _level_slopes(stats: PromptStats, gap: FloatArray, step: int) -> tuple[Float
     steps: no residual to read it from). A falling slope is not projected: it lowers the p90 the
     scheduler packs by (the costly side) and the sweep saw one only as noise (long-cot, no drift,
     seed 3: -1.6%/step shrunk, MAE +7.1% where projected). Steps are taken relative to ``step`` in
-    integers first, so steps near 2**62 lose nothing."""
-    ago = (step - stats.step_ids).astype(np.float64)  # steps before ``step``, >= 1
+    integers first, so steps near 2**62 lose nothing.
+
+    Each gap's steps are the latest ones, so its fit is read from sums over the newest k steps:
+    O(steps + gaps). One masked fit per gap was a gaps x steps matrix (helper review44c: 5,000 of
+    each at 1 M rows, ~0.6 s and ~1 GB per predict, where the predict targets 50 ms)."""
+    ago = (step - stats.step_ids).astype(np.float64)  # steps before ``step``, >= 1, descending
     levels = np.log(np.maximum(stats.step_means, 1.0))
     spans, inverse = np.unique(gap, return_inverse=True)
-    window = ago[None, :] <= np.maximum(spans, ago[max(len(ago) - DRIFT_WINDOW, 0)])[:, None]
-    slope, se, dof = _slopes(-ago, levels, window)
+    reach = np.maximum(spans, ago[max(len(ago) - DRIFT_WINDOW, 0)])
+    newest = np.searchsorted(ago[::-1], reach, side="right")  # steps each gap's fit spans, newest first
+    slope, se, dof = _suffix_slopes(ago[-1] - ago, levels - levels[-1], newest)
     shrunk = np.maximum(slope, 0.0) * np.maximum(0.0, 1.0 - se**2 / np.maximum(slope**2, 1e-300))
     error = np.where(dof > 0, se * sps.t.ppf(0.9, np.maximum(dof, 1)), 0.0)
     return shrunk[inverse.ravel()], error[inverse.ravel()]
 
 
-def _slopes(x: FloatArray, y: FloatArray, window: np.ndarray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Least-squares slope of ``y`` on ``x`` over each row's ``window`` (a mask; 0 with one point),
-    its standard error (0 below three points: no residual) and that error's degrees of freedom."""
-    n = window.sum(axis=1)
-    mean_x = (window * x).sum(axis=1) / n
-    mean_y = (window * y).sum(axis=1) / n
-    dx = np.where(window, x - mean_x[:, None], 0.0)
-    dy = np.where(window, y - mean_y[:, None], 0.0)
-    sxx = (dx * dx).sum(axis=1)
+def _suffix_slopes(
+    x: FloatArray, y: FloatArray, counts: IntArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Least-squares slope of ``y`` on ``x`` over the last ``counts[j]`` points, for each j (0 with
+    one point), its standard error (0 below three points: no residual) and that error's degrees of
+    freedom. ``x`` and ``y`` are taken relative to their last point, which every fit holds: the sums
+    of squares then lose at most a factor of the point count to cancellation."""
+    n = counts.astype(np.float64)
+    sums = [np.concatenate([[0.0], np.cumsum(v[::-1])])[counts] for v in (x, y, x * x, x * y, y * y)]
+    sx, sy, sxx_raw, sxy_raw, syy_raw = sums
+    sxx = np.maximum(sxx_raw - sx * sx / n, 0.0)
+    sxy = sxy_raw - sx * sy / n
+    syy = np.maximum(syy_raw - sy * sy / n, 0.0)
     safe = np.where(sxx > 0, sxx, 1.0)
-    slope = np.where(sxx > 0, (dx * dy).sum(axis=1) / safe, 0.0)
-    sse = ((dy - slope[:, None] * dx) ** 2).sum(axis=1)
-    dof = (n - 2).astype(np.float64)
+    slope = np.where(sxx > 0, sxy / safe, 0.0)
+    sse = np.maximum(syy - slope * sxy, 0.0)
+    dof = n - 2
     se = np.where(dof > 0, np.sqrt(sse / np.maximum(dof, 1.0) / safe), 0.0)
     return slope, se, dof
