@@ -24,6 +24,9 @@ bench_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(bench_app, name="bench")
+OWNS_PROCESS = (
+    "owns-process"  # the root context's ``obj`` where ``main`` runs a command: the process ends with it
+)
 
 
 def _register() -> None:
@@ -48,7 +51,7 @@ def main() -> None:
     """
     _register()
     try:
-        code = app(prog_name=app.info.name, standalone_mode=False)
+        code = app(prog_name=app.info.name, standalone_mode=False, obj=OWNS_PROCESS)
     except _CLICK_ERROR as error:
         sys.exit(_report(error))
     except typer.Abort:

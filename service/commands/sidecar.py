@@ -205,7 +205,15 @@ def sidecar(
         health_port=health_port,
         health_host=health_host,
     )
-    _run(options, log_level, (device, model, num_gpus), url_from)
+    _run(options, log_level, (device, model, num_gpus), url_from, _owns_process(ctx))
+
+
+def _owns_process(ctx: typer.Context) -> bool:
+    """Whether the console script runs this command (``service.cli.main``): the process ends with
+    it, so its signal handlers are the command's to change; a caller's own process keeps its own."""
+    from service.cli import OWNS_PROCESS
+
+    return bool(ctx.find_root().obj == OWNS_PROCESS)
 
 
 def _redis_url(ctx: typer.Context, flag: str | None) -> tuple[str | None, str | None]:
@@ -227,6 +235,7 @@ def _run(
     log_level: str,
     kv_source: tuple[str | None, str, int],
     url_from: str | None = "--redis-url",
+    owns_process: bool = False,
 ) -> None:
     """The command once its flags are gathered: a flag that makes no sense is one line on stderr and
     exit code 2 before anything connects; otherwise serve until SIGTERM and print the final counters
@@ -239,10 +248,10 @@ def _run(
         typer.echo(f"sidecar: {exc}", err=True)
         raise typer.Exit(2) from None
     logs.configure(log_level.upper(), fields={"worker_id": options.worker_id})
-    typer.echo(json.dumps({"worker_id": options.worker_id, **asdict(_serve(options))}))
+    typer.echo(json.dumps({"worker_id": options.worker_id, **asdict(_serve(options, owns_process))}))
 
 
-def _serve(options: SidecarOptions) -> SessionStats:
+def _serve(options: SidecarOptions, owns_process: bool = False) -> SessionStats:
     """Run the sidecar in its mode until SIGTERM; its counters. What no wait fixes (a port taken, a
     wrong password, an old Redis) is one line on stderr and exit code 2; a loop of the sidecar that
     died (a bug: logged CRITICAL with its traceback, what it held handed back) is exit code 70, for
@@ -262,7 +271,8 @@ def _serve(options: SidecarOptions) -> SessionStats:
     except LoopDiedError as exc:
         typer.echo(f"sidecar: {exc}", err=True)
         raise typer.Exit(EXIT_LOOP_DIED) from None
-    _deaf_to_stop_signals()  # a run returns only once SIGTERM or SIGINT stopped it
+    if owns_process:  # a caller's own process (a test's CliRunner) keeps hearing Ctrl-C and SIGTERM
+        _deaf_to_stop_signals()  # a run returns only once SIGTERM or SIGINT stopped it
     return stats
 
 
@@ -274,8 +284,9 @@ def _deaf_to_stop_signals() -> None:
     Ctrl-C) killed the process by the signal (status 143 or 130, not 0) or raised KeyboardInterrupt
     in an ``atexit`` hook, a traceback in the log (chaos8's soak). An ignored signal stays ignored
     through finalization; SIGKILL still ends a teardown that hangs. Only after a run that returned,
-    not after one that raised (a refusal, exit 2; a loop's death, 70), which the tests run in their
-    own process: it keeps its handlers."""
+    not after one that raised (a refusal, exit 2; a loop's death, 70), and only in a process the
+    console script owns: a caller running the command in its own process (the tests' ``CliRunner``)
+    was left deaf to Ctrl-C and SIGTERM (helper review44c)."""
     import signal
 
     for sig in (signal.SIGTERM, signal.SIGINT):

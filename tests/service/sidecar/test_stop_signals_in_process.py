@@ -1,0 +1,59 @@
+"""The sidecar ignores SIGTERM and SIGINT once its run has returned only where the command owns the
+process (the ``rollout-scheduler`` console script, ``service.cli.main``): a caller that runs the
+command in its own process (a test's ``CliRunner``, a program that embeds the app) goes on hearing
+Ctrl-C and SIGTERM afterwards, where it had been left deaf to both (a pytest run that could not be
+interrupted, an xdist worker that a SIGTERM no longer stopped). The teardown a second signal broke
+in a real sidecar is covered across processes by ``test_exit_signal_after_run``."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Iterator
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from service import cli
+from service.commands import sidecar as sidecar_command
+from service.sidecar import launch
+from service.sidecar.session_settings import SessionStats
+
+ARGS = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url", "http://e"]
+STOP = (signal.SIGTERM, signal.SIGINT)
+
+
+@pytest.fixture
+def returning_run(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A push run that returns at once, as one stopped by SIGTERM does; the handlers this process
+    had are put back afterwards whatever the command did to them."""
+    monkeypatch.setattr(launch, "run_push", lambda _: SessionStats())
+    before = {sig: signal.getsignal(sig) for sig in STOP}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+@pytest.mark.usefixtures("returning_run")
+def test_a_caller_running_the_command_in_its_own_process_still_hears_the_stop_signals() -> None:
+    before = {sig: signal.getsignal(sig) for sig in STOP}
+    app = typer.Typer()
+    app.add_typer(typer.Typer(), name="bench")
+    sidecar_command.register(app, typer.Typer())
+    result = CliRunner().invoke(app, ARGS)
+    assert result.exit_code == 0, result.output
+    assert {sig: signal.getsignal(sig) for sig in STOP} == before
+
+
+@pytest.mark.usefixtures("returning_run")
+def test_the_console_script_ignores_the_stop_signals_once_the_run_has_returned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["rollout-scheduler", *ARGS])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 0
+    assert [signal.getsignal(sig) for sig in STOP] == [signal.SIG_IGN, signal.SIG_IGN]
