@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from service.sidecar import hurry as hurry_module
 from service.sidecar.hurry import Hurry
 
 NEVER_S = 3600.0  # a step's planned end the test never reaches
@@ -76,9 +77,12 @@ def test_a_step_cut_at_its_planned_end_without_a_hurry_is_cancelled_and_its_hand
     assert ended == ["counted"]
 
 
-def test_a_step_whose_end_has_passed_still_gets_its_first_try() -> None:
+def test_a_step_whose_end_has_passed_still_gets_its_first_try(monkeypatch: pytest.MonkeyPatch) -> None:
     """A hand-back started after the grace ran out is still given ``MIN_TRY_S``: one that needs a
-    single turn of the loop finishes (and counts what it hands back) rather than being cut unstarted."""
+    single turn of the loop finishes (and counts what it hands back) rather than being cut unstarted.
+    The floor is stretched to ``WAIT_S`` here: at its 0.1 s a loaded host that stalls the process for
+    as long between the step's turns cut it (helper review44c: a 0.15 s stall, TimeoutError)."""
+    monkeypatch.setattr(hurry_module, "MIN_TRY_S", WAIT_S)
 
     async def step() -> str:
         await asyncio.sleep(0)
@@ -90,3 +94,8 @@ def test_a_step_whose_end_has_passed_still_gets_its_first_try() -> None:
         return await hurry.bound(step(), planned=time.monotonic() - 1.0)
 
     assert asyncio.run(run()) == "handed back"
+
+
+def test_a_hand_back_is_always_given_some_time() -> None:
+    """The floor the test above stretches is there at its own size too: no hand-back is cut unstarted."""
+    assert hurry_module.MIN_TRY_S > 0
