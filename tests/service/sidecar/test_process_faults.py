@@ -146,12 +146,18 @@ def test_sigterm_while_redis_is_paused_exits_within_the_drain_timeout_plus_the_r
     The bound is read at the counters' line on stdout, printed once the drain and those waits are
     over: what comes after it is the interpreter's teardown, a fraction of a second of CPU that 24
     busy processes on 2 cores stretched past 20 s (a faulthandler dump found it garbage-collecting).
-    A sidecar killed by its pod's grace period there has nothing left to lose."""
+    A sidecar killed by its pod's grace period there has nothing left to lose.
+
+    The items must outlast the shutdown: capped at 16,000 tokens (``item``'s ``max_new_tokens``), they
+    took ~1.25 s on a 0.01 engine, and a SIGTERM that a loaded host sent 0.25 s late let both finish
+    inside the 1 s drain, their completions then left to lapse unanswered (lost, no "could not release"
+    line: a fresh-clone CI run at load ~14). At 0.2 they take ~25 s. Either way each lease ends
+    ``lost``, the counter docs/sidecar.md promises for what Redis never answered: that is asserted."""
     server = one_node_cluster(free_port()) if on_cluster else EmbeddedServer().start()
     try:
         delivery = Delivery.from_url(server.url, cluster=on_cluster)
         with cluster(tmp_path) as procs:
-            url = procs.engine_threads({"engine": 0.01})["engine"]
+            url = procs.engine_threads({"engine": 0.2})["engine"]  # ~25 s an item
             flags = ["--max-num-seqs", "2", "--drain-timeout", "1", *(["--cluster"] if on_cluster else [])]
             sidecar = procs.sidecar("w0", url, server.url, *flags)
             publish(delivery, "paused", {"w0": [item(f"p{i}", 0, 200_000) for i in range(2)]}, 30_000)
@@ -161,8 +167,10 @@ def test_sigterm_while_redis_is_paused_exits_within_the_drain_timeout_plus_the_r
             counters, took_s = sigterm_with_redis_paused(server, sidecar)
         assert sidecar.popen.returncode == 0
         assert counters.startswith("{"), f"no counters printed; log:\n{sidecar.log.read_text()[-3000:]}"
-        # both leases left to lapse, whether running or not started yet
-        assert _abandoned(sidecar.log) == 2, f"{counters}\n{sidecar.log.read_text()[-4000:]}"
+        # both leases left to lapse, whether running, not started yet or finished unanswered
+        stats = json.loads(counters)
+        ends = (stats["accepted"], stats["released"], stats["lost"])
+        assert ends == (0, 0, 2), f"{counters}\n{sidecar.log.read_text()[-4000:]}"
         assert took_s < 1.0 + 2.0 + 2.0  # drain timeout, release grace, and an exit's slack
     finally:
         server.stop()
@@ -171,14 +179,6 @@ def test_sigterm_while_redis_is_paused_exits_within_the_drain_timeout_plus_the_r
 def _engine_running(engine_url: str) -> int:
     """How many requests the engine-sim is generating now."""
     return int(httpx.get(f"{engine_url}/sim/stats").json()["running"])
-
-
-def _abandoned(log: Path) -> int:
-    """How many leases the log says could not be released: the running ones go in one hand-back
-    or, cut by the drain at different points, on lines of their own ("could not release 1 leases"
-    twice)."""
-    counts = re.findall(r"could not release (\d+) leases", log.read_text())
-    return sum(int(count) for count in counts)
 
 
 def test_a_second_sigterm_cuts_the_drain_short_and_releases_the_running_items_at_once(
