@@ -16,9 +16,9 @@ from tests.service.api.badinput import JSON_HEADERS, refused_unchanged
 from tests.service.api.body_rules import ACTUALS, valid_actuals
 from tests.service.api.mutations import Broken, Raw, as_json, broken, raw_bodies, refuses_naming_the_break
 from tests.service.api_helpers import actual_history, batch_body
+from tests.service.fuzz_runs import runs
 
 EXAMPLES = settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
-MANY = settings(max_examples=400, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.fixture
@@ -36,22 +36,11 @@ def served(client: TestClient, redis_client: redis.Redis) -> TestClient:
     return client
 
 
+@pytest.mark.parametrize("examples", runs(60, 400))
 def test_a_batch_with_one_rule_broken_is_refused_whole_naming_that_field(
-    served: TestClient, redis_client: redis.Redis
+    served: TestClient, redis_client: redis.Redis, examples: settings
 ) -> None:
-    @EXAMPLES
-    @given(broken(valid_actuals(), ACTUALS))
-    def answered(broke: Broken) -> None:
-        refuses_naming_the_break(served, redis_client, "/actuals", broke)
-
-    answered()
-
-
-@pytest.mark.slow
-def test_many_batches_with_one_rule_broken_are_refused_whole_naming_that_field(
-    served: TestClient, redis_client: redis.Redis
-) -> None:
-    @MANY
+    @examples
     @given(broken(valid_actuals(), ACTUALS))
     def answered(broke: Broken) -> None:
         refuses_naming_the_break(served, redis_client, "/actuals", broke)

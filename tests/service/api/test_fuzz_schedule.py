@@ -18,9 +18,9 @@ from tests.service.api.badinput import JSON_HEADERS, refused_unchanged
 from tests.service.api.body_rules import SCHEDULE, valid_schedule
 from tests.service.api.mutations import Broken, Raw, as_json, broken, raw_bodies, refuses_naming_the_break
 from tests.service.api_helpers import actual_history, batch_body
+from tests.service.fuzz_runs import runs
 
 EXAMPLES = settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
-MANY = settings(max_examples=400, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.fixture
@@ -40,22 +40,11 @@ def test_the_valid_body_the_breaks_start_from_is_planned(served: TestClient) -> 
     )
 
 
+@pytest.mark.parametrize("examples", runs(60, 400))
 def test_a_body_with_one_rule_broken_is_refused_naming_that_field(
-    served: TestClient, redis_client: redis.Redis
+    served: TestClient, redis_client: redis.Redis, examples: settings
 ) -> None:
-    @EXAMPLES
-    @given(broken(valid_schedule(), SCHEDULE))
-    def answered(broke: Broken) -> None:
-        refuses_naming_the_break(served, redis_client, "/schedule", broke)
-
-    answered()
-
-
-@pytest.mark.slow
-def test_many_bodies_with_one_rule_broken_are_refused_naming_that_field(
-    served: TestClient, redis_client: redis.Redis
-) -> None:
-    @MANY
+    @examples
     @given(broken(valid_schedule(), SCHEDULE))
     def answered(broke: Broken) -> None:
         refuses_naming_the_break(served, redis_client, "/schedule", broke)

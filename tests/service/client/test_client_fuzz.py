@@ -33,9 +33,9 @@ from tests.service.client.answers import (
     finished_step,
     odd_results,
 )
+from tests.service.fuzz_runs import runs
 
 EXAMPLES = settings(max_examples=80)
-MANY = settings(max_examples=600)
 Call = Callable[[SchedulerClient], object]
 CALLS: dict[str, tuple[Call, tuple[type[BaseException], ...]]] = {
     "schedule": (lambda c: c.schedule({"batch": {"items": []}}), ()),
@@ -60,24 +60,11 @@ def _typed(call: Call, client: SchedulerClient, allowed: tuple[type[BaseExceptio
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
-def test_any_answer_to_a_call_is_its_typed_answer_or_a_scheduler_error(name: str) -> None:
+@pytest.mark.parametrize("examples", runs(80, 600, fixtures=False))
+def test_any_answer_to_a_call_is_its_typed_answer_or_a_scheduler_error(name: str, examples: settings) -> None:
     call, allowed = CALLS[name]
 
-    @EXAMPLES
-    @given(answers())
-    def answered(answer: httpx.Response) -> None:
-        with _client(lambda _: answer) as client:
-            _typed(call, client, allowed)
-
-    answered()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(CALLS))
-def test_many_answers_to_a_call_are_its_typed_answer_or_a_scheduler_error(name: str) -> None:
-    call, allowed = CALLS[name]
-
-    @MANY
+    @examples
     @given(answers())
     def answered(answer: httpx.Response) -> None:
         with _client(lambda _: answer) as client:

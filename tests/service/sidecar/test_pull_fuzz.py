@@ -18,18 +18,17 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 
 from service.delivery.protocol import Delivery
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import WorkerSession
 from tests.service.api.badinput import redis_snapshot
+from tests.service.fuzz_runs import runs
 from tests.service.sidecar.procs import item, publish
 from tests.service.sidecar.pull_mutations import Refusal, refusals
 from tests.service.sidecar.pullclient import report_body, session_of
 
-EXAMPLES = settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
-MANY = settings(max_examples=500, suppress_health_check=[HealthCheck.function_scoped_fixture])
 OUTCOMES = ("stale", "unknown_schedule")  # a lease not held: the answer's outcome, not an error field
 
 
@@ -102,23 +101,11 @@ def _still_reportable(worker: Worker) -> None:
     assert [r.key for r in worker.delivery.read_results("fz")] == [worker.lease["key"]]
 
 
+@pytest.mark.parametrize("examples", runs(80, 500))
 def test_requests_the_pull_api_must_refuse_are_answered_as_documented_and_change_nothing(
-    worker: Worker, redis_client: redis.Redis
+    worker: Worker, redis_client: redis.Redis, examples: settings
 ) -> None:
-    @EXAMPLES
-    @given(refusals(worker.lease))
-    def answered(refusal: Refusal) -> None:
-        _refused_changing_nothing(worker, redis_client, refusal)
-
-    answered()
-    _still_reportable(worker)
-
-
-@pytest.mark.slow
-def test_many_requests_the_pull_api_must_refuse_change_nothing(
-    worker: Worker, redis_client: redis.Redis
-) -> None:
-    @MANY
+    @examples
     @given(refusals(worker.lease))
     def answered(refusal: Refusal) -> None:
         _refused_changing_nothing(worker, redis_client, refusal)
