@@ -357,8 +357,9 @@ class Delivery(ScriptCalls):
         STALE; accepted results stay readable. Then the schedule leaves the reapers' index and its
         workers' inboxes, so sidecars move on to the next schedule. Idempotent: a repeat answers the
         first cancel's report (and repairs a retire lost to a crash). An id not published but in
-        flight (``mark_planning``) is, with ``withdraw_s``, withdrawn for as long
-        (``keys.ScheduleKeys.withdrawn``; report ``withdrawn``, a repeat answers the same): its
+        flight (``mark_planning``) is, with ``withdraw_s``, withdrawn for as long, or for what its
+        mark had left if longer: a request in line past a short retention is refused all the same
+        (``keys.ScheduleKeys.withdrawn``; report ``withdrawn``, a repeat answers the same). Its
         publish is refused (``ScheduleWithdrawnError``), as its trainer gave the step up before it
         was out. ``UnknownScheduleError`` otherwise (never sent, or expired), and nothing is written.
         """

@@ -10,9 +10,10 @@
 -- same. ARGV: now ('' = server), withdraw_ms ('' = none).
 -- An id that holds no schedule but a POST /schedule in flight (P:planning, an entry per request:
 -- in line or planning, on any replica; its trainer restarted and gave the step up) is withdrawn
--- for withdraw_ms (P:withdrawn, server time, in place of P:planning): publish.lua refuses it while
--- the key lives, so the abandoned step never reaches the fleet. A repeat answers the same. An id
--- with neither is NOSCHEDULE and nothing is written: a mistyped id changes no state.
+-- for withdraw_ms, or as long as P:planning had left if longer (P:withdrawn, server time, in place
+-- of P:planning): publish.lua refuses it while the key lives, so the abandoned step never reaches the
+-- fleet. A repeat answers the same. An id with neither is NOSCHEDULE and nothing is written: a
+-- mistyped id changes no state.
 -- Returns {queued cancelled, running cancelled, cancelled_ms, withdrawn (1 or 0)}; error NOSCHEDULE.
 local cfg = settings()
 if not cfg then
@@ -22,7 +23,10 @@ if not cfg then
     return redis.error_reply('NOSCHEDULE')
   end
   local now = now_ms('')
-  redis.call('SET', k('withdrawn'), now, 'PX', ARGV[2])
+  -- as long as the retention, or as the mark it replaces if longer: a request may wait in line and
+  -- plan past a short retention, and a lapsed withdrawal let it publish the abandoned step
+  local ttl = math.max(tonumber(ARGV[2]), redis.call('PTTL', k('planning')))
+  redis.call('SET', k('withdrawn'), now, 'PX', ttl)
   redis.call('DEL', k('planning'))
   return {0, 0, now, 1}
 end

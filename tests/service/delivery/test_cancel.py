@@ -217,3 +217,23 @@ def test_a_mark_s_lifetime_is_only_ever_extended(delivery: Delivery, redis_clien
     assert redis_client.pttl(planning) > 50_000
     delivery.mark_planning("s", "longer", ttl_ms=200_000)
     assert redis_client.pttl(planning) > 150_000
+
+
+def test_a_withdrawal_outlives_every_request_it_met_in_flight(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """A request may wait in line and plan for longer than the retention (the plan queue's timeout
+    goes to an hour, the retention down to a minute): the id stays withdrawn at least as long as the
+    mark it replaced would have lived, or that request published the abandoned step once the
+    withdrawal had lapsed under it."""
+    delivery.mark_planning("s", "slow", ttl_ms=3_600_000)
+    delivery.cancel("s", withdraw_s=60)
+    assert redis_client.pttl(keys.schedule_keys("s").withdrawn) > 3_500_000
+
+
+def test_a_withdrawal_lasts_the_retention_when_the_mark_would_lapse_sooner(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.mark_planning("s", "quick", ttl_ms=1_000)
+    delivery.cancel("s", withdraw_s=60)
+    assert 50_000 < redis_client.pttl(keys.schedule_keys("s").withdrawn) <= 60_000
