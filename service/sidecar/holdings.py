@@ -204,6 +204,13 @@ class Holdings:
         at once under the GIL, as iterating the dict itself raised "changed size during iteration"."""
         return sum(1 for h in list(self._held.values()) if h.started)
 
+    def handed(self) -> list[Held]:
+        """Leases started that are still the worker's (pull mode: ``GET /leases``'s ``held``): not one
+        listed lost past its hold bound whose failure report waits for Redis (``failing``), held here
+        only to send that report again. ``/health`` and the ``held`` gauge counted it held, where
+        ``/leases`` did not list it. In push mode the same as the started ones (nothing is failing)."""
+        return [h for h in list(self._held.values()) if h.started and not h.failing]
+
     def _integrate(self) -> None:
         """Add the in-flight count times the time since the last change; call BEFORE changing it."""
         now = self.clock()

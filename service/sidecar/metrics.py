@@ -71,10 +71,10 @@ class _SidecarCollector(Collector):
             family.add_metric([self.worker_id], getattr(stats, field.name))
             yield family
         gauges: Gauges = {
-            "held": (HELD_HELP, holdings.in_flight()),
+            "held": (HELD_HELP, len(holdings.handed())),
             "waiting": (
                 "Leases claimed but not started yet (waiting for the KV cache to fit them)",
-                len(holdings) - holdings.in_flight(),
+                len(holdings.waiting()),
             ),
             **self.gauges(),
         }

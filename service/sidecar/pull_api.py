@@ -107,8 +107,12 @@ async def health(request: Request) -> JSONResponse:
     if not state.connected:
         return JSONResponse({"status": "connecting", "worker_id": state.worker_id, "held": 0, "waiting": 0})
     holdings = state.session.holdings  # held: handed to the worker, as /leases lists them
-    handed = holdings.in_flight()
-    body = {"status": "ok", "worker_id": state.worker_id, "held": handed, "waiting": len(holdings) - handed}
+    body = {
+        "status": "ok",
+        "worker_id": state.worker_id,
+        "held": len(holdings.handed()),
+        "waiting": len(holdings.waiting()),
+    }
     if state.loops.dead is not None:  # its heartbeats (or takeover) died: it is exiting, 70
         return JSONResponse({**body, "status": "failed", "error": str(state.loops.dead)}, status_code=503)
     return JSONResponse(body)
@@ -243,8 +247,7 @@ async def leases(state: Pull) -> dict[str, Any]:
     lost = list(state.lost)
     state.lost.clear()
     # not those claimed ahead of /next, nor one listed lost whose failure report is sent again
-    handed = [h for h in state.session.holdings.all() if h.started and not h.failing]
-    return {"held": [lease_json(h) for h in handed], "lost": lost}
+    return {"held": [lease_json(h) for h in state.session.holdings.handed()], "lost": lost}
 
 
 @router.post("/reset")

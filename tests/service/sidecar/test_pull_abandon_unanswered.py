@@ -108,3 +108,36 @@ def test_an_unanswered_failure_report_is_sent_again_even_once_a_measured_rate_ra
     seen, session = _abandoned_unanswered(redis_url, lands=False, then="beat", rate_drops=True)
     assert seen == [["a#0"], [], [], [], 0]
     assert _counted(session) == {"failed": 1}
+
+
+def test_a_lease_whose_failure_report_is_sent_again_is_counted_held_nowhere_the_worker_reads(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The lease listed lost to the worker while its failure report waits for Redis is not what the
+    worker holds: ``/health``'s ``held`` and the ``held`` gauge count what ``/leases`` lists as held
+    (docs/sidecar.md), and it is not ``waiting`` either (it was handed out). They counted it held."""
+    publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=600_000)
+    delivery = UnansweredReports(redis.Redis.from_url(redis_url), lands=False)
+    clock = [0.0]
+    session = WorkerSession(
+        delivery, Holdings(1, clock=lambda: clock[0]), SessionSettings("w0", retry_for_s=0.0)
+    )
+
+    async def run() -> list[Any]:
+        app = create_pull_app(session, hold_timeout_s=BOUND_S)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            await client.get("/next")
+            clock[0] = BOUND_S + 1
+            delivery.out.set()
+            await app.state.pull.beat()
+            health = (await client.get("/health")).json()
+            gauges = [
+                line.split()[-1]
+                for line in (await client.get("/metrics")).text.splitlines()
+                if line.startswith(("rollout_sidecar_held{", "rollout_sidecar_waiting{"))
+            ]
+            listed = (await client.get("/leases")).json()["held"]
+            return [len(listed), health["held"], health["waiting"], gauges, len(session.holdings)]
+
+    assert asyncio.run(run()) == [0, 0, 0, ["0.0", "0.0"], 1]  # still held here, for the resend
