@@ -44,11 +44,15 @@ class HandBacks:
 
         Schedule by schedule: one whose keys are gone (retention passed) has nothing to take back
         (its leases counted ``lost``, as a heartbeat counts them), and must not keep the others'
-        leases from going back. One forgotten as ended is not sent. Those
+        leases from going back. One forgotten as ended is not sent, nor one no longer held: another
+        hand-back took it since its caller read the holdings, and counts it (``hand_back`` runs this a
+        turn of the loop after its call, so two that overlap, the engine watch's and the drain's, both
+        listed it, and the second's refused release counted it ``lost`` beside ``released``). Those
         Redis does not answer (a shutdown's bound cut it) lapse: they end here, counted ``lost``."""
         by_schedule: dict[str, list[Held]] = {}
         for held in (h for h in helds if not h.ended):
-            self.holdings.remove(lease_id(held.lease))
+            if self.holdings.remove(lease_id(held.lease)) is not held:
+                continue  # handed back (or ended) by another since it was listed: counted there
             by_schedule.setdefault(held.lease.schedule_id, []).append(held)
         dead, groups = 0, list(by_schedule.items())
         for i, (schedule_id, group) in enumerate(groups):

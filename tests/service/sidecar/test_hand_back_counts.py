@@ -82,3 +82,31 @@ def test_a_hand_back_cut_after_an_earlier_schedule_dead_lettered_still_counts_th
     assert asyncio.run(handed_back_twice()) == 1
     stats = session.stats
     assert (stats.claimed, stats.released, stats.failed, stats.lost) == (3, 1, 1, 1)
+
+
+def test_two_hand_backs_that_overlap_hand_each_lease_back_once(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The engine watch hands back what a stalled engine held (``runner._engine_stalled``) while the
+    drain or the engine-down path hands back what waits (``push_drain.drain``): each reads the holdings
+    as it starts, and a lease in both lists goes back once, counted ``released`` once. A hand-back's
+    release runs as a task of its own (``hurry.py``), a turn of the loop after it is called, so both
+    read it still held; the second's release was refused and counted the lease ``lost`` beside it."""
+    delivery = Delivery.from_url(redis_url)
+    publish(delivery, "s", {"w0": [item("a", 0, 10), item("b", 0, 10)]})
+    session = WorkerSession(delivery, Holdings(8, None), SessionSettings("w0", retry_for_s=0.0))
+
+    async def stalled() -> None:
+        await session.hand_back([h for h in session.holdings.all() if not h.completing], 5.0)
+
+    async def drained() -> None:
+        await session.hand_back(session.holdings.waiting(), 5.0)
+
+    async def claimed_then_handed_back_twice() -> None:
+        await session.claim(2)
+        await asyncio.gather(stalled(), drained())
+
+    asyncio.run(claimed_then_handed_back_twice())
+    stats = session.stats
+    assert (stats.claimed, stats.released, stats.lost, stats.stale) == (2, 2, 0, 0)
+    assert delivery.progress("s").queued == 2
