@@ -75,7 +75,7 @@ class WithdrawnError(SchedulerAPIError):
 
     @property
     def schedule_id(self) -> str:
-        """The withdrawn id, taken until its retention passes."""
+        """The withdrawn id, taken until its retention passes (or the request it met could publish)."""
         return str(self.problem.get("value", ""))
 
 
