@@ -85,6 +85,19 @@ class _Held:
                 self.proc.wait()
             self.proc = None
 
+    def ended(self) -> bool:
+        """Whether the server has ended, asked without reaping it (``waitid``'s ``WNOWAIT``): a watcher
+        without a pidfd signals the pid, which is the server's only until it is reaped, so only
+        ``end_process`` and ``kill`` reap it, after the disarm. ``Popen.poll`` reaped an ended one while
+        its watcher stayed armed: until the next stop after a ``signal``, a line later in ``start``."""
+        if self.proc is None or self.proc.returncode is not None:
+            return True
+        try:
+            flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+            return os.waitid(os.P_PID, self.proc.pid, flags) is not None
+        except ChildProcessError:  # reaped already, not by us: nothing left to ask
+            return True
+
     def unwatch(self) -> None:
         """Disarm and reap the watcher, which must come before the server is signalled or reaped."""
         if self.watch is not None:
@@ -131,9 +144,9 @@ class EmbeddedServer:
         """
         held = self._held
         if held.proc is not None:
-            if held.proc.poll() is None:
+            if not held.ended():
                 return self
-            held.end_process()  # it died: disarm its watcher before a new one is started
+            held.end_process()  # it died: disarm its watcher, then reap it, before a new one is started
         if self.data_dir is None:
             held.tmp_dir = tempfile.mkdtemp(prefix="rollout-valkey-")
             self.data_dir = Path(held.tmp_dir)
@@ -191,8 +204,7 @@ class EmbeddedServer:
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=0.5, retry=once)
         try:
             while time.monotonic() < deadline:
-                proc = self._held.proc
-                if proc is not None and proc.poll() is not None:
+                if self._held.ended():  # left unreaped for ``_launch`` to disarm the watcher first
                     log = self.log_path.read_text() if self.log_path.exists() else ""
                     last = log.strip().splitlines()[-3:]
                     taken = "address already in use" in log.lower()
@@ -226,9 +238,12 @@ class EmbeddedServer:
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to the server process: SIGSTOP then SIGCONT is a Redis that stops answering
-        while its clock runs on (a pause, a long AOF replay), for the outage tests."""
-        if self._held.proc is not None:
-            self._held.proc.send_signal(signum)
+        while its clock runs on (a pause, a long AOF replay), for the outage tests. By ``os.kill``:
+        ``Popen.send_signal`` polls first, which reaps a server that ended while its watcher is armed;
+        unreaped (a zombie at worst), the pid is still the server's."""
+        proc = self._held.proc
+        if proc is not None and proc.returncode is None:
+            os.kill(proc.pid, signum)
 
     def stop(self) -> None:
         """Terminate the server and remove its temporary data dir."""

@@ -11,7 +11,8 @@ while the server is its unreaped child, so the pidfd names that process and no l
 A signal through it never reaches another process, however long the watcher waits; and the watcher
 polls it, so a server that ends of itself (a crash) while its owner lives ends its watcher too, which
 then watches nothing. Without pidfds the watcher signals the pid, and only a disarm before each reap
-keeps it from a reused one.
+keeps it from a reused one: its owner asks whether the server ended without reaping it
+(``EmbeddedServer``'s ``waitid`` with ``WNOWAIT``) and reaps it only once the watcher is disarmed.
 
 An owner that dies can remove nothing, so the watcher also removes the server's temporary data dir,
 once the pidfd says the server has ended (it writes its log there until then); without a pidfd it
@@ -85,6 +86,7 @@ class Watch:
 
     process: subprocess.Popen[bytes]
     fd: int | None  # the pipe's write end; None once disarmed
+    pid: int  # the server it watches, the owner's child: to be reaped only after ``disarm``
 
     @classmethod
     def start(cls, pid: int, tmp_dir: str | None = None) -> Watch:
@@ -126,7 +128,7 @@ class Watch:
             os.close(read_end)
             if pidfd is not None:
                 os.close(pidfd)
-        watch = cls(process, write_end)
+        watch = cls(process, write_end, pid)
         _ARMED.add(watch)
         return watch
 

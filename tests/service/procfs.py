@@ -40,6 +40,12 @@ def children() -> set[int]:
     return found
 
 
+def unreaped(pid: int) -> bool:
+    """Whether ``pid`` is still in the process table, a zombie (ended, not yet reaped) included: a
+    child's pid is its own until its parent reaps it, and may be another process's after."""
+    return _stat(pid) is not None
+
+
 def alive(pid: int) -> bool:
     """Whether ``pid`` runs: it exists and is no zombie."""
     fields = _stat(pid)

@@ -11,15 +11,15 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from service import embedded_watch
-from service.embedded import EmbeddedServer
+from service.embedded import EmbeddedServer, PortTakenError
 from service.embedded_watch import Watch
 from tests.service.polling import GONE_WITHIN_S, gone_within
-from tests.service.procfs import children, has_pidfds, server_pid
+from tests.service.procfs import children, has_pidfds, server_pid, unreaped
 
 
 @pytest.fixture(params=["pidfd", "pid"])
@@ -115,12 +115,71 @@ def test_a_restart_after_the_server_died_disarms_the_dead_servers_watcher(pidfds
         assert old is not None
         assert proc is not None
         server.signal(signal.SIGKILL)  # died without a stop (the OOM killer)
-        proc.wait(timeout=10)
+        assert gone_within(proc.pid, GONE_WITHIN_S)  # a zombie, left for the restart to reap
         server.start()
         assert old.process.returncode == 0  # disarmed (or ended with its server) and reaped by the restart
         assert server._held.watch is not old
     finally:
         server.stop()
+
+
+@pytest.fixture
+def disarms(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
+    """Each watcher's disarm, as its server's pid and whether that pid was still unreaped then."""
+    seen: list[tuple[int, bool]] = []
+    disarm = Watch.disarm
+
+    def recorded(watch: Watch) -> None:
+        seen.append((watch.pid, unreaped(watch.pid)))
+        disarm(watch)
+
+    monkeypatch.setattr(Watch, "disarm", recorded)
+    return seen
+
+
+def _crashed(server: EmbeddedServer) -> int:
+    """SIGKILL ``server``'s process behind its owner's back (a crash): its pid, once it has ended."""
+    pid = server_pid(server.url)
+    os.kill(pid, signal.SIGKILL)
+    assert gone_within(pid, GONE_WITHIN_S)  # ended: a zombie until its owner reaps it
+    return pid
+
+
+def _restarted_after_a_crash(server: EmbeddedServer) -> None:
+    _crashed(server)
+    server.start()
+
+
+def _signalled_after_a_crash(server: EmbeddedServer) -> None:
+    _crashed(server)
+    server.signal(signal.SIGCONT)  # what an outage test sends a paused server that died meanwhile
+    server.stop()
+
+
+def _started_on_a_taken_port(server: EmbeddedServer) -> None:
+    with pytest.raises(PortTakenError):  # its server exits at start, seen by ``_wait_ready``
+        EmbeddedServer(port=server.port).start()
+
+
+@pytest.mark.parametrize(
+    "ending", [_restarted_after_a_crash, _signalled_after_a_crash, _started_on_a_taken_port]
+)
+def test_a_server_that_ended_is_reaped_only_after_its_watcher_is_disarmed(
+    ending: Callable[[EmbeddedServer], None], disarms: list[tuple[int, bool]], pidfds: str
+) -> None:
+    """Without a pidfd the watcher signals the server's pid when the owner dies, so that pid must stay
+    the server's (unreaped) while the watcher is armed. ``Popen.poll`` (in ``start``, in the wait for
+    the server to answer, and in ``send_signal`` under ``signal``) reaped an ended server first: an
+    owner killed then had its watcher SIGTERM whatever process the pid had gone to, and after a
+    ``signal`` that lasted until the next stop. (With a pidfd the watcher cannot reach another
+    process, but the order is the same code's.)"""
+    server = EmbeddedServer().start()
+    try:
+        ending(server)
+    finally:
+        server.stop()
+    assert disarms, "no watcher was disarmed"
+    assert all(still for _, still in disarms), f"reaped before its watcher's disarm: {disarms}"
 
 
 # An owner in a group of its own: it starts a process to watch (in no group of its, so the signal
