@@ -19,6 +19,8 @@ _UNION_TAGS = frozenset({"float", "str", "int", "bool", "none"})
 MAX_ECHO = 256  # longest text input echoed back whole as a 422's ``value``
 ECHO_DIGITS = 20  # longest integer echoed whole: 2^64 has 20 digits, so any count or id a field holds
 ECHO_HEAD = 32  # characters of a longer text kept in its echo
+PATH_HEAD = 8  # parts kept at the start of a field path past MAX_ECHO characters
+PATH_TAIL = 2  # and at its end
 
 
 def field_path(loc: Sequence[int | str], tagged: bool = True) -> str:
@@ -34,11 +36,25 @@ def field_path(loc: Sequence[int | str], tagged: bool = True) -> str:
         parts = parts[1:]
     if tagged and parts and isinstance(parts[-1], str) and _is_member_tag(parts[-1]):
         parts = parts[:-1]  # a union member's tag (``float``, ``function-after[...]``), not a field
-    path = ""
-    for part in parts:
-        name = f"[{part}]" if isinstance(part, int) else clipped(str(part))
-        path += name if isinstance(part, int) or not path else f".{name}"
-    return path
+    return _compact([f"[{part}]" if isinstance(part, int) else f".{clipped(str(part))}" for part in parts])
+
+
+def _compact(segments: list[str]) -> str:
+    """The path of ``segments`` (``.name`` or ``[index]`` each), whole where it is short; past
+    ``MAX_ECHO`` characters, its first ``PATH_HEAD`` parts and its last ``PATH_TAIL`` around an
+    ellipsis, and its length in parts. A ``sampling.extra`` nested past the validation depth is
+    located 513 parts deep (``sampling.extra.a.dict.a.dict...``, pydantic's member tags among the
+    keys): its ``field`` was 1.8 KB, written three times in a 3.7 KB answer and in the message of
+    the client's ``SchedulerAPIError``; the start says which field, the end where in it."""
+    whole = _joined(segments)
+    if len(whole) <= MAX_ECHO or len(segments) <= PATH_HEAD + PATH_TAIL:
+        return whole
+    return f"{_joined(segments[:PATH_HEAD])}...{_joined(segments[-PATH_TAIL:])} ({len(segments)} parts)"
+
+
+def _joined(segments: list[str]) -> str:
+    """``segments`` as one path: a name leads without its dot."""
+    return "".join(segments).removeprefix(".")
 
 
 def _is_member_tag(part: str) -> bool:

@@ -16,6 +16,7 @@ from service.api.progress_schemas import ResultEntry
 from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachableError, actual_from_result
 from service.delivery import Delivery, TrajectoryResult
 from service.ports import free_port
+from service.problems.details import MAX_ECHO
 from service.settings import Settings
 from tests.service.api_helpers import TRAINER, WORKER, LiveServer, actual_report, batch_body, with_settings
 
@@ -224,6 +225,29 @@ def test_a_nan_reward_is_the_service_s_422_naming_the_report(live_settings: Sett
     ):
         client.report_actuals(reports)
     assert (refused.value.status, refused.value.field) == (422, "actuals[1].reward")
+
+
+def test_a_refused_extra_nested_past_the_validation_depth_is_named_in_a_short_field(
+    live_settings: Settings,
+) -> None:
+    """The service's 422 for a ``sampling.extra`` nested past pydantic's validation depth named the
+    whole location, hundreds of parts: the error's ``field`` was 1.8 KB, and its message as long. Now
+    the start names the field, an ellipsis stands for the middle (service/problems/details.py)."""
+    extra: Any = 1
+    for _ in range(300):
+        extra = {"a": extra}
+    with (
+        LiveServer(live_settings) as server,
+        SchedulerClient(server.url) as client,
+        pytest.raises(SchedulerAPIError) as refused,
+    ):
+        client.schedule(batch_body(sampling={"extra": extra}))
+    field = refused.value.field
+    assert refused.value.status == 422
+    assert field is not None
+    assert field.startswith("sampling.extra.a.")
+    assert len(field) <= MAX_ECHO
+    assert len(str(refused.value)) < 2 * MAX_ECHO
 
 
 class _Recording(httpx.HTTPTransport):

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from starlette.requests import Request
 
 from scheduler.errors import InvalidInputError
-from service.problems.details import ECHO_DIGITS, ECHO_HEAD, MAX_ECHO
+from service.problems.details import ECHO_DIGITS, ECHO_HEAD, MAX_ECHO, PATH_HEAD, PATH_TAIL, field_path
 from service.problems.table import handle
 from tests.service.api_helpers import actual_history, batch_body
 
@@ -93,6 +93,42 @@ def test_a_long_name_at_fault_is_named_by_its_start_and_its_length(
     )
     assert "r" * 100 not in response.text
     assert len(response.content) < 4_000
+
+
+def _nested(depth: int) -> Any:
+    """A JSON object ``depth`` levels deep: ``{"a": {"a": ... 1}}``."""
+    node: Any = 1
+    for _ in range(depth):
+        node = {"a": node}
+    return node
+
+
+def test_a_field_nested_past_the_validation_depth_is_named_by_its_start_and_its_end(
+    client: TestClient,
+) -> None:
+    """Found by apifuzz (round 44): ``sampling.extra`` takes JSON nested to pydantic's validation
+    depth, and one deeper is refused where it ends, hundreds of location parts down; the whole path
+    was its ``field``, 1.8 KB, and in ``detail`` and ``errors[]`` too: a 3.7 KB 422."""
+    response = client.post("/schedule", json=batch_body(sampling={"extra": _nested(300)}))
+    problem = response.json()
+    assert response.status_code == 422
+    assert problem["field"].startswith("sampling.extra.a.")
+    assert "..." in problem["field"]
+    assert len(problem["field"]) <= MAX_ECHO
+    assert problem["detail"] == f"{problem['field']}: Recursion error - maximum validation depth exceeded"
+    assert len(response.content) < 4 * MAX_ECHO
+
+
+def test_a_long_field_path_keeps_its_first_parts_and_its_last() -> None:
+    names = [f"level{k:02d}_{'x' * 20}" for k in range(20)]
+    path = field_path(("body", "batch", "items", 3, *names))
+    kept = ["batch", "items[3]", *names[: PATH_HEAD - 3]]
+    assert path == f"{'.'.join(kept)}...{'.'.join(names[-PATH_TAIL:])} ({len(names) + 3} parts)"
+
+
+def test_a_path_up_to_the_echo_limit_is_named_whole() -> None:
+    names = ["x" * 40] * 6  # 245 characters with its dots
+    assert field_path(("body", *names)) == ".".join(names)
 
 
 def test_a_text_up_to_the_echo_limit_is_echoed_whole(client: TestClient) -> None:
