@@ -174,38 +174,59 @@ def sidecar(
     cluster: ClusterFlag = False,
     log_level: LogLevelFlag = "INFO",
 ) -> None:
-    """Validate the flags, then serve until SIGTERM; print the final counters as one JSON line."""
-    from service.sidecar.launch import SidecarOptions
+    """Validate the flags, then serve until SIGTERM; print the final counters as one JSON line. A
+    SIGTERM or SIGINT before the run handles them stops it at once, exit 0 (``early_stop``)."""
+    from service.sidecar import early_stop
 
-    redis_url, url_from = _redis_url(ctx, redis_url)
-    options = SidecarOptions(
-        worker_id=worker_id,
-        redis_url=redis_url or "",
-        redis_password=redis_password,
-        redis_username=redis_username,
-        redis_tls_ca_file=redis_tls_ca_file,
-        engine_url=engine_url,
-        pull_api_port=pull_api,
-        prefix=prefix,
-        cluster=cluster,
-        max_num_seqs=max_num_seqs,
-        kv_capacity_tokens=kv_capacity_tokens,
-        engine_model=engine_model,
-        engine_api_key=engine_api_key,
-        synthetic_prompts=synthetic_prompts,
-        steal=steal,
-        reap_when_idle=reap,
-        heartbeat_interval_s=heartbeat_interval,
-        idle_poll_s=idle_poll,
-        drain_timeout_s=drain_timeout,
-        engine_stall_s=engine_stall_timeout,
-        engine_hang_s=engine_hang_timeout,
-        pull_idle_timeout_s=pull_idle_timeout,
-        pull_hold_timeout_s=pull_hold_timeout,
-        health_port=health_port,
-        health_host=health_host,
-    )
-    _run(options, log_level, (device, model, num_gpus), url_from, _owns_process(ctx))
+    owns_process = _owns_process(ctx)
+    if owns_process:
+        early_stop.arm()  # first: the run's own handlers come only once it runs
+    try:
+        from service.sidecar.launch import SidecarOptions
+
+        redis_url, url_from = _redis_url(ctx, redis_url)
+        options = SidecarOptions(
+            worker_id=worker_id,
+            redis_url=redis_url or "",
+            redis_password=redis_password,
+            redis_username=redis_username,
+            redis_tls_ca_file=redis_tls_ca_file,
+            engine_url=engine_url,
+            pull_api_port=pull_api,
+            prefix=prefix,
+            cluster=cluster,
+            max_num_seqs=max_num_seqs,
+            kv_capacity_tokens=kv_capacity_tokens,
+            engine_model=engine_model,
+            engine_api_key=engine_api_key,
+            synthetic_prompts=synthetic_prompts,
+            steal=steal,
+            reap_when_idle=reap,
+            heartbeat_interval_s=heartbeat_interval,
+            idle_poll_s=idle_poll,
+            drain_timeout_s=drain_timeout,
+            engine_stall_s=engine_stall_timeout,
+            engine_hang_s=engine_hang_timeout,
+            pull_idle_timeout_s=pull_idle_timeout,
+            pull_hold_timeout_s=pull_hold_timeout,
+            health_port=health_port,
+            health_host=health_host,
+        )
+        _run(options, log_level, (device, model, num_gpus), url_from, owns_process)
+    except early_stop.StoppedBeforeRunError as stopped:
+        _stopped_before_run(worker_id, stopped.signal_name)
+
+
+def _stopped_before_run(worker_id: str, signal_name: str) -> None:
+    """A stop signal came before the run handled it (``early_stop``): nothing was claimed, so the
+    stop is done. Say so, and print the counters line, all zero, as a stopped run does."""
+    import logging
+
+    from service.sidecar.session_settings import SessionStats
+
+    log = logging.getLogger("service.sidecar")
+    log.warning("%s before the run started: stopped, nothing claimed", signal_name)
+    typer.echo(json.dumps({"worker_id": worker_id, **asdict(SessionStats())}))
 
 
 def _owns_process(ctx: typer.Context) -> bool:

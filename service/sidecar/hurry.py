@@ -8,7 +8,8 @@ deadline plus the grace (22 s with the default drain timeout), and in pull mode 
 nothing at all. Now every wait of the shutdown ends by the release grace after the second signal: what
 Redis takes by then is handed back, and what it does not is left to lapse, its lease requeued by the
 reaper a TTL later, as if the sidecar had died (counted ``lost``, so the counters still balance). The
-grace is one round trip on an answering Redis, so there the items still go back at once.
+grace is one round trip on an answering Redis, so there the items still go back at once. A third
+signal, and any later one, changes nothing: the end is set once, by the second.
 
 In push mode a loop that dies of a bug hurries the shutdown the same way (``runner.Sidecar.run``);
 in pull mode it drains as a first signal does (``launch.run_pull``), so a signal after it hurries.

@@ -239,7 +239,8 @@ def _on_signal(stop: asyncio.Event, hurry: Hurry) -> None:
     """The first SIGTERM or SIGINT drains (``Sidecar.run``); a second one cuts the drain short: the
     running items are stopped and released now, and what Redis has not taken within the release grace
     of it is left to lapse (``hurry.py``). It used to be ignored, without a word, and a second Ctrl-C
-    waited out the whole ``--drain-timeout`` (20 s by default)."""
+    waited out the whole ``--drain-timeout`` (20 s by default). A third and later one change nothing
+    and say nothing: the exit is due within the grace already (docs/sidecar.md)."""
     if stop.is_set() and not hurry.is_set():
         log.warning("second signal: stopping the running items now and releasing them")
         hurry.set()
@@ -322,7 +323,14 @@ def _pull_server(app: Any, drain_timeout_s: float, hurry: Hurry) -> uvicorn.Serv
     )
     server = PullServer(config, hurry)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler it
-    # found installed; a no-op one lets us return and report instead of dying by the signal.
+    # found installed; this one lets us return and report instead of dying by the signal. It is also
+    # the handler until uvicorn's own are in (its event loop made): a stop signal then has the server
+    # start and stop at once, where a no-op one had it lost, and the sidecar served on until SIGKILL.
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: None)
+        signal.signal(sig, lambda *_: _stop_server(server))
     return server
+
+
+def _stop_server(server: uvicorn.Server) -> None:
+    """Ask ``server`` to stop as its own first signal does; once it has stopped, this changes nothing."""
+    server.should_exit = True

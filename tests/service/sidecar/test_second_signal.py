@@ -52,18 +52,23 @@ IDS = ["second SIGTERM", "second SIGINT"]
 
 
 def _second_signal(server: EmbeddedServer, sidecar: Proc, second: int) -> tuple[dict[str, int], float]:
-    """Send ``sidecar`` its second signal while ``server`` is SIGSTOPped: its counters and the seconds
-    from that signal to them. Redis is resumed, and the sidecar reaped, whatever happens."""
+    """Send ``sidecar`` its second signal while ``server`` is SIGSTOPped, and a third once it has
+    warned of the second: its counters and the seconds from the second signal to them. Redis is
+    resumed, and the sidecar reaped, whatever happens."""
     try:
         time.sleep(0.3)  # what is waiting on Redis is sent, and waits
         hurried = time.monotonic()
         sidecar.signal(signal.Signals(second))
+        said = "second signal"
+        wait_until(lambda: said in sidecar.log.read_text(), PROCESS_START_S, "the second signal's warning")
+        sidecar.signal(signal.Signals(second))  # a third: nothing more to hurry (docs/sidecar.md)
         counters = counters_line(sidecar)
         took_s = time.monotonic() - hurried
         sidecar.popen.wait(timeout=120)
     finally:
         server.signal(signal.SIGCONT)
     assert counters.startswith("{"), f"no counters printed; log:\n{sidecar.log.read_text()[-3000:]}"
+    assert sidecar.log.read_text().count("second signal:") == 1  # the third said and did nothing
     return json.loads(counters), took_s
 
 
