@@ -150,12 +150,12 @@ class LengthPredictor:
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
             raise InvalidInputError("step", step, "must be an integer >= 0")
         batch = queries if isinstance(queries, QueryBatch) else QueryBatch.of(queries)
-        with self._lock:
-            model, version = self._model, self._version
-        stats = self._history.stats_before(int(step))
+        with self._lock:  # one model and one history throughout, should a swap land meanwhile
+            model, version, history = self._model, self._version, self._history
+        stats = history.stats_before(int(step))
         positions = stats.positions(batch.prompt_id)
         prior = prior_at(stats, positions)
-        global_prior, sigma = self._global_prior_before(int(step))
+        global_prior, sigma = self._global_prior_before(history, int(step))
         seen = prior.seen
         p50, p90 = global_prior.predict(batch.prompt_tokens, batch.max_new_tokens)
         source = np.full(len(batch), _GLOBAL_PRIOR, dtype=np.int8)
@@ -184,13 +184,15 @@ class LengthPredictor:
         at 1 M rows after every append for nothing. Safe beside a concurrent ``predict``: both caches
         are keyed by the history's version, so the slower of two computing the same entry stores an
         equal value, and rows arriving meanwhile miss it."""
-        history = self._history  # one history throughout, as in ``_global_prior_before``
+        history = self._history  # one history throughout, as in ``predict``
         history.stats_before(step)
-        self._global_prior_before(step)
+        self._global_prior_before(history, step)
 
-    def _global_prior_before(self, step: int) -> tuple[GlobalPrior, float]:
-        """Global prior and pooled spread from history before ``step``, cached while that history holds."""
-        history = self._history  # one history throughout, should ``use_history`` swap it meanwhile
+    def _global_prior_before(self, history: History, step: int) -> tuple[GlobalPrior, float]:
+        """Global prior and pooled spread from ``history`` before ``step``, cached while it holds.
+
+        The caller reads the history once and passes it: read here again, a ``use_history`` landing
+        between the two reads gave a prediction the stats of one history and the prior of another."""
         key = (id(history), step, history.version_before(step))
         cached = self._global_prior_cache
         if cached is not None and cached[0] == key:
