@@ -91,7 +91,7 @@ def build_features(
     """The feature matrix (queries x ``spec.names``): the one path from history to model input."""
     base = base_length(prior)
     log_base = np.log(base)
-    gap = np.where(prior.seen, step - prior.last_step, np.nan)
+    gap = _gaps(prior, step)
     with np.errstate(invalid="ignore", divide="ignore"):
         base_cols = [
             log_base,
@@ -114,6 +114,16 @@ def build_features(
     extra_num = [_numbers(queries, k) for k in spec.numeric]
     extra_cat = [_encode(queries, k, levels) for k, levels in spec.categorical.items()]
     return np.column_stack([*base_cols, *extra_num, *extra_cat]) if n else np.empty((0, len(spec.names)))
+
+
+def _gaps(prior: PriorRows, step: int) -> FloatArray:
+    """Steps since each query's prompt last ran (NaN where it never did), taken in integers first:
+    through the prior's float last step, a step past 2**53 (a timestamp) lost the gap (at 2**62 the
+    float spacing is 1,024 steps: a gap of 3 read 0 or 1,024). Exact below 2**53 steps of gap."""
+    seen = prior.seen
+    last = np.where(seen, prior.last_step, step)  # unseen: no subtraction that could wrap
+    gaps: FloatArray = np.where(seen, (step - last).astype(np.float64), np.nan)
+    return gaps
 
 
 def distinct_queries(

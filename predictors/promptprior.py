@@ -35,7 +35,8 @@ class PriorRows:
     trunc_rate: FloatArray
     last_reward: FloatArray
     within_sd: FloatArray
-    last_step: FloatArray
+    last_step: IntArray  # -1 where unseen; an integer, so that ``step - last_step`` (the model's ``gap``)
+    # stays exact at any int64 step: a float last step lost the gap past 2**53 (a timestamp step)
 
     @property
     def seen(self) -> np.ndarray:
@@ -59,6 +60,7 @@ def prior_at(stats: PromptStats, pos: IntArray) -> PriorRows:
             return np.full(len(pos), np.nan)
         return np.where(ok, values[safe].astype(np.float64), np.nan)
 
+    last = stats.last_step[safe] if len(stats.last_step) else np.zeros(len(pos), dtype=np.int64)
     count = np.where(ok, take(stats.count), 0.0) if len(stats.count) else np.zeros(len(pos))
     with np.errstate(invalid="ignore", divide="ignore"):
         return PriorRows(
@@ -71,7 +73,7 @@ def prior_at(stats: PromptStats, pos: IntArray) -> PriorRows:
             trunc_rate=take(stats.truncated) / count,
             last_reward=take(stats.last_reward),
             within_sd=np.sqrt(take(stats.within_ss) / take(stats.within_df)),
-            last_step=take(stats.last_step),
+            last_step=np.where(ok, last, -1),
         )
 
 
@@ -107,7 +109,7 @@ def prior_leave_one_out(trace: Trace, groups: StepGroups, rows: IntArray) -> Pri
             trunc_rate=np.where(valid, (groups.truncated[g] - trunc) / others, np.nan),
             last_reward=np.where(r_n > 0, r_mean, np.nan),
             within_sd=np.where(others > 1, np.sqrt(np.maximum(log_var, 0.0)), np.nan),
-            last_step=trace.step[rows].astype(np.float64),
+            last_step=trace.step[rows],
         )
 
 

@@ -109,6 +109,25 @@ def test_steps_numbered_near_the_int64_limit_fold_as_small_ones_do() -> None:
     np.testing.assert_array_equal(large.last_step, small.last_step + shift)
 
 
+@pytest.mark.parametrize("origin", [2**53, 2**62 - 1_000])
+def test_steps_numbered_near_the_int64_limit_give_the_gap_feature_small_ones_do(origin: int) -> None:
+    """The ``gap`` feature (and ``trend_gap``) read through the prior's float last step lost the gap
+    past 2**53: at 2**62 the float spacing is 1,024 steps, so a gap of 3 read 0 or 1,024."""
+    full = drifting_trace(steps=5)
+    queries = QueryBatch.from_trace(full.take(full.step == 4), NO_CAP)
+    half = np.isin(full.prompt_id, np.unique(full.prompt_id)[::2])
+    trace = full.take(~(half & np.isin(full.step, [1, 4])))  # half the prompts skip steps 1 and 4
+    shifted = dataclasses.replace(trace, step=trace.step + origin)
+    spec = FeatureSpec.of(trace)
+    gap = [spec.names.index(name) for name in ("gap", "trend_gap")]
+    small = _serving_features(History(trace), queries, 7, spec)[:, gap]
+    large = _serving_features(History(shifted), queries, origin + 7, spec)[:, gap]
+    assert set(small[:, 0].tolist()) >= {3.0, 4.0}
+    np.testing.assert_array_equal(large, small)
+    trained_small, trained_large = training_set(trace, spec).features, training_set(shifted, spec).features
+    np.testing.assert_array_equal(trained_large[:, gap], trained_small[:, gap])
+
+
 def test_an_unknown_cap_is_missing_headroom_not_two_billion_tokens_of_it() -> None:
     # rows that record no cap (an optional field of a report) train with the NO_CAP stand-in; read as
     # a cap it put every such row past any real query's headroom
