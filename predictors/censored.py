@@ -17,6 +17,13 @@ were cut under:
   Planning these prompts long costs little (they are placed and started first); planning them at the
   old cut is what made the makespan.
 
+A prompt only partly cut, at least ``TAIL_SHARE`` of its last step's samples (more than a tenth ran
+past the old cut), has its p90 held at the old cut at least: its 90th percentile lies past the cut
+too. Without it the p90 of such a prompt could sit under the cut (predreview's probe: 957 under a cut
+of 1,000), read from lengths of which the cut ones were only lower bounds. Its p50 is left, and the
+p90 is not lifted to the cap: most samples finished below the cut, and what the cut ones would have
+run to is unknown.
+
 The last step, not all history, decides: once a prompt has run under the raised cap, its lengths
 there are observed (or it is cut at the new cap, which is then no raise), and the rule stops.
 Predictions are only ever raised, and only for those queries: with the cap unchanged or lowered (the
@@ -33,6 +40,7 @@ from predictors.queries import NO_CAP
 from predictors.tracetable import FloatArray, IntArray
 
 CENSORED_SHARE = 0.5  # truncated share of the prompt's last step from which the rule applies
+TAIL_SHARE = 0.1  # truncated share from which the p90 is held at the old cut (1 - the p90's quantile)
 
 
 def raise_censored(
@@ -43,18 +51,18 @@ def raise_censored(
     trunc_cap: FloatArray,
     trunc_len: FloatArray,
 ) -> tuple[FloatArray, FloatArray]:
-    """(p50, p90) raised where a mostly truncated prompt now runs under a higher cap (module docstring).
+    """(p50, p90) raised where a mostly (or, for the p90, partly) truncated prompt now runs under a
+    higher cap (module docstring).
 
     Aligned with the queries, for the prompt's last step: ``trunc_share`` of its samples truncated
     (NaN or 0: no history), the largest cap they were cut under (``trunc_cap``) and the largest length
     they were cut at (``trunc_len``). Not clipped: the caller orders and clips the result."""
     cap = caps.astype(np.float64)
     with np.errstate(invalid="ignore"):
-        raised = (cap > trunc_cap) & (cap < NO_CAP)  # the stand-in for an unknown cap is no raise
-        censored = (trunc_share >= CENSORED_SHARE) & raised & (trunc_len > 0)
-    if not np.any(censored):
+        raised = (cap > trunc_cap) & (cap < NO_CAP) & (trunc_len > 0)  # NO_CAP is no raise
+        censored = (trunc_share >= CENSORED_SHARE) & raised
+        tail = (trunc_share >= TAIL_SHARE) & raised
+    if not np.any(tail):
         return p50, p90
-    return (
-        np.where(censored, np.maximum(p50, trunc_len), p50),
-        np.where(censored, np.maximum(p90, cap), p90),
-    )
+    floor90 = np.where(censored, cap, np.where(tail, trunc_len, 0.0))
+    return np.where(censored, np.maximum(p50, trunc_len), p50), np.maximum(p90, floor90)

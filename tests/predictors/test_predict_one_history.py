@@ -44,4 +44,5 @@ def test_a_history_swapped_in_mid_predict_is_not_mixed_with_the_one_it_started_w
     assert predictor.history is swapped.then  # the swap landed during the call
     assert out.source == alone.source == ("prompt_history_mean", "global_prior")
     # the unseen prompt's prior and the seen one's spread are the first history's, not the empty one's
-    assert np.array_equal(out.p50, alone.p50) and np.array_equal(out.p90, alone.p90)
+    assert np.array_equal(out.p50, alone.p50)
+    assert np.array_equal(out.p90, alone.p90)
