@@ -30,6 +30,7 @@ class TrainingSet:
     base: FloatArray  # the base length each target is relative to
     rows: IntArray  # trace row of each example
     steps: tuple[int, ...]  # steps covered by the trace
+    longest_gap: int = 0  # most steps an example's prompt had gone unrun (0: sibling priors only)
 
 
 def training_set(trace: Trace, spec: FeatureSpec) -> TrainingSet:
@@ -44,11 +45,14 @@ def training_set(trace: Trace, spec: FeatureSpec) -> TrainingSet:
     bases: list[FloatArray] = []
     kept: list[IntArray] = []
     steps: list[int] = []
+    longest = 0
     for step, stats, rows, groups in walk_steps(trace):
         steps.append(step)
         queries = QueryBatch.from_trace(trace.take(rows), NO_CAP)
         prior = prior_from_stats(stats, queries.prompt_id)
         first = ~prior.seen  # the prompt's first step: its siblings stand in for history
+        if not np.all(first):
+            longest = max(longest, step - int(prior.last_step[~first].min()))
         merged = _merge(prior, prior_leave_one_out(trace, groups, rows[first]), first)
         usable = merged.seen
         if not np.any(usable):
@@ -60,11 +64,13 @@ def training_set(trace: Trace, spec: FeatureSpec) -> TrainingSet:
         kept.append(rows[usable])
     if not kept:
         empty = np.empty((0, len(spec.names)))
-        return TrainingSet(empty, np.empty(0), np.empty(0), np.empty(0, dtype=np.int64), tuple(steps))
+        return TrainingSet(
+            empty, np.empty(0), np.empty(0), np.empty(0, dtype=np.int64), tuple(steps), longest
+        )
     base = np.concatenate(bases)
     rows_all = np.concatenate(kept)
     y = np.log(np.maximum(trace.output_tokens[rows_all].astype(np.float64), 1.0))
-    return TrainingSet(x[:at], y - np.log(base), base, rows_all, tuple(steps))
+    return TrainingSet(x[:at], y - np.log(base), base, rows_all, tuple(steps), longest)
 
 
 def _merge(history: PriorRows, sibling: PriorRows, first: np.ndarray) -> PriorRows:

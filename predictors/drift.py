@@ -5,7 +5,9 @@ output lengths drift. The model predicts a correction to the prompt's base lengt
 gap of k steps does from the gaps its history holds; LightGBM cannot extrapolate, so at a gap longer
 than any it was fitted on (a prompt's first recurrence: the fit held only same-step siblings) prompts
 recurring every 4th step at +5%/step were planned at their last run's level (p90 coverage 0.30).
-So the base is projected over the excess only: ``base x exp(rate x (gap - longest gap seen))``.
+So the base is projected over the excess only: ``base x exp(rate x (gap - longest gap seen))``, the
+longest gap seen being the fitted model's own (``ModelMetadata.longest_gap``), not the serving
+history's, which a capped history trims.
 Where the gap is one the fit saw (every later recurrence, every prompt of a run that repeats its
 prompts each step) the prediction is the model's, unchanged: projecting those too double-counted what
 the trees had learned, and lost long-cot p90 coverage (helper driftgap, docs/experiments.md).
@@ -38,16 +40,27 @@ DRIFT_WINDOW = 4  # latest steps the drift rate is read over, at least
 class GapDrift:
     """Per query: the log drift expected over its unseen gap, and how uncertain that is."""
 
-    drift: FloatArray  # log drift over the steps of its gap beyond the longest gap the history holds
+    drift: FloatArray  # log drift over the steps of its gap beyond the longest gap the model was fitted on
     spread: FloatArray  # the drift's error at the 90th percentile (log); 0 where read from prompts
 
 
-def unseen_gap(stats: PromptStats, positions: IntArray, step: int) -> FloatArray:
+def unseen_gap(
+    stats: PromptStats, positions: IntArray, step: int, fitted_longest: int | None = None
+) -> FloatArray:
     """Steps of each query's gap (``step`` minus the last run of its prompt, at ``positions``) beyond
-    the longest gap a prompt of the history came back after: what the model fitted on that history
-    never saw. 0 where the gap is no longer; NaN for an unseen prompt (position -1). Taken in integers
-    first: a step past 2**53 (a timestamp) read as a float lost the gap (at 2**62, 1,024 steps)."""
-    seen_longest = int(stats.step_longest_gap.max()) if len(stats.step_longest_gap) else 0
+    the longest gap the model was fitted on (``fitted_longest``, kept with it; where a model does not
+    say, the longest a prompt of the history came back after): what the model never saw. 0 where the
+    gap is no longer; NaN for an unseen prompt (position -1). Taken in integers first: a step past
+    2**53 (a timestamp) read as a float lost the gap (at 2**62, 1,024 steps).
+
+    The model's own figure, not the history's: a history capped by ``ROLLOUT_ACTUALS_MAXLEN`` trims
+    the long gaps the model was fitted on (prompts recurring every 4th step, 3 steps held: none), and
+    the drift was then projected over gaps the trees had learned; and a history that grew past the
+    fit projected too little."""
+    if fitted_longest is not None:
+        seen_longest = fitted_longest
+    else:
+        seen_longest = int(stats.step_longest_gap.max()) if len(stats.step_longest_gap) else 0
     ok = positions >= 0
     last = (
         stats.last_step[np.where(ok, positions, 0)]
@@ -80,11 +93,12 @@ def gap_drift(stats: PromptStats, gap: FloatArray, step: int) -> GapDrift:
 
 
 def projected(
-    prior: PriorRows, stats: PromptStats, positions: IntArray, step: int
+    prior: PriorRows, stats: PromptStats, positions: IntArray, step: int, fitted_longest: int | None = None
 ) -> tuple[FloatArray, FloatArray]:
     """(the prompt's base moved by the drift over its unseen gap, the drift's spread) of each query
-    (``prior`` read at its prompt's ``positions``): what serving reads of the drift."""
-    moved = gap_drift(stats, unseen_gap(stats, positions, step), step)
+    (``prior`` read at its prompt's ``positions``; ``fitted_longest`` as ``unseen_gap`` takes it):
+    what serving reads of the drift."""
+    moved = gap_drift(stats, unseen_gap(stats, positions, step, fitted_longest), step)
     return base_length(prior) * np.exp(moved.drift), moved.spread
 
 

@@ -65,6 +65,10 @@ class ModelMetadata:
     # fitted on rows of the generator (``source=synthetic``): its lengths are not a recorded run's,
     # and a model learned from them must say so wherever it is shown (the issue's labelling rule)
     synthetic: bool = False
+    # the most steps a training example's prompt had gone unrun: the longest gap the trees learned
+    # from, past which serving projects the drift (``predictors.drift``). Kept with the model, since
+    # a capped history trims the long gaps it was fitted on; None in versions saved before it
+    longest_gap: int | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,7 +102,7 @@ def fit(history: History | Trace, config: FitConfig | None = None) -> FittedMode
     trace = _canonical(trace)
     started = time.perf_counter()
     spec = FeatureSpec.of(trace)
-    examples, steps, p50, p90 = _boosters(trace, spec, config)
+    examples, steps, longest_gap, p50, p90 = _boosters(trace, spec, config)
     shift, coverage = _conformal_shift(trace, spec, config)
     meta = ModelMetadata(
         features=spec.names,
@@ -111,16 +115,19 @@ def fit(history: History | Trace, config: FitConfig | None = None) -> FittedMode
         fit_seconds=time.perf_counter() - started,
         metrics={"calibration_raw_p90_coverage": coverage},
         synthetic=is_synthetic(trace),
+        longest_gap=longest_gap,
     )
     return FittedModel(p50=p50, p90=p90, spec=spec, metadata=meta)
 
 
-def _boosters(trace: Trace, spec: FeatureSpec, config: FitConfig) -> tuple[int, tuple[int, ...], Any, Any]:
-    """(examples, steps covered, p50 booster, p90 booster) of the trace; a typed error if it has no
-    example. The feature matrix goes once LightGBM has binned it (``_dataset``), before the
-    calibration builds its own: both held at once were the fit's peak."""
+def _boosters(
+    trace: Trace, spec: FeatureSpec, config: FitConfig
+) -> tuple[int, tuple[int, ...], int, Any, Any]:
+    """(examples, steps covered, longest gap of an example, p50 booster, p90 booster) of the trace; a
+    typed error if it has no example. The feature matrix goes once LightGBM has binned it
+    (``_dataset``), before the calibration builds its own: both held at once were the fit's peak."""
     data = training_set(trace, spec)
-    examples, steps = len(data.target), data.steps
+    examples, steps, longest_gap = len(data.target), data.steps, data.longest_gap
     if examples == 0:
         raise InvalidInputError(
             "history", f"{len(trace)} rows", "no prompt has an earlier step or a second sample to learn from"
@@ -129,7 +136,7 @@ def _boosters(trace: Trace, spec: FeatureSpec, config: FitConfig) -> tuple[int, 
     del data  # the dataset holds the last reference to the matrix, and drops it once binned
     p50 = _train(dataset, examples, 0.5, config)
     p90 = _train(dataset, examples, 0.9, config)
-    return examples, steps, p50, p90
+    return examples, steps, longest_gap, p50, p90
 
 
 def _params(alpha: float, config: FitConfig, examples: int) -> dict[str, Any]:

@@ -238,7 +238,7 @@ def _model_lengths(
     prior = prior_at(stats, positions[picked])
     x = build_features(prior, batch.take(picked), step, stats.trend, model.spec)
     # the base moved by the drift over a gap longer than any fitted (predictors.drift)
-    base, spread = projected(prior, stats, positions[picked], step)
+    base, spread = projected(prior, stats, positions[picked], step, model.metadata.longest_gap)
     m50, m90 = model.predict(x, base)
     m90 = widened_p90(m50, m90, spread)
     return m50[inverse], m90[inverse]

@@ -312,4 +312,5 @@ def _metadata_from_json(raw: dict[str, Any]) -> ModelMetadata:
         fit_seconds=float(raw["fit_seconds"]),
         metrics={k: float(v) for k, v in raw["metrics"].items()},
         synthetic=raw.get("synthetic", False) is True,  # versions saved before the label have none
+        longest_gap=None if raw.get("longest_gap") is None else int(raw["longest_gap"]),  # likewise
     )
