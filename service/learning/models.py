@@ -19,8 +19,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from predictors.history import History
-from predictors.model import FittedModel, fit
+from predictors.model import FittedModel, complete_steps, fit
 from predictors.predictor import LengthPredictor, Predictions
 from predictors.queries import Query, QueryBatch
 from predictors.store import ModelStore
@@ -68,6 +70,7 @@ class ModelService:
         self._warming = False  # a warm thread runs (and will take ``_warm_step``)
         self.warmer: threading.Thread | None = None  # the last warm thread started, if any
         self._unreadable: set[object] = set()  # stored versions that did not load (each logged once)
+        self._planned: int | None = None  # the step this replica planned last (``predict``): open
         self.loaded = False
 
     @property
@@ -117,6 +120,7 @@ class ModelService:
     def predict(self, queries: QueryBatch | Sequence[Query], step: int, quantile: float) -> Predictions:
         """Lengths at ``quantile`` from the freshest history and model version."""
         self.refresh()
+        self._planned = step  # one assignment: atomic; concurrent plans are of one step
         return self.predictor.predict(queries, step, quantile)
 
     def warm(self, step: int) -> None:
@@ -179,8 +183,22 @@ class ModelService:
             self._unreadable.add(error.value)
             _log.error("model store: %s; passed over", error)
 
-    def retrain(self, fence: Callable[[], None] | None = None, fence_token: int | None = None) -> Retrained:
-        """Fit on all history, store a new version, swap it in.
+    def retrain(
+        self,
+        fence: Callable[[], None] | None = None,
+        fence_token: int | None = None,
+        planned_step: int | None = None,
+    ) -> Retrained:
+        """Fit on the history's complete steps, store a new version, swap it in.
+
+        A step is complete once a later one is planned (``planned_step``, the step whose first
+        ``POST /schedule`` started an automatic retrain, else the step this replica planned last):
+        the actuals of the step being planned, or of a later one the history holds, may still be
+        arriving, its first finishers, the short ones, and a fit on them learned the step short
+        (``predictors.model.complete_steps``). So a retrain asked for between the last actual of a
+        step and the next step's plan leaves that step out too: the service cannot tell its last
+        actual from the others. Where no step was planned here (actuals pushed from a trace) every
+        row is fitted.
 
         ``fence`` runs just before the version is stored, the swap lock held, and raises to leave the
         fit unpublished: the retrain lock it was started under lapsed meanwhile
@@ -196,6 +214,7 @@ class ModelService:
         history = self.predictor.history.trace  # one snapshot: actuals landing meanwhile are not fitted
         if len(history) == 0:
             raise InvalidInputError("history", 0, "no actuals have been reported yet")
+        history = complete_steps(history, self._open_step(history.step, planned_step))
         model = fit(history)
         with self._swap_lock:  # not while fitting: requests reload meanwhile
             if fence is not None:
@@ -208,6 +227,13 @@ class ModelService:
         took = time.perf_counter() - started
         _log.info("retrained", extra={"model_version": f"v{version}", "rows": len(history), "seconds": took})
         return Retrained(version, len(history), took)
+
+    def _open_step(self, steps: np.ndarray, planned_step: int | None) -> int | None:
+        """The first step whose actuals may still be arriving: the step planned (``planned_step``, else
+        this replica's last), or the history's last step where that is later (another replica
+        planned it); None where nothing was planned here."""
+        planned = self._planned if planned_step is None else planned_step
+        return None if planned is None else max(planned, int(steps.max()))
 
     def _kept_if_fenced(self, version: int, fence: Callable[[], None]) -> None:
         """``fence`` again, the version in place: where it raises, the version is removed (a stored

@@ -107,19 +107,21 @@ class Retrainer:
         ``POST /models/retrain`` on any replica would be refused for."""
         return self.running or bool(self._redis.exists(self._lock_key))
 
-    def retrain_now(self, trigger: str = "request") -> RetrainResult:
+    def retrain_now(self, trigger: str = "request", step: int | None = None) -> RetrainResult:
         """Retrain synchronously; ``ConflictError`` (409) when one is already running or data is too thin.
 
         Every attempt is counted by outcome (``ok``, ``busy``, ``insufficient_data``, ``error``), the
         on-demand ones too, so a failing store shows on the dashboard and not only in a 503. A
         retrain done logs one ``retrain done`` line (version, rows, seconds, and ``trigger``:
         ``request`` or ``step``), so a slow or surprising model swap is found in the log; one that
-        fails logs one ``retrain failed`` line with its reason (``_log_failure``), on either trigger."""
+        fails logs one ``retrain failed`` line with its reason (``_log_failure``), on either trigger.
+        ``step``: the step whose first plan started it (``after_step``), before which every step is
+        complete; None for one asked for (``ModelService.retrain`` then reads the step planned last)."""
         if not self._running.acquire(blocking=False):
             self._metrics.retrains.labels("busy").inc()
             raise ConflictError("a retrain is already running in this replica")
         try:
-            result = self._locked_retrain()
+            result = self._locked_retrain(step)
         except ConflictError:
             raise  # counted where it was decided
         except Exception as error:
@@ -140,7 +142,7 @@ class Retrainer:
         )
         return result
 
-    def _locked_retrain(self) -> RetrainResult:
+    def _locked_retrain(self, step: int | None) -> RetrainResult:
         self._release_leftover()
         token = uuid.uuid4().hex
         if not self._redis.set(self._lock_key, token, nx=True, ex=keys.RETRAIN_LOCK_TTL_S):
@@ -154,7 +156,7 @@ class Retrainer:
                 self._next_fence(keys=[self._fence_key], args=[self._models.highest_fence_token()])
             )
             version, rows, seconds = self._models.retrain(
-                fence=lambda: self._still_held(token), fence_token=fence_token
+                fence=lambda: self._still_held(token), fence_token=fence_token, planned_step=step
             )
         except InvalidInputError as error:
             self._metrics.retrains.labels("insufficient_data").inc()
@@ -235,7 +237,7 @@ class Retrainer:
         # in a copy of this context: its lines carry the schedule id of the step that started it
         self.background = threading.Thread(
             target=contextvars.copy_context().run,
-            args=(self._background,),
+            args=(self._background, step),
             name=f"retrain-step-{step}",
             daemon=True,
         )
@@ -257,9 +259,9 @@ class Retrainer:
             return False
         return bool(self._advance(keys=[self.step_key], args=[last, step]))  # False: another replica first
 
-    def _background(self) -> None:
+    def _background(self, step: int) -> None:
         try:
-            self.retrain_now("step")
+            self.retrain_now("step", step)  # the steps before ``step`` are complete
         except ConflictError as error:
             _log.info("automatic retrain skipped: %s", error.detail)
         except Exception:

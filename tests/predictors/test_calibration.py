@@ -14,7 +14,7 @@ from predictors.calibration import calibration_folds, conformal_quantile
 from predictors.evaluate import score_step
 from predictors.features import FeatureSpec
 from predictors.history import History
-from predictors.model import _canonical, fit
+from predictors.model import _canonical, complete_steps, fit
 from predictors.predictor import LengthPredictor
 from predictors.queries import NO_CAP, QueryBatch
 from predictors.synthetic import synthetic_trace
@@ -123,3 +123,10 @@ def test_fitted_on_actuals_without_caps_the_p90_still_covers_queries_that_carry_
     served = LengthPredictor(History(uncapped), fit(uncapped, FAST))
     out = served.predict(QueryBatch.from_trace(now, NO_CAP), 2)
     assert float(np.mean(now.output_tokens <= out.p90)) >= 0.88
+
+
+def test_a_retrain_fits_the_steps_before_the_open_one_or_every_row_where_none_is_before() -> None:
+    trace = drifting_trace(steps=3)
+    assert set(complete_steps(trace, 2).step.tolist()) == {0, 1}
+    for open_step in (None, 0, 3):  # none open; a first step still running; every step complete
+        assert complete_steps(trace, open_step) is trace
