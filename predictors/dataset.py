@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from predictors.drift import projected
 from predictors.features import FeatureSpec, base_length, build_features
 from predictors.promptprior import PriorRows, prior_from_stats, prior_leave_one_out
 from predictors.promptstats import PromptStats, stats_of, walk_steps
@@ -95,7 +96,14 @@ def served_examples(history: Trace, rows: Trace, spec: FeatureSpec) -> tuple[Flo
     prior looks so, which a served query's prior (it does not depend on the query) never does.
     Such a row is featurised instead as serving featurises the next step: a new sample of its
     prompt, the prior its siblings in ``history``. Rows with neither are left out (serving
-    answers them from the global prior, not the model)."""
+    answers them from the global prior, not the model).
+
+    The target of a row of a prompt seen before is taken from the base serving predicts from: moved
+    by the drift over the part of its gap longer than any the history holds (``drift.projected``);
+    one featurised beside its siblings ran in their step, no drift between them. Read from the unmoved
+    base, the first step back of prompts rotating every K-th step (a gap no row of the calibration's
+    fit holds) gave residuals of the whole drift serving projects away: under +5%/step the next
+    model's shift was 0.21 log, its p90 covered 0.978 of the step after (review45b)."""
     parts: list[tuple[FloatArray, FloatArray]] = []
     steps = np.unique(rows.step).tolist()
     stats_at = _stats_before(history, sorted({*steps, *(s + 1 for s in steps)}))
@@ -106,10 +114,13 @@ def served_examples(history: Trace, rows: Trace, spec: FeatureSpec) -> tuple[Flo
         prior = prior_from_stats(earlier, queries.prompt_id)
         first = ~prior.seen
         for stats, chosen, at in ((earlier, ~first, step), (through, first, step + 1)):
-            prior = prior_from_stats(stats, queries.prompt_id[chosen])
+            ids = queries.prompt_id[chosen]
+            prior = prior_from_stats(stats, ids)
             x = build_features(prior, queries.take(np.flatnonzero(chosen)), at, stats.trend, spec)
             y = np.log(np.maximum(now.output_tokens[chosen].astype(np.float64), 1.0))
-            parts.append((x[prior.seen], (y - np.log(base_length(prior)))[prior.seen]))
+            # serving's base, moved by the drift over the gap (a sibling's ``step + 1`` spans none)
+            base = projected(prior, stats, stats.positions(ids), at)[0] if at == step else base_length(prior)
+            parts.append((x[prior.seen], (y - np.log(base))[prior.seen]))
     if not parts:
         return np.empty((0, len(spec.names))), np.empty(0)
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
