@@ -127,13 +127,21 @@ BODIES = st.one_of(
 
 
 @st.composite
-def answers(draw: st.DrawFn) -> httpx.Response:
-    """One answer a server could give any request of the client."""
+def answers(draw: st.DrawFn, own: dict[str, Any] | None = None) -> httpx.Response:
+    """One answer a server could give any request of the client; with ``own`` (the called route's
+    valid answer), half of them a 200 of that answer with one element changed.
+
+    Drawn from every route's answers alike, a success of the called route's own answer with one
+    element off (the answer that reaches the client's reading of a success, past its status and
+    decoding) was 0-2 of a call's 80 examples for six of the eight calls: a 200 is 3 of 18
+    statuses, and the route's own body 1 of 8, broken in one place 1 of 5 bodies."""
     headers = [(b"content-type", draw(CONTENT_TYPES).encode())]
     if draw(st.booleans()):  # as the bytes a server sends: httpx reads a header's text as Latin-1
         headers.append((b"retry-after", draw(RETRY_AFTER).encode("latin-1")))
     if draw(st.booleans()):
         headers.append((b"location", b"https://elsewhere.test/"))
+    if own is not None and draw(st.booleans()):
+        return httpx.Response(200, content=as_json(draw(one_off(own))), headers=headers)
     return httpx.Response(draw(STATUSES), content=draw(BODIES), headers=headers)
 
 
