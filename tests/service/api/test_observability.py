@@ -101,9 +101,9 @@ def test_an_automatic_retrain_logs_its_result_under_the_step_that_started_it(
 ) -> None:
     client = make_client(retrain_every_steps=1)
     client.post("/schedule", json=batch_body(step=0))
-    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})  # steps 0 and 1, both done
     with caplog.at_level(logging.INFO, logger="service"):
-        sid = client.post("/schedule", json=batch_body(step=1)).json()["schedule_id"]
+        sid = client.post("/schedule", json=batch_body(step=2)).json()["schedule_id"]
         retrainer = client.app.state.context.retrainer  # type: ignore[attr-defined]
         retrainer.background.join(60)
     done = [json.loads(JsonFormatter().format(r)) for r in caplog.records if r.getMessage() == "retrain done"]
