@@ -6,22 +6,53 @@ everything alive, the whole request included: measured at 32,768 trajectories, v
 28-32 ms with the collector held and 52-60 ms without, building the problem 26-33 ms against 33-65
 ms. Nothing built there forms a reference cycle (reference counting frees it all), so holding the
 collector for those calls changes no result, only when unreachable cycles elsewhere are reclaimed.
+
+The collector is the process's, and a service plans on several threads at once (one per plan slot,
+of every app in the process), so the pauses are counted: the first to begin disables it, the last
+to end restores it. Each thread saving and restoring the state on its own (as here until
+2026-12-05) let a pause that ended first enable the collector under one still running, and one that
+read the state while another thread was ending its own left the collector off for good.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 from collections.abc import Iterator
+
+
+class _Pauses:
+    """The pauses held now, on every thread, and the state the first of them found."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.restore = False  # whether the collector was enabled when the first of them began
+
+    def begin(self) -> None:
+        with self.lock:
+            if self.count == 0:
+                self.restore = gc.isenabled()
+            self.count += 1
+            gc.disable()
+
+    def end(self) -> None:
+        with self.lock:
+            self.count -= 1
+            if self.count == 0 and self.restore:
+                gc.enable()
+
+
+_PAUSES = _Pauses()  # one collector per process, so one count
 
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """Disable the cycle collector for the block and restore its previous state after it."""
-    was_enabled = gc.isenabled()
-    gc.disable()
+    """Disable the cycle collector for the block; the last pause of those overlapping it to end
+    restores the state the first found (an enabled collector, or one its caller had disabled)."""
+    _PAUSES.begin()
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        _PAUSES.end()
