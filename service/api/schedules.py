@@ -41,7 +41,7 @@ from service.delivery import DeadLetter, ResultRecord
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 from service.delivery.stored import utf8
 from service.logs import schedule_context
-from service.pipeline import stages
+from service.pipeline import in_flight, stages
 from service.pipeline.served import after_publish
 from service.problems.table import documented
 
@@ -82,12 +82,23 @@ async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     plan slot, and a burst of 40 waiting had held every shared thread, so ``/readyz`` (failing the
     replica's readiness), ``/actuals`` and progress reads waited behind them for as long. Its wait
     in line, for a thread and then a slot, is at most ``ROLLOUT_PLAN_QUEUE_TIMEOUT_S`` counted from
-    here, and is its ``queue_ms`` (``PlanSlots.hold``).
+    here, and is its ``queue_ms`` (``PlanSlots.hold``). Its in-flight mark is taken before that wait,
+    so a DELETE from here on withdraws the step (``service/pipeline/in_flight.py``).
     """
     arrived = time.perf_counter()  # the wait in line, for a thread then a slot, counts from here
-    request.state.schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
-    serve = functools.partial(_schedule, body, request, request.state.schedule_id, arrived)
+    schedule_id = request.state.schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
+    marked = await _marked(body, request, schedule_id)
+    serve = functools.partial(_schedule, body, request, marked, arrived)
     return await anyio.to_thread.run_sync(serve, limiter=_own_threads(request, "plan_threads"))
+
+
+async def _marked(body: ScheduleRequest, request: Request, schedule_id: str) -> in_flight.Mark:
+    """The request's in-flight mark, taken on a thread of the shared pool (a Redis call, and
+    ``context_of`` may ask Redis too): not one of the planning threads it is about to wait for."""
+    if not (body.schedule_id and body.publish):  # marks nothing: no thread hop
+        return in_flight.Mark(None, schedule_id, "")
+    take = functools.partial(in_flight.mark, body=body, schedule_id=schedule_id)
+    return await anyio.to_thread.run_sync(lambda: take(context_of(request)))
 
 
 def _own_threads(request: Request, pool: Literal["plan_threads", "long_polls"]) -> CapacityLimiter | None:
@@ -97,10 +108,13 @@ def _own_threads(request: Request, pool: Literal["plan_threads", "long_polls"]) 
     return None if ctx is None else getattr(ctx, pool)
 
 
-def _schedule(body: ScheduleRequest, request: Request, schedule_id: str, arrived: float) -> Response:
-    """``POST /schedule``'s work, on a planning thread (``context_of`` too: it may ask Redis)."""
-    ctx = context_of(request)
-    response = stages.run(body, ctx, schedule_id, arrived)
+def _schedule(body: ScheduleRequest, request: Request, marked: in_flight.Mark, arrived: float) -> Response:
+    """``POST /schedule``'s work, on a planning thread (``context_of`` too: it may ask Redis); the
+    request's in-flight mark is taken back as it ends, whatever it answers."""
+    schedule_id = marked.schedule_id
+    with in_flight.held(marked):
+        ctx = context_of(request)
+        response = stages.run(body, ctx, schedule_id, arrived)
     if body.publish and not response.replayed:  # a dry run writes nothing, the retrain counter included
         with schedule_context(schedule_id), after_publish("counting the step towards a retrain"):
             ctx.retrainer.after_step(body.step)  # a retrain it starts logs under the step's id

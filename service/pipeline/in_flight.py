@@ -1,13 +1,20 @@
-"""The mark a ``POST /schedule`` under a caller-chosen ``schedule_id`` holds in Redis from the moment
-it is accepted for planning until it publishes or is refused (``keys.ScheduleKeys.planning``).
+"""The mark a ``POST /schedule`` under a caller-chosen ``schedule_id`` holds in Redis from its arrival
+until it publishes or is refused (``keys.ScheduleKeys.planning``).
 
 A trainer that restarts and gives up on the step it had in flight DELETEs its id, and may find it not
-yet published: the old request still in line for a plan slot or planning, on any replica. The DELETE
-must keep that step from reaching the fleet (the abandoned step would occupy it before the next
-one), so it withdraws an id it finds marked (``lua/cancel.lua``: 202 ``withdrawn``, and the publish
-is refused 409). An id neither published nor marked (a typo) is a 404 that writes nothing, as any
-rejected request. So the mark is taken back when the request is refused or fails (a refused request
-leaves Redis as it was), and the publish deletes it in its own atomic step (``lua/publish.lua``).
+yet published: the old request still waiting for a planning thread, validated, in line for a plan slot
+or planning, on any replica. The DELETE must keep that step from reaching the fleet (the abandoned step
+would occupy it before the next one), so it withdraws an id it finds marked (``lua/cancel.lua``: 202
+``withdrawn``, and the publish is refused 409). An id neither published nor marked (a typo) is a 404
+that writes nothing, as any rejected request. So the mark is taken back when the request is refused or
+fails (a refused request leaves Redis as it was), and the publish deletes it in its own atomic step
+(``lua/publish.lua``).
+
+The route takes the mark as soon as it knows the id, before the request waits for a planning thread
+(``service/api/schedules.py``): taken on the thread, after validation, a DELETE during that wait (past
+``ROLLOUT_MAX_CONCURRENT_PLANS`` + 16 requests at once) or that validation was a 404, and the step was
+published. The planning thread takes it back (``held``); a request given up before its thread
+started (the server's shutdown) leaves it to lapse.
 
 Only a request that publishes under an id its caller chose is marked: a dry run publishes nothing,
 and an id the service draws is unknown to the trainer until the answer names it.
@@ -19,40 +26,59 @@ import logging
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import redis
 
 from service.api.schemas import ScheduleRequest
 from service.context import Context
 from service.delivery import keys
+from service.logs import schedule_context
 
 _log = logging.getLogger("service.pipeline")
 
 
-@contextmanager
-def in_flight(ctx: Context, body: ScheduleRequest, schedule_id: str, budget_s: float) -> Iterator[None]:
-    """Hold ``schedule_id``'s in-flight mark for the block (the wait for a plan slot, the plan and
-    the publish), taken back as it ends: its own publish deleted it already, but a request refused,
-    failed, or that lost the id to one published after its early check, must leave none. It lives as
-    long as the block may (the plan queue's timeout, the request's budget,
-    ``keys.PLANNING_MARGIN_S`` to predict and publish), so the mark of a replica that died
-    mid-request lapses by itself."""
+@dataclass(frozen=True)
+class Mark:
+    """One request's in-flight mark; ``ctx`` None where the request holds none (``mark``)."""
+
+    ctx: Context | None
+    schedule_id: str
+    request_id: str
+
+    def release(self) -> None:
+        """Take the mark back: its own publish deleted it already, but a request refused, failed,
+        given up, or that lost the id to one published after its early check, must leave none. A
+        Redis that fails it now is logged, not raised over the answer or the error the request
+        gives: the mark lapses by itself (``mark``)."""
+        if self.ctx is None:
+            return
+        with schedule_context(self.schedule_id):
+            try:
+                self.ctx.delivery.unmark_planning(self.schedule_id, self.request_id)
+            except redis.RedisError as error:
+                _log.warning("in-flight mark left to lapse", extra={"error": str(error)[:200]})
+
+
+def mark(ctx: Context, body: ScheduleRequest, schedule_id: str) -> Mark:
+    """Mark ``schedule_id`` in flight for this request, if it will publish under an id its caller
+    chose. The mark lives as long as the request may (the plan queue's timeout, counted from its
+    arrival, the request's budget, ``keys.PLANNING_MARGIN_S`` to predict and publish), so the mark
+    of a replica that died mid-request lapses by itself. Asks Redis: call it off the event loop."""
     if not (body.schedule_id and body.publish):
-        yield
-        return
+        return Mark(None, schedule_id, "")
     request_id = uuid.uuid4().hex
+    budget_s = (body.time_budget_ms or ctx.settings.default_time_budget_ms) / 1000.0  # as ``validate``'s
     ttl_s = ctx.settings.plan_queue_timeout_s + budget_s + keys.PLANNING_MARGIN_S
     ctx.delivery.mark_planning(schedule_id, request_id, int(ttl_s * 1000))
+    return Mark(ctx, schedule_id, request_id)
+
+
+@contextmanager
+def held(marked: Mark) -> Iterator[None]:
+    """Hold ``marked`` for the block (validation, the wait for a plan slot, the plan, the publish),
+    taken back as it ends, whatever the answer (refused 503, 409, 413, 422, failed or answered)."""
     try:
         yield
-    finally:  # refused (503, 409, 422), failed or answered: nothing of it in flight any more
-        _unmark(ctx, schedule_id, request_id)
-
-
-def _unmark(ctx: Context, schedule_id: str, request_id: str) -> None:
-    """Take the request's mark back; a Redis that fails it now is logged, not raised over the answer
-    or the error the request gives: the mark lapses by itself (``in_flight``)."""
-    try:
-        ctx.delivery.unmark_planning(schedule_id, request_id)
-    except redis.RedisError as error:
-        _log.warning("in-flight mark left to lapse", extra={"error": str(error)[:200]})
+    finally:
+        marked.release()

@@ -4,12 +4,13 @@ Each stage is one function below, in the order a request meets them (``publish``
 ``service/pipeline/publish.py``), and each but ``respond`` is timed. The answer is built before the
 publish, which stores it with the schedule for a retry of a caller-chosen ``schedule_id`` to replay
 (``republish``). Nothing is written to Redis before the plan exists but the in-flight mark of a
-caller-chosen id (``in_flight``), taken back on a refusal, so a request rejected at any stage
-changes no state (a retried ``schedule_id`` found stored is announced again and answered its first
-plan, ``replay``: a repair of that step's indexes, not a new write). Once the step is out, the
-bookkeeping that follows (``served.after_publish``) cannot turn its answer into an error that a
-trainer would retry. Next to the requested policy we plan the same batch with ``round_robin`` (the
-length-blind equal split RL trainers use today) so every response says what the plan is worth.
+caller-chosen id, which the route takes before it runs these (``in_flight``) and takes back on a
+refusal, so a request rejected at any stage changes no state (a retried ``schedule_id`` found
+stored is announced again and answered its first plan, ``replay``: a repair of that step's indexes,
+not a new write). Once the step is out, the bookkeeping that follows (``served.after_publish``)
+cannot turn its answer into an error that a trainer would retry. Next to the requested policy we
+plan the same batch with ``round_robin`` (the length-blind equal split RL trainers use today) so
+every response says what the plan is worth.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from service.learning.models import version_name
 from service.limits import check_trajectory_count
 from service.logs import schedule_context
 from service.pipeline import publish
-from service.pipeline.in_flight import in_flight
 from service.pipeline.republish import replay
 from service.pipeline.served import StageClock, record, timings
 from service.speeds.model import idle_learned
@@ -122,8 +122,7 @@ def _serve_valid(
     1,024-trajectory request ~8 young and ~1 middle collection, and a full one every ~10 requests,
     ~6 ms of its CPU on the slow host (the full ones also add a spike to the tail).
     """
-    marked = in_flight(ctx, body, schedule_id, checked.time_budget_s)  # a DELETE meanwhile withdraws it
-    with marked, ctx.plan_slots.hold(started) as waited_s, collector_paused():
+    with ctx.plan_slots.hold(started) as waited_s, collector_paused():
         clock.spent["queue"] += waited_s * 1000.0  # and for a plan slot
         with clock.stage("predict"):
             trajectories, predicted = predict(body, checked, ctx)

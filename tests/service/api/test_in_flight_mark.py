@@ -12,7 +12,7 @@ import redis
 
 from service.api.schemas import ScheduleRequest
 from service.delivery import keys
-from service.pipeline.in_flight import in_flight
+from service.pipeline.in_flight import held, mark
 from service.settings import Settings
 from tests.service.api.replicas import context, replicas
 from tests.service.api_helpers import batch_body, with_settings
@@ -21,7 +21,8 @@ BUDGET_S = 10.0
 
 
 def _body(**extra: Any) -> ScheduleRequest:
-    return ScheduleRequest.model_validate(batch_body(schedule_id="step", **extra))
+    body = batch_body(schedule_id="step", time_budget_ms=int(BUDGET_S * 1000), **extra)
+    return ScheduleRequest.model_validate(body)
 
 
 def test_a_dry_run_under_a_chosen_id_holds_no_mark_a_delete_could_withdraw(
@@ -32,7 +33,7 @@ def test_a_dry_run_under_a_chosen_id_holds_no_mark_a_delete_could_withdraw(
 
     async def run() -> int:
         async with replicas(live_settings) as [http]:
-            with in_flight(context(http), _body(publish=False), "step", BUDGET_S):
+            with held(mark(context(http), _body(publish=False), "step")):
                 return int(redis_client.exists(keys.schedule_keys("step").planning))
 
     assert asyncio.run(run()) == 0
@@ -48,7 +49,7 @@ def test_a_mark_outlives_the_wait_in_line_and_the_budget_and_goes_when_the_reque
 
     async def run() -> tuple[int, int]:
         async with replicas(settings) as [http]:
-            with in_flight(context(http), _body(), "step", BUDGET_S):
+            with held(mark(context(http), _body(), "step")):
                 ttl_ms = int(redis_client.pttl(planning))
             return ttl_ms, int(redis_client.exists(planning))
 
@@ -69,7 +70,7 @@ def test_a_mark_redis_fails_to_take_back_lapses_and_the_request_s_own_error_goes
         async with replicas(live_settings) as [http]:
             ctx = context(http)
             monkeypatch.setattr(ctx.delivery, "unmark_planning", unreachable)
-            with in_flight(ctx, _body(), "step", BUDGET_S):
+            with held(mark(ctx, _body(), "step")):
                 if fails:
                     raise LookupError("the request's own error")
 
