@@ -19,6 +19,7 @@ from anyio import CapacityLimiter
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from scheduler.errors import InvalidInputError
+from service.api.plan_thread import run_to_end
 from service.api.progress_schemas import (
     RESULTS_MAX_BYTES,
     RESULTS_MAX_WAIT_MS,
@@ -83,13 +84,14 @@ async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     replica's readiness), ``/actuals`` and progress reads waited behind them for as long. Its wait
     in line, for a thread and then a slot, is at most ``ROLLOUT_PLAN_QUEUE_TIMEOUT_S`` counted from
     here, and is its ``queue_ms`` (``PlanSlots.hold``). Its in-flight mark is taken before that wait,
-    so a DELETE from here on withdraws the step (``service/pipeline/in_flight.py``).
+    so a DELETE from here on withdraws the step (``service/pipeline/in_flight.py``), and the thread's
+    token is held until the thread ends, whatever happens to this handler (``plan_thread``).
     """
     arrived = time.perf_counter()  # the wait in line, for a thread then a slot, counts from here
     schedule_id = request.state.schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
     marked = await _marked(body, request, schedule_id)
     serve = functools.partial(_schedule, body, request, marked, arrived)
-    return await anyio.to_thread.run_sync(serve, limiter=_own_threads(request, "plan_threads"))
+    return await run_to_end(serve, marked.release, _own_threads(request, "plan_threads"))
 
 
 async def _marked(body: ScheduleRequest, request: Request, schedule_id: str) -> in_flight.Mark:

@@ -13,8 +13,8 @@ fails (a refused request leaves Redis as it was), and the publish deletes it in 
 The route takes the mark as soon as it knows the id, before the request waits for a planning thread
 (``service/api/schedules.py``): taken on the thread, after validation, a DELETE during that wait (past
 ``ROLLOUT_MAX_CONCURRENT_PLANS`` + 16 requests at once) or that validation was a 404, and the step was
-published. The planning thread takes it back (``held``); a request given up before its thread
-started (the server's shutdown) leaves it to lapse.
+published. The planning thread takes it back (``held``), or, for a request given up before its thread
+started, the thread that would have planned it (``service/api/plan_thread.py``).
 
 Only a request that publishes under an id its caller chose is marked: a dry run publishes nothing,
 and an id the service draws is unknown to the trainer until the answer names it.
