@@ -120,3 +120,24 @@ def test_a_step_refused_at_validation_leaves_redis_as_it_was_and_its_id_unknown(
     assert deleted.status_code == 404
     assert unchanged
     assert (sent_again.status_code, sent_again.json()["replayed"]) == (200, False)
+
+
+def test_a_retry_of_a_published_step_is_replayed_as_before_and_leaves_no_mark(
+    live_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """The retry is marked as it arrives too (nothing tells it from a new step before Redis is read);
+    its replay takes the mark back, so a DELETE afterwards cancels the published step, as before."""
+
+    async def run() -> tuple[httpx.Response, httpx.Response, int, httpx.Response]:
+        async with replicas(live_settings) as [http]:
+            published = await http.post("/schedule", json=batch_body(schedule_id="twice"))
+            replayed = await http.post("/schedule", json=batch_body(schedule_id="twice"))
+            marks = int(redis_client.exists(keys.schedule_keys("twice").planning))
+            return published, replayed, marks, await http.delete("/schedule/twice")
+
+    published, replayed, marks, cancelled = asyncio.run(run())
+    assert (replayed.status_code, replayed.json()["replayed"]) == (200, True)
+    assert replayed.json()["assignments"] == published.json()["assignments"]
+    assert marks == 0
+    answer = cancelled.json()
+    assert (cancelled.status_code, answer["status"], answer["queued"]) == (200, "cancelled", 32)
