@@ -63,7 +63,9 @@ async def claim_landed(
     """Wait until ``deadline``, or a second signal (``hurry``), for a claim the stop left waiting on
     Redis: what it leased is then held and handed back with the rest. One still waiting is cancelled:
     what it may yet lease is held by nobody, and lapses and is requeued by the reaper, as a release the
-    drain abandons."""
+    drain abandons. One that failed (Redis refused it, dropped its reply, or a bug) is one warning
+    naming the error: it was dropped unlogged, and its exception retrieved here is told nowhere else
+    (the main loop, which logs a claim's failures, left it to the drain)."""
     if claim is None:
         return
     try:
@@ -74,5 +76,6 @@ async def claim_landed(
             await claim
     except TimeoutError:
         log.warning("a claim still waiting on Redis was abandoned; what it leases lapses and is requeued")
-    except Exception:  # nothing leased: Redis refused or dropped it
-        pass
+    except Exception as exc:  # nothing held: what a dropped reply may have leased lapses
+        why = f"{type(exc).__name__}: {exc}"  # redis-py's repr names the class alone
+        log.warning("a claim waiting on Redis at the stop failed (%s); what it may have leased lapses", why)
