@@ -121,7 +121,7 @@ class Probes:
             **({"error": str(dead)} if dead is not None else {}),
             "worker_id": self.worker_id,
             "held": holdings.in_flight(),  # on the engine; not those claimed ahead of a slot or KV
-            "waiting": len(holdings) - holdings.in_flight(),
+            "waiting": len(holdings.waiting()),
             "engine_up": runner.engine_up,
             "redis_up": runner.redis_up,
             "loop_silent_s": round(silent_s, 3),

@@ -83,13 +83,21 @@ class Holdings:
         return len(self._held)
 
     def free_slots(self) -> int:
-        """Slots left for new claims (waiting leases occupy a slot too)."""
-        return max(0, self.max_in_flight - len(self._held))
+        """Slots left for new claims (waiting leases occupy a slot too; a ``failing`` one does not)."""
+        return max(0, self.max_in_flight - len(self._engine()))
+
+    def _engine(self) -> list[Held]:
+        """The holdings on the engine's slots and KV cache: all but the ``failing`` (pull) leases,
+        which the worker was told it lost and which are held only until their failure report is
+        answered (``PullState.abandon``). A report Redis answers frees the slot at once; one it did not
+        answer kept it, 204 to ``/next`` until the next beat, and counted in every item's measured
+        concurrency a sequence the worker no longer ran. A copy, taken at once (``in_flight``)."""
+        return [h for h in list(self._held.values()) if not h.failing]
 
     def reserved(self) -> int:
         """KV tokens the started items hold at their predicted final lengths, every schedule's: the
         engine's cache holds them all, whatever admission mode each schedule asked for."""
-        return sum(reservation_tokens(h.lease.item) for h in self._held.values() if h.started)
+        return sum(reservation_tokens(h.lease.item) for h in self._engine() if h.started)
 
     def steal_budget(self) -> int | None:
         """KV tokens a steal may still take on: the KV steal gate (docs/simulator.md).
@@ -101,7 +109,7 @@ class Holdings:
         """
         if self.kv_capacity_tokens is None:
             return None
-        held = sum(reservation_tokens(h.lease.item) for h in self._held.values())
+        held = sum(reservation_tokens(h.lease.item) for h in self._engine())
         return self.kv_capacity_tokens - held
 
     def add(self, lease: Lease, kv_admission: bool) -> Held:
@@ -115,7 +123,7 @@ class Holdings:
         """Whether ``held`` may start now without overcommitting the KV cache (module docstring)."""
         if held.reserved_tokens == 0 or self.kv_capacity_tokens is None:
             return True
-        running = [h for h in self._held.values() if h.started]  # every schedule's: one cache
+        running = [h for h in self._engine() if h.started]  # every schedule's: one cache
         if not running:
             return True  # nothing runs: even an item larger than the cache starts, nothing waits forever
         rate = self.decode_rate()
@@ -155,7 +163,7 @@ class Holdings:
         if not rate:
             return 0
         now, longest = self.clock(), 0.0
-        for held in self._held.values():
+        for held in self._engine():
             left = _predicted(held.lease.item)
             if held.started:
                 left -= rate * max(0.0, now - held.started_at)
@@ -201,8 +209,9 @@ class Holdings:
         """Leases started (sent to the engine, or handed to the worker): what the engine holds, which
         ``len`` overstates by the leases claimed ahead and still waiting to start. The health server's
         thread reads it while the loop adds and removes leases: it counts a copy of the values, taken
-        at once under the GIL, as iterating the dict itself raised "changed size during iteration"."""
-        return sum(1 for h in list(self._held.values()) if h.started)
+        at once under the GIL, as iterating the dict itself raised "changed size during iteration".
+        Not the ``failing`` leases (``_engine``)."""
+        return sum(1 for h in self._engine() if h.started)
 
     def handed(self) -> list[Held]:
         """Leases started that are still the worker's (pull mode: ``GET /leases``'s ``held``): not one
@@ -223,8 +232,8 @@ class Holdings:
         return list(self._held.values())
 
     def waiting(self) -> list[Held]:
-        """Leases claimed but not started, oldest first."""
-        return [h for h in self._held.values() if not h.started]
+        """Leases claimed but not started, oldest first (a copy taken at once: ``in_flight``)."""
+        return [h for h in list(self._held.values()) if not h.started]
 
     def get(self, key: LeaseId) -> Held | None:
         """The holding of one lease, if still held."""
