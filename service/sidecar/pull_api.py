@@ -78,6 +78,18 @@ from service.sidecar.supervision import LoopDiedError
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a /done carries one output: far below this; more is a mistake
 
 
+class ResendsUnansweredError(redis.RedisError):
+    """``POST /reset`` found a kept ``/done`` still unanswered once its resends' bound ran out: Redis
+    is stalled or down. A ``RedisError``: 503 with ``Retry-After`` (``pull_problems``), as any report
+    Redis does not answer; the retry sends it again."""
+
+    def __init__(self, unsent: int, within_s: float) -> None:
+        super().__init__(
+            f"{unsent} /done result(s) Redis never answered still unanswered after {within_s:.1f}s;"
+            " nothing handed back: retry POST /reset"
+        )
+
+
 async def pull_state(request: Request) -> PullState:
     """The app's ``PullState`` (a dependency: every route below is a sign of the worker's life).
 
@@ -262,11 +274,19 @@ async def reset(state: Pull) -> dict[str, int]:
     released beside it, a finished result could be thrown away and the item run again; and one
     that fails leaves its lease held, to be handed back here, its result sent once more first (a
     release of it was refused, or requeued a finished item). A ``/next`` long-polling for the dead
-    process ends first, with 204: an item it took after this would reach nobody."""
+    process ends first, with 204: an item it took after this would reach nobody.
+
+    Those resends keep to the shutdown's bound (``release_within_s``): one try each had none, so on a
+    stalled Redis the reset waited a socket timeout per kept result. One still unanswered then is a
+    503 to retry (``ResendsUnansweredError``), nothing handed back: released, a landed result's lease
+    was refused and counted ``lost``, and one that had not landed ran again."""
     await state.reset_polls()
     while any(h.completing for h in state.session.holdings.all()):
         await asyncio.sleep(0.05)
-    await state.resend_kept()  # a /done Redis never answered: its result, not a release (a rerun)
+    await state.resend_kept(within_s=state.release_within_s)  # a result, not a release (a rerun)
+    unsent = sum(1 for h in state.session.holdings.all() if h.unanswered is not None)
+    if unsent:
+        raise ResendsUnansweredError(unsent, state.release_within_s)
     holdings, held = state.session.holdings, state.session.holdings.all()
     ahead = [h for h in held if not h.started]
     await state.session.release(ahead)  # claimed ahead: never reached it

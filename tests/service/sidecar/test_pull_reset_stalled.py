@@ -1,0 +1,107 @@
+"""``POST /reset``'s resends of the kept ``/done`` results keep to a bound on a stalled Redis.
+
+A ``/done`` Redis never answered keeps its result, and ``/reset`` sends it once more before the hand-back
+(``test_pull_kept_resends.py``). Each resend was one try with no overall bound: on a stalled Redis
+(SIGSTOPped here: connections accepted, nothing answered) the reset waited one socket timeout per
+kept result, then a release that waited one more. The resends now keep to the shutdown's bound
+(``release_within_s``), and a result still unanswered then makes the reset a 503 with ``Retry-After``
+that hands nothing back: the worker's retry, Redis answering, sends it again, and each lease ends once.
+
+The client's socket timeout is set long (``SOCKET_TIMEOUT_S``) and the bound short (``WITHIN_S``): a
+resend that waits takes the whole timeout, at any load, so the count of resends begun says whether
+the bound cut the first; no wall-clock figure is asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from service.delivery.hangable import hangable
+from service.delivery.outcomes import CompletionOutcome
+from service.delivery.protocol import Delivery
+from service.delivery.stored import REPLY_DECODING
+from service.embedded import EmbeddedServer
+from service.sidecar.holdings import Holdings
+from service.sidecar.pull_api import create_pull_app
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import report_body, until
+from tests.service.sidecar.unanswered import UnansweredCompletions
+
+SOCKET_TIMEOUT_S = 10.0  # what a call on the stalled server waits for
+WITHIN_S = 1.0  # the release grace: the shutdown's bound on its resends, and now the reset's
+
+
+class CountedCompletions(UnansweredCompletions):
+    """``UnansweredCompletions`` that counts the completion calls begun and those that returned."""
+
+    def __init__(self, client: redis.Redis, lands: bool) -> None:
+        super().__init__(client, lands)
+        self.begun = 0
+        self.returned = 0
+
+    def complete_many(self, *args: Any, **kwargs: Any) -> list[CompletionOutcome]:
+        self.begun += 1
+        try:
+            return super().complete_many(*args, **kwargs)
+        finally:
+            self.returned += 1
+
+
+@pytest.fixture
+def server() -> Iterator[EmbeddedServer]:
+    """A server of the test's own, to SIGSTOP (resumed and stopped after it)."""
+    server = EmbeddedServer().start()
+    try:
+        yield server
+    finally:
+        server.signal(signal.SIGCONT)
+        server.stop()
+
+
+def test_a_reset_on_a_stalled_redis_resends_within_the_bound_then_503s_and_its_retry_ends_each_lease_once(
+    server: EmbeddedServer,
+) -> None:
+    """Two ``/done``s unanswered (not landed), Redis stalled, ``/reset``: 503 with ``Retry-After``
+    once the bound cut the first resend, the second never begun (before: both sent, each waiting out
+    the socket timeout, then the release a third). Redis back, the retried reset sends them again:
+    each lease ends once, accepted (or ``duplicate``, where the cut resend reached Redis first)."""
+    publish(Delivery.from_url(server.url), "s", {"w0": [item("a", 0, 10), item("b", 0, 10)]}, 600_000)
+    client = hangable(server.url, socket_timeout=SOCKET_TIMEOUT_S, **REPLY_DECODING)
+    delivery = CountedCompletions(client, lands=False)
+    session = WorkerSession(delivery, Holdings(2), SessionSettings("w0", retry_for_s=0.0))
+
+    async def run() -> list[Any]:
+        app = create_pull_app(session, release_within_s=WITHIN_S)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
+            leases = [(await worker.get("/next")).json() for _ in range(2)]
+            delivery.out.set()
+            for lease in leases:
+                assert (await worker.post("/done", json=report_body("done", lease))).status_code == 503
+            delivery.out.clear()
+            before = delivery.begun
+            server.signal(signal.SIGSTOP)
+            stalled = await worker.post("/reset")
+            begun = delivery.begun - before
+            server.signal(signal.SIGCONT)
+            await until(lambda: delivery.returned == delivery.begun, "the cut resend's call returned")
+            retried = await worker.post("/reset")
+            answers = [stalled.status_code, stalled.headers.get("retry-after"), retried.json()]
+            return [begun, [*answers, len(session.holdings)]]
+
+    begun, seen = asyncio.run(run())
+    assert begun <= 1, f"{begun} resends begun on the stalled server"  # the first may be cut unsent
+    assert seen == [503, "1", {"released": 0, "dead_lettered": 0}, 0]
+    stats = session.stats
+    assert (stats.claimed, stats.accepted + stats.duplicate) == (2, 2)
+    assert (stats.stale, stats.failed, stats.released, stats.lost, stats.cancelled) == (0, 0, 0, 0, 0)
+    progress = Delivery.from_url(server.url).progress("s")
+    assert (progress.done, progress.queued, progress.running) == (2, 0, 0)
