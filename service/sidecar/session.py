@@ -317,7 +317,8 @@ class WorkerSession:
 
         As ``complete``: unless ``keep_unanswered``, the lease is forgotten even when Redis never
         answers, and counted ``lost`` (it lapses, unless the failure landed: Redis keeps no record of
-        whose failure it took, so nothing tells which); with it, a report to retry keeps the lease held,
+        which token's failure it took, only which workers' (``P:tried``), so nothing tells which in
+        general: docs/sidecar.md); with it, a report to retry keeps the lease held,
         so the retry is not answered ``stale`` while the item sits leased in Redis until its lease
         lapses. One forgotten as ended: STALE, unsent."""
         if held.ended:
