@@ -202,3 +202,19 @@ def test_a_lease_held_again_counts_in_flight_only_from_its_restore() -> None:
     holdings.restore(dropped)
     now[0] = 30.0
     assert holdings.mean_concurrency(neighbour) == (2 * 10 + 1 * 10 + 2 * 10) / 30
+
+
+def test_a_failing_pull_lease_holds_no_slot_kv_reservation_steal_budget_or_busy_time() -> None:
+    """Held only until its failure report is answered (``PullState.abandon``): the worker was told it
+    lost it, so nothing the engine is reckoned to run includes it; still held, it is still counted."""
+    holdings = Holdings(max_in_flight=2, kv_capacity_tokens=2500, clock=lambda: 0.0)
+    failing = holdings.add(_lease("a", predicted=3000.0), kv_admission=True)
+    running = holdings.add(_lease("b"), kv_admission=True)
+    for held in (failing, running):
+        holdings.start(held)
+    failing.failing = True
+    waiting = holdings.add(_lease("c", predicted=1400.0), kv_admission=True)
+    assert (len(holdings), holdings.in_flight(), holdings.waiting()) == (3, 1, [waiting])
+    assert (holdings.free_slots(), holdings.reserved(), holdings.steal_budget()) == (0, 1000, 0)
+    assert holdings.can_start(waiting)  # b's 1000 and c's 1500 fit; a's 3100 beside them did not
+    assert holdings.busy_ms(rate=100.0) == 14_000  # c's 1400 tokens; a's 3000 made it 30 s
