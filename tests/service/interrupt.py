@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,3 +103,15 @@ def _workers(pid: int) -> tuple[int, ...]:
         if parent == pid and b"--multiprocessing-fork" in command:
             out.append(int(proc_dir.name))
     return tuple(out)
+
+
+@contextlib.contextmanager
+def handlers_kept(signals: Iterable[signal.Signals]) -> Iterator[None]:
+    """This process's handlers of ``signals`` put back on the way out, whatever the code under test
+    installed (a sidecar command arms its own): the tests that call it in-process run on."""
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

@@ -20,13 +20,12 @@ import pytest
 import redis
 
 from service.delivery.protocol import Delivery
-from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.pull_state import PullState
-from service.sidecar.session import SessionSettings, WorkerSession
+from service.sidecar.session import WorkerSession
 from tests.service.sidecar.procs import item, publish
 from tests.service.sidecar.pullclient import report_body
-from tests.service.sidecar.unanswered import UnansweredReports
+from tests.service.sidecar.unanswered import one_slot_session
 
 COUNTERS = ("inherited", "accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 BOUND_S = 100.0
@@ -44,11 +43,7 @@ def _abandoned_unanswered(
     or the next beat (``rate_drops``: after a slow completion measured meanwhile raised every
     item's bound far past this one's time). What the worker saw, and the session."""
     publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=600_000)
-    delivery = UnansweredReports(redis.Redis.from_url(redis_url), lands)
-    clock = [0.0]
-    session = WorkerSession(
-        delivery, Holdings(1, clock=lambda: clock[0]), SessionSettings("w0", retry_for_s=0.0)
-    )
+    delivery, clock, session = one_slot_session(redis_url, lands)
 
     async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
         lease = (await client.get("/next")).json()
@@ -117,11 +112,7 @@ def test_a_lease_whose_failure_report_is_sent_again_is_counted_held_nowhere_the_
     worker holds: ``/health``'s ``held`` and the ``held`` gauge count what ``/leases`` lists as held
     (docs/sidecar.md), and it is not ``waiting`` either (it was handed out). They counted it held."""
     publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=600_000)
-    delivery = UnansweredReports(redis.Redis.from_url(redis_url), lands=False)
-    clock = [0.0]
-    session = WorkerSession(
-        delivery, Holdings(1, clock=lambda: clock[0]), SessionSettings("w0", retry_for_s=0.0)
-    )
+    delivery, clock, session = one_slot_session(redis_url, lands=False)
 
     async def run() -> list[Any]:
         app = create_pull_app(session, hold_timeout_s=BOUND_S)

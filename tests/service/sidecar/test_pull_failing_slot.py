@@ -19,12 +19,10 @@ import httpx
 import redis
 
 from service.delivery.protocol import Delivery
-from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
-from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
 from tests.service.sidecar.pullclient import report_body
-from tests.service.sidecar.unanswered import UnansweredReports
+from tests.service.sidecar.unanswered import one_slot_session
 
 BOUND_S = 100.0
 RAN_S = 10.0  # the second item's run, on the holdings' clock
@@ -38,11 +36,7 @@ def test_a_failing_lease_frees_its_slot_and_is_not_counted_in_flight(
     held), it gets ``b`` (before: 204), and ``b``'s measured concurrency is 1 (``a`` counted beside
     it: 2); the next beat then ends ``a`` (``failed``), and the counters balance."""
     publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10), item("b", 0, 10)]}, 600_000)
-    delivery = UnansweredReports(redis.Redis.from_url(redis_url), lands=False)
-    clock = [0.0]
-    session = WorkerSession(
-        delivery, Holdings(1, clock=lambda: clock[0]), SessionSettings("w0", retry_for_s=0.0)
-    )
+    delivery, clock, session = one_slot_session(redis_url, lands=False)
 
     async def run() -> list[Any]:
         app = create_pull_app(session, hold_timeout_s=BOUND_S)

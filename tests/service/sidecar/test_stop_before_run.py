@@ -22,6 +22,7 @@ from service.sidecar import launch
 from service.sidecar.early_stop import STOP_SIGNALS
 from service.sidecar.hurry import Hurry
 from service.sidecar.session_settings import SessionStats
+from tests.service.interrupt import handlers_kept
 from tests.service.sidecar.procs import PROCESS_START_S, cluster, counters_line, wait_http
 
 SIGNALS = [signal.SIGTERM, signal.SIGINT]
@@ -49,12 +50,8 @@ def test_a_sidecar_stopped_while_it_waits_for_its_cluster_at_start_exits_0_with_
 @pytest.fixture
 def stop_handlers() -> Iterator[None]:
     """This process's SIGTERM and SIGINT handlers, put back after the test."""
-    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
-    try:
+    with handlers_kept(STOP_SIGNALS):
         yield
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
 
 
 @pytest.mark.usefixtures("stop_handlers")

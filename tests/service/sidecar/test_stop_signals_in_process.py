@@ -19,6 +19,7 @@ from service import cli
 from service.commands import sidecar as sidecar_command
 from service.sidecar import launch
 from service.sidecar.session_settings import SessionStats
+from tests.service.interrupt import handlers_kept
 
 ARGS = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url", "http://e"]
 STOP = (signal.SIGTERM, signal.SIGINT)
@@ -29,12 +30,8 @@ def returning_run(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A push run that returns at once, as one stopped by SIGTERM does; the handlers this process
     had are put back afterwards whatever the command did to them."""
     monkeypatch.setattr(launch, "run_push", lambda _: SessionStats())
-    before = {sig: signal.getsignal(sig) for sig in STOP}
-    try:
+    with handlers_kept(STOP):
         yield
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
 
 
 @pytest.mark.usefixtures("returning_run")

@@ -12,6 +12,8 @@ import redis
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
+from service.sidecar.holdings import Holdings
+from service.sidecar.session import SessionSettings, WorkerSession
 
 
 def _lost_answer() -> redis.ConnectionError:
@@ -44,3 +46,13 @@ class UnansweredReports(UnansweredCompletions):
         if self.lands:
             super().fail(lease, reason, now_ms)
         raise _lost_answer()
+
+
+def one_slot_session(redis_url: str, lands: bool) -> tuple[UnansweredReports, list[float], WorkerSession]:
+    """Worker ``w0``'s session of one slot whose reports go unanswered on demand, its holdings on a
+    clock the test moves by hand (``clock[0]``): how the pull tests of a lease held past its bound
+    whose failure report Redis never answered start. (delivery, clock, session)."""
+    delivery = UnansweredReports(redis.Redis.from_url(redis_url), lands)
+    clock = [0.0]
+    holdings = Holdings(1, clock=lambda: clock[0])
+    return delivery, clock, WorkerSession(delivery, holdings, SessionSettings("w0", retry_for_s=0.0))
