@@ -140,7 +140,7 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
         raise RedisTooOldError(refusal)
     delivery = Delivery(client, prefix)
     log = ActualsLog(client, settings.actuals_maxlen, prefix)
-    model_service = ModelService(ModelStore(settings.model_dir), log, settings.model_keep)
+    model_service = ModelService(ModelStore(settings.model_dir), log, settings.model_keep, delivery)
     try:
         model_service.start()
     except redis.RedisError as error:

@@ -166,12 +166,15 @@ Entry = tuple[str, dict[str, str]]  # one stream entry as XRANGE answers it: id,
 
 
 class Folded(NamedTuple):
-    """What ``ActualsLog.rows_after`` read: rows, the id to continue from, and whether the stream
-    lost what was read before (the rows are then its whole content, to replace what was held)."""
+    """What ``ActualsLog.rows_after`` read: rows, the id to continue from, whether the stream lost
+    what was read before (the rows are then its whole content, to replace what was held), and the
+    schedule each row's report named (None: none), in the rows' order: ``service.learning.step_over``
+    tells by them whether the last step is over."""
 
     rows: list[TraceRow]
     cursor: str
     restarted: bool
+    schedules: list[str | None]
 
 
 class ActualsLog:
@@ -225,35 +228,40 @@ class ActualsLog:
         unless a whole cap of newer ones arrived), and the rows returned are the stream's whole
         content, ``restarted`` set, so the caller holds what Redis holds rather than rows it lost."""
         if cursor == START:
-            return Folded(*self._pages(START), restarted=False)
+            return self._pages(START, restarted=False)
         head = self._page(cursor, inclusive=True)  # the entry at cursor, then up to PAGE - 1 newer
         if not head or head[0][0] != cursor:
-            return Folded(*self._pages(START), restarted=True)
-        rows, cursor = self._rows(head[1:]), head[-1][0]
-        if len(head) == PAGE:  # more after this page
-            more, cursor = self._pages(cursor)
-            rows += more
-        return Folded(rows, cursor, restarted=False)
+            return self._pages(START, restarted=True)
+        rows, schedules = self._rows(head[1:])
+        if len(head) < PAGE:
+            return Folded(rows, head[-1][0], False, schedules)
+        more = self._pages(head[-1][0], restarted=False)  # more after this page
+        return Folded(rows + more.rows, more.cursor, False, schedules + more.schedules)
 
-    def _pages(self, cursor: str) -> tuple[list[TraceRow], str]:
+    def _pages(self, cursor: str, restarted: bool) -> Folded:
         """Every entry after ``cursor``, page by page, as rows, and the last id read."""
         rows: list[TraceRow] = []
+        schedules: list[str | None] = []
         while True:
             page = self._page(cursor)
-            rows += self._rows(page)
+            page_rows, page_schedules = self._rows(page)
+            rows += page_rows
+            schedules += page_schedules
             if page:
                 cursor = page[-1][0]
             if len(page) < PAGE:
-                return rows, cursor
+                return Folded(rows, cursor, restarted, schedules)
 
     def _page(self, cursor: str, inclusive: bool = False) -> list[Entry]:
         """Up to ``PAGE`` entries after ``cursor`` (from it, when ``inclusive``)."""
         low = cursor if inclusive else f"({cursor}"
         return cast(list[Entry], self._redis.xrange(self.key, min=low, max="+", count=PAGE))
 
-    def _rows(self, page: list[Entry]) -> list[TraceRow]:
-        """The entries of ``page`` that read as reports, as trace rows (others skipped, ``_row``)."""
-        return [row for _, fields in page if (row := _row(fields.get("a", ""), self._texts)) is not None]
+    def _rows(self, page: list[Entry]) -> tuple[list[TraceRow], list[str | None]]:
+        """The entries of ``page`` that read as reports, as trace rows (others skipped, ``_row``), and
+        the schedule each named."""
+        read = [row for _, fields in page if (row := _row(fields.get("a", ""), self._texts)) is not None]
+        return [row for row, _ in read], [schedule for _, schedule in read]
 
 
 class SharedTexts:
@@ -290,9 +298,10 @@ class SharedTexts:
         return {k: self(v) if isinstance(v, str) else v for k, v in features.items()}
 
 
-def _row(raw: str, texts: SharedTexts) -> TraceRow | None:
-    """One stored report as a trace row; JSON is parsed directly (it was validated when stored),
-    which reads a 2M-entry history at startup ~10x faster than re-validating every report.
+def _row(raw: str, texts: SharedTexts) -> tuple[TraceRow, str | None] | None:
+    """One stored report as a trace row, and the schedule it names (None: none); JSON is parsed
+    directly (it was validated when stored), which reads a 2M-entry history at startup ~10x faster
+    than re-validating every report.
 
     An entry that no longer reads (written by something else, or stored before the API bounded its
     counts) is skipped with a warning: failing on it would fail every later read of the history,
@@ -303,7 +312,8 @@ def _row(raw: str, texts: SharedTexts) -> TraceRow | None:
         if not utf8(raw):
             raise ValueError(f"not UTF-8: {raw.encode('utf-8', 'surrogateescape')[:80]!r}")
         doc = json.loads(raw)
-        return TraceRow(
+        schedule = doc.get("schedule_id")
+        row = TraceRow(
             step=_count(doc["step"]),
             prompt_id=texts(str(doc["prompt_id"])),
             sample_idx=_count(doc["sample_idx"]),
@@ -314,6 +324,7 @@ def _row(raw: str, texts: SharedTexts) -> TraceRow | None:
             reward=doc.get("reward"),
             features=texts.features(doc.get("features", {})),
         )
+        return row, None if schedule is None else texts(str(schedule))
     except (ValueError, KeyError, TypeError) as error:  # written by something else: skip, say so
         _log.warning("skipping unreadable actuals entry: %s", error)
         return None

@@ -27,7 +27,9 @@ from predictors.predictor import LengthPredictor, Predictions
 from predictors.queries import Query, QueryBatch
 from predictors.store import ModelStore
 from scheduler.errors import InvalidInputError
+from service.delivery.views import DeliveryViews
 from service.learning.actuals import ActualsLog
+from service.learning.step_over import LastStep, StepReports, over
 from service.problems.table import ModelStoreError
 
 _log = logging.getLogger("service.models")
@@ -53,9 +55,15 @@ class Retrained(NamedTuple):
 class ModelService:
     """One predictor per app; thread-safe (requests run on a thread pool)."""
 
-    def __init__(self, store: ModelStore, actuals: ActualsLog, keep: int = 20) -> None:
+    def __init__(
+        self, store: ModelStore, actuals: ActualsLog, keep: int = 20, delivery: DeliveryViews | None = None
+    ) -> None:
         self.store = store
         self.actuals = actuals
+        # the schedules' keys, read to tell whether the history's last step is over
+        # (``service.learning.step_over``); None: it never is, until a later step is planned
+        self.delivery = delivery
+        self._reports = StepReports()  # the newest step's actuals by schedule (under ``_sync_lock``)
         self.keep = keep  # versions left in the store after a retrain
         self.predictor = LengthPredictor(History(max_rows=actuals.maxlen))  # the stream's newest maxlen
         self._cursor = "0-0"  # last actuals-stream id folded into the history
@@ -114,6 +122,7 @@ class ModelService:
                 self.predictor.use_history(History(folded.rows, max_rows=self.actuals.maxlen))
             elif folded.rows:
                 self.predictor.observe(folded.rows)
+            self._reports.fold(folded.rows, folded.schedules, folded.restarted)
             self._cursor = folded.cursor
             return len(folded.rows)
 
@@ -195,10 +204,11 @@ class ModelService:
         ``POST /schedule`` started an automatic retrain, else the step this replica planned last):
         the actuals of the step being planned, or of a later one the history holds, may still be
         arriving, its first finishers, the short ones, and a fit on them learned the step short
-        (``predictors.model.complete_steps``). So a retrain asked for between the last actual of a
-        step and the next step's plan leaves that step out too: the service cannot tell its last
-        actual from the others. Where no step was planned here (actuals pushed from a trace) every
-        row is fitted.
+        (``predictors.model.complete_steps``). A retrain asked for (no ``planned_step``) also fits
+        the history's last step where its schedules say it is over: settled, or each trajectory
+        reported (``service.learning.step_over``); else it is left out, as a step run outside the
+        delivery is. Where no step was planned here (actuals pushed from a trace) every row is
+        fitted.
 
         ``fence`` runs just before the version is stored, the swap lock held, and raises to leave the
         fit unpublished: the retrain lock it was started under lapsed meanwhile
@@ -211,10 +221,12 @@ class ModelService:
         are not in the model, and counting them made ``history_rows`` name rows it never saw."""
         started = time.perf_counter()
         self.sync()
+        with self._sync_lock:  # before the snapshot: it holds at least the actuals judged over
+            last = self._reports.last()
         history = self.predictor.history.trace  # one snapshot: actuals landing meanwhile are not fitted
         if len(history) == 0:
             raise InvalidInputError("history", 0, "no actuals have been reported yet")
-        history = complete_steps(history, self._open_step(history.step, planned_step))
+        history = complete_steps(history, self._open_step(history.step, planned_step, last))
         model = fit(history)
         with self._swap_lock:  # not while fitting: requests reload meanwhile
             if fence is not None:
@@ -228,12 +240,22 @@ class ModelService:
         _log.info("retrained", extra={"model_version": f"v{version}", "rows": len(history), "seconds": took})
         return Retrained(version, len(history), took)
 
-    def _open_step(self, steps: np.ndarray, planned_step: int | None) -> int | None:
+    def _open_step(self, steps: np.ndarray, planned_step: int | None, last: LastStep) -> int | None:
         """The first step whose actuals may still be arriving: the step planned (``planned_step``, else
         this replica's last), or the history's last step where that is later (another replica
-        planned it); None where nothing was planned here."""
+        planned it), unless, asked for, that last step is over (``step_over.over``); None where
+        nothing was planned here or nothing is open."""
         planned = self._planned if planned_step is None else planned_step
-        return None if planned is None else max(planned, int(steps.max()))
+        if planned is None:
+            return None
+        newest = int(steps.max())
+        if planned_step is None and planned <= newest and self._over(last, newest):
+            return None
+        return max(planned, newest)
+
+    def _over(self, last: LastStep, step: int) -> bool:
+        """``step_over.over`` where this service reads the delivery's keys; False where it does not."""
+        return self.delivery is not None and over(last, step, self.delivery)
 
     def _kept_if_fenced(self, version: int, fence: Callable[[], None]) -> None:
         """``fence`` again, the version in place: where it raises, the version is removed (a stored

@@ -23,7 +23,7 @@ def test_the_rows_of_one_prompt_hold_one_prompt_id_object_across_reads(redis_cli
     cursor = "0-0"
     for step in range(3):  # three syncs, as a replica follows the stream step by step
         log.append(_reports(step, samples=40))
-        rows, cursor, _ = log.rows_after(cursor)
+        rows, cursor, *_ = log.rows_after(cursor)
         history.append(rows)
     prompt_ids = history.trace.prompt_id
     assert len(prompt_ids) == 120

@@ -26,6 +26,6 @@ def test_an_entry_that_is_not_utf8_is_skipped_and_its_warning_quotes_its_first_8
 
 
 def test_the_same_entry_in_utf8_is_read() -> None:
-    row = _row(json.dumps(ENTRY), SharedTexts())
-    assert row is not None
-    assert (row.prompt_id, row.output_tokens) == ("p0", 5)
+    read = _row(json.dumps(ENTRY), SharedTexts())
+    assert read is not None
+    assert (read[0].prompt_id, read[0].output_tokens) == ("p0", 5)
