@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,4 +54,27 @@ def test_actuals_of_steps_in_many_slots_are_checked_for_a_cancel_on_redis_cluste
         refused = client.post("/actuals", json={"actuals": [*reports, cut]})
         assert (refused.status_code, refused.json()["field"]) == (409, "actuals[2].schedule_id"), refused.text
         assert client.post("/actuals", json={"actuals": reports}).json()["accepted"] == 2
+    redis_cluster.flushall()
+
+
+@pytest.mark.slow
+def test_a_step_published_in_two_slots_is_fitted_once_each_part_is_reported_on_redis_cluster(
+    redis_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """A retrain asked for between steps reads each of the step's schedules, in their slots, and the
+    active index: fitted once both parts report every trajectory, left out while one has not."""
+    redis_cluster.flushall()
+    settings = Settings(redis_url=redis_cluster.url, redis_cluster=True, model_dir=str(tmp_path))
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/actuals", json={"actuals": actual_history(steps=2)}).status_code == 200
+        items = batch_body()["batch"]["items"]
+        for sid, part in (("step-2a", items[:4]), ("step-2b", items[4:])):
+            body = batch_body(step=2, schedule_id=sid) | {"batch": {"items": part}}
+            assert client.post("/schedule", json=body).status_code == 200
+        for sid, prompts in (("step-2a", range(4)), ("step-2b", range(4, 8))):
+            reports = [actual_report(2, p, i) | {"schedule_id": sid} for p in prompts for i in range(4)]
+            assert client.post("/actuals", json={"actuals": reports}).status_code == 200
+            fitted = client.post("/models/retrain").json()["version"]
+            steps = json.loads((tmp_path / f"v{int(fitted[1:]):06d}" / "metadata.json").read_text())["steps"]
+            assert steps == ([0, 1] if sid == "step-2a" else [0, 1, 2])
     redis_cluster.flushall()
