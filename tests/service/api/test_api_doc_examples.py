@@ -65,3 +65,11 @@ def test_the_models_field_lists_of_the_api_doc_are_the_answers_fields(
     listed = re.search(route + r":? `\{([^}`]*)\}`", API_DOC.read_text())
     assert listed, f"docs/api.md lists no fields after {route}"
     assert [name.strip(' "') for name in listed.group(1).split(",")] == list(model.model_fields)
+
+
+def test_each_delete_answer_the_api_doc_shows_has_every_field_of_the_answer() -> None:
+    """The DELETE's answers (its 200 and its 202) are small and shown whole: a trainer tells them apart
+    by ``status``, so an example without it (the 200's had none) shows an answer the service never sends."""
+    shown = [example for example in _examples() if _model_of(example) is CancelResponse]
+    assert {example.get("status") for example in shown} == {"cancelled", "withdrawn"}
+    assert [sorted(example) for example in shown if set(example) != set(CancelResponse.model_fields)] == []
