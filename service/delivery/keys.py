@@ -69,8 +69,9 @@ active and lapse indexes together, which share a slot):
 Time-to-live: every per-schedule key expires at ``meta.expire_at_ms`` = publish time + retention
 (``DEFAULT_RETENTION_S``); scripts that (re)create a key re-apply that absolute deadline, so a late
 write never makes a key immortal. Index entries older than the retention are pruned on each announce.
-Two keys come before a publish: ``P:withdrawn`` lives the retention, ``P:planning`` the plan queue's
-timeout + the request's budget + ``PLANNING_MARGIN_S`` (only ever extended; the publish deletes it).
+Two keys come before a publish: ``P:withdrawn`` lives the retention, or what the ``P:planning`` it
+replaces had left if longer (``lua/cancel.lua``), ``P:planning`` the plan queue's timeout + the
+request's budget + ``PLANNING_MARGIN_S`` (only ever extended; the publish deletes it).
 
 Fleet-wide keys of the service (its actuals log ``service/learning/actuals.py``, its speed
 store in ``service/speeds/learner.py`` and its retrainer ``service/learning/retrain.py``), each

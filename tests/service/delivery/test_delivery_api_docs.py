@@ -1,0 +1,64 @@
+"""docs/delivery.md's API section (the protocol as a Python caller sees it) agrees with ``Delivery``:
+it shows every public method, each keyword it gives is one the method takes, and its errors paragraph
+names every error the package exports. A method left out (``cancel``'s ``withdraw_s``, the in-flight
+marks) was behaviour a caller of the protocol could only find in the code."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+from service.delivery import Delivery, errors
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "delivery.md"
+_CALL = re.compile(r"\bdelivery\.(\w+)\(")
+
+
+def _section() -> str:
+    """The API section: from its heading to the key layout's."""
+    return DOC.read_text().split("## The API (`service.delivery`)", 1)[1].split("## Key layout", 1)[0]
+
+
+def _calls() -> dict[str, str]:
+    """Each method the section's code block calls -> its own arguments as written, those of calls
+    inside them (``PublishedSchedule(queues=...)``) and the comments between them left out."""
+    block = _section().split("```python", 1)[1].split("```", 1)[0]
+    block = re.sub(r"#[^\n]*", "", block)
+    return {match.group(1): _top_level(block[match.end() :]) for match in _CALL.finditer(block)}
+
+
+def _top_level(text: str) -> str:
+    """What ``text`` holds up to the parenthesis that closes the call it is inside, nested calls out."""
+    depth, kept = 0, []
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            break
+        kept.append(char if depth == 0 else "")
+    return "".join(kept)
+
+
+def _public_methods() -> set[str]:
+    return {name for name, _ in inspect.getmembers(Delivery, inspect.isfunction) if not name.startswith("_")}
+
+
+def test_the_api_section_shows_every_public_method_of_delivery() -> None:
+    shown = set(_calls()) | ({"from_url"} if "Delivery.from_url(" in _section() else set())
+    assert sorted(_public_methods() - shown) == []
+    assert sorted(set(_calls()) - _public_methods()) == []
+
+
+def test_every_keyword_the_api_section_gives_a_method_is_one_it_takes() -> None:
+    wrong = {
+        (method, keyword)
+        for method, arguments in _calls().items()
+        for keyword in re.findall(r"\b(\w+)=", arguments)
+        if keyword not in inspect.signature(getattr(Delivery, method)).parameters
+    }
+    assert sorted(wrong) == []
+
+
+def test_the_errors_paragraph_names_every_error_the_package_exports() -> None:
+    paragraph = _section().split("Errors:", 1)[1]
+    assert sorted(name for name in errors.__all__ if f"`{name}" not in paragraph) == []
