@@ -192,7 +192,8 @@ def cancel_schedule(
     repeated DELETE changes nothing and answers the same counts.
 
     An id not published yet but in flight (its ``POST /schedule`` in line or planning, on any
-    replica: ``service/pipeline/in_flight.py``) is withdrawn for the retention, 202 ``withdrawn``:
+    replica: ``service/pipeline/in_flight.py``) is withdrawn for the retention (or while a request
+    under it may still publish, if longer: ``lua/cancel.lua``), 202 ``withdrawn``:
     a restarted trainer that gives up on the step it had in flight must keep that request from
     publishing it (409), or the abandoned step occupies the whole fleet before the next one. Any
     other unknown id is a 404 that writes nothing."""
