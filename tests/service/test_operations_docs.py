@@ -2,10 +2,14 @@
 
 The service's and the sidecar's metric sections (docs/api.md, docs/sidecar.md) are held to their
 expositions by tests/service/api/test_observability.py and tests/service/sidecar/test_health.py;
-the runbook is held to those sections here, so an alert copied from it finds its series."""
+the runbook is held to those sections here, so an alert copied from it finds its series. And the
+settings table's sizing of the planning threads is the service's own."""
 
 from __future__ import annotations
 
+import re
+
+from service.context import PLAN_QUEUE_THREADS
 from tests.service.metrics_docs import DOCS, documented_metrics, queried_metrics, rates_without_range
 
 
@@ -42,3 +46,17 @@ def test_a_rate_without_a_range_is_found() -> None:
         'rate(rollout_reaped_leases_total{outcome="requeued"}'
     ]
     assert not rates_without_range('`rate(rollout_reaped_leases_total{outcome="requeued"}[5m])`')
+
+
+def test_the_threads_the_settings_table_gives_steps_in_line_are_the_service_s() -> None:
+    """``ROLLOUT_MAX_CONCURRENT_PLANS``'s row tells an operator how many steps wait in line on threads
+    (more wait threadless, their ``ROLLOUT_PLAN_QUEUE_TIMEOUT_S`` running): the number the service sizes
+    its planning pool with beside the plan slots (``service/startup.py``)."""
+    row = next(
+        line
+        for line in (DOCS / "operations.md").read_text().splitlines()
+        if line.startswith("| `ROLLOUT_MAX_CONCURRENT_PLANS` |")
+    )
+    in_line = re.search(r"one a plan slot, and (\d+) for those in line", row)
+    assert in_line, "the row says no longer how many threads steps in line hold"
+    assert int(in_line.group(1)) == PLAN_QUEUE_THREADS
