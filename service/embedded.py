@@ -240,9 +240,11 @@ class EmbeddedServer:
         """Send ``signum`` to the server process: SIGSTOP then SIGCONT is a Redis that stops answering
         while its clock runs on (a pause, a long AOF replay), for the outage tests. By ``os.kill``:
         ``Popen.send_signal`` polls first, which reaps a server that ended while its watcher is armed;
-        unreaped (a zombie at worst), the pid is still the server's."""
+        unreaped (a zombie at worst), the pid is still the server's. Only to a server not ended
+        (``ended``, which reaps nothing): one another waiter reaped (``ECHILD``) left a pid that names
+        no process, or one started since."""
         proc = self._held.proc
-        if proc is not None and proc.returncode is None:
+        if proc is not None and not self._held.ended():
             os.kill(proc.pid, signum)
 
     def stop(self) -> None:
