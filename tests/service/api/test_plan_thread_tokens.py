@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 import redis
@@ -80,3 +81,40 @@ def test_a_handler_cancelled_while_waiting_for_a_thread_is_never_planned_and_tak
     validated, deleted = asyncio.run(run())
     assert (validated, deleted) == (0, 404)
     assert redis_client.exists(GONE.meta, GONE.withdrawn) == 0
+
+
+def test_a_request_given_up_still_waiting_for_a_thread_when_the_loop_ends_takes_its_mark_back(
+    live_settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service's shutdown: uvicorn cancels the handlers still running at its graceful timeout
+    (10 s), then returns, and ``asyncio.run`` cancels every task left, the planning-thread calls
+    still waiting for a token among them. Such a call never reaches a thread, so the thread that was
+    to take its mark back never runs: the mark was left to lapse (plan queue timeout + budget + 60 s),
+    a restarted trainer's DELETE withdrew the step (202) its request had never planned. Here the
+    loop ends while every planning thread is still held; the threads end after it."""
+    settings = with_settings(live_settings, max_concurrent_plans=1, plan_queue_timeout_s=60)
+    validating = Gate()
+    monkeypatch.setattr(stages, "validate", validating.before(stages.validate))
+
+    async def run() -> None:
+        async with replicas(settings) as [http]:
+            threads = context(http).plan_threads
+            held = [  # left running as the loop ends
+                asyncio.create_task(http.post("/schedule", json=batch_body(policy="no-such-policy")))
+                for _ in range(int(threads.total_tokens))
+            ]
+            await until(lambda: validating.reached == len(held))
+            given_up = asyncio.create_task(http.post("/schedule", json=batch_body(schedule_id="gone")))
+            await until(lambda: threads.statistics().tasks_waiting == 1)
+            assert redis_client.exists(GONE.planning) == 1
+            given_up.cancel()  # the graceful-shutdown timeout
+            with pytest.raises(asyncio.CancelledError):
+                await given_up
+        # leaving ``run``: asyncio.run cancels what is left, the call waiting for a token included
+
+    asyncio.run(run())
+    validating.open()  # the held requests' threads end now, after the loop
+    deadline = time.monotonic() + 60  # a bound against never: met at once when right
+    while redis_client.exists(GONE.planning) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert redis_client.exists(GONE.planning, GONE.meta, GONE.withdrawn) == 0
