@@ -47,7 +47,7 @@ key                         type     contents
 ``P:calls``                 hash     ``claim|steal <worker>`` -> ``<call id>\n<victim>\n<token> <key>...``
                                      ``reset <worker>`` -> ``<call id>\n<released> <lapsed> <dead> <charged>``
 ``P:answer``                string   the ``POST /schedule`` answer, ``z1:`` + base64 of zlib'd JSON
-``P:planning``              hash     request nonce -> when accepted (ms): ``POST /schedule`` in flight
+``P:planning``              hash     request nonce -> ``accepted:deadline`` (ms): ``POST /schedule`` in flight
 ``P:withdrawn``             string   when a DELETE withdrew the id in flight (ms): publish refused
 ``P:dead``                  list     dead letters as JSON (key, worker, attempts, reason, at_ms)
 ``P:results``               stream   accepted results, one entry per item, read by the trainer
@@ -71,7 +71,8 @@ Time-to-live: every per-schedule key expires at ``meta.expire_at_ms`` = publish 
 write never makes a key immortal. Index entries older than the retention are pruned on each announce.
 Two keys come before a publish: ``P:withdrawn`` lives the retention, or what the ``P:planning`` it
 replaces had left if longer (``lua/cancel.lua``), ``P:planning`` the plan queue's timeout + the
-request's budget + ``PLANNING_MARGIN_S`` (only ever extended; the publish deletes it).
+request's budget + ``PLANNING_MARGIN_S``: the latest deadline of its entries (a mark extends it; a
+take-back sets it from the entries left, ``lua/planning.lua``; the publish deletes it).
 
 Fleet-wide keys of the service (its actuals log ``service/learning/actuals.py``, its speed
 store in ``service/speeds/learner.py`` and its retrainer ``service/learning/retrain.py``), each

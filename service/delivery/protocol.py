@@ -16,7 +16,6 @@ tests and simulations use to drive expiry deterministically; do not mix both sty
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -67,23 +66,23 @@ class Delivery(ScriptCalls):
         self._announce(schedule.schedule_id, announced, schedule.lease.retention_s)
         return PublishOutcome.CREATED if int(created) == 1 else PublishOutcome.UNCHANGED
 
-    def mark_planning(self, schedule_id: str, request_id: str, ttl_ms: int) -> None:
+    def mark_planning(
+        self, schedule_id: str, request_id: str, ttl_ms: int, now_ms: int | None = None
+    ) -> None:
         """Mark one ``POST /schedule`` under ``schedule_id`` in flight for ``ttl_ms`` at most
-        (``keys.ScheduleKeys.planning``, an entry per request): a DELETE meanwhile withdraws the id
-        (``cancel``), where one of an id never sent is a 404 that writes nothing. The publish deletes
-        the mark in its atomic step; ``unmark_planning`` takes this request's entry back otherwise.
-        The key's TTL is only ever extended, so a request racing this one keeps its own."""
-        planning = self.keys(schedule_id).planning
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hset(planning, request_id, int(time.time() * 1000))  # when accepted, for an operator
-        pipe.pexpire(planning, ttl_ms, nx=True)  # a new key: its TTL
-        pipe.pexpire(planning, ttl_ms, gt=True)  # another request's: extended, never shortened
-        pipe.execute()
+        (``keys.ScheduleKeys.planning``, an entry per request with its own deadline): a DELETE
+        meanwhile withdraws the id (``cancel``), where one of an id never sent is a 404 that writes
+        nothing. The publish deletes the mark in its atomic step; ``unmark_planning`` takes this
+        request's entry back otherwise. The key's TTL is only extended here, so a request racing this
+        one keeps its own (``lua/planning.lua``)."""
+        self._call(self.scripts.planning, schedule_id, ["mark", request_id, int(ttl_ms), wire.clock(now_ms)])
 
-    def unmark_planning(self, schedule_id: str, request_id: str) -> None:
+    def unmark_planning(self, schedule_id: str, request_id: str, now_ms: int | None = None) -> None:
         """Take back ``mark_planning``'s entry of a request refused or failed before it published (the
-        last entry's removal deletes the key): a DELETE then finds the id unknown again."""
-        self.client.hdel(self.keys(schedule_id).planning, request_id)
+        last entry's removal deletes the key): a DELETE then finds the id unknown again. The key's
+        TTL becomes the latest deadline of the entries left, in the same atomic step: a refused
+        request that had extended it leaves no key a later expiry (docs/api.md)."""
+        self._call(self.scripts.planning, schedule_id, ["unmark", request_id, "", wire.clock(now_ms)])
 
     # -- worker side ----------------------------------------------------------------------------
 

@@ -16,7 +16,18 @@ from typing import Any
 
 from redis.commands.core import Script
 
-OPERATIONS = ("publish", "claim", "steal", "heartbeat", "complete", "release", "reap", "cancel", "reset")
+OPERATIONS = (
+    "publish",
+    "claim",
+    "steal",
+    "heartbeat",
+    "complete",
+    "release",
+    "reap",
+    "cancel",
+    "reset",
+    "planning",
+)
 
 
 @cache
@@ -40,6 +51,7 @@ class Scripts:
     reap: Script  # expire lapsed leases
     cancel: Script  # end every queued and running item of a schedule the trainer gave up
     reset: Script  # hand back what a worker's earlier process still holds (a restarted push sidecar)
+    planning: Script  # mark or unmark a POST /schedule in flight under its id
 
 
 def register(client: Any) -> Scripts:

@@ -237,3 +237,55 @@ def test_a_withdrawal_lasts_the_retention_when_the_mark_would_lapse_sooner(
     delivery.mark_planning("s", "quick", ttl_ms=1_000)
     delivery.cancel("s", withdraw_s=60)
     assert 50_000 < redis_client.pttl(keys.schedule_keys("s").withdrawn) <= 60_000
+
+
+def test_a_refused_request_s_take_back_leaves_the_mark_the_expiry_the_others_gave_it(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """Two requests in flight under one id, a short one and a long one; the long one is refused and
+    takes its entry back: the mark lives as long as the short one may, as if the long one had never
+    come (before: its extension stayed, 100 s, and a refused request gave a key a later expiry)."""
+    planning = keys.schedule_keys("s").planning
+    delivery.mark_planning("s", "a", ttl_ms=1_000)
+    delivery.mark_planning("s", "b", ttl_ms=100_000)
+    delivery.unmark_planning("s", "b")
+    assert (redis_client.hlen(planning), 0 < redis_client.pttl(planning) <= 1_000) == (1, True)
+
+
+def test_a_take_back_keeps_the_latest_deadline_of_the_requests_left(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    planning = keys.schedule_keys("s").planning
+    delivery.mark_planning("s", "long", ttl_ms=100_000, now_ms=T0)
+    delivery.mark_planning("s", "short", ttl_ms=1_000, now_ms=T0)
+    delivery.unmark_planning("s", "short", now_ms=T0 + 500)
+    assert 90_000 < redis_client.pttl(planning) <= 100_000
+
+
+def test_a_take_back_once_the_others_deadlines_passed_leaves_no_mark(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """The entries left belong to requests past their own lifetime (a replica that died mid-request):
+    they lapse as they would have, with the key."""
+    delivery.mark_planning("s", "dead", ttl_ms=1_000, now_ms=T0)
+    delivery.mark_planning("s", "slow", ttl_ms=100_000, now_ms=T0)
+    delivery.unmark_planning("s", "slow", now_ms=T0 + 2_000)
+    assert redis_client.exists(keys.schedule_keys("s").planning) == 0
+
+
+def test_a_take_back_beside_an_older_replica_s_mark_leaves_the_expiry_as_it_is(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """An older replica's entry (when accepted, no deadline of its own) may need the whole TTL."""
+    planning = keys.schedule_keys("s").planning
+    delivery.mark_planning("s", "new", ttl_ms=100_000)
+    redis_client.hset(planning, "old", T0)
+    delivery.unmark_planning("s", "new")
+    assert 90_000 < redis_client.pttl(planning) <= 100_000
+
+
+def test_a_take_back_after_the_publish_writes_nothing(delivery: Delivery, redis_client: redis.Redis) -> None:
+    delivery.mark_planning("s", "first", ttl_ms=60_000)
+    delivery.publish(schedule("s", {"a": 2}), now_ms=T0)
+    delivery.unmark_planning("s", "first")
+    assert redis_client.exists(keys.schedule_keys("s").planning) == 0
