@@ -79,13 +79,13 @@ MAX_BODY_BYTES = 16 * 1024 * 1024  # a /done carries one output: far below this;
 
 
 class ResendsUnansweredError(redis.RedisError):
-    """``POST /reset`` found a kept ``/done`` still unanswered once its resends' bound ran out: Redis
-    is stalled or down. A ``RedisError``: 503 with ``Retry-After`` (``pull_problems``), as any report
-    Redis does not answer; the retry sends it again."""
+    """``POST /reset`` found a report still in flight, or a kept ``/done`` still unanswered, once its
+    bound ran out: Redis is stalled or down. A ``RedisError``: 503 with ``Retry-After``
+    (``pull_problems``), as any report Redis does not answer; the retry sends it again."""
 
     def __init__(self, unsent: int, within_s: float) -> None:
         super().__init__(
-            f"{unsent} /done result(s) Redis never answered still unanswered after {within_s:.1f}s;"
+            f"{unsent} report(s) Redis has not answered after {within_s:.1f}s;"
             " nothing handed back: retry POST /reset"
         )
 
@@ -276,14 +276,17 @@ async def reset(state: Pull) -> dict[str, int]:
     release of it was refused, or requeued a finished item). A ``/next`` long-polling for the dead
     process ends first, with 204: an item it took after this would reach nobody.
 
-    Those resends keep to the shutdown's bound (``release_within_s``): one try each had none, so on a
-    stalled Redis the reset waited a socket timeout per kept result. One still unanswered then is a
-    503 to retry (``ResendsUnansweredError``), nothing handed back: released, a landed result's lease
-    was refused and counted ``lost``, and one that had not landed ran again."""
+    The wait for those in flight and the resends keep to the shutdown's bound (``release_within_s``),
+    together: unbounded, on a stalled Redis the reset waited out an in-flight report's own retry
+    window, and a socket timeout per kept result. One still in flight or unanswered then is a 503 to
+    retry (``ResendsUnansweredError``), nothing handed back: released, a landed result's lease was
+    refused and counted ``lost``, and one that had not landed ran again."""
     await state.reset_polls()
-    while any(h.completing for h in state.session.holdings.all()):
-        await asyncio.sleep(0.05)
-    await state.resend_kept(within_s=state.release_within_s)  # a result, not a release (a rerun)
+    deadline = time.monotonic() + state.release_within_s  # one bound for the wait and the resends
+    if not await _reports_settled(state, deadline):
+        in_flight = sum(1 for h in state.session.holdings.all() if h.completing)
+        raise ResendsUnansweredError(in_flight, state.release_within_s)
+    await state.resend_kept(within_s=max(0.0, deadline - time.monotonic()))  # a result, not a rerun
     unsent = sum(1 for h in state.session.holdings.all() if h.unanswered is not None)
     if unsent:
         raise ResendsUnansweredError(unsent, state.release_within_s)
@@ -294,6 +297,18 @@ async def reset(state: Pull) -> dict[str, int]:
     handed = [h for h in held if h.started and not h.completing and holdings.get(lease_id(h.lease)) is h]
     dead = await state.session.release(handed, died="its worker process")
     return {"released": len(ahead) + len(handed) - dead, "dead_lettered": dead}
+
+
+async def _reports_settled(state: PullState, deadline: float) -> bool:
+    """Wait until no ``/done`` or ``/fail`` is in flight (``completing``), up to ``deadline``
+    (``time.monotonic``): False if one still is. Unbounded, a reset on a stalled Redis waited out
+    that report's own retry window (``retry_for_s``, 60 s by default), past the release grace that
+    bounds the resends after it."""
+    while any(h.completing for h in state.session.holdings.all()):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 def create_pull_app(

@@ -105,3 +105,42 @@ def test_a_reset_on_a_stalled_redis_resends_within_the_bound_then_503s_and_its_r
     assert (stats.stale, stats.failed, stats.released, stats.lost, stats.cancelled) == (0, 0, 0, 0, 0)
     progress = Delivery.from_url(server.url).progress("s")
     assert (progress.done, progress.queued, progress.running) == (2, 0, 0)
+
+
+REPORT_WINDOW_S = 600.0  # the /done's own retry window: what the reset waited out before
+GUARD_S = 60.0  # the test's own guard on the reset: far past the bound, far short of that window
+
+
+def test_a_reset_finding_a_done_in_flight_on_a_stalled_redis_503s_within_the_bound_and_its_retry_ends_it_once(
+    server: EmbeddedServer,
+) -> None:
+    """A ``/done`` in flight on a stalled Redis (sent after the SIGSTOP, retrying), then ``/reset``:
+    503 with ``Retry-After`` while that ``/done`` is still unanswered (before: the reset waited out
+    the ``/done``'s own retry window, here far past the test's guard). Redis back, the ``/done``
+    lands and the retried reset hands back nothing: the lease ends once, accepted."""
+    publish(Delivery.from_url(server.url), "s", {"w0": [item("a", 0, 10)]}, 600_000)
+    client = hangable(server.url, socket_timeout=SOCKET_TIMEOUT_S, **REPLY_DECODING)
+    session = WorkerSession(Delivery(client), Holdings(1), SessionSettings("w0", retry_for_s=REPORT_WINDOW_S))
+
+    async def run() -> list[Any]:
+        app = create_pull_app(session, release_within_s=WITHIN_S)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
+            lease = (await worker.get("/next")).json()
+            server.signal(signal.SIGSTOP)
+            done = asyncio.create_task(worker.post("/done", json=report_body("done", lease)))
+            await until(lambda: any(h.completing for h in session.holdings.all()), "the /done in flight")
+            async with asyncio.timeout(GUARD_S):
+                stalled = await worker.post("/reset")
+            in_flight = not done.done()
+            server.signal(signal.SIGCONT)
+            answered = (await done).json()
+            retried = await worker.post("/reset")
+            answers = [stalled.status_code, stalled.headers.get("retry-after"), in_flight]
+            return [*answers, answered["outcome"], retried.json(), len(session.holdings)]
+
+    assert asyncio.run(run()) == [503, "1", True, "accepted", {"released": 0, "dead_lettered": 0}, 0]
+    stats = session.stats
+    assert (stats.claimed, stats.accepted, stats.released, stats.lost, stats.stale) == (1, 1, 0, 0, 0)
+    progress = Delivery.from_url(server.url).progress("s")
+    assert (progress.done, progress.queued, progress.running) == (1, 0, 0)
