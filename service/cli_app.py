@@ -1,5 +1,6 @@
 """The ``rollout-scheduler`` command line: one root Typer app, one module per command group.
 
+``service.cli.main`` (the console script) runs it (``run``), after what must come before its imports.
 Each command group lives in its own module under ``service/commands/`` and is registered here, so the
 root stays a table of contents. Command modules import their heavy dependencies lazily inside the
 command functions, so ``rollout-scheduler --help`` stays fast.
@@ -10,6 +11,8 @@ from __future__ import annotations
 import sys
 
 import typer
+
+from service.cli import OWNS_PROCESS
 
 app = typer.Typer(
     name="rollout-scheduler",
@@ -24,9 +27,6 @@ bench_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(bench_app, name="bench")
-OWNS_PROCESS = (
-    "owns-process"  # the root context's ``obj`` where ``main`` runs a command: the process ends with it
-)
 
 
 def _register() -> None:
@@ -42,8 +42,8 @@ _CLICK_ERROR: type[Exception] = next(k for k in typer.BadParameter.__mro__ if k.
 _USAGE_ERROR: type[Exception] = next(k for k in typer.BadParameter.__mro__ if k.__name__ == "UsageError")
 
 
-def main() -> None:
-    """Console-script entry point.
+def run() -> None:
+    """Run the command ``sys.argv`` names, then exit with its status (``service.cli.main``).
 
     Typer answers a malformed command line (an unknown flag, a value of the wrong type, a missing
     argument) with a boxed usage message; every command's own checks answer with one line and exit
@@ -71,7 +71,3 @@ def _report(error: Exception) -> int:
     hint = " (see --help)" if isinstance(error, _USAGE_ERROR) else ""
     typer.echo(f"{where}: {message}{hint}", err=True)
     return status
-
-
-if __name__ == "__main__":
-    main()

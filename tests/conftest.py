@@ -93,7 +93,7 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def cli() -> typer.Typer:
     """The root app with every command group attached (what the console script runs), for CliRunner."""
-    from service.cli import _register, app
+    from service.cli_app import _register, app
 
     if not any(g.name == "trace" for g in app.registered_groups):
         _register()  # once per session: registering twice would duplicate every command

@@ -214,10 +214,10 @@ def sidecar(
         )
         _run(options, log_level, (device, model, num_gpus), url_from, owns_process)
     except early_stop.StoppedBeforeRunError as stopped:
-        _stopped_before_run(worker_id, stopped.signal_name)
+        stopped_before_run(worker_id, stopped.signal_name)
 
 
-def _stopped_before_run(worker_id: str, signal_name: str) -> None:
+def stopped_before_run(worker_id: str, signal_name: str) -> None:
     """A stop signal came before the run handled it (``early_stop``): nothing was claimed, so the
     stop is done. Say so, and print the counters line, all zero, as a stopped run does."""
     import logging

@@ -10,8 +10,10 @@ zero) and exit status 0, a clean stop to Kubernetes ("Completed") and to systemd
 by hand would not be: systemd counts a death by SIGTERM as clean, but exit status 143 as a failure
 unless the unit lists it in ``SuccessExitStatus``.
 
-What is left is the interpreter's start and the root CLI's imports, before the command's first
-line (0.4-0.6 s on the 2-core dev host): a SIGTERM then still ends the process by the signal.
+The console script's entry (``service.cli.main``) arms them before it imports the command line
+(Typer, every command group: 0.6-0.8 s on the 2-core dev host), and the command again as its first
+line; what is left is the interpreter's own start (0.1 s), when a SIGTERM still ends the process by
+the signal.
 
 Only the console script's process is given these handlers (``commands/sidecar._owns_process``), as
 only it is made deaf to the stop signals after a run: a caller running the command in its own

@@ -23,7 +23,7 @@ class CommandLineError(ValueError):
 @lru_cache(maxsize=1)
 def root_command() -> Any:
     """The CLI as the console script sees it, with every command group registered (once)."""
-    from service import cli
+    from service import cli_app as cli
 
     cli._register()
     return typer.main.get_command(cli.app)

@@ -92,7 +92,7 @@ def test_probes_and_metrics_need_no_token(secured: TestClient) -> None:
 
 
 def test_serve_refuses_a_public_address_without_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
-    from service.cli import _register, app
+    from service.cli_app import _register, app
 
     monkeypatch.delenv("ROLLOUT_TRAINER_TOKENS", raising=False)
     monkeypatch.delenv("ROLLOUT_WORKER_TOKENS", raising=False)

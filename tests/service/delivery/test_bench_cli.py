@@ -14,7 +14,7 @@ from tests.service.interrupt import alive, interrupt
 
 
 def _cli() -> typer.Typer:
-    from service.cli import _register, app, bench_app
+    from service.cli_app import _register, app, bench_app
 
     if not any(command.name == "delivery" for command in bench_app.registered_commands):
         _register()  # once per session: registering twice would duplicate every command

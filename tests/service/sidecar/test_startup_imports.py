@@ -29,8 +29,8 @@ PULL = "import uvicorn; from service.sidecar import pull_api"
 
 CLI_ROOT = """
 import sys
-import service.cli
-service.cli._register()
+import service.cli_app
+service.cli_app._register()
 print(" ".join(sorted(m for m in {modules} if m in sys.modules)))
 """
 
