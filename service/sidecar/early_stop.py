@@ -24,6 +24,10 @@ from __future__ import annotations
 
 import signal
 from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import asyncio
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -44,6 +48,22 @@ def arm() -> None:
     command's first act, in the console script's process only."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, _stopped)
+
+
+def armed() -> bool:
+    """Whether both stop signals still have the early handlers (``arm``): the console script's
+    process, its run not begun."""
+    return all(signal.getsignal(sig) is _stopped for sig in STOP_SIGNALS)
+
+
+def deaf_after_run(loop: asyncio.AbstractEventLoop) -> None:
+    """A push run returned in the console script's process (``armed`` as it began): take the loop's
+    handlers off and ignore both signals from now, still in the loop. Its close put the defaults
+    back, and a SIGTERM before the command went deaf (``commands/sidecar._deaf_to_stop_signals``:
+    the health server's stop, the loop's teardown in between) killed the process by the signal."""
+    for sig in STOP_SIGNALS:
+        loop.remove_signal_handler(sig)
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _stopped(signum: int, frame: FrameType | None) -> None:

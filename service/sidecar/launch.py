@@ -29,6 +29,7 @@ from service.redis_conn import (
     refused,
     require_version,
 )
+from service.sidecar import early_stop
 from service.sidecar.hang_up import hang_up
 from service.sidecar.holdings import Holdings
 from service.sidecar.hurry import Hurry
@@ -226,13 +227,17 @@ async def _push(
     )
     if health is not None:
         health.attach(runner)
+    console = early_stop.armed()  # the console script's process: deaf once the run returned
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _on_signal, stop, runner.hurry)
     try:
-        return await runner.run(stop)
+        stats = await runner.run(stop)
     finally:
         await engine.aclose()
         hang_up(delivery)  # calls the drain abandoned end now, not at their socket timeout
+    if console:
+        early_stop.deaf_after_run(loop)  # before the loop's close puts the defaults back
+    return stats
 
 
 def _on_signal(stop: asyncio.Event, hurry: Hurry) -> None:

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from service import cli
 from service.commands import sidecar as sidecar_command
-from service.sidecar import launch
+from service.sidecar import early_stop, launch, runner
+from service.sidecar.launch import SidecarOptions
 from service.sidecar.session_settings import SessionStats
 from tests.service.interrupt import handlers_kept
 
@@ -54,3 +55,37 @@ def test_the_console_script_ignores_the_stop_signals_once_the_run_has_returned(
         cli.main()
     assert exited.value.code == 0
     assert [signal.getsignal(sig) for sig in STOP] == [signal.SIG_IGN, signal.SIG_IGN]
+
+
+@pytest.fixture
+def returning_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A push run whose loop starts, installs its handlers and returns at once, as one stopped by
+    SIGTERM does; the handlers this process had are put back afterwards."""
+
+    async def returns(self: runner.Sidecar, stop: object) -> SessionStats:
+        return self.session.stats
+
+    monkeypatch.setattr(runner.Sidecar, "run", returns)
+    before = {sig: signal.getsignal(sig) for sig in STOP}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+@pytest.mark.usefixtures("returning_loop")
+def test_a_push_run_that_returned_in_the_console_script_s_process_ignores_the_stop_signals_as_its_loop_closes(
+    redis_url: str,
+) -> None:
+    """Its loop's close put the defaults back, and a SIGTERM before the command went deaf (the health
+    server's stop, the loop's teardown) killed the process by the signal (-15)."""
+    early_stop.arm()  # what the console script's entry does first
+    launch.run_push(SidecarOptions(worker_id="w", redis_url=redis_url, engine_url="http://127.0.0.1:1"))
+    assert [signal.getsignal(sig) for sig in STOP] == [signal.SIG_IGN, signal.SIG_IGN]
+
+
+@pytest.mark.usefixtures("returning_loop")
+def test_a_push_run_in_a_caller_s_own_process_leaves_the_stop_signals_heard(redis_url: str) -> None:
+    launch.run_push(SidecarOptions(worker_id="w", redis_url=redis_url, engine_url="http://127.0.0.1:1"))
+    assert signal.SIG_IGN not in [signal.getsignal(sig) for sig in STOP]
