@@ -202,7 +202,8 @@ class ScheduleKeys:
 
     @property
     def withdrawn(self) -> str:
-        """Set by a DELETE of an id in flight, for the retention: its publish is refused (409)."""
+        """Set by a DELETE of an id in flight, for the retention or the mark's time left if longer
+        (``lua/cancel.lua``): its publish is refused (409)."""
         return f"{self.base}:withdrawn"
 
     @property
