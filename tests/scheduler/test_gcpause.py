@@ -118,3 +118,33 @@ def test_a_pause_that_begins_as_another_ends_never_leaves_the_collector_disabled
         assert gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_pauses_that_overlap_without_a_gap_still_collect_once_the_collector_was_held_long_enough(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Plans overlapping without end (a busy replica's slots) held the collector for good: the count
+    never fell to zero. Now the pause ending after ``MAX_HELD_S`` runs one full collection (and the
+    next only ``MAX_HELD_S`` later), while the pause still running keeps the collector disabled."""
+    now = [0.0]
+    monkeypatch.setattr(gcpause, "_PAUSES", gcpause._Pauses(clock=lambda: now[0]))
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        outer = collector_paused()
+        outer.__enter__()  # one plan always running ...
+        for step in range(4):  # ... while four others begin and end, 0.6 MAX_HELD_S apart
+            with collector_paused():
+                now[0] = 0.6 * gcpause.MAX_HELD_S * (step + 1)
+        held = not gc.isenabled()
+        outer.__exit__(None, None, None)
+    finally:
+        gc.callbacks.remove(count)
+        gc.enable()
+    assert collections == [2, 2]  # at 1.2 and 2.4 MAX_HELD_S: each once it had been held that long
+    assert held
