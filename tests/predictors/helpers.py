@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
 from predictors.model import FitConfig
 from predictors.synthetic import synthetic_trace
 from predictors.tracetable import Trace
+from scheduler.trace import TraceRow
 
 FAST = FitConfig(num_rounds=40, calibration_folds=3)  # enough to learn, cheap enough for unit tests
 
@@ -31,4 +33,14 @@ def altered(trace: Trace, rows: np.ndarray) -> Trace:
     caps = np.where(trace.max_new_tokens > 0, np.maximum(trace.max_new_tokens, out), 0)
     return dataclasses.replace(
         trace, output_tokens=out, reward=reward, finish_reason=finish, max_new_tokens=caps
+    )
+
+
+def mean_runs(runs: Sequence[tuple[int, str, float]]) -> Trace:
+    """Two samples of each (step, prompt, mean length): ``mean`` +- 10%, so each run's mean is exact
+    (the drift tests read rates and slopes off them)."""
+    return Trace.from_rows(
+        TraceRow(step=s, prompt_id=p, sample_idx=k, prompt_tokens=50, output_tokens=round(m * f))
+        for s, p, m in runs
+        for k, f in enumerate((0.9, 1.1))
     )

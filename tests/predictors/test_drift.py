@@ -14,9 +14,7 @@ from predictors.drift import gap_drift, unseen_gap, widened_p90
 from predictors.evaluate import Scores, score_step
 from predictors.promptstats import stats_of
 from predictors.synthetic import rotating
-from predictors.tracetable import Trace
-from scheduler.trace import TraceRow
-from tests.predictors.helpers import FAST, drifting_trace
+from tests.predictors.helpers import FAST, drifting_trace, mean_runs
 
 
 def _first_recurrence(seed: int, drift: float) -> dict[str, Scores]:
@@ -42,19 +40,10 @@ def test_without_drift_prompts_back_after_four_steps_keep_their_p90_coverage() -
     assert all(0.85 <= c <= 0.995 for c in coverage), coverage
 
 
-def _rows(runs: list[tuple[int, str, float]]) -> Trace:
-    """Two samples of each (step, prompt, mean length): ``mean`` +- 10%."""
-    return Trace.from_rows(
-        TraceRow(step=s, prompt_id=p, sample_idx=k, prompt_tokens=50, output_tokens=round(m * f))
-        for s, p, m in runs
-        for k, f in enumerate((0.9, 1.1))
-    )
-
-
 def test_the_drift_rate_is_read_from_prompts_that_ran_before_whichever_prompts_each_step_ran() -> None:
     """Short prompt a, long prompt b, each growing 20% between its runs two steps apart: the step
     means swing by the prompts (100, 1,000, 120, 1,200), the rate is log(1.2) / 2 per step."""
-    stats = stats_of(_rows([(0, "a", 100), (1, "b", 1000), (2, "a", 120), (3, "b", 1200)]), 4)
+    stats = stats_of(mean_runs([(0, "a", 100), (1, "b", 1000), (2, "a", 120), (3, "b", 1200)]), 4)
     np.testing.assert_array_equal(stats.step_matched, [0, 0, 1, 1])
     np.testing.assert_allclose(stats.step_rates[2:], [math.log(1.2) / 2] * 2)
     moved = gap_drift(stats, np.array([2.0, 0.0, np.nan]), 4)
@@ -65,7 +54,7 @@ def test_the_drift_rate_is_read_from_prompts_that_ran_before_whichever_prompts_e
 def test_only_the_part_of_a_gap_longer_than_any_the_history_holds_is_projected() -> None:
     """Prompt a came back after 2 steps (0 -> 2): a query 2 steps after a prompt's last run is one
     the model was fitted on (nothing to project), 5 steps has 3 it never saw; b never ran."""
-    stats = stats_of(_rows([(0, "a", 100), (1, "c", 100), (2, "a", 120), (3, "c", 130)]), 4)
+    stats = stats_of(mean_runs([(0, "a", 100), (1, "c", 100), (2, "a", 120), (3, "c", 130)]), 4)
     assert stats.step_longest_gap.tolist() == [0, 0, 2, 2]
     positions = np.array([stats.index["c"], stats.index["a"], -1])
     np.testing.assert_array_equal(unseen_gap(stats, positions, 5)[:2], [0.0, 1.0])
@@ -76,7 +65,7 @@ def test_only_the_part_of_a_gap_longer_than_any_the_history_holds_is_projected()
 def test_with_no_prompt_back_yet_the_rate_is_the_step_means_slope_shrunk_by_its_error() -> None:
     """~+10%/step with noise: the slope, times 1 - se^2 / slope^2; its error widens the p90."""
     means = [100.0, 112.0, 119.0, 136.0]  # other prompts at each step
-    stats = stats_of(_rows([(s, f"p{s}", m) for s, m in enumerate(means)]), 4)
+    stats = stats_of(mean_runs([(s, f"p{s}", m) for s, m in enumerate(means)]), 4)
     moved = gap_drift(stats, np.array([4.0]), 4)
     (slope, _), residuals, *_ = np.polyfit(np.arange(4), np.log(means), 1, full=True)
     se2 = float(residuals[0]) / 2 / 5.0  # residual variance (2 degrees of freedom) / sum of (x - mean x)^2
@@ -93,7 +82,7 @@ def test_step_means_that_only_swing_by_their_prompts_give_no_drift() -> None:
     """Step means up, down, up, down (which prompts ran, no trend): the slope is within its error,
     shrunk to nothing, so a first recurrence without drift is planned at its last run's level."""
     means = [100.0, 130.0, 95.0, 125.0]
-    stats = stats_of(_rows([(s, f"p{s}", m) for s, m in enumerate(means)]), 4)
+    stats = stats_of(mean_runs([(s, f"p{s}", m) for s, m in enumerate(means)]), 4)
     moved = gap_drift(stats, np.array([4.0]), 4)
     assert moved.drift[0] == 0.0
     assert moved.spread[0] > 0
@@ -102,7 +91,7 @@ def test_step_means_that_only_swing_by_their_prompts_give_no_drift() -> None:
 def test_a_falling_step_means_slope_is_not_projected() -> None:
     """Step means down ~10% a step: read from other prompts' means, a fall is left unprojected."""
     means = [136.0, 119.0, 112.0, 100.0]
-    stats = stats_of(_rows([(s, f"p{s}", m) for s, m in enumerate(means)]), 4)
+    stats = stats_of(mean_runs([(s, f"p{s}", m) for s, m in enumerate(means)]), 4)
     assert gap_drift(stats, np.array([4.0]), 4).drift[0] == 0.0
 
 
@@ -124,7 +113,7 @@ def test_steps_numbered_near_the_int64_limit_leave_the_unseen_gap_as_small_ones_
     runs = [
         (origin + s, p, m) for s, p, m in [(0, "a", 100.0), (1, "c", 100.0), (2, "a", 120.0), (3, "c", 130.0)]
     ]
-    stats = stats_of(_rows(runs), origin + 4)
+    stats = stats_of(mean_runs(runs), origin + 4)
     positions = np.array([stats.index["c"], stats.index["a"], -1])
     for later, gaps in ((5, [0.0, 1.0]), (8, [3.0, 4.0]), (603, [598.0, 599.0])):
         got = unseen_gap(stats, positions, origin + later)
@@ -139,7 +128,7 @@ def test_the_step_means_slope_of_thousands_of_gaps_over_thousands_of_steps_is_re
     steps = 3_000
     rng = np.random.default_rng(7)
     means = 100 * np.exp(0.01 * np.arange(steps) + rng.normal(0, 0.05, steps))
-    stats = stats_of(_rows([(s, f"p{s}", float(m)) for s, m in enumerate(means)]), steps)
+    stats = stats_of(mean_runs([(s, f"p{s}", float(m)) for s, m in enumerate(means)]), steps)
     gaps = np.arange(1, steps + 1, dtype=np.float64)
     tracemalloc.start()
     try:

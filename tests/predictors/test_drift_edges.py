@@ -7,7 +7,6 @@ widened by the drift's spread in quadrature, left as the model gave it where the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -20,25 +19,14 @@ from predictors.predictor import LengthPredictor
 from predictors.promptstats import stats_of
 from predictors.queries import NO_CAP, QueryBatch
 from predictors.synthetic import rotating
-from predictors.tracetable import Trace
 from scheduler.errors import InvalidInputError
-from scheduler.trace import TraceRow
-from tests.predictors.helpers import FAST, drifting_trace
-
-
-def _rows(runs: Sequence[tuple[int, str, float]]) -> Trace:
-    """Two samples of each (step, prompt, mean length): ``mean`` +- 10%."""
-    return Trace.from_rows(
-        TraceRow(step=s, prompt_id=p, sample_idx=k, prompt_tokens=50, output_tokens=round(m * f))
-        for s, p, m in runs
-        for k, f in enumerate((0.9, 1.1))
-    )
+from tests.predictors.helpers import FAST, drifting_trace, mean_runs
 
 
 def test_the_longest_gap_seen_is_the_whole_history_s_not_only_the_last_step_s() -> None:
     """a came back after 3 steps (0 -> 3), c after 2 (2 -> 4): the model was fitted on a gap of 3,
     so c queried 3 steps after its last run has nothing unseen, and 5 steps after has 2."""
-    stats = stats_of(_rows([(0, "a", 100), (2, "c", 100), (3, "a", 110), (4, "c", 120)]), 5)
+    stats = stats_of(mean_runs([(0, "a", 100), (2, "c", 100), (3, "a", 110), (4, "c", 120)]), 5)
     assert stats.step_longest_gap.tolist() == [0, 0, 3, 2]
     c = np.array([stats.index["c"]])
     assert unseen_gap(stats, c, 7).tolist() == [0.0]
@@ -47,7 +35,7 @@ def test_the_longest_gap_seen_is_the_whole_history_s_not_only_the_last_step_s() 
 
 def test_a_gap_one_step_longer_than_any_seen_is_projected_by_one_step_of_the_rate() -> None:
     """a grew 20% over its 2-step gap: log(1.2) / 2 a step, so one step past it moves by as much."""
-    stats = stats_of(_rows([(0, "a", 100), (1, "b", 100), (2, "a", 120)]), 3)
+    stats = stats_of(mean_runs([(0, "a", 100), (1, "b", 100), (2, "a", 120)]), 3)
     moved = gap_drift(stats, np.array([1.0]), 3)
     np.testing.assert_allclose(moved.drift, [math.log(1.2) / 2])
 
@@ -56,7 +44,7 @@ def test_the_rate_averages_the_latest_window_of_steps_not_the_last_one_alone() -
     """a ran every step: +20% at step 1, flat after. Over the latest four steps (1-4) the rate is a
     quarter of log(1.2) a step; read over the last two it was 0, the rise forgotten."""
     assert DRIFT_WINDOW == 4
-    stats = stats_of(_rows([(s, "a", m) for s, m in enumerate([100, 120, 120, 120, 120])]), 5)
+    stats = stats_of(mean_runs([(s, "a", m) for s, m in enumerate([100, 120, 120, 120, 120])]), 5)
     moved = gap_drift(stats, np.array([1.0]), 5)
     np.testing.assert_allclose(moved.drift, [math.log(1.2) / 4])
 
@@ -65,7 +53,7 @@ def test_every_recurring_prompt_weighs_the_same_in_the_rate_so_a_step_with_more_
     """Step 1: a and b each back +20%; step 2: a alone back, flat. Three recurring prompts, two of
     them at log(1.2) a step: the rate is 2/3 log(1.2), not the two steps' means averaged (1/2)."""
     runs = [(0, "a", 100), (0, "b", 100), (1, "a", 120), (1, "b", 120), (2, "a", 120)]
-    stats = stats_of(_rows(runs), 3)
+    stats = stats_of(mean_runs(runs), 3)
     assert stats.step_matched.tolist() == [0, 2, 1]
     moved = gap_drift(stats, np.array([1.0]), 3)
     np.testing.assert_allclose(moved.drift, [2 * math.log(1.2) / 3])
@@ -74,7 +62,7 @@ def test_every_recurring_prompt_weighs_the_same_in_the_rate_so_a_step_with_more_
 def test_two_steps_of_other_prompts_give_their_slope_with_no_error_to_widen_by() -> None:
     """No prompt back yet, step means 100 then 120: the slope is log(1.2) a step, exact through two
     points (no residual: nothing shrinks it, and no spread is added)."""
-    stats = stats_of(_rows([(0, "p0", 100), (1, "p1", 120)]), 2)
+    stats = stats_of(mean_runs([(0, "p0", 100), (1, "p1", 120)]), 2)
     moved = gap_drift(stats, np.array([3.0]), 2)
     np.testing.assert_allclose(moved.drift, [3 * math.log(1.2)])
     assert moved.spread.tolist() == [0.0]
@@ -83,7 +71,7 @@ def test_two_steps_of_other_prompts_give_their_slope_with_no_error_to_widen_by()
 def test_a_gap_shorter_than_the_window_reads_the_step_means_slope_over_the_window() -> None:
     """No prompt back yet, step means doubling each step: one unseen step moves by log 2, the slope
     over the latest four steps; read over the one step it spans, one point, there was no slope."""
-    stats = stats_of(_rows([(s, f"p{s}", 100.0 * 2**s) for s in range(5)]), 5)
+    stats = stats_of(mean_runs([(s, f"p{s}", 100.0 * 2**s) for s in range(5)]), 5)
     moved = gap_drift(stats, np.array([1.0]), 5)
     np.testing.assert_allclose(moved.drift, [math.log(2)])
 
@@ -107,7 +95,7 @@ def test_the_spread_is_the_slope_s_standard_error_at_the_90th_percentile_times_t
     """Four noisy step means, two degrees of freedom: the slope's error times t(0.9, 2), the
     quantile the p90 is, over a gap of 4 steps."""
     means = [100.0, 112.0, 119.0, 136.0]
-    stats = stats_of(_rows([(s, f"p{s}", m) for s, m in enumerate(means)]), 4)
+    stats = stats_of(mean_runs([(s, f"p{s}", m) for s, m in enumerate(means)]), 4)
     _, residuals, *_ = np.polyfit(np.arange(4), np.log(means), 1, full=True)
     se = math.sqrt(float(residuals[0]) / 2 / 5.0)  # residual variance / sum of (x - mean x)^2
     np.testing.assert_allclose(gap_drift(stats, np.array([4.0]), 4).spread, [4 * se * sps.t.ppf(0.9, 2)])
@@ -116,7 +104,7 @@ def test_the_spread_is_the_slope_s_standard_error_at_the_90th_percentile_times_t
 def test_three_step_means_have_one_degree_of_freedom_to_read_the_slope_s_error_from() -> None:
     """Three noisy step means: the residual of the line through them is the slope's error, t(0.9, 1)
     at the 90th percentile; only two points leave none (the test above)."""
-    stats = stats_of(_rows([(s, f"p{s}", m) for s, m in enumerate([100.0, 125.0, 130.0])]), 3)
+    stats = stats_of(mean_runs([(s, f"p{s}", m) for s, m in enumerate([100.0, 125.0, 130.0])]), 3)
     assert gap_drift(stats, np.array([2.0]), 3).spread[0] > 0
 
 
@@ -124,7 +112,7 @@ def test_a_step_s_rate_averages_each_recurring_prompt_s_own_rate_over_its_own_ga
     """At step 2, a is back after 2 steps (+44%: log(1.2) a step) and b after 1 (+10%): the step's
     rate is the mean of log(1.2) and log(1.1), and its longest gap 2."""
     runs = [(0, "a", 100), (1, "b", 100), (2, "a", 144), (2, "b", 110)]
-    stats = stats_of(_rows(runs), 3)
+    stats = stats_of(mean_runs(runs), 3)
     np.testing.assert_allclose(stats.step_rates[2], (math.log(1.2) + math.log(1.1)) / 2)
     assert stats.step_longest_gap[2] == 2
 
