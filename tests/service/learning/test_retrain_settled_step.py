@@ -48,6 +48,13 @@ def _report(client: TestClient, leases: list[Lease], schedule_id: str | None) ->
     assert client.post("/actuals", json={"actuals": reports}).status_code == 200
 
 
+def _ran_and_reported(client: TestClient, redis_client: redis.Redis, schedule_id: str) -> None:
+    """Step 2 published as ``schedule_id``, each of its trajectories done and reported naming it."""
+    leases = _publish_step_2(client, redis_client, schedule_id)
+    _finish(redis_client, leases)
+    _report(client, leases, schedule_id)
+
+
 def _retrained_steps(client: TestClient, tmp_path: Path) -> list[int]:
     response = client.post("/models/retrain")
     assert response.status_code == 200, response.text
@@ -57,9 +64,7 @@ def _retrained_steps(client: TestClient, tmp_path: Path) -> list[int]:
 def test_a_retrain_after_the_step_settled_fits_it(
     client: TestClient, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    leases = _publish_step_2(client, redis_client, "step-2")
-    _finish(redis_client, leases)
-    _report(client, leases, "step-2")
+    _ran_and_reported(client, redis_client, "step-2")
     assert _retrained_steps(client, tmp_path) == [0, 1, 2]
 
 
@@ -101,9 +106,7 @@ def test_one_actual_of_the_step_naming_no_schedule_keeps_it_open(
 ) -> None:
     """Every trajectory of the schedule reported, and one more of the step that names none: that
     part of the step ran outside the delivery, and may still be running."""
-    leases = _publish_step_2(client, redis_client, "step-2")
-    _finish(redis_client, leases)
-    _report(client, leases, "step-2")
+    _ran_and_reported(client, redis_client, "step-2")
     assert client.post("/actuals", json={"actuals": [actual_report(2, 8, 0)]}).status_code == 200
     assert _retrained_steps(client, tmp_path) == [0, 1]
 
@@ -112,9 +115,7 @@ def test_an_unsettled_schedule_that_reported_nothing_keeps_the_step_open(
     client: TestClient, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     """The step was published in two parts: the first settled and reported, the second not begun."""
-    leases = _publish_step_2(client, redis_client, "step-2a")
-    _finish(redis_client, leases)
-    _report(client, leases, "step-2a")
+    _ran_and_reported(client, redis_client, "step-2a")
     body = batch_body(prompts=4, step=2, schedule_id="step-2b") | {"batch": _prompts_from(8, 4)}
     assert client.post("/schedule", json=body).status_code == 200
     assert _retrained_steps(client, tmp_path) == [0, 1]
@@ -129,9 +130,7 @@ def _prompts_from(first: int, count: int) -> dict[str, Any]:
 def test_the_automatic_retrain_still_fits_only_the_steps_before_its_own(
     client: TestClient, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    leases = _publish_step_2(client, redis_client, "step-2")
-    _finish(redis_client, leases)
-    _report(client, leases, "step-2")
+    _ran_and_reported(client, redis_client, "step-2")
     retrainer = client.app.state.context.retrainer  # type: ignore[attr-defined]
     assert _fitted_steps(tmp_path, retrainer.retrain_now("step", 2).version) == [0, 1]
 

@@ -66,12 +66,8 @@ def returning_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         return self.session.stats
 
     monkeypatch.setattr(runner.Sidecar, "run", returns)
-    before = {sig: signal.getsignal(sig) for sig in STOP}
-    try:
+    with handlers_kept(STOP):
         yield
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
 
 
 @pytest.mark.usefixtures("returning_loop")
