@@ -37,6 +37,8 @@ key                         type     contents
 ``P:due``                   hash     item key -> ``start|end`` ms of its planned run (steal guard)
 ``P:seen``                  zset     worker -> when it last claimed, stole or heartbeated (ms)
 ``P:tried``                 hash     item key -> the workers whose attempt at it failed
+``P:failed``                hash     item key -> ``<token>:<worker>`` of each lease whose failure was
+                                     taken (space-separated): a repeat of one is answered duplicate
 ``P:graced``                hash     item key -> token of its lease an outage graced
 ``P:handback``              hash     item key -> hand-backs after its process died (``RESET_REFUNDS``)
 ``P:counts``                hash     ``q|r|d|f|c`` totals and ``<state>:<worker>`` (``count_field``)
@@ -276,6 +278,12 @@ class ScheduleKeys:
     def handback(self) -> str:
         """Item key -> hand-backs by a restarted sidecar: past ``RESET_REFUNDS`` they spend attempts."""
         return f"{self.base}:handback"
+
+    @property
+    def failed(self) -> str:
+        """Item key -> ``<token>:<worker>`` of each lease whose failure ``release.lua`` took: a failure
+        report sent again after a lost answer is told ``duplicate``, not ``stale`` (as a completion)."""
+        return f"{self.base}:failed"
 
     @property
     def tried(self) -> str:

@@ -36,7 +36,12 @@ from service.delivery.records import DeliveryItem, Lease, PublishedSchedule, Tra
 from service.delivery.views import text
 
 _COMPLETE_CODES = {1: CompletionOutcome.ACCEPTED, 2: CompletionOutcome.DUPLICATE, 0: CompletionOutcome.STALE}
-_RELEASE_CODES = {1: ReleaseOutcome.REQUEUED, 3: ReleaseOutcome.DEAD_LETTERED, 0: ReleaseOutcome.STALE}
+_RELEASE_CODES = {
+    1: ReleaseOutcome.REQUEUED,
+    3: ReleaseOutcome.DEAD_LETTERED,
+    2: ReleaseOutcome.DUPLICATE,
+    0: ReleaseOutcome.STALE,
+}
 
 
 class Delivery(ScriptCalls):

@@ -6,9 +6,13 @@
 -- attempt counts; dead-letter once max_attempts are spent, else the next attempt goes to the head
 -- of ANOTHER worker's queue when one may take it (retry_target), else back to the holder's head.
 -- ARGV: mode, now ('' = server), reason, holder ('' = any: the token alone), then pairs (key,
--- token). A lease held by another worker is stale (as in complete.lua): nothing changes.
--- Returns one code per lease: 1 requeued, 3 dead-lettered, 0 stale (not held: nothing changed); then
--- the settled flag (1 when every item is done, dead or cancelled).
+-- token). A lease held by another worker is stale (as in complete.lua): nothing changes. A failure
+-- taken is recorded by its token and holder (P:failed), so a repeat of it (a report whose answer was
+-- lost, sent again) is answered duplicate, as complete.lua answers a repeated completion: a landed
+-- failure and a lapse leave the same record in P:st, and only this tells the sender which it was.
+-- Returns one code per lease: 1 requeued, 3 dead-lettered, 2 duplicate (mode 'fail': this token's
+-- failure was taken already; nothing changed), 0 stale (not held: nothing changed); then the
+-- settled flag (1 when every item is done, dead or cancelled).
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local mode, now, reason, holder = ARGV[1], now_ms(ARGV[2]), ARGV[3], ARGV[4]
@@ -27,6 +31,24 @@ local function tried_with(key, w)
     tried[w] = true
   end
   return tried
+end
+
+-- P:failed: item key -> '<token>:<holder>' of each lease whose failure was taken, space-separated
+-- (at most one per attempt, each failure spends one), written only here and expiring with the schedule.
+local function took_failure(key, token, w)
+  local before = redis.call('HGET', k('failed'), key)
+  local entry = token .. ':' .. w
+  redis.call('HSET', k('failed'), key, before and (before .. ' ' .. entry) or entry)
+  keep(k('failed'), cfg.exp)
+end
+
+-- Whether the failure of key's lease token, held by holder ('' = any), was taken already.
+local function failure_taken(key, token, who)
+  for entry in string.gmatch(redis.call('HGET', k('failed'), key) or '', '[^ ]+') do
+    local tok, w = string.match(entry, '^(%d+):(.*)$')
+    if tok == token and (who == '' or w == who) then return true end
+  end
+  return false
 end
 
 -- Where the next attempt of key, whose attempt on worker w just failed, goes. A failure reported
@@ -83,12 +105,16 @@ for i = #ARGV - 1, 5, -2 do
       local refunds, who = string.match(reason, '^(%d+) (.*)$')
       code = hand_back(key, now, tonumber(refunds), who, cfg) == 'dead' and 3 or 1
     elseif r.att >= cfg.max_attempts then
+      took_failure(key, ARGV[i + 1], r.w)
       bury(key, now, reason, cfg)
       code = 3
     else
+      took_failure(key, ARGV[i + 1], r.w)
       retry(key, r.w)
       code = 1
     end
+  elseif mode == 'fail' and failure_taken(key, ARGV[i + 1], holder) then
+    code = 2
   elseif status == 'expired' then
     expire(key, now, cfg)
   end
