@@ -62,6 +62,9 @@ class Held:
     # pull: its hold bound's failure report went unanswered, so it is held again for the next beat to
     # send that report once more, unless a worker's report of it comes first (``PullState.abandon``)
     failing: bool = False
+    # the reason of its failure report in flight or unanswered, sent again with it (push: ``resends.py``;
+    # pull: the next beat, ``failing``); Redis answers a repeat of a taken failure DUPLICATE
+    failure: str = ""
     started_at: float = 0.0  # the holdings' clock when it started
     occupancy_at_start: float = 0.0  # the holdings' in-flight integral (sequence-seconds) then
 

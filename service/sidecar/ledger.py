@@ -103,8 +103,13 @@ class Ledger:
     async def failure(
         self, outcome: ReleaseOutcome, schedule_id: str, key: str, token: int, held: bool
     ) -> None:
-        """A failure report's answer: ``failed`` once taken (requeued or dead-lettered), or refused."""
-        if outcome is not ReleaseOutcome.STALE:
+        """A failure report's answer: ``failed`` once taken (requeued or dead-lettered), or
+        ``duplicate`` of a lease held here (its answer was lost and a repeat answered: it was taken
+        then, its one end, counted ``failed`` as the completion's repeat counts ``duplicate``), or
+        refused. A duplicate of a lease not held here counts nothing: its end was counted already."""
+        if outcome is ReleaseOutcome.DUPLICATE:
+            self.stats.failed += int(held)
+        elif outcome is not ReleaseOutcome.STALE:
             self.stats.failed += 1
             self.stats.inherited += int(not held)
         else:

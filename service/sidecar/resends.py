@@ -1,4 +1,5 @@
-"""Completions Redis never answered, sent once more to learn how their lease ended, so it counts once.
+"""Completions and failure reports Redis never answered, sent once more to learn how their lease
+ended, so it counts once.
 
 A completion whose answer never came (Redis down past the session's retry window, or the call cut
 by a shutdown) may have landed (the connection dropped after the write) or not. ``complete.lua``
@@ -13,7 +14,15 @@ heartbeats must not keep leased an item nobody reports), and was counted nowhere
 ran ahead of what ended. Its result is now kept here and sent at each heartbeat until Redis answers
 (``kept``); at shutdown (``settle``) each gets one last try within the drain's bound, and one Redis
 still does not answer counts ``lost``: landed or lapsing, nothing tells them apart any more, as for
-an unanswered failure report or hand-back.
+an unanswered hand-back.
+
+A push failure report (the watchdog's) Redis never answered is kept and sent again the same way
+(``held.failure``, its reason): ``release.lua`` records the token of each failure it takes
+(``P:failed``) and answers a repeat DUPLICATE, so the resend tells a landed failure (``failed``)
+from one that never landed (taken now, ``failed``; or refused, the lease lapsed: ``stale``). Before,
+it counted ``lost`` at once: a landed failure and a lapse left the same record in Redis. Pull mode
+keeps such a lease held for the worker's retry, as an unanswered ``/done``'s, and the heartbeat that
+finds it gone sends the report again (``fail_again``).
 
 A kept result is not sent for ever: once Redis has answered this session for ``GIVE_UP_TTLS`` of its
 lease's TTLs and two reaper passes since the later of its keep and the last outage's end, and it has
@@ -42,7 +51,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from service.delivery.errors import UnknownScheduleError
-from service.delivery.outcomes import CompletionOutcome
+from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.reaper import DEFAULT_INTERVAL_S
 from service.delivery.records import TrajectoryResult
 from service.sidecar.holdings import Held, Holdings, LeaseId, lease_id
@@ -54,6 +63,8 @@ log = logging.getLogger("service.sidecar")
 # ``WorkerSession.complete(held, result, keep_unanswered, once)``: counts the answer, keeps the
 # result of one unanswered (``keep`` unless ``keep_unanswered``), counts a gone schedule ``stale``
 Complete = Callable[[Held, TrajectoryResult, bool, bool], Awaitable[CompletionOutcome]]
+# ``WorkerSession.fail(held, reason, keep_unanswered, once)``: as ``Complete``, for a failure report
+Fail = Callable[[Held, str, bool, bool], Awaitable[ReleaseOutcome]]
 # a lease's end the pull API records as it records a ``/done``'s answer (``PullState.landed``)
 Landed = Callable[[Held, TrajectoryResult, CompletionOutcome], None]
 GIVE_UP_TTLS = 2.0  # lease TTLs of Redis answering after which a kept result is given up (docstring)
@@ -62,10 +73,12 @@ REAPER_PASSES_S = 2 * DEFAULT_INTERVAL_S  # and the reaper's two passes: one gra
 
 @dataclass
 class Resends:
-    """The push completions kept for another try, and the one-try resend both modes use."""
+    """The push completions and failure reports kept for another try, and the one-try resend of a
+    completion both modes use."""
 
     turns: ReportTurns  # the session's: a resend takes its lease's turn, as a worker's report does
     complete: Complete
+    fail: Fail
     stats: SessionStats
     ttl_s: Callable[[str], float | None]  # a schedule's lease TTL, None when unknown (never given up)
     landed: Landed = lambda held, result, outcome: None  # pull mode's records of an answered /done
@@ -79,8 +92,9 @@ class Resends:
         return len(self._kept)
 
     def keep(self, held: Held) -> None:
-        """Keep a completion Redis never answered (``held.unanswered``) whose lease was forgotten."""
-        assert held.unanswered is not None
+        """Keep a completion (``held.unanswered``) or a failure report (``held.failure``) Redis never
+        answered whose lease was forgotten."""
+        assert held.unanswered is not None or held.failure
         key = lease_id(held.lease)
         self._kept[key] = held
         self._bounds.setdefault(key, (self.clock(), self.ttl_s(key[0])))
@@ -115,6 +129,22 @@ class Resends:
             self.landed(held, result, outcome)
             return outcome
 
+    async def fail_again(self, held: Held, holdings: Holdings) -> ReleaseOutcome | None:
+        """Pull: the failure report (``held.failure``) of a lease held whose ``/fail`` went unanswered,
+        sent once more in its turn, a heartbeat having found the lease gone (the failure may be what
+        took it: answered DUPLICATE, ``failed``), unless the worker's retry came first. The answer,
+        counted; None when not sent or not answered (the next heartbeat tries again)."""
+        async with self.turns.of(lease_id(held.lease)):
+            if holdings.get(lease_id(held.lease)) is not held:
+                return None
+            try:
+                return await self.fail(held, held.failure, True, True)
+            except UnknownScheduleError:  # counted ``stale``
+                return None
+            except Exception as exc:  # still held: the next heartbeat tries again
+                _unanswered(lease_id(held.lease), exc)
+                return None
+
     async def kept(self, probe: bool = False) -> None:
         """Push: each kept completion once (a heartbeat's round), in its lease's turn; answered, it is
         counted and forgotten. The first Redis does not answer ends the round, kept again by the
@@ -128,10 +158,10 @@ class Resends:
         for key in list(self._kept):
             async with self.turns.of(key):
                 held = self._kept.pop(key, None)
-                if held is None or held.unanswered is None:
+                if held is None:
                     continue  # an earlier round, cut short, sent it meanwhile
                 try:
-                    outcome = await self.complete(held, held.unanswered, False, True)
+                    outcome = await self._send(held)
                 except UnknownScheduleError:
                     self._bounds.pop(key, None)
                     continue
@@ -141,7 +171,13 @@ class Resends:
                     return
             self._bounds.pop(key, None)
             self.answered()  # it answered: an outage, if one was on, is over
-            log.info("completion of %s sent again once Redis answered: %s", key[1], outcome.value)
+            log.info("%s of %s sent again once Redis answered: %s", _what(held), key[1], outcome.value)
+
+    async def _send(self, held: Held) -> CompletionOutcome | ReleaseOutcome:
+        """One try of a kept report; unanswered, the session keeps it again."""
+        if held.unanswered is not None:
+            return await self.complete(held, held.unanswered, False, True)
+        return await self.fail(held, held.failure, False, True)
 
     def _unanswered_by(self, exc: Exception, probe: bool) -> None:
         """What a resend's error says of Redis: a refusal is an answer; unreachable, an outage only
@@ -163,11 +199,12 @@ class Resends:
             if ttl_s is None or answered_s <= GIVE_UP_TTLS * ttl_s + REAPER_PASSES_S:
                 continue
             del self._bounds[key]
-            if self._kept.pop(key, None) is not None:
+            held = self._kept.pop(key, None)
+            if held is not None:
                 self.stats.lost += 1
                 log.warning(
-                    "completion of %s given up, unanswered while Redis answered for %.0fs: its lease"
-                    " lapsed (lost)",
+                    "%s of %s given up, unanswered while Redis answered for %.0fs: its lease lapsed (lost)",
+                    _what(held),
                     key[1],
                     answered_s,
                 )
@@ -182,7 +219,7 @@ class Resends:
                     await self.kept()
         finally:
             if self._kept:
-                log.warning("%d completions Redis never answered are left to lapse (lost)", len(self._kept))
+                log.warning("%d reports Redis never answered are left to lapse (lost)", len(self._kept))
             self.stats.lost += len(self._kept)
             self._kept.clear()
             self._bounds.clear()
@@ -191,4 +228,9 @@ class Resends:
 def _unanswered(key: LeaseId, exc: Exception) -> None:
     """An outage's error was told by the retry (``outage_retry.py``); any other is told here."""
     if not isinstance(exc, TRANSIENT):
-        log.warning("completion of %s not answered (%r); sent again later", key[1], exc)
+        log.warning("report of %s not answered (%r); sent again later", key[1], exc)
+
+
+def _what(held: Held) -> str:
+    """What a kept report is, for its log lines."""
+    return "completion" if held.unanswered is not None else "failure report"

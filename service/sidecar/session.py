@@ -18,7 +18,7 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
 * completion with retries on connection errors: a completion whose reply was lost is sent again and
   answered DUPLICATE (a success), never accepted twice (``outage_retry.py``: one warning an outage);
   one still unanswered past the retry window is kept and sent again later, so its lease ends as what
-  it was (``resends.py``), and a failure report so is counted ``lost``;
+  it was (``resends.py``), and so is a failure report (``release.lua`` answers its repeat DUPLICATE);
 * hand-backs: releasing unfinished leases at shutdown or reset, each ending once (``hand_backs.py``).
 """
 
@@ -88,7 +88,7 @@ class WorkerSession:
         self._ledger = Ledger(self.stats, self._cancelled, self.found_cancelled)
         self._claims = Claims(self.delivery, self.holdings, self.settings, self.stats, self._ledger.refused)
         ttl_s = lambda sid: self._infos[sid].lease_ttl_ms / 1000 if sid in self._infos else None  # noqa: E731
-        self.resends = Resends(self.turns, self.complete, self.stats, ttl_s)
+        self.resends = Resends(self.turns, self.complete, self.fail, self.stats, ttl_s)
         self._hand_backs = HandBacks(self.delivery, self.holdings, self.stats, self._reports, self._ledger)
 
     async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -193,7 +193,7 @@ class WorkerSession:
             held = self.holdings.get(lease_id(lease))
             if held is None or held.completing or lease_id(lease) in kept:
                 continue  # finished meanwhile, or being reported (the report decides), or alive
-            if held.unanswered is not None:
+            if held.unanswered is not None or held.failure:
                 sent.append(held)
             else:
                 self._forget_ended(held)
@@ -202,10 +202,17 @@ class WorkerSession:
         for held in lost:
             by_schedule.setdefault(held.lease.schedule_id, []).append(held.lease.key)
         await self._ledger.gone_each(by_schedule)
-        # a pull lease found gone whose completion went unanswered: that completion may have taken it
-        refused = [h for h in sent if await self.resends.again(h, self.holdings) is CompletionOutcome.STALE]
+        # a pull lease found gone whose completion or failure report went unanswered: it may have taken it
+        refused = [h for h in sent if await self._refused_again(h)]
         await self.resends.kept()
         return lost + refused
+
+    async def _refused_again(self, held: Held) -> bool:
+        """Pull: the unanswered report of a lease found gone, sent once more (``resends.py``): whether
+        Redis refused it (the lease lapsed first: listed lost to the worker)."""
+        if held.unanswered is not None:
+            return await self.resends.again(held, self.holdings) is CompletionOutcome.STALE
+        return await self.resends.fail_again(held, self.holdings) is ReleaseOutcome.STALE
 
     def _forget_ended(self, held: Held) -> None:
         """Forget a lease that ended here unreported, counted by the caller (``lost``, ``cancelled``). Its
@@ -312,24 +319,30 @@ class WorkerSession:
         await self._ledger.completion(outcome, schedule_id, key, token, held)
         return outcome
 
-    async def fail(self, held: Held, reason: str, keep_unanswered: bool = False) -> ReleaseOutcome:
+    async def fail(
+        self, held: Held, reason: str, keep_unanswered: bool = False, once: bool = False
+    ) -> ReleaseOutcome:
         """Report that an item could not run: retried elsewhere or dead-lettered by attempts.
 
-        As ``complete``: unless ``keep_unanswered``, the lease is forgotten even when Redis never
-        answers, and counted ``lost`` (it lapses, unless the failure landed: Redis keeps no record of
-        which token's failure it took, only which workers' (``P:tried``), so nothing tells which in
-        general: docs/sidecar.md); with it, a report to retry keeps the lease held,
-        so the retry is not answered ``stale`` while the item sits leased in Redis until its lease
-        lapses. One forgotten as ended: STALE, unsent."""
+        As ``complete``: a report Redis never answered (past the retry window, or cut) may have
+        landed, and ``release.lua`` answers a repeat of a taken failure DUPLICATE, so it is sent
+        again to learn which (``held.failure``): push mode forgets the lease and keeps the report
+        (``resends.kept``), so the heartbeats do not keep an item nobody reports leased; with
+        ``keep_unanswered`` (pull) the lease stays held for the worker's retry, and a heartbeat that
+        finds it gone first sends the report again (``resends.fail_again``; ``once``: one try, no
+        retry window). Its lease ends once, with the first answer: ``failed`` (taken now, or
+        DUPLICATE: taken before), ``stale`` (it lapsed first). One forgotten as ended: STALE, unsent."""
         if held.ended:
             return ReleaseOutcome.STALE
         key = lease_id(held.lease)
         if not keep_unanswered:
             self.holdings.remove(key)
-        held.completing = True  # a heartbeat meanwhile finds the lease gone: the report decides, not lost
+        held.completing = True  # a heartbeat meanwhile finds the lease gone: the report decides
+        held.failure = reason  # sent again with it when unanswered
         lease = held.lease  # STALE: lapsed, reaped, taken or cancelled before it came
+        reports = OutageRetry(0.0) if once else self._reports
         try:
-            outcome = await self._reports.call("fail", self.delivery.fail, lease, reason)
+            outcome = await reports.call("fail", self.delivery.fail, lease, reason)
             # counted as it is answered; a refusal first asks Redis whether the trainer cancelled, and
             # a cut there (a shutdown's bound) is a cut report: not forgotten, counted nowhere
             await self._ledger.failure(outcome, lease.schedule_id, lease.key, lease.token, held=True)
@@ -338,8 +351,9 @@ class WorkerSession:
             self.stats.stale += 1
             raise
         except BaseException:
-            held.completing = False
-            self.stats.lost += int(not keep_unanswered)  # it was counted nowhere: claimed > ended
+            held.completing = False  # it may have landed: sent again (``held.failure``), its answer counts it
+            if not keep_unanswered:
+                self.resends.keep(held)
             raise
         self.holdings.remove(key)
         return outcome

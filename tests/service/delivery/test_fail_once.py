@@ -71,7 +71,8 @@ def test_a_lapse_another_workers_report_and_a_token_never_failed_stay_stale(
     delivery.publish(schedule("s", {"a": 2}), now_ms=T0)
     failed, lapsed = delivery.claim("s", "a", 2, now_ms=T0)
     delivery.fail(failed, "bad", now_ms=T0 + 1)
-    assert delivery.fail_key("s", "b", failed.key, failed.token, "not b's", now_ms=T0 + 2) is ReleaseOutcome.STALE
+    not_theirs = delivery.fail_key("s", "b", failed.key, failed.token, "not b's", now_ms=T0 + 2)
+    assert not_theirs is ReleaseOutcome.STALE
     delivery.reap("s", now_ms=T0 + TTL + 1)  # the other lease lapses: requeued, no failure taken
     assert delivery.fail(lapsed, "late", now_ms=T0 + TTL + 2) is ReleaseOutcome.STALE
     unknown = delivery.fail_key("s", "a", failed.key, failed.token + 100, "never", now_ms=T0 + TTL + 3)

@@ -84,10 +84,10 @@ ORDERS = {
     # the beat drops the item, and the worker's report comes before its failure reaches Redis (the
     # bug: before, accepted + inherited for a /done, failed + inherited for a /fail, then stale)
     ("beat", False, "done"): ((409, "stale"), {"failed": 1}),
-    ("beat", False, "fail"): ((200, "stale"), {"failed": 1}),
+    ("beat", False, "fail"): ((200, "duplicate"), {"failed": 1}),  # the beat's failure of this token
     # ... or while that failure, landed, is being answered
     ("beat", True, "done"): ((409, "stale"), {"failed": 1}),
-    ("beat", True, "fail"): ((200, "stale"), {"failed": 1}),
+    ("beat", True, "fail"): ((200, "duplicate"), {"failed": 1}),
     # the worker's report is in flight (not landed, or landed) when the beat finds the item overdue:
     # the report decides, and nothing is abandoned
     ("report", False, "done"): ((200, "accepted"), {"accepted": 1}),

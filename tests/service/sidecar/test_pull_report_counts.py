@@ -77,10 +77,12 @@ def test_a_report_of_a_lease_listed_lost_is_refused_stale_and_the_lease_counts_o
     assert _ended(session.stats) == {"lost": 1}  # before: {"lost": 1, "stale": 1}
 
 
-def test_a_fail_of_a_lease_held_past_its_bound_is_refused_stale_and_the_lease_counts_once_failed(
+def test_a_fail_of_a_lease_held_past_its_bound_is_a_duplicate_and_the_lease_counts_once_failed(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
-    """The ``/fail`` twin of ``test_pull_leases.py``'s hold-bound test (there a late ``/done``)."""
+    """The ``/fail`` twin of ``test_pull_leases.py``'s hold-bound test (there a late ``/done``). The
+    worker's ``/fail`` repeats the failure the beat took for this token: ``duplicate`` (``P:failed``;
+    before 2026-12-05, ``stale``), and counted nothing more."""
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "held", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=600_000)
     clock = [0.0]
@@ -94,7 +96,7 @@ def test_a_fail_of_a_lease_held_past_its_bound_is_refused_stale_and_the_lease_co
         late = await client.post("/fail", json=report_body("fail", lease))
         return [(late.status_code, late.json()["outcome"]), delivery.progress("held").queued]
 
-    assert _serve(session, script, hold_timeout_s=100.0) == [STALE_ANSWER["fail"], 1]
+    assert _serve(session, script, hold_timeout_s=100.0) == [(200, "duplicate"), 1]
     assert _ended(session.stats) == {"failed": 1}  # before: {"failed": 1, "stale": 1}
 
 

@@ -72,7 +72,7 @@ RACES = {
     ("done", "done"): ([(200, "accepted"), (200, "duplicate")], {"accepted": 1}),
     ("done", "fail"): ([(200, "accepted"), (200, "stale")], {"accepted": 1}),
     ("fail", "done"): ([(200, "requeued"), (409, "stale")], {"failed": 1}),
-    ("fail", "fail"): ([(200, "requeued"), (200, "stale")], {"failed": 1}),
+    ("fail", "fail"): ([(200, "requeued"), (200, "duplicate")], {"failed": 1}),  # this token's: P:failed
 }
 
 

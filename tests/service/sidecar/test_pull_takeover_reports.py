@@ -145,9 +145,9 @@ def test_a_fail_of_the_predecessors_current_lease_during_the_takeover_is_charged
     """The worker that outlived the killed sidecar could not run one of its items and says so while
     the new process takes over: the token in Redis decides, as for a ``/done``. Still current, the
     failure lands (requeued, its attempt spent) and is counted ``failed`` and ``inherited``; the same
-    report again, or one of a lease the hand-back took, is ``stale``. Before, the sidecar answered
-    ``stale`` without asking Redis and counted nothing: the hand-back then refunded the attempt, and the
-    item ran again as if it had never failed."""
+    report again is ``duplicate`` (``P:failed``), one of a lease the hand-back took ``stale``. Before,
+    the sidecar answered ``stale`` without asking Redis and counted nothing: the hand-back then
+    refunded the attempt, and the item ran again as if it had never failed."""
     delivery = Delivery.from_url(redis_url)
     items = [item(f"p{i}", 0, 10) for i in range(3)]
     publish(delivery, "failing", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
@@ -180,14 +180,14 @@ def test_a_fail_of_the_predecessors_current_lease_during_the_takeover_is_charged
 
     seen = asyncio.run(main())
     assert seen["failed"] == ({"outcome": "requeued"}, True)  # taken during the takeover
-    assert seen["again"] == "stale"  # the token is no longer current: the item is not failed twice
+    assert seen["again"] == "duplicate"  # this token's failure was taken: the item is not failed twice
     # the failed item's next run is its second attempt; the unreported lease went back refunded
     assert seen["attempts"] == {killed[0].key: 2, killed[1].key: 1, items[2].key: 1}
     assert seen["late"] == "stale"
     stats = session.stats
     assert (stats.claimed, stats.inherited, stats.failed, stats.accepted) == (3, 1, 1, 3)
-    # the repeated /fail and the late one are answered stale but not counted: the one lease ended here
-    # (failed), the other was handed back (``reset``); before: stale 2
+    # the repeated /fail (duplicate) and the late one (stale) are answered but not counted: the one
+    # lease ended here (failed), the other was handed back (``reset``); before: stale 2
     assert (stats.reset, stats.stale) == (1, 0)
     # every lease this process took, or was reported as current, ended once: accepted or failed here
     assert stats.claimed + stats.stolen + stats.inherited == stats.accepted + stats.failed

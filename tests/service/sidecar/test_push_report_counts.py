@@ -7,7 +7,9 @@ DUPLICATE only for the token whose completion it accepted, so its result is kept
 at the next heartbeat (``resends.py``), and the lease ends as what it was: ``duplicate`` (it landed),
 ``accepted`` (it had not, and the lease was still current: the result goes through now) or ``stale``
 (it had not, and the lease lapsed). One still unanswered at shutdown is left to lapse: ``lost``. A
-failure cannot be told apart so (``fail.lua`` keeps no record of whose failure it took): ``lost``.
+failure report is kept and sent again alike: ``release.lua`` records the token of each failure it
+takes (``P:failed``) and answers a repeat DUPLICATE, so it ends ``failed`` (landed, or taken now) or
+``stale``, where it counted ``lost`` at once.
 """
 
 from __future__ import annotations
@@ -138,20 +140,60 @@ def test_a_completion_cut_by_the_shutdown_while_redis_answers_it_is_kept_and_cou
     assert _ended(session.stats) == {"duplicate": 1}  # before: {}
 
 
-def test_a_failure_report_redis_never_answered_counts_lost(redis_client: redis.Redis, redis_url: str) -> None:
-    """Landed or not, nothing tells: the lease is forgotten and lapses unless the failure landed, and
-    ends ``lost``, as an unanswered hand-back does. Before: nothing counted."""
+# (it landed, its lease lapsed before the heartbeat): the one counter the lease ends in
+FAILURE_AFTER_THE_OUTAGE = {
+    (True, False): {"failed": 1},  # it landed: answered duplicate for this very token
+    (False, False): {"failed": 1},  # it never landed, its lease still current: taken now
+    (False, True): {"stale": 1},  # it never landed, and its lease lapsed: refused
+}
+
+
+@pytest.mark.parametrize(("lands", "lapses"), list(FAILURE_AFTER_THE_OUTAGE))
+def test_a_failure_report_redis_never_answered_is_sent_again_at_the_next_heartbeat_and_counts_once(
+    redis_client: redis.Redis, redis_url: str, lands: bool, lapses: bool
+) -> None:
+    """``release.lua`` answers a repeat of a taken failure DUPLICATE (``P:failed``), so the kept report
+    tells how the lease ended, as a completion's does; the item spends one attempt either way. Before:
+    ``lost`` at once, landed or not (a landed failure and a lapse left the same record)."""
+    ttl_ms = 300 if lapses else 60_000
+    publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=ttl_ms)
+    delivery, session = _session(redis_url, lands)
+
+    async def run() -> list[Any]:
+        (held,) = await session.claim(1)
+        delivery.out.set()
+        with pytest.raises(redis.ConnectionError):
+            await session.fail(held, "engine refused it")
+        unanswered = [len(session.holdings), len(session.resends), _ended(session.stats)]
+        delivery.out.clear()
+        while lapses and delivery.progress("s").running:  # its lease lapses unheartbeated and is reaped
+            delivery.reap("s")
+            await asyncio.sleep(0.05)
+        await session.heartbeat()
+        return [*unanswered, len(session.resends)]
+
+    assert asyncio.run(run()) == [0, 1, {}, 0]
+    assert (session.stats.claimed, _ended(session.stats)) == (1, FAILURE_AFTER_THE_OUTAGE[(lands, lapses)])
+    (again,) = delivery.claim("s", "w0", 1)
+    assert again.attempt == 2  # one attempt spent: by the failure, or by the lapse
+
+
+def test_a_failure_report_still_unanswered_at_shutdown_counts_lost(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """``settle``: Redis still down at the drain's last try, the lease is left to lapse, ``lost``."""
     publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]})
-    delivery, session = _session(redis_url, lands=False)
+    delivery, session = _session(redis_url, lands=True)
 
     async def run() -> None:
         (held,) = await session.claim(1)
         delivery.out.set()
         with pytest.raises(redis.ConnectionError):
             await session.fail(held, "engine refused it")
+        await session.resends.settle(5.0)
 
     asyncio.run(run())
-    assert (_ended(session.stats), len(session.holdings), len(session.resends)) == ({"lost": 1}, 0, 0)
+    assert (_ended(session.stats), len(session.resends)) == ({"lost": 1}, 0)
 
 
 async def _engine(request: httpx.Request) -> httpx.Response:
