@@ -272,7 +272,7 @@ class PullState:
         One Redis does not answer (past the session's retry window) is held again (``failing``), not
         heartbeated, and the next beat sends it once more: its lease ends with the first answer of it
         or of a worker's report meanwhile (a late ``/done`` accepted, ``accepted``; the failure
-        taken, ``failed``; either refused, ``stale``: a landed failure and a lapse look alike), or at
+        taken, or its repeat answered DUPLICATE, ``failed``; either refused, ``stale``), or at
         the shutdown's hand-back. It counted ``lost`` at once, and a late ``/done`` that Redis then
         accepted counted ``accepted`` and ``inherited`` beside it: one lease ended twice. One whose
         answer a shutdown cut (this beat cancelled) still counts ``lost``: no beat comes again."""

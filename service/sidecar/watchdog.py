@@ -165,8 +165,9 @@ async def retry_or_fail(session: WorkerSession, held: Held, reason: str | None, 
     is forgotten (``release`` and ``fail`` drop it before they ask Redis, so no heartbeat keeps it),
     one warning, and it ends once in the counters (``fail``: ``stale``, as its completion would;
     ``release``: ``lost``, as a heartbeat finds it), so claimed still balances what ended. Redis
-    down past the session's retry window: the lease is forgotten too, and lapses (a reaper requeues
-    the item); it counts ``lost``."""
+    down past the session's retry window: the lease is forgotten too; a release's lapses (a reaper
+    requeues the item), counted ``lost``; a failure report is kept and sent again at the next
+    heartbeats (``resends.py``), counted as Redis answers it (a landed one DUPLICATE: ``failed``)."""
     lease = held.lease
     try:
         if reason is None:
@@ -176,7 +177,8 @@ async def retry_or_fail(session: WorkerSession, held: Held, reason: str | None, 
     except UnknownScheduleError:
         log.warning("schedule %s is gone from Redis; %s needs no hand-back", lease.schedule_id, lease.key)
     except Exception:
-        log.exception("could not hand back %s; its lease will lapse", lease.key)
+        what = "its lease will lapse" if reason is None else "its failure report is sent again later"
+        log.exception("could not hand back %s; %s", lease.key, what)
 
 
 def _running(session: WorkerSession, held: Held) -> bool:
