@@ -29,6 +29,8 @@ from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
+from tests.service.delivery.test_fail_once import PRE_FAILED
+from tests.service.delivery.test_mixed_versions import _old_delivery
 from tests.service.sidecar.procs import item, publish, run_until, tally
 from tests.service.sidecar.unanswered import UnansweredReports
 
@@ -230,3 +232,28 @@ def test_the_push_sidecar_ends_a_lease_whose_completion_went_unanswered_once_by_
     stats = run_until(sidecar, unanswered, 10)
     assert (stats.claimed, _ended(stats)) == (1, ended)  # before: (1, {})
     assert tally(Delivery.from_url(redis_url), "s", {"a#0"}) == (0, 0)
+
+
+def test_against_the_release_befores_failure_script_a_resent_failure_still_ends_its_lease_once(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Mixed versions: with the ``release.lua`` before ``P:failed`` (from git), a landed failure's
+    resend is answered STALE, as any repeat was: the lease ends once, ``stale``, never twice, and
+    the item spent one attempt. (A sidecar loads its own scripts, so this pairing is the nearest a
+    roll comes to it: the record is only ever read by the script that writes it.)"""
+    publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=60_000)
+    delivery, session = _session(redis_url, lands=True)
+    delivery.scripts = _old_delivery(redis.Redis.from_url(redis_url), PRE_FAILED).scripts
+
+    async def run() -> None:
+        (held,) = await session.claim(1)
+        delivery.out.set()
+        with pytest.raises(redis.ConnectionError):
+            await session.fail(held, "engine refused it")
+        delivery.out.clear()
+        await session.heartbeat()
+
+    asyncio.run(run())
+    assert (session.stats.claimed, _ended(session.stats), len(session.resends)) == (1, {"stale": 1}, 0)
+    (again,) = delivery.claim("s", "w0", 1)
+    assert again.attempt == 2
