@@ -20,7 +20,7 @@ TTL = 10_000  # the schedules' lease TTL (conftest's default)
 PRE_FAILED = "11f32607"  # the last commit before P:failed: its release.lua answers a repeat STALE
 
 
-def _snapshot(client: redis.Redis) -> tuple[dict[str, str], dict[str, str], int]:
+def _snapshot(client: redis.Redis) -> tuple[object, object, int]:
     """What a repeat must leave as it was: the item records, the counters and the dead letters."""
     keys = schedule_keys("s")
     return client.hgetall(keys.st), client.hgetall(keys.counts), client.llen(keys.dead)
