@@ -7,7 +7,8 @@ it was accepted: a report of a lease this sidecar no longer held, counted ``acce
 ``inherited`` beside the ``lost``: one lease ended twice, ``inherited`` naming no predecessor. Now
 the lease is held again, not heartbeated, and the next beat sends the failure once more; the first
 answer ends it: the worker's ``/done`` accepted (``accepted``), the failure taken (``failed``, the
-item requeued at once instead of a lease TTL later), or either refused (``stale``).
+item requeued at once instead of a lease TTL later; or, landed before, its repeat answered DUPLICATE,
+since 2026-12-05: ``failed`` too, where it was refused ``stale``), or a ``/done`` refused (``stale``).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ CASES = {
     (False, "done"): ([200, "accepted"], {"accepted": 1}),  # before: lost, accepted and inherited
     (True, "done"): ([409, "stale"], {"stale": 1}),  # before: lost
     (False, "beat"): ([], {"failed": 1}),  # before: lost, the item leased until its lease lapsed
-    (True, "beat"): ([], {"stale": 1}),  # before: lost
+    (True, "beat"): ([], {"failed": 1}),  # its repeat is DUPLICATE (P:failed); before: stale, and lost
 }
 
 
