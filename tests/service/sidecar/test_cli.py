@@ -178,7 +178,7 @@ def test_pull_mode_keeps_a_pulled_lease_alive_and_hands_back_what_it_holds_on_si
             "pull", ["sidecar", "--worker-id", "w0", "--pull-api", str(port), "--redis-url", redis_url]
         )
         base = f"http://127.0.0.1:{port}"
-        wait_http(f"{base}/health", worker)
+        wait_http(f"{base}/ready", worker)  # /next answers 204 until then (docs/sidecar.md, GET /ready)
         first = httpx.get(f"{base}/next").json()
         second = httpx.get(f"{base}/next").json()
         deadlines = keys.schedule_keys("pull").deadlines  # Redis extends only a lease still current
