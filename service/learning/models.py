@@ -207,8 +207,8 @@ class ModelService:
         (``predictors.model.complete_steps``). A retrain asked for (no ``planned_step``) also fits
         the history's last step where its schedules say it is over: settled, or each trajectory
         reported (``service.learning.step_over``); else it is left out, as a step run outside the
-        delivery is. Where no step was planned here (actuals pushed from a trace) every row is
-        fitted.
+        delivery is. Where no step was planned here (actuals pushed from a trace, a restarted replica)
+        every row is fitted, but a last step whose actuals name a schedule and is not over.
 
         ``fence`` runs just before the version is stored, the swap lock held, and raises to leave the
         fit unpublished: the retrain lock it was started under lapsed meanwhile
@@ -244,11 +244,15 @@ class ModelService:
         """The first step whose actuals may still be arriving: the step planned (``planned_step``, else
         this replica's last), or the history's last step where that is later (another replica
         planned it), unless, asked for, that last step is over (``step_over.over``); None where
-        nothing was planned here or nothing is open."""
+        nothing is open. Where nothing was planned here (a restarted replica, or one another replica
+        plans beside), the last step is open where its actuals name a schedule and it is not over:
+        taking every step for complete fitted a step in flight's first finishers; a history naming
+        no schedule (``trace push``) is still fitted whole."""
         planned = self._planned if planned_step is None else planned_step
-        if planned is None:
-            return None
         newest = int(steps.max())
+        if planned is None:
+            named = last.step == newest and bool(last.covered)
+            return newest if named and self.delivery is not None and not self._over(last, newest) else None
         if planned_step is None and planned <= newest and self._over(last, newest):
             return None
         return max(planned, newest)

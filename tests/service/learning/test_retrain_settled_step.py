@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from scheduler.trace import TraceRow
 from service.delivery import CompletionOutcome, Delivery, Lease, TrajectoryResult
 from service.learning.step_over import StepReports
-from tests.service.api_helpers import actual_history, actual_report, batch_body
+from tests.service.api_helpers import AppFactory, actual_history, actual_report, batch_body
 
 DONE = TrajectoryResult(output_tokens=40, output="ok", wall_time_s=0.1)
 
@@ -148,3 +148,20 @@ def test_the_reports_kept_are_the_newest_step_s_and_a_restart_starts_them_afresh
     reports.fold([_row(0, "p", 0)], ["c"], restarted=True)
     last = reports.last()
     assert (last.step, last.unnamed, last.covered, last.named) == (0, 0, {"c": 1}, frozenset({"c"}))
+
+
+def test_a_replica_that_planned_nothing_leaves_a_named_step_out_mid_step(
+    make_client: AppFactory, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Step 2 planned on one replica, half of it run and reported naming its schedule; a retrain
+    asked of another replica that planned nothing here (restarted since, or behind the same
+    balancer) reads the step's own schedules too, and leaves it out: it fitted every row, the
+    first finishers of a step in flight among them. Once the step is over, both fit it."""
+    planner, other = make_client(), make_client()
+    leases = _publish_step_2(planner, redis_client, "step-2")
+    _finish(redis_client, leases[:16])
+    _report(planner, leases[:16], "step-2")
+    assert _retrained_steps(other, tmp_path) == [0, 1]
+    _finish(redis_client, leases[16:])
+    _report(planner, leases[16:], "step-2")
+    assert _retrained_steps(other, tmp_path) == [0, 1, 2]
