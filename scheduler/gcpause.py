@@ -14,12 +14,14 @@ to end restores it. Each thread saving and restoring the state on its own (as he
 read the state while another thread was ending its own left the collector off for good.
 
 Counted, though, a replica whose plan slots never all fall idle at once would never collect: the
-pauses of 4 staggered threads left the collector off for up to 4.9 s in 5 s, 116,406 young objects
-never scanned (docs/experiments.md, helper review45c). So once the collector has been held for
-``MAX_HELD_S`` on end, the pause that ends next runs one full collection on its own thread, after
-its own work (one ~50 ms scan at the largest heaps, at most every ``MAX_HELD_S``), while the others
-stay paused: what the generation thresholds would have done, at a bounded rate (4 such threads and
-one making 200,000 cyclic objects a second: every one reclaimed, at most ~2 s of them alive).
+pauses of 4 staggered threads left the collector off for up to 4.9 s in 5 s (docs/experiments.md,
+helper review45c). So a pause that ends under another runs one full collection on its own thread,
+after its own work, once ``MAX_PENDING`` container objects have piled up uncollected
+(``gc.get_count()[0]``: allocations less deallocations since the last collection, which is where
+cyclic garbage shows; acyclic tuples a plan frees do not count), while the others stay paused: what
+the generation thresholds would have done, at a bounded cost (one ~50 ms scan at the largest heaps
+per ``MAX_PENDING``). Counted in objects, not seconds, it bounds the memory held, and the scheduler
+reads no host clock for it (``scheduler/clock.py``).
 """
 
 from __future__ import annotations
@@ -27,27 +29,23 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-MAX_HELD_S = 2.0  # the longest the collector stays held by overlapping pauses before one collects
+MAX_PENDING = 200_000  # objects left uncollected under overlapping pauses before one collects
 
 
 class _Pauses:
     """The pauses held now, on every thread, and the state the first of them found."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.clock = clock
         self.count = 0
         self.restore = False  # whether the collector was enabled when the first of them began
-        self.held_since = 0.0  # when the collector was last enabled or collected (clock)
 
     def begin(self) -> None:
         with self.lock:
             if self.count == 0:
                 self.restore = gc.isenabled()
-                self.held_since = self.clock()
             self.count += 1
             gc.disable()
 
@@ -56,9 +54,7 @@ class _Pauses:
             self.count -= 1
             if self.count == 0 and self.restore:
                 gc.enable()
-            due = self.count > 0 and self.restore and self.clock() - self.held_since >= MAX_HELD_S
-            if due:
-                self.held_since = self.clock()
+            due = self.count > 0 and self.restore and gc.get_count()[0] >= MAX_PENDING
         if due:  # outside the lock: the other pauses begin and end meanwhile
             gc.collect()
 

@@ -91,6 +91,12 @@ class _SlowToDisable:
     def enable(self) -> None:
         gc.enable()
 
+    def get_count(self) -> tuple[int, int, int]:
+        return gc.get_count()
+
+    def collect(self) -> int:
+        return gc.collect()
+
 
 def test_a_pause_that_begins_as_another_ends_never_leaves_the_collector_disabled(
     monkeypatch: pytest.MonkeyPatch,
@@ -120,31 +126,40 @@ def test_a_pause_that_begins_as_another_ends_never_leaves_the_collector_disabled
         gc.enable()
 
 
-def test_pauses_that_overlap_without_a_gap_still_collect_once_the_collector_was_held_long_enough(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+class _Cycle:
+    """An object that refers to itself: only the cycle collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_pauses_that_overlap_without_a_gap_still_collect_once_enough_is_left_uncollected() -> None:
     """Plans overlapping without end (a busy replica's slots) held the collector for good: the count
-    never fell to zero. Now the pause ending after ``MAX_HELD_S`` runs one full collection (and the
-    next only ``MAX_HELD_S`` later), while the pause still running keeps the collector disabled."""
-    now = [0.0]
-    monkeypatch.setattr(gcpause, "_PAUSES", gcpause._Pauses(clock=lambda: now[0]))
+    never fell to zero. Now a pause that ends under another, once ``MAX_PENDING`` objects are left
+    uncollected, runs one full collection (the cycles made meanwhile are freed), while the pause still
+    running keeps the collector disabled; below that, none."""
     collections: list[int] = []
 
     def count(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             collections.append(info["generation"])
 
+    gc.collect()
     gc.callbacks.append(count)
     try:
-        outer = collector_paused()
-        outer.__enter__()  # one plan always running ...
-        for step in range(4):  # ... while four others begin and end, 0.6 MAX_HELD_S apart
-            with collector_paused():
-                now[0] = 0.6 * gcpause.MAX_HELD_S * (step + 1)
-        held = not gc.isenabled()
-        outer.__exit__(None, None, None)
+        with collector_paused():  # one plan always running ...
+            with collector_paused():  # ... another ends below the bound: no collection
+                _Cycle()
+            before = list(collections)
+            litter = [_Cycle() for _ in range(gcpause.MAX_PENDING)]
+            del litter  # the list is freed; its cycles wait for the collector
+            with collector_paused():  # ... and one ends above it
+                pass
+            held = not gc.isenabled()
+            alive = sum(isinstance(o, _Cycle) for o in gc.get_objects())
     finally:
         gc.callbacks.remove(count)
         gc.enable()
-    assert collections == [2, 2]  # at 1.2 and 2.4 MAX_HELD_S: each once it had been held that long
+    assert (before, collections) == ([], [2])
     assert held
+    assert alive == 0
