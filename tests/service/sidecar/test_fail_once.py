@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -37,17 +36,6 @@ from tests.service.sidecar.pullclient import report_body, until
 
 SOCKET_TIMEOUT_S = 2.0  # what a call on the stopped server waits before its answer counts as lost
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
-
-
-@pytest.fixture
-def server() -> Iterator[EmbeddedServer]:
-    """A server of the test's own, to SIGSTOP (resumed and stopped after it)."""
-    server = EmbeddedServer().start()
-    try:
-        yield server
-    finally:
-        server.signal(signal.SIGCONT)
-        server.stop()
 
 
 def _session(server: EmbeddedServer) -> WorkerSession:

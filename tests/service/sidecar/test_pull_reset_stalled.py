@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 import redis
 
 from service.delivery.hangable import hangable
@@ -53,17 +51,6 @@ class CountedCompletions(UnansweredCompletions):
             return super().complete_many(*args, **kwargs)
         finally:
             self.returned += 1
-
-
-@pytest.fixture
-def server() -> Iterator[EmbeddedServer]:
-    """A server of the test's own, to SIGSTOP (resumed and stopped after it)."""
-    server = EmbeddedServer().start()
-    try:
-        yield server
-    finally:
-        server.signal(signal.SIGCONT)
-        server.stop()
 
 
 def test_a_reset_on_a_stalled_redis_resends_within_the_bound_then_503s_and_its_retry_ends_each_lease_once(
