@@ -60,10 +60,25 @@ def deaf_after_run(loop: asyncio.AbstractEventLoop) -> None:
     """A push run returned in the console script's process (``armed`` as it began): take the loop's
     handlers off and ignore both signals from now, still in the loop. Its close put the defaults
     back, and a SIGTERM before the command went deaf (``commands/sidecar._deaf_to_stop_signals``:
-    the health server's stop, the loop's teardown in between) killed the process by the signal."""
+    the health server's stop, the loop's teardown in between) killed the process by the signal.
+
+    Ignored first, then let go of: ``remove_signal_handler`` puts the default back before a next line
+    could ignore it, and a stream of SIGTERMs a millisecond apart met that default once in a CI run
+    (-15, no counters line). So the loop's registry (CPython's unix loop keeps it as a dict) drops
+    them without the default, and its wakeup fd goes with the last: its close then has nothing to
+    put back. A loop without that registry gets the old order."""
     for sig in STOP_SIGNALS:
-        loop.remove_signal_handler(sig)
-        signal.signal(sig, signal.SIG_IGN)
+        signal.signal(sig, signal.SIG_IGN)  # from here never at the default
+    registry = getattr(loop, "_signal_handlers", None)
+    if not isinstance(registry, dict):
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
+        return
+    for sig in STOP_SIGNALS:
+        registry.pop(sig, None)
+    if not registry:
+        signal.set_wakeup_fd(-1)  # the loop's self-pipe closes with it: no signal writes there after
 
 
 def _stopped(signum: int, frame: FrameType | None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import typer
@@ -85,3 +86,27 @@ def test_a_push_run_that_returned_in_the_console_script_s_process_ignores_the_st
 def test_a_push_run_in_a_caller_s_own_process_leaves_the_stop_signals_heard(redis_url: str) -> None:
     launch.run_push(SidecarOptions(worker_id="w", redis_url=redis_url, engine_url="http://127.0.0.1:1"))
     assert signal.SIG_IGN not in [signal.getsignal(sig) for sig in STOP]
+
+
+@pytest.mark.usefixtures("returning_loop")
+def test_a_push_run_that_returned_never_puts_the_stop_signals_back_at_their_defaults(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the run's start to the process's end, no SIGTERM or SIGINT may meet its default: the
+    loop's ``remove_signal_handler`` set it for a moment before the next line ignored it, and a
+    stream of SIGTERMs a millisecond apart met it in a CI run (-15, no counters line). Every
+    disposition the run sets is recorded; none is the default."""
+    real = signal.signal
+    set_after_start: list[object] = []
+
+    def recording(sig: int, handler: Any) -> Any:
+        if sig in STOP:
+            set_after_start.append(handler)
+        return real(sig, handler)
+
+    early_stop.arm()
+    monkeypatch.setattr(signal, "signal", recording)
+    launch.run_push(SidecarOptions(worker_id="w", redis_url=redis_url, engine_url="http://127.0.0.1:1"))
+    assert set_after_start  # the loop's handlers, then the ignoring
+    assert signal.SIG_DFL not in set_after_start
+    assert signal.default_int_handler not in set_after_start
