@@ -74,10 +74,15 @@ def _set(body: Body, path: Path, value: Any) -> Body:
     return edited
 
 
+def _replaced(draw: st.DrawFn, body: Body, fields: list[tuple[Path, list[Any]]]) -> Broken:
+    """One of ``fields`` (path, its bad values) set to one of its bad values."""
+    path, bad = draw(st.sampled_from(fields))
+    return Broken(_set(body, path, draw(st.sampled_from(bad))), dotted(path))
+
+
 @st.composite
 def _number(draw: st.DrawFn, body: Body, rules: Rules) -> Broken:
-    path, bad = draw(st.sampled_from(rules.numbers))
-    return Broken(_set(body, path, draw(st.sampled_from(bad))), dotted(path))
+    return _replaced(draw, body, rules.numbers)
 
 
 @st.composite
@@ -88,8 +93,7 @@ def _name(draw: st.DrawFn, body: Body, rules: Rules) -> Broken:
 
 @st.composite
 def _kind(draw: st.DrawFn, body: Body, rules: Rules) -> Broken:
-    path, bad = draw(st.sampled_from(rules.kinds))
-    return Broken(_set(body, path, draw(st.sampled_from(bad))), dotted(path))
+    return _replaced(draw, body, rules.kinds)
 
 
 @st.composite
