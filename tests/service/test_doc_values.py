@@ -119,14 +119,14 @@ def test_a_bracketed_example_value_is_caught() -> None:
     assert not says(claim[1], 0.0)
 
 
-def _errors_table() -> dict[int, str]:
+def errors_table() -> dict[int, str]:
     """docs/api.md's "Errors" table: status -> the text of its row."""
     section = (ROOT / "docs" / "api.md").read_text().split("\n## Errors", 1)[1].split("\n## ", 1)[0]
     return {int(status): when for status, when in re.findall(r"^\| ([0-9]{3}) \| (.*) \|$", section, re.M)}
 
 
 def test_every_status_the_problem_table_answers_has_a_row_in_the_api_errors_table() -> None:
-    rows = _errors_table()
+    rows = errors_table()
     answered = {problem.status for _, problem in PROBLEMS}
     assert sorted(answered - set(rows)) == []
 
@@ -137,7 +137,7 @@ def test_every_problem_type_the_errors_table_names_answers_the_status_of_its_row
     statuses = {problem.slug: problem.status for _, problem in PROBLEMS}
     named = [
         (slug, status)
-        for status, when in _errors_table().items()
+        for status, when in errors_table().items()
         for slug in re.findall(r"`([a-z0-9]+(?:-[a-z0-9]+)+)`", when)
         if slug in statuses
     ]
