@@ -1,7 +1,8 @@
 """docs/delivery.md's API section (the protocol as a Python caller sees it) agrees with ``Delivery``:
-it shows every public method, each keyword it gives is one the method takes, and its errors paragraph
-names every error the package exports. A method left out (``cancel``'s ``withdraw_s``, the in-flight
-marks) was behaviour a caller of the protocol could only find in the code."""
+it shows every public method, each keyword it gives is one the method takes, each outcome enum's
+members are listed whole, and its errors paragraph names every error the package exports. A method
+left out (``cancel``'s ``withdraw_s``, the in-flight marks) was behaviour a caller of the protocol
+could only find in the code."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import inspect
 import re
 from pathlib import Path
 
-from service.delivery import Delivery, errors
+from service.delivery import Delivery, errors, outcomes
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "delivery.md"
 _CALL = re.compile(r"\bdelivery\.(\w+)\(")
@@ -62,3 +63,31 @@ def test_every_keyword_the_api_section_gives_a_method_is_one_it_takes() -> None:
 def test_the_errors_paragraph_names_every_error_the_package_exports() -> None:
     paragraph = _section().split("Errors:", 1)[1]
     assert sorted(name for name in errors.__all__ if f"`{name}" not in paragraph) == []
+
+
+_OUTCOMES = re.compile(r"-> (?:list\[)?(\w+Outcome)\]?[ .#]*((?:[A-Z_]+(?: \| )?)+)")
+
+
+def listed_outcomes(block: str) -> dict[str, set[str]]:
+    """Each outcome enum the code block returns -> the members its lines list after it (``-> X  #
+    A | B`` or ``-> X.A | B``); a method shown twice (``release``) lists its enum's members once."""
+    found: dict[str, set[str]] = {}
+    for enum, members in _OUTCOMES.findall(block):
+        found.setdefault(enum, set()).update(members.replace(" ", "").split("|"))
+    return found
+
+
+def test_every_outcome_enum_the_api_section_lists_is_listed_whole() -> None:
+    """A caller matches on these: ``fail``'s ``DUPLICATE`` (2026-12-05, a repeated failure report)
+    was an answer its ``match`` would not have had a case for, had the section not listed it."""
+    block = _section().split("```python", 1)[1].split("```", 1)[0]
+    listed = listed_outcomes(block)
+    assert sorted(listed) == ["CompletionOutcome", "PublishOutcome", "ReleaseOutcome"]
+    members = {enum: {member.name for member in getattr(outcomes, enum)} for enum in listed}
+    assert listed == members
+
+
+def test_an_outcome_left_out_of_a_list_is_caught() -> None:
+    block = "delivery.fail(lease, reason) -> ReleaseOutcome        # REQUEUED | DEAD_LETTERED | STALE\n"
+    assert listed_outcomes(block) == {"ReleaseOutcome": {"REQUEUED", "DEAD_LETTERED", "STALE"}}
+    assert listed_outcomes(block)["ReleaseOutcome"] != {member.name for member in outcomes.ReleaseOutcome}
