@@ -1,11 +1,12 @@
 """docs/delivery.md's API section (the protocol as a Python caller sees it) agrees with ``Delivery``:
-it shows every public method, each keyword it gives is one the method takes, each outcome enum's
-members are listed whole, and its errors paragraph names every error the package exports. A method
-left out (``cancel``'s ``withdraw_s``, the in-flight marks) was behaviour a caller of the protocol
-could only find in the code."""
+it shows every public method, each keyword it gives is one the method takes, each literal it shows a
+keyword with is its default, each outcome enum's members are listed whole, and its errors paragraph
+names every error the package exports. A method left out (``cancel``'s ``withdraw_s``, the in-flight
+marks) was behaviour a caller of the protocol could only find in the code."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 from pathlib import Path
@@ -91,3 +92,38 @@ def test_an_outcome_left_out_of_a_list_is_caught() -> None:
     block = "delivery.fail(lease, reason) -> ReleaseOutcome        # REQUEUED | DEAD_LETTERED | STALE\n"
     assert listed_outcomes(block) == {"ReleaseOutcome": {"REQUEUED", "DEAD_LETTERED", "STALE"}}
     assert listed_outcomes(block)["ReleaseOutcome"] != {member.name for member in outcomes.ReleaseOutcome}
+
+
+_KEYWORD = re.compile(r"""\b(\w+)=("[^"]*"|'[^']*'|[^,\s)]+)""")
+_EXAMPLES = {("release", "died")}  # what a caller passes (``died="its engine"``), not the default
+
+
+def keyword_values(arguments: str) -> list[tuple[str, object]]:
+    """The ``keyword=value`` pairs of a call's arguments whose value is a literal, read as Python."""
+    found = []
+    for keyword, written in _KEYWORD.findall(arguments):
+        try:
+            found.append((keyword, ast.literal_eval(written)))
+        except (ValueError, SyntaxError):  # a name or an expression: an example, not a default
+            continue
+    return found
+
+
+def test_every_literal_a_keyword_is_shown_with_is_that_keyword_s_default() -> None:
+    """``cancel(schedule_id, withdraw_s=0)`` reads as "0 unless given": a caller leaving it out gets
+    a cancel that withdraws nothing in flight, as the line says."""
+    shown = [
+        (method, keyword, value)
+        for method, arguments in _calls().items()
+        for keyword, value in keyword_values(arguments)
+        if (method, keyword) not in _EXAMPLES
+    ]
+    assert len(shown) >= 10
+    defaults = {(m, k): inspect.signature(getattr(Delivery, m)).parameters[k].default for m, k, _ in shown}
+    assert [(m, k, v, defaults[m, k]) for m, k, v in shown if v != defaults[m, k]] == []
+
+
+def test_a_keyword_shown_with_another_value_than_its_default_is_caught() -> None:
+    (pair,) = keyword_values("schedule_id, withdraw_s=60")
+    assert pair == ("withdraw_s", 60)
+    assert pair[1] != inspect.signature(Delivery.cancel).parameters["withdraw_s"].default
