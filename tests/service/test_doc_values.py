@@ -7,6 +7,8 @@ the log lines the runbook and the sidecar's, API's and client's pages quote."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
 from pathlib import Path
 
@@ -145,7 +147,9 @@ def test_every_problem_type_the_errors_table_names_answers_the_status_of_its_row
     assert [(slug, status) for slug, status in named if statuses[slug] != status] == []
 
 
-_CODE = re.compile(r"[=/(){}\[\]|$#]|^[A-Z]+ |^(?:rollout-scheduler|kubectl|docker|curl|openssl|vllm|pip) ")
+_COMMANDS = "rollout-scheduler|kubectl|docker|curl|openssl|vllm|pip|valkey-cli|redis-cli"
+_CODE = re.compile(rf"[=/(){{}}\[\]|$#]|^[A-Z]+ |^(?:{_COMMANDS}) ")
+_FENCE = re.compile(r"^ *```.*?^ *```", re.MULTILINE | re.DOTALL)  # a code block, indented in a list too
 # what a log line fills in (ids, counts, a version) and where one message is put inside another
 _HOLE = re.compile(r"\.\.\.|<[^>]*>|\b[A-Z]\b|\S*[0-9]\S*|: ")
 _FORMULAS = frozenset({"steps per retention window x finished size"})  # operations.md's sizing rule
@@ -153,10 +157,13 @@ _FORMULAS = frozenset({"steps per retention window x finished size"})  # operati
 
 def quoted_messages(text: str) -> list[str]:
     """The log lines and answers a runbook quotes: spans in backticks of three words or more that are
-    not code, a command or a query (``redis: "unreachable: ..."`` is read as its quoted value)."""
+    not code, a command or a query (``redis: "unreachable: ..."`` is read as its quoted value), one
+    the prose wraps onto the next line included, its line break read as a space."""
     found = []
-    for span in re.findall(r"`([^`\n]+)`", text):
-        span = re.sub(r'^[a-z_]+: "(.*)"$', r"\1", span)
+    for span in re.findall(r"`([^`]+)`", _FENCE.sub("", text)):
+        if "\n\n" in span:  # a backtick of a code span left open: the prose, not a quote
+            continue
+        span = re.sub(r'^[a-z_]+: "(.*)"$', r"\1", " ".join(span.split()))
         if len(span.split()) >= 3 and re.match(r"[A-Za-z]", span) and not _CODE.search(span):
             found.append(span)
     return [span for span in found if span not in _FORMULAS]
@@ -183,16 +190,49 @@ def assembled(code: str) -> list[str]:
     return [name + after for name in names for after in _AFTER_WHO.findall(code)]
 
 
-def written_lines(code: str) -> str:
+def filled_formats(source: str) -> list[str]:
+    """The format strings of a Python module's calls whose ``%s`` the call fills with a text of its
+    own, once per text: ``("...: request closed, %s", ..., "reported failed" if alive else ...)``."""
+    found = []
+    for call in ast.walk(ast.parse(source)):
+        if not (isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Constant)):
+            continue
+        form = call.args[0].value
+        if isinstance(form, str) and "%s" in form:
+            texts = [
+                node.value
+                for arg in call.args[1:]
+                for node in ast.walk(arg)
+                if isinstance(node, ast.Constant)
+            ]
+            found += [form.replace("%s", text) for text in texts if isinstance(text, str)]
+    return found
+
+
+def written_lines(code: str, python: list[str] | None = None) -> str:
     """What the code can log or answer, as text to find a quote's runs in: the code itself, each
     format string with its word suffixes left empty (``engine ready%s, claiming`` logs ``engine
-    ready, claiming`` at start), and the messages Lua assembles around its callers' names."""
-    return "\n".join([code, _SUFFIX.sub("", code), *assembled(code)])
+    ready, claiming`` at start), the messages Lua assembles around its callers' names, and the
+    formats of the ``python`` modules filled with the texts their calls pass."""
+    filled = [line for source in python or [] for line in filled_formats(source)]
+    return "\n".join([code, _SUFFIX.sub("", code), *assembled(code), *filled])
+
+
+@functools.cache
+def _written() -> str:
+    """``written_lines`` of service/, scheduler/ and predictors/ (their Python and Lua)."""
+    python = [
+        path.read_text()
+        for part in ("service", "scheduler", "predictors")
+        for path in (ROOT / part).rglob("*.py")
+    ]
+    lua = [path.read_text() for path in (ROOT / "service").rglob("*.lua")]
+    return written_lines("\n".join([*python, *lua]), python)
 
 
 # a doc's quotes of the lines an operator greps for, and how many it quotes at least (so a quote
 # reworded out of the reader's sight, in a span the check no longer reads, is seen)
-_QUOTING = {"operations.md": 12, "sidecar.md": 8, "api.md": 4, "client.md": 1}
+_QUOTING = {"operations.md": 16, "sidecar.md": 15, "api.md": 4, "client.md": 1}
 
 
 @pytest.mark.parametrize("doc", sorted(_QUOTING))
@@ -200,10 +240,7 @@ def test_every_log_line_a_doc_quotes_is_one_the_code_writes(doc: str) -> None:
     """An operator greps for, or alerts on, the lines the runbook and the sidecar's and API's pages
     quote, a trainer's integrator for the client's: each literal run of one (around the ids and counts
     filled in) is in the code that logs or answers it."""
-    parts = ("service", "scheduler", "predictors")
-    sources = [path for part in parts for path in (ROOT / part).rglob("*.py")]
-    code = "\n".join(path.read_text() for path in [*sources, *(ROOT / "service").rglob("*.lua")])
-    lines = written_lines(code)
+    lines = _written()
     messages = quoted_messages((ROOT / "docs" / doc).read_text())
     assert len(messages) >= _QUOTING[doc]
     assert [(m, run) for m in messages for run in fragments(m) if run not in lines] == []
@@ -226,6 +263,17 @@ def test_a_quote_of_a_line_lua_assembles_or_a_format_leaves_unfilled_is_found_an
     assert [run in lines for run in ("its pod died holding it", "engine up, claiming")] == [False, False]
 
 
+def test_a_quote_of_a_format_filled_with_a_text_its_call_passes_is_found_and_a_wrong_one_not() -> None:
+    """The sidecar's warning for an item held past the engine hang bound ends with what was done."""
+    source = 'log.warning("item %s: request closed, %s", key, "reported failed" if alive else "released")'
+    lines = written_lines("", [source])
+    assert [run in lines for run in ("request closed, reported failed", "request closed, released")] == [
+        True,
+        True,
+    ]
+    assert "request closed, requeued" not in lines
+
+
 def test_a_quoted_line_is_split_around_what_the_code_fills_in() -> None:
     assert fragments("completion of K refused: schedule S is gone from Redis; result dropped") == [
         "completion of",
@@ -233,3 +281,6 @@ def test_a_quoted_line_is_split_around_what_the_code_fills_in() -> None:
     ]
     assert quoted_messages('`redis: "unreachable: ..."` and `kubectl rollout restart deployment/x`') == []
     assert quoted_messages("`reaped expired leases of <workers>`") == ["reaped expired leases of <workers>"]
+    wrapped = "one warning (`the earlier sidecar of this\n  worker id is gone`), then"
+    assert quoted_messages(wrapped) == ["the earlier sidecar of this worker id is gone"]
+    assert quoted_messages("```sh\nkubectl rollout restart\n```\n\n  ```\nsidecar x y z\n  ```\n") == []
