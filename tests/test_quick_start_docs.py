@@ -1,0 +1,55 @@
+"""The README's two commands do what its quick start says: ``make run`` starts ``serve`` on the address
+it gives, and ``make test`` runs ruff, mypy --strict and pytest, in the workers and the distribution
+the paragraph below it gives, each building ``.venv`` first. Read from the Makefile, which nothing
+held to the README: a changed default there (the workers, a flag on ``serve``) left the README's
+figures wrong with every test passing."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def recipe(makefile: str, target: str) -> tuple[list[str], list[str]]:
+    """A target's prerequisites and the commands of its recipe (tab-indented lines after it)."""
+    match = re.search(rf"^{target}:([^\n]*)\n((?:\t[^\n]*\n)*)", makefile, re.MULTILINE)
+    assert match is not None, f"no target {target}"
+    return match.group(1).split(), [line.strip() for line in match.group(2).splitlines()]
+
+
+def _quick_start() -> str:
+    return (ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+
+
+def test_make_run_serves_on_the_address_the_quick_start_gives() -> None:
+    (comment,) = re.findall(r"^make run +# start the service on ([0-9.]+):([0-9]+) ", _quick_start(), re.M)
+    defaults = Settings.model_fields
+    assert comment == (defaults["host"].default, str(defaults["port"].default))
+    prerequisites, commands = recipe((ROOT / "Makefile").read_text(), "run")
+    assert prerequisites == ["$(STAMP)"]
+    assert commands == ["$(BIN)/rollout-scheduler serve"]  # no flag: the settings' defaults hold
+
+
+def test_make_test_runs_ruff_strict_mypy_and_pytest_in_the_workers_the_readme_gives() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    quick = " ".join(_quick_start().split())
+    assert "make test # ruff, mypy --strict, pytest" in quick
+    assert recipe(makefile, "test")[0] == ["lint", "typecheck", "pytest"]
+    for target, tool in [("lint", "ruff"), ("typecheck", "mypy"), ("pytest", "pytest")]:
+        prerequisites, commands = recipe(makefile, target)
+        assert prerequisites == ["$(STAMP)"]  # each builds .venv on first use
+        assert commands
+        assert all(command.startswith(f"$(BIN)/{tool} ") for command in commands)
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["strict"] is True
+    (workers,) = re.findall(
+        r"`make test` runs pytest in ([0-9]+) parallel workers \(pytest-xdist, `--dist (\w+)`", quick
+    )
+    (default,) = re.findall(r"^PYTEST_WORKERS \?= ([0-9]+)$", makefile, re.MULTILINE)
+    assert recipe(makefile, "pytest")[1] == [f"$(BIN)/pytest -n $(PYTEST_WORKERS) --dist {workers[1]}"]
+    assert workers[0] == default
+    assert "`make test PYTEST_WORKERS=0` for one process" in quick
