@@ -197,16 +197,17 @@ async def _complete(body: DoneBody, state: PullState, session: WorkerSession) ->
         reward=body.reward,
         extra=extra,
     )
+    failed: ReleaseOutcome | None = None  # the answer to its unanswered failure report, sent again
     if held is not None:  # a report Redis does not answer (503) keeps the lease for the retry
         landed = held.unanswered or result  # a duplicate's: what an earlier send of it stored
-        outcome = await session.complete(held, result, keep_unanswered=True)
+        outcome, failed = await session.complete_held(held, result, keep_unanswered=True)
         state.landed(held, result if outcome is CompletionOutcome.ACCEPTED else landed, outcome)
     else:
         outcome = await session.complete_key(body.schedule_id, body.key, body.token, result, held=False)
         if outcome is CompletionOutcome.ACCEPTED:  # a killed predecessor's lease: ends here
             state.generation.observe(wall_time_s)
     if outcome is CompletionOutcome.STALE:
-        return JSONResponse(await _stale(state, body, held is not None), status_code=409)
+        return JSONResponse(await _stale(state, body, held is not None, failed), status_code=409)
     return JSONResponse({"outcome": outcome.value})
 
 
@@ -235,14 +236,20 @@ async def fail(body: FailBody, state: Pull) -> dict[str, Any]:
         return {"outcome": outcome.value}
 
 
-async def _stale(state: PullState, body: DoneBody | FailBody, held: bool) -> dict[str, str]:
+async def _stale(
+    state: PullState, body: DoneBody | FailBody, held: bool, failed: ReleaseOutcome | None = None
+) -> dict[str, str]:
     """A report refused for its lease, saying which lease and why: a worker that reports a key or
     token it was never handed (its bug) is told so, not only that a lease was lost; one whose
-    schedule the trainer cancelled is told that (one ``HEXISTS``, remembered once true)."""
+    schedule the trainer cancelled is told that (one ``HEXISTS``, remembered once true); one whose
+    failure report, sent before it and unanswered then, took the lease (``failed``: answered again,
+    DUPLICATE) is told that the item was failed, as it was counted."""
     key, schedule_id = clipped(body.key), clipped(body.schedule_id)  # a megabyte of key: its start
     lease = f"key={key!r} (schedule_id={schedule_id!r}, token={body.token})"
     if await state.session.found_cancelled(body.schedule_id):
         why = "its schedule was cancelled by the trainer"
+    elif failed is not None and failed is not ReleaseOutcome.STALE:
+        why = "its failure report, sent before, took it: the item was failed (retried or dead-lettered)"
     elif held:
         why = "its lease was lost before this report (it lapsed, or another worker holds it now)"
     else:

@@ -280,9 +280,10 @@ class PullState:
         while dropped:
             held, end_turn = dropped.pop(0)
             key, held_s = held.lease.key, holdings.held_for(held)
-            if not held.failing:
+            if not held.failure:
                 log.warning("item %s held %.0fs unreported: reporting it failed", key, held_s)
-            reason = f"held {held_s:.0f}s by the pull worker without /done or /fail"
+            # one sent before and unanswered (a worker's ``/fail``, or this bound's) goes as it went
+            reason = held.failure or f"held {held_s:.0f}s by the pull worker without /done or /fail"
             try:
                 await self.session.fail(held, reason, keep_unanswered=True)
             except UnknownScheduleError:

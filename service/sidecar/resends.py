@@ -145,6 +145,21 @@ class Resends:
                 _unanswered(lease_id(held.lease), exc)
                 return None
 
+    async def failure_first(self, held: Held) -> ReleaseOutcome | None:
+        """Pull: the unanswered failure report (``held.failure``) of a lease whose completion Redis
+        just refused, sent once more in the turn that completion holds: DUPLICATE, the failure took
+        the lease (``failed``); STALE, the lease lapsed (``stale``); counted as answered. None when
+        not answered: the lease is held ``failing``, so the next beat sends it (``PullState.abandon``)
+        and its worker is no longer told it holds it; or its schedule is gone (counted ``stale``)."""
+        try:
+            return await self.fail(held, held.failure, True, True)
+        except UnknownScheduleError:
+            return None
+        except Exception as exc:
+            _unanswered(lease_id(held.lease), exc)
+            held.failing = True
+            return None
+
     async def kept(self, probe: bool = False) -> None:
         """Push: each kept completion once (a heartbeat's round), in its lease's turn; answered, it is
         counted and forgotten. The first Redis does not answer ends the round, kept again by the

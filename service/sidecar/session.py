@@ -266,6 +266,13 @@ class WorkerSession:
     async def complete(
         self, held: Held, result: TrajectoryResult, keep_unanswered: bool = False, once: bool = False
     ) -> CompletionOutcome:
+        """``complete_held``'s completion answer."""
+        outcome, _ = await self.complete_held(held, result, keep_unanswered, once)
+        return outcome
+
+    async def complete_held(
+        self, held: Held, result: TrajectoryResult, keep_unanswered: bool = False, once: bool = False
+    ) -> tuple[CompletionOutcome, ReleaseOutcome | None]:
         """Report a finished item (retried through outages) and forget it.
 
         A report Redis never answered (past the retry window, or cancelled) forgets the lease too,
@@ -273,13 +280,22 @@ class WorkerSession:
         and the result is kept to be sent again at the next heartbeats (``resends.kept``); the pull API
         tells its worker to retry, so the lease stays held, heartbeated and listed until the retry
         lands, its result kept (``resends.again``; ``once``: one try, no retry window). One forgotten as ended
-        (``_forget_ended``) is answered STALE unsent: it was counted then, and Redis would refuse it."""
+        (``_forget_ended``) is answered STALE unsent: it was counted then, and Redis would refuse it.
+
+        Pull: a lease whose failure report went unanswered (``held.failure``: the worker's ``/fail``,
+        or the hold bound's) and whose completion is then refused may have been taken by that
+        failure: the report is sent once more (``resends.failure_first``), and its answer, the second
+        of the pair, counts the lease (``failed``, or ``stale``); unanswered, the next beat sends it
+        (``failing``). The refusal counted ``stale`` where the failure had landed (round 45's
+        failonce, left alone)."""
         if held.ended:  # one step with setting ``completing``: a heartbeat ends the lease or leaves it
-            return CompletionOutcome.STALE
+            return CompletionOutcome.STALE, None
         held.completing = True
-        lease = held.lease
+        lease, failure_sent = held.lease, bool(held.failure)
         try:
-            outcome = await self.complete_key(lease.schedule_id, lease.key, lease.token, result, once=once)
+            outcome = await self.complete_key(
+                lease.schedule_id, lease.key, lease.token, result, once=once, failure_sent=failure_sent
+            )
         except UnknownScheduleError:  # its keys are gone (retention passed, or Redis lost its data):
             # nothing will take the result or run the item again, and the lease ends here, so it is
             # counted here for both modes (a pull /done's 404 left it uncounted: claimed > ended)
@@ -297,8 +313,11 @@ class WorkerSession:
                 self.holdings.remove(lease_id(lease))
                 self.resends.keep(held)
             raise
+        if outcome is CompletionOutcome.STALE and failure_sent:
+            held.completing = False
+            return outcome, await self.resends.failure_first(held)
         self.holdings.remove(lease_id(lease))
-        return outcome
+        return outcome, None
 
     async def complete_key(
         self,
@@ -308,15 +327,18 @@ class WorkerSession:
         result: TrajectoryResult,
         held: bool = True,
         once: bool = False,
+        failure_sent: bool = False,
     ) -> CompletionOutcome:
         """Report a finished item by its lease token, held here or not (``held`` false: a retry after
         a lost reply, or a pull worker's report of a lease it does not hold, which a refusal's warning
-        must not call a lost lease, and only an acceptance counts: an end not this process's to count)."""
+        must not call a lost lease, and only an acceptance counts: an end not this process's to count).
+        ``failure_sent``: a refusal is not counted, the failure report's resend counts the lease."""
         entries = [(key, token, result)]
         complete, worker = self.delivery.complete_many, self.settings.worker_id
         reports = OutageRetry(0.0) if once else self._reports
         [outcome] = await reports.call("complete", complete, schedule_id, entries, None, worker)
-        await self._ledger.completion(outcome, schedule_id, key, token, held)
+        if not (failure_sent and outcome is CompletionOutcome.STALE):
+            await self._ledger.completion(outcome, schedule_id, key, token, held)
         return outcome
 
     async def fail(

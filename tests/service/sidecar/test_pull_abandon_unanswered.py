@@ -55,7 +55,8 @@ def _abandoned_unanswered(
         listed = [one["key"] for one in (await client.get("/leases")).json()["lost"]]
         if then == "done":
             late = await client.post("/done", json=report_body("done", lease))
-            answer = [late.status_code, late.json()["outcome"]]
+            told_failed = "the item was failed" in late.json().get("error", "")
+            answer = [late.status_code, late.json()["outcome"], told_failed]
         else:
             if rate_drops:
                 session.holdings.observe(10, 1000.0)  # 0.01 token/s: a bound of months
@@ -75,8 +76,10 @@ def _abandoned_unanswered(
 
 # (the failure landed, what came next): the worker's answer, and the lease's one end
 CASES = {
-    (False, "done"): ([200, "accepted"], {"accepted": 1}),  # before: lost, accepted and inherited
-    (True, "done"): ([409, "stale"], {"stale": 1}),  # before: lost
+    (False, "done"): ([200, "accepted", False], {"accepted": 1}),  # before: lost, accepted and inherited
+    # the /done refused, the failure is sent again: DUPLICATE (P:failed), and the worker is told so;
+    # before: stale (round 45), and lost before that
+    (True, "done"): ([409, "stale", True], {"failed": 1}),
     (False, "beat"): ([], {"failed": 1}),  # before: lost, the item leased until its lease lapsed
     (True, "beat"): ([], {"failed": 1}),  # its repeat is DUPLICATE (P:failed); before: stale, and lost
 }

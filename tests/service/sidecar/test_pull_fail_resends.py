@@ -1,0 +1,163 @@
+"""A pull worker's ``/fail`` that Redis never answered ends its lease once, as what Redis recorded,
+whichever report or beat comes next, and is sent again as the worker sent it.
+
+``release.lua`` records the token of each failure it takes (``P:failed``) and answers its repeat
+DUPLICATE (round 45, failonce). Two orders were left: a ``/done`` of the lease sent before any resend
+of the failure was refused and counted ``stale`` where the failure had taken the lease (now the
+refusal sends the failure again, and its answer counts the lease: ``failed``, the worker told so);
+and an item whose ``/fail`` went unanswered, then held past its hold bound, was failed again with the
+hold bound's reason, so a dead letter named the bound, not what the worker said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from service.delivery.outcomes import ReleaseOutcome
+from service.delivery.protocol import Delivery
+from service.delivery.records import Lease, LeaseSettings, PublishedSchedule
+from service.sidecar.holdings import Holdings
+from service.sidecar.pull_api import create_pull_app
+from service.sidecar.pull_state import PullState
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.procs import item
+from tests.service.sidecar.pullclient import report_body
+from tests.service.sidecar.unanswered import UnansweredReports
+
+ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
+BOUND_S = 100.0
+
+
+class UnansweredFailures(UnansweredReports):
+    """``UnansweredReports`` whose failure reports alone also go unanswered while ``fails_out`` is set."""
+
+    def __init__(self, client: redis.Redis, lands: bool) -> None:
+        super().__init__(client, lands)
+        self.fails_out = threading.Event()
+
+    def fail(self, lease: Lease, reason: str, now_ms: int | None = None) -> ReleaseOutcome:
+        if self.fails_out.is_set():
+            self.out.set()
+            try:
+                return super().fail(lease, reason, now_ms)
+            finally:
+                self.out.clear()
+        return super().fail(lease, reason, now_ms)
+
+
+def _published(redis_url: str, max_attempts: int = 5) -> Delivery:
+    """Schedule ``s``: one item ``a#0`` for ``w0``, leases of ten minutes, ``max_attempts``."""
+    delivery = Delivery.from_url(redis_url)
+    lease = LeaseSettings(lease_ttl_ms=600_000, max_attempts=max_attempts)
+    delivery.publish(PublishedSchedule(schedule_id="s", queues={"w0": (item("a", 0, 10),)}, lease=lease))
+    return delivery
+
+
+def _session(redis_url: str, lands: bool) -> tuple[UnansweredFailures, list[float], WorkerSession]:
+    """Worker ``w0``'s session of one slot, its reports unanswered on demand, its holdings' clock the
+    test's (``clock[0]``)."""
+    delivery = UnansweredFailures(redis.Redis.from_url(redis_url), lands)
+    clock = [0.0]
+    holdings = Holdings(1, clock=lambda: clock[0])
+    return delivery, clock, WorkerSession(delivery, holdings, SessionSettings("w0", retry_for_s=0.0))
+
+
+def _ended(session: WorkerSession) -> dict[str, int]:
+    return {name: getattr(session.stats, name) for name in ENDS if getattr(session.stats, name)}
+
+
+def _serve(session: WorkerSession, script: Any) -> Any:
+    """Run ``script(client, state)`` against a pull app around ``session`` (hold bound ``BOUND_S``)."""
+
+    async def run() -> Any:
+        app = create_pull_app(session, hold_timeout_s=BOUND_S)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            return await script(client, app.state.pull)
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("resend_answered", [True, False], ids=["resend answered", "resend unanswered"])
+def test_a_done_after_a_landed_unanswered_fail_counts_the_lease_failed_once_and_tells_the_worker(
+    redis_client: redis.Redis, redis_url: str, resend_answered: bool
+) -> None:
+    """The ``/fail`` landed, its answer lost (503); the worker's ``/done`` of the lease is refused
+    (the failure took it) and the failure is sent again: DUPLICATE, ``failed``, and the 409 says the
+    item was failed. Its resend unanswered too, the lease is held, listed held no more, and the next
+    beat sends it: ``failed``. Before: the refusal counted ``stale`` and nothing sent the failure."""
+    store = _published(redis_url)
+    delivery, _, session = _session(redis_url, lands=True)
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        lease = (await client.get("/next")).json()
+        delivery.out.set()
+        unanswered = (await client.post("/fail", json=report_body("fail", lease))).status_code
+        delivery.out.clear()
+        if not resend_answered:
+            delivery.fails_out.set()
+        done = await client.post("/done", json=report_body("done", lease))
+        told = [done.status_code, done.json()["outcome"], "the item was failed" in done.json()["error"]]
+        held = [len((await client.get("/leases")).json()["held"]), dict(_ended(session))]
+        delivery.fails_out.clear()
+        await state.beat()
+        return [unanswered, told, held, len(session.holdings)]
+
+    seen = _serve(session, script)
+    told = [409, "stale", resend_answered]
+    assert seen == [503, told, [0, {"failed": 1} if resend_answered else {}], 0]
+    assert (session.stats.claimed, _ended(session)) == (1, {"failed": 1})
+    after = store.progress("s")
+    assert (after.done, after.queued, after.running) == (0, 1, 0)
+
+
+def test_a_done_after_an_unanswered_fail_that_never_landed_is_accepted(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The ``/fail`` never reached Redis: the lease is current and the ``/done`` is accepted, the
+    result kept; the failure is not sent again (it would be refused: nothing to count twice)."""
+    store = _published(redis_url)
+    delivery, _, session = _session(redis_url, lands=False)
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        lease = (await client.get("/next")).json()
+        delivery.out.set()
+        unanswered = (await client.post("/fail", json=report_body("fail", lease))).status_code
+        delivery.out.clear()
+        done = await client.post("/done", json=report_body("done", lease))
+        await state.beat()
+        return [unanswered, done.status_code, done.json()["outcome"], len(session.holdings)]
+
+    assert _serve(session, script) == [503, 200, "accepted", 0]
+    assert (session.stats.claimed, _ended(session)) == (1, {"accepted": 1})
+    assert store.progress("s").done == 1
+
+
+def test_the_hold_bound_resends_an_unanswered_fail_with_the_workers_reason(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The worker's ``/fail`` (reason ``oom``) never reached Redis, and the worker reported nothing
+    more; past its hold bound the sidecar fails the item itself, sending that report again: the dead
+    letter (one attempt) names ``oom``. Before: the hold bound's own reason, ``held 101s ...``."""
+    store = _published(redis_url, max_attempts=1)
+    delivery, clock, session = _session(redis_url, lands=False)
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        lease = (await client.get("/next")).json()
+        delivery.out.set()
+        unanswered = (await client.post("/fail", json=report_body("fail", lease))).status_code
+        delivery.out.clear()
+        clock[0] = BOUND_S + 1
+        await state.beat()
+        return [unanswered, len(session.holdings)]
+
+    assert _serve(session, script) == [503, 0]
+    assert (session.stats.claimed, _ended(session)) == (1, {"failed": 1})
+    (dead,) = store.progress("s").dead_letters
+    assert (dead.key, dead.reason) == ("a#0", "oom")
