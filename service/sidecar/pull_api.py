@@ -79,9 +79,9 @@ MAX_BODY_BYTES = 16 * 1024 * 1024  # a /done carries one output: far below this;
 
 
 class ResendsUnansweredError(redis.RedisError):
-    """``POST /reset`` found a report still in flight, or a kept ``/done`` still unanswered, once its
-    bound ran out: Redis is stalled or down. A ``RedisError``: 503 with ``Retry-After``
-    (``pull_problems``), as any report Redis does not answer; the retry sends it again."""
+    """``POST /reset`` found a report still in flight, or a kept ``/done`` or ``/fail`` still
+    unanswered, once its bound ran out: Redis is stalled or down. A ``RedisError``: 503 with
+    ``Retry-After`` (``pull_problems``), as any report Redis does not answer; the retry sends it again."""
 
     def __init__(self, unsent: int, within_s: float) -> None:
         super().__init__(
@@ -280,8 +280,11 @@ async def reset(state: Pull) -> dict[str, int]:
     A ``/done`` still in flight (its sender died before the answer; Redis may be down) settles first:
     released beside it, a finished result could be thrown away and the item run again; and one
     that fails leaves its lease held, to be handed back here, its result sent once more first (a
-    release of it was refused, or requeued a finished item). A ``/next`` long-polling for the dead
-    process ends first, with 204: an item it took after this would reach nobody.
+    release of it was refused, or requeued a finished item). So does an unanswered failure report
+    (a ``/fail``, or the hold bound's): handed back, a landed one's lease was refused and counted
+    ``lost``, and one that had not landed was released, its attempt refunded. A ``/next``
+    long-polling for the dead process ends first, with 204: an item it took after this would reach
+    nobody.
 
     The wait for those in flight and the resends keep to the shutdown's bound (``release_within_s``),
     together: unbounded, on a stalled Redis the reset waited out an in-flight report's own retry
@@ -294,8 +297,7 @@ async def reset(state: Pull) -> dict[str, int]:
         in_flight = sum(1 for h in state.session.holdings.all() if h.completing)
         raise ResendsUnansweredError(in_flight, state.release_within_s)
     await state.resend_kept(within_s=max(0.0, deadline - time.monotonic()))  # a result, not a rerun
-    unsent = sum(1 for h in state.session.holdings.all() if h.unanswered is not None)
-    if unsent:
+    if unsent := len(state.unsent()):
         raise ResendsUnansweredError(unsent, state.release_within_s)
     holdings, held = state.session.holdings, state.session.holdings.all()
     ahead = [h for h in held if not h.started]

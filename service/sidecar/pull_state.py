@@ -308,17 +308,25 @@ class PullState:
         await self.resend_kept(late)
 
     async def resend_kept(self, helds: list[Held] | None = None, within_s: float | None = None) -> None:
-        """Send once more the kept result of each of ``helds`` (default: every lease held with one,
-        before ``POST /reset`` or the shutdown hands them back), within ``within_s`` if given; one
-        refused lapsed, and is listed lost. Handed back unsent, a landed ``/done``'s lease was refused
-        and counted ``lost``, and one that had not landed was released: its item ran again."""
-        holdings = self.session.holdings
-        kept = helds if helds is not None else [h for h in holdings.all() if h.unanswered is not None]
+        """Send once more the kept report of each of ``helds`` (default: every lease held with one,
+        before ``POST /reset`` or the shutdown hands them back: a ``/done``'s result, or a failure
+        report, the worker's or the hold bound's, ``unsent``), within ``within_s`` if given; one
+        refused lapsed, and is listed lost (once: a ``failing`` one was). Handed back unsent, a landed
+        report's lease was refused and counted ``lost``, and one that had not landed was released:
+        a finished item ran again, a failed one came back with its attempt refunded."""
+        kept = helds if helds is not None else self.unsent()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(within_s):  # not wait_for: see service/sidecar/waits.py
                 for held in kept:
-                    if await self.session.resends.again(held, holdings) is CompletionOutcome.STALE:
+                    if await self.session.refused_again(held) and not held.failing:
                         self.lost.append(lease_json(held))
+
+    def unsent(self) -> list[Held]:
+        """The leases held with a report Redis never answered, none in flight: a ``/done``'s kept
+        result (``unanswered``), or a failure report (``failure``: a lease whose failure Redis
+        answered is no longer held)."""
+        holdings = self.session.holdings.all()
+        return [h for h in holdings if not h.completing and (h.unanswered is not None or h.failure)]
 
     async def reset_polls(self) -> None:
         """End the long polls in flight (``POST /reset``: they are the previous process's); one taking

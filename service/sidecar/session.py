@@ -203,13 +203,13 @@ class WorkerSession:
             by_schedule.setdefault(held.lease.schedule_id, []).append(held.lease.key)
         await self._ledger.gone_each(by_schedule)
         # a pull lease found gone whose completion or failure report went unanswered: it may have taken it
-        refused = [h for h in sent if await self._refused_again(h)]
+        refused = [h for h in sent if await self.refused_again(h)]
         await self.resends.kept()
         return lost + refused
 
-    async def _refused_again(self, held: Held) -> bool:
-        """Pull: the unanswered report of a lease found gone, sent once more (``resends.py``): whether
-        Redis refused it (the lease lapsed first: listed lost to the worker)."""
+    async def refused_again(self, held: Held) -> bool:
+        """Pull: the unanswered report of a lease held (found gone, or before a hand-back), sent once
+        more (``resends.py``): whether Redis refused it (the lease lapsed first: listed lost)."""
         if held.unanswered is not None:
             return await self.resends.again(held, self.holdings) is CompletionOutcome.STALE
         return await self.resends.fail_again(held, self.holdings) is ReleaseOutcome.STALE
