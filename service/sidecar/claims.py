@@ -27,7 +27,7 @@ from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
 from service.delivery.stored import unreadable_field
-from service.sidecar.holdings import Holdings
+from service.sidecar.holdings import Held, Holdings
 from service.sidecar.session_settings import SessionSettings, SessionStats
 
 log = logging.getLogger("service.sidecar")  # the session's logger: operators grep its lines there
@@ -49,6 +49,8 @@ class Claims:
     stats: SessionStats  # the session's own: claimed, stolen and reaped are counted there
     # the session's count of a report refused (schedule, key, what): cancelled or stale
     refused: Callable[[str, str, str], Awaitable[None]]
+    # the session's keep of a failure report Redis never answered, sent again (``Resends.keep``)
+    keep: Callable[[Held], None]
     _last_reap: dict[str, float] = field(default_factory=dict, init=False)
     _damaged: set[str] = field(default_factory=set, init=False)  # schedules whose scripts fail (logged)
     # (schedule, "claim" | "steal") -> the id of a call that raised: it may have leased before the
@@ -135,15 +137,16 @@ class Claims:
         return readable
 
     async def _fail_unreadable(self, lease: Lease, reason: str) -> None:
-        """Report ``lease`` failed with ``reason``. A report Redis does not answer is left at that: the
-        lease lapses and its next claim fails it again. Raised, it took the claim's readable leases
-        with it, held by no one until they lapsed too (an attempt spent each, a TTL late).
+        """Report ``lease`` failed with ``reason``. A report Redis does not answer is kept and sent
+        again at the next heartbeats (``keep``: ``resends.py``, as a push failure report whose lease
+        was forgotten), not raised: raised, it took the claim's readable leases with it, held by no
+        one until they lapsed too (an attempt spent each, a TTL late).
 
-        The lease was counted taken (``claimed`` or ``stolen``), so it is counted ended here, once:
-        ``failed`` when the report was taken, ``lost`` when Redis did not answer it, cancelled or
-        stale when it was refused, stale when its schedule is gone. It was counted nowhere, and each
-        such lease put a sidecar's taken ahead of what ended there for good (the soak's counter
-        check, chaos6)."""
+        The lease was counted taken (``claimed`` or ``stolen``), so it is counted ended once:
+        ``failed`` when the report was taken (or its resend answered DUPLICATE: it had landed),
+        cancelled or stale when it was refused (a resend too: the lease lapsed first), stale when its
+        schedule is gone; ``lost`` only where a kept report is (unanswered at the drain, or given up).
+        It counted ``lost`` at once when unanswered, where the report may have landed (round 45)."""
         try:
             outcome = await asyncio.to_thread(self.delivery.fail, lease, reason)
         except UnknownScheduleError:  # its keys went since the claim: ``stale``, as ``WorkerSession.fail``
@@ -151,9 +154,12 @@ class Claims:
             log.warning("schedule %s is gone from Redis; %s not failed", lease.schedule_id, lease.key)
             return
         except redis.RedisError as error:
-            self.stats.lost += 1
+            self.keep(Held(lease, 0, failure=reason))
             log.warning(
-                "schedule %s: %s; not failed now (%s): its lease lapses", lease.schedule_id, reason, error
+                "schedule %s: %s; not answered (%s): sent again at the next heartbeat",
+                lease.schedule_id,
+                reason,
+                error,
             )
             return
         if outcome is ReleaseOutcome.STALE:  # cancelled between the claim and the report

@@ -355,6 +355,8 @@ def create_pull_app(
             died = "its sidecar" if state.loops.dead is not None else ""  # a bug: refunded once per item
             with contextlib.suppress(TimeoutError):  # a second signal's grace cuts each of them
                 await hurry.bound(state.resend_kept(within_s=max(0.0, until - time.monotonic())), until)
+            with contextlib.suppress(TimeoutError):  # an unreadable item's report kept at its claim
+                await hurry.bound(state.session.resends.settle(until - time.monotonic()), until)
             await state.session.hand_back(state.session.holdings.all(), until - time.monotonic(), died, hurry)
             with contextlib.suppress(TimeoutError):
                 await hurry.bound(state.leave(until - time.monotonic()), until)

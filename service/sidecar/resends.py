@@ -22,7 +22,9 @@ A push failure report (the watchdog's) Redis never answered is kept and sent aga
 from one that never landed (taken now, ``failed``; or refused, the lease lapsed: ``stale``). Before,
 it counted ``lost`` at once: a landed failure and a lapse left the same record in Redis. Pull mode
 keeps such a lease held for the worker's retry, as an unanswered ``/done``'s, and the heartbeat that
-finds it gone sends the report again (``fail_again``).
+finds it gone sends the report again (``fail_again``), and so does a ``/done`` of it that Redis refuses
+(``failure_first``). An unreadable item's failure report at its claim (``claims.py``: its lease is
+never held) is kept here in either mode, as a push one is.
 
 A kept result is not sent for ever: once Redis has answered this session for ``GIVE_UP_TTLS`` of its
 lease's TTLs and two reaper passes since the later of its keep and the last outage's end, and it has

@@ -86,9 +86,10 @@ class WorkerSession:
     def __post_init__(self) -> None:
         self._reports = OutageRetry(self.settings.retry_for_s)
         self._ledger = Ledger(self.stats, self._cancelled, self.found_cancelled)
-        self._claims = Claims(self.delivery, self.holdings, self.settings, self.stats, self._ledger.refused)
         ttl_s = lambda sid: self._infos[sid].lease_ttl_ms / 1000 if sid in self._infos else None  # noqa: E731
         self.resends = Resends(self.turns, self.complete, self.fail, self.stats, ttl_s)
+        refused, keep = self._ledger.refused, self.resends.keep
+        self._claims = Claims(self.delivery, self.holdings, self.settings, self.stats, refused, keep)
         self._hand_backs = HandBacks(self.delivery, self.holdings, self.stats, self._reports, self._ledger)
 
     async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -103,12 +103,13 @@ def test_a_failure_report_cut_by_redis_leaves_the_readable_items_of_the_claim_he
 ) -> None:
     """The claim leased both items before it found a#0 unreadable: when its failure report raised, the
     claim raised with it and b#0, leased but held by no one, lay unserved until its lease lapsed (an
-    attempt spent). a#0 is left to lapse instead, to be failed at its next claim."""
+    attempt spent). a#0's report is kept instead, sent again at the next heartbeat."""
     _damaged(redis_url, "prompt_id")
     session = WorkerSession(cut.from_url(redis_url), Holdings(8, None), SessionSettings("w0"))
     held = asyncio.run(session.claim(2))
     assert [h.lease.key for h in held] == ["b#0"]
-    assert Delivery.from_url(redis_url).progress("pull").running == 2  # a#0's lease lapses, unreported
+    assert Delivery.from_url(redis_url).progress("pull").running == 2  # a#0's report not through yet
+    assert len(session.resends) == 1
 
 
 def test_an_unreadable_item_failed_at_its_claim_is_logged_as_an_error_naming_its_key_and_field(
@@ -135,14 +136,15 @@ class CancelledFirst(Delivery):
 
 @pytest.mark.parametrize(
     ("delivery", "ended"),
-    [(Delivery, "failed"), (LostFail, "lost"), (CancelledFirst, "cancelled")],
+    [(Delivery, "failed"), (LostFail, ""), (CancelledFirst, "cancelled")],
     ids=["report taken", "report cut", "cancelled first"],
 )
 def test_an_unreadable_lease_failed_at_its_claim_is_counted_ended_once_so_taken_balances_ended(
     delivery: type[Delivery], ended: str, redis_client: redis.Redis, redis_url: str
 ) -> None:
     """Both leases were counted ``claimed``; a#0, failed at the claim, was counted nowhere, so every
-    such lease left a sidecar's claimed + stolen ahead of what ended there for good."""
+    such lease left a sidecar's claimed + stolen ahead of what ended there for good. A report cut is
+    kept, counted by the answer to its resend (``test_unreadable_resends.py``), not ``lost`` at once."""
     _damaged(redis_url, "prompt_id")
     session = WorkerSession(delivery.from_url(redis_url), Holdings(8, None), SessionSettings("w0"))
     held = asyncio.run(session.claim(2))
