@@ -116,7 +116,7 @@ def _schedule(body: ScheduleRequest, request: Request, marked: in_flight.Mark, a
     schedule_id = marked.schedule_id
     with in_flight.held(marked):
         ctx = context_of(request)
-        response = stages.run(body, ctx, schedule_id, arrived)
+        response = stages.run(body, ctx, schedule_id, arrived, marked.check)
     if body.publish and not response.replayed:  # a dry run writes nothing, the retrain counter included
         with schedule_context(schedule_id), after_publish("counting the step towards a retrain"):
             ctx.retrainer.after_step(body.step)  # a retrain it starts logs under the step's id

@@ -18,6 +18,13 @@ started, the thread that would have planned it (``service/api/plan_thread.py``).
 
 Only a request that publishes under an id its caller chose is marked: a dry run publishes nothing,
 and an id the service draws is unknown to the trainer until the answer names it.
+
+A mark Redis fails to write (down, out of memory) is not raised at once: the request is still
+validated, so a bad body hears its 422 (or 413) whatever Redis's state, and only a valid one the
+mark's 503 (``Mark.check``), before anything reads what is stored under the id. It never publishes
+unmarked, so no DELETE can miss it. Its take-back is still tried unless Redis answered the write
+with a refusal: a write whose answer was lost (a timeout, a connection cut after the send) may have
+landed, and a take-back of an absent entry writes nothing (``lua/planning.lua``).
 """
 
 from __future__ import annotations
@@ -40,11 +47,19 @@ _log = logging.getLogger("service.pipeline")
 
 @dataclass(frozen=True)
 class Mark:
-    """One request's in-flight mark; ``ctx`` None where the request holds none (``mark``)."""
+    """One request's in-flight mark; ``ctx`` None where the request holds none (``mark``), and
+    ``unwritten`` the error of a write Redis failed (raised by ``check``)."""
 
     ctx: Context | None
     schedule_id: str
     request_id: str
+    unwritten: redis.RedisError | None = None
+
+    def check(self) -> None:
+        """Raise the mark's own failure (503), once the request passed every rule: an invalid one
+        has been refused for what it is (422) before this, as it is when Redis answers."""
+        if self.unwritten is not None:
+            raise self.unwritten
 
     def release(self) -> None:
         """Take the mark back: its own publish deleted it already, but a request refused, failed,
@@ -64,13 +79,18 @@ def mark(ctx: Context, body: ScheduleRequest, schedule_id: str) -> Mark:
     """Mark ``schedule_id`` in flight for this request, if it will publish under an id its caller
     chose. The mark lives as long as the request may (the plan queue's timeout, counted from its
     arrival, the request's budget, ``keys.PLANNING_MARGIN_S`` to predict and publish), so the mark
-    of a replica that died mid-request lapses by itself. Asks Redis: call it off the event loop."""
+    of a replica that died mid-request lapses by itself. Asks Redis: call it off the event loop.
+    A Redis error is kept in the mark, not raised (``Mark.check``)."""
     if not (body.schedule_id and body.publish):
         return Mark(None, schedule_id, "")
     request_id = uuid.uuid4().hex
     budget_s = (body.time_budget_ms or ctx.settings.default_time_budget_ms) / 1000.0  # as ``validate``'s
     ttl_s = ctx.settings.plan_queue_timeout_s + budget_s + keys.PLANNING_MARGIN_S
-    ctx.delivery.mark_planning(schedule_id, request_id, int(ttl_s * 1000))
+    try:
+        ctx.delivery.mark_planning(schedule_id, request_id, int(ttl_s * 1000))
+    except redis.RedisError as error:  # raised once the body is found valid (``Mark.check``)
+        refused = isinstance(error, redis.ResponseError)  # Redis answered (out of memory): nothing landed
+        return Mark(None if refused else ctx, schedule_id, request_id, error)
     return Mark(ctx, schedule_id, request_id)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,14 +78,24 @@ class Validated:
     engine: str  # the request's, else the service's ``default_engine``: whose rules the plan is made for
 
 
+def _marked() -> None:
+    """A request whose in-flight mark was written, or that needs none: nothing to raise."""
+
+
 def run(
-    body: ScheduleRequest, ctx: Context, schedule_id: str, arrived: float | None = None
+    body: ScheduleRequest,
+    ctx: Context,
+    schedule_id: str,
+    arrived: float | None = None,
+    mark_check: Callable[[], None] = _marked,
 ) -> ScheduleResponse:
     """Serve one ``POST /schedule`` as ``schedule_id``: every stage, in order, with its wall time.
     The id is chosen once, by the route (the caller's, else a new one), whose log lines carry it.
     ``arrived`` (``time.perf_counter()``, by default now): when the route took the request, before
     it waited for a planning thread; that wait is part of the ``queue`` stage and of the total, and
-    the plan queue's timeout counts from then (``PlanSlots.hold``)."""
+    the plan queue's timeout counts from then (``PlanSlots.hold``). ``mark_check``: raises the
+    in-flight mark's own failure (``in_flight.Mark.check``), called once the body passed every rule,
+    so an invalid request is refused for what it is whatever Redis's state."""
     clock = StageClock()
     on_thread = time.perf_counter()
     started = on_thread if arrived is None else arrived
@@ -92,7 +103,7 @@ def run(
     with schedule_context(schedule_id):
         with clock.stage("validate"):  # before the plan queue: a bad request is refused at once
             checked = validate(body, ctx)
-            first = _first_answer(body, checked, ctx)
+            first = _first_answer(body, checked, ctx, mark_check)
         if first is not None:  # a retry of a published step: its first answer, not a second copy
             return _replayed(first, clock, started)
         return _serve_valid(schedule_id, body, checked, ctx, clock, started)
@@ -163,17 +174,22 @@ def validate(body: ScheduleRequest, ctx: Context) -> Validated:
     return Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of, engine)
 
 
-def _first_answer(body: ScheduleRequest, checked: Validated, ctx: Context) -> ScheduleResponse | None:
+def _first_answer(
+    body: ScheduleRequest, checked: Validated, ctx: Context, mark_check: Callable[[], None]
+) -> ScheduleResponse | None:
     """The first answer when ``body`` retries a caller-chosen ``schedule_id`` already published
     (``republish.replay``, which announces the stored step again); None to plan and publish it.
 
     Asked only after the body passed every rule, the planner's that need no lengths too
     (``check_plan_rules``): a retry with a broken body hears what is wrong (422), not a replay that
     announces the stored step. The planner checks those rules again, with the lengths, when it
-    plans, so only a request that may be a retry pays for them here (~3 us a prompt)."""
+    plans, so only a request that may be a retry pays for them here (~3 us a prompt). Only such a
+    request is marked, so a mark Redis failed to write is raised here (``mark_check``: 503), after
+    those rules and before anything reads what is stored under the id."""
     if not (body.schedule_id and body.publish):
         return None
     check_plan_rules(body, checked.inventory, checked.drained, checked.time_budget_s, checked.engine)
+    mark_check()
     return replay(body, body.schedule_id, ctx)
 
 

@@ -22,6 +22,7 @@ from service.app import create_app
 from service.embedded import EmbeddedServer
 from service.problems.table import lookup
 from service.settings import Settings
+from tests.service.api.badinput import redis_snapshot
 from tests.service.api_helpers import LiveServer, batch_body
 
 
@@ -175,3 +176,64 @@ def test_healthz_answers_at_once_while_trainers_poll_results_of_a_redis_silent_s
         for poller in pollers:
             poller.join(2 * VERSION_HOLD_S)
     assert status == 200
+
+
+STATED = {"workers": [{"worker_id": "w0", "device": "H100", "time_scale": 1.0}]}  # no learned speed read
+REFUSED_BODIES = [  # each fault found by another stage of the checks: the route's, the planner's
+    ({"policy": "no-such-policy"}, 422, "policy"),
+    ({"n": 64}, 413, "batch.items"),
+    (
+        {
+            "inventory": STATED,
+            "batch": {
+                "items": [{"prompt_id": "p", "prompt_tokens": 9, "max_new_tokens": 9, "pinned_worker": "w9"}]
+            },
+        },
+        422,
+        "batch.items[0].pinned_worker",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fault", "status", "field"), REFUSED_BODIES, ids=["policy", "count", "pin"])
+def test_a_bad_body_under_a_chosen_id_is_refused_for_what_it_is_while_redis_is_down(
+    private_redis: EmbeddedServer, tmp_path: Path, fault: dict[str, object], status: int, field: str
+) -> None:
+    """The in-flight mark, written on arrival, fails with Redis down; the body is still checked, so an
+    invalid one hears which field is wrong (it answered the mark's 503, then its 422 once Redis was back),
+    and a valid one the 503, which no retry makes a 422."""
+    settings = Settings(
+        redis_url=private_redis.url, model_dir=str(tmp_path), redis_timeout_s=0.5, max_trajectories=256
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        private_redis.kill()
+        refused = client.post("/schedule", json=batch_body(schedule_id="step", **fault))
+        valid = client.post("/schedule", json=batch_body(schedule_id="step"))
+        private_redis.start()
+        again = client.post("/schedule", json=batch_body(schedule_id="step", **fault))
+    assert (refused.status_code, refused.json()["field"]) == (status, field)
+    assert (again.status_code, again.json()["field"]) == (status, field)
+    assert valid.status_code == 503
+    assert "Redis is unreachable" in valid.json()["detail"]
+
+
+def test_a_bad_body_under_a_chosen_id_is_refused_for_what_it_is_and_writes_nothing_when_redis_is_full(
+    private_redis: EmbeddedServer, tmp_path: Path
+) -> None:
+    """Out of memory, the mark's write is refused: a bad body is still a 422 naming its field, a valid
+    one the mark's 503 ``redis-out-of-memory``; neither leaves a key behind."""
+    settings = Settings(redis_url=private_redis.url, model_dir=str(tmp_path), redis_timeout_s=0.5)
+    admin = redis.Redis.from_url(private_redis.url)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        assert client.post("/schedule", json=batch_body()).status_code == 200
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", 1)  # every write is now refused
+        before = redis_snapshot(admin)
+        refused = client.post("/schedule", json=batch_body(schedule_id="step", policy="no-such-policy"))
+        full = client.post("/schedule", json=batch_body(schedule_id="step"))
+        after = redis_snapshot(admin)
+        admin.config_set("maxmemory", 0)
+    admin.close()
+    assert (refused.status_code, refused.json()["field"]) == (422, "policy")
+    assert (full.status_code, full.json()["type"].rsplit("/", 1)[1]) == (503, "redis-out-of-memory")
+    assert after == before
