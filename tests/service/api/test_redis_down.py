@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -197,7 +198,7 @@ REFUSED_BODIES = [  # each fault found by another stage of the checks: the route
 
 @pytest.mark.parametrize(("fault", "status", "field"), REFUSED_BODIES, ids=["policy", "count", "pin"])
 def test_a_bad_body_under_a_chosen_id_is_refused_for_what_it_is_while_redis_is_down(
-    private_redis: EmbeddedServer, tmp_path: Path, fault: dict[str, object], status: int, field: str
+    private_redis: EmbeddedServer, tmp_path: Path, fault: dict[str, Any], status: int, field: str
 ) -> None:
     """The in-flight mark, written on arrival, fails with Redis down; the body is still checked, so an
     invalid one hears which field is wrong (it answered the mark's 503, then its 422 once Redis was back),
