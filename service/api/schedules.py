@@ -19,6 +19,7 @@ from anyio import CapacityLimiter
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from scheduler.errors import InvalidInputError
+from service.api.mark_hop import marked as marked_on_a_thread
 from service.api.plan_thread import run_to_end
 from service.api.progress_schemas import (
     RESULTS_MAX_BYTES,
@@ -96,11 +97,12 @@ async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
 
 async def _marked(body: ScheduleRequest, request: Request, schedule_id: str) -> in_flight.Mark:
     """The request's in-flight mark, taken on a thread of the shared pool (a Redis call, and
-    ``context_of`` may ask Redis too): not one of the planning threads it is about to wait for."""
+    ``context_of`` may ask Redis too): not one of the planning threads it is about to wait for. A
+    handler cancelled during the hop leaves no mark (``service/api/mark_hop.py``)."""
     if not (body.schedule_id and body.publish):  # marks nothing: no thread hop
         return in_flight.Mark(None, schedule_id, "")
     take = functools.partial(in_flight.mark, body=body, schedule_id=schedule_id)
-    return await anyio.to_thread.run_sync(lambda: take(context_of(request)))
+    return await marked_on_a_thread(lambda: take(context_of(request)))
 
 
 def _own_threads(request: Request, pool: Literal["plan_threads", "long_polls"]) -> CapacityLimiter | None:
