@@ -43,7 +43,7 @@ from service.delivery import DeadLetter, ResultRecord
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 from service.delivery.stored import utf8
 from service.logs import schedule_context
-from service.pipeline import in_flight, stages
+from service.pipeline import deadline, in_flight, stages
 from service.pipeline.served import after_publish
 from service.problems.table import documented
 
@@ -70,7 +70,7 @@ _WITHDRAWN_DOC: dict[str, Any] = {
     "/schedule",
     response_model=ScheduleResponse,
     dependencies=[Depends(trainer_only)],
-    responses={200: _REPLAYED_DOC, **documented(400, 401, 403, 409, 413, 415, 422, 503)},
+    responses={200: _REPLAYED_DOC, **documented(400, 401, 403, 409, 413, 415, 422, 503, 504)},
 )
 async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     """Validate, predict, plan, publish (unless ``publish`` is false) and return the plan.
@@ -87,11 +87,16 @@ async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     here, and is its ``queue_ms`` (``PlanSlots.hold``). Its in-flight mark is taken before that wait,
     so a DELETE from here on withdraws the step (``service/pipeline/in_flight.py``), and the thread's
     token is held until the thread ends, whatever happens to this handler (``plan_thread``).
+
+    The caller's deadline (``X-Envoy-Expected-Rq-Timeout-Ms``, from here) caps the plan's budget, and
+    a plan that cannot publish before it is refused 504 with nothing written
+    (``service/pipeline/deadline.py``); a malformed one is a 422 before the mark.
     """
     arrived = time.perf_counter()  # the wait in line, for a thread then a slot, counts from here
     schedule_id = request.state.schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
+    until = deadline.of(request.headers.get(deadline.HEADER), arrived)  # a bad one: 422, nothing marked
     marked = await _marked(body, request, schedule_id)
-    serve = functools.partial(_schedule, body, request, marked, arrived)
+    serve = functools.partial(_schedule, body, request, marked, (arrived, until))
     return await run_to_end(serve, marked.release, _own_threads(request, "plan_threads"))
 
 
@@ -112,13 +117,17 @@ def _own_threads(request: Request, pool: Literal["plan_threads", "long_polls"]) 
     return None if ctx is None else getattr(ctx, pool)
 
 
-def _schedule(body: ScheduleRequest, request: Request, marked: in_flight.Mark, arrived: float) -> Response:
+def _schedule(
+    body: ScheduleRequest, request: Request, marked: in_flight.Mark, times: tuple[float, deadline.Deadline]
+) -> Response:
     """``POST /schedule``'s work, on a planning thread (``context_of`` too: it may ask Redis); the
-    request's in-flight mark is taken back as it ends, whatever it answers."""
+    request's in-flight mark is taken back as it ends, whatever it answers. ``times``: when it
+    arrived, and the caller's deadline (``service/pipeline/deadline.py``)."""
     schedule_id = marked.schedule_id
+    arrived, until = times
     with in_flight.held(marked):
         ctx = context_of(request)
-        response = stages.run(body, ctx, schedule_id, arrived, marked.check)
+        response = stages.run(body, ctx, schedule_id, arrived, marked.check, until)
     if body.publish and not response.replayed:  # a dry run writes nothing, the retrain counter included
         with schedule_context(schedule_id), after_publish("counting the step towards a retrain"):
             ctx.retrainer.after_step(body.step)  # a retrain it starts logs under the step's id

@@ -335,6 +335,9 @@ class ScheduleResponse(BaseModel):
     time_scales: dict[str, float]  # the step-time multiplier used per worker
     # each worker's: request, measured, learned, learned_group, learned_peers, learned_fleet or profile
     time_scale_sources: dict[str, str]
+    # the plan's time budget: the request's (or the default), capped by the caller's deadline
+    # (``X-Envoy-Expected-Rq-Timeout-Ms``); None in an answer stored by a release before it
+    time_budget_ms: float | None = None
     timings: Timings  # this request's: a replay's spent nothing predicting or planning
     # true: the answer a retry under a published ``schedule_id`` gets, the first attempt's plan
     # (service/pipeline/republish.py; also the ``Idempotent-Replayed: true`` header)

@@ -33,6 +33,7 @@ from service.auth.tokens import check_token
 from service.client.actuals import actual_from_result, summed
 from service.client.steps import check_whole, whole_groups
 from service.client.wire import (
+    DEADLINE_HEADER,
     SchedulerAPIError,
     ServiceUnreachableError,
     encoded,
@@ -110,9 +111,14 @@ class SchedulerClient:
         first attempt got through returns that attempt's plan (``replayed`` true) rather than
         publishing the step twice; an older service answers it 409, raised as ``AlreadyPublishedError``.
         An id a DELETE withdrew before it was published raises ``WithdrawnError``: nothing to follow.
-        A body without one is sent once, as a retry would publish a second copy of the work."""
+        A body without one is sent once, as a retry would publish a second copy of the work.
+
+        Each attempt tells the service how long this client waits for it (``DEADLINE_HEADER``: its
+        ``timeout_s``), so the service caps the plan's budget to answer within it, and refuses (504,
+        retried as above) a plan it cannot publish by then rather than publish one nobody reads."""
         body = request.model_dump(exclude_none=True) if isinstance(request, ScheduleRequest) else request
-        send = functools.partial(self._call, ScheduleResponse, "POST", "/schedule", json=body)
+        waits = {DEADLINE_HEADER: str(max(0, int(self._timeout_s * 1000)))}
+        send = functools.partial(self._call, ScheduleResponse, "POST", "/schedule", json=body, headers=waits)
         return self._outlasting(send, None, outage_s) if body.get("schedule_id") else send()
 
     def progress(self, schedule_id: str, outage_s: float = 60.0) -> ProgressResponse:
@@ -316,7 +322,7 @@ class SchedulerClient:
         any answer that is not the service's (a redirect, another server's page; ``foreign``)."""
         if "json" in kwargs:
             kwargs["content"] = encoded(kwargs.pop("json"))
-            kwargs["headers"] = {"content-type": "application/json"}
+            kwargs["headers"] = {**kwargs.get("headers", {}), "content-type": "application/json"}
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as error:

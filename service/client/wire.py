@@ -17,6 +17,9 @@ from pydantic import ValidationError
 
 OPERATOR_ONLY = "redis-too-old"  # a 503 problem that no retry cures (service/problems/table.py)
 WITHDRAWN = "step-withdrawn"  # the 409 of an id a DELETE withdrew before publish (service/problems/table.py)
+# How long the client waits for a POST /schedule, in ms (service/pipeline/deadline.py's HEADER, whose
+# module imports the server's problem table: named again here, a test holds the two equal)
+DEADLINE_HEADER = "X-Envoy-Expected-Rq-Timeout-Ms"
 
 
 class SchedulerAPIError(RuntimeError):

@@ -48,6 +48,7 @@ from service.learning.models import version_name
 from service.limits import check_trajectory_count
 from service.logs import schedule_context
 from service.pipeline import publish
+from service.pipeline.deadline import NO_DEADLINE, Deadline
 from service.pipeline.republish import replay
 from service.pipeline.served import StageClock, record, timings
 from service.speeds.model import idle_learned
@@ -88,6 +89,7 @@ def run(
     schedule_id: str,
     arrived: float | None = None,
     mark_check: Callable[[], None] = _marked,
+    deadline: Deadline = NO_DEADLINE,
 ) -> ScheduleResponse:
     """Serve one ``POST /schedule`` as ``schedule_id``: every stage, in order, with its wall time.
     The id is chosen once, by the route (the caller's, else a new one), whose log lines carry it.
@@ -95,7 +97,9 @@ def run(
     it waited for a planning thread; that wait is part of the ``queue`` stage and of the total, and
     the plan queue's timeout counts from then (``PlanSlots.hold``). ``mark_check``: raises the
     in-flight mark's own failure (``in_flight.Mark.check``), called once the body passed every rule,
-    so an invalid request is refused for what it is whatever Redis's state."""
+    so an invalid request is refused for what it is whatever Redis's state. ``deadline``: the caller's
+    (``service/pipeline/deadline.py``), which caps the plan's budget and refuses (504) a plan that
+    cannot publish before it; a retry of a published step is answered its first plan whatever it says."""
     clock = StageClock()
     on_thread = time.perf_counter()
     started = on_thread if arrived is None else arrived
@@ -106,7 +110,7 @@ def run(
             first = _first_answer(body, checked, ctx, mark_check)
         if first is not None:  # a retry of a published step: its first answer, not a second copy
             return _replayed(first, clock, started)
-        return _serve_valid(schedule_id, body, checked, ctx, clock, started)
+        return _serve_valid(schedule_id, body, checked, ctx, clock, (started, deadline))
 
 
 def _replayed(answer: ScheduleResponse, clock: StageClock, started: float) -> ScheduleResponse:
@@ -122,9 +126,11 @@ def _serve_valid(
     checked: Validated,
     ctx: Context,
     clock: StageClock,
-    started: float,
+    times: tuple[float, Deadline],
 ) -> ScheduleResponse:
     """Predict, plan and publish a validated request, holding one of the service's plan slots.
+    ``times``: when it arrived, and the caller's deadline: checked once a slot is held and again
+    before the publish, the plan's budget capped by it after the predictions (504 past it).
 
     The cycle collector is held throughout, as the planner already holds it for its own stages
     (``scheduler.gcpause``): predicting, publishing and answering build a few objects per
@@ -133,15 +139,18 @@ def _serve_valid(
     1,024-trajectory request ~8 young and ~1 middle collection, and a full one every ~10 requests,
     ~6 ms of its CPU on the slow host (the full ones also add a spike to the tail).
     """
+    started, deadline = times
     with ctx.plan_slots.hold(started) as waited_s, collector_paused():
         clock.spent["queue"] += waited_s * 1000.0  # and for a plan slot
+        deadline.check("it was predicted")
         with clock.stage("predict"):
             trajectories, predicted = predict(body, checked, ctx)
-        plan_request = _plan_request(body, checked, trajectories)
+        plan_request = _plan_request(body, checked, trajectories, deadline.budget_s(checked.time_budget_s))
         chosen, baseline = _plans(plan_request, checked, clock)
         response = respond(schedule_id, body, checked, plan_request, chosen, baseline, predicted)
         first = None
         with clock.stage("publish"):
+            deadline.check("its plan was published" if body.publish else "its plan was answered")
             if body.publish:
                 idle = idle_learned(chosen, checked.time_scale_sources, checked.drained)
                 first = publish.publish(schedule_id, chosen, plan_request, body, ctx, idle, response)
@@ -245,13 +254,17 @@ def predict(
 
 
 def _plan_request(
-    body: ScheduleRequest, checked: Validated, trajectories: tuple[Trajectory, ...]
+    body: ScheduleRequest,
+    checked: Validated,
+    trajectories: tuple[Trajectory, ...],
+    budget_s: float | None = None,
 ) -> PlanRequest:
-    """The planner's request: the predicted trajectories on the validated inventory and budget."""
+    """The planner's request: the predicted trajectories on the validated inventory, with ``budget_s``
+    (the request's budget capped by the caller's deadline; by default the request's)."""
     return PlanRequest(
         trajectories=trajectories,
         inventory=checked.inventory,
-        time_budget_s=checked.time_budget_s,
+        time_budget_s=checked.time_budget_s if budget_s is None else budget_s,
         prefix_affinity=body.prefix_affinity,
         kv_admission=body.kv_admission,
         excluded_workers=checked.drained,
@@ -332,6 +345,7 @@ def respond(
         speedup_vs_round_robin=_speedup(baseline.predicted_makespan_s, chosen.predicted_makespan_s),
         time_scales={w.worker_id: w.time_scale for w in plan_request.inventory.workers},
         time_scale_sources=checked.time_scale_sources,
+        time_budget_ms=round(plan_request.time_budget_s * 1000.0, 1),
         timings=timings({}, 0.0),
     )
 

@@ -104,6 +104,11 @@ class StepWithdrawnError(ConflictError):
     own problem type so a client tells the two apart (``service/client/wire.py``, ``WithdrawnError``)."""
 
 
+class DeadlineExceededError(ServiceError):
+    """A ``POST /schedule`` whose caller's deadline (``service/pipeline/deadline.py``) passed before it
+    could publish: refused with nothing written, as the proxy in front would have cut it (504)."""
+
+
 class UnavailableError(ServiceError):
     """A dependency (Redis, the model) cannot serve right now; retrying later will work."""
 
@@ -139,6 +144,7 @@ PROBLEMS: tuple[tuple[type[Exception], Problem], ...] = (
     (StepWithdrawnError, Problem(409, "Step withdrawn", "step-withdrawn")),
     (ConflictError, Problem(409, "Conflict", "conflict")),
     (ScheduleConflictError, Problem(409, "Conflict", "conflict")),
+    (DeadlineExceededError, Problem(504, "Deadline exceeded", "deadline-exceeded")),
     (ModelStoreError, Problem(503, "Model store unavailable", "model-store-unavailable")),
     (UnavailableError, Problem(503, "Service unavailable", "unavailable")),
     # a Redis older than 7.0: only an upgrade and a restart of the service fix it (no Retry-After)

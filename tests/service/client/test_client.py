@@ -14,7 +14,9 @@ import redis
 
 from service.api.progress_schemas import ResultEntry
 from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachableError, actual_from_result
+from service.client.wire import DEADLINE_HEADER
 from service.delivery import Delivery, TrajectoryResult
+from service.pipeline import deadline
 from service.ports import free_port
 from service.problems.details import MAX_ECHO
 from service.settings import Settings
@@ -271,3 +273,13 @@ def test_non_ascii_prompts_are_sent_as_utf_8_not_escaped(live_settings: Settings
     with LiveServer(live_settings) as server, SchedulerClient(server.url, transport=transport) as client:
         assert client.schedule(body).published is False
     assert ("中文提示" * 100).encode() in transport.bodies[0]
+
+
+def test_the_client_tells_the_service_how_long_it_waits(live_settings: Settings) -> None:
+    """``SchedulerClient`` sends its ``timeout_s``: the plan's budget comes back capped by it."""
+    assert DEADLINE_HEADER == deadline.HEADER  # the client names it again: no server import
+    body = batch_body(schedule_id="told", time_budget_ms=60_000, policy="round_robin")
+    with LiveServer(live_settings) as server, SchedulerClient(server.url, timeout_s=30.0) as client:
+        answer = client.schedule(body)
+    assert answer.time_budget_ms is not None
+    assert 0 < answer.time_budget_ms <= 30_000 - deadline.PUBLISH_RESERVE_S * 1000

@@ -1,0 +1,76 @@
+"""The caller's deadline for ``POST /schedule``, sent as ``X-Envoy-Expected-Rq-Timeout-Ms``.
+
+A trainer's HTTP client gives up after its timeout, but the service planned on and published a plan
+nobody read, its work then held by the fleet. The header says how long the caller waits, counted from
+the request's arrival: the plan's time budget is capped to leave ``PUBLISH_RESERVE_S`` before it, and a
+request that cannot publish before it (the deadline passed in line, or before the publish) is refused
+504 ``deadline-exceeded`` with nothing written (its in-flight mark taken back as any refusal's).
+
+Why Envoy's name, not gRPC's ``grpc-timeout``: it is a plain count of milliseconds (``grpc-timeout`` has
+its own unit grammar, and proxies apply it by gRPC's rules to gRPC requests only), and it says exactly
+this: "the time in which the caller expects the request to complete". Envoy (Istio and most gateways
+built on it) sets it itself on the request it forwards, from the route's timeout, after which it
+answers the caller 504: behind one, the service meets the deadline the proxy really enforces, with no
+change to the trainer, and answers the same 504 a proxy would.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass
+
+from scheduler.errors import InvalidInputError
+from service.problems.table import DeadlineExceededError
+
+HEADER = "X-Envoy-Expected-Rq-Timeout-Ms"
+# Left after the plan's budget for the baseline, the answer and the publish: publish_ms 15-54 ms at
+# 1,024 x 16 to 4,096 x 32 on the bench host (docs/benchmarks.md), ~90 ms on a loaded one, a few ms more.
+PUBLISH_RESERVE_S = 0.25
+_MILLISECONDS = re.compile(r"[0-9]{1,10}")  # up to ~115 days: longer is no deadline a plan meets
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When the caller stops waiting (``time.perf_counter()``); ``at`` None: it sent no deadline."""
+
+    at: float | None = None
+
+    def left_s(self) -> float:
+        """Seconds until the deadline (negative once past; infinite without one)."""
+        return math.inf if self.at is None else self.at - time.perf_counter()
+
+    def check(self, before: str) -> None:
+        """Refuse (504) a request whose deadline passed ``before`` what it was to do next."""
+        if self.left_s() <= 0:
+            raise _exceeded(f"passed before {before}")
+
+    def budget_s(self, budget_s: float) -> float:
+        """The plan's time budget: the request's, capped so that ``PUBLISH_RESERVE_S`` is left before
+        the deadline; refused (504) where not even that is left."""
+        room_s = self.left_s() - PUBLISH_RESERVE_S
+        if room_s <= 0:
+            raise _exceeded(f"leaves less than the {PUBLISH_RESERVE_S:g} s a publish needs after the plan")
+        return min(budget_s, room_s)
+
+
+NO_DEADLINE = Deadline()
+
+
+def of(value: str | None, arrived: float) -> Deadline:
+    """The deadline the header's ``value`` (milliseconds from ``arrived``) sets; a value that is not a
+    whole number of milliseconds is refused 422 naming the header, before anything is written."""
+    if value is None:
+        return NO_DEADLINE
+    if not _MILLISECONDS.fullmatch(value.strip()):
+        raise InvalidInputError(HEADER, value, "expected a whole number of milliseconds (at most 10 digits)")
+    return Deadline(arrived + int(value) / 1000.0)
+
+
+def _exceeded(why: str) -> DeadlineExceededError:
+    return DeadlineExceededError(
+        f"the caller's deadline ({HEADER}) {why}: nothing was planned or published; send it again with a "
+        "longer one, or a shorter time_budget_ms",
+        field=HEADER,
+    )
