@@ -58,6 +58,13 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
 """
 
+# Add one schedule to its step's set (``keys.step_schedules``), atomically: KEYS[1] the set; ARGV the
+# schedule id and the set's life (ms; only ever extended, as an inbox's). One key: any slot of a cluster.
+_STEP = """
+redis.call('SADD', KEYS[1], ARGV[1])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+"""
+
 
 class DeliveryIndexes(DeliveryViews):
     """The active index and the worker inboxes of one deployment; ``Delivery`` adds the atomic steps."""
@@ -73,6 +80,16 @@ class DeliveryIndexes(DeliveryViews):
         """
         info = self.info(schedule_id)
         self._announce(schedule_id, sorted(set(info.workers) - set(info.drained)), retention_s)
+
+    def enter_step(self, step: int, schedule_id: str, retention_s: int) -> None:
+        """Record ``schedule_id`` as a part of ``step``, for the retention (``keys.step_schedules``):
+        called before its publish, so that no moment passes where the part exists and an asked-for
+        retrain cannot see it (``service.learning.step_over``: a part that settled before any of its
+        actuals arrived is in no other index). One round trip, any slot."""
+        key = keyspace.step_schedules(step, self.prefix)
+        pipe = self.client.pipeline(transaction=False)  # typed ``execute_command``, as ``_announce``'s
+        pipe.execute_command("EVAL", _STEP, 1, key, schedule_id, retention_s * 1000)
+        pipe.execute()
 
     def _announce(self, schedule_id: str, workers: Sequence[str], retention_s: int) -> None:
         """Index the schedule for reapers and each worker's inbox (single-key commands: any slot).

@@ -101,6 +101,8 @@ key                                           type     contents; time-to-live
                                                        else expires after ``RETRAIN_LOCK_TTL_S``
 ``<prefix>:retrain:fence``                    string   the last fencing token a retrain took with the
                                                        lock (a counter); no TTL
+``<prefix>:step:<step>``                      set      ids of the schedules of that step, each added just
+                                                       before its publish; TTL the retention, renewed by each
 ============================================  =======  =====================================================
 """
 
@@ -409,3 +411,8 @@ def retrain_lock(prefix: str = DEFAULT_PREFIX) -> str:
 def retrain_fence(prefix: str = DEFAULT_PREFIX) -> str:
     """String: a counter; each retrain takes the next value with the lock, its version's fencing token."""
     return f"{prefix}:retrain:fence"
+
+
+def step_schedules(step: int | str, prefix: str = DEFAULT_PREFIX) -> str:
+    """Set: the schedules published for ``step``, every part an asked-for retrain must see over."""
+    return f"{prefix}:step:{step}"

@@ -37,7 +37,9 @@ def publish(
     by it and given nothing) towards its busy peers', so that it is measured again
     (``service/speeds/learner.py``).
     Under a caller-chosen id, the work's digest and ``response`` (the answer a retry replays) are
-    stored in the same atomic step as the schedule. None once published.
+    stored in the same atomic step as the schedule. None once published. Just before the publish the
+    id joins its step's set (``Delivery.enter_step``): what tells an asked-for retrain every part of
+    the step (``service.learning.step_over``).
 
     Profiles are remembered only once the publish is accepted: a publish that loses a race for its
     ``schedule_id`` (another replica stored the step first, with this plan or another) changes
@@ -69,6 +71,8 @@ def _stored(
     settings = ctx.settings
     lease = LeaseSettings(settings.lease_ttl_ms, settings.max_attempts, settings.retention_s)
     chosen_id = bool(body.schedule_id)  # only a caller that chose the id can send it again
+    # before the publish: a part of the step settled before its first actual is seen by no other key
+    ctx.delivery.enter_step(body.step, schedule_id, settings.retention_s)
     try:
         outcome = publish_plan(
             ctx.delivery,

@@ -11,7 +11,7 @@ from pathlib import Path
 from service.delivery import keys
 
 ROOT = Path(__file__).resolve().parents[3]
-PREFIX, SCHEDULE, WORKER = "<prefix>", "<schedule_id>", "<worker>"
+PREFIX, SCHEDULE, WORKER, STEP = "<prefix>", "<schedule_id>", "<worker>", "<step>"
 BASE = keys.schedule_keys(SCHEDULE, PREFIX).base  # the tables write it ``P``
 FLEET = "Fleet-wide keys of the service"  # the docstring's heading over the service's own keys
 NOT_KEYS = {"schedule_keys", "all_keys_pattern", "check_prefix"}  # take a prefix, build no key name
@@ -29,8 +29,9 @@ def _code_keys() -> set[str]:
     built |= {schedule.queue(WORKER), schedule.queue(keys.SHARED_QUEUE), schedule.unpinned(WORKER)}
     built.add(schedule.holdable("<cap>", WORKER))
     for name, function in inspect.getmembers(keys, inspect.isfunction):
-        if "prefix" in inspect.signature(function).parameters and name not in NOT_KEYS:
-            built.add(function(*[WORKER] * (len(inspect.signature(function).parameters) - 1), prefix=PREFIX))
+        parameters = [p for p in inspect.signature(function).parameters if p != "prefix"]
+        if len(parameters) < len(inspect.signature(function).parameters) and name not in NOT_KEYS:
+            built.add(function(*[STEP if p == "step" else WORKER for p in parameters], prefix=PREFIX))
     scripts = (ROOT / "service" / "delivery" / "lua").glob("*.lua")
     built |= {f"{BASE}:{s}" for script in scripts for s in re.findall(r"\bk\('(\w+)'\)", script.read_text())}
     return {_short(key) for key in built}
