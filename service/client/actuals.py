@@ -59,7 +59,7 @@ def actual_from_result(
 
     ``schedule_id``, the schedule that ran it, lets the service compare its wall time with the
     worker's profile as that schedule planned it, not as a later one (``service/speeds/learner.py``)."""
-    if entry.finish_reason not in ("stop", "length") or entry.output_tokens < 1:
+    if not says_length(entry.finish_reason, entry.output_tokens):
         return None
     prompt_id, sample_idx = _parts(entry)
     tokens = _count(entry.extra.get("prompt_tokens")) or prompt_tokens.get(prompt_id)
@@ -85,6 +85,13 @@ def actual_from_result(
     except ValidationError as error:
         fault = error.errors()[0]
         raise MalformedResultError(entry.key, ".".join(map(str, fault["loc"])), fault["msg"]) from None
+
+
+def says_length(finish_reason: str, output_tokens: int) -> bool:
+    """Whether a result says something of length: it stopped or hit its cap, with a token out. One
+    that does not is reported by no client (``actual_from_result``), so an asked-for retrain takes
+    such a trajectory as settled without an actual (``service.learning.step_over``)."""
+    return finish_reason in ("stop", "length") and output_tokens >= 1
 
 
 def _parts(entry: ResultEntry) -> tuple[str, int]:

@@ -205,9 +205,10 @@ class ModelService:
         the actuals of the step being planned, or of a later one the history holds, may still be
         arriving, its first finishers, the short ones, and a fit on them learned the step short
         (``predictors.model.complete_steps``). A retrain asked for (no ``planned_step``) also fits
-        the history's last step where its schedules say it is over: settled, or each trajectory
-        reported (``service.learning.step_over``); else it is left out, as a step run outside the
-        delivery is. Where no step was planned here (actuals pushed from a trace, a restarted replica)
+        the history's last step where its schedules (those its actuals name and those its set lists)
+        say it is over: each trajectory reported, but those that left nothing to report
+        (``service.learning.step_over``); else it is left out, as a step run outside the delivery
+        is. Where no step was planned here (actuals pushed from a trace, a restarted replica)
         every row is fitted, but a last step whose actuals name a schedule and is not over.
 
         ``fence`` runs just before the version is stored, the swap lock held, and raises to leave the

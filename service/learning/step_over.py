@@ -9,14 +9,20 @@ the step, its delivery keys say whether it is over. The history's last step is o
 
 1. each of its actuals names a schedule (``schedule_id``): a report naming none may be of a step run
    outside the delivery, whose end the service cannot see;
-2. each schedule they name has settled (every trajectory done, dead-lettered or cancelled: ``P:counts``
-   against ``P:meta`` ``total``) with an actual of each trajectory done, or its actuals cover each of
-   its trajectories (as many distinct prompt/sample pairs as it published); one whose keys are gone
-   (the retention passed) is not known to be over. Settled alone is not enough: the last trajectories
-   to finish, the long ones, are the last reported, and a fit between the settle and their reports
-   learned the step short again;
+2. each schedule they name, and each the step's set lists (``keys.step_schedules``: the pipeline adds
+   every schedule of a step to it just before its publish), has each trajectory reported, but those
+   that ended with no result (dead-lettered or cancelled) and those whose result says nothing of
+   length (``service.client.actuals.says_length``: no client reports one). Trajectories, not counts:
+   the actuals' keys against the schedule's ``P:st``, so a report of a cancelled trajectory
+   (``partial``) does not stand in for a done one. A schedule whose keys are gone (the retention
+   passed, or its publish failed after it joined the set) is not known to be over; one withdrawn
+   before its publish (``P:withdrawn``, no ``P:meta``) published nothing and is no part of the step.
+   Settled alone is not enough: the last trajectories to finish, the long ones, are the last
+   reported, and a fit between the settle and their reports learned the step short again;
 3. no schedule still unsettled (the active index) is named by no actual yet: it may be a part of the
-   step that has reported nothing.
+   step that has reported nothing. The step's set sees such a part too, and one that settled before
+   any of its actuals arrived, which left the active index unseen; the active index still catches
+   an unsettled part an older release published without adding it to the set.
 
 Otherwise the step is left out, as before. Replicas agree: the reads are Redis's, and every replica
 folds the same actuals stream. The automatic retrain does not ask: it runs at its own step's first plan,
@@ -25,6 +31,7 @@ and fits the steps before it (``service.learning.retrain``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -32,8 +39,16 @@ from operator import attrgetter
 import numpy as np
 
 from scheduler.trace import TraceRow
+from scheduler.types import trajectory_key
+from service.client.actuals import says_length
 from service.delivery import keys as keyspace
 from service.delivery.views import DeliveryViews, text
+
+# ``P:st`` states (``keys.py``): done, and the two ends with no result, dead-lettered and cancelled
+_DONE, _ENDED = "d", frozenset({"x", "c"})
+# results a read for unreported trajectories takes first (newest first), doubled page by page up to the
+# last: the unreported are mostly among the newest, and a result holds its output (4 KB of text each)
+_FIRST_PAGE, _LAST_PAGE = 16, 1024
 
 
 @dataclass(frozen=True)
@@ -42,7 +57,7 @@ class LastStep:
 
     step: int | None  # None: no actual folded yet
     unnamed: int  # its actuals naming no schedule
-    covered: dict[str, int]  # schedule id -> distinct trajectories of this step its actuals report
+    covered: dict[str, frozenset[str]]  # schedule id -> keys of this step's trajectories its actuals report
     named: frozenset[str]  # every schedule any actual folded so far named, of any step
 
 
@@ -54,7 +69,7 @@ class StepReports:
 
     step: int | None = None
     unnamed: int = 0
-    trajectories: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
+    trajectories: dict[str, set[str]] = field(default_factory=dict)
     named: set[str] = field(default_factory=set)
 
     def fold(self, rows: Sequence[TraceRow], schedules: Sequence[str | None], restarted: bool) -> None:
@@ -76,38 +91,95 @@ class StepReports:
             if schedule is None:
                 self.unnamed += 1
             else:
-                self.trajectories.setdefault(schedule, set()).add((row.prompt_id, row.sample_idx))
+                key = trajectory_key(row.prompt_id, row.sample_idx)
+                self.trajectories.setdefault(schedule, set()).add(key)
 
     def last(self) -> LastStep:
         """A copy of what ``over`` reads."""
-        covered = {schedule: len(pairs) for schedule, pairs in self.trajectories.items()}
+        covered = {schedule: frozenset(keys) for schedule, keys in self.trajectories.items()}
         return LastStep(self.step, self.unnamed, covered, frozenset(self.named))
 
 
 def over(last: LastStep, step: int, delivery: DeliveryViews) -> bool:
-    """Whether ``step``, the history's last, is over (the rule: module doc); two round trips."""
+    """Whether ``step``, the history's last, is over (the rule: module doc); two round trips, a third
+    only where a done trajectory is not reported."""
     if last.step != step or last.unnamed or not last.covered:
         return False
-    if any(schedule not in last.named for schedule in delivery.active_schedules()):
+    active, parts = _indexed(delivery, step)
+    if any(schedule not in last.named for schedule in active):
         return False  # an unsettled schedule that reported nothing yet: maybe a part of this step
+    schedules = sorted(parts | last.covered.keys())
     pipe = delivery.client.pipeline(transaction=False)
-    for schedule in last.covered:
+    for schedule in schedules:
         keys = delivery.keys(schedule)
         pipe.hget(keys.meta, "total")
-        pipe.hmget(keys.counts, [keyspace.DONE, keyspace.FAILED, keyspace.CANCELLED])
+        pipe.exists(keys.withdrawn)
+        pipe.hgetall(keys.st)
     replies = pipe.execute()
-    return all(
-        _reported(total, counts, reported)
-        for total, counts, reported in zip(replies[::2], replies[1::2], last.covered.values(), strict=True)
-    )
+    unreported: dict[str, set[str]] = {}
+    for schedule, total, withdrawn, states in zip(schedules, *[replies[i::3] for i in range(3)], strict=True):
+        reported = last.covered.get(schedule, frozenset())
+        if total is None:  # keys gone or not written yet: not known; withdrawn before its publish: no part
+            if withdrawn and not reported:
+                continue
+            return False
+        left = _unreported(states, reported)
+        if left is None:
+            return False
+        if left:
+            unreported[schedule] = left
+    return all(_said_nothing(delivery, schedule, left) for schedule, left in unreported.items())
 
 
-def _reported(total: object, counts: Sequence[object], reported: int) -> bool:
-    """Whether a schedule of ``total`` trajectories (None: keys gone), whose ``counts`` are done,
-    failed, cancelled, has all its actuals in: each trajectory reported, or settled with each one
-    done reported."""
-    if total is None:
-        return False  # keys gone, or never this deployment's: not known to be over
-    published = int(text(total))
-    done, failed, cancelled = (0 if value is None else int(text(value)) for value in counts)
-    return reported >= published or (done + failed + cancelled >= published and reported >= done)
+def _indexed(delivery: DeliveryViews, step: int) -> tuple[list[str], set[str]]:
+    """The unsettled schedules (the active index) and those the step's set lists: one round trip."""
+    pipe = delivery.client.pipeline(transaction=False)
+    pipe.zrange(keyspace.active_index(delivery.prefix), 0, -1)
+    pipe.smembers(keyspace.step_schedules(step, delivery.prefix))
+    active, parts = pipe.execute()
+    return [text(schedule) for schedule in active], {text(schedule) for schedule in parts}
+
+
+def _unreported(states: dict[object, object], reported: frozenset[str]) -> set[str] | None:
+    """The done trajectories of a schedule (``states``: its ``P:st``) that no actual reports; None
+    where one still queued or running is not reported (the schedule is not over)."""
+    left = set()
+    for key, record in states.items():
+        name, state = text(key), text(record)[:1]
+        if state in _ENDED or name in reported:
+            continue
+        if state != _DONE:
+            return None
+        left.add(name)
+    return left
+
+
+def _said_nothing(delivery: DeliveryViews, schedule: str, left: set[str]) -> bool:
+    """Whether each of ``left``, done trajectories of ``schedule`` no actual reports, has a result that
+    says nothing of length, which no client reports (``says_length``). Read newest first, a page at
+    a time: the unreported are mostly the last to finish, and the first whose result does say
+    something ends the read (its report may still be on its way)."""
+    stream, left, before, count = delivery.keys(schedule).results, set(left), "+", _FIRST_PAGE
+    while left:
+        page = delivery.client.xrevrange(stream, max=before, min="-", count=count)
+        if not page:
+            return False  # a done trajectory with no result left to read: not known
+        for _, fields in page:
+            entry = {text(name): value for name, value in (fields or {}).items()}
+            name = text(entry.get("key", b""))
+            if name in left:
+                if _says_length(entry.get("result")):
+                    return False
+                left.discard(name)
+        before, count = f"({text(page[-1][0])}", min(2 * count, _LAST_PAGE)
+    return True
+
+
+def _says_length(stored: object) -> bool:
+    """Whether a stored result (``TrajectoryResult.to_json``) says something of length; one that cannot
+    be read is taken to (a client would report or refuse it, not pass it over)."""
+    try:
+        data = json.loads(text(stored))
+        return says_length(str(data.get("finish_reason", "stop")), int(data["output_tokens"]))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return True

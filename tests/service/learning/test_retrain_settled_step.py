@@ -42,10 +42,11 @@ def _finish(redis_client: redis.Redis, leases: list[Lease]) -> None:
         assert delivery.complete(lease, DONE) is CompletionOutcome.ACCEPTED
 
 
-def _report(client: TestClient, leases: list[Lease], schedule_id: str | None) -> None:
+def _report(client: TestClient, leases: list[Lease], schedule_id: str | None, partial: bool = False) -> None:
     named = {} if schedule_id is None else {"schedule_id": schedule_id}
     reports = [actual_report(2, int(le.item.prompt_id[1:]), le.item.sample_idx) | named for le in leases]
-    assert client.post("/actuals", json={"actuals": reports}).status_code == 200
+    body = {"actuals": reports} | ({"partial": True} if partial else {})
+    assert client.post("/actuals", json=body).status_code == 200
 
 
 def _ran_and_reported(client: TestClient, redis_client: redis.Redis, schedule_id: str) -> None:
@@ -144,10 +145,16 @@ def test_the_reports_kept_are_the_newest_step_s_and_a_restart_starts_them_afresh
     reports.fold([_row(1, "p", 0), _row(2, "p", 0), _row(2, "p", 0)], ["a", "b", "b"], restarted=False)
     reports.fold([_row(1, "p", 1), _row(2, "q", 0)], ["a", None], restarted=False)  # late: step 1
     last = reports.last()
-    assert (last.step, last.unnamed, last.covered, last.named) == (2, 1, {"b": 1}, frozenset({"a", "b"}))
+    assert (last.step, last.unnamed, last.named) == (2, 1, frozenset({"a", "b"}))
+    assert last.covered == {"b": frozenset({"p#0"})}
     reports.fold([_row(0, "p", 0)], ["c"], restarted=True)
     last = reports.last()
-    assert (last.step, last.unnamed, last.covered, last.named) == (0, 0, {"c": 1}, frozenset({"c"}))
+    assert (last.step, last.unnamed, last.covered, last.named) == (
+        0,
+        0,
+        {"c": frozenset({"p#0"})},
+        frozenset({"c"}),
+    )
 
 
 def test_a_replica_that_planned_nothing_leaves_a_named_step_out_mid_step(
