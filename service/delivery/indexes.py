@@ -83,9 +83,12 @@ class DeliveryIndexes(DeliveryViews):
 
     def enter_step(self, step: int, schedule_id: str, retention_s: int) -> None:
         """Record ``schedule_id`` as a part of ``step``, for the retention (``keys.step_schedules``):
-        called before its publish, so that no moment passes where the part exists and an asked-for
-        retrain cannot see it (``service.learning.step_over``: a part that settled before any of its
-        actuals arrived is in no other index). One round trip, any slot."""
+        called once its publish stored and announced it, by the request that published it only (a
+        loser of its id's race changes nothing). The announce put it in the active index, which holds
+        it until it settles, and before the announce no sidecar can claim from it: no moment passes
+        where a part that may have run is in neither and an asked-for retrain cannot see it
+        (``service.learning.step_over``: a part that settled before any of its actuals arrived is in
+        no other index). One round trip, any slot."""
         key = keyspace.step_schedules(step, self.prefix)
         pipe = self.client.pipeline(transaction=False)  # typed ``execute_command``, as ``_announce``'s
         pipe.execute_command("EVAL", _STEP, 1, key, schedule_id, retention_s * 1000)

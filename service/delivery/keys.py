@@ -101,8 +101,8 @@ key                                           type     contents; time-to-live
                                                        else expires after ``RETRAIN_LOCK_TTL_S``
 ``<prefix>:retrain:fence``                    string   the last fencing token a retrain took with the
                                                        lock (a counter); no TTL
-``<prefix>:step:<step>``                      set      ids of the schedules of that step, each added just
-                                                       before its publish; TTL the retention, renewed by each
+``<prefix>:step:<step>``                      set      ids of the schedules of that step, each added once
+                                                       published; TTL the retention, renewed by each publish
 ============================================  =======  =====================================================
 """
 

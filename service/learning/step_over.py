@@ -10,12 +10,12 @@ the step, its delivery keys say whether it is over. The history's last step is o
 1. each of its actuals names a schedule (``schedule_id``): a report naming none may be of a step run
    outside the delivery, whose end the service cannot see;
 2. each schedule they name, and each the step's set lists (``keys.step_schedules``: the pipeline adds
-   every schedule of a step to it just before its publish), has each trajectory reported, but those
+   every schedule of a step to it once published), has each trajectory reported, but those
    that ended with no result (dead-lettered or cancelled) and those whose result says nothing of
    length (``service.client.actuals.says_length``: no client reports one). Trajectories, not counts:
    the actuals' keys against the schedule's ``P:st``, so a report of a cancelled trajectory
    (``partial``) does not stand in for a done one. A schedule whose keys are gone (the retention
-   passed, or its publish failed after it joined the set) is not known to be over; one withdrawn
+   passed) is not known to be over; one withdrawn
    before its publish (``P:withdrawn``, no ``P:meta``) published nothing and is no part of the step.
    Settled alone is not enough: the last trajectories to finish, the long ones, are the last
    reported, and a fit between the settle and their reports learned the step short again;

@@ -37,9 +37,11 @@ def publish(
     by it and given nothing) towards its busy peers', so that it is measured again
     (``service/speeds/learner.py``).
     Under a caller-chosen id, the work's digest and ``response`` (the answer a retry replays) are
-    stored in the same atomic step as the schedule. None once published. Just before the publish the
-    id joins its step's set (``Delivery.enter_step``): what tells an asked-for retrain every part of
-    the step (``service.learning.step_over``).
+    stored in the same atomic step as the schedule. None once published. Once published (and
+    announced: the active index holds it from then until it settles) the id joins its step's set
+    (``Delivery.enter_step``), what tells an asked-for retrain every part of the step
+    (``service.learning.step_over``); only the request that published it writes there, so one that
+    lost the race for its id changes nothing.
 
     Profiles are remembered only once the publish is accepted: a publish that loses a race for its
     ``schedule_id`` (another replica stored the step first, with this plan or another) changes
@@ -52,6 +54,8 @@ def publish(
     outcome = _stored(schedule_id, chosen, plan_request, body, ctx, response)
     if outcome is PublishOutcome.UNCHANGED:  # a request that raced us stored the step first
         return _winners_answer(body, schedule_id, ctx)
+    with after_publish("entering the step's set"):  # announced: the active index holds it till then
+        ctx.delivery.enter_step(body.step, schedule_id, ctx.settings.retention_s)
     with after_publish("remembering worker profiles"):
         ctx.speeds.remember(schedule_id, plan_request.inventory, idle)
     return None
@@ -71,8 +75,6 @@ def _stored(
     settings = ctx.settings
     lease = LeaseSettings(settings.lease_ttl_ms, settings.max_attempts, settings.retention_s)
     chosen_id = bool(body.schedule_id)  # only a caller that chose the id can send it again
-    # before the publish: a part of the step settled before its first actual is seen by no other key
-    ctx.delivery.enter_step(body.step, schedule_id, settings.retention_s)
     try:
         outcome = publish_plan(
             ctx.delivery,
