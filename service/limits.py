@@ -10,11 +10,13 @@ the parsed batch knows its sum of ``n``.
 
 Planning is CPU-bound: forty plans at once on two cores would each take twenty times longer and all
 miss their budgets. ``PlanSlots`` lets a few run and queues the rest (first come, first served, up to
-a timeout, then 503 with ``Retry-After``), so latency stays predictable under a burst.
+a timeout, then 503 with ``Retry-After``; or to the caller's deadline, if sooner, then 504), so latency
+stays predictable under a burst.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +25,7 @@ from contextlib import contextmanager
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.pipeline.deadline import NO_DEADLINE, Deadline
 from service.problems.table import PayloadTooLargeError, UnavailableError, lookup, problem_response
 
 
@@ -140,17 +143,26 @@ class PlanSlots:
         self.timeout_s = timeout_s
 
     @contextmanager
-    def hold(self, arrived: float | None = None) -> Iterator[float]:
+    def hold(self, arrived: float | None = None, until: Deadline = NO_DEADLINE) -> Iterator[float]:
         """Hold a slot for the block; yields the seconds spent waiting for it here.
 
         ``arrived`` (a ``time.perf_counter()`` reading, by default now): when the request came in.
         The timeout counts from then, so a request that waited for a planning thread first
         (``Context.plan_threads``) waits here only what is left of it: counted from here, each
         16 requests in line before it had added a whole timeout to its wait (README: the timeout
-        is the longest wait). A slot free when it gets here is taken, whatever the time."""
+        is the longest wait). A slot free when it gets here is taken, whatever the time.
+
+        ``until``: the caller's deadline (``service/pipeline/deadline.py``), when it comes first, ends
+        the wait there, refused 504 ``deadline-exceeded``: the caller has stopped waiting, and a
+        request held in line for the rest of the timeout (30 s by default) only kept the requests
+        behind it out of the slots it would then have been refused after."""
         started = time.perf_counter()
-        deadline = (started if arrived is None else arrived) + self.timeout_s
-        if not self._slots.acquire(timeout=max(0.0, deadline - started)):
+        timeout_at = (started if arrived is None else arrived) + self.timeout_s
+        given_up_at = math.inf if until.at is None else until.at
+        late = given_up_at <= timeout_at  # the caller gives up first
+        if not self._slots.acquire(timeout=max(0.0, min(given_up_at, timeout_at) - started)):
+            if late:
+                raise until.exceeded("passed while it waited in line for a plan slot")
             raise UnavailableError(
                 f"busy: {self.size} plans running and none finished within {self.timeout_s:g} s; retry"
             )

@@ -54,6 +54,10 @@ class Deadline:
             raise _exceeded(f"leaves less than the {PUBLISH_RESERVE_S:g} s a publish needs after the plan")
         return min(budget_s, room_s)
 
+    def exceeded(self, why: str) -> DeadlineExceededError:
+        """The 504 of a request whose deadline passed ``why`` (``PlanSlots.hold``: in line)."""
+        return _exceeded(why)
+
 
 NO_DEADLINE = Deadline()
 

@@ -129,8 +129,9 @@ def _serve_valid(
     times: tuple[float, Deadline],
 ) -> ScheduleResponse:
     """Predict, plan and publish a validated request, holding one of the service's plan slots.
-    ``times``: when it arrived, and the caller's deadline: checked once a slot is held and again
-    before the publish, the plan's budget capped by it after the predictions (504 past it).
+    ``times``: when it arrived, and the caller's deadline: the wait for a slot ends at it, it is
+    checked once a slot is held and again before the publish, and it caps the plan's budget after
+    the predictions (504 past it).
 
     The cycle collector is held throughout, as the planner already holds it for its own stages
     (``scheduler.gcpause``): predicting, publishing and answering build a few objects per
@@ -140,7 +141,7 @@ def _serve_valid(
     ~6 ms of its CPU on the slow host (the full ones also add a spike to the tail).
     """
     started, deadline = times
-    with ctx.plan_slots.hold(started) as waited_s, collector_paused():
+    with ctx.plan_slots.hold(started, deadline) as waited_s, collector_paused():
         clock.spent["queue"] += waited_s * 1000.0  # and for a plan slot
         deadline.check("it was predicted")
         with clock.stage("predict"):
