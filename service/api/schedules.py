@@ -95,18 +95,21 @@ async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     arrived = time.perf_counter()  # the wait in line, for a thread then a slot, counts from here
     schedule_id = request.state.schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
     until = deadline.of(request.headers.get(deadline.HEADER), arrived)  # a bad one: 422, nothing marked
-    marked = await _marked(body, request, schedule_id)
+    marked = await _marked(body, request, schedule_id, until)
     serve = functools.partial(_schedule, body, request, marked, (arrived, until))
     return await run_to_end(serve, marked.release, _own_threads(request, "plan_threads"))
 
 
-async def _marked(body: ScheduleRequest, request: Request, schedule_id: str) -> in_flight.Mark:
+async def _marked(
+    body: ScheduleRequest, request: Request, schedule_id: str, until: deadline.Deadline
+) -> in_flight.Mark:
     """The request's in-flight mark, taken on a thread of the shared pool (a Redis call, and
     ``context_of`` may ask Redis too): not one of the planning threads it is about to wait for. A
-    handler cancelled during the hop leaves no mark (``service/api/mark_hop.py``)."""
+    handler cancelled during the hop leaves no mark (``service/api/mark_hop.py``). It lives as long
+    as the request may under the caller's deadline ``until`` (``in_flight.mark``)."""
     if not (body.schedule_id and body.publish):  # marks nothing: no thread hop
         return in_flight.Mark(None, schedule_id, "")
-    take = functools.partial(in_flight.mark, body=body, schedule_id=schedule_id)
+    take = functools.partial(in_flight.mark, body=body, schedule_id=schedule_id, until=until)
     return await marked_on_a_thread(lambda: take(context_of(request)))
 
 

@@ -54,6 +54,12 @@ class Deadline:
             raise _exceeded(f"leaves less than the {PUBLISH_RESERVE_S:g} s a publish needs after the plan")
         return min(budget_s, room_s)
 
+    def capped_s(self, budget_s: float) -> float:
+        """The most ``budget_s`` the plan can be given from now on (``budget_s`` caps it later, when
+        less is left): what the in-flight mark must outlive (``in_flight.mark``). Never negative: a
+        request with no room left is refused before it plans."""
+        return min(budget_s, max(0.0, self.left_s() - PUBLISH_RESERVE_S))
+
     def exceeded(self, why: str) -> DeadlineExceededError:
         """The 504 of a request whose deadline passed ``why`` (``PlanSlots.hold``: in line)."""
         return _exceeded(why)

@@ -41,6 +41,7 @@ from service.api.schemas import ScheduleRequest
 from service.context import Context
 from service.delivery import keys
 from service.logs import schedule_context
+from service.pipeline.deadline import NO_DEADLINE, Deadline
 
 _log = logging.getLogger("service.pipeline")
 
@@ -75,17 +76,19 @@ class Mark:
                 _log.warning("in-flight mark left to lapse", extra={"error": str(error)[:200]})
 
 
-def mark(ctx: Context, body: ScheduleRequest, schedule_id: str) -> Mark:
+def mark(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadline = NO_DEADLINE) -> Mark:
     """Mark ``schedule_id`` in flight for this request, if it will publish under an id its caller
     chose. The mark lives as long as the request may (the plan queue's timeout, counted from its
     arrival, the request's budget, ``keys.PLANNING_MARGIN_S`` to predict and publish), so the mark
-    of a replica that died mid-request lapses by itself. Asks Redis: call it off the event loop.
-    A Redis error is kept in the mark, not raised (``Mark.check``)."""
+    of a replica that died mid-request lapses by itself. The budget is the one the plan can still be
+    given under the caller's deadline ``until`` (``Deadline.capped_s``): the request cannot plan past
+    it, and its whole budget (up to 60 s) had kept a dead replica's mark that much longer. Asks Redis:
+    call it off the event loop. A Redis error is kept in the mark, not raised (``Mark.check``)."""
     if not (body.schedule_id and body.publish):
         return Mark(None, schedule_id, "")
     request_id = uuid.uuid4().hex
     budget_s = (body.time_budget_ms or ctx.settings.default_time_budget_ms) / 1000.0  # as ``validate``'s
-    ttl_s = ctx.settings.plan_queue_timeout_s + budget_s + keys.PLANNING_MARGIN_S
+    ttl_s = ctx.settings.plan_queue_timeout_s + until.capped_s(budget_s) + keys.PLANNING_MARGIN_S
     try:
         ctx.delivery.mark_planning(schedule_id, request_id, int(ttl_s * 1000))
     except redis.RedisError as error:  # raised once the body is found valid (``Mark.check``)

@@ -1,26 +1,35 @@
-"""The caller's deadline (``X-Envoy-Expected-Rq-Timeout-Ms``) while a ``POST /schedule`` waits in line:
-the wait for a plan slot ends at the deadline when that comes before ``ROLLOUT_PLAN_QUEUE_TIMEOUT_S``
-(504 ``deadline-exceeded``, nothing written).
+"""The caller's deadline (``X-Envoy-Expected-Rq-Timeout-Ms``) while a ``POST /schedule`` waits in line
+and while its in-flight mark lives: the wait for a plan slot ends at the deadline when that comes
+before ``ROLLOUT_PLAN_QUEUE_TIMEOUT_S`` (504 ``deadline-exceeded``, nothing written), and the mark lives
+the budget the plan can still be given under it, not the whole one asked for.
 
 No assertion reads how fast anything ran: the slot is held by the test, and the deadline has passed
-before the request is sent (``0``)."""
+before the request is sent (``0``) or is one the request cannot reach in line."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any
 
+import httpx
+import pytest
 import redis
+from fastapi.testclient import TestClient
 
+from service.delivery import keys
 from service.limits import PlanSlots
 from service.pipeline import deadline
 from service.pipeline.deadline import Deadline
 from service.problems.table import DeadlineExceededError, UnavailableError
+from service.settings import Settings
 from tests.service.api.badinput import redis_snapshot
-from tests.service.api_helpers import AppFactory, batch_body
+from tests.service.api.replicas import context, replicas, until
+from tests.service.api_helpers import AppFactory, batch_body, with_settings
 
 HEADER = deadline.HEADER
+PLANNING = keys.schedule_keys("late").planning
 QUEUE_TIMEOUT_S = 30.0  # long enough that a request left waiting for it could not pass these tests
 
 
@@ -87,3 +96,54 @@ def test_a_slot_free_when_a_late_request_reaches_it_is_taken() -> None:
     slots = PlanSlots(1, timeout_s=QUEUE_TIMEOUT_S)
     with slots.hold(until=Deadline(time.perf_counter() - 1.0)) as waited_s:
         assert waited_s >= 0.0
+
+
+def _mark_ttl_ms(redis_client: redis.Redis) -> int:
+    """The lifetime the request's entry in ``P:planning`` was given (``accepted_ms:deadline_ms``)."""
+    [entry] = redis_client.hvals(PLANNING)
+    accepted, lapses = str(entry).split(":")
+    return int(lapses) - int(accepted)
+
+
+@pytest.mark.parametrize("sent", [None, "10000", "600000"], ids=["none", "10-s", "600-s"])
+def test_the_in_flight_mark_lives_the_budget_the_deadline_leaves_the_plan(
+    live_settings: Settings, redis_client: redis.Redis, sent: str | None
+) -> None:
+    """A 60 s budget under a 10 s deadline plans 9.75 s at most, so its mark needs no more: it had
+    the whole 60 s, and a dead replica's mark (and the withdrawal a DELETE turns it into) lived on
+    that much longer. A deadline past the budget, or none, leaves it the whole budget. Read while
+    the request waits in line for the slot the test holds."""
+    settings = with_settings(live_settings, max_concurrent_plans=1, plan_queue_timeout_s=QUEUE_TIMEOUT_S)
+    body = batch_body(schedule_id="late", time_budget_ms=60_000, policy="round_robin")
+    headers = {} if sent is None else {HEADER: sent}
+
+    async def run() -> tuple[int, httpx.Response]:
+        async with replicas(settings) as [http]:
+            with context(http).plan_slots.hold():
+                step = asyncio.create_task(http.post("/schedule", json=body, headers=headers))
+                await until(lambda: redis_client.exists(PLANNING) == 1)  # accepted, in line
+                ttl_ms = _mark_ttl_ms(redis_client)
+            return ttl_ms, await step
+
+    ttl_ms, answer = asyncio.run(run())
+    assert answer.status_code == 200
+    margin_ms = (QUEUE_TIMEOUT_S + keys.PLANNING_MARGIN_S) * 1000
+    if sent == "10000":
+        assert margin_ms < ttl_ms <= margin_ms + 10_000 - deadline.PUBLISH_RESERVE_S * 1000
+        assert answer.json()["time_budget_ms"] <= ttl_ms - margin_ms + 1  # the plan's, in the mark's (ms)
+    else:
+        assert ttl_ms == margin_ms + 60_000
+
+
+def test_a_capped_mark_beside_an_older_replica_s_keeps_that_one_s_expiry(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    """Mixed versions: an older replica's request under the id (a bare ``accepted_ms`` entry, the key's
+    TTL its whole budget) is not cut short by a newer one's shorter mark, nor by its take-back
+    (``lua/planning.lua``: a mark only extends the TTL; an entry with no deadline keeps it)."""
+    redis_client.hset(PLANNING, "old", 1)
+    redis_client.pexpire(PLANNING, 150_000)
+    answer = client.post("/schedule", json=batch_body(schedule_id="late"), headers={HEADER: "0"})
+    assert answer.status_code == 504  # marked with no budget at all, then taken back
+    assert redis_client.hkeys(PLANNING) == ["old"]
+    assert redis_client.pttl(PLANNING) > 140_000
