@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import redis
 
 from predictors.queries import Query, QueryBatch
 from scheduler.errors import InvalidInputError, UnknownNameError
@@ -51,10 +52,14 @@ from service.pipeline import publish
 from service.pipeline.deadline import NO_DEADLINE, Deadline
 from service.pipeline.republish import replay
 from service.pipeline.served import StageClock, record, timings
+from service.problems.table import DeadlineExceededError, UnavailableError
 from service.speeds.model import idle_learned
 
 _log = logging.getLogger("service.pipeline")
 BASELINE = "round_robin"
+# Refusals a retry may not meet (Redis down or full, the plan queue busy, the caller's deadline): an
+# invalid body is refused for what it is instead (``_broken_rule``), which every retry would meet.
+REFUSED_FOR_NOW = (redis.RedisError, UnavailableError, DeadlineExceededError)
 
 
 @dataclass(frozen=True)
@@ -99,18 +104,50 @@ def run(
     in-flight mark's own failure (``in_flight.Mark.check``), called once the body passed every rule,
     so an invalid request is refused for what it is whatever Redis's state. ``deadline``: the caller's
     (``service/pipeline/deadline.py``), which caps the plan's budget and refuses (504) a plan that
-    cannot publish before it; a retry of a published step is answered its first plan whatever it says."""
+    cannot publish before it; a retry of a published step is answered its first plan whatever it says.
+
+    A request refused for the moment (Redis down or full, every plan slot busy, its deadline passed)
+    whose body breaks a rule of the planner's is refused for that instead (422): whatever the
+    service's state, an invalid body hears what is wrong with it (``_broken_rule``)."""
     clock = StageClock()
     on_thread = time.perf_counter()
     started = on_thread if arrived is None else arrived
     clock.spent["queue"] = (on_thread - started) * 1000.0  # waited for a planning thread
     with schedule_context(schedule_id):
-        with clock.stage("validate"):  # before the plan queue: a bad request is refused at once
-            checked = validate(body, ctx)
-            first = _first_answer(body, checked, ctx, mark_check)
-        if first is not None:  # a retry of a published step: its first answer, not a second copy
-            return _replayed(first, clock, started)
-        return _serve_valid(schedule_id, body, checked, ctx, clock, (started, deadline))
+        try:
+            with clock.stage("validate"):  # before the plan queue: a bad request is refused at once
+                checked = validate(body, ctx)
+                first = _first_answer(body, checked, ctx, mark_check)
+            if first is not None:  # a retry of a published step: its first answer, not a second copy
+                return _replayed(first, clock, started)
+            return _serve_valid(schedule_id, body, checked, ctx, clock, (started, deadline))
+        except REFUSED_FOR_NOW:
+            broken = _broken_rule(body, ctx)
+            if broken is None:
+                raise
+            raise broken from None
+
+
+def _broken_rule(body: ScheduleRequest, ctx: Context) -> InvalidInputError | None:
+    """The planner's refusal of ``body`` by its rules that need no speed and no lengths (a pin to a
+    worker the inventory lacks or drains, a cap no allowed worker's cache holds: ``check_plan_rules``),
+    on the inventory as the profiles and the body's stated speeds make it; None when it breaks none.
+
+    Asked only of a request refused for the moment (``REFUSED_FOR_NOW``): a request with no chosen id
+    meets those rules only when it plans, after the speed read and the predictions, which read Redis,
+    and after the plan queue and the deadline, so with Redis down a body pinned to a missing worker
+    was a 503, and a retry after the outage its 422. Checked up front instead, every such request
+    would pay ~1.7 ms at 1,024 prompts and ~9.5 ms at 4,096 for rules its plan checks again; here only
+    a refusal pays. Every rule ``validate`` checks before the speed read has passed by then."""
+    settings = ctx.settings
+    model = resolve_model(body.model, settings.default_model)
+    inventory, drained, _ = build_inventory(body, model, {})
+    budget_s = (body.time_budget_ms or settings.default_time_budget_ms) / 1000.0
+    try:
+        check_plan_rules(body, inventory, drained, budget_s, body.engine or settings.default_engine)
+    except InvalidInputError as error:
+        return error
+    return None
 
 
 def _replayed(answer: ScheduleResponse, clock: StageClock, started: float) -> ScheduleResponse:

@@ -1,7 +1,8 @@
 """The caller's deadline (``X-Envoy-Expected-Rq-Timeout-Ms``) while a ``POST /schedule`` waits in line
 and while its in-flight mark lives: the wait for a plan slot ends at the deadline when that comes
 before ``ROLLOUT_PLAN_QUEUE_TIMEOUT_S`` (504 ``deadline-exceeded``, nothing written), and the mark lives
-the budget the plan can still be given under it, not the whole one asked for.
+the budget the plan can still be given under it, not the whole one asked for. A body only the planner
+refuses, refused in line, is refused for what it is (422).
 
 No assertion reads how fast anything ran: the slot is held by the test, and the deadline has passed
 before the request is sent (``0``) or is one the request cannot reach in line."""
@@ -96,6 +97,23 @@ def test_a_slot_free_when_a_late_request_reaches_it_is_taken() -> None:
     slots = PlanSlots(1, timeout_s=QUEUE_TIMEOUT_S)
     with slots.hold(until=Deadline(time.perf_counter() - 1.0)) as waited_s:
         assert waited_s >= 0.0
+
+
+@pytest.mark.parametrize(
+    ("queue_timeout_s", "sent"), [(QUEUE_TIMEOUT_S, "0"), (0.2, None)], ids=["deadline", "queue-timeout"]
+)
+def test_a_body_only_the_planner_refuses_is_its_422_when_the_wait_in_line_ends(
+    make_client: AppFactory, queue_timeout_s: float, sent: str | None
+) -> None:
+    """A pin to a worker the inventory lacks, with no chosen id, meets the planner's rules only when
+    it plans: refused in line, by its deadline or the queue's timeout, it answered that 504 or 503,
+    and its retry the 422 it is."""
+    client = make_client(max_concurrent_plans=1, plan_queue_timeout_s=queue_timeout_s)
+    body = batch_body(prompts=1, n=1)
+    body["batch"]["items"][0]["pinned_worker"] = "w9"
+    with client.app.state.context.plan_slots.hold():  # type: ignore[attr-defined]
+        refused = client.post("/schedule", json=body, headers={} if sent is None else {HEADER: sent})
+    assert (refused.status_code, refused.json()["field"]) == (422, "batch.items[0].pinned_worker")
 
 
 def _mark_ttl_ms(redis_client: redis.Redis) -> int:

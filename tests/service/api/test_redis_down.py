@@ -238,3 +238,33 @@ def test_a_bad_body_under_a_chosen_id_is_refused_for_what_it_is_and_writes_nothi
     assert (refused.status_code, refused.json()["field"]) == (422, "policy")
     assert (full.status_code, full.json()["type"].rsplit("/", 1)[1]) == (503, "redis-out-of-memory")
     assert after == before
+
+
+PLANNER_ONLY_FAULTS = [  # each body passes every check but the planner's own, which need no lengths
+    ({"pinned_worker": "w9"}, "batch.items[0].pinned_worker"),  # a worker the inventory lacks
+    ({"max_new_tokens": 4_000_000}, "batch.items[0].max_new_tokens"),  # no worker's KV cache holds it
+]
+
+
+@pytest.mark.parametrize("schedule_id", ["step", None], ids=["chosen-id", "drawn-id"])
+@pytest.mark.parametrize(("fault", "field"), PLANNER_ONLY_FAULTS, ids=["pin", "cap"])
+def test_a_body_only_the_planner_refuses_is_a_422_while_redis_is_down_though_its_speeds_are_learned(
+    private_redis: EmbeddedServer, tmp_path: Path, fault: dict[str, Any], field: str, schedule_id: str | None
+) -> None:
+    """Its workers state no speed, so it is planned by speeds learned in Redis, and any request reads
+    Redis before it plans (the speeds, the actuals its predictions fold in): the planner's rules are
+    checked on the profiles' inventory when Redis refuses it, so it is the 422 it is after the outage,
+    not a 503 a retry turns into that 422. A valid body is still the 503."""
+    settings = Settings(redis_url=private_redis.url, model_dir=str(tmp_path), redis_timeout_s=0.5)
+    body = batch_body(prompts=1, n=1, schedule_id=schedule_id)
+    body["batch"]["items"][0].update(fault)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        private_redis.kill()
+        refused = client.post("/schedule", json=body)
+        valid = client.post("/schedule", json=batch_body(schedule_id=schedule_id))
+        private_redis.start()
+        again = client.post("/schedule", json=body)
+    assert all(w.keys() == {"worker_id", "device", "max_num_seqs"} for w in body["inventory"]["workers"])
+    assert (again.status_code, again.json()["field"]) == (422, field)
+    assert (refused.status_code, refused.json()["field"]) == (422, field)
+    assert (valid.status_code, valid.json()["type"].rsplit("/", 1)[1]) == (503, "redis-unavailable")
