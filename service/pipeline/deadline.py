@@ -28,7 +28,10 @@ HEADER = "X-Envoy-Expected-Rq-Timeout-Ms"
 # Left after the plan's budget for the baseline, the answer and the publish: publish_ms 15-54 ms at
 # 1,024 x 16 to 4,096 x 32 on the bench host (docs/benchmarks.md), ~90 ms on a loaded one, a few ms more.
 PUBLISH_RESERVE_S = 0.25
-_MILLISECONDS = re.compile(r"[0-9]{1,10}")  # up to ~115 days: longer is no deadline a plan meets
+_MILLISECONDS = re.compile(r"[0-9]+")
+# past 10 digits (~115 days) the caller waits longer than any plan takes: no deadline (a client's
+# ``timeout_s=1e9``, a proxy's year-long route timeout), where it was refused 422 on every request
+_LONGEST_DIGITS = 10
 
 
 @dataclass(frozen=True)
@@ -69,13 +72,17 @@ NO_DEADLINE = Deadline()
 
 
 def of(value: str | None, arrived: float) -> Deadline:
-    """The deadline the header's ``value`` (milliseconds from ``arrived``) sets; a value that is not a
-    whole number of milliseconds is refused 422 naming the header, before anything is written."""
+    """The deadline the header's ``value`` (milliseconds from ``arrived``) sets, none past 10 digits; a
+    value that is not a whole number of milliseconds is refused 422 naming the header, before anything
+    is written."""
     if value is None:
         return NO_DEADLINE
-    if not _MILLISECONDS.fullmatch(value.strip()):
-        raise InvalidInputError(HEADER, value, "expected a whole number of milliseconds (at most 10 digits)")
-    return Deadline(arrived + int(value) / 1000.0)
+    digits = value.strip()
+    if not _MILLISECONDS.fullmatch(digits):
+        raise InvalidInputError(HEADER, value, "expected a whole number of milliseconds")
+    if len(digits.lstrip("0")) > _LONGEST_DIGITS:  # read as no number: int() of 5,000 digits raises
+        return NO_DEADLINE
+    return Deadline(arrived + int(digits) / 1000.0)
 
 
 def _exceeded(why: str) -> DeadlineExceededError:

@@ -68,7 +68,7 @@ def test_a_deadline_shorter_than_the_budget_caps_the_budget_the_plan_reports(cli
     assert roomy.json()["time_budget_ms"] == unbounded.json()["time_budget_ms"] == 60_000
 
 
-@pytest.mark.parametrize("value", ["1.5", "-1", "soon", "", "12345678901", "1e3"])
+@pytest.mark.parametrize("value", ["1.5", "-1", "soon", "", "1e3", "9" * 5000 + "x"])
 def test_a_deadline_that_is_no_whole_count_of_milliseconds_is_a_422_naming_the_header(
     client: TestClient, redis_client: redis.Redis, value: str
 ) -> None:
@@ -76,6 +76,17 @@ def test_a_deadline_that_is_no_whole_count_of_milliseconds_is_a_422_naming_the_h
     bad = client.post("/schedule", json=batch_body(schedule_id="late"), headers={HEADER: value})
     assert (bad.status_code, bad.json()["field"]) == (422, HEADER)
     assert redis_snapshot(redis_client) == before
+
+
+@pytest.mark.parametrize("value", ["12345678901", "31536000000", "9" * 5000])
+def test_a_wait_longer_than_any_plan_is_no_deadline_not_a_malformed_one(
+    client: TestClient, value: str
+) -> None:
+    """Past 10 digits (~115 days: a client's ``timeout_s=1e9``, a proxy's year-long route timeout) the
+    caller waits longer than any plan takes: planned as with no header, where it was refused 422."""
+    body = batch_body(schedule_id="patient", time_budget_ms=60_000, policy="round_robin")
+    patient = client.post("/schedule", json=body, headers={HEADER: value})
+    assert (patient.status_code, patient.json()["time_budget_ms"]) == (200, 60_000)
 
 
 def test_a_plan_that_reaches_its_publish_past_the_deadline_is_a_504_that_writes_nothing(

@@ -283,3 +283,12 @@ def test_the_client_tells_the_service_how_long_it_waits(live_settings: Settings)
         answer = client.schedule(body)
     assert answer.time_budget_ms is not None
     assert 0 < answer.time_budget_ms <= 30_000 - deadline.PUBLISH_RESERVE_S * 1000
+
+
+def test_a_client_that_waits_practically_for_ever_is_planned_as_one_without_a_timeout(
+    live_settings: Settings,
+) -> None:
+    """A ``timeout_s`` past the header's 10 digits (1e9 s) is no deadline: it was a 422 on every step."""
+    body = batch_body(schedule_id="patient", time_budget_ms=60_000, policy="round_robin")
+    with LiveServer(live_settings) as server, SchedulerClient(server.url, timeout_s=1e9) as client:
+        assert client.schedule(body).time_budget_ms == 60_000
