@@ -227,29 +227,37 @@ async def fail(body: FailBody, state: Pull) -> dict[str, Any]:
     """Report an item the worker could not run: retried elsewhere, or dead-lettered by attempts."""
     async with state.reporting(body.schedule_id, body.key, body.token) as session:
         held = session.holdings.get((body.schedule_id, body.key, body.token))
+        done: CompletionOutcome | None = None  # the answer to its unanswered /done, sent again
         if held is not None:
-            outcome = await session.fail(held, body.reason, keep_unanswered=True)
+            outcome, done = await session.fail_held(held, body.reason, keep_unanswered=True)
         else:  # a killed predecessor's lease still current is failed as a held one: Redis decides
             outcome = await session.fail_key(body.schedule_id, body.key, body.token, body.reason)
         if outcome is ReleaseOutcome.STALE:
-            return await _stale(state, body, held is not None)
+            return await _stale(state, body, held is not None, done=done)
         return {"outcome": outcome.value}
 
 
 async def _stale(
-    state: PullState, body: DoneBody | FailBody, held: bool, failed: ReleaseOutcome | None = None
+    state: PullState,
+    body: DoneBody | FailBody,
+    held: bool,
+    failed: ReleaseOutcome | None = None,
+    done: CompletionOutcome | None = None,
 ) -> dict[str, str]:
     """A report refused for its lease, saying which lease and why: a worker that reports a key or
     token it was never handed (its bug) is told so, not only that a lease was lost; one whose
     schedule the trainer cancelled is told that (one ``HEXISTS``, remembered once true); one whose
     failure report, sent before it and unanswered then, took the lease (``failed``: answered again,
-    DUPLICATE) is told that the item was failed, as it was counted."""
+    DUPLICATE) is told that the item was failed, as it was counted; and one whose ``/done``, sent
+    before and unanswered, took it (``done``) that its result was taken."""
     key, schedule_id = clipped(body.key), clipped(body.schedule_id)  # a megabyte of key: its start
     lease = f"key={key!r} (schedule_id={schedule_id!r}, token={body.token})"
     if await state.session.found_cancelled(body.schedule_id):
         why = "its schedule was cancelled by the trainer"
     elif failed is not None and failed is not ReleaseOutcome.STALE:
         why = "its failure report, sent before, took it: the item was failed (retried or dead-lettered)"
+    elif done is not None and done is not CompletionOutcome.STALE:
+        why = "its result, sent before by /done, took it: the item is done, its result kept"
     elif held:
         why = "its lease was lost before this report (it lapsed, or another worker holds it now)"
     else:

@@ -162,6 +162,24 @@ class Resends:
             held.failing = True
             return None
 
+    async def result_first(self, held: Held) -> CompletionOutcome | None:
+        """Pull: the unanswered completion (``held.unanswered``) of a lease whose failure report Redis
+        just refused, sent once more in the turn that report holds: DUPLICATE, the result took the
+        lease (``duplicate``); STALE, the lease lapsed (``stale``); counted and recorded as a
+        ``/done``'s answer. None when not answered: the lease stays held with its result for the next
+        beat (``again``); or its schedule is gone (counted ``stale``)."""
+        result = held.unanswered
+        assert result is not None
+        try:
+            outcome = await self.complete(held, result, True, True)
+        except UnknownScheduleError:
+            return None
+        except Exception as exc:
+            _unanswered(lease_id(held.lease), exc)
+            return None
+        self.landed(held, result, outcome)
+        return outcome
+
     async def kept(self, probe: bool = False) -> None:
         """Push: each kept completion once (a heartbeat's round), in its lease's turn; answered, it is
         counted and forgotten. The first Redis does not answer ends the round, kept again by the

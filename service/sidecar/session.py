@@ -345,6 +345,13 @@ class WorkerSession:
     async def fail(
         self, held: Held, reason: str, keep_unanswered: bool = False, once: bool = False
     ) -> ReleaseOutcome:
+        """``fail_held``'s failure answer."""
+        outcome, _ = await self.fail_held(held, reason, keep_unanswered, once)
+        return outcome
+
+    async def fail_held(
+        self, held: Held, reason: str, keep_unanswered: bool = False, once: bool = False
+    ) -> tuple[ReleaseOutcome, CompletionOutcome | None]:
         """Report that an item could not run: retried elsewhere or dead-lettered by attempts.
 
         As ``complete``: a report Redis never answered (past the retry window, or cut) may have
@@ -354,21 +361,27 @@ class WorkerSession:
         ``keep_unanswered`` (pull) the lease stays held for the worker's retry, and a heartbeat that
         finds it gone first sends the report again (``resends.fail_again``; ``once``: one try, no
         retry window). Its lease ends once, with the first answer: ``failed`` (taken now, or
-        DUPLICATE: taken before), ``stale`` (it lapsed first). One forgotten as ended: STALE, unsent."""
+        DUPLICATE: taken before), ``stale`` (it lapsed first). One forgotten as ended: STALE, unsent.
+
+        Pull: a lease whose ``/done`` went unanswered (``held.unanswered``) and whose failure report
+        is then refused may have been taken by that result: it is sent once more
+        (``resends.result_first``), and its answer counts the lease (``duplicate``, or ``stale``), as
+        ``complete_held`` does the mirror order. The refusal counted ``stale`` (review46a)."""
         if held.ended:
-            return ReleaseOutcome.STALE
+            return ReleaseOutcome.STALE, None
         key = lease_id(held.lease)
         if not keep_unanswered:
             self.holdings.remove(key)
         held.completing = True  # a heartbeat meanwhile finds the lease gone: the report decides
         held.failure = reason  # sent again with it when unanswered
-        lease = held.lease  # STALE: lapsed, reaped, taken or cancelled before it came
+        lease, result_sent = held.lease, keep_unanswered and held.unanswered is not None
         reports = OutageRetry(0.0) if once else self._reports
         try:
             outcome = await reports.call("fail", self.delivery.fail, lease, reason)
             # counted as it is answered; a refusal first asks Redis whether the trainer cancelled, and
             # a cut there (a shutdown's bound) is a cut report: not forgotten, counted nowhere
-            await self._ledger.failure(outcome, lease.schedule_id, lease.key, lease.token, held=True)
+            if not (result_sent and outcome is ReleaseOutcome.STALE):
+                await self._ledger.failure(outcome, lease.schedule_id, lease.key, lease.token, held=True)
         except UnknownScheduleError:  # its keys are gone: the lease ends here, counted as ``complete`` does
             self.holdings.remove(key)
             self.stats.stale += 1
@@ -378,8 +391,11 @@ class WorkerSession:
             if not keep_unanswered:
                 self.resends.keep(held)
             raise
+        if result_sent and outcome is ReleaseOutcome.STALE:
+            held.completing, held.failure = False, ""  # refused: it never landed, the result decides
+            return outcome, await self.resends.result_first(held)
         self.holdings.remove(key)
-        return outcome
+        return outcome, None
 
     async def fail_key(self, schedule_id: str, key: str, token: int, reason: str) -> ReleaseOutcome:
         """Report a failure of a lease not held here (a pull worker's ``/fail`` of its killed

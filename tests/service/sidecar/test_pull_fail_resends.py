@@ -19,7 +19,7 @@ import httpx
 import pytest
 import redis
 
-from service.delivery.outcomes import ReleaseOutcome
+from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease, LeaseSettings, PublishedSchedule
 from service.sidecar.holdings import Holdings
@@ -51,6 +51,23 @@ class UnansweredFailures(UnansweredReports):
         return super().fail(lease, reason, now_ms)
 
 
+class UnansweredResults(UnansweredFailures):
+    """``UnansweredFailures`` whose completions alone also go unanswered while ``results_out`` is set."""
+
+    def __init__(self, client: redis.Redis, lands: bool) -> None:
+        super().__init__(client, lands)
+        self.results_out = threading.Event()
+
+    def complete_many(self, *args: Any, **kwargs: Any) -> list[CompletionOutcome]:
+        if self.results_out.is_set():
+            self.out.set()
+            try:
+                return super().complete_many(*args, **kwargs)
+            finally:
+                self.out.clear()
+        return super().complete_many(*args, **kwargs)
+
+
 def _published(redis_url: str, max_attempts: int = 5) -> Delivery:
     """Schedule ``s``: one item ``a#0`` for ``w0``, leases of ten minutes, ``max_attempts``."""
     delivery = Delivery.from_url(redis_url)
@@ -59,10 +76,10 @@ def _published(redis_url: str, max_attempts: int = 5) -> Delivery:
     return delivery
 
 
-def _session(redis_url: str, lands: bool) -> tuple[UnansweredFailures, list[float], WorkerSession]:
+def _session(redis_url: str, lands: bool) -> tuple[UnansweredResults, list[float], WorkerSession]:
     """Worker ``w0``'s session of one slot, its reports unanswered on demand, its holdings' clock the
     test's (``clock[0]``)."""
-    delivery = UnansweredFailures(redis.Redis.from_url(redis_url), lands)
+    delivery = UnansweredResults(redis.Redis.from_url(redis_url), lands)
     clock = [0.0]
     holdings = Holdings(1, clock=lambda: clock[0])
     return delivery, clock, WorkerSession(delivery, holdings, SessionSettings("w0", retry_for_s=0.0))
@@ -161,3 +178,34 @@ def test_the_hold_bound_resends_an_unanswered_fail_with_the_workers_reason(
     assert (session.stats.claimed, _ended(session)) == (1, {"failed": 1})
     (dead,) = store.progress("s").dead_letters
     assert (dead.key, dead.reason) == ("a#0", "oom")
+
+
+@pytest.mark.parametrize("resend_answered", [True, False], ids=["resend answered", "resend unanswered"])
+def test_a_fail_after_a_landed_unanswered_done_counts_the_lease_by_its_result_once(
+    redis_client: redis.Redis, redis_url: str, resend_answered: bool
+) -> None:
+    """The mirror order (review46a): the ``/done`` landed, its answer lost (503); the worker then
+    reports the item failed, which Redis refuses (the result took the lease), so the kept result is
+    sent again: DUPLICATE, ``duplicate``, and the answer says the result was taken. Its resend
+    unanswered too, the lease stays held with its result and the next beat ends it so. Before: the
+    refusal counted ``stale`` and told the worker its lease was lost, where Redis holds its result."""
+    store = _published(redis_url)
+    delivery, _, session = _session(redis_url, lands=True)
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        lease = (await client.get("/next")).json()
+        delivery.results_out.set()
+        unanswered = (await client.post("/done", json=report_body("done", lease))).status_code
+        if resend_answered:
+            delivery.results_out.clear()
+        fail = await client.post("/fail", json=report_body("fail", lease))
+        told = [fail.status_code, fail.json()["outcome"], "its result" in fail.json()["error"]]
+        ended = dict(_ended(session))
+        delivery.results_out.clear()
+        await state.beat()
+        return [unanswered, told, ended, len(session.holdings)]
+
+    seen = _serve(session, script)
+    assert seen == [503, [200, "stale", resend_answered], {"duplicate": 1} if resend_answered else {}, 0]
+    assert (session.stats.claimed, _ended(session)) == (1, {"duplicate": 1})
+    assert store.progress("s").done == 1
