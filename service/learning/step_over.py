@@ -49,6 +49,11 @@ _DONE, _ENDED = "d", frozenset({"x", "c"})
 # results a read for unreported trajectories takes first (newest first), doubled page by page up to the
 # last: the unreported are mostly among the newest, and a result holds its output (4 KB of text each)
 _FIRST_PAGE, _LAST_PAGE = 16, 1024
+# stored result JSON a page after the first takes, by the average so far (1,024 results of 4 KB, as
+# before; half a served results page): results with token ids and logprobs in ``extra`` run to tens of
+# KB, and 1,024 of them were one reply of tens of MB, which Redis builds whole and a
+# ``client-output-buffer-limit`` closes the connection for (``read_results`` is bounded so too)
+_PAGE_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -160,19 +165,28 @@ def _said_nothing(delivery: DeliveryViews, schedule: str, left: set[str]) -> boo
     a time: the unreported are mostly the last to finish, and the first whose result does say
     something ends the read (its report may still be on its way)."""
     stream, left, before, count = delivery.keys(schedule).results, set(left), "+", _FIRST_PAGE
+    taken, size = 0, 0  # results read so far, and their stored JSON's length
     while left:
         page = delivery.client.xrevrange(stream, max=before, min="-", count=count)
         if not page:
             return False  # a done trajectory with no result left to read: not known
         for _, fields in page:
             entry = {text(name): value for name, value in (fields or {}).items()}
-            name = text(entry.get("key", b""))
+            name, stored = text(entry.get("key", b"")), entry.get("result")
+            size += len(text(stored or ""))
             if name in left:
-                if _says_length(entry.get("result")):
+                if _says_length(stored):
                     return False
                 left.discard(name)
-        before, count = f"({text(page[-1][0])}", min(2 * count, _LAST_PAGE)
+        taken += len(page)
+        before, count = f"({text(page[-1][0])}", _next_page(count, taken, size)
     return True
+
+
+def _next_page(count: int, taken: int, size: int) -> int:
+    """How many results the next page takes: twice the last, up to ``_LAST_PAGE``, but no more than
+    the average size so far fits in ``_PAGE_BYTES`` (one at least): a bounded reply each."""
+    return max(1, min(2 * count, _LAST_PAGE, _PAGE_BYTES * taken // max(size, 1)))
 
 
 def _says_length(stored: object) -> bool:
