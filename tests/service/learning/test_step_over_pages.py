@@ -61,3 +61,21 @@ def test_a_length_giving_result_not_yet_reported_still_keeps_the_step_open(redis
     leases = _run(delivery, aborted_first=False)
     assert not over(_reported(leases[1:]), 2, delivery)
     assert over(_reported(leases), 2, delivery)
+
+
+def test_the_read_goes_on_past_pages_of_1024_to_an_aborted_oldest_result(redis_client: redis.Redis) -> None:
+    """2,100 small results: pages of 16, 32 ... 1,024, then 1,024 again, and the oldest is found."""
+    delivery = Delivery(redis_client)
+    delivery.publish(schedule("s", {"w": 2100}, ttl_ms=600_000))
+    delivery.enter_step(2, "s", 3600)
+    leases: list[Lease] = []
+    while len(leases) < 2100:
+        leases += delivery.claim("s", "w", 1000)
+    aborted = TrajectoryResult(0, "abort")
+    entries = [
+        (lease.key, lease.token, aborted if n == 0 else TrajectoryResult(40))
+        for n, lease in enumerate(leases)
+    ]
+    assert set(delivery.complete_many("s", entries)) == {CompletionOutcome.ACCEPTED}
+    assert over(_reported(leases[1:]), 2, delivery)
+    assert not over(_reported(leases[2:]), 2, delivery)  # the second oldest says a length, unreported
