@@ -22,7 +22,10 @@ the step, its delivery keys say whether it is over. The history's last step is o
 3. no schedule still unsettled (the active index) is named by no actual yet: it may be a part of the
    step that has reported nothing. The step's set sees such a part too, and one that settled before
    any of its actuals arrived, which left the active index unseen; the active index still catches
-   an unsettled part an older release published without adding it to the set.
+   an unsettled part not in the set: one an older release published, one the moment between its
+   publish and its entry, and one whose entry Redis failed after the publish (a warning: the step
+   was out, ``service.pipeline.served.after_publish``). Such a part that settles before any of its
+   actuals arrive is missed.
 
 Otherwise the step is left out, as before. Replicas agree: the reads are Redis's, and every replica
 folds the same actuals stream. The automatic retrain does not ask: it runs at its own step's first plan,

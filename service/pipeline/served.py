@@ -45,11 +45,13 @@ def timings(spent: dict[str, float], total_ms: float) -> Timings:
 
 @contextmanager
 def after_publish(what: str) -> Iterator[None]:
-    """Run bookkeeping that follows a publish (worker profiles, the retrain counter), where a Redis
-    error is logged and the step still answered 200. The step is out by then: an error answer would
-    make a trainer send it again, and a retry without a ``schedule_id`` publishes the work twice. What
-    is lost is documented where each is kept: the step's actuals are compared with each worker's
-    previous profile; the retrain boundary is counted at the next step."""
+    """Run bookkeeping that follows a publish (the step's set, worker profiles, the retrain counter),
+    where a Redis error is logged and the step still answered 200. The step is out by then: an error
+    answer would make a trainer send it again, and a retry without a ``schedule_id`` publishes the work
+    twice. What is lost is documented where each is kept: a part missing from its step's set is seen
+    by an asked-for retrain only while unsettled (the active index), as an older release's part
+    (``service.learning.step_over``); the step's actuals are compared with each worker's previous
+    profile; the retrain boundary is counted at the next step."""
     try:
         yield
     except redis.RedisError as error:
