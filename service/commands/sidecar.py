@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -266,8 +266,7 @@ def _run(
     try:
         options = checked(options, log_level, kv_source, url_from)
     except ValueError as exc:
-        typer.echo(f"sidecar: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _exit_with(2, str(exc), owns_process)
     logs.configure(log_level.upper(), fields={"worker_id": options.worker_id})
     typer.echo(json.dumps({"worker_id": options.worker_id, **asdict(_serve(options, owns_process))}))
 
@@ -284,30 +283,38 @@ def _serve(options: SidecarOptions, owns_process: bool = False) -> SessionStats:
     try:
         stats = run_pull(options) if options.pull_api_port is not None else run_push(options)
     except OSError as exc:  # a port to listen on that is taken, or not ours to take
-        typer.echo(f"sidecar: cannot listen: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _exit_with(2, f"cannot listen: {exc}", owns_process)
     except (RedisRefusedError, RedisTooOldError) as exc:  # a wrong password, an old Redis: no wait fixes
-        typer.echo(f"sidecar: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _exit_with(2, str(exc), owns_process)
     except LoopDiedError as exc:
-        typer.echo(f"sidecar: {exc}", err=True)
-        raise typer.Exit(EXIT_LOOP_DIED) from None
+        _exit_with(EXIT_LOOP_DIED, str(exc), owns_process)
     if owns_process:  # a caller's own process (a test's CliRunner) keeps hearing Ctrl-C and SIGTERM
         _deaf_to_stop_signals()  # a run returns only once SIGTERM or SIGINT stopped it
     return stats
 
 
+def _exit_with(status: int, reason: str, owns_process: bool) -> NoReturn:
+    """End the command with ``status`` and one line saying why (a bad flag or a refusal, 2; a loop's
+    death, 70), deaf to the stop signals first where it owns the process: its exit is decided, and a
+    SIGTERM landing in it (an operator's second ``kill``) met the default (-15, not the status) or,
+    before the run, the early handler (exit 0, a clean stop's zero counters after the refusal)."""
+    if owns_process:
+        _deaf_to_stop_signals()
+    typer.echo(f"sidecar: {reason}", err=True)
+    raise typer.Exit(status) from None
+
+
 def _deaf_to_stop_signals() -> None:
-    """Ignore SIGTERM and SIGINT from here on: the shutdown they asked for is over, and what is left is
-    printing the counters and the interpreter's teardown (0.1-0.5 s, seconds on a loaded host). Push
-    mode's event loop put their defaults back as it closed, and the interpreter does so for Python
-    handlers as it finalizes, so a second signal landing now (an operator's second ``kill``, a second
-    Ctrl-C) killed the process by the signal (status 143 or 130, not 0) or raised KeyboardInterrupt
+    """Ignore SIGTERM and SIGINT from here on: the command's exit is decided (its run returned or
+    raised, a flag was refused), and what is left is its last line (the counters, or why it failed)
+    and the interpreter's teardown (0.1-0.5 s, seconds on a loaded host). The interpreter puts Python
+    handlers back to their defaults as it finalizes (push mode's event loop did as it closed, before
+    ``stop_relay``), so a second signal landing now (an operator's second ``kill``, a second Ctrl-C)
+    killed the process by the signal (status 143 or 130, not 0, 2 or 70) or raised KeyboardInterrupt
     in an ``atexit`` hook, a traceback in the log (chaos8's soak). An ignored signal stays ignored
-    through finalization; SIGKILL still ends a teardown that hangs. Only after a run that returned,
-    not after one that raised (a refusal, exit 2; a loop's death, 70), and only in a process the
-    console script owns: a caller running the command in its own process (the tests' ``CliRunner``)
-    was left deaf to Ctrl-C and SIGTERM (helper review44c)."""
+    through finalization; SIGKILL still ends a teardown that hangs. Only in a process the console
+    script owns: a caller running the command in its own process (the tests' ``CliRunner``) was left
+    deaf to Ctrl-C and SIGTERM (helper review44c)."""
     import signal
 
     for sig in (signal.SIGTERM, signal.SIGINT):

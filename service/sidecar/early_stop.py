@@ -1,6 +1,6 @@
 """A SIGTERM or SIGINT that reaches the sidecar before its run handles them: exit 0, nothing held.
 
-Why. The run's own handlers (push mode's event loop, pull mode's uvicorn) exist only once it runs.
+Why. The run's own handlers (push mode's relay to its loop, pull mode's uvicorn) exist only once it runs.
 Before them (the command's imports, the flags checked, a Redis Cluster waited for at start-up with
 the liveness probe answering, the engine client built) a SIGTERM killed the process by its default
 action: status -15, which a shell and Kubernetes' container status show as 143 ("Error"), read as
@@ -16,7 +16,8 @@ line; what is left is the interpreter's own start (0.1 s), when a SIGTERM still 
 the signal.
 
 Only the console script's process is given these handlers (``commands/sidecar._owns_process``), as
-only it is made deaf to the stop signals after a run: a caller running the command in its own
+only it is made deaf to the stop signals once the command owns its exit (push mode's
+``stop_relay``, the command's ``_deaf_to_stop_signals``): a caller running the command in its own
 process keeps its own.
 """
 
@@ -24,10 +25,6 @@ from __future__ import annotations
 
 import signal
 from types import FrameType
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import asyncio
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -44,7 +41,7 @@ class StoppedBeforeRunError(SystemExit):
 
 def arm() -> None:
     """Have SIGTERM and SIGINT raise ``StoppedBeforeRunError`` until the run installs its own
-    handlers (push mode's ``loop.add_signal_handler``, pull mode's ``launch._pull_server``). The
+    handlers (push mode's ``stop_relay``, pull mode's ``launch._pull_server``). The
     command's first act, in the console script's process only."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, _stopped)
@@ -54,31 +51,6 @@ def armed() -> bool:
     """Whether both stop signals still have the early handlers (``arm``): the console script's
     process, its run not begun."""
     return all(signal.getsignal(sig) is _stopped for sig in STOP_SIGNALS)
-
-
-def deaf_after_run(loop: asyncio.AbstractEventLoop) -> None:
-    """A push run returned in the console script's process (``armed`` as it began): take the loop's
-    handlers off and ignore both signals from now, still in the loop. Its close put the defaults
-    back, and a SIGTERM before the command went deaf (``commands/sidecar._deaf_to_stop_signals``:
-    the health server's stop, the loop's teardown in between) killed the process by the signal.
-
-    Ignored first, then let go of: ``remove_signal_handler`` puts the default back before a next line
-    could ignore it, and a stream of SIGTERMs a millisecond apart met that default once in a CI run
-    (-15, no counters line). So the loop's registry (CPython's unix loop keeps it as a dict) drops
-    them without the default, and its wakeup fd goes with the last: its close then has nothing to
-    put back. A loop without that registry gets the old order."""
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)  # from here never at the default
-    registry = getattr(loop, "_signal_handlers", None)
-    if not isinstance(registry, dict):
-        for sig in STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
-            signal.signal(sig, signal.SIG_IGN)
-        return
-    for sig in STOP_SIGNALS:
-        registry.pop(sig, None)
-    if not registry:
-        signal.set_wakeup_fd(-1)  # the loop's self-pipe closes with it: no signal writes there after
 
 
 def _stopped(signum: int, frame: FrameType | None) -> None:

@@ -6,6 +6,7 @@ Kept apart from the CLI so tests and embedders start the same thing the command 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import signal
@@ -29,7 +30,7 @@ from service.redis_conn import (
     refused,
     require_version,
 )
-from service.sidecar import early_stop
+from service.sidecar import early_stop, stop_relay
 from service.sidecar.hang_up import hang_up
 from service.sidecar.holdings import Holdings
 from service.sidecar.hurry import Hurry
@@ -227,17 +228,13 @@ async def _push(
     )
     if health is not None:
         health.attach(runner)
-    console = early_stop.armed()  # the console script's process: deaf once the run returned
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, _on_signal, stop, runner.hurry)
+    console = early_stop.armed()  # the console script's process: deaf once the run ended
     try:
-        stats = await runner.run(stop)
+        with stop_relay.relayed(loop, functools.partial(_on_signal, stop, runner.hurry), deaf=console):
+            return await runner.run(stop)  # not the loop's handlers: its close resets them
     finally:
         await engine.aclose()
         hang_up(delivery)  # calls the drain abandoned end now, not at their socket timeout
-    if console:
-        early_stop.deaf_after_run(loop)  # before the loop's close puts the defaults back
-    return stats
 
 
 def _on_signal(stop: asyncio.Event, hurry: Hurry) -> None:

@@ -1,9 +1,12 @@
-"""The sidecar ignores SIGTERM and SIGINT once its run has returned only where the command owns the
-process (the ``rollout-scheduler`` console script, ``service.cli.main``): a caller that runs the
-command in its own process (a test's ``CliRunner``, a program that embeds the app) goes on hearing
-Ctrl-C and SIGTERM afterwards, where it had been left deaf to both (a pytest run that could not be
-interrupted, an xdist worker that a SIGTERM no longer stopped). The teardown a second signal broke
-in a real sidecar is covered across processes by ``test_exit_signal_after_run``."""
+"""The sidecar ignores SIGTERM and SIGINT once its exit is decided (its run returned or raised, a flag
+was refused) only where the command owns the process (the ``rollout-scheduler`` console script,
+``service.cli.main``): a caller that runs the command in its own process (a test's ``CliRunner``, a
+program that embeds the app) goes on hearing Ctrl-C and SIGTERM afterwards, where it had been left
+deaf to both (a pytest run that could not be interrupted, an xdist worker that a SIGTERM no longer
+stopped). After a run that raised (a loop's death, 70; a refusal, 2) the console script's process
+kept the early handlers or the loop's defaults, and a SIGTERM in its exit ended it 0 or -15 in place
+of its status. The exits a signal broke in a real sidecar are covered across processes by
+``test_exit_signal_after_run``."""
 
 from __future__ import annotations
 
@@ -18,9 +21,11 @@ from typer.testing import CliRunner
 
 from service import cli
 from service.commands import sidecar as sidecar_command
+from service.redis_conn import RedisRefusedError, RedisTooOldError
 from service.sidecar import early_stop, launch, runner
 from service.sidecar.launch import SidecarOptions
 from service.sidecar.session_settings import SessionStats
+from service.sidecar.supervision import EXIT_LOOP_DIED, LoopDiedError
 from tests.service.interrupt import handlers_kept
 
 ARGS = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url", "http://e"]
@@ -110,3 +115,111 @@ def test_a_push_run_that_returned_never_puts_the_stop_signals_back_at_their_defa
     assert set_after_start  # the loop's handlers, then the ignoring
     assert signal.SIG_DFL not in set_after_start
     assert signal.default_int_handler not in set_after_start
+
+
+# a run that raised, and the status the command exits with for it
+RAISED: dict[str, tuple[BaseException, int]] = {
+    "loop-died": (LoopDiedError("heartbeat loop", ZeroDivisionError("division by zero")), EXIT_LOOP_DIED),
+    "refused": (RedisRefusedError("Redis at r refused our credentials"), 2),
+    "too-old": (RedisTooOldError("Redis at r is 6.0, older than 7.0"), 2),
+    "port-taken": (OSError(98, "Address already in use"), 2),
+}
+
+
+def _raising(error: BaseException) -> Any:
+    """A run (either mode's) that raises ``error``."""
+
+    def run(_: SidecarOptions) -> SessionStats:
+        raise error
+
+    return run
+
+
+def _console_script_exit() -> tuple[object, list[object]]:
+    """Run the console script's entry on ``sys.argv``: its exit status, and the stop signals'
+    handlers it left (this process's own put back after)."""
+    with handlers_kept(STOP):
+        try:
+            cli.main()
+        except SystemExit as exited:
+            return exited.code, [signal.getsignal(sig) for sig in STOP]
+    pytest.fail("the command returned without an exit status")
+
+
+@pytest.mark.parametrize("mode", ["push", "pull"])
+@pytest.mark.parametrize("name", RAISED)
+def test_the_console_script_ignores_the_stop_signals_once_the_run_has_raised(
+    name: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    error, status = RAISED[name]
+    monkeypatch.setattr(launch, f"run_{mode}", _raising(error))
+    argv = [*ARGS[:-2], "--pull-api", "8011"] if mode == "pull" else ARGS  # no --engine-url
+    monkeypatch.setattr(sys, "argv", ["rollout-scheduler", *argv])
+    exited, after = _console_script_exit()
+    assert exited == status
+    assert after == [signal.SIG_IGN, signal.SIG_IGN]
+
+
+def test_the_console_script_ignores_the_stop_signals_once_a_flag_was_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["rollout-scheduler", *ARGS, "--idle-poll", "0"])
+    exited, after = _console_script_exit()
+    assert exited == 2
+    assert after == [signal.SIG_IGN, signal.SIG_IGN]
+
+
+@pytest.mark.parametrize("name", RAISED)
+def test_a_caller_running_the_command_keeps_its_handlers_after_a_run_that_raised(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    error, status = RAISED[name]
+    monkeypatch.setattr(launch, "run_push", _raising(error))
+    with handlers_kept(STOP):
+        before = {sig: signal.getsignal(sig) for sig in STOP}
+        app = typer.Typer()
+        app.add_typer(typer.Typer(), name="bench")
+        sidecar_command.register(app, typer.Typer())
+        result = CliRunner().invoke(app, ARGS)
+        after = {sig: signal.getsignal(sig) for sig in STOP}
+    assert result.exit_code == status, result.output
+    assert after == before
+
+
+@pytest.fixture
+def raising_loop(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[None]:
+    """A push run whose loop starts, installs its handlers and raises the parameter's error at once,
+    as a loop's death or a Redis found too old does; this process's handlers put back afterwards."""
+    error = RAISED[request.param][0]
+
+    async def raises(self: runner.Sidecar, stop: object) -> SessionStats:
+        raise error
+
+    monkeypatch.setattr(runner.Sidecar, "run", raises)
+    with handlers_kept(STOP):
+        yield
+
+
+@pytest.mark.parametrize("raising_loop", ["loop-died", "too-old"], indirect=True)
+@pytest.mark.usefixtures("raising_loop")
+def test_a_push_run_that_raised_never_puts_the_stop_signals_back_at_their_defaults(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its loop's close put the defaults back (the command went deaf only after a run that returned),
+    and a SIGTERM in the exit that followed ended the process -15, not 70 or 2."""
+    real = signal.signal
+    set_after_start: list[object] = []
+
+    def recording(sig: int, handler: Any) -> Any:
+        if sig in STOP:
+            set_after_start.append(handler)
+        return real(sig, handler)
+
+    early_stop.arm()
+    monkeypatch.setattr(signal, "signal", recording)
+    with pytest.raises((LoopDiedError, RedisTooOldError)):
+        launch.run_push(SidecarOptions(worker_id="w", redis_url=redis_url, engine_url="http://127.0.0.1:1"))
+    assert set_after_start  # the relay's handlers, then the ignoring
+    assert signal.SIG_DFL not in set_after_start
+    assert signal.default_int_handler not in set_after_start
+    assert [signal.getsignal(sig) for sig in STOP] == [signal.SIG_IGN, signal.SIG_IGN]
