@@ -5,7 +5,9 @@ The command line itself (Typer, every command group) is ``service.cli_app``, imp
 import (``service/sidecar/early_stop.py``): the root CLI's imports and the command's own took
 0.6-0.8 s on the 2-core dev host, and a SIGTERM then killed the process by the signal (status -15,
 143 to Kubernetes: a crash), where one a moment later stopped it cleanly (exit 0, counters line).
-What is left unguarded is the interpreter's own start and this module's import.
+What is left unguarded is the interpreter's own start and this module's import: 20-40 ms on that
+host at load 7, 200-300 ms at load 15-18, nearly all of it the interpreter and ``site``, which no
+entry point runs before (docs/sidecar.md).
 """
 
 from __future__ import annotations

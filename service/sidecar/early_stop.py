@@ -12,8 +12,8 @@ unless the unit lists it in ``SuccessExitStatus``.
 
 The console script's entry (``service.cli.main``) arms them before it imports the command line
 (Typer, every command group: 0.6-0.8 s on the 2-core dev host), and the command again as its first
-line; what is left is the interpreter's own start (0.1 s), when a SIGTERM still ends the process by
-the signal.
+line; what is left is the interpreter's own start (20-40 ms on that host at load 7, 200-300 ms at
+load 15-18: docs/sidecar.md), when a SIGTERM still ends the process by the signal.
 
 Only the console script's process is given these handlers (``commands/sidecar._owns_process``), as
 only it is made deaf to the stop signals once the command owns its exit (push mode's
