@@ -39,24 +39,23 @@ def relayed(loop: asyncio.AbstractEventLoop, on_signal: Callable[[], None], deaf
     the handlers found. Main thread only, as every signal handler is."""
     receive, send = socket.socketpair()
     found = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
-    try:
+    with receive, send:
         for end in (receive, send):
             end.setblocking(False)
-        loop.add_reader(receive.fileno(), _read, receive, on_signal)
         wakeup_found = signal.set_wakeup_fd(send.fileno(), warn_on_full_buffer=False)
         try:
-            for sig in STOP_SIGNALS:  # after the wakeup fd: from its first one, a signal is read
-                signal.signal(sig, _heard)
-                signal.siginterrupt(sig, False)  # as the loop's own: fewer interrupted calls
-            yield
+            loop.add_reader(receive.fileno(), _read, receive, on_signal)
+            try:
+                for sig in STOP_SIGNALS:  # after the wakeup fd: from its first one, a signal is read
+                    signal.signal(sig, _heard)
+                    signal.siginterrupt(sig, False)  # as the loop's own: fewer interrupted calls
+                yield
+            finally:
+                for sig, handler in found.items():  # never through the default: see the module
+                    signal.signal(sig, signal.SIG_IGN if deaf else _settable(handler))
+                loop.remove_reader(receive.fileno())
         finally:
-            for sig, handler in found.items():  # never through the default: see the module
-                signal.signal(sig, signal.SIG_IGN if deaf else _settable(handler))
             signal.set_wakeup_fd(wakeup_found)
-            loop.remove_reader(receive.fileno())
-    finally:
-        receive.close()
-        send.close()
 
 
 def _read(receive: socket.socket, on_signal: Callable[[], None]) -> None:
