@@ -1,0 +1,107 @@
+"""A pull worker's ``/fail`` that Redis never answered keeps its lease held for the worker's retry;
+when a heartbeat finds that lease gone first and the report, sent again, is refused (it never landed
+and the lease lapsed: ``stale``), the worker is told it lost the lease (``GET /leases``), as for a
+``/done`` refused so. Its failure was never taken: the item runs again elsewhere, and a worker not
+told would take the lease for failed and ended here. A resend Redis does not answer either leaves
+the lease held for the worker's retry, as the first one did: not forgotten into the push mode's
+kept reports, which would refuse that retry a lease no longer held."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import redis
+
+from service.delivery.keys import schedule_keys
+from service.delivery.protocol import Delivery
+from service.sidecar.holdings import Holdings
+from service.sidecar.pull_api import create_pull_app
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import report_body
+from tests.service.sidecar.unanswered import UnansweredReports
+
+TTL_MS = 300  # the lease lapses quickly once nobody heartbeats it
+
+
+def _pull(redis_url: str) -> tuple[UnansweredReports, WorkerSession]:
+    """Worker ``w0``'s one-slot session whose reports go unanswered (never landing) on demand."""
+    publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=TTL_MS)
+    delivery = UnansweredReports(redis.Redis.from_url(redis_url), lands=False)
+    return delivery, WorkerSession(delivery, Holdings(1), SessionSettings("w0", retry_for_s=0.0))
+
+
+async def _lapse(delivery: Delivery) -> None:
+    """Wait until the unheartbeated lease has lapsed and been reaped."""
+    while delivery.progress("s").running:
+        delivery.reap("s")
+        await asyncio.sleep(0.05)
+
+
+def test_a_pull_fail_never_answered_and_refused_after_its_lease_lapsed_is_listed_lost(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery, session = _pull(redis_url)
+
+    async def run() -> list[Any]:
+        app = create_pull_app(session)
+        state = app.state.pull
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
+            lease = (await worker.get("/next")).json()
+            delivery.out.set()
+            unanswered = (await worker.post("/fail", json=report_body("fail", lease))).status_code
+            delivery.out.clear()
+            await _lapse(delivery)
+            await state.beat()  # finds it gone: the report sent again is refused
+            listed = (await worker.get("/leases")).json()
+            lost = [(x["key"], x["token"]) for x in listed["lost"]]  # listed once, this lease
+            return [unanswered, lost, len(session.holdings), session.stats.stale]
+
+    unanswered, lost, held, stale = asyncio.run(run())
+    assert (unanswered, [key for key, _ in lost], held, stale) == (503, ["a#0"], 0, 1)
+
+
+def test_a_pull_fail_whose_resend_goes_unanswered_too_stays_held_for_the_workers_retry(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery, session = _pull(redis_url)
+
+    async def run() -> list[Any]:
+        app = create_pull_app(session)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
+            lease = (await worker.get("/next")).json()
+            delivery.out.set()
+            unanswered = (await worker.post("/fail", json=report_body("fail", lease))).status_code
+            await _lapse(delivery)
+            await app.state.pull.beat()  # finds it gone; the resend goes unanswered as well
+            return [unanswered, len(session.holdings), len(session.resends)]
+
+    assert asyncio.run(run()) == [503, 1, 0]
+
+
+def test_a_pull_fail_never_answered_whose_schedule_is_gone_counts_stale_and_is_not_listed_lost(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Its keys expired (or were removed) meanwhile: the resend is refused ``NOSCHEDULE``, counted
+    ``stale`` once, as a ``/done``'s resend is; nothing is left to run it again, and the worker is
+    not told of a lost lease."""
+    delivery, session = _pull(redis_url)
+
+    async def run() -> list[Any]:
+        app = create_pull_app(session)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
+            lease = (await worker.get("/next")).json()
+            delivery.out.set()
+            unanswered = (await worker.post("/fail", json=report_body("fail", lease))).status_code
+            delivery.out.clear()
+            redis_client.delete(*redis_client.keys(f"{schedule_keys('s').base}*"))  # the schedule expired
+            await app.state.pull.beat()
+            listed = (await worker.get("/leases")).json()
+            return [unanswered, listed, len(session.holdings), session.stats.stale]
+
+    assert asyncio.run(run()) == [503, {"held": [], "lost": []}, 0, 1]
