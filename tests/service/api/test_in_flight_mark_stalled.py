@@ -1,13 +1,13 @@
 """A ``POST /schedule`` whose in-flight mark Redis never answered (``service/pipeline/in_flight.py``).
 
 Redis stalled (its process stopped, as a long fork, a swap storm or a paused VM does) past the
-service's command timeout: the mark's write is already in Redis's socket (sent on a pooled connection), the request answers 503,
-and the write lands once Redis runs again. docs/api.md says an id whose request failed is a 404 to a
-DELETE and that a request refused or failed takes its mark back as it answers: a mark landing after
-that answer must not be left to lapse (the plan queue's timeout + the budget + a minute), or a
-trainer that gives the step up after the 503 withdraws an id no request holds (202) and finds it taken
-for the retention. chaos10's soak met it: a 503 after 3.1 s of a SIGSTOPped Redis left its entry
-90 s.
+service's command timeout: the mark's write is already in Redis's socket (sent on a pooled
+connection), the request answers 503, and the write lands once Redis runs again. docs/api.md says
+an id whose request failed is a 404 to a DELETE, and that a request refused or failed takes its mark
+back as it answers. A mark landing after that answer must not be left to lapse (the plan queue's
+timeout + the budget + a minute): a trainer that gives the step up after the 503 would withdraw an id
+no request holds (202) and find it taken for the retention. chaos10's soak met it: a 503 after 3.1 s
+of a SIGSTOPped Redis left its entry 90 s.
 """
 
 from __future__ import annotations
@@ -76,8 +76,9 @@ def _answers(server: EmbeddedServer, tmp_path: Path) -> tuple[int, int, int]:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open defect (chaos10): in_flight.mark raises on a lost reply and nothing takes back the write "
-    "that lands once Redis runs again; svc46's lane. Drop this marker with the fix",
+    reason="open defect (chaos10): the take-back of a mark whose answer was lost runs as the request "
+    "answers, while Redis is still silent, and fails too; the write then lands and lapses only by its TTL "
+    "(service/pipeline/in_flight.py, svc46's lane). Drop this marker with the fix",
 )
 def test_a_mark_whose_write_landed_after_the_request_s_503_is_not_left_to_withdraw_the_id(
     server: EmbeddedServer, tmp_path: Path
