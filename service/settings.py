@@ -23,13 +23,12 @@ from scheduler.errors import InvalidInputError
 from service.api.schemas import MAX_TIME_BUDGET_MS
 from service.auth.tokens import check_token
 from service.auth.worker_tokens import WorkerToken, parse_worker_tokens
+from service.delivery.key_prefix import PrefixError, check_prefix
 from service.delivery.keys import (
     DEFAULT_LEASE_TTL_MS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PREFIX,
     DEFAULT_RETENTION_S,
-    PrefixError,
-    check_prefix,
 )
 from service.engines import SERVICE_ENGINE
 from service.hosts.names import check_host_names

@@ -23,7 +23,7 @@ def checked(
     """``options`` once every flag makes sense, with the KV capacity derived from ``--device`` when it
     was not given; ``ValueError`` naming the first flag that does not (checked in this order)."""
     from service.auth.tokens import check_token_flag
-    from service.delivery.keys import check_prefix
+    from service.delivery.key_prefix import check_prefix
 
     o = options
     url = check_connections(o.redis_url, o.engine_url, o.pull_api_port, o.health_port, log_level, url_from)

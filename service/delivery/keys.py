@@ -3,7 +3,8 @@ service's own fleet-wide keys (actuals, learned speeds, retrain coordination).
 
 All keys of one schedule share the hash tag ``{schedule_id}``, so they live in ONE hash slot and every
 Lua script runs unchanged on Redis Cluster (a script may only touch keys of one slot). The scripts build
-the per-worker queue names themselves from the same pattern (``prefix:{sid}:q:<worker>``).
+the per-worker queue names themselves from the same pattern (``prefix:{sid}:q:<worker>``); no prefix
+may hold a brace that would move the tag (``service/delivery/key_prefix.py``).
 
 The tables below name every key, its type, what it holds in a line and its time-to-live. What each key
 holds field by field, and why: docs/delivery.md, "Key layout" (and the sections it points to); the
@@ -108,11 +109,9 @@ key                                           type     contents; time-to-live
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 DEFAULT_PREFIX = "rs"
-_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # no braces (hash tags), globs or spaces
 DEFAULT_LEASE_TTL_MS = 30_000  # a lease lives this long after its last heartbeat
 DEFAULT_MAX_ATTEMPTS = 3  # leases of one item (claims or steals; a release refunds its) before dead-lettering
 RESET_REFUNDS = 1  # hand-backs of one item after its process died (a restarted sidecar's reset, a pull
@@ -206,8 +205,7 @@ class ScheduleKeys:
 
     @property
     def withdrawn(self) -> str:
-        """Set by a DELETE of an id in flight, for the retention or the mark's time left if longer
-        (``lua/cancel.lua``): its publish is refused (409)."""
+        """Set by a DELETE of an id in flight (``lua/cancel.lua``, TTL above): its publish refused, 409."""
         return f"{self.base}:withdrawn"
 
     @property
@@ -301,9 +299,8 @@ class ScheduleKeys:
         return f"{self.base}:u:{worker_id}"
 
     def holdable(self, cap: int | str, worker_id: str) -> str:
-        """The unpinned items of a worker's queue that a ``cap``-token cache holds, in queue order: what
-        a thief with that cache reads (only for caps below some item's need; under affinity, the
-        items of groups it holds whole, ``gneed``)."""
+        """A worker's unpinned queued items a ``cap``-token cache holds, in queue order, what a thief with
+        that cache reads (only caps below some item's need; under affinity, whole groups: ``gneed``)."""
         return f"{self.base}:h:{cap}:{worker_id}"
 
     @property
@@ -311,23 +308,6 @@ class ScheduleKeys:
         """``SCAN MATCH`` glob for every key of this schedule (the table above, queues included), for
         tools that size or delete a whole schedule (an id without ``* ? [ ] \\``)."""
         return f"{self.base}:*"
-
-
-class PrefixError(ValueError):
-    """A refused key prefix. Its message names the value (the sidecars' ``--prefix`` line needs it);
-    ``reason`` is the rule alone, for a line that shows the value already (``serve``'s settings)."""
-
-    def __init__(self, prefix: str, reason: str) -> None:
-        super().__init__(f"key prefix {prefix!r} {reason}")
-        self.reason = reason
-
-
-def check_prefix(prefix: str) -> str:
-    """``prefix`` if every key built on it keeps its meaning; ``PrefixError`` naming the rule otherwise:
-    a brace would move the ``{schedule_id}`` hash tag, a glob would match other deployments' keys."""
-    if not _PREFIX.fullmatch(prefix):
-        raise PrefixError(prefix, "must be 1-64 of A-Z a-z 0-9 _ . : -")
-    return prefix
 
 
 def schedule_keys(schedule_id: str, prefix: str = DEFAULT_PREFIX) -> ScheduleKeys:

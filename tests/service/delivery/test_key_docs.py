@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[3]
 PREFIX, SCHEDULE, WORKER, STEP = "<prefix>", "<schedule_id>", "<worker>", "<step>"
 BASE = keys.schedule_keys(SCHEDULE, PREFIX).base  # the tables write it ``P``
 FLEET = "Fleet-wide keys of the service"  # the docstring's heading over the service's own keys
-NOT_KEYS = {"schedule_keys", "all_keys_pattern", "check_prefix"}  # take a prefix, build no key name
+NOT_KEYS = {"schedule_keys", "all_keys_pattern"}  # take a prefix, build no key name
 
 
 def _short(key: str) -> str:

@@ -1,4 +1,4 @@
-"""Key prefixes and delivery defaults: the rules keys.py states, and the defaults operations.md promises."""
+"""Key prefixes and delivery defaults: the rule key_prefix.py states, the defaults operations.md promises."""
 
 from __future__ import annotations
 
@@ -7,22 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from service.delivery import keys
+from service.delivery import key_prefix, keys
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("prefix", ["", "a{b}", "rs*", "r s", "rs?", "x" * 65])
 def test_a_prefix_that_would_move_the_hash_tag_or_glob_other_keys_is_refused_by_rule(prefix: str) -> None:
-    with pytest.raises(keys.PrefixError) as caught:
-        keys.check_prefix(prefix)
+    with pytest.raises(key_prefix.PrefixError) as caught:
+        key_prefix.check_prefix(prefix)
     assert caught.value.reason == "must be 1-64 of A-Z a-z 0-9 _ . : -"
     assert repr(prefix) in str(caught.value)
 
 
 @pytest.mark.parametrize("prefix", ["rs", "a", "team_a.rl:prod-1", "x" * 64])
 def test_a_prefix_of_the_allowed_characters_is_kept(prefix: str) -> None:
-    assert keys.check_prefix(prefix) == prefix
+    assert key_prefix.check_prefix(prefix) == prefix
 
 
 def test_the_delivery_defaults_are_the_ones_the_operations_guide_states() -> None:
