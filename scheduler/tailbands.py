@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from ortools.sat.python import cp_model
 
-from scheduler.policies.levels import KV_UNIT, IntArray, ItemCounts, band_edges, band_loads, cover
+from scheduler.policies.bandcover import ItemCounts, cover
+from scheduler.policies.levels import KV_UNIT, IntArray, band_edges, band_loads
 from scheduler.stepsum import FloatArray
 
 if TYPE_CHECKING:

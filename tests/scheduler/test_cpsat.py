@@ -19,16 +19,15 @@ from scheduler.costmodel import worker_cost
 from scheduler.lowerbound import lower_bound
 from scheduler.planner import plan
 from scheduler.policies import exchange
+from scheduler.policies.bandcover import ItemCounts, cover
 from scheduler.policies.levels import (
     BANDS,
     GRID,
     KV_UNIT,
-    ItemCounts,
     band_capacity,
     band_edges,
     band_loads,
     band_of,
-    cover,
     solve_levels,
 )
 from scheduler.policies.load import KV_FILL
