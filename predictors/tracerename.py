@@ -1,0 +1,83 @@
+"""A trace file's columns renamed into the schema's (``trace import --map``), refusing any renaming that
+would lose a column or land two on one name.
+
+Apart from ``predictors.traceio`` because it is a rule of its own, the same for every format: a csv or
+parquet header is renamed at once (``Renamer.header``), a jsonl file record by record (each line names
+its own columns, so a mapped column none of them names is only known missing at the end). The readers
+in ``traceio`` call it before anything checks the header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from predictors.headerhints import separator_hint
+from scheduler.trace import REQUIRED_COLUMNS, TraceFormatError
+
+
+class Renamer:
+    """Renames a file's columns into the schema's, refusing a rename that would lose a column."""
+
+    def __init__(self, rename: Mapping[str, str], source: str) -> None:
+        self.rename = rename
+        self.source = source
+        self.unseen = set(rename)  # jsonl: mapped columns no record has named yet
+
+    def header(self, columns: list[str]) -> list[str]:
+        """A file's header renamed: every renamed column must exist, and none may land on another."""
+        for old in self.rename:
+            if old not in columns:
+                reason = "no such column to map (--map)" + separator_hint(columns)
+                raise TraceFormatError(self.source, 1, old, None, reason)
+        renamed = [self.rename.get(c, c) for c in columns]
+        first: dict[str, int] = {}
+        for position, name in enumerate(renamed):
+            earlier = first.setdefault(name, position)
+            if earlier == position:
+                continue
+            where = f"columns {earlier + 1} and {position + 1}"
+            if not name:  # a blank cell has no name to show: it is named by its position
+                raise TraceFormatError(
+                    self.source,
+                    1,
+                    f"column {position + 1}",
+                    "",
+                    f"{where} both have a blank header cell (name every column)",
+                )
+            mapped = columns[earlier] != name or columns[position] != name
+            reason = "would both carry this name after --map" if mapped else "both carry this name"
+            raise TraceFormatError(self.source, 1, name, None, f"{where} {reason}")
+        return renamed
+
+    def cells(self, cells: dict[str, object], line: int) -> dict[str, object]:
+        """One record's cells renamed (jsonl: each line names its own columns)."""
+        if not self.rename:
+            return cells
+        self.unseen.difference_update(cells)
+        self._check_required_seen(cells, line)
+        out: dict[str, object] = {}
+        for name, value in cells.items():
+            new = self.rename.get(name, name)
+            if new in out:
+                raise TraceFormatError(
+                    self.source, line, new, value, "two cells would carry this name after --map"
+                )
+            out[new] = value
+        return out
+
+    def _check_required_seen(self, cells: dict[str, object], line: int) -> None:
+        """A record lacking the column mapped onto a required one, when no record before it held that
+        column either, is refused as the mapping's mistake: the row's own error named only the
+        required column ("output_tokens=None: required value is missing"), not the ``--map`` typo
+        that ``check_all_seen`` names for an optional one (a later line cannot mend this line)."""
+        for old, new in self.rename.items():
+            if new in REQUIRED_COLUMNS and old in self.unseen and old not in cells:
+                reason = f"no such column to map (--map {new}={old}): no line up to this one holds it"
+                raise TraceFormatError(self.source, line, old, None, reason)
+
+    def check_all_seen(self) -> None:
+        """After a jsonl file's last record: a mapped column none of them named is refused, as
+        ``header`` refuses one a csv or parquet header lacks (a typo would otherwise map nothing)."""
+        for old in self.rename:
+            if old in self.unseen:
+                raise TraceFormatError(self.source, 1, old, None, "no such column to map (--map)")
