@@ -258,8 +258,8 @@ def run_pull(options: SidecarOptions) -> SessionStats:
     cluster down at start-up is waited for with ``/health`` answering); credentials it refuses, or a
     version too old, stop the server and are raised here (``RedisRefusedError``, ``RedisTooOldError``),
     and so does a loop of it that died (``LoopDiedError``, after the drain: ``supervision``)."""
+    from service.sidecar.connecting import Connecting
     from service.sidecar.pull_api import create_pull_app
-    from service.sidecar.pull_state import Connecting
 
     assert options.pull_api_port is not None
     listener = socket.create_server((options.pull_api_host, options.pull_api_port))

@@ -40,7 +40,7 @@ cannot fix must not fail a liveness probe), ``GET /ready`` answers 503 and every
 
 Here are the routes; how their errors are answered is ``pull_problems``'s, and the bookkeeping behind
 them (the worker's signs of life, what it lost, the hold bound, the session while it connects)
-``pull_state``'s.
+``pull_state``'s, with ``connecting``'s before Redis first answers.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ from service.delivery.records import DeliveryItem, TrajectoryResult
 from service.hosts.allow_list import HostAllowList
 from service.limits import BodyLimitMiddleware
 from service.problems.details import clipped
+from service.sidecar.connecting import Connecting
 from service.sidecar.hang_up import hang_up
 from service.sidecar.holdings import lease_id
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
@@ -71,7 +72,7 @@ from service.sidecar.metrics import pull_exposition
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
 from service.sidecar.pull_drain import DrainBoundMiddleware, InFlightRequests
 from service.sidecar.pull_problems import PROBLEMS, cut_short, misdirected, problem, too_large
-from service.sidecar.pull_state import MAX_WAIT_S, Connecting, PullState, lease_json
+from service.sidecar.pull_state import MAX_WAIT_S, PullState, lease_json
 from service.sidecar.session import WorkerSession
 from service.sidecar.supervision import LoopDiedError
 

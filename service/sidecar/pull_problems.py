@@ -30,9 +30,9 @@ from service.problems.table import (
     PayloadTooLargeError,
     is_json,
 )
+from service.sidecar.connecting import CONNECTING_RETRY_AFTER_S, ConnectingError
 from service.sidecar.pull_bodies import AboveCapError
 from service.sidecar.pull_drain import DrainCutError
-from service.sidecar.pull_state import CONNECTING_RETRY_AFTER_S, ConnectingError
 
 # Every error the pull API answers, in one place: exception type -> status and the body documented in
 # docs/sidecar.md (``{"error": ...}``; a gone schedule also says its ``outcome``). Routes raise, never

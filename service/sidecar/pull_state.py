@@ -5,8 +5,8 @@ Apart from the routes because it is the part with state and timing: the worker's
 quiet spell past ``idle_timeout_s`` stops the heartbeats, so the leases of a process that died lapse
 although the sidecar lives on), the lost leases kept for ``GET /leases``, an item held unreported past
 its bound (``holds``), handing out the next item within the slot and KV limits, and the session
-still ``Connecting`` while Redis is down at start-up (its connect runs in a daemon thread, so a
-SIGTERM meanwhile is not held up by a wait that has no end).
+still ``Connecting`` while Redis is down at start-up (``connecting.py``: its connect runs in a daemon
+thread, so a SIGTERM meanwhile is not held up by a wait that has no end).
 
 Once connected it runs the push mode's ``Takeover``: the leases a killed predecessor under this worker
 id left running are handed back, attempts refunded, before the first claim (``/next`` hands out nothing
@@ -21,16 +21,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any
 
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.records import TrajectoryResult
+from service.sidecar.connecting import (
+    CONNECTING_RETRY_AFTER_S,
+    REFUSED_KEPT,
+    REPORT_RETRY_GRACE_S,
+    Connecting,
+    ConnectingError,
+    in_daemon_thread,
+)
 from service.sidecar.holdings import Held, lease_id
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S, overdue
 from service.sidecar.sampling import sample_params
@@ -44,31 +50,9 @@ MAX_WAIT_S = 30.0  # the longest long-poll of GET /next
 # asks (it need not: its /done is answered 409 anyway) must not grow the sidecar by every cancel of a run
 LOST_KEPT = 1024
 log = logging.getLogger("service.sidecar")
-T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Connecting:
-    """A session still to be made: ``connect`` blocks until Redis answers (a cluster down at start)."""
-
-    worker_id: str
-    connect: Callable[[], WorkerSession]
-
-
-# the ``Retry-After`` of a 503 ``ConnectingError``: the worker's report comes back about this much later
-CONNECTING_RETRY_AFTER_S = 1
-# past that, how long the takeover still waits for such a report's retry before it hands back the
-# predecessor's leases (a retry landing first keeps its finished item from being run again)
-REPORT_RETRY_GRACE_S = 2.0
-REFUSED_KEPT = 1024  # reports refused while connecting, awaited by the takeover (a bound, not a need)
 Abandoned = tuple[Held, Callable[[], None]]  # a lease held past its bound, and the end of its turn
-
-
-class ConnectingError(RuntimeError):
-    """The sidecar has not reached Redis yet: a 503, retry later."""
-
-    def __init__(self) -> None:
-        super().__init__("connecting to Redis")
 
 
 class PullState:
@@ -188,7 +172,7 @@ class PullState:
         (``loops``): the first to die stops the sidecar, which exits 70 (``supervision``)."""
         if pending is not None:
             try:
-                self._attach(await _in_daemon_thread(pending.connect))
+                self._attach(await in_daemon_thread(pending.connect))
             except Exception as error:  # refused credentials: the caller's ``connect`` stops the server
                 log.error("could not connect to Redis: %s", error)
                 return
@@ -360,34 +344,6 @@ class PullState:
             return None  # nothing to do, or the oldest waiting item does not fit the KV cache yet
         holdings.start(waiting[0])
         return waiting[0]
-
-
-async def _in_daemon_thread(call: Callable[[], T]) -> T:
-    """``call()`` in a daemon thread: a wait for Redis must not hold the process at exit after SIGTERM
-    (``asyncio.to_thread``'s threads are joined at exit, and the wait for a cluster has no end)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: T | None, error: Exception | None) -> None:
-        if done.cancelled():  # the server stopped before Redis answered
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(cast(T, result))
-
-    def target() -> None:
-        result: T | None = None
-        error: Exception | None = None
-        try:
-            result = call()
-        except Exception as exc:
-            error = exc
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=target, name="redis-connect", daemon=True).start()
-    return await done
 
 
 def lease_json(held: Held) -> dict[str, Any]:

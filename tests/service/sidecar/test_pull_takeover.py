@@ -24,10 +24,11 @@ from service.delivery.keys import PRESENCE_TTL_MS, sidecar_presence
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
 from service.embedded import EmbeddedServer
+from service.sidecar.connecting import Connecting
 from service.sidecar.holdings import Holdings
 from service.sidecar.launch import SidecarOptions, connect, session_for
 from service.sidecar.pull_api import create_pull_app
-from service.sidecar.pull_state import Connecting, PullState
+from service.sidecar.pull_state import PullState
 from service.sidecar.session import SessionSettings, WorkerSession
 from service.sidecar.takeover import TakeoverReport
 from tests.service.sidecar.procs import claimed_by_a_killed_sidecar, item, publish, tally

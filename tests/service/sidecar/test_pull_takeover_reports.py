@@ -20,7 +20,7 @@ import redis
 from service.delivery.keys import sidecar_presence
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
-from service.sidecar.pull_state import Connecting
+from service.sidecar.connecting import Connecting
 from service.sidecar.session import WorkerSession
 from tests.service.sidecar.procs import claimed_by_a_killed_sidecar, item, publish, tally
 from tests.service.sidecar.test_pull_takeover import LEASE_TTL_MS, _done, _old, _pull, _serving, _session
