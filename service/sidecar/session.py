@@ -18,7 +18,8 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
 * completion with retries on connection errors: a completion whose reply was lost is sent again and
   answered DUPLICATE (a success), never accepted twice (``outage_retry.py``: one warning an outage);
   one still unanswered past the retry window is kept and sent again later, so its lease ends as what
-  it was (``resends.py``), and so is a failure report (``release.lua`` answers its repeat DUPLICATE);
+  it was (``resends.py``), and so is a failure report (``release.lua`` answers its repeat DUPLICATE):
+  both reports, and how each lease is counted by its answer, are ``lease_reports.py``'s;
 * hand-backs: releasing unfinished leases at shutdown or reset, each ending once (``hand_backs.py``).
 """
 
@@ -45,6 +46,7 @@ from service.sidecar.hand_backs import RELEASE_GRACE_S as RELEASE_GRACE_S  # the
 from service.sidecar.hand_backs import HandBacks
 from service.sidecar.holdings import Held, Holdings, lease_id
 from service.sidecar.hurry import Hurry
+from service.sidecar.lease_reports import LeaseReports
 from service.sidecar.ledger import Ledger
 from service.sidecar.outage_retry import TRANSIENT, OutageRetry
 from service.sidecar.report_turns import ReportTurns
@@ -82,6 +84,7 @@ class WorkerSession:
     turns: ReportTurns = field(default_factory=ReportTurns, init=False)  # a lease's reports, one at a time
     resends: Resends = field(init=False)  # completions Redis never answered, sent again
     _hand_backs: HandBacks = field(init=False)  # releases: how unfinished leases end (``hand_backs.py``)
+    _lease_reports: LeaseReports = field(init=False)  # completions and failures (``lease_reports.py``)
 
     def __post_init__(self) -> None:
         self._reports = OutageRetry(self.settings.retry_for_s)
@@ -91,6 +94,9 @@ class WorkerSession:
         refused, keep = self._ledger.refused, self.resends.keep
         self._claims = Claims(self.delivery, self.holdings, self.settings, self.stats, refused, keep)
         self._hand_backs = HandBacks(self.delivery, self.holdings, self.stats, self._reports, self._ledger)
+        self._lease_reports = LeaseReports(
+            self.delivery, self.holdings, self.settings, self.stats, self._reports, self._ledger, self.resends
+        )
 
     async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -274,51 +280,9 @@ class WorkerSession:
     async def complete_held(
         self, held: Held, result: TrajectoryResult, keep_unanswered: bool = False, once: bool = False
     ) -> tuple[CompletionOutcome, ReleaseOutcome | None]:
-        """Report a finished item (retried through outages) and forget it.
-
-        A report Redis never answered (past the retry window, or cancelled) forgets the lease too,
-        unless ``keep_unanswered``: heartbeats must not keep an item nobody will report leased forever,
-        and the result is kept to be sent again at the next heartbeats (``resends.kept``); the pull API
-        tells its worker to retry, so the lease stays held, heartbeated and listed until the retry
-        lands, its result kept (``resends.again``; ``once``: one try, no retry window). One forgotten as ended
-        (``_forget_ended``) is answered STALE unsent: it was counted then, and Redis would refuse it.
-
-        Pull: a lease whose failure report went unanswered (``held.failure``: the worker's ``/fail``,
-        or the hold bound's) and whose completion is then refused may have been taken by that
-        failure: the report is sent once more (``resends.failure_first``), and its answer, the second
-        of the pair, counts the lease (``failed``, or ``stale``); unanswered, the next beat sends it
-        (``failing``). The refusal counted ``stale`` where the failure had landed (round 45's
-        failonce, left alone)."""
-        if held.ended:  # one step with setting ``completing``: a heartbeat ends the lease or leaves it
-            return CompletionOutcome.STALE, None
-        held.completing = True
-        lease, failure_sent = held.lease, bool(held.failure)
-        try:
-            outcome = await self.complete_key(
-                lease.schedule_id, lease.key, lease.token, result, once=once, failure_sent=failure_sent
-            )
-        except UnknownScheduleError:  # its keys are gone (retention passed, or Redis lost its data):
-            # nothing will take the result or run the item again, and the lease ends here, so it is
-            # counted here for both modes (a pull /done's 404 left it uncounted: claimed > ended)
-            self.holdings.remove(lease_id(lease))
-            self.stats.stale += 1
-            log.warning(
-                "completion of %s refused: schedule %s is gone from Redis; result dropped",
-                lease.key,
-                lease.schedule_id,
-            )
-            raise
-        except BaseException:
-            held.completing, held.unanswered = False, result  # it may have landed
-            if not keep_unanswered:
-                self.holdings.remove(lease_id(lease))
-                self.resends.keep(held)
-            raise
-        if outcome is CompletionOutcome.STALE and failure_sent:
-            held.completing = False
-            return outcome, await self.resends.failure_first(held)
-        self.holdings.remove(lease_id(lease))
-        return outcome, None
+        """Report a finished item (retried through outages) and forget it; its lease's end as
+        Redis answered, and the failure report's where one was sent first (``lease_reports.py``)."""
+        return await self._lease_reports.complete_held(held, result, keep_unanswered, once)
 
     async def complete_key(
         self,
@@ -330,17 +294,9 @@ class WorkerSession:
         once: bool = False,
         failure_sent: bool = False,
     ) -> CompletionOutcome:
-        """Report a finished item by its lease token, held here or not (``held`` false: a retry after
-        a lost reply, or a pull worker's report of a lease it does not hold, which a refusal's warning
-        must not call a lost lease, and only an acceptance counts: an end not this process's to count).
-        ``failure_sent``: a refusal is not counted, the failure report's resend counts the lease."""
-        entries = [(key, token, result)]
-        complete, worker = self.delivery.complete_many, self.settings.worker_id
-        reports = OutageRetry(0.0) if once else self._reports
-        [outcome] = await reports.call("complete", complete, schedule_id, entries, None, worker)
-        if not (failure_sent and outcome is CompletionOutcome.STALE):
-            await self._ledger.completion(outcome, schedule_id, key, token, held)
-        return outcome
+        """Report a finished item by its lease token, held here or not (``lease_reports.py``)."""
+        reports = self._lease_reports
+        return await reports.complete_key(schedule_id, key, token, result, held, once, failure_sent)
 
     async def fail(
         self, held: Held, reason: str, keep_unanswered: bool = False, once: bool = False
@@ -352,61 +308,13 @@ class WorkerSession:
     async def fail_held(
         self, held: Held, reason: str, keep_unanswered: bool = False, once: bool = False
     ) -> tuple[ReleaseOutcome, CompletionOutcome | None]:
-        """Report that an item could not run: retried elsewhere or dead-lettered by attempts.
-
-        As ``complete``: a report Redis never answered (past the retry window, or cut) may have
-        landed, and ``release.lua`` answers a repeat of a taken failure DUPLICATE, so it is sent
-        again to learn which (``held.failure``): push mode forgets the lease and keeps the report
-        (``resends.kept``), so the heartbeats do not keep an item nobody reports leased; with
-        ``keep_unanswered`` (pull) the lease stays held for the worker's retry, and a heartbeat that
-        finds it gone first sends the report again (``resends.fail_again``; ``once``: one try, no
-        retry window). Its lease ends once, with the first answer: ``failed`` (taken now, or
-        DUPLICATE: taken before), ``stale`` (it lapsed first). One forgotten as ended: STALE, unsent.
-
-        Pull: a lease whose ``/done`` went unanswered (``held.unanswered``) and whose failure report
-        is then refused may have been taken by that result: it is sent once more
-        (``resends.result_first``), and its answer counts the lease (``duplicate``, or ``stale``), as
-        ``complete_held`` does the mirror order. The refusal counted ``stale`` (review46a)."""
-        if held.ended:
-            return ReleaseOutcome.STALE, None
-        key = lease_id(held.lease)
-        if not keep_unanswered:
-            self.holdings.remove(key)
-        held.completing = True  # a heartbeat meanwhile finds the lease gone: the report decides
-        held.failure = reason  # sent again with it when unanswered
-        lease, result_sent = held.lease, keep_unanswered and held.unanswered is not None
-        reports = OutageRetry(0.0) if once else self._reports
-        try:
-            outcome = await reports.call("fail", self.delivery.fail, lease, reason)
-            # counted as it is answered; a refusal first asks Redis whether the trainer cancelled, and
-            # a cut there (a shutdown's bound) is a cut report: not forgotten, counted nowhere
-            if not (result_sent and outcome is ReleaseOutcome.STALE):
-                await self._ledger.failure(outcome, lease.schedule_id, lease.key, lease.token, held=True)
-        except UnknownScheduleError:  # its keys are gone: the lease ends here, counted as ``complete`` does
-            self.holdings.remove(key)
-            self.stats.stale += 1
-            raise
-        except BaseException:
-            held.completing = False  # it may have landed: sent again (``held.failure``), its answer counts it
-            if not keep_unanswered:
-                self.resends.keep(held)
-            raise
-        if result_sent and outcome is ReleaseOutcome.STALE:
-            held.completing, held.failure = False, ""  # refused: it never landed, the result decides
-            return outcome, await self.resends.result_first(held)
-        self.holdings.remove(key)
-        return outcome, None
+        """Report that an item could not run: retried elsewhere or dead-lettered by attempts; its
+        lease's end as Redis answered, and the result's where one was sent first (``lease_reports.py``)."""
+        return await self._lease_reports.fail_held(held, reason, keep_unanswered, once)
 
     async def fail_key(self, schedule_id: str, key: str, token: int, reason: str) -> ReleaseOutcome:
-        """Report a failure of a lease not held here (a pull worker's ``/fail`` of its killed
-        sidecar's lease, a repeat, or a token never handed out), as ``complete_key`` a completion: the
-        token in Redis decides. Still current, it is charged an attempt as any failure and counted
-        ``failed`` and ``inherited`` (it ended here unclaimed); else refused as a completion is. It was
-        refused unasked, and the takeover then handed the lease back refunded: the failure lost."""
-        fail, worker = self.delivery.fail_key, self.settings.worker_id
-        outcome = await self._reports.call("fail", fail, schedule_id, worker, key, token, reason)
-        await self._ledger.failure(outcome, schedule_id, key, token, held=False)
-        return outcome
+        """Report a failure of a lease not held here, the token in Redis deciding (``lease_reports.py``)."""
+        return await self._lease_reports.fail_key(schedule_id, key, token, reason)
 
     async def release(self, helds: list[Held], died: str = "") -> int:
         """Hand leases back without spending an attempt; how many that dead-lettered (``hand_backs.py``)."""
