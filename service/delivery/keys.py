@@ -74,8 +74,9 @@ Time-to-live: every per-schedule key expires at ``meta.expire_at_ms`` = publish 
 write never makes a key immortal. Index entries older than the retention are pruned on each announce.
 Two keys come before a publish: ``P:withdrawn`` lives the retention, or what the ``P:planning`` it
 replaces had left if longer (``lua/cancel.lua``), ``P:planning`` the plan queue's timeout + the
-request's budget + ``PLANNING_MARGIN_S``: the latest deadline of its entries (a mark extends it; a
-take-back sets it from the entries left, ``lua/planning.lua``; the publish deletes it).
+request's budget (what a caller's deadline leaves of it: ``Deadline.capped_s``) + ``PLANNING_MARGIN_S``:
+the latest deadline of its entries (``lua/planning.lua``: a mark extends it, a take-back sets it
+from the entries left; the publish deletes it).
 
 Fleet-wide keys of the service (its actuals log ``service/learning/actuals.py``, its speed
 store in ``service/speeds/learner.py`` and its retrainer ``service/learning/retrain.py``), each
