@@ -13,10 +13,12 @@ import httpx
 from service.delivery.protocol import Delivery
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
+from service.sidecar.pull_state import PullState
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
 
 Script = Callable[[httpx.AsyncClient], Awaitable[Any]]
+StateScript = Callable[[httpx.AsyncClient, PullState], Awaitable[Any]]
 
 
 def session_of(redis_url: str, slots: int = 4, worker: str = "w0") -> WorkerSession:
@@ -41,6 +43,19 @@ def with_api(
             transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             return await script(client)
+
+    return asyncio.run(run())
+
+
+def serve(session: WorkerSession, script: StateScript, **app_options: Any) -> Any:
+    """What ``script(client, state)`` returns, run against ``create_pull_app(session, **app_options)``
+    over ASGI with no lifespan: no heartbeat runs but those the script calls (``state.beat()``)."""
+
+    async def run() -> Any:
+        app = create_pull_app(session, **app_options)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            return await script(client, app.state.pull)
 
     return asyncio.run(run())
 

@@ -16,12 +16,11 @@ import redis
 
 from service.delivery.keys import schedule_keys
 from service.delivery.protocol import Delivery
-from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
-from service.sidecar.session import SessionSettings, WorkerSession
+from service.sidecar.pull_state import PullState
+from service.sidecar.session import WorkerSession
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.pullclient import report_body
-from tests.service.sidecar.unanswered import UnansweredReports
+from tests.service.sidecar.pullclient import serve
+from tests.service.sidecar.unanswered import UnansweredReports, pull_fail_unanswered, unanswered_session
 
 TTL_MS = 300  # the lease lapses quickly once nobody heartbeats it
 
@@ -29,8 +28,7 @@ TTL_MS = 300  # the lease lapses quickly once nobody heartbeats it
 def _pull(redis_url: str) -> tuple[UnansweredReports, WorkerSession]:
     """Worker ``w0``'s one-slot session whose reports go unanswered (never landing) on demand."""
     publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=TTL_MS)
-    delivery = UnansweredReports(redis.Redis.from_url(redis_url), lands=False)
-    return delivery, WorkerSession(delivery, Holdings(1), SessionSettings("w0", retry_for_s=0.0))
+    return unanswered_session(redis_url, lands=False)
 
 
 async def _lapse(delivery: Delivery) -> None:
@@ -45,22 +43,15 @@ def test_a_pull_fail_never_answered_and_refused_after_its_lease_lapsed_is_listed
 ) -> None:
     delivery, session = _pull(redis_url)
 
-    async def run() -> list[Any]:
-        app = create_pull_app(session)
-        state = app.state.pull
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
-            lease = (await worker.get("/next")).json()
-            delivery.out.set()
-            unanswered = (await worker.post("/fail", json=report_body("fail", lease))).status_code
-            delivery.out.clear()
-            await _lapse(delivery)
-            await state.beat()  # finds it gone: the report sent again is refused
-            listed = (await worker.get("/leases")).json()
-            lost = [(x["key"], x["token"]) for x in listed["lost"]]  # listed once, this lease
-            return [unanswered, lost, len(session.holdings), session.stats.stale]
+    async def script(worker: httpx.AsyncClient, state: PullState) -> list[Any]:
+        _, unanswered = await pull_fail_unanswered(worker, delivery)
+        await _lapse(delivery)
+        await state.beat()  # finds it gone: the report sent again is refused
+        listed = (await worker.get("/leases")).json()
+        lost = [(x["key"], x["token"]) for x in listed["lost"]]  # listed once, this lease
+        return [unanswered, lost, len(session.holdings), session.stats.stale]
 
-    unanswered, lost, held, stale = asyncio.run(run())
+    unanswered, lost, held, stale = serve(session, script)
     assert (unanswered, [key for key, _ in lost], held, stale) == (503, ["a#0"], 0, 1)
 
 
@@ -69,18 +60,14 @@ def test_a_pull_fail_whose_resend_goes_unanswered_too_stays_held_for_the_workers
 ) -> None:
     delivery, session = _pull(redis_url)
 
-    async def run() -> list[Any]:
-        app = create_pull_app(session)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
-            lease = (await worker.get("/next")).json()
-            delivery.out.set()
-            unanswered = (await worker.post("/fail", json=report_body("fail", lease))).status_code
-            await _lapse(delivery)
-            await app.state.pull.beat()  # finds it gone; the resend goes unanswered as well
-            return [unanswered, len(session.holdings), len(session.resends)]
+    async def script(worker: httpx.AsyncClient, state: PullState) -> list[Any]:
+        _, unanswered = await pull_fail_unanswered(worker, delivery)
+        delivery.out.set()  # Redis's answers still lost
+        await _lapse(delivery)
+        await state.beat()  # finds it gone; the resend goes unanswered as well
+        return [unanswered, len(session.holdings), len(session.resends)]
 
-    assert asyncio.run(run()) == [503, 1, 0]
+    assert serve(session, script) == [503, 1, 0]
 
 
 def test_a_pull_fail_never_answered_whose_schedule_is_gone_counts_stale_and_is_not_listed_lost(
@@ -91,17 +78,11 @@ def test_a_pull_fail_never_answered_whose_schedule_is_gone_counts_stale_and_is_n
     not told of a lost lease."""
     delivery, session = _pull(redis_url)
 
-    async def run() -> list[Any]:
-        app = create_pull_app(session)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
-            lease = (await worker.get("/next")).json()
-            delivery.out.set()
-            unanswered = (await worker.post("/fail", json=report_body("fail", lease))).status_code
-            delivery.out.clear()
-            redis_client.delete(*redis_client.keys(f"{schedule_keys('s').base}*"))  # the schedule expired
-            await app.state.pull.beat()
-            listed = (await worker.get("/leases")).json()
-            return [unanswered, listed, len(session.holdings), session.stats.stale]
+    async def script(worker: httpx.AsyncClient, state: PullState) -> list[Any]:
+        _, unanswered = await pull_fail_unanswered(worker, delivery)
+        redis_client.delete(*redis_client.keys(f"{schedule_keys('s').base}*"))  # the schedule expired
+        await state.beat()
+        listed = (await worker.get("/leases")).json()
+        return [unanswered, listed, len(session.holdings), session.stats.stale]
 
-    assert asyncio.run(run()) == [503, {"held": [], "lost": []}, 0, 1]
+    assert serve(session, script) == [503, {"held": [], "lost": []}, 0, 1]

@@ -11,7 +11,6 @@ hold bound's reason, so a dead letter named the bound, not what the worker said.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from typing import Any
 
@@ -23,12 +22,11 @@ from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease, LeaseSettings, PublishedSchedule
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.pull_state import PullState
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item
-from tests.service.sidecar.pullclient import report_body
-from tests.service.sidecar.unanswered import UnansweredReports
+from tests.service.sidecar.pullclient import StateScript, report_body, serve
+from tests.service.sidecar.unanswered import UnansweredReports, pull_fail_unanswered
 
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 BOUND_S = 100.0
@@ -89,16 +87,9 @@ def _ended(session: WorkerSession) -> dict[str, int]:
     return {name: getattr(session.stats, name) for name in ENDS if getattr(session.stats, name)}
 
 
-def _serve(session: WorkerSession, script: Any) -> Any:
+def _serve(session: WorkerSession, script: StateScript) -> Any:
     """Run ``script(client, state)`` against a pull app around ``session`` (hold bound ``BOUND_S``)."""
-
-    async def run() -> Any:
-        app = create_pull_app(session, hold_timeout_s=BOUND_S)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            return await script(client, app.state.pull)
-
-    return asyncio.run(run())
+    return serve(session, script, hold_timeout_s=BOUND_S)
 
 
 @pytest.mark.parametrize("resend_answered", [True, False], ids=["resend answered", "resend unanswered"])
@@ -113,10 +104,7 @@ def test_a_done_after_a_landed_unanswered_fail_counts_the_lease_failed_once_and_
     delivery, _, session = _session(redis_url, lands=True)
 
     async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
-        lease = (await client.get("/next")).json()
-        delivery.out.set()
-        unanswered = (await client.post("/fail", json=report_body("fail", lease))).status_code
-        delivery.out.clear()
+        lease, unanswered = await pull_fail_unanswered(client, delivery)
         if not resend_answered:
             delivery.fails_out.set()
         done = await client.post("/done", json=report_body("done", lease))
@@ -143,10 +131,7 @@ def test_a_done_after_an_unanswered_fail_that_never_landed_is_accepted(
     delivery, _, session = _session(redis_url, lands=False)
 
     async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
-        lease = (await client.get("/next")).json()
-        delivery.out.set()
-        unanswered = (await client.post("/fail", json=report_body("fail", lease))).status_code
-        delivery.out.clear()
+        lease, unanswered = await pull_fail_unanswered(client, delivery)
         done = await client.post("/done", json=report_body("done", lease))
         await state.beat()
         return [unanswered, done.status_code, done.json()["outcome"], len(session.holdings)]
@@ -166,10 +151,7 @@ def test_the_hold_bound_resends_an_unanswered_fail_with_the_workers_reason(
     delivery, clock, session = _session(redis_url, lands=False)
 
     async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
-        lease = (await client.get("/next")).json()
-        delivery.out.set()
-        unanswered = (await client.post("/fail", json=report_body("fail", lease))).status_code
-        delivery.out.clear()
+        _, unanswered = await pull_fail_unanswered(client, delivery)
         clock[0] = BOUND_S + 1
         await state.beat()
         return [unanswered, len(session.holdings)]

@@ -14,7 +14,6 @@ the bound whatever the load; no wall-clock figure is asserted.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 from typing import Any
 
@@ -28,11 +27,11 @@ from service.delivery.scripts import script_source
 from service.delivery.stored import REPLY_DECODING
 from service.embedded import EmbeddedServer
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
+from service.sidecar.pull_state import PullState
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.pullclient import report_body
-from tests.service.sidecar.unanswered import UnansweredReports
+from tests.service.sidecar.pullclient import serve
+from tests.service.sidecar.unanswered import UnansweredReports, pull_fail_unanswered, unanswered_session
 
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 SOCKET_TIMEOUT_S = 10.0  # what a call on the stalled server waits for
@@ -56,21 +55,14 @@ def test_a_reset_sends_an_unanswered_fail_again_before_the_hand_back_and_counts_
     """Before: landed, the hand-back was refused (``lost``); never landed, it was released with its
     attempt refunded (``released``, the worker's failure forgotten)."""
     publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=600_000)
-    delivery = UnansweredReports(redis.Redis.from_url(redis_url), lands)
-    session = WorkerSession(delivery, Holdings(1), SessionSettings("w0", retry_for_s=0.0))
+    delivery, session = unanswered_session(redis_url, lands)
 
-    async def run() -> list[Any]:
-        app = create_pull_app(session)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
-            lease = (await worker.get("/next")).json()
-            delivery.out.set()
-            unanswered = (await worker.post("/fail", json=report_body("fail", lease))).status_code
-            delivery.out.clear()
-            reset = await worker.post("/reset")
-            return [unanswered, reset.status_code, reset.json(), len(session.holdings)]
+    async def script(worker: httpx.AsyncClient, state: PullState) -> list[Any]:
+        _, unanswered = await pull_fail_unanswered(worker, delivery)
+        reset = await worker.post("/reset")
+        return [unanswered, reset.status_code, reset.json(), len(session.holdings)]
 
-    assert asyncio.run(run()) == [503, 200, {"released": 0, "dead_lettered": 0}, 0]
+    assert serve(session, script) == [503, 200, {"released": 0, "dead_lettered": 0}, 0]
     assert (session.stats.claimed, _ended(session)) == (1, {"failed": 1})
     assert _attempts(redis_url) == 1  # the failure spent it, once
 
@@ -88,23 +80,18 @@ def test_a_reset_on_a_stalled_redis_with_an_unanswered_fail_503s_and_its_retry_c
     delivery = UnansweredReports(client, lands=True)
     session = WorkerSession(delivery, Holdings(1), SessionSettings("w0", retry_for_s=0.0))
 
-    async def run() -> list[Any]:
-        app = create_pull_app(session, release_within_s=WITHIN_S)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
-            lease = (await worker.get("/next")).json()
-            delivery.out.set()
-            unanswered = (await worker.post("/fail", json=report_body("fail", lease))).status_code
-            delivery.out.clear()
-            server.signal(signal.SIGSTOP)
-            try:
-                stalled = await worker.post("/reset")
-            finally:
-                server.signal(signal.SIGCONT)
-            retried = await worker.post("/reset")
-            answers = [stalled.status_code, stalled.headers.get("retry-after"), retried.json()]
-            return [unanswered, *answers, len(session.holdings)]
+    async def script(worker: httpx.AsyncClient, state: PullState) -> list[Any]:
+        _, unanswered = await pull_fail_unanswered(worker, delivery)
+        server.signal(signal.SIGSTOP)
+        try:
+            stalled = await worker.post("/reset")
+        finally:
+            server.signal(signal.SIGCONT)
+        retried = await worker.post("/reset")
+        answers = [stalled.status_code, stalled.headers.get("retry-after"), retried.json()]
+        return [unanswered, *answers, len(session.holdings)]
 
-    assert asyncio.run(run()) == [503, 503, "1", {"released": 0, "dead_lettered": 0}, 0]
+    seen = serve(session, script, release_within_s=WITHIN_S)
+    assert seen == [503, 503, "1", {"released": 0, "dead_lettered": 0}, 0]
     assert (session.stats.claimed, _ended(session)) == (1, {"failed": 1})
     assert _attempts(server.url) == 1

@@ -32,7 +32,7 @@ from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from tests.service.delivery.test_fail_once import PRE_FAILED
 from tests.service.delivery.test_mixed_versions import _old_delivery
 from tests.service.sidecar.procs import item, publish, run_until, tally
-from tests.service.sidecar.unanswered import UnansweredReports
+from tests.service.sidecar.unanswered import UnansweredReports, unanswered_session
 
 RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
@@ -41,12 +41,6 @@ ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancell
 def _ended(stats: SessionStats) -> dict[str, int]:
     """The end counters that are not zero: each lease the session took ends in exactly one."""
     return {name: getattr(stats, name) for name in ENDS if getattr(stats, name)}
-
-
-def _session(redis_url: str, lands: bool) -> tuple[UnansweredReports, WorkerSession]:
-    """A session whose retry window is over at the first lost answer."""
-    delivery = UnansweredReports(redis.Redis.from_url(redis_url), lands)
-    return delivery, WorkerSession(delivery, Holdings(1), SessionSettings("w0", retry_for_s=0.0))
 
 
 # (it landed, its lease lapsed before the heartbeat): the one counter the lease ends in
@@ -65,7 +59,7 @@ def test_a_completion_redis_never_answered_is_sent_again_at_the_next_heartbeat_a
     publish(
         Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=300 if lapses else 60_000
     )
-    delivery, session = _session(redis_url, lands)
+    delivery, session = unanswered_session(redis_url, lands)
 
     async def run() -> list[Any]:
         (held,) = await session.claim(1)
@@ -95,7 +89,7 @@ def test_a_completion_still_unanswered_at_shutdown_gets_one_last_try_then_counts
     """``settle``, the push drain's last step: Redis answering again by then, the kept result is
     answered as at a heartbeat; still down, the lease is left to lapse, counted ``lost``."""
     publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]})
-    delivery, session = _session(redis_url, lands=True)
+    delivery, session = unanswered_session(redis_url, lands=True)
 
     async def run() -> None:
         (held,) = await session.claim(1)
@@ -159,7 +153,7 @@ def test_a_failure_report_redis_never_answered_is_sent_again_at_the_next_heartbe
     ``lost`` at once, landed or not (a landed failure and a lapse left the same record)."""
     ttl_ms = 300 if lapses else 60_000
     publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=ttl_ms)
-    delivery, session = _session(redis_url, lands)
+    delivery, session = unanswered_session(redis_url, lands)
 
     async def run() -> list[Any]:
         (held,) = await session.claim(1)
@@ -185,7 +179,7 @@ def test_a_failure_report_still_unanswered_at_shutdown_counts_lost(
 ) -> None:
     """``settle``: Redis still down at the drain's last try, the lease is left to lapse, ``lost``."""
     publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]})
-    delivery, session = _session(redis_url, lands=True)
+    delivery, session = unanswered_session(redis_url, lands=True)
 
     async def run() -> None:
         (held,) = await session.claim(1)
@@ -242,7 +236,7 @@ def test_against_the_release_befores_failure_script_a_resent_failure_still_ends_
     the item spent one attempt. (A sidecar loads its own scripts, so this pairing is the nearest a
     roll comes to it: the record is only ever read by the script that writes it.)"""
     publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=60_000)
-    delivery, session = _session(redis_url, lands=True)
+    delivery, session = unanswered_session(redis_url, lands=True)
     delivery.scripts = _old_delivery(redis.Redis.from_url(redis_url), PRE_FAILED).scripts
 
     async def run() -> None:

@@ -1,12 +1,14 @@
 """A real ``Delivery`` whose reports go unanswered on demand: the connection dropped after the write
 (the report landed in Redis) or before it (it never reached Redis). Push and pull tests of how a
-report Redis never answered ends its lease share it."""
+report Redis never answered ends its lease share it, the session around it, and the pull worker's
+``/fail`` that goes unanswered so."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
+import httpx
 import redis
 
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
@@ -14,6 +16,7 @@ from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.pullclient import report_body
 
 
 def _lost_answer() -> redis.ConnectionError:
@@ -46,6 +49,26 @@ class UnansweredReports(UnansweredCompletions):
         if self.lands:
             super().fail(lease, reason, now_ms)
         raise _lost_answer()
+
+
+def unanswered_session(redis_url: str, lands: bool) -> tuple[UnansweredReports, WorkerSession]:
+    """Worker ``w0``'s session of one slot whose reports go unanswered on demand, its retry window
+    over at the first lost answer. (delivery, session)."""
+    delivery = UnansweredReports(redis.Redis.from_url(redis_url), lands)
+    return delivery, WorkerSession(delivery, Holdings(1), SessionSettings("w0", retry_for_s=0.0))
+
+
+async def pull_fail_unanswered(
+    worker: httpx.AsyncClient, delivery: UnansweredCompletions
+) -> tuple[dict[str, Any], int]:
+    """The worker's next lease (``GET /next``) and the status of its ``/fail`` (reason ``oom``) sent
+    while Redis's answers are lost, ``delivery.out`` set for that one call: how the pull tests of a
+    failure report Redis never answered begin. (lease, status)."""
+    lease: dict[str, Any] = (await worker.get("/next")).json()
+    delivery.out.set()
+    status = (await worker.post("/fail", json=report_body("fail", lease))).status_code
+    delivery.out.clear()
+    return lease, status
 
 
 def one_slot_session(redis_url: str, lands: bool) -> tuple[UnansweredReports, list[float], WorkerSession]:
