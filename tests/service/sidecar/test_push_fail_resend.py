@@ -19,7 +19,7 @@ from service.delivery.protocol import Delivery
 from service.sidecar.holdings import Holdings, lease_id
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.unanswered import UnansweredReports
+from tests.service.sidecar.unanswered import UnansweredReports, claim_fail_unanswered
 
 RETRY_FOR_S = 30.0  # the session's window for a first report: far past the heartbeat's bound below
 BEAT_BOUND_S = 10.0  # a heartbeat that sends one report once ends well within it, on a loaded host
@@ -64,11 +64,7 @@ def test_a_push_failure_report_sent_again_is_logged_as_a_failure_report(
     session = WorkerSession(delivery, Holdings(1), SessionSettings("w0", retry_for_s=0.0))
 
     async def run() -> None:
-        (held,) = await session.claim(1)
-        delivery.out.set()
-        with pytest.raises(redis.ConnectionError):
-            await session.fail(held, "engine refused it")
-        delivery.out.clear()
+        await claim_fail_unanswered(session, delivery)
         await session.heartbeat()
 
     with caplog.at_level(logging.INFO, logger="service.sidecar"):
@@ -85,11 +81,8 @@ def test_a_pull_fail_resent_by_a_heartbeat_after_the_workers_retry_was_answered_
     session = WorkerSession(delivery, Holdings(1), SessionSettings("w0", retry_for_s=0.0))
 
     async def run() -> tuple[Any, int, int]:
-        (held,) = await session.claim(1)
-        delivery.out.set()
-        with pytest.raises(redis.ConnectionError):  # pull: kept held for the worker's retry
-            await session.fail(held, "oom", keep_unanswered=True)
-        delivery.out.clear()
+        # pull: kept held for the worker's retry
+        held = await claim_fail_unanswered(session, delivery, "oom", keep_unanswered=True)
         await session.fail(held, "oom", keep_unanswered=True)  # the retry, answered first
         tries = delivery.tries
         assert session.holdings.get(lease_id(held.lease)) is None

@@ -32,7 +32,7 @@ from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from tests.service.delivery.test_fail_once import PRE_FAILED
 from tests.service.delivery.test_mixed_versions import _old_delivery
 from tests.service.sidecar.procs import item, publish, run_until, tally
-from tests.service.sidecar.unanswered import UnansweredReports, unanswered_session
+from tests.service.sidecar.unanswered import UnansweredReports, claim_fail_unanswered, unanswered_session
 
 RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
@@ -156,12 +156,8 @@ def test_a_failure_report_redis_never_answered_is_sent_again_at_the_next_heartbe
     delivery, session = unanswered_session(redis_url, lands)
 
     async def run() -> list[Any]:
-        (held,) = await session.claim(1)
-        delivery.out.set()
-        with pytest.raises(redis.ConnectionError):
-            await session.fail(held, "engine refused it")
+        await claim_fail_unanswered(session, delivery)
         unanswered = [len(session.holdings), len(session.resends), _ended(session.stats)]
-        delivery.out.clear()
         while lapses and delivery.progress("s").running:  # its lease lapses unheartbeated and is reaped
             delivery.reap("s")
             await asyncio.sleep(0.05)
@@ -182,10 +178,8 @@ def test_a_failure_report_still_unanswered_at_shutdown_counts_lost(
     delivery, session = unanswered_session(redis_url, lands=True)
 
     async def run() -> None:
-        (held,) = await session.claim(1)
-        delivery.out.set()
-        with pytest.raises(redis.ConnectionError):
-            await session.fail(held, "engine refused it")
+        await claim_fail_unanswered(session, delivery)
+        delivery.out.set()  # still unanswered at the drain's last try
         await session.resends.settle(5.0)
 
     asyncio.run(run())
@@ -240,11 +234,7 @@ def test_against_the_release_befores_failure_script_a_resent_failure_still_ends_
     delivery.scripts = _old_delivery(redis.Redis.from_url(redis_url), PRE_FAILED).scripts
 
     async def run() -> None:
-        (held,) = await session.claim(1)
-        delivery.out.set()
-        with pytest.raises(redis.ConnectionError):
-            await session.fail(held, "engine refused it")
-        delivery.out.clear()
+        await claim_fail_unanswered(session, delivery)
         await session.heartbeat()
 
     asyncio.run(run())

@@ -1,7 +1,7 @@
 """A real ``Delivery`` whose reports go unanswered on demand: the connection dropped after the write
 (the report landed in Redis) or before it (it never reached Redis). Push and pull tests of how a
-report Redis never answered ends its lease share it, the session around it, and the pull worker's
-``/fail`` that goes unanswered so."""
+report Redis never answered ends its lease share it, the session around it, and the failure report
+(push: the session's; pull: the worker's ``/fail``) that goes unanswered so."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import threading
 from typing import Any
 
 import httpx
+import pytest
 import redis
 
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
-from service.sidecar.holdings import Holdings
+from service.sidecar.holdings import Held, Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.pullclient import report_body
 
@@ -69,6 +70,24 @@ async def pull_fail_unanswered(
     status = (await worker.post("/fail", json=report_body("fail", lease))).status_code
     delivery.out.clear()
     return lease, status
+
+
+async def claim_fail_unanswered(
+    session: WorkerSession,
+    delivery: UnansweredCompletions,
+    reason: str = "engine refused it",
+    keep_unanswered: bool = False,
+) -> Held:
+    """The session's one claimed lease, its failure report (``reason``) sent while Redis's answers are
+    lost, ``delivery.out`` set for that one call: the report raises the lost answer's
+    ``ConnectionError`` (the retry window is over at once). How the tests of a failure report Redis
+    never answered, sent by the session itself, begin."""
+    (held,) = await session.claim(1)
+    delivery.out.set()
+    with pytest.raises(redis.ConnectionError):
+        await session.fail(held, reason, keep_unanswered=keep_unanswered)
+    delivery.out.clear()
+    return held
 
 
 def one_slot_session(redis_url: str, lands: bool) -> tuple[UnansweredReports, list[float], WorkerSession]:
