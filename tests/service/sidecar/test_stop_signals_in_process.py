@@ -32,6 +32,35 @@ ARGS = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url
 STOP = (signal.SIGTERM, signal.SIGINT)
 
 
+def _caller_app() -> typer.Typer:
+    """The command registered in a caller's own Typer app, as a program that embeds it does."""
+    app = typer.Typer()
+    app.add_typer(typer.Typer(), name="bench")
+    sidecar_command.register(app, typer.Typer())
+    return app
+
+
+def _run_push(redis_url: str) -> None:
+    """A push run of worker ``w`` on ``redis_url`` (its engine never asked: the loop is the fixture's)."""
+    launch.run_push(SidecarOptions(worker_id="w", redis_url=redis_url, engine_url="http://127.0.0.1:1"))
+
+
+def _dispositions_set(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The console script's early handlers armed, as its entry does first; then each disposition set
+    for SIGTERM or SIGINT from here on, recorded in the list returned as it is set."""
+    real = signal.signal
+    set_after_start: list[object] = []
+
+    def recording(sig: int, handler: Any) -> Any:
+        if sig in STOP:
+            set_after_start.append(handler)
+        return real(sig, handler)
+
+    early_stop.arm()
+    monkeypatch.setattr(signal, "signal", recording)
+    return set_after_start
+
+
 @pytest.fixture
 def returning_run(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A push run that returns at once, as one stopped by SIGTERM does; the handlers this process
@@ -44,10 +73,7 @@ def returning_run(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.mark.usefixtures("returning_run")
 def test_a_caller_running_the_command_in_its_own_process_still_hears_the_stop_signals() -> None:
     before = {sig: signal.getsignal(sig) for sig in STOP}
-    app = typer.Typer()
-    app.add_typer(typer.Typer(), name="bench")
-    sidecar_command.register(app, typer.Typer())
-    result = CliRunner().invoke(app, ARGS)
+    result = CliRunner().invoke(_caller_app(), ARGS)
     assert result.exit_code == 0, result.output
     assert {sig: signal.getsignal(sig) for sig in STOP} == before
 
@@ -83,13 +109,13 @@ def test_a_push_run_that_returned_in_the_console_script_s_process_ignores_the_st
     """Its loop's close put the defaults back, and a SIGTERM before the command went deaf (the health
     server's stop, the loop's teardown) killed the process by the signal (-15)."""
     early_stop.arm()  # what the console script's entry does first
-    launch.run_push(SidecarOptions(worker_id="w", redis_url=redis_url, engine_url="http://127.0.0.1:1"))
+    _run_push(redis_url)
     assert [signal.getsignal(sig) for sig in STOP] == [signal.SIG_IGN, signal.SIG_IGN]
 
 
 @pytest.mark.usefixtures("returning_loop")
 def test_a_push_run_in_a_caller_s_own_process_leaves_the_stop_signals_heard(redis_url: str) -> None:
-    launch.run_push(SidecarOptions(worker_id="w", redis_url=redis_url, engine_url="http://127.0.0.1:1"))
+    _run_push(redis_url)
     assert signal.SIG_IGN not in [signal.getsignal(sig) for sig in STOP]
 
 
@@ -101,17 +127,8 @@ def test_a_push_run_that_returned_never_puts_the_stop_signals_back_at_their_defa
     loop's ``remove_signal_handler`` set it for a moment before the next line ignored it, and a
     stream of SIGTERMs a millisecond apart met it in a CI run (-15, no counters line). Every
     disposition the run sets is recorded; none is the default."""
-    real = signal.signal
-    set_after_start: list[object] = []
-
-    def recording(sig: int, handler: Any) -> Any:
-        if sig in STOP:
-            set_after_start.append(handler)
-        return real(sig, handler)
-
-    early_stop.arm()
-    monkeypatch.setattr(signal, "signal", recording)
-    launch.run_push(SidecarOptions(worker_id="w", redis_url=redis_url, engine_url="http://127.0.0.1:1"))
+    set_after_start = _dispositions_set(monkeypatch)
+    _run_push(redis_url)
     assert set_after_start  # the loop's handlers, then the ignoring
     assert signal.SIG_DFL not in set_after_start
     assert signal.default_int_handler not in set_after_start
@@ -177,10 +194,7 @@ def test_a_caller_running_the_command_keeps_its_handlers_after_a_run_that_raised
     monkeypatch.setattr(launch, "run_push", _raising(error))
     with handlers_kept(STOP):
         before = {sig: signal.getsignal(sig) for sig in STOP}
-        app = typer.Typer()
-        app.add_typer(typer.Typer(), name="bench")
-        sidecar_command.register(app, typer.Typer())
-        result = CliRunner().invoke(app, ARGS)
+        result = CliRunner().invoke(_caller_app(), ARGS)
         after = {sig: signal.getsignal(sig) for sig in STOP}
     assert result.exit_code == status, result.output
     assert after == before
@@ -207,18 +221,9 @@ def test_a_push_run_that_raised_never_puts_the_stop_signals_back_at_their_defaul
 ) -> None:
     """Its loop's close put the defaults back (the command went deaf only after a run that returned),
     and a SIGTERM in the exit that followed ended the process -15, not 70 or 2."""
-    real = signal.signal
-    set_after_start: list[object] = []
-
-    def recording(sig: int, handler: Any) -> Any:
-        if sig in STOP:
-            set_after_start.append(handler)
-        return real(sig, handler)
-
-    early_stop.arm()
-    monkeypatch.setattr(signal, "signal", recording)
+    set_after_start = _dispositions_set(monkeypatch)
     with pytest.raises((LoopDiedError, RedisTooOldError)):
-        launch.run_push(SidecarOptions(worker_id="w", redis_url=redis_url, engine_url="http://127.0.0.1:1"))
+        _run_push(redis_url)
     assert set_after_start  # the relay's handlers, then the ignoring
     assert signal.SIG_DFL not in set_after_start
     assert signal.default_int_handler not in set_after_start
