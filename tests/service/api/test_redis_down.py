@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,22 @@ def private_redis() -> Iterator[EmbeddedServer]:
     server = EmbeddedServer(appendonly=True).start()
     yield server
     server.stop()
+
+
+@contextmanager
+def _full_redis(server: EmbeddedServer, tmp_path: Path) -> Iterator[tuple[TestClient, redis.Redis]]:
+    """A client of the app on ``server`` that scheduled once, then Redis out of memory: every write
+    refused (``maxmemory`` 1, nothing evicted) until the block ends, its memory back before the client
+    closes. (client, the admin client that filled it)."""
+    settings = Settings(redis_url=server.url, model_dir=str(tmp_path), redis_timeout_s=0.5)
+    admin = redis.Redis.from_url(server.url)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        assert client.post("/schedule", json=batch_body()).status_code == 200
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", 1)  # every write is now refused
+        yield client, admin
+        admin.config_set("maxmemory", 0)
+    admin.close()
 
 
 def test_redis_down_is_a_503_and_the_service_recovers_when_it_returns(
@@ -81,12 +98,7 @@ def test_the_app_starts_while_redis_is_down_and_serves_once_it_is_up(
 def test_redis_out_of_memory_is_a_503_that_stores_nothing_and_passes_when_memory_returns(
     private_redis: EmbeddedServer, tmp_path: Path
 ) -> None:
-    settings = Settings(redis_url=private_redis.url, model_dir=str(tmp_path), redis_timeout_s=0.5)
-    admin = redis.Redis.from_url(private_redis.url)
-    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
-        assert client.post("/schedule", json=batch_body()).status_code == 200
-        admin.config_set("maxmemory-policy", "noeviction")
-        admin.config_set("maxmemory", 1)  # every write is now refused
+    with _full_redis(private_redis, tmp_path) as (client, admin):
         keys = sorted(admin.keys("*"))
         full = client.post("/schedule", json=batch_body())
         assert full.status_code == 503
@@ -94,9 +106,8 @@ def test_redis_out_of_memory_is_a_503_that_stores_nothing_and_passes_when_memory
         assert "out of memory" in full.json()["detail"]
         assert full.headers["retry-after"] == "1"
         assert sorted(admin.keys("*")) == keys  # the refused request left nothing behind
-        admin.config_set("maxmemory", 0)
+        admin.config_set("maxmemory", 0)  # memory returns
         assert client.post("/schedule", json=batch_body()).status_code == 200
-    admin.close()
 
 
 def test_a_transaction_discarded_for_memory_is_answered_like_any_out_of_memory_write() -> None:
@@ -223,18 +234,11 @@ def test_a_bad_body_under_a_chosen_id_is_refused_for_what_it_is_and_writes_nothi
 ) -> None:
     """Out of memory, the mark's write is refused: a bad body is still a 422 naming its field, a valid
     one the mark's 503 ``redis-out-of-memory``; neither leaves a key behind."""
-    settings = Settings(redis_url=private_redis.url, model_dir=str(tmp_path), redis_timeout_s=0.5)
-    admin = redis.Redis.from_url(private_redis.url)
-    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
-        assert client.post("/schedule", json=batch_body()).status_code == 200
-        admin.config_set("maxmemory-policy", "noeviction")
-        admin.config_set("maxmemory", 1)  # every write is now refused
+    with _full_redis(private_redis, tmp_path) as (client, admin):
         before = redis_snapshot(admin)
         refused = client.post("/schedule", json=batch_body(schedule_id="step", policy="no-such-policy"))
         full = client.post("/schedule", json=batch_body(schedule_id="step"))
         after = redis_snapshot(admin)
-        admin.config_set("maxmemory", 0)
-    admin.close()
     assert (refused.status_code, refused.json()["field"]) == (422, "policy")
     assert (full.status_code, full.json()["type"].rsplit("/", 1)[1]) == (503, "redis-out-of-memory")
     assert after == before
