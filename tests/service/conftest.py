@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
+from tests.cluster import LocalCluster
 from tests.service.api_helpers import TRAINER, WORKER, AppFactory
 
 
@@ -61,3 +62,14 @@ def secured(make_client: AppFactory) -> TestClient:
 @pytest.fixture
 def live_settings(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Settings:
     return Settings(redis_url=redis_url, model_dir=str(tmp_path / "models"))
+
+
+@pytest.fixture
+def cluster_app(redis_cluster: LocalCluster, tmp_path: Path) -> Iterator[TestClient]:
+    """The service on the real 3-master Redis Cluster, its models in ``tmp_path``; the masters emptied
+    before and after, so each test starts from nothing and leaves nothing to the next."""
+    redis_cluster.flushall()
+    settings = Settings(redis_url=redis_cluster.url, redis_cluster=True, model_dir=str(tmp_path))
+    with TestClient(create_app(settings)) as client:
+        yield client
+    redis_cluster.flushall()

@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
 from service.delivery import CompletionOutcome, Delivery, Lease, TrajectoryResult
-from service.settings import Settings
 from tests.cluster import LocalCluster
 from tests.service.api_helpers import actual_history, actual_report, batch_body
 
@@ -38,23 +36,20 @@ def _report(client: TestClient, leases: list[Lease], schedule_id: str) -> None:
 
 @pytest.mark.slow
 def test_a_settled_unreported_part_and_an_aborted_result_are_read_in_their_slots_on_redis_cluster(
-    redis_cluster: LocalCluster, tmp_path: Path
+    cluster_app: TestClient, redis_cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    redis_cluster.flushall()
-    settings = Settings(redis_url=redis_cluster.url, redis_cluster=True, model_dir=str(tmp_path))
-    with TestClient(create_app(settings)) as client:
-        assert client.post("/actuals", json={"actuals": actual_history(steps=2)}).status_code == 200
-        delivery, items = Delivery(redis_cluster.client()), batch_body()["batch"]["items"]
-        leases: dict[str, list[Lease]] = {}
-        for sid, part in (("step-2a", items[:4]), ("step-2b", items[4:])):
-            body = batch_body(step=2, schedule_id=sid) | {"batch": {"items": part}}
-            assert client.post("/schedule", json=body).status_code == 200
-            leases[sid] = [*delivery.claim(sid, "w0", 64), *delivery.claim(sid, "w1", 64)]
-            for n, lease in enumerate(leases[sid]):
-                result = ABORTED if (sid, n) == ("step-2a", 0) else DONE
-                assert delivery.complete(lease, result) is CompletionOutcome.ACCEPTED
-        _report(client, leases["step-2a"][1:], "step-2a")  # all but the aborted one, which says no length
-        assert _fitted(client, tmp_path) == [0, 1]  # step-2b settled, reported nothing: only its set names it
-        _report(client, leases["step-2b"], "step-2b")
-        assert _fitted(client, tmp_path) == [0, 1, 2]
-    redis_cluster.flushall()
+    assert cluster_app.post("/actuals", json={"actuals": actual_history(steps=2)}).status_code == 200
+    delivery, items = Delivery(redis_cluster.client()), batch_body()["batch"]["items"]
+    leases: dict[str, list[Lease]] = {}
+    for sid, part in (("step-2a", items[:4]), ("step-2b", items[4:])):
+        body = batch_body(step=2, schedule_id=sid) | {"batch": {"items": part}}
+        assert cluster_app.post("/schedule", json=body).status_code == 200
+        leases[sid] = [*delivery.claim(sid, "w0", 64), *delivery.claim(sid, "w1", 64)]
+        for n, lease in enumerate(leases[sid]):
+            result = ABORTED if (sid, n) == ("step-2a", 0) else DONE
+            assert delivery.complete(lease, result) is CompletionOutcome.ACCEPTED
+    _report(cluster_app, leases["step-2a"][1:], "step-2a")  # all but the aborted one, which says no length
+    # step-2b settled, reported nothing: only its set names it
+    assert _fitted(cluster_app, tmp_path) == [0, 1]
+    _report(cluster_app, leases["step-2b"], "step-2b")
+    assert _fitted(cluster_app, tmp_path) == [0, 1, 2]
