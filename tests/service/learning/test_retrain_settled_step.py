@@ -56,6 +56,18 @@ def _ran_and_reported(client: TestClient, redis_client: redis.Redis, schedule_id
     _report(client, leases, schedule_id)
 
 
+def _prompts_from(first: int, count: int) -> dict[str, Any]:
+    """A batch of ``count`` prompts x 4 numbered from ``first`` (step 2's second part)."""
+    items = batch_body(prompts=first + count)["batch"]["items"][first:]
+    return {"items": items}
+
+
+def _publish_second_part(client: TestClient) -> None:
+    """Step 2's second part published as ``step-2b``: prompts 8 to 11, x 4 (none of it leased)."""
+    body = batch_body(prompts=4, step=2, schedule_id="step-2b") | {"batch": _prompts_from(8, 4)}
+    assert client.post("/schedule", json=body).status_code == 200
+
+
 def _retrained_steps(client: TestClient, tmp_path: Path) -> list[int]:
     response = client.post("/models/retrain")
     assert response.status_code == 200, response.text
@@ -117,15 +129,8 @@ def test_an_unsettled_schedule_that_reported_nothing_keeps_the_step_open(
 ) -> None:
     """The step was published in two parts: the first settled and reported, the second not begun."""
     _ran_and_reported(client, redis_client, "step-2a")
-    body = batch_body(prompts=4, step=2, schedule_id="step-2b") | {"batch": _prompts_from(8, 4)}
-    assert client.post("/schedule", json=body).status_code == 200
+    _publish_second_part(client)
     assert _retrained_steps(client, tmp_path) == [0, 1]
-
-
-def _prompts_from(first: int, count: int) -> dict[str, Any]:
-    """A batch of ``count`` prompts x 4 numbered from ``first`` (step 2's second part)."""
-    items = batch_body(prompts=first + count)["batch"]["items"][first:]
-    return {"items": items}
 
 
 def test_the_automatic_retrain_still_fits_only_the_steps_before_its_own(

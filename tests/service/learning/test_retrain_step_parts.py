@@ -17,7 +17,7 @@ from service.settings import Settings
 from tests.service.api_helpers import batch_body
 from tests.service.learning.test_retrain_settled_step import (
     _finish,
-    _prompts_from,
+    _publish_second_part,
     _publish_step_2,
     _ran_and_reported,
     _report,
@@ -29,8 +29,7 @@ ABORTED = TrajectoryResult(output_tokens=0, finish_reason="abort", output="", wa
 
 def _second_part(client: TestClient, redis_client: redis.Redis) -> list[Lease]:
     """Step 2's second part, ``step-2b`` (4 prompts x 4), published and all 16 leased."""
-    body = batch_body(prompts=4, step=2, schedule_id="step-2b") | {"batch": _prompts_from(8, 4)}
-    assert client.post("/schedule", json=body).status_code == 200
+    _publish_second_part(client)
     delivery = Delivery(redis_client)
     leases = [*delivery.claim("step-2b", "w0", 64), *delivery.claim("step-2b", "w1", 64)]
     assert len(leases) == 16
@@ -94,8 +93,7 @@ def test_a_part_cancelled_before_anything_ran_is_over(
     client: TestClient, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     _ran_and_reported(client, redis_client, "step-2a")
-    body = batch_body(prompts=4, step=2, schedule_id="step-2b") | {"batch": _prompts_from(8, 4)}
-    assert client.post("/schedule", json=body).status_code == 200
+    _publish_second_part(client)
     assert client.delete("/schedule/step-2b").status_code == 200
     assert _retrained_steps(client, tmp_path) == [0, 1, 2]
 
