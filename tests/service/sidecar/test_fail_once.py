@@ -29,10 +29,10 @@ from service.delivery.scripts import script_source
 from service.delivery.stored import REPLY_DECODING
 from service.embedded import EmbeddedServer
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
+from service.sidecar.pull_state import PullState
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.pullclient import report_body, until
+from tests.service.sidecar.pullclient import report_body, serve, until
 
 SOCKET_TIMEOUT_S = 2.0  # what a call on the stopped server waits before its answer counts as lost
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
@@ -102,23 +102,19 @@ def test_a_pull_fail_whose_answer_was_lost_counts_failed_once_whichever_resend_c
     publish(Delivery.from_url(server.url), "s", {"w0": [item("a", 0, 10)]}, 600_000)
     session = _session(server)
 
-    async def run() -> list[Any]:
-        app = create_pull_app(session)
-        state = app.state.pull
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
-            lease = (await worker.get("/next")).json()
-            server.signal(signal.SIGSTOP)
-            unanswered = (await worker.post("/fail", json=report_body("fail", lease))).status_code
-            server.signal(signal.SIGCONT)
-            await until(lambda: _landed(server), "the resumed server ran the buffered failure")
-            if first == "beat":
-                await state.beat()
-            retried = (await worker.post("/fail", json=report_body("fail", lease))).json()
+    async def script(worker: httpx.AsyncClient, state: PullState) -> list[Any]:
+        lease = (await worker.get("/next")).json()
+        server.signal(signal.SIGSTOP)
+        unanswered = (await worker.post("/fail", json=report_body("fail", lease))).status_code
+        server.signal(signal.SIGCONT)
+        await until(lambda: _landed(server), "the resumed server ran the buffered failure")
+        if first == "beat":
             await state.beat()
-            leases = (await worker.get("/leases")).json()
-            return [unanswered, retried["outcome"], leases["held"], len(session.holdings)]
+        retried = (await worker.post("/fail", json=report_body("fail", lease))).json()
+        await state.beat()
+        leases = (await worker.get("/leases")).json()
+        return [unanswered, retried["outcome"], leases["held"], len(session.holdings)]
 
-    assert asyncio.run(run()) == [503, "duplicate", [], 0]
+    assert serve(session, script) == [503, "duplicate", [], 0]
     assert (session.stats.claimed, _ended(session.stats)) == (1, {"failed": 1})
     assert _attempts_spent(server) == (1, 1)

@@ -28,7 +28,7 @@ from service.sidecar.pull_api import create_pull_app
 from service.sidecar.pull_state import PullState
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.pullclient import report_body
+from tests.service.sidecar.pullclient import StateScript, report_body, serve
 from tests.service.sidecar.unanswered import UnansweredCompletions
 
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
@@ -62,14 +62,9 @@ async def _done_unanswered(
     return lease
 
 
-def _serve(session: WorkerSession, script: Any) -> list[Any]:
-    async def run() -> list[Any]:
-        app = create_pull_app(session, hold_timeout_s=BOUND_S)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            return list(await script(client, app.state.pull))
-
-    return asyncio.run(run())
+def _serve(session: WorkerSession, script: StateScript) -> list[Any]:
+    """What ``script(client, state)`` returns, as a list, against a pull app of hold bound ``BOUND_S``."""
+    return list(serve(session, script, hold_timeout_s=BOUND_S))
 
 
 def _recorded(state: PullState) -> tuple[float, float, float | None]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -23,32 +22,18 @@ import redis
 
 from service.delivery.protocol import Delivery
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.pull_state import PullState
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from tests.service.sidecar.procs import item, publish, tally
-from tests.service.sidecar.pullclient import report_body
+from tests.service.sidecar.pullclient import report_body, serve
 from tests.service.sidecar.unanswered import UnansweredCompletions
 
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
-Script = Callable[[httpx.AsyncClient, PullState], Awaitable[list[Any]]]
 
 
 def _ended(stats: SessionStats) -> dict[str, int]:
     """The end counters that are not zero: each lease the session took ends in exactly one."""
     return {name: getattr(stats, name) for name in ENDS if getattr(stats, name)}
-
-
-def _serve(session: WorkerSession, script: Script, **app_args: Any) -> list[Any]:
-    """Run ``script`` against the pull API over ASGI (no lifespan: the test drives the heartbeats)."""
-
-    async def run() -> list[Any]:
-        app = create_pull_app(session, **app_args)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            return await script(client, app.state.pull)
-
-    return asyncio.run(run())
 
 
 STALE_ANSWER = {"done": (409, "stale"), "fail": (200, "stale")}  # docs/sidecar.md's pull API table
@@ -72,7 +57,7 @@ def test_a_report_of_a_lease_listed_lost_is_refused_stale_and_the_lease_counts_o
         late = await client.post(f"/{kind}", json=report_body(kind, lease))
         return [lost, (late.status_code, late.json()["outcome"])]
 
-    assert _serve(session, script) == [["a#0"], STALE_ANSWER[kind]]
+    assert serve(session, script) == [["a#0"], STALE_ANSWER[kind]]
     assert session.stats.claimed == 1
     assert _ended(session.stats) == {"lost": 1}  # before: {"lost": 1, "stale": 1}
 
@@ -96,7 +81,7 @@ def test_a_fail_of_a_lease_held_past_its_bound_is_a_duplicate_and_the_lease_coun
         late = await client.post("/fail", json=report_body("fail", lease))
         return [(late.status_code, late.json()["outcome"]), delivery.progress("held").queued]
 
-    assert _serve(session, script, hold_timeout_s=100.0) == [(200, "duplicate"), 1]
+    assert serve(session, script, hold_timeout_s=100.0) == [(200, "duplicate"), 1]
     assert _ended(session.stats) == {"failed": 1}  # before: {"failed": 1, "stale": 1}
 
 
@@ -124,7 +109,7 @@ def test_a_done_that_landed_unanswered_then_found_gone_counts_once_duplicate_and
         retried = await client.post("/done", json=report_body("done", lease))
         return [first, held, len(state.lost), (retried.status_code, retried.json()["outcome"])]
 
-    assert _serve(session, script) == [503, 1, 0, (200, "duplicate")]
+    assert serve(session, script) == [503, 1, 0, (200, "duplicate")]
     assert _ended(session.stats) == {"duplicate": 1}
     assert len(session.holdings) == 0
     assert tally(Delivery.from_url(redis_url), "unanswered", {"a#0"}) == (0, 0)
@@ -154,7 +139,7 @@ def test_a_done_that_never_landed_and_whose_lease_lapsed_counts_once_stale_and_i
         retried = await client.post("/done", json=report_body("done", lease))
         return [first, lost, (retried.status_code, retried.json()["outcome"])]
 
-    assert _serve(session, script) == [503, ["a#0"], STALE_ANSWER["done"]]
+    assert serve(session, script) == [503, ["a#0"], STALE_ANSWER["done"]]
     assert _ended(session.stats) == {"stale": 1}
     assert len(session.holdings) == 0
 
@@ -203,6 +188,6 @@ def test_a_retry_that_lands_while_the_heartbeat_counts_other_leases_gone_leaves_
         lost = [one["key"] for one in state.lost]
         return [first, (retried.status_code, retried.json()["outcome"]), lost == [lapses["key"]]]
 
-    assert _serve(session, script) == [503, (200, "duplicate"), True]
+    assert serve(session, script) == [503, (200, "duplicate"), True]
     assert _ended(session.stats) == {"lost": 1, "duplicate": 1}
     assert session.stats.claimed == 2
