@@ -10,6 +10,7 @@ schedule; reaper.py runs the reaper loop. See docs/delivery.md for the state mac
 
 from service.delivery.errors import (
     InvalidInputError,
+    LateMarkError,
     ScheduleConflictError,
     ScheduleWithdrawnError,
     UnknownScheduleError,
@@ -39,6 +40,7 @@ __all__ = [
     "Delivery",
     "DeliveryItem",
     "InvalidInputError",
+    "LateMarkError",
     "Lease",
     "LeaseSettings",
     "Progress",

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import redis
+
 from scheduler.errors import InvalidInputError, SchedulerError
 
-__all__ = ["InvalidInputError", "ScheduleConflictError", "ScheduleWithdrawnError", "UnknownScheduleError"]
+__all__ = [
+    "InvalidInputError",
+    "LateMarkError",
+    "ScheduleConflictError",
+    "ScheduleWithdrawnError",
+    "UnknownScheduleError",
+]
 
 
 class UnknownScheduleError(SchedulerError, LookupError):
@@ -30,3 +38,13 @@ class ScheduleWithdrawnError(SchedulerError):
     def __init__(self, schedule_id: str) -> None:
         self.schedule_id = schedule_id
         super().__init__(f"schedule_id={schedule_id!r}: cancelled before it was published")
+
+
+class LateMarkError(redis.TimeoutError):
+    """A ``POST /schedule``'s in-flight mark was answered later than the service's command timeout
+    after Redis wrote it, so its entry may have lapsed before the request could extend it (a DELETE
+    meanwhile found the id free): the request answers 503, as for a Redis that did not answer."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        super().__init__(f"schedule_id={schedule_id!r}: the in-flight mark's answer came too late")

@@ -1,18 +1,36 @@
--- planning: mark or unmark one POST /schedule in flight under the id (P:planning, an entry per
+-- planning: mark, extend or unmark one POST /schedule in flight under the id (P:planning, an entry per
 -- request: nonce -> 'accepted_ms:deadline_ms', server time unless pinned). The key lives until its
 -- latest entry's deadline: a mark extends the key's TTL to its own (never shortens it: a request
 -- racing this one keeps its own), and an unmark sets it from the entries left, so a request refused
 -- or failed gives the key no later expiry than the others gave it. The entry of an older replica (a
 -- bare accepted_ms, no deadline of its own) leaves the TTL as it is; entries whose deadline passed
 -- lapse with the key. An unmark of an entry not there (published, withdrawn, lapsed) writes nothing.
--- ARGV: op ('mark' or 'unmark'), nonce, ttl_ms (mark), now ('' = server). Returns 1, or 0 when
--- the unmark found no entry.
+-- A mark is written for the service's command timeout only, and extended to the request's whole
+-- TTL (counted from accepted_ms) by the request once it has the mark's answer: a mark whose answer
+-- was lost (Redis stalled, its write buffered, landing after the request's 503) lapses that soon,
+-- whenever it lands and whatever overtook it. An extend that lands past the entry's deadline writes
+-- nothing (its own answer may have been lost too); one whose entry a DELETE replaced by P:withdrawn
+-- answers 1 (the publish refuses the id). A mark whose entry is there already (a copy of the write
+-- landing late) writes nothing, so it never shortens an extended entry.
+-- ARGV: op ('mark', 'extend' or 'unmark'), nonce, ttl_ms (mark, extend), now ('' = server). Returns
+-- 1, or 0 when the unmark found no entry or the extend no live one.
 local key = k('planning')
 local now = now_ms(ARGV[4])
 if ARGV[1] == 'mark' then
+  if redis.call('HEXISTS', key, ARGV[2]) == 1 then return 1 end
   local ttl = tonumber(ARGV[3])
   redis.call('HSET', key, ARGV[2], int(now) .. ':' .. int(now + ttl))
   if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+  return 1
+end
+if ARGV[1] == 'extend' then
+  local entry = redis.call('HGET', key, ARGV[2])
+  if not entry then return redis.call('EXISTS', k('withdrawn')) end
+  local accepted, deadline = string.match(entry, '^(%d+):(%d+)$')
+  if not deadline or now > tonumber(deadline) then return 0 end
+  local until_ms = tonumber(accepted) + tonumber(ARGV[3])
+  redis.call('HSET', key, ARGV[2], accepted .. ':' .. int(until_ms))
+  if redis.call('PTTL', key) < until_ms - now then redis.call('PEXPIRE', key, int(until_ms - now)) end
   return 1
 end
 if redis.call('HDEL', key, ARGV[2]) == 0 then return 0 end
