@@ -25,6 +25,19 @@ mark's 503 (``Mark.check``), before anything reads what is stored under the id. 
 unmarked, so no DELETE can miss it. Its take-back is still tried unless Redis answered the write
 with a refusal: a write whose answer was lost (a timeout, a connection cut after the send) may have
 landed, and a take-back of an absent entry writes nothing (``lua/planning.lua``).
+
+That take-back cannot be relied on: a Redis stalled past the command timeout (a long fork, a swap
+storm, a paused VM) leaves the write in its socket, refuses the take-back just as silently, and runs
+the write once it resumes, after the request's 503; a take-back sent later on another connection may
+still overtake it (chaos10's soak: an entry left 90 s, a DELETE meanwhile a 202 for a failed request).
+So the mark is written for the command timeout only, and extended to the request's TTL once its
+answer is in hand (``Delivery.extend_planning``): a write whose answer was lost lapses that long
+after it lands, whatever overtook it. An extension is refused where it lands past that window (its
+own answer may have been lost after a stall, the request answered 503), so the request answers 503
+(``LateMarkError``) where it comes later than the timeout after the mark; a late copy of the mark
+leaves an extended entry as it is. Chosen over retrying the take-back in the background until Redis
+answers again: a take-back finding no entry cannot tell a write not landed yet from one never to
+land, so it would have to go on for the mark's whole TTL, a thread of polls per failed request.
 """
 
 from __future__ import annotations
@@ -89,12 +102,25 @@ def mark(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadline 
     request_id = uuid.uuid4().hex
     budget_s = (body.time_budget_ms or ctx.settings.default_time_budget_ms) / 1000.0  # as ``validate``'s
     ttl_s = ctx.settings.plan_queue_timeout_s + until.capped_s(budget_s) + keys.PLANNING_MARGIN_S
+    landed = False
     try:
-        ctx.delivery.mark_planning(schedule_id, request_id, int(ttl_s * 1000))
+        ctx.delivery.mark_planning(schedule_id, request_id, _answer_window_ms(ctx))
+        landed = True  # whatever the extension meets, this entry is there to be taken back
+        ctx.delivery.extend_planning(schedule_id, request_id, int(ttl_s * 1000))
     except redis.RedisError as error:  # raised once the body is found valid (``Mark.check``)
-        refused = isinstance(error, redis.ResponseError)  # Redis answered (out of memory): nothing landed
+        # Redis answered the mark with a refusal (out of memory): nothing landed, nothing to take back
+        refused = not landed and isinstance(error, redis.ResponseError)
         return Mark(None if refused else ctx, schedule_id, request_id, error)
     return Mark(ctx, schedule_id, request_id)
+
+
+def _answer_window_ms(ctx: Context) -> int:
+    """How long a mark lives until the request extends it: the service's command timeout, past which
+    the request stops waiting for an answer. A mark whose answer was lost lapses at most this long
+    after it lands; an extension sent at once after the mark's answer lands well within it, and one
+    that lands later was waited for longer than this by a request that may have answered 503 by then,
+    so it is refused (``lua/planning.lua``)."""
+    return max(1, int(ctx.settings.redis_timeout_s * 1000))
 
 
 @contextmanager

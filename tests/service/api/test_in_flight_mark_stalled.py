@@ -74,12 +74,6 @@ def _answers(server: EmbeddedServer, tmp_path: Path) -> tuple[int, int, int]:
     return asyncio.run(run())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open defect (chaos10): the take-back of a mark whose answer was lost runs as the request "
-    "answers, while Redis is still silent, and fails too; the write then lands and lapses only by its TTL "
-    "(service/pipeline/in_flight.py, svc46's lane). Drop this marker with the fix",
-)
 def test_a_mark_whose_write_landed_after_the_request_s_503_is_not_left_to_withdraw_the_id(
     server: EmbeddedServer, tmp_path: Path
 ) -> None:
