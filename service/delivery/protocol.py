@@ -5,7 +5,8 @@ reap, the trainer reads results; all through ``Delivery``. Every mutating method
 keys of one hash slot, so it is atomic on a single server and on Redis Cluster alike. The plain
 reads (announced schedules, settings, progress, results) are ``DeliveryViews``, the indexes that
 announce a schedule to its workers and reapers ``DeliveryIndexes``, and how a script is called
-``ScriptCalls`` (``calls``); it inherits all three. Every worker id an operation names is checked
+``ScriptCalls`` (``calls``), a request's in-flight mark ``PlanningMarks`` (``marks``); it inherits
+all four. Every worker id an operation names is checked
 before anything is sent (``calls.worker``): ``InvalidInputError`` naming it.
 
 Time: by default every script reads the server's clock (``TIME``), so leases do not depend on the
@@ -22,8 +23,9 @@ from typing import Any
 
 from service.delivery import keys as keyspace
 from service.delivery import wire
-from service.delivery.calls import ScriptCalls, worker
-from service.delivery.errors import LateMarkError, UnknownScheduleError
+from service.delivery.calls import worker
+from service.delivery.errors import UnknownScheduleError
+from service.delivery.marks import PlanningMarks
 from service.delivery.outcomes import (
     CancelReport,
     CompletionOutcome,
@@ -44,7 +46,7 @@ _RELEASE_CODES = {
 }
 
 
-class Delivery(ScriptCalls):
+class Delivery(PlanningMarks):
     """Client of the delivery protocol on one Redis (or Redis Cluster) deployment."""
 
     # -- publisher side -------------------------------------------------------------------------
@@ -70,39 +72,6 @@ class Delivery(ScriptCalls):
         announced = sorted(set(schedule.queues) - schedule.drained)  # a drained worker is not told
         self._announce(schedule.schedule_id, announced, schedule.lease.retention_s)
         return PublishOutcome.CREATED if int(created) == 1 else PublishOutcome.UNCHANGED
-
-    def mark_planning(
-        self, schedule_id: str, request_id: str, ttl_ms: int, now_ms: int | None = None
-    ) -> None:
-        """Mark one ``POST /schedule`` under ``schedule_id`` in flight for ``ttl_ms`` at most
-        (``keys.ScheduleKeys.planning``, an entry per request with its own deadline): a DELETE
-        meanwhile withdraws the id (``cancel``), where one of an id never sent is a 404 that writes
-        nothing. The publish deletes the mark in its atomic step; ``unmark_planning`` takes this
-        request's entry back otherwise. The key's TTL is only extended here, so a request racing this
-        one keeps its own (``lua/planning.lua``). The service writes it for its command timeout and
-        extends it once answered (``extend_planning``); a mark already there writes nothing (a late
-        copy of the write)."""
-        self._call(self.scripts.planning, schedule_id, ["mark", request_id, int(ttl_ms), wire.clock(now_ms)])
-
-    def extend_planning(
-        self, schedule_id: str, request_id: str, ttl_ms: int, now_ms: int | None = None
-    ) -> None:
-        """Give ``mark_planning``'s entry the request's whole ``ttl_ms`` (from when it was marked),
-        once the request has the mark's answer: the mark is written for the command timeout only,
-        so one whose answer was lost lapses that soon wherever it lands. Raises ``LateMarkError``
-        where the entry's first deadline had passed as this landed (the request must not rely on
-        it: a DELETE may have found the id free); a DELETE that withdrew the id meanwhile is no
-        error (the publish refuses it, ``lua/planning.lua``)."""
-        args = ["extend", request_id, int(ttl_ms), wire.clock(now_ms)]
-        if int(self._call(self.scripts.planning, schedule_id, args)) == 0:
-            raise LateMarkError(schedule_id)
-
-    def unmark_planning(self, schedule_id: str, request_id: str, now_ms: int | None = None) -> None:
-        """Take back ``mark_planning``'s entry of a request refused or failed before it published (the
-        last entry's removal deletes the key): a DELETE then finds the id unknown again. The key's
-        TTL becomes the latest deadline of the entries left, in the same atomic step: a refused
-        request that had extended it leaves no key a later expiry (docs/api.md)."""
-        self._call(self.scripts.planning, schedule_id, ["unmark", request_id, "", wire.clock(now_ms)])
 
     # -- worker side ----------------------------------------------------------------------------
 
