@@ -20,6 +20,7 @@ from service.learning.models import ModelService
 from service.learning.retrain import Retrainer
 from service.limits import PlanSlots
 from service.metrics import Metrics
+from service.pipeline.publish_pace import PublishPace
 from service.problems.table import UnavailableError
 from service.redis_conn import RedisClient, RedisTooOldError, VersionCheck
 from service.settings import Settings
@@ -50,6 +51,8 @@ class Context:
     # threads for results long-polls: below the worker pool's 40, so polls that wait their whole
     # 30 s cannot take every thread from /readyz and the planning routes
     long_polls: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(LONG_POLLS))
+    # this replica's recent publish times: the reserve a caller's deadline keeps for a publish's size
+    publish_pace: PublishPace = field(default_factory=PublishPace)
 
 
 def context_of(request: Request) -> Context:

@@ -2,9 +2,11 @@
 
 A trainer's HTTP client gives up after its timeout, but the service planned on and published a plan
 nobody read, its work then held by the fleet. The header says how long the caller waits, counted from
-the request's arrival: the plan's time budget is capped to leave ``PUBLISH_RESERVE_S`` before it, and a
-request that cannot publish before it (the deadline passed in line, or before the publish) is refused
-504 ``deadline-exceeded`` with nothing written (its in-flight mark taken back as any refusal's).
+the request's arrival: the plan's time budget is capped to leave the publish's reserve before it (what
+this replica's recent publishes say one of the request's size needs: ``publish_pace``), and a request
+that cannot publish before it (the deadline passed in line, or less than that reserve left when the
+publish would start) is refused 504 ``deadline-exceeded`` with nothing written (its in-flight mark taken
+back as any refusal's).
 
 Why Envoy's name, not gRPC's ``grpc-timeout``: it is a plain count of milliseconds (``grpc-timeout`` has
 its own unit grammar, and proxies apply it by gRPC's rules to gRPC requests only), and it says exactly
@@ -19,15 +21,17 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.errors import InvalidInputError
+from service.pipeline.publish_pace import FIXED_S
 from service.problems.table import DeadlineExceededError
 
 HEADER = "X-Envoy-Expected-Rq-Timeout-Ms"
-# Left after the plan's budget for the baseline, the answer and the publish: publish_ms 15-54 ms at
-# 1,024 x 16 to 4,096 x 32 on the bench host (docs/benchmarks.md), ~90 ms on a loaded one, a few ms more.
-PUBLISH_RESERVE_S = 0.25
+# The least any publish's reserve can be (``PublishPace.reserve_s`` with every pace zero): what the
+# in-flight mark counts, before the request's size is known (``capped_s``).
+MIN_RESERVE_S = FIXED_S
 _MILLISECONDS = re.compile(r"[0-9]+")
 # past 10 digits (~115 days) the caller waits longer than any plan takes: no deadline (a client's
 # ``timeout_s=1e9``, a proxy's year-long route timeout), where it was refused 422 on every request
@@ -36,32 +40,41 @@ _LONGEST_DIGITS = 10
 
 @dataclass(frozen=True)
 class Deadline:
-    """When the caller stops waiting (``time.perf_counter()``); ``at`` None: it sent no deadline."""
+    """When the caller stops waiting (on ``clock``, ``time.perf_counter`` but in tests); ``at`` None:
+    it sent no deadline."""
 
     at: float | None = None
+    clock: Callable[[], float] = time.perf_counter
 
     def left_s(self) -> float:
         """Seconds until the deadline (negative once past; infinite without one)."""
-        return math.inf if self.at is None else self.at - time.perf_counter()
+        return math.inf if self.at is None else self.at - self.clock()
 
-    def check(self, before: str) -> None:
-        """Refuse (504) a request whose deadline passed ``before`` what it was to do next."""
-        if self.left_s() <= 0:
+    def check(self, before: str, need_s: float = 0.0) -> None:
+        """Refuse (504) a request whose deadline leaves no more than ``need_s`` (what the publish of
+        its size needs: ``PublishPace.reserve_s``) ``before`` what it was to do next: a publish begun
+        with less left ends after the caller stopped waiting."""
+        left_s = self.left_s()
+        if left_s <= 0:
             raise _exceeded(f"passed before {before}")
+        if left_s <= need_s:
+            raise _exceeded(f"left {_ms(left_s)} before {before}, less than the {_ms(need_s)} that needs")
 
-    def budget_s(self, budget_s: float) -> float:
-        """The plan's time budget: the request's, capped so that ``PUBLISH_RESERVE_S`` is left before
-        the deadline; refused (504) where not even that is left."""
-        room_s = self.left_s() - PUBLISH_RESERVE_S
+    def budget_s(self, budget_s: float, reserve_s: float) -> float:
+        """The plan's time budget: the request's, capped so that ``reserve_s`` (what the publish of its
+        size needs) is left before the deadline; refused (504) where not even that is left."""
+        room_s = self.left_s() - reserve_s
         if room_s <= 0:
-            raise _exceeded(f"leaves less than the {PUBLISH_RESERVE_S:g} s a publish needs after the plan")
+            raise _exceeded(
+                f"leaves less than the {_ms(reserve_s)} a publish of its size needs after the plan"
+            )
         return min(budget_s, room_s)
 
     def capped_s(self, budget_s: float) -> float:
         """The most ``budget_s`` the plan can be given from now on (``budget_s`` caps it later, when
-        less is left): what the in-flight mark must outlive (``in_flight.mark``). Never negative: a
-        request with no room left is refused before it plans."""
-        return min(budget_s, max(0.0, self.left_s() - PUBLISH_RESERVE_S))
+        less is left, by a reserve of at least ``MIN_RESERVE_S``): what the in-flight mark must outlive
+        (``in_flight.mark``). Never negative: a request with no room left is refused before it plans."""
+        return min(budget_s, max(0.0, self.left_s() - MIN_RESERVE_S))
 
     def exceeded(self, why: str) -> DeadlineExceededError:
         """The 504 of a request whose deadline passed ``why`` (``PlanSlots.hold``: in line)."""
@@ -91,3 +104,7 @@ def _exceeded(why: str) -> DeadlineExceededError:
         "longer one, or a shorter time_budget_ms",
         field=HEADER,
     )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000.0:.0f} ms"

@@ -167,8 +167,9 @@ def _serve_valid(
 ) -> ScheduleResponse:
     """Predict, plan and publish a validated request, holding one of the service's plan slots.
     ``times``: when it arrived, and the caller's deadline: the wait for a slot ends at it, it is
-    checked once a slot is held and again before the publish, and it caps the plan's budget after
-    the predictions (504 past it).
+    checked once a slot is held and again before the publish (which must find the reserve a publish
+    of its size needs left: ``publish_pace``), and it caps the plan's budget after the predictions
+    to leave that reserve (504 past it). Each publish's time is recorded for the next one's reserve.
 
     The cycle collector is held throughout, as the planner already holds it for its own stages
     (``scheduler.gcpause``): predicting, publishing and answering build a few objects per
@@ -183,15 +184,19 @@ def _serve_valid(
         deadline.check("it was predicted")
         with clock.stage("predict"):
             trajectories, predicted = predict(body, checked, ctx)
-        plan_request = _plan_request(body, checked, trajectories, deadline.budget_s(checked.time_budget_s))
+        reserve_s = ctx.publish_pace.reserve_s(len(trajectories))
+        plan_request = _plan_request(
+            body, checked, trajectories, deadline.budget_s(checked.time_budget_s, reserve_s)
+        )
         chosen, baseline = _plans(plan_request, checked, clock)
         response = respond(schedule_id, body, checked, plan_request, chosen, baseline, predicted)
         first = None
         with clock.stage("publish"):
-            deadline.check("its plan was published" if body.publish else "its plan was answered")
+            deadline.check("its plan was published" if body.publish else "its plan was answered", reserve_s)
             if body.publish:
                 idle = idle_learned(chosen, checked.time_scale_sources, checked.drained)
-                first = publish.publish(schedule_id, chosen, plan_request, body, ctx, idle, response)
+                with ctx.publish_pace.timed(len(trajectories)):
+                    first = publish.publish(schedule_id, chosen, plan_request, body, ctx, idle, response)
         if first is not None:  # lost a race for the id: the winner's answer, never this plan
             return _replayed(first, clock, started)
         response.timings = timings(clock.spent, (time.perf_counter() - started) * 1000.0)

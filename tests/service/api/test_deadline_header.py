@@ -57,14 +57,14 @@ def test_a_retry_of_a_published_step_past_its_deadline_is_answered_its_plan(clie
 
 
 def test_a_deadline_shorter_than_the_budget_caps_the_budget_the_plan_reports(client: TestClient) -> None:
-    """The cap leaves ``PUBLISH_RESERVE_S`` before the deadline; a deadline past the budget changes
+    """The cap leaves at least ``MIN_RESERVE_S`` before the deadline; a deadline past the budget changes
     nothing, nor does none."""
     body = batch_body(time_budget_ms=60_000, policy="round_robin")
     capped = client.post("/schedule", json=body, headers={HEADER: "30000"})
     roomy = client.post("/schedule", json=body, headers={HEADER: "600000"})
     unbounded = client.post("/schedule", json=body)
     assert capped.status_code == 200
-    assert 0 < capped.json()["time_budget_ms"] <= 30_000 - deadline.PUBLISH_RESERVE_S * 1000
+    assert 0 < capped.json()["time_budget_ms"] <= 30_000 - deadline.MIN_RESERVE_S * 1000
     assert roomy.json()["time_budget_ms"] == unbounded.json()["time_budget_ms"] == 60_000
 
 

@@ -147,7 +147,7 @@ def test_the_in_flight_mark_lives_the_budget_the_deadline_leaves_the_plan(
     assert answer.status_code == 200
     margin_ms = (QUEUE_TIMEOUT_S + keys.PLANNING_MARGIN_S) * 1000
     if sent == "10000":
-        assert margin_ms < ttl_ms <= margin_ms + 10_000 - deadline.PUBLISH_RESERVE_S * 1000
+        assert margin_ms < ttl_ms <= margin_ms + 10_000 - deadline.MIN_RESERVE_S * 1000
         assert answer.json()["time_budget_ms"] <= ttl_ms - margin_ms + 1  # the plan's, in the mark's (ms)
     else:
         assert ttl_ms == margin_ms + 60_000

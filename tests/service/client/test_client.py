@@ -282,7 +282,7 @@ def test_the_client_tells_the_service_how_long_it_waits(live_settings: Settings)
     with LiveServer(live_settings) as server, SchedulerClient(server.url, timeout_s=30.0) as client:
         answer = client.schedule(body)
     assert answer.time_budget_ms is not None
-    assert 0 < answer.time_budget_ms <= 30_000 - deadline.PUBLISH_RESERVE_S * 1000
+    assert 0 < answer.time_budget_ms <= 30_000 - deadline.MIN_RESERVE_S * 1000
 
 
 def test_a_client_that_waits_practically_for_ever_is_planned_as_one_without_a_timeout(
