@@ -167,9 +167,9 @@ def _serve_valid(
 ) -> ScheduleResponse:
     """Predict, plan and publish a validated request, holding one of the service's plan slots.
     ``times``: when it arrived, and the caller's deadline: the wait for a slot ends at it, it is
-    checked once a slot is held and again before the publish (which must find the reserve a publish
-    of its size needs left: ``publish_pace``), and it caps the plan's budget after the predictions
-    to leave that reserve (504 past it). Each publish's time is recorded for the next one's reserve.
+    checked once a slot is held and again before the publish (which must find what a publish of its
+    size needs left: ``publish_pace``), and it caps the plan's budget after the predictions to leave
+    that and the handover to the publish (504 past it). Both are timed for the next request's reserve.
 
     The cycle collector is held throughout, as the planner already holds it for its own stages
     (``scheduler.gcpause``): predicting, publishing and answering build a few objects per
@@ -184,18 +184,19 @@ def _serve_valid(
         deadline.check("it was predicted")
         with clock.stage("predict"):
             trajectories, predicted = predict(body, checked, ctx)
-        reserve_s = ctx.publish_pace.reserve_s(len(trajectories))
+        reserve = ctx.publish_pace.reserve(len(trajectories))
         plan_request = _plan_request(
-            body, checked, trajectories, deadline.budget_s(checked.time_budget_s, reserve_s)
+            body, checked, trajectories, deadline.budget_s(checked.time_budget_s, reserve.cap_s)
         )
-        chosen, baseline = _plans(plan_request, checked, clock)
+        with reserve.planning(plan_request.time_budget_s):
+            chosen, baseline = _plans(plan_request, checked, clock)
         response = respond(schedule_id, body, checked, plan_request, chosen, baseline, predicted)
         first = None
         with clock.stage("publish"):
-            deadline.check("its plan was published" if body.publish else "its plan was answered", reserve_s)
+            deadline.check(f"its plan was {'published' if body.publish else 'answered'}", reserve.publish_s)
             if body.publish:
                 idle = idle_learned(chosen, checked.time_scale_sources, checked.drained)
-                with ctx.publish_pace.timed(len(trajectories)):
+                with reserve.publishing():
                     first = publish.publish(schedule_id, chosen, plan_request, body, ctx, idle, response)
         if first is not None:  # lost a race for the id: the winner's answer, never this plan
             return _replayed(first, clock, started)

@@ -21,8 +21,10 @@ from service.pipeline.publish_pace import (
     FIXED_S,
     FLOOR_TRAJECTORIES,
     HEADROOM,
-    PRIOR_S_PER_TRAJECTORY,
+    PRIOR_HANDOVER_S_PER_TRAJECTORY,
+    PRIOR_PUBLISH_S_PER_TRAJECTORY,
     REMEMBERED,
+    Pace,
     PublishPace,
 )
 from service.problems.table import DeadlineExceededError
@@ -41,19 +43,49 @@ def _context(client: TestClient) -> Context:
     return ctx
 
 
-def test_before_any_publish_the_reserve_is_the_prior_pace_times_the_trajectories() -> None:
-    assert PublishPace().reserve_s(4096) == pytest.approx(FIXED_S + HEADROOM * PRIOR_S_PER_TRAJECTORY * 4096)
+def _measured(client: TestClient, handover_s: float, publish_s: float) -> None:
+    """The app's replica has met one request of 256 trajectories, its parts taking these times."""
+    pace = _context(client).publish_pace
+    pace.handover.record(handover_s, 256)
+    pace.publish.record(publish_s, 256)
 
 
-def test_the_reserve_grows_with_the_trajectories_at_the_slowest_remembered_pace() -> None:
-    pace = PublishPace(((0.1, 4096), (0.32, 4096), (0.2, 4096)))
+def _paced(publishes: tuple[tuple[float, int], ...], prior: float = PRIOR_PUBLISH_S_PER_TRAJECTORY) -> Pace:
+    pace = Pace(prior)
+    for seconds, trajectories in publishes:
+        pace.record(seconds, trajectories)
+    return pace
+
+
+def test_before_any_request_the_reserve_is_the_prior_paces_times_the_trajectories() -> None:
+    reserve = PublishPace().reserve(4096)
+    assert reserve.publish_s == pytest.approx(FIXED_S + HEADROOM * PRIOR_PUBLISH_S_PER_TRAJECTORY * 4096)
+    handover_s = HEADROOM * PRIOR_HANDOVER_S_PER_TRAJECTORY * 4096
+    assert reserve.cap_s == pytest.approx(handover_s + reserve.publish_s)
+
+
+def test_a_pace_grows_with_the_trajectories_at_the_second_slowest_remembered() -> None:
+    pace = _paced(((0.1, 4096), (0.32, 4096), (0.2, 4096), (0.4, 4096)))
     assert pace.s_per_trajectory() == pytest.approx(0.32 / 4096)
-    assert pace.reserve_s(4096) == pytest.approx(FIXED_S + HEADROOM * 0.32)
-    assert pace.reserve_s(1024) == pytest.approx(FIXED_S + HEADROOM * 0.08)
+    assert pace.need_s(4096) == pytest.approx(HEADROOM * 0.32)
+    assert pace.need_s(1024) == pytest.approx(HEADROOM * 0.08)
 
 
-def test_a_slow_publish_is_forgotten_after_the_last_few_faster_ones() -> None:
-    pace = PublishPace(((0.32, 4096),) + ((0.1, 4096),) * (REMEMBERED - 1))
+def test_one_stalled_publish_is_no_pace_but_a_second_is_a_slow_spell() -> None:
+    """A 1,024-trajectory publish held 0.444 s among ones of ~0.05 s: read as the pace, it reserved
+    2.7 s for a 4,096-trajectory step (reserve46's first run)."""
+    pace = _paced(((0.05, 1024),) * (REMEMBERED - 2) + ((0.444, 1024),))
+    assert pace.s_per_trajectory() == pytest.approx(0.05 / 1024)
+    pace.record(0.3, 1024)
+    assert pace.s_per_trajectory() == pytest.approx(0.3 / 1024)
+
+
+def test_the_one_pace_remembered_is_the_pace() -> None:
+    assert _paced(((0.32, 4096),)).s_per_trajectory() == pytest.approx(0.32 / 4096)
+
+
+def test_a_slow_spell_is_forgotten_after_the_last_few_faster_publishes() -> None:
+    pace = _paced(((0.32, 4096),) * 2 + ((0.1, 4096),) * (REMEMBERED - 2))
     assert pace.s_per_trajectory() == pytest.approx(0.32 / 4096)
     pace.record(0.1, 4096)
     assert pace.s_per_trajectory() == pytest.approx(0.1 / 4096)
@@ -62,29 +94,32 @@ def test_a_slow_publish_is_forgotten_after_the_last_few_faster_ones() -> None:
 def test_a_small_publish_is_paced_as_the_floor_not_as_its_fixed_part_per_trajectory() -> None:
     """A 32-trajectory publish in 5 ms is no 0.16 ms per trajectory: read so, it would reserve ~1 s
     for the next 4,096-trajectory step."""
-    pace = PublishPace(((0.005, 32),))
+    pace = _paced(((0.005, 32),))
     assert pace.s_per_trajectory() == pytest.approx(0.005 / FLOOR_TRAJECTORIES)
-    assert (
-        pace.reserve_s(32) == pace.reserve_s(FLOOR_TRAJECTORIES) == pytest.approx(FIXED_S + HEADROOM * 0.005)
+    assert pace.need_s(32) == pace.need_s(FLOOR_TRAJECTORIES) == pytest.approx(HEADROOM * 0.005)
+    assert pace.need_s(4096) == pytest.approx(HEADROOM * 0.005 * 16)
+
+
+def test_the_plan_s_budget_is_capped_to_leave_the_handover_and_the_publish_of_its_size() -> None:
+    """1 s left; handovers of 4,096 measured at 0.04 s, publishes at 0.32 s: the plan gets
+    1 - 1.5 x 0.04 - (0.02 + 1.5 x 0.32) s, and the publish must find 0.02 + 1.5 x 0.32 s left."""
+    measured = PublishPace(_paced(((0.04, 4096),)), _paced(((0.32, 4096),)))
+    reserve = measured.reserve(4096)
+    assert reserve.publish_s == pytest.approx(FIXED_S + HEADROOM * 0.32)
+    assert Deadline(1.0, _at(0.0)).budget_s(60.0, reserve.cap_s) == pytest.approx(
+        1.0 - HEADROOM * 0.04 - FIXED_S - HEADROOM * 0.32
     )
-    assert pace.reserve_s(4096) == pytest.approx(FIXED_S + HEADROOM * 0.005 * 16)
-
-
-def test_the_plan_s_budget_is_capped_to_leave_the_reserve_of_its_size() -> None:
-    """1 s left, publishes of 4,096 measured at 0.32 s: the plan gets 1 - (0.02 + 1.5 x 0.32) s."""
-    reserve_s = PublishPace(((0.32, 4096),)).reserve_s(4096)
-    assert Deadline(1.0, _at(0.0)).budget_s(60.0, reserve_s) == pytest.approx(1.0 - FIXED_S - HEADROOM * 0.32)
-    with pytest.raises(DeadlineExceededError, match="leaves less than the 500 ms a publish of its size"):
-        Deadline(0.5, _at(0.0)).budget_s(60.0, reserve_s)
+    with pytest.raises(DeadlineExceededError, match="leaves less than the 560 ms a publish of its size"):
+        Deadline(0.5, _at(0.0)).budget_s(60.0, reserve.cap_s)
 
 
 def test_a_deadline_under_250_ms_plans_a_small_step_where_the_flat_reserve_refused_it() -> None:
-    """A 32-trajectory step with a 10 ms budget and 200 ms left keeps its budget (the prior reserves
-    ~51 ms for its publish)."""
-    reserve_s = PublishPace().reserve_s(32)
-    assert reserve_s < 0.06
-    assert Deadline(0.2, _at(0.0)).budget_s(0.01, reserve_s) == 0.01
-    assert Deadline(0.2, _at(0.0)).budget_s(60.0, reserve_s) == pytest.approx(0.2 - reserve_s)
+    """A 32-trajectory step with a 10 ms budget and 200 ms left keeps its budget (the priors reserve
+    ~55 ms for its handover and publish)."""
+    cap_s = PublishPace().reserve(32).cap_s
+    assert cap_s < 0.06
+    assert Deadline(0.2, _at(0.0)).budget_s(0.01, cap_s) == 0.01
+    assert Deadline(0.2, _at(0.0)).budget_s(60.0, cap_s) == pytest.approx(0.2 - cap_s)
 
 
 def test_the_publish_check_requires_the_reserve_left_not_merely_a_deadline_not_passed() -> None:
@@ -97,10 +132,11 @@ def test_the_publish_check_requires_the_reserve_left_not_merely_a_deadline_not_p
 def test_a_large_step_whose_publish_would_end_past_the_deadline_is_refused_before_it_plans(
     client: TestClient, redis_client: redis.Redis
 ) -> None:
-    """Publishes measured at 10 s per 256 trajectories: a 1,024-trajectory step needs 60 s after its
+    """Publishes measured at 10 s per 256 trajectories, handovers at none: a 1,024-trajectory step
+    needs 60 s after its
     plan, more than its 30 s deadline (the flat 0.25 s planned it and published it past the deadline);
     a 32-trajectory one needs 15.02 s and is planned in the 14.98 s left."""
-    _context(client).publish_pace.record(10.0, 256)
+    _measured(client, handover_s=0.0, publish_s=10.0)
     before = redis_snapshot(redis_client)
     large = client.post("/schedule", json=batch_body(prompts=32, n=32), headers={HEADER: "30000"})
     assert (large.status_code, large.json()["field"]) == (504, HEADER)
@@ -116,8 +152,8 @@ def test_a_plan_reaching_its_publish_with_less_than_its_reserve_left_is_refused(
 ) -> None:
     """Held after its plan until less than its 1.52 s reserve is left (a state, not a guess at the
     host's speed): the publish would end past the deadline, so it is not begun."""
-    _context(client).publish_pace.record(1.0, 256)
-    reserve_s = _context(client).publish_pace.reserve_s(32)
+    _measured(client, handover_s=0.0, publish_s=1.0)
+    reserve_s = _context(client).publish_pace.reserve(32).publish_s
     given: list[Deadline] = []
     of, respond = deadline.of, stages.respond
 
@@ -139,11 +175,25 @@ def test_a_plan_reaching_its_publish_with_less_than_its_reserve_left_is_refused(
     assert redis_snapshot(redis_client) == before
 
 
-def test_each_published_step_records_its_publish_pace_and_nothing_else_does(client: TestClient) -> None:
+def test_each_published_step_records_its_paces_and_nothing_else_does(client: TestClient) -> None:
     pace = _context(client).publish_pace
-    assert pace.paces() == ()
+    assert (pace.handover.paces(), pace.publish.paces()) == ((), ())
     assert client.post("/schedule", json=batch_body()).status_code == 200
-    assert len(pace.paces()) == 1
+    assert (len(pace.handover.paces()), len(pace.publish.paces())) == (1, 1)
     assert client.post("/schedule", json=batch_body(publish=False)).status_code == 200
     assert client.post("/schedule", json=batch_body(), headers={HEADER: "0"}).status_code == 504
-    assert len(pace.paces()) == 1
+    assert (len(pace.handover.paces()), len(pace.publish.paces())) == (1, 1)
+
+
+def test_the_handover_counts_the_planner_s_overrun_and_from_a_plan_s_early_end() -> None:
+    """Budget 0.1 s from 0: a plan ending at 0.5 hands over at 0.6 (0.5 s, the overrun included);
+    one ending at 0.05 hands over at 0.08 (0.03 s). The publishes take 0.3 s and 0.02 s."""
+    pace = PublishPace()
+    for planned, publishing, published in ((0.5, 0.6, 0.9), (0.05, 0.08, 0.1)):
+        reserve = pace.reserve(1024, iter((0.0, planned, publishing, published)).__next__)
+        with reserve.planning(0.1):
+            pass
+        with reserve.publishing():
+            pass
+    assert pace.handover.paces() == pytest.approx((0.5 / 1024, 0.03 / 1024))
+    assert pace.publish.paces() == pytest.approx((0.3 / 1024, 0.02 / 1024))
