@@ -29,6 +29,7 @@ from predictors.store import ModelStore
 from scheduler.errors import InvalidInputError
 from service.delivery.views import DeliveryViews
 from service.learning.actuals import ActualsLog
+from service.learning.heap import release_freed_heap
 from service.learning.step_over import LastStep, StepReports, over
 from service.problems.table import ModelStoreError
 
@@ -179,6 +180,7 @@ class ModelService:
         if now - self._checked_at >= RELOAD_EVERY_S:
             self._checked_at = now
             if self._reload():
+                release_freed_heap()  # the boosters swapped out
                 _log.info("hot-reloaded model", extra={"model_version": self.version})
 
     def _reload(self) -> bool:
@@ -237,6 +239,7 @@ class ModelService:
                 self._kept_if_fenced(version, fence)
             self.predictor.use_model(model, version, self.store.stamp(version))
         self._prune()
+        release_freed_heap()  # the fit's native buffers and the old boosters, freed by now
         took = time.perf_counter() - started
         _log.info("retrained", extra={"model_version": f"v{version}", "rows": len(history), "seconds": took})
         return Retrained(version, len(history), took)
