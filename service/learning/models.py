@@ -224,9 +224,11 @@ class ModelService:
         are not in the model, and counting them made ``history_rows`` name rows it never saw."""
         started = time.perf_counter()
         self.sync()
-        with self._sync_lock:  # before the snapshot: it holds at least the actuals judged over
+        # One snapshot of both, under the lock every fold takes: a step's first actuals folded between
+        # the two made the history's newest step not the reports', and a step in flight was fitted whole
+        with self._sync_lock:
             last = self._reports.last()
-        history = self.predictor.history.trace  # one snapshot: actuals landing meanwhile are not fitted
+            history = self.predictor.history.trace  # actuals landing meanwhile are not fitted
         if len(history) == 0:
             raise InvalidInputError("history", 0, "no actuals have been reported yet")
         history = complete_steps(history, self._open_step(history.step, planned_step, last))
@@ -256,7 +258,7 @@ class ModelService:
         newest = int(steps.max())
         if planned is None:
             named = last.step == newest and bool(last.covered)
-            return newest if named and self.delivery is not None and not self._over(last, newest) else None
+            return newest if named and not self._over(last, newest) else None
         if planned_step is None and planned <= newest and self._over(last, newest):
             return None
         return max(planned, newest)
