@@ -65,6 +65,24 @@ redis.call('SADD', KEYS[1], ARGV[1])
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 """
 
+# A request of a step that will publish, from its validation until it ends (``keys.step_planning``):
+# KEYS[1] the zset; ARGV the member and its life (ms). Scored by a deadline in Redis's clock, so every
+# replica reads entries alike; entries past theirs (a replica that died mid-request) are pruned, and
+# the key lives as long as its latest entry. One key: any slot of a cluster.
+_PLANNING = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+"""
+
+# How many entries of ``keys.step_planning`` (KEYS[1]) are not past their deadline (read-only).
+PLANNING_NOW = """
+local t = redis.call('TIME')
+return redis.call('ZCOUNT', KEYS[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), '+inf')
+"""
+
 
 class DeliveryIndexes(DeliveryViews):
     """The active index and the worker inboxes of one deployment; ``Delivery`` adds the atomic steps."""
@@ -93,6 +111,19 @@ class DeliveryIndexes(DeliveryViews):
         pipe = self.client.pipeline(transaction=False)  # typed ``execute_command``, as ``_announce``'s
         pipe.execute_command("EVAL", _STEP, 1, key, schedule_id, retention_s * 1000)
         pipe.execute()
+
+    def enter_planning(self, step: int, member: str, life_ms: int) -> None:
+        """Record a request of ``step`` that will publish, for ``life_ms`` at most
+        (``keys.step_planning``): a part of the step not yet in its set nor the active index, which
+        an asked-for retrain must take for not over. One round trip, any slot."""
+        key = keyspace.step_planning(step, self.prefix)
+        pipe = self.client.pipeline(transaction=False)  # typed ``execute_command``, as ``enter_step``'s
+        pipe.execute_command("EVAL", _PLANNING, 1, key, member, life_ms)
+        pipe.execute()
+
+    def leave_planning(self, step: int, member: str) -> None:
+        """Take back ``enter_planning``'s entry (the key goes with its last entry). One round trip."""
+        self.client.zrem(keyspace.step_planning(step, self.prefix), member)
 
     def _announce(self, schedule_id: str, workers: Sequence[str], retention_s: int) -> None:
         """Index the schedule for reapers and each worker's inbox (single-key commands: any slot).

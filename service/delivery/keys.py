@@ -106,6 +106,9 @@ key                                           type     contents; time-to-live
                                                        lock (a counter); no TTL
 ``<prefix>:step:<step>``                      set      ids of the schedules of that step, each added once
                                                        published; TTL the retention, renewed by each publish
+``<prefix>:step:<step>:planning``             zset     ``<schedule_id> <request id>`` -> deadline (Redis
+                                                       ms) of a publishing request of that step, from its
+                                                       validation until it ends; TTL the latest deadline
 ============================================  =======  =====================================================
 """
 
@@ -398,3 +401,10 @@ def retrain_fence(prefix: str = DEFAULT_PREFIX) -> str:
 def step_schedules(step: int | str, prefix: str = DEFAULT_PREFIX) -> str:
     """Set: the schedules published for ``step``, every part an asked-for retrain must see over."""
     return f"{prefix}:step:{step}"
+
+
+def step_planning(step: int | str, prefix: str = DEFAULT_PREFIX) -> str:
+    """Zset: the requests of ``step`` that will publish, validated and not ended yet (member
+    ``<schedule_id> <request id>``, score its deadline in Redis's clock): parts an asked-for retrain
+    cannot see in ``step_schedules`` or the active index yet (``service.pipeline.step_part``)."""
+    return f"{prefix}:step:{step}:planning"

@@ -25,7 +25,13 @@ the step, its delivery keys say whether it is over. The history's last step is o
    an unsettled part not in the set: one an older release published, one the moment between its
    publish and its entry, and one whose entry Redis failed after the publish (a warning: the step
    was out, ``service.pipeline.served.after_publish``). Such a part that settles before any of its
-   actuals arrive is missed.
+   actuals arrive is missed;
+4. no request of the step that will publish is between its validation and its end
+   (``keys.step_planning``, ``service.pipeline.step_part``): a part waiting for a plan slot,
+   predicting or planning is in neither index yet, and one asked then published after the step
+   was fitted. An entry past its deadline (a replica that died mid-request) is none. Still unseen:
+   a request not yet validated (waiting for a planning thread), and one whose entry Redis failed
+   to write (a warning); a part asked for after the retrain read is a part the retrain cannot know.
 
 Otherwise the step is left out, as before. Replicas agree: the reads are Redis's, and every replica
 folds the same actuals stream. The automatic retrain does not ask: it runs at its own step's first plan,
@@ -45,6 +51,7 @@ from scheduler.trace import TraceRow
 from scheduler.types import trajectory_key
 from service.client.actuals import says_length
 from service.delivery import keys as keyspace
+from service.delivery.indexes import PLANNING_NOW
 from service.delivery.views import DeliveryViews, text
 
 # ``P:st`` states (``keys.py``): done, and the two ends with no result, dead-lettered and cancelled
@@ -113,7 +120,9 @@ def over(last: LastStep, step: int, delivery: DeliveryViews) -> bool:
     only where a done trajectory is not reported."""
     if last.step != step or last.unnamed or not last.covered:
         return False
-    active, parts = _indexed(delivery, step)
+    active, parts, planning = _indexed(delivery, step)
+    if planning:
+        return False  # a request of this step validated and not ended: a part that may publish yet
     if any(schedule not in last.named for schedule in active):
         return False  # an unsettled schedule that reported nothing yet: maybe a part of this step
     schedules = sorted(parts | last.covered.keys())
@@ -139,13 +148,15 @@ def over(last: LastStep, step: int, delivery: DeliveryViews) -> bool:
     return all(_said_nothing(delivery, schedule, left) for schedule, left in unreported.items())
 
 
-def _indexed(delivery: DeliveryViews, step: int) -> tuple[list[str], set[str]]:
-    """The unsettled schedules (the active index) and those the step's set lists: one round trip."""
+def _indexed(delivery: DeliveryViews, step: int) -> tuple[list[str], set[str], int]:
+    """The unsettled schedules (the active index), those the step's set lists, and how many of the
+    step's requests are planning (before their deadline): one round trip."""
     pipe = delivery.client.pipeline(transaction=False)
     pipe.zrange(keyspace.active_index(delivery.prefix), 0, -1)
     pipe.smembers(keyspace.step_schedules(step, delivery.prefix))
-    active, parts = pipe.execute()
-    return [text(schedule) for schedule in active], {text(schedule) for schedule in parts}
+    pipe.execute_command("EVAL", PLANNING_NOW, 1, keyspace.step_planning(step, delivery.prefix))
+    active, parts, planning = pipe.execute()
+    return [text(schedule) for schedule in active], {text(schedule) for schedule in parts}, int(planning)
 
 
 def _unreported(states: dict[object, object], reported: frozenset[str]) -> set[str] | None:

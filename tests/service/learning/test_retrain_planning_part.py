@@ -1,0 +1,130 @@
+"""An asked-for retrain sees a part of the step still planning: a ``POST /schedule`` that will publish
+is among its step's planning entries (``keys.step_planning``) from its validation until it ends,
+whatever it answers, on the real embedded valkey (``service.pipeline.step_part``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from scheduler.errors import InvalidInputError
+from service.delivery import Delivery
+from service.delivery import keys as keyspace
+from service.pipeline import stages
+from tests.service.api_helpers import batch_body
+from tests.service.learning.test_retrain_settled_step import (
+    _prompts_from,
+    _ran_and_reported,
+    _retrained_steps,
+)
+
+PLANNING = keyspace.step_planning(2)
+
+
+def _second_part(**extra: Any) -> dict[str, Any]:
+    """Step 2's second part (4 prompts x 4, numbered after the first part's 8)."""
+    return batch_body(prompts=4, step=2, **extra) | {"batch": _prompts_from(8, 4)}
+
+
+def _while_planning(monkeypatch: pytest.MonkeyPatch, during: Callable[[], None]) -> None:
+    """Run ``during`` as the request plans (inside ``stages._plans``), then plan."""
+    original = stages._plans
+
+    def planning(*args: Any, **kwargs: Any) -> Any:
+        during()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(stages, "_plans", planning)
+
+
+@pytest.mark.parametrize("chosen", [{"schedule_id": "step-2b"}, {}], ids=["chosen-id", "drawn-id"])
+def test_a_retrain_asked_while_a_second_part_plans_leaves_the_step_out(
+    client: TestClient,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    chosen: dict[str, str],
+) -> None:
+    """Step 2's first part run and reported (over alone); its second part is planning when a retrain
+    is asked, and publishes after it: the step is left out, where it was fitted on the first part."""
+    _ran_and_reported(client, redis_client, "step-2a")
+    planning, release = threading.Event(), threading.Event()
+
+    def held() -> None:
+        planning.set()
+        release.wait(30)
+
+    _while_planning(monkeypatch, held)
+    answers: list[int] = []
+    body = _second_part(**chosen)
+    thread = threading.Thread(target=lambda: answers.append(client.post("/schedule", json=body).status_code))
+    thread.start()
+    assert planning.wait(30)
+    fitted = _retrained_steps(client, tmp_path)
+    release.set()
+    thread.join(30)
+    assert answers == [200]
+    assert fitted == [0, 1]
+    assert not redis_client.exists(PLANNING)  # taken back once published
+
+
+def test_a_refused_request_takes_its_planning_entry_back(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[int] = []
+
+    def refused() -> None:
+        seen.append(redis_client.zcard(PLANNING))
+        raise InvalidInputError("batch", 0, "refused while planning")
+
+    _while_planning(monkeypatch, refused)
+    assert client.post("/schedule", json=_second_part(schedule_id="step-2b")).status_code == 422
+    assert seen == [1]
+    assert not redis_client.exists(PLANNING)
+
+
+def test_a_request_that_lost_its_id_s_race_leaves_the_step_s_keys_as_it_found_them(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another request publishes ``step-2b`` while this one plans it: this one answers the winner's
+    plan, and its own entry goes, the step's set holding the winner's id once."""
+    body = _second_part(schedule_id="step-2b")
+    won: list[int] = []
+
+    def another_publishes_first() -> None:
+        if not won:
+            won.append(1)
+            assert client.post("/schedule", json=body).status_code == 200
+            assert redis_client.zcard(PLANNING) == 1  # the winner's taken back, the loser's left
+
+    _while_planning(monkeypatch, another_publishes_first)
+    assert client.post("/schedule", json=body).status_code == 200
+    assert not redis_client.exists(PLANNING)
+    assert redis_client.smembers(keyspace.step_schedules(2)) == {"step-2b"}
+
+
+def test_a_dry_run_writes_no_planning_entry(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[int] = []
+    _while_planning(monkeypatch, lambda: seen.append(redis_client.zcard(PLANNING)))
+    assert client.post("/schedule", json=_second_part(publish=False)).status_code == 200
+    assert seen == [0]
+
+
+def test_an_entry_past_its_deadline_is_no_part(
+    client: TestClient, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """A replica that died planning a part leaves its entry: once past its deadline, the step is over
+    again (before it, the entry keeps it out, as a live request's)."""
+    _ran_and_reported(client, redis_client, "step-2a")
+    Delivery(redis_client).enter_planning(2, "step-2b dead", 1)
+    time.sleep(0.05)
+    assert _retrained_steps(client, tmp_path) == [0, 1, 2]
