@@ -136,32 +136,23 @@ RETRAIN_LOCK_TTL_S = 60  # the retrain lock's life, renewed every third of it wh
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "q", "r", "d", "f", "c"
 # Fields of ``P:meta`` that ``lua/cancel.lua`` writes (when, lease clock ms; queued and running ended).
 CANCELLED_AT, CANCELLED_QUEUED, CANCELLED_RUNNING = "cancelled_ms", "cancelled_queued", "cancelled_running"
-# field of ``P:meta``: the publishing request's work digest (service/pipeline/republish.py)
-REQUEST_DIGEST = "request"
+REQUEST_DIGEST = "request"  # ``P:meta``: the publishing request's work digest (pipeline/republish.py)
 # Fields of ``P:meta`` that ``lua/publish.lua`` writes: when (lease clock, ms), what the plan predicts.
 PUBLISHED_AT, PREDICTED_MAKESPAN, PLANNED_FINISH = "published_ms", "makespan_s", "planned_finish"
-# Field of ``P:meta`` that ``service/speeds/learner.py`` writes after the publish: worker -> the
-# fingerprint of the profile the schedule planned it with.
-PLANNED_PROFILES = "profiles"
-# Field of ``P:meta`` that ``lua/publish.lua`` writes: "1" when sidecars admit by projected KV peak
-# (the plan's ``kv_admission``): read by progress, and by the speed learner (nothing waited in the engine).
-KV_ADMISSION = "kv_admission"
-# Field of ``P:meta`` that ``lua/publish.lua`` writes when the request drained workers: their ids, a
-# JSON list (absent: none drained). Claims, steals and a failed item's retry hand them nothing.
-DRAINED = "drained"
-# Field of ``P:meta`` that ``lua/publish.lua`` writes: the engine whose rules the plan was made for
+PLANNED_PROFILES = "profiles"  # ``P:meta``, speeds/learner.py's after a publish: worker -> profile planned
+# Fields of ``P:meta`` that ``lua/publish.lua`` writes. KV_ADMISSION: "1" when sidecars admit by projected
+# KV peak (the plan's ``kv_admission``), read by progress and the speed learner (nothing waited in the
+# engine). DRAINED: the drained workers' ids, a JSON list (absent: none); claims, steals and a failed
+# item's retry hand them nothing. ENGINE: the engine whose rules the plan was made for
 # (``scheduler.sim_rules``), read by the speed learner (a KV-starved batch is priced by them) and by
-# progress. Absent on schedules an older release published: its default engine, progress None.
-ENGINE = "engine"
+# progress; absent on schedules an older release published: its default engine, progress None.
+KV_ADMISSION, DRAINED, ENGINE = "kv_admission", "drained", "engine"
 
 
 def count_field(state: str, worker_id: str) -> str:
-    """The ``P:counts`` field of one worker's counter in ``state`` (``QUEUED`` ... ``FAILED``).
-
-    Built here so Python readers spell it as the Lua writers do: ``count`` in ``lua/common.lua``,
-    the initial counts in ``lua/publish.lua`` and the stall check in ``lua/steal.lua`` all write
-    ``state .. ':' .. worker``; change one, change all.
-    """
+    """The ``P:counts`` field of one worker's counter in ``state`` (``QUEUED`` ... ``FAILED``), spelled
+    as the Lua writers do (``count`` in ``lua/common.lua``, ``lua/publish.lua``'s initial counts,
+    ``lua/steal.lua``'s stall check: ``state .. ':' .. worker``); change one, change all."""
     return f"{state}:{worker_id}"
 
 
@@ -404,7 +395,6 @@ def step_schedules(step: int | str, prefix: str = DEFAULT_PREFIX) -> str:
 
 
 def step_planning(step: int | str, prefix: str = DEFAULT_PREFIX) -> str:
-    """Zset: the requests of ``step`` that will publish, validated and not ended yet (member
-    ``<schedule_id> <request id>``, score its deadline in Redis's clock): parts an asked-for retrain
-    cannot see in ``step_schedules`` or the active index yet (``service.pipeline.step_part``)."""
+    """Zset: ``step``'s requests that will publish, validated and not ended (``<schedule_id> <request id>``
+    -> deadline, Redis's clock): parts not yet in ``step_schedules`` or the active index (``step_part``)."""
     return f"{prefix}:step:{step}:planning"

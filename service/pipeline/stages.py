@@ -3,15 +3,14 @@
 Each stage is one function below, in the order a request meets them (``publish``'s workings are
 ``service/pipeline/publish.py``), and each but ``respond`` is timed. The answer is built before the
 publish, which stores it with the schedule for a retry of a caller-chosen ``schedule_id`` to replay
-(``republish``). Nothing is written to Redis before the plan exists but the in-flight mark of a
-caller-chosen id, which the route takes before it runs these (``in_flight``), and the request's entry
-among its step's planning ones (``step_part``), each taken back on a refusal, so a request rejected
-at any stage changes no state (a retried ``schedule_id`` found
-stored is announced again and answered its first plan, ``replay``: a repair of that step's indexes,
-not a new write). Once the step is out, the bookkeeping that follows (``served.after_publish``)
-cannot turn its answer into an error that a trainer would retry. Next to the requested policy we
-plan the same batch with ``round_robin`` (the length-blind equal split RL trainers use today) so
-every response says what the plan is worth.
+(``republish``). Nothing is written to Redis before the plan exists but the in-flight mark of a caller-
+chosen id, which the route takes before it runs these (``in_flight``), and the request's entry among
+its step's planning ones (``step_part``), each taken back on a refusal, so a request rejected at any
+stage changes no state (a retried ``schedule_id`` found stored is announced again and answered its
+first plan, ``replay``: a repair of that step's indexes, not a new write). Once the step is out, the
+bookkeeping that follows (``served.after_publish``) cannot turn its answer into an error that a trainer
+would retry. Next to the requested policy we plan the same batch with ``round_robin`` (the length-blind
+equal split RL trainers use today) so every response says what the plan is worth.
 """
 
 from __future__ import annotations
@@ -172,19 +171,15 @@ def _serve_valid(
     size needs left: ``publish_pace``), and it caps the plan's budget after the predictions to leave
     that and the handover to the publish (504 past it). Both are timed for the next request's reserve.
 
-    The cycle collector is held throughout, as the planner already holds it for its own stages
-    (``scheduler.gcpause``): predicting, publishing and answering build a few objects per
-    trajectory (trajectories, delivery items, their JSON, the response's items), none in a cycle,
-    and the collections they set off scanned the request's live objects again and again: per
-    1,024-trajectory request ~8 young and ~1 middle collection, and a full one every ~10 requests,
-    ~6 ms of its CPU on the slow host (the full ones also add a spike to the tail).
+    The cycle collector is held throughout, as the planner holds it for its own stages
+    (``scheduler.gcpause``): predicting, publishing and answering build a few objects per trajectory, none
+    in a cycle, and the collections they set off rescanned the request's live objects: per
+    1,024-trajectory request ~8 young and ~1 middle collection, and a full one every ~10 requests, ~6 ms
+    of its CPU on the slow host (the full ones also add a spike to the tail).
     """
     started, deadline = times
-    with (
-        step_part.planning(ctx, body, schedule_id, deadline.capped_s(checked.time_budget_s)),
-        ctx.plan_slots.hold(started, deadline) as waited_s,
-        collector_paused(),
-    ):
+    entry = step_part.planning(ctx, body, schedule_id, deadline.capped_s(checked.time_budget_s))
+    with entry, ctx.plan_slots.hold(started, deadline) as waited_s, collector_paused():
         clock.spent["queue"] += waited_s * 1000.0  # and for a plan slot
         deadline.check("it was predicted")
         with clock.stage("predict"):
