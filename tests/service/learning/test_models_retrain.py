@@ -17,8 +17,7 @@ from service.delivery import keys
 from service.learning.models import Retrained
 from service.settings import Settings
 from tests.service.api_helpers import AppFactory, actual_history, actual_report, batch_body
-
-RELOAD_TEST_S = 0.2  # the store check interval the reload tests run with (production: 1 s)
+from tests.service.learning.reload_helpers import RELOAD_TEST_S, retrained_beside_a_serving_replica
 
 
 def test_retrain_stores_a_version_and_later_plans_use_it(client: TestClient) -> None:
@@ -169,13 +168,7 @@ def test_a_running_replica_picks_up_a_version_another_replica_trained(
 ) -> None:
     import time
 
-    from service.learning import models
-
-    monkeypatch.setattr(models, "RELOAD_EVERY_S", RELOAD_TEST_S)  # the wait, not its length, is tested
-    trainer_side, other = make_client(), make_client()
-    other.post("/schedule", json=batch_body(publish=False))  # serving the fallback, store checked
-    trainer_side.post("/actuals", json={"actuals": actual_history(steps=2)})
-    assert trainer_side.post("/models/retrain").json()["version"] == "v1"
+    _, other = retrained_beside_a_serving_replica(make_client, monkeypatch)
     time.sleep(RELOAD_TEST_S + 0.1)
     answer = other.post("/schedule", json=batch_body(step=2, publish=False)).json()
     assert answer["model_version"] == "v1"

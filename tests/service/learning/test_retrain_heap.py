@@ -15,8 +15,7 @@ from fastapi.testclient import TestClient
 
 from service.learning import heap, models
 from tests.service.api_helpers import AppFactory, actual_history, batch_body
-
-RELOAD_TEST_S = 0.2  # the store check interval the reload test runs with (production: 1 s)
+from tests.service.learning.reload_helpers import RELOAD_TEST_S, retrained_beside_a_serving_replica
 
 
 def _versions_trimmed_at(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -44,11 +43,7 @@ def test_a_retrain_releases_the_freed_heap_once_its_version_serves(
 def test_a_hot_reload_releases_the_heap_of_the_boosters_it_swapped_out(
     make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(models, "RELOAD_EVERY_S", RELOAD_TEST_S)  # the wait, not its length, is tested
-    trainer_side, other = make_client(), make_client()
-    other.post("/schedule", json=batch_body(publish=False))  # serving the fallback, store checked
-    trainer_side.post("/actuals", json={"actuals": actual_history(steps=2)})
-    assert trainer_side.post("/models/retrain").json()["version"] == "v1"
+    _, other = retrained_beside_a_serving_replica(make_client, monkeypatch)
     trimmed = _versions_trimmed_at(other, monkeypatch)  # the trainer's own release is not counted
     time.sleep(RELOAD_TEST_S + 0.1)
     assert other.post("/schedule", json=batch_body(step=2, publish=False)).json()["model_version"] == "v1"
