@@ -69,11 +69,7 @@ def test_a_completion_redis_never_answered_is_sent_again_at_the_next_heartbeat_a
         unanswered = [len(session.holdings), len(session.resends), _ended(session.stats)]
         await session.heartbeat()  # Redis still down: kept for the next one
         delivery.out.clear()
-        while lapses and delivery.progress("s").running:  # its lease lapses unheartbeated and is reaped
-            delivery.reap("s")
-            await asyncio.sleep(0.05)
-        await session.heartbeat()
-        return [*unanswered, len(session.resends)]
+        return [*unanswered, await _beat_once_redis_is_back(session, delivery, lapses)]
 
     assert asyncio.run(run()) == [0, 1, {}, 0]
     assert _ended(session.stats) == AFTER_THE_OUTAGE[(lands, lapses)]
@@ -158,11 +154,7 @@ def test_a_failure_report_redis_never_answered_is_sent_again_at_the_next_heartbe
     async def run() -> list[Any]:
         await claim_fail_unanswered(session, delivery)
         unanswered = [len(session.holdings), len(session.resends), _ended(session.stats)]
-        while lapses and delivery.progress("s").running:  # its lease lapses unheartbeated and is reaped
-            delivery.reap("s")
-            await asyncio.sleep(0.05)
-        await session.heartbeat()
-        return [*unanswered, len(session.resends)]
+        return [*unanswered, await _beat_once_redis_is_back(session, delivery, lapses)]
 
     assert asyncio.run(run()) == [0, 1, {}, 0]
     assert (session.stats.claimed, _ended(session.stats)) == (1, FAILURE_AFTER_THE_OUTAGE[(lands, lapses)])
@@ -241,3 +233,13 @@ def test_against_the_release_befores_failure_script_a_resent_failure_still_ends_
     assert (session.stats.claimed, _ended(session.stats), len(session.resends)) == (1, {"stale": 1}, 0)
     (again,) = delivery.claim("s", "w0", 1)
     assert again.attempt == 2
+
+
+async def _beat_once_redis_is_back(session: WorkerSession, delivery: UnansweredReports, lapses: bool) -> int:
+    """After an outage of unanswered reports: the lease left to lapse unheartbeated and be reaped
+    (``lapses``), then one heartbeat, which sends what was kept; what is kept after it."""
+    while lapses and delivery.progress("s").running:
+        delivery.reap("s")
+        await asyncio.sleep(0.05)
+    await session.heartbeat()
+    return len(session.resends)
