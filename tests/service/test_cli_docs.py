@@ -1,13 +1,32 @@
 """The docs and the command line agree: every command line the docs show parses as far as its flags
-go, and every command and option the CLI has appears in some command line of the docs."""
+go, and every command and option the CLI has appears in some command line of the docs. A command
+quoted in prose without the program's name (README's ``bench service --url``) is one of those lines."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import typer
 
-from tests.service.cli_docs import HELP, command_lines, command_tree, doc_files, flags, resolve
+from tests.service.cli_docs import (
+    HELP,
+    ROOT,
+    CommandLine,
+    command_lines,
+    command_tree,
+    doc_files,
+    flags,
+    resolve,
+    top_commands,
+)
 
 Tree = dict[tuple[str, ...], list[frozenset[str]]]
+
+
+def _doc_lines(tree: Tree) -> Iterator[CommandLine]:
+    """Every command line of every doc, a bare one in prose (``trace push --retrain``) included."""
+    for doc in doc_files():
+        yield from command_lines(doc, top_commands(tree))
 
 
 def _subcommands(tree: Tree, path: tuple[str, ...]) -> list[str]:
@@ -17,40 +36,35 @@ def _subcommands(tree: Tree, path: tuple[str, ...]) -> list[str]:
 def _shown(tree: Tree) -> dict[tuple[str, ...], set[str]]:
     """Each command path -> every flag some doc shows in a command line of it."""
     shown: dict[tuple[str, ...], set[str]] = {path: set() for path in tree}
-    for doc in doc_files():
-        for line in command_lines(doc):
-            shown[resolve(line.words, tree)].update(flags(line.words))
+    for line in _doc_lines(tree):
+        shown[resolve(line.words, tree)].update(flags(line.words))
     return shown
 
 
 def test_every_flag_a_doc_shows_for_a_command_is_one_that_command_takes(cli: typer.Typer) -> None:
     tree = command_tree(cli)
     wrong = []
-    for doc in doc_files():
-        for line in command_lines(doc):
-            path = resolve(line.words, tree)
-            taken = {HELP}.union(*tree[path])
-            wrong += [
-                f"{line.where}: {' '.join(path)} {flag}" for flag in flags(line.words) if flag not in taken
-            ]
+    for line in _doc_lines(tree):
+        path = resolve(line.words, tree)
+        taken = {HELP}.union(*tree[path])
+        wrong += [f"{line.where}: {' '.join(path)} {flag}" for flag in flags(line.words) if flag not in taken]
     assert wrong == []
 
 
 def test_every_command_word_a_doc_shows_names_a_command(cli: typer.Typer) -> None:
     tree = command_tree(cli)
     wrong = []
-    for doc in doc_files():
-        for line in command_lines(doc):
-            path = resolve(line.words, tree)
-            rest = line.words[len(path) :]
-            if _subcommands(tree, path) and rest and rest[0] != "..." and not rest[0].startswith("-"):
-                wrong.append(f"{line.where}: {' '.join((*path, rest[0]))}")
+    for line in _doc_lines(tree):
+        path = resolve(line.words, tree)
+        rest = line.words[len(path) :]
+        if _subcommands(tree, path) and rest and rest[0] != "..." and not rest[0].startswith("-"):
+            wrong.append(f"{line.where}: {' '.join((*path, rest[0]))}")
     assert wrong == []
 
 
 def test_every_command_appears_in_a_command_line_of_the_docs(cli: typer.Typer) -> None:
     tree = command_tree(cli)
-    named = {resolve(line.words, tree) for doc in doc_files() for line in command_lines(doc)}
+    named = {resolve(line.words, tree) for line in _doc_lines(tree)}
     assert [" ".join(path) for path in tree if path not in named and not _subcommands(tree, path)] == []
 
 
@@ -65,3 +79,20 @@ def test_every_option_of_every_command_appears_in_a_command_line_of_it(cli: type
         if not option & shown[path]
     ]
     assert missing == []
+
+
+def test_a_command_quoted_without_the_program_name_is_read_as_a_command_line(cli: typer.Typer) -> None:
+    """README names the clients of a running service as `bench service --url` and `trace push`, and
+    predictors.md names `predictor eval`: those words are held to the CLI like any other line."""
+    tree = command_tree(cli)
+    read = {line.words for line in _doc_lines(tree)}
+    assert {("bench", "service", "--url"), ("trace", "push"), ("predictor", "eval")} <= read
+
+
+def test_a_lone_command_name_in_prose_is_a_word_not_a_command_line(cli: typer.Typer) -> None:
+    """`serve` alone (README: "`serve` reads `REDIS_URL` too") names the command in a sentence: read
+    as a command line, any mention would count as showing the command."""
+    tree = command_tree(cli)
+    readme = ROOT.joinpath("README.md").read_text().splitlines()
+    number = next(n for n, text in enumerate(readme, 1) if "`serve` reads `REDIS_URL` too" in text)
+    assert [line for line in _doc_lines(tree) if line.where == f"README.md:{number}"] == []

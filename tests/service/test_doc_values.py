@@ -18,7 +18,7 @@ from typer.core import TyperGroup
 
 from service.problems.table import PROBLEMS
 from service.settings import Settings
-from tests.service.cli_docs import command_lines, command_tree, doc_files, resolve
+from tests.service.cli_docs import command_lines, command_tree, doc_files, resolve, top_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 _ROW = re.compile(r"^\| (`(?:ROLLOUT_|REDIS_)[^|]*?) \| ([^|]*?) \|", re.MULTILINE)
@@ -100,7 +100,7 @@ def test_every_value_a_synopsis_shows_in_brackets_is_that_option_default(cli: ty
     defaults = _option_defaults(cli)
     checked, wrong = 0, []
     for doc in doc_files():
-        for line in command_lines(doc):
+        for line in command_lines(doc, top_commands(tree)):
             path = resolve(line.words, tree)
             for flag, written in bracket_claims(" ".join(line.words)):
                 default = defaults[path].get(flag)
