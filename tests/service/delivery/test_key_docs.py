@@ -67,3 +67,17 @@ def test_the_delivery_doc_shows_the_protocols_keys_and_the_api_doc_the_services(
         key.replace(SCHEDULE, "sid") for key in _docstring_keys(protocol)
     }
     assert _markdown_keys("api.md") == _docstring_keys(fleet)
+
+
+_COUNTED = re.compile(r"keeps fleet-wide state in (\w+) keys and (\w+) per step")
+_NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
+
+
+def test_the_api_doc_counts_the_fleet_wide_keys_its_table_shows() -> None:
+    """ "eight keys and one per step" read one per step after round 46 added a step's planning zset
+    beside its set: the prose's counts are the table's, keys of a step (``<step>``) apart."""
+    text = (ROOT / "docs" / "api.md").read_text()
+    (counts,) = _COUNTED.findall(text)
+    fleet = _markdown_keys("api.md")
+    per_step = {key for key in fleet if STEP in key}
+    assert tuple(_NUMBERS[word] for word in counts) == (len(fleet - per_step), len(per_step))
