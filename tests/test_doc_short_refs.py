@@ -1,0 +1,103 @@
+"""Every ``module.name`` the user-facing docs give in backticks names something that module defines.
+
+The docs often name code by its module's file name alone (`bandcover._clamped`, `key_prefix.check_prefix`,
+`resends.fail_again`), a method by its module rather than its class. tests/test_doc_references.py reads
+only package-qualified names (``service.delivery.keys``) and paths, so these went unchecked: round 46
+moved ``_clamped`` from ``levels`` to ``bandcover`` and ``check_prefix`` from ``keys`` to ``key_prefix``,
+and solver.md and delivery.md named the old homes until the docs were brought along by hand.
+
+A span counts as such a name where its first part is the file name of a module of ours and what
+follows is not a file's extension (`store.py`, `tokenizer.json`); the name holds where one of those
+modules defines its first part (a function, class or assignment) at its top level or in a class.
+docs/experiments.md is left out: a dated log, which names the code as it was then.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from functools import cache
+from pathlib import Path
+
+from tests.doc_refs import PACKAGES, ROOT, doc_files
+
+_FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+_SPAN = re.compile(r"`([^`\n]+)`")
+_SHORT = re.compile(r"^([a-z_][a-z0-9_]*)\.([A-Za-z_]\w*)(?:\.\w+)*(?:\(\))?$")
+_EXTENSIONS = frozenset({"py", "json", "model", "md", "csv", "yaml", "txt", "lua", "sh", "toml", "gz"})
+LOGS = frozenset({"docs/experiments.md"})
+# First parts that name an API body's or an answer's fields, not our modules of the same file name,
+# each with why. Keep it short.
+NOT_MODULES: dict[str, str] = {
+    "sampling": "a request's `sampling.n`, `sampling.extra`: fields of the POST /schedule body",
+    "batch": "`batch.items`: the POST /schedule body's list of prompts",
+    "progress": "`progress.cancelled`: a field of the client's StepResults.progress",
+}
+
+
+@cache
+def _modules() -> dict[str, list[Path]]:
+    """File name (no suffix) -> every module of the packages with that name."""
+    found: dict[str, list[Path]] = defaultdict(list)
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if path.name != "__init__.py":
+                found[path.stem].append(path)
+    return found
+
+
+@cache
+def _defined(path: Path) -> frozenset[str]:
+    """The names ``path`` defines at its top level and in the bodies of its classes."""
+    tree = ast.parse(path.read_text())
+    bodies = [tree.body, *(node.body for node in ast.walk(tree) if isinstance(node, ast.ClassDef))]
+    names: set[str] = set()
+    for body in bodies:
+        for node in body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names |= {target.id for target in targets if isinstance(target, ast.Name)}
+    return frozenset(names)
+
+
+def short_references(path: Path) -> list[tuple[str, str, str]]:
+    """``(where, module, name)`` for each ``module.name`` span of one doc's prose."""
+    text = _FENCE.sub(lambda block: "\n" * block.group().count("\n"), path.read_text())
+    found = []
+    for span in _SPAN.finditer(text):
+        match = _SHORT.match(span.group(1).strip())
+        if match is None or match.group(2) in _EXTENSIONS:
+            continue
+        module, name = match.groups()
+        if module in _modules() and module not in NOT_MODULES:
+            where = f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, span.start()) + 1}"
+            found.append((where, module, name))
+    return found
+
+
+def _holds(module: str, name: str) -> bool:
+    return any(name in _defined(path) for path in _modules()[module])
+
+
+def _user_docs() -> list[Path]:
+    return [path for path in doc_files() if str(path.relative_to(ROOT)) not in LOGS]
+
+
+def test_every_module_qualified_name_in_the_docs_is_defined_by_that_module() -> None:
+    references = [ref for doc in _user_docs() for ref in short_references(doc)]
+    assert len(references) > 50  # the reader finds them: the docs hold well over a hundred
+    assert [
+        f"{where}: {module}.{name}" for where, module, name in references if not _holds(module, name)
+    ] == []
+
+
+def test_a_name_moved_to_another_module_is_caught() -> None:
+    """solver.md named ``levels._clamped`` until round 46 moved the band cover to ``bandcover.py``:
+    the span is read as that module's name, and the old home does not define it."""
+    solver = {(module, name) for _, module, name in short_references(ROOT / "docs" / "solver.md")}
+    assert ("bandcover", "_clamped") in solver
+    assert _holds("bandcover", "_clamped")
+    assert not _holds("levels", "_clamped")
