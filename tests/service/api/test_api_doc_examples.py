@@ -73,3 +73,10 @@ def test_each_delete_answer_the_api_doc_shows_has_every_field_of_the_answer() ->
     shown = [example for example in _examples() if _model_of(example) is CancelResponse]
     assert {example.get("status") for example in shown} == {"cancelled", "withdrawn"}
     assert [sorted(example) for example in shown if set(example) != set(CancelResponse.model_fields)] == []
+
+
+def test_the_schedule_answer_the_api_doc_shows_has_every_field_of_the_answer() -> None:
+    """The ``POST /schedule`` 200 is shown whole, so a field the answer gains (``time_budget_ms``,
+    round 46: the budget a caller's deadline left the plan) is one the reader sees there too."""
+    (shown,) = [example for example in _examples() if _model_of(example) is ScheduleResponse]
+    assert sorted(set(ScheduleResponse.model_fields) - set(shown)) == []
