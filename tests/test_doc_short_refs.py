@@ -1,4 +1,5 @@
-"""Every ``module.name`` the user-facing docs give in backticks names something that module defines.
+"""Every ``module.name`` the user-facing docs give in backticks names something that module defines,
+and every bare file name (`test_pull_fail_resends.py`, `holds.py`) is a file of the repository.
 
 The docs often name code by its module's file name alone (`bandcover._clamped`, `key_prefix.check_prefix`,
 `resends.fail_again`), a method by its module rather than its class. tests/test_doc_references.py reads
@@ -9,6 +10,9 @@ and solver.md and delivery.md named the old homes until the docs were brought al
 A span counts as such a name where its first part is the file name of a module of ours and what
 follows is not a file's extension (`store.py`, `tokenizer.json`); the name holds where one of those
 modules defines its first part (a function, class or assignment) at its top level or in a class.
+A bare ``name.py`` is how the docs name a test or a module beside the one just named: a test
+renamed or folded into another (round 46 named five new test files so in sidecar.md alone) leaves
+the reader looking for a file that is not there, which the path check does not see either.
 docs/experiments.md is left out: a dated log, which names the code as it was then.
 """
 
@@ -20,7 +24,7 @@ from collections import defaultdict
 from functools import cache
 from pathlib import Path
 
-from tests.doc_refs import PACKAGES, ROOT, doc_files
+from tests.doc_refs import PACKAGES, ROOT, TOP_DIRS, doc_files
 
 _FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 _SPAN = re.compile(r"`([^`\n]+)`")
@@ -33,6 +37,13 @@ NOT_MODULES: dict[str, str] = {
     "sampling": "a request's `sampling.n`, `sampling.extra`: fields of the POST /schedule body",
     "batch": "`batch.items`: the POST /schedule body's list of prompts",
     "progress": "`progress.cancelled`: a field of the client's StepResults.progress",
+}
+_BARE_FILE = re.compile(r"^[\w-]+\.py$")
+# Bare file names of other projects the docs cite, each with why.
+NOT_OURS: dict[str, str] = {
+    "schedule_policy.py": "SGLang's scheduler (simulator.md, fidelity to SGLang)",
+    "schedule_batch.py": "SGLang's batch (simulator.md, fidelity to SGLang)",
+    "tool_agent_loop.py": "veRL's agent loop (trace-format.md, multi-turn rollouts)",
 }
 
 
@@ -78,6 +89,22 @@ def short_references(path: Path) -> list[tuple[str, str, str]]:
     return found
 
 
+@cache
+def _file_names() -> frozenset[str]:
+    """The names of the repository's Python files: the packages', the tests', the deployment's."""
+    return frozenset(path.name for top in TOP_DIRS for path in (ROOT / top).rglob("*.py"))
+
+
+def bare_files(path: Path) -> list[tuple[str, str]]:
+    """``(where, name)`` for each span of one doc's prose that is a bare ``name.py``."""
+    text = _FENCE.sub(lambda block: "\n" * block.group().count("\n"), path.read_text())
+    return [
+        (f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, span.start()) + 1}", span.group(1).strip())
+        for span in _SPAN.finditer(text)
+        if _BARE_FILE.match(span.group(1).strip())
+    ]
+
+
 def _holds(module: str, name: str) -> bool:
     return any(name in _defined(path) for path in _modules()[module])
 
@@ -101,3 +128,16 @@ def test_a_name_moved_to_another_module_is_caught() -> None:
     assert ("bandcover", "_clamped") in solver
     assert _holds("bandcover", "_clamped")
     assert not _holds("levels", "_clamped")
+
+
+def test_every_bare_file_name_in_the_docs_is_a_file_of_the_repository() -> None:
+    named = [ref for doc in _user_docs() for ref in bare_files(doc)]
+    assert len(named) > 50
+    assert [f"{where}: {name}" for where, name in named if name not in _file_names() | set(NOT_OURS)] == []
+
+
+def test_a_renamed_test_file_is_caught() -> None:
+    """sidecar.md names `test_pull_fail_resends.py` bare; a name no file has is not passed."""
+    sidecar = {name for _, name in bare_files(ROOT / "docs" / "sidecar.md")}
+    assert "test_pull_fail_resends.py" in sidecar <= _file_names()
+    assert "test_pull_fail_resent.py" not in _file_names()
