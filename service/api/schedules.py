@@ -43,7 +43,7 @@ from service.delivery import DeadLetter, ResultRecord
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 from service.delivery.stored import utf8
 from service.logs import schedule_context
-from service.pipeline import deadline, in_flight, stages
+from service.pipeline import deadline, in_flight, stages, step_part
 from service.pipeline.served import after_publish
 from service.problems.table import documented
 
@@ -103,13 +103,14 @@ async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
 async def _marked(
     body: ScheduleRequest, request: Request, schedule_id: str, until: deadline.Deadline
 ) -> in_flight.Mark:
-    """The request's in-flight mark, taken on a thread of the shared pool (a Redis call, and
-    ``context_of`` may ask Redis too): not one of the planning threads it is about to wait for. A
-    handler cancelled during the hop leaves no mark (``service/api/mark_hop.py``). It lives as long
-    as the request may under the caller's deadline ``until`` (``in_flight.mark``)."""
-    if not (body.schedule_id and body.publish):  # marks nothing: no thread hop
+    """The request's in-flight mark and its step's planning entry (``step_part.arrive``), taken on a
+    thread of the shared pool (Redis calls, and ``context_of`` may ask Redis too): not one of the
+    planning threads it is about to wait for. A handler cancelled during the hop leaves neither
+    (``service/api/mark_hop.py``). They live as long as the request may under the caller's deadline
+    ``until``."""
+    if not body.publish:  # a dry run marks nothing: no thread hop
         return in_flight.Mark(None, schedule_id, "")
-    take = functools.partial(in_flight.mark, body=body, schedule_id=schedule_id, until=until)
+    take = functools.partial(step_part.arrive, body=body, schedule_id=schedule_id, until=until)
     return await marked_on_a_thread(lambda: take(context_of(request)))
 
 

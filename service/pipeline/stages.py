@@ -4,8 +4,8 @@ Each stage is one function below, in the order a request meets them (``publish``
 ``service/pipeline/publish.py``), and each but ``respond`` is timed. The answer is built before the
 publish, which stores it with the schedule for a retry of a caller-chosen ``schedule_id`` to replay
 (``republish``). Nothing is written to Redis before the plan exists but the in-flight mark of a caller-
-chosen id, which the route takes before it runs these (``in_flight``), and the request's entry among
-its step's planning ones (``step_part``), each taken back on a refusal, so a request rejected at any
+chosen id (``in_flight``) and the request's entry among its step's planning ones (``step_part``),
+which the route takes as the request arrives, each taken back on a refusal, so a request rejected at any
 stage changes no state (a retried ``schedule_id`` found stored is announced again and answered its
 first plan, ``replay``: a repair of that step's indexes, not a new write). Once the step is out, the
 bookkeeping that follows (``served.after_publish``) cannot turn its answer into an error that a trainer
@@ -48,7 +48,7 @@ from service.context import Context
 from service.learning.models import version_name
 from service.limits import check_trajectory_count
 from service.logs import schedule_context
-from service.pipeline import publish, step_part
+from service.pipeline import publish
 from service.pipeline.deadline import NO_DEADLINE, Deadline
 from service.pipeline.republish import replay
 from service.pipeline.served import StageClock, record, timings
@@ -178,8 +178,7 @@ def _serve_valid(
     of its CPU on the slow host (the full ones also add a spike to the tail).
     """
     started, deadline = times
-    entry = step_part.planning(ctx, body, schedule_id, deadline.capped_s(checked.time_budget_s))
-    with entry, ctx.plan_slots.hold(started, deadline) as waited_s, collector_paused():
+    with ctx.plan_slots.hold(started, deadline) as waited_s, collector_paused():
         clock.spent["queue"] += waited_s * 1000.0  # and for a plan slot
         deadline.check("it was predicted")
         with clock.stage("predict"):

@@ -1,19 +1,28 @@
-"""A ``POST /schedule`` that will publish, seen as a part of its step from its validation until it ends
+"""A ``POST /schedule`` that will publish, seen as a part of its step from its arrival until it ends
 (``keys.step_planning``).
 
 An asked-for retrain fits the history's last step once every part of it is over
 (``service.learning.step_over``), and finds the parts in the step's set and the active index, which a
 part enters only at its publish. A second part still waiting for a plan slot, predicting or planning
 was in neither: a retrain asked then fitted the step, and the part published after it (review46b's
-finding), where it may hold the step's long tail (stragglers cancelled and sent again). So a
-request of the step enters the step's planning entries once validated, and leaves them as it ends,
+finding), where it may hold the step's long tail (stragglers cancelled and sent again). Its entry was
+written once the request was validated, on its planning thread, so a part waiting in line for that
+thread (up to ``ROLLOUT_MAX_CONCURRENT_PLANS`` + 16 requests, each up to the plan queue's timeout) was
+still unseen: a retrain asked then fitted the step without it (retrain47's finding). So the entry is
+written at arrival, on the hop that writes the in-flight mark (``service/api/schedules.py``), before
+the wait in line: the step is the body's own field, parsed already (a body FastAPI could not parse
+never reaches the route), so nothing is validated for it. The entry leaves as the request ends,
 whatever it answers: published (in the set and the active index by then: no moment where it is in
-none), refused, failed, or the loser of its id's race (which so leaves Redis as it found it; each
-request's entry is its own, ``<schedule_id> <request id>``, so a loser's take-back leaves the winner's
-in place). An entry is scored by a deadline (the plan queue's timeout, the plan's budget and
-``keys.PLANNING_MARGIN_S``, as the in-flight mark's), so a replica that dies mid-request keeps the
-step open that long at most. Under a caller-chosen id or a drawn one alike; a dry run publishes
-nothing and writes nothing.
+none), refused (an invalid body, the deadline, a busy queue: it changes no state), failed, given up
+before its thread started, cancelled during the hop, or the loser of its id's race (which so leaves
+Redis as it found it; each request's entry is its own, ``<schedule_id> <request id>``, so a loser's
+take-back leaves the winner's in place). It rides on the mark (``Arrived``): every path that takes the
+mark back takes the entry back too.
+
+An entry is scored by a deadline (the plan queue's timeout, the plan's budget under the caller's
+deadline and ``keys.PLANNING_MARGIN_S``, as the in-flight mark's), so a replica that dies mid-request
+keeps the step open that long at most. Under a caller-chosen id or a drawn one alike; a dry run
+publishes nothing and writes nothing.
 
 The entries are bookkeeping, not a condition of the publish: a Redis error writing one is logged and
 the request goes on (its publish meets Redis's state anyway), and the part is then seen only from its
@@ -25,39 +34,52 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from dataclasses import dataclass
 
 import redis
 
 from service.api.schemas import ScheduleRequest
 from service.context import Context
 from service.delivery import keys
+from service.pipeline import in_flight
+from service.pipeline.deadline import Deadline
 
 _log = logging.getLogger("service.pipeline")
 
 
-@contextmanager
-def planning(ctx: Context, body: ScheduleRequest, schedule_id: str, budget_s: float) -> Iterator[None]:
-    """Hold ``schedule_id``'s entry among its step's planning requests for the block (the wait for a
-    plan slot, the prediction, the plan and the publish), if the request publishes; ``budget_s``: the
-    most the plan can be given (``Deadline.capped_s``). Asks Redis twice: call it off the event loop."""
+@dataclass(frozen=True)
+class Arrived(in_flight.Mark):
+    """A request's in-flight mark (``in_flight.Mark``) and its entry among its step's planning
+    requests (``entry``: None where none was written), taken back together (``release``)."""
+
+    entry: tuple[Context, int, str] | None = None  # the context, the step, the member
+
+    def release(self) -> None:
+        """Take the mark and the entry back; a Redis error is logged, not raised over the request's
+        answer or error: each lapses by itself."""
+        super().release()
+        if self.entry is not None:
+            _left(*self.entry)
+
+
+def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadline) -> in_flight.Mark:
+    """The request's mark (``in_flight.mark``) and, if it will publish, its step's planning entry,
+    written as it arrives: before its wait for a planning thread. Asks Redis: call it off the event
+    loop. ``until``: the caller's deadline, which caps how long the entry lives."""
+    marked = in_flight.mark(ctx, body, schedule_id, until)
     if not body.publish:
-        yield
-        return
+        return marked
     member = f"{schedule_id} {uuid.uuid4().hex}"
-    life_ms = int((ctx.settings.plan_queue_timeout_s + budget_s + keys.PLANNING_MARGIN_S) * 1000)
-    entered = True
+    budget_s = (body.time_budget_ms or ctx.settings.default_time_budget_ms) / 1000.0  # as ``validate``'s
+    life_s = ctx.settings.plan_queue_timeout_s + until.capped_s(budget_s) + keys.PLANNING_MARGIN_S
+    entry: tuple[Context, int, str] | None = (ctx, body.step, member)
     try:
-        ctx.delivery.enter_planning(body.step, member, life_ms)
+        ctx.delivery.enter_planning(body.step, member, int(life_s * 1000))
     except redis.RedisError as error:
-        entered = not isinstance(error, redis.ResponseError)  # answered (out of memory): nothing landed
+        if isinstance(error, redis.ResponseError):  # answered (out of memory): nothing landed
+            entry = None
         _log.warning("step's planning entry not written: %s: %s", type(error).__name__, error)
-    try:
-        yield
-    finally:
-        if entered:
-            _left(ctx, body.step, member)
+    return Arrived(marked.ctx, marked.schedule_id, marked.request_id, marked.unwritten, entry)
 
 
 def _left(ctx: Context, step: int, member: str) -> None:

@@ -20,6 +20,7 @@ from tests.service.api.replicas import Gate, context, first, replicas, until
 from tests.service.api_helpers import batch_body, with_settings
 
 GONE = keys.schedule_keys("gone")
+STEP_0 = keys.step_planning(0)  # every request's entry among its step's planning ones, from its arrival
 
 
 def test_a_handler_cancelled_mid_plan_holds_its_thread_s_token_until_the_thread_ends(
@@ -68,12 +69,13 @@ def test_a_handler_cancelled_while_waiting_for_a_thread_is_never_planned_and_tak
             given_up = asyncio.create_task(http.post("/schedule", json=batch_body(schedule_id="gone")))
             await until(lambda: threads.statistics().tasks_waiting == 1)
             assert redis_client.exists(GONE.planning) == 1  # in flight while it waits
+            assert redis_client.zcard(STEP_0) == len(held) + 1  # a part of step 0 while it waits
             given_up.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await given_up
             validating.open()
             assert {(await h).status_code for h in held} == {422}
-            await until(lambda: redis_client.exists(GONE.planning) == 0)
+            await until(lambda: redis_client.exists(GONE.planning, STEP_0) == 0)
             await until(lambda: threads.borrowed_tokens == 0)
             deleted = await http.delete("/schedule/gone")
             return validating.reached - int(threads.total_tokens), deleted.status_code
@@ -107,6 +109,7 @@ def test_a_request_given_up_still_waiting_for_a_thread_when_the_loop_ends_takes_
             given_up = asyncio.create_task(http.post("/schedule", json=batch_body(schedule_id="gone")))
             await until(lambda: threads.statistics().tasks_waiting == 1)
             assert redis_client.exists(GONE.planning) == 1
+            assert redis_client.zcard(STEP_0) == len(held) + 1
             given_up.cancel()  # the graceful-shutdown timeout
             with pytest.raises(asyncio.CancelledError):
                 await given_up
@@ -115,6 +118,6 @@ def test_a_request_given_up_still_waiting_for_a_thread_when_the_loop_ends_takes_
     asyncio.run(run())
     validating.open()  # the held requests' threads end now, after the loop
     deadline = time.monotonic() + 60  # a bound against never: met at once when right
-    while redis_client.exists(GONE.planning) and time.monotonic() < deadline:
+    while redis_client.exists(GONE.planning, STEP_0) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert redis_client.exists(GONE.planning, GONE.meta, GONE.withdrawn) == 0
+    assert redis_client.exists(GONE.planning, GONE.meta, GONE.withdrawn, STEP_0) == 0

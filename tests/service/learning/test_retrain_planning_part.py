@@ -1,6 +1,7 @@
 """An asked-for retrain sees a part of the step still planning: a ``POST /schedule`` that will publish
-is among its step's planning entries (``keys.step_planning``) from its validation until it ends,
-whatever it answers, on the real embedded valkey (``service.pipeline.step_part``)."""
+is among its step's planning entries (``keys.step_planning``) from its arrival (before its wait for a
+planning thread) until it ends, whatever it answers, on the real embedded valkey
+(``service.pipeline.step_part``)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import redis
 from fastapi.testclient import TestClient
 
 from scheduler.errors import InvalidInputError
+from service.api import schedules
 from service.delivery import Delivery
 from service.delivery import keys as keyspace
 from service.pipeline import stages
@@ -73,6 +76,79 @@ def test_a_retrain_asked_while_a_second_part_plans_leaves_the_step_out(
     assert answers == [200]
     assert fitted == [0, 1]
     assert not redis_client.exists(PLANNING)  # taken back once published
+
+
+def test_a_retrain_asked_while_a_second_part_waits_for_a_planning_thread_leaves_the_step_out(
+    client: TestClient,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One planning thread, held by a dry run planning; step 2's second part waits in line for it,
+    not validated yet, when a retrain is asked: the step is left out (its entry was written as it
+    arrived), where it was fitted on the first part alone and the second published after it."""
+    _ran_and_reported(client, redis_client, "step-2a")
+    one = anyio.CapacityLimiter(1)
+    monkeypatch.setattr(schedules, "_own_threads", lambda request, pool: one)
+    planning, release = threading.Event(), threading.Event()
+
+    def held() -> None:
+        planning.set()
+        release.wait(30)
+
+    _while_planning(monkeypatch, held)
+    answers: list[int] = []
+
+    def post(body: dict[str, Any]) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers.append(_posted(client, body)))
+        thread.start()
+        return thread
+
+    dry = post(_second_part(publish=False, schedule_id="dry"))
+    assert planning.wait(30)
+    waiting = post(_second_part(schedule_id="step-2b"))
+    assert _eventually(lambda: one.statistics().tasks_waiting == 1)
+    fitted = _retrained_steps(client, tmp_path)
+    release.set()
+    dry.join(30)
+    waiting.join(30)
+    assert answers == [200, 200]
+    assert fitted == [0, 1]
+    assert not redis_client.exists(PLANNING)  # taken back once published
+
+
+def test_a_body_refused_after_its_wait_in_line_leaves_no_planning_entry(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entered at arrival, before any rule but the body's schema was checked: a body refused by the
+    service's rules (an unknown policy, 422) takes it back, and Redis holds nothing of it."""
+    seen: list[int] = []
+    original = stages.validate
+
+    def validate(*args: Any) -> Any:
+        seen.append(redis_client.zcard(PLANNING))
+        return original(*args)
+
+    monkeypatch.setattr(stages, "validate", validate)
+    answer = client.post("/schedule", json=_second_part(schedule_id="step-2b", policy="no-such-policy"))
+    assert answer.status_code == 422
+    assert seen == [1]
+    assert not redis_client.exists(PLANNING)
+    assert not redis_client.exists(keyspace.step_schedules(2))
+
+
+def _posted(client: TestClient, body: dict[str, Any]) -> int:
+    return client.post("/schedule", json=body).status_code
+
+
+def _eventually(condition: Callable[[], bool]) -> bool:
+    """Whether ``condition`` holds within 30 s (polled)."""
+    stop = time.monotonic() + 30
+    while not condition():
+        if time.monotonic() > stop:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def test_a_refused_request_takes_its_planning_entry_back(
