@@ -64,6 +64,7 @@ _FIRST_PAGE, _LAST_PAGE = 16, 1024
 # KB, and 1,024 of them were one reply of tens of MB, which Redis builds whole and a
 # ``client-output-buffer-limit`` closes the connection for (``read_results`` is bounded so too)
 _PAGE_BYTES = 4 << 20
+_ANY = 1 << 63  # a deadline no record states: the read starts at the stream's newest result
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def over(last: LastStep, step: int, delivery: DeliveryViews) -> bool:
         pipe.exists(keys.withdrawn)
         pipe.hgetall(keys.st)
     replies = pipe.execute()
-    unreported: dict[str, set[str]] = {}
+    unreported: dict[str, dict[str, int]] = {}
     for schedule, total, withdrawn, states in zip(schedules, *[replies[i::3] for i in range(3)], strict=True):
         reported = last.covered.get(schedule, frozenset())
         if total is None:  # keys gone or not written yet: not known; withdrawn before its publish: no part
@@ -159,31 +160,62 @@ def _indexed(delivery: DeliveryViews, step: int) -> tuple[list[str], set[str], i
     return [text(schedule) for schedule in active], {text(schedule) for schedule in parts}, int(planning)
 
 
-def _unreported(states: dict[object, object], reported: frozenset[str]) -> set[str] | None:
-    """The done trajectories of a schedule (``states``: its ``P:st``) that no actual reports; None
-    where one still queued or running is not reported (the schedule is not over)."""
-    left = set()
-    for key, record in states.items():
-        name, state = text(key), text(record)[:1]
-        if state in _ENDED or name in reported:
+def _unreported(states: dict[object, object], reported: frozenset[str]) -> dict[str, int] | None:
+    """The done trajectories of a schedule (``states``: its ``P:st``) that no actual reports, each
+    with its lease's deadline (``_deadline``); None where one still queued or running is not
+    reported (the schedule is not over)."""
+    left = {}
+    for key, stored in states.items():
+        name, record = text(key), text(stored)
+        if record[:1] in _ENDED or name in reported:
             continue
-        if state != _DONE:
+        if record[:1] != _DONE:
             return None
-        left.add(name)
+        left[name] = _deadline(record)
     return left
 
 
-def _said_nothing(delivery: DeliveryViews, schedule: str, left: set[str]) -> bool:
-    """Whether each of ``left``, done trajectories of ``schedule`` no actual reports, has a result that
-    says nothing of length, which no client reports (``says_length``). Read newest first, a page at
-    a time: the unreported are mostly the last to finish, and the first whose result does say
-    something ends the read (its report may still be on its way)."""
-    stream, left, before, count = delivery.keys(schedule).results, set(left), "+", _FIRST_PAGE
-    taken, size = 0, 0  # results read so far, and their stored JSON's length
+def _deadline(record: str) -> int:
+    """A done trajectory's lease deadline (ms, Redis's clock; the ``P:st`` record's fourth field,
+    ``lua/common.lua``), which its result's stream id is not past: a lease is completed only before
+    its deadline, judged on the clock that stamps the id. ``_ANY`` where the record does not say."""
+    try:
+        return int(record.split("|")[3])
+    except (IndexError, ValueError):
+        return _ANY
+
+
+def _said_nothing(delivery: DeliveryViews, schedule: str, left: dict[str, int]) -> bool:
+    """Whether each of ``left``, done trajectories of ``schedule`` no actual reports (with their
+    deadlines), has a result that says nothing of length, which no client reports (``says_length``).
+
+    Read newest first, a page at a time, from the latest of their deadlines down: no result of
+    theirs is newer (``_deadline``), and an old one (a trajectory aborted early in a long step) is
+    met after the results of a lease's life, not after the whole stream (131,072 results of 4 KB
+    were 18 s of reading, nearly all of it parsing them). The results newer than that deadline are
+    read last, only where one of ``left`` was not met (a clock a caller pinned, ``now_ms``). The
+    unreported are mostly the last to finish, and the first whose result does say something ends
+    the read (its report may still be on its way)."""
+    stream, rest = delivery.keys(schedule).results, set(left)
+    latest = max(left.values())
+    ranges = [("+", "-")] if latest >= _ANY else [(str(latest), "-"), ("+", str(latest + 1))]
+    for newest, oldest in ranges:
+        said = _read(delivery, stream, rest, (newest, oldest))
+        if said is not None:
+            return said
+    return False  # a done trajectory with no result left to read: not known
+
+
+def _read(delivery: DeliveryViews, stream: str, left: set[str], ends: tuple[str, str]) -> bool | None:
+    """``_said_nothing``'s read of the results between ``ends`` (newest, oldest: stream ids), newest
+    first, each of ``left`` met taken out of it: False at one that says a length, True once every
+    one is met, None where the range ends first."""
+    before, oldest = ends
+    count, taken, size = _FIRST_PAGE, 0, 0  # results read so far, and their stored JSON's length
     while left:
-        page = delivery.client.xrevrange(stream, max=before, min="-", count=count)
+        page = delivery.client.xrevrange(stream, max=before, min=oldest, count=count)
         if not page:
-            return False  # a done trajectory with no result left to read: not known
+            return None
         for _, fields in page:
             entry = {text(name): value for name, value in (fields or {}).items()}
             name, stored = text(entry.get("key", b"")), entry.get("result")
