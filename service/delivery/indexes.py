@@ -65,7 +65,7 @@ redis.call('SADD', KEYS[1], ARGV[1])
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 """
 
-# A request of a step that will publish, from its validation until it ends (``keys.step_planning``):
+# A request of a step that will publish, from its arrival until it ends (``keys.step_planning``):
 # KEYS[1] the zset; ARGV the member and its life (ms). Scored by a deadline in Redis's clock, so every
 # replica reads entries alike; entries past theirs (a replica that died mid-request) are pruned, and
 # the key lives as long as its latest entry. One key: any slot of a cluster.

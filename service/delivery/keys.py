@@ -108,7 +108,7 @@ key                                           type     contents; time-to-live
                                                        published; TTL the retention, renewed by each publish
 ``<prefix>:step:<step>:planning``             zset     ``<schedule_id> <request id>`` -> deadline (Redis
                                                        ms) of a publishing request of that step, from its
-                                                       validation until it ends; TTL the latest deadline
+                                                       arrival until it ends; TTL the latest deadline
 ============================================  =======  =====================================================
 """
 
@@ -395,6 +395,6 @@ def step_schedules(step: int | str, prefix: str = DEFAULT_PREFIX) -> str:
 
 
 def step_planning(step: int | str, prefix: str = DEFAULT_PREFIX) -> str:
-    """Zset: ``step``'s requests that will publish, validated and not ended (``<schedule_id> <request id>``
+    """Zset: ``step``'s requests that will publish, arrived and not ended (``<schedule_id> <request id>``
     -> deadline, Redis's clock): parts not yet in ``step_schedules`` or the active index (``step_part``)."""
     return f"{prefix}:step:{step}:planning"

@@ -18,20 +18,24 @@ the step, its delivery keys say whether it is over. The history's last step is o
    passed) is not known to be over; one withdrawn
    before its publish (``P:withdrawn``, no ``P:meta``) published nothing and is no part of the step.
    Settled alone is not enough: the last trajectories to finish, the long ones, are the last
-   reported, and a fit between the settle and their reports learned the step short again;
+   reported, and a fit between the settle and their reports learned the step short again. A result
+   is looked for from its lease's deadline down (``_said_nothing``): an old one is not a read of the
+   whole stream;
 3. no schedule still unsettled (the active index) is named by no actual yet: it may be a part of the
    step that has reported nothing. The step's set sees such a part too, and one that settled before
    any of its actuals arrived, which left the active index unseen; the active index still catches
    an unsettled part not in the set: one an older release published, one the moment between its
    publish and its entry, and one whose entry Redis failed after the publish (a warning: the step
    was out, ``service.pipeline.served.after_publish``). Such a part that settles before any of its
-   actuals arrive is missed;
-4. no request of the step that will publish is between its validation and its end
-   (``keys.step_planning``, ``service.pipeline.step_part``): a part waiting for a plan slot,
-   predicting or planning is in neither index yet, and one asked then published after the step
-   was fitted. An entry past its deadline (a replica that died mid-request) is none. Still unseen:
-   a request not yet validated (waiting for a planning thread), and one whose entry Redis failed
-   to write (a warning); a part asked for after the retrain read is a part the retrain cannot know.
+   actuals arrive is missed: nothing left in Redis names its step (an older release's part is in
+   no set and wrote no planning entry, and ``P:meta`` holds no step), and a client that reports
+   a step once it has ended (``docs/client.md``) reports none before the settle;
+4. no request of the step that will publish is between its arrival and its end
+   (``keys.step_planning``, ``service.pipeline.step_part``): a part waiting for a planning thread
+   or a plan slot, predicting or planning is in neither index yet, and one asked then published
+   after the step was fitted. An entry past its deadline (a replica that died mid-request) is none.
+   Still unseen: one whose entry Redis failed to write (a warning), and an older release's; a part
+   asked for after the retrain read is a part the retrain cannot know.
 
 Otherwise the step is left out, as before. Replicas agree: the reads are Redis's, and every replica
 folds the same actuals stream. The automatic retrain does not ask: it runs at its own step's first plan,
