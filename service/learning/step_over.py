@@ -127,7 +127,7 @@ def over(last: LastStep, step: int, delivery: DeliveryViews) -> bool:
         return False
     active, parts, planning = _indexed(delivery, step)
     if planning:
-        return False  # a request of this step validated and not ended: a part that may publish yet
+        return False  # a request of this step arrived and not ended: a part that may publish yet
     if any(schedule not in last.named for schedule in active):
         return False  # an unsettled schedule that reported nothing yet: maybe a part of this step
     schedules = sorted(parts | last.covered.keys())
