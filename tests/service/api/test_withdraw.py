@@ -23,6 +23,7 @@ from tests.service.api.replicas import Gate, context, replicas, until
 from tests.service.api_helpers import TRAINER, LiveServer, batch_body, bearer, with_settings
 
 PLANNING = keys.schedule_keys("abandoned").planning
+STEP_ENTRIES = keys.step_planning(0)  # its step's planning entries, written just after the mark on arrival
 
 
 def test_a_delete_of_an_id_never_sent_is_a_404_problem_and_leaves_redis_as_it_was(
@@ -54,7 +55,7 @@ def test_a_delete_landing_while_its_step_waits_in_line_on_another_replica_withdr
         async with replicas(settings, 2) as [old, new]:
             with context(old).plan_slots.hold():  # another step is planning there
                 step = asyncio.create_task(old.post("/schedule", json=batch_body(schedule_id="abandoned")))
-                await until(lambda: redis_client.exists(PLANNING) == 1)  # accepted, in line
+                await until(lambda: redis_client.exists(PLANNING, STEP_ENTRIES) == 2)  # accepted, in line
                 withdrawn = await new.delete("/schedule/abandoned")
                 before = redis_snapshot(redis_client)
                 again = await new.delete("/schedule/abandoned")
