@@ -35,3 +35,23 @@ class UnknownNameError(InvalidInputError):
     def __reduce__(self) -> tuple[type[InvalidInputError], tuple[object, ...]]:
         """Pickle by the constructor's arguments (see ``InvalidInputError.__reduce__``)."""
         return type(self), (self.field, self.value, self.known)
+
+
+class DeadlinePassedError(SchedulerError):
+    """The caller's hard deadline (``PlanRequest.hard_deadline``) passed while the plan was at
+    ``stage``: the planner gives up rather than finish a plan nobody will read (``scheduler.giveup``).
+
+    ``deadline`` is the hard deadline on ``time.perf_counter``'s clock; ``late_s`` how far past it
+    the planner was when it looked. Not an ``InvalidInputError``: the request was valid, the host was
+    too slow for it, and the service answers 504 deadline-exceeded, not 422.
+    """
+
+    def __init__(self, stage: str, deadline: float, late_s: float) -> None:
+        self.stage = stage
+        self.deadline = deadline
+        self.late_s = late_s
+        super().__init__(f"hard deadline {deadline:.6f} passed in {stage} ({late_s * 1e3:.1f} ms past it)")
+
+    def __reduce__(self) -> tuple[type[DeadlinePassedError], tuple[object, ...]]:
+        """Pickle by the constructor's arguments (see ``InvalidInputError.__reduce__``)."""
+        return type(self), (self.stage, self.deadline, self.late_s)

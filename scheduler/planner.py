@@ -28,10 +28,11 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from scheduler import clock
+from scheduler import clock, giveup
 from scheduler.gcpause import collector_paused
 from scheduler.lowerbound import LowerBound, lower_bound
 from scheduler.policies import get_policy
+from scheduler.policies.base import Policy
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import Plan, PlanRequest, WorkerPlan, trajectory_keys
 from scheduler.validation import validate_request
@@ -63,20 +64,24 @@ class Prepared:
 def prepare(request: PlanRequest) -> Prepared:
     """Validate ``request`` and compute its problem and lower bound, for one or more ``plan`` calls.
 
-    Raises ``InvalidInputError`` naming the bad field, exactly as ``plan`` would.
+    Raises ``InvalidInputError`` naming the bad field, exactly as ``plan`` would, and
+    ``DeadlinePassedError`` naming the stage where ``request.hard_deadline`` passed (``scheduler.giveup``).
     """
     started, wall_started = clock.now(), time.perf_counter()
-    with collector_paused():  # tens of thousands of acyclic objects: see scheduler.gcpause
-        validate_request(request)
-        problem = build_problem(request)
-        bound = lower_bound(
-            request.trajectories,
-            request.inventory,
-            request.excluded_workers,
-            request.prefix_affinity,
-            deadline=started + BOUND_SHARE * request.time_budget_s,
-            fluid_deadline=started + FLUID_SHARE * request.time_budget_s,
-        )
+    with collector_paused(), giveup.giving_up_at(_hard_deadline(request)):  # gc: see scheduler.gcpause
+        with giveup.stage("validation"):
+            validate_request(request)
+        with giveup.stage("problem"):
+            problem = build_problem(request)
+        with giveup.stage("bound"):
+            bound = lower_bound(
+                request.trajectories,
+                request.inventory,
+                request.excluded_workers,
+                request.prefix_affinity,
+                deadline=started + BOUND_SHARE * request.time_budget_s,
+                fluid_deadline=started + FLUID_SHARE * request.time_budget_s,
+            )
         keys = trajectory_keys(request.trajectories)
     return Prepared(request, problem, bound, started, time.perf_counter() - wall_started, keys)
 
@@ -87,20 +92,28 @@ def plan(request: PlanRequest, policy: str = DEFAULT_POLICY, *, prepared: Prepar
     With ``prepared`` (from ``prepare(request)``) validation and the bound are not redone, and the
     budget counts from the preparation's start, so it bounds every plan made from it together.
     Raises ``InvalidInputError`` (``UnknownNameError`` for an unknown policy) naming the bad field;
-    a rejected request has no effect anywhere, since the core holds no state.
+    a rejected request has no effect anywhere, since the core holds no state. Raises
+    ``DeadlinePassedError`` naming the stage where ``request.hard_deadline`` passed (``scheduler.giveup``).
     """
     chosen = get_policy(policy)
     if prepared is None:
         prepared = prepare(request)
     elif prepared.request is not request:
         raise ValueError("prepared belongs to another request: call prepare(request) for this one")
+    with giveup.giving_up_at(_hard_deadline(request)):
+        return _planned(request, chosen, prepared)
+
+
+def _planned(request: PlanRequest, chosen: Policy, prepared: Prepared) -> Plan:
+    """``plan``'s work once the request is prepared: the policy's placement, then the report."""
     started, problem = prepared.started, prepared.problem
     # The budget is the whole call's: a search policy gets what preparation (and earlier plans) left.
     spent = clock.now() - started
     left = max(MIN_SEARCH_S, request.time_budget_s * (1.0 - REPORT_SHARE) - spent)
     mark = time.perf_counter()
     placement = chosen.plan(dataclasses.replace(request, time_budget_s=left), problem)
-    finishes = placement.finish_s or tuple(problem.finishes(placement.queues, request.kv_admission))
+    with giveup.stage("report"):
+        finishes = placement.finish_s or tuple(problem.finishes(placement.queues, request.kv_admission))
     keys = prepared.keys
     workers = tuple(
         WorkerPlan(
@@ -120,3 +133,10 @@ def plan(request: PlanRequest, policy: str = DEFAULT_POLICY, *, prepared: Prepar
         kv_admission=request.kv_admission,
         dispatch_order=tuple([keys[i] for i in placement.dispatch_order]),
     )
+
+
+def _hard_deadline(request: PlanRequest) -> float | None:
+    """``request.hard_deadline`` once it is known to be one (``validate_request`` checks it first:
+    until then, a bad value must fail as invalid input, not be compared)."""
+    value = request.hard_deadline
+    return value if isinstance(value, float | int) and not isinstance(value, bool) else None

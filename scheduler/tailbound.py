@@ -47,7 +47,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from scheduler import clock
+from scheduler import clock, giveup
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.levels import IntArray
 from scheduler.stepsum import FloatArray
@@ -260,6 +260,7 @@ class Timed:
 
     def __call__(self, probe: Callable[[float], T], t: float) -> T | None:
         """``probe(t)``, or None when it might end past the deadline (not started)."""
+        giveup.check()  # the caller's hard deadline, before the budget's
         started = clock.now()
         if self.deadline is not None and started + self.longest > self.deadline:
             return None

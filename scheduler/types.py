@@ -86,6 +86,9 @@ class PlanRequest:
     engine: str = DEFAULT_ENGINE  # the rules the plan will be played by (``scheduler.sim_rules``): the
     # hedges' drawn plays under vLLM admission follow them (``robust_order.draw_rules``); the
     # finish model stays V0's
+    hard_deadline: float | None = None  # when the caller stops waiting, on ``time.perf_counter``:
+    # past it the planner gives up (``DeadlinePassedError``, ``scheduler.giveup``) even in the stages the
+    # budget cannot cut; None: it never does, and the plan is the one it always was
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,8 @@ def validate_request(request: PlanRequest) -> None:
 
 def _validate_request(request: PlanRequest) -> None:
     _require_positive("time_budget_s", request.time_budget_s)
+    if request.hard_deadline is not None and not _real(request.hard_deadline):
+        raise InvalidInputError("hard_deadline", request.hard_deadline, "must be a finite number or None")
     if not isinstance(request.trajectories, tuple | list):  # a generator has no length, nor a second pass
         raise InvalidInputError("trajectories", request.trajectories, "must be a tuple of trajectories")
     if not request.trajectories:

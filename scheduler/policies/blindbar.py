@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from scheduler import clock
+from scheduler import clock, giveup
 from scheduler.policies.base import Placement
 from scheduler.policies.blind_draws import least_drawn, outlived
 from scheduler.policies.least_loaded import LeastLoadedPolicy, worker_lanes
@@ -94,6 +94,7 @@ def blind_plan(
     best: tuple[Queues, list[float]] | None = None
     built: list[tuple[Queues, tuple[float, ...]]] = []
     for queues in _candidates(problem, request, assignment, unbound, deadline):
+        giveup.check()
         if clock.now() > deadline:
             return None
         if _floor(problem, queues) >= bar_s:

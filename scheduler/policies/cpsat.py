@@ -60,6 +60,7 @@ from __future__ import annotations
 
 from scheduler import clock
 from scheduler.gcpause import collector_paused
+from scheduler.giveup import stage
 from scheduler.policies import bandsearch, replicate
 from scheduler.policies.balance import level_below
 from scheduler.policies.base import Placement
@@ -91,25 +92,33 @@ class CpSatPolicy:
             request, problem, "FALLBACK_LPT"
         )
         hedge_started = clock.now()
-        lpt_hedged = hedged(problem, request, lpt_plan, spread, deadline, lpt_phase)
+        with stage("hedge"):
+            lpt_hedged = hedged(problem, request, lpt_plan, spread, deadline, lpt_phase)
         search_end = deadline  # a hedge that fitted is kept time for again, for a plan that differs
         if lpt_hedged is not lpt_plan:
             search_end -= clock.now() - hedge_started
-        lpt_robust = calibrated(problem, request, lpt_hedged, spread, deadline, lpt_phase)  # what lpt returns
+        with stage("placing again"):
+            lpt_robust = calibrated(problem, request, lpt_hedged, spread, deadline, lpt_phase)  # lpt's plan
         base = None
         if spread is not None and clock.now() + BASELINE_COST * lpt_phase < search_end:
-            base = baseline(problem, lpt_plan.queues, spread, request.kv_admission, request.seed, search_end)
-        best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end, spread, base)
+            with stage("robust baseline"):
+                reserve, seed = request.kv_admission, request.seed
+                base = baseline(problem, lpt_plan.queues, spread, reserve, seed, search_end)
+        with stage("search"):
+            best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end, spread, base)
         first = None  # what lpt_robust was placed again from, for the bar (``lpt.placed_from``)
         if best.queues == lpt_plan.queues:
             first = Placement(lpt_hedged.queues, best.status, finish_s=lpt_hedged.finish_s)
             best = Placement(lpt_robust.queues, best.status, finish_s=lpt_robust.finish_s)
         else:
-            best = hedged(problem, request, best, spread, deadline, lpt_phase)
-        final = at_once_hedge(problem, request, best, spread, deadline, lpt_phase)
+            with stage("hedge"):
+                best = hedged(problem, request, best, spread, deadline, lpt_phase)
+        with stage("at-once hedge"):
+            final = at_once_hedge(problem, request, best, spread, deadline, lpt_phase)
         if first is not None:
             first = placed_from(first, best, final)
-        return barred(problem, request, final, blind, "BASELINE", spread, deadline, first)
+        with stage("bar"):
+            return barred(problem, request, final, blind, "BASELINE", spread, deadline, first)
 
     def _search(
         self,

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from scheduler import clock
+from scheduler.giveup import stage
 from scheduler.policies.base import Placement
 from scheduler.policies.blindbar import Blind, barred, blind_plan, blind_start
 from scheduler.policies.listrun import place_units
@@ -56,11 +57,15 @@ class LptPolicy:
     def plan(self, request: PlanRequest, problem: Problem | None = None) -> Placement:
         """Place longest units first, then order each worker's queue for its makespan."""
         problem, deadline, spread, phase, blind, _, placement = opening(request, problem, "HEURISTIC")
-        lpt_hedged = hedged(problem, request, placement, spread, deadline, phase)
-        placed = calibrated(problem, request, lpt_hedged, spread, deadline, phase)
-        hedged_fast = at_once_hedge(problem, request, placed, spread, deadline, phase)
+        with stage("hedge"):
+            lpt_hedged = hedged(problem, request, placement, spread, deadline, phase)
+        with stage("placing again"):
+            placed = calibrated(problem, request, lpt_hedged, spread, deadline, phase)
+        with stage("at-once hedge"):
+            hedged_fast = at_once_hedge(problem, request, placed, spread, deadline, phase)
         first = placed_from(lpt_hedged, placed, hedged_fast)
-        return barred(problem, request, hedged_fast, blind, "HEURISTIC", spread, deadline, first)
+        with stage("bar"):
+            return barred(problem, request, hedged_fast, blind, "HEURISTIC", spread, deadline, first)
 
 
 class Opening(NamedTuple):
@@ -86,10 +91,13 @@ def opening(request: PlanRequest, problem: Problem | None, status: str) -> Openi
     started = clock.now()
     deadline = started + request.time_budget_s
     problem = problem or build_problem(request)
-    spread = spreads(request.trajectories)
-    start = lpt_start(problem, request.kv_admission, deadline, spread is None)
+    with stage("spreads"):
+        spread = spreads(request.trajectories)
+    with stage("lpt start"):
+        start = lpt_start(problem, request.kv_admission, deadline, spread is None)
     phase = clock.now() - started
-    blind = blind_plan(problem, request, start[0], lpt_bar(start[2], spread), deadline)
+    with stage("blind plans"):
+        blind = blind_plan(problem, request, start[0], lpt_bar(start[2], spread), deadline)
     assignment, queues, finishes = blind_start(problem, blind, start, spread is not None)
     placement = Placement(queues=queues, status=status, finish_s=finishes)
     return Opening(problem, deadline, spread, phase, blind, assignment, placement)

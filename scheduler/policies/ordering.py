@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler import clock
+from scheduler import clock, giveup
 from scheduler.at_once import all_at_once_finish, all_at_once_finishes, longest_first_layout
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.base import BudgetSpent
@@ -195,6 +195,7 @@ def order_queues(
     finishes: list[float] = []
     for w, finish in enumerate(at_once):
         if finish is None:
+            giveup.check()  # a queue's plays are the floor's longest part on a starved host
             queues[w], finish = _ordered(problem, w, queues[w], reserve, floor, budget)
         finishes.append(finish)
     return tuple(queues), tuple(finishes)

@@ -1,0 +1,159 @@
+"""A plan gives up at the caller's hard deadline, in whichever stage it passes, and names it.
+
+The hard deadline is read on a wall clock the test moves (``giveup.reading``); the budget on a frozen
+planning clock, so every stage runs as on an idle host and only the hard deadline can stop it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pickle
+from collections.abc import Iterator
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from scheduler import clock, giveup, planner
+from scheduler.devices import device_profile, model_preset
+from scheduler.errors import DeadlinePassedError, InvalidInputError
+from scheduler.policies import bandsearch, lpt, ordering
+from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker
+from tests.scheduler.fake_clock import count_calls
+
+DEADLINE = 100.0  # the caller's, on the test's wall clock
+CAP = 8_192
+
+
+class JumpingWall:
+    """A wall clock that reads ``before`` until a chosen stage runs, then ``after``."""
+
+    def __init__(self, before: float, after: float) -> None:
+        self.seconds, self.after = before, after
+
+    def __call__(self) -> float:
+        return self.seconds
+
+    def jump_in(self, monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str) -> None:
+        """``module.name`` (where its stage looks it up) takes the wall past the deadline when it runs."""
+        original = getattr(module, name)
+
+        def slow(*args: object, **kwargs: object) -> object:
+            self.seconds = self.after
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, slow)
+
+
+def _request(hard_deadline: float | None = DEADLINE, slots: int = 256) -> PlanRequest:
+    """256 items with p50 and p90 on 2 H100 and 2 Ascend 910B: every stage has work to do (with
+    fewer ``slots`` than the 64 items a worker gets, its queue runs in waves and is played)."""
+    rng = np.random.default_rng(11)
+    batch = []
+    for i in range(256):
+        median = float(rng.uniform(0.2, 0.97)) * CAP
+        batch.append(Trajectory(f"p{i}", 0, 200, CAP, median, {0.5: median, 0.9: min(CAP, median * 1.6)}))
+    h100, ascend = device_profile("H100"), device_profile("Ascend910B")
+    workers = [Worker(f"h100-{j}", h100, 1, slots, 300_000) for j in range(2)]
+    workers += [Worker(f"a910b-{j}", ascend, 1, slots, 200_000) for j in range(2)]
+    inventory = Inventory(tuple(workers), model_preset("7b"))
+    return PlanRequest(tuple(batch), inventory, time_budget_s=2.0, hard_deadline=hard_deadline)
+
+
+@pytest.fixture
+def wall() -> Iterator[JumpingWall]:
+    """The hard deadline's clock: 10 s before it until a stage jumps it 0.25 s past."""
+    jumping = JumpingWall(DEADLINE - 10.0, DEADLINE + 0.25)
+    with clock.frozen(), giveup.reading(jumping):
+        yield jumping
+
+
+def _decisions(p: Plan) -> tuple[object, ...]:
+    """Everything a plan decided (its wall time is a measurement, not a decision)."""
+    return p.workers, p.dispatch_order, p.status, p.predicted_makespan_s, p.lower_bound_s
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "stage"),
+    [
+        (planner, "validate_request", "validation"),
+        (planner, "lower_bound", "bound"),
+        (lpt, "spreads", "spreads"),
+        (lpt, "lpt_assignment", "lpt start"),
+        (lpt, "blind_plan", "blind plans"),
+        (lpt, "hedged", "hedge"),
+        (lpt, "calibrated", "placing again"),
+        (lpt, "at_once_hedge", "at-once hedge"),
+        (lpt, "barred", "bar"),
+    ],
+)
+def test_lpt_gives_up_in_the_stage_where_the_hard_deadline_passed_naming_it_and_the_deadline(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall, module: ModuleType, name: str, stage: str
+) -> None:
+    wall.jump_in(monkeypatch, module, name)
+    with pytest.raises(DeadlinePassedError) as raised:
+        planner.plan(_request(), "lpt")
+    assert (raised.value.stage, raised.value.deadline) == (stage, DEADLINE)
+    assert raised.value.late_s == pytest.approx(0.25)
+    assert stage in str(raised.value)
+
+
+def test_cpsat_gives_up_inside_its_search_where_the_deadline_passed_in_a_round(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
+) -> None:
+    wall.jump_in(monkeypatch, bandsearch, "rounds")
+    with pytest.raises(DeadlinePassedError) as raised:
+        planner.plan(_request(), "cpsat")
+    assert raised.value.stage == "search"
+
+
+def test_a_deadline_passed_in_the_floors_loops_stops_them_before_the_stage_ends(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
+) -> None:
+    # the lpt start's orderings check between the queues they play: none is played past the deadline
+    played = count_calls(monkeypatch, ordering, "_ordered")
+    planner.plan(_request(None, slots=16), "lpt")
+    assert played  # these queues run in waves, and each is played
+    played.clear()
+    wall.jump_in(monkeypatch, lpt, "lpt_assignment")
+    with pytest.raises(DeadlinePassedError, match="lpt start"):
+        planner.plan(_request(slots=16), "lpt")
+    assert not played
+
+
+def test_a_shared_preparation_gives_up_in_the_plan_after_it(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
+) -> None:
+    request = _request()
+    prepared = planner.prepare(request)
+    wall.jump_in(monkeypatch, lpt, "lpt_assignment")
+    with pytest.raises(DeadlinePassedError, match="lpt start"):
+        planner.plan(request, "cpsat", prepared=prepared)
+
+
+@pytest.mark.parametrize("policy", ["lpt", "cpsat"])
+def test_without_a_hard_deadline_the_plan_is_the_same_however_late_the_wall_reads(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall, policy: str
+) -> None:
+    before = planner.plan(_request(None), policy)
+    wall.jump_in(monkeypatch, planner, "lower_bound")
+    assert _decisions(planner.plan(_request(None), policy)) == _decisions(before)
+
+
+@pytest.mark.parametrize("policy", ["lpt", "cpsat"])
+def test_a_hard_deadline_that_does_not_pass_leaves_the_plan_as_it_was(wall: JumpingWall, policy: str) -> None:
+    assert _decisions(planner.plan(_request(), policy)) == _decisions(planner.plan(_request(None), policy))
+
+
+def test_the_error_crosses_a_process_boundary_whole() -> None:
+    error = pickle.loads(pickle.dumps(DeadlinePassedError("bound", DEADLINE, 0.5)))
+    assert (error.stage, error.deadline, error.late_s) == ("bound", DEADLINE, 0.5)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, "soon", True])
+def test_a_hard_deadline_that_is_not_a_finite_number_is_refused_naming_the_field(bad: object) -> None:
+    request = dataclasses.replace(_request(), hard_deadline=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError) as raised:
+        planner.plan(request, "lpt")
+    assert raised.value.field == "hard_deadline"
