@@ -88,7 +88,13 @@ def blind_plan(
     (the ordering takes units, and under affinity a queue is groups): with quantiles the plan it
     bars has its orders hedged on draws, which gives up point finish on purpose, and a bar of
     point-best orders undid the hedge on a single worker; the bar is then the length-blind plans
-    as those policies report them, which is what is promised."""
+    as those policies report them, which is what is promised.
+
+    Nothing is built once ``deadline`` has passed: round robin's queues were dealt and then
+    dropped at the first check, 50-160 ms at 4,096 x 32 on a starved host (docs/experiments.md,
+    budget47)."""
+    if clock.now() > deadline:
+        return None
     reserve = request.kv_admission
     unbound = bar_s == float("inf")
     best: tuple[Queues, list[float]] | None = None
@@ -158,6 +164,8 @@ def barred(
     chosen = _bar(problem, request, placement, blind, status, spread, deadline)
     if first is None or spread is None or chosen is placement or first.queues == placement.queues:
         return chosen
+    if clock.now() >= deadline:  # no draw could be played: the bar's verdict stands
+        return chosen
     draws = draw_matrix(spread, np.random.default_rng(request.seed), SAMPLES)
     points = first.finish_s or tuple(problem.finishes(first.queues, request.kv_admission))
     best = least_drawn(problem, first.queues, points, [chosen.queues], draws, request.kv_admission, deadline)
@@ -191,17 +199,25 @@ def _bar(
     plan built is a candidate (``_drawn_bar``): the short-cot replay's lpt plans, 30% earlier than
     round robin's on the predictions, put a high-spread prompt's samples on the Ascends, where one
     run to the 4,096 cap alone took 58 s against round robin's 34-39 s a step (0.62x round robin),
-    and the draws, which rated them later, were never asked (``docs/experiments.md``)."""
+    and the draws, which rated them later, were never asked (``docs/experiments.md``).
+
+    The draws are played only while ``deadline`` has not passed: past it the plan stands wherever
+    they would be asked (as where ``least_expected`` has no time for them). Started past it, the
+    outlived check alone took 44-149 ms on a starved host, ending plans that far past their budget
+    (docs/experiments.md, budget47)."""
     if blind is None:
         return placement
     reserve = request.kv_admission
     finishes = list(placement.finish_s or problem.finishes(placement.queues, reserve))
-    if spread is not None:
+    drawn = spread is not None and clock.now() < deadline  # time left to play draws at all
+    if spread is not None and drawn:
         draws = draw_matrix(spread, np.random.default_rng(request.seed), SAMPLES)  # least_expected's
         if outlived(problem, placement.queues, finishes, draws):
             return _drawn_bar(problem, request, (placement, finishes), blind, status, draws, deadline)
     if max(finishes, default=0.0) <= blind.makespan_s:
         return placement
+    if spread is not None and not drawn:
+        return placement  # not judged on the draws: the plan stands, as with no time to play them
     if spread is not None and len(problem.units) == len(problem.steps):  # the ordering takes units
         _, ordered = order_queues(problem, [list(q) for q in placement.queues], reserve)
         if max(min(f, g) for f, g in zip(finishes, ordered, strict=True)) <= blind.makespan_s:
