@@ -93,9 +93,9 @@ def _resolve(
     remaining = deadline - clock.now()
     if remaining <= 0.005:
         return None
-    built = _split_model(problem, placed, finish, group)
+    built = _split_model(problem, placed, finish, group, deadline)
     if built is None:
-        return None  # years-long steps or billion-token lengths: the integer model cannot hold them
+        return None  # past the deadline, or years-long steps or billion-token lengths (``_split_model``)
     model, x = built
     # Solve, stopping at the plan's deadline whatever the host's load.
     left = deadline - clock.now()
@@ -120,9 +120,13 @@ def _split_model(
     placed: Sequence[Sequence[int]],
     finish: Sequence[float],
     group: Sequence[int],
+    deadline: float,
 ) -> tuple[cp_model.CpModel, dict[tuple[int, int], cp_model.IntVar]] | None:
     """The CP-SAT model of splitting ``group``'s units among its workers, hinted with the current
-    split, and its ``x[u, w]`` booleans; None when the integers would overflow."""
+    split, and its ``x[u, w]`` booleans; None when the integers would overflow, or once ``deadline``
+    has passed while it is built (checked before each worker's constraints): the first move is not
+    priced (nothing has timed one yet), and on a starved host building it took 65-306 ms started
+    with 50-100 ms left, ending a 250 ms plan at up to 580 ms (docs/experiments.md, budget47)."""
     members = set(group)
     units = [u for w in group for u in placed[w]]
     home = {u: w for w in group for u in placed[w]}
@@ -144,6 +148,8 @@ def _split_model(
         model.add_exactly_one(x[u, w] for w in group if (u, w) in x)
     current = 0
     for w in group:
+        if clock.now() >= deadline:
+            return None
         current = max(
             current, _worker_constraints(model, problem, w, units, x, kv, makespan, scales[w], home)
         )

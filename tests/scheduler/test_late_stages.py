@@ -1,21 +1,26 @@
-"""Stages that start only where they fit do not start once the policy's deadline has passed: the
-length-blind plans are not dealt and the bar plays no draws (``scheduler.policies.blindbar``).
+"""Stages that start only where they fit do not start, or stop, once the policy's deadline has
+passed: the length-blind plans are not dealt and the bar plays no draws
+(``scheduler.policies.blindbar``), and cpsat's repair stops building a move's model
+(``scheduler.policies.exchange``).
 
-On a starved host both ran after the deadline had passed, 50-160 ms each (docs/experiments.md,
-budget47). The planning clock here moves only where the test says: the lpt start takes the whole
-budget and ten seconds more, so every later stage finds the deadline passed.
+On a starved host each ran past the deadline, 50-160 ms and up to 330 ms (docs/experiments.md,
+budget47). The planning clock here moves only where the test says: one stage takes the whole
+budget and ten seconds more, so what follows it finds the deadline passed.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 import pytest
 
 from scheduler import clock
+from scheduler.benchgen import bench_request
 from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
-from scheduler.policies import blindbar, cpsat, lpt
+from scheduler.policies import blindbar, cpsat, exchange, lpt
+from scheduler.policies.problem import build_problem
 from scheduler.policies.round_robin import RoundRobinPolicy
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 from tests.scheduler.fake_clock import ManualClock, count_calls
@@ -77,3 +82,26 @@ def test_the_blind_plans_are_not_dealt_once_the_deadline_has_passed(
     result = plan(_request(), policy)
     assert not dealt
     assert result.workers
+
+
+def test_a_repair_move_whose_model_is_still_being_built_at_the_deadline_is_abandoned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    problem = build_problem(bench_request(1_024, 16, seed=1))
+    with clock.frozen():
+        assignment, _, finishes = lpt.lpt_start(problem, False, 1.0, True)
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    built = exchange._worker_constraints
+
+    def slow(*args: Any) -> int:  # one worker's constraints take the whole budget and more
+        fake.seconds += 10.0
+        return built(*args)
+
+    monkeypatch.setattr(exchange, "_worker_constraints", slow)
+    solved = count_calls(monkeypatch, exchange, "solve")
+    by_finish = sorted(problem.active, key=lambda w: (finishes[w], w))
+    group = [by_finish[-1], *by_finish[:3]]  # the slowest worker and the three fastest, as a 1+3 move
+    assert exchange._resolve(problem, assignment, finishes, group, 1.0, seed=1) is None
+    assert fake.seconds == 10.0  # one worker's constraints built, then the move abandoned
+    assert not solved
