@@ -72,9 +72,11 @@ def test_under_a_frozen_clock_only_the_deterministic_limit_stops_a_solve() -> No
     assert solver.parameters.max_deterministic_time == pytest.approx(0.5)
 
 
-# The scheduler modules that may read the host's clock: ``clock`` itself, and ``planner`` for the
-# wall time a plan reports (``Plan.wall_time_s``, a measurement the test above shows decides nothing).
-CLOCK_READERS = {"clock.py", "planner.py"}
+# The scheduler modules that may read the host's clock: ``clock`` itself, ``planner`` for the
+# wall time a plan reports (``Plan.wall_time_s``, a measurement the test above shows decides nothing),
+# and ``giveup`` for the caller's hard deadline, real time by definition: it decides whether a plan
+# is given up, never what a plan is (without one it reads no clock: ``test_giveup``).
+CLOCK_READERS = {"clock.py", "giveup.py", "planner.py"}
 TIME_MODULES = {"time", "datetime"}
 
 
