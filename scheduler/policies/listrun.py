@@ -24,7 +24,7 @@ import bisect
 import heapq
 from collections.abc import Sequence
 
-from scheduler import clock
+from scheduler import clock, giveup
 from scheduler.policies.base import BudgetSpent
 from scheduler.policies.listsched import PARKED, ListState
 from scheduler.policies.load import Rates
@@ -45,10 +45,19 @@ def place_units(
     """Place the units of ``order`` in turn, each on ``state.best_worker`` for its band
     (``bands``, per unit); with ``cap_s``, a unit under ``short`` steps whose worker would end past
     it is set aside instead (``lpt_assignment``): the units set aside, in order. With ``deadline``,
-    raises ``BudgetSpent`` once past it (checked every ``CHECK_EVERY`` units)."""
+    raises ``BudgetSpent`` once past it (checked every ``CHECK_EVERY`` units, as the caller's hard
+    deadline is: ``scheduler.giveup``)."""
     if not FUSED or not state.peaks:
         return _stepwise(state, order, bands, cap_s, short, deadline)
     return _fused(state, order, bands, cap_s, short, deadline)
+
+
+def _check(deadline: float | None) -> None:
+    """Between ``CHECK_EVERY`` units: give up past the caller's hard deadline (``giveup``), and
+    raise ``BudgetSpent`` past ``deadline``."""
+    giveup.check()
+    if deadline is not None and clock.now() > deadline:
+        raise BudgetSpent
 
 
 def _stepwise(
@@ -62,8 +71,8 @@ def _stepwise(
     """``place_units`` one method call at a time."""
     units, later = state.units, []
     for k, u in enumerate(order):
-        if deadline is not None and k % CHECK_EVERY == 0 and clock.now() > deadline:
-            raise BudgetSpent
+        if k % CHECK_EVERY == 0:
+            _check(deadline)
         unit = units[u]
         worker, after = state.best_worker(unit, bands[u])
         if unit.steps < short and cap_s is not None:
@@ -102,8 +111,8 @@ def _fused(
     everyone, parks = state.everyone, state.parks
     heappush, heappop, bisect_left, insort = heapq.heappush, heapq.heappop, bisect.bisect_left, bisect.insort
     for k, u in enumerate(order):
-        if deadline is not None and k % CHECK_EVERY == 0 and clock.now() > deadline:
-            raise BudgetSpent
+        if k % CHECK_EVERY == 0:
+            _check(deadline)
         unit = units[u]
         members, n, u_tokens, u_kv, p, allowed = unit
         b = bands[u]

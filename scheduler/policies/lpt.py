@@ -23,11 +23,11 @@ import heapq
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from scheduler import clock
+from scheduler import clock, giveup
 from scheduler.giveup import stage
 from scheduler.policies.base import Placement
 from scheduler.policies.blindbar import Blind, barred, blind_plan, blind_start
-from scheduler.policies.listrun import place_units
+from scheduler.policies.listrun import CHECK_EVERY, place_units
 from scheduler.policies.listsched import ListState
 from scheduler.policies.load import Rates, rates
 from scheduler.policies.ordering import order_queues, refine_critical
@@ -278,7 +278,9 @@ def _plain_lpt(problem: Problem) -> list[list[int]] | None:
     workers = len(problem.costs)
     steps, tokens, kv, prompt = [0] * workers, [0] * workers, [0.0] * workers, [0] * workers
     placed: list[list[int]] = [[] for _ in range(workers)]
-    for u in problem.ranked or longest_first(units):
+    for k, u in enumerate(problem.ranked or longest_first(units)):
+        if k % CHECK_EVERY == 0:
+            giveup.check()  # the lpt start's longest loop: 30-250 ms at 4,096 x 32 on a starved host
         _, u_steps, u_tokens, u_kv, u_prompt, _ = units[u]  # a Unit, unpacked: no attribute reads
         best_after, best, best_kind = 0.0, -1, 0
         for heap, members, k in triples:

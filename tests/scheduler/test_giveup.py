@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from scheduler import clock, giveup, planner
+from scheduler.benchgen import bench_request
 from scheduler.devices import device_profile, model_preset
 from scheduler.errors import DeadlinePassedError, InvalidInputError
 from scheduler.policies import bandsearch, lpt, ordering
@@ -108,18 +109,29 @@ def test_cpsat_gives_up_inside_its_search_where_the_deadline_passed_in_a_round(
     assert raised.value.stage == "search"
 
 
-def test_a_deadline_passed_in_the_floors_loops_stops_them_before_the_stage_ends(
+def test_the_orderings_of_the_lpt_start_check_between_the_queues_they_play(
     monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
 ) -> None:
-    # the lpt start's orderings check between the queues they play: none is played past the deadline
     played = count_calls(monkeypatch, ordering, "_ordered")
     planner.plan(_request(None, slots=16), "lpt")
     assert played  # these queues run in waves, and each is played
     played.clear()
-    wall.jump_in(monkeypatch, lpt, "lpt_assignment")
+    wall.jump_in(monkeypatch, lpt, "ordered")  # the deadline passes as the lpt start's ordering begins
     with pytest.raises(DeadlinePassedError, match="lpt start"):
         planner.plan(_request(slots=16), "lpt")
     assert not played
+
+
+@pytest.mark.parametrize("workers", [4, 16])  # the general list scheduling, and plain LPT's own loop
+def test_the_lpt_placement_checks_between_the_units_it_places(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall, workers: int
+) -> None:
+    request = dataclasses.replace(bench_request(1_024, workers, seed=0), hard_deadline=DEADLINE)
+    ordered = count_calls(monkeypatch, lpt, "ordered")
+    wall.jump_in(monkeypatch, lpt, "lpt_assignment")  # the deadline passes as the placement begins
+    with pytest.raises(DeadlinePassedError, match="lpt start"):
+        planner.plan(request, "lpt")
+    assert not ordered  # the placement stopped before the plays that follow it
 
 
 def test_a_shared_preparation_gives_up_in_the_plan_after_it(
