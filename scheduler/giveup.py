@@ -2,10 +2,11 @@
 
 Why. ``request.time_budget_s`` is what the plan may spend: every stage that can be cut starts only
 where it fits (docs/solver.md, "What the budget cannot cut"). The stages that cannot be cut run
-whatever the budget, and on a CPU-starved host they are slow in wall time: a 1,024-trajectory
-cpsat plan given ~100 ms ran ~600 ms at load 12-16, and the service answered its caller 504 long
-after the caller had stopped waiting (docs/experiments.md, "budget47"). A plan finished after
-the caller's deadline is read by nobody, so past it the planner should stop, not finish.
+whatever the budget, and on a CPU-starved host they are slow in wall time: a 1,024-trajectory cpsat
+plan given ~100 ms ran ~600 ms at load 12-16, and the service answered its caller 504 long after the
+caller had stopped waiting (docs/experiments.md, "A plan that overruns the caller's deadline"). A
+plan finished after the caller's deadline is read by nobody, so past it the planner should stop, not
+finish.
 
 How. ``PlanRequest.hard_deadline`` (seconds on ``time.perf_counter``, the service's clock for the
 caller's deadline; None: no deadline) is set here, for the plan's context, by ``giving_up_at``;
