@@ -19,7 +19,7 @@ from scheduler import clock, giveup, planner
 from scheduler.benchgen import bench_request
 from scheduler.devices import device_profile, model_preset
 from scheduler.errors import DeadlinePassedError, InvalidInputError
-from scheduler.policies import bandsearch, lpt, ordering
+from scheduler.policies import bandsearch, lpt, ordering, robust
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker
 from tests.scheduler.fake_clock import count_calls
 
@@ -132,6 +132,17 @@ def test_the_lpt_placement_checks_between_the_units_it_places(
     with pytest.raises(DeadlinePassedError, match="lpt start"):
         planner.plan(request, "lpt")
     assert not ordered  # the placement stopped before the plays that follow it
+
+
+def test_the_quantiles_spreads_check_between_the_trajectories_they_read(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
+) -> None:
+    batch = _request().trajectories * 8  # 2,048 with quantiles: spreads reads them one at a time
+    read = count_calls(monkeypatch, robust, "sigma_through")
+    wall.jump_in(monkeypatch, robust, "sigma_through")  # the deadline passes at the first one read
+    with giveup.giving_up_at(DEADLINE), pytest.raises(DeadlinePassedError):
+        robust.spreads(batch)
+    assert len(read) == robust.GIVE_UP_EVERY  # stopped at the next check, not at the 2,048th
 
 
 def test_a_shared_preparation_gives_up_in_the_plan_after_it(
