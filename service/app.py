@@ -1,7 +1,8 @@
 """The FastAPI application factory: settings in, app out; nothing happens at import time.
 
 ``create_app(settings)`` wires the routers, the problem table, the body-size limit, request
-metrics and, without tokens, the ``Host`` allow-list (``service/hosts/allow_list.py``: DNS rebinding). Its
+metrics, each request's arrival stamp (``service/arrival.py``: a caller's deadline counts from it) and,
+without tokens, the ``Host`` allow-list (``service/hosts/allow_list.py``: DNS rebinding). Its
 lifespan (``service.startup``) opens the Redis pool, loads the predictor (latest stored model,
 history from the actuals stream) and starts the delivery reaper; on shutdown it stops the reaper
 and closes the pool. Redis being down at startup does not stop the app: ``/readyz`` says so
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -21,6 +22,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api import actuals, health, models, schedules
+from service.arrival import ArrivalStamp
 from service.auth.scopes import Credentials
 from service.hosts.allow_list import HostAllowList, service_refusal
 from service.limits import BodyLimitMiddleware
@@ -38,8 +40,10 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 API_ROUTERS = (schedules.router, actuals.router, models.router, health.router)
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """Build the app for ``settings``; ``settings.redis_url`` must be set (``serve`` ensures it)."""
+def create_app(settings: Settings, clock: Callable[[], float] = time.perf_counter) -> FastAPI:
+    """Build the app for ``settings``; ``settings.redis_url`` must be set (``serve`` ensures it).
+    ``clock``: what requests' arrivals, and the callers' deadlines counted from them, are read on
+    (``time.perf_counter``; a test's moves as it feeds a body)."""
     metrics = Metrics()
     install_record_factory()
 
@@ -72,10 +76,11 @@ def create_app(settings: Settings) -> FastAPI:
     if not app.state.credentials.enabled:  # every caller trusted: answer to loopback names only
         allowed = settings.allowed_host_names()
         app.add_middleware(HostAllowList, allowed=allowed, refusal=service_refusal)
-    # outermost: 413s are counted too
     routes = [*app.router.routes, *(route for router in API_ROUTERS for route in router.routes)]
     app.state.routes = routes  # a 405's Allow names the methods of every route on its path
+    # outside the limits: 413s are counted too
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, routes=routes)
+    app.add_middleware(ArrivalStamp, clock=clock)  # outermost of all: before any body byte is read
     return app
 
 

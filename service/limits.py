@@ -16,7 +16,6 @@ stays predictable under a burst.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -157,10 +156,10 @@ class PlanSlots:
         request held in line for the rest of the timeout (30 s by default) only kept the requests
         behind it out of the slots it would then have been refused after."""
         started = time.perf_counter()
-        timeout_at = (started if arrived is None else arrived) + self.timeout_s
-        given_up_at = math.inf if until.at is None else until.at
-        late = given_up_at <= timeout_at  # the caller gives up first
-        if not self._slots.acquire(timeout=max(0.0, min(given_up_at, timeout_at) - started)):
+        timeout_s = (started if arrived is None else arrived) + self.timeout_s - started  # what is left
+        given_up_s = until.left_s()  # on the deadline's own clock (a test's may not be the wall's)
+        late = given_up_s <= timeout_s  # the caller gives up first
+        if not self._slots.acquire(timeout=max(0.0, min(given_up_s, timeout_s))):
             if late:
                 raise until.exceeded("passed while it waited in line for a plan slot")
             raise UnavailableError(

@@ -37,6 +37,7 @@ from service.api.schemas import (
     ScheduleRequest,
     ScheduleResponse,
 )
+from service.arrival import arrival_of
 from service.auth.scopes import AuthFirstRoute, any_client, trainer_only
 from service.context import Context, context_of
 from service.delivery import DeadLetter, ResultRecord
@@ -88,16 +89,24 @@ async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     so a DELETE from here on withdraws the step (``service/pipeline/in_flight.py``), and the thread's
     token is held until the thread ends, whatever happens to this handler (``plan_thread``).
 
-    The caller's deadline (``X-Envoy-Expected-Rq-Timeout-Ms``, from here) caps the plan's budget, and
-    a plan that cannot publish before it is refused 504 with nothing written
-    (``service/pipeline/deadline.py``); a malformed one is a 422 before the mark.
+    The caller's deadline (``X-Envoy-Expected-Rq-Timeout-Ms``, from the request's arrival, before its
+    body was read: ``service/arrival.py``) caps the plan's budget, and a plan that cannot publish
+    before it is refused 504 with nothing written (``service/pipeline/deadline.py``); a malformed one
+    is a 422 before the mark.
     """
     arrived = time.perf_counter()  # the wait in line, for a thread then a slot, counts from here
     schedule_id = request.state.schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
-    until = deadline.of(request.headers.get(deadline.HEADER), arrived)  # a bad one: 422, nothing marked
+    until = _deadline(request)  # a bad one: 422, nothing marked
     marked = await _marked(body, request, schedule_id, until)
     serve = functools.partial(_schedule, body, request, marked, (arrived, until))
     return await run_to_end(serve, marked.release, _own_threads(request, "plan_threads"))
+
+
+def _deadline(request: Request) -> deadline.Deadline:
+    """The caller's deadline, counted from the request's arrival (``service/arrival.py``), before its
+    body was read and parsed: that read took part of the time the caller waits."""
+    arrival = arrival_of(request.scope)
+    return deadline.of(request.headers.get(deadline.HEADER), arrival.at, clock=arrival.clock)
 
 
 async def _marked(

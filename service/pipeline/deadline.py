@@ -2,11 +2,13 @@
 
 A trainer's HTTP client gives up after its timeout, but the service planned on and published a plan
 nobody read, its work then held by the fleet. The header says how long the caller waits, counted from
-the request's arrival: the plan's time budget is capped to leave the publish's reserve before it (what
-this replica's recent publishes say one of the request's size needs: ``publish_pace``), and a request
-that cannot publish before it (the deadline passed in line, or less than that reserve left when the
-publish would start) is refused 504 ``deadline-exceeded`` with nothing written (its in-flight mark taken
-back as any refusal's).
+the request's arrival (stamped before its body is read: ``service/arrival.py``; counted from the
+handler's start, after the read and the parse of a body of tens of MB, a plan could be given the whole
+deadline again and answer after the caller gave up): the plan's time budget is capped to leave the
+publish's reserve before it (what this replica's recent publishes say one of the request's size needs:
+``publish_pace``), and a request that cannot publish before it (the deadline passed in line, or less
+than that reserve left when the publish would start) is refused 504 ``deadline-exceeded`` with nothing
+written (its in-flight mark taken back as any refusal's).
 
 Why Envoy's name, not gRPC's ``grpc-timeout``: it is a plain count of milliseconds (``grpc-timeout`` has
 its own unit grammar, and proxies apply it by gRPC's rules to gRPC requests only), and it says exactly
@@ -84,10 +86,10 @@ class Deadline:
 NO_DEADLINE = Deadline()
 
 
-def of(value: str | None, arrived: float) -> Deadline:
-    """The deadline the header's ``value`` (milliseconds from ``arrived``) sets, none past 10 digits; a
-    value that is not a whole number of milliseconds is refused 422 naming the header, before anything
-    is written."""
+def of(value: str | None, arrived: float, clock: Callable[[], float] = time.perf_counter) -> Deadline:
+    """The deadline the header's ``value`` (milliseconds from ``arrived``, the request's arrival on
+    ``clock``: ``service/arrival.py``) sets, none past 10 digits; a value that is not a whole number of
+    milliseconds is refused 422 naming the header, before anything is written."""
     if value is None:
         return NO_DEADLINE
     digits = value.strip()
@@ -95,7 +97,7 @@ def of(value: str | None, arrived: float) -> Deadline:
         raise InvalidInputError(HEADER, value, "expected a whole number of milliseconds")
     if len(digits.lstrip("0")) > _LONGEST_DIGITS:  # read as no number: int() of 5,000 digits raises
         return NO_DEADLINE
-    return Deadline(arrived + int(digits) / 1000.0)
+    return Deadline(arrived + int(digits) / 1000.0, clock)
 
 
 def _exceeded(why: str) -> DeadlineExceededError:

@@ -98,8 +98,8 @@ def test_a_plan_that_reaches_its_publish_past_the_deadline_is_a_504_that_writes_
     given: list[deadline.Deadline] = []
     of, respond = deadline.of, stages.respond
 
-    def read_back(value: str | None, arrived: float) -> deadline.Deadline:
-        given.append(of(value, arrived))
+    def read_back(*args: Any, **kwargs: Any) -> deadline.Deadline:
+        given.append(of(*args, **kwargs))
         return given[-1]
 
     def past_the_deadline(*args: Any, **kwargs: Any) -> Any:

@@ -157,8 +157,8 @@ def test_a_plan_reaching_its_publish_with_less_than_its_reserve_left_is_refused(
     given: list[Deadline] = []
     of, respond = deadline.of, stages.respond
 
-    def read_back(value: str | None, arrived: float) -> Deadline:
-        given.append(of(value, arrived))
+    def read_back(*args: Any, **kwargs: Any) -> Deadline:
+        given.append(of(*args, **kwargs))
         return given[-1]
 
     def short_of_the_reserve(*args: Any, **kwargs: Any) -> Any:
