@@ -32,6 +32,7 @@ from scheduler.policies import POLICY_NAMES
 from scheduler.sim_rules import engine_rules
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory
 from service.api.convert import (
+    broken_rule,
     build_inventory,
     check_plan_rules,
     check_unique_prompts,
@@ -58,7 +59,7 @@ from service.speeds.model import idle_learned
 _log = logging.getLogger("service.pipeline")
 BASELINE = "round_robin"
 # Refusals a retry may not meet (Redis down or full, the plan queue busy, the caller's deadline): an
-# invalid body is refused for what it is instead (``_broken_rule``), which every retry would meet.
+# invalid body is refused for what it is instead (``convert.broken_rule``), which every retry would meet.
 REFUSED_FOR_NOW = (redis.RedisError, UnavailableError, DeadlineExceededError)
 
 
@@ -108,7 +109,7 @@ def run(
 
     A request refused for the moment (Redis down or full, every plan slot busy, its deadline passed)
     whose body breaks a rule of the planner's is refused for that instead (422): whatever the
-    service's state, an invalid body hears what is wrong with it (``_broken_rule``)."""
+    service's state, an invalid body hears what is wrong with it (``convert.broken_rule``)."""
     clock = StageClock()
     on_thread = time.perf_counter()
     started = on_thread if arrived is None else arrived
@@ -122,32 +123,10 @@ def run(
                 return _replayed(first, clock, started)
             return _serve_valid(schedule_id, body, checked, ctx, clock, (started, deadline))
         except REFUSED_FOR_NOW:
-            broken = _broken_rule(body, ctx)
+            broken = broken_rule(body, ctx.settings)
             if broken is None:
                 raise
             raise broken from None
-
-
-def _broken_rule(body: ScheduleRequest, ctx: Context) -> InvalidInputError | None:
-    """The planner's refusal of ``body`` by its rules that need no speed and no lengths (a pin to a
-    worker the inventory lacks or drains, a cap no allowed worker's cache holds: ``check_plan_rules``),
-    on the inventory as the profiles and the body's stated speeds make it; None when it breaks none.
-
-    Asked only of a request refused for the moment (``REFUSED_FOR_NOW``): a request with no chosen id
-    meets those rules only when it plans, after the speed read and the predictions, which read Redis,
-    and after the plan queue and the deadline, so with Redis down a body pinned to a missing worker
-    was a 503, and a retry after the outage its 422. Checked up front instead, every such request
-    would pay ~1.7 ms at 1,024 prompts and ~9.5 ms at 4,096 for rules its plan checks again; here only
-    a refusal pays. Every rule ``validate`` checks before the speed read has passed by then."""
-    settings = ctx.settings
-    model = resolve_model(body.model, settings.default_model)
-    inventory, drained, _ = build_inventory(body, model, {})
-    budget_s = (body.time_budget_ms or settings.default_time_budget_ms) / 1000.0
-    try:
-        check_plan_rules(body, inventory, drained, budget_s, body.engine or settings.default_engine)
-    except InvalidInputError as error:
-        return error
-    return None
 
 
 def _replayed(answer: ScheduleResponse, clock: StageClock, started: float) -> ScheduleResponse:
