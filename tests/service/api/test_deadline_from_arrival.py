@@ -1,118 +1,42 @@
 """The caller's deadline counts from the request's arrival, before its body is read
 (``service/arrival.py``): a body whose upload takes the deadline is refused 504 with nothing left in
 Redis, and one whose upload takes part of it leaves its plan only the rest. The app runs on a clock of
-the test's that moves only as the body's chunks are fed to it (``SlowUpload``), so no assertion
+the test's that moves only as the body's chunks are fed to it (``slow_upload``), so no assertion
 depends on how fast the host is: counted from the handler's start, after the read, every request here
 had its whole deadline left (60 s of the wall clock, for a plan of milliseconds)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 import redis
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
-from service.app import create_app
 from service.arrival import SCOPE_KEY, Arrival, ArrivalStamp
-from service.context import Context
 from service.delivery import keys
 from service.pipeline import deadline
-from service.settings import Settings
 from tests.service.api.badinput import redis_snapshot
+from tests.service.api.slow_upload import (
+    LATE,
+    STEP,
+    Clock,
+    SlowClient,
+    in_flight_when_it_waits_for_a_slot,
+    slow_clients,
+)
 from tests.service.api_helpers import batch_body
 
 HEADER = deadline.HEADER
-LATE = keys.schedule_keys("late")
-STEP = 7
-DEADLINE_MS = 60_000  # of the test's clock; on the wall clock, far more than any plan here takes
-CHUNKS = 4
-
-
-class Clock:
-    """A clock that stands still but when the test moves it."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class SlowUpload:
-    """The client's side of a slow upload: each request's body fed in ``CHUNKS`` messages, ``clock``
-    moved ``chunk_s`` before each is handed over (the time its bytes took to arrive)."""
-
-    def __init__(self, app: ASGIApp, clock: Clock, chunk_s: float) -> None:
-        self.app, self.clock, self.chunk_s = app, clock, chunk_s
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        fed = 0
-
-        async def slowly() -> Message:
-            nonlocal chunks, fed
-            if fed == 0:
-                body = (await receive()).get("body", b"")
-                size = -(-len(body) // CHUNKS)
-                chunks = [body[i * size : (i + 1) * size] for i in range(CHUNKS)]
-            if fed == CHUNKS:
-                return await receive()  # the body is in: what the client sends after it
-            self.clock.now += self.chunk_s
-            fed += 1
-            return {"type": "http.request", "body": chunks[fed - 1], "more_body": fed < CHUNKS}
-
-        await self.app(scope, slowly, send)
-
-
-SlowClient = Callable[[float], tuple[TestClient, FastAPI]]
+DEADLINE_MS = 60_000  # of the app's clock; on the wall clock, far more than any plan here takes
 
 
 @pytest.fixture
 def slow_client(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Iterator[SlowClient]:
-    """An app whose requests' bodies each take ``chunk_s`` x ``CHUNKS`` of its clock to arrive."""
-    opened: list[TestClient] = []
-
-    def factory(chunk_s: float) -> tuple[TestClient, FastAPI]:
-        clock = Clock()
-        settings = Settings(redis_url=redis_url, model_dir=str(tmp_path / "models"))
-        app = create_app(settings, clock=clock)
-        client = TestClient(SlowUpload(app, clock, chunk_s), raise_server_exceptions=False)
-        opened.append(client.__enter__())
-        return client, app
-
-    yield factory
-    for client in opened:
-        client.__exit__(None, None, None)
-
-
-def _context(app: FastAPI) -> Context:
-    ctx: Context = app.state.context
-    return ctx
-
-
-def _in_flight_when_it_waits_for_a_slot(
-    app: FastAPI, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> list[tuple[int, int]]:
-    """What the request had written when it came to the plan slots, read from Redis there: its
-    in-flight mark (``late``'s) and its step's planning entries."""
-    slots = _context(app).plan_slots
-    hold, seen = slots.hold, []
-
-    def seen_then_held(*args: Any, **kwargs: Any) -> Any:
-        seen.append((redis_client.exists(LATE.planning), redis_client.zcard(keys.step_planning(STEP))))
-        return hold(*args, **kwargs)
-
-    monkeypatch.setattr(slots, "hold", seen_then_held)
-    return seen
+    with slow_clients(redis_url, tmp_path) as factory:
+        yield factory
 
 
 @pytest.mark.parametrize(("schedule_id", "marked"), [("late", 1), (None, 0)], ids=["chosen-id", "drawn-id"])
@@ -126,7 +50,7 @@ def test_a_deadline_that_passes_while_the_body_arrives_is_a_504_that_leaves_noth
     """The upload takes 80 s of the 60 s the caller waits: refused, its mark (under a chosen id) and its
     step's planning entry taken back, nothing published; the step publishes when sent again."""
     client, app = slow_client(20.0)
-    in_flight = _in_flight_when_it_waits_for_a_slot(app, redis_client, monkeypatch)
+    in_flight = in_flight_when_it_waits_for_a_slot(app, redis_client, monkeypatch)
     body = batch_body(schedule_id=schedule_id, step=STEP)
     before = redis_snapshot(redis_client)
     late = client.post("/schedule", json=body, headers={HEADER: str(DEADLINE_MS)})
