@@ -23,10 +23,11 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from scheduler.errors import InvalidInputError
+from scheduler.errors import DeadlinePassedError, InvalidInputError
 from service.pipeline.publish_pace import FIXED_S
 from service.problems.table import DeadlineExceededError
 
@@ -77,6 +78,21 @@ class Deadline:
         less is left, by a reserve of at least ``MIN_RESERVE_S``): what the in-flight mark must outlive
         (``in_flight.mark``). Never negative: a request with no room left is refused before it plans."""
         return min(budget_s, max(0.0, self.left_s() - MIN_RESERVE_S))
+
+    @contextmanager
+    def planner_gives_up(self, need_s: float) -> Iterator[float | None]:
+        """When the planner is to give up (``PlanRequest.hard_deadline``, on ``time.perf_counter``, the
+        planner's clock for it; None without a deadline): where less than ``need_s`` (what the publish of
+        its size needs) is left, which the publish's check refuses whatever plan it is handed, so a plan
+        still running then (a stage no budget cuts, slow on a starved host) stops rather than finish for
+        nobody. Its give-up (``DeadlinePassedError``, naming the planner's stage) is raised as this
+        504, before anything is published."""
+        give_up_at = None if self.at is None else time.perf_counter() + self.left_s() - need_s
+        try:
+            yield give_up_at
+        except DeadlinePassedError as gave_up:
+            why = f"came within the {_ms(need_s)} its publish needs while it was planned"
+            raise _exceeded(f"{why} (the planner gave up in its {gave_up.stage})") from gave_up
 
     def exceeded(self, why: str) -> DeadlineExceededError:
         """The 504 of a request whose deadline passed ``why`` (``PlanSlots.hold``: in line)."""

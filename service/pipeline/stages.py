@@ -149,6 +149,8 @@ def _serve_valid(
     checked once a slot is held and again before the publish (which must find what a publish of its
     size needs left: ``publish_pace``), and it caps the plan's budget after the predictions to leave
     that and the handover to the publish (504 past it). Both are timed for the next request's reserve.
+    The planner gives up (504) where only the publish's part is left: a plan that overran its budget
+    in a stage no budget cuts is not finished for a publish that would be refused anyway.
 
     The cycle collector is held throughout, as the planner holds it for its own stages
     (``scheduler.gcpause``): predicting, publishing and answering build a few objects per trajectory, none
@@ -163,10 +165,9 @@ def _serve_valid(
         with clock.stage("predict"):
             trajectories, predicted = predict(body, checked, ctx)
         reserve = ctx.publish_pace.reserve(len(trajectories))
-        plan_request = _plan_request(
-            body, checked, trajectories, deadline.budget_s(checked.time_budget_s, reserve.cap_s)
-        )
-        with reserve.planning(plan_request.time_budget_s):
+        budget_s = deadline.budget_s(checked.time_budget_s, reserve.cap_s)
+        with deadline.planner_gives_up(reserve.publish_s) as give_up_at, reserve.planning(budget_s):
+            plan_request = _plan_request(body, checked, trajectories, (budget_s, give_up_at))
             chosen, baseline = _plans(plan_request, checked, clock)
         response = respond(schedule_id, body, checked, plan_request, chosen, baseline, predicted)
         first = None
@@ -279,19 +280,22 @@ def _plan_request(
     body: ScheduleRequest,
     checked: Validated,
     trajectories: tuple[Trajectory, ...],
-    budget_s: float | None = None,
+    limits: tuple[float, float | None] | None = None,
 ) -> PlanRequest:
-    """The planner's request: the predicted trajectories on the validated inventory, with ``budget_s``
-    (the request's budget capped by the caller's deadline; by default the request's)."""
+    """The planner's request: the predicted trajectories on the validated inventory; ``limits``: its
+    budget (the request's, capped by the caller's deadline) and when it gives up (``hard_deadline``:
+    ``Deadline.planner_gives_up``); by default the request's budget, and never."""
+    budget_s, give_up_at = (checked.time_budget_s, None) if limits is None else limits
     return PlanRequest(
         trajectories=trajectories,
         inventory=checked.inventory,
-        time_budget_s=checked.time_budget_s if budget_s is None else budget_s,
+        time_budget_s=budget_s,
         prefix_affinity=body.prefix_affinity,
         kv_admission=body.kv_admission,
         excluded_workers=checked.drained,
         seed=body.seed,
         engine=checked.engine,
+        hard_deadline=give_up_at,
     )
 
 
