@@ -15,19 +15,24 @@ a lock (``_Start``), so a request is either planned whole or not at all. A call 
 thread (cancelled itself while it waits for a token: the loop ending, as ``asyncio.run`` cancels the
 tasks left once uvicorn returns) runs ``given_up`` on a thread of its own: the planning thread that
 was to run it never comes, and the mark was left to lapse (the plan queue's timeout + the budget +
-60 s), a DELETE meanwhile withdrawing a step its request never planned.
+60 s), a DELETE meanwhile withdrawing a step its request never planned. A call still waiting for a
+token when its caller's deadline passes is given up the same way, and refused there (504): the
+deadline's own checks run only on the thread (``_in_time``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import anyio
 from anyio import CapacityLimiter
+
+from service.pipeline.deadline import NO_DEADLINE, Deadline
 
 T = TypeVar("T")
 # The calls running on after their handlers were cancelled: asyncio references a task only weakly.
@@ -39,22 +44,55 @@ class GivenUpError(Exception):
 
 
 async def run_to_end(
-    work: Callable[[], T], given_up: Callable[[], None], limiter: CapacityLimiter | None
+    work: Callable[[], T],
+    given_up: Callable[[], None],
+    limiter: CapacityLimiter | None,
+    until: Deadline = NO_DEADLINE,
 ) -> T:
     """``work()`` on a thread of ``limiter`` (None: the shared pool), its token held until it ends.
 
     Cancelled before the thread started, the handler gives the work up: the thread runs
     ``given_up()`` instead. Cancelled after, the thread runs ``work`` to its end (a plan and its
-    publish cannot be stopped halfway), and the cancel goes up at once."""
+    publish cannot be stopped halfway), and the cancel goes up at once. Still waiting for a thread
+    when the caller's deadline ``until`` passes, it is refused there (``_in_time``)."""
     start = _Start()
     task: asyncio.Task[T] = asyncio.ensure_future(_on_a_thread(start, work, given_up, limiter))
     _RUNNING.add(task)
     task.add_done_callback(_ended)
     try:
+        await _in_time(task, (start, limiter), given_up, until)
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         start.give_up()
         raise
+
+
+async def _in_time(
+    task: asyncio.Task[T],
+    waits: tuple[_Start, CapacityLimiter | None],
+    given_up: Callable[[], None],
+    until: Deadline,
+) -> None:
+    """Wait for ``task`` until the caller's deadline ``until``; where it passes while the call waits
+    for a token of the limiter (``waits``: the call's start, and the limiter), give the call up
+    (``given_up()`` on a thread of the shared pool: the in-flight mark taken back before the answer)
+    and refuse it 504. The thread it waited for ran the deadline's checks only once it had one: past
+    ``ROLLOUT_MAX_CONCURRENT_PLANS`` + 16 requests at once, the answer came when a thread freed, long
+    after the caller had gone. A call with a token, or one free for it, is left to its thread: its
+    own checks refuse it as ever, after the body's (a bad body's 422, a retry's replay)."""
+    start, limiter = waits
+    left_s = until.left_s()
+    if limiter is None or math.isinf(left_s):
+        return
+    await asyncio.wait({task}, timeout=max(0.0, left_s))
+    held = limiter.statistics()
+    if task.done() or task in held.borrowers or held.borrowed_tokens < held.total_tokens:
+        return
+    if not start.abandon():  # a thread took it up meanwhile
+        return
+    task.cancel()  # it waits for a token only to run nothing
+    await anyio.to_thread.run_sync(given_up)
+    raise until.exceeded("passed while it waited for a planning thread")
 
 
 async def _on_a_thread(

@@ -99,7 +99,7 @@ async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     until = _deadline(request)  # a bad one: 422, nothing marked
     marked = await _marked(body, request, schedule_id, until)
     serve = functools.partial(_schedule, body, request, marked, (arrived, until))
-    return await run_to_end(serve, marked.release, _own_threads(request, "plan_threads"))
+    return await run_to_end(serve, marked.release, _own_threads(request, "plan_threads"), until)
 
 
 def _deadline(request: Request) -> deadline.Deadline:
