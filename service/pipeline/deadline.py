@@ -92,7 +92,7 @@ class Deadline:
             yield give_up_at
         except DeadlinePassedError as gave_up:
             why = f"came within the {_ms(need_s)} its publish needs while it was planned"
-            raise _exceeded(f"{why} (the planner gave up in its {gave_up.stage})") from gave_up
+            raise _exceeded(f"{why} (the planner gave up in its {gave_up.stage} stage)") from gave_up
 
     def exceeded(self, why: str) -> DeadlineExceededError:
         """The 504 of a request whose deadline passed ``why`` (``PlanSlots.hold``: in line)."""

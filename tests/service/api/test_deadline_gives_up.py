@@ -78,7 +78,7 @@ def test_a_plan_still_running_when_only_its_publish_is_left_gives_up_with_a_504_
     assert late.status_code == 504
     problem = late.json()
     assert (problem["type"].rsplit("/", 1)[1], problem["field"]) == ("deadline-exceeded", HEADER)
-    assert "the planner gave up in its problem" in problem["detail"]
+    assert "the planner gave up in its problem stage" in problem["detail"]
     assert reached == ["problem"]  # stopped there: no bound, no policy, no publish
     assert in_flight == [(marked, 1)]  # written as it came in line, then taken back:
     assert redis_snapshot(redis_client) == before  # no mark, no planning entry, no step, no publish
