@@ -4,7 +4,8 @@
 metrics, each request's arrival stamp (``service/arrival.py``: a caller's deadline counts from it) and,
 without tokens, the ``Host`` allow-list (``service/hosts/allow_list.py``: DNS rebinding). Its
 lifespan (``service.startup``) opens the Redis pool, loads the predictor (latest stored model,
-history from the actuals stream) and starts the delivery reaper; on shutdown it stops the reaper
+history from the actuals stream) and starts the delivery reaper; on shutdown it waits for the
+in-flight marks given up meanwhile to be taken back (``service/api/mark_hop.py``), stops the reaper
 and closes the pool. Redis being down at startup does not stop the app: ``/readyz`` says so
 and every Redis-bound request answers 503 until it returns (a Redis Cluster, whose client cannot be
 built before a node answers, is waited for in the background while ``/healthz`` answers).
@@ -22,6 +23,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api import actuals, health, models, schedules
+from service.api.mark_hop import settle as settle_take_backs
 from service.arrival import ArrivalStamp
 from service.auth.scopes import Credentials
 from service.hosts.allow_list import HostAllowList, service_refusal
@@ -54,6 +56,7 @@ def create_app(settings: Settings, clock: Callable[[], float] = time.perf_counte
         try:
             yield
         finally:
+            settle_take_backs()  # the marks given up at shutdown, before the pool closes under them
             startup.stop()
             _log.info("service stopped")
 

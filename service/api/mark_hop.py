@@ -10,19 +10,39 @@ timeout + the budget + 60 s, as a dead replica's does, and a DELETE meanwhile an
 holds its own entry, and the retry's publish deletes the key). Now whichever comes last, the write or
 the give-up, takes the mark back, decided under a lock (``_Hop``) as ``plan_thread._Start`` decides
 plan or take-back; a thread that starts after the give-up writes nothing.
+
+The give-up's own take-back thread is a daemon, waited for one command timeout at most as the app
+stops and at the process's exit (``settle``; ``serve`` runs the app in its main process). A handler
+is given up at the service's shutdown, so that thread runs as the process ends: a plain thread held
+the exit while a stalled Redis timed it out three times (its retries, ~3 s by default), a daemon not
+waited for could lose a take-back a healthy Redis answers in microseconds, and one still running as
+the app closed its Redis pool had its connection closed mid-reply (redis-py's parser raised
+``AttributeError``, not a Redis error: a traceback, and the mark could be left). What a take-back
+cut then loses: its mark was written and extended (``in_flight.mark``), so it lapses with its
+request's TTL (the plan queue's timeout + the budget + 60 s), as a dead replica's does, a DELETE
+meanwhile answering 202 ``withdrawn``; a take-back not answered within a timeout was most likely
+lost with its first try anyway.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
+import logging
 import threading
+import time
 from collections.abc import Callable
 
 import anyio
 
 from service.api.plan_thread import GivenUpError
 from service.pipeline.in_flight import Mark
+
+_log = logging.getLogger("service.pipeline")
+# The give-ups' take-back threads still running -> how long the exit waits for each (s).
+_TAKING_BACK: dict[threading.Thread, float] = {}
+_TAKING_BACK_LOCK = threading.Lock()
 
 
 async def marked(take: Callable[[], Mark]) -> Mark:
@@ -35,8 +55,48 @@ async def marked(take: Callable[[], Mark]) -> Mark:
     except asyncio.CancelledError:
         written = hop.give_up()
         if written is not None:
-            threading.Thread(target=written.release, name="mark-given-up").start()
+            _take_back(written)
         raise
+
+
+def _take_back(written: Mark) -> None:
+    """Take ``written`` back on a daemon thread of its own (Redis is not asked on the event loop),
+    which the app's stop and the process's exit wait for one command timeout at most (``settle``)."""
+    bound_s = written.ctx.settings.redis_timeout_s if written.ctx is not None else 0.0
+    thread = threading.Thread(target=_release, args=(written,), name="mark-given-up", daemon=True)
+    with _TAKING_BACK_LOCK:
+        _TAKING_BACK[thread] = bound_s
+    thread.start()
+
+
+def _release(written: Mark) -> None:
+    """The take-back thread: ``written.release()``, then off the list the exit waits for."""
+    try:
+        written.release()
+    finally:
+        with _TAKING_BACK_LOCK:
+            _TAKING_BACK.pop(threading.current_thread(), None)
+
+
+@atexit.register
+def settle() -> None:
+    """Wait for the give-ups' take-backs still running, for one command timeout at most (the longest
+    of theirs), counted from here: one a Redis answers lands well within it. One still running then
+    (a stalled Redis, through its retries) is cut, its mark left to lapse (logged), and not waited
+    for again. Called as the app stops, before its Redis pool is closed under them
+    (``service/app.py``: a connection closed mid-reply failed the take-back), and at the process's
+    exit for those given up later (``atexit``)."""
+    with _TAKING_BACK_LOCK:
+        running = dict(_TAKING_BACK)
+    if not running:
+        return
+    until = time.monotonic() + max(running.values())
+    for thread in running:
+        thread.join(max(0.0, until - time.monotonic()))
+    with _TAKING_BACK_LOCK:
+        cut = [_TAKING_BACK.pop(thread) for thread in running if thread in _TAKING_BACK]
+    if cut:
+        _log.warning("in-flight mark take-backs cut at shutdown: left to lapse", extra={"count": len(cut)})
 
 
 class _Hop:
