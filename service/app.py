@@ -56,7 +56,7 @@ def create_app(settings: Settings, clock: Callable[[], float] = time.perf_counte
         try:
             yield
         finally:
-            settle_take_backs()  # the marks given up at shutdown, before the pool closes under them
+            settle_take_backs(settings.redis_timeout_s)  # marks given up: before the pool closes
             startup.stop()
             _log.info("service stopped")
 

@@ -40,9 +40,19 @@ from service.api.plan_thread import GivenUpError
 from service.pipeline.in_flight import Mark
 
 _log = logging.getLogger("service.pipeline")
-# The give-ups' take-back threads still running -> how long the exit waits for each (s).
-_TAKING_BACK: dict[threading.Thread, float] = {}
-_TAKING_BACK_LOCK = threading.Lock()
+
+
+class _TakeBacks:
+    """The give-ups' take-back threads still running, and how long ``settle`` waits for them: the
+    longest command timeout this process's apps or marks named (one process serves one app)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: set[threading.Thread] = set()
+        self.bound_s = 0.0
+
+
+_TAKING_BACK = _TakeBacks()
 
 
 async def marked(take: Callable[[], Mark]) -> Mark:
@@ -62,10 +72,11 @@ async def marked(take: Callable[[], Mark]) -> Mark:
 def _take_back(written: Mark) -> None:
     """Take ``written`` back on a daemon thread of its own (Redis is not asked on the event loop),
     which the app's stop and the process's exit wait for one command timeout at most (``settle``)."""
-    bound_s = written.ctx.settings.redis_timeout_s if written.ctx is not None else 0.0
     thread = threading.Thread(target=_release, args=(written,), name="mark-given-up", daemon=True)
-    with _TAKING_BACK_LOCK:
-        _TAKING_BACK[thread] = bound_s
+    with _TAKING_BACK.lock:
+        _TAKING_BACK.running.add(thread)
+        if written.ctx is not None:  # a drawn id's has none: the app's stop names the bound
+            _TAKING_BACK.bound_s = max(_TAKING_BACK.bound_s, written.ctx.settings.redis_timeout_s)
     thread.start()
 
 
@@ -74,27 +85,27 @@ def _release(written: Mark) -> None:
     try:
         written.release()
     finally:
-        with _TAKING_BACK_LOCK:
-            _TAKING_BACK.pop(threading.current_thread(), None)
+        with _TAKING_BACK.lock:
+            _TAKING_BACK.running.discard(threading.current_thread())
 
 
 @atexit.register
-def settle() -> None:
-    """Wait for the give-ups' take-backs still running, for one command timeout at most (the longest
-    of theirs), counted from here: one a Redis answers lands well within it. One still running then
-    (a stalled Redis, through its retries) is cut, its mark left to lapse (logged), and not waited
-    for again. Called as the app stops, before its Redis pool is closed under them
-    (``service/app.py``: a connection closed mid-reply failed the take-back), and at the process's
-    exit for those given up later (``atexit``)."""
-    with _TAKING_BACK_LOCK:
-        running = dict(_TAKING_BACK)
-    if not running:
-        return
-    until = time.monotonic() + max(running.values())
+def settle(timeout_s: float = 0.0) -> None:
+    """Wait for the give-ups' take-backs still running, for one command timeout at most (``timeout_s``,
+    the app's, or the longest one named before), counted from here: one a Redis answers lands well
+    within it. One still running then (a stalled Redis, through its retries) is cut, its mark left
+    to lapse (logged), and not waited for again. Called as the app stops, before its Redis pool is
+    closed under them (``service/app.py``: a connection closed mid-reply failed the take-back), and
+    at the process's exit for those given up later (``atexit``)."""
+    with _TAKING_BACK.lock:
+        _TAKING_BACK.bound_s = bound_s = max(_TAKING_BACK.bound_s, timeout_s)
+        running = list(_TAKING_BACK.running)
+    until = time.monotonic() + bound_s
     for thread in running:
         thread.join(max(0.0, until - time.monotonic()))
-    with _TAKING_BACK_LOCK:
-        cut = [_TAKING_BACK.pop(thread) for thread in running if thread in _TAKING_BACK]
+    with _TAKING_BACK.lock:
+        cut = [thread for thread in running if thread in _TAKING_BACK.running]
+        _TAKING_BACK.running.difference_update(cut)
     if cut:
         _log.warning("in-flight mark take-backs cut at shutdown: left to lapse", extra={"count": len(cut)})
 

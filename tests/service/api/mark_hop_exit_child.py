@@ -1,11 +1,12 @@
 """A replica's process ending with a mark's take-back still running, for ``test_mark_hop_exit.py``.
 
-Run as ``python -m tests.service.api.mark_hop_exit_child URL TIMEOUT_S PAUSE_MS``: a ``POST /schedule``
-handler is cancelled (the service's shutdown) after its hop wrote its mark, Redis's writes paused for
-``PAUSE_MS`` from then, so the give-up's take-back waits on them; then the app stops and the process
-ends. Its warnings go to stderr; at its very end, after the service's own exit hooks, it prints
-whether the mark was still there (``left``) or taken back (``gone``), read while writes may still be
-paused (a read is not held).
+Run as ``python -m tests.service.api.mark_hop_exit_child URL TIMEOUT_S PAUSE_MS [ID]``: a ``POST
+/schedule`` of step 7 under ``ID`` (none: an id the service draws) whose handler is cancelled (the
+service's shutdown) after its hop wrote its in-flight mark (a chosen id's) and its step's planning
+entry, Redis's writes paused for ``PAUSE_MS`` from then, so the give-up's take-back waits on them;
+then the app stops and the process ends. Its warnings go to stderr; at its very end, after the
+service's own exit hooks, it prints whether the mark or the entry was still there (``left``) or both
+were taken back (``gone``), read while writes may still be paused (a read is not held).
 """
 
 from __future__ import annotations
@@ -21,15 +22,16 @@ import redis
 
 from service.delivery import keys
 
-GONE = keys.schedule_keys("gone")
+STEP = 7
 
 
-def main(url: str, timeout_s: float, pause_ms: int) -> None:
+def main(url: str, timeout_s: float, pause_ms: int, schedule_id: str | None) -> None:
     """Cancel the handler with its mark written and writes paused, then return: the exit follows."""
     logging.basicConfig(level=logging.WARNING)
     reader = redis.Redis.from_url(url, socket_timeout=60)
+    marks = [keys.schedule_keys(schedule_id or "-").planning, keys.step_planning(STEP)]
     # registered before the service is imported: Python runs exit hooks last registered first
-    atexit.register(lambda: print("left" if reader.exists(GONE.planning) else "gone", flush=True))
+    atexit.register(lambda: print("left" if reader.exists(*marks) else "gone", flush=True))
     from service.api import mark_hop
     from service.settings import Settings
     from tests.service.api.replicas import Gate, replicas, until
@@ -49,7 +51,9 @@ def main(url: str, timeout_s: float, pause_ms: int) -> None:
         with tempfile.TemporaryDirectory() as models:
             settings = Settings(redis_url=url, model_dir=models, redis_timeout_s=timeout_s)
             async with replicas(settings) as [http]:
-                posted = asyncio.create_task(http.post("/schedule", json=batch_body(schedule_id="gone")))
+                chosen: dict[str, Any] = {"schedule_id": schedule_id} if schedule_id else {}
+                body = batch_body(step=STEP, **chosen)
+                posted = asyncio.create_task(http.post("/schedule", json=body))
                 await until(lambda: decided.reached == 1)
                 reader.client_pause(pause_ms, all=False)
                 posted.cancel()
@@ -60,4 +64,4 @@ def main(url: str, timeout_s: float, pause_ms: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]))
+    main(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else None)

@@ -33,13 +33,14 @@ def server() -> Iterator[EmbeddedServer]:
         yield srv
 
 
-def _exit(server: EmbeddedServer, timeout_s: float, pause_ms: int) -> tuple[str, str]:
-    """The child's last line (``left`` or ``gone``) and its stderr; writes unpaused after it."""
+def _exit(server: EmbeddedServer, timeout_s: float, pause_ms: int, *schedule_id: str) -> tuple[str, str]:
+    """The child's last line (``left`` or ``gone``) and its stderr; writes unpaused after it. The step
+    is sent under ``schedule_id``, or an id the service draws."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ROLLOUT_ALLOWED_HOSTS": "testserver"}  # httpx names it
     child = [sys.executable, "-m", "tests.service.api.mark_hop_exit_child", server.url, str(timeout_s)]
     try:
         ended = subprocess.run(
-            [*child, str(pause_ms)],
+            [*child, str(pause_ms), *schedule_id],
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -58,11 +59,18 @@ def test_a_stalled_redis_does_not_hold_the_exit_through_the_take_back_s_retries(
     """Writes paused for a minute, the command timeout 2 s: the take-back is cut after one timeout
     (its three tries would take three: the margin a loaded host may need before the app stops),
     once (not waited for again at the exit)."""
-    left, logged = _exit(server, timeout_s=2.0, pause_ms=60_000)
+    left, logged = _exit(server, 2.0, 60_000, "gone")
     assert (left, logged.count(CUT)) == ("left", 1)
 
 
 def test_a_take_back_redis_answers_within_the_timeout_lands_before_the_exit(server: EmbeddedServer) -> None:
     """Writes paused for 2 s, the command timeout 10 s: the exit waits for the take-back."""
-    left, logged = _exit(server, timeout_s=10.0, pause_ms=2_000)
+    left, logged = _exit(server, 10.0, 2_000, "gone")
+    assert (left, logged.count(CUT)) == ("gone", 0)
+
+
+def test_a_drawn_id_s_take_back_is_waited_for_as_long(server: EmbeddedServer) -> None:
+    """An id the service draws has no in-flight mark, only its step's planning entry, taken back by
+    the same thread: the app's stop waits for it its own command timeout."""
+    left, logged = _exit(server, 10.0, 2_000)
     assert (left, logged.count(CUT)) == ("gone", 0)
