@@ -216,10 +216,15 @@ class WorkerSession:
 
     async def refused_again(self, held: Held) -> bool:
         """Pull: the unanswered report of a lease held (found gone, or before a hand-back), sent once
-        more (``resends.py``): whether Redis refused it (the lease lapsed first: listed lost)."""
+        more (``resends.py``): whether Redis refused it (the lease lapsed first: listed lost), once: a
+        ``failing`` lease was (a refused completion whose failure's resend went unanswered, listed at
+        every beat until one was answered)."""
+        told = held.failing
         if held.unanswered is not None:
-            return await self.resends.again(held, self.holdings) is CompletionOutcome.STALE
-        return await self.resends.fail_again(held, self.holdings) is ReleaseOutcome.STALE
+            refused = await self.resends.again(held, self.holdings) is CompletionOutcome.STALE
+        else:
+            refused = await self.resends.fail_again(held, self.holdings) is ReleaseOutcome.STALE
+        return refused and not told
 
     def _forget_ended(self, held: Held) -> None:
         """Forget a lease that ended here unreported, counted by the caller (``lost``, ``cancelled``). Its
