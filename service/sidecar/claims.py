@@ -119,20 +119,23 @@ class Claims:
         dead-lettered with that reason. Held, it could never be served: a pull worker's
         ``GET /next`` of it failed to render (500) after the sidecar had handed it out, and the lease
         was renewed, unreported, until the sidecar stopped; a push sidecar failed it only once it
-        could not encode the engine's request. Cut (the drain cancels a claim still running), this
-        report's lease and those not held yet lapse, held by no one: counted ``lost``, as counted taken."""
+        could not encode the engine's request. Cut (the drain cancels a claim still running), the
+        leases not held yet lapse, held by no one: counted ``lost``, as counted taken; the report cut
+        is kept (``keep``) as one never answered, so the shutdown's last try (``Resends.settle``)
+        counts it as Redis answers it (``failed``, or ``stale``), ``lost`` only if it still does not.
+        The cut counted it ``lost`` with the others, where it may have landed (helper sidecar47)."""
         readable = []
         for i, lease in enumerate(leases):
             field = unreadable_field(lease.item.to_json())
             if field is None:
                 readable.append(lease)
                 continue
+            reason = f"stored item {lease.key!r} is not UTF-8 in field {field}: it cannot be sent"
             try:
-                await self._fail_unreadable(
-                    lease, f"stored item {lease.key!r} is not UTF-8 in field {field}: it cannot be sent"
-                )
+                await self._fail_unreadable(lease, reason)
             except BaseException:  # its count comes after its last await: none yet
-                self.stats.lost += len(leases) - i + len(readable)
+                self.keep(Held(lease, 0, failure=reason))
+                self.stats.lost += len(leases) - i - 1 + len(readable)
                 raise
         return readable
 
