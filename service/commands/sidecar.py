@@ -268,29 +268,52 @@ def _run(
     except ValueError as exc:
         _exit_with(2, str(exc), owns_process)
     logs.configure(log_level.upper(), fields={"worker_id": options.worker_id})
-    typer.echo(json.dumps({"worker_id": options.worker_id, **asdict(_serve(options, owns_process))}))
+    _counters_line(options.worker_id, _serve(options, owns_process))
+
+
+def _counters_line(worker_id: str, stats: SessionStats, error: str | None = None) -> None:
+    """The counters as one JSON line on stdout, what a fleet's logs are grepped for: ``error`` last,
+    where the run raised (what it had counted before is in the line all the same)."""
+    line: dict[str, object] = {"worker_id": worker_id, **asdict(stats)}
+    if error is not None:
+        line["error"] = error
+    typer.echo(json.dumps(line))
 
 
 def _serve(options: SidecarOptions, owns_process: bool = False) -> SessionStats:
     """Run the sidecar in its mode until SIGTERM; its counters. What no wait fixes (a port taken, a
-    wrong password, an old Redis) is one line on stderr and exit code 2; a loop of the sidecar that
-    died (a bug: logged CRITICAL with its traceback, what it held handed back) is exit code 70, for
-    the supervisor to restart it (``service/sidecar/supervision.py``)."""
+    wrong password, an old Redis) is exit code 2; a loop of the sidecar that died (a bug: logged
+    CRITICAL with its traceback, what it held handed back) is exit code 70, for the supervisor to
+    restart it (``service/sidecar/supervision.py``). Either prints the counters line, with what the
+    run had counted and its ``error`` (a raised run printed its stderr line alone, and an operator
+    grepping a fleet's counters lines missed it), then that one line on stderr."""
     from service.redis_conn import RedisRefusedError, RedisTooOldError
     from service.sidecar.launch import run_pull, run_push
+    from service.sidecar.session_settings import SessionStats
     from service.sidecar.supervision import EXIT_LOOP_DIED, LoopDiedError
 
+    stats = SessionStats()  # the run counts into it: a run that raised leaves its counts here
+    run = run_pull if options.pull_api_port is not None else run_push
     try:
-        stats = run_pull(options) if options.pull_api_port is not None else run_push(options)
+        run(options, stats)
     except OSError as exc:  # a port to listen on that is taken, or not ours to take
-        _exit_with(2, f"cannot listen: {exc}", owns_process)
+        _raised(options.worker_id, stats, (2, f"cannot listen: {exc}"), owns_process)
     except (RedisRefusedError, RedisTooOldError) as exc:  # a wrong password, an old Redis: no wait fixes
-        _exit_with(2, str(exc), owns_process)
+        _raised(options.worker_id, stats, (2, str(exc)), owns_process)
     except LoopDiedError as exc:
-        _exit_with(EXIT_LOOP_DIED, str(exc), owns_process)
+        _raised(options.worker_id, stats, (EXIT_LOOP_DIED, str(exc)), owns_process)
     if owns_process:  # a caller's own process (a test's CliRunner) keeps hearing Ctrl-C and SIGTERM
         _deaf_to_stop_signals()  # a run returns only once SIGTERM or SIGINT stopped it
     return stats
+
+
+def _raised(worker_id: str, stats: SessionStats, exit_: tuple[int, str], owns_process: bool) -> NoReturn:
+    """A run that raised: the counters line with what it had counted and why it ended, then the
+    command's exit (``exit_``: its status and its one line on stderr), deaf first (``_exit_with``)."""
+    if owns_process:
+        _deaf_to_stop_signals()
+    _counters_line(worker_id, stats, exit_[1])
+    _exit_with(*exit_, owns_process)
 
 
 def _exit_with(status: int, reason: str, owns_process: bool) -> NoReturn:

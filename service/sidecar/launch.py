@@ -158,19 +158,24 @@ def _answering(client: redis.Redis) -> redis.Redis:
     return client
 
 
-def session_for(options: SidecarOptions, delivery: Delivery) -> WorkerSession:
-    """The worker session both modes share."""
+def session_for(
+    options: SidecarOptions, delivery: Delivery, stats: SessionStats | None = None
+) -> WorkerSession:
+    """The worker session both modes share, counting into ``stats`` (the command's: what a run that
+    raised had counted is on its counters line too)."""
     settings = SessionSettings(
         worker_id=options.worker_id,
         steal=options.steal,
         reap_when_idle=options.reap_when_idle,
         heartbeat_interval_s=options.heartbeat_interval_s,
     )
-    return WorkerSession(delivery, Holdings(options.max_num_seqs, options.kv_capacity_tokens), settings)
+    holdings = Holdings(options.max_num_seqs, options.kv_capacity_tokens)
+    return WorkerSession(delivery, holdings, settings, stats if stats is not None else SessionStats())
 
 
-def run_push(options: SidecarOptions) -> SessionStats:
-    """Feed the engine at ``engine_url`` until SIGTERM/SIGINT, then drain; return the counters.
+def run_push(options: SidecarOptions, stats: SessionStats | None = None) -> SessionStats:
+    """Feed the engine at ``engine_url`` until SIGTERM/SIGINT, then drain; return the counters
+    (``stats``, counted into as the run goes, when given).
 
     The health server starts first: waiting for a Redis (Cluster) that is down at start-up must
     answer the liveness probe (``connecting``), or the orchestrator restarts the pod in a loop.
@@ -185,7 +190,7 @@ def run_push(options: SidecarOptions) -> SessionStats:
     try:
         # before the loop: a wait for the cluster must not hold off SIGTERM
         delivery, version = connected(options)
-        return asyncio.run(_push(options, options.engine_url, (delivery, version), health))
+        return asyncio.run(_push(options, options.engine_url, (delivery, version), health, stats))
     finally:
         if health is not None:
             health.stop()
@@ -196,6 +201,7 @@ async def _push(
     engine_url: str,
     redis_side: tuple[Delivery, VersionCheck | None],
     health: HealthServer | None,
+    stats: SessionStats | None = None,
 ) -> SessionStats:
     from service.sidecar.engine_client import EngineClient, EngineOptions
     from service.sidecar.runner import RunnerSettings, Sidecar
@@ -213,7 +219,7 @@ async def _push(
         )
     )
     delivery, version = redis_side
-    session = session_for(options, delivery)
+    session = session_for(options, delivery, stats)
     runner = Sidecar(
         session,
         engine,
@@ -249,8 +255,9 @@ def _on_signal(stop: asyncio.Event, hurry: Hurry) -> None:
     stop.set()
 
 
-def run_pull(options: SidecarOptions) -> SessionStats:
-    """Serve the local pull API until SIGTERM/SIGINT (uvicorn's handlers); return the counters.
+def run_pull(options: SidecarOptions, stats: SessionStats | None = None) -> SessionStats:
+    """Serve the local pull API until SIGTERM/SIGINT (uvicorn's handlers); return the counters
+    (``stats``, counted into as the run goes, when given).
 
     The socket is bound here, before anything starts, so a port in use is an ``OSError`` the
     command reports in one line; and the app sees uvicorn's ``should_exit``, so a long-poll in
@@ -264,6 +271,7 @@ def run_pull(options: SidecarOptions) -> SessionStats:
     assert options.pull_api_port is not None
     listener = socket.create_server((options.pull_api_host, options.pull_api_port))
     server: uvicorn.Server | None = None
+    counted = stats if stats is not None else SessionStats()
     made: list[WorkerSession] = []
     refusals: list[RedisRefusedError | RedisTooOldError] = []
     deaths: list[LoopDiedError] = []
@@ -275,7 +283,7 @@ def run_pull(options: SidecarOptions) -> SessionStats:
 
     def connected() -> WorkerSession:
         try:
-            made.append(session_for(options, connect(options, wait=True)))
+            made.append(session_for(options, connect(options, wait=True), counted))
         except (RedisRefusedError, RedisTooOldError) as error:  # waiting will not help: stop, say why
             refusals.append(error)
             if server is not None:
@@ -300,7 +308,7 @@ def run_pull(options: SidecarOptions) -> SessionStats:
         raise refusals[0]
     if deaths:
         raise deaths[0]
-    return made[0].stats if made else SessionStats()
+    return counted
 
 
 def _pull_server(app: Any, drain_timeout_s: float, hurry: Hurry) -> uvicorn.Server:

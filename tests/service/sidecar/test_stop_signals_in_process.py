@@ -65,7 +65,7 @@ def _dispositions_set(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 def returning_run(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A push run that returns at once, as one stopped by SIGTERM does; the handlers this process
     had are put back afterwards whatever the command did to them."""
-    monkeypatch.setattr(launch, "run_push", lambda _: SessionStats())
+    monkeypatch.setattr(launch, "run_push", lambda *_: SessionStats())
     with handlers_kept(STOP):
         yield
 
@@ -146,7 +146,7 @@ RAISED: dict[str, tuple[BaseException, int]] = {
 def _raising(error: BaseException) -> Any:
     """A run (either mode's) that raises ``error``."""
 
-    def run(_: SidecarOptions) -> SessionStats:
+    def run(_: SidecarOptions, __: SessionStats | None = None) -> SessionStats:
         raise error
 
     return run

@@ -149,7 +149,7 @@ def test_the_command_exits_70_with_one_line_naming_the_loop_that_died(
 ) -> None:
     """Not 0 (a supervisor would not restart it) nor 2 (bad flags: a restart would not help)."""
 
-    def died(_: launch.SidecarOptions) -> None:
+    def died(_: launch.SidecarOptions, __: object = None) -> None:
         raise LoopDiedError("heartbeat loop", ZeroDivisionError("float division by zero"))
 
     monkeypatch.setattr(launch, "run_push", died)
