@@ -262,9 +262,11 @@ def _run(
     exit code 2 before anything connects; otherwise serve until SIGTERM and print the final counters
     as one JSON line."""
     from service import logs
+    from service.sidecar import early_stop
 
     try:
-        options = checked(options, log_level, kv_source, url_from)
+        with early_stop.deciding(ValueError):  # a refused flag: nothing in the checks retries one
+            options = checked(options, log_level, kv_source, url_from)
     except ValueError as exc:
         _exit_with(2, str(exc), owns_process)
     logs.configure(log_level.upper(), fields={"worker_id": options.worker_id})
@@ -288,14 +290,16 @@ def _serve(options: SidecarOptions, owns_process: bool = False) -> SessionStats:
     run had counted and its ``error`` (a raised run printed its stderr line alone, and an operator
     grepping a fleet's counters lines missed it), then that one line on stderr."""
     from service.redis_conn import RedisRefusedError, RedisTooOldError
+    from service.sidecar import early_stop
     from service.sidecar.launch import run_pull, run_push
     from service.sidecar.session_settings import SessionStats
     from service.sidecar.supervision import EXIT_LOOP_DIED, LoopDiedError
 
     stats = SessionStats()  # the run counts into it: a run that raised leaves its counts here
     run = run_pull if options.pull_api_port is not None else run_push
-    try:
-        run(options, stats)
+    try:  # a port taken decides it too, where ``launch`` binds it (the health port, the pull API's)
+        with early_stop.deciding(RedisRefusedError, RedisTooOldError, LoopDiedError):
+            run(options, stats)
     except OSError as exc:  # a port to listen on that is taken, or not ours to take
         _raised(options.worker_id, stats, (2, f"cannot listen: {exc}"), owns_process)
     except (RedisRefusedError, RedisTooOldError) as exc:  # a wrong password, an old Redis: no wait fixes

@@ -19,14 +19,26 @@ Only the console script's process is given these handlers (``commands/sidecar._o
 only it is made deaf to the stop signals once the command owns its exit (push mode's
 ``stop_relay``, the command's ``_deaf_to_stop_signals``): a caller running the command in its own
 process keeps its own.
+
+A refusal decides the exit (2 for a refused flag, a taken port, a Redis that refuses us or is too
+old; 70 for a loop's death), and a stop signal landing between its raise and the command's
+``except`` (in a ``finally`` on its way out: the push health server's stop, a poll of up to 50 ms)
+met these handlers, which raised over it: exit 0 and a clean stop's zero counters line in place of
+the refusal (signals46's gap). So the command names the exceptions that decide its exit
+(``deciding``): one of them in flight, a stop signal changes nothing, and once one leaves the block
+both signals are ignored, with no call in between where a handler could run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import sys
+from collections.abc import Iterator
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_deciding: list[tuple[type[BaseException], ...]] = []  # the kinds of each ``deciding`` block entered
 
 
 class StoppedBeforeRunError(SystemExit):
@@ -53,10 +65,40 @@ def armed() -> bool:
     return all(signal.getsignal(sig) is _stopped for sig in STOP_SIGNALS)
 
 
-def _stopped(signum: int, frame: FrameType | None) -> None:
-    """The handler: ignore both signals from now (a second one lands in an exit already under way,
-    as after a run), then unwind whatever the start was doing."""
-    del frame
+@contextlib.contextmanager
+def deciding(*kinds: type[BaseException]) -> Iterator[None]:
+    """Inside the block, an exception of ``kinds`` decides the command's exit: a stop signal that
+    meets one in flight (its ``finally`` blocks, the command's ``except``) changes nothing, and one
+    leaving the block leaves both signals ignored where these handlers were in (``armed``). Name
+    only what nothing in the block catches and retries: a stop met while such an error is handled
+    (the cluster wait's ``except`` sleeps) would be lost, the process deaf."""
+    _deciding.append(kinds)
+    try:
+        yield
+    except kinds:
+        if armed():
+            _deaf()
+        raise
+    finally:
+        _deciding.pop()
+
+
+def _deciding_now() -> bool:
+    """Whether the exception being handled (``sys.exception``) decides the exit (``deciding``)."""
+    in_flight = sys.exception()
+    return in_flight is not None and any(isinstance(in_flight, kinds) for kinds in _deciding)
+
+
+def _deaf() -> None:
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
-    raise StoppedBeforeRunError(signum)
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    """The handler: ignore both signals from now (a second one lands in an exit already under way,
+    as after a run), then unwind whatever the start was doing, unless an exit the command decided
+    is unwinding it already (``deciding``)."""
+    del frame
+    _deaf()
+    if not _deciding_now():
+        raise StoppedBeforeRunError(signum)

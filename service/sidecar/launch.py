@@ -186,7 +186,8 @@ def run_push(options: SidecarOptions, stats: SessionStats | None = None) -> Sess
     health = None
     if options.health_port is not None:
         health = HealthServer(None, options.worker_id, options.health_host, options.health_port)
-        health.start()
+        with early_stop.deciding(OSError):  # taken: exit 2 (``early_stop``); nothing here retries
+            health.start()
     try:
         # before the loop: a wait for the cluster must not hold off SIGTERM
         delivery, version = connected(options)
@@ -269,7 +270,8 @@ def run_pull(options: SidecarOptions, stats: SessionStats | None = None) -> Sess
     from service.sidecar.pull_api import create_pull_app
 
     assert options.pull_api_port is not None
-    listener = socket.create_server((options.pull_api_host, options.pull_api_port))
+    with early_stop.deciding(OSError):  # taken: exit 2 (``early_stop``); nothing here retries
+        listener = socket.create_server((options.pull_api_host, options.pull_api_port))
     server: uvicorn.Server | None = None
     counted = stats if stats is not None else SessionStats()
     made: list[WorkerSession] = []

@@ -69,4 +69,3 @@ def test_a_lease_whose_fail_and_done_both_went_unanswered_ends_once_through_the_
     assert (session.stats.claimed, _ended(session)) == (1, {end: 1})
     progress = store.progress("s")
     assert (progress.done, progress.queued, progress.running) == ((0, 1, 0) if end == "failed" else (1, 0, 0))
-
