@@ -5,11 +5,14 @@ that answer is the first the result got, so it records the result's generation s
 (``GET /metrics``: observed once), as a first answer or a heartbeat's resend would
 (``PullState.landed``). The hold bound, sending again a ``/fail`` the worker did send, does not warn
 that the item was held unreported. A report refused after an unanswered one that never landed (the
-lease lapsed) tells the worker its lease was lost, not that the first report took it. Kills mutants
+lease lapsed) tells the worker its lease was lost, not that the first report took it; and a lease
+already listed lost (``failing``) is not listed a second time when a reset's resend is refused. Kills
+mutants
 that survived round 46's tests (helper mutants10, docs/experiments.md)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -17,7 +20,7 @@ import pytest
 import redis
 
 from service.sidecar.pull_state import PullState
-from tests.service.sidecar.pullclient import report_body
+from tests.service.sidecar.pullclient import report_body, serve
 from tests.service.sidecar.test_pull_fail_lapsed import _lapse, _pull
 from tests.service.sidecar.test_pull_fail_resends import BOUND_S, _published, _serve, _session
 from tests.service.sidecar.unanswered import pull_fail_unanswered
@@ -81,3 +84,26 @@ def test_a_report_refused_after_an_unanswered_one_that_never_landed_is_told_its_
     assert (unanswered, outcome) == (503, "stale")
     assert "its lease was lost before this report" in error
     assert "took it" not in error
+
+
+def test_a_failing_lease_refused_at_a_reset_is_listed_lost_once(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Held past its hold bound: listed lost, and the bound's failure report goes unanswered, so the
+    lease is held ``failing``. It lapses, and the reset's resend is refused: the worker was told of
+    that lease already, and hears of it once, not twice."""
+    delivery, session = _pull(redis_url)
+
+    async def script(worker: httpx.AsyncClient, state: PullState) -> list[Any]:
+        lease: dict[str, Any] = (await worker.get("/next")).json()
+        delivery.out.set()
+        await asyncio.sleep(0.05)  # past the hold bound
+        await state.beat()
+        failing = [held.failing for held in session.holdings.all()]
+        delivery.out.clear()
+        await _lapse(delivery)
+        reset = (await worker.post("/reset")).status_code
+        lost = [x["key"] for x in (await worker.get("/leases")).json()["lost"]]
+        return [lease["key"], failing, reset, lost]
+
+    assert serve(session, script, hold_timeout_s=0.01) == ["a#0", [True], 200, ["a#0"]]
