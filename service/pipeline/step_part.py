@@ -26,8 +26,9 @@ publishes nothing and writes nothing.
 
 The entries are bookkeeping, not a condition of the publish: a Redis error writing one is logged and
 the request goes on (its publish meets Redis's state anyway), and the part is then seen only from its
-publish, as before. A take-back Redis fails is logged too: the entry lapses at its deadline, keeping
-the step out until then, never letting it in early.
+publish, as before. A request whose in-flight mark Redis failed writes none: it is refused 503 once
+valid (``in_flight.Mark.check``), never a part. A take-back Redis fails is logged too: the entry
+lapses at its deadline, keeping the step out until then, never letting it in early.
 """
 
 from __future__ import annotations
@@ -65,9 +66,13 @@ class Arrived(in_flight.Mark):
 def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadline) -> in_flight.Mark:
     """The request's mark (``in_flight.mark``) and, if it will publish, its step's planning entry,
     written as it arrives: before its wait for a planning thread. Asks Redis: call it off the event
-    loop. ``until``: the caller's deadline, which caps how long the entry lives."""
+    loop. ``until``: the caller's deadline, which caps how long the entry lives. A request whose mark
+    Redis failed writes no entry: it answers 503 (``Mark.check``) and never publishes, and the entry's
+    write and take-back, each one more command timeout with its retries on a stalled Redis, had held
+    the hop's thread and then the 503 twice that long (an entry whose write landed after the answer
+    keeping its step out of a retrain its whole life)."""
     marked = in_flight.mark(ctx, body, schedule_id, until)
-    if not body.publish:
+    if not body.publish or marked.unwritten is not None:  # a mark Redis failed: a 503, never a part
         return marked
     member = f"{schedule_id} {uuid.uuid4().hex}"
     budget_s = (body.time_budget_ms or ctx.settings.default_time_budget_ms) / 1000.0  # as ``validate``'s

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -23,7 +24,7 @@ import redis
 from service.delivery import keys
 from service.embedded import EmbeddedServer
 from service.settings import Settings
-from tests.service.api.replicas import replicas, until
+from tests.service.api.replicas import context, replicas, until
 from tests.service.api_helpers import batch_body
 
 TIMEOUT_S = 0.3  # the service's Redis command timeout here: a stall of STALL_S outlasts its retries
@@ -80,3 +81,49 @@ def test_a_mark_whose_write_landed_after_the_request_s_503_is_not_left_to_withdr
     posted, left, deleted = _answers(server, tmp_path)
     assert posted == 503
     assert (left, deleted) == (0, 404)
+
+
+def test_a_request_whose_mark_redis_did_not_answer_writes_no_step_entry(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """Such a request answers 503 (``Mark.check``) and never publishes, so it is no part of its step:
+    its step's planning entry (``service/pipeline/step_part.py``) and that entry's take-back, each a
+    command timeout with its retries more on the stalled Redis, are not sent (the 503 had come after
+    both), and no entry of it is left once Redis runs again."""
+    settings = Settings(redis_url=server.url, model_dir=str(tmp_path / "models"), redis_timeout_s=TIMEOUT_S)
+    reader = redis.Redis.from_url(server.url, socket_timeout=10)
+    asked: list[str] = []
+
+    async def run() -> int:
+        async with replicas(settings) as [http]:
+            assert (await http.post("/schedule", json=batch_body(schedule_id="before"))).status_code == 200
+            delivery = context(http).delivery
+            for name in (
+                "mark_planning",
+                "extend_planning",
+                "unmark_planning",
+                "enter_planning",
+                "leave_planning",
+            ):
+                setattr(delivery, name, _recorded(name, getattr(delivery, name), asked))
+            server.signal(signal.SIGSTOP)
+            try:
+                posted = await http.post("/schedule", json=batch_body(schedule_id="step", step=7))
+            finally:
+                server.signal(signal.SIGCONT)
+            await until(lambda: bool(reader.ping()))
+            return posted.status_code
+
+    assert asyncio.run(run()) == 503
+    assert asked == ["mark_planning", "unmark_planning"]
+    assert reader.zcard(keys.step_planning(7)) == 0
+
+
+def _recorded(name: str, call: Callable[..., Any], asked: list[str]) -> Callable[..., Any]:
+    """``call`` (a method of the real delivery), its ``name`` appended to ``asked`` as it is made."""
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        asked.append(name)
+        return call(*args, **kwargs)
+
+    return recording
