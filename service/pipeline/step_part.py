@@ -70,7 +70,8 @@ def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadlin
     Redis failed writes no entry: it answers 503 (``Mark.check``) and never publishes, and the entry's
     write and take-back, each one more command timeout with its retries on a stalled Redis, had held
     the hop's thread and then the 503 twice that long (an entry whose write landed after the answer
-    keeping its step out of a retrain its whole life)."""
+    keeping its step out of a retrain its whole life). An error writing the entry that is no Redis
+    answer (a cluster client's own, ``SlotNotCoveredError``) fails the request, its mark taken back."""
     marked = in_flight.mark(ctx, body, schedule_id, until)
     if not body.publish or marked.unwritten is not None:  # a mark Redis failed: a 503, never a part
         return marked
@@ -84,6 +85,9 @@ def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadlin
         if isinstance(error, redis.ResponseError):  # answered (out of memory): nothing landed
             entry = None
         _log.warning("step's planning entry not written: %s: %s", type(error).__name__, error)
+    except BaseException:  # no Redis answer (a cluster client's own error): the mark goes too
+        marked.release()
+        raise
     return Arrived(marked.ctx, marked.schedule_id, marked.request_id, marked.unwritten, entry)
 
 

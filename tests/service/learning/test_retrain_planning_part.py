@@ -15,6 +15,7 @@ import anyio
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from redis.exceptions import SlotNotCoveredError
 
 from scheduler.errors import InvalidInputError
 from service.api import schedules
@@ -230,3 +231,19 @@ def test_an_entry_redis_fails_to_write_is_a_warning_and_the_request_still_publis
     assert client.post("/schedule", json=_second_part(schedule_id="step-2b")).status_code == 200
     assert "step's planning entry not written" in caplog.text
     assert [member.split()[0] for member in left] == (["step-2b"] if taken_back else [])
+
+
+def test_an_entry_write_failing_outside_redis_s_errors_takes_the_in_flight_mark_back(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster client's own error (``SlotNotCoveredError`` is no ``RedisError``) writing the entry,
+    just after the mark, fails the request; the mark goes with it, so a DELETE of the id is a 404,
+    not a 202 withdrawing a step no request holds any more."""
+
+    def uncovered(*_: object) -> None:
+        raise SlotNotCoveredError('Slot "5" is not covered by the cluster.')
+
+    monkeypatch.setattr(Delivery, "enter_planning", uncovered)
+    assert client.post("/schedule", json=_second_part(schedule_id="step-2b")).status_code == 500
+    assert not redis_client.exists(keyspace.schedule_keys("step-2b").planning)
+    assert client.delete("/schedule/step-2b").status_code == 404
