@@ -101,7 +101,7 @@ def _stored(
 def _winners_answer(body: ScheduleRequest, schedule_id: str, ctx: Context) -> ScheduleResponse:
     """The stored answer of the request that published ``schedule_id`` first (``replay``: 422 for
     other work, 409 when it stored none); 409 when its retention has passed since."""
-    first = replay(body, schedule_id, ctx)
+    first = replay(body, schedule_id, ctx, retry=False)
     if first is None:  # and its retention passed since: too late to be a retry of anything
         message = f"schedule {schedule_id} was published by another request and has expired since"
         raise ConflictError(message, field="schedule_id", value=schedule_id)

@@ -40,7 +40,7 @@ from scheduler.errors import InvalidInputError
 from service.api.schemas import ScheduleRequest, ScheduleResponse
 from service.context import Context
 from service.delivery import UnknownScheduleError
-from service.pipeline.served import timings
+from service.pipeline.served import after_publish, timings
 from service.problems.table import ConflictError, StepWithdrawnError
 
 _log = logging.getLogger("service.republish")
@@ -90,7 +90,9 @@ def decode_answer(stored: str) -> ScheduleResponse | None:
         return None
 
 
-def replay(body: ScheduleRequest, schedule_id: str, ctx: Context) -> ScheduleResponse | None:
+def replay(
+    body: ScheduleRequest, schedule_id: str, ctx: Context, retry: bool = True
+) -> ScheduleResponse | None:
     """The first answer to a request whose caller-chosen id is already published; None when the id
     holds no schedule (plan and publish it).
 
@@ -98,7 +100,12 @@ def replay(body: ScheduleRequest, schedule_id: str, ctx: Context) -> ScheduleRes
     answer (module docstring), not published again. That first attempt may have failed between
     storing and announcing (a Redis timeout or OOM answered 503), so the replay announces the stored
     schedule again (skipping its drained workers): the answer then means what it says, the step is
-    out and the workers see it. Other work under the id is a 422 naming ``schedule_id``. A cancelled
+    out and the workers see it. For the same reason it enters the id in its step's set
+    (``Delivery.enter_step``, idempotent), which that attempt never reached: without it, an asked-for
+    retrain takes the step for over once this part settles, before its actuals come (chaos11's
+    soak fitted step 156 so); not where ``retry`` is False (a publish that lost its id's race asks
+    for the winner's answer, and the winner enters the set: the loser changes nothing). Other work
+    under the id is a 422 naming ``schedule_id``. A cancelled
     schedule is a 409 that says so: a restarted trainer that cancelled its step and resent it under
     the same id would otherwise follow a step whose every item is cancelled. A schedule stored
     without an answer (published by an older release) is the 409 it was, "follow it". An id that a
@@ -123,6 +130,9 @@ def replay(body: ScheduleRequest, schedule_id: str, ctx: Context) -> ScheduleRes
         ctx.delivery.announce(schedule_id, ctx.settings.retention_s)
     except UnknownScheduleError:  # its retention passed since the read: nothing holds the id
         return None
+    if retry:
+        with after_publish("entering the step's set"):  # the first attempt may have failed before it
+            ctx.delivery.enter_step(body.step, schedule_id, ctx.settings.retention_s)
     if stored.cancelled:  # following it would wait on a step that runs nothing
         message = f"schedule {schedule_id} was cancelled and stays so; send the step under a new schedule_id"
         raise ConflictError(message, field="schedule_id", value=schedule_id)
