@@ -118,8 +118,9 @@ def of(value: str | None, arrived: float, clock: Callable[[], float] = time.perf
 
 def _exceeded(why: str) -> DeadlineExceededError:
     return DeadlineExceededError(
-        f"the caller's deadline ({HEADER}) {why}: nothing was planned or published; send it again with a "
-        "longer one, or a shorter time_budget_ms",
+        f"the caller's deadline ({HEADER}) {why}: no plan is answered, none was published and nothing of "
+        "the request is kept (a plan made before it is dropped); send it again with a longer one, or a "
+        "shorter time_budget_ms",
         field=HEADER,
     )
 

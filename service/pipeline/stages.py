@@ -58,6 +58,7 @@ from service.speeds.model import idle_learned
 
 _log = logging.getLogger("service.pipeline")
 BASELINE = "round_robin"
+PREDICT_CHECK_EVERY = 1024  # trajectories built between the caller's deadline's checks (``predict``)
 # Refusals a retry may not meet (Redis down or full, the plan queue busy, the caller's deadline): an
 # invalid body is refused for what it is instead (``convert.broken_rule``), which every retry would meet.
 REFUSED_FOR_NOW = (redis.RedisError, UnavailableError, DeadlineExceededError)
@@ -163,7 +164,7 @@ def _serve_valid(
         clock.spent["queue"] += waited_s * 1000.0  # and for a plan slot
         deadline.check("it was predicted")
         with clock.stage("predict"):
-            trajectories, predicted = predict(body, checked, ctx)
+            trajectories, predicted = predict(body, checked, ctx, deadline)
         reserve = ctx.publish_pace.reserve(len(trajectories))
         budget_s = deadline.budget_s(checked.time_budget_s, reserve.cap_s)
         with deadline.planner_gives_up(reserve.publish_s) as give_up_at, reserve.planning(budget_s):
@@ -230,7 +231,7 @@ def _unstated_speed(spec: WorkerSpec) -> bool:
 
 
 def predict(
-    body: ScheduleRequest, checked: Validated, ctx: Context
+    body: ScheduleRequest, checked: Validated, ctx: Context, until: Deadline = NO_DEADLINE
 ) -> tuple[tuple[Trajectory, ...], Predicted]:
     """Predicted length of every trajectory at the planning quantile, and where each came from.
 
@@ -241,6 +242,11 @@ def predict(
 
     Queries are built once per prompt and repeated ``n`` times column-wise: the samples of a prompt
     differ only in ``sample_idx``, and 4,096 per-sample objects would cost more than the model.
+
+    The caller's deadline ``until`` is checked once the model has answered and every
+    ``PREDICT_CHECK_EVERY`` trajectories built (4,096 took 15 ms at load 7, more starved): a 4,096-
+    trajectory step whose deadline passed while it was predicted was refused only at the budget's
+    check after it, up to 161 ms late (docs/experiments.md, "deadline47").
     """
     items = body.batch.items
     per_prompt = QueryBatch.of(
@@ -259,21 +265,25 @@ def predict(
     predictions = ctx.models.predict(queries, body.step, checked.quantile)
     value, p50, p90 = predictions.value.tolist(), predictions.p50.tolist(), predictions.p90.tolist()
     sample = queries.sample_idx.tolist()
-    trajectories = tuple(
-        Trajectory(
-            prompt_id=items[k].prompt_id,
-            sample_idx=sample[i],
-            prompt_tokens=items[k].prompt_tokens,
-            max_new_tokens=items[k].max_new_tokens,
-            predicted_tokens=value[i],
-            pinned_worker=items[k].pinned_worker,
-            quantiles={0.5: p50[i], 0.9: p90[i]},  # how unsure: lpt's and cpsat's robust steps read them
+    trajectories: list[Trajectory] = []
+    for first in range(0, len(rows), PREDICT_CHECK_EVERY):
+        until.check("it was planned (while it was predicted)")
+        trajectories.extend(
+            Trajectory(
+                prompt_id=items[k].prompt_id,
+                sample_idx=sample[i],
+                prompt_tokens=items[k].prompt_tokens,
+                max_new_tokens=items[k].max_new_tokens,
+                predicted_tokens=value[i],
+                pinned_worker=items[k].pinned_worker,
+                quantiles={0.5: p50[i], 0.9: p90[i]},  # how unsure: lpt's and cpsat's robust steps read them
+            )
+            for i, k in enumerate(checked.item_of[first : first + PREDICT_CHECK_EVERY], first)
         )
-        for i, k in enumerate(checked.item_of)
-    )
     # the version that made these lengths (``Predictions.model_version``), not the one serving now: a
     # retrain or a hot reload may have swapped another in since, and the answer named that one
-    return trajectories, Predicted(version_name(predictions.model_version), dict(Counter(predictions.source)))
+    version = version_name(predictions.model_version)
+    return tuple(trajectories), Predicted(version, dict(Counter(predictions.source)))
 
 
 def _plan_request(
