@@ -15,9 +15,12 @@ from collections.abc import Mapping
 from scheduler.costmodel import worker_cost
 from scheduler.devices import ModelPreset, device_profile, model_preset
 from scheduler.errors import InvalidInputError, UnknownNameError
+from scheduler.policies import POLICY_NAMES
+from scheduler.sim_rules import engine_rules
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 from scheduler.validation import validate_request
 from service.api.schemas import MAX_TIME_SCALE, MIN_TIME_SCALE, BatchItem, ScheduleRequest, WorkerSpec
+from service.limits import check_trajectory_count
 from service.settings import Settings
 
 # Context (tokens) at which a measured ``decode_tokens_per_s`` is compared with the cost model.
@@ -35,6 +38,29 @@ def check_unique_prompts(items: list[BatchItem]) -> None:
                 item.prompt_id,
                 f"duplicate prompt_id (first at batch.items[{seen}]); ask for more samples with n",
             )
+
+
+def named_rules(body: ScheduleRequest, settings: Settings) -> tuple[str, str]:
+    """The body's rules that read nothing stored (its size: a 413, unique prompts, a known policy and
+    engine), checked first by ``stages.validate``; the policy and the engine it is planned with."""
+    check_trajectory_count(sum(item.n for item in body.batch.items), settings.max_trajectories)
+    check_unique_prompts(body.batch.items)
+    policy = body.policy or settings.default_policy
+    if policy not in POLICY_NAMES:
+        raise UnknownNameError("policy", policy, list(POLICY_NAMES))
+    engine = body.engine or settings.default_engine
+    engine_rules(engine)  # an unknown engine is refused naming ``engine`` and the known ones
+    return policy, engine
+
+
+def check_unread(body: ScheduleRequest, settings: Settings) -> None:
+    """Refuse ``body`` for what is wrong with it (422, 413), by every rule that reads nothing stored:
+    a request refused before its planning thread read it (its deadline passed in line for one) is
+    refused for its body first, as one refused on the thread is (``broken_rule``)."""
+    named_rules(body, settings)
+    broken = broken_rule(body, settings)
+    if broken is not None:
+        raise broken
 
 
 def resolve_model(name: str | None, default: str) -> ModelPreset:

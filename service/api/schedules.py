@@ -19,6 +19,7 @@ from anyio import CapacityLimiter
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from scheduler.errors import InvalidInputError
+from service.api.convert import check_unread
 from service.api.mark_hop import marked as marked_on_a_thread
 from service.api.plan_thread import run_to_end
 from service.api.progress_schemas import (
@@ -46,7 +47,7 @@ from service.delivery.stored import utf8
 from service.logs import schedule_context
 from service.pipeline import deadline, in_flight, stages, step_part
 from service.pipeline.served import after_publish
-from service.problems.table import documented
+from service.problems.table import DeadlineExceededError, documented
 
 router = APIRouter(tags=["schedules"], route_class=AuthFirstRoute)
 REPLAYED_HEADER = "Idempotent-Replayed"  # Stripe's name: the answer is a retry's, the first attempt's plan
@@ -98,8 +99,18 @@ async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     schedule_id = request.state.schedule_id = body.schedule_id or uuid.uuid4().hex  # for every log line
     until = _deadline(request)  # a bad one: 422, nothing marked
     marked = await _marked(body, request, schedule_id, until)
-    serve = functools.partial(_schedule, body, request, marked, (arrived, until))
-    return await run_to_end(serve, marked.release, _own_threads(request, "plan_threads"), until)
+    served: list[bool] = []  # whether a planning thread took the request up: its body was checked there
+
+    def serve() -> Response:
+        served.append(True)
+        return _schedule(body, request, marked, (arrived, until))
+
+    try:
+        return await run_to_end(serve, marked.release, _own_threads(request, "plan_threads"), until)
+    except DeadlineExceededError:
+        if not served:  # refused in line for a thread (``plan_thread._in_time``): a bad body is its 422
+            await anyio.to_thread.run_sync(check_unread, body, request.app.state.context.settings)
+        raise
 
 
 def _deadline(request: Request) -> deadline.Deadline:

@@ -25,17 +25,15 @@ import numpy as np
 import redis
 
 from predictors.queries import Query, QueryBatch
-from scheduler.errors import InvalidInputError, UnknownNameError
+from scheduler.errors import InvalidInputError
 from scheduler.gcpause import collector_paused
 from scheduler.planner import Prepared, plan, prepare
-from scheduler.policies import POLICY_NAMES
-from scheduler.sim_rules import engine_rules
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory
 from service.api.convert import (
     broken_rule,
     build_inventory,
     check_plan_rules,
-    check_unique_prompts,
+    named_rules,
     repoint,
     resolve_model,
 )
@@ -47,7 +45,6 @@ from service.api.schemas import (
 )
 from service.context import Context
 from service.learning.models import version_name
-from service.limits import check_trajectory_count
 from service.logs import schedule_context
 from service.pipeline import publish
 from service.pipeline.deadline import NO_DEADLINE, Deadline
@@ -188,13 +185,7 @@ def _serve_valid(
 def validate(body: ScheduleRequest, ctx: Context) -> Validated:
     """Cross-item rules and name lookups; reads the learned speeds from Redis, writes nothing."""
     settings = ctx.settings
-    check_trajectory_count(sum(item.n for item in body.batch.items), settings.max_trajectories)
-    check_unique_prompts(body.batch.items)
-    policy = body.policy or settings.default_policy
-    if policy not in POLICY_NAMES:
-        raise UnknownNameError("policy", policy, list(POLICY_NAMES))
-    engine = body.engine or settings.default_engine
-    engine_rules(engine)  # an unknown engine is refused naming ``engine`` and the known ones
+    policy, engine = named_rules(body, settings)
     model = resolve_model(body.model, settings.default_model)
     inventory, drained, sources = build_inventory(body, model, {})
     unstated = {w.worker_id for w in body.inventory.workers if _unstated_speed(w)}
