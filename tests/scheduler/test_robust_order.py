@@ -269,3 +269,20 @@ def test_the_draws_are_played_by_the_request_s_engine_under_vllm_admission_by_v0
     under_peak = _played(v0, order, draws, "vllm-v0", True)
     assert drawn_finish(v1, cost, order, draws, True) == under_peak
     assert drawn_finish(v0, cost, order, draws, True) == under_peak
+
+
+def test_a_hedge_priced_past_its_deadline_draws_nothing_and_plays_no_screen_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lpt phase took a second: the 128 items in waves are priced at ``JUDGE_COST`` (40) lpt
+    phases per trajectory of the batch, far past the 0.2 s left. The hedge gives up before it draws
+    the lengths and plays the wide-spread screen (``outlived``, the longest drawn item of every queue
+    alone), which it made first, unpriced, only to give up at its first queue."""
+    problem, queues, fake = _two_queues_in_waves(monkeypatch)
+    spread = spreads(_request(128, 1.6, 40_000, seed=7).trajectories)
+    assert spread is not None
+    finishes = tuple(problem.finishes(queues, True))
+    screened = count_calls(monkeypatch, robust_order, "outlived")
+    drawn = count_calls(monkeypatch, robust_order, "draw_steps")
+    assert robust_orders(problem, queues, finishes, spread, True, 0, 0.2, lpt_phase_s=1.0) is None
+    assert (screened, drawn, fake.seconds) == ([], [], 0.0)
