@@ -237,7 +237,7 @@ def predict(
     The caller's deadline ``until`` is checked once the model has answered and every
     ``PREDICT_CHECK_EVERY`` trajectories built (4,096 took 15 ms at load 7, more starved): a 4,096-
     trajectory step whose deadline passed while it was predicted was refused only at the budget's
-    check after it, up to 161 ms late (docs/experiments.md, "deadline47").
+    check after it, up to 161 ms late (docs/experiments.md, deadline47).
     """
     items = body.batch.items
     per_prompt = QueryBatch.of(
