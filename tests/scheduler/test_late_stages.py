@@ -105,3 +105,33 @@ def test_a_repair_move_whose_model_is_still_being_built_at_the_deadline_is_aband
     assert exchange._resolve(problem, assignment, finishes, group, 1.0, seed=1) is None
     assert fake.seconds == 10.0  # one worker's constraints built, then the move abandoned
     assert not solved
+
+
+def test_a_repair_move_solved_up_to_the_deadline_is_not_ordered_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The move's solve ends at the deadline (its wall limit): its workers' queues are not ordered
+    past it (``best_order``, each a play of candidate orders), and the move is dropped."""
+    problem = build_problem(bench_request(1_024, 16, seed=1))
+    with clock.frozen():
+        assignment, _, _ = lpt.lpt_start(problem, False, 1.0, True)
+    first, last = problem.active[0], problem.active[-1]
+    assignment[first], assignment[last] = assignment[first] + assignment[last], []  # one worker trails
+    queues = tuple(tuple(i for u in units for i in problem.units[u].members) for units in assignment)
+    finishes = tuple(problem.finishes(queues, False))
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    resolve = exchange._resolve
+
+    def solved_to_the_deadline(*args: Any) -> Any:
+        moved = resolve(*args)
+        fake.seconds += 10.0
+        return moved
+
+    monkeypatch.setattr(exchange, "_resolve", solved_to_the_deadline)
+    ordered = count_calls(monkeypatch, exchange, "best_order")
+    solved = count_calls(monkeypatch, exchange, "solve")
+    result = exchange.improve(problem, assignment, queues, finishes, False, 1.0, seed=1)
+    assert solved  # a move was solved, to the deadline
+    assert result is None
+    assert not ordered
