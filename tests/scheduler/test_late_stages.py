@@ -135,3 +135,31 @@ def test_a_repair_move_solved_up_to_the_deadline_is_not_ordered_after_it(
     assert solved  # a move was solved, to the deadline
     assert result is None
     assert not ordered
+
+
+def test_a_repair_move_is_not_solved_with_less_time_left_than_its_model_took_to_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each worker's constraints take 0.1 s: the 1+3 move's model is built by 0.4 s and, with
+    0.1 s left of 0.5, not handed to the solver, which loads a copy as large before its limits run;
+    with 0.5 s left of 0.9 it is."""
+    problem = build_problem(bench_request(1_024, 16, seed=1))
+    with clock.frozen():
+        assignment, _, finishes = lpt.lpt_start(problem, False, 1.0, True)
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    built = exchange._worker_constraints
+
+    def slow(*args: Any) -> int:
+        fake.seconds += 0.1
+        return built(*args)
+
+    monkeypatch.setattr(exchange, "_worker_constraints", slow)
+    solved = count_calls(monkeypatch, exchange, "solve")
+    by_finish = sorted(problem.active, key=lambda w: (finishes[w], w))
+    group = [by_finish[-1], *by_finish[:3]]
+    assert exchange._resolve(problem, assignment, finishes, group, 0.5, seed=1) is None
+    assert not solved
+    fake.seconds = 0.0
+    exchange._resolve(problem, assignment, finishes, group, 0.9, seed=1)
+    assert solved
