@@ -4,9 +4,10 @@
 metrics, each request's arrival stamp (``service/arrival.py``: a caller's deadline counts from it) and,
 without tokens, the ``Host`` allow-list (``service/hosts/allow_list.py``: DNS rebinding). Its
 lifespan (``service.startup``) opens the Redis pool, loads the predictor (latest stored model,
-history from the actuals stream) and starts the delivery reaper; on shutdown it waits for the
-in-flight marks given up meanwhile to be taken back (``service/api/mark_hop.py``), stops the reaper
-and closes the pool. Redis being down at startup does not stop the app: ``/readyz`` says so
+history from the actuals stream) and starts the delivery reaper; on shutdown it stops taking work,
+waits one command timeout at most for what is under way on Redis (the in-flight marks given up
+meanwhile, ``service/api/mark_hop.py`` and ``plan_thread.py``; the reaper's pass) and closes the
+pool if nothing is left on it (``_stop``). Redis being down at startup does not stop the app: ``/readyz`` says so
 and every Redis-bound request answers 503 until it returns (a Redis Cluster, whose client cannot be
 built before a node answers, is waited for in the background while ``/healthz`` answers).
 """
@@ -24,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api import actuals, health, models, schedules
 from service.api.mark_hop import settle as settle_take_backs
+from service.api.plan_thread import settle as settle_given_ups
 from service.arrival import ArrivalStamp
 from service.auth.scopes import Credentials
 from service.hosts.allow_list import HostAllowList, service_refusal
@@ -38,6 +40,11 @@ _log = logging.getLogger("service.app")
 _access = logging.getLogger("service.access")  # one JSON line per request (uvicorn's access log is off)
 _QUIET_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})  # else "other"
+# Command timeouts (ROLLOUT_REDIS_TIMEOUT_S) from the app's stop to the process's exit on a stalled
+# Redis: the stop's one window (``_stop``), then the exit's waits for the give-ups' take-backs that
+# started after it (``mark_hop.settle``, ``plan_thread.GIVEN_UP``), one each. docs/operations.md,
+# "Shutdown"; deploy/k8s/deployment.yaml's grace period covers it (tests/deploy/test_k8s_manifests.py).
+STOP_TIMEOUTS = 3
 # Every endpoint of ours, in one place so that create_app and the docs test see the same list.
 API_ROUTERS = (schedules.router, actuals.router, models.router, health.router)
 
@@ -56,8 +63,7 @@ def create_app(settings: Settings, clock: Callable[[], float] = time.perf_counte
         try:
             yield
         finally:
-            settle_take_backs(settings.redis_timeout_s)  # marks given up: before the pool closes
-            startup.stop()
+            _stop(startup, settings.redis_timeout_s)
             _log.info("service stopped")
 
     app = FastAPI(
@@ -85,6 +91,20 @@ def create_app(settings: Settings, clock: Callable[[], float] = time.perf_counte
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, routes=routes)
     app.add_middleware(ArrivalStamp, clock=clock)  # outermost of all: before any body byte is read
     return app
+
+
+def _stop(startup: Startup, timeout_s: float) -> None:
+    """The app's stop, within one command timeout (``timeout_s``) on a stalled Redis: stop taking work
+    (no reaper pass, no try at the cluster), wait for the give-ups' take-backs (``mark_hop``,
+    ``plan_thread``), the reaper's pass and the retrain lock's release, all in the same window, and
+    then close the Redis pool, unless a thread is still on it (docs/operations.md, "Shutdown"). A
+    stop that waited in turn for each took ~7 s at a 2 s timeout (the reaper alone 5 s), and closed
+    the pool under the reaper's pass still running (``Bad file descriptor``)."""
+    until = time.perf_counter() + timeout_s
+    startup.halt()
+    cut = settle_take_backs(timeout_s)  # one timeout from now at most: ``until`` give or take
+    cut += settle_given_ups(timeout_s, left_s=max(0.0, until - time.perf_counter()))
+    startup.stop(max(0.0, until - time.perf_counter()), in_use=cut > 0)
 
 
 class RequestMetricsMiddleware:

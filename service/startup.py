@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,6 +58,7 @@ class Startup:
         self._lock = threading.Lock()  # a build that ends as the app stops is closed, not published
         self._thread: threading.Thread | None = None
         self._reaper: Reaper | None = None
+        self._release: threading.Thread | None = None  # the retrain lock's, started by ``halt``
 
     def begin(self) -> None:
         """Build now; if the cluster does not answer, serve not-ready and keep trying in a thread."""
@@ -109,19 +111,57 @@ class Startup:
         _log.info("service started", extra={"redis": describe(self.settings.redis_url or "")})
         return True
 
-    def stop(self) -> None:
-        """Stop trying, stop the reaper, close the pool; idempotent."""
+    def halt(self) -> None:
+        """Stop taking work: no try at the cluster and no reaper pass after the current ones. The
+        retrain lock's release starts, on a thread (a stalled Redis times it out three times), so a
+        retrain cut short by the shutdown does not hold the lock; idempotent."""
         with self._lock:
             self._stop.set()
             ctx: Context | None = self.state.context
+            started = self._release is not None
+            if ctx is not None and not started:
+                self._release = threading.Thread(
+                    target=ctx.retrainer.release, name="retrain-lock-release", daemon=True
+                )
+        if self._reaper is not None:
+            self._reaper.halt()
+        if self._release is not None and not started:
+            self._release.start()
+
+    def stop(self, timeout_s: float = 5.0, in_use: bool = False) -> bool:
+        """Stop taking work (``halt``), wait for what is under way until ``timeout_s`` from now (a try
+        at the cluster, the reaper's pass, the lock's release), then close the Redis pool, unless
+        something may still be on it: one of those, a planning thread, or ``in_use`` (threads the app
+        cut); whether it closed it. A connection closed mid-reply raised redis-py's ``AttributeError``
+        or ``Bad file descriptor`` in the thread reading it; a pool left open goes with the process,
+        which is exiting. Idempotent."""
+        self.halt()
+        until = time.monotonic() + timeout_s
+        with self._lock:
+            ctx: Context | None = self.state.context
             reaper, self._reaper = self._reaper, None
-        if self._thread is not None:  # mid-try it ends within the Redis timeouts; a daemon either way
-            self._thread.join(timeout=1.0)
-        if reaper is not None:
-            reaper.stop()
-        if ctx is not None:
-            ctx.retrainer.release()  # a retrain cut short by the shutdown must not hold the lock
-            ctx.redis.close()
+        running = {
+            "a try at the cluster": not _join(self._thread, until),
+            "the retrain lock's release": not _join(self._release, until),
+            "the reaper's pass": reaper is not None and not reaper.stop(max(0.0, until - time.monotonic())),
+            "give-ups' take-backs": in_use,
+        }
+        if ctx is None:
+            return True
+        running["planning threads"] = ctx.plan_threads.statistics().borrowed_tokens > 0
+        if any(running.values()):
+            on_it = ", ".join(name for name, still in running.items() if still)
+            _log.warning("Redis pool left open to the process's exit: %s still on it", on_it)
+            return False
+        ctx.redis.close()
+        return True
+
+
+def _join(thread: threading.Thread | None, until: float) -> bool:
+    """Wait for ``thread`` (None: none started) until ``until``; whether it ended."""
+    if thread is not None:
+        thread.join(max(0.0, until - time.monotonic()))
+    return thread is None or not thread.is_alive()
 
 
 def build_context(settings: Settings, metrics: Metrics) -> Context:

@@ -17,12 +17,16 @@ tasks left once uvicorn returns) runs ``given_up`` on a thread of its own: the p
 was to run it never comes, and the mark was left to lapse (the plan queue's timeout + the budget +
 60 s), a DELETE meanwhile withdrawing a step its request never planned. A call still waiting for a
 token when its caller's deadline passes is given up the same way, and refused there (504): the
-deadline's own checks run only on the thread (``_in_time``).
+deadline's own checks run only on the thread (``_in_time``). That thread of its own runs as the loop
+ends, so the process's exit could wait on it: it is a daemon, waited for one command timeout at most
+as the app stops and at the exit (``GIVEN_UP``, ``service/api/settling.py``); a plain thread held the
+exit while a stalled Redis timed the take-back out three times.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
 import math
 import threading
@@ -32,11 +36,15 @@ from typing import Any, TypeVar
 import anyio
 from anyio import CapacityLimiter
 
+from service.api.settling import Settling
 from service.pipeline.deadline import NO_DEADLINE, Deadline
 
 T = TypeVar("T")
 # The calls running on after their handlers were cancelled: asyncio references a task only weakly.
 _RUNNING: set[asyncio.Task[Any]] = set()
+# The give-ups' own threads (``_on_a_thread``), waited for as the app stops (``settle``) and at exit.
+GIVEN_UP = Settling("planning-thread give-ups' take-backs")
+atexit.register(GIVEN_UP.settle)
 
 
 class GivenUpError(Exception):
@@ -105,8 +113,14 @@ async def _on_a_thread(
         return await anyio.to_thread.run_sync(functools.partial(start.run, work, given_up), limiter=limiter)
     except asyncio.CancelledError:
         if start.abandon():
-            threading.Thread(target=given_up, name="plan-given-up").start()
+            GIVEN_UP.start(given_up, "plan-given-up")
         raise
+
+
+def settle(timeout_s: float, left_s: float | None = None) -> int:
+    """Wait for the give-ups' own threads, for ``timeout_s`` (at most ``left_s``), before the app
+    closes its Redis pool; how many were cut (``Settling.settle``)."""
+    return GIVEN_UP.settle(timeout_s, left_s)
 
 
 def _ended(task: asyncio.Task[Any]) -> None:

@@ -16,6 +16,12 @@ A reaper given ``ready`` runs a pass only while it answers True: the service's a
 version (``redis_conn.VersionCheck``). Started while Redis was down, the service's reaper had gone on
 running its script every second on a server that came back too old, taking back leases, while every
 route answered 503 ``redis-too-old``.
+
+A pass can be cut at shutdown (the service's stop waits one command timeout for it: a stalled Redis
+would hold it three, its retries). That loses nothing. Each reap is one script, so a schedule's
+reap either ran whole or not at all. The leases of a reap not answered are reaped by the next pass of
+any replica, and they are requeued once (the script finds them lapsed only once). A lapse-index entry
+that was not recorded makes the next pass visit that schedule once more.
 """
 
 from __future__ import annotations
@@ -85,12 +91,20 @@ class Reaper:
             self._thread.start()
         return self
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop after the current pass."""
+    def halt(self) -> None:
+        """Start no pass after the current one (``stop`` waits for it)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
+
+    def stop(self, timeout_s: float = 5.0) -> bool:
+        """Stop after the current pass, waiting ``timeout_s`` at most for it; whether it ended. A pass
+        still on Redis then is cut (it loses nothing: see above), and its client's pool must be left
+        open: a connection closed mid-reply fails it with an error that is not a Redis one."""
+        self.halt()
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return True
+        thread.join(timeout_s)
+        return not thread.is_alive()
 
     def _run(self) -> None:
         """Reap every ``interval_s``. A lapsed lease means a worker stopped heartbeating (a lost node,

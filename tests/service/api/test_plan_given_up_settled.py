@@ -1,0 +1,63 @@
+"""The thread of a planning call given up as the event loop ends (``plan_thread._on_a_thread``), and
+the other threads a replica's stop settles (``service/api/settling.py``).
+
+That thread takes the request's in-flight mark back as the process ends. It was a plain thread, so
+on a stalled Redis it held the exit through the take-back's three tries. Now it is a daemon that the
+app's stop and the exit wait for, up to one command timeout, and then cut. A thread that ends within
+that wait is never cut. Each test checks which threads were cut, never how long anything took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import anyio
+import pytest
+
+from service.api import plan_thread
+from service.api.settling import Settling
+from tests.service.api.replicas import WAIT_S, until
+
+
+def test_a_call_given_up_as_the_loop_ends_takes_back_on_a_daemon_the_stop_cuts() -> None:
+    """One call holds the only token; a second waits for it when the loop ends, so its ``given_up``
+    runs on a thread of its own. Held there (a stalled Redis), it does not hold the exit: it is a
+    daemon, and a settle cuts it."""
+    holding, taking_back, answered = threading.Event(), threading.Event(), threading.Event()
+
+    def given_up() -> None:
+        taking_back.set()
+        answered.wait(WAIT_S)
+
+    async def loop_ending_with_a_call_in_line() -> None:
+        limiter = anyio.CapacityLimiter(1)
+        calls = [
+            asyncio.create_task(plan_thread.run_to_end(lambda: holding.wait(WAIT_S), lambda: None, limiter))
+        ]
+        await until(lambda: limiter.borrowed_tokens == 1)
+        calls.append(asyncio.create_task(plan_thread.run_to_end(lambda: True, given_up, limiter)))
+        await until(lambda: limiter.statistics().tasks_waiting == 1)  # left running: the loop ends
+
+    asyncio.run(loop_ending_with_a_call_in_line())  # cancels the call waiting for the token
+    holding.set()
+    assert taking_back.wait(WAIT_S)
+    [thread] = [thread for thread in threading.enumerate() if thread.name == "plan-given-up"]
+    assert (thread.daemon, plan_thread.settle(0.0, left_s=0.0), plan_thread.settle(0.0, left_s=0.0)) == (
+        True,
+        1,
+        0,
+    )
+    answered.set()
+
+
+def test_a_thread_that_ends_within_the_wait_is_not_cut(caplog: pytest.LogCaptureFixture) -> None:
+    """The thread ends within ``settle``'s wait (its Redis answered): nothing is cut or logged."""
+    settling, answered = Settling("take-backs"), threading.Event()
+    ended: list[object] = []
+    settling.start(lambda: ended.append(answered.wait(WAIT_S)), "take-back")
+    waiting = threading.Thread(target=lambda: ended.append(settling.settle(WAIT_S)))
+    waiting.start()
+    answered.set()
+    waiting.join()
+    assert (ended, caplog.records) == ([True, 0], [])
