@@ -199,16 +199,20 @@ def test_a_stopping_service_pod_keeps_serving_until_it_leaves_the_endpoints_then
     """SIGTERM and the endpoint removal race: uvicorn stops accepting at once (measured: exit in 0.6 s),
     while kube-proxy and ingresses route new connections to the pod for a few more seconds, so every
     roll and HPA scale-down would refuse some trainers' ``POST /schedule``. A preStop sleep holds the
-    SIGTERM back until the pod is out of the Service; then uvicorn's graceful wait must end before the
-    kubelet's SIGKILL."""
+    SIGTERM back until the pod is out of the Service; then uvicorn's graceful wait, and the app's stop
+    and the exit on a stalled Redis (``STOP_TIMEOUTS`` command timeouts), must end before the kubelet's
+    SIGKILL."""
+    from service.app import STOP_TIMEOUTS
     from service.commands.serve import GRACEFUL_SHUTDOWN_S
 
     pod = pod_spec(find_one("Deployment", "rollout-scheduler"))
     service = containers_of(find_one("Deployment", "rollout-scheduler"))["service"]
     pre_stop = service.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
     assert pre_stop >= 5, "no preStop sleep: new connections are refused while the endpoints update"
-    reaper_join_s = 5  # the lifespan shutdown after uvicorn's wait (Reaper.stop)
-    assert pre_stop + GRACEFUL_SHUTDOWN_S + reaper_join_s < pod["terminationGracePeriodSeconds"]
+    stop_s = STOP_TIMEOUTS * float(
+        find_one("ConfigMap", "rollout-scheduler")["data"]["ROLLOUT_REDIS_TIMEOUT_S"]
+    )
+    assert pre_stop + GRACEFUL_SHUTDOWN_S + stop_s < pod["terminationGracePeriodSeconds"]
 
 
 @pytest.mark.parametrize(
