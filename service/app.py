@@ -7,9 +7,10 @@ lifespan (``service.startup``) opens the Redis pool, loads the predictor (latest
 history from the actuals stream) and starts the delivery reaper; on shutdown it stops taking work,
 waits one command timeout at most for what is under way on Redis (the in-flight marks given up
 meanwhile, ``service/api/mark_hop.py`` and ``plan_thread.py``; the reaper's pass) and closes the
-pool if nothing is left on it (``_stop``). Redis being down at startup does not stop the app: ``/readyz`` says so
-and every Redis-bound request answers 503 until it returns (a Redis Cluster, whose client cannot be
-built before a node answers, is waited for in the background while ``/healthz`` answers).
+pool if nothing is left on it (``_stop``). Redis being down at startup does not stop the app:
+``/readyz`` says so and every Redis-bound request answers 503 until it returns (a Redis Cluster,
+whose client cannot be built before a node answers, is waited for in the background while
+``/healthz`` answers).
 """
 
 from __future__ import annotations

@@ -92,11 +92,11 @@ def _release(written: Mark) -> None:
 @atexit.register
 def settle(timeout_s: float = 0.0) -> int:
     """Wait for the give-ups' take-backs still running, for one command timeout at most (``timeout_s``,
-        the app's, or the longest one named before), counted from here: one a Redis answers lands well
-        within it. One still running then (a stalled Redis, through its retries) is cut, its mark left
-        to lapse (logged), and not waited for again. Called as the app stops, before its Redis pool is
-        closed under them (``service/app.py``: a connection closed mid-reply failed the take-back), and
-        at the process's exit for those given up later (``atexit``). Returns how many were cut: the app
+    the app's, or the longest one named before), counted from here: one a Redis answers lands well
+    within it. One still running then (a stalled Redis, through its retries) is cut, its mark left
+    to lapse (logged), and not waited for again. Called as the app stops, before its Redis pool is
+    closed under them (``service/app.py``: a connection closed mid-reply failed the take-back), and
+    at the process's exit for those given up later (``atexit``). Returns how many were cut: the app
     leaves its pool open to them."""
     with _TAKING_BACK.lock:
         _TAKING_BACK.bound_s = bound_s = max(_TAKING_BACK.bound_s, timeout_s)
