@@ -288,10 +288,11 @@ def _serve(options: SidecarOptions, owns_process: bool = False) -> SessionStats:
     CRITICAL with its traceback, what it held handed back) is exit code 70, for the supervisor to
     restart it (``service/sidecar/supervision.py``). Either prints the counters line, with what the
     run had counted and its ``error`` (a raised run printed its stderr line alone, and an operator
-    grepping a fleet's counters lines missed it), then that one line on stderr."""
+    grepping a fleet's counters lines missed it), then that one line on stderr. Anything else the run
+    raises is a bug: the counters line too, then the exception goes on (its traceback, exit 1)."""
     from service.redis_conn import RedisRefusedError, RedisTooOldError
     from service.sidecar import early_stop
-    from service.sidecar.launch import run_pull, run_push
+    from service.sidecar.launch import CannotListenError, run_pull, run_push
     from service.sidecar.session_settings import SessionStats
     from service.sidecar.supervision import EXIT_LOOP_DIED, LoopDiedError
 
@@ -300,12 +301,15 @@ def _serve(options: SidecarOptions, owns_process: bool = False) -> SessionStats:
     try:  # a port taken decides it too, where ``launch`` binds it (the health port, the pull API's)
         with early_stop.deciding(RedisRefusedError, RedisTooOldError, LoopDiedError):
             run(options, stats)
-    except OSError as exc:  # a port to listen on that is taken, or not ours to take
+    except CannotListenError as exc:  # a port to listen on that is taken, or not ours to take
         _raised(options.worker_id, stats, (2, f"cannot listen: {exc}"), owns_process)
     except (RedisRefusedError, RedisTooOldError) as exc:  # a wrong password, an old Redis: no wait fixes
         _raised(options.worker_id, stats, (2, str(exc)), owns_process)
     except LoopDiedError as exc:
         _raised(options.worker_id, stats, (EXIT_LOOP_DIED, str(exc)), owns_process)
+    except Exception as exc:  # a bug: exit 1, its traceback on stderr, and its counters line too
+        _unexpected(options.worker_id, stats, exc, owns_process)
+        raise
     if owns_process:  # a caller's own process (a test's CliRunner) keeps hearing Ctrl-C and SIGTERM
         _deaf_to_stop_signals()  # a run returns only once SIGTERM or SIGINT stopped it
     return stats
@@ -318,6 +322,19 @@ def _raised(worker_id: str, stats: SessionStats, exit_: tuple[int, str], owns_pr
         _deaf_to_stop_signals()
     _counters_line(worker_id, stats, exit_[1])
     _exit_with(*exit_, owns_process)
+
+
+def _unexpected(worker_id: str, stats: SessionStats, exc: Exception, owns_process: bool) -> None:
+    """A run that raised what nothing expects (a bug; an ``OSError`` that is no port's): the counters
+    line, with what it had counted and, as ``error``, the last line of the traceback that follows on
+    stderr (exit 1, as any uncaught exception's), deaf first where it owns the process, as ``_raised``.
+    It printed the traceback alone, and the counters of a sidecar that died so were told nowhere; an
+    ``OSError`` was told as a port taken (``cannot listen``, exit 2) (helper review47c)."""
+    import traceback
+
+    if owns_process:
+        _deaf_to_stop_signals()
+    _counters_line(worker_id, stats, traceback.format_exception_only(exc)[-1].strip())
 
 
 def _exit_with(status: int, reason: str, owns_process: bool) -> NoReturn:

@@ -6,11 +6,13 @@ Kept apart from the CLI so tests and embedders start the same thing the command 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import math
 import signal
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,23 @@ if TYPE_CHECKING:
     from service.sidecar.health import HealthServer
 
 log = logging.getLogger("service.sidecar")
+
+
+class CannotListenError(OSError):
+    """A port the sidecar serves on (the health port, the pull API's) could not be bound: taken since
+    its flags were checked, or not ours to take. The command's exit 2, "cannot listen"; an ``OSError``
+    from anywhere else is no port's fault, and was told as one (helper review47c)."""
+
+
+@contextlib.contextmanager
+def _binding() -> Iterator[None]:
+    """A bind: its ``OSError`` decides the command's exit (``early_stop.deciding``: nothing here
+    retries one), raised as ``CannotListenError``."""
+    with early_stop.deciding(OSError):
+        try:
+            yield
+        except OSError as error:
+            raise CannotListenError(*error.args) from error
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +205,7 @@ def run_push(options: SidecarOptions, stats: SessionStats | None = None) -> Sess
     health = None
     if options.health_port is not None:
         health = HealthServer(None, options.worker_id, options.health_host, options.health_port)
-        with early_stop.deciding(OSError):  # taken: exit 2 (``early_stop``); nothing here retries
+        with _binding():  # taken: exit 2
             health.start()
     try:
         # before the loop: a wait for the cluster must not hold off SIGTERM
@@ -270,7 +289,7 @@ def run_pull(options: SidecarOptions, stats: SessionStats | None = None) -> Sess
     from service.sidecar.pull_api import create_pull_app
 
     assert options.pull_api_port is not None
-    with early_stop.deciding(OSError):  # taken: exit 2 (``early_stop``); nothing here retries
+    with _binding():  # taken: exit 2
         listener = socket.create_server((options.pull_api_host, options.pull_api_port))
     server: uvicorn.Server | None = None
     counted = stats if stats is not None else SessionStats()

@@ -25,7 +25,7 @@ from service.delivery.protocol import Delivery
 from service.ports import free_port
 from service.redis_conn import RedisRefusedError, RedisTooOldError
 from service.sidecar import launch
-from service.sidecar.launch import SidecarOptions
+from service.sidecar.launch import CannotListenError, SidecarOptions
 from service.sidecar.session_settings import SessionStats
 from service.sidecar.supervision import LoopDiedError
 from tests.service.sidecar.procs import ROOT, Cluster, Proc, cluster, item, publish, wait_http
@@ -45,7 +45,7 @@ RAISED: dict[str, tuple[BaseException, int, str]] = {  # what the run raised: it
     ),
     "too-old": (RedisTooOldError("Redis at r is 6.0"), 2, "Redis at r is 6.0"),
     "port-taken": (
-        OSError(98, "Address already in use"),
+        CannotListenError(98, "Address already in use"),  # a bind's OSError (``launch._binding``)
         2,
         "cannot listen: [Errno 98] Address already in use",
     ),

@@ -23,7 +23,7 @@ from service import cli
 from service.commands import sidecar as sidecar_command
 from service.redis_conn import RedisRefusedError, RedisTooOldError
 from service.sidecar import early_stop, launch, runner
-from service.sidecar.launch import SidecarOptions
+from service.sidecar.launch import CannotListenError, SidecarOptions
 from service.sidecar.session_settings import SessionStats
 from service.sidecar.supervision import EXIT_LOOP_DIED, LoopDiedError
 from tests.service.interrupt import handlers_kept
@@ -139,7 +139,7 @@ RAISED: dict[str, tuple[BaseException, int]] = {
     "loop-died": (LoopDiedError("heartbeat loop", ZeroDivisionError("division by zero")), EXIT_LOOP_DIED),
     "refused": (RedisRefusedError("Redis at r refused our credentials"), 2),
     "too-old": (RedisTooOldError("Redis at r is 6.0, older than 7.0"), 2),
-    "port-taken": (OSError(98, "Address already in use"), 2),
+    "port-taken": (CannotListenError(98, "Address already in use"), 2),
 }
 
 
