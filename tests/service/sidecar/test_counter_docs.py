@@ -43,3 +43,12 @@ def test_every_counter_the_lease_table_names_is_one_a_lease_ends_in() -> None:
     rows = [line for line in _lease_by_lease().splitlines() if line.startswith("| ") and "---" not in line]
     counted = {name for row in rows[1:] for name in re.findall(r"`(\w+)`", row.rsplit("|", 2)[1])}
     assert counted == _ends_in_lead()
+
+
+def test_the_exit_line_s_keys_are_named_in_the_order_it_prints_them() -> None:
+    """The sentence that says what the counters line holds names each key it prints, in order: it
+    named every counter but ``inherited`` (round 46's), which a fleet's balance check adds."""
+    lead = r"on exit the sidecar prints its counters\s+as one JSON line on stdout \((.*?)\)"
+    said = re.search(lead, DOC, re.S)
+    assert said, "docs/sidecar.md says no longer what the counters line holds"
+    assert re.findall(r"`(\w+)`", said.group(1)) == ["worker_id", *_counters()]
