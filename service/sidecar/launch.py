@@ -323,8 +323,14 @@ def run_pull(options: SidecarOptions, stats: SessionStats | None = None) -> Sess
         drain_s=options.drain_timeout_s,
         hurry=hurry,
     )
+    found = {sig: signal.getsignal(sig) for sig in early_stop.STOP_SIGNALS}
+    console = early_stop.armed()  # the console script's process: deaf once the run ended
     server = _pull_server(app, options.drain_timeout_s, hurry)
-    server.run(sockets=[listener])
+    try:
+        server.run(sockets=[listener])
+    finally:  # not ``_pull_server``'s, which uvicorn put back: a caller's Ctrl-C did nothing after
+        for sig, handler in found.items():
+            signal.signal(sig, signal.SIG_IGN if console else stop_relay.settable(handler))
     if refusals:
         raise refusals[0]
     if deaths:

@@ -52,7 +52,7 @@ def relayed(loop: asyncio.AbstractEventLoop, on_signal: Callable[[], None], deaf
                 yield
             finally:
                 for sig, handler in found.items():  # never through the default: see the module
-                    signal.signal(sig, signal.SIG_IGN if deaf else _settable(handler))
+                    signal.signal(sig, signal.SIG_IGN if deaf else settable(handler))
                 loop.remove_reader(receive.fileno())
         finally:
             signal.set_wakeup_fd(wakeup_found)
@@ -71,7 +71,7 @@ def _heard(signum: int, frame: FrameType | None) -> None:
     del signum, frame
 
 
-def _settable(handler: Any) -> Any:
+def settable(handler: Any) -> Any:
     """A handler ``signal.signal`` takes back: one not installed from Python (None) reads as the
     default, the most that can be restored of it."""
     return signal.SIG_DFL if handler is None else handler
