@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import anyio
-import redis
 from fastapi import Request
 
 from service.delivery import Delivery
+from service.delivery.errors import REDIS_FAILED
 from service.learning.actuals import ActualsLog
 from service.learning.models import ModelService
 from service.learning.retrain import Retrainer
@@ -82,5 +82,5 @@ def _version_refusal(version: VersionCheck) -> str | None:
         return version.refusal
     try:
         return version.check()
-    except redis.RedisError:  # still down: the route meets the outage and answers 503 itself
+    except REDIS_FAILED:  # still down: the route meets the outage and answers 503 itself
         return None

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterNode, RedisCluster
-from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
+from service.delivery.errors import REDIS_FAILED
 from service.delivery.stored import REPLY_DECODING
 from service.embedded import EmbeddedServer
 
@@ -170,7 +170,7 @@ def version_known(check: VersionCheck) -> bool:
     its plain Redis was down asks before it claims (``service.sidecar.runner``)."""
     try:
         refusal = check.check()
-    except redis.RedisError:
+    except REDIS_FAILED:
         return False
     if refusal is not None:
         raise RedisTooOldError(refusal)
@@ -184,7 +184,7 @@ def built_when_reachable(
     while True:
         try:
             return build()
-        except (RedisClusterException, redis.RedisError) as error:
+        except REDIS_FAILED as error:
             if refused(error):  # waiting will not fix credentials
                 message = f"Redis at {describe(url)} refused our credentials: {error}"
                 raise RedisRefusedError(message) from None

@@ -23,13 +23,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-import redis
-from redis.exceptions import RedisClusterException
 
 from predictors.store import ModelStore
 from service.context import PLAN_QUEUE_THREADS, Context
 from service.delivery import Delivery
-from service.delivery.errors import UnknownScheduleError
+from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.delivery.reaper import Reaper
 from service.learning.actuals import ActualsLog
 from service.learning.models import ModelService
@@ -82,7 +80,7 @@ class Startup:
             self.state.starting = f"refused: {error}"
             self.state.too_old = str(error)
             return True
-        except (RedisClusterException, redis.RedisError) as error:
+        except REDIS_FAILED as error:
             where = describe(self.settings.redis_url or "")
             if refused(error):  # waiting alone will not fix credentials: say so loudly, keep trying
                 self.state.starting = f"refused: {error}"
@@ -173,7 +171,7 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
     version = VersionCheck(client, settings.redis_url or "")
     try:
         refusal = version.check()
-    except redis.RedisError:  # down (single node): checked by the first request that reaches it
+    except REDIS_FAILED:  # down (single node): checked by the first request that reaches it
         refusal = None
     if refusal is not None:
         client.close()
@@ -183,7 +181,7 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
     model_service = ModelService(ModelStore(settings.model_dir), log, settings.model_keep, delivery)
     try:
         model_service.start()
-    except redis.RedisError as error:
+    except REDIS_FAILED as error:
         model_service.loaded = True  # the fallbacks serve; history syncs on the first request
         if refused(error):  # waiting will not fix credentials: tell the operator
             _log.error(

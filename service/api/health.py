@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import redis
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -22,6 +21,7 @@ from starlette.datastructures import State
 
 from service.auth.scopes import caller_of
 from service.context import Context
+from service.delivery.errors import REDIS_FAILED
 from service.problems.table import UnauthorizedError
 from service.redis_conn import refused
 
@@ -60,7 +60,7 @@ def readyz(request: Request) -> JSONResponse:
         ctx.redis.ping()
         refusal = ctx.redis_version.check()  # asked once: Redis was down when the app started
         checks["redis"] = "ok" if refusal is None else f"refused: {refusal}"
-    except redis.RedisError as error:  # a wrong password or ACL is not an outage: say which
+    except REDIS_FAILED as error:  # a wrong password or ACL is not an outage: say which
         checks["redis"] = f"{'refused' if refused(error) else 'unreachable'}: {error}"
     ready = checks["redis"] == "ok" and ctx.models.loaded
     checks["redis"] = _said(request.app.state, checks["redis"], trusted)

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from scheduler.errors import InvalidInputError, SchedulerError
 
 __all__ = [
+    "REDIS_FAILED",
     "InvalidInputError",
     "LateMarkError",
     "ScheduleConflictError",
     "ScheduleWithdrawnError",
     "UnknownScheduleError",
 ]
+
+
+# "Redis did not do it": what every ``except`` on a path a Redis Cluster client can take catches. A
+# cluster client raises its own errors, no ``RedisError``, when it cannot reach a command's node (a
+# slot not covered during a reshard, ``SlotNotCoveredError``; no node to ask, its slot map being
+# rebuilt): caught as ``RedisError`` alone, such an error escaped a take-back, a log-and-go-on, or a
+# request's answer as a 500. The problem table answers both 503 (``service/problems/table.py``).
+REDIS_FAILED: tuple[type[Exception], ...] = (redis.RedisError, RedisClusterException)
 
 
 class UnknownScheduleError(SchedulerError, LookupError):

@@ -33,7 +33,7 @@ from collections.abc import Callable
 import redis
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import UnknownScheduleError
+from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.delivery.outcomes import ReapReport
 from service.delivery.protocol import Delivery
 
@@ -118,7 +118,7 @@ class Reaper:
                     if failing:
                         log.info("reaper passes go through again")
                     failing = False
-            except redis.RedisError as err:  # Redis down or failing over: try again next pass
+            except REDIS_FAILED as err:  # Redis down, failing over, or resharding: try again next pass
                 if not failing:
                     log.warning("reaper pass failed: %s", err)
                 failing = True

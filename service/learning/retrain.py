@@ -28,10 +28,9 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-import redis
-
 from scheduler.errors import InvalidInputError
 from service.delivery import keys
+from service.delivery.errors import REDIS_FAILED
 from service.learning.models import ModelService
 from service.logs import mark_logged
 from service.metrics import Metrics
@@ -274,7 +273,7 @@ def _log_failure(trigger: str, error: Exception) -> None:
     A store or Redis fault is the line alone: expected in operation, and what to fix is in the
     reason. Anything else is a bug, and keeps its traceback where nothing else logs one: a failed
     automatic retrain (a request's 500 is logged by the server, traceback and all)."""
-    expected = isinstance(error, (ServiceError, redis.RedisError))
+    expected = isinstance(error, (ServiceError, *REDIS_FAILED))
     reason = error.detail if isinstance(error, ServiceError) else _brief(error)
     _log.error(
         "retrain failed: %s",
@@ -294,4 +293,4 @@ def _unexpected(error: Exception) -> bool:
     an outage is an expected event there (the lock lapses by itself), and the client's internals,
     40 lines a failure, only buried the one thing an operator needs, which error it was. Anything
     else is a bug, and keeps its traceback."""
-    return not isinstance(error, redis.RedisError)
+    return not isinstance(error, REDIS_FAILED)

@@ -53,6 +53,7 @@ import redis
 from service.api.schemas import ScheduleRequest
 from service.context import Context
 from service.delivery import keys
+from service.delivery.errors import REDIS_FAILED
 from service.logs import schedule_context
 from service.pipeline.deadline import NO_DEADLINE, Deadline
 
@@ -67,7 +68,7 @@ class Mark:
     ctx: Context | None
     schedule_id: str
     request_id: str
-    unwritten: redis.RedisError | None = None
+    unwritten: Exception | None = None  # one of ``REDIS_FAILED``
 
     def check(self) -> None:
         """Raise the mark's own failure (503), once the request passed every rule: an invalid one
@@ -85,7 +86,7 @@ class Mark:
         with schedule_context(self.schedule_id):
             try:
                 self.ctx.delivery.unmark_planning(self.schedule_id, self.request_id)
-            except redis.RedisError as error:
+            except REDIS_FAILED as error:
                 _log.warning("in-flight mark left to lapse", extra={"error": str(error)[:200]})
 
 
@@ -107,7 +108,7 @@ def mark(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadline 
         ctx.delivery.mark_planning(schedule_id, request_id, _answer_window_ms(ctx))
         landed = True  # whatever the extension meets, this entry is there to be taken back
         ctx.delivery.extend_planning(schedule_id, request_id, int(ttl_s * 1000))
-    except redis.RedisError as error:  # raised once the body is found valid (``Mark.check``)
+    except REDIS_FAILED as error:  # raised once the body is found valid (``Mark.check``)
         # Redis answered the mark with a refusal (out of memory): nothing landed, nothing to take back
         refused = not landed and isinstance(error, redis.ResponseError)
         return Mark(None if refused else ctx, schedule_id, request_id, error)

@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import redis
-
 from service.api.schemas import ScheduleResponse, Timings
 from service.context import Context
+from service.delivery.errors import REDIS_FAILED
 
 _log = logging.getLogger("service.pipeline")  # the "scheduled" line's logger, as before the split
 STAGES = ("queue", "validate", "predict", "plan", "baseline", "publish")
@@ -54,7 +53,7 @@ def after_publish(what: str) -> Iterator[None]:
     profile; the retrain boundary is counted at the next step."""
     try:
         yield
-    except redis.RedisError as error:
+    except REDIS_FAILED as error:
         _log.warning("step published, but %s failed: %s: %s", what, type(error).__name__, error)
 
 

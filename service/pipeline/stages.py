@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import redis
 
 from predictors.queries import Query, QueryBatch
 from scheduler.errors import InvalidInputError
@@ -44,6 +43,7 @@ from service.api.schemas import (
     WorkerSpec,
 )
 from service.context import Context
+from service.delivery.errors import REDIS_FAILED
 from service.learning.models import version_name
 from service.logs import schedule_context
 from service.pipeline import publish
@@ -58,7 +58,7 @@ BASELINE = "round_robin"
 PREDICT_CHECK_EVERY = 1024  # trajectories built between the caller's deadline's checks (``predict``)
 # Refusals a retry may not meet (Redis down or full, the plan queue busy, the caller's deadline): an
 # invalid body is refused for what it is instead (``convert.broken_rule``), which every retry would meet.
-REFUSED_FOR_NOW = (redis.RedisError, UnavailableError, DeadlineExceededError)
+REFUSED_FOR_NOW: tuple[type[Exception], ...] = (*REDIS_FAILED, UnavailableError, DeadlineExceededError)
 
 
 @dataclass(frozen=True)

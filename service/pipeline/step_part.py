@@ -42,6 +42,7 @@ import redis
 from service.api.schemas import ScheduleRequest
 from service.context import Context
 from service.delivery import keys
+from service.delivery.errors import REDIS_FAILED
 from service.pipeline import in_flight
 from service.pipeline.deadline import Deadline
 
@@ -70,8 +71,9 @@ def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadlin
     Redis failed writes no entry: it answers 503 (``Mark.check``) and never publishes, and the entry's
     write and take-back, each one more command timeout with its retries on a stalled Redis, had held
     the hop's thread and then the 503 twice that long (an entry whose write landed after the answer
-    keeping its step out of a retrain its whole life). An error writing the entry that is no Redis
-    answer (a cluster client's own, ``SlotNotCoveredError``) fails the request, its mark taken back."""
+    keeping its step out of a retrain its whole life). A Redis failure writing the entry (``REDIS_FAILED``:
+    a cluster client's ``SlotNotCoveredError`` too) is a warning, the request goes on; any other error
+    fails the request, its mark taken back."""
     marked = in_flight.mark(ctx, body, schedule_id, until)
     if not body.publish or marked.unwritten is not None:  # a mark Redis failed: a 503, never a part
         return marked
@@ -81,11 +83,11 @@ def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadlin
     entry: tuple[Context, int, str] | None = (ctx, body.step, member)
     try:
         ctx.delivery.enter_planning(body.step, member, int(life_s * 1000))
-    except redis.RedisError as error:
+    except REDIS_FAILED as error:
         if isinstance(error, redis.ResponseError):  # answered (out of memory): nothing landed
             entry = None
         _log.warning("step's planning entry not written: %s: %s", type(error).__name__, error)
-    except BaseException:  # no Redis answer (a cluster client's own error): the mark goes too
+    except BaseException:  # not Redis's failure (a bug, a cancel): the mark goes too
         marked.release()
         raise
     return Arrived(marked.ctx, marked.schedule_id, marked.request_id, marked.unwritten, entry)
@@ -95,5 +97,5 @@ def _left(ctx: Context, step: int, member: str) -> None:
     """Take the entry back; a Redis error is logged, not raised over the request's answer or error."""
     try:
         ctx.delivery.leave_planning(step, member)
-    except redis.RedisError as error:
+    except REDIS_FAILED as error:
         _log.warning("step's planning entry left to lapse: %s: %s", type(error).__name__, error)

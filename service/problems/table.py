@@ -22,11 +22,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from redis.exceptions import RedisClusterException
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from scheduler.errors import InvalidInputError
-from service.delivery.errors import ScheduleConflictError, UnknownScheduleError
+from service.delivery.errors import REDIS_FAILED, ScheduleConflictError, UnknownScheduleError
 from service.logs import already_logged, request_schedule_id, schedule_context
 from service.problems.details import echo, shortened, validation_details
 from service.redis_conn import RedisTooOldError
@@ -157,6 +158,12 @@ PROBLEMS: tuple[tuple[type[Exception], Problem], ...] = (
     (redis.TimeoutError, Problem(503, "Redis unavailable", "redis-unavailable")),
     (redis.BusyLoadingError, Problem(503, "Redis unavailable", "redis-unavailable")),
     (redis.exceptions.ReadOnlyError, Problem(503, "Redis unavailable", "redis-unavailable")),  # failover
+    # a Redis Cluster that cannot serve the command's slot now: CLUSTERDOWN (a slot with no master, a
+    # master failing over), TRYAGAIN (a slot mid-reshard), and the cluster client's own errors, which
+    # are no RedisError (``SlotNotCoveredError``; its slot map being rebuilt): a retry will meet it served
+    (redis.exceptions.ClusterDownError, Problem(503, "Redis unavailable", "redis-unavailable")),
+    (redis.exceptions.TryAgainError, Problem(503, "Redis unavailable", "redis-unavailable")),
+    (RedisClusterException, Problem(503, "Redis unavailable", "redis-unavailable")),
     (redis.exceptions.OutOfMemoryError, Problem(503, "Redis out of memory", "redis-out-of-memory")),
     # a MULTI whose queued command was refused (under maxmemory: OOM); nothing of it ran
     (redis.exceptions.ExecAbortError, Problem(503, "Redis out of memory", "redis-out-of-memory")),
@@ -239,7 +246,7 @@ def _details(exc: Exception) -> tuple[str, dict[str, Any]]:
         return f"Redis refused a write, out of memory ({exc}); retry once it has room", {}
     if lookup(exc).slug == "redis-refused":
         return f"Redis refused the service's user ({type(exc).__name__}: {exc}); an operator must fix it", {}
-    if isinstance(exc, redis.RedisError) and lookup(exc).status == 503:
+    if isinstance(exc, REDIS_FAILED) and lookup(exc).status == 503:
         return f"Redis is unreachable ({type(exc).__name__}: {exc}); retry shortly", {}
     if lookup(exc).status < 500:
         return str(exc), {}  # a listed domain error: its message is meant for the caller
