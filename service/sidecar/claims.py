@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from service.delivery.errors import UnknownScheduleError
+from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.delivery.outcomes import ReleaseOutcome
 from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
@@ -156,7 +156,7 @@ class Claims:
             self.stats.stale += 1  # counts it; raised, it took the claim's readable leases, uncounted
             log.warning("schedule %s is gone from Redis; %s not failed", lease.schedule_id, lease.key)
             return
-        except redis.RedisError as error:
+        except REDIS_FAILED as error:
             self.keep(Held(lease, 0, failure=reason))
             log.warning(
                 "schedule %s: %s; not answered (%s): sent again at the next heartbeat",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from service.delivery.errors import REDIS_FAILED
 from service.delivery.hangable import hangable, hangable_cluster
 from service.delivery.keys import DEFAULT_PREFIX
 from service.delivery.protocol import Delivery
@@ -163,7 +164,7 @@ def _version_left(client: redis.Redis, url: str) -> VersionCheck | None:
     try:
         client.ping()
         require_version(client, url)
-    except redis.RedisError as error:
+    except REDIS_FAILED as error:
         if refused(error):
             where = describe(url)
             raise RedisRefusedError(f"Redis at {where} refused our credentials: {error}") from None

@@ -58,6 +58,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.body_encoding import Utf8BodyRoute
+from service.delivery.errors import REDIS_FAILED
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.records import DeliveryItem, TrajectoryResult
 from service.hosts.allow_list import HostAllowList
@@ -219,7 +220,7 @@ async def _published_item(session: WorkerSession, body: DoneBody) -> DeliveryIte
     trainer's ``report_results`` raised on it). None when Redis does not say: the report goes on."""
     try:
         return await asyncio.to_thread(session.delivery.stored_item, body.schedule_id, body.key)
-    except redis.RedisError:
+    except REDIS_FAILED:
         return None  # the completion below retries through the outage, as it did
 
 

@@ -16,10 +16,11 @@ import redis
 from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import RedisClusterException
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
-from service.delivery.errors import UnknownScheduleError
+from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.hosts.names import refused_host
 from service.problems.details import clipped
 from service.problems.table import (
@@ -53,6 +54,8 @@ PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]]
     DrainCutError: (503, lambda exc: {"error": str(exc)}),
     # Redis unreachable or failing: retry later, the lease is kept
     redis.RedisError: (503, lambda exc: {"error": f"redis unavailable: {exc}"}),
+    # a Redis Cluster client's own (no RedisError): a slot not covered mid-reshard, its slot map rebuilt
+    RedisClusterException: (503, lambda exc: {"error": f"redis unavailable: {exc}"}),
     # start-up still waits for Redis (a cluster down when the sidecar started): retry later
     ConnectingError: (503, lambda exc: {"error": str(exc)}),
     # never published here, or its retention passed while the worker ran it: drop the result
@@ -66,7 +69,10 @@ PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]]
 # the 503s a worker is to retry, with the seconds ``Retry-After`` asks it to wait first: a report the
 # sidecar cannot take yet (Redis out, or not reached since start: a restarted sidecar connecting) lands
 # on a retry, and one dropped instead left its lease to be handed back and the finished work run again
-RETRY_AFTER_S: dict[type[Exception], int] = {redis.RedisError: 1, ConnectingError: CONNECTING_RETRY_AFTER_S}
+RETRY_AFTER_S: dict[type[Exception], int] = {
+    **dict.fromkeys(REDIS_FAILED, 1),
+    ConnectingError: CONNECTING_RETRY_AFTER_S,
+}
 
 
 def too_large(path: str, what: str, max_bytes: int) -> Response:

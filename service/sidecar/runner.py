@@ -29,9 +29,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
-from service.delivery.errors import UnknownScheduleError
+from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome
 from service.redis_conn import RedisTooOldError, VersionCheck, version_known
 from service.sidecar.engine_client import EngineClient
@@ -189,7 +187,7 @@ class Sidecar:
                 if self._redis_down:
                     log.info("redis reachable again, claiming")
                 self._redis_down = False
-            except redis.RedisError as exc:  # Redis down or restarting: keep running, retry soon
+            except REDIS_FAILED as exc:  # Redis down or restarting: keep running, retry soon
                 if not self._redis_down:  # once per outage, not twice a second for its length
                     log.warning("redis unavailable, not claiming: %s", exc)
                 self._redis_down = True

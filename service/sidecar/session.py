@@ -32,9 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
-import redis
-
-from service.delivery.errors import UnknownScheduleError
+from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
@@ -249,7 +247,7 @@ class WorkerSession:
             return True
         try:
             cancelled = await self._redis(self.delivery.cancelled, schedule_id)
-        except redis.RedisError:
+        except REDIS_FAILED:
             return False
         if cancelled and self._cancelled.add(schedule_id):  # another check may have won the race
             with schedule_context(schedule_id):  # also when a heartbeat, outside any item, found it

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from service.delivery.errors import UnknownScheduleError
+from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.delivery.keys import PRESENCE_TTL_MS, sidecar_presence
 from service.delivery.views import text
 from service.redis_conn import RedisTooOldError, VersionCheck
@@ -113,7 +113,7 @@ class Takeover:
         while self.report is None and not stop.is_set():
             try:
                 self.report = await self._take_over(stop)
-            except redis.RedisError as exc:
+            except REDIS_FAILED as exc:
                 if not failing:  # once per outage
                     log.warning(
                         "redis unavailable, not claiming until an earlier process's leases are checked: %s",
@@ -123,7 +123,7 @@ class Takeover:
                 await sleep_unless(stop, self.retry_s)
         self.done.set()
         while True:
-            with contextlib.suppress(redis.RedisError):  # claims and heartbeats report an outage
+            with contextlib.suppress(*REDIS_FAILED):  # claims and heartbeats report an outage
                 await asyncio.to_thread(self._mark)
             await asyncio.sleep(PRESENCE_TTL_MS / 3000)
 
