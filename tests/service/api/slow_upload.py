@@ -19,7 +19,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.app import create_app
 from service.context import Context
 from service.delivery import keys
+from service.pipeline import deadline
 from service.settings import Settings
+from tests.service.api.badinput import redis_snapshot
 
 CHUNKS = 4  # the messages a body is fed in
 STEP = 7  # the step the tests' bodies name (``batch_body(step=STEP)``)
@@ -104,3 +106,29 @@ def in_flight_when_it_waits_for_a_slot(
 
     monkeypatch.setattr(slots, "hold", seen_then_held)
     return seen
+
+
+def refused_late_leaving_nothing(
+    client: TestClient,
+    app: FastAPI,
+    redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    body: dict[str, Any],
+    header: str,
+    marked: int,
+) -> dict[str, Any]:
+    """Send ``body`` (step ``STEP``, under the id ``late`` or a drawn one) with the caller's deadline
+    header ``header``; it must be refused 504 ``deadline-exceeded`` having written its mark
+    (``marked``: 1 under the chosen id) and its step's planning entry as it came in line, then taken
+    both back: Redis as it was, the id unknown. The problem document, for what each test adds."""
+    in_flight = in_flight_when_it_waits_for_a_slot(app, redis_client, monkeypatch)
+    before = redis_snapshot(redis_client)
+    late = client.post("/schedule", json=body, headers={deadline.HEADER: header})
+    assert late.status_code == 504
+    problem: dict[str, Any] = late.json()
+    assert (problem["type"].rsplit("/", 1)[1], problem["field"]) == ("deadline-exceeded", deadline.HEADER)
+    assert in_flight == [(marked, 1)]  # written as it came in line, then taken back:
+    assert redis_snapshot(redis_client) == before  # no mark, no planning entry, no step, no publish
+    assert redis_client.exists(keys.step_planning(STEP), LATE.meta) == 0
+    assert client.delete("/schedule/late").status_code == 404
+    return problem

@@ -16,15 +16,12 @@ import redis
 from starlette.types import Message, Receive, Scope, Send
 
 from service.arrival import SCOPE_KEY, Arrival, ArrivalStamp
-from service.delivery import keys
 from service.pipeline import deadline
-from tests.service.api.badinput import redis_snapshot
 from tests.service.api.slow_upload import (
-    LATE,
     STEP,
     Clock,
     SlowClient,
-    in_flight_when_it_waits_for_a_slot,
+    refused_late_leaving_nothing,
     slow_clients,
 )
 from tests.service.api_helpers import batch_body
@@ -50,17 +47,8 @@ def test_a_deadline_that_passes_while_the_body_arrives_is_a_504_that_leaves_noth
     """The upload takes 80 s of the 60 s the caller waits: refused, its mark (under a chosen id) and its
     step's planning entry taken back, nothing published; the step publishes when sent again."""
     client, app = slow_client(20.0)
-    in_flight = in_flight_when_it_waits_for_a_slot(app, redis_client, monkeypatch)
     body = batch_body(schedule_id=schedule_id, step=STEP)
-    before = redis_snapshot(redis_client)
-    late = client.post("/schedule", json=body, headers={HEADER: str(DEADLINE_MS)})
-    assert late.status_code == 504
-    problem = late.json()
-    assert (problem["type"].rsplit("/", 1)[1], problem["field"]) == ("deadline-exceeded", HEADER)
-    assert in_flight == [(marked, 1)]  # written as it came in line, then taken back:
-    assert redis_snapshot(redis_client) == before  # no mark, no planning entry, no step, no publish
-    assert redis_client.exists(keys.step_planning(STEP), LATE.meta) == 0
-    assert client.delete("/schedule/late").status_code == 404
+    refused_late_leaving_nothing(client, app, redis_client, monkeypatch, body, str(DEADLINE_MS), marked)
     sent_again = client.post("/schedule", json=body)
     assert (sent_again.status_code, sent_again.json()["replayed"]) == (200, False)
 

@@ -20,19 +20,13 @@ from scheduler import planner
 from scheduler.lowerbound import lower_bound
 from scheduler.policies.problem import build_problem
 from scheduler.types import PlanRequest
-from service.delivery import keys
-from service.pipeline import deadline
-from tests.service.api.badinput import redis_snapshot
 from tests.service.api.slow_upload import (
-    LATE,
     STEP,
     SlowClient,
-    in_flight_when_it_waits_for_a_slot,
+    refused_late_leaving_nothing,
     slow_clients,
 )
 from tests.service.api_helpers import batch_body
-
-HEADER = deadline.HEADER
 
 
 @pytest.fixture
@@ -70,20 +64,11 @@ def test_a_plan_still_running_when_only_its_publish_is_left_gives_up_with_a_504_
     marked: int,
 ) -> None:
     client, app = slow_client(0.0)
-    in_flight = in_flight_when_it_waits_for_a_slot(app, redis_client, monkeypatch)
     reached = _held_past_the_give_up(monkeypatch)
     body = batch_body(schedule_id=schedule_id, step=STEP)
-    before = redis_snapshot(redis_client)
-    late = client.post("/schedule", json=body, headers={HEADER: "300"})
-    assert late.status_code == 504
-    problem = late.json()
-    assert (problem["type"].rsplit("/", 1)[1], problem["field"]) == ("deadline-exceeded", HEADER)
+    problem = refused_late_leaving_nothing(client, app, redis_client, monkeypatch, body, "300", marked)
     assert "the planner gave up in its problem stage" in problem["detail"]
     assert reached == ["problem"]  # stopped there: no bound, no policy, no publish
-    assert in_flight == [(marked, 1)]  # written as it came in line, then taken back:
-    assert redis_snapshot(redis_client) == before  # no mark, no planning entry, no step, no publish
-    assert redis_client.exists(keys.step_planning(STEP), LATE.meta) == 0
-    assert client.delete("/schedule/late").status_code == 404
 
 
 def test_a_plan_without_a_deadline_is_never_told_to_give_up(
