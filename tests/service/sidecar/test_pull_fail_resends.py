@@ -92,6 +92,23 @@ def _serve(session: WorkerSession, script: StateScript) -> Any:
     return serve(session, script, hold_timeout_s=BOUND_S)
 
 
+def _unanswered_fail_held_past_the_bound(redis_url: str) -> tuple[Delivery, WorkerSession]:
+    """Item ``a#0`` (one attempt) pulled, its ``/fail`` (reason ``oom``) never reaching Redis (503),
+    nothing more reported; a beat past the hold bound sends it again and ends the lease. The store
+    and the session, for what each test reads of them."""
+    store = _published(redis_url, max_attempts=1)
+    delivery, clock, session = _session(redis_url, lands=False)
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        _, unanswered = await pull_fail_unanswered(client, delivery)
+        clock[0] = BOUND_S + 1
+        await state.beat()
+        return [unanswered, len(session.holdings)]
+
+    assert _serve(session, script) == [503, 0]
+    return store, session
+
+
 @pytest.mark.parametrize("resend_answered", [True, False], ids=["resend answered", "resend unanswered"])
 def test_a_done_after_a_landed_unanswered_fail_counts_the_lease_failed_once_and_tells_the_worker(
     redis_client: redis.Redis, redis_url: str, resend_answered: bool
@@ -147,16 +164,7 @@ def test_the_hold_bound_resends_an_unanswered_fail_with_the_workers_reason(
     """The worker's ``/fail`` (reason ``oom``) never reached Redis, and the worker reported nothing
     more; past its hold bound the sidecar fails the item itself, sending that report again: the dead
     letter (one attempt) names ``oom``. Before: the hold bound's own reason, ``held 101s ...``."""
-    store = _published(redis_url, max_attempts=1)
-    delivery, clock, session = _session(redis_url, lands=False)
-
-    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
-        _, unanswered = await pull_fail_unanswered(client, delivery)
-        clock[0] = BOUND_S + 1
-        await state.beat()
-        return [unanswered, len(session.holdings)]
-
-    assert _serve(session, script) == [503, 0]
+    store, session = _unanswered_fail_held_past_the_bound(redis_url)
     assert (session.stats.claimed, _ended(session)) == (1, {"failed": 1})
     (dead,) = store.progress("s").dead_letters
     assert (dead.key, dead.reason) == ("a#0", "oom")

@@ -22,8 +22,12 @@ import redis
 from service.sidecar.pull_state import PullState
 from tests.service.sidecar.pullclient import report_body, serve
 from tests.service.sidecar.test_pull_fail_lapsed import _lapse, _pull
-from tests.service.sidecar.test_pull_fail_resends import BOUND_S, _published, _serve, _session
-from tests.service.sidecar.unanswered import pull_fail_unanswered
+from tests.service.sidecar.test_pull_fail_resends import (
+    _published,
+    _serve,
+    _session,
+    _unanswered_fail_held_past_the_bound,
+)
 
 
 def test_the_result_sent_again_after_a_refused_fail_records_its_generation_seconds_once(
@@ -47,16 +51,7 @@ def test_the_result_sent_again_after_a_refused_fail_records_its_generation_secon
 def test_the_hold_bound_sending_a_workers_unanswered_fail_again_does_not_call_it_unreported(
     redis_client: redis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _published(redis_url, max_attempts=1)
-    delivery, clock, session = _session(redis_url, lands=False)
-
-    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
-        _, unanswered = await pull_fail_unanswered(client, delivery)
-        clock[0] = BOUND_S + 1
-        await state.beat()
-        return [unanswered, len(session.holdings)]
-
-    assert _serve(session, script) == [503, 0]
+    _, session = _unanswered_fail_held_past_the_bound(redis_url)
     assert session.stats.failed == 1
     assert "unreported" not in caplog.text
 
