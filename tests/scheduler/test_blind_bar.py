@@ -20,6 +20,7 @@ from scheduler.policies.ordering import order_queues
 from scheduler.policies.robust import SAMPLES, draw_matrix, makespans, spreads
 from scheduler.simulator import SimOptions, simulate
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
+from tests.scheduler.mixed_requests import one_wide_prompt_request
 
 DEVICES = (("H100", 0), ("Ascend910B", 1), ("A100-80GB", 1))  # (device, fewest workers of it)
 BLIND = ("round_robin", "least_loaded")
@@ -132,18 +133,11 @@ def test_a_plan_earlier_on_the_predictions_but_later_on_the_draws_is_held_to_rou
     # ten times its p50, as synth-000243 of the short-cot 256 x 16 trace); lpt put two of its
     # samples on the Ascend, planned faster than round robin, and when they ran to the 4,096 cap
     # there (a lone sequence on the slow card) ran far later than round robin's H100 did
-    workers = (Worker("h100-0", device_profile("H100")), Worker("ascend-0", device_profile("Ascend910B")))
-    batch = tuple(
-        Trajectory(f"p{g}", s, 40, 4_096, 250.0 + 10 * g, {0.5: 250.0 + 10 * g, 0.9: p90})
-        for g in range(32)
-        for p90 in [2_500.0 if g == 0 else 1.25 * (250.0 + 10 * g)]
-        for s in range(16)
-    )
+    request = one_wide_prompt_request()
+    batch, inventory = request.trajectories, request.inventory
     truth = {
         t.key: 4_096 if t.prompt_id == "p0" and t.sample_idx < 2 else int(t.predicted_tokens) for t in batch
     }
-    inventory = Inventory(workers, model_preset("7b"))
-    request = PlanRequest(batch, inventory, time_budget_s=0.25, kv_admission=True)
     spans, expected = _makespans(request)
     played = {}
     for name in ("lpt", "cpsat", "round_robin"):

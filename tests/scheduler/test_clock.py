@@ -7,43 +7,20 @@ import math
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from scheduler import clock
-from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
 from scheduler.policies.sat import new_solver
-from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker
 from tests.scheduler.fake_clock import SteppingClock
-
-CAP = 8_192
-
-
-def _request() -> PlanRequest:
-    """256 items with p50 and p90 on 2 H100 and 2 Ascend 910B: every timed phase has work to do
-    (the hedge, placing again by kind, cpsat's rounds, repair and robust choice)."""
-    rng = np.random.default_rng(11)
-    batch = []
-    for i in range(256):
-        median = float(rng.uniform(0.2, 0.97)) * CAP
-        batch.append(Trajectory(f"p{i}", 0, 200, CAP, median, {0.5: median, 0.9: min(CAP, median * 1.6)}))
-    h100, ascend = device_profile("H100"), device_profile("Ascend910B")
-    workers = [Worker(f"h100-{j}", h100, kv_capacity_tokens=300_000) for j in range(2)]
-    workers += [Worker(f"a910b-{j}", ascend, kv_capacity_tokens=200_000) for j in range(2)]
-    return PlanRequest(tuple(batch), Inventory(tuple(workers), model_preset("7b")), time_budget_s=2.0)
-
-
-def _decisions(p: Plan) -> tuple[object, ...]:
-    """Everything a plan decided (its wall time is a measurement, not a decision)."""
-    return p.workers, p.dispatch_order, p.status, p.predicted_makespan_s, p.lower_bound_s
+from tests.scheduler.mixed_requests import decisions, mixed_request
 
 
 @pytest.mark.parametrize("policy", ["lpt", "cpsat"])
 def test_a_frozen_clock_plans_the_same_on_a_host_so_loaded_each_step_seems_to_take_a_second(
     monkeypatch: pytest.MonkeyPatch, policy: str
 ) -> None:
-    request = _request()
+    request = mixed_request()
     with clock.frozen():
         idle = plan(request, policy)
     # A host where each step seems to take a second, and whose clock reads from another origin
@@ -52,8 +29,8 @@ def test_a_frozen_clock_plans_the_same_on_a_host_so_loaded_each_step_seems_to_ta
     on_the_wall = plan(request, policy)
     with clock.frozen():
         loaded = plan(request, policy)
-    assert _decisions(on_the_wall) != _decisions(idle)  # the wall clock gives up phases on that host
-    assert _decisions(loaded) == _decisions(idle)
+    assert decisions(on_the_wall) != decisions(idle)  # the wall clock gives up phases on that host
+    assert decisions(loaded) == decisions(idle)
 
 
 def test_outside_a_frozen_clock_the_planning_clock_is_the_wall_clock() -> None:

@@ -12,19 +12,17 @@ import pickle
 from collections.abc import Iterator
 from types import ModuleType
 
-import numpy as np
 import pytest
 
 from scheduler import clock, giveup, planner
 from scheduler.benchgen import bench_request
-from scheduler.devices import device_profile, model_preset
 from scheduler.errors import DeadlinePassedError, InvalidInputError
 from scheduler.policies import bandsearch, lpt, ordering, robust
-from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker
+from scheduler.types import PlanRequest
 from tests.scheduler.fake_clock import count_calls
+from tests.scheduler.mixed_requests import decisions, mixed_request
 
 DEADLINE = 100.0  # the caller's, on the test's wall clock
-CAP = 8_192
 
 
 class JumpingWall:
@@ -48,18 +46,8 @@ class JumpingWall:
 
 
 def _request(hard_deadline: float | None = DEADLINE, slots: int = 256) -> PlanRequest:
-    """256 items with p50 and p90 on 2 H100 and 2 Ascend 910B: every stage has work to do (with
-    fewer ``slots`` than the 64 items a worker gets, its queue runs in waves and is played)."""
-    rng = np.random.default_rng(11)
-    batch = []
-    for i in range(256):
-        median = float(rng.uniform(0.2, 0.97)) * CAP
-        batch.append(Trajectory(f"p{i}", 0, 200, CAP, median, {0.5: median, 0.9: min(CAP, median * 1.6)}))
-    h100, ascend = device_profile("H100"), device_profile("Ascend910B")
-    workers = [Worker(f"h100-{j}", h100, 1, slots, 300_000) for j in range(2)]
-    workers += [Worker(f"a910b-{j}", ascend, 1, slots, 200_000) for j in range(2)]
-    inventory = Inventory(tuple(workers), model_preset("7b"))
-    return PlanRequest(tuple(batch), inventory, time_budget_s=2.0, hard_deadline=hard_deadline)
+    """``mixed_request`` under the caller's hard deadline ``DEADLINE`` unless told otherwise."""
+    return mixed_request(hard_deadline, slots)
 
 
 @pytest.fixture
@@ -68,11 +56,6 @@ def wall() -> Iterator[JumpingWall]:
     jumping = JumpingWall(DEADLINE - 10.0, DEADLINE + 0.25)
     with clock.frozen(), giveup.reading(jumping):
         yield jumping
-
-
-def _decisions(p: Plan) -> tuple[object, ...]:
-    """Everything a plan decided (its wall time is a measurement, not a decision)."""
-    return p.workers, p.dispatch_order, p.status, p.predicted_makespan_s, p.lower_bound_s
 
 
 @pytest.mark.parametrize(
@@ -161,12 +144,12 @@ def test_without_a_hard_deadline_the_plan_is_the_same_however_late_the_wall_read
 ) -> None:
     before = planner.plan(_request(None), policy)
     wall.jump_in(monkeypatch, planner, "lower_bound")
-    assert _decisions(planner.plan(_request(None), policy)) == _decisions(before)
+    assert decisions(planner.plan(_request(None), policy)) == decisions(before)
 
 
 @pytest.mark.parametrize("policy", ["lpt", "cpsat"])
 def test_a_hard_deadline_that_does_not_pass_leaves_the_plan_as_it_was(wall: JumpingWall, policy: str) -> None:
-    assert _decisions(planner.plan(_request(), policy)) == _decisions(planner.plan(_request(None), policy))
+    assert decisions(planner.plan(_request(), policy)) == decisions(planner.plan(_request(None), policy))
 
 
 def test_the_error_crosses_a_process_boundary_whole() -> None:

@@ -17,26 +17,12 @@ import pytest
 
 from scheduler import clock
 from scheduler.benchgen import bench_request
-from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
 from scheduler.policies import blindbar, cpsat, exchange, lpt
 from scheduler.policies.problem import build_problem
 from scheduler.policies.round_robin import RoundRobinPolicy
-from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 from tests.scheduler.fake_clock import ManualClock, count_calls
-
-
-def _request() -> PlanRequest:
-    """32 prompts x 16 with quantiles on an H100 and an Ascend 910B, one prompt of great spread:
-    the bar asks the draws of this plan (``blind_draws.outlived``) whenever it has the time."""
-    workers = (Worker("h100-0", device_profile("H100")), Worker("ascend-0", device_profile("Ascend910B")))
-    batch = tuple(
-        Trajectory(f"p{g}", s, 40, 4_096, 250.0 + 10 * g, {0.5: 250.0 + 10 * g, 0.9: p90})
-        for g in range(32)
-        for p90 in [2_500.0 if g == 0 else 1.25 * (250.0 + 10 * g)]
-        for s in range(16)
-    )
-    return PlanRequest(batch, Inventory(workers, model_preset("7b")), time_budget_s=0.25, kv_admission=True)
+from tests.scheduler.mixed_requests import one_wide_prompt_request
 
 
 def _slow(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str, seconds: float) -> None:
@@ -59,12 +45,12 @@ def test_the_bar_asks_the_draws_only_while_the_deadline_has_not_passed(
 ) -> None:
     asked = count_calls(monkeypatch, blindbar, "outlived")
     with clock.frozen():
-        plan(_request(), policy)
+        plan(one_wide_prompt_request(), policy)
     assert asked  # with time left, the bar asks the draws of this plan
     asked.clear()
     # the last stage before the bar ends past the deadline
     _slow(monkeypatch, lpt if policy == "lpt" else cpsat, "at_once_hedge", 10.0)
-    result = plan(_request(), policy)
+    result = plan(one_wide_prompt_request(), policy)
     assert not asked
     assert result.workers  # still a plan: the one the bar was given
 
@@ -75,11 +61,11 @@ def test_the_blind_plans_are_not_dealt_once_the_deadline_has_passed(
 ) -> None:
     dealt = count_calls(monkeypatch, RoundRobinPolicy, "plan")
     with clock.frozen():
-        plan(_request(), policy)
+        plan(one_wide_prompt_request(), policy)
     assert dealt  # with time left, round robin's plan is dealt for the bar
     dealt.clear()
     _slow(monkeypatch, lpt, "lpt_start", 10.0)
-    result = plan(_request(), policy)
+    result = plan(one_wide_prompt_request(), policy)
     assert not dealt
     assert result.workers
 
