@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, TypeVar
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from service.app import create_app
@@ -84,6 +85,30 @@ class Gate:
         """``call``, made to wait at this gate first."""
         return first(self, call)
 
+    def after(self, call: Callable[..., T]) -> Callable[..., T]:
+        """``call``, then a wait at this gate, on the caller's thread: held once its work is done and
+        before its caller hears of it."""
+
+        def then_wait(*args: Any, **kwargs: Any) -> T:
+            result = call(*args, **kwargs)
+            self()
+            return result
+
+        return then_wait
+
     def open(self) -> None:
         """Let every thread waiting, and every later one, through."""
         self._open.set()
+
+
+async def cancelled_at(gate: Gate, request: Coroutine[Any, Any, object], seen: Callable[[], int]) -> int:
+    """Send ``request`` as a task, cancel it the native way (``Task.cancel``) once a thread of it
+    reaches ``gate``, then let the thread on; ``seen()`` as it was at the cancel."""
+    given_up = asyncio.create_task(request)
+    await until(lambda: gate.reached == 1)
+    at_the_cancel = seen()
+    given_up.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await given_up
+    gate.open()
+    return at_the_cancel

@@ -7,7 +7,6 @@ each side of the point where the write is known, never by sleeps."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -19,7 +18,7 @@ from service.api.plan_thread import GivenUpError
 from service.delivery import keys
 from service.pipeline.in_flight import Mark
 from service.settings import Settings
-from tests.service.api.replicas import Gate, context, replicas, until
+from tests.service.api.replicas import Gate, cancelled_at, context, replicas, until
 from tests.service.api_helpers import batch_body
 
 GONE = keys.schedule_keys("gone")
@@ -28,25 +27,8 @@ GONE = keys.schedule_keys("gone")
 async def _cancelled_at(gate: Gate, http: httpx.AsyncClient, redis_client: redis.Redis) -> int:
     """Send the step, cancel its handler once its hop's thread reaches ``gate``, then let the thread
     on; whether the id was marked at the cancel."""
-    given_up = asyncio.create_task(http.post("/schedule", json=batch_body(schedule_id="gone")))
-    await until(lambda: gate.reached == 1)
-    marked = int(redis_client.exists(GONE.planning))
-    given_up.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await given_up
-    gate.open()
-    return marked
-
-
-def _after(call: Callable[..., Any], gate: Gate) -> Callable[..., Any]:
-    """``call``, then a wait at ``gate`` on the caller's thread."""
-
-    def then_wait(*args: Any, **kwargs: Any) -> Any:
-        result = call(*args, **kwargs)
-        gate()
-        return result
-
-    return then_wait
+    sent = http.post("/schedule", json=batch_body(schedule_id="gone"))
+    return await cancelled_at(gate, sent, lambda: int(redis_client.exists(GONE.planning)))
 
 
 def _unknown_and_free(http: httpx.AsyncClient, redis_client: redis.Redis) -> Any:
@@ -72,7 +54,7 @@ def test_a_handler_cancelled_while_its_mark_is_written_leaves_none(
     async def run() -> tuple[int, int, int, int]:
         async with replicas(live_settings) as [http]:
             ctx = context(http)
-            monkeypatch.setattr(ctx.delivery, "mark_planning", _after(ctx.delivery.mark_planning, written))
+            monkeypatch.setattr(ctx.delivery, "mark_planning", written.after(ctx.delivery.mark_planning))
             marked = await _cancelled_at(written, http, redis_client)
             return (marked, *await _unknown_and_free(http, redis_client))
 
@@ -85,7 +67,7 @@ def test_a_handler_cancelled_after_its_mark_was_written_leaves_none(
     """The thread has decided (the write done, no give-up seen) and its answer has not reached the
     handler: the handler's give-up takes the mark back, on a thread of its own."""
     decided = Gate()
-    monkeypatch.setattr(mark_hop._Hop, "run", _after(mark_hop._Hop.run, decided))
+    monkeypatch.setattr(mark_hop._Hop, "run", decided.after(mark_hop._Hop.run))
 
     async def run() -> tuple[int, int, int, int]:
         async with replicas(live_settings) as [http]:

@@ -7,7 +7,6 @@ plan queue's timeout + the budget + 60 s). Held by gates on the hop's thread, ne
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,21 +15,10 @@ import redis
 from service.api import mark_hop
 from service.delivery import keys
 from service.settings import Settings
-from tests.service.api.replicas import Gate, context, replicas, until
+from tests.service.api.replicas import Gate, cancelled_at, context, replicas, until
 from tests.service.api_helpers import batch_body
 
 STEP_3 = keys.step_planning(3)
-
-
-def _after(call: Callable[..., Any], gate: Gate) -> Callable[..., Any]:
-    """``call``, then a wait at ``gate`` on the caller's thread."""
-
-    def then_wait(*args: Any, **kwargs: Any) -> Any:
-        result = call(*args, **kwargs)
-        gate()
-        return result
-
-    return then_wait
 
 
 async def _cancelled_at(
@@ -42,13 +30,8 @@ async def _cancelled_at(
     published (a request given up in its hop is never planned)."""
     async with replicas(live_settings) as [http]:
         hook(context(http))
-        given_up = asyncio.create_task(http.post("/schedule", json=batch_body(step=3)))
-        await until(lambda: gate.reached == 1)
-        entered = int(redis_client.exists(STEP_3))
-        given_up.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await given_up
-        gate.open()
+        sent = http.post("/schedule", json=batch_body(step=3))
+        entered = await cancelled_at(gate, sent, lambda: int(redis_client.exists(STEP_3)))
         await until(lambda: redis_client.exists(STEP_3) == 0)
         return entered, int(redis_client.exists(STEP_3)), int(redis_client.exists(keys.step_schedules(3)))
 
@@ -60,7 +43,7 @@ def test_a_handler_cancelled_while_its_entry_is_written_leaves_none(
     written = Gate()
 
     def hook(ctx: Any) -> None:
-        monkeypatch.setattr(ctx.delivery, "enter_planning", _after(ctx.delivery.enter_planning, written))
+        monkeypatch.setattr(ctx.delivery, "enter_planning", written.after(ctx.delivery.enter_planning))
 
     assert asyncio.run(_cancelled_at(written, live_settings, redis_client, hook)) == (1, 0, 0)
 
@@ -71,5 +54,5 @@ def test_a_handler_cancelled_after_its_entry_was_written_leaves_none(
     """The thread has decided and its answer has not reached the handler: the handler's give-up
     takes it back, on a thread of its own."""
     decided = Gate()
-    monkeypatch.setattr(mark_hop._Hop, "run", _after(mark_hop._Hop.run, decided))
+    monkeypatch.setattr(mark_hop._Hop, "run", decided.after(mark_hop._Hop.run))
     assert asyncio.run(_cancelled_at(decided, live_settings, redis_client, lambda ctx: None)) == (1, 0, 0)
