@@ -48,6 +48,19 @@ def _while_planning(monkeypatch: pytest.MonkeyPatch, during: Callable[[], None])
     monkeypatch.setattr(stages, "_plans", planning)
 
 
+def _held_while_planning(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Hold each request as it plans: the first event is set once one is planning, and it plans
+    once the second is (or after 30 s)."""
+    planning, release = threading.Event(), threading.Event()
+
+    def held() -> None:
+        planning.set()
+        release.wait(30)
+
+    _while_planning(monkeypatch, held)
+    return planning, release
+
+
 @pytest.mark.parametrize("chosen", [{"schedule_id": "step-2b"}, {}], ids=["chosen-id", "drawn-id"])
 def test_a_retrain_asked_while_a_second_part_plans_leaves_the_step_out(
     client: TestClient,
@@ -59,13 +72,7 @@ def test_a_retrain_asked_while_a_second_part_plans_leaves_the_step_out(
     """Step 2's first part run and reported (over alone); its second part is planning when a retrain
     is asked, and publishes after it: the step is left out, where it was fitted on the first part."""
     _ran_and_reported(client, redis_client, "step-2a")
-    planning, release = threading.Event(), threading.Event()
-
-    def held() -> None:
-        planning.set()
-        release.wait(30)
-
-    _while_planning(monkeypatch, held)
+    planning, release = _held_while_planning(monkeypatch)
     answers: list[int] = []
     body = _second_part(**chosen)
     thread = threading.Thread(target=lambda: answers.append(client.post("/schedule", json=body).status_code))
@@ -91,13 +98,7 @@ def test_a_retrain_asked_while_a_second_part_waits_for_a_planning_thread_leaves_
     _ran_and_reported(client, redis_client, "step-2a")
     one = anyio.CapacityLimiter(1)
     monkeypatch.setattr(schedules, "_own_threads", lambda request, pool: one)
-    planning, release = threading.Event(), threading.Event()
-
-    def held() -> None:
-        planning.set()
-        release.wait(30)
-
-    _while_planning(monkeypatch, held)
+    planning, release = _held_while_planning(monkeypatch)
     answers: list[int] = []
 
     def post(body: dict[str, Any]) -> threading.Thread:
