@@ -7,9 +7,6 @@ had its whole deadline left (60 s of the wall clock, for a plan of milliseconds)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import anyio
 import pytest
 import redis
@@ -22,7 +19,6 @@ from tests.service.api.slow_upload import (
     Clock,
     SlowClient,
     refused_late_leaving_nothing,
-    slow_clients,
 )
 from tests.service.api_helpers import batch_body
 
@@ -30,23 +26,16 @@ HEADER = deadline.HEADER
 DEADLINE_MS = 60_000  # of the app's clock; on the wall clock, far more than any plan here takes
 
 
-@pytest.fixture
-def slow_client(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Iterator[SlowClient]:
-    with slow_clients(redis_url, tmp_path) as factory:
-        yield factory
-
-
-@pytest.mark.parametrize(("schedule_id", "marked"), [("late", 1), (None, 0)], ids=["chosen-id", "drawn-id"])
 def test_a_deadline_that_passes_while_the_body_arrives_is_a_504_that_leaves_nothing(
     slow_client: SlowClient,
     redis_client: redis.Redis,
     monkeypatch: pytest.MonkeyPatch,
-    schedule_id: str | None,
-    marked: int,
+    late_id: tuple[str | None, int],
 ) -> None:
     """The upload takes 80 s of the 60 s the caller waits: refused, its mark (under a chosen id) and its
     step's planning entry taken back, nothing published; the step publishes when sent again."""
     client, app = slow_client(20.0)
+    schedule_id, marked = late_id
     body = batch_body(schedule_id=schedule_id, step=STEP)
     refused_late_leaving_nothing(client, app, redis_client, monkeypatch, body, str(DEADLINE_MS), marked)
     sent_again = client.post("/schedule", json=body)

@@ -9,8 +9,6 @@ still (``slow_upload``), so what the deadline leaves when the request plans is t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,15 +22,8 @@ from tests.service.api.slow_upload import (
     STEP,
     SlowClient,
     refused_late_leaving_nothing,
-    slow_clients,
 )
 from tests.service.api_helpers import batch_body
-
-
-@pytest.fixture
-def slow_client(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> Iterator[SlowClient]:
-    with slow_clients(redis_url, tmp_path) as factory:
-        yield factory
 
 
 def _held_past_the_give_up(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -55,16 +46,15 @@ def _held_past_the_give_up(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return reached
 
 
-@pytest.mark.parametrize(("schedule_id", "marked"), [("late", 1), (None, 0)], ids=["chosen-id", "drawn-id"])
 def test_a_plan_still_running_when_only_its_publish_is_left_gives_up_with_a_504_that_leaves_nothing(
     slow_client: SlowClient,
     redis_client: redis.Redis,
     monkeypatch: pytest.MonkeyPatch,
-    schedule_id: str | None,
-    marked: int,
+    late_id: tuple[str | None, int],
 ) -> None:
     client, app = slow_client(0.0)
     reached = _held_past_the_give_up(monkeypatch)
+    schedule_id, marked = late_id
     body = batch_body(schedule_id=schedule_id, step=STEP)
     problem = refused_late_leaving_nothing(client, app, redis_client, monkeypatch, body, "300", marked)
     assert "the planner gave up in its problem stage" in problem["detail"]
