@@ -1,7 +1,7 @@
 """Stand-ins for the planning clock, so that budget checks become deterministic: one that advances
 one second per reading (every timed step of the code under test appears to take a second), and
-one that moves only when the test says so; and, for the budget tests, an lpt phase that seems to take
-a second and a count of whether a priced phase started."""
+one that moves only when the test says so; a stage that seems to take a set time on it (for the
+budget tests, an lpt phase of a second) and a count of whether a priced phase started."""
 
 from __future__ import annotations
 
@@ -34,20 +34,25 @@ class ManualClock:
         return self.seconds
 
 
-def slow_lpt_phase(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> ManualClock:
-    """A ``ManualClock`` as the planning clock, on which ``module.lpt_start`` (where ``module`` looks
-    it up) seems to take a second and nothing else any time: the budget tests price phases in lpt
-    phases, so their thresholds read as whole seconds."""
+def slow_stage(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str, seconds: float) -> ManualClock:
+    """A ``ManualClock`` as the planning clock, on which ``module.name`` (where the code under test
+    looks it up) takes ``seconds`` each call, before it runs, and nothing else any time."""
     fake = ManualClock()
     monkeypatch.setattr(clock, "now", fake.now)
-    start = module.lpt_start
+    original = getattr(module, name)
 
-    def slow_start(*args: Any) -> Any:
-        fake.seconds += 1.0
-        return start(*args)
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        fake.seconds += seconds
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(module, "lpt_start", slow_start)
+    monkeypatch.setattr(module, name, slow)
     return fake
+
+
+def slow_lpt_phase(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> ManualClock:
+    """``module.lpt_start`` seeming to take a second (``slow_stage``): the budget tests price phases
+    in lpt phases, so their thresholds read as whole seconds."""
+    return slow_stage(monkeypatch, module, "lpt_start", 1.0)
 
 
 def count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int]:

@@ -10,7 +10,6 @@ budget and ten seconds more, so what follows it finds the deadline passed.
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,22 +20,8 @@ from scheduler.planner import plan
 from scheduler.policies import blindbar, cpsat, exchange, lpt
 from scheduler.policies.problem import build_problem
 from scheduler.policies.round_robin import RoundRobinPolicy
-from tests.scheduler.fake_clock import ManualClock, count_calls
+from tests.scheduler.fake_clock import ManualClock, count_calls, slow_stage
 from tests.scheduler.mixed_requests import one_wide_prompt_request
-
-
-def _slow(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str, seconds: float) -> None:
-    """A planning clock on which ``module.name`` (where the policy looks it up) takes ``seconds``
-    and nothing else takes any time."""
-    fake = ManualClock()
-    monkeypatch.setattr(clock, "now", fake.now)
-    original = getattr(module, name)
-
-    def slow(*args: object, **kwargs: object) -> object:
-        fake.seconds += seconds
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, slow)
 
 
 @pytest.mark.parametrize("policy", ["lpt", "cpsat"])
@@ -49,7 +34,7 @@ def test_the_bar_asks_the_draws_only_while_the_deadline_has_not_passed(
     assert asked  # with time left, the bar asks the draws of this plan
     asked.clear()
     # the last stage before the bar ends past the deadline
-    _slow(monkeypatch, lpt if policy == "lpt" else cpsat, "at_once_hedge", 10.0)
+    slow_stage(monkeypatch, lpt if policy == "lpt" else cpsat, "at_once_hedge", 10.0)
     result = plan(one_wide_prompt_request(), policy)
     assert not asked
     assert result.workers  # still a plan: the one the bar was given
@@ -64,7 +49,7 @@ def test_the_blind_plans_are_not_dealt_once_the_deadline_has_passed(
         plan(one_wide_prompt_request(), policy)
     assert dealt  # with time left, round robin's plan is dealt for the bar
     dealt.clear()
-    _slow(monkeypatch, lpt, "lpt_start", 10.0)
+    slow_stage(monkeypatch, lpt, "lpt_start", 10.0)
     result = plan(one_wide_prompt_request(), policy)
     assert not dealt
     assert result.workers
@@ -76,15 +61,8 @@ def test_a_repair_move_whose_model_is_still_being_built_at_the_deadline_is_aband
     problem = build_problem(bench_request(1_024, 16, seed=1))
     with clock.frozen():
         assignment, _, finishes = lpt.lpt_start(problem, False, 1.0, True)
-    fake = ManualClock()
-    monkeypatch.setattr(clock, "now", fake.now)
-    built = exchange._worker_constraints
-
-    def slow(*args: Any) -> int:  # one worker's constraints take the whole budget and more
-        fake.seconds += 10.0
-        return built(*args)
-
-    monkeypatch.setattr(exchange, "_worker_constraints", slow)
+    # one worker's constraints take the whole budget and more
+    fake = slow_stage(monkeypatch, exchange, "_worker_constraints", 10.0)
     solved = count_calls(monkeypatch, exchange, "solve")
     by_finish = sorted(problem.active, key=lambda w: (finishes[w], w))
     group = [by_finish[-1], *by_finish[:3]]  # the slowest worker and the three fastest, as a 1+3 move
@@ -132,15 +110,7 @@ def test_a_repair_move_is_not_solved_with_less_time_left_than_its_model_took_to_
     problem = build_problem(bench_request(1_024, 16, seed=1))
     with clock.frozen():
         assignment, _, finishes = lpt.lpt_start(problem, False, 1.0, True)
-    fake = ManualClock()
-    monkeypatch.setattr(clock, "now", fake.now)
-    built = exchange._worker_constraints
-
-    def slow(*args: Any) -> int:
-        fake.seconds += 0.1
-        return built(*args)
-
-    monkeypatch.setattr(exchange, "_worker_constraints", slow)
+    fake = slow_stage(monkeypatch, exchange, "_worker_constraints", 0.1)
     solved = count_calls(monkeypatch, exchange, "solve")
     by_finish = sorted(problem.active, key=lambda w: (finishes[w], w))
     group = [by_finish[-1], *by_finish[:3]]
