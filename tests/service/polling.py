@@ -39,6 +39,19 @@ def running(pid: int) -> bool:
     return bool(state.strip()) and not state.strip().startswith("Z")
 
 
+def waitable_within(pid: int, seconds: float) -> bool:
+    """Whether our child ``pid`` has ended in a way its parent can reap (asked without reaping it), within
+    ``seconds``. Stronger than ``gone_within`` for a threaded server: ``ps`` shows a process ``Zl`` once
+    its main thread exits, while its other threads still run their exit and ``waitid`` does not see it
+    yet; a restart asked then found the server still there (test_embedded_watcher, once at load ~20)."""
+    deadline = time.monotonic() + seconds
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def removed_within(path: Path, seconds: float) -> bool:
     """Whether ``path`` is removed within ``seconds``."""
     deadline = time.monotonic() + seconds

@@ -18,7 +18,7 @@ import pytest
 from service import embedded_watch
 from service.embedded import EmbeddedServer, PortTakenError
 from service.embedded_watch import Watch
-from tests.service.polling import GONE_WITHIN_S, gone_within
+from tests.service.polling import GONE_WITHIN_S, gone_within, waitable_within
 from tests.service.procfs import children, has_pidfds, server_pid, unreaped
 
 
@@ -115,7 +115,7 @@ def test_a_restart_after_the_server_died_disarms_the_dead_servers_watcher(pidfds
         assert old is not None
         assert proc is not None
         server.signal(signal.SIGKILL)  # died without a stop (the OOM killer)
-        assert gone_within(proc.pid, GONE_WITHIN_S)  # a zombie, left for the restart to reap
+        assert waitable_within(proc.pid, GONE_WITHIN_S)  # a zombie, left for the restart to reap
         server.start()
         assert old.process.returncode == 0  # disarmed (or ended with its server) and reaped by the restart
         assert server._held.watch is not old
@@ -141,7 +141,7 @@ def _crashed(server: EmbeddedServer) -> int:
     """SIGKILL ``server``'s process behind its owner's back (a crash): its pid, once it has ended."""
     pid = server_pid(server.url)
     os.kill(pid, signal.SIGKILL)
-    assert gone_within(pid, GONE_WITHIN_S)  # ended: a zombie until its owner reaps it
+    assert waitable_within(pid, GONE_WITHIN_S)  # ended: a zombie until its owner reaps it
     return pid
 
 
