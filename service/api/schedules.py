@@ -45,8 +45,7 @@ from service.delivery import DeadLetter, ResultRecord
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 from service.delivery.stored import utf8
 from service.logs import schedule_context
-from service.pipeline import deadline, in_flight, stages, step_part
-from service.pipeline.served import after_publish
+from service.pipeline import deadline, in_flight, post_publish, stages, step_part
 from service.problems.table import DeadlineExceededError, documented
 
 router = APIRouter(tags=["schedules"], route_class=AuthFirstRoute)
@@ -146,15 +145,23 @@ def _schedule(
 ) -> Response:
     """``POST /schedule``'s work, on a planning thread (``context_of`` too: it may ask Redis); the
     request's in-flight mark is taken back as it ends, whatever it answers. ``times``: when it
-    arrived, and the caller's deadline (``service/pipeline/deadline.py``)."""
+    arrived, and the caller's deadline (``service/pipeline/deadline.py``). A published step's answer
+    waits for the bookkeeping after its publish, and that take-back, only until the deadline
+    (``service/pipeline/post_publish.py``); a refused or failed request's, in line."""
     schedule_id = marked.schedule_id
     arrived, until = times
-    with in_flight.held(marked):
+
+    def serve() -> ScheduleResponse:
         ctx = context_of(request)
         response = stages.run(body, ctx, schedule_id, arrived, marked.check, until)
-    if body.publish and not response.replayed:  # a dry run writes nothing, the retrain counter included
-        with schedule_context(schedule_id), after_publish("counting the step towards a retrain"):
-            ctx.retrainer.after_step(body.step)  # a retrain it starts logs under the step's id
+        if body.publish and not response.replayed:  # a dry run writes nothing, the retrain counter included
+            with schedule_context(schedule_id):  # a retrain it starts logs under the step's id
+                counted = functools.partial(ctx.retrainer.after_step, body.step)
+                post_publish.later("counting the step towards a retrain", counted)
+        return response
+
+    # the bookkeeping after the publish, then the mark's take-back: waited for until the deadline only
+    response = post_publish.bounded(serve, marked.release, until)
     headers = {REPLAYED_HEADER: "true"} if response.replayed else None
     # Serialised once here: returning the model would make FastAPI validate 4,096 items again.
     return Response(response.model_dump_json(), media_type="application/json", headers=headers)

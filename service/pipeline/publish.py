@@ -11,6 +11,7 @@ publishing one involves.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from scheduler.types import Plan, PlanRequest
@@ -18,8 +19,8 @@ from service.api.schemas import BatchItem, Sampling, ScheduleRequest, ScheduleRe
 from service.context import Context
 from service.delivery import LeaseSettings, PublishOutcome, ScheduleConflictError, ScheduleWithdrawnError
 from service.delivery.publisher import publish_plan
+from service.pipeline.post_publish import later
 from service.pipeline.republish import encode_answer, replay, withdrawn_conflict, work_digest
-from service.pipeline.served import after_publish
 from service.problems.table import ConflictError
 
 
@@ -50,14 +51,20 @@ def publish(
     the loser's profiles would otherwise describe workers as a plan that never ran. If Redis fails in
     between, the schedule runs and its actuals are compared with each worker's previous profile
     until the next publish.
+
+    Both are bookkeeping the answer waits for only until the caller's deadline
+    (``service/pipeline/post_publish.py``): on a Redis stalled after the publish, each was a command
+    timeout with its retries added to a 200 past the deadline. The planning entry, taken back after
+    them, covers the part until it is in the set.
     """
     outcome = _stored(schedule_id, chosen, plan_request, body, ctx, response)
     if outcome is PublishOutcome.UNCHANGED:  # a request that raced us stored the step first
         return _winners_answer(body, schedule_id, ctx)
-    with after_publish("entering the step's set"):  # announced: the active index holds it till then
-        ctx.delivery.enter_step(body.step, schedule_id, ctx.settings.retention_s)
-    with after_publish("remembering worker profiles"):
-        ctx.speeds.remember(schedule_id, plan_request.inventory, idle)
+    # announced: the active index holds it until it settles, the planning entry until it enters the set
+    entered = partial(ctx.delivery.enter_step, body.step, schedule_id, ctx.settings.retention_s)
+    later("entering the step's set", entered)
+    remembered = partial(ctx.speeds.remember, schedule_id, plan_request.inventory, idle)
+    later("remembering worker profiles", remembered)
     return None
 
 

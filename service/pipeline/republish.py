@@ -33,6 +33,7 @@ import json
 import logging
 import zlib
 from array import array
+from functools import partial
 
 from pydantic import ValidationError
 
@@ -40,7 +41,8 @@ from scheduler.errors import InvalidInputError
 from service.api.schemas import ScheduleRequest, ScheduleResponse
 from service.context import Context
 from service.delivery import UnknownScheduleError
-from service.pipeline.served import after_publish, timings
+from service.pipeline.post_publish import later
+from service.pipeline.served import timings
 from service.problems.table import ConflictError, StepWithdrawnError
 
 _log = logging.getLogger("service.republish")
@@ -130,9 +132,9 @@ def replay(
         ctx.delivery.announce(schedule_id, ctx.settings.retention_s)
     except UnknownScheduleError:  # its retention passed since the read: nothing holds the id
         return None
-    if retry:
-        with after_publish("entering the step's set"):  # the first attempt may have failed before it
-            ctx.delivery.enter_step(body.step, schedule_id, ctx.settings.retention_s)
+    if retry:  # the first attempt may have failed before it; waited for as the publish's (``later``)
+        entered = partial(ctx.delivery.enter_step, body.step, schedule_id, ctx.settings.retention_s)
+        later("entering the step's set", entered)
     if stored.cancelled:  # following it would wait on a step that runs nothing
         message = f"schedule {schedule_id} was cancelled and stays so; send the step under a new schedule_id"
         raise ConflictError(message, field="schedule_id", value=schedule_id)

@@ -1,0 +1,147 @@
+"""The bookkeeping that follows a ``POST /schedule``'s publish, which its answer waits for only as long
+as the caller's deadline (``X-Envoy-Expected-Rq-Timeout-Ms``) allows.
+
+Once the step is out, what is left is bookkeeping (``served.after_publish``): entering the id in its
+step's set, remembering worker profiles, counting the step towards a retrain, taking the request's
+in-flight mark and planning entry back. On a stalled Redis each is a command timeout with its retries
+(~3.1 s at the default 1 s): five of them held a 200 for 15.7 s after its publish, and chaos11's soak
+answered an 800 ms deadline after 4.07 s (docs/experiments.md, postpub47). A step already published
+cannot become a 504, but its caller does not need that work before its answer. So the route collects
+it (``later``, called by the pipeline where the work arises) and runs it, in order, on a thread of its
+own (``bounded``), waiting for it until ``FIXED_S`` (the answer's encoding and write) before the
+deadline: with Redis answering it lands in a few ms and nothing changes; on a stall the 200 goes out
+at the deadline and the thread goes on, bounded by the Redis client's own timeouts, each failure
+logged as before. A request with no deadline, or a pipeline run outside the route, runs the work in
+line, as it always did.
+
+Why that is safe for an asked-for retrain (``service.learning.step_over``): the planning entry
+(``service/pipeline/step_part.py``) is taken back last, after the id entered its step's set, so from
+its arrival to then the part is in the entry or the set, and from its publish to its settle in the
+active index as well. A replica that dies after answering and before entering the set leaves the entry
+to lapse at its own deadline (the plan queue's timeout + the budget + 60 s), the part still in the
+active index until it settles: the window a replica dying between the publish and the set always had,
+now as long as a stall past the deadline lasts.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import math
+import threading
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from service.pipeline.deadline import Deadline
+from service.pipeline.publish_pace import FIXED_S
+from service.pipeline.served import after_publish
+
+T = TypeVar("T")
+_log = logging.getLogger("service.pipeline")
+
+
+@dataclass
+class _Tail:
+    """One request's bookkeeping: each step with what it does (for the log) and the context it was
+    queued in (its log lines carry the schedule's id), run in order; ``release`` always runs last."""
+
+    release: Callable[[], None]
+    steps: list[tuple[str, contextvars.Context, Callable[[], object]]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _ended: bool = False  # the steps ran (``_error`` set if one raised)
+    _answered: bool = False  # the request answered without waiting for the rest
+    _error: BaseException | None = None
+
+    def run(self) -> None:
+        """Every step, each Redis error logged (``after_publish``); any other error ends the steps, as
+        it ended the request before; the release runs whatever happened."""
+        try:
+            for what, context, call in self.steps:
+                context.run(_logged, what, call)
+        finally:
+            self.release()
+
+    def run_in_the_background(self) -> None:
+        """``run`` on the bookkeeping's thread: an error is kept for the request still waiting, or
+        logged once it has answered."""
+        error: BaseException | None = None
+        try:
+            self.run()
+        except BaseException as raised:  # the request raises it, or nobody hears it but the log
+            error = raised
+        with self._lock:
+            self._ended, self._error, answered = True, error, self._answered
+        if answered and error is not None:
+            _log.error("bookkeeping after a published step failed", exc_info=error)
+
+    def outcome(self) -> tuple[bool, BaseException | None]:
+        """On the request's thread, done waiting: whether the steps ended, and the error they raised;
+        where they did not, the request answers without them, and their thread logs any error."""
+        with self._lock:
+            self._answered = not self._ended
+            return self._ended, self._error
+
+
+_COLLECTING: ContextVar[_Tail | None] = ContextVar("post_publish_tail", default=None)
+
+
+def later(what: str, call: Callable[[], object]) -> None:
+    """Bookkeeping after a publish (``what``: for the log's ``step published, but <what> failed``):
+    queued for the request's answer to wait for only until its deadline (``bounded``), or run at once
+    where nothing collects it (a pipeline run outside the route)."""
+    tail = _COLLECTING.get()
+    if tail is None:
+        _logged(what, call)
+        return
+    tail.steps.append((what, contextvars.copy_context(), call))
+
+
+def bounded(serve: Callable[[], T], release: Callable[[], None], until: Deadline) -> T:
+    """``serve()`` (the request's pipeline), its bookkeeping (``later``) collected and run after it,
+    then ``release`` (the in-flight mark and planning entry taken back): waited for only until
+    ``FIXED_S`` before the caller's deadline ``until``, in line where it sets none. A request that
+    fails or is refused runs all of it in line before it answers: it leaves Redis as it found it."""
+    tail = _Tail(release)
+    token = _COLLECTING.set(tail)
+    try:
+        answer = serve()
+    except BaseException:
+        _COLLECTING.reset(token)
+        _run_refused(tail)
+        raise
+    _COLLECTING.reset(token)
+    _wait(tail, until)
+    return answer
+
+
+def _wait(tail: _Tail, until: Deadline) -> None:
+    """Run ``tail`` in line without a deadline; else on a thread, waited for until ``FIXED_S`` before
+    the deadline (not at all once that passed: a publish that Redis held past it)."""
+    left_s = until.left_s()
+    if math.isinf(left_s):
+        tail.run()
+        return
+    thread = threading.Thread(target=tail.run_in_the_background, name="after-publish", daemon=True)
+    thread.start()
+    thread.join(max(0.0, left_s - FIXED_S))
+    ended, error = tail.outcome()
+    if error is not None:
+        raise error
+    if not ended:
+        _log.warning("answered at the caller's deadline; the bookkeeping after its publish goes on")
+
+
+def _run_refused(tail: _Tail) -> None:
+    """``tail`` of a request that raised, in line: an error of its own is logged, not raised over the
+    request's (a refusal, or a failure after the publish that queued it)."""
+    try:
+        tail.run()
+    except Exception:
+        _log.exception("bookkeeping after a failed request failed")
+
+
+def _logged(what: str, call: Callable[[], object]) -> None:
+    with after_publish(what):
+        call()
