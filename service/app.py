@@ -33,6 +33,7 @@ from service.hosts.allow_list import HostAllowList, service_refusal
 from service.limits import BodyLimitMiddleware
 from service.logs import install_record_factory, request_schedule_id, schedule_context
 from service.metrics import Metrics
+from service.pipeline.post_publish import settle as settle_after_publish
 from service.problems.table import install as install_problems
 from service.settings import Settings
 from service.startup import Startup
@@ -97,14 +98,16 @@ def create_app(settings: Settings, clock: Callable[[], float] = time.perf_counte
 def _stop(startup: Startup, timeout_s: float) -> None:
     """The app's stop, within one command timeout (``timeout_s``) on a stalled Redis: stop taking work
     (no reaper pass, no try at the cluster), wait for the give-ups' take-backs (``mark_hop``,
-    ``plan_thread``), the reaper's pass and the retrain lock's release, all in the same window, and
-    then close the Redis pool, unless a thread is still on it (docs/operations.md, "Shutdown"). A
+    ``plan_thread``), the bookkeeping an answer left running after its publish (``post_publish``),
+    the reaper's pass and the retrain lock's release, all in the same window, and then close the
+    Redis pool, unless a thread is still on it (docs/operations.md, "Shutdown"). A
     stop that waited in turn for each took ~7 s at a 2 s timeout (the reaper alone 5 s), and closed
     the pool under the reaper's pass still running (``Bad file descriptor``)."""
     until = time.perf_counter() + timeout_s
     startup.halt()
     cut = settle_take_backs(timeout_s)  # one timeout from now at most: ``until`` give or take
     cut += settle_given_ups(timeout_s, left_s=max(0.0, until - time.perf_counter()))
+    cut += settle_after_publish(timeout_s, left_s=max(0.0, until - time.perf_counter()))
     startup.stop(max(0.0, until - time.perf_counter()), in_use=cut > 0)
 
 

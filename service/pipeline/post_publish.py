@@ -25,6 +25,7 @@ now as long as a stall past the deadline lasts.
 
 from __future__ import annotations
 
+import atexit
 import contextvars
 import logging
 import math
@@ -34,6 +35,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from service.api.settling import Settling
 from service.pipeline.deadline import Deadline
 from service.pipeline.publish_pace import FIXED_S
 from service.pipeline.served import after_publish
@@ -49,6 +51,7 @@ class _Tail:
 
     release: Callable[[], None]
     steps: list[tuple[str, contextvars.Context, Callable[[], object]]] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)  # set as ``run_in_the_background`` ends
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ended: bool = False  # the steps ran (``_error`` set if one raised)
     _answered: bool = False  # the request answered without waiting for the rest
@@ -73,6 +76,7 @@ class _Tail:
             error = raised
         with self._lock:
             self._ended, self._error, answered = True, error, self._answered
+        self.done.set()
         if answered and error is not None:
             _log.error("bookkeeping after a published step failed", exc_info=error)
 
@@ -85,6 +89,10 @@ class _Tail:
 
 
 _COLLECTING: ContextVar[_Tail | None] = ContextVar("post_publish_tail", default=None)
+# The threads that run on after their answer, waited for as the app stops, before its Redis pool is
+# closed under them (``settle``), and at exit: daemons, as the give-ups' take-backs are.
+AFTER_PUBLISH = Settling("the bookkeeping after a publish")
+atexit.register(AFTER_PUBLISH.settle)
 
 
 def later(what: str, call: Callable[[], object]) -> None:
@@ -123,9 +131,8 @@ def _wait(tail: _Tail, until: Deadline) -> None:
     if math.isinf(left_s):
         tail.run()
         return
-    thread = threading.Thread(target=tail.run_in_the_background, name="after-publish", daemon=True)
-    thread.start()
-    thread.join(max(0.0, left_s - FIXED_S))
+    AFTER_PUBLISH.start(tail.run_in_the_background, "after-publish")
+    tail.done.wait(max(0.0, left_s - FIXED_S))
     ended, error = tail.outcome()
     if error is not None:
         raise error
@@ -140,6 +147,12 @@ def _run_refused(tail: _Tail) -> None:
         tail.run()
     except Exception:
         _log.exception("bookkeeping after a failed request failed")
+
+
+def settle(timeout_s: float, left_s: float | None = None) -> int:
+    """Wait for the bookkeeping threads still running, for ``timeout_s`` (at most ``left_s``), before
+    the app closes its Redis pool; how many were cut (``Settling.settle``)."""
+    return AFTER_PUBLISH.settle(timeout_s, left_s)
 
 
 def _logged(what: str, call: Callable[[], object]) -> None:

@@ -67,6 +67,7 @@ def test_the_answer_does_not_wait_past_the_deadline_and_the_release_follows_the_
 
     answer = post_publish.bounded(serve, release, Deadline(time.perf_counter() + 0.2))
     assert (answer, done) == ("answer", [])
+    assert post_publish.settle(0.0, left_s=0.0) == 1  # one the app's stop waits for, before its pool closes
     go.set()
     assert released.wait(WAIT_S)
     assert done == ["set", "release"]
