@@ -7,6 +7,20 @@ hundreds of identical lines per worker, and a warning per call still wrote one p
 gone through. So the outage is one warning for all of them, and one line once a call goes through
 again; every other failure is a debug line. Only idempotent calls are retried here: a report whose
 reply was lost is sent again and answered as a repeat, never applied twice.
+
+``TRANSIENT`` is "Redis is not serving this key now", whichever way a client learns it; each is safe to
+send again, and none says that the reaper can reach the key's schedule (``resends.py`` does not age a
+kept report on one). No answer, the command may have landed: ``ConnectionError``, ``TimeoutError``.
+Refused, not run: ``BusyLoadingError`` (a server loading its data), and a cluster node's
+``CLUSTERDOWN`` (``ClusterDownError``: no master serves the slot), ``TRYAGAIN`` (``TryAgainError``: a
+slot mid-migration), and ``ClusterError`` itself (the client's redirections ran out, each one a
+``MOVED``/``ASK`` that ran nothing). Not sent at all, raised by a cluster client before a byte went
+out: ``SlotNotCoveredError`` (its slot map has no node for the key's slot) and
+``RedisClusterUnreachableError`` (no node answered its slot map refresh). The cluster ones are no
+``ConnectionError`` (two no ``RedisError`` at all): left out, a report that met a reshard was not
+retried, a resend counted it as Redis answering, and a heartbeat raised it every beat. A bare
+``RedisClusterException`` is a client's refusal of the command itself (keys of two slots, no key):
+a bug, never retried.
 """
 
 from __future__ import annotations
@@ -19,11 +33,20 @@ from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
 import redis
+from redis.exceptions import RedisClusterUnreachableError, SlotNotCoveredError
 
 log = logging.getLogger("service.sidecar")  # the session's logger: operators grep its lines there
 P = ParamSpec("P")
 T = TypeVar("T")
-TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+TRANSIENT: tuple[type[Exception], ...] = (  # the module docstring says why each
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.BusyLoadingError,
+    redis.exceptions.ClusterError,  # and ClusterDownError, MasterDownError
+    redis.exceptions.TryAgainError,
+    SlotNotCoveredError,
+    RedisClusterUnreachableError,
+)
 FIRST_PAUSE_S = 0.05  # the first retry's wait, doubled each time up to LONGEST_PAUSE_S
 LONGEST_PAUSE_S = 2.0
 
