@@ -3,7 +3,8 @@
 A cluster client learns that a key's slot is not served now in ways no ``ConnectionError`` covers: a
 node's ``CLUSTERDOWN`` or ``TRYAGAIN`` (``ClusterDownError``, ``TryAgainError``), its redirections run
 out (``ClusterError``), its slot map with no node for the slot (``SlotNotCoveredError``) or no node
-answering a refresh of it (``RedisClusterUnreachableError``): the last two no ``RedisError`` at all.
+answering a refresh of it (``RedisClusterUnreachableError``), or the map it rebuilt short of a slot (a
+bare ``RedisClusterException``): the last three no ``RedisError`` at all.
 ``TRANSIENT`` listed none, so a push report that met one was not retried through it, a kept report's
 resend counted it as Redis answering (the give-up clock ran on), and a heartbeat raised it every beat,
 a traceback each. The real server answers; one ``Delivery`` method is wrapped to raise the real class.
@@ -22,6 +23,7 @@ import redis
 from redis.exceptions import (
     ClusterDownError,
     ClusterError,
+    RedisClusterException,
     RedisClusterUnreachableError,
     SlotNotCoveredError,
     TryAgainError,
@@ -42,6 +44,7 @@ UNSERVED = {  # a slot not served now, as each way a cluster client learns it ra
     "redirections-ran-out": ClusterError("TTL exhausted."),
     "slot-not-covered": SlotNotCoveredError('Slot "5" is not covered by the cluster.'),
     "cluster-unreachable": RedisClusterUnreachableError("Redis Cluster cannot be connected."),
+    "slot-map-short": RedisClusterException("All slots are not covered after query all startup_nodes."),
 }
 
 
