@@ -12,7 +12,9 @@ the give-up, takes the mark back, decided under a lock (``_Hop``) as ``plan_thre
 plan or take-back; a thread that starts after the give-up writes nothing.
 
 The give-up's own take-back thread is a daemon, waited for one command timeout at most as the app
-stops and at the process's exit (``settle``; ``serve`` runs the app in its main process). A handler
+stops and at the process's exit (``settle``; ``serve`` runs the app in its main process), in the one
+registry of such calls (``TAKE_BACKS``, a ``service/api/settling.py`` ``Settling``): the hop's write
+and the take-back its thread hands on (the handler gave up during the write) are in it too. A handler
 is given up at the service's shutdown, so that thread runs as the process ends: a plain thread held
 the exit while a stalled Redis timed it out three times (its retries, ~3 s by default), a daemon not
 waited for could lose a take-back a healthy Redis answers in microseconds, and one still running as
@@ -29,30 +31,18 @@ from __future__ import annotations
 import asyncio
 import atexit
 import functools
-import logging
 import threading
-import time
 from collections.abc import Callable
 
 import anyio
 
 from service.api.plan_thread import GivenUpError
+from service.api.settling import Settling
 from service.pipeline.in_flight import Mark
 
-_log = logging.getLogger("service.pipeline")
-
-
-class _TakeBacks:
-    """The give-ups' take-back threads still running, and how long ``settle`` waits for them: the
-    longest command timeout this process's apps or marks named (one process serves one app)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.running: set[threading.Thread] = set()
-        self.bound_s = 0.0
-
-
-_TAKING_BACK = _TakeBacks()
+# The give-ups' take-backs and the hops under way (``_Hop.run``), waited for as the app stops
+# (``settle``) and at the process's exit.
+TAKE_BACKS = Settling("in-flight mark take-backs")
 
 
 async def marked(take: Callable[[], Mark]) -> Mark:
@@ -71,45 +61,23 @@ async def marked(take: Callable[[], Mark]) -> Mark:
 
 def _take_back(written: Mark) -> None:
     """Take ``written`` back on a daemon thread of its own (Redis is not asked on the event loop),
-    which the app's stop and the process's exit wait for one command timeout at most (``settle``)."""
-    thread = threading.Thread(target=_release, args=(written,), name="mark-given-up", daemon=True)
-    with _TAKING_BACK.lock:
-        _TAKING_BACK.running.add(thread)
-        if written.ctx is not None:  # a drawn id's has none: the app's stop names the bound
-            _TAKING_BACK.bound_s = max(_TAKING_BACK.bound_s, written.ctx.settings.redis_timeout_s)
-    thread.start()
-
-
-def _release(written: Mark) -> None:
-    """The take-back thread: ``written.release()``, then off the list the exit waits for."""
-    try:
-        written.release()
-    finally:
-        with _TAKING_BACK.lock:
-            _TAKING_BACK.running.discard(threading.current_thread())
+    which the app's stop and the process's exit wait for one command timeout at most (``settle``).
+    A drawn id's mark has no context: the app's stop names the bound."""
+    bound_s = written.ctx.settings.redis_timeout_s if written.ctx is not None else 0.0
+    TAKE_BACKS.start(written.release, "mark-given-up", bound_s)
 
 
 @atexit.register
-def settle(timeout_s: float = 0.0) -> int:
-    """Wait for the give-ups' take-backs still running, for one command timeout at most (``timeout_s``,
-    the app's, or the longest one named before), counted from here: one a Redis answers lands well
-    within it. One still running then (a stalled Redis, through its retries) is cut, its mark left
-    to lapse (logged), and not waited for again. Called as the app stops, before its Redis pool is
-    closed under them (``service/app.py``: a connection closed mid-reply failed the take-back), and
-    at the process's exit for those given up later (``atexit``). Returns how many were cut: the app
-    leaves its pool open to them."""
-    with _TAKING_BACK.lock:
-        _TAKING_BACK.bound_s = bound_s = max(_TAKING_BACK.bound_s, timeout_s)
-        running = list(_TAKING_BACK.running)
-    until = time.monotonic() + bound_s
-    for thread in running:
-        thread.join(max(0.0, until - time.monotonic()))
-    with _TAKING_BACK.lock:
-        cut = [thread for thread in running if thread in _TAKING_BACK.running]
-        _TAKING_BACK.running.difference_update(cut)
-    if cut:
-        _log.warning("in-flight mark take-backs cut at shutdown: left to lapse", extra={"count": len(cut)})
-    return len(cut)
+def settle(timeout_s: float = 0.0, left_s: float | None = None) -> int:
+    """Wait for the give-ups' take-backs and the hops still under way, for one command timeout at
+    most (``timeout_s``, the app's, or the longest one named before; ``left_s``, what is left of the
+    stop's window), counted from here: one a Redis answers lands well within it. One still running
+    then (a stalled Redis, through its retries) is cut, its mark left to lapse (logged), and not
+    waited for again. Called as the app stops, before its Redis pool is closed under them
+    (``service/app.py``: a connection closed mid-reply failed the take-back), and at the process's
+    exit for those given up later (``atexit``). Returns how many were cut: the app leaves its pool
+    open to them."""
+    return TAKE_BACKS.settle(timeout_s, left_s)
 
 
 class _Hop:
@@ -122,16 +90,19 @@ class _Hop:
         self._written: Mark | None = None
 
     def run(self, take: Callable[[], Mark]) -> Mark:
-        """On the thread: ``take()``, unless the handler gave up first; taken back at once if the
-        handler gave up while it was being written."""
+        """On the thread: ``take()``, unless the handler gave up first; taken back at once (on a
+        thread ``settle`` waits for) if the handler gave up while it was being written. The write is
+        under way for ``settle`` too: the app's stop, which comes after its handler's cancel, waited
+        for neither, and closed the Redis pool under them."""
         with self._lock:
             if self._given_up:
                 raise GivenUpError("the request was given up before its in-flight mark was written")
-        written = take()
-        with self._lock:
-            self._written, gone = written, self._given_up
-        if gone:
-            written.release()
+        with TAKE_BACKS.under_way():  # the stop closes no pool under the write or its take-back
+            written = take()
+            with self._lock:
+                self._written, gone = written, self._given_up
+            if gone:  # on a daemon the stop waits for: this thread is the shared pool's
+                _take_back(written)
         return written
 
     def give_up(self) -> Mark | None:

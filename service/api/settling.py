@@ -1,7 +1,9 @@
 """Threads that a replica's stop waits for, for one command timeout at most, before it cuts them.
 
 These are the Redis calls that a give-up starts as the service shuts down (``plan_thread``: a
-request given up while it waited for a planning thread takes back its in-flight mark). Such a thread
+request given up while it waited for a planning thread takes back its in-flight mark;
+``mark_hop``: a handler cancelled during or after its mark's write takes the mark back), and the
+mark's write itself, under way on a thread of the shared pool (``Settling.under_way``). Such a thread
 is a daemon. A plain thread held the process's exit while a stalled Redis timed its call out three
 times (its retries).
 
@@ -20,26 +22,31 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 _log = logging.getLogger("service.pipeline")
 
 
 class Settling:
-    """Daemon threads started through ``start``, and how long ``settle`` waits for them: the longest
-    command timeout named so far (a process serves one app, so it names one)."""
+    """The calls under way on Redis that a stop waits for: daemon threads started through ``start``,
+    and work that runs on a thread of someone else's (``under_way``: the shared pool's, which the
+    app cannot make a daemon); and how long ``settle`` waits for them, the longest command timeout
+    named so far (a process serves one app, so it names one)."""
 
     def __init__(self, what: str) -> None:
         """``what``: what the threads do, named in the log line when some are cut."""
         self.what = what
         self.bound_s = 0.0
-        self._lock = threading.Lock()
-        self._running: set[threading.Thread] = set()
+        self._changed = threading.Condition()
+        self._running: set[object] = set()
 
-    def start(self, target: Callable[[], None], name: str) -> None:
-        """Run ``target()`` on a daemon thread that ``settle`` waits for."""
+    def start(self, target: Callable[[], None], name: str, bound_s: float = 0.0) -> None:
+        """Run ``target()`` on a daemon thread that ``settle`` waits for; ``bound_s``: the command
+        timeout of the Redis it calls, where the caller knows it (the longest one is waited)."""
         thread = threading.Thread(target=self._run, args=(target,), name=name, daemon=True)
-        with self._lock:
+        with self._changed:
+            self.bound_s = max(self.bound_s, bound_s)
             self._running.add(thread)
         thread.start()
 
@@ -47,23 +54,38 @@ class Settling:
         try:
             target()
         finally:
-            with self._lock:
-                self._running.discard(threading.current_thread())
+            self._done(threading.current_thread())
+
+    @contextmanager
+    def under_way(self) -> Iterator[None]:
+        """Have ``settle`` wait for the block, run on the caller's thread; a thread ``start``-ed in
+        it is waited for before the block counts as ended, so no settle sees a gap between them."""
+        token = object()
+        with self._changed:
+            self._running.add(token)
+        try:
+            yield
+        finally:
+            self._done(token)
+
+    def _done(self, token: object) -> None:
+        with self._changed:
+            self._running.discard(token)
+            self._changed.notify_all()
 
     def settle(self, timeout_s: float = 0.0, left_s: float | None = None) -> int:
-        """Wait for the running threads for ``timeout_s``, or the longest timeout named before (what
+        """Wait until nothing is running, for ``timeout_s``, or the longest timeout named before (what
         ``atexit`` waits, naming none); at most ``left_s`` where given (what is left of a stop's
-        window). Return how many were cut: those still running then, logged and not waited for
-        again."""
-        with self._lock:
+        window). What starts during the wait is waited for too, in the same bound (a take-back that a
+        thread under way hands on). Return how many were cut: those still running then, logged and
+        not waited for again."""
+        with self._changed:
             self.bound_s = bound_s = max(self.bound_s, timeout_s)
-            running = list(self._running)
-        until = time.monotonic() + (bound_s if left_s is None else min(bound_s, left_s))
-        for thread in running:
-            thread.join(max(0.0, until - time.monotonic()))
-        with self._lock:
-            cut = [thread for thread in running if thread in self._running]
-            self._running.difference_update(cut)
+            until = time.monotonic() + (bound_s if left_s is None else min(bound_s, left_s))
+            while self._running and (wait_s := until - time.monotonic()) > 0:
+                self._changed.wait(wait_s)
+            cut = len(self._running)
+            self._running.clear()
         if cut:
-            _log.warning("%s cut at shutdown: left to lapse", self.what, extra={"count": len(cut)})
-        return len(cut)
+            _log.warning("%s cut at shutdown: left to lapse", self.what, extra={"count": cut})
+        return cut
