@@ -94,10 +94,10 @@ class _Hop:
         thread ``settle`` waits for) if the handler gave up while it was being written. The write is
         under way for ``settle`` too: the app's stop, which comes after its handler's cancel, waited
         for neither, and closed the Redis pool under them."""
-        with self._lock:
-            if self._given_up:
-                raise GivenUpError("the request was given up before its in-flight mark was written")
         with TAKE_BACKS.under_way():  # the stop closes no pool under the write or its take-back
+            with self._lock:
+                if self._given_up:
+                    raise GivenUpError("the request was given up before its in-flight mark was written")
             written = take()
             with self._lock:
                 self._written, gone = written, self._given_up

@@ -20,7 +20,9 @@ token when its caller's deadline passes is given up the same way, and refused th
 deadline's own checks run only on the thread (``_in_time``). That thread of its own runs as the loop
 ends, so the process's exit could wait on it: it is a daemon, waited for one command timeout at most
 as the app stops and at the exit (``GIVEN_UP``, ``service/api/settling.py``); a plain thread held the
-exit while a stalled Redis timed the take-back out three times.
+exit while a stalled Redis timed the take-back out three times. The deadline's give-up runs on a
+thread of the shared pool, which its handler's cancel does not stop: it is in ``GIVEN_UP`` from the
+moment it is handed on (``Settling.handed_on``), or the stop closed the Redis pool under it.
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ async def _in_time(
     if not start.abandon():  # a thread took it up meanwhile
         return
     task.cancel()  # it waits for a token only to run nothing
-    await anyio.to_thread.run_sync(given_up)
+    # settled as the app stops: cancelled during it (uvicorn's graceful timeout), the thread runs on
+    await anyio.to_thread.run_sync(GIVEN_UP.handed_on(given_up))
     raise until.exceeded("passed while it waited for a planning thread")
 
 

@@ -68,6 +68,21 @@ class Settling:
         finally:
             self._done(token)
 
+    def handed_on(self, target: Callable[[], None]) -> Callable[[], None]:
+        """``target``, for a thread of someone else's to run, waited for from now: a settle that
+        comes before that thread picks it up waits for it too (cut, if it never runs)."""
+        token = object()
+        with self._changed:
+            self._running.add(token)
+
+        def run() -> None:
+            try:
+                target()
+            finally:
+                self._done(token)
+
+        return run
+
     def _done(self, token: object) -> None:
         with self._changed:
             self._running.discard(token)

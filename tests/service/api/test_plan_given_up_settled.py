@@ -17,6 +17,7 @@ import pytest
 
 from service.api import plan_thread
 from service.api.settling import Settling
+from service.pipeline.deadline import Deadline
 from tests.service.api.replicas import WAIT_S, until
 
 
@@ -64,3 +65,36 @@ def test_a_thread_that_ends_within_the_wait_is_not_cut(caplog: pytest.LogCapture
     answered.set()
     waiting.join()
     assert (ended, caplog.records) == ([True, 0], [])
+
+
+def test_a_take_back_at_the_deadline_is_settled_once_its_handler_is_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The caller's deadline passes while the call waits for the only token: its ``given_up`` runs
+    on a thread of the shared pool, and the handler is cancelled meanwhile (uvicorn's graceful
+    timeout). The thread runs on, on Redis; held there, the app's stop counts it (cut), so it leaves
+    the Redis pool open to it: no settle waited for it, and the pool was closed under it."""
+    settling, holding, taking_back, answered = Settling("take-backs"), *(threading.Event() for _ in "123")
+    monkeypatch.setattr(plan_thread, "GIVEN_UP", settling)
+
+    def given_up() -> None:
+        taking_back.set()
+        answered.wait(WAIT_S)
+
+    async def cancelled_during_the_take_back() -> int:
+        limiter = anyio.CapacityLimiter(1)
+        holder = asyncio.create_task(
+            plan_thread.run_to_end(lambda: holding.wait(WAIT_S), lambda: None, limiter)
+        )
+        await until(lambda: limiter.borrowed_tokens == 1)
+        late = asyncio.create_task(plan_thread.run_to_end(lambda: True, given_up, limiter, Deadline(at=0.0)))
+        await until(taking_back.is_set)
+        late.cancel()
+        await asyncio.gather(late, return_exceptions=True)
+        cut = settling.settle(0.0, left_s=0.0)
+        answered.set()
+        holding.set()
+        await holder
+        return cut
+
+    assert asyncio.run(cancelled_during_the_take_back()) == 1
