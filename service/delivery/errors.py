@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import redis
-from redis.exceptions import RedisClusterException
+from redis.exceptions import AskError, ClusterError, RedisClusterException, TryAgainError
 
 from scheduler.errors import InvalidInputError, SchedulerError
 
@@ -14,6 +14,7 @@ __all__ = [
     "ScheduleConflictError",
     "ScheduleWithdrawnError",
     "UnknownScheduleError",
+    "nothing_ran",
 ]
 
 
@@ -23,6 +24,18 @@ __all__ = [
 # rebuilt): caught as ``RedisError`` alone, such an error escaped a take-back, a log-and-go-on, or a
 # request's answer as a 500. The problem table answers both 503 (``service/problems/table.py``).
 REDIS_FAILED: tuple[type[Exception], ...] = (redis.RedisError, RedisClusterException)
+# Redis's answers that a cluster client raises only once its own retries are spent: a TimeoutError is
+# retried too (``RedisCluster.ERRORS_ALLOW_RETRY``), so the try before may have run the command, its
+# answer lost (CLUSTERDOWN as a slot's master fails over, TRYAGAIN mid-reshard, a redirect too many).
+_AFTER_RETRIES: tuple[type[Exception], ...] = (ClusterError, TryAgainError, AskError)
+
+
+def nothing_ran(error: BaseException) -> bool:
+    """Whether Redis answered ``error`` to the command itself, so none of it ran (a refusal: out of
+    memory), and there is nothing to take back. A cluster client's CLUSTERDOWN or TRYAGAIN is such an
+    answer too, but to its last try: told as a refusal, a mark or a step's entry an earlier try wrote
+    was left to lapse, where a take-back of nothing would have written nothing."""
+    return isinstance(error, redis.ResponseError) and not isinstance(error, _AFTER_RETRIES)
 
 
 class UnknownScheduleError(SchedulerError, LookupError):

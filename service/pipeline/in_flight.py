@@ -48,12 +48,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import redis
-
 from service.api.schemas import ScheduleRequest
 from service.context import Context
 from service.delivery import keys
-from service.delivery.errors import REDIS_FAILED
+from service.delivery.errors import REDIS_FAILED, nothing_ran
 from service.logs import schedule_context
 from service.pipeline.deadline import NO_DEADLINE, Deadline
 
@@ -110,7 +108,7 @@ def mark(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadline 
         ctx.delivery.extend_planning(schedule_id, request_id, int(ttl_s * 1000))
     except REDIS_FAILED as error:  # raised once the body is found valid (``Mark.check``)
         # Redis answered the mark with a refusal (out of memory): nothing landed, nothing to take back
-        refused = not landed and isinstance(error, redis.ResponseError)
+        refused = not landed and nothing_ran(error)
         return Mark(None if refused else ctx, schedule_id, request_id, error)
     return Mark(ctx, schedule_id, request_id)
 

@@ -37,12 +37,10 @@ import logging
 import uuid
 from dataclasses import dataclass
 
-import redis
-
 from service.api.schemas import ScheduleRequest
 from service.context import Context
 from service.delivery import keys
-from service.delivery.errors import REDIS_FAILED
+from service.delivery.errors import REDIS_FAILED, nothing_ran
 from service.pipeline import in_flight
 from service.pipeline.deadline import Deadline
 
@@ -84,7 +82,7 @@ def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadlin
     try:
         ctx.delivery.enter_planning(body.step, member, int(life_s * 1000))
     except REDIS_FAILED as error:
-        if isinstance(error, redis.ResponseError):  # answered (out of memory): nothing landed
+        if nothing_ran(error):  # answered (out of memory): nothing landed
             entry = None
         _log.warning("step's planning entry not written: %s: %s", type(error).__name__, error)
     except BaseException:  # not Redis's failure (a bug, a cancel): the mark goes too

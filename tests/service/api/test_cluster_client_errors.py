@@ -100,3 +100,45 @@ def test_readiness_says_unreachable_when_the_cluster_client_cannot_reach_a_node(
     answer = client.get("/readyz")
     assert answer.status_code == 503, answer.text
     assert answer.json()["redis"].startswith("unreachable: Slot")
+
+
+# What a cluster client raises once its own retries are spent (``RedisCluster.ERRORS_ALLOW_RETRY``
+# retries a TimeoutError too): the try before may have run the script, its answer lost.
+AFTER_A_LOST_ANSWER = [ClusterDownError("Hash slot not served"), TryAgainError("during rehashing")]
+
+
+def _landed_then(method: Callable[..., object], error: Exception) -> Callable[..., None]:
+    """``method`` run (its write landed), then ``error``: the cluster client's retry after a try whose
+    answer was lost."""
+
+    def lands_then_raises(*args: object, **kwargs: object) -> None:
+        method(*args, **kwargs)
+        raise error
+
+    return lands_then_raises
+
+
+@pytest.mark.parametrize("error", AFTER_A_LOST_ANSWER, ids=["clusterdown", "tryagain"])
+def test_a_mark_the_cluster_client_failed_after_a_lost_answer_is_taken_back(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    """CLUSTERDOWN and TRYAGAIN are Redis's answers (``ResponseError``), but to the cluster client's
+    last try: the mark may be there, and is taken back (a take-back of no mark writes nothing). Told
+    as a refusal, nothing landed, it was left, and a DELETE meanwhile answered 202 ``withdrawn`` for
+    a step nobody plans."""
+    monkeypatch.setattr(Delivery, "mark_planning", _landed_then(Delivery.mark_planning, error))
+    answer = client.post("/schedule", json=batch_body(schedule_id="lost", step=2))
+    assert answer.status_code == 503, answer.text
+    assert not redis_client.exists(keyspace.schedule_keys("lost").planning)
+
+
+@pytest.mark.parametrize("error", AFTER_A_LOST_ANSWER, ids=["clusterdown", "tryagain"])
+def test_a_step_entry_the_cluster_client_failed_after_a_lost_answer_is_taken_back(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    """The same for the step's planning entry: left, it kept its step out of a retrain its whole life
+    (the plan queue's timeout + the budget + 60 s)."""
+    monkeypatch.setattr(Delivery, "enter_planning", _landed_then(Delivery.enter_planning, error))
+    answer = client.post("/schedule", json=batch_body(schedule_id="entered", step=2))
+    assert answer.status_code == 200, answer.text
+    assert not redis_client.zcard(keyspace.step_planning(2))
