@@ -13,8 +13,9 @@ fails (a refused request leaves Redis as it was), and the publish deletes it in 
 The route takes the mark as soon as it knows the id, before the request waits for a planning thread
 (``service/api/schedules.py``): taken on the thread, after validation, a DELETE during that wait (past
 ``ROLLOUT_MAX_CONCURRENT_PLANS`` + 16 requests at once) or that validation was a 404, and the step was
-published. The planning thread takes it back (``held``), or, for a request given up before its thread
-started, the thread that would have planned it (``service/api/plan_thread.py``).
+published. The request takes it back as it answers, whatever the answer, last of its bookkeeping
+(``Mark.release``, called by ``service/pipeline/post_publish.py``), or, for a request given up before its
+thread started, the thread that would have planned it (``service/api/plan_thread.py``).
 
 Only a request that publishes under an id its caller chose is marked: a dry run publishes nothing,
 and an id the service draws is unknown to the trainer until the answer names it.
@@ -44,8 +45,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from service.api.schemas import ScheduleRequest
@@ -120,13 +119,3 @@ def _answer_window_ms(ctx: Context) -> int:
     that lands later was waited for longer than this by a request that may have answered 503 by then,
     so it is refused (``lua/planning.lua``)."""
     return max(1, int(ctx.settings.redis_timeout_s * 1000))
-
-
-@contextmanager
-def held(marked: Mark) -> Iterator[None]:
-    """Hold ``marked`` for the block (validation, the wait for a plan slot, the plan, the publish),
-    taken back as it ends, whatever the answer (refused 503, 409, 413, 422, failed or answered)."""
-    try:
-        yield
-    finally:
-        marked.release()

@@ -5,6 +5,8 @@ and a Redis that fails to take it back never replaces the request's own answer o
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -12,12 +14,21 @@ import redis
 
 from service.api.schemas import ScheduleRequest
 from service.delivery import keys
-from service.pipeline.in_flight import held, mark
+from service.pipeline.in_flight import Mark, mark
 from service.settings import Settings
 from tests.service.api.replicas import context, replicas
 from tests.service.api_helpers import batch_body, with_settings
 
 BUDGET_S = 10.0
+
+
+@contextmanager
+def held(marked: Mark) -> Iterator[None]:
+    """``marked`` for the block, taken back as it ends, as a request holds its mark until it answers."""
+    try:
+        yield
+    finally:
+        marked.release()
 
 
 def _body(**extra: Any) -> ScheduleRequest:
