@@ -9,6 +9,7 @@ tool an operator would use. Nothing is mocked.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import time
@@ -19,7 +20,9 @@ from pathlib import Path
 import pytest
 import redis
 from redis.cluster import ClusterNode, RedisCluster
+from redis.crc import key_slot
 
+from service.delivery import keys
 from service.embedded import EmbeddedServer, EmbeddedServerError, find_server_binary
 from service.ports import free_port
 
@@ -160,3 +163,21 @@ def cluster_client(redis_cluster: LocalCluster) -> Iterator[RedisCluster]:
     yield client
     client.close()
     redis_cluster.flushall()
+
+
+def unserve(cluster: LocalCluster, schedule_id: str) -> tuple[int, int]:
+    """Every master drops ``schedule_id``'s slot (a master lost, a reshard under way): the real
+    unserved slot the tests of a cluster's errors need; (the slot, the port of the master that held it)."""
+    slot = key_slot(keys.schedule_keys(schedule_id).meta.encode())
+    with redis.Redis(port=cluster.nodes[0].port) as client:
+        owner = next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
+    for node in cluster.nodes:
+        with redis.Redis(port=node.port) as client:
+            client.execute_command("CLUSTER", "DELSLOTS", slot)
+    return slot, owner
+
+
+def serve(slot: int, owner: int) -> None:
+    """The slot served again by its master; served already: fine."""
+    with redis.Redis(port=owner) as client, contextlib.suppress(redis.ResponseError):
+        client.execute_command("CLUSTER", "ADDSLOTS", slot)

@@ -19,13 +19,12 @@ from pathlib import Path
 import pytest
 import redis
 from fastapi.testclient import TestClient
-from redis.crc import key_slot
 
 from service.app import create_app
-from service.delivery import Delivery, keys
+from service.delivery import Delivery
 from service.delivery.reaper import Reaper
 from service.settings import Settings
-from tests.cluster import LocalCluster
+from tests.cluster import LocalCluster, serve, unserve
 from tests.service.api_helpers import batch_body
 from tests.service.delivery.conftest import schedule
 
@@ -37,22 +36,6 @@ def cluster() -> Iterator[LocalCluster]:
     """A cluster of this module's own: its tests take a slot away from every master."""
     with LocalCluster() as local:
         yield local
-
-
-def _unserve(cluster: LocalCluster, schedule_id: str) -> tuple[int, int]:
-    """Every master drops ``schedule_id``'s slot; (the slot, the port of the master that held it)."""
-    slot = key_slot(keys.schedule_keys(schedule_id).meta.encode())
-    with redis.Redis(port=cluster.nodes[0].port) as client:
-        owner = next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
-    for node in cluster.nodes:
-        with redis.Redis(port=node.port) as client:
-            client.execute_command("CLUSTER", "DELSLOTS", slot)
-    return slot, owner
-
-
-def _serve(slot: int, owner: int) -> None:
-    with redis.Redis(port=owner) as client:
-        client.execute_command("CLUSTER", "ADDSLOTS", slot)
 
 
 def _status_once_settled(client: TestClient, path: str, wanted: int, within_s: float = 30.0) -> int:
@@ -72,7 +55,7 @@ def test_a_slot_no_master_serves_is_a_503_to_retry_and_served_again_once_a_maste
     settings = Settings(redis_url=cluster.url, redis_cluster=True, model_dir=str(tmp_path))
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         assert client.post("/schedule", json=batch_body(schedule_id="lost")).status_code == 200
-        slot, owner = _unserve(cluster, "lost")
+        slot, owner = unserve(cluster, "lost")
         try:
             read = client.get("/schedule/lost")  # CLUSTERDOWN from the node asked
             again = client.post("/schedule", json=batch_body(schedule_id="lost", step=1))  # map short
@@ -95,12 +78,12 @@ def test_the_reaper_goes_on_through_a_slot_no_master_serves(
     cluster.flushall()
     delivery = Delivery(cluster.client())
     delivery.publish(schedule("reaped", {"a": 1}))
-    slot, owner = _unserve(cluster, "reaped")
+    slot, owner = unserve(cluster, "reaped")
     with caplog.at_level(logging.INFO, logger="service.delivery.reaper"):
         reaper = Reaper(delivery, interval_s=0.05).start()
         try:
             failed = _logged(caplog, "reaper pass failed")
-            _serve(slot, owner)
+            serve(slot, owner)
             recovered = _logged(caplog, "reaper passes go through again")
         finally:
             _serve_quietly(slot, owner)
@@ -118,6 +101,6 @@ def _logged(caplog: pytest.LogCaptureFixture, line: str, within_s: float = 30.0)
 
 
 def _serve_quietly(slot: int, owner: int) -> None:
-    """The slot served again (the test's own ``_serve`` may not have been reached); served already: fine."""
+    """The slot served again (the test's own ``serve`` may not have been reached); served already: fine."""
     with contextlib.suppress(redis.ResponseError):  # "Slot ... is already busy"
-        _serve(slot, owner)
+        serve(slot, owner)

@@ -10,20 +10,17 @@ out as it does an outage, and lands once a master serves the slot again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterator
 
 import pytest
-import redis
-from redis.crc import key_slot
 
-from service.delivery import Delivery, keys
+from service.delivery import Delivery
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.records import TrajectoryResult
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.cluster import LocalCluster
+from tests.cluster import LocalCluster, serve, unserve
 from tests.service.sidecar.procs import item, publish
 
 pytestmark = pytest.mark.slow
@@ -38,23 +35,6 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
-def _unserve(cluster: LocalCluster, schedule_id: str) -> tuple[int, int]:
-    """Every master drops ``schedule_id``'s slot; (the slot, the port of the master that held it)."""
-    slot = key_slot(keys.schedule_keys(schedule_id).meta.encode())
-    with redis.Redis(port=cluster.nodes[0].port) as client:
-        owner = next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
-    for node in cluster.nodes:
-        with redis.Redis(port=node.port) as client:
-            client.execute_command("CLUSTER", "DELSLOTS", slot)
-    return slot, owner
-
-
-def _serve(slot: int, owner: int) -> None:
-    """The slot served again by its master; served already: fine."""
-    with redis.Redis(port=owner) as client, contextlib.suppress(redis.ResponseError):
-        client.execute_command("CLUSTER", "ADDSLOTS", slot)
-
-
 def test_a_push_completion_rides_out_a_slot_no_master_serves_and_is_accepted_once(
     cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -62,20 +42,20 @@ def test_a_push_completion_rides_out_a_slot_no_master_serves_and_is_accepted_onc
     publish(Delivery(cluster.client()), "lost", {"w": [item("p", 0, 5)]}, lease_ttl_ms=600_000)
     session = WorkerSession(Delivery(cluster.client()), Holdings(1), SessionSettings("w", retry_for_s=600))
     (held,) = asyncio.run(session.claim(1))
-    slot, owner = _unserve(cluster, "lost")
+    slot, owner = unserve(cluster, "lost")
 
     async def complete_across_it() -> CompletionOutcome:
         completing = asyncio.create_task(session.complete(held, RESULT))
         while RETRYING not in caplog.text and not completing.done():  # its first try met it
             await asyncio.sleep(0.01)
-        await asyncio.to_thread(_serve, slot, owner)
+        await asyncio.to_thread(serve, slot, owner)
         return await completing
 
     try:
         with caplog.at_level(logging.WARNING, logger="service.sidecar"):
             assert asyncio.run(complete_across_it()) is CompletionOutcome.ACCEPTED
     finally:
-        _serve(slot, owner)
+        serve(slot, owner)
     assert (session.stats.accepted, len(session.resends)) == (1, 0)
     assert [r.key for r in Delivery(cluster.client()).read_results("lost")] == ["p#0"]
 
@@ -88,14 +68,14 @@ def test_a_heartbeat_on_a_slot_no_master_serves_is_an_outage_and_goes_through_on
     publish(Delivery(cluster.client()), "beaten", {"w": [item("p", 0, 5)]}, lease_ttl_ms=600_000)
     session = WorkerSession(Delivery(cluster.client()), Holdings(1), SessionSettings("w", retry_for_s=600))
     asyncio.run(session.claim(1))
-    slot, owner = _unserve(cluster, "beaten")
+    slot, owner = unserve(cluster, "beaten")
     try:
         with caplog.at_level(logging.INFO, logger="service.sidecar"):
             unserved = [(asyncio.run(session.heartbeat()), session.heartbeats_failing) for _ in range(2)]
-            _serve(slot, owner)
+            serve(slot, owner)
             served = (asyncio.run(session.heartbeat()), session.heartbeats_failing)
     finally:
-        _serve(slot, owner)
+        serve(slot, owner)
     assert (unserved, served) == ([([], True), ([], True)], ([], False))
     said = [r.getMessage().split(":")[0] for r in caplog.records]
     assert said == ["heartbeat failed, leases keep their deadlines", "heartbeats go through again"]

@@ -27,10 +27,9 @@ from typer.testing import CliRunner
 
 from service.delivery.protocol import Delivery
 from service.sidecar import launch
-from service.sidecar.launch import CannotListenError, SidecarOptions
-from service.sidecar.session_settings import SessionStats
+from service.sidecar.launch import CannotListenError
 from tests.service.sidecar.procs import PROCESS_START_S, ROOT, Proc, cluster, item, publish, wait_until
-from tests.service.sidecar.test_raised_run_counters import _balanced
+from tests.service.sidecar.test_raised_run_counters import _balanced, _counted_then_raising
 from tests.service.sidecar.test_stop_signals_in_process import ARGS, _caller_app
 
 BUGS: dict[str, tuple[Exception, str]] = {  # what the run raised, and the traceback's last line
@@ -44,16 +43,6 @@ BUGS: dict[str, tuple[Exception, str]] = {  # what the run raised, and the trace
         "redis.exceptions.DataError: Invalid input",
     ),
 }
-
-
-def _counted_then_raising(error: BaseException) -> Any:
-    """A run (either mode's) that counts three claims, two accepted and one released, then raises."""
-
-    def run(_: SidecarOptions, stats: SessionStats) -> SessionStats:
-        stats.claimed, stats.accepted, stats.released = 3, 2, 1
-        raise error
-
-    return run
 
 
 @pytest.mark.parametrize("mode", ["push", "pull"])
