@@ -64,13 +64,13 @@ class Deadline:
             raise _exceeded(f"left {_ms(left_s)} before {before}, less than the {_ms(need_s)} that needs")
 
     def budget_s(self, budget_s: float, reserve_s: float) -> float:
-        """The plan's time budget: the request's, capped so that ``reserve_s`` (what the publish of its
-        size needs) is left before the deadline; refused (504) where not even that is left."""
+        """The plan's time budget: the request's, capped so that ``reserve_s`` (what the handover to the
+        publish and a publish of its size need: ``Reserve.cap_s``) is left before the deadline;
+        refused (504) where not even that is left."""
         room_s = self.left_s() - reserve_s
         if room_s <= 0:
-            raise _exceeded(
-                f"leaves less than the {_ms(reserve_s)} a publish of its size needs after the plan"
-            )
+            need = f"{_ms(reserve_s)} the handover and a publish of its size need"
+            raise _exceeded(f"leaves less than the {need} after the plan")
         return min(budget_s, room_s)
 
     def capped_s(self, budget_s: float) -> float:
