@@ -18,7 +18,7 @@ from service.client import AlreadyPublishedError, SchedulerAPIError, SchedulerCl
 from service.delivery import keys
 from service.pipeline import stages
 from service.settings import Settings
-from tests.service.api.badinput import redis_snapshot
+from tests.service.api.badinput import Snapshot, redis_snapshot
 from tests.service.api.replicas import Gate, context, replicas, until
 from tests.service.api_helpers import TRAINER, LiveServer, batch_body, bearer, with_settings
 
@@ -51,7 +51,7 @@ def test_a_delete_landing_while_its_step_waits_in_line_on_another_replica_withdr
     once it plans, is refused its publish (409 naming ``schedule_id``): nothing reaches the fleet."""
     settings = with_settings(live_settings, max_concurrent_plans=1, plan_queue_timeout_s=30)
 
-    async def run() -> tuple[httpx.Response, httpx.Response, httpx.Response, bool]:
+    async def run() -> tuple[httpx.Response, httpx.Response, httpx.Response, tuple[Snapshot, Snapshot]]:
         async with replicas(settings, 2) as [old, new]:
             with context(old).plan_slots.hold():  # another step is planning there
                 step = asyncio.create_task(old.post("/schedule", json=batch_body(schedule_id="abandoned")))
@@ -59,10 +59,10 @@ def test_a_delete_landing_while_its_step_waits_in_line_on_another_replica_withdr
                 withdrawn = await new.delete("/schedule/abandoned")
                 before = redis_snapshot(redis_client)
                 again = await new.delete("/schedule/abandoned")
-                unchanged = redis_snapshot(redis_client) == before
-            return withdrawn, again, await step, unchanged
+                after = redis_snapshot(redis_client)
+            return withdrawn, again, await step, (before, after)
 
-    withdrawn, again, refused, unchanged = asyncio.run(run())
+    withdrawn, again, refused, (before, after) = asyncio.run(run())
     assert withdrawn.status_code == 202
     assert withdrawn.json() | {"cancelled_at_ms": 0} == {
         "schedule_id": "abandoned",
@@ -73,7 +73,7 @@ def test_a_delete_landing_while_its_step_waits_in_line_on_another_replica_withdr
         "cancelled_at_ms": 0,
     }
     assert (again.status_code, again.json()) == (202, withdrawn.json())
-    assert unchanged
+    assert after == before  # compared as dicts: a failure names the keys that differ
     assert (refused.status_code, refused.json()["field"]) == (409, "schedule_id")
     assert "cancelled" in refused.json()["detail"]
     k = keys.schedule_keys("abandoned")
