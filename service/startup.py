@@ -63,6 +63,7 @@ class Startup:
         self.state.context = None
         self.state.starting = "connecting to Redis"
         self.state.too_old = None  # the refusal of a Redis too old, once found (every route says it)
+        self.state.stopping = self._stop  # set by ``halt``: a plan still running gives up (``api.stopping``)
         if not self._attempt():
             self._thread = threading.Thread(target=self._retry, name="redis-cluster-wait", daemon=True)
             self._thread.start()
@@ -110,7 +111,8 @@ class Startup:
         return True
 
     def halt(self) -> None:
-        """Stop taking work: no try at the cluster and no reaper pass after the current ones. The
+        """Stop taking work: no try at the cluster and no reaper pass after the current ones, and a plan
+        still running gives up at its next check (``state.stopping``: ``service/api/stopping.py``). The
         retrain lock's release starts, on a thread (a stalled Redis times it out three times), so a
         retrain cut short by the shutdown does not hold the lock; idempotent."""
         with self._lock:

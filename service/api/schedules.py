@@ -19,6 +19,7 @@ from anyio import CapacityLimiter
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from scheduler.errors import InvalidInputError
+from service.api import stopping
 from service.api.convert import check_unread
 from service.api.mark_hop import marked as marked_on_a_thread
 from service.api.plan_thread import run_to_end
@@ -160,8 +161,11 @@ def _schedule(
                 post_publish.later("counting the step towards a retrain", counted)
         return response
 
-    # the bookkeeping after the publish, then the mark's take-back: waited for until the deadline only
-    response = post_publish.bounded(serve, marked.release, until)
+    # the bookkeeping after the publish, then the mark's take-back: waited for until the deadline only;
+    # a plan still running as the replica stops gives up, its take-back on a daemon (``stopping``)
+    stop, bound_s = request.app.state.stopping, request.app.state.settings.redis_timeout_s
+    with stopping.planner_stops(stop):
+        response = post_publish.bounded(serve, stopping.released(marked.release, stop, bound_s), until)
     headers = {REPLAYED_HEADER: "true"} if response.replayed else None
     # Serialised once here: returning the model would make FastAPI validate 4,096 items again.
     return Response(response.model_dump_json(), media_type="application/json", headers=headers)
