@@ -27,6 +27,14 @@ met these handlers, which raised over it: exit 0 and a clean stop's zero counter
 the refusal (signals46's gap). So the command names the exceptions that decide its exit
 (``deciding``): one of them in flight, a stop signal changes nothing, and once one leaves the block
 both signals are ignored, with no call in between where a handler could run.
+
+Any other exception in flight holds the stop (``held``) rather than raising over it: it may be a bug
+on its way out (its traceback and exit 1, ``commands/sidecar._serve``, were replaced by a stop's exit 0
+and zero counters: review47c's gap), or one a library handles and drops, after which the start goes
+on and the run, once its own handlers are in, stops at once for the stop held (``launch``). The one
+wait of the start that sleeps while it handles an error, the cluster's (``built_when_reachable``),
+sleeps through ``pause``, where a stop held or landing is raised at once: the wait stays stoppable
+(helper sidecar48).
 """
 
 from __future__ import annotations
@@ -34,11 +42,14 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _deciding: list[tuple[type[BaseException], ...]] = []  # the kinds of each ``deciding`` block entered
+_held: list[int] = []  # stop signals that met an exception in flight (``held``)
+_pausing: list[bool] = []  # non-empty while a wait of the start sleeps between its tries (``pause``)
 
 
 class StoppedBeforeRunError(SystemExit):
@@ -55,6 +66,7 @@ def arm() -> None:
     """Have SIGTERM and SIGINT raise ``StoppedBeforeRunError`` until the run installs its own
     handlers (push mode's ``stop_relay``, pull mode's ``launch._pull_server``). The
     command's first act, in the console script's process only."""
+    _held.clear()  # a stop held by an earlier command in this process (a test's) is not this one's
     for sig in STOP_SIGNALS:
         signal.signal(sig, _stopped)
 
@@ -83,6 +95,27 @@ def deciding(*kinds: type[BaseException]) -> Iterator[None]:
         _deciding.pop()
 
 
+def held() -> bool:
+    """Whether a stop signal met an exception in flight that decided nothing (``_stopped``) since
+    ``arm``: the run, once its own handlers are in, stops at once for it (push mode's relay, pull
+    mode's server). Asked only where ``armed`` was true: the console script's process."""
+    return bool(_held)
+
+
+def pause(seconds: float) -> None:
+    """A wait's sleep between its tries at start (``built_when_reachable``'s: in the ``except`` of
+    the try that failed): a stop held while it handled that error, or one landing in the sleep, stops
+    the start now (``StoppedBeforeRunError``) rather than being held through a wait that may not end."""
+    _pausing.append(True)
+    try:
+        if _held and armed():
+            _deaf()
+            raise StoppedBeforeRunError(_held[0])
+        time.sleep(seconds)
+    finally:
+        _pausing.pop()
+
+
 def _deciding_now() -> bool:
     """Whether the exception being handled (``sys.exception``) decides the exit (``deciding``)."""
     in_flight = sys.exception()
@@ -96,9 +129,13 @@ def _deaf() -> None:
 
 def _stopped(signum: int, frame: FrameType | None) -> None:
     """The handler: ignore both signals from now (a second one lands in an exit already under way,
-    as after a run), then unwind whatever the start was doing, unless an exit the command decided
-    is unwinding it already (``deciding``)."""
+    as after a run) and unwind whatever the start was doing; an exit the command decided unwinding it
+    already (``deciding``) is left alone, and any other exception in flight holds the stop (``held``):
+    unwound, it is the exit's (a bug's traceback, exit 1), and handled and dropped, the run's."""
     del frame
+    if sys.exception() is not None and not _pausing and not _deciding_now():
+        _held.append(signum)
+        return
     _deaf()
     if not _deciding_now():
         raise StoppedBeforeRunError(signum)

@@ -126,8 +126,10 @@ def connected(options: SidecarOptions, wait: bool = False) -> tuple[Delivery, Ve
     """
     client_args = _client_args(options)
     if options.cluster:  # a cluster client reads the slot map when built: wait for one that answers
-        cluster = built_when_reachable(
-            lambda: hangable_cluster(options.redis_url, **client_args), options.redis_url
+        cluster = built_when_reachable(  # a stop is heard in its sleeps (``early_stop.pause``)
+            lambda: hangable_cluster(options.redis_url, **client_args),
+            options.redis_url,
+            sleep=early_stop.pause,
         )
         require_version(cluster, options.redis_url)
         return Delivery(cluster, options.prefix), None
@@ -258,6 +260,8 @@ async def _push(
     console = early_stop.armed()  # the console script's process: deaf once the run ended
     try:
         with stop_relay.relayed(loop, functools.partial(_on_signal, stop, runner.hurry), deaf=console):
+            if console and early_stop.held():  # a stop that met an error handled on the way here
+                stop.set()
             return await runner.run(stop)  # not the loop's handlers: its close resets them
     finally:
         await engine.aclose()
@@ -327,6 +331,8 @@ def run_pull(options: SidecarOptions, stats: SessionStats | None = None) -> Sess
     found = {sig: signal.getsignal(sig) for sig in early_stop.STOP_SIGNALS}
     console = early_stop.armed()  # the console script's process: deaf once the run ended
     server = _pull_server(app, options.drain_timeout_s, hurry)
+    if console and early_stop.held():  # a stop that met an error handled on the way here
+        _stop_server(server)
     try:
         server.run(sockets=[listener])
     finally:  # not ``_pull_server``'s, which uvicorn put back: a caller's Ctrl-C did nothing after
