@@ -62,6 +62,20 @@ def find_server_binary() -> str:
     )
 
 
+def _main_thread_gone(pid: int) -> bool:
+    """Whether our unreaped child ``pid`` has no main thread left: its state in ``/proc/<pid>/stat``
+    (the field after the command's closing parenthesis) is a zombie's (``Z``) or a dead one's (``X``).
+    valkey-server's main thread never exits alone: gone, the process is ending (a SIGKILL, a crash).
+    False where there is no ``/proc`` to ask (then ``waitid`` alone tells, once the last thread is
+    gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+    except OSError:
+        return False
+    return bool(fields) and fields[0] in (b"Z", b"X")
+
+
 @dataclass
 class _Held:
     """What one server object holds that must not outlive it: the server process, its watcher, its
@@ -86,17 +100,22 @@ class _Held:
             self.proc = None
 
     def ended(self) -> bool:
-        """Whether the server has ended, asked without reaping it (``waitid``'s ``WNOWAIT``): a watcher
-        without a pidfd signals the pid, which is the server's only until it is reaped, so only
-        ``end_process`` and ``kill`` reap it, after the disarm. ``Popen.poll`` reaped an ended one while
-        its watcher stayed armed: until the next stop after a ``signal``, a line later in ``start``."""
+        """Whether the server has ended or is ending, asked without reaping it (``waitid``'s
+        ``WNOWAIT``): a watcher without a pidfd signals the pid, which is the server's only until it is
+        reaped, so only ``end_process`` and ``kill`` reap it, after the disarm. ``Popen.poll`` reaped an
+        ended one while its watcher stayed armed: until the next stop after a ``signal``, a line later
+        in ``start``. Ending: its main thread gone while its other threads still run their exit (``ps``
+        shows ``Zl``; ``waitid`` sees nothing until the last one is gone), which ``start`` took for a
+        live server and kept, the next ``start`` restarting it (``_main_thread_gone``)."""
         if self.proc is None or self.proc.returncode is not None:
             return True
         try:
             flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
-            return os.waitid(os.P_PID, self.proc.pid, flags) is not None
+            if os.waitid(os.P_PID, self.proc.pid, flags) is not None:
+                return True
         except ChildProcessError:  # reaped already, not by us: nothing left to ask
             return True
+        return _main_thread_gone(self.proc.pid)
 
     def unwatch(self) -> None:
         """Disarm and reap the watcher, which must come before the server is signalled or reaped."""
