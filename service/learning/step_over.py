@@ -34,8 +34,9 @@ the step, its delivery keys say whether it is over. The history's last step is o
    (``keys.step_planning``, ``service.pipeline.step_part``): a part waiting for a planning thread
    or a plan slot, predicting or planning is in neither index yet, and one asked then published
    after the step was fitted. An entry past its deadline (a replica that died mid-request) is none.
-   Still unseen: one whose entry Redis failed to write (a warning), and an older release's; a part
-   asked for after the retrain read is a part the retrain cannot know.
+   A request whose entry Redis failed to write is refused 503 with nothing published, so it is no
+   part. Still unseen: an older release's; a part asked for after the retrain read is a part the
+   retrain cannot know.
 
 Otherwise the step is left out, as before. Replicas agree: the reads are Redis's, and every replica
 folds the same actuals stream. The automatic retrain does not ask: it runs at its own step's first plan,

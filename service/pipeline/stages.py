@@ -209,8 +209,12 @@ def _first_answer(
     announces the stored step. The planner checks those rules again, with the lengths, when it
     plans, so only a request that may be a retry pays for them here (~3 us a prompt). Only such a
     request is marked, so a mark Redis failed to write is raised here (``mark_check``: 503), after
-    those rules and before anything reads what is stored under the id."""
-    if not (body.schedule_id and body.publish):
+    those rules and before anything reads what is stored under the id; a drawn id's step entry Redis
+    failed to write (``step_part.arrive``) is raised before its plan (a broken rule still a 422: ``run``)."""
+    if not body.publish:
+        return None
+    if not body.schedule_id:
+        mark_check()
         return None
     check_plan_rules(body, checked.inventory, checked.drained, checked.time_budget_s, checked.engine)
     mark_check()

@@ -24,11 +24,16 @@ deadline and ``keys.PLANNING_MARGIN_S``, as the in-flight mark's), so a replica 
 keeps the step open that long at most. Under a caller-chosen id or a drawn one alike; a dry run
 publishes nothing and writes nothing.
 
-The entries are bookkeeping, not a condition of the publish: a Redis error writing one is logged and
-the request goes on (its publish meets Redis's state anyway), and the part is then seen only from its
-publish, as before. A request whose in-flight mark Redis failed writes none: it is refused 503 once
-valid (``in_flight.Mark.check``), never a part. A take-back Redis fails is logged too: the entry
-lapses at its deadline, keeping the step out until then, never letting it in early.
+The entry is a condition of the publish, as the mark is: a request whose entry Redis failed to write
+(down, out of memory, a slot unserved mid-reshard) is refused 503 once its body is valid
+(``in_flight.Mark.check``: an invalid body still hears its 422), its mark and any entry that may have
+landed taken back, nothing published. It had gone on with a warning, published, and until its publish
+been in no index a retrain reads: a retrain asked meanwhile fitted the step without it, the one case
+rule 4 could not see (retrain48). Refused rather than seen another way: nothing else in Redis names the
+request's step before its publish, and a Redis failing that write is one the publish would likely meet
+too; the 503's ``Retry-After`` has the trainer's client send it again. A request whose in-flight mark
+Redis failed writes no entry: it is refused the mark's 503 the same way. A take-back Redis fails is
+logged: the entry lapses at its deadline, keeping the step out until then, never letting it in early.
 """
 
 from __future__ import annotations
@@ -70,8 +75,9 @@ def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadlin
     write and take-back, each one more command timeout with its retries on a stalled Redis, had held
     the hop's thread and then the 503 twice that long (an entry whose write landed after the answer
     keeping its step out of a retrain its whole life). A Redis failure writing the entry (``REDIS_FAILED``:
-    a cluster client's ``SlotNotCoveredError`` too) is a warning, the request goes on; any other error
-    fails the request, its mark taken back."""
+    a cluster client's ``SlotNotCoveredError`` too) is kept, as the mark's is, and raised once the body
+    is valid (``Mark.check``: 503), the entry taken back with the mark unless Redis refused it; any
+    other error fails the request at once, its mark taken back."""
     marked = in_flight.mark(ctx, body, schedule_id, until)
     if not body.publish or marked.unwritten is not None:  # a mark Redis failed: a 503, never a part
         return marked
@@ -79,16 +85,18 @@ def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadlin
     budget_s = (body.time_budget_ms or ctx.settings.default_time_budget_ms) / 1000.0  # as ``validate``'s
     life_s = ctx.settings.plan_queue_timeout_s + until.capped_s(budget_s) + keys.PLANNING_MARGIN_S
     entry: tuple[Context, int, str] | None = (ctx, body.step, member)
+    unwritten: Exception | None = None
     try:
         ctx.delivery.enter_planning(body.step, member, int(life_s * 1000))
-    except REDIS_FAILED as error:
+    except REDIS_FAILED as error:  # a 503 once the body is found valid (``Mark.check``), never a part
+        unwritten = error
         if nothing_ran(error):  # answered (out of memory): nothing landed
             entry = None
         _log.warning("step's planning entry not written: %s: %s", type(error).__name__, error)
     except BaseException:  # not Redis's failure (a bug, a cancel): the mark goes too
         marked.release()
         raise
-    return Arrived(marked.ctx, marked.schedule_id, marked.request_id, marked.unwritten, entry)
+    return Arrived(marked.ctx, marked.schedule_id, marked.request_id, unwritten, entry)
 
 
 def _left(ctx: Context, step: int, member: str) -> None:

@@ -15,7 +15,6 @@ import anyio
 import pytest
 import redis
 from fastapi.testclient import TestClient
-from redis.exceptions import SlotNotCoveredError
 
 from scheduler.errors import InvalidInputError
 from service.api import schedules
@@ -206,37 +205,6 @@ def test_an_entry_past_its_deadline_is_no_part(
     Delivery(redis_client).enter_planning(2, "step-2b dead", 1)
     time.sleep(0.05)
     assert _retrained_steps(client, tmp_path) == [0, 1, 2]
-
-
-@pytest.mark.parametrize(
-    ("error", "taken_back"),
-    [
-        (redis.ConnectionError("answer lost"), True),
-        (redis.ResponseError("OOM"), False),
-        (SlotNotCoveredError('Slot "5" is not covered by the cluster.'), True),  # no RedisError
-    ],
-    ids=["answer-lost", "refused", "slot-not-covered"],
-)
-def test_an_entry_redis_fails_to_write_is_a_warning_and_the_request_still_publishes(
-    client: TestClient,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    error: Exception,
-    taken_back: bool,
-) -> None:
-    """Bookkeeping, not a condition of the publish; a write whose answer was lost may have landed and
-    is taken back, one Redis refused wrote nothing and is not. A cluster client's own error (a slot
-    not covered mid-reshard) is Redis not doing it as well (``REDIS_FAILED``), not a 500."""
-    left: list[str] = []
-
-    def fails(*_: object) -> None:
-        raise error
-
-    monkeypatch.setattr(Delivery, "enter_planning", fails)
-    monkeypatch.setattr(Delivery, "leave_planning", lambda _, step, member: left.append(member))
-    assert client.post("/schedule", json=_second_part(schedule_id="step-2b")).status_code == 200
-    assert "step's planning entry not written" in caplog.text
-    assert [member.split()[0] for member in left] == (["step-2b"] if taken_back else [])
 
 
 def test_an_entry_write_failing_outside_redis_takes_the_in_flight_mark_back(
