@@ -77,6 +77,17 @@ redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 """
 
+# Push entries of ``keys.step_planning`` (KEYS[1]) of requests still alive (ARGV[2..]) to ARGV[1] ms
+# past now: only those still there (a take-back is final: XX) and only ever later (GT).
+_KEEP = """
+local t = redis.call('TIME')
+local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', 'GT', deadline, ARGV[i]) end
+if redis.call('PTTL', KEYS[1]) >= 0 and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+"""
+
 # How many entries of ``keys.step_planning`` (KEYS[1]) are not past their deadline (read-only).
 PLANNING_NOW = """
 local t = redis.call('TIME')
@@ -119,6 +130,15 @@ class DeliveryIndexes(DeliveryViews):
         key = keyspace.step_planning(step, self.prefix)
         pipe = self.client.pipeline(transaction=False)  # typed ``execute_command``, as ``enter_step``'s
         pipe.execute_command("EVAL", _PLANNING, 1, key, member, life_ms)
+        pipe.execute()
+
+    def keep_planning(self, members: Mapping[int, Sequence[str]], life_ms: int) -> None:
+        """Push ``enter_planning``'s entries (``members`` by step) of requests still alive to
+        ``life_ms`` past now, where they are still there and that is later: a request that overruns
+        the life it was written for (``service.pipeline.step_keeper``). One round trip, any slots."""
+        pipe = self.client.pipeline(transaction=False)
+        for step, names in members.items():
+            pipe.execute_command("EVAL", _KEEP, 1, keyspace.step_planning(step, self.prefix), life_ms, *names)
         pipe.execute()
 
     def leave_planning(self, step: int, member: str) -> None:

@@ -33,7 +33,9 @@ the step, its delivery keys say whether it is over. The history's last step is o
 4. no request of the step that will publish is between its arrival and its end
    (``keys.step_planning``, ``service.pipeline.step_part``): a part waiting for a planning thread
    or a plan slot, predicting or planning is in neither index yet, and one asked then published
-   after the step was fitted. An entry past its deadline (a replica that died mid-request) is none.
+   after the step was fitted. An entry past its deadline (a replica that died mid-request) is none;
+   a live request's is pushed on while it lives, however long it overruns
+   (``service.pipeline.step_keeper``).
    A request whose entry Redis failed to write is refused 503 with nothing published, so it is no
    part. Still unseen: an older release's; a part asked for after the retrain read is a part the
    retrain cannot know.

@@ -21,8 +21,10 @@ mark back takes the entry back too.
 
 An entry is scored by a deadline (the plan queue's timeout, the plan's budget under the caller's
 deadline and ``keys.PLANNING_MARGIN_S``, as the in-flight mark's), so a replica that dies mid-request
-keeps the step open that long at most. Under a caller-chosen id or a drawn one alike; a dry run
-publishes nothing and writes nothing.
+keeps the step open that long at most; a request that lives longer (a plan overrunning its budget on
+a starved host, a publish Redis holds) has it pushed on while it lives (``step_keeper``): past its
+first deadline it had been none, and a retrain asked then fitted the step without it. Under a
+caller-chosen id or a drawn one alike; a dry run publishes nothing and writes nothing.
 
 The entry is a condition of the publish, as the mark is: a request whose entry Redis failed to write
 (down, out of memory, a slot unserved mid-reshard) is refused 503 once its body is valid
@@ -48,6 +50,7 @@ from service.delivery import keys
 from service.delivery.errors import REDIS_FAILED, nothing_ran
 from service.pipeline import in_flight
 from service.pipeline.deadline import Deadline
+from service.pipeline.step_keeper import KEEPER
 
 _log = logging.getLogger("service.pipeline")
 
@@ -64,6 +67,7 @@ class Arrived(in_flight.Mark):
         answer or error: each lapses by itself."""
         super().release()
         if self.entry is not None:
+            KEEPER.let_go(self.entry[2])
             _left(*self.entry)
 
 
@@ -96,6 +100,8 @@ def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadlin
     except BaseException:  # not Redis's failure (a bug, a cancel): the mark goes too
         marked.release()
         raise
+    if unwritten is None:  # kept live while the request lives, however long it overruns (``step_keeper``)
+        KEEPER.hold(ctx, body.step, member)
     return Arrived(marked.ctx, marked.schedule_id, marked.request_id, unwritten, entry)
 
 

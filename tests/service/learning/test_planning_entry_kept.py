@@ -1,0 +1,121 @@
+"""A ``POST /schedule`` that lives past the deadline its step's planning entry was written with (a plan
+overrunning its budget on a starved host, a publish Redis holds) keeps the entry live until it ends
+(``service.pipeline.step_keeper``): an asked-for retrain in that time leaves the step out, where it
+had found the entry past its deadline and fitted the step without the part. On the real embedded
+valkey, the overrun held on Redis's clock, the margin shortened so the test takes seconds."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from service.delivery import keys as keyspace
+from service.pipeline import stages, step_keeper
+from service.pipeline.step_keeper import KEEPER, StepKeeper
+from tests.service.api_helpers import batch_body
+from tests.service.learning.test_retrain_settled_step import (
+    _prompts_from,
+    _ran_and_reported,
+    _retrained_steps,
+)
+
+PLANNING = keyspace.step_planning(2)
+MARGIN_S = 3.0  # the entry's margin, and what each extension gives (every quarter of it)
+QUEUE_S = 0.2  # the plan queue's timeout: the entry's first life is this + the budget + the margin
+
+
+def _redis_now_ms(redis_client: redis.Redis) -> int:
+    seconds, micros = redis_client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _overrunning(
+    monkeypatch: pytest.MonkeyPatch, redis_client: redis.Redis
+) -> tuple[threading.Event, threading.Event]:
+    """Each request, once planning, waits on Redis's clock until its entry's first deadline is 1 s
+    past, sets the first event and plans once the second is set (or after 30 s)."""
+    past, release = threading.Event(), threading.Event()
+    original = stages._plans
+
+    def overrun(*args: Any, **kwargs: Any) -> Any:
+        first_life_ms = (QUEUE_S + MARGIN_S) * 1000 + 1000  # and the budget, 10 ms, and 1 s more
+        until = _redis_now_ms(redis_client) + first_life_ms
+        while _redis_now_ms(redis_client) < until:
+            release.wait(0.05)
+        past.set()
+        release.wait(30)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(stages, "_plans", overrun)
+    return past, release
+
+
+def test_a_retrain_asked_while_a_part_overruns_its_entry_s_first_deadline_leaves_the_step_out(
+    make_client: Any, redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Step 2's first part run and reported; its second part (a drawn id: no in-flight mark) still
+    plans a second past its entry's first deadline when a retrain is asked: the step is left out
+    ([0, 1, 2] where the entry lapsed), the part published after, and its entry gone once it ends."""
+    monkeypatch.setattr(keyspace, "PLANNING_MARGIN_S", MARGIN_S)
+    client = make_client(plan_queue_timeout_s=QUEUE_S)
+    _ran_and_reported(client, redis_client, "step-2a")
+    past, release = _overrunning(monkeypatch, redis_client)
+    body = batch_body(prompts=4, step=2, time_budget_ms=10) | {"batch": _prompts_from(8, 4)}
+    answers: list[int] = []
+    thread = threading.Thread(target=lambda: answers.append(client.post("/schedule", json=body).status_code))
+    thread.start()
+    assert past.wait(60)
+    fitted = _retrained_steps(client, tmp_path)
+    release.set()
+    thread.join(30)
+    assert answers == [200]
+    assert fitted == [0, 1]
+    assert KEEPER.held() == 0
+    KEEPER.tick()  # a tick after the take-back writes nothing back
+    assert not redis_client.exists(PLANNING)
+
+
+def _score(redis_client: redis.Redis, member: str) -> float | None:
+    return redis_client.zscore(PLANNING, member)
+
+
+def test_a_tick_pushes_a_held_entry_on_and_writes_back_none_taken_back(
+    client: Any, redis_client: redis.Redis
+) -> None:
+    """The keeper's tick moves a held entry's deadline to the margin past now, never earlier, and
+    leaves out a member no longer there (a take-back is final), whether held or not."""
+    ctx = client.app.state.context
+    keeper = StepKeeper()
+    ctx.delivery.enter_planning(2, "held", 1_000)
+    ctx.delivery.enter_planning(2, "long", 3_600_000)
+    first = _score(redis_client, "held")
+    for member in ("held", "long", "taken back"):
+        keeper.hold(ctx, 2, member)
+    try:
+        keeper.tick()
+        assert _score(redis_client, "held") > first + 50_000  # type: ignore[operator]
+        assert _score(redis_client, "long") > _redis_now_ms(redis_client) + 3_500_000  # type: ignore[operator]
+        assert _score(redis_client, "taken back") is None
+    finally:
+        for member in ("held", "long", "taken back"):
+            keeper.let_go(member)
+
+
+def test_an_entry_held_past_the_longest_a_request_lives_is_let_go(
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry whose take-back never came (a bug) is not pushed on for good: past ``LONGEST_S`` the
+    keeper lets it go, with a warning, and it lapses at its deadline."""
+    ctx = client.app.state.context
+    keeper = StepKeeper()
+    monkeypatch.setattr(step_keeper, "LONGEST_S", -1.0)
+    ctx.delivery.enter_planning(2, "leaked", 1_000)
+    first = _score(redis_client, "leaked")
+    keeper.hold(ctx, 2, "leaked")
+    keeper.tick()
+    assert keeper.held() == 0
+    assert _score(redis_client, "leaked") == first
