@@ -19,8 +19,8 @@ the step, its delivery keys say whether it is over. The history's last step is o
    before its publish (``P:withdrawn``, no ``P:meta``) published nothing and is no part of the step.
    Settled alone is not enough: the last trajectories to finish, the long ones, are the last
    reported, and a fit between the settle and their reports learned the step short again. A result
-   is looked for from its lease's deadline down (``_said_nothing``): an old one is not a read of the
-   whole stream;
+   is looked for from the millisecond its ``P:st`` record says it was stamped (``_said_nothing``):
+   an old one is not a read of the whole stream;
 3. no schedule still unsettled (the active index) is named by no actual yet: it may be a part of the
    step that has reported nothing. The step's set sees such a part too, and one that settled before
    any of its actuals arrived, which left the active index unseen; the active index still catches
@@ -169,8 +169,8 @@ def _indexed(delivery: DeliveryViews, step: int) -> tuple[list[str], set[str], i
 
 def _unreported(states: dict[object, object], reported: frozenset[str]) -> dict[str, int] | None:
     """The done trajectories of a schedule (``states``: its ``P:st``) that no actual reports, each
-    with its lease's deadline (``_deadline``); None where one still queued or running is not
-    reported (the schedule is not over)."""
+    with the newest its result's stream id can be (``_deadline``); None where one still queued or
+    running is not reported (the schedule is not over)."""
     left = {}
     for key, stored in states.items():
         name, record = text(key), text(stored)
@@ -183,9 +183,11 @@ def _unreported(states: dict[object, object], reported: frozenset[str]) -> dict[
 
 
 def _deadline(record: str) -> int:
-    """A done trajectory's lease deadline (ms, Redis's clock; the ``P:st`` record's fourth field,
-    ``lua/common.lua``), which its result's stream id is not past: a lease is completed only before
-    its deadline, judged on the clock that stamps the id. ``_ANY`` where the record does not say."""
+    """A done trajectory's result's newest stream id (ms, Redis's clock; the ``P:st`` record's fourth
+    field, ``lua/common.lua``): the id's own millisecond, which ``lua/complete.lua`` writes there as it
+    accepts the result; an older release left the lease's deadline, which the id is not past either (a
+    lease is completed only before its deadline, judged on the clock that stamps the id). ``_ANY``
+    where the record does not say."""
     try:
         return int(record.split("|")[3])
     except (IndexError, ValueError):
@@ -194,32 +196,48 @@ def _deadline(record: str) -> int:
 
 def _said_nothing(delivery: DeliveryViews, schedule: str, left: dict[str, int]) -> bool:
     """Whether each of ``left``, done trajectories of ``schedule`` no actual reports (with their
-    deadlines), has a result that says nothing of length, which no client reports (``says_length``).
+    ``_deadline``), has a result that says nothing of length, which no client reports (``says_length``).
 
-    Read newest first, a page at a time, from the latest of their deadlines down: no result of
-    theirs is newer (``_deadline``), and an old one (a trajectory aborted early in a long step) is
-    met after the results of a lease's life, not after the whole stream (131,072 results of 4 KB
-    were 18 s of reading, nearly all of it parsing them). The results newer than that deadline are
-    read last, only where one of ``left`` was not met (a clock a caller pinned, ``now_ms``). The
-    unreported are mostly the last to finish, and the first whose result does say something ends
-    the read (its report may still be on its way)."""
+    Each is looked for on its own, the newest first, from its ``_deadline`` down to its result: the
+    millisecond its result was stamped (the results one completion call accepted, 500 at most), or
+    for a record an older release wrote, the results of one lease's life. Read from the latest
+    deadline down to the oldest result met, one sweep was the whole stream between the two where two
+    were far apart (an aborted trajectory at the step's start and one at its end: 131,072 results of
+    4 KB, 12-18 s of reading, nearly all of it parsing them), or the whole stream where the lease was
+    as long as the step. The results newer than a deadline are read after, only where its trajectory
+    was not met below it (a clock a caller pinned, ``now_ms``). The first result met that does say
+    something ends the read (its report may still be on its way)."""
     stream, rest = delivery.keys(schedule).results, set(left)
-    latest = max(left.values())
-    ranges = [("+", "-")] if latest >= _ANY else [(str(latest), "-"), ("+", str(latest + 1))]
-    for newest, oldest in ranges:
-        said = _read(delivery, stream, rest, (newest, oldest))
-        if said is not None:
-            return said
-    return False  # a done trajectory with no result left to read: not known
+    for name in sorted(left, key=left.__getitem__, reverse=True):
+        if name not in rest:
+            continue  # met on an earlier one's read
+        met = None
+        for ends in _ranges(left[name]):
+            met = _read(delivery, stream, rest, ends, name)
+            if met is not None:
+                break
+        if not met:
+            return False  # one says a length, or a done trajectory with no result left: not known
+    return True
 
 
-def _read(delivery: DeliveryViews, stream: str, left: set[str], ends: tuple[str, str]) -> bool | None:
+def _ranges(deadline: int) -> list[tuple[str, str]]:
+    """Where a result stamped no later than ``deadline`` is read for (newest, oldest: stream ids): that
+    deadline down, then what is newer; the whole stream where the record states none."""
+    if deadline >= _ANY:
+        return [("+", "-")]
+    return [(str(deadline), "-"), ("+", str(deadline + 1))]
+
+
+def _read(
+    delivery: DeliveryViews, stream: str, left: set[str], ends: tuple[str, str], target: str
+) -> bool | None:
     """``_said_nothing``'s read of the results between ``ends`` (newest, oldest: stream ids), newest
-    first, each of ``left`` met taken out of it: False at one that says a length, True once every
-    one is met, None where the range ends first."""
+    first, each of ``left`` met taken out of it: False at one that says a length, True once ``target``
+    is met, None where the range ends first."""
     before, oldest = ends
     count, taken, size = _FIRST_PAGE, 0, 0  # results read so far, and their stored JSON's length
-    while left:
+    while True:
         page = delivery.client.xrevrange(stream, max=before, min=oldest, count=count)
         if not page:
             return None
@@ -231,9 +249,10 @@ def _read(delivery: DeliveryViews, stream: str, left: set[str], ends: tuple[str,
                 if _says_length(stored):
                     return False
                 left.discard(name)
+                if name == target:
+                    return True
         taken += len(page)
         before, count = f"({text(page[-1][0])}", _next_page(count, taken, size)
-    return True
 
 
 def _next_page(count: int, taken: int, size: int) -> int:

@@ -4,7 +4,8 @@
 --
 -- Each item has one record in hash P:st, 'state|token|attempts|deadline_ms|predicted|worker|reserve',
 -- with state q queued, r running (leased), d done, x dead-lettered, c cancelled; worker is the queue
--- holding it or the lease holder; reserve is the KV tokens it holds at its predicted final length
+-- holding it or the lease holder (a done item's deadline_ms: its result's stream id's ms, complete.lua;
+-- an older release's, its lease's deadline); reserve is the KV tokens it holds at its predicted final length
 -- (the steal gate). Scripts read records through a cache and write every change back in ONE HSET at
 -- the end (flush), with the counters, the deadline index and the steal scores: few calls per batch.
 local META = KEYS[1]

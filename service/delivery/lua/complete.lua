@@ -5,7 +5,9 @@
 -- result_json). With a holder, a lease held by another worker is stale too: lease tokens count up per
 -- schedule, so a token alone is easy to guess, and a worker must not report another's items.
 -- Returns {code per item (1 accepted, 2 duplicate, 0 stale)..., finished (1 when every item is done,
--- dead or cancelled)}.
+-- dead or cancelled)}. An accepted item's record keeps, where its lease's deadline was, the
+-- millisecond of its result's stream id (no later: the lease was current): a reader after one result
+-- (service/learning/step_over.py) reads that millisecond, not the stream down to it.
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local now = now_ms(ARGV[1])
@@ -25,8 +27,9 @@ for i = 3, #ARGV, 3 do
     if status == 'current' then
       r.s = 'd'
       dirty[key] = true
-      redis.call('XADD', k('results'), '*', 'key', key, 'worker', r.w, 'token', token,
+      local id = redis.call('XADD', k('results'), '*', 'key', key, 'worker', r.w, 'token', token,
         'attempt', r.att, 'result', ARGV[i + 2])
+      r.dl = tonumber(string.match(id, '^(%d+)'))
       count('r', r.w, -1)
       count('d', r.w, 1)
       accepted = true

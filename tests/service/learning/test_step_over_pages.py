@@ -85,8 +85,9 @@ def test_the_read_goes_on_past_pages_of_1024_to_an_aborted_oldest_result(redis_c
 def test_an_old_unreported_result_is_read_from_its_lease_s_deadline_not_from_the_stream_s_newest(
     redis_client: redis.Redis,
 ) -> None:
-    """A trajectory aborted as the step began, the rest (2,000 results of ~4 KB, 8 MB) finished after
-    its lease's deadline and reported: the read for it starts at that deadline (no result of its is
+    """A trajectory aborted as the step began, its record as an older release left it (its lease's
+    deadline, not its result's millisecond), the rest (2,000 results of ~4 KB, 8 MB) finished after
+    that deadline and reported: the read for it starts at that deadline (no result of its is
     newer), and Redis sends a small part of the stream, where it sent the whole of it (at 4,096 x 32,
     18 s of reading on a loaded 2-core host)."""
     delivery = Delivery(redis_client)
@@ -94,8 +95,8 @@ def test_an_old_unreported_result_is_read_from_its_lease_s_deadline_not_from_the
     delivery.enter_step(2, "s", 3600)
     [early] = delivery.claim("s", "w", 1)
     assert delivery.complete(early, TrajectoryResult(0, "abort")) is CompletionOutcome.ACCEPTED
-    deadline = int(str(redis_client.hget(keys.schedule_keys("s").st, early.key)).split("|")[3])
-    while _server_ms(redis_client) <= deadline:  # the rest finish after the early one's deadline
+    _as_an_older_release_left_it(redis_client, early)
+    while _server_ms(redis_client) <= early.deadline_ms:  # the rest finish after the early one's deadline
         time.sleep(0.01)
     late: list[Lease] = []
     while len(late) < 2000:  # each batch completed at once, well within its 2 s leases
@@ -108,6 +109,41 @@ def test_an_old_unreported_result_is_read_from_its_lease_s_deadline_not_from_the
     assert _sent(redis_client) - sent < 2000 * 4096 // 10
 
 
+def _as_an_older_release_left_it(redis_client: redis.Redis, lease: Lease) -> None:
+    """The done record of ``lease`` with its lease's deadline where this release writes its result's
+    millisecond (``lua/complete.lua``)."""
+    st = keys.schedule_keys("s").st
+    fields = str(redis_client.hget(st, lease.key)).split("|")
+    fields[3] = str(lease.deadline_ms)
+    redis_client.hset(st, lease.key, "|".join(fields))
+
+
+def test_two_unreported_results_far_apart_under_leases_as_long_as_the_step_are_each_read_alone(
+    redis_client: redis.Redis,
+) -> None:
+    """Leases of an hour (the deadline past every result), a trajectory aborted as the step began and
+    one as it ended, 2,000 results of ~4 KB between them reported: each is read at the millisecond
+    its record names, and Redis sends a small part of the stream, where the read from the latest
+    deadline down to the oldest result sent the whole of it (131,072 results: 12-18 s)."""
+    delivery = Delivery(redis_client)
+    delivery.publish(schedule("s", {"w": 2002}, ttl_ms=3_600_000))
+    delivery.enter_step(2, "s", 3600)
+    [first] = delivery.claim("s", "w", 1)
+    assert delivery.complete(first, TrajectoryResult(0, "abort")) is CompletionOutcome.ACCEPTED
+    middle: list[Lease] = []
+    while len(middle) < 2000:
+        leases = delivery.claim("s", "w", 50)
+        entries = [(lease.key, lease.token, TrajectoryResult(40, output="y" * 4096)) for lease in leases]
+        assert set(delivery.complete_many("s", entries)) == {CompletionOutcome.ACCEPTED}
+        middle += leases
+    [last] = delivery.claim("s", "w", 1)
+    assert delivery.complete(last, TrajectoryResult(0, "abort")) is CompletionOutcome.ACCEPTED
+    sent = _sent(redis_client)
+    assert over(_reported(middle), 2, delivery)
+    assert _sent(redis_client) - sent < 2000 * 4096 // 10
+    assert not over(_reported(middle[1:]), 2, delivery)  # one between them says a length, unreported
+
+
 def _server_ms(redis_client: redis.Redis) -> int:
     seconds, micros = redis_client.time()
     return int(seconds) * 1000 + int(micros) // 1000
@@ -118,15 +154,17 @@ def _sent(redis_client: redis.Redis) -> int:
     return int(redis_client.info("stats")["total_net_output_bytes"])
 
 
+@pytest.mark.parametrize("older", [False, True], ids=["this-release", "older-release"])
 @pytest.mark.parametrize(
     ("first", "is_over"),
     [(TrajectoryResult(0, "abort"), True), (TrajectoryResult(40), False)],
     ids=["abort", "stop"],
 )
 def test_a_result_stamped_past_its_lease_s_deadline_is_still_read(
-    redis_client: redis.Redis, first: TrajectoryResult, is_over: bool
+    redis_client: redis.Redis, first: TrajectoryResult, is_over: bool, older: bool
 ) -> None:
-    """Leased and completed on a clock its caller pinned an hour back (``now_ms``): the deadline is
+    """Leased and completed on a clock its caller pinned an hour back (``now_ms``): this release's
+    record names its result's millisecond whatever the pin. An older release's names the deadline,
     an hour before the result's stream id, so the read from the deadline down misses it, and the
     results newer than the deadline are read after: aborted, the step is over; a length, it is not."""
     delivery = Delivery(redis_client)
@@ -136,4 +174,6 @@ def test_a_result_stamped_past_its_lease_s_deadline_is_still_read(
     leases = delivery.claim("s", "w", 3, now_ms=hour_ago)
     for lease, result in zip(leases, (first, TrajectoryResult(40), TrajectoryResult(40)), strict=True):
         assert delivery.complete(lease, result, now_ms=hour_ago) is CompletionOutcome.ACCEPTED
+    if older:
+        _as_an_older_release_left_it(redis_client, leases[0])
     assert over(_reported(leases[1:]), 2, delivery) is is_over

@@ -23,7 +23,8 @@ def _one_done_unreported(
 ) -> tuple[Delivery, LastStep]:
     """Step 2's one schedule ``s`` of two trajectories, both done, the second's result ``last``
     (aborted by default); the newest result of the second is ``stored`` where given (read before its
-    accepted entry); only the first is reported."""
+    accepted entry: its record's deadline field moved to the stored one's id, as an older release's
+    lease deadline past both would be); only the first is reported."""
     delivery = Delivery(redis_client)
     delivery.publish(schedule("s", {"w": 2}, ttl_ms=600_000))
     delivery.enter_step(2, "s", 3600)
@@ -32,7 +33,11 @@ def _one_done_unreported(
     assert delivery.complete(first, TrajectoryResult(40)) is CompletionOutcome.ACCEPTED
     assert delivery.complete(second, last or aborted) is CompletionOutcome.ACCEPTED
     if stored is not None:
-        redis_client.xadd(keyspace.schedule_keys("s").results, {"key": second.key, "result": stored})
+        keys = keyspace.schedule_keys("s")
+        newest = str(redis_client.xadd(keys.results, {"key": second.key, "result": stored}))
+        fields = str(redis_client.hget(keys.st, second.key)).split("|")
+        fields[3] = newest.split("-")[0]
+        redis_client.hset(keys.st, second.key, "|".join(fields))
     return delivery, LastStep(2, 0, {"s": frozenset({first.key})}, frozenset({"s"}))
 
 
