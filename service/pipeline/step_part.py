@@ -101,7 +101,7 @@ def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadlin
         marked.release()
         raise
     if unwritten is None:  # kept live while the request lives, however long it overruns (``step_keeper``)
-        KEEPER.hold(ctx, body.step, member)
+        KEEPER.hold(ctx, body.step, member, life_s)
     return Arrived(marked.ctx, marked.schedule_id, marked.request_id, unwritten, entry)
 
 
