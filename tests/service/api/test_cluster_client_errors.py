@@ -137,8 +137,10 @@ def test_a_step_entry_the_cluster_client_failed_after_a_lost_answer_is_taken_bac
     client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, error: Exception
 ) -> None:
     """The same for the step's planning entry: left, it kept its step out of a retrain its whole life
-    (the plan queue's timeout + the budget + 60 s)."""
+    (the plan queue's timeout + the budget + 60 s). The request is refused 503 as a failed mark's is
+    (``step_part.arrive``), nothing published."""
     monkeypatch.setattr(Delivery, "enter_planning", _landed_then(Delivery.enter_planning, error))
     answer = client.post("/schedule", json=batch_body(schedule_id="entered", step=2))
-    assert answer.status_code == 200, answer.text
+    assert answer.status_code == 503, answer.text
     assert not redis_client.zcard(keyspace.step_planning(2))
+    assert not redis_client.exists(keyspace.step_schedules(2))
