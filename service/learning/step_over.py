@@ -199,14 +199,14 @@ def _said_nothing(delivery: DeliveryViews, schedule: str, left: dict[str, int]) 
     ``_deadline``), has a result that says nothing of length, which no client reports (``says_length``).
 
     Each is looked for on its own, the newest first, from its ``_deadline`` down to its result: the
-    millisecond its result was stamped (the results one completion call accepted, 500 at most), or
-    for a record an older release wrote, the results of one lease's life. Read from the latest
-    deadline down to the oldest result met, one sweep was the whole stream between the two where two
-    were far apart (an aborted trajectory at the step's start and one at its end: 131,072 results of
-    4 KB, 12-18 s of reading, nearly all of it parsing them), or the whole stream where the lease was
-    as long as the step. The results newer than a deadline are read after, only where its trajectory
-    was not met below it (a clock a caller pinned, ``now_ms``). The first result met that does say
-    something ends the read (its report may still be on its way)."""
+    millisecond its result was stamped (what the completion calls of that millisecond accepted: a
+    batch reported at once), or for a record an older release wrote, the results of one lease's life.
+    Read from the latest deadline down to the oldest result met, one sweep was the whole stream
+    between the two where two were far apart (an aborted trajectory at the step's start and one at
+    its end: 131,072 results of 4 KB, 19-25 s of reading, nearly all of it parsing them), or the
+    whole stream where the lease was as long as the step. The results newer than a deadline are read
+    after, only where its trajectory was not met below it (a clock a caller pinned, ``now_ms``). The
+    first result met that does say something ends the read (its report may still be on its way)."""
     stream, rest = delivery.keys(schedule).results, set(left)
     for name in sorted(left, key=left.__getitem__, reverse=True):
         if name not in rest:
