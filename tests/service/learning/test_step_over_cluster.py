@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.delivery import CompletionOutcome, Delivery, Lease, TrajectoryResult
+from service.delivery import keys as keyspace
 from tests.cluster import LocalCluster
 from tests.service.api_helpers import actual_history, actual_report, batch_body
 
@@ -53,3 +54,24 @@ def test_a_settled_unreported_part_and_an_aborted_result_are_read_in_their_slots
     assert _fitted(cluster_app, tmp_path) == [0, 1]
     _report(cluster_app, leases["step-2b"], "step-2b")
     assert _fitted(cluster_app, tmp_path) == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_entries_of_two_steps_are_kept_in_their_own_slots_in_one_round_trip_on_redis_cluster(
+    redis_cluster: LocalCluster,
+) -> None:
+    """``keep_planning``'s one pipeline writes each step's planning zset in its own slot (the two
+    names hash apart), pushing entries that are there and creating none."""
+    client = redis_cluster.client()
+    delivery = Delivery(client)
+    delivery.enter_planning(2, "a", 1_000)
+    delivery.enter_planning(3, "b", 1_000)
+    first = {
+        step: float(client.zscore(keyspace.step_planning(step), m) or 0) for step, m in ((2, "a"), (3, "b"))
+    }
+    delivery.keep_planning({2: ["a", "gone"], 3: ["b"]}, 600_000)
+    for step, member in ((2, "a"), (3, "b")):
+        key = keyspace.step_planning(step)
+        assert client.pttl(key) > 500_000
+        assert float(client.zscore(key, member) or 0) > first[step] + 500_000
+    assert client.zscore(keyspace.step_planning(2), "gone") is None
