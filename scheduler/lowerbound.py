@@ -35,6 +35,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from scheduler import giveup
 from scheduler.costmodel import WorkerCost, speed_clusters, worker_cost
 from scheduler.stepsum import FloatArray, planned_steps_array, solo_decode_times
 from scheduler.tailbound import PRECISION, tail_bound
@@ -86,6 +87,7 @@ def lower_bound(
     outputs = steps.astype(np.float64)
     need = prompts + np.array([t.max_new_tokens for t in trajectories], dtype=np.float64)
     longest = _longest(trajectories, costs, prompts, outputs, need)
+    giveup.check()  # the caller's hard deadline between the limits' passes over the batch (deadline48)
     per_trajectory = prompts * outputs + outputs * (outputs - 1.0) / 2.0
     groups = _group_index(trajectories) if prefix_affinity else None
     if groups is not None:
@@ -99,6 +101,7 @@ def lower_bound(
     if groups is not None:  # (d) by whole groups: heads stay the single prompts
         units = (_group_max(groups, steps), _group_sum(groups, per_trajectory), _group_sum(groups, prompts))
     ranked = [[(g[0], len(g)) for g in groups] for groups in _families(costs, RANK_TOLERANCE)]
+    giveup.check()
     tail = tail_bound(*units, kinds, known, grid, precision, deadline, fluid_deadline, prompts, ranked)
     return LowerBound(longest, throughput, kv, tail, max(known, tail))
 

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from scheduler import giveup
 from scheduler.costmodel import WorkerCost, speed_clusters, worker_cost
 from scheduler.finish import queue_finishes, worker_finish
 from scheduler.gcpause import collector_paused
@@ -129,13 +130,20 @@ def build_problem(request: PlanRequest) -> Problem:
 
 
 def _build_problem(request: PlanRequest) -> Problem:
-    """The per-trajectory columns, then one unit per trajectory, or per group under affinity."""
+    """The per-trajectory columns, then one unit per trajectory, or per group under affinity.
+
+    The caller's hard deadline is checked between the three (``scheduler.giveup``): each is a pass
+    over the batch, together 16 ms quiet at 16,384 trajectories, unchecked until the problem's end
+    (the give-up came up to 20 ms past the deadline beside 2 CPU burners: docs/experiments.md,
+    deadline48)."""
     workers = request.inventory.workers
     costs = tuple(worker_cost(w, request.inventory.model) for w in workers)
     index_of = {w.worker_id: i for i, w in enumerate(workers)}
     active = tuple(i for i, w in enumerate(workers) if w.worker_id not in request.excluded_workers)
     columns = _columns(request)
+    giveup.check()
     pins = [-1 if t.pinned_worker is None else index_of[t.pinned_worker] for t in request.trajectories]
+    giveup.check()
     allowed = _Allowed(costs, active)
     kv_steps = tuple(columns.kv_steps)
     if not request.prefix_affinity:
