@@ -20,9 +20,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
+from predictors import cutoff
 from predictors.queries import Query, QueryBatch
 from scheduler.errors import InvalidInputError
 from scheduler.gcpause import collector_paused
@@ -55,6 +57,7 @@ from service.speeds.model import idle_learned
 
 _log = logging.getLogger("service.pipeline")
 BASELINE = "round_robin"
+PREDICTED = "it was planned (while it was predicted)"  # where a 504 of the predict stage says it passed
 PREDICT_CHECK_EVERY = 1024  # trajectories built between the caller's deadline's checks (``predict``)
 # Refusals a retry may not meet (Redis down or full, the plan queue busy, the caller's deadline): an
 # invalid body is refused for what it is instead (``convert.broken_rule``), which every retry would meet.
@@ -238,10 +241,11 @@ def predict(
     Queries are built once per prompt and repeated ``n`` times column-wise: the samples of a prompt
     differ only in ``sample_idx``, and 4,096 per-sample objects would cost more than the model.
 
-    The caller's deadline ``until`` is checked once the model has answered and every
+    The caller's deadline ``until`` is checked between the model's row chunks (``predictors.cutoff``:
+    one call over 32,768 distinct rows took 1.1-1.5 s starved), once the model has answered and every
     ``PREDICT_CHECK_EVERY`` trajectories built (4,096 took 15 ms at load 7, more starved): a 4,096-
     trajectory step whose deadline passed while it was predicted was refused only at the budget's
-    check after it, up to 161 ms late (docs/experiments.md, deadline47).
+    check after it, up to 161 ms late (docs/experiments.md, deadline47 and deadline48).
     """
     items = body.batch.items
     per_prompt = QueryBatch.of(
@@ -257,12 +261,13 @@ def predict(
         numeric={k: v[rows] for k, v in per_prompt.numeric.items()},
         categorical={k: v[rows] for k, v in per_prompt.categorical.items()},
     )
-    predictions = ctx.models.predict(queries, body.step, checked.quantile)
+    with cutoff.checking(partial(until.check, PREDICTED)):  # between the model's row chunks too
+        predictions = ctx.models.predict(queries, body.step, checked.quantile)
     value, p50, p90 = predictions.value.tolist(), predictions.p50.tolist(), predictions.p90.tolist()
     sample = queries.sample_idx.tolist()
     trajectories: list[Trajectory] = []
     for first in range(0, len(rows), PREDICT_CHECK_EVERY):
-        until.check("it was planned (while it was predicted)")
+        until.check(PREDICTED)
         trajectories.extend(
             Trajectory(
                 prompt_id=items[k].prompt_id,

@@ -15,6 +15,7 @@ import pytest
 import redis
 from fastapi import FastAPI
 
+from predictors import cutoff
 from scheduler.types import Trajectory
 from service.context import Context
 from service.pipeline import deadline, stages
@@ -98,6 +99,31 @@ def test_a_deadline_that_passes_while_the_model_predicts_is_refused_as_predicted
     late = client.post("/schedule", json=batch_body(schedule_id="late", step=STEP), headers=DEADLINE)
     assert (late.status_code, late.json()["field"]) == (504, HEADER)
     assert "passed before it was planned (while it was predicted)" in late.json()["detail"]
+    assert redis_snapshot(redis_client) == before
+
+
+def test_a_deadline_that_passes_while_the_model_scores_its_rows_cuts_it_at_its_next_chunk(
+    slow_client: SlowClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model checks between its row chunks (``predictors.cutoff``, deadline48): a stand-in model
+    whose first chunk outlives the deadline scores no second one."""
+    client, app = slow_client(0.0)
+    past_it = _deadline_moved(monkeypatch)
+    models = _context(app).models
+    predict, scored = models.predict, []
+
+    def first_chunk_slow(*args: Any, **kwargs: Any) -> Any:
+        past_it()  # the first chunk is scored past the deadline
+        cutoff.check()  # where the model checks before its next chunk
+        scored.append(1)
+        return predict(*args, **kwargs)
+
+    monkeypatch.setattr(models, "predict", first_chunk_slow)
+    before = redis_snapshot(redis_client)
+    late = client.post("/schedule", json=batch_body(schedule_id="late", step=STEP), headers=DEADLINE)
+    assert (late.status_code, late.json()["field"]) == (504, HEADER)
+    assert "passed before it was planned (while it was predicted)" in late.json()["detail"]
+    assert not scored
     assert redis_snapshot(redis_client) == before
 
 
