@@ -6,7 +6,7 @@ the shared 2-core host beside 2 CPU burners, 1.1-1.5 s for both (docs/experiment
 all of it unchecked: the service's predict stage checks the caller's deadline only once the model
 has answered (``service.pipeline.stages.predict``), so its 504 came that much past the deadline.
 
-How. The model scores ``CHUNK_ROWS`` rows per call, and between calls runs the check its caller set
+How. Each booster scores ``CHUNK_ROWS`` rows per call, and before each call runs the check its caller set
 for this context with ``checking``: the service's raises its deadline's error, which leaves the
 predict unfinished. A context variable, as ``scheduler.giveup``'s hard deadline, for the same reason:
 the call is several frames below the caller (``Models.predict``, then ``LengthPredictor.predict``),
@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-CHUNK_ROWS = 2048  # rows a booster scores between checks: ~40 ms per booster beside 2 CPU burners,
-# ~6% of the 32,768-row call; fewer rows a call add LightGBM's per-call overhead to every predict
+CHUNK_ROWS = 1024  # rows a booster call scores, each call checked before: 2,048 took up to 85 ms
+# beside 2 CPU burners (one call over 32,768 rows: 0.6-0.7 s); fewer rows a call add LightGBM's
+# per-call overhead to every predict
 
 _CHECK: ContextVar[Callable[[], None] | None] = ContextVar("predictors_cutoff_check", default=None)
 

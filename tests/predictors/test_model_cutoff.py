@@ -30,10 +30,10 @@ def fitted() -> tuple[LengthPredictor, FittedModel, QueryBatch]:
     return LengthPredictor(history, model), model, QueryBatch.from_trace(trace.take(trace.step == 3), NO_CAP)
 
 
-def _scored_rows(monkeypatch: pytest.MonkeyPatch, model: FittedModel) -> list[int]:
-    """The rows each call of the p50 booster scores, in order."""
+def _scored_rows(monkeypatch: pytest.MonkeyPatch, booster: Any) -> list[int]:
+    """The rows each call of ``booster`` (one of the model's two) scores, in order."""
     rows: list[int] = []
-    booster, original = model.p50, model.p50.predict
+    original = booster.predict
 
     def counted(features: Any, **kwargs: Any) -> Any:
         rows.append(len(features))
@@ -48,17 +48,35 @@ def test_a_caller_that_stops_waiting_cuts_the_model_at_its_next_chunk(
 ) -> None:
     predictor, model, batch = fitted
     monkeypatch.setattr(cutoff, "CHUNK_ROWS", CHUNK)
-    scored = _scored_rows(monkeypatch, model)
+    p50, p90 = _scored_rows(monkeypatch, model.p50), _scored_rows(monkeypatch, model.p90)
     checks: list[int] = []
 
     def after_the_first_chunk() -> None:
         checks.append(1)
-        if len(checks) > 1:
+        if len(checks) > 2:
             raise StoppedWaitingError
 
     with cutoff.checking(after_the_first_chunk), pytest.raises(StoppedWaitingError):
         predictor.predict(batch, step=3)
-    assert scored == [CHUNK]  # one chunk scored, the rest never asked of the booster
+    assert (p50, p90) == ([CHUNK], [CHUNK])  # one chunk scored by each, the rest never asked of them
+
+
+def test_the_check_runs_before_each_booster_call_not_only_each_chunk(
+    monkeypatch: pytest.MonkeyPatch, fitted: tuple[LengthPredictor, FittedModel, QueryBatch]
+) -> None:
+    predictor, model, batch = fitted
+    monkeypatch.setattr(cutoff, "CHUNK_ROWS", CHUNK)
+    p50, p90 = _scored_rows(monkeypatch, model.p50), _scored_rows(monkeypatch, model.p90)
+    checks: list[int] = []
+
+    def after_the_p50_call() -> None:
+        checks.append(1)
+        if len(checks) > 1:
+            raise StoppedWaitingError
+
+    with cutoff.checking(after_the_p50_call), pytest.raises(StoppedWaitingError):
+        predictor.predict(batch, step=3)
+    assert (p50, p90) == ([CHUNK], [])
 
 
 def test_scores_in_chunks_are_the_scores_of_one_call(
@@ -67,7 +85,7 @@ def test_scores_in_chunks_are_the_scores_of_one_call(
     predictor, model, batch = fitted
     whole = predictor.predict(batch, step=3)
     monkeypatch.setattr(cutoff, "CHUNK_ROWS", CHUNK)
-    scored = _scored_rows(monkeypatch, model)
+    scored = _scored_rows(monkeypatch, model.p50)
     with cutoff.checking(lambda: None):
         chunked = predictor.predict(batch, step=3)
     assert len(scored) > 1
@@ -81,6 +99,6 @@ def test_without_a_check_set_the_model_scores_every_chunk(
 ) -> None:
     predictor, model, batch = fitted
     monkeypatch.setattr(cutoff, "CHUNK_ROWS", CHUNK)
-    scored = _scored_rows(monkeypatch, model)
+    scored = _scored_rows(monkeypatch, model.p90)
     predictor.predict(batch, step=3)
     assert (sum(scored), max(scored)) == (60, CHUNK)
