@@ -29,6 +29,9 @@ STEP_LIMIT_S = 0.02  # deterministic limit of one neighbourhood solve
 MIN_GAIN = 0.005  # repair only while the slowest worker trails the runner-up by more than this
 SAFE_INT = 2**62  # CP-SAT's integers are 64-bit; a model past this is not built
 MAX_MOVES = 24  # neighbourhood solves per plan at most (the budget usually ends the search first)
+AFTER_BOOLEANS = 3.5  # a move's model past its booleans (the exactly-ones, each worker's constraints,
+# the hints), as a multiple of the time its booleans took: 2.7-3.4x in thread CPU at 1,024 x 16 and
+# 4,096 x 32, 1+1 and 1+3 moves (docs/experiments.md, deadline48)
 
 
 def improve(
@@ -146,20 +149,25 @@ def _split_model(
     deadline: float,
 ) -> tuple[cp_model.CpModel, dict[tuple[int, int], cp_model.IntVar]] | None:
     """The CP-SAT model of splitting ``group``'s units among its workers, hinted with the current
-    split, and its ``x[u, w]`` booleans; None when the integers would overflow, or once ``deadline``
-    has passed while it is built (checked before each worker's constraints): the first move is not
-    priced (nothing has timed one yet), and on a starved host building it took 65-306 ms started
-    with 50-100 ms left, ending a 250 ms plan at up to 580 ms (docs/experiments.md, budget47)."""
+    split, and its ``x[u, w]`` booleans; None when the integers would overflow, or where the model
+    would not be built by ``deadline``: priced once its booleans are made, at ``AFTER_BOOLEANS``
+    times what they took, and checked before each worker's constraints.
+
+    Why priced here. ``improve`` prices a move by the last one's time, and the first by nothing
+    (none has been timed yet); on a starved host its build took 65-306 ms started with 50-100 ms
+    left, ending a 250 ms plan at up to 580 ms (docs/experiments.md, budget47), and the check before
+    each worker still let one worker's constraints, half a 1+1 move's build, run past the deadline.
+    The booleans are a quarter of the build, made the same way (a Python call each), so what they
+    took on this host just now prices the rest; the lpt phase, 2 ms at 1,024 x 16, says nothing of
+    a host that gives the plan a few percent of a core (deadline48)."""
     members = set(group)
     units = [u for w in group for u in placed[w]]
     home = {u: w for w in group for u in placed[w]}
     model = cp_model.CpModel()
-    # Variables: x[u, w] for the allowed workers of the group; per-worker N, K and time.
-    x: dict[tuple[int, int], cp_model.IntVar] = {}
-    for u in units:
-        for w in problem.units[u].allowed:
-            if w in members:
-                x[u, w] = model.new_bool_var(f"x[{u},{w}]")
+    started = clock.now()
+    x = _booleans(model, problem, units, members)
+    if clock.now() + AFTER_BOOLEANS * (clock.now() - started) >= deadline:
+        return None
     kv = {u: round(problem.units[u].kv_steps / KV_UNIT) for u in units}
     horizon = round(max(finish[w] for w in group) * US * 2) + 1
     scales = {w: _calibration(problem, w, placed[w], finish[w]) for w in group}
@@ -185,6 +193,18 @@ def _split_model(
         model.add_hint(var, int(home[u] == w))
     model.add_hint(makespan, min(current, horizon))
     return model, x
+
+
+def _booleans(
+    model: cp_model.CpModel, problem: Problem, units: Sequence[int], members: set[int]
+) -> dict[tuple[int, int], cp_model.IntVar]:
+    """``x[u, w]``: whether unit ``u`` goes to worker ``w``, for each of ``members`` it is allowed on."""
+    x: dict[tuple[int, int], cp_model.IntVar] = {}
+    for u in units:
+        for w in problem.units[u].allowed:
+            if w in members:
+                x[u, w] = model.new_bool_var(f"x[{u},{w}]")
+    return x
 
 
 def _worker_constraints(
