@@ -29,6 +29,10 @@ STEP_LIMIT_S = 0.02  # deterministic limit of one neighbourhood solve
 MIN_GAIN = 0.005  # repair only while the slowest worker trails the runner-up by more than this
 SAFE_INT = 2**62  # CP-SAT's integers are 64-bit; a model past this is not built
 MAX_MOVES = 24  # neighbourhood solves per plan at most (the budget usually ends the search first)
+SOLVE_STOP_S = 0.02  # what a solve takes past its wall limit (CP-SAT's own start and stop, counted
+# in its wall_time but not against its limit), kept off the limit it is given: beside 2 CPU burners
+# (load ~21) a repair solve stopped by a 5-20 ms limit returned a median 20-32 ms past it (max 70),
+# by a 40 ms limit 4 ms past; loading the model into the call took 0.1-0.3 ms (deadline48)
 AFTER_BOOLEANS = 3.5  # a move's model past its booleans (the exactly-ones, each worker's constraints,
 # the hints), as a multiple of the time its booleans took: 2.7-3.4x in thread CPU at 1,024 x 16 and
 # 4,096 x 32, 1+1 and 1+3 moves (docs/experiments.md, deadline48)
@@ -121,11 +125,15 @@ def _resolve(
     # than the model took to build, the solver's copy of it being as large. CP-SAT's limits count from
     # its search: on a starved host a solve begun with 1-10 ms left, after a 72-110 ms build, took
     # 27-167 ms to load and return (docs/experiments.md, review47a).
+    # Nor with less left than the solver's own start and stop (``SOLVE_STOP_S``), which its wall
+    # limit does not count: that limit is the deadline less them, so the solve returns by the deadline
+    # (on a frozen clock there is no wall limit, and nothing is kept off: the replay's plans stand).
     now = clock.now()
     left = deadline - now
-    if left <= now - started:
+    stop_s = SOLVE_STOP_S if clock.solves_on_wall_clock() else 0.0
+    if left <= now - started or left <= stop_s:
         return None
-    solver = new_solver(min(STEP_LIMIT_S, left), seed, left)
+    solver = new_solver(min(STEP_LIMIT_S, left), seed, left - stop_s)
     # No presolve: its probing alone spent the whole limit on the 1+3 neighbourhoods of the bench
     # batches' lpt plans (460-2,100 booleans: "Stopped after presolve", UNKNOWN), so the complete,
     # feasible hint never reached the search and those moves could not return even it. Unpresolved,

@@ -142,3 +142,28 @@ def test_a_repair_move_is_priced_by_its_booleans_and_builds_no_constraint_that_w
     exchange._resolve(problem, assignment, finishes, group, 1.0, seed=1)
     assert constrained
     assert solved
+
+
+def test_a_repair_solve_is_given_the_time_left_less_the_solvers_own_start_and_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CP-SAT returns past its wall limit by its own start and stop (``SOLVE_STOP_S``): the limit
+    it is given is what is left less that, and with no more than that left it is not solved."""
+    problem = build_problem(bench_request(1_024, 16, seed=1))
+    with clock.frozen():
+        assignment, _, finishes = lpt.lpt_start(problem, False, 1.0, True)
+    monkeypatch.setattr(clock, "now", ManualClock().now)  # the build takes no time on it
+    limits: list[float] = []
+    solve = exchange.solve
+
+    def limit_read(solver: Any, *args: Any) -> Any:
+        limits.append(solver.parameters.max_time_in_seconds)
+        return solve(solver, *args)
+
+    monkeypatch.setattr(exchange, "solve", limit_read)
+    by_finish = sorted(problem.active, key=lambda w: (finishes[w], w))
+    group = [by_finish[-1], by_finish[0]]
+    exchange._resolve(problem, assignment, finishes, group, 0.05, seed=1)
+    assert limits == [pytest.approx(0.05 - exchange.SOLVE_STOP_S)]
+    exchange._resolve(problem, assignment, finishes, group, exchange.SOLVE_STOP_S, seed=1)
+    assert len(limits) == 1  # no solve with only the solver's start and stop left
