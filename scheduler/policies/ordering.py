@@ -282,12 +282,15 @@ def refine_critical(
     ``CRITICAL_CANDIDATES`` finishes it sooner, it is kept and the next last worker is tried; the
     first last worker no candidate improves, or whose queue runs at once (then no order matters),
     ends the search. Each try must fit before ``deadline`` at twice the last try's cost; the result
-    is never slower.
+    is never slower. Each try checks the caller's hard deadline first (``scheduler.giveup``): it
+    ends cpsat's band rounds (``bandround.play_round``) and its repair, and was the one part of a
+    round that did not (deadline48).
     """
     ordered, finish = list(queues), list(finishes)
     tried: set[int] = set()
     cost_s = 0.0
     while deadline - clock.now() > 2 * cost_s:
+        giveup.check()
         started = clock.now()
         w = max(range(len(finish)), key=finish.__getitem__)
         if w in tried or len(ordered[w]) < 2:

@@ -17,7 +17,8 @@ import pytest
 from scheduler import clock, giveup, lowerbound, planner, tailbands, validation
 from scheduler.benchgen import bench_request
 from scheduler.errors import DeadlinePassedError
-from scheduler.policies import problem
+from scheduler.policies import lpt, ordering, problem
+from scheduler.policies.problem import build_problem
 from scheduler.types import PlanRequest
 from tests.scheduler.fake_clock import count_calls
 from tests.scheduler.test_giveup import DEADLINE, JumpingWall
@@ -99,3 +100,18 @@ def _answered_feasible(infeasible: Any) -> Any:
         return False
 
     return probe
+
+
+def test_the_critical_workers_refinement_plays_no_candidate_past_the_hard_deadline(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
+) -> None:
+    """``refine_critical`` ends each band round and cpsat's repair: past the deadline it gives up
+    before playing the last worker's candidate orders."""
+    built = build_problem(bench_request(1_024, 16, seed=1))
+    with clock.frozen():
+        _, queues, finishes = lpt.lpt_start(built, False, 1.0, True)
+    played = count_calls(monkeypatch, problem.Problem, "played")
+    wall.seconds = wall.after
+    with giveup.giving_up_at(DEADLINE), pytest.raises(DeadlinePassedError):
+        ordering.refine_critical(built, queues, finishes, False, 1.0)
+    assert not played
