@@ -86,15 +86,16 @@ class FittedModel:
 
         Tree traversal is the dominant cost, so callers pass distinct rows only: the predictor
         builds one row per distinct query (``features.distinct_queries``), ~4k for 32k trajectories
-        (32k where every prompt is distinct). Scored ``cutoff.CHUNK_ROWS`` rows a booster call, with the
-        caller's check (``predictors.cutoff``) before each call: one call over 32k rows could not
-        be cut, and ran past the service's deadline by up to 1.5 s on a starved host.
+        (32k where every prompt is distinct). Where the caller set a check (``predictors.cutoff``),
+        scored ``cutoff.CHUNK_ROWS`` rows a booster call, the check before each: one call over 32k
+        rows could not be cut, and ran past the service's deadline by up to 1.2 s on a starved host.
         """
         threads = self.metadata.config.get("num_threads", 1)
         q50 = np.empty(len(features), dtype=np.float64)
         q90 = np.empty(len(features), dtype=np.float64)
-        for first in range(0, len(features), cutoff.CHUNK_ROWS):
-            rows = slice(first, first + cutoff.CHUNK_ROWS)
+        chunk = cutoff.chunk_rows(len(features))
+        for first in range(0, len(features), chunk):
+            rows = slice(first, first + chunk)
             cutoff.check()
             q50[rows] = self.p50.predict(features[rows], num_threads=threads)
             cutoff.check()

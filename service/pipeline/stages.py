@@ -261,7 +261,8 @@ def predict(
         numeric={k: v[rows] for k, v in per_prompt.numeric.items()},
         categorical={k: v[rows] for k, v in per_prompt.categorical.items()},
     )
-    with cutoff.checking(partial(until.check, PREDICTED)):  # between the model's row chunks too
+    cut = None if until.at is None else partial(until.check, PREDICTED)  # between the model's row chunks
+    with cutoff.checking(cut):
         predictions = ctx.models.predict(queries, body.step, checked.quantile)
     value, p50, p90 = predictions.value.tolist(), predictions.p50.tolist(), predictions.p90.tolist()
     sample = queries.sample_idx.tolist()

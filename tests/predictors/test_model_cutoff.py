@@ -94,11 +94,15 @@ def test_scores_in_chunks_are_the_scores_of_one_call(
     assert np.array_equal(chunked.value, whole.value)
 
 
-def test_without_a_check_set_the_model_scores_every_chunk(
-    monkeypatch: pytest.MonkeyPatch, fitted: tuple[LengthPredictor, FittedModel, QueryBatch]
+@pytest.mark.parametrize("check", [None, lambda: None], ids=["none-set", "set"])
+def test_the_model_scores_its_rows_in_one_call_unless_a_check_is_set(
+    monkeypatch: pytest.MonkeyPatch, fitted: tuple[LengthPredictor, FittedModel, QueryBatch], check: Any
 ) -> None:
+    """A call costs LightGBM CPU besides its rows: chunks only where a caller can cut them."""
     predictor, model, batch = fitted
     monkeypatch.setattr(cutoff, "CHUNK_ROWS", CHUNK)
     scored = _scored_rows(monkeypatch, model.p90)
-    predictor.predict(batch, step=3)
-    assert (sum(scored), max(scored)) == (60, CHUNK)
+    with cutoff.checking(check):
+        predictor.predict(batch, step=3)
+    assert sum(scored) == 60
+    assert max(scored) == (60 if check is None else CHUNK)

@@ -127,6 +127,24 @@ def test_a_deadline_that_passes_while_the_model_scores_its_rows_cuts_it_at_its_n
     assert redis_snapshot(redis_client) == before
 
 
+def test_without_a_deadline_the_model_scores_its_rows_in_one_call_a_booster(
+    slow_client: SlowClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row chunks cost LightGBM CPU: only a request with a deadline to check has them."""
+    client, app = slow_client(0.0)
+    models = _context(app).models
+    predict, rows_a_call = models.predict, []
+
+    def chunking_read(*args: Any, **kwargs: Any) -> Any:
+        rows_a_call.append(cutoff.chunk_rows(50_000))
+        return predict(*args, **kwargs)
+
+    monkeypatch.setattr(models, "predict", chunking_read)
+    assert client.post("/schedule", json=batch_body(step=STEP)).status_code == 200
+    assert client.post("/schedule", json=batch_body(step=STEP), headers=DEADLINE).status_code == 200
+    assert rows_a_call == [50_000, cutoff.CHUNK_ROWS]
+
+
 def test_a_deadline_that_passes_while_the_trajectories_are_built_stops_the_build_at_the_next_check(
     slow_client: SlowClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
