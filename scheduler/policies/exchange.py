@@ -33,6 +33,7 @@ SOLVE_STOP_S = 0.02  # what a solve takes past its wall limit (CP-SAT's own star
 # in its wall_time but not against its limit), kept off the limit it is given: beside 2 CPU burners
 # (load ~21) a repair solve stopped by a 5-20 ms limit returned a median 20-32 ms past it (max 70),
 # by a 40 ms limit 4 ms past; loading the model into the call took 0.1-0.3 ms (deadline48)
+PRICE_EVERY = 64  # units whose booleans are made between two pricings of the move's model
 AFTER_BOOLEANS = 3.5  # a move's model past its booleans (the exactly-ones, each worker's constraints,
 # the hints), as a multiple of the time its booleans took: 2.7-3.4x in thread CPU at 1,024 x 16 and
 # 4,096 x 32, 1+1 and 1+3 moves (docs/experiments.md, deadline48)
@@ -158,24 +159,30 @@ def _split_model(
 ) -> tuple[cp_model.CpModel, dict[tuple[int, int], cp_model.IntVar]] | None:
     """The CP-SAT model of splitting ``group``'s units among its workers, hinted with the current
     split, and its ``x[u, w]`` booleans; None when the integers would overflow, or where the model
-    would not be built by ``deadline``: priced once its booleans are made, at ``AFTER_BOOLEANS``
-    times what they took, and checked before each worker's constraints.
+    would not be built by ``deadline``: priced every ``PRICE_EVERY`` units while its booleans are
+    made (the booleans at the pace so far, the rest at ``AFTER_BOOLEANS`` times them), and checked
+    before each worker's constraints.
 
     Why priced here. ``improve`` prices a move by the last one's time, and the first by nothing
     (none has been timed yet); on a starved host its build took 65-306 ms started with 50-100 ms
     left, ending a 250 ms plan at up to 580 ms (docs/experiments.md, budget47), and the check before
     each worker still let one worker's constraints, half a 1+1 move's build, run past the deadline.
-    The booleans are a quarter of the build, made the same way (a Python call each), so what they
-    took on this host just now prices the rest; the lpt phase, 2 ms at 1,024 x 16, says nothing of
-    a host that gives the plan a few percent of a core (deadline48)."""
+    The booleans are a quarter of the build, made the same way (a Python call each), so what the
+    first of them took on this host just now prices the rest; the lpt phase, 2 ms at 1,024 x 16,
+    says nothing of a host that gives the plan a few percent of a core, and priced only once all
+    booleans were made, those alone ran 35-115 ms at load ~18 (deadline48)."""
     members = set(group)
     units = [u for w in group for u in placed[w]]
     home = {u: w for w in group for u in placed[w]}
     model = cp_model.CpModel()
+    x: dict[tuple[int, int], cp_model.IntVar] = {}
     started = clock.now()
-    x = _booleans(model, problem, units, members)
-    if clock.now() + AFTER_BOOLEANS * (clock.now() - started) >= deadline:
-        return None
+    for first in range(0, len(units), PRICE_EVERY):
+        _booleans(model, problem, units[first : first + PRICE_EVERY], members, x)
+        made = min(len(units), first + PRICE_EVERY)
+        booleans_s = (clock.now() - started) * len(units) / made
+        if started + (1.0 + AFTER_BOOLEANS) * booleans_s >= deadline:
+            return None
     kv = {u: round(problem.units[u].kv_steps / KV_UNIT) for u in units}
     horizon = round(max(finish[w] for w in group) * US * 2) + 1
     scales = {w: _calibration(problem, w, placed[w], finish[w]) for w in group}
@@ -204,15 +211,18 @@ def _split_model(
 
 
 def _booleans(
-    model: cp_model.CpModel, problem: Problem, units: Sequence[int], members: set[int]
-) -> dict[tuple[int, int], cp_model.IntVar]:
-    """``x[u, w]``: whether unit ``u`` goes to worker ``w``, for each of ``members`` it is allowed on."""
-    x: dict[tuple[int, int], cp_model.IntVar] = {}
+    model: cp_model.CpModel,
+    problem: Problem,
+    units: Sequence[int],
+    members: set[int],
+    x: dict[tuple[int, int], cp_model.IntVar],
+) -> None:
+    """Make ``x[u, w]``, whether unit ``u`` goes to worker ``w``, for each of ``units`` and each of
+    ``members`` it is allowed on."""
     for u in units:
         for w in problem.units[u].allowed:
             if w in members:
                 x[u, w] = model.new_bool_var(f"x[{u},{w}]")
-    return x
 
 
 def _worker_constraints(

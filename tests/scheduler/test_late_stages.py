@@ -121,25 +121,37 @@ def test_a_repair_move_is_not_solved_with_less_time_left_than_its_model_took_to_
     assert solved
 
 
-def test_a_repair_move_is_priced_by_its_booleans_and_builds_no_constraint_that_would_not_fit(
+def test_a_repair_move_is_priced_from_its_first_booleans_and_not_built_on_where_it_would_not_fit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The first move has no earlier one to be priced by: once its booleans are made (0.1 s here),
-    the rest of its model is priced at ``AFTER_BOOLEANS`` times that. With 0.3 s left then, no
-    worker's constraints are built and nothing is solved; with 0.9 s left the move goes on."""
+    """The first move has no earlier one to be priced by: its model is priced from the pace its
+    booleans are made at, every ``PRICE_EVERY`` units (0.1 s each here), the rest of the model at
+    ``AFTER_BOOLEANS`` times the booleans. Priced past the deadline after its first units, no more
+    booleans are made, no worker's constraints built, nothing solved; priced within it, it goes on."""
     problem = build_problem(bench_request(1_024, 16, seed=1))
     with clock.frozen():
         assignment, _, finishes = lpt.lpt_start(problem, False, 1.0, True)
     fake = slow_stage(monkeypatch, exchange, "_booleans", 0.1)
+    made: list[int] = []  # the units each call makes booleans for
+    booleans = exchange._booleans
+
+    def counted(*args: Any) -> Any:
+        made.append(len(args[2]))
+        return booleans(*args)
+
+    monkeypatch.setattr(exchange, "_booleans", counted)
     constrained = count_calls(monkeypatch, exchange, "_worker_constraints")
     solved = count_calls(monkeypatch, exchange, "solve")
     by_finish = sorted(problem.active, key=lambda w: (finishes[w], w))
     group = [by_finish[-1], by_finish[0]]  # the slowest worker and the fastest, as the first move
-    assert 0.3 < exchange.AFTER_BOOLEANS * 0.1 < 0.9
-    assert exchange._resolve(problem, assignment, finishes, group, 0.4, seed=1) is None
-    assert (constrained, solved) == ([], [])
+    parts = -(-sum(len(assignment[w]) for w in group) // exchange.PRICE_EVERY)
+    priced = 0.1 * parts * (1.0 + exchange.AFTER_BOOLEANS)
+    assert parts > 1
+    assert exchange._resolve(problem, assignment, finishes, group, 0.9 * priced, seed=1) is None
+    assert (made, constrained, solved) == ([exchange.PRICE_EVERY], [], [])
     fake.seconds = 0.0
-    exchange._resolve(problem, assignment, finishes, group, 1.0, seed=1)
+    exchange._resolve(problem, assignment, finishes, group, 2.0 * priced + 1.0, seed=1)
+    assert len(made) == 1 + parts
     assert constrained
     assert solved
 
