@@ -17,7 +17,7 @@ import pytest
 from scheduler import clock, giveup, lowerbound, planner, tailbands, validation
 from scheduler.benchgen import bench_request
 from scheduler.errors import DeadlinePassedError
-from scheduler.policies import lpt, ordering, problem
+from scheduler.policies import bandcover, lpt, ordering, problem
 from scheduler.policies.problem import build_problem
 from scheduler.types import PlanRequest
 from tests.scheduler.fake_clock import count_calls
@@ -76,7 +76,7 @@ def test_the_bound_gives_up_after_its_first_limit_before_the_tail_cover(
 def test_a_band_probe_asks_its_second_cover_only_before_the_deadline(
     monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
 ) -> None:
-    original = tailbands.cover
+    original = bandcover.cover  # what tailbands asks
     asked: list[Any] = []
 
     def first_feasible(*args: Any, **kwargs: Any) -> Any:

@@ -17,7 +17,7 @@ import pytest
 from scheduler import clock
 from scheduler.benchgen import bench_request
 from scheduler.planner import plan
-from scheduler.policies import blindbar, cpsat, exchange, lpt
+from scheduler.policies import blindbar, cpsat, exchange, lpt, sat
 from scheduler.policies.problem import build_problem
 from scheduler.policies.round_robin import RoundRobinPolicy
 from tests.scheduler.fake_clock import ManualClock, count_calls, slow_stage
@@ -166,7 +166,7 @@ def test_a_repair_solve_is_given_the_time_left_less_the_solvers_own_start_and_st
         assignment, _, finishes = lpt.lpt_start(problem, False, 1.0, True)
     monkeypatch.setattr(clock, "now", ManualClock().now)  # the build takes no time on it
     limits: list[float] = []
-    solve = exchange.solve
+    solve = sat.solve  # what exchange solves with
 
     def limit_read(solver: Any, *args: Any) -> Any:
         limits.append(solver.parameters.max_time_in_seconds)
