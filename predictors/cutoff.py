@@ -1,8 +1,8 @@
 """Cutting the model's call short once its caller has stopped waiting: a check between row chunks.
 
 Why. Scoring a batch is two LightGBM calls over its distinct rows (``FittedModel.predict``), and a
-call cannot be stopped once begun. A batch of 32,768 distinct prompts took 0.6-0.8 s per booster on
-the shared 2-core host beside 2 CPU burners, 1.1-1.5 s for both (docs/experiments.md, deadline48),
+call cannot be stopped once begun. A batch of 32,768 distinct prompts took 0.6-1.2 s per booster on
+the shared 2-core host beside 2 CPU burners, 1.1-2.4 s for both (docs/experiments.md, deadline48),
 all of it unchecked: the service's predict stage checks the caller's deadline only once the model
 has answered (``service.pipeline.stages.predict``), so its 504 came that much past the deadline.
 
