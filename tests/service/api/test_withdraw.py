@@ -19,7 +19,7 @@ from service.delivery import keys
 from service.pipeline import stages
 from service.settings import Settings
 from tests.service.api.badinput import Snapshot, redis_snapshot
-from tests.service.api.replicas import Gate, context, replicas, until
+from tests.service.api.replicas import Gate, context, first, replicas, until
 from tests.service.api_helpers import TRAINER, LiveServer, batch_body, bearer, with_settings
 
 PLANNING = keys.schedule_keys("abandoned").planning
@@ -44,18 +44,28 @@ def test_a_delete_of_an_id_never_sent_is_a_404_problem_and_leaves_redis_as_it_wa
 
 
 def test_a_delete_landing_while_its_step_waits_in_line_on_another_replica_withdraws_it(
-    live_settings: Settings, redis_client: redis.Redis
+    live_settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The old request waits for a plan slot on one replica; the restarted trainer's DELETE reaches
     the other: 202 ``withdrawn``, a repeat answers the same and writes nothing, and the old request,
-    once it plans, is refused its publish (409 naming ``schedule_id``): nothing reaches the fleet."""
+    once it plans, is refused its publish (409 naming ``schedule_id``): nothing reaches the fleet.
+
+    The DELETE waits until the request is in line (its thread at the plan slots), not only until its
+    mark and entry are written: they are written as it arrives, before its thread reads whether the
+    id was withdrawn. A DELETE landing between the two had that read refuse the request 409 before
+    its wait in line, and its entry's take-back then landed between the snapshots (1 run in ~8 of
+    this test beside a CPU burner; docs/experiments.md, withdraw48)."""
     settings = with_settings(live_settings, max_concurrent_plans=1, plan_queue_timeout_s=30)
+    in_line = threading.Event()
 
     async def run() -> tuple[httpx.Response, httpx.Response, httpx.Response, tuple[Snapshot, Snapshot]]:
         async with replicas(settings, 2) as [old, new]:
-            with context(old).plan_slots.hold():  # another step is planning there
+            slots = context(old).plan_slots
+            with slots.hold():  # another step is planning there
+                monkeypatch.setattr(slots, "hold", first(in_line.set, slots.hold))
                 step = asyncio.create_task(old.post("/schedule", json=batch_body(schedule_id="abandoned")))
-                await until(lambda: redis_client.exists(PLANNING, STEP_ENTRIES) == 2)  # accepted, in line
+                await until(in_line.is_set)  # accepted, checked, and waiting for the slot
+                assert redis_client.exists(PLANNING, STEP_ENTRIES) == 2  # marked, and a part of its step
                 withdrawn = await new.delete("/schedule/abandoned")
                 before = redis_snapshot(redis_client)
                 again = await new.delete("/schedule/abandoned")
