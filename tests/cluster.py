@@ -181,3 +181,12 @@ def serve(slot: int, owner: int) -> None:
     """The slot served again by its master; served already: fine."""
     with redis.Redis(port=owner) as client, contextlib.suppress(redis.ResponseError):
         client.execute_command("CLUSTER", "ADDSLOTS", slot)
+
+
+def serve_the_rest(cluster: LocalCluster) -> None:
+    """Every node goes on serving its own slots while another slot has no master
+    (``cluster-require-full-coverage no``, an operator's choice for partial availability; the default
+    refuses every command, ``CLUSTERDOWN``, as soon as one slot is unserved)."""
+    for node in cluster.nodes:
+        with redis.Redis(port=node.port) as client:
+            client.config_set("cluster-require-full-coverage", "no")

@@ -26,9 +26,9 @@ finds it gone sends the report again (``fail_again``), and so does a ``/done`` o
 (``failure_first``). An unreadable item's failure report at its claim (``claims.py``: its lease is
 never held) is kept here in either mode, as a push one is.
 
-A kept result is not sent for ever: once Redis has answered this session for ``GIVE_UP_TTLS`` of its
-lease's TTLs and two reaper passes since the later of its keep and the last outage's end, and it has
-still had no answer (Redis refuses it, ``READONLY``; or its call alone times out), it is given up,
+A kept result is not sent for ever: once Redis has answered for its schedule for ``GIVE_UP_TTLS`` of
+its lease's TTLs and two reaper passes since the later of its keep and the last outage's end, and it
+has still had no answer (Redis refuses it, ``READONLY``; or its call alone times out), it is given up,
 ``lost``. By then its lease cannot be current: no heartbeat has renewed it since its keep; a silence
 on its schedule graces a running lease once, to a TTL past the first script after it (``common.lua``,
 ``pulse``), and the service's reaper reaches every schedule each second, so that grace, if any, ends
@@ -37,7 +37,10 @@ could only be answered ``stale``. An outage does not age it (a heartbeat that fa
 finds Redis unreachable with no lease held to heartbeat): Redis back, the grace may make the lease
 current again, and the result lands. With no reaper running and nothing else reaching its schedule, a
 lease unrenewed for longer is graced by the first script that does, so a result given up then could
-have landed, had its resend ever gone through.
+have landed, had its resend ever gone through. Any answer is one for every schedule of a single
+Redis; on a Redis Cluster only one for the schedule's own hash slot is (``answering.py``): a slot no
+master serves while the others answer is an outage of that schedule, for the reaper as for its
+resend, and a resend unanswered where no heartbeat answered for its slot tells that outage.
 
 Pull mode records what an accepted ``/done`` records (``landed``: the generation seconds and the
 decode rate) when a resend of its kept result lands; push mode recorded both at the engine's reply.
@@ -49,13 +52,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.reaper import DEFAULT_INTERVAL_S
 from service.delivery.records import TrajectoryResult
+from service.sidecar.answering import WHOLE, Answering, Where
 from service.sidecar.holdings import Held, Holdings, LeaseId, lease_id
 from service.sidecar.outage_retry import TRANSIENT
 from service.sidecar.report_turns import ReportTurns
@@ -85,10 +89,15 @@ class Resends:
     ttl_s: Callable[[str], float | None]  # a schedule's lease TTL, None when unknown (never given up)
     landed: Landed = lambda held, result, outcome: None  # pull mode's records of an answered /done
     clock: Callable[[], float] = time.monotonic
+    where: Where = lambda schedule_id: WHOLE  # a schedule's answer domain (``answering.where_of``)
     _kept: dict[LeaseId, Held] = field(default_factory=dict, init=False)
     # when each was kept, and its lease's TTL in seconds (``_give_up``)
     _bounds: dict[LeaseId, tuple[float, float | None]] = field(default_factory=dict, init=False)
-    _answering_since: float | None = field(default=0.0, init=False)  # None while an outage is on
+    _answering: Answering = field(init=False)  # since when Redis answers, per slot on a cluster
+    _beat: frozenset[str] = field(default=frozenset(), init=False)  # schedules this beat answered for
+
+    def __post_init__(self) -> None:
+        self._answering = Answering(self.where)
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -101,15 +110,17 @@ class Resends:
         self._kept[key] = held
         self._bounds.setdefault(key, (self.clock(), self.ttl_s(key[0])))
 
-    def answered(self) -> None:
-        """Redis answered this session (a heartbeat went through, or it refused a call): kept results
-        age from now on, unless they already did."""
-        if self._answering_since is None:
-            self._answering_since = self.clock()
+    def answered(self, schedule_ids: Iterable[str]) -> None:
+        """A heartbeat went through for the leases of ``schedule_ids``: the kept results of their
+        schedules (of every schedule, on a single Redis) age from now on, unless they already did."""
+        self._beat = frozenset(schedule_ids)
+        self._answering.answered(self._beat, self.clock())
 
     def unreachable(self) -> None:
-        """Redis did not answer (an outage): no kept result ages until it answers again."""
-        self._answering_since = None
+        """A heartbeat did not go through (an outage, or on a cluster a slot of one of its leases not
+        served): no kept result ages until Redis answers for its schedule again."""
+        self._beat = frozenset()
+        self._answering.outage()
 
     async def again(self, held: Held, holdings: Holdings) -> CompletionOutcome | None:
         """Pull: the kept completion of a lease held, sent once more in its turn (the worker's retry
@@ -189,6 +200,8 @@ class Resends:
         ``settle`` past the drain, the kept lease counted nowhere. ``probe``: no heartbeat went out
         (no lease held), so the resend's own answer tells whether Redis answers; those past their
         bound are given up first (module docstring)."""
+        if probe:
+            self._beat = frozenset()
         self._give_up()
         for key in list(self._kept):
             async with self.turns.of(key):
@@ -201,11 +214,11 @@ class Resends:
                     self._bounds.pop(key, None)
                     continue
                 except Exception as exc:
-                    self._unanswered_by(exc, probe)
+                    self._unanswered_by(exc, key[0])
                     _unanswered(key, exc)
                     return
             self._bounds.pop(key, None)
-            self.answered()  # it answered: an outage, if one was on, is over
+            self._answering.answered([key[0]], self.clock())  # it answered: an outage of it is over
             log.info("%s of %s sent again once Redis answered: %s", _what(held), key[1], outcome.value)
 
     async def _send(self, held: Held) -> CompletionOutcome | ReleaseOutcome:
@@ -214,23 +227,25 @@ class Resends:
             return await self.complete(held, held.unanswered, False, True)
         return await self.fail(held, held.failure, False, True)
 
-    def _unanswered_by(self, exc: Exception, probe: bool) -> None:
-        """What a resend's error says of Redis: a refusal is an answer; unreachable, an outage only
-        when no heartbeat went through this beat (``probe``): else its call alone failed."""
+    def _unanswered_by(self, exc: Exception, schedule_id: str) -> None:
+        """What a resend's error says of Redis for its schedule: a refusal is an answer; unreachable,
+        an outage of it only when this beat's heartbeat did not answer for it (none went through,
+        ``probe``; or on a cluster, none for its slot): else its call alone failed."""
         if not isinstance(exc, TRANSIENT):
-            self.answered()
-        elif probe:
-            self.unreachable()
+            self._answering.answered([schedule_id], self.clock())
+        elif not self._answering.covers(schedule_id, self._beat):
+            self._answering.unreachable([schedule_id])
 
     def _give_up(self) -> None:
         """Count ``lost`` the kept results Redis has answered past for ``GIVE_UP_TTLS`` of their
         lease's TTLs and two reaper passes since their keep (or the last outage's end): their leases
         lapsed and were requeued, so no resend could land any more."""
-        if self._answering_since is None:
-            return
         now = self.clock()
         for key, (kept_at, ttl_s) in list(self._bounds.items()):
-            answered_s = now - max(kept_at, self._answering_since)
+            since = self._answering.since(key[0])
+            if since is None:
+                continue
+            answered_s = now - max(kept_at, since)
             if ttl_s is None or answered_s <= GIVE_UP_TTLS * ttl_s + REAPER_PASSES_S:
                 continue
             del self._bounds[key]

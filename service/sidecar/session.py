@@ -38,6 +38,7 @@ from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease, TrajectoryResult
 from service.logs import schedule_context
+from service.sidecar.answering import where_of
 from service.sidecar.cancels import Cancels
 from service.sidecar.claims import Claims
 from service.sidecar.hand_backs import RELEASE_GRACE_S as RELEASE_GRACE_S  # the runner, launch read it here
@@ -88,7 +89,8 @@ class WorkerSession:
         self._reports = OutageRetry(self.settings.retry_for_s)
         self._ledger = Ledger(self.stats, self._cancelled, self.found_cancelled)
         ttl_s = lambda sid: self._infos[sid].lease_ttl_ms / 1000 if sid in self._infos else None  # noqa: E731
-        self.resends = Resends(self.turns, self.complete, self.fail, self.stats, ttl_s)
+        where = where_of(self.delivery)  # a cluster's slot: a kept result ages only as its own answers
+        self.resends = Resends(self.turns, self.complete, self.fail, self.stats, ttl_s, where=where)
         refused, keep = self._ledger.refused, self.resends.keep
         self._claims = Claims(self.delivery, self.holdings, self.settings, self.stats, refused, keep)
         self._hand_backs = HandBacks(self.delivery, self.holdings, self.stats, self._reports, self._ledger)
@@ -186,7 +188,7 @@ class WorkerSession:
             self._heartbeats_failing = True
             self.resends.unreachable()  # kept results do not age through an outage
             return []
-        self.resends.answered()
+        self.resends.answered({lease.schedule_id for lease in leases})
         if self._heartbeats_failing:
             log.info("heartbeats go through again")
         self._heartbeats_failing = False

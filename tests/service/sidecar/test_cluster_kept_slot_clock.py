@@ -1,0 +1,85 @@
+"""A kept push completion whose schedule's slot no master serves, while the slots of the session's
+other leases answer (a real Redis Cluster, ``cluster-require-full-coverage no``, ``CLUSTER DELSLOTS``).
+
+The give-up clock of a kept report ran per session: the heartbeat of the other schedule's lease went
+through, so the result aged as if Redis answered for its schedule, and two TTLs and two reaper passes
+later it was given up ``lost``, though the reaper could no more reach its schedule than its resend
+could, and it would have landed once the slot was served (``answering.py``). Now only an answer for
+its own slot runs its clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+from redis.crc import key_slot
+from redis.exceptions import RedisClusterException
+
+from service.delivery import Delivery, keys
+from service.delivery.reaper import DEFAULT_INTERVAL_S
+from service.delivery.records import TrajectoryResult
+from service.sidecar.holdings import Holdings
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.cluster import LocalCluster, serve, serve_the_rest, unserve
+from tests.service.sidecar.procs import item, publish
+
+pytestmark = pytest.mark.slow
+RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
+TTL_S = 60.0  # real leases outlive the test on a loaded host; the give-up clock is the test's own
+BOUND_S = 2 * TTL_S + 2 * DEFAULT_INTERVAL_S  # two lease TTLs and two reaper passes (``resends.py``)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """A cluster of this module's own: its test takes a slot away, the others served meanwhile."""
+    with LocalCluster() as local:
+        serve_the_rest(local)
+        yield local
+
+
+def _slot(schedule_id: str) -> int:
+    return key_slot(keys.schedule_keys(schedule_id).meta.encode())
+
+
+def test_a_kept_result_whose_slot_is_unserved_does_not_age_while_another_slot_answers(
+    cluster: LocalCluster,
+) -> None:
+    assert _slot("served") != _slot("unserved")
+    cluster.flushall()
+    for sid, key in (("served", "a"), ("unserved", "b")):
+        publish(Delivery(cluster.client()), sid, {"w": [item(key, 0, 5)]}, lease_ttl_ms=int(TTL_S * 1000))
+    settings = SessionSettings("w", retry_for_s=0.3)
+    session = WorkerSession(Delivery(cluster.client()), Holdings(2), settings)
+    clock = _Clock()
+    session.resends.clock = clock
+    held = {h.lease.schedule_id: h for h in asyncio.run(session.claim(2))}
+    slot, owner = unserve(cluster, "unserved")
+    try:
+        with pytest.raises(RedisClusterException):  # unanswered past its retry window: kept
+            asyncio.run(session.complete(held["unserved"], RESULT))
+        beats = []
+        for at_s in (1.0, BOUND_S / 2, BOUND_S + 1.0, 2 * BOUND_S):
+            clock.now = 1000.0 + at_s
+            beats.append((asyncio.run(session.heartbeat()), session.heartbeats_failing))
+        assert beats == [([], False)] * 4  # the other slot's heartbeat went through each time
+        assert (len(session.resends), session.stats.lost) == (1, 0)  # before: given up at BOUND_S + 1
+    finally:
+        serve(slot, owner)
+    deadline = time.monotonic() + 30.0  # the cluster client finds the slot served again
+    while len(session.resends) and time.monotonic() < deadline:
+        clock.now += 1.0
+        asyncio.run(session.heartbeat())
+    assert (len(session.resends), session.stats.lost, session.stats.accepted) == (0, 0, 1)
+    assert [r.key for r in Delivery(cluster.client()).read_results("unserved")] == ["b#0"]
+    assert [h.lease.key for h in session.holdings.all()] == ["a#0"]
