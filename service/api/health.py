@@ -1,9 +1,10 @@
 """Liveness, readiness and Prometheus endpoints; unauthenticated, as probes and scrapers expect.
 
 ``/healthz`` says the process serves HTTP (restart it if not). ``/readyz`` says it can do useful
-work: Redis answers, at a version the service runs on (``redis_conn.MIN_REDIS_VERSION``), and a
-predictor is loaded (a fallback counts: it is a working predictor). A load balancer stops routing
-to a replica whose Redis is down and resumes by itself when it returns.
+work: Redis answers, at a version the service runs on (``redis_conn.MIN_REDIS_VERSION``), a Redis
+Cluster serving commands (``cluster_ready.py``), and a predictor is loaded (a fallback counts: it is
+a working predictor). A load balancer stops routing to a replica whose Redis is down and resumes by
+itself when it returns.
 All three answer ``HEAD`` as ``GET`` (status and headers; the server sends no body), since load
 balancers, monitoring checks and ``curl -I`` probe with it; the ``HEAD`` routes stay out of the
 OpenAPI document, where they would repeat the ``GET`` operations under the same operation id.
@@ -19,6 +20,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.datastructures import State
 
+from service.api.cluster_ready import cluster_down
 from service.auth.scopes import caller_of
 from service.context import Context
 from service.delivery.errors import REDIS_FAILED
@@ -46,9 +48,9 @@ _NOT_READY: dict[int | str, dict[str, Any]] = {
 @router.get("/readyz", responses=_NOT_READY)
 @router.head("/readyz", include_in_schema=False)
 def readyz(request: Request) -> JSONResponse:
-    """Ready when Redis answers PING at a version the service runs on and a predictor is loaded; 503
-    with the reason otherwise. The reason names Redis's host and port only to a caller with a known
-    token (``_said``); the probe itself stays open."""
+    """Ready when Redis answers PING at a version the service runs on (a cluster's state ``ok``) and a
+    predictor is loaded; 503 with the reason otherwise. The reason names Redis's host and port only to
+    a caller with a known token (``_said``); the probe itself stays open."""
     trusted = _trusted(request)
     if request.app.state.context is None:  # start-up waits for a Redis Cluster, or refused an old Redis
         starting = _said(request.app.state, request.app.state.starting, trusted)
@@ -57,14 +59,23 @@ def readyz(request: Request) -> JSONResponse:
     ctx.models.reload_if_due()
     checks: dict[str, Any] = {"model": ctx.models.version}
     try:
-        ctx.redis.ping()
-        refusal = ctx.redis_version.check()  # asked once: Redis was down when the app started
-        checks["redis"] = "ok" if refusal is None else f"refused: {refusal}"
+        checks["redis"] = _redis_state(ctx)
     except REDIS_FAILED as error:  # a wrong password or ACL is not an outage: say which
         checks["redis"] = f"{'refused' if refused(error) else 'unreachable'}: {error}"
     ready = checks["redis"] == "ok" and ctx.models.loaded
     checks["redis"] = _said(request.app.state, checks["redis"], trusted)
     return JSONResponse({"ready": ready, **checks}, status_code=200 if ready else 503)
+
+
+def _redis_state(ctx: Context) -> str:
+    """``ok``, or why the service cannot use Redis although it answers PING: too old (``refused``), or
+    a Redis Cluster refusing every command (``unreachable``, ``cluster_ready.py``)."""
+    ctx.redis.ping()
+    refusal = ctx.redis_version.check()  # asked once: Redis was down when the app started
+    if refusal is not None:
+        return f"refused: {refusal}"
+    down = cluster_down(ctx.redis)
+    return "ok" if down is None else f"unreachable: {down}"
 
 
 def _trusted(request: Request) -> bool:

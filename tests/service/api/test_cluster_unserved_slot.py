@@ -24,7 +24,7 @@ from service.app import create_app
 from service.delivery import Delivery
 from service.delivery.reaper import Reaper
 from service.settings import Settings
-from tests.cluster import LocalCluster, serve, unserve
+from tests.cluster import LocalCluster, serve, serve_the_rest, unserve
 from tests.service.api_helpers import batch_body
 from tests.service.delivery.conftest import schedule
 
@@ -89,6 +89,82 @@ def test_the_reaper_goes_on_through_a_slot_no_master_serves(
             _serve_quietly(slot, owner)
             reaper.stop()
     assert (failed, recovered) == (True, True), caplog.text
+
+
+def test_readyz_is_503_naming_the_cluster_state_while_a_slot_is_unserved_and_200_once_served(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Every node then refuses every keyed command (CLUSTERDOWN) but answers PING: before, 200."""
+    cluster.flushall()
+    settings = Settings(redis_url=cluster.url, redis_cluster=True, model_dir=str(tmp_path))
+    with TestClient(create_app(settings)) as client:
+        assert _status_once_settled(client, "/readyz", 200) == 200
+        slot, owner = unserve(cluster, "unready")
+        try:
+            unserved = client.get("/readyz")
+        finally:
+            _serve_quietly(slot, owner)
+        assert unserved.status_code == 503, unserved.text
+        said = unserved.json()["redis"]
+        assert said.startswith("unreachable: cluster_state:fail at 127.0.0.1:"), said
+        assert said.endswith(", 16383 of 16384 slots served"), said
+        assert _status_once_settled(client, "/readyz", 200) == 200
+
+
+def test_readyz_stays_200_while_the_cluster_serves_its_other_slots(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """``cluster-require-full-coverage no``: the schedules of the other slots are served, and every
+    replica shares the cluster, so none is taken out of the load balancer for the one slot."""
+    cluster.flushall()
+    serve_the_rest(cluster)
+    settings = Settings(redis_url=cluster.url, redis_cluster=True, model_dir=str(tmp_path))
+    try:
+        with TestClient(create_app(settings)) as client:
+            assert _status_once_settled(client, "/readyz", 200) == 200
+            slot, owner = unserve(cluster, "partly")
+            try:
+                partly = client.get("/readyz")
+            finally:
+                _serve_quietly(slot, owner)
+    finally:
+        _require_full_coverage(cluster)
+    assert (partly.status_code, partly.json()["redis"]) == (200, "ok")
+
+
+def test_readyz_goes_by_ping_alone_for_a_user_not_allowed_cluster_info(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """A least-privilege user without ``cluster|info``: not told the state, ready as PING says, not
+    503 for ever (the refusal is no outage)."""
+    cluster.flushall()
+    for node in cluster.nodes:
+        with redis.Redis(port=node.port) as admin:
+            admin.acl_setuser(
+                "noinfo", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-cluster|info"]
+            )
+    url = cluster.url.replace("redis://", "redis://noinfo:pw@")
+    settings = Settings(redis_url=url, redis_cluster=True, model_dir=str(tmp_path))
+    try:
+        with TestClient(create_app(settings)) as client:
+            assert _status_once_settled(client, "/readyz", 200) == 200
+            slot, owner = unserve(cluster, "noinfo")
+            try:
+                answer = client.get("/readyz")
+            finally:
+                _serve_quietly(slot, owner)
+    finally:
+        for node in cluster.nodes:
+            with redis.Redis(port=node.port) as admin:
+                admin.acl_deluser("noinfo")
+    assert (answer.status_code, answer.json()["redis"]) == (200, "ok")
+
+
+def _require_full_coverage(cluster: LocalCluster) -> None:
+    """The default back: one slot unserved, every node refuses every keyed command."""
+    for node in cluster.nodes:
+        with redis.Redis(port=node.port) as client:
+            client.config_set("cluster-require-full-coverage", "yes")
 
 
 def _logged(caplog: pytest.LogCaptureFixture, line: str, within_s: float = 30.0) -> bool:
