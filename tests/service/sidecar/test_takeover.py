@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
+from redis.exceptions import ClusterDownError, TryAgainError
 
 from service.delivery.keys import PRESENCE_TTL_MS, sidecar_presence
 from service.delivery.outcomes import ResetReport
@@ -214,6 +215,7 @@ class CutReset(Delivery):
         super().__init__(client, prefix)
         self.calls: list[str] = []
         self.ran_first = False
+        self.error: Exception = redis.ConnectionError("connection reset by peer")
 
     def reset(
         self,
@@ -226,7 +228,7 @@ class CutReset(Delivery):
         self.calls.append(schedule_id)
         ran = super().reset(schedule_id, worker_id, age_ms, now_ms, call_id) if self.ran_first else None
         if len(self.calls) == 2:
-            raise redis.ConnectionError("connection reset by peer")
+            raise self.error
         return ran if ran is not None else super().reset(schedule_id, worker_id, age_ms, now_ms, call_id)
 
 
@@ -246,6 +248,31 @@ def test_a_takeover_cut_short_by_redis_is_retried_and_counts_every_lease_handed_
     assert takeover.session.stats.reset == 4
     for sid in ("older", "newer"):
         assert (delivery.progress(sid).queued, delivery.progress(sid).running) == (3, 0)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ClusterDownError("CLUSTERDOWN The cluster is down"),
+        TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"),
+    ],
+    ids=["clusterdown", "tryagain"],
+)
+def test_a_takeover_that_meets_a_cluster_slot_not_served_now_is_retried_not_skipped_as_damaged(
+    redis_client: redis.Redis, redis_url: str, error: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Redis Cluster's CLUSTERDOWN (a master failing over) or TRYAGAIN (mid-reshard) is a
+    ``ResponseError``: the walk took it for a schedule damaged in Redis, logged an error and skipped
+    it, and the killed predecessor's leases there were left to lapse, an attempt spent each. It says
+    nothing of the schedule's keys: the walk is tried again there, as through an outage."""
+    delivery = CutReset.from_url(redis_url)
+    assert isinstance(delivery, CutReset)
+    delivery.error = error
+    with caplog.at_level(logging.ERROR, logger="service.sidecar"):
+        takeover = _taken_over_after_a_kill(delivery)
+    assert delivery.calls == ["older", "newer", "newer"]
+    assert (takeover.report, takeover.session.stats.reset) == (TakeoverReport(released=4), 4)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 @pytest.mark.parametrize("px", [PRESENCE_TTL_MS * 10, None], ids=["longer TTL", "no TTL"])
