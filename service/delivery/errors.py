@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import redis
-from redis.exceptions import AskError, ClusterError, RedisClusterException, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, ClusterError, RedisClusterException, TryAgainError
 
 from scheduler.errors import InvalidInputError, SchedulerError
 
 __all__ = [
     "REDIS_FAILED",
+    "SLOT_NOT_SERVED",
     "InvalidInputError",
     "LateMarkError",
     "ScheduleConflictError",
@@ -24,6 +25,11 @@ __all__ = [
 # rebuilt): caught as ``RedisError`` alone, such an error escaped a take-back, a log-and-go-on, or a
 # request's answer as a 500. The problem table answers both 503 (``service/problems/table.py``).
 REDIS_FAILED: tuple[type[Exception], ...] = (redis.RedisError, RedisClusterException)
+# A Redis Cluster's answer that a schedule's slot is not served now (CLUSTERDOWN as its master fails
+# over, TRYAGAIN mid-reshard): ``ResponseError``s, so a catch of a script's error reply (a schedule
+# damaged in Redis: logged as an error and skipped) took them for that; Redis not serving, as the
+# cluster client's own ``RedisClusterException`` for the same condition says, they are waited out.
+SLOT_NOT_SERVED: tuple[type[Exception], ...] = (ClusterDownError, TryAgainError)
 # Redis's answers that a cluster client raises only once its own retries are spent: a TimeoutError is
 # retried too (``RedisCluster.ERRORS_ALLOW_RETRY``), so the try before may have run the command, its
 # answer lost (CLUSTERDOWN as a slot's master fails over, TRYAGAIN mid-reshard, a redirect too many).

@@ -33,7 +33,7 @@ from collections.abc import Callable
 import redis
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
+from service.delivery.errors import REDIS_FAILED, SLOT_NOT_SERVED, UnknownScheduleError
 from service.delivery.outcomes import ReapReport
 from service.delivery.protocol import Delivery
 
@@ -48,7 +48,9 @@ def reap_all(delivery: Delivery, now_ms: int | None = None) -> dict[str, ReapRep
 
     A schedule whose script fails (keys written by something else, or by a bad setting before it was
     bounded) is logged and skipped: one such schedule had stopped the reaping of every other, and
-    their lapsed leases then stayed running until it expired. Connection errors still end the pass.
+    their lapsed leases then stayed running until it expired. Connection errors still end the pass,
+    and so does a Redis Cluster's CLUSTERDOWN or TRYAGAIN (``SLOT_NOT_SERVED``): logged as a damaged
+    schedule, it was one error line a pass for each schedule due while a master failed over.
     """
     reports: dict[str, ReapReport] = {}
     for schedule_id in delivery.due_for_reaping(now_ms):
@@ -56,6 +58,8 @@ def reap_all(delivery: Delivery, now_ms: int | None = None) -> dict[str, ReapRep
             reports[schedule_id] = delivery.reap(schedule_id, now_ms)
         except UnknownScheduleError:
             delivery.client.zrem(keyspace.active_index(delivery.prefix), schedule_id)
+        except SLOT_NOT_SERVED:
+            raise  # a cluster's slot not served now: an outage (logged once by ``Reaper``), no damage
         except redis.ResponseError as error:  # no lapse entry: tried again next pass
             log.error("reaping schedule %s failed, skipped: %s", schedule_id, error)
     delivery.defer_reaping({sid: report.quiet_until_ms for sid, report in reports.items()})

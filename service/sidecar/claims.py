@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
+from service.delivery.errors import REDIS_FAILED, SLOT_NOT_SERVED, UnknownScheduleError
 from service.delivery.outcomes import ReleaseOutcome
 from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
@@ -36,12 +36,9 @@ NOT_THE_SCHEDULES = (  # replies that say nothing about one schedule's keys: out
     redis.exceptions.ReadOnlyError,  # without a needed command; the runner waits these out
     redis.exceptions.ExecAbortError,
     redis.exceptions.NoPermissionError,
-    # a Redis Cluster's slot not served now (CLUSTERDOWN: its master failing over; TRYAGAIN: mid-
-    # reshard), answered as a ResponseError: taken for a damaged schedule, it was logged as an error and
-    # skipped (a takeover left a dead process's leases there to lapse, an attempt spent each), where
-    # the same condition met as the cluster client's own RedisClusterException is waited out
-    redis.exceptions.ClusterDownError,
-    redis.exceptions.TryAgainError,
+    # a Redis Cluster's slot not served now: taken for a damaged schedule, it was logged as an error
+    # and skipped (a takeover left a dead process's leases there to lapse, an attempt spent each)
+    *SLOT_NOT_SERVED,
 )
 
 

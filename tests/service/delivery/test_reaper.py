@@ -7,9 +7,11 @@ import time
 
 import pytest
 import redis
+from redis.exceptions import ClusterDownError
 
 from service.delivery import Delivery, LeaseSettings, PublishedSchedule
 from service.delivery.keys import ScheduleKeys
+from service.delivery.outcomes import ReapReport
 from service.delivery.reaper import LOGGED_WORKERS, Reaper, reap_all
 from service.embedded import EmbeddedServer
 from tests.service.delivery.conftest import schedule
@@ -127,3 +129,52 @@ def _outage(server: EmbeddedServer, reaper: Reaper) -> None:
     while reaper.passes < passes + 5 and time.monotonic() < deadline:  # and a few more: no repeats
         time.sleep(0.02)
     assert reaper.passes >= passes + 5
+
+
+class _SlotUnserved(Delivery):
+    """The real server, but the reap of schedule ``s`` answers CLUSTERDOWN while ``unserved`` is set
+    (its slot's master failing over)."""
+
+    unserved = True
+
+    def reap(self, schedule_id: str, now_ms: int | None = None) -> ReapReport:
+        if self.unserved and schedule_id == "s":
+            raise ClusterDownError("CLUSTERDOWN The cluster is down")
+        return super().reap(schedule_id, now_ms)
+
+
+def test_a_cluster_slot_not_served_is_an_outage_of_the_passes_not_a_damaged_schedule(
+    redis_url: str, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CLUSTERDOWN is a ``ResponseError``: it was logged as a damaged schedule, an error line every
+    pass while the master failed over. Now one warning, and one line once the passes go through."""
+    delivery = _SlotUnserved(redis_client)
+    delivery.publish(schedule("s", {"a": 1}))
+    with caplog.at_level(logging.INFO, logger="service.delivery.reaper"):
+        reaper = Reaper(delivery, interval_s=0.02).start()
+        try:
+            _logged(caplog)
+            time.sleep(0.2)  # some more passes meet it
+            delivery.unserved = False
+            _passes(reaper, 5)
+        finally:
+            reaper.stop()
+    lines = [(r.levelno, r.getMessage().split(":")[0]) for r in caplog.records]
+    went_through = (logging.INFO, "reaper passes go through again")
+    assert lines == [(logging.WARNING, "reaper pass failed"), went_through]
+
+
+def _passes(reaper: Reaper, more: int) -> None:
+    """Return once ``reaper`` has gone round ``more`` times again."""
+    passes, deadline = reaper.passes, time.monotonic() + 30
+    while reaper.passes < passes + more and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert reaper.passes >= passes + more
+
+
+def _logged(caplog: pytest.LogCaptureFixture) -> None:
+    """Return once a first line is logged (a pass met the unserved slot)."""
+    deadline = time.monotonic() + 30
+    while not caplog.records and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert caplog.records
