@@ -31,9 +31,11 @@ from service.sidecar.holdings import Held, Holdings
 from service.sidecar.session_settings import SessionSettings, SessionStats
 
 log = logging.getLogger("service.sidecar")  # the session's logger: operators grep its lines there
-NOT_THE_SCHEDULES = (  # replies that say nothing about one schedule's keys: out of memory, a
-    redis.exceptions.OutOfMemoryError,  # failover in progress, a refused transaction, a user
-    redis.exceptions.ReadOnlyError,  # without a needed command; the runner waits these out
+# replies that say nothing about one schedule's keys: out of memory, a failover in progress, a refused
+# transaction, a user without a needed command; the runner waits these out
+NOT_THE_SCHEDULES: tuple[type[Exception], ...] = (
+    redis.exceptions.OutOfMemoryError,
+    redis.exceptions.ReadOnlyError,
     redis.exceptions.ExecAbortError,
     redis.exceptions.NoPermissionError,
     # a Redis Cluster's slot not served now: taken for a damaged schedule, it was logged as an error
@@ -106,7 +108,9 @@ class Claims:
                 self.stats.stolen += len(leases)
             if not leases and self.settings.reap_when_idle:
                 await self._reap_idle(info)
-        except (UnknownScheduleError, *NOT_THE_SCHEDULES):
+        except UnknownScheduleError:
+            raise
+        except NOT_THE_SCHEDULES:
             raise
         except redis.ResponseError as error:  # a script failed on this schedule's keys (one evicted)
             if sid not in self._damaged:

@@ -137,10 +137,10 @@ class _SlotUnserved(Delivery):
 
     unserved = True
 
-    def reap(self, schedule_id: str, now_ms: int | None = None) -> ReapReport:
+    def reap(self, schedule_id: str, now_ms: int | None = None, limit: int = 1000) -> ReapReport:
         if self.unserved and schedule_id == "s":
             raise ClusterDownError("CLUSTERDOWN The cluster is down")
-        return super().reap(schedule_id, now_ms)
+        return super().reap(schedule_id, now_ms, limit)
 
 
 def test_a_cluster_slot_not_served_is_an_outage_of_the_passes_not_a_damaged_schedule(
