@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from service.delivery import keys as keyspace
 from service.delivery.errors import REDIS_FAILED, SLOT_NOT_SERVED, UnknownScheduleError
@@ -38,31 +39,41 @@ from service.delivery.outcomes import ReapReport
 from service.delivery.protocol import Delivery
 
 log = logging.getLogger(__name__)
+_UNSERVED: tuple[type[Exception], ...] = (*SLOT_NOT_SERVED, RedisClusterException)  # slot not served
 DEFAULT_INTERVAL_S = 1.0  # how often a replica reaps; lease ttl should be several times larger
 LOGGED_WORKERS = 16  # worker ids named per lapse line; a whole node lost is still one readable line
 
 
-def reap_all(delivery: Delivery, now_ms: int | None = None) -> dict[str, ReapReport]:
+def reap_all(
+    delivery: Delivery, now_ms: int | None = None, unserved: list[Exception] | None = None
+) -> dict[str, ReapReport]:
     """One pass over the active schedules that may hold a lapsed lease (``Delivery.due_for_reaping``);
     expired schedules are dropped from the index.
 
     A schedule whose script fails (keys written by something else, or by a bad setting before it was
     bounded) is logged and skipped: one such schedule had stopped the reaping of every other, and
-    their lapsed leases then stayed running until it expired. Connection errors still end the pass,
-    and so does a Redis Cluster's CLUSTERDOWN or TRYAGAIN (``SLOT_NOT_SERVED``): logged as a damaged
-    schedule, it was one error line a pass for each schedule due while a master failed over.
+    their lapsed leases then stayed running until it expired. Connection errors still end the pass.
+    A schedule whose Redis Cluster slot is not served now (CLUSTERDOWN, TRYAGAIN: ``SLOT_NOT_SERVED``,
+    or the cluster client's own ``RedisClusterException``) is skipped too, the others reaped (a
+    cluster that serves its other slots), and its error is an outage, not damage: put in
+    ``unserved``, or raised once the pass is over when none is given. Taken for a damaged schedule,
+    it was an error line a pass for each schedule due while a master failed over; raised at once, it
+    ended the pass, and a schedule of a served slot due after it was never reaped.
     """
     reports: dict[str, ReapReport] = {}
+    errors: list[Exception] = [] if unserved is None else unserved
     for schedule_id in delivery.due_for_reaping(now_ms):
         try:
             reports[schedule_id] = delivery.reap(schedule_id, now_ms)
         except UnknownScheduleError:
             delivery.client.zrem(keyspace.active_index(delivery.prefix), schedule_id)
-        except SLOT_NOT_SERVED:
-            raise  # a cluster's slot not served now: an outage (logged once by ``Reaper``), no damage
+        except _UNSERVED as error:  # tried again next pass, its slot served or not
+            errors.append(error)
         except redis.ResponseError as error:  # no lapse entry: tried again next pass
             log.error("reaping schedule %s failed, skipped: %s", schedule_id, error)
     delivery.defer_reaping({sid: report.quiet_until_ms for sid, report in reports.items()})
+    if errors and unserved is None:
+        raise errors[0]
     return reports
 
 
@@ -129,12 +140,16 @@ class Reaper:
             self._stop.wait(self.interval_s)
 
     def _pass(self) -> None:
-        """One pass over every active schedule; lapsed leases reported and logged."""
-        for schedule_id, report in reap_all(self.delivery).items():
+        """One pass over every active schedule; lapsed leases reported and logged; then the first
+        error of a cluster slot not served now, if any (the outage ``_run`` logs once)."""
+        unserved: list[Exception] = []
+        for schedule_id, report in reap_all(self.delivery, unserved=unserved).items():
             if report.requeued or report.dead_lettered:
                 if self.on_reap is not None:
                     self.on_reap(report)
                 _log_lapsed(schedule_id, report)
+        if unserved:
+            raise unserved[0]
         self.passes += 1
 
 

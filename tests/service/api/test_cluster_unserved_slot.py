@@ -91,6 +91,37 @@ def test_the_reaper_goes_on_through_a_slot_no_master_serves(
     assert (failed, recovered) == (True, True), caplog.text
 
 
+def test_the_reaper_reaps_the_served_slots_while_one_slot_is_unserved(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``cluster-require-full-coverage no``: a lapsed lease of a served slot is requeued, the
+    unserved slot one warning. Before, its error (the client's ``RedisClusterException``) ended each
+    pass, and a schedule due after it kept its lapsed lease running for as long; or (CLUSTERDOWN) it
+    was taken for a damaged schedule, an error line each pass."""
+    cluster.flushall()
+    serve_the_rest(cluster)
+    delivery = Delivery(cluster.client())
+    for sid in ("aaa", "zzz"):  # due in that order
+        delivery.publish(schedule(sid, {"a": 1}, ttl_ms=100))
+        delivery.claim(sid, "a", 1)
+    slot, owner = unserve(cluster, "aaa")
+    with caplog.at_level(logging.INFO, logger="service.delivery.reaper"):
+        reaper = Reaper(delivery, interval_s=0.05).start()
+        try:
+            deadline = time.monotonic() + 30
+            while delivery.progress("zzz").queued == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            reaper.stop()
+            _serve_quietly(slot, owner)
+            _require_full_coverage(cluster)
+    assert (delivery.progress("zzz").queued, delivery.progress("zzz").running) == (1, 0)
+    said = sorted(
+        (r.levelno, r.getMessage().split(":")[0]) for r in caplog.records if r.levelno >= logging.WARNING
+    )
+    assert said == [(logging.WARNING, "reaped expired leases of a"), (logging.WARNING, "reaper pass failed")]
+
+
 def test_readyz_is_503_naming_the_cluster_state_while_a_slot_is_unserved_and_200_once_served(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
