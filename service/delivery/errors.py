@@ -25,11 +25,13 @@ __all__ = [
 # rebuilt): caught as ``RedisError`` alone, such an error escaped a take-back, a log-and-go-on, or a
 # request's answer as a 500. The problem table answers both 503 (``service/problems/table.py``).
 REDIS_FAILED: tuple[type[Exception], ...] = (redis.RedisError, RedisClusterException)
-# A Redis Cluster's answer that a schedule's slot is not served now (CLUSTERDOWN as its master fails
-# over, TRYAGAIN mid-reshard): ``ResponseError``s, so a catch of a script's error reply (a schedule
-# damaged in Redis: logged as an error and skipped) took them for that; Redis not serving, as the
-# cluster client's own ``RedisClusterException`` for the same condition says, they are waited out.
-SLOT_NOT_SERVED: tuple[type[Exception], ...] = (ClusterDownError, TryAgainError)
+# A Redis Cluster's slot not served now, as a node answers it (CLUSTERDOWN as its master fails over,
+# TRYAGAIN mid-reshard) or the cluster client finds it (``RedisClusterException``: its slot map short of
+# the slot). The first two are ``ResponseError``s, so a catch of a script's error reply (a schedule
+# damaged in Redis: logged as an error and skipped) took them for that; the last ended a walk over
+# every schedule (a reaper pass, a heartbeat) at the first of that slot. It is an outage of that slot's
+# schedules only: a walk skips them, goes on with the others, and tells the outage once it is over.
+SLOT_NOT_SERVED: tuple[type[Exception], ...] = (ClusterDownError, TryAgainError, RedisClusterException)
 # Redis's answers that a cluster client raises only once its own retries are spent: a TimeoutError is
 # retried too (``RedisCluster.ERRORS_ALLOW_RETRY``), so the try before may have run the command, its
 # answer lost (CLUSTERDOWN as a slot's master fails over, TRYAGAIN mid-reshard, a redirect too many).

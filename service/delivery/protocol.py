@@ -24,7 +24,7 @@ from typing import Any
 from service.delivery import keys as keyspace
 from service.delivery import wire
 from service.delivery.calls import worker
-from service.delivery.errors import UnknownScheduleError
+from service.delivery.errors import SLOT_NOT_SERVED, UnknownScheduleError
 from service.delivery.marks import PlanningMarks
 from service.delivery.outcomes import (
     CancelReport,
@@ -171,9 +171,13 @@ class Delivery(PlanningMarks):
 
         A lease missing from the answer is gone (expired, reaped or never valid): stop that work. So
         are the leases of a schedule whose keys are gone (its retention passed): one such schedule
-        must not keep the leases of every other schedule from their heartbeat.
+        must not keep the leases of every other schedule from their heartbeat. Nor must a schedule
+        whose Redis Cluster slot is not served now (``SLOT_NOT_SERVED``): the others are extended,
+        and then its error is raised (an outage: nothing said of its leases). Raised at once, it
+        left every schedule after it unextended, and the reaper requeued their leases as lapsed.
         """
         alive: list[Lease] = []
+        unserved: list[Exception] = []
         for (schedule_id, holder), group in _by_holder(leases).items():
             args: list[Any] = [wire.clock(now_ms), holder]
             for lease in group:
@@ -182,9 +186,14 @@ class Delivery(PlanningMarks):
                 deadlines = self._settled(schedule_id, self._call(self.scripts.heartbeat, schedule_id, args))
             except UnknownScheduleError:
                 continue
+            except SLOT_NOT_SERVED as error:
+                unserved.append(error)
+                continue
             alive += [
                 _with_deadline(le, int(d)) for le, d in zip(group, deadlines, strict=True) if int(d) >= 0
             ]
+        if unserved:
+            raise unserved[0]
         return alive
 
     def complete(

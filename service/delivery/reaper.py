@@ -31,7 +31,6 @@ import threading
 from collections.abc import Callable
 
 import redis
-from redis.exceptions import RedisClusterException
 
 from service.delivery import keys as keyspace
 from service.delivery.errors import REDIS_FAILED, SLOT_NOT_SERVED, UnknownScheduleError
@@ -39,7 +38,6 @@ from service.delivery.outcomes import ReapReport
 from service.delivery.protocol import Delivery
 
 log = logging.getLogger(__name__)
-_UNSERVED: tuple[type[Exception], ...] = (*SLOT_NOT_SERVED, RedisClusterException)  # slot not served
 DEFAULT_INTERVAL_S = 1.0  # how often a replica reaps; lease ttl should be several times larger
 LOGGED_WORKERS = 16  # worker ids named per lapse line; a whole node lost is still one readable line
 
@@ -53,10 +51,9 @@ def reap_all(
     A schedule whose script fails (keys written by something else, or by a bad setting before it was
     bounded) is logged and skipped: one such schedule had stopped the reaping of every other, and
     their lapsed leases then stayed running until it expired. Connection errors still end the pass.
-    A schedule whose Redis Cluster slot is not served now (CLUSTERDOWN, TRYAGAIN: ``SLOT_NOT_SERVED``,
-    or the cluster client's own ``RedisClusterException``) is skipped too, the others reaped (a
-    cluster that serves its other slots), and its error is an outage, not damage: put in
-    ``unserved``, or raised once the pass is over when none is given. Taken for a damaged schedule,
+    A schedule whose Redis Cluster slot is not served now (``SLOT_NOT_SERVED``) is skipped too, the
+    others reaped (a cluster that serves its other slots), and its error is an outage, not damage:
+    put in ``unserved``, or raised once the pass is over when none is given. Taken for a damaged schedule,
     it was an error line a pass for each schedule due while a master failed over; raised at once, it
     ended the pass, and a schedule of a served slot due after it was never reaped.
     """
@@ -67,7 +64,7 @@ def reap_all(
             reports[schedule_id] = delivery.reap(schedule_id, now_ms)
         except UnknownScheduleError:
             delivery.client.zrem(keyspace.active_index(delivery.prefix), schedule_id)
-        except _UNSERVED as error:  # tried again next pass, its slot served or not
+        except SLOT_NOT_SERVED as error:  # tried again next pass, its slot served or not
             errors.append(error)
         except redis.ResponseError as error:  # no lapse entry: tried again next pass
             log.error("reaping schedule %s failed, skipped: %s", schedule_id, error)

@@ -19,7 +19,7 @@ from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 
 from service.delivery import Delivery, keys
-from service.delivery.reaper import DEFAULT_INTERVAL_S
+from service.delivery.reaper import DEFAULT_INTERVAL_S, reap_all
 from service.delivery.records import TrajectoryResult
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
@@ -83,3 +83,31 @@ def test_a_kept_result_whose_slot_is_unserved_does_not_age_while_another_slot_an
     assert (len(session.resends), session.stats.lost, session.stats.accepted) == (0, 0, 1)
     assert [r.key for r in Delivery(cluster.client()).read_results("unserved")] == ["b#0"]
     assert [h.lease.key for h in session.holdings.all()] == ["a#0"]
+
+
+def test_a_heartbeat_extends_the_served_slots_leases_while_one_slot_is_unserved(
+    cluster: LocalCluster,
+) -> None:
+    """Leases on ``aaa`` (its slot unserved) and ``zzz``, heartbeated in that order past ``zzz``'s TTL
+    while a reaper passes: the beat is an outage (``aaa`` said nothing of), but ``zzz`` is extended.
+    Before, ``aaa``'s error ended the heartbeat's walk, and the reaper requeued ``zzz`` as lapsed under
+    the sidecar still running it."""
+    assert _slot("aaa") != _slot("zzz")
+    cluster.flushall()
+    for sid in ("aaa", "zzz"):  # claimed, and heartbeated, in that order
+        publish(Delivery(cluster.client()), sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=3000)
+    session = WorkerSession(Delivery(cluster.client()), Holdings(2), SessionSettings("w"))
+    assert [h.lease.schedule_id for h in asyncio.run(session.claim(2))] == ["aaa", "zzz"]
+    slot, owner = unserve(cluster, "aaa")
+    try:
+        until = time.monotonic() + 4.5  # 1.5 TTLs
+        while time.monotonic() < until:
+            assert asyncio.run(session.heartbeat()) == []
+            assert session.heartbeats_failing
+            reap_all(session.delivery, unserved=[])
+            time.sleep(0.2)
+        zzz = session.delivery.progress("zzz")
+    finally:
+        serve(slot, owner)
+    assert (zzz.running, zzz.queued) == (1, 0)
+    assert sorted(h.lease.schedule_id for h in session.holdings.all()) == ["aaa", "zzz"]
