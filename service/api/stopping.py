@@ -12,10 +12,11 @@ long loops (``scheduler/giveup.py``), and reads that deadline on a clock the cal
 (``giveup.reading``). ``planner_stops`` names one that jumps past every deadline once the event is
 set, and gives a plan without a caller's deadline one no clock reaches otherwise (``NEVER``), so the
 same checks end it: a plan without one that runs to its end is the same plan. Its give-up is logged
-(``GIVEN_UP_LOG``) and raised as a 503 that nobody reads (its handler was cancelled). Its take-back
-(``released``) then runs on a daemon the stop waits for one command timeout at most
-(``plan_thread.GIVEN_UP``), not on the planning thread: a take-back is two Redis calls, each up to
-three timeouts on a stalled Redis.
+once (``GIVEN_UP_LOG``; the problem handler adds no line of its own) and raised as a 503 that nobody
+reads (its handler was cancelled), wherever the check fired: inside the planner's own give-up, or
+before it (the body's rules, for a retry). Its take-back (``released``) then runs on a daemon the
+stop waits for one command timeout at most (``plan_thread.GIVEN_UP``), not on the planning thread: a
+take-back is two Redis calls, each up to three timeouts on a stalled Redis.
 
 What it does not reach: a stage that checks only at its end (CP-SAT's search, bounded by the plan's
 budget), and a publish under way when the stop comes (it and the bookkeeping after it run to their
@@ -35,6 +36,7 @@ from contextlib import contextmanager
 from scheduler import giveup
 from scheduler.errors import DeadlinePassedError
 from service.api.plan_thread import GIVEN_UP
+from service.logs import mark_logged
 from service.problems.table import DeadlineExceededError, UnavailableError
 
 # The hard deadline of a plan whose caller set none: finite (``PlanRequest`` refuses others), and
@@ -55,11 +57,25 @@ def planner_stops(stopping: threading.Event) -> Iterator[None]:
     try:
         with giveup.reading(wall), giveup.giving_up_at(NEVER):
             yield
-    except DeadlineExceededError as error:  # ``Deadline.planner_gives_up`` raised it from the planner's
-        if not (stopping.is_set() and isinstance(error.__cause__, DeadlinePassedError)):
+    except (DeadlineExceededError, DeadlinePassedError) as error:
+        gave_up = _given_up(error)
+        if not (stopping.is_set() and gave_up is not None):
             raise
-        _log.warning(GIVEN_UP_LOG, extra={"stage": error.__cause__.stage})
-        raise UnavailableError("the replica is stopping: the plan was given up") from error
+        _log.warning(GIVEN_UP_LOG, extra={"stage": gave_up.stage})
+        stopped = UnavailableError("the replica is stopping: the plan was given up")
+        mark_logged(stopped)  # the line above is its line: a handler still waiting logs no second one
+        raise stopped from error
+
+
+def _given_up(error: Exception) -> DeadlinePassedError | None:
+    """The planner's give-up behind ``error``: raised as its 504 by ``Deadline.planner_gives_up``, or
+    bare where a check fires outside it (the body's rules, read before the plan: ``check_plan_rules``
+    runs ``validate_request``, which checks the hard deadline between its runs); None for a 504 of
+    the caller's deadline's own checks (review48a)."""
+    if isinstance(error, DeadlinePassedError):
+        return error
+    cause = error.__cause__
+    return cause if isinstance(cause, DeadlinePassedError) else None
 
 
 def released(release: Callable[[], None], stopping: threading.Event, bound_s: float) -> Callable[[], None]:
