@@ -113,8 +113,17 @@ def test_a_push_run_that_returned_in_the_console_script_s_process_ignores_the_st
     assert [signal.getsignal(sig) for sig in STOP] == [signal.SIG_IGN, signal.SIG_IGN]
 
 
+def _heard() -> None:
+    """Python's own handlers for both stop signals, as in a process started with neither ignored: a
+    test run started with SIGINT ignored (a background job, ``nohup``) has it ``SIG_IGN`` from the
+    start, which a caller's run rightly gives back (``test_stop_signals_inherited``)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.mark.usefixtures("returning_loop")
 def test_a_push_run_in_a_caller_s_own_process_leaves_the_stop_signals_heard(redis_url: str) -> None:
+    _heard()  # the fixture puts back what the process had
     _run_push(redis_url)
     assert signal.SIG_IGN not in [signal.getsignal(sig) for sig in STOP]
 
