@@ -12,11 +12,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
-from service.embedded import EmbeddedServer
+from service.embedded import EmbeddedServer, _main_thread_gone
 from tests.service.polling import GONE_WITHIN_S
 from tests.service.procfs import alive
 
@@ -63,3 +64,19 @@ def test_a_start_on_a_server_in_its_exit_restarts_it(ending: subprocess.Popen[by
             client.close()
     finally:
         server.stop()
+
+
+def test_a_live_process_whose_name_reads_as_a_state_is_not_taken_for_one_ending(tmp_path: Path) -> None:
+    """``/proc/<pid>/stat`` puts the command's name in parentheses, and a name may hold ``) Z (``
+    itself: the state is the field after the last ``)`` (review48a). A process named so, running,
+    is not ending; reaped, nothing is asked of it."""
+    named = tmp_path / "a) Z (b"
+    named.symlink_to(sys.executable)  # the name a process shows is its program's, as exec'd
+    proc = subprocess.Popen([str(named), "-c", "import time; time.sleep(120)"])
+    try:
+        assert Path(f"/proc/{proc.pid}/stat").read_text().startswith(f"{proc.pid} (a) Z (b) ")
+        assert not _main_thread_gone(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not _main_thread_gone(proc.pid)  # reaped: no /proc entry left to read

@@ -24,6 +24,7 @@ import pytest
 import redis
 
 from service import cli
+from service.ports import free_port
 from service.sidecar import early_stop, launch, pull_api
 from service.sidecar.session_settings import SessionStats
 from tests.service.interrupt import handlers_kept
@@ -86,11 +87,19 @@ def _after_a_dropped_error(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @pytest.mark.timeout(60)  # a stop held and never acted on would serve until this
+@pytest.mark.parametrize("mode", ["push", "pull"])
 def test_a_stop_that_met_an_error_handled_and_dropped_stops_the_run_once_its_handlers_are_in(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    mode: str, redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(launch, "connected", _after_a_dropped_error(launch.connected))
-    monkeypatch.setattr(sys, "argv", ["rollout-scheduler", *ARGS[:3], "--redis-url", redis_url, *ARGS[5:]])
+    """Push: the error is dropped in ``launch.connected``, the relay's handlers then stop the run;
+    pull: in the app's making, and the server, started, stops at once (review48a: pull untested)."""
+    if mode == "push":
+        monkeypatch.setattr(launch, "connected", _after_a_dropped_error(launch.connected))
+        tail = ARGS[5:]
+    else:
+        monkeypatch.setattr(pull_api, "create_pull_app", _after_a_dropped_error(pull_api.create_pull_app))
+        tail = ["--pull-api", str(free_port())]
+    monkeypatch.setattr(sys, "argv", ["rollout-scheduler", *ARGS[:3], "--redis-url", redis_url, *tail])
     capsys.readouterr()
     with handlers_kept(STOP), pytest.raises(SystemExit) as exited:
         cli.main()
