@@ -14,6 +14,7 @@ from service.commands import (
     bench_solver,
     engine_sim,
     predictor,
+    redis_acl,
     replay,
     serve,
     sidecar,
@@ -31,4 +32,5 @@ ALL: list[ModuleType] = [
     trace,
     bench_redis_memory,
     predictor,
+    redis_acl,
 ]
