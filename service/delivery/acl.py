@@ -91,8 +91,9 @@ _SERVICE_ONLY = (
 )
 
 # On Redis Cluster only, what a cluster client reads when built: the slot map and the command table
-# (redis-py finds each command's keys from it). Read-only metadata; not granted elsewhere.
-CLUSTER_COMMANDS: tuple[str, ...] = ("cluster|slots", "command")
+# (redis-py finds each command's keys from it), and ``/readyz``'s ``cluster_state`` (CLUSTER INFO:
+# without it the probe falls back to PING and stays 200 while the cluster is down). Read-only metadata.
+CLUSTER_COMMANDS: tuple[str, ...] = ("cluster|slots", "cluster|info", "command")
 
 SIDECAR_COMMANDS: tuple[str, ...] = (*_CONNECTION, *_SCRIPTS_RUN, *_DELIVERY)
 SERVICE_COMMANDS: tuple[str, ...] = (*SIDECAR_COMMANDS, *_SERVICE_ONLY)
