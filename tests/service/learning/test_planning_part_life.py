@@ -18,7 +18,7 @@ from service.context import Context
 from service.delivery import Delivery
 from service.delivery import keys as keyspace
 from service.pipeline import deadline, stages
-from tests.service.api_helpers import batch_body
+from tests.service.api_helpers import AppFactory, batch_body
 
 PLANNING = keyspace.step_planning(2)
 
@@ -74,3 +74,25 @@ def test_a_take_back_redis_fails_is_a_warning_over_the_answer_and_the_entry_laps
     assert client.post("/schedule", json=body).status_code == 200
     assert "step's planning entry left to lapse" in caplog.text
     assert redis_client.zcard(PLANNING) == 1
+
+
+def test_a_planning_entry_of_a_request_naming_no_budget_lives_the_default_budget_too(
+    make_client: AppFactory, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The budget the request plans with is the service's default where it names none (``validate``)."""
+    client = make_client(default_time_budget_ms=60_000)
+    ctx: Context = client.app.state.context  # type: ignore[attr-defined]
+    seen: list[float] = []
+    original = stages._plans
+
+    def planning(*args: Any, **kwargs: Any) -> Any:
+        seen.append(_life_left_ms(redis_client))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(stages, "_plans", planning)
+    body = batch_body(prompts=4, step=2, policy="round_robin")
+    body.pop("time_budget_ms", None)
+    assert client.post("/schedule", json=body).status_code == 200
+    floor_ms = (ctx.settings.plan_queue_timeout_s + keyspace.PLANNING_MARGIN_S) * 1000
+    [left_ms] = seen
+    assert floor_ms + 50_000 < left_ms <= floor_ms + 60_000  # the default budget, less the moments before
