@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from service.api.settling import Settling
 
 WAIT_S = 30.0  # a bound against never: a blocked thread waits this long at most
@@ -29,3 +31,27 @@ def test_a_settle_naming_a_shorter_timeout_still_waits_the_longest_one_named() -
     settling.start(blocked, "blocked", bound_s=WAIT_S)
     threading.Timer(0.2, go.set).start()
     assert settling.settle(0.0) == 0
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_thread_that_raised_has_ended_and_is_not_waited_for() -> None:
+    settling = Settling("test threads")
+
+    def raising() -> None:
+        raise RuntimeError("a bug in a take-back")
+
+    settling.start(raising, "raising", bound_s=WAIT_S)
+    assert settling.settle() == 0  # ended, however it ended: nothing to cut
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_work_handed_on_that_raised_has_ended_and_is_not_waited_for() -> None:
+    settling = Settling("test threads")
+
+    def raising() -> None:
+        raise RuntimeError("a bug in a take-back")
+
+    thread = threading.Thread(target=settling.handed_on(raising))
+    thread.start()
+    thread.join(WAIT_S)
+    assert settling.settle(WAIT_S) == 0  # ended, however it ended: nothing to cut
