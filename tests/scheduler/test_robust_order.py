@@ -286,3 +286,19 @@ def test_a_hedge_priced_past_its_deadline_draws_nothing_and_plays_no_screen_firs
     drawn = count_calls(monkeypatch, robust_order, "draw_steps")
     assert robust_orders(problem, queues, finishes, spread, True, 0, 0.2, lpt_phase_s=1.0) is None
     assert (screened, drawn, fake.seconds) == ([], [], 0.0)
+
+
+@pytest.mark.parametrize(("lpt_phase_s", "hedged"), [(0.1, False), (0.005, True)])
+def test_the_hedge_is_priced_whole_and_one_that_fits_its_time_exactly_is_drawn(
+    monkeypatch: pytest.MonkeyPatch, lpt_phase_s: float, hedged: bool
+) -> None:
+    """0.2 s left, the 128 items priced at ``JUDGE_COST`` (40) lpt phases per trajectory of the batch:
+    at 0.1 s a phase one item (31 ms) fits but the whole (4 s) does not, and nothing is drawn; at 5 ms
+    the whole is 0.2 s, the time left exactly, and the hedge draws its lengths."""
+    problem, queues, _ = _two_queues_in_waves(monkeypatch)
+    spread = spreads(_request(128, 1.6, 40_000, seed=7).trajectories)
+    assert spread is not None
+    finishes = tuple(problem.finishes(queues, True))
+    drawn = count_calls(monkeypatch, robust_order, "draw_steps")
+    robust_orders(problem, queues, finishes, spread, True, 0, 0.2, lpt_phase_s=lpt_phase_s)
+    assert bool(drawn) == hedged

@@ -74,13 +74,20 @@ def _pinned_to_no_worker() -> dict[str, Any]:
     return body
 
 
+def _a_prompt_twice() -> dict[str, Any]:
+    body = batch_body(schedule_id="late")
+    body["batch"]["items"][1]["prompt_id"] = body["batch"]["items"][0]["prompt_id"]
+    return body
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
         (batch_body(schedule_id="late", policy="no-such-policy"), "policy"),
         (_pinned_to_no_worker(), "batch.items[0].pinned_worker"),
+        (_a_prompt_twice(), "batch.items[1].prompt_id"),
     ],
-    ids=["unknown-policy", "pinned-to-no-worker"],
+    ids=["unknown-policy", "pinned-to-no-worker", "a-prompt-twice"],
 )
 def test_a_bad_body_still_waiting_for_a_planning_thread_at_its_deadline_is_its_422_not_a_504(
     live_settings: Settings,
