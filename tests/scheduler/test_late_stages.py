@@ -179,3 +179,56 @@ def test_a_repair_solve_is_given_the_time_left_less_the_solvers_own_start_and_st
     assert limits == [pytest.approx(0.05 - exchange.SOLVE_STOP_S)]
     exchange._resolve(problem, assignment, finishes, group, exchange.SOLVE_STOP_S, seed=1)
     assert len(limits) == 1  # no solve with only the solver's start and stop left
+
+
+def test_a_repair_move_solved_to_the_deadline_itself_is_not_ordered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadline reached to the instant has passed: no queue of the move is ordered."""
+    problem = build_problem(bench_request(1_024, 16, seed=1))
+    with clock.frozen():
+        assignment, _, _ = lpt.lpt_start(problem, False, 1.0, True)
+    first, last = problem.active[0], problem.active[-1]
+    assignment[first], assignment[last] = assignment[first] + assignment[last], []  # one worker trails
+    queues = tuple(tuple(i for u in units for i in problem.units[u].members) for units in assignment)
+    finishes = tuple(problem.finishes(queues, False))
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    resolve = exchange._resolve
+
+    def solved_to_the_deadline(*args: Any) -> Any:
+        moved = resolve(*args)
+        fake.seconds = 1.0  # the deadline, exactly
+        return moved
+
+    monkeypatch.setattr(exchange, "_resolve", solved_to_the_deadline)
+    ordered = count_calls(monkeypatch, exchange, "best_order")
+    assert exchange.improve(problem, assignment, queues, finishes, False, 1.0, seed=1) is None
+    assert not ordered
+
+
+@pytest.mark.parametrize(("deadline_s", "handed"), [(0.8, False), (0.9, True)])
+def test_a_repair_move_left_exactly_its_build_time_is_not_solved(
+    monkeypatch: pytest.MonkeyPatch, deadline_s: float, handed: bool
+) -> None:
+    """The 1+3 move's model is built by 0.4 s (0.1 s a worker): 0.4 s left, what it took, is too
+    little; 0.5 s is enough."""
+    problem = build_problem(bench_request(1_024, 16, seed=1))
+    with clock.frozen():
+        assignment, _, finishes = lpt.lpt_start(problem, False, 1.0, True)
+    slow_stage(monkeypatch, exchange, "_worker_constraints", 0.1)
+    solved = count_calls(monkeypatch, exchange, "solve")
+    by_finish = sorted(problem.active, key=lambda w: (finishes[w], w))
+    group = [by_finish[-1], *by_finish[:3]]
+    exchange._resolve(problem, assignment, finishes, group, deadline_s, seed=1)
+    assert bool(solved) == handed
+
+
+def test_a_repair_move_with_less_than_5_ms_left_builds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = build_problem(bench_request(1_024, 16, seed=1))
+    with clock.frozen():
+        assignment, _, finishes = lpt.lpt_start(problem, False, 1.0, True)
+    slow_stage(monkeypatch, exchange, "_worker_constraints", 0.0)
+    built = count_calls(monkeypatch, exchange, "_worker_constraints")
+    by_finish = sorted(problem.active, key=lambda w: (finishes[w], w))
+    group = [by_finish[-1], *by_finish[:3]]
+    assert exchange._resolve(problem, assignment, finishes, group, 0.004, seed=1) is None
+    assert not built
