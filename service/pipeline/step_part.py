@@ -64,11 +64,16 @@ class Arrived(in_flight.Mark):
 
     def release(self) -> None:
         """Take the mark and the entry back; a Redis error is logged, not raised over the request's
-        answer or error: each lapses by itself."""
-        super().release()
+        answer or error: each lapses by itself. The entry is let go first and taken back whatever the
+        mark's take-back raised (not Redis's failure: redis-py's parser on a pool the stop closed under
+        a take-back cut, ``mark_hop``): it stayed held, pushed on every tick for ``LONGEST_S``."""
         if self.entry is not None:
             KEEPER.let_go(self.entry[2])
-            _left(*self.entry)
+        try:
+            super().release()
+        finally:
+            if self.entry is not None:
+                _left(*self.entry)
 
 
 def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadline) -> in_flight.Mark:

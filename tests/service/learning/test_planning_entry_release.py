@@ -1,0 +1,42 @@
+"""A request's take-back lets its step's planning entry go whatever the mark's take-back meets
+(``service.pipeline.step_part.Arrived.release``): the mark's raised an error Redis did not answer
+(redis-py's parser, a pool closed under a take-back cut at the stop: ``service/api/mark_hop.py``),
+and the entry stayed held, the process's keeper pushing it on every tick for ``LONGEST_S`` (3 h), the
+step kept out of every retrain that long, and its take-back never sent. On the real embedded valkey."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+from service.api.schemas import ScheduleRequest
+from service.delivery import keys as keyspace
+from service.pipeline import step_part
+from service.pipeline.deadline import NO_DEADLINE
+from service.pipeline.step_keeper import StepKeeper
+from tests.service.api_helpers import batch_body
+
+
+def test_an_entry_is_let_go_and_taken_back_when_the_mark_s_take_back_raises(
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mark's take-back raises ``AttributeError`` (not a Redis error: it reaches the caller): the
+    entry is no longer held by the keeper, nor left in its step's planning entries."""
+    ctx = client.app.state.context
+    keeper = StepKeeper()
+    monkeypatch.setattr(step_part, "KEEPER", keeper)
+    body = ScheduleRequest.model_validate(batch_body(step=2) | {"schedule_id": "released"})
+    arrived = step_part.arrive(ctx, body, "released", NO_DEADLINE)
+    assert keeper.held() == 1
+    assert redis_client.zcard(keyspace.step_planning(2)) == 1
+
+    def parser_gone(*_: object) -> None:
+        raise AttributeError("'NoneType' object has no attribute 'read_response'")
+
+    monkeypatch.setattr(ctx.delivery, "unmark_planning", parser_gone)
+    with pytest.raises(AttributeError):
+        arrived.release()
+    assert keeper.held() == 0
+    assert redis_client.zcard(keyspace.step_planning(2)) == 0
