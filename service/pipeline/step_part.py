@@ -86,7 +86,7 @@ def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadlin
     keeping its step out of a retrain its whole life). A Redis failure writing the entry (``REDIS_FAILED``:
     a cluster client's ``SlotNotCoveredError`` too) is kept, as the mark's is, and raised once the body
     is valid (``Mark.check``: 503), the entry taken back with the mark unless Redis refused it; any
-    other error fails the request at once, its mark taken back."""
+    other error fails the request at once, its mark and its entry taken back."""
     marked = in_flight.mark(ctx, body, schedule_id, until)
     if not body.publish or marked.unwritten is not None:  # a mark Redis failed: a 503, never a part
         return marked
@@ -102,8 +102,9 @@ def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadlin
         if nothing_ran(error):  # answered (out of memory): nothing landed
             entry = None
         _log.warning("step's planning entry not written: %s: %s", type(error).__name__, error)
-    except BaseException:  # not Redis's failure (a bug, a cancel): the mark goes too
-        marked.release()
+    except BaseException:  # not Redis's failure (a bug, a parser on a closed pool): both go, the
+        # entry too: such an error may come once the write has landed, and it kept the step out
+        Arrived(marked.ctx, marked.schedule_id, marked.request_id, None, entry).release()
         raise
     if unwritten is None:  # kept live while the request lives, however long it overruns (``step_keeper``)
         KEEPER.hold(ctx, body.step, member, life_s)

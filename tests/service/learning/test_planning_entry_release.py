@@ -40,3 +40,27 @@ def test_an_entry_is_let_go_and_taken_back_when_the_mark_s_take_back_raises(
         arrived.release()
     assert keeper.held() == 0
     assert redis_client.zcard(keyspace.step_planning(2)) == 0
+
+
+def test_an_entry_write_that_fails_past_redis_s_answer_leaves_no_entry_nor_mark(
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entry's write lands, then raises an error that is not Redis's failure (the parser of a
+    connection closed as the reply came): the request fails at once, and neither its mark nor its
+    entry is left to keep the id in flight and the step out of a retrain until their deadline."""
+    ctx = client.app.state.context
+    keeper = StepKeeper()
+    monkeypatch.setattr(step_part, "KEEPER", keeper)
+    written = ctx.delivery.enter_planning
+
+    def landed_then_lost(step: int, member: str, life_ms: int) -> None:
+        written(step, member, life_ms)
+        raise AttributeError("'NoneType' object has no attribute 'read_response'")
+
+    monkeypatch.setattr(ctx.delivery, "enter_planning", landed_then_lost)
+    body = ScheduleRequest.model_validate(batch_body(step=2) | {"schedule_id": "lost-reply"})
+    with pytest.raises(AttributeError):
+        step_part.arrive(ctx, body, "lost-reply", NO_DEADLINE)
+    assert keeper.held() == 0
+    assert redis_client.zcard(keyspace.step_planning(2)) == 0
+    assert not redis_client.exists(keyspace.schedule_keys("lost-reply").planning)
