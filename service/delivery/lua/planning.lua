@@ -1,5 +1,5 @@
--- planning: mark, extend or unmark one POST /schedule in flight under the id (P:planning, an entry per
--- request: nonce -> 'accepted_ms:deadline_ms', server time unless pinned). The key lives until its
+-- planning: mark, extend, keep or unmark one POST /schedule in flight under the id (P:planning, an
+-- entry per request: nonce -> 'accepted_ms:deadline_ms', server time unless pinned). The key lives until its
 -- latest entry's deadline: a mark extends the key's TTL to its own (never shortens it: a request
 -- racing this one keeps its own), and an unmark sets it from the entries left, so a request refused
 -- or failed gives the key no later expiry than the others gave it. The entry of an older replica (a
@@ -12,8 +12,16 @@
 -- nothing (its own answer may have been lost too); one whose entry a DELETE replaced by P:withdrawn
 -- answers 1 (the publish refuses the id). A mark whose entry is there already (a copy of the write
 -- landing late) writes nothing, so it never shortens an extended entry.
--- ARGV: op ('mark', 'extend' or 'unmark'), nonce, ttl_ms (mark, extend), now ('' = server). Returns
--- 1, or 0 when the unmark found no entry or the extend no live one.
+-- A keep pushes a live entry to ttl_ms past now, never earlier than it was, for a request that outlives
+-- the TTL it was extended to (service/pipeline/step_keeper.py, the request's own process while it
+-- lives): an entry not there (taken back, withdrawn, published, lapsed with the key) or past its
+-- deadline is never written again, so a replica that dies leaves its mark to lapse at the last one.
+-- An id a DELETE withdrew (P:withdrawn in place of P:planning) has its withdrawal pushed to ttl_ms
+-- instead, never shortened: it had lived the retention or what the mark had left, and a request
+-- living past both (a retention of a minute) had published the step its trainer gave up.
+-- ARGV: op ('mark', 'extend', 'keep' or 'unmark'), nonce, ttl_ms (mark, extend, keep), now ('' =
+-- server). Returns 1, or 0 when the unmark found no entry, the extend no live one, or the keep neither
+-- a live one nor a withdrawal.
 local key = k('planning')
 local now = now_ms(ARGV[4])
 if ARGV[1] == 'mark' then
@@ -29,6 +37,22 @@ if ARGV[1] == 'extend' then
   local accepted, deadline = string.match(entry, '^(%d+):(%d+)$')
   if not deadline or now > tonumber(deadline) then return 0 end
   local until_ms = tonumber(accepted) + tonumber(ARGV[3])
+  redis.call('HSET', key, ARGV[2], accepted .. ':' .. int(until_ms))
+  if redis.call('PTTL', key) < until_ms - now then redis.call('PEXPIRE', key, int(until_ms - now)) end
+  return 1
+end
+if ARGV[1] == 'keep' then
+  local entry = redis.call('HGET', key, ARGV[2])
+  local ttl = tonumber(ARGV[3])
+  if not entry then
+    local left = redis.call('PTTL', k('withdrawn'))
+    if left == -2 then return 0 end
+    if left >= 0 and left < ttl then redis.call('PEXPIRE', k('withdrawn'), ttl) end
+    return 1
+  end
+  local accepted, deadline = string.match(entry, '^(%d+):(%d+)$')
+  if not deadline or now > tonumber(deadline) then return 0 end
+  local until_ms = math.max(tonumber(deadline), now + ttl)
   redis.call('HSET', key, ARGV[2], accepted .. ':' .. int(until_ms))
   if redis.call('PTTL', key) < until_ms - now then redis.call('PEXPIRE', key, int(until_ms - now)) end
   return 1
