@@ -76,8 +76,8 @@ Two keys come before a publish: ``P:withdrawn`` lives the retention, or what the
 replaces had left if longer (``lua/cancel.lua``), ``P:planning`` the plan queue's timeout + the
 request's budget (what a caller's deadline leaves of it: ``Deadline.capped_s``) + ``PLANNING_MARGIN_S``:
 the latest deadline of its entries (``lua/planning.lua``: a mark extends it, a take-back sets it
-from the entries left; the publish deletes it). A mark is written for the command timeout
-(``redis_timeout_s``) and extended to that TTL once answered: one whose answer was lost lapses soon.
+from the entries left; the publish deletes it). A mark is written for the command timeout, extended to
+that TTL once answered (a lost answer's lapses soon), and kept while its request lives (``step_keeper``).
 
 Fleet-wide keys of the service (its actuals log ``service/learning/actuals.py``, its speed
 store in ``service/speeds/learner.py`` and its retrainer ``service/learning/retrain.py``), each

@@ -39,11 +39,24 @@ own answer may have been lost after a stall, the request answered 503), so the r
 leaves an extended entry as it is. Chosen over retrying the take-back in the background until Redis
 answers again: a take-back finding no entry cannot tell a write not landed yet from one never to
 land, so it would have to go on for the mark's whole TTL, a thread of polls per failed request.
+
+A request that outlives the TTL its mark was extended to (a plan overrunning its budget on a starved
+host with no caller's deadline to give up at, a publish Redis holds) has the mark pushed on while it
+lives, from its extension's answer until its take-back (``step_keeper``, ``Delivery.keep_marks``):
+past its deadline the mark had gone, a DELETE then answered 404 while the request went on to publish
+the step its trainer believed withdrawn (markkeep48). The extension's window is not reopened for it:
+a keep is an operation of its own, sent only by the process that holds the request, and writes only
+an entry still there and not past its deadline, so a mark taken back, withdrawn, published or lapsed
+never comes back, and a replica that dies leaves its marks to lapse at the deadline last given (at
+most ``keys.PLANNING_MARGIN_S`` past its last keep). An id a DELETE withdrew meanwhile has its
+withdrawal kept instead: it had lived the retention, or what the mark had left, and a request living
+past both published the abandoned step.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -52,6 +65,7 @@ from service.context import Context
 from service.delivery import keys
 from service.delivery.errors import REDIS_FAILED, nothing_ran
 from service.logs import schedule_context
+from service.pipeline import step_keeper
 from service.pipeline.deadline import NO_DEADLINE, Deadline
 
 _log = logging.getLogger("service.pipeline")
@@ -80,6 +94,7 @@ class Mark:
         gives: the mark lapses by itself (``mark``)."""
         if self.ctx is None:
             return
+        step_keeper.KEEPER.let_go(step_keeper.InFlight(self.schedule_id, self.request_id))
         with schedule_context(self.schedule_id):
             try:
                 self.ctx.delivery.unmark_planning(self.schedule_id, self.request_id)
@@ -93,11 +108,12 @@ def mark(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadline 
     arrival, the request's budget, ``keys.PLANNING_MARGIN_S`` to predict and publish), so the mark
     of a replica that died mid-request lapses by itself. The budget is the one the plan can still be
     given under the caller's deadline ``until`` (``Deadline.capped_s``): the request cannot plan past
-    it, and its whole budget (up to 60 s) had kept a dead replica's mark that much longer. Asks Redis:
+    it, and its whole budget (up to 60 s) had kept a dead replica's mark that much longer; a request
+    that lives longer has it kept until ``release`` (``step_keeper``). Asks Redis:
     call it off the event loop. A Redis error is kept in the mark, not raised (``Mark.check``)."""
     if not (body.schedule_id and body.publish):
         return Mark(None, schedule_id, "")
-    request_id = uuid.uuid4().hex
+    request_id, sent = uuid.uuid4().hex, time.monotonic()
     budget_s = (body.time_budget_ms or ctx.settings.default_time_budget_ms) / 1000.0  # as ``validate``'s
     ttl_s = ctx.settings.plan_queue_timeout_s + until.capped_s(budget_s) + keys.PLANNING_MARGIN_S
     landed = False
@@ -109,6 +125,9 @@ def mark(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadline 
         # Redis answered the mark with a refusal (out of memory): nothing landed, nothing to take back
         refused = not landed and nothing_ran(error)
         return Mark(None if refused else ctx, schedule_id, request_id, error)
+    # kept live while the request lives, however long it overruns, until ``release`` (``step_keeper``)
+    left_s = ttl_s - (time.monotonic() - sent)  # counted from before the mark: never later than Redis's
+    step_keeper.KEEPER.hold(ctx, step_keeper.InFlight(schedule_id, request_id), left_s)
     return Mark(ctx, schedule_id, request_id)
 
 

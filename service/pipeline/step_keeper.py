@@ -1,24 +1,27 @@
-"""Keeps the step planning entries of this process's live ``POST /schedule`` requests from lapsing
-while the requests live (``service.pipeline.step_part``).
+"""Keeps what this process's live ``POST /schedule`` requests hold in Redis from lapsing while the
+requests live: the step planning entry (``service.pipeline.step_part``, ``Entry``) and the in-flight
+mark of a caller-chosen id (``service.pipeline.in_flight``, ``InFlight``).
 
-An entry is written for what the request should take: the plan queue's timeout, the plan's budget
-and ``keys.PLANNING_MARGIN_S`` to predict and publish. A request can take longer: a plan whose
-stages no budget cuts, on a CPU-starved host, with no caller's deadline to give up at; a publish
-Redis holds. Once past its deadline the entry is none (``indexes.PLANNING_NOW``), and a retrain asked
-while the request still planned or published fitted its step without it (retrain48). The deadline
-stays what it was for a replica that dies (the step kept out that long at most), and one thread per
-process looks every quarter of ``keys.PLANNING_MARGIN_S`` for live entries within half of it of their
-deadline and pushes those to that margin past now (``Delivery.keep_planning``: one round trip per
-tick that finds any, only entries still there and only ever later, so a take-back is never undone),
-from the request's arrival until its take-back (``Arrived.release``). A request that ends in the life
-it was written for, nearly every one, is never written again: no traffic, and a snapshot of Redis
-taken around it (the withdraw tests') does not see its entry move.
+Each is written for what the request should take: the plan queue's timeout, the plan's budget and
+``keys.PLANNING_MARGIN_S`` to predict and publish. A request can take longer: a plan whose stages no
+budget cuts, on a CPU-starved host, with no caller's deadline to give up at; a publish Redis holds.
+Past its deadline an entry is none (``indexes.PLANNING_NOW``), and a retrain asked while the request
+still planned or published fitted its step without it (retrain48); a mark past its deadline is gone,
+and a DELETE then answered 404 while the request went on to publish the step its trainer believed
+withdrawn, and a second POST of the id was not told it was in flight (markkeep48). The deadline stays
+what it was for a replica that dies (the step kept out, the id held, that long at most): one thread
+per process looks every quarter of ``keys.PLANNING_MARGIN_S`` for what is held within half of it of
+its deadline and pushes those to that margin past now (``Delivery.keep_planning``, ``keep_marks``:
+only what is still there and only ever later, so a take-back, a withdrawal or a publish is never
+undone), from the request's arrival until its take-back (``let_go``, before the take-back is sent). A
+request that ends in the life it was written for, nearly every one, is never written again: no
+traffic, and a snapshot of Redis taken around it (the withdraw tests') does not see anything move.
 
-An entry is kept ``LONGEST_S`` at most: every request ends long before (the longest budget is a
-minute, the plan queue's timeout an hour at most), so only an entry whose take-back was never
-called, a bug, would outlive it, and it then lapses as a dead replica's does rather than keep its
-step out for good. A Redis error extending is a warning: the entries lapse at their deadline, as
-before, and the next tick tries again.
+Each is kept ``LONGEST_S`` at most: every request ends long before (the longest budget is a minute,
+the plan queue's timeout an hour at most), so only one whose take-back was never called, a bug, would
+outlive it, and it then lapses as a dead replica's does rather than keep its step out, or its id
+withdrawable, for good. A Redis error extending is a warning: they lapse at their deadline, as before,
+and the next tick tries again.
 """
 
 from __future__ import annotations
@@ -35,76 +38,98 @@ from service.delivery.errors import REDIS_FAILED
 
 _log = logging.getLogger("service.pipeline")
 
-LONGEST_S = 3 * 3600.0  # an entry kept longer than this was never taken back: let it lapse
-_TICKS_PER_MARGIN = 4  # a tick late by up to a quarter of the margin still finds a due entry live
+LONGEST_S = 3 * 3600.0  # kept longer than this, it was never taken back: let it lapse
+_TICKS_PER_MARGIN = 4  # a tick late by up to a quarter of the margin still finds a due one live
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A request's entry ``member`` among ``step``'s planning ones (``keys.step_planning``)."""
+
+    step: int
+    member: str
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A request's in-flight mark: its ``request_id``'s entry in ``schedule_id``'s ``P:planning``."""
+
+    schedule_id: str
+    request_id: str
+
+
+Kept = Entry | InFlight
 
 
 @dataclass(frozen=True)
 class _Held:
     ctx: Context
-    step: int
     lapses: float  # ``time.monotonic()`` when its deadline passes (this side of Redis's answer: later)
     until: float  # ``time.monotonic()`` past which it is no longer kept (``LONGEST_S``)
 
 
 class StepKeeper:
-    """The entries kept (member -> what it is), and the thread that extends them while there are any."""
+    """What is kept (an entry or a mark -> its context and deadline), and the thread that extends it
+    while anything is."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._held: dict[str, _Held] = {}
+        self._held: dict[Kept, _Held] = {}
         self._thread: threading.Thread | None = None
 
-    def hold(self, ctx: Context, step: int, member: str, life_s: float) -> None:
-        """Keep ``member`` of ``step``'s planning entries, just written for ``life_s``, live until
-        ``let_go``; the thread starts if none runs."""
+    def hold(self, ctx: Context, kept: Kept, life_s: float) -> None:
+        """Keep ``kept``, written to lapse ``life_s`` from now, live until ``let_go``; the thread
+        starts if none runs."""
         now = time.monotonic()
         with self._lock:
-            self._held[member] = _Held(ctx, step, now + life_s, now + LONGEST_S)
+            self._held[kept] = _Held(ctx, now + life_s, now + LONGEST_S)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="step-keeper", daemon=True)
                 self._thread.start()
 
-    def let_go(self, member: str) -> None:
-        """Stop keeping ``member`` (its request takes it back next)."""
+    def let_go(self, kept: Kept) -> None:
+        """Stop keeping ``kept`` (its request takes it back next)."""
         with self._lock:
-            self._held.pop(member, None)
+            self._held.pop(kept, None)
 
     def held(self) -> int:
-        """How many entries are kept now."""
+        """How many are kept now."""
         with self._lock:
             return len(self._held)
 
     def tick(self) -> None:
-        """Extend each entry kept that is within half of ``keys.PLANNING_MARGIN_S`` of its deadline to
-        that margin past now (Redis's clock): one round trip per deployment; those past ``LONGEST_S``
-        let go, with a warning."""
+        """Extend each one kept that is within half of ``keys.PLANNING_MARGIN_S`` of its deadline to
+        that margin past now (Redis's clock): a round trip per deployment for the entries, one per
+        mark; a mark found gone (taken back, withdrawn, published, lapsed) let go, and those past
+        ``LONGEST_S`` too, with a warning."""
         now, margin_s = time.monotonic(), keys.PLANNING_MARGIN_S
         with self._lock:
-            stale = [member for member, held in self._held.items() if held.until < now]
-            for member in stale:
-                del self._held[member]
-            by_ctx: dict[int, tuple[Context, list[tuple[int, str]]]] = {}
-            for member, held in self._held.items():
+            stale = [kept for kept, held in self._held.items() if held.until < now]
+            for kept in stale:
+                del self._held[kept]
+            by_ctx: dict[int, tuple[Context, list[Kept]]] = {}
+            for kept, held in self._held.items():
                 if held.lapses - now <= margin_s / 2:
-                    by_ctx.setdefault(id(held.ctx), (held.ctx, []))[1].append((held.step, member))
+                    by_ctx.setdefault(id(held.ctx), (held.ctx, []))[1].append(kept)
         if stale:
-            _log.warning("step's planning entries kept past %.0f s, left to lapse: %d", LONGEST_S, len(stale))
+            _log.warning("kept past %.0f s, left to lapse: %d planning entries, marks", LONGEST_S, len(stale))
         life_ms = int(margin_s * 1000)
-        for ctx, entries in by_ctx.values():
-            if _extended(ctx, entries, life_ms):
-                self._pushed([member for _, member in entries], now + margin_s)
+        for ctx, due in by_ctx.values():
+            pushed, gone = _extended(ctx, due, life_ms)
+            self._pushed(pushed, gone, now + margin_s)
 
-    def _pushed(self, members: list[str], lapses: float) -> None:
-        """``members`` extended to lapse at ``lapses`` (those still kept)."""
+    def _pushed(self, pushed: list[Kept], gone: list[Kept], lapses: float) -> None:
+        """``pushed`` extended to lapse at ``lapses`` (those still kept), ``gone`` let go."""
         with self._lock:
-            for member in members:
-                held = self._held.get(member)
+            for kept in pushed:
+                held = self._held.get(kept)
                 if held is not None:
-                    self._held[member] = _Held(held.ctx, held.step, lapses, held.until)
+                    self._held[kept] = _Held(held.ctx, lapses, held.until)
+            for kept in gone:
+                self._held.pop(kept, None)
 
     def _run(self) -> None:
-        """Tick while entries are kept; the thread ends with the last (``hold`` starts another)."""
+        """Tick while anything is kept; the thread ends with the last (``hold`` starts another)."""
         while True:
             time.sleep(keys.PLANNING_MARGIN_S / _TICKS_PER_MARGIN)
             with self._lock:
@@ -114,20 +139,35 @@ class StepKeeper:
             try:
                 self.tick()
             except Exception:  # a bug: logged, the keeper goes on
-                _log.exception("keeping the step's planning entries failed")
+                _log.exception("keeping the planning entries and marks failed")
 
 
-def _extended(ctx: Context, entries: list[tuple[int, str]], life_ms: int) -> bool:
-    """``entries`` (step, member) of one deployment extended; False, logged, where Redis failed."""
+def _extended(ctx: Context, due: list[Kept], life_ms: int) -> tuple[list[Kept], list[Kept]]:
+    """``due`` of one deployment extended: those pushed on, and the marks found gone; where Redis
+    failed (logged) neither: tried again at the next tick. Entries and marks each on their own."""
     by_step: dict[int, list[str]] = defaultdict(list)
-    for step, member in entries:
-        by_step[step].append(member)
+    marks: list[InFlight] = []
+    for kept in due:
+        if isinstance(kept, Entry):
+            by_step[kept.step].append(kept.member)
+        else:
+            marks.append(kept)
+    pushed: list[Kept] = []
+    gone: list[Kept] = []
     try:
-        ctx.delivery.keep_planning(by_step, life_ms)
+        if by_step:
+            ctx.delivery.keep_planning(by_step, life_ms)
+            pushed.extend(kept for kept in due if isinstance(kept, Entry))
     except REDIS_FAILED as error:
         _log.warning("step's planning entries not extended: %s: %s", type(error).__name__, error)
-        return False
-    return True
+    try:
+        if marks:
+            live = ctx.delivery.keep_marks([(m.schedule_id, m.request_id) for m in marks], life_ms)
+            for kept, held in zip(marks, live, strict=True):
+                (pushed if held else gone).append(kept)
+    except REDIS_FAILED as error:
+        _log.warning("in-flight marks not extended: %s: %s", type(error).__name__, error)
+    return pushed, gone
 
 
 KEEPER = StepKeeper()

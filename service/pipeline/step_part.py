@@ -48,9 +48,8 @@ from service.api.schemas import ScheduleRequest
 from service.context import Context
 from service.delivery import keys
 from service.delivery.errors import REDIS_FAILED, nothing_ran
-from service.pipeline import in_flight
+from service.pipeline import in_flight, step_keeper
 from service.pipeline.deadline import Deadline
-from service.pipeline.step_keeper import KEEPER
 
 _log = logging.getLogger("service.pipeline")
 
@@ -68,7 +67,7 @@ class Arrived(in_flight.Mark):
         mark's take-back raised (not Redis's failure: redis-py's parser on a pool the stop closed under
         a take-back cut, ``mark_hop``): it stayed held, pushed on every tick for ``LONGEST_S``."""
         if self.entry is not None:
-            KEEPER.let_go(self.entry[2])
+            step_keeper.KEEPER.let_go(step_keeper.Entry(self.entry[1], self.entry[2]))
         try:
             super().release()
         finally:
@@ -107,7 +106,7 @@ def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadlin
         Arrived(marked.ctx, marked.schedule_id, marked.request_id, None, entry).release()
         raise
     if unwritten is None:  # kept live while the request lives, however long it overruns (``step_keeper``)
-        KEEPER.hold(ctx, body.step, member, life_s)
+        step_keeper.KEEPER.hold(ctx, step_keeper.Entry(body.step, member), life_s)
     return Arrived(marked.ctx, marked.schedule_id, marked.request_id, unwritten, entry)
 
 

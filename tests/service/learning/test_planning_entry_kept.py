@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from service.delivery import keys as keyspace
-from service.pipeline import stages, step_keeper, step_part
-from service.pipeline.step_keeper import StepKeeper
+from service.pipeline import stages, step_keeper
+from service.pipeline.step_keeper import Entry, StepKeeper
 from tests.service.api_helpers import batch_body
 from tests.service.learning.test_retrain_settled_step import (
     _prompts_from,
@@ -63,7 +63,7 @@ def test_a_retrain_asked_while_a_part_overruns_its_entry_s_first_deadline_leaves
     monkeypatch.setattr(keyspace, "PLANNING_MARGIN_S", MARGIN_S)
     monkeypatch.setattr(step_keeper, "_TICKS_PER_MARGIN", 16)  # a tick every 0.25 s: 1.75 s of slack
     keeper = StepKeeper()  # its own: the process's may be asleep for an earlier test's 15 s
-    monkeypatch.setattr(step_part, "KEEPER", keeper)
+    monkeypatch.setattr(step_keeper, "KEEPER", keeper)
     client = make_client(plan_queue_timeout_s=QUEUE_S)
     _ran_and_reported(client, redis_client, "step-2a")
     past, release = _overrunning(monkeypatch, redis_client)
@@ -98,7 +98,7 @@ def test_a_tick_pushes_a_held_entry_on_and_writes_back_none_taken_back(
     ctx.delivery.enter_planning(2, "long", 3_600_000)
     first, long = _score(redis_client, "held"), _score(redis_client, "long")
     for member, life_s in (("held", 1.0), ("long", 3600.0), ("taken back", 1.0)):
-        keeper.hold(ctx, 2, member, life_s)
+        keeper.hold(ctx, Entry(2, member), life_s)
     try:
         keeper.tick()
         assert _score(redis_client, "held") > first + 50_000  # type: ignore[operator]
@@ -106,7 +106,7 @@ def test_a_tick_pushes_a_held_entry_on_and_writes_back_none_taken_back(
         assert _score(redis_client, "taken back") is None
     finally:
         for member in ("held", "long", "taken back"):
-            keeper.let_go(member)
+            keeper.let_go(Entry(2, member))
 
 
 def test_an_entry_held_past_the_longest_a_request_lives_is_let_go(
@@ -119,7 +119,7 @@ def test_an_entry_held_past_the_longest_a_request_lives_is_let_go(
     monkeypatch.setattr(step_keeper, "LONGEST_S", -1.0)
     ctx.delivery.enter_planning(2, "leaked", 1_000)
     first = _score(redis_client, "leaked")
-    keeper.hold(ctx, 2, "leaked", 1.0)
+    keeper.hold(ctx, Entry(2, "leaked"), 1.0)
     keeper.tick()
     assert keeper.held() == 0
     assert _score(redis_client, "leaked") == first
