@@ -13,7 +13,7 @@ import redis
 
 from service.api.schemas import ScheduleRequest
 from service.delivery import keys as keyspace
-from service.pipeline import step_part
+from service.pipeline import step_keeper, step_part
 from service.pipeline.deadline import NO_DEADLINE
 from service.pipeline.step_keeper import StepKeeper
 from tests.service.api_helpers import batch_body
@@ -26,10 +26,10 @@ def test_an_entry_is_let_go_and_taken_back_when_the_mark_s_take_back_raises(
     entry is no longer held by the keeper, nor left in its step's planning entries."""
     ctx = client.app.state.context
     keeper = StepKeeper()
-    monkeypatch.setattr(step_part, "KEEPER", keeper)
+    monkeypatch.setattr(step_keeper, "KEEPER", keeper)
     body = ScheduleRequest.model_validate(batch_body(step=2) | {"schedule_id": "released"})
     arrived = step_part.arrive(ctx, body, "released", NO_DEADLINE)
-    assert keeper.held() == 1
+    assert keeper.held() == 2  # the in-flight mark and the step's planning entry
     assert redis_client.zcard(keyspace.step_planning(2)) == 1
 
     def parser_gone(*_: object) -> None:
@@ -50,7 +50,7 @@ def test_an_entry_write_that_fails_past_redis_s_answer_leaves_no_entry_nor_mark(
     entry is left to keep the id in flight and the step out of a retrain until their deadline."""
     ctx = client.app.state.context
     keeper = StepKeeper()
-    monkeypatch.setattr(step_part, "KEEPER", keeper)
+    monkeypatch.setattr(step_keeper, "KEEPER", keeper)
     written = ctx.delivery.enter_planning
 
     def landed_then_lost(step: int, member: str, life_ms: int) -> None:
