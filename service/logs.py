@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import Context, ContextVar
 from types import TracebackType
 from typing import Any
 
@@ -152,6 +152,17 @@ def schedule_context(schedule_id: str | None) -> Iterator[None]:
         yield
     finally:
         schedule_id_var.reset(token)
+
+
+def schedule_only_context() -> Context:
+    """A fresh context carrying only this one's schedule id, for a thread that outlives its request
+    (a retrain started by a step). A copy of the request's whole context carried its deadlines too:
+    the stop's clock and ``NEVER`` (``service/api/stopping.py``), the caller's hard deadline
+    (``scheduler.giveup``), the predict stage's cutoff (``predictors.cutoff``); work that ever checked
+    one would give up at the replica's stop, or at the deadline of a request it is no part of."""
+    context = Context()
+    context.run(schedule_id_var.set, schedule_id_var.get())
+    return context
 
 
 def request_schedule_id(scope: Mapping[str, Any]) -> str | None:

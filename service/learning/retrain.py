@@ -22,7 +22,6 @@ for the next step to claim. Other replicas pick the new version up by hot reload
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import threading
 import uuid
@@ -32,7 +31,7 @@ from scheduler.errors import InvalidInputError
 from service.delivery import keys
 from service.delivery.errors import REDIS_FAILED
 from service.learning.models import ModelService
-from service.logs import mark_logged
+from service.logs import mark_logged, schedule_only_context
 from service.metrics import Metrics
 from service.problems.table import ConflictError, ServiceError
 from service.redis_conn import RedisClient
@@ -233,9 +232,10 @@ class Retrainer:
             return False  # a boundary met while a fit runs is claimed by the next step after it
         if not self._claims_boundary(step):
             return False
-        # in a copy of this context: its lines carry the schedule id of the step that started it
+        # its lines carry the schedule id of the step that started it, and nothing else of the request's
+        # context: no deadline of the caller's, nor the stop's clock (``logs.schedule_only_context``)
         self.background = threading.Thread(
-            target=contextvars.copy_context().run,
+            target=schedule_only_context().run,
             args=(self._background, step),
             name=f"retrain-step-{step}",
             daemon=True,
