@@ -6,6 +6,8 @@ response (and the CLI to a one-line message) without string parsing.
 
 from __future__ import annotations
 
+import sys
+
 
 class SchedulerError(Exception):
     """Base class of every error the core raises on purpose."""
@@ -50,8 +52,17 @@ class DeadlinePassedError(SchedulerError):
         self.stage = stage
         self.deadline = deadline
         self.late_s = late_s
-        super().__init__(f"hard deadline {deadline:.6f} passed in {stage} ({late_s * 1e3:.1f} ms past it)")
+        super().__init__(
+            f"hard deadline {_shown(deadline)} passed in {stage} ({late_s * 1e3:.1f} ms past it)"
+        )
 
     def __reduce__(self) -> tuple[type[DeadlinePassedError], tuple[object, ...]]:
         """Pickle by the constructor's arguments (see ``InvalidInputError.__reduce__``)."""
         return type(self), (self.stage, self.deadline, self.late_s)
+
+
+def _shown(deadline: float) -> str:
+    """The deadline as a message shows it: 'none' for a plan that had none (the service's ``NEVER``,
+    ``sys.float_info.max``, given up because the replica stopped), which ``.6f`` printed as a
+    316-character number in every such traceback."""
+    return "none" if deadline >= sys.float_info.max else f"{deadline:.6f}"
