@@ -152,7 +152,8 @@ _CODE = re.compile(rf"[=/(){{}}\[\]|$#]|^[A-Z]+ |^(?:{_COMMANDS}) ")
 _FENCE = re.compile(r"^ *```.*?^ *```", re.MULTILINE | re.DOTALL)  # a code block, indented in a list too
 # what a log line fills in (ids, counts, a version) and where one message is put inside another
 _HOLE = re.compile(r"\.\.\.|<[^>]*>|\b[A-Z]\b|\S*[0-9]\S*|: ")
-_FORMULAS = frozenset({"steps per retention window x finished size"})  # operations.md's sizing rule
+# operations.md's sizing rule; delivery.md's item states and a lease's deadline
+_FORMULAS = frozenset({"steps per retention window x finished size", "q r d f c", "now + lease_ttl_ms"})
 
 
 def quoted_messages(text: str) -> list[str]:
@@ -232,14 +233,15 @@ def _written() -> str:
 
 # a doc's quotes of the lines an operator greps for, and how many it quotes at least (so a quote
 # reworded out of the reader's sight, in a span the check no longer reads, is seen)
-_QUOTING = {"operations.md": 16, "sidecar.md": 15, "api.md": 4, "client.md": 1}
+_QUOTING = {"operations.md": 16, "sidecar.md": 15, "api.md": 4, "client.md": 1, "delivery.md": 4}
 
 
 @pytest.mark.parametrize("doc", sorted(_QUOTING))
 def test_every_log_line_a_doc_quotes_is_one_the_code_writes(doc: str) -> None:
-    """An operator greps for, or alerts on, the lines the runbook and the sidecar's and API's pages
-    quote, a trainer's integrator for the client's: each literal run of one (around the ids and counts
-    filled in) is in the code that logs or answers it."""
+    """An operator greps for, or alerts on, the lines the runbook and the sidecar's, API's and
+    delivery protocol's pages quote (``reaper pass failed``), a trainer's integrator for the client's:
+    each literal run of one (around the ids and counts filled in) is in the code that logs or answers
+    it."""
     lines = _written()
     messages = quoted_messages((ROOT / "docs" / doc).read_text())
     assert len(messages) >= _QUOTING[doc]
