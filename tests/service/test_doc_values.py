@@ -152,8 +152,11 @@ _CODE = re.compile(rf"[=/(){{}}\[\]|$#]|^[A-Z]+ |^(?:{_COMMANDS}) ")
 _FENCE = re.compile(r"^ *```.*?^ *```", re.MULTILINE | re.DOTALL)  # a code block, indented in a list too
 # what a log line fills in (ids, counts, a version) and where one message is put inside another
 _HOLE = re.compile(r"\.\.\.|<[^>]*>|\b[A-Z]\b|\S*[0-9]\S*|: ")
-# operations.md's sizing rule; delivery.md's item states and a lease's deadline
-_FORMULAS = frozenset({"steps per retention window x finished size", "q r d f c", "now + lease_ttl_ms"})
+# quoted spans that are no log line: operations.md's sizing rule and aclfile line, delivery.md's item
+# states and a lease's deadline
+_FORMULAS = frozenset(
+    {"steps per retention window x finished size", "user default off", "q r d f c", "now + lease_ttl_ms"}
+)
 
 
 def quoted_messages(text: str) -> list[str]:
