@@ -93,7 +93,10 @@ _SERVICE_ONLY = (
 # On Redis Cluster only, what a cluster client reads when built: the slot map and the command table
 # (redis-py finds each command's keys from it), and ``/readyz``'s ``cluster_state`` (CLUSTER INFO:
 # without it the probe falls back to PING and stays 200 while the cluster is down). Read-only metadata.
-CLUSTER_COMMANDS: tuple[str, ...] = ("cluster|slots", "cluster|info", "command")
+# And ASKING, which redis-py sends before retrying a command an ASK redirect sent to the importing
+# master while a slot moves (an operator's reshard): without it every call on a key of that slot is
+# refused until the move ends. The loop never reshards (``test_redis_acl_cluster.py`` does).
+CLUSTER_COMMANDS: tuple[str, ...] = ("cluster|slots", "cluster|info", "command", "asking")
 
 SIDECAR_COMMANDS: tuple[str, ...] = (*_CONNECTION, *_SCRIPTS_RUN, *_DELIVERY)
 SERVICE_COMMANDS: tuple[str, ...] = (*SIDECAR_COMMANDS, *_SERVICE_ONLY)

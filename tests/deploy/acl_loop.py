@@ -76,7 +76,7 @@ class AclServer:
         return [str(key) for admin in self.admins for key in admin.scan_iter(count=1000)]
 
 
-def _apply(port: int, lines: list[str]) -> redis.Redis:
+def apply_lines(port: int, lines: list[str]) -> redis.Redis:
     """Run ``lines`` on the server at ``port`` as its default user, then empty its ACL LOG."""
     client = redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
     for line in lines:
@@ -91,7 +91,7 @@ def acl_server(lines: list[str], *server_args: str) -> Iterator[AclServer]:
     default user off and an empty ACL LOG."""
     admin_rules = ["reset", "on", f">{ADMIN_PASSWORD}", "~*", "&*", "+@all"]
     with EmbeddedServer(extra_args=server_args) as server:
-        setup = _apply(server.port, [*lines, shlex.join(["ACL", "SETUSER", ADMIN, *admin_rules])])
+        setup = apply_lines(server.port, [*lines, shlex.join(["ACL", "SETUSER", ADMIN, *admin_rules])])
         setup.acl_setuser("default", enabled=False)
         setup.close()
         admin = redis.Redis(
@@ -108,7 +108,7 @@ def acl_cluster(lines: list[str]) -> Iterator[AclServer]:
     """A fresh 3-master Redis Cluster with ``lines`` applied on every node (an ACL is per node); the
     default user stays the admin, as the cluster's own tools log in with it."""
     nodes = LocalCluster().start()
-    admins = [_apply(node.port, lines) for node in nodes.nodes]
+    admins = [apply_lines(node.port, lines) for node in nodes.nodes]
     try:
         yield AclServer(nodes.nodes[0].port, admins, cluster=True)
     finally:

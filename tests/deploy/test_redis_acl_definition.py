@@ -158,4 +158,4 @@ def test_only_a_cluster_deployment_gets_the_cluster_clients_discovery_commands(c
     _, plain, _ = _run(cli)
     _, clustered, _ = _run(cli, "--cluster")
     assert all(" +cluster|slots " not in f"{line} " and " +command " not in f"{line} " for line in plain)
-    assert all(f"{line} ".endswith(" +cluster|slots +cluster|info +command ") for line in clustered)
+    assert all(f"{line} ".endswith(" +cluster|slots +cluster|info +command +asking ") for line in clustered)
