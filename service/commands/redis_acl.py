@@ -4,23 +4,35 @@ Prints one ``ACL SETUSER`` line per role (pipe them to ``redis-cli``), or with `
 of an aclfile, from the one definition in ``service/delivery/acl.py``. A password comes from
 ``ROLLOUT_ACL_SERVICE_PASSWORD`` / ``ROLLOUT_ACL_SIDECAR_PASSWORD`` (never a flag: ``ps`` shows
 flags) and is printed as its SHA-256 only; a role without one is printed ``off``, a placeholder that
-logs no one in. docs/operations.md, "Redis users (ACL)", says what the users bound and what they do
-not.
+logs no one in. An aclfile also holds Redis's own ``default`` user (``ROLLOUT_ACL_DEFAULT_PASSWORD``):
+a server started with one ignores ``requirepass``, and a file without it would leave ``default`` open.
+``--output`` writes the lines to a file (the compose loop's one-shot, whose image has no shell).
+docs/operations.md, "Redis users (ACL)", says what the users bound and what they do not.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from service.delivery.acl import SERVICE, SIDECAR, Grant, aclfile_line, setuser_line
+from service.delivery.acl import (
+    DEFAULT_PASSWORD_ENV,
+    SERVICE,
+    SIDECAR,
+    Grant,
+    aclfile_line,
+    default_aclfile_line,
+    setuser_line,
+)
 from service.delivery.key_prefix import PrefixError, check_prefix
 
 HELP = (
     "Print ACL SETUSER lines (or an aclfile) for the least-privilege Redis users of the service and "
-    "the sidecars; passwords from ROLLOUT_ACL_SERVICE_PASSWORD / ROLLOUT_ACL_SIDECAR_PASSWORD."
+    "the sidecars; passwords from ROLLOUT_ACL_SERVICE_PASSWORD / ROLLOUT_ACL_SIDECAR_PASSWORD "
+    "(an aclfile's default user: ROLLOUT_ACL_DEFAULT_PASSWORD)."
 )
 
 
@@ -48,6 +60,14 @@ def _checked_user(user: str) -> str:
     return user
 
 
+def _password(env: str, user: str, what: str) -> str | None:
+    """The password in ``env``; None, said on stderr, when it is unset or empty (the user is off)."""
+    password = os.environ.get(env) or None
+    if password is None:
+        typer.echo(f"{user} ({what}) is off: set {env} to turn it on", err=True)
+    return password
+
+
 def redis_acl(
     prefix: Annotated[
         str,
@@ -64,14 +84,24 @@ def redis_acl(
         bool,
         typer.Option(envvar="ROLLOUT_REDIS_CLUSTER", help="Redis Cluster: add its discovery commands."),
     ] = False,
+    output: Annotated[
+        Path | None, typer.Option(help="Write the lines to this file instead of stdout.")
+    ] = None,
 ) -> None:
-    """Print one user per role on stdout; a line on stderr says which of them stay off for want of a
-    password (stderr: neither an aclfile nor ``redis-cli`` reads a comment line)."""
+    """Print one user per role (and with ``--aclfile`` the default user first); a line on stderr says
+    which of them stay off for want of a password (stderr: neither an aclfile nor ``redis-cli`` reads a
+    comment line)."""
     line = aclfile_line if aclfile else setuser_line
     if service_user == sidecar_user:
         raise typer.BadParameter("the service and the sidecars need two users: one would hold both")
+    lines = []
+    if aclfile:
+        lines.append(default_aclfile_line(_password(DEFAULT_PASSWORD_ENV, "default", "Redis's own")))
     for role, user in ((SERVICE, service_user), (SIDECAR, sidecar_user)):
-        password = os.environ.get(role.password_env) or None
-        if password is None:
-            typer.echo(f"{user} ({role.name}) is off: set {role.password_env} to turn it on", err=True)
-        typer.echo(line(Grant(role, user, prefix, password, cluster)))
+        password = _password(role.password_env, user, role.name)
+        lines.append(line(Grant(role, user, prefix, password, cluster)))
+    if output is None:
+        for text in lines:
+            typer.echo(text)
+    else:
+        output.write_text("".join(f"{text}\n" for text in lines))

@@ -153,3 +153,16 @@ def setuser_line(grant: Grant) -> str:
 def aclfile_line(grant: Grant) -> str:
     """``user <user> <rules>``: one line of an aclfile (``aclfile`` in redis.conf, ``ACL LOAD``)."""
     return " ".join(["user", grant.user, *rules(grant)])
+
+
+# Where ``redis-acl --aclfile`` reads the password of Redis's own ``default`` user.
+DEFAULT_PASSWORD_ENV = "ROLLOUT_ACL_DEFAULT_PASSWORD"
+
+
+def default_aclfile_line(password: str | None) -> str:
+    """The aclfile line of Redis's own ``default`` user (the operator's, the health check's). A server
+    started with an aclfile ignores ``requirepass`` (valkey 8, Redis 7): a file without this line leaves
+    ``default`` on with no password and every right, open to whoever reaches the port. On with the
+    password's SHA-256 and every key, channel and command; off when no password is given."""
+    login = ["on", f"#{hashlib.sha256(password.encode()).hexdigest()}"] if password else ["off"]
+    return " ".join(["user", "default", "reset", *login, "~*", "&*", "+@all"])

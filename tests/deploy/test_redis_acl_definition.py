@@ -17,10 +17,12 @@ import redis
 import typer
 from typer.testing import CliRunner
 
+from service.delivery.acl import DEFAULT_PASSWORD_ENV as ADMIN_ENV
 from service.delivery.acl import SERVICE, SERVICE_COMMANDS, SIDECAR, SIDECAR_COMMANDS, SIDECAR_SCRIPTS
 from service.delivery.scripts import OPERATIONS, script_source
 from service.embedded import EmbeddedServer
 from tests.deploy.acl_loop import PASSWORDS
+from tests.deploy.aclfile_server import aclfile_server, anonymous_ping
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE_CODE = ROOT / "service"
@@ -42,7 +44,7 @@ def named_by_scripts(paths: list[Path]) -> set[str]:
 
 def _run(cli: typer.Typer, *args: str, env: dict[str, str] | None = None) -> tuple[int, list[str], str]:
     result = CliRunner().invoke(
-        cli, ["redis-acl", *args], env={**dict.fromkeys(PASSWORDS, ""), **(env or {})}
+        cli, ["redis-acl", *args], env={**dict.fromkeys([*PASSWORDS, ADMIN_ENV], ""), **(env or {})}
     )
     return result.exit_code, result.stdout.splitlines(), result.stderr
 
@@ -133,18 +135,34 @@ def test_it_refuses_a_prefix_or_user_that_would_mean_something_else(
 
 
 def test_an_aclfile_it_prints_is_one_a_server_loads_at_start(cli: typer.Typer, tmp_path: Path) -> None:
-    code, lines, _ = _run(cli, "--aclfile", env=PASSWORDS)
-    assert code == 0
     aclfile = tmp_path / "users.acl"
-    aclfile.write_text("\n".join(lines) + "\n")
-    with EmbeddedServer(extra_args=("--aclfile", str(aclfile))) as server:
+    code, _, _ = _run(cli, "--aclfile", "--output", str(aclfile), env=PASSWORDS)
+    assert code == 0
+    with aclfile_server(aclfile) as port:
         sidecar = redis.Redis(
-            port=server.port, username=SIDECAR.default_user, password=PASSWORDS[SIDECAR.password_env]
+            port=port, username=SIDECAR.default_user, password=PASSWORDS[SIDECAR.password_env]
         )
         assert sidecar.set("rs:x", "1")
         with pytest.raises(redis.exceptions.NoPermissionError):
             sidecar.flushall()
         sidecar.close()
+
+
+def test_a_server_started_with_its_aclfile_lets_no_one_in_as_default_without_the_password(
+    cli: typer.Typer, tmp_path: Path
+) -> None:
+    """A server started with an aclfile ignores ``requirepass``: a file without the default user left
+    it on with no password and every right, FLUSHALL open to anyone who reaches the port."""
+    aclfile = tmp_path / "users.acl"
+    code, _, _ = _run(cli, "--aclfile", "--output", str(aclfile), env={**PASSWORDS, ADMIN_ENV: "adm"})
+    assert code == 0
+    with aclfile_server(aclfile, "--requirepass", "adm") as port:
+        assert anonymous_ping(port).startswith(b"-NOAUTH")
+        with redis.Redis(port=port, password="adm") as admin:
+            assert admin.acl_whoami() == "default"
+            assert admin.flushall()
+    _, lines, _ = _run(cli, "--aclfile")
+    assert lines[0] == "user default reset off ~* &* +@all", "no password: no one logs in as default"
 
 
 def test_the_shipped_aclfile_is_what_the_command_prints(cli: typer.Typer) -> None:
