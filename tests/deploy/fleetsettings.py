@@ -22,6 +22,7 @@ from tests.deploy.cliargs import parse_cli
 # setting it gives is the default, so that the file reads as the defaults an operator may change.
 DEPARTURES = {
     "ROLLOUT_MODEL_DIR": "the image's store (deploy/Dockerfile), on a volume; var/models is a checkout's",
+    "ROLLOUT_REDIS_USERNAME": 'each process\'s own ACL user (docs/operations.md, "Redis users (ACL)")',
 }
 # How a deploy file says why it leaves a setting out: a comment line ``# not set: VARIABLE, ...: why``.
 NOT_SET = re.compile(r"#\s*not set: (.*)$", re.MULTILINE)

@@ -2,8 +2,8 @@
 
 The checks are the ones that would otherwise fail only at ``docker compose up``: every service has an
 image, a command the real CLI accepts, a health check and the environment it needs; every sidecar points
-at an engine that exists and a Redis URL with the password the Redis was started with; Redis persists
-with AOF.
+at an engine that exists and logs in to the Redis as the sidecar user, the service as the service user,
+with the passwords the aclfile Redis starts with was written from; Redis persists with AOF.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import yaml
 from scheduler.devices import device_profile
 from service.api.schemas import ScheduleRequest
 from service.auth.worker_tokens import parse_worker_tokens
+from service.delivery.acl import DEFAULT_PASSWORD_ENV, SERVICE, SIDECAR, Role
 from service.settings import unknown_variables
 from tests.deploy.cliargs import CommandLineError, option_envvars, parse_cli
 from tests.deploy.fleetsettings import not_the_default, serve_settings, undecided
@@ -26,6 +27,7 @@ from tests.deploy.fleetsettings import not_the_default, serve_settings, undecide
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "compose.yaml"
 EXAMPLE_BATCH = COMPOSE.with_name("example-batch.json")  # the batch README "Deploy" posts
 OUR_IMAGE = "rollout-scheduler:"
+OWN_LOGIN = {"ROLLOUT_REDIS_USERNAME", "ROLLOUT_REDIS_PASSWORD"}  # each side's own Redis user
 Service = dict[str, Any]
 
 
@@ -66,15 +68,58 @@ def test_every_service_has_an_image_a_command_and_a_health_check(services: dict[
         assert svc.get("healthcheck", {}).get("test"), name
 
 
-def test_redis_persists_every_write_never_evicts_and_requires_a_password(
+def test_redis_persists_every_write_never_evicts_and_starts_with_the_users_the_one_shot_wrote(
     services: dict[str, Service],
 ) -> None:
-    command = services["redis"]["command"]
+    redis_svc = services["redis"]
+    command = redis_svc["command"]
     assert command[command.index("--appendonly") + 1] == "yes"
     assert command[command.index("--appendfsync") + 1] == "always", "an accepted result must survive a crash"
     assert command[command.index("--maxmemory-policy") + 1] == "noeviction", "eviction loses schedule keys"
-    assert command[command.index("--requirepass") + 1], "an empty password means no password"
-    assert any(volume.endswith(":/data") for volume in services["redis"]["volumes"]), "AOF on a volume"
+    assert "--requirepass" not in command, "ignored beside an aclfile: the file's default user decides"
+    assert any(volume.endswith(":/data") for volume in redis_svc["volumes"] if isinstance(volume, str))
+    assert redis_svc["depends_on"]["redis-users"]["condition"] == "service_completed_successfully"
+    assert Path(_aclfile_on_redis(services)).name == Path(_aclfile_written(services)).name
+
+
+def _mounts(svc: Service) -> dict[str, str]:
+    """Each named volume ``svc`` mounts, by its path in the container."""
+    found = {}
+    for volume in svc.get("volumes", []):
+        if isinstance(volume, str):
+            source, target = volume.split(":")[:2]
+        else:
+            source, target = volume["source"], volume["target"]
+        found[target] = source
+    return found
+
+
+def _aclfile_on_redis(services: dict[str, Service]) -> str:
+    """The volume and path inside it of the aclfile Redis starts with (``volume:path``)."""
+    command = services["redis"]["command"]
+    path = Path(command[command.index("--aclfile") + 1])
+    return f"{_mounts(services['redis'])[str(path.parent)]}:{path.name}"
+
+
+def _aclfile_written(services: dict[str, Service]) -> str:
+    """The volume and path inside it of the aclfile the ``redis-users`` one-shot writes."""
+    path = Path(parse_cli(services["redis-users"]["command"]).params["output"])
+    return f"{_mounts(services['redis-users'])[str(path.parent)]}:{path.name}"
+
+
+def test_redis_reads_the_aclfile_the_one_shot_writes_for_the_services_key_space(
+    services: dict[str, Service],
+) -> None:
+    """Another volume, another name, or users for another prefix or mode, and the service and the
+    sidecars are refused every command (or every key) at ``up``."""
+    users = services["redis-users"]
+    assert _aclfile_on_redis(services) == _aclfile_written(services)
+    assert users["restart"] == "no", "a one-shot restarted unless stopped would rerun forever"
+    params = parse_cli(users["command"]).params
+    shared = services["scheduler"]["environment"]
+    assert params["aclfile"]
+    assert users["environment"]["ROLLOUT_KEY_PREFIX"] == shared["ROLLOUT_KEY_PREFIX"]
+    assert users["environment"]["ROLLOUT_REDIS_CLUSTER"] == shared["ROLLOUT_REDIS_CLUSTER"]
 
 
 def test_the_loop_has_four_engines_of_two_device_kinds(services: dict[str, Service]) -> None:
@@ -87,7 +132,7 @@ def test_the_loop_has_four_engines_of_two_device_kinds(services: dict[str, Servi
 
 def test_every_command_of_our_image_parses_against_the_real_cli(services: dict[str, Service]) -> None:
     ours = [svc for svc in services.values() if svc["image"].startswith(OUR_IMAGE)]
-    assert len(ours) == 9
+    assert len(ours) == 10
     for svc in ours:
         parse_cli(svc["command"])
 
@@ -97,20 +142,20 @@ def test_a_misspelt_flag_is_refused_by_the_cli_check() -> None:
         parse_cli(["engine-sim", "--port", "8001", "--devcie", "H100"])
 
 
-def _redis_password(services: dict[str, Service]) -> str:
-    command = services["redis"]["command"]
-    return str(command[command.index("--requirepass") + 1])
+def _user(services: dict[str, Service], role: Role) -> tuple[str, str]:
+    """(user, password) of ``role`` as the ``redis-users`` one-shot writes it into the aclfile."""
+    return role.default_user, str(services["redis-users"]["environment"][role.password_env])
 
 
-def _redis_target(svc: Service, argv_params: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(host, password) the process connects with: the URL's, or the password given apart from it."""
+def _redis_target(svc: Service, argv_params: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """(host, user, password) the process logs in with: the URL's, or those given apart from it."""
     env = svc.get("environment", {})
     url = argv_params.get("redis_url") or env.get("REDIS_URL")
     assert url, "no Redis URL: the process would start its own private Redis"
     parts = urlsplit(str(url))
-    return parts.hostname, parts.password or argv_params.get("redis_password") or env.get(
-        "ROLLOUT_REDIS_PASSWORD"
-    )
+    user = parts.username or argv_params.get("redis_username") or env.get("ROLLOUT_REDIS_USERNAME")
+    password = parts.password or argv_params.get("redis_password") or env.get("ROLLOUT_REDIS_PASSWORD")
+    return parts.hostname, user, password
 
 
 def test_each_sidecar_drives_its_own_existing_engine_through_the_shared_redis(
@@ -132,7 +177,7 @@ def test_each_sidecar_drives_its_own_existing_engine_through_the_shared_redis(
         # the slots and the KV budget the sidecar fills are the ones the engine simulates
         for same in ("max_num_seqs", "model", "num_gpus", "kv_capacity_tokens"):
             assert params[same] == engine[same], (name, same)
-        assert _redis_target(svc, params) == ("redis", _redis_password(services)), name
+        assert _redis_target(svc, params) == ("redis", *_user(services, SIDECAR)), name
         targets.add(engine_url.hostname)
         worker_ids.add(params["worker_id"])
     assert len(targets) == len(worker_ids) == len(sidecars), "one sidecar per engine, ids unique"
@@ -143,7 +188,7 @@ def test_the_service_uses_the_shared_redis_and_refuses_anonymous_callers(
 ) -> None:
     svc = services["scheduler"]
     params = parse_cli(svc["command"]).params
-    assert _redis_target(svc, params) == ("redis", _redis_password(services))
+    assert _redis_target(svc, params) == ("redis", *_user(services, SERVICE))
     env = svc["environment"]
     assert env["ROLLOUT_TRAINER_TOKENS"]
     assert env["ROLLOUT_WORKER_TOKENS"]
@@ -161,9 +206,23 @@ def test_every_service_variable_a_sidecar_reads_too_reaches_each_sidecar_with_th
     service_env = services["scheduler"]["environment"]
     for name, svc in _ours(services, "sidecar").items():
         read = {var for param in parse_cli(svc["command"]).command.params for var in option_envvars(param)}
-        shared = {var: value for var, value in service_env.items() if var in read}
+        shared = {var: value for var, value in service_env.items() if var in read - OWN_LOGIN}
         missing = shared.items() - svc["environment"].items()
         assert not missing, f"{name} lacks {sorted(missing)}"
+
+
+def test_no_sidecar_gets_the_service_s_redis_password_or_the_default_user_s(
+    services: dict[str, Service],
+) -> None:
+    """A compromised worker container reads its own environment: with the service's password it could
+    publish, cancel and read every result; with the default user's, anything at all."""
+    service_password = services["scheduler"]["environment"]["ROLLOUT_REDIS_PASSWORD"]
+    default_password = services["redis-users"]["environment"][DEFAULT_PASSWORD_ENV]
+    assert service_password != default_password
+    for name, svc in _ours(services, "sidecar").items():
+        values = {str(value) for value in svc["environment"].values()} | set(map(str, svc["command"]))
+        assert not values & {service_password, default_password}, name
+        assert svc["environment"]["ROLLOUT_REDIS_PASSWORD"] != service_password, name
 
 
 def _service_env(services: dict[str, Service]) -> dict[str, str]:
@@ -225,6 +284,9 @@ def test_each_health_check_probes_its_own_port(services: dict[str, Service]) -> 
     """The service and the engines their listening port; a sidecar its --health-port liveness."""
     for name, svc in services.items():
         url = svc.get("environment", {}).get("HEALTHCHECK_URL")
+        if svc["healthcheck"]["test"] == ["NONE"]:  # a one-shot: the image's check is off
+            assert svc["restart"] == "no", name
+            continue
         if url is None:
             assert not svc["image"].startswith(OUR_IMAGE), f"{name} would probe the image default :8000"
             continue
@@ -270,7 +332,7 @@ def test_each_process_of_ours_gets_time_to_stop_before_docker_kills_it(services:
     from service.sidecar.session import RELEASE_GRACE_S
 
     for name, svc in services.items():
-        if not svc["image"].startswith(OUR_IMAGE) or svc["command"][0] == "engine-sim":
+        if not svc["image"].startswith(OUR_IMAGE) or svc["command"][0] in ("engine-sim", "redis-acl"):
             continue
         if svc["command"][0] == "serve":
             needed = GRACEFUL_SHUTDOWN_S + 1.0  # and the lifespan's shutdown after it

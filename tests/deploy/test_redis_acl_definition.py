@@ -20,7 +20,6 @@ from typer.testing import CliRunner
 from service.delivery.acl import DEFAULT_PASSWORD_ENV as ADMIN_ENV
 from service.delivery.acl import SERVICE, SERVICE_COMMANDS, SIDECAR, SIDECAR_COMMANDS, SIDECAR_SCRIPTS
 from service.delivery.scripts import OPERATIONS, script_source
-from service.embedded import EmbeddedServer
 from tests.deploy.acl_loop import PASSWORDS
 from tests.deploy.aclfile_server import aclfile_server, anonymous_ping
 

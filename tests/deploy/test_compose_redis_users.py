@@ -1,0 +1,109 @@
+"""deploy/compose.yaml's Redis users, for real: the aclfile its ``redis-users`` one-shot writes (the
+exact command and environment the file gives it) loaded by valkey-server with the file's own flags, then
+each process of the loop logging in with the user and password the file gives it.
+
+No container engine here: the one-shot runs through the CLI, the volume is a temp dir.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from tests.deploy.aclfile_server import aclfile_server, anonymous_ping
+
+COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "compose.yaml"
+SIDECARS = ["sidecar-h100-0", "sidecar-h100-1", "sidecar-ascend-0", "sidecar-ascend-1"]
+
+
+def _services() -> dict[str, dict[str, Any]]:
+    """The compose services with ``${VAR:-default}`` resolved as a fresh ``up`` would."""
+    text = re.sub(r"\$\{[A-Z_][A-Z0-9_]*:-([^}]*)\}", r"\1", COMPOSE.read_text())
+    services: dict[str, dict[str, Any]] = yaml.safe_load(text)["services"]
+    return services
+
+
+def write_aclfile(cli: typer.Typer, services: dict[str, dict[str, Any]], where: Path) -> Path:
+    """Run the ``redis-users`` one-shot as the file gives it, its output moved into ``where``."""
+    one_shot = services["redis-users"]
+    command = [str(arg) for arg in one_shot["command"]]
+    at = command.index("--output") + 1
+    command[at] = str(where / Path(command[at]).name)
+    env = {name: str(value) for name, value in one_shot["environment"].items()}
+    result = CliRunner().invoke(cli, command, env=env)
+    assert result.exit_code == 0, result.output
+    assert "is off" not in result.stderr, "every user of the loop gets a password"
+    return Path(command[at])
+
+
+def redis_flags(services: dict[str, dict[str, Any]]) -> list[str]:
+    """Redis's flags in the file after the binary, the aclfile left to ``aclfile_server``."""
+    flags = [str(arg) for arg in services["redis"]["command"][1:]]
+    at = flags.index("--aclfile")
+    return flags[:at] + flags[at + 2 :]
+
+
+def _login(services: dict[str, dict[str, Any]], name: str) -> tuple[str, str]:
+    env = services[name]["environment"]
+    return str(env["ROLLOUT_REDIS_USERNAME"]), str(env["ROLLOUT_REDIS_PASSWORD"])
+
+
+@pytest.fixture(scope="module")
+def loop_redis(
+    cli: typer.Typer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The loop's Redis, started as compose starts it, and the compose services."""
+    services = _services()
+    aclfile = write_aclfile(cli, services, tmp_path_factory.mktemp("compose-acl"))
+    with aclfile_server(aclfile, *redis_flags(services)) as port:
+        yield port, services
+
+
+def _client(port: int, user: str | None, password: str) -> redis.Redis:
+    return redis.Redis(port=port, username=user, password=password, decode_responses=True)
+
+
+def test_the_loop_redis_refuses_anonymous_clients_and_admits_its_health_check(
+    loop_redis: tuple[int, dict[str, Any]],
+) -> None:
+    port, services = loop_redis
+    assert anonymous_ping(port).startswith(b"-NOAUTH")
+    with _client(port, None, services["redis"]["environment"]["REDISCLI_AUTH"]) as default:
+        assert default.config_get("appendonly") == {"appendonly": "yes"}
+
+
+def test_the_service_logs_in_as_the_service_user_and_may_run_what_only_it_runs(
+    loop_redis: tuple[int, dict[str, Any]],
+) -> None:
+    port, services = loop_redis
+    user, password = _login(services, "scheduler")
+    with _client(port, user, password) as service:
+        assert user == "rollout-service"
+        assert service.ping()
+        assert service.sadd("rs:step:x", "a") == 1  # the step index: the service's alone
+
+
+@pytest.mark.parametrize("name", SIDECARS)
+def test_each_sidecar_logs_in_as_the_sidecar_user_and_may_not_run_the_service_s_commands(
+    loop_redis: tuple[int, dict[str, Any]], name: str
+) -> None:
+    port, services = loop_redis
+    user, password = _login(services, name)
+    with _client(port, user, password) as sidecar:
+        assert user == "rollout-sidecar"
+        assert sidecar.ping()
+        assert sidecar.set("rs:presence:x", "1")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            sidecar.smembers("rs:step:x")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            sidecar.set("other:x", "1")  # outside the loop's prefix
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        _client(port, "rollout-service", password).ping()
