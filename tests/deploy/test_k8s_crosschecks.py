@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.devices import device_profile
+from service.delivery.acl import SERVICE, SIDECAR
 from service.settings import SIDECAR_ONLY_VARIABLES, Settings
 from tests.deploy.cliargs import option_envvars, parse_cli
 from tests.deploy.fleetsettings import clear_settings, not_the_default, serve_settings, undecided
@@ -275,7 +276,8 @@ def test_the_configmap_gives_each_setting_the_code_s_default_unless_it_says_why_
 SECRET = {
     "trainer-tokens": "t" * 64,
     "worker-tokens": "w" * 64,
-    "redis-password": "p@ss",
+    "redis-service-password": "service-p@ss",
+    "redis-sidecar-password": "sidecar-p@ss",
     "engine-api-key": "k",
 }
 
@@ -286,8 +288,9 @@ def test_each_sidecar_claims_from_the_redis_and_key_space_the_service_publishes_
 ) -> None:
     """The sidecar is told its Redis by flag (``--redis-url``) and the rest by the ConfigMap and the
     Secret; the service by ``REDIS_URL`` and the same maps. Any of them apart (another database in the
-    URL, a prefix set in one place, cluster mode, the password) and the sidecars claim from a key space
-    nobody publishes to, every step waiting out its timeout with its items queued."""
+    URL, a prefix set in one place, cluster mode) and the sidecars claim from a key space nobody
+    publishes to, every step waiting out its timeout with its items queued. Each logs in as its own
+    user: the sidecar never with the service's password."""
     service = serve_settings(_service_environment(), _service()["args"], monkeypatch, tmp_path)
     sidecar = containers_of(find_one("StatefulSet", statefulset))["sidecar"]
     env = container_environment(sidecar, SECRET, {"metadata.name": f"{statefulset}-0"})
@@ -296,9 +299,14 @@ def test_each_sidecar_claims_from_the_redis_and_key_space_the_service_publishes_
         monkeypatch.setenv(name, value)
     params = parse_cli(expanded_args(sidecar, env)).params
     assert service.redis_password is not None
-    assert (params["redis_url"], params["redis_password"]) == (
-        service.redis_url,
-        service.redis_password.get_secret_value(),
+    assert params["redis_url"] == service.redis_url
+    assert (service.redis_username, service.redis_password.get_secret_value()) == (
+        SERVICE.default_user,
+        SECRET["redis-service-password"],
+    )
+    assert (params["redis_username"], params["redis_password"]) == (
+        SIDECAR.default_user,
+        SECRET["redis-sidecar-password"],
     )
     assert (params["prefix"], params["cluster"]) == (service.key_prefix, service.redis_cluster)
     assert params["worker_id"] == f"{statefulset}-0", "the stable pod name the trainer's inventory lists"

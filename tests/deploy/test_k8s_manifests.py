@@ -253,7 +253,7 @@ def test_the_service_container_environment_is_one_serve_accepts(
 ) -> None:
     """Names alone are not enough: a value serve refuses (an unknown policy, a log level it does not
     know, a Redis URL it cannot parse) stops every replica at start."""
-    secret = {"trainer-tokens": "t" * 64, "worker-tokens": "w" * 64, "redis-password": "p/w@#?"}
+    secret = {"trainer-tokens": "t" * 64, "worker-tokens": "w" * 64, "redis-service-password": "p/w@#?"}
     env = _service_environment(secret)
     settings = _serve_settings(env, monkeypatch, tmp_path)
     assert settings.redis_url == "redis://" + env["REDIS_ADDRESS"]
