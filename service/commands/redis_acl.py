@@ -18,16 +18,11 @@ from typing import Annotated
 
 import typer
 
-from service.delivery.acl import (
-    DEFAULT_PASSWORD_ENV,
-    SERVICE,
-    SIDECAR,
-    Grant,
-    aclfile_line,
-    default_aclfile_line,
-    setuser_line,
-)
-from service.delivery.key_prefix import PrefixError, check_prefix
+# The users' default names, as ``service/delivery/acl.py``'s roles name them (a test holds them equal):
+# spelled here because the CLI root imports this module, and ``service.delivery`` loads redis-py, which
+# only a command that talks to Redis should pay for at start (tests/service/sidecar/test_startup_imports.py).
+SERVICE_USER = "rollout-service"
+SIDECAR_USER = "rollout-sidecar"
 
 HELP = (
     "Print ACL SETUSER lines (or an aclfile) for the least-privilege Redis users of the service and "
@@ -44,6 +39,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
 def _prefix(value: str) -> str:
     """``--prefix`` checked as the service and the sidecars check theirs."""
+    from service.delivery.key_prefix import PrefixError, check_prefix
+
     try:
         return check_prefix(value)
     except PrefixError as error:
@@ -75,10 +72,10 @@ def redis_acl(
     ] = "rs",
     service_user: Annotated[
         str, typer.Option(callback=_checked_user, help="ACL user of the service.")
-    ] = SERVICE.default_user,
+    ] = SERVICE_USER,
     sidecar_user: Annotated[
         str, typer.Option(callback=_checked_user, help="ACL user of the sidecars.")
-    ] = SIDECAR.default_user,
+    ] = SIDECAR_USER,
     aclfile: Annotated[bool, typer.Option(help="Print aclfile lines instead of ACL SETUSER.")] = False,
     cluster: Annotated[
         bool,
@@ -91,6 +88,16 @@ def redis_acl(
     """Print one user per role (and with ``--aclfile`` the default user first); a line on stderr says
     which of them stay off for want of a password (stderr: neither an aclfile nor ``redis-cli`` reads a
     comment line)."""
+    from service.delivery.acl import (
+        DEFAULT_PASSWORD_ENV,
+        SERVICE,
+        SIDECAR,
+        Grant,
+        aclfile_line,
+        default_aclfile_line,
+        setuser_line,
+    )
+
     line = aclfile_line if aclfile else setuser_line
     if service_user == sidecar_user:
         raise typer.BadParameter("the service and the sidecars need two users: one would hold both")

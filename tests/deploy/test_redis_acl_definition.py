@@ -17,6 +17,7 @@ import redis
 import typer
 from typer.testing import CliRunner
 
+from service.commands import redis_acl
 from service.delivery.acl import DEFAULT_PASSWORD_ENV as ADMIN_ENV
 from service.delivery.acl import SERVICE, SERVICE_COMMANDS, SIDECAR, SIDECAR_COMMANDS, SIDECAR_SCRIPTS
 from service.delivery.scripts import OPERATIONS, script_source
@@ -176,3 +177,11 @@ def test_only_a_cluster_deployment_gets_the_cluster_clients_discovery_commands(c
     _, clustered, _ = _run(cli, "--cluster")
     assert all(" +cluster|slots " not in f"{line} " and " +command " not in f"{line} " for line in plain)
     assert all(f"{line} ".endswith(" +cluster|slots +cluster|info +command +asking ") for line in clustered)
+
+
+def test_the_command_s_default_user_names_are_the_roles(cli: typer.Typer) -> None:
+    """The command spells the defaults itself (the CLI root must not load redis-py through
+    ``service.delivery``): they are the roles' names, and a run without ``--*-user`` prints those."""
+    assert (SERVICE.default_user, SIDECAR.default_user) == (redis_acl.SERVICE_USER, redis_acl.SIDECAR_USER)
+    _, lines, _ = _run(cli)
+    assert [line.split()[2] for line in lines] == [SERVICE.default_user, SIDECAR.default_user]

@@ -45,7 +45,7 @@ def refused_to_the_sidecar() -> list[str]:
 
 
 def added_on_a_cluster() -> list[str]:
-    return _between(_section(), "`--cluster` (or", "all read-only")
+    return _between(_section(), "`--cluster` (or", "(`tests/deploy/test_redis_acl_cluster.py`)")
 
 
 def test_the_commands_the_page_says_neither_user_may_run_are_held_by_neither() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from service.delivery.acl import ROLES
+from service.delivery.acl import DEFAULT_PASSWORD_ENV, ROLES
 from service.settings import SIDECAR_ONLY_VARIABLES, Settings
 from tests.service.cli_docs import ROOT, doc_files
 
@@ -57,9 +57,10 @@ def _option_variables(app: typer.Typer) -> set[str]:
 
 
 def read_variables(app: typer.Typer) -> set[str]:
-    """Every ``ROLLOUT_*`` variable the service, the commands or ``redis-acl`` read."""
+    """Every ``ROLLOUT_*`` variable the service, the commands or ``redis-acl`` read (its users' passwords and
+    the aclfile's ``default`` user's)."""
     settings = {f"ROLLOUT_{name.upper()}" for name in Settings.model_fields}
-    passwords = {role.password_env for role in ROLES}
+    passwords = {role.password_env for role in ROLES} | {DEFAULT_PASSWORD_ENV}
     return settings | SIDECAR_ONLY_VARIABLES | passwords | _option_variables(app)
 
 
