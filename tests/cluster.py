@@ -183,6 +183,13 @@ def serve(slot: int, owner: int) -> None:
         client.execute_command("CLUSTER", "ADDSLOTS", slot)
 
 
+def serve_everywhere(cluster: LocalCluster, slot: int, owner: int, timeout_s: float = 30.0) -> None:
+    """``serve``, then wait until every node sees every slot served again: a node that had not heard
+    yet refused the next ``unserve`` ("already unassigned") and a new client ("not covered")."""
+    serve(slot, owner)
+    cluster._wait_ok(timeout_s)
+
+
 def serve_the_rest(cluster: LocalCluster) -> None:
     """Every node goes on serving its own slots while another slot has no master
     (``cluster-require-full-coverage no``, an operator's choice for partial availability; the default

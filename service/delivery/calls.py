@@ -20,7 +20,7 @@ from service.delivery.errors import ScheduleConflictError, ScheduleWithdrawnErro
 from service.delivery.hangable import hangable, hangable_cluster
 from service.delivery.indexes import DeliveryIndexes
 from service.delivery.records import check_name
-from service.delivery.scripts import Scripts, register
+from service.delivery.scripts import Scripts, evaluate, register
 from service.delivery.stored import REPLY_DECODING
 
 RedisClient = redis.Redis | RedisCluster
@@ -54,15 +54,12 @@ class ScriptCalls(DeliveryIndexes):
 
     def _call(self, script: Any, schedule_id: str, args: Sequence[Any]) -> Any:
         """One EVALSHA of ``script`` on the schedule's meta key; on NOSCRIPT (a restarted server, a
-        failed-over node) the registered ``Script`` loads the body and runs it. Sent directly rather
+        failed-over node) its body is run (``scripts.evaluate``). Sent directly rather
         than through ``Script.__call__``, whose two imports and argument tuples per call were a few
         us of every one-item claim and completion's client time (docs/experiments.md, "Delivery")."""
         meta = self.keys(schedule_id).meta
         try:
-            try:
-                return self.client.evalsha(script.sha, 1, meta, *args)
-            except redis.exceptions.NoScriptError:
-                return script(keys=[meta], args=list(args))
+            return evaluate(self.client, script, [meta], list(args))
         except redis.ResponseError as err:
             raise _mapped(err, schedule_id) from None
 

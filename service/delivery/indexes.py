@@ -19,6 +19,7 @@ from redis.commands.core import Script
 
 from service.delivery import keys as keyspace
 from service.delivery.errors import UnknownScheduleError
+from service.delivery.scripts import evaluate
 from service.delivery.views import DeliveryViews, text
 
 # The schedules a reaper pass must reap: KEYS[1] the active index, KEYS[2] the lapse index (one slot);
@@ -207,7 +208,8 @@ class DeliveryIndexes(DeliveryViews):
         if self._due is None:
             self._due = self.client.register_script(_DUE)
         keys = [keyspace.active_index(self.prefix), keyspace.lapse_index(self.prefix)]
-        return [text(s) for s in self._due(keys=keys, args=["" if now_ms is None else now_ms])]
+        due = evaluate(self.client, self._due, keys, ["" if now_ms is None else now_ms])
+        return [text(s) for s in due]
 
     def defer_reaping(self, quiet_until_ms: Mapping[str, int]) -> None:
         """Record, per schedule just reaped, when its next lease can lapse at the earliest (the

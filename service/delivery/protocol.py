@@ -24,7 +24,7 @@ from typing import Any
 from service.delivery import keys as keyspace
 from service.delivery import wire
 from service.delivery.calls import worker
-from service.delivery.errors import SLOT_NOT_SERVED, UnknownScheduleError
+from service.delivery.errors import UnknownScheduleError
 from service.delivery.marks import PlanningMarks
 from service.delivery.outcomes import (
     CancelReport,
@@ -34,6 +34,7 @@ from service.delivery.outcomes import (
     ReleaseOutcome,
     ResetReport,
 )
+from service.delivery.reach import Reach
 from service.delivery.records import DeliveryItem, Lease, PublishedSchedule, TrajectoryResult
 from service.delivery.views import text
 
@@ -171,30 +172,42 @@ class Delivery(PlanningMarks):
 
         A lease missing from the answer is gone (expired, reaped or never valid): stop that work. So
         are the leases of a schedule whose keys are gone (its retention passed): one such schedule
-        must not keep the leases of every other schedule from their heartbeat. Nor must a schedule
-        whose Redis Cluster slot is not served now (``SLOT_NOT_SERVED``): the others are extended,
-        and then its error is raised (an outage: nothing said of its leases). Raised at once, it
-        left every schedule after it unextended, and the reaper requeued their leases as lapsed.
-        """
+        must not keep the leases of every other schedule from their heartbeat. Nor must one whose
+        Redis Cluster slot or master does not answer now (``heartbeat_reaching``): its error is
+        raised once the others are extended (an outage: nothing said of its leases)."""
+        alive, reach = self.heartbeat_reaching(leases, now_ms)
+        if reach.missing:
+            raise next(iter(reach.missing.values()))
+        return alive
+
+    def heartbeat_reaching(
+        self, leases: Iterable[Lease], now_ms: int | None = None
+    ) -> tuple[list[Lease], Reach]:
+        """``heartbeat``'s extension, and the schedules it could not reach with why (``reach.py``): a
+        caller refreshes what was extended and holds only those schedules' leases in outage. Raised at
+        once, a slot's error left every schedule after it unextended, the reaper requeuing their
+        leases as lapsed; and a caller that raised it had the others' new deadlines lost."""
         alive: list[Lease] = []
-        unserved: list[Exception] = []
+        reach = Reach(self.client, self.prefix)
         for (schedule_id, holder), group in _by_holder(leases).items():
+            if reach.passed_over(schedule_id):
+                continue
             args: list[Any] = [wire.clock(now_ms), holder]
             for lease in group:
                 args += [lease.key, lease.token]
             try:
                 deadlines = self._settled(schedule_id, self._call(self.scripts.heartbeat, schedule_id, args))
             except UnknownScheduleError:
+                reach.got(schedule_id)
                 continue
-            except SLOT_NOT_SERVED as error:
-                unserved.append(error)
+            except reach.catches as error:
+                reach.missed(schedule_id, error)
                 continue
+            reach.got(schedule_id)
             alive += [
                 _with_deadline(le, int(d)) for le, d in zip(group, deadlines, strict=True) if int(d) >= 0
             ]
-        if unserved:
-            raise unserved[0]
-        return alive
+        return alive, reach
 
     def complete(
         self, lease: Lease, result: TrajectoryResult, now_ms: int | None = None

@@ -33,9 +33,10 @@ from collections.abc import Callable
 import redis
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import REDIS_FAILED, SLOT_NOT_SERVED, UnknownScheduleError
+from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.delivery.outcomes import ReapReport
 from service.delivery.protocol import Delivery
+from service.delivery.reach import Reach
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL_S = 1.0  # how often a replica reaps; lease ttl should be several times larger
@@ -50,27 +51,36 @@ def reap_all(
 
     A schedule whose script fails (keys written by something else, or by a bad setting before it was
     bounded) is logged and skipped: one such schedule had stopped the reaping of every other, and
-    their lapsed leases then stayed running until it expired. Connection errors still end the pass.
-    A schedule whose Redis Cluster slot is not served now (``SLOT_NOT_SERVED``) is skipped too, the
-    others reaped (a cluster that serves its other slots), and its error is an outage, not damage:
-    put in ``unserved``, or raised once the pass is over when none is given. Taken for a damaged schedule,
-    it was an error line a pass for each schedule due while a master failed over; raised at once, it
-    ended the pass, and a schedule of a served slot due after it was never reaped.
+    their lapsed leases then stayed running until it expired. Connection errors still end the pass on
+    a single Redis. A schedule whose Redis Cluster slot is not served now (``SLOT_NOT_SERVED``), or
+    whose master does not answer (its connection refused), is skipped too, the others reaped (a
+    cluster that serves its other slots: ``reach.py``), and its error is an outage, not damage: put in
+    ``unserved``, or raised once the pass is over when none is given. Taken for a damaged schedule, it
+    was an error line a pass for each schedule due while a master failed over; raised at once, it
+    ended the pass, and a schedule of a served slot due after it was never reaped (a master down: so
+    until it came back, measured: helper claimslot48).
     """
     reports: dict[str, ReapReport] = {}
-    errors: list[Exception] = [] if unserved is None else unserved
+    reach = Reach(delivery.client, delivery.prefix)
     for schedule_id in delivery.due_for_reaping(now_ms):
+        if reach.passed_over(schedule_id):  # its slot or master failed already this pass
+            continue
         try:
             reports[schedule_id] = delivery.reap(schedule_id, now_ms)
         except UnknownScheduleError:
             delivery.client.zrem(keyspace.active_index(delivery.prefix), schedule_id)
-        except SLOT_NOT_SERVED as error:  # tried again next pass, its slot served or not
-            errors.append(error)
+        except reach.catches as error:  # tried again next pass, its slot served or not
+            reach.missed(schedule_id, error)
+            continue
         except redis.ResponseError as error:  # no lapse entry: tried again next pass
             log.error("reaping schedule %s failed, skipped: %s", schedule_id, error)
+        reach.got(schedule_id)  # gone, or its script's error: an answer all the same
     delivery.defer_reaping({sid: report.quiet_until_ms for sid, report in reports.items()})
+    errors = list(dict.fromkeys(reach.missing.values()))
     if errors and unserved is None:
         raise errors[0]
+    if unserved is not None:
+        unserved += errors
     return reports
 
 

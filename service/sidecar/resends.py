@@ -116,9 +116,13 @@ class Resends:
         self._beat = frozenset(schedule_ids)
         self._answering.answered(self._beat, self.clock())
 
-    def unreachable(self) -> None:
-        """A heartbeat did not go through (an outage, or on a cluster a slot of one of its leases not
-        served): no kept result ages until Redis answers for its schedule again."""
+    def unreachable(self, schedule_ids: Iterable[str] | None = None) -> None:
+        """A heartbeat did not go through (an outage): no kept result ages until Redis answers for its
+        schedule again; or, on a cluster, it did not for ``schedule_ids`` alone (their slots or
+        masters not answering, the others did): only their kept results stop ageing."""
+        if schedule_ids is not None:
+            self._answering.unreachable(schedule_ids)
+            return
         self._beat = frozenset()
         self._answering.outage()
 

@@ -36,6 +36,7 @@ from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
+from service.delivery.reach import Reach
 from service.delivery.records import Lease, TrajectoryResult
 from service.logs import schedule_context
 from service.sidecar.answering import where_of
@@ -55,6 +56,7 @@ from service.sidecar.resends import Resends
 from service.sidecar.session_settings import SessionSettings as SessionSettings
 from service.sidecar.session_settings import SessionStats as SessionStats
 from service.sidecar.session_settings import heartbeat_every_s
+from service.sidecar.unreached import Unreached
 from service.sidecar.waits import sleep_unless
 
 log = logging.getLogger("service.sidecar")
@@ -73,6 +75,9 @@ class WorkerSession:
     _infos: dict[str, ScheduleInfo] = field(default_factory=dict, init=False)
     _heartbeats_failing: bool = field(default=False, init=False)  # the outage is logged once
     _warned: set[str] = field(default_factory=set, init=False)  # configuration warnings logged once
+    # schedules a claim or a heartbeat could not reach while others answered (each told once)
+    _unreached_claims: Unreached = field(default_factory=lambda: Unreached("claims"), init=False)
+    _unreached_beats: Unreached = field(default_factory=lambda: Unreached("heartbeats"), init=False)
     # schedules found cancelled (told once), and the items of each counted ``cancelled`` (once each)
     _cancelled: Cancels = field(default_factory=Cancels, init=False)
     _gone: set[str] = field(default_factory=set, init=False)  # held, found cancelled (``schedules``)
@@ -101,8 +106,11 @@ class WorkerSession:
     async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
-    async def schedules(self) -> list[ScheduleInfo]:
-        """The live schedules announced to this worker, oldest first."""
+    async def schedules(self, reach: Reach | None = None) -> list[ScheduleInfo]:
+        """The live schedules announced to this worker, oldest first; less those whose settings could
+        not be read for their Redis Cluster slot or master not answering (put in ``reach``'s missing:
+        ``claim`` goes on with the others; raised when none answered and no ``reach`` is given)."""
+        walk = Reach(self.delivery.client, self.delivery.prefix) if reach is None else reach
         ids = await self._redis(self.delivery.schedules_for, self.settings.worker_id)
         self._gone &= self.holdings.schedules()  # bounded by what is held (a pull sidecar never asks)
         for held in self.holdings.schedules() - set(ids):  # a cancel takes it off the inbox at once
@@ -114,27 +122,50 @@ class WorkerSession:
         infos = []
         for sid in ids:
             if sid not in self._infos:
+                if walk.passed_over(sid):
+                    continue
                 try:
                     self._infos[sid] = await self._redis(self.delivery.info, sid)
                 except UnknownScheduleError:
                     continue
+                except walk.catches as error:  # read again at the next claim
+                    walk.missed(sid, error)
+                    continue
             infos.append(self._infos[sid])
+        if reach is None and (outage := walk.outage()) is not None:
+            raise outage
         return infos
 
     async def claim(self, want: int) -> list[Held]:
         """Lease up to ``want`` new items and hold them. From a schedule under KV admission (a KV
         capacity known) only one, and the claim ends there: ``Sidecar._fill`` claims again only once
-        nothing waits, so each such item is admitted on the cache before the next is leased."""
+        nothing waits, so each such item is admitted on the cache before the next is leased.
+
+        A schedule whose Redis Cluster slot or master does not answer now is passed over, and claimed
+        from at the next claim (a lost reply's call id kept: ``claims.py``); the others are claimed from
+        (``reach.py``). Its error is raised only when no schedule answered: the runner's outage.
+        Raised at the first such schedule, the claim leased nothing while the younger ones waited."""
         got: list[Held] = []
-        for info in await self.schedules():
+        reach = Reach(self.delivery.client, self.delivery.prefix)
+        for info in await self.schedules(reach):
+            if reach.passed_over(info.schedule_id):
+                continue
             kv = info.kv_admission and self.holdings.kv_capacity_tokens is not None
             count = 1 if kv else want - len(got)
-            leases = await self._take(info, count)
+            try:
+                leases = await self._take(info, count)
+            except reach.catches as error:
+                reach.missed(info.schedule_id, error)
+                continue
+            reach.got(info.schedule_id)
             got += [self.holdings.add(lease, info.kv_admission) for lease in leases]
             if len(got) >= want or (kv and got):
                 break
         if got:  # a schedule of a shorter TTL may be among them: the heartbeat's wait is re-read
             self._leased.set()
+        if (outage := reach.outage()) is not None:
+            raise outage
+        self._unreached_claims.tell(reach)
         return got
 
     async def _take(self, info: ScheduleInfo, count: int) -> list[Lease]:
@@ -170,7 +201,9 @@ class WorkerSession:
 
     @property
     def heartbeats_failing(self) -> bool:
-        """Whether the last heartbeat failed on Redis (the leases keep their deadlines meanwhile)."""
+        """Whether the last heartbeat failed on Redis (the leases keep their deadlines meanwhile): reached
+        no schedule. One that reached some, others' Redis Cluster slots or masters not answering, is
+        no outage of the session: only those schedules' leases are kept unheard of (``reach.py``)."""
         return self._heartbeats_failing
 
     async def heartbeat(self) -> list[Held]:
@@ -181,14 +214,19 @@ class WorkerSession:
             await self.resends.kept(probe=True)  # its answer, or none, tells whether Redis answers
             return []
         try:
-            alive = await self._redis(self.delivery.heartbeat, leases)
+            alive, reach = await self._redis(self.delivery.heartbeat_reaching, leases)
+            if (outage := reach.outage()) is not None:
+                raise outage
         except TRANSIENT as exc:
             if not self._heartbeats_failing:  # once per outage: heartbeats run every ttl/3 seconds
                 log.warning("heartbeat failed, leases keep their deadlines: %s", exc)
             self._heartbeats_failing = True
             self.resends.unreachable()  # kept results do not age through an outage
             return []
-        self.resends.answered({lease.schedule_id for lease in leases})
+        unreached = set(reach.missing)  # only their leases are in outage: kept, their deadlines too
+        self._unreached_beats.tell(reach)
+        self.resends.answered({lease.schedule_id for lease in leases} - unreached)
+        self.resends.unreachable(unreached)
         if self._heartbeats_failing:
             log.info("heartbeats go through again")
         self._heartbeats_failing = False
@@ -198,8 +236,8 @@ class WorkerSession:
         sent: list[Held] = []  # a completion unanswered: it may be what took the lease
         for lease in leases:
             held = self.holdings.get(lease_id(lease))
-            if held is None or held.completing or lease_id(lease) in kept:
-                continue  # finished meanwhile, or being reported (the report decides), or alive
+            if held is None or held.completing or lease_id(lease) in kept or lease.schedule_id in unreached:
+                continue  # finished meanwhile, being reported (the report decides), alive, or unheard of
             if held.unanswered is not None or held.failure:
                 sent.append(held)
             else:

@@ -1,0 +1,109 @@
+"""What one walk over schedules (a heartbeat, a sidecar's claim, a reaper pass) could not reach, so it
+goes on with the others on a Redis Cluster that serves part of its slots.
+
+A Redis Cluster serves each schedule's keys (one hash slot: ``keys.py``) from that slot's master. Under
+``cluster-require-full-coverage no`` a slot no master serves (``SLOT_NOT_SERVED``: CLUSTERDOWN, the
+client's slot map short of it) or a master that is down (its process gone: the client's
+``ConnectionError``, about 4 s of its own retries later, or a ``TimeoutError``) stops only the
+schedules on it; the others answer at once. A walk that raised at the first such schedule served none
+after it: a claim leased nothing while younger schedules waited, a heartbeat left the leases after it
+unextended (the reaper requeued them under a sidecar still running them), a pass reaped nothing after it.
+
+So a walk records each such error against the schedule (``missed``) and goes on. What it remembers
+keeps the walk's cost to one failed call per slot or node, not one per schedule: a schedule whose slot
+failed, or on a cluster whose node failed, is passed over unasked (``passed_over``), with that error.
+On a single Redis a connection error is the whole server, and is raised at once, as before; so is any
+error of a walk that has reached nothing and has failed on two slots or nodes: that is the cluster
+down, or most of it, and a walk on through every schedule would spend a failure (and up to a client's
+retries) on each. The caller decides what the rest is: ``outage`` is the error to raise when nothing
+was reached at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import redis
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import RedisClusterException
+
+from service.delivery import keys as keyspace
+from service.delivery.calls import RedisClient
+from service.delivery.errors import SLOT_NOT_SERVED
+
+NODE_DOWN: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+)  # one node's, on a cluster
+TRIED_DOMAINS = 2  # slots or nodes failed, none reached, after which the walk is an outage
+
+
+@dataclass
+class Reach:
+    """One walk's schedules not reached, each with its error, and the slots and nodes that failed."""
+
+    client: RedisClient  # the walk's: a ``RedisCluster``'s connection error is one node's
+    prefix: str = keyspace.DEFAULT_PREFIX
+    missing: dict[str, Exception] = field(default_factory=dict)  # schedule id -> why not reached
+    answered: set[str] = field(default_factory=set)  # schedules that answered (gone, or refusing, too)
+    _failed: dict[Hashable, Exception] = field(default_factory=dict, init=False)  # slot or node -> error
+
+    @property
+    def catches(self) -> tuple[type[Exception], ...]:
+        """The errors that are one slot's or node's, not Redis's: what the walk's ``except`` names."""
+        return SLOT_NOT_SERVED + NODE_DOWN if self._cluster else SLOT_NOT_SERVED
+
+    @property
+    def reached(self) -> bool:
+        """Whether any schedule answered this walk."""
+        return bool(self.answered)
+
+    def got(self, schedule_id: str) -> None:
+        """``schedule_id`` answered (its keys gone, or a script's error reply, are answers too)."""
+        self.answered.add(schedule_id)
+
+    @property
+    def _cluster(self) -> bool:
+        return isinstance(self.client, RedisCluster)
+
+    def passed_over(self, schedule_id: str) -> bool:
+        """Whether ``schedule_id``'s slot or node failed already in this walk: then it is recorded
+        missing with that error, and not asked."""
+        if not self._failed:
+            return False
+        for domain in (self._slot(schedule_id), self._node(schedule_id)):
+            if domain is not None and domain in self._failed:
+                self.missing[schedule_id] = self._failed[domain]
+                return True
+        return False
+
+    def missed(self, schedule_id: str, error: Exception) -> None:
+        """Record ``error`` (one of ``catches``) for ``schedule_id`` and its slot, or its node when the
+        node did not answer; raise it when the walk has reached nothing on ``TRIED_DOMAINS`` of them."""
+        self.missing[schedule_id] = error
+        node = self._node(schedule_id) if isinstance(error, NODE_DOWN) else None
+        self._failed[node if node is not None else self._slot(schedule_id)] = error
+        if not self.reached and len(self._failed) >= TRIED_DOMAINS:
+            raise error
+
+    def outage(self) -> Exception | None:
+        """The error to raise for a walk that reached nothing and missed something; else None."""
+        if self.reached or not self.missing:
+            return None
+        return next(iter(self.missing.values()))
+
+    def _slot(self, schedule_id: str) -> Hashable:
+        return ("slot", key_slot(keyspace.schedule_keys(schedule_id, self.prefix).meta.encode()))
+
+    def _node(self, schedule_id: str) -> Hashable:
+        """The node the client sends ``schedule_id``'s keys to; None when it knows none."""
+        if not isinstance(self.client, RedisCluster):
+            return None
+        try:
+            meta = keyspace.schedule_keys(schedule_id, self.prefix).meta
+            node = self.client.get_node_from_key(meta)  # type: ignore[no-untyped-call]
+        except RedisClusterException:  # its slot map short of the slot
+            return None
+        return None if node is None else ("node", node.name)

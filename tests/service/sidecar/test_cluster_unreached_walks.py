@@ -1,0 +1,180 @@
+"""A sidecar's walks over its schedules (claims, heartbeats) and the reaper's pass go on past a
+schedule whose Redis Cluster slot no master serves, or whose master is down, while the cluster serves
+its other slots (``cluster-require-full-coverage no``; a real cluster, ``service/delivery/reach.py``).
+
+Each walk raised at the first such schedule: a claim leased nothing while younger schedules were
+served; a heartbeat extended the others in Redis but its caller never heard of them (their new
+deadlines dropped, one of their leases gone unnoticed until the slot was served); a master down
+(``ConnectionError``) ended the reaper's pass and the heartbeat's walk there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from redis.crc import key_slot
+from redis.exceptions import RedisClusterException
+
+from service.delivery import Delivery, keys
+from service.delivery.reaper import reap_all
+from service.sidecar.holdings import Holdings
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.cluster import LocalCluster, serve_everywhere, serve_the_rest, unserve
+from tests.service.sidecar.procs import item, publish
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """A cluster of this module's own: its tests take a slot away, the others served meanwhile."""
+    with LocalCluster() as local:
+        serve_the_rest(local)
+        yield local
+
+
+def _session(cluster: LocalCluster) -> WorkerSession:
+    return WorkerSession(Delivery(cluster.client()), Holdings(4), SessionSettings("w"))
+
+
+def _slot(schedule_id: str) -> int:
+    return key_slot(keys.schedule_keys(schedule_id).meta.encode())
+
+
+def _publish_both(cluster: LocalCluster, ttl_ms: int = 60_000) -> None:
+    """``aaa`` then ``zzz`` (oldest first in the inbox, claimed and heartbeated in that order)."""
+    assert key_slot(keys.schedule_keys("aaa").meta.encode()) != key_slot(
+        keys.schedule_keys("zzz").meta.encode()
+    )
+    cluster.flushall()
+    for sid in ("aaa", "zzz"):
+        publish(Delivery(cluster.client()), sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=ttl_ms)
+
+
+@pytest.mark.parametrize("settings_read", [False, True], ids=["new-schedule", "known-schedule"])
+def test_a_claim_leases_from_the_younger_schedule_while_the_oldest_ones_slot_is_unserved(
+    cluster: LocalCluster, settings_read: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its settings not read yet (the inbox's first read) or read: the claim goes on to ``zzz``, says
+    so once, and claims ``aaa`` once its slot is served again."""
+    _publish_both(cluster)
+    session = _session(cluster)
+    if settings_read:
+        asyncio.run(session.schedules())
+    caplog.set_level(logging.INFO, logger="service.sidecar")
+    slot, owner = unserve(cluster, "aaa")
+    try:
+        first = asyncio.run(session.claim(2))
+        again = asyncio.run(session.claim(2))  # nothing left in zzz: no error, no second warning
+    finally:
+        serve_everywhere(cluster, slot, owner)
+    assert ([h.lease.key for h in first], again) == (["zzz#0"], [])
+    warned = [r.getMessage().split(" (")[0] for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == ["claims do not reach schedule aaa"]
+    assert _eventually(lambda: [h.lease.key for h in asyncio.run(session.claim(2))]) == ["aaa#0"]
+    assert "claims reach schedule aaa again" in caplog.text
+
+
+def test_a_claim_that_reaches_no_schedule_raises_the_outage(cluster: LocalCluster) -> None:
+    cluster.flushall()
+    publish(Delivery(cluster.client()), "aaa", {"w": [item("aaa", 0, 5)]})
+    session = _session(cluster)
+    slot, owner = unserve(cluster, "aaa")
+    try:
+        with pytest.raises(RedisClusterException):
+            asyncio.run(session.claim(2))
+    finally:
+        serve_everywhere(cluster, slot, owner)
+
+
+def test_a_heartbeat_refreshes_and_reports_the_reached_schedules_leases_while_one_slot_is_unserved(
+    cluster: LocalCluster,
+) -> None:
+    """``zzz``'s lease, handed back behind the sidecar's back, is reported lost at once, and the one
+    it still holds gets its new deadline; ``aaa``'s lease is kept, unheard of, and the beat is no
+    outage of the session. Before, the beat was an outage: nothing refreshed, nothing lost."""
+    _publish_both(cluster)
+    for sid in ("aaa", "zzz"):  # a second item of zzz: one lease stays, one is taken away
+        publish(Delivery(cluster.client()), f"{sid}2", {"w": [item(sid, 1, 5)]}, lease_ttl_ms=60_000)
+    session = _session(cluster)
+    held = {h.lease.schedule_id: h for h in asyncio.run(session.claim(4))}
+    assert sorted(held) == ["aaa", "aaa2", "zzz", "zzz2"]
+    before = held["zzz2"].lease.deadline_ms
+    Delivery(cluster.client()).release([held["zzz"].lease])  # not this sidecar's doing
+    time.sleep(0.01)  # the server's clock moves on: a refreshed deadline is later
+    slot, owner = unserve(cluster, "aaa")
+    try:
+        lost = asyncio.run(session.heartbeat())
+        failing = session.heartbeats_failing
+    finally:
+        serve_everywhere(cluster, slot, owner)
+    assert ([h.lease.key for h in lost], failing) == (["zzz#0"], False)
+    assert held["zzz2"].lease.deadline_ms > before
+    assert sorted(h.lease.schedule_id for h in session.holdings.all()) == ["aaa", "aaa2", "zzz2"]
+
+
+def _eventually(read: object, within_s: float = 30.0) -> object:
+    """``read()`` until it is truthy (the cluster client finds the slot served again) or time runs out."""
+    assert callable(read)
+    deadline = time.monotonic() + within_s
+    value = read()
+    while not value and time.monotonic() < deadline:
+        time.sleep(0.1)
+        value = read()
+    return value
+
+
+def _owner(cluster: LocalCluster, key: str) -> int:
+    """The port of the master serving ``key``'s slot."""
+    slot = key_slot(key.encode())
+    with redis.Redis(port=cluster.nodes[0].port) as client:
+        return next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
+
+
+def test_a_master_down_is_passed_over_by_the_heartbeat_the_claim_and_the_reaper() -> None:
+    """One master's process killed (connection refused), the others serving: a heartbeat extends the
+    leases on the others, a claim leases from them, and a reaper pass requeues their lapsed leases.
+    Before, its ``ConnectionError`` (after the client's own retries, seconds) ended each walk there."""
+    with LocalCluster() as cluster:
+        serve_the_rest(cluster)
+        indexes = {_owner(cluster, keys.inbox("w")), _owner(cluster, keys.active_index())}
+        dead = next(node for node in cluster.nodes if node.port not in indexes)
+        down, up = _on(cluster, "a", dead.port, True), _on(cluster, "z", dead.port, False)
+        delivery = Delivery(cluster.client())
+        for sid, n in ((down, 2), (up, 4)):  # claimed, heartbeated and due for reaping in this order
+            publish(delivery, sid, {"w": [item(sid, i, 5) for i in range(n)]}, lease_ttl_ms=60_000)
+            time.sleep(0.002)
+        lapsing = _on(cluster, "b", dead.port, True), _on(cluster, "y", dead.port, False)
+        for sid in lapsing:  # another worker's leases, lapsing at once, due in this order
+            publish(delivery, sid, {"x": [item(sid, 0, 5)]}, lease_ttl_ms=100)
+            delivery.claim(sid, "x", 1)
+            time.sleep(0.002)
+        session = _session(cluster)
+        held = {h.lease.key: h for h in asyncio.run(session.claim(4))}
+        assert sorted(held) == [f"{down}#0", f"{down}#1", f"{up}#0", f"{up}#1"]
+        before = held[f"{up}#0"].lease.deadline_ms
+        dead.kill()
+        time.sleep(0.01)
+        lost = asyncio.run(session.heartbeat())
+        failing = session.heartbeats_failing
+        claimed = asyncio.run(session.claim(2))
+        unserved: list[Exception] = []
+        graced = reap_all(delivery, unserved=unserved)  # untouched for a TTL: graced once (``pulse``)
+        time.sleep(0.3)
+        reaped = reap_all(delivery, unserved=unserved)
+    assert (lost, failing) == ([], False)
+    assert held[f"{up}#0"].lease.deadline_ms > before
+    assert sorted(h.lease.key for h in claimed) == [f"{up}#2", f"{up}#3"]
+    assert sum(p[lapsing[1]].requeued for p in (graced, reaped) if lapsing[1] in p) == 1
+    assert [type(e) for e in unserved] == [redis.ConnectionError] * 2  # one a pass, for its node
+
+
+def _on(cluster: LocalCluster, start: str, port: int, there: bool) -> str:
+    """A schedule id starting ``start`` whose keys are (``there``) or are not on the master at ``port``."""
+    ids = (f"{start}{i}" for i in range(10_000))
+    return next(sid for sid in ids if (_owner(cluster, keys.schedule_keys(sid).meta) == port) == there)
