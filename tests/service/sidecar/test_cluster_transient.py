@@ -31,6 +31,7 @@ from redis.exceptions import (
 
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.protocol import Delivery
+from service.delivery.reach import Reach
 from service.delivery.records import Lease, TrajectoryResult
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
@@ -71,9 +72,11 @@ class _Unserved(Delivery):
         self._raise_next("fail")
         return super().fail(*args, **kwargs)
 
-    def heartbeat(self, leases: Iterable[Lease], now_ms: int | None = None) -> list[Lease]:
+    def heartbeat_reaching(
+        self, leases: Iterable[Lease], now_ms: int | None = None
+    ) -> tuple[list[Lease], Reach]:  # what a session's heartbeat calls
         self._raise_next("heartbeat")
-        return super().heartbeat(leases, now_ms)
+        return super().heartbeat_reaching(leases, now_ms)
 
 
 def _push_session(redis_url: str) -> tuple[_Unserved, WorkerSession]:

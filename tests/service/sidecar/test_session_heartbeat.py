@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from service.delivery.protocol import Delivery
+from service.delivery.reach import Reach
 from service.delivery.records import Lease
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
@@ -29,8 +30,10 @@ class _ClockedHeartbeats(Delivery):
 
     now_ms: int
 
-    def heartbeat(self, leases: Iterable[Lease], now_ms: int | None = None) -> list[Lease]:
-        return super().heartbeat(leases, self.now_ms if now_ms is None else now_ms)
+    def heartbeat_reaching(
+        self, leases: Iterable[Lease], now_ms: int | None = None
+    ) -> tuple[list[Lease], Reach]:  # what a session's heartbeat calls
+        return super().heartbeat_reaching(leases, self.now_ms if now_ms is None else now_ms)
 
 
 def test_a_heartbeat_interval_past_the_lease_ttl_keeps_the_leases_and_is_warned_about_once(
@@ -88,10 +91,12 @@ class _SeenHeartbeats(Delivery):
 
     renewed: list[Lease]
 
-    def heartbeat(self, leases: Iterable[Lease], now_ms: int | None = None) -> list[Lease]:
-        alive = super().heartbeat(leases, now_ms)
+    def heartbeat_reaching(
+        self, leases: Iterable[Lease], now_ms: int | None = None
+    ) -> tuple[list[Lease], Reach]:  # what a session's heartbeat calls
+        alive, reach = super().heartbeat_reaching(leases, now_ms)
         self.renewed += alive
-        return alive
+        return alive, reach
 
 
 def test_leases_of_a_shorter_ttl_claimed_while_the_heartbeat_sleeps_are_heartbeated_in_time(
