@@ -119,6 +119,7 @@ class WorkerSession:
         for gone in set(self._infos) - set(ids) - self.holdings.schedules():
             del self._infos[gone]  # finished or expired: a long-lived sidecar must not accumulate them
             self._claims.forget(gone)
+        self._unreached_claims.now &= set(ids)  # bounded by the inbox, as ``_infos``
         infos = []
         for sid in ids:
             if sid not in self._infos:
@@ -215,7 +216,7 @@ class WorkerSession:
             return []
         # those not reached last time go last: a master down costs its client's retries (~4 s), and
         # first in the walk they held every other lease's extension back by as much, at each beat
-        unheard = self._unreached_beats.now
+        unheard = self._unreached_beats.now = self._unreached_beats.now & {le.schedule_id for le in leases}
         leases = sorted(leases, key=lambda lease: lease.schedule_id in unheard)
         try:
             alive, reach = await self._redis(self.delivery.heartbeat_reaching, leases)
