@@ -7,8 +7,6 @@ keeping while a request overruns, and its take-back, each one call of ``lua/plan
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from service.delivery import wire
 from service.delivery.calls import ScriptCalls
 from service.delivery.errors import LateMarkError
@@ -43,23 +41,18 @@ class PlanningMarks(ScriptCalls):
         if int(self._call(self.scripts.planning, schedule_id, args)) == 0:
             raise LateMarkError(schedule_id)
 
-    def keep_marks(
-        self, marks: Sequence[tuple[str, str]], life_ms: int, now_ms: int | None = None
-    ) -> list[bool]:
-        """Push each mark (schedule id, request id) of a request still alive to ``life_ms`` past now,
-        where it is still there, its deadline not passed, and that is later: a request overrunning
-        the life it was extended to (``service.pipeline.step_keeper``). A mark taken back, withdrawn,
-        published or lapsed is never written again (``lua/planning.lua``), so a replica that dies
-        leaves its marks to lapse at the deadline last given; the withdrawal of an id a DELETE
-        withdrew is pushed instead, never shortened, so the request's publish is still refused
-        however long it lives past the retention. Returns, per mark, whether it or the id's
-        withdrawal was still there. One call per mark, each on its schedule's slot: only overrunning
-        requests are kept."""
-        clock, script = wire.clock(now_ms), self.scripts.planning
-        return [
-            int(self._call(script, schedule_id, ["keep", request_id, int(life_ms), clock])) == 1
-            for schedule_id, request_id in marks
-        ]
+    def keep_mark(self, schedule_id: str, request_id: str, life_ms: int, now_ms: int | None = None) -> bool:
+        """Push the mark of a request still alive to ``life_ms`` past now, where it is still there,
+        its deadline not passed, and that is later: a request overrunning the life it was extended to
+        (``service.pipeline.step_keeper``). A mark taken back, withdrawn, published or lapsed is never
+        written again (``lua/planning.lua``), so a replica that dies leaves its marks to lapse at the
+        deadline last given; the withdrawal of an id a DELETE withdrew is pushed instead, never
+        shortened, so the request's publish is still refused however long it lives past the
+        retention. Returns whether the mark or the id's withdrawal was still there. One call per mark,
+        on its schedule's slot (only overrunning requests are kept): the keeper sends each on its own,
+        so one that Redis fails leaves the others sent."""
+        args = ["keep", request_id, int(life_ms), wire.clock(now_ms)]
+        return int(self._call(self.scripts.planning, schedule_id, args)) == 1
 
     def unmark_planning(self, schedule_id: str, request_id: str, now_ms: int | None = None) -> None:
         """Take back ``mark_planning``'s entry of a request refused or failed before it published (the

@@ -42,7 +42,7 @@ land, so it would have to go on for the mark's whole TTL, a thread of polls per 
 
 A request that outlives the TTL its mark was extended to (a plan overrunning its budget on a starved
 host with no caller's deadline to give up at, a publish Redis holds) has the mark pushed on while it
-lives, from its extension's answer until its take-back (``step_keeper``, ``Delivery.keep_marks``):
+lives, from its extension's answer until its take-back (``step_keeper``, ``Delivery.keep_mark``):
 past its deadline the mark had gone, a DELETE then answered 404 while the request went on to publish
 the step its trainer believed withdrawn (markkeep48). The extension's window is not reopened for it:
 a keep is an operation of its own, sent only by the process that holds the request, and writes only

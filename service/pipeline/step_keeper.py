@@ -11,7 +11,7 @@ and a DELETE then answered 404 while the request went on to publish the step its
 withdrawn, and a second POST of the id was not told it was in flight (markkeep48). The deadline stays
 what it was for a replica that dies (the step kept out, the id held, that long at most): one thread
 per process looks every quarter of ``keys.PLANNING_MARGIN_S`` for what is held within half of it of
-its deadline and pushes those to that margin past now (``Delivery.keep_planning``, ``keep_marks``:
+its deadline and pushes those to that margin past now (``Delivery.keep_planning``, ``keep_mark``:
 only what is still there and only ever later, so a take-back, a withdrawal or a publish is never
 undone), from the request's arrival until its take-back (``let_go``, before the take-back is sent). A
 request that ends in the life it was written for, nearly every one, is never written again: no
@@ -79,11 +79,13 @@ class StepKeeper:
 
     def hold(self, ctx: Context, kept: Kept, life_s: float) -> None:
         """Keep ``kept``, written to lapse ``life_s`` from now, live until ``let_go``; the thread
-        starts if none runs."""
+        starts if none runs: also where the last one ended on a ``BaseException`` (a ``SystemExit``
+        raised in it), which ``_run`` does not catch, and which left ``_thread`` set, so no later hold
+        started another and every mark and entry lapsed under its live request (review48b)."""
         now = time.monotonic()
         with self._lock:
             self._held[kept] = _Held(ctx, now + life_s, now + LONGEST_S)
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():  # one a BaseException ended too
                 self._thread = threading.Thread(target=self._run, name="step-keeper", daemon=True)
                 self._thread.start()
 
@@ -101,7 +103,9 @@ class StepKeeper:
         """Extend each one kept that is within half of ``keys.PLANNING_MARGIN_S`` of its deadline to
         that margin past now (Redis's clock): a round trip per deployment for the entries, one per
         mark; a mark found gone (taken back, withdrawn, published, lapsed) let go, and those past
-        ``LONGEST_S`` too, with a warning."""
+        ``LONGEST_S`` too, with a warning. A context whose extension raises anything but Redis's
+        failure (a bug; a pool an app's stop closed, in a process that runs several) is logged and
+        skipped: the others' are still extended (review48c)."""
         now, margin_s = time.monotonic(), keys.PLANNING_MARGIN_S
         with self._lock:
             stale = [kept for kept, held in self._held.items() if held.until < now]
@@ -115,7 +119,11 @@ class StepKeeper:
             _log.warning("kept past %.0f s, left to lapse: %d planning entries, marks", LONGEST_S, len(stale))
         life_ms = int(margin_s * 1000)
         for ctx, due in by_ctx.values():
-            pushed, gone = _extended(ctx, due, life_ms)
+            try:
+                pushed, gone = _extended(ctx, due, life_ms)
+            except Exception:  # a bug, or redis-py on a pool an app's stop closed: the others still kept
+                _log.exception("keeping the planning entries and marks of one context failed")
+                continue
             self._pushed(pushed, gone, now + margin_s)
 
     def _pushed(self, pushed: list[Kept], gone: list[Kept], lapses: float) -> None:
@@ -160,14 +168,30 @@ def _extended(ctx: Context, due: list[Kept], life_ms: int) -> tuple[list[Kept], 
             pushed.extend(kept for kept in due if isinstance(kept, Entry))
     except REDIS_FAILED as error:
         _log.warning("step's planning entries not extended: %s: %s", type(error).__name__, error)
-    try:
-        if marks:
-            live = ctx.delivery.keep_marks([(m.schedule_id, m.request_id) for m in marks], life_ms)
-            for kept, held in zip(marks, live, strict=True):
-                (pushed if held else gone).append(kept)
-    except REDIS_FAILED as error:
-        _log.warning("in-flight marks not extended: %s: %s", type(error).__name__, error)
+    if marks:
+        _kept_marks(ctx, marks, life_ms, pushed, gone)
     return pushed, gone
+
+
+def _kept_marks(
+    ctx: Context, marks: list[InFlight], life_ms: int, pushed: list[Kept], gone: list[Kept]
+) -> None:
+    """Each of ``marks`` kept on its own: one whose call Redis failed (a cluster master down or failing
+    over, a key of the wrong type) is neither pushed nor gone, tried again at the next tick, and the
+    marks after it are still sent: the first failure had ended the tick's marks, so a request stuck
+    on a failing master, first in line at every tick, left those of every other slot to lapse under
+    their live requests (review48c). The failures are logged once a tick."""
+    failed: list[Exception] = []
+    for kept in marks:
+        try:
+            held = ctx.delivery.keep_mark(kept.schedule_id, kept.request_id, life_ms)
+        except REDIS_FAILED as error:
+            failed.append(error)
+            continue
+        (pushed if held else gone).append(kept)
+    if failed:
+        first = failed[0]
+        _log.warning("%d in-flight marks not extended: %s: %s", len(failed), type(first).__name__, first)
 
 
 KEEPER = StepKeeper()

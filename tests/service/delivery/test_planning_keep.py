@@ -23,11 +23,17 @@ def _marked(delivery: Delivery, request_id: str, ttl_ms: int, now_ms: int | None
     delivery.extend_planning("s", request_id, ttl_ms=ttl_ms, now_ms=now_ms)
 
 
+def _kept(
+    delivery: Delivery, marks: list[tuple[str, str]], life_ms: int, now_ms: int | None = None
+) -> list[bool]:
+    return [delivery.keep_mark(schedule_id, request_id, life_ms, now_ms) for schedule_id, request_id in marks]
+
+
 def test_a_keep_pushes_a_live_mark_to_its_life_past_now_and_the_key_with_it(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
     _marked(delivery, "r", 10_000)
-    assert delivery.keep_marks([("s", "r")], 60_000, now_ms=T0 + 9_000) == [True]
+    assert _kept(delivery, [("s", "r")], 60_000, now_ms=T0 + 9_000) == [True]
     assert redis_client.hget(PLANNING, "r") == f"{T0}:{T0 + 69_000}"
     assert 55_000 < redis_client.pttl(PLANNING) <= 60_000
 
@@ -35,7 +41,7 @@ def test_a_keep_pushes_a_live_mark_to_its_life_past_now_and_the_key_with_it(
 def test_a_keep_never_brings_a_mark_s_deadline_earlier(delivery: Delivery, redis_client: redis.Redis) -> None:
     _marked(delivery, "r", 100_000)
     before = (redis_client.hget(PLANNING, "r"), redis_client.pexpiretime(PLANNING))
-    assert delivery.keep_marks([("s", "r")], 1_000, now_ms=T0 + 5) == [True]
+    assert _kept(delivery, [("s", "r")], 1_000, now_ms=T0 + 5) == [True]
     assert (redis_client.hget(PLANNING, "r"), redis_client.pexpiretime(PLANNING)) == before
 
 
@@ -44,7 +50,7 @@ def test_a_keep_of_a_mark_taken_back_writes_nothing(delivery: Delivery, redis_cl
     take-back) must not bring the mark back."""
     _marked(delivery, "r", 10_000, now_ms=None)
     delivery.unmark_planning("s", "r")
-    assert delivery.keep_marks([("s", "r")], 60_000) == [False]
+    assert _kept(delivery, [("s", "r")], 60_000) == [False]
     assert redis_client.exists(PLANNING) == 0
 
 
@@ -58,10 +64,10 @@ def test_a_keep_of_a_withdrawn_id_keeps_the_withdrawal_and_writes_no_mark(
     withdrawn = keys.schedule_keys("s").withdrawn
     _marked(delivery, "r", 10_000, now_ms=None)
     delivery.cancel("s", withdraw_s=1)
-    assert delivery.keep_marks([("s", "r")], 60_000) == [True]
+    assert _kept(delivery, [("s", "r")], 60_000) == [True]
     assert 55_000 < redis_client.pttl(withdrawn) <= 60_000
     assert redis_client.exists(PLANNING) == 0
-    assert delivery.keep_marks([("s", "r")], 1_000) == [True]
+    assert _kept(delivery, [("s", "r")], 1_000) == [True]
     assert redis_client.pttl(withdrawn) > 55_000
 
 
@@ -73,7 +79,7 @@ def test_a_keep_of_a_mark_past_its_deadline_writes_nothing_though_the_key_lives_
     _marked(delivery, "late", 10_000)
     _marked(delivery, "other", 100_000)
     before = redis_client.hgetall(PLANNING)
-    assert delivery.keep_marks([("s", "late"), ("s", "other")], 60_000, now_ms=T0 + 10_001) == [False, True]
+    assert _kept(delivery, [("s", "late"), ("s", "other")], 60_000, now_ms=T0 + 10_001) == [False, True]
     assert redis_client.hget(PLANNING, "late") == before["late"]
     assert redis_client.hget(PLANNING, "other") == before["other"]
 
@@ -85,12 +91,12 @@ def test_a_mark_no_one_keeps_any_more_lapses_at_the_deadline_last_given(
     clock, a DELETE then finds the id unknown, and a keep arriving later (nothing sends one, but a
     keeper's buffered write could land) writes nothing."""
     _marked(delivery, "r", 200, now_ms=None)
-    assert delivery.keep_marks([("s", "r")], 300) == [True]
+    assert _kept(delivery, [("s", "r")], 300) == [True]
     deadline = time.monotonic() + 10
     while redis_client.exists(PLANNING) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert redis_client.exists(PLANNING) == 0
-    assert delivery.keep_marks([("s", "r")], 60_000) == [False]
+    assert _kept(delivery, [("s", "r")], 60_000) == [False]
     assert redis_client.exists(PLANNING) == 0
 
 
@@ -105,6 +111,6 @@ def test_marks_of_two_ids_are_kept_each_in_its_own_slot_on_redis_cluster(redis_c
     assert client.cluster_keyslot(keys.schedule_keys("a").planning) != client.cluster_keyslot(
         keys.schedule_keys("b").planning
     )
-    assert delivery.keep_marks([("a", "r"), ("b", "r"), ("a", "gone")], 600_000) == [True, True, False]
+    assert _kept(delivery, [("a", "r"), ("b", "r"), ("a", "gone")], 600_000) == [True, True, False]
     for schedule_id in ("a", "b"):
         assert client.pttl(keys.schedule_keys(schedule_id).planning) > 500_000

@@ -1,0 +1,113 @@
+"""The keeper of live requests' marks (``service.pipeline.step_keeper``) at its edges: one mark Redis
+fails to keep, or one context whose keep raises, leaves the others kept; a keeper thread a
+``BaseException`` ended is started again by the next hold. On the real embedded valkey; the faults
+are a key of the wrong type, a Delivery method replaced by one that raises, a tick that raises."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import redis
+
+from service.delivery import keys as keyspace
+from service.pipeline import step_keeper
+from service.pipeline.step_keeper import StepKeeper
+
+
+def _deadline_ms(redis_client: redis.Redis, schedule_id: str) -> int:
+    """The deadline of request ``r``'s mark under ``schedule_id``; 0 where it lapsed."""
+    entry = redis_client.hget(keyspace.schedule_keys(schedule_id).planning, "r")
+    return 0 if entry is None else int(str(entry).split(":")[1])
+
+
+def _held(keeper: StepKeeper, ctx: Any, schedule_id: str) -> None:
+    """``schedule_id`` marked for request ``r`` for 20 s and held: due at the next tick (within half
+    of the 60 s margin of its deadline)."""
+    ctx.delivery.mark_planning(schedule_id, "r", 1_000)
+    ctx.delivery.extend_planning(schedule_id, "r", 20_000)
+    keeper.hold(ctx, step_keeper.InFlight(schedule_id, "r"), 20.0)
+
+
+def test_a_mark_redis_fails_to_keep_leaves_the_marks_after_it_kept(
+    client: Any, redis_client: redis.Redis
+) -> None:
+    """The first mark's keep fails (its key of the wrong type: a master down or failing over on a
+    cluster fails it the same way, at every tick): the mark after it is still pushed on, where the
+    failure had ended the tick's marks and left it to lapse under its live request; the failed one
+    stays held, tried again at the next tick."""
+    ctx = client.app.state.context
+    keeper = StepKeeper()
+    try:
+        keeper.hold(ctx, step_keeper.InFlight("broken", "r"), 20.0)
+        redis_client.set(keyspace.schedule_keys("broken").planning, "not a hash")
+        _held(keeper, ctx, "fine")
+        first = _deadline_ms(redis_client, "fine")
+        keeper.tick()
+        assert _deadline_ms(redis_client, "fine") > first + 30_000
+        assert keeper.held() == 2
+    finally:
+        for schedule_id in ("broken", "fine"):
+            keeper.let_go(step_keeper.InFlight(schedule_id, "r"))
+
+
+def test_a_context_whose_keep_raises_leaves_another_context_s_marks_kept(
+    make_client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One app's keep raises something other than Redis's failure (redis-py's parser on a pool that
+    app's stop closed, a bug): another app's mark in the same process is still pushed on."""
+    stopped, live = (make_client().app.state.context for _ in range(2))
+    keeper = StepKeeper()
+
+    def broken(*args: Any, **kwargs: Any) -> bool:
+        raise AttributeError("'NoneType' object has no attribute 'read_response'")
+
+    try:
+        _held(keeper, stopped, "stopped")
+        monkeypatch.setattr(stopped.delivery, "keep_mark", broken)
+        _held(keeper, live, "live")
+        first = _deadline_ms(redis_client, "live")
+        keeper.tick()
+        assert _deadline_ms(redis_client, "live") > first + 30_000
+    finally:
+        for schedule_id in ("stopped", "live"):
+            keeper.let_go(step_keeper.InFlight(schedule_id, "r"))
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # its death is the point
+def test_a_hold_after_the_keeper_thread_died_of_a_base_exception_starts_another(
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick that raises a ``SystemExit`` (not caught: ``_run`` catches ``Exception``) ends the
+    thread with ``_thread`` still set; the next hold starts another, which keeps the mark: before,
+    no thread ran again in the process and every mark and entry lapsed under its live request."""
+    monkeypatch.setattr(step_keeper, "_TICKS_PER_MARGIN", 600)  # a tick every 0.1 s
+    ctx = client.app.state.context
+    keeper = StepKeeper()
+    real_tick, raised = keeper.tick, threading.Event()
+
+    def tick_once_fatal() -> None:
+        if not raised.is_set():
+            raised.set()
+            raise SystemExit("a tick's fatal error")
+        real_tick()
+
+    monkeypatch.setattr(keeper, "tick", tick_once_fatal)
+    try:
+        _held(keeper, ctx, "first")
+        dead = keeper._thread
+        assert dead is not None
+        dead.join(60)
+        assert raised.is_set()
+        assert not dead.is_alive()
+        _held(keeper, ctx, "second")
+        first = _deadline_ms(redis_client, "second")
+        for _ in range(600):  # a live thread pushes it at its first tick; none ever does otherwise
+            if _deadline_ms(redis_client, "second") > first + 30_000:
+                break
+            threading.Event().wait(0.1)
+        assert _deadline_ms(redis_client, "second") > first + 30_000
+    finally:
+        for schedule_id in ("first", "second"):
+            keeper.let_go(step_keeper.InFlight(schedule_id, "r"))
