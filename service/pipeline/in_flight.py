@@ -51,6 +51,21 @@ never comes back, and a replica that dies leaves its marks to lapse at the deadl
 most ``keys.PLANNING_MARGIN_S`` past its last keep). An id a DELETE withdrew meanwhile has its
 withdrawal kept instead: it had lived the retention, or what the mark had left, and a request living
 past both published the abandoned step.
+
+One window is left: Redis failing for the last half margin (30 s) before an overrunning request's
+kept deadline, every keep failing, lets the mark lapse under the live request, and a DELETE then
+answers 404 while the request, not told, still publishes. ``lua/publish.lua`` does not refuse a
+publish whose mark (by this request's nonce) is gone, though no reason it gave for that holds now:
+a replica runs its own copy of the script, so an older replica's unmarked requests would not meet
+the check, and a request whose mark Redis failed to write never publishes (``Mark.check``, 503).
+The check is sound and is the follow-up (review48c, docs/experiments.md): the publish takes the
+nonce ('' for a drawn id or a caller without a mark: no check), answers a replay or a conflict
+before it as now, and refuses a missing entry with a new error reply that the route answers 503,
+like a lost mark at arrival. It is not made here because it touches the publish's arguments
+(``wire.publish_args``), ``Delivery.publish``, the publish stage (``stages.py``, near its size
+limit) and the error mapping, beyond this module. The refusal fires in more cases than the defect
+it prevents (any lapse under a live request, with or without a DELETE), but each is a request
+that overran its first life while Redis failed, and a trainer's retry under the id publishes.
 """
 
 from __future__ import annotations
