@@ -13,8 +13,9 @@ caller's deadline; None: no deadline) is set here, for the plan's context, by ``
 ``check()`` raises ``DeadlinePassedError`` naming the stage it is in (``stage``) once it has
 passed. The planner checks at the end of each stage, and the floor's long loops check between
 their parts (a queue's plays, a candidate plan, a bound's probe), so the planner stops at most one
-part past the deadline. A context variable, as ``scheduler.clock``'s frozen flag, for the same
-reason: the loops that check are several calls below the policy. Without a hard deadline
+part past the deadline; a CP-SAT search, one call, is stopped from outside once it has passed
+(``passed``, ``scheduler.policies.sat_watch``). A context variable, as ``scheduler.clock``'s frozen
+flag, for the same reason: the loops that check are several calls below the policy. Without a hard deadline
 ``check`` returns at once and reads no clock, so a plan without one is the same plan.
 
 The hard deadline is read on the wall clock even inside ``clock.frozen()``: it is the caller's
@@ -78,3 +79,14 @@ def check() -> None:
     late_s = _WALL.get()() - deadline
     if late_s >= 0:
         raise DeadlinePassedError(_STAGE.get(), deadline, late_s)
+
+
+def passed() -> Callable[[], bool] | None:
+    """Whether this context's hard deadline has passed, as a call another thread can make (the
+    context's deadline and clock taken now: ``scheduler.policies.sat_watch`` cuts a CP-SAT search
+    at it); None without a hard deadline, where ``check`` reads no clock either."""
+    deadline = _AT.get()
+    if deadline is None:
+        return None
+    wall = _WALL.get()
+    return lambda: wall() >= deadline

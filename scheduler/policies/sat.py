@@ -12,7 +12,8 @@ shared with the service.
 Every solve goes through ``solve``: callers fall back on any status but OPTIMAL/FEASIBLE, so a model
 CP-SAT rejects (MODEL_INVALID) would cost only plan quality and pass unseen, yet it is always a
 planner bug (a sum past the 64-bit guards, an empty domain from a wrapped load); it is logged as an
-error with CP-SAT's own reason.
+error with CP-SAT's own reason. And its search is stopped once the caller's hard deadline has passed
+(``sat_watch``): the deadline is checked between the planner's parts, and a search is one part.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 from ortools.sat.python import cp_model
 
 from scheduler import clock
+from scheduler.policies.sat_watch import cut_at_deadline
 
 WALL_SAFETY = 3.0  # wall-clock limit as a multiple of the deterministic limit
 SEED_RANGE = 2**31  # CP-SAT's random_seed is an int32; larger request seeds are folded into it
@@ -54,8 +56,10 @@ def new_solver(limit_s: float, seed: int, wall_s: float | None = None) -> cp_mod
 
 def solve(solver: cp_model.CpSolver, model: cp_model.CpModel, what: str) -> cp_model.CpSolverStatus:
     """``solver.solve(model)``; a MODEL_INVALID is logged as an error naming ``what`` and CP-SAT's
-    reason (module doc), and returned like any other status for the caller's fallback."""
-    status = solver.solve(model)
+    reason (module doc), and returned like any other status for the caller's fallback. The search
+    stops once the hard deadline has passed (``sat_watch``), returning what it had."""
+    with cut_at_deadline(solver):
+        status = solver.solve(model)
     if status == cp_model.MODEL_INVALID:
         reason = model.validate()
         _log.error("CP-SAT rejected the %s model as invalid (a planner bug; falling back): %s", what, reason)
