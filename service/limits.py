@@ -10,8 +10,8 @@ the parsed batch knows its sum of ``n``.
 
 Planning is CPU-bound: forty plans at once on two cores would each take twenty times longer and all
 miss their budgets. ``PlanSlots`` lets a few run and queues the rest (first come, first served, up to
-a timeout, then 503 with ``Retry-After``; or to the caller's deadline, if sooner, then 504), so latency
-stays predictable under a burst.
+a timeout, then 503 with ``Retry-After``; or to the caller's deadline, if sooner, then 504; or to the
+replica's stop, then 503), so latency stays predictable under a burst.
 """
 
 from __future__ import annotations
@@ -134,12 +134,25 @@ def check_trajectory_count(total: int, limit: int) -> None:
 
 
 class PlanSlots:
-    """At most ``size`` plans at once; others wait up to ``timeout_s`` for a slot."""
+    """At most ``size`` plans at once; others wait up to ``timeout_s`` for a slot, or until the
+    replica stops (``stop``)."""
 
     def __init__(self, size: int, timeout_s: float) -> None:
-        self._slots = threading.BoundedSemaphore(size)
+        self._changed = threading.Condition()  # a semaphore's, with the stop beside its count
+        self._free = size
+        self._stopped = False
         self.size = size
         self.timeout_s = timeout_s
+
+    def stop(self) -> None:
+        """The replica stops (``Startup.halt``): every request waiting for a slot is refused now, 503
+        "the replica is stopping", and so is any that comes after. Nobody reads those answers any more
+        (their handlers were cancelled), and a wait went on until a plan ahead gave its slot back, up
+        to the plan queue's timeout (30 s by default) behind a plan that did not give up soon, its
+        planning thread, and the process's exit, held as long."""
+        with self._changed:
+            self._stopped = True
+            self._changed.notify_all()
 
     @contextmanager
     def hold(self, arrived: float | None = None, until: Deadline = NO_DEADLINE) -> Iterator[float]:
@@ -154,12 +167,13 @@ class PlanSlots:
         ``until``: the caller's deadline (``service/pipeline/deadline.py``), when it comes first, ends
         the wait there, refused 504 ``deadline-exceeded``: the caller has stopped waiting, and a
         request held in line for the rest of the timeout (30 s by default) only kept the requests
-        behind it out of the slots it would then have been refused after."""
+        behind it out of the slots it would then have been refused after. The replica's stop ends it
+        too (``stop``)."""
         started = time.perf_counter()
         timeout_s = (started if arrived is None else arrived) + self.timeout_s - started  # what is left
         given_up_s = until.left_s()  # on the deadline's own clock (a test's may not be the wall's)
         late = given_up_s <= timeout_s  # the caller gives up first
-        if not self._slots.acquire(timeout=max(0.0, min(given_up_s, timeout_s))):
+        if not self._taken(max(0.0, min(given_up_s, timeout_s))):
             if late:
                 raise until.exceeded("passed while it waited in line for a plan slot")
             raise UnavailableError(
@@ -168,4 +182,17 @@ class PlanSlots:
         try:
             yield time.perf_counter() - started
         finally:
-            self._slots.release()
+            with self._changed:
+                self._free += 1
+                self._changed.notify()
+
+    def _taken(self, wait_s: float) -> bool:
+        """Take a slot, waiting up to ``wait_s`` for one; False if none freed. Raises the 503 once the
+        replica stops."""
+        with self._changed:
+            free = self._changed.wait_for(lambda: self._stopped or self._free > 0, wait_s)
+            if self._stopped:
+                raise UnavailableError("the replica is stopping: the request was not planned; retry")
+            if free:
+                self._free -= 1
+            return free

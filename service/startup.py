@@ -112,7 +112,8 @@ class Startup:
 
     def halt(self) -> None:
         """Stop taking work: no try at the cluster and no reaper pass after the current ones, and a plan
-        still running gives up at its next check (``state.stopping``: ``service/api/stopping.py``). The
+        still running gives up at its next check (``state.stopping``: ``service/api/stopping.py``), and a
+        request waiting for a plan slot is refused (``PlanSlots.stop``). The
         retrain lock's release starts, on a thread (a stalled Redis times it out three times), so a
         retrain cut short by the shutdown does not hold the lock; idempotent."""
         with self._lock:
@@ -125,6 +126,8 @@ class Startup:
                 )
         if self._reaper is not None:
             self._reaper.halt()
+        if ctx is not None:
+            ctx.plan_slots.stop()  # the requests waiting in line are refused now (503), not at a slot
         if self._release is not None and not started:
             self._release.start()
 
