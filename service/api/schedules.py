@@ -162,10 +162,12 @@ def _schedule(
         return response
 
     # the bookkeeping after the publish, then the mark's take-back: waited for until the deadline only;
-    # a plan still running as the replica stops gives up, its take-back on a daemon (``stopping``)
+    # a plan still running as the replica stops gives up, its take-back on a daemon (``stopping``), and
+    # a published one's bookkeeping not begun yet goes on one too (``post_publish``)
     stop, bound_s = request.app.state.stopping, request.app.state.settings.redis_timeout_s
     with stopping.planner_stops(stop):
-        response = post_publish.bounded(serve, stopping.released(marked.release, stop, bound_s), until)
+        release = stopping.released(marked.release, stop, bound_s)
+        response = post_publish.bounded(serve, release, until, stop.is_set)
     headers = {REPLAYED_HEADER: "true"} if response.replayed else None
     # Serialised once here: returning the model would make FastAPI validate 4,096 items again.
     return Response(response.model_dump_json(), media_type="application/json", headers=headers)

@@ -14,6 +14,13 @@ at the deadline and the thread goes on, bounded by the Redis client's own timeou
 logged as before. A request with no deadline, or a pipeline run outside the route, runs the work in
 line, as it always did.
 
+At the replica's stop (``stopped``: the app's ``stopping`` event, ``service/api/stopping.py``) nobody
+reads the answer any more (its handler was cancelled), so the planning thread does not wait for the
+work: run in line, the steps not begun yet go on a daemon (``AFTER_PUBLISH``, which the stop waits for
+one command timeout at most), and a wait for the work's own thread ends. Each held the planning thread,
+and the process's exit, one command timeout with its retries a step on a stalled Redis, or to the
+caller's deadline. The step under way at the stop, and the publish itself, still run to their end.
+
 Why that is safe for an asked-for retrain (``service.learning.step_over``): the planning entry
 (``service/pipeline/step_part.py``) is taken back last, after the id entered its step's set, so from
 its arrival to then the part is in the entry or the set, and from its publish to its settle in the
@@ -27,9 +34,11 @@ from __future__ import annotations
 
 import atexit
 import contextvars
+import functools
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -42,6 +51,7 @@ from service.pipeline.served import after_publish
 
 T = TypeVar("T")
 _log = logging.getLogger("service.pipeline")
+STOP_POLL_S = 0.05  # while a request waits for its bookkeeping's thread: how often it reads the stop
 
 
 @dataclass
@@ -50,6 +60,7 @@ class _Tail:
     queued in (its log lines carry the schedule's id), run in order; ``release`` always runs last."""
 
     release: Callable[[], None]
+    stopped: Callable[[], bool]  # whether the replica stops: the planning thread hands the rest on
     steps: list[tuple[str, contextvars.Context, Callable[[], object]]] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)  # set as ``run_in_the_background`` ends
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -57,14 +68,37 @@ class _Tail:
     _answered: bool = False  # the request answered without waiting for the rest
     _error: BaseException | None = None
 
-    def run(self) -> None:
-        """Every step, each Redis error logged (``after_publish``); any other error ends the steps, as
-        it ended the request before; the release runs whatever happened."""
+    def run(self, first: int = 0) -> None:
+        """Every step from the ``first``, each Redis error logged (``after_publish``); any other error
+        ends the steps, as it ended the request before; the release runs whatever happened."""
         try:
-            for what, context, call in self.steps:
+            for what, context, call in self.steps[first:]:
                 context.run(_logged, what, call)
         finally:
             self.release()
+
+    def run_in_line(self) -> None:
+        """``run`` on the request's thread until the replica stops: the steps left then, and the
+        release, go on a daemon (module doc)."""
+        first = 0
+        try:
+            while first < len(self.steps) and not self.stopped():
+                what, context, call = self.steps[first]
+                context.run(_logged, what, call)
+                first += 1
+        except BaseException:
+            self.release()
+            raise
+        if first < len(self.steps):
+            AFTER_PUBLISH.start(functools.partial(self._logged_run, first), "after-publish-stopped")
+        else:
+            self.release()
+
+    def _logged_run(self, first: int) -> None:
+        try:
+            self.run(first)
+        except Exception:  # nobody reads the request's answer: its handler was cancelled at the stop
+            _log.exception("bookkeeping after a published step failed")
 
     def run_in_the_background(self) -> None:
         """``run`` on the bookkeeping's thread: an error is kept for the request still waiting, or
@@ -106,12 +140,18 @@ def later(what: str, call: Callable[[], object]) -> None:
     tail.steps.append((what, contextvars.copy_context(), call))
 
 
-def bounded(serve: Callable[[], T], release: Callable[[], None], until: Deadline) -> T:
+def bounded(
+    serve: Callable[[], T],
+    release: Callable[[], None],
+    until: Deadline,
+    stopped: Callable[[], bool] = lambda: False,
+) -> T:
     """``serve()`` (the request's pipeline), its bookkeeping (``later``) collected and run after it,
     then ``release`` (the in-flight mark and planning entry taken back): waited for only until
     ``FIXED_S`` before the caller's deadline ``until``, in line where it sets none. A request that
-    fails or is refused runs all of it in line before it answers: it leaves Redis as it found it."""
-    tail = _Tail(release)
+    fails or is refused runs all of it in line before it answers: it leaves Redis as it found it.
+    Once ``stopped()`` (the replica stops) the request waits for none of it (module doc)."""
+    tail = _Tail(release, stopped)
     token = _COLLECTING.set(tail)
     try:
         answer = serve()
@@ -129,22 +169,32 @@ def _wait(tail: _Tail, until: Deadline) -> None:
     the deadline (not at all once that passed: a publish that Redis held past it)."""
     left_s = until.left_s()
     if math.isinf(left_s):
-        tail.run()
+        tail.run_in_line()
         return
     AFTER_PUBLISH.start(tail.run_in_the_background, "after-publish")
-    tail.done.wait(max(0.0, left_s - FIXED_S))
+    _waited(tail, time.monotonic() + max(0.0, left_s - FIXED_S))
     ended, error = tail.outcome()
     if error is not None:
         raise error
-    if not ended:
+    if not ended and tail.stopped():
+        _log.warning("the replica stops; the bookkeeping after its publish goes on")
+    elif not ended:
         _log.warning("answered at the caller's deadline; the bookkeeping after its publish goes on")
+
+
+def _waited(tail: _Tail, until: float) -> None:
+    """Wait for ``tail``'s thread until ``until`` (``time.monotonic``) or the replica's stop, read
+    every ``STOP_POLL_S`` (a wait of its own is woken by the thread's end only)."""
+    while not tail.stopped() and (left_s := until - time.monotonic()) > 0:
+        if tail.done.wait(min(STOP_POLL_S, left_s)):
+            return
 
 
 def _run_refused(tail: _Tail) -> None:
     """``tail`` of a request that raised, in line: an error of its own is logged, not raised over the
     request's (a refusal, or a failure after the publish that queued it)."""
     try:
-        tail.run()
+        tail.run_in_line()
     except Exception:
         _log.exception("bookkeeping after a failed request failed")
 
