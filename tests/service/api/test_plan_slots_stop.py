@@ -35,7 +35,7 @@ def _in_line(slots: PlanSlots, answers: list[BaseException | float]) -> threadin
 
 def test_a_request_waiting_in_line_at_the_stop_is_refused_then() -> None:
     """Every slot is held (a plan runs); the request behind it is refused at the stop, not at the slot."""
-    slots, answers = PlanSlots(1, timeout_s=QUEUE_TIMEOUT_S), []
+    slots, answers = PlanSlots(1, timeout_s=QUEUE_TIMEOUT_S), list[BaseException | float]()
     with slots.hold():
         waiting = _in_line(slots, answers)
         slots.stop()
@@ -48,7 +48,7 @@ def test_a_request_waiting_in_line_at_the_stop_is_refused_then() -> None:
 
 def test_a_request_that_reaches_the_slots_after_the_stop_is_refused_with_a_slot_free() -> None:
     """Its plan would give up at its first check: it is not started."""
-    slots, answers = PlanSlots(2, timeout_s=QUEUE_TIMEOUT_S), []
+    slots, answers = PlanSlots(2, timeout_s=QUEUE_TIMEOUT_S), list[BaseException | float]()
     slots.stop()
     _in_line(slots, answers).join(BOUND_S)
     [refused] = answers
@@ -58,7 +58,8 @@ def test_a_request_that_reaches_the_slots_after_the_stop_is_refused_with_a_slot_
 
 def test_the_apps_stop_refuses_the_requests_waiting_for_a_slot(live_settings: Settings) -> None:
     """The app's stop (its lifespan's end: ``Startup.halt``) ends the wait in line of its context's slots."""
-    app, answers = create_app(with_settings(live_settings, plan_queue_timeout_s=QUEUE_TIMEOUT_S)), []
+    app = create_app(with_settings(live_settings, plan_queue_timeout_s=QUEUE_TIMEOUT_S))
+    answers: list[BaseException | float] = []
     with TestClient(app):
         slots = app.state.context.plan_slots
         held = [slots.hold() for _ in range(slots.size)]

@@ -29,7 +29,8 @@ def _on(
 def test_without_a_deadline_the_steps_not_begun_at_the_stop_go_on_a_daemon() -> None:
     """The stop comes during the first step: it ends on the planning thread, which then answers; the
     second step and the release follow, in order, on a daemon of the stop's (main: all in line)."""
-    stopping, ran, released = threading.Event(), [], threading.Event()
+    stopping, released = threading.Event(), threading.Event()
+    ran: list[tuple[str, threading.Thread]] = []
 
     def serve() -> str:
         post_publish.later("entering the step's set", _on(ran, "set", stopping.set))
@@ -54,7 +55,8 @@ def test_without_a_deadline_the_steps_not_begun_at_the_stop_go_on_a_daemon() -> 
 def test_with_a_deadline_the_request_stops_waiting_for_its_bookkeeping_at_the_stop() -> None:
     """Its bookkeeping's thread is held (a stalled Redis) and the caller's deadline is an hour away:
     the stop ends the request's wait there; the thread goes on, and the stop waits for it."""
-    stopping, held, ran = threading.Event(), threading.Event(), []
+    stopping, held = threading.Event(), threading.Event()
+    ran: list[tuple[str, threading.Thread]] = []
 
     def serve() -> str:
         post_publish.later("entering the step's set", _on(ran, "set", lambda: held.wait(WAIT_S)))
