@@ -14,9 +14,10 @@ caller's deadline; None: no deadline) is set here, for the plan's context, by ``
 passed. The planner checks at the end of each stage, and the floor's long loops check between
 their parts (a queue's plays, a candidate plan, a bound's probe), so the planner stops at most one
 part past the deadline; a CP-SAT search, one call, is stopped from outside once it has passed
-(``passed``, ``scheduler.policies.sat_watch``). A context variable, as ``scheduler.clock``'s frozen
-flag, for the same reason: the loops that check are several calls below the policy. Without a hard deadline
-``check`` returns at once and reads no clock, so a plan without one is the same plan.
+(``deadline_and_clock``, ``scheduler.policies.sat_watch``). A context variable, as
+``scheduler.clock``'s frozen flag, for the same reason: the loops that check are several calls below
+the policy. Without a hard deadline ``check`` returns at once and reads no clock, so a plan without
+one is the same plan.
 
 The hard deadline is read on the wall clock even inside ``clock.frozen()``: it is the caller's
 real time, not the plan's budget. Tests read another clock through ``reading``.
@@ -81,12 +82,9 @@ def check() -> None:
         raise DeadlinePassedError(_STAGE.get(), deadline, late_s)
 
 
-def passed() -> Callable[[], bool] | None:
-    """Whether this context's hard deadline has passed, as a call another thread can make (the
-    context's deadline and clock taken now: ``scheduler.policies.sat_watch`` cuts a CP-SAT search
-    at it); None without a hard deadline, where ``check`` reads no clock either."""
+def deadline_and_clock() -> tuple[float, Callable[[], float]] | None:
+    """This context's hard deadline and the clock it is read on, for another thread to read (the
+    CP-SAT watch: ``scheduler.policies.sat_watch``); None without a hard deadline, where ``check``
+    reads no clock either."""
     deadline = _AT.get()
-    if deadline is None:
-        return None
-    wall = _WALL.get()
-    return lambda: wall() >= deadline
+    return None if deadline is None else (deadline, _WALL.get())

@@ -4,12 +4,13 @@ without one, or before it, is the search it always was (``scheduler/policies/sat
 from __future__ import annotations
 
 import threading
+import time
 
 from ortools.sat.python import cp_model
 
 from scheduler import clock, giveup
 from scheduler.policies.sat import new_solver, solve
-from tests.scheduler.long_search import LIMIT_S, JumpLater, long_search
+from tests.scheduler.long_search import JUMP_S, LIMIT_S, JumpLater, long_search
 
 
 def test_a_search_whose_hard_deadline_passes_midway_stops_with_what_it_had() -> None:
@@ -21,6 +22,14 @@ def test_a_search_whose_hard_deadline_passes_midway_stops_with_what_it_had() -> 
         status = solve(solver, long_search(), "knapsack")
     timer.join()
     assert status in (cp_model.FEASIBLE, cp_model.UNKNOWN)
+    assert solver.deterministic_time < LIMIT_S / 2
+
+
+def test_a_search_stops_at_a_callers_deadline_that_comes_midway() -> None:
+    """On the wall clock itself (no jump): the watch reads again as the deadline falls due."""
+    solver = new_solver(LIMIT_S, 1)
+    with giveup.giving_up_at(time.perf_counter() + JUMP_S):
+        solve(solver, long_search(), "knapsack")
     assert solver.deterministic_time < LIMIT_S / 2
 
 
