@@ -60,13 +60,19 @@ class _Tail:
     queued in (its log lines carry the schedule's id), run in order; ``release`` always runs last."""
 
     release: Callable[[], None]
-    stopped: Callable[[], bool]  # whether the replica stops: the planning thread hands the rest on
     steps: list[tuple[str, contextvars.Context, Callable[[], object]]] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)  # set as ``run_in_the_background`` ends
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ended: bool = False  # the steps ran (``_error`` set if one raised)
     _answered: bool = False  # the request answered without waiting for the rest
     _error: BaseException | None = None
+    # whether the replica stops: the planning thread hands the rest on; None: nothing stops it (a
+    # pipeline run outside the route), and the request waits for its bookkeeping's thread in one wait
+    stopped: Callable[[], bool] | None = None
+
+    def stopping(self) -> bool:
+        """Whether the replica stops (``stopped``)."""
+        return self.stopped is not None and self.stopped()
 
     def run(self, first: int = 0) -> None:
         """Every step from the ``first``, each Redis error logged (``after_publish``); any other error
@@ -82,7 +88,7 @@ class _Tail:
         release, go on a daemon (module doc)."""
         first = 0
         try:
-            while first < len(self.steps) and not self.stopped():
+            while first < len(self.steps) and not self.stopping():
                 what, context, call = self.steps[first]
                 context.run(_logged, what, call)
                 first += 1
@@ -144,14 +150,15 @@ def bounded(
     serve: Callable[[], T],
     release: Callable[[], None],
     until: Deadline,
-    stopped: Callable[[], bool] = lambda: False,
+    stopped: Callable[[], bool] | None = None,
 ) -> T:
     """``serve()`` (the request's pipeline), its bookkeeping (``later``) collected and run after it,
     then ``release`` (the in-flight mark and planning entry taken back): waited for only until
     ``FIXED_S`` before the caller's deadline ``until``, in line where it sets none. A request that
     fails or is refused runs all of it in line before it answers: it leaves Redis as it found it.
     Once ``stopped()`` (the replica stops) the request waits for none of it (module doc)."""
-    tail = _Tail(release, stopped)
+    tail = _Tail(release)
+    tail.stopped = stopped
     token = _COLLECTING.set(tail)
     try:
         answer = serve()
@@ -172,20 +179,25 @@ def _wait(tail: _Tail, until: Deadline) -> None:
         tail.run_in_line()
         return
     AFTER_PUBLISH.start(tail.run_in_the_background, "after-publish")
-    _waited(tail, time.monotonic() + max(0.0, left_s - FIXED_S))
+    _waited(tail, max(0.0, left_s - FIXED_S))
     ended, error = tail.outcome()
     if error is not None:
         raise error
-    if not ended and tail.stopped():
+    if not ended and tail.stopping():
         _log.warning("the replica stops; the bookkeeping after its publish goes on")
     elif not ended:
         _log.warning("answered at the caller's deadline; the bookkeeping after its publish goes on")
 
 
-def _waited(tail: _Tail, until: float) -> None:
-    """Wait for ``tail``'s thread until ``until`` (``time.monotonic``) or the replica's stop, read
-    every ``STOP_POLL_S`` (a wait of its own is woken by the thread's end only)."""
-    while not tail.stopped() and (left_s := until - time.monotonic()) > 0:
+def _waited(tail: _Tail, wait_s: float) -> None:
+    """Wait for ``tail``'s thread ``wait_s`` at most, or until the replica's stop, read every
+    ``STOP_POLL_S`` (a wait on the thread's end is woken by nothing else); in one wait where nothing
+    stops it."""
+    if tail.stopped is None:
+        tail.done.wait(wait_s)
+        return
+    until = time.monotonic() + wait_s
+    while not tail.stopping() and (left_s := until - time.monotonic()) > 0:
         if tail.done.wait(min(STOP_POLL_S, left_s)):
             return
 
