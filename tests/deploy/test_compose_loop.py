@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import yaml
 
 from service.embedded import find_server_binary
 from service.ports import free_port
+from tests.deploy.aclfile_server import anonymous_ping
 from tests.deploy.test_compose_redis_users import redis_flags, write_aclfile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,22 +164,8 @@ def test_the_example_batch_runs_to_completion_through_the_compose_loop(loop: Loo
     assert {result["worker_id"] for result in results} <= sidecars
 
 
-def _ping_without_password(port: int, timeout_s: float = 30.0) -> bytes:
-    """The raw answer to an anonymous PING, once the server listens."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
-                conn.sendall(b"PING\r\n")
-                return conn.recv(256)
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
 def test_the_loop_redis_refuses_clients_without_the_password(loop: Loop) -> None:
-    assert _ping_without_password(loop.ports["redis"]).startswith(b"-NOAUTH")
+    assert anonymous_ping(loop.ports["redis"]).startswith(b"-NOAUTH")
     password = loop.services["redis"]["environment"]["REDISCLI_AUTH"]  # the default user's
     with redis.Redis(port=loop.ports["redis"], password=password) as client:
         assert client.config_get("appendonly") == {"appendonly": "yes"}
@@ -196,7 +182,7 @@ def _redis_health_check(loop: Loop, password: str) -> int:
 
 
 def test_the_redis_health_check_passes_with_the_password_and_fails_without(loop: Loop) -> None:
-    _ping_without_password(loop.ports["redis"])  # listening
+    anonymous_ping(loop.ports["redis"])  # listening
     password = loop.services["redis"]["environment"]["REDISCLI_AUTH"]
     assert _redis_health_check(loop, password) == 0
     assert _redis_health_check(loop, "wrong-password") != 0

@@ -43,40 +43,32 @@ def _scored_rows(monkeypatch: pytest.MonkeyPatch, booster: Any) -> list[int]:
     return rows
 
 
-def test_a_caller_that_stops_waiting_cuts_the_model_at_its_next_chunk(
-    monkeypatch: pytest.MonkeyPatch, fitted: tuple[LengthPredictor, FittedModel, QueryBatch]
+@pytest.mark.parametrize(
+    ("checks_passed", "p90_scored"),
+    [(2, [CHUNK]), (1, [])],
+    ids=["after-the-first-chunk", "after-the-p50-call"],
+)
+def test_a_caller_that_stops_waiting_cuts_the_model_at_its_next_booster_call(
+    monkeypatch: pytest.MonkeyPatch,
+    fitted: tuple[LengthPredictor, FittedModel, QueryBatch],
+    checks_passed: int,
+    p90_scored: list[int],
 ) -> None:
+    """The check runs before each booster call, not only each chunk: a caller that stops waiting after
+    the first chunk (both boosters) or after the p50 call alone leaves every later call unasked."""
     predictor, model, batch = fitted
     monkeypatch.setattr(cutoff, "CHUNK_ROWS", CHUNK)
     p50, p90 = _scored_rows(monkeypatch, model.p50), _scored_rows(monkeypatch, model.p90)
     checks: list[int] = []
 
-    def after_the_first_chunk() -> None:
+    def stops_waiting() -> None:
         checks.append(1)
-        if len(checks) > 2:
+        if len(checks) > checks_passed:
             raise StoppedWaitingError
 
-    with cutoff.checking(after_the_first_chunk), pytest.raises(StoppedWaitingError):
+    with cutoff.checking(stops_waiting), pytest.raises(StoppedWaitingError):
         predictor.predict(batch, step=3)
-    assert (p50, p90) == ([CHUNK], [CHUNK])  # one chunk scored by each, the rest never asked of them
-
-
-def test_the_check_runs_before_each_booster_call_not_only_each_chunk(
-    monkeypatch: pytest.MonkeyPatch, fitted: tuple[LengthPredictor, FittedModel, QueryBatch]
-) -> None:
-    predictor, model, batch = fitted
-    monkeypatch.setattr(cutoff, "CHUNK_ROWS", CHUNK)
-    p50, p90 = _scored_rows(monkeypatch, model.p50), _scored_rows(monkeypatch, model.p90)
-    checks: list[int] = []
-
-    def after_the_p50_call() -> None:
-        checks.append(1)
-        if len(checks) > 1:
-            raise StoppedWaitingError
-
-    with cutoff.checking(after_the_p50_call), pytest.raises(StoppedWaitingError):
-        predictor.predict(batch, step=3)
-    assert (p50, p90) == ([CHUNK], [])
+    assert (p50, p90) == ([CHUNK], p90_scored)
 
 
 def test_scores_in_chunks_are_the_scores_of_one_call(

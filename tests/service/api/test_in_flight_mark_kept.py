@@ -14,39 +14,14 @@ import pytest
 import redis
 
 from service.delivery import keys as keyspace
-from service.pipeline import stages, step_keeper
+from service.pipeline import step_keeper
 from service.pipeline.step_keeper import StepKeeper
 from tests.service.api_helpers import batch_body
+from tests.service.overrun import overrunning
 
 MARGIN_S = 4.0  # the mark's margin, what each extension gives, and twice how near its deadline one is due
 QUEUE_S = 0.2  # the plan queue's timeout: the mark's first life is this + the budget + the margin
 PLANNING = keyspace.schedule_keys("overrun").planning
-
-
-def _redis_now_ms(redis_client: redis.Redis) -> int:
-    seconds, micros = redis_client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
-def _overrunning(
-    monkeypatch: pytest.MonkeyPatch, redis_client: redis.Redis
-) -> tuple[threading.Event, threading.Event]:
-    """Each request, once planning, waits on Redis's clock until its mark's first deadline is 1 s
-    past, sets the first event and plans once the second is set (or after 30 s)."""
-    past, release = threading.Event(), threading.Event()
-    original = stages._plans
-
-    def overrun(*args: Any, **kwargs: Any) -> Any:
-        first_life_ms = (QUEUE_S + MARGIN_S) * 1000 + 1000  # and the budget, 10 ms, and 1 s more
-        until = _redis_now_ms(redis_client) + first_life_ms
-        while _redis_now_ms(redis_client) < until:
-            release.wait(0.05)
-        past.set()
-        release.wait(30)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(stages, "_plans", overrun)
-    return past, release
 
 
 def test_a_delete_while_the_request_plans_past_its_mark_s_first_life_withdraws_the_step(
@@ -61,7 +36,7 @@ def test_a_delete_while_the_request_plans_past_its_mark_s_first_life_withdraws_t
     keeper = StepKeeper()  # its own: the process's may be asleep for an earlier test's 15 s
     monkeypatch.setattr(step_keeper, "KEEPER", keeper)
     client = make_client(plan_queue_timeout_s=QUEUE_S)
-    past, release = _overrunning(monkeypatch, redis_client)
+    past, release = overrunning(monkeypatch, redis_client, QUEUE_S + MARGIN_S)
     body = batch_body(schedule_id="overrun", time_budget_ms=10)
     answers: list[Any] = []
     thread = threading.Thread(target=lambda: answers.append(client.post("/schedule", json=body)))
@@ -90,7 +65,7 @@ def test_a_request_that_overruns_its_mark_s_first_life_and_publishes_leaves_no_m
     keeper = StepKeeper()
     monkeypatch.setattr(step_keeper, "KEEPER", keeper)
     client = make_client(plan_queue_timeout_s=QUEUE_S)
-    past, release = _overrunning(monkeypatch, redis_client)
+    past, release = overrunning(monkeypatch, redis_client, QUEUE_S + MARGIN_S)
     answers: list[Any] = []
     body = batch_body(schedule_id="overrun", time_budget_ms=10)
     thread = threading.Thread(target=lambda: answers.append(client.post("/schedule", json=body)))

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from service.delivery import keys as keyspace
-from service.pipeline import stages, step_keeper
+from service.pipeline import step_keeper
 from service.pipeline.step_keeper import Entry, StepKeeper
 from tests.service.api_helpers import batch_body
 from tests.service.learning.test_retrain_settled_step import (
@@ -22,36 +22,11 @@ from tests.service.learning.test_retrain_settled_step import (
     _ran_and_reported,
     _retrained_steps,
 )
+from tests.service.overrun import overrunning
 
 PLANNING = keyspace.step_planning(2)
 MARGIN_S = 4.0  # the entry's margin, what each extension gives, and twice how near its deadline one is due
 QUEUE_S = 0.2  # the plan queue's timeout: the entry's first life is this + the budget + the margin
-
-
-def _redis_now_ms(redis_client: redis.Redis) -> int:
-    seconds, micros = redis_client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
-def _overrunning(
-    monkeypatch: pytest.MonkeyPatch, redis_client: redis.Redis
-) -> tuple[threading.Event, threading.Event]:
-    """Each request, once planning, waits on Redis's clock until its entry's first deadline is 1 s
-    past, sets the first event and plans once the second is set (or after 30 s)."""
-    past, release = threading.Event(), threading.Event()
-    original = stages._plans
-
-    def overrun(*args: Any, **kwargs: Any) -> Any:
-        first_life_ms = (QUEUE_S + MARGIN_S) * 1000 + 1000  # and the budget, 10 ms, and 1 s more
-        until = _redis_now_ms(redis_client) + first_life_ms
-        while _redis_now_ms(redis_client) < until:
-            release.wait(0.05)
-        past.set()
-        release.wait(30)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(stages, "_plans", overrun)
-    return past, release
 
 
 def test_a_retrain_asked_while_a_part_overruns_its_entry_s_first_deadline_leaves_the_step_out(
@@ -66,7 +41,7 @@ def test_a_retrain_asked_while_a_part_overruns_its_entry_s_first_deadline_leaves
     monkeypatch.setattr(step_keeper, "KEEPER", keeper)
     client = make_client(plan_queue_timeout_s=QUEUE_S)
     _ran_and_reported(client, redis_client, "step-2a")
-    past, release = _overrunning(monkeypatch, redis_client)
+    past, release = overrunning(monkeypatch, redis_client, QUEUE_S + MARGIN_S)
     body = batch_body(prompts=4, step=2, time_budget_ms=10) | {"batch": _prompts_from(8, 4)}
     answers: list[int] = []
     thread = threading.Thread(target=lambda: answers.append(client.post("/schedule", json=body).status_code))

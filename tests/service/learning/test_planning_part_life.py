@@ -31,13 +31,8 @@ def _life_left_ms(redis_client: redis.Redis) -> float:
     return float(lapses) - (seconds * 1000 + micros // 1000)
 
 
-@pytest.mark.parametrize("sent", [None, "10000"], ids=["no-deadline", "10-s-deadline"])
-def test_a_planning_entry_lives_the_queue_timeout_the_budget_left_and_the_margin(
-    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, sent: str | None
-) -> None:
-    """A 60 s budget: the entry lives queue timeout + 60 s + margin with no deadline, and no more
-    than queue timeout + 10 s + margin under a 10 s one (the budget the deadline leaves the plan)."""
-    ctx: Context = client.app.state.context  # type: ignore[attr-defined]
+def _lives_seen_planning(monkeypatch: pytest.MonkeyPatch, redis_client: redis.Redis) -> list[float]:
+    """What life each request's entry has left as it starts planning, appended as requests plan."""
     seen: list[float] = []
     original = stages._plans
 
@@ -46,6 +41,17 @@ def test_a_planning_entry_lives_the_queue_timeout_the_budget_left_and_the_margin
         return original(*args, **kwargs)
 
     monkeypatch.setattr(stages, "_plans", planning)
+    return seen
+
+
+@pytest.mark.parametrize("sent", [None, "10000"], ids=["no-deadline", "10-s-deadline"])
+def test_a_planning_entry_lives_the_queue_timeout_the_budget_left_and_the_margin(
+    client: TestClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, sent: str | None
+) -> None:
+    """A 60 s budget: the entry lives queue timeout + 60 s + margin with no deadline, and no more
+    than queue timeout + 10 s + margin under a 10 s one (the budget the deadline leaves the plan)."""
+    ctx: Context = client.app.state.context  # type: ignore[attr-defined]
+    seen = _lives_seen_planning(monkeypatch, redis_client)
     body = batch_body(prompts=4, step=2, time_budget_ms=60_000, policy="round_robin")
     headers = {} if sent is None else {deadline.HEADER: sent}
     assert client.post("/schedule", json=body, headers=headers).status_code == 200
@@ -82,14 +88,7 @@ def test_a_planning_entry_of_a_request_naming_no_budget_lives_the_default_budget
     """The budget the request plans with is the service's default where it names none (``validate``)."""
     client = make_client(default_time_budget_ms=60_000)
     ctx: Context = client.app.state.context  # type: ignore[attr-defined]
-    seen: list[float] = []
-    original = stages._plans
-
-    def planning(*args: Any, **kwargs: Any) -> Any:
-        seen.append(_life_left_ms(redis_client))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(stages, "_plans", planning)
+    seen = _lives_seen_planning(monkeypatch, redis_client)
     body = batch_body(prompts=4, step=2, policy="round_robin")
     body.pop("time_budget_ms", None)
     assert client.post("/schedule", json=body).status_code == 200
