@@ -56,6 +56,8 @@ def test_a_set_event_ends_the_sleep() -> None:
 
 def test_no_service_module_bounds_a_wait_with_wait_for() -> None:
     # Each was replaced by asyncio.timeout (sleep_unless for a stop event), for the cancel above.
+    # ``threading.Condition.wait_for`` (a method: ``.wait_for(``, limits.py's plan slots) is not it.
     root = Path(service.__file__).parent
-    users = [p.relative_to(root) for p in root.rglob("*.py") if re.search(r"\bwait_for\(", p.read_text())]
+    asyncio_wait_for = re.compile(r"asyncio\.wait_for\(|(?<![.\w])wait_for\(")
+    users = [p.relative_to(root) for p in root.rglob("*.py") if asyncio_wait_for.search(p.read_text())]
     assert users == []
