@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from scheduler import giveup
 from scheduler.costmodel import worker_cost
 from scheduler.devices import ModelPreset, device_profile, model_preset
-from scheduler.errors import InvalidInputError, UnknownNameError
+from scheduler.errors import DeadlinePassedError, InvalidInputError, UnknownNameError
 from scheduler.policies import POLICY_NAMES
 from scheduler.sim_rules import engine_rules
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
@@ -150,7 +151,14 @@ def broken_rule(body: ScheduleRequest, settings: Settings) -> InvalidInputError 
     Redis, and after the plan queue and the deadline, so with Redis down a body pinned to a missing
     worker was a 503, and a retry after the outage its 422. Checked up front instead, every such request
     would pay ~1.7 ms at 1,024 prompts and ~9.5 ms at 4,096 for rules its plan checks again; here only
-    a refusal pays. Every rule ``stages.validate`` checks before the speed read has passed by then."""
+    a refusal pays. Every rule ``stages.validate`` checks before the speed read has passed by then.
+
+    None, unchecked, for a plan given up (this context's hard deadline passed: its replica stopped,
+    ``stopping.planner_stops``): nobody reads its answer, and the check ``validate_request`` makes of
+    that deadline raised a give-up of its own, which the stop's line named instead of the planner's
+    stage ("planning" for "search"), after a validation pass for nobody (stagename48)."""
+    if _given_up():
+        return None
     model = resolve_model(body.model, settings.default_model)
     inventory, drained, _ = build_inventory(body, model, {})
     budget_s = (body.time_budget_ms or settings.default_time_budget_ms) / 1000.0
@@ -159,6 +167,15 @@ def broken_rule(body: ScheduleRequest, settings: Settings) -> InvalidInputError 
     except InvalidInputError as error:
         return error
     return None
+
+
+def _given_up() -> bool:
+    """Whether this context's hard deadline (``scheduler.giveup``) has passed: the plan is given up."""
+    try:
+        giveup.check()
+    except DeadlinePassedError:
+        return True
+    return False
 
 
 def repoint(error: InvalidInputError, item_of: tuple[int, ...]) -> InvalidInputError:

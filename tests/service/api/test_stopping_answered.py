@@ -10,6 +10,9 @@ cancelled by then and nobody reads the answer, but the line is read). What revie
   body's rules do once validation checks the hard deadline (``check_plan_rules`` runs
   ``validate_request`` before the plan, for a retry under a chosen id), went up as a bare
   ``DeadlinePassedError``: a 500, and no give-up line.
+What stagename48 found: the 503's refusal asked the body's rules (``convert.broken_rule``), whose own
+check of the hard deadline gave up a second time, outside any stage: the line named "planning", not
+the planner's stage, after a validation pass nobody reads.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ from scheduler.validation import validate_request
 from service.api import convert
 from service.api.stopping import GIVEN_UP_LOG
 from tests.service.api_helpers import batch_body
+
+
+def _given_up_stages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [getattr(record, "stage", "") for record in caplog.records if record.getMessage() == GIVEN_UP_LOG]
 
 
 def _stopped_plan(client: TestClient, caplog: pytest.LogCaptureFixture, body: dict[str, Any]) -> list[str]:
@@ -59,3 +66,19 @@ def test_a_check_before_the_plan_gives_up_at_the_stop_as_the_plan_does(
 
     monkeypatch.setattr(convert, "validate_request", checked)
     assert _one_give_up_line(_stopped_plan(client, caplog, batch_body(schedule_id="retried", step=1)))
+
+
+def test_the_give_up_line_names_the_planners_stage_and_the_rules_are_not_checked_again(
+    client: TestClient, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped before it planned, the plan gives up at the planner's first check, the end of its
+    "validation" stage; the refusal (503) is not asked the body's rules on the way out."""
+    rules_checked: list[object] = []
+
+    def counted(request: Any) -> None:
+        rules_checked.append(request)
+        validate_request(request)
+
+    monkeypatch.setattr(convert, "validate_request", counted)
+    _stopped_plan(client, caplog, batch_body(step=1))
+    assert (_given_up_stages(caplog), rules_checked) == (["validation"], [])
