@@ -132,6 +132,7 @@ class WorkerSession:
                 except walk.catches as error:  # read again at the next claim
                     walk.missed(sid, error)
                     continue
+                walk.got(sid)  # its slot answered: two failed after it are no outage
             infos.append(self._infos[sid])
         if reach is None and (outage := walk.outage()) is not None:
             raise outage

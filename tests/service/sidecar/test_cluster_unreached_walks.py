@@ -25,7 +25,7 @@ from service.delivery import Delivery, keys
 from service.delivery.reaper import reap_all
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.cluster import LocalCluster, serve_everywhere, serve_the_rest, unserve
+from tests.cluster import LocalCluster, serve, serve_everywhere, serve_the_rest, unserve
 from tests.service.sidecar.procs import item, publish
 
 pytestmark = pytest.mark.slow
@@ -209,3 +209,26 @@ def test_a_heartbeat_walks_the_schedules_it_did_not_reach_last_time_last(cluster
     finally:
         serve_everywhere(cluster, slot, owner)
     assert walks == [["aaa", "zzz"], ["zzz", "aaa"]]
+
+
+def test_a_claim_whose_settings_reads_answered_is_no_outage_at_two_unserved_slots(
+    cluster: LocalCluster,
+) -> None:
+    """``aaa``'s settings are read (its slot answered), then ``mmm``'s and ``zzz``'s slots fail: the
+    walk reached a schedule, so the claim leases from ``aaa``. Before, a settings read that answered
+    was not counted as reached, and the second failed slot raised the claim as an outage."""
+    cluster.flushall()
+    slots = {_slot(sid) for sid in ("aaa", "mmm", "zzz")} | {key_slot(keys.inbox("w").encode())}
+    assert len(slots) == 4
+    for sid in ("aaa", "mmm", "zzz"):  # oldest first in the inbox, in this order
+        publish(Delivery(cluster.client()), sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=60_000)
+        time.sleep(0.002)
+    session = _session(cluster)
+    taken = [unserve(cluster, sid) for sid in ("mmm", "zzz")]
+    try:
+        claimed = asyncio.run(session.claim(3))
+    finally:
+        for slot, owner in taken:
+            serve(slot, owner)
+        serve_everywhere(cluster, *taken[-1])  # every node sees both served again
+    assert [h.lease.key for h in claimed] == ["aaa#0"]
