@@ -181,14 +181,15 @@ class Delivery(PlanningMarks):
         return alive
 
     def heartbeat_reaching(
-        self, leases: Iterable[Lease], now_ms: int | None = None
+        self, leases: Iterable[Lease], now_ms: int | None = None, reach: Reach | None = None
     ) -> tuple[list[Lease], Reach]:
         """``heartbeat``'s extension, and the schedules it could not reach with why (``reach.py``): a
         caller refreshes what was extended and holds only those schedules' leases in outage. Raised at
         once, a slot's error left every schedule after it unextended, the reaper requeuing their
-        leases as lapsed; and a caller that raised it had the others' new deadlines lost."""
+        leases as lapsed; and a caller that raised it had the others' new deadlines lost. ``reach``
+        (the caller's) still tells what failed where the walk raises as an outage."""
         alive: list[Lease] = []
-        reach = Reach(self.client, self.prefix)
+        reach = Reach(self.client, self.prefix) if reach is None else reach
         for (schedule_id, holder), group in _by_holder(leases).items():
             if reach.passed_over(schedule_id):
                 continue

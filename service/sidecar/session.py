@@ -78,6 +78,7 @@ class WorkerSession:
     # schedules a claim or a heartbeat could not reach while others answered (each told once)
     _unreached_claims: Unreached = field(default_factory=lambda: Unreached("claims"), init=False)
     _unreached_beats: Unreached = field(default_factory=lambda: Unreached("heartbeats"), init=False)
+    _failed_beat: set[str] = field(default_factory=set, init=False)  # schedules missed by a beat's outage
     # schedules found cancelled (told once), and the items of each counted ``cancelled`` (once each)
     _cancelled: Cancels = field(default_factory=Cancels, init=False)
     _gone: set[str] = field(default_factory=set, init=False)  # held, found cancelled (``schedules``)
@@ -218,17 +219,23 @@ class WorkerSession:
         # those not reached last time go last: a master down costs its client's retries (~4 s), and
         # first in the walk they held every other lease's extension back by as much, at each beat
         unheard = self._unreached_beats.now = self._unreached_beats.now & {le.schedule_id for le in leases}
-        leases = sorted(leases, key=lambda lease: lease.schedule_id in unheard)
+        last = unheard | self._failed_beat
+        leases = sorted(leases, key=lambda lease: lease.schedule_id in last)
+        reach = Reach(self.delivery.client, self.delivery.prefix)
         try:
-            alive, reach = await self._redis(self.delivery.heartbeat_reaching, leases)
+            alive, reach = await self._redis(self.delivery.heartbeat_reaching, leases, None, reach)
             if (outage := reach.outage()) is not None:
                 raise outage
         except TRANSIENT as exc:
+            # walked last next time: first again, two slots or masters failing ended every beat
+            # there (an outage), and the leases of the slots served after them lapsed
+            self._failed_beat = set(reach.missing)
             if not self._heartbeats_failing:  # once per outage: heartbeats run every ttl/3 seconds
                 log.warning("heartbeat failed, leases keep their deadlines: %s", exc)
             self._heartbeats_failing = True
             self.resends.unreachable()  # kept results do not age through an outage
             return []
+        self._failed_beat = set()
         unreached = set(reach.missing)  # only their leases are in outage: kept, their deadlines too
         self._unreached_beats.tell(reach)
         self.resends.answered({lease.schedule_id for lease in leases} - unreached)

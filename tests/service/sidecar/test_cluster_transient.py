@@ -73,10 +73,10 @@ class _Unserved(Delivery):
         return super().fail(*args, **kwargs)
 
     def heartbeat_reaching(
-        self, leases: Iterable[Lease], now_ms: int | None = None
+        self, leases: Iterable[Lease], now_ms: int | None = None, reach: Reach | None = None
     ) -> tuple[list[Lease], Reach]:  # what a session's heartbeat calls
         self._raise_next("heartbeat")
-        return super().heartbeat_reaching(leases, now_ms)
+        return super().heartbeat_reaching(leases, now_ms, reach)
 
 
 def _push_session(redis_url: str) -> tuple[_Unserved, WorkerSession]:

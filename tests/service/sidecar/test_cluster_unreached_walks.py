@@ -23,7 +23,7 @@ from redis.exceptions import RedisClusterException
 
 from service.delivery import Delivery, keys
 from service.delivery.reaper import reap_all
-from service.sidecar.holdings import Holdings
+from service.sidecar.holdings import Holdings, lease_id
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.cluster import LocalCluster, serve, serve_everywhere, serve_the_rest, unserve
 from tests.service.sidecar.procs import item, publish
@@ -232,3 +232,35 @@ def test_a_claim_whose_settings_reads_answered_is_no_outage_at_two_unserved_slot
             serve(slot, owner)
         serve_everywhere(cluster, *taken[-1])  # every node sees both served again
     assert [h.lease.key for h in claimed] == ["aaa#0"]
+
+
+def test_a_heartbeat_whose_first_two_slots_fail_reaches_the_others_at_the_next_beat(
+    cluster: LocalCluster,
+) -> None:
+    """``aaa``'s and ``mmm``'s slots unserved, first in the walk: the first beat is an outage (two
+    slots failed, none reached), and the next walks them last, so ``zzz``'s lease is extended. Before,
+    the outage left the order as it was: every beat failed on the same two first, and ``zzz``'s lease,
+    its slot served, lapsed under the sidecar still running it."""
+    cluster.flushall()
+    for sid in ("aaa", "mmm", "zzz"):  # claimed, so walked, in this order
+        publish(Delivery(cluster.client()), sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=60_000)
+        time.sleep(0.002)
+    session = _session(cluster)
+    held = {h.lease.schedule_id: h for h in asyncio.run(session.claim(3))}
+    assert sorted(held) == ["aaa", "mmm", "zzz"]
+    before = held["zzz"].lease.deadline_ms
+    time.sleep(0.01)  # the server's clock moves on: a refreshed deadline is later
+    taken = [unserve(cluster, sid) for sid in ("aaa", "mmm")]
+    try:
+        asyncio.run(session.heartbeat())
+        first_failed = session.heartbeats_failing
+        asyncio.run(session.heartbeat())
+        then_failing = session.heartbeats_failing
+    finally:
+        for slot, owner in taken:
+            serve(slot, owner)
+        serve_everywhere(cluster, *taken[-1])
+    assert (first_failed, then_failing) == (True, False)
+    extended = session.holdings.get(lease_id(held["zzz"].lease))
+    assert extended is not None
+    assert extended.lease.deadline_ms > before

@@ -31,9 +31,9 @@ class _ClockedHeartbeats(Delivery):
     now_ms: int
 
     def heartbeat_reaching(
-        self, leases: Iterable[Lease], now_ms: int | None = None
+        self, leases: Iterable[Lease], now_ms: int | None = None, reach: Reach | None = None
     ) -> tuple[list[Lease], Reach]:  # what a session's heartbeat calls
-        return super().heartbeat_reaching(leases, self.now_ms if now_ms is None else now_ms)
+        return super().heartbeat_reaching(leases, self.now_ms if now_ms is None else now_ms, reach)
 
 
 def test_a_heartbeat_interval_past_the_lease_ttl_keeps_the_leases_and_is_warned_about_once(
@@ -92,9 +92,9 @@ class _SeenHeartbeats(Delivery):
     renewed: list[Lease]
 
     def heartbeat_reaching(
-        self, leases: Iterable[Lease], now_ms: int | None = None
+        self, leases: Iterable[Lease], now_ms: int | None = None, reach: Reach | None = None
     ) -> tuple[list[Lease], Reach]:  # what a session's heartbeat calls
-        alive, reach = super().heartbeat_reaching(leases, now_ms)
+        alive, reach = super().heartbeat_reaching(leases, now_ms, reach)
         self.renewed += alive
         return alive, reach
 
