@@ -79,6 +79,7 @@ class WorkerSession:
     _unreached_claims: Unreached = field(default_factory=lambda: Unreached("claims"), init=False)
     _unreached_beats: Unreached = field(default_factory=lambda: Unreached("heartbeats"), init=False)
     _failed_beat: set[str] = field(default_factory=set, init=False)  # schedules missed by a beat's outage
+    _failed_claims: set[str] = field(default_factory=set, init=False)  # missed by claims, since answered
     # schedules found cancelled (told once), and the items of each counted ``cancelled`` (once each)
     _cancelled: Cancels = field(default_factory=Cancels, init=False)
     _gone: set[str] = field(default_factory=set, init=False)  # held, found cancelled (``schedules``)
@@ -108,9 +109,10 @@ class WorkerSession:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def schedules(self, reach: Reach | None = None) -> list[ScheduleInfo]:
-        """The live schedules announced to this worker, oldest first; less those whose settings could
-        not be read for their Redis Cluster slot or master not answering (put in ``reach``'s missing:
-        ``claim`` goes on with the others; raised when none answered and no ``reach`` is given)."""
+        """The live schedules announced to this worker, oldest first (those claims missed since they
+        last answered, last); less those whose settings could not be read for their Redis Cluster slot
+        or master not answering (put in ``reach``'s missing: ``claim`` goes on with the others; raised
+        when none answered and no ``reach`` is given)."""
         walk = Reach(self.delivery.client, self.delivery.prefix) if reach is None else reach
         ids = await self._redis(self.delivery.schedules_for, self.settings.worker_id)
         self._gone &= self.holdings.schedules()  # bounded by what is held (a pull sidecar never asks)
@@ -121,8 +123,9 @@ class WorkerSession:
             del self._infos[gone]  # finished or expired: a long-lived sidecar must not accumulate them
             self._claims.forget(gone)
         self._unreached_claims.now &= set(ids)  # bounded by the inbox, as ``_infos``
+        self._failed_claims &= set(ids)
         infos = []
-        for sid in ids:
+        for sid in sorted(ids, key=lambda sid: sid in self._failed_claims):  # ``claim``: last
             if sid not in self._infos:
                 if walk.passed_over(sid):
                     continue
@@ -148,8 +151,14 @@ class WorkerSession:
         from at the next claim (a lost reply's call id kept: ``claims.py``); the others are claimed from
         (``reach.py``). Its error is raised only when no schedule answered: the runner's outage.
         Raised at the first such schedule, the claim leased nothing while the younger ones waited."""
-        got: list[Held] = []
         reach = Reach(self.delivery.client, self.delivery.prefix)
+        try:
+            return await self._claim_reaching(want, reach)
+        finally:  # walked last next time: first, two failing ended every claim there (an outage)
+            self._failed_claims = (self._failed_claims - reach.answered) | set(reach.missing)
+
+    async def _claim_reaching(self, want: int, reach: Reach) -> list[Held]:
+        got: list[Held] = []
         for info in await self.schedules(reach):
             if reach.passed_over(info.schedule_id):
                 continue

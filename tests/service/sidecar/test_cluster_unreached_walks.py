@@ -264,3 +264,27 @@ def test_a_heartbeat_whose_first_two_slots_fail_reaches_the_others_at_the_next_b
     extended = session.holdings.get(lease_id(held["zzz"].lease))
     assert extended is not None
     assert extended.lease.deadline_ms > before
+
+
+def test_a_claim_whose_first_two_slots_fail_claims_from_the_others_at_the_next_claim(
+    cluster: LocalCluster,
+) -> None:
+    """Every schedule's settings read, ``aaa``'s and ``mmm``'s slots then unserved: the first claim is
+    an outage (two slots failed, none reached), and the next walks them last and leases from ``zzz``.
+    Before, every claim failed on the same two first: the sidecar leased nothing while they lasted."""
+    cluster.flushall()
+    for sid in ("aaa", "mmm", "zzz"):  # oldest first in the inbox, in this order
+        publish(Delivery(cluster.client()), sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=60_000)
+        time.sleep(0.002)
+    session = _session(cluster)
+    asyncio.run(session.schedules())
+    taken = [unserve(cluster, sid) for sid in ("aaa", "mmm")]
+    try:
+        with pytest.raises(RedisClusterException):
+            asyncio.run(session.claim(1))
+        claimed = asyncio.run(session.claim(1))
+    finally:
+        for slot, owner in taken:
+            serve(slot, owner)
+        serve_everywhere(cluster, *taken[-1])
+    assert [h.lease.key for h in claimed] == ["zzz#0"]
