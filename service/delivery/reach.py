@@ -81,8 +81,11 @@ class Reach:
 
     def missed(self, schedule_id: str, error: Exception) -> None:
         """Record ``error`` (one of ``catches``) for ``schedule_id`` and its slot, or its node when the
-        node did not answer; raise it when the walk has reached nothing on ``TRIED_DOMAINS`` of them."""
+        node did not answer; raise it when the walk has reached nothing on ``TRIED_DOMAINS`` of them.
+        A schedule that answered earlier in the walk (its settings read) and fails now is not reached:
+        counted as answered, a claim that failed on the only schedule was no outage, an empty answer."""
         self.missing[schedule_id] = error
+        self.answered.discard(schedule_id)
         node = self._node(schedule_id) if isinstance(error, NODE_DOWN) else None
         self._failed[node if node is not None else self._slot(schedule_id)] = error
         if not self.reached and len(self._failed) >= TRIED_DOMAINS:
