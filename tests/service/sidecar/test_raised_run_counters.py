@@ -69,7 +69,7 @@ def test_a_run_that_raised_prints_its_counters_and_error_and_keeps_its_status(
 ) -> None:
     error, status, reason = RAISED[name]
     monkeypatch.setattr(launch, f"run_{mode}", _counted_then_raising(error))
-    args = [*ARGS[:-2], "--pull-api", "8011"] if mode == "pull" else ARGS
+    args = [*ARGS[:-2], "--pull-api", str(free_port())] if mode == "pull" else ARGS
     result = CliRunner().invoke(_caller_app(), args)
     assert result.exit_code == status
     assert result.stderr.strip() == f"sidecar: {reason}"

@@ -60,7 +60,7 @@ def test_a_stop_as_a_bug_leaves_the_start_keeps_its_traceback_and_counters_line(
         args = ARGS
     else:
         monkeypatch.setattr(pull_api, "create_pull_app", _signalled_on_the_way_out(_bug))
-        args = [*PULL_ARGS, "8011"]
+        args = [*PULL_ARGS, str(free_port())]
     raised, out, err = _console_script_raising(args, monkeypatch, capsys)
     assert isinstance(raised, ZeroDivisionError)  # uncaught: its traceback, exit 1
     (line,) = out.splitlines()

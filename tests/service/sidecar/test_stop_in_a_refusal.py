@@ -135,7 +135,7 @@ def test_a_stop_as_a_run_raises_keeps_its_status(
         raise error
 
     monkeypatch.setattr(launch, f"run_{mode}", _signalled_on_the_way_out(raises))
-    args = [*PULL_ARGS, "8011"] if mode == "pull" else ARGS
+    args = [*PULL_ARGS, str(free_port())] if mode == "pull" else ARGS
     status, out, err = _console_script(args, monkeypatch, capsys)
     assert (status, err.splitlines()[-1]) == (expected, f"sidecar: {error}")
     assert '"error"' in out

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from service import cli
 from service.commands import sidecar as sidecar_command
+from service.ports import free_port
 from service.redis_conn import RedisRefusedError, RedisTooOldError
 from service.sidecar import early_stop, launch, runner
 from service.sidecar.launch import CannotListenError, SidecarOptions
@@ -179,7 +180,9 @@ def test_the_console_script_ignores_the_stop_signals_once_the_run_has_raised(
 ) -> None:
     error, status = RAISED[name]
     monkeypatch.setattr(launch, f"run_{mode}", _raising(error))
-    argv = [*ARGS[:-2], "--pull-api", "8011"] if mode == "pull" else ARGS  # no --engine-url
+    # a free port, not a fixed one: test_stop_signals_inherited runs this file beside its own xdist
+    # worker, and a second run on 8011 answered "already in use" (exit 2) under load
+    argv = [*ARGS[:-2], "--pull-api", str(free_port())] if mode == "pull" else ARGS  # no --engine-url
     monkeypatch.setattr(sys, "argv", ["rollout-scheduler", *argv])
     exited, after = _console_script_exit()
     assert exited == status

@@ -26,6 +26,7 @@ import redis
 from typer.testing import CliRunner
 
 from service.delivery.protocol import Delivery
+from service.ports import free_port
 from service.sidecar import launch
 from service.sidecar.launch import CannotListenError
 from tests.service.sidecar.procs import PROCESS_START_S, ROOT, Proc, cluster, item, publish, wait_until
@@ -52,7 +53,7 @@ def test_a_run_that_raised_a_bug_prints_its_counters_and_the_traceback_s_last_li
 ) -> None:
     error, last_line = BUGS[name]
     monkeypatch.setattr(launch, f"run_{mode}", _counted_then_raising(error))
-    args = [*ARGS[:-2], "--pull-api", "8011"] if mode == "pull" else ARGS
+    args = [*ARGS[:-2], "--pull-api", str(free_port())] if mode == "pull" else ARGS
     result = CliRunner().invoke(_caller_app(), args)
     assert result.exit_code == 1
     assert result.exception is error  # not caught: the console script prints its traceback
@@ -69,7 +70,7 @@ def test_a_port_taken_at_the_bind_is_still_exit_2_cannot_listen(
     mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(launch, f"run_{mode}", _counted_then_raising(CannotListenError(98, "in use")))
-    args = [*ARGS[:-2], "--pull-api", "8011"] if mode == "pull" else ARGS
+    args = [*ARGS[:-2], "--pull-api", str(free_port())] if mode == "pull" else ARGS
     result = CliRunner().invoke(_caller_app(), args)
     assert result.exit_code == 2
     assert result.stderr.strip() == "sidecar: cannot listen: [Errno 98] in use"
