@@ -1,7 +1,8 @@
 """The path of one batch through the service: validate -> predict -> plan -> respond -> publish.
 
 Each stage is one function below, in the order a request meets them (``publish``'s workings are
-``service/pipeline/publish.py``), and each but ``respond`` is timed. The answer is built before the
+``service/pipeline/publish.py``, ``respond``'s ``service/pipeline/answer.py``), and each but
+``respond`` is timed. The answer is built before the
 publish, which stores it with the schedule for a retry of a caller-chosen ``schedule_id`` to replay
 (``republish``). Nothing is written to Redis before the plan exists but the in-flight mark of a caller-
 chosen id (``in_flight``) and the request's entry among its step's planning ones (``step_part``),
@@ -38,17 +39,13 @@ from service.api.convert import (
     repoint,
     resolve_model,
 )
-from service.api.schemas import (
-    AssignedItem,
-    ScheduleRequest,
-    ScheduleResponse,
-    WorkerSpec,
-)
+from service.api.schemas import ScheduleRequest, ScheduleResponse, WorkerSpec
 from service.context import Context
 from service.delivery.errors import REDIS_FAILED
 from service.learning.models import version_name
 from service.logs import schedule_context
 from service.pipeline import publish
+from service.pipeline.answer import respond
 from service.pipeline.deadline import NO_DEADLINE, Deadline
 from service.pipeline.republish import replay
 from service.pipeline.served import StageClock, record, timings
@@ -343,50 +340,3 @@ def _plan(plan_request: PlanRequest, policy: str, item_of: tuple[int, ...], prep
         return plan(plan_request, policy, prepared=prepared)
     except InvalidInputError as error:
         raise repoint(error, item_of) from None
-
-
-def respond(
-    schedule_id: str,
-    body: ScheduleRequest,
-    checked: Validated,
-    plan_request: PlanRequest,
-    chosen: Plan,
-    baseline: Plan,
-    predicted: Predicted,
-) -> ScheduleResponse:
-    """The response body: assignments in queue order, plan quality, the baseline; its timings are
-    zero until the caller sets them (``served.timings``), after the publish that stores the rest."""
-    by_key = {t.key: t for t in plan_request.trajectories}
-    items = {
-        key: AssignedItem(
-            prompt_id=t.prompt_id, sample_idx=t.sample_idx, predicted_tokens=round(t.predicted_tokens, 1)
-        )
-        for key, t in by_key.items()
-    }
-    assignments = {w.worker_id: [items[k] for k in w.items] for w in chosen.workers}
-    # Built from our own typed values: constructing skips re-validating thousands of assignments.
-    return ScheduleResponse.model_construct(
-        schedule_id=schedule_id,
-        step=body.step,
-        policy=chosen.policy,
-        status=chosen.status,
-        published=body.publish,
-        model_version=predicted.version,
-        prediction_sources=predicted.sources,
-        quantile=checked.quantile,
-        assignments=assignments,
-        dispatch_order=list(chosen.dispatch_order),
-        predicted_makespan_s=chosen.predicted_makespan_s,
-        lower_bound_s=chosen.lower_bound_s,
-        round_robin_makespan_s=baseline.predicted_makespan_s,
-        speedup_vs_round_robin=_speedup(baseline.predicted_makespan_s, chosen.predicted_makespan_s),
-        time_scales={w.worker_id: w.time_scale for w in plan_request.inventory.workers},
-        time_scale_sources=checked.time_scale_sources,
-        time_budget_ms=round(plan_request.time_budget_s * 1000.0, 1),
-        timings=timings({}, 0.0),
-    )
-
-
-def _speedup(baseline_s: float, chosen_s: float) -> float:
-    """How many times sooner the plan ends than the equal split; 1.0 when there is nothing to end."""
-    return baseline_s / chosen_s if chosen_s > 0 else 1.0

@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from predictors import cutoff
 from scheduler.types import Trajectory
 from service.context import Context
-from service.pipeline import deadline, stages
+from service.pipeline import answer, deadline, stages
 from service.pipeline.deadline import Deadline
 from tests.service.api.badinput import redis_snapshot
 from tests.service.api.slow_upload import STEP, Clock, SlowClient, slow_clients
@@ -63,7 +63,7 @@ def test_a_504_refused_after_the_plan_was_made_says_it_was_dropped_not_that_none
     slow_client: SlowClient, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, publish: bool
 ) -> None:
     client, _ = slow_client(0.0)
-    past_it, respond = _deadline_moved(monkeypatch), stages.respond
+    past_it, respond = _deadline_moved(monkeypatch), answer.respond  # what stages calls by its own name
 
     def planned_then_late(*args: Any, **kwargs: Any) -> Any:
         past_it()  # the plan is made: the deadline passes before the publish check

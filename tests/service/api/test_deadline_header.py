@@ -15,7 +15,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.delivery import keys
-from service.pipeline import deadline, stages
+from service.pipeline import answer, deadline, stages
 from tests.service.api.badinput import redis_snapshot
 from tests.service.api_helpers import batch_body
 
@@ -96,7 +96,7 @@ def test_a_plan_that_reaches_its_publish_past_the_deadline_is_a_504_that_writes_
     given, read back; a state, not a guess at the host's speed): the publish is refused, and the
     in-flight mark it held is taken back."""
     given: list[deadline.Deadline] = []
-    of, respond = deadline.of, stages.respond
+    of, respond = deadline.of, answer.respond  # what stages calls by its own name
 
     def read_back(*args: Any, **kwargs: Any) -> deadline.Deadline:
         given.append(of(*args, **kwargs))

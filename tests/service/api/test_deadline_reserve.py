@@ -15,7 +15,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.context import Context
-from service.pipeline import deadline, stages
+from service.pipeline import answer, deadline, stages
 from service.pipeline.deadline import Deadline
 from service.pipeline.publish_pace import (
     FIXED_S,
@@ -156,7 +156,7 @@ def test_a_plan_reaching_its_publish_with_less_than_its_reserve_left_is_refused(
     _measured(client, handover_s=0.0, publish_s=1.0)
     reserve_s = _context(client).publish_pace.reserve(32).publish_s
     given: list[Deadline] = []
-    of, respond = deadline.of, stages.respond
+    of, respond = deadline.of, answer.respond  # what stages calls by its own name
 
     def read_back(*args: Any, **kwargs: Any) -> Deadline:
         given.append(of(*args, **kwargs))
