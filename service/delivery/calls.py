@@ -3,13 +3,14 @@ pipeline, a script's error reply as the typed error it stands for, and the settl
 state-changing scripts append. ``Delivery`` (``protocol``) inherits this and adds one method per
 operation; kept apart so each module reads in one sitting.
 
-The worker ids those operations name are checked here too (``worker``), once, by the rule a publish
-checks its own ids by (``records.check_name``): the scripts join them into '|'-separated records.
+The worker ids those operations name are checked here too (``worker``, and ``by_holder`` for the
+holders of the leases a heartbeat or a hand-back groups), once, by the rule a publish checks its own
+ids by (``records.check_name``): the scripts join them into '|'-separated records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Self, cast
 
 import redis
@@ -19,7 +20,7 @@ from service.delivery import keys as keyspace
 from service.delivery.errors import ScheduleConflictError, ScheduleWithdrawnError, UnknownScheduleError
 from service.delivery.hangable import hangable, hangable_cluster
 from service.delivery.indexes import DeliveryIndexes
-from service.delivery.records import check_name
+from service.delivery.records import Lease, check_name
 from service.delivery.scripts import Scripts, evaluate, register
 from service.delivery.stored import REPLY_DECODING
 
@@ -99,6 +100,18 @@ def worker(worker_id: str) -> str:
     it into the records and keys of the schedule. Called before anything is sent."""
     check_name("worker_id", worker_id)
     return worker_id
+
+
+def by_holder(leases: Iterable[Lease]) -> dict[tuple[str, str], list[Lease]]:
+    """Leases by (schedule, holding worker), in order: each group is one script call, which checks
+    that the worker still holds every lease it names (not only the token). Every holder is checked
+    before any group is sent: an empty one would mean any holder to the scripts."""
+    groups: dict[tuple[str, str], list[Lease]] = {}
+    for lease in leases:
+        groups.setdefault((lease.schedule_id, lease.worker_id), []).append(lease)
+    for _, holder in groups:
+        worker(holder)
+    return groups
 
 
 def _mapped(err: redis.ResponseError, schedule_id: str) -> Exception:

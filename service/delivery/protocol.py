@@ -23,7 +23,7 @@ from typing import Any
 
 from service.delivery import keys as keyspace
 from service.delivery import wire
-from service.delivery.calls import worker
+from service.delivery.calls import by_holder, worker
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.marks import PlanningMarks
 from service.delivery.outcomes import (
@@ -190,7 +190,7 @@ class Delivery(PlanningMarks):
         (the caller's) still tells what failed where the walk raises as an outage."""
         alive: list[Lease] = []
         reach = Reach(self.client, self.prefix) if reach is None else reach
-        for (schedule_id, holder), group in _by_holder(leases).items():
+        for (schedule_id, holder), group in by_holder(leases).items():
             if reach.passed_over(schedule_id):
                 continue
             args: list[Any] = [wire.clock(now_ms), holder]
@@ -298,7 +298,7 @@ class Delivery(PlanningMarks):
         self, mode: str, reason: str, leases: Sequence[Lease], now_ms: int | None
     ) -> list[ReleaseOutcome]:
         outcome: dict[tuple[str, str, int], ReleaseOutcome] = {}
-        for (schedule_id, holder), group in _by_holder(leases).items():
+        for (schedule_id, holder), group in by_holder(leases).items():
             pairs = [(lease.key, lease.token) for lease in group]
             codes = self._release_keys(mode, reason, schedule_id, holder, pairs, now_ms)
             for (key, token), code in zip(pairs, codes, strict=True):
@@ -380,18 +380,6 @@ class Delivery(PlanningMarks):
         if not withdrawn:  # a withdrawn id was never announced: no index to retire it from
             self._retire(schedule_id)
         return CancelReport(queued, running, at_ms, withdrawn=withdrawn == 1)
-
-
-def _by_holder(leases: Iterable[Lease]) -> dict[tuple[str, str], list[Lease]]:
-    """Leases by (schedule, holding worker), in order: each group is one script call, which checks
-    that the worker still holds every lease it names (not only the token). Every holder is checked
-    before any group is sent: an empty one would mean any holder to the scripts."""
-    groups: dict[tuple[str, str], list[Lease]] = {}
-    for lease in leases:
-        groups.setdefault((lease.schedule_id, lease.worker_id), []).append(lease)
-    for _, holder in groups:
-        worker(holder)
-    return groups
 
 
 def _with_deadline(lease: Lease, deadline_ms: int) -> Lease:
