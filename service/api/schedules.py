@@ -154,7 +154,7 @@ def _schedule(
 
     def serve() -> ScheduleResponse:
         ctx = context_of(request)
-        response = stages.run(body, ctx, schedule_id, arrived, marked.check, until)
+        response = stages.run(body, ctx, schedule_id, arrived, marked, until)
         if body.publish and not response.replayed:  # a dry run writes nothing, the retrain counter included
             with schedule_context(schedule_id):  # a retrain it starts logs under the step's id
                 counted = functools.partial(ctx.retrainer.after_step, body.step)

@@ -17,7 +17,12 @@ import redis
 from redis.cluster import RedisCluster
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import ScheduleConflictError, ScheduleWithdrawnError, UnknownScheduleError
+from service.delivery.errors import (
+    MarkLapsedError,
+    ScheduleConflictError,
+    ScheduleWithdrawnError,
+    UnknownScheduleError,
+)
 from service.delivery.hangable import hangable, hangable_cluster
 from service.delivery.indexes import DeliveryIndexes
 from service.delivery.records import Lease, check_name
@@ -123,4 +128,6 @@ def _mapped(err: redis.ResponseError, schedule_id: str) -> Exception:
         return ScheduleConflictError(schedule_id)
     if msg.startswith("WITHDRAWN"):
         return ScheduleWithdrawnError(schedule_id)
+    if msg.startswith("UNMARKED"):
+        return MarkLapsedError(schedule_id)
     return err

@@ -12,6 +12,7 @@ __all__ = [
     "SLOT_NOT_SERVED",
     "InvalidInputError",
     "LateMarkError",
+    "MarkLapsedError",
     "ScheduleConflictError",
     "ScheduleWithdrawnError",
     "UnknownScheduleError",
@@ -79,3 +80,16 @@ class LateMarkError(redis.TimeoutError):
     def __init__(self, schedule_id: str) -> None:
         self.schedule_id = schedule_id
         super().__init__(f"schedule_id={schedule_id!r}: the in-flight mark's answer came too late")
+
+
+class MarkLapsedError(SchedulerError):
+    """A publish under a caller-chosen id whose request's in-flight mark ``P:planning`` no longer
+    holds (lapsed while Redis failed its keeps, ``service/pipeline/in_flight.py``): a DELETE meanwhile
+    found the id free (404) and its trainer may have given the step up, so nothing was written. The
+    route answers 503, as for a mark lost at arrival: a retry under the id marks it again."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        super().__init__(
+            f"schedule_id={schedule_id!r}: the request's in-flight mark lapsed before it was published"
+        )

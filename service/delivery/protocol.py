@@ -53,7 +53,12 @@ class Delivery(PlanningMarks):
     # -- publisher side -------------------------------------------------------------------------
 
     def publish(
-        self, schedule: PublishedSchedule, now_ms: int | None = None, digest: str = "", answer: str = ""
+        self,
+        schedule: PublishedSchedule,
+        now_ms: int | None = None,
+        digest: str = "",
+        answer: str = "",
+        mark: str = "",
     ) -> PublishOutcome:
         """Write the schedule atomically, then announce it to its workers and the reaper index.
 
@@ -66,9 +71,12 @@ class Delivery(PlanningMarks):
         ``digest`` (of the request's work, ``P:meta`` ``request``) and ``answer`` (the service's
         answer to it, ``P:answer``) are stored in the same atomic step when given, so a stored
         schedule always has them (``stored_request``); a replay leaves the first ones.
+        ``mark``: the request's in-flight mark (``mark_planning``'s ``request_id``; '' for none), which
+        must still be in ``P:planning``, else ``MarkLapsedError`` and nothing written: its trainer may
+        have DELETEd the id meanwhile and been told 404 (``service/pipeline/in_flight.py``).
         """
         schedule.validate()
-        args = wire.publish_args(schedule, now_ms, uuid.uuid4().hex, digest, answer)
+        args = wire.publish_args(schedule, now_ms, uuid.uuid4().hex, digest, answer, mark)
         created = self._call(self.scripts.publish, schedule.schedule_id, args)
         announced = sorted(set(schedule.queues) - schedule.drained)  # a drained worker is not told
         self._announce(schedule.schedule_id, announced, schedule.lease.retention_s)

@@ -245,6 +245,7 @@ def publish_plan(
     answer: str = "",
     *,
     engine: str,
+    mark: str = "",
 ) -> PublishOutcome:
     """Publish a plan for its workers to pull (atomic, idempotent per ``schedule_id``).
 
@@ -252,9 +253,10 @@ def publish_plan(
     each group on one worker. ``inventory`` (the plan's) gives each item its steal deadline.
     ``drained`` (the request's ``excluded_workers``): workers that take nothing of it.
     ``digest`` and ``answer``: the request's, stored with the schedule (``Delivery.publish``).
+    ``mark``: the request's in-flight mark, which must still be there ('' none: ``Delivery.publish``).
     ``engine``: the request's, whose rules play the steal deadlines (required: ``schedule_from_plan``).
     """
     schedule = schedule_from_plan(
         schedule_id, plan, trajectories, payloads, lease, prefix_affinity, inventory, drained, engine=engine
     )
-    return delivery.publish(schedule, digest=digest, answer=answer)
+    return delivery.publish(schedule, digest=digest, answer=answer, mark=mark)

@@ -39,13 +39,24 @@ def strict_json(doc: Any, where: str) -> str:
 
 
 def publish_args(
-    schedule: PublishedSchedule, now_ms: int | None, nonce: str, work: str = "", answer: str = ""
+    schedule: PublishedSchedule,
+    now_ms: int | None,
+    nonce: str,
+    work: str = "",
+    answer: str = "",
+    mark: str = "",
 ) -> list[Any]:
     """ARGV of ``publish.lua``: fingerprint, clock, retention, settings, then the newline-joined body,
     the steal rules, the caches, the plan's predicted times, the drained workers, the digest of the
     request's ``work``, the service's ``answer`` and the plan's engine ('' for none; none of the three
     fingerprinted: they describe the request, not what the workers get; the engine's rules are in the
-    steal deadlines, which are), and last ``nonce``, unique to this call.
+    steal deadlines, which are), the nonce of the request's in-flight ``mark`` ('' for none: not
+    checked), and last ``nonce``, unique to this call.
+
+    The mark's nonce comes before the call's, which stays last: an older replica's script (its own
+    copy, by SHA) reads the call's as the last argument whatever comes before, and this release's
+    reads the mark's only from 29 arguments (``lua/publish.lua``). A mark named that ``P:planning``
+    no longer holds refuses the publish (``MarkLapsedError``), once a replay or a conflict is ruled out.
 
     The fingerprint covers everything written, so a replay is recognised and a different schedule
     under a used id is refused. The nonce tells a replay from the same call re-sent by the client
@@ -97,6 +108,7 @@ def publish_args(
         work,
         answer,
         schedule.engine or "",
+        mark,
         nonce,
     ]
 

@@ -52,20 +52,22 @@ most ``keys.PLANNING_MARGIN_S`` past its last keep). An id a DELETE withdrew mea
 withdrawal kept instead: it had lived the retention, or what the mark had left, and a request living
 past both published the abandoned step.
 
-One window is left: Redis failing for the last half margin (30 s) before an overrunning request's
-kept deadline, every keep failing, lets the mark lapse under the live request, and a DELETE then
-answers 404 while the request, not told, still publishes. ``lua/publish.lua`` does not refuse a
-publish whose mark (by this request's nonce) is gone, though no reason it gave for that holds now:
-a replica runs its own copy of the script, so an older replica's unmarked requests would not meet
-the check, and a request whose mark Redis failed to write never publishes (``Mark.check``, 503).
-The check is sound and is the follow-up (review48c, docs/experiments.md): the publish takes the
-nonce ('' for a drawn id or a caller without a mark: no check), answers a replay or a conflict
-before it as now, and refuses a missing entry with a new error reply that the route answers 503,
-like a lost mark at arrival. It is not made here because it touches the publish's arguments
-(``wire.publish_args``), ``Delivery.publish``, the publish stage (``stages.py``, near its size
-limit) and the error mapping, beyond this module. The refusal fires in more cases than the defect
-it prevents (any lapse under a live request, with or without a DELETE), but each is a request
-that overran its first life while Redis failed, and a trainer's retry under the id publishes.
+The keeper cannot cover a Redis that fails every keep for the last half margin (30 s) before an
+overrunning request's kept deadline: the mark lapses under the live request, and a DELETE then
+answers 404. So the publish names the request's mark (``Mark.request_id``, through the publish stage
+and ``Delivery.publish``; '' for a drawn id or a dry run, which hold none) and ``lua/publish.lua``
+refuses it where ``P:planning`` no longer holds that entry (lapsed, or only a racing request's there):
+``MarkLapsedError``, nothing written, which the route answers 503 (``mark-lapsed``), as a mark lost at
+arrival (``Mark.check``). A replay, a conflict and a withdrawal are answered before it, as they were,
+so the loser of a race for the id (the winner's publish deleted every mark) still answers the
+winner's plan, and a withdrawn id its 409. The refusal fires in more cases than the DELETE it guards
+against (any lapse under a live request, with or without one), but each is a request that overran its
+first life while Redis failed, and a trainer's retry under the id marks it again and publishes. Every
+chosen-id publish of this release holds an entry under its own nonce until then: a mark Redis failed
+to write never publishes (503 at ``Mark.check``). An older replica runs its own copy of the script
+(by SHA) and sends no mark, so its requests publish unchecked, as before; the mark's nonce is the
+script's argument before the call's nonce, which stays last, so each release's script reads the
+other's arguments right (``wire.publish_args``; review48c, pubmark49 in docs/experiments.md).
 """
 
 from __future__ import annotations

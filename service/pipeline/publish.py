@@ -25,7 +25,7 @@ from service.problems.table import ConflictError
 
 
 def publish(
-    schedule_id: str,
+    ids: tuple[str, str],
     chosen: Plan,
     plan_request: PlanRequest,
     body: ScheduleRequest,
@@ -37,6 +37,9 @@ def publish(
     (as the fleet's and this schedule's), and pull the learned speed of each ``idle`` worker (planned
     by it and given nothing) towards its busy peers', so that it is measured again
     (``service/speeds/learner.py``).
+    ``ids``: the schedule's, and the request's in-flight mark's (``in_flight.Mark.request_id``; '' for
+    a drawn id), which the publish must still find, else 503 with nothing written (``MarkLapsedError``:
+    a DELETE meanwhile was a 404, ``service/pipeline/in_flight.py``).
     Under a caller-chosen id, the work's digest and ``response`` (the answer a retry replays) are
     stored in the same atomic step as the schedule. None once published. Once published (and
     announced: the active index holds it from then until it settles) the id joins its step's set
@@ -57,7 +60,8 @@ def publish(
     timeout with its retries added to a 200 past the deadline. The planning entry, taken back after
     them, covers the part until it is in the set.
     """
-    outcome = _stored(schedule_id, chosen, plan_request, body, ctx, response)
+    schedule_id = ids[0]
+    outcome = _stored(ids, chosen, plan_request, body, ctx, response)
     if outcome is PublishOutcome.UNCHANGED:  # a request that raced us stored the step first
         return _winners_answer(body, schedule_id, ctx)
     # announced: the active index holds it until it settles, the planning entry until it enters the set
@@ -69,7 +73,7 @@ def publish(
 
 
 def _stored(
-    schedule_id: str,
+    ids: tuple[str, str],
     chosen: Plan,
     plan_request: PlanRequest,
     body: ScheduleRequest,
@@ -78,6 +82,7 @@ def _stored(
 ) -> PublishOutcome:
     """``publish_plan`` of the plan with its payloads and lease settings; UNCHANGED when the id
     was stored first by another request (with this plan, or another: ``ScheduleConflictError``)."""
+    schedule_id, mark = ids
     payloads = {item.prompt_id: _payload(item, body.sampling) for item in body.batch.items}
     settings = ctx.settings
     lease = LeaseSettings(settings.lease_ttl_ms, settings.max_attempts, settings.retention_s)
@@ -97,6 +102,7 @@ def _stored(
             engine=plan_request.engine,  # the deadlines played by the rules of the engine named
             digest=work_digest(body) if chosen_id else "",
             answer=encode_answer(response) if chosen_id else "",
+            mark=mark,  # its in-flight mark, still there, or nothing written (``MarkLapsedError``: 503)
         )
     except ScheduleConflictError:  # another plan won the id
         outcome = PublishOutcome.UNCHANGED

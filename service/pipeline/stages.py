@@ -47,6 +47,7 @@ from service.logs import schedule_context
 from service.pipeline import publish
 from service.pipeline.answer import respond
 from service.pipeline.deadline import NO_DEADLINE, Deadline
+from service.pipeline.in_flight import Mark
 from service.pipeline.republish import replay
 from service.pipeline.served import StageClock, record, timings
 from service.problems.table import DeadlineExceededError, UnavailableError
@@ -83,8 +84,7 @@ class Validated:
     engine: str  # the request's, else the service's ``default_engine``: whose rules the plan is made for
 
 
-def _marked() -> None:
-    """A request whose in-flight mark was written, or that needs none: nothing to raise."""
+UNMARKED = Mark(None, "", "")  # a request that needs no in-flight mark: nothing to raise or check
 
 
 def run(
@@ -92,17 +92,18 @@ def run(
     ctx: Context,
     schedule_id: str,
     arrived: float | None = None,
-    mark_check: Callable[[], None] = _marked,
+    marked: Mark = UNMARKED,
     deadline: Deadline = NO_DEADLINE,
 ) -> ScheduleResponse:
     """Serve one ``POST /schedule`` as ``schedule_id``: every stage, in order, with its wall time.
     The id is chosen once, by the route (the caller's, else a new one), whose log lines carry it.
     ``arrived`` (``time.perf_counter()``, by default now): when the route took the request, before
     it waited for a planning thread; that wait is part of the ``queue`` stage and of the total, and
-    the plan queue's timeout counts from then (``PlanSlots.hold``). ``mark_check``: raises the
-    in-flight mark's own failure (``in_flight.Mark.check``), called once the body passed every rule,
-    so an invalid request is refused for what it is whatever Redis's state. ``deadline``: the caller's
-    (``service/pipeline/deadline.py``), which caps the plan's budget and refuses (504) a plan that
+    the plan queue's timeout counts from then (``PlanSlots.hold``). ``marked``: the request's in-flight
+    mark, whose own failure (``in_flight.Mark.check``) is raised once the body passed every rule, so an
+    invalid request is refused for what it is whatever Redis's state, and which its publish must
+    still find (``request_id``; '' none: ``Delivery.publish``, 503 if lapsed). ``deadline``: the
+    caller's (``service/pipeline/deadline.py``), which caps the plan's budget and refuses (504) a plan that
     cannot publish before it; a retry of a published step is answered its first plan whatever it says.
 
     A request refused for the moment (Redis down or full, every plan slot busy, its deadline passed)
@@ -116,10 +117,11 @@ def run(
         try:
             with clock.stage("validate"):  # before the plan queue: a bad request is refused at once
                 checked = validate(body, ctx)
-                first = _first_answer(body, checked, ctx, mark_check)
+                first = _first_answer(body, checked, ctx, marked.check)
             if first is not None:  # a retry of a published step: its first answer, not a second copy
                 return _replayed(first, clock, started)
-            return _serve_valid(schedule_id, body, checked, ctx, clock, (started, deadline))
+            ids = (schedule_id, marked.request_id)
+            return _serve_valid(ids, body, checked, ctx, clock, (started, deadline))
         except REFUSED_FOR_NOW:
             broken = broken_rule(body, ctx.settings)
             if broken is None:
@@ -135,7 +137,7 @@ def _replayed(answer: ScheduleResponse, clock: StageClock, started: float) -> Sc
 
 
 def _serve_valid(
-    schedule_id: str,
+    ids: tuple[str, str],
     body: ScheduleRequest,
     checked: Validated,
     ctx: Context,
@@ -143,6 +145,7 @@ def _serve_valid(
     times: tuple[float, Deadline],
 ) -> ScheduleResponse:
     """Predict, plan and publish a validated request, holding one of the service's plan slots.
+    ``ids``: the schedule's, and its in-flight mark's that the publish must find ('' none).
     ``times``: when it arrived, and the caller's deadline: the wait for a slot ends at it, it is
     checked once a slot is held and again before the publish (which must find what a publish of its
     size needs left: ``publish_pace``), and it caps the plan's budget after the predictions to leave
@@ -156,7 +159,7 @@ def _serve_valid(
     1,024-trajectory request ~8 young and ~1 middle collection, and a full one every ~10 requests, ~6 ms
     of its CPU on the slow host (the full ones also add a spike to the tail).
     """
-    started, deadline = times
+    (schedule_id, _), (started, deadline) = ids, times
     with ctx.plan_slots.hold(started, deadline) as waited_s, collector_paused():
         clock.spent["queue"] += waited_s * 1000.0  # and for a plan slot
         deadline.check("it was predicted")
@@ -174,7 +177,7 @@ def _serve_valid(
             if body.publish:
                 idle = idle_learned(chosen, checked.time_scale_sources, checked.drained)
                 with reserve.publishing():
-                    first = publish.publish(schedule_id, chosen, plan_request, body, ctx, idle, response)
+                    first = publish.publish(ids, chosen, plan_request, body, ctx, idle, response)
         if first is not None:  # lost a race for the id: the winner's answer, never this plan
             return _replayed(first, clock, started)
         response.timings = timings(clock.spent, (time.perf_counter() - started) * 1000.0)

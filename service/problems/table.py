@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from scheduler.errors import InvalidInputError
-from service.delivery.errors import REDIS_FAILED, ScheduleConflictError, UnknownScheduleError
+from service.delivery.errors import REDIS_FAILED, MarkLapsedError, ScheduleConflictError, UnknownScheduleError
 from service.logs import already_logged, request_schedule_id, schedule_context
 from service.problems.details import echo, shortened, validation_details
 from service.redis_conn import RedisTooOldError
@@ -148,6 +148,9 @@ PROBLEMS: tuple[tuple[type[Exception], Problem], ...] = (
     (DeadlineExceededError, Problem(504, "Deadline exceeded", "deadline-exceeded")),
     (ModelStoreError, Problem(503, "Model store unavailable", "model-store-unavailable")),
     (UnavailableError, Problem(503, "Service unavailable", "unavailable")),
+    # a publish whose in-flight mark lapsed while Redis failed its keeps: nothing written, and a retry
+    # under the id marks it again, as one whose mark Redis failed at arrival (service/pipeline/in_flight.py)
+    (MarkLapsedError, Problem(503, "In-flight mark lapsed", "mark-lapsed")),
     # a Redis older than 7.0: only an upgrade and a restart of the service fix it (no Retry-After)
     (RedisTooOldError, Problem(503, "Redis too old", "redis-too-old")),
     # the service's Redis user or password is wrong: an operator must fix it, but the request is fine
@@ -235,6 +238,11 @@ def _details(exc: Exception) -> tuple[str, dict[str, Any]]:
         short = shortened(exc.value)  # the core's message repeats the value whole
         detail = str(exc) if short is None else f"{exc.field}={short}: {exc.reason}"
         return detail, {"field": exc.field, "value": echo(exc.value)}
+    if isinstance(exc, MarkLapsedError):
+        return f"{exc}; nothing was published: retry under the same schedule_id", {
+            "field": "schedule_id",
+            "value": exc.schedule_id,
+        }
     if isinstance(exc, (ScheduleConflictError, UnknownScheduleError)):
         return str(exc), {"field": "schedule_id", "value": exc.schedule_id}
     if isinstance(exc, ServiceError):

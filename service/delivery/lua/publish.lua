@@ -23,16 +23,25 @@
 --   25 the digest of the request's work ('' none: meta 'request'), 26 the service's answer to it
 --      ('' none: P:answer), stored in this same step, so a stored schedule always has them
 --      (service/pipeline/republish.py: a retry under the id is answered it),
---   27 the engine whose rules the plan was made for ('' none: meta 'engine', keys.ENGINE), and last
---   28 a nonce unique to the call: the same call re-sent after a timeout answers 1 again.
+--   27 the engine whose rules the plan was made for ('' none: meta 'engine', keys.ENGINE),
+--   28 the nonce of the request's in-flight mark (P:planning, planning.lua; '' for none: a drawn id,
+--      a bench, a caller without a mark), and last
+--   29 a nonce unique to the call: the same call re-sent after a timeout answers 1 again.
+-- Mixed releases: the call nonce is read as the last argument and the mark's only where there are
+-- 29, so a release before the mark's (28 arguments, the call nonce last) publishes through this
+-- script unchecked, and that release's script, sent these 29, takes the call nonce as it always did.
 -- Python builds each stored string (records, pairs) so the script only splits and writes: per-item
 -- work in Lua (concatenation, tonumber, string.match) cost more than the writes themselves.
 -- An item's JSON arrives as '<ref>\t<JSON without payload>' and is stored so; its payload is stored
 -- once in P:prompts under ref, since the samples of a prompt share it (lease_all puts it back).
 -- Returns 1 created (also to the creating call re-sent), 0 unchanged replay; error CONFLICT when the
 -- id holds a different schedule, or the same one published for other work (another step: the
--- request digests differ), which a replay would announce again for a request that is refused.
+-- request digests differ), which a replay would announce again for a request that is refused;
+-- error WITHDRAWN (below); error UNMARKED when the mark named is not in P:planning (lapsed while
+-- Redis failed its keeps, or only another request's there): a DELETE may have found the id free
+-- (404) and the trainer given the step up, so nothing is written (service/pipeline/in_flight.py).
 local nonce = ARGV[#ARGV]
+local marked = #ARGV >= 29 and ARGV[28] or ''
 local existing = redis.call('HGET', META, 'fingerprint')
 if existing then
   local work = redis.call('HGET', META, 'request')
@@ -44,6 +53,10 @@ end
 -- a DELETE met the id in flight before this publish (cancel.lua): the trainer gave the step up
 if redis.call('EXISTS', k('withdrawn')) == 1 then
   return redis.error_reply('WITHDRAWN schedule id was cancelled before it was published')
+end
+-- after a replay, a conflict and a withdrawal, which answer as they did: each tells more
+if marked ~= '' and redis.call('HEXISTS', k('planning'), marked) == 0 then
+  return redis.error_reply('UNMARKED the request\'s in-flight mark lapsed before it was published')
 end
 local now = now_ms(ARGV[2])
 -- Retention is wall-clock: always the server's TIME, even when the lease clock is pinned.

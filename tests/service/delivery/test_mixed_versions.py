@@ -4,7 +4,9 @@ release's) requeues an item by its own rule, a claim of this release pops it by 
 a small-cache thief's steal still never leases one item twice nor splits a group it cannot hold
 whole. The same list state is also built by hand, so the rule is checked where git is absent. And a
 step the release before ``P:meta``'s ``engine`` publishes (its publish.lua beside this one's) stores
-none, which this release's speed learner reads as its own default engine."""
+none, which this release's speed learner reads as its own default engine. The publish.lua of the release
+before the mark's check, sent this release's arguments, publishes unchecked and reads its call's
+nonce as before (this release's script with that release's arguments: test_publish_mark.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from service.delivery import Delivery, LeaseSettings, PublishedSchedule, PublishOutcome, keys
+from service.delivery import Delivery, LeaseSettings, PublishedSchedule, PublishOutcome, keys, wire
 from service.delivery.keys import schedule_keys
 from service.delivery.scripts import OPERATIONS, Scripts, script_source
 from service.speeds.learner import SpeedLearner
@@ -23,6 +25,7 @@ from tests.service.delivery.conftest import item, schedule
 
 OLD_RELEASE = "6ed67cb"  # the last release point before P:gneed
 PRE_ENGINE = "285c6e8"  # the last commit before P:meta's engine: publish.lua took 27 arguments
+PRE_MARK = "31a6d28"  # the last commit before publish.lua's mark check: it took 28 arguments
 SMALL, TTL_MS = 3_000, 1_000
 REPO = Path(__file__).resolve().parents[3]
 
@@ -134,3 +137,17 @@ def test_a_step_an_older_replica_publishes_stores_no_engine_and_reads_as_the_rea
     assert learner.planned({"s"}).engines == {"s": "vllm-v0"}
     delivery.publish(dataclasses.replace(step, schedule_id="t"), now_ms=1_000_000)
     assert learner.planned({"t"}).engines == {"t": "vllm-v1"}  # this release's publish stores it
+
+
+def test_the_script_before_the_mark_s_check_takes_this_release_s_arguments_unchecked(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """Each replica runs its own copy of publish.lua (by SHA): the older one, sent the mark's nonce
+    before the call's, publishes with no mark there (it never checked one), stores the call's nonce,
+    not the mark's, and answers the same call re-sent 'created' again."""
+    old = _old_delivery(redis_client, PRE_MARK)
+    args = wire.publish_args(schedule("s", {"w": 2}), None, "call-1", mark="lapsed")
+    assert not redis_client.exists(schedule_keys("s").planning)
+    assert old._call(old.scripts.publish, "s", args) == 1
+    assert redis_client.hget(schedule_keys("s").meta, "nonce") == "call-1"
+    assert old._call(old.scripts.publish, "s", args) == 1  # re-sent: created, not a replay
