@@ -37,6 +37,7 @@ from tests.service.delivery import (
     test_plan_times,
     test_protocol,
     test_publish_layout,
+    test_publish_mark,
     test_reset,
     test_retry_elsewhere,
     test_schedule_lifetime,
@@ -62,6 +63,7 @@ globals().update({name: fn for name, fn in vars(test_affinity_stranded).items() 
 globals().update({name: fn for name, fn in vars(test_cancel).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_plan_times).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_publish_layout).items() if name.startswith("test_")})
+globals().update({name: fn for name, fn in vars(test_publish_mark).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_lapse_index).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_retry_elsewhere).items() if name.startswith("test_")})
 globals().update({name: fn for name, fn in vars(test_drained).items() if name.startswith("test_")})
