@@ -89,7 +89,12 @@ def test_the_band_search_runs_with_quantiles_when_the_choice_fits_however_long_t
     searched = count_calls(monkeypatch, bandsearch, "rounds")
     searched_plan = plan(REQUEST, "cpsat")
     assert searched == [1]
-    assert searched_plan.status in {"OPTIMAL", "FEASIBLE", "ROBUST_LPT"}  # the search's, judged
+    # the search's status, judged; or the plan lpt returns, saying so (here the at-once hedge keeps
+    # the fastest-kind-first plan over the searched one, as it does over lpt's: budget49)
+    same_as_lpt = [w.items for w in searched_plan.workers] == [w.items for w in plan(REQUEST, "lpt").workers]
+    assert searched_plan.status in {"OPTIMAL", "FEASIBLE", "ROBUST_LPT"} or (
+        searched_plan.status == "FALLBACK_LPT" and same_as_lpt
+    )
 
 
 def test_the_lpt_plan_is_played_on_as_many_draws_as_fit_a_share_of_the_time_left(
