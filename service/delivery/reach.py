@@ -12,10 +12,16 @@ unextended (the reaper requeued them under a sidecar still running them), a pass
 So a walk records each such error against the schedule (``missed``) and goes on. What it remembers
 keeps the walk's cost to one failed call per slot or node, not one per schedule: a schedule whose slot
 failed, or on a cluster whose node failed, is passed over unasked (``passed_over``), with that error.
-On a single Redis a connection error is the whole server, and is raised at once, as before; so is any
-error of a walk that has reached nothing and has failed on two slots or nodes: that is the cluster
-down, or most of it, and a walk on through every schedule would spend a failure (and up to a client's
-retries) on each. The caller decides what the rest is: ``outage`` is the error to raise when nothing
+On a single Redis a connection error is the whole server, and is raised at once, as before.
+
+What an outage is on a cluster (decided by reaper49): a node that answers "The cluster is down" (its
+``cluster_state`` is ``fail``: under ``cluster-require-full-coverage yes`` one unserved slot makes every
+node refuse every key) speaks for every slot, so the walk passes every schedule after it over, and
+raises it at once when it has reached nothing. Otherwise a walk that has reached nothing raises once
+it has failed on ``TRIED_DOMAINS`` masters: a slot's failure counts for the master the client sends
+that slot to, so one master down, or any number of its slots unserved, is never an outage while the
+other masters serve (each of its unserved slots counted apart, two of them first in a walk gave the
+whole walk up). The caller decides what the rest is: ``outage`` is the error to raise when nothing
 was reached at all.
 """
 
@@ -27,7 +33,7 @@ from dataclasses import dataclass, field
 import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import RedisClusterException
+from redis.exceptions import ClusterDownError, RedisClusterException
 
 from service.delivery import keys as keyspace
 from service.delivery.calls import RedisClient
@@ -37,7 +43,8 @@ NODE_DOWN: tuple[type[Exception], ...] = (
     redis.ConnectionError,
     redis.TimeoutError,
 )  # one node's, on a cluster
-TRIED_DOMAINS = 2  # slots or nodes failed, none reached, after which the walk is an outage
+TRIED_DOMAINS = 2  # masters failed, none reached, after which the walk is an outage
+CLUSTER_DOWN = "The cluster is down"  # a node's CLUSTERDOWN for every slot (its cluster_state fail)
 
 
 @dataclass
@@ -49,6 +56,8 @@ class Reach:
     missing: dict[str, Exception] = field(default_factory=dict)  # schedule id -> why not reached
     answered: set[str] = field(default_factory=set)  # schedules that answered (gone, or refusing, too)
     _failed: dict[Hashable, Exception] = field(default_factory=dict, init=False)  # slot or node -> error
+    _masters: set[Hashable] = field(default_factory=set, init=False)  # masters a failure counted for
+    _down: Exception | None = field(default=None, init=False)  # a node's "cluster is down": every slot
 
     @property
     def catches(self) -> tuple[type[Exception], ...]:
@@ -71,6 +80,9 @@ class Reach:
     def passed_over(self, schedule_id: str) -> bool:
         """Whether ``schedule_id``'s slot or node failed already in this walk: then it is recorded
         missing with that error, and not asked."""
+        if self._down is not None:
+            self.missing[schedule_id] = self._down
+            return True
         if not self._failed:
             return False
         for domain in (self._slot(schedule_id), self._node(schedule_id)):
@@ -81,14 +93,21 @@ class Reach:
 
     def missed(self, schedule_id: str, error: Exception) -> None:
         """Record ``error`` (one of ``catches``) for ``schedule_id`` and its slot, or its node when the
-        node did not answer; raise it when the walk has reached nothing on ``TRIED_DOMAINS`` of them.
+        node did not answer, or every schedule when a node said the cluster is down; raise it when the
+        walk has reached nothing and that is the cluster down or ``TRIED_DOMAINS`` masters failed.
         A schedule that answered earlier in the walk (its settings read) and fails now is not reached:
         counted as answered, a claim that failed on the only schedule was no outage, an empty answer."""
         self.missing[schedule_id] = error
         self.answered.discard(schedule_id)
-        node = self._node(schedule_id) if isinstance(error, NODE_DOWN) else None
-        self._failed[node if node is not None else self._slot(schedule_id)] = error
-        if not self.reached and len(self._failed) >= TRIED_DOMAINS:
+        if cluster_down(error):
+            self._down = error
+            if not self.reached:
+                raise error
+            return
+        node, slot = self._node(schedule_id), self._slot(schedule_id)
+        self._failed[node if isinstance(error, NODE_DOWN) and node is not None else slot] = error
+        self._masters.add(slot if node is None else node)  # a slot the client sends nowhere: its own
+        if not self.reached and len(self._masters) >= TRIED_DOMAINS:
             raise error
 
     def outage(self) -> Exception | None:
@@ -110,3 +129,16 @@ class Reach:
         except RedisClusterException:  # its slot map short of the slot
             return None
         return None if node is None else ("node", node.name)
+
+
+def cluster_down(error: BaseException) -> bool:
+    """Whether ``error`` is, or was raised while handling, a node's "CLUSTERDOWN The cluster is down"
+    (the cluster client raises its own "slots not covered" after it, the node's error its context)."""
+    seen: BaseException | None = error
+    for _ in range(4):  # the client's error, the node's under it: a short chain
+        if seen is None:
+            return False
+        if isinstance(seen, ClusterDownError) and CLUSTER_DOWN in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

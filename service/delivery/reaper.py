@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import redis
 
@@ -44,7 +44,11 @@ LOGGED_WORKERS = 16  # worker ids named per lapse line; a whole node lost is sti
 
 
 def reap_all(
-    delivery: Delivery, now_ms: int | None = None, unserved: list[Exception] | None = None
+    delivery: Delivery,
+    now_ms: int | None = None,
+    unserved: list[Exception] | None = None,
+    reach: Reach | None = None,
+    last: Collection[str] = (),
 ) -> dict[str, ReapReport]:
     """One pass over the active schedules that may hold a lapsed lease (``Delivery.due_for_reaping``);
     expired schedules are dropped from the index.
@@ -59,10 +63,15 @@ def reap_all(
     was an error line a pass for each schedule due while a master failed over; raised at once, it
     ended the pass, and a schedule of a served slot due after it was never reaped (a master down: so
     until it came back, measured: helper claimslot48).
+
+    The schedules in ``last`` (the last pass's ``reach.missing``: ``Reaper`` keeps them) are reaped
+    after the others due, and the caller's ``reach`` tells what this pass missed, also when it raised
+    as an outage: in the due order, two schedules of failed masters first raised every pass before
+    any served schedule was reaped (helper reaper49).
     """
     reports: dict[str, ReapReport] = {}
-    reach = Reach(delivery.client, delivery.prefix)
-    for schedule_id in delivery.due_for_reaping(now_ms):
+    reach = Reach(delivery.client, delivery.prefix) if reach is None else reach
+    for schedule_id in _missed_last(delivery.due_for_reaping(now_ms), last):
         if reach.passed_over(schedule_id):  # its slot or master failed already this pass
             continue
         try:
@@ -82,6 +91,12 @@ def reap_all(
     if unserved is not None:
         unserved += errors
     return reports
+
+
+def _missed_last(due: list[str], last: Collection[str]) -> list[str]:
+    """``due`` with the schedules of ``last`` moved to its end, each part in its own order."""
+    missed = set(last)
+    return [sid for sid in due if sid not in missed] + [sid for sid in due if sid in missed]
 
 
 class Reaper:
@@ -104,6 +119,7 @@ class Reaper:
         self.passes = 0  # completed passes, for health checks and tests
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._missed: set[str] = set()  # the last pass's schedules not reached: reaped last
 
     def start(self) -> Reaper:
         """Start reaping in the background."""
@@ -148,9 +164,16 @@ class Reaper:
 
     def _pass(self) -> None:
         """One pass over every active schedule; lapsed leases reported and logged; then the first
-        error of a cluster slot not served now, if any (the outage ``_run`` logs once)."""
+        error of a cluster slot not served now, if any (the outage ``_run`` logs once). What it did
+        not reach, also when it raised, goes last in the next pass."""
         unserved: list[Exception] = []
-        for schedule_id, report in reap_all(self.delivery, unserved=unserved).items():
+        reach = Reach(self.delivery.client, self.delivery.prefix)
+        try:
+            reports = reap_all(self.delivery, unserved=unserved, reach=reach, last=self._missed)
+        finally:
+            if reach.missing or reach.answered:  # the walk ran: not a failed read of what is due
+                self._missed = set(reach.missing)
+        for schedule_id, report in reports.items():
             if report.requeued or report.dead_lettered:
                 if self.on_reap is not None:
                     self.on_reap(report)

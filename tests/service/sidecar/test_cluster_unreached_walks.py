@@ -234,23 +234,33 @@ def test_a_claim_whose_settings_reads_answered_is_no_outage_at_two_unserved_slot
     assert [h.lease.key for h in claimed] == ["aaa#0"]
 
 
+def _two_masters(cluster: LocalCluster) -> str:
+    """An id starting "m" on none of the masters of ``aaa``, ``zzz`` and the inbox: with ``aaa``'s,
+    its slot's failure is a second master's (one master's slots count once toward an outage)."""
+    taken = {_owner(cluster, keys.schedule_keys(sid).meta) for sid in ("aaa", "zzz")}
+    taken.add(_owner(cluster, keys.inbox("w")))
+    free = next(node.port for node in cluster.nodes if node.port not in taken)
+    return _on(cluster, "m", free, True)
+
+
 def test_a_heartbeat_whose_first_two_slots_fail_reaches_the_others_at_the_next_beat(
     cluster: LocalCluster,
 ) -> None:
-    """``aaa``'s and ``mmm``'s slots unserved, first in the walk: the first beat is an outage (two
-    slots failed, none reached), and the next walks them last, so ``zzz``'s lease is extended. Before,
-    the outage left the order as it was: every beat failed on the same two first, and ``zzz``'s lease,
-    its slot served, lapsed under the sidecar still running it."""
+    """``aaa``'s and ``mmm``'s slots unserved, on two masters, first in the walk: the first beat is an
+    outage (two masters failed, none reached), and the next walks them last, so ``zzz``'s lease is
+    extended. Before, the outage left the order as it was: every beat failed on the same two first, and
+    ``zzz``'s lease, its slot served, lapsed under the sidecar still running it."""
     cluster.flushall()
-    for sid in ("aaa", "mmm", "zzz"):  # claimed, so walked, in this order
+    mmm = _two_masters(cluster)
+    for sid in ("aaa", mmm, "zzz"):  # claimed, so walked, in this order
         publish(Delivery(cluster.client()), sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=60_000)
         time.sleep(0.002)
     session = _session(cluster)
     held = {h.lease.schedule_id: h for h in asyncio.run(session.claim(3))}
-    assert sorted(held) == ["aaa", "mmm", "zzz"]
+    assert sorted(held) == sorted(["aaa", mmm, "zzz"])
     before = held["zzz"].lease.deadline_ms
     time.sleep(0.01)  # the server's clock moves on: a refreshed deadline is later
-    taken = [unserve(cluster, sid) for sid in ("aaa", "mmm")]
+    taken = [unserve(cluster, sid) for sid in ("aaa", mmm)]
     try:
         asyncio.run(session.heartbeat())
         first_failed = session.heartbeats_failing
@@ -269,16 +279,18 @@ def test_a_heartbeat_whose_first_two_slots_fail_reaches_the_others_at_the_next_b
 def test_a_claim_whose_first_two_slots_fail_claims_from_the_others_at_the_next_claim(
     cluster: LocalCluster,
 ) -> None:
-    """Every schedule's settings read, ``aaa``'s and ``mmm``'s slots then unserved: the first claim is
-    an outage (two slots failed, none reached), and the next walks them last and leases from ``zzz``.
-    Before, every claim failed on the same two first: the sidecar leased nothing while they lasted."""
+    """Every schedule's settings read, ``aaa``'s and ``mmm``'s slots then unserved, on two masters: the
+    first claim is an outage (two masters failed, none reached), and the next walks them last and
+    leases from ``zzz``. Before, every claim failed on the same two first: the sidecar leased nothing
+    while they lasted."""
     cluster.flushall()
-    for sid in ("aaa", "mmm", "zzz"):  # oldest first in the inbox, in this order
+    mmm = _two_masters(cluster)
+    for sid in ("aaa", mmm, "zzz"):  # oldest first in the inbox, in this order
         publish(Delivery(cluster.client()), sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=60_000)
         time.sleep(0.002)
     session = _session(cluster)
     asyncio.run(session.schedules())
-    taken = [unserve(cluster, sid) for sid in ("aaa", "mmm")]
+    taken = [unserve(cluster, sid) for sid in ("aaa", mmm)]
     try:
         with pytest.raises(RedisClusterException):
             asyncio.run(session.claim(1))
