@@ -8,6 +8,7 @@ from redis.exceptions import AskError, ClusterDownError, ClusterError, RedisClus
 from scheduler.errors import InvalidInputError, SchedulerError
 
 __all__ = [
+    "NODE_DOWN",
     "REDIS_FAILED",
     "SLOT_NOT_SERVED",
     "InvalidInputError",
@@ -33,6 +34,10 @@ REDIS_FAILED: tuple[type[Exception], ...] = (redis.RedisError, RedisClusterExcep
 # every schedule (a reaper pass, a heartbeat) at the first of that slot. It is an outage of that slot's
 # schedules only: a walk skips them, goes on with the others, and tells the outage once it is over.
 SLOT_NOT_SERVED: tuple[type[Exception], ...] = (ClusterDownError, TryAgainError, RedisClusterException)
+# One node not answering, on a Redis Cluster (its process gone: connection refused, after the client's
+# retries; or a timeout): its slots' keys fail, the other masters' answer (``reach.py``). On a single
+# Redis the same errors are the whole server.
+NODE_DOWN: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
 # Redis's answers that a cluster client raises only once its own retries are spent: a TimeoutError is
 # retried too (``RedisCluster.ERRORS_ALLOW_RETRY``), so the try before may have run the command, its
 # answer lost (CLUSTERDOWN as a slot's master fails over, TRYAGAIN mid-reshard, a redirect too many).

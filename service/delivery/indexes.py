@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import UnknownScheduleError
+from service.delivery.errors import NODE_DOWN, SLOT_NOT_SERVED, UnknownScheduleError
 from service.delivery.scripts import evaluate
 from service.delivery.views import DeliveryViews, text
 
@@ -133,14 +134,38 @@ class DeliveryIndexes(DeliveryViews):
         pipe.execute_command("EVAL", _PLANNING, 1, key, member, life_ms)
         pipe.execute()
 
-    def keep_planning(self, members: Mapping[int, Sequence[str]], life_ms: int) -> None:
+    def keep_planning(self, members: Mapping[int, Sequence[str]], life_ms: int) -> dict[int, Exception]:
         """Push ``enter_planning``'s entries (``members`` by step) of requests still alive to
         ``life_ms`` past now, where they are still there and that is later: a request that overruns
-        the life it was written for (``service.pipeline.step_keeper``). One round trip, any slots."""
+        the life it was written for (``service.pipeline.step_keeper``). One round trip, any slots.
+        Answers the steps not kept, each with its error: on a Redis Cluster only (a single Redis's
+        failure is raised), those whose slot or master did not answer.
+
+        A cluster's pipeline over several masters raised at one master down (connection refused) and
+        had sent nothing to the others (measured: reaper49): every step's entries lapsed under their
+        live requests while that master was down. So a cluster's pipeline that fails one node is sent
+        again step by step, each on its own, and the steps that answer are kept."""
         pipe = self.client.pipeline(transaction=False)
         for step, names in members.items():
             pipe.execute_command("EVAL", _KEEP, 1, keyspace.step_planning(step, self.prefix), life_ms, *names)
-        pipe.execute()
+        try:
+            pipe.execute()
+        except SLOT_NOT_SERVED + NODE_DOWN:
+            if not isinstance(self.client, RedisCluster):
+                raise
+            return self._keep_each(members, life_ms)
+        return {}
+
+    def _keep_each(self, members: Mapping[int, Sequence[str]], life_ms: int) -> dict[int, Exception]:
+        """``keep_planning`` on a cluster, a call per step: the steps whose call failed, with its error."""
+        failed: dict[int, Exception] = {}
+        for step, names in members.items():
+            key = keyspace.step_planning(step, self.prefix)
+            try:
+                self.client.eval(_KEEP, 1, key, life_ms, *names)
+            except SLOT_NOT_SERVED + NODE_DOWN as error:
+                failed[step] = error
+        return failed
 
     def leave_planning(self, step: int, member: str) -> None:
         """Take back ``enter_planning``'s entry (the key goes with its last entry). One round trip."""

@@ -30,19 +30,14 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ClusterDownError, RedisClusterException
 
 from service.delivery import keys as keyspace
 from service.delivery.calls import RedisClient
-from service.delivery.errors import SLOT_NOT_SERVED
+from service.delivery.errors import NODE_DOWN, SLOT_NOT_SERVED
 
-NODE_DOWN: tuple[type[Exception], ...] = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-)  # one node's, on a cluster
 TRIED_DOMAINS = 2  # masters failed, none reached, after which the walk is an outage
 CLUSTER_DOWN = "The cluster is down"  # a node's CLUSTERDOWN for every slot (its cluster_state fail)
 

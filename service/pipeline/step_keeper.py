@@ -164,8 +164,16 @@ def _extended(ctx: Context, due: list[Kept], life_ms: int) -> tuple[list[Kept], 
     gone: list[Kept] = []
     try:
         if by_step:
-            ctx.delivery.keep_planning(by_step, life_ms)
-            pushed.extend(kept for kept in due if isinstance(kept, Entry))
+            failed = ctx.delivery.keep_planning(by_step, life_ms)  # a cluster's steps on a master down
+            pushed.extend(kept for kept in due if isinstance(kept, Entry) and kept.step not in failed)
+            if failed:
+                first = next(iter(failed.values()))
+                _log.warning(
+                    "%d steps' planning entries not extended: %s: %s",
+                    len(failed),
+                    type(first).__name__,
+                    first,
+                )
     except REDIS_FAILED as error:
         _log.warning("step's planning entries not extended: %s: %s", type(error).__name__, error)
     if marks:

@@ -1,0 +1,88 @@
+"""Live requests' step planning entries are kept on a real 3-master Redis Cluster with one master down
+(its process killed, the others serving: ``cluster-require-full-coverage no``).
+
+The keeper sends every step's keep in one non-transactional pipeline (``Delivery.keep_planning``). A
+cluster's pipeline that met the dead master raised and had sent nothing to the live ones: every
+step's entries lapsed under their live requests for as long as one master was down, and a retrain
+asked meanwhile fitted those steps without the parts still planning."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import cast
+
+import pytest
+from redis.cluster import RedisCluster
+
+from service.context import Context
+from service.delivery import Delivery, keys
+from service.pipeline.step_keeper import Entry, StepKeeper
+from service.redis_conn import RedisClient, connect
+from service.settings import Settings
+from tests.cluster import LocalCluster, serve_the_rest
+
+pytestmark = pytest.mark.slow
+SHORT_MS, LONG_MS = 10_000, 600_000
+
+
+@pytest.fixture(scope="module")
+def one_master_down() -> Iterator[tuple[LocalCluster, int]]:
+    """A cluster of this module's own, its last master killed; (the cluster, the dead master's port)."""
+    with LocalCluster() as cluster:
+        serve_the_rest(cluster)
+        dead = cluster.nodes[-1]
+        dead.kill()
+        yield cluster, dead.port
+
+
+def _steps(client: RedisClient) -> dict[int, int]:
+    """A step whose planning key is on each master: port -> step."""
+    steps: dict[int, int] = {}
+    assert isinstance(client, RedisCluster)
+    for step in range(1_000):
+        steps.setdefault(client.get_node_from_key(keys.step_planning(step)).port, step)  # type: ignore[no-untyped-call]
+    assert len(steps) == 3
+    return steps
+
+
+def _left_ms(client: RedisClient, step: int, member: str) -> float:
+    seconds, micros = client.time()
+    return float(client.zscore(keys.step_planning(step), member) or 0) - (seconds * 1000 + micros // 1000)
+
+
+def test_keep_planning_keeps_the_live_masters_steps_and_names_the_dead_ones(
+    one_master_down: tuple[LocalCluster, int],
+) -> None:
+    cluster, dead = one_master_down
+    delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))  # the service's
+    steps = _steps(delivery.client)
+    live = [step for port, step in steps.items() if port != dead]
+    for step in live:
+        delivery.enter_planning(step, f"part {step}", SHORT_MS)
+    failed = delivery.keep_planning({step: [f"part {step}"] for step in steps.values()}, LONG_MS)
+    assert list(failed) == [steps[dead]]
+    assert all(_left_ms(delivery.client, step, f"part {step}") > SHORT_MS for step in live)
+
+
+def test_the_keeper_extends_the_live_masters_entries_while_one_master_is_down(
+    one_master_down: tuple[LocalCluster, int],
+) -> None:
+    cluster, dead = one_master_down
+    delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))  # the service's
+    ctx = cast(Context, SimpleNamespace(delivery=delivery))
+    steps = _steps(delivery.client)
+    keeper = StepKeeper()
+    for step in steps.values():
+        if step != steps[dead]:
+            delivery.enter_planning(step, f"request {step}", SHORT_MS)
+        keeper.hold(ctx, Entry(step, f"request {step}"), life_s=0.0)  # due at the first tick
+    time.sleep(0.01)
+    keeper.tick()
+    for step in steps.values():
+        keeper.let_go(Entry(step, f"request {step}"))
+    left = [
+        _left_ms(delivery.client, step, f"request {step}") for port, step in steps.items() if port != dead
+    ]
+    assert min(left) > SHORT_MS  # pushed to the keeper's margin past now
