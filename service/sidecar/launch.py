@@ -32,6 +32,7 @@ from service.redis_conn import (
     masked_repr,
     refused,
     require_version,
+    short_retry,
 )
 from service.sidecar import early_stop, stop_relay
 from service.sidecar.hang_up import hang_up
@@ -127,7 +128,7 @@ def connected(options: SidecarOptions, wait: bool = False) -> tuple[Delivery, Ve
     client_args = _client_args(options)
     if options.cluster:  # a cluster client reads the slot map when built: wait for one that answers
         cluster = built_when_reachable(  # a stop is heard in its sleeps (``early_stop.pause``)
-            lambda: hangable_cluster(options.redis_url, **client_args),
+            lambda: hangable_cluster(options.redis_url, retry=short_retry(), **client_args),
             options.redis_url,
             sleep=early_stop.pause,
         )
