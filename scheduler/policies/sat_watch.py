@@ -22,11 +22,17 @@ reads no clock and stops on its limits only, as before. A cut solve returns what
 UNKNOWN, where the callers fall back), and the planner's next check gives the plan up: a search is
 cut only past the deadline, so a plan that is returned was never cut, and a replay's plan
 (``clock.frozen``) is the same plan.
+
+A registration whose clock or ``stop_search`` raises is logged and no longer watched (its solve ends
+on its own limits, as an unwatched one does); the others' readings go on. Neither raises today, but a
+raise in the shared thread ended it, and every other solve under way was then cut only at its limits
+until the next registration started the thread again (deadline49).
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import threading
 import time
@@ -41,6 +47,7 @@ POLL_S = 0.05  # the longest wait between two readings of a running solve's cloc
 LINGER_S = 1.0  # the thread reads on this long after the last solve before it sleeps
 
 _Solve = tuple[cp_model.CpSolver, float, Callable[[], float]]  # the solver, its deadline, its clock
+_log = logging.getLogger(__name__)
 
 
 class _Watch:
@@ -73,7 +80,7 @@ class _Watch:
             yield
         finally:
             with self._changed:
-                del self._solves[key]
+                self._solves.pop(key, None)  # gone already where its clock or stop raised
 
     def _run(self) -> None:
         idle_until = 0.0
@@ -82,9 +89,11 @@ class _Watch:
                 while not self._solves and time.monotonic() >= idle_until:
                     self._next_reading = math.inf
                     self._changed.wait()
-                solves, seen = list(self._solves.values()), self._registered
-            wait_s = _stopped_past(solves)
+                solves, seen = list(self._solves.items()), self._registered
+            wait_s, failed = _stopped_past(solves)
             with self._changed:
+                for key in failed:
+                    self._solves.pop(key, None)
                 if solves:
                     idle_until = time.monotonic() + LINGER_S
                 if self._registered == seen:  # none came since: nothing unread
@@ -92,16 +101,22 @@ class _Watch:
                     self._changed.wait(wait_s)
 
 
-def _stopped_past(solves: list[_Solve]) -> float:
-    """Stop each of ``solves`` whose deadline has passed; how long until the next reading."""
-    wait_s = POLL_S
-    for solver, deadline, wall in solves:
-        left_s = deadline - wall()
-        if left_s <= 0:
-            solver.stop_search()
-        else:
+def _stopped_past(solves: list[tuple[int, _Solve]]) -> tuple[float, list[int]]:
+    """Stop each of ``solves`` (by key) whose deadline has passed; how long until the next reading,
+    and the keys whose clock or stop raised (logged: the caller stops watching them)."""
+    wait_s, failed = POLL_S, []
+    for key, (solver, deadline, wall) in solves:
+        try:
+            left_s = deadline - wall()
+            if left_s <= 0:
+                solver.stop_search()
+        except Exception:  # one solve's clock or stop must not end the others' watch
+            _log.exception("watching a CP-SAT search's hard deadline failed; it ends on its own limits")
+            failed.append(key)
+            continue
+        if left_s > 0:
             wait_s = min(wait_s, left_s)
-    return wait_s
+    return wait_s, failed
 
 
 _WATCH = _Watch()
