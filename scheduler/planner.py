@@ -82,7 +82,8 @@ def prepare(request: PlanRequest) -> Prepared:
                 deadline=started + BOUND_SHARE * request.time_budget_s,
                 fluid_deadline=started + FLUID_SHARE * request.time_budget_s,
             )
-        keys = trajectory_keys(request.trajectories)
+        with giveup.stage("keys"):  # apart from the collection at the pause's end (deadline49)
+            keys = trajectory_keys(request.trajectories)
     return Prepared(request, problem, bound, started, time.perf_counter() - wall_started, keys)
 
 

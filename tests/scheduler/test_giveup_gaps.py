@@ -1,0 +1,143 @@
+"""The floor's last long passes check the caller's hard deadline inside them, and give every bit
+they gave unchecked (docs/experiments.md, deadline49).
+
+At 16,384 x 128 the longest stretches left between two checks were the problem's units (~4 ms of CPU
+in one pass), the lpt start's at-once pass over every queue (~7 ms) and the keys before the
+collector's run at the preparation's end (~2 ms, then the collection); at 32,768 x 256 also
+validation's key check (~7 ms) and the bound's first passes (~9 ms). Here the wall jumps past the
+deadline inside a pass, and the rest of the pass must not run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from itertools import islice
+from typing import Any
+
+import numpy as np
+import pytest
+
+from scheduler import at_once, clock, giveup, lowerbound, planner, validation
+from scheduler.benchgen import bench_request
+from scheduler.errors import DeadlinePassedError
+from scheduler.policies import lpt, problem
+from scheduler.policies.problem import Problem, build_problem
+from scheduler.types import PlanRequest
+from tests.scheduler.fake_clock import count_calls
+from tests.scheduler.test_giveup import DEADLINE, JumpingWall
+
+
+@pytest.fixture
+def wall() -> Iterator[JumpingWall]:
+    """The hard deadline's clock, 10 s before it until the test jumps it 0.25 s past."""
+    jumping = JumpingWall(DEADLINE - 10.0, DEADLINE + 0.25)
+    with clock.frozen(), giveup.reading(jumping):
+        yield jumping
+
+
+def _request(n: int = 1_024, workers: int = 16) -> PlanRequest:
+    return dataclasses.replace(bench_request(n, workers, seed=0), hard_deadline=DEADLINE)
+
+
+def test_the_problem_gives_up_between_its_slices_of_units(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
+) -> None:
+    monkeypatch.setattr(problem, "GIVE_UP_EVERY", 256)
+    built: list[int] = []
+    original = problem._new_unit
+
+    def unit(fields: Any) -> Any:
+        built.append(1)
+        wall.seconds = wall.after  # the deadline passes as the first unit is built
+        return original(fields)
+
+    monkeypatch.setattr(problem, "_new_unit", unit)
+    with pytest.raises(DeadlinePassedError) as raised:
+        planner.prepare(_request())
+    assert (raised.value.stage, len(built)) == ("problem", 256)  # one slice of the 1,024 built
+
+
+def _layout(built: Problem) -> tuple[list[Any], Any, Any, list[int]]:
+    """The lpt assignment's queues laid out longest first, as ``order_queues`` plays them at once."""
+    assignment = lpt.lpt_assignment(built)
+    flat = [u for units in assignment for u in units]
+    bounds = np.concatenate(([0], np.cumsum([len(units) for units in assignment]))).tolist()
+    order = at_once.longest_first_layout(
+        np.repeat(np.arange(len(assignment)), [len(units) for units in assignment]),
+        np.asarray(built.steps, dtype=np.int64)[flat],
+        np.asarray(flat, dtype=np.int64),
+        len(built.steps),
+    )
+    items = np.asarray(flat, dtype=np.int64)[order]
+    steps = np.asarray(built.steps, dtype=np.int64)[items]
+    prompts = np.asarray(built.prompts, dtype=np.int64)[items]
+    return list(built.costs), prompts, steps, bounds
+
+
+def test_the_at_once_pass_gives_up_between_its_blocks_of_queues(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
+) -> None:
+    monkeypatch.setattr(at_once, "GIVE_UP_ITEMS", 128)
+    built = build_problem(bench_request(1_024, 16, seed=0))
+    original = at_once.play_at_once
+    played: list[int] = []
+
+    def play(*args: Any) -> Any:
+        played.append(1)
+        wall.seconds = wall.after  # the deadline passes in the first block
+        return original(*args)
+
+    monkeypatch.setattr(at_once, "play_at_once", play)
+    with giveup.giving_up_at(DEADLINE), pytest.raises(DeadlinePassedError):
+        at_once.all_at_once_finishes(*_layout(built), False)
+    assert len(played) == 1  # of the 8 blocks of 128 items: none after the deadline
+
+
+@pytest.mark.parametrize(("n", "workers"), [(1_024, 16), (4_096, 32), (16_384, 128)])
+@pytest.mark.parametrize("reserve", [False, True])
+def test_the_blocks_give_every_finish_one_pass_gives_to_the_last_bit(
+    monkeypatch: pytest.MonkeyPatch, n: int, workers: int, reserve: bool
+) -> None:
+    """On the bench batches' lpt queues: blocks of 1 to 4,096 items against one pass of every queue."""
+    costs, prompts, steps, bounds = _layout(build_problem(bench_request(n, workers, seed=0)))
+    monkeypatch.setattr(at_once, "GIVE_UP_ITEMS", n + 1)
+    whole = at_once.all_at_once_finishes(costs, prompts, steps, bounds, reserve)
+    for items in (1, 100, 4_096):
+        monkeypatch.setattr(at_once, "GIVE_UP_ITEMS", items)
+        assert at_once.all_at_once_finishes(costs, prompts, steps, bounds, reserve) == whole
+
+
+def test_the_keys_are_checked_before_the_collection_after_the_preparation(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
+) -> None:
+    wall.jump_in(monkeypatch, planner, "trajectory_keys")
+    with pytest.raises(DeadlinePassedError) as raised:
+        planner.prepare(_request())
+    assert raised.value.stage == "keys"
+
+
+def test_validations_key_check_gives_up_between_its_slices_of_the_batch(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
+) -> None:
+    sliced: list[int] = []
+
+    def first_slice(column: Any, count: int) -> Any:
+        sliced.append(count)
+        wall.seconds = wall.after  # the deadline passes as the first slice of pairs is read
+        return islice(column, count)
+
+    monkeypatch.setattr(validation, "islice", first_slice)
+    with pytest.raises(DeadlinePassedError) as raised:
+        planner.prepare(_request(4_096, 32))
+    assert (raised.value.stage, sliced) == ("validation", [validation.GIVE_UP_EVERY])
+
+
+def test_the_bound_gives_up_between_its_first_passes_before_limit_a(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
+) -> None:
+    longest = count_calls(monkeypatch, lowerbound, "_longest")
+    wall.jump_in(monkeypatch, lowerbound, "planned_steps_array")
+    with pytest.raises(DeadlinePassedError) as raised:
+        planner.prepare(_request())
+    assert (raised.value.stage, longest) == ("bound", [])
