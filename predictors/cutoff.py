@@ -15,6 +15,11 @@ call costs LightGBM 0.15-0.35 ms of CPU besides its rows, 13-15% more CPU for th
 ``scheduler.giveup``'s hard deadline, for the same reason: the call is several frames below the
 caller (``Models.predict``, then ``LengthPredictor.predict``), whose signatures stay as they are.
 Scores are row by row, so chunked calls give exactly the scores one call gives.
+
+The history's fold before the model (``History.stats_before``: ~100 ms of CPU at 1 M rows where it
+folds them all again, a late report's or a capped history's) checks too, between its passes and its
+steps: a request cut there leaves the fold to ``Models.warm_later``, off the request path, so the
+next request of the step finds it done (docs/experiments.md, deadline49).
 """
 
 from __future__ import annotations
@@ -44,6 +49,11 @@ def checking(check: Callable[[], None] | None) -> Iterator[None]:
 def chunk_rows(rows: int) -> int:
     """Rows a booster call scores: ``CHUNK_ROWS`` where a check is set, else all ``rows`` (at least 1)."""
     return CHUNK_ROWS if _CHECK.get() is not None else max(1, rows)
+
+
+def is_set() -> bool:
+    """Whether this context's caller set a check (``checking``): its call may be cut short."""
+    return _CHECK.get() is not None
 
 
 def check() -> None:

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from predictors import cutoff
 from predictors.promptstats import PromptStats, resume_stats, stats_of
 from predictors.stepgroups import factorize
 from predictors.tracetable import IntArray, Trace, empty_trace
@@ -240,7 +241,9 @@ class History:
             # appends grow ``ids`` at its end (codes held keep theirs); a pruning replaces it
             with self._lock:
                 names = list(ids)
+            cutoff.check()  # a request's deadline: a full fold of 1 M rows is ~100 ms of CPU (deadline49)
             trace, joined_codes = self._joined_from(chunks, codes)
+            cutoff.check()
             stats = stats_of(trace, step, (joined_codes, names))
         else:
             stats = resume_stats(base, rows, step)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from predictors import cutoff
 from predictors.stepgroups import StepGroups, coded_first_seen, factorize, step_groups
 from predictors.tracetable import FloatArray, IntArray, Trace
 
@@ -209,6 +210,7 @@ def stats_of(trace: Trace, before: int, coded: tuple[IntArray, Sequence[str]] | 
         codes, index = factorize(past.prompt_id)
     else:
         codes, index = coded_first_seen(coded[0] if every else coded[0][earlier], coded[1])
+    cutoff.check()  # a request's deadline (``predictors.cutoff``) between the fold's passes (deadline49)
     fold = _Fold(index)
     _advance_steps(fold, past, codes)
     return fold.snapshot(before)
@@ -235,6 +237,7 @@ def _advance_steps(fold: _Fold, rows: Trace, codes: IntArray) -> None:
     if len(rows):
         groups = step_groups(rows, codes)
         for start, end in itertools.pairwise(_step_bounds(groups).tolist()):
+            cutoff.check()
             fold.advance(groups, slice(start, end), int(groups.step[start]))
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from predictors import cutoff
 from predictors.tracetable import FloatArray, IntArray, ObjArray, Trace
 
 UNIQUE_TABLE_ROWS = 8  # (step, prompt) keys are grouped by a table up to this many times the rows wide
@@ -89,30 +90,39 @@ class StepGroups:
 
 
 def step_groups(trace: Trace, codes: IntArray) -> StepGroups:
-    """Aggregate a trace by (prompt code, step) with bincounts (no Python loop over rows)."""
+    """Aggregate a trace by (prompt code, step) with bincounts (no Python loop over rows).
+
+    The caller's check (``predictors.cutoff``: a request's deadline) runs between the passes: at
+    1 M rows (a full re-fold) they took ~76 ms of CPU in one stretch (docs/experiments.md, deadline49)."""
     width = int(codes.max()) + 1 if len(codes) else 1
     step_code, steps = _step_codes(trace.step, width)
     uniq, inverse = _unique_inverse(step_code * width + codes)
+    cutoff.check()
     m = len(uniq)
     y = trace.output_tokens.astype(np.float64)
     logy = np.log(np.maximum(y, 1.0))
     n = np.bincount(inverse, minlength=m)
     maximum = np.full(m, -np.inf)
     np.maximum.at(maximum, inverse, y)
+    cutoff.check()
     known = ~np.isnan(trace.reward)
     cut = trace.truncated
     trunc_cap, trunc_len = np.zeros(m), np.zeros(m)
     np.maximum.at(trunc_cap, inverse[cut], np.where(trace.max_new_tokens > 0, trace.max_new_tokens, y)[cut])
     np.maximum.at(trunc_len, inverse[cut], y[cut])
+    cutoff.check()
+    total, sumsq = _sums(inverse, y, minlength=m), _sums(inverse, y * y, minlength=m)
+    log_sum, log_sumsq = _sums(inverse, logy, minlength=m), _sums(inverse, logy * logy, minlength=m)
+    cutoff.check()
     return StepGroups(
         prompt=uniq % width,
         step=uniq // width if steps is None else steps[uniq // width],
         n=n,
-        total=_sums(inverse, y, minlength=m),
+        total=total,
         maximum=maximum,
-        sumsq=_sums(inverse, y * y, minlength=m),
-        log_sum=_sums(inverse, logy, minlength=m),
-        log_sumsq=_sums(inverse, logy * logy, minlength=m),
+        sumsq=sumsq,
+        log_sum=log_sum,
+        log_sumsq=log_sumsq,
         truncated=_sums(inverse, cut, minlength=m).astype(np.int64),
         trunc_cap=trunc_cap,
         trunc_len=trunc_len,

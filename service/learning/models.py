@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from predictors import cutoff
 from predictors.history import History
 from predictors.model import FittedModel, complete_steps, fit
 from predictors.predictor import LengthPredictor, Predictions
@@ -128,10 +129,21 @@ class ModelService:
             return len(folded.rows)
 
     def predict(self, queries: QueryBatch | Sequence[Query], step: int, quantile: float) -> Predictions:
-        """Lengths at ``quantile`` from the freshest history and model version."""
+        """Lengths at ``quantile`` from the freshest history and model version.
+
+        Under a caller's check (``predictors.cutoff``) the fold and the model's chunks are cut at its
+        deadline, and a fold cut short is finished by ``warm_later``. ``refresh`` is not cut: its fold
+        of new actuals moves the stream's cursor and the history together (cut between, rows would be
+        lost or folded twice), and a version due to be loaded is what the request should predict with
+        (docs/experiments.md, deadline49)."""
         self.refresh()
         self._planned = step  # one assignment: atomic; concurrent plans are of one step
-        return self.predictor.predict(queries, step, quantile)
+        try:
+            return self.predictor.predict(queries, step, quantile)
+        except Exception:
+            if cutoff.is_set():  # cut at the caller's deadline, maybe in the history's fold: finish
+                self.warm_later(step)  # it off the request path, or every short deadline starts it anew
+            raise
 
     def warm(self, step: int) -> None:
         """Fold the history held now into what ``predict`` of ``step`` reads (``LengthPredictor.warm``)."""
