@@ -40,6 +40,11 @@ DAY_S = 86_400
 YEAR_S = 365 * DAY_S  # bounds past any real setting, inside what Redis EXPIRE and socket timeouts take
 MAX_REDIS_INTEGER = 2**63 - 1  # the largest count Redis takes (a C long long): XADD's MAXLEN
 SIDECAR_ONLY_VARIABLES = frozenset({"ROLLOUT_ENGINE_API_KEY"})  # read by the sidecar, not a setting
+# ``redis-acl``'s inputs, not settings (``service/delivery/acl.py`` reads them; a test holds the two
+# equal): deploy/compose exports them for its one-shot, and a shell that ran it warned at ``serve``.
+REDIS_ACL_VARIABLES = frozenset(
+    {"ROLLOUT_ACL_SERVICE_PASSWORD", "ROLLOUT_ACL_SIDECAR_PASSWORD", "ROLLOUT_ACL_DEFAULT_PASSWORD"}
+)
 # Names a user may guess for a setting that spelling alone would match with another: ROLLOUT_ENGINE
 # (the engine the fleet runs) is closest to the sidecar's ROLLOUT_ENGINE_API_KEY, a secret.
 MEANT = {"ROLLOUT_ENGINE": "ROLLOUT_DEFAULT_ENGINE"}
@@ -285,7 +290,11 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     pydantic-settings ignores such variables, so a misspelt one left the service on its default
     without a word: ``ROLLOUT_TRAINER_TOKEN`` (the singular a trainer's own code may
     use for its token) for ``ROLLOUT_TRAINER_TOKENS`` served a loopback service open to all."""
-    known = {f"ROLLOUT_{name.upper()}" for name in Settings.model_fields} | SIDECAR_ONLY_VARIABLES
+    known = (
+        {f"ROLLOUT_{name.upper()}" for name in Settings.model_fields}
+        | SIDECAR_ONLY_VARIABLES
+        | REDIS_ACL_VARIABLES
+    )
     names = os.environ if environ is None else environ
     lines = []
     for name in sorted(n for n in names if n.startswith("ROLLOUT_") and n not in known):
