@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from service.api.settling import Settling
+from service.logs import schedule_only_context
 from service.pipeline.deadline import Deadline
 from service.pipeline.publish_pace import FIXED_S
 from service.pipeline.served import after_publish
@@ -56,8 +57,9 @@ STOP_POLL_S = 0.05  # while a request waits for its bookkeeping's thread: how of
 
 @dataclass
 class _Tail:
-    """One request's bookkeeping: each step with what it does (for the log) and the context it was
-    queued in (its log lines carry the schedule's id), run in order; ``release`` always runs last."""
+    """One request's bookkeeping: each step with what it does (for the log) and the context it runs
+    in (the schedule's id it was queued under, nothing else: ``later``), run in order; ``release``
+    always runs last."""
 
     release: Callable[[], None]
     steps: list[tuple[str, contextvars.Context, Callable[[], object]]] = field(default_factory=list)
@@ -138,12 +140,16 @@ atexit.register(AFTER_PUBLISH.settle)
 def later(what: str, call: Callable[[], object]) -> None:
     """Bookkeeping after a publish (``what``: for the log's ``step published, but <what> failed``):
     queued for the request's answer to wait for only until its deadline (``bounded``), or run at once
-    where nothing collects it (a pipeline run outside the route)."""
+    where nothing collects it (a pipeline run outside the route, or a step queuing one of its own).
+    Queued in a context of its own, the schedule's id alone (``logs.schedule_only_context``): a copy of
+    the request's carried the stop's clock and ``NEVER``, the caller's hard deadline and the predict
+    stage's cutoff, so a step that checked one gave up, at the stop, bookkeeping handed to a daemon so
+    that it runs; and the request's collector, whose steps its thread had already read (stop49)."""
     tail = _COLLECTING.get()
     if tail is None:
         _logged(what, call)
         return
-    tail.steps.append((what, contextvars.copy_context(), call))
+    tail.steps.append((what, schedule_only_context(), call))
 
 
 def bounded(
