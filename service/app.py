@@ -24,7 +24,7 @@ from fastapi import FastAPI
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api import actuals, health, models, schedules
+from service.api import actuals, exit_guard, health, models, schedules
 from service.api.mark_hop import settle as settle_take_backs
 from service.api.plan_thread import settle as settle_given_ups
 from service.arrival import ArrivalStamp
@@ -47,6 +47,10 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 # started after it (``mark_hop.settle``, ``plan_thread.GIVEN_UP``), one each. docs/operations.md,
 # "Shutdown"; deploy/k8s/deployment.yaml's grace period covers it (tests/deploy/test_k8s_manifests.py).
 STOP_TIMEOUTS = 3
+# ... and past them, whatever still runs (a planning thread inside a Redis call: on a stalled Redis
+# Cluster up to 7 timeouts), the process is ended (``service/api/exit_guard.py``), one timeout later
+# than the stop's own waits may end, so that they are never cut.
+EXIT_TIMEOUTS = STOP_TIMEOUTS + 1
 # Every endpoint of ours, in one place so that create_app and the docs test see the same list.
 API_ROUTERS = (schedules.router, actuals.router, models.router, health.router)
 
@@ -104,6 +108,7 @@ def _stop(startup: Startup, timeout_s: float) -> None:
     stop that waited in turn for each took ~7 s at a 2 s timeout (the reaper alone 5 s), and closed
     the pool under the reaper's pass still running (``Bad file descriptor``)."""
     until = time.perf_counter() + timeout_s
+    exit_guard.arm(EXIT_TIMEOUTS * timeout_s)  # ``serve``'s process ends by then, whatever still runs
     startup.halt()
     cut = settle_take_backs(timeout_s)  # one timeout from now at most: ``until`` give or take
     cut += settle_given_ups(timeout_s, left_s=max(0.0, until - time.perf_counter()))
