@@ -54,9 +54,9 @@ class _Rotation:
             user = re.search(r"ACL SETUSER (\S+)", command)
             assert user is not None, command
             assert user[1] == SIDECAR.default_user, command
-            self.admin.execute_command("ACL", "SETUSER", user[1], f">{NEW}")
+            self.admin.acl_setuser(user[1], enabled=True, passwords=[f"+{NEW}"])  # >NEW; the user was on
         elif "ACL LOAD" in command:
-            self.admin.execute_command("ACL", "LOAD")
+            self.admin.acl_load()
         elif command.endswith("up redis-users") or command.endswith("up -d"):
             self.services["redis-users"]["environment"][SIDECAR.password_env] = NEW  # set in .env
             write_aclfile(self.cli, self.services, self.where)
