@@ -65,8 +65,11 @@ class StoppedBeforeRunError(SystemExit):
 def arm() -> None:
     """Have SIGTERM and SIGINT raise ``StoppedBeforeRunError`` until the run installs its own
     handlers (push mode's ``stop_relay``, pull mode's ``launch._pull_server``). The
-    command's first act, in the console script's process only."""
-    _held.clear()  # a stop held by an earlier command in this process (a test's) is not this one's
+    command's first act, in the console script's process only. Armed already (the console script's
+    entry arms them before the command line's imports), a stop held since is kept: it came in those
+    imports, and the command's arm cleared it, so the run never stopped for it (chaos12's soak)."""
+    if not armed():
+        _held.clear()  # a stop held by an earlier command in this process (a test's) is not this one's
     for sig in STOP_SIGNALS:
         signal.signal(sig, _stopped)
 
