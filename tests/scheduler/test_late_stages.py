@@ -71,11 +71,13 @@ def test_a_repair_move_whose_model_is_still_being_built_at_the_deadline_is_aband
     assert not solved
 
 
+@pytest.mark.parametrize("solved_until_s", [10.0, 1.0], ids=["past-the-deadline", "to-the-deadline-itself"])
 def test_a_repair_move_solved_up_to_the_deadline_is_not_ordered_after_it(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, solved_until_s: float
 ) -> None:
-    """The move's solve ends at the deadline (its wall limit): its workers' queues are not ordered
-    past it (``best_order``, each a play of candidate orders), and the move is dropped."""
+    """The move's solve ends at the deadline (its wall limit), past it or to the instant (a deadline
+    reached has passed): its workers' queues are not ordered past it (``best_order``, each a play of
+    candidate orders), and the move is dropped."""
     problem = build_problem(bench_request(1_024, 16, seed=1))
     with clock.frozen():
         assignment, _, _ = lpt.lpt_start(problem, False, 1.0, True)
@@ -89,7 +91,7 @@ def test_a_repair_move_solved_up_to_the_deadline_is_not_ordered_after_it(
 
     def solved_to_the_deadline(*args: Any) -> Any:
         moved = resolve(*args)
-        fake.seconds += 10.0
+        fake.seconds = solved_until_s
         return moved
 
     monkeypatch.setattr(exchange, "_resolve", solved_to_the_deadline)
@@ -179,30 +181,6 @@ def test_a_repair_solve_is_given_the_time_left_less_the_solvers_own_start_and_st
     assert limits == [pytest.approx(0.05 - exchange.SOLVE_STOP_S)]
     exchange._resolve(problem, assignment, finishes, group, exchange.SOLVE_STOP_S, seed=1)
     assert len(limits) == 1  # no solve with only the solver's start and stop left
-
-
-def test_a_repair_move_solved_to_the_deadline_itself_is_not_ordered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The deadline reached to the instant has passed: no queue of the move is ordered."""
-    problem = build_problem(bench_request(1_024, 16, seed=1))
-    with clock.frozen():
-        assignment, _, _ = lpt.lpt_start(problem, False, 1.0, True)
-    first, last = problem.active[0], problem.active[-1]
-    assignment[first], assignment[last] = assignment[first] + assignment[last], []  # one worker trails
-    queues = tuple(tuple(i for u in units for i in problem.units[u].members) for units in assignment)
-    finishes = tuple(problem.finishes(queues, False))
-    fake = ManualClock()
-    monkeypatch.setattr(clock, "now", fake.now)
-    resolve = exchange._resolve
-
-    def solved_to_the_deadline(*args: Any) -> Any:
-        moved = resolve(*args)
-        fake.seconds = 1.0  # the deadline, exactly
-        return moved
-
-    monkeypatch.setattr(exchange, "_resolve", solved_to_the_deadline)
-    ordered = count_calls(monkeypatch, exchange, "best_order")
-    assert exchange.improve(problem, assignment, queues, finishes, False, 1.0, seed=1) is None
-    assert not ordered
 
 
 @pytest.mark.parametrize(("deadline_s", "handed"), [(0.8, False), (0.9, True)])
