@@ -14,10 +14,6 @@ after Redis resumed).
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,13 +26,12 @@ import redis
 from service.api.stopping import GIVEN_UP_LOG
 from service.delivery import Delivery
 from service.embedded import EmbeddedServer
-from service.ports import free_port
 from tests.service.api.slow_plan import STARTED
+from tests.service.api.stopped_child import serving, stopped_under_pause
 from tests.service.api_helpers import batch_body
-from tests.service.polling import until_status
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[3]
+SLOW_SERVE = "tests.service.api.slow_plan"  # ``serve`` whose lpt plan spends its budget in checked parts
 WAIT_S = 120.0  # a bound against never, for a loaded host
 BUDGET_MS = 60_000  # the plan's: the most a request may ask
 PAUSE_MS = 30_000  # writes paused for half of it: main's exit came after both
@@ -61,43 +56,25 @@ def _post(url: str, answers: list[object]) -> None:
 def _stopped_mid_plan(server: EmbeddedServer, tmp_path: Path) -> tuple[str, bool]:
     """Run ``serve`` (command timeout 1 s), start the slow plan, pause writes once it runs, send
     SIGTERM. Returns the process's stderr, and whether writes were still paused once it had exited
-    (exit status 0: checked here)."""
-    port, started = free_port(), tmp_path / "started"
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env.update(ROLLOUT_REDIS_TIMEOUT_S="1", ROLLOUT_MODEL_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    env[STARTED] = str(started)
-    command = [sys.executable, "-m", "tests.service.api.slow_plan", "serve", "--redis-url", server.url]
-    proc = subprocess.Popen(
-        [*command, "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    (exit status 0: checked there)."""
+    started = tmp_path / "started"
     client = redis.Redis.from_url(server.url)
     answers: list[object] = []
-    post = threading.Thread(target=_post, args=(f"http://127.0.0.1:{port}", answers), daemon=True)
     try:
-        until_status(f"http://127.0.0.1:{port}/readyz", 200, proc, WAIT_S)
-        post.start()
-        deadline = time.monotonic() + WAIT_S
-        while not started.exists():
-            assert time.monotonic() < deadline, "no plan started"
-            assert proc.poll() is None, "serve ended before its plan started"
-            time.sleep(0.01)
-        client.client_pause(PAUSE_MS, all=False)
-        proc.send_signal(signal.SIGTERM)
-        _, logged = proc.communicate(timeout=WAIT_S)
-        paused = client.info("clients")["paused_reason"] == "client_pause"
+        with serving(SLOW_SERVE, server.url, tmp_path, 1.0, WAIT_S, **{STARTED: str(started)}) as (proc, url):
+            post = threading.Thread(target=_post, args=(url, answers), daemon=True)
+            post.start()
+            deadline = time.monotonic() + WAIT_S
+            while not started.exists():
+                assert time.monotonic() < deadline, "no plan started"
+                assert proc.poll() is None, "serve ended before its plan started"
+                time.sleep(0.01)
+            client.client_pause(PAUSE_MS, all=False)
+            stopped = stopped_under_pause(proc, client, WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
         client.client_unpause()
     post.join(WAIT_S)
-    assert proc.returncode == 0, logged
-    return logged, paused
+    return stopped
 
 
 def test_a_plan_running_at_the_stop_gives_up_and_the_exit_waits_for_no_budget(

@@ -16,10 +16,6 @@ resumes.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,11 +27,9 @@ import redis
 from service.delivery import Delivery
 from service.delivery.reaper import reap_all
 from service.embedded import EmbeddedServer
-from service.ports import free_port
+from tests.service.api.stopped_child import serving, stopped_under_pause
 from tests.service.delivery.conftest import schedule
-from tests.service.polling import until_status
 
-ROOT = Path(__file__).resolve().parents[3]
 WAIT_S = 60.0  # a bound against never, for a loaded host: met in about a second when right
 LEFT_OPEN = "Redis pool left open to the process's exit: the reaper's pass still on it"
 
@@ -54,33 +48,19 @@ def _stopped_mid_pass(
     ``pause_ms``, and queue behind the pause a schedule's publish and the lease of its one item, a
     lease that has lapsed already (the clock pinned at 0), then wait for the reaper's pass to be held
     too; send SIGTERM. Returns the process's stderr, and whether writes were still paused once it
-    had exited (exit status 0: checked here)."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env.update(ROLLOUT_REDIS_TIMEOUT_S=str(timeout_s), ROLLOUT_MODEL_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    command = [sys.executable, "-m", "service.cli", "serve", "--redis-url", server.url, "--port", str(port)]
-    proc = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    had exited (exit status 0: checked there)."""
     client = redis.Redis.from_url(server.url)
     lease = threading.Thread(target=_lapsed_lease, args=(server.url,))
     try:
-        until_status(f"http://127.0.0.1:{port}/readyz", 200, proc, WAIT_S)
-        client.client_pause(pause_ms, all=False)
-        lease.start()
-        _blocked(client, 2)  # the publish and the reaper's script
-        proc.send_signal(signal.SIGTERM)
-        _, logged = proc.communicate(timeout=WAIT_S)
-        paused = client.info("clients")["paused_reason"] == "client_pause"
+        with serving("service.cli", server.url, tmp_path, timeout_s, WAIT_S) as (proc, _):
+            client.client_pause(pause_ms, all=False)
+            lease.start()
+            _blocked(client, 2)  # the publish and the reaper's script
+            return stopped_under_pause(proc, client, WAIT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
         if lease.is_alive():
             client.client_unpause()
             lease.join()
-    assert proc.returncode == 0, logged
-    return logged, paused
 
 
 def _lapsed_lease(url: str) -> None:

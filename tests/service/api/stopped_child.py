@@ -1,0 +1,60 @@
+"""A ``serve`` child process stopped by SIGTERM while its Redis's writes are paused: the shutdown
+tests' one way to run it (``test_shutdown_plan``, ``test_shutdown_stalled``), so that each states only
+what it holds behind the pause and what the exit must show.
+
+The child gets the parent's environment less ``REDIS_URL`` and every ``ROLLOUT_*`` (a developer's
+shell must not change what the test runs), its command timeout, and a model dir of the test's own.
+A child still running when the test fails is killed, so no ``serve`` outlives its test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+
+from service.ports import free_port
+from tests.service.polling import until_status
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@contextmanager
+def serving(
+    module: str, redis_url: str, model_dir: Path, timeout_s: float, wait_s: float, **env: str
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``python -m module serve`` on ``redis_url`` with the command timeout ``timeout_s`` and ``env``
+    added, once its ``/readyz`` answers 200 (within ``wait_s``): the process and its base URL."""
+    port = free_port()
+    child_env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
+    child_env.update(
+        ROLLOUT_REDIS_TIMEOUT_S=str(timeout_s), ROLLOUT_MODEL_DIR=str(model_dir), PYTHONPATH=str(ROOT), **env
+    )
+    command = [sys.executable, "-m", module, "serve", "--redis-url", redis_url, "--port", str(port)]
+    proc = subprocess.Popen(
+        command, cwd=ROOT, env=child_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        until_status(f"{url}/readyz", 200, proc, wait_s)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def stopped_under_pause(proc: subprocess.Popen[str], client: redis.Redis, wait_s: float) -> tuple[str, bool]:
+    """SIGTERM to ``proc``, then its exit (within ``wait_s``, status 0: checked here): its stderr, and
+    whether ``client``'s server still had writes paused once it had exited."""
+    proc.send_signal(signal.SIGTERM)
+    _, logged = proc.communicate(timeout=wait_s)
+    paused = client.info("clients")["paused_reason"] == "client_pause"
+    assert proc.returncode == 0, logged
+    return logged, paused
