@@ -165,10 +165,15 @@ def cluster_client(redis_cluster: LocalCluster) -> Iterator[RedisCluster]:
     redis_cluster.flushall()
 
 
+def slot_of(schedule_id: str) -> int:
+    """The hash slot of ``schedule_id``'s keys (one slot a schedule: its scripts touch only it)."""
+    return key_slot(keys.schedule_keys(schedule_id).meta.encode())
+
+
 def unserve(cluster: LocalCluster, schedule_id: str) -> tuple[int, int]:
     """Every master drops ``schedule_id``'s slot (a master lost, a reshard under way): the real
     unserved slot the tests of a cluster's errors need; (the slot, the port of the master that held it)."""
-    slot = key_slot(keys.schedule_keys(schedule_id).meta.encode())
+    slot = slot_of(schedule_id)
     with redis.Redis(port=cluster.nodes[0].port) as client:
         owner = next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
     for node in cluster.nodes:
@@ -197,3 +202,12 @@ def serve_the_rest(cluster: LocalCluster) -> None:
     for node in cluster.nodes:
         with redis.Redis(port=node.port) as client:
             client.config_set("cluster-require-full-coverage", "no")
+
+
+@contextlib.contextmanager
+def partly_served() -> Iterator[LocalCluster]:
+    """A cluster of its own (not the session's: a test takes slots away, or a master down) that serves
+    its other slots while one has no master (``serve_the_rest``)."""
+    with LocalCluster() as local:
+        serve_the_rest(local)
+        yield local

@@ -15,15 +15,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 
-from service.delivery import Delivery, keys
+from service.delivery import Delivery
 from service.delivery.reaper import DEFAULT_INTERVAL_S, reap_all
 from service.delivery.records import TrajectoryResult
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.cluster import LocalCluster, serve, serve_the_rest, unserve
+from tests.cluster import LocalCluster, partly_served, serve, slot_of, unserve
 from tests.service.sidecar.procs import item, publish
 
 pytestmark = pytest.mark.slow
@@ -43,19 +42,14 @@ class _Clock:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     """A cluster of this module's own: its test takes a slot away, the others served meanwhile."""
-    with LocalCluster() as local:
-        serve_the_rest(local)
+    with partly_served() as local:
         yield local
-
-
-def _slot(schedule_id: str) -> int:
-    return key_slot(keys.schedule_keys(schedule_id).meta.encode())
 
 
 def test_a_kept_result_whose_slot_is_unserved_does_not_age_while_another_slot_answers(
     cluster: LocalCluster,
 ) -> None:
-    assert _slot("served") != _slot("unserved")
+    assert slot_of("served") != slot_of("unserved")
     cluster.flushall()
     for sid, key in (("served", "a"), ("unserved", "b")):
         publish(Delivery(cluster.client()), sid, {"w": [item(key, 0, 5)]}, lease_ttl_ms=int(TTL_S * 1000))
@@ -92,7 +86,7 @@ def test_a_heartbeat_extends_the_served_slots_leases_while_one_slot_is_unserved(
     while a reaper passes: ``aaa`` is said nothing of (its leases alone in outage), ``zzz`` is extended.
     Before, ``aaa``'s error ended the heartbeat's walk, and the reaper requeued ``zzz`` as lapsed under
     the sidecar still running it."""
-    assert _slot("aaa") != _slot("zzz")
+    assert slot_of("aaa") != slot_of("zzz")
     cluster.flushall()
     for sid in ("aaa", "zzz"):  # claimed, and heartbeated, in that order
         publish(Delivery(cluster.client()), sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=3000)

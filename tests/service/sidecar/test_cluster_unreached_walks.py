@@ -25,7 +25,7 @@ from service.delivery import Delivery, keys
 from service.delivery.reaper import reap_all
 from service.sidecar.holdings import Holdings, lease_id
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.cluster import LocalCluster, serve, serve_everywhere, serve_the_rest, unserve
+from tests.cluster import LocalCluster, partly_served, serve, serve_everywhere, slot_of, unserve
 from tests.service.sidecar.procs import item, publish
 
 pytestmark = pytest.mark.slow
@@ -34,8 +34,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     """A cluster of this module's own: its tests take a slot away, the others served meanwhile."""
-    with LocalCluster() as local:
-        serve_the_rest(local)
+    with partly_served() as local:
         yield local
 
 
@@ -43,15 +42,9 @@ def _session(cluster: LocalCluster) -> WorkerSession:
     return WorkerSession(Delivery(cluster.client()), Holdings(4), SessionSettings("w"))
 
 
-def _slot(schedule_id: str) -> int:
-    return key_slot(keys.schedule_keys(schedule_id).meta.encode())
-
-
 def _publish_both(cluster: LocalCluster, ttl_ms: int = 60_000) -> None:
     """``aaa`` then ``zzz`` (oldest first in the inbox, claimed and heartbeated in that order)."""
-    assert key_slot(keys.schedule_keys("aaa").meta.encode()) != key_slot(
-        keys.schedule_keys("zzz").meta.encode()
-    )
+    assert slot_of("aaa") != slot_of("zzz")
     cluster.flushall()
     for sid in ("aaa", "zzz"):
         publish(Delivery(cluster.client()), sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=ttl_ms)
@@ -141,8 +134,7 @@ def test_a_master_down_is_passed_over_by_the_heartbeat_the_claim_and_the_reaper(
     """One master's process killed (connection refused), the others serving: a heartbeat extends the
     leases on the others, a claim leases from them, and a reaper pass requeues their lapsed leases.
     Before, its ``ConnectionError`` (after the client's own retries, seconds) ended each walk there."""
-    with LocalCluster() as cluster:
-        serve_the_rest(cluster)
+    with partly_served() as cluster:
         indexes = {_owner(cluster, keys.inbox("w")), _owner(cluster, keys.active_index())}
         dead = next(node for node in cluster.nodes if node.port not in indexes)
         down, up = _on(cluster, "a", dead.port, True), _on(cluster, "z", dead.port, False)
@@ -218,7 +210,7 @@ def test_a_claim_whose_settings_reads_answered_is_no_outage_at_two_unserved_slot
     walk reached a schedule, so the claim leases from ``aaa``. Before, a settings read that answered
     was not counted as reached, and the second failed slot raised the claim as an outage."""
     cluster.flushall()
-    slots = {_slot(sid) for sid in ("aaa", "mmm", "zzz")} | {key_slot(keys.inbox("w").encode())}
+    slots = {slot_of(sid) for sid in ("aaa", "mmm", "zzz")} | {key_slot(keys.inbox("w").encode())}
     assert len(slots) == 4
     for sid in ("aaa", "mmm", "zzz"):  # oldest first in the inbox, in this order
         publish(Delivery(cluster.client()), sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=60_000)
