@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.line_index import Lines
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("scheduler", "predictors", "service")
 TOP_DIRS = (*PACKAGES, "tests", "deploy")
@@ -67,11 +69,13 @@ def doc_references(path: Path) -> Iterator[Reference]:
     shell line there runs ``python -m service.cli`` or reads ``deploy/compose.yaml`` as surely)."""
     text = path.read_text()
     name = str(path.relative_to(ROOT))
+    lines = Lines(text)
     for block in _FENCE.finditer(text):
-        yield from references_in(block.group(), name, _line(text, block.start()))
+        yield from references_in(block.group(), name, lines.of(block.start()))
     prose = _FENCE.sub(lambda block: "\n" * block.group().count("\n"), text)
+    lines = Lines(prose)
     for span in _MD_SPAN.finditer(prose):
-        yield from references_in(span.group(1), name, _line(prose, span.start(1)))
+        yield from references_in(span.group(1), name, lines.of(span.start(1)))
 
 
 def _docstrings(tree: ast.AST) -> Iterator[ast.Constant]:

@@ -25,6 +25,7 @@ from functools import cache
 from pathlib import Path
 
 from tests.doc_refs import PACKAGES, ROOT, TOP_DIRS, doc_files
+from tests.line_index import Lines
 
 _FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 _SPAN = re.compile(r"`([^`\n]+)`")
@@ -77,6 +78,7 @@ def _defined(path: Path) -> frozenset[str]:
 def short_references(path: Path) -> list[tuple[str, str, str]]:
     """``(where, module, name)`` for each ``module.name`` span of one doc's prose."""
     text = _FENCE.sub(lambda block: "\n" * block.group().count("\n"), path.read_text())
+    lines = Lines(text)
     found = []
     for span in _SPAN.finditer(text):
         match = _SHORT.match(span.group(1).strip())
@@ -84,7 +86,7 @@ def short_references(path: Path) -> list[tuple[str, str, str]]:
             continue
         module, name = match.groups()
         if module in _modules() and module not in NOT_MODULES:
-            where = f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, span.start()) + 1}"
+            where = f"{path.relative_to(ROOT)}:{lines.of(span.start())}"
             found.append((where, module, name))
     return found
 
@@ -98,8 +100,9 @@ def _file_names() -> frozenset[str]:
 def bare_files(path: Path) -> list[tuple[str, str]]:
     """``(where, name)`` for each span of one doc's prose that is a bare ``name.py``."""
     text = _FENCE.sub(lambda block: "\n" * block.group().count("\n"), path.read_text())
+    lines = Lines(text)
     return [
-        (f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, span.start()) + 1}", span.group(1).strip())
+        (f"{path.relative_to(ROOT)}:{lines.of(span.start())}", span.group(1).strip())
         for span in _SPAN.finditer(text)
         if _BARE_FILE.match(span.group(1).strip())
     ]

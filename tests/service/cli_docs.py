@@ -19,6 +19,8 @@ from pathlib import Path
 import typer
 from typer.core import TyperGroup
 
+from tests.line_index import Lines
+
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = "rollout-scheduler"
 HELP = "--help"  # click gives every command and group one
@@ -70,13 +72,15 @@ def command_lines(path: Path, commands: Collection[str] = ()) -> Iterator[Comman
     starting a span of two words or more (``predictor eval``) stands for the program's name and it."""
     text = path.read_text()
     name = str(path.relative_to(ROOT))
+    lines = Lines(text)
     for block in _FENCE.finditer(text):
-        first = text.count("\n", 0, block.start()) + 1
+        first = lines.of(block.start())
         yield from _block_lines(block.group().splitlines(), name, first)
     prose = _FENCE.sub(lambda block: "\n" * block.group().count("\n"), text)
+    lines = Lines(prose)
     for span in _SPAN.finditer(prose):
         words = span.group(1).split()
-        where = f"{name}:{prose.count(chr(10), 0, span.start()) + 1}"
+        where = f"{name}:{lines.of(span.start())}"
         if words and words[0] == PROGRAM:
             yield CommandLine(where, tuple(words[1:]))
         elif len(words) > 1 and words[0] in commands:
