@@ -145,9 +145,11 @@ def test_a_poll_longer_than_the_service_s_longest_long_poll_still_waits(
 
 
 def test_an_unreachable_service_is_a_retryable_scheduler_error() -> None:
+    """Retried through its outage allowance (a second here: the default minute proves no more), then
+    raised as the client's retryable error."""
     client = SchedulerClient(f"http://127.0.0.1:{free_port()}", timeout_s=2.0)
     with client, pytest.raises(ServiceUnreachableError) as unreachable:
-        client.progress("anything")
+        client.progress("anything", outage_s=1.0)
     assert unreachable.value.retryable
     assert isinstance(unreachable.value, SchedulerAPIError)
 
