@@ -64,7 +64,10 @@ def _typed(call: Call, client: SchedulerClient, allowed: tuple[type[BaseExceptio
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
-@pytest.mark.parametrize("examples", runs(80, 600, fixtures=False))
+# The slow run at 3x the default. It was 600 a call (4,800 draws, ~2 min of CI's test time on 2
+# cores); the one defect this fuzz found (a refusal nested past the decoder) has its own test in
+# test_client_answers.py, and an exploratory run at 8x found nothing more (docs/experiments.md).
+@pytest.mark.parametrize("examples", runs(80, 240, fixtures=False))
 def test_any_answer_to_a_call_is_its_typed_answer_or_a_scheduler_error(name: str, examples: settings) -> None:
     call, allowed, own = CALLS[name]
 
