@@ -15,12 +15,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import pytest
 
 from scheduler import clock
+from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
 from scheduler.policies import bandsearch, cpsat, lpt, robust_fast
 from scheduler.policies.base import Placement
+from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 from tests.scheduler.fake_clock import ManualClock, slow_lpt_phase
 from tests.scheduler.test_robust_fast import _request
 
@@ -81,3 +84,52 @@ def test_the_search_ends_early_enough_for_the_searched_plan_to_be_hedged_as_lpts
     assert planned.queues[2:] == ((), ())  # nothing on the Ascends: the at-once plan
     assert planned.status == "FALLBACK_LPT"
     assert fake.seconds <= BUDGET_S  # and within the budget
+
+
+def _near_kinds(seed: int) -> PlanRequest:
+    """22 prompts x 4 samples of 500-560 tokens each (a sample within 30% of its prompt's, p90 10%
+    above p50) on one A100 and one Ascend 910B, which hold it all at once: two kinds near enough in
+    speed that lpt's plan, placed again by kind, ends sooner over the at-once hedge's draws than the
+    fastest-kind-first candidate, while the plan the search balances on the predictions does not."""
+    rng = np.random.default_rng(seed)
+    batch = []
+    for p in range(22):
+        median = float(rng.uniform(500.0, 560.0))
+        for s in range(4):
+            p50 = median * float(rng.uniform(0.7, 1.3))
+            batch.append(Trajectory(f"q{p}", s, 150, 4_096, p50, {0.5: p50, 0.9: 1.1 * p50}))
+    workers = tuple(Worker(f"{kind}-0", device_profile(kind)) for kind in ("A100", "Ascend910B"))
+    return PlanRequest(
+        tuple(batch), Inventory(workers, model_preset("7b")), kv_admission=True, time_budget_s=60.0
+    )
+
+
+def _verdicts(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Per call of cpsat's ``at_once_hedge``, whether it returned the fastest-kind-first candidate."""
+    original = robust_fast.at_once_hedge  # the function cpsat calls
+    took: list[bool] = []
+
+    def judged(problem: Any, request: Any, placement: Placement, *rest: Any) -> Placement:
+        result = original(problem, request, placement, *rest)
+        took.append(result is not placement)
+        return result
+
+    monkeypatch.setattr(cpsat, "at_once_hedge", judged)
+    return took
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_a_searched_plan_the_at_once_candidate_beats_gives_way_to_lpts_own_plan_not_to_the_candidate(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """The candidate beat the searched plan, but lpt's plan had beaten the candidate on the same draws:
+    cpsat returned the candidate, labelled ``OPTIMAL``, 7% later than lpt's plan on the predictions
+    and later over those draws too (review49a)."""
+    request = _near_kinds(seed)
+    took = _verdicts(monkeypatch)
+    with clock.frozen():
+        cpsat_plan = plan(request, "cpsat")
+        lpt_plan = plan(request, "lpt")
+    assert took == [False, True]  # lpt's plan kept over the candidate; the searched plan was not
+    assert [w.items for w in cpsat_plan.workers] == [w.items for w in lpt_plan.workers]
+    assert cpsat_plan.status == "FALLBACK_LPT"
