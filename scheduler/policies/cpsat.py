@@ -47,7 +47,9 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
    search, as ``lpt`` does; where it took the candidate, the search ends that much earlier, so that
    a searched plan is judged against the same candidate (the service's 1,024 x 16 batches: a search
    that ran to its end returned its plan unjudged, 2.65x the bound over draws where lpt's ran 1.89x;
-   docs/experiments.md, budget49). (docs/solver.md numbers the steps
+   docs/experiments.md, budget49). A searched plan the candidate beats gives way to lpt's own plan
+   (``_lpts_own``), the candidate or lpt's plan as lpt's judgment chose on the same draws, not to the
+   candidate (review49a). (docs/solver.md numbers the steps
    finer: its 2-4 are 2 here, 5-7 are 3-5, 8-9 are 6, 10 is 7.)
 
 Every candidate is ordered and played through ``scheduler.finish``; the fastest is returned, so the
@@ -56,7 +58,7 @@ instead, for both policies alike). Hard constraints hold by construction: units 
 under prefix affinity, and a unit only ever goes to its allowed workers (pins, exclusions, KV fit).
 The time budget (``request.time_budget_s``) bounds the CP-SAT calls; status: the aggregate model's
 ``OPTIMAL``/``FEASIBLE`` when its plan won, ``FALLBACK_LPT`` when the lpt plan stayed best or the
-plan returned is the one ``lpt`` returns (``_honest``),
+plan returned is the one ``lpt`` returns (``_lpts_own``),
 ``BASELINE`` when the plan it would return finished later on the predictions than the length-blind
 plans (``scheduler.policies.blindbar``) and the faster of those was returned instead.
 """
@@ -122,11 +124,10 @@ class CpSatPolicy:
                 best = hedged(problem, request, best, spread, deadline, lpt_phase)
             with stage("at-once hedge"):
                 kept = at_once_hedge(problem, request, best, spread, deadline, lpt_phase) is best
-            if kept:  # over step 7's candidate, or not judged against it
+            if kept and best.queues != lpt_fast.queues:  # over step 7's candidate, or not judged
                 with stage("bar"):
-                    searched = _honest(best, lpt_fast)
-                    return barred(problem, request, searched, blind, "BASELINE", spread, deadline)
-            status = "FALLBACK_LPT"  # the candidate beat it: lpt's own plan, not the candidate (_lpts_own)
+                    return barred(problem, request, best, blind, "BASELINE", spread, deadline)
+            status = "FALLBACK_LPT"  # the candidate beat it, or it is lpt's plan: lpt's own (_lpts_own)
         final, first = _lpts_own(status, lpt_hedged, lpt_robust, lpt_fast)  # first: for the bar
         with stage("bar"):
             return barred(problem, request, final, blind, "BASELINE", spread, deadline, first)
@@ -271,28 +272,17 @@ def _lpts_own(
     """The plan ``lpt`` returns before its bar (``lpt_fast``: hedged, placed again, at-once hedged),
     labelled ``status``, and the plan the bar may give back (``lpt.placed_from``), as ``lpt`` has them.
 
-    Also where the at-once hedge judged the searched plan later than its fastest-kind-first candidate:
-    lpt's own judgment (``lpt_fast``) had been made on the same draws, so where it kept lpt's plan, that
-    plan ends sooner than the candidate too. Returning the candidate there gave a plan expected to end
-    later than lpt's over those draws, and later on the predictions, labelled ``OPTIMAL`` (22 prompts x 4
-    samples on an A100 and an Ascend 910B, p90 10% above p50: 9.78-10.17 s against lpt's 9.15-9.51 s
-    on the predictions, 8 batches of 10; docs/experiments.md, review49a)."""
+    Why, where the search found a plan of its own. The at-once hedge judges it against the
+    fastest-kind-first candidate, which does not depend on the plan it is given. Where the candidate
+    won, it was returned with the search's status (``OPTIMAL`` for a plan the search had not made;
+    budget49), and it was returned even where lpt's own judgment, made on the same draws, had kept
+    lpt's plan over it: a plan expected to end later than lpt's over those draws, and later on the
+    predictions (22 prompts x 4 samples on an A100 and an Ascend 910B, p90 10% above p50: 9.78-10.17 s
+    against lpt's 9.15-9.51 s, 8 batches of 10; docs/experiments.md, review49a). A searched plan that
+    is lpt's own gets lpt's ``first`` for the bar, as ``lpt`` gives it."""
     placed_first = Placement(lpt_hedged.queues, status, finish_s=lpt_hedged.finish_s)
     final = Placement(lpt_fast.queues, status, finish_s=lpt_fast.finish_s)
     return final, placed_from(placed_first, lpt_robust, lpt_fast)
-
-
-def _honest(final: Placement, lpt_fast: Placement) -> Placement:
-    """``final``, with status ``FALLBACK_LPT`` where it is lpt's own plan (``lpt_fast``: the lpt plan
-    hedged, placed again and at-once hedged, as ``lpt`` returns it before its bar).
-
-    Why. The at-once hedge judges a searched plan against the fastest-kind-first candidate, which
-    does not depend on the plan it is given: where that candidate wins (the service's batches that
-    run at once, with quantiles), the plan returned is the one ``lpt`` returns, and it was labelled
-    with the search's status (``OPTIMAL`` for a plan the search had not made; budget49)."""
-    if final.queues != lpt_fast.queues:
-        return final
-    return Placement(final.queues, "FALLBACK_LPT", finish_s=final.finish_s)
 
 
 def _found(status: str) -> str:
