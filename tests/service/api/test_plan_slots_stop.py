@@ -5,7 +5,9 @@ back, up to the plan queue's timeout, its planning thread and the process's exit
 from __future__ import annotations
 
 import threading
+import time
 
+import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
@@ -74,3 +76,34 @@ def test_the_apps_stop_refuses_the_requests_waiting_for_a_slot(live_settings: Se
     [refused] = answers
     assert isinstance(refused, UnavailableError)
     assert "replica is stopping" in str(refused)
+
+
+def _waiting(slots: PlanSlots) -> int:
+    """How many requests wait on ``slots``'s condition now (its waiters: CPython's ``Condition``)."""
+    return len(slots._changed._waiters)  # type: ignore[attr-defined]
+
+
+def test_every_request_waiting_in_line_at_the_stop_is_refused_then() -> None:
+    """Two wait behind the one slot: the stop wakes both, not one, and each is refused at once."""
+    slots, answers = PlanSlots(1, timeout_s=QUEUE_TIMEOUT_S), list[BaseException | float]()
+    with slots.hold():
+        waiting = [_in_line(slots, answers) for _ in range(2)]
+        deadline = time.monotonic() + BOUND_S
+        while _waiting(slots) < 2:
+            assert time.monotonic() < deadline, "the two requests did not wait in line"
+            time.sleep(0.01)
+        slots.stop()
+        for thread in waiting:
+            thread.join(BOUND_S)
+        assert not any(thread.is_alive() for thread in waiting)
+    assert [type(answer) for answer in answers] == [UnavailableError, UnavailableError]
+
+
+def test_a_request_refused_at_the_queues_timeout_takes_no_slot_with_it() -> None:
+    """Refused in line (no slot freed in its time), it took none: once the plan ahead gives its slot
+    back, the next request is planned at once."""
+    slots = PlanSlots(1, timeout_s=0.0)
+    with slots.hold(), pytest.raises(UnavailableError, match="busy: 1 plans running"), slots.hold():
+        pass
+    with slots.hold() as waited_s:
+        assert waited_s >= 0.0

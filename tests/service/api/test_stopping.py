@@ -64,3 +64,13 @@ def test_the_take_back_runs_in_line_until_the_stop_then_on_a_daemon_the_stop_wai
     finally:
         held.set()
         ran[-1].join(10.0)
+
+
+def test_a_callers_own_504_raised_after_the_stop_stays_its_504() -> None:
+    """A check of the caller's deadline itself (the predict stage's, the publish's reserve: no
+    planner's give-up behind it) that fires once the replica has stopped is still the caller's 504,
+    not the stop's 503: there is no planner's stage to name (review48a)."""
+    stopping = threading.Event()
+    stopping.set()
+    with pytest.raises(DeadlineExceededError, match="passed before"), planner_stops(stopping):
+        Deadline(time.perf_counter() - 1.0).check("it was planned (while it was predicted)")
