@@ -87,15 +87,13 @@ def test_scores_in_chunks_are_the_scores_of_one_call(
     assert np.array_equal(chunked.value, whole.value)
 
 
-@pytest.mark.parametrize("check", [None, lambda: None], ids=["none-set", "set"])
-def test_the_model_scores_its_rows_in_one_call_unless_a_check_is_set(
-    monkeypatch: pytest.MonkeyPatch, fitted: tuple[LengthPredictor, FittedModel, QueryBatch], check: Any
+@pytest.mark.parametrize("check", [None, lambda: None], ids=["unchecked", "checked"])
+def test_no_rows_are_scored_as_none_with_or_without_a_check(
+    fitted: tuple[LengthPredictor, FittedModel, QueryBatch], check: Any
 ) -> None:
-    """A call costs LightGBM CPU besides its rows: chunks only where a caller can cut them."""
-    predictor, model, batch = fitted
-    monkeypatch.setattr(cutoff, "CHUNK_ROWS", CHUNK)
-    scored = _scored_rows(monkeypatch, model.p90)
+    """Nothing to score is no chunk, not a chunk of no rows: an empty answer, no error."""
+    _, model, _ = fitted
+    features = np.empty((0, model.p50.num_feature()), dtype=np.float64)
     with cutoff.checking(check):
-        predictor.predict(batch, step=3)
-    assert sum(scored) == 60
-    assert max(scored) == (60 if check is None else CHUNK)
+        p50, p90 = model.predict(features, np.empty(0, dtype=np.float64))
+    assert len(p50) == len(p90) == 0

@@ -16,7 +16,7 @@ import pytest
 
 from scheduler import clock, giveup, lowerbound, planner, tailbands, validation
 from scheduler.benchgen import bench_request
-from scheduler.errors import DeadlinePassedError
+from scheduler.errors import DeadlinePassedError, InvalidInputError
 from scheduler.policies import bandcover, lpt, ordering, problem
 from scheduler.policies.problem import build_problem
 from scheduler.types import PlanRequest
@@ -115,3 +115,31 @@ def test_the_critical_workers_refinement_plays_no_candidate_past_the_hard_deadli
     with giveup.giving_up_at(DEADLINE), pytest.raises(DeadlinePassedError):
         ordering.refine_critical(built, queues, finishes, False, 1.0)
     assert not played
+
+
+def test_validation_reads_one_slice_of_the_batch_before_its_first_check(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
+) -> None:
+    """The deadline passes in the first slice: only ``GIVE_UP_EVERY`` trajectories were read."""
+    wall.jump_in(monkeypatch, validation, "_plain_run")
+    jumped, slices = validation._plain_run, list[tuple[int, int]]()
+
+    def read(trajectories: Any, largest: int, start: int, stop: int) -> int:
+        slices.append((start, stop))
+        return jumped(trajectories, largest, start, stop)
+
+    monkeypatch.setattr(validation, "_plain_run", read)
+    _gives_up_in("validation")
+    assert slices == [(0, validation.GIVE_UP_EVERY)]
+
+
+def test_a_bad_trajectory_first_in_a_slice_is_named() -> None:
+    """The slices meet end to end: the trajectory just past the first slice is read too."""
+    request = _request()
+    bad = validation.GIVE_UP_EVERY
+    trajectories = list(request.trajectories)
+    trajectories[bad] = dataclasses.replace(trajectories[bad], prompt_tokens=-1)
+    with pytest.raises(InvalidInputError, match="prompt_tokens"):
+        validation.validate_request(
+            dataclasses.replace(request, trajectories=trajectories, hard_deadline=None)
+        )

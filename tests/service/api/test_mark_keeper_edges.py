@@ -111,3 +111,82 @@ def test_a_hold_after_the_keeper_thread_died_of_a_base_exception_starts_another(
     finally:
         for schedule_id in ("first", "second"):
             keeper.let_go(step_keeper.InFlight(schedule_id, "r"))
+
+
+def test_a_tick_writes_only_what_is_due_and_what_it_pushed_is_not_due_again(
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mark with more than half of the margin left (40 s of 60) is not sent at a tick; one within
+    it is, once: pushed a whole margin on, it is not due at the next tick (no traffic per tick)."""
+    ctx = client.app.state.context
+    sent: list[str] = []
+    keep = ctx.delivery.keep_mark
+
+    def counted(schedule_id: str, *args: Any, **kwargs: Any) -> bool:
+        sent.append(schedule_id)
+        return bool(keep(schedule_id, *args, **kwargs))
+
+    monkeypatch.setattr(ctx.delivery, "keep_mark", counted)
+    keeper = StepKeeper()
+    try:
+        ctx.delivery.mark_planning("far", "r", 1_000)
+        ctx.delivery.extend_planning("far", "r", 40_000)
+        keeper.hold(ctx, step_keeper.InFlight("far", "r"), 40.0)
+        _held(keeper, ctx, "due")
+        far = _deadline_ms(redis_client, "far")
+        keeper.tick()
+        keeper.tick()
+        assert (sent, _deadline_ms(redis_client, "far")) == (["due"], far)
+    finally:
+        for schedule_id in ("far", "due"):
+            keeper.let_go(step_keeper.InFlight(schedule_id, "r"))
+
+
+def test_entries_redis_fails_to_keep_leave_the_marks_of_their_context_kept(
+    client: Any, redis_client: redis.Redis
+) -> None:
+    """The step's planning entries cannot be kept (their key of the wrong type): that failure is the
+    entries' alone, and the same context's due mark is still pushed on at the tick."""
+    ctx = client.app.state.context
+    keeper = StepKeeper()
+    entry = step_keeper.Entry(7, "broken")
+    try:
+        redis_client.set(keyspace.step_planning(7), "not a zset")
+        keeper.hold(ctx, entry, 20.0)
+        _held(keeper, ctx, "fine")
+        first = _deadline_ms(redis_client, "fine")
+        keeper.tick()
+        assert _deadline_ms(redis_client, "fine") > first + 30_000
+    finally:
+        keeper.let_go(entry)
+        keeper.let_go(step_keeper.InFlight("fine", "r"))
+        redis_client.delete(keyspace.step_planning(7))
+
+
+def test_a_mark_redis_failed_to_keep_beside_entries_kept_is_tried_again_at_the_next_tick(
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The context's entries were kept and its one mark's keep failed: the mark is not taken for
+    pushed on with them, so the next tick sends it again."""
+    ctx = client.app.state.context
+    sent: list[str] = []
+    keep = ctx.delivery.keep_mark
+
+    def counted(schedule_id: str, *args: Any, **kwargs: Any) -> bool:
+        sent.append(schedule_id)
+        return bool(keep(schedule_id, *args, **kwargs))
+
+    monkeypatch.setattr(ctx.delivery, "keep_mark", counted)
+    keeper = StepKeeper()
+    entry, mark = step_keeper.Entry(2, "held"), step_keeper.InFlight("broken", "r")
+    try:
+        ctx.delivery.enter_planning(2, "held", 1_000)
+        keeper.hold(ctx, entry, 1.0)
+        keeper.hold(ctx, mark, 20.0)
+        redis_client.set(keyspace.schedule_keys("broken").planning, "not a hash")
+        keeper.tick()
+        keeper.tick()
+        assert sent == ["broken", "broken"]
+    finally:
+        keeper.let_go(entry)
+        keeper.let_go(mark)

@@ -114,3 +114,13 @@ def test_marks_of_two_ids_are_kept_each_in_its_own_slot_on_redis_cluster(redis_c
     assert _kept(delivery, [("a", "r"), ("b", "r"), ("a", "gone")], 600_000) == [True, True, False]
     for schedule_id in ("a", "b"):
         assert client.pttl(keys.schedule_keys(schedule_id).planning) > 500_000
+
+
+def test_a_keep_landing_at_the_marks_deadline_itself_still_finds_it_live(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """A mark lives through the millisecond of its deadline (as the extend judges it): a keeper's tick
+    landing then pushes it on rather than leaving a live request's mark to lapse."""
+    _marked(delivery, "r", 10_000)
+    assert _kept(delivery, [("s", "r")], 60_000, now_ms=T0 + 10_000) == [True]
+    assert redis_client.hget(PLANNING, "r") == f"{T0}:{T0 + 70_000}"

@@ -75,3 +75,18 @@ def test_a_single_redis_connection_error_is_no_one_slots(redis_client: redis.Red
 
 def _nodes(client: RedisCluster) -> list[str]:
     return sorted({_node(client, sid) for sid in _ids(100)})
+
+
+def test_a_schedule_that_answered_then_failed_is_not_reached(redis_client: redis.Redis) -> None:
+    """Its settings were read, then its claim failed: the walk reached nothing, an outage, not an
+    empty answer (the claim that failed on the only schedule)."""
+    reach = Reach(redis_client)
+    reach.got("s0")
+    error = ClusterDownError("Hash slot not served")
+    reach.missed("s0", error)
+    assert (reach.reached, reach.outage()) == (False, error)
+
+
+def test_a_walk_over_no_schedules_is_no_outage(redis_client: redis.Redis) -> None:
+    """Nothing reached and nothing missed (an empty inbox, no schedule to reap): nothing to raise."""
+    assert Reach(redis_client).outage() is None

@@ -105,3 +105,21 @@ def test_an_unsettled_schedule_an_earlier_step_reported_does_not_hold_this_step_
     delivery.publish(schedule("old", {"w": 1}, ttl_ms=600_000))
     assert "old" in redis_client.zrange(keyspace.active_index(), 0, -1)
     assert over(LastStep(2, 0, reported.covered, frozenset({"s", "old"})), 2, delivery)
+
+
+def test_a_result_met_on_an_earlier_ones_read_is_not_looked_for_again(redis_client: redis.Redis) -> None:
+    """Two aborted results unreported: the one read first (an older release's record, its lease's
+    deadline past both) meets the other's result on its way down, which is then known to say
+    nothing: the step is over, not left open for a result no read finds twice."""
+    delivery = Delivery(redis_client)
+    delivery.publish(schedule("s", {"w": 3}, ttl_ms=600_000))
+    delivery.enter_step(2, "s", 3600)
+    reported, older, newer = delivery.claim("s", "w", 3)
+    assert delivery.complete(reported, TrajectoryResult(40)) is CompletionOutcome.ACCEPTED
+    for lease in (older, newer):
+        assert delivery.complete(lease, TrajectoryResult(0, "abort")) is CompletionOutcome.ACCEPTED
+    keys = keyspace.schedule_keys("s")
+    fields = str(redis_client.hget(keys.st, older.key)).split("|")
+    fields[3] = str(int(fields[3]) + 60_000)  # read first: its record names the latest millisecond
+    redis_client.hset(keys.st, older.key, "|".join(fields))
+    assert over(LastStep(2, 0, {"s": frozenset({reported.key})}, frozenset({"s"})), 2, delivery)
