@@ -141,5 +141,5 @@ def test_a_bad_trajectory_first_in_a_slice_is_named() -> None:
     trajectories[bad] = dataclasses.replace(trajectories[bad], prompt_tokens=-1)
     with pytest.raises(InvalidInputError, match="prompt_tokens"):
         validation.validate_request(
-            dataclasses.replace(request, trajectories=trajectories, hard_deadline=None)
+            dataclasses.replace(request, trajectories=tuple(trajectories), hard_deadline=None)
         )

@@ -147,3 +147,13 @@ def test_a_pause_with_no_stop_held_sleeps_as_long_as_asked(monkeypatch: pytest.M
     monkeypatch.setattr(early_stop, "time", SimpleNamespace(sleep=slept.append))
     early_stop.pause(2.5)
     assert slept == [2.5]
+
+
+@pytest.mark.usefixtures("armed")
+def test_a_stop_held_before_a_pause_stops_the_start_there_and_leaves_both_signals_ignored() -> None:
+    """Held while the failed try's error was handled, the stop is raised as the pause begins, and a
+    second signal then lands in an exit already under way."""
+    _stopped_while_handling(OSError("no node answers"))
+    with pytest.raises(early_stop.StoppedBeforeRunError):
+        early_stop.pause(WAIT_S)
+    assert _ignored()
