@@ -27,6 +27,7 @@ import numpy as np
 
 from predictors import cutoff
 from predictors.queries import Query, QueryBatch
+from scheduler import giveup
 from scheduler.errors import InvalidInputError
 from scheduler.gcpause import collector_paused
 from scheduler.planner import Prepared, plan, prepare
@@ -176,6 +177,7 @@ def _serve_valid(
             deadline.check(f"its plan was {'published' if body.publish else 'answered'}", reserve.publish_s)
             if body.publish:
                 idle = idle_learned(chosen, checked.time_scale_sources, checked.drained)
+                _not_stopped()
                 with reserve.publishing():
                     first = publish.publish(ids, chosen, plan_request, body, ctx, idle, response)
         if first is not None:  # lost a race for the id: the winner's answer, never this plan
@@ -183,6 +185,17 @@ def _serve_valid(
         response.timings = timings(clock.spent, (time.perf_counter() - started) * 1000.0)
         record(ctx, response, len(trajectories))
         return response
+
+
+def _not_stopped() -> None:
+    """Give up before the publish's call goes out where the replica stopped after the planner's last
+    check (``service/api/stopping.py``: the stop's clock is past every hard deadline): that step went
+    out for nobody (its handler cancelled; under a drawn id no retry finds it). Raised and answered as
+    the stop's other give-ups (503, the marks taken back), naming the "publish" stage. Without the
+    stop's clock (a request served outside the route: no hard deadline here) it reads nothing. A stop
+    that lands after it is a publish under way, which runs to its end."""
+    with giveup.stage("publish"):
+        pass
 
 
 def validate(body: ScheduleRequest, ctx: Context) -> Validated:
