@@ -18,13 +18,13 @@ before it (the body's rules, for a retry). Its take-back (``released``) then run
 stop waits for one command timeout at most (``plan_thread.GIVEN_UP``), not on the planning thread: a
 take-back is two Redis calls, each up to three timeouts on a stalled Redis.
 
-The publish stage checks the stop once more just before the publish's call goes out (``stages``), so a
-stop that came after the planner's last check publishes nothing either (a step that went out for
-nobody: under a drawn id no retry finds it). What it does not reach: a publish under way when the
-stop comes, one Lua call that Redis runs whole or not at all, whose reply says whether the step is out; it runs to its end, is answered as
-published, and the bookkeeping after it goes on on a daemon (``post_publish``). A thread inside a
-Redis call at the stop ends that call first; the process's exit is ended at its bound whatever still
-runs (``service/api/exit_guard.py``): docs/operations.md, "Shutdown".
+The publish stage checks the stop once more just before the publish's call goes out (``stages``), so a stop
+that came after the planner's last check publishes nothing either (a step that went out for nobody: under a
+drawn id no retry finds it). What it does not reach: a publish under way when the stop comes, one Lua call
+that Redis runs whole or not at all, whose reply says whether the step is out; it runs to its end, is
+answered as published, and the bookkeeping after it goes on on a daemon (``post_publish``). A thread inside
+a Redis call at the stop ends that call first; the process's exit is ended at its bound whatever still runs
+(``service/api/exit_guard.py``): docs/operations.md, "Shutdown".
 """
 
 from __future__ import annotations
