@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from service.delivery import keys as keyspace
-from service.pipeline import stages
+from service.pipeline import answer
 from tests.service.api_helpers import AppFactory, batch_body
 
 WAIT_S = 30.0  # a bound against never for the stop's daemon's take-back, not a speed
@@ -26,13 +26,13 @@ WAIT_S = 30.0  # a bound against never for the stop's daemon's take-back, not a 
 
 def _stop_while_answer_is_built(stop: threading.Event, monkeypatch: pytest.MonkeyPatch) -> None:
     """Set the replica's stop once the plan is made, as the answer is built before the publish."""
-    real = stages.respond
+    real = answer.respond
 
     def stopped_after_the_plan(*args: Any, **kwargs: Any) -> Any:
         stop.set()  # what ``Startup.halt`` sets
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(stages, "respond", stopped_after_the_plan)
+    monkeypatch.setattr("service.pipeline.stages.respond", stopped_after_the_plan)
 
 
 @pytest.mark.parametrize("chosen", ["stop-before-publish", None])
@@ -45,7 +45,7 @@ def test_a_stop_after_the_plan_publishes_nothing_and_is_answered_503(
     client = make_client()
     stop: threading.Event = client.app.state.stopping  # type: ignore[attr-defined]
     _stop_while_answer_is_built(stop, monkeypatch)
-    named = {} if chosen is None else {"schedule_id": chosen}
+    named: dict[str, Any] = {} if chosen is None else {"schedule_id": chosen}
     answer = client.post("/schedule", json=batch_body(step=7, policy="lpt", **named))
     assert (answer.status_code, stop.is_set()) == (503, True), answer.text
     assert "the replica is stopping" in answer.json()["detail"]
