@@ -20,11 +20,10 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
-from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterNode, RedisCluster
-from redis.retry import Retry
 
 from service.delivery.errors import REDIS_FAILED
+from service.delivery.retries import short_retry
 from service.delivery.stored import REPLY_DECODING
 from service.embedded import EmbeddedServer
 
@@ -66,17 +65,6 @@ def connect(settings: Settings) -> RedisClient:
     if settings.redis_cluster:
         return RedisCluster.from_url(settings.redis_url, **options)
     return redis.Redis.from_url(settings.redis_url, **options)
-
-
-def short_retry() -> Retry:
-    """The retries of every Redis client the service and its sidecars build: two, 20 and 40 ms apart.
-
-    A cluster client given none keeps redis-py's own (three, 1 s, 2 s and 4 s apart with jitter): a
-    call to a master that is down (its connection refused) then failed after ~4 s (3.3-4.7 s measured:
-    reaper49), paid once a walk (a sidecar's heartbeat, each claim, a reaper pass) before it went on
-    with the other masters' schedules. Failover is not the retries' to wait out: each failed call asks
-    the client for a new slot map, and the next call after a replica was promoted goes to it."""
-    return Retry(ExponentialBackoff(cap=0.2, base=0.02), retries=2)
 
 
 class RedisRefusedError(RuntimeError):

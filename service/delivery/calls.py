@@ -26,6 +26,7 @@ from service.delivery.errors import (
 from service.delivery.hangable import hangable, hangable_cluster
 from service.delivery.indexes import DeliveryIndexes
 from service.delivery.records import Lease, check_name
+from service.delivery.retries import short_retry
 from service.delivery.scripts import Scripts, evaluate, register
 from service.delivery.stored import REPLY_DECODING
 
@@ -53,9 +54,10 @@ class ScriptCalls(DeliveryIndexes):
     @classmethod
     def from_url(cls, url: str, prefix: str = keyspace.DEFAULT_PREFIX, cluster: bool = False) -> Self:
         """Connect to ``url`` (``redis://``, ``rediss://``, ACL user:password accepted); a client a
-        sidecar built so can hang up at its shutdown (``hangable``)."""
+        sidecar built so can hang up at its shutdown (``hangable``). A cluster client retries as the
+        service's (``short_retry``): redis-py's own cost ~3.5 s a call to a master that is down."""
         if cluster:
-            return cls(hangable_cluster(url, **REPLY_DECODING), prefix)
+            return cls(hangable_cluster(url, retry=short_retry(), **REPLY_DECODING), prefix)
         return cls(hangable(url, **REPLY_DECODING), prefix)
 
     def _call(self, script: Any, schedule_id: str, args: Sequence[Any]) -> Any:

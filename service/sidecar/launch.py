@@ -22,6 +22,7 @@ from service.delivery.errors import REDIS_FAILED
 from service.delivery.hangable import hangable, hangable_cluster
 from service.delivery.keys import DEFAULT_PREFIX
 from service.delivery.protocol import Delivery
+from service.delivery.retries import short_retry
 from service.delivery.stored import REPLY_DECODING
 from service.redis_conn import (
     RedisRefusedError,
@@ -32,7 +33,6 @@ from service.redis_conn import (
     masked_repr,
     refused,
     require_version,
-    short_retry,
 )
 from service.sidecar import early_stop, stop_relay
 from service.sidecar.hang_up import hang_up
