@@ -189,6 +189,7 @@ def run(settings: Settings) -> None:
 
     from service import logs
     from service.api import exit_guard
+    from service.api.cut_answer import cut_answered
     from service.app import create_app
     from service.embedded import EmbeddedServerError
     from service.redis_conn import redis_for
@@ -209,7 +210,7 @@ def run(settings: Settings) -> None:
     try:
         with redis_for(settings) as ready:  # a Redis Cluster is waited for by the app (service.startup)
             uvicorn.run(
-                create_app(ready),
+                cut_answered(create_app(ready)),  # a request the graceful wait cut: 503, not 500
                 host=ready.host,
                 port=ready.port,
                 log_config=None,

@@ -5,9 +5,10 @@ graceful wait (10 s, ``serve.GRACEFUL_SHUTDOWN_S``) ends (chaos12's soak, ``docs
 The plan gives up at the stop and publishes nothing (``test_shutdown_plan.py``), so the request
 changed no state and a retry elsewhere is safe; the answer must say so: a 503 (``Retry-After``), or
 no answer at all, both of which ``service.client`` retries. uvicorn cancels the handler it still
-waits on and, the response not begun, answers the cancel as an exception in the app: 500 Internal
+waits on and, the response not begun, answered the cancel as an exception in the app: 500 Internal
 Server Error, which the client does not retry (``SchedulerAPIError.retryable``), so a trainer's step
-failed at a rolling restart where a replica beside it would have planned it. chaos12's stop probe saw
+failed at a rolling restart where a replica beside it would have planned it; ``serve`` now answers it
+503 (``service/api/cut_answer.py``). chaos12's stop probe saw
 it on every request still waiting in line for the plan slot when the wait ended (5 of 14 stops);
 this test makes it every time with a plan that runs its whole budget in checked parts
 (``slow_plan.py``).
@@ -103,11 +104,6 @@ def _retried_by_the_client(answer: int | httpx.HTTPError) -> bool:
     return SchedulerAPIError(answer, {}).retryable
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="uvicorn answers the handler its graceful wait cancels 500 (chaos12); the fix is in the "
-    "stop's lane (plan_thread.run_to_end / serve), left to the lead",
-)
 def test_a_plan_cut_by_the_stop_is_answered_so_that_the_client_retries_it(
     server: EmbeddedServer, tmp_path: Path
 ) -> None:

@@ -1,0 +1,82 @@
+"""``serve``'s wrapper (``service/api/cut_answer.py``): a request cancelled before its response began,
+as uvicorn's graceful wait cancels it, is answered the stop's 503 (which the client retries), not
+uvicorn's 500; one whose response had begun keeps its cancel; other requests pass through untouched.
+The cancel is sent the way uvicorn sends it (``Task.cancel`` on the request's task)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from starlette.types import Message, Receive, Scope, Send
+
+from service.api.cut_answer import CUT_DETAIL, cut_answered
+from service.client.wire import SchedulerAPIError
+
+SCOPE: Scope = {"type": "http", "method": "POST", "path": "/schedule", "headers": []}
+
+
+async def _waits_for_ever(scope: Scope, receive: Receive, send: Send) -> None:
+    await asyncio.Event().wait()
+
+
+async def _begins_then_waits(scope: Scope, receive: Receive, send: Send) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await asyncio.Event().wait()
+
+
+async def _answers_200(scope: Scope, receive: Receive, send: Send) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
+def _cut(app: Any) -> list[Message]:
+    """Run the wrapped ``app`` on one request, cancel its task once it waits; what it sent."""
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def run() -> None:
+        task = asyncio.ensure_future(cut_answered(app)(SCOPE, receive, send))
+        await asyncio.sleep(0.01)
+        task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")  # uvicorn's words
+        await task
+
+    asyncio.run(run())
+    return sent
+
+
+def test_a_request_cut_before_its_response_is_answered_the_stops_503() -> None:
+    start, body = _cut(_waits_for_ever)
+    assert start["status"] == 503
+    assert (b"retry-after", b"1") in start["headers"]
+    problem = json.loads(body["body"])
+    assert (problem["type"].rsplit("/", 1)[1], problem["detail"]) == ("unavailable", CUT_DETAIL)
+    assert SchedulerAPIError(start["status"], problem).retryable
+
+
+def test_a_request_cut_after_its_response_began_keeps_its_cancel() -> None:
+    with pytest.raises(asyncio.CancelledError):
+        _cut(_begins_then_waits)
+
+
+def test_a_request_answered_passes_through_untouched() -> None:
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def run() -> None:
+        await cut_answered(_answers_200)(SCOPE, receive, send)
+
+    asyncio.run(run())
+    assert [m.get("status") for m in sent] == [200, None]
