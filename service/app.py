@@ -25,6 +25,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api import actuals, exit_guard, health, models, schedules
+from service.api.cut_answer import CutAnswer
 from service.api.mark_hop import settle as settle_take_backs
 from service.api.plan_thread import settle as settle_given_ups
 from service.arrival import ArrivalStamp
@@ -55,10 +56,13 @@ EXIT_TIMEOUTS = STOP_TIMEOUTS + 1
 API_ROUTERS = (schedules.router, actuals.router, models.router, health.router)
 
 
-def create_app(settings: Settings, clock: Callable[[], float] = time.perf_counter) -> FastAPI:
+def create_app(
+    settings: Settings, clock: Callable[[], float] = time.perf_counter, *, answer_cuts: bool = False
+) -> FastAPI:
     """Build the app for ``settings``; ``settings.redis_url`` must be set (``serve`` ensures it).
     ``clock``: what requests' arrivals, and the callers' deadlines counted from them, are read on
-    (``time.perf_counter``; a test's moves as it feeds a body)."""
+    (``time.perf_counter``; a test's moves as it feeds a body). ``answer_cuts`` (``serve``): a request
+    uvicorn's graceful wait cancels before its answer began is answered 503 (``CutAnswer``)."""
     metrics = Metrics()
     install_record_factory()
 
@@ -93,6 +97,8 @@ def create_app(settings: Settings, clock: Callable[[], float] = time.perf_counte
         app.add_middleware(HostAllowList, allowed=allowed, refusal=service_refusal)
     routes = [*app.router.routes, *(route for router in API_ROUTERS for route in router.routes)]
     app.state.routes = routes  # a 405's Allow names the methods of every route on its path
+    if answer_cuts:  # inside the metrics: a cut request is counted with the 503 it is answered
+        app.add_middleware(CutAnswer)
     # outside the limits: 413s are counted too
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, routes=routes)
     app.add_middleware(ArrivalStamp, clock=clock)  # outermost of all: before any body byte is read

@@ -8,11 +8,12 @@ raised before the response began as any exception: ``500 Internal Server Error``
 step failed at a rolling restart, though the request had published nothing and taken its marks back
 (chaos12: every request still in line for a plan slot when the wait ended, 5 of 14 stops).
 
-How. ``serve`` wraps the app (``cut_answered``): a cancel that reaches it before the response began is
-answered 503 (``Retry-After: 1``), which every client retries, and logged as one WARNING line. The
-cancel is not raised on: nothing above the app waits on it but uvicorn's own request task, which
-then ends, and the loop's end cancels whatever is still running again. Only ``serve`` wraps: an app
-inside a test's client is cancelled by the test, which sees its cancel.
+How. ``serve`` builds its app with this middleware (``create_app(answer_cuts=True)``), inside the metrics'
+one: a cancel that reaches it before the response began is answered 503 (``Retry-After: 1``), which every
+client retries, and logged as one WARNING line. The cancel is not raised on: nothing above the app waits on
+it but uvicorn's own request task, which then ends, and the loop's end cancels whatever is still running
+again. Only ``serve`` installs it: an app inside a test's client is cancelled by the test, which sees its
+cancel.
 
 What the 503 promises. A request cut while it waited for a plan slot or planned publishes nothing
 (the plan gives up at the stop, which follows the cancel: ``service/api/stopping.py``). A publish
@@ -38,12 +39,17 @@ CUT_DETAIL = (
 _log = logging.getLogger("service.http")
 
 
-def cut_answered(app: ASGIApp) -> ASGIApp:
-    """``app``, whose HTTP requests cancelled before their response began are answered the stop's 503."""
+class CutAnswer:
+    """Middleware: an HTTP request cancelled before its response began is answered the stop's 503.
+    Inside the metrics' middleware, so the request is counted and logged with the status it got."""
 
-    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request through; a cancel before its response began is answered 503, not raised."""
         if scope["type"] != "http":
-            await app(scope, receive, send)
+            await self.app(scope, receive, send)
             return
         started = False
 
@@ -53,7 +59,7 @@ def cut_answered(app: ASGIApp) -> ASGIApp:
             await send(message)
 
         try:
-            await app(scope, receive, sending)
+            await self.app(scope, receive, sending)
         except asyncio.CancelledError:
             if started:  # a response under way cannot be turned into another: uvicorn closes it
                 raise
@@ -67,5 +73,3 @@ def cut_answered(app: ASGIApp) -> ASGIApp:
                 headers={"Retry-After": "1"},
             )
             await cut(scope, receive, send)
-
-    return wrapped

@@ -189,7 +189,6 @@ def run(settings: Settings) -> None:
 
     from service import logs
     from service.api import exit_guard
-    from service.api.cut_answer import cut_answered
     from service.app import create_app
     from service.embedded import EmbeddedServerError
     from service.redis_conn import redis_for
@@ -210,7 +209,7 @@ def run(settings: Settings) -> None:
     try:
         with redis_for(settings) as ready:  # a Redis Cluster is waited for by the app (service.startup)
             uvicorn.run(
-                cut_answered(create_app(ready)),  # a request the graceful wait cut: 503, not 500
+                create_app(ready, answer_cuts=True),  # a request the graceful wait cut: 503, not 500
                 host=ready.host,
                 port=ready.port,
                 log_config=None,

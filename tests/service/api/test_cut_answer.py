@@ -1,4 +1,4 @@
-"""``serve``'s wrapper (``service/api/cut_answer.py``): a request cancelled before its response began,
+"""``serve``'s middleware (``service/api/cut_answer.py``): a request cancelled before its response began,
 as uvicorn's graceful wait cancels it, is answered the stop's 503 (which the client retries), not
 uvicorn's 500; one whose response had begun keeps its cancel; other requests pass through untouched.
 The cancel is sent the way uvicorn sends it (``Task.cancel`` on the request's task)."""
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from service.api.cut_answer import CUT_DETAIL, cut_answered
+from service.api.cut_answer import CUT_DETAIL, CutAnswer
 from service.client.wire import SchedulerAPIError
 
 SCOPE: Scope = {"type": "http", "method": "POST", "path": "/schedule", "headers": []}
@@ -43,7 +43,7 @@ def _cut(app: Any) -> list[Message]:
         return {"type": "http.request", "body": b"", "more_body": False}
 
     async def run() -> None:
-        task = asyncio.ensure_future(cut_answered(app)(SCOPE, receive, send))
+        task = asyncio.ensure_future(CutAnswer(app)(SCOPE, receive, send))
         await asyncio.sleep(0.01)
         task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")  # uvicorn's words
         await task
@@ -76,7 +76,7 @@ def test_a_request_answered_passes_through_untouched() -> None:
         return {"type": "http.request", "body": b"", "more_body": False}
 
     async def run() -> None:
-        await cut_answered(_answers_200)(SCOPE, receive, send)
+        await CutAnswer(_answers_200)(SCOPE, receive, send)
 
     asyncio.run(run())
     assert [m.get("status") for m in sent] == [200, None]
