@@ -1,9 +1,17 @@
 """``Lines`` numbers every offset as counting the newlines before it does (what the docs tests did
-before, quadratically): a finding's ``file:line`` stays where a reader finds it."""
+before, quadratically), and every docs helper that numbers its findings with it names the line each
+is written on: a finding's ``file:line`` stays where a reader finds it."""
 
 from __future__ import annotations
 
+from functools import cache
+
+import typer
+
+from tests.doc_refs import ROOT, doc_files, doc_references
 from tests.line_index import Lines
+from tests.service.cli_docs import PROGRAM, command_lines, command_tree, top_commands
+from tests.test_doc_short_refs import bare_files, short_references
 
 
 def test_every_offset_is_on_the_line_the_newlines_before_it_say() -> None:
@@ -12,3 +20,32 @@ def test_every_offset_is_on_the_line_the_newlines_before_it_say() -> None:
         assert [lines.of(at) for at in range(len(text) + 1)] == [
             text.count("\n", 0, at) + 1 for at in range(len(text) + 1)
         ], text
+
+
+@cache
+def _lines(name: str) -> list[str]:
+    return (ROOT / name).read_text().splitlines()
+
+
+def _on_its_line(where: str, text: str) -> bool:
+    """Whether ``text`` is written on the line ``where`` (``docs/sidecar.md:9``) names."""
+    name, number = where.rsplit(":", 1)
+    return text in _lines(name)[int(number) - 1]
+
+
+def test_every_finding_the_docs_helpers_read_is_on_the_line_they_name_it_by(cli: typer.Typer) -> None:
+    """Each helper numbers its findings through ``Lines`` over the text it matched in (a doc, or its
+    prose with the code blocks blanked): one numbering the prose's offsets on the doc's lines, or off
+    by one, sends a reader of a failure to the wrong line, and no check of the finding itself fails."""
+    commands = top_commands(command_tree(cli))
+    misplaced = []
+    for doc in doc_files():
+        misplaced += [ref for ref in doc_references(doc) if not _on_its_line(ref.where, ref.text)]
+        misplaced += [f for f in short_references(doc) if not _on_its_line(f[0], f"{f[1]}.{f[2]}")]
+        misplaced += [found for found in bare_files(doc) if not _on_its_line(*found)]
+        misplaced += [
+            line
+            for line in command_lines(doc, commands)
+            if not _on_its_line(line.where, line.words[0] if line.words else PROGRAM)
+        ]
+    assert misplaced == []
