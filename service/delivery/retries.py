@@ -12,9 +12,9 @@ from redis.retry import Retry
 
 
 def short_retry() -> Retry:
-    """Two retries, 20 and 40 ms apart.
+    """Two retries, 40 and 80 ms apart (redis-py computes the first wait after one failure: base x 2).
 
-    A cluster client given none keeps redis-py's own (three, 1 s, 2 s and 4 s apart with jitter): a
+    A cluster client given none keeps redis-py's own (ten, jittered, up to 1 s apart): a
     call to a master that is down (its connection refused) then failed after ~4 s (3.3-4.7 s measured:
     reaper49, review49b), paid once a walk (a sidecar's heartbeat, each claim, a reaper pass) before it
     went on with the other masters' schedules. Failover is not the retries' to wait out: each failed
