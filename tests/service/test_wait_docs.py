@@ -25,7 +25,8 @@ from service.settings import Settings
 from tests.deploy.manifests import containers_of, find_one, pod_spec
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-_TIMEOUT = "`ROLLOUT_REDIS_TIMEOUT_S`"
+# A bound as the runbook writes it: "**10 s + 3 (multiplication sign) `ROLLOUT_REDIS_TIMEOUT_S`**".
+_BOUND = r"\*\*(\d+) s \+ (\d+) \N{MULTIPLICATION SIGN} `ROLLOUT_REDIS_TIMEOUT_S`\*\*"
 
 
 def _flat(page: str, section: str) -> str:
@@ -53,12 +54,12 @@ def test_the_shutdown_bounds_the_runbook_gives_are_the_service_s() -> None:
     text = _flat("operations.md", "Shutdown")
     timeout_s = _default_timeout_s()
     graceful, stops, total, default = _said(
-        rf"\*\*(\d+) s \+ (\d+) × {_TIMEOUT}\*\* of the signal \((\d+) s at the default (\d+) s\)", text
+        _BOUND + r" of the signal \((\d+) s at the default (\d+) s\)", text
     )
     assert (float(default), int(graceful), int(stops)) == (timeout_s, GRACEFUL_SHUTDOWN_S, STOP_TIMEOUTS)
     assert float(total) == GRACEFUL_SHUTDOWN_S + STOP_TIMEOUTS * timeout_s
     graceful, exits, least, total = _said(
-        rf"\*\*(\d+) s \+ (\d+) × {_TIMEOUT}\*\* after the signal, the timeouts' part (\d+) s at least "
+        _BOUND + r" after the signal, the timeouts' part (\d+) s at least "
         rf"\((\d+) s at the default {default} s\)",
         text,
     )
@@ -92,7 +93,8 @@ def _waits(retry: redis.retry.Retry, monkeypatch: pytest.MonkeyPatch) -> list[fl
 
 def test_the_retries_the_sidecar_page_gives_are_the_clients(monkeypatch: pytest.MonkeyPatch) -> None:
     text = " ".join((DOCS / "sidecar.md").read_text().split())
-    count, first, second = _said(r"retries a call as the service's does, (\w+), (\d+) and (\d+) ms apart", text)
+    said = r"retries a call as the service's does, (\w+), (\d+) and (\d+) ms apart"
+    count, first, second = _said(said, text)
     waits = _waits(short_retry(), monkeypatch)
     assert {"once": 1, "twice": 2}.get(count) == len(waits) == 2
     assert [int(first) / 1000, int(second) / 1000] == pytest.approx(waits)
