@@ -147,3 +147,49 @@ def test_a_name_the_page_never_had_is_caught() -> None:
             ("r", "experiments", None, None, None, ("Tail migration",)),
         )
     )
+
+
+# ``docs/experiments.md, budget49``, ``docs/experiments.md, deadline48, deadline49``: the record's
+# entries named by the helper that wrote them (a lower-case name with a digit in it).
+_BY_HELPER = re.compile(r"docs/experiments\.md[,;]\s+((?:[a-z][a-z-]*\d[a-z0-9]*(?:,\s*|\s+and\s+)?)+)")
+_HELPER_NAME = re.compile(r"[a-z][a-z-]*\d[a-z0-9]*")
+# How the record names an entry's helper: ``(helper budget49, 2026-12-05)``, ``helper "quant4"``,
+# ``(helpers a1 and b2, ...)``.
+_SIGNED = re.compile(r'\bhelpers?\s+"?([a-z][\w-]*(?:(?:,\s*|\s+and\s+)[a-z][\w-]*)*)')
+
+
+@cache
+def _helpers() -> frozenset[str]:
+    """Every helper the record names as the writer of an entry."""
+    signed = _SIGNED.findall(_CONTINUATION.sub(" ", (DOCS / f"{RECORD}.md").read_text()))
+    return frozenset(name for names in signed for name in re.split(r",\s*|\s+and\s+", names))
+
+
+def _unsigned(sources: tuple[tuple[str, str], ...]) -> list[str]:
+    """``where: helper`` for each entry named by a helper that signed none."""
+    return [
+        f"{where}: no entry of docs/{RECORD}.md is signed by helper {name}"
+        for where, text in sources
+        for match in _BY_HELPER.finditer(_CONTINUATION.sub(" ", text))
+        for name in _HELPER_NAME.findall(match.group(1))
+        if name not in _helpers()
+    ]
+
+
+def test_every_entry_the_docs_and_docstrings_name_by_its_helper_is_in_the_record() -> None:
+    """A round's docs send the reader to the record by the helper that measured a claim
+    (``docs/experiments.md, review49a``): that helper signed an entry there."""
+    sources = tuple(
+        (str(path.relative_to(ROOT)), path.read_text())
+        for path in (*doc_files(), *source_files())
+        if path != HERE
+    )
+    assert sum(len(_BY_HELPER.findall(text)) for _, text in sources) > 20
+    assert _unsigned(sources) == []
+
+
+def test_an_entry_named_by_a_helper_who_signed_none_is_caught() -> None:
+    assert _unsigned((("a.md", "(docs/experiments.md, budget49, review49z)"),)) == [
+        f"a.md: no entry of docs/{RECORD}.md is signed by helper review49z"
+    ]
+    assert _unsigned((("b.md", "docs/experiments.md, deadline48 and deadline49"),)) == []
