@@ -20,7 +20,7 @@ import redis.retry
 from service.api.exit_guard import MIN_BOUND_S
 from service.app import EXIT_TIMEOUTS, STOP_TIMEOUTS
 from service.commands.serve import GRACEFUL_SHUTDOWN_S
-from service.redis_conn import short_retry
+from service.delivery.retries import short_retry
 from service.settings import Settings
 from tests.deploy.manifests import containers_of, find_one, pod_spec
 
