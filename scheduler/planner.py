@@ -133,6 +133,7 @@ def _planned(request: PlanRequest, chosen: Policy, prepared: Prepared) -> Plan:
         wall_time_s=prepared.spent_s + (time.perf_counter() - mark),
         kv_admission=request.kv_admission,
         dispatch_order=tuple([keys[i] for i in placement.dispatch_order]),
+        at_once=placement.at_once,
     )
 
 

@@ -113,6 +113,8 @@ class Plan:
     kv_admission: bool = False  # the sidecar/simulator should admit by projected KV peak
     dispatch_order: tuple[str, ...] = ()  # shared-queue policies (least_loaded): the one FIFO workers
     # pull from whenever a slot frees; empty for static plans, where each worker runs its own queue
+    at_once: str = ""  # the at-once hedge's verdict on this plan (``Placement.at_once``): "kept" or
+    # "fastest" where it judged, "unjudged" where the budget ran out first, "" where not asked
 
     def assignments(self) -> dict[str, tuple[str, ...]]:
         """Map worker id to its ordered trajectory keys."""

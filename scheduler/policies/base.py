@@ -24,6 +24,8 @@ class Placement:
     dispatch_order: tuple[int, ...] = ()  # shared-queue policies: the one FIFO every worker pulls from
     finish_s: tuple[float, ...] = ()  # predicted finish per worker, when the policy already played it
     # through scheduler.finish (the planner then skips doing it again); empty otherwise
+    at_once: str = ""  # what the at-once hedge did (``robust_fast``): "" not asked (no quantiles, one
+    # kind, queues in waves), "kept" or "fastest" (judged), "unjudged" (asked, out of budget)
 
 
 class BudgetSpent(Exception):  # noqa: N818 - a signal, not an error: the policy returns a plan

@@ -31,7 +31,7 @@ robin's on the predictions, were 0.62x round robin on the true lengths, and on t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -163,13 +163,19 @@ def barred(
     3.921 s (docs/experiments.md, bughunt8)."""
     chosen = _bar(problem, request, placement, blind, status, spread, deadline)
     if first is None or spread is None or chosen is placement or first.queues == placement.queues:
-        return chosen
+        return _reported(chosen, placement)
     if clock.now() >= deadline:  # no draw could be played: the bar's verdict stands
-        return chosen
+        return _reported(chosen, placement)
     draws = draw_matrix(spread, np.random.default_rng(request.seed), SAMPLES)
     points = first.finish_s or tuple(problem.finishes(first.queues, request.kv_admission))
     best = least_drawn(problem, first.queues, points, [chosen.queues], draws, request.kv_admission, deadline)
-    return first if best == 0 else chosen
+    return _reported(first if best == 0 else chosen, placement)
+
+
+def _reported(chosen: Placement, judged: Placement) -> Placement:
+    """``chosen`` saying what the at-once hedge did on the plan the bar was given (``judged``): the
+    report tells whether the hedge judged, whichever plan the bar returns."""
+    return chosen if chosen.at_once == judged.at_once else replace(chosen, at_once=judged.at_once)
 
 
 def _bar(

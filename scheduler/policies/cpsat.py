@@ -44,12 +44,13 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
 7. The fastest kind first (``robust_fast.at_once_hedge``, as ``lpt`` does too): with the same
    quantiles, where the whole batch runs at once, a plan keeping the longest samples on the fastest
    kind is kept instead when expected, over draws, to end sooner. Done for the lpt plan before the
-   search, as ``lpt`` does; where it took the candidate, the search ends that much earlier, so that
-   a searched plan is judged against the same candidate (the service's 1,024 x 16 batches: a search
-   that ran to its end returned its plan unjudged, 2.65x the bound over draws where lpt's ran 1.89x;
-   docs/experiments.md, budget49). A searched plan the candidate beats gives way to lpt's own plan
-   (``_lpts_own``), the candidate or lpt's plan as lpt's judgment chose on the same draws, not to the
-   candidate (review49a). (docs/solver.md numbers the steps
+   search and before placing it again, as ``lpt`` does (``lpt.settled``); where it judged, the search
+   ends that much earlier, so that a searched plan is judged against the same candidate (the service's
+   1,024 x 16 batches: a search that ran to its end returned its plan unjudged, 2.65x the bound over
+   draws where lpt's ran 1.89x; docs/experiments.md, budget49 and hedge49). A searched plan the
+   candidate beats gives way to lpt's own plan (``_lpts_own``), the candidate or lpt's plan as lpt's
+   judgment chose on the same draws, not to the candidate (review49a); so does one the judgment had
+   no time for where lpt's was judged (``_stands``). (docs/solver.md numbers the steps
    finer: its 2-4 are 2 here, 5-7 are 3-5, 8-9 are 6, 10 is 7.)
 
 Every candidate is ordered and played through ``scheduler.finish``; the fastest is returned, so the
@@ -65,6 +66,8 @@ plans (``scheduler.policies.blindbar``) and the faster of those was returned ins
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from scheduler import clock
 from scheduler.gcpause import collector_paused
 from scheduler.giveup import stage
@@ -74,11 +77,11 @@ from scheduler.policies.base import Placement
 from scheduler.policies.blindbar import barred
 from scheduler.policies.copybudget import LARGER_FIRST, LEAN_RESERVE, SMALLER_AFTER, copy_split
 from scheduler.policies.exchange import improve
-from scheduler.policies.lpt import calibrated, opening, placed_from
+from scheduler.policies.lpt import Settled, opening, placed_from, settled
 from scheduler.policies.ordering import refine_critical
 from scheduler.policies.problem import Problem
 from scheduler.policies.robust import Baseline, Spread, baseline, judged
-from scheduler.policies.robust_fast import at_once_hedge
+from scheduler.policies.robust_fast import FASTEST, JUDGED, UNJUDGED, at_once_judged
 from scheduler.policies.robust_order import hedged
 from scheduler.types import PlanRequest
 
@@ -104,13 +107,9 @@ class CpSatPolicy:
         search_end = deadline  # a hedge that fitted is kept time for again, for a plan that differs
         if lpt_hedged is not lpt_plan:
             search_end -= clock.now() - hedge_started
-        with stage("placing again"):
-            lpt_robust = calibrated(problem, request, lpt_hedged, spread, deadline, lpt_phase)
-        fast_started = clock.now()
-        with stage("at-once hedge"):  # lpt's own plan (``LptPolicy.plan``), judged before the search
-            lpt_fast = at_once_hedge(problem, request, lpt_robust, spread, deadline, lpt_phase)
-        if lpt_fast is not lpt_robust:  # kept time for again, for a searched plan against the same candidate
-            search_end -= clock.now() - fast_started
+        late = settled(problem, request, lpt_hedged, spread, deadline, lpt_phase)  # lpt's own
+        lpt_robust, lpt_fast = late.placed, late.final
+        search_end -= _judging_kept(late)  # for a searched plan, against the same candidate
         base = None
         if spread is not None and clock.now() + BASELINE_COST * lpt_phase < search_end:
             with stage("robust baseline"):
@@ -123,10 +122,12 @@ class CpSatPolicy:
             with stage("hedge"):
                 best = hedged(problem, request, best, spread, deadline, lpt_phase)
             with stage("at-once hedge"):
-                kept = at_once_hedge(problem, request, best, spread, deadline, lpt_phase) is best
-            if kept and best.queues != lpt_fast.queues:  # over step 7's candidate, or not judged
+                judged_best = at_once_judged(
+                    problem, request, best, spread, deadline, lpt_phase, late.candidate
+                ).placement
+            if _stands(judged_best, lpt_fast):  # over step 7's candidate, or neither judged
                 with stage("bar"):
-                    return barred(problem, request, best, blind, "BASELINE", spread, deadline)
+                    return barred(problem, request, judged_best, blind, "BASELINE", spread, deadline)
             status = "FALLBACK_LPT"  # the candidate beat it, or it is lpt's plan: lpt's own (_lpts_own)
         final, first = _lpts_own(status, lpt_hedged, lpt_robust, lpt_fast)  # first: for the bar
         with stage("bar"):
@@ -266,6 +267,29 @@ def _robust(
     )
 
 
+def _judging_kept(late: Settled) -> float:
+    """Seconds the search ends earlier, so that a searched plan is at-once judged as lpt's was: what
+    judging lpt's plan took, where it judged (``robust_fast.JUDGED``: the candidate taken, or lpt's
+    plan kept); nothing where it did not.
+
+    Why. Only a judgment that took the candidate kept time, so where lpt's plan was judged and kept
+    the search ran to its end and its plan went out without the judgment lpt's had (1 of 6 plans
+    at 400 ms, 1,024 x 16, load 17: budget49). Judging the searched plan plays its side alone
+    against the kept candidate (``Settled.candidate``), so this errs long."""
+    return late.judging_s if late.final.at_once in JUDGED else 0.0
+
+
+def _stands(searched: Placement, lpt_fast: Placement) -> bool:
+    """Whether the searched plan, at-once judged (``searched``), goes to the bar rather than lpt's
+    own plan (``lpt_fast``): where it differs from it and the judgment kept it or was not asked, or
+    ran out of time where lpt's plan was not judged either. A plan the judgment had no time for is
+    not returned over lpt's judged one (hedge49); one the candidate beat gives way to lpt's own
+    (review49a)."""
+    if searched.queues == lpt_fast.queues or searched.at_once == FASTEST:
+        return False
+    return searched.at_once != UNJUDGED or lpt_fast.at_once not in JUDGED
+
+
 def _lpts_own(
     status: str, lpt_hedged: Placement, lpt_robust: Placement, lpt_fast: Placement
 ) -> tuple[Placement, Placement | None]:
@@ -281,7 +305,7 @@ def _lpts_own(
     against lpt's 9.15-9.51 s, 8 batches of 10; docs/experiments.md, review49a). A searched plan that
     is lpt's own gets lpt's ``first`` for the bar, as ``lpt`` gives it."""
     placed_first = Placement(lpt_hedged.queues, status, finish_s=lpt_hedged.finish_s)
-    final = Placement(lpt_fast.queues, status, finish_s=lpt_fast.finish_s)
+    final = replace(lpt_fast, status=status)  # its at-once verdict kept
     return final, placed_from(placed_first, lpt_robust, lpt_fast)
 
 

@@ -205,7 +205,9 @@ def judged(
     shown = np.nonzero(approx.any(axis=0))[0].tolist()
     floors = longest_alone(problem.costs, problem.prompts, queues, base.draws, shown)
     known = _Estimates(values, approx, floors, scaled)
-    slowest = 0.0  # the longest one play took so far: the next may take as long
+    # the longest one play took so far, at first one draw's share of a plan's plays (unpriced, the
+    # first play was started with any time left): the next may take as long
+    slowest = base.cost_s / max(1, len(base.draws))
     while (cell := known.next_play(base.makespans)) is not None:
         started = clock.now()
         if started + slowest > deadline:

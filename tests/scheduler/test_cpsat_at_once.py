@@ -32,18 +32,20 @@ BUDGET_S = 100.0
 
 
 def _hedge_taking(monkeypatch: pytest.MonkeyPatch, fake: ManualClock, seconds: float) -> list[bool]:
-    """cpsat's ``at_once_hedge`` seeming to take ``seconds`` once it has judged (its draws' time);
-    the list says, per call, whether it returned the fastest-kind-first candidate."""
-    original = robust_fast.at_once_hedge  # the function cpsat calls
+    """The at-once judgment seeming to take ``seconds`` once it has judged (its draws' time), on
+    lpt's plan (``lpt.settled``) and on a searched one (cpsat); the list says, per call, whether it
+    returned the fastest-kind-first candidate."""
+    original = robust_fast.at_once_judged
     took: list[bool] = []
 
-    def slow(problem: Any, request: Any, placement: Placement, *rest: Any) -> Placement:
+    def slow(problem: Any, request: Any, placement: Placement, *rest: Any) -> robust_fast.Judged:
         result = original(problem, request, placement, *rest)
         fake.seconds += seconds
-        took.append(result is not placement)
+        took.append(result.placement.at_once == robust_fast.FASTEST)
         return result
 
-    monkeypatch.setattr(cpsat, "at_once_hedge", slow)
+    monkeypatch.setattr(lpt, "at_once_judged", slow)
+    monkeypatch.setattr(cpsat, "at_once_judged", slow)
     return took
 
 
@@ -105,16 +107,18 @@ def _near_kinds(seed: int) -> PlanRequest:
 
 
 def _verdicts(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Per call of cpsat's ``at_once_hedge``, whether it returned the fastest-kind-first candidate."""
-    original = robust_fast.at_once_hedge  # the function cpsat calls
+    """Per at-once judgment in cpsat (of lpt's plans, ``lpt.settled``, then of the searched plan),
+    whether it returned the fastest-kind-first candidate."""
+    original = robust_fast.at_once_judged
     took: list[bool] = []
 
-    def judged(problem: Any, request: Any, placement: Placement, *rest: Any) -> Placement:
+    def judged(problem: Any, request: Any, placement: Placement, *rest: Any) -> robust_fast.Judged:
         result = original(problem, request, placement, *rest)
-        took.append(result is not placement)
+        took.append(result.placement.at_once == robust_fast.FASTEST)
         return result
 
-    monkeypatch.setattr(cpsat, "at_once_hedge", judged)
+    monkeypatch.setattr(lpt, "at_once_judged", judged)
+    monkeypatch.setattr(cpsat, "at_once_judged", judged)
     return took
 
 
@@ -129,8 +133,10 @@ def test_a_searched_plan_the_at_once_candidate_beats_gives_way_to_lpts_own_plan_
     took = _verdicts(monkeypatch)
     with clock.frozen():
         cpsat_plan = plan(request, "cpsat")
+        searched_beaten = took[-1]  # cpsat's last judgment: of the searched plan
         lpt_plan = plan(request, "lpt")
-    assert took == [False, True]  # lpt's plan kept over the candidate; the searched plan was not
+    assert searched_beaten
+    assert cpsat_plan.at_once == robust_fast.KEPT  # lpt's plan, placed again, kept over the candidate
     assert [w.items for w in cpsat_plan.workers] == [w.items for w in lpt_plan.workers]
     assert cpsat_plan.status == "FALLBACK_LPT"
 
@@ -158,7 +164,7 @@ def test_a_searched_plan_that_is_lpts_own_goes_to_the_bar_as_lpt_sends_it(
     it was placed again from, as lpt gives it, so the two policies return the same plan. It was given
     none, only the status set to ``FALLBACK_LPT`` (``_honest``, review49a)."""
     placed: list[Placement] = []
-    calibrated = lpt.calibrated  # the function cpsat calls
+    calibrated = lpt.calibrated  # the function lpt.settled calls, for both policies
 
     def placing_again(*args: Any) -> Placement:
         placed.append(calibrated(*args))
@@ -167,7 +173,7 @@ def test_a_searched_plan_that_is_lpts_own_goes_to_the_bar_as_lpt_sends_it(
     def search_ending_on_it(*args: Any) -> Placement:
         return Placement(placed[-1].queues, "OPTIMAL", finish_s=placed[-1].finish_s)
 
-    monkeypatch.setattr(cpsat, "calibrated", placing_again)
+    monkeypatch.setattr(lpt, "calibrated", placing_again)
     monkeypatch.setattr(cpsat.CpSatPolicy, "_search", search_ending_on_it)
     cpsat_bar, lpt_bar = _bar_inputs(monkeypatch, cpsat), _bar_inputs(monkeypatch, lpt)
     request = _near_kinds(0)

@@ -68,7 +68,7 @@ def wall() -> Iterator[JumpingWall]:
         (lpt, "blind_plan", "blind plans"),
         (lpt, "hedged", "hedge"),
         (lpt, "calibrated", "placing again"),
-        (lpt, "at_once_hedge", "at-once hedge"),
+        (lpt, "at_once_judged", "at-once hedge"),
         (lpt, "barred", "bar"),
     ],
 )

@@ -17,7 +17,7 @@ import pytest
 from scheduler import clock
 from scheduler.benchgen import bench_request
 from scheduler.planner import plan
-from scheduler.policies import blindbar, cpsat, exchange, lpt, sat
+from scheduler.policies import blindbar, exchange, lpt, sat
 from scheduler.policies.problem import build_problem
 from scheduler.policies.round_robin import RoundRobinPolicy
 from tests.scheduler.fake_clock import ManualClock, count_calls, slow_stage
@@ -34,7 +34,7 @@ def test_the_bar_asks_the_draws_only_while_the_deadline_has_not_passed(
     assert asked  # with time left, the bar asks the draws of this plan
     asked.clear()
     # the last stage before the bar ends past the deadline
-    slow_stage(monkeypatch, lpt if policy == "lpt" else cpsat, "at_once_hedge", 10.0)
+    slow_stage(monkeypatch, lpt, "at_once_judged", 10.0)  # lpt.settled: cpsat judges lpt's plan there too
     result = plan(one_wide_prompt_request(), policy)
     assert not asked
     assert result.workers  # still a plan: the one the bar was given

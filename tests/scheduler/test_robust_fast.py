@@ -24,9 +24,10 @@ from scheduler.planner import plan
 from scheduler.policies import lpt as lpt_module
 from scheduler.policies import robust_fast
 from scheduler.policies.base import Placement
+from scheduler.policies.outlier_draws import outlier_draws, outlier_means
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import SAMPLES, Z90, Spread, draw_steps, spreads
-from scheduler.policies.robust_fast import at_once_hedge, fastest_first, outlier_draws, outlier_means
+from scheduler.policies.robust_fast import at_once_hedge, fastest_first
 from scheduler.simulator import SimOptions, simulate
 from scheduler.stepsum import planned_steps_array
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker
@@ -117,7 +118,8 @@ def test_without_quantiles_or_past_the_deadline_the_plan_is_returned_as_it_is() 
     later = time.perf_counter() + LATER
     assert at_once_hedge(problem, request, placement, None, later) is placement
     spread = spreads(request.trajectories)
-    assert at_once_hedge(problem, request, placement, spread, time.perf_counter() - 1.0) is placement
+    late = at_once_hedge(problem, request, placement, spread, time.perf_counter() - 1.0)
+    assert _unjudged(late, placement)
     assert at_once_hedge(problem, request, placement, spread, later) is not placement
 
 
@@ -141,15 +143,15 @@ def test_a_batch_with_a_slot_for_each_trajectory_but_queues_past_their_caches_pl
     assert at_once_hedge(problem, request, placement, spreads(request.trajectories), later) is placement
 
 
-@pytest.mark.parametrize(("seconds_left", "built"), [(17.0, False), (18.0, True)])
+@pytest.mark.parametrize(("seconds_left", "built"), [(5.0, False), (6.0, True)])
 def test_the_comparison_starts_only_if_its_first_draws_project_it_before_the_deadline(
     monkeypatch: pytest.MonkeyPatch, seconds_left: float, built: bool
 ) -> None:
-    """The first ``TIMED`` (4) draws of the plan seem to take a second: the comparison's 64 draws'
-    plays (two candidates, 32 draws each) then end 15 s after them, 18 s from the deadline's
-    reference (the hedge first reads the clock once, to see that its deadline has not passed).
-    Under the service's 80 ms default that projection is what kept the candidate from being built
-    at 1,024 trajectories (building it and playing a first draw cost 14-16 ms)."""
+    """The first ``TIMED`` (4) draws of the plan seem to take a second: the plays a verdict needs
+    at the least (``CLEAR``, 8 draws of both plans, those 4 aside) then end 3 s after them, 6 s
+    from the deadline's reference (the hedge first reads the clock once, to see that its deadline
+    has not passed). Under the service's 80 ms default that projection is what kept the candidate
+    from being built at 1,024 trajectories (building it and playing a first draw cost 14-16 ms)."""
     request = _request()
     problem = build_problem(request)
     queues = tuple(tuple(range(w, 64, 4)) for w in range(4))
@@ -160,11 +162,13 @@ def test_the_comparison_starts_only_if_its_first_draws_project_it_before_the_dea
     calls: list[int] = []
 
     def candidate(*_: object) -> None:
-        calls.append(1)  # built: no candidate after all, so the plan is returned
+        calls.append(1)  # built: no candidate after all, so the plan is returned, judged
 
-    monkeypatch.setattr(robust_fast, "fastest_first", candidate)
-    assert at_once_hedge(problem, request, placement, spread, clock.seconds + seconds_left) is placement
+    monkeypatch.setattr(robust_fast, "_fastest", candidate)
+    hedged = at_once_hedge(problem, request, placement, spread, clock.seconds + seconds_left)
+    assert hedged.queues == placement.queues
     assert bool(calls) == built
+    assert hedged.at_once == (robust_fast.KEPT if built else robust_fast.UNJUDGED)
 
 
 def _per_draw(
@@ -261,7 +265,9 @@ def test_a_plan_already_at_its_deadline_is_returned_without_checking_whether_it_
 
     monkeypatch.setattr(robust_fast, "_runs_at_once", checked)
     monkeypatch.setattr(robust_fast, "clock", SteppingClock(start=10.0))  # reads 11.0 first
-    assert at_once_hedge(problem, request, placement, spreads(request.trajectories), 11.0) is placement
+    assert _unjudged(
+        at_once_hedge(problem, request, placement, spreads(request.trajectories), 11.0), placement
+    )
 
 
 def test_the_candidate_is_not_built_when_building_it_would_leave_no_time_for_the_draws(
@@ -284,7 +290,9 @@ def test_the_candidate_is_not_built_when_building_it_would_leave_no_time_for_the
         return take(*args)
 
     monkeypatch.setattr(robust_fast, "_take_fitting", slow)
-    assert at_once_hedge(problem, request, placement, spreads(request.trajectories), 40.0) is placement
+    assert _unjudged(
+        at_once_hedge(problem, request, placement, spreads(request.trajectories), 40.0), placement
+    )
     assert fake.seconds <= 40.0
     assert fastest_first(problem) is not None  # with time for it, there is a candidate
 
@@ -302,3 +310,8 @@ def test_the_at_once_check_is_not_started_with_less_than_its_price_in_lpt_phases
     calls = count_calls(monkeypatch, robust_fast, "_runs_at_once")
     lpt_module.LptPolicy().plan(request, build_problem(request))
     assert bool(calls) == checked
+
+
+def _unjudged(hedged: Placement, placement: Placement) -> bool:
+    """Whether ``hedged`` is ``placement``'s plan, saying the hedge ran out of time on it."""
+    return hedged.queues == placement.queues and hedged.at_once == robust_fast.UNJUDGED
