@@ -342,3 +342,6 @@ class ScheduleResponse(BaseModel):
     # true: the answer a retry under a published ``schedule_id`` gets, the first attempt's plan
     # (service/pipeline/republish.py; also the ``Idempotent-Replayed: true`` header)
     replayed: bool = False
+    # the at-once hedge (docs/solver.md, step 10): "kept"/"fastest" where it judged the plan, "unjudged"
+    # where the budget ran out first, None where not asked (no quantiles, one kind, queues in waves)
+    at_once_hedge: str | None = None

@@ -115,14 +115,16 @@ def service_section() -> str:
         f"{_command(*args)} (starts `serve` with an embedded valkey-server; default policy and budget;"
         " each prompt carries 800 characters of text)",
         "",
-        "| batch | p50 ms | p95 ms | requests/s | server p50 per stage (ms) | statuses |",
-        "|---|---|---|---|---|---|",
+        "| batch | p50 ms | p95 ms | requests/s | server p50 per stage (ms) | statuses "
+        "| at-once hedge judged |",
+        "|---|---|---|---|---|---|---|",
     ]
     for size in report["sizes"]:
         stages = ", ".join(f"{k} {v}" for k, v in size["server_p50_ms"].items())
         lines.append(
             f"| {size['trajectories']:,} x {size['workers']} | {size['p50_ms']} | {size['p95_ms']} "
-            f"| {size['requests_per_s']} | {stages} | {size['statuses']} |"
+            f"| {size['requests_per_s']} | {stages} | {size['statuses']} "
+            f"| {judged_count(size.get('at_once', {}))} |"
         )
     lines += ["", "Targets: p50 <= 150 ms at 1,024 x 16; p95 <= 1 s at 4,096 x 32 (2 cores).", ""]
     lines.append(_service_reading(report["sizes"][0]["requests"]))
@@ -179,3 +181,13 @@ def _answer_cells(size: dict[str, Any]) -> str:
 
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):.2f} MiB"
+
+
+def judged_count(at_once: dict[str, int]) -> str:
+    """How many of the measured plans the at-once hedge judged, of those it was asked on, and how
+    many it was not asked on: whether the service's users get the hedged plan (docs/api.md,
+    ``at_once_hedge``)."""
+    judged = at_once.get("kept", 0) + at_once.get("fastest", 0)
+    asked = judged + at_once.get("unjudged", 0)
+    text = f"{judged} of {asked} (fastest {at_once.get('fastest', 0)})"
+    return text + (f", {at_once['none']} not asked" if at_once.get("none") else "")

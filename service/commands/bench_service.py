@@ -68,6 +68,9 @@ class SizeResult:
     requests_per_s: float  # sequential closed loop
     server_p50_ms: dict[str, float] = field(default_factory=dict)  # per stage, from the responses
     statuses: dict[str, int] = field(default_factory=dict)  # solver status -> count
+    # the at-once hedge's verdict -> count: "kept"/"fastest" judged, "unjudged" out of budget,
+    # "none" not asked
+    at_once: dict[str, int] = field(default_factory=dict)
     model_versions: list[str] = field(default_factory=list)
 
 
@@ -266,6 +269,7 @@ def _measure(client: Any, body: dict[str, Any], count: int, warmup: int, advance
     latencies: list[float] = []
     stages: dict[str, list[float]] = {}
     statuses: Counter[str] = Counter()
+    at_once: Counter[str] = Counter()
     published: list[str] = []
     versions: set[str] = set()
     started = time.perf_counter()
@@ -281,6 +285,7 @@ def _measure(client: Any, body: dict[str, Any], count: int, warmup: int, advance
             continue
         latencies.append(elapsed)
         statuses[answer.status] += 1
+        at_once[answer.at_once_hedge or "none"] += 1
         versions.add(answer.model_version)
         for name, value in answer.timings.model_dump().items():
             stages.setdefault(name, []).append(value)
@@ -297,6 +302,7 @@ def _measure(client: Any, body: dict[str, Any], count: int, warmup: int, advance
         requests_per_s=round(count / wall, 2),
         server_p50_ms={k: round(statistics.median(v), 1) for k, v in stages.items()},
         statuses=dict(statuses),
+        at_once=dict(at_once),
         model_versions=sorted(versions),
     )
 
@@ -355,13 +361,15 @@ def _print_table(results: list[SizeResult]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from service.bench.sections import judged_count
+
     table = Table(title="POST /schedule end to end (client side; sequential requests)")
-    for column in ("batch", "p50 ms", "p95 ms", "req/s", "server p50: predict / plan / baseline / publish"):
+    columns = ("batch", "p50 ms", "p95 ms", "req/s", "server p50: predict / plan / baseline / publish")
+    for column in (*columns, "at-once hedge judged"):
         table.add_column(column)
     for r in results:
         s = r.server_p50_ms
         stages = f"{s['predict_ms']} / {s['plan_ms']} / {s['baseline_ms']} / {s['publish_ms']}"
-        table.add_row(
-            f"{r.trajectories} x {r.workers}", str(r.p50_ms), str(r.p95_ms), str(r.requests_per_s), stages
-        )
+        row = (f"{r.trajectories} x {r.workers}", str(r.p50_ms), str(r.p95_ms), str(r.requests_per_s), stages)
+        table.add_row(*row, judged_count(r.at_once))
     Console().print(table)

@@ -58,6 +58,7 @@ def respond(
         time_scale_sources=checked.time_scale_sources,
         time_budget_ms=round(plan_request.time_budget_s * 1000.0, 1),
         timings=timings({}, 0.0),
+        at_once_hedge=chosen.at_once or None,
     )
 
 

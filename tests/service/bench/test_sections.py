@@ -83,3 +83,24 @@ def test_the_service_table_says_how_its_p95_and_stage_medians_are_computed(
     assert "p95 by nearest rank over the 30 measured requests of a size: the 29th fastest" in text
     assert "the stages need not add up to `total_ms`" in text
     assert "every predict is warm" in text
+
+
+def test_the_service_table_says_how_many_plans_the_at_once_hedge_judged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # whether the service's users get the hedged plan (docs/api.md, ``at_once_hedge``): of 30 plans,
+    # 4 judged (3 taking the fastest-kind plan), 26 out of budget
+    size: dict[str, Any] = {
+        "trajectories": 1024,
+        "workers": 16,
+        "requests": 30,
+        "p50_ms": 89.0,
+        "p95_ms": 92.3,
+    }
+    size |= {"requests_per_s": 11.2, "server_p50_ms": {"plan_ms": 61.7}, "statuses": {"FALLBACK_LPT": 30}}
+    size |= {"at_once": {"fastest": 3, "kept": 1, "unjudged": 26}}
+    monkeypatch.setattr(benchsections, "run_json", lambda *args: {"sizes": [size]})
+    lines = benchsections.service_section().splitlines()
+    header = [cell.strip() for cell in lines[2].strip("|").split("|")]
+    row = [cell.strip() for cell in lines[4].strip("|").split("|")]
+    assert row[header.index("at-once hedge judged")] == "4 of 30 (fastest 3)"
