@@ -1,6 +1,7 @@
 """A ``serve`` child process stopped by SIGTERM while its Redis's writes are paused: the shutdown
-tests' one way to run it (``test_shutdown_plan``, ``test_shutdown_stalled``), so that each states only
-what it holds behind the pause and what the exit must show.
+tests' one way to run it (``test_shutdown_plan``, ``test_shutdown_stalled``, ``test_exit_guard``,
+``test_shutdown_answer``), so that each states only what it holds behind the pause (or in its stuck
+call) and what the exit must show.
 
 The child gets the parent's environment less ``REDIS_URL`` and every ``ROLLOUT_*`` (a developer's
 shell must not change what the test runs), its command timeout, and a model dir of the test's own.
@@ -13,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,3 +60,13 @@ def stopped_under_pause(proc: subprocess.Popen[str], client: redis.Redis, wait_s
     paused = client.info("clients")["paused_reason"] == "client_pause"
     assert proc.returncode == 0, logged
     return logged, paused
+
+
+def began(marker: Path, proc: subprocess.Popen[str], wait_s: float) -> None:
+    """Until the child's planted step has begun (it writes ``marker``), within ``wait_s``; fails if
+    the child ends first."""
+    deadline = time.monotonic() + wait_s
+    while not marker.exists():
+        assert time.monotonic() < deadline, f"{marker.name}: never began"
+        assert proc.poll() is None, "serve ended before its planted step began"
+        time.sleep(0.01)

@@ -12,10 +12,7 @@ it); now it ends, exit status 0, naming the thread it did not wait for. No durat
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,13 +22,12 @@ import pytest
 
 from service.api.exit_guard import EXIT_LOG, arm
 from service.embedded import EmbeddedServer
-from service.ports import free_port
+from tests.service.api.stopped_child import began, serving
 from tests.service.api.stuck_call import STARTED, URL
 from tests.service.api_helpers import batch_body
-from tests.service.polling import until_status
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[3]
+STUCK = "tests.service.api.stuck_call"  # serve, its publish a call that never returns
 WAIT_S = 90.0  # a bound against never, for a loaded host: the guard's is 5 s past the 10 s grace
 
 
@@ -51,47 +47,16 @@ def _post(url: str) -> None:
 def test_a_planning_thread_in_a_call_that_never_returns_does_not_hold_the_exit(
     server: EmbeddedServer, tmp_path: Path
 ) -> None:
-    port, started = free_port(), tmp_path / "started"
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env.update(ROLLOUT_REDIS_TIMEOUT_S="1", ROLLOUT_MODEL_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    env.update({STARTED: str(started), URL: server.url})
-    command = [sys.executable, "-m", "tests.service.api.stuck_call", "serve", "--redis-url", server.url]
-    proc = subprocess.Popen(
-        [*command, "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    post = threading.Thread(target=_post, args=(f"http://127.0.0.1:{port}",), daemon=True)
-    try:
-        until_status(f"http://127.0.0.1:{port}/readyz", 200, proc, WAIT_S)
-        post.start()
-        _wait_for(started, proc)
+    started = tmp_path / "started"
+    planted = {STARTED: str(started), URL: server.url}  # where the stuck call says it began, its server
+    with serving(STUCK, server.url, tmp_path, 1, WAIT_S, **planted) as (proc, url):
+        threading.Thread(target=_post, args=(url,), daemon=True).start()
+        began(started, proc, WAIT_S)
         proc.send_signal(signal.SIGTERM)
         _, logged = proc.communicate(timeout=WAIT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     lines = [line for line in logged.splitlines() if EXIT_LOG in line]
     assert (proc.returncode, len(lines)) == (0, 1), logged
     assert "AnyIO worker thread" in lines[0], logged
-
-
-def _wait_for(started: Path, proc: subprocess.Popen[str]) -> None:
-    """Until the stuck publish has begun (its file exists); fails if ``serve`` ends first."""
-    deadline = threading.Event()
-    timer = threading.Timer(WAIT_S, deadline.set)
-    timer.start()
-    try:
-        while not started.exists():
-            assert not deadline.is_set(), "no publish began"
-            assert proc.poll() is None, "serve ended before its publish began"
-            deadline.wait(0.01)
-    finally:
-        timer.cancel()
 
 
 def test_an_app_run_outside_serve_arms_no_guard() -> None:

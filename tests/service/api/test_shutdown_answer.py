@@ -16,12 +16,8 @@ this test makes it every time with a plan that runs its whole budget in checked 
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,13 +28,12 @@ import redis
 from service.client.wire import SchedulerAPIError
 from service.delivery import Delivery
 from service.embedded import EmbeddedServer
-from service.ports import free_port
 from tests.service.api.slow_plan import STARTED
+from tests.service.api.stopped_child import began, serving
 from tests.service.api_helpers import batch_body
-from tests.service.polling import until_status
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[3]
+SLOW = "tests.service.api.slow_plan"  # serve, its plan running its whole budget in checked parts
 WAIT_S = 120.0  # a bound against never, for a loaded host
 BUDGET_MS = 60_000  # the plan's: it outlasts the 10 s graceful wait
 
@@ -53,44 +48,21 @@ def server() -> Iterator[EmbeddedServer]:
 def _answer_at_the_stop(server: EmbeddedServer, tmp_path: Path) -> int | httpx.HTTPError:
     """Run ``serve``, start the slow plan under a chosen id, SIGTERM once it runs, wait for the exit;
     the POST's status, or the transport error where none came."""
-    port, started = free_port(), tmp_path / "started"
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env.update(ROLLOUT_REDIS_TIMEOUT_S="1", ROLLOUT_MODEL_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    env[STARTED] = str(started)
-    command = [sys.executable, "-m", "tests.service.api.slow_plan", "serve", "--redis-url", server.url]
-    proc = subprocess.Popen(
-        [*command, "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    answers: list[int | httpx.HTTPError] = []
+    started, answers = tmp_path / "started", list[int | httpx.HTTPError]()
 
-    def post() -> None:
+    def post(url: str) -> None:
         body = batch_body(schedule_id="stopped", step=5, time_budget_ms=BUDGET_MS, policy="lpt")
         try:
-            answer = httpx.post(f"http://127.0.0.1:{port}/schedule", json=body, timeout=WAIT_S)
-            answers.append(answer.status_code)
+            answers.append(httpx.post(f"{url}/schedule", json=body, timeout=WAIT_S).status_code)
         except httpx.HTTPError as error:
             answers.append(error)
 
-    poster = threading.Thread(target=post, daemon=True)
-    try:
-        until_status(f"http://127.0.0.1:{port}/readyz", 200, proc, WAIT_S)
+    with serving(SLOW, server.url, tmp_path, 1, WAIT_S, **{STARTED: str(started)}) as (proc, url):
+        poster = threading.Thread(target=post, args=(url,), daemon=True)
         poster.start()
-        deadline = time.monotonic() + WAIT_S
-        while not started.exists():
-            assert time.monotonic() < deadline, "no plan started"
-            assert proc.poll() is None, "serve ended before its plan started"
-            time.sleep(0.01)
+        began(started, proc, WAIT_S)
         proc.send_signal(signal.SIGTERM)
         _, logged = proc.communicate(timeout=WAIT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     poster.join(WAIT_S)
     assert proc.returncode == 0, logged
     assert len(answers) == 1, logged
