@@ -113,12 +113,8 @@ def test_a_hold_after_the_keeper_thread_died_of_a_base_exception_starts_another(
             keeper.let_go(step_keeper.InFlight(schedule_id, "r"))
 
 
-def test_a_tick_writes_only_what_is_due_and_what_it_pushed_is_not_due_again(
-    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A mark with more than half of the margin left (40 s of 60) is not sent at a tick; one within
-    it is, once: pushed a whole margin on, it is not due at the next tick (no traffic per tick)."""
-    ctx = client.app.state.context
+def _keeps_sent(ctx: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the marks ``ctx``'s keeps are sent for, in order, each keep still sent to Redis."""
     sent: list[str] = []
     keep = ctx.delivery.keep_mark
 
@@ -127,6 +123,16 @@ def test_a_tick_writes_only_what_is_due_and_what_it_pushed_is_not_due_again(
         return bool(keep(schedule_id, *args, **kwargs))
 
     monkeypatch.setattr(ctx.delivery, "keep_mark", counted)
+    return sent
+
+
+def test_a_tick_writes_only_what_is_due_and_what_it_pushed_is_not_due_again(
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mark with more than half of the margin left (40 s of 60) is not sent at a tick; one within
+    it is, once: pushed a whole margin on, it is not due at the next tick (no traffic per tick)."""
+    ctx = client.app.state.context
+    sent = _keeps_sent(ctx, monkeypatch)
     keeper = StepKeeper()
     try:
         ctx.delivery.mark_planning("far", "r", 1_000)
@@ -169,14 +175,7 @@ def test_a_mark_redis_failed_to_keep_beside_entries_kept_is_tried_again_at_the_n
     """The context's entries were kept and its one mark's keep failed: the mark is not taken for
     pushed on with them, so the next tick sends it again."""
     ctx = client.app.state.context
-    sent: list[str] = []
-    keep = ctx.delivery.keep_mark
-
-    def counted(schedule_id: str, *args: Any, **kwargs: Any) -> bool:
-        sent.append(schedule_id)
-        return bool(keep(schedule_id, *args, **kwargs))
-
-    monkeypatch.setattr(ctx.delivery, "keep_mark", counted)
+    sent = _keeps_sent(ctx, monkeypatch)
     keeper = StepKeeper()
     entry, mark = step_keeper.Entry(2, "held"), step_keeper.InFlight("broken", "r")
     try:
