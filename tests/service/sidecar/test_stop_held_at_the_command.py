@@ -14,18 +14,12 @@ still serving six minutes on, holding the health port its successors then failed
 
 from __future__ import annotations
 
-import json
-import sys
-from dataclasses import asdict
-
 import pytest
 
-from service import cli, cli_app
+from service import cli_app
 from service.ports import free_port
-from service.sidecar.session_settings import SessionStats
-from tests.service.interrupt import handlers_kept
-from tests.service.sidecar.test_stop_in_a_bug import _after_a_dropped_error
-from tests.service.sidecar.test_stop_signals_in_process import ARGS, STOP
+from tests.service.sidecar.test_stop_in_a_bug import _after_a_dropped_error, stopped_by_the_runs_own_handlers
+from tests.service.sidecar.test_stop_signals_in_process import ARGS
 
 
 @pytest.mark.timeout(60)  # a stop lost would serve until this
@@ -37,11 +31,4 @@ def test_a_stop_held_while_the_command_line_loads_stops_the_run_once_its_handler
     the entry calls once the command line is imported), with an error handled and dropped."""
     monkeypatch.setattr(cli_app, "run", _after_a_dropped_error(cli_app.run))
     tail = ARGS[5:] if mode == "push" else ["--pull-api", str(free_port())]
-    monkeypatch.setattr(sys, "argv", ["rollout-scheduler", *ARGS[:3], "--redis-url", redis_url, *tail])
-    capsys.readouterr()
-    with handlers_kept(STOP), pytest.raises(SystemExit) as exited:
-        cli.main()
-    out, err = capsys.readouterr()
-    assert exited.value.code in (0, None)
-    assert json.loads(out) == {"worker_id": "w", **asdict(SessionStats())}
-    assert "before the run started" not in err  # the run's own stop: it had begun
+    stopped_by_the_runs_own_handlers(redis_url, tail, monkeypatch, capsys)

@@ -99,6 +99,15 @@ def test_a_stop_that_met_an_error_handled_and_dropped_stops_the_run_once_its_han
     else:
         monkeypatch.setattr(pull_api, "create_pull_app", _after_a_dropped_error(pull_api.create_pull_app))
         tail = ["--pull-api", str(free_port())]
+    stopped_by_the_runs_own_handlers(redis_url, tail, monkeypatch, capsys)
+
+
+def stopped_by_the_runs_own_handlers(
+    redis_url: str, tail: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run the ``sidecar`` console script (``ARGS``' first three, then ``tail``) with a stop planted
+    in its start: it exits 0 with an empty counters line, stopped by its run's own handlers (not the
+    early ones' "before the run started")."""
     monkeypatch.setattr(sys, "argv", ["rollout-scheduler", *ARGS[:3], "--redis-url", redis_url, *tail])
     capsys.readouterr()
     with handlers_kept(STOP), pytest.raises(SystemExit) as exited:
