@@ -32,24 +32,31 @@ async def _answers_200(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": b"{}"})
 
 
-def _cut(app: Any) -> list[Message]:
-    """Run the wrapped ``app`` on one request, cancel its task once it waits; what it sent."""
+async def _receive() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+def _run(app: Any, cut: bool) -> list[Message]:
+    """Run the wrapped ``app`` on one request, its task cancelled once it waits where ``cut``; what
+    it sent."""
     sent: list[Message] = []
 
     async def send(message: Message) -> None:
         sent.append(message)
 
-    async def receive() -> Message:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
     async def run() -> None:
-        task = asyncio.ensure_future(CutAnswer(app)(SCOPE, receive, send))
-        await asyncio.sleep(0.01)
-        task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")  # uvicorn's words
+        task = asyncio.ensure_future(CutAnswer(app)(SCOPE, _receive, send))
+        if cut:
+            await asyncio.sleep(0.01)
+            task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")  # uvicorn's words
         await task
 
     asyncio.run(run())
     return sent
+
+
+def _cut(app: Any) -> list[Message]:
+    return _run(app, cut=True)
 
 
 def test_a_request_cut_before_its_response_is_answered_the_stops_503() -> None:
@@ -67,16 +74,5 @@ def test_a_request_cut_after_its_response_began_keeps_its_cancel() -> None:
 
 
 def test_a_request_answered_passes_through_untouched() -> None:
-    sent: list[Message] = []
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    async def receive() -> Message:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def run() -> None:
-        await CutAnswer(_answers_200)(SCOPE, receive, send)
-
-    asyncio.run(run())
+    sent = _run(_answers_200, cut=False)
     assert [m.get("status") for m in sent] == [200, None]
