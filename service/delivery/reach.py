@@ -22,8 +22,12 @@ raises it at once when it has reached nothing. Otherwise a walk that has reached
 it has failed on ``TRIED_DOMAINS`` masters: a slot's failure counts for the master the client sends
 that slot to, so one master down, or any number of its slots unserved, is never an outage while the
 other masters serve (each of its unserved slots counted apart, two of them first in a walk gave the
-whole walk up). The caller decides what the rest is: ``outage`` is the error to raise when nothing
-was reached at all.
+whole walk up). A slot the client's map sends nowhere (a client built with
+``require_full_coverage=False`` drops a slot no master holds; the service's clients keep the last
+full map instead) has no master to count for: all such slots count together as one (``UNMAPPED``),
+so two of them first in a walk were no outage either (reach49; before, each counted as a master of
+its own). The caller decides what the rest is: ``outage`` is the error to raise when nothing was
+reached at all.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from service.delivery.errors import NODE_DOWN, SLOT_NOT_SERVED
 
 TRIED_DOMAINS = 2  # masters failed, none reached, after which the walk is an outage
 CLUSTER_DOWN = "The cluster is down"  # a node's CLUSTERDOWN for every slot (its cluster_state fail)
+UNMAPPED = ("node", None)  # the "master" of every slot the client's map sends nowhere
 
 
 @dataclass
@@ -102,7 +107,7 @@ class Reach:
             return
         node, slot = self._node(schedule_id), self._slot(schedule_id)
         self._failed[node if isinstance(error, NODE_DOWN) and node is not None else slot] = error
-        self._masters.add(slot if node is None else node)  # a slot the client sends nowhere: its own
+        self._masters.add(node if node is not None else UNMAPPED if self._cluster else slot)
         if not self.reached and len(self._masters) >= TRIED_DOMAINS:
             raise error
 

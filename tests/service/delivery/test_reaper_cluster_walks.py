@@ -14,12 +14,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import RedisClusterException
 
 from service.delivery import Delivery, ReapReport, keys
 from service.delivery.errors import REDIS_FAILED
 from service.delivery.reach import Reach
 from service.delivery.reaper import Reaper, reap_all
+from service.delivery.retries import short_retry
 from tests.cluster import SLOTS, LocalCluster, serve, serve_everywhere, serve_the_rest, unserve
 from tests.service.sidecar.procs import item, publish
 
@@ -89,6 +92,41 @@ def test_two_unserved_slots_of_one_master_due_first_are_no_outage(cluster: Local
         serve_everywhere(cluster, *taken[-1])
     assert sum(_requeued(p, served) for p in passes) == 1
     assert len(unserved) == 2 * len(passes)  # each pass, each slot: one failed call
+
+
+def test_two_slots_the_clients_map_dropped_due_first_are_no_outage(cluster: LocalCluster) -> None:
+    """A client built with ``require_full_coverage=False`` drops an unserved slot from its map, so the
+    slot has no master to count for: all such slots count as one, and the pass goes on to the served
+    schedule. Before, each dropped slot counted as a master of its own, and the second raised the pass
+    as an outage before ``zzz`` was asked."""
+    first = _on_master(1, "a")
+    second = _on_master(2, "b", INDEXES | {_slot(first)})
+    served = _on_master(0, "z")
+    _lapsing(cluster, first, second, served)
+    taken = [unserve(cluster, sid) for sid in (first, second)]
+    client = RedisCluster(
+        startup_nodes=cluster.startup_nodes, require_full_coverage=False, retry=short_retry()
+    )
+    unserved: list[Exception] = []
+    try:
+        dropped = [_mapped(client, sid) for sid in (first, second, served)]
+        reports = reap_all(Delivery(client), unserved=unserved)
+    finally:
+        client.close()
+        for slot, owner in taken:
+            serve(slot, owner)
+        serve_everywhere(cluster, *taken[-1])
+    assert dropped == [False, False, True]
+    assert (served in reports, len(unserved)) == (True, 2)
+
+
+def _mapped(client: RedisCluster, sid: str) -> bool:
+    """Whether ``client``'s slot map sends ``sid``'s keys to a node."""
+    try:
+        client.get_node_from_key(keys.schedule_keys(sid).meta)  # type: ignore[no-untyped-call]
+    except RedisClusterException:
+        return False
+    return True
 
 
 def test_the_reaper_reaps_what_its_last_pass_missed_last(cluster: LocalCluster) -> None:
