@@ -19,7 +19,7 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import NODE_DOWN, SLOT_NOT_SERVED, UnknownScheduleError
+from service.delivery.errors import NODE_DOWN, REDIS_FAILED, SLOT_NOT_SERVED, UnknownScheduleError
 from service.delivery.scripts import evaluate
 from service.delivery.views import DeliveryViews, text
 
@@ -139,7 +139,10 @@ class DeliveryIndexes(DeliveryViews):
         ``life_ms`` past now, where they are still there and that is later: a request that overruns
         the life it was written for (``service.pipeline.step_keeper``). One round trip, any slots.
         Answers the steps not kept, each with its error: on a Redis Cluster only (a single Redis's
-        failure is raised), those whose slot or master did not answer.
+        failure is raised), those whose slot or master did not answer, and, once sent step by step,
+        those Redis refused. Another error of the one pipeline (an OOM on one master, every master
+        answering) is raised, the other masters' steps kept all the same: the keeper's next tick
+        sends them again, a push to a later deadline only.
 
         A cluster's pipeline over several masters raised at one master down (connection refused) and
         had sent nothing to the others (measured: reaper49): every step's entries lapsed under their
@@ -157,13 +160,18 @@ class DeliveryIndexes(DeliveryViews):
         return {}
 
     def _keep_each(self, members: Mapping[int, Sequence[str]], life_ms: int) -> dict[int, Exception]:
-        """``keep_planning`` on a cluster, a call per step: the steps whose call failed, with its error."""
+        """``keep_planning`` on a cluster, a call per step: the steps whose call failed, with its error.
+
+        Any Redis error fails its step only, the steps after it are still sent: each master of a
+        cluster has its own memory, so an OOM refusal (a master at its ``maxmemory``) is that master's
+        steps', not every step's, and it answers at once, so trying the others costs a round trip
+        each. Raised, it had lost the rest of the tick's steps, the live masters' too (reach49)."""
         failed: dict[int, Exception] = {}
         for step, names in members.items():
             key = keyspace.step_planning(step, self.prefix)
             try:
                 self.client.eval(_KEEP, 1, key, life_ms, *names)
-            except SLOT_NOT_SERVED + NODE_DOWN as error:
+            except REDIS_FAILED as error:
                 failed[step] = error
         return failed
 

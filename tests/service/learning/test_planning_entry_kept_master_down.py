@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import cast
 
 import pytest
+import redis
 from redis.cluster import RedisCluster
 
 from service.context import Context
@@ -64,6 +65,31 @@ def test_keep_planning_keeps_the_live_masters_steps_and_names_the_dead_ones(
     failed = delivery.keep_planning({step: [f"part {step}"] for step in steps.values()}, LONG_MS)
     assert list(failed) == [steps[dead]]
     assert all(_left_ms(delivery.client, step, f"part {step}") > SHORT_MS for step in live)
+
+
+def test_a_step_redis_refuses_sent_step_by_step_leaves_the_steps_after_it_kept(
+    one_master_down: tuple[LocalCluster, int],
+) -> None:
+    """One master down and another at its ``maxmemory`` (OOM refuses the keep's ZADD): the third
+    master's step, sent after the refused one, is kept all the same. Before, the OOM was raised out of
+    the step-by-step resend, and the steps after it were lost for that tick."""
+    cluster, dead = one_master_down
+    delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))  # the service's
+    steps = _steps(delivery.client)
+    full, served = (step for port, step in steps.items() if port != dead)
+    full_port = next(port for port, step in steps.items() if step == full)
+    for step in (full, served):
+        delivery.enter_planning(step, f"part {step}", SHORT_MS)
+    members = {step: [f"part {step}"] for step in (steps[dead], full, served)}
+    with redis.Redis(port=full_port) as node:
+        node.config_set("maxmemory", 1)
+        try:
+            failed = delivery.keep_planning(members, LONG_MS)
+        finally:
+            node.config_set("maxmemory", 0)
+    assert sorted(failed) == sorted([steps[dead], full])
+    assert isinstance(failed[full], redis.exceptions.OutOfMemoryError)
+    assert _left_ms(delivery.client, served, f"part {served}") > SHORT_MS
 
 
 def test_the_keeper_extends_the_live_masters_entries_while_one_master_is_down(
