@@ -236,8 +236,8 @@ class WorkerSession:
             if (outage := reach.outage()) is not None:
                 raise outage
         except TRANSIENT as exc:
-            # walked last next time: first again, two slots or masters failing ended every beat
-            # there (an outage), and the leases of the slots served after them lapsed
+            # walked last next time: first again, two masters failing (reach.py: slots count for their
+            # master) ended every beat there (an outage), and the leases served after them lapsed
             self._failed_beat = set(reach.missing)
             if not self._heartbeats_failing:  # once per outage: heartbeats run every ttl/3 seconds
                 log.warning("heartbeat failed, leases keep their deadlines: %s", exc)
