@@ -210,7 +210,8 @@ def _bar(
     The draws are played only while ``deadline`` has not passed: past it the plan stands wherever
     they would be asked (as where ``least_expected`` has no time for them). Started past it, the
     outlived check alone took 44-149 ms on a starved host, ending plans that far past their budget
-    (docs/experiments.md, budget47)."""
+    (docs/experiments.md, budget47); started before it, the check is played a chunk of draws at a
+    time and stops where the next would end past it (``outlived``'s deadline; review49c)."""
     if blind is None:
         return placement
     reserve = request.kv_admission
@@ -218,7 +219,10 @@ def _bar(
     drawn = spread is not None and clock.now() < deadline  # time left to play draws at all
     if spread is not None and drawn:
         draws = draw_matrix(spread, np.random.default_rng(request.seed), SAMPLES)  # least_expected's
-        if outlived(problem, placement.queues, finishes, draws):
+        asked = outlived(problem, placement.queues, finishes, draws, deadline)
+        if asked is None:  # no time to tell whether the draws are asked: the plan stands, as below
+            return placement
+        if asked:
             return _drawn_bar(problem, request, (placement, finishes), blind, status, draws, deadline)
     if max(finishes, default=0.0) <= blind.makespan_s:
         return placement

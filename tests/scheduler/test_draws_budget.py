@@ -1,7 +1,8 @@
 """The plays on draws after the search end by the budget's end: the bar's blind plans are played a
 chunk of draws at a time at the pace measured so far, the plan's estimates over every draw are
 priced before they start (``blind_draws.least_drawn``), and the robust choice's first play of a
-cell is priced like the later ones (``robust.judged``).
+cell is priced like the later ones (``robust.judged``); the bar's screen of the draws
+(``blind_draws.outlived``) is played a chunk at a time at its pace too (review49c).
 
 On a loaded host (cpsat at 250 ms, 1,024 x 16) the blind plans' first draw took ~0.5 ms, the 31
 others 26 and 77 ms in one pass each, and the plan's estimates 44 ms unpriced: the bar ended its
@@ -19,7 +20,9 @@ import numpy as np
 import pytest
 
 from scheduler import clock, finish_draws
-from scheduler.policies import blind_draws, robust
+from scheduler.policies import blind_draws, blindbar, robust
+from scheduler.policies.base import Placement
+from scheduler.policies.blindbar import Blind
 from scheduler.policies.robust import baseline, judged
 from scheduler.policies.round_robin import RoundRobinPolicy
 from tests.scheduler.fake_clock import ManualClock
@@ -33,10 +36,10 @@ def _taking(
     name: str,
     seconds: Callable[[int], float],
 ) -> None:
-    """``module.name`` (``makespans`` or ``estimated_finishes``) taking ``seconds(draws)`` on
-    ``fake`` for the number of draws it is given."""
+    """``module.name`` (``makespans``, ``estimated_finishes`` or ``longest_alone``) taking
+    ``seconds(draws)`` on ``fake`` for the number of draws it is given."""
     original = getattr(module, name)
-    at = 2 if name == "makespans" else 3  # where the draws are in its arguments
+    at = {"makespans": 2, "estimated_finishes": 3, "longest_alone": 3}[name]  # where its draws are
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         fake.seconds += seconds(len(args[at]))
@@ -101,3 +104,38 @@ def test_the_robust_choice_does_not_start_a_play_it_cannot_end_by_the_deadline(
     monkeypatch.setattr(robust, "replay_cells", play)
     assert judged(problem, crowded, base, True, 1.0, _points(problem, crowded, True)) is None
     assert fake.seconds <= 1.0
+
+
+def _screen_case() -> tuple[Any, ...]:
+    """The bar's inputs for lpt's plan of ``REQUEST`` against round robin's, every blind plan built."""
+    problem, spread, queues = _lpt_plan(REQUEST)
+    placement = Placement(queues, "FALLBACK_LPT", finish_s=_points(problem, queues, False))
+    dealt = RoundRobinPolicy().plan(REQUEST, problem).queues
+    finishes = tuple(problem.finishes(dealt, False))
+    return problem, spread, placement, Blind(dealt, finishes, ((dealt, finishes),))
+
+
+def test_the_bars_screen_of_the_draws_ends_by_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the screen (``outlived``) takes 0.1 s a draw: its 32 draws in one pass would end at 3.2 s of
+    # the 1 s left; a first draw and one chunk of 8 show the pace, and the next chunk is not started
+    problem, spread, placement, blind = _screen_case()
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    _taking(monkeypatch, fake, blind_draws, "longest_alone", lambda n: 0.1 * n)
+    request = dataclasses.replace(REQUEST, kv_admission=False)
+    barred = blindbar.barred(problem, request, placement, blind, "BASELINE", spread, 1.0)
+    assert barred.queues == placement.queues  # not judged on the draws: the plan stands
+    assert fake.seconds <= 1.0
+
+
+def test_with_the_time_for_it_the_screen_a_chunk_at_a_time_is_the_screen_in_one_pass() -> None:
+    problem, spread, placement, _ = _screen_case()
+    for scale in (0.01, 1.0, 100.0):  # predicted makespans below, near and above the floors' mean
+        points = [scale * f for f in placement.finish_s]
+        for seed in range(3):
+            draws = robust.draw_matrix(spread, np.random.default_rng(seed), robust.SAMPLES)
+            floors = finish_draws.longest_alone(
+                problem.costs, problem.prompts, placement.queues, draws, range(len(points))
+            )
+            one_pass = float(floors.max(axis=1, initial=0.0).mean()) > max(points)
+            assert blind_draws.outlived(problem, placement.queues, points, draws, float("inf")) is one_pass
