@@ -4,12 +4,16 @@ answers, on a real Redis."""
 
 from __future__ import annotations
 
+import base64
+import json
+import zlib
+
 import redis
 from fastapi.testclient import TestClient
 
 from service.api.schemas import ScheduleResponse
 from service.delivery import Delivery
-from service.pipeline.republish import decode_answer, encode_answer
+from service.pipeline.republish import ANSWER_FORMAT, decode_answer, encode_answer
 from tests.service.api_helpers import batch_body
 
 INBOXES = ["rs:active", "rs:inbox:{w0}", "rs:inbox:{w1}"]
@@ -65,3 +69,21 @@ def test_an_encoded_answer_decodes_to_the_same_answer_marked_replayed(client: Te
     assert (replayed.replayed, answer.replayed) == (True, False)
     mine = {"timings", "replayed"}
     assert replayed.model_dump(exclude=mine) == answer.model_dump(exclude=mine)
+
+
+def test_a_replayed_answer_keeps_its_at_once_verdict_and_one_stored_before_it_existed_says_null(
+    client: TestClient,
+) -> None:
+    """A retry gets the verdict of the plan it replays; an answer stored by a release before
+    ``at_once_hedge`` (a mixed-version roll) has none to tell, so it says null, not "kept"."""
+    posted = client.post("/schedule", json=batch_body(prompts=3, n=2, publish=False)).content
+    answer = ScheduleResponse.model_validate_json(posted).model_copy(update={"at_once_hedge": "fastest"})
+    stored = encode_answer(answer)
+    replayed = decode_answer(stored)
+    assert replayed is not None
+    assert replayed.at_once_hedge == "fastest"
+    doc = json.loads(zlib.decompress(base64.b64decode(stored[len(ANSWER_FORMAT) :])))
+    del doc["at_once_hedge"]
+    older = decode_answer(ANSWER_FORMAT + base64.b64encode(zlib.compress(json.dumps(doc).encode())).decode())
+    assert older is not None
+    assert older.at_once_hedge is None
