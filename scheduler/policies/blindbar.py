@@ -210,8 +210,8 @@ def _bar(
     The draws are played only while ``deadline`` has not passed: past it the plan stands wherever
     they would be asked (as where ``least_expected`` has no time for them). Started past it, the
     outlived check alone took 44-149 ms on a starved host, ending plans that far past their budget
-    (docs/experiments.md, budget47); started before it, the check is played a chunk of draws at a
-    time and stops where the next would end past it (``outlived``'s deadline; review49c)."""
+    (docs/experiments.md, budget47); started before it, the check plays its first draws and the
+    rest only where they end by it at that pace (``outlived``'s deadline; review49c)."""
     if blind is None:
         return placement
     reserve = request.kv_admission

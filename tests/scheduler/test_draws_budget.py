@@ -2,7 +2,7 @@
 chunk of draws at a time at the pace measured so far, the plan's estimates over every draw are
 priced before they start (``blind_draws.least_drawn``), and the robust choice's first play of a
 cell is priced like the later ones (``robust.judged``); the bar's screen of the draws
-(``blind_draws.outlived``) is played a chunk at a time at its pace too (review49c).
+(``blind_draws.outlived``) plays the rest of its draws only where they fit (review49c).
 
 On a loaded host (cpsat at 250 ms, 1,024 x 16) the blind plans' first draw took ~0.5 ms, the 31
 others 26 and 77 ms in one pass each, and the plan's estimates 44 ms unpriced: the bar ended its
@@ -117,7 +117,7 @@ def _screen_case() -> tuple[Any, ...]:
 
 def test_the_bars_screen_of_the_draws_ends_by_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     # the screen (``outlived``) takes 0.1 s a draw: its 32 draws in one pass would end at 3.2 s of
-    # the 1 s left; a first draw and one chunk of 8 show the pace, and the next chunk is not started
+    # the 1 s left; its first 8 draws show the pace, and the other 24 are not started
     problem, spread, placement, blind = _screen_case()
     fake = ManualClock()
     monkeypatch.setattr(clock, "now", fake.now)
