@@ -92,7 +92,7 @@ class KindLimits:
         budget = makespan_s / self.per_token_s
         fill = max(0.0, (self.capacity - self.prompt_head) / self.slots)
         b = self.prompt_head - self.slots / 2.0 + slope  # S/2 N^2 + b N - budget = 0 while filling
-        n = (-b + math.sqrt(b * b + 2.0 * self.slots * budget)) / self.slots
+        n = float(_filling_root(b, self.slots, budget))
         if n > fill:  # past the ramp: U(fill) + cap * (N - fill) = budget - slope * N
             n = (budget - self.ramp(fill) + self.capacity * fill) / (self.capacity + slope)
         return max(low, n)
@@ -103,7 +103,7 @@ class KindLimits:
         budget = makespans / self.per_token_s
         fill = max(0.0, (self.capacity - self.prompt_head) / self.slots)
         b = self.prompt_head - self.slots / 2.0 + slope
-        n = (-b + np.sqrt(b * b + 2.0 * self.slots * budget)) / self.slots
+        n = _filling_root(b, self.slots, budget)
         past = (budget - self.ramp(fill) + self.capacity * fill) / (self.capacity + slope)
         out: FloatArray = np.maximum(0.0, np.where(n > fill, past, n))
         return out
@@ -122,25 +122,37 @@ class KindLimits:
     def _serves(
         self, steps: FloatArray, makespan_s: float | FloatArray, crossing_n: float | FloatArray, rate: float
     ) -> FloatArray:
-        """The capacity formula, given where U meets A (``_crossing``)."""
+        """The capacity formula, given where U meets A (``_crossing``), where the value is U's: A there
+        is ``T / m - c * N / m``, which floats lose when ``m`` is tiny next to ``c`` (a capacity of 3
+        where 21 fit: a bound above a schedule, edge49)."""
         alpha = rate * self.per_token_s / self.prefill_s
-        fill = max(0.0, (self.capacity - self.prompt_head) / self.slots)
-        top = self.ramp(fill)
-
-        def value(n: FloatArray) -> FloatArray:
-            short = np.minimum(n, fill)
-            ramp = np.where(
-                n <= fill,
-                short * self.prompt_head + self.slots * short * (short - 1.0) / 2.0,
-                top + self.capacity * (n - fill),
-            )
-            chain = (makespan_s - self.step_s * n) / self.per_token_s
-            out: FloatArray = alpha * chain + (1.0 - alpha) * np.minimum(ramp, chain)
-            return out
-
-        crossing = np.maximum(steps, crossing_n)
-        out: FloatArray = np.maximum(0.0, np.maximum(value(steps), value(crossing)))
+        chain = (makespan_s - self.step_s * steps) / self.per_token_s
+        at_steps = alpha * chain + (1.0 - alpha) * np.minimum(self._ramps(steps), chain)
+        at_crossing = np.where(crossing_n > steps, self._ramps(crossing_n), 0.0)
+        out: FloatArray = np.maximum(0.0, np.maximum(at_steps, at_crossing))
         return out
+
+    def _ramps(self, steps: FloatArray | float) -> FloatArray:
+        """``ramp`` for every element of ``steps``."""
+        fill = max(0.0, (self.capacity - self.prompt_head) / self.slots)
+        short = np.minimum(steps, fill)
+        out: FloatArray = np.where(
+            steps <= fill,
+            short * self.prompt_head + self.slots * short * (short - 1.0) / 2.0,
+            self.ramp(fill) + self.capacity * (np.asarray(steps) - fill),
+        )
+        return out
+
+
+def _filling_root(b: float | FloatArray, slots: int, budget: float | FloatArray) -> FloatArray:
+    """The positive root of ``S/2 N^2 + b N - budget = 0``, stable where ``b`` (``c / m``) is huge:
+    ``(sqrt(b^2 + 2 S budget) - b) / S`` had N to 1e-6 steps where the steps were 5 (edge49)."""
+    b, budget = np.asarray(b, dtype=np.float64), np.asarray(budget, dtype=np.float64)
+    root = np.sqrt(b * b + 2.0 * slots * budget)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        stable = 2.0 * budget / (b + root)
+    out: FloatArray = np.where(b > 0.0, stable, (root - b) / slots)
+    return out
 
 
 def kind_limits(cost: WorkerCost, prompts: FloatArray) -> KindLimits:

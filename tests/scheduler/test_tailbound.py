@@ -171,6 +171,26 @@ def test_the_vectorised_capacity_is_the_scalar_reference() -> None:
             assert value == pytest.approx(_serves(lim, float(n), makespan, rate), rel=1e-12, abs=1e-6)
 
 
+def test_a_fast_memory_behind_a_slow_step_is_credited_what_its_steps_can_hold_at_every_makespan() -> None:
+    # 670,000 GB/s and a 0.5 s overhead at time scale 0.001 (edge49): c / m is 5e9, and A at the
+    # crossing, T / m - c N / m, came out 0 in floats, so a worker that runs 6 steps by 3 ms was
+    # credited the 3 KV-token-steps of its 2 (a bound of 4.4 ms above a 2.7 ms play).
+    lim = KindLimits(
+        step_s=0.001 * (0.5 + 2.843e-5),
+        per_token_s=1.0699e-13,
+        prefill_s=3.08e-5,
+        capacity=1.08e6,
+        slots=1,
+        prompt_head=1.0,
+    )
+    makespans = np.linspace(0.002, 0.005, 301)
+    served = [float(lim.serves_many(np.array([2.0]), float(t), 0.0)[0]) for t in makespans]
+    assert served == sorted(served)  # more time never serves less
+    for t, value in zip(makespans, served, strict=True):
+        assert value == pytest.approx(_serves(lim, 2.0, float(t), 0.0), rel=1e-6)
+        assert value == pytest.approx(lim.ramp(t / lim.step_s), rel=1e-6)
+
+
 @settings(max_examples=40, deadline=None)
 @given(root=st.floats(1.0, 1e4), slope=st.floats(0.05, 50.0), kink=st.floats(0.1, 10.0))
 def test_the_search_never_claims_past_the_root_and_closes_on_it(
