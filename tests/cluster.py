@@ -62,9 +62,21 @@ def one_node_cluster(port: int, password: str | None = None) -> EmbeddedServer:
     node = EmbeddedServer(port=port, extra_args=_cluster_args(free_port())).start()
     with redis.Redis(port=port, decode_responses=True) as client:
         client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, SLOTS - 1)
+        _until_state_ok(client)
         if password:
             client.config_set("requirepass", password)
     return node
+
+
+def _until_state_ok(client: redis.Redis, timeout_s: float = 20.0) -> None:
+    """Until the node says ``cluster_state:ok``: a few hundred ms after its slots are added it still
+    refuses every key (CLUSTERDOWN). Clients that retried for seconds rode that out; the service's
+    and the sidecars' short retries (``service/delivery/retries.py``, 0.12 s) do not, so a test's
+    first publish was refused."""
+    deadline = time.monotonic() + timeout_s
+    while client.cluster("info")["cluster_state"] != "ok":
+        assert time.monotonic() < deadline, "the one-node cluster never reported cluster_state:ok"
+        time.sleep(0.02)
 
 
 @dataclass
