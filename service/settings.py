@@ -135,6 +135,9 @@ class Settings(BaseSettings):
     actuals_maxlen: int = Field(
         default=2_000_000, gt=0, le=MAX_REDIS_INTEGER
     )  # approximate cap on the actuals stream (oldest trimmed); past int64 every append was refused
+    actuals_follow_s: float = Field(
+        default=0.25, ge=0
+    )  # how often a replica folds actuals other replicas took, off the request path; 0=off
     speed_ewma_alpha: float = Field(
         default=0.2, gt=0, le=1
     )  # weight of the newest /actuals batch (its mean) in a worker's speed

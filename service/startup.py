@@ -30,6 +30,7 @@ from service.delivery import Delivery
 from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.delivery.reaper import Reaper
 from service.learning.actuals import ActualsLog
+from service.learning.follower import Follower
 from service.learning.models import ModelService
 from service.learning.retrain import Retrainer
 from service.limits import PlanSlots
@@ -45,7 +46,8 @@ RETRY_S = 2.0  # between tries to reach a Redis Cluster that has not answered ye
 
 class Startup:
     """Puts the context on ``state`` (``state.context``, None until then; ``state.starting``, why
-    not yet) and starts the reaper: at once when it can, else from a thread; ``stop`` undoes both."""
+    not yet) and starts the reaper and the actuals follower: at once when it can, else from a thread;
+    ``stop`` undoes both."""
 
     def __init__(self, settings: Settings, metrics: Metrics, state: Any, interval_s: float = RETRY_S) -> None:
         self.settings = settings
@@ -56,6 +58,7 @@ class Startup:
         self._lock = threading.Lock()  # a build that ends as the app stops is closed, not published
         self._thread: threading.Thread | None = None
         self._reaper: Reaper | None = None
+        self._follower: Follower | None = None  # folds other replicas' actuals (``learning.follower``)
         self._release: threading.Thread | None = None  # the retrain lock's, started by ``halt``
 
     def begin(self) -> None:
@@ -105,6 +108,8 @@ class Startup:
             self._reaper = Reaper(
                 ctx.delivery, on_reap=self.metrics.count_reaped, ready=lambda: version.check() is None
             ).start()
+            if self.settings.actuals_follow_s > 0:  # other replicas' actuals, off the request path
+                self._follower = Follower(ctx.models, self.settings.actuals_follow_s).start()
             self.state.context = ctx
             self.state.starting = None
         _log.info("service started", extra={"redis": describe(self.settings.redis_url or "")})
@@ -126,6 +131,8 @@ class Startup:
                 )
         if self._reaper is not None:
             self._reaper.halt()
+        if self._follower is not None:
+            self._follower.halt()
         if ctx is not None:
             ctx.plan_slots.stop()  # the requests waiting in line are refused now (503), not at a slot
         if self._release is not None and not started:
@@ -143,10 +150,13 @@ class Startup:
         with self._lock:
             ctx: Context | None = self.state.context
             reaper, self._reaper = self._reaper, None
+            follower, self._follower = self._follower, None
         running = {
             "a try at the cluster": not _join(self._thread, until),
             "the retrain lock's release": not _join(self._release, until),
             "the reaper's pass": reaper is not None and not reaper.stop(max(0.0, until - time.monotonic())),
+            "the actuals follower's fold": follower is not None
+            and not follower.stop(max(0.0, until - time.monotonic())),
             "give-ups' take-backs": in_use,
         }
         if ctx is None:

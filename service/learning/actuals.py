@@ -219,6 +219,12 @@ class ActualsLog:
         """Reports currently held."""
         return int(self._redis.xlen(self.key))
 
+    def newest_id(self) -> str:
+        """The stream's newest entry id (``START`` when it holds none): one short read, so a replica
+        tells whether actuals arrived without reading them (``service.learning.follower``)."""
+        newest = cast(list[Entry], self._redis.xrevrange(self.key, max="+", min="-", count=1))
+        return newest[0][0] if newest else START
+
     def rows_after(self, cursor: str) -> Folded:
         """Reports appended after stream id ``cursor``, as trace rows, and the id to continue from.
 

@@ -69,6 +69,7 @@ class ModelService:
         self.keep = keep  # versions left in the store after a retrain
         self.predictor = LengthPredictor(History(max_rows=actuals.maxlen))  # the stream's newest maxlen
         self._cursor = "0-0"  # last actuals-stream id folded into the history
+        self._newest_step: int | None = None  # the newest step folded (``StepReports.step``)
         self._sync_lock = threading.Lock()
         # One swap at a time: a reload lists the store, then swaps in its newest version unless held;
         # listed just before a retrain saved, it put the older version back over the one the retrain
@@ -125,8 +126,21 @@ class ModelService:
             elif folded.rows:
                 self.predictor.observe(folded.rows)
             self._reports.fold(folded.rows, folded.schedules, folded.restarted)
+            self._newest_step = self._reports.step
             self._cursor = folded.cursor
             return len(folded.rows)
+
+    def follow(self) -> int:
+        """Where the stream's newest entry is not the last folded, ``sync`` and warm the step after
+        the newest folded (``warm_later``); the actuals folded. What the follower runs off the
+        request path (``service.learning.follower``): one short read when nothing arrived."""
+        if self.actuals.newest_id() == self._cursor:
+            return 0
+        folded = self.sync()
+        newest = self._newest_step
+        if folded and newest is not None:
+            self.warm_later(newest + 1)
+        return folded
 
     def predict(self, queries: QueryBatch | Sequence[Query], step: int, quantile: float) -> Predictions:
         """Lengths at ``quantile`` from the freshest history and model version.

@@ -77,7 +77,7 @@ def test_a_warmed_replica_predicts_what_a_cold_one_folds_on_its_first_predict(
 ) -> None:
     # a replica that did not receive the /actuals learns the rows on its next sync, and folds them
     # on its first predict: the warm changes where the fold runs, never what it yields
-    warmed, cold = make_client(), make_client()
+    warmed, cold = make_client(), make_client(actuals_follow_s=0)  # cold: no follower folds for it
     for step in range(2):
         _report_step(warmed, step)
     body = batch_body(step=2, publish=False)
@@ -103,3 +103,4 @@ def test_a_burst_of_batches_is_warmed_once_for_the_latest_step(
     assert models.warmer is not None
     models.warmer.join(timeout=30)
     assert asked == [3]
+

@@ -29,7 +29,7 @@ def _models(client: TestClient) -> ModelService:
 @pytest.fixture
 def models(make_client: AppFactory, monkeypatch: pytest.MonkeyPatch) -> tuple[ModelService, list[int]]:
     """A replica's models holding step 0's actuals, folded for no step (its warms only recorded)."""
-    client = make_client()
+    client = make_client(actuals_follow_s=0)  # its follower may fold first, and ask the warm too
     held = _models(client)
     asked: list[int] = []
     monkeypatch.setattr(held, "warm_later", asked.append)
