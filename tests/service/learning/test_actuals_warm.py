@@ -104,3 +104,18 @@ def test_a_burst_of_batches_is_warmed_once_for_the_latest_step(
     models.warmer.join(timeout=30)
     assert asked == [3]
 
+
+def test_a_replica_started_on_a_history_warms_the_step_after_its_newest(
+    make_client: AppFactory, folds: Counter[str]
+) -> None:
+    # its first /schedule folded the whole history on the request's path (refresh49)
+    reporter = make_client(actuals_follow_s=0)  # no follower warms behind the count
+    for step in range(2):
+        _report_step(reporter, step)
+    folds.clear()
+    started = make_client(actuals_follow_s=0)
+    assert folds["prior"] == 1, "the start did not fold the step after its newest"
+    folds.clear()
+    answer = started.post("/schedule", json=batch_body(step=2, publish=False))
+    assert answer.status_code == 200
+    assert folds == Counter(), "the first /schedule after the start folded the history on its path"
