@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from redis.exceptions import RedisClusterException
+from redis.exceptions import ClusterDownError, RedisClusterException
 
 from service.delivery import Delivery
 from service.delivery.reaper import DEFAULT_INTERVAL_S, reap_all
@@ -60,7 +60,11 @@ def test_a_kept_result_whose_slot_is_unserved_does_not_age_while_another_slot_an
     held = {h.lease.schedule_id: h for h in asyncio.run(session.claim(2))}
     slot, owner = unserve(cluster, "unserved")
     try:
-        with pytest.raises(RedisClusterException):  # unanswered past its retry window: kept
+        # Unanswered past its retry window: kept. The client says so as SlotNotCoveredError where its
+        # slot map already lacks the slot, or as the node's CLUSTERDOWN (ClusterDownError, a
+        # RedisError) where the map still names the master (seen on a loaded host: the map's refresh
+        # raced the DELSLOTS).
+        with pytest.raises((RedisClusterException, ClusterDownError)):
             asyncio.run(session.complete(held["unserved"], RESULT))
         beats = []
         for at_s in (1.0, BOUND_S / 2, BOUND_S + 1.0, 2 * BOUND_S):
