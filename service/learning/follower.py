@@ -12,8 +12,11 @@ replica that took them.
 
 Predictions do not change: the request still syncs before it predicts, under the same lock, so it
 reads every actual stored before it started; it only finds the fold done (or waits for the
-follower's fold under way, which it would have run itself). A failed follow (Redis down) is logged
-once per outage and tried again at the next tick; the request's own sync meets the outage as before.
+follower's fold under way, which it would have run itself). A failed follow (Redis down) is tried
+again at the next tick and logged once per outage, at its second failure in a row: a replica's stop
+under ``make run`` (the process group's SIGTERM reaches the embedded server first) failed one last
+follow before the stop halted the thread, a warning on every Ctrl-C; the request's own sync meets an
+outage as before.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ class Follower:
         self.every_s = every_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._failing = False  # the last follow failed (logged once until one succeeds)
+        self._failed = 0  # follows failed in a row (the outage logged once, at the second)
 
     def start(self) -> Follower:
         """Start following in the background."""
@@ -54,11 +57,11 @@ class Follower:
         try:
             folded = self.models.follow()
         except Exception as error:
-            if not self._failing:
+            self._failed += 1
+            if self._failed == 2:
                 _log.warning("following the actuals stream failed (%s); requests fold what arrives", error)
-            self._failing = True
             return 0
-        self._failing = False
+        self._failed = 0
         return folded
 
     def halt(self) -> None:
