@@ -19,8 +19,8 @@ exchange never overcharges a worker): a worker's capacity for ``K + r * P_w`` by
 ``alpha * A(N) + (1 - alpha) * min(U(N), A(N))`` with ``A(N) = (T - c * N) / m`` and ``alpha = r * m
 / pp``, maximised over ``N`` at least its longest trajectory; the maximum lies at that length or
 where ``U`` meets ``A`` (the function is convex before that point and falling after). A larger ``r``
-credits more prefill but lets a worker trade ramp-up for prefill; each ``r`` gives a valid bound, so
-the largest over a few is too.
+credits more prefill but lets a worker trade ramp-up for prefill; each ``r`` is a bound (which ones:
+``scheduler.prefill_shares``, with the proof), so the largest over a few is too.
 
 Which workers host which lengths is a covering question, answered twice:
 
@@ -50,6 +50,7 @@ import numpy as np
 from scheduler import clock, giveup
 from scheduler.costmodel import WorkerCost
 from scheduler.policies.levels import IntArray
+from scheduler.prefill_shares import PREFILL_SHARES, shares_bound
 from scheduler.stepsum import FloatArray
 from scheduler.tailbands import BandCover
 from scheduler.tailcover import FluidCover, Layout, knots, layout
@@ -65,7 +66,6 @@ FIRST_SLOPE = 3.0  # shortfall per relative makespan, the first step's guess (me
 BAND_PROBES = 8  # band-model bisection probes, when whole trajectories lift the bound above the fluid one
 STEP_UP = 1.25  # the band bracket above the fluid bound grows by this factor until a cover exists
 STEP_UPS = 6  # at most 1.25^6 = 3.8x
-PREFILL_SHARES = (1.0, 0.0)  # r as shares of min over kinds of pp / m: prefill binds at 1, ramp-up at 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,15 +247,15 @@ def _fluid_bound(
     precision: float,
     timed: Timed,
 ) -> float:
-    """The fluid cover's bound for each of ``PREFILL_SHARES`` (prompt tokens at that share of the
-    ``exchange`` rate), each search starting where the previous one stopped (the rate that binds
-    on benchmark batches first), at least ``known_s``."""
-    laid, bound = layout(steps), known_s
-    for share in PREFILL_SHARES:
+    """The fluid cover's bound at the prompt tokens' shares of the ``exchange`` rate that
+    ``prefill_shares.shares_bound`` tries, each search starting where the last stopped; >= ``known_s``."""
+    laid = layout(steps)
+
+    def search(share: float, low: float) -> float:
         rate = share * exchange
-        gap = _fluid_gap(laid, work + rate * prompts, families, rate)
-        bound = _search(gap, bound, precision, timed)
-    return bound
+        return _search(_fluid_gap(laid, work + rate * prompts, families, rate), low, precision, timed)
+
+    return shares_bound(search, known_s)
 
 
 class Timed:
