@@ -44,7 +44,7 @@ from scheduler.policies.base import Placement
 from scheduler.policies.kvpeak import KvPeaks
 from scheduler.policies.load import Load, estimate, rates
 from scheduler.policies.ordering import order_queues
-from scheduler.policies.outlier_draws import Draws, outlier_draws, outlier_means
+from scheduler.policies.outlier_draws import LazyDraws, outlier_means
 from scheduler.policies.problem import Problem, Unit, longest_first, worker_kinds
 from scheduler.policies.robust import SAMPLES, Spread, least_mean
 from scheduler.stepsum import FloatArray
@@ -71,7 +71,7 @@ class Candidate(NamedTuple):
     and the candidate's draws not played yet: the candidate does not depend on the plan it is
     weighed against."""
 
-    draws: Draws
+    draws: LazyDraws  # drawn as far as the judgments asked
     queues: tuple[tuple[int, ...], ...]
     finishes: tuple[float, ...]
     means: FloatArray  # ``outlier_means`` of ``queues`` on the first ``len(means)`` draws
@@ -134,7 +134,7 @@ def at_once_judged(
         return Judged(placement, None)
     if candidate is not None:
         return _judging(problem, request, placement, _NO_DRAWS, candidate, deadline)
-    draws = outlier_draws(spread, request.seed)
+    draws = LazyDraws(spread, request.seed)
     timed = _timed(problem, placement.queues, draws, request.kv_admission, deadline)
     if timed is None:
         return Judged(_marked(placement, UNJUDGED), None)
@@ -196,7 +196,7 @@ def _judging(
 def _more(
     problem: Problem,
     queues: Sequence[Sequence[int]],
-    draws: Draws,
+    draws: LazyDraws,
     means: FloatArray,
     target: int,
     reserve: bool,
@@ -204,7 +204,7 @@ def _more(
     """``means`` (``queues``' ``outlier_means`` on the first draws) extended to ``target`` draws."""
     if len(means) >= target:
         return means
-    more = outlier_means(problem, queues, Draws(draws.steps[len(means) : target], draws.stretch), reserve)
+    more = outlier_means(problem, queues, draws.block(len(means), target), reserve)
     return np.concatenate((means, more))
 
 
@@ -248,7 +248,7 @@ def _runs_at_once(problem: Problem, queues: Sequence[Sequence[int]], reserve: bo
 
 
 def _timed(
-    problem: Problem, queues: Sequence[Sequence[int]], draws: Draws, reserve: bool, deadline: float
+    problem: Problem, queues: Sequence[Sequence[int]], draws: LazyDraws, reserve: bool, deadline: float
 ) -> tuple[FloatArray, float] | None:
     """``queues``' ``outlier_means`` on the first ``TIMED`` draws and what one draw took; None when
     the plays the comparison needs before a verdict can be clear (``CLEAR`` draws of both plans, the
@@ -260,7 +260,7 @@ def _timed(
     own pace projects past that; at 4,096 x 32 it took 31 ms and the plays 95 ms, where the
     projection counted only the plays and the plan ended 52 ms past its 250 ms)."""
     started = clock.now()
-    head = outlier_means(problem, queues, Draws(draws.steps[:TIMED], draws.stretch), reserve)
+    head = outlier_means(problem, queues, draws.block(0, TIMED), reserve)
     now = clock.now()
     draw_s = (now - started) / TIMED
     if now + (2 * CLEAR - TIMED) * draw_s > deadline:
