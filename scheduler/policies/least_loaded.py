@@ -64,6 +64,8 @@ def deal_items(
     lanes), as the shared queue deals: at the start every worker takes one item in turn, not the
     first worker as many as it has slots. Input order is the shared queue; longest first is
     ``scheduler.policies.waves``' candidate for queues that run in waves."""
+    if problem.unrestricted:
+        return _deal_anywhere(problem, lanes, order)
     pool = _Lanes(lanes)
     queues: list[list[int]] = [[] for _ in problem.costs]
     units = problem.units
@@ -72,6 +74,39 @@ def deal_items(
         free_at, lane, w = pool.take(unit.allowed, len(problem.active))
         queues[w].extend(unit.members)
         pool.put((free_at + unit.tokens * lanes[w][1], lane, w))
+    return queues
+
+
+def _deal_anywhere(
+    problem: Problem, lanes: dict[int, tuple[int, float]], order: Iterable[int]
+) -> list[list[int]]:
+    """``deal_items`` where every unit may take every active worker's lanes (``problem.unrestricted``):
+    the lane ``_Lanes`` hands out is then always the earliest of all, ``(free at, lane, worker)``.
+    Lanes not taken yet are free at 0 and come in (lane, worker) order, so they are generated in
+    that order rather than kept in a heap; a lane taken goes on one heap, and each item takes the
+    lesser of the next fresh lane and that heap's top: the same lanes, so the same queues.
+
+    Why. ``_Lanes``' two levels (a heap per worker and one of their tops) are for items some workers
+    may not take; for the service's batches, where none is pinned, they cost 6-10 ms of the
+    length-blind plans at 4,096 x 32 (with quantiles least loaded is always dealt: ``blindbar``),
+    spent before the at-once hedge could judge in the 80 ms default (docs/experiments.md, budget50)."""
+    workers = sorted(lanes)
+    deepest = max((slots for slots, _ in lanes.values()), default=0)
+    fresh = ((0.0, k, w) for k in range(deepest) for w in workers if lanes[w][0] > k)
+    ahead = next(fresh, None)
+    taken: list[tuple[float, int, int]] = []
+    per_token = {w: seconds for w, (_, seconds) in lanes.items()}
+    queues: list[list[int]] = [[] for _ in problem.costs]
+    units = problem.units
+    for u in order:
+        if ahead is not None and (not taken or ahead < taken[0]):
+            free_at, lane, w = ahead
+            ahead = next(fresh, None)
+        else:
+            free_at, lane, w = heapq.heappop(taken)
+        unit = units[u]
+        queues[w].extend(unit.members)
+        heapq.heappush(taken, (free_at + unit.tokens * per_token[w], lane, w))
     return queues
 
 
