@@ -41,6 +41,7 @@ import numpy as np
 from scheduler import clock
 from scheduler.at_once import ends_at_once
 from scheduler.policies.base import Placement
+from scheduler.policies.fastest_plain import PACE_EVERY, plain_fastest
 from scheduler.policies.kvpeak import KvPeaks
 from scheduler.policies.load import Load, estimate, rates
 from scheduler.policies.ordering import order_queues
@@ -50,8 +51,6 @@ from scheduler.policies.robust import SAMPLES, Spread, least_mean
 from scheduler.stepsum import FloatArray
 from scheduler.types import PlanRequest
 
-PACE_EVERY = 32  # units placed between checks of the candidate's projected end (a clock read is
-# far cheaper than placing 32 units: a heap pass and a KV peak each)
 TIMED = 4  # draws of the policy's plan played and timed before the comparison is committed to
 CHUNK = 4  # draws a side played at a time: small numpy blocks (8 draws of a 1,024 x 16 plan ~1.3 ms,
 # 16 at once ~20 ms on a loaded 2-core host), and a verdict checked after each
@@ -286,13 +285,16 @@ def _fastest(problem: Problem, deadline: float) -> list[list[int]] | None:
     if len(kinds) < 2 or not _within_slots(problem):
         return None  # one kind: nothing to choose; more trajectories than slots: waves, not at once
     kinds.sort(key=lambda members: problem.costs[members[0]].step_time(1, 0.0))
+    started, units = clock.now(), len(problem.units)
+    if problem.unrestricted and units == len(problem.steps):  # the service's batches: written out
+        plain, gave_up = plain_fastest(problem, kinds, lambda k: _past(started, k, units, deadline))
+        return LATE if gave_up else plain
     heaps = [[(0.0, w) for w in members] for members in kinds]  # (estimate, worker) per kind
     kind_of = {w: k for k, members in enumerate(kinds) for w in members}
     coefficients = {w: rates(problem.costs[w]) for w in kind_of}  # hashing a cost each unit: ~9 ms at 1,024
     peaks = KvPeaks(problem)
     loads = [Load() for _ in problem.costs]
     placed: list[list[int]] = [[] for _ in problem.costs]
-    started, units = clock.now(), len(problem.units)
     for k, u in enumerate(problem.ranked or longest_first(problem.units)):
         if k % PACE_EVERY == 0 and _past(started, k, units, deadline):
             return LATE

@@ -21,8 +21,8 @@ from scheduler import clock
 from scheduler.devices import device_profile, model_preset
 from scheduler.finish import queue_finishes
 from scheduler.planner import plan
+from scheduler.policies import fastest_plain, robust_fast
 from scheduler.policies import lpt as lpt_module
-from scheduler.policies import robust_fast
 from scheduler.policies.base import Placement
 from scheduler.policies.outlier_draws import outlier_draws, outlier_means
 from scheduler.policies.problem import Problem, build_problem
@@ -283,18 +283,23 @@ def test_the_candidate_is_not_built_when_building_it_would_leave_no_time_for_the
     placement = Placement(queues, "HEURISTIC", finish_s=tuple(problem.finishes(queues, True)))
     fake = ManualClock()
     monkeypatch.setattr(clock, "now", fake.now)
-    take = robust_fast._take_fitting
-
-    def slow(*args: Any) -> int | None:
-        fake.seconds += 1.0
-        return take(*args)
-
-    monkeypatch.setattr(robust_fast, "_take_fitting", slow)
+    for owner, name in ((robust_fast, "_take_fitting"), (fastest_plain, "_take")):  # general, written out
+        monkeypatch.setattr(owner, name, _taking_a_second(getattr(owner, name), fake))
     assert _unjudged(
         at_once_hedge(problem, request, placement, spreads(request.trajectories), 40.0), placement
     )
     assert fake.seconds <= 40.0
     assert fastest_first(problem) is not None  # with time for it, there is a candidate
+
+
+def _taking_a_second(take: Any, fake: ManualClock) -> Any:
+    """``take`` (a worker search of the candidate's loop), each call a second on ``fake`` first."""
+
+    def slow(*args: Any) -> Any:
+        fake.seconds += 1.0
+        return take(*args)
+
+    return slow
 
 
 @pytest.mark.parametrize(("budget_s", "checked"), [(1.9, False), (2.1, True)])
