@@ -77,7 +77,7 @@ from scheduler.policies.base import Placement
 from scheduler.policies.blindbar import barred
 from scheduler.policies.copybudget import LARGER_FIRST, LEAN_RESERVE, SMALLER_AFTER, copy_split
 from scheduler.policies.exchange import improve
-from scheduler.policies.lpt import Settled, opening, placed_from, settled
+from scheduler.policies.lpt import Settled, bar_plans, opening, placed_from, settled
 from scheduler.policies.ordering import refine_critical
 from scheduler.policies.problem import Problem
 from scheduler.policies.robust import Baseline, Spread, baseline, judged
@@ -118,6 +118,7 @@ class CpSatPolicy:
         with stage("search"):
             best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end, spread, base)
         status = best.status  # where the lpt plan stayed best: FALLBACK_LPT, or ROBUST_LPT
+        blind = bar_plans(problem, request, blind, assignment, spread, deadline)
         if best.queues != lpt_plan.queues:
             with stage("hedge"):
                 best = hedged(problem, request, best, spread, deadline, lpt_phase)

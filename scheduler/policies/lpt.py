@@ -56,11 +56,14 @@ class LptPolicy:
 
     def plan(self, request: PlanRequest, problem: Problem | None = None) -> Placement:
         """Place longest units first, then order each worker's queue for its makespan."""
-        problem, deadline, spread, phase, blind, _, placement = opening(request, problem, "HEURISTIC")
+        problem, deadline, spread, phase, blind, assignment, placement = opening(
+            request, problem, "HEURISTIC"
+        )
         with stage("hedge"):
             lpt_hedged = hedged(problem, request, placement, spread, deadline, phase)
         late = settled(problem, request, lpt_hedged, spread, deadline, phase)
         first = placed_from(lpt_hedged, late.placed, late.final)
+        blind = bar_plans(problem, request, blind, assignment, spread, deadline)
         with stage("bar"):
             return barred(problem, request, late.final, blind, "HEURISTIC", spread, deadline, first)
 
@@ -117,14 +120,16 @@ class Opening(NamedTuple):
     deadline: float  # the policy's start on ``scheduler.clock`` plus ``request.time_budget_s``
     spread: Spread | None  # the request's quantiles (``robust.spreads``); None: point predictions only
     phase_s: float  # what ``lpt_start`` took: the unit the later phases price their fixed costs in
-    blind: Blind | None  # the better length-blind plan, for the bar at the end (``blindbar.barred``)
+    blind: Blind | None  # the better length-blind plan, for the bar at the end (``blindbar.barred``);
+    # None with quantiles, where the bar builds them (``bar_plans``)
     assignment: list[list[int]]  # units per worker of ``placement``
     placement: Placement  # the lpt start, or the blind plan where it starts sooner (``blind_start``)
 
 
 def opening(request: PlanRequest, problem: Problem | None, status: str) -> Opening:
-    """The lpt start, the length-blind plans and the budget's unit, as both ``lpt`` and ``cpsat``
-    begin; ``placement`` carries ``status``.
+    """The lpt start, the length-blind plans (without quantiles: with them ``bar_plans`` builds them
+    for the bar) and the budget's unit, as both ``lpt`` and ``cpsat`` begin; ``placement`` carries
+    ``status``.
 
     One function for both: ``cpsat`` searches from the very plan ``lpt`` starts from, keeps it as its
     fallback (``FALLBACK_LPT``) and prices its steps in the same phase; two copies of these lines
@@ -138,11 +143,35 @@ def opening(request: PlanRequest, problem: Problem | None, status: str) -> Openi
     with stage("lpt start"):
         start = lpt_start(problem, request.kv_admission, deadline, spread is None)
     phase = clock.now() - started
-    with stage("blind plans"):
-        blind = blind_plan(problem, request, start[0], lpt_bar(start[2], spread), deadline)
+    blind = None
+    if spread is None:  # with quantiles they are only the bar's: built there (``bar_plans``)
+        with stage("blind plans"):
+            blind = blind_plan(problem, request, start[0], lpt_bar(start[2], spread), deadline)
     assignment, queues, finishes = blind_start(problem, blind, start, spread is not None)
     placement = Placement(queues=queues, status=status, finish_s=finishes)
     return Opening(problem, deadline, spread, phase, blind, assignment, placement)
+
+
+def bar_plans(
+    problem: Problem,
+    request: PlanRequest,
+    blind: Blind | None,
+    assignment: Sequence[Sequence[int]],
+    spread: Spread | None,
+    deadline: float,
+) -> Blind | None:
+    """The length-blind plans the bar (``blindbar.barred``) holds the plan to: ``blind``, the
+    opening's, without quantiles; with them, built now from the lpt start's ``assignment``
+    (``blind_plan``: None once ``deadline`` has passed, where the bar could not play its draws anyway).
+
+    Why here. With quantiles they are neither the start (``blind_start``) nor read before the bar,
+    and at 4,096 x 32 building them (6-11 ms on a quiet host) came before the at-once hedge, which
+    then went out unjudged in every plan of the service's 80 ms default (docs/experiments.md,
+    budget50). Past the deadline the bar returns the plan whether or not they were built."""
+    if spread is None:
+        return blind
+    with stage("blind plans"):
+        return blind_plan(problem, request, assignment, float("inf"), deadline)
 
 
 def lpt_bar(finishes: Sequence[float], spread: Spread | None) -> float:
