@@ -12,8 +12,8 @@ order, so every float is the same.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
 
+from scheduler import clock
 from scheduler.policies.kvpeak import PEAK_MARGIN
 from scheduler.policies.load import estimate, rates
 from scheduler.policies.problem import Problem, longest_first
@@ -23,12 +23,13 @@ PACE_EVERY = 32  # units placed between checks of the candidate's projected end 
 
 
 def plain_fastest(
-    problem: Problem, kinds: list[list[int]], late: Callable[[int], bool]
+    problem: Problem, kinds: list[list[int]], deadline: float
 ) -> tuple[list[list[int]] | None, bool]:
     """Units per worker, the longest on the fastest kind (``kinds``, fastest first) while its queues
     still run at once, as ``robust_fast._fastest`` places them; (None, False) where some unit fits
-    no worker at once, (None, True) where ``late(placed)`` said so (asked every ``PACE_EVERY``
-    units). For problems whose units are single trajectories allowed on every active worker."""
+    no worker at once, (None, True) where it would end past ``deadline`` at its own pace (``past``,
+    every ``PACE_EVERY`` units, the pace counted from the loop's start as the general loop counts it).
+    For problems whose units are single trajectories allowed on every active worker."""
     costs, units = problem.costs, problem.units
     heaps = [[(0.0, w) for w in members] for members in kinds]
     kind_of = {w: k for k, members in enumerate(kinds) for w in members}
@@ -38,8 +39,9 @@ def plain_fastest(
     count, held, peak = [0] * len(costs), [0] * len(costs), [0] * len(costs)  # ``KvPeaks``' lists
     longest, tokens, kv, prompt = [0] * len(costs), [0] * len(costs), [0.0] * len(costs), [0] * len(costs)
     placed: list[list[int]] = [[] for _ in costs]
+    started = clock.now()
     for k, u in enumerate(problem.ranked or longest_first(units)):
-        if k % PACE_EVERY == 0 and late(k):
+        if k % PACE_EVERY == 0 and past(started, k, len(units), deadline):
             return None, True
         _, u_steps, u_tokens, u_kv, u_prompt, _ = units[u]
         w = _take(heaps, count, held, peak, slots, limit, u_steps, u_prompt)
@@ -90,3 +92,10 @@ def _take(
         if found >= 0:
             return found
     return -1
+
+
+def past(started: float, placed: int, units: int, deadline: float) -> bool:
+    """Whether placing ``units`` units, ``placed`` of them placed since ``started``, ends past
+    ``deadline`` at the pace so far (or the deadline has passed already)."""
+    now = clock.now()
+    return now > deadline or (placed > 0 and started + (now - started) * units / placed > deadline)

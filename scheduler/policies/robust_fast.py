@@ -41,7 +41,7 @@ import numpy as np
 from scheduler import clock
 from scheduler.at_once import ends_at_once
 from scheduler.policies.base import Placement
-from scheduler.policies.fastest_plain import PACE_EVERY, plain_fastest
+from scheduler.policies.fastest_plain import PACE_EVERY, past, plain_fastest
 from scheduler.policies.kvpeak import KvPeaks
 from scheduler.policies.load import Load, estimate, rates
 from scheduler.policies.ordering import order_queues
@@ -285,9 +285,8 @@ def _fastest(problem: Problem, deadline: float) -> list[list[int]] | None:
     if len(kinds) < 2 or not _within_slots(problem):
         return None  # one kind: nothing to choose; more trajectories than slots: waves, not at once
     kinds.sort(key=lambda members: problem.costs[members[0]].step_time(1, 0.0))
-    started, units = clock.now(), len(problem.units)
-    if problem.unrestricted and units == len(problem.steps):  # the service's batches: written out
-        plain, gave_up = plain_fastest(problem, kinds, lambda k: _past(started, k, units, deadline))
+    if problem.unrestricted and len(problem.units) == len(problem.steps):  # the service's: written out
+        plain, gave_up = plain_fastest(problem, kinds, deadline)
         return LATE if gave_up else plain
     heaps = [[(0.0, w) for w in members] for members in kinds]  # (estimate, worker) per kind
     kind_of = {w: k for k, members in enumerate(kinds) for w in members}
@@ -295,8 +294,9 @@ def _fastest(problem: Problem, deadline: float) -> list[list[int]] | None:
     peaks = KvPeaks(problem)
     loads = [Load() for _ in problem.costs]
     placed: list[list[int]] = [[] for _ in problem.costs]
+    started, units = clock.now(), len(problem.units)
     for k, u in enumerate(problem.ranked or longest_first(problem.units)):
-        if k % PACE_EVERY == 0 and _past(started, k, units, deadline):
+        if k % PACE_EVERY == 0 and past(started, k, units, deadline):
             return LATE
         unit = problem.units[u]
         worker = _take_fitting(problem, heaps, peaks, unit)
@@ -310,13 +310,6 @@ def _fastest(problem: Problem, deadline: float) -> list[list[int]] | None:
             after = estimate(coefficients[worker], load.steps, load.tokens, load.kv_steps, load.prompt_tokens)
             heapq.heappush(heaps[kind_of[worker]], (after, worker))
     return placed
-
-
-def _past(started: float, placed: int, units: int, deadline: float) -> bool:
-    """Whether placing ``units`` units, ``placed`` of them placed since ``started``, ends past
-    ``deadline`` at the pace so far (or the deadline has passed already)."""
-    now = clock.now()
-    return now > deadline or (placed > 0 and started + (now - started) * units / placed > deadline)
 
 
 def _take_fitting(
