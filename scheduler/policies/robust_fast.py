@@ -39,7 +39,6 @@ from typing import NamedTuple
 import numpy as np
 
 from scheduler import clock
-from scheduler.at_once import ends_at_once
 from scheduler.policies.base import Placement
 from scheduler.policies.fastest_plain import PACE_EVERY, past, plain_fastest
 from scheduler.policies.kvpeak import KvPeaks
@@ -242,8 +241,7 @@ def _runs_at_once(problem: Problem, queues: Sequence[Sequence[int]], reserve: bo
     trajectory is not enough: long chain-of-thought fills the caches first, its queues run in waves,
     and draws of them are played by the event loop (~10 ms a queue a draw), which spent 0.85 s of
     an 80 ms plan on a 4,096-trajectory headline step before ``fastest_first`` found no candidate."""
-    busy = [(problem.costs[w], *problem.lengths(queue)) for w, queue in enumerate(queues) if queue]
-    return all(ends is not None for ends in ends_at_once(busy, reserve))
+    return all(problem.runs_at_once(queues, reserve))  # kept from the orders' hedge of the same plan
 
 
 def _timed(

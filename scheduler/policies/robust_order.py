@@ -39,7 +39,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from scheduler import clock
-from scheduler.at_once import ends_at_once
 from scheduler.costmodel import WorkerCost
 from scheduler.lognormal import Z90
 from scheduler.policies.base import Placement
@@ -126,9 +125,11 @@ def robust_orders(
     prior = JUDGE_COST[reserve] * lpt_phase_s / max(1, len(problem.steps))  # seconds an item
     if judged and clock.now() + prior * left > deadline:
         return None  # priced past it before the draws and their screen (``_spread_keys``) are made
+    if not judged:  # every queue runs at once: no order to judge, so no draw to draw
+        return tuple(ordered), tuple(finish)
     rng = np.random.default_rng(seed)
     draws = [draw_steps(spread, rng) for _ in range(DRAWS)]
-    wide = _spread_keys(problem, queues, finishes, spread, seed) if judged else None
+    wide = _spread_keys(problem, queues, finishes, spread, seed)
     for w in judged:
         started = clock.now()
         if started + (spent / done if done else prior) * left > deadline:
@@ -143,14 +144,11 @@ def robust_orders(
 def _in_waves(problem: Problem, queues: Queues, reserve: bool) -> list[bool]:
     """Per worker, whether its queue has two items or more and does not run at once on the planned
     lengths: the queues whose order the draws can change. One vectorised pass (``ends_at_once``,
+    through ``Problem.runs_at_once``, which keeps it for the at-once hedge of the same plan;
     the same verdicts as ``all_at_once_finish`` queue by queue): at 16,384 x 128, where every
     queue runs at once, the one-by-one test took 120-240 ms of a 1 s plan to change nothing."""
-    many = [w for w, queue in enumerate(queues) if len(queue) >= 2]
-    ends = ends_at_once([(problem.costs[w], *problem.lengths(queues[w])) for w in many], reserve)
-    waves = [False] * len(queues)
-    for w, run in zip(many, ends, strict=True):
-        waves[w] = run is None
-    return waves
+    runs = problem.runs_at_once(queues, reserve)  # kept: the at-once hedge asks it next
+    return [len(queue) >= 2 and not run for queue, run in zip(queues, runs, strict=True)]
 
 
 def _spread_keys(
