@@ -9,11 +9,14 @@ A server must not outlive its owner. A stop on SIGTERM or SIGINT ends it, but SI
 PID 1, holding its port and memory for good: each server has a watcher that stops it when its owner
 dies (``service/embedded_watch.py``). A server object dropped without ``stop()``, or still running at
 interpreter exit, is stopped by a ``weakref.finalize``, as ``tempfile.TemporaryDirectory`` removes
-its directory: its watcher disarmed, its pipe closed, its data dir removed.
+its directory: its watcher disarmed, its pipe closed, its data dir removed. A process whose exit is
+forced (``os._exit``: ``serve``'s exit guard) runs no finalizer and may cut a stop under way, its
+watcher already disarmed: ``end_all_now`` is what it runs first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -41,6 +44,7 @@ class PortTakenError(EmbeddedServerError):
 
 PORT_TRIES = 3  # picks of a free port before giving up (each taken between pick and bind)
 STOP_S = 5.0  # wait for a SIGTERMed server to exit before SIGKILL
+CUT_S = 0.5  # wait for a SIGKILLed server to be reaped at a forced exit (the kernel ends it at once)
 
 
 def find_server_binary() -> str:
@@ -135,6 +139,32 @@ class _Held:
             self.end_process()
             self.remove_tmp()
 
+    def cut(self) -> None:
+        """At a forced exit: SIGKILL the server (one that does not answer takes no SIGTERM, and the
+        watcher a stop under way has disarmed no longer stands in) and remove its temporary dir. Its
+        data is the process's own, lost on exit anyway. ``Popen.kill`` leaves one reaped alone."""
+        proc = self.proc
+        if proc is not None:
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(CUT_S)
+        if self.tmp_dir is not None:
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
+
+
+# Every server object's holdings, for ``end_all_now``: weakly, as the finalizer holds them.
+_HELD: weakref.WeakValueDictionary[int, _Held] = weakref.WeakValueDictionary()
+
+
+def end_all_now() -> None:
+    """End every embedded server this process runs, and remove its temporary dir, at once: the last
+    act of an exit that is forced (``service/api/exit_guard.py``). ``serve``'s stop of its server
+    waits ``STOP_S`` for a SIGTERMed one, its watcher disarmed; a stalled server (SIGSTOPped) held
+    that wait past the guard's bound, and ``os._exit`` left it running for good, its dir kept."""
+    for held in list(_HELD.values()):
+        if held.owner_pid == os.getpid():
+            held.cut()
+
 
 @dataclass
 class EmbeddedServer:
@@ -149,6 +179,7 @@ class EmbeddedServer:
     def __post_init__(self) -> None:
         # run on the object's collection or at interpreter exit, whichever comes first; a no-op after stop()
         weakref.finalize(self, self._held.release)
+        _HELD[id(self._held)] = self._held
 
     @property
     def url(self) -> str:

@@ -10,11 +10,27 @@ the documented 10 s + 3 timeouts; a call that Redis never answers held the exit 
 SIGKILL.
 
 How. ``serve`` enables the guard; the app's stop arms it (``arm``): a daemon that, once the bound has
-passed, logs the threads still running and ends the process (``os._exit``) with a stop's status, 0.
-What that cuts is what the kubelet's SIGKILL would have cut later: a Lua call under way runs whole or
-not at all on Redis, whatever became of its client; a take-back or bookkeeping not done lapses with
-its TTL (docs/operations.md, "Shutdown"). An app run in the test process (``TestClient``) never
-enables it.
+passed, logs the threads still running, flushes the log, runs the last acts ``serve`` gave it (within
+``LAST_ACTS_S``) and ends the process (``os._exit``) with ``FORCED_STATUS``. What that cuts is what the
+kubelet's SIGKILL would have cut later: a Lua call under way runs whole or not at all on Redis,
+whatever became of its client; a take-back or bookkeeping not done lapses with its TTL
+(docs/operations.md, "Shutdown"). An app run in the test process (``TestClient``) never enables it.
+
+What ``os._exit`` skips, and what is done instead (stop50). The guard fires while the main thread
+waits on a thread (the interpreter's join, before any ``atexit`` callback) or on the embedded
+server's stop. Skipped: the ``atexit`` waits for the give-ups' take-backs and the bookkeeping
+(``plan_thread``, ``mark_hop``, ``post_publish``), which wait on the Redis that hung, and whose work
+lapses with its TTL; ``logging.shutdown``, whose flush the guard does (every logger of ours writes
+through the root's one handler: ``service.logs``); the finalizers, of which one matters: the embedded
+server's stop. Its wait for a stalled server (``STOP_S``) outlasted the bound with its watcher
+already disarmed, and the server ran on for good: ``serve``'s last act ends it
+(``embedded.end_all_now``). No metrics files (the registry lives in memory), no child process but the
+embedded server and its watcher.
+
+The status. Not 0: an ordinary stop never meets the guard (its waits end within ``STOP_TIMEOUTS``),
+so a forced exit is always a stop that hung, and its status says so where the WARNING is not read
+(systemd marks the unit failed, a pod's container shows ``Error``; neither restarts a unit or pod it
+stopped). 70, as a sidecar whose loop died; a SIGKILL at the grace period's end would have said 137.
 """
 
 from __future__ import annotations
@@ -23,22 +39,31 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 
 EXIT_LOG = "the exit passed its bound after the stop: ending the process"
+# The status of an exit the guard forced: not 0, which says the stop ended in order, but the one a
+# sidecar whose loop died exits with (sysexits' EX_SOFTWARE): something hung, as a SIGKILL's 137 would say.
+FORCED_STATUS = 70
 # The least bound: the guard is there for a wait with no end, not to race an exit under way (the
 # embedded server's stop, the interpreter's) on a loaded host at a short command timeout.
 MIN_BOUND_S = 5.0
+# The most the last acts may take past the bound (the embedded server's SIGKILL and dir: milliseconds).
+LAST_ACTS_S = 1.0
 _log = logging.getLogger("service.shutdown")
 _lock = threading.Lock()
 _enabled = False
 _armed: threading.Thread | None = None
+_last_acts: tuple[Callable[[], None], ...] = ()
 
 
-def enable() -> None:
-    """Let ``arm`` end this process: only ``serve``, which owns it, calls this."""
-    global _enabled
+def enable(last_acts: Sequence[Callable[[], None]] = ()) -> None:
+    """Let ``arm`` end this process: only ``serve``, which owns it, calls this. ``last_acts``: what must
+    still be done when the exit is forced, each quick (the embedded server's end)."""
+    global _enabled, _last_acts
     with _lock:
         _enabled = True
+        _last_acts = tuple(last_acts)
 
 
 def arm(bound_s: float) -> threading.Thread | None:
@@ -57,12 +82,31 @@ def arm(bound_s: float) -> threading.Thread | None:
 
 
 def _end_after(bound_s: float) -> None:
-    """Sleep ``bound_s``, then name what still runs (threads no daemon, the main one aside) and end."""
+    """Sleep ``bound_s``, then name what still runs (threads no daemon, the main one aside), run the last
+    acts within ``LAST_ACTS_S`` and end."""
     time.sleep(bound_s)
     waited = sorted(
         t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()
     )
-    _log.warning(EXIT_LOG, extra={"bound_s": bound_s, "threads": waited})
+    _log.warning(EXIT_LOG, extra={"bound_s": bound_s, "threads": waited, "status": FORCED_STATUS})
+    _flush()
+    acts = threading.Thread(target=_run, args=(_last_acts,), name="exit-guard-last-acts", daemon=True)
+    acts.start()
+    acts.join(LAST_ACTS_S)
+    _flush()
+    os._exit(FORCED_STATUS)
+
+
+def _run(acts: Sequence[Callable[[], None]]) -> None:
+    """Each of ``acts`` in turn; one that raises is logged and the next runs."""
+    for act in acts:
+        try:
+            act()
+        except Exception:
+            _log.exception("a last act of the forced exit failed")
+
+
+def _flush() -> None:
+    """Flush the root's handlers, which every logger of the service writes through (``service.logs``)."""
     for handler in logging.getLogger().handlers:
         handler.flush()
-    os._exit(0)

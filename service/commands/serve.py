@@ -190,7 +190,7 @@ def run(settings: Settings) -> None:
     from service import logs
     from service.api import exit_guard
     from service.app import create_app
-    from service.embedded import EmbeddedServerError
+    from service.embedded import EmbeddedServerError, end_all_now
     from service.redis_conn import redis_for
     from service.settings import unknown_variables
 
@@ -205,7 +205,8 @@ def run(settings: Settings) -> None:
     # SystemExit instead lets the embedded server's context manager stop it (no orphan process).
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _exit_cleanly)
-    exit_guard.enable()  # the app's stop ends this process within its bound (service/api/exit_guard.py)
+    # the app's stop ends this process within its bound, and an embedded server with it (exit_guard.py)
+    exit_guard.enable(last_acts=(end_all_now,))
     try:
         with redis_for(settings) as ready:  # a Redis Cluster is waited for by the app (service.startup)
             uvicorn.run(

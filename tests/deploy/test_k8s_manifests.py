@@ -202,8 +202,9 @@ def test_a_stopping_service_pod_keeps_serving_until_it_leaves_the_endpoints_then
     SIGTERM back until the pod is out of the Service; then uvicorn's graceful wait, and the app's stop
     and the exit on a stalled Redis (``STOP_TIMEOUTS`` command timeouts; whatever still runs then, a
     planning thread inside a Redis call, is ended at ``EXIT_TIMEOUTS``, ``MIN_BOUND_S`` at least:
-    ``service/api/exit_guard.py``), must end before the kubelet's SIGKILL."""
-    from service.api.exit_guard import MIN_BOUND_S
+    ``service/api/exit_guard.py``, and its last acts, ``LAST_ACTS_S``), must end before the kubelet's
+    SIGKILL."""
+    from service.api.exit_guard import LAST_ACTS_S, MIN_BOUND_S
     from service.app import EXIT_TIMEOUTS
     from service.commands.serve import GRACEFUL_SHUTDOWN_S
 
@@ -212,7 +213,7 @@ def test_a_stopping_service_pod_keeps_serving_until_it_leaves_the_endpoints_then
     pre_stop = service.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
     assert pre_stop >= 5, "no preStop sleep: new connections are refused while the endpoints update"
     timeout_s = float(find_one("ConfigMap", "rollout-scheduler")["data"]["ROLLOUT_REDIS_TIMEOUT_S"])
-    stop_s = max(EXIT_TIMEOUTS * timeout_s, MIN_BOUND_S)
+    stop_s = max(EXIT_TIMEOUTS * timeout_s, MIN_BOUND_S) + LAST_ACTS_S
     assert pre_stop + GRACEFUL_SHUTDOWN_S + stop_s < pod["terminationGracePeriodSeconds"]
 
 
