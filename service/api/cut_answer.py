@@ -15,17 +15,23 @@ it but uvicorn's own request task, which then ends, and the loop's end cancels w
 again. Only ``serve`` installs it: an app inside a test's client is cancelled by the test, which sees its
 cancel.
 
-What the 503 promises. A request cut while it waited for a plan slot or planned publishes nothing
-(the plan gives up at the stop, which follows the cancel: ``service/api/stopping.py``). A publish
-already under way at the cut runs to its end (one Lua call): its step may be out though the answer
-says 503. A retry under the same caller-chosen ``schedule_id`` is then answered the published plan; a
-retry of a drawn id plans a second step, as after any answer lost after its publish (docs/api.md).
+What the 503 promises. A request cut while it waited for a plan slot or planned publishes nothing:
+its plan gives up at the cut, not only at the app's stop, which follows the cancels (a plan that
+reached the publish check in between found no stop and published: stop50). Before the answer is
+sent, the request's own stop (``cut_event``, which ``POST /schedule`` reads beside the app's:
+``service/api/stopping.py``) is set. An app without this middleware (one in a test's client) keeps a
+cancelled handler's plan running to its end and published, as ``plan_thread`` says. A publish already
+under way at the cut (past that check) runs to its end (one Lua call): its step may be out though
+the answer says 503. A retry under the same caller-chosen ``schedule_id`` is then answered the
+published plan; a retry of a drawn id plans a second step, as after any answer lost after its
+publish (docs/api.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -36,7 +42,18 @@ CUT_DETAIL = (
     "a POST /schedule published nothing unless its publish was already under way, and a retry "
     "under the same schedule_id is answered the plan it published"
 )
+# The scope's key of a request's own stop, set as ``CutAnswer`` answers its cut (``cut_event``).
+CUT_EVENT = "rollout_scheduler.cut"
 _log = logging.getLogger("service.http")
+
+
+def cut_event(scope: Scope) -> threading.Event:
+    """The request's own stop: set by ``CutAnswer`` once the request is cut, before its 503 is sent, so
+    that a plan that would publish after it gives up (``stopping.Either``); never set without it."""
+    event = scope.get(CUT_EVENT)
+    if not isinstance(event, threading.Event):
+        event = scope[CUT_EVENT] = threading.Event()
+    return event
 
 
 class CutAnswer:
@@ -63,6 +80,7 @@ class CutAnswer:
         except asyncio.CancelledError:
             if started:  # a response under way cannot be turned into another: uvicorn closes it
                 raise
+            cut_event(scope).set()  # first: what the answer says holds from here (``stopping``)
             _log.warning("request cut at the stop: answered 503", extra={"path": scope.get("path", "")})
             cut = problem_response(
                 503,

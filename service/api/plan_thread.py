@@ -63,8 +63,10 @@ async def run_to_end(
 
     Cancelled before the thread started, the handler gives the work up: the thread runs
     ``given_up()`` instead. Cancelled after, the thread runs ``work`` to its end (a plan and its
-    publish cannot be stopped halfway), and the cancel goes up at once. Still waiting for a thread
-    when the caller's deadline ``until`` passes, it is refused there (``_in_time``)."""
+    publish cannot be stopped halfway; ``POST /schedule``'s plan gives up at its next check, as its
+    route sets its own stop at the cancel: ``service/api/stopping.py``), and the cancel goes up at
+    once. Still waiting for a thread when the caller's deadline ``until`` passes, it is refused there
+    (``_in_time``)."""
     start = _Start()
     task: asyncio.Task[T] = asyncio.ensure_future(_on_a_thread(start, work, given_up, limiter))
     _RUNNING.add(task)

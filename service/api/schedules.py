@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 import time
 import uuid
 from typing import Annotated, Any, Literal
@@ -21,6 +22,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from scheduler.errors import InvalidInputError
 from service.api import stopping
 from service.api.convert import check_unread
+from service.api.cut_answer import cut_event
 from service.api.mark_hop import marked as marked_on_a_thread
 from service.api.plan_thread import run_to_end
 from service.api.progress_schemas import (
@@ -100,10 +102,11 @@ async def create_schedule(body: ScheduleRequest, request: Request) -> Response:
     until = _deadline(request)  # a bad one: 422, nothing marked
     marked = await _marked(body, request, schedule_id, until)
     served: list[bool] = []  # whether a planning thread took the request up: its body was checked there
+    cut = cut_event(request.scope)  # set where ``serve`` answers the request's cut: the plan gives up
 
     def serve() -> Response:
         served.append(True)
-        return _schedule(body, request, marked, (arrived, until))
+        return _schedule(body, request, marked, (arrived, until), cut)
 
     try:
         return await run_to_end(serve, marked.release, _own_threads(request, "plan_threads"), until)
@@ -142,13 +145,19 @@ def _own_threads(request: Request, pool: Literal["plan_threads", "long_polls"]) 
 
 
 def _schedule(
-    body: ScheduleRequest, request: Request, marked: in_flight.Mark, times: tuple[float, deadline.Deadline]
+    body: ScheduleRequest,
+    request: Request,
+    marked: in_flight.Mark,
+    times: tuple[float, deadline.Deadline],
+    cut: threading.Event,
 ) -> Response:
     """``POST /schedule``'s work, on a planning thread (``context_of`` too: it may ask Redis); the
     request's in-flight mark is taken back as it ends, whatever it answers. ``times``: when it
     arrived, and the caller's deadline (``service/pipeline/deadline.py``). A published step's answer
     waits for the bookkeeping after its publish, and that take-back, only until the deadline
-    (``service/pipeline/post_publish.py``); a refused or failed request's, in line."""
+    (``service/pipeline/post_publish.py``); a refused or failed request's, in line. ``cut``: set once
+    ``serve`` answered the request's cut (``cut_answer``), as the replica's stop is: the plan gives up
+    at its next check."""
     schedule_id = marked.schedule_id
     arrived, until = times
 
@@ -164,7 +173,9 @@ def _schedule(
     # the bookkeeping after the publish, then the mark's take-back: waited for until the deadline only;
     # a plan still running as the replica stops gives up, its take-back on a daemon (``stopping``), and
     # a published one's bookkeeping not begun yet goes on one too (``post_publish``)
-    stop, bound_s = request.app.state.stopping, request.app.state.settings.redis_timeout_s
+    # ... and so does one whose request ``serve`` answered as cut (the stop itself comes just after)
+    stop = stopping.Either((request.app.state.stopping, cut))
+    bound_s = request.app.state.settings.redis_timeout_s
     with stopping.planner_stops(stop):
         release = stopping.released(marked.release, stop, bound_s)
         response = post_publish.bounded(serve, release, until, stop.is_set)

@@ -20,7 +20,14 @@ take-back is two Redis calls, each up to three timeouts on a stalled Redis.
 
 The publish stage checks the stop once more just before the publish's call goes out (``stages``), so a stop
 that came after the planner's last check publishes nothing either (a step that went out for nobody: under a
-drawn id no retry finds it). What it does not reach: a publish under way when the stop comes, one Lua call
+drawn id no retry finds it). Under ``serve`` the handlers still running are cut before the stop is set
+(uvicorn cancels them at its graceful wait's end, then runs the app's stop), and a cut request is
+answered at once that it published nothing unless its publish was already under way
+(``cut_answer``): a plan that reached the publish check between the cut and the stop found no stop and
+published all the same. So a request's plan gives up at the cut too (``Either``: the route sets its
+own ``cut`` as its handler is cancelled, before that answer is sent; stop50).
+
+What it does not reach: a publish under way when the stop comes, one Lua call
 that Redis runs whole or not at all, whose reply says whether the step is out; it runs to its end, is
 answered as published, and the bookkeeping after it goes on on a daemon (``post_publish``). A thread inside
 a Redis call at the stop ends that call first; the process's exit is ended at its bound whatever still runs
@@ -36,6 +43,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol
 
 from scheduler import giveup
 from scheduler.errors import DeadlinePassedError
@@ -50,8 +59,28 @@ GIVEN_UP_LOG = "plan given up: the replica stopped while it was planned"
 _log = logging.getLogger("service.pipeline")
 
 
+class Stop(Protocol):
+    """What the planner's give-up reads: set once the plan is read by nobody (``threading.Event``)."""
+
+    def is_set(self) -> bool:
+        """Whether the plan must give up."""
+        ...
+
+
+@dataclass(frozen=True)
+class Either:
+    """Set once any of ``events`` is: the replica's stop, or the request's own cut (its handler
+    cancelled at the stop, before the stop is set)."""
+
+    events: tuple[threading.Event, ...]
+
+    def is_set(self) -> bool:
+        """Whether any of the events is set."""
+        return any(event.is_set() for event in self.events)
+
+
 @contextmanager
-def planner_stops(stopping: threading.Event) -> Iterator[None]:
+def planner_stops(stopping: Stop) -> Iterator[None]:
     """Run a request's pipeline, its planner giving up at its next check once ``stopping`` is set;
     that give-up is raised as a 503 (``UnavailableError``) and logged once."""
 
@@ -82,7 +111,7 @@ def _given_up(error: Exception) -> DeadlinePassedError | None:
     return cause if isinstance(cause, DeadlinePassedError) else None
 
 
-def released(release: Callable[[], None], stopping: threading.Event, bound_s: float) -> Callable[[], None]:
+def released(release: Callable[[], None], stopping: Stop, bound_s: float) -> Callable[[], None]:
     """``release`` (the request's take-back), run in line, or once ``stopping`` is set on a daemon of
     ``plan_thread.GIVEN_UP`` that the stop waits for ``bound_s`` (the command timeout) at most: the
     planning thread then ends at once, and the process's exit does not wait for its retries."""

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from service.api.cut_answer import CUT_DETAIL, CutAnswer
+from service.api.cut_answer import CUT_DETAIL, CutAnswer, cut_event
 from service.client.wire import SchedulerAPIError
 
 SCOPE: Scope = {"type": "http", "method": "POST", "path": "/schedule", "headers": []}
@@ -45,7 +45,7 @@ def _run(app: Any, cut: bool) -> list[Message]:
         sent.append(message)
 
     async def run() -> None:
-        task = asyncio.ensure_future(CutAnswer(app)(SCOPE, _receive, send))
+        task = asyncio.ensure_future(CutAnswer(app)(dict(SCOPE), _receive, send))  # a cut sets a key
         if cut:
             await asyncio.sleep(0.01)
             task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")  # uvicorn's words
@@ -76,3 +76,31 @@ def test_a_request_cut_after_its_response_began_keeps_its_cancel() -> None:
 def test_a_request_answered_passes_through_untouched() -> None:
     sent = _run(_answers_200, cut=False)
     assert [m.get("status") for m in sent] == [200, None]
+
+
+def _stop_seen_as_sent(app: Any, cut: bool) -> tuple[list[bool], bool]:
+    """Run the wrapped ``app`` as ``_run`` does; the request's own stop (``cut_event``, as the route
+    takes it from the same scope) as each message went out, and at the end."""
+    scope, seen = dict(SCOPE), list[bool]()
+    stop = cut_event(scope)
+
+    async def send(message: Message) -> None:
+        seen.append(stop.is_set())
+
+    async def run() -> None:
+        task = asyncio.ensure_future(CutAnswer(app)(scope, _receive, send))
+        if cut:
+            await asyncio.sleep(0.01)
+            task.cancel()
+        await task
+
+    asyncio.run(run())
+    return seen, stop.is_set()
+
+
+def test_a_cut_request_s_own_stop_is_set_before_its_503_is_sent() -> None:
+    """What the 503 says (a ``POST /schedule`` published nothing unless its publish was under way)
+    holds from the moment it goes out: the route's plan reads the request's own stop beside the
+    app's, which comes only after every cut (stop50)."""
+    assert _stop_seen_as_sent(_waits_for_ever, cut=True) == ([True, True], True)
+    assert _stop_seen_as_sent(_answers_200, cut=False) == ([False, False], False)
