@@ -35,6 +35,7 @@ stopped). 70, as a sidecar whose loop died; a SIGKILL at the grace period's end 
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -55,6 +56,7 @@ _lock = threading.Lock()
 _enabled = False
 _armed: threading.Thread | None = None
 _last_acts: tuple[Callable[[], None], ...] = ()
+_fired = threading.Event()  # the bound passed: the process ends with ``FORCED_STATUS``
 
 
 def enable(last_acts: Sequence[Callable[[], None]] = ()) -> None:
@@ -62,8 +64,21 @@ def enable(last_acts: Sequence[Callable[[], None]] = ()) -> None:
     still be done when the exit is forced, each quick (the embedded server's end)."""
     global _enabled, _last_acts
     with _lock:
+        if not _enabled:
+            atexit.register(_ended_by_the_guard)
         _enabled = True
         _last_acts = tuple(last_acts)
+
+
+def _ended_by_the_guard() -> None:
+    """At the interpreter's exit, once the guard has fired: its end, not this one. A last act can let
+    the main thread go on (the embedded server it waited for is gone), which then exited 0 while the
+    guard ran its acts (``test_exit_guard_embedded``, once on the loaded host). Registered at
+    ``enable``, after the service's own ``atexit`` callbacks, so it runs before them."""
+    guard = _armed
+    if guard is not None and _fired.is_set():
+        guard.join(LAST_ACTS_S + 1.0)  # its ``os._exit`` ends the process here
+        os._exit(FORCED_STATUS)
 
 
 def arm(bound_s: float) -> threading.Thread | None:
@@ -85,6 +100,7 @@ def _end_after(bound_s: float) -> None:
     """Sleep ``bound_s``, then name what still runs (threads no daemon, the main one aside), run the last
     acts within ``LAST_ACTS_S`` and end."""
     time.sleep(bound_s)
+    _fired.set()
     waited = sorted(
         t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()
     )
