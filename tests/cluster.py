@@ -207,6 +207,23 @@ def serve_everywhere(cluster: LocalCluster, slot: int, owner: int, timeout_s: fl
     cluster._wait_ok(timeout_s)
 
 
+def unserve_range(cluster: LocalCluster, slots: range) -> None:
+    """Every master drops ``slots`` (one master's share, contiguous): a master whose slots were
+    forgotten, not down; its keys answer "Hash slot not served" while the rest are served."""
+    for node in cluster.nodes:
+        with redis.Redis(port=node.port) as client:
+            client.execute_command("CLUSTER", "DELSLOTSRANGE", slots.start, slots.stop - 1)
+
+
+def serve_ranges(cluster: LocalCluster, owners: dict[range, int], timeout_s: float = 30.0) -> None:
+    """Each range ``unserve_range`` dropped served again by its master (the port it maps to), then
+    every node sees every slot served."""
+    for slots, owner in owners.items():
+        with redis.Redis(port=owner) as client:
+            client.execute_command("CLUSTER", "ADDSLOTSRANGE", slots.start, slots.stop - 1)
+    cluster._wait_ok(timeout_s)
+
+
 def serve_the_rest(cluster: LocalCluster) -> None:
     """Every node goes on serving its own slots while another slot has no master
     (``cluster-require-full-coverage no``, an operator's choice for partial availability; the default

@@ -17,6 +17,8 @@ __all__ = [
     "ScheduleConflictError",
     "ScheduleWithdrawnError",
     "UnknownScheduleError",
+    "cluster_down",
+    "not_served",
     "nothing_ran",
 ]
 
@@ -41,6 +43,7 @@ NODE_DOWN: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutEr
 # Redis's answers that a cluster client raises only once its own retries are spent: a TimeoutError is
 # retried too (``RedisCluster.ERRORS_ALLOW_RETRY``), so the try before may have run the command, its
 # answer lost (CLUSTERDOWN as a slot's master fails over, TRYAGAIN mid-reshard, a redirect too many).
+CLUSTER_DOWN = "The cluster is down"  # a node's CLUSTERDOWN for every slot (its cluster_state fail)
 _AFTER_RETRIES: tuple[type[Exception], ...] = (ClusterError, TryAgainError, AskError)
 
 
@@ -50,6 +53,32 @@ def nothing_ran(error: BaseException) -> bool:
     answer too, but to its last try: told as a refusal, a mark or a step's entry an earlier try wrote
     was left to lapse, where a take-back of nothing would have written nothing."""
     return isinstance(error, redis.ResponseError) and not isinstance(error, _AFTER_RETRIES)
+
+
+def cluster_down(error: BaseException) -> bool:
+    """Whether ``error`` is, or was raised while handling, a node's "CLUSTERDOWN The cluster is down"
+    (the cluster client raises its own "slots not covered" after it, the node's error its context)."""
+    return any(CLUSTER_DOWN in str(refusal) for refusal in _refusals(error))
+
+
+def not_served(error: BaseException) -> bool:
+    """Whether a node answered ``error``'s call that its slot is not served (a ``ClusterDownError``
+    under the client's own error, not the whole cluster down): what ``coverage.py`` tells ahead."""
+    refusals = _refusals(error)
+    return bool(refusals) and not any(CLUSTER_DOWN in str(refusal) for refusal in refusals)
+
+
+def _refusals(error: BaseException) -> list[ClusterDownError]:
+    """The ``ClusterDownError``s in ``error``'s chain: the client's error, the node's under it."""
+    found: list[ClusterDownError] = []
+    seen: BaseException | None = error
+    for _ in range(4):  # a short chain
+        if seen is None:
+            break
+        if isinstance(seen, ClusterDownError):
+            found.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return found
 
 
 class UnknownScheduleError(SchedulerError, LookupError):

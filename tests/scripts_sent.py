@@ -1,0 +1,67 @@
+"""The calls with scripts a real client is asked to make, each as the hash slots of its scripts' keys:
+a walk's or a keeper tick's calls counted, not timed (timings do not hold on a loaded host). A spy on
+one client object: every call still goes to the real server, as ever; nothing is answered in its
+place. A call is one ``EVAL``/``EVALSHA`` or one pipeline's ``execute`` (the client's own retries
+inside it are not counted: a stalled master's call is one, however many timeouts it waits)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+SCRIPTS = frozenset({"EVAL", "EVALSHA"})  # every call of the delivery protocol and the keepers
+Calls = list[frozenset[int]]  # each call made, as the slots of its scripts' keys
+
+
+def count_scripts(client: redis.Redis | RedisCluster) -> Calls:
+    """From now on, each call with scripts ``client`` is asked to make, in order."""
+    calls: Calls = []
+    send: Callable[..., Any] = client.execute_command
+
+    def sent(*args: Any, **options: Any) -> Any:
+        if _script(args):
+            calls.append(frozenset({_slot(args)}))
+        return send(*args, **options)
+
+    client.execute_command = sent  # type: ignore[method-assign]
+    make: Callable[..., Any] = client.pipeline
+    client.pipeline = lambda *args, **options: _counted(make(*args, **options), calls)  # type: ignore[method-assign]
+    return calls
+
+
+def toward(calls: Calls, slots: Collection[int]) -> int:
+    """How many of ``calls`` went to ``slots`` (a master's share, a dropped range, one slot)."""
+    return sum(1 for call in calls if any(slot in slots for slot in call))
+
+
+def _counted(pipe: Any, calls: Calls) -> Any:
+    """``pipe`` whose ``execute`` is counted as one call, with the slots of the scripts queued."""
+    queued: set[int] = set()
+    queue: Callable[..., Any] = pipe.execute_command
+    run: Callable[..., Any] = pipe.execute
+
+    def queue_counted(*args: Any, **options: Any) -> Any:
+        if _script(args):
+            queued.add(_slot(args))
+        return queue(*args, **options)
+
+    def run_counted(*args: Any, **options: Any) -> Any:
+        if queued:
+            calls.append(frozenset(queued))
+            queued.clear()
+        return run(*args, **options)
+
+    pipe.execute_command, pipe.execute = queue_counted, run_counted
+    return pipe
+
+
+def _script(args: Sequence[Any]) -> bool:
+    return str(args[0]).upper() in SCRIPTS and int(args[2]) > 0
+
+
+def _slot(args: Sequence[Any]) -> int:
+    return key_slot(str(args[3]).encode())
