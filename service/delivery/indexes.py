@@ -19,8 +19,10 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import NODE_DOWN, REDIS_FAILED, SLOT_NOT_SERVED, UnknownScheduleError
+from service.delivery.errors import NODE_DOWN, UnknownScheduleError
+from service.delivery.planning_keep import KEEP, keep_each
 from service.delivery.scripts import evaluate
+from service.delivery.unanswered import Unanswered
 from service.delivery.views import DeliveryViews, text
 
 # The schedules a reaper pass must reap: KEYS[1] the active index, KEYS[2] the lapse index (one slot);
@@ -79,17 +81,6 @@ redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 """
 
-# Push entries of ``keys.step_planning`` (KEYS[1]) of requests still alive (ARGV[2..]) to ARGV[1] ms
-# past now: only those still there (a take-back is final: XX) and only ever later (GT).
-_KEEP = """
-local t = redis.call('TIME')
-local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', 'GT', deadline, ARGV[i]) end
-if redis.call('PTTL', KEYS[1]) >= 0 and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-end
-"""
-
 # How many entries of ``keys.step_planning`` (KEYS[1]) are not past their deadline (read-only).
 PLANNING_NOW = """
 local t = redis.call('TIME')
@@ -134,46 +125,28 @@ class DeliveryIndexes(DeliveryViews):
         pipe.execute_command("EVAL", _PLANNING, 1, key, member, life_ms)
         pipe.execute()
 
-    def keep_planning(self, members: Mapping[int, Sequence[str]], life_ms: int) -> dict[int, Exception]:
+    def keep_planning(
+        self, members: Mapping[int, Sequence[str]], life_ms: int, unanswered: Unanswered | None = None
+    ) -> dict[int, Exception]:
         """Push ``enter_planning``'s entries (``members`` by step) of requests still alive to
         ``life_ms`` past now, where they are still there and that is later: a request that overruns
-        the life it was written for (``service.pipeline.step_keeper``). One round trip, any slots.
-        Answers the steps not kept, each with its error: on a Redis Cluster only (a single Redis's
-        failure is raised), those whose slot or master did not answer, and, once sent step by step,
-        those Redis refused. Another error of the one pipeline (an OOM on one master, every master
-        answering) is raised, the other masters' steps kept all the same: the keeper's next tick
-        sends them again, a push to a later deadline only.
-
-        A cluster's pipeline over several masters raised at one master down (connection refused) and
-        had sent nothing to the others (measured: reaper49): every step's entries lapsed under their
-        live requests while that master was down. So a cluster's pipeline that fails one node is sent
-        again step by step, each on its own, and the steps that answer are kept."""
+        the life it was written for (``service.pipeline.step_keeper``). Answers the steps not kept,
+        each with its error: on a Redis Cluster only, a call per step, a master that did not answer
+        asked once a pass (``planning_keep.py``). A single Redis: one round trip, its failure raised
+        (the whole server, told to ``unanswered`` first, so the pass asks it nothing more)."""
+        unanswered = Unanswered(self.client) if unanswered is None else unanswered
+        client = self.client  # narrowed, not ``self.client``: its pipeline stays the union's (typed)
+        if isinstance(client, RedisCluster):
+            return keep_each(client, self.prefix, members, life_ms, unanswered)
         pipe = self.client.pipeline(transaction=False)
         for step, names in members.items():
-            pipe.execute_command("EVAL", _KEEP, 1, keyspace.step_planning(step, self.prefix), life_ms, *names)
+            pipe.execute_command("EVAL", KEEP, 1, keyspace.step_planning(step, self.prefix), life_ms, *names)
         try:
             pipe.execute()
-        except SLOT_NOT_SERVED + NODE_DOWN:
-            if not isinstance(self.client, RedisCluster):
-                raise
-            return self._keep_each(members, life_ms)
+        except NODE_DOWN as error:
+            unanswered.met(keyspace.step_planning(next(iter(members)), self.prefix), error)
+            raise
         return {}
-
-    def _keep_each(self, members: Mapping[int, Sequence[str]], life_ms: int) -> dict[int, Exception]:
-        """``keep_planning`` on a cluster, a call per step: the steps whose call failed, with its error.
-
-        Any Redis error fails its step only, the steps after it are still sent: each master of a
-        cluster has its own memory, so an OOM refusal (a master at its ``maxmemory``) is that master's
-        steps', not every step's, and it answers at once, so trying the others costs a round trip
-        each. Raised, it had lost the rest of the tick's steps, the live masters' too (reach49)."""
-        failed: dict[int, Exception] = {}
-        for step, names in members.items():
-            key = keyspace.step_planning(step, self.prefix)
-            try:
-                self.client.eval(_KEEP, 1, key, life_ms, *names)
-            except REDIS_FAILED as error:
-                failed[step] = error
-        return failed
 
     def leave_planning(self, step: int, member: str) -> None:
         """Take back ``enter_planning``'s entry (the key goes with its last entry). One round trip."""

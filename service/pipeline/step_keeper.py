@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from service.context import Context
 from service.delivery import keys
 from service.delivery.errors import REDIS_FAILED
+from service.delivery.unanswered import Unanswered
 
 _log = logging.getLogger("service.pipeline")
 
@@ -162,9 +163,10 @@ def _extended(ctx: Context, due: list[Kept], life_ms: int) -> tuple[list[Kept], 
             marks.append(kept)
     pushed: list[Kept] = []
     gone: list[Kept] = []
+    unanswered = Unanswered(ctx.delivery.client)  # a master that did not answer: once a tick
     try:
         if by_step:
-            failed = ctx.delivery.keep_planning(by_step, life_ms)  # a cluster's steps on a master down
+            failed = ctx.delivery.keep_planning(by_step, life_ms, unanswered)  # told who did not answer
             pushed.extend(kept for kept in due if isinstance(kept, Entry) and kept.step not in failed)
             if failed:
                 first = next(iter(failed.values()))
@@ -177,23 +179,36 @@ def _extended(ctx: Context, due: list[Kept], life_ms: int) -> tuple[list[Kept], 
     except REDIS_FAILED as error:
         _log.warning("step's planning entries not extended: %s: %s", type(error).__name__, error)
     if marks:
-        _kept_marks(ctx, marks, life_ms, pushed, gone)
+        _kept_marks(ctx, marks, life_ms, unanswered, (pushed, gone))
     return pushed, gone
 
 
 def _kept_marks(
-    ctx: Context, marks: list[InFlight], life_ms: int, pushed: list[Kept], gone: list[Kept]
+    ctx: Context,
+    marks: list[InFlight],
+    life_ms: int,
+    unanswered: Unanswered,
+    into: tuple[list[Kept], list[Kept]],
 ) -> None:
-    """Each of ``marks`` kept on its own: one whose call Redis failed (a cluster master down or failing
-    over, a key of the wrong type) is neither pushed nor gone, tried again at the next tick, and the
-    marks after it are still sent: the first failure had ended the tick's marks, so a request stuck
-    on a failing master, first in line at every tick, left those of every other slot to lapse under
-    their live requests (review48c). The failures are logged once a tick."""
+    """Each of ``marks`` kept on its own, put in ``into``'s pushed or gone: one whose call Redis failed
+    (a cluster master down or failing over, a key of the wrong type) is neither, tried again at the
+    next tick, and the marks after it are still sent: the first failure had ended the tick's marks, so
+    a request stuck on a failing master, first in line at every tick, left those of every other slot
+    to lapse under their live requests (review48c). A master that did not answer this tick (the steps'
+    entries' too) is not asked again: each of its marks had cost its own timeouts (cluster50). The
+    failures are logged once a tick."""
+    pushed, gone = into
     failed: list[Exception] = []
     for kept in marks:
+        key = ctx.delivery.keys(kept.schedule_id).meta  # the mark's slot (``P:planning``'s)
+        known = unanswered.known(key)
+        if known is not None:
+            failed.append(known)
+            continue
         try:
             held = ctx.delivery.keep_mark(kept.schedule_id, kept.request_id, life_ms)
         except REDIS_FAILED as error:
+            unanswered.met(key, error)
             failed.append(error)
             continue
         (pushed if held else gone).append(kept)

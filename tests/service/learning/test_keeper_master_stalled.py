@@ -1,0 +1,200 @@
+"""The step keeper's tick asks a stalled master once (SIGSTOPped: it accepts and does not answer), on a
+real 3-master Redis Cluster that serves the other masters' slots (``cluster-require-full-coverage
+no``) and on a single Redis; the calls are counted, not timed.
+
+Each live request's step planning entry and in-flight mark due is kept by a call of its own; a stalled
+master costs each call its socket timeout three times over (the service's client retries twice). Before,
+every entry and mark on that master paid it in turn: 4 entries and 4 marks on it made a tick 28 s long at
+the service's 1 s timeout, past the 15 s between ticks, and the live masters' keys waited behind them."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import cast
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+from service.context import Context
+from service.delivery import Delivery, keys
+from service.delivery.errors import REDIS_FAILED
+from service.embedded import EmbeddedServer
+from service.pipeline.step_keeper import Entry, InFlight, Kept, StepKeeper
+from service.redis_conn import RedisClient, connect
+from service.settings import Settings
+from tests.cluster import SLOTS, LocalCluster, serve_everywhere, serve_the_rest, unserve
+from tests.scripts_sent import count_scripts, toward
+
+pytestmark = pytest.mark.slow
+TIMEOUT_S = 0.25  # the service's client at a short timeout: each call on the stalled master ~0.9 s
+SHORT_MS = 10_000  # entries and marks written for this long; the keeper pushes them to 60 s
+STALLED = range(2 * SLOTS // 3 + 1, SLOTS)  # the last master's share (``valkey-cli --cluster create``)
+LIVE = (range(0, SLOTS // 3), range(SLOTS // 3 + 1, 2 * SLOTS // 3))  # the other two's
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """A cluster of this module's own: its tests stall a master."""
+    with LocalCluster() as local:
+        serve_the_rest(local)
+        yield local
+
+
+@contextmanager
+def _stalled(server: EmbeddedServer, cluster: LocalCluster | None = None) -> Iterator[None]:
+    """``server`` SIGSTOPped meanwhile; then resumed, and the cluster healthy again before the next test."""
+    server.signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        server.signal(signal.SIGCONT)
+        if cluster is not None:
+            cluster._wait_ok(30.0)
+
+
+def _service_delivery(url: str, cluster: bool) -> Delivery:
+    return Delivery(connect(Settings(redis_url=url, redis_cluster=cluster, redis_timeout_s=TIMEOUT_S)))
+
+
+def _steps(share: range, count: int) -> list[int]:
+    """``count`` steps whose planning key's slot is in ``share``."""
+    return [step for step in range(100_000) if key_slot(keys.step_planning(step).encode()) in share][:count]
+
+
+def _schedules(share: range, count: int) -> list[str]:
+    """``count`` schedule ids whose keys' slot (their in-flight mark's) is in ``share``."""
+    ids = (f"s{n}" for n in range(100_000))
+    return [sid for sid in ids if key_slot(keys.schedule_keys(sid).meta.encode()) in share][:count]
+
+
+def _owner(cluster: LocalCluster, client: RedisClient, share: range) -> EmbeddedServer:
+    """The master that serves ``share``."""
+    assert isinstance(client, RedisCluster)
+    port = client.get_node_from_key(keys.step_planning(_steps(share, 1)[0])).port  # type: ignore[no-untyped-call]
+    return next(node for node in cluster.nodes if node.port == port)
+
+
+def _held(delivery: Delivery, keeper: StepKeeper, steps: list[int], marks: list[str]) -> list[Kept]:
+    """Each of ``steps`` with an entry and each of ``marks`` marked for request ``r``, written for
+    ``SHORT_MS`` and held: all due at the next tick."""
+    ctx = cast(Context, SimpleNamespace(delivery=delivery))
+    kept: list[Kept] = []
+    for step in steps:
+        delivery.enter_planning(step, "r", SHORT_MS)
+        kept.append(Entry(step, "r"))
+    for schedule_id in marks:
+        delivery.mark_planning(schedule_id, "r", SHORT_MS)
+        kept.append(InFlight(schedule_id, "r"))
+    for each in kept:
+        keeper.hold(ctx, each, life_s=0.0)
+    return kept
+
+
+def _left_ms(client: RedisClient, kept: Kept) -> float:
+    """How long ``kept`` has left on Redis's clock."""
+    seconds, micros = client.time()
+    if isinstance(kept, Entry):
+        deadline = float(client.zscore(keys.step_planning(kept.step), kept.member) or 0)
+    else:
+        entry = client.hget(keys.schedule_keys(kept.schedule_id).planning, kept.request_id)
+        deadline = 0.0 if entry is None else float(str(entry).split(":")[1])
+    return deadline - (seconds * 1000 + micros // 1000)
+
+
+def test_a_keeper_tick_asks_a_stalled_master_once(cluster: LocalCluster) -> None:
+    """Three entries and three marks on the stalled master, one of each on every other: the tick asks
+    the stalled master once (its first call's timeout is that master's outage for the rest of the
+    tick) and keeps every live master's entry and mark. Before: seven calls to it (the one pipeline
+    of every step, then each entry and each mark on its own)."""
+    delivery = _service_delivery(cluster.url, cluster=True)
+    keeper = StepKeeper()
+    held = _held(delivery, keeper, _steps(STALLED, 3), _schedules(STALLED, 3))
+    served = [
+        *_held(delivery, keeper, _steps(LIVE[0], 1), _schedules(LIVE[0], 1)),
+        *_held(delivery, keeper, _steps(LIVE[1], 1), _schedules(LIVE[1], 1)),
+    ]
+    sent = count_scripts(delivery.client)
+    try:
+        with _stalled(_owner(cluster, delivery.client, STALLED), cluster):
+            keeper.tick()
+    finally:
+        for each in held + served:
+            keeper.let_go(each)
+    assert toward(sent, STALLED) == 1
+    assert min(_left_ms(delivery.client, each) for each in served) > SHORT_MS
+
+
+def test_a_step_redis_refuses_leaves_its_masters_next_step_asked(cluster: LocalCluster) -> None:
+    """A step whose key Redis refuses (of the wrong type) is that step's failure, not its master's: the
+    next step on the same master is asked and kept (only a master that did not answer is passed
+    over). Before, the cluster's one pipeline raised the refusal out of ``keep_planning``."""
+    delivery = _service_delivery(cluster.url, cluster=True)
+    refused, kept = _steps(STALLED, 2)
+    delivery.client.set(keys.step_planning(refused), "not a zset")
+    delivery.enter_planning(kept, "r", SHORT_MS)
+    sent = count_scripts(delivery.client)
+    try:
+        failed = delivery.keep_planning({refused: ["r"], kept: ["r"]}, 60_000)
+        left = _left_ms(delivery.client, Entry(kept, "r"))
+    finally:
+        delivery.client.delete(keys.step_planning(refused), keys.step_planning(kept))
+    assert isinstance(failed[refused], redis.ResponseError)
+    assert (list(failed), len(sent), left > SHORT_MS) == ([refused], 2, True)
+
+
+def test_a_keeper_tick_on_a_stalled_single_redis_sends_no_mark_after_its_entries_failed() -> None:
+    """A single Redis is every key's master: the entries' one pipeline timed out, so the tick sends
+    none of the marks (each had cost its own timeouts); all four stay held, tried at the next tick.
+    Before: the pipeline and a call per mark."""
+    with EmbeddedServer() as server:
+        delivery = _service_delivery(server.url, cluster=False)
+        keeper = StepKeeper()
+        held = _held(delivery, keeper, [7], ["a", "b", "c"])
+        marked = {key_slot(keys.schedule_keys(sid).meta.encode()) for sid in ("a", "b", "c")}
+        sent = count_scripts(delivery.client)
+        try:
+            with _stalled(server):
+                keeper.tick()
+            still = keeper.held()
+        finally:
+            for each in held:
+                keeper.let_go(each)
+    assert (len(sent), toward(sent, marked), still) == (1, 0, 4)
+
+
+def test_a_cluster_said_down_costs_a_keeper_pass_one_call(cluster: LocalCluster) -> None:
+    """Full coverage required (the default) and one slot unserved: every node refuses every key, "The
+    cluster is down" (0.26 s a call: redis-py's fixed wait). One step's refusal speaks for every
+    step: one call, every step failed with it. Before: the one pipeline, then a call per step."""
+    delivery = _service_delivery(cluster.url, cluster=True)
+    steps = [_steps(share, 1)[0] for share in (*LIVE, STALLED)]
+    for node in cluster.nodes:
+        with redis.Redis(port=node.port) as admin:
+            admin.config_set("cluster-require-full-coverage", "yes")
+    taken = unserve(cluster, _schedules(STALLED, 1)[0])
+    try:
+        _until_refused(delivery.client, keys.step_planning(steps[0]))
+        sent = count_scripts(delivery.client)
+        failed = delivery.keep_planning({step: ["r"] for step in steps}, 60_000)
+    finally:
+        serve_the_rest(cluster)
+        serve_everywhere(cluster, *taken)
+    assert (sorted(failed), len(sent)) == (sorted(steps), 1)
+
+
+def _until_refused(client: RedisClient, key: str, within_s: float = 20.0) -> None:
+    """Until the nodes refuse ``key`` (they hear of the unserved slot)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            client.get(key)
+        except REDIS_FAILED:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{key} still served after {within_s} s")
