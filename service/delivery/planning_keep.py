@@ -11,9 +11,10 @@ tick 28 s long at the service's 1 s timeout (cluster50). Nor is a pipeline of on
 call on a stalled master: redis-py's cluster pipeline, its connection open when the stall began, sends
 each command that timed out again on its own (measured: 3 steps 3.0-3.5 s at a 0.25 s timeout, one
 call 0.88 s). So each step goes on its own (a round trip each when all answer: only overrunning
-requests' steps are kept, a few a tick; 10 steps 2 ms before, 19 ms now on a loaded 2-core host), and a
-master that did not answer (``NODE_DOWN``) is not asked again in the pass: its later steps fail with
-that error, unasked (``unanswered.py``; the step keeper's marks of that tick pass it over too). Any
+requests' steps are kept, a few a tick; 10 steps: 2.3-4.5 ms before, 13-27 ms now, medians on a
+2-core host at load 11-17), and a master that did not answer (``NODE_DOWN``) is not asked again in
+the pass: its later steps fail with that error, unasked (``unanswered.py``; the step keeper's marks
+of that tick pass it over too). Any
 other error fails its own step only, and the steps after it are still sent: each master has its own
 memory, so an OOM refusal (a master at its ``maxmemory``) is that master's steps', and a key of the
 wrong type is its step's (reach49).
