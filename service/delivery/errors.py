@@ -17,8 +17,6 @@ __all__ = [
     "ScheduleConflictError",
     "ScheduleWithdrawnError",
     "UnknownScheduleError",
-    "cluster_down",
-    "not_served",
     "nothing_ran",
 ]
 
