@@ -27,7 +27,6 @@ that was not recorded makes the next pass visit that schedule once more.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Collection
 
 import redis
@@ -37,6 +36,7 @@ from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.delivery.outcomes import ReapReport
 from service.delivery.protocol import Delivery
 from service.delivery.reach import Reach
+from service.periodic import Outage, Periodic
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL_S = 1.0  # how often a replica reaps; lease ttl should be several times larger
@@ -119,50 +119,40 @@ class Reaper:
         self.on_reap = on_reap
         self.ready = ready
         self.passes = 0  # completed passes, for health checks and tests
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._missed: set[str] = set()  # the last pass's schedules not reached: reaped last
+        # A lapsed lease means a worker stopped heartbeating (a lost node, a killed sidecar): a warning.
+        # A Redis outage is said when it starts and when it ends, not once a pass: at one pass a second
+        # a long outage buried everything else in the log.
+        self._periodic = Periodic(
+            "delivery-reaper",
+            self._pass_if_ready,
+            interval_s,
+            Outage(log, "reaper pass failed: %s", ended="reaper passes go through again"),
+            rides_out=REDIS_FAILED,  # Redis down, failing over, or resharding: try again next pass
+            at_once=True,
+        )
 
     def start(self) -> Reaper:
         """Start reaping in the background."""
-        if self._thread is None or not self._thread.is_alive():
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="delivery-reaper", daemon=True)
-            self._thread.start()
+        self._periodic.start()
         return self
 
     def halt(self) -> None:
         """Start no pass after the current one (``stop`` waits for it)."""
-        self._stop.set()
+        self._periodic.halt()
 
     def stop(self, timeout_s: float = 5.0) -> bool:
         """Stop after the current pass, waiting ``timeout_s`` at most for it; whether it ended. A pass
         still on Redis then is cut (it loses nothing: see above), and its client's pool must be left
         open: a connection closed mid-reply fails it with an error that is not a Redis one."""
-        self.halt()
-        thread, self._thread = self._thread, None
-        if thread is None:
-            return True
-        thread.join(timeout_s)
-        return not thread.is_alive()
+        return self._periodic.stop(timeout_s)
 
-    def _run(self) -> None:
-        """Reap every ``interval_s``. A lapsed lease means a worker stopped heartbeating (a lost node,
-        a killed sidecar): a warning. A Redis outage is logged when it starts and when it ends, not
-        once a pass: at one pass a second a long outage buried everything else in the log."""
-        failing = False
-        while not self._stop.is_set():
-            try:
-                if self.ready is None or self.ready():  # False: too old; RedisError: down
-                    self._pass()
-                    if failing:
-                        log.info("reaper passes go through again")
-                    failing = False
-            except REDIS_FAILED as err:  # Redis down, failing over, or resharding: try again next pass
-                if not failing:
-                    log.warning("reaper pass failed: %s", err)
-                failing = True
-            self._stop.wait(self.interval_s)
+    def _pass_if_ready(self) -> bool:
+        """A pass, unless ``ready`` says no (the server too old; it raises while Redis is down)."""
+        if self.ready is not None and not self.ready():
+            return False
+        self._pass()
+        return True
 
     def _pass(self) -> None:
         """One pass over every active schedule; lapsed leases reported and logged; then the first
