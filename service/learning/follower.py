@@ -1,4 +1,5 @@
-"""Follow the actuals stream off the request path, so a replica's ``/schedule`` finds it folded.
+"""Follow the actuals stream and the model store off the request path, so a replica's ``/schedule``
+finds both folded.
 
 ``ModelService.predict`` folds the actuals appended since its last sync before it predicts, so every
 replica predicts from the same history. The replica that stored a batch folds it at once
@@ -10,70 +11,68 @@ measurement in docs/experiments.md, refresh49). This thread checks the stream's 
 same sync, then warms the next step's fold (``ModelService.follow``), as ``POST /actuals`` does on the
 replica that took them.
 
-Predictions do not change: the request still syncs before it predicts, under the same lock, so it
-reads every actual stored before it started; it only finds the fold done (or waits for the
-follower's fold under way, which it would have run itself). A failed follow (Redis down) is tried
-again at the next tick and logged once per outage, at its second failure in a row: a replica's stop
-under ``make run`` (the process group's SIGTERM reaches the embedded server first) failed one last
-follow before the stop halted the thread, a warning on every Ctrl-C; the request's own sync meets an
-outage as before.
+A request arriving while this thread folds does not wait for it (it had waited the fold out, up to
+the whole 1.2 s: periodic50): it predicts from the history as last folded, and the rows under way
+are in the next request's (``ModelService.predict``). With no fold under way it still syncs before
+it predicts, so it reads every actual stored before it started that no fold has taken.
+
+Each tick first picks up a model version another replica's retrain stored (``ModelService.reload``:
+a listing of the store, and the load, 8-9 ms, when there is a new one), which the request had done
+on its path, once a second: a request starting one follow period after the version was stored
+predicts with it; one that does not load keeps the model held, logged once (``model store: ...``).
+
+A failed follow (Redis down) is tried again at the next tick and logged once per outage, at its
+second failure in a row: a replica's stop under ``make run`` (the process group's SIGTERM reaches the
+embedded server first) failed one last follow before the stop halted the thread, a warning on every
+Ctrl-C; the request's own sync meets an outage as before. The thread's lifecycle is
+``service.periodic``'s, as the reaper's.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 
 from service.learning.models import ModelService
+from service.periodic import Outage, Periodic
 
 _log = logging.getLogger("service.models")
 
 
 class Follower:
-    """A daemon thread running ``ModelService.follow`` every ``every_s``; ``start``/``stop`` idempotent."""
+    """A daemon thread running ``ModelService.reload`` and ``follow`` every ``every_s``;
+    ``start``/``stop`` idempotent. While it runs, requests leave both to it."""
 
     def __init__(self, models: ModelService, every_s: float) -> None:
         self.models = models
         self.every_s = every_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._failed = 0  # follows failed in a row (the outage logged once, at the second)
+        self.folded = 0  # the actuals the last tick folded (0 when it failed, or nothing was new)
+        # the outage said at its second failure in a row: a stop's one last failed follow is not one
+        outage = Outage(_log, "following the actuals stream failed (%s); requests fold what arrives", 2)
+        self._periodic = Periodic("actuals-follower", self._tick, every_s, outage)
 
     def start(self) -> Follower:
-        """Start following in the background."""
-        if self._thread is None or not self._thread.is_alive():
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="actuals-follower", daemon=True)
-            self._thread.start()
+        """Start following in the background; requests leave the model's reload to it from now on."""
+        self.models.followed = True
+        self._periodic.start()
         return self
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self.follow_once()
+    def _tick(self) -> bool:
+        self.folded = 0
+        self.models.reload()
+        self.folded = self.models.follow()
+        return True
 
     def follow_once(self) -> int:
         """One tick: the actuals folded (0 when the stream had nothing new); never raises (a thread's
         error reaches no caller: the next request's sync folds, or meets the outage, itself)."""
-        try:
-            folded = self.models.follow()
-        except Exception as error:
-            self._failed += 1
-            if self._failed == 2:
-                _log.warning("following the actuals stream failed (%s); requests fold what arrives", error)
-            return 0
-        self._failed = 0
-        return folded
+        self._periodic.run_once()
+        return self.folded
 
     def halt(self) -> None:
         """Start no follow after the current one (``stop`` waits for it)."""
-        self._stop.set()
+        self._periodic.halt()
 
     def stop(self, timeout_s: float = 5.0) -> bool:
         """Stop after the current follow, waiting ``timeout_s`` at most; whether it ended. A fold still
         reading Redis then must keep its pool open (as the reaper's pass: ``service.startup``)."""
-        self.halt()
-        thread, self._thread = self._thread, None
-        if thread is None:
-            return True
-        thread.join(timeout_s)
-        return not thread.is_alive()
+        return self._periodic.stop(timeout_s)

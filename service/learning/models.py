@@ -8,7 +8,9 @@ history: exactly the newest ``Settings.actuals_maxlen`` reports, whether it foll
 the start or loaded it afresh (the stream itself may hold a node more, ``XADD MAXLEN ~``). The
 model store on disk is versioned; a version trained here or by another replica is picked up by
 ``reload`` and swapped in atomically by the predictor, so a request in flight finishes on the model
-it started with and no request waits for a retrain.
+it started with and no request waits for a retrain. Where the follower runs (``followed``:
+``service.learning.follower``), it folds other replicas' actuals and reloads off the request path,
+and a request waits for neither: it predicts from the history last folded and the model last loaded.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from service.problems.table import ModelStoreError
 
 _log = logging.getLogger("service.models")
 RELOAD_EVERY_S = 1.0  # how often a request checks the store for a version another replica wrote
+# (unfollowed replicas, and the status routes; the follower checks at each of its ticks)
 # ``warm_later`` waits this long before warming, so a burst of report batches (workers reporting as
 # their trajectories finish) costs one fold, not one per batch
 WARM_AFTER_S = 0.2
@@ -70,7 +73,11 @@ class ModelService:
         self.predictor = LengthPredictor(History(max_rows=actuals.maxlen))  # the stream's newest maxlen
         self._cursor = "0-0"  # last actuals-stream id folded into the history
         self._newest_step: int | None = None  # the newest step folded (``StepReports.step``)
-        self._sync_lock = threading.Lock()
+        # re-entrant: a request takes it without waiting, or not at all (``_sync_unless_followed``),
+        # then ``sync`` takes it again
+        self._sync_lock = threading.RLock()
+        self._following = False  # the follower's sync is under way, or waits for the lock
+        self.followed = False  # a follower runs (``service.learning.follower``): requests leave it the reload
         # One swap at a time: a reload lists the store, then swaps in its newest version unless held;
         # listed just before a retrain saved, it put the older version back over the one the retrain
         # had just swapped in (and answered), until the next reload
@@ -142,7 +149,11 @@ class ModelService:
         request path (``service.learning.follower``): one short read when nothing arrived."""
         if self.actuals.newest_id() == self._cursor:
             return 0
-        folded = self.sync()
+        self._following = True  # set before the lock is asked: a request finding it held knows why
+        try:
+            folded = self.sync()
+        finally:
+            self._following = False
         newest = self._newest_step
         if folded and newest is not None:
             self.warm_later(newest + 1)
@@ -152,11 +163,14 @@ class ModelService:
         """Lengths at ``quantile`` from the freshest history and model version.
 
         Under a caller's check (``predictors.cutoff``) the fold and the model's chunks are cut at its
-        deadline, and a fold cut short is finished by ``warm_later``. ``refresh`` is not cut: its fold
-        of new actuals moves the stream's cursor and the history together (cut between, rows would be
+        deadline, and a fold cut short is finished by ``warm_later``. The sync and reload are not cut:
+        a fold of new actuals moves the stream's cursor and the history together (cut between, rows would be
         lost or folded twice), and a version due to be loaded is what the request should predict with
-        (docs/experiments.md, deadline49)."""
-        self.refresh()
+        (docs/experiments.md, deadline49). Where a follower runs, this request neither waits for its
+        fold under way (``_sync_unless_followed``) nor reloads: the follower does (periodic50)."""
+        self._sync_unless_followed()
+        if not self.followed:
+            self.reload_if_due()
         self._planned = step  # one assignment: atomic; concurrent plans are of one step
         try:
             return self.predictor.predict(queries, step, quantile)
@@ -164,6 +178,21 @@ class ModelService:
             if cutoff.is_set():  # cut at the caller's deadline, maybe in the history's fold: finish
                 self.warm_later(step)  # it off the request path, or every short deadline starts it anew
             raise
+
+    def _sync_unless_followed(self) -> int:
+        """``sync``, unless the follower's is under way: then nothing, at once. The request predicts from
+        the history last folded (the predictor reads it under its own lock, whole: the fold appends a
+        chunk) and the follower's rows are in the next request's. It waited the fold out: a step's
+        32,768 actuals from another replica held it ~1 s (docs/experiments.md, periodic50). Another
+        request's or ``POST /actuals``'s sync is still waited for, as before."""
+        if not self._sync_lock.acquire(blocking=False):
+            if self._following:
+                return 0
+            self._sync_lock.acquire()
+        try:
+            return self.sync()
+        finally:
+            self._sync_lock.release()
 
     def warm(self, step: int) -> None:
         """Fold the history held now into what ``predict`` of ``step`` reads (``LengthPredictor.warm``)."""
@@ -200,7 +229,8 @@ class ModelService:
                 _log.exception("warming the history for step %d failed; its first predict folds", step)
 
     def refresh(self) -> None:
-        """Fold in new actuals, then ``reload_if_due``: what a prediction or ``GET /models`` sees."""
+        """Fold in new actuals, then ``reload_if_due``: what ``GET /models`` reports (a status route, not a
+        plan's path: it waits for a fold under way and loads a version due, to say what serves)."""
         self.sync()
         self.reload_if_due()
 
@@ -211,9 +241,16 @@ class ModelService:
         now = time.monotonic()
         if now - self._checked_at >= RELOAD_EVERY_S:
             self._checked_at = now
-            if self._reload():
-                release_freed_heap()  # the boosters swapped out
-                _log.info("hot-reloaded model", extra={"model_version": self.version})
+            self.reload()
+
+    def reload(self) -> bool:
+        """Swap in a version another replica stored, if any (``_reload``); whether it swapped. What the
+        follower runs at each tick, off the request path."""
+        if not self._reload():
+            return False
+        release_freed_heap()  # the boosters swapped out
+        _log.info("hot-reloaded model", extra={"model_version": self.version})
+        return True
 
     def _reload(self) -> bool:
         """Swap in the store's newest version that loads (``LengthPredictor.reload``); one that does

@@ -17,7 +17,13 @@ from service.delivery import keys
 from service.learning.models import Retrained
 from service.settings import Settings
 from tests.service.api_helpers import AppFactory, actual_history, actual_report, batch_body
-from tests.service.learning.reload_helpers import RELOAD_TEST_S, retrained_beside_a_serving_replica
+from tests.service.learning.reload_helpers import (
+    RELOAD_TEST_S,
+    noticed,
+    retrained_beside_a_serving_replica,
+    served,
+    serving_beside_a_trainer,
+)
 
 
 def test_retrain_stores_a_version_and_later_plans_use_it(client: TestClient) -> None:
@@ -166,13 +172,33 @@ def test_an_idle_replica_reports_the_version_another_replica_stored(
 def test_a_running_replica_picks_up_a_version_another_replica_trained(
     make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import time
-
     _, other = retrained_beside_a_serving_replica(make_client, monkeypatch)
-    time.sleep(RELOAD_TEST_S + 0.1)
+    noticed(other, "v1")  # by its follower, one tick after the version was stored
     answer = other.post("/schedule", json=batch_body(step=2, publish=False)).json()
     assert answer["model_version"] == "v1"
     assert answer["prediction_sources"] == {"lightgbm": 32}
+
+
+def test_a_followed_replica_loads_another_replicas_version_off_the_request_path(
+    make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The load (8-9 ms) ran in a ``/schedule``, once a second: now the follower's tick runs it, and
+    a request after it predicts with the version loaded, loading nothing itself."""
+    trainer_side, other = serving_beside_a_trainer(make_client, monkeypatch)
+    store = served(other).store
+    loaded_on: list[str] = []
+    load = store.load
+
+    def recorded_load(version: int | None = None) -> object:
+        loaded_on.append(threading.current_thread().name)
+        return load(version)
+
+    monkeypatch.setattr(store, "load", recorded_load)
+    assert trainer_side.post("/models/retrain").json()["version"] == "v1"
+    noticed(other, "v1")  # asked nothing meanwhile
+    answer = other.post("/schedule", json=batch_body(step=2, publish=False)).json()
+    assert answer["model_version"] == "v1"
+    assert loaded_on == ["actuals-follower"]
 
 
 def test_a_damaged_newest_version_leaves_the_service_serving_the_one_it_has(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,16 +15,18 @@ from fastapi.testclient import TestClient
 
 from service.learning import heap, models
 from tests.service.api_helpers import AppFactory, actual_history, batch_body
-from tests.service.learning.reload_helpers import RELOAD_TEST_S, retrained_beside_a_serving_replica
+from tests.service.learning.reload_helpers import noticed, serving_beside_a_trainer
 
 
-def _versions_trimmed_at(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The version ``client``'s replica served at each heap release, filled as they happen."""
+def _versions_trimmed_at(client: TestClient, monkeypatch: pytest.MonkeyPatch, thread: str = "") -> list[str]:
+    """The version ``client``'s replica served at each heap release (those on threads named ``thread``
+    only, where given), filled as they happen."""
     service = client.app.state.context.models  # type: ignore[attr-defined]
     seen: list[str] = []
 
     def release() -> bool:
-        seen.append(service.version)
+        if not thread or threading.current_thread().name == thread:
+            seen.append(service.version)
         return True
 
     monkeypatch.setattr(models, "release_freed_heap", release)
@@ -43,9 +45,12 @@ def test_a_retrain_releases_the_freed_heap_once_its_version_serves(
 def test_a_hot_reload_releases_the_heap_of_the_boosters_it_swapped_out(
     make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _, other = retrained_beside_a_serving_replica(make_client, monkeypatch)
-    trimmed = _versions_trimmed_at(other, monkeypatch)  # the trainer's own release is not counted
-    time.sleep(RELOAD_TEST_S + 0.1)
+    trainer_side, other = serving_beside_a_trainer(make_client, monkeypatch)
+    # the reload's, on the other's follower (the trainer's holds v1 already: it swaps nothing); not
+    # the trainer's own release, on its request's thread
+    trimmed = _versions_trimmed_at(other, monkeypatch, thread="actuals-follower")
+    assert trainer_side.post("/models/retrain").json()["version"] == "v1"
+    noticed(other, "v1")
     assert other.post("/schedule", json=batch_body(step=2, publish=False)).json()["model_version"] == "v1"
     assert trimmed == ["v1"]  # once, for the swap; a reload that found nothing new trims nothing
 
