@@ -181,8 +181,9 @@ class ModelService:
 
     def _sync_unless_followed(self) -> int:
         """``sync``, unless the follower's is under way: then nothing, at once. The request predicts from
-        the history last folded (the predictor reads it under its own lock, whole: the fold appends a
-        chunk) and the follower's rows are in the next request's. It waited the fold out: a step's
+        the history last folded (whole: the fold's rows are one chunk, appended under the history's
+        lock, where a predict takes its list of chunks) and the follower's rows are in the next
+        request's. It waited the fold out: a step's
         32,768 actuals from another replica held it ~1 s (docs/experiments.md, periodic50). Another
         request's or ``POST /actuals``'s sync is still waited for, as before."""
         if not self._sync_lock.acquire(blocking=False):
