@@ -163,9 +163,9 @@ class ModelService:
         """Lengths at ``quantile`` from the freshest history and model version.
 
         Under a caller's check (``predictors.cutoff``) the fold and the model's chunks are cut at its
-        deadline, and a fold cut short is finished by ``warm_later``. The sync and reload are not cut:
-        a fold of new actuals moves the stream's cursor and the history together (cut between, rows would be
-        lost or folded twice), and a version due to be loaded is what the request should predict with
+        deadline, and a fold cut short is finished by ``warm_later``. The sync and reload are not cut: a
+        fold of new actuals moves the stream's cursor and the history together (cut between, rows would
+        be lost or folded twice), and a version due to be loaded is what the request should predict with
         (docs/experiments.md, deadline49). Where a follower runs, this request neither waits for its
         fold under way (``_sync_unless_followed``) nor reloads: the follower does (periodic50)."""
         self._sync_unless_followed()
@@ -183,9 +183,9 @@ class ModelService:
         """``sync``, unless the follower's is under way: then nothing, at once. The request predicts from
         the history last folded (whole: the fold's rows are one chunk, appended under the history's
         lock, where a predict takes its list of chunks) and the follower's rows are in the next
-        request's. It waited the fold out: a step's
-        32,768 actuals from another replica held it ~1 s (docs/experiments.md, periodic50). Another
-        request's or ``POST /actuals``'s sync is still waited for, as before."""
+        request's. It waited the fold out: a step's 32,768 actuals from another replica held it
+        0.8-1.7 s (docs/experiments.md, periodic50). Another request's or ``POST /actuals``'s sync
+        is still waited for, as before."""
         if not self._sync_lock.acquire(blocking=False):
             if self._following:
                 return 0
