@@ -11,10 +11,11 @@ measurement in docs/experiments.md, refresh49). This thread checks the stream's 
 same sync, then warms the next step's fold (``ModelService.follow``), as ``POST /actuals`` does on the
 replica that took them.
 
-A request arriving while this thread folds does not wait for it (it had waited the fold out, up to
-the whole 1.2 s: periodic50): it predicts from the history as last folded, and the rows under way
-are in the next request's (``ModelService.predict``). With no fold under way it still syncs before
-it predicts, so it reads every actual stored before it started that no fold has taken.
+A request arriving while this thread folds waits for it ``models.FOLD_WAIT_S`` (50 ms) at most (it
+had waited the fold out, up to the whole 1.2 s: periodic50), so a trickle's fold is still read, and
+a step's is not waited for: the request predicts from the history as last folded, and the rows under
+way are in the next request's (``ModelService.predict``). With no fold under way it still syncs
+before it predicts, so it reads every actual stored before it started that no fold has taken.
 
 Each tick first picks up a model version another replica's retrain stored (``ModelService.reload``:
 a listing of the store, and the load, 8-9 ms, when there is a new one), which the request had done

@@ -10,7 +10,8 @@ model store on disk is versioned; a version trained here or by another replica i
 ``reload`` and swapped in atomically by the predictor, so a request in flight finishes on the model
 it started with and no request waits for a retrain. Where the follower runs (``followed``:
 ``service.learning.follower``), it folds other replicas' actuals and reloads off the request path,
-and a request waits for neither: it predicts from the history last folded and the model last loaded.
+and a request waits out neither: it predicts from the history last folded (after ``FOLD_WAIT_S`` at
+most) and the model last loaded.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ RELOAD_EVERY_S = 1.0  # how often a request checks the store for a version anoth
 # ``warm_later`` waits this long before warming, so a burst of report batches (workers reporting as
 # their trajectories finish) costs one fold, not one per batch
 WARM_AFTER_S = 0.2
+# How long a request waits for the follower's fold under way before it predicts from the history last
+# folded: a trickle's fold (a batch of reports, milliseconds) is still waited for, so the request reads
+# the actuals stored before it as it did; a step's (32,768: 0.8-2.4 s, periodic50) is not
+FOLD_WAIT_S = 0.05
 
 
 def version_name(version: int | None) -> str:
@@ -73,8 +78,8 @@ class ModelService:
         self.predictor = LengthPredictor(History(max_rows=actuals.maxlen))  # the stream's newest maxlen
         self._cursor = "0-0"  # last actuals-stream id folded into the history
         self._newest_step: int | None = None  # the newest step folded (``StepReports.step``)
-        # re-entrant: a request takes it without waiting, or not at all (``_sync_unless_followed``),
-        # then ``sync`` takes it again
+        # re-entrant: a request takes it, waiting a bounded while for the follower's fold or not at all
+        # (``_sync_unless_followed``), then ``sync`` takes it again
         self._sync_lock = threading.RLock()
         self._following = False  # the follower's sync is under way, or waits for the lock
         self.followed = False  # a follower runs (``service.learning.follower``): requests leave it the reload
@@ -166,7 +171,7 @@ class ModelService:
         deadline, and a fold cut short is finished by ``warm_later``. The sync and reload are not cut: a
         fold of new actuals moves the stream's cursor and the history together (cut between, rows would
         be lost or folded twice), and a version due to be loaded is what the request should predict with
-        (docs/experiments.md, deadline49). Where a follower runs, this request neither waits for its
+        (docs/experiments.md, deadline49). Where a follower runs, this request neither waits out its
         fold under way (``_sync_unless_followed``) nor reloads: the follower does (periodic50)."""
         self._sync_unless_followed()
         if not self.followed:
@@ -180,16 +185,17 @@ class ModelService:
             raise
 
     def _sync_unless_followed(self) -> int:
-        """``sync``, unless the follower's is under way: then nothing, at once. The request predicts from
-        the history last folded (whole: the fold's rows are one chunk, appended under the history's
-        lock, where a predict takes its list of chunks) and the follower's rows are in the next
-        request's. It waited the fold out: a step's 32,768 actuals from another replica held it
-        0.8-1.7 s (docs/experiments.md, periodic50). Another request's or ``POST /actuals``'s sync
-        is still waited for, as before."""
-        if not self._sync_lock.acquire(blocking=False):
-            if self._following:
-                return 0
-            self._sync_lock.acquire()
+        """``sync``, unless the follower's is under way and outlasts ``FOLD_WAIT_S``: then nothing. The
+        request predicts from the history last folded (whole: the fold's rows are one chunk, appended
+        under the history's lock, where a predict takes its list of chunks) and the follower's rows
+        are in the next request's. It waited the fold out: a step's 32,768 actuals from another
+        replica held it 0.8-2.4 s (docs/experiments.md, periodic50). Another request's or
+        ``POST /actuals``'s sync is still waited for, as before."""
+        taken = self._sync_lock.acquire(blocking=False) or self._sync_lock.acquire(
+            timeout=FOLD_WAIT_S if self._following else -1  # the flag read once the lock is found held
+        )
+        if not taken:
+            return 0
         try:
             return self.sync()
         finally:

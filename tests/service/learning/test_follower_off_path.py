@@ -1,7 +1,8 @@
 """Where the follower runs, a request waits for neither its fold nor a reload (periodic50).
 
 A ``/schedule`` arriving while the follower folded a step's 32,768 actuals from another replica waited
-for the fold, ~0.8 s of ~0.8 s (docs/experiments.md); it now predicts from the history last folded.
+for the fold, ~0.8 s of ~0.8 s (docs/experiments.md); it now waits ``FOLD_WAIT_S`` at most (a
+trickle's fold is done by then), then predicts from the history last folded.
 The load of another replica's new version ran on a request once a second; the follower's tick runs
 it now, and one that does not load keeps the model held, said once. Fakes gate the fold on events:
 nothing here asserts a duration."""
@@ -38,7 +39,7 @@ def _service(redis_client: redis.Redis, store: Path) -> ModelService:
     return ModelService(ModelStore(store), ActualsLog(redis_client, 10_000))
 
 
-def test_a_request_during_the_followers_fold_predicts_from_the_last_fold_without_waiting(
+def test_a_request_during_the_followers_fold_predicts_from_the_last_fold_without_waiting_it_out(
     redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     models = _service(redis_client, tmp_path / "models")
