@@ -1,0 +1,201 @@
+"""What one at-once judgment (``robust_fast.at_once_judged``) says and plays: the verdict on a plan that
+is the candidate itself, a candidate given by an earlier judgment of the batch played on from where
+it was left, and a candidate not built once the draws would not fit after it.
+
+Found by mutation testing (mutants13, docs/experiments.md): each test fails on a one-line change of
+``at_once_judged`` that every other test let pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from scheduler import clock
+from scheduler.policies import robust_fast
+from scheduler.policies.base import Placement
+from scheduler.policies.ordering import order_queues
+from scheduler.policies.outlier_draws import Draws, outlier_means
+from scheduler.policies.problem import build_problem
+from scheduler.policies.robust import spreads
+from tests.scheduler.fake_clock import ManualClock
+from tests.scheduler.test_robust_fast import _request
+
+QUEUES = tuple(tuple(range(w, 64, 4)) for w in range(4))  # every kind a share: not the candidate
+
+
+def test_a_plan_that_is_the_candidate_itself_is_judged_kept() -> None:
+    request = _request()
+    problem = build_problem(request)
+    assignment = robust_fast.fastest_first(problem)
+    assert assignment is not None
+    queues, finishes = order_queues(problem, assignment, request.kv_admission)
+    placement = Placement(queues, "HEURISTIC", finish_s=tuple(finishes))
+    with clock.frozen():
+        judged = robust_fast.at_once_judged(problem, request, placement, spreads(request.trajectories), 60.0)
+    assert judged.placement.queues == placement.queues
+    assert judged.placement.at_once == robust_fast.KEPT
+
+
+def test_a_candidate_given_is_played_on_from_the_draws_it_was_played_on_already(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    request = _request()
+    problem, spread = build_problem(request), spreads(request.trajectories)
+    first_plan = Placement(QUEUES, "HEURISTIC", finish_s=tuple(problem.finishes(QUEUES, True)))
+    other = tuple(reversed(QUEUES))  # the Ascends' shares on the H100s: another plan, still at once
+    second_plan = Placement(other, "HEURISTIC", finish_s=tuple(problem.finishes(other, True)))
+    with clock.frozen():
+        first = robust_fast.at_once_judged(problem, request, first_plan, spread, 60.0)
+    assert first.candidate is not None
+    played: list[int] = []  # draws of the candidate's queues played by the second judgment
+    original = outlier_means
+
+    def counted(problem: Any, queues: Any, draws: Draws, reserve: bool) -> Any:
+        if tuple(map(tuple, queues)) == first.candidate.queues:  # type: ignore[union-attr]
+            played.append(len(draws.steps))
+        return original(problem, queues, draws, reserve)
+
+    monkeypatch.setattr(robust_fast, "outlier_means", counted)
+    with clock.frozen():
+        second = robust_fast.at_once_judged(problem, request, second_plan, spread, 60.0, 0.0, first.candidate)
+    assert second.candidate is not None
+    before = len(first.candidate.means)
+    assert np.array_equal(second.candidate.means[:before], first.candidate.means)
+    assert sum(played) == len(second.candidate.means) - before  # none of the first's played again
+
+
+def test_the_candidate_is_given_up_as_soon_as_the_draws_would_not_fit_after_building_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A draw of a plan seems to take a second and a unit the candidate places 0.1 s: with 19 s to
+    the deadline, the 4 timed draws end at 4 s, and the 12 plays a verdict needs at the least must
+    start by 7 s; building the candidate would end at 10.4 s, so it is given up at its first
+    pace check past that, 32 units in (7.2 s), not built through to 10.4 s and then dropped."""
+    request = _request()
+    problem = build_problem(request)
+    placement = Placement(QUEUES, "HEURISTIC", finish_s=tuple(problem.finishes(QUEUES, True)))
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    means, take = outlier_means, robust_fast._take_fitting
+
+    def slow_draws(problem: Any, queues: Any, draws: Draws, reserve: bool) -> Any:
+        fake.seconds += len(draws.steps)
+        return means(problem, queues, draws, reserve)
+
+    def slow_units(*args: Any) -> int | None:
+        fake.seconds += 0.1
+        return take(*args)
+
+    monkeypatch.setattr(robust_fast, "outlier_means", slow_draws)
+    monkeypatch.setattr(robust_fast, "_take_fitting", slow_units)
+    judged = robust_fast.at_once_judged(problem, request, placement, spreads(request.trajectories), 19.0)
+    assert judged.placement.at_once == robust_fast.UNJUDGED
+    assert fake.seconds < 8.0
+
+
+def test_a_plan_that_is_the_candidate_given_is_kept_without_a_draw_played(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    request = _request()
+    problem, spread = build_problem(request), spreads(request.trajectories)
+    first_plan = Placement(QUEUES, "HEURISTIC", finish_s=tuple(problem.finishes(QUEUES, True)))
+    with clock.frozen():
+        first = robust_fast.at_once_judged(problem, request, first_plan, spread, 60.0)
+    assert first.candidate is not None
+    candidate = first.candidate
+    played: list[int] = []
+
+    def counted(problem: Any, queues: Any, draws: Draws, reserve: bool) -> Any:
+        played.append(len(draws.steps))
+        return outlier_means(problem, queues, draws, reserve)
+
+    monkeypatch.setattr(robust_fast, "outlier_means", counted)
+    same = Placement(candidate.queues, "HEURISTIC", finish_s=candidate.finishes)
+    with clock.frozen():
+        judged = robust_fast.at_once_judged(problem, request, same, spread, 60.0, 0.0, candidate)
+    assert judged.placement.at_once == robust_fast.KEPT
+    assert played == []
+
+
+def _given(request: Any, problem: Any, spread: Any) -> robust_fast.Candidate:
+    """A candidate as the first judgment of the batch (of ``QUEUES``) leaves it."""
+    first_plan = Placement(QUEUES, "HEURISTIC", finish_s=tuple(problem.finishes(QUEUES, True)))
+    with clock.frozen():
+        first = robust_fast.at_once_judged(problem, request, first_plan, spread, 60.0)
+    assert first.candidate is not None
+    return first.candidate
+
+
+def _other(problem: Any) -> Placement:
+    other = tuple(reversed(QUEUES))
+    return Placement(other, "HEURISTIC", finish_s=tuple(problem.finishes(other, True)))
+
+
+@pytest.mark.parametrize(
+    ("deadline", "verdicts"), [(15.9, {robust_fast.UNJUDGED}), (16.0, set(robust_fast.JUDGED))]
+)
+def test_a_judgment_with_a_candidate_given_starts_only_plays_that_end_by_the_deadline(
+    monkeypatch: pytest.MonkeyPatch, deadline: float, verdicts: set[str]
+) -> None:
+    """The candidate given says a draw takes a second and has none played: the least a verdict
+    needs (``CLEAR``, 8 draws of each plan) ends 16 s from now. On a clock that then stands still,
+    a deadline 16 s away is met, one 15.9 s away is not, and nothing is played for it."""
+    request = _request()
+    problem, spread = build_problem(request), spreads(request.trajectories)
+    candidate = _given(request, problem, spread)._replace(means=np.zeros(0), draw_s=1.0)
+    monkeypatch.setattr(clock, "now", ManualClock().now)
+    played: list[int] = []
+
+    def counted(problem: Any, queues: Any, draws: Draws, reserve: bool) -> Any:
+        played.append(len(draws.steps))
+        return outlier_means(problem, queues, draws, reserve)
+
+    monkeypatch.setattr(robust_fast, "outlier_means", counted)
+    judged = robust_fast.at_once_judged(problem, request, _other(problem), spread, deadline, 0.0, candidate)
+    assert judged.placement.at_once in verdicts
+    assert bool(played) == (deadline == 16.0)
+
+
+def test_a_plan_is_first_played_on_every_draw_the_candidate_given_was_played_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    request = _request()
+    problem, spread = build_problem(request), spreads(request.trajectories)
+    given = _given(request, problem, spread)
+    on_16 = outlier_means(problem, given.queues, Draws(given.draws.steps[:16], given.draws.stretch), True)
+    candidate = given._replace(means=on_16)
+    mine = _other(problem)
+    played: list[int] = []
+
+    def counted(problem: Any, queues: Any, draws: Draws, reserve: bool) -> Any:
+        if tuple(map(tuple, queues)) == mine.queues:
+            played.append(len(draws.steps))
+        return outlier_means(problem, queues, draws, reserve)
+
+    monkeypatch.setattr(robust_fast, "outlier_means", counted)
+    with clock.frozen():
+        robust_fast.at_once_judged(problem, request, mine, spread, 60.0, 0.0, candidate)
+    assert played[0] == 16
+
+
+def test_the_candidate_handed_on_says_the_pace_its_plays_were_measured_at(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The candidate given says a draw is free; each draw played then takes a second."""
+    request = _request()
+    problem, spread = build_problem(request), spreads(request.trajectories)
+    candidate = _given(request, problem, spread)._replace(means=np.zeros(0), draw_s=0.0)
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+
+    def slow(problem: Any, queues: Any, draws: Draws, reserve: bool) -> Any:
+        fake.seconds += len(draws.steps)
+        return outlier_means(problem, queues, draws, reserve)
+
+    monkeypatch.setattr(robust_fast, "outlier_means", slow)
+    judged = robust_fast.at_once_judged(problem, request, _other(problem), spread, 1_000.0, 0.0, candidate)
+    assert judged.candidate is not None
+    assert judged.candidate.draw_s == 1.0
