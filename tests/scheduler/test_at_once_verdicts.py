@@ -199,3 +199,25 @@ def test_the_candidate_handed_on_says_the_pace_its_plays_were_measured_at(
     judged = robust_fast.at_once_judged(problem, request, _other(problem), spread, 1_000.0, 0.0, candidate)
     assert judged.candidate is not None
     assert judged.candidate.draw_s == 1.0
+
+
+NOISE = np.array([0.01, -0.01, 0.02, -0.02, 0.0, 0.01, -0.01, 0.0])  # paired gaps' scatter, 8 draws
+
+
+@pytest.mark.parametrize(
+    ("gap", "draws", "clear"),
+    [
+        (1.0, 8, True),  # the plan ends a second later on every draw: the candidate, at CLEAR draws
+        (-1.0, 8, False),  # a second sooner: the plan
+        (1.0, 7, None),  # fewer than CLEAR draws: no verdict yet
+        (0.0, 8, None),  # the same on every draw: never clear
+        (0.01, 8, None),  # about 2 standard errors of the mean gap: within CLEAR_Z (3)
+        (-0.01, 8, None),
+    ],
+)
+def test_a_difference_is_clear_from_clear_draws_beyond_clear_z_standard_errors(
+    gap: float, draws: int, clear: bool | None
+) -> None:
+    theirs = np.full(draws, 10.0)
+    mine = theirs + gap + (NOISE[:draws] if gap else 0.0)
+    assert robust_fast._clear(mine, theirs) is clear
