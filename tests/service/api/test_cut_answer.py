@@ -104,3 +104,22 @@ def test_a_cut_request_s_own_stop_is_set_before_its_503_is_sent() -> None:
     app's, which comes only after every cut (stop50)."""
     assert _stop_seen_as_sent(_waits_for_ever, cut=True) == ([True, True], True)
     assert _stop_seen_as_sent(_answers_200, cut=False) == ([False, False], False)
+
+
+def test_a_cancel_outside_an_http_request_is_not_answered() -> None:
+    """The app's lifespan (its start and stop), cancelled: no HTTP answer is sent to it (mutants13:
+    only a websocket was passed through untouched, every test passing)."""
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    async def run() -> None:
+        task = asyncio.ensure_future(CutAnswer(_waits_for_ever)({"type": "lifespan"}, _receive, send))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await task
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(run())
+    assert sent == []
