@@ -123,3 +123,16 @@ def test_a_cancel_outside_an_http_request_is_not_answered() -> None:
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(run())
     assert sent == []
+
+
+async def _streams_then_waits(scope: Scope, receive: Receive, send: Send) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"[", "more_body": True})
+    await asyncio.Event().wait()
+
+
+def test_a_request_cut_after_its_first_body_part_keeps_its_cancel() -> None:
+    """A response under way stays begun after its start (mutants13: begun only until the next
+    message, a second response was sent after a body part, every test passing)."""
+    with pytest.raises(asyncio.CancelledError):
+        _cut(_streams_then_waits)
