@@ -1,0 +1,95 @@
+"""``exit_guard.arm`` and the guard's end, with its sleep and its ``os._exit`` stood in for (the guard
+itself ends the process, so the end-to-end test, ``test_exit_guard.py``, sees only that it did): the
+bound has a floor, the first stop's bound holds, the guard is a daemon, and what it logs names the
+threads the exit would have waited for, flushed before the process ends with a stop's status, 0.
+
+Found by mutation testing (mutants13, docs/experiments.md): each of these was removable with every
+test passing."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from service.api import exit_guard
+
+
+class _Stand:
+    """The guard's ``time.sleep`` and ``os._exit``: what it slept and the status it ended with."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+        self.status: list[int] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+    def exit(self, status: int) -> None:
+        self.status.append(status)  # and returns: the guard's thread then ends
+
+
+@pytest.fixture
+def stand(monkeypatch: pytest.MonkeyPatch) -> _Stand:
+    """An enabled guard, not armed yet, whose sleep returns at once and whose end is recorded."""
+    stood = _Stand()
+    monkeypatch.setattr(exit_guard, "time", SimpleNamespace(sleep=stood.sleep))
+    monkeypatch.setattr(exit_guard, "os", SimpleNamespace(_exit=stood.exit))
+    monkeypatch.setattr(exit_guard, "_enabled", True)
+    monkeypatch.setattr(exit_guard, "_armed", None)
+    return stood
+
+
+def _armed(bound_s: float) -> threading.Thread:
+    guard = exit_guard.arm(bound_s)
+    assert guard is not None
+    guard.join(30.0)
+    return guard
+
+
+def test_a_bound_under_the_floor_is_raised_to_it(stand: _Stand) -> None:
+    _armed(1.0)
+    assert stand.slept == [exit_guard.MIN_BOUND_S]
+
+
+def test_a_bound_over_the_floor_is_kept_and_the_first_stops_bound_holds(stand: _Stand) -> None:
+    guard = _armed(7.0)
+    assert exit_guard.arm(60.0) is guard
+    assert stand.slept == [7.0]
+    assert guard.daemon  # the guard itself holds no exit
+
+
+def test_the_end_names_the_threads_the_exit_waits_for_flushes_and_is_a_stops_status(
+    stand: _Stand, caplog: pytest.LogCaptureFixture
+) -> None:
+    release = threading.Event()
+    waiting = threading.Thread(target=release.wait, name="planning", daemon=False)
+    daemon = threading.Thread(target=release.wait, name="reaper", daemon=True)
+    flushed: list[int] = []
+
+    class _Counting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            pass
+
+        def flush(self) -> None:
+            flushed.append(1)
+
+    counting = _Counting()
+    logging.getLogger().addHandler(counting)
+    waiting.start()
+    daemon.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="service.shutdown"):
+            exit_guard._end_after(6.0)
+    finally:
+        release.set()
+        logging.getLogger().removeHandler(counting)
+        waiting.join(5.0)
+        daemon.join(5.0)
+    [line] = [r for r in caplog.records if r.getMessage() == exit_guard.EXIT_LOG]
+    assert "planning" in line.__dict__["threads"]
+    assert "reaper" not in line.__dict__["threads"]
+    assert flushed
+    assert stand.status == [0]
