@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -136,3 +137,13 @@ def test_a_request_cut_after_its_first_body_part_keeps_its_cancel() -> None:
     message, a second response was sent after a body part, every test passing)."""
     with pytest.raises(asyncio.CancelledError):
         _cut(_streams_then_waits)
+
+
+def test_a_request_cut_is_logged_once_with_its_path(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="service.http"):
+        _cut(_waits_for_ever)
+    [line] = [r for r in caplog.records if r.name == "service.http"]
+    assert (line.getMessage(), line.__dict__["path"]) == (
+        "request cut at the stop: answered 503",
+        "/schedule",
+    )
