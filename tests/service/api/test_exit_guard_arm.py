@@ -93,3 +93,12 @@ def test_the_end_names_the_threads_the_exit_waits_for_flushes_and_is_a_stops_sta
     assert "reaper" not in line.__dict__["threads"]
     assert flushed
     assert stand.status == [0]
+
+
+def test_a_guard_not_enabled_is_not_armed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As ``test_exit_guard.py``'s own test, but a guard armed by mistake fails it: its sleep here
+    never ends. There, it ends the test process 5 s on with status 0, the failure with it (mutants13:
+    the run's status was 0 with that test failed)."""
+    monkeypatch.setattr(exit_guard, "time", SimpleNamespace(sleep=lambda _: threading.Event().wait()))
+    monkeypatch.setattr(exit_guard, "_armed", None)
+    assert exit_guard.arm(0.0) is None
