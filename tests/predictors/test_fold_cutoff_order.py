@@ -44,3 +44,10 @@ def test_a_full_fold_stops_at_its_checks_in_order(
     with cutoff.checking(stop_at_the_nth), pytest.raises(StoppedWaitingError):
         fold.stats_before(int(trace.step.max()) + 1)  # nothing cached: the whole history is folded
     assert ran == []
+
+
+def test_a_call_knows_whether_its_caller_set_a_check() -> None:
+    assert not cutoff.is_set()
+    with cutoff.checking(lambda: None):
+        assert cutoff.is_set()
+    assert not cutoff.is_set()

@@ -221,3 +221,8 @@ def test_a_difference_is_clear_from_clear_draws_beyond_clear_z_standard_errors(
     theirs = np.full(draws, 10.0)
     mine = theirs + gap + (NOISE[:draws] if gap else 0.0)
     assert robust_fast._clear(mine, theirs) is clear
+
+
+def test_a_candidate_given_up_at_its_pace_is_none_to_its_public_callers() -> None:
+    with clock.frozen():  # a deadline already passed: given up at the first unit
+        assert robust_fast.fastest_first(build_problem(_request()), deadline=-1.0) is None
