@@ -226,3 +226,12 @@ def test_a_difference_is_clear_from_clear_draws_beyond_clear_z_standard_errors(
 def test_a_candidate_given_up_at_its_pace_is_none_to_its_public_callers() -> None:
     with clock.frozen():  # a deadline already passed: given up at the first unit
         assert robust_fast.fastest_first(build_problem(_request()), deadline=-1.0) is None
+
+
+def test_the_next_kind_shares_the_rest_of_the_batch_once_the_fastest_is_full() -> None:
+    """One H100 of 24 slots takes the 24 longest; the two Ascends then share the other 40 by their
+    load, each back among its own kind after a unit (mutants13: among the fastest kind's, one
+    Ascend took units until its slots ran out)."""
+    assignment = robust_fast.fastest_first(build_problem(_request(h100s=1, ascends=2, slots=24)))
+    assert assignment is not None
+    assert [len(queue) for queue in assignment] == [24, 20, 20]
