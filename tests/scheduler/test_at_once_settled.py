@@ -20,7 +20,7 @@ import pytest
 from scheduler import clock
 from scheduler.policies import bandsearch, blindbar, cpsat, lpt, robust_fast
 from scheduler.policies.base import Placement
-from scheduler.policies.outlier_draws import Draws
+from scheduler.policies.outlier_draws import LazyDraws
 from scheduler.policies.problem import build_problem
 from scheduler.policies.robust_fast import FASTEST, KEPT, UNJUDGED, Candidate, Judged
 from tests.scheduler.fake_clock import ManualClock, slow_lpt_phase
@@ -29,7 +29,7 @@ from tests.scheduler.test_robust_fast import _request
 HEDGED = Placement(((0, 1), (2,), (3,)), "HEURISTIC")  # lpt's plan, hedged
 PLACED = Placement(((0,), (1, 2), (3,)), "HEURISTIC")  # placed again by kind
 FAST = ((0, 1, 2, 3), (), ())  # the fastest-kind-first candidate's queues
-NO_DRAWS = Draws(np.zeros((0, 4), dtype=np.int64), np.zeros(4, dtype=np.int64))
+NO_DRAWS = LazyDraws((np.ones(4), np.zeros(4), np.full(4, 8.0)), 0)  # never drawn from here
 
 
 def _candidate(name: float) -> Candidate:
@@ -204,7 +204,8 @@ def test_the_searched_plan_is_judged_against_the_candidate_lpts_judgment_built(
 def test_a_plan_the_bar_replaces_with_a_blind_one_still_says_what_the_at_once_hedge_did() -> None:
     request = dataclasses.replace(_request(), time_budget_s=100.0)
     problem = build_problem(request)
-    blind = lpt.opening(request, problem, "HEURISTIC").blind
+    start = lpt.opening(request, problem, "HEURISTIC")
+    blind = lpt.bar_plans(problem, request, start.blind, start.assignment, start.spread, float("inf"))
     assert blind is not None
     # every unit on the last Ascend: later on the predictions than the blind plan
     piled = tuple([() for _ in problem.costs[1:]] + [tuple(range(len(problem.units)))])

@@ -8,6 +8,7 @@ Found by mutation testing (mutants13, docs/experiments.md): each test fails on a
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -67,33 +68,32 @@ def test_a_candidate_given_is_played_on_from_the_draws_it_was_played_on_already(
     assert sum(played) == len(second.candidate.means) - before  # none of the first's played again
 
 
-def test_the_candidate_is_given_up_as_soon_as_the_draws_would_not_fit_after_building_it(
+def test_the_candidate_must_be_built_and_ordered_by_when_the_least_plays_must_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A draw of a plan seems to take a second and a unit the candidate places 0.1 s: with 19 s to
-    the deadline, the 4 timed draws end at 4 s, and the 12 plays a verdict needs at the least must
-    start by 7 s; building the candidate would end at 10.4 s, so it is given up at its first
-    pace check past that, 32 units in (7.2 s), not built through to 10.4 s and then dropped."""
+    """A draw of a plan seems to take a second: with 19 s to the deadline, the 4 timed draws end at
+    4 s, and the 12 plays a verdict needs at the least (``CLEAR``, 8 a side, the 4 aside) must start
+    by 7 s; building the candidate is given that, not the deadline itself, and so is ordering it."""
     request = _request()
     problem = build_problem(request)
     placement = Placement(QUEUES, "HEURISTIC", finish_s=tuple(problem.finishes(QUEUES, True)))
     fake = ManualClock()
     monkeypatch.setattr(clock, "now", fake.now)
-    means, take = outlier_means, robust_fast._take_fitting
+    built_by: list[float] = []
+    fastest = robust_fast._fastest
 
     def slow_draws(problem: Any, queues: Any, draws: Draws, reserve: bool) -> Any:
         fake.seconds += len(draws.steps)
-        return means(problem, queues, draws, reserve)
+        return outlier_means(problem, queues, draws, reserve)
 
-    def slow_units(*args: Any) -> int | None:
-        fake.seconds += 0.1
-        return take(*args)
+    def building(problem: Any, deadline: float) -> Any:
+        built_by.append(deadline)
+        return fastest(problem, deadline)
 
     monkeypatch.setattr(robust_fast, "outlier_means", slow_draws)
-    monkeypatch.setattr(robust_fast, "_take_fitting", slow_units)
-    judged = robust_fast.at_once_judged(problem, request, placement, spreads(request.trajectories), 19.0)
-    assert judged.placement.at_once == robust_fast.UNJUDGED
-    assert fake.seconds < 8.0
+    monkeypatch.setattr(robust_fast, "_fastest", building)
+    robust_fast.at_once_judged(problem, request, placement, spreads(request.trajectories), 19.0)
+    assert built_by == [7.0]
 
 
 def test_a_plan_that_is_the_candidate_given_is_kept_without_a_draw_played(
@@ -165,7 +165,7 @@ def test_a_plan_is_first_played_on_every_draw_the_candidate_given_was_played_on(
     request = _request()
     problem, spread = build_problem(request), spreads(request.trajectories)
     given = _given(request, problem, spread)
-    on_16 = outlier_means(problem, given.queues, Draws(given.draws.steps[:16], given.draws.stretch), True)
+    on_16 = outlier_means(problem, given.queues, given.draws.block(0, 16), True)
     candidate = given._replace(means=on_16)
     mine = _other(problem)
     played: list[int] = []
@@ -231,7 +231,9 @@ def test_a_candidate_given_up_at_its_pace_is_none_to_its_public_callers() -> Non
 def test_the_next_kind_shares_the_rest_of_the_batch_once_the_fastest_is_full() -> None:
     """One H100 of 24 slots takes the 24 longest; the two Ascends then share the other 40 by their
     load, each back among its own kind after a unit (mutants13: among the fastest kind's, one
-    Ascend took units until its slots ran out)."""
-    assignment = robust_fast.fastest_first(build_problem(_request(h100s=1, ascends=2, slots=24)))
+    Ascend took units until its slots ran out). Through the general path (a problem with a
+    restriction: the service's own takes ``fastest_plain``), here by saying it has one."""
+    problem = dataclasses.replace(build_problem(_request(h100s=1, ascends=2, slots=24)), unrestricted=False)
+    assignment = robust_fast.fastest_first(problem)
     assert assignment is not None
     assert [len(queue) for queue in assignment] == [24, 20, 20]
