@@ -11,7 +11,7 @@ from __future__ import annotations
 import redis
 from redis.exceptions import ClusterDownError, RedisClusterException
 
-from service.delivery.reach import cluster_down
+from service.delivery.errors import cluster_down
 
 DOWN = "The cluster is down"
 
