@@ -198,19 +198,7 @@ class TraceBuilder:
     def build(self) -> Trace:
         """The trace, with each extra column typed as a whole (numeric, else categorical)."""
         n = len(self._prompt)
-        numeric: dict[str, FloatArray] = {}
-        categorical: dict[str, ObjArray] = {}
-        for name, values in self._extras.items():
-            as_numbers = _all_numeric(values.values())
-            if as_numbers is not None:
-                column = np.full(n, np.nan)
-                column[list(values)] = as_numbers
-                numeric[name] = column
-            else:
-                text = _blank(n)
-                for i, v in values.items():
-                    text[i] = as_level(v)
-                categorical[name] = text
+        numeric, categorical = typed_extras(n, self._extras)
         prompt = np.empty(n, dtype=object)
         prompt[:] = self._prompt
         return Trace(
@@ -224,6 +212,28 @@ class TraceBuilder:
 
 
 _INT_COLUMNS = ("step", "sample_idx", "prompt_tokens", "output_tokens", "max_new_tokens")
+
+
+def typed_extras(
+    n: int, extras: Mapping[str, Mapping[int, float | str]]
+) -> tuple[dict[str, FloatArray], dict[str, ObjArray]]:
+    """The extra columns of ``n`` rows (``extras``: column -> row index -> value as read), each typed
+    as a whole: numeric where every value is a number, else text. Shared by ``TraceBuilder`` and the
+    actuals stream's page reader (``service.learning.actuals_page``), so both type a column alike."""
+    numeric: dict[str, FloatArray] = {}
+    categorical: dict[str, ObjArray] = {}
+    for name, values in extras.items():
+        as_numbers = _all_numeric(values.values())
+        if as_numbers is not None:
+            column = np.full(n, np.nan)
+            column[list(values)] = as_numbers
+            numeric[name] = column
+        else:
+            text = _blank(n)
+            for i, v in values.items():
+                text[i] = as_level(v)
+            categorical[name] = text
+    return numeric, categorical
 
 
 def _all_numeric(values: Iterable[float | str]) -> list[float] | None:

@@ -60,16 +60,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, cast
 
+from predictors.tracetable import Trace
 from scheduler.trace import TraceRow
 from service.api.learning_schemas import ActualReport
 from service.api.schemas import MAX_COUNT
 from service.delivery import keys
 from service.delivery.stored import utf8
 from service.delivery.views import text
+from service.learning.actuals_page import page_trace
+from service.learning.shared_texts import SharedTexts
 from service.redis_conn import RedisClient
 
 _log = logging.getLogger("service.actuals")
@@ -79,11 +82,6 @@ PAGE = 10_000  # entries per XRANGE while reading the history
 # all are held already); 100 chunks add 100 round trips and per-call work, ~0.3-0.6 s on a
 # 100,000-report batch (2.3 s -> 2.6-2.9 s wall on a 2-core dev box, half of it digests and JSON).
 CHUNK = 1_000
-# Distinct texts (prompt ids, text feature values) the history's parse keeps one string object for.
-# Every row used to hold its own copy of its prompt id (~52 bytes each: ~100 MB at the 2M-row cap,
-# where a prompt's n samples, and its later epochs, all name the same id). The table is cleared when
-# it passes this size, so it never holds ids the history trimmed for long: 65,536 ids ~6 MB at most.
-SHARED_TEXTS = 1 << 16
 
 # Appends the reports not stored yet, atomically (replicas may race on one retried batch).
 # KEYS: the stream, its seen-digests zset (same slot). ARGV: maxlen, then per report its digest, its
@@ -166,12 +164,12 @@ Entry = tuple[str, dict[str, str]]  # one stream entry as XRANGE answers it: id,
 
 
 class Folded(NamedTuple):
-    """What ``ActualsLog.rows_after`` read: rows, the id to continue from, whether the stream lost
-    what was read before (the rows are then its whole content, to replace what was held), and the
-    schedule each row's report named (None: none), in the rows' order: ``service.learning.step_over``
-    tells by them whether the last step is over."""
+    """What ``ActualsLog.rows_after`` read: rows (as columns, ``service.learning.actuals_page``), the
+    id to continue from, whether the stream lost what was read before (the rows are then its whole
+    content, to replace what was held), and the schedule each row's report named (None: none), in
+    the rows' order: ``service.learning.step_over`` tells by them whether the last step is over."""
 
-    rows: list[TraceRow]
+    rows: Trace
     cursor: str
     restarted: bool
     schedules: list[str | None]
@@ -242,66 +240,37 @@ class ActualsLog:
         if len(head) < PAGE:
             return Folded(rows, head[-1][0], False, schedules)
         more = self._pages(head[-1][0], restarted=False)  # more after this page
-        return Folded(rows + more.rows, more.cursor, False, schedules + more.schedules)
+        return Folded(Trace.concat([rows, more.rows]), more.cursor, False, schedules + more.schedules)
 
     def _pages(self, cursor: str, restarted: bool) -> Folded:
         """Every entry after ``cursor``, page by page, as rows, and the last id read."""
-        rows: list[TraceRow] = []
+        rows: list[Trace] = []
         schedules: list[str | None] = []
         while True:
             page = self._page(cursor)
             page_rows, page_schedules = self._rows(page)
-            rows += page_rows
+            rows.append(page_rows)
             schedules += page_schedules
             if page:
                 cursor = page[-1][0]
             if len(page) < PAGE:
-                return Folded(rows, cursor, restarted, schedules)
+                return Folded(Trace.concat(rows), cursor, restarted, schedules)
 
     def _page(self, cursor: str, inclusive: bool = False) -> list[Entry]:
         """Up to ``PAGE`` entries after ``cursor`` (from it, when ``inclusive``)."""
         low = cursor if inclusive else f"({cursor}"
         return cast(list[Entry], self._redis.xrange(self.key, min=low, max="+", count=PAGE))
 
-    def _rows(self, page: list[Entry]) -> tuple[list[TraceRow], list[str | None]]:
-        """The entries of ``page`` that read as reports, as trace rows (others skipped, ``_row``), and
-        the schedule each named."""
-        read = [row for _, fields in page if (row := _row(fields.get("a", ""), self._texts)) is not None]
-        return [row for row, _ in read], [schedule for _, schedule in read]
-
-
-class SharedTexts:
-    """One string object per distinct text, so a million rows of a few prompts hold a few ids.
-
-    ``json.loads`` makes a new string for every value it reads, and the history keeps each row's
-    prompt id (and text features) for as long as it holds the row. Why not ``sys.intern``: interned
-    strings are immortal on Python 3.12.0-3.12.5 and free-threaded builds, and a run's prompt ids are
-    unbounded, so every id the history ever trimmed would stay. This table is bounded instead
-    (``limit`` entries, then it starts afresh: rows read afterwards share a new object per text,
-    never more than one object per row as before).
-    """
-
-    def __init__(self, limit: int = SHARED_TEXTS) -> None:
-        self.limit = limit
-        self._held: dict[str, str] = {}
-
-    def __call__(self, text: str) -> str:
-        """The object held for ``text`` (``text`` itself the first time it is met)."""
-        held = self._held.get(text)
-        if held is None:
-            if len(self._held) >= self.limit:
-                self._held.clear()
-            held = self._held[text] = text
-        return held
-
-    def __len__(self) -> int:
-        return len(self._held)
-
-    def features(self, features: Mapping[str, float | str]) -> Mapping[str, float | str]:
-        """A report's features with each text value shared (anything not a dict as it was read)."""
-        if not isinstance(features, dict):
-            return features
-        return {k: self(v) if isinstance(v, str) else v for k, v in features.items()}
+    def _rows(self, page: list[Entry]) -> tuple[Trace, list[str | None]]:
+        """The entries of ``page`` that read as reports, as trace rows, and the schedule each named:
+        all at once where every entry is as the service writes it (``actuals_page``), else entry by
+        entry (``_row``: what does not read is skipped, and said)."""
+        values = [fields.get("a", "") for _, fields in page]
+        plain = page_trace(values, self._texts)
+        if plain is not None:
+            return plain
+        read = [row for raw in values if (row := _row(raw, self._texts)) is not None]
+        return Trace.from_rows(row for row, _ in read), [schedule for _, schedule in read]
 
 
 def _row(raw: str, texts: SharedTexts) -> tuple[TraceRow, str | None] | None:

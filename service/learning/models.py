@@ -141,7 +141,7 @@ class ModelService:
                     extra={"history_rows_before": self.rows, "history_rows": len(folded.rows)},
                 )
                 self.predictor.use_history(History(folded.rows, max_rows=self.actuals.maxlen))
-            elif folded.rows:
+            elif len(folded.rows):
                 self.predictor.observe(folded.rows)
             self._reports.fold(folded.rows, folded.schedules, folded.restarted)
             self._newest_step = self._reports.step

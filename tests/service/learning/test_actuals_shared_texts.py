@@ -8,7 +8,8 @@ import redis
 
 from predictors.history import History
 from service.api.learning_schemas import ActualReport
-from service.learning.actuals import ActualsLog, SharedTexts
+from service.learning.actuals import ActualsLog
+from service.learning.shared_texts import SharedTexts
 from tests.service.api_helpers import actual_report
 
 

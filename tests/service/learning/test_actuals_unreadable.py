@@ -8,7 +8,8 @@ import logging
 
 import pytest
 
-from service.learning.actuals import SharedTexts, _row
+from service.learning.actuals import _row
+from service.learning.shared_texts import SharedTexts
 
 ENTRY = {"step": 1, "prompt_id": "p0", "sample_idx": 0, "prompt_tokens": 10, "output_tokens": 5}
 

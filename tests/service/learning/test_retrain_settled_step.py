@@ -10,6 +10,7 @@ from typing import Any
 import redis
 from fastapi.testclient import TestClient
 
+from predictors.tracetable import Trace
 from scheduler.trace import TraceRow
 from service.delivery import CompletionOutcome, Delivery, Lease, TrajectoryResult
 from service.learning.step_over import StepReports
@@ -141,18 +142,22 @@ def test_the_automatic_retrain_still_fits_only_the_steps_before_its_own(
     assert _fitted_steps(tmp_path, retrainer.retrain_now("step", 2).version) == [0, 1]
 
 
-def _row(step: int, prompt: str, sample: int) -> TraceRow:
-    return TraceRow(step=step, prompt_id=prompt, sample_idx=sample, prompt_tokens=10, output_tokens=20)
+def _rows(*rows: tuple[int, str, int]) -> Trace:
+    """Reports as the actuals stream's reader gives them: (step, prompt, sample) each."""
+    return Trace.from_rows(
+        TraceRow(step=step, prompt_id=prompt, sample_idx=sample, prompt_tokens=10, output_tokens=20)
+        for step, prompt, sample in rows
+    )
 
 
 def test_the_reports_kept_are_the_newest_step_s_and_a_restart_starts_them_afresh() -> None:
     reports = StepReports()
-    reports.fold([_row(1, "p", 0), _row(2, "p", 0), _row(2, "p", 0)], ["a", "b", "b"], restarted=False)
-    reports.fold([_row(1, "p", 1), _row(2, "q", 0)], ["a", None], restarted=False)  # late: step 1
+    reports.fold(_rows((1, "p", 0), (2, "p", 0), (2, "p", 0)), ["a", "b", "b"], restarted=False)
+    reports.fold(_rows((1, "p", 1), (2, "q", 0)), ["a", None], restarted=False)  # late: step 1
     last = reports.last()
     assert (last.step, last.unnamed, last.named) == (2, 1, frozenset({"a", "b"}))
     assert last.covered == {"b": frozenset({"p#0"})}
-    reports.fold([_row(0, "p", 0)], ["c"], restarted=True)
+    reports.fold(_rows((0, "p", 0)), ["c"], restarted=True)
     last = reports.last()
     assert (last.step, last.unnamed, last.covered, last.named) == (
         0,

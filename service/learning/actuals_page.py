@@ -1,0 +1,123 @@
+"""A page of actuals-stream entries read straight into trace columns, with no ``TraceRow`` per entry.
+
+Why: a replica syncs every report any replica stored, and at start it reads the whole stream (1.2 M
+entries at 36 steps of 2,048 x 16). Read entry by entry (``actuals._row``: parse, a ``TraceRow``,
+then ``Trace.from_rows`` copying each row's fields into column lists), the rows cost ~0.3 s of CPU
+per 32,768 entries, more than the stream read itself once hiredis parses it (docs/experiments.md,
+sync50). Here each entry is still parsed on its own (``json.loads``: one entry that does not read
+must not take its neighbours with it), but every column is then taken from the parsed reports at
+once and checked as a column.
+
+Only a page whose every entry is in the form the service writes (``ActualReport``'s JSON: integer
+counts in range, a string prompt id, a known finish reason or none, a numeric reward or none, a
+features object) is read here; any other page (an entry written by something else, or by an older
+release, that is not UTF-8, or not a report at all) is answered ``None``, and the caller reads it
+entry by entry as before, which skips what does not read and says so. So a page reads to the same
+rows either way, and the stream's wire format (one field ``a``, the report's JSON) is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from predictors.tracetable import FloatArray, IntArray, ObjArray, Trace, typed_extras
+from service.api.schemas import MAX_COUNT
+from service.delivery.stored import utf8
+from service.learning.shared_texts import SharedTexts
+
+_COUNTS = ("step", "sample_idx", "prompt_tokens", "output_tokens")
+_FINISH = {None: -1, "stop": 0, "length": 1}  # as ``TraceBuilder`` codes them (``FINISH_NAMES``)
+_NO_FEATURES: dict[str, Any] = {}
+
+
+class _NotPlainError(Exception):
+    """An entry of the page is not in the form the service writes: read the page entry by entry."""
+
+
+def page_trace(values: Sequence[str], texts: SharedTexts) -> tuple[Trace, list[str | None]] | None:
+    """The reports ``values`` (each entry's ``a`` field, in stream order) as one trace, and the
+    schedule each named (None: none); None where any of them is not plain (module doc)."""
+    try:
+        docs = [_parsed(raw) for raw in values]
+        counts = {name: _counts([doc[name] for doc in docs]) for name in _COUNTS}
+        caps = _counts([0 if (cap := doc.get("max_new_tokens")) is None else cap for doc in docs])
+        prompts = _prompts(docs, texts)
+        finish = np.array([_FINISH[doc.get("finish_reason")] for doc in docs], dtype=np.int8)
+        reward = _rewards(docs)
+        numeric, categorical = typed_extras(len(docs), _extras(docs, texts))
+    except (_NotPlainError, KeyError, TypeError):  # TypeError: an unhashable finish reason
+        return None
+    schedules = [None if (s := doc.get("schedule_id")) is None else texts(str(s)) for doc in docs]
+    trace = Trace(
+        **counts,
+        prompt_id=prompts,
+        max_new_tokens=caps,
+        finish_reason=finish,
+        reward=reward,
+        numeric=numeric,
+        categorical=categorical,
+    )
+    return trace, schedules
+
+
+def _parsed(raw: str) -> dict[str, Any]:
+    """One entry's report as a dict; ``_NotPlainError`` where it is not UTF-8, not JSON or not an object."""
+    if not utf8(raw):
+        raise _NotPlainError
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise _NotPlainError from None
+    if type(doc) is not dict:
+        raise _NotPlainError
+    return doc
+
+
+def _counts(values: list[Any]) -> IntArray:
+    """A count column; ``_NotPlainError`` unless every value is an int (not a bool, nor a numeric string,
+    which the entry-by-entry read takes) within ``[0, MAX_COUNT]``, the API's bounds."""
+    if not all(type(value) is int for value in values):
+        raise _NotPlainError
+    try:
+        column = np.array(values, dtype=np.int64)
+    except OverflowError:
+        raise _NotPlainError from None
+    if len(column) and (int(column.min()) < 0 or int(column.max()) > MAX_COUNT):
+        raise _NotPlainError
+    return column
+
+
+def _prompts(docs: list[dict[str, Any]], texts: SharedTexts) -> ObjArray:
+    """The prompt ids, one shared object per distinct id; ``_NotPlainError`` unless every one is a string."""
+    ids = [doc["prompt_id"] for doc in docs]
+    if not all(type(prompt) is str for prompt in ids):
+        raise _NotPlainError
+    column = np.empty(len(ids), dtype=object)
+    column[:] = [texts(prompt) for prompt in ids]
+    return column
+
+
+def _rewards(docs: list[dict[str, Any]]) -> FloatArray:
+    """The rewards, NaN where none; ``_NotPlainError`` unless each is a number (not a bool) or none."""
+    rewards = [math.nan if (reward := doc.get("reward")) is None else reward for doc in docs]
+    if not all(type(reward) is float or type(reward) is int for reward in rewards):
+        raise _NotPlainError
+    return np.array(rewards, dtype=np.float64)
+
+
+def _extras(docs: list[dict[str, Any]], texts: SharedTexts) -> dict[str, dict[int, float | str]]:
+    """Each feature name's values by row index, text values shared, as ``TraceBuilder`` collects
+    them; ``_NotPlainError`` unless every report's features, where present, are an object."""
+    extras: dict[str, dict[int, float | str]] = {}
+    for index, doc in enumerate(docs):
+        features = doc.get("features", _NO_FEATURES)
+        if type(features) is not dict:
+            raise _NotPlainError
+        for name, value in features.items():
+            extras.setdefault(name, {})[index] = texts(value) if type(value) is str else value
+    return extras
