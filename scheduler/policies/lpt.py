@@ -33,7 +33,7 @@ from scheduler.policies.load import Rates, rates
 from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, longest_first, worker_kinds
 from scheduler.policies.robust import Spread, spreads
-from scheduler.policies.robust_fast import FASTEST, UNJUDGED, Candidate, at_once_judged
+from scheduler.policies.robust_fast import JUDGED, UNJUDGED, Candidate, at_once_judged
 from scheduler.policies.robust_order import hedged
 from scheduler.policies.robust_place import DRAWS, kind_scales
 from scheduler.policies.waves import lane_assignment
@@ -88,14 +88,21 @@ def settled(
     """``lpt_hedged`` placed again by kind and at-once judged, the judgment first: the hedged plan is
     judged, then placed again where that fits, and the plan placed again weighed against the same
     candidate, its own side alone played (``robust_fast.at_once_judged``); where that last judgment
-    runs out of time, the candidate the first took stands (a judged plan over one not judged).
+    runs out of time, what the first judgment chose stands, the candidate or the hedged plan it
+    kept: a plan the judgment had no time for never replaces one it judged, the rule ``cpsat``'s
+    ``_stands`` holds a searched plan to (review50a).
 
     Why. Placed again first, the plan was judged after it, against a candidate that does not depend
     on it: under the service's 80 ms default placing again (5-39 ms) took the time, and the judgment
     fitted in 0 of 5 to 6 of 11 plans at 1,024 x 16 (budget49), where the candidate runs 1.89x the
     bound over draws and lpt's plan 2.5-2.74x. With the time for both, the plan is the one the old
     order gave: placing again can still make lpt's plan beat the candidate (two kinds near in speed,
-    review49a), so it is not skipped where the candidate won the first judgment."""
+    review49a), so it is not skipped where the candidate won the first judgment. Where the first
+    judgment kept the hedged plan and the second had no time, the plan placed again went out
+    ``unjudged`` (mutants13): weighed against the candidate on no draw, though a plan of the same
+    batch had been and won, and an answer saying its at-once risk was not checked where it had been.
+    Placing again bets on plain draws of the lengths, which cannot see the outliers that at-once
+    risk is about."""
     started = clock.now()
     with stage("at-once hedge"):
         first = at_once_judged(problem, request, lpt_hedged, spread, deadline, phase)
@@ -108,7 +115,7 @@ def settled(
     with stage("at-once hedge"):
         again = at_once_judged(problem, request, placed, spread, deadline, phase, first.candidate)
     judging_s += clock.now() - started
-    if again.placement.at_once == UNJUDGED and first.placement.at_once == FASTEST:
+    if again.placement.at_once == UNJUDGED and first.placement.at_once in JUDGED:
         return Settled(placed, first.placement, first.candidate, judging_s)
     return Settled(placed, again.placement, again.candidate or first.candidate, judging_s)
 
