@@ -53,6 +53,10 @@ SMALL = 512  # trajectories up to which least loaded's plan is always a candidat
 # dealing it costs about an lpt phase, so larger batches within their lanes (every ``bench solver``
 # size) build it only as the module doc says, and are held to round robin's plan alone
 
+DRAWS_COST = 1.0  # lpt phases the bar's draws take before their pace is known: ``SAMPLES`` drawn
+# and ``outlived``'s first ``CHUNK`` played, 0.8-1.24 lpt starts at 1,024 x 16 and 4,096 x 32
+# (5-8 ms there); unpriced, they ended plans 3-7 ms past the service's 80 ms (review50a)
+
 
 @dataclass(frozen=True, slots=True)
 class Blind:
@@ -151,6 +155,7 @@ def barred(
     spread: Spread | None,
     deadline: float,
     first: Placement | None = None,
+    phase_s: float = 0.0,
 ) -> Placement:
     """``_bar``'s plan; where that is a blind plan and ``placement`` was placed again from ``first``
     (``lpt.calibrated``), ``first`` where it ends sooner than that blind plan on the same draws.
@@ -160,11 +165,14 @@ def barred(
     plan it came from was never asked. Live, with learned speeds splitting 8 workers into 5 kinds,
     the lpt start ended at 0.842 s on the predictions, placed again at 1.080 s, and the bar
     returned round robin's at 1.378 s (bound 0.811 s); on 64 draws the three ran 3.687, 3.902 and
-    3.921 s (docs/experiments.md, bughunt8)."""
-    chosen = _bar(problem, request, placement, blind, status, spread, deadline)
+    3.921 s (docs/experiments.md, bughunt8).
+
+    ``phase_s``, the lpt start's time, prices the draws (``DRAWS_COST``, ``_bar``): where they would
+    not fit before ``deadline``, no draw is drawn and the bar's verdict stands."""
+    chosen = _bar(problem, request, placement, blind, status, spread, deadline, phase_s)
     if first is None or spread is None or chosen is placement or first.queues == placement.queues:
         return _reported(chosen, placement)
-    if clock.now() >= deadline:  # no draw could be played: the bar's verdict stands
+    if clock.now() + DRAWS_COST * phase_s >= deadline:  # no time for the draws: the verdict stands
         return _reported(chosen, placement)
     draws = draw_matrix(spread, np.random.default_rng(request.seed), SAMPLES)
     points = first.finish_s or tuple(problem.finishes(first.queues, request.kv_admission))
@@ -186,6 +194,7 @@ def _bar(
     status: str,
     spread: Spread | None,
     deadline: float,
+    phase_s: float = 0.0,
 ) -> Placement:
     """``placement``, or a blind plan with ``status`` where ``placement`` ends later: on the
     predictions without quantiles; with them, on the request's draws of the lengths.
@@ -211,12 +220,16 @@ def _bar(
     they would be asked (as where ``least_expected`` has no time for them). Started past it, the
     outlived check alone took 44-149 ms on a starved host, ending plans that far past their budget
     (docs/experiments.md, budget47); started before it, the check plays its first draws and the
-    rest only where they end by it at that pace (``outlived``'s deadline; review49c)."""
+    rest only where they end by it at that pace (``outlived``'s deadline; review49c). Before that
+    pace is known, drawing them and playing the first took 5-8 ms at 4,096 x 32 and ended plans of
+    the service's 80 ms up to 7 ms past it: they start only with ``DRAWS_COST`` lpt phases
+    (``phase_s``) left, and so does the ordering, which stops by the deadline at its own pace
+    (review50a)."""
     if blind is None:
         return placement
     reserve = request.kv_admission
     finishes = list(placement.finish_s or problem.finishes(placement.queues, reserve))
-    drawn = spread is not None and clock.now() < deadline  # time left to play draws at all
+    drawn = spread is not None and clock.now() + DRAWS_COST * phase_s < deadline  # time to draw
     if spread is not None and drawn:
         draws = draw_matrix(spread, np.random.default_rng(request.seed), SAMPLES)  # least_expected's
         asked = outlived(problem, placement.queues, finishes, draws, deadline)

@@ -128,11 +128,13 @@ class CpSatPolicy:
                 ).placement
             if _stands(judged_best, lpt_fast):  # over step 7's candidate, or neither judged
                 with stage("bar"):
-                    return barred(problem, request, judged_best, blind, "BASELINE", spread, deadline)
+                    return barred(
+                        problem, request, judged_best, blind, "BASELINE", spread, deadline, None, lpt_phase
+                    )
             status = "FALLBACK_LPT"  # the candidate beat it, or it is lpt's plan: lpt's own (_lpts_own)
         final, first = _lpts_own(status, lpt_hedged, lpt_robust, lpt_fast)  # first: for the bar
         with stage("bar"):
-            return barred(problem, request, final, blind, "BASELINE", spread, deadline, first)
+            return barred(problem, request, final, blind, "BASELINE", spread, deadline, first, lpt_phase)
 
     def _search(
         self,

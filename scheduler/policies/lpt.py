@@ -65,7 +65,7 @@ class LptPolicy:
         first = placed_from(lpt_hedged, late.placed, late.final)
         blind = bar_plans(problem, request, blind, assignment, spread, deadline)
         with stage("bar"):
-            return barred(problem, request, late.final, blind, "HEURISTIC", spread, deadline, first)
+            return barred(problem, request, late.final, blind, "HEURISTIC", spread, deadline, first, phase)
 
 
 class Settled(NamedTuple):

@@ -1,0 +1,110 @@
+"""The bar (``blindbar.barred``) stops by the plan's deadline: its draws start only with their price
+left (``DRAWS_COST`` lpt phases), its ordering stops at its measured pace, and the plan stands where
+there is no time (review50a).
+
+Unpriced, the draws (drawn, and their first chunk played before any pace was known) ended 4,096 x 32
+plans up to 7 ms past the service's 80 ms default (budget50 saw 80.7 ms). Here only what the test
+names takes time on a fake clock, so what the bar spends is that alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler import clock
+from scheduler.policies import blindbar
+from scheduler.policies.base import Placement
+from scheduler.policies.blindbar import Blind
+from scheduler.policies.problem import Problem, build_problem
+from scheduler.policies.robust import spreads
+from scheduler.policies.round_robin import RoundRobinPolicy
+from tests.scheduler.fake_clock import ManualClock, slow_stage
+from tests.scheduler.test_robust_fast import _request
+
+PLAY_S = 0.01  # what one play of a queue takes on the fake clock
+
+
+def _barred(monkeypatch: pytest.MonkeyPatch, deadline: float) -> tuple[Placement, Placement, float]:
+    """A plan later on the predictions than its blind plan, whose queues run in waves (8 slots,
+    16 trajectories a worker), through the bar with ``deadline``: the plan given, the plan returned,
+    and the fake clock's time when the bar returned. The draws are not asked (``outlived``)."""
+    request = _request(slots=8)
+    problem = build_problem(request)
+    placement = RoundRobinPolicy().plan(request, problem)
+    blind = Blind(placement.queues, tuple(0.0 for _ in placement.queues))  # ends before any plan
+    monkeypatch.setattr(blindbar, "outlived", lambda *args: False)
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    original = Problem.played
+
+    def played(self: Problem, *args: Any, **kwargs: Any) -> float:
+        fake.seconds += PLAY_S
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Problem, "played", played)
+    spread = spreads(request.trajectories)
+    chosen = blindbar._bar(problem, request, placement, blind, "BASELINE", spread, deadline)
+    return placement, chosen, fake.seconds
+
+
+def test_the_bar_orders_no_queue_past_the_plans_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    deadline = 1.5 * PLAY_S  # time for one play, not for every queue's
+    _, _, ended = _barred(monkeypatch, deadline)
+    assert ended <= deadline
+
+
+def test_a_bar_with_no_time_to_order_the_queues_keeps_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    placement, chosen, _ = _barred(monkeypatch, 1.5 * PLAY_S)
+    assert chosen is placement
+
+
+def test_a_bar_with_time_orders_every_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, ended = _barred(monkeypatch, 1e9)
+    workers = len(build_problem(_request(slots=8)).costs)
+    assert ended >= workers * PLAY_S  # every queue played at least once
+    assert ended > 1.5 * PLAY_S  # so the deadline above cuts this ordering short
+
+
+DRAW_S = 1.0  # what drawing the bar's draws takes on the fake clock: one lpt phase (``DRAWS_COST``)
+
+
+def _drawing(monkeypatch: pytest.MonkeyPatch, deadline: float) -> tuple[Placement, Placement, float]:
+    """A plan through ``barred`` with an lpt phase of a second, drawing the draws taking
+    ``DRAW_S`` on the fake clock and nothing else any time: the plan given, the plan returned and
+    the time when the bar returned."""
+    request = _request()
+    problem = build_problem(request)
+    placement = RoundRobinPolicy().plan(request, problem)
+    blind = Blind(placement.queues, placement.finish_s)
+    fake = slow_stage(monkeypatch, blindbar, "draw_matrix", DRAW_S)
+    spread = spreads(request.trajectories)
+    chosen = blindbar.barred(problem, request, placement, blind, "BASELINE", spread, deadline, None, 1.0)
+    return placement, chosen, fake.seconds
+
+
+def test_the_bar_draws_nothing_with_less_than_their_price_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    placement, chosen, ended = _drawing(monkeypatch, 0.5 * DRAW_S)
+    assert ended <= 0.5 * DRAW_S  # the plan ends by its deadline
+    assert chosen is placement
+
+
+def test_the_bar_draws_with_their_price_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, ended = _drawing(monkeypatch, 10 * DRAW_S)
+    assert ended == DRAW_S  # drawn once
+
+
+def test_the_plan_placed_again_is_not_weighed_on_draws_without_their_price_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    request = _request()
+    problem = build_problem(request)
+    first = RoundRobinPolicy().plan(request, problem)
+    placement = Placement(tuple(reversed(first.queues)), "HEURISTIC")
+    blind = Blind(first.queues, first.finish_s)
+    monkeypatch.setattr(blindbar, "_bar", lambda *args: Placement(blind.queues, "BASELINE"))
+    fake = slow_stage(monkeypatch, blindbar, "draw_matrix", DRAW_S)
+    spread = spreads(request.trajectories)
+    blindbar.barred(problem, request, placement, blind, "BASELINE", spread, 0.5 * DRAW_S, first, 1.0)
+    assert fake.seconds <= 0.5 * DRAW_S
