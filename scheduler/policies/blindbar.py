@@ -56,6 +56,8 @@ SMALL = 512  # trajectories up to which least loaded's plan is always a candidat
 DRAWS_COST = 1.0  # lpt phases the bar's draws take before their pace is known: ``SAMPLES`` drawn
 # and ``outlived``'s first ``CHUNK`` played, 0.8-1.24 lpt starts at 1,024 x 16 and 4,096 x 32
 # (5-8 ms there); unpriced, they ended plans 3-7 ms past the service's 80 ms (review50a)
+BLIND_COST = 1.0  # lpt phases the blind plans take to build with quantiles (round robin's and least
+# loaded's, each played): 0.5-1.0 at 4,096 x 32, 0.25-0.9 at 1,024 x 16 (review50a)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,27 @@ def blind_plan(
         for q, f, o, g in zip(queues, finishes, ordered, ordered_finishes, strict=True)
     ]
     return Blind(tuple(q for q, _ in chosen), tuple(f for _, f in chosen))
+
+
+def drawn_blind_plan(
+    problem: Problem,
+    request: PlanRequest,
+    assignment: Sequence[Sequence[int]],
+    deadline: float,
+    phase_s: float,
+) -> Blind | None:
+    """``blind_plan`` for the bar on the draws (with quantiles), built only where it and then the
+    bar's draws fit before ``deadline`` (``BLIND_COST`` and ``DRAWS_COST`` lpt phases of
+    ``phase_s``, the lpt start's time); None otherwise, and the bar keeps the plan.
+
+    Why. With quantiles the blind plans serve only the bar's draws: without time for those, the
+    bar keeps the plan whether or not they were built (``_bar``). Built unpriced after the at-once
+    hedge (``lpt.bar_plans``), they took 7-22 ms at 4,096 x 32 (load 4) and ended 9 of 20 plans of
+    the service's 80 ms past it, up to 9.9 ms, some built and then dropped (review50a)."""
+    drawn_by = deadline - DRAWS_COST * phase_s  # the bar's draws start by then (``_bar``)
+    if clock.now() + BLIND_COST * phase_s >= drawn_by:
+        return None
+    return blind_plan(problem, request, assignment, float("inf"), drawn_by)
 
 
 def blind_start(

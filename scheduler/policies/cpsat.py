@@ -118,7 +118,7 @@ class CpSatPolicy:
         with stage("search"):
             best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end, spread, base)
         status = best.status  # where the lpt plan stayed best: FALLBACK_LPT, or ROBUST_LPT
-        blind = bar_plans(problem, request, blind, assignment, spread, deadline)
+        blind = bar_plans(problem, request, blind, assignment, spread, deadline, lpt_phase)
         if best.queues != lpt_plan.queues:
             with stage("hedge"):
                 best = hedged(problem, request, best, spread, deadline, lpt_phase)

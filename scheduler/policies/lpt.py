@@ -26,7 +26,7 @@ from typing import NamedTuple
 from scheduler import clock, giveup
 from scheduler.giveup import stage
 from scheduler.policies.base import Placement
-from scheduler.policies.blindbar import Blind, barred, blind_plan, blind_start
+from scheduler.policies.blindbar import Blind, barred, blind_plan, blind_start, drawn_blind_plan
 from scheduler.policies.listrun import CHECK_EVERY, place_units
 from scheduler.policies.listsched import ListState
 from scheduler.policies.load import Rates, rates
@@ -63,7 +63,7 @@ class LptPolicy:
             lpt_hedged = hedged(problem, request, placement, spread, deadline, phase)
         late = settled(problem, request, lpt_hedged, spread, deadline, phase)
         first = placed_from(lpt_hedged, late.placed, late.final)
-        blind = bar_plans(problem, request, blind, assignment, spread, deadline)
+        blind = bar_plans(problem, request, blind, assignment, spread, deadline, phase)
         with stage("bar"):
             return barred(problem, request, late.final, blind, "HEURISTIC", spread, deadline, first, phase)
 
@@ -166,10 +166,11 @@ def bar_plans(
     assignment: Sequence[Sequence[int]],
     spread: Spread | None,
     deadline: float,
+    phase_s: float = 0.0,
 ) -> Blind | None:
     """The length-blind plans the bar (``blindbar.barred``) holds the plan to: ``blind``, the
     opening's, without quantiles; with them, built now from the lpt start's ``assignment``
-    (``blind_plan``: None once ``deadline`` has passed, where the bar could not play its draws anyway).
+    (``drawn_blind_plan``: None where they and the bar's draws would not fit before ``deadline``).
 
     Why here. With quantiles they are neither the start (``blind_start``) nor read before the bar,
     and at 4,096 x 32 building them (6-11 ms on a quiet host) came before the at-once hedge, which
@@ -178,7 +179,7 @@ def bar_plans(
     if spread is None:
         return blind
     with stage("blind plans"):
-        return blind_plan(problem, request, assignment, float("inf"), deadline)
+        return drawn_blind_plan(problem, request, assignment, deadline, phase_s)
 
 
 def lpt_bar(finishes: Sequence[float], spread: Spread | None) -> float:

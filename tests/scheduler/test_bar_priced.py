@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from scheduler import clock
-from scheduler.policies import blindbar
+from scheduler.policies import blindbar, lpt
 from scheduler.policies.base import Placement
 from scheduler.policies.blindbar import Blind
 from scheduler.policies.problem import Problem, build_problem
@@ -108,3 +108,27 @@ def test_the_plan_placed_again_is_not_weighed_on_draws_without_their_price_left(
     spread = spreads(request.trajectories)
     blindbar.barred(problem, request, placement, blind, "BASELINE", spread, 0.5 * DRAW_S, first, 1.0)
     assert fake.seconds <= 0.5 * DRAW_S
+
+
+def _built_for_the_bar(monkeypatch: pytest.MonkeyPatch, deadline: float) -> tuple[Blind | None, float]:
+    """``lpt.bar_plans`` with quantiles and an lpt phase of a second, dealing the blind plans taking a
+    second on the fake clock and nothing else any time: the blind plans and the time then."""
+    request = _request()
+    problem = build_problem(request)
+    assignment = [list(queue) for queue in RoundRobinPolicy().plan(request, problem).queues]
+    fake = slow_stage(monkeypatch, blindbar, "_candidates", 1.0)
+    spread = spreads(request.trajectories)
+    blind = lpt.bar_plans(problem, request, None, assignment, spread, deadline, 1.0)
+    return blind, fake.seconds
+
+
+def test_no_blind_plan_is_built_for_a_bar_with_no_time_left_to_draw(monkeypatch: pytest.MonkeyPatch) -> None:
+    blind, ended = _built_for_the_bar(monkeypatch, 1.5)  # time to build them, not to draw after
+    assert blind is None
+    assert ended == 0.0
+
+
+def test_the_blind_plans_are_built_where_they_and_the_draws_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    blind, ended = _built_for_the_bar(monkeypatch, 10.0)
+    assert blind is not None
+    assert ended == 1.0  # dealt
