@@ -42,7 +42,7 @@ def test_blind_plans_that_take_the_whole_budget_leave_the_at_once_hedge_its_judg
 def test_with_quantiles_the_bar_still_holds_the_plan_to_the_blind_plans(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    built = count_calls(monkeypatch, lpt, "blind_plan")
+    built = count_calls(monkeypatch, lpt, "drawn_blind_plan")  # priced for the bar's draws (review50a)
     judged = count_calls(monkeypatch, blindbar, "_bar")
     with clock.frozen():
         plan(_request(), "lpt")
