@@ -87,14 +87,34 @@ def test_a_second_judgment_out_of_time_leaves_the_candidate_the_first_took(
     assert late.placed is PLACED
 
 
-def test_a_second_judgment_out_of_time_after_lpts_plan_was_kept_leaves_the_plan_placed_again(
+def test_a_second_judgment_out_of_time_after_lpts_plan_was_kept_leaves_lpts_judged_plan(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # the first judgment kept lpt's plan over the candidate: the plan placed again goes on, unjudged
+    # one rule with cpsat's ``_stands`` (review50a): a plan the judgment had no time for never
+    # replaces one it judged; the plan placed again went out unjudged here before
     script = Script(monkeypatch, [(KEPT, 0.0), (UNJUDGED, 0.0)], PLACED)
     late = _settled(script)
-    assert late.final.queues == PLACED.queues
-    assert late.final.at_once == UNJUDGED
+    assert late.final.queues == HEDGED.queues
+    assert late.final.at_once == KEPT
+    assert late.placed is PLACED  # placed again, only not returned
+
+
+def test_the_plan_placed_again_goes_on_unjudged_where_neither_judgment_had_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    script = Script(monkeypatch, [(UNJUDGED, 0.0), (UNJUDGED, 0.0)], PLACED)
+    late = _settled(script)
+    assert (late.final.queues, late.final.at_once) == (PLACED.queues, UNJUDGED)
+
+
+@pytest.mark.parametrize("first", [KEPT, FASTEST])
+def test_lpt_and_cpsat_follow_one_rule_an_unjudged_plan_never_replaces_a_judged_one(
+    monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    late = _settled(Script(monkeypatch, [(first, 0.0), (UNJUDGED, 0.0)], PLACED))
+    searched = Placement(((3,), (0, 1), (2,)), "OPTIMAL", at_once=UNJUDGED)
+    assert late.final.at_once == first  # lpt: its judged plan, not the plan placed again
+    assert not cpsat._stands(searched, late.final)  # cpsat: lpt's judged plan, not the search's
 
 
 def test_the_plan_placed_again_is_judged_against_the_first_judgments_candidate(
