@@ -65,7 +65,7 @@ def wall() -> Iterator[JumpingWall]:
         (planner, "lower_bound", "bound"),
         (lpt, "spreads", "spreads"),
         (lpt, "lpt_assignment", "lpt start"),
-        (lpt, "blind_plan", "blind plans"),
+        (lpt, "drawn_blind_plan", "blind plans"),  # with quantiles: built for the bar (review50a)
         (lpt, "hedged", "hedge"),
         (lpt, "calibrated", "placing again"),
         (lpt, "at_once_judged", "at-once hedge"),
