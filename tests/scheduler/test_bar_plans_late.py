@@ -32,8 +32,8 @@ def test_blind_plans_that_take_the_whole_budget_leave_the_at_once_hedge_its_judg
     # built at the start, they spent the budget and the plan went out unjudged with samples on the
     # Ascends; built for the bar, the judgment comes first, and the bar past the deadline keeps it
     request = dataclasses.replace(_request(), time_budget_s=BUDGET_S)
-    fake = slow_stage(monkeypatch, lpt, "blind_plan", BUDGET_S)  # at the start (without quantiles)
-    monkeypatch.setattr(blindbar, "blind_plan", lpt.blind_plan)  # and for the bar (``drawn_blind_plan``)
+    fake = slow_stage(monkeypatch, blindbar, "blind_plan", BUDGET_S)  # for the bar (``drawn_blind_plan``)
+    monkeypatch.setattr(lpt, "blind_plan", blindbar.blind_plan)  # and at the start (without quantiles)
     planned = _policy(policy).plan(request)
     assert planned.at_once == robust_fast.FASTEST
     assert planned.queues[2:] == ((), ())  # nothing on the Ascends
