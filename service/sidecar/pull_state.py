@@ -320,12 +320,16 @@ class PullState:
 
     async def next_item(self, wait_s: float) -> Held | None:
         """Start the oldest waiting lease that fits, else claim one; poll up to ``wait_s``, or until a
-        ``POST /reset`` says the process that asked is gone (204 then)."""
+        ``POST /reset`` says the process that asked is gone, or the stop (204 then). Both are checked
+        again once the lock is taken: polls queued behind a claim at SIGTERM each walked a claim of
+        their own after it, and held the exit past the drain (chaos13, review50c)."""
         deadline = time.monotonic() + min(wait_s, MAX_WAIT_S)
         begun = self.resets
         while not self.stopping():
             async with self.lock:
                 if self.resets != begun:  # its process died; what it took now would reach nobody
+                    return None
+                if self.stopping():  # came while this poll waited for the lock: claim nothing more
                     return None
                 held = await self._take_one()
             if held is not None or time.monotonic() >= deadline:
