@@ -17,10 +17,12 @@ import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
+from service.api import exit_guard
 from service.api.exit_guard import EXIT_LOG, FORCED_STATUS, arm
 from service.embedded import EmbeddedServer
 from tests.service.api.stopped_child import began, serving
@@ -60,6 +62,10 @@ def test_a_planning_thread_in_a_call_that_never_returns_does_not_hold_the_exit(
     assert "AnyIO worker thread" in lines[0], logged
 
 
-def test_an_app_run_outside_serve_arms_no_guard() -> None:
-    """The test process's own apps stop too (``TestClient``): nothing may end it."""
+def test_an_app_run_outside_serve_arms_no_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test process's own apps stop too (``TestClient``): nothing may end it. A guard armed by
+    mistake sleeps for good here (a daemon), so it fails this test: with its real sleep it ended the
+    test process 5 s on, the failure report with it (mutants13)."""
+    monkeypatch.setattr(exit_guard, "time", SimpleNamespace(sleep=lambda _: threading.Event().wait()))
+    monkeypatch.setattr(exit_guard, "_armed", None)
     assert arm(0.0) is None
