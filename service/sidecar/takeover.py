@@ -108,7 +108,10 @@ class Takeover:
     async def run(self, stop: asyncio.Event) -> None:
         """Take over (retried through Redis outages), set ``done``, then mark this process present
         every third of ``PRESENCE_TTL_MS`` until cancelled; ``RedisTooOldError``, having written
-        nothing, when ``version`` finds the server too old (the runner stops on its own check)."""
+        nothing, when ``version`` finds the server too old (the runner stops on its own check).
+        Stopped first (before the takeover, or in its wait on a key): ``done`` and return, writing
+        nothing. Its presence loop's first write met the key it had not waited out, a dead
+        process's as well as a twin's, and named it a twin (review50c)."""
         failing = False
         while self.report is None and not stop.is_set():
             try:
@@ -122,6 +125,8 @@ class Takeover:
                 failing = True
                 await sleep_unless(stop, self.retry_s)
         self.done.set()
+        if self.report is None or stop.is_set():
+            return  # stopped before it judged a key it found: no presence to keep, no twin to name
         while True:
             with contextlib.suppress(*REDIS_FAILED):  # claims and heartbeats report an outage
                 await asyncio.to_thread(self._mark)
