@@ -147,7 +147,10 @@ class Sidecar:
         # the heartbeats' resends over, then the presence key: within the drain's time, not past it,
         # and cut by a second signal that comes meanwhile
         await self._within(self.session.resends.settle(ends - time.monotonic()), ends)
-        if self.redis_up:  # the next process of this id need not wait for the presence key to lapse
+        # the next process of this id need not wait for the presence key to lapse; before any claim,
+        # the key this process wrote says Redis answered (review50c: it was left, and the next
+        # process, stopped in its wait on it, named a twin)
+        if self.redis_up or (self._redis_down is None and self.takeover.marked):
             await self._within(self.takeover.leave(ends - time.monotonic()), ends)
         if self.loops.dead is not None:
             raise self.loops.dead

@@ -94,6 +94,7 @@ class Takeover:
     version: VersionCheck | None = None  # a plain Redis down at start: asked before the first write
     done: asyncio.Event = field(default_factory=asyncio.Event)  # set once claims may start
     report: TakeoverReport | None = None  # what the start did (None until ``done``)
+    marked: bool = False  # its presence key written at least once (a graceful exit deletes it)
     _told: set[str] = field(default_factory=set)  # other instances found using this id (logged once)
     _handed: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # released, lapsed, dead, charged
     _answered: set[str] = field(default_factory=set)  # schedules whose reset's answer was counted
@@ -220,6 +221,7 @@ class Takeover:
 
     def _mark(self) -> None:
         previous = self.session.delivery.client.set(self.key, self.instance, px=PRESENCE_TTL_MS, get=True)
+        self.marked = True
         if previous is not None and text(previous) != self.instance:
             self._twin(text(previous))
 

@@ -13,12 +13,15 @@ import asyncio
 import logging
 import threading
 
+import httpx
 import pytest
 import redis
 
 from service.delivery.keys import sidecar_presence
 from service.delivery.protocol import Delivery
+from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
+from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
 from service.sidecar.takeover import Takeover
 
@@ -68,3 +71,34 @@ def test_a_takeover_stopped_before_it_judged_the_key_writes_none_and_names_no_tw
     assert redis_client.get(sidecar_presence("w0")) == GONE
     assert takeover.done.is_set()  # claims are not held: the stop claims nothing anyway
     assert returned  # no presence loop: a stopped sidecar keeps no key fresh
+
+
+def test_a_sidecar_stopped_before_its_first_claim_deletes_the_presence_key_it_wrote(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """Its engine not ready yet, the sidecar has taken over and keeps its key, but has claimed
+    nothing. Its graceful exit left that key for a presence TTL: it deleted the key only once a
+    claim had reached Redis (``redis_up``), so the next process of this worker id waited on a
+    dead one's key. Stopped in its wait, that process named it a twin, as in chaos13's soak."""
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503)  # loading its weights: not ready
+
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(8), SessionSettings("w0"))
+    http = httpx.AsyncClient(transport=httpx.MockTransport(engine), base_url="http://engine")
+    client = EngineClient(EngineOptions("http://engine", probe_timeout_s=0.2), http)
+    sidecar = Sidecar(session, client, RunnerSettings(idle_poll_s=0.02, engine_wait_s=0.05, drain_timeout_s=5))
+    key = sidecar_presence("w0")
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        running = asyncio.create_task(sidecar.run(stop))
+        while await asyncio.to_thread(redis_client.get, key) != sidecar.takeover.instance:
+            await asyncio.sleep(0.02)
+        stop.set()
+        await asyncio.wait_for(running, BOUND_S)
+        await http.aclose()
+
+    asyncio.run(main())
+    assert session.stats.claimed == 0
+    assert redis_client.get(key) is None
