@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -142,10 +143,15 @@ class _Held:
     def cut(self) -> None:
         """At a forced exit: SIGKILL the server (one that does not answer takes no SIGTERM, and the
         watcher a stop under way has disarmed no longer stands in) and remove its temporary dir. Its
-        data is the process's own, lost on exit anyway. ``Popen.kill`` leaves one reaped alone."""
+        data is the process's own, lost on exit anyway. Signalled unreaped (``ended``: its pid is still
+        its own), then the watcher disarmed, then reaped: a watcher left armed over a reaped server
+        signalled its pid, perhaps another process's by then, once the owner's end closed its pipe
+        (review50c; ``Popen.kill`` reaped first)."""
         proc = self.proc
+        if proc is not None and not self.ended():
+            os.kill(proc.pid, signal.SIGKILL)
+        self.unwatch()
         if proc is not None:
-            proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(CUT_S)
         if self.tmp_dir is not None:
