@@ -36,6 +36,7 @@ stopped). 70, as a sidecar whose loop died; a SIGKILL at the grace period's end 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -123,6 +124,9 @@ def _run(acts: Sequence[Callable[[], None]]) -> None:
 
 
 def _flush() -> None:
-    """Flush the root's handlers, which every logger of the service writes through (``service.logs``)."""
+    """Flush the root's handlers, which every logger of the service writes through (``service.logs``).
+    One that raises (a stderr whose reader is gone: ``BrokenPipeError``) is passed over: raised, it
+    ended the guard's thread before its ``os._exit``, and the exit hung (review50c)."""
     for handler in logging.getLogger().handlers:
-        handler.flush()
+        with contextlib.suppress(Exception):
+            handler.flush()
