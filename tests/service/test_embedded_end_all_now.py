@@ -21,7 +21,8 @@ def test_end_all_now_ends_a_stalled_server_and_disarms_its_watcher_first(
         monkeypatch.setattr(embedded_watch, "_pidfd", lambda pid: None)
     server = EmbeddedServer().start()
     proc, watch = server._held.proc, server._held.watch
-    assert proc is not None and watch is not None
+    assert proc is not None
+    assert watch is not None
     try:
         server.signal(signal.SIGSTOP)  # stalled: takes no SIGTERM
         end_all_now()

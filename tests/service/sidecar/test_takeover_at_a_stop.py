@@ -87,7 +87,8 @@ def test_a_sidecar_stopped_before_its_first_claim_deletes_the_presence_key_it_wr
     session = WorkerSession(Delivery.from_url(redis_url), Holdings(8), SessionSettings("w0"))
     http = httpx.AsyncClient(transport=httpx.MockTransport(engine), base_url="http://engine")
     client = EngineClient(EngineOptions("http://engine", probe_timeout_s=0.2), http)
-    sidecar = Sidecar(session, client, RunnerSettings(idle_poll_s=0.02, engine_wait_s=0.05, drain_timeout_s=5))
+    settings = RunnerSettings(idle_poll_s=0.02, engine_wait_s=0.05, drain_timeout_s=5)
+    sidecar = Sidecar(session, client, settings)
     key = sidecar_presence("w0")
 
     async def main() -> None:
