@@ -6,10 +6,11 @@ once the owner's ``os._exit`` closes its pipe: by then perhaps another process's
 from __future__ import annotations
 
 import signal
+import weakref
 
 import pytest
 
-from service import embedded_watch
+from service import embedded, embedded_watch
 from service.embedded import EmbeddedServer, end_all_now
 
 
@@ -20,6 +21,8 @@ def test_end_all_now_ends_a_stalled_server_and_disarms_its_watcher_first(
     if not pidfd:
         monkeypatch.setattr(embedded_watch, "_pidfd", lambda pid: None)
     server = EmbeddedServer().start()
+    # this server only: the session's shared one is this process's too, and would be ended with it
+    monkeypatch.setattr(embedded, "_HELD", weakref.WeakValueDictionary({0: server._held}))
     proc, watch = server._held.proc, server._held.watch
     assert proc is not None
     assert watch is not None
