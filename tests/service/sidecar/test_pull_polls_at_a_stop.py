@@ -1,5 +1,5 @@
 """Long-polls of ``GET /next`` queued on the pull state's lock at SIGTERM walk no claim after it: each
-answers 204 (docs/sidecar.md, "On SIGTERM the sidecar stops claiming at once").
+answers 204 (docs/sidecar.md, "Pull mode": a long-poll in flight at SIGTERM answers 204).
 
 Found by chaos13's soak (docs/experiments.md): an idle pull sidecar's 7 long-polls held its exit for
 the whole drain timeout. A poll checked the stop only before it waited for the lock, so each poll
