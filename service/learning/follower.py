@@ -17,10 +17,13 @@ a step's is not waited for: the request predicts from the history as last folded
 way are in the next request's (``ModelService.predict``). With no fold under way it still syncs
 before it predicts, so it reads every actual stored before it started that no fold has taken.
 
-Each tick first picks up a model version another replica's retrain stored (``ModelService.reload``:
-a listing of the store, and the load, 8-9 ms, when there is a new one), which the request had done
-on its path, once a second: a request starting one follow period after the version was stored
-predicts with it; one that does not load keeps the model held, logged once (``model store: ...``).
+A tick also picks up a model version another replica's retrain stored (``ModelService.reload``: a
+listing of the store, and the load, 8-9 ms, when there is a new one), which the request had done on
+its path; at most once every ``models.RELOAD_EVERY_S`` (1 s, its own clock), as the request did: a
+listing at every tick was four a second per replica, on a network volume (review50b). A request
+starting ``RELOAD_EVERY_S`` plus one follow period after the version was stored predicts with it
+(plus the tick's own time); one that does not load keeps the model held, logged once
+(``model store: ...``).
 
 A failed follow (Redis down) is tried again at the next tick and logged once per outage, at its
 second failure in a row: a replica's stop under ``make run`` (the process group's SIGTERM reaches the
@@ -32,7 +35,11 @@ Ctrl-C; the request's own sync meets an outage as before. The thread's lifecycle
 from __future__ import annotations
 
 import logging
+import math
+import time
+from collections.abc import Callable
 
+from service.learning import models as models_module
 from service.learning.models import ModelService
 from service.periodic import Outage, Periodic
 
@@ -40,12 +47,17 @@ _log = logging.getLogger("service.models")
 
 
 class Follower:
-    """A daemon thread running ``ModelService.reload`` and ``follow`` every ``every_s``;
-    ``start``/``stop`` idempotent. While it runs, requests leave both to it."""
+    """A daemon thread running ``follow`` every ``every_s`` and ``ModelService.reload`` at most every
+    ``RELOAD_EVERY_S`` (on ``clock``); ``start``/``stop`` idempotent. While it runs, requests leave
+    both to it."""
 
-    def __init__(self, models: ModelService, every_s: float) -> None:
+    def __init__(
+        self, models: ModelService, every_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.models = models
         self.every_s = every_s
+        self._clock = clock
+        self._checked_at = -math.inf  # the last tick that listed the store: the first tick does
         self.folded = 0  # the actuals the last tick folded (0 when it failed, or nothing was new)
         # the outage said at its second failure in a row: a stop's one last failed follow is not one
         outage = Outage(_log, "following the actuals stream failed (%s); requests fold what arrives", 2)
@@ -59,7 +71,10 @@ class Follower:
 
     def _tick(self) -> bool:
         self.folded = 0
-        self.models.reload()
+        now = self._clock()
+        if now - self._checked_at >= models_module.RELOAD_EVERY_S:
+            self._checked_at = now
+            self.models.reload()
         self.folded = self.models.follow()
         return True
 

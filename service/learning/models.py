@@ -39,7 +39,7 @@ from service.problems.table import ModelStoreError
 
 _log = logging.getLogger("service.models")
 RELOAD_EVERY_S = 1.0  # how often a request checks the store for a version another replica wrote
-# (unfollowed replicas, and the status routes; the follower checks at each of its ticks)
+# (unfollowed replicas, and the status routes; the follower as often, on its own clock)
 # ``warm_later`` waits this long before warming, so a burst of report batches (workers reporting as
 # their trajectories finish) costs one fold, not one per batch
 WARM_AFTER_S = 0.2
