@@ -1,8 +1,10 @@
 """The calls with scripts a real client is asked to make, each as the hash slots of its scripts' keys:
 a walk's or a keeper tick's calls counted, not timed (timings do not hold on a loaded host). A spy on
 one client object: every call still goes to the real server, as ever; nothing is answered in its
-place. A call is one ``EVAL``/``EVALSHA`` or one pipeline's ``execute`` (the client's own retries
-inside it are not counted: a stalled master's call is one, however many timeouts it waits)."""
+place. A call is one ``EVAL``/``EVALSHA``, one pipeline's ``execute`` or ``send_cluster_commands``,
+or a command such a cluster pipeline sends again on its own after it (its resend of each command a
+stalled master timed out: review50b); the client's own retries inside a call are not counted: a
+stalled master's call is one, however many timeouts it waits."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterPipeline, RedisCluster
 from redis.crc import key_slot
 
 SCRIPTS = frozenset({"EVAL", "EVALSHA"})  # every call of the delivery protocol and the keepers
@@ -55,7 +57,22 @@ def _counted(pipe: Any, calls: Calls) -> Any:
             queued.clear()
         return run(*args, **options)
 
+    def sent_counted(stack: Sequence[Any], *args: Any, **options: Any) -> Any:
+        slots = {_slot(command.args) for command in stack if _script(command.args)}
+        if slots:
+            calls.append(frozenset(slots))
+        return send_stack(stack, *args, **options)
+
+    def resent_counted(*args: Any, **options: Any) -> Any:
+        if _script(args):
+            calls.append(frozenset({_slot(args)}))
+        return resend(*args, **options)
+
     pipe.execute_command, pipe.execute = queue_counted, run_counted
+    if isinstance(pipe, ClusterPipeline):
+        send_stack: Callable[..., Any] = pipe.send_cluster_commands
+        resend: Callable[..., Any] = pipe.parent_execute_command
+        pipe.send_cluster_commands, pipe.parent_execute_command = sent_counted, resent_counted  # type: ignore[method-assign]
     return pipe
 
 

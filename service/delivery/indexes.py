@@ -131,7 +131,7 @@ class DeliveryIndexes(DeliveryViews):
         """Push ``enter_planning``'s entries (``members`` by step) of requests still alive to
         ``life_ms`` past now, where they are still there and that is later: a request that overruns
         the life it was written for (``service.pipeline.step_keeper``). Answers the steps not kept,
-        each with its error: on a Redis Cluster only, a call per step, a master that did not answer
+        each with its error: on a Redis Cluster only, a pipeline per master, a master that did not answer
         asked once a pass (``planning_keep.py``). A single Redis: one round trip, its failure raised
         (the whole server, told to ``unanswered`` first, so the pass asks it nothing more)."""
         unanswered = Unanswered(self.client) if unanswered is None else unanswered

@@ -1,33 +1,42 @@
 """``Delivery.keep_planning`` on a Redis Cluster: the live requests' step planning entries pushed on,
-a call per step, so a master down or stalled costs the pass one failed call and the other masters'
-steps are kept all the same.
+one pipeline per master, so a master down or stalled costs the pass one failed call and the other
+masters' steps are kept all the same.
 
 A cluster's one pipeline over several masters raised at one master down (connection refused) and had
 sent nothing to the others (measured: reaper49): every step's entries lapsed under their live requests
 while that master was down. Sent again step by step after it (reaper49), a stalled master (SIGSTOPped:
 it accepts and does not answer) then cost the pipeline's timeouts and each of its steps' own in turn,
 three timeouts a call (the service's client retries twice): 4 steps' entries and 4 marks on it made a
-tick 28 s long at the service's 1 s timeout (cluster50). Nor is a pipeline of one master's steps one
-call on a stalled master: redis-py's cluster pipeline, its connection open when the stall began, sends
-each command that timed out again on its own (measured: 3 steps 3.0-3.5 s at a 0.25 s timeout, one
-call 0.88 s). So each step goes on its own (a round trip each when all answer: only overrunning
-requests' steps are kept, a few a tick; 10 steps: 2.3-4.5 ms before, 13-27 ms now, medians on a
-2-core host at load 11-17), and a master that did not answer (``NODE_DOWN``) is not asked again in
-the pass: its later steps fail with that error, unasked (``unanswered.py``; the step keeper's marks
-of that tick pass it over too). Any
-other error fails its own step only, and the steps after it are still sent: each master has its own
+tick 28 s long at the service's 1 s timeout (cluster50). Nor is redis-py's ``execute`` of a pipeline
+of one master's steps one call on a stalled master: it sends each command that timed out again on its
+own (measured: 3 steps 3.0-3.5 s at a 0.25 s timeout, one call 0.88 s). A call per step (cluster50)
+cost a healthy cluster a round trip per due step (10 steps: 2.3-4.5 ms as one pipeline, 13-27 ms a
+call each, medians on a 2-core host at load 11-17).
+
+So the due steps are grouped by the master the client's map sends them to, and each group is one
+pipeline sent without redirections (``send_cluster_commands(..., allow_redirections=False)``): a
+master that times out fails its group once, with that error, nothing resent (review50b). A step
+answered with a redirect or its slot not served now (MOVED, ASK, TRYAGAIN, a failover's CLUSTERDOWN)
+is sent again alone, on the client's own path, which follows it and mends its map; a group of one
+step is sent so from the start, and so is a step whose slot the map sends nowhere. A master that did
+not answer (``NODE_DOWN``) is not asked again in the pass: its later steps fail with that error,
+unasked (``unanswered.py``; the step keeper's marks of that tick pass it over too), and a node's "The
+cluster is down" fails every step. Any other error fails its own step only: each master has its own
 memory, so an OOM refusal (a master at its ``maxmemory``) is that master's steps', and a key of the
 wrong type is its step's (reach49).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
-from redis.cluster import RedisCluster
+from redis.cluster import PipelineCommand, RedisCluster
+from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import REDIS_FAILED
+from service.delivery.errors import REDIS_FAILED, cluster_down
 from service.delivery.unanswered import Unanswered
 
 # Push entries of ``keys.step_planning`` (KEYS[1]) of requests still alive (ARGV[2..]) to ARGV[1] ms
@@ -40,25 +49,87 @@ if redis.call('PTTL', KEYS[1]) >= 0 and redis.call('PTTL', KEYS[1]) < tonumber(A
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
 """
+# A step's answer the client's own path follows or waits out (a slot moved or moving, failing over)
+RESENT_ALONE: tuple[type[Exception], ...] = (MovedError, AskError, TryAgainError, ClusterDownError)
 
 Members = Mapping[int, Sequence[str]]  # step -> the members of its planning entries to push on
+
+
+class _Step(NamedTuple):
+    step: int
+    key: str
+    names: Sequence[str]
 
 
 def keep_each(
     client: RedisCluster, prefix: str, members: Members, life_ms: int, unanswered: Unanswered
 ) -> dict[int, Exception]:
-    """A call per step of ``members``: the steps not kept, each with its error (Redis's own, or the
-    one its master did not answer with earlier in the pass)."""
+    """A pipeline per master of ``members``' steps: the steps not kept, each with its error (Redis's
+    own, or the one its master did not answer with earlier in the pass)."""
     failed: dict[int, Exception] = {}
-    for step, names in members.items():
-        key = keyspace.step_planning(step, prefix)
-        known = unanswered.known(key)
+    for group in _by_master(prefix, members, unanswered):
+        known = unanswered.known(group[0].key)
         if known is not None:
-            failed[step] = known
-            continue
-        try:
-            client.eval(KEEP, 1, key, life_ms, *names)
-        except REDIS_FAILED as error:
-            unanswered.met(key, error)
-            failed[step] = error
+            failed.update((each.step, known) for each in group)
+        elif len(group) == 1:
+            failed.update(_kept_alone(client, group[0], life_ms, unanswered))
+        else:
+            failed.update(_kept_together(client, group, life_ms, unanswered))
     return failed
+
+
+def _by_master(prefix: str, members: Members, unanswered: Unanswered) -> list[list[_Step]]:
+    """``members``' steps by the master the client sends each to; a step with none is a group alone."""
+    groups: dict[str, list[_Step]] = defaultdict(list)
+    alone: list[list[_Step]] = []
+    for step, names in members.items():
+        each = _Step(step, keyspace.step_planning(step, prefix), names)
+        master = unanswered.master(each.key)
+        if master is None:
+            alone.append([each])
+        else:
+            groups[master].append(each)
+    return [*groups.values(), *alone]
+
+
+def _kept_together(
+    client: RedisCluster, group: list[_Step], life_ms: int, unanswered: Unanswered
+) -> dict[int, Exception]:
+    """``group`` (one master's steps) in one pipeline, nothing resent on a timeout; a step answered
+    with a redirect, or its slot not served now, sent again alone (``_kept_alone``)."""
+    stack = [
+        PipelineCommand(("EVAL", KEEP, 1, each.key, life_ms, *each.names), {}, position)  # type: ignore[no-untyped-call]
+        for position, each in enumerate(group)
+    ]
+    try:
+        answers = client.pipeline(transaction=False).send_cluster_commands(  # type: ignore[no-untyped-call]
+            stack, raise_on_error=False, allow_redirections=False
+        )
+    except REDIS_FAILED as error:  # its master unreachable, after the client's retries
+        unanswered.met(group[0].key, error)
+        return {each.step: error for each in group}
+    failed: dict[int, Exception] = {}
+    for each, answer in zip(group, answers, strict=True):
+        if not isinstance(answer, Exception):
+            continue
+        if isinstance(answer, RESENT_ALONE) and not cluster_down(answer):
+            failed.update(_kept_alone(client, each, life_ms, unanswered))
+        else:
+            unanswered.met(each.key, answer)
+            failed[each.step] = answer
+    return failed
+
+
+def _kept_alone(
+    client: RedisCluster, each: _Step, life_ms: int, unanswered: Unanswered
+) -> dict[int, Exception]:
+    """``each`` in a call of its own, on the client's path (its redirections and retries)."""
+    known = unanswered.known(each.key)
+    if known is not None:
+        return {each.step: known}
+    try:
+        client.eval(KEEP, 1, each.key, life_ms, *each.names)
+    except REDIS_FAILED as error:
+        unanswered.met(each.key, error)
+        return {each.step: error}
+    return {}

@@ -1,5 +1,5 @@
-"""The masters that did not answer in one pass of calls each on its own key (the step keeper's tick:
-``indexes.keep_planning``'s steps on a cluster, ``step_keeper``'s in-flight marks), so that pass pays
+"""The masters that did not answer in one pass of calls (the step keeper's tick: ``indexes.keep_planning``'s
+pipeline per master on a cluster, ``step_keeper``'s in-flight marks each on its own), so that pass pays
 for a stalled or dead master once, not once per key of it.
 
 A master stalled (SIGSTOPped, a long fork, swapping: it accepts and does not answer) costs each call

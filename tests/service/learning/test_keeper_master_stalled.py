@@ -132,8 +132,8 @@ def test_a_keeper_tick_asks_a_stalled_master_once(cluster: LocalCluster) -> None
 
 def test_a_step_redis_refuses_leaves_its_masters_next_step_asked(cluster: LocalCluster) -> None:
     """A step whose key Redis refuses (of the wrong type) is that step's failure, not its master's: the
-    next step on the same master is asked and kept (only a master that did not answer is passed
-    over). Before, the cluster's one pipeline raised the refusal out of ``keep_planning``."""
+    next step on the same master, in the same pipeline, is kept (only a master that did not answer is
+    passed over). Before, the cluster's one pipeline raised the refusal out of ``keep_planning``."""
     delivery = _service_delivery(cluster.url, cluster=True)
     refused, kept = _steps(STALLED, 2)
     delivery.client.set(keys.step_planning(refused), "not a zset")
@@ -145,7 +145,27 @@ def test_a_step_redis_refuses_leaves_its_masters_next_step_asked(cluster: LocalC
     finally:
         delivery.client.delete(keys.step_planning(refused), keys.step_planning(kept))
     assert isinstance(failed[refused], redis.ResponseError)
-    assert (list(failed), len(sent), left > SHORT_MS) == ([refused], 2, True)
+    assert (list(failed), len(sent), left > SHORT_MS) == ([refused], 1, True)  # one pipeline: one master
+
+
+def test_a_healthy_clusters_keeper_pass_sends_one_pipeline_per_master(cluster: LocalCluster) -> None:
+    """Three steps on each master, every master up: one call per master, with that master's steps, and
+    every entry kept. A call per step (cluster50) made it nine round trips."""
+    delivery = _service_delivery(cluster.url, cluster=True)
+    shares = (*LIVE, STALLED)
+    steps = [step for share in shares for step in _steps(share, 3)]
+    for step in steps:
+        delivery.enter_planning(step, "r", SHORT_MS)
+    sent = count_scripts(delivery.client)
+    try:
+        failed = delivery.keep_planning({step: ["r"] for step in steps}, 60_000)
+        left = [_left_ms(delivery.client, Entry(step, "r")) for step in steps]
+    finally:
+        delivery.client.delete(*(keys.step_planning(step) for step in steps))
+    assert failed == {}
+    assert [toward(sent, share) for share in shares] == [1, 1, 1]
+    assert len(sent) == 3
+    assert min(left) > SHORT_MS
 
 
 def test_a_keeper_tick_on_a_stalled_single_redis_sends_no_mark_after_its_entries_failed() -> None:
@@ -198,3 +218,39 @@ def _until_refused(client: RedisClient, key: str, within_s: float = 20.0) -> Non
             return
         time.sleep(0.05)
     raise AssertionError(f"{key} still served after {within_s} s")
+
+
+def test_a_step_whose_slot_moved_under_the_clients_map_is_sent_again_and_kept(cluster: LocalCluster) -> None:
+    """Two steps on one master in the client's map, one of whose slots moved to another master since:
+    the master's pipeline gets MOVED for it (sent without redirections, so that a timeout is not sent
+    again), and the step is sent again alone on the client's path, which follows it: both kept."""
+    delivery = _service_delivery(cluster.url, cluster=True)
+    stays, moves = _steps(STALLED, 2)
+    delivery.enter_planning(stays, "r", SHORT_MS)
+    delivery.keep_planning({stays: ["r"], moves: ["r"]}, 60_000)  # the client's map read, as it is now
+    slot = key_slot(keys.step_planning(moves).encode())
+    owner, taker = _owner(cluster, delivery.client, STALLED), _owner(cluster, delivery.client, LIVE[0])
+    _slot_to(cluster, slot, taker)  # an empty slot: its key written after, on its new master
+    try:
+        with redis.Redis(port=taker.port) as new_master:
+            new_master.zadd(keys.step_planning(moves), {"r": 1})
+            new_master.pexpire(keys.step_planning(moves), SHORT_MS)
+        sent = count_scripts(delivery.client)
+        failed = delivery.keep_planning({stays: ["r"], moves: ["r"]}, 60_000)
+        left = [_left_ms(delivery.client, Entry(step, "r")) for step in (stays, moves)]
+    finally:
+        delivery.client.delete(keys.step_planning(stays), keys.step_planning(moves))
+        _slot_to(cluster, slot, owner)
+    assert failed == {}
+    assert min(left) > SHORT_MS
+    assert len(sent) == 2  # the master's pipeline, then the moved step alone
+
+
+def _slot_to(cluster: LocalCluster, slot: int, master: EmbeddedServer) -> None:
+    """``slot`` (holding no key) served by ``master`` from now on, as every node hears it."""
+    with redis.Redis(port=master.port) as client:
+        node_id = str(client.execute_command("CLUSTER", "MYID"), "utf-8")
+    for node in cluster.nodes:
+        with redis.Redis(port=node.port) as client:
+            client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id)
+    cluster._wait_ok(30.0)
