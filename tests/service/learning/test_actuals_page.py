@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from typing import Any, cast
 
 import numpy as np
@@ -157,3 +158,43 @@ def test_the_cursor_moves_with_the_rows_so_reads_across_pages_lose_and_double_no
     whole = log.rows_after(actuals.START).rows
     _same(Trace.concat(parts), whole)
     assert len(whole) == 5 + 4 + 3 + 9
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ', "output_tokens": 7',  # a key twice: the last one counts, for json and orjson alike
+        ', "features": {"x": 1, "x": "t"}',
+        ', "reward": -0.0',
+        ', "features": {"x": -0.0}',
+        ', "reward": 123456789012345678901234567890',  # past 64 bits: orjson reads a float, json an int
+        ', "features": {"x": -9223372036854775809}',
+    ],
+    ids=[
+        "count-twice",
+        "feature-twice",
+        "reward-minus-zero",
+        "feature-minus-zero",
+        "big-reward",
+        "big-feature",
+    ],
+)
+def test_a_page_where_orjson_and_json_might_disagree_reads_to_the_rows_json_gives(
+    extra: str, redis_client: redis.Redis
+) -> None:
+    """review50b: a key given twice, -0.0 and integers past 64 bits read by the page (orjson) to what
+    each entry read alone (json) gives, value and sign, whichever path the page takes."""
+    log = ActualsLog(redis_client, maxlen=10**6)
+    log.append(_reports(0, 4))
+    redis_client.xadd(log.key, {"a": json.dumps(FOREIGN)[:-1] + extra + "}"})
+    values = _stored(log, redis_client)
+    read = log.rows_after(actuals.START).rows
+    expected, _ = _one_by_one(values)
+    _same(read, expected)
+    assert [math.copysign(1.0, r) for r in read.reward.tolist()] == [
+        math.copysign(1.0, r) for r in expected.reward.tolist()
+    ]
+    for name, column in read.numeric.items():
+        assert [math.copysign(1.0, v) for v in column.tolist()] == [
+            math.copysign(1.0, v) for v in expected.numeric[name].tolist()
+        ]
