@@ -70,7 +70,7 @@ def report_actuals(
     if len(schedules) == 1:
         request.state.schedule_id = schedules[0]  # the access line's too
     appended = ctx.actuals.append(body.actuals)
-    ctx.models.sync()  # fold them into this replica's history now, not on the next /schedule
+    ctx.models.sync_stored()  # fold them into this replica's history now, not on the next /schedule
     if appended.stored:  # and the next step's stats and prior, while the trainer trains
         ctx.models.warm_later(max(report.step for report in appended.stored) + 1)
     scales = ctx.speeds.observe(appended.stored)  # a repeat taught its speed when first stored

@@ -33,6 +33,7 @@ from predictors.store import ModelStore
 from scheduler.errors import InvalidInputError
 from service.delivery.views import DeliveryViews
 from service.learning.actuals import ActualsLog
+from service.learning.folds_beside import FoldsBeside
 from service.learning.heap import release_freed_heap
 from service.learning.step_over import LastStep, StepReports, over
 from service.problems.table import ModelStoreError
@@ -81,7 +82,7 @@ class ModelService:
         # re-entrant: a request takes it, waiting a bounded while for the follower's fold or not at all
         # (``_sync_unless_followed``), then ``sync`` takes it again
         self._sync_lock = threading.RLock()
-        self._following = False  # the follower's sync is under way, or waits for the lock
+        self._beside = FoldsBeside()  # the follower's or ``POST /actuals``'s syncs under way, or waiting
         self.followed = False  # a follower runs (``service.learning.follower``): requests leave it the reload
         # One swap at a time: a reload lists the store, then swaps in its newest version unless held;
         # listed just before a retrain saved, it put the older version back over the one the retrain
@@ -154,15 +155,20 @@ class ModelService:
         request path (``service.learning.follower``): one short read when nothing arrived."""
         if self.actuals.newest_id() == self._cursor:
             return 0
-        self._following = True  # set before the lock is asked: a request finding it held knows why
-        try:
+        with self._beside.counted():
             folded = self.sync()
-        finally:
-            self._following = False
         newest = self._newest_step
         if folded and newest is not None:
             self.warm_later(newest + 1)
         return folded
+
+    def sync_stored(self) -> int:
+        """``sync`` after ``POST /actuals`` stored a batch; where a follower runs, a request beside it
+        waits for it ``FOLD_WAIT_S`` at most, as for the follower's (``folds_beside``)."""
+        if not self.followed:  # ``ROLLOUT_ACTUALS_FOLLOW_S=0``: requests wait for every fold, as before
+            return self.sync()
+        with self._beside.counted():
+            return self.sync()
 
     def predict(self, queries: QueryBatch | Sequence[Query], step: int, quantile: float) -> Predictions:
         """Lengths at ``quantile`` from the freshest history and model version.
@@ -185,14 +191,14 @@ class ModelService:
             raise
 
     def _sync_unless_followed(self) -> int:
-        """``sync``, unless the follower's is under way and outlasts ``FOLD_WAIT_S``: then nothing. The
-        request predicts from the history last folded (whole: the fold's rows are one chunk, appended
-        under the history's lock, where a predict takes its list of chunks) and the follower's rows
-        are in the next request's. It waited the fold out: a step's 32,768 actuals from another
-        replica held it 0.8-2.4 s (docs/experiments.md, periodic50). Another request's or
-        ``POST /actuals``'s sync is still waited for, as before."""
+        """``sync``, unless the follower's or ``POST /actuals``'s (``sync_stored``) is under way and
+        outlasts ``FOLD_WAIT_S``: then nothing. The request predicts from the history last folded
+        (whole: the fold's rows are one chunk, appended under the history's lock, where a predict takes
+        its list of chunks) and the fold's rows are in the next request's. It waited the fold out: a
+        step's 32,768 actuals held it 0.8-2.4 s (docs/experiments.md, periodic50; review50b). Another
+        request's sync is still waited for, as before."""
         taken = self._sync_lock.acquire(blocking=False) or self._sync_lock.acquire(
-            timeout=FOLD_WAIT_S if self._following else -1  # the flag read once the lock is found held
+            timeout=FOLD_WAIT_S if self._beside.any() else -1  # read once the lock is found held
         )
         if not taken:
             return 0

@@ -1,0 +1,42 @@
+"""The syncs under way that a ``/schedule`` waits for ``models.FOLD_WAIT_S`` at most, not out.
+
+A request syncs before it predicts, under ``ModelService``'s sync lock, and so waited for any fold
+that held it. Two folds are long and neither is the request's: the follower's of another replica's
+step (periodic50), and ``POST /actuals``'s own of the batch it just stored, which on the storing
+replica held the lock as long (a step's 32,768 reports in one batch: 0.45-1.4 s at load 11-14, the
+stream read most of it; review50b) while a ``/schedule`` beside it waited all of it, past any plan's
+budget (80 ms by default). Each such fold is counted here while it runs, or waits for the lock; a
+request finding the lock held and a count above zero waits ``FOLD_WAIT_S`` at most, then predicts from
+the history last folded. A count, not a flag: the two may run at once, and the first to end must not
+clear the other's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class FoldsBeside:
+    """How many syncs a request need not wait out are under way (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+
+    @contextmanager
+    def counted(self) -> Iterator[None]:
+        """Count one while the block runs (set before the sync lock is asked: a request finding it
+        held knows why)."""
+        with self._lock:
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._count -= 1
+
+    def any(self) -> bool:
+        """Whether one is under way now."""
+        return self._count > 0
