@@ -103,7 +103,8 @@ def test_a_version_the_followers_tick_cannot_load_keeps_the_model_held_and_is_sa
     trainer.retrain()
     serving = _service(redis_client, store)
     serving.start()
-    follower = Follower(serving, every_s=60.0)
+    ticks = iter([0.0, models_module.RELOAD_EVERY_S])  # each tick a store check (one a second at most)
+    follower = Follower(serving, every_s=60.0, clock=lambda: next(ticks))
     damaged = store / "v000002"
     shutil.copytree(store / "v000001", damaged)
     (damaged / "p50.txt").write_text("garbage")
