@@ -108,7 +108,7 @@ def test_the_docs_give_round_50s_constants_with_their_values() -> None:
     """The spans this test reads are there to read: round 50's constants are given with a value."""
     text = "\n".join(path.read_text() for path in doc_files() if str(path.relative_to(ROOT)) not in LOGS)
     given = {match.group(1) for match in _GIVEN.finditer(text)}
-    assert {"FOLD_WAIT_S", "LAST_ACTS_S", "FORCED_STATUS", "MIN_BOUND_S", "BLEND_STEPS"} <= given
+    assert {"FOLD_WAIT_S", "LAST_ACTS_S", "FORCED_STATUS", "BLEND_STEPS"} <= given
 
 
 def test_a_stale_value_in_any_unit_is_caught_and_the_current_one_not() -> None:

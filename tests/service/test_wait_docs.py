@@ -5,7 +5,9 @@ client's retries are (docs/sidecar.md: what a master down costs a walk).
 Both were written as figures beside the code and drifted from it in round 49 (helper docs49): the
 exit guard's 5 s least bound was left out of "19 s at the default 1 s" (20 s), and the retries were
 given as 20 and 40 ms apart, the backoff's base and its first doubling, where redis-py waits 40 and
-80 ms (its first wait follows one failure).
+80 ms (its first wait follows one failure). In round 50 the guard's last acts (``LAST_ACTS_S``) made
+the stop 1 s longer, and the comments beside the manifests' grace periods still gave 20 and 15 s
+(helper docs50).
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ import pytest
 import redis
 import redis.retry
 
-from service.api.exit_guard import MIN_BOUND_S
+from service.api.exit_guard import LAST_ACTS_S, MIN_BOUND_S
 from service.app import EXIT_TIMEOUTS, STOP_TIMEOUTS
 from service.commands.serve import GRACEFUL_SHUTDOWN_S
 from service.delivery.retries import short_retry
 from service.settings import Settings
 from tests.deploy.manifests import containers_of, find_one, pod_spec
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
 # A bound as the runbook writes it: "**10 s + 3 (multiplication sign) `ROLLOUT_REDIS_TIMEOUT_S`**".
 _BOUND = r"\*\*(\d+) s \+ (\d+) \N{MULTIPLICATION SIGN} `ROLLOUT_REDIS_TIMEOUT_S`\*\*"
 
@@ -75,6 +78,25 @@ def test_the_shutdown_bounds_the_runbook_gives_are_the_service_s() -> None:
     sleep = containers_of(deployment)["service"]["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert (int(pre_stop), int(grace)) == (sleep, pod_spec(deployment)["terminationGracePeriodSeconds"])
     assert float(with_it) == sleep + ended_s
+
+
+def test_the_stops_totals_with_the_last_acts_are_the_service_s_in_the_runbook_and_the_comments() -> None:
+    """An operator sizes a grace period from "Shutdown" and from the comments beside the manifests':
+    each total counts the exit guard's last acts after its bound, with the preStop sleep on
+    Kubernetes and without one under compose."""
+    text = _flat("operations.md", "Shutdown")
+    timeout_s = _default_timeout_s()
+    ended_s = GRACEFUL_SHUTDOWN_S + max(EXIT_TIMEOUTS * timeout_s, MIN_BOUND_S) + LAST_ACTS_S
+    sleep = containers_of(find_one("Deployment", "rollout-scheduler"))["service"]["lifecycle"]["preStop"]
+    pre_stop = sleep["sleep"]["seconds"]
+    (with_acts,) = _said(r"`terminationGracePeriodSeconds`, (\d+) s with the last acts", text)
+    (compose_s,) = _said(r"`stop_grace_period` is \d+ s, for (\d+) s \(no `preStop`\)", text)
+    assert (float(with_acts), float(compose_s)) == (pre_stop + ended_s, ended_s)
+    deployment = " ".join((ROOT / "deploy" / "k8s" / "deployment.yaml").read_text().replace("#", "").split())
+    compose = " ".join((ROOT / "deploy" / "compose.yaml").read_text().replace("#", "").split())
+    (in_deployment,) = _said(r"\"Shutdown\"\): (\d+) s, inside the \d+ s grace period", deployment)
+    (in_compose,) = _said(r"\"Shutdown\"\): (\d+) s; Docker's default", compose)
+    assert (float(in_deployment), float(in_compose)) == (pre_stop + ended_s, ended_s)
 
 
 def _waits(retry: redis.retry.Retry, monkeypatch: pytest.MonkeyPatch) -> list[float]:
