@@ -1,7 +1,7 @@
 """A ``serve`` child process stopped by SIGTERM while its Redis's writes are paused: the shutdown
 tests' one way to run it (``test_shutdown_plan``, ``test_shutdown_stalled``, ``test_exit_guard``,
-``test_shutdown_answer``), so that each states only what it holds behind the pause (or in its stuck
-call) and what the exit must show.
+``test_shutdown_answer``, ``test_stop_after_publish_check``), so that each states only what it
+holds behind the pause (or in its stuck call) and what the exit must show.
 
 The child gets the parent's environment less ``REDIS_URL`` and every ``ROLLOUT_*`` (a developer's
 shell must not change what the test runs), its command timeout, and a model dir of the test's own.
@@ -14,8 +14,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -70,3 +71,24 @@ def began(marker: Path, proc: subprocess.Popen[str], wait_s: float) -> None:
         assert time.monotonic() < deadline, f"{marker.name}: never began"
         assert proc.poll() is None, "serve ended before its planted step began"
         time.sleep(0.01)
+
+
+def stopped_while_posting(
+    module: str,
+    redis_url: str,
+    model_dir: Path,
+    marker: Path,
+    post: Callable[[str], None],
+    wait_s: float,
+    **env: str,
+) -> tuple[subprocess.Popen[str], str]:
+    """``serving(module, ...)`` at a 1 s command timeout; ``post(url)`` in a thread, and SIGTERM once
+    the planted step has begun (``marker``): the ended process and its stderr, the poster joined."""
+    with serving(module, redis_url, model_dir, 1, wait_s, **env) as (proc, url):
+        poster = threading.Thread(target=post, args=(url,), daemon=True)
+        poster.start()
+        began(marker, proc, wait_s)
+        proc.send_signal(signal.SIGTERM)
+        _, logged = proc.communicate(timeout=wait_s)
+    poster.join(wait_s)
+    return proc, logged

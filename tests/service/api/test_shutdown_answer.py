@@ -16,8 +16,6 @@ this test makes it every time with a plan that runs its whole budget in checked 
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +27,7 @@ from service.client.wire import SchedulerAPIError
 from service.delivery import Delivery
 from service.embedded import EmbeddedServer
 from tests.service.api.slow_plan import STARTED
-from tests.service.api.stopped_child import began, serving
+from tests.service.api.stopped_child import stopped_while_posting
 from tests.service.api_helpers import batch_body
 
 pytestmark = pytest.mark.slow
@@ -57,13 +55,9 @@ def _answer_at_the_stop(server: EmbeddedServer, tmp_path: Path) -> int | httpx.H
         except httpx.HTTPError as error:
             answers.append(error)
 
-    with serving(SLOW, server.url, tmp_path, 1, WAIT_S, **{STARTED: str(started)}) as (proc, url):
-        poster = threading.Thread(target=post, args=(url,), daemon=True)
-        poster.start()
-        began(started, proc, WAIT_S)
-        proc.send_signal(signal.SIGTERM)
-        _, logged = proc.communicate(timeout=WAIT_S)
-    poster.join(WAIT_S)
+    proc, logged = stopped_while_posting(
+        SLOW, server.url, tmp_path, started, post, WAIT_S, **{STARTED: str(started)}
+    )
     assert proc.returncode == 0, logged
     assert len(answers) == 1, logged
     return answers[0]

@@ -12,7 +12,6 @@ request's plan up at its next check as the stop does (stop50).
 
 from __future__ import annotations
 
-import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,7 @@ from service.delivery import publisher
 from service.embedded import EmbeddedServer
 from service.pipeline import stages
 from tests.service.api.cut_then_stopped import STARTED
-from tests.service.api.stopped_child import began, serving
+from tests.service.api.stopped_child import stopped_while_posting
 from tests.service.api_helpers import AppFactory, batch_body
 
 ORDERED = "tests.service.api.cut_then_stopped"  # serve: the cut, the publish check, then the stop
@@ -79,13 +78,9 @@ def test_a_plan_that_reaches_its_publish_check_after_the_cut_publishes_nothing(
         body = batch_body(schedule_id="cut50", step=7, policy="lpt")
         answers.append(httpx.post(f"{url}/schedule", json=body, timeout=WAIT_S))
 
-    with serving(ORDERED, server.url, tmp_path, 1, WAIT_S, **{STARTED: str(started)}) as (proc, url):
-        poster = threading.Thread(target=post, args=(url,), daemon=True)
-        poster.start()
-        began(started, proc, WAIT_S)
-        proc.send_signal(signal.SIGTERM)
-        _, logged = proc.communicate(timeout=WAIT_S)
-    poster.join(WAIT_S)
+    _, logged = stopped_while_posting(
+        ORDERED, server.url, tmp_path, started, post, WAIT_S, **{STARTED: str(started)}
+    )
     assert [(a.status_code, a.json()["detail"]) for a in answers] == [(503, CUT_DETAIL)], logged
     client = redis.Redis.from_url(server.url)
     assert client.exists(keyspace.schedule_keys("cut50").meta) == 0, "the cut request published its step"
