@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+DEFAULT_PREFIX = "rs"  # the prefix of a deployment that names none (re-exported by keys.py)
 _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # no braces (hash tags), globs or spaces
 
 

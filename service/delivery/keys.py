@@ -82,7 +82,9 @@ that TTL once answered (a lost answer's lapses soon), and kept while its request
 Fleet-wide keys of the service (its actuals log ``service/learning/actuals.py``, its speed
 store in ``service/speeds/learner.py`` and its retrainer ``service/learning/retrain.py``), each
 touched by single-key commands or single-key scripts only (the actuals append script touches the
-stream and its ``seen`` zset, which share a hash slot), so they work on Redis Cluster too:
+stream and its ``seen`` zset, which share a hash slot), so they work on Redis Cluster too. Their names
+are built in ``service/delivery/fleet_keys.py`` (a family apart, kept there to keep this module short)
+and re-exported here: import them from here, as every other key:
 
 ============================================  =======  =====================================================
 key                                           type     contents; time-to-live
@@ -116,7 +118,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_PREFIX = "rs"
+# The service's fleet-wide keys are built in fleet_keys.py (a family of their own, the table above) and
+# the default prefix beside the prefix rule in key_prefix.py; both are named here, with every other key.
+from service.delivery.fleet_keys import RETRAIN_LOCK_TTL_S as RETRAIN_LOCK_TTL_S
+from service.delivery.fleet_keys import actuals_seen as actuals_seen
+from service.delivery.fleet_keys import actuals_stream as actuals_stream
+from service.delivery.fleet_keys import learned_speeds as learned_speeds
+from service.delivery.fleet_keys import retrain_fence as retrain_fence
+from service.delivery.fleet_keys import retrain_lock as retrain_lock
+from service.delivery.fleet_keys import retrain_step as retrain_step
+from service.delivery.fleet_keys import step_planning as step_planning
+from service.delivery.fleet_keys import step_schedules as step_schedules
+from service.delivery.fleet_keys import worker_profiles as worker_profiles
+from service.delivery.fleet_keys import worker_seen as worker_seen
+from service.delivery.key_prefix import DEFAULT_PREFIX as DEFAULT_PREFIX
+
 DEFAULT_LEASE_TTL_MS = 30_000  # a lease lives this long after its last heartbeat
 DEFAULT_MAX_ATTEMPTS = 3  # leases of one item (claims or steals; a release refunds its) before dead-lettering
 RESET_REFUNDS = 1  # hand-backs of one item after its process died (a restarted sidecar's reset, a pull
@@ -129,8 +145,6 @@ SHARED_QUEUE = "*"  # worker-name of the shared FIFO; not a valid worker id
 PRESENCE_TTL_MS = 5_000  # a sidecar's presence key lapses this long after its process died: the
 # longest a restarted sidecar waits before handing back its predecessor's leases (not the lease TTL)
 PLANNING_MARGIN_S = 60  # ``P:planning`` outlives a request's wait in line and budget by this
-RETRAIN_LOCK_TTL_S = 60  # the retrain lock's life, renewed every third of it while the fit runs:
-# a replica that dies mid-retrain holds it back at most this long (1M rows fit in ~30 s on 2 cores)
 
 # Field names of the per-worker counters in ``P:counts`` (``<state>:<worker>``) and the totals.
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "q", "r", "d", "f", "c"
@@ -339,62 +353,3 @@ def inbox(worker_id: str, prefix: str = DEFAULT_PREFIX) -> str:
 def sidecar_presence(worker_id: str, prefix: str = DEFAULT_PREFIX) -> str:
     """String: the instance id of the live sidecar of ``worker_id`` (``PRESENCE_TTL_MS``)."""
     return f"{prefix}:sidecar:{{{worker_id}}}"
-
-
-# -- fleet-wide keys of the service (not per schedule; see the table above) ----------------------------
-
-
-def actuals_stream(prefix: str = DEFAULT_PREFIX) -> str:
-    """Stream of reported actuals, the predictor's training history (no TTL; length-capped)."""
-    return f"{prefix}:actuals"
-
-
-def actuals_seen(prefix: str = DEFAULT_PREFIX) -> str:
-    """Zset: digest of each report the actuals stream holds -> its entry's ordinal (trimmed with it).
-
-    Tagged ``{<prefix>:actuals}``: the stream's name has no braces, so it hashes on its whole name,
-    and this key lands in its slot: the append script may touch both on Redis Cluster.
-    """
-    return f"{prefix}:actuals:seen:{{{actuals_stream(prefix)}}}"
-
-
-def worker_profiles(prefix: str = DEFAULT_PREFIX) -> str:
-    """Hash: worker id -> the profile it was last planned with, to compare its actuals against."""
-    return f"{prefix}:workers"
-
-
-def learned_speeds(prefix: str = DEFAULT_PREFIX) -> str:
-    """Hash: worker id -> learned time scale (EWMA of log ratios), shared by every replica."""
-    return f"{prefix}:speed"
-
-
-def worker_seen(prefix: str = DEFAULT_PREFIX) -> str:
-    """Zset: worker id -> when a publish last named it (ms); workers unnamed for the retention are
-    dropped from it and from ``worker_profiles`` and ``learned_speeds`` (``service/speeds/learner.py``)."""
-    return f"{prefix}:workers:seen"
-
-
-def retrain_step(prefix: str = DEFAULT_PREFIX) -> str:
-    """String: the last step an automatic retrain covered (replicas compare-and-set it)."""
-    return f"{prefix}:retrain:step"
-
-
-def retrain_lock(prefix: str = DEFAULT_PREFIX) -> str:
-    """String: held with ``RETRAIN_LOCK_TTL_S`` while one replica retrains."""
-    return f"{prefix}:retrain:lock"
-
-
-def retrain_fence(prefix: str = DEFAULT_PREFIX) -> str:
-    """String: a counter; each retrain takes the next value with the lock, its version's fencing token."""
-    return f"{prefix}:retrain:fence"
-
-
-def step_schedules(step: int | str, prefix: str = DEFAULT_PREFIX) -> str:
-    """Set: the schedules published for ``step``, every part an asked-for retrain must see over."""
-    return f"{prefix}:step:{step}"
-
-
-def step_planning(step: int | str, prefix: str = DEFAULT_PREFIX) -> str:
-    """Zset: ``step``'s requests that will publish, arrived and not ended (``<schedule_id> <request id>``
-    -> deadline, Redis's clock): parts not yet in ``step_schedules`` or the active index (``step_part``)."""
-    return f"{prefix}:step:{step}:planning"

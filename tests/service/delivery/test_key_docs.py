@@ -8,7 +8,7 @@ import inspect
 import re
 from pathlib import Path
 
-from service.delivery import keys
+from service.delivery import fleet_keys, keys
 
 ROOT = Path(__file__).resolve().parents[3]
 PREFIX, SCHEDULE, WORKER, STEP = "<prefix>", "<schedule_id>", "<worker>", "<step>"
@@ -67,6 +67,17 @@ def test_the_delivery_doc_shows_the_protocols_keys_and_the_api_doc_the_services(
         key.replace(SCHEDULE, "sid") for key in _docstring_keys(protocol)
     }
     assert _markdown_keys("api.md") == _docstring_keys(fleet)
+
+
+def test_keys_re_exports_every_name_fleet_keys_builds_so_the_tables_are_checked_against_it() -> None:
+    """The fleet-wide keys are built in fleet_keys.py and re-exported by keys.py, which callers and the
+    table check above read: a key added there and not re-exported would escape both."""
+    ours = {
+        name
+        for name, value in vars(fleet_keys).items()
+        if (inspect.isfunction(value) and value.__module__ == fleet_keys.__name__) or name.isupper()
+    }
+    assert sorted(name for name in ours if getattr(keys, name, None) is not getattr(fleet_keys, name)) == []
 
 
 _COUNTED = re.compile(r"keeps fleet-wide state in (\w+) keys and (\w+) per step")
