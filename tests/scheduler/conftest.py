@@ -1,10 +1,15 @@
-"""Fixtures of the scheduler's tests: counting the projected-peak tests a play makes."""
+"""Fixtures of the scheduler's tests: counting the projected-peak tests a play makes, and the give-up
+tests' wall clock."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
+from scheduler import clock, giveup
 from scheduler.admission import RunningPeak
+from tests.scheduler.jumping_wall import DEADLINE, JumpingWall
 
 
 @pytest.fixture
@@ -23,3 +28,12 @@ def peak_tests(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(RunningPeak, "overflow", counted)
     return steps
+
+
+@pytest.fixture
+def wall() -> Iterator[JumpingWall]:
+    """The hard deadline's clock: 10 s before it until a stage jumps it 0.25 s past; the budget's clock
+    frozen, so only the hard deadline can stop a stage."""
+    jumping = JumpingWall(DEADLINE - 10.0, DEADLINE + 0.25)
+    with clock.frozen(), giveup.reading(jumping):
+        yield jumping

@@ -25,6 +25,47 @@ from tests.scheduler.fake_clock import ManualClock
 from tests.scheduler.test_robust_fast import _request
 
 QUEUES = tuple(tuple(range(w, 64, 4)) for w in range(4))  # every kind a share: not the candidate
+Queues = tuple[tuple[int, ...], ...]
+
+
+def _played(monkeypatch: pytest.MonkeyPatch, queues: Queues | None = None) -> list[int]:
+    """The draws of each play the judgment makes (of ``queues`` alone where given), in order."""
+    played: list[int] = []
+
+    def counted(problem: Any, plan: Any, draws: Draws, reserve: bool) -> Any:
+        if queues is None or tuple(map(tuple, plan)) == queues:
+            played.append(len(draws.steps))
+        return outlier_means(problem, plan, draws, reserve)
+
+    monkeypatch.setattr(robust_fast, "outlier_means", counted)
+    return played
+
+
+def _draws_take_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planning clock that moves only as the judgment plays: a second a draw played."""
+    fake = ManualClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+
+    def slow(problem: Any, plan: Any, draws: Draws, reserve: bool) -> Any:
+        fake.seconds += len(draws.steps)
+        return outlier_means(problem, plan, draws, reserve)
+
+    monkeypatch.setattr(robust_fast, "outlier_means", slow)
+
+
+def _given(request: Any, problem: Any, spread: Any) -> robust_fast.Candidate:
+    """A candidate as the first judgment of the batch (of ``QUEUES``) leaves it."""
+    first_plan = Placement(QUEUES, "HEURISTIC", finish_s=tuple(problem.finishes(QUEUES, True)))
+    with clock.frozen():
+        first = robust_fast.at_once_judged(problem, request, first_plan, spread, 60.0)
+    assert first.candidate is not None
+    return first.candidate
+
+
+def _other(problem: Any) -> Placement:
+    """Another plan than ``QUEUES``, still at once: the Ascends' shares on the H100s."""
+    other = tuple(reversed(QUEUES))
+    return Placement(other, "HEURISTIC", finish_s=tuple(problem.finishes(other, True)))
 
 
 def test_a_plan_that_is_the_candidate_itself_is_judged_kept() -> None:
@@ -45,26 +86,13 @@ def test_a_candidate_given_is_played_on_from_the_draws_it_was_played_on_already(
 ) -> None:
     request = _request()
     problem, spread = build_problem(request), spreads(request.trajectories)
-    first_plan = Placement(QUEUES, "HEURISTIC", finish_s=tuple(problem.finishes(QUEUES, True)))
-    other = tuple(reversed(QUEUES))  # the Ascends' shares on the H100s: another plan, still at once
-    second_plan = Placement(other, "HEURISTIC", finish_s=tuple(problem.finishes(other, True)))
+    first = _given(request, problem, spread)
+    played = _played(monkeypatch, first.queues)  # draws of the candidate's queues the second judgment played
     with clock.frozen():
-        first = robust_fast.at_once_judged(problem, request, first_plan, spread, 60.0)
-    assert first.candidate is not None
-    played: list[int] = []  # draws of the candidate's queues played by the second judgment
-    original = outlier_means
-
-    def counted(problem: Any, queues: Any, draws: Draws, reserve: bool) -> Any:
-        if tuple(map(tuple, queues)) == first.candidate.queues:  # type: ignore[union-attr]
-            played.append(len(draws.steps))
-        return original(problem, queues, draws, reserve)
-
-    monkeypatch.setattr(robust_fast, "outlier_means", counted)
-    with clock.frozen():
-        second = robust_fast.at_once_judged(problem, request, second_plan, spread, 60.0, 0.0, first.candidate)
+        second = robust_fast.at_once_judged(problem, request, _other(problem), spread, 60.0, 0.0, first)
     assert second.candidate is not None
-    before = len(first.candidate.means)
-    assert np.array_equal(second.candidate.means[:before], first.candidate.means)
+    before = len(first.means)
+    assert np.array_equal(second.candidate.means[:before], first.means)
     assert sum(played) == len(second.candidate.means) - before  # none of the first's played again
 
 
@@ -77,20 +105,14 @@ def test_the_candidate_must_be_built_and_ordered_by_when_the_least_plays_must_st
     request = _request()
     problem = build_problem(request)
     placement = Placement(QUEUES, "HEURISTIC", finish_s=tuple(problem.finishes(QUEUES, True)))
-    fake = ManualClock()
-    monkeypatch.setattr(clock, "now", fake.now)
+    _draws_take_a_second(monkeypatch)
     built_by: list[float] = []
     fastest = robust_fast._fastest
-
-    def slow_draws(problem: Any, queues: Any, draws: Draws, reserve: bool) -> Any:
-        fake.seconds += len(draws.steps)
-        return outlier_means(problem, queues, draws, reserve)
 
     def building(problem: Any, deadline: float) -> Any:
         built_by.append(deadline)
         return fastest(problem, deadline)
 
-    monkeypatch.setattr(robust_fast, "outlier_means", slow_draws)
     monkeypatch.setattr(robust_fast, "_fastest", building)
     robust_fast.at_once_judged(problem, request, placement, spreads(request.trajectories), 19.0)
     assert built_by == [7.0]
@@ -101,37 +123,13 @@ def test_a_plan_that_is_the_candidate_given_is_kept_without_a_draw_played(
 ) -> None:
     request = _request()
     problem, spread = build_problem(request), spreads(request.trajectories)
-    first_plan = Placement(QUEUES, "HEURISTIC", finish_s=tuple(problem.finishes(QUEUES, True)))
-    with clock.frozen():
-        first = robust_fast.at_once_judged(problem, request, first_plan, spread, 60.0)
-    assert first.candidate is not None
-    candidate = first.candidate
-    played: list[int] = []
-
-    def counted(problem: Any, queues: Any, draws: Draws, reserve: bool) -> Any:
-        played.append(len(draws.steps))
-        return outlier_means(problem, queues, draws, reserve)
-
-    monkeypatch.setattr(robust_fast, "outlier_means", counted)
+    candidate = _given(request, problem, spread)
+    played = _played(monkeypatch)
     same = Placement(candidate.queues, "HEURISTIC", finish_s=candidate.finishes)
     with clock.frozen():
         judged = robust_fast.at_once_judged(problem, request, same, spread, 60.0, 0.0, candidate)
     assert judged.placement.at_once == robust_fast.KEPT
     assert played == []
-
-
-def _given(request: Any, problem: Any, spread: Any) -> robust_fast.Candidate:
-    """A candidate as the first judgment of the batch (of ``QUEUES``) leaves it."""
-    first_plan = Placement(QUEUES, "HEURISTIC", finish_s=tuple(problem.finishes(QUEUES, True)))
-    with clock.frozen():
-        first = robust_fast.at_once_judged(problem, request, first_plan, spread, 60.0)
-    assert first.candidate is not None
-    return first.candidate
-
-
-def _other(problem: Any) -> Placement:
-    other = tuple(reversed(QUEUES))
-    return Placement(other, "HEURISTIC", finish_s=tuple(problem.finishes(other, True)))
 
 
 @pytest.mark.parametrize(
@@ -147,13 +145,7 @@ def test_a_judgment_with_a_candidate_given_starts_only_plays_that_end_by_the_dea
     problem, spread = build_problem(request), spreads(request.trajectories)
     candidate = _given(request, problem, spread)._replace(means=np.zeros(0), draw_s=1.0)
     monkeypatch.setattr(clock, "now", ManualClock().now)
-    played: list[int] = []
-
-    def counted(problem: Any, queues: Any, draws: Draws, reserve: bool) -> Any:
-        played.append(len(draws.steps))
-        return outlier_means(problem, queues, draws, reserve)
-
-    monkeypatch.setattr(robust_fast, "outlier_means", counted)
+    played = _played(monkeypatch)
     judged = robust_fast.at_once_judged(problem, request, _other(problem), spread, deadline, 0.0, candidate)
     assert judged.placement.at_once in verdicts
     assert bool(played) == (deadline == 16.0)
@@ -168,14 +160,7 @@ def test_a_plan_is_first_played_on_every_draw_the_candidate_given_was_played_on(
     on_16 = outlier_means(problem, given.queues, given.draws.block(0, 16), True)
     candidate = given._replace(means=on_16)
     mine = _other(problem)
-    played: list[int] = []
-
-    def counted(problem: Any, queues: Any, draws: Draws, reserve: bool) -> Any:
-        if tuple(map(tuple, queues)) == mine.queues:
-            played.append(len(draws.steps))
-        return outlier_means(problem, queues, draws, reserve)
-
-    monkeypatch.setattr(robust_fast, "outlier_means", counted)
+    played = _played(monkeypatch, mine.queues)
     with clock.frozen():
         robust_fast.at_once_judged(problem, request, mine, spread, 60.0, 0.0, candidate)
     assert played[0] == 16
@@ -188,14 +173,7 @@ def test_the_candidate_handed_on_says_the_pace_its_plays_were_measured_at(
     request = _request()
     problem, spread = build_problem(request), spreads(request.trajectories)
     candidate = _given(request, problem, spread)._replace(means=np.zeros(0), draw_s=0.0)
-    fake = ManualClock()
-    monkeypatch.setattr(clock, "now", fake.now)
-
-    def slow(problem: Any, queues: Any, draws: Draws, reserve: bool) -> Any:
-        fake.seconds += len(draws.steps)
-        return outlier_means(problem, queues, draws, reserve)
-
-    monkeypatch.setattr(robust_fast, "outlier_means", slow)
+    _draws_take_a_second(monkeypatch)
     judged = robust_fast.at_once_judged(problem, request, _other(problem), spread, 1_000.0, 0.0, candidate)
     assert judged.candidate is not None
     assert judged.candidate.draw_s == 1.0

@@ -9,53 +9,23 @@ from __future__ import annotations
 import dataclasses
 import math
 import pickle
-from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
 
-from scheduler import clock, giveup, planner
+from scheduler import giveup, planner
 from scheduler.benchgen import bench_request
 from scheduler.errors import DeadlinePassedError, InvalidInputError
 from scheduler.policies import bandsearch, lpt, ordering, robust
 from scheduler.types import PlanRequest
 from tests.scheduler.fake_clock import count_calls
+from tests.scheduler.jumping_wall import DEADLINE, JumpingWall
 from tests.scheduler.mixed_requests import decisions, mixed_request
-
-DEADLINE = 100.0  # the caller's, on the test's wall clock
-
-
-class JumpingWall:
-    """A wall clock that reads ``before`` until a chosen stage runs, then ``after``."""
-
-    def __init__(self, before: float, after: float) -> None:
-        self.seconds, self.after = before, after
-
-    def __call__(self) -> float:
-        return self.seconds
-
-    def jump_in(self, monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str) -> None:
-        """``module.name`` (where its stage looks it up) takes the wall past the deadline when it runs."""
-        original = getattr(module, name)
-
-        def slow(*args: object, **kwargs: object) -> object:
-            self.seconds = self.after
-            return original(*args, **kwargs)
-
-        monkeypatch.setattr(module, name, slow)
 
 
 def _request(hard_deadline: float | None = DEADLINE, slots: int = 256) -> PlanRequest:
     """``mixed_request`` under the caller's hard deadline ``DEADLINE`` unless told otherwise."""
     return mixed_request(hard_deadline, slots)
-
-
-@pytest.fixture
-def wall() -> Iterator[JumpingWall]:
-    """The hard deadline's clock: 10 s before it until a stage jumps it 0.25 s past."""
-    jumping = JumpingWall(DEADLINE - 10.0, DEADLINE + 0.25)
-    with clock.frozen(), giveup.reading(jumping):
-        yield jumping
 
 
 @pytest.mark.parametrize(

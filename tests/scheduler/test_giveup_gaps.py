@@ -11,29 +11,20 @@ deadline inside a pass, and the rest of the pass must not run.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
 import numpy as np
 import pytest
 
-from scheduler import at_once, clock, giveup, lowerbound, planner, validation
+from scheduler import at_once, giveup, lowerbound, planner, validation
 from scheduler.benchgen import bench_request
 from scheduler.errors import DeadlinePassedError
 from scheduler.policies import lpt, problem
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import PlanRequest
 from tests.scheduler.fake_clock import count_calls
-from tests.scheduler.test_giveup import DEADLINE, JumpingWall
-
-
-@pytest.fixture
-def wall() -> Iterator[JumpingWall]:
-    """The hard deadline's clock, 10 s before it until the test jumps it 0.25 s past."""
-    jumping = JumpingWall(DEADLINE - 10.0, DEADLINE + 0.25)
-    with clock.frozen(), giveup.reading(jumping):
-        yield jumping
+from tests.scheduler.jumping_wall import DEADLINE, JumpingWall
 
 
 def _request(n: int = 1_024, workers: int = 16) -> PlanRequest:
@@ -44,15 +35,7 @@ def test_the_problem_gives_up_between_its_slices_of_units(
     monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
 ) -> None:
     monkeypatch.setattr(problem, "GIVE_UP_EVERY", 256)
-    built: list[int] = []
-    original = problem._new_unit
-
-    def unit(fields: Any) -> Any:
-        built.append(1)
-        wall.seconds = wall.after  # the deadline passes as the first unit is built
-        return original(fields)
-
-    monkeypatch.setattr(problem, "_new_unit", unit)
+    built = wall.jump_in(monkeypatch, problem, "_new_unit")  # the deadline passes as the first unit is built
     with pytest.raises(DeadlinePassedError) as raised:
         planner.prepare(_request())
     assert (raised.value.stage, len(built)) == ("problem", 256)  # one slice of the 1,024 built
@@ -80,15 +63,7 @@ def test_the_at_once_pass_gives_up_between_its_blocks_of_queues(
 ) -> None:
     monkeypatch.setattr(at_once, "GIVE_UP_ITEMS", 128)
     built = build_problem(bench_request(1_024, 16, seed=0))
-    original = at_once.play_at_once
-    played: list[int] = []
-
-    def play(*args: Any) -> Any:
-        played.append(1)
-        wall.seconds = wall.after  # the deadline passes in the first block
-        return original(*args)
-
-    monkeypatch.setattr(at_once, "play_at_once", play)
+    played = wall.jump_in(monkeypatch, at_once, "play_at_once")  # the deadline passes in the first block
     with giveup.giving_up_at(DEADLINE), pytest.raises(DeadlinePassedError):
         at_once.all_at_once_finishes(*_layout(built), False)
     assert len(played) == 1  # of the 8 blocks of 128 items: none after the deadline

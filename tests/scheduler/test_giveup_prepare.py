@@ -9,7 +9,6 @@ deadline48). Here the wall jumps past the deadline inside a pass, and the work a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,19 +16,11 @@ import pytest
 from scheduler import clock, giveup, lowerbound, planner, tailbands, validation
 from scheduler.benchgen import bench_request
 from scheduler.errors import DeadlinePassedError, InvalidInputError
-from scheduler.policies import bandcover, lpt, ordering, problem
+from scheduler.policies import lpt, ordering, problem
 from scheduler.policies.problem import build_problem
 from scheduler.types import PlanRequest
 from tests.scheduler.fake_clock import count_calls
-from tests.scheduler.test_giveup import DEADLINE, JumpingWall
-
-
-@pytest.fixture
-def wall() -> Iterator[JumpingWall]:
-    """The hard deadline's clock, 10 s before it until the test jumps it 0.25 s past."""
-    jumping = JumpingWall(DEADLINE - 10.0, DEADLINE + 0.25)
-    with clock.frozen(), giveup.reading(jumping):
-        yield jumping
+from tests.scheduler.jumping_wall import DEADLINE, JumpingWall
 
 
 def _request() -> PlanRequest:
@@ -76,17 +67,9 @@ def test_the_bound_gives_up_after_its_first_limit_before_the_tail_cover(
 def test_a_band_probe_asks_its_second_cover_only_before_the_deadline(
     monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
 ) -> None:
-    original = bandcover.cover  # what tailbands asks
-    asked: list[Any] = []
-
-    def first_feasible(*args: Any, **kwargs: Any) -> Any:
-        """The first cover asked passes the deadline, and is answered feasible (not a proof), so the
-        probe goes on to the next prefill share's cover."""
-        asked.append(1)
-        wall.seconds = wall.after
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(tailbands, "cover", first_feasible)
+    # The first cover asked passes the deadline, and is answered feasible (not a proof), so the probe
+    # would go on to the next prefill share's cover.
+    asked = wall.jump_in(monkeypatch, tailbands, "cover")
     monkeypatch.setattr(tailbands.BandCover, "infeasible", _answered_feasible(tailbands.BandCover.infeasible))
     _gives_up_in("bound")
     assert len(asked) == 1
