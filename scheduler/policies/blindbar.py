@@ -43,7 +43,7 @@ from scheduler.policies.least_loaded import LeastLoadedPolicy, worker_lanes
 from scheduler.policies.load import KV_FILL, estimate, rates
 from scheduler.policies.ordering import order_queues
 from scheduler.policies.problem import Problem
-from scheduler.policies.robust import SAMPLES, Spread, draw_matrix, least_expected
+from scheduler.policies.robust import SAMPLES, Spread, least_expected
 from scheduler.policies.round_robin import RoundRobinPolicy
 from scheduler.types import PlanRequest
 
@@ -197,7 +197,7 @@ def barred(
         return _reported(chosen, placement)
     if clock.now() + DRAWS_COST * phase_s >= deadline:  # no time for the draws: the verdict stands
         return _reported(chosen, placement)
-    draws = draw_matrix(spread, np.random.default_rng(request.seed), SAMPLES)
+    draws = problem.draws(spread, request.seed).rows(SAMPLES)  # the plan's (``Problem.draws``)
     points = first.finish_s or tuple(problem.finishes(first.queues, request.kv_admission))
     best = least_drawn(problem, first.queues, points, [chosen.queues], draws, request.kv_admission, deadline)
     return _reported(first if best == 0 else chosen, placement)
@@ -254,7 +254,7 @@ def _bar(
     finishes = list(placement.finish_s or problem.finishes(placement.queues, reserve))
     drawn = spread is not None and clock.now() + DRAWS_COST * phase_s < deadline  # time to draw
     if spread is not None and drawn:
-        draws = draw_matrix(spread, np.random.default_rng(request.seed), SAMPLES)  # least_expected's
+        draws = problem.draws(spread, request.seed).rows(SAMPLES)  # least_expected's, drawn once a plan
         asked = outlived(problem, placement.queues, finishes, draws, deadline)
         if asked is None:  # no time to tell whether the draws are asked: the plan stands, as below
             return placement

@@ -18,9 +18,10 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.finish_draws import drawn_finishes
-from scheduler.lognormal import LOG_LIMIT, bounded_lengths
+from scheduler.lognormal import bounded_lengths
+from scheduler.policies.plan_draws import SeededDraws
 from scheduler.policies.problem import Problem
-from scheduler.policies.robust import SAMPLES, Z90, Spread, draw_matrix
+from scheduler.policies.robust import SAMPLES, Z90, Spread
 from scheduler.stepsum import FloatArray, planned_steps_array
 
 
@@ -33,9 +34,6 @@ class Draws(NamedTuple):
     stretch: npt.NDArray[np.int64]  # the batch's longest p90, within each trajectory's cap
 
 
-Z_BOUND = 40.0  # above any standard normal numpy draws (its ziggurat's tail ends near 13.7)
-
-
 def outlier_draws(spread: Spread, seed: int) -> Draws:
     """``SAMPLES`` draws of the lengths (``draw_matrix``) and the outlier's steps: the batch's longest
     p90 (why: ``outlier_means``), within each trajectory's cap. All at once: ``LazyDraws`` draws the
@@ -45,39 +43,25 @@ def outlier_draws(spread: Spread, seed: int) -> Draws:
 
 class LazyDraws:
     """``outlier_draws``' draws, drawn only as far as ``block`` asks, each row the one ``outlier_draws``
-    gives to the last step.
+    gives to the last step (``plan_draws.SeededDraws``: why the same rows). ``rows``: the plan's
+    draws (``Problem.draws``), shared with the bar and the other judgments of the plan, so what the
+    hedge draws here none of them draws again; without, the hedge's own."""
 
-    Why the same rows: the generator fills row after row (``draw_matrix``), so successive blocks
-    take the numbers one pass would, and every element goes through the same arithmetic, with one
-    exception: ``bounded_lengths`` takes a trajectory to log space where any of the draws in hand
-    could overflow its linear form, and a block cannot know the draws after it. So blocks are drawn
-    only where no standard normal numpy can draw (``Z_BOUND``) takes any trajectory there (every
-    sane spread: sigma under ~17, p90 below 3e9 times p50); elsewhere all ``SAMPLES`` at the first
-    ask, as before."""
-
-    def __init__(self, spread: Spread, seed: int) -> None:
+    def __init__(self, spread: Spread, seed: int, rows: SeededDraws | None = None) -> None:
         medians, sigmas, caps = spread
         p90s = bounded_lengths(medians, sigmas, caps, np.full(len(medians), Z90))
         longest = planned_steps_array(p90s).max(initial=1)
         self.stretch: npt.NDArray[np.int64] = np.minimum(int(longest), planned_steps_array(caps))
-        self._spread, self._rng = spread, np.random.default_rng(seed)
-        self._steps = np.zeros((0, len(medians)), dtype=np.int64)
-        reach = np.abs(np.log(medians)) + Z_BOUND * sigmas
-        self._whole = not bool((reach <= LOG_LIMIT).all())  # some spread may leave the linear form
+        self._rows = SeededDraws(spread, seed) if rows is None else rows
 
     @property
     def drawn(self) -> int:
         """How many draws are in hand."""
-        return len(self._steps)
+        return self._rows.drawn
 
     def block(self, start: int, stop: int) -> Draws:
         """Draws ``start`` to ``stop`` (within ``SAMPLES``), drawing those not in hand yet."""
-        stop = min(stop, SAMPLES)
-        if stop > self.drawn:
-            count = SAMPLES - self.drawn if self._whole else stop - self.drawn
-            more = draw_matrix(self._spread, self._rng, count)
-            self._steps = more if not self.drawn else np.concatenate((self._steps, more))
-        return Draws(self._steps[start:stop], self.stretch)
+        return Draws(self._rows.rows(stop)[start:stop], self.stretch)
 
 
 def outlier_means(

@@ -32,11 +32,13 @@ from scheduler import clock, giveup
 from scheduler.finish_draws import BoolArray, draw_finishes, estimated_finishes, longest_alone, replay_cells
 from scheduler.lognormal import Z90 as Z90  # the standard normal's 0.9 quantile, for robust_fast
 from scheduler.lognormal import bounded_lengths, sigma_through
+from scheduler.policies.plan_draws import SAMPLES as SAMPLES  # the draws a comparison plays at most
+from scheduler.policies.plan_draws import Spread as Spread
+from scheduler.policies.plan_draws import draw_matrix as draw_matrix
 from scheduler.policies.problem import Problem
 from scheduler.stepsum import FloatArray, planned_steps_array
 from scheduler.types import Trajectory
 
-SAMPLES = 32  # draws of the batch's lengths per comparison, where they fit (``baseline``)
 MIN_SAMPLES = 4  # the fewest: played and timed first, and all a large batch's comparison affords.
 # At 16,384 x 128 a draw of a plan costs ~10-20 ms (queues at once, vectorised, and those in waves
 # through the event loop), so 32 draws of both plans took ~1.2 s of a 1 s plan; and the more
@@ -47,7 +49,6 @@ SLACK = 1.1  # an estimate of a play (``finish_draws.estimated_finishes``) is ta
 JUDGE_SHARE = 0.25  # of the time left when the lpt plan's draws start, what both plans' draws may take
 BLOCK = 1 << 21  # elements of one pass over draws (``makespans``): 16 MiB an array of them
 GIVE_UP_EVERY = 512  # trajectories between ``spreads``' checks of the caller's hard deadline
-Spread = tuple[FloatArray, FloatArray, FloatArray]  # medians, log-normal sigmas, caps (``spreads``)
 
 
 def spreads(trajectories: Sequence[Trajectory]) -> Spread | None:
@@ -76,16 +77,6 @@ def draw_steps(spread: Spread, rng: np.random.Generator) -> list[int]:
     return steps
 
 
-def draw_matrix(spread: Spread, rng: np.random.Generator, count: int) -> npt.NDArray[np.int64]:
-    """``count`` successive ``draw_steps`` as the rows of one array, for plays vectorised across draws
-    (``scheduler.finish_draws``): the generator fills it row after row with the numbers those calls
-    would have drawn, and each element goes through the same arithmetic, so row ``k`` is the ``k``-th
-    draw to the last step."""
-    medians, sigmas, caps = spread
-    normal = rng.standard_normal((count, len(medians)))
-    return planned_steps_array(bounded_lengths(medians, sigmas, caps, normal))
-
-
 def least_expected(
     problem: Problem,
     candidates: Sequence[Sequence[Sequence[int]]],
@@ -101,8 +92,9 @@ def least_expected(
     Each candidate's draws are played a block at a time (``draw_finishes``), each finish the one a
     play of that draw gives to the last bit, and the makespans summed in draw order: the same sums,
     so the same choice, as playing one draw at a time, which spent most of its time setting up
-    each play (a 1 s cpsat plan of 128 x 4 with quantiles: ~24 ms on the comparison, ~3 ms now)."""
-    draws = draw_matrix(spread, np.random.default_rng(seed), SAMPLES)
+    each play (a 1 s cpsat plan of 128 x 4 with quantiles: ~24 ms on the comparison, ~3 ms now).
+    The draws are the plan's own (``Problem.draws``): drawn once whoever asks first."""
+    draws = problem.draws(spread, seed).rows(SAMPLES)
     started = clock.now()
     first = [makespans(problem, queues, draws[:1], reserve) for queues in candidates]
     if started + SAMPLES * (clock.now() - started) > deadline:
@@ -151,7 +143,7 @@ def baseline(
     (``pending_s``) is kept back with the searched plan's plays. Most searches return the lpt plan
     itself (the long chain-of-thought headline's always do), and playing all 32 up front doubled
     its replay's planning time (3.0 -> 6.0 s a step) for a choice never made."""
-    draws = draw_matrix(spread, np.random.default_rng(seed), SAMPLES)
+    draws = problem.draws(spread, seed).rows(SAMPLES)  # the plan's own (``Problem.draws``)
     started = clock.now()
     head = makespans(problem, queues, draws[:MIN_SAMPLES], reserve)
     now = clock.now()

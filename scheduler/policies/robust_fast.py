@@ -132,7 +132,7 @@ def at_once_judged(
         return Judged(placement, None)
     if candidate is not None:
         return _judging(problem, request, placement, _NO_DRAWS, candidate, deadline)
-    draws = LazyDraws(spread, request.seed)
+    draws = LazyDraws(spread, request.seed, problem.draws(spread, request.seed))  # the plan's
     timed = _timed(problem, placement.queues, draws, request.kv_admission, deadline)
     if timed is None:
         return Judged(_marked(placement, UNJUDGED), None)

@@ -45,7 +45,7 @@ from scheduler.policies.base import Placement
 from scheduler.policies.blind_draws import outlived
 from scheduler.policies.ordering import shortest_first
 from scheduler.policies.problem import Problem
-from scheduler.policies.robust import SAMPLES, Spread, draw_matrix, draw_steps
+from scheduler.policies.robust import SAMPLES, Spread, draw_steps
 from scheduler.sim_alone import play_queue
 from scheduler.sim_ledger import Ledger
 from scheduler.sim_rules import DEFAULT_ENGINE, engine_rules
@@ -156,7 +156,7 @@ def _spread_keys(
 ) -> FloatArray | None:
     """Every trajectory's p90 where the request's draws (``SAMPLES`` of them, the bar's) outlive the
     plan's predicted finishes (``blind_draws.outlived``), the key of ``spread_first``; else None."""
-    draws = draw_matrix(spread, np.random.default_rng(seed), SAMPLES)
+    draws = problem.draws(spread, seed).rows(SAMPLES)  # the plan's, the bar's too (``Problem.draws``)
     if not outlived(problem, queues, finishes, draws):
         return None
     medians, sigmas, _ = spread

@@ -18,6 +18,7 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
 from scheduler.policies import lpt, robust_fast
 from scheduler.policies.outlier_draws import Draws, LazyDraws, outlier_draws
+from scheduler.policies.plan_draws import SeededDraws
 from scheduler.policies.problem import build_problem
 from scheduler.policies.robust import SAMPLES, Spread, spreads
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
@@ -51,8 +52,8 @@ def _service_batch(prompts: int, workers: int, seed: int, budget_s: float = 0.08
 class _Eager(LazyDraws):
     """Every draw drawn at once, as the hedge drew them before."""
 
-    def __init__(self, spread: Spread, seed: int) -> None:
-        super().__init__(spread, seed)
+    def __init__(self, spread: Spread, seed: int, rows: SeededDraws | None = None) -> None:
+        super().__init__(spread, seed, rows)
         self.block(0, SAMPLES)
 
 

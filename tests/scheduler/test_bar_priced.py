@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from scheduler import clock
-from scheduler.policies import blindbar, lpt
+from scheduler.policies import blindbar, lpt, plan_draws
 from scheduler.policies.base import Placement
 from scheduler.policies.blindbar import Blind
 from scheduler.policies.problem import Problem, build_problem
@@ -78,7 +78,7 @@ def _drawing(monkeypatch: pytest.MonkeyPatch, deadline: float) -> tuple[Placemen
     problem = build_problem(request)
     placement = RoundRobinPolicy().plan(request, problem)
     blind = Blind(placement.queues, placement.finish_s)
-    fake = slow_stage(monkeypatch, blindbar, "draw_matrix", DRAW_S)
+    fake = slow_stage(monkeypatch, plan_draws, "draw_matrix", DRAW_S)
     spread = spreads(request.trajectories)
     chosen = blindbar.barred(problem, request, placement, blind, "BASELINE", spread, deadline, None, 1.0)
     return placement, chosen, fake.seconds
@@ -104,7 +104,7 @@ def test_the_plan_placed_again_is_not_weighed_on_draws_without_their_price_left(
     placement = Placement(tuple(reversed(first.queues)), "HEURISTIC")
     blind = Blind(first.queues, first.finish_s)
     monkeypatch.setattr(blindbar, "_bar", lambda *args: Placement(blind.queues, "BASELINE"))
-    fake = slow_stage(monkeypatch, blindbar, "draw_matrix", DRAW_S)
+    fake = slow_stage(monkeypatch, plan_draws, "draw_matrix", DRAW_S)
     spread = spreads(request.trajectories)
     blindbar.barred(problem, request, placement, blind, "BASELINE", spread, 0.5 * DRAW_S, first, 1.0)
     assert fake.seconds <= 0.5 * DRAW_S

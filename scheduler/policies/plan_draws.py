@@ -1,0 +1,69 @@
+"""The request's draws of the lengths, drawn once a plan and shared by every judgment that asks.
+
+Why. The bar's weighing of a blind plan (``robust.least_expected``), its screen for outlived
+predictions and its weighing of the plan placed again (``blindbar``), cpsat's baseline
+(``robust.baseline``), the orders' hedge's screen for wide spreads (``robust_order``) and the at-once
+hedge (``robust_fast``) each drew the same ``SAMPLES`` draws from the request's seed, ~4 ms a time at
+4,096 x 32, twice or three times in one plan of the service's 80 ms default (docs/experiments.md,
+budget51). Every one of them now reads the rows the plan's ``Problem`` keeps (``Problem.draws``).
+
+How the same rows. The generator fills row after row, so successive blocks take the numbers one
+pass would, and every element goes through the same arithmetic, with one exception:
+``bounded_lengths`` takes a trajectory to log space where any of the draws in hand could overflow
+its linear form, and a block cannot know the draws after it. So blocks are drawn only where no
+standard normal numpy can draw (``Z_BOUND``) takes any trajectory there (every sane spread: sigma
+under ~17, p90 below 3e9 times p50); elsewhere all ``SAMPLES`` at the first ask. Each consumer thus
+reads exactly the rows ``draw_matrix(spread, default_rng(seed), SAMPLES)`` gives, which is what each
+drew for itself before; the rows are read-only, so no consumer can change another's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.lognormal import LOG_LIMIT, bounded_lengths
+from scheduler.stepsum import FloatArray, planned_steps_array
+
+SAMPLES = 32  # draws of the batch's lengths per comparison, where they fit (``robust.baseline``)
+Z_BOUND = 40.0  # above any standard normal numpy draws (its ziggurat's tail ends near 13.7)
+Spread = tuple[FloatArray, FloatArray, FloatArray]  # medians, log-normal sigmas, caps (``robust.spreads``)
+
+
+def draw_matrix(spread: Spread, rng: np.random.Generator, count: int) -> npt.NDArray[np.int64]:
+    """``count`` successive ``robust.draw_steps`` as the rows of one array, for plays vectorised
+    across draws (``scheduler.finish_draws``): the generator fills it row after row with the numbers
+    those calls would have drawn, and each element goes through the same arithmetic, so row ``k`` is
+    the ``k``-th draw to the last step."""
+    medians, sigmas, caps = spread
+    normal = rng.standard_normal((count, len(medians)))
+    return planned_steps_array(bounded_lengths(medians, sigmas, caps, normal))
+
+
+class SeededDraws:
+    """The rows of ``draw_matrix(spread, default_rng(seed), SAMPLES)``, drawn only as far as asked
+    (module doc: the same rows either way)."""
+
+    def __init__(self, spread: Spread, seed: int) -> None:
+        self.spread, self.seed = spread, seed
+        self._rng = np.random.default_rng(seed)
+        medians, sigmas, _ = spread
+        self._steps: npt.NDArray[np.int64] = np.zeros((0, len(medians)), dtype=np.int64)
+        with np.errstate(divide="ignore", invalid="ignore"):  # a zero median: drawn whole
+            reach = np.abs(np.log(medians)) + Z_BOUND * sigmas
+        self._whole = not bool((reach <= LOG_LIMIT).all())  # some spread may leave the linear form
+
+    @property
+    def drawn(self) -> int:
+        """How many draws are in hand."""
+        return len(self._steps)
+
+    def rows(self, stop: int) -> npt.NDArray[np.int64]:
+        """The first ``stop`` draws (within ``SAMPLES``), drawing those not in hand yet; read-only."""
+        stop = min(stop, SAMPLES)
+        if stop > self.drawn:
+            count = SAMPLES - self.drawn if self._whole else stop - self.drawn
+            more = draw_matrix(self.spread, self._rng, count)
+            self._steps = more if not self.drawn else np.concatenate((self._steps, more))
+            self._steps.flags.writeable = False
+        return self._steps[:stop]
