@@ -35,6 +35,7 @@ RATIO_BUCKETS = (1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.5, 2.0, 3.0, 5.0)
 
 REAP_OUTCOMES = ("requeued", "dead_lettered")  # the reaped-leases counter's only label values
 RETRAIN_OUTCOMES = ("ok", "busy", "insufficient_data", "error")  # the retrains counter's
+LOAD_FAILURES = ("version", "listing")  # the failed model loads counter's: a version, the store's listing
 PUBLISHED = ("true", "false")  # the planned-trajectories counter's
 QUEUE_STATES = ("queued", "running", "done", "failed")  # the queue-depth gauge's (``Delivery.totals``)
 
@@ -185,6 +186,13 @@ class Metrics:
         )
         self.actuals = Counter("rollout_actuals", "Actual lengths reported", registry=reg)
         self.retrains = Counter("rollout_retrains", "Predictor retrains", ["outcome"], registry=reg)
+        # a version that does not load was only logged, once (``ModelService``): an alert needs a series
+        self.model_load_failures = Counter(
+            "rollout_model_load_failures",
+            "Model store loads that failed: a version that did not load, or a store not listed (each try)",
+            ["what"],
+            registry=reg,
+        )
         self.reaped = Counter(
             "rollout_reaped_leases",
             "Lapsed leases (a worker stopped heartbeating) this replica's reaper took back, by outcome",
@@ -197,6 +205,7 @@ class Metrics:
         for counter, values in (
             (self.reaped, REAP_OUTCOMES),
             (self.retrains, RETRAIN_OUTCOMES),
+            (self.model_load_failures, LOAD_FAILURES),
             (self.trajectories, PUBLISHED),
         ):
             for value in values:
@@ -207,6 +216,11 @@ class Metrics:
         because the lapsed lease was their last attempt."""
         self.reaped.labels("requeued").inc(report.requeued)
         self.reaped.labels("dead_lettered").inc(report.dead_lettered)
+
+    def count_load_failure(self, listing: bool) -> None:
+        """Count one failed try at the model store: the store not listed (``listing``) or a version
+        that did not load (damaged, foreign); the model held keeps serving either way."""
+        self.model_load_failures.labels("listing" if listing else "version").inc()
 
     def watch_model(self, source: VersionSource) -> None:
         """Expose ``rollout_model_info{version}`` from ``source`` at every scrape."""

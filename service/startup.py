@@ -194,6 +194,7 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
     delivery = Delivery(client, prefix)
     log = ActualsLog(client, settings.actuals_maxlen, prefix)
     model_service = ModelService(ModelStore(settings.model_dir), log, settings.model_keep, delivery)
+    model_service.load_failed = metrics.count_load_failure  # the start's load counted too
     try:
         model_service.start()
     except REDIS_FAILED as error:

@@ -94,6 +94,7 @@ class ModelService:
         self._warming = False  # a warm thread runs (and will take ``_warm_step``)
         self.warmer: threading.Thread | None = None  # the last warm thread started, if any
         self._unreadable: set[object] = set()  # stored versions that did not load (each logged once)
+        self.load_failed: Callable[[bool], None] | None = None  # told each failed load (True: the listing)
         self._planned: int | None = None  # the step this replica planned last (``predict``): open
         self.loaded = False
 
@@ -272,6 +273,8 @@ class ModelService:
             return self.predictor.reload(self.store, self._unreadable_version)
 
     def _unreadable_version(self, error: InvalidInputError) -> None:
+        if self.load_failed is not None:  # every try counted (``rollout_model_load_failures_total``)
+            self.load_failed(error.value == str(self.store.root))  # the store itself: its listing
         if error.value not in self._unreadable:
             self._unreadable.add(error.value)
             _log.error("model store: %s; passed over", error)
