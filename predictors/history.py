@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -178,6 +178,14 @@ class History:
         """Every row observed so far, as one trace."""
         with self._lock:
             return self._joined()
+
+    def held(self) -> Callable[[], Trace]:
+        """The rows held now, joined into one trace when the answer is called: ``trace`` joins under
+        the lock every append and predict takes (0.1-0.6 s at 1.2 M rows, load 10: a retrain's
+        snapshot held every request that long, learn51); this takes only the list of chunks."""
+        with self._lock:
+            chunks, codes = list(self._chunks), list(self._codes)
+        return lambda: self._joined_from(chunks, codes)[0]
 
     def _joined(self) -> Trace:
         """``trace`` with the lock held."""

@@ -308,12 +308,14 @@ class ModelService:
         counted are those of the fit's own snapshot of the history: actuals folded in while it ran
         are not in the model, and counting them made ``history_rows`` name rows it never saw."""
         started = time.perf_counter()
-        self.sync()
-        # One snapshot of both, under the lock every fold takes: a step's first actuals folded between
-        # the two made the history's newest step not the reports', and a step in flight was fitted whole
-        with self._sync_lock:
-            last = self._reports.last()
-            history = self.predictor.history.trace  # actuals landing meanwhile are not fitted
+        with self._beside.counted():  # a request beside waits for it ``FOLD_WAIT_S`` at most (learn51)
+            self.sync()
+            # One snapshot of both, under the lock every fold takes: a step's first actuals folded between
+            # the two made the history's newest step not the reports', and a step in flight was fitted whole
+            with self._sync_lock:
+                last = self._reports.last()
+                held = self.predictor.history.held()  # actuals landing meanwhile are not fitted
+        history = held()  # joined outside the locks: requests waited out the join at 1.2 M rows (learn51)
         if len(history) == 0:
             raise InvalidInputError("history", 0, "no actuals have been reported yet")
         history = complete_steps(history, self._open_step(history.step, planned_step, last))

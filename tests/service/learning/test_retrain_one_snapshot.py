@@ -5,6 +5,7 @@ named last step for over: both leave a step in flight out of the fit, on the rea
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import redis
 
 from predictors.history import History
 from predictors.store import ModelStore
+from predictors.tracetable import Trace
 from service.learning.models import ModelService
 from service.learning.step_over import LastStep, StepReports
 from tests.service.api_helpers import AppFactory, actual_report
@@ -36,7 +38,7 @@ def test_a_step_s_first_actuals_folded_during_a_retrain_do_not_get_the_step_in_f
     _report(planner, leases[:16], "step-2")
     models: ModelService = other.app.state.context.models  # type: ignore[attr-defined]
     landed: list[bool] = []
-    read_reports, read_history = StepReports.last, vars(History)["trace"].fget
+    read_reports, read_history = StepReports.last, History.held
 
     def reports_then_next_step(self: StepReports) -> LastStep:
         last = read_reports(self)
@@ -51,7 +53,7 @@ def test_a_step_s_first_actuals_folded_during_a_retrain_do_not_get_the_step_in_f
             models._sync_lock.release()
             models.sync()
 
-    def history_after_the_fold(self: History) -> object:
+    def history_after_the_fold(self: History) -> Callable[[], Trace]:
         if landed:
             folding = threading.Thread(target=fold_where_free)
             folding.start()
@@ -59,7 +61,7 @@ def test_a_step_s_first_actuals_folded_during_a_retrain_do_not_get_the_step_in_f
         return read_history(self)
 
     monkeypatch.setattr(StepReports, "last", reports_then_next_step)
-    monkeypatch.setattr(History, "trace", property(history_after_the_fold))
+    monkeypatch.setattr(History, "held", history_after_the_fold)
     assert _retrained_steps(other, tmp_path) == [0, 1]
     assert landed
 

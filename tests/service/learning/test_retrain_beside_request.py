@@ -1,0 +1,110 @@
+"""A retrain's bookkeeping holds no request: its sync is waited for ``FOLD_WAIT_S`` at most, and its
+snapshot of the history is joined outside the locks a request takes (learn51).
+
+The automatic retrain (``ROLLOUT_RETRAIN_EVERY_STEPS``) starts on a ``/schedule`` of a step boundary
+and runs beside the next requests. It synced, then joined the whole history into one trace, both under
+the sync lock, the join under the history's own lock too: at 1.2 M rows the join took 0.1-0.6 s (load
+10-14) and a request's sync started beside it waited all of it (docs/experiments.md, learn51), past a
+plan's 80 ms budget, on a followed replica or not. Fakes hold the sync's read and the join open on
+events: nothing here asserts a duration."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from predictors.queries import Query
+from predictors.store import ModelStore
+from predictors.tracetable import Trace
+from service.api.learning_schemas import ActualReport
+from service.learning import models as models_module
+from service.learning.actuals import ActualsLog
+from service.learning.models import ModelService
+from tests.service.api_helpers import actual_report
+
+BOUND_S = 30.0  # how long a thread is given on a loaded host: a bound, not a speed
+QUERIES = [Query(f"p{p}", 0, 100 + 10 * p, 2048) for p in range(8)]
+RETRAINER = "retrainer"  # the retrain's thread: only its read or join is held
+
+
+def _service(redis_client: redis.Redis, store: Path, followed: bool) -> ModelService:
+    """Two steps stored and folded, in two chunks of the history (two syncs); nothing fitted."""
+    models = ModelService(ModelStore(store), ActualsLog(redis_client, 10_000))
+    for step in (0, 1):
+        rows = [actual_report(step, p, i) for p in range(8) for i in range(4)]
+        models.actuals.append([ActualReport.model_validate(r) for r in rows])
+        models.sync()
+    models.followed = followed
+    return models
+
+
+def _ends_while_held(models: ModelService, reached: threading.Event, go_on: threading.Event) -> bool:
+    """Start a retrain (its fit stubbed) on its own thread; once it reached what is held, whether a
+    predict started then ends before the hold is let go."""
+    answered: list[Any] = []
+    retrain = threading.Thread(target=_retrained, args=(models,), name=RETRAINER, daemon=True)
+    request = threading.Thread(target=lambda: answered.append(models.predict(QUERIES, 2, 0.5)))
+    retrain.start()
+    try:
+        assert reached.wait(BOUND_S)
+        request.start()
+        request.join(BOUND_S)
+        return bool(answered)
+    finally:
+        go_on.set()
+        request.join(BOUND_S)
+        retrain.join(BOUND_S)
+
+
+def _held_on_the_retrainer(real: Callable[..., Any], reached: threading.Event, go_on: threading.Event) -> Any:
+    def held(*args: Any) -> Any:
+        if threading.current_thread().name == RETRAINER:
+            reached.set()
+            assert go_on.wait(BOUND_S)
+        return real(*args)
+
+    return held
+
+
+class _UnfittedError(Exception):
+    """What the stubbed fit raises: the retrain's bookkeeping before it is what is tested."""
+
+
+def _unfitted(history: Trace) -> None:
+    raise _UnfittedError
+
+
+def _retrained(models: ModelService) -> None:
+    with pytest.raises(_UnfittedError):
+        models.retrain()
+
+
+@pytest.mark.parametrize("followed", [True, False])
+def test_a_request_beside_the_retrains_sync_waits_for_it_fold_wait_s_at_most(
+    redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, followed: bool
+) -> None:
+    models = _service(redis_client, tmp_path / "models", followed)
+    reached, go_on = threading.Event(), threading.Event()
+    monkeypatch.setattr(
+        models.actuals, "rows_after", _held_on_the_retrainer(models.actuals.rows_after, reached, go_on)
+    )
+    monkeypatch.setattr(models_module, "fit", _unfitted)
+    assert _ends_while_held(models, reached, go_on), "the request waited out the retrain's sync"
+
+
+@pytest.mark.parametrize("followed", [True, False])
+def test_a_request_beside_the_retrains_snapshot_does_not_wait_for_its_join(
+    redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, followed: bool
+) -> None:
+    models = _service(redis_client, tmp_path / "models", followed)
+    assert len(models.predictor.history._chunks) > 1  # the snapshot joins them
+    reached, go_on = threading.Event(), threading.Event()
+    concat: Callable[[Sequence[Trace]], Trace] = Trace.concat
+    monkeypatch.setattr(Trace, "concat", staticmethod(_held_on_the_retrainer(concat, reached, go_on)))
+    monkeypatch.setattr(models_module, "fit", _unfitted)
+    assert _ends_while_held(models, reached, go_on), "the request waited out the retrain's join"
