@@ -192,12 +192,14 @@ class ModelService:
             raise
 
     def _sync_unless_followed(self) -> int:
-        """``sync``, unless the follower's or ``POST /actuals``'s (``sync_stored``) is under way and
-        outlasts ``FOLD_WAIT_S``: then nothing. The request predicts from the history last folded
+        """``sync``, unless the follower's, ``POST /actuals``'s (``sync_stored``) or a retrain's is under
+        way and outlasts ``FOLD_WAIT_S``: then nothing. The request predicts from the history last folded
         (whole: the fold's rows are one chunk, appended under the history's lock, where a predict takes
         its list of chunks) and the fold's rows are in the next request's. It waited the fold out: a
-        step's 32,768 actuals held it 0.8-2.4 s (docs/experiments.md, periodic50; review50b). Another
-        request's sync is still waited for, as before."""
+        step's 32,768 actuals held it 0.8-2.4 s (docs/experiments.md, periodic50; review50b). Not waited
+        for either where it holds reports stored before the request: in the client's loop it missed a
+        step's last 3-24% once in 12-15 steps, 0.1-1.0% worse predictions of recurring prompts, where
+        waiting held the request 68-660 ms (learn51). Another request's sync is still waited for."""
         taken = self._sync_lock.acquire(blocking=False) or self._sync_lock.acquire(
             timeout=FOLD_WAIT_S if self._beside.any() else -1  # read once the lock is found held
         )
