@@ -6,7 +6,8 @@ step (periodic50), and ``POST /actuals``'s own of the batch it just stored, whic
 replica held the lock as long (a step's 32,768 reports in one batch: 0.45-1.4 s at load 11-14, the
 stream read most of it; review50b) while a ``/schedule`` beside it waited all of it, past any plan's
 budget (80 ms by default). A retrain's sync is a third (learn51: the automatic one runs beside
-the next requests, followed or not; its snapshot is joined outside the lock). Each such fold is
+the next requests, followed or not; its snapshot is joined outside the lock), and ``GET /models``'
+a fourth, where a follower runs. Each such fold is
 counted here while it runs, or waits for the lock; a request finding the lock held and a count above
 zero waits ``FOLD_WAIT_S`` at most, then predicts from the history last folded. A count, not a flag:
 they may run at once, and the first to end must not clear the other's.

@@ -164,8 +164,8 @@ class ModelService:
         return folded
 
     def sync_stored(self) -> int:
-        """``sync`` after ``POST /actuals`` stored a batch; where a follower runs, a request beside it
-        waits for it ``FOLD_WAIT_S`` at most, as for the follower's (``folds_beside``)."""
+        """``sync`` after ``POST /actuals`` stored a batch, or for ``GET /models`` (``refresh``); where a
+        follower runs, a request beside it waits for it ``FOLD_WAIT_S`` at most (``folds_beside``)."""
         if not self.followed:  # ``ROLLOUT_ACTUALS_FOLLOW_S=0``: requests wait for every fold, as before
             return self.sync()
         with self._beside.counted():
@@ -247,7 +247,7 @@ class ModelService:
     def refresh(self) -> None:
         """Fold in new actuals, then ``reload_if_due``: what ``GET /models`` reports (a status route, not a
         plan's path: it waits for a fold under way and loads a version due, to say what serves)."""
-        self.sync()
+        self.sync_stored()  # a step's fold here held a request beside it as POST /actuals' did (learn51)
         self.reload_if_due()
 
     def reload_if_due(self) -> None:

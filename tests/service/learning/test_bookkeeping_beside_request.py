@@ -1,11 +1,14 @@
-"""A retrain's bookkeeping holds no request: its sync is waited for ``FOLD_WAIT_S`` at most, and its
-snapshot of the history is joined outside the locks a request takes (learn51).
+"""The learning's bookkeeping holds no request: a retrain's sync, and ``GET /models``' on a followed
+replica, are waited for ``FOLD_WAIT_S`` at most, and a retrain's snapshot of the history is joined
+outside the locks a request takes (learn51).
 
 The automatic retrain (``ROLLOUT_RETRAIN_EVERY_STEPS``) starts on a ``/schedule`` of a step boundary
 and runs beside the next requests. It synced, then joined the whole history into one trace, both under
 the sync lock, the join under the history's own lock too: at 1.2 M rows the join took 0.1-0.6 s (load
 10-14) and a request's sync started beside it waited all of it (docs/experiments.md, learn51), past a
-plan's 80 ms budget, on a followed replica or not. Fakes hold the sync's read and the join open on
+plan's 80 ms budget, on a followed replica or not. ``GET /models`` syncs before it says what serves:
+a step's actuals not yet taken by the follower held a request beside it as ``POST /actuals``' fold had
+(review50b). Fakes hold the sync's read and the join open on
 events: nothing here asserts a duration."""
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from tests.service.api_helpers import actual_report
 
 BOUND_S = 30.0  # how long a thread is given on a loaded host: a bound, not a speed
 QUERIES = [Query(f"p{p}", 0, 100 + 10 * p, 2048) for p in range(8)]
-RETRAINER = "retrainer"  # the retrain's thread: only its read or join is held
+RETRAINER = "retrainer"  # the retrain's (or status route's) thread: only its read or join is held
 
 
 def _service(redis_client: redis.Redis, store: Path, followed: bool) -> ModelService:
@@ -43,11 +46,17 @@ def _service(redis_client: redis.Redis, store: Path, followed: bool) -> ModelSer
     return models
 
 
-def _ends_while_held(models: ModelService, reached: threading.Event, go_on: threading.Event) -> bool:
-    """Start a retrain (its fit stubbed) on its own thread; once it reached what is held, whether a
-    predict started then ends before the hold is let go."""
+def _ends_while_held(
+    models: ModelService,
+    reached: threading.Event,
+    go_on: threading.Event,
+    work: Callable[[], None] | None = None,
+) -> bool:
+    """Start ``work`` (a retrain, its fit stubbed) on its own thread; once it reached what is held,
+    whether a predict started then ends before the hold is let go."""
     answered: list[Any] = []
-    retrain = threading.Thread(target=_retrained, args=(models,), name=RETRAINER, daemon=True)
+    target = work or (lambda: _retrained(models))
+    retrain = threading.Thread(target=target, name=RETRAINER, daemon=True)
     request = threading.Thread(target=lambda: answered.append(models.predict(QUERIES, 2, 0.5)))
     retrain.start()
     try:
@@ -108,3 +117,17 @@ def test_a_request_beside_the_retrains_snapshot_does_not_wait_for_its_join(
     monkeypatch.setattr(Trace, "concat", staticmethod(_held_on_the_retrainer(concat, reached, go_on)))
     monkeypatch.setattr(models_module, "fit", _unfitted)
     assert _ends_while_held(models, reached, go_on), "the request waited out the retrain's join"
+
+
+def test_a_followed_replicas_request_beside_get_models_sync_waits_for_it_fold_wait_s_at_most(
+    redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    models = _service(redis_client, tmp_path / "models", followed=True)
+    step_2 = [actual_report(2, p, i) for p in range(8) for i in range(4)]  # not folded by the follower yet
+    models.actuals.append([ActualReport.model_validate(r) for r in step_2])
+    reached, go_on = threading.Event(), threading.Event()
+    held = _held_on_the_retrainer(models.actuals.rows_after, reached, go_on)
+    monkeypatch.setattr(models.actuals, "rows_after", held)
+    assert _ends_while_held(models, reached, go_on, models.refresh), (
+        "the request waited out GET /models' sync"
+    )
