@@ -31,12 +31,14 @@ reached at all.
 
 What a walk knows unserved without asking (cluster50): a slot the client's map sends nowhere, once one
 such slot has failed in the walk (its call's map refresh found none for it either), is passed over
-with that failure's error. And a walk that ``learns`` (the reaper's, off any event loop: it is one
-blocking call) asks the node that has just said a slot is not served which slots it knows no master
-for (``coverage.py``), once a walk, and passes those over too: each had cost its own call of 0.26 s
-(redis-py's fixed wait on that error), ten of a dropped range 2.8 s a reaper pass. A schedule passed
-over so is missed as its call's failure would have been, its slot's master counted: the outage rule
-holds as if it had been asked.
+with that failure's error. And a walk asks the node that has just said a slot is not served which
+slots it knows no master for (``coverage.py``), once a walk, and passes those over too: each had cost
+its own call of 0.26 s (redis-py's fixed wait on that error), ten of a dropped range 2.8 s a reaper
+pass. The ask is one blocking call: a walk that ``learns`` (the reaper's, a heartbeat's, each on a
+thread of its own) makes it in ``missed``; the sidecar's claim walk, on its event loop, makes it in a
+thread after ``missed`` (``unasked``, ``learn``: cluster51; before, it never asked, and paid the
+0.26 s at every unserved slot). A schedule passed over so is missed as its call's failure would have
+been, its slot's master counted: the outage rule holds as if it had been asked.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class Reach:
 
     client: RedisClient  # the walk's: a ``RedisCluster``'s connection error is one node's
     prefix: str = keyspace.DEFAULT_PREFIX
-    learns: bool = False  # may ask a node which slots are unserved (a blocking call: not on a loop)
+    learns: bool = False  # asks in ``missed`` which slots are unserved (a blocking call: not on a loop)
     missing: dict[str, Exception] = field(default_factory=dict)  # schedule id -> why not reached
     answered: set[str] = field(default_factory=set)  # schedules that answered (gone, or refusing, too)
     _failed: dict[Hashable, Exception] = field(default_factory=dict, init=False)  # slot or node -> error
@@ -71,6 +73,7 @@ class Reach:
     _down: Exception | None = field(default=None, init=False)  # a node's "cluster is down": every slot
     _unserved: frozenset[int] | None = field(default=None, init=False)  # slots a node knows no master for
     _unserved_error: Exception | None = field(default=None, init=False)  # the failure that asked it
+    _asking: ClusterNode | None = field(default=None, init=False)  # the node to ask it (``learn``)
 
     @property
     def catches(self) -> tuple[type[Exception], ...]:
@@ -127,16 +130,23 @@ class Reach:
         self._masters.add(node if node is not None else slot)
         if not self.reached and len(self._masters) >= TRIED_DOMAINS:
             raise error
-        if self.learns and self._unserved_error is None and not whole and not_served(error):
-            self._learn(schedule_id, error)
+        if self._unserved_error is None and not whole and not_served(error):
+            self._unserved_error, self._asking = error, self._target(schedule_id)
+            if self.learns:
+                self.learn()
 
-    def _learn(self, schedule_id: str, error: Exception) -> None:
-        """Ask the node that said ``schedule_id``'s slot is not served which slots it knows no master
-        for (``coverage.py``): once a walk, answered or not."""
-        self._unserved_error = error
-        target = self._target(schedule_id)
-        if isinstance(self.client, RedisCluster) and target is not None:
-            self._unserved = unserved_slots(self.client, target)
+    @property
+    def unasked(self) -> bool:
+        """Whether a node has said a slot is not served and is not asked yet which others are."""
+        return self._asking is not None
+
+    def learn(self) -> None:
+        """Ask the node that said a slot is not served which slots it knows no master for
+        (``coverage.py``): once a walk, answered or not; nothing to ask, nothing done. One blocking
+        call: a walk on an event loop runs it in a thread (``service/sidecar/unreached.py``)."""
+        node, self._asking = self._asking, None
+        if isinstance(self.client, RedisCluster) and node is not None:
+            self._unserved = unserved_slots(self.client, node)
 
     def outage(self) -> Exception | None:
         """The error to raise for a walk that reached nothing and missed something; else None."""

@@ -56,7 +56,7 @@ from service.sidecar.resends import Resends
 from service.sidecar.session_settings import SessionSettings as SessionSettings
 from service.sidecar.session_settings import SessionStats as SessionStats
 from service.sidecar.session_settings import heartbeat_every_s
-from service.sidecar.unreached import Unreached
+from service.sidecar.unreached import Unreached, missed
 from service.sidecar.waits import sleep_unless
 
 log = logging.getLogger("service.sidecar")
@@ -134,7 +134,7 @@ class WorkerSession:
                 except UnknownScheduleError:
                     continue
                 except walk.catches as error:  # read again at the next claim
-                    walk.missed(sid, error)
+                    await missed(walk, sid, error)
                     continue
                 walk.got(sid)  # its slot answered: two failed after it are no outage
             infos.append(self._infos[sid])
@@ -167,7 +167,7 @@ class WorkerSession:
             try:
                 leases = await self._take(info, count)
             except reach.catches as error:
-                reach.missed(info.schedule_id, error)
+                await missed(reach, info.schedule_id, error)
                 continue
             reach.got(info.schedule_id)
             got += [self.holdings.add(lease, info.kv_admission) for lease in leases]
@@ -230,7 +230,7 @@ class WorkerSession:
         unheard = self._unreached_beats.now = self._unreached_beats.now & {le.schedule_id for le in leases}
         last = unheard | self._failed_beat
         leases = sorted(leases, key=lambda lease: lease.schedule_id in last)
-        reach = Reach(self.delivery.client, self.delivery.prefix)
+        reach = Reach(self.delivery.client, self.delivery.prefix, learns=True)  # walked in a thread
         try:
             alive, reach = await self._redis(self.delivery.heartbeat_reaching, leases, None, reach)
             if (outage := reach.outage()) is not None:

@@ -7,10 +7,16 @@ schedules over and goes on with the others, raising nothing, so the runner's "re
 warning (a claim that raised) and the heartbeat's outage warning say nothing of it. Told at each walk,
 it was a line per claim poll (several a second) or per heartbeat for as long as the slot stayed
 unserved.
+
+A claim walk runs on the sidecar's event loop (push mode's runner, pull mode's app: each awaits
+``WorkerSession.claim``), its calls in threads. Its misses go through ``missed``, which asks the node
+that has just said a slot is not served which others are (``Reach.learn``: one blocking call) in a
+thread too, so the walk passes them over unasked, as the reaper's does (cluster51).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
@@ -39,3 +45,13 @@ class Unreached:
         for schedule_id in sorted(self.now & reach.answered):
             log.info("%s reach schedule %s again", self.what, schedule_id)
         self.now = (self.now - reach.answered) | set(reach.missing)
+
+
+async def missed(walk: Reach, schedule_id: str, error: Exception) -> None:
+    """``walk.missed``, then, where a node has just said ``schedule_id``'s slot is not served, that
+    node asked in a thread which other slots no master serves: each such schedule of the walk had cost
+    a call of 0.26 s (redis-py's fixed wait on that error); asked on the event loop, every other
+    coroutine of the sidecar (heartbeats, the pull API) would have waited for the answer."""
+    walk.missed(schedule_id, error)
+    if walk.unasked:
+        await asyncio.to_thread(walk.learn)

@@ -1,0 +1,149 @@
+"""A sidecar's walks over its schedules on a real 3-master Redis Cluster with a slot range no master
+serves (``cluster-require-full-coverage no``): the first schedule of the range is asked, the node that
+refused it is asked which slots no master serves (``CLUSTER SLOTS``, ``coverage.py``), and the walk
+passes the range's other schedules over unasked, as the reaper's pass does (``reach.py``). The claim
+walk runs on the sidecar's event loop: the node is asked in a thread, not on the loop.
+
+Before, the sidecar's walks never asked: each schedule of the range cost its own call, 0.26 s each
+(redis-py's fixed wait on a slot not served), and the served schedules behind them waited as long."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+from service.delivery import Delivery, keys
+from service.sidecar.holdings import Holdings
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.cluster import SLOTS, LocalCluster, serve_ranges, serve_the_rest, unserve_range
+from tests.service.sidecar.procs import item, publish
+
+pytestmark = pytest.mark.slow
+DROPPED = range(SLOTS // 3 + 500, SLOTS // 3 + 700)  # of the second master's share
+FIXED = {key_slot(k.encode()) for k in (keys.active_index(), keys.lapse_index(), keys.inbox("w"))}
+
+
+class Asked(NamedTuple):
+    command: str
+    slot: int | None  # its key's slot; None for a command with no key (``CLUSTER SLOTS``)
+    thread: int  # ``threading.get_ident()`` of the thread that asked
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """A cluster of this module's own: its tests take a slot range away, the others served meanwhile."""
+    with LocalCluster() as local:
+        serve_the_rest(local)
+        yield local
+
+
+def _slot(sid: str) -> int:
+    return key_slot(keys.schedule_keys(sid).meta.encode())
+
+
+def _ids() -> list[str]:
+    """Four ids on distinct slots of ``DROPPED``, then one on the first master's share."""
+    found: dict[int, str] = {}
+    for n in range(1_000_000):
+        sid = f"a{n}"
+        if _slot(sid) in DROPPED and _slot(sid) not in FIXED:
+            found.setdefault(_slot(sid), sid)
+        if len(found) == 4:
+            break
+    served = next(f"z{n}" for n in range(100_000) if _slot(f"z{n}") < SLOTS // 3 - 1)
+    return [*found.values(), served]
+
+
+def _published(cluster: LocalCluster) -> tuple[WorkerSession, list[str]]:
+    """Each of ``_ids`` published for worker ``w`` with one item, oldest first in that order."""
+    cluster.flushall()
+    ids = _ids()
+    delivery = Delivery(cluster.client())
+    for sid in ids:
+        publish(delivery, sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=60_000)
+        time.sleep(0.002)
+    return WorkerSession(delivery, Holdings(8), SessionSettings("w")), ids
+
+
+def _spy(client: RedisCluster) -> list[Asked]:
+    """From now on, every command ``client`` is asked to make (still sent to the real cluster)."""
+    asked: list[Asked] = []
+    send: Callable[..., Any] = client.execute_command
+
+    def sent(*args: Any, **options: Any) -> Any:
+        name = str(args[0]).upper()
+        key = args[3] if name in ("EVAL", "EVALSHA") else args[1] if name == "HMGET" else None
+        slot = None if key is None else key_slot(str(key).encode())
+        asked.append(Asked(name, slot, threading.get_ident()))
+        return send(*args, **options)
+
+    client.execute_command = sent  # type: ignore[method-assign]
+    return asked
+
+
+def _toward_dropped(asked: list[Asked], command: str) -> int:
+    return sum(1 for each in asked if each.command == command and each.slot in DROPPED)
+
+
+def _while_dropped(cluster: LocalCluster, then: Callable[[], Any]) -> Any:
+    """``then()`` while no master serves ``DROPPED``; served again by its master after."""
+    with redis.Redis(port=cluster.nodes[0].port) as admin:
+        owner = next(int(m[1]) for lo, hi, m, *_ in admin.cluster("SLOTS") if lo <= DROPPED.start <= hi)
+    unserve_range(cluster, DROPPED)
+    try:
+        return then()
+    finally:
+        serve_ranges(cluster, {DROPPED: owner})
+
+
+def test_a_claim_asks_one_schedule_of_a_dropped_range_and_the_node_off_its_event_loop(
+    cluster: LocalCluster,
+) -> None:
+    """Every schedule's settings read: the claim asks the range's first schedule, the node that refused
+    it (in a thread, not the loop's), and leases from the served schedule. Before: four claim calls
+    to the range, no ``CLUSTER SLOTS``."""
+    session, ids = _published(cluster)
+    asyncio.run(session.schedules())
+    client = session.delivery.client
+    assert isinstance(client, RedisCluster)
+    asked = _spy(client)
+    claimed = _while_dropped(cluster, lambda: asyncio.run(session.claim(1)))
+    learned = [each for each in asked if each.command == "CLUSTER SLOTS"]
+    assert [h.lease.key for h in claimed] == [f"{ids[-1]}#0"]
+    assert _toward_dropped(asked, "EVALSHA") + _toward_dropped(asked, "EVAL") == 1
+    assert len(learned) == 1
+    assert learned[0].thread != threading.get_ident()  # ``asyncio.run``'s loop runs on this thread
+
+
+def test_a_claims_settings_reads_ask_one_schedule_of_a_dropped_range(cluster: LocalCluster) -> None:
+    """No schedule's settings read yet: the walk reads the range's first schedule's, learns the range,
+    and reads and leases the served one. Before: a settings read to each of the four."""
+    session, ids = _published(cluster)
+    client = session.delivery.client
+    assert isinstance(client, RedisCluster)
+    asked = _spy(client)
+    claimed = _while_dropped(cluster, lambda: asyncio.run(session.claim(1)))
+    assert [h.lease.key for h in claimed] == [f"{ids[-1]}#0"]
+    assert _toward_dropped(asked, "HMGET") == 1
+
+
+def test_a_heartbeat_asks_one_schedule_of_a_dropped_range(cluster: LocalCluster) -> None:
+    """Every schedule's item leased, then the range dropped: the beat extends the served schedule's
+    lease and asks one of the range's four. Before: a heartbeat call to each."""
+    session, ids = _published(cluster)
+    held = asyncio.run(session.claim(len(ids)))
+    assert len(held) == len(ids)
+    client = session.delivery.client
+    assert isinstance(client, RedisCluster)
+    asked = _spy(client)
+    lost = _while_dropped(cluster, lambda: asyncio.run(session.heartbeat()))
+    assert (lost, session.heartbeats_failing) == ([], False)
+    assert _toward_dropped(asked, "EVALSHA") + _toward_dropped(asked, "EVAL") == 1
