@@ -36,7 +36,7 @@ from redis.cluster import PipelineCommand, RedisCluster
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import REDIS_FAILED, cluster_down
+from service.delivery.errors import REDIS_FAILED, cluster_down, not_served
 from service.delivery.unanswered import Unanswered
 
 # Push entries of ``keys.step_planning`` (KEYS[1]) of requests still alive (ARGV[2..]) to ARGV[1] ms
@@ -68,13 +68,17 @@ def keep_each(
     own, or the one its master did not answer with earlier in the pass)."""
     failed: dict[int, Exception] = {}
     for group in _by_master(prefix, members, unanswered):
-        known = unanswered.known(group[0].key)
-        if known is not None:
-            failed.update((each.step, known) for each in group)
-        elif len(group) == 1:
-            failed.update(_kept_alone(client, group[0], life_ms, unanswered))
-        else:
-            failed.update(_kept_together(client, group, life_ms, unanswered))
+        asked: list[_Step] = []
+        for each in group:  # its master not answering, its slot unserved, earlier in the pass
+            known = unanswered.known(each.key)
+            if known is None:
+                asked.append(each)
+            else:
+                failed[each.step] = known
+        if len(asked) == 1:
+            failed.update(_kept_alone(client, asked[0], life_ms, unanswered))
+        elif asked:
+            failed.update(_kept_together(client, asked, life_ms, unanswered))
     return failed
 
 
@@ -112,6 +116,8 @@ def _kept_together(
     for each, answer in zip(group, answers, strict=True):
         if not isinstance(answer, Exception):
             continue
+        if not_served(answer):  # the node's own word (no redirect to follow): learned, not sent again
+            unanswered.met(each.key, answer)
         if isinstance(answer, RESENT_ALONE) and not cluster_down(answer):
             failed.update(_kept_alone(client, each, life_ms, unanswered))
         else:

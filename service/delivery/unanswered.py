@@ -16,6 +16,12 @@ master. A node's "The cluster is down" (``errors.cluster_down``) is every key's 
 its own key's alone: a master out of memory answers at once, and a key of the wrong type is that key's
 (reach49). This is not ``reach.Reach``'s walk: the keeper never gives a pass up as an outage, since
 each master costs it one failed call at most and any key it skipped would lapse under its live request.
+
+A slot no master serves is one slot's, not its master's, but costs each call on it 0.26 s (redis-py's
+fixed wait on "Hash slot not served": ``coverage.py``): so, as ``Reach`` does, the node that has just
+said so is asked once a pass which slots it knows no master for, and every later key of those slots
+fails with that refusal, unasked (cluster51; before, each step and mark of such a slot paid the wait
+at every tick).
 """
 
 from __future__ import annotations
@@ -23,10 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 
-from service.delivery.errors import NODE_DOWN, cluster_down
+from service.delivery.coverage import unserved_slots
+from service.delivery.errors import NODE_DOWN, cluster_down, not_served
 
 SERVER = "server"  # a single Redis: the one master of every key
 
@@ -38,11 +46,16 @@ class Unanswered:
     client: redis.Redis | RedisCluster  # ``calls.RedisClient``, which imports this module's users
     _nodes: dict[str, Exception] = field(default_factory=dict, init=False)
     _every: Exception | None = field(default=None, init=False)
+    _unserved: frozenset[int] = field(default=frozenset(), init=False)  # slots a node said no master serves
+    _unserved_error: Exception | None = field(default=None, init=False)  # the refusal that asked it
 
     def known(self, key: str) -> Exception | None:
-        """The error ``key``'s master failed with earlier in this pass: don't ask; None: ask it."""
+        """The error ``key``'s master, or its slot, failed with earlier in this pass: don't ask; None:
+        ask it."""
         if self._every is not None:
             return self._every
+        if self._unserved_error is not None and key_slot(key.encode()) in self._unserved:
+            return self._unserved_error
         if not self._nodes:
             return None
         node = self.master(key)
@@ -50,18 +63,32 @@ class Unanswered:
 
     def met(self, key: str, error: Exception) -> None:
         """A call on ``key`` failed with ``error``: where that is its master not answering, or the
-        cluster down, the rest of the pass passes them over."""
+        cluster down, the rest of the pass passes them over; where a node said its slot is not served,
+        that node is asked which others are (the first time in the pass), and those are passed over."""
         if cluster_down(error):
             self._every = error
         elif isinstance(error, NODE_DOWN) and (node := self.master(key)) is not None:
             self._nodes[node] = error
+        elif self._unserved_error is None and not_served(error):
+            self._unserved_error = error
+            said = self._node(key)
+            if isinstance(self.client, RedisCluster) and said is not None:
+                self._unserved = unserved_slots(self.client, said) or frozenset()
 
     def master(self, key: str) -> str | None:
         """The name of the master the client sends ``key`` to; None where its map has none."""
         if not isinstance(self.client, RedisCluster):
             return SERVER
+        node = self._node(key)
+        return None if node is None else str(node.name)
+
+    def _node(self, key: str) -> ClusterNode | None:
+        """The cluster node the client's map sends ``key`` to; None on a single Redis, or where the
+        map has none."""
+        if not isinstance(self.client, RedisCluster):
+            return None
         try:
-            node = self.client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+            node: ClusterNode | None = self.client.get_node_from_key(key)  # type: ignore[no-untyped-call]
         except RedisClusterException:  # its slot map short of the slot
             return None
-        return None if node is None else str(node.name)
+        return node

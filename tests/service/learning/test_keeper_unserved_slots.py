@@ -1,0 +1,125 @@
+"""The step keeper's tick on a real 3-master Redis Cluster with a slot range no master serves
+(``cluster-require-full-coverage no``): the node that first says a slot is not served is asked which
+slots no master serves (``CLUSTER SLOTS``, once a tick), and the tick's other entries and marks of
+those slots fail with that refusal, unasked (``unanswered.py``); the served ones are kept. Counted, not
+timed.
+
+Before, each entry and mark of such a slot was a call of its own at every tick, 0.26 s each
+(redis-py's fixed wait on "Hash slot not served"), and the served keys behind them waited as long."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import cast
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from service.context import Context
+from service.delivery import Delivery, keys
+from service.pipeline.step_keeper import Entry, InFlight, Kept, StepKeeper
+from service.redis_conn import RedisClient, connect
+from service.settings import Settings
+from tests.cluster import SLOTS, LocalCluster, serve_ranges, serve_the_rest, unserve_range
+from tests.scripts_sent import count_scripts, toward
+
+pytestmark = pytest.mark.slow
+SHORT_MS = 10_000  # entries and marks written for this long; the keeper pushes them to 60 s
+DROPPED = range(2 * SLOTS // 3 + 500, 2 * SLOTS // 3 + 700)  # of the last master's share
+LIVE = (range(0, SLOTS // 3 - 1), range(SLOTS // 3 + 1, 2 * SLOTS // 3 - 1))  # the other two's
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """A cluster of this module's own: its tests take a slot range away."""
+    with LocalCluster() as local:
+        serve_the_rest(local)
+        yield local
+
+
+def _steps(share: range, count: int) -> list[int]:
+    """``count`` steps whose planning key's slots are distinct and in ``share``."""
+    found: dict[int, int] = {}
+    for step in range(100_000):
+        found.setdefault(key_slot(keys.step_planning(step).encode()), step)
+        if sum(1 for slot in found if slot in share) == count:
+            break
+    return [step for slot, step in found.items() if slot in share]
+
+
+def _schedules(share: range, count: int) -> list[str]:
+    """``count`` schedule ids whose keys' slots (their in-flight marks') are distinct and in ``share``."""
+    found: dict[int, str] = {}
+    for n in range(100_000):
+        found.setdefault(key_slot(keys.schedule_keys(f"s{n}").meta.encode()), f"s{n}")
+        if sum(1 for slot in found if slot in share) == count:
+            break
+    return [sid for slot, sid in found.items() if slot in share]
+
+
+def _held(delivery: Delivery, keeper: StepKeeper, steps: list[int], marks: list[str]) -> list[Kept]:
+    """Each of ``steps`` with an entry and each of ``marks`` marked for request ``r``, written for
+    ``SHORT_MS`` and held: all due at the next tick."""
+    ctx = cast(Context, SimpleNamespace(delivery=delivery))
+    kept: list[Kept] = []
+    for step in steps:
+        delivery.enter_planning(step, "r", SHORT_MS)
+        kept.append(Entry(step, "r"))
+    for schedule_id in marks:
+        delivery.mark_planning(schedule_id, "r", SHORT_MS)
+        kept.append(InFlight(schedule_id, "r"))
+    for each in kept:
+        keeper.hold(ctx, each, life_s=0.0)
+    return kept
+
+
+def _left_ms(client: RedisClient, kept: Kept) -> float:
+    """How long ``kept`` has left on Redis's clock."""
+    seconds, micros = client.time()
+    if isinstance(kept, Entry):
+        deadline = float(client.zscore(keys.step_planning(kept.step), kept.member) or 0)
+    else:
+        entry = client.hget(keys.schedule_keys(kept.schedule_id).planning, kept.request_id)
+        deadline = 0.0 if entry is None else float(str(entry).split(":")[1])
+    return deadline - (seconds * 1000 + micros // 1000)
+
+
+def _tick_while_dropped(cluster: LocalCluster, steps: int, marks: int) -> tuple[int, float]:
+    """A keeper tick over ``steps`` entries and ``marks`` marks of ``DROPPED``'s slots and one of each
+    on every other master, while no master serves ``DROPPED``: (the calls to ``DROPPED``, the least
+    time the served ones have left after it)."""
+    cluster.flushall()
+    delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))  # the service's
+    keeper = StepKeeper()
+    held = _held(delivery, keeper, _steps(DROPPED, steps), _schedules(DROPPED, marks))
+    served = [k for share in LIVE for k in _held(delivery, keeper, _steps(share, 1), _schedules(share, 1))]
+    with redis.Redis(port=cluster.nodes[0].port) as admin:
+        owner = next(int(m[1]) for lo, hi, m, *_ in admin.cluster("SLOTS") if lo <= DROPPED.start <= hi)
+    sent = count_scripts(delivery.client)
+    unserve_range(cluster, DROPPED)
+    try:
+        keeper.tick()
+    finally:
+        serve_ranges(cluster, {DROPPED: owner})
+        for each in held + served:
+            keeper.let_go(each)
+    return toward(sent, DROPPED), min(_left_ms(delivery.client, each) for each in served)
+
+
+def test_a_keeper_tick_asks_one_pipeline_of_an_unserved_range_and_no_mark(cluster: LocalCluster) -> None:
+    """Three entries and three marks of the range: its master's pipeline says the slots are not
+    served, the node is asked which others are, and no entry nor mark of the range is sent again.
+    Before: the pipeline, each of its steps again alone, and each mark (7 calls, 0.26 s each)."""
+    calls, served_left = _tick_while_dropped(cluster, steps=3, marks=3)
+    assert calls == 1
+    assert served_left > SHORT_MS
+
+
+def test_a_keeper_tick_asks_one_mark_of_an_unserved_range(cluster: LocalCluster) -> None:
+    """Three marks of the range and no entry: the first mark's call fails (the client's own error,
+    the node's refusal under it), the node is asked, the other two are not sent. Before: 3 calls."""
+    calls, served_left = _tick_while_dropped(cluster, steps=0, marks=3)
+    assert calls == 1
+    assert served_left > SHORT_MS
