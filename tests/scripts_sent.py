@@ -3,8 +3,10 @@ a walk's or a keeper tick's calls counted, not timed (timings do not hold on a l
 one client object: every call still goes to the real server, as ever; nothing is answered in its
 place. A call is one ``EVAL``/``EVALSHA``, one pipeline's ``execute`` or ``send_cluster_commands``,
 or a command such a cluster pipeline sends again on its own after it (its resend of each command a
-stalled master timed out: review50b); the client's own retries inside a call are not counted: a
-stalled master's call is one, however many timeouts it waits."""
+stalled master timed out: review50b); on a cluster, also a pipeline's ``execute`` on one node's own
+client (``get_redis_connection``: the step keeper's pipeline per master, cluster51). The client's own
+retries inside a call are not counted: a stalled master's call is one, however many timeouts it
+waits."""
 
 from __future__ import annotations
 
@@ -32,7 +34,26 @@ def count_scripts(client: redis.Redis | RedisCluster) -> Calls:
     client.execute_command = sent  # type: ignore[method-assign]
     make: Callable[..., Any] = client.pipeline
     client.pipeline = lambda *args, **options: _counted(make(*args, **options), calls)  # type: ignore[method-assign]
+    if isinstance(client, RedisCluster):
+        _count_nodes(client, calls)
     return calls
+
+
+def _count_nodes(client: RedisCluster, calls: Calls) -> None:
+    """Each node client ``client`` hands out (``get_redis_connection``) counts its pipelines' calls in
+    ``calls``; the cluster's own calls through it (a connection taken, not a pipeline) are not."""
+    connection: Callable[..., Any] = client.get_redis_connection
+
+    def counted_node(node: Any) -> Any:
+        node_client = connection(node)
+        into: set[int] = node_client.__dict__.setdefault("_counted_into", set())  # wrapped once a spy
+        if id(calls) not in into:
+            into.add(id(calls))
+            make: Callable[..., Any] = node_client.pipeline
+            node_client.pipeline = lambda *args, **options: _counted(make(*args, **options), calls)
+        return node_client
+
+    client.get_redis_connection = counted_node  # type: ignore[method-assign]
 
 
 def toward(calls: Calls, slots: Collection[int]) -> int:

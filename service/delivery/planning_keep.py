@@ -14,16 +14,28 @@ cost a healthy cluster a round trip per due step (10 steps: 2.3-4.5 ms as one pi
 call each, medians on a 2-core host at load 11-17).
 
 So the due steps are grouped by the master the client's map sends them to, and each group is one
-pipeline sent without redirections (``send_cluster_commands(..., allow_redirections=False)``): a
-master that times out fails its group once, with that error, nothing resent (review50b). A step
-answered with a redirect or its slot not served now (MOVED, ASK, TRYAGAIN, a failover's CLUSTERDOWN)
-is sent again alone, on the client's own path, which follows it and mends its map; a group of one
-step is sent so from the start, and so is a step whose slot the map sends nowhere. A master that did
-not answer (``NODE_DOWN``) is not asked again in the pass: its later steps fail with that error,
-unasked (``unanswered.py``; the step keeper's marks of that tick pass it over too), and a node's "The
-cluster is down" fails every step. Any other error fails its own step only: each master has its own
-memory, so an OOM refusal (a master at its ``maxmemory``) is that master's steps', and a key of the
-wrong type is its step's (reach49).
+pipeline on that master's own client (``RedisCluster.get_redis_connection`` of the node
+``get_node_from_key`` names: public redis-py, cluster51; review50b's ``send_cluster_commands(...,
+allow_redirections=False)`` was the cluster pipeline's undocumented method, typed nowhere). A node's
+client neither retries nor follows a redirect (redis-py builds it with no retries: the cluster client
+retries above it), so a master that times out fails its group once, with that error, nothing resent:
+one socket timeout (measured, 4 steps and 4 marks on a stalled master: a tick 0.25 s at a 0.25 s
+timeout and 1.0 s at 1 s, where the cluster pipeline's own retries took 0.89 s and 3.15 s); the
+failover of a master stalled so is found by the client's next call on its slots elsewhere (a
+request's, the reaper's), not by the keeper, which asks it nothing more that pass. A master
+that refused or dropped the connection (its process gone, which a failover replaces) has its first
+step sent again alone on the client's path, whose retries ask the cluster for its slots again and so
+find a failover's new master; the rest follow it there, or fail with its error. A step answered with
+a redirect, or its slot moving (MOVED, ASK, TRYAGAIN), is sent again alone, on the client's
+own path, which follows it and mends its map; a group of one step is sent so from the start, and so
+is a step whose slot the map sends nowhere. A step a node answers "Hash slot not served" is not sent
+again (the client's path waits 0.25 s and fails the same): the node is asked which slots it knows no
+master for, once a pass, and the pass's later keys of those slots fail with that refusal, unasked
+(``unanswered.py``). A master that did not answer (``NODE_DOWN``) is not asked again in the pass: its
+later steps fail with that error, unasked (the step keeper's marks of that tick pass it over too), and
+a node's "The cluster is down" fails every step. Any other error fails its own step only: each master
+has its own memory, so an OOM refusal (a master at its ``maxmemory``) is that master's steps', and a
+key of the wrong type is its step's (reach49).
 """
 
 from __future__ import annotations
@@ -32,7 +44,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from redis.cluster import PipelineCommand, RedisCluster
+import redis
+from redis.cluster import RedisCluster
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from service.delivery import keys as keyspace
@@ -99,19 +112,17 @@ def _by_master(prefix: str, members: Members, unanswered: Unanswered) -> list[li
 def _kept_together(
     client: RedisCluster, group: list[_Step], life_ms: int, unanswered: Unanswered
 ) -> dict[int, Exception]:
-    """``group`` (one master's steps) in one pipeline, nothing resent on a timeout; a step answered
-    with a redirect, or its slot not served now, sent again alone (``_kept_alone``)."""
-    stack = [
-        PipelineCommand(("EVAL", KEEP, 1, each.key, life_ms, *each.names), {}, position)  # type: ignore[no-untyped-call]
-        for position, each in enumerate(group)
-    ]
+    """``group`` (one master's steps) in one pipeline on that master's own connection, which neither
+    retries nor follows a redirect; a step answered with a redirect, or its slot not served now, sent
+    again alone (``_kept_alone``)."""
     try:
-        answers = client.pipeline(transaction=False).send_cluster_commands(  # type: ignore[no-untyped-call]
-            stack, raise_on_error=False, allow_redirections=False
-        )
-    except REDIS_FAILED as error:  # its master unreachable, after the client's retries
-        unanswered.met(group[0].key, error)
-        return {each.step: error for each in group}
+        node = client.get_node_from_key(group[0].key)  # type: ignore[no-untyped-call]
+        pipe = client.get_redis_connection(node).pipeline(transaction=False)
+        for each in group:
+            pipe.eval(KEEP, 1, each.key, life_ms, *each.names)
+        answers = pipe.execute(raise_on_error=False)
+    except REDIS_FAILED as error:  # its master did not answer
+        return _not_answered(client, group, life_ms, unanswered, error)
     failed: dict[int, Exception] = {}
     for each, answer in zip(group, answers, strict=True):
         if not isinstance(answer, Exception):
@@ -123,6 +134,23 @@ def _kept_together(
         else:
             unanswered.met(each.key, answer)
             failed[each.step] = answer
+    return failed
+
+
+def _not_answered(
+    client: RedisCluster, group: list[_Step], life_ms: int, unanswered: Unanswered, error: Exception
+) -> dict[int, Exception]:
+    """``group``'s master did not answer its pipeline. A refused or dropped connection (its process
+    gone, which a failover replaces): the first step is sent again alone on the client's path, whose
+    retries ask the cluster for its slots again and follow a failover; answered there, the others are
+    sent alone too, else they fail with its error, unasked. A timeout (a master stalled: it accepts and
+    does not answer) is its group's error, nothing sent again: each call would wait it out again."""
+    if not isinstance(error, redis.ConnectionError):
+        unanswered.met(group[0].key, error)
+        return {each.step: error for each in group}
+    failed: dict[int, Exception] = {}
+    for each in group:
+        failed.update(_kept_alone(client, each, life_ms, unanswered))
     return failed
 
 

@@ -254,3 +254,29 @@ def _slot_to(cluster: LocalCluster, slot: int, master: EmbeddedServer) -> None:
         with redis.Redis(port=node.port) as client:
             client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id)
     cluster._wait_ok(30.0)
+
+
+def test_a_stalled_masters_pipeline_is_sent_to_it_once(cluster: LocalCluster) -> None:
+    """Three steps on the stalled master: their pipeline goes to it once, on its own connection (one
+    socket timeout: 0.25 s a tick at a 0.25 s timeout, 1.0 s at the service's 1 s). Before, the
+    cluster pipeline (``send_cluster_commands``) retried it as the client's retries allow, each try
+    a connection taken again and a timeout waited out again: 0.89 s, 3.15 s."""
+    delivery = _service_delivery(cluster.url, cluster=True)
+    steps = _steps(STALLED, 3)
+    client = delivery.client
+    assert isinstance(client, RedisCluster)
+    stalled = client.get_node_from_key(keys.step_planning(steps[0]))  # type: ignore[no-untyped-call]
+    pool = client.get_redis_connection(stalled).connection_pool
+    taken: list[object] = []
+    take = pool.get_connection
+
+    def counted(*args: object, **options: object) -> object:
+        taken.append(args)
+        return take(*args, **options)
+
+    pool.get_connection = counted  # type: ignore[method-assign,assignment]
+    with _stalled(_owner(cluster, client, STALLED), cluster):
+        failed = delivery.keep_planning({step: ["r"] for step in steps}, 60_000)
+    assert sorted(failed) == sorted(steps)
+    assert all(isinstance(error, redis.TimeoutError) for error in failed.values())
+    assert len(taken) == 1

@@ -16,6 +16,7 @@ from typing import cast
 import pytest
 import redis
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from service.context import Context
 from service.delivery import Delivery, keys
@@ -23,6 +24,7 @@ from service.pipeline.step_keeper import Entry, StepKeeper
 from service.redis_conn import RedisClient, connect
 from service.settings import Settings
 from tests.cluster import LocalCluster, serve_the_rest
+from tests.scripts_sent import count_scripts, toward
 
 pytestmark = pytest.mark.slow
 SHORT_MS, LONG_MS = 10_000, 600_000
@@ -112,3 +114,31 @@ def test_the_keeper_extends_the_live_masters_entries_while_one_master_is_down(
         _left_ms(delivery.client, step, f"request {step}") for port, step in steps.items() if port != dead
     ]
     assert min(left) > SHORT_MS  # pushed to the keeper's margin past now
+
+
+def test_a_dead_masters_steps_are_asked_again_once_on_the_clients_path(
+    one_master_down: tuple[LocalCluster, int],
+) -> None:
+    """Two steps on the dead master (connection refused) and one on each live one: the dead master's
+    pipeline fails, its first step is sent again alone on the client's path (whose retries ask the
+    cluster for its slots again: a failover's new master would answer it), and the second fails with
+    that error, unasked. Before the pipeline went on the client's own node connection, no call there
+    followed a failover but the pipeline's retries themselves (``send_cluster_commands``)."""
+    cluster, dead = one_master_down
+    delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))  # the service's
+    client = delivery.client
+    assert isinstance(client, RedisCluster)
+    on_dead = [s for s in range(1_000) if client.get_node_from_key(keys.step_planning(s)).port == dead][:2]  # type: ignore[no-untyped-call]
+    live = [step for port, step in _steps(client).items() if port != dead]
+    for step in live:
+        delivery.enter_planning(step, f"part {step}", SHORT_MS)
+    sent = count_scripts(client)
+    failed = delivery.keep_planning({step: [f"part {step}"] for step in [*on_dead, *live]}, LONG_MS)
+    assert sorted(failed) == sorted(on_dead)
+    assert all(isinstance(error, redis.ConnectionError) for error in failed.values())
+    assert [toward(sent, {_slot(step)}) for step in on_dead] == [2, 1]  # the pipeline, then one alone
+    assert all(_left_ms(client, step, f"part {step}") > SHORT_MS for step in live)
+
+
+def _slot(step: int) -> int:
+    return key_slot(keys.step_planning(step).encode())
