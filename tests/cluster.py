@@ -186,11 +186,8 @@ def unserve(cluster: LocalCluster, schedule_id: str) -> tuple[int, int]:
     """Every master drops ``schedule_id``'s slot (a master lost, a reshard under way): the real
     unserved slot the tests of a cluster's errors need; (the slot, the port of the master that held it)."""
     slot = slot_of(schedule_id)
-    with redis.Redis(port=cluster.nodes[0].port) as client:
-        owner = next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
-    for node in cluster.nodes:
-        with redis.Redis(port=node.port) as client:
-            client.execute_command("CLUSTER", "DELSLOTS", slot)
+    owner = _owner_of(cluster, slot)
+    _drop_everywhere(cluster, range(slot, slot + 1), owner)
     return slot, owner
 
 
@@ -210,9 +207,40 @@ def serve_everywhere(cluster: LocalCluster, slot: int, owner: int, timeout_s: fl
 def unserve_range(cluster: LocalCluster, slots: range) -> None:
     """Every master drops ``slots`` (one master's share, contiguous): a master whose slots were
     forgotten, not down; its keys answer "Hash slot not served" while the rest are served."""
-    for node in cluster.nodes:
-        with redis.Redis(port=node.port) as client:
-            client.execute_command("CLUSTER", "DELSLOTSRANGE", slots.start, slots.stop - 1)
+    _drop_everywhere(cluster, slots, _owner_of(cluster, slots.start))
+
+
+def _owner_of(cluster: LocalCluster, slot: int) -> int:
+    """The port of the master that serves ``slot``, as the first node maps it."""
+    with redis.Redis(port=cluster.nodes[0].port) as client:
+        return next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
+
+
+def _mapped(port: int, slots: range) -> list[int]:
+    """The slots of ``slots`` that the node at ``port`` still binds to a master."""
+    with redis.Redis(port=port) as client:
+        spans = [(int(lo), int(hi)) for lo, hi, *_ in client.cluster("SLOTS")]
+    return [slot for slot in slots if any(lo <= slot <= hi for lo, hi in spans)]
+
+
+def _drop_everywhere(cluster: LocalCluster, slots: range, owner: int, timeout_s: float = 20.0) -> None:
+    """``slots`` unbound on every node, and still so a moment later. A node binds an unassigned slot to
+    any node whose heartbeat claims it, so the owner drops them first (its heartbeats stop claiming
+    them), and a node that took one back from a heartbeat sent before that drops it again: dropped
+    node by node in one pass, a node could end up serving through the gap, so that "the cluster is
+    down" never came (a keeper test waited 20 s for it at load 15)."""
+    ports = [owner, *(node.port for node in cluster.nodes if node.port != owner)]
+    deadline, quiet = time.monotonic() + timeout_s, 0
+    while quiet < 2:
+        bound = {port: _mapped(port, slots) for port in ports}
+        for port, held in bound.items():
+            if held:
+                with redis.Redis(port=port) as client:
+                    client.execute_command("CLUSTER", "DELSLOTS", *held)
+        quiet = 0 if any(bound.values()) else quiet + 1
+        if time.monotonic() > deadline:
+            raise EmbeddedServerError(f"slots {slots} still bound after {timeout_s} s: {bound}")
+        time.sleep(0.1)
 
 
 def serve_ranges(cluster: LocalCluster, owners: dict[range, int], timeout_s: float = 30.0) -> None:
