@@ -31,6 +31,10 @@ The status. Not 0: an ordinary stop never meets the guard (its waits end within 
 so a forced exit is always a stop that hung, and its status says so where the WARNING is not read
 (systemd marks the unit failed, a pod's container shows ``Error``; neither restarts a unit or pod it
 stopped). 70, as a sidecar whose loop died; a SIGKILL at the grace period's end would have said 137.
+Decided once, after the exit's last ``atexit`` wait (``_at_the_exits_end``): a guard that has fired
+by then ends the process with it, one that has not ends nothing. Past that point the interpreter
+finalizes, where no daemon runs: a guard firing there, or firing earlier and still at its last acts
+when the main thread got there, left the exit its 0 (exit51, docs/experiments.md).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ _enabled = False
 _armed: threading.Thread | None = None
 _last_acts: tuple[Callable[[], None], ...] = ()
 _fired = threading.Event()  # the bound passed: the process ends with ``FORCED_STATUS``
+_exited = False  # the exit's last wait ended first (``_at_the_exits_end``): the guard ends nothing
 
 
 def enable(last_acts: Sequence[Callable[[], None]] = ()) -> None:
@@ -65,21 +70,30 @@ def enable(last_acts: Sequence[Callable[[], None]] = ()) -> None:
     still be done when the exit is forced, each quick (the embedded server's end)."""
     global _enabled, _last_acts
     with _lock:
-        if not _enabled:
-            atexit.register(_ended_by_the_guard)
         _enabled = True
         _last_acts = tuple(last_acts)
 
 
-def _ended_by_the_guard() -> None:
-    """At the interpreter's exit, once the guard has fired: its end, not this one. A last act can let
-    the main thread go on (the embedded server it waited for is gone), which then exited 0 while the
-    guard ran its acts (``test_exit_guard_embedded``, once on the loaded host). Registered at
-    ``enable``, after the service's own ``atexit`` callbacks, so it runs before them."""
+def _at_the_exits_end() -> None:
+    """The interpreter's last ``atexit`` wait done: decide the status here, once. A guard that has
+    fired ends the process (its ``os._exit`` within its last acts, else this one): a last act can let
+    the main thread go on (the embedded server it waited for is gone), and a service's wait can end
+    while the guard runs its acts; either exit went on to the interpreter's finalization, where the
+    guard's daemon can no longer run, and ended 0 (review50c, exit51). A guard that has not fired
+    never will: the exit's waits ended within its bound, and 0 is the truth. Registered as this module
+    is imported, before the service's own waits (``service/api/settling.py`` imports it first), so it
+    runs after them: Python runs ``atexit`` hooks last registered first."""
+    global _exited
+    with _lock:
+        _exited = True
+        fired = _fired.is_set()
     guard = _armed
-    if guard is not None and _fired.is_set():
+    if fired and guard is not None:
         guard.join(LAST_ACTS_S + 1.0)  # its ``os._exit`` ends the process here
         os._exit(FORCED_STATUS)
+
+
+atexit.register(_at_the_exits_end)
 
 
 def arm(bound_s: float) -> threading.Thread | None:
@@ -101,7 +115,10 @@ def _end_after(bound_s: float) -> None:
     """Sleep ``bound_s``, then name what still runs (threads no daemon, the main one aside), run the last
     acts within ``LAST_ACTS_S`` and end."""
     time.sleep(bound_s)
-    _fired.set()
+    with _lock:
+        if _exited:  # the exit's waits all ended within the bound: its status stands
+            return
+        _fired.set()
     waited = sorted(
         t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()
     )

@@ -12,6 +12,10 @@ Each thread is waited for in two places:
   connection closed mid-reply it raised ``AttributeError``: a traceback, and the mark was left.
 - at the process's exit (``atexit``), for threads started after the app stopped.
 
+The exit's waits run before the exit guard decides the process's status (``exit_guard``'s own
+``atexit`` hook, registered as it is imported: here, before any module registers its wait), so a guard
+whose bound passes during them still ends the process with its status.
+
 A thread still running at the end of the wait is cut: logged once, and not waited for again. What
 it was writing is left to lapse with its key's TTL, as a dead replica's is. A thread that Redis
 answers within the timeout is never cut.
@@ -24,6 +28,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+# imported first for its ``atexit`` hook, which must run after every wait registered by this module's users
+from service.api import exit_guard  # noqa: F401
 
 _log = logging.getLogger("service.pipeline")
 
