@@ -8,10 +8,18 @@ import (``service/sidecar/early_stop.py``): the root CLI's imports and the comma
 What is left unguarded is the interpreter's own start and this module's import: 20-40 ms on that
 host at load 7, 200-300 ms at load 15-18, nearly all of it the interpreter and ``site``, which no
 entry point runs before (docs/sidecar.md).
+
+``serve`` installs its own handlers of those signals (``exit_cleanly``: exit 0, the embedded server
+stopped) before anything else too: its command installed them only once it had imported the app
+(6-17 s at load 11-15 on the 2-core dev host, nearly all of it ``service.app``'s imports), and a SIGTERM
+then (a ``docker compose stop`` or a pod deleted as it starts) killed it by the signal, 143 (exit51,
+docs/operations.md, "Shutdown"). Nothing was started by then, so nothing was left behind: the status
+was what was lost.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 
 # the root context's ``obj`` where ``main`` runs a command: the process ends with it
@@ -20,7 +28,11 @@ OWNS_PROCESS = "owns-process"
 
 def main() -> None:
     """Console-script entry point: run the command line (``service.cli_app.run``); a ``sidecar``
-    hears SIGTERM and SIGINT from its first line (``early_stop``), as a stop asked before its run."""
+    hears SIGTERM and SIGINT from its first line (``early_stop``), as a stop asked before its run; a
+    ``serve``, its own handlers (``exit_cleanly``)."""
+    if sys.argv[1:2] == ["serve"]:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, exit_cleanly)
     if sys.argv[1:2] != ["sidecar"]:
         from service.cli_app import run
 
@@ -37,6 +49,16 @@ def main() -> None:
         from service.commands.sidecar import stopped_before_run
 
         stopped_before_run(_flag(sys.argv[2:], "--worker-id"), stopped.signal_name)
+
+
+def exit_cleanly(signum: int, frame: object) -> None:
+    """``serve``'s handler of SIGINT and SIGTERM, from its process's first line to uvicorn's own
+    (which run its graceful stop, then raise the signal again, here): exit 0 by ``SystemExit``, which
+    unwinds whatever runs, the embedded server's context manager too, which stops it (no orphan
+    process), and runs the ``atexit`` hooks. uvicorn's re-raised signal would kill the process
+    by its default action instead (-15)."""
+    del frame
+    raise SystemExit(0 if signum in (signal.SIGINT, signal.SIGTERM) else 1)
 
 
 def _flag(argv: list[str], name: str) -> str:

@@ -190,6 +190,7 @@ def run(settings: Settings) -> None:
     from service import logs
     from service.api import exit_guard
     from service.app import create_app
+    from service.cli import exit_cleanly
     from service.embedded import EmbeddedServerError, end_all_now
     from service.redis_conn import redis_for
     from service.settings import unknown_variables
@@ -203,8 +204,9 @@ def run(settings: Settings) -> None:
     raise_open_file_limit()
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal; exiting through
     # SystemExit instead lets the embedded server's context manager stop it (no orphan process).
+    # The console script's entry installed them already; a caller of ``run`` in its own process too.
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _exit_cleanly)
+        signal.signal(signum, exit_cleanly)
     # the app's stop ends this process within its bound, and an embedded server with it (exit_guard.py)
     exit_guard.enable(last_acts=(end_all_now,))
     try:
@@ -267,11 +269,6 @@ def _ignore_web_concurrency() -> None:
         logging.getLogger("service.settings").warning(
             "WEB_CONCURRENCY=%s is ignored: serve runs one process per replica; run more replicas", value
         )
-
-
-def _exit_cleanly(signum: int, frame: object) -> None:
-    del frame
-    raise SystemExit(0 if signum in (signal.SIGINT, signal.SIGTERM) else 1)
 
 
 def _fail(message: str) -> NoReturn:
