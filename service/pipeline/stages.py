@@ -19,13 +19,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 
 from predictors import cutoff
+from predictors.predictor import Predictions
 from predictors.queries import Query, QueryBatch
 from scheduler import giveup
 from scheduler.errors import InvalidInputError
@@ -40,7 +41,7 @@ from service.api.convert import (
     repoint,
     resolve_model,
 )
-from service.api.schemas import ScheduleRequest, ScheduleResponse, WorkerSpec
+from service.api.schemas import BatchItem, ScheduleRequest, ScheduleResponse, WorkerSpec
 from service.context import Context
 from service.delivery.errors import REDIS_FAILED
 from service.learning.models import version_name
@@ -260,13 +261,26 @@ def predict(
     trajectory step whose deadline passed while it was predicted was refused only at the budget's
     check after it, up to 161 ms late (docs/experiments.md, deadline47 and deadline48).
     """
-    items = body.batch.items
+    queries = _queries(body.batch.items, checked.item_of)
+    cut = None if until.at is None else partial(until.check, PREDICTED)  # between the model's row chunks
+    with cutoff.checking(cut):
+        predictions = ctx.models.predict(queries, body.step, checked.quantile)
+    trajectories = _trajectories(body.batch.items, checked.item_of, queries, predictions, until)
+    # the version that made these lengths (``Predictions.model_version``), not the one serving now: a
+    # retrain or a hot reload may have swapped another in since, and the answer named that one
+    version = version_name(predictions.model_version)
+    return tuple(trajectories), Predicted(version, dict(Counter(predictions.source)))
+
+
+def _queries(items: Sequence[BatchItem], item_of: tuple[int, ...]) -> QueryBatch:
+    """The model's queries, one a trajectory: built once per prompt and repeated column-wise
+    (``item_of``: each trajectory's batch item), as a prompt's samples differ only in ``sample_idx``."""
     per_prompt = QueryBatch.of(
         [Query(i.prompt_id, 0, i.prompt_tokens, i.max_new_tokens, i.features) for i in items]
     )
-    rows = np.asarray(checked.item_of, dtype=np.int64)
+    rows = np.asarray(item_of, dtype=np.int64)
     starts = np.searchsorted(rows, rows)  # first trajectory of each row's prompt
-    queries = QueryBatch(
+    return QueryBatch(
         prompt_id=per_prompt.prompt_id[rows],
         sample_idx=np.arange(len(rows), dtype=np.int64) - starts,
         prompt_tokens=per_prompt.prompt_tokens[rows],
@@ -274,13 +288,21 @@ def predict(
         numeric={k: v[rows] for k, v in per_prompt.numeric.items()},
         categorical={k: v[rows] for k, v in per_prompt.categorical.items()},
     )
-    cut = None if until.at is None else partial(until.check, PREDICTED)  # between the model's row chunks
-    with cutoff.checking(cut):
-        predictions = ctx.models.predict(queries, body.step, checked.quantile)
+
+
+def _trajectories(
+    items: Sequence[BatchItem],
+    item_of: tuple[int, ...],
+    queries: QueryBatch,
+    predictions: Predictions,
+    until: Deadline,
+) -> list[Trajectory]:
+    """The planner's trajectories at the predicted lengths, the caller's deadline ``until`` checked
+    every ``PREDICT_CHECK_EVERY`` built (``predict``)."""
     value, p50, p90 = predictions.value.tolist(), predictions.p50.tolist(), predictions.p90.tolist()
     sample = queries.sample_idx.tolist()
     trajectories: list[Trajectory] = []
-    for first in range(0, len(rows), PREDICT_CHECK_EVERY):
+    for first in range(0, len(item_of), PREDICT_CHECK_EVERY):
         until.check(PREDICTED)
         trajectories.extend(
             Trajectory(
@@ -292,12 +314,9 @@ def predict(
                 pinned_worker=items[k].pinned_worker,
                 quantiles={0.5: p50[i], 0.9: p90[i]},  # how unsure: lpt's and cpsat's robust steps read them
             )
-            for i, k in enumerate(checked.item_of[first : first + PREDICT_CHECK_EVERY], first)
+            for i, k in enumerate(item_of[first : first + PREDICT_CHECK_EVERY], first)
         )
-    # the version that made these lengths (``Predictions.model_version``), not the one serving now: a
-    # retrain or a hot reload may have swapped another in since, and the answer named that one
-    version = version_name(predictions.model_version)
-    return tuple(trajectories), Predicted(version, dict(Counter(predictions.source)))
+    return trajectories
 
 
 def _plan_request(
