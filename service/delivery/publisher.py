@@ -91,17 +91,7 @@ def schedule_from_plan(
     by_key = {t.key: t for t in trajectories}
     pins = pinned_workers(trajectories, prefix_affinity)
     prompts = payloads or {}
-    times: dict[str, PlannedTime] = {}
-    if inventory is not None:
-        rules = engine_rules(engine)
-        times = planned_times(
-            plan,
-            trajectories,
-            inventory,
-            kv_admission=plan.kv_admission,
-            watermark=rules.watermark,
-            resume_preempted=rules.resume_preempted,
-        )
+    times = {} if inventory is None else _steal_deadlines(plan, trajectories, inventory, engine)
 
     def items(field: str, keys: Iterable[str]) -> tuple[DeliveryItem, ...]:
         return _items(field, keys, by_key, prompts, times, pins)
@@ -122,6 +112,22 @@ def schedule_from_plan(
         },
         drained=frozenset(drained),
         engine=engine,
+    )
+
+
+def _steal_deadlines(
+    plan: Plan, trajectories: list[Trajectory], inventory: Inventory, engine: str
+) -> dict[str, PlannedTime]:
+    """Each queued item's steal deadline: the plan played at predicted lengths by ``engine``'s rules
+    (``scheduler.deadlines``), as the simulator plays its own (``schedule_from_plan``)."""
+    rules = engine_rules(engine)
+    return planned_times(
+        plan,
+        trajectories,
+        inventory,
+        kv_admission=plan.kv_admission,
+        watermark=rules.watermark,
+        resume_preempted=rules.resume_preempted,
     )
 
 
