@@ -131,8 +131,7 @@ def mark(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadline 
     if not (body.schedule_id and body.publish):
         return Mark(None, schedule_id, "")
     request_id, sent = uuid.uuid4().hex, time.monotonic()
-    budget_s = (body.time_budget_ms or ctx.settings.default_time_budget_ms) / 1000.0  # as ``validate``'s
-    ttl_s = ctx.settings.plan_queue_timeout_s + until.capped_s(budget_s) + keys.PLANNING_MARGIN_S
+    ttl_s = life_s(ctx, body, until)
     landed = False
     try:
         ctx.delivery.mark_planning(schedule_id, request_id, _answer_window_ms(ctx))
@@ -146,6 +145,15 @@ def mark(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadline 
     left_s = ttl_s - (time.monotonic() - sent)  # counted from before the mark: never later than Redis's
     step_keeper.KEEPER.hold(ctx, step_keeper.InFlight(schedule_id, request_id), left_s)
     return Mark(ctx, schedule_id, request_id)
+
+
+def life_s(ctx: Context, body: ScheduleRequest, until: Deadline) -> float:
+    """How long a request may live, and so its mark and its step's planning entry (``step_part``): the
+    plan queue's timeout (counted from its arrival), the budget its plan can still be given under the
+    caller's deadline ``until`` (``Deadline.capped_s``) and ``keys.PLANNING_MARGIN_S`` to predict and
+    publish. Past it a dead replica's mark and entry lapse by themselves."""
+    budget_s = (body.time_budget_ms or ctx.settings.default_time_budget_ms) / 1000.0  # as ``validate``'s
+    return ctx.settings.plan_queue_timeout_s + until.capped_s(budget_s) + keys.PLANNING_MARGIN_S
 
 
 def _answer_window_ms(ctx: Context) -> int:

@@ -46,7 +46,6 @@ from dataclasses import dataclass
 
 from service.api.schemas import ScheduleRequest
 from service.context import Context
-from service.delivery import keys
 from service.delivery.errors import REDIS_FAILED, nothing_ran
 from service.pipeline import in_flight, step_keeper
 from service.pipeline.deadline import Deadline
@@ -90,8 +89,7 @@ def arrive(ctx: Context, body: ScheduleRequest, schedule_id: str, until: Deadlin
     if not body.publish or marked.unwritten is not None:  # a mark Redis failed: a 503, never a part
         return marked
     member = f"{schedule_id} {uuid.uuid4().hex}"
-    budget_s = (body.time_budget_ms or ctx.settings.default_time_budget_ms) / 1000.0  # as ``validate``'s
-    life_s = ctx.settings.plan_queue_timeout_s + until.capped_s(budget_s) + keys.PLANNING_MARGIN_S
+    life_s = in_flight.life_s(ctx, body, until)  # as the mark's
     entry: tuple[Context, int, str] | None = (ctx, body.step, member)
     unwritten: Exception | None = None
     try:
