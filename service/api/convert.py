@@ -73,7 +73,7 @@ def resolve_model(name: str | None, default: str) -> ModelPreset:
 
 
 def build_inventory(
-    request: ScheduleRequest, model: ModelPreset, learned: Mapping[str, tuple[float, str]]
+    body: ScheduleRequest, model: ModelPreset, learned: Mapping[str, tuple[float, str]]
 ) -> tuple[Inventory, frozenset[str], dict[str, str]]:
     """Workers with overrides applied; returns the inventory, drained ids, and each time scale's source.
 
@@ -84,7 +84,7 @@ def build_inventory(
     workers: list[Worker] = []
     sources: dict[str, str] = {}
     seen: dict[str, int] = {}
-    for index, spec in enumerate(request.inventory.workers):
+    for index, spec in enumerate(body.inventory.workers):
         path = f"inventory.workers[{index}]"
         first = seen.setdefault(spec.worker_id, index)
         if first != index:
@@ -94,7 +94,7 @@ def build_inventory(
         worker, source = _worker(spec, path, model, learned)
         workers.append(worker)
         sources[spec.worker_id] = source
-    drained = frozenset(s.worker_id for s in request.inventory.workers if s.drain)
+    drained = frozenset(s.worker_id for s in body.inventory.workers if s.drain)
     if len(drained) == len(workers):
         raise InvalidInputError(
             "inventory.workers", len(workers), "every worker is drained (drain: true); one must take the work"
@@ -103,7 +103,7 @@ def build_inventory(
 
 
 def check_plan_rules(
-    request: ScheduleRequest, inventory: Inventory, drained: frozenset[str], time_budget_s: float, engine: str
+    body: ScheduleRequest, inventory: Inventory, drained: frozenset[str], time_budget_s: float, engine: str
 ) -> None:
     """The planner's own rules that need no predicted lengths (a pin to a worker the inventory lacks
     or drains, a cap no allowed cache holds, pins under ``prefix_affinity``), by its own check
@@ -113,7 +113,7 @@ def check_plan_rules(
 
     One trajectory per prompt, at its cap: a prompt's samples share every field these rules read,
     so they hold for all of them, and 4,096 samples cost no more than their prompts."""
-    items = request.batch.items
+    items = body.batch.items
     probes = tuple(
         Trajectory(
             prompt_id=item.prompt_id,
@@ -129,10 +129,10 @@ def check_plan_rules(
         trajectories=probes,
         inventory=inventory,
         time_budget_s=time_budget_s,
-        prefix_affinity=request.prefix_affinity,
-        kv_admission=request.kv_admission,
+        prefix_affinity=body.prefix_affinity,
+        kv_admission=body.kv_admission,
         excluded_workers=drained,
-        seed=request.seed,
+        seed=body.seed,
         engine=engine,  # the request's, else the service's default (``stages.validate``)
     )
     try:
@@ -154,9 +154,9 @@ def broken_rule(body: ScheduleRequest, settings: Settings) -> InvalidInputError 
     a refusal pays. Every rule ``stages.validate`` checks before the speed read has passed by then.
 
     None, unchecked, for a plan given up (this context's hard deadline passed: its replica stopped,
-    ``stopping.planner_stops``): nobody reads its answer, and the check ``validate_request`` makes of
-    that deadline raised a give-up of its own, which the stop's line named instead of the planner's
-    stage ("planning" for "search"), after a validation pass for nobody (stagename48)."""
+    ``stopping.planner_stops``): nobody reads its answer, and ``validate_request`` checks that deadline
+    too, so it would raise a give-up of its own, naming its own stage in the stop's log line instead of
+    the stage the planner gave up in (docs/experiments.md, stagename48)."""
     if _given_up():
         return None
     model = resolve_model(body.model, settings.default_model)
@@ -193,6 +193,9 @@ def repoint(error: InvalidInputError, item_of: tuple[int, ...]) -> InvalidInputE
 def _worker(
     spec: WorkerSpec, path: str, model: ModelPreset, learned: Mapping[str, tuple[float, str]]
 ) -> tuple[Worker, str]:
+    """One worker of ``build_inventory`` (its device profile with the request's overrides) and where
+    its time scale came from: ``request``, ``measured``, a ``learned*`` source, else ``profile``
+    (``ScheduleResponse.time_scale_sources``). Errors name the field at ``path``."""
     try:
         profile = device_profile(spec.device)
     except UnknownNameError as error:
