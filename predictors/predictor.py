@@ -179,9 +179,9 @@ class LengthPredictor:
     def warm(self, step: int) -> None:
         """Compute now what ``predict(..., step)`` reads from history (the stats fold, the global
         prior), so that call finds them cached: the service warms the next step after its actuals
-        arrive, while the trainer trains, off the ``/schedule`` path. Not the joined trace, which
-        ``predict`` no longer reads (both read the history's chunks unjoined): joining it cost ~20 ms
-        at 1 M rows after every append for nothing. Safe beside a concurrent ``predict``: both caches
+        arrive, while the trainer trains, off the ``/schedule`` path. Not the joined trace:
+        ``predict`` reads the history's chunks unjoined, and joining them costs ~20 ms at 1 M rows
+        after every append. Safe beside a concurrent ``predict``: both caches
         are keyed by the history's version, so the slower of two computing the same entry stores an
         equal value, and rows arriving meanwhile miss it."""
         history = self._history  # one history throughout, as in ``predict``

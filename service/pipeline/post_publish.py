@@ -11,8 +11,7 @@ it (``later``, called by the pipeline where the work arises) and runs it, in ord
 own (``bounded``), waiting for it until ``FIXED_S`` (the answer's encoding and write) before the
 deadline: with Redis answering it lands in a few ms and nothing changes; on a stall the 200 goes out
 at the deadline and the thread goes on, bounded by the Redis client's own timeouts, each failure
-logged as before. A request with no deadline, or a pipeline run outside the route, runs the work in
-line, as it always did.
+logged. A request with no deadline, or a pipeline run outside the route, runs the work in line.
 
 At the replica's stop (``stopped``: the app's ``stopping`` event, ``service/api/stopping.py``) nobody
 reads the answer any more (its handler was cancelled), so the planning thread does not wait for the
@@ -78,7 +77,7 @@ class _Tail:
 
     def run(self, first: int = 0) -> None:
         """Every step from the ``first``, each Redis error logged (``after_publish``); any other error
-        ends the steps, as it ended the request before; the release runs whatever happened."""
+        (a bug) ends the steps and is raised; the release runs whatever happened."""
         try:
             for what, context, call in self.steps[first:]:
                 context.run(_logged, what, call)
@@ -141,10 +140,11 @@ def later(what: str, call: Callable[[], object]) -> None:
     """Bookkeeping after a publish (``what``: for the log's ``step published, but <what> failed``):
     queued for the request's answer to wait for only until its deadline (``bounded``), or run at once
     where nothing collects it (a pipeline run outside the route, or a step queuing one of its own).
-    Queued in a context of its own, the schedule's id alone (``logs.schedule_only_context``): a copy of
-    the request's carried the stop's clock and ``NEVER``, the caller's hard deadline and the predict
-    stage's cutoff, so a step that checked one gave up, at the stop, bookkeeping handed to a daemon so
-    that it runs; and the request's collector, whose steps its thread had already read (stop49)."""
+    Queued in a context of its own, the schedule's id alone (``logs.schedule_only_context``), not a
+    copy of the request's: that carries the stop's clock and ``NEVER``, the caller's hard deadline and
+    the predict stage's cutoff, so a step that checked one would give up at the stop the bookkeeping
+    handed to a daemon precisely so that it runs; and it carries the request's collector, whose steps
+    its thread has already read (docs/experiments.md, stop49)."""
     tail = _COLLECTING.get()
     if tail is None:
         _logged(what, call)

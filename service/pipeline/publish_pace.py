@@ -1,9 +1,9 @@
 """How long this replica's publishes take per trajectory, so that a caller's deadline reserves what a
 publish of its size needs (``service/pipeline/deadline.py``).
 
-A flat reserve (0.25 s until round 46) was wrong at both ends (review46a, docs/experiments.md): a
-4,096 x 32 publish took 130-320 ms on a loaded host, so 8 of 40 such requests were answered after
-their deadline, and any deadline under 250 ms refused a 32-trajectory step answered in ~35 ms. A
+No flat reserve fits every step: a 4,096 x 32 publish takes 130-320 ms on a loaded host, a
+32-trajectory one ~35 ms, so a flat 0.25 s answered 8 of 40 large steps after their deadline and
+refused every small one under a 250 ms deadline (docs/experiments.md, review46a). A
 publish costs about a fixed part (a few Redis round trips) plus a part per trajectory (its items, their
 JSON, the pipelined writes), and how fast each goes depends on the host and its Redis: so each replica
 measures its own, in two parts:

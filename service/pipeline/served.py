@@ -17,7 +17,7 @@ from service.api.schemas import ScheduleResponse, Timings
 from service.context import Context
 from service.delivery.errors import REDIS_FAILED
 
-_log = logging.getLogger("service.pipeline")  # the "scheduled" line's logger, as before the split
+_log = logging.getLogger("service.pipeline")  # the "scheduled" line's: the pipeline's one logger name
 STAGES = ("queue", "validate", "predict", "plan", "baseline", "publish")
 
 

@@ -2,40 +2,37 @@
 (``keys.step_planning``).
 
 An asked-for retrain fits the history's last step once every part of it is over
-(``service.learning.step_over``), and finds the parts in the step's set and the active index, which a
-part enters only at its publish. A second part still waiting for a plan slot, predicting or planning
-was in neither: a retrain asked then fitted the step, and the part published after it (review46b's
-finding), where it may hold the step's long tail (stragglers cancelled and sent again). Its entry was
-written once the request was validated, on its planning thread, so a part waiting in line for that
-thread (up to ``ROLLOUT_MAX_CONCURRENT_PLANS`` + 16 requests, each up to the plan queue's timeout) was
-still unseen: a retrain asked then fitted the step without it (retrain47's finding). So the entry is
-written at arrival, on the hop that writes the in-flight mark (``service/api/schedules.py``), before
-the wait in line: the step is the body's own field, parsed already (a body FastAPI could not parse
-never reaches the route), so nothing is validated for it. The entry leaves as the request ends,
-whatever it answers: published (in the set and the active index by then: no moment where it is in
-none), refused (an invalid body, the deadline, a busy queue: it changes no state), failed, given up
-before its thread started, cancelled during the hop, or the loser of its id's race (which so leaves
-Redis as it found it; each request's entry is its own, ``<schedule_id> <request id>``, so a loser's
-take-back leaves the winner's in place). It rides on the mark (``Arrived``): every path that takes the
-mark back takes the entry back too.
+(``service.learning.step_over``). It finds the published parts in the step's set and the active
+index, which a part enters only at its publish; a part still in line for a planning thread or a plan
+slot, predicting or planning, is in neither, and a retrain that fitted the step then would miss it,
+where it may hold the step's long tail (stragglers cancelled and sent again). So each such request
+holds an entry among its step's planning ones for its whole life:
 
-An entry is scored by a deadline (the plan queue's timeout, the plan's budget under the caller's
-deadline and ``keys.PLANNING_MARGIN_S``, as the in-flight mark's), so a replica that dies mid-request
-keeps the step open that long at most; a request that lives longer (a plan overrunning its budget on
-a starved host, a publish Redis holds) has it pushed on while it lives (``step_keeper``): past its
-first deadline it had been none, and a retrain asked then fitted the step without it. Under a
-caller-chosen id or a drawn one alike; a dry run publishes nothing and writes nothing.
+- written at arrival, on the hop that writes the in-flight mark (``service/api/schedules.py``),
+  before any wait in line: the step is the body's own field, parsed already, so nothing needs
+  validating first;
+- taken back as the request ends, whatever it answers: published (in the set and the active index by
+  then, so the part is never in none), refused (it changes no state), failed, given up before its
+  thread started, cancelled during the hop, or the loser of its id's race. Each request's entry is its
+  own (``<schedule_id> <request id>``), so a loser's take-back leaves the winner's in place. It rides
+  on the mark (``Arrived``): every path that takes the mark back takes the entry back too;
+- scored by the request's deadline (``in_flight.life_s``, as the mark's), so a replica that dies
+  mid-request keeps the step open that long at most, and pushed on while a request that outlives it
+  (a plan overrunning its budget on a starved host, a publish Redis holds) still lives
+  (``step_keeper``).
+
+Under a caller-chosen id or a drawn one alike; a dry run publishes nothing and writes nothing.
 
 The entry is a condition of the publish, as the mark is: a request whose entry Redis failed to write
 (down, out of memory, a slot unserved mid-reshard) is refused 503 once its body is valid
 (``in_flight.Mark.check``: an invalid body still hears its 422), its mark and any entry that may have
-landed taken back, nothing published. It had gone on with a warning, published, and until its publish
-been in no index a retrain reads: a retrain asked meanwhile fitted the step without it, the one case
-rule 4 could not see (retrain48). Refused rather than seen another way: nothing else in Redis names the
-request's step before its publish, and a Redis failing that write is one the publish would likely meet
-too; the 503's ``Retry-After`` has the trainer's client send it again. A request whose in-flight mark
-Redis failed writes no entry: it is refused the mark's 503 the same way. A take-back Redis fails is
-logged: the entry lapses at its deadline, keeping the step out until then, never letting it in early.
+landed taken back, nothing published. Refused rather than published without it, because nothing else
+in Redis names the request's step before its publish (a retrain asked meanwhile would fit the step
+without it), and a Redis failing that write is one the publish would likely meet too; the 503's
+``Retry-After`` has the trainer's client send it again. A request whose in-flight mark Redis failed
+writes no entry: it is refused the mark's 503 the same way. A take-back Redis fails is logged: the
+entry lapses at its deadline, keeping the step out until then, never letting it in early.
+(What each rule was found by: docs/experiments.md, review46b, retrain47 and retrain48.)
 """
 
 from __future__ import annotations
