@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = [  # DEVELOPERS.md's path of one batch
+STEPS = [  # the developers' guide's path of one batch, which README.md's section lists
     "request",
     "validate",
     "predict",
