@@ -57,7 +57,9 @@ from service.speeds.model import idle_learned
 
 _log = logging.getLogger("service.pipeline")
 BASELINE = "round_robin"
-PREDICTED = "it was planned (while it was predicted)"  # where a 504 of the predict stage says it passed
+# ``Deadline.check``'s ``before`` while the batch is predicted: its 504 says the deadline passed
+# "before it was planned (while it was predicted)"
+WHILE_PREDICTED = "it was planned (while it was predicted)"
 PREDICT_CHECK_EVERY = 1024  # trajectories built between the caller's deadline's checks (``predict``)
 # Refusals a retry may not meet (Redis down or full, the plan queue busy, the caller's deadline): an
 # invalid body is refused for what it is instead (``convert.broken_rule``), which every retry would meet.
@@ -195,7 +197,7 @@ def _not_stopped() -> None:
     the stop's other give-ups (503, the marks taken back), naming the "publish" stage. Without the
     stop's clock (a request served outside the route: no hard deadline here) it reads nothing. A stop
     that lands after it is a publish under way, which runs to its end."""
-    with giveup.stage("publish"):
+    with giveup.stage("publish"):  # the stage's end checks the hard deadline, naming "publish"
         pass
 
 
@@ -262,7 +264,7 @@ def predict(
     check after it, up to 161 ms late (docs/experiments.md, deadline47 and deadline48).
     """
     queries = _queries(body.batch.items, checked.item_of)
-    cut = None if until.at is None else partial(until.check, PREDICTED)  # between the model's row chunks
+    cut = None if until.at is None else partial(until.check, WHILE_PREDICTED)  # between the model's chunks
     with cutoff.checking(cut):
         predictions = ctx.models.predict(queries, body.step, checked.quantile)
     trajectories = _trajectories(body.batch.items, checked.item_of, queries, predictions, until)
@@ -303,7 +305,7 @@ def _trajectories(
     sample = queries.sample_idx.tolist()
     trajectories: list[Trajectory] = []
     for first in range(0, len(item_of), PREDICT_CHECK_EVERY):
-        until.check(PREDICTED)
+        until.check(WHILE_PREDICTED)
         trajectories.extend(
             Trajectory(
                 prompt_id=items[k].prompt_id,
