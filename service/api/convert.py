@@ -64,6 +64,13 @@ def check_unread(body: ScheduleRequest, settings: Settings) -> None:
         raise broken
 
 
+def time_budget_s(body: ScheduleRequest, settings: Settings) -> float:
+    """The plan's time budget the request asks for, in seconds: its own, else the service's default
+    (before the caller's deadline caps it: ``Deadline.budget_s``). One rule for the validate stage, the
+    in-flight mark's life and a refusal's rule check, so that each reads the budget the plan gets."""
+    return (body.time_budget_ms or settings.default_time_budget_ms) / 1000.0
+
+
 def resolve_model(name: str | None, default: str) -> ModelPreset:
     """The model preset the request names, or the configured default."""
     try:
@@ -161,9 +168,9 @@ def broken_rule(body: ScheduleRequest, settings: Settings) -> InvalidInputError 
         return None
     model = resolve_model(body.model, settings.default_model)
     inventory, drained, _ = build_inventory(body, model, {})
-    budget_s = (body.time_budget_ms or settings.default_time_budget_ms) / 1000.0
+    budget_s, engine = time_budget_s(body, settings), body.engine or settings.default_engine
     try:
-        check_plan_rules(body, inventory, drained, budget_s, body.engine or settings.default_engine)
+        check_plan_rules(body, inventory, drained, budget_s, engine)
     except InvalidInputError as error:
         return error
     return None

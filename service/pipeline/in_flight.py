@@ -77,6 +77,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from service.api.convert import time_budget_s
 from service.api.schemas import ScheduleRequest
 from service.context import Context
 from service.delivery import keys
@@ -152,7 +153,7 @@ def life_s(ctx: Context, body: ScheduleRequest, until: Deadline) -> float:
     plan queue's timeout (counted from its arrival), the budget its plan can still be given under the
     caller's deadline ``until`` (``Deadline.capped_s``) and ``keys.PLANNING_MARGIN_S`` to predict and
     publish. Past it a dead replica's mark and entry lapse by themselves."""
-    budget_s = (body.time_budget_ms or ctx.settings.default_time_budget_ms) / 1000.0  # as ``validate``'s
+    budget_s = time_budget_s(body, ctx.settings)  # the one the plan is given
     return ctx.settings.plan_queue_timeout_s + until.capped_s(budget_s) + keys.PLANNING_MARGIN_S
 
 

@@ -40,6 +40,7 @@ from service.api.convert import (
     named_rules,
     repoint,
     resolve_model,
+    time_budget_s,
 )
 from service.api.schemas import BatchItem, ScheduleRequest, ScheduleResponse, WorkerSpec
 from service.context import Context
@@ -212,9 +213,9 @@ def validate(body: ScheduleRequest, ctx: Context) -> Validated:
     if learned:  # a learned scale is a ratio to the profile as planned now, so the profile comes first
         inventory, drained, sources = build_inventory(body, model, learned)
     item_of = tuple(index for index, item in enumerate(body.batch.items) for _ in range(item.n))
-    budget_ms = body.time_budget_ms or settings.default_time_budget_ms
     quantile = body.quantile or settings.default_quantile
-    return Validated(inventory, drained, sources, policy, quantile, budget_ms / 1000.0, item_of, engine)
+    budget_s = time_budget_s(body, settings)
+    return Validated(inventory, drained, sources, policy, quantile, budget_s, item_of, engine)
 
 
 def _first_answer(
