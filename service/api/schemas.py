@@ -36,7 +36,7 @@ MAX_TIME_BUDGET_MS = 60_000
 Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX_LENGTH, pattern=NAME_PATTERN)]
 # A schedule id, wherever the API reads one (a /schedule body, a path, an actuals report): one rule, so
 # a report cannot name a schedule the schedule endpoint would refuse, nor the reverse. As long as a
-# Name (it was 200 until 2026-12-04): one bound for every id, which publish holds too.
+# Name (``NAME_MAX_LENGTH``): one bound for every id, which publish holds too.
 ScheduleId = Annotated[str, Field(min_length=1, max_length=NAME_MAX_LENGTH, pattern=r"^[A-Za-z0-9_.:-]+$")]
 FeatureValue = float | Annotated[str, Field(max_length=256)]
 # Extra predictor features of one item or report: bounded, or one caller could grow the actuals stream,
