@@ -58,8 +58,8 @@ from service.speeds.model import idle_learned
 
 _log = logging.getLogger("service.pipeline")
 BASELINE = "round_robin"
-# ``Deadline.check``'s ``before`` while the batch is predicted: its 504 says the deadline passed
-# "before it was planned (while it was predicted)"
+# ``Deadline.check``'s ``before`` while the batch is predicted: a 504 then says the deadline passed
+# before it was planned, while it was predicted
 WHILE_PREDICTED = "it was planned (while it was predicted)"
 PREDICT_CHECK_EVERY = 1024  # trajectories built between the caller's deadline's checks (``predict``)
 # Refusals a retry may not meet (Redis down or full, the plan queue busy, the caller's deadline): an
