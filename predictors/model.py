@@ -140,7 +140,7 @@ def complete_steps(trace: Trace, open_step: int | None) -> Trace:
     short, and its p90 covered 0.43-0.62 of the next step (short-cot, 300 prompts x 8, +5%/step, the
     first 40% of step 5 in, seeds 1-3; docs/experiments.md, helper predleft), 0.89-0.90 fitted on the
     complete steps. Calibrating on them alone left the boosters' bias: 0.54-0.73. A first step still
-    running is all there is, and is fitted on as before."""
+    running is all there is, so it is kept and fitted on."""
     if open_step is None:
         return trace
     complete = trace.step < open_step
@@ -192,9 +192,9 @@ def _dataset(data: TrainingSet, spec: FeatureSpec) -> Any:
 
     ``free_raw_data``: once binned (one byte a value) it lets go of the float64 matrix, eight a value
     (2 M examples of 18 features: 288 MB), which a caller that keeps no reference of its own frees
-    then. Binned from the same matrix with the same parameters as before, the boosters are the same
-    bit for bit; only a parameter LightGBM bins by may not change between the two fits now, and none
-    does (they differ in ``alpha``)."""
+    then. Binned once, from the same matrix with the same parameters, both boosters are what a
+    dataset of their own would give, bit for bit, as long as no parameter LightGBM bins by differs
+    between the two fits, and none does (they differ in ``alpha``)."""
     import lightgbm as lgb
 
     return lgb.Dataset(

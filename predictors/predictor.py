@@ -114,7 +114,7 @@ class LengthPredictor:
         replica started now would: removing every version is how an operator withdraws a bad only
         model. (Versions present that do not load are not that: they may be unreadable only now.)
         Nor is the held version's folder reading damaged (a network volume's hiccup, an operator's
-        copy half done): the model held is kept, where passing over it rolled the replica back to the
+        copy half done): the model held is kept, as passing over it would roll the replica back to the
         version before, serving an older model until the folder read whole again."""
         try:
             versions = store.versions()
