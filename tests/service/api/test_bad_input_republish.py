@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from service.delivery import keys
 from tests.service.api.badinput import Body, Snapshot, redis_snapshot, set_at
-from tests.service.api_helpers import batch_body
+from tests.service.api_helpers import AppFactory, batch_body
 
 
 def _but_inbox_expiry(before: Snapshot, after: Snapshot) -> None:
@@ -95,9 +95,13 @@ def test_a_publish_that_loses_a_race_to_a_schedule_expired_since_is_a_409_naming
 
 
 def test_requests_racing_for_one_schedule_id_publish_it_once_and_all_answer_its_plan(
-    client: TestClient, redis_client: redis.Redis
+    make_client: AppFactory, redis_client: redis.Redis
 ) -> None:
-    """Real concurrency: each request on its own thread, the loser passing the early check or not."""
+    """Real concurrency: each request on its own thread, the loser passing the early check or not. The
+    command timeout is wide: at the default 1 s a thread stalled at load 15 between the in-flight
+    mark's write and its extension heard a late mark's 503 (``LateMarkError``), a refusal of its own
+    that this race is not about."""
+    client = make_client(redis_timeout_s=10.0)
     bodies = [batch_body(prompts=16, n=4, schedule_id="crowd", seed=seed) for seed in range(4)]
     for seed, body in enumerate(bodies):
         body["inventory"]["workers"][0]["device"] = "A100-80GB" if seed % 2 else "H100"
