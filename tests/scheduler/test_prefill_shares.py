@@ -88,6 +88,19 @@ def test_the_ends_come_first_then_the_blends_bisect_for_the_cliff() -> None:
     assert len(tried) == len(PREFILL_SHARES) + BLEND_STEPS
 
 
+def test_each_search_starts_where_the_bound_so_far_stands() -> None:
+    lows: list[float] = []
+
+    def search(share: float, low: float) -> float:  # the same cliff at 0.3; prefill alone proves 60
+        lows.append(low)
+        if share == 1.0:
+            return max(low, 60.0)
+        return max(low, 100.0 + 10.0 * share) if share < 0.3 else low
+
+    assert shares_bound(search, 50.0) == 102.5
+    assert lows == [50.0, 60.0, 100.0, 100.0, 102.5, 102.5]  # not the known limits' 50 each time
+
+
 def test_no_blend_lowers_what_the_ends_or_the_known_limits_proved() -> None:
     assert shares_bound(lambda share, low: low, 7.0) == 7.0
     assert shares_bound(lambda share, low: max(low, 9.0) if share == 0.0 else low, 7.0) == 9.0

@@ -87,3 +87,31 @@ def test_the_thread_ticks_until_halted_and_stop_says_whether_the_tick_in_flight_
     assert not thread.is_alive()  # halted: no tick after the one in flight
     assert not ticked.acquire(blocking=False)
     assert periodic.stop() is True  # nothing left to wait for
+
+
+def _counting(every_s: float, at_once: bool) -> tuple[Periodic, threading.Semaphore]:
+    """A periodic thread (started) whose ticks each release the semaphore."""
+    ticked = threading.Semaphore(0)
+
+    def tick() -> bool:
+        ticked.release()
+        return True
+
+    return Periodic("test-periodic", tick, every_s, _outage(), at_once=at_once).start(), ticked
+
+
+def test_a_thread_that_ticks_at_once_ticks_at_start_then_waits_its_period() -> None:
+    periodic, ticked = _counting(60.0, at_once=True)
+    try:
+        assert ticked.acquire(timeout=BOUND_S)  # the first tick at start, not a minute later
+        assert not ticked.acquire(timeout=0.5)  # the next one a period later
+    finally:
+        assert periodic.stop()
+
+
+def test_a_thread_not_at_once_waits_a_period_before_its_first_tick() -> None:
+    periodic, ticked = _counting(60.0, at_once=False)
+    try:
+        assert not ticked.acquire(timeout=0.5)
+    finally:
+        assert periodic.stop()
