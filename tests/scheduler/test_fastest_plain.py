@@ -63,3 +63,10 @@ def test_the_written_out_candidate_gives_up_where_the_general_loop_does(
     assert answers[1] is robust_fast.LATE
     monkeypatch.setattr(clock, "now", SteppingClock().now)
     assert robust_fast._fastest(problem, math.inf) is not robust_fast.LATE
+
+
+def test_a_batch_no_cache_holds_at_once_gets_no_candidate_as_from_the_general_loop() -> None:
+    problem = build_problem(_request(long_cot=True))  # 256 chains of ~20k tokens: no unit left out
+    assert problem.unrestricted
+    assert robust_fast.fastest_first(problem) is None
+    assert robust_fast.fastest_first(_general(problem)) is None

@@ -115,3 +115,39 @@ def test_a_thread_not_at_once_waits_a_period_before_its_first_tick() -> None:
         assert not ticked.acquire(timeout=0.5)
     finally:
         assert periodic.stop()
+
+
+def test_a_thread_started_again_after_a_stop_ticks_again() -> None:
+    periodic, ticked = _counting(60.0, at_once=True)
+    assert ticked.acquire(timeout=BOUND_S)
+    assert periodic.stop()
+    periodic.start()  # the stop's event cleared: the new thread's first tick at once
+    try:
+        assert ticked.acquire(timeout=BOUND_S)
+    finally:
+        assert periodic.stop()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_thread_an_unexpected_error_ended_is_started_again() -> None:
+    ended, ticked = threading.Event(), threading.Semaphore(0)
+    threads: list[threading.Thread] = []
+
+    def tick() -> bool:
+        threads.append(threading.current_thread())
+        ticked.release()
+        if not ended.is_set():
+            ended.set()
+            raise ValueError("a bug: ends the thread")
+        return True
+
+    periodic = Periodic("test-periodic", tick, 60.0, _outage(), rides_out=(ConnectionError,), at_once=True)
+    periodic.start()
+    assert ticked.acquire(timeout=BOUND_S)
+    threads[0].join(BOUND_S)
+    assert not threads[0].is_alive()
+    periodic.start()  # the dead thread is not a running one
+    try:
+        assert ticked.acquire(timeout=BOUND_S)
+    finally:
+        assert periodic.stop()
