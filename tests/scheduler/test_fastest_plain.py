@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from scheduler import clock
 from scheduler.policies import robust_fast
 from scheduler.policies.problem import Problem, build_problem
-from scheduler.types import PlanRequest
+from scheduler.types import Inventory, PlanRequest
 from tests.scheduler.fake_clock import SteppingClock
 from tests.scheduler.plan_strategies import plan_requests
 from tests.scheduler.test_at_once_lazy import _service_batch
@@ -70,3 +70,14 @@ def test_a_batch_no_cache_holds_at_once_gets_no_candidate_as_from_the_general_lo
     assert problem.unrestricted
     assert robust_fast.fastest_first(problem) is None
     assert robust_fast.fastest_first(_general(problem)) is None
+
+
+@pytest.mark.parametrize("cache_tokens", [12_000, 16_000])
+def test_where_the_cache_binds_the_written_out_candidate_is_the_general_loops(cache_tokens: int) -> None:
+    request = _request()
+    workers = tuple(dataclasses.replace(w, kv_capacity_tokens=cache_tokens) for w in request.inventory.workers)
+    request = dataclasses.replace(request, inventory=Inventory(workers, request.inventory.model))
+    problem = build_problem(request)
+    placed = robust_fast.fastest_first(problem)
+    assert placed is not None and all(placed)  # every worker takes some: the cache, not the speed, spreads it
+    assert placed == robust_fast.fastest_first(_general(problem))
