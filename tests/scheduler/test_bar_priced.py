@@ -110,13 +110,15 @@ def test_the_plan_placed_again_is_not_weighed_on_draws_without_their_price_left(
     assert fake.seconds <= 0.5 * DRAW_S
 
 
-def _built_for_the_bar(monkeypatch: pytest.MonkeyPatch, deadline: float) -> tuple[Blind | None, float]:
-    """``lpt.bar_plans`` with quantiles and an lpt phase of a second, dealing the blind plans taking a
-    second on the fake clock and nothing else any time: the blind plans and the time then."""
+def _built_for_the_bar(
+    monkeypatch: pytest.MonkeyPatch, deadline: float, dealt_s: float = 1.0
+) -> tuple[Blind | None, float]:
+    """``lpt.bar_plans`` with quantiles and an lpt phase of a second, dealing the blind plans taking
+    ``dealt_s`` on the fake clock and nothing else any time: the blind plans and the time then."""
     request = _request()
     problem = build_problem(request)
     assignment = [list(queue) for queue in RoundRobinPolicy().plan(request, problem).queues]
-    fake = slow_stage(monkeypatch, blindbar, "_candidates", 1.0)
+    fake = slow_stage(monkeypatch, blindbar, "_candidates", dealt_s)
     spread = spreads(request.trajectories)
     blind = lpt.bar_plans(problem, request, None, assignment, spread, deadline, 1.0)
     return blind, fake.seconds
@@ -132,3 +134,11 @@ def test_the_blind_plans_are_built_where_they_and_the_draws_fit(monkeypatch: pyt
     blind, ended = _built_for_the_bar(monkeypatch, 10.0)
     assert blind is not None
     assert ended == 1.0  # dealt
+
+
+def test_blind_plans_that_outrun_their_price_are_dropped_when_the_draws_must_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    blind, ended = _built_for_the_bar(monkeypatch, 4.5, dealt_s=3.8)  # the draws start by 3.5
+    assert ended == 3.8
+    assert blind is None  # not kept past the draws' start, though dealt before the deadline

@@ -81,3 +81,12 @@ def test_where_the_cache_binds_the_written_out_candidate_is_the_general_loops(ca
     placed = robust_fast.fastest_first(problem)
     assert placed is not None and all(placed)  # every worker takes some: the cache, not the speed, spreads it
     assert placed == robust_fast.fastest_first(_general(problem))
+
+
+def test_a_candidate_asked_past_its_deadline_is_given_up_before_its_first_unit() -> None:
+    request = _request()
+    problem = build_problem(dataclasses.replace(request, trajectories=request.trajectories[:16]))
+    assert problem.unrestricted and len(problem.units) < robust_fast.PACE_EVERY  # one pace check: the first
+    late = clock.now() - 1.0
+    assert robust_fast._fastest(problem, late) is robust_fast.LATE
+    assert robust_fast._fastest(_general(problem), late) is robust_fast.LATE
