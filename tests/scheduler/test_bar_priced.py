@@ -9,6 +9,7 @@ names takes time on a fake clock, so what the bar spends is that alone.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from scheduler.policies.blindbar import Blind
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import spreads
 from scheduler.policies.round_robin import RoundRobinPolicy
-from tests.scheduler.fake_clock import ManualClock, slow_stage
+from tests.scheduler.fake_clock import ManualClock, count_calls, slow_lpt_phase, slow_stage
 from tests.scheduler.test_robust_fast import _request
 
 PLAY_S = 0.01  # what one play of a queue takes on the fake clock
@@ -142,3 +143,13 @@ def test_blind_plans_that_outrun_their_price_are_dropped_when_the_draws_must_sta
     blind, ended = _built_for_the_bar(monkeypatch, 4.5, dealt_s=3.8)  # the draws start by 3.5
     assert ended == 3.8
     assert blind is None  # not kept past the draws' start, though dealt before the deadline
+
+
+@pytest.mark.parametrize(("budget_s", "built"), [(2.5, False), (10.0, True)])
+def test_lpt_prices_the_bars_blind_plans_in_its_own_lpt_phase(
+    monkeypatch: pytest.MonkeyPatch, budget_s: float, built: bool
+) -> None:
+    slow_lpt_phase(monkeypatch, lpt)  # the lpt start takes a second; nothing else takes any time
+    dealt = count_calls(monkeypatch, blindbar, "_candidates")
+    lpt.LptPolicy().plan(dataclasses.replace(_request(), time_budget_s=budget_s))
+    assert bool(dealt) is built  # at 1 s of 2.5: the plans' phase and the draws' would end at 3 s
