@@ -75,18 +75,22 @@ def test_a_batch_no_cache_holds_at_once_gets_no_candidate_as_from_the_general_lo
 @pytest.mark.parametrize("cache_tokens", [12_000, 16_000])
 def test_where_the_cache_binds_the_written_out_candidate_is_the_general_loops(cache_tokens: int) -> None:
     request = _request()
-    workers = tuple(dataclasses.replace(w, kv_capacity_tokens=cache_tokens) for w in request.inventory.workers)
+    workers = tuple(
+        dataclasses.replace(w, kv_capacity_tokens=cache_tokens) for w in request.inventory.workers
+    )
     request = dataclasses.replace(request, inventory=Inventory(workers, request.inventory.model))
     problem = build_problem(request)
     placed = robust_fast.fastest_first(problem)
-    assert placed is not None and all(placed)  # every worker takes some: the cache, not the speed, spreads it
+    assert placed is not None
+    assert all(placed)  # every worker takes some: the cache, not the speed, spreads it
     assert placed == robust_fast.fastest_first(_general(problem))
 
 
 def test_a_candidate_asked_past_its_deadline_is_given_up_before_its_first_unit() -> None:
     request = _request()
     problem = build_problem(dataclasses.replace(request, trajectories=request.trajectories[:16]))
-    assert problem.unrestricted and len(problem.units) < robust_fast.PACE_EVERY  # one pace check: the first
+    assert problem.unrestricted
+    assert len(problem.units) < robust_fast.PACE_EVERY  # one pace check: the first
     late = clock.now() - 1.0
     assert robust_fast._fastest(problem, late) is robust_fast.LATE
     assert robust_fast._fastest(_general(problem), late) is robust_fast.LATE
