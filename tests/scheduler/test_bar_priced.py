@@ -18,6 +18,8 @@ from scheduler import clock
 from scheduler.policies import blindbar, lpt, plan_draws
 from scheduler.policies.base import Placement
 from scheduler.policies.blindbar import Blind
+from scheduler.policies.cpsat import CpSatPolicy
+from scheduler.policies.lpt import LptPolicy
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import spreads
 from scheduler.policies.round_robin import RoundRobinPolicy
@@ -145,11 +147,30 @@ def test_blind_plans_that_outrun_their_price_are_dropped_when_the_draws_must_sta
     assert blind is None  # not kept past the draws' start, though dealt before the deadline
 
 
+@pytest.mark.parametrize("policy", [lpt.LptPolicy(), CpSatPolicy()], ids=["lpt", "cpsat"])
 @pytest.mark.parametrize(("budget_s", "built"), [(2.5, False), (10.0, True)])
-def test_lpt_prices_the_bars_blind_plans_in_its_own_lpt_phase(
-    monkeypatch: pytest.MonkeyPatch, budget_s: float, built: bool
+def test_the_bars_blind_plans_are_priced_in_the_lpt_phase(
+    monkeypatch: pytest.MonkeyPatch, policy: LptPolicy | CpSatPolicy, budget_s: float, built: bool
 ) -> None:
     slow_lpt_phase(monkeypatch, lpt)  # the lpt start takes a second; nothing else takes any time
     dealt = count_calls(monkeypatch, blindbar, "_candidates")
-    lpt.LptPolicy().plan(dataclasses.replace(_request(), time_budget_s=budget_s))
+    policy.plan(dataclasses.replace(_request(), time_budget_s=budget_s))
     assert bool(dealt) is built  # at 1 s of 2.5: the plans' phase and the draws' would end at 3 s
+
+
+@pytest.mark.parametrize("policy", [lpt.LptPolicy(), CpSatPolicy()], ids=["lpt", "cpsat"])
+def test_the_bars_draws_are_priced_in_the_lpt_phase(
+    monkeypatch: pytest.MonkeyPatch, policy: LptPolicy | CpSatPolicy
+) -> None:
+    fake = slow_lpt_phase(monkeypatch, lpt)  # the lpt start takes a second
+    floor = blindbar._floor
+
+    def slow_floor(*args: Any) -> float:  # and each blind plan's floor one more, after its check
+        fake.seconds += 1.0
+        return floor(*args)
+
+    monkeypatch.setattr(blindbar, "_floor", slow_floor)
+    drawn = count_calls(monkeypatch, blindbar, "draw_matrix")
+    policy.plan(dataclasses.replace(_request(), time_budget_s=3.8))  # the draws start by 2.8
+    assert fake.seconds == 3.0  # both blind plans built, by 2.8: the bar reached at 3.0
+    assert drawn == []  # with less than an lpt phase left, no draw
