@@ -29,15 +29,18 @@ from tests.scheduler.test_robust_fast import _request
 PLAY_S = 0.01  # what one play of a queue takes on the fake clock
 
 
-def _barred(monkeypatch: pytest.MonkeyPatch, deadline: float) -> tuple[Placement, Placement, float]:
+def _barred(
+    monkeypatch: pytest.MonkeyPatch, deadline: float, asked: bool | None = False
+) -> tuple[Placement, Placement, float]:
     """A plan later on the predictions than its blind plan, whose queues run in waves (8 slots,
     16 trajectories a worker), through the bar with ``deadline``: the plan given, the plan returned,
-    and the fake clock's time when the bar returned. The draws are not asked (``outlived``)."""
+    and the fake clock's time when the bar returned. The draws are not asked (``outlived``), or
+    ``asked`` says so."""
     request = _request(slots=8)
     problem = build_problem(request)
     placement = RoundRobinPolicy().plan(request, problem)
     blind = Blind(placement.queues, tuple(0.0 for _ in placement.queues))  # ends before any plan
-    monkeypatch.setattr(blindbar, "outlived", lambda *args: False)
+    monkeypatch.setattr(blindbar, "outlived", lambda *args: asked)
     fake = ManualClock()
     monkeypatch.setattr(clock, "now", fake.now)
     original = Problem.played
@@ -61,6 +64,14 @@ def test_the_bar_orders_no_queue_past_the_plans_deadline(monkeypatch: pytest.Mon
 def test_a_bar_with_no_time_to_order_the_queues_keeps_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     placement, chosen, _ = _barred(monkeypatch, 1.5 * PLAY_S)
     assert chosen is placement
+
+
+def test_a_bar_with_no_time_to_tell_whether_the_draws_are_asked_keeps_the_plan_unplayed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    placement, chosen, ended = _barred(monkeypatch, 1e9, None)
+    assert chosen is placement
+    assert ended == 0.0  # no queue ordered, no draw played: ``outlived`` ran out of time
 
 
 def test_a_bar_with_time_orders_every_queue(monkeypatch: pytest.MonkeyPatch) -> None:
