@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 
 from scheduler import clock
 from scheduler.policies import robust_fast
+from scheduler.policies.fastest_plain import PACE_EVERY
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import Inventory, PlanRequest
 from tests.scheduler.fake_clock import SteppingClock
@@ -90,7 +91,7 @@ def test_a_candidate_asked_past_its_deadline_is_given_up_before_its_first_unit()
     request = _request()
     problem = build_problem(dataclasses.replace(request, trajectories=request.trajectories[:16]))
     assert problem.unrestricted
-    assert len(problem.units) < robust_fast.PACE_EVERY  # one pace check: the first
+    assert len(problem.units) < PACE_EVERY  # one pace check: the first
     late = clock.now() - 1.0
     assert robust_fast._fastest(problem, late) is robust_fast.LATE
     assert robust_fast._fastest(_general(problem), late) is robust_fast.LATE

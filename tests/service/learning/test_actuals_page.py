@@ -94,8 +94,18 @@ def test_a_page_as_the_service_writes_it_reads_to_the_rows_each_entry_read_alone
         {**FOREIGN, "prompt_id": 9},
         {**FOREIGN, "sample_idx": True},
         {**FOREIGN, "output_tokens": 2**31},
+        {**FOREIGN, "prompt_tokens": -1},
+        {**FOREIGN, "reward": True},
     ],
-    ids=["count-as-text", "empty-finish", "numeric-prompt", "boolean-count", "count-past-the-bound"],
+    ids=[
+        "count-as-text",
+        "empty-finish",
+        "numeric-prompt",
+        "boolean-count",
+        "count-past-the-bound",
+        "negative-count",  # the rest found by mutation testing (mutants14): each read by the page
+        "boolean-reward",
+    ],
 )
 def test_a_page_with_an_entry_another_writer_left_is_read_entry_by_entry_as_before(
     foreign: dict[str, Any], redis_client: redis.Redis
@@ -198,3 +208,15 @@ def test_a_page_where_orjson_and_json_might_disagree_reads_to_the_rows_json_give
         assert [math.copysign(1.0, v) for v in column.tolist()] == [
             math.copysign(1.0, v) for v in expected.numeric[name].tolist()
         ]
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [{**FOREIGN, "features": [1.0]}, {**FOREIGN, "finish_reason": ["stop"]}],
+    ids=["features-not-an-object", "unhashable-finish"],
+)
+def test_a_page_with_an_entry_of_a_shape_no_column_takes_is_not_read_as_columns(
+    foreign: dict[str, Any],
+) -> None:
+    """Neither raises out of the page's read (mutants14): the page is left to the entry-by-entry read."""
+    assert page_trace([json.dumps(FOREIGN), json.dumps(foreign)], SharedTexts()) is None
