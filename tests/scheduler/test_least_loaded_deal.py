@@ -41,3 +41,18 @@ def test_any_unpinned_batch_is_dealt_as_the_lanes_kept_per_worker_deal_it(reques
     for order in (list(range(len(problem.units))), list(longest_first(problem.units))):
         fast, general = _both_ways(problem, order)
         assert fast == general
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan_requests(max_groups=8, max_workers=4, max_samples=6, affinity=True))
+def test_any_unpinned_batch_of_groups_is_dealt_whole_as_the_lanes_kept_per_worker_deal_it(
+    request: PlanRequest,
+) -> None:
+    """The waves' dealing takes units of several members (mutants14: one member each was dealt)."""
+    problem = build_problem(request)
+    if not problem.unrestricted:
+        return
+    order = list(longest_first(problem.units))
+    fast, general = _both_ways(problem, order)
+    assert fast == general
+    assert sorted(m for queue in fast for m in queue) == sorted(m for u in problem.units for m in u.members)

@@ -72,3 +72,18 @@ def _counted(original: Any, calls: list[int]) -> Any:
         return original(*args)
 
     return counted
+
+
+def test_an_empty_queue_runs_at_once() -> None:
+    problem = build_problem(_request())
+    queues = [list(range(64)), [], [], []]  # the short chains all on one H100: its cache holds them
+    assert problem.runs_at_once(queues, True) == (True, True, True, True)
+    assert robust_fast._runs_at_once(problem, queues, True)
+
+
+def test_one_queue_in_waves_is_enough_for_the_plan_not_to_run_at_once() -> None:
+    problem = build_problem(_request(long_cot=True))
+    n = len(problem.steps)
+    queues = [list(range(n - 3)), [n - 3], [n - 2], [n - 1]]  # one long chain alone on each of three
+    assert problem.runs_at_once(queues, True) == (False, True, True, True)
+    assert not robust_fast._runs_at_once(problem, queues, True)

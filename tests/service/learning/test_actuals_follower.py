@@ -84,3 +84,18 @@ def test_a_follow_that_fails_is_said_once_at_its_second_failure_and_never_raised
     assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
     assert "following the actuals stream failed" in caplog.records[0].message
     assert follower.stop()  # never started: nothing to wait for
+
+
+def test_a_follow_that_folds_nothing_new_warms_nothing(
+    redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream moved by an entry that does not read: nothing folded, no next step to warm (mutants14)."""
+    log = ActualsLog(redis_client, 1000)
+    models = ModelService(ModelStore(tmp_path / "models"), log)
+    warmed: list[int] = []
+    monkeypatch.setattr(models, "warm_later", warmed.append)
+    log.append([ActualReport.model_validate(r) for r in REPORTS])
+    assert models.follow() == len(REPORTS)
+    redis_client.xadd(log.key, {"a": "not a report"})
+    assert models.follow() == 0
+    assert warmed == [1]  # the first follow's only

@@ -212,8 +212,8 @@ def test_a_page_where_orjson_and_json_might_disagree_reads_to_the_rows_json_give
 
 @pytest.mark.parametrize(
     "foreign",
-    [{**FOREIGN, "features": [1.0]}, {**FOREIGN, "finish_reason": ["stop"]}],
-    ids=["features-not-an-object", "unhashable-finish"],
+    [{**FOREIGN, "features": [1.0]}, {**FOREIGN, "finish_reason": ["stop"]}, {**FOREIGN, "step": 2**63}],
+    ids=["features-not-an-object", "unhashable-finish", "count-past-int64"],
 )
 def test_a_page_with_an_entry_of_a_shape_no_column_takes_is_not_read_as_columns(
     foreign: dict[str, Any],
