@@ -181,7 +181,8 @@ def test_the_bars_draws_are_priced_in_the_lpt_phase(
         return floor(*args)
 
     monkeypatch.setattr(blindbar, "_floor", slow_floor)
-    drawn = count_calls(monkeypatch, blindbar, "draw_matrix")
+    asked = count_calls(monkeypatch, blindbar, "outlived")  # the bar's first play of its draws
+    weighed = count_calls(monkeypatch, blindbar, "least_drawn")
     policy.plan(dataclasses.replace(_request(), time_budget_s=3.8))  # the draws start by 2.8
     assert fake.seconds == 3.0  # both blind plans built, by 2.8: the bar reached at 3.0
-    assert drawn == []  # with less than an lpt phase left, no draw
+    assert asked == weighed == []  # with less than an lpt phase left, no draw played
