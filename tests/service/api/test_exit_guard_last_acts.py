@@ -1,7 +1,7 @@
 """The guard's last acts and its end at the interpreter's exit (``exit_guard``), with its sleep and its
 ``os._exit`` stood in for as in ``test_exit_guard_arm.py``: every last act runs, one that raises does
 not keep the next from running, one that hangs does not hold the end past ``LAST_ACTS_S``, the log is
-flushed before the acts and after them, and an interpreter exit once the guard has fired ends with
+flushed before the acts and after them, and the exit's last wait once the guard has fired ends with
 the forced status, not 0.
 
 Found by mutation testing (mutants14, docs/experiments.md): each of these was removable with every
@@ -31,6 +31,7 @@ def stand(monkeypatch: pytest.MonkeyPatch) -> _Stand:
     monkeypatch.setattr(exit_guard, "_enabled", True)
     monkeypatch.setattr(exit_guard, "_armed", None)
     monkeypatch.setattr(exit_guard, "_fired", threading.Event())
+    monkeypatch.setattr(exit_guard, "_exited", False)
     return stood
 
 
@@ -97,7 +98,7 @@ def test_an_exit_after_the_guard_fired_waits_for_it_then_ends_forced(stand: _Sta
     guard = threading.Thread(target=threading.Event().wait, args=(0.2,), daemon=True)  # its acts
     guard.start()
     exit_guard._armed = guard  # monkeypatched back by the fixture
-    exit_guard._ended_by_the_guard()
+    exit_guard._at_the_exits_end()
     assert not guard.is_alive()  # waited for the guard's acts
     assert stand.status == [exit_guard.FORCED_STATUS] * 2
 
@@ -106,16 +107,13 @@ def test_an_exit_before_the_guard_fired_is_not_ended_by_it(stand: _Stand) -> Non
     guard = threading.Thread(target=lambda: None, daemon=True)
     guard.start()
     exit_guard._armed = guard
-    exit_guard._ended_by_the_guard()
+    exit_guard._at_the_exits_end()
     assert stand.status == []  # an ordinary exit keeps its own status
 
 
-def test_enabling_registers_the_end_at_exit_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    registered: list[Callable[[], None]] = []
-    monkeypatch.setattr(exit_guard, "atexit", SimpleNamespace(register=registered.append))
+def test_enabling_again_keeps_the_last_calls_acts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(exit_guard, "_enabled", False)
     monkeypatch.setattr(exit_guard, "_last_acts", ())
     exit_guard.enable([print])
     exit_guard.enable([print, print])
-    assert registered == [exit_guard._ended_by_the_guard]
-    assert exit_guard._last_acts == (print, print)  # the last call's acts
+    assert exit_guard._last_acts == (print, print)
