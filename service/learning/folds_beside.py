@@ -6,10 +6,13 @@ step (periodic50), and ``POST /actuals``'s own of the batch it just stored, whic
 replica held the lock as long (a step's 32,768 reports in one batch: 0.45-1.4 s at load 11-14, the
 stream read most of it; review50b) while a ``/schedule`` beside it waited all of it, past any plan's
 budget (80 ms by default). A retrain's sync is a third (learn51: the automatic one runs beside
-the next requests, followed or not; its snapshot is joined outside the lock), and ``GET /models``'
-a fourth, where a follower runs. Each such fold is
-counted here while it runs, or waits for the lock; a request finding the lock held and a count above
-zero waits ``FOLD_WAIT_S`` at most, then predicts from the history last folded. A count, not a flag:
+the next requests; its snapshot is joined outside the lock), and ``GET /models``' a fourth. Each such
+fold is counted here, where a follower runs, while it runs or waits for the lock; a request finding
+the lock held and a count above zero waits ``FOLD_WAIT_S`` at most, then predicts from the history
+last folded. Where none runs (``ROLLOUT_ACTUALS_FOLLOW_S=0``) none is counted: the request folds
+what is new itself, so the fold it waits out is its own fold done for it, and passing it by only
+left out rows stored before it (the automatic retrain starts on the step's first ``/schedule``: the
+last step's reports; review51a). A count, not a flag:
 they may run at once, and the first to end must not clear the other's.
 """
 

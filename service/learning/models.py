@@ -164,8 +164,8 @@ class ModelService:
         return folded
 
     def sync_stored(self) -> int:
-        """``sync`` after ``POST /actuals`` stored a batch, or for ``GET /models`` (``refresh``); where a
-        follower runs, a request beside it waits for it ``FOLD_WAIT_S`` at most (``folds_beside``)."""
+        """``sync`` after ``POST /actuals`` stored a batch, for ``GET /models`` (``refresh``) or a retrain;
+        where a follower runs, a request beside it waits for it ``FOLD_WAIT_S`` at most (``folds_beside``)."""
         if not self.followed:  # ``ROLLOUT_ACTUALS_FOLLOW_S=0``: requests wait for every fold, as before
             return self.sync()
         with self._beside.counted():
@@ -310,13 +310,12 @@ class ModelService:
         counted are those of the fit's own snapshot of the history: actuals folded in while it ran
         are not in the model, and counting them made ``history_rows`` name rows it never saw."""
         started = time.perf_counter()
-        with self._beside.counted():  # a request beside waits for it ``FOLD_WAIT_S`` at most (learn51)
-            self.sync()
-            # One snapshot of both, under the lock every fold takes: a step's first actuals folded between
-            # the two made the history's newest step not the reports', and a step in flight was fitted whole
-            with self._sync_lock:
-                last = self._reports.last()
-                held = self.predictor.history.held()  # actuals landing meanwhile are not fitted
+        self.sync_stored()  # waited ``FOLD_WAIT_S`` at most where followed, out where not (review51a)
+        # One snapshot of both, under the lock every fold takes: a step's first actuals folded between
+        # the two made the history's newest step not the reports', and a step in flight was fitted whole
+        with self._sync_lock:
+            last = self._reports.last()
+            held = self.predictor.history.held()  # actuals landing meanwhile are not fitted
         history = held()  # joined outside the locks: requests waited out the join at 1.2 M rows (learn51)
         if len(history) == 0:
             raise InvalidInputError("history", 0, "no actuals have been reported yet")

@@ -93,11 +93,10 @@ def _retrained(models: ModelService) -> None:
         models.retrain()
 
 
-@pytest.mark.parametrize("followed", [True, False])
-def test_a_request_beside_the_retrains_sync_waits_for_it_fold_wait_s_at_most(
-    redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, followed: bool
+def test_a_followed_replicas_request_beside_the_retrains_sync_waits_for_it_fold_wait_s_at_most(
+    redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    models = _service(redis_client, tmp_path / "models", followed)
+    models = _service(redis_client, tmp_path / "models", followed=True)
     reached, go_on = threading.Event(), threading.Event()
     monkeypatch.setattr(
         models.actuals, "rows_after", _held_on_the_retrainer(models.actuals.rows_after, reached, go_on)
@@ -131,3 +130,38 @@ def test_a_followed_replicas_request_beside_get_models_sync_waits_for_it_fold_wa
     assert _ends_while_held(models, reached, go_on, models.refresh), (
         "the request waited out GET /models' sync"
     )
+
+
+def test_an_unfollowed_replicas_request_beside_the_retrains_sync_waits_it_out_and_predicts_with_its_rows(
+    redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no follower (``ROLLOUT_ACTUALS_FOLLOW_S=0``) a request folds what is new itself: the
+    retrain's sync is that fold done for it, and passing it by predicted without the last step's
+    reports (review51a). ``FOLD_WAIT_S`` 0: a request that gives up does so at once."""
+    models = _service(redis_client, tmp_path / "models", followed=False)
+    step_2 = [actual_report(2, p, i) for p in range(8) for i in range(4)]  # stored on another replica
+    models.actuals.append([ActualReport.model_validate(r) for r in step_2])
+    reached, go_on = threading.Event(), threading.Event()
+    monkeypatch.setattr(
+        models.actuals, "rows_after", _held_on_the_retrainer(models.actuals.rows_after, reached, go_on)
+    )
+    monkeypatch.setattr(models_module, "fit", _unfitted)
+    monkeypatch.setattr(models_module, "FOLD_WAIT_S", 0.0)
+    rows_read: list[int] = []
+    predict = models.predictor.predict
+
+    def counted(*args: Any) -> Any:
+        rows_read.append(models.rows)  # the history the request predicts from
+        return predict(*args)
+
+    monkeypatch.setattr(models.predictor, "predict", counted)
+    retrain = threading.Thread(target=lambda: _retrained(models), name=RETRAINER, daemon=True)
+    request = threading.Thread(target=lambda: models.predict(QUERIES, 3, 0.5), daemon=True)
+    retrain.start()
+    assert reached.wait(BOUND_S)
+    request.start()
+    request.join(1.0)  # a request that gives up has predicted by now, on any host but a stalled one
+    go_on.set()
+    request.join(BOUND_S)
+    retrain.join(BOUND_S)
+    assert rows_read == [3 * 32], "the request predicted without the last step's reports"
