@@ -24,6 +24,7 @@ next request of the step finds it done (docs/experiments.md, deadline49).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -33,17 +34,28 @@ CHUNK_ROWS = 1024  # rows a booster call scores, each call checked before: 2,048
 # per-call overhead to every predict
 
 _CHECK: ContextVar[Callable[[], None] | None] = ContextVar("predictors_cutoff_check", default=None)
+_LEFT: ContextVar[Callable[[], float] | None] = ContextVar("predictors_cutoff_left", default=None)
 
 
 @contextmanager
-def checking(check: Callable[[], None] | None) -> Iterator[None]:
+def checking(check: Callable[[], None] | None, left_s: Callable[[], float] | None = None) -> Iterator[None]:
     """Run ``check`` before each of the model's row chunks in this context (it raises to cut the
-    call); None: no check, and the model scores its rows in one call."""
-    token = _CHECK.set(check)
+    call); None: no check, and the model scores its rows in one call. ``left_s``: the seconds until
+    the caller stops waiting, which caps a wait on the way (``time_left_s``); None: no cap."""
+    token, left = _CHECK.set(check), _LEFT.set(left_s)
     try:
         yield
     finally:
+        _LEFT.reset(left)
         _CHECK.reset(token)
+
+
+def time_left_s() -> float:
+    """Seconds until this context's caller stops waiting (``checking``'s ``left_s``; negative once
+    past; infinite where none was set): a wait for another thread's bookkeeping is cut there
+    (``service.learning.folds_beside``: the caller's 504 is all that comes after it; review51a)."""
+    left = _LEFT.get()
+    return math.inf if left is None else left()
 
 
 def chunk_rows(rows: int) -> int:

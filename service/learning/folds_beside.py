@@ -12,15 +12,18 @@ the lock held and a count above zero waits ``FOLD_WAIT_S`` at most, then predict
 last folded. Where none runs (``ROLLOUT_ACTUALS_FOLLOW_S=0``) none is counted: the request folds
 what is new itself, so the fold it waits out is its own fold done for it, and passing it by only
 left out rows stored before it (the automatic retrain starts on the step's first ``/schedule``: the
-last step's reports; review51a). A count, not a flag:
+last step's reports; review51a). No wait outlasts the caller's deadline (``wait_s``). A count, not a flag:
 they may run at once, and the first to end must not clear the other's.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from predictors import cutoff
 
 
 class FoldsBeside:
@@ -45,3 +48,11 @@ class FoldsBeside:
     def any(self) -> bool:
         """Whether one is under way now."""
         return self._count > 0
+
+    def wait_s(self, fold_wait_s: float) -> float:
+        """How long a request finding the sync lock held waits for it (``Lock.acquire``'s timeout):
+        ``fold_wait_s`` where one is under way, else until it is free (-1), and never past the
+        caller's deadline (``cutoff.time_left_s``): a request with 10 ms left waited 50 ms for a fold
+        beside, then was refused 504 (learn51's report; review51a)."""
+        wait = min(fold_wait_s if self.any() else math.inf, max(0.0, cutoff.time_left_s()))
+        return -1 if math.isinf(wait) else wait

@@ -199,11 +199,13 @@ class ModelService:
         step's 32,768 actuals held it 0.8-2.4 s (docs/experiments.md, periodic50; review50b). Not waited
         for either where it holds reports stored before the request: in the client's loop it missed a
         step's last 3-24% once in 12-15 steps, 0.1-1.0% worse predictions of recurring prompts, where
-        waiting held the request 68-660 ms (learn51). Another request's sync is still waited for."""
+        waiting held the request 68-660 ms (learn51). Another request's sync is still waited for. No
+        wait outlasts the caller's deadline (``FoldsBeside.wait_s``): it answers its 504 then (review51a)."""
         taken = self._sync_lock.acquire(blocking=False) or self._sync_lock.acquire(
-            timeout=FOLD_WAIT_S if self._beside.any() else -1  # read once the lock is found held
+            timeout=self._beside.wait_s(FOLD_WAIT_S)  # read once the lock is found held
         )
         if not taken:
+            cutoff.check()  # the wait ended at the caller's deadline: its 504 now, not a predict
             return 0
         try:
             return self.sync()

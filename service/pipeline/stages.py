@@ -266,7 +266,7 @@ def predict(
     """
     queries = _queries(body.batch.items, checked.item_of)
     cut = None if until.at is None else partial(until.check, WHILE_PREDICTED)  # between the model's chunks
-    with cutoff.checking(cut):
+    with cutoff.checking(cut, None if until.at is None else until.left_s):  # and a fold's wait (review51a)
         predictions = ctx.models.predict(queries, body.step, checked.quantile)
     trajectories = _trajectories(body.batch.items, checked.item_of, queries, predictions, until)
     # the version that made these lengths (``Predictions.model_version``), not the one serving now: a
