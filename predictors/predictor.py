@@ -26,7 +26,7 @@ from predictors.promptprior import PriorRows, prior_at
 from predictors.promptstats import PromptStats
 from predictors.quantiles import PLANNING_QUANTILE, at_quantile, check_quantile, ordered
 from predictors.queries import Query, QueryBatch
-from predictors.store import ModelStore
+from predictors.store import ModelStore, VersionGoneError
 from predictors.tracetable import FloatArray, IntArray, Trace
 from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceRow
@@ -107,7 +107,8 @@ class LengthPredictor:
 
         Newest, not newer than ours: removing the newest version rolls every replica back to the
         one before, and a version stored again under our number (its stamp differs) is taken. A
-        version that does not load (damaged, foreign) is passed over and ``unreadable`` is told: one
+        version that does not load (damaged, foreign) is passed over and ``unreadable`` is told (not of
+        one removed since the listing: ``VersionGoneError``): one
         bad folder must not stop every replica that reads the store, nor their start, and neither
         must a store that cannot be listed (a lost network volume): the model held stays. With no
         version left in the store, a model taken from it is dropped (the fallbacks answer), as a
@@ -128,6 +129,8 @@ class LengthPredictor:
                 return False
             try:
                 model = store.load(version)[1]
+            except VersionGoneError:  # removed since the listing (a rollback): not unreadable, and
+                continue  # not the listing failing, which its report had been taken for (review51a)
             except InvalidInputError as error:
                 if unreadable is not None:
                     unreadable(error)

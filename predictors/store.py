@@ -42,6 +42,12 @@ _FILES = (*_BOOSTERS, "metadata.json")
 _LAST = ".last-version"  # the highest number handed out, so a removed version's number is not reused
 
 
+class VersionGoneError(InvalidInputError):
+    """The version asked for is not in the store (none stored, or one removed after a listing named
+    it: a rollback, a prune, a fenced fit taken back): a version absent, not one that fails to load,
+    which a reload passes over unreported (``LengthPredictor.reload``; review51a)."""
+
+
 class ModelStore:
     """Numbered, immutable model versions under one directory."""
 
@@ -197,9 +203,8 @@ class ModelStore:
             raise InvalidInputError("model_store", str(self.root), f"cannot be listed ({error})") from None
         chosen = (present[-1] if present else None) if version is None else version
         if chosen is None or chosen not in present:
-            raise InvalidInputError(
-                "model_store", str(self.root), f"has no model version {chosen or ''}".strip()
-            )
+            missing = f"has no model version {chosen or ''}".strip()
+            raise VersionGoneError("model_store", str(self.root), missing)
         directory = self.path(chosen)
         try:
             raw = json.loads((directory / "metadata.json").read_text())

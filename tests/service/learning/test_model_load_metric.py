@@ -12,8 +12,10 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
+from predictors.model import FittedModel
 from tests.service.api_helpers import AppFactory, actual_history
 from tests.service.learning.reload_helpers import served
 
@@ -49,3 +51,29 @@ def test_a_store_that_cannot_be_listed_counts_a_failed_listing(
     (tmp_path / "models").write_text("not a folder")  # a lost volume: the listing fails
     served(client).reload()
     assert _failures(client, "listing") >= 1.0
+
+
+def test_a_version_removed_between_the_listing_and_its_load_is_no_failed_load(
+    make_client: AppFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator's rollback (or a fenced fit taken back) removed the newest version just after a
+    reload listed it: the reload passes it over and keeps what it holds. That is no failure, and
+    above all not the store's listing failing (review51a: it was counted as one)."""
+    client = make_client(actuals_follow_s=60.0)
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    assert client.post("/models/retrain").json()["version"] == "v1"
+    store = tmp_path / "models"
+    shutil.copytree(store / "v000001", store / "v000002")  # a second version, whole
+    models = served(client)
+    load = models.store.load
+
+    def removed_first(version: int | None = None) -> tuple[int, FittedModel]:
+        if version == 2:
+            shutil.rmtree(store / "v000002")  # withdrawn after the reload listed it
+        return load(version)
+
+    monkeypatch.setattr(models.store, "load", removed_first)
+    models.reload()
+    assert models.version == "v1"
+    assert _failures(client, "listing") == 0.0
+    assert _failures(client, "version") == 0.0
