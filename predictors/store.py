@@ -34,6 +34,8 @@ from typing import Any
 from predictors.features import FeatureSpec
 from predictors.fsmode import make_folders, make_ordinary, remove_folders
 from predictors.model import FittedModel, ModelMetadata
+from predictors.store_sweep import PREFIX as STAGING
+from predictors.store_sweep import sweep_stale
 from scheduler.errors import InvalidInputError
 
 _VERSION_DIR = re.compile(r"^v(\d{6,})$")
@@ -115,8 +117,10 @@ class ModelStore:
             raise
 
     def _save_staged(self, model: FittedModel, fence_token: int | None) -> int:
-        """Write the version under a temporary name in the store, then publish it under a number."""
-        staging = Path(tempfile.mkdtemp(dir=self.root, prefix=".staging-"))
+        """Write the version under a temporary name in the store, then publish it under a number;
+        first, sweep those a save that died mid-write left (``store_sweep``: never a live save's)."""
+        sweep_stale(self.root)
+        staging = Path(tempfile.mkdtemp(dir=self.root, prefix=STAGING))
         try:
             _write_boosters(model, staging)
             meta = {**_metadata_json(model), "checksums": {f: _sha256(staging / f) for f in _BOOSTERS}}
@@ -133,8 +137,9 @@ class ModelStore:
         """Remove all but the newest ``keep`` complete versions; return the numbers removed.
 
         A service retraining every few steps would otherwise fill its volume (~280 KB a version) and
-        slow every reload's listing. Half-written folders are left alone (a writer may own them);
-        numbers are not reused after pruning (``.last-version``)."""
+        slow every reload's listing. Half-written folders are left alone (a writer may own them: the
+        next save sweeps those a dead writer left, ``store_sweep``); numbers are not reused after
+        pruning (``.last-version``)."""
         if keep < 1:
             raise InvalidInputError("keep", keep, "must be at least 1")
         listed, superseded = self._listed()
