@@ -35,7 +35,7 @@ from predictors.features import FeatureSpec
 from predictors.fsmode import make_folders, make_ordinary, remove_folders
 from predictors.model import FittedModel, ModelMetadata
 from predictors.store_sweep import PREFIX as STAGING
-from predictors.store_sweep import sweep_stale
+from predictors.store_sweep import sweep_stale, sweep_stale_marks
 from scheduler.errors import InvalidInputError
 
 _VERSION_DIR = re.compile(r"^v(\d{6,})$")
@@ -120,6 +120,7 @@ class ModelStore:
         """Write the version under a temporary name in the store, then publish it under a number;
         first, sweep those a save that died mid-write left (``store_sweep``: never a live save's)."""
         sweep_stale(self.root)
+        sweep_stale_marks(self.root)
         staging = Path(tempfile.mkdtemp(dir=self.root, prefix=STAGING))
         try:
             _write_boosters(model, staging)

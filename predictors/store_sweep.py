@@ -6,6 +6,8 @@ that ends while a save runs leaves the folder for good: the retrain's fit and sa
 thread, which the interpreter's exit stops with no ``finally`` run (exit51), and a SIGKILL, an OOM
 kill or a lost node run none either. Each is a version's size (~280 KB) that no prune removed
 (``prune`` leaves half-written folders alone: a writer may own them), and every listing reads past it.
+``.last-version``'s staged files (``ModelStore._remember``: written, then replaced into place) are
+left the same way by an end between the two, and go by the same rule (``sweep_stale_marks``).
 
 When. At the next save, on whichever replica: a writer is writing anyway, where the store's start or a
 reader (``GET /models``, ``predictor`` commands, a read-only mount) must not. A folder goes once
@@ -34,6 +36,7 @@ import uuid
 from pathlib import Path
 
 PREFIX = ".staging-"  # ``ModelStore._save_staged``'s folders, and the sweep's own names for them
+MARK_PREFIX = ".last-version."  # ``ModelStore._remember``'s staged files (``.last-version`` is not one)
 STALE_S = 3600.0  # untouched this long, a staging folder's writer is gone (module doc: why an hour)
 
 
@@ -56,6 +59,23 @@ def sweep_stale(root: Path, now: float | None = None) -> list[str]:
     return swept
 
 
+def sweep_stale_marks(root: Path, now: float | None = None) -> list[str]:
+    """Remove the staged ``.last-version.<pid>.<n>`` files (``ModelStore._remember``) untouched for
+    ``STALE_S``: one is replaced into place within a moment of its write, so one that old was left
+    by a process that ended between the two; the names removed. Its writer, were it alive, only
+    fails a best-effort write (the version folders' names still count)."""
+    now = time.time() if now is None else now
+    swept = []
+    with contextlib.suppress(OSError):
+        for entry in root.iterdir():
+            newest = _newest_write(entry) if entry.name.startswith(MARK_PREFIX) else None
+            if newest is not None and now - newest >= STALE_S:
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+                    swept.append(entry.name)
+    return swept
+
+
 def _staging(root: Path) -> list[Path]:
     """The staging folders in ``root`` now; none where it cannot be listed."""
     try:
@@ -64,9 +84,9 @@ def _staging(root: Path) -> list[Path]:
         return []
 
 
-def _newest_write(folder: Path) -> float | None:
-    """The newest modification time of ``folder`` and the files in it; None where it is gone."""
+def _newest_write(path: Path) -> float | None:
+    """The newest modification time of ``path`` and, a folder, the files in it; None where it is gone."""
     with contextlib.suppress(OSError):
-        times = [folder.lstat().st_mtime, *(entry.lstat().st_mtime for entry in folder.iterdir())]
-        return max(times)
+        inside = path.iterdir() if path.is_dir() else ()
+        return max([path.lstat().st_mtime, *(entry.lstat().st_mtime for entry in inside)])
     return None

@@ -81,3 +81,18 @@ def test_a_writer_paused_past_the_bound_publishes_nothing_when_its_folder_was_sw
         store.save(model)
     assert store.versions() == []
     assert _names(tmp_path) == set()
+
+
+def test_a_staged_last_version_file_a_dead_save_left_goes_and_the_highest_number_stays(
+    tmp_path: Path, model: FittedModel
+) -> None:
+    """``.last-version``'s staged file, written then replaced into place: an end between the two left it."""
+    left = tmp_path / ".last-version.4242.7"
+    left.write_text("7")
+    os.utime(left, (time.time() - 2 * STALE_S,) * 2)
+    fresh = tmp_path / ".last-version.4243.8"  # a live writer's, about to be replaced into place
+    fresh.write_text("8")
+    version = ModelStore(tmp_path).save(model)
+    assert not left.exists()
+    assert fresh.exists()
+    assert (tmp_path / ".last-version").read_text() == str(version)
