@@ -247,13 +247,35 @@ def test_a_step_whose_slot_moved_under_the_clients_map_is_sent_again_and_kept(cl
 
 
 def _slot_to(cluster: LocalCluster, slot: int, master: EmbeddedServer) -> None:
-    """``slot`` (holding no key) served by ``master`` from now on, as every node hears it."""
+    """``slot`` (holding no key) served by ``master`` from now on, as every node hears it. ``master``
+    binds it first under a config epoch above every other (``BUMPEPOCH``): otherwise a heartbeat the
+    old owner sent before it heard of the move could bind the slot back on a node that had heard, with
+    the same epoch as before (a fresh clone's CI met MOVED writing to the new master)."""
     with redis.Redis(port=master.port) as client:
         node_id = str(client.execute_command("CLUSTER", "MYID"), "utf-8")
+        client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id)
+        client.execute_command("CLUSTER", "BUMPEPOCH")
     for node in cluster.nodes:
-        with redis.Redis(port=node.port) as client:
-            client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id)
+        if node.port != master.port:
+            with redis.Redis(port=node.port) as client:
+                client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id)
+    _until_every_node_maps(cluster, slot, master.port)
     cluster._wait_ok(30.0)
+
+
+def _until_every_node_maps(cluster: LocalCluster, slot: int, port: int, within_s: float = 30.0) -> None:
+    """Until every node maps ``slot`` to the master at ``port``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        owners = set()
+        for node in cluster.nodes:
+            with redis.Redis(port=node.port) as client:
+                spans = client.cluster("SLOTS")
+            owners |= {int(m[1]) for lo, hi, m, *_ in spans if lo <= slot <= hi}
+        if owners == {port}:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"slot {slot} not mapped to {port} by every node after {within_s} s")
 
 
 def test_a_stalled_masters_pipeline_is_sent_to_it_once(cluster: LocalCluster) -> None:
