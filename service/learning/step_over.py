@@ -26,7 +26,7 @@ the step, its delivery keys say whether it is over. The history's last step is o
    any of its actuals arrived, which left the active index unseen; the active index still catches
    an unsettled part not in the set: one an older release published, one the moment between its
    publish and its entry, and one whose entry Redis failed after the publish (a warning: the step
-   was out, ``service.pipeline.served.after_publish``). Such a part that settles before any of its
+   was out, ``service.pipeline.post_publish.later``). Such a part that settles before any of its
    actuals arrive is missed: nothing left in Redis names its step (an older release's part is in
    no set and wrote no planning entry, and ``P:meta`` holds no step), and a client that reports
    a step once it has ended (``docs/client.md``) reports none before the settle;

@@ -1,17 +1,17 @@
 """The bookkeeping that follows a ``POST /schedule``'s publish, which its answer waits for only as long
 as the caller's deadline (``X-Envoy-Expected-Rq-Timeout-Ms``) allows.
 
-Once the step is out, what is left is bookkeeping (``served.after_publish``): entering the id in its
-step's set, remembering worker profiles, counting the step towards a retrain, taking the request's
-in-flight mark and planning entry back. On a stalled Redis each is a command timeout with its retries
-(~3.1 s at the default 1 s): five of them held a 200 for 15.7 s after its publish, and chaos11's soak
-answered an 800 ms deadline after 4.07 s (docs/experiments.md, postpub47). A step already published
-cannot become a 504, but its caller does not need that work before its answer. So the route collects
-it (``later``, called by the pipeline where the work arises) and runs it, in order, on a thread of its
-own (``bounded``), waiting for it until ``FIXED_S`` (the answer's encoding and write) before the
-deadline: with Redis answering it lands in a few ms and nothing changes; on a stall the 200 goes out
-at the deadline and the thread goes on, bounded by the Redis client's own timeouts, each failure
-logged. A request with no deadline, or a pipeline run outside the route, runs the work in line.
+Once the step is out, what is left is bookkeeping: entering the id in its step's set, remembering worker
+profiles, counting the step towards a retrain, taking the request's in-flight mark and planning entry
+back, each Redis error logged, not raised (``_logged``). On a stalled Redis each is a command timeout
+with its retries (~3.1 s at the default 1 s): five of them held a 200 for 15.7 s after its publish, and
+chaos11's soak answered an 800 ms deadline after 4.07 s (docs/experiments.md, postpub47). A step already
+published cannot become a 504, but its caller does not need that work before its answer. So the route
+collects it (``later``, called by the pipeline where the work arises) and runs it, in order, on a thread
+of its own (``bounded``), waiting for it until ``FIXED_S`` (the answer's encoding and write) before the
+deadline: with Redis answering it lands in a few ms and nothing changes; on a stall the 200 goes out at
+the deadline and the thread goes on, bounded by the Redis client's own timeouts, each failure logged. A
+request with no deadline, or a pipeline run outside the route, runs the work in line.
 
 At the replica's stop (``stopped``: the app's ``stopping`` event, ``service/api/stopping.py``) nobody
 reads the answer any more (its handler was cancelled), so the planning thread does not wait for the
@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from service.api.settling import Settling
+from service.delivery.errors import REDIS_FAILED
 from service.logs import schedule_only_context
 from service.pipeline.deadline import Deadline
 from service.pipeline.publish_pace import FIXED_S
-from service.pipeline.served import after_publish
 
 T = TypeVar("T")
 _log = logging.getLogger("service.pipeline")
@@ -76,7 +76,7 @@ class _Tail:
         return self.stopped is not None and self.stopped()
 
     def run(self, first: int = 0) -> None:
-        """Every step from the ``first``, each Redis error logged (``after_publish``); any other error
+        """Every step from the ``first``, each Redis error logged (``_logged``); any other error
         (a bug) ends the steps and is raised; the release runs whatever happened."""
         try:
             for what, context, call in self.steps[first:]:
@@ -224,5 +224,14 @@ def settle(timeout_s: float, left_s: float | None = None) -> int:
 
 
 def _logged(what: str, call: Callable[[], object]) -> None:
-    with after_publish(what):
+    """Run bookkeeping that follows a publish (the step's set, worker profiles, the retrain counter),
+    where a Redis error is logged and the step still answered 200. The step is out by then: an error
+    answer would make a trainer send it again, and a retry without a ``schedule_id`` publishes the work
+    twice. What is lost is documented where each is kept: a part missing from its step's set is seen
+    by an asked-for retrain only while unsettled (the active index), as an older release's part
+    (``service.learning.step_over``); the step's actuals are compared with each worker's previous
+    profile; the retrain boundary is counted at the next step."""
+    try:
         call()
+    except REDIS_FAILED as error:
+        _log.warning("step published, but %s failed: %s: %s", what, type(error).__name__, error)

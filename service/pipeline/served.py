@@ -1,5 +1,5 @@
 """How a served ``POST /schedule`` is accounted for: each stage's wall time, the metrics and the one
-log line a step leaves behind, and the bookkeeping that follows a publish.
+log line a step leaves behind.
 
 Kept apart from ``service/pipeline/stages.py`` so that the pipeline reads as the stages a batch goes
 through, not as what is measured about them.
@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 from service.api.schemas import ScheduleResponse, Timings
 from service.context import Context
-from service.delivery.errors import REDIS_FAILED
 
 _log = logging.getLogger("service.pipeline")  # the "scheduled" line's: the pipeline's one logger name
 STAGES = ("queue", "validate", "predict", "plan", "baseline", "publish")
@@ -40,21 +39,6 @@ class StageClock:
 def timings(spent: dict[str, float], total_ms: float) -> Timings:
     """Each stage's milliseconds as spent by this request (zero for a stage it did not enter)."""
     return Timings(**{f"{stage}_ms": spent.get(stage, 0.0) for stage in STAGES}, total_ms=total_ms)
-
-
-@contextmanager
-def after_publish(what: str) -> Iterator[None]:
-    """Run bookkeeping that follows a publish (the step's set, worker profiles, the retrain counter),
-    where a Redis error is logged and the step still answered 200. The step is out by then: an error
-    answer would make a trainer send it again, and a retry without a ``schedule_id`` publishes the work
-    twice. What is lost is documented where each is kept: a part missing from its step's set is seen
-    by an asked-for retrain only while unsettled (the active index), as an older release's part
-    (``service.learning.step_over``); the step's actuals are compared with each worker's previous
-    profile; the retrain boundary is counted at the next step."""
-    try:
-        yield
-    except REDIS_FAILED as error:
-        _log.warning("step published, but %s failed: %s: %s", what, type(error).__name__, error)
 
 
 def record(ctx: Context, response: ScheduleResponse, count: int) -> None:

@@ -9,7 +9,7 @@ chosen id (``in_flight``) and the request's entry among its step's planning ones
 which the route takes as the request arrives, each taken back on a refusal, so a request rejected at any
 stage changes no state (a retried ``schedule_id`` found stored is announced again and answered its
 first plan, ``replay``: a repair of that step's indexes, not a new write). Once the step is out, the
-bookkeeping that follows (``served.after_publish``) cannot turn its answer into an error that a trainer
+bookkeeping that follows (``post_publish.later``) cannot turn its answer into an error that a trainer
 would retry. Next to the requested policy we plan the same batch with ``round_robin`` (the length-blind
 equal split RL trainers use today) so every response says what the plan is worth.
 """
