@@ -10,8 +10,8 @@ SHOWN_COLUMNS = 12  # of a header listed in a missing column's error: enough to 
 def missing_columns(missing: list[str], columns: list[str]) -> str:
     """The message for the required ``missing`` (in the schema's order) that ``columns`` lacks: the
     first one's hint, then the others and the columns the file does have, so one run shows every
-    ``--map`` an import needs (until 2026-12-05 a csv of other names was refused one column a run,
-    and the user listed its header themselves to find what to map)."""
+    ``--map`` an import needs, not one column a run, and the user need not list the header to find
+    what to map."""
     message = f"required column is missing{missing_hint(missing[0], columns)}"
     if separator_hint(columns):
         return message

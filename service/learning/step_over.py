@@ -40,9 +40,9 @@ the step, its delivery keys say whether it is over. The history's last step is o
    part. Still unseen: an older release's; a part asked for after the retrain read is a part the
    retrain cannot know.
 
-Otherwise the step is left out, as before. Replicas agree: the reads are Redis's, and every replica
-folds the same actuals stream. The automatic retrain does not ask: it runs at its own step's first plan,
-and fits the steps before it (``service.learning.retrain``).
+Otherwise the step is left out. Replicas agree: the reads are Redis's, and every replica folds the same
+actuals stream. The automatic retrain does not ask: it runs at its own step's first plan, and fits the
+steps before it (``service.learning.retrain``).
 """
 
 from __future__ import annotations
