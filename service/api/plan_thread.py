@@ -1,28 +1,25 @@
 """``POST /schedule``'s planning thread, whose ``Context.plan_threads`` token is given back when the
-thread ends, not when the handler is cancelled.
+thread ends, not when the handler is cancelled, and whose request is planned whole or not at all:
 
-anyio's ``to_thread.run_sync`` gives its limiter token back as soon as its task is cancelled the
-native way (``Task.cancel``: uvicorn's graceful-shutdown timeout sends it to the handlers it still
-waits on), while the thread it started cannot be stopped and plans on. Each such request let the
-limiter start one thread more than it bounds. Here the call runs in a task of its own, which the
-handler's cancel does not reach (``asyncio.shield``: uvicorn serves on asyncio only), so the token
-is held until the thread ends.
-
-A handler cancelled before its thread started (it waited for a token) gives the request up: its
-thread, once it gets a token, runs only the request's ``given_up`` step (taking its in-flight mark
-back), not the plan the trainer no longer waits for. Which of the two comes first is decided under
-a lock (``_Start``), so a request is either planned whole or not at all. A call that never reaches a
-thread (cancelled itself while it waits for a token: the loop ending, as ``asyncio.run`` cancels the
-tasks left once uvicorn returns) runs ``given_up`` on a thread of its own: the planning thread that
-was to run it never comes, and the mark was left to lapse (the plan queue's timeout + the budget +
-60 s), a DELETE meanwhile withdrawing a step its request never planned. A call still waiting for a
-token when its caller's deadline passes is given up the same way, and refused there (504): the
-deadline's own checks run only on the thread (``_in_time``). That thread of its own runs as the loop
-ends, so the process's exit could wait on it: it is a daemon, waited for one command timeout at most
-as the app stops and at the exit (``GIVEN_UP``, ``service/api/settling.py``); a plain thread held the
-exit while a stalled Redis timed the take-back out three times. The deadline's give-up runs on a
-thread of the shared pool, which its handler's cancel does not stop: it is in ``GIVEN_UP`` from the
-moment it is handed on (``Settling.handed_on``), or the stop closed the Redis pool under it.
+- the token is held until the thread ends: anyio's ``to_thread.run_sync`` gives its limiter token
+  back as soon as its task is cancelled the native way (``Task.cancel``: uvicorn's graceful-shutdown
+  timeout sends it to the handlers it still waits on), while its thread cannot be stopped and plans
+  on, one thread more than the limiter bounds. So the call runs in a task of its own, which the
+  handler's cancel does not reach (``asyncio.shield``: uvicorn serves on asyncio only);
+- a handler cancelled before its thread started gives the request up: its thread, once it gets a
+  token, runs only the request's ``given_up`` step (taking its in-flight mark back), not the plan the
+  trainer no longer waits for. Which of the two comes first is decided under a lock (``_Start``);
+- a call that never reaches a thread (cancelled itself while it waits for a token: the loop ending,
+  as ``asyncio.run`` cancels the tasks left once uvicorn returns) runs ``given_up`` on a thread of its
+  own: otherwise the mark would lapse only after the plan queue's timeout + the budget + 60 s, and a
+  DELETE meanwhile would withdraw a step its request never planned;
+- a call still waiting for a token when its caller's deadline passes is given up the same way, and
+  refused there (504): the deadline's own checks run only on the thread (``_in_time``);
+- a give-up's own thread runs as the loop ends, so it is a daemon, waited for one command timeout at
+  most as the app stops and at the exit (``GIVEN_UP``, ``service/api/settling.py``): a stalled Redis
+  times a take-back out three times, which must not hold the exit. The deadline's give-up runs on a
+  thread of the shared pool, which its handler's cancel does not stop: it is in ``GIVEN_UP`` from the
+  moment it is handed on (``Settling.handed_on``), so the stop does not close the Redis pool under it.
 """
 
 from __future__ import annotations

@@ -5,69 +5,55 @@ A trainer that restarts and gives up on the step it had in flight DELETEs its id
 yet published: the old request still waiting for a planning thread, validated, in line for a plan slot
 or planning, on any replica. The DELETE must keep that step from reaching the fleet (the abandoned step
 would occupy it before the next one), so it withdraws an id it finds marked (``lua/cancel.lua``: 202
-``withdrawn``, and the publish is refused 409). An id neither published nor marked (a typo) is a 404
-that writes nothing, as any rejected request. So the mark is taken back when the request is refused or
-fails (a refused request leaves Redis as it was), and the publish deletes it in its own atomic step
-(``lua/publish.lua``).
+``withdrawn``, and the publish is refused 409); an id neither published nor marked (a typo) is a 404
+that writes nothing. The mark keeps that promise by these rules:
 
-The route takes the mark as soon as it knows the id, before the request waits for a planning thread
-(``service/api/schedules.py``): taken on the thread, after validation, a DELETE during that wait (past
-``ROLLOUT_MAX_CONCURRENT_PLANS`` + 16 requests at once) or that validation was a 404, and the step was
-published. The request takes it back as it answers, whatever the answer, last of its bookkeeping
-(``Mark.release``, called by ``service/pipeline/post_publish.py``), or, for a request given up before its
-thread started, the thread that would have planned it (``service/api/plan_thread.py``).
+- only a request that publishes under an id its caller chose is marked: a dry run publishes nothing,
+  and an id the service draws is unknown to the trainer until the answer names it;
+- taken as soon as the route knows the id, before the request waits for a planning thread
+  (``service/api/schedules.py``): a DELETE during that wait (past ``ROLLOUT_MAX_CONCURRENT_PLANS`` +
+  16 requests at once) or the validation must find it;
+- taken back as the request answers, whatever the answer, last of its bookkeeping (``Mark.release``,
+  called by ``service/pipeline/post_publish.py``), or, for a request given up before its thread
+  started, by the thread that would have planned it (``service/api/plan_thread.py``); the publish
+  deletes it in its own atomic step (``lua/publish.lua``). A refused request leaves Redis as it was;
+- a mark Redis fails to write (down, out of memory) is refused only once the body is valid
+  (``Mark.check``: a bad body hears its 422 or 413 whatever Redis's state, a valid one the 503),
+  before anything reads what is stored under the id: no request publishes unmarked. Its take-back is
+  still tried unless Redis refused the write: a write whose answer was lost (a timeout, a connection
+  cut after the send) may have landed, and a take-back of an absent entry writes nothing
+  (``lua/planning.lua``);
+- written for the command timeout only, and extended to the request's TTL once its answer is in hand
+  (``Delivery.extend_planning``): a Redis stalled past the command timeout (a long fork, a swap storm,
+  a paused VM) runs the write once it resumes, after the request's 503 and perhaps after a take-back
+  sent on another connection, so a write whose answer was lost lapses that long after it lands. An
+  extension that lands past that window is refused and the request answers 503 (``LateMarkError``); a
+  late copy of the mark leaves an extended entry as it is. A take-back retried until Redis answers
+  could not do this: finding no entry, it cannot tell a write not landed yet from one never to land,
+  so it would poll for the mark's whole TTL, a thread per failed request;
+- pushed on while a request that outlives that TTL lives (a plan overrunning its budget on a starved
+  host with no caller's deadline, a publish Redis holds), from its extension's answer until its
+  take-back (``step_keeper``, ``Delivery.keep_mark``), so a DELETE never answers 404 while the request
+  goes on to publish. A keep is an operation of its own, sent only by the process that holds the
+  request, that writes only an entry still there and not past its deadline: a mark taken back,
+  withdrawn, published or lapsed never comes back, and a replica that dies leaves its marks to lapse at
+  most ``keys.PLANNING_MARGIN_S`` past its last keep. An id a DELETE withdrew meanwhile has its
+  withdrawal kept instead: left to lapse, a request living past it would publish the abandoned step;
+- checked by the publish: it names the request's mark (``Mark.request_id``, through the publish stage
+  and ``Delivery.publish``; '' for a drawn id or a dry run, which hold none) and ``lua/publish.lua``
+  refuses it where ``P:planning`` no longer holds that entry (lapsed, or only a racing request's
+  there): ``MarkLapsedError``, nothing written, answered 503 (``mark-lapsed``) as a mark lost at
+  arrival. The keeper cannot cover a Redis that fails every keep for the last half margin (30 s)
+  before the kept deadline; this refusal can, and a trainer's retry under the id marks it again and
+  publishes. A replay, a conflict and a withdrawal are answered before it, so the loser of a race for
+  the id (the winner's publish deleted every mark) still answers the winner's plan, and a withdrawn id
+  its 409;
+- readable across releases: an older replica runs its own copy of the script (by SHA) and sends no
+  mark, so its requests publish unchecked; the mark's nonce is the script's argument before the
+  call's nonce, which stays last, so each release's script reads the other's arguments right
+  (``wire.publish_args``).
 
-Only a request that publishes under an id its caller chose is marked: a dry run publishes nothing,
-and an id the service draws is unknown to the trainer until the answer names it.
-
-A mark Redis fails to write (down, out of memory) is not raised at once: the request is still
-validated, so a bad body hears its 422 (or 413) whatever Redis's state, and only a valid one the
-mark's 503 (``Mark.check``), before anything reads what is stored under the id. It never publishes
-unmarked, so no DELETE can miss it. Its take-back is still tried unless Redis answered the write
-with a refusal: a write whose answer was lost (a timeout, a connection cut after the send) may have
-landed, and a take-back of an absent entry writes nothing (``lua/planning.lua``).
-
-That take-back cannot be relied on: a Redis stalled past the command timeout (a long fork, a swap
-storm, a paused VM) leaves the write in its socket, refuses the take-back just as silently, and runs
-the write once it resumes, after the request's 503; a take-back sent later on another connection may
-still overtake it (chaos10's soak: an entry left 90 s, a DELETE meanwhile a 202 for a failed request).
-So the mark is written for the command timeout only, and extended to the request's TTL once its
-answer is in hand (``Delivery.extend_planning``): a write whose answer was lost lapses that long
-after it lands, whatever overtook it. An extension is refused where it lands past that window (its
-own answer may have been lost after a stall, the request answered 503), so the request answers 503
-(``LateMarkError``) where it comes later than the timeout after the mark; a late copy of the mark
-leaves an extended entry as it is. Chosen over retrying the take-back in the background until Redis
-answers again: a take-back finding no entry cannot tell a write not landed yet from one never to
-land, so it would have to go on for the mark's whole TTL, a thread of polls per failed request.
-
-A request that outlives the TTL its mark was extended to (a plan overrunning its budget on a starved
-host with no caller's deadline to give up at, a publish Redis holds) has the mark pushed on while it
-lives, from its extension's answer until its take-back (``step_keeper``, ``Delivery.keep_mark``):
-past its deadline the mark had gone, a DELETE then answered 404 while the request went on to publish
-the step its trainer believed withdrawn (markkeep48). The extension's window is not reopened for it:
-a keep is an operation of its own, sent only by the process that holds the request, and writes only
-an entry still there and not past its deadline, so a mark taken back, withdrawn, published or lapsed
-never comes back, and a replica that dies leaves its marks to lapse at the deadline last given (at
-most ``keys.PLANNING_MARGIN_S`` past its last keep). An id a DELETE withdrew meanwhile has its
-withdrawal kept instead: it had lived the retention, or what the mark had left, and a request living
-past both published the abandoned step.
-
-The keeper cannot cover a Redis that fails every keep for the last half margin (30 s) before an
-overrunning request's kept deadline: the mark lapses under the live request, and a DELETE then
-answers 404. So the publish names the request's mark (``Mark.request_id``, through the publish stage
-and ``Delivery.publish``; '' for a drawn id or a dry run, which hold none) and ``lua/publish.lua``
-refuses it where ``P:planning`` no longer holds that entry (lapsed, or only a racing request's there):
-``MarkLapsedError``, nothing written, which the route answers 503 (``mark-lapsed``), as a mark lost at
-arrival (``Mark.check``). A replay, a conflict and a withdrawal are answered before it, as they were,
-so the loser of a race for the id (the winner's publish deleted every mark) still answers the
-winner's plan, and a withdrawn id its 409. The refusal fires in more cases than the DELETE it guards
-against (any lapse under a live request, with or without one), but each is a request that overran its
-first life while Redis failed, and a trainer's retry under the id marks it again and publishes. Every
-chosen-id publish of this release holds an entry under its own nonce until then: a mark Redis failed
-to write never publishes (503 at ``Mark.check``). An older replica runs its own copy of the script
-(by SHA) and sends no mark, so its requests publish unchecked, as before; the mark's nonce is the
-script's argument before the call's nonce, which stays last, so each release's script reads the
-other's arguments right (``wire.publish_args``; review48c, pubmark49 in docs/experiments.md).
+(What each rule was found by: docs/experiments.md, chaos10, markkeep48, review48c and pubmark49.)
 """
 
 from __future__ import annotations
