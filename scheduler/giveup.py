@@ -10,14 +10,13 @@ finish.
 
 How. ``PlanRequest.hard_deadline`` (seconds on ``time.perf_counter``, the service's clock for the
 caller's deadline; None: no deadline) is set here, for the plan's context, by ``giving_up_at``;
-``check()`` raises ``DeadlinePassedError`` naming the stage it is in (``stage``) once it has
-passed. The planner checks at the end of each stage, and the floor's long loops check between
-their parts (a queue's plays, a candidate plan, a bound's probe), so the planner stops at most one
-part past the deadline; a CP-SAT search, one call, is stopped from outside once it has passed
-(``deadline_and_clock``, ``scheduler.policies.sat_watch``). A context variable, as
-``scheduler.clock``'s frozen flag, for the same reason: the loops that check are several calls below
-the policy. Without a hard deadline ``check`` returns at once and reads no clock, so a plan without
-one is the same plan.
+``check()`` raises ``DeadlinePassedError`` naming the stage it is in (``stage``; ``check_at`` names one)
+once it has passed. The planner checks at the end of each stage, and the floor's long loops check
+between their parts (a queue's plays, a candidate plan, a bound's probe), so the planner stops at most
+one part past the deadline; a CP-SAT search, one call, is stopped from outside once it has passed
+(``deadline_and_clock``, ``scheduler.policies.sat_watch``). A context variable, as ``scheduler.clock``'s
+frozen flag, for the same reason: the loops that check are several calls below the policy. Without a
+hard deadline ``check`` returns at once and reads no clock, so a plan without one is the same plan.
 
 The hard deadline is read on the wall clock even inside ``clock.frozen()``: it is the caller's
 real time, not the plan's budget. Tests read another clock through ``reading``.
@@ -74,12 +73,18 @@ def stage(name: str) -> Iterator[None]:
 
 def check() -> None:
     """Raise ``DeadlinePassedError`` naming the current ``stage`` where the hard deadline has passed."""
+    check_at(_STAGE.get())
+
+
+def check_at(name: str) -> None:
+    """``check``, naming the stage ``name`` whatever stage it runs in: a check between stages, such as
+    the service's last one before its publish, where no work would run inside a ``stage`` block."""
     deadline = _AT.get()
     if deadline is None:
         return
     late_s = _WALL.get()() - deadline
     if late_s >= 0:
-        raise DeadlinePassedError(_STAGE.get(), deadline, late_s)
+        raise DeadlinePassedError(name, deadline, late_s)
 
 
 def deadline_and_clock() -> tuple[float, Callable[[], float]] | None:

@@ -48,6 +48,24 @@ def test_an_inner_context_without_a_deadline_keeps_the_outer_one_in_force() -> N
     assert (raised.value.stage, raised.value.deadline) == ("inner", DEADLINE)
 
 
+def test_a_check_at_a_named_stage_names_it_whatever_stage_it_runs_in() -> None:
+    with (
+        giveup.reading(lambda: DEADLINE + 1.0),
+        giveup.giving_up_at(DEADLINE),
+        pytest.raises(DeadlinePassedError) as raised,
+        giveup.stage("inner"),
+    ):
+        giveup.check_at("publish")
+    assert (raised.value.stage, raised.value.deadline, raised.value.late_s) == ("publish", DEADLINE, 1.0)
+
+
+def test_a_check_at_a_named_stage_before_the_deadline_or_without_one_gives_nothing_up() -> None:
+    with giveup.reading(lambda: DEADLINE + 1.0):
+        giveup.check_at("publish")  # no deadline in force
+        with giveup.reading(lambda: DEADLINE - 1e-6), giveup.giving_up_at(DEADLINE):
+            giveup.check_at("publish")
+
+
 def test_outside_every_deadline_context_a_late_wall_gives_nothing_up() -> None:
     with giveup.reading(lambda: DEADLINE + 1.0):
         with giveup.giving_up_at(DEADLINE), pytest.raises(DeadlinePassedError):
