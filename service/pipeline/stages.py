@@ -92,6 +92,21 @@ class Validated:
 UNMARKED = Mark(None, "", "")  # a request that needs no in-flight mark: nothing to raise or check
 
 
+@dataclass(frozen=True)
+class _Serving:
+    """A valid request being served: the ids its publish writes under and must find, and its clock."""
+
+    schedule_id: str
+    mark_id: str  # its in-flight mark's (``Mark.request_id``), which its publish must find ('' none)
+    started: float  # ``time.perf_counter()`` as the route took it (``run``'s ``arrived``)
+    deadline: Deadline  # the caller's
+
+    @property
+    def ids(self) -> tuple[str, str]:
+        """The schedule's id and its mark's, as ``publish.publish`` takes them."""
+        return self.schedule_id, self.mark_id
+
+
 def run(
     body: ScheduleRequest,
     ctx: Context,
@@ -125,8 +140,8 @@ def run(
                 first = _first_answer(body, checked, ctx, marked.check)
             if first is not None:  # a retry of a published step: its first answer, not a second copy
                 return _replayed(first, clock, started)
-            ids = (schedule_id, marked.request_id)
-            return _serve_valid(ids, body, checked, ctx, clock, (started, deadline))
+            serving = _Serving(schedule_id, marked.request_id, started, deadline)
+            return _serve_valid(serving, body, checked, ctx, clock)
         except REFUSED_FOR_NOW:
             broken = broken_rule(body, ctx.settings)
             if broken is None:
@@ -142,21 +157,15 @@ def _replayed(answer: ScheduleResponse, clock: StageClock, started: float) -> Sc
 
 
 def _serve_valid(
-    ids: tuple[str, str],
-    body: ScheduleRequest,
-    checked: Validated,
-    ctx: Context,
-    clock: StageClock,
-    times: tuple[float, Deadline],
+    serving: _Serving, body: ScheduleRequest, checked: Validated, ctx: Context, clock: StageClock
 ) -> ScheduleResponse:
     """Predict, plan and publish a validated request, holding one of the service's plan slots.
-    ``ids``: the schedule's, and its in-flight mark's that the publish must find ('' none).
-    ``times``: when it arrived, and the caller's deadline: the wait for a slot ends at it, it is
-    checked once a slot is held and again before the publish (which must find what a publish of its
-    size needs left: ``publish_pace``), and it caps the plan's budget after the predictions to leave
-    that and the handover to the publish (504 past it). Both are timed for the next request's reserve.
-    The planner gives up (504) where only the publish's part is left: a plan that overran its budget
-    in a stage no budget cuts is not finished for a publish that would be refused anyway.
+    ``serving``: its ids and clock. Its deadline, the caller's: the wait for a slot ends at it, it is
+    checked once a slot is held and again before the publish (which must find what a publish of its size
+    needs left: ``publish_pace``), and it caps the plan's budget after the predictions to leave that and
+    the handover to the publish (504 past it). Both are timed for the next request's reserve. The planner
+    gives up (504) where only the publish's part is left: a plan that overran its budget in a stage no
+    budget cuts is not finished for a publish that would be refused anyway.
 
     The cycle collector is held throughout, as the planner holds it for its own stages
     (``scheduler.gcpause``): predicting, publishing and answering build a few objects per trajectory, none
@@ -164,7 +173,7 @@ def _serve_valid(
     1,024-trajectory request ~8 young and ~1 middle collection, and a full one every ~10 requests, ~6 ms
     of its CPU on the slow host (the full ones also add a spike to the tail).
     """
-    (schedule_id, _), (started, deadline) = ids, times
+    started, deadline = serving.started, serving.deadline
     with ctx.plan_slots.hold(started, deadline) as waited_s, collector_paused():
         clock.spent["queue"] += waited_s * 1000.0  # and for a plan slot
         deadline.check("it was predicted")
@@ -175,7 +184,7 @@ def _serve_valid(
         with deadline.planner_gives_up(reserve.publish_s) as give_up_at, reserve.planning(budget_s):
             plan_request = _plan_request(body, checked, trajectories, (budget_s, give_up_at))
             chosen, baseline = _plans(plan_request, checked, clock)
-        response = respond(schedule_id, body, checked, plan_request, chosen, baseline, predicted)
+        response = respond(serving.schedule_id, body, checked, plan_request, chosen, baseline, predicted)
         first = None
         with clock.stage("publish"):
             deadline.check(f"its plan was {'published' if body.publish else 'answered'}", reserve.publish_s)
@@ -183,7 +192,7 @@ def _serve_valid(
                 idle = idle_learned(chosen, checked.time_scale_sources, checked.drained)
                 _not_stopped()
                 with reserve.publishing():
-                    first = publish.publish(ids, chosen, plan_request, body, ctx, idle, response)
+                    first = publish.publish(serving.ids, chosen, plan_request, body, ctx, idle, response)
         if first is not None:  # lost a race for the id: the winner's answer, never this plan
             return _replayed(first, clock, started)
         response.timings = timings(clock.spent, (time.perf_counter() - started) * 1000.0)
