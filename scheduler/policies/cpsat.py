@@ -275,10 +275,10 @@ def _judging_kept(late: Settled) -> float:
     judging lpt's plan took, where it judged (``robust_fast.JUDGED``: the candidate taken, or lpt's
     plan kept); nothing where it did not.
 
-    Why. Only a judgment that took the candidate kept time, so where lpt's plan was judged and kept
-    the search ran to its end and its plan went out without the judgment lpt's had (1 of 6 plans
-    at 400 ms, 1,024 x 16, load 17: budget49). Judging the searched plan plays its side alone
-    against the kept candidate (``Settled.candidate``), so this errs long."""
+    Why every judgment, also one that kept lpt's plan: a search that kept no time then runs to its
+    end and its plan goes out without the judgment lpt's had (1 of 6 plans at 400 ms, 1,024 x 16,
+    load 17, where only a judgment that took the candidate kept time: budget49). Judging the searched
+    plan plays its side alone against the kept candidate (``Settled.candidate``), so this errs long."""
     return late.judging_s if late.final.at_once in JUDGED else 0.0
 
 
@@ -300,13 +300,14 @@ def _lpts_own(
     labelled ``status``, and the plan the bar may give back (``lpt.placed_from``), as ``lpt`` has them.
 
     Why, where the search found a plan of its own. The at-once hedge judges it against the
-    fastest-kind-first candidate, which does not depend on the plan it is given. Where the candidate
-    won, it was returned with the search's status (``OPTIMAL`` for a plan the search had not made;
-    budget49), and it was returned even where lpt's own judgment, made on the same draws, had kept
-    lpt's plan over it: a plan expected to end later than lpt's over those draws, and later on the
-    predictions (22 prompts x 4 samples on an A100 and an Ascend 910B, p90 10% above p50: 9.78-10.17 s
-    against lpt's 9.15-9.51 s, 8 batches of 10; docs/experiments.md, review49a). A searched plan that
-    is lpt's own gets lpt's ``first`` for the bar, as ``lpt`` gives it."""
+    fastest-kind-first candidate, which does not depend on the plan it is given, so a candidate
+    that wins is no plan of the search's: it takes lpt's status, not the search's (``OPTIMAL`` would
+    name a plan the search had not made; budget49), and only where lpt's own judgment, made on the
+    same draws, chose it too. Where that judgment kept lpt's plan over it, the candidate is expected
+    to end later than lpt's over those draws, and later on the predictions (22 prompts x 4 samples on
+    an A100 and an Ascend 910B, p90 10% above p50: 9.78-10.17 s against lpt's 9.15-9.51 s, 8 batches
+    of 10; docs/experiments.md, review49a). A searched plan that is lpt's own gets lpt's ``first`` for
+    the bar, as ``lpt`` gives it."""
     placed_first = Placement(lpt_hedged.queues, status, finish_s=lpt_hedged.finish_s)
     final = replace(lpt_fast, status=status)  # its at-once verdict kept
     return final, placed_from(placed_first, lpt_robust, lpt_fast)

@@ -92,17 +92,15 @@ def settled(
     kept: a plan the judgment had no time for never replaces one it judged, the rule ``cpsat``'s
     ``_stands`` holds a searched plan to (review50a).
 
-    Why. Placed again first, the plan was judged after it, against a candidate that does not depend
-    on it: under the service's 80 ms default placing again (5-39 ms) took the time, and the judgment
-    fitted in 0 of 5 to 6 of 11 plans at 1,024 x 16 (budget49), where the candidate runs 1.89x the
-    bound over draws and lpt's plan 2.5-2.74x. With the time for both, the plan is the one the old
-    order gave: placing again can still make lpt's plan beat the candidate (two kinds near in speed,
-    review49a), so it is not skipped where the candidate won the first judgment. Where the first
-    judgment kept the hedged plan and the second had no time, the plan placed again went out
-    ``unjudged`` (mutants13): weighed against the candidate on no draw, though a plan of the same
-    batch had been and won, and an answer saying its at-once risk was not checked where it had been.
-    Placing again bets on plain draws of the lengths, which cannot see the outliers that at-once
-    risk is about."""
+    Why the judgment first. It weighs the plan against a candidate that does not depend on placing
+    again, and under the service's 80 ms default placing again (5-39 ms) would take its time: placed
+    again first, the judgment fitted in 0 of 5 to 6 of 11 plans at 1,024 x 16 (budget49), where the
+    candidate runs 1.89x the bound over draws and lpt's plan 2.5-2.74x. Placing again still runs
+    where the candidate won: it can make lpt's plan beat it (two kinds near in speed, review49a). The
+    first judgment's choice stands over an unjudged second: the plan placed again would go out
+    ``unjudged``, weighed against the candidate on no draw though a plan of the same batch was, and
+    its answer would say its at-once risk was not checked where it had been (mutants13). Placing
+    again bets on plain draws of the lengths, which cannot see the outliers at-once risk is about."""
     started = clock.now()
     with stage("at-once hedge"):
         first = at_once_judged(problem, request, lpt_hedged, spread, deadline, phase)
@@ -204,10 +202,10 @@ def calibrated(
 
     What it costs is projected before each part starts: placing again (``PLACE_COST`` lpt phases
     of ``lpt_phase_s`` seconds, the time ``lpt_start`` took) before the draws, and with the draws'
-    pace, ``REPLAY_PLAYS`` plays of every queue too before placing. Only the plays used to be
-    counted: placing again took 70-80 ms of a 1 s plan at 16,384 x 128 (idle host) unpriced, and
-    on a loaded host a plan that could not be hedged in time was placed anyway and dropped, 445 ms
-    that ended the plan 45 ms past its budget with the search never started."""
+    pace, ``REPLAY_PLAYS`` plays of every queue too before placing. Both are priced because placing
+    again takes 70-80 ms of a 1 s plan at 16,384 x 128 (idle host): with the plays alone priced, a
+    loaded host placed a plan that could not be hedged in time and dropped it, 445 ms that ended
+    the plan 45 ms past its budget with the search never started."""
     if spread is None or len(worker_kinds(problem.costs, problem.active)) < 2:
         return placement
     started = clock.now()
@@ -235,13 +233,13 @@ def placed_from(first: Placement, placed: Placement, final: Placement) -> Placem
     ``placed``); None otherwise. Where placing again changed nothing, ``barred`` itself finds
     ``first`` equal to the plan it judges and leaves it.
 
-    Why. The bar's rescue of ``first`` exists to undo a placing again it rejects. Given whatever
-    plan came from the hedge, it undid the at-once hedge instead, on plain draws that cannot see
-    what that hedge judged: on a small pool (2 H100 + 1 A100, short-cot, 128 samples) the lpt start
-    put 124 of them on the A100 behind four long predictions on the H100s, the at-once hedge moved
-    them to the H100s (the outlier draws rate the A100 pile far later), and on the plain draws the
-    three plans differ by sampling noise, so the request's seed chose: 8 seeds of 16 got the pile
-    back (25.3 s on the true lengths against 16.0 s)."""
+    Why only then. The bar's rescue of ``first`` exists to undo a placing again it rejects. Given a plan
+    the at-once hedge chose, it would undo that hedge, on plain draws that cannot see what the hedge
+    judged: on a small pool (2 H100 + 1 A100, short-cot, 128 samples) the lpt start put 124 of them on
+    the A100 behind four long predictions on the H100s, the at-once hedge moved them to the H100s (the
+    outlier draws rate the A100 pile far later), and on the plain draws the three plans differ by
+    sampling noise, so the request's seed chose: 8 seeds of 16 got the pile back (25.3 s on the true
+    lengths against 16.0 s)."""
     return first if final.queues == placed.queues else None
 
 
@@ -362,7 +360,7 @@ def _plain_lpt(problem: Problem) -> list[list[int]] | None:
             giveup.check()  # the lpt start's longest loop: 30-250 ms at 4,096 x 32 on a starved host
         _, u_steps, u_tokens, u_kv, u_prompt, _ = units[u]  # a Unit, unpacked: no attribute reads
         best_after, best, best_kind = 0.0, -1, 0
-        for heap, members, k in triples:
+        for heap, members, kind in triples:
             w = members[heap[0][1]]
             per_cache, per_slot, step_s, kv_s, overhead_s, seq_s, token_s, prefill_s = coefficients[w]
             n_tokens, n_kv = tokens[w] + u_tokens, kv[w] + u_kv
@@ -375,7 +373,7 @@ def _plain_lpt(problem: Problem) -> list[list[int]] | None:
             cmp = n * overhead_s + seq_s * n_tokens + token_s * n_kv
             after = (mem if mem > cmp else cmp) + prefill_s * (prompt[w] + u_prompt)
             if best < 0 or after < best_after or (after == best_after and w < best):
-                best_after, best, best_kind = after, w, k
+                best_after, best, best_kind = after, w, kind
         if u_steps > steps[best]:
             steps[best] = u_steps
         tokens[best] += u_tokens
