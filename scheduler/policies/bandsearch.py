@@ -34,9 +34,9 @@ ROUND_COST = 3.0  # plus at least 3x the lpt phase (tier-aware placement cannot 
 # costs only wall time, never plan quality, and often pays.
 ROUND_RESERVE = 0.03  # share of the budget a round leaves for what follows it. A round starts when it
 # is expected to fit, and one that runs long is cut short here (``BudgetSpent``): it gives its time
-# back and the plan still ends within the budget. Before rounds could be cut, a start margin of 1.25x
-# kept them from overrunning, and at 32,768 x 256 most never started on a loaded host (the lpt plan,
-# 1.21x the bound, against ~1.06x after a round).
+# back and the plan still ends within the budget. A start margin instead (1.25x) kept most rounds at
+# 32,768 x 256 from starting on a loaded host (the lpt plan, 1.21x the bound, against ~1.06x after a
+# round).
 AGREED = 0.01  # simulated within 1% of the estimate everywhere: no calibration needed
 DEFER = 0.8  # the second round's cap on estimates: this share of the way from the band model's
 # makespan to the first round's highest estimate. Units that would pass it wait until every other
@@ -88,6 +88,27 @@ def rounds(
             levels = low_shifted(levels, problem, kinds)
     if levels is None:
         return best, assignment
+    best, assignment = _realised(
+        problem, request, levels, kinds, best, assignment, round_cost, deadline, more
+    )
+    if solved is None and request.prefix_affinity:
+        return cap_band_rounds(problem, request, best, assignment, lpt_phase, deadline, levels)
+    return best, assignment
+
+
+def _realised(
+    problem: Problem,
+    request: PlanRequest,
+    levels: LevelPlan,
+    kinds: list[list[int]],
+    best: Placement,
+    assignment: list[list[int]],
+    round_cost: float,
+    deadline: float,
+    more: int,
+) -> tuple[Placement, list[list[int]]]:
+    """``rounds``' rounds on ``levels``, from ``best`` (the best plan so far) and its ``assignment``,
+    the first expected to take ``round_cost``: the best plan after them and its assignment."""
     tiers = levels.tiers(kinds, len(problem.costs))
     band = bands_of(problem.units, levels.edges)  # each unit's: the tiers it may go to
     stop = deadline - ROUND_RESERVE * request.time_budget_s
@@ -120,8 +141,6 @@ def rounds(
         cap_s = levels.makespan_s + DEFER * (highest - levels.makespan_s)
         if max(scale) <= 1.0 + AGREED and cap_s <= levels.makespan_s:
             break  # the worker model agreed and nothing would wait: round 2 would repeat round 1
-    if solved is None and request.prefix_affinity:
-        return cap_band_rounds(problem, request, best, assignment, lpt_phase, deadline, levels)
     return best, assignment
 
 
