@@ -164,25 +164,20 @@ def _split_model(
     before each worker's constraints.
 
     Why priced here. ``improve`` prices a move by the last one's time, and the first by nothing
-    (none has been timed yet); on a starved host its build took 65-306 ms started with 50-100 ms
-    left, ending a 250 ms plan at up to 580 ms (docs/experiments.md, budget47), and the check before
-    each worker still let one worker's constraints, half a 1+1 move's build, run past the deadline.
+    (none has been timed yet): on a starved host a first build started with 50-100 ms left took
+    65-306 ms, ending a 250 ms plan at up to 580 ms (docs/experiments.md, budget47). A check before
+    each worker alone lets one worker's constraints, half a 1+1 move's build, run past the deadline.
     The booleans are a quarter of the build, made the same way (a Python call each), so what the
     first of them took on this host just now prices the rest; the lpt phase, 2 ms at 1,024 x 16,
-    says nothing of a host that gives the plan a few percent of a core, and priced only once all
-    booleans were made, those alone ran 35-115 ms at load ~18 (deadline48)."""
+    says nothing of a host that gives the plan a few percent of a core, and a price taken once every
+    boolean is made comes late: those alone ran 35-115 ms at load ~18 (deadline48)."""
     members = set(group)
     units = [u for w in group for u in placed[w]]
     home = {u: w for w in group for u in placed[w]}
     model = cp_model.CpModel()
     x: dict[tuple[int, int], cp_model.IntVar] = {}
-    started = clock.now()
-    for first in range(0, len(units), PRICE_EVERY):
-        _booleans(model, problem, units[first : first + PRICE_EVERY], members, x)
-        made = min(len(units), first + PRICE_EVERY)
-        booleans_s = (clock.now() - started) * len(units) / made
-        if started + (1.0 + AFTER_BOOLEANS) * booleans_s >= deadline:
-            return None
+    if not _booleans_in_time(model, problem, units, members, x, deadline):
+        return None
     kv = {u: round(problem.units[u].kv_steps / KV_UNIT) for u in units}
     horizon = round(max(finish[w] for w in group) * US * 2) + 1
     scales = {w: _calibration(problem, w, placed[w], finish[w]) for w in group}
@@ -199,15 +194,47 @@ def _split_model(
         current = max(
             current, _worker_constraints(model, problem, w, units, x, kv, makespan, scales[w], home)
         )
-    # Objective, hinted with the current split, complete (steps and makespan too): CP-SAT starts
-    # from a solution instead of searching for a first one (1,000 booleans found none in 55 ms).
     model.minimize(makespan)
+    _hint(model, x, home, makespan, min(current, horizon))
+    return model, x
+
+
+def _booleans_in_time(
+    model: cp_model.CpModel,
+    problem: Problem,
+    units: Sequence[int],
+    members: set[int],
+    x: dict[tuple[int, int], cp_model.IntVar],
+    deadline: float,
+) -> bool:
+    """``units``' booleans (``_booleans``), ``PRICE_EVERY`` at a time, each batch pricing the whole
+    build (the booleans at the pace so far, the rest at ``AFTER_BOOLEANS`` times them): False, and
+    the build given up, once it would not end by ``deadline`` (``_split_model``'s why)."""
+    started = clock.now()
+    for first in range(0, len(units), PRICE_EVERY):
+        _booleans(model, problem, units[first : first + PRICE_EVERY], members, x)
+        made = min(len(units), first + PRICE_EVERY)
+        booleans_s = (clock.now() - started) * len(units) / made
+        if started + (1.0 + AFTER_BOOLEANS) * booleans_s >= deadline:
+            return False
+    return True
+
+
+def _hint(
+    model: cp_model.CpModel,
+    x: dict[tuple[int, int], cp_model.IntVar],
+    home: dict[int, int],
+    makespan: cp_model.IntVar,
+    current: int,
+) -> None:
+    """Hint ``model`` with the current split (each unit at its ``home``), complete, its ``makespan``
+    ``current`` too: CP-SAT starts from a solution instead of searching for a first one (1,000
+    booleans found none in 55 ms)."""
     for (u, w), var in x.items():
         # 0/1, not a bool: ortools 9.10 copies a hint into its proto as is, and protobuf 7 refuses a
         # bool in an int field (TypeError), which pip pairs with it (ortools 9.10 caps no protobuf).
         model.add_hint(var, int(home[u] == w))
-    model.add_hint(makespan, min(current, horizon))
-    return model, x
+    model.add_hint(makespan, current)
 
 
 def _booleans(
