@@ -1,12 +1,11 @@
 """The length-blind bar on the request's draws of the lengths: where it is asked, and playing only
 what settles it.
 
-Why. With quantiles ``blindbar.barred`` went to the draws only for a plan LATER than the blind one
-on the predictions. On the short-cot replay (``trace synth --profile short-cot --prompts 256
---samples 16 --seed 1``, 8 H100 + 8 Ascend 910B, steps 3-5) lpt's plans were ~30% EARLIER than
-round robin's on the predictions and put a high-spread prompt's samples (p50 ~300, p90 ~1,300)
-on the Ascends, where one run to the 4,096 cap alone takes 58 s: 175.8 s against round robin's
-109.5 s. The draws rated them later, but were never asked. Asking them for every plan fixed it and
+Why ask the draws of a plan EARLIER than the blind one on the predictions. On the short-cot replay
+(``trace synth --profile short-cot --prompts 256 --samples 16 --seed 1``, 8 H100 + 8 Ascend 910B,
+steps 3-5) lpt's plans are ~30% earlier than round robin's on the predictions and put a high-spread
+prompt's samples (p50 ~300, p90 ~1,300) on the Ascends, where one run to the 4,096 cap alone takes
+58 s: 175.8 s against round robin's 109.5 s, which only the draws see. Why not for every plan: that
 made the long chain-of-thought headline's 6-step replay ~4x slower (40.6 -> 175.9 s of planning),
 every queue there running in waves through the event loop on every draw.
 
@@ -58,10 +57,10 @@ def outlived(
     end past ``deadline``: the first ``CHUNK`` draws are played, and the rest in one pass only where
     it ends by then at their pace (the same floors as one pass: each draw's row is its own).
 
-    Why the price. It played every draw in one pass whenever the deadline had not passed: 2-18 ms
-    at 1,024 x 16 on a loaded host, unpriced, at the end of plans already near their budget
-    (hedge49 saw one start 10.9 ms past it; review49c). Two passes, not a chunk at a time: each
-    pass walks every worker's queue, and chunks of 8 cost 2-3x the one pass (review49c)."""
+    Why the price. One pass over every draw takes 2-18 ms at 1,024 x 16 on a loaded host, at the
+    end of plans already near their budget (unpriced, hedge49 saw one start 10.9 ms past it;
+    review49c). Two passes, not a chunk at a time: each pass walks every worker's queue, and chunks
+    of 8 cost 2-3x the one pass (review49c)."""
     started, first = clock.now(), draws[:CHUNK]
     head = longest_alone(problem.costs, problem.prompts, queues, first, range(len(queues)))
     floors = [head.max(axis=1, initial=0.0)]
@@ -99,6 +98,24 @@ def least_drawn(
     theirs, pace = paced
     if clock.now() + len(draws) * pace > deadline:  # the plan's estimates: a pass over every draw
         return None
+    return _plan_played(problem, queues, points, theirs, draws, reserve, deadline, pace)
+
+
+def _plan_played(
+    problem: Problem,
+    queues: Sequence[Sequence[int]],
+    points: Sequence[float],
+    theirs: Sequence[FloatArray],
+    draws: npt.NDArray[np.int64],
+    reserve: bool,
+    deadline: float,
+    pace: float,
+) -> int | None:
+    """``least_drawn``'s choice once the blind plans' makespans (``theirs``) are known: the plan's
+    cells that run at once in closed form, the others from their floors, played one at a time, the
+    one estimated to raise its draw's makespan most first, until the plan loses to the best blind
+    plan or every cell is played (module doc); None where the next play may end past ``deadline``
+    (``pace``: the longest one play took so far)."""
     best = least_mean(theirs)
     values, approx = estimated_finishes(
         problem.costs, problem.prompts, queues, draws, reserve, problem.steps, points
