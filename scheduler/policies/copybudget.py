@@ -44,15 +44,14 @@ def copy_split(
 ) -> replicate.Split | None:
     """The split to search and copy where no full band round is expected to fit ``left`` (seconds
     of search; ``round_fixed_s``: a round's solve, ``bandsearch.ROUND_FIXED_S``), or None: full rounds,
-    or none (the lpt plan), as before copies existed.
+    or none (the lpt plan).
 
     Why. A round cut short returns the lpt plan (~1.2x the bound), copies of a sub-plan ~1.04-1.05x.
     A batch of ``replicate.MIN_UNITS`` or more is copied below ``FULL_ROUND`` lpt phases; a smaller
     one only below ``FIRST_ROUND``, where round 1 would not fit either: a K = 2 sub-plan's round
     costs half of one. Nothing changes where a round fits (the frozen clock: every phase costs 0).
-    (A lower limit of 2 lpt phases on the large-batch rule, ``COPY_RESERVE``, went with cpsat's own
-    sub-plans, whose dealing and playing it kept time for: below ``FIRST_ROUND`` the rule before
-    it answers, and the sub-plan's rounds keep ``LEAN_RESERVE``.)
+    The large-batch rule needs no lower limit of its own: below ``FIRST_ROUND`` the rule before it
+    answers, and the sub-plan's rounds keep ``LEAN_RESERVE``.
     """
     if left <= LEAN_RESERVE * lpt_phase:
         return None
