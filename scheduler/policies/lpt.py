@@ -171,9 +171,9 @@ def bar_plans(
     (``drawn_blind_plan``: None where they and the bar's draws would not fit before ``deadline``).
 
     Why here. With quantiles they are neither the start (``blind_start``) nor read before the bar,
-    and at 4,096 x 32 building them (6-11 ms on a quiet host) came before the at-once hedge, which
-    then went out unjudged in every plan of the service's 80 ms default (docs/experiments.md,
-    budget50). Past the deadline the bar returns the plan whether or not they were built."""
+    and at 4,096 x 32 building them (6-11 ms on a quiet host) before the at-once hedge leaves it
+    unjudged in every plan of the service's 80 ms default (docs/experiments.md, budget50). Past the
+    deadline the bar returns the plan whether or not they were built."""
     if spread is None:
         return blind
     with stage("blind plans"):
