@@ -10,7 +10,7 @@ sub-pool 0 (a sixteenth of the work at 32,768 x 256, with time for its own round
 copied: the unit of rank ``i*K + s`` goes to the worker of sub-pool ``s`` at the position where
 sub-batch 0's unit of rank ``i*K`` went.
 
-Two details make the copies as good as the original, measured on the bench batches:
+Three details make the copies as good as the original, measured on the bench batches:
 
 - the K units of one rank tuple carry different prompts, and a queue planned with its whole batch
   at once sits at its KV limit, so a copy with a few more prompt tokens no longer runs at once and
