@@ -166,7 +166,7 @@ class ModelService:
     def sync_stored(self) -> int:
         """``sync`` after ``POST /actuals`` stored a batch, for ``GET /models`` (``refresh``) or a retrain;
         where a follower runs, a request beside it waits for it ``FOLD_WAIT_S`` at most (``folds_beside``)."""
-        if not self.followed:  # ``ROLLOUT_ACTUALS_FOLLOW_S=0``: no follower folds, so each request does
+        if not self.followed:  # ``ROLLOUT_ACTUALS_FOLLOW_S=0``: no follower folds, so each caller does
             return self.sync()
         with self._beside.counted():
             return self.sync()
