@@ -12,13 +12,14 @@ categorical extras "" (empty string).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.trace import TraceRow
+from scheduler.trace import INT64_MAX, TraceRow
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -212,6 +213,54 @@ class TraceBuilder:
 
 
 _INT_COLUMNS = ("step", "sample_idx", "prompt_tokens", "output_tokens", "max_new_tokens")
+_FINISH_READ = (None, "", *FINISH_NAMES)  # what ``TraceBuilder.add`` codes: "" and None as unknown
+
+
+def foldable(row: TraceRow) -> TraceRow:
+    """``row`` itself where ``TraceBuilder`` holds each of its fields as the trace format means it,
+    else a ``ValueError`` naming the field. The builder trusts its rows (``parse_row`` or an API
+    schema checked them); a row read back from a store something else may have written (the actuals
+    stream, ``service.learning.actuals``) is checked here first, or one bad value (a finish reason
+    "abort", features ``[1.0]``, a reward "high") raises out of ``build`` and takes every row read
+    with it, on every later read of that store (poison51)."""
+    for name in _INT_COLUMNS:
+        value = getattr(row, name)
+        if not (value is None and name == "max_new_tokens") and not _is_int64_count(value):
+            raise ValueError(f"{name} is not a count in [0, {INT64_MAX}]")
+    if not isinstance(row.prompt_id, str):
+        raise ValueError("prompt_id is not text")
+    if row.finish_reason not in _FINISH_READ:
+        raise ValueError(f"finish_reason is neither none nor one of {FINISH_NAMES}")
+    if row.reward is not None and not finite_number(row.reward):
+        raise ValueError("reward is not a finite number")
+    if not isinstance(row.features, Mapping):
+        raise ValueError("features is not an object")
+    for name, value in row.features.items():
+        if not isinstance(name, str) or not feature_value(value):
+            raise ValueError(f"feature {str(name)[:64]!r} is neither text nor a finite number")
+    return row
+
+
+def finite_number(value: object) -> bool:
+    """Whether a float column holds ``value`` as the finite number it is: an int or a float, not a
+    bool (JSON's ``true`` is no number), not NaN or infinite, not an int past a float's range."""
+    if type(value) is float:  # the usual case first: the actuals page reader asks it per value
+        return math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past 1e308
+        return False
+
+
+def feature_value(value: object) -> bool:
+    """Whether ``value`` is one an extra column holds: text, or a finite number (``finite_number``)."""
+    return isinstance(value, str) or finite_number(value)
+
+
+def _is_int64_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT64_MAX
 
 
 def typed_extras(

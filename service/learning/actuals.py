@@ -64,7 +64,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, cast
 
-from predictors.tracetable import Trace
+from predictors.tracetable import Trace, foldable
 from scheduler.trace import TraceRow
 from service.api.learning_schemas import ActualReport
 from service.api.schemas import MAX_COUNT
@@ -269,11 +269,12 @@ class ActualsLog:
         plain = page_trace(values, self._texts)
         if plain is not None:
             return plain
-        read = [row for raw in values if (row := _row(raw, self._texts)) is not None]
+        entries = zip(page, values, strict=True)
+        read = [row for (at, _), raw in entries if (row := _row(raw, self._texts, at)) is not None]
         return Trace.from_rows(row for row, _ in read), [schedule for _, schedule in read]
 
 
-def _row(raw: str, texts: SharedTexts) -> tuple[TraceRow, str | None] | None:
+def _row(raw: str, texts: SharedTexts, entry_id: str = "") -> tuple[TraceRow, str | None] | None:
     """One stored report as a trace row, and the schedule it names (None: none); JSON is parsed
     directly (it was validated when stored), which reads a 2M-entry history at startup ~10x faster
     than re-validating every report.
@@ -282,26 +283,35 @@ def _row(raw: str, texts: SharedTexts) -> tuple[TraceRow, str | None] | None:
     counts) is skipped with a warning: failing on it would fail every later read of the history,
     and so every replica's start-up, until someone deleted it by hand. So is one that is not UTF-8
     (its bytes arrive as lone surrogates, ``service/delivery/stored.py``): its JSON may parse, but
-    its prompt id is no prompt's, and its text no text the API stores."""
+    its prompt id is no prompt's, and its text no text the API stores. So is one whose fields the
+    trace table would not hold (``foldable``: a finish reason "abort", features that are not an
+    object, a reward that is not a finite number): it would raise out of ``Trace.from_rows`` for the
+    whole page, on every later sync and every replica's start (poison51); so would JSON that is not
+    an object (``[1]``), or nested too deep for ``json`` (``RecursionError``). The warning names the
+    entry's id (``entry_id``), so it can be found, and deleted, by hand."""
     try:
         if not utf8(raw):
             raise ValueError(f"not UTF-8: {raw.encode('utf-8', 'surrogateescape')[:80]!r}")
         doc = json.loads(raw)
+        if not isinstance(doc, dict):
+            raise TypeError(f"not a JSON object but {type(doc).__name__}")
         schedule = doc.get("schedule_id")
-        row = TraceRow(
-            step=_count(doc["step"]),
-            prompt_id=texts(str(doc["prompt_id"])),
-            sample_idx=_count(doc["sample_idx"]),
-            prompt_tokens=_count(doc["prompt_tokens"]),
-            output_tokens=_count(doc["output_tokens"]),
-            max_new_tokens=None if doc.get("max_new_tokens") is None else _count(doc["max_new_tokens"]),
-            finish_reason=doc.get("finish_reason"),
-            reward=doc.get("reward"),
-            features=texts.features(doc.get("features", {})),
+        row = foldable(
+            TraceRow(
+                step=_count(doc["step"]),
+                prompt_id=texts(str(doc["prompt_id"])),
+                sample_idx=_count(doc["sample_idx"]),
+                prompt_tokens=_count(doc["prompt_tokens"]),
+                output_tokens=_count(doc["output_tokens"]),
+                max_new_tokens=None if doc.get("max_new_tokens") is None else _count(doc["max_new_tokens"]),
+                finish_reason=doc.get("finish_reason"),
+                reward=doc.get("reward"),
+                features=texts.features(doc.get("features", {})),
+            )
         )
         return row, None if schedule is None else texts(str(schedule))
-    except (ValueError, KeyError, TypeError) as error:  # written by something else: skip, say so
-        _log.warning("skipping unreadable actuals entry: %s", error)
+    except (ValueError, KeyError, TypeError, RecursionError) as error:  # written by something else
+        _log.warning("skipping unreadable actuals entry %s: %s", entry_id or "?", error)
         return None
 
 

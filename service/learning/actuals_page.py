@@ -10,13 +10,15 @@ parsed reports at once and checked as a column.
 
 Only a page whose every entry is in the form the service writes (``ActualReport``'s JSON: integer
 counts in range, a string prompt id, a known finish reason or none, a numeric reward or none, a
-features object) is read here; any other page (an entry written by something else, or by an older
-release, that is not UTF-8, or not a report at all) is answered ``None``, and the caller reads it
-entry by entry as before, which skips what does not read and says so. So a page reads to the same
-rows either way, and the stream's wire format (one field ``a``, the report's JSON) is unchanged.
-Where ``orjson`` and ``json`` read a text differently it is one ``orjson`` refuses (``NaN``, ``1e400``,
-an escaped lone surrogate) or reads as a float (an integer past 64 bits, which no count may be): the
-page is then read by the entry-by-entry path, with ``json``, as before.
+features object of text and numbers: ``predictors.tracetable``'s ``finite_number`` and
+``feature_value``, the rules the entry-by-entry read keeps a value by) is read here; any other page
+(an entry written by something else, or by an older release, that is not UTF-8, or not a report at
+all) is answered ``None``, and the caller reads it entry by entry as before, which skips what does
+not read and says so. So a page reads to the same rows either way, and the stream's wire format (one
+field ``a``, the report's JSON) is unchanged. Where ``orjson`` and ``json`` read a text differently it
+is one ``orjson`` refuses (``NaN``, ``1e400``, an escaped lone surrogate) or reads as a float (an
+integer past 64 bits, which no count may be): the page is then read by the entry-by-entry path, with
+``json``, as before.
 """
 
 from __future__ import annotations
@@ -28,7 +30,15 @@ from typing import Any
 import numpy as np
 import orjson
 
-from predictors.tracetable import FloatArray, IntArray, ObjArray, Trace, typed_extras
+from predictors.tracetable import (
+    FloatArray,
+    IntArray,
+    ObjArray,
+    Trace,
+    feature_value,
+    finite_number,
+    typed_extras,
+)
 from service.api.schemas import MAX_COUNT
 from service.delivery.stored import utf8
 from service.learning.shared_texts import SharedTexts
@@ -107,21 +117,26 @@ def _prompts(docs: list[dict[str, Any]], texts: SharedTexts) -> ObjArray:
 
 
 def _rewards(docs: list[dict[str, Any]]) -> FloatArray:
-    """The rewards, NaN where none; ``_NotPlainError`` unless each is a number (not a bool) or none."""
-    rewards = [math.nan if (reward := doc.get("reward")) is None else reward for doc in docs]
-    if not all(type(reward) is float or type(reward) is int for reward in rewards):
+    """The rewards, NaN where none; ``_NotPlainError`` unless each is none or a finite number (not a
+    bool), by the rule the entry-by-entry read keeps them by (``tracetable.finite_number``)."""
+    rewards = [doc.get("reward") for doc in docs]
+    if not all(reward is None or finite_number(reward) for reward in rewards):
         raise _NotPlainError
-    return np.array(rewards, dtype=np.float64)
+    return np.array([math.nan if reward is None else reward for reward in rewards], dtype=np.float64)
 
 
 def _extras(docs: list[dict[str, Any]], texts: SharedTexts) -> dict[str, dict[int, float | str]]:
     """Each feature name's values by row index, text values shared, as ``TraceBuilder`` collects
-    them; ``_NotPlainError`` unless every report's features, where present, are an object."""
+    them; ``_NotPlainError`` unless every report's features, where present, are an object of text or
+    finite numbers (``tracetable.feature_value``, the entry-by-entry read's rule: a ``true``, a
+    ``null`` or a list is refused there, so here the page is left to it)."""
     extras: dict[str, dict[int, float | str]] = {}
     for index, doc in enumerate(docs):
         features = doc.get("features", _NO_FEATURES)
         if type(features) is not dict:
             raise _NotPlainError
         for name, value in features.items():
+            if not feature_value(value):
+                raise _NotPlainError
             extras.setdefault(name, {})[index] = texts(value) if type(value) is str else value
     return extras
