@@ -185,6 +185,11 @@ class Metrics:
             "rollout_scheduled_trajectories", "Trajectories planned", ["published"], registry=reg
         )
         self.actuals = Counter("rollout_actuals", "Actual lengths reported", registry=reg)
+        self.actuals_skipped = Counter(
+            "rollout_actuals_skipped",
+            "Actuals stream entries a read skipped: not a report the history can hold (another writer's)",
+            registry=reg,
+        )
         self.retrains = Counter("rollout_retrains", "Predictor retrains", ["outcome"], registry=reg)
         # a version that does not load was only logged, once (``ModelService``): an alert needs a series
         self.model_load_failures = Counter(

@@ -193,6 +193,7 @@ def build_context(settings: Settings, metrics: Metrics) -> Context:
         raise RedisTooOldError(refusal)
     delivery = Delivery(client, prefix)
     log = ActualsLog(client, settings.actuals_maxlen, prefix)
+    log.skipped = metrics.actuals_skipped.inc  # the start's read of the whole stream counted too
     model_service = ModelService(ModelStore(settings.model_dir), log, settings.model_keep, delivery)
     model_service.load_failed = metrics.count_load_failure  # the start's load counted too
     try:

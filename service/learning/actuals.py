@@ -60,7 +60,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, cast
 
@@ -192,6 +192,9 @@ class ActualsLog:
         self.chunk = chunk  # reports per script call: how long one call holds Redis
         self._append = client.register_script(_APPEND)
         self._texts = SharedTexts()  # one object per distinct prompt id across every page read
+        # told how many entries a read skipped (``rollout_actuals_skipped_total``): each is logged,
+        # but a foreign writer's entries are a rate an operator alerts on, not a line to spot
+        self.skipped: Callable[[int], None] | None = None
 
     def append(self, reports: Sequence[ActualReport]) -> Appended:
         """Store the reports the stream does not hold yet, ``chunk`` at a time, each chunk atomic
@@ -271,6 +274,8 @@ class ActualsLog:
             return plain
         entries = zip(page, values, strict=True)
         read = [row for (at, _), raw in entries if (row := _row(raw, self._texts, at)) is not None]
+        if len(read) < len(page) and self.skipped is not None:
+            self.skipped(len(page) - len(read))
         return Trace.from_rows(row for row, _ in read), [schedule for _, schedule in read]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +139,24 @@ def test_the_api_refuses_each_naming_the_field_and_stores_nothing(
     assert response.status_code == 422
     assert response.json()["field"].startswith(f"actuals[0].{field}")
     assert redis_client.exists("rs:actuals") == 0
+
+
+def _skipped(client: TestClient) -> float:
+    [value] = re.findall(r"^rollout_actuals_skipped_total (\S+)$", client.get("/metrics").text, re.M)
+    return float(value)
+
+
+def test_each_skipped_entry_is_counted_once_per_read_for_an_operators_alert(
+    make_client: AppFactory, redis_client: redis.Redis
+) -> None:
+    redis_client.xadd("rs:actuals", {"a": UNFOLDABLE["finish-abort"]})
+    client = make_client()
+    assert _skipped(client) == 1.0  # the start read the whole stream
+    assert client.post("/actuals", json={"actuals": REPORTS}).status_code == 200
+    assert client.get("/models").json()["history_rows"] == len(REPORTS)
+    assert _skipped(client) == 1.0  # a sync reads only what is new
+    redis_client.xadd("rs:actuals", {"a": UNFOLDABLE["reward-text"]})
+    redis_client.xadd("rs:actuals", {"a": "not json"})
+    assert client.post("/actuals", json={"actuals": [actual_report(1, 0, 0)]}).status_code == 200
+    assert client.get("/models").json()["history_rows"] == len(REPORTS) + 1
+    assert _skipped(client) == 3.0
