@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 
 # the root context's ``obj`` where ``main`` runs a command: the process ends with it
 OWNS_PROCESS = "owns-process"
@@ -59,6 +60,20 @@ def exit_cleanly(signum: int, frame: object) -> None:
     by its default action instead (-15)."""
     del frame
     raise SystemExit(0 if signum in (signal.SIGINT, signal.SIGTERM) else 1)
+
+
+def exit_decided() -> None:
+    """A refusal's exit is under way (``serve``'s status 2): where ``exit_cleanly`` hears SIGINT and
+    SIGTERM (the console script's process, or ``run``'s), ignore them from now. Heard, a stop raised
+    ``SystemExit(0)`` over the refusal, its line unprinted where the signal met the print, and a
+    process that refused its settings exited 0 (review51b). The sidecar's refusals keep theirs the
+    same way (``early_stop.deciding``). Elsewhere (a test's ``CliRunner``) nothing changes; off the
+    main thread, where no handler can be set, neither (none runs there either)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is exit_cleanly:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def _flag(argv: list[str], name: str) -> str:

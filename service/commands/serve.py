@@ -272,5 +272,9 @@ def _ignore_web_concurrency() -> None:
 
 
 def _fail(message: str) -> NoReturn:
+    """Refuse with ``message`` and status 2, which a stop signal meanwhile leaves as it is."""
+    from service.cli import exit_decided
+
+    exit_decided()
     typer.echo(f"serve: {message}", err=True)
     raise typer.Exit(2)

@@ -1,0 +1,68 @@
+"""A SIGTERM or SIGINT that reaches ``rollout-scheduler serve`` while it refuses its settings leaves the
+refusal's status 2 and its line: the stop changes nothing in an exit already decided.
+
+The console script installs serve's handlers (exit 0 by ``SystemExit``) on its first line (exit51), so
+a stop during a refusal's exit raised ``SystemExit(0)`` over it: the process that refused its settings
+exited 0 (systemd: the unit stopped in order; a pod's container: ``Completed``), its line unprinted
+when the signal met the print. The sidecar's refusals keep theirs (``early_stop.deciding``); serve's now
+do too (review51b, docs/experiments.md).
+
+The child refuses ``--redis-cluster`` with no URL and stands still where it is about to print the
+refusal, until the test has signalled it and then written a line to its stdin: no sleep of the test's
+decides the outcome.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+# ``rollout-scheduler serve --redis-cluster`` as the console script runs it, held at its refusal's line
+CHILD = """
+import sys, typer
+
+echo = typer.echo
+
+def echo_when_told(message=None, *args, **kwargs):
+    if str(message).startswith("serve: "):
+        print("refusing", flush=True)
+        sys.stdin.readline()  # the test's signal has been sent
+    echo(message, *args, **kwargs)
+
+typer.echo = echo_when_told
+from service.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
+def test_serve_stopped_while_it_refuses_its_settings_exits_2_with_its_line(
+    sig: signal.Signals, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
+    env.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path), ROLLOUT_MODEL_DIR=str(tmp_path / "models"))
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, "serve", "--redis-cluster"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "refusing\n"
+        child.send_signal(sig)
+        _, err = child.communicate("go on\n", timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 2, err[-2000:]
+    assert "serve: --redis-cluster needs --redis-url" in err
+    assert "Traceback" not in err
