@@ -32,7 +32,9 @@ reached at all.
 What a walk knows unserved without asking (cluster50): a slot the client's map sends nowhere, once one
 such slot has failed in the walk (its call's map refresh found none for it either), is passed over
 with that failure's error. And a walk asks the node that has just said a slot is not served which
-slots it knows no master for (``coverage.py``), once a walk, and passes those over too: each had cost
+slots it knows no master for (``coverage.py``), once a walk, and passes over those of them the
+client sends to that node (its word on its own slots: its view of the others' can lag, review51b,
+and a heartbeat then passed a served lease over at every beat that asked it): each had cost
 its own call of 0.26 s (redis-py's fixed wait on that error), ten of a dropped range 2.8 s a reaper
 pass. The ask is one blocking call: a walk that ``learns`` (the reaper's, a heartbeat's, each on a
 thread of its own) makes it in ``missed``; the sidecar's claim walk, on its event loop, makes it in a
@@ -71,9 +73,9 @@ class Reach:
     _failed: dict[Hashable, Exception] = field(default_factory=dict, init=False)  # slot or node -> error
     _masters: set[Hashable] = field(default_factory=set, init=False)  # masters a failure counted for
     _down: Exception | None = field(default=None, init=False)  # a node's "cluster is down": every slot
-    _unserved: frozenset[int] | None = field(default=None, init=False)  # slots a node knows no master for
-    _unserved_error: Exception | None = field(default=None, init=False)  # the failure that asked it
-    _asking: ClusterNode | None = field(default=None, init=False)  # the node to ask it (``learn``)
+    # node (``_node``) -> the slots it knows no master for, and its refusal that had it asked
+    _unserved: dict[Hashable, tuple[frozenset[int], Exception]] = field(default_factory=dict, init=False)
+    _asking: tuple[ClusterNode, Exception] | None = field(default=None, init=False)  # to ask (``learn``)
 
     @property
     def catches(self) -> tuple[type[Exception], ...]:
@@ -106,10 +108,20 @@ class Reach:
             if domain is not None and domain in self._failed:
                 self.missing[schedule_id] = self._failed[domain]
                 return True
-        if self._unserved_error is not None and self._slot(schedule_id)[1] in (self._unserved or ()):
-            self.missed(schedule_id, self._unserved_error)
+        said = self._said_unserved(schedule_id)
+        if said is not None:
+            self.missed(schedule_id, said)
             return True
         return False
+
+    def _said_unserved(self, schedule_id: str) -> Exception | None:
+        """The refusal of the node the client sends ``schedule_id`` to, where that node, asked
+        (``learn``), knows no master for its slot; else None. Each node's word on its own slots only:
+        its view of the others' can lag (a slot served again elsewhere, not heard of yet), and taken
+        for every slot, a heartbeat passed a served lease over at every beat that asked such a node,
+        and a walk that reached nothing then was an outage (review51b)."""
+        said = self._unserved.get(self._node(schedule_id)) if self._unserved else None
+        return said[1] if said is not None and self._slot(schedule_id)[1] in said[0] else None
 
     def missed(self, schedule_id: str, error: Exception) -> None:
         """Record ``error`` (one of ``catches``) for ``schedule_id`` and its slot, or its node when the
@@ -130,8 +142,9 @@ class Reach:
         self._masters.add(node if node is not None else slot)
         if not self.reached and len(self._masters) >= TRIED_DOMAINS:
             raise error
-        if self._unserved_error is None and not whole and not_served(error):
-            self._unserved_error, self._asking = error, self._target(schedule_id)
+        target = None if whole or not not_served(error) else self._target(schedule_id)
+        if target is not None and node not in self._unserved and self._asking is None:
+            self._asking = (target, error)
             if self.learns:
                 self.learn()
 
@@ -142,11 +155,12 @@ class Reach:
 
     def learn(self) -> None:
         """Ask the node that said a slot is not served which slots it knows no master for
-        (``coverage.py``): once a walk, answered or not; nothing to ask, nothing done. One blocking
-        call: a walk on an event loop runs it in a thread (``service/sidecar/unreached.py``)."""
-        node, self._asking = self._asking, None
-        if isinstance(self.client, RedisCluster) and node is not None:
-            self._unserved = unserved_slots(self.client, node)
+        (``coverage.py``): once a walk for each such node, answered or not; nothing to ask, nothing
+        done. One blocking call: a walk on an event loop runs it in a thread (``unreached.py``)."""
+        asking, self._asking = self._asking, None
+        if isinstance(self.client, RedisCluster) and asking is not None:
+            node, error = asking
+            self._unserved[("node", node.name)] = (unserved_slots(self.client, node) or frozenset(), error)
 
     def outage(self) -> Exception | None:
         """The error to raise for a walk that reached nothing and missed something; else None."""

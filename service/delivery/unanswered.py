@@ -20,8 +20,10 @@ each master costs it one failed call at most and any key it skipped would lapse 
 A slot no master serves is one slot's, not its master's, but costs each call on it 0.26 s (redis-py's
 fixed wait on "Hash slot not served": ``coverage.py``): so, as ``Reach`` does, the node that has just
 said so is asked once a pass which slots it knows no master for, and every later key of those slots
-fails with that refusal, unasked (cluster51; before, each step and mark of such a slot paid the wait
-at every tick).
+that the client sends to that node fails with that refusal, unasked (cluster51; before, each step
+and mark of such a slot paid the wait at every tick). Its own slots only: its view of the others'
+can lag (a slot served again elsewhere, not heard of yet), and taken for every slot, it let the other
+masters' entries and marks lapse under their live requests (review51b).
 """
 
 from __future__ import annotations
@@ -46,34 +48,38 @@ class Unanswered:
     client: redis.Redis | RedisCluster  # ``calls.RedisClient``, which imports this module's users
     _nodes: dict[str, Exception] = field(default_factory=dict, init=False)
     _every: Exception | None = field(default=None, init=False)
-    _unserved: frozenset[int] = field(default=frozenset(), init=False)  # slots a node said no master serves
-    _unserved_error: Exception | None = field(default=None, init=False)  # the refusal that asked it
+    # master name -> the slots it said no master serves, and its refusal that had it asked
+    _unserved: dict[str, tuple[frozenset[int], Exception]] = field(default_factory=dict, init=False)
 
     def known(self, key: str) -> Exception | None:
         """The error ``key``'s master, or its slot, failed with earlier in this pass: don't ask; None:
         ask it."""
         if self._every is not None:
             return self._every
-        if self._unserved_error is not None and key_slot(key.encode()) in self._unserved:
-            return self._unserved_error
-        if not self._nodes:
+        if not self._nodes and not self._unserved:
             return None
         node = self.master(key)
-        return None if node is None else self._nodes.get(node)
+        if node is None:
+            return None
+        said = self._unserved.get(node)  # its master's word on its own slots only (review51b)
+        if said is not None and key_slot(key.encode()) in said[0]:
+            return said[1]
+        return self._nodes.get(node)
 
     def met(self, key: str, error: Exception) -> None:
         """A call on ``key`` failed with ``error``: where that is its master not answering, or the
         cluster down, the rest of the pass passes them over; where a node said its slot is not served,
-        that node is asked which others are (the first time in the pass), and those are passed over."""
+        that node is asked which others are (once a pass), and those the client sends to it are passed
+        over: a node's view of the others' slots can lag (one served again elsewhere, not heard of
+        yet), and taken for every slot, it let the other masters' keys lapse (review51b)."""
         if cluster_down(error):
             self._every = error
         elif isinstance(error, NODE_DOWN) and (node := self.master(key)) is not None:
             self._nodes[node] = error
-        elif self._unserved_error is None and not_served(error):
-            self._unserved_error = error
+        elif not_served(error) and isinstance(self.client, RedisCluster):
             said = self._node(key)
-            if isinstance(self.client, RedisCluster) and said is not None:
-                self._unserved = unserved_slots(self.client, said) or frozenset()
+            if said is not None and said.name not in self._unserved:
+                self._unserved[str(said.name)] = (unserved_slots(self.client, said) or frozenset(), error)
 
     def master(self, key: str) -> str | None:
         """The name of the master the client sends ``key`` to; None where its map has none."""

@@ -153,10 +153,11 @@ def test_a_reaper_pass_asks_one_slot_of_a_dropped_range(cluster: LocalCluster) -
     assert len(sent) > 1  # the served schedule was asked (and the due index read)
 
 
-def test_a_slot_known_unserved_counts_for_its_master_as_if_asked(cluster: LocalCluster) -> None:
-    """Two schedules of dropped ranges of two masters due first: the second, known unserved from the
-    first's refusal and passed over unasked, still counts for its own master, so the pass that has
-    reached nothing is the outage it was when both were asked (the two-masters rule: ``reach.py``)."""
+def test_two_masters_unserved_ranges_first_are_the_outage_each_asked_once(cluster: LocalCluster) -> None:
+    """Two schedules of dropped ranges of two masters due first: each is asked of its own master (a
+    node's word on unserved slots counts for its own slots only: review51b), each counts for that
+    master, and the pass that has reached nothing is the outage (the two-masters rule: ``reach.py``).
+    Before review51b the second was passed over on the first node's word, and counted all the same."""
     first = range(SLOTS // 3 + 500, SLOTS // 3 + 700)  # the second master's
     second = range(2 * SLOTS // 3 + 500, 2 * SLOTS // 3 + 700)  # the third's
     ids = _in_range(first, 1) + _in_range(second, 1, start="b")
@@ -170,7 +171,29 @@ def test_a_slot_known_unserved_counts_for_its_master_as_if_asked(cluster: LocalC
             reap_all(delivery)
     finally:
         serve_ranges(cluster, dict(zip((first, second), owners, strict=True)))
-    assert (toward(sent, first), toward(sent, second)) == (1, 0)
+    assert (toward(sent, first), toward(sent, second)) == (1, 1)
+
+
+def test_a_pass_asks_each_master_of_dropped_ranges_once(cluster: LocalCluster) -> None:
+    """A served schedule, then three schedules of each of two masters' dropped ranges: the pass asks
+    the first of each range, learns from that range's own master which of its slots no master serves,
+    and passes the other two of each over unasked; the served one is reaped, no outage."""
+    first = range(SLOTS // 3 + 500, SLOTS // 3 + 700)  # the second master's
+    second = range(2 * SLOTS // 3 + 500, 2 * SLOTS // 3 + 700)  # the third's
+    served = _on_master(0, "z")
+    ids = _in_range(first, 3) + _in_range(second, 3, start="b")
+    delivery = _lapsing(cluster, served, *ids)
+    owners = [delivery.client.get_node_from_key(keys.schedule_keys(s).meta).port for s in (ids[0], ids[3])]  # type: ignore[union-attr]
+    sent, unserved = count_scripts(delivery.client), list[Exception]()
+    for slots in (first, second):
+        unserve_range(cluster, slots)
+    try:
+        reports = reap_all(delivery, unserved=unserved)
+    finally:
+        serve_ranges(cluster, dict(zip((first, second), owners, strict=True)))
+    assert served in reports
+    assert len(unserved) == 2  # each range's master's refusal, told apart
+    assert (toward(sent, first), toward(sent, second)) == (1, 1)
 
 
 def _in_range(slots: range, count: int, start: str = "a") -> list[str]:

@@ -15,10 +15,11 @@ from typing import cast
 
 import pytest
 import redis
+from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
 from service.context import Context
-from service.delivery import Delivery, keys
+from service.delivery import Delivery, coverage, keys
 from service.pipeline.step_keeper import Entry, InFlight, Kept, StepKeeper
 from service.redis_conn import RedisClient, connect
 from service.settings import Settings
@@ -123,3 +124,34 @@ def test_a_keeper_tick_asks_one_mark_of_an_unserved_range(cluster: LocalCluster)
     calls, served_left = _tick_while_dropped(cluster, steps=0, marks=3)
     assert calls == 1
     assert served_left > SHORT_MS
+
+
+def test_a_keeper_tick_keeps_the_keys_the_asked_node_wrongly_thinks_unserved(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node asked which slots are unserved answers from its own view, which can lag (it has not
+    heard yet that another master serves a slot again): the other masters' keys are still sent, and
+    kept. Before, a tick that asked such a node let them lapse under their live requests."""
+    real = coverage.unserved_slots
+
+    def stale(client: RedisCluster, node: ClusterNode) -> frozenset[int] | None:
+        return (real(client, node) or frozenset()) | {slot for share in LIVE for slot in share}
+
+    monkeypatch.setattr("service.delivery.unanswered.unserved_slots", stale)
+    cluster.flushall()
+    delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))
+    keeper = StepKeeper()
+    steps = _steps(DROPPED, 3) + [step for share in LIVE for step in _steps(share, 1)]
+    marks = _schedules(DROPPED, 3) + [sid for share in LIVE for sid in _schedules(share, 1)]
+    held = _held(delivery, keeper, steps, marks)  # one context: one tick's pass over them all
+    served = [held[3], held[4], held[8], held[9]]
+    with redis.Redis(port=cluster.nodes[0].port) as admin:
+        owner = next(int(m[1]) for lo, hi, m, *_ in admin.cluster("SLOTS") if lo <= DROPPED.start <= hi)
+    unserve_range(cluster, DROPPED)
+    try:
+        keeper.tick()
+    finally:
+        serve_ranges(cluster, {DROPPED: owner})
+        for each in held:
+            keeper.let_go(each)
+    assert min(_left_ms(delivery.client, each) for each in served) > SHORT_MS

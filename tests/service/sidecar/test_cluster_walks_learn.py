@@ -20,7 +20,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from service.delivery import Delivery, keys
+from service.delivery import Delivery, coverage, keys
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.cluster import SLOTS, LocalCluster, serve_ranges, serve_the_rest, unserve_range
@@ -147,3 +147,38 @@ def test_a_heartbeat_asks_one_schedule_of_a_dropped_range(cluster: LocalCluster)
     lost = _while_dropped(cluster, lambda: asyncio.run(session.heartbeat()))
     assert (lost, session.heartbeats_failing) == ([], False)
     assert _toward_dropped(asked, "EVALSHA") + _toward_dropped(asked, "EVAL") == 1
+
+
+def test_a_range_served_again_is_claimed_from_at_the_next_claim(cluster: LocalCluster) -> None:
+    """What a walk learned unserved is forgotten with the walk: the claim after the range is served
+    again leases from its four schedules, none passed over on the last claim's word."""
+    session, ids = _published(cluster)
+    asyncio.run(session.schedules())
+    first = _while_dropped(cluster, lambda: asyncio.run(session.claim(len(ids))))
+    assert [h.lease.key for h in first] == [f"{ids[-1]}#0"]
+    again = asyncio.run(session.claim(len(ids)))
+    assert sorted(h.lease.key for h in again) == sorted(f"{sid}#0" for sid in ids[:-1])
+
+
+def test_a_heartbeat_extends_a_lease_the_asked_node_wrongly_thinks_unserved(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node asked which slots are unserved answers from its own view, which can lag (it has not
+    heard yet that another master serves a slot again): a slot the client sends to another master is
+    still asked, so a node's stale view never skips a served lease's extension. Before, the served
+    schedule's lease went unextended at every beat whose walk asked such a node."""
+    session, ids = _published(cluster)
+    held = asyncio.run(session.claim(len(ids)))
+    assert len(held) == len(ids)
+    real = coverage.unserved_slots
+
+    def stale(client: RedisCluster, node: Any) -> frozenset[int] | None:
+        return (real(client, node) or frozenset()) | {_slot(ids[-1])}
+
+    monkeypatch.setattr("service.delivery.reach.unserved_slots", stale)
+    client = session.delivery.client
+    assert isinstance(client, RedisCluster)
+    asked = _spy(client)
+    lost = _while_dropped(cluster, lambda: asyncio.run(session.heartbeat()))
+    assert (lost, session.heartbeats_failing) == ([], False)  # before: passed over, and the beat an outage
+    assert any(each.command in ("EVAL", "EVALSHA") and each.slot == _slot(ids[-1]) for each in asked)
