@@ -155,3 +155,25 @@ def test_a_keeper_tick_keeps_the_keys_the_asked_node_wrongly_thinks_unserved(
         for each in held:
             keeper.let_go(each)
     assert min(_left_ms(delivery.client, each) for each in served) > SHORT_MS
+
+
+def test_a_range_served_again_is_kept_at_the_next_tick(cluster: LocalCluster) -> None:
+    """What a tick learned unserved is forgotten with the tick: once the range is served again, the
+    next tick keeps its entries and marks, none failed on the last tick's word."""
+    cluster.flushall()
+    delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))
+    keeper = StepKeeper()
+    held = _held(delivery, keeper, _steps(DROPPED, 3), _schedules(DROPPED, 3))
+    with redis.Redis(port=cluster.nodes[0].port) as admin:
+        owner = next(int(m[1]) for lo, hi, m, *_ in admin.cluster("SLOTS") if lo <= DROPPED.start <= hi)
+    unserve_range(cluster, DROPPED)
+    try:
+        keeper.tick()  # none kept: the range unserved
+    finally:
+        serve_ranges(cluster, {DROPPED: owner})
+    try:
+        keeper.tick()  # still due: kept now
+        assert min(_left_ms(delivery.client, each) for each in held) > SHORT_MS
+    finally:
+        for each in held:
+            keeper.let_go(each)
