@@ -63,7 +63,8 @@ def exit_cleanly(signum: int, frame: object) -> None:
 
 
 def exit_decided() -> None:
-    """A refusal's exit is under way (``serve``'s status 2): where ``exit_cleanly`` hears SIGINT and
+    """A refusal's exit is under way (status 2: ``serve``'s checks, the command line's parse): where
+    ``exit_cleanly`` hears SIGINT and
     SIGTERM (the console script's process, or ``run``'s), ignore them from now. Heard, a stop raised
     ``SystemExit(0)`` over the refusal, its line unprinted where the signal met the print, and a
     process that refused its settings exited 0 (review51b). The sidecar's refusals keep theirs the

@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from service.cli import OWNS_PROCESS
+from service.cli import OWNS_PROCESS, exit_decided
 
 app = typer.Typer(
     name="rollout-scheduler",
@@ -69,5 +69,6 @@ def _report(error: Exception) -> int:
     where = context.command_path if context is not None else app.info.name
     message = " ".join(str(getattr(error, "format_message", error.__str__)()).split())
     hint = " (see --help)" if isinstance(error, _USAGE_ERROR) else ""
+    exit_decided()  # a stop signal now leaves this status as it is (serve's handlers: ``service.cli``)
     typer.echo(f"{where}: {message}{hint}", err=True)
     return status

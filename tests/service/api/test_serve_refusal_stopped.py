@@ -7,9 +7,9 @@ exited 0 (systemd: the unit stopped in order; a pod's container: ``Completed``),
 when the signal met the print. The sidecar's refusals keep theirs (``early_stop.deciding``); serve's now
 do too (review51b, docs/experiments.md).
 
-The child refuses ``--redis-cluster`` with no URL and stands still where it is about to print the
-refusal, until the test has signalled it and then written a line to its stdin: no sleep of the test's
-decides the outcome.
+The child refuses ``--redis-cluster`` with no URL, or a flag serve does not have, and stands still
+where it is about to print the refusal, until the test has signalled it and then written a line to its
+stdin: no sleep of the test's decides the outcome.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import sys, typer
 echo = typer.echo
 
 def echo_when_told(message=None, *args, **kwargs):
-    if str(message).startswith("serve: "):
+    if "serve: " in str(message):
         print("refusing", flush=True)
         sys.stdin.readline()  # the test's signal has been sent
     echo(message, *args, **kwargs)
@@ -41,14 +41,21 @@ main()
 """
 
 
+REFUSALS = [
+    (("--redis-cluster",), "serve: --redis-cluster needs --redis-url"),  # serve's own check
+    (("--bogus",), "serve: No such option: --bogus"),  # the command line's parse (``cli_app._report``)
+]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
-def test_serve_stopped_while_it_refuses_its_settings_exits_2_with_its_line(
-    sig: signal.Signals, tmp_path: Path
+@pytest.mark.parametrize(("flags", "line"), REFUSALS, ids=["settings", "parse"])
+def test_serve_stopped_while_it_refuses_exits_2_with_its_line(
+    sig: signal.Signals, flags: tuple[str, ...], line: str, tmp_path: Path
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     env.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path), ROLLOUT_MODEL_DIR=str(tmp_path / "models"))
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, "serve", "--redis-cluster"],
+        [sys.executable, "-c", CHILD, "serve", *flags],
         cwd=ROOT,
         env=env,
         stdin=subprocess.PIPE,
@@ -64,5 +71,5 @@ def test_serve_stopped_while_it_refuses_its_settings_exits_2_with_its_line(
     finally:
         child.kill()
     assert child.returncode == 2, err[-2000:]
-    assert "serve: --redis-cluster needs --redis-url" in err
+    assert line in err
     assert "Traceback" not in err
