@@ -22,7 +22,9 @@ retries above it), so a master that times out fails its group once, with that er
 one socket timeout (measured, 4 steps and 4 marks on a stalled master: a tick 0.25 s at a 0.25 s
 timeout and 1.0 s at 1 s, where the cluster pipeline's own retries took 0.89 s and 3.15 s); the
 failover of a master stalled so is found by the client's next call on its slots elsewhere (a
-request's, the reaper's), not by the keeper, which asks it nothing more that pass. A master
+request's, the reaper's), not by the keeper, which asks it nothing more that pass, nor at the next
+ones: the keeper's calls never re-read the map (measured, review51b: three ticks on the old master,
+then one call on the client's path and the next tick kept the entries on the new one). A master
 that refused or dropped the connection (its process gone, which a failover replaces) has its first
 step sent again alone on the client's path, whose retries ask the cluster for its slots again and so
 find a failover's new master; the rest follow it there, or fail with its error. A step answered with
@@ -30,8 +32,9 @@ a redirect, or its slot moving (MOVED, ASK, TRYAGAIN), is sent again alone, on t
 own path, which follows it and mends its map; a group of one step is sent so from the start, and so
 is a step whose slot the map sends nowhere. A step a node answers "Hash slot not served" is not sent
 again (the client's path waits 0.25 s and fails the same): the node is asked which slots it knows no
-master for, once a pass, and the pass's later keys of those slots fail with that refusal, unasked
-(``unanswered.py``). A master that did not answer (``NODE_DOWN``) is not asked again in the pass: its
+master for, once a pass, and the pass's later keys of those slots that the client sends to it fail
+with that refusal, unasked (``unanswered.py``: its own slots only). A master that did not answer
+(``NODE_DOWN``) is not asked again in the pass: its
 later steps fail with that error, unasked (the step keeper's marks of that tick pass it over too), and
 a node's "The cluster is down" fails every step. Any other error fails its own step only: each master
 has its own memory, so an OOM refusal (a master at its ``maxmemory``) is that master's steps', and a
