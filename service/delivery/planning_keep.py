@@ -23,8 +23,9 @@ one socket timeout (measured, 4 steps and 4 marks on a stalled master: a tick 0.
 timeout and 1.0 s at 1 s, where the cluster pipeline's own retries took 0.89 s and 3.15 s); the
 failover of a master stalled so is found by the client's next call on its slots elsewhere (a
 request's, the reaper's), not by the keeper, which asks it nothing more that pass, nor at the next
-ones: the keeper's calls never re-read the map (measured, review51b: three ticks on the old master,
-then one call on the client's path and the next tick kept the entries on the new one). A master
+ones while the master has two due steps or more: a node's own client never re-reads the map (measured,
+review51b: three ticks on the old master, then one call on the client's path, and the next tick kept
+the entries on the new one). A master
 that refused or dropped the connection (its process gone, which a failover replaces) has its first
 step sent again alone on the client's path, whose retries ask the cluster for its slots again and so
 find a failover's new master; the rest follow it there, or fail with its error. A step answered with
