@@ -34,3 +34,24 @@ def unserved_slots(client: RedisCluster, node: ClusterNode) -> frozenset[int] | 
     for low, high in ranges:
         served[int(low) : int(high) + 1] = b"\x01" * (int(high) - int(low) + 1)
     return frozenset(slot for slot in range(SLOTS) if not served[slot])
+
+
+def served_elsewhere(client: RedisCluster, slot: int, node: ClusterNode) -> bool:
+    """Whether another master, asked (its ``CLUSTER SLOTS``, one call), names a master other than
+    ``node`` for ``slot``: ``node`` timed out and its slot has moved (a failover), which the client's
+    map does not know yet. A node's own client, which a master's pipeline runs on, never re-reads the
+    map, so the step keeper stayed on a failed-over stalled master at every tick (review51b). False
+    where no other master answers: nothing known to have moved."""
+    primaries: list[ClusterNode] = client.get_primaries()  # type: ignore[no-untyped-call]
+    other = next((each for each in primaries if each.name != node.name), None)
+    if other is None:
+        return False
+    try:
+        ranges = client.execute_command("CLUSTER SLOTS", target_nodes=other)  # type: ignore[no-untyped-call]
+    except REDIS_FAILED:
+        return False
+    for (low, high), served in ranges.items():
+        if int(low) <= slot <= int(high):
+            host, port = served["primary"]
+            return (str(host), int(port)) != (str(node.host), int(node.port))
+    return False

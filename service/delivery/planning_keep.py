@@ -21,11 +21,11 @@ client neither retries nor follows a redirect (redis-py builds it with no retrie
 retries above it), so a master that times out fails its group once, with that error, nothing resent:
 one socket timeout (measured, 4 steps and 4 marks on a stalled master: a tick 0.25 s at a 0.25 s
 timeout and 1.0 s at 1 s, where the cluster pipeline's own retries took 0.89 s and 3.15 s); the
-failover of a master stalled so is found by the client's next call on its slots elsewhere (a
-request's, the reaper's), not by the keeper, which asks it nothing more that pass, nor at the next
-ones while the master has two due steps or more: a node's own client never re-reads the map (measured,
-review51b: three ticks on the old master, then one call on the client's path, and the next tick kept
-the entries on the new one). A master
+node's own client never re-reads the map, so where that master has been failed over, a tick stayed on
+it, and the next ticks too, until some other call on the client's path re-read the map (measured,
+review51b: three ticks on the old master). So another master is asked (one ``CLUSTER SLOTS``:
+``coverage.served_elsewhere``) whether the slot still is the stalled master's; where it has moved, the
+steps go on the client's path as after a refused connection, below, and reach the new master. A master
 that refused or dropped the connection (its process gone, which a failover replaces) has its first
 step sent again alone on the client's path, whose retries ask the cluster for its slots again and so
 find a failover's new master; the rest follow it there, or fail with its error. A step answered with
@@ -50,9 +50,11 @@ from typing import NamedTuple
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
+from redis.crc import key_slot
+from redis.exceptions import AskError, ClusterDownError, MovedError, RedisClusterException, TryAgainError
 
 from service.delivery import keys as keyspace
+from service.delivery.coverage import served_elsewhere
 from service.delivery.errors import REDIS_FAILED, cluster_down, not_served
 from service.delivery.unanswered import Unanswered
 
@@ -148,14 +150,26 @@ def _not_answered(
     gone, which a failover replaces): the first step is sent again alone on the client's path, whose
     retries ask the cluster for its slots again and follow a failover; answered there, the others are
     sent alone too, else they fail with its error, unasked. A timeout (a master stalled: it accepts and
-    does not answer) is its group's error, nothing sent again: each call would wait it out again."""
-    if not isinstance(error, redis.ConnectionError):
+    does not answer) is its group's error, nothing sent again (each call would wait it out again),
+    unless another master says the slot has moved (a failover): then as a refused connection."""
+    if not isinstance(error, redis.ConnectionError) and not _failed_over(client, group[0].key):
         unanswered.met(group[0].key, error)
         return {each.step: error for each in group}
     failed: dict[int, Exception] = {}
     for each in group:
         failed.update(_kept_alone(client, each, life_ms, unanswered))
     return failed
+
+
+def _failed_over(client: RedisCluster, key: str) -> bool:
+    """Whether ``key``'s master, which timed out, is no longer its slot's master for the other masters
+    (``coverage.served_elsewhere``): then the client's path, whose retries re-read the map, reaches the
+    new one."""
+    try:
+        node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+    except RedisClusterException:
+        return False
+    return served_elsewhere(client, key_slot(key.encode()), node)
 
 
 def _kept_alone(
