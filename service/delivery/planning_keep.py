@@ -152,7 +152,7 @@ def _not_answered(
     sent alone too, else they fail with its error, unasked. A timeout (a master stalled: it accepts and
     does not answer) is its group's error, nothing sent again (each call would wait it out again),
     unless another master says the slot has moved (a failover): then as a refused connection."""
-    if not isinstance(error, redis.ConnectionError) and not _failed_over(client, group[0].key):
+    if not isinstance(error, redis.ConnectionError) and not _failed_over(client, group[0].key, unanswered):
         unanswered.met(group[0].key, error)
         return {each.step: error for each in group}
     failed: dict[int, Exception] = {}
@@ -161,15 +161,17 @@ def _not_answered(
     return failed
 
 
-def _failed_over(client: RedisCluster, key: str) -> bool:
+def _failed_over(client: RedisCluster, key: str, unanswered: Unanswered) -> bool:
     """Whether ``key``'s master, which timed out, is no longer its slot's master for the other masters
-    (``coverage.served_elsewhere``): then the client's path, whose retries re-read the map, reaches the
-    new one."""
+    (``coverage.served_elsewhere``; those that did not answer this pass not asked, one found silent
+    now passed over for the rest of it): then the client's path, whose retries re-read the map,
+    reaches the new one."""
     try:
         node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
     except RedisClusterException:
         return False
-    return served_elsewhere(client, key_slot(key.encode()), node)
+    slot = key_slot(key.encode())
+    return served_elsewhere(client, slot, node, unanswered.silent(), unanswered.met_master)
 
 
 def _kept_alone(

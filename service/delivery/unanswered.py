@@ -81,6 +81,16 @@ class Unanswered:
             if said is not None and said.name not in self._unserved:
                 self._unserved[str(said.name)] = (unserved_slots(self.client, said) or frozenset(), error)
 
+    def silent(self) -> frozenset[str]:
+        """The names of the masters that did not answer earlier in this pass."""
+        return frozenset(self._nodes)
+
+    def met_master(self, node: ClusterNode, error: Exception) -> None:
+        """A call to ``node`` itself (not to a key's master) failed with ``error``: where that is its
+        not answering, the rest of the pass passes it over, as ``met`` does for a key's master."""
+        if isinstance(error, NODE_DOWN):
+            self._nodes[str(node.name)] = error
+
     def master(self, key: str) -> str | None:
         """The name of the master the client sends ``key`` to; None where its map has none."""
         if not isinstance(self.client, RedisCluster):

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 import pytest
 import redis
@@ -302,3 +302,35 @@ def test_a_stalled_masters_pipeline_is_sent_to_it_once(cluster: LocalCluster) ->
     assert sorted(failed) == sorted(steps)
     assert all(isinstance(error, redis.TimeoutError) for error in failed.values())
     assert len(taken) == 1
+
+
+def test_two_stalled_masters_are_each_asked_once_in_a_pass(cluster: LocalCluster) -> None:
+    """The first two masters the client lists stalled, steps on all three: each stalled master hands
+    out one connection in the pass (its pipeline, or the failover check's ``CLUSTER SLOTS``, not
+    both). Before, the check after the first one's timeout asked the second (another timeout), whose
+    own pipeline then timed out, and whose check asked the first again: 1.27 s a pass at a 0.25 s
+    timeout, against one timeout each (docs51)."""
+    delivery = _service_delivery(cluster.url, cluster=True)
+    client = delivery.client
+    assert isinstance(client, RedisCluster)
+    primaries = client.get_primaries()  # type: ignore[no-untyped-call]
+    shares = (*LIVE, STALLED)
+    owners = {_owner(cluster, client, share).port: share for share in shares}
+    stalled = list(primaries[:2])
+    steps = [step for share in shares for step in _steps(share, 2)]
+    taken: dict[int, int] = {node.port: 0 for node in stalled}
+    for node in stalled:
+        pool = client.get_redis_connection(node).connection_pool
+        take = pool.get_connection
+
+        def counted(*args: object, _take: Any = take, _port: int = node.port, **options: object) -> object:
+            taken[_port] += 1
+            return _take(*args, **options)
+
+        pool.get_connection = counted  # type: ignore[method-assign,assignment]
+    servers = [next(each for each in cluster.nodes if each.port == node.port) for node in stalled]
+    assert set(owners) == {node.port for node in primaries}
+    with _stalled(servers[0], cluster), _stalled(servers[1]):
+        failed = delivery.keep_planning({step: ["r"] for step in steps}, 60_000)
+    assert len(failed) == 4  # the stalled masters' two steps each
+    assert taken == {node.port: 1 for node in stalled}
