@@ -10,8 +10,9 @@ A span counts where a backticked upper-case name is followed by a number (in par
 comma) with at most a unit: ``ms`` and ``h`` are read against a constant in seconds, ``%`` against a
 fraction, anything else as written. The name must be a module-level constant of ours whose value is a
 number (a literal or arithmetic on literals); a name two modules give different values is skipped, as
-the doc cannot say which it means. docs/experiments.md is left out: a dated log, which gives the values
-as they were then.
+the doc cannot say which it means, unless the doc names its module by file name (`` `store_sweep.STALE_S`
+(1 h)``, where ``service/sidecar/health.py``'s ``STALE_S`` is 30 s): then it is read against that
+module's. docs/experiments.md is left out: a dated log, which gives the values as they were then.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from functools import cache
 
 from tests.doc_refs import ROOT, doc_files
 
-_GIVEN = re.compile(r"`([A-Z][A-Z0-9_]{2,})`,?\s\(?(\d[\d,]*(?:\.\d+)?)(?: ?(ms|h|%)(?![\w]))?")
+_NAME = r"(?:[a-z_][a-z0-9_]*\.)?[A-Z][A-Z0-9_]{2,}"  # ``FOLD_WAIT_S``, or ``store_sweep.STALE_S``
+_GIVEN = re.compile(rf"`({_NAME})`,?\s\(?(\d[\d,]*(?:\.\d+)?)(?: ?(ms|h|%)(?![\w]))?")
 _SCALE = {"ms": 1e-3, "h": 3600.0, "%": 0.01}
 _OPS: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: operator.add,
@@ -69,13 +71,15 @@ def _assigned(module: ast.Module) -> list[tuple[str, float | None]]:
 @cache
 def constants() -> dict[str, frozenset[float]]:
     """Each upper-case module-level name of scheduler/, predictors/ and service/ -> the numbers it is
-    given across modules."""
+    given across modules, and each ``module.NAME`` (the module by its file name) -> the numbers that
+    module, or modules of that file name, give it."""
     found: defaultdict[str, set[float]] = defaultdict(set)
     for package in ("scheduler", "predictors", "service"):
         for path in sorted((ROOT / package).rglob("*.py")):
             for name, value in _assigned(ast.parse(path.read_text())):
                 if value is not None and name.isupper():
                     found[name].add(value)
+                    found[f"{path.stem}.{name}"].add(value)
     return {name: frozenset(values) for name, values in found.items()}
 
 
@@ -117,6 +121,21 @@ def test_a_stale_value_in_any_unit_is_caught_and_the_current_one_not() -> None:
     assert [name for name, _ in wrong_values(stale)] == caught
     current = "exits `FORCED_STATUS` (70); `FOLD_WAIT_S` (50 ms), `LAST_ACTS_S` (1 s), `RANK_TOLERANCE`, 1%"
     assert wrong_values(current) == []
+
+
+def test_the_docs_give_round_51s_constants_with_their_values() -> None:
+    """The staging folders' sweep bound (review51a) is given where an operator reads it, by its
+    module: ``STALE_S`` alone is two constants (the sidecar's health has its own)."""
+    text = "\n".join(path.read_text() for path in doc_files() if str(path.relative_to(ROOT)) not in LOGS)
+    given = {match.group(1) for match in _GIVEN.finditer(text)}
+    assert "store_sweep.STALE_S" in given
+    assert len(constants()["STALE_S"]) > 1
+
+
+def test_a_name_given_with_its_module_is_read_against_that_module_alone() -> None:
+    assert wrong_values("`store_sweep.STALE_S` (1 h); `health.STALE_S` (30)") == []
+    stale = "`store_sweep.STALE_S` (30); `health.STALE_S` (1 h); `nomodule.STALE_S` (7 h)"
+    assert [name for name, _ in wrong_values(stale)] == ["store_sweep.STALE_S", "health.STALE_S"]
 
 
 def test_a_name_not_ours_or_given_two_values_is_not_read() -> None:
