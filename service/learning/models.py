@@ -82,7 +82,7 @@ class ModelService:
         # re-entrant: a request takes it, waiting a bounded while for the follower's fold or not at all
         # (``_sync_unless_followed``), then ``sync`` takes it again
         self._sync_lock = threading.RLock()
-        self._beside = FoldsBeside()  # the follower's or ``POST /actuals``'s syncs under way, or waiting
+        self._beside = FoldsBeside()  # syncs beside requests: follower, POST /actuals, GET /models, retrain
         self.followed = False  # a follower runs (``service.learning.follower``): requests leave it the reload
         # One swap at a time: a reload lists the store, then swaps in its newest version unless held;
         # listed just before a retrain saved, it put the older version back over the one the retrain
