@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from scheduler import clock
 from scheduler.policies import robust_fast
 from scheduler.policies.fastest_plain import PACE_EVERY
+from scheduler.policies.load import rates
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import Inventory, PlanRequest
 from tests.scheduler.fake_clock import SteppingClock
@@ -95,3 +96,25 @@ def test_a_candidate_asked_past_its_deadline_is_given_up_before_its_first_unit()
     late = clock.now() - 1.0
     assert robust_fast._fastest(problem, late) is robust_fast.LATE
     assert robust_fast._fastest(_general(problem), late) is robust_fast.LATE
+
+
+@pytest.mark.parametrize("tflops_share", [0.0005, 0.001])
+def test_where_compute_binds_the_written_out_candidate_is_the_general_loops(tflops_share: float) -> None:
+    # devices with a share of their FLOP/s: each worker's estimate is its compute, which counts every
+    # token it holds, so its load's token total, not only its longest steps, orders the heap
+    request = _request()
+    workers = tuple(
+        dataclasses.replace(
+            w, device=dataclasses.replace(w.device, peak_tflops=w.device.peak_tflops * tflops_share)
+        )
+        for w in request.inventory.workers
+    )
+    request = dataclasses.replace(request, inventory=Inventory(workers, request.inventory.model))
+    problem = build_problem(request)
+    assert problem.unrestricted
+    assert all(
+        rates(problem.costs[w]).seq_s > rates(problem.costs[w]).step_s for w in problem.active
+    )  # a sequence's compute outweighs a step's memory: compute-bound
+    placed = robust_fast.fastest_first(problem)
+    assert placed is not None
+    assert placed == robust_fast.fastest_first(_general(problem))
