@@ -48,7 +48,7 @@ def _paced(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(blind_draws, name, slow)
 
 
-@pytest.mark.parametrize("left_s, played", [(0.5, False), (1.5, True)])
+@pytest.mark.parametrize(("left_s", "played"), [(0.5, False), (1.5, True)])
 def test_the_first_replay_needs_a_draws_pace_left(
     monkeypatch: pytest.MonkeyPatch, left_s: float, played: bool
 ) -> None:

@@ -188,12 +188,15 @@ def test_a_keeper_tick_on_a_stalled_single_redis_sends_no_mark_after_its_entries
     assert (len(sent), toward(sent, marked), still) == (1, 0, 4)
 
 
-def test_a_cluster_said_down_costs_a_keeper_pass_one_call(cluster: LocalCluster) -> None:
+@pytest.mark.parametrize("per_master", [1, 2])
+def test_a_cluster_said_down_costs_a_keeper_pass_one_call(cluster: LocalCluster, per_master: int) -> None:
     """Full coverage required (the default) and one slot unserved: every node refuses every key, "The
     cluster is down" (0.26 s a call: redis-py's fixed wait). One step's refusal speaks for every
-    step: one call, every step failed with it. Before: the one pipeline, then a call per step."""
+    step: one call, every step failed with it. Before: the one pipeline, then a call per step. With
+    two steps a master, the first master's pipeline is that call: its answers, not a raise, say the
+    cluster is down, and the other masters' pipelines are not sent (mutants14's KP2, KP5)."""
     delivery = _service_delivery(cluster.url, cluster=True)
-    steps = [_steps(share, 1)[0] for share in (*LIVE, STALLED)]
+    steps = [step for share in (*LIVE, STALLED) for step in _steps(share, per_master)]
     for node in cluster.nodes:
         with redis.Redis(port=node.port) as admin:
             admin.config_set("cluster-require-full-coverage", "yes")

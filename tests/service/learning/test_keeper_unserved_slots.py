@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 import pytest
 import redis
@@ -19,7 +19,9 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
 from service.context import Context
-from service.delivery import Delivery, coverage, keys
+from service.delivery import Delivery, coverage, keys, unanswered
+from service.delivery.retries import short_retry
+from service.delivery.unanswered import Unanswered
 from service.pipeline.step_keeper import Entry, InFlight, Kept, StepKeeper
 from service.redis_conn import RedisClient, connect
 from service.settings import Settings
@@ -87,10 +89,11 @@ def _left_ms(client: RedisClient, kept: Kept) -> float:
     return deadline - (seconds * 1000 + micros // 1000)
 
 
-def _tick_while_dropped(cluster: LocalCluster, steps: int, marks: int) -> tuple[int, float]:
+def _tick_while_dropped(cluster: LocalCluster, steps: int, marks: int) -> tuple[int, float, int]:
     """A keeper tick over ``steps`` entries and ``marks`` marks of ``DROPPED``'s slots and one of each
     on every other master, while no master serves ``DROPPED``: (the calls to ``DROPPED``, the least
-    time the served ones have left after it)."""
+    time the served ones have left after it, how many times a node was asked which slots no master
+    serves)."""
     cluster.flushall()
     delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))  # the service's
     keeper = StepKeeper()
@@ -99,31 +102,41 @@ def _tick_while_dropped(cluster: LocalCluster, steps: int, marks: int) -> tuple[
     with redis.Redis(port=cluster.nodes[0].port) as admin:
         owner = next(int(m[1]) for lo, hi, m, *_ in admin.cluster("SLOTS") if lo <= DROPPED.start <= hi)
     sent = count_scripts(delivery.client)
+    asked: list[object] = []
+
+    def counted(*args: Any) -> frozenset[int] | None:
+        asked.append(args)
+        return coverage.unserved_slots(*args)
+
     unserve_range(cluster, DROPPED)
     try:
-        keeper.tick()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(unanswered, "unserved_slots", counted)
+            keeper.tick()
     finally:
         serve_ranges(cluster, {DROPPED: owner})
         for each in held + served:
             keeper.let_go(each)
-    return toward(sent, DROPPED), min(_left_ms(delivery.client, each) for each in served)
+    return toward(sent, DROPPED), min(_left_ms(delivery.client, each) for each in served), len(asked)
 
 
 def test_a_keeper_tick_asks_one_pipeline_of_an_unserved_range_and_no_mark(cluster: LocalCluster) -> None:
     """Three entries and three marks of the range: its master's pipeline says the slots are not
     served, the node is asked which others are, and no entry nor mark of the range is sent again.
     Before: the pipeline, each of its steps again alone, and each mark (7 calls, 0.26 s each)."""
-    calls, served_left = _tick_while_dropped(cluster, steps=3, marks=3)
+    calls, served_left, asked = _tick_while_dropped(cluster, steps=3, marks=3)
     assert calls == 1
     assert served_left > SHORT_MS
+    assert asked == 1  # once a tick, though each of the pipeline's three answers said so (mutants14's U7)
 
 
 def test_a_keeper_tick_asks_one_mark_of_an_unserved_range(cluster: LocalCluster) -> None:
     """Three marks of the range and no entry: the first mark's call fails (the client's own error,
     the node's refusal under it), the node is asked, the other two are not sent. Before: 3 calls."""
-    calls, served_left = _tick_while_dropped(cluster, steps=0, marks=3)
+    calls, served_left, asked = _tick_while_dropped(cluster, steps=0, marks=3)
     assert calls == 1
     assert served_left > SHORT_MS
+    assert asked == 1
 
 
 def test_a_keeper_tick_keeps_the_keys_the_asked_node_wrongly_thinks_unserved(
@@ -177,3 +190,41 @@ def test_a_range_served_again_is_kept_at_the_next_tick(cluster: LocalCluster) ->
     finally:
         for each in held:
             keeper.let_go(each)
+
+
+def test_steps_whose_slot_the_clients_map_has_no_master_for_are_each_asked_alone(
+    cluster: LocalCluster,
+) -> None:
+    """A client built with ``require_full_coverage=False`` while ``DROPPED`` is unserved has no master
+    for its slots in its map (``Unanswered.master``: None). Each such step is sent alone on the
+    client's path (one call each, which asks the cluster's map as it is then) and fails with its own
+    slot's error; the served steps are kept. Grouped under one made-up master instead (mutants14's
+    KP14, U5), the group's pipeline had no node to go to: no step of it was asked, and every one
+    failed with the first one's error."""
+    cluster.flushall()
+    with redis.Redis(port=cluster.nodes[0].port) as admin:
+        owner = next(int(m[1]) for lo, hi, m, *_ in admin.cluster("SLOTS") if lo <= DROPPED.start <= hi)
+    delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))  # the service's
+    dropped, served = _steps(DROPPED, 2), [step for share in LIVE for step in _steps(share, 1)]
+    for step in served:
+        delivery.enter_planning(step, "r", SHORT_MS)
+    unserve_range(cluster, DROPPED)
+    short = RedisCluster(
+        startup_nodes=cluster.startup_nodes, require_full_coverage=False, retry=short_retry()
+    )
+    try:
+        unmapped = [Unanswered(short).master(keys.step_planning(step)) for step in dropped]
+        sent = count_scripts(short)
+        failed = Delivery(short).keep_planning({step: ["r"] for step in dropped + served}, 60_000)
+    finally:
+        short.close()
+        serve_ranges(cluster, {DROPPED: owner})
+    slots = [key_slot(keys.step_planning(step).encode()) for step in dropped]
+    assert unmapped == [None, None]
+    assert sorted(failed) == sorted(dropped)
+    assert [f'"{slot}"' in str(failed[step]) for step, slot in zip(dropped, slots, strict=True)] == [
+        True,
+        True,
+    ]
+    assert [toward(sent, {slot}) for slot in slots] == [1, 1]
+    assert min(_left_ms(delivery.client, Entry(step, "r")) for step in served) > SHORT_MS

@@ -140,5 +140,22 @@ def test_a_dead_masters_steps_are_asked_again_once_on_the_clients_path(
     assert all(_left_ms(client, step, f"part {step}") > SHORT_MS for step in live)
 
 
+def test_a_dead_masters_lone_step_is_one_call_on_the_clients_path(
+    one_master_down: tuple[LocalCluster, int],
+) -> None:
+    """One step on the dead master (connection refused): a group of one is sent alone on the client's
+    path from the start (whose retries would find a failover's new master), one call; not first in a
+    pipeline on the dead master's own connection and then alone again, two (mutants14's KP1)."""
+    cluster, dead = one_master_down
+    delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))  # the service's
+    client = delivery.client
+    on_dead = _steps(client)[dead]
+    sent = count_scripts(client)
+    failed = delivery.keep_planning({on_dead: ["part"]}, LONG_MS)
+    assert list(failed) == [on_dead]
+    assert isinstance(failed[on_dead], redis.ConnectionError)
+    assert toward(sent, {_slot(on_dead)}) == 1
+
+
 def _slot(step: int) -> int:
     return key_slot(keys.step_planning(step).encode())
