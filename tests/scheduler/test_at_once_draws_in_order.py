@@ -11,6 +11,7 @@ and the candidate's means would not be those of the draws the next judgment play
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ import pytest
 
 from scheduler import clock
 from scheduler.policies import lpt, robust_fast
+from scheduler.policies.base import Placement
 from scheduler.policies.outlier_draws import Draws, outlier_draws, outlier_means
 from scheduler.policies.problem import build_problem
 from scheduler.policies.robust import SAMPLES, spreads
@@ -39,6 +41,13 @@ def _recorded(monkeypatch: pytest.MonkeyPatch) -> Played:
 
     monkeypatch.setattr(robust_fast, "outlier_means", recording)
     return played
+
+
+def _swapped(placement: Placement, queues: tuple[tuple[int, ...], ...]) -> Placement:
+    """``placement`` carrying ``queues`` with the first two queues' first trajectories swapped."""
+    moved = [list(queue) for queue in queues]
+    moved[0][0], moved[1][0] = moved[1][0], moved[0][0]
+    return dataclasses.replace(placement, queues=tuple(tuple(queue) for queue in moved), at_once="")
 
 
 def test_each_plan_is_played_on_the_draws_in_order_each_draw_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,11 +76,14 @@ def test_the_candidate_handed_on_keeps_its_means_on_the_first_draws(monkeypatch:
         first = robust_fast.at_once_judged(problem, request, placement, spread, float("inf"))
         candidate = first.candidate
         assert candidate is not None
-        # a second judgment of the same batch, of a plan unlike both, reads and extends those means
-        other = lpt.opening(request, problem, "LPT").placement
+        # a second judgment of the same batch, of the candidate's plan with two trajectories swapped
+        # between its H100s: too close to tell apart on the candidate's draws, so they are extended
+        other = _swapped(placement, candidate.queues)
         played = _recorded(monkeypatch)
         again = robust_fast.at_once_judged(problem, request, other, spread, float("inf"), candidate=candidate)
     whole = outlier_draws(spread, request.seed)
+    assert again.candidate is not None
+    assert len(candidate.means) < len(again.candidate.means)  # the candidate's draws extended
     for kept in (candidate, again.candidate):
         assert kept is not None
         count = len(kept.means)
