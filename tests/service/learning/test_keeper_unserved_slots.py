@@ -32,6 +32,7 @@ pytestmark = pytest.mark.slow
 SHORT_MS = 10_000  # entries and marks written for this long; the keeper pushes them to 60 s
 DROPPED = range(2 * SLOTS // 3 + 500, 2 * SLOTS // 3 + 700)  # of the last master's share
 LIVE = (range(0, SLOTS // 3 - 1), range(SLOTS // 3 + 1, 2 * SLOTS // 3 - 1))  # the other two's
+OWNERS = range(2 * SLOTS // 3 + 1, DROPPED.start)  # the last master's slots it still serves
 
 
 @pytest.fixture(scope="module")
@@ -91,14 +92,17 @@ def _left_ms(client: RedisClient, kept: Kept) -> float:
 
 def _tick_while_dropped(cluster: LocalCluster, steps: int, marks: int) -> tuple[int, float, int]:
     """A keeper tick over ``steps`` entries and ``marks`` marks of ``DROPPED``'s slots and one of each
-    on every other master, while no master serves ``DROPPED``: (the calls to ``DROPPED``, the least
-    time the served ones have left after it, how many times a node was asked which slots no master
-    serves)."""
+    on every other master and, in the same pass, on its master's served slots (``OWNERS``: the node's
+    word is on the slots it lists, not on every key sent to it: mutants14's U9), while no master serves
+    ``DROPPED``: (the calls to ``DROPPED``, the least time the served ones have left after it, how
+    many times a node was asked which slots no master serves)."""
     cluster.flushall()
     delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))  # the service's
     keeper = StepKeeper()
-    held = _held(delivery, keeper, _steps(DROPPED, steps), _schedules(DROPPED, marks))
-    served = [k for share in LIVE for k in _held(delivery, keeper, _steps(share, 1), _schedules(share, 1))]
+    own = _steps(OWNERS, 1), _schedules(OWNERS, 1)  # in the range's pass (one context), after it
+    held = _held(delivery, keeper, _steps(DROPPED, steps) + own[0], _schedules(DROPPED, marks) + own[1])
+    served = [held[steps], held[-1]]
+    served += [k for share in LIVE for k in _held(delivery, keeper, _steps(share, 1), _schedules(share, 1))]
     with redis.Redis(port=cluster.nodes[0].port) as admin:
         owner = next(int(m[1]) for lo, hi, m, *_ in admin.cluster("SLOTS") if lo <= DROPPED.start <= hi)
     sent = count_scripts(delivery.client)
