@@ -13,27 +13,25 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from service.context import Context
 from service.delivery import Delivery, keys
 from service.delivery.errors import REDIS_FAILED
 from service.embedded import EmbeddedServer
-from service.pipeline.step_keeper import Entry, InFlight, Kept, StepKeeper
+from service.pipeline.step_keeper import Entry, StepKeeper
 from service.redis_conn import RedisClient, connect
 from service.settings import Settings
 from tests.cluster import SLOTS, LocalCluster, serve_everywhere, serve_the_rest, unserve
 from tests.scripts_sent import count_scripts, toward
+from tests.service.learning.keeper_held import SHORT_MS, held_short, left_ms
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 0.25  # the service's client at a short timeout: each call on the stalled master ~0.9 s
-SHORT_MS = 10_000  # entries and marks written for this long; the keeper pushes them to 60 s
 STALLED = range(2 * SLOTS // 3 + 1, SLOTS)  # the last master's share (``valkey-cli --cluster create``)
 LIVE = (range(0, SLOTS // 3), range(SLOTS // 3 + 1, 2 * SLOTS // 3))  # the other two's
 
@@ -80,33 +78,6 @@ def _owner(cluster: LocalCluster, client: RedisClient, share: range) -> Embedded
     return next(node for node in cluster.nodes if node.port == port)
 
 
-def _held(delivery: Delivery, keeper: StepKeeper, steps: list[int], marks: list[str]) -> list[Kept]:
-    """Each of ``steps`` with an entry and each of ``marks`` marked for request ``r``, written for
-    ``SHORT_MS`` and held: all due at the next tick."""
-    ctx = cast(Context, SimpleNamespace(delivery=delivery))
-    kept: list[Kept] = []
-    for step in steps:
-        delivery.enter_planning(step, "r", SHORT_MS)
-        kept.append(Entry(step, "r"))
-    for schedule_id in marks:
-        delivery.mark_planning(schedule_id, "r", SHORT_MS)
-        kept.append(InFlight(schedule_id, "r"))
-    for each in kept:
-        keeper.hold(ctx, each, life_s=0.0)
-    return kept
-
-
-def _left_ms(client: RedisClient, kept: Kept) -> float:
-    """How long ``kept`` has left on Redis's clock."""
-    seconds, micros = client.time()
-    if isinstance(kept, Entry):
-        deadline = float(client.zscore(keys.step_planning(kept.step), kept.member) or 0)
-    else:
-        entry = client.hget(keys.schedule_keys(kept.schedule_id).planning, kept.request_id)
-        deadline = 0.0 if entry is None else float(str(entry).split(":")[1])
-    return deadline - (seconds * 1000 + micros // 1000)
-
-
 def test_a_keeper_tick_asks_a_stalled_master_once(cluster: LocalCluster) -> None:
     """Three entries and three marks on the stalled master, one of each on every other: the tick asks
     the stalled master once (its first call's timeout is that master's outage for the rest of the
@@ -114,10 +85,10 @@ def test_a_keeper_tick_asks_a_stalled_master_once(cluster: LocalCluster) -> None
     of every step, then each entry and each mark on its own)."""
     delivery = _service_delivery(cluster.url, cluster=True)
     keeper = StepKeeper()
-    held = _held(delivery, keeper, _steps(STALLED, 3), _schedules(STALLED, 3))
+    held = held_short(delivery, keeper, _steps(STALLED, 3), _schedules(STALLED, 3))
     served = [
-        *_held(delivery, keeper, _steps(LIVE[0], 1), _schedules(LIVE[0], 1)),
-        *_held(delivery, keeper, _steps(LIVE[1], 1), _schedules(LIVE[1], 1)),
+        *held_short(delivery, keeper, _steps(LIVE[0], 1), _schedules(LIVE[0], 1)),
+        *held_short(delivery, keeper, _steps(LIVE[1], 1), _schedules(LIVE[1], 1)),
     ]
     sent = count_scripts(delivery.client)
     try:
@@ -127,7 +98,7 @@ def test_a_keeper_tick_asks_a_stalled_master_once(cluster: LocalCluster) -> None
         for each in held + served:
             keeper.let_go(each)
     assert toward(sent, STALLED) == 1
-    assert min(_left_ms(delivery.client, each) for each in served) > SHORT_MS
+    assert min(left_ms(delivery.client, each) for each in served) > SHORT_MS
 
 
 def test_a_step_redis_refuses_leaves_its_masters_next_step_asked(cluster: LocalCluster) -> None:
@@ -141,7 +112,7 @@ def test_a_step_redis_refuses_leaves_its_masters_next_step_asked(cluster: LocalC
     sent = count_scripts(delivery.client)
     try:
         failed = delivery.keep_planning({refused: ["r"], kept: ["r"]}, 60_000)
-        left = _left_ms(delivery.client, Entry(kept, "r"))
+        left = left_ms(delivery.client, Entry(kept, "r"))
     finally:
         delivery.client.delete(keys.step_planning(refused), keys.step_planning(kept))
     assert isinstance(failed[refused], redis.ResponseError)
@@ -159,7 +130,7 @@ def test_a_healthy_clusters_keeper_pass_sends_one_pipeline_per_master(cluster: L
     sent = count_scripts(delivery.client)
     try:
         failed = delivery.keep_planning({step: ["r"] for step in steps}, 60_000)
-        left = [_left_ms(delivery.client, Entry(step, "r")) for step in steps]
+        left = [left_ms(delivery.client, Entry(step, "r")) for step in steps]
     finally:
         delivery.client.delete(*(keys.step_planning(step) for step in steps))
     assert failed == {}
@@ -175,7 +146,7 @@ def test_a_keeper_tick_on_a_stalled_single_redis_sends_no_mark_after_its_entries
     with EmbeddedServer() as server:
         delivery = _service_delivery(server.url, cluster=False)
         keeper = StepKeeper()
-        held = _held(delivery, keeper, [7], ["a", "b", "c"])
+        held = held_short(delivery, keeper, [7], ["a", "b", "c"])
         marked = {key_slot(keys.schedule_keys(sid).meta.encode()) for sid in ("a", "b", "c")}
         sent = count_scripts(delivery.client)
         try:
@@ -240,7 +211,7 @@ def test_a_step_whose_slot_moved_under_the_clients_map_is_sent_again_and_kept(cl
             new_master.pexpire(keys.step_planning(moves), SHORT_MS)
         sent = count_scripts(delivery.client)
         failed = delivery.keep_planning({stays: ["r"], moves: ["r"]}, 60_000)
-        left = [_left_ms(delivery.client, Entry(step, "r")) for step in (stays, moves)]
+        left = [left_ms(delivery.client, Entry(step, "r")) for step in (stays, moves)]
     finally:
         delivery.client.delete(keys.step_planning(stays), keys.step_planning(moves))
         _slot_to(cluster, slot, owner)

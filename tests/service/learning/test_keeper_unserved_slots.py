@@ -10,26 +10,24 @@ Before, each entry and mark of such a slot was a call of its own at every tick, 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
-from service.context import Context
 from service.delivery import Delivery, coverage, keys, unanswered
 from service.delivery.retries import short_retry
 from service.delivery.unanswered import Unanswered
-from service.pipeline.step_keeper import Entry, InFlight, Kept, StepKeeper
-from service.redis_conn import RedisClient, connect
+from service.pipeline.step_keeper import Entry, StepKeeper
+from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import SLOTS, LocalCluster, serve_ranges, serve_the_rest, unserve_range
 from tests.scripts_sent import count_scripts, toward
+from tests.service.learning.keeper_held import SHORT_MS, held_short, left_ms
 
 pytestmark = pytest.mark.slow
-SHORT_MS = 10_000  # entries and marks written for this long; the keeper pushes them to 60 s
 DROPPED = range(2 * SLOTS // 3 + 500, 2 * SLOTS // 3 + 700)  # of the last master's share
 LIVE = (range(0, SLOTS // 3 - 1), range(SLOTS // 3 + 1, 2 * SLOTS // 3 - 1))  # the other two's
 OWNERS = range(2 * SLOTS // 3 + 1, DROPPED.start)  # the last master's slots it still serves
@@ -63,33 +61,6 @@ def _schedules(share: range, count: int) -> list[str]:
     return [sid for slot, sid in found.items() if slot in share]
 
 
-def _held(delivery: Delivery, keeper: StepKeeper, steps: list[int], marks: list[str]) -> list[Kept]:
-    """Each of ``steps`` with an entry and each of ``marks`` marked for request ``r``, written for
-    ``SHORT_MS`` and held: all due at the next tick."""
-    ctx = cast(Context, SimpleNamespace(delivery=delivery))
-    kept: list[Kept] = []
-    for step in steps:
-        delivery.enter_planning(step, "r", SHORT_MS)
-        kept.append(Entry(step, "r"))
-    for schedule_id in marks:
-        delivery.mark_planning(schedule_id, "r", SHORT_MS)
-        kept.append(InFlight(schedule_id, "r"))
-    for each in kept:
-        keeper.hold(ctx, each, life_s=0.0)
-    return kept
-
-
-def _left_ms(client: RedisClient, kept: Kept) -> float:
-    """How long ``kept`` has left on Redis's clock."""
-    seconds, micros = client.time()
-    if isinstance(kept, Entry):
-        deadline = float(client.zscore(keys.step_planning(kept.step), kept.member) or 0)
-    else:
-        entry = client.hget(keys.schedule_keys(kept.schedule_id).planning, kept.request_id)
-        deadline = 0.0 if entry is None else float(str(entry).split(":")[1])
-    return deadline - (seconds * 1000 + micros // 1000)
-
-
 def _tick_while_dropped(cluster: LocalCluster, steps: int, marks: int) -> tuple[int, float, int]:
     """A keeper tick over ``steps`` entries and ``marks`` marks of ``DROPPED``'s slots and one of each
     on every other master and, in the same pass, on its master's served slots (``OWNERS``: the node's
@@ -100,9 +71,10 @@ def _tick_while_dropped(cluster: LocalCluster, steps: int, marks: int) -> tuple[
     delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))  # the service's
     keeper = StepKeeper()
     own = _steps(OWNERS, 1), _schedules(OWNERS, 1)  # in the range's pass (one context), after it
-    held = _held(delivery, keeper, _steps(DROPPED, steps) + own[0], _schedules(DROPPED, marks) + own[1])
+    held = held_short(delivery, keeper, _steps(DROPPED, steps) + own[0], _schedules(DROPPED, marks) + own[1])
     served = [held[steps], held[-1]]
-    served += [k for share in LIVE for k in _held(delivery, keeper, _steps(share, 1), _schedules(share, 1))]
+    for share in LIVE:
+        served += held_short(delivery, keeper, _steps(share, 1), _schedules(share, 1))
     with redis.Redis(port=cluster.nodes[0].port) as admin:
         owner = next(int(m[1]) for lo, hi, m, *_ in admin.cluster("SLOTS") if lo <= DROPPED.start <= hi)
     sent = count_scripts(delivery.client)
@@ -121,7 +93,7 @@ def _tick_while_dropped(cluster: LocalCluster, steps: int, marks: int) -> tuple[
         serve_ranges(cluster, {DROPPED: owner})
         for each in held + served:
             keeper.let_go(each)
-    return toward(sent, DROPPED), min(_left_ms(delivery.client, each) for each in served), len(asked)
+    return toward(sent, DROPPED), min(left_ms(delivery.client, each) for each in served), len(asked)
 
 
 def test_a_keeper_tick_asks_one_pipeline_of_an_unserved_range_and_no_mark(cluster: LocalCluster) -> None:
@@ -160,7 +132,7 @@ def test_a_keeper_tick_keeps_the_keys_the_asked_node_wrongly_thinks_unserved(
     keeper = StepKeeper()
     steps = _steps(DROPPED, 3) + [step for share in LIVE for step in _steps(share, 1)]
     marks = _schedules(DROPPED, 3) + [sid for share in LIVE for sid in _schedules(share, 1)]
-    held = _held(delivery, keeper, steps, marks)  # one context: one tick's pass over them all
+    held = held_short(delivery, keeper, steps, marks)  # one context: one tick's pass over them all
     served = [held[3], held[4], held[8], held[9]]
     with redis.Redis(port=cluster.nodes[0].port) as admin:
         owner = next(int(m[1]) for lo, hi, m, *_ in admin.cluster("SLOTS") if lo <= DROPPED.start <= hi)
@@ -171,7 +143,7 @@ def test_a_keeper_tick_keeps_the_keys_the_asked_node_wrongly_thinks_unserved(
         serve_ranges(cluster, {DROPPED: owner})
         for each in held:
             keeper.let_go(each)
-    assert min(_left_ms(delivery.client, each) for each in served) > SHORT_MS
+    assert min(left_ms(delivery.client, each) for each in served) > SHORT_MS
 
 
 def test_a_range_served_again_is_kept_at_the_next_tick(cluster: LocalCluster) -> None:
@@ -180,7 +152,7 @@ def test_a_range_served_again_is_kept_at_the_next_tick(cluster: LocalCluster) ->
     cluster.flushall()
     delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))
     keeper = StepKeeper()
-    held = _held(delivery, keeper, _steps(DROPPED, 3), _schedules(DROPPED, 3))
+    held = held_short(delivery, keeper, _steps(DROPPED, 3), _schedules(DROPPED, 3))
     with redis.Redis(port=cluster.nodes[0].port) as admin:
         owner = next(int(m[1]) for lo, hi, m, *_ in admin.cluster("SLOTS") if lo <= DROPPED.start <= hi)
     unserve_range(cluster, DROPPED)
@@ -190,7 +162,7 @@ def test_a_range_served_again_is_kept_at_the_next_tick(cluster: LocalCluster) ->
         serve_ranges(cluster, {DROPPED: owner})
     try:
         keeper.tick()  # still due: kept now
-        assert min(_left_ms(delivery.client, each) for each in held) > SHORT_MS
+        assert min(left_ms(delivery.client, each) for each in held) > SHORT_MS
     finally:
         for each in held:
             keeper.let_go(each)
@@ -231,4 +203,4 @@ def test_steps_whose_slot_the_clients_map_has_no_master_for_are_each_asked_alone
         True,
     ]
     assert [toward(sent, {slot}) for slot in slots] == [1, 1]
-    assert min(_left_ms(delivery.client, Entry(step, "r")) for step in served) > SHORT_MS
+    assert min(left_ms(delivery.client, Entry(step, "r")) for step in served) > SHORT_MS
