@@ -15,31 +15,12 @@ from types import SimpleNamespace
 import pytest
 
 from service.api import exit_guard
-
-
-class _Stand:
-    """The guard's ``time.sleep`` and ``os._exit``: what it slept and the status it ended with."""
-
-    def __init__(self) -> None:
-        self.slept: list[float] = []
-        self.status: list[int] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-
-    def exit(self, status: int) -> None:
-        self.status.append(status)  # and returns: the guard's thread then ends
+from tests.service.api.guard_stand import Stand, stood_guard
 
 
 @pytest.fixture
-def stand(monkeypatch: pytest.MonkeyPatch) -> _Stand:
-    """An enabled guard, not armed yet, whose sleep returns at once and whose end is recorded."""
-    stood = _Stand()
-    monkeypatch.setattr(exit_guard, "time", SimpleNamespace(sleep=stood.sleep))
-    monkeypatch.setattr(exit_guard, "os", SimpleNamespace(_exit=stood.exit))
-    monkeypatch.setattr(exit_guard, "_enabled", True)
-    monkeypatch.setattr(exit_guard, "_armed", None)
-    return stood
+def stand(monkeypatch: pytest.MonkeyPatch) -> Stand:
+    return stood_guard(monkeypatch)
 
 
 def _armed(bound_s: float) -> threading.Thread:
@@ -49,12 +30,12 @@ def _armed(bound_s: float) -> threading.Thread:
     return guard
 
 
-def test_a_bound_under_the_floor_is_raised_to_it(stand: _Stand) -> None:
+def test_a_bound_under_the_floor_is_raised_to_it(stand: Stand) -> None:
     _armed(1.0)
     assert stand.slept == [exit_guard.MIN_BOUND_S]
 
 
-def test_a_bound_over_the_floor_is_kept_and_the_first_stops_bound_holds(stand: _Stand) -> None:
+def test_a_bound_over_the_floor_is_kept_and_the_first_stops_bound_holds(stand: Stand) -> None:
     guard = _armed(7.0)
     assert exit_guard.arm(60.0) is guard
     assert stand.slept == [7.0]
@@ -62,7 +43,7 @@ def test_a_bound_over_the_floor_is_kept_and_the_first_stops_bound_holds(stand: _
 
 
 def test_the_end_names_the_threads_the_exit_waits_for_flushes_and_exits_forced(
-    stand: _Stand, caplog: pytest.LogCaptureFixture
+    stand: Stand, caplog: pytest.LogCaptureFixture
 ) -> None:
     release = threading.Event()
     waiting = threading.Thread(target=release.wait, name="planning", daemon=False)

@@ -12,27 +12,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from types import SimpleNamespace
 
 import pytest
 
 from service.api import exit_guard
-from tests.service.api.test_exit_guard_arm import _Stand
+from tests.service.api.guard_stand import Stand, stood_guard
 
 BOUND_S = 30.0  # a bound for a thread on a loaded host, not a speed
 
 
 @pytest.fixture
-def stand(monkeypatch: pytest.MonkeyPatch) -> _Stand:
-    """An enabled guard, not armed nor fired, whose sleep returns at once and whose end is recorded."""
-    stood = _Stand()
-    monkeypatch.setattr(exit_guard, "time", SimpleNamespace(sleep=stood.sleep))
-    monkeypatch.setattr(exit_guard, "os", SimpleNamespace(_exit=stood.exit))
-    monkeypatch.setattr(exit_guard, "_enabled", True)
-    monkeypatch.setattr(exit_guard, "_armed", None)
-    monkeypatch.setattr(exit_guard, "_fired", threading.Event())
-    monkeypatch.setattr(exit_guard, "_exited", False)
-    return stood
+def stand(monkeypatch: pytest.MonkeyPatch) -> Stand:
+    return stood_guard(monkeypatch)
 
 
 def _ended_with(monkeypatch: pytest.MonkeyPatch, acts: list[Callable[[], None]]) -> None:
@@ -40,7 +31,7 @@ def _ended_with(monkeypatch: pytest.MonkeyPatch, acts: list[Callable[[], None]])
     exit_guard._end_after(6.0)
 
 
-def test_every_last_act_runs_though_one_raises(stand: _Stand, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_last_act_runs_though_one_raises(stand: Stand, monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[str] = []
 
     def fails() -> None:
@@ -53,7 +44,7 @@ def test_every_last_act_runs_though_one_raises(stand: _Stand, monkeypatch: pytes
     assert exit_guard.FORCED_STATUS != 0  # 0 says the stop ended in order: a forced end did not
 
 
-def test_a_last_act_that_hangs_does_not_hold_the_end(stand: _Stand, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_last_act_that_hangs_does_not_hold_the_end(stand: Stand, monkeypatch: pytest.MonkeyPatch) -> None:
     never, finished = threading.Event(), threading.Event()
 
     def hangs() -> None:
@@ -69,7 +60,7 @@ def test_a_last_act_that_hangs_does_not_hold_the_end(stand: _Stand, monkeypatch:
 
 
 def test_the_log_is_flushed_before_the_last_acts_and_after_them(
-    stand: _Stand, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    stand: Stand, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     events: list[str] = []
 
@@ -92,7 +83,7 @@ def test_the_log_is_flushed_before_the_last_acts_and_after_them(
     assert line.__dict__["status"] == exit_guard.FORCED_STATUS  # the status said where it is read
 
 
-def test_an_exit_after_the_guard_fired_waits_for_it_then_ends_forced(stand: _Stand) -> None:
+def test_an_exit_after_the_guard_fired_waits_for_it_then_ends_forced(stand: Stand) -> None:
     exit_guard._end_after(6.0)  # fires (its own end stood in for)
     assert stand.status == [exit_guard.FORCED_STATUS]
     guard = threading.Thread(target=threading.Event().wait, args=(0.2,), daemon=True)  # its acts
@@ -103,7 +94,7 @@ def test_an_exit_after_the_guard_fired_waits_for_it_then_ends_forced(stand: _Sta
     assert stand.status == [exit_guard.FORCED_STATUS] * 2
 
 
-def test_an_exit_before_the_guard_fired_is_not_ended_by_it(stand: _Stand) -> None:
+def test_an_exit_before_the_guard_fired_is_not_ended_by_it(stand: Stand) -> None:
     guard = threading.Thread(target=lambda: None, daemon=True)
     guard.start()
     exit_guard._armed = guard

@@ -1,0 +1,37 @@
+"""The exit guard with its sleep and its ``os._exit`` stood in for (the guard itself ends the process):
+what the arm and last-act tests share."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from service.api import exit_guard
+
+
+class Stand:
+    """The guard's ``time.sleep`` and ``os._exit``: what it slept and the status it ended with."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+        self.status: list[int] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+    def exit(self, status: int) -> None:
+        self.status.append(status)  # and returns: the guard's thread then ends
+
+
+def stood_guard(monkeypatch: pytest.MonkeyPatch) -> Stand:
+    """An enabled guard, not armed nor fired, whose sleep returns at once and whose end is recorded."""
+    stood = Stand()
+    monkeypatch.setattr(exit_guard, "time", SimpleNamespace(sleep=stood.sleep))
+    monkeypatch.setattr(exit_guard, "os", SimpleNamespace(_exit=stood.exit))
+    monkeypatch.setattr(exit_guard, "_enabled", True)
+    monkeypatch.setattr(exit_guard, "_armed", None)
+    monkeypatch.setattr(exit_guard, "_fired", threading.Event())
+    monkeypatch.setattr(exit_guard, "_exited", False)
+    return stood
