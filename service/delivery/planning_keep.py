@@ -152,9 +152,11 @@ def _not_answered(
     sent alone too, else they fail with its error, unasked. A timeout (a master stalled: it accepts and
     does not answer) is its group's error, nothing sent again (each call would wait it out again),
     unless another master says the slot has moved (a failover): then as a refused connection."""
-    if not isinstance(error, redis.ConnectionError) and not _failed_over(client, group[0].key, unanswered):
-        unanswered.met(group[0].key, error)
-        return {each.step: error for each in group}
+    if not isinstance(error, redis.ConnectionError):
+        if not _failed_over(client, group[0].key, unanswered):
+            unanswered.met(group[0].key, error)
+            return {each.step: error for each in group}
+        unanswered.remapped(group[0].key, error)  # the map read now: the first try goes to the new one
     failed: dict[int, Exception] = {}
     for each in group:
         failed.update(_kept_alone(client, each, life_ms, unanswered))
@@ -177,12 +179,14 @@ def _failed_over(client: RedisCluster, key: str, unanswered: Unanswered) -> bool
 def _kept_alone(
     client: RedisCluster, each: _Step, life_ms: int, unanswered: Unanswered
 ) -> dict[int, Exception]:
-    """``each`` in a call of its own, on the client's path (its redirections and retries)."""
+    """``each`` in a call of its own, on the client's path (its redirections and retries); where its
+    master did not answer and a map read again now names another (``Unanswered.remapped``: a failover
+    the client's paced refresh had not seen), sent once more, to that one."""
     known = unanswered.known(each.key)
     if known is not None:
         return {each.step: known}
     try:
-        client.eval(KEEP, 1, each.key, life_ms, *each.names)
+        unanswered.sent(each.key, lambda: client.eval(KEEP, 1, each.key, life_ms, *each.names))
     except REDIS_FAILED as error:
         unanswered.met(each.key, error)
         return {each.step: error}

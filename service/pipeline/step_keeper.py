@@ -31,6 +31,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import partial
 
 from service.context import Context
 from service.delivery import keys
@@ -195,8 +196,9 @@ def _kept_marks(
     next tick, and the marks after it are still sent: the first failure had ended the tick's marks, so
     a request stuck on a failing master, first in line at every tick, left those of every other slot
     to lapse under their live requests (review48c). A master that did not answer this tick (the steps'
-    entries' too) is not asked again: each of its marks had cost its own timeouts (cluster50). The
-    failures are logged once a tick."""
+    entries' too) is not asked again: each of its marks had cost its own timeouts (cluster50); one
+    failed over since the client last read its map is asked once more, at its new master
+    (``Unanswered.sent``), not a tick later (cluster52). The failures are logged once a tick."""
     pushed, gone = into
     failed: list[Exception] = []
     for kept in marks:
@@ -206,7 +208,9 @@ def _kept_marks(
             failed.append(known)
             continue
         try:
-            held = ctx.delivery.keep_mark(kept.schedule_id, kept.request_id, life_ms)
+            held = unanswered.sent(
+                key, partial(ctx.delivery.keep_mark, kept.schedule_id, kept.request_id, life_ms)
+            )
         except REDIS_FAILED as error:
             unanswered.met(key, error)
             failed.append(error)

@@ -1,0 +1,122 @@
+"""The step keeper's first tick after a failover keeps the entries and marks of the failed master's
+slots at their new master, on a real 3-master Redis Cluster, where the service's client read its slot
+map less than a second before the failover.
+
+redis-py reads a cluster's map again on an error at most once a second
+(``topology_refresh_min_interval``). A master's process gone: a request's call on it fails and reads the
+map (the old master still named: the failover has not happened yet); the failover follows within the
+second, and the keeper's tick sent each keep to the old master on every try, its refresh not due, and
+left them for the next tick, ``PLANNING_MARGIN_S`` / 4 (15 s) later (cluster52, docs/experiments.md).
+Now the tick reads the map itself on the first failure of a master (``Unanswered.remapped``) and sends
+the key once more, to the new master. ``LocalCluster`` has no replicas: the failover is the slots given
+to another master (``CLUSTER SETSLOT ... NODE``, its epoch bumped), as a replica's promotion gives
+them, told to both live masters at once (gossip would take up to a second of the window)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import cast
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+from service.context import Context
+from service.delivery import Delivery, keys
+from service.pipeline.step_keeper import Entry, InFlight, Kept, StepKeeper
+from service.redis_conn import connect
+from service.settings import Settings
+from tests.cluster import SLOTS, LocalCluster, serve_the_rest
+from tests.service.learning.keeper_held import SHORT_MS, left_ms
+
+pytestmark = pytest.mark.slow
+TIMEOUT_S = 0.25  # the service's client at a short timeout
+PACED_S = 1.0  # redis-py's ``topology_refresh_min_interval``: no refresh on an error sooner after one
+AGED_S = 1.5  # the map read that long before the request's call, so that call reads it again
+DEAD = range(2 * SLOTS // 3 + 1, SLOTS)  # the last master's share (``valkey-cli --cluster create``)
+
+
+@pytest.fixture
+def cluster() -> Iterator[LocalCluster]:
+    """A cluster of the test's own: it kills a master and moves its slots for good."""
+    with LocalCluster() as local:
+        serve_the_rest(local)
+        yield local
+
+
+def _on_dead(count: int, key_of: type[Entry] | type[InFlight]) -> list[Kept]:
+    """``count`` entries (or marks) of request ``r`` whose slots are in ``DEAD``."""
+    found: list[Kept] = []
+    for n in range(100_000):
+        each: Kept = Entry(n, "r") if key_of is Entry else InFlight(f"s{n}", "r")
+        if key_slot(_key(each).encode()) in DEAD:
+            found.append(each)
+        if len(found) == count:
+            return found
+    raise AssertionError("no keys found on the dead master's slots")
+
+
+def _key(kept: Kept) -> str:
+    """The key ``kept`` is kept on: its step's planning set, or its schedule's slot (``P:planning``'s)."""
+    if isinstance(kept, Entry):
+        return keys.step_planning(kept.step)
+    return keys.schedule_keys(kept.schedule_id).meta
+
+
+def _failed_over(live: list[int], slots: set[int]) -> None:
+    """``slots`` given to the master at ``live[0]`` (its epoch bumped, so its claim wins), and told to
+    every live master at once."""
+    with redis.Redis(port=live[0]) as client:
+        me = client.execute_command("CLUSTER", "MYID")
+    for port in live:
+        with redis.Redis(port=port) as client:
+            for slot in slots:
+                client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", me)
+    with redis.Redis(port=live[0]) as client:
+        client.execute_command("CLUSTER", "BUMPEPOCH")
+
+
+@pytest.mark.parametrize("kind", [Entry, InFlight], ids=["entries", "marks"])
+def test_the_first_tick_after_a_failover_keeps_at_the_new_master(
+    cluster: LocalCluster, kind: type[Entry] | type[InFlight]
+) -> None:
+    delivery = Delivery(
+        connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
+    )
+    client = delivery.client
+    assert isinstance(client, RedisCluster)
+    kept = _on_dead(2, kind)
+    old = client.get_node_from_key(_key(kept[0])).port  # type: ignore[no-untyped-call]
+    dead = next(node for node in cluster.nodes if node.port == old)
+    live = [node.port for node in cluster.nodes if node.port != old]  # the first takes its slots
+    new = live[0]
+    at_new = redis.Redis(port=new, decode_responses=True)
+    dead.kill()
+    time.sleep(AGED_S)
+    asked = time.monotonic()
+    with pytest.raises(redis.ConnectionError):  # a request's call: the map read again, still the old one
+        client.get(_key(kept[0]))
+    _failed_over(live, {key_slot(_key(each).encode()) for each in kept})
+    written = Delivery(at_new)  # as requests wrote them at the new master
+    for each in kept:
+        if isinstance(each, Entry):
+            written.enter_planning(each.step, each.member, SHORT_MS)
+        else:
+            written.mark_planning(each.schedule_id, each.request_id, SHORT_MS)
+    keeper = StepKeeper()
+    ctx = cast(Context, SimpleNamespace(delivery=delivery))
+    for each in kept:
+        keeper.hold(ctx, each, life_s=0.0)
+    ticked = time.monotonic()
+    keeper.tick()
+    for each in kept:
+        keeper.let_go(each)
+    try:
+        assert ticked - asked < PACED_S  # the client's own refresh not due at the tick's first try
+        assert min(left_ms(at_new, each) for each in kept) > SHORT_MS  # pushed to the margin past now
+    finally:
+        at_new.close()
+        client.close()
