@@ -30,6 +30,7 @@ from service.pipeline.step_keeper import Entry, InFlight, Kept, StepKeeper
 from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import SLOTS, LocalCluster, serve_the_rest
+from tests.scripts_sent import count_scripts
 from tests.service.learning.keeper_held import SHORT_MS, left_ms
 
 pytestmark = pytest.mark.slow
@@ -120,3 +121,34 @@ def test_the_first_tick_after_a_failover_keeps_at_the_new_master(
     finally:
         at_new.close()
         client.close()
+
+
+def test_a_tick_on_a_cluster_wholly_down_reads_the_map_once_and_asks_nothing_more(
+    cluster: LocalCluster,
+) -> None:
+    """Every master's process gone: the first master's pipeline and its first step alone fail, the map
+    read again reaches no node, and every other master's entries and every mark are passed over
+    unasked. Before the map was read, each master cost its pipeline and a step alone (six calls)."""
+    delivery = Delivery(
+        connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
+    )
+    client = delivery.client
+    assert isinstance(client, RedisCluster)
+    by_master: dict[int, list[Kept]] = {}
+    for n in range(10_000):
+        port = client.get_node_from_key(keys.step_planning(n)).port  # type: ignore[no-untyped-call]
+        if len(by_master.setdefault(port, [])) < 2:
+            by_master[port].append(Entry(n, "r"))
+    marks: list[Kept] = [InFlight(f"s{n}", "r") for n in range(3)]
+    keeper = StepKeeper()
+    ctx = cast(Context, SimpleNamespace(delivery=delivery))
+    for each in [*(e for kept in by_master.values() for e in kept), *marks]:
+        keeper.hold(ctx, each, life_s=0.0)
+    for node in cluster.nodes:
+        node.kill()
+    sent = count_scripts(client)
+    keeper.tick()
+    for each in [*(e for kept in by_master.values() for e in kept), *marks]:
+        keeper.let_go(each)
+    client.close()
+    assert len(sent) == 2  # one master's pipeline, then its first step alone on the client's path
