@@ -28,7 +28,9 @@ review51b: three ticks on the old master). So another master is asked (one ``CLU
 steps go on the client's path as after a refused connection, below, and reach the new master. A master
 that refused or dropped the connection (its process gone, which a failover replaces) has its first
 step sent again alone on the client's path, whose retries ask the cluster for its slots again and so
-find a failover's new master; the rest follow it there, or fail with its error. A step answered with
+find a failover's new master (or, where those retries' refresh was not due, redis-py's once a second,
+the keeper's own read of the map: ``Unanswered.sent``, cluster52); the rest follow it there, or fail
+with its error. A step answered with
 a redirect, or its slot moving (MOVED, ASK, TRYAGAIN), is sent again alone, on the client's
 own path, which follows it and mends its map; a group of one step is sent so from the start, and so
 is a step whose slot the map sends nowhere. A step a node answers "Hash slot not served" is not sent
