@@ -15,9 +15,20 @@ standard normal numpy can draw (``Z_BOUND``) takes any trajectory there (every s
 under ~17, p90 below 3e9 times p50); elsewhere all ``SAMPLES`` at the first ask. Each consumer thus
 reads exactly the rows ``draw_matrix(spread, default_rng(seed), SAMPLES)`` gives, which is what each
 drew for itself before; the rows are read-only, so no consumer can change another's.
+
+Why a lock. Extending the rows in hand reads the count drawn, draws from the one generator and
+stores the longer array: two threads extending at once each drew their own block and one was kept,
+so the rows depended on the threads' timing (rows skipped or swapped, or numpy asked for a negative
+count: tests/scheduler/test_plan_draws_threads.py). No planner path asks one ``Problem``'s draws from
+two threads (the service plans a request on one thread, ``bench solver`` and the replay each plan on
+a ``Problem`` of their own), but ``planner.Prepared`` is shared by every plan of a request by design,
+so a caller may plan two policies from it at once. Uncontended, the lock costs well under a
+microsecond a call, a few calls a plan.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +58,7 @@ class SeededDraws:
     def __init__(self, spread: Spread, seed: int) -> None:
         self.spread, self.seed = spread, seed
         self._rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()  # one extend at a time (module doc)
         medians, sigmas, _ = spread
         self._steps: npt.NDArray[np.int64] = np.zeros((0, len(medians)), dtype=np.int64)
         with np.errstate(divide="ignore", invalid="ignore"):  # a zero median: drawn whole
@@ -59,11 +71,15 @@ class SeededDraws:
         return len(self._steps)
 
     def rows(self, stop: int) -> npt.NDArray[np.int64]:
-        """The first ``stop`` draws (within ``SAMPLES``), drawing those not in hand yet; read-only."""
+        """The first ``stop`` draws (within ``SAMPLES``), drawing those not in hand yet; read-only.
+        Safe to call from several threads at once: they read one pass's rows (module doc)."""
         stop = min(stop, SAMPLES)
-        if stop > self.drawn:
-            count = SAMPLES - self.drawn if self._whole else stop - self.drawn
-            more = draw_matrix(self.spread, self._rng, count)
-            self._steps = more if not self.drawn else np.concatenate((self._steps, more))
-            self._steps.flags.writeable = False
-        return self._steps[:stop]
+        with self._lock:
+            held = self._steps
+            if stop > len(held):
+                count = SAMPLES - len(held) if self._whole else stop - len(held)
+                more = draw_matrix(self.spread, self._rng, count)
+                held = more if not len(held) else np.concatenate((held, more))
+                held.flags.writeable = False  # before any other thread can see it
+                self._steps = held
+        return held[:stop]
