@@ -53,9 +53,11 @@ SMALL = 512  # trajectories up to which least loaded's plan is always a candidat
 # dealing it costs about an lpt phase, so larger batches within their lanes (every ``bench solver``
 # size) build it only as the module doc says, and are held to round robin's plan alone
 
-DRAWS_COST = 1.0  # lpt phases the bar's draws take before their pace is known: ``SAMPLES`` drawn
-# and ``outlived``'s first ``CHUNK`` played, 0.8-1.24 lpt starts at 1,024 x 16 and 4,096 x 32
-# (5-8 ms there); unpriced, they ended plans 3-7 ms past the service's 80 ms (review50a)
+DRAWS_COST = 1.0  # lpt phases the bar's draws take before their pace is known, none in hand:
+# ``SAMPLES`` drawn and ``outlived``'s first ``CHUNK`` played, 0.8-1.24 lpt starts at 1,024 x 16 and
+# 4,096 x 32 (5-8 ms there); unpriced, they ended plans 3-7 ms past the service's 80 ms (review50a)
+DRAWING = 0.5  # of which drawing all ``SAMPLES``, charged for the rows still to draw (``draws_price``):
+# 0.32-0.47 lpt phases there, the first chunk's play 0.47-0.62 (docs/experiments.md, draws52)
 BLIND_COST = 1.0  # lpt phases the blind plans take to build with quantiles (round robin's and least
 # loaded's, each played): 0.5-1.0 at 4,096 x 32, 0.25-0.9 at 1,024 x 16 (review50a)
 
@@ -136,16 +138,17 @@ def drawn_blind_plan(
     assignment: Sequence[Sequence[int]],
     deadline: float,
     phase_s: float,
+    spread: Spread,
 ) -> Blind | None:
     """``blind_plan`` for the bar on the draws (with quantiles), built only where it and then the
-    bar's draws fit before ``deadline`` (``BLIND_COST`` and ``DRAWS_COST`` lpt phases of
-    ``phase_s``, the lpt start's time); None otherwise, and the bar keeps the plan.
+    bar's draws fit before ``deadline`` (``BLIND_COST`` lpt phases of ``phase_s``, the lpt start's
+    time, and ``draws_price``); None otherwise, and the bar keeps the plan.
 
     Why. With quantiles the blind plans serve only the bar's draws: without time for those, the
     bar keeps the plan whether or not they were built (``_bar``). Built unpriced after the at-once
     hedge (``lpt.bar_plans``), they took 7-22 ms at 4,096 x 32 (load 4) and ended 9 of 20 plans of
     the service's 80 ms past it, up to 9.9 ms, some built and then dropped (review50a)."""
-    drawn_by = deadline - DRAWS_COST * phase_s  # the bar's draws start by then (``_bar``)
+    drawn_by = deadline - draws_price(problem, spread, request.seed, phase_s)  # the bar's draws start by then
     if clock.now() + BLIND_COST * phase_s >= drawn_by:
         return None
     return blind_plan(problem, request, assignment, float("inf"), drawn_by)
@@ -190,17 +193,29 @@ def barred(
     returned round robin's at 1.378 s (bound 0.811 s); on 64 draws the three ran 3.687, 3.902 and
     3.921 s (docs/experiments.md, bughunt8).
 
-    ``phase_s``, the lpt start's time, prices the draws (``DRAWS_COST``, ``_bar``): where they would
+    ``phase_s``, the lpt start's time, prices the draws (``draws_price``, ``_bar``): where they would
     not fit before ``deadline``, no draw is drawn and the bar's verdict stands."""
     chosen = _bar(problem, request, placement, blind, status, spread, deadline, phase_s)
     if first is None or spread is None or chosen is placement or first.queues == placement.queues:
         return _reported(chosen, placement)
-    if clock.now() + DRAWS_COST * phase_s >= deadline:  # no time for the draws: the verdict stands
+    if clock.now() + draws_price(problem, spread, request.seed, phase_s) >= deadline:  # no time for them
         return _reported(chosen, placement)
     draws = problem.draws(spread, request.seed).rows(SAMPLES)  # the plan's (``Problem.draws``)
     points = first.finish_s or tuple(problem.finishes(first.queues, request.kv_admission))
     best = least_drawn(problem, first.queues, points, [chosen.queues], draws, request.kv_admission, deadline)
     return _reported(first if best == 0 else chosen, placement)
+
+
+def draws_price(problem: Problem, spread: Spread, seed: int, phase_s: float) -> float:
+    """Seconds the bar's draws take before their pace is known: ``DRAWS_COST`` lpt phases of
+    ``phase_s``, less ``DRAWING``'s share for the rows the plan already holds (``Problem.draws``).
+
+    Why. The plan's draws are drawn once and shared (``scheduler.policies.plan_draws``): where the
+    at-once hedge, cpsat's baseline or the bar's own screen drew some or all of them, the bar draws
+    only the rest, and charging it the whole drawing kept it from its draws in plans that had the
+    time for what was left. The first chunk's play is charged in hand or not."""
+    held = problem.draws(spread, seed).drawn
+    return phase_s * (DRAWS_COST - DRAWING * min(held, SAMPLES) / SAMPLES)
 
 
 def _reported(chosen: Placement, judged: Placement) -> Placement:
@@ -245,14 +260,16 @@ def _bar(
     (docs/experiments.md, budget47); started before it, the check plays its first draws and the
     rest only where they end by it at that pace (``outlived``'s deadline; review49c). Before that
     pace is known, drawing them and playing the first took 5-8 ms at 4,096 x 32 and ended plans of
-    the service's 80 ms up to 7 ms past it: they start only with ``DRAWS_COST`` lpt phases
-    (``phase_s``) left, and so does the ordering, which stops by the deadline at its own pace
-    (review50a)."""
+    the service's 80 ms up to 7 ms past it: they start only with their price left (``draws_price``:
+    ``DRAWS_COST`` lpt phases of ``phase_s``, less the drawing of rows in hand), and so does the
+    ordering, which stops by the deadline at its own pace (review50a)."""
     if blind is None:
         return placement
     reserve = request.kv_admission
     finishes = list(placement.finish_s or problem.finishes(placement.queues, reserve))
-    drawn = spread is not None and clock.now() + DRAWS_COST * phase_s < deadline  # time to draw
+    drawn = spread is not None and (  # time to draw
+        clock.now() + draws_price(problem, spread, request.seed, phase_s) < deadline
+    )
     if spread is not None and drawn:
         draws = problem.draws(spread, request.seed).rows(SAMPLES)  # least_expected's, drawn once a plan
         asked = outlived(problem, placement.queues, finishes, draws, deadline)

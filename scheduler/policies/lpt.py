@@ -177,7 +177,7 @@ def bar_plans(
     if spread is None:
         return blind
     with stage("blind plans"):
-        return drawn_blind_plan(problem, request, assignment, deadline, phase_s)
+        return drawn_blind_plan(problem, request, assignment, deadline, phase_s, spread)
 
 
 def lpt_bar(finishes: Sequence[float], spread: Spread | None) -> float:
