@@ -10,6 +10,12 @@ call; no client setting changes the wait). The service's clients keep their last
 tell such a slot from a served one: a walk paid the wait once per unserved slot it visited (a reaper
 pass over ten schedules of a dropped slot range: 2.8 s). One ``CLUSTER SLOTS`` to the node that has
 just answered (it is up) tells every slot it knows no master for.
+
+Each ``CLUSTER SLOTS`` goes on the node's own client (``slots_of``), not the cluster client's
+``execute_command``: that one first runs any map refresh an earlier failure asked for
+(``NodesManager._run_requested_refresh``), which asks the nodes in a random order, a stalled master
+the caller has just timed out on among them (another timeout in the same pass: the keeper's test of
+two stalled masters failed one run in two on it).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from collections.abc import Callable, Container
 from typing import Any
 
 from redis.cluster import ClusterNode, RedisCluster
+from redis.utils import str_if_bytes
 
 from service.delivery.errors import REDIS_FAILED
 
@@ -30,11 +37,11 @@ def unserved_slots(client: RedisCluster, node: ClusterNode) -> frozenset[int] | 
     a slot served again names it until it does (gossip, a second or so), and the walk that asked passes
     it over once; the next walk asks again."""
     try:
-        ranges = client.execute_command("CLUSTER SLOTS", target_nodes=node)  # type: ignore[no-untyped-call]
+        ranges = slots_of(client, node)
     except REDIS_FAILED:
         return None
     served = bytearray(SLOTS)
-    for low, high in ranges:
+    for low, high, _ in ranges:
         served[int(low) : int(high) + 1] = b"\x01" * (int(high) - int(low) + 1)
     return frozenset(slot for slot in range(SLOTS) if not served[slot])
 
@@ -59,7 +66,7 @@ def served_elsewhere(
         if other.name == node.name or other.name in silent:
             continue
         try:
-            ranges = client.execute_command("CLUSTER SLOTS", target_nodes=other)  # type: ignore[no-untyped-call]
+            ranges = slots_of(client, other)
         except REDIS_FAILED as error:
             if on_silent is not None:
                 on_silent(other, error)
@@ -68,11 +75,16 @@ def served_elsewhere(
     return False
 
 
-def _named_elsewhere(ranges: Any, slot: int, node: ClusterNode) -> bool:
-    """Whether ``ranges`` (redis-py's ``CLUSTER SLOTS`` answer) names a master other than ``node`` for
-    ``slot``."""
-    for (low, high), served in ranges.items():
-        if int(low) <= slot <= int(high):
-            host, port = served["primary"]
-            return (str(host), int(port)) != (str(node.host), int(node.port))
+def slots_of(client: RedisCluster, node: ClusterNode) -> list[tuple[int, int, tuple[str, int]]]:
+    """``node``'s ``CLUSTER SLOTS``, asked on its own client (module doc: no map refresh runs first):
+    each served range's first and last slot and its master's host and port."""
+    raw: list[Any] = client.get_redis_connection(node).execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
+    return [(int(low), int(high), (str_if_bytes(master[0]), int(master[1]))) for low, high, master, *_ in raw]
+
+
+def _named_elsewhere(ranges: list[tuple[int, int, tuple[str, int]]], slot: int, node: ClusterNode) -> bool:
+    """Whether ``ranges`` (``slots_of``) names a master other than ``node`` for ``slot``."""
+    for low, high, (host, port) in ranges:
+        if low <= slot <= high:
+            return (host, port) != (str(node.host), int(node.port))
     return False

@@ -73,10 +73,18 @@ def _published(cluster: LocalCluster) -> tuple[WorkerSession, list[str]]:
     return WorkerSession(delivery, Holdings(8), SessionSettings("w")), ids
 
 
-def _spy(client: RedisCluster) -> list[Asked]:
-    """From now on, every command ``client`` is asked to make (still sent to the real cluster)."""
+def _spy(client: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> list[Asked]:
+    """From now on, every command ``client`` is asked to make, and every node asked for its slots
+    (``coverage.slots_of``, on the node's own client), still sent to the real cluster."""
     asked: list[Asked] = []
     send: Callable[..., Any] = client.execute_command
+    slots_of = coverage.slots_of
+
+    def slots_asked(*args: Any) -> Any:
+        asked.append(Asked("CLUSTER SLOTS", None, threading.get_ident()))
+        return slots_of(*args)
+
+    monkeypatch.setattr(coverage, "slots_of", slots_asked)
 
     def sent(*args: Any, **options: Any) -> Any:
         name = str(args[0]).upper()
@@ -105,7 +113,7 @@ def _while_dropped(cluster: LocalCluster, then: Callable[[], Any]) -> Any:
 
 
 def test_a_claim_asks_one_schedule_of_a_dropped_range_and_the_node_off_its_event_loop(
-    cluster: LocalCluster,
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every schedule's settings read: the claim asks the range's first schedule, the node that refused
     it (in a thread, not the loop's), and leases from the served schedule. Before: four claim calls
@@ -114,7 +122,7 @@ def test_a_claim_asks_one_schedule_of_a_dropped_range_and_the_node_off_its_event
     asyncio.run(session.schedules())
     client = session.delivery.client
     assert isinstance(client, RedisCluster)
-    asked = _spy(client)
+    asked = _spy(client, monkeypatch)
     claimed = _while_dropped(cluster, lambda: asyncio.run(session.claim(1)))
     learned = [each for each in asked if each.command == "CLUSTER SLOTS"]
     assert [h.lease.key for h in claimed] == [f"{ids[-1]}#0"]
@@ -123,19 +131,23 @@ def test_a_claim_asks_one_schedule_of_a_dropped_range_and_the_node_off_its_event
     assert learned[0].thread != threading.get_ident()  # ``asyncio.run``'s loop runs on this thread
 
 
-def test_a_claims_settings_reads_ask_one_schedule_of_a_dropped_range(cluster: LocalCluster) -> None:
+def test_a_claims_settings_reads_ask_one_schedule_of_a_dropped_range(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No schedule's settings read yet: the walk reads the range's first schedule's, learns the range,
     and reads and leases the served one. Before: a settings read to each of the four."""
     session, ids = _published(cluster)
     client = session.delivery.client
     assert isinstance(client, RedisCluster)
-    asked = _spy(client)
+    asked = _spy(client, monkeypatch)
     claimed = _while_dropped(cluster, lambda: asyncio.run(session.claim(1)))
     assert [h.lease.key for h in claimed] == [f"{ids[-1]}#0"]
     assert _toward_dropped(asked, "HMGET") == 1
 
 
-def test_a_heartbeat_asks_one_schedule_of_a_dropped_range(cluster: LocalCluster) -> None:
+def test_a_heartbeat_asks_one_schedule_of_a_dropped_range(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every schedule's item leased, then the range dropped: the beat extends the served schedule's
     lease and asks one of the range's four. Before: a heartbeat call to each."""
     session, ids = _published(cluster)
@@ -143,7 +155,7 @@ def test_a_heartbeat_asks_one_schedule_of_a_dropped_range(cluster: LocalCluster)
     assert len(held) == len(ids)
     client = session.delivery.client
     assert isinstance(client, RedisCluster)
-    asked = _spy(client)
+    asked = _spy(client, monkeypatch)
     lost = _while_dropped(cluster, lambda: asyncio.run(session.heartbeat()))
     assert (lost, session.heartbeats_failing) == ([], False)
     assert _toward_dropped(asked, "EVALSHA") + _toward_dropped(asked, "EVAL") == 1
@@ -178,7 +190,7 @@ def test_a_heartbeat_extends_a_lease_the_asked_node_wrongly_thinks_unserved(
     monkeypatch.setattr("service.delivery.reach.unserved_slots", stale)
     client = session.delivery.client
     assert isinstance(client, RedisCluster)
-    asked = _spy(client)
+    asked = _spy(client, monkeypatch)
     lost = _while_dropped(cluster, lambda: asyncio.run(session.heartbeat()))
     assert (lost, session.heartbeats_failing) == ([], False)  # before: passed over, and the beat an outage
     assert any(each.command in ("EVAL", "EVALSHA") and each.slot == _slot(ids[-1]) for each in asked)
