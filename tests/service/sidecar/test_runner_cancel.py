@@ -113,7 +113,9 @@ def test_a_refused_completion_of_a_cancelled_step_stops_its_other_engine_request
     then, not at the next heartbeat (up to a third of the lease TTL later), which would leave
     their slots generating results nobody takes."""
     delivery = Delivery.from_url(redis_url)
-    short, long = item("step", 0, 4000), [item("step", i, 16_000) for i in range(1, 4)]  # ~0.3 s, ~1.3 s
+    # ~0.9 s, ~3.9 s: the short one outlasts the test's poll and cancel even on a loaded host (at ~0.3 s
+    # it had ended, accepted, before a cancel polled late at load 16 landed), the long ones its refusal
+    short, long = item("step", 0, 12_000), [item("step", i, 48_000) for i in range(1, 4)]
     publish(delivery, "step", {"w0": [short, *long]}, lease_ttl_ms=60_000)
     sidecar = _sidecar(redis_url, engine_url, slots=4, heartbeat_s=HEARTBEAT_S)
 
