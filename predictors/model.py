@@ -209,10 +209,20 @@ def _dataset(data: TrainingSet, spec: FeatureSpec) -> Any:
 
 def _train(dataset: Any, examples: int, alpha: float, config: FitConfig) -> Any:
     """The booster of quantile ``alpha``, fitted on the dataset both quantiles share (``examples``
-    rows: the dataset no longer holds them to count once binned)."""
+    rows: the dataset no longer holds them to count once binned). Where the caller set a check
+    (``predictors.cutoff``: the service's retrain, which gives up at the replica's stop), it runs
+    after each boosting round, so a fit is cut within one round, not after all of them."""
     import lightgbm as lgb
 
-    return lgb.train(_params(alpha, config, examples), dataset, num_boost_round=config.num_rounds)
+    checks = [_checked] if cutoff.is_set() else None
+    return lgb.train(
+        _params(alpha, config, examples), dataset, num_boost_round=config.num_rounds, callbacks=checks
+    )
+
+
+def _checked(_: Any) -> None:
+    """The caller's check, as a LightGBM callback (it raises out of ``lgb.train`` to cut the fit)."""
+    cutoff.check()
 
 
 def _conformal_shift(trace: Trace, spec: FeatureSpec, config: FitConfig) -> tuple[float, float]:
