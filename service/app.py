@@ -109,7 +109,8 @@ def _stop(startup: Startup, timeout_s: float) -> None:
     """The app's stop, within one command timeout (``timeout_s``) on a stalled Redis: stop taking work
     (no reaper pass, no try at the cluster), wait for the give-ups' take-backs (``mark_hop``,
     ``plan_thread``), the bookkeeping an answer left running after its publish (``post_publish``),
-    the reaper's pass and the retrain lock's release, all in the same window, and then close the
+    the reaper's pass, the retrain lock's release and a retrain under way (given up at the stop,
+    ``service.learning.retrain``), all in the same window, and then close the
     Redis pool, unless a thread is still on it (docs/operations.md, "Shutdown"). A
     stop that waited in turn for each took ~7 s at a 2 s timeout (the reaper alone 5 s), and closed
     the pool under the reaper's pass still running (``Bad file descriptor``)."""

@@ -159,7 +159,8 @@ def schedule_only_context() -> Context:
     (a retrain started by a step). A copy of the request's whole context carried its deadlines too:
     the stop's clock and ``NEVER`` (``service/api/stopping.py``), the caller's hard deadline
     (``scheduler.giveup``), the predict stage's cutoff (``predictors.cutoff``); work that ever checked
-    one would give up at the replica's stop, or at the deadline of a request it is no part of."""
+    one would give up at the deadline of a request it is no part of. (A retrain gives up at the
+    replica's stop by its own check, ``Retrainer.halt``.)"""
     context = Context()
     context.run(schedule_id_var.set, schedule_id_var.get())
     return context

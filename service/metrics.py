@@ -34,7 +34,7 @@ DEPTH_CACHE_S = 2.0  # queue depths are read from Redis at most this often, howe
 RATIO_BUCKETS = (1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.5, 2.0, 3.0, 5.0)
 
 REAP_OUTCOMES = ("requeued", "dead_lettered")  # the reaped-leases counter's only label values
-RETRAIN_OUTCOMES = ("ok", "busy", "insufficient_data", "error")  # the retrains counter's
+RETRAIN_OUTCOMES = ("ok", "busy", "insufficient_data", "error", "stopped")  # the retrains counter's
 LOAD_FAILURES = ("version", "listing")  # the failed model loads counter's: a version, the store's listing
 PUBLISHED = ("true", "false")  # the planned-trajectories counter's
 QUEUE_STATES = ("queued", "running", "done", "failed")  # the queue-depth gauge's (``Delivery.totals``)

@@ -118,9 +118,10 @@ class Startup:
     def halt(self) -> None:
         """Stop taking work: no try at the cluster and no reaper pass after the current ones, and a plan
         still running gives up at its next check (``state.stopping``: ``service/api/stopping.py``), and a
-        request waiting for a plan slot is refused (``PlanSlots.stop``). The
-        retrain lock's release starts, on a thread (a stalled Redis times it out three times), so a
-        retrain cut short by the shutdown does not hold the lock; idempotent."""
+        request waiting for a plan slot is refused (``PlanSlots.stop``). A retrain under way gives up at
+        its next check and none starts (``Retrainer.halt``), and the retrain lock's release starts, on
+        a thread (a stalled Redis times it out three times), so a retrain cut short by the shutdown
+        does not hold the lock; idempotent."""
         with self._lock:
             self._stop.set()
             ctx: Context | None = self.state.context
@@ -134,13 +135,14 @@ class Startup:
         if self._follower is not None:
             self._follower.halt()
         if ctx is not None:
+            ctx.retrainer.halt()  # before the lock's release: the fit gives up, not on a lapsed lock
             ctx.plan_slots.stop()  # the requests waiting in line are refused now (503), not at a slot
         if self._release is not None and not started:
             self._release.start()
 
     def stop(self, timeout_s: float = 5.0, in_use: bool = False) -> bool:
         """Stop taking work (``halt``), wait for what is under way until ``timeout_s`` from now (a try
-        at the cluster, the reaper's pass, the lock's release), then close the Redis pool, unless
+        at the cluster, the reaper's pass, the lock's release, a retrain), then close the Redis pool, unless
         something may still be on it: one of those, a planning thread, or ``in_use`` (threads the app
         cut); whether it closed it. A connection closed mid-reply raised redis-py's ``AttributeError``
         or ``Bad file descriptor`` in the thread reading it; a pool left open goes with the process,
@@ -161,6 +163,8 @@ class Startup:
         }
         if ctx is None:
             return True
+        # a retrain's fit gives up within a boosting round; one past the window is abandoned, said once
+        running["a retrain"] = not ctx.retrainer.stop(max(0.0, until - time.monotonic()))
         running["planning threads"] = ctx.plan_threads.statistics().borrowed_tokens > 0
         if any(running.values()):
             on_it = ", ".join(name for name, still in running.items() if still)

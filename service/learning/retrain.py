@@ -18,22 +18,36 @@ stored meanwhile, which no replica serves (``predictors.store``). And
 ``keys.retrain_step`` holds the step the last automatic retrain started at (the first step seen,
 before any; ``POST /models/retrain`` leaves it); a boundary met while a retrain runs anywhere is left
 for the next step to claim. Other replicas pick the new version up by hot reload.
+
+The replica's stop (``Startup.halt``) halts the retrainer: no retrain starts after it, and one under
+way gives up at its fit's next boosting round (``predictors.cutoff``, checked by ``predictors.model``)
+or at its fence before storing, whichever comes first, storing nothing (``RetrainStoppedError``,
+counted ``stopped``). The stop then waits for it, within the stop's one window (``Retrainer.stop``).
+It ran on: a test's automatic retrain, started by its last step, logged ``automatic retrain
+skipped`` after the app and its log stream had closed (``--- Logging error ---``), and a service's could
+fit on past its stop. A retrain the window does not see end (inside a stalled Redis call, or a
+stretch of the fit with no check: building the training set) is abandoned: its version is not stored
+(the fence checks the halt), the stop says so in one line, and the retrain's own lines after it
+are dropped (``_say``), so the stop's line is the retrain's last.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
+from predictors import cutoff
 from scheduler.errors import InvalidInputError
 from service.delivery import keys
 from service.delivery.errors import REDIS_FAILED
 from service.learning.models import ModelService
 from service.logs import mark_logged, schedule_only_context
 from service.metrics import Metrics
-from service.problems.table import ConflictError, ServiceError
+from service.problems.table import ConflictError, RetrainStoppedError, ServiceError
 from service.redis_conn import RedisClient
 
 _log = logging.getLogger("service.retrain")
@@ -94,6 +108,9 @@ class Retrainer:
         self._unreleased: str | None = None  # a token whose release failed (Redis was down then)
         self._running = threading.Lock()
         self.background: threading.Thread | None = None  # the last automatic retrain, if any
+        self._halted = threading.Event()  # the replica stops: none starts, one under way gives up
+        self._said = threading.Lock()  # a line and the abandonment are one after the other, never both
+        self._abandoned = False  # the stop stopped waiting for a retrain: its lines are dropped
 
     @property
     def running(self) -> bool:
@@ -112,24 +129,34 @@ class Retrainer:
         on-demand ones too, so a failing store shows on the dashboard and not only in a 503. A
         retrain done logs one ``retrain done`` line (version, rows, seconds, and ``trigger``:
         ``request`` or ``step``), so a slow or surprising model swap is found in the log; one that
-        fails logs one ``retrain failed`` line with its reason (``_log_failure``), on either trigger.
+        fails logs one ``retrain failed`` line with its reason (``_failure``), on either trigger.
         ``step``: the step whose first plan started it (``after_step``), before which every step is
         complete; None for one asked for (``ModelService.retrain`` then reads the step planned last)."""
         if not self._running.acquire(blocking=False):
             self._metrics.retrains.labels("busy").inc()
             raise ConflictError("a retrain is already running in this replica")
         try:
-            result = self._locked_retrain(step)
+            with cutoff.checking(self._unless_halted):  # the fit's boosting rounds check the stop
+                result = self._locked_retrain(step)
         except ConflictError:
             raise  # counted where it was decided
+        except RetrainStoppedError as error:
+            self._metrics.retrains.labels("stopped").inc()
+            self._say(logging.INFO, "retrain stopped: %s", error.detail, extra={"trigger": trigger})
+            mark_logged(error)
+            raise
         except Exception as error:
             self._metrics.retrains.labels("error").inc()
-            _log_failure(trigger, error)
+            reason, traceback = _failure(trigger, error)
+            self._say(
+                logging.ERROR, "retrain failed: %s", reason, extra={"trigger": trigger}, exc_info=traceback
+            )
             mark_logged(error)  # the request's answer does not log it again
             raise
         finally:
             self._running.release()
-        _log.info(
+        self._say(
+            logging.INFO,
             "retrain done",
             extra={
                 "trigger": trigger,
@@ -141,6 +168,7 @@ class Retrainer:
         return result
 
     def _locked_retrain(self, step: int | None) -> RetrainResult:
+        self._unless_halted()
         self._release_leftover()
         token = uuid.uuid4().hex
         if not self._redis.set(self._lock_key, token, nx=True, ex=keys.RETRAIN_LOCK_TTL_S):
@@ -154,7 +182,7 @@ class Retrainer:
                 self._next_fence(keys=[self._fence_key], args=[self._models.highest_fence_token()])
             )
             version, rows, seconds = self._models.retrain(
-                fence=lambda: self._still_held(token), fence_token=fence_token, planned_step=step
+                fence=lambda: self._fenced(token), fence_token=fence_token, planned_step=step
             )
         except InvalidInputError as error:
             self._metrics.retrains.labels("insufficient_data").inc()
@@ -164,6 +192,54 @@ class Retrainer:
             self.release()
         self._metrics.retrains.labels("ok").inc()
         return RetrainResult(f"v{version}", rows, seconds)
+
+    def _fenced(self, token: str) -> None:
+        """The fence a fit's version is stored between (``ModelService.retrain``): not once the
+        replica stops (``_unless_halted``), nor once the lock lapsed (``_still_held``)."""
+        self._unless_halted()
+        self._still_held(token)
+
+    def _unless_halted(self) -> None:
+        """``RetrainStoppedError`` once the replica stops (``halt``): a fit that would be stored after
+        the stop writes the model store under a replica that is gone, and logs past its stop."""
+        if self._halted.is_set():
+            raise RetrainStoppedError("the replica is stopping: the retrain gave up, nothing stored")
+
+    def halt(self) -> None:
+        """Start no retrain from now on, and make one under way give up at its next check (module
+        doc); ``stop`` waits for it. Idempotent."""
+        self._halted.set()
+
+    def stop(self, timeout_s: float) -> bool:
+        """``halt``, then wait ``timeout_s`` at most for a retrain under way (asked for, or the
+        automatic one's thread, its last line included); whether none runs now. One that still
+        runs is abandoned: it stores nothing (its fence checks the halt), this says so once, and
+        none of its lines come after that one (``_say``)."""
+        self.halt()
+        until = time.monotonic() + timeout_s
+        idle = self._running.acquire(timeout=timeout_s)
+        if idle:
+            self._running.release()
+        background = self.background
+        if background is not None:
+            background.join(max(0.0, until - time.monotonic()))
+            idle = idle and not background.is_alive()
+        if not idle:
+            with self._said:
+                self._abandoned = True
+                _log.warning(
+                    "retrain abandoned at the stop: still running after %.1f s; it stores no version "
+                    "and logs nothing more",
+                    timeout_s,
+                )
+        return idle
+
+    def _say(self, level: int, message: str, *args: object, **kwargs: Any) -> None:
+        """Log a line of a retrain's, unless the stop has abandoned it (``stop``): a line after the
+        stop's is one no log stream may be open for any more."""
+        with self._said:
+            if not self._abandoned:
+                _log.log(level, message, *args, **kwargs)
 
     def _still_held(self, token: str) -> None:
         """``ConflictError`` unless this fit still holds the retrain lock, renewed by this check.
@@ -188,16 +264,21 @@ class Retrainer:
         """Renew the lock every third of its TTL until ``done``: a short TTL frees it soon after a
         crash, renewal keeps it through a long fit. A lock found lost is said once; the fit goes on
         and is not stored (``_still_held``)."""
-        while not done.wait(keys.RETRAIN_LOCK_TTL_S / 3):
+        while not done.wait(keys.RETRAIN_LOCK_TTL_S / 3) and not self._halted.is_set():
             try:
                 held = self._renew(keys=[self._lock_key], args=[token, keys.RETRAIN_LOCK_TTL_S])
             except Exception as error:  # Redis down: the lock may lapse; the fit itself goes on
-                _log.warning(
-                    "could not renew the retrain lock: %s", _brief(error), exc_info=_unexpected(error)
+                self._say(
+                    logging.WARNING,
+                    "could not renew the retrain lock: %s",
+                    _brief(error),
+                    exc_info=_unexpected(error),
                 )
                 continue
             if not held:
-                _log.warning("the retrain lock lapsed during the fit: its version will not be stored")
+                self._say(
+                    logging.WARNING, "the retrain lock lapsed during the fit: its version will not be stored"
+                )
                 return
 
     def release(self) -> None:
@@ -209,7 +290,8 @@ class Retrainer:
                 self._release(keys=[self._lock_key], args=[token])
             except Exception as error:  # Redis down: the lock expires by itself, or at our next attempt
                 self._unreleased = token
-                _log.warning(
+                self._say(
+                    logging.WARNING,
                     "could not release the retrain lock (it lapses by itself): %s",
                     _brief(error),
                     exc_info=_unexpected(error),
@@ -225,7 +307,7 @@ class Retrainer:
 
     def after_step(self, step: int) -> bool:
         """Start a background retrain if ``step`` is a configured boundary; True if one started."""
-        if self._every <= 0 or self.running:
+        if self._every <= 0 or self.running or self._halted.is_set():
             return False
         self._release_leftover()  # this replica's own lock, left by a failed release, is no fit running
         if self.running_anywhere():
@@ -262,25 +344,21 @@ class Retrainer:
         try:
             self.retrain_now("step", step)  # the steps before ``step`` are complete
         except ConflictError as error:
-            _log.info("automatic retrain skipped: %s", error.detail)
+            self._say(logging.INFO, "automatic retrain skipped: %s", error.detail)
         except Exception:
-            return  # counted and logged ("retrain failed") by retrain_now
+            return  # counted and logged ("retrain failed", "retrain stopped") by retrain_now
 
 
-def _log_failure(trigger: str, error: Exception) -> None:
-    """The one ``retrain failed`` line, its reason in it (the store's path where the store failed).
+def _failure(trigger: str, error: Exception) -> tuple[str, bool]:
+    """What the one ``retrain failed`` line says: its reason (the store's path where the store
+    failed), and whether it keeps the traceback.
 
     A store or Redis fault is the line alone: expected in operation, and what to fix is in the
     reason. Anything else is a bug, and keeps its traceback where nothing else logs one: a failed
     automatic retrain (a request's 500 is logged by the server, traceback and all)."""
     expected = isinstance(error, (ServiceError, *REDIS_FAILED))
     reason = error.detail if isinstance(error, ServiceError) else _brief(error)
-    _log.error(
-        "retrain failed: %s",
-        reason,
-        extra={"trigger": trigger},
-        exc_info=not expected and trigger != "request",
-    )
+    return reason, not expected and trigger != "request"
 
 
 def _brief(error: Exception) -> str:

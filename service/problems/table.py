@@ -119,6 +119,11 @@ class ModelStoreError(UnavailableError):
     volume. Its detail names the store; the model in memory keeps serving meanwhile."""
 
 
+class RetrainStoppedError(UnavailableError):
+    """A retrain given up because its replica is stopping (``service.learning.retrain``): it stored
+    nothing, and another replica, or this one restarted, retrains."""
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     """How one exception type is answered."""

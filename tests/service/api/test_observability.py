@@ -333,7 +333,7 @@ def test_counters_of_a_fixed_label_set_read_zero_before_their_first_count(client
     """A series born at its first count reads 1 at its first sample, so ``increase()`` sees no rise
     and an alert on a replica's first failed retrain never fired."""
     text = client.get("/metrics").text
-    for outcome in ("ok", "busy", "insufficient_data", "error"):
+    for outcome in ("ok", "busy", "insufficient_data", "error", "stopped"):
         assert f'rollout_retrains_total{{outcome="{outcome}"}} 0.0' in text
     for published in ("true", "false"):
         assert f'rollout_scheduled_trajectories_total{{published="{published}"}} 0.0' in text
